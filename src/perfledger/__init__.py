@@ -1,0 +1,15 @@
+"""perfledger: an event-sourced, git-backed, content-hashed ledger of GPU performance work.
+
+``perfledger.open(path)`` returns a :class:`perfledger.api.Ledger`.
+"""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # Lazy: `import perfledger` stays cheap for the CLI; the library API loads on first use.
+    if name in {"open", "init", "Ledger", "find_ledger_path"}:
+        from perfledger import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

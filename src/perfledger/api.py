@@ -1,0 +1,265 @@
+"""The library interface: ``perfledger.open(path)`` returns a :class:`Ledger` (SPEC.md section 6).
+
+The CLI is a thin skin over this module: nothing the CLI does is impossible from Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from perfledger import __version__
+from perfledger.errors import NotALedger
+from perfledger.events.envelope import Envelope
+from perfledger.events.kinds import RecordedEvent, recorded
+from perfledger.ledger.base import Artifact, Decide, EventDraft
+from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_snapshot
+from perfledger.ledger.store import FORMAT_VERSION, GitStore
+from perfledger.ledger.verify import VerifyReport, verify_store
+from perfledger.projections.base import DEFAULT_PROJECTION, Projection
+from perfledger.projections.ledger_state import state_hash
+
+#: Environment variable naming the ledger when ``--ledger`` is not given.
+LEDGER_ENV = "PERFLEDGER_DIR"
+
+
+def find_ledger_path(explicit: str | os.PathLike[str] | None = None, cwd: str | None = None) -> str:
+    """Find the ledger: ``explicit`` (``--ledger``), else ``$PERFLEDGER_DIR``, else the git
+    repository containing ``cwd`` (default: the current directory).
+
+    Raises: NotALedger when none is found.
+    """
+    if explicit:
+        return os.fspath(explicit)
+    from_env = os.environ.get(LEDGER_ENV)
+    if from_env:
+        return from_env
+    from dulwich.errors import NotGitRepository
+    from dulwich.repo import Repo
+
+    start = cwd or os.getcwd()
+    try:
+        repo = Repo.discover(start)
+    except NotGitRepository:
+        raise NotALedger(
+            f"no ledger here: {start} is not inside a git repository",
+            hint=f"pass --ledger PATH, set {LEDGER_ENV}, or run `perfledger init PATH`",
+        ) from None
+    path = repo.path
+    repo.close()
+    return path
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of ``perfledger log``: an event's identity and subject."""
+
+    event_id: str
+    commit: str
+    kind: str
+    lamport: int
+    ts: str
+    actor: str
+    subject: str
+
+
+class Ledger:
+    """An opened ledger: typed append, read, state, verify.
+
+    Args:
+        store: the git store it wraps.
+        projection: the projection ``state`` folds (default: the ledger projection).
+    """
+
+    def __init__(self, store: GitStore, projection: Projection = DEFAULT_PROJECTION) -> None:
+        self.store = store
+        self.projection = projection
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def init(
+        cls, path: str | os.PathLike[str], *, name: str | None = None, actor: str = "perfledger"
+    ) -> Ledger:
+        """Create a ledger at ``path`` (see :meth:`GitStore.init`) and open it."""
+        return cls(GitStore.init(path, name=name, actor=actor))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Ledger:
+        """Open the ledger at ``path``; raises NotALedger naming the path otherwise."""
+        return cls(GitStore.open(path))
+
+    def close(self) -> None:
+        """Release files (saves the derived index)."""
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def path(self) -> str:
+        """The repository path."""
+        return self.store.path
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        kind: str,
+        payload: Any,
+        *,
+        actor: str,
+        request: Any = None,
+        idempotency_key: str | None = None,
+        artifacts: dict[str, Artifact] | None = None,
+    ) -> Envelope:
+        """Append one event durably and return its envelope (or the existing event when
+        ``idempotency_key`` is already in the ledger).
+
+        Raises: BadRequest for a malformed payload or field; ConcurrentAppend when compare-and-swap
+            retries are exhausted.
+        """
+        return self.store.append(
+            EventDraft(kind, payload, actor, request, idempotency_key, dict(artifacts or {}))
+        )
+
+    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
+        """Append drafts atomically (all or none); see :meth:`GitStore.append_batch`."""
+        return self.store.append_batch(drafts)
+
+    def transact(self, decide: Decide) -> list[Envelope]:
+        """Run ``decide`` on the current head and append its drafts; re-decided on a lost race."""
+        return self.store.transact(decide)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def head(self) -> str:
+        """The current head commit (hex)."""
+        return self.store.read_head().decode()
+
+    def events(self) -> Iterator[RecordedEvent]:
+        """Yield every event in the total order (lamport, id), payloads upcast and decoded."""
+        for envelope in self.store.iter_events():
+            yield recorded(envelope)
+
+    def get(self, event_id: str) -> Envelope:
+        """Return the event with ``event_id`` (full id or unique prefix of >= 4 characters)."""
+        return self.store.get_event(event_id)
+
+    def artifact(self, event_id: str, name: str) -> bytes:
+        """Return an event's artifact after checking its blake3 and size."""
+        return self.store.read_artifact(event_id, name)
+
+    def log(self, limit: int | None = None) -> list[LogEntry]:
+        """Return up to ``limit`` events, newest first (descending (lamport, id)); reads only
+        the commits it shows (plus the frontier)."""
+        from perfledger.ledger.objects import commit_info
+
+        entries = []
+        for sha, commit in self.store.iter_recent(limit if limit is not None else 1 << 62):
+            info = commit_info(commit)
+            subject = commit.message.split(b"\n", 1)[0].decode("utf-8", "replace")
+            actor = commit.author.rsplit(b" <", 1)[0].decode("utf-8", "replace")
+            from datetime import UTC, datetime
+
+            ts = datetime.fromtimestamp(commit.commit_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            entries.append(
+                LogEntry(
+                    event_id=info.event_id or "",
+                    commit=sha.decode(),
+                    kind=subject.split(":", 1)[0],
+                    lamport=info.lamport,
+                    ts=ts,
+                    actor=actor,
+                    subject=subject,
+                )
+            )
+        return entries
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _code_version(self) -> str:
+        return f"{__version__}/{CACHE_FORMAT}/{self.projection.name}:{self.projection.version}"
+
+    def state(self) -> Any:
+        """Return the projection's state at the current head.
+
+        Uses the derived cache when its key matches the head; folds only the new events when the
+        head moved linearly past the cached one (and every new event sorts after the cached
+        ones); refolds from zero otherwise. The result is saved back to the cache.
+        """
+        head = self.head()
+        code_version = self._code_version()
+        derived = self.store.derived_dir
+        snapshot = load_snapshot(derived, self.projection.name, code_version)
+        state = None
+        if snapshot is not None:
+            if snapshot.head == head:
+                return msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type)
+            new = self.store.commits_since(snapshot.head.encode())
+            if new is not None:
+                state = msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type)
+                count, last = snapshot.count, (snapshot.last_lamport, snapshot.last_id)
+                for sha in new:
+                    envelope = self.store.read_envelope(sha)
+                    if (envelope.lamport, envelope.id) <= last:
+                        state = None  # out of order: refold
+                        break
+                    state = self.projection.evolve(state, recorded(envelope))
+                    count, last = count + 1, (envelope.lamport, envelope.id)
+        if state is None:
+            state = self.projection.initial()
+            count, last = 0, (0, "")
+            for event in self.events():
+                state = self.projection.evolve(state, event)
+                count, last = count + 1, (event.envelope.lamport, event.envelope.id)
+        try:
+            save_snapshot(
+                derived,
+                self.projection.name,
+                Snapshot(head, code_version, count, last[0], last[1], msgspec.msgpack.encode(state)),
+            )
+        except OSError:
+            pass  # a read-only ledger only loses speed
+        return state
+
+    def state_hash(self) -> str:
+        """Return the blake3 hash of the canonical encoding of :meth:`state`."""
+        return state_hash(self.state())
+
+    # -- verification ------------------------------------------------------------------------
+
+    def verify(self) -> VerifyReport:
+        """Verify the whole ledger from zero (never the cache) and fold it on the way; the
+        report's ``extra`` holds ``state_hash`` when it passed."""
+        state = self.projection.initial()
+        holder = [state]
+
+        def on_event(event: RecordedEvent) -> None:
+            holder[0] = self.projection.evolve(holder[0], event)
+
+        report = verify_store(self.store, on_event=on_event, format_version=FORMAT_VERSION)
+        if report.ok:
+            report.extra["state_hash"] = state_hash(holder[0])
+        return report
+
+
+def open(path: str | os.PathLike[str] | None = None) -> Ledger:  # noqa: A001 - SPEC.md names it
+    """Open the ledger at ``path`` (or the one :func:`find_ledger_path` finds) as a
+    :class:`Ledger`.
+
+    Raises: NotALedger naming the path when it is not a ledger.
+    """
+    return Ledger.open(find_ledger_path(path))
+
+
+def init(path: str | os.PathLike[str], *, name: str | None = None, actor: str = "perfledger") -> Ledger:
+    """Create a ledger at ``path`` and open it (see :meth:`Ledger.init`)."""
+    return Ledger.init(path, name=name, actor=actor)

@@ -1,0 +1,258 @@
+"""The ``perfledger`` command line: a thin skin over :mod:`perfledger.api` (SPEC.md section 6).
+
+Exit codes: 0 done, 2 bad request, 3 refused by a rule, 4 concurrent-append conflict, 5 integrity
+failure, 1 anything else. With ``--json`` every answer is one JSON object on stdout and an error is
+``{"error": {"code", "rule", "message", "hint"}}``. No traceback reaches a user for a bad input
+(``PERFLEDGER_DEBUG=1`` shows one for an unexpected failure).
+
+Heavy modules (dulwich, the store) are imported inside the commands that need them, so
+``perfledger --version`` and ``perfledger --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from perfledger import __version__
+from perfledger.errors import BadRequest, PerfledgerError, exit_code_for
+
+
+class Context:
+    """Options shared by every command: where the ledger is and how to answer."""
+
+    def __init__(self, ledger: str | None, json_mode: bool) -> None:
+        self.ledger_path = ledger
+        self.json_mode = json_mode
+
+    def open(self) -> Any:
+        """Open the ledger named by ``--ledger``, ``$PERFLEDGER_DIR`` or the enclosing repo."""
+        from perfledger.api import Ledger, find_ledger_path
+
+        return Ledger.open(find_ledger_path(self.ledger_path))
+
+
+def _emit_json(data: object) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=None))
+
+
+def _fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
+    if ctx is not None and ctx.json_mode:
+        _emit_json(exc.to_json())
+    else:
+        rule = f"{exc.rule} " if exc.rule else ""
+        label = "refused" if exc.exit_code == 3 else "error"
+        click.echo(f"perfledger: {label}: {rule}{exc.message}", err=True)
+        if exc.hint:
+            click.echo(f"hint: {exc.hint}", err=True)
+    sys.exit(exc.exit_code)
+
+
+json_option = click.option(
+    "--json", "json_flag", is_flag=True, help="Answer with one JSON object on stdout."
+)
+
+
+def _ctx(json_flag: bool) -> Context:
+    ctx = click.get_current_context().find_object(Context)
+    assert ctx is not None
+    if json_flag:
+        ctx.json_mode = True
+    return ctx
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--ledger",
+    "ledger",
+    metavar="PATH",
+    default=None,
+    help="The ledger repository (default: $PERFLEDGER_DIR, else the git repository containing "
+    "the current directory).",
+)
+@click.option("--json", "json_mode", is_flag=True, help="Answer with JSON on stdout.")
+@click.version_option(__version__, prog_name="perfledger")
+@click.pass_context
+def cli(click_ctx: click.Context, ledger: str | None, json_mode: bool) -> None:
+    """perfledger: an event-sourced, git-backed ledger of GPU performance-optimization work."""
+    click_ctx.obj = Context(ledger, json_mode)
+
+
+@cli.command()
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@click.option("--name", default=None, help="The ledger's name (default: the directory name).")
+@click.option("--actor", default=None, help="Who creates it (default: $PERFLEDGER_ACTOR or $USER).")
+@json_option
+def init(path: str | None, name: str | None, actor: str | None, json_flag: bool) -> None:
+    """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
+    a new bare git repository, or an existing one, with the root event."""
+    ctx = _ctx(json_flag)
+    from perfledger.api import LEDGER_ENV, Ledger
+
+    target = path or ctx.ledger_path or os.environ.get(LEDGER_ENV) or os.getcwd()
+    ledger = Ledger.init(target, name=name, actor=_actor(actor))
+    try:
+        root = next(iter(ledger.log(1)))
+        if ctx.json_mode:
+            _emit_json({"path": os.path.abspath(target), "head": ledger.head(), "root": root.event_id})
+        else:
+            click.echo(f"initialised ledger {os.path.abspath(target)}")
+            click.echo(f"root event {root.event_id}")
+    finally:
+        ledger.close()
+
+
+def _actor(actor: str | None) -> str:
+    return actor or os.environ.get("PERFLEDGER_ACTOR") or os.environ.get("USER") or "perfledger"
+
+
+@cli.command()
+@click.option("-n", "limit", type=click.IntRange(min=0), default=None, help="Show at most N events.")
+@json_option
+def log(limit: int | None, json_flag: bool) -> None:
+    """List events, newest first."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        entries = ledger.log(limit)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit_json({"events": [entry.__dict__ for entry in entries]})
+        return
+    for entry in entries:
+        click.echo(f"{entry.event_id[:12]}  {entry.lamport:>6}  {entry.ts}  {entry.actor}  {entry.subject}")
+
+
+@cli.command()
+@click.argument("event_id")
+@json_option
+def show(event_id: str, json_flag: bool) -> None:
+    """Show one event (a full id or a unique prefix of at least 4 characters)."""
+    ctx = _ctx(json_flag)
+    import msgspec
+
+    ledger = ctx.open()
+    try:
+        envelope = ledger.get(event_id)
+    finally:
+        ledger.close()
+    data = msgspec.to_builtins(envelope)
+    if ctx.json_mode:
+        _emit_json({"event": data})
+        return
+    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2))
+
+
+@cli.command()
+@json_option
+def verify(json_flag: bool) -> None:
+    """Verify the whole ledger from zero (hashes, trailers, parents, Lamport clocks, schemas,
+    artifacts) and print its state_hash. Exit 5 naming the first bad event."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        report = ledger.verify()
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit_json(report.to_json())
+    elif report.ok:
+        rate = report.events / report.elapsed_s if report.elapsed_s else 0.0
+        click.echo(
+            f"ok: {report.events} events, {report.merges} merges verified in "
+            f"{report.elapsed_s:.2f} s ({rate:,.0f} events/s)"
+        )
+        click.echo(f"head        {report.head}")
+        click.echo(f"state_hash  {report.extra['state_hash']}")
+    else:
+        assert report.error is not None
+        click.echo(f"perfledger: integrity failure: {report.error.message}", err=True)
+        if report.error.hint:
+            click.echo(f"hint: {report.error.hint}", err=True)
+    if not report.ok:
+        sys.exit(5)
+
+
+@cli.command()
+@json_option
+def state(json_flag: bool) -> None:
+    """Print the folded state at the current head (from the derived cache when it is fresh)."""
+    ctx = _ctx(json_flag)
+    import msgspec
+
+    from perfledger.projections import state_hash
+
+    ledger = ctx.open()
+    try:
+        current = ledger.state()
+        head = ledger.head()
+    finally:
+        ledger.close()
+    data = {"head": head, "state_hash": state_hash(current), "state": msgspec.to_builtins(current)}
+    if ctx.json_mode:
+        _emit_json(data)
+    else:
+        click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2))
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--tag", "tags", multiple=True, help="A label (repeatable).")
+@click.option("--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR or $USER).")
+@click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
+@json_option
+def note(text: str, tags: tuple[str, ...], actor: str | None, idempotency_key: str | None, json_flag: bool) -> None:
+    """Append a free-form note (an observation, friction, feedback)."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        envelope = ledger.append(
+            "NoteRecorded",
+            {"text": text, "tags": list(tags)},
+            actor=_actor(actor),
+            request={"text": text, "tags": list(tags)},
+            idempotency_key=idempotency_key,
+        )
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit_json({"event_id": envelope.id, "lamport": envelope.lamport})
+    else:
+        click.echo(envelope.id)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``perfledger`` console script: runs the CLI, maps every
+    :class:`PerfledgerError` to its exit code and message, and keeps tracebacks away from users."""
+    json_requested = "--json" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="perfledger", standalone_mode=False)
+    except PerfledgerError as exc:
+        _fail(Context(None, json_requested), exc)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        _fail(Context(None, json_requested), BadRequest(exc.format_message()))
+    except KeyboardInterrupt:
+        click.echo("interrupted; the ledger is unchanged unless an append had completed", err=True)
+        sys.exit(130)
+    except Exception as exc:  # an unexpected failure: say so without a traceback
+        if os.environ.get("PERFLEDGER_DEBUG"):
+            raise
+        _fail(
+            Context(None, json_requested),
+            PerfledgerError(
+                f"unexpected {type(exc).__name__}: {exc}",
+                hint="rerun with PERFLEDGER_DEBUG=1 for a traceback, and report it",
+            ),
+        )
+
+

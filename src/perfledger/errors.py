@@ -1,0 +1,115 @@
+"""The error hierarchy of perfledger and its mapping to CLI exit codes (SPEC.md section 6).
+
+Every error a user can cause is a :class:`PerfledgerError`; the CLI maps it to an exit code in one
+place (:func:`exit_code_for`) and prints its message and hint, never a traceback.
+
+Exit codes: 0 done, 2 bad request, 3 refused by a rule, 4 concurrent-append conflict that retries
+could not settle, 5 integrity failure, 1 anything else.
+"""
+
+from __future__ import annotations
+
+
+class PerfledgerError(Exception):
+    """Base of every error perfledger raises on purpose.
+
+    Attributes:
+        code: a short machine-readable code (``bad_request``, ``refused``, ...).
+        rule: the workflow rule id (``R7``) for a refusal, else ``None``.
+        message: what is wrong, for a person.
+        hint: what to do next, for a person (may be empty).
+        exit_code: the CLI exit code of SPEC.md section 6.
+    """
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str = "", rule: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.rule = rule
+
+    def to_json(self) -> dict[str, object]:
+        """Return the ``{"error": {...}}`` object of SPEC.md section 6."""
+        return {
+            "error": {
+                "code": self.code,
+                "rule": self.rule,
+                "message": self.message,
+                "hint": self.hint,
+            }
+        }
+
+
+class BadRequest(PerfledgerError):
+    """A malformed request, argument or path (exit 2)."""
+
+    code = "bad_request"
+    exit_code = 2
+
+
+class NotALedger(BadRequest):
+    """The path given (or discovered) is not a perfledger ledger (exit 2)."""
+
+    code = "not_a_ledger"
+
+
+class CanonicalEncodingError(BadRequest):
+    """A value cannot be canonically encoded (NaN, Inf, unsupported type) (exit 2)."""
+
+    code = "not_canonical"
+
+
+class RuleRefused(PerfledgerError):
+    """A workflow rule refused the request; ``rule`` names it (exit 3)."""
+
+    code = "refused"
+    exit_code = 3
+
+
+class ConcurrentAppend(PerfledgerError):
+    """Compare-and-swap of the ledger ref kept losing races after all retries (exit 4)."""
+
+    code = "concurrent_append"
+    exit_code = 4
+
+
+class IntegrityError(PerfledgerError):
+    """The ledger failed verification: a hash, trailer, parent or schema does not match (exit 5).
+
+    Attributes:
+        event_id: the id of the first bad event, when known.
+        commit: the hex sha of the offending commit, when known.
+    """
+
+    code = "integrity"
+    exit_code = 5
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str = "",
+        event_id: str | None = None,
+        commit: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.event_id = event_id
+        self.commit = commit
+
+    def to_json(self) -> dict[str, object]:
+        """Return the error object, with ``event_id`` and ``commit`` added."""
+        data = super().to_json()
+        err = data["error"]
+        assert isinstance(err, dict)
+        err["event_id"] = self.event_id
+        err["commit"] = self.commit
+        return data
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Map an exception to the CLI exit code of SPEC.md section 6 (1 for anything unexpected)."""
+    if isinstance(exc, PerfledgerError):
+        return exc.exit_code
+    return 1

@@ -1,0 +1,123 @@
+"""Canonical JSON: the one byte form every event is hashed and stored in (SPEC.md section 2).
+
+Rules: UTF-8; object keys sorted by Unicode code point; no insignificant whitespace; floats in
+shortest round-trip form (msgspec's encoder); integers within signed/unsigned 64 bits; NaN and
+±Infinity refused. The same value always encodes to the same bytes on any machine running the same
+format version.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from perfledger.errors import CanonicalEncodingError
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+#: The msgspec encoder of canonical JSON (keys sorted); feed it checked builtins only.
+canonical_encoder = msgspec.json.Encoder(order="sorted")
+_decoder = msgspec.json.Decoder()
+
+
+def _first_problem(value: Any) -> str | None:
+    """Return a description of the first value canonical JSON cannot hold, or None (fast path:
+    no location bookkeeping; :func:`_locate` finds the location only when needed)."""
+    stack: list[Any] = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return f"object key {key!r} is not a string"
+            extend(item.values())
+        elif kind is list or kind is tuple:
+            extend(item)
+        elif kind is float:
+            if not math.isfinite(item):
+                return f"{item!r} is not allowed in canonical JSON"
+        elif kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return f"integer {item} is outside the 64-bit range"
+        else:
+            return f"a value of type {kind.__name__} has no canonical JSON form"
+    return None
+
+
+def _locate(value: Any, path: str) -> str | None:
+    """Return the JSON path of the first offending value (slow path, for the error message)."""
+    if _first_problem(value) is None:
+        return None
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if not isinstance(key, str):
+                return path
+            found = _locate(sub, f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, sub in enumerate(value):
+            found = _locate(sub, f"{path}[{index}]")
+            if found:
+                return found
+    return path
+
+
+def _check(value: Any, path: str) -> None:
+    """Raise CanonicalEncodingError naming the location of the first value canonical JSON
+    cannot hold (NaN, ±Inf, out-of-range integer, non-string key, unsupported type)."""
+    problem = _first_problem(value)
+    if problem is not None:
+        where = _locate(value, path) or path
+        raise CanonicalEncodingError(
+            f"{where}: {problem}",
+            hint="NaN and Infinity have no JSON form; record a missing value as null.",
+        )
+
+
+def to_canonical_value(value: Any) -> Any:
+    """Convert ``value`` (builtins or msgspec Structs) to checked builtins.
+
+    Returns: dicts, lists, str, int, float, bool and None only.
+    Raises: CanonicalEncodingError for NaN/Inf, out-of-range integers, non-string keys or
+        unsupported types.
+    """
+    try:
+        builtins = msgspec.to_builtins(value, order="sorted")
+    except (TypeError, ValueError) as exc:
+        raise CanonicalEncodingError(f"value cannot be encoded: {exc}") from exc
+    _check(builtins, "$")
+    return builtins
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Encode ``value`` as canonical JSON bytes.
+
+    Args:
+        value: builtins (dict/list/str/int/float/bool/None) or msgspec Structs.
+    Returns: the canonical UTF-8 bytes.
+    Raises: CanonicalEncodingError as :func:`to_canonical_value`.
+    """
+    return canonical_encoder.encode(to_canonical_value(value))
+
+
+def decode_json(data: bytes) -> Any:
+    """Decode JSON bytes to builtins (no canonical check; see :func:`is_canonical`)."""
+    return _decoder.decode(data)
+
+
+def is_canonical(data: bytes) -> bool:
+    """Return True when ``data`` is exactly the canonical encoding of what it decodes to.
+
+    Duplicate keys, whitespace, unsorted keys, non-shortest floats or escapes all make it False.
+    """
+    try:
+        return canonical_bytes(_decoder.decode(data)) == data
+    except (msgspec.DecodeError, CanonicalEncodingError):
+        return False

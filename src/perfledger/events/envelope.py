@@ -1,0 +1,206 @@
+"""The event envelope (SPEC.md section 2) and its content-derived id.
+
+An event's id is ``blake3(DOMAIN + canonical_bytes(envelope without "id"))`` in hex (64 chars). The
+domain prefix keeps an event id from ever colliding with a hash of some other perfledger object
+(an artifact, a state snapshot) that happens to have the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import blake3
+import msgspec
+
+from perfledger.errors import BadRequest, CanonicalEncodingError
+from perfledger.events.canonical import canonical_bytes, to_canonical_value
+
+#: Domain-separation prefix hashed before the canonical bytes of an event.
+EVENT_ID_DOMAIN = b"perfledger/event/v1\x00"
+#: Domain-separation prefix for the folded-state hash.
+STATE_HASH_DOMAIN = b"perfledger/state/v1\x00"
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+_ACTOR = re.compile(r"^[^\x00-\x1f<>\x7f]{1,200}$")
+_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+
+
+class ArtifactRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A file attached to an event, stored as the blob ``artifacts/<blake3>`` in its commit tree.
+
+    Attributes:
+        blake3: blake3 hex digest (64 chars) of the file's bytes.
+        size: length in bytes.
+        media_type: IANA media type, e.g. ``text/x-cuda`` or ``application/json``.
+    """
+
+    blake3: str
+    size: int
+    media_type: str
+
+
+class Envelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One event as stored in ``event.json`` (SPEC.md section 2).
+
+    Attributes:
+        schema: the schema version of this kind's payload when it was written.
+        kind: the event kind, e.g. ``TargetFrozen``.
+        id: blake3 hex of the canonical bytes of every other field (see :func:`compute_event_id`).
+        parents: event ids of the heads this event was appended on (empty only for the root).
+        lamport: Lamport clock, ``max(parents' lamport) + 1``; the root has 1.
+        ts: UTC timestamp ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (microseconds); information only,
+            never used for ordering.
+        actor: who appended it (agent or person name; no ``<``, ``>`` or control characters).
+        idempotency_key: the caller's idempotency key, if any.
+        request: the closed request as received (builtins), if any.
+        payload: the decided content (builtins, validated against the kind's schema).
+        artifacts: logical name -> :class:`ArtifactRef`.
+    """
+
+    schema: int
+    kind: str
+    id: str
+    parents: tuple[str, ...]
+    lamport: int
+    ts: str
+    actor: str
+    idempotency_key: str | None = None
+    request: Any = None
+    payload: dict[str, Any] = {}
+    artifacts: dict[str, ArtifactRef] = {}
+
+
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+def format_ts(moment: datetime) -> str:
+    """Format an aware datetime as the envelope's UTC timestamp string (microseconds, ``Z``)."""
+    if moment.tzinfo is None:
+        raise BadRequest("timestamp must be timezone-aware")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def parse_ts(ts: str) -> datetime:
+    """Parse an envelope timestamp; raises BadRequest when it is not in the canonical form."""
+    if not _TS.match(ts):
+        raise BadRequest(f"timestamp {ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    return datetime.fromisoformat(ts)
+
+
+def _hashed_fields(envelope: Envelope) -> dict[str, Any]:
+    data = to_canonical_value(envelope)
+    assert isinstance(data, dict)
+    del data["id"]
+    return data
+
+
+def compute_event_id(envelope: Envelope) -> str:
+    """Return the content id of ``envelope``: blake3 hex over the domain prefix and the canonical
+    bytes of every field but ``id``.
+
+    Raises: CanonicalEncodingError if a field holds NaN/Inf or an unsupported value.
+    """
+    body = canonical_bytes(_hashed_fields(envelope))
+    return blake3.blake3(EVENT_ID_DOMAIN + body).hexdigest()
+
+
+def validate_envelope_fields(envelope: Envelope) -> None:
+    """Check the shape of every envelope field that the type system does not (used on read and
+    by verify; appends check the caller-supplied fields with :func:`validate_draft_fields`).
+
+    Raises: BadRequest naming the field.
+    """
+    if not _HEX64.match(envelope.id):
+        raise BadRequest(f"event id {envelope.id!r} is not 64 lowercase hex characters")
+    for parent in envelope.parents:
+        if not _HEX64.match(parent):
+            raise BadRequest(f"parent id {parent!r} is not 64 lowercase hex characters")
+    if len(set(envelope.parents)) != len(envelope.parents):
+        raise BadRequest("parents contain a duplicate id")
+    if list(envelope.parents) != sorted(envelope.parents):
+        raise BadRequest("parents must be sorted")
+    if envelope.lamport < 1:
+        raise BadRequest(f"lamport {envelope.lamport} must be >= 1")
+    if envelope.schema < 1:
+        raise BadRequest(f"schema version {envelope.schema} must be >= 1")
+    if not _TS.match(envelope.ts):
+        raise BadRequest(f"timestamp {envelope.ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    validate_draft_fields(
+        envelope.actor,
+        envelope.idempotency_key,
+        {name: (ref.blake3, ref.size, ref.media_type) for name, ref in envelope.artifacts.items()},
+    )
+
+
+def validate_draft_fields(
+    actor: object, idempotency_key: object, artifacts: dict[str, tuple[str, int, str]]
+) -> None:
+    """Check the caller-supplied envelope fields: actor, idempotency key, artifact names.
+
+    Args:
+        actor: the actor name.
+        idempotency_key: the key or None.
+        artifacts: name -> (blake3 hex, size in bytes, media type).
+    Raises: BadRequest naming the field.
+    """
+    if not isinstance(actor, str) or not _ACTOR.match(actor):
+        raise BadRequest(
+            f"actor {actor!r} must be 1-200 characters without '<', '>' or control characters"
+        )
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not _KEY.match(idempotency_key)
+    ):
+        raise BadRequest(
+            f"idempotency key {idempotency_key!r} must be 1-200 printable ASCII characters "
+            "without spaces"
+        )
+    for name, (digest, size, media_type) in artifacts.items():
+        if not isinstance(name, str) or not _ARTIFACT_NAME.match(name):
+            raise BadRequest(
+                f"artifact name {name!r} must be 1-200 characters of letters, digits, '._+-', "
+                "starting with a letter or digit"
+            )
+        if not _HEX64.match(digest) or size < 0 or not isinstance(media_type, str) or not media_type:
+            raise BadRequest(f"artifact {name!r} has a malformed reference")
+
+
+def encode_envelope(envelope: Envelope) -> bytes:
+    """Return the canonical bytes of the whole envelope (the content of ``event.json``)."""
+    return canonical_bytes(envelope)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode ``event.json`` bytes strictly into an :class:`Envelope`.
+
+    Raises: BadRequest when the bytes are not valid JSON of the envelope's shape.
+    """
+    try:
+        return _envelope_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"event.json does not decode as an envelope: {exc}") from exc
+
+
+def is_valid_event_id(value: str) -> bool:
+    """Return True when ``value`` is 64 lowercase hex characters."""
+    return bool(_HEX64.match(value))
+
+
+__all__ = [
+    "EVENT_ID_DOMAIN",
+    "STATE_HASH_DOMAIN",
+    "ArtifactRef",
+    "CanonicalEncodingError",
+    "Envelope",
+    "compute_event_id",
+    "decode_envelope",
+    "encode_envelope",
+    "format_ts",
+    "is_valid_event_id",
+    "parse_ts",
+    "validate_draft_fields",
+    "validate_envelope_fields",
+]

@@ -1,0 +1,201 @@
+"""Event kinds: each with a payload schema (a frozen msgspec Struct), a schema version and the
+upcasters that lift payloads written by older versions to the current one on read.
+
+Stored bytes are never rewritten: an upcaster runs on every read, so the event id (a hash of what
+was stored) still verifies while projections see only current-version payloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from perfledger.errors import BadRequest, IntegrityError
+from perfledger.events.envelope import Envelope
+
+#: An upcaster turns a payload of version ``v`` (builtins) into one of version ``v + 1``.
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """The registration of one event kind.
+
+    Attributes:
+        kind: the kind's name, e.g. ``LedgerInitialized``.
+        version: the current schema version (>= 1).
+        payload_type: the frozen msgspec Struct the current payload decodes into.
+        upcasters: ``{v: f}`` where ``f`` lifts a version-``v`` payload to version ``v + 1``;
+            one for every ``v`` in ``1 .. version-1``.
+        summary: one-line summary of a payload for the commit message (no newline).
+    """
+
+    kind: str
+    version: int
+    payload_type: type[msgspec.Struct]
+    upcasters: Mapping[int, Upcaster] = field(default_factory=dict)
+    summary: Callable[[Any], str] = lambda payload: ""
+
+    def __post_init__(self) -> None:
+        missing = [v for v in range(1, self.version) if v not in self.upcasters]
+        if missing:
+            raise ValueError(f"kind {self.kind}: no upcaster from schema version(s) {missing}")
+
+
+_REGISTRY: dict[str, KindSpec] = {}
+
+
+def register_kind(spec: KindSpec) -> KindSpec:
+    """Register ``spec`` (idempotent for the same spec); returns it.
+
+    Raises: ValueError when another spec is already registered under the same kind.
+    """
+    existing = _REGISTRY.get(spec.kind)
+    if existing is not None and existing != spec:
+        raise ValueError(f"kind {spec.kind} is already registered differently")
+    _REGISTRY[spec.kind] = spec
+    return spec
+
+
+def get_kind(kind: str) -> KindSpec:
+    """Return the registered spec of ``kind``.
+
+    Raises: BadRequest when the kind is unknown.
+    """
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise BadRequest(
+            f"unknown event kind {kind!r}",
+            hint="known kinds: " + ", ".join(sorted(_REGISTRY)),
+        ) from None
+
+
+def registered_kinds() -> dict[str, KindSpec]:
+    """Return a copy of the registry: kind name -> spec."""
+    return dict(_REGISTRY)
+
+
+def validate_payload(kind: str, payload: Any) -> tuple[Any, dict[str, Any]]:
+    """Validate a current-version payload (a Struct of the kind's type, or builtins).
+
+    Returns: (the payload Struct, the payload as builtins ready for canonical encoding).
+    Raises: BadRequest naming the kind and the field that does not fit its schema.
+    """
+    spec = get_kind(kind)
+    if isinstance(payload, spec.payload_type):
+        struct = payload
+    else:
+        try:
+            struct = msgspec.convert(payload, spec.payload_type, strict=True)
+        except msgspec.ValidationError as exc:
+            raise BadRequest(f"{kind} payload does not fit its schema: {exc}") from exc
+    result = msgspec.to_builtins(struct)
+    assert isinstance(result, dict)
+    return struct, result
+
+
+def upcast(kind: str, schema: int, payload: dict[str, Any]) -> Any:
+    """Lift a stored payload of ``schema`` to the current version and decode it strictly.
+
+    Returns: an instance of the kind's payload Struct.
+    Raises: IntegrityError for an unknown kind, a version newer than this code knows, or a
+        payload that does not fit its schema after upcasting.
+    """
+    spec = _REGISTRY.get(kind)
+    if spec is None:
+        raise IntegrityError(
+            f"unknown event kind {kind!r}",
+            hint="it may have been written by a newer perfledger; upgrade and retry",
+        )
+    if schema > spec.version:
+        raise IntegrityError(
+            f"{kind} schema version {schema} is newer than this perfledger knows "
+            f"({spec.version})",
+            hint="upgrade perfledger",
+        )
+    data = payload
+    for version in range(schema, spec.version):
+        data = spec.upcasters[version](data)
+    try:
+        return msgspec.convert(data, spec.payload_type, strict=True)
+    except msgspec.ValidationError as exc:
+        raise IntegrityError(f"{kind} payload (schema {schema}) does not fit: {exc}") from exc
+
+
+class RecordedEvent(msgspec.Struct, frozen=True):
+    """An event read back from a ledger: the envelope as stored and its payload, upcast to the
+    current schema version and decoded into the kind's Struct. Projections fold these.
+
+    Attributes:
+        envelope: the stored envelope (its ``payload`` field is the stored builtins form).
+        payload: the current-version payload Struct.
+    """
+
+    envelope: Envelope
+    payload: Any
+
+    @property
+    def kind(self) -> str:
+        """The event kind."""
+        return self.envelope.kind
+
+    @property
+    def id(self) -> str:
+        """The event id."""
+        return self.envelope.id
+
+
+def recorded(envelope: Envelope) -> RecordedEvent:
+    """Upcast and decode ``envelope``'s payload; raises IntegrityError as :func:`upcast`."""
+    return RecordedEvent(envelope, upcast(envelope.kind, envelope.schema, envelope.payload))
+
+
+# --- kinds of the ledger core ------------------------------------------------------------
+
+
+class LedgerInitialized(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Payload of the root event every ledger has exactly one of.
+
+    Attributes:
+        name: the ledger's name.
+        format_version: the storage format version (:data:`perfledger.ledger.FORMAT_VERSION`).
+        creator: who created it.
+    """
+
+    name: str
+    format_version: int
+    creator: str
+
+
+class NoteRecorded(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A free-form note (observation, friction, feedback); carries no decision.
+
+    Attributes:
+        text: the note (Markdown).
+        tags: labels for filtering.
+    """
+
+    text: str
+    tags: tuple[str, ...] = ()
+
+
+register_kind(
+    KindSpec(
+        "LedgerInitialized",
+        1,
+        LedgerInitialized,
+        summary=lambda p: f"ledger {p.name!r} (format {p.format_version})",
+    )
+)
+register_kind(
+    KindSpec(
+        "NoteRecorded",
+        1,
+        NoteRecorded,
+        summary=lambda p: p.text.splitlines()[0][:72] if p.text.strip() else "(empty note)",
+    )
+)

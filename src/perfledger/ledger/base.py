@@ -1,0 +1,206 @@
+"""What every event store shares: the draft an append starts from, the head view a decision sees,
+and the construction of envelopes (parents, Lamport clock, content id).
+
+Two stores implement :class:`EventStore`: the git store (:mod:`perfledger.ledger.store`) and the
+in-memory store (:mod:`perfledger.ledger.memory`); the contract suite in ``tests/contract`` runs
+against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import blake3
+
+from perfledger.errors import BadRequest
+from perfledger.events.canonical import canonical_encoder, to_canonical_value
+from perfledger.events.envelope import (
+    EVENT_ID_DOMAIN,
+    Envelope,
+    decode_envelope,
+    format_ts,
+    validate_draft_fields,
+)
+from perfledger.events.kinds import get_kind, validate_payload
+
+#: Attempts :meth:`EventStore.transact` makes before raising ConcurrentAppend.
+DEFAULT_MAX_ATTEMPTS = 64
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file to attach to an event.
+
+    Attributes:
+        data: the file's bytes.
+        media_type: IANA media type (``text/plain``, ``application/json``, ...).
+    """
+
+    data: bytes
+    media_type: str = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    """An event before it is placed in the DAG: what the caller decided.
+
+    Attributes:
+        kind: registered event kind.
+        payload: the payload (the kind's Struct or builtins), validated against its schema.
+        actor: who appends it.
+        request: the closed request as received (builtins), or None.
+        idempotency_key: the caller's key; an event with the same key already in the ledger is
+            returned instead of appending again.
+        artifacts: logical name -> :class:`Artifact`.
+        ts: the event time (aware datetime); defaults to now (UTC) at append time.
+    """
+
+    kind: str
+    payload: Any
+    actor: str
+    request: Any = None
+    idempotency_key: str | None = None
+    artifacts: dict[str, Artifact] = field(default_factory=dict)
+    ts: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HeadView:
+    """What a decision sees of the ledger at one head.
+
+    Attributes:
+        head: opaque head token (git: the commit hex sha), None for an empty ledger.
+        event_heads: ids of the events at the tips of the DAG (sorted).
+        lamport: the largest Lamport clock among ``event_heads`` (0 for an empty ledger).
+        count: number of events reachable from the head.
+    """
+
+    head: str | None
+    event_heads: tuple[str, ...]
+    lamport: int
+    count: int
+
+
+#: A decision: given the view at the current head, return the drafts to append (may be empty).
+Decide = Callable[[HeadView], Sequence[EventDraft]]
+
+
+@dataclass(frozen=True)
+class BuiltEvent:
+    """An envelope placed in the DAG, with the bytes git will store.
+
+    Attributes:
+        envelope: the complete envelope (decoded back from ``data``, so it equals what a reader
+            of the ledger will see).
+        data: the canonical bytes of ``event.json``.
+        blobs: blake3 hex -> artifact bytes.
+        seconds: the event time in whole seconds since the epoch (the commit time).
+        summary: one-line summary of the payload for the commit message.
+    """
+
+    envelope: Envelope
+    data: bytes
+    blobs: dict[str, bytes]
+    seconds: int
+    summary: str = ""
+
+
+def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> BuiltEvent:
+    """Turn a draft into a complete envelope placed after ``parents`` at Lamport ``lamport``.
+
+    The value is checked and canonicalised once; its id is the blake3 of the domain prefix and
+    the canonical bytes without ``id`` (:func:`perfledger.events.envelope.compute_event_id`).
+
+    Returns: a :class:`BuiltEvent`.
+    Raises: BadRequest for a payload that does not fit its schema or a malformed field;
+        CanonicalEncodingError (a BadRequest) for NaN/Inf anywhere.
+    """
+    spec = get_kind(draft.kind)
+    struct, payload = validate_payload(draft.kind, draft.payload)
+    refs: dict[str, dict[str, Any]] = {}
+    blobs: dict[str, bytes] = {}
+    for name, artifact in draft.artifacts.items():
+        if not isinstance(artifact.data, bytes | bytearray):
+            raise BadRequest(f"artifact {name!r}: data must be bytes")
+        digest = blake3.blake3(artifact.data).hexdigest()
+        refs[name] = {"blake3": digest, "size": len(artifact.data), "media_type": artifact.media_type}
+        blobs[digest] = bytes(artifact.data)
+    validate_draft_fields(
+        draft.actor,
+        draft.idempotency_key,
+        {n: (r["blake3"], r["size"], r["media_type"]) for n, r in refs.items()},
+    )
+    moment = draft.ts or datetime.now(UTC)
+    body = {
+        "schema": spec.version,
+        "kind": draft.kind,
+        "parents": sorted(parents),
+        "lamport": lamport,
+        "ts": format_ts(moment),
+        "actor": draft.actor,
+        "idempotency_key": draft.idempotency_key,
+        "request": draft.request,
+        "payload": payload,
+        "artifacts": refs,
+    }
+    # Only the free-form parts can hold NaN/Inf or odd types; the rest is typed and checked below.
+    body["payload"] = to_canonical_value(payload)
+    body["request"] = to_canonical_value(draft.request)
+    value = body
+    event_id = blake3.blake3(EVENT_ID_DOMAIN + canonical_encoder.encode(value)).hexdigest()
+    value["id"] = event_id
+    data = canonical_encoder.encode(value)
+    envelope = decode_envelope(data)
+    try:
+        summary = spec.summary(struct)
+    except Exception:  # a summary is decoration: it must never block an append
+        summary = ""
+    return BuiltEvent(envelope, data, blobs, int(moment.timestamp()), summary)
+
+
+def check_batch_keys(drafts: Sequence[EventDraft]) -> None:
+    """Refuse a batch in which two drafts carry the same idempotency key (BadRequest)."""
+    keys = [d.idempotency_key for d in drafts if d.idempotency_key is not None]
+    if len(keys) != len(set(keys)):
+        raise BadRequest("a batch carries the same idempotency key twice")
+
+
+class EventStore(Protocol):
+    """The storage contract both stores satisfy (see ``tests/contract``)."""
+
+    def head_view(self) -> HeadView:
+        """Return the view at the current head."""
+        ...
+
+    def transact(self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[Envelope]:
+        """Run ``decide`` on the current head and append its drafts atomically, re-deciding on a
+        lost compare-and-swap; returns the appended (or idempotently found) envelopes."""
+        ...
+
+    def append(self, draft: EventDraft) -> Envelope:
+        """Append one event (or return the existing one with the same idempotency key)."""
+        ...
+
+    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
+        """Append events atomically: all or none."""
+        ...
+
+    def iter_events(self) -> Iterator[Envelope]:
+        """Yield every event in the deterministic total order (lamport, id)."""
+        ...
+
+    def get_event(self, event_id: str) -> Envelope:
+        """Return the event with ``event_id``; raises BadRequest when absent."""
+        ...
+
+    def find_by_idempotency_key(self, key: str) -> Envelope | None:
+        """Return the event carrying ``key``, or None."""
+        ...
+
+    def read_artifact(self, event_id: str, name: str) -> bytes:
+        """Return artifact ``name`` of event ``event_id`` after checking size and blake3;
+        BadRequest when there is no such artifact, IntegrityError when it does not match."""
+        ...

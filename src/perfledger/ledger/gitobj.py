@@ -1,0 +1,192 @@
+"""Writing git objects fast: raw blob/tree/commit bytes, loose object files and packs.
+
+Why not dulwich's writers: building ``Tree``/``Commit`` objects and ``write_pack_objects`` cost
+about 350 µs per event (object re-serialisation, a zlib compressor per object, repeated sha
+computation), which capped batched appends at ~2,000 events/s. The formats written here are git's
+own, small and fixed (loose objects, pack v2, index v2 through dulwich's ``write_pack_index``);
+every test scenario checks the result with ``git fsck --strict --full``, and every read goes
+through dulwich.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dulwich.file import GitFile
+
+from perfledger.ledger.durable import fsync_dir
+
+#: git object type numbers (as in pack entries).
+COMMIT, TREE, BLOB = 1, 2, 3
+_TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
+#: Objects smaller than this (bytes) are stored uncompressed inside their zlib stream: setting up
+#: a deflate compressor costs ~20-50 µs here, more than writing the few hundred bytes of an
+#: envelope; larger objects (artifacts) are compressed at zlib's default level. Geometric pack
+#: merges recompress everything later.
+STORE_BELOW_BYTES = 1024
+_FILE_MODE = b"100644"
+_DIR_MODE = b"40000"
+
+
+@dataclass(frozen=True, slots=True)
+class RawObject:
+    """A git object as its type number, its content (without header) and its hex sha (bytes)."""
+
+    type_num: int
+    raw: bytes
+    id: bytes
+
+
+def make_object(type_num: int, raw: bytes) -> RawObject:
+    """Return the :class:`RawObject` of ``raw`` content of git type ``type_num``."""
+    header = _TYPE_NAMES[type_num] + b" " + str(len(raw)).encode() + b"\0"
+    return RawObject(type_num, raw, hashlib.sha1(header + raw).hexdigest().encode())
+
+
+def make_blob(data: bytes) -> RawObject:
+    """Return the blob object of ``data``."""
+    return make_object(BLOB, data)
+
+
+def make_tree(files: Sequence[tuple[bytes, bytes]], dirs: Sequence[tuple[bytes, bytes]] = ()) -> RawObject:
+    """Return a tree of regular files and subtrees.
+
+    Args:
+        files: (name, blob hex sha) pairs.
+        dirs: (name, tree hex sha) pairs.
+    Entries are sorted as git sorts them (a directory name compares as if it ended in ``/``).
+    """
+    entries = [(name, _FILE_MODE, sha) for name, sha in files]
+    entries += [(name, _DIR_MODE, sha) for name, sha in dirs]
+    entries.sort(key=lambda e: e[0] + b"/" if e[1] == _DIR_MODE else e[0])
+    raw = b"".join(mode + b" " + name + b"\0" + bytes.fromhex(sha.decode()) for name, mode, sha in entries)
+    return make_object(TREE, raw)
+
+
+def make_commit(
+    tree: bytes, parents: Sequence[bytes], who: bytes, seconds: int, message: bytes
+) -> RawObject:
+    """Return a commit object (author = committer = ``who``, time ``seconds`` UTC)."""
+    stamp = who + b" " + str(seconds).encode() + b" +0000"
+    lines = [b"tree " + tree]
+    lines += [b"parent " + p for p in parents]
+    lines += [b"author " + stamp, b"committer " + stamp]
+    raw = b"\n".join(lines) + b"\n\n" + message
+    return make_object(COMMIT, raw)
+
+
+def deflate(data: bytes) -> bytes:
+    """Return ``data`` as a zlib stream (stored for small data, compressed otherwise)."""
+    if len(data) < STORE_BELOW_BYTES:
+        compressor = zlib.compressobj(0, zlib.DEFLATED, 9, 1)
+        return compressor.compress(data) + compressor.flush()
+    return zlib.compress(data)
+
+
+def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
+    """Write loose objects, each fsynced before its rename, then fsync the fan-out directories.
+
+    An object that already exists is left as it is (content-addressed: same name, same bytes).
+    """
+    touched: set[str] = set()
+    for obj in objects:
+        hexsha = obj.id.decode()
+        directory = os.path.join(objects_dir, hexsha[:2])
+        path = os.path.join(directory, hexsha[2:])
+        if os.path.exists(path):
+            continue
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            touched.add(objects_dir)
+        header = _TYPE_NAMES[obj.type_num] + b" " + str(len(obj.raw)).encode() + b"\0"
+        data = deflate(header + obj.raw)
+        with GitFile(path, "wb", mask=0o444, fsync=True) as f:
+            f.write(data)
+        touched.add(directory)
+    for directory in touched:
+        fsync_dir(directory)
+
+
+def _entry_header(type_num: int, size: int) -> bytes:
+    byte = (type_num << 4) | (size & 0x0F)
+    size >>= 4
+    out = bytearray()
+    while size:
+        out.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    out.append(byte)
+    return bytes(out)
+
+
+def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
+    """Write ``objects`` as one pack (v2, no deltas) and its index (v2), durably.
+
+    The ``.pack`` is written and fsynced first and the ``.idx`` last: git and dulwich see a pack
+    only once its index exists, so a crash never exposes half a pack. Then the directory is
+    fsynced. Duplicate objects are written once. Returns the pack's base path.
+    """
+    seen: set[bytes] = set()
+    unique = [o for o in objects if not (o.id in seen or seen.add(o.id))]  # type: ignore[func-returns-value]
+    chunks = [b"PACK", (2).to_bytes(4, "big"), len(unique).to_bytes(4, "big")]
+    offset = 12
+    entries: list[tuple[bytes, int, int]] = []
+    for obj in unique:
+        entry = _entry_header(obj.type_num, len(obj.raw)) + deflate(obj.raw)
+        entries.append((bytes.fromhex(obj.id.decode()), offset, zlib.crc32(entry)))
+        chunks.append(entry)
+        offset += len(entry)
+    body = b"".join(chunks)
+    checksum = hashlib.sha1(body).digest()
+    os.makedirs(pack_dir, exist_ok=True)
+    base = os.path.join(pack_dir, "pack-" + checksum.hex())
+    with GitFile(base + ".pack", "wb", mask=0o444, fsync=True) as f:
+        f.write(body)
+        f.write(checksum)
+    entries.sort()
+    with GitFile(base + ".idx", "wb", mask=0o444, fsync=True) as f:
+        f.write(pack_index_v2(entries, checksum))
+    fsync_dir(pack_dir)
+    return base
+
+
+def pack_index_v2(entries: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) -> bytes:
+    """Return the bytes of a version-2 pack index (git's ``pack-format.txt``).
+
+    Args:
+        entries: (binary sha, offset in pack, crc32 of the packed entry), sorted by sha.
+        pack_checksum: the pack's trailing sha1 (20 bytes).
+    """
+    fanout = [0] * 256
+    for sha, _, _ in entries:
+        fanout[sha[0]] += 1
+    total = 0
+    for i in range(256):
+        total += fanout[i]
+        fanout[i] = total
+    small: list[int] = []
+    large: list[int] = []
+    for _, offset, _ in entries:
+        if offset < 0x80000000:
+            small.append(offset)
+        else:
+            small.append(0x80000000 | len(large))
+            large.append(offset)
+    body = b"".join(
+        [
+            b"\377tOc",
+            (2).to_bytes(4, "big"),
+            struct.pack(">256L", *fanout),
+            b"".join(sha for sha, _, _ in entries),
+            struct.pack(f">{len(entries)}L", *(crc & 0xFFFFFFFF for _, _, crc in entries)),
+            struct.pack(f">{len(small)}L", *small),
+            struct.pack(f">{len(large)}Q", *large),
+            pack_checksum,
+        ]
+    )
+    return body + hashlib.sha1(body).digest()

@@ -1,0 +1,164 @@
+"""An in-memory event store with the same contract as the git store (``tests/contract``).
+
+For tests and for deciders exercised without I/O. Thread-safe: appends compare-and-swap the head
+under a lock, and a lost race re-runs the decision, exactly as the git store does across
+processes. Artifacts are checked on read like the git store's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+
+import blake3
+
+from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError
+from perfledger.events.canonical import canonical_bytes
+from perfledger.events.envelope import Envelope
+from perfledger.events.kinds import LedgerInitialized
+from perfledger.ledger.base import (
+    DEFAULT_MAX_ATTEMPTS,
+    Decide,
+    EventDraft,
+    HeadView,
+    build_envelope,
+    check_batch_keys,
+)
+
+
+class MemoryStore:
+    """A linear event log in memory, head = the id of the last event.
+
+    Args:
+        name: the ledger name written in the root ``LedgerInitialized``.
+    """
+
+    def __init__(self, name: str = "memory") -> None:
+        self._lock = threading.Lock()
+        self._events: list[Envelope] = []
+        self._by_id: dict[str, Envelope] = {}
+        self._keys: dict[str, str] = {}
+        self._blobs: dict[str, bytes] = {}
+        root = build_envelope(
+            EventDraft("LedgerInitialized", LedgerInitialized(name, 1, "perfledger"), "perfledger"),
+            (),
+            1,
+        )
+        self._commit([root])
+
+    def _commit(self, built: list) -> None:
+        for item in built:
+            envelope = item.envelope
+            self._events.append(envelope)
+            self._by_id[envelope.id] = envelope
+            if envelope.idempotency_key is not None:
+                self._keys.setdefault(envelope.idempotency_key, envelope.id)
+            self._blobs.update(item.blobs)
+
+    def head_view(self) -> HeadView:
+        """Return the view at the current head."""
+        with self._lock:
+            last = self._events[-1]
+            return HeadView(last.id, (last.id,), last.lamport, len(self._events))
+
+    def transact(self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[Envelope]:
+        """Run ``decide`` on the head and append its drafts atomically; re-decide on a lost race.
+
+        Same idempotency rules as :meth:`perfledger.ledger.store.GitStore.transact`.
+        """
+        for _ in range(max_attempts):
+            view = self.head_view()
+            drafts = list(decide(view))
+            if not drafts:
+                return []
+            check_batch_keys(drafts)
+            existing = self._replay(drafts)
+            if existing is not None:
+                return existing
+            parents, lamport = view.event_heads, view.lamport
+            built = []
+            for draft in drafts:
+                lamport += 1
+                item = build_envelope(draft, parents, lamport)
+                built.append(item)
+                parents = (item.envelope.id,)
+            with self._lock:
+                if self._events[-1].id != view.head:
+                    continue  # lost the race: decide again on the new head
+                if any(
+                    d.idempotency_key is not None and d.idempotency_key in self._keys for d in drafts
+                ):
+                    continue  # a concurrent writer appended the same key: replay on retry
+                self._commit(built)
+            return [item.envelope for item in built]
+        raise ConcurrentAppend(f"could not append after {max_attempts} attempts")
+
+    def _replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
+        found: list[Envelope] = []
+        missing = 0
+        for draft in drafts:
+            event_id = self._keys.get(draft.idempotency_key) if draft.idempotency_key else None
+            if event_id is None:
+                missing += 1
+                continue
+            envelope = self._by_id[event_id]
+            if envelope.kind != draft.kind or (
+                draft.request is not None
+                and canonical_bytes(envelope.request) != canonical_bytes(draft.request)
+            ):
+                raise BadRequest(
+                    f"idempotency key {draft.idempotency_key!r} was already used for a different "
+                    f"request (event {event_id})"
+                )
+            found.append(envelope)
+        if not found:
+            return None
+        if missing:
+            raise BadRequest("part of this batch is already in the ledger and part is not")
+        return found
+
+    def append(self, draft: EventDraft) -> Envelope:
+        """Append one event (or return the existing one with the same idempotency key)."""
+        return self.transact(lambda view: [draft])[0]
+
+    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
+        """Append events atomically: all or none."""
+        drafts = list(drafts)
+        return self.transact(lambda view: drafts)
+
+    def iter_events(self) -> Iterator[Envelope]:
+        """Yield every event in the total order (lamport, id)."""
+        with self._lock:
+            events = list(self._events)
+        yield from sorted(events, key=lambda e: (e.lamport, e.id))
+
+    def get_event(self, event_id: str) -> Envelope:
+        """Return the event ``event_id``; BadRequest when absent."""
+        try:
+            return self._by_id[event_id]
+        except KeyError:
+            raise BadRequest(f"no event {event_id!r} in this ledger") from None
+
+    def find_by_idempotency_key(self, key: str) -> Envelope | None:
+        """Return the event carrying ``key``, or None."""
+        event_id = self._keys.get(key)
+        return None if event_id is None else self._by_id[event_id]
+
+    def read_artifact(self, event_id: str, name: str) -> bytes:
+        """Return an event's artifact after checking size and blake3."""
+        envelope = self.get_event(event_id)
+        ref = envelope.artifacts.get(name)
+        if ref is None:
+            raise BadRequest(f"event {event_id} has no artifact {name!r}")
+        data = self._blobs.get(ref.blake3)
+        if data is None or len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
+            raise IntegrityError(f"event {event_id}: artifact {name!r} does not match")
+        return data
+
+    def count(self) -> int:
+        """Number of events."""
+        return len(self._events)
+
+    def corrupt_artifact_for_tests(self, digest: str, data: bytes) -> None:
+        """Replace an artifact's bytes (contract tests check that reads then fail)."""
+        self._blobs[digest] = data

@@ -1,0 +1,159 @@
+"""How one event becomes git objects, and how a commit is read back (SPEC.md section 2).
+
+Each event is one commit whose tree holds ``event.json`` (the canonical envelope) and, when the
+event has attachments, ``artifacts/<blake3-hex>`` blobs. The commit message is
+``<kind>: <summary>`` then a blank line and the trailers ``Event-Id:``, ``Lamport:`` and, when the
+event has one, ``Idempotency-Key:``. The trailers let the store index a ledger from commits alone,
+without reading every tree; ``verify`` checks them against the envelope.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dulwich.objects import Commit
+
+from perfledger.events.envelope import Envelope
+from perfledger.ledger.base import BuiltEvent
+from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
+
+#: Name of the envelope blob in each event commit's tree.
+EVENT_FILE = b"event.json"
+#: Name of the subtree that holds artifact blobs, each named by its blake3 hex.
+ARTIFACTS_DIR = b"artifacts"
+#: Email written for every actor: git wants one, perfledger identifies actors by name only.
+ACTOR_EMAIL = b"perfledger"
+_SUMMARY_MAX = 100
+_TRAILER = re.compile(rb"^(Event-Id|Lamport|Idempotency-Key): (.+)$")
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What the store needs from a commit without reading its tree.
+
+    Attributes:
+        sha: commit hex sha (bytes, 40 chars).
+        parents: parent commit shas.
+        event_id: the ``Event-Id`` trailer, None for a merge commit (which carries no event).
+        lamport: the ``Lamport`` trailer (0 for a merge commit).
+        idempotency_key: the ``Idempotency-Key`` trailer, if any.
+        tree: the tree sha.
+        message: the raw commit message.
+    """
+
+    sha: bytes
+    parents: tuple[bytes, ...]
+    event_id: str | None
+    lamport: int
+    idempotency_key: str | None
+    tree: bytes
+    message: bytes
+
+
+def summary_line(kind: str, summary: str) -> str:
+    """Return ``<kind>: <summary>`` on one line, the summary cut to ~100 characters."""
+    summary = " ".join(summary.split())[:_SUMMARY_MAX]
+    return f"{kind}: {summary}" if summary else kind
+
+
+def commit_message(envelope: Envelope, summary: str = "") -> bytes:
+    """Return the commit message of ``envelope`` with its trailers."""
+    lines = [
+        summary_line(envelope.kind, summary),
+        "",
+        f"Event-Id: {envelope.id}",
+        f"Lamport: {envelope.lamport}",
+    ]
+    if envelope.idempotency_key is not None:
+        lines.append(f"Idempotency-Key: {envelope.idempotency_key}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def merge_message(parent_heads: tuple[str, ...]) -> bytes:
+    """Return the message of a merge commit (it carries no event and no trailers)."""
+    return ("Merge divergent ledger heads\n\n" + "\n".join(f"Joins: {h}" for h in parent_heads) + "\n").encode()
+
+
+def actor_ident(actor: str) -> bytes:
+    """Return the git identity ``<actor> <perfledger>`` used as author and committer."""
+    return actor.encode("utf-8") + b" <" + ACTOR_EMAIL + b">"
+
+
+def build_event_objects(
+    built: BuiltEvent, parent_commits: list[bytes]
+) -> tuple[RawObject, list[RawObject]]:
+    """Build the blob(s), tree(s) and commit of one event.
+
+    Args:
+        built: the placed event with its canonical bytes and artifact blobs.
+        parent_commits: the commit shas (hex bytes) the event is appended on.
+    Returns: (the commit, every object to write, commit last).
+    """
+    envelope = built.envelope
+    event_blob = make_blob(built.data)
+    objects = [event_blob]
+    dirs: list[tuple[bytes, bytes]] = []
+    if built.blobs:
+        art_files = []
+        for digest in sorted(built.blobs):
+            blob = make_blob(built.blobs[digest])
+            objects.append(blob)
+            art_files.append((digest.encode("ascii"), blob.id))
+        art_tree = make_tree(art_files)
+        objects.append(art_tree)
+        dirs.append((ARTIFACTS_DIR, art_tree.id))
+    tree = make_tree([(EVENT_FILE, event_blob.id)], dirs)
+    objects.append(tree)
+    commit = make_commit(
+        tree.id, parent_commits, actor_ident(envelope.actor), built.seconds, commit_message(envelope, built.summary)
+    )
+    objects.append(commit)
+    return commit, objects
+
+
+#: The sha of git's empty tree, which every merge commit points at.
+EMPTY_TREE = make_tree([])
+
+
+def build_merge_commit(
+    parent_commits: list[bytes], parent_heads: tuple[str, ...], actor: str, seconds: int
+) -> RawObject:
+    """Build a merge commit joining ``parent_commits``; it carries no event (empty tree)."""
+    return make_commit(
+        EMPTY_TREE.id, parent_commits, actor_ident(actor), seconds, merge_message(parent_heads)
+    )
+
+
+def parse_trailers(message: bytes) -> dict[str, str]:
+    """Return the perfledger trailers of a commit message (last paragraph only).
+
+    A trailer that appears twice keeps its first value and is reported by ``verify`` through the
+    mismatch it causes.
+    """
+    paragraphs = message.rstrip(b"\n").split(b"\n\n")
+    trailers: dict[str, str] = {}
+    if len(paragraphs) < 2:
+        return trailers
+    for line in paragraphs[-1].split(b"\n"):
+        match = _TRAILER.match(line)
+        if match:
+            trailers.setdefault(match.group(1).decode(), match.group(2).decode("utf-8", "replace"))
+    return trailers
+
+
+def commit_info(commit: Commit) -> CommitInfo:
+    """Extract a :class:`CommitInfo` from a parsed commit (trailers not yet verified)."""
+    trailers = parse_trailers(commit.message)
+    event_id = trailers.get("Event-Id")
+    lamport_text = trailers.get("Lamport", "0")
+    lamport = int(lamport_text) if lamport_text.isdigit() else -1
+    return CommitInfo(
+        sha=commit.id,
+        parents=tuple(commit.parents),
+        event_id=event_id,
+        lamport=lamport,
+        idempotency_key=trailers.get("Idempotency-Key"),
+        tree=commit.tree,
+        message=commit.message,
+    )

@@ -1,0 +1,148 @@
+"""Keeping the number of git packs bounded however many events are appended.
+
+Why: dulwich writes one pack per ``add_objects`` call; a pack per append left 3,000 packs after
+3,000 events and reads collapsed to 44 events/s (GUIDE.md pitfalls). perfledger writes single
+appends as loose objects and a batch as one pack, then:
+
+1. when a writer has left :data:`LOOSE_PACK_THRESHOLD` loose objects, they are packed into one
+   pack (fsynced before any loose object is deleted);
+2. when there are more than :data:`MAX_PACKS` packs, the smallest are merged geometrically (each
+   remaining pack at least :data:`GEOMETRIC_FACTOR` times the sum of the smaller ones, as git's
+   ``repack --geometric``), streaming objects so memory does not grow with the ledger.
+
+Only one process packs at a time (a non-blocking ``flock``); the others skip. Readers are safe
+throughout: an object is always in at least one place, and dulwich rescans the pack directory
+when an object is not where it looked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from dulwich.pack import Pack, UnpackedObject, full_unpacked_object
+
+from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.gitobj import RawObject, write_pack
+
+if TYPE_CHECKING:
+    from perfledger.ledger.store import GitStore
+
+#: Loose objects one writer leaves before it packs them (about 1,000 events).
+LOOSE_PACK_THRESHOLD = 3000
+#: Packs tolerated before a geometric merge.
+MAX_PACKS = 6
+#: Each pack kept must hold at least this many times the objects of all smaller packs.
+GEOMETRIC_FACTOR = 2
+
+
+def maybe_pack(store: GitStore, loose_written: int) -> int:
+    """Pack loose objects and merge packs when thresholds are crossed.
+
+    Args:
+        store: the git store.
+        loose_written: loose objects this writer has written since it last packed.
+    Returns: the new count (0 after packing, unchanged when another process holds the lock).
+    """
+    if loose_written < LOOSE_PACK_THRESHOLD:
+        return loose_written
+    with _try_lock(store) as locked:
+        if not locked:
+            return loose_written
+        pack_loose(store)
+        merge_packs(store)
+    return 0
+
+
+@contextlib.contextmanager
+def _try_lock(store: GitStore) -> Iterator[bool]:
+    os.makedirs(store.derived_dir, exist_ok=True)
+    fd = os.open(os.path.join(store.derived_dir, "pack.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def pack_loose(store: GitStore) -> int:
+    """Move every loose object into one new fsynced pack; returns how many were packed."""
+    object_store = store.repo.object_store
+    object_store.fsync_object_files = True
+    shas = list(object_store._iter_loose_objects())
+    if not shas:
+        return 0
+    objects = []
+    for sha in shas:
+        obj = object_store._get_loose_object(sha)
+        if obj is not None:
+            objects.append((obj, None))
+    write_pack(
+        os.path.join(store._objects_dir, "pack"),
+        [RawObject(obj.type_num, obj.as_raw_string(), obj.id) for obj, _ in objects],
+    )
+    object_store._update_pack_cache()
+    for obj, _ in objects:
+        with contextlib.suppress(FileNotFoundError):
+            object_store.delete_loose_object(obj.id)
+    return len(objects)
+
+
+def _geometric_split(sizes: list[int]) -> int:
+    """Return how many of the packs (sorted by size, ascending) to merge into one."""
+    split = 0
+    for i in range(len(sizes) - 1, 0, -1):
+        if sizes[i - 1] * GEOMETRIC_FACTOR > sizes[i]:
+            split = i
+            break
+    total = sum(sizes[:split])
+    while split < len(sizes) and total * GEOMETRIC_FACTOR > sizes[split]:
+        total += sizes[split]
+        split += 1
+    return split
+
+
+def merge_packs(store: GitStore, *, force: bool = False) -> int:
+    """Merge packs geometrically when there are more than :data:`MAX_PACKS` (or all of them when
+    ``force``); returns the number of packs merged (0 when nothing was done)."""
+    object_store = store.repo.object_store
+    object_store._update_pack_cache()
+    packs: list[Pack] = list(object_store.packs)
+    if len(packs) <= (1 if force else MAX_PACKS):
+        return 0
+    packs.sort(key=len)
+    split = len(packs) if force else _geometric_split([len(p) for p in packs])
+    if split < 2:
+        return 0
+    group = packs[:split]
+    count = sum(len(p) for p in group)
+
+    def records() -> Iterator[UnpackedObject]:
+        for pack in group:
+            for obj in pack.iterobjects():
+                yield full_unpacked_object(obj)
+
+    object_store.fsync_object_files = True
+    merged = object_store.add_pack_data(count, records())
+    fsync_dir(os.path.join(store._objects_dir, "pack"))
+    merged_name = merged.name() if merged is not None else None
+    for pack in group:
+        if pack.name() != merged_name:
+            object_store._remove_pack(pack)
+    object_store._update_pack_cache()
+    return len(group)
+
+
+def pack_stats(store: GitStore) -> dict[str, int]:
+    """Return ``{"packs": n, "loose": m}`` for the ledger's object directory."""
+    object_store = store.repo.object_store
+    object_store._update_pack_cache()
+    loose = sum(1 for _ in object_store._iter_loose_objects())
+    return {"packs": len(list(object_store.packs)), "loose": loose}

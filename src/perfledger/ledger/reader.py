@@ -1,0 +1,183 @@
+"""Reading git objects in bulk for verification: every read checked against its name.
+
+Why not dulwich's object store for this: its per-object path (a bisection with a Python callback
+per probe, a ``stat`` per lookup, a ``ShaFile`` per object) reads ~16,000 objects/s here, and a
+verify reads three objects per event. This reader maps each pack's index once into a dict, slices
+the memory-mapped pack, inflates with zlib and re-hashes every object so that a rewritten object
+is reported, not trusted. Delta-compressed entries (what ``git gc`` or a ``git clone`` of a
+ledger produces) are resolved through dulwich, and so are objects in any layout this reader does
+not handle (alternates, pack index v1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+from dulwich.object_store import DiskObjectStore
+
+from perfledger.errors import IntegrityError
+
+_TYPE_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
+_NAME_TYPES = {v: k for k, v in _TYPE_NAMES.items()}
+_OFS_DELTA, _REF_DELTA = 6, 7
+
+
+@dataclass
+class _PackMap:
+    path: str
+    data: mmap.mmap
+    offsets: dict[bytes, int]
+
+
+class ObjectReader:
+    """Random access to a repository's objects by binary sha, each checked against its sha.
+
+    Args:
+        object_store: the dulwich disk object store of the ledger repository.
+    """
+
+    def __init__(self, object_store: DiskObjectStore) -> None:
+        self._store = object_store
+        self._objects_dir = os.fspath(object_store.path)
+        self._packs: list[_PackMap] = []
+        pack_dir = os.path.join(self._objects_dir, "pack")
+        try:
+            names = sorted(os.listdir(pack_dir))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if not name.endswith(".idx"):
+                continue
+            base = os.path.join(pack_dir, name[:-4])
+            if not os.path.exists(base + ".pack"):
+                continue
+            offsets = _read_index_v2(base + ".idx")
+            if offsets is None:
+                continue  # an index layout we do not map: dulwich serves those objects
+            with open(base + ".pack", "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
+            if data is not None:
+                self._packs.append(_PackMap(base + ".pack", data, offsets))
+
+    def close(self) -> None:
+        """Unmap the packs."""
+        for pack in self._packs:
+            pack.data.close()
+        self._packs.clear()
+
+    def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
+        """Return (type number, content) of the object with binary ``sha`` (20 bytes).
+
+        ``check=False`` skips re-hashing a packed object already checked by this reader.
+
+        Raises: IntegrityError when the object is missing or its content does not hash to its
+            name (a rewritten object).
+        """
+        for pack in self._packs:
+            offset = pack.offsets.get(sha)
+            if offset is not None:
+                result = _read_packed(pack.data, offset)
+                if result is None:  # a delta: let dulwich resolve it
+                    break
+                type_num, raw = result
+                if check:
+                    _check_sha(sha, type_num, raw)
+                return type_num, raw
+        else:
+            loose = self._read_loose(sha)
+            if loose is not None:
+                return loose
+        try:
+            type_num, raw = self._store.get_raw(sha)
+        except KeyError:
+            raise IntegrityError(f"git object {sha.hex()} is missing", commit=sha.hex()) from None
+        _check_sha(sha, type_num, raw)
+        return type_num, raw
+
+    def _read_loose(self, sha: bytes) -> tuple[int, bytes] | None:
+        hexsha = sha.hex()
+        path = os.path.join(self._objects_dir, hexsha[:2], hexsha[2:])
+        try:
+            with open(path, "rb") as f:
+                compressed = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            data = zlib.decompress(compressed)
+        except zlib.error:
+            raise IntegrityError(
+                f"loose git object {hexsha} is not a valid zlib stream", commit=hexsha
+            ) from None
+        header, _, raw = data.partition(b"\0")
+        type_name, _, length = header.partition(b" ")
+        type_num = _NAME_TYPES.get(type_name)
+        if type_num is None or not length.isdigit() or int(length) != len(raw):
+            raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
+        _check_sha(sha, type_num, raw)
+        return type_num, raw
+
+
+def _check_sha(sha: bytes, type_num: int, raw: bytes) -> None:
+    name = _TYPE_NAMES.get(type_num)
+    if name is None:
+        raise IntegrityError(f"git object {sha.hex()} has unknown type {type_num}")
+    digest = hashlib.sha1(name + b" " + str(len(raw)).encode() + b"\0" + raw).digest()
+    if digest != sha:
+        raise IntegrityError(
+            f"git object {sha.hex()} was rewritten: its content hashes to {digest.hex()}",
+            commit=sha.hex(),
+            hint="the object store was modified outside git; restore the ledger from a clone",
+        )
+
+
+def _read_packed(data: mmap.mmap, offset: int) -> tuple[int, bytes] | None:
+    """Inflate the non-delta entry at ``offset``; None for a delta entry."""
+    byte = data[offset]
+    type_num = (byte >> 4) & 0x07
+    size = byte & 0x0F
+    shift = 4
+    pos = offset + 1
+    while byte & 0x80:
+        byte = data[pos]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+        pos += 1
+    if type_num in (_OFS_DELTA, _REF_DELTA):
+        return None
+    inflater = zlib.decompressobj()
+    # A zlib stream of n bytes is at most n + 5 bytes per 16 KiB block + 11 bytes of framing.
+    window = size + (size // 16384 + 1) * 5 + 64
+    try:
+        raw = inflater.decompress(data[pos : pos + window], size + 1)
+    except zlib.error:
+        raise IntegrityError(f"pack entry at offset {offset} is not a valid zlib stream") from None
+    if len(raw) != size:
+        raise IntegrityError(f"pack entry at offset {offset} inflates to the wrong size")
+    return type_num, raw
+
+
+def _read_index_v2(path: str) -> dict[bytes, int] | None:
+    """Map a version-2 pack index to {binary sha: offset}; None for other versions."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8 + 1024 or data[:4] != b"\377tOc" or data[4:8] != b"\0\0\0\2":
+        return None
+    count = struct.unpack_from(">L", data, 8 + 255 * 4)[0]
+    shas_at = 8 + 1024
+    crcs_at = shas_at + 20 * count
+    offsets_at = crcs_at + 4 * count
+    large_at = offsets_at + 4 * count
+    small = struct.unpack_from(f">{count}L", data, offsets_at)
+    result: dict[bytes, int] = {}
+    for i in range(count):
+        offset = small[i]
+        if offset & 0x80000000:
+            offset = struct.unpack_from(">Q", data, large_at + 8 * (offset & 0x7FFFFFFF))[0]
+        result[data[shas_at + 20 * i : shas_at + 20 * i + 20]] = offset
+    return result

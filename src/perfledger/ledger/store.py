@@ -1,0 +1,724 @@
+"""The git-backed event store (SPEC.md section 2), through dulwich.
+
+Layout of a ledger repository:
+
+- ``refs/heads/ledger``: the tip of the event DAG. Each event is one commit (see
+  :mod:`perfledger.ledger.objects`); merge commits join divergent heads and carry no event.
+- ``config``: ``perfledger.formatVersion`` is checked before anything else is read, so a ledger
+  written in an unknown format fails early with its own error.
+- ``<gitdir>/perfledger/``: derived data only (the commit index, the state cache, the packing
+  lock). Deleting it changes nothing but speed; ``verify`` never reads it.
+
+Append protocol: build the objects, write them durably (loose objects fsynced with their fan-out
+directories, or one fsynced pack for a batch), then compare-and-swap the ref from the head the
+decision was made on to the new commit, then fsync the ref's directory. A crash at any instant
+leaves the old head or the new one: objects without a ref pointing at them are unreachable
+garbage, never a broken ledger. A lost race re-runs the decision on the new head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import blake3
+import msgspec
+from dulwich.errors import NotGitRepository
+from dulwich.file import FileLocked
+from dulwich.objects import Commit, Tree, parse_tree
+from dulwich.repo import Repo
+
+from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, NotALedger
+from perfledger.events.envelope import Envelope, decode_envelope
+from perfledger.events.kinds import LedgerInitialized
+from perfledger.ledger.base import (
+    DEFAULT_MAX_ATTEMPTS,
+    Decide,
+    EventDraft,
+    HeadView,
+    build_envelope,
+    check_batch_keys,
+)
+from perfledger.ledger.dag import CommitNode, EventHeads
+from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.objects import (
+    ARTIFACTS_DIR,
+    EMPTY_TREE,
+    EVENT_FILE,
+    build_event_objects,
+    build_merge_commit,
+    commit_info,
+)
+from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
+from perfledger.ledger.packing import maybe_pack
+from perfledger.ledger.reader import ObjectReader
+
+#: The branch the events live on.
+LEDGER_REF = b"refs/heads/ledger"
+#: Storage format version written to the repository config and the root event.
+FORMAT_VERSION = 1
+#: Directory (inside the git dir) for derived, rebuildable data.
+DERIVED_DIR = "perfledger"
+#: Batches of at least this many events are written as one pack instead of loose objects.
+PACK_BATCH_THRESHOLD = 8
+#: A ref lock file older than this (seconds) while we hold the append lock is a dead writer's.
+STALE_LOCK_S = 1.0
+_INDEX_FILE = "index-v1.msgpack"
+_INDEX_SAVE_EVERY = 256
+
+
+class _IndexEntry(msgspec.Struct, array_like=True):
+    """One commit in the derived index: event id (None for a merge), lamport, parents, key."""
+
+    event_id: str | None
+    lamport: int
+    parents: list[bytes]
+    key: str | None
+
+
+class _IndexFile(msgspec.Struct):
+    head: bytes
+    commits: dict[bytes, _IndexEntry]
+
+
+def _now_seconds() -> int:
+    return int(datetime.now(UTC).timestamp())
+
+
+class GitStore:
+    """The on-disk event store: one git repository, events on ``refs/heads/ledger``.
+
+    Use :meth:`init` to create a ledger and :meth:`open` to open one. Instances are not
+    thread-safe; processes may share a ledger freely (appends serialize by compare-and-swap).
+    """
+
+    def __init__(self, repo: Repo) -> None:
+        self.repo = repo
+        self.path = repo.path
+        self.controldir = repo.controldir()
+        self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
+        self._objects_dir = os.path.join(self.controldir, "objects")
+        # Derived index of the commits reachable from self._indexed_head.
+        self._commits: dict[bytes, _IndexEntry] = {}
+        self._by_event: dict[str, bytes] = {}
+        self._keys: dict[str, str] = {}
+        self._dag = EventHeads(self._node, self._by_event.__getitem__)
+        self._indexed_head: bytes | None = None
+        self._index_loaded = False
+        self._unsaved = 0
+        self._loose_written = 0
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def init(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        actor: str = "perfledger",
+        bare: bool = True,
+    ) -> GitStore:
+        """Create a ledger at ``path`` (a new bare repository, or an existing git repository)
+        and append the root ``LedgerInitialized`` event.
+
+        Args:
+            path: directory; created when missing.
+            name: the ledger's name (default: the directory's name).
+            actor: who creates it.
+            bare: create a bare repository when ``path`` is not one yet.
+        Returns: the opened store.
+        Raises: BadRequest when ``path`` already holds a ledger or is not usable.
+        """
+        path = os.fspath(path)
+        try:
+            repo = Repo(path)
+        except NotGitRepository:
+            os.makedirs(path, exist_ok=True)
+            if os.listdir(path):
+                raise BadRequest(
+                    f"{path} exists, is not empty and is not a git repository",
+                    hint="choose an empty directory or an existing git repository",
+                ) from None
+            repo = Repo.init_bare(path) if bare else Repo.init(path)
+            repo.refs.set_symbolic_ref(b"HEAD", LEDGER_REF)
+        if LEDGER_REF in repo.refs:
+            raise BadRequest(f"{path} already holds a ledger", hint="use it, or choose another path")
+        config = repo.get_config()
+        config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
+        config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
+        config.write_to_path()
+        store = cls(repo)
+        ledger_name = name or os.path.basename(os.path.abspath(path).rstrip(os.sep)) or "ledger"
+        draft = EventDraft(
+            "LedgerInitialized",
+            LedgerInitialized(name=ledger_name, format_version=FORMAT_VERSION, creator=actor),
+            actor=actor,
+        )
+        built = build_envelope(draft, (), 1)
+        envelope = built.envelope
+        commit, objects = build_event_objects(built, [])
+        store._write_loose(objects)
+        if not repo.refs.add_if_new(LEDGER_REF, commit.id):
+            raise ConcurrentAppend(f"another process initialised {path} at the same time")
+        fsync_dir(os.path.dirname(repo.refs.refpath(LEDGER_REF)))
+        store._index_commit(commit.id, envelope.id, 1, [], None)
+        store._indexed_head = commit.id
+        store._index_loaded = True
+        return store
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> GitStore:
+        """Open the ledger at ``path`` (a git repository with ``refs/heads/ledger``).
+
+        Raises: NotALedger naming the path when it is not a git repository, has no ledger
+            branch, or was written in an unknown format version.
+        """
+        path = os.fspath(path)
+        try:
+            repo = Repo(path)
+        except (NotGitRepository, FileNotFoundError, NotADirectoryError):
+            raise NotALedger(
+                f"{path} is not a ledger (not a git repository)",
+                hint="create one with `perfledger init PATH`, or pass --ledger",
+            ) from None
+        config = repo.get_config()
+        try:
+            version = config.get((b"perfledger",), b"formatVersion")
+        except KeyError:
+            version = None
+        if LEDGER_REF not in repo.refs:
+            repo.close()
+            raise NotALedger(
+                f"{path} is a git repository but not a ledger (no refs/heads/ledger)",
+                hint="create one with `perfledger init PATH`",
+            )
+        if version is not None and version != str(FORMAT_VERSION).encode():
+            repo.close()
+            raise NotALedger(
+                f"{path} uses ledger format {version.decode(errors='replace')}, this perfledger "
+                f"reads format {FORMAT_VERSION}",
+                hint="upgrade perfledger",
+            )
+        return cls(repo)
+
+    def close(self) -> None:
+        """Save the derived index if it grew, and release the repository's files."""
+        with contextlib.suppress(OSError):
+            self._save_index()
+        self.repo.close()
+
+    def __enter__(self) -> GitStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+
+    def read_head(self) -> bytes:
+        """Return the current commit sha (hex bytes) of ``refs/heads/ledger``.
+
+        Raises: NotALedger when the ref has disappeared.
+        """
+        try:
+            return self.repo.refs[LEDGER_REF]
+        except KeyError:
+            raise NotALedger(f"{self.path}: refs/heads/ledger is missing") from None
+
+    def get_object(self, sha: bytes) -> RawObject:
+        """Return the git object ``sha``; retries once across a concurrent repack.
+
+        Raises: IntegrityError when the object is missing.
+        """
+        store = self.repo.object_store
+        for attempt in range(2):
+            try:
+                return store[sha]
+            except KeyError:
+                if attempt == 0:
+                    store._update_pack_cache()  # a concurrent repack moved it into a new pack
+        raise IntegrityError(f"git object {sha.decode()} is missing", commit=sha.decode())
+
+    def head_view(self) -> HeadView:
+        """Return the :class:`HeadView` at the current head (catching the index up first)."""
+        head = self.read_head()
+        self._catch_up(head)
+        heads = self._event_heads(head)
+        return HeadView(head.decode(), heads, self._lamport_of(head), len(self._by_event))
+
+    def event_commit(self, event_id: str) -> bytes:
+        """Return the commit sha of ``event_id``.
+
+        Raises: BadRequest when no event with that id (or unique id prefix) exists.
+        """
+        self._catch_up(self.read_head())
+        sha = self._by_event.get(event_id)
+        if sha is not None:
+            return sha
+        if 4 <= len(event_id) < 64:
+            matches = [e for e in self._by_event if e.startswith(event_id)]
+            if len(matches) == 1:
+                return self._by_event[matches[0]]
+            if len(matches) > 1:
+                raise BadRequest(f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)")
+        raise BadRequest(f"no event {event_id!r} in this ledger")
+
+    def read_envelope(self, commit_sha: bytes) -> Envelope:
+        """Read and decode the envelope stored in ``commit_sha`` (no hash checks; see verify).
+
+        Raises: IntegrityError when the commit has no ``event.json``.
+        """
+        commit = self.get_object(commit_sha)
+        assert isinstance(commit, Commit)
+        tree = self.get_object(commit.tree)
+        assert isinstance(tree, Tree)
+        try:
+            _, blob_sha = tree[EVENT_FILE]
+        except KeyError:
+            raise IntegrityError(
+                f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
+            ) from None
+        blob = self.get_object(blob_sha)
+        try:
+            return decode_envelope(blob.as_raw_string())
+        except BadRequest as exc:
+            raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+
+    def get_event(self, event_id: str) -> Envelope:
+        """Return the event ``event_id`` (a full id or a unique prefix of at least 4 chars).
+
+        Raises: BadRequest when absent or ambiguous.
+        """
+        return self.read_envelope(self.event_commit(event_id))
+
+    def find_by_idempotency_key(self, key: str) -> Envelope | None:
+        """Return the event carrying idempotency key ``key``, or None."""
+        self._catch_up(self.read_head())
+        event_id = self._keys.get(key)
+        return None if event_id is None else self.get_event(event_id)
+
+    def ordered_commits(self) -> list[bytes]:
+        """Return the event commits reachable from the head, in the total order (lamport, id)."""
+        self._catch_up(self.read_head())
+        items = [
+            (entry.lamport, entry.event_id, sha)
+            for sha, entry in self._commits.items()
+            if entry.event_id is not None
+        ]
+        items.sort()
+        return [sha for _, _, sha in items]
+
+    def iter_events(self) -> Iterator[Envelope]:
+        """Yield every event in the deterministic total order: by (lamport, id).
+
+        Lamport clocks strictly increase along every edge (checked by verify), so this order is
+        topological; ties between concurrent events are broken by id, never by wall-clock time.
+        """
+        reader = ObjectReader(self.repo.object_store)
+        try:
+            for sha in self.ordered_commits():
+                yield self._read_envelope_fast(reader, sha)
+        finally:
+            reader.close()
+
+    def _read_envelope_fast(self, reader: ObjectReader, commit_sha: bytes) -> Envelope:
+        """Read an envelope through the bulk reader (no checks beyond git's; see verify)."""
+        _, raw = reader.read(bytes.fromhex(commit_sha.decode()), check=False)
+        tree_hex = raw[5:45]
+        _, tree_raw = reader.read(bytes.fromhex(tree_hex.decode()), check=False)
+        for name, _mode, blob_hex in parse_tree(tree_raw, 20):
+            if name == EVENT_FILE:
+                _, data = reader.read(bytes.fromhex(blob_hex.decode()), check=False)
+                try:
+                    return decode_envelope(data)
+                except BadRequest as exc:
+                    raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+        raise IntegrityError(
+            f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
+        )
+
+    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, Commit]]:
+        """Yield up to ``limit`` event commits newest first (descending (lamport, id)) by walking
+        back from the head with a max-heap; reads only ``limit`` + frontier commits."""
+        import heapq
+
+        head = self.read_head()
+        heap: list[tuple[int, str, bytes, Commit]] = []
+        seen: set[bytes] = set()
+
+        def push(sha: bytes) -> None:
+            if sha in seen:
+                return
+            seen.add(sha)
+            commit = self.get_object(sha)
+            assert isinstance(commit, Commit)
+            info = commit_info(commit)
+            if info.event_id is None:  # merge commit: expand its parents
+                for parent in commit.parents:
+                    push(parent)
+                return
+            heapq.heappush(heap, (-info.lamport, _neg_key(info.event_id), sha, commit))
+
+        push(head)
+        produced = 0
+        while heap and produced < limit:
+            _, _, sha, commit = heapq.heappop(heap)
+            yield sha, commit
+            produced += 1
+            for parent in commit.parents:
+                push(parent)
+
+    def read_artifact(self, event_id: str, name: str) -> bytes:
+        """Return the checked bytes of artifact ``name`` of event ``event_id``.
+
+        Raises: BadRequest when the event has no such artifact; IntegrityError on a mismatch.
+        """
+        commit_sha = self.event_commit(event_id)
+        envelope = self.read_envelope(commit_sha)
+        ref = envelope.artifacts.get(name)
+        if ref is None:
+            raise BadRequest(f"event {event_id} has no artifact {name!r}")
+        commit = self.get_object(commit_sha)
+        assert isinstance(commit, Commit)
+        tree = self.get_object(commit.tree)
+        assert isinstance(tree, Tree)
+        try:
+            _, art_tree_sha = tree[ARTIFACTS_DIR]
+            art_tree = self.get_object(art_tree_sha)
+            assert isinstance(art_tree, Tree)
+            _, blob_sha = art_tree[ref.blake3.encode()]
+        except KeyError:
+            raise IntegrityError(
+                f"event {event_id}: artifact {name!r} blob is missing", event_id=event_id
+            ) from None
+        data = self.get_object(blob_sha).as_raw_string()
+        if len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
+            raise IntegrityError(
+                f"event {event_id}: artifact {name!r} does not match its blake3 or size",
+                event_id=event_id,
+            )
+        return data
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, draft: EventDraft) -> Envelope:
+        """Append one event durably; see :meth:`transact`.
+
+        Returns: the appended envelope, or the existing one with the same idempotency key.
+        Raises: BadRequest for a malformed draft; ConcurrentAppend when retries are exhausted.
+        """
+        return self.transact(lambda view: [draft])[0]
+
+    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
+        """Append ``drafts`` atomically (one commit each, one ref update): all or none."""
+        drafts = list(drafts)
+        return self.transact(lambda view: drafts)
+
+    def transact(
+        self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    ) -> list[Envelope]:
+        """Run ``decide`` on the current head and append what it returns, atomically.
+
+        The ref moves by compare-and-swap from the head ``decide`` saw; on a lost race (another
+        writer moved it, or holds its lock) ``decide`` runs again on the new head, after a short
+        randomized backoff.
+
+        Idempotency: when every draft carries an idempotency key already in the ledger, the
+        existing events are returned and nothing is appended (as KurrentDB does). A key reused
+        for a different request, or a batch only partly present, is a BadRequest.
+
+        Returns: the envelopes appended (or found), in draft order.
+        Raises: BadRequest for malformed drafts; ConcurrentAppend after ``max_attempts`` lost
+            races; whatever ``decide`` raises (a refusal, say), with nothing appended.
+        """
+        for attempt in range(max_attempts):
+            head = self.read_head()
+            self._catch_up(head)
+            view = HeadView(
+                head.decode(), self._event_heads(head), self._lamport_of(head), len(self._by_event)
+            )
+            drafts = list(decide(view))
+            if not drafts:
+                return []
+            check_batch_keys(drafts)
+            existing = self._idempotent_replay(drafts)
+            if existing is not None:
+                return existing
+            envelopes, objects, new_head, entries = self._build_chain(head, drafts)
+            self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
+            if self._compare_and_swap(head, new_head):
+                for sha, entry in entries:
+                    self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+                self._indexed_head = new_head
+                self._unsaved += len(entries)
+                if self._unsaved >= _INDEX_SAVE_EVERY:
+                    with contextlib.suppress(OSError):
+                        self._save_index()
+                if not self._pack_batch_written:
+                    self._loose_written += len(objects)
+                self._loose_written = maybe_pack(self, self._loose_written)
+                return envelopes
+            time.sleep(random.uniform(0, 0.0005 * min(attempt + 1, 20)))
+        raise ConcurrentAppend(
+            f"could not append after {max_attempts} attempts: other writers kept moving the ledger",
+            hint="retry later; the ledger is unchanged",
+        )
+
+    _pack_batch_written = False
+
+    def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
+        found: list[Envelope] = []
+        missing = 0
+        for draft in drafts:
+            key = draft.idempotency_key
+            event_id = self._keys.get(key) if key is not None else None
+            if event_id is None:
+                missing += 1
+                continue
+            envelope = self.get_event(event_id)
+            if envelope.kind != draft.kind or (
+                draft.request is not None and _canon(envelope.request) != _canon(draft.request)
+            ):
+                raise BadRequest(
+                    f"idempotency key {key!r} was already used for a different request "
+                    f"(event {event_id})",
+                    hint="use a new idempotency key for a new request",
+                )
+            found.append(envelope)
+        if not found:
+            return None
+        if missing:
+            raise BadRequest(
+                "part of this batch is already in the ledger under its idempotency keys and part "
+                "is not",
+                hint="retry the batch exactly as first sent, or send the missing events alone",
+            )
+        return found
+
+    def _build_chain(
+        self, head: bytes, drafts: list[EventDraft]
+    ) -> tuple[list[Envelope], list[RawObject], bytes, list[tuple[bytes, _IndexEntry]]]:
+        parents = self._event_heads(head)
+        lamport = self._lamport_of(head)
+        parent_commit = head
+        envelopes: list[Envelope] = []
+        objects: list[RawObject] = []
+        entries: list[tuple[bytes, _IndexEntry]] = []
+        for draft in drafts:
+            lamport += 1
+            built = build_envelope(draft, parents, lamport)
+            envelope = built.envelope
+            commit, objs = build_event_objects(built, [parent_commit])
+            objects.extend(objs)
+            envelopes.append(envelope)
+            entries.append(
+                (commit.id, _IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key))
+            )
+            parents = (envelope.id,)
+            parent_commit = commit.id
+        return envelopes, objects, parent_commit, entries
+
+    def _write_objects(self, objects: list[RawObject], *, batch: bool) -> None:
+        self._pack_batch_written = batch
+        if batch:
+            write_pack(os.path.join(self._objects_dir, "pack"), objects)
+        else:
+            self._write_loose(objects)
+
+    def _write_loose(self, objects: Sequence[RawObject]) -> None:
+        """Write loose objects, each fsynced, then fsync every fan-out directory touched."""
+        write_loose(self._objects_dir, objects)
+
+    def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
+        """Move the ledger ref from ``expected`` to ``new``; False on a lost race.
+
+        Writers serialize on an advisory ``flock`` (released by the kernel when a writer dies),
+        so a ref lock file found while holding it belongs to a dead perfledger writer or to a
+        git process; one older than :data:`STALE_LOCK_S` is removed.
+        """
+        os.makedirs(self.derived_dir, exist_ok=True)
+        fd = os.open(os.path.join(self.derived_dir, "append.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            refpath = self.repo.refs.refpath(LEDGER_REF)
+            lock = os.fsencode(refpath) + b".lock"
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - os.stat(lock).st_mtime > STALE_LOCK_S:
+                    os.unlink(lock)
+            try:
+                ok = self.repo.refs.set_if_equals(LEDGER_REF, expected, new)
+            except FileLocked:
+                return False
+            if ok:
+                fsync_dir(os.path.dirname(refpath))
+            return ok
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ derived index
+
+    def _index_commit(
+        self, sha: bytes, event_id: str | None, lamport: int, parents: list[bytes], key: str | None
+    ) -> None:
+        self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
+        if event_id is not None:
+            self._by_event[event_id] = sha
+        if key is not None and event_id is not None:
+            self._keys.setdefault(key, event_id)
+
+    def _index_path(self) -> str:
+        return os.path.join(self.derived_dir, _INDEX_FILE)
+
+    def _load_index(self) -> None:
+        self._index_loaded = True
+        try:
+            with open(self._index_path(), "rb") as f:
+                data = msgspec.msgpack.decode(f.read(), type=_IndexFile)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return
+        if data.head not in self.repo.object_store:
+            return
+        for sha, entry in data.commits.items():
+            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+        self._indexed_head = data.head
+        self._unsaved = 0
+
+    def _save_index(self) -> None:
+        if self._indexed_head is None or self._unsaved == 0:
+            return
+        os.makedirs(self.derived_dir, exist_ok=True)
+        payload = msgspec.msgpack.encode(_IndexFile(self._indexed_head, self._commits))
+        tmp = f"{self._index_path()}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, self._index_path())
+        self._unsaved = 0
+
+    def _catch_up(self, head: bytes) -> None:
+        """Index every commit reachable from ``head`` that is not indexed yet."""
+        if not self._index_loaded:
+            self._load_index()
+        if head in self._commits:
+            self._indexed_head = head
+            return
+        stack = [head]
+        new: list[bytes] = []
+        seen: set[bytes] = set()
+        while stack:
+            sha = stack.pop()
+            if sha in self._commits or sha in seen:
+                continue
+            seen.add(sha)
+            commit = self.get_object(sha)
+            if not isinstance(commit, Commit):
+                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+            info = commit_info(commit)
+            self._commits[sha] = _IndexEntry(
+                info.event_id, info.lamport, list(info.parents), info.idempotency_key
+            )
+            new.append(sha)
+            stack.extend(info.parents)
+        for sha in new:
+            entry = self._commits[sha]
+            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+        self._indexed_head = head
+        self._unsaved += len(new)
+
+    def _node(self, sha: bytes) -> CommitNode:
+        entry = self._commits[sha]
+        return CommitNode(entry.event_id, entry.lamport, tuple(entry.parents))
+
+    def _event_heads(self, sha: bytes) -> tuple[str, ...]:
+        return self._dag.heads(sha)
+
+    def _lamport_of(self, sha: bytes) -> int:
+        return self._dag.lamport(sha)
+
+    # ------------------------------------------------------------------ low level (tests, sync)
+
+    def build_on(self, parent_commit: bytes, drafts: Sequence[EventDraft]) -> tuple[list[Envelope], bytes]:
+        """Write ``drafts`` as a chain of event commits on ``parent_commit`` without moving the
+        ledger ref (for sync, and for tests that build divergent branches).
+
+        Returns: (the envelopes, the last commit sha). Raises: as :meth:`transact`.
+        """
+        self._catch_up(parent_commit)
+        envelopes, objects, new_head, entries = self._build_chain(parent_commit, list(drafts))
+        self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
+        for sha, entry in entries:
+            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+        return envelopes, new_head
+
+    def write_merge(self, commits: Sequence[bytes], *, actor: str = "perfledger") -> bytes:
+        """Write a merge commit joining ``commits`` (it carries no event) without moving the ref.
+
+        Parents are sorted so that a merge of the same heads is the same commit whoever makes it.
+        Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
+        """
+        parents = sorted(set(commits))
+        if len(parents) < 2:
+            raise BadRequest("a merge joins at least two distinct commits")
+        for sha in parents:
+            self._catch_up(sha)
+        heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
+        seconds = max(_now_seconds(), 0)
+        merge = build_merge_commit(parents, heads, actor, seconds)
+        self._write_loose([EMPTY_TREE, merge])
+        self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        return merge.id
+
+    def set_head(self, expected: bytes, new: bytes) -> bool:
+        """Compare-and-swap the ledger ref from ``expected`` to ``new`` (sync and tests).
+
+        Returns: False on a lost race (the ref no longer points at ``expected``).
+        """
+        ok = self._compare_and_swap(expected, new)
+        if ok:
+            self._catch_up(new)
+        return ok
+
+    def commits_since(self, old_head: bytes) -> list[bytes] | None:
+        """Return the event commits between ``old_head`` (exclusive) and the current head, oldest
+        first, when the head descends from ``old_head`` through single-parent commits only;
+        None otherwise (a merge on the way, or ``old_head`` not an ancestor)."""
+        head = self.read_head()
+        self._catch_up(head)
+        chain: list[bytes] = []
+        sha = head
+        while sha != old_head:
+            entry = self._commits.get(sha)
+            if entry is None or len(entry.parents) != 1 or entry.event_id is None:
+                return None
+            chain.append(sha)
+            sha = entry.parents[0]
+        chain.reverse()
+        return chain
+
+    def count(self) -> int:
+        """Return the number of events reachable from the head."""
+        self._catch_up(self.read_head())
+        return len(self._by_event)
+
+
+def _neg_key(event_id: str) -> str:
+    """Map an event id to a string that sorts in the reverse order (for a max-heap)."""
+    return event_id.translate(_REVERSE_HEX)
+
+
+_REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")
+
+
+def _canon(value: Any) -> bytes:
+    from perfledger.events.canonical import canonical_bytes
+
+    return canonical_bytes(value)
+
+
+__all__ = ["FORMAT_VERSION", "LEDGER_REF", "GitStore"]

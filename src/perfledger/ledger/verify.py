@@ -1,0 +1,381 @@
+"""End-to-end verification of a ledger, from the ref down to every byte (issue 2, SPEC.md s. 2).
+
+Checked, in this order, stopping at the first failure (reported with the event and the reason):
+
+1. the format version in the repository config; the ledger ref exists;
+2. every commit reachable from the head: a commit, its trailers well formed; merge commits
+   carry no event (no trailers, at least two parents, the empty tree); event commits have at
+   most one parent; exactly one root;
+3. every event, in the total order (lamport, id): every git object re-hashed against its name;
+   the tree holds exactly ``event.json`` and, when there are attachments, ``artifacts/``;
+   ``event.json`` is canonical JSON; its id recomputes; the trailers (Event-Id, Lamport,
+   Idempotency-Key) match it; its parents are the event heads of the commit's parent; its Lamport
+   clock is one more than theirs (so clocks strictly increase along every edge); author and
+   commit time match actor and timestamp; the payload decodes against its kind's schema (after
+   upcasting); every artifact blob matches its blake3 and size, and nothing else is attached;
+   the root is the only ``LedgerInitialized`` and names this format version.
+
+Never reads the derived cache or index. Each verified envelope is passed to ``on_event`` in the
+total order, so a caller can fold the state while verifying (one pass).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import blake3
+import msgspec
+from dulwich.objects import ObjectFormatException, parse_tree
+
+from perfledger.errors import BadRequest, IntegrityError, PerfledgerError
+from perfledger.events.canonical import canonical_encoder
+from perfledger.events.envelope import (
+    EVENT_ID_DOMAIN,
+    Envelope,
+    is_valid_event_id,
+    parse_ts,
+    validate_envelope_fields,
+)
+from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
+from perfledger.ledger.dag import CommitNode, EventHeads
+from perfledger.ledger.gitobj import BLOB, COMMIT, TREE
+from perfledger.ledger.objects import (
+    ARTIFACTS_DIR,
+    EMPTY_TREE,
+    EVENT_FILE,
+    actor_ident,
+    parse_trailers,
+)
+from perfledger.ledger.reader import ObjectReader
+
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify_store`.
+
+    Attributes:
+        ok: True when every check passed.
+        head: the verified head commit (hex).
+        events: events verified (all of them when ok).
+        merges: merge commits seen.
+        error: the first failure, None when ok.
+        elapsed_s: wall time of the verification in seconds.
+    """
+
+    ok: bool
+    head: str
+    events: int = 0
+    merges: int = 0
+    error: IntegrityError | None = None
+    elapsed_s: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict (the error as its SPEC.md section 6 object)."""
+        data: dict[str, object] = {
+            "ok": self.ok,
+            "head": self.head,
+            "events": self.events,
+            "merges": self.merges,
+            "elapsed_s": round(self.elapsed_s, 6),
+        }
+        data.update(self.extra)
+        if self.error is not None:
+            data.update(self.error.to_json())
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    tree: bytes
+    parents: tuple[bytes, ...]
+    author: bytes
+    committer: bytes
+    message: bytes
+
+
+def _parse_commit(sha: bytes, raw: bytes) -> _Commit:
+    header, sep, message = raw.partition(b"\n\n")
+    if not sep:
+        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
+    tree = b""
+    parents: list[bytes] = []
+    author = committer = b""
+    for line in header.split(b"\n"):
+        if line.startswith(b" "):
+            continue  # continuation of a multi-line header (e.g. a signature)
+        key, _, value = line.partition(b" ")
+        if key == b"tree":
+            tree = value
+        elif key == b"parent":
+            parents.append(value)
+        elif key == b"author":
+            author = value
+        elif key == b"committer":
+            committer = value
+    if len(tree) != 40 or any(len(p) != 40 for p in parents):
+        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
+    return _Commit(
+        bytes.fromhex(tree.decode()),
+        tuple(bytes.fromhex(p.decode()) for p in parents),
+        author,
+        committer,
+        message,
+    )
+
+
+def _split_ident(value: bytes) -> tuple[bytes, int]:
+    """Split ``Name <email> 1700000000 +0000`` into (``Name <email>``, seconds)."""
+    ident, _, rest = value.rpartition(b"> ")
+    seconds, _, _tz = rest.partition(b" ")
+    return ident + b">", int(seconds) if seconds.isdigit() else -1
+
+
+def verify_store(
+    store: object,
+    *,
+    on_event: Callable[[RecordedEvent], None] | None = None,
+    format_version: int,
+) -> VerifyReport:
+    """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
+
+    Args:
+        store: the git store (typed loosely to avoid an import cycle).
+        on_event: called with every verified event, in the total order (lamport, id), as a
+            :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
+        format_version: the storage format this code reads.
+    Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
+    """
+    from perfledger.ledger.store import GitStore
+
+    assert isinstance(store, GitStore)
+    started = time.perf_counter()
+    head = b""
+    report = VerifyReport(ok=False, head="")
+    reader = ObjectReader(store.repo.object_store)
+    try:
+        head = store.read_head()
+        report.head = head.decode()
+        _verify(store, reader, bytes.fromhex(head.decode()), report, on_event, format_version)
+        report.ok = True
+    except IntegrityError as exc:
+        report.error = exc
+    except PerfledgerError as exc:
+        report.error = IntegrityError(exc.message, hint=exc.hint)
+    finally:
+        reader.close()
+        report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _verify(
+    store: object,
+    reader: ObjectReader,
+    head: bytes,
+    report: VerifyReport,
+    on_event: Callable[[RecordedEvent], None] | None,
+    format_version: int,
+) -> None:
+    # ---- pass 1: the commit graph --------------------------------------------------------
+    nodes: dict[bytes, CommitNode] = {}
+    commit_of: dict[str, bytes] = {}
+    roots: list[bytes] = []
+    stack = [head]
+    while stack:
+        sha = stack.pop()
+        if sha in nodes:
+            continue
+        type_num, raw = reader.read(sha)
+        if type_num != COMMIT:
+            raise IntegrityError(f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex())
+        commit = _parse_commit(sha, raw)
+        trailers = parse_trailers(commit.message)
+        event_id = trailers.get("Event-Id")
+        if event_id is None:
+            if "Lamport" in trailers or "Idempotency-Key" in trailers:
+                raise IntegrityError(
+                    f"commit {sha.hex()} has ledger trailers but no Event-Id", commit=sha.hex()
+                )
+            if len(commit.parents) < 2:
+                raise IntegrityError(
+                    f"commit {sha.hex()} carries no event and is not a merge", commit=sha.hex()
+                )
+            if commit.tree.hex().encode() != EMPTY_TREE.id:
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} carries content; merges must carry no event",
+                    commit=sha.hex(),
+                )
+            nodes[sha] = CommitNode(None, 0, commit.parents)
+            report.merges += 1
+        else:
+            lamport_text = trailers.get("Lamport", "")
+            if not is_valid_event_id(event_id) or not lamport_text.isdigit():
+                raise IntegrityError(
+                    f"commit {sha.hex()} has a malformed Event-Id or Lamport trailer",
+                    commit=sha.hex(),
+                    event_id=event_id,
+                )
+            if len(commit.parents) > 1:
+                raise IntegrityError(
+                    f"event commit {sha.hex()} has {len(commit.parents)} parents; an event has "
+                    "at most one parent commit",
+                    commit=sha.hex(),
+                    event_id=event_id,
+                )
+            if event_id in commit_of:
+                raise IntegrityError(
+                    f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
+                )
+            commit_of[event_id] = sha
+            nodes[sha] = CommitNode(event_id, int(lamport_text), commit.parents)
+        if not commit.parents:
+            roots.append(sha)
+        stack.extend(commit.parents)
+    if len(roots) != 1:
+        raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
+
+    dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
+    order = sorted((node.lamport, node.event_id, sha) for sha, node in nodes.items() if node.event_id)
+
+    # ---- pass 2: every event, in the total order ------------------------------------------
+    for _lamport, event_id, sha in order:
+        assert event_id is not None
+        try:
+            event = _verify_event(reader, sha, nodes[sha], dag, roots[0], format_version)
+        except IntegrityError as exc:
+            exc.event_id = exc.event_id or event_id
+            exc.commit = exc.commit or sha.hex()
+            if event_id not in exc.message:
+                exc.message = f"event {event_id} (commit {sha.hex()}): {exc.message}"
+                exc.args = (exc.message,)
+            raise
+        report.events += 1
+        if on_event is not None:
+            on_event(event)
+
+
+def _fail(message: str) -> IntegrityError:
+    return IntegrityError(message)
+
+
+def _verify_event(
+    reader: ObjectReader,
+    sha: bytes,
+    node: CommitNode,
+    dag: EventHeads,
+    root: bytes,
+    format_version: int,
+) -> RecordedEvent:
+    _, raw = reader.read(sha, check=False)  # re-hashed in pass 1
+    commit = _parse_commit(sha, raw)
+    type_num, tree_raw = reader.read(commit.tree)
+    if type_num != TREE:
+        raise _fail("its tree is not a tree object")
+    try:
+        entries = {name: (mode, bytes.fromhex(h.decode())) for name, mode, h in parse_tree(tree_raw, 20, strict=True)}
+    except (ObjectFormatException, ValueError) as exc:
+        raise _fail(f"its tree is malformed: {exc}") from None
+    extra = set(entries) - {EVENT_FILE, ARTIFACTS_DIR}
+    if extra or EVENT_FILE not in entries:
+        raise _fail(
+            "its tree must hold event.json and optionally artifacts/, found "
+            + ", ".join(sorted(n.decode(errors="replace") for n in entries))
+        )
+    type_num, data = reader.read(entries[EVENT_FILE][1])
+    if type_num != BLOB:
+        raise _fail("event.json is not a blob")
+
+    # canonical bytes and content id. JSON has no NaN/Infinity literals and msgspec refuses
+    # integers beyond 64 bits, so a typed decode followed by a canonical re-encode that gives back
+    # the same bytes proves the bytes canonical.
+    try:
+        envelope = _envelope_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _fail(f"event.json is not a valid envelope: {exc}") from None
+    if canonical_encoder.encode(envelope) != data:
+        raise _fail("event.json is not in canonical form (bytes were edited)")
+    try:
+        validate_envelope_fields(envelope)
+    except BadRequest as exc:
+        raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
+    # In canonical bytes the id is the top-level key right after "artifacts" (keys are sorted and
+    # no other key precedes it structurally with a string value): cut it out to get the bytes
+    # the id was computed over.
+    marker = b'},"id":"' + envelope.id.encode() + b'",'
+    cut = data.find(marker)
+    if cut < 0:
+        raise _fail("event.json does not carry its id where canonical form puts it")
+    hashed = data[: cut + 1] + data[cut + len(marker) - 1 :]
+    computed = blake3.blake3(EVENT_ID_DOMAIN + hashed).hexdigest()
+    if computed != envelope.id:
+        raise _fail(f"its content hashes to {computed}, not to its id {envelope.id}")
+
+    # trailers, identity, time
+    trailers = parse_trailers(commit.message)
+    if trailers.get("Event-Id") != envelope.id:
+        raise _fail("the Event-Id trailer does not match event.json")
+    if trailers.get("Lamport") != str(envelope.lamport):
+        raise _fail(
+            f"the Lamport trailer says {trailers.get('Lamport')}, event.json says {envelope.lamport}"
+        )
+    if trailers.get("Idempotency-Key") != envelope.idempotency_key:
+        raise _fail("the Idempotency-Key trailer does not match event.json")
+    first_line = commit.message.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if first_line != envelope.kind and not first_line.startswith(envelope.kind + ": "):
+        raise _fail(f"the commit subject {first_line!r} does not name kind {envelope.kind}")
+    author, author_s = _split_ident(commit.author)
+    committer, committer_s = _split_ident(commit.committer)
+    expected = actor_ident(envelope.actor)
+    seconds = int(parse_ts(envelope.ts).timestamp())
+    if author != expected or committer != expected:
+        raise _fail(f"author/committer do not match actor {envelope.actor!r}")
+    if author_s != seconds or committer_s != seconds:
+        raise _fail("commit time does not match the event timestamp")
+
+    # place in the DAG
+    if sha == root:
+        if envelope.parents or envelope.lamport != 1 or envelope.kind != "LedgerInitialized":
+            raise _fail("the root must be LedgerInitialized with no parents and Lamport 1")
+    else:
+        if envelope.kind == "LedgerInitialized":
+            raise _fail("LedgerInitialized appears again after the root")
+        parent_commit = commit.parents[0]
+        heads = dag.heads(parent_commit)
+        if envelope.parents != heads:
+            raise _fail(
+                "its parents do not match the events its commit was appended on "
+                f"(event says {list(envelope.parents)}, commits say {list(heads)})"
+            )
+        expected_lamport = dag.lamport(parent_commit) + 1
+        if envelope.lamport != expected_lamport:
+            raise _fail(f"its Lamport clock is {envelope.lamport}, expected {expected_lamport}")
+
+    # schema
+    payload = upcast(envelope.kind, envelope.schema, envelope.payload)
+    if isinstance(payload, LedgerInitialized) and payload.format_version != format_version:
+        raise _fail(f"the ledger says format {payload.format_version}, expected {format_version}")
+
+    # artifacts
+    digests = {ref.blake3: ref for ref in envelope.artifacts.values()}
+    if not digests:
+        if ARTIFACTS_DIR in entries:
+            raise _fail("artifacts/ is present but the event declares no artifact")
+    else:
+        if ARTIFACTS_DIR not in entries:
+            raise _fail("the event declares artifacts but its tree has no artifacts/")
+        type_num, art_raw = reader.read(entries[ARTIFACTS_DIR][1])
+        if type_num != TREE:
+            raise _fail("artifacts/ is not a tree")
+        art = {name.decode(): bytes.fromhex(h.decode()) for name, _, h in parse_tree(art_raw, 20, strict=True)}
+        if set(art) != set(digests):
+            raise _fail("artifacts/ does not hold exactly the declared artifacts")
+        for digest, blob_sha in art.items():
+            type_num, blob = reader.read(blob_sha)
+            ref = digests[digest]
+            if type_num != BLOB or len(blob) != ref.size or blake3.blake3(blob).hexdigest() != digest:
+                raise _fail(f"artifact {digest} does not match its blake3 or size")
+    return RecordedEvent(envelope, payload)
