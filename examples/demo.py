@@ -33,9 +33,17 @@ def main() -> None:
     ledger = os.path.join(workdir, "ledger.git")
     os.environ.setdefault("PERFLEDGER_ACTOR", "demo-agent")
     run("init", ledger, "--name", "demo", ledger=ledger)
-    run("note", "Baseline kernel is memory-bound (first look at the profile).", "--tag", "triage", ledger=ledger)
+    run(
+        "note",
+        "Baseline kernel is memory-bound (first look at the profile).",
+        "--tag",
+        "triage",
+        ledger=ledger,
+    )
     run("note", "Retry-safe note", "--idempotency-key", "demo-note-1", ledger=ledger)
-    run("note", "Retry-safe note", "--idempotency-key", "demo-note-1", ledger=ledger)  # no duplicate
+    run(
+        "note", "Retry-safe note", "--idempotency-key", "demo-note-1", ledger=ledger
+    )  # no duplicate
     run("log", ledger=ledger)
     report = json.loads(run("verify", "--json", ledger=ledger))
     if not report["ok"] or report["events"] != 3:

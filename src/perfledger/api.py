@@ -5,6 +5,7 @@ The CLI is a thin skin over this module: nothing the CLI does is impossible from
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -220,14 +221,9 @@ class Ledger:
             for event in self.events():
                 state = self.projection.evolve(state, event)
                 count, last = count + 1, (event.envelope.lamport, event.envelope.id)
-        try:
-            save_snapshot(
-                derived,
-                self.projection.name,
-                Snapshot(head, code_version, count, last[0], last[1], msgspec.msgpack.encode(state)),
-            )
-        except OSError:
-            pass  # a read-only ledger only loses speed
+        snapshot = Snapshot(head, code_version, count, *last, msgspec.msgpack.encode(state))
+        with contextlib.suppress(OSError):  # a read-only ledger only loses speed
+            save_snapshot(derived, self.projection.name, snapshot)
         return state
 
     def state_hash(self) -> str:
@@ -251,7 +247,7 @@ class Ledger:
         return report
 
 
-def open(path: str | os.PathLike[str] | None = None) -> Ledger:  # noqa: A001 - SPEC.md names it
+def open(path: str | os.PathLike[str] | None = None) -> Ledger:
     """Open the ledger at ``path`` (or the one :func:`find_ledger_path` finds) as a
     :class:`Ledger`.
 
@@ -260,6 +256,8 @@ def open(path: str | os.PathLike[str] | None = None) -> Ledger:  # noqa: A001 - 
     return Ledger.open(find_ledger_path(path))
 
 
-def init(path: str | os.PathLike[str], *, name: str | None = None, actor: str = "perfledger") -> Ledger:
+def init(
+    path: str | os.PathLike[str], *, name: str | None = None, actor: str = "perfledger"
+) -> Ledger:
     """Create a ledger at ``path`` and open it (see :meth:`Ledger.init`)."""
     return Ledger.init(path, name=name, actor=actor)

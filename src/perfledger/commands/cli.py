@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from perfledger import __version__
-from perfledger.errors import BadRequest, PerfledgerError, exit_code_for
+from perfledger.errors import BadRequest, PerfledgerError
 
 
 class Context:
@@ -98,7 +98,9 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
     try:
         root = next(iter(ledger.log(1)))
         if ctx.json_mode:
-            _emit_json({"path": os.path.abspath(target), "head": ledger.head(), "root": root.event_id})
+            _emit_json(
+                {"path": os.path.abspath(target), "head": ledger.head(), "root": root.event_id}
+            )
         else:
             click.echo(f"initialised ledger {os.path.abspath(target)}")
             click.echo(f"root event {root.event_id}")
@@ -111,7 +113,9 @@ def _actor(actor: str | None) -> str:
 
 
 @cli.command()
-@click.option("-n", "limit", type=click.IntRange(min=0), default=None, help="Show at most N events.")
+@click.option(
+    "-n", "limit", type=click.IntRange(min=0), default=None, help="Show at most N events."
+)
 @json_option
 def log(limit: int | None, json_flag: bool) -> None:
     """List events, newest first."""
@@ -125,19 +129,24 @@ def log(limit: int | None, json_flag: bool) -> None:
         _emit_json({"events": [entry.__dict__ for entry in entries]})
         return
     for entry in entries:
-        click.echo(f"{entry.event_id[:12]}  {entry.lamport:>6}  {entry.ts}  {entry.actor}  {entry.subject}")
+        click.echo(
+            f"{entry.event_id[:12]}  {entry.lamport:>6}  {entry.ts}  {entry.actor}  {entry.subject}"
+        )
 
 
 @cli.command()
 @click.argument("event_id")
 @json_option
 def show(event_id: str, json_flag: bool) -> None:
-    """Show one event (a full id or a unique prefix of at least 4 characters)."""
+    """Show one event: a full id, a unique prefix of at least 4 characters, or HEAD (the newest
+    event)."""
     ctx = _ctx(json_flag)
     import msgspec
 
     ledger = ctx.open()
     try:
+        if event_id.upper() == "HEAD":
+            event_id = ledger.log(1)[0].event_id
         envelope = ledger.get(event_id)
     finally:
         ledger.close()
@@ -206,7 +215,13 @@ def state(json_flag: bool) -> None:
 @click.option("--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR or $USER).")
 @click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
 @json_option
-def note(text: str, tags: tuple[str, ...], actor: str | None, idempotency_key: str | None, json_flag: bool) -> None:
+def note(
+    text: str,
+    tags: tuple[str, ...],
+    actor: str | None,
+    idempotency_key: str | None,
+    json_flag: bool,
+) -> None:
     """Append a free-form note (an observation, friction, feedback)."""
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -254,5 +269,3 @@ def main(argv: list[str] | None = None) -> None:
                 hint="rerun with PERFLEDGER_DEBUG=1 for a traceback, and report it",
             ),
         )
-
-

@@ -26,7 +26,7 @@ def _first_problem(value: Any) -> str | None:
     """Return a description of the first value canonical JSON cannot hold, or None (fast path:
     no location bookkeeping; :func:`_locate` finds the location only when needed)."""
     stack: list[Any] = [value]
-    pop, push, extend = stack.pop, stack.append, stack.extend
+    pop, extend = stack.pop, stack.extend
     while stack:
         item = pop()
         kind = type(item)

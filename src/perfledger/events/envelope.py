@@ -128,7 +128,9 @@ def validate_envelope_fields(envelope: Envelope) -> None:
     if envelope.schema < 1:
         raise BadRequest(f"schema version {envelope.schema} must be >= 1")
     if not _TS.match(envelope.ts):
-        raise BadRequest(f"timestamp {envelope.ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+        raise BadRequest(
+            f"timestamp {envelope.ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ"
+        )
     validate_draft_fields(
         envelope.actor,
         envelope.idempotency_key,
@@ -164,7 +166,12 @@ def validate_draft_fields(
                 f"artifact name {name!r} must be 1-200 characters of letters, digits, '._+-', "
                 "starting with a letter or digit"
             )
-        if not _HEX64.match(digest) or size < 0 or not isinstance(media_type, str) or not media_type:
+        if (
+            not _HEX64.match(digest)
+            or size < 0
+            or not isinstance(media_type, str)
+            or not media_type
+        ):
             raise BadRequest(f"artifact {name!r} has a malformed reference")
 
 

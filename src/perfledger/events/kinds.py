@@ -113,8 +113,7 @@ def upcast(kind: str, schema: int, payload: dict[str, Any]) -> Any:
         )
     if schema > spec.version:
         raise IntegrityError(
-            f"{kind} schema version {schema} is newer than this perfledger knows "
-            f"({spec.version})",
+            f"{kind} schema version {schema} is newer than this perfledger knows ({spec.version})",
             hint="upgrade perfledger",
         )
     data = payload

@@ -126,7 +126,11 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
         if not isinstance(artifact.data, bytes | bytearray):
             raise BadRequest(f"artifact {name!r}: data must be bytes")
         digest = blake3.blake3(artifact.data).hexdigest()
-        refs[name] = {"blake3": digest, "size": len(artifact.data), "media_type": artifact.media_type}
+        refs[name] = {
+            "blake3": digest,
+            "size": len(artifact.data),
+            "media_type": artifact.media_type,
+        }
         blobs[digest] = bytes(artifact.data)
     validate_draft_fields(
         draft.actor,
@@ -175,7 +179,9 @@ class EventStore(Protocol):
         """Return the view at the current head."""
         ...
 
-    def transact(self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[Envelope]:
+    def transact(
+        self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    ) -> list[Envelope]:
         """Run ``decide`` on the current head and append its drafts atomically, re-deciding on a
         lost compare-and-swap; returns the appended (or idempotently found) envelopes."""
         ...

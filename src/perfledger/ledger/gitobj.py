@@ -53,7 +53,9 @@ def make_blob(data: bytes) -> RawObject:
     return make_object(BLOB, data)
 
 
-def make_tree(files: Sequence[tuple[bytes, bytes]], dirs: Sequence[tuple[bytes, bytes]] = ()) -> RawObject:
+def make_tree(
+    files: Sequence[tuple[bytes, bytes]], dirs: Sequence[tuple[bytes, bytes]] = ()
+) -> RawObject:
     """Return a tree of regular files and subtrees.
 
     Args:
@@ -64,7 +66,9 @@ def make_tree(files: Sequence[tuple[bytes, bytes]], dirs: Sequence[tuple[bytes, 
     entries = [(name, _FILE_MODE, sha) for name, sha in files]
     entries += [(name, _DIR_MODE, sha) for name, sha in dirs]
     entries.sort(key=lambda e: e[0] + b"/" if e[1] == _DIR_MODE else e[0])
-    raw = b"".join(mode + b" " + name + b"\0" + bytes.fromhex(sha.decode()) for name, mode, sha in entries)
+    raw = b"".join(
+        mode + b" " + name + b"\0" + bytes.fromhex(sha.decode()) for name, mode, sha in entries
+    )
     return make_object(TREE, raw)
 
 

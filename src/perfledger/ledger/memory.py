@@ -61,7 +61,9 @@ class MemoryStore:
             last = self._events[-1]
             return HeadView(last.id, (last.id,), last.lamport, len(self._events))
 
-    def transact(self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[Envelope]:
+    def transact(
+        self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    ) -> list[Envelope]:
         """Run ``decide`` on the head and append its drafts atomically; re-decide on a lost race.
 
         Same idempotency rules as :meth:`perfledger.ledger.store.GitStore.transact`.
@@ -86,7 +88,8 @@ class MemoryStore:
                 if self._events[-1].id != view.head:
                     continue  # lost the race: decide again on the new head
                 if any(
-                    d.idempotency_key is not None and d.idempotency_key in self._keys for d in drafts
+                    d.idempotency_key is not None and d.idempotency_key in self._keys
+                    for d in drafts
                 ):
                     continue  # a concurrent writer appended the same key: replay on retry
                 self._commit(built)

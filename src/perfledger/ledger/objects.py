@@ -25,7 +25,6 @@ ARTIFACTS_DIR = b"artifacts"
 #: Email written for every actor: git wants one, perfledger identifies actors by name only.
 ACTOR_EMAIL = b"perfledger"
 _SUMMARY_MAX = 100
-_TRAILER = re.compile(rb"^(Event-Id|Lamport|Idempotency-Key): (.+)$")
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,9 @@ def commit_message(envelope: Envelope, summary: str = "") -> bytes:
 
 def merge_message(parent_heads: tuple[str, ...]) -> bytes:
     """Return the message of a merge commit (it carries no event and no trailers)."""
-    return ("Merge divergent ledger heads\n\n" + "\n".join(f"Joins: {h}" for h in parent_heads) + "\n").encode()
+    return (
+        "Merge divergent ledger heads\n\n" + "\n".join(f"Joins: {h}" for h in parent_heads) + "\n"
+    ).encode()
 
 
 def actor_ident(actor: str) -> bytes:
@@ -106,7 +107,11 @@ def build_event_objects(
     tree = make_tree([(EVENT_FILE, event_blob.id)], dirs)
     objects.append(tree)
     commit = make_commit(
-        tree.id, parent_commits, actor_ident(envelope.actor), built.seconds, commit_message(envelope, built.summary)
+        tree.id,
+        parent_commits,
+        actor_ident(envelope.actor),
+        built.seconds,
+        commit_message(envelope, built.summary),
     )
     objects.append(commit)
     return commit, objects
@@ -125,20 +130,21 @@ def build_merge_commit(
     )
 
 
+_TRAILER_LINE = re.compile(rb"^(Event-Id|Lamport|Idempotency-Key): (.+)$", re.MULTILINE)
+
+
 def parse_trailers(message: bytes) -> dict[str, str]:
     """Return the perfledger trailers of a commit message (last paragraph only).
 
-    A trailer that appears twice keeps its first value and is reported by ``verify`` through the
-    mismatch it causes.
+    A trailer that appears twice keeps its first value; ``verify`` reports the mismatch it
+    causes.
     """
-    paragraphs = message.rstrip(b"\n").split(b"\n\n")
+    cut = message.rstrip(b"\n").rfind(b"\n\n")
+    if cut < 0:
+        return {}
     trailers: dict[str, str] = {}
-    if len(paragraphs) < 2:
-        return trailers
-    for line in paragraphs[-1].split(b"\n"):
-        match = _TRAILER.match(line)
-        if match:
-            trailers.setdefault(match.group(1).decode(), match.group(2).decode("utf-8", "replace"))
+    for key, value in _TRAILER_LINE.findall(message, cut + 2):
+        trailers.setdefault(key.decode(), value.decode("utf-8", "replace"))
     return trailers
 
 

@@ -39,22 +39,25 @@ MAX_PACKS = 6
 GEOMETRIC_FACTOR = 2
 
 
-def maybe_pack(store: GitStore, loose_written: int) -> int:
+def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple[int, int]:
     """Pack loose objects and merge packs when thresholds are crossed.
 
     Args:
         store: the git store.
         loose_written: loose objects this writer has written since it last packed.
-    Returns: the new count (0 after packing, unchanged when another process holds the lock).
+        packs_written: packs this writer has written (batches) since it last merged.
+    Returns: the new (loose_written, packs_written): reset after the work is done, unchanged when
+        another process holds the packing lock (it will be tried again on the next append).
     """
-    if loose_written < LOOSE_PACK_THRESHOLD:
-        return loose_written
+    if loose_written < LOOSE_PACK_THRESHOLD and packs_written < MAX_PACKS:
+        return loose_written, packs_written
     with _try_lock(store) as locked:
         if not locked:
-            return loose_written
-        pack_loose(store)
+            return loose_written, packs_written
+        if loose_written >= LOOSE_PACK_THRESHOLD:
+            pack_loose(store)
         merge_packs(store)
-    return 0
+    return 0, 0
 
 
 @contextlib.contextmanager

@@ -27,11 +27,14 @@ _NAME_TYPES = {v: k for k, v in _TYPE_NAMES.items()}
 _OFS_DELTA, _REF_DELTA = 6, 7
 
 
+_PACK_SHIFT = 40
+_OFFSET_MASK = (1 << _PACK_SHIFT) - 1
+
+
 @dataclass
 class _PackMap:
     path: str
     data: mmap.mmap
-    offsets: dict[bytes, int]
 
 
 class ObjectReader:
@@ -45,6 +48,8 @@ class ObjectReader:
         self._store = object_store
         self._objects_dir = os.fspath(object_store.path)
         self._packs: list[_PackMap] = []
+        # binary sha -> (pack number << 40) | offset, over every mapped pack
+        self._where: dict[bytes, int] = {}
         pack_dir = os.path.join(self._objects_dir, "pack")
         try:
             names = sorted(os.listdir(pack_dir))
@@ -63,7 +68,10 @@ class ObjectReader:
                 size = os.fstat(f.fileno()).st_size
                 data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
             if data is not None:
-                self._packs.append(_PackMap(base + ".pack", data, offsets))
+                number = len(self._packs)
+                self._packs.append(_PackMap(base + ".pack", data))
+                for name_sha, offset in offsets.items():
+                    self._where.setdefault(name_sha, (number << _PACK_SHIFT) | offset)
 
     def close(self) -> None:
         """Unmap the packs."""
@@ -79,16 +87,14 @@ class ObjectReader:
         Raises: IntegrityError when the object is missing or its content does not hash to its
             name (a rewritten object).
         """
-        for pack in self._packs:
-            offset = pack.offsets.get(sha)
-            if offset is not None:
-                result = _read_packed(pack.data, offset)
-                if result is None:  # a delta: let dulwich resolve it
-                    break
-                type_num, raw = result
+        where = self._where.get(sha)
+        if where is not None:
+            result = _read_packed(self._packs[where >> _PACK_SHIFT].data, where & _OFFSET_MASK)
+            if result is not None:
                 if check:
-                    _check_sha(sha, type_num, raw)
-                return type_num, raw
+                    _check_sha(sha, *result)
+                return result
+            # a delta entry: dulwich resolves it below
         else:
             loose = self._read_loose(sha)
             if loose is not None:
@@ -150,11 +156,11 @@ def _read_packed(data: mmap.mmap, offset: int) -> tuple[int, bytes] | None:
         pos += 1
     if type_num in (_OFS_DELTA, _REF_DELTA):
         return None
-    inflater = zlib.decompressobj()
-    # A zlib stream of n bytes is at most n + 5 bytes per 16 KiB block + 11 bytes of framing.
+    # A zlib stream of n bytes is at most n + 5 bytes per 16 KiB block + 11 bytes of framing;
+    # zlib.decompress ignores what follows the stream (the next entry).
     window = size + (size // 16384 + 1) * 5 + 64
     try:
-        raw = inflater.decompress(data[pos : pos + window], size + 1)
+        raw = zlib.decompress(data[pos : pos + window], 15, size or 1)
     except zlib.error:
         raise IntegrityError(f"pack entry at offset {offset} is not a valid zlib stream") from None
     if len(raw) != size:

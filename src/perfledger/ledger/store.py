@@ -47,6 +47,7 @@ from perfledger.ledger.base import (
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
@@ -55,7 +56,6 @@ from perfledger.ledger.objects import (
     build_merge_commit,
     commit_info,
 )
-from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader
 
@@ -113,6 +113,7 @@ class GitStore:
         self._index_loaded = False
         self._unsaved = 0
         self._loose_written = 0
+        self._packs_written = 0
 
     # ------------------------------------------------------------------ opening
 
@@ -149,7 +150,9 @@ class GitStore:
             repo = Repo.init_bare(path) if bare else Repo.init(path)
             repo.refs.set_symbolic_ref(b"HEAD", LEDGER_REF)
         if LEDGER_REF in repo.refs:
-            raise BadRequest(f"{path} already holds a ledger", hint="use it, or choose another path")
+            raise BadRequest(
+                f"{path} already holds a ledger", hint="use it, or choose another path"
+            )
         config = repo.get_config()
         config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
         config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
@@ -267,7 +270,9 @@ class GitStore:
             if len(matches) == 1:
                 return self._by_event[matches[0]]
             if len(matches) > 1:
-                raise BadRequest(f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)")
+                raise BadRequest(
+                    f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)"
+                )
         raise BadRequest(f"no event {event_id!r} in this ledger")
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
@@ -452,7 +457,8 @@ class GitStore:
             if existing is not None:
                 return existing
             envelopes, objects, new_head, entries = self._build_chain(head, drafts)
-            self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
+            batch = len(drafts) >= PACK_BATCH_THRESHOLD
+            self._write_objects(objects, batch=batch)
             if self._compare_and_swap(head, new_head):
                 for sha, entry in entries:
                     self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
@@ -461,9 +467,7 @@ class GitStore:
                 if self._unsaved >= _INDEX_SAVE_EVERY:
                     with contextlib.suppress(OSError):
                         self._save_index()
-                if not self._pack_batch_written:
-                    self._loose_written += len(objects)
-                self._loose_written = maybe_pack(self, self._loose_written)
+                self._after_write(objects, batch)
                 return envelopes
             time.sleep(random.uniform(0, 0.0005 * min(attempt + 1, 20)))
         raise ConcurrentAppend(
@@ -471,7 +475,15 @@ class GitStore:
             hint="retry later; the ledger is unchanged",
         )
 
-    _pack_batch_written = False
+    def _after_write(self, objects: list[RawObject], batch: bool) -> None:
+        """Keep packing bounded: count loose objects written, and packs written by batches."""
+        if batch:
+            self._packs_written += 1
+        else:
+            self._loose_written += len(objects)
+        self._loose_written, self._packs_written = maybe_pack(
+            self, self._loose_written, self._packs_written
+        )
 
     def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
         found: list[Envelope] = []
@@ -519,14 +531,16 @@ class GitStore:
             objects.extend(objs)
             envelopes.append(envelope)
             entries.append(
-                (commit.id, _IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key))
+                (
+                    commit.id,
+                    _IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key),
+                )
             )
             parents = (envelope.id,)
             parent_commit = commit.id
         return envelopes, objects, parent_commit, entries
 
     def _write_objects(self, objects: list[RawObject], *, batch: bool) -> None:
-        self._pack_batch_written = batch
         if batch:
             write_pack(os.path.join(self._objects_dir, "pack"), objects)
         else:
@@ -643,7 +657,9 @@ class GitStore:
 
     # ------------------------------------------------------------------ low level (tests, sync)
 
-    def build_on(self, parent_commit: bytes, drafts: Sequence[EventDraft]) -> tuple[list[Envelope], bytes]:
+    def build_on(
+        self, parent_commit: bytes, drafts: Sequence[EventDraft]
+    ) -> tuple[list[Envelope], bytes]:
         """Write ``drafts`` as a chain of event commits on ``parent_commit`` without moving the
         ledger ref (for sync, and for tests that build divergent branches).
 
@@ -651,7 +667,9 @@ class GitStore:
         """
         self._catch_up(parent_commit)
         envelopes, objects, new_head, entries = self._build_chain(parent_commit, list(drafts))
-        self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
+        batch = len(drafts) >= PACK_BATCH_THRESHOLD
+        self._write_objects(objects, batch=batch)
+        self._after_write(objects, batch)
         for sha, entry in entries:
             self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
         return envelopes, new_head

@@ -21,6 +21,7 @@ total order, so a caller can fold the state while verifying (one pass).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,7 +99,25 @@ class _Commit:
     message: bytes
 
 
+_PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
+_COMMIT_FAST = re.compile(
+    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author ([^\n]*)\ncommitter ([^\n]*)\n\n"
+)
+
+
 def _parse_commit(sha: bytes, raw: bytes) -> _Commit:
+    fast = _COMMIT_FAST.match(raw)
+    if fast is not None:  # the layout perfledger writes: one regex match
+        parents = fast.group(2)
+        return _Commit(
+            bytes.fromhex(fast.group(1).decode()),
+            tuple(
+                bytes.fromhex(parents[i + 7 : i + 47].decode()) for i in range(0, len(parents), 48)
+            ),
+            fast.group(3),
+            fast.group(4),
+            raw[fast.end() :],
+        )
     header, sep, message = raw.partition(b"\n\n")
     if not sep:
         raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
@@ -191,7 +210,9 @@ def _verify(
             continue
         type_num, raw = reader.read(sha)
         if type_num != COMMIT:
-            raise IntegrityError(f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex())
+            raise IntegrityError(
+                f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
+            )
         commit = _parse_commit(sha, raw)
         trailers = parse_trailers(commit.message)
         event_id = trailers.get("Event-Id")
@@ -239,7 +260,9 @@ def _verify(
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
 
     dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
-    order = sorted((node.lamport, node.event_id, sha) for sha, node in nodes.items() if node.event_id)
+    order = sorted(
+        (node.lamport, node.event_id, sha) for sha, node in nodes.items() if node.event_id
+    )
 
     # ---- pass 2: every event, in the total order ------------------------------------------
     for _lamport, event_id, sha in order:
@@ -275,14 +298,21 @@ def _verify_event(
     type_num, tree_raw = reader.read(commit.tree)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")
-    try:
-        entries = {name: (mode, bytes.fromhex(h.decode())) for name, mode, h in parse_tree(tree_raw, 20, strict=True)}
-    except (ObjectFormatException, ValueError) as exc:
-        raise _fail(f"its tree is malformed: {exc}") from None
+    if len(tree_raw) == len(_PLAIN_TREE_PREFIX) + 20 and tree_raw.startswith(_PLAIN_TREE_PREFIX):
+        # the common case, an event without artifacts: one entry, event.json
+        entries = {EVENT_FILE: (0o100644, tree_raw[len(_PLAIN_TREE_PREFIX) :])}
+    else:
+        try:
+            entries = {
+                name: (mode, bytes.fromhex(h.decode()))
+                for name, mode, h in parse_tree(tree_raw, 20, strict=True)
+            }
+        except (ObjectFormatException, ValueError) as exc:
+            raise _fail(f"its tree is malformed: {exc}") from None
     extra = set(entries) - {EVENT_FILE, ARTIFACTS_DIR}
-    if extra or EVENT_FILE not in entries:
+    if extra or EVENT_FILE not in entries or entries[EVENT_FILE][0] != 0o100644:
         raise _fail(
-            "its tree must hold event.json and optionally artifacts/, found "
+            "its tree must hold event.json (a regular file) and optionally artifacts/, found "
             + ", ".join(sorted(n.decode(errors="replace") for n in entries))
         )
     type_num, data = reader.read(entries[EVENT_FILE][1])
@@ -370,12 +400,19 @@ def _verify_event(
         type_num, art_raw = reader.read(entries[ARTIFACTS_DIR][1])
         if type_num != TREE:
             raise _fail("artifacts/ is not a tree")
-        art = {name.decode(): bytes.fromhex(h.decode()) for name, _, h in parse_tree(art_raw, 20, strict=True)}
+        art = {
+            name.decode(): bytes.fromhex(h.decode())
+            for name, _, h in parse_tree(art_raw, 20, strict=True)
+        }
         if set(art) != set(digests):
             raise _fail("artifacts/ does not hold exactly the declared artifacts")
         for digest, blob_sha in art.items():
             type_num, blob = reader.read(blob_sha)
             ref = digests[digest]
-            if type_num != BLOB or len(blob) != ref.size or blake3.blake3(blob).hexdigest() != digest:
+            if (
+                type_num != BLOB
+                or len(blob) != ref.size
+                or blake3.blake3(blob).hexdigest() != digest
+            ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
     return RecordedEvent(envelope, payload)
