@@ -24,6 +24,7 @@ from perfledger.ledger.base import (
     build_envelope,
     check_batch_keys,
 )
+from perfledger.ledger.order import in_total_order
 
 
 class MemoryStore:
@@ -133,7 +134,7 @@ class MemoryStore:
         """Yield every event in the total order (lamport, id)."""
         with self._lock:
             events = list(self._events)
-        yield from sorted(events, key=lambda e: (e.lamport, e.id))
+        yield from in_total_order((e.lamport, e.id, e) for e in events)
 
     def get_event(self, event_id: str) -> Envelope:
         """Return the event ``event_id``; BadRequest when absent."""

@@ -56,6 +56,7 @@ from perfledger.ledger.objects import (
     build_merge_commit,
     commit_info,
 )
+from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader
 
@@ -312,13 +313,11 @@ class GitStore:
     def ordered_commits(self) -> list[bytes]:
         """Return the event commits reachable from the head, in the total order (lamport, id)."""
         self._catch_up(self.read_head())
-        items = [
+        return in_total_order(
             (entry.lamport, entry.event_id, sha)
             for sha, entry in self._commits.items()
             if entry.event_id is not None
-        ]
-        items.sort()
-        return [sha for _, _, sha in items]
+        )
 
     def iter_events(self) -> Iterator[Envelope]:
         """Yield every event in the deterministic total order: by (lamport, id).

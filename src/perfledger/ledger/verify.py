@@ -49,6 +49,7 @@ from perfledger.ledger.objects import (
     actor_ident,
     parse_trailers,
 )
+from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
@@ -260,8 +261,10 @@ def _verify(
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
 
     dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
-    order = sorted(
-        (node.lamport, node.event_id, sha) for sha, node in nodes.items() if node.event_id
+    order = in_total_order(
+        (node.lamport, node.event_id, (node.lamport, node.event_id, sha))
+        for sha, node in nodes.items()
+        if node.event_id
     )
 
     # ---- pass 2: every event, in the total order ------------------------------------------
