@@ -150,6 +150,11 @@ class Ledger:
         for envelope in self.store.iter_events():
             yield recorded(envelope)
 
+    def events_at(self, head: str) -> Iterator[RecordedEvent]:
+        """Yield the events reachable from commit ``head`` in the total order."""
+        for envelope in self.store.iter_events(head.encode()):
+            yield recorded(envelope)
+
     def get(self, event_id: str) -> Envelope:
         """Return the event with ``event_id`` (full id or unique prefix of >= 4 characters)."""
         return self.store.get_event(event_id)
@@ -190,13 +195,16 @@ class Ledger:
         return f"{__version__}/{CACHE_FORMAT}/{self.projection.name}:{self.projection.version}"
 
     def state(self) -> Any:
-        """Return the projection's state at the current head.
+        """Return the projection's state at the current head (see :meth:`state_at`)."""
+        return self.state_at(self.head())
+
+    def state_at(self, head: str) -> Any:
+        """Return the projection's state at commit ``head`` (hex) of the ledger branch.
 
         Uses the derived cache when its key matches the head; folds only the new events when the
         head moved linearly past the cached one (and every new event sorts after the cached
         ones); refolds from zero otherwise. The result is saved back to the cache.
         """
-        head = self.head()
         code_version = self._code_version()
         derived = self.store.derived_dir
         snapshot = load_snapshot(derived, self.projection.name, code_version)
@@ -204,7 +212,7 @@ class Ledger:
         if snapshot is not None:
             if snapshot.head == head:
                 return msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type)
-            new = self.store.commits_since(snapshot.head.encode())
+            new = self.store.commits_since(snapshot.head.encode(), head.encode())
             if new is not None:
                 state = msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type)
                 count, last = snapshot.count, (snapshot.last_lamport, snapshot.last_id)
@@ -218,7 +226,7 @@ class Ledger:
         if state is None:
             state = self.projection.initial()
             count, last = 0, (0, "")
-            for event in self.events():
+            for event in self.events_at(head):
                 state = self.projection.evolve(state, event)
                 count, last = count + 1, (event.envelope.lamport, event.envelope.id)
         snapshot = Snapshot(head, code_version, count, *last, msgspec.msgpack.encode(state))

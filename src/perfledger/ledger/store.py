@@ -310,24 +310,36 @@ class GitStore:
         event_id = self._keys.get(key)
         return None if event_id is None else self.get_event(event_id)
 
-    def ordered_commits(self) -> list[bytes]:
-        """Return the event commits reachable from the head, in the total order (lamport, id)."""
-        self._catch_up(self.read_head())
-        return in_total_order(
-            (entry.lamport, entry.event_id, sha)
-            for sha, entry in self._commits.items()
-            if entry.event_id is not None
-        )
+    def ordered_commits(self, head: bytes | None = None) -> list[bytes]:
+        """Return the event commits reachable from ``head`` (default: the current head), in the
+        total order (lamport, id)."""
+        head = head or self.read_head()
+        self._catch_up(head)
+        # Walk from the head: the index may also hold commits that are not (or no longer)
+        # reachable from it (a branch built but not yet merged, a ref moved by hand).
+        reachable: list[tuple[int, str, bytes]] = []
+        stack, seen = [head], set()
+        while stack:
+            sha = stack.pop()
+            if sha in seen:
+                continue
+            seen.add(sha)
+            entry = self._commits[sha]
+            if entry.event_id is not None:
+                reachable.append((entry.lamport, entry.event_id, sha))
+            stack.extend(entry.parents)
+        return in_total_order(reachable)
 
-    def iter_events(self) -> Iterator[Envelope]:
-        """Yield every event in the deterministic total order: by (lamport, id).
+    def iter_events(self, head: bytes | None = None) -> Iterator[Envelope]:
+        """Yield every event reachable from ``head`` (default: the current head) in the
+        deterministic total order: by (lamport, id).
 
         Lamport clocks strictly increase along every edge (checked by verify), so this order is
         topological; ties between concurrent events are broken by id, never by wall-clock time.
         """
         reader = ObjectReader(self.repo.object_store)
         try:
-            for sha in self.ordered_commits():
+            for sha in self.ordered_commits(head):
                 yield self._read_envelope_fast(reader, sha)
         finally:
             reader.close()
@@ -701,11 +713,11 @@ class GitStore:
             self._catch_up(new)
         return ok
 
-    def commits_since(self, old_head: bytes) -> list[bytes] | None:
-        """Return the event commits between ``old_head`` (exclusive) and the current head, oldest
-        first, when the head descends from ``old_head`` through single-parent commits only;
-        None otherwise (a merge on the way, or ``old_head`` not an ancestor)."""
-        head = self.read_head()
+    def commits_since(self, old_head: bytes, head: bytes | None = None) -> list[bytes] | None:
+        """Return the event commits between ``old_head`` (exclusive) and ``head`` (default: the
+        current head), oldest first, when ``head`` descends from ``old_head`` through
+        single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
+        head = head or self.read_head()
         self._catch_up(head)
         chain: list[bytes] = []
         sha = head
