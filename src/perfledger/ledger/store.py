@@ -23,6 +23,7 @@ import fcntl
 import os
 import random
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -101,6 +102,9 @@ class GitStore:
 
     def __init__(self, repo: Repo) -> None:
         self.repo = repo
+        # Close the repository's packs when the store is collected or at interpreter exit, so
+        # that a caller who forgets close() gets no noise from dulwich's finalizers.
+        self._finalizer = weakref.finalize(self, repo.close)
         self.path = repo.path
         self.controldir = repo.controldir()
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
@@ -216,7 +220,7 @@ class GitStore:
         """Save the derived index if it grew, and release the repository's files."""
         with contextlib.suppress(OSError):
             self._save_index()
-        self.repo.close()
+        self._finalizer()
 
     def __enter__(self) -> GitStore:
         return self
