@@ -16,7 +16,7 @@ import msgspec
 from perfledger import __version__
 from perfledger.errors import NotALedger
 from perfledger.events.envelope import Envelope
-from perfledger.events.kinds import RecordedEvent, recorded
+from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
 from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_snapshot
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
@@ -192,7 +192,10 @@ class Ledger:
     # -- state ---------------------------------------------------------------------------------
 
     def _code_version(self) -> str:
-        return f"{__version__}/{CACHE_FORMAT}/{self.projection.name}:{self.projection.version}"
+        return (
+            f"{__version__}/{CACHE_FORMAT}/{self.projection.name}:{self.projection.version}/"
+            f"{kinds_fingerprint()}"
+        )
 
     def state(self) -> Any:
         """Return the projection's state at the current head (see :meth:`state_at`)."""

@@ -8,13 +8,18 @@ format version.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
+import uuid
 from typing import Any
 
 import msgspec
 
 from perfledger.errors import CanonicalEncodingError
 
+_REFUSED_TYPES = (bytes, bytearray, memoryview, datetime.datetime, datetime.date, datetime.time,
+                  datetime.timedelta, uuid.UUID, decimal.Decimal)  # fmt: skip
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 #: The msgspec encoder of canonical JSON (keys sorted); feed it checked builtins only.
@@ -89,9 +94,12 @@ def to_canonical_value(value: Any) -> Any:
         unsupported types.
     """
     try:
-        builtins = msgspec.to_builtins(value, order="sorted")
+        # Types msgspec would silently turn into strings (bytes as base64, datetimes, UUIDs,
+        # decimals) are passed through so that the check below refuses them: canonical JSON
+        # never guesses an encoding, and a bytes key could otherwise collide with a str key.
+        builtins = msgspec.to_builtins(value, order="sorted", builtin_types=_REFUSED_TYPES)
     except (TypeError, ValueError) as exc:
-        raise CanonicalEncodingError(f"value cannot be encoded: {exc}") from exc
+        raise CanonicalEncodingError(f"value cannot be encoded: {exc}") from None
     _check(builtins, "$")
     return builtins
 
@@ -104,7 +112,14 @@ def canonical_bytes(value: Any) -> bytes:
     Returns: the canonical UTF-8 bytes.
     Raises: CanonicalEncodingError as :func:`to_canonical_value`.
     """
-    return canonical_encoder.encode(to_canonical_value(value))
+    checked = to_canonical_value(value)
+    try:
+        return canonical_encoder.encode(checked)
+    except UnicodeEncodeError as exc:
+        raise CanonicalEncodingError(
+            f"text is not valid Unicode (lone surrogate at position {exc.start})",
+            hint="pass valid UTF-8 text; undecodable bytes belong in an artifact",
+        ) from None
 
 
 def decode_json(data: bytes) -> Any:

@@ -79,6 +79,15 @@ def registered_kinds() -> dict[str, KindSpec]:
     return dict(_REGISTRY)
 
 
+def kinds_fingerprint() -> str:
+    """Return a short hash of every registered kind and its schema version: part of the state
+    cache key, so that a new schema version or kind invalidates cached folds."""
+    import blake3
+
+    text = ";".join(f"{k}={spec.version}" for k, spec in sorted(_REGISTRY.items()))
+    return blake3.blake3(text.encode()).hexdigest()[:16]
+
+
 def validate_payload(kind: str, payload: Any) -> tuple[Any, dict[str, Any]]:
     """Validate a current-version payload (a Struct of the kind's type, or builtins).
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import blake3
 
-from perfledger.errors import BadRequest
+from perfledger.errors import BadRequest, CanonicalEncodingError
 from perfledger.events.canonical import canonical_encoder, to_canonical_value
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
@@ -26,6 +26,8 @@ from perfledger.events.envelope import (
 )
 from perfledger.events.kinds import get_kind, validate_payload
 
+#: The kind of the one root event every ledger starts with.
+ROOT_KIND = "LedgerInitialized"
 #: Attempts :meth:`EventStore.transact` makes before raising ConcurrentAppend.
 DEFAULT_MAX_ATTEMPTS = 64
 
@@ -119,6 +121,11 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
         CanonicalEncodingError (a BadRequest) for NaN/Inf anywhere.
     """
     spec = get_kind(draft.kind)
+    if draft.kind == ROOT_KIND and (parents or lamport != 1):
+        raise BadRequest(
+            f"{ROOT_KIND} is the root event; a ledger has exactly one",
+            hint="create a new ledger with `perfledger init` instead",
+        )
     struct, payload = validate_payload(draft.kind, draft.payload)
     refs: dict[str, dict[str, Any]] = {}
     blobs: dict[str, bytes] = {}
@@ -154,9 +161,14 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
     body["payload"] = to_canonical_value(payload)
     body["request"] = to_canonical_value(draft.request)
     value = body
-    event_id = blake3.blake3(EVENT_ID_DOMAIN + canonical_encoder.encode(value)).hexdigest()
-    value["id"] = event_id
-    data = canonical_encoder.encode(value)
+    try:
+        event_id = blake3.blake3(EVENT_ID_DOMAIN + canonical_encoder.encode(value)).hexdigest()
+        value["id"] = event_id
+        data = canonical_encoder.encode(value)
+    except UnicodeEncodeError as exc:
+        raise CanonicalEncodingError(
+            f"text is not valid Unicode (lone surrogate at position {exc.start})"
+        ) from None
     envelope = decode_envelope(data)
     try:
         summary = spec.summary(struct)

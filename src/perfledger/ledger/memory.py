@@ -15,7 +15,7 @@ import blake3
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import Envelope
-from perfledger.events.kinds import LedgerInitialized
+from perfledger.events.kinds import LedgerInitialized, validate_payload
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
     Decide,
@@ -106,10 +106,13 @@ class MemoryStore:
                 missing += 1
                 continue
             envelope = self._by_id[event_id]
-            if envelope.kind != draft.kind or (
-                draft.request is not None
-                and canonical_bytes(envelope.request) != canonical_bytes(draft.request)
-            ):
+            stored = envelope.request if draft.request is not None else envelope.payload
+            offered = (
+                draft.request
+                if draft.request is not None
+                else validate_payload(draft.kind, draft.payload)[1]
+            )
+            if envelope.kind != draft.kind or canonical_bytes(stored) != canonical_bytes(offered):
                 raise BadRequest(
                     f"idempotency key {draft.idempotency_key!r} was already used for a different "
                     f"request (event {event_id})"

@@ -24,20 +24,21 @@ import os
 import random
 import time
 import weakref
+import zlib
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import blake3
 import msgspec
-from dulwich.errors import NotGitRepository
+from dulwich.errors import ChecksumMismatch, NotGitRepository, ObjectFormatException
 from dulwich.file import FileLocked
 from dulwich.objects import Commit, Tree, parse_tree
 from dulwich.repo import Repo
 
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, NotALedger
 from perfledger.events.envelope import Envelope, decode_envelope
-from perfledger.events.kinds import LedgerInitialized
+from perfledger.events.kinds import LedgerInitialized, validate_payload
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
     Decide,
@@ -71,6 +72,8 @@ DERIVED_DIR = "perfledger"
 PACK_BATCH_THRESHOLD = 8
 #: A ref lock file older than this (seconds) while we hold the append lock is a dead writer's.
 STALE_LOCK_S = 1.0
+#: Lost races tolerated before a writer decides and writes under the writers' lock.
+OPTIMISTIC_ATTEMPTS = 3
 _INDEX_FILE = "index-v1.msgpack"
 _INDEX_SAVE_EVERY = 256
 
@@ -110,14 +113,20 @@ class GitStore:
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
         self._objects_dir = os.path.join(self.controldir, "objects")
         # Derived index of the commits reachable from self._indexed_head.
+        # Every commit read or written (structure only; may include unmerged branches) ...
         self._commits: dict[bytes, _IndexEntry] = {}
+        # ... and the subset reachable from self._indexed_head, whose events are visible.
+        self._reachable: set[bytes] = set()
         self._by_event: dict[str, bytes] = {}
         self._keys: dict[str, str] = {}
-        self._dag = EventHeads(self._node, self._by_event.__getitem__)
+        # event id -> commit for every known commit (structure; includes unmerged branches)
+        self._all_events: dict[str, bytes] = {}
+        self._dag = EventHeads(self._node, self._all_events.__getitem__)
         self._indexed_head: bytes | None = None
         self._index_loaded = False
         self._unsaved = 0
         self._loose_written = 0
+        self._lock_depth = 0
         self._packs_written = 0
 
     # ------------------------------------------------------------------ opening
@@ -252,6 +261,12 @@ class GitStore:
             except KeyError:
                 if attempt == 0:
                     store._update_pack_cache()  # a concurrent repack moved it into a new pack
+            except (ChecksumMismatch, ObjectFormatException, zlib.error, ValueError) as exc:
+                raise IntegrityError(
+                    f"git object {sha.decode()} is corrupt: {exc}",
+                    commit=sha.decode(),
+                    hint="run `perfledger verify`; restore the ledger from a clone",
+                ) from None
         raise IntegrityError(f"git object {sha.decode()} is missing", commit=sha.decode())
 
     def head_view(self) -> HeadView:
@@ -459,36 +474,47 @@ class GitStore:
             races; whatever ``decide`` raises (a refusal, say), with nothing appended.
         """
         for attempt in range(max_attempts):
-            head = self.read_head()
-            self._catch_up(head)
-            view = HeadView(
-                head.decode(), self._event_heads(head), self._lamport_of(head), len(self._by_event)
-            )
-            drafts = list(decide(view))
-            if not drafts:
-                return []
-            check_batch_keys(drafts)
-            existing = self._idempotent_replay(drafts)
-            if existing is not None:
-                return existing
-            envelopes, objects, new_head, entries = self._build_chain(head, drafts)
-            batch = len(drafts) >= PACK_BATCH_THRESHOLD
-            self._write_objects(objects, batch=batch)
-            if self._compare_and_swap(head, new_head):
-                for sha, entry in entries:
-                    self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
-                self._indexed_head = new_head
-                self._unsaved += len(entries)
-                if self._unsaved >= _INDEX_SAVE_EVERY:
-                    with contextlib.suppress(OSError):
-                        self._save_index()
-                self._after_write(objects, batch)
-                return envelopes
+            # Optimistic first; after a few lost races, decide and write while holding the
+            # writers' lock, so that a writer under heavy contention is guaranteed to progress.
+            pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
+            with self._append_lock() if pessimistic else contextlib.nullcontext():
+                result = self._attempt(decide)
+            if result is not None:
+                return result
             time.sleep(random.uniform(0, 0.0005 * min(attempt + 1, 20)))
         raise ConcurrentAppend(
             f"could not append after {max_attempts} attempts: other writers kept moving the ledger",
             hint="retry later; the ledger is unchanged",
         )
+
+    def _attempt(self, decide: Decide) -> list[Envelope] | None:
+        """One decide-write-swap round; None when the compare-and-swap lost a race."""
+        head = self.read_head()
+        self._catch_up(head)
+        view = HeadView(
+            head.decode(), self._event_heads(head), self._lamport_of(head), len(self._by_event)
+        )
+        drafts = list(decide(view))
+        if not drafts:
+            return []
+        check_batch_keys(drafts)
+        existing = self._idempotent_replay(drafts)
+        if existing is not None:
+            return existing
+        envelopes, objects, new_head, entries = self._build_chain(head, drafts)
+        batch = len(drafts) >= PACK_BATCH_THRESHOLD
+        self._write_objects(objects, batch=batch)
+        if not self._compare_and_swap(head, new_head):
+            return None
+        for sha, entry in entries:
+            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+        self._indexed_head = new_head
+        self._unsaved += len(entries)
+        if self._unsaved >= _INDEX_SAVE_EVERY:
+            with contextlib.suppress(OSError):
+                self._save_index()
+        self._after_write(objects, batch)
+        return envelopes
 
     def _after_write(self, objects: list[RawObject], batch: bool) -> None:
         """Keep packing bounded: count loose objects written, and packs written by batches."""
@@ -510,8 +536,12 @@ class GitStore:
                 missing += 1
                 continue
             envelope = self.get_event(event_id)
-            if envelope.kind != draft.kind or (
-                draft.request is not None and _canon(envelope.request) != _canon(draft.request)
+            if envelope.kind != draft.kind or _canon(
+                envelope.request if draft.request is not None else envelope.payload
+            ) != _canon(
+                draft.request
+                if draft.request is not None
+                else validate_payload(draft.kind, draft.payload)[1]
             ):
                 raise BadRequest(
                     f"idempotency key {key!r} was already used for a different request "
@@ -565,17 +595,37 @@ class GitStore:
         """Write loose objects, each fsynced, then fsync every fan-out directory touched."""
         write_loose(self._objects_dir, objects)
 
-    def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
-        """Move the ledger ref from ``expected`` to ``new``; False on a lost race.
+    @contextlib.contextmanager
+    def _append_lock(self) -> Iterator[None]:
+        """Hold the writers' advisory ``flock`` (re-entrant within this store).
 
-        Writers serialize on an advisory ``flock`` (released by the kernel when a writer dies),
-        so a ref lock file found while holding it belongs to a dead perfledger writer or to a
-        git process; one older than :data:`STALE_LOCK_S` is removed.
+        The kernel releases it when a writer dies, so a ref lock file found while holding it
+        belongs to a dead perfledger writer or to a git process.
         """
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
         os.makedirs(self.derived_dir, exist_ok=True)
         fd = os.open(os.path.join(self.derived_dir, "append.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
+        """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
+        lost race. A ref lock file older than :data:`STALE_LOCK_S` (a killed writer's) is
+        removed first."""
+        with self._append_lock():
             refpath = self.repo.refs.refpath(LEDGER_REF)
             lock = os.fsencode(refpath) + b".lock"
             with contextlib.suppress(FileNotFoundError):
@@ -588,19 +638,25 @@ class GitStore:
             if ok:
                 fsync_dir(os.path.dirname(refpath))
             return ok
-        finally:
-            os.close(fd)
 
     # ------------------------------------------------------------------ derived index
 
     def _index_commit(
         self, sha: bytes, event_id: str | None, lamport: int, parents: list[bytes], key: str | None
     ) -> None:
+        """Record a commit that is reachable from the ledger ref (its event becomes visible)."""
         self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
-        if event_id is not None:
-            self._by_event[event_id] = sha
-        if key is not None and event_id is not None:
-            self._keys.setdefault(key, event_id)
+        self._mark_reachable(sha)
+
+    def _mark_reachable(self, sha: bytes) -> None:
+        entry = self._commits[sha]
+        if entry.event_id is not None:
+            self._all_events[entry.event_id] = sha
+        self._reachable.add(sha)
+        if entry.event_id is not None:
+            self._by_event[entry.event_id] = sha
+            if entry.key is not None:
+                self._keys.setdefault(entry.key, entry.event_id)
 
     def _index_path(self) -> str:
         return os.path.join(self.derived_dir, _INDEX_FILE)
@@ -612,10 +668,11 @@ class GitStore:
                 data = msgspec.msgpack.decode(f.read(), type=_IndexFile)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
             return
-        if data.head not in self.repo.object_store:
+        if data.head not in data.commits or data.head not in self.repo.object_store:
             return
-        for sha, entry in data.commits.items():
-            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+        self._commits.update(data.commits)
+        for sha in data.commits:
+            self._mark_reachable(sha)
         self._indexed_head = data.head
         self._unsaved = 0
 
@@ -623,45 +680,83 @@ class GitStore:
         if self._indexed_head is None or self._unsaved == 0:
             return
         os.makedirs(self.derived_dir, exist_ok=True)
-        payload = msgspec.msgpack.encode(_IndexFile(self._indexed_head, self._commits))
+        reachable = {sha: self._commits[sha] for sha in self._reachable}
+        payload = msgspec.msgpack.encode(_IndexFile(self._indexed_head, reachable))
         tmp = f"{self._index_path()}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(payload)
         os.replace(tmp, self._index_path())
         self._unsaved = 0
 
-    def _catch_up(self, head: bytes) -> None:
-        """Index every commit reachable from ``head`` that is not indexed yet."""
-        if not self._index_loaded:
-            self._load_index()
-        if head in self._commits:
-            self._indexed_head = head
-            return
-        stack = [head]
-        new: list[bytes] = []
-        seen: set[bytes] = set()
-        while stack:
-            sha = stack.pop()
-            if sha in self._commits or sha in seen:
-                continue
-            seen.add(sha)
+    def _entry(self, sha: bytes) -> _IndexEntry:
+        """Return the index entry of commit ``sha``, reading the commit when it is not known."""
+        entry = self._commits.get(sha)
+        if entry is None:
             commit = self.get_object(sha)
             if not isinstance(commit, Commit):
                 raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
             info = commit_info(commit)
-            self._commits[sha] = _IndexEntry(
-                info.event_id, info.lamport, list(info.parents), info.idempotency_key
-            )
+            entry = _IndexEntry(info.event_id, info.lamport, list(info.parents), info.idempotency_key)
+            self._commits[sha] = entry
+            if entry.event_id is not None:
+                self._all_events[entry.event_id] = sha
+        return entry
+
+    def _catch_up(self, head: bytes) -> None:
+        """Make the event maps describe exactly the commits reachable from ``head``.
+
+        The usual case (the ref moved forward) walks only the new commits, down to the previous
+        head. When the ref moved anywhere else (reset, rewritten by hand), the maps are rebuilt
+        so that an event no longer reachable is never visible.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        if head == self._indexed_head:
+            return
+        previous = self._indexed_head
+        if head in self._reachable:  # moved back or sideways inside what we knew
+            self._rebuild(head)
+            return
+        stack = [head]
+        new: list[bytes] = []
+        seen: set[bytes] = set()
+        met_previous = previous is None
+        while stack:
+            sha = stack.pop()
+            if sha in seen:
+                continue
+            if sha in self._reachable:
+                met_previous = met_previous or sha == previous
+                continue
+            seen.add(sha)
             new.append(sha)
-            stack.extend(info.parents)
+            stack.extend(self._entry(sha).parents)
+        if not met_previous:
+            self._rebuild(head)
+            return
         for sha in new:
-            entry = self._commits[sha]
-            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+            self._mark_reachable(sha)
         self._indexed_head = head
         self._unsaved += len(new)
 
+    def _rebuild(self, head: bytes) -> None:
+        """Recompute the reachable set and the event and key maps from ``head``."""
+        self._reachable.clear()
+        self._by_event.clear()
+        self._keys.clear()
+        stack = [head]
+        while stack:
+            sha = stack.pop()
+            if sha in self._reachable:
+                continue
+            entry = self._entry(sha)
+            self._mark_reachable(sha)
+            stack.extend(entry.parents)
+        self._indexed_head = head
+        self._unsaved += 1
+
     def _node(self, sha: bytes) -> CommitNode:
-        entry = self._commits[sha]
+        entry = self._entry(sha)
         return CommitNode(entry.event_id, entry.lamport, tuple(entry.parents))
 
     def _event_heads(self, sha: bytes) -> tuple[str, ...]:
@@ -680,13 +775,17 @@ class GitStore:
 
         Returns: (the envelopes, the last commit sha). Raises: as :meth:`transact`.
         """
-        self._catch_up(parent_commit)
+        if not self._index_loaded:
+            self._load_index()
+        self._entry(parent_commit)  # structure only: the maps of visible events stay as they are
         envelopes, objects, new_head, entries = self._build_chain(parent_commit, list(drafts))
         batch = len(drafts) >= PACK_BATCH_THRESHOLD
         self._write_objects(objects, batch=batch)
         self._after_write(objects, batch)
-        for sha, entry in entries:
-            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+        for sha, entry in entries:  # visible once the ref reaches them (set_head)
+            self._commits[sha] = entry
+            if entry.event_id is not None:
+                self._all_events[entry.event_id] = sha
         return envelopes, new_head
 
     def write_merge(self, commits: Sequence[bytes], *, actor: str = "perfledger") -> bytes:
@@ -698,8 +797,8 @@ class GitStore:
         parents = sorted(set(commits))
         if len(parents) < 2:
             raise BadRequest("a merge joins at least two distinct commits")
-        for sha in parents:
-            self._catch_up(sha)
+        if not self._index_loaded:
+            self._load_index()
         heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
         seconds = max(_now_seconds(), 0)
         merge = build_merge_commit(parents, heads, actor, seconds)

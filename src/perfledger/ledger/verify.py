@@ -329,7 +329,11 @@ def _verify_event(
         envelope = _envelope_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise _fail(f"event.json is not a valid envelope: {exc}") from None
-    if canonical_encoder.encode(envelope) != data:
+    try:
+        reencoded = canonical_encoder.encode(envelope)
+    except UnicodeEncodeError:
+        raise _fail("event.json holds text that is not valid Unicode") from None
+    if reencoded != data:
         raise _fail("event.json is not in canonical form (bytes were edited)")
     try:
         validate_envelope_fields(envelope)
