@@ -10,9 +10,11 @@ through dulwich.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
+import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,8 +111,20 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
             touched.add(objects_dir)
         header = _TYPE_NAMES[obj.type_num] + b" " + str(len(obj.raw)).encode() + b"\0"
         data = deflate(header + obj.raw)
-        with GitFile(path, "wb", mask=0o444, fsync=True) as f:
-            f.write(data)
+        # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed here
+        # leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
+        fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, path)  # same name, same bytes: replacing a concurrent copy is harmless
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         touched.add(directory)
     for directory in touched:
         fsync_dir(directory)

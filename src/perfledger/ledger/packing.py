@@ -125,11 +125,20 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
     if split < 2:
         return 0
     group = packs[:split]
-    count = sum(len(p) for p in group)
+    # An object can be in two packs (a writer killed between packing loose objects and deleting
+    # them; an object written loose again after it was packed): write it once, as git does.
+    unique: set[bytes] = set()
+    for pack in group:
+        unique.update(pack.index)  # hex shas
+    count = len(unique)
 
     def records() -> Iterator[UnpackedObject]:
+        written: set[bytes] = set()
         for pack in group:
             for obj in pack.iterobjects():
+                if obj.id in written:
+                    continue
+                written.add(obj.id)
                 yield full_unpacked_object(obj)
 
     object_store.fsync_object_files = True

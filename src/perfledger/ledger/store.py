@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import random
 import time
@@ -75,6 +76,7 @@ STALE_LOCK_S = 1.0
 #: Lost races tolerated before a writer decides and writes under the writers' lock.
 OPTIMISTIC_ATTEMPTS = 3
 _INDEX_FILE = "index-v1.msgpack"
+_log = logging.getLogger("perfledger")
 _INDEX_SAVE_EVERY = 256
 
 
@@ -517,14 +519,22 @@ class GitStore:
         return envelopes
 
     def _after_write(self, objects: list[RawObject], batch: bool) -> None:
-        """Keep packing bounded: count loose objects written, and packs written by batches."""
+        """Keep packing bounded: count loose objects written, and packs written by batches.
+
+        Runs after the ref moved: the append is committed, so a packing failure (a full disk,
+        say) is logged and retried on a later append, never reported as a failed append (a
+        caller retrying without an idempotency key would duplicate the event).
+        """
         if batch:
             self._packs_written += 1
         else:
             self._loose_written += len(objects)
-        self._loose_written, self._packs_written = maybe_pack(
-            self, self._loose_written, self._packs_written
-        )
+        try:
+            self._loose_written, self._packs_written = maybe_pack(
+                self, self._loose_written, self._packs_written
+            )
+        except Exception as exc:  # see the docstring
+            _log.warning("packing the ledger's objects failed (will retry): %s", exc)
 
     def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
         found: list[Envelope] = []
@@ -592,7 +602,10 @@ class GitStore:
             self._write_loose(objects)
 
     def _write_loose(self, objects: Sequence[RawObject]) -> None:
-        """Write loose objects, each fsynced, then fsync every fan-out directory touched."""
+        """Write loose objects, each fsynced, then fsync every fan-out directory touched.
+
+        An object that is already packed may be written loose again (a shared artifact); the
+        next pack merge keeps one copy."""
         write_loose(self._objects_dir, objects)
 
     @contextlib.contextmanager
@@ -629,7 +642,13 @@ class GitStore:
             refpath = self.repo.refs.refpath(LEDGER_REF)
             lock = os.fsencode(refpath) + b".lock"
             with contextlib.suppress(FileNotFoundError):
-                if time.time() - os.stat(lock).st_mtime > STALE_LOCK_S:
+                age_s = time.time() - os.stat(lock).st_mtime
+                if age_s <= STALE_LOCK_S:
+                    # a dead writer's lock (we hold the flock) or a short-lived git process's:
+                    # wait until it is stale instead of burning transact()'s retries on it
+                    time.sleep(STALE_LOCK_S - age_s + 0.01)
+                    age_s = time.time() - os.stat(lock).st_mtime
+                if age_s > STALE_LOCK_S:
                     os.unlink(lock)
             try:
                 ok = self.repo.refs.set_if_equals(LEDGER_REF, expected, new)
@@ -696,7 +715,9 @@ class GitStore:
             if not isinstance(commit, Commit):
                 raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
             info = commit_info(commit)
-            entry = _IndexEntry(info.event_id, info.lamport, list(info.parents), info.idempotency_key)
+            entry = _IndexEntry(
+                info.event_id, info.lamport, list(info.parents), info.idempotency_key
+            )
             self._commits[sha] = entry
             if entry.event_id is not None:
                 self._all_events[entry.event_id] = sha
