@@ -34,8 +34,11 @@ def find_ledger_path(explicit: str | os.PathLike[str] | None = None, cwd: str | 
 
     Raises: NotALedger when none is found.
     """
-    if explicit:
-        return os.fspath(explicit)
+    if explicit is not None:
+        path = os.fspath(explicit)
+        if not path:
+            raise NotALedger("--ledger was given an empty path", hint="pass the ledger's directory")
+        return path
     from_env = os.environ.get(LEDGER_ENV)
     if from_env:
         return from_env

@@ -323,7 +323,11 @@ class GitStore:
 
         Raises: BadRequest when absent or ambiguous.
         """
-        return self.read_envelope(self.event_commit(event_id))
+        envelope = self.read_envelope(self.event_commit(event_id))
+        if not envelope.id.startswith(event_id):
+            self._drop_index()  # a derived index pointing at the wrong commit
+            envelope = self.read_envelope(self.event_commit(event_id))
+        return envelope
 
     def find_by_idempotency_key(self, key: str) -> Envelope | None:
         """Return the event carrying idempotency key ``key``, or None."""
@@ -493,6 +497,7 @@ class GitStore:
         """One decide-write-swap round; None when the compare-and-swap lost a race."""
         head = self.read_head()
         self._catch_up(head)
+        self._check_index_at(head)
         view = HeadView(
             head.decode(), self._event_heads(head), self._lamport_of(head), len(self._by_event)
         )
@@ -759,6 +764,43 @@ class GitStore:
             self._mark_reachable(sha)
         self._indexed_head = head
         self._unsaved += len(new)
+
+    def _check_index_at(self, head: bytes) -> None:
+        """Cross-check the derived index against git where a new event takes its parents and
+        Lamport clock from: the head commit and, for a merge, the commits it joins. A derived
+        index that disagrees (edited, or stale in a way the key did not catch) is discarded and
+        rebuilt from the commits, so that derived data never changes what is written."""
+        todo = [head]
+        while todo:
+            sha = todo.pop()
+            entry = self._commits[sha]
+            commit = self.get_object(sha)
+            assert isinstance(commit, Commit)
+            info = commit_info(commit)
+            if (info.event_id, info.lamport, list(info.parents)) != (
+                entry.event_id,
+                entry.lamport if entry.event_id is not None else info.lamport,
+                entry.parents,
+            ):
+                _log.warning("the derived index disagrees with the ledger; rebuilding it")
+                self._drop_index()
+                self._catch_up(head)
+                return
+            if entry.event_id is None:
+                todo.extend(entry.parents)
+
+    def _drop_index(self) -> None:
+        """Forget every derived entry (in memory and on disk)."""
+        self._commits.clear()
+        self._reachable.clear()
+        self._by_event.clear()
+        self._keys.clear()
+        self._all_events.clear()
+        self._dag = EventHeads(self._node, self._all_events.__getitem__)
+        self._indexed_head = None
+        self._index_loaded = True
+        with contextlib.suppress(OSError):
+            os.unlink(self._index_path())
 
     def _rebuild(self, head: bytes) -> None:
         """Recompute the reachable set and the event and key maps from ``head``."""

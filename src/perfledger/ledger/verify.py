@@ -209,7 +209,10 @@ def _verify(
         sha = stack.pop()
         if sha in nodes:
             continue
-        type_num, raw = reader.read(sha)
+        try:
+            type_num, raw = reader.read(sha)
+        except IntegrityError as exc:
+            raise _name_claimed_event(reader, sha, exc) from None
         if type_num != COMMIT:
             raise IntegrityError(
                 f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
@@ -237,14 +240,15 @@ def _verify(
             lamport_text = trailers.get("Lamport", "")
             if not is_valid_event_id(event_id) or not lamport_text.isdigit():
                 raise IntegrityError(
-                    f"commit {sha.hex()} has a malformed Event-Id or Lamport trailer",
+                    f"event {event_id} (commit {sha.hex()}) has a malformed Event-Id or Lamport "
+                    "trailer",
                     commit=sha.hex(),
                     event_id=event_id,
                 )
             if len(commit.parents) > 1:
                 raise IntegrityError(
-                    f"event commit {sha.hex()} has {len(commit.parents)} parents; an event has "
-                    "at most one parent commit",
+                    f"event {event_id} (commit {sha.hex()}) has {len(commit.parents)} parent "
+                    "commits; an event has at most one",
                     commit=sha.hex(),
                     event_id=event_id,
                 )
@@ -272,13 +276,22 @@ def _verify(
         assert event_id is not None
         try:
             event = _verify_event(reader, sha, nodes[sha], dag, roots[0], format_version)
+        except _DagMismatch as exc:
+            # The event is placed wrongly relative to its parents. When a parent's own
+            # trailers disagree with its event.json (a forged Lamport trailer sorts it after
+            # this child), the parent is the tampered one: name it.
+            parent_commit = _parse_commit(sha, reader.read(sha, check=False)[1]).parents[0]
+            for parent_id in dag.heads(parent_commit):
+                parent_sha = commit_of[parent_id]
+                try:
+                    _verify_event(
+                        reader, parent_sha, nodes[parent_sha], None, roots[0], format_version
+                    )
+                except IntegrityError as parent_exc:
+                    raise _named(parent_exc, parent_id, parent_sha) from None
+            raise _named(exc, event_id, sha) from None
         except IntegrityError as exc:
-            exc.event_id = exc.event_id or event_id
-            exc.commit = exc.commit or sha.hex()
-            if event_id not in exc.message:
-                exc.message = f"event {event_id} (commit {sha.hex()}): {exc.message}"
-                exc.args = (exc.message,)
-            raise
+            raise _named(exc, event_id, sha) from None
         report.events += 1
         if on_event is not None:
             on_event(event)
@@ -288,11 +301,36 @@ def _fail(message: str) -> IntegrityError:
     return IntegrityError(message)
 
 
+class _DagMismatch(IntegrityError):
+    """An event's parents or Lamport clock do not match the commits it was appended on."""
+
+
+def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
+    """Return an IntegrityError naming the event and its commit (message and fields)."""
+    message = exc.message
+    if event_id not in message:
+        message = f"event {event_id} (commit {sha.hex()}): {message}"
+    named = IntegrityError(
+        message, hint=exc.hint, event_id=exc.event_id or event_id, commit=exc.commit or sha.hex()
+    )
+    return named
+
+
+def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -> IntegrityError:
+    """Name the event a corrupt commit claims to carry (its Event-Id trailer), if readable."""
+    content = reader.read_unchecked(sha)
+    if content is not None:
+        event_id = parse_trailers(content[1].partition(b"\n\n")[2]).get("Event-Id")
+        if event_id is not None:
+            return _named(exc, event_id, sha)
+    return exc
+
+
 def _verify_event(
     reader: ObjectReader,
     sha: bytes,
     node: CommitNode,
-    dag: EventHeads,
+    dag: EventHeads | None,
     root: bytes,
     format_version: int,
 ) -> RecordedEvent:
@@ -373,8 +411,10 @@ def _verify_event(
     if author_s != seconds or committer_s != seconds:
         raise _fail("commit time does not match the event timestamp")
 
-    # place in the DAG
-    if sha == root:
+    # place in the DAG (skipped when re-checking a parent's own content: dag is None)
+    if dag is None:
+        pass
+    elif sha == root:
         if envelope.parents or envelope.lamport != 1 or envelope.kind != "LedgerInitialized":
             raise _fail("the root must be LedgerInitialized with no parents and Lamport 1")
     else:
@@ -383,13 +423,15 @@ def _verify_event(
         parent_commit = commit.parents[0]
         heads = dag.heads(parent_commit)
         if envelope.parents != heads:
-            raise _fail(
+            raise _DagMismatch(
                 "its parents do not match the events its commit was appended on "
                 f"(event says {list(envelope.parents)}, commits say {list(heads)})"
             )
         expected_lamport = dag.lamport(parent_commit) + 1
         if envelope.lamport != expected_lamport:
-            raise _fail(f"its Lamport clock is {envelope.lamport}, expected {expected_lamport}")
+            raise _DagMismatch(
+                f"its Lamport clock is {envelope.lamport}, expected {expected_lamport}"
+            )
 
     # schema
     payload = upcast(envelope.kind, envelope.schema, envelope.payload)
