@@ -244,7 +244,11 @@ def note(
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``perfledger`` console script: runs the CLI, maps every
     :class:`PerfledgerError` to its exit code and message, and keeps tracebacks away from users."""
-    json_requested = "--json" in (argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    json_requested = "--json" in args
+    if not args:  # a bare `perfledger` shows the help, as git does
+        click.echo(cli.get_help(click.Context(cli, info_name="perfledger")))
+        sys.exit(0)
     try:
         cli.main(args=argv, prog_name="perfledger", standalone_mode=False)
     except PerfledgerError as exc:
@@ -269,3 +273,10 @@ def main(argv: list[str] | None = None) -> None:
                 hint="rerun with PERFLEDGER_DEBUG=1 for a traceback, and report it",
             ),
         )
+
+
+# The optimization workflow's groups (issue 3): target, readiness, ..., handoff, schema.
+from perfledger.commands.workflow_cli import commands as _workflow_commands  # noqa: E402
+
+for _command in _workflow_commands():
+    cli.add_command(_command)

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from perfledger.events.kinds import RecordedEvent
-from perfledger.projections import ledger_state
+from perfledger.projections import workflow
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,14 @@ class Projection:
     evolve: Callable[[Any, RecordedEvent], Any]
 
 
-#: The projection ``perfledger state`` shows and ``verify`` hashes.
+#: The projection ``perfledger state`` shows and ``verify`` hashes: the workflow state, which
+#: keeps the ledger-level fields of :mod:`perfledger.projections.ledger_state` inside it.
 DEFAULT_PROJECTION = Projection(
-    name="ledger",
-    version=ledger_state.PROJECTION_VERSION,
-    state_type=ledger_state.LedgerState,
-    initial=ledger_state.initial_state,
-    evolve=ledger_state.evolve,
+    name="workflow",
+    version=workflow.PROJECTION_VERSION,
+    state_type=workflow.WorkflowState,
+    initial=workflow.initial_state,
+    evolve=workflow.evolve,
 )
 
 

@@ -1,0 +1,966 @@
+"""Deciders: one pure ``decide(state, request, ctx) -> [EventDraft]`` per write operation.
+
+A decider reads the folded :class:`~perfledger.projections.workflow.WorkflowState`, the validated
+request (:mod:`perfledger.commands.requests`) and a :class:`DecisionContext` (operation, actor,
+event time, idempotency key, the request as stored), and returns the drafts to append, or raises
+:class:`~perfledger.errors.RuleRefused` naming its rule (via :mod:`perfledger.commands.rules`) or
+:class:`~perfledger.errors.BadRequest` for a reference to an unknown id. Deciders never read the
+clock or any file: the same (state, request, ctx) always gives the same drafts, so an auditor can
+re-decide every recorded request against the state before it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import blake3
+import msgspec
+
+from perfledger.errors import BadRequest
+from perfledger.events.canonical import canonical_bytes
+from perfledger.events.workflow import (
+    ENVIRONMENT_FIELDS,
+    ORIGINAL,
+    TAIL_STATISTICS,
+    BaselineRecorded,
+    CandidateRejected,
+    ChampionSelected,
+    ConflictResolved,
+    CorrectedModel,
+    DerivedGuardrail,
+    DerivedVerdict,
+    EvidenceRecorded,
+    ExperimentCreated,
+    FinalAuditRecorded,
+    HandoffRecorded,
+    HostAdviceRecorded,
+    LocalResultRecorded,
+    MetricAuditRecorded,
+    ReadinessRecorded,
+    ReconciliationRecorded,
+    Reference,
+    ResolutionEstimated,
+    SamplesRecorded,
+    SecondaryVerdict,
+    TargetDefinition,
+    TargetFrozen,
+    TargetSuperseded,
+    UpstreamCheckRecorded,
+    VerdictRecorded,
+)
+from perfledger.ledger.base import EventDraft
+from perfledger.projections import amdahl
+from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
+
+from . import requests as rq
+from . import rules
+from .rules import refuse
+
+#: Domain prefix of an environment identity hash (R2, R11).
+ENVIRONMENT_ID_DOMAIN = b"perfledger/environment/v1\x00"
+#: Relative tolerance of budget arithmetic in a handoff (R18).
+BUDGET_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    """What a decision may depend on besides state and request.
+
+    Attributes:
+        op: the operation name (``experiment.create``).
+        actor: who decides.
+        ts: the event time (aware datetime), fixed once per request so a re-decision after a lost
+            compare-and-swap produces the same drafts.
+        idempotency_key: the caller's key, stored in the envelope.
+        request: the request as stored in the envelope: ``{"op": ..., "body": ...}``.
+    """
+
+    op: str
+    actor: str
+    ts: datetime
+    idempotency_key: str | None = None
+    request: Any = None
+
+
+def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
+    return [
+        EventDraft(
+            type(payload).__name__,
+            payload,
+            ctx.actor,
+            request=ctx.request,
+            idempotency_key=ctx.idempotency_key,
+            ts=ctx.ts,
+        )
+    ]
+
+
+def _build(cls: type[Any], data: dict[str, Any]) -> Any:
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:  # a request field that the payload cannot hold
+        raise BadRequest(f"{cls.__name__}: {exc}") from None
+
+
+def environment_id(environment: dict[str, Any]) -> str:
+    """The environment identity hash (R2, R11): blake3 hex over a domain prefix and the canonical
+    bytes of the environment fields, ``unknown`` markers normalised to null."""
+    normal = {
+        name: None if rules.is_unknown(environment.get(name)) else environment.get(name)
+        for name in ENVIRONMENT_FIELDS
+    }
+    return blake3.blake3(ENVIRONMENT_ID_DOMAIN + canonical_bytes(normal)).hexdigest()
+
+
+def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
+    """Metric name -> (unit, direction) for the primary, guardrails and secondaries."""
+    out = {definition.primary.name: (definition.primary.unit, definition.primary.direction)}
+    for g in definition.guardrails:
+        out.setdefault(g.metric, (g.unit, g.direction))
+    for s in definition.secondaries:
+        out.setdefault(s.name, (s.unit, s.direction))
+    return out
+
+
+# ---------------------------------------------------------------------------------- targets
+
+
+def _check_definition(req: rq.TargetFreeze) -> None:
+    names = [req.primary.name, *(s.name for s in req.secondaries)]
+    if len(set(names)) != len(names):
+        raise BadRequest("secondary metrics must be distinct from each other and the primary")
+    guards = [g.metric for g in req.guardrails]
+    if len(set(guards)) != len(guards):
+        raise BadRequest("guardrail metrics must be distinct")
+
+
+def decide_target_freeze(
+    state: WorkflowState, req: rq.TargetFreeze, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``target.freeze`` (R1): freeze a new Target; an existing id is refused (never changes)."""
+    rules.r1_target_id_free(state, req.target_id)
+    _check_definition(req)
+    definition = _build(TargetDefinition, req.model_dump())
+    return _emit(ctx, TargetFrozen(target=definition))
+
+
+def decide_target_supersede(
+    state: WorkflowState, req: rq.TargetSupersede, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``target.supersede`` (R1): a new Target replaces the current one, which stays frozen."""
+    rules.r1_target_current(state, req.target_id)
+    rules.r1_target_id_free(state, req.new_target.target_id)
+    _check_definition(req.new_target)
+    new = _build(TargetDefinition, req.new_target.model_dump())
+    return _emit(ctx, TargetSuperseded(target_id=req.target_id, reason=req.reason, new_target=new))
+
+
+# ---------------------------------------------------------------------------------- readiness
+
+
+def decide_readiness_record(
+    state: WorkflowState, req: rq.ReadinessRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``readiness.record`` (R2): original, user's test set, accuracy rule, driver, environment
+    (missing lineage recorded as missing) and statistical requirements (>= 5 pairs per case)."""
+    target = rules.r1_target_current(state, req.target_id)
+    rules.r2_min_pairs(req.statistics.min_pairs_per_case)
+    unknown_reports = sorted({r for r in req.reports if r not in state.evidence})
+    if unknown_reports:
+        raise refuse("R2", f"readiness binds unknown reports {unknown_reports}")
+    if target.definition.diagnostic:
+        if not req.reports:
+            raise refuse(
+                "R2", "a diagnostic Target binds existing reports: list their evidence ids"
+            )
+    else:
+        missing = [
+            name for name in ("test_set", "accuracy_rule", "driver") if getattr(req, name) is None
+        ]
+        if missing:
+            raise refuse(
+                "R2",
+                f"readiness of Target {req.target_id!r} lacks {missing}: formal samples need "
+                "the user's real test set, the accuracy rule and the driver command",
+                "ask the user for the real test set; the tool never generates one",
+            )
+    if req.test_set is not None:
+        cases = req.test_set.cases
+        if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
+            raise refuse("R2", "test-set case names must be distinct and at most case_count")
+    body = req.model_dump()
+    env = body["environment"]
+    missing_lineage = tuple(name for name in ENVIRONMENT_FIELDS if rules.is_unknown(env[name]))
+    payload = _build(
+        ReadinessRecorded,
+        {**body, "environment_id": environment_id(env), "missing_lineage": missing_lineage},
+    )
+    return _emit(ctx, payload)
+
+
+def decide_metric_audit_record(
+    state: WorkflowState, req: rq.MetricAuditRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``metric-audit.record`` (R3): audit a decision metric of the Target; a unit that differs
+    from the Target's cannot be declared matching."""
+    target = rules.r1_target_current(state, req.target_id)
+    metrics = _target_metrics(target.definition)
+    if req.metric not in metrics:
+        raise refuse(
+            "R3",
+            f"{req.metric!r} is not a decision metric of Target {req.target_id!r} "
+            f"({sorted(metrics)})",
+        )
+    unit = metrics[req.metric][0]
+    if req.matches_target and req.unit != unit:
+        raise refuse(
+            "R3",
+            f"the audited unit {req.unit!r} differs from the Target's {unit!r}; the metric "
+            "does not match the Target",
+            "record matches_target=false (results become diagnostic only) or fix the metric",
+        )
+    return _emit(ctx, _build(MetricAuditRecorded, req.model_dump()))
+
+
+def decide_baseline_record(
+    state: WorkflowState, req: rq.BaselineRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``baseline.record`` (R4, R2, R11): repeated samples of the original's primary metric, in
+    the readiness environment."""
+    target = rules.r1_target_current(state, req.target_id)
+    rules.r2_ready(target)
+    readiness = target.readiness
+    assert readiness is not None
+    primary = target.definition.primary
+    if req.original_hash != readiness.original.content_hash:
+        raise refuse("R4", "the baseline must measure the original recorded by readiness")
+    if req.metric != primary.name or req.unit != primary.unit:
+        raise refuse(
+            "R4", f"the baseline is of the primary metric {primary.name!r} in {primary.unit!r}"
+        )
+    if req.environment_id != readiness.environment_id:
+        raise refuse("R11", "the baseline's environment identity differs from readiness")
+    if any(v <= 0 for v in req.values):
+        raise BadRequest("metric values must be positive")
+    payload = _build(
+        BaselineRecorded, {**req.model_dump(), "median": float(statistics.median(req.values))}
+    )
+    return _emit(ctx, payload)
+
+
+def decide_resolution_record(
+    state: WorkflowState, req: rq.ResolutionRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``resolution.record`` (R4): the resolution comes from repeated original samples, after the
+    baseline."""
+    target = rules.r1_target_current(state, req.target_id)
+    if target.baseline is None:
+        raise refuse("R4", "record the original's baseline before its measurement resolution")
+    if req.repeats < 2:
+        raise refuse("R4", "a resolution needs at least 2 repeated original samples")
+    return _emit(ctx, _build(ResolutionEstimated, req.model_dump()))
+
+
+# ---------------------------------------------------------------------------------- evidence
+
+
+def decide_evidence_add(
+    state: WorkflowState, req: rq.EvidenceAdd, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``evidence.add`` (R6, R16): facts with their layer, from a tool of known version and with
+    known units; ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics. Allowed before any
+    Target exists."""
+    if req.evidence_id in state.evidence:
+        raise BadRequest(f"evidence {req.evidence_id!r} is already recorded")
+    if req.target_id is not None:
+        rules.r1_target_frozen(state, req.target_id)
+    if rules.is_unknown(req.tool.version):
+        raise refuse(
+            "R6",
+            f"the version of {req.tool.name!r} is unknown; evidence is never guessed",
+            "record the tool's exact version",
+        )
+    bad_units = [f.name for f in req.facts if rules.is_unknown(f.unit)]
+    if bad_units:
+        raise refuse("R6", f"facts with unknown units are refused: {bad_units}")
+    names = [f.name for f in req.facts]
+    if len(set(names)) != len(names):
+        raise refuse("R6", "a fact name appears twice; key fields must be unambiguous")
+    if any("ERR_NVGPUCTRPERM" in item for item in req.limitations):
+        zeros = [f.name for f in req.facts if f.value == 0.0]
+        if zeros:
+            raise refuse(
+                "R16",
+                f"ERR_NVGPUCTRPERM is a limitation, not zero metrics: {zeros}",
+                "record the facts as null (not measured) with the limitation",
+            )
+    return _emit(ctx, _build(EvidenceRecorded, req.model_dump()))
+
+
+def decide_upstream_check_record(
+    state: WorkflowState, req: rq.UpstreamCheckRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``upstream-check.record`` (R10): sources consulted and whether an equivalent exists."""
+    if req.check_id in state.upstream_checks:
+        raise BadRequest(f"upstream check {req.check_id!r} is already recorded")
+    if req.target_id is not None:
+        rules.r1_target_frozen(state, req.target_id)
+    if req.equivalent_exists and rules.is_unknown(req.equivalent):
+        raise refuse("R10", "name the equivalent that exists upstream")
+    return _emit(ctx, _build(UpstreamCheckRecorded, req.model_dump()))
+
+
+# ---------------------------------------------------------------------------------- experiments
+
+
+def decide_experiment_create(
+    state: WorkflowState, req: rq.ExperimentCreate, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``experiment.create`` (R1, R4, R6-R11, R14): freeze the opportunity claim and the
+    preregistration; the derived figures (bound, ``s_min``, predicted interval) go in the event."""
+    target = rules.r1_target_current(state, req.target_id)
+    if req.experiment_id in state.experiments:
+        raise BadRequest(f"experiment {req.experiment_id!r} already exists")
+    rules.r14_no_pending_reconciliation(target)
+    rules.r2_ready(target)
+    rules.r4_baseline_and_resolution(target)
+    prereg = req.preregistration
+    rules.r9_preregistered(
+        prereg.rejects if prereg else None, prereg.discriminating_evidence if prereg else None
+    )
+    readiness = target.readiness
+    assert readiness is not None and target.resolution is not None
+    if req.candidate.content_hash in (
+        readiness.original.content_hash,
+        target.champion_hash,
+    ):
+        raise refuse("R11", "the candidate does not differ from its reference")
+    rules.r11_paths_in_scope(req.candidate.changed_paths, target.definition.scope)
+    rules.r10_upstream_checked(
+        state,
+        req.new_component.upstream_check_id if req.new_component else None,
+        req.approach,
+        req.new_component is not None,
+    )
+    claim = req.claim
+    rules.r6_evidence_known(state, [e.evidence_id for e in claim.evidence])
+    tail = target.definition.primary.statistic in TAIL_STATISTICS
+    rules.r6_bound_inputs(
+        [(e.evidence_id, e.applicability, e.used_for) for e in claim.evidence], tail
+    )
+    expected = claim.expected_improvement
+    figures = rules.r7_claim_figures(
+        target.definition,
+        target.resolution.resolution,
+        coverage=claim.coverage,
+        local_speedup=claim.local_speedup,
+        added_cost=claim.added_cost,
+        stated_bound=claim.stated_bound,
+        affected_share=claim.exposure.affected_share if claim.exposure else None,
+        expected=(expected.low, expected.high) if expected else None,
+    )
+    secondaries = {s.name for s in target.definition.secondaries}
+    if req.serves_secondary is not None and req.serves_secondary not in secondaries:
+        raise refuse(
+            "R8",
+            f"{req.serves_secondary!r} is not a pre-declared secondary of Target "
+            f"{req.target_id!r} ({sorted(secondaries)})",
+        )
+    payload = _build(ExperimentCreated, {**req.model_dump(), "figures": figures})
+    return _emit(ctx, payload)
+
+
+# ---------------------------------------------------------------------------------- samples
+
+
+def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
+    """R11: compared samples share the Target's test set, environment and units; R17 for
+    formal stages; subjects' correctness and values come from one call each."""
+    readiness = target.readiness
+    assert readiness is not None and readiness.test_set is not None
+    if req.test_set_hash != readiness.test_set.hash:
+        raise refuse("R11", "the samples' test set differs from the Target's readiness")
+    if req.environment_id != readiness.environment_id:
+        raise refuse("R11", "the samples' environment identity differs from readiness")
+    metrics = _target_metrics(target.definition)
+    primary = target.definition.primary
+    if req.units.get(primary.name) != primary.unit:
+        raise refuse(
+            "R11",
+            f"the samples must carry the primary {primary.name!r} in {primary.unit!r} "
+            f"(got {req.units.get(primary.name)!r})",
+        )
+    for name, unit in req.units.items():
+        if name in metrics and metrics[name][0] != unit:
+            raise refuse(
+                "R11", f"metric {name!r} is in {unit!r}; the Target says {metrics[name][0]!r}"
+            )
+    known_cases = set(readiness.test_set.cases)
+    cases = {p.case for p in req.pairs}
+    if len(cases) > readiness.test_set.case_count or (known_cases and not cases <= known_cases):
+        raise refuse("R11", "the samples' cases are not cases of the Target's test set")
+    for index, pair in enumerate(req.pairs):
+        for side in (pair.ref, pair.cand):
+            if side.environment_id != req.environment_id:
+                raise refuse("R11", f"pair {index}: a subject ran in another environment")
+            missing = set(side.values) - set(req.units)
+            if missing:
+                raise BadRequest(f"pair {index}: metrics without a unit: {sorted(missing)}")
+            if not side.values.get(primary.name):
+                raise BadRequest(f"pair {index}: a subject has no values of {primary.name!r}")
+            if any(v <= 0 for values in side.values.values() for v in values):
+                raise BadRequest(f"pair {index}: metric values must be positive")
+        if pair.same_process and pair.ref.call_id != pair.cand.call_id:
+            raise refuse(
+                "R11",
+                f"pair {index}: a same-process comparison records both subjects from one "
+                "driver call (call ids differ)",
+            )
+        if req.stage != "screen" and (pair.monitor is None or not pair.monitor.observed):
+            raise refuse(
+                "R17",
+                f"pair {index}: a formal ({req.stage}) sample carries no monitor observations",
+                "run the GPU monitor over every formal sample window",
+            )
+
+
+def decide_samples_record(
+    state: WorkflowState, req: rq.SamplesRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``samples.record`` (R1-R5, R8, R11, R15, R17): record paired samples of one stage.
+    Failed accuracy checks are stored and flagged (R5): ``ref_failures`` (the reference's own
+    failures, R11), ``cand_failures``; pairs overlapping unexplained foreign activity are
+    counted (R17)."""
+    target = rules.r1_target_current(state, req.target_id)
+    experiment = state.experiments.get(req.experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+    if experiment.created.target_id != req.target_id:
+        raise refuse("R11", "the experiment belongs to another Target")
+    if req.samples_id in state.samples:
+        raise BadRequest(f"samples {req.samples_id!r} are already recorded")
+    if experiment.rejection is not None:
+        raise refuse("R15", f"experiment {req.experiment_id!r} was rejected")
+    rules.r2_ready(target)
+    rules.r3_metric_audited(target)
+    rules.r4_baseline_and_resolution(target)
+    assert target.resolution is not None and target.readiness is not None
+    if req.candidate_hash != experiment.created.candidate.content_hash:
+        raise refuse("R11", "the samples' candidate is not the experiment's candidate")
+    if req.candidate_hash == req.reference.content_hash:
+        raise refuse("R11", "a candidate must differ from its reference")
+    reference = msgspec.convert(req.reference.model_dump(), Reference)
+    if req.stage == "final_audit":
+        if target.champion != req.experiment_id:
+            raise refuse(
+                "R11", "a final audit measures the current champion (this experiment is not it)"
+            )
+        original = target.readiness.original.content_hash
+        if reference != Reference(kind="original", content_hash=original):
+            raise refuse("R11", "a final audit compares the champion with the original")
+    else:
+        if not rules.is_current_reference(state, target, reference):
+            raise refuse(
+                "R11",
+                "a comparison must be against the current champion (or the original when there "
+                "is none); this reference is stale",
+                f"compare against {rules.current_reference(state, target)}",
+            )
+        if req.stage == "target":
+            if not experiment.samples.get("screen"):
+                raise refuse("R11", "stages are ordered: screen before target")
+            if experiment.status == "screen_failed":
+                raise refuse("R11", "the screen rejected this experiment")
+            rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+    _samples_common(target, req)
+    pairs = req.pairs
+    body = req.model_dump()
+    payload = _build(
+        SamplesRecorded,
+        {
+            **body,
+            "ref_failures": sum(1 for p in pairs if not p.ref.correct),
+            "cand_failures": sum(1 for p in pairs if p.ref.correct and not p.cand.correct),
+            "unexplained_activity": sum(
+                1
+                for p in pairs
+                if p.monitor is not None
+                and p.monitor.foreign_activity
+                and rules.is_unknown(p.monitor.explained)
+            ),
+        },
+    )
+    return _emit(ctx, payload)
+
+
+# ---------------------------------------------------------------------------------- verdicts
+
+
+def _pairs(samples: SamplesRecorded, metric: str) -> list[Any] | None:
+    """The R12 pairs of ``metric`` (None when a subject lacks it); invalid when either subject
+    failed its accuracy check (R5)."""
+    from perfledger.projections.verdicts import Pair
+
+    out = []
+    for p in samples.pairs:
+        ref, cand = p.ref.values.get(metric), p.cand.values.get(metric)
+        if not ref or not cand:
+            return None
+        out.append(Pair(p.case, tuple(ref), tuple(cand), p.ref.correct and p.cand.correct))
+    return out
+
+
+def _derive(
+    state: WorkflowState, target: TargetView, samples: SamplesRecorded
+) -> tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]:
+    """Derive the primary, guardrail and secondary verdicts of ``samples`` (R12)."""
+    from perfledger.projections.verdicts import derive_guardrail, derive_verdict
+
+    assert target.readiness is not None and target.resolution is not None
+    definition = target.definition
+    stats = target.readiness.statistics
+    common = {
+        "min_pairs_per_case": stats.min_pairs_per_case,
+        "resamples": stats.resamples,
+        "confidence": stats.confidence,
+    }
+    pairs = _pairs(samples, definition.primary.name)
+    assert pairs is not None  # samples.record checked the primary is present
+    primary = derive_verdict(
+        pairs,
+        direction=definition.primary.direction,
+        min_effect=definition.min_effect,
+        resolution=target.resolution.resolution,
+        **common,
+    )
+    guardrails = []
+    for g in definition.guardrails:
+        g_pairs = _pairs(samples, g.metric)
+        if g_pairs is None:
+            guardrails.append(
+                DerivedGuardrail(
+                    metric=g.metric,
+                    status="inconclusive",
+                    reason="not measured in these samples",
+                    regression=None,
+                    ci_low=None,
+                    ci_high=None,
+                    allowed_regression=g.allowed_regression,
+                    n_pairs=0,
+                    degenerate=False,
+                )
+            )
+            continue
+        derived = derive_guardrail(
+            g.metric,
+            g_pairs,
+            direction=g.direction,
+            allowed_regression=g.allowed_regression,
+            **common,
+        )
+        guardrails.append(msgspec.convert(msgspec.to_builtins(derived), DerivedGuardrail))
+    secondaries = []
+    for s in definition.secondaries:
+        s_pairs = _pairs(samples, s.name)
+        if s_pairs is None:
+            continue
+        derived_s = derive_verdict(s_pairs, direction=s.direction, min_effect=s.threshold, **common)
+        secondaries.append(
+            SecondaryVerdict(
+                name=s.name,
+                verdict=msgspec.convert(msgspec.to_builtins(derived_s), DerivedVerdict),
+            )
+        )
+    return msgspec.convert(msgspec.to_builtins(primary), DerivedVerdict), guardrails, secondaries
+
+
+def _verdict_samples(state: WorkflowState, samples_id: str) -> tuple[SamplesRecorded, TargetView]:
+    samples = state.samples.get(samples_id)
+    if samples is None:
+        raise BadRequest(f"unknown samples {samples_id!r}")
+    target = rules.r1_target_frozen(state, samples.target_id)
+    return samples, target
+
+
+def decide_verdict_record(
+    state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``verdict.record`` (R12, R3, R11, R14, R17): derive the verdict of screen or target samples
+    and record it; a claimed status that differs from the derivation is refused (R12).
+
+    The recorded ``status`` is the primary's derived status, made ``inconclusive`` for unexplained
+    foreign activity in the window (R17), a screen that would pass (R11) or a stale reference
+    (R11). A target result whose CI lies outside the claim's predicted interval is flagged
+    ``contradicts_claim`` and must be reconciled before the next experiment (R14).
+    """
+    samples, target = _verdict_samples(state, req.samples_id)
+    if samples.stage == "final_audit":
+        raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
+    if req.samples_id in state.verdicts:
+        raise BadRequest(f"a verdict of {req.samples_id!r} is already recorded")
+    experiment = state.experiments[samples.experiment_id]
+    primary, guardrails, secondaries = _derive(state, target, samples)
+    status = primary.status
+    notes: list[str] = []
+    attribution_clean = samples.unexplained_activity == 0
+    if not attribution_clean and status != "inconclusive":
+        status = "inconclusive"
+        notes.append(
+            f"R17: {samples.unexplained_activity} pair(s) overlap unexplained foreign activity; "
+            "performance attribution is inconclusive (correctness stands)"
+        )
+    if samples.stage == "screen" and status == "pass":
+        status = "inconclusive"
+        notes.append("R11: a screen can reject but never passes; only a target stage can pass")
+    stale = samples.stage == "target" and not rules.is_current_reference(
+        state, target, samples.reference
+    )
+    if stale and status != "inconclusive":
+        status = "inconclusive"
+        notes.append("R11: the reference is no longer the current champion (stale)")
+    if target.diagnostic_only:
+        notes.append("R3: the metric audit found the metric does not match the Target")
+    figures = experiment.created.figures
+    contradicts = (
+        samples.stage == "target"
+        and attribution_clean
+        and not primary.degenerate
+        and primary.ci_low is not None
+        and primary.ci_high is not None
+        and (primary.ci_high < figures.predicted_low or primary.ci_low > figures.predicted_high)
+    )
+    if req.claimed_status is not None and req.claimed_status != status:
+        raise refuse(
+            "R12",
+            f"the claimed verdict {req.claimed_status!r} differs from the derived "
+            f"{status!r}: {primary.reason}",
+            "verdicts are derived, never asserted: record without claimed_status",
+        )
+    payload = VerdictRecorded(
+        samples_id=samples.samples_id,
+        experiment_id=samples.experiment_id,
+        target_id=samples.target_id,
+        stage=samples.stage,
+        status=status,
+        primary=primary,
+        guardrails=tuple(guardrails),
+        secondaries=tuple(secondaries),
+        stale=stale,
+        contradicts_claim=contradicts,
+        diagnostic_only=target.diagnostic_only,
+        notes=tuple(notes),
+    )
+    return _emit(ctx, payload)
+
+
+def decide_final_audit_record(
+    state: WorkflowState, req: rq.FinalAuditRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``final-audit.record`` (R13, R12, R17): derive the final audit of the champion against the
+    original: ``pass`` when the primary passes with every guardrail, ``fail`` when the primary
+    fails or a guardrail fails, else ``inconclusive``."""
+    target = rules.r1_target_current(state, req.target_id)
+    samples, _ = _verdict_samples(state, req.samples_id)
+    if samples.stage != "final_audit" or samples.target_id != req.target_id:
+        raise refuse(
+            "R11", f"samples {req.samples_id!r} are not final-audit samples of this Target"
+        )
+    if target.champion is None or samples.experiment_id != target.champion:
+        raise refuse("R13", "a final audit compares the current champion with the original")
+    if req.samples_id in state.final_audits:
+        raise BadRequest(f"the final audit of {req.samples_id!r} is already recorded")
+    primary, guardrails, _ = _derive(state, target, samples)
+    notes: list[str] = []
+    if primary.status == "fail" or any(g.status == "fail" for g in guardrails):
+        status = "fail"
+    elif primary.status == "pass" and all(g.status == "pass" for g in guardrails):
+        status = "pass"
+    else:
+        status = "inconclusive"
+    if samples.unexplained_activity and status != "inconclusive":
+        status = "inconclusive"
+        notes.append("R17: unexplained foreign activity in the window")
+    if req.claimed_status is not None and req.claimed_status != status:
+        raise refuse(
+            "R12",
+            f"the claimed final audit {req.claimed_status!r} differs from the derived {status!r}",
+        )
+    payload = FinalAuditRecorded(
+        target_id=req.target_id,
+        samples_id=req.samples_id,
+        champion=target.champion,
+        status=status,  # type: ignore[arg-type]
+        primary=primary,
+        guardrails=tuple(guardrails),
+        notes=tuple(notes),
+    )
+    return _emit(ctx, payload)
+
+
+# ---------------------------------------------------------------------------------- decisions
+
+
+def decide_local_result_record(
+    state: WorkflowState, req: rq.LocalResultRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``local-result.record`` (R13): a pre-declared secondary's measured gain, guardrails
+    holding, kept with its scenario. A metric not declared before is a hypothesis, not a
+    result."""
+    verdict = state.verdicts.get(req.samples_id)
+    if verdict is None:
+        raise refuse("R13", f"no verdict is recorded for samples {req.samples_id!r}")
+    if req.result_id in state.local_results:
+        raise BadRequest(f"local result {req.result_id!r} is already recorded")
+    target = rules.r1_target_frozen(state, verdict.target_id)
+    declared = {s.name for s in target.definition.secondaries}
+    if req.metric not in declared:
+        raise refuse(
+            "R13",
+            f"{req.metric!r} is not a pre-declared secondary of Target {verdict.target_id!r}: a "
+            "gain found after the fact is a hypothesis",
+            "freeze a new Target with that metric as primary to pursue it",
+        )
+    found = next((s for s in verdict.secondaries if s.name == req.metric), None)
+    if found is None or found.verdict.status != "pass":
+        raise refuse("R13", f"no measured gain on {req.metric!r} in samples {req.samples_id!r}")
+    if any(g.status == "fail" for g in verdict.guardrails):
+        raise refuse("R13", "a guardrail failed: the local result would violate a constraint")
+    assert found.verdict.estimate is not None
+    assert found.verdict.ci_low is not None and found.verdict.ci_high is not None
+    payload = LocalResultRecorded(
+        result_id=req.result_id,
+        target_id=verdict.target_id,
+        experiment_id=verdict.experiment_id,
+        samples_id=req.samples_id,
+        metric=req.metric,
+        scenario=req.scenario,
+        estimate=found.verdict.estimate,
+        ci_low=found.verdict.ci_low,
+        ci_high=found.verdict.ci_high,
+    )
+    return _emit(ctx, payload)
+
+
+def decide_reject(state: WorkflowState, req: rq.Reject, ctx: DecisionContext) -> list[EventDraft]:
+    """``reject`` (R15): close an implementation, integration or mechanism, no wider than the
+    evidence supports."""
+    experiment = state.experiments.get(req.experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+    if experiment.rejection is not None:
+        raise BadRequest(f"experiment {req.experiment_id!r} is already rejected")
+    unknown = sorted({s for s in req.samples_ids if s not in state.samples})
+    unknown += sorted({e for e in req.evidence_ids if e not in state.evidence})
+    if unknown:
+        raise BadRequest(f"unknown samples or evidence {unknown}")
+    rules.r15_rejection_scope(
+        experiment, req.closes, req.local_proxy, req.discriminating_evidence_ids, state
+    )
+    payload = _build(
+        CandidateRejected, {**req.model_dump(), "target_id": experiment.created.target_id}
+    )
+    return _emit(ctx, payload)
+
+
+def decide_reconcile(
+    state: WorkflowState, req: rq.Reconcile, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``reconcile`` (R14, R7): name the corrected premise and model of a contradicted claim; a
+    numeric corrected model is re-checked by the R7 arithmetic and its bound recorded."""
+    experiment = state.experiments.get(req.experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+    model = req.corrected_model
+    bound = None
+    if model.coverage is not None or model.local_speedup is not None:
+        claim = experiment.created.claim
+        coverage = model.coverage if model.coverage is not None else claim.coverage
+        speedup = model.local_speedup if model.local_speedup is not None else claim.local_speedup
+        cost = model.added_cost if model.added_cost is not None else claim.added_cost
+        if coverage is None or speedup is None:
+            raise refuse("R7", "a numeric corrected model needs coverage and local speedup")
+        try:
+            bound = amdahl.amdahl_bound(coverage, speedup, cost)
+        except ValueError as exc:
+            raise refuse("R7", str(exc)) from None
+    elif model.added_cost is not None and model.added_cost < 0:
+        raise refuse("R7", f"added cost must be >= 0, got {model.added_cost}")
+    if model.affected_share is not None and not 0.0 < model.affected_share <= 1.0:
+        raise refuse("R7", f"affected share {model.affected_share} must lie in (0, 1]")
+    corrected = _build(CorrectedModel, {**model.model_dump(), "bound": bound})
+    payload = ReconciliationRecorded(
+        target_id=experiment.created.target_id,
+        experiment_id=req.experiment_id,
+        premise=req.premise,
+        corrected_model=corrected,
+        explanation=req.explanation,
+    )
+    return _emit(ctx, payload)
+
+
+def decide_champion_select(
+    state: WorkflowState, req: rq.ChampionSelect, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``champion.select`` (R13, R2, R3, R11): an explicit champion from a passed target-stage
+    verdict of the current Target with every guardrail holding; compare-and-swap against the
+    champion the caller saw; ``restore_original`` only after a failed final audit."""
+    target = rules.r1_target_current(state, req.target_id)
+    if open_conflicts(state, req.target_id, "champion"):
+        raise refuse(
+            "R13",
+            f"Target {req.target_id!r} has an unresolved champion conflict",
+            "resolve it: `perfledger conflict resolve --request FILE`",
+        )
+    current = rules.r13_current_champion(target, req.expected_current)
+    if req.decision == "restore_original":
+        if target.champion is None:
+            raise refuse("R13", "the original is already the champion")
+        if target.final_audit_status != "fail":
+            raise refuse(
+                "R13", "restoring the original is the decision after a failed final audit only"
+            )
+        payload = ChampionSelected(
+            target_id=req.target_id, decision="restore_original", previous=current,
+            reason=req.reason,
+        )  # fmt: skip
+        return _emit(ctx, payload)
+    if req.samples_id is None:
+        raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
+    verdict = state.verdicts.get(req.samples_id)
+    if verdict is None:
+        raise refuse("R13", f"no verdict is recorded for samples {req.samples_id!r}")
+    if verdict.target_id != req.target_id:
+        raise refuse("R13", "the verdict is not of the current Target")
+    if verdict.stage != "target":
+        raise refuse("R13", f"a champion comes from a target-stage result, not a {verdict.stage}")
+    if target.definition.diagnostic:
+        raise refuse("R2", "a diagnostic Target never yields a workload-level champion")
+    if target.diagnostic_only:
+        raise refuse("R3", "the metric audit found the metric does not match: diagnostic only")
+    samples = state.samples[req.samples_id]
+    if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
+        raise refuse("R11", "the result's reference is no longer the current champion: it is stale")
+    experiment = state.experiments[verdict.experiment_id]
+    if experiment.rejection is not None:
+        raise refuse("R15", f"experiment {verdict.experiment_id!r} was rejected")
+    if verdict.status != "pass":
+        gains = [s.name for s in verdict.secondaries if s.verdict.status == "pass"]
+        if gains:
+            raise refuse(
+                "R13",
+                f"the primary did not pass ({verdict.status}); a secondary-only gain ({gains}) "
+                "is a local result, never a champion",
+                "record it: `perfledger local-result record --request FILE`",
+            )
+        raise refuse("R13", f"the primary verdict is {verdict.status!r}, not pass")
+    holding = [g.metric for g in verdict.guardrails if g.status != "pass"]
+    if holding:
+        raise refuse("R13", f"guardrails do not hold: {holding}")
+    payload = ChampionSelected(
+        target_id=req.target_id,
+        decision="select",
+        experiment_id=verdict.experiment_id,
+        samples_id=req.samples_id,
+        candidate_hash=samples.candidate_hash,
+        previous=current,
+        reason=req.reason,
+    )
+    return _emit(ctx, payload)
+
+
+def decide_host_advice_record(
+    state: WorkflowState, req: rq.HostAdviceRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``host-advice.record`` (R16): host changes are recorded as advice, never applied."""
+    if req.applied:
+        raise refuse(
+            "R16",
+            "host changes (driver, counter permissions, clocks, power, services, container "
+            "runtime) are advice only: perfledger never applies them",
+            "record the advice with applied=false; a person applies it",
+        )
+    if req.advice_id in state.host_advice:
+        raise BadRequest(f"advice {req.advice_id!r} is already recorded")
+    if req.target_id is not None:
+        rules.r1_target_frozen(state, req.target_id)
+    return _emit(ctx, _build(HostAdviceRecorded, req.model_dump()))
+
+
+def decide_handoff_record(
+    state: WorkflowState, req: rq.HandoffRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``handoff.record`` (R18): a handoff consistent with the ledger: the current champion, every
+    local result, rejection (with its scope) and reconciliation of the Target, known evidence,
+    budget used + left = budget, and what resuming needs."""
+    target = rules.r1_target_frozen(state, req.target_id)
+    tid = req.target_id
+    champion = target.champion or ORIGINAL
+    if req.champion != champion:
+        raise refuse(
+            "R18", f"the handoff names champion {req.champion!r}; the ledger's is {champion!r}"
+        )
+    if req.primary_achieved and (champion == ORIGINAL or target.final_audit_status != "pass"):
+        raise refuse(
+            "R18",
+            "the primary is achieved only with a champion whose final audit passed",
+        )
+    local = {r.result_id for r in state.local_results.values() if r.target_id == tid}
+    if not local <= set(req.local_results):
+        raise refuse(
+            "R18", f"the handoff omits local results {sorted(local - set(req.local_results))}"
+        )
+    rejected = {
+        (r.experiment_id, r.closes) for r in state.rejections.values() if r.target_id == tid
+    }
+    stated = {(r.experiment_id, r.closes) for r in req.rejected}
+    if rejected != stated:
+        raise refuse(
+            "R18",
+            f"the handoff's rejected directions {sorted(stated)} differ from the ledger's "
+            f"{sorted(rejected)} (with their scope)",
+        )
+    corrections = {r.experiment_id for r in state.reconciliations if r.target_id == tid}
+    if not corrections <= set(req.prediction_corrections):
+        raise refuse(
+            "R18",
+            f"the handoff omits prediction-error corrections {sorted(corrections - set(req.prediction_corrections))}",
+        )
+    unknown = [e for e in req.key_evidence if e not in state.evidence and e not in state.samples]
+    if unknown:
+        raise refuse("R18", f"key evidence {unknown} is neither recorded evidence nor samples")
+    if not req.resume_needs:
+        raise refuse("R18", "say what is needed to resume (resume_needs)")
+    budget = target.definition.budget
+    for field in ("wall_s", "gpu_s"):
+        total = getattr(budget, field)
+        used, left = getattr(req.budget_used, field), getattr(req.budget_left, field)
+        if abs(left - max(0.0, total - used)) > BUDGET_TOLERANCE * max(1.0, total):
+            raise refuse(
+                "R18",
+                f"budget {field}: used {used} and left {left} do not add up to the Target's {total}",
+            )
+    return _emit(ctx, _build(HandoffRecorded, req.model_dump()))
+
+
+def decide_conflict_resolve(
+    state: WorkflowState, req: rq.ConflictResolve, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``conflict.resolve`` (SPEC.md section 2): keep one side of an open conflict."""
+    conflict = state.conflicts.get(req.conflict_id)
+    if conflict is None or conflict.target_id != req.target_id:
+        raise BadRequest(f"no conflict {req.conflict_id!r} on Target {req.target_id!r}")
+    if conflict.resolved_by is not None:
+        raise BadRequest(f"conflict {req.conflict_id!r} is already resolved")
+    if req.keep not in conflict.options:
+        raise BadRequest(f"keep must be one of {conflict.options}")
+    payload = ConflictResolved(
+        target_id=req.target_id, conflict_id=req.conflict_id, keep=req.keep, reason=req.reason
+    )
+    return _emit(ctx, payload)
+
+
+Decider = Callable[[WorkflowState, Any, DecisionContext], list[EventDraft]]

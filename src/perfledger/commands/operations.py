@@ -1,0 +1,383 @@
+"""The operation registry: name -> request model, decider, event kind, CLI group/verb.
+
+This module is cheap to import (no pydantic, no numpy): the CLI builds its commands from
+:data:`OPERATIONS`; the request models and deciders load on first use (:func:`request_model`,
+:func:`decider`).
+
+The write path of every operation is :func:`execute`:
+
+1. :func:`validate` the body against the closed request model (``BadRequest``, exit 2);
+2. with an idempotency key already in the ledger, return that event (same request) or refuse;
+3. ``Ledger.transact(decide)``, where ``decide(view)`` folds the state at ``view.head`` and runs
+   the pure decider (``RuleRefused``, exit 3, leaves the ledger unchanged); a lost
+   compare-and-swap re-decides on the new head with the same event time.
+
+Each event's envelope ``request`` is ``{"op": NAME, "body": VALIDATED_BODY}`` so that an auditor
+can re-decide every recorded request against the state before it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from perfledger.errors import BadRequest
+
+if TYPE_CHECKING:
+    from perfledger.api import Ledger
+    from perfledger.commands.deciders import DecisionContext
+    from perfledger.events.envelope import Envelope
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One write operation.
+
+    Attributes:
+        name: ``group.verb`` (``experiment.create``), the key of envelopes' ``request.op``.
+        group: the CLI group (``experiment``), or None for a top-level command (``reject``).
+        verb: the CLI verb (``create``).
+        kind: the event kind it appends.
+        model: the request model's name in :mod:`perfledger.commands.requests`.
+        decider: the decider's name in :mod:`perfledger.commands.deciders`.
+        rules: the rule ids it enforces.
+        help: one line for ``--help``.
+    """
+
+    name: str
+    group: str | None
+    verb: str
+    kind: str
+    model: str
+    decider: str
+    rules: str
+    help: str
+
+
+OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation(
+            "target.freeze",
+            "target",
+            "freeze",
+            "TargetFrozen",
+            "TargetFreeze",
+            "decide_target_freeze",
+            "R1",
+            "Freeze a Target (primary, minimum effect, "
+            "guardrails, secondaries, scope, risk, budget).",
+        ),
+        Operation(
+            "target.supersede",
+            "target",
+            "supersede",
+            "TargetSuperseded",
+            "TargetSupersede",
+            "decide_target_supersede",
+            "R1",
+            "Freeze a new Target in place of the current one.",
+        ),
+        Operation(
+            "readiness.record",
+            "readiness",
+            "record",
+            "ReadinessRecorded",
+            "ReadinessRecord",
+            "decide_readiness_record",
+            "R1 R2",
+            "Record readiness: original, real test set, accuracy rule, driver, "
+            "environment, statistics.",
+        ),
+        Operation(
+            "metric-audit.record",
+            "metric-audit",
+            "record",
+            "MetricAuditRecorded",
+            "MetricAuditRecord",
+            "decide_metric_audit_record",
+            "R1 R3",
+            "Record how a decision metric is computed and whether it matches the Target.",
+        ),
+        Operation(
+            "baseline.record",
+            "baseline",
+            "record",
+            "BaselineRecorded",
+            "BaselineRecord",
+            "decide_baseline_record",
+            "R1 R2 R4 R11",
+            "Record the original's baseline from repeated samples.",
+        ),
+        Operation(
+            "resolution.record",
+            "resolution",
+            "record",
+            "ResolutionEstimated",
+            "ResolutionRecord",
+            "decide_resolution_record",
+            "R1 R4",
+            "Record the measurement resolution (A/A of the original).",
+        ),
+        Operation(
+            "evidence.add",
+            "evidence",
+            "add",
+            "EvidenceRecorded",
+            "EvidenceAdd",
+            "decide_evidence_add",
+            "R6 R16",
+            "Record profiler or compiler facts with their layer.",
+        ),
+        Operation(
+            "upstream-check.record",
+            "upstream-check",
+            "record",
+            "UpstreamCheckRecorded",
+            "UpstreamCheckRecord",
+            "decide_upstream_check_record",
+            "R10",
+            "Record an upstream check before a new kernel, primitive or adapter.",
+        ),
+        Operation(
+            "experiment.create",
+            "experiment",
+            "create",
+            "ExperimentCreated",
+            "ExperimentCreate",
+            "decide_experiment_create",
+            "R1 R2 R4 R6 R7 R8 R9 R10 R11 R14",
+            "Create an experiment with its opportunity claim and preregistration.",
+        ),
+        Operation(
+            "samples.record",
+            "samples",
+            "record",
+            "SamplesRecorded",
+            "SamplesRecord",
+            "decide_samples_record",
+            "R1 R2 R3 R4 R5 R8 R11 R15 R17",
+            "Record paired samples of one stage (screen, target, final_audit).",
+        ),
+        Operation(
+            "verdict.record",
+            "verdict",
+            "record",
+            "VerdictRecorded",
+            "VerdictRecord",
+            "decide_verdict_record",
+            "R3 R11 R12 R14 R17",
+            "Derive and record the verdict of screen or target samples.",
+        ),
+        Operation(
+            "local-result.record",
+            "local-result",
+            "record",
+            "LocalResultRecorded",
+            "LocalResultRecord",
+            "decide_local_result_record",
+            "R13",
+            "Record a secondary-only gain as a local result.",
+        ),
+        Operation(
+            "reject",
+            None,
+            "reject",
+            "CandidateRejected",
+            "Reject",
+            "decide_reject",
+            "R15",
+            "Reject an experiment, stating what it closes.",
+        ),
+        Operation(
+            "reconcile",
+            None,
+            "reconcile",
+            "ReconciliationRecorded",
+            "Reconcile",
+            "decide_reconcile",
+            "R7 R14",
+            "Reconcile a contradicted prediction: corrected premise and model.",
+        ),
+        Operation(
+            "champion.select",
+            "champion",
+            "select",
+            "ChampionSelected",
+            "ChampionSelect",
+            "decide_champion_select",
+            "R1 R2 R3 R11 R13",
+            "Select a champion (compare-and-swap), or restore the original.",
+        ),
+        Operation(
+            "final-audit.record",
+            "final-audit",
+            "record",
+            "FinalAuditRecorded",
+            "FinalAuditRecord",
+            "decide_final_audit_record",
+            "R11 R12 R13 R17",
+            "Derive and record the final audit of the champion against the original.",
+        ),
+        Operation(
+            "host-advice.record",
+            "host-advice",
+            "record",
+            "HostAdviceRecorded",
+            "HostAdviceRecord",
+            "decide_host_advice_record",
+            "R16",
+            "Record host-change advice (never applied).",
+        ),
+        Operation(
+            "handoff.record",
+            "handoff",
+            "record",
+            "HandoffRecorded",
+            "HandoffRecord",
+            "decide_handoff_record",
+            "R18",
+            "Record a handoff.",
+        ),
+        Operation(
+            "conflict.resolve",
+            "conflict",
+            "resolve",
+            "ConflictResolved",
+            "ConflictResolve",
+            "decide_conflict_resolve",
+            "",
+            "Resolve a conflict between concurrent decisions.",
+        ),
+    )
+}
+
+
+def get_operation(name: str) -> Operation:
+    """Return the operation ``name``; BadRequest listing the known ones otherwise."""
+    try:
+        return OPERATIONS[name]
+    except KeyError:
+        raise BadRequest(
+            f"unknown operation {name!r}", hint="known: " + ", ".join(sorted(OPERATIONS))
+        ) from None
+
+
+def request_model(name: str) -> Any:
+    """Return the pydantic request model of operation ``name``."""
+    from perfledger.commands import requests
+
+    return getattr(requests, get_operation(name).model)
+
+
+def decider(name: str) -> Any:
+    """Return the decider ``decide(state, request, ctx) -> [EventDraft]`` of ``name``."""
+    module = importlib.import_module("perfledger.commands.deciders")
+    return getattr(module, get_operation(name).decider)
+
+
+def json_schema(name: str) -> dict[str, Any]:
+    """Return the JSON Schema of operation ``name``'s request."""
+    return request_model(name).model_json_schema()
+
+
+def condense(exc: Any, limit: int = 5) -> str:
+    """Condense a pydantic ValidationError into one line per error (at most ``limit``), unknown
+    fields first (the likeliest typo)."""
+    parts = []
+    errors = exc.errors(include_url=False, include_input=False)
+    errors.sort(key=lambda error: error["type"] != "extra_forbidden")
+    for error in errors[:limit]:
+        where = ".".join(str(part) for part in error["loc"]) or "(request)"
+        parts.append(f"{where}: {error['msg']}")
+    more = len(errors) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def validate(name: str, body: Any) -> Any:
+    """Validate ``body`` (builtins) against operation ``name``'s closed request model.
+
+    Returns: the request model instance.
+    Raises: BadRequest with the condensed validation errors (never a traceback).
+    """
+    from pydantic import ValidationError
+
+    model = request_model(name)
+    if not isinstance(body, dict):
+        raise BadRequest(f"{name}: the request must be a JSON object, got {type(body).__name__}")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise BadRequest(
+            f"{name}: invalid request: {condense(exc)}",
+            hint=f"see `perfledger schema {name}`",
+        ) from None
+    except (ValueError, TypeError, RecursionError) as exc:  # pathological inputs
+        raise BadRequest(f"{name}: invalid request: {exc}") from None
+
+
+def stored_request(name: str, request: Any) -> dict[str, Any]:
+    """The envelope's ``request``: ``{"op": name, "body": the validated body as JSON}``."""
+    return {"op": name, "body": request.model_dump(mode="json")}
+
+
+def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[Any]:
+    """Run operation ``name``'s pure decider (see :mod:`perfledger.commands.deciders`)."""
+    return decider(name)(state, request, ctx)
+
+
+def execute(
+    ledger: Ledger,
+    name: str,
+    body: Any,
+    *,
+    actor: str,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> list[Envelope]:
+    """Validate, decide and append one request (see the module docstring).
+
+    Args:
+        ledger: the open ledger.
+        name: the operation.
+        body: the request body (builtins, as parsed from JSON).
+        actor: who decides.
+        idempotency_key: retry-safe key; a request already appended under it returns that event.
+        now: the event time (default: the clock, read once, here at the edge).
+    Returns: the appended (or idempotently found) envelopes.
+    Raises: BadRequest (exit 2), RuleRefused (exit 3), ConcurrentAppend (exit 4).
+    """
+    from perfledger.commands.deciders import DecisionContext
+    from perfledger.events.canonical import canonical_bytes
+
+    operation = get_operation(name)
+    request = validate(name, body)
+    stored = stored_request(name, request)
+    if idempotency_key is not None:
+        existing_id = ledger.store.find_by_idempotency_key(idempotency_key)
+        if existing_id is not None:
+            existing = existing_id if not isinstance(existing_id, str) else ledger.get(existing_id)
+            if existing.kind != operation.kind or canonical_bytes(existing.request) != (
+                canonical_bytes(stored)
+            ):
+                raise BadRequest(
+                    f"idempotency key {idempotency_key!r} was already used for a different "
+                    f"request (event {existing.id})",
+                    hint="use a new idempotency key for a new request",
+                )
+            return [existing]
+    ctx = DecisionContext(
+        op=name,
+        actor=actor,
+        ts=now or datetime.now(UTC),
+        idempotency_key=idempotency_key,
+        request=stored,
+    )
+    run = decider(name)
+
+    def decide_at(view: Any) -> list[Any]:
+        return run(ledger.state_at(view.head), request, ctx)
+
+    return ledger.transact(decide_at)

@@ -1,0 +1,526 @@
+"""Closed requests: one pydantic model per write operation (SPEC.md section 6).
+
+Every model forbids unknown fields (``extra="forbid"``), refuses NaN and ±Infinity, is strict about
+types (``"5"`` is not a number, ``1`` is not ``true``) and bounds every string and list, so a bad
+request is a :class:`~perfledger.errors.BadRequest` (exit 2) before any rule runs. Range checks
+that a *rule* owns (coverage in (0, 1] is R7, at least 5 pairs per case is R2/R12, ...) are left to
+the deciders, so that a refusal names its rule (exit 3).
+
+Field names match the payload Structs of :mod:`perfledger.events.workflow`, which the deciders
+build from ``model_dump()`` plus derived fields. ``perfledger schema OPERATION`` prints a model's
+JSON Schema; ``schemas/*.json`` holds the committed copies.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+#: Caller-chosen ids (targets, experiments, samples, evidence, ...).
+Id = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", max_length=128)
+]
+#: Content hashes: ``algo:hex`` or plain hex, 8-200 characters.
+Hash = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9:+._-]{7,199}$")]
+#: Short text: a name, unit, label.
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+#: Free text (Markdown allowed).
+Text = Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
+OptText = Annotated[str, StringConstraints(max_length=20_000)]
+#: A finite number (NaN and ±Infinity are refused by the model configuration).
+Number = float
+Direction = Literal["lower_is_better", "higher_is_better"]
+Statistic = Literal["mean", "median", "p95", "p99", "throughput"]
+Scope = Literal["implementation", "integration", "mechanism"]
+ComponentKind = Literal["kernel", "communication_primitive", "backend_adapter"]
+
+_MAX_ITEMS = 1_000
+_MAX_PAIRS = 100_000
+_MAX_VALUES = 100_000
+
+
+class Request(BaseModel):
+    """Base of every request: closed (unknown fields refused), strict, finite numbers only."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, allow_inf_nan=False, frozen=True, str_max_length=20_000
+    )
+
+
+# ------------------------------------------------------------------------------- targets
+
+
+class MetricSpec(Request):
+    """A metric: name, unit (``ms``, ``tokens/s``), direction and statistic."""
+
+    name: Name
+    unit: Name
+    direction: Direction
+    statistic: Statistic = "median"
+
+
+class Guardrail(Request):
+    """A constraint: ``metric`` may regress at most ``allowed_regression`` (ratio >= 0)."""
+
+    metric: Name
+    unit: Name
+    direction: Direction
+    allowed_regression: Number = Field(ge=0.0)
+
+
+class Secondary(Request):
+    """A pre-declared secondary metric; ``threshold``: improvement ratio that counts as a gain."""
+
+    name: Name
+    unit: Name
+    direction: Direction
+    threshold: Number = Field(gt=0.0)
+
+
+class Budget(Request):
+    """Wall-clock seconds and GPU seconds (>= 0)."""
+
+    wall_s: Number = Field(ge=0.0)
+    gpu_s: Number = Field(ge=0.0)
+
+
+class TargetFreeze(Request):
+    """``target.freeze`` (R1): freeze a Target. ``min_effect`` is a ratio (0.05 = 5 %); ``scope``
+    are path globs; ``host_advice_only`` defaults to yes (R16)."""
+
+    target_id: Id
+    title: Text
+    primary: MetricSpec
+    min_effect: Number = Field(gt=0.0, le=100.0)
+    guardrails: list[Guardrail] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    secondaries: list[Secondary] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    scope: list[Name] = Field(min_length=1, max_length=_MAX_ITEMS)
+    risk_boundary: Text
+    budget: Budget
+    host_advice_only: bool = True
+    diagnostic: bool = False
+
+
+class TargetSupersede(Request):
+    """``target.supersede`` (R1): freeze ``new_target`` in place of ``target_id``."""
+
+    target_id: Id
+    reason: Text
+    new_target: TargetFreeze
+
+
+# ------------------------------------------------------------------------------- readiness
+
+
+class Original(Request):
+    """The original's content hash and label."""
+
+    content_hash: Hash
+    label: OptText = ""
+
+
+class TestSet(Request):
+    """The user's real test set (R2): hash, case count, optional case names."""
+
+    hash: Hash
+    case_count: int = Field(ge=1, le=10_000_000)
+    supplied_by: Literal["user"] = "user"
+    cases: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+
+
+class Driver(Request):
+    """The driver command (argv), extra environment and working directory."""
+
+    argv: list[Annotated[str, StringConstraints(max_length=4_000)]] = Field(
+        min_length=1, max_length=_MAX_ITEMS
+    )
+    env: dict[Name, Annotated[str, StringConstraints(max_length=4_000)]] = Field(
+        default_factory=dict, max_length=_MAX_ITEMS
+    )
+    cwd: OptText | None = None
+
+
+class Environment(Request):
+    """Environment identity; leave a field out, null, or ``unknown`` when it is not known (R2)."""
+
+    gpu: Name | None = None
+    driver: Name | None = None
+    cuda: Name | None = None
+    toolkit: Name | None = None
+    container_base: Name | None = None
+    container_overlay: Name | None = None
+    container_runtime: Name | None = None
+
+
+class Statistics(Request):
+    """Statistical requirements: valid pairs per case (R2/R12: at least 5), CI, resamples."""
+
+    min_pairs_per_case: int = Field(default=5, ge=0, le=100_000)
+    confidence: Number = Field(default=0.95, gt=0.5, lt=1.0)
+    resamples: int = Field(default=10_000, ge=1_000, le=200_000)
+
+
+class ReadinessRecord(Request):
+    """``readiness.record`` (R2): what formal samples of a Target need."""
+
+    target_id: Id
+    original: Original
+    test_set: TestSet | None = None
+    accuracy_rule: Text | None = None
+    driver: Driver | None = None
+    environment: Environment
+    statistics: Statistics = Statistics()
+    reports: list[Id] = Field(default_factory=list, max_length=_MAX_ITEMS)
+
+
+class MetricAuditRecord(Request):
+    """``metric-audit.record`` (R3): how a metric is computed, and whether it matches."""
+
+    target_id: Id
+    metric: Name
+    numerator: Text
+    denominator: Text
+    unit: Name
+    source: Text
+    reconstructed: bool
+    matches_target: bool
+    notes: OptText = ""
+
+
+class BaselineRecord(Request):
+    """``baseline.record`` (R4): repeated samples of the original's primary metric."""
+
+    target_id: Id
+    original_hash: Hash
+    metric: Name
+    unit: Name
+    values: list[Number] = Field(min_length=1, max_length=_MAX_VALUES)
+    call_ids: list[Name] = Field(default_factory=list, max_length=_MAX_VALUES)
+    environment_id: Hash
+
+
+class ResolutionRecord(Request):
+    """``resolution.record`` (R4): the measured resolution (ratio) from repeated original samples
+    (an A/A comparison)."""
+
+    target_id: Id
+    method: Name = "aa_comparison"
+    resolution: Number = Field(ge=0.0, le=100.0)
+    repeats: int = Field(ge=0, le=10_000_000)
+    notes: OptText = ""
+
+
+# ------------------------------------------------------------------------------- evidence
+
+
+class Tool(Request):
+    """The tool and its version (R6: an unknown version is refused)."""
+
+    name: Name
+    version: Name
+
+
+class Fact(Request):
+    """A fact: name, value (null when not reported) and unit (R6: unit required)."""
+
+    name: Name
+    value: Number | None
+    unit: Name
+    note: OptText = ""
+
+
+class EvidenceAdd(Request):
+    """``evidence.add`` (R6, R16): profiler/compiler facts with their layer."""
+
+    evidence_id: Id
+    layer: Literal["kernel", "workload", "service"]
+    tool: Tool
+    facts: list[Fact] = Field(default_factory=list, max_length=10_000)
+    limitations: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    target_id: Id | None = None
+    description: OptText = ""
+    report_hash: Hash | None = None
+
+
+class Source(Request):
+    """A source consulted: name, URL, version (or commit)."""
+
+    name: Name
+    url: OptText = ""
+    version: Name
+
+
+class UpstreamCheckRecord(Request):
+    """``upstream-check.record`` (R10): does an equivalent exist upstream?"""
+
+    check_id: Id
+    target_id: Id | None = None
+    component: Text
+    component_kind: ComponentKind
+    sources: list[Source] = Field(min_length=1, max_length=_MAX_ITEMS)
+    equivalent_exists: bool
+    equivalent: OptText | None = None
+    blocker: OptText | None = None
+
+
+# ------------------------------------------------------------------------------- experiments
+
+
+class ClaimEvidence(Request):
+    """An evidence input of a claim (R6): id, applicability, use."""
+
+    evidence_id: Id
+    applicability: Literal["same_boundary", "conservative_upper_bound", "diagnostic"]
+    used_for: Literal["coverage", "local_speedup", "added_cost", "exposure", "context"]
+
+
+class CandidateScope(Request):
+    """Replaced region, real shapes, execution form (R7)."""
+
+    replaced_region: Text
+    shapes: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    execution_form: Text
+
+
+class Exposure(Request):
+    """Exposure reasoning of a tail claim: affected share (ratio) and critical path (R7)."""
+
+    affected_share: Number
+    critical_path: Text
+
+
+class ImprovementInterval(Request):
+    """Predicted end-to-end improvement ``[low, high]`` (ratios) (R14)."""
+
+    low: Number
+    high: Number
+
+
+class OpportunityClaim(Request):
+    """The opportunity claim (R7): coverage ``f``, local speedup ``s``, added cost ``c`` (ratios),
+    the stated bound ``1/((1-f)+f/s+c)``, or exposure reasoning for a tail primary."""
+
+    evidence: list[ClaimEvidence] = Field(max_length=_MAX_ITEMS)
+    scope: CandidateScope
+    replacement_boundary: Text
+    coverage: Number | None = None
+    local_speedup: Number | None = None
+    added_cost: Number = 0.0
+    stated_bound: Number | None = None
+    exposure: Exposure | None = None
+    expected_improvement: ImprovementInterval | None = None
+
+
+class Preregistration(Request):
+    """What a failure would reject (R9) and, for ``mechanism``, the discriminating evidence."""
+
+    rejects: Scope
+    discriminating_evidence: OptText | None = None
+
+
+class Candidate(Request):
+    """The candidate's content hash, label and changed paths (R11: inside the Target's scope)."""
+
+    content_hash: Hash
+    label: OptText = ""
+    changed_paths: list[Name] = Field(min_length=1, max_length=_MAX_ITEMS)
+
+
+class NewComponent(Request):
+    """A new non-trivial kernel, communication primitive or backend adapter (R10)."""
+
+    component_kind: ComponentKind
+    description: Text
+    upstream_check_id: Id | None = None
+
+
+class ExperimentCreate(Request):
+    """``experiment.create`` (R7-R10, R14): an experiment with its frozen opportunity claim."""
+
+    experiment_id: Id
+    target_id: Id
+    title: Text
+    candidate: Candidate
+    approach: Literal["new", "reuse", "backport", "adapter"] = "new"
+    new_component: NewComponent | None = None
+    claim: OpportunityClaim
+    preregistration: Preregistration | None = None
+    serves_secondary: Name | None = None
+    merge_plan: OptText | None = None
+
+
+# ------------------------------------------------------------------------------- samples
+
+
+class Monitor(Request):
+    """The monitor's observations of the call's window (R17)."""
+
+    observed: bool
+    foreign_activity: bool = False
+    explained: OptText | None = None
+    flags: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+
+
+class SubjectSample(Request):
+    """One subject in one driver call: correctness and values (metric -> samples, in its unit)."""
+
+    call_id: Name
+    correct: bool
+    values: dict[Name, list[Number]] = Field(max_length=_MAX_ITEMS)
+    environment_id: Hash
+
+
+class PairRecord(Request):
+    """One paired call of a test case (R11)."""
+
+    case: Name
+    ref: SubjectSample
+    cand: SubjectSample
+    same_process: bool = True
+    monitor: Monitor | None = None
+
+
+class Reference(Request):
+    """The reference: the original or a champion (experiment id)."""
+
+    kind: Literal["original", "champion"]
+    content_hash: Hash
+    experiment_id: Id | None = None
+
+
+class SamplesRecord(Request):
+    """``samples.record`` (R2-R5, R8, R11, R17): paired samples of one stage of an experiment.
+    ``units``: metric name -> unit of its values."""
+
+    samples_id: Id
+    target_id: Id
+    experiment_id: Id
+    stage: Literal["screen", "target", "final_audit"]
+    reference: Reference
+    candidate_hash: Hash
+    test_set_hash: Hash
+    environment_id: Hash
+    units: dict[Name, Name] = Field(min_length=1, max_length=_MAX_ITEMS)
+    pairs: list[PairRecord] = Field(min_length=1, max_length=_MAX_PAIRS)
+
+
+# ------------------------------------------------------------------------------- decisions
+
+
+class VerdictRecord(Request):
+    """``verdict.record`` (R12): derive the verdict of ``samples_id``; a ``claimed_status`` that
+    differs from the derivation is refused."""
+
+    samples_id: Id
+    claimed_status: Literal["pass", "fail", "inconclusive"] | None = None
+
+
+class LocalResultRecord(Request):
+    """``local-result.record`` (R13): a secondary-only gain with its scenario."""
+
+    result_id: Id
+    samples_id: Id
+    metric: Name
+    scenario: Text
+
+
+class Reject(Request):
+    """``reject`` (R15): close an implementation, integration or mechanism."""
+
+    experiment_id: Id
+    closes: Scope
+    reason: Text
+    samples_ids: list[Id] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    evidence_ids: list[Id] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    local_proxy: bool = False
+    discriminating_evidence_ids: list[Id] = Field(default_factory=list, max_length=_MAX_ITEMS)
+
+
+class CorrectedModel(Request):
+    """The corrected model (R14); numeric inputs are re-checked by the R7 arithmetic."""
+
+    description: Text
+    coverage: Number | None = None
+    local_speedup: Number | None = None
+    added_cost: Number | None = None
+    affected_share: Number | None = None
+
+
+class Reconcile(Request):
+    """``reconcile`` (R14): the corrected premise and model after a contradicted prediction."""
+
+    experiment_id: Id
+    premise: Literal["applicability", "scope", "coverage", "exposure", "cost"]
+    corrected_model: CorrectedModel
+    explanation: Text
+
+
+class ChampionSelect(Request):
+    """``champion.select`` (R13): choose a champion from a passed target-stage result, or
+    ``restore_original`` after a failed final audit; ``expected_current`` is the champion the
+    caller saw (experiment id or ``original``): a compare-and-swap."""
+
+    target_id: Id
+    decision: Literal["select", "restore_original"] = "select"
+    samples_id: Id | None = None
+    expected_current: Id
+    reason: OptText = ""
+
+
+class FinalAuditRecord(Request):
+    """``final-audit.record`` (R13): derive the final audit from final-audit samples (the
+    champion against the original)."""
+
+    target_id: Id
+    samples_id: Id
+    claimed_status: Literal["pass", "fail", "inconclusive"] | None = None
+
+
+class HostAdviceRecord(Request):
+    """``host-advice.record`` (R16): advice on a host change; ``applied`` must stay false."""
+
+    advice_id: Id
+    target_id: Id | None = None
+    category: Literal[
+        "driver", "counter_permissions", "clocks", "power", "services", "container_runtime", "other"
+    ]
+    advice: Text
+    reason: OptText = ""
+    limitation: Name | None = None
+    applied: bool = False
+
+
+class RejectedDirection(Request):
+    """A rejected direction with the scope it closes."""
+
+    experiment_id: Id
+    closes: Scope
+
+
+class HandoffRecord(Request):
+    """``handoff.record`` (R18): every field of a handoff; ``feedback`` may be ``none``."""
+
+    target_id: Id
+    primary_achieved: bool
+    champion: Id
+    key_evidence: list[Name] = Field(max_length=_MAX_ITEMS)
+    gains: list[Text] = Field(max_length=_MAX_ITEMS)
+    local_results: list[Id] = Field(max_length=_MAX_ITEMS)
+    rejected: list[RejectedDirection] = Field(max_length=_MAX_ITEMS)
+    prediction_corrections: list[Id] = Field(max_length=_MAX_ITEMS)
+    unresolved_questions: list[Text] = Field(max_length=_MAX_ITEMS)
+    stop_reason: Text
+    budget_used: Budget
+    budget_left: Budget
+    resume_needs: list[Text] = Field(max_length=_MAX_ITEMS)
+    feedback: Text
+
+
+class ConflictResolve(Request):
+    """``conflict.resolve``: keep one side of a conflict (SPEC.md section 2)."""
+
+    target_id: Id
+    conflict_id: Id
+    keep: Id
+    reason: Text

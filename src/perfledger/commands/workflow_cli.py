@@ -1,0 +1,293 @@
+"""The workflow's CLI groups (SPEC.md section 6): ``perfledger <group> <verb>``, built from the
+operation registry (:mod:`perfledger.commands.operations`).
+
+Every write takes a closed JSON request (``--request FILE`` or ``-`` for stdin); flags for the
+common fields (``--target``, ``--experiment``, ``--samples``) fill or override the request's
+fields. ``--json`` answers with one object; ``--idempotency-key`` makes a retry return the first
+event; ``--actor`` names who decides (default ``$PERFLEDGER_ACTOR``, else ``$USER``).
+
+Read commands: ``target show``, ``experiment show|list``, ``champion show`` and ``schema OP``.
+This module imports only click at load time; pydantic, the deciders and (for verdicts) numpy
+load inside the commands that need them. :func:`commands` returns the click commands that
+``perfledger.commands.cli`` adds to its group.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from perfledger.commands.operations import OPERATIONS, Operation
+from perfledger.errors import BadRequest
+
+#: Request fields that flags may set, per flag: (flag, field, help).
+COMMON_FLAGS = (
+    ("--target", "target_id", "The Target id (sets target_id)."),
+    ("--experiment", "experiment_id", "The experiment id (sets experiment_id)."),
+    ("--samples", "samples_id", "The samples id (sets samples_id)."),
+)
+#: Largest request accepted on the command line (bytes).
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+def _ctx(json_flag: bool) -> Any:
+    from perfledger.commands.cli import _ctx as shared_ctx
+
+    return shared_ctx(json_flag)
+
+
+def _emit(data: object) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True))
+
+
+def _actor(actor: str | None) -> str:
+    from perfledger.commands.cli import _actor as shared_actor
+
+    return shared_actor(actor)
+
+
+def read_request(source: str | None) -> dict[str, Any]:
+    """Read a JSON request object from ``source`` (a path, or ``-`` for stdin); an empty object
+    when ``source`` is None. Raises: BadRequest for unreadable or malformed JSON."""
+    if source is None:
+        return {}
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        else:
+            with open(source, "rb") as handle:
+                data = handle.read(MAX_REQUEST_BYTES + 1)
+    except OSError as exc:
+        raise BadRequest(f"cannot read the request {source!r}: {exc.strerror}") from None
+    if len(data) > MAX_REQUEST_BYTES:
+        raise BadRequest(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"the request is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the request must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
+    import msgspec
+
+    events = [
+        {
+            "event_id": e.id,
+            "kind": e.kind,
+            "lamport": e.lamport,
+            "payload": msgspec.to_builtins(e.payload),
+        }
+        for e in envelopes
+    ]
+    if ctx.json_mode:
+        first = events[0] if events else {}
+        _emit({"op": operation.name, **first, "events": events})
+        return
+    for event in events:
+        status = event["payload"].get("status")
+        suffix = f"  status={status}" if status else ""
+        click.echo(f"{event['kind']} {event['event_id']}{suffix}")
+
+
+def _write_command(operation: Operation) -> click.Command:
+    params: list[click.Parameter] = [
+        click.Option(
+            ["--request", "request_source"],
+            metavar="FILE|-",
+            default=None,
+            help="The closed JSON request (a file, or - for stdin). "
+            f"Schema: `perfledger schema {operation.name}`.",
+        ),
+        click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
+        click.Option(["--actor"], default=None, help="Who decides (default $PERFLEDGER_ACTOR)."),
+        click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
+    ]
+    from perfledger.commands import operations
+
+    fields = set(FIELD_HINTS.get(operation.name, ()))
+    for flag, field, text in COMMON_FLAGS:
+        if field in fields:
+            params.append(click.Option([flag, field], default=None, help=text))
+
+    def callback(
+        request_source: str | None,
+        idempotency_key: str | None,
+        actor: str | None,
+        json_flag: bool,
+        **flags: str | None,
+    ) -> None:
+        ctx = _ctx(json_flag)
+        body = read_request(request_source)
+        for field, value in flags.items():
+            if value is not None:
+                body[field] = value
+        ledger = ctx.open()
+        try:
+            envelopes = operations.execute(
+                ledger, operation.name, body, actor=_actor(actor), idempotency_key=idempotency_key
+            )
+        finally:
+            ledger.close()
+        _answer(ctx, operation, envelopes)
+
+    rules = f" Rules: {operation.rules}." if operation.rules else ""
+    return click.Command(
+        operation.verb, params=params, callback=callback, help=operation.help + rules
+    )
+
+
+#: Which common-flag fields each operation's request has, so that building the CLI needs no
+#: pydantic import (kept in step with the models by ``tests/workflow/test_schemas.py``).
+FIELD_HINTS: dict[str, tuple[str, ...]] = {
+    "target.supersede": ("target_id",),
+    "readiness.record": ("target_id",),
+    "metric-audit.record": ("target_id",),
+    "baseline.record": ("target_id",),
+    "resolution.record": ("target_id",),
+    "evidence.add": ("target_id",),
+    "upstream-check.record": ("target_id",),
+    "experiment.create": ("target_id", "experiment_id"),
+    "samples.record": ("target_id", "experiment_id", "samples_id"),
+    "verdict.record": ("samples_id",),
+    "local-result.record": ("samples_id",),
+    "reject": ("experiment_id",),
+    "reconcile": ("experiment_id",),
+    "champion.select": ("target_id", "samples_id"),
+    "final-audit.record": ("target_id", "samples_id"),
+    "host-advice.record": ("target_id",),
+    "handoff.record": ("target_id",),
+    "conflict.resolve": ("target_id",),
+    "target.freeze": ("target_id",),
+}
+
+
+# ------------------------------------------------------------------------------ reads
+
+
+def _state(ctx: Any) -> Any:
+    ledger = ctx.open()
+    try:
+        return ledger.state()
+    finally:
+        ledger.close()
+
+
+def _show(ctx: Any, data: Any) -> None:
+    import msgspec
+
+    builtins = msgspec.to_builtins(data)
+    if ctx.json_mode:
+        _emit(builtins)
+    else:
+        click.echo(json.dumps(builtins, ensure_ascii=False, sort_keys=True, indent=2))
+
+
+def _target_show(target_id: str | None, json_flag: bool) -> None:
+    """Show a Target (default: every current Target) with readiness, baseline, champion."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    if target_id is None:
+        _show(ctx, {"targets": {k: v for k, v in state.targets.items() if v.status == "current"}})
+        return
+    if target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}")
+    _show(ctx, {"target": state.targets[target_id]})
+
+
+def _experiment_show(experiment_id: str, json_flag: bool) -> None:
+    """Show an experiment: claim, figures, stage, status, samples, verdicts."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        raise BadRequest(f"no experiment {experiment_id!r}")
+    verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
+    _show(ctx, {"experiment": experiment, "verdicts": verdicts})
+
+
+def _experiment_list(target_id: str | None, json_flag: bool) -> None:
+    """List experiments (optionally of one Target): id, target, stage, status."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    rows = [
+        {
+            "experiment_id": eid,
+            "target_id": e.created.target_id,
+            "stage": e.stage,
+            "status": e.status,
+            "bound": e.created.figures.bound,
+        }
+        for eid, e in state.experiments.items()
+        if target_id is None or e.created.target_id == target_id
+    ]
+    if ctx.json_mode:
+        _emit({"experiments": rows})
+        return
+    for row in rows:
+        click.echo(f"{row['experiment_id']}  {row['target_id']}  {row['stage']}  {row['status']}")
+
+
+def _champion_show(target_id: str, json_flag: bool) -> None:
+    """Show a Target's champion (``original`` when none) and its lineage."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    target = state.targets.get(target_id)
+    if target is None:
+        raise BadRequest(f"no Target {target_id!r}")
+    data = {
+        "target_id": target_id,
+        "champion": target.champion or "original",
+        "champion_hash": target.champion_hash,
+        "lineage": target.lineage,
+        "final_audit_status": target.final_audit_status,
+    }
+    _show(ctx, data)
+
+
+def _schema(operation: str, json_flag: bool) -> None:
+    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``)."""
+    from perfledger.commands.operations import json_schema
+
+    click.echo(json.dumps(json_schema(operation), indent=2, sort_keys=True))
+
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+_target_opt = click.option("--target", "target_id", default=None, help="The Target id.")
+
+
+def commands() -> list[click.Command]:
+    """Return the workflow's click commands and groups, to add to the ``perfledger`` group."""
+    groups: dict[str, click.Group] = {}
+    top: list[click.Command] = []
+    for operation in OPERATIONS.values():
+        command = _write_command(operation)
+        if operation.group is None:
+            top.append(command)
+            continue
+        group = groups.get(operation.group)
+        if group is None:
+            group = groups[operation.group] = click.Group(
+                operation.group, help=f"{operation.group} commands."
+            )
+        group.add_command(command)
+    groups["target"].add_command(
+        click.command("show")(_json(click.argument("target_id", required=False)(_target_show)))
+    )
+    groups["experiment"].add_command(
+        click.command("show")(_json(click.argument("experiment_id")(_experiment_show)))
+    )
+    groups["experiment"].add_command(click.command("list")(_json(_target_opt(_experiment_list))))
+    groups["champion"].add_command(
+        click.command("show")(_json(click.argument("target_id")(_champion_show)))
+    )
+    schema = click.command("schema")(_json(click.argument("operation")(_schema)))
+    return [*groups.values(), *top, schema]
+
+
+__all__ = ["COMMON_FLAGS", "FIELD_HINTS", "commands", "read_request"]

@@ -1,0 +1,762 @@
+"""The event vocabulary of the optimization workflow (SPEC.md section 3, rules R1-R18).
+
+Every kind is a frozen msgspec Struct (``forbid_unknown_fields``) tagged with its kind name in the
+field ``kind``; :data:`WorkflowPayload` is the tagged union of them all, and each is registered
+with :func:`perfledger.events.kinds.register_kind` at import time (``perfledger.events`` imports
+this module, so the kinds are always known).
+
+Conventions: ratios are plain floats (``0.05`` = 5 %); times carry their unit in the name
+(``wall_s``); metric values are in the unit the Target declares for that metric. Fields described
+as *derived* are computed by the deciders (``perfledger.commands``) from the request and the state,
+never supplied by a caller; an auditor re-derives them on replay.
+
+The kernel-iteration kinds (R19-R25: ``RunSetUp``, ``IterationClosed``, ``RunFinalized``) are not
+part of this module.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from perfledger.events.kinds import KindSpec, register_kind
+
+Direction = Literal["lower_is_better", "higher_is_better"]
+#: The primary metric's statistic; ``p95``/``p99`` are tail statistics (R7: no numeric bound).
+Statistic = Literal["mean", "median", "p95", "p99", "throughput"]
+#: Applicability of evidence to a candidate's replacement boundary (R6).
+Applicability = Literal["same_boundary", "conservative_upper_bound", "diagnostic"]
+#: What an input of an opportunity claim is used for (R6: only non-diagnostic inputs may bound).
+EvidenceUse = Literal["coverage", "local_speedup", "added_cost", "exposure", "context"]
+Layer = Literal["kernel", "workload", "service"]
+#: Formal stages after the baseline (R11): ``screen`` -> ``target`` -> ``final_audit``.
+Stage = Literal["screen", "target", "final_audit"]
+#: What a failure or rejection closes (R9, R15), from narrowest to widest.
+Scope = Literal["implementation", "integration", "mechanism"]
+#: The premise a reconciliation corrects (R14).
+Premise = Literal["applicability", "scope", "coverage", "exposure", "cost"]
+Approach = Literal["new", "reuse", "backport", "adapter"]
+ComponentKind = Literal["kernel", "communication_primitive", "backend_adapter"]
+Status = Literal["pass", "fail", "inconclusive"]
+HostCategory = Literal[
+    "driver", "counter_permissions", "clocks", "power", "services", "container_runtime", "other"
+]
+
+#: Tail statistics: an opportunity claim states exposure reasoning instead of a bound (R7).
+TAIL_STATISTICS = frozenset({"p95", "p99"})
+#: Environment identity fields; ``None`` or ``"unknown"`` marks missing lineage (R2).
+ENVIRONMENT_FIELDS = (
+    "gpu",
+    "driver",
+    "cuda",
+    "toolkit",
+    "container_base",
+    "container_overlay",
+    "container_runtime",
+)
+#: ``ChampionSelected.previous`` / handoff ``champion`` value meaning "no champion: the original".
+ORIGINAL = "original"
+
+
+class _Part(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of the nested parts of payloads."""
+
+
+class _Payload(
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+    tag_field="kind",
+    tag=True,
+):
+    """Base of the workflow payloads: tagged by kind name in the field ``kind``."""
+
+
+# --------------------------------------------------------------------------- targets (R1)
+
+
+class MetricSpec(_Part, kw_only=True):
+    """A metric: ``name``, ``unit`` (e.g. ``ms``, ``tokens/s``), ``direction`` and ``statistic``."""
+
+    name: str
+    unit: str
+    direction: Direction
+    statistic: Statistic = "median"
+
+
+class Guardrail(_Part, kw_only=True):
+    """A constraint: ``metric`` may regress at most ``allowed_regression`` (ratio, >= 0) (R12)."""
+
+    metric: str
+    unit: str
+    direction: Direction
+    allowed_regression: float
+
+
+class Secondary(_Part, kw_only=True):
+    """A pre-declared secondary metric and the improvement ``threshold`` (ratio) that counts as a
+    gain on it (R13: a secondary-only gain is a local result, never a champion)."""
+
+    name: str
+    unit: str
+    direction: Direction
+    threshold: float
+
+
+class Budget(_Part, kw_only=True):
+    """A budget or its use: wall-clock seconds and GPU seconds."""
+
+    wall_s: float
+    gpu_s: float
+
+
+class TargetDefinition(_Part, kw_only=True):
+    """What a Target freezes (R1). A frozen Target never changes; a new one supersedes it.
+
+    Attributes:
+        target_id: the Target's id (unique in the ledger).
+        title: one-line description.
+        primary: the primary metric; it alone decides candidates and completion.
+        min_effect: minimum relative effect on the primary (ratio, > 0; 0.05 = 5 %).
+        guardrails: constraints with allowed regressions.
+        secondaries: pre-declared secondary metrics with thresholds.
+        scope: allowed modification scope, as path globs (``src/kernels/**``).
+        risk_boundary: what must not be risked (text).
+        budget: wall and GPU seconds allowed.
+        host_advice_only: host changes are advice only (R16; default yes).
+        diagnostic: a diagnostic Target binds reports only, never a workload claim (R2).
+    """
+
+    target_id: str
+    title: str
+    primary: MetricSpec
+    min_effect: float
+    guardrails: tuple[Guardrail, ...] = ()
+    secondaries: tuple[Secondary, ...] = ()
+    scope: tuple[str, ...]
+    risk_boundary: str
+    budget: Budget
+    host_advice_only: bool = True
+    diagnostic: bool = False
+
+
+class TargetFrozen(_Payload, kw_only=True):
+    """A Target is frozen (R1)."""
+
+    target: TargetDefinition
+
+
+class TargetSuperseded(_Payload, kw_only=True):
+    """Target ``target_id`` is superseded by ``new_target`` (frozen by this same event) (R1)."""
+
+    target_id: str
+    reason: str
+    new_target: TargetDefinition
+
+
+# --------------------------------------------------------------------------- readiness (R2)
+
+
+class Original(_Part, kw_only=True):
+    """The original's identity: ``content_hash`` (e.g. ``sha256:...`` of its source tree)."""
+
+    content_hash: str
+    label: str = ""
+
+
+class TestSet(_Part, kw_only=True):
+    """The real test set, supplied by the user (R2): its hash and case count."""
+
+    hash: str
+    case_count: int
+    supplied_by: Literal["user"] = "user"
+    cases: tuple[str, ...] = ()
+
+
+class Driver(_Part, kw_only=True):
+    """The driver command: argv, extra environment, working directory."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = {}
+    cwd: str | None = None
+
+
+class Environment(_Part, kw_only=True):
+    """The environment identity (R2); ``None`` or ``"unknown"`` marks a missing field."""
+
+    gpu: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    toolkit: str | None = None
+    container_base: str | None = None
+    container_overlay: str | None = None
+    container_runtime: str | None = None
+
+
+class Statistics(_Part, kw_only=True):
+    """Statistical requirements (R2, R12): valid pairs per case (>= 5), CI level, resamples."""
+
+    min_pairs_per_case: int = 5
+    confidence: float = 0.95
+    resamples: int = 10_000
+
+
+class ReadinessRecorded(_Payload, kw_only=True):
+    """Readiness of a Target (R2).
+
+    Attributes:
+        environment_id: derived: blake3 hex of the canonical environment identity; compared
+            samples must carry it (R11).
+        missing_lineage: derived: environment fields that are missing or ``unknown`` (claims are
+            narrowed to what is known).
+        reports: evidence ids a diagnostic Target binds instead of a workload.
+    """
+
+    target_id: str
+    original: Original
+    test_set: TestSet | None = None
+    accuracy_rule: str | None = None
+    driver: Driver | None = None
+    environment: Environment
+    statistics: Statistics
+    reports: tuple[str, ...] = ()
+    environment_id: str
+    missing_lineage: tuple[str, ...] = ()
+
+
+class MetricAuditRecorded(_Payload, kw_only=True):
+    """The audit of how a metric is computed (R3); ``matches_target`` False makes results of the
+    Target diagnostic only."""
+
+    target_id: str
+    metric: str
+    numerator: str
+    denominator: str
+    unit: str
+    source: str
+    reconstructed: bool
+    matches_target: bool
+    notes: str = ""
+
+
+class BaselineRecorded(_Payload, kw_only=True):
+    """The original's baseline (R4): repeated samples of the primary, their median (derived)."""
+
+    target_id: str
+    original_hash: str
+    metric: str
+    unit: str
+    values: tuple[float, ...]
+    call_ids: tuple[str, ...] = ()
+    environment_id: str
+    median: float
+
+
+class ResolutionEstimated(_Payload, kw_only=True):
+    """The measurement resolution (R4): the smallest relative effect (ratio) an A/A comparison
+    of the original against itself can tell from noise."""
+
+    target_id: str
+    method: str
+    resolution: float
+    repeats: int
+    notes: str = ""
+
+
+# --------------------------------------------------------------------------- evidence (R6, R10)
+
+
+class Tool(_Part, kw_only=True):
+    """The tool that produced evidence and its version (unknown versions are refused, R6)."""
+
+    name: str
+    version: str
+
+
+class Fact(_Part, kw_only=True):
+    """One fact: ``name``, ``value`` in ``unit`` (``None`` when the tool reported none)."""
+
+    name: str
+    value: float | None
+    unit: str
+    note: str = ""
+
+
+class EvidenceRecorded(_Payload, kw_only=True):
+    """Profiler or compiler facts (R6), with their layer; ``limitations`` records what the tool
+    could not measure (R16: ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics)."""
+
+    evidence_id: str
+    layer: Layer
+    tool: Tool
+    facts: tuple[Fact, ...] = ()
+    limitations: tuple[str, ...] = ()
+    target_id: str | None = None
+    description: str = ""
+    report_hash: str | None = None
+
+
+class Source(_Part, kw_only=True):
+    """A source consulted by an upstream check: name, URL, version or commit."""
+
+    name: str
+    url: str = ""
+    version: str
+
+
+class UpstreamCheckRecorded(_Payload, kw_only=True):
+    """An upstream check before a new kernel, primitive or adapter (R10)."""
+
+    check_id: str
+    target_id: str | None = None
+    component: str
+    component_kind: ComponentKind
+    sources: tuple[Source, ...]
+    equivalent_exists: bool
+    equivalent: str | None = None
+    blocker: str | None = None
+
+
+# --------------------------------------------------------------------------- experiments (R7-R11)
+
+
+class ClaimEvidence(_Part, kw_only=True):
+    """One evidence input of a claim: its id, applicability and what it is used for (R6)."""
+
+    evidence_id: str
+    applicability: Applicability
+    used_for: EvidenceUse
+
+
+class CandidateScope(_Part, kw_only=True):
+    """The candidate's scope: replaced region, real shapes, execution form after lowering, graph,
+    dispatch, fallback and overlap (R7)."""
+
+    replaced_region: str
+    shapes: tuple[str, ...] = ()
+    execution_form: str
+
+
+class Exposure(_Part, kw_only=True):
+    """Exposure reasoning of a tail-primary claim (R7): affected share of requests (ratio) and
+    the critical path."""
+
+    affected_share: float
+    critical_path: str
+
+
+class ImprovementInterval(_Part, kw_only=True):
+    """A predicted end-to-end improvement of the primary: ``[low, high]`` (ratios) (R14)."""
+
+    low: float
+    high: float
+
+
+class OpportunityClaim(_Part, kw_only=True):
+    """The opportunity claim an experiment freezes (R7).
+
+    Attributes:
+        coverage: ``f``, share of the primary exposed on the critical path in the replaced
+            component (ratio in (0, 1]); None for a tail primary.
+        local_speedup: ``s``, expected local speedup of the component (ratio > 0).
+        added_cost: added cost elsewhere, as a share of the original (ratio >= 0).
+        stated_bound: the caller's end-to-end Amdahl bound ``1/((1-f)+f/s+c)``, checked.
+        exposure: exposure reasoning, instead of a bound, for a tail primary.
+        expected_improvement: the predicted end-to-end improvement (ratios); defaults to
+            ``[0, bound - 1]``; a target result outside it must be reconciled (R14).
+    """
+
+    evidence: tuple[ClaimEvidence, ...]
+    scope: CandidateScope
+    replacement_boundary: str
+    coverage: float | None = None
+    local_speedup: float | None = None
+    added_cost: float = 0.0
+    stated_bound: float | None = None
+    exposure: Exposure | None = None
+    expected_improvement: ImprovementInterval | None = None
+
+
+class Preregistration(_Part, kw_only=True):
+    """What a failure would reject (R9); ``mechanism`` needs the discriminating evidence."""
+
+    rejects: Scope
+    discriminating_evidence: str | None = None
+
+
+class Candidate(_Part, kw_only=True):
+    """The candidate's identity and the paths it changes (each inside the Target's scope, R11)."""
+
+    content_hash: str
+    label: str = ""
+    changed_paths: tuple[str, ...]
+
+
+class NewComponent(_Part, kw_only=True):
+    """A new non-trivial kernel, communication primitive or backend adapter (R10)."""
+
+    component_kind: ComponentKind
+    description: str
+    upstream_check_id: str | None = None
+
+
+class ClaimFigures(_Part, kw_only=True):
+    """Derived from a claim by the R7 arithmetic (:mod:`perfledger.projections.amdahl`).
+
+    Attributes:
+        bound: end-to-end speedup bound (ratio, 1.0 = none); None for a tail primary.
+        s_min: local speedup needed to cross the minimum effect; None when impossible (or tail).
+        r_min: fraction of the component's time that must be cut; None when impossible.
+        reachable: whether any local speedup can cross the minimum effect.
+        below_min_effect: the bound is below ``1 + min_effect`` (R8).
+        below_resolution: the bound is below ``1 + resolution`` (R8).
+        predicted_low, predicted_high: the predicted improvement interval (ratios) (R14).
+    """
+
+    bound: float | None
+    s_min: float | None
+    r_min: float | None
+    reachable: bool
+    below_min_effect: bool
+    below_resolution: bool
+    predicted_low: float
+    predicted_high: float
+
+
+class ExperimentCreated(_Payload, kw_only=True):
+    """An experiment with its frozen opportunity claim and preregistration (R7-R10)."""
+
+    experiment_id: str
+    target_id: str
+    title: str
+    candidate: Candidate
+    approach: Approach = "new"
+    new_component: NewComponent | None = None
+    claim: OpportunityClaim
+    preregistration: Preregistration
+    serves_secondary: str | None = None
+    merge_plan: str | None = None
+    figures: ClaimFigures
+
+
+# --------------------------------------------------------------------------- samples (R5, R11, R17)
+
+
+class Monitor(_Part, kw_only=True):
+    """The monitor's time-aligned observations of a call's window (R17).
+
+    Attributes:
+        observed: the monitor was running for the whole window.
+        foreign_activity: other processes, utilization or clock/power events above threshold.
+        explained: why the foreign activity does not matter, or None (unexplained).
+        flags: observation labels (``clock_event:HW_SLOWDOWN``, ``foreign_pid``, ...).
+    """
+
+    observed: bool
+    foreign_activity: bool = False
+    explained: str | None = None
+    flags: tuple[str, ...] = ()
+
+
+class SubjectSample(_Part, kw_only=True):
+    """One subject's result in one driver call: correctness and performance come from the same
+    call (R11). ``values``: metric name -> samples in the metric's unit."""
+
+    call_id: str
+    correct: bool
+    values: dict[str, tuple[float, ...]]
+    environment_id: str
+
+
+class PairRecord(_Part, kw_only=True):
+    """One paired call of a case; ``same_process`` comparisons record both subjects from one
+    call (equal ``call_id``) (R11)."""
+
+    case: str
+    ref: SubjectSample
+    cand: SubjectSample
+    same_process: bool = True
+    monitor: Monitor | None = None
+
+
+class Reference(_Part, kw_only=True):
+    """What the candidate is compared with: the original or a champion (experiment id)."""
+
+    kind: Literal["original", "champion"]
+    content_hash: str
+    experiment_id: str | None = None
+
+
+class SamplesRecorded(_Payload, kw_only=True):
+    """Paired samples of one stage of an experiment (R5, R11, R17).
+
+    Attributes:
+        units: metric name -> unit of the values.
+        ref_failures: derived: pairs whose reference failed its accuracy check (R11: the
+            reference's failure, never the candidate's).
+        cand_failures: derived: pairs whose candidate failed its accuracy check (R5).
+        unexplained_activity: derived: pairs overlapping unexplained foreign activity (R17).
+    """
+
+    samples_id: str
+    target_id: str
+    experiment_id: str
+    stage: Stage
+    reference: Reference
+    candidate_hash: str
+    test_set_hash: str
+    environment_id: str
+    units: dict[str, str]
+    pairs: tuple[PairRecord, ...]
+    ref_failures: int
+    cand_failures: int
+    unexplained_activity: int
+
+
+# --------------------------------------------------------------------------- verdicts (R12)
+
+
+class DerivedVerdict(_Part, kw_only=True):
+    """A verdict as derived by :func:`perfledger.projections.verdicts.derive_verdict` (R12);
+    fields as :class:`perfledger.projections.verdicts.Verdict`."""
+
+    status: Status
+    reason: str
+    direction: Direction
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    min_effect: float
+    resolution: float
+    n_pairs: int
+    n_excluded: int
+    pairs_per_case: dict[str, int]
+    degenerate: bool
+    clear_loss: bool
+    wilcoxon_p: float | None
+    resamples: int
+    confidence: float
+    seed: int
+
+
+class DerivedGuardrail(_Part, kw_only=True):
+    """A guardrail verdict (R12), fields as :class:`perfledger.projections.verdicts.GuardrailVerdict`."""
+
+    metric: str
+    status: Status
+    reason: str
+    regression: float | None
+    ci_low: float | None
+    ci_high: float | None
+    allowed_regression: float
+    n_pairs: int
+    degenerate: bool
+
+
+class SecondaryVerdict(_Part, kw_only=True):
+    """The verdict of a pre-declared secondary against its threshold (as its minimum effect)."""
+
+    name: str
+    verdict: DerivedVerdict
+
+
+class VerdictRecorded(_Payload, kw_only=True):
+    """A verdict derived from samples (R12), with the stage rules applied (R11, R17).
+
+    Attributes:
+        status: the decision status: the primary's, except ``inconclusive`` when the monitor saw
+            unexplained activity (R17), a screen that would pass (R11: screens never pass), or a
+            stale reference (R11).
+        stale: the reference is no longer the current champion (R11).
+        contradicts_claim: the primary's CI lies outside the claim's predicted interval (R14).
+        diagnostic_only: the metric audit found the metric does not match the Target (R3).
+        notes: why the status differs from the primary's derived status, if it does.
+    """
+
+    samples_id: str
+    experiment_id: str
+    target_id: str
+    stage: Stage
+    status: Status
+    primary: DerivedVerdict
+    guardrails: tuple[DerivedGuardrail, ...] = ()
+    secondaries: tuple[SecondaryVerdict, ...] = ()
+    stale: bool = False
+    contradicts_claim: bool = False
+    diagnostic_only: bool = False
+    notes: tuple[str, ...] = ()
+
+
+class LocalResultRecorded(_Payload, kw_only=True):
+    """A secondary-only gain, kept with its scenario; never a champion (R13)."""
+
+    result_id: str
+    target_id: str
+    experiment_id: str
+    samples_id: str
+    metric: str
+    scenario: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+
+
+class CandidateRejected(_Payload, kw_only=True):
+    """A rejection and what it closes (R15)."""
+
+    experiment_id: str
+    target_id: str
+    closes: Scope
+    reason: str
+    samples_ids: tuple[str, ...] = ()
+    evidence_ids: tuple[str, ...] = ()
+    local_proxy: bool = False
+    discriminating_evidence_ids: tuple[str, ...] = ()
+
+
+class CorrectedModel(_Part, kw_only=True):
+    """The corrected model of a reconciliation; numeric inputs are re-checked by R7 arithmetic."""
+
+    description: str
+    coverage: float | None = None
+    local_speedup: float | None = None
+    added_cost: float | None = None
+    affected_share: float | None = None
+    bound: float | None = None
+
+
+class ReconciliationRecorded(_Payload, kw_only=True):
+    """A prediction-error reconciliation (R14): the corrected premise and model."""
+
+    target_id: str
+    experiment_id: str
+    premise: Premise
+    corrected_model: CorrectedModel
+    explanation: str
+
+
+class ChampionSelected(_Payload, kw_only=True):
+    """An explicit champion decision (R13): compare-and-swap against ``previous`` (what the
+    caller saw: an experiment id or ``original``)."""
+
+    target_id: str
+    decision: Literal["select", "restore_original"]
+    experiment_id: str | None = None
+    samples_id: str | None = None
+    candidate_hash: str | None = None
+    previous: str
+    reason: str = ""
+
+
+class FinalAuditRecorded(_Payload, kw_only=True):
+    """The final audit: the champion against the original (R13), derived from final-audit
+    samples (R12)."""
+
+    target_id: str
+    samples_id: str
+    champion: str
+    status: Status
+    primary: DerivedVerdict
+    guardrails: tuple[DerivedGuardrail, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class HostAdviceRecorded(_Payload, kw_only=True):
+    """Host-change advice; never applied by the tool (R16)."""
+
+    advice_id: str
+    target_id: str | None = None
+    category: HostCategory
+    advice: str
+    reason: str = ""
+    limitation: str | None = None
+    applied: Literal[False] = False
+
+
+class RejectedDirection(_Part, kw_only=True):
+    """A rejected direction and the scope it closes (R18)."""
+
+    experiment_id: str
+    closes: Scope
+
+
+class HandoffRecorded(_Payload, kw_only=True):
+    """A handoff (R18)."""
+
+    target_id: str
+    primary_achieved: bool
+    champion: str
+    key_evidence: tuple[str, ...]
+    gains: tuple[str, ...]
+    local_results: tuple[str, ...]
+    rejected: tuple[RejectedDirection, ...]
+    prediction_corrections: tuple[str, ...]
+    unresolved_questions: tuple[str, ...]
+    stop_reason: str
+    budget_used: Budget
+    budget_left: Budget
+    resume_needs: tuple[str, ...]
+    feedback: str
+
+
+class ConflictResolved(_Payload, kw_only=True):
+    """An explicit resolution of a conflict between concurrent decisions (SPEC.md section 2)."""
+
+    target_id: str
+    conflict_id: str
+    keep: str
+    reason: str
+
+
+#: The tagged union of every workflow payload (tag field ``kind``).
+WorkflowPayload = (
+    TargetFrozen
+    | TargetSuperseded
+    | ReadinessRecorded
+    | MetricAuditRecorded
+    | BaselineRecorded
+    | ResolutionEstimated
+    | EvidenceRecorded
+    | UpstreamCheckRecorded
+    | ExperimentCreated
+    | SamplesRecorded
+    | VerdictRecorded
+    | LocalResultRecorded
+    | CandidateRejected
+    | ReconciliationRecorded
+    | ChampionSelected
+    | FinalAuditRecorded
+    | HostAdviceRecorded
+    | HandoffRecorded
+    | ConflictResolved
+)
+
+_SUMMARIES = {
+    TargetFrozen: lambda p: (
+        f"{p.target.target_id}: {p.target.primary.name} "
+        f"({p.target.primary.statistic}, min effect {p.target.min_effect:g})"
+    ),
+    TargetSuperseded: lambda p: f"{p.target_id} -> {p.new_target.target_id}",
+    ReadinessRecorded: lambda p: f"{p.target_id} (env {p.environment_id[:12]})",
+    MetricAuditRecorded: lambda p: f"{p.target_id}/{p.metric} matches={p.matches_target}",
+    BaselineRecorded: lambda p: f"{p.target_id}: {p.metric} median {p.median:g} {p.unit}",
+    ResolutionEstimated: lambda p: f"{p.target_id}: resolution {p.resolution:g}",
+    EvidenceRecorded: lambda p: f"{p.evidence_id} ({p.layer}, {p.tool.name} {p.tool.version})",
+    UpstreamCheckRecorded: lambda p: f"{p.check_id}: equivalent={p.equivalent_exists}",
+    ExperimentCreated: lambda p: f"{p.experiment_id} on {p.target_id}",
+    SamplesRecorded: lambda p: f"{p.samples_id} ({p.stage}, {len(p.pairs)} pairs)",
+    VerdictRecorded: lambda p: f"{p.samples_id}: {p.status}",
+    LocalResultRecorded: lambda p: f"{p.result_id}: {p.metric}",
+    CandidateRejected: lambda p: f"{p.experiment_id} closes {p.closes}",
+    ReconciliationRecorded: lambda p: f"{p.experiment_id}: {p.premise}",
+    ChampionSelected: lambda p: f"{p.target_id}: {p.experiment_id or ORIGINAL} ({p.decision})",
+    FinalAuditRecorded: lambda p: f"{p.target_id}: {p.champion} {p.status}",
+    HostAdviceRecorded: lambda p: f"{p.advice_id} ({p.category})",
+    HandoffRecorded: lambda p: f"{p.target_id}: achieved={p.primary_achieved}",
+    ConflictResolved: lambda p: f"{p.target_id}/{p.conflict_id}: keep {p.keep}",
+}
+
+for _type, _summary in _SUMMARIES.items():
+    register_kind(KindSpec(_type.__name__, 1, _type, summary=_summary))

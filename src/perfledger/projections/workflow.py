@@ -1,0 +1,406 @@
+"""The workflow projection: targets, readiness, baselines, experiments, samples, verdicts,
+champions, local results, rejections, reconciliations and conflicts (SPEC.md sections 3-4).
+
+:class:`WorkflowState` extends the ledger-level :class:`~perfledger.projections.ledger_state.
+LedgerState` (its fields and its :func:`~perfledger.projections.ledger_state.evolve` are kept), so
+``perfledger state`` and ``verify``'s ``state_hash`` cover both. Like that projection, :func:`evolve`
+updates the state it is given and returns it (linear use).
+
+The fold never refuses: rules are enforced by the deciders before an append
+(:mod:`perfledger.commands`). An event that the fold cannot place (a reference to an unknown id,
+written around the deciders, say) is noted in ``anomalies`` and otherwise ignored; concurrent
+decisions that the rules forbid together (two champions chosen from the same previous one on two
+machines, the same id frozen twice) become entries of ``conflicts`` (SPEC.md section 2), which
+block further decisions of that kind until a ``ConflictResolved``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from perfledger.events.kinds import RecordedEvent
+from perfledger.events.workflow import (
+    ORIGINAL,
+    BaselineRecorded,
+    CandidateRejected,
+    ChampionSelected,
+    ConflictResolved,
+    EvidenceRecorded,
+    ExperimentCreated,
+    FinalAuditRecorded,
+    HandoffRecorded,
+    HostAdviceRecorded,
+    LocalResultRecorded,
+    MetricAuditRecorded,
+    ReadinessRecorded,
+    ReconciliationRecorded,
+    ResolutionEstimated,
+    SamplesRecorded,
+    TargetDefinition,
+    TargetFrozen,
+    TargetSuperseded,
+    UpstreamCheckRecorded,
+    VerdictRecorded,
+)
+from perfledger.projections import ledger_state
+from perfledger.projections.ledger_state import LedgerState
+
+#: Bumped whenever the meaning of the workflow state changes (part of the cache key).
+PROJECTION_VERSION = 1
+
+ExperimentStage = Literal["created", "screen", "target", "final_audit"]
+ExperimentStatus = Literal[
+    "open", "screen_failed", "passed", "failed", "inconclusive", "champion", "rejected"
+]
+
+
+class ChampionEntry(msgspec.Struct, kw_only=True):
+    """One step of a Target's champion lineage: the experiment (``original`` after a restore),
+    the target-stage samples that supported it, the event that chose it."""
+
+    champion: str
+    samples_id: str | None
+    event_id: str
+    decision: str
+
+
+class PendingReconciliation(msgspec.Struct, kw_only=True):
+    """A target result outside its claim's predicted interval, not yet reconciled (R14).
+
+    Attributes:
+        experiment_id, samples_id: the contradicted experiment and the samples of the result.
+        predicted_low, predicted_high: the claim's predicted improvement (ratios).
+        ci_low, ci_high: the measured CI of the improvement (ratios).
+    """
+
+    experiment_id: str
+    samples_id: str
+    predicted_low: float
+    predicted_high: float
+    ci_low: float | None
+    ci_high: float | None
+
+
+class TargetView(msgspec.Struct, kw_only=True):
+    """A Target and what hangs off it.
+
+    Attributes:
+        definition: the frozen definition (R1).
+        status: ``current`` or ``superseded``; superseded_by / supersedes: the ids around it.
+        readiness: the latest readiness (R2); metric_audits: metric -> latest audit (R3).
+        diagnostic_only: a metric audit found a mismatch (R3) or the Target is diagnostic (R2).
+        baseline, resolution: R4.
+        champion: the current champion's experiment id, None for the original (R13).
+        champion_hash: the current champion's content hash, None for the original.
+        lineage: every champion decision, in order.
+        experiments: ids of the Target's experiments, in creation order.
+        pending: experiment id -> unreconciled contradiction (R14).
+        final_audit: samples id of the latest final audit, and its status.
+    """
+
+    definition: TargetDefinition
+    frozen_event: str
+    status: Literal["current", "superseded"] = "current"
+    superseded_by: str | None = None
+    supersedes: str | None = None
+    readiness: ReadinessRecorded | None = None
+    metric_audits: dict[str, MetricAuditRecorded] = msgspec.field(default_factory=dict)
+    diagnostic_only: bool = False
+    baseline: BaselineRecorded | None = None
+    resolution: ResolutionEstimated | None = None
+    champion: str | None = None
+    champion_hash: str | None = None
+    lineage: list[ChampionEntry] = msgspec.field(default_factory=list)
+    experiments: list[str] = msgspec.field(default_factory=list)
+    pending: dict[str, PendingReconciliation] = msgspec.field(default_factory=dict)
+    final_audit: str | None = None
+    final_audit_status: str | None = None
+
+
+class ExperimentView(msgspec.Struct, kw_only=True):
+    """An experiment: its creation (claim, preregistration), stage and status, its samples by
+    stage (ids in order), its verdicts (samples ids) and its rejection, if any."""
+
+    created: ExperimentCreated
+    event_id: str
+    stage: ExperimentStage = "created"
+    status: ExperimentStatus = "open"
+    samples: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    verdicts: list[str] = msgspec.field(default_factory=list)
+    rejection: CandidateRejected | None = None
+    reconciliations: int = 0
+
+
+class Conflict(msgspec.Struct, kw_only=True):
+    """Concurrent decisions the rules forbid together (SPEC.md section 2).
+
+    Attributes:
+        conflict_id: the first 16 hex characters of the later event's id.
+        target_id: the Target concerned.
+        kind: ``champion`` (two selections from the same previous champion) or ``duplicate_id``.
+        options: what the two decisions chose (experiment ids or ``original``).
+        event_ids: the conflicting events.
+        resolved_by: the ``ConflictResolved`` event id, None while the conflict blocks.
+        kept: what the resolution kept.
+    """
+
+    conflict_id: str
+    target_id: str
+    kind: str
+    options: list[str]
+    event_ids: list[str]
+    resolved_by: str | None = None
+    kept: str | None = None
+
+
+class WorkflowState(LedgerState, kw_only=True):
+    """The folded state of a ledger: the ledger-level fields of :class:`LedgerState` plus the
+    workflow (every map keyed by the caller-chosen id)."""
+
+    targets: dict[str, TargetView] = msgspec.field(default_factory=dict)
+    experiments: dict[str, ExperimentView] = msgspec.field(default_factory=dict)
+    samples: dict[str, SamplesRecorded] = msgspec.field(default_factory=dict)
+    verdicts: dict[str, VerdictRecorded] = msgspec.field(default_factory=dict)
+    evidence: dict[str, EvidenceRecorded] = msgspec.field(default_factory=dict)
+    upstream_checks: dict[str, UpstreamCheckRecorded] = msgspec.field(default_factory=dict)
+    local_results: dict[str, LocalResultRecorded] = msgspec.field(default_factory=dict)
+    rejections: dict[str, CandidateRejected] = msgspec.field(default_factory=dict)
+    reconciliations: list[ReconciliationRecorded] = msgspec.field(default_factory=list)
+    final_audits: dict[str, FinalAuditRecorded] = msgspec.field(default_factory=dict)
+    host_advice: dict[str, HostAdviceRecorded] = msgspec.field(default_factory=dict)
+    handoffs: list[HandoffRecorded] = msgspec.field(default_factory=list)
+    conflicts: dict[str, Conflict] = msgspec.field(default_factory=dict)
+    anomalies: list[str] = msgspec.field(default_factory=list)
+
+
+def initial_state() -> WorkflowState:
+    """Return the state of an empty ledger."""
+    return WorkflowState()
+
+
+def open_conflicts(state: WorkflowState, target_id: str, kind: str) -> list[Conflict]:
+    """Return the unresolved conflicts of ``kind`` on ``target_id`` (they block decisions)."""
+    return [
+        c
+        for c in state.conflicts.values()
+        if c.target_id == target_id and c.kind == kind and c.resolved_by is None
+    ]
+
+
+def _anomaly(state: WorkflowState, event: RecordedEvent, what: str) -> None:
+    state.anomalies.append(f"{event.id[:16]} {event.kind}: {what}")
+
+
+def _duplicate(state: WorkflowState, event: RecordedEvent, target_id: str, what: str) -> None:
+    conflict_id = event.id[:16]
+    state.conflicts[conflict_id] = Conflict(
+        conflict_id=conflict_id,
+        target_id=target_id,
+        kind="duplicate_id",
+        options=[what],
+        event_ids=[event.id],
+    )
+
+
+def _add_target(state: WorkflowState, event: RecordedEvent, definition: TargetDefinition) -> bool:
+    if definition.target_id in state.targets:
+        _duplicate(state, event, definition.target_id, definition.target_id)
+        return False
+    state.targets[definition.target_id] = TargetView(definition=definition, frozen_event=event.id)
+    return True
+
+
+def _on_target_superseded(state: WorkflowState, event: RecordedEvent, p: TargetSuperseded) -> None:
+    old = state.targets.get(p.target_id)
+    if old is None:
+        _anomaly(state, event, f"unknown target {p.target_id!r}")
+        return
+    if _add_target(state, event, p.new_target):
+        old.status = "superseded"
+        old.superseded_by = p.new_target.target_id
+        state.targets[p.new_target.target_id].supersedes = p.target_id
+
+
+def _on_samples(state: WorkflowState, event: RecordedEvent, p: SamplesRecorded) -> None:
+    experiment = state.experiments.get(p.experiment_id)
+    if experiment is None or p.samples_id in state.samples:
+        _anomaly(state, event, f"unknown experiment or duplicate samples {p.samples_id!r}")
+        return
+    state.samples[p.samples_id] = p
+    experiment.samples.setdefault(p.stage, []).append(p.samples_id)
+    if p.stage != "final_audit":
+        experiment.stage = p.stage
+
+
+def _on_verdict(state: WorkflowState, event: RecordedEvent, p: VerdictRecorded) -> None:
+    experiment = state.experiments.get(p.experiment_id)
+    target = state.targets.get(p.target_id)
+    if experiment is None or target is None:
+        _anomaly(state, event, f"unknown experiment {p.experiment_id!r}")
+        return
+    state.verdicts[p.samples_id] = p
+    experiment.verdicts.append(p.samples_id)
+    if p.stage == "screen":
+        if p.status == "fail" and experiment.status == "open":
+            experiment.status = "screen_failed"
+    elif p.stage == "target" and experiment.status not in ("champion", "rejected"):
+        experiment.status = {"pass": "passed", "fail": "failed"}.get(p.status, "inconclusive")  # type: ignore[assignment]
+    if p.stage == "target" and p.contradicts_claim:
+        figures = experiment.created.figures
+        target.pending[p.experiment_id] = PendingReconciliation(
+            experiment_id=p.experiment_id,
+            samples_id=p.samples_id,
+            predicted_low=figures.predicted_low,
+            predicted_high=figures.predicted_high,
+            ci_low=p.primary.ci_low,
+            ci_high=p.primary.ci_high,
+        )
+
+
+def _on_champion(state: WorkflowState, event: RecordedEvent, p: ChampionSelected) -> None:
+    target = state.targets.get(p.target_id)
+    if target is None:
+        _anomaly(state, event, f"unknown target {p.target_id!r}")
+        return
+    chosen = p.experiment_id if p.decision == "select" else None
+    current = target.champion or ORIGINAL
+    if p.previous != current:
+        # Decided concurrently against a champion that is no longer current (R13 compare-and-
+        # swap lost across machines): keep the first, record the conflict.
+        conflict_id = event.id[:16]
+        state.conflicts[conflict_id] = Conflict(
+            conflict_id=conflict_id,
+            target_id=p.target_id,
+            kind="champion",
+            options=[current, chosen or ORIGINAL],
+            event_ids=[target.lineage[-1].event_id if target.lineage else "", event.id],
+        )
+        return
+    _set_champion(state, target, chosen, p.samples_id, event.id, p.decision)
+
+
+def _set_champion(
+    state: WorkflowState,
+    target: TargetView,
+    chosen: str | None,
+    samples_id: str | None,
+    event_id: str,
+    decision: str,
+) -> None:
+    previous = state.experiments.get(target.champion or "")
+    if previous is not None and previous.status == "champion":
+        previous.status = "passed"
+    target.champion = chosen
+    target.champion_hash = None
+    experiment = state.experiments.get(chosen or "")
+    if experiment is not None:
+        experiment.status = "champion"
+        target.champion_hash = experiment.created.candidate.content_hash
+    target.lineage.append(
+        ChampionEntry(
+            champion=chosen or ORIGINAL, samples_id=samples_id, event_id=event_id, decision=decision
+        )
+    )
+
+
+def _on_conflict_resolved(state: WorkflowState, event: RecordedEvent, p: ConflictResolved) -> None:
+    conflict = state.conflicts.get(p.conflict_id)
+    target = state.targets.get(p.target_id)
+    if conflict is None or target is None:
+        _anomaly(state, event, f"unknown conflict {p.conflict_id!r}")
+        return
+    conflict.resolved_by = event.id
+    conflict.kept = p.keep
+    if conflict.kind == "champion" and p.keep != (target.champion or ORIGINAL):
+        keep = None if p.keep == ORIGINAL else p.keep
+        samples = None
+        if keep is not None:
+            verdicts = state.experiments[keep].verdicts if keep in state.experiments else []
+            samples = verdicts[-1] if verdicts else None
+        _set_champion(state, target, keep, samples, event.id, "conflict_resolution")
+
+
+def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
+    """Fold one event into ``state`` (updated in place and returned).
+
+    Keeps the ledger-level fields (:func:`perfledger.projections.ledger_state.evolve`) and
+    applies each workflow kind; never raises for a well-formed event.
+    """
+    ledger_state.evolve(state, event)
+    p = event.payload
+    if isinstance(p, TargetFrozen):
+        _add_target(state, event, p.target)
+    elif isinstance(p, TargetSuperseded):
+        _on_target_superseded(state, event, p)
+    elif isinstance(p, EvidenceRecorded):
+        if p.evidence_id in state.evidence:
+            _anomaly(state, event, f"duplicate evidence id {p.evidence_id!r}")
+        else:
+            state.evidence[p.evidence_id] = p
+    elif isinstance(p, UpstreamCheckRecorded):
+        state.upstream_checks.setdefault(p.check_id, p)
+    elif isinstance(p, HostAdviceRecorded):
+        state.host_advice.setdefault(p.advice_id, p)
+    elif isinstance(p, ExperimentCreated):
+        target = state.targets.get(p.target_id)
+        if target is None or p.experiment_id in state.experiments:
+            _anomaly(state, event, f"unknown target or duplicate experiment {p.experiment_id!r}")
+        else:
+            state.experiments[p.experiment_id] = ExperimentView(created=p, event_id=event.id)
+            target.experiments.append(p.experiment_id)
+    elif isinstance(p, SamplesRecorded):
+        _on_samples(state, event, p)
+    elif isinstance(p, VerdictRecorded):
+        _on_verdict(state, event, p)
+    elif isinstance(p, ChampionSelected):
+        _on_champion(state, event, p)
+    elif isinstance(p, ConflictResolved):
+        _on_conflict_resolved(state, event, p)
+    else:
+        _evolve_target_facts(state, event, p)
+    return state
+
+
+def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) -> None:
+    """The kinds that attach one fact to an existing Target (or an experiment of it)."""
+    target_id = getattr(p, "target_id", None)
+    if target_id is None:
+        return  # a kind of another projection (LedgerInitialized, NoteRecorded, ...)
+    target = state.targets.get(target_id)
+    if target is None:
+        _anomaly(state, event, f"unknown target {target_id!r}")
+        return
+    if isinstance(p, ReadinessRecorded):
+        target.readiness = p
+        target.diagnostic_only = target.diagnostic_only or target.definition.diagnostic
+    elif isinstance(p, MetricAuditRecorded):
+        target.metric_audits[p.metric] = p
+        if p.metric == target.definition.primary.name and not p.matches_target:
+            target.diagnostic_only = True
+    elif isinstance(p, BaselineRecorded):
+        target.baseline = p
+    elif isinstance(p, ResolutionEstimated):
+        target.resolution = p
+    elif isinstance(p, LocalResultRecorded):
+        state.local_results.setdefault(p.result_id, p)
+    elif isinstance(p, CandidateRejected):
+        experiment = state.experiments.get(p.experiment_id)
+        if experiment is not None:
+            experiment.rejection = p
+            if experiment.status != "champion":
+                experiment.status = "rejected"
+        state.rejections[p.experiment_id] = p
+    elif isinstance(p, ReconciliationRecorded):
+        state.reconciliations.append(p)
+        target.pending.pop(p.experiment_id, None)
+        experiment = state.experiments.get(p.experiment_id)
+        if experiment is not None:
+            experiment.reconciliations += 1
+    elif isinstance(p, FinalAuditRecorded):
+        state.final_audits[p.samples_id] = p
+        target.final_audit = p.samples_id
+        target.final_audit_status = p.status
+    elif isinstance(p, HandoffRecorded):
+        state.handoffs.append(p)

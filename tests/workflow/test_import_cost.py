@@ -1,0 +1,40 @@
+"""CLI start-up stays lazy: commands that do not derive verdicts import neither numpy nor scipy
+(and building the CLI imports no pydantic)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from perfledger.api import Ledger
+
+PROBE = """
+import sys
+from perfledger.commands.cli import main
+heavy = sorted(m for m in ("numpy", "scipy", "pydantic") if m in sys.modules)
+assert not heavy, heavy
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+heavy = sorted(m for m in ("numpy", "scipy") if m in sys.modules)
+assert not heavy, heavy
+"""
+
+
+def test_state_and_writes_do_not_import_numpy_or_scipy(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    Ledger.init(path, name="lazy", actor="a").close()
+    request = tmp_path / "advice.json"
+    request.write_text('{"advice_id": "h1", "category": "clocks", "advice": "lock clocks"}')
+    for argv in (
+        ["--ledger", str(path), "state", "--json"],
+        ["--ledger", str(path), "host-advice", "record", "--request", str(request)],
+        ["--ledger", str(path), "experiment", "list"],
+        ["--help"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)

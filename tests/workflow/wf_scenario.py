@@ -1,0 +1,352 @@
+"""A reusable optimization scenario: valid requests for every operation, paired-sample
+generators and an in-process session that appends through the real decide + append path.
+
+Nothing is mocked: a :class:`Session` wraps a real git ledger and calls
+:func:`perfledger.commands.operations.execute`, exactly as the CLI does.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from perfledger.api import Ledger
+from perfledger.commands.deciders import environment_id
+from perfledger.commands.operations import execute
+from perfledger.errors import PerfledgerError, RuleRefused
+
+ACTOR = "agent"
+T1 = "t1"
+ORIGINAL_HASH = "sha256:" + "0" * 16
+CAND1 = "sha256:" + "1" * 16
+CAND2 = "sha256:" + "2" * 16
+CAND3 = "sha256:" + "3" * 16
+TEST_SET_HASH = "sha256:" + "a" * 16
+ENVIRONMENT = {
+    "gpu": "NVIDIA H200",
+    "driver": "550.54",
+    "cuda": "12.4",
+    "toolkit": "nvcc 12.4",
+    "container_base": "unknown",
+}
+ENV_ID = environment_id(ENVIRONMENT)
+CASES = ("small", "large")
+PRIMARY = "latency_ms"
+#: Claim of experiment e1: f=0.6, s=2 -> bound 1/(0.4+0.3).
+BOUND_E1 = 1.0 / (0.4 + 0.6 / 2.0)
+
+
+def target_freeze(target_id: str = T1, **over: Any) -> dict[str, Any]:
+    """A valid ``target.freeze`` body: lower-is-better mean latency, 5 % minimum effect, a memory
+    guardrail, a pre-declared p99 secondary."""
+    body = {
+        "target_id": target_id,
+        "title": "decode latency of the demo workload",
+        "primary": {
+            "name": PRIMARY,
+            "unit": "ms",
+            "direction": "lower_is_better",
+            "statistic": "mean",
+        },
+        "min_effect": 0.05,
+        "guardrails": [
+            {
+                "metric": "memory_mb",
+                "unit": "MB",
+                "direction": "lower_is_better",
+                "allowed_regression": 0.02,
+            }
+        ],
+        "secondaries": [
+            {"name": "p99_ms", "unit": "ms", "direction": "lower_is_better", "threshold": 0.05}
+        ],
+        "scope": ["src/kernels/*", "src/model/attention.py"],
+        "risk_boundary": "no numerics change beyond fp16 tolerance",
+        "budget": {"wall_s": 7200.0, "gpu_s": 3600.0},
+    }
+    body.update(over)
+    return body
+
+
+def evidence(evidence_id: str = "ev-ncu", **over: Any) -> dict[str, Any]:
+    """A valid ``evidence.add`` body: an ncu report of the attention kernel."""
+    body = {
+        "evidence_id": evidence_id,
+        "layer": "kernel",
+        "tool": {"name": "ncu", "version": "2024.3.1"},
+        "facts": [
+            {"name": "attention_share", "value": 0.6, "unit": "ratio"},
+            {"name": "dram_throughput", "value": 2.1, "unit": "TB/s"},
+        ],
+    }
+    body.update(over)
+    return body
+
+
+def readiness(target_id: str = T1, **over: Any) -> dict[str, Any]:
+    """A valid ``readiness.record`` body."""
+    body = {
+        "target_id": target_id,
+        "original": {"content_hash": ORIGINAL_HASH, "label": "main@abc"},
+        "test_set": {"hash": TEST_SET_HASH, "case_count": 2, "cases": list(CASES)},
+        "accuracy_rule": "max rel L2 error <= 1e-2 against fp32 reference",
+        "driver": {"argv": ["python", "bench.py", "--json"], "env": {"CUDA_VISIBLE_DEVICES": "0"}},
+        "environment": dict(ENVIRONMENT),
+        "statistics": {"min_pairs_per_case": 5},
+    }
+    body.update(over)
+    return body
+
+
+def metric_audit(target_id: str = T1, **over: Any) -> dict[str, Any]:
+    """A valid ``metric-audit.record`` body for the primary."""
+    body = {
+        "target_id": target_id,
+        "metric": PRIMARY,
+        "numerator": "wall time of decode loop (ms)",
+        "denominator": "one request",
+        "unit": "ms",
+        "source": "driver JSON: latency_ms",
+        "reconstructed": False,
+        "matches_target": True,
+    }
+    body.update(over)
+    return body
+
+
+def baseline(target_id: str = T1, **over: Any) -> dict[str, Any]:
+    """A valid ``baseline.record`` body."""
+    body = {
+        "target_id": target_id,
+        "original_hash": ORIGINAL_HASH,
+        "metric": PRIMARY,
+        "unit": "ms",
+        "values": [10.0, 10.1, 9.9, 10.05, 9.95],
+        "environment_id": ENV_ID,
+    }
+    body.update(over)
+    return body
+
+
+def resolution(target_id: str = T1, **over: Any) -> dict[str, Any]:
+    """A valid ``resolution.record`` body: 1 % resolution from 20 A/A repeats."""
+    body = {"target_id": target_id, "resolution": 0.01, "repeats": 20}
+    body.update(over)
+    return body
+
+
+def experiment(
+    experiment_id: str = "e1", target_id: str = T1, candidate: str = CAND1, **over: Any
+) -> dict[str, Any]:
+    """A valid ``experiment.create`` body: f=0.6, s=2, bound 1/(0.4+0.3)."""
+    body = {
+        "experiment_id": experiment_id,
+        "target_id": target_id,
+        "title": "fused attention kernel",
+        "candidate": {"content_hash": candidate, "changed_paths": ["src/kernels/attn.cu"]},
+        "approach": "new",
+        "claim": {
+            "evidence": [
+                {"evidence_id": "ev-ncu", "applicability": "same_boundary", "used_for": "coverage"},
+                {
+                    "evidence_id": "ev-ncu",
+                    "applicability": "conservative_upper_bound",
+                    "used_for": "local_speedup",
+                },
+            ],
+            "scope": {
+                "replaced_region": "attention forward",
+                "shapes": ["B=8,H=32,S=2048,D=128"],
+                "execution_form": "one CUDA graph node per layer, no fallback",
+            },
+            "replacement_boundary": "attention op in the decode step",
+            "coverage": 0.6,
+            "local_speedup": 2.0,
+            "added_cost": 0.0,
+            "stated_bound": BOUND_E1,
+        },
+        "preregistration": {"rejects": "implementation"},
+    }
+    body.update(over)
+    return body
+
+
+def _subject(call: str, values: dict[str, list[float]], correct: bool = True) -> dict[str, Any]:
+    return {"call_id": call, "correct": correct, "values": values, "environment_id": ENV_ID}
+
+
+def make_pairs(
+    gain: float,
+    *,
+    per_case: int = 6,
+    cases: tuple[str, ...] = CASES,
+    secondary_gain: float | None = None,
+    memory_regression: float = 0.0,
+    cand_correct: bool = True,
+    monitor: dict[str, Any] | None = None,
+    tag: str = "",
+) -> list[dict[str, Any]]:
+    """Paired calls with a primary improvement of about ``gain`` (ratio, ±1 % jitter), memory
+    regressing by ``memory_regression`` and p99 improving by ``secondary_gain`` (if given)."""
+    pairs = []
+    for case_index, case in enumerate(cases):
+        for k in range(per_case):
+            jitter = 1.0 + 0.004 * ((k * 7 + case_index * 3) % 5 - 2)
+            ref = 10.0 * (1.0 + 0.3 * case_index) * (1.0 + 0.001 * k)
+            cand = ref * (1.0 - gain) * jitter
+            mem_ref = 1000.0 + k
+            mem_cand = mem_ref * (1.0 + memory_regression) * (1.0 + 0.0005 * ((k % 3) - 1))
+            ref_values: dict[str, list[float]] = {
+                PRIMARY: [ref, ref * 1.001],
+                "memory_mb": [mem_ref],
+            }
+            cand_values: dict[str, list[float]] = {
+                PRIMARY: [cand, cand * 1.001],
+                "memory_mb": [mem_cand],
+            }
+            if secondary_gain is not None:
+                p99 = ref * 1.5
+                ref_values["p99_ms"] = [p99]
+                cand_values["p99_ms"] = [p99 * (1.0 - secondary_gain) * jitter]
+            call = f"{tag}{case}-{k}"
+            pairs.append(
+                {
+                    "case": case,
+                    "ref": _subject(call, ref_values),
+                    "cand": _subject(call, cand_values, cand_correct),
+                    "same_process": True,
+                    "monitor": monitor if monitor is not None else {"observed": True},
+                }
+            )
+    return pairs
+
+
+def samples(
+    samples_id: str,
+    stage: str,
+    *,
+    experiment_id: str = "e1",
+    candidate: str = CAND1,
+    reference: dict[str, Any] | None = None,
+    gain: float = 0.2,
+    target_id: str = T1,
+    pairs: list[dict[str, Any]] | None = None,
+    **pair_options: Any,
+) -> dict[str, Any]:
+    """A valid ``samples.record`` body against the original (default) with ``gain``."""
+    return {
+        "samples_id": samples_id,
+        "target_id": target_id,
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": reference or {"kind": "original", "content_hash": ORIGINAL_HASH},
+        "candidate_hash": candidate,
+        "test_set_hash": TEST_SET_HASH,
+        "environment_id": ENV_ID,
+        "units": {PRIMARY: "ms", "memory_mb": "MB", "p99_ms": "ms"},
+        "pairs": pairs if pairs is not None else make_pairs(gain, tag=samples_id, **pair_options),
+    }
+
+
+def handoff(target_id: str = T1, **over: Any) -> dict[str, Any]:
+    """A ``handoff.record`` body for a session where e1 became champion and passed its audit."""
+    body = {
+        "target_id": target_id,
+        "primary_achieved": True,
+        "champion": "e1",
+        "key_evidence": ["ev-ncu", "e1-target"],
+        "gains": ["decode latency -20 % (CI within [0.19, 0.21])"],
+        "local_results": [],
+        "rejected": [],
+        "prediction_corrections": [],
+        "unresolved_questions": ["does the gain hold at S=8192?"],
+        "stop_reason": "primary achieved",
+        "budget_used": {"wall_s": 1200.0, "gpu_s": 600.0},
+        "budget_left": {"wall_s": 6000.0, "gpu_s": 3000.0},
+        "resume_needs": ["clone the ledger; run final audit again on new driver"],
+        "feedback": "none",
+    }
+    body.update(over)
+    return body
+
+
+class Session:
+    """Drive operations in-process on a real ledger, with a deterministic clock."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.clock = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def run(self, op: str, body: dict[str, Any], key: str | None = None) -> Any:
+        """Execute ``op``; returns the payload of its (single) event as builtins."""
+        import msgspec
+
+        self.clock += timedelta(seconds=1)
+        envelopes = execute(
+            self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock
+        )
+        assert len(envelopes) == 1
+        return msgspec.to_builtins(envelopes[0].payload)
+
+    def refused(self, op: str, body: dict[str, Any], rule: str | None) -> PerfledgerError:
+        """Assert ``op`` is refused (by ``rule``, or a BadRequest when None) and that the ledger
+        head did not move; returns the error."""
+        head = self.ledger.head()
+        expected = RuleRefused if rule is not None else PerfledgerError
+        with pytest.raises(expected) as info:
+            self.run(op, body)
+        if rule is not None:
+            assert info.value.rule == rule, info.value.message
+            assert info.value.exit_code == 3
+        assert self.ledger.head() == head
+        return info.value
+
+    def state(self) -> Any:
+        """The folded state at the head."""
+        return self.ledger.state()
+
+    # -- the scenario, step by step ------------------------------------------------------
+
+    def ready(self, target_id: str = T1) -> Session:
+        """Freeze the Target and record evidence, readiness, metric audit, baseline, resolution."""
+        self.run("target.freeze", target_freeze(target_id))
+        if "ev-ncu" not in self.state().evidence:
+            self.run("evidence.add", evidence())
+        self.run("readiness.record", readiness(target_id))
+        self.run("metric-audit.record", metric_audit(target_id))
+        self.run("baseline.record", baseline(target_id))
+        self.run("resolution.record", resolution(target_id))
+        return self
+
+    def screened(self, experiment_id: str = "e1", candidate: str = CAND1, **exp: Any) -> Session:
+        """Create an experiment and record a passing-looking screen and its verdict."""
+        self.run("experiment.create", experiment(experiment_id, candidate=candidate, **exp))
+        self.run(
+            "samples.record",
+            samples(f"{experiment_id}-screen", "screen", experiment_id=experiment_id,
+                    candidate=candidate),
+        )  # fmt: skip
+        self.run("verdict.record", {"samples_id": f"{experiment_id}-screen"})
+        return self
+
+    def passed(self, experiment_id: str = "e1", candidate: str = CAND1, gain: float = 0.2,
+               **pair_options: Any) -> Any:  # fmt: skip
+        """Screen, then target samples with ``gain`` and their verdict; returns the verdict."""
+        self.screened(experiment_id, candidate)
+        self.run(
+            "samples.record",
+            samples(f"{experiment_id}-target", "target", experiment_id=experiment_id,
+                    candidate=candidate, gain=gain, **pair_options),
+        )  # fmt: skip
+        return self.run("verdict.record", {"samples_id": f"{experiment_id}-target"})
+
+    def champion(self, experiment_id: str = "e1", expected: str = "original") -> Any:
+        """Select ``experiment_id``'s target result as champion."""
+        return self.run(
+            "champion.select",
+            {"target_id": T1, "samples_id": f"{experiment_id}-target",
+             "expected_current": expected},
+        )  # fmt: skip
