@@ -208,3 +208,108 @@ def pack_index_v2(entries: Sequence[tuple[bytes, int, int]], pack_checksum: byte
         ]
     )
     return body + hashlib.sha1(body).digest()
+
+
+def read_index_v2(path: str) -> list[tuple[bytes, int, int]] | None:
+    """Read a version-2 pack index: (binary sha, offset, crc32) sorted by sha; None when the file
+    is not a version-2 index (dulwich serves those packs)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8 + 1024 + 40 or data[:4] != b"\377tOc" or data[4:8] != b"\0\0\0\2":
+        return None
+    count = struct.unpack_from(">L", data, 8 + 255 * 4)[0]
+    shas_at = 8 + 1024
+    crcs_at = shas_at + 20 * count
+    offsets_at = crcs_at + 4 * count
+    large_at = offsets_at + 4 * count
+    crcs = struct.unpack_from(f">{count}L", data, crcs_at)
+    small = struct.unpack_from(f">{count}L", data, offsets_at)
+    entries = []
+    for i in range(count):
+        offset = small[i]
+        if offset & 0x80000000:
+            offset = struct.unpack_from(">Q", data, large_at + 8 * (offset & 0x7FFFFFFF))[0]
+        entries.append((data[shas_at + 20 * i : shas_at + 20 * i + 20], offset, crcs[i]))
+    return entries
+
+
+class DeltaEntry(Exception):
+    """A pack holds delta entries, which :func:`copy_merge_packs` does not rewrite."""
+
+
+def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
+    """Merge packs into one by copying their compressed entries verbatim (as git reuses packed
+    objects), each object once; durably, pack before index. Returns the new base path.
+
+    Args:
+        pack_dir: the ``objects/pack`` directory.
+        bases: the packs' base paths (without ``.pack``/``.idx``).
+    Raises: DeltaEntry when a pack holds a delta entry (offsets inside would change); the
+        caller then merges through dulwich, which resolves deltas.
+    """
+    import mmap
+
+    written: set[bytes] = set()
+    entries: list[tuple[bytes, int, int]] = []
+    fd, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=pack_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            digest = hashlib.sha1()
+            out.write(b"PACK\0\0\0\2\0\0\0\0")  # count patched below
+            digest_parts: list[bytes] = []
+            offset = 12
+            for base in bases:
+                index = read_index_v2(base + ".idx")
+                if index is None:
+                    raise DeltaEntry(f"{base}.idx is not a version-2 index")
+                with open(base + ".pack", "rb") as f:
+                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    by_offset = sorted(index, key=lambda e: e[1])
+                    end_of_data = len(data) - 20
+                    for i, (sha, start, crc) in enumerate(by_offset):
+                        if sha in written:
+                            continue
+                        if ((data[start] >> 4) & 0x07) in (6, 7):
+                            raise DeltaEntry(f"{base}.pack holds delta entries")
+                        stop = by_offset[i + 1][1] if i + 1 < len(by_offset) else end_of_data
+                        chunk = data[start:stop]
+                        out.write(chunk)
+                        digest_parts.append(chunk)
+                        entries.append((sha, offset, crc))
+                        written.add(sha)
+                        offset += len(chunk)
+                finally:
+                    data.close()
+            header = b"PACK" + (2).to_bytes(4, "big") + len(entries).to_bytes(4, "big")
+            digest.update(header)
+            for part in digest_parts:
+                digest.update(part)
+            checksum = digest.digest()
+            out.write(checksum)
+            out.seek(0)
+            out.write(header)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp_pack, 0o444)
+        target = os.path.join(pack_dir, "pack-" + checksum.hex())
+        os.replace(tmp_pack, target + ".pack")
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_pack)
+        raise
+    entries.sort()
+    fd, tmp_idx = tempfile.mkstemp(prefix="tmp_idx_", dir=pack_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(pack_index_v2(entries, checksum))
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp_idx, 0o444)
+        os.replace(tmp_idx, target + ".idx")
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_idx)
+        raise
+    fsync_dir(pack_dir)
+    return target

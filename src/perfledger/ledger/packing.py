@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from dulwich.pack import Pack, UnpackedObject, full_unpacked_object
 
 from perfledger.ledger.durable import fsync_dir
-from perfledger.ledger.gitobj import RawObject, write_pack
+from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
 
 if TYPE_CHECKING:
     from perfledger.ledger.store import GitStore
@@ -125,6 +125,23 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
     if split < 2:
         return 0
     group = packs[:split]
+    pack_dir = os.path.join(store._objects_dir, "pack")
+    try:
+        merged_base = copy_merge_packs(pack_dir, [p._basename for p in group])
+        stale = [p for p in group if os.path.abspath(p._basename) != os.path.abspath(merged_base)]
+    except DeltaEntry:
+        merged_name = _merge_through_dulwich(store, group)
+        stale = [p for p in group if p.name() != merged_name]
+    for pack in stale:
+        object_store._remove_pack(pack)
+    object_store._update_pack_cache()
+    return len(group)
+
+
+def _merge_through_dulwich(store: GitStore, group: list[Pack]) -> bytes:
+    """Merge packs that hold deltas (a git gc'd ledger): dulwich resolves and rewrites every
+    object. Each object is written once. Returns the merged pack's ``Pack.name()``."""
+    object_store = store.repo.object_store
     # An object can be in two packs (a writer killed between packing loose objects and deleting
     # them; an object written loose again after it was packed): write it once, as git does.
     unique: set[bytes] = set()
@@ -144,12 +161,7 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
     object_store.fsync_object_files = True
     merged = object_store.add_pack_data(count, records())
     fsync_dir(os.path.join(store._objects_dir, "pack"))
-    merged_name = merged.name() if merged is not None else None
-    for pack in group:
-        if pack.name() != merged_name:
-            object_store._remove_pack(pack)
-    object_store._update_pack_cache()
-    return len(group)
+    return merged.name() if merged is not None else b""
 
 
 def pack_stats(store: GitStore) -> dict[str, int]:

@@ -58,6 +58,7 @@ from perfledger.ledger.objects import (
     build_event_objects,
     build_merge_commit,
     commit_info,
+    parse_trailers,
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import maybe_pack
@@ -129,6 +130,9 @@ class GitStore:
         self._unsaved = 0
         self._loose_written = 0
         self._lock_depth = 0
+        self._bulk: ObjectReader | None = None
+        self._bulk_misses = 0
+        self._in_bulk = False
         self._packs_written = 0
 
     # ------------------------------------------------------------------ opening
@@ -716,13 +720,31 @@ class GitStore:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
         entry = self._commits.get(sha)
         if entry is None:
-            commit = self.get_object(sha)
-            if not isinstance(commit, Commit):
-                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-            info = commit_info(commit)
-            entry = _IndexEntry(
-                info.event_id, info.lamport, list(info.parents), info.idempotency_key
-            )
+            self._bulk_misses += 1
+            if self._bulk is None and self._bulk_misses > 64 and self._in_bulk:
+                self._bulk = ObjectReader(self.repo.object_store)
+            if self._bulk is not None:  # inside a long walk: the bulk reader is ~10x faster
+                type_num, raw = self._bulk.read(bytes.fromhex(sha.decode()), check=False)
+                if type_num != 1:
+                    raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+                header, _, message = raw.partition(b"\n\n")
+                parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
+                trailers = parse_trailers(message)
+                lamport_text = trailers.get("Lamport", "0")
+                entry = _IndexEntry(
+                    trailers.get("Event-Id"),
+                    int(lamport_text) if lamport_text.isdigit() else -1,
+                    parents,
+                    trailers.get("Idempotency-Key"),
+                )
+            else:
+                commit = self.get_object(sha)
+                if not isinstance(commit, Commit):
+                    raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+                info = commit_info(commit)
+                entry = _IndexEntry(
+                    info.event_id, info.lamport, list(info.parents), info.idempotency_key
+                )
             self._commits[sha] = entry
             if entry.event_id is not None:
                 self._all_events[entry.event_id] = sha
@@ -743,6 +765,10 @@ class GitStore:
         if head in self._reachable:  # moved back or sideways inside what we knew
             self._rebuild(head)
             return
+        with self._bulk_reading():
+            self._walk_new(head, previous)
+
+    def _walk_new(self, head: bytes, previous: bytes | None) -> None:
         stack = [head]
         new: list[bytes] = []
         seen: set[bytes] = set()
@@ -802,8 +828,29 @@ class GitStore:
         with contextlib.suppress(OSError):
             os.unlink(self._index_path())
 
+    @contextlib.contextmanager
+    def _bulk_reading(self) -> Iterator[None]:
+        """Read commits through the bulk :class:`ObjectReader` for the duration (opened lazily
+        only when more than a few commits are missing from the index)."""
+        if self._bulk is not None:
+            yield
+            return
+        self._bulk_misses = 0
+        self._in_bulk = True
+        try:
+            yield
+        finally:
+            self._in_bulk = False
+            if self._bulk is not None:
+                self._bulk.close()
+                self._bulk = None
+
     def _rebuild(self, head: bytes) -> None:
         """Recompute the reachable set and the event and key maps from ``head``."""
+        with self._bulk_reading():
+            self._rebuild_walk(head)
+
+    def _rebuild_walk(self, head: bytes) -> None:
         self._reachable.clear()
         self._by_event.clear()
         self._keys.clear()
