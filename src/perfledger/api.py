@@ -9,7 +9,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -20,9 +20,10 @@ from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
 from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_snapshot
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
-from perfledger.ledger.verify import VerifyReport, verify_store
-from perfledger.projections.base import DEFAULT_PROJECTION, Projection
-from perfledger.projections.ledger_state import state_hash
+
+if TYPE_CHECKING:
+    from perfledger.ledger.verify import VerifyReport
+    from perfledger.projections.base import Projection
 
 #: Environment variable naming the ledger when ``--ledger`` is not given.
 LEDGER_ENV = "PERFLEDGER_DIR"
@@ -79,9 +80,18 @@ class Ledger:
         projection: the projection ``state`` folds (default: the ledger projection).
     """
 
-    def __init__(self, store: GitStore, projection: Projection = DEFAULT_PROJECTION) -> None:
+    def __init__(self, store: GitStore, projection: Projection | None = None) -> None:
         self.store = store
-        self.projection = projection
+        self._projection = projection
+
+    @property
+    def projection(self) -> Projection:
+        """The projection :meth:`state` folds (imported on first use: ``log`` never needs it)."""
+        if self._projection is None:
+            from perfledger.projections.base import DEFAULT_PROJECTION
+
+            self._projection = DEFAULT_PROJECTION
+        return self._projection
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -242,6 +252,8 @@ class Ledger:
 
     def state_hash(self) -> str:
         """Return the blake3 hash of the canonical encoding of :meth:`state`."""
+        from perfledger.projections.ledger_state import state_hash
+
         return state_hash(self.state())
 
     # -- verification ------------------------------------------------------------------------
@@ -254,6 +266,9 @@ class Ledger:
 
         def on_event(event: RecordedEvent) -> None:
             holder[0] = self.projection.evolve(holder[0], event)
+
+        from perfledger.ledger.verify import verify_store
+        from perfledger.projections.ledger_state import state_hash
 
         report = verify_store(self.store, on_event=on_event, format_version=FORMAT_VERSION)
         if report.ok:

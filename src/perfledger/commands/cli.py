@@ -11,7 +11,6 @@ Heavy modules (dulwich, the store) are imported inside the commands that need th
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any, NoReturn
@@ -36,8 +35,18 @@ class Context:
         return Ledger.open(find_ledger_path(self.ledger_path))
 
 
+def to_json_text(data: object, indent: int = 0) -> str:
+    """Encode ``data`` as JSON text with sorted keys (UTF-8, compact unless ``indent``)."""
+    import msgspec
+
+    raw = msgspec.json.encode(data, order="sorted")
+    if indent:
+        raw = msgspec.json.format(raw, indent=indent)
+    return raw.decode("utf-8")
+
+
 def _emit_json(data: object) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=None))
+    click.echo(to_json_text(data))
 
 
 def _fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
@@ -154,7 +163,7 @@ def show(event_id: str, json_flag: bool) -> None:
     if ctx.json_mode:
         _emit_json({"event": data})
         return
-    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2))
+    click.echo(to_json_text(data, indent=2))
 
 
 @cli.command()
@@ -206,7 +215,7 @@ def state(json_flag: bool) -> None:
     if ctx.json_mode:
         _emit_json(data)
     else:
-        click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2))
+        click.echo(to_json_text(data, indent=2))
 
 
 @cli.command()

@@ -14,7 +14,6 @@ load inside the commands that need them. :func:`commands` returns the click comm
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -39,8 +38,15 @@ def _ctx(json_flag: bool) -> Any:
     return shared_ctx(json_flag)
 
 
+def to_json_text(data: object, indent: int = 0) -> str:
+    """See :func:`perfledger.commands.cli.to_json_text`."""
+    from perfledger.commands.cli import to_json_text as shared
+
+    return shared(data, indent)
+
+
 def _emit(data: object) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, sort_keys=True))
+    click.echo(to_json_text(data))
 
 
 def _actor(actor: str | None) -> str:
@@ -64,6 +70,8 @@ def read_request(source: str | None) -> dict[str, Any]:
         raise BadRequest(f"cannot read the request {source!r}: {exc.strerror}") from None
     if len(data) > MAX_REQUEST_BYTES:
         raise BadRequest(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+    import json
+
     try:
         body = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -185,7 +193,7 @@ def _show(ctx: Any, data: Any) -> None:
     if ctx.json_mode:
         _emit(builtins)
     else:
-        click.echo(json.dumps(builtins, ensure_ascii=False, sort_keys=True, indent=2))
+        click.echo(to_json_text(builtins, indent=2))
 
 
 def _target_show(target_id: str | None, json_flag: bool) -> None:
@@ -254,7 +262,7 @@ def _schema(operation: str, json_flag: bool) -> None:
     """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``)."""
     from perfledger.commands.operations import json_schema
 
-    click.echo(json.dumps(json_schema(operation), indent=2, sort_keys=True))
+    click.echo(to_json_text(json_schema(operation), indent=2))
 
 
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")

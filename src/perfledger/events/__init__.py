@@ -1,6 +1,5 @@
 """The event vocabulary: envelope, canonical encoding, kinds with schema versions and upcasters."""
 
-from perfledger.events import workflow  # noqa: F401  (registers the workflow kinds)
 from perfledger.events.canonical import canonical_bytes, decode_json, is_canonical
 from perfledger.events.envelope import (
     ArtifactRef,

@@ -46,6 +46,16 @@ class KindSpec:
 
 
 _REGISTRY: dict[str, KindSpec] = {}
+_WORKFLOW_LOADED = False
+
+
+def _ensure_workflow_kinds() -> None:
+    """Register the workflow's kinds (:mod:`perfledger.events.workflow`) on first use: commands
+    that never decode a workflow payload (``log``, ``--version``) do not pay for importing them."""
+    global _WORKFLOW_LOADED
+    if not _WORKFLOW_LOADED:
+        _WORKFLOW_LOADED = True
+        import perfledger.events.workflow  # noqa: F401  (registers on import)
 
 
 def register_kind(spec: KindSpec) -> KindSpec:
@@ -65,6 +75,7 @@ def get_kind(kind: str) -> KindSpec:
 
     Raises: BadRequest when the kind is unknown.
     """
+    _ensure_workflow_kinds()
     try:
         return _REGISTRY[kind]
     except KeyError:
@@ -76,6 +87,7 @@ def get_kind(kind: str) -> KindSpec:
 
 def registered_kinds() -> dict[str, KindSpec]:
     """Return a copy of the registry: kind name -> spec."""
+    _ensure_workflow_kinds()
     return dict(_REGISTRY)
 
 
@@ -84,6 +96,7 @@ def kinds_fingerprint() -> str:
     cache key, so that a new schema version or kind invalidates cached folds."""
     import blake3
 
+    _ensure_workflow_kinds()
     text = ";".join(f"{k}={spec.version}" for k, spec in sorted(_REGISTRY.items()))
     return blake3.blake3(text.encode()).hexdigest()[:16]
 
@@ -114,6 +127,7 @@ def upcast(kind: str, schema: int, payload: dict[str, Any]) -> Any:
     Raises: IntegrityError for an unknown kind, a version newer than this code knows, or a
         payload that does not fit its schema after upcasting.
     """
+    _ensure_workflow_kinds()
     spec = _REGISTRY.get(kind)
     if spec is None:
         raise IntegrityError(

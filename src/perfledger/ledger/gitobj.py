@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,6 +85,13 @@ def make_commit(
     return make_object(COMMIT, raw)
 
 
+def _mkstemp(directory: str, prefix: str) -> tuple[int, str]:
+    """A unique temporary file in ``directory`` (tempfile imported only by writers)."""
+    import tempfile
+
+    return tempfile.mkstemp(prefix=prefix, dir=directory)
+
+
 def deflate(data: bytes) -> bytes:
     """Return ``data`` as a zlib stream (stored for small data, compressed otherwise)."""
     if len(data) < STORE_BELOW_BYTES:
@@ -113,7 +119,7 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
         data = deflate(header + obj.raw)
         # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed here
         # leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
-        fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=directory)
+        fd, tmp = _mkstemp(directory, "tmp_obj_")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -251,7 +257,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
 
     written: set[bytes] = set()
     entries: list[tuple[bytes, int, int]] = []
-    fd, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=pack_dir)
+    fd, tmp_pack = _mkstemp(pack_dir, "tmp_pack_")
     try:
         with os.fdopen(fd, "wb") as out:
             digest = hashlib.sha1()
@@ -299,7 +305,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
             os.unlink(tmp_pack)
         raise
     entries.sort()
-    fd, tmp_idx = tempfile.mkstemp(prefix="tmp_idx_", dir=pack_dir)
+    fd, tmp_idx = _mkstemp(pack_dir, "tmp_idx_")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(pack_index_v2(entries, checksum))
