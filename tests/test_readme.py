@@ -7,6 +7,7 @@ with their ``/tmp/...`` paths moved into the test's temporary directory.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -38,6 +39,20 @@ def test_readme_cli_block_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "state_hash" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_readme_schema_block_runs(tmp_path: Path) -> None:
+    """The schema example writes a JSON Schema that names the request's fields."""
+    block = next(b for b in _blocks("sh") if "perfledger schema" in b)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    schema = json.loads((tmp_path / "target.schema.json").read_text())
+    assert "min_effect" in json.dumps(schema)
 
 
 def test_readme_python_block_runs(tmp_path: Path, capsys: object) -> None:

@@ -269,6 +269,27 @@ _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one 
 _target_opt = click.option("--target", "target_id", default=None, help="The Target id.")
 
 
+#: One line per group for ``perfledger --help`` (SPEC.md section 4 names the rules).
+GROUP_HELP = {
+    "target": "Freeze, supersede or show the optimization Target (R1).",
+    "readiness": "Record readiness: original, real test set, accuracy rule, driver, environment (R2).",
+    "metric-audit": "Record the audit of the primary metric's computation (R3).",
+    "baseline": "Record the original's baseline before any candidate (R4).",
+    "resolution": "Record the measurement resolution from repeated original samples (R4).",
+    "evidence": "Record profiler or compiler evidence with its layer and applicability (R6).",
+    "upstream-check": "Record the check for an existing upstream equivalent (R10).",
+    "experiment": "Create an experiment with its opportunity claim (R7-R10); list or show them.",
+    "samples": "Record paired samples of one stage (R5, R11, R17).",
+    "verdict": "Derive and record a verdict from recorded samples (R12).",
+    "local-result": "Record a secondary-only gain with its scenario (R13).",
+    "champion": "Select or show the champion of a Target (R13).",
+    "final-audit": "Record the final audit of the champion against the original (R13).",
+    "host-advice": "Record host changes as advice; never applied (R16).",
+    "handoff": "Record the handoff of R18.",
+    "conflict": "Resolve a conflict between concurrent decisions.",
+}
+
+
 def commands() -> list[click.Command]:
     """Return the workflow's click commands and groups, to add to the ``perfledger`` group."""
     groups: dict[str, click.Group] = {}
@@ -281,7 +302,8 @@ def commands() -> list[click.Command]:
         group = groups.get(operation.group)
         if group is None:
             group = groups[operation.group] = click.Group(
-                operation.group, help=f"{operation.group} commands."
+                operation.group,
+                help=GROUP_HELP.get(operation.group, f"{operation.group} commands."),
             )
         group.add_command(command)
     groups["target"].add_command(
