@@ -59,6 +59,24 @@ def find_ledger_path(explicit: str | os.PathLike[str] | None = None, cwd: str | 
     return path
 
 
+#: Folded events after which the in-memory state is written to the derived cache.
+_SAVE_EVERY_EVENTS = 512
+
+
+@dataclass
+class _Memo:
+    """The state this Ledger holds in memory: at ``head``, ``count`` events folded, the last
+    one's (lamport, id) ``last``, ``dirty`` events folded since the cache was written, under the
+    code version (perfledger, projection and kind schema versions) ``code_version``."""
+
+    head: str
+    state: Any
+    count: int
+    last: tuple[int, str]
+    dirty: int
+    code_version: str
+
+
 @dataclass(frozen=True)
 class LogEntry:
     """One line of ``perfledger log``: an event's identity and subject."""
@@ -83,6 +101,7 @@ class Ledger:
     def __init__(self, store: GitStore, projection: Projection | None = None) -> None:
         self.store = store
         self._projection = projection
+        self._memo: _Memo | None = None
 
     @property
     def projection(self) -> Projection:
@@ -108,7 +127,8 @@ class Ledger:
         return cls(GitStore.open(path))
 
     def close(self) -> None:
-        """Release files (saves the derived index)."""
+        """Release files (saves the derived index and the state cache)."""
+        self._maybe_save(force=True)
         self.store.close()
 
     def __enter__(self) -> Ledger:
@@ -217,38 +237,77 @@ class Ledger:
     def state_at(self, head: str) -> Any:
         """Return the projection's state at commit ``head`` (hex) of the ledger branch.
 
-        Uses the derived cache when its key matches the head; folds only the new events when the
-        head moved linearly past the cached one (and every new event sorts after the cached
-        ones); refolds from zero otherwise. The result is saved back to the cache.
+        The state is read-only for the caller (this ledger keeps folding new events into it).
+        Sources, cheapest first: the state held in memory when the head moved linearly past it
+        (appends in this process); the derived cache on disk when its key matches; the cache
+        plus the new events when the head moved linearly past it; a fold from zero otherwise.
+        The cache on disk is rewritten when a fold did real work, and at :meth:`close`, not
+        after every append: rewriting a large state per append made appends quadratic.
         """
+        memo = self._memo
+        if memo is not None and memo.code_version != self._code_version():
+            memo = self._memo = None  # a kind's schema version changed: refold
+        if memo is not None:
+            if memo.head == head:
+                return memo.state
+            if self._fold_forward(memo, head):
+                return memo.state
         code_version = self._code_version()
-        derived = self.store.derived_dir
-        snapshot = load_snapshot(derived, self.projection.name, code_version)
-        state = None
+        snapshot = load_snapshot(self.store.derived_dir, self.projection.name, code_version)
         if snapshot is not None:
-            if snapshot.head == head:
-                return msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type)
-            new = self.store.commits_since(snapshot.head.encode(), head.encode())
-            if new is not None:
-                state = msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type)
-                count, last = snapshot.count, (snapshot.last_lamport, snapshot.last_id)
-                for sha in new:
-                    envelope = self.store.read_envelope(sha)
-                    if (envelope.lamport, envelope.id) <= last:
-                        state = None  # out of order: refold
-                        break
-                    state = self.projection.evolve(state, recorded(envelope))
-                    count, last = count + 1, (envelope.lamport, envelope.id)
-        if state is None:
-            state = self.projection.initial()
-            count, last = 0, (0, "")
-            for event in self.events_at(head):
-                state = self.projection.evolve(state, event)
-                count, last = count + 1, (event.envelope.lamport, event.envelope.id)
-        snapshot = Snapshot(head, code_version, count, *last, msgspec.msgpack.encode(state))
-        with contextlib.suppress(OSError):  # a read-only ledger only loses speed
-            save_snapshot(derived, self.projection.name, snapshot)
+            start = _Memo(
+                snapshot.head,
+                msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type),
+                snapshot.count,
+                (snapshot.last_lamport, snapshot.last_id),
+                dirty=0,
+                code_version=code_version,
+            )
+            if snapshot.head == head or self._fold_forward(start, head):
+                self._memo = start
+                self._maybe_save()
+                return start.state
+        state = self.projection.initial()
+        count, last = 0, (0, "")
+        for event in self.events_at(head):
+            state = self.projection.evolve(state, event)
+            count, last = count + 1, (event.envelope.lamport, event.envelope.id)
+        self._memo = _Memo(head, state, count, last, dirty=count or 1, code_version=code_version)
+        self._maybe_save()
         return state
+
+    def _fold_forward(self, memo: _Memo, head: str) -> bool:
+        """Fold the events between ``memo.head`` and ``head`` into ``memo`` when the head moved
+        linearly past it and every new event sorts after the folded ones; False otherwise (the
+        memo is then left as it was)."""
+        new = self.store.commits_since(memo.head.encode(), head.encode())
+        if new is None:
+            return False
+        envelopes = [self.store.read_envelope(sha) for sha in new]
+        last = memo.last
+        for envelope in envelopes:
+            if (envelope.lamport, envelope.id) <= last:
+                return False
+            last = (envelope.lamport, envelope.id)
+        for envelope in envelopes:
+            memo.state = self.projection.evolve(memo.state, recorded(envelope))
+        memo.head, memo.count, memo.last = head, memo.count + len(envelopes), last
+        memo.dirty += len(envelopes)
+        return True
+
+    def _maybe_save(self, *, force: bool = False) -> None:
+        """Write the in-memory state to the derived cache when enough events were folded since
+        the last write (or when ``force``)."""
+        memo = self._memo
+        if memo is None or memo.dirty == 0 or (not force and memo.dirty < _SAVE_EVERY_EVENTS):
+            return
+        snapshot = Snapshot(
+            memo.head, self._code_version(), memo.count, *memo.last,
+            msgspec.msgpack.encode(memo.state),
+        )  # fmt: skip
+        with contextlib.suppress(OSError):  # a read-only ledger only loses speed
+            save_snapshot(self.store.derived_dir, self.projection.name, snapshot)
+        memo.dirty = 0
 
     def state_hash(self) -> str:
         """Return the blake3 hash of the canonical encoding of :meth:`state`."""
