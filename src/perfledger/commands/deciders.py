@@ -562,7 +562,7 @@ def _derive(
             allowed_regression=g.allowed_regression,
             **common,
         )
-        guardrails.append(msgspec.convert(msgspec.to_builtins(derived), DerivedGuardrail))
+        guardrails.append(derived)
     secondaries = []
     for s in definition.secondaries:
         s_pairs = _pairs(samples, s.name)
@@ -572,10 +572,10 @@ def _derive(
         secondaries.append(
             SecondaryVerdict(
                 name=s.name,
-                verdict=msgspec.convert(msgspec.to_builtins(derived_s), DerivedVerdict),
+                verdict=derived_s,
             )
         )
-    return msgspec.convert(msgspec.to_builtins(primary), DerivedVerdict), guardrails, secondaries
+    return primary, guardrails, secondaries
 
 
 def _verdict_samples(state: WorkflowState, samples_id: str) -> tuple[SamplesRecorded, TargetView]:

@@ -519,8 +519,20 @@ class SamplesRecorded(_Payload, kw_only=True):
 
 
 class DerivedVerdict(_Part, kw_only=True):
-    """A verdict as derived by :func:`perfledger.projections.verdicts.derive_verdict` (R12);
-    fields as :class:`perfledger.projections.verdicts.Verdict`."""
+    """A verdict as derived by :func:`perfledger.projections.verdicts.derive_verdict` (R12).
+
+    Attributes:
+        status: ``pass``, ``fail`` or ``inconclusive``; reason: why, in one sentence.
+        direction: the metric's direction.
+        estimate, ci_low, ci_high: median improvement and its bootstrap CI (ratios); None
+            without enough pairs.
+        min_effect: the Target's minimum effect; resolution: the measured resolution (ratios).
+        n_pairs: valid pairs used; n_excluded: pairs excluded for a failed accuracy check (R5);
+        pairs_per_case: valid pairs per test case.
+        degenerate: zero-width CI (identical values); clear_loss: the CI is wholly below zero.
+        wilcoxon_p: two-sided Wilcoxon signed-rank p-value, for information only.
+        resamples, confidence, seed: the bootstrap's parameters.
+    """
 
     status: Status
     reason: str
@@ -542,7 +554,8 @@ class DerivedVerdict(_Part, kw_only=True):
 
 
 class DerivedGuardrail(_Part, kw_only=True):
-    """A guardrail verdict (R12), fields as :class:`perfledger.projections.verdicts.GuardrailVerdict`."""
+    """A guardrail's derived verdict (R12): the signed regression (ratio, positive is worse), its
+    CI against ``allowed_regression``, the valid pairs used and whether the CI is degenerate."""
 
     metric: str
     status: Status

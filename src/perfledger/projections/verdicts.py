@@ -32,6 +32,7 @@ import blake3
 import msgspec
 
 from perfledger.events.canonical import canonical_bytes
+from perfledger.events.workflow import DerivedGuardrail, DerivedVerdict
 
 Direction = Literal["lower_is_better", "higher_is_better"]
 Status = Literal["pass", "fail", "inconclusive"]
@@ -67,55 +68,11 @@ class Interval(msgspec.Struct, frozen=True):
     high: float
 
 
-class Verdict(msgspec.Struct, frozen=True, kw_only=True):
-    """The derived verdict of one comparison (R12).
-
-    Attributes:
-        status: ``pass``, ``fail`` or ``inconclusive``.
-        reason: why, in one sentence.
-        direction: the metric's direction.
-        estimate, ci_low, ci_high: median improvement and its CI (ratios); None without pairs.
-        min_effect: the Target's minimum effect (ratio).
-        resolution: the measured resolution (ratio) the lower end must exceed.
-        n_pairs: valid pairs used; n_excluded: pairs excluded for failed accuracy (R5).
-        pairs_per_case: valid pairs per case.
-        degenerate: the CI has zero width (identical values).
-        clear_loss: the CI lies wholly below zero.
-        wilcoxon_p: two-sided Wilcoxon signed-rank p-value (information only), None when undefined.
-        resamples, confidence, seed: the bootstrap's parameters.
-    """
-
-    status: Status
-    reason: str
-    direction: Direction
-    estimate: float | None
-    ci_low: float | None
-    ci_high: float | None
-    min_effect: float
-    resolution: float
-    n_pairs: int
-    n_excluded: int
-    pairs_per_case: dict[str, int]
-    degenerate: bool
-    clear_loss: bool
-    wilcoxon_p: float | None
-    resamples: int
-    confidence: float
-    seed: int
-
-
-class GuardrailVerdict(msgspec.Struct, frozen=True, kw_only=True):
-    """The derived verdict of one guardrail (R12): signed regression vs allowed regression."""
-
-    metric: str
-    status: Status
-    reason: str
-    regression: float | None
-    ci_low: float | None
-    ci_high: float | None
-    allowed_regression: float
-    n_pairs: int
-    degenerate: bool
+#: The derived verdict of one comparison (R12): the payload part recorded by ``verdict record``
+#: (:class:`perfledger.events.workflow.DerivedVerdict`), so what is derived is what is stored.
+Verdict = DerivedVerdict
+#: The derived verdict of one guardrail (R12): signed regression vs allowed regression.
+GuardrailVerdict = DerivedGuardrail
 
 
 def _round(value: float) -> float:
