@@ -6,6 +6,13 @@
 __version__ = "0.1.0"
 
 
+__all__ = ["Ledger", "__version__", "find_ledger_path", "init", "open"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> object:
     # Lazy: `import perfledger` stays cheap for the CLI; the library API loads on first use.
     if name in {"open", "init", "Ledger", "find_ledger_path"}:

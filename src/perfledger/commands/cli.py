@@ -53,7 +53,7 @@ def _fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
     if ctx is not None and ctx.json_mode:
         _emit_json(exc.to_json())
     else:
-        rule = f"{exc.rule} " if exc.rule else ""
+        rule = f"{exc.rule} " if exc.rule and not exc.message.startswith(exc.rule) else ""
         label = "refused" if exc.exit_code == 3 else "error"
         click.echo(f"perfledger: {label}: {rule}{exc.message}", err=True)
         if exc.hint:
@@ -233,6 +233,8 @@ def note(
 ) -> None:
     """Append a free-form note (an observation, friction, feedback)."""
     ctx = _ctx(json_flag)
+    if not text.strip():
+        raise BadRequest("a note needs text", hint='perfledger note "what you observed"')
     ledger = ctx.open()
     try:
         envelope = ledger.append(

@@ -11,6 +11,7 @@ re-decide every recorded request against the state before it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -414,6 +415,15 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
                 raise BadRequest(f"pair {index}: a subject has no values of {primary.name!r}")
             if any(v <= 0 for values in side.values.values() for v in values):
                 raise BadRequest(f"pair {index}: metric values must be positive")
+        for name in set(pair.ref.values) & set(pair.cand.values):
+            ref_m = statistics.median(pair.ref.values[name])
+            cand_m = statistics.median(pair.cand.values[name])
+            if not math.isfinite((ref_m - cand_m) / ref_m) or not math.isfinite(cand_m / ref_m):
+                raise BadRequest(
+                    f"pair {index}: {name} values {ref_m!r} and {cand_m!r} are implausible: their "
+                    "ratio overflows",
+                    hint="check the driver's units; a verdict could never be derived from these",
+                )
         if pair.same_process and pair.ref.call_id != pair.cand.call_id:
             raise refuse(
                 "R11",

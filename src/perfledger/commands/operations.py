@@ -258,7 +258,7 @@ OPERATIONS: dict[str, Operation] = {
 def get_operation(name: str) -> Operation:
     """Return the operation ``name``; BadRequest listing the known ones otherwise."""
     try:
-        return OPERATIONS[name]
+        return OPERATIONS[" ".join(name.split()).replace(" ", ".")]
     except KeyError:
         raise BadRequest(
             f"unknown operation {name!r}", hint="known: " + ", ".join(sorted(OPERATIONS))

@@ -286,7 +286,7 @@ class CandidateScope(Request):
 class Exposure(Request):
     """Exposure reasoning of a tail claim: affected share (ratio) and critical path (R7)."""
 
-    affected_share: Number
+    affected_share: Number = Field(gt=0.0, le=1.0)
     critical_path: Text
 
 

@@ -328,10 +328,30 @@ def r10_upstream_checked(
         )
 
 
+def path_in_scope(path: str, glob: str) -> bool:
+    """True when the repository-relative ``path`` matches ``glob`` segment by segment: ``*`` and
+    ``?`` never cross a ``/``, ``**`` matches any number of segments. A path that is absolute,
+    empty, or has ``.``/``..`` segments never matches (it could name anything)."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return False
+    return _match_segments(parts, glob.strip("/").split("/"))
+
+
+def _match_segments(parts: list[str], pattern: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_match_segments(parts[i:], rest) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _match_segments(parts[1:], rest)
+
+
 def r11_paths_in_scope(paths: Iterable[str], scope: Iterable[str]) -> None:
-    """R11: every path a candidate changes lies inside the Target's modification scope."""
+    """R11: every path a candidate changes lies inside the Target's modification scope
+    (:func:`path_in_scope`: ``*`` stays within one directory, ``..`` never escapes)."""
     globs = list(scope)
-    outside = [p for p in paths if not any(fnmatch.fnmatchcase(p, g) for g in globs)]
+    outside = [p for p in paths if not any(path_in_scope(p, g) for g in globs)]
     if outside:
         raise refuse(
             "R11",

@@ -55,6 +55,16 @@ def _actor(actor: str | None) -> str:
     return shared_actor(actor)
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads hook: a key given twice is ambiguous (last-wins would hide one), refuse it."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
 def read_request(source: str | None) -> dict[str, Any]:
     """Read a JSON request object from ``source`` (a path, or ``-`` for stdin); an empty object
     when ``source`` is None. Raises: BadRequest for unreadable or malformed JSON."""
@@ -73,7 +83,7 @@ def read_request(source: str | None) -> dict[str, Any]:
     import json
 
     try:
-        body = json.loads(data)
+        body = json.loads(data, object_pairs_hook=_no_duplicate_keys)
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"the request is not valid JSON: {exc}") from None
     if not isinstance(body, dict):

@@ -156,9 +156,10 @@ def validate_draft_fields(
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not _KEY.match(idempotency_key)
     ):
+        shown = repr(idempotency_key)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise BadRequest(
-            f"idempotency key {idempotency_key!r} must be 1-200 printable ASCII characters "
-            "without spaces"
+            f"idempotency key {shown} must be 1-200 printable ASCII characters without spaces"
         )
     for name, (digest, size, media_type) in artifacts.items():
         if not isinstance(name, str) or not _ARTIFACT_NAME.match(name):

@@ -159,6 +159,16 @@ class GitStore:
         """
         path = os.fspath(path)
         try:
+            return cls._init(path, name=name, actor=actor, bare=bare)
+        except OSError as exc:
+            raise BadRequest(
+                f"cannot create a ledger at {path}: {exc.strerror or exc}",
+                hint="choose a writable directory",
+            ) from None
+
+    @classmethod
+    def _init(cls, path: str, *, name: str | None, actor: str, bare: bool) -> GitStore:
+        try:
             repo = Repo(path)
         except NotGitRepository:
             os.makedirs(path, exist_ok=True)
@@ -251,9 +261,20 @@ class GitStore:
         Raises: NotALedger when the ref has disappeared.
         """
         try:
-            return self.repo.refs[LEDGER_REF]
+            head = self.repo.refs[LEDGER_REF]
         except KeyError:
             raise NotALedger(f"{self.path}: refs/heads/ledger is missing") from None
+        except ValueError as exc:
+            raise IntegrityError(
+                f"{self.path}: refs/heads/ledger is unreadable: {exc}",
+                hint="restore the ref from a clone (git update-ref refs/heads/ledger <commit>)",
+            ) from None
+        if len(head) != 40 or not all(c in b"0123456789abcdef" for c in head):
+            raise IntegrityError(
+                f"{self.path}: refs/heads/ledger does not hold a commit id ({head[:60]!r})",
+                hint="restore the ref from a clone (git update-ref refs/heads/ledger <commit>)",
+            )
+        return head
 
     def get_object(self, sha: bytes) -> RawObject:
         """Return the git object ``sha``; retries once across a concurrent repack.
@@ -299,7 +320,11 @@ class GitStore:
                 raise BadRequest(
                     f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)"
                 )
-        raise BadRequest(f"no event {event_id!r} in this ledger")
+        if len(event_id) < 4:
+            raise BadRequest(
+                f"event id prefix {event_id!r} is too short", hint="give at least 4 characters"
+            )
+        raise BadRequest(f"no event {event_id[:80]!r} in this ledger")
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
         """Read and decode the envelope stored in ``commit_sha`` (no hash checks; see verify).

@@ -25,6 +25,7 @@ platforms' libm never change a recorded verdict's bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -102,6 +103,10 @@ def improvements(pairs: Sequence[Pair], direction: Direction) -> list[tuple[str,
         if ref <= 0:
             raise ValueError(f"pair of case {pair.case!r}: reference median {ref} is not positive")
         gain = (ref - cand) / ref if direction == "lower_is_better" else (cand - ref) / ref
+        if not math.isfinite(gain):
+            raise ValueError(
+                f"pair of case {pair.case!r}: the improvement ({cand!r} vs {ref!r}) overflows"
+            )
         out.append((pair.case, gain))
     return out
 
