@@ -44,7 +44,13 @@ class Request(BaseModel):
     """Base of every request: closed (unknown fields refused), strict, finite numbers only."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, allow_inf_nan=False, frozen=True, str_max_length=20_000
+        extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
+        frozen=True,
+        str_max_length=20_000,
+        # Build validators on first use: importing ~50 models eagerly cost ~0.3 s per CLI call.
+        defer_build=True,
     )
 
 
