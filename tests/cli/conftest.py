@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,29 +15,16 @@ from typing import Any
 
 import pytest
 
+from subprocess_env import isolated_env, perfledger_command
+
 #: Runs the CLI: ``cli("--ledger", path, "log", cwd=..., env={...})``.
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def perfledger_command() -> list[str]:
-    """Return the argv prefix of the installed console script (``python -m`` as a fallback)."""
-    script = Path(sys.executable).with_name("perfledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "perfledger"]
 
 
 @pytest.fixture(scope="session")
 def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """An environment with no user/system git config, no GIT_* and no PERFLEDGER_* variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PERFLEDGER_"))}
-    env.update(
-        HOME=str(tmp_path_factory.mktemp("home")),
-        USER="tester",
-        LC_ALL="C",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_TERMINAL_PROMPT="0",
-    )
-    return env
+    return isolated_env(tmp_path_factory.mktemp("home"))
 
 
 @pytest.fixture(scope="session")

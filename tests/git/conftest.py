@@ -7,37 +7,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from subprocess_env import isolated_env, perfledger_command
+
 #: Runs ``git -C REPO ARGS...``: ``git_run(repo, "fsck", input=b"...", check=True)``.
 GitRun = Callable[..., "subprocess.CompletedProcess[bytes]"]
 #: Runs the perfledger CLI: ``perfledger_run("--ledger", path, "verify", "--json")``.
 CliRun = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def perfledger_command() -> list[str]:
-    """Return the argv prefix of the installed console script (``python -m`` as a fallback)."""
-    script = Path(sys.executable).with_name("perfledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "perfledger"]
-
-
-def isolated_env(home: Path) -> dict[str, str]:
-    """Return an environment with no user/system git config, no GIT_* and no PERFLEDGER_*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PERFLEDGER_"))}
-    env.update(
-        HOME=str(home),
-        USER="tester",
-        LC_ALL="C",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_TERMINAL_PROMPT="0",
-    )
-    return env
 
 
 @pytest.fixture(scope="session")
