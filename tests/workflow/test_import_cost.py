@@ -38,3 +38,12 @@ def test_state_and_writes_do_not_import_numpy_or_scipy(tmp_path: Path) -> None:
             [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
+
+
+def test_static_workflow_command_names_match_the_registry() -> None:
+    """The CLI loads the workflow's commands lazily by name; the static list must name exactly
+    the commands workflow_cli builds, or a command would be unreachable."""
+    from perfledger.commands.cli import WORKFLOW_COMMANDS
+    from perfledger.commands.workflow_cli import commands
+
+    assert {command.name for command in commands()} == set(WORKFLOW_COMMANDS)

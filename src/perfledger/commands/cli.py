@@ -74,7 +74,30 @@ def _ctx(json_flag: bool) -> Context:
     return ctx
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Names of the workflow's commands (checked against workflow_cli by a test).
+WORKFLOW_COMMANDS = frozenset(
+    {
+        "baseline", "champion", "conflict", "evidence", "experiment", "final-audit", "handoff",
+        "host-advice", "local-result", "metric-audit", "readiness", "reconcile", "reject",
+        "resolution", "samples", "schema", "target", "upstream-check", "verdict",
+    }
+)  # fmt: skip
+
+
+class _LedgerGroup(click.Group):
+    """The top-level group: workflow commands are imported only when one is used or listed."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in WORKFLOW_COMMANDS:
+            _load_workflow_commands()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _load_workflow_commands()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=_LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--ledger",
     "ledger",
@@ -286,8 +309,16 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-# The optimization workflow's groups (issue 3): target, readiness, ..., handoff, schema.
-from perfledger.commands.workflow_cli import commands as _workflow_commands  # noqa: E402
+# The optimization workflow's groups (issue 3) load on first use: `perfledger log` and
+# `perfledger --version` do not import the operations, requests and deciders.
+_workflow_loaded = False
 
-for _command in _workflow_commands():
-    cli.add_command(_command)
+
+def _load_workflow_commands() -> None:
+    global _workflow_loaded
+    if not _workflow_loaded:
+        _workflow_loaded = True
+        from perfledger.commands.workflow_cli import commands
+
+        for command in commands():
+            cli.add_command(command)

@@ -9,17 +9,31 @@ format version.
 from __future__ import annotations
 
 import datetime
-import decimal
 import math
-import uuid
 from typing import Any
 
 import msgspec
 
 from perfledger.errors import CanonicalEncodingError
 
-_REFUSED_TYPES = (bytes, bytearray, memoryview, datetime.datetime, datetime.date, datetime.time,
-                  datetime.timedelta, uuid.UUID, decimal.Decimal)  # fmt: skip
+_REFUSED_TYPES: tuple[type, ...] = ()
+
+
+def _refused_types() -> tuple[type, ...]:
+    """Types msgspec would coerce to strings; imported on first use (decimal and uuid are not
+    needed by commands that never encode)."""
+    global _REFUSED_TYPES
+    if not _REFUSED_TYPES:
+        import decimal
+        import uuid
+
+        _REFUSED_TYPES = (
+            bytes, bytearray, memoryview, datetime.datetime, datetime.date, datetime.time,
+            datetime.timedelta, uuid.UUID, decimal.Decimal,
+        )  # fmt: skip
+    return _REFUSED_TYPES
+
+
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 #: The msgspec encoder of canonical JSON (keys sorted); feed it checked builtins only.
@@ -97,7 +111,7 @@ def to_canonical_value(value: Any) -> Any:
         # Types msgspec would silently turn into strings (bytes as base64, datetimes, UUIDs,
         # decimals) are passed through so that the check below refuses them: canonical JSON
         # never guesses an encoding, and a bytes key could otherwise collide with a str key.
-        builtins = msgspec.to_builtins(value, order="sorted", builtin_types=_REFUSED_TYPES)
+        builtins = msgspec.to_builtins(value, order="sorted", builtin_types=_refused_types())
     except (TypeError, ValueError) as exc:
         raise CanonicalEncodingError(f"value cannot be encoded: {exc}") from None
     _check(builtins, "$")
