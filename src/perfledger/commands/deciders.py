@@ -244,7 +244,11 @@ def decide_baseline_record(
             "R4", f"the baseline is of the primary metric {primary.name!r} in {primary.unit!r}"
         )
     if req.environment_id != readiness.environment_id:
-        raise refuse("R11", "the baseline's environment identity differs from readiness")
+        raise refuse(
+            "R11",
+            "the baseline's environment identity differs from readiness",
+            f"readiness recorded environment_id {readiness.environment_id}",
+        )
     if any(v <= 0 for v in req.values):
         raise BadRequest("metric values must be positive")
     payload = _build(
@@ -386,7 +390,11 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
     if req.test_set_hash != readiness.test_set.hash:
         raise refuse("R11", "the samples' test set differs from the Target's readiness")
     if req.environment_id != readiness.environment_id:
-        raise refuse("R11", "the samples' environment identity differs from readiness")
+        raise refuse(
+            "R11",
+            "the samples' environment identity differs from readiness",
+            f"readiness recorded environment_id {readiness.environment_id}",
+        )
     metrics = _target_metrics(target.definition)
     primary = target.definition.primary
     if req.units.get(primary.name) != primary.unit:

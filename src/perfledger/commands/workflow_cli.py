@@ -111,6 +111,9 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         status = event["payload"].get("status")
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
+        if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
+            # baseline, resolution and samples must carry this id (R11): say it where it is made
+            click.echo(f"environment_id {event['payload']['environment_id']}")
 
 
 def _write_command(operation: Operation) -> click.Command:
