@@ -56,3 +56,31 @@ def test_tables_find_every_packed_object_and_nothing_else(
     finally:
         reader.close()
         ledger.close()
+
+
+def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A concurrent writer's pack merge can remove a pack between the reader listing the pack
+    directory and opening it (seen in CI); the reader skips it, and objects that were in it are
+    still read (from the merged pack, through dulwich's rescan)."""
+    ledger = _ledger(tmp_path / "l")
+    head = ledger.head()
+    real = reader_module.read_index_v2
+    removed: list[str] = []
+
+    def read_then_vanish(path: str) -> list[tuple[bytes, int, int]] | None:
+        entries = real(path)
+        if not removed:  # the first pack disappears right after its index was read
+            base = path[: -len(".idx")]
+            Path(base + ".pack").rename(tmp_path / "moved.pack")
+            removed.append(base)
+        return entries
+
+    monkeypatch.setattr(reader_module, "read_index_v2", read_then_vanish)
+    reader = ObjectReader(ledger.store.repo.object_store)
+    reader.close()
+    assert removed, "no pack was listed"
+    Path(tmp_path / "moved.pack").rename(removed[0] + ".pack")
+    assert ledger.verify().ok and ledger.head() == head
+    ledger.close()

@@ -73,7 +73,10 @@ class ObjectReader:
             base = os.path.join(pack_dir, name[:-4])
             if not os.path.exists(base + ".pack"):
                 continue
-            entries = read_index_v2(base + ".idx")
+            try:
+                entries = read_index_v2(base + ".idx")
+            except FileNotFoundError:
+                continue  # merged away by a concurrent writer: its objects are in the new pack
             if entries is None:
                 continue  # an index layout we do not map: dulwich serves those objects
             indexes.append((base, entries))
@@ -81,7 +84,12 @@ class ObjectReader:
         for base, entries in indexes:
             # pread on a descriptor, not mmap: mapped pages of a large pack would count in the
             # process's resident memory although the page cache holds them anyway.
-            fd = os.open(base + ".pack", os.O_RDONLY)
+            try:
+                fd = os.open(base + ".pack", os.O_RDONLY)
+            except FileNotFoundError:
+                # merged away between listing and opening; lookups of its objects fall back to
+                # dulwich, which rescans the pack directory
+                continue
             number = len(self._packs)
             self._packs.append(_PackMap(base + ".pack", fd))
             if use_tables:
