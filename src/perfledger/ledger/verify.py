@@ -55,7 +55,7 @@ from perfledger.ledger.reader import ObjectReader
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 #: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
 #: parses per event on ledgers up to this size, and bounds the memory on larger ones.
-PARSED_CACHE_MAX = 250_000
+PARSED_CACHE_MAX = 120_000
 
 
 @dataclass
