@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from perfledger import __version__
-from perfledger.errors import NotALedger
+from perfledger.errors import BadRequest, NotALedger
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
@@ -157,15 +157,22 @@ class Ledger:
         """Append one event durably and return its envelope (or the existing event when
         ``idempotency_key`` is already in the ledger).
 
-        Raises: BadRequest for a malformed payload or field; ConcurrentAppend when compare-and-swap
-            retries are exhausted.
+        Decisions of the workflow (``TargetFrozen``, ``ChampionSelected``, ...) are refused here:
+        they go through their operation, whose decider checks the rules
+        (:func:`perfledger.commands.operations.execute`, or the CLI).
+
+        Raises: BadRequest for a malformed payload or field, or for a decision kind;
+            ConcurrentAppend when compare-and-swap retries are exhausted.
         """
+        _refuse_decision_kinds([kind])
         return self.store.append(
             EventDraft(kind, payload, actor, request, idempotency_key, dict(artifacts or {}))
         )
 
     def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
-        """Append drafts atomically (all or none); see :meth:`GitStore.append_batch`."""
+        """Append drafts atomically (all or none); see :meth:`GitStore.append_batch`. Decision
+        kinds are refused as in :meth:`append`."""
+        _refuse_decision_kinds([draft.kind for draft in drafts])
         return self.store.append_batch(drafts)
 
     def transact(self, decide: Decide) -> list[Envelope]:
@@ -333,6 +340,20 @@ class Ledger:
         if report.ok:
             report.extra["state_hash"] = state_hash(holder[0])
         return report
+
+
+def _refuse_decision_kinds(kinds: Sequence[str]) -> None:
+    """BadRequest when a workflow decision would bypass its decider (the rules R1-R18)."""
+    from perfledger.events.workflow import DECISION_KINDS
+
+    decided = sorted(set(kinds) & DECISION_KINDS)
+    if decided:
+        raise BadRequest(
+            f"{', '.join(decided)} records a decision; it is appended through its operation so "
+            "that the rules are checked",
+            hint="use the CLI (e.g. `perfledger champion select`) or "
+            "perfledger.commands.operations.execute",
+        )
 
 
 def open(path: str | os.PathLike[str] | None = None) -> Ledger:

@@ -773,3 +773,7 @@ _SUMMARIES = {
 
 for _type, _summary in _SUMMARIES.items():
     register_kind(KindSpec(_type.__name__, 1, _type, summary=_summary))
+
+#: Kinds that record a decision: appended only through their operation's decider
+#: (:mod:`perfledger.commands.operations`), never through the raw ``Ledger.append``.
+DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)
