@@ -32,6 +32,7 @@ from wf_scenario import (
 )
 
 from perfledger.errors import BadRequest
+from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 
 # ------------------------------------------------------------------------------------ R1
@@ -451,11 +452,14 @@ def test_r13_concurrent_champions_are_a_conflict_until_resolved(ready: Session) 
     ready.passed("e2", CAND2)
     ready.champion("e1")
     # Another machine chose e2 from the same previous champion; its event arrives after ours.
-    ready.ledger.append(
-        "ChampionSelected",
-        {"target_id": T1, "decision": "select", "experiment_id": "e2", "samples_id": "e2-target",
-         "candidate_hash": CAND2, "previous": "original"},
-        actor="other-agent",
+    # (written through the raw store: Ledger.append refuses decisions, as it should)
+    ready.ledger.store.append(
+        EventDraft(
+            "ChampionSelected",
+            {"target_id": T1, "decision": "select", "experiment_id": "e2",
+             "samples_id": "e2-target", "candidate_hash": CAND2, "previous": "original"},
+            "other-agent",
+        )
     )  # fmt: skip
     state = ready.state()
     (conflict,) = state.conflicts.values()
