@@ -20,20 +20,3 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_file_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, directory fsync)."""
-    directory = os.path.dirname(path) or "."
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(directory)

@@ -15,11 +15,6 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def order_key(lamport: int, event_id: str) -> tuple[int, str]:
-    """Return the sort key of an event: (Lamport clock, id)."""
-    return (lamport, event_id)
-
-
 def in_total_order(items: Iterable[tuple[int, str, T]]) -> list[T]:
     """Sort ``(lamport, event_id, value)`` triples into the total order; return the values."""
     return [value for _, _, value in sorted(items, key=lambda item: (item[0], item[1]))]
