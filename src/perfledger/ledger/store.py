@@ -78,7 +78,7 @@ PACK_BATCH_THRESHOLD = 8
 STALE_LOCK_S = 1.0
 #: Lost races tolerated before a writer decides and writes under the writers' lock.
 OPTIMISTIC_ATTEMPTS = 3
-_INDEX_FILE = "index-v1.msgpack"
+_INDEX_FILE = "index-v2.msgpack"
 #: The ledger ref's previous file, kept for reuse as the next lock (see refcas).
 _SPARE_REF_FILE = "ledger-ref.spare"
 _log = logging.getLogger("perfledger")
@@ -95,8 +95,13 @@ class _IndexEntry(msgspec.Struct, array_like=True):
 
 
 class _IndexFile(msgspec.Struct):
+    """The saved index: every commit reachable from ``head``, and the maps derived from them
+    (saved too, so that loading costs one decode and no per-commit Python work)."""
+
     head: bytes
     commits: dict[bytes, _IndexEntry]
+    by_event: dict[str, bytes]
+    keys: dict[str, str]
 
 
 def _now_seconds() -> int:
@@ -797,9 +802,14 @@ class GitStore:
             return
         if data.head not in data.commits or data.head not in self.repo.object_store:
             return
+        events = sum(1 for entry in data.commits.values() if entry.event_id is not None)
+        if events != len(data.by_event) or len(data.keys) > events:
+            return  # inconsistent: rebuilt from the commits
         self._commits.update(data.commits)
-        for sha in data.commits:
-            self._mark_reachable(sha)
+        self._reachable.update(data.commits)
+        self._by_event.update(data.by_event)
+        self._all_events.update(data.by_event)
+        self._keys.update(data.keys)
         self._indexed_head = data.head
         self._unsaved = 0
 
@@ -808,7 +818,9 @@ class GitStore:
             return
         os.makedirs(self.derived_dir, exist_ok=True)
         reachable = {sha: self._commits[sha] for sha in self._reachable}
-        payload = msgspec.msgpack.encode(_IndexFile(self._indexed_head, reachable))
+        payload = msgspec.msgpack.encode(
+            _IndexFile(self._indexed_head, reachable, self._by_event, self._keys)
+        )
         tmp = f"{self._index_path()}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(payload)
