@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import BadRequest
@@ -328,6 +329,17 @@ def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[An
     return decider(name)(state, request, ctx)
 
 
+def payload_reader(ledger: Ledger) -> Callable[[str], Any]:
+    """Return ``event id -> decoded (upcast) payload`` over ``ledger``, for
+    :attr:`DecisionContext.payload_of`. Raises (when called): BadRequest for an unknown id."""
+    from perfledger.events.kinds import recorded
+
+    def payload_of(event_id: str) -> Any:
+        return recorded(ledger.get(event_id)).payload
+
+    return payload_of
+
+
 def execute(
     ledger: Ledger,
     name: str,
@@ -374,6 +386,7 @@ def execute(
         ts=now or datetime.now(UTC),
         idempotency_key=idempotency_key,
         request=stored,
+        payload_of=payload_reader(ledger),
     )
     run = decider(name)
 
