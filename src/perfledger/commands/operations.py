@@ -19,9 +19,9 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import BadRequest
