@@ -84,16 +84,23 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
+#: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
+MEASURE_COMMANDS = frozenset({"env", "measure"})
+
+
 class _LedgerGroup(click.Group):
     """The top-level group: workflow commands are imported only when one is used or listed."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in WORKFLOW_COMMANDS:
             _load_workflow_commands()
+        if cmd_name in MEASURE_COMMANDS:
+            _load_measure_commands()
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         _load_workflow_commands()
+        _load_measure_commands()
         return super().list_commands(ctx)
 
 
@@ -319,6 +326,19 @@ def _load_workflow_commands() -> None:
     if not _workflow_loaded:
         _workflow_loaded = True
         from perfledger.commands.workflow_cli import commands
+
+        for command in commands():
+            cli.add_command(command)
+
+
+_measure_loaded = False
+
+
+def _load_measure_commands() -> None:
+    global _measure_loaded
+    if not _measure_loaded:
+        _measure_loaded = True
+        from perfledger.commands.measure_cli import commands
 
         for command in commands():
             cli.add_command(command)
