@@ -199,6 +199,14 @@ class Ledger:
         """Return the event with ``event_id`` (full id or unique prefix of >= 4 characters)."""
         return self.store.get_event(event_id)
 
+    def payload(self, event_id: str) -> Any:
+        """Return the payload of event ``event_id`` decoded as its kind's current Struct (old
+        schema versions upcast). Raises: BadRequest for an unknown id; IntegrityError for a
+        payload that does not fit its schema."""
+        from perfledger.events.kinds import recorded
+
+        return recorded(self.get(event_id)).payload
+
     def artifact(self, event_id: str, name: str) -> bytes:
         """Return an event's artifact after checking its blake3 and size."""
         return self.store.read_artifact(event_id, name)

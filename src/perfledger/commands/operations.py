@@ -332,12 +332,7 @@ def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[An
 def payload_reader(ledger: Ledger) -> Callable[[str], Any]:
     """Return ``event id -> decoded (upcast) payload`` over ``ledger``, for
     :attr:`DecisionContext.payload_of`. Raises (when called): BadRequest for an unknown id."""
-    from perfledger.events.kinds import recorded
-
-    def payload_of(event_id: str) -> Any:
-        return recorded(ledger.get(event_id)).payload
-
-    return payload_of
+    return ledger.payload
 
 
 def execute(
