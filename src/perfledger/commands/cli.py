@@ -84,11 +84,15 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
+#: Names of the read models' top-level commands (issue 4; checked against readmodels_cli).
+READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
+
+
 class _LedgerGroup(click.Group):
     """The top-level group: workflow commands are imported only when one is used or listed."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in WORKFLOW_COMMANDS:
+        if cmd_name in WORKFLOW_COMMANDS or cmd_name in READMODEL_COMMANDS:
             _load_workflow_commands()
         return super().get_command(ctx, cmd_name)
 
@@ -322,3 +326,6 @@ def _load_workflow_commands() -> None:
 
         for command in commands():
             cli.add_command(command)
+        from perfledger.commands.readmodels_cli import install
+
+        install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
