@@ -207,9 +207,10 @@ def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
     return ResumeContext(head=ledger.head(), remotes=remotes, artifacts=artifacts, wall_used_s=wall)
 
 
-def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any]:
-    """Return (state, :class:`~perfledger.projections.handoff.Handoff`) of ``target_id`` (default:
-    the most recently frozen current Target). Raises: BadRequest without a Target."""
+def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
+    """Return (state, :class:`~perfledger.projections.handoff.Handoff`, its
+    :class:`~perfledger.projections.handoff.ResumeContext`) of ``target_id`` (default: the most
+    recently frozen current Target). Raises: BadRequest without a Target."""
     from perfledger.projections.handoff import default_target, derive_handoff
 
     ledger = ctx.open()
@@ -220,36 +221,36 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any]:
             raise BadRequest("no Target is frozen", hint="freeze one: `perfledger target freeze`")
         if tid not in state.targets:
             raise BadRequest(f"no Target {tid!r}")
-        handoff = derive_handoff(state, tid, resume_context(ledger, state, tid))
+        resume = resume_context(ledger, state, tid)
+        handoff = derive_handoff(state, tid, resume)
     finally:
         ledger.close()
-    return state, handoff
+    return state, handoff, resume
 
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.projections.handoff import render_markdown
 
-    _, handoff = derived_handoff(ctx, target_id)
+    _, handoff, _ = derived_handoff(ctx, target_id)
     if ctx.json_mode and not md_flag:
         _emit({"handoff": _builtins(handoff)})
     else:
         click.echo(render_markdown(handoff), nl=False)
 
 
-def handoff_request(
-    handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None
-) -> dict[str, Any]:
-    """Map a derived handoff to a ``handoff.record`` request body (R18).
+def handoff_request(handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None) -> dict[str, Any]:
+    """Map a derived handoff to a ``handoff.record`` request body (R18), with the seconds used.
 
-    Raises: BadRequest when the GPU (or wall) seconds used are unknown and not given.
+    GPU time is never known to the ledger, so ``gpu_used_s`` must be given; ``wall_used_s``
+    defaults to the span of the event timestamps.
+    Raises: BadRequest when either is unknown.
     """
     b = handoff.budget
-    wall = wall_used_s if wall_used_s is not None else b.wall_used_s
-    gpu = gpu_used_s if gpu_used_s is not None else b.gpu_used_s
+    wall, gpu = wall_used_s, gpu_used_s
     if wall is None or gpu is None:
         raise BadRequest(
-            "the budget used is not known to the ledger",
+            "the budget used is not known to the ledger: GPU seconds are stated by the agent",
             hint="pass --gpu-used SECONDS (and --wall-used SECONDS), or a request with budget_used",
         )
     gains = [
@@ -315,7 +316,9 @@ def handoff_record(
         used = override["budget_used"] if isinstance(override["budget_used"], dict) else {}
         wall_used = wall_used if wall_used is not None else used.get("wall_s")
         gpu_used = gpu_used if gpu_used is not None else used.get("gpu_s")
-    _, handoff = derived_handoff(ctx, tid)
+    _, handoff, resume = derived_handoff(ctx, tid)
+    if wall_used is None:
+        wall_used = resume.wall_used_s
     body = handoff_request(handoff, gpu_used_s=gpu_used, wall_used_s=wall_used)
     body.update(override)
     if stop_reason is not None:
@@ -342,7 +345,7 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.projections.handoff import next_decisions, render_markdown
 
-    state, handoff = derived_handoff(ctx, target_id)
+    state, handoff, _ = derived_handoff(ctx, target_id)
     decisions = next_decisions(state, handoff.target_id)
     if ctx.json_mode:
         _emit({"handoff": _builtins(handoff), "next": _builtins(decisions)})

@@ -327,7 +327,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
             )
             for r in state.local_results.values()
             if r.target_id == target_id
-        ],  # fmt: skip
+        ],
         rejected=[
             RejectedLine(experiment_id=r.experiment_id, closes=r.closes, reason=r.reason)
             for r in state.rejections.values()
@@ -343,7 +343,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
             )
             for r in state.reconciliations
             if r.target_id == target_id
-        ],  # fmt: skip
+        ],
         unresolved_questions=questions,
         budget=_budget(target, last, ctx),
         stop_reason=_stop_reason(target, achieved, last),
@@ -472,7 +472,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
         "## Key evidence and gains",
         "",
     ]
-    lines += [f"- evidence `{e}`" for e in h.key_evidence] or ["- none"]
+    lines += [f"- `{e}`" for e in h.key_evidence] or ["- none"]
     for g in h.gains:
         speed = "" if g.speedup is None else f", speedup {g.speedup:.4g}x"
         lines.append(
