@@ -100,6 +100,8 @@ class AuditReport:
         notes: irregularities that break no rule (a decision recorded without its request).
         state_hash: blake3 of the final folded state (the same as ``verify``'s when clean).
         elapsed_s: wall time in seconds.
+        per_kind: kind -> (events, seconds spent re-deciding and folding them), the replay's
+            own cost per kind (verify's checks excluded).
     """
 
     ok: bool
@@ -110,6 +112,7 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     state_hash: str | None = None
     elapsed_s: float = 0.0
+    per_kind: dict[str, list[float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
@@ -122,6 +125,10 @@ class AuditReport:
             "notes": list(self.notes),
             "state_hash": self.state_hash,
             "elapsed_s": round(self.elapsed_s, 6),
+            "per_kind": {
+                kind: {"events": int(n), "seconds": round(seconds, 6)}
+                for kind, (n, seconds) in sorted(self.per_kind.items())
+            },
         }
 
 
@@ -213,6 +220,13 @@ class _Replay:
         self.seen = 0
 
     def __call__(self, event: RecordedEvent) -> None:
+        started = time.perf_counter()
+        self._replay(event)
+        cost = self.report.per_kind.setdefault(event.envelope.kind, [0, 0.0])
+        cost[0] += 1
+        cost[1] += time.perf_counter() - started
+
+    def _replay(self, event: RecordedEvent) -> None:
         envelope = event.envelope
         count = self._ancestor_count(envelope.id, tuple(envelope.parents))
         if envelope.kind in self.decision_kinds:
@@ -272,7 +286,6 @@ class _Replay:
         kind = envelope.kind
         rule = KIND_RULE.get(kind, "request")
         request = envelope.request
-        recorded_payload = msgspec.to_builtins(event.payload)
         if isinstance(request, dict) and set(request) == {"op", "body"}:
             op, body = request["op"], request["body"]
             operation = operations.OPERATIONS.get(op) if isinstance(op, str) else None
@@ -313,8 +326,12 @@ class _Replay:
         if len(drafts) != 1 or drafts[0].kind != kind:
             self._find(event, rule, f"its request decides {[d.kind for d in drafts]}, not {kind}")
             return
-        decided = canonical_bytes(msgspec.to_builtins(drafts[0].payload))
-        if decided == canonical_bytes(recorded_payload):
+        if drafts[0].payload == event.payload:  # typed Structs: field-by-field equality
+            return
+        recorded_payload = msgspec.to_builtins(event.payload)
+        if canonical_bytes(msgspec.to_builtins(drafts[0].payload)) == canonical_bytes(
+            recorded_payload
+        ):
             return
         r5 = _r5_used_failed_samples(state, event) if kind in (
             "VerdictRecorded", "FinalAuditRecorded") else None  # fmt: skip
