@@ -218,6 +218,12 @@ class _Replay:
         self.ancestors: dict[str, int] = {}
         self.parents: dict[str, tuple[str, ...]] = {}
         self.seen = 0
+        from perfledger.commands import operations
+        from perfledger.commands.deciders import DecisionContext
+
+        self.operations = operations
+        self.context = DecisionContext
+        self.deciders: dict[str, Any] = {}
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -279,9 +285,7 @@ class _Replay:
         )
 
     def _redecide(self, state: Any, event: RecordedEvent) -> None:
-        from perfledger.commands import operations
-        from perfledger.commands.deciders import DecisionContext
-
+        operations = self.operations
         envelope = event.envelope
         kind = envelope.kind
         rule = KIND_RULE.get(kind, "request")
@@ -302,11 +306,14 @@ class _Replay:
             )
         try:
             model = operations.validate(op, body)
-            ctx = DecisionContext(
+            ctx = self.context(
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
             )  # fmt: skip
-            drafts = operations.decider(op)(state, model, ctx)
+            decide = self.deciders.get(op)
+            if decide is None:
+                decide = self.deciders[op] = operations.decider(op)
+            drafts = decide(state, model, ctx)
         except RuleRefused as exc:
             self._find(event, exc.rule or rule, f"the rules refuse it against the state before "
                        f"it: {exc.message}")  # fmt: skip
