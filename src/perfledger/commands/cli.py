@@ -87,12 +87,15 @@ WORKFLOW_COMMANDS = frozenset(
 #: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
 MEASURE_COMMANDS = frozenset({"env", "measure"})
 
+#: Names of the read models' top-level commands (issue 4; checked against readmodels_cli).
+READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
+
 
 class _LedgerGroup(click.Group):
     """The top-level group: workflow commands are imported only when one is used or listed."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in WORKFLOW_COMMANDS:
+        if cmd_name in WORKFLOW_COMMANDS or cmd_name in READMODEL_COMMANDS:
             _load_workflow_commands()
         if cmd_name in MEASURE_COMMANDS:
             _load_measure_commands()
@@ -329,6 +332,9 @@ def _load_workflow_commands() -> None:
 
         for command in commands():
             cli.add_command(command)
+        from perfledger.commands.readmodels_cli import install
+
+        install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
 
 
 _measure_loaded = False
