@@ -126,10 +126,18 @@ def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None
         yield lambda: bar.advance(task)
 
 
-def _start_monitor(enabled: bool) -> tuple[Any, str | None]:
-    """A started NVML monitor, or (None, why not)."""
+def _start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
+    """A started monitor, or (None, why not). ``source``: ``gpu`` (NVML) or ``host`` (the host's
+    CPU counters, :mod:`perfledger.kernels.hostmonitor`, for CPU workloads)."""
     if not enabled:
         return None, "disabled by --no-monitor"
+    if source == "host":
+        from perfledger.kernels.hostmonitor import HostMonitor
+
+        try:
+            return HostMonitor().start(), None
+        except RuntimeError as exc:
+            return None, f"host monitor unavailable: {exc}"
     from perfledger.kernels.monitor import Monitor
 
     try:
@@ -284,10 +292,13 @@ def workload_request(
     environment_id: str,
     units: dict[str, str],
     monitor: Any,
+    explain_foreign: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Build the ``samples.record`` body of a driver run: one pair per usable ABBA pair (both
     calls well formed; a call's ``correct`` is kept as is, R5), with the monitor's verdict of the
-    pair's window (R17). Returns ``(body, windows)``."""
+    pair's window (R17). ``explain_foreign`` (the agent's explanation) is recorded as
+    ``explained`` on windows with foreign activity (host monitor only). Returns
+    ``(body, windows)``."""
     pairs = []
     windows = []
     primary = info["primary"].name
@@ -314,7 +325,9 @@ def workload_request(
             "same_process": False,
         }
         if verdict is not None:
-            pair["monitor"] = verdict.to_request()
+            pair["monitor"] = (
+                verdict.to_request(explain_foreign) if explain_foreign else verdict.to_request()
+            )
         pairs.append(pair)
     body = {
         "samples_id": samples_id,
@@ -371,6 +384,20 @@ def _run_driver(
 @click.option(
     "--unit", "unit_flags", multiple=True, help="NAME=UNIT of a metric not in the Target."
 )
+@click.option(
+    "--monitor",
+    "monitor_source",
+    type=click.Choice(["gpu", "host"]),
+    default="gpu",
+    help="What the monitor watches (R17): the GPU through NVML, or the host's CPU counters "
+    "(a CPU workload).",
+)
+@click.option(
+    "--explain-foreign",
+    default=None,
+    help="Host monitor: the explanation recorded on windows where other processes used the "
+    "CPU (R17); without it such windows make the verdict inconclusive.",
+)
 def measure_workload(
     experiment_id: str,
     stage: str,
@@ -388,6 +415,8 @@ def measure_workload(
     warmup: int,
     timeout_s: float,
     unit_flags: tuple[str, ...],
+    monitor_source: str,
+    explain_foreign: str | None,
 ) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
@@ -396,6 +425,8 @@ def measure_workload(
     exit, timeout, NaN) are kept with their reason in the raw table, not in the request.
     """
     ctx = _ctx(json_flag)
+    if explain_foreign is not None and monitor_source != "host":
+        raise BadRequest("--explain-foreign applies to the host monitor (--monitor host)")
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
@@ -407,7 +438,13 @@ def measure_workload(
     n_pairs = pairs or max(5, info["min_pairs"])
     units = {**_target_units(info["target"]), **_parse_units(unit_flags)}
     env = environment_payload()
-    monitor, monitor_note = _start_monitor(not no_monitor)
+    monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
+    if monitor is None and stage != "screen":
+        raise MeasurementError(
+            f"a formal ({stage}) stage needs the monitor over every sample window (R17), and it "
+            f"is not running: {monitor_note}",
+            hint="on a machine without a GPU, measure a CPU workload with --monitor host",
+        )
     try:
         run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet)
     finally:
@@ -423,6 +460,7 @@ def measure_workload(
         environment_id=env["environment_id"],
         units=units,
         monitor=monitor,
+        explain_foreign=explain_foreign,
     )
     failed = [
         {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
@@ -452,6 +490,8 @@ def measure_workload(
         "pairs_recorded": len(body["pairs"]),
         "failed_calls": failed,
         "environment_id": env["environment_id"],
+        "monitor": None if monitor is None else monitor_source,
+        "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
     }
     if dry_run:
         result["request"] = body
