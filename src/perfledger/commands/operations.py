@@ -336,6 +336,7 @@ def execute(
     actor: str,
     idempotency_key: str | None = None,
     now: datetime | None = None,
+    artifacts: dict[str, Any] | None = None,
 ) -> list[Envelope]:
     """Validate, decide and append one request (see the module docstring).
 
@@ -346,6 +347,7 @@ def execute(
         actor: who decides.
         idempotency_key: retry-safe key; a request already appended under it returns that event.
         now: the event time (default: the clock, read once, here at the edge).
+        artifacts: files to attach to the appended event (name -> ``Artifact``).
     Returns: the appended (or idempotently found) envelopes.
     Raises: BadRequest (exit 2), RuleRefused (exit 3), ConcurrentAppend (exit 4).
     """
@@ -374,6 +376,7 @@ def execute(
         ts=now or datetime.now(UTC),
         idempotency_key=idempotency_key,
         request=stored,
+        artifacts=artifacts,
     )
     run = decider(name)
 

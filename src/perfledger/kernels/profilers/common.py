@@ -261,6 +261,8 @@ class ProfileReport:
         limitations: what the tool could not measure (R16), e.g. ``ERR_NVGPUCTRPERM``.
         attributes: descriptive strings (device name, locale, schema version, ...).
         rules: ncu rule results ``(kernel, section, rule, type, estimated speedup %)``.
+        duration_summaries: per-kernel duration statistics a tool gave already aggregated
+            (nsys); see :meth:`durations`.
     """
 
     tool: str
@@ -272,6 +274,15 @@ class ProfileReport:
     limitations: list[str] = field(default_factory=list)
     attributes: dict[str, str] = field(default_factory=dict)
     rules: list[tuple[str, str, str, str, float | None]] = field(default_factory=list)
+    duration_summaries: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def durations(self, name: str) -> dict[str, float]:
+        """Duration statistics of kernel ``name`` in ns (see :meth:`DurationStat.summary`):
+        those a tool reported as a summary, else those computed from its launches."""
+        given = self.duration_summaries.get(name)
+        if given is not None:
+            return given
+        return self.kernels[name].durations.summary()
 
     def kernel(self, name: str) -> KernelSummary:
         """Return the summary of kernel ``name``, creating it on first sight."""
