@@ -234,9 +234,12 @@ def _layout(header: list[str], label: str) -> _Layout:
     if head in (SUMMARY_KERNEL, SUMMARY_GPU):
         return _Summary(per_gpu=head == SUMMARY_GPU)
     for prefix, old in ((RAW_PREFIX, False), (RAW_PREFIX_OLD, True)):
-        if head[: len(prefix)] == prefix and len(head) > len(prefix):
-            if old and head[8:9] == ("Section Name",):
-                break
+        metrics = head[len(prefix) :]
+        if (
+            head[: len(prefix)] == prefix
+            and metrics
+            and all(_METRIC.fullmatch(m) for m in metrics)
+        ):
             return _Raw(head[len(prefix) :], old=old, label=label)
     shown = ",".join(header[:16]) + (",..." if len(header) > 16 else "")
     raise EvidenceError(
