@@ -20,6 +20,8 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
+
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import ProfileReport, open_binary
 
@@ -218,9 +220,18 @@ def _parse(js: _Stream, label: str, torch_version: str | None) -> ProfileReport:
                 if js.peek() == "]":
                     js.pos += 1
                 else:
+                    slow_left = 0  # after a failed fast batch, this many elements go slowly
                     while True:
-                        events += 1
-                        _event(js.value(), report, busy, counted, span, label, events)
+                        done = 0
+                        if slow_left == 0:
+                            done = _fast_batch(js, report, busy, counted, span, label, events + 1)
+                            slow_left = 0 if done else SLOW_AFTER_MISS
+                        if done:
+                            events += done
+                        else:
+                            slow_left -= 1
+                            events += 1
+                            _event(js.value(), report, busy, counted, span, label, events)
                         if js.expect(",]", "',' or ']' in traceEvents") == "]":
                             break
             else:
@@ -244,39 +255,147 @@ def _event(
 ) -> None:
     if not isinstance(event, dict):
         raise EvidenceError(f"{label}: trace event {index} is not an object")
+    if event.get("ph") != "X":
+        return
     cat = event.get("cat")
-    if event.get("ph") == "X":
-        where = f"{label}: event {index}"
-        start = round(_number(event.get("ts"), "ts", where) * 1000)
-        dur = round(_number(event.get("dur"), "dur", where) * 1000)
-        if dur < 0:
-            raise EvidenceError(f"{where}: negative dur")
+    where = f"{label}: event {index}"
+    _record(
+        cat,
+        event.get("name"),
+        _number(event.get("ts"), "ts", where),
+        _number(event.get("dur"), "dur", where),
+        event.get("args") if cat == "kernel" else None,
+        report, busy, counted, span, where,
+    )  # fmt: skip
+
+
+def _record(
+    cat: Any,
+    name: Any,
+    ts_us: float,
+    dur_us: float,
+    args: Any,
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    where: str,
+) -> None:
+    """Account one complete event (``ts``/``dur`` in microseconds) in ns."""
+    start = round(ts_us * 1000)
+    dur = round(dur_us * 1000)
+    if dur < 0:
+        raise EvidenceError(f"{where}: negative dur")
+    lo, hi = span
+    span[0] = start if lo is None or start < lo else lo
+    span[1] = start + dur if hi is None or start + dur > hi else hi
+    if cat == "kernel":
+        if not isinstance(args, dict) or not isinstance(name, str) or not name:
+            raise EvidenceError(f"{where}: a kernel event without its name or args")
+        device, stream = args.get("device"), args.get("stream")
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise EvidenceError(f"{where}: kernel args.device {device!r} is not an integer")
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            raise EvidenceError(f"{where}: kernel args.stream {stream!r} is not an integer")
+        kernel = report.kernel(name)
+        kernel.launches += 1
+        kernel.durations.add(dur)
+        kernel.grids.add(_shape(args.get("grid"), "grid", where))
+        kernel.blocks.add(_shape(args.get("block"), "block", where))
+        kernel.streams.add(str(stream))
+        tracker = busy.get(device)
+        if tracker is None:
+            tracker = busy[device] = _Busy(where.split(": event")[0])
+        tracker.add(start, start + dur)
+    elif cat in counted:
+        counted[cat][0] += 1
+        counted[cat][1] += dur
+
+
+class _Event(msgspec.Struct):
+    """The fields of a trace event that perfledger reads (others are skipped unparsed)."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+_BATCH = msgspec.json.Decoder(list[_Event])
+#: Characters of events decoded per batch on the fast path.
+BATCH_CHARS = 1 << 20
+#: Elements read one by one after a fast batch failed, before the fast path is tried again.
+SLOW_AFTER_MISS = 256
+
+
+def _fast_batch(
+    js: _Stream,
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    index: int,
+) -> int:
+    """Decode as many whole events as the buffer holds, in one typed msgspec call, starting at
+    ``js.pos`` (the start of an element). Returns how many were read (0: use the slow path).
+
+    A batch ends at a ``}`` followed by ``,``; a split inside a string or a nested object cannot
+    decode as a list of events, so a successful decode ends exactly at element boundaries.
+    Anything the typed decoder refuses is left to the slow path and its precise message."""
+    js.peek()
+    while len(js.buf) - js.pos < BATCH_CHARS and js.more():
+        pass
+    buf, pos = js.buf, js.pos
+    end = len(buf)
+    for _attempt in range(4):
+        close = buf.rfind("}", pos, end)
+        if close < 0:
+            return 0
+        after = close + 1
+        while after < len(buf) and buf[after] in _WS:
+            after += 1
+        end = close
+        if after >= len(buf) or buf[after] != ",":
+            continue
+        try:
+            events = _BATCH.decode(("[" + buf[pos : close + 1] + "]").encode())
+        except (msgspec.DecodeError, RecursionError):
+            continue
         lo, hi = span
-        span[0] = start if lo is None or start < lo else lo
-        span[1] = start + dur if hi is None or start + dur > hi else hi
-        if cat == "kernel":
-            args = event.get("args")
-            name = event.get("name")
-            if not isinstance(args, dict) or not isinstance(name, str) or not name:
-                raise EvidenceError(f"{where}: a kernel event without its name or args")
-            device, stream = args.get("device"), args.get("stream")
-            if isinstance(device, bool) or not isinstance(device, int):
-                raise EvidenceError(f"{where}: kernel args.device {device!r} is not an integer")
-            if isinstance(stream, bool) or not isinstance(stream, int):
-                raise EvidenceError(f"{where}: kernel args.stream {stream!r} is not an integer")
-            kernel = report.kernel(name)
-            kernel.launches += 1
-            kernel.durations.add(dur)
-            kernel.grids.add(_shape(args.get("grid"), "grid", where))
-            kernel.blocks.add(_shape(args.get("block"), "block", where))
-            kernel.streams.add(str(stream))
-            tracker = busy.get(device)
-            if tracker is None:
-                tracker = busy[device] = _Busy(label)
-            tracker.add(start, start + dur)
-        elif cat in counted:
-            counted[cat][0] += 1
-            counted[cat][1] += dur
+        for offset, ev in enumerate(events):
+            if ev.ph != "X":
+                continue
+            ts_us, dur_us, cat = ev.ts, ev.dur, ev.cat
+            if ts_us is None or dur_us is None:
+                raise EvidenceError(f"{label}: event {index + offset}: no ts or dur")
+            if cat == "kernel" or dur_us < 0:
+                where = f"{label}: event {index + offset}"
+                try:
+                    args = msgspec.json.decode(ev.args) if ev.args else None
+                except msgspec.DecodeError as exc:
+                    raise EvidenceError(f"{where}: kernel args: {exc}") from None
+                span[0], span[1] = lo, hi
+                _record(cat, ev.name, ts_us, dur_us, args, report, busy, counted, span, where)
+                lo, hi = span
+                continue
+            # the common case, inlined: the span and the counted categories (see _record)
+            start = round(ts_us * 1000)
+            end = start + round(dur_us * 1000)
+            if lo is None or start < lo:
+                lo = start
+            if hi is None or end > hi:
+                hi = end
+            tally = counted.get(cat) if cat is not None else None
+            if tally is not None:
+                tally[0] += 1
+                tally[1] += end - start
+        span[0], span[1] = lo, hi
+        js.pos = close + 1
+        return len(events)
+    return 0
 
 
 def _finish(
