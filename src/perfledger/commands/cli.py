@@ -335,6 +335,9 @@ def _load_workflow_commands() -> None:
         from perfledger.commands.readmodels_cli import install
 
         install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
+        from perfledger.commands.evidence_cli import extend
+
+        extend(cli)  # evidence add --kind, evidence ncu|list|show (issue 6)
 
 
 _measure_loaded = False
