@@ -1,5 +1,6 @@
 # perfledger: the two commands a new user needs (README.md).
-#   make demo  - set up .venv, create a ledger in a temp dir, append events, verify them
+#   make demo  - set up .venv, run a whole optimization session through the CLI (the GPU session
+#                when a GPU and CuPy are present, else the CPU one) and audit it
 #   make test  - set up .venv with the dev extras and run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+	$(BIN)/python examples/run_demo.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
