@@ -178,6 +178,41 @@ def test_r17_formal_stage_without_monitor_is_refused(tmp_path: Path) -> None:
     assert json.loads(target.stdout)["error"]["rule"] in {"R17", "R8", "R11"}
 
 
+def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
+         "--record", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+         "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
+    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    gpu = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+               "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
+               "--json", "--quiet", "--explain-foreign", "x", "--no-monitor", check=False)  # fmt: skip
+    assert gpu.returncode == 3 and json.loads(gpu.stdout)["error"]["rule"] == "R17"
+    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head  # unchanged
+    done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+                "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
+                "--explain-foreign", "other tenants of a shared host", "--json",
+                "--quiet")  # fmt: skip
+    answer = json.loads(done.stdout)
+    assert answer["monitor"] == "host"
+    ledger = Ledger.open(ledger_path)
+    try:
+        samples = ledger.payload(answer["event_id"])
+        artifact = json.loads(ledger.artifact(answer["event_id"], "samples.json"))
+    finally:
+        ledger.close()
+    assert len(samples.pairs) == 10
+    for pair in samples.pairs:  # every formal window observed, foreign activity explained
+        assert pair.monitor is not None and pair.monitor.observed
+        assert "host_monitor" in pair.monitor.flags
+        assert (pair.monitor.explained is not None) == pair.monitor.foreign_activity
+    assert artifact["monitor"]["settings"]["source"] == "host"
+    assert len(artifact["monitor"]["windows"]) == 10
+
+
 def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     pytest.importorskip("click")
     try:

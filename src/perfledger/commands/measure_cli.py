@@ -440,10 +440,13 @@ def measure_workload(
     env = environment_payload()
     monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
     if monitor is None and stage != "screen":
-        raise MeasurementError(
-            f"a formal ({stage}) stage needs the monitor over every sample window (R17), and it "
-            f"is not running: {monitor_note}",
-            hint="on a machine without a GPU, measure a CPU workload with --monitor host",
+        from perfledger.commands.rules import refuse
+
+        raise refuse(
+            "R17",
+            f"a formal ({stage}) stage needs the monitor over every sample window, and it is not "
+            f"running: {monitor_note}; nothing was measured",
+            "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
     try:
         run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet)
