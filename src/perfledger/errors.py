@@ -61,6 +61,14 @@ class CanonicalEncodingError(BadRequest):
     code = "not_canonical"
 
 
+class EvidenceError(BadRequest):
+    """A profiler or compiler report that cannot be read exactly: unknown tool version, layout,
+    header, key field or unit, a value that does not parse, a truncated or binary file (R6:
+    evidence is refused at ingestion, never guessed) (exit 2)."""
+
+    code = "bad_evidence"
+
+
 class RuleRefused(PerfledgerError):
     """A workflow rule refused the request; ``rule`` names it (exit 3)."""
 
@@ -106,6 +114,15 @@ class IntegrityError(PerfledgerError):
         err["event_id"] = self.event_id
         err["commit"] = self.commit
         return data
+
+
+class MeasurementError(PerfledgerError):
+    """A measurement could not be taken or is not plausible: no GPU or CuPy, a driver command
+    that cannot run at all, an achieved bandwidth or FLOP rate above the device's measured ceiling
+    (SPEC.md section 5, "Plausibility") (exit 1)."""
+
+    code = "measurement_error"
+    exit_code = 1
 
 
 def exit_code_for(exc: BaseException) -> int:
