@@ -17,6 +17,7 @@ per kind too.
     python bench/audit_bench.py                      # 100,000 events, one cycle per 500 events
     python bench/audit_bench.py --events 5000        # a quick run
     python bench/audit_bench.py --cycle 100          # verdict-heavier
+    python bench/audit_bench.py --dir D --reuse      # measure the ledger an earlier run left in D
 """
 
 from __future__ import annotations
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="events per experiment cycle (2 verdicts per cycle)")  # fmt: skip
     parser.add_argument("--dir", default=None, help="build here (default: a temp dir)")
     parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument("--reuse", action="store_true",
+                        help="measure the ledger already in --dir (built by an earlier run)")  # fmt: skip
+    parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     def log(text: str) -> None:
@@ -233,8 +237,22 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = args.dir or tempfile.mkdtemp(prefix="audit-bench-")
     path = str(Path(tmp) / "ledger")
-    log(f"building {args.events:,} events in {path} (one experiment cycle per {args.cycle})")
-    built = build(path, args.events, args.cycle, log)
+    if args.build_only:
+        print(json.dumps(build(path, args.events, args.cycle, log)))
+        return 0
+    if args.reuse and Path(path).exists():
+        log(f"measuring the existing ledger {path}")
+        built: dict[str, Any] = {"events": None, "experiments": None, "build_s": 0.0}
+    else:
+        log(f"building {args.events:,} events in {path} (one experiment cycle per {args.cycle})")
+        # The build runs in its own process: Linux carries a process's peak RSS across exec into
+        # its children's, so a parent holding the built state would inflate every child's figure.
+        done = subprocess.run(
+            [sys.executable, __file__, "--build-only", "--dir", tmp, "--events",
+             str(args.events), "--cycle", str(args.cycle)],
+            stdout=subprocess.PIPE, check=True,
+        )  # fmt: skip
+        built = json.loads(done.stdout)
     cli = [sys.executable, "-m", "perfledger", "--ledger", path]
     log("verify ...")
     verify = run_child([*cli, "verify", "--json"])
@@ -243,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     report = json.loads(audit["stdout"]) if audit["stdout"].strip() else {}
     n = report.get("events", 0)
     result = {
-        "events": built["events"],
+        "events": built["events"] or report.get("events"),
         "experiments": built["experiments"],
         "verdicts": report.get("per_kind", {}).get("VerdictRecorded", {}).get("events"),
         "build_s": round(built["build_s"], 2),

@@ -255,6 +255,11 @@ class _Replay:
         if envelope.kind in self.decision_kinds:
             self.report.decisions += 1
             before = self.state if count == self.seen else self._state_before(event)
+            if before.event_count != count:
+                # the store's derived index placed the event elsewhere than the verified DAG
+                self._find(event, "integrity", f"the commit index folds {before.event_count} "
+                           f"events before it; its verified ancestry has {count}")  # fmt: skip
+                return
             self._redecide(before, event)
         if envelope.kind == "SamplesRecorded":
             self.samples_payloads[envelope.id] = event.payload
@@ -287,7 +292,8 @@ class _Replay:
 
     def _state_before(self, event: RecordedEvent) -> Any:
         """The state its author saw: the fold of the events its commit was appended on (read
-        from git, never from the cache)."""
+        from git through the store's commit index, never from the state cache; the caller checks
+        the fold's event count against the verified ancestry)."""
         from perfledger.events.kinds import recorded
 
         commit = self.store.event_commit(event.id)

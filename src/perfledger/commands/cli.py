@@ -84,11 +84,10 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
-#: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
-MEASURE_COMMANDS = frozenset({"env", "measure"})
-
 #: Names of the read models' top-level commands (issue 4; checked against readmodels_cli).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
+#: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
+MEASURE_COMMANDS = frozenset({"env", "measure"})
 
 
 class _LedgerGroup(click.Group):
@@ -332,12 +331,12 @@ def _load_workflow_commands() -> None:
 
         for command in commands():
             cli.add_command(command)
-        from perfledger.commands.readmodels_cli import install
-
-        install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
         from perfledger.commands.evidence_cli import extend
 
         extend(cli)  # evidence add --kind, evidence ncu|list|show (issue 6)
+        from perfledger.commands.readmodels_cli import install
+
+        install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
 
 
 _measure_loaded = False

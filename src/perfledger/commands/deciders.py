@@ -82,8 +82,6 @@ class DecisionContext:
             events are immutable and content-addressed, so a decision that reads one is as
             deterministic as one that reads the state (the state keeps samples without their
             pairs; a verdict reads the pairs from the SamplesRecorded event).
-        artifacts: files to attach to the event (name -> ``Artifact``), e.g. a raw profiler
-            report (``evidence add --kind``); never read by a decision.
     """
 
     op: str
@@ -92,7 +90,6 @@ class DecisionContext:
     idempotency_key: str | None = None
     request: Any = None
     payload_of: Callable[[str], Any] | None = None
-    artifacts: dict[str, Any] | None = None
 
 
 def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
@@ -103,7 +100,6 @@ def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
             ctx.actor,
             request=ctx.request,
             idempotency_key=ctx.idempotency_key,
-            artifacts=dict(ctx.artifacts or {}),
             ts=ctx.ts,
         )
     ]

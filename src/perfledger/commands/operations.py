@@ -386,7 +386,6 @@ def execute(
         idempotency_key=idempotency_key,
         request=stored,
         payload_of=payload_reader(ledger),
-        artifacts=artifacts,
     )
     run = decider(name)
 

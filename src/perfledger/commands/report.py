@@ -7,7 +7,7 @@ projections.claims`), rejected directions, and a timeline of decisions (newest l
 
 Plots:
 
-1. per experiment, the distribution of paired improvements (the per-pair ratios a verdict is
+1. per experiment (the latest 30), the distribution of paired improvements (the per-pair ratios a verdict is
    derived from, R12) of its latest target (else screen) samples, with the verdict's median and
    CI and the minimum-effect line;
 2. champion progression over time: the end-to-end speedup of the current champion relative to
@@ -27,6 +27,8 @@ from typing import Any
 
 #: At most this many decisions are listed in the timeline (the newest ones).
 TIMELINE_LIMIT = 500
+#: At most this many experiments (the latest) get a distribution in plot 1.
+MAX_DISTRIBUTIONS = 30
 
 
 def _esc(value: object) -> str:
@@ -127,7 +129,7 @@ def plot_distributions(
     data = [
         (r, pair_improvements(state, r.measured.samples_id, payload_of)) for r in rows if r.measured
     ]
-    data = [(r, values) for r, values in data if values]
+    data = [(r, values) for r, values in data if values][-MAX_DISTRIBUTIONS:]
     if not data:
         return None
     plt = _pyplot()
