@@ -973,6 +973,66 @@ class GitStore:
         self._catch_up(self.read_head())
         return len(self._by_event)
 
+    # ------------------------------------------------------------------ sync support (issue 7)
+
+    def commit_node(self, sha: bytes) -> CommitNode:
+        """Return the structure of commit ``sha`` (hex bytes): its event id (None for a merge),
+        Lamport clock (0 for a merge) and parents, from the derived index or else the commit.
+
+        Raises: IntegrityError when the commit is missing or is not a commit.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        return self._node(sha)
+
+    def reaches(self, sha: bytes) -> bool:
+        """True when commit ``sha`` (hex bytes) is reachable from the current head."""
+        self._catch_up(self.read_head())
+        return sha in self._reachable
+
+    def has_event(self, event_id: str) -> bool:
+        """True when the event ``event_id`` (a full id) is reachable from the current head."""
+        self._catch_up(self.read_head())
+        return event_id in self._by_event
+
+    def write_sync_merge(self, commits: Sequence[bytes]) -> bytes:
+        """Write the merge commit that joins ``commits`` (hex bytes) after a pull, without
+        moving the ref: as :meth:`write_merge`, but deterministic (actor ``perfledger``, time =
+        the latest commit time of its parents), so two machines that join the same heads write
+        the same commit (SPEC.md section 2, Sync).
+
+        Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
+        """
+        parents = sorted(set(commits))
+        if len(parents) < 2:
+            raise BadRequest("a merge joins at least two distinct commits")
+        if not self._index_loaded:
+            self._load_index()
+        heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
+        seconds = 0
+        for sha in parents:
+            commit = self.get_object(sha)
+            assert isinstance(commit, Commit)
+            seconds = max(seconds, commit.commit_time)
+        merge = build_merge_commit(parents, heads, "perfledger", seconds)
+        self._write_loose([EMPTY_TREE, merge])
+        self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        return merge.id
+
+    def adopt_objects(self, objects: Sequence[RawObject]) -> None:
+        """Store verified objects received from a remote as one new pack (never as loose
+        objects), then keep the pack count bounded (:func:`perfledger.ledger.packing.maybe_pack`).
+        Nothing refers to them until a ref moves, so a crash leaves only unreachable objects.
+        """
+        if not objects:
+            return
+        self._write_objects(list(objects), batch=True)
+        self.repo.object_store._update_pack_cache()
+        try:
+            self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)
+        except Exception as exc:  # committed already: see _after_write
+            _log.warning("packing the ledger's objects failed (will retry): %s", exc)
+
 
 def _neg_key(event_id: str) -> str:
     """Map an event id to a string that sorts in the reverse order (for a max-heap)."""
