@@ -985,14 +985,16 @@ class GitStore:
             self._load_index()
         return self._node(sha)
 
-    def reaches(self, sha: bytes) -> bool:
-        """True when commit ``sha`` (hex bytes) is reachable from the current head."""
-        self._catch_up(self.read_head())
+    def reaches(self, sha: bytes, head: bytes | None = None) -> bool:
+        """True when commit ``sha`` (hex bytes) is reachable from ``head`` (default: the
+        current head; pass the head already read to skip reading the ref again)."""
+        self._catch_up(head or self.read_head())
         return sha in self._reachable
 
-    def has_event(self, event_id: str) -> bool:
-        """True when the event ``event_id`` (a full id) is reachable from the current head."""
-        self._catch_up(self.read_head())
+    def has_event(self, event_id: str, head: bytes | None = None) -> bool:
+        """True when the event ``event_id`` (a full id) is reachable from ``head`` (default:
+        the current head)."""
+        self._catch_up(head or self.read_head())
         return event_id in self._by_event
 
     def write_sync_merge(self, commits: Sequence[bytes]) -> bytes:
@@ -1018,6 +1020,26 @@ class GitStore:
         self._write_loose([EMPTY_TREE, merge])
         self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
         return merge.id
+
+    def index_commits(
+        self, commits: Sequence[tuple[bytes, str | None, int, Sequence[bytes], str | None]]
+    ) -> None:
+        """Record the structure of verified commits in the derived index, without making their
+        events visible (that happens when the ref reaches them, as for :meth:`build_on`): saves
+        re-reading each pulled commit from git when the ref moves.
+
+        Args:
+            commits: (sha, event id or None for a merge, lamport, parents, idempotency key),
+                shas as hex bytes.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        for sha, event_id, lamport, parents, key in commits:
+            if sha in self._commits:
+                continue
+            self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
+            if event_id is not None:
+                self._all_events[event_id] = sha
 
     def adopt_objects(self, objects: Sequence[RawObject]) -> None:
         """Store verified objects received from a remote as one new pack (never as loose

@@ -91,6 +91,8 @@ class IncomingReport:
         events: the new events, verified, in the total order (lamport, id).
         merges: new merge commits.
         objects: the received objects the new commits reference (what a pull stores).
+        nodes: hex sha -> :class:`CommitNode` (hex parents) of every new commit.
+        keys: hex sha -> the Idempotency-Key trailer of new event commits that carry one.
     """
 
     tip: bytes
@@ -98,6 +100,8 @@ class IncomingReport:
     events: list[RecordedEvent] = field(default_factory=list)
     merges: int = 0
     objects: list[RawObject] = field(default_factory=list)
+    nodes: dict[bytes, CommitNode] = field(default_factory=dict)
+    keys: dict[bytes, str] = field(default_factory=dict)
 
 
 def verify_incoming(
@@ -161,6 +165,8 @@ def verify_incoming(
         commit = _parse_commit(sha, raw)
         trailers = parse_trailers(commit.message)
         parsed[sha] = (commit, trailers)
+        if "Idempotency-Key" in trailers:
+            report.keys[sha.hex().encode()] = trailers["Idempotency-Key"]
         event_id = trailers.get("Event-Id")
         if event_id is None:
             if "Lamport" in trailers or "Idempotency-Key" in trailers:
@@ -245,6 +251,14 @@ def verify_incoming(
             raise _named(exc, event_id, sha) from None
         report.events.append(event)
     report.new_commits = [sha.hex().encode() for sha in new]
+    report.nodes = {
+        sha.hex().encode(): CommitNode(
+            nodes[sha].event_id,
+            nodes[sha].lamport,
+            tuple(p.hex().encode() for p in nodes[sha].parents),
+        )
+        for sha in new
+    }
     return report
 
 
