@@ -18,6 +18,7 @@ sys.path.insert(0, str(HERE.parent))  # subprocess_env
 sys.path.insert(0, str(HERE.parent / "workflow"))  # wf_scenario
 
 from gitservers import git_daemon  # noqa: E402
+
 from subprocess_env import isolated_env, perfledger_command  # noqa: E402
 
 
@@ -32,7 +33,9 @@ def git(env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[bytes]
     """The real git CLI: ``git("-C", repo, "log")``; raises AssertionError on failure unless
     ``check=False``."""
 
-    def run(*args: str | os.PathLike[str], check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    def run(
+        *args: str | os.PathLike[str], check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
         argv = ["git", *map(os.fspath, args)]
         proc = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=120)
         if check and proc.returncode != 0:
@@ -94,6 +97,8 @@ def snapshot(gitdir: Path) -> dict[str, Any]:
 def fsck_clean(git: Callable[..., Any], repo: Path) -> None:
     """Assert ``git fsck --strict --full`` is clean (dangling objects aside: a refused pull
     leaves none, but a merge raced away can)."""
-    proc = git("-C", repo, "fsck", "--strict", "--full", "--no-progress", "--no-dangling", check=False)
+    proc = git(
+        "-C", repo, "fsck", "--strict", "--full", "--no-progress", "--no-dangling", check=False
+    )
     output = (proc.stdout + proc.stderr).decode(errors="replace")
     assert proc.returncode == 0 and output.strip() == "", output

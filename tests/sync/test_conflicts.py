@@ -96,7 +96,14 @@ def test_two_champions_chosen_concurrently_conflict_until_resolved_whichever_mer
         assert state["targets"][T1]["champion"] == "e2"
     # the long name of the same command still works (and refuses a second resolution)
     proc = cli(
-        "--ledger", tmp_path / "a", "conflict", "resolve", "--target", T1, "--request", "-",
+        "--ledger",
+        tmp_path / "a",
+        "conflict",
+        "resolve",
+        "--target",
+        T1,
+        "--request",
+        "-",
     )
     assert proc.returncode == 2
 

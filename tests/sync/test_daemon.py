@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HERE, fsck_clean, snapshot
 
+from conftest import HERE, fsck_clean, snapshot
 from perfledger.api import Ledger
 from perfledger.errors import IntegrityError
 from perfledger.ledger.packing import MAX_PACKS, pack_stats
@@ -53,7 +53,7 @@ def test_two_clones_append_500_each_concurrently_and_converge(
         for name in ("a", "b")
     ]
     for proc in procs:
-        out, err = proc.communicate(timeout=600)
+        _out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err
         assert "Traceback" not in err
     # a last round so that both hold everything: a pushed last; b pulls, merges, pushes; a pulls
@@ -157,8 +157,8 @@ def _tamper_last_event(git: Any, repo: Path, tmp_path: Path) -> str:
     ).stdout.decode().strip()  # fmt: skip
     raw = git("-C", work, "cat-file", "commit", head).stdout
     header, _, message = raw.partition(b"\n\n")
-    parent = [line.split()[1] for line in header.split(b"\n") if line.startswith(b"parent ")][0]
-    ident = [line for line in header.split(b"\n") if line.startswith(b"author ")][0][7:]
+    parent = next(line.split()[1] for line in header.split(b"\n") if line.startswith(b"parent "))
+    ident = next(line for line in header.split(b"\n") if line.startswith(b"author "))[7:]
     name_email, seconds, tz = ident.rsplit(b" ", 2)
     env = {
         "GIT_AUTHOR_NAME": name_email.split(b" <")[0].decode(),

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import fsck_clean
 from gitservers import http_server
 
+from conftest import fsck_clean
 from perfledger.api import Ledger
 from perfledger.ledger.sync import RemoteError
 

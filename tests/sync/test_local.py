@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import fsck_clean, snapshot
 
+from conftest import fsck_clean, snapshot
 from perfledger.api import Ledger
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.ledger.base import EventDraft
@@ -78,7 +78,12 @@ def test_remote_add_list_remove_and_pull_summary(tmp_path: Path, cli: Any, git: 
     origin = Ledger.init(tmp_path / "origin.git", actor="alice")
     other = Ledger.init(tmp_path / "mine", actor="me")
     other.close()
-    assert cli("--ledger", tmp_path / "mine", "remote", "add", "up", tmp_path / "origin.git").returncode == 0
+    assert (
+        cli(
+            "--ledger", tmp_path / "mine", "remote", "add", "up", tmp_path / "origin.git"
+        ).returncode
+        == 0
+    )
     proc = cli("--ledger", tmp_path / "mine", "remote", "add", "up", tmp_path / "x")
     assert proc.returncode == 2 and "already exists" in proc.stderr
     proc = cli("--ledger", tmp_path / "mine", "remote", "add", "bad name", tmp_path / "x")

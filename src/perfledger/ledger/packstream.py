@@ -99,10 +99,8 @@ def read_pack(
     while pending:
         unresolved: list[tuple[int, int, object, bytes]] = []
         for offset, kind, base, delta in pending:
-            if kind == _OFS_DELTA:
-                found = by_offset.get(base)  # type: ignore[arg-type]
-            else:
-                found = objects.get(base)  # type: ignore[arg-type]
+            table: dict = by_offset if kind == _OFS_DELTA else objects  # type: ignore[type-arg]
+            found = table.get(base)
             if found is None:
                 unresolved.append((offset, kind, base, delta))
                 continue
