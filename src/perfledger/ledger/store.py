@@ -1019,6 +1019,7 @@ class GitStore:
         merge = build_merge_commit(parents, heads, "perfledger", seconds)
         self._write_loose([EMPTY_TREE, merge])
         self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        self._after_write([EMPTY_TREE, merge], False)
         return merge.id
 
     def index_commits(
