@@ -146,3 +146,26 @@ def test_clone_refuses_a_non_empty_directory_and_a_non_ledger(tmp_path: Path, gi
     with pytest.raises((BadRequest, IntegrityError)):
         Ledger.clone(str(tmp_path / "plain.git"), tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+def test_push_to_an_empty_git_repository_then_clone_it(tmp_path: Path, git: Any) -> None:
+    """A ledger started on one machine continues on a fresh git host: push creates the branch."""
+    git("init", "--bare", "-q", tmp_path / "host.git")
+    ledger = Ledger.init(tmp_path / "mine", actor="alice")
+    try:
+        _notes(ledger, 12)
+        with pytest.raises(BadRequest):
+            ledger.pull(str(tmp_path / "host.git"))  # nothing to pull: no ledger branch yet
+        pushed = ledger.push(str(tmp_path / "host.git"))
+        assert pushed.pushed and pushed.before is None
+        assert git("-C", tmp_path / "host.git", "rev-parse", "ledger").stdout.decode().strip() == (
+            ledger.head()
+        )
+        clone, result = Ledger.clone(f"file://{tmp_path}/host.git", tmp_path / "other")
+        assert clone.head() == ledger.head() and len(result.new_events) == 13
+        assert clone.verify().extra["state_hash"] == ledger.verify().extra["state_hash"]
+        clone.close()
+    finally:
+        ledger.close()
+    git("-C", tmp_path / "host.git", "symbolic-ref", "HEAD", "refs/heads/ledger")  # host's default
+    fsck_clean(git, tmp_path / "host.git")
