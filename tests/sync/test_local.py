@@ -126,6 +126,8 @@ def test_changes_since_the_last_local_head(tmp_path: Path) -> None:
         assert record is not None and record.before == before and record.after == result.after
         assert [e.id for e in events] == [e.id for e in result.new_events]
         assert {e.actor for e in events} == {"alice"} and len(events) == 4
+        assert clone.pull().action == "up_to_date"  # a pull that brings nothing keeps the record
+        assert [e.id for e in clone.changes_since_last_pull()[1]] == [e.id for e in events]
         assert clone.changes_since(clone.head()) == []
         assert len(clone.changes_since(None)) == 1 + 4 + 2
         with pytest.raises(BadRequest):

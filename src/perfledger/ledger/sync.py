@@ -296,7 +296,8 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
         fetched_objects=len(fetched.objects),
     )
     result.elapsed_s = time.perf_counter() - started
-    _record_pull(store, result)
+    if action != "up_to_date":  # keep the record of the last pull that brought something
+        _record_pull(store, result)
     return result
 
 
@@ -658,7 +659,8 @@ def _clone(url: str, path: str, name: str) -> tuple[GitStore, PullResult]:
 
 
 class LastPull(msgspec.Struct):
-    """The record of the last pull or clone (derived data, ``<gitdir>/perfledger/``).
+    """The record of the last pull or clone that brought events (derived data,
+    ``<gitdir>/perfledger/``; a pull that found nothing new leaves it as it was).
 
     Attributes:
         remote, url: where from; before, after: the local head around it (hex; before is empty
