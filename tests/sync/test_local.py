@@ -171,3 +171,38 @@ def test_push_to_an_empty_git_repository_then_clone_it(tmp_path: Path, git: Any)
         ledger.close()
     git("-C", tmp_path / "host.git", "symbolic-ref", "HEAD", "refs/heads/ledger")  # host's default
     fsck_clean(git, tmp_path / "host.git")
+
+
+@pytest.mark.slow
+def test_pulls_while_another_process_appends_locally(
+    tmp_path: Path, env: dict[str, str], git: Any
+) -> None:
+    """A pull's ref update races local appends by compare-and-swap: nothing is lost."""
+    import subprocess
+    import sys
+
+    from conftest import HERE
+
+    origin = Ledger.init(tmp_path / "origin.git", actor="alice")
+    clone, _ = Ledger.clone(str(tmp_path / "origin.git"), tmp_path / "c")
+    appender = subprocess.Popen(
+        [sys.executable, str(HERE / "_appender.py"), str(tmp_path / "c"), "300"], env=env
+    )
+    try:
+        pulls = 0
+        while appender.poll() is None or pulls < 3:
+            _notes(origin, 5)
+            clone.pull()
+            pulls += 1
+    finally:
+        appender.wait(120)
+    assert appender.returncode == 0
+    clone.pull()
+    try:
+        report = clone.verify()
+        assert report.ok, report.error
+        assert report.events == 1 + 300 + 5 * pulls
+    finally:
+        clone.close()
+        origin.close()
+    fsck_clean(git, tmp_path / "c")
