@@ -75,10 +75,8 @@ class IncomingReader:
 
     def used_objects(self) -> list[RawObject]:
         """Return the incoming objects the verification read, as :class:`RawObject` s."""
-        return [
-            RawObject(self.incoming[sha][0], self.incoming[sha][1], sha.hex().encode())
-            for sha in sorted(self.used)
-        ]
+        incoming = self.incoming
+        return [RawObject(*incoming[sha], sha.hex().encode()) for sha in self.used]
 
 
 @dataclass
