@@ -186,7 +186,10 @@ def test_pulls_while_another_process_appends_locally(
     origin = Ledger.init(tmp_path / "origin.git", actor="alice")
     clone, _ = Ledger.clone(str(tmp_path / "origin.git"), tmp_path / "c")
     appender = subprocess.Popen(
-        [sys.executable, str(HERE / "_appender.py"), str(tmp_path / "c"), "300"], env=env
+        [sys.executable, str(HERE / "_appender.py"), str(tmp_path / "c"), "300"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         pulls = 0
@@ -195,8 +198,8 @@ def test_pulls_while_another_process_appends_locally(
             clone.pull()
             pulls += 1
     finally:
-        appender.wait(120)
-    assert appender.returncode == 0
+        _, err = appender.communicate(timeout=300)
+    assert appender.returncode == 0, err
     clone.pull()
     try:
         report = clone.verify()

@@ -1098,10 +1098,17 @@ class GitStore:
             assert isinstance(commit, Commit)
             seconds = max(seconds, commit.commit_time)
         merge = build_merge_commit(parents, heads, "perfledger", seconds)
-        self._write_loose([EMPTY_TREE, merge])
+        self._write_objects([EMPTY_TREE, merge], batch=False)
         self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
         self._after_write([EMPTY_TREE, merge], False)
         return merge.id
+
+    @contextlib.contextmanager
+    def writers_lock(self) -> Iterator[None]:
+        """Hold the writers' lock (re-entrant) so that a read-decide-swap sequence outside
+        :meth:`transact` (a pull joining a remote head) cannot lose the race forever."""
+        with self._append_lock():
+            yield
 
     def index_commits(
         self, commits: Sequence[tuple[bytes, str | None, int, Sequence[bytes], str | None]]
@@ -1131,6 +1138,8 @@ class GitStore:
         if not objects:
             return
         self._write_objects(list(objects), batch=True)
+        if not self._fsync_each:  # durable before any ref (a tracking ref too) points at them
+            sync_filesystem(self.controldir)
         self.repo.object_store._update_pack_cache()
         try:
             self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)

@@ -62,8 +62,10 @@ from perfledger.ledger.sync_verify import (
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
-#: Local compare-and-swap attempts when moving the ledger ref after a pull.
+#: Local compare-and-swap attempts when moving the ledger ref after a pull ...
 LOCAL_ATTEMPTS = 50
+#: ... the first few optimistic, the rest under the writers' lock.
+OPTIMISTIC_JOINS = 3
 _LAST_PULL_FILE = "last-pull.json"
 
 
@@ -394,16 +396,19 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
     """Move the ledger ref to include ``remote_head``: nothing, a fast-forward or a merge.
     Returns (new head, action, merge commit or None)."""
     for attempt in range(LOCAL_ATTEMPTS):
-        local = store.read_head()
-        if local == remote_head or store.reaches(remote_head, local):
-            return local, "up_to_date", None
-        if descends_from(node, local, remote_head):
-            if store.set_head(local, remote_head):
-                return remote_head, "fast_forward", None
-        else:
-            merge = store.write_sync_merge([local, remote_head])
-            if store.set_head(local, merge):
-                return merge, "merged", merge
+        # optimistic first; after a few lost races, under the writers' lock (as transact does)
+        pessimistic = attempt >= OPTIMISTIC_JOINS
+        with store.writers_lock() if pessimistic else contextlib.nullcontext():
+            local = store.read_head()
+            if local == remote_head or store.reaches(remote_head, local):
+                return local, "up_to_date", None
+            if descends_from(node, local, remote_head):
+                if store.set_head(local, remote_head):
+                    return remote_head, "fast_forward", None
+            else:
+                merge = store.write_sync_merge([local, remote_head])
+                if store.set_head(local, merge):
+                    return merge, "merged", merge
         time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
     raise ConcurrentAppend(
         f"could not move the ledger ref after {LOCAL_ATTEMPTS} attempts: local writers kept "
