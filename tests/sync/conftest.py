@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -79,26 +78,3 @@ def daemon(served: Path, env: dict[str, str]) -> Iterator[str]:
     :func:`served`; yields ``git://127.0.0.1:PORT``."""
     with git_daemon(str(served), env) as prefix:
         yield prefix
-
-
-def snapshot(gitdir: Path) -> dict[str, Any]:
-    """Relative path -> bytes of every file of a git directory except the derived
-    ``perfledger/`` data: refs, packed-refs, HEAD, config, loose objects and packs."""
-    files: dict[str, Any] = {}
-    for root, dirs, names in os.walk(gitdir):
-        rel = Path(root).relative_to(gitdir)
-        if rel == Path("."):
-            dirs[:] = [d for d in dirs if d != "perfledger"]
-        for name in names:
-            files[str(rel / name)] = (Path(root) / name).read_bytes()
-    return files
-
-
-def fsck_clean(git: Callable[..., Any], repo: Path) -> None:
-    """Assert ``git fsck --strict --full`` is clean (dangling objects aside: a refused pull
-    leaves none, but a merge raced away can)."""
-    proc = git(
-        "-C", repo, "fsck", "--strict", "--full", "--no-progress", "--no-dangling", check=False
-    )
-    output = (proc.stdout + proc.stderr).decode(errors="replace")
-    assert proc.returncode == 0 and output.strip() == "", output

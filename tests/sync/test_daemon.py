@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synchelpers import HERE, fsck_clean, snapshot
 
-from conftest import HERE, fsck_clean, snapshot
 from perfledger.api import Ledger
 from perfledger.errors import IntegrityError
 from perfledger.ledger.packing import MAX_PACKS, pack_stats

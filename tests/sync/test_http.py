@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from gitservers import http_server
+from synchelpers import fsck_clean
 
-from conftest import fsck_clean
 from perfledger.api import Ledger
 from perfledger.ledger.sync import RemoteError
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synchelpers import fsck_clean, snapshot
 
-from conftest import fsck_clean, snapshot
 from perfledger.api import Ledger
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.ledger.base import EventDraft
@@ -181,7 +181,7 @@ def test_pulls_while_another_process_appends_locally(
     import subprocess
     import sys
 
-    from conftest import HERE
+    from synchelpers import HERE
 
     origin = Ledger.init(tmp_path / "origin.git", actor="alice")
     clone, _ = Ledger.clone(str(tmp_path / "origin.git"), tmp_path / "c")
