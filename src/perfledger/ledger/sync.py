@@ -30,26 +30,25 @@ import contextlib
 import os
 import random
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-from dulwich.client import get_transport_and_path
-from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
-from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.objects import parse_tree
 from dulwich.repo import Repo
 
-from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, PerfledgerError
+from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError
 from perfledger.events.envelope import Envelope
+from perfledger.ledger.changes import (
+    LastPull,
+    changes_since,
+    changes_since_last_pull,
+    last_pull,
+    record_pull,
+)
 from perfledger.ledger.dag import CommitNode
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.objects import EMPTY_TREE
-from perfledger.ledger.packstream import read_pack
 from perfledger.ledger.reader import ObjectReader
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore
@@ -59,6 +58,7 @@ from perfledger.ledger.sync_verify import (
     descends_from,
     verify_incoming,
 )
+from perfledger.ledger.transport import Fetched, RemoteError, client, fetch
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
@@ -66,13 +66,6 @@ SYNC_ATTEMPTS = 20
 LOCAL_ATTEMPTS = 50
 #: ... the first few optimistic, the rest under the writers' lock.
 OPTIMISTIC_JOINS = 3
-_LAST_PULL_FILE = "last-pull.json"
-
-
-class RemoteError(PerfledgerError):
-    """The remote could not be reached or read (exit 1): nothing changed locally."""
-
-    code = "remote"
 
 
 class RemoteRewritten(IntegrityError):
@@ -166,85 +159,6 @@ def _event_line(envelope: Envelope) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------ transport
-
-
-@contextlib.contextmanager
-def _client(url: str) -> Iterator[tuple[Any, str]]:
-    """A dulwich client and the path on the remote; errors become :class:`RemoteError`."""
-    try:
-        client, path = get_transport_and_path(url)
-    except (ValueError, NotGitRepository) as exc:
-        raise BadRequest(f"cannot use remote URL {url!r}: {exc}") from None
-    try:
-        yield client, path
-    except PerfledgerError:
-        raise
-    except (GitProtocolError, HangupException, NotGitRepository, OSError) as exc:
-        raise RemoteError(
-            f"remote {url} failed: {type(exc).__name__}: {exc}",
-            hint="check the URL and that the server is running; nothing changed locally",
-        ) from None
-    except Exception as exc:  # urllib3 / http errors and the like
-        if type(exc).__module__.startswith(("urllib3", "http", "dulwich")):
-            raise RemoteError(
-                f"remote {url} failed: {type(exc).__name__}: {exc}",
-                hint="check the URL and that the server is running; nothing changed locally",
-            ) from None
-        raise
-    finally:
-        with contextlib.suppress(Exception):
-            client.close()
-
-
-@dataclass
-class _Fetched:
-    remote_head: bytes | None
-    objects: dict[bytes, tuple[int, bytes]]
-
-
-def _fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]) -> _Fetched:
-    """Fetch the remote's ledger branch: objects unpacked in memory, nothing written to the
-    object store. ``local_heads`` (hex) are offered as haves."""
-    holder: dict[str, bytes | None] = {"head": None}
-    object_store = repo.object_store
-
-    def determine_wants(refs: dict[bytes, bytes], depth: int | None = None) -> list[bytes]:
-        head = refs.get(LEDGER_REF)
-        holder["head"] = head
-        if head is None or head in object_store:
-            return []
-        return [head]
-
-    def parents(sha: bytes) -> list[bytes]:
-        if store is None:
-            return []
-        return list(store.commit_node(sha).parents)
-
-    walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
-    tmp_dir = os.path.join(repo.controldir(), "perfledger")
-    os.makedirs(tmp_dir, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix="incoming-", suffix=".pack", dir=tmp_dir)
-    try:
-        with os.fdopen(fd, "w+b") as spool, _client(url) as (client, path):
-            client.fetch_pack(path, determine_wants, walker, spool.write)
-            spool.flush()
-            size = spool.tell()
-        objects = _unpack(tmp_path, object_store) if size else {}
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_path)
-    return _Fetched(holder["head"], objects)
-
-
-def _unpack(pack_path: str, object_store: Any) -> dict[bytes, tuple[int, bytes]]:
-    """Resolve every object of a (possibly thin) pack: binary sha -> (type, content). Each
-    object's name is computed from its content; thin-pack bases come from the local store."""
-    with open(pack_path, "rb") as f:
-        data = f.read()
-    return read_pack(data, object_store.get_raw)
-
-
 # ------------------------------------------------------------------------------ pull
 
 
@@ -273,7 +187,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     repo = store.repo
     before = store.read_head()
     last_seen = _read_ref(repo, target.tracking_ref)
-    fetched = _fetch(store, repo, target.url, [before] + ([last_seen] if last_seen else []))
+    fetched = fetch(store, repo, target.url, [before] + ([last_seen] if last_seen else []))
     remote_head = fetched.remote_head
     if remote_head is None:
         raise BadRequest(
@@ -299,12 +213,12 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     )
     result.elapsed_s = time.perf_counter() - started
     if action != "up_to_date":  # keep the record of the last pull that brought something
-        _record_pull(store, result)
+        record_pull(store, result)
     return result
 
 
 def _verify_and_check(
-    store: GitStore | None, target: Remote, fetched: _Fetched, last_seen: bytes | None
+    store: GitStore | None, target: Remote, fetched: Fetched, last_seen: bytes | None
 ) -> IncomingReport:
     """Verify the fetched commits and refuse a rewritten remote (report.objects: what to keep)."""
     assert fetched.remote_head is not None
@@ -418,7 +332,7 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
 
 
 def _store_node(store: GitStore) -> Any:
-    from perfledger.ledger.dag import CommitNode
+    """hex sha -> CommitNode from the store (derived index, else the commit)."""
 
     def node(sha: bytes) -> CommitNode:
         n = store.commit_node(sha)
@@ -468,8 +382,8 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
     ) -> Any:
         return _pack_records(store, list(want), [h for h in have if h in object_store])
 
-    with _client(target.url) as (client, path):
-        result = client.send_pack(path, update_refs, generate_pack_data)
+    with client(target.url) as (remote_client, path):
+        result = remote_client.send_pack(path, update_refs, generate_pack_data)
     if holder["before"] == local:
         pushed = False
     else:
@@ -633,7 +547,7 @@ def _clone(url: str, path: str, name: str) -> tuple[GitStore, PullResult]:
     config.set((b"core",), b"fsync", b"committed")
     config.write_to_path()
     target = add_remote(repo, name, url)
-    fetched = _fetch(None, repo, target.url, [])
+    fetched = fetch(None, repo, target.url, [])
     if fetched.remote_head is None:
         repo.close()
         raise BadRequest(f"{url} holds no ledger (no refs/heads/ledger)")
@@ -656,103 +570,8 @@ def _clone(url: str, path: str, name: str) -> tuple[GitStore, PullResult]:
         fetched_objects=len(fetched.objects),
         elapsed_s=time.perf_counter() - started,
     )
-    _record_pull(store, result)
+    record_pull(store, result)
     return store, result
-
-
-# ------------------------------------------------------------------------------ what changed
-
-
-class LastPull(msgspec.Struct):
-    """The record of the last pull or clone that brought events (derived data,
-    ``<gitdir>/perfledger/``; a pull that found nothing new leaves it as it was).
-
-    Attributes:
-        remote, url: where from; before, after: the local head around it (hex; before is empty
-        after a clone); action: as :attr:`PullResult.action`; at: UTC time (ISO 8601).
-    """
-
-    remote: str
-    url: str
-    before: str
-    after: str
-    action: str
-    at: str
-
-
-def _record_pull(store: GitStore, result: PullResult) -> None:
-    record = LastPull(
-        result.remote,
-        result.url,
-        result.before,
-        result.after,
-        result.action,
-        datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
-    path = os.path.join(store.derived_dir, _LAST_PULL_FILE)
-    with contextlib.suppress(OSError):
-        os.makedirs(store.derived_dir, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(msgspec.json.encode(record))
-        os.replace(tmp, path)
-
-
-def last_pull(store: GitStore) -> LastPull | None:
-    """Return the record of this ledger's last pull or clone, or None (never pulled)."""
-    try:
-        with open(os.path.join(store.derived_dir, _LAST_PULL_FILE), "rb") as f:
-            return msgspec.json.decode(f.read(), type=LastPull)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def changes_since(
-    store: GitStore, old_head: str | None, new_head: str | None = None
-) -> list[Envelope]:
-    """Return the events reachable from ``new_head`` (default: the current head) that are not
-    reachable from ``old_head`` (hex; None or empty: every event), in the total order
-    (lamport, id). This is "what changed since the last local head" after a pull (for
-    ``perfledger resume``: pass :attr:`LastPull.before`).
-
-    Raises: BadRequest when ``old_head`` is not a commit of this ledger.
-    """
-    head = (new_head or store.read_head().decode()).encode()
-    known: set[bytes] = set()
-    if old_head:
-        try:
-            store.commit_node(old_head.encode())
-        except IntegrityError:
-            raise BadRequest(f"{old_head} is not a commit of this ledger") from None
-        stack = [old_head.encode()]
-        while stack:
-            sha = stack.pop()
-            if sha in known:
-                continue
-            known.add(sha)
-            stack.extend(store.commit_node(sha).parents)
-    found: list[tuple[int, str, bytes]] = []
-    stack, seen = [head], set()
-    while stack:
-        sha = stack.pop()
-        if sha in seen or sha in known:
-            continue
-        seen.add(sha)
-        node = store.commit_node(sha)
-        if node.event_id is not None:
-            found.append((node.lamport, node.event_id, sha))
-        stack.extend(node.parents)
-    found.sort()
-    return [store.read_envelope(sha) for _, _, sha in found]
-
-
-def changes_since_last_pull(store: GitStore) -> tuple[LastPull | None, list[Envelope]]:
-    """Return (the last pull's record, the events new since the local head before it); the
-    events are empty when this ledger was never pulled or cloned."""
-    record = last_pull(store)
-    if record is None:
-        return None, []
-    return record, changes_since(store, record.before or None, record.after)
 
 
 __all__ = [
