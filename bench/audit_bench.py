@@ -152,6 +152,8 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
     clock = datetime(2026, 1, 1, tzinfo=UTC)
     count, pending, lamport = 1, [], 1
     started = time.perf_counter()
+    # the state keeps samples without their pairs: verdicts read them back by (fake) event id
+    payloads: dict[str, Any] = {}
 
     def add(draft: EventDraft) -> None:
         nonlocal count, lamport, state, pending
@@ -164,6 +166,8 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
             request=draft.request, payload={}, artifacts={},
         )  # fmt: skip
         state = DEFAULT_PROJECTION.evolve(state, RecordedEvent(fake, payload))
+        if draft.kind == "SamplesRecorded":
+            payloads[fake.id] = payload
         pending.append(draft)
         count += 1
         if len(pending) >= 1000:
@@ -174,7 +178,8 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
         nonlocal clock
         clock += timedelta(seconds=1)
         model = validate(op, body)
-        ctx = DecisionContext(op=op, actor=ACTOR, ts=clock, request=stored_request(op, model))
+        ctx = DecisionContext(op=op, actor=ACTOR, ts=clock, request=stored_request(op, model),
+                              payload_of=payloads.__getitem__)  # fmt: skip
         (draft,) = decider(op)(state, model, ctx)
         add(draft)
 
