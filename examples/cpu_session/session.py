@@ -438,7 +438,9 @@ class Session:
         self.say(f"champion: {champion}; session took {summary['wall_s']} s, "
                  f"{self.calls} perfledger calls")  # fmt: skip
         self.say(f"ledger: {self.ledger}\nreport: {self.report}")
-        self.say(f"try:    perfledger --ledger {self.ledger} handoff --md")
+        script = Path(sys.executable).with_name("perfledger")
+        command = str(script) if script.exists() else "perfledger"
+        self.say(f"try:    {command} --ledger {self.ledger} handoff --md   (or claims, state, log)")
         if not audit.get("ok"):
             raise SystemExit("the audit did not pass")
         return summary
