@@ -199,6 +199,14 @@ class Ledger:
         """Return the event with ``event_id`` (full id or unique prefix of >= 4 characters)."""
         return self.store.get_event(event_id)
 
+    def payload(self, event_id: str) -> Any:
+        """Return the payload of event ``event_id`` decoded as its kind's current Struct (old
+        schema versions upcast). Raises: BadRequest for an unknown id; IntegrityError for a
+        payload that does not fit its schema."""
+        from perfledger.events.kinds import recorded
+
+        return recorded(self.get(event_id)).payload
+
     def artifact(self, event_id: str, name: str) -> bytes:
         """Return an event's artifact after checking its blake3 and size."""
         return self.store.read_artifact(event_id, name)
@@ -317,10 +325,26 @@ class Ledger:
         memo.dirty = 0
 
     def state_hash(self) -> str:
-        """Return the blake3 hash of the canonical encoding of :meth:`state`."""
+        """Return the blake3 hash (hex) of the canonical encoding of :meth:`state`."""
+        return self.state_hash_at(self.head())
+
+    def state_hash_at(self, head: str) -> str:
+        """Return the blake3 hash (hex) of the canonical encoding of :meth:`state_at` ``head``.
+
+        Cached beside the state snapshot (derived data: ``verify`` and ``audit`` recompute it
+        from zero): hashing a large state costs seconds, and it changes only with the head.
+        """
+        from perfledger.ledger.cache import StateHash, load_state_hash, save_state_hash
         from perfledger.projections.ledger_state import state_hash
 
-        return state_hash(self.state())
+        derived, name, version = self.store.derived_dir, self.projection.name, self._code_version()
+        cached = load_state_hash(derived, name, head, version)
+        if cached is not None:
+            return cached
+        value = state_hash(self.state_at(head))
+        with contextlib.suppress(OSError):  # a read-only ledger only loses speed
+            save_state_hash(derived, name, StateHash(head, version, value))
+        return value
 
     # -- verification ------------------------------------------------------------------------
 

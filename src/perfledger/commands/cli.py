@@ -84,16 +84,23 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
+#: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
+MEASURE_COMMANDS = frozenset({"env", "measure"})
+
+
 class _LedgerGroup(click.Group):
     """The top-level group: workflow commands are imported only when one is used or listed."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in WORKFLOW_COMMANDS:
             _load_workflow_commands()
+        if cmd_name in MEASURE_COMMANDS:
+            _load_measure_commands()
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         _load_workflow_commands()
+        _load_measure_commands()
         return super().list_commands(ctx)
 
 
@@ -226,19 +233,19 @@ def state(json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     import msgspec
 
-    from perfledger.projections import state_hash
-
     ledger = ctx.open()
     try:
-        current = ledger.state()
         head = ledger.head()
+        current = ledger.state_at(head)
+        data = {"head": head, "state_hash": ledger.state_hash_at(head), "state": current}
     finally:
         ledger.close()
-    data = {"head": head, "state_hash": state_hash(current), "state": msgspec.to_builtins(current)}
-    if ctx.json_mode:
-        _emit_json(data)
-    else:
-        click.echo(to_json_text(data, indent=2))
+    raw = msgspec.json.encode(data, order="sorted")  # Structs encode natively: no copy
+    if not ctx.json_mode:
+        raw = msgspec.json.format(raw, indent=2)
+    out = click.get_binary_stream("stdout")
+    out.write(raw + b"\n")
+    out.flush()
 
 
 @cli.command()
@@ -325,3 +332,16 @@ def _load_workflow_commands() -> None:
         from perfledger.commands.evidence_cli import extend
 
         extend(cli)  # evidence add --kind, evidence ncu|list|show (issue 6)
+
+
+_measure_loaded = False
+
+
+def _load_measure_commands() -> None:
+    global _measure_loaded
+    if not _measure_loaded:
+        _measure_loaded = True
+        from perfledger.commands.measure_cli import commands
+
+        for command in commands():
+            cli.add_command(command)

@@ -19,6 +19,7 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -328,6 +329,12 @@ def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[An
     return decider(name)(state, request, ctx)
 
 
+def payload_reader(ledger: Ledger) -> Callable[[str], Any]:
+    """Return ``event id -> decoded (upcast) payload`` over ``ledger``, for
+    :attr:`DecisionContext.payload_of`. Raises (when called): BadRequest for an unknown id."""
+    return ledger.payload
+
+
 def execute(
     ledger: Ledger,
     name: str,
@@ -347,7 +354,9 @@ def execute(
         actor: who decides.
         idempotency_key: retry-safe key; a request already appended under it returns that event.
         now: the event time (default: the clock, read once, here at the edge).
-        artifacts: files to attach to the appended event (name -> ``Artifact``).
+        artifacts: files to attach to every appended event (logical name ->
+            :class:`~perfledger.ledger.base.Artifact`), e.g. the raw per-sample table of
+            ``perfledger measure``.
     Returns: the appended (or idempotently found) envelopes.
     Raises: BadRequest (exit 2), RuleRefused (exit 3), ConcurrentAppend (exit 4).
     """
@@ -376,11 +385,16 @@ def execute(
         ts=now or datetime.now(UTC),
         idempotency_key=idempotency_key,
         request=stored,
-        artifacts=artifacts,
+        payload_of=payload_reader(ledger),
     )
     run = decider(name)
 
     def decide_at(view: Any) -> list[Any]:
-        return run(ledger.state_at(view.head), request, ctx)
+        drafts = run(ledger.state_at(view.head), request, ctx)
+        if artifacts:
+            from dataclasses import replace
+
+            drafts = [replace(d, artifacts={**d.artifacts, **artifacts}) for d in drafts]
+        return drafts
 
     return ledger.transact(decide_at)

@@ -36,6 +36,7 @@ from perfledger.events.workflow import (
     MetricAuditRecorded,
     ReadinessRecorded,
     ReconciliationRecorded,
+    Reference,
     ResolutionEstimated,
     SamplesRecorded,
     TargetDefinition,
@@ -48,7 +49,7 @@ from perfledger.projections import ledger_state
 from perfledger.projections.ledger_state import LedgerState
 
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
-PROJECTION_VERSION = 1
+PROJECTION_VERSION = 2
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -155,13 +156,40 @@ class Conflict(msgspec.Struct, kw_only=True):
     kept: str | None = None
 
 
+class SamplesView(msgspec.Struct, kw_only=True):
+    """A ``SamplesRecorded`` as the state keeps it: everything the rules read, without the
+    pairs. The pairs stay in the event (``event_id``), read back by id only where a verdict is
+    derived (R12), so that the state does not grow with every sample value.
+
+    Attributes:
+        event_id: the SamplesRecorded event holding the pairs.
+        n_pairs: how many pairs it recorded.
+        (the other fields are those of :class:`~perfledger.events.workflow.SamplesRecorded`)
+    """
+
+    event_id: str
+    samples_id: str
+    target_id: str
+    experiment_id: str
+    stage: str
+    reference: Reference
+    candidate_hash: str
+    test_set_hash: str
+    environment_id: str
+    units: dict[str, str]
+    n_pairs: int
+    ref_failures: int
+    cand_failures: int
+    unexplained_activity: int
+
+
 class WorkflowState(LedgerState, kw_only=True):
     """The folded state of a ledger: the ledger-level fields of :class:`LedgerState` plus the
     workflow (every map keyed by the caller-chosen id)."""
 
     targets: dict[str, TargetView] = msgspec.field(default_factory=dict)
     experiments: dict[str, ExperimentView] = msgspec.field(default_factory=dict)
-    samples: dict[str, SamplesRecorded] = msgspec.field(default_factory=dict)
+    samples: dict[str, SamplesView] = msgspec.field(default_factory=dict)
     verdicts: dict[str, VerdictRecorded] = msgspec.field(default_factory=dict)
     evidence: dict[str, EvidenceRecorded] = msgspec.field(default_factory=dict)
     upstream_checks: dict[str, UpstreamCheckRecorded] = msgspec.field(default_factory=dict)
@@ -228,7 +256,22 @@ def _on_samples(state: WorkflowState, event: RecordedEvent, p: SamplesRecorded) 
     if experiment is None or p.samples_id in state.samples:
         _anomaly(state, event, f"unknown experiment or duplicate samples {p.samples_id!r}")
         return
-    state.samples[p.samples_id] = p
+    state.samples[p.samples_id] = SamplesView(
+        event_id=event.id,
+        samples_id=p.samples_id,
+        target_id=p.target_id,
+        experiment_id=p.experiment_id,
+        stage=p.stage,
+        reference=p.reference,
+        candidate_hash=p.candidate_hash,
+        test_set_hash=p.test_set_hash,
+        environment_id=p.environment_id,
+        units=p.units,
+        n_pairs=len(p.pairs),
+        ref_failures=p.ref_failures,
+        cand_failures=p.cand_failures,
+        unexplained_activity=p.unexplained_activity,
+    )
     experiment.samples.setdefault(p.stage, []).append(p.samples_id)
     if p.stage != "final_audit":
         experiment.stage = p.stage
