@@ -345,3 +345,9 @@ def _load_measure_commands() -> None:
 
         for command in commands():
             cli.add_command(command)
+
+
+# Sync (issue 7): remote, clone, pull, push, sync, resolve. The module imports only click.
+from perfledger.commands.sync_cli import register as _register_sync  # noqa: E402
+
+_register_sync(cli)

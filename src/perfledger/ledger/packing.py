@@ -51,11 +51,14 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
     Args:
         store: the git store.
         loose_written: loose objects this writer has written since it last packed.
-        packs_written: packs this writer has written (batches) since it last merged.
+        packs_written: packs this writer has written (batches, pulls) since it last looked.
     Returns: the new (loose_written, packs_written): reset after the work is done, unchanged when
         another process holds the packing lock (it will be tried again on the next append).
+
+    Every new pack makes it count the packs on disk (one directory listing): counting only this
+    writer's packs let the total reach twice :data:`MAX_PACKS` before a merge.
     """
-    if loose_written < LOOSE_PACK_THRESHOLD and packs_written < MAX_PACKS:
+    if loose_written < LOOSE_PACK_THRESHOLD and packs_written == 0:
         return loose_written, packs_written
     with _try_lock(store) as locked:
         if not locked:

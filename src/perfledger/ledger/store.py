@@ -1066,6 +1066,98 @@ class GitStore:
         self._catch_up(self.read_head())
         return len(self._by_event)
 
+    # ------------------------------------------------------------------ sync support (issue 7)
+
+    def commit_node(self, sha: bytes) -> CommitNode:
+        """Return the structure of commit ``sha`` (hex bytes): its event id (None for a merge),
+        Lamport clock (0 for a merge) and parents, from the derived index or else the commit.
+
+        Raises: IntegrityError when the commit is missing or is not a commit.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        return self._node(sha)
+
+    def reaches(self, sha: bytes, head: bytes | None = None) -> bool:
+        """True when commit ``sha`` (hex bytes) is reachable from ``head`` (default: the
+        current head; pass the head already read to skip reading the ref again)."""
+        self._catch_up(head or self.read_head())
+        return sha in self._reachable
+
+    def has_event(self, event_id: str, head: bytes | None = None) -> bool:
+        """True when the event ``event_id`` (a full id) is reachable from ``head`` (default:
+        the current head)."""
+        self._catch_up(head or self.read_head())
+        return event_id in self._by_event
+
+    def write_sync_merge(self, commits: Sequence[bytes]) -> bytes:
+        """Write the merge commit that joins ``commits`` (hex bytes) after a pull, without
+        moving the ref: as :meth:`write_merge`, but deterministic (actor ``perfledger``, time =
+        the latest commit time of its parents), so two machines that join the same heads write
+        the same commit (SPEC.md section 2, Sync).
+
+        Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
+        """
+        parents = sorted(set(commits))
+        if len(parents) < 2:
+            raise BadRequest("a merge joins at least two distinct commits")
+        if not self._index_loaded:
+            self._load_index()
+        heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
+        seconds = 0
+        for sha in parents:
+            commit = self.get_object(sha)
+            assert isinstance(commit, Commit)
+            seconds = max(seconds, commit.commit_time)
+        merge = build_merge_commit(parents, heads, "perfledger", seconds)
+        self._write_objects([EMPTY_TREE, merge], batch=False)
+        self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        self._after_write([EMPTY_TREE, merge], False)
+        return merge.id
+
+    @contextlib.contextmanager
+    def writers_lock(self) -> Iterator[None]:
+        """Hold the writers' lock (re-entrant) so that a read-decide-swap sequence outside
+        :meth:`transact` (a pull joining a remote head) cannot lose the race forever."""
+        with self._append_lock():
+            yield
+
+    def index_commits(
+        self, commits: Sequence[tuple[bytes, str | None, int, Sequence[bytes], str | None]]
+    ) -> None:
+        """Record the structure of verified commits in the derived index, without making their
+        events visible (that happens when the ref reaches them, as for :meth:`build_on`): saves
+        re-reading each pulled commit from git when the ref moves.
+
+        Args:
+            commits: (sha, event id or None for a merge, lamport, parents, idempotency key),
+                shas as hex bytes.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        for sha, event_id, lamport, parents, key in commits:
+            if sha in self._commits:
+                continue
+            self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
+            if event_id is not None:
+                self._all_events[event_id] = sha
+
+    def adopt_objects(self, objects: Sequence[RawObject]) -> None:
+        """Store verified objects received from a remote as one new pack (never as loose
+        objects), then keep the pack count bounded (:func:`perfledger.ledger.packing.maybe_pack`).
+        Nothing refers to them until a ref moves, so a crash leaves only unreachable objects.
+        """
+        if not objects:
+            return
+        self._write_objects(list(objects), batch=True)
+        if not self._fsync_each:  # durable before any ref (a tracking ref too) points at them
+            sync_filesystem(self.controldir)
+        self.repo.object_store._update_pack_cache()
+        try:
+            self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)
+        except Exception as exc:  # committed already: see _after_write
+            _log.warning("packing the ledger's objects failed (will retry): %s", exc)
+
 
 def _neg_key(event_id: str) -> str:
     """Map an event id to a string that sorts in the reverse order (for a max-heap)."""
