@@ -1,0 +1,437 @@
+"""The workload driver (SPEC.md section 5, "Workload driver"; rules R5, R11): any command that
+prints one JSON object with a correctness result and metric values is a subject.
+
+The subject protocol (what a command must print on stdout, as its last non-empty line or as the
+whole of stdout)::
+
+    {"correct": true, "metrics": {"latency_ms": [1.02, 1.01, 1.03], "memory_mb": 812.0}}
+
+- ``correct`` (required, a JSON boolean): the command's own accuracy check against the user's
+  accuracy rule. ``false`` is a valid call whose samples have no performance meaning (R5).
+- ``metrics`` (required, an object): metric name -> a finite positive number, or a non-empty list
+  of them (the call's repeated samples). NaN, Infinity, zero, negative or non-numbers fail the call.
+- ``detail`` (optional, any JSON): kept in the per-call table, never interpreted.
+
+A call that exits non-zero, runs past its timeout (the whole process group is killed), prints no
+JSON object, prints JSON of the wrong shape or non-finite values is a *failed call* with a reason
+(:data:`FAILURE_REASONS`); it is recorded, never raised. Correctness and metrics of one subject come
+from one call (R11) and stay together in one :class:`CallResult`.
+
+Reference and candidate run interleaved in ABBA order (:func:`abba_order`): pair ``k`` runs the
+reference first when ``k`` is even and the candidate first when it is odd, so a drift in the
+machine (clocks, thermals, caches) is spread over both subjects equally. Cases are interleaved
+within each round (``round 0: case a, case b; round 1: ...``).
+
+Public API (stable; issue 8 builds on it): :class:`Subject`, :class:`CallResult`,
+:class:`PairResult`, :class:`DriverRun`, :func:`parse_output`, :func:`run_call`, :func:`abba_order`,
+:func:`run_pairs`, :data:`FAILURE_REASONS`, :data:`CASE_ENV`, :data:`SUBJECT_ENV`.
+
+Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Environment variable carrying the test case's name into each call.
+CASE_ENV = "PERFLEDGER_CASE"
+#: Environment variable carrying the subject's role (``ref`` or ``cand``) into each call.
+SUBJECT_ENV = "PERFLEDGER_SUBJECT"
+#: Placeholder replaced by the case name in a subject's argv.
+CASE_PLACEHOLDER = "{case}"
+#: Why a call failed; ``None`` in :attr:`CallResult.reason` means it did not.
+FAILURE_REASONS = (
+    "spawn_error",  # the command could not be started (not found, not executable)
+    "timeout",  # ran past timeout_s; its process group was killed
+    "exit_status",  # exited non-zero (or was killed by a signal)
+    "not_json",  # stdout holds no JSON object
+    "bad_shape",  # JSON object without a boolean `correct` or a valid `metrics` object
+    "non_finite",  # a metric value is NaN or +-Infinity
+    "non_positive",  # a metric value is zero or negative
+)
+#: Most characters of stdout/stderr kept per call (the tail).
+TAIL_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A subject of the workload driver: a command line, its extra environment and directory.
+
+    Attributes:
+        label: ``ref`` or ``cand`` (or any short name); passed to the command as
+            ``$PERFLEDGER_SUBJECT``.
+        argv: the command and its arguments; ``{case}`` in an argument is replaced by the case.
+        env: extra environment variables (added to the driver's own environment).
+        cwd: working directory (default: the driver's).
+    """
+
+    label: str
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.argv or not all(isinstance(a, str) for a in self.argv):
+            raise ValueError("a subject needs a non-empty argv of strings")
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One driver call of one subject on one case.
+
+    Attributes:
+        subject: the subject's label.
+        case: the test case.
+        call_id: unique within a run (``"<label>-<case>-<round>"``).
+        ok: True when the call produced a well-formed result (whatever its correctness).
+        correct: the subject's own accuracy verdict; False whenever ``ok`` is False.
+        metrics: metric name -> the call's values (finite, positive); empty when not ``ok``.
+        reason: one of :data:`FAILURE_REASONS` when not ``ok``, else None.
+        message: a human-readable explanation of ``reason`` ('' when ok).
+        returncode: the exit status (negative for a signal), None when it never ran or timed out.
+        start_s, end_s: ``time.monotonic()`` when the call started and ended (seconds), to align
+            with the GPU monitor's observations (R17).
+        wall_s: ``end_s - start_s`` (seconds).
+        detail: the subject's optional ``detail`` value.
+        stdout_tail, stderr_tail: the last :data:`TAIL_CHARS` characters of each stream.
+    """
+
+    subject: str
+    case: str
+    call_id: str
+    ok: bool
+    correct: bool
+    metrics: dict[str, list[float]]
+    reason: str | None
+    message: str
+    returncode: int | None
+    start_s: float
+    end_s: float
+    wall_s: float
+    detail: Any = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the call as JSON builtins (one row of the raw per-call table)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One ABBA pair: both subjects on one case, in ``order``.
+
+    Attributes:
+        case: the test case.
+        index: the round (0-based) of this case.
+        order: ``("ref", "cand")`` or ``("cand", "ref")``: who ran first.
+        ref, cand: the two calls.
+    """
+
+    case: str
+    index: int
+    order: tuple[str, str]
+    ref: CallResult
+    cand: CallResult
+
+    @property
+    def usable(self) -> bool:
+        """Both calls produced well-formed results (correct or not): the pair can be recorded."""
+        return self.ref.ok and self.cand.ok
+
+    @property
+    def start_s(self) -> float:
+        """``time.monotonic()`` at the start of the pair's first call (seconds)."""
+        return min(self.ref.start_s, self.cand.start_s)
+
+    @property
+    def end_s(self) -> float:
+        """``time.monotonic()`` at the end of the pair's last call (seconds)."""
+        return max(self.ref.end_s, self.cand.end_s)
+
+
+@dataclass(frozen=True)
+class DriverRun:
+    """The result of :func:`run_pairs`.
+
+    Attributes:
+        pairs: every pair in the order it ran.
+        warmup: warm-up calls (not paired, not part of any verdict).
+        settings: the protocol settings used (recorded in the samples' metadata).
+    """
+
+    pairs: list[PairResult]
+    warmup: list[CallResult]
+    settings: dict[str, Any]
+
+    @property
+    def failed_calls(self) -> list[CallResult]:
+        """Every paired call that did not produce a well-formed result."""
+        return [c for p in self.pairs for c in (p.ref, p.cand) if not c.ok]
+
+    def table(self) -> list[dict[str, Any]]:
+        """The raw per-call table: one row per call (warm-up rows flagged), in run order."""
+        rows = [{**c.to_json(), "warmup": True, "pair": None} for c in self.warmup]
+        for n, p in enumerate(self.pairs):
+            first, second = (p.ref, p.cand) if p.order[0] == "ref" else (p.cand, p.ref)
+            for c in (first, second):
+                rows.append({**c.to_json(), "warmup": False, "pair": n})
+        return rows
+
+
+def _tail(text: str) -> str:
+    return text[-TAIL_CHARS:]
+
+
+def _find_object(stdout: str) -> Any:
+    """The JSON object of a call's stdout: the whole text, else its last non-empty line."""
+    text = stdout.strip()
+    if not text:
+        raise ValueError("stdout is empty")
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    last = text.splitlines()[-1].strip()
+    return json.loads(last)
+
+
+def parse_output(stdout: str) -> tuple[bool, dict[str, list[float]], Any, str | None, str]:
+    """Parse a call's stdout under the subject protocol (module docstring).
+
+    Args:
+        stdout: the call's standard output (text).
+    Returns: ``(correct, metrics, detail, reason, message)``; ``reason`` is None when the output
+        is well formed, else one of ``not_json``, ``bad_shape``, ``non_finite``, ``non_positive``
+        (then ``correct`` is False and ``metrics`` empty).
+    Never raises for bad output.
+    """
+    try:
+        data = _find_object(stdout)
+    except (ValueError, RecursionError) as exc:
+        return False, {}, None, "not_json", f"no JSON object on stdout ({exc})"
+    if not isinstance(data, dict):
+        return (
+            False,
+            {},
+            None,
+            "not_json",
+            f"stdout holds JSON {type(data).__name__}, not an object",
+        )
+    correct = data.get("correct")
+    if not isinstance(correct, bool):
+        return False, {}, None, "bad_shape", "`correct` must be a JSON boolean"
+    raw = data.get("metrics")
+    if not isinstance(raw, dict) or not raw:
+        return False, {}, None, "bad_shape", "`metrics` must be a non-empty object"
+    metrics: dict[str, list[float]] = {}
+    for name, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in values
+        ):
+            return (
+                False,
+                {},
+                None,
+                "bad_shape",
+                f"metric {name!r} must be a number or a list of numbers",
+            )
+        floats = [float(v) for v in values]
+        if not all(math.isfinite(v) for v in floats):
+            return False, {}, None, "non_finite", f"metric {name!r} has a NaN or infinite value"
+        if not all(v > 0 for v in floats):
+            return False, {}, None, "non_positive", f"metric {name!r} has a zero or negative value"
+        metrics[str(name)] = floats
+    return correct, metrics, data.get("detail"), None, ""
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 600.0) -> CallResult:
+    """Run ``subject`` once on ``case`` and parse its output (never raises for a bad command).
+
+    The command runs in its own session (process group); on timeout the whole group is killed
+    with SIGKILL, so a hung grandchild cannot outlive the call.
+
+    Args:
+        subject: what to run.
+        case: the test case, substituted for ``{case}`` and passed as ``$PERFLEDGER_CASE``.
+        call_id: the id recorded for this call.
+        timeout_s: wall-clock limit in seconds (> 0).
+    Returns: the :class:`CallResult`.
+    Raises: ValueError for a non-positive timeout.
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
+    env = {**os.environ, **subject.env, CASE_ENV: case, SUBJECT_ENV: subject.label}
+    start = time.monotonic()
+
+    def result(**kw: Any) -> CallResult:
+        end = time.monotonic()
+        base: dict[str, Any] = dict(
+            subject=subject.label,
+            case=case,
+            call_id=call_id,
+            ok=False,
+            correct=False,
+            metrics={},
+            reason=None,
+            message="",
+            returncode=None,
+            start_s=start,
+            end_s=end,
+            wall_s=end - start,
+        )
+        base.update(kw)
+        return CallResult(**base)
+
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env=env,
+            cwd=subject.cwd,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return result(reason="spawn_error", message=f"cannot start {argv[0]!r}: {exc}")
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        return result(
+            reason="timeout",
+            message=f"no result within {timeout_s:g} s; process group killed",
+            stdout_tail=_tail(stdout or ""),
+            stderr_tail=_tail(stderr or ""),
+        )
+    tails = {"stdout_tail": _tail(stdout), "stderr_tail": _tail(stderr)}
+    if proc.returncode != 0:
+        return result(
+            reason="exit_status",
+            message=f"exited with status {proc.returncode}",
+            returncode=proc.returncode,
+            **tails,
+        )
+    correct, metrics, detail, reason, message = parse_output(stdout)
+    return result(
+        ok=reason is None,
+        correct=correct,
+        metrics=metrics,
+        reason=reason,
+        message=message,
+        returncode=0,
+        detail=detail,
+        **tails,
+    )
+
+
+def abba_order(rounds: int) -> list[tuple[str, str]]:
+    """The ABBA order of ``rounds`` pairs: ``(ref, cand)`` for even rounds, ``(cand, ref)`` for
+    odd ones, so ref runs first in ceil(rounds/2) pairs and second in floor(rounds/2).
+
+    Args:
+        rounds: number of pairs (>= 0).
+    Returns: a list of ``rounds`` 2-tuples of the labels ``"ref"`` and ``"cand"``.
+    """
+    if rounds < 0:
+        raise ValueError("rounds must be >= 0")
+    return [("ref", "cand") if k % 2 == 0 else ("cand", "ref") for k in range(rounds)]
+
+
+def run_pairs(
+    ref: Subject,
+    cand: Subject,
+    *,
+    cases: Sequence[str],
+    pairs_per_case: int = 5,
+    timeout_s: float = 600.0,
+    warmup_calls: int = 1,
+    on_call: Callable[[CallResult], None] | None = None,
+) -> DriverRun:
+    """Run ``ref`` and ``cand`` interleaved in ABBA order over ``cases``.
+
+    Round ``k`` (0-based) runs one pair of every case, in the order of :func:`abba_order`; the
+    first ``warmup_calls`` rounds of single calls per subject and case (ABBA too) are warm-up,
+    reported in :attr:`DriverRun.warmup` and never paired.
+
+    Args:
+        ref, cand: the reference and candidate subjects.
+        cases: test-case names (non-empty, distinct).
+        pairs_per_case: pairs per case (>= 1). R2/R12 need at least 5 valid pairs per case.
+        timeout_s: per-call wall-clock limit (seconds).
+        warmup_calls: warm-up calls per subject and case (>= 0).
+        on_call: called after each call (progress bars, monitors); its errors propagate.
+    Returns: the :class:`DriverRun`; failed calls are inside it, never raised.
+    Raises: ValueError for bad arguments.
+    """
+    if not cases or len(set(cases)) != len(cases):
+        raise ValueError("cases must be non-empty and distinct")
+    if pairs_per_case < 1 or warmup_calls < 0:
+        raise ValueError("pairs_per_case must be >= 1 and warmup_calls >= 0")
+    subjects = {"ref": ref, "cand": cand}
+
+    def call(label: str, case: str, tag: str) -> CallResult:
+        out = run_call(
+            subjects[label], case=case, call_id=f"{label}-{case}-{tag}", timeout_s=timeout_s
+        )
+        if on_call is not None:
+            on_call(out)
+        return out
+
+    warmup: list[CallResult] = []
+    for w, order in enumerate(abba_order(warmup_calls)):
+        for case in cases:
+            for label in order:
+                warmup.append(call(label, case, f"w{w}"))
+    pairs: list[PairResult] = []
+    for k, order in enumerate(abba_order(pairs_per_case)):
+        for case in cases:
+            done = {label: call(label, case, str(k)) for label in order}
+            pairs.append(PairResult(case, k, order, done["ref"], done["cand"]))
+    settings = {
+        "protocol": "workload_abba",
+        "cases": list(cases),
+        "pairs_per_case": pairs_per_case,
+        "timeout_s": timeout_s,
+        "warmup_calls": warmup_calls,
+        "ref_argv": list(ref.argv),
+        "cand_argv": list(cand.argv),
+    }
+    return DriverRun(pairs, warmup, settings)
+
+
+__all__ = [
+    "CASE_ENV",
+    "CASE_PLACEHOLDER",
+    "FAILURE_REASONS",
+    "SUBJECT_ENV",
+    "CallResult",
+    "DriverRun",
+    "PairResult",
+    "Subject",
+    "abba_order",
+    "parse_output",
+    "run_call",
+    "run_pairs",
+]
