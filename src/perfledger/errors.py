@@ -61,6 +61,14 @@ class CanonicalEncodingError(BadRequest):
     code = "not_canonical"
 
 
+class EvidenceError(BadRequest):
+    """A profiler or compiler report that cannot be read exactly: unknown tool version, layout,
+    header, key field or unit, a value that does not parse, a truncated or binary file (R6:
+    evidence is refused at ingestion, never guessed) (exit 2)."""
+
+    code = "bad_evidence"
+
+
 class RuleRefused(PerfledgerError):
     """A workflow rule refused the request; ``rule`` names it (exit 3)."""
 
