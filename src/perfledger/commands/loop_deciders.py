@@ -280,9 +280,7 @@ def decide_loop_attempt(
     if req.correctness.correct:
         raise BadRequest("loop.attempt records an incorrect candidate; this one is correct")
     failed = loop_rules.r25_attempts_left(run, req.iteration)
-    expected = next_attempt(run, req.iteration)
-    if req.attempt != expected:
-        raise BadRequest(f"the next attempt of iteration {req.iteration} is {expected}")
+    _check_attempt(run, req.iteration, req.attempt)
     selection = loop_rules.check_selection(run, req.iteration, req.selection, req.analysis)
     kernel = source_file(req.kernel)
     correctness = _correctness(req.correctness)
@@ -346,13 +344,7 @@ def decide_loop_close_iter(
     if not req.correctness.correct:
         raise BadRequest("the candidate failed its correctness check: record it with loop.attempt")
     loop_rules.r25_attempts_left(run, req.iteration)
-    expected = next_attempt(run, req.iteration)
-    if req.attempt not in (expected, expected - 1) or req.attempt < 1:
-        raise BadRequest(f"the attempt of iteration {req.iteration} to close is {expected}")
-    if req.attempt == expected - 1 and req.attempt in _failed(run, req.iteration):
-        raise BadRequest(
-            f"attempt {req.attempt} of iteration {req.iteration} failed; use {expected}"
-        )
+    _check_attempt(run, req.iteration, req.attempt)
     selection = loop_rules.check_selection(run, req.iteration, req.selection, req.analysis)
     kernel = source_file(req.kernel)
     if kernel.content_hash == run.best_hash:
@@ -385,9 +377,19 @@ def decide_loop_close_iter(
     return _emit(ctx, payload)
 
 
-def _failed(run: RunView, iteration: int) -> list[int]:
+def _check_attempt(run: RunView, iteration: int, attempt: int) -> None:
+    """The attempt a request names is the next one, or the last one when only its candidate
+    profile was recorded (profiled, then checked or timed)."""
+    expected = next_attempt(run, iteration)
     view = run.iterations.get(str(iteration))
-    return list(view.failed_attempts) if view is not None else []
+    profiled_only = (
+        view is not None
+        and attempt == expected - 1
+        and attempt not in view.failed_attempts
+        and f"{iteration}/{attempt}/candidate" in run.profiles
+    )
+    if attempt != expected and not profiled_only:
+        raise BadRequest(f"the next attempt of iteration {iteration} is {expected}, not {attempt}")
 
 
 # ----------------------------------------------------------------------------- finalize

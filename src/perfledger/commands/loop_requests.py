@@ -26,6 +26,7 @@ SkipReason = Literal[
     "skip_condition",
     "no_trigger",
     "ineffective",
+    "coupled_group",
 ]
 _MAX_SAMPLES = 100_000
 _MAX_ITEMS = 1_000

@@ -178,7 +178,9 @@ def r24_skip_reasons(
     ``skipped`` (and nothing else is), each reason holds against the record, and the analysis
     text names each skipped method id. Reasons are checked: ``already_selected`` (selected in
     the run, R20), ``ineffective`` (recorded ineffective, R21), ``arch_incompatible`` (the
-    architecture lacks a required feature, R23), ``feature_unavailable`` (the detail names a
+    architecture lacks a required feature, R23), ``coupled_group`` (a method chosen in this
+    iteration shares its coupled group, R22: a code added to the issue's six, since R19's strict
+    priority and R22 otherwise contradict each other), ``feature_unavailable`` (the detail names a
     required feature), ``no_trigger`` (every trigger is recorded and false on this iteration's
     input profile), ``skip_condition`` (a skip condition is recorded and true on it).
 
@@ -219,7 +221,7 @@ def r24_skip_reasons(
         for entry in entries:
             method_ = _method(catalog, entry.method, "R24", "skipped method")
             _check_reason(
-                run, catalog, sm_arch, method_, entry.reason, entry.detail, metrics, where
+                run, catalog, sm_arch, method_, entry.reason, entry.detail, metrics, where, chosen
             )
             if not _mentions(analysis, method_.id):
                 raise refuse(
@@ -241,6 +243,7 @@ def _check_reason(
     detail: str,
     metrics: Mapping[str, float],
     where: str,
+    chosen: Mapping[str, CatalogMethod],
 ) -> None:
     def false(why: str) -> None:
         raise refuse("R24", f"{method_.id} skipped as {reason}, but {why}")
@@ -286,7 +289,13 @@ def _check_reason(
                 + ")"
             )
             false(why)
-    else:  # pragma: no cover - the request model allows only the six codes
+    elif reason == "coupled_group":
+        partners = [
+            m.id for m in chosen.values() if method_.group is not None and m.group == method_.group
+        ]
+        if not partners:
+            false("no method chosen in this iteration shares a coupled group with it (R22)")
+    else:  # pragma: no cover - the request model allows only these codes
         raise BadRequest(f"unknown skip reason {reason!r}")
 
 

@@ -38,6 +38,7 @@ SkipReason = Literal[
     "skip_condition",
     "no_trigger",
     "ineffective",
+    "coupled_group",
 ]
 ProfileRole = Literal["input", "candidate"]
 SubjectKind = Literal["cuda", "workload"]
