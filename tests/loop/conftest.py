@@ -31,7 +31,9 @@ def loop_cli(tmp_path: Path) -> Cli:
     prefix = perfledger_command()
     subprocess.run([*prefix, "init", str(ledger)], env=env, check=True, capture_output=True)
 
-    def run(*args: str | os.PathLike[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str | os.PathLike[str], timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [*prefix, "--ledger", str(ledger), *map(os.fspath, args)],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False,

@@ -53,7 +53,10 @@ def test_cpu_loop_end_to_end(loop_cli, tmp_path: Path) -> None:
                             "--pairs", "6"))  # fmt: skip
     assert final["headline"]["status"] == "pass"
     state = answer(loop_cli("loop", "state", "--json", "--run", "cpu"))
-    v2 = "blake3:" + __import__("blake3").blake3((CPU_EXAMPLE / "kernel_v2.py").read_bytes()).hexdigest()
+    v2 = (
+        "blake3:"
+        + __import__("blake3").blake3((CPU_EXAMPLE / "kernel_v2.py").read_bytes()).hexdigest()
+    )
     assert state["best_hash"] == v2 and state["best_iteration"] == 2
     assert state["selected"] == [
         "compute.vectorize", "latency.threads", "memory.in_place",

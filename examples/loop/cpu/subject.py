@@ -60,13 +60,20 @@ def main() -> None:
             errors.append(_error(out, ref.reference(x)))
         worst = max(errors)
         correct = bool(worst <= TOLERANCE)
-        print(json.dumps({
-            "correct": correct,
-            "metrics": {"time_ms": [max(elapsed, 1e-6)]},
-            "detail": {"trials": 5, "max_error": worst if worst != float("inf") else 1e300,
-                       "tolerance": TOLERANCE,
-                       "detail": "relative L2 error against the float64 reference"},
-        }))
+        print(
+            json.dumps(
+                {
+                    "correct": correct,
+                    "metrics": {"time_ms": [max(elapsed, 1e-6)]},
+                    "detail": {
+                        "trials": 5,
+                        "max_error": worst if worst != float("inf") else 1e300,
+                        "tolerance": TOLERANCE,
+                        "detail": "relative L2 error against the float64 reference",
+                    },
+                }
+            )
+        )
         return
     x = ref.make_inputs(np.random.default_rng(7), dims)
     if mode == "profile":
@@ -89,14 +96,29 @@ def main() -> None:
             "cpu__input_bytes": float(x.nbytes),
             "perfledger__kernel_launches": 1.0,
         }
-        units = {"cpu__python_calls": "calls", "cpu__peak_alloc_bytes": "byte",
-                 "cpu__input_bytes": "byte", "perfledger__kernel_launches": "launches"}
-        print(json.dumps({
-            "correct": True,
-            "metrics": {"time_ms": [1.0]},
-            "detail": {"profile": {"tool": "perfledger-cpu-standin", "version": "1",
-                                   "metrics": metrics, "units": units, "limitations": []}},
-        }))
+        units = {
+            "cpu__python_calls": "calls",
+            "cpu__peak_alloc_bytes": "byte",
+            "cpu__input_bytes": "byte",
+            "perfledger__kernel_launches": "launches",
+        }
+        print(
+            json.dumps(
+                {
+                    "correct": True,
+                    "metrics": {"time_ms": [1.0]},
+                    "detail": {
+                        "profile": {
+                            "tool": "perfledger-cpu-standin",
+                            "version": "1",
+                            "metrics": metrics,
+                            "units": units,
+                            "limitations": [],
+                        }
+                    },
+                }
+            )
+        )
         return
     expected = ref.reference(x)
     kernel(x.copy(), M, N)  # warm-up

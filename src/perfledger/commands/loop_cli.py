@@ -252,9 +252,7 @@ def setup_cmd(
                 "baseline": {"name": Path(baseline).name, "text": baseline_text},
                 "reference": {"name": Path(ref_path).name, "text": ref_text},
                 "entry": entry_point.name,
-                "params": [
-                    {"name": n, "ctype": t, "integer": i} for n, t, i in entry_point.params
-                ],
+                "params": [{"name": n, "ctype": t, "integer": i} for n, t, i in entry_point.params],
                 "dims": dims_map,
                 "launch": launch,
                 "iterations": iterations,
@@ -386,9 +384,7 @@ def close_iter_cmd(
                     check = {**check, "correct": False,
                              "detail": f"incorrect output during timing ({note})"}  # fmt: skip
             if not check["correct"]:
-                envelopes = _execute(
-                    ledger, "loop.attempt", {**common, "correctness": check}, who
-                )
+                envelopes = _execute(ledger, "loop.attempt", {**common, "correctness": check}, who)
                 answer["status"] = "correctness_failed"
                 answer["detail"] = check["detail"]
                 closed = [e for e in envelopes if e.kind == "IterationClosed"]
@@ -423,7 +419,9 @@ def close_iter_cmd(
         verdict = answer.get("verdict") or {}
         extra = (
             f"  improvement {verdict.get('estimate')} CI [{verdict.get('ci_low')}, "
-            f"{verdict.get('ci_high')}]" if verdict else f"  {answer.get('detail', '')}"
+            f"{verdict.get('ci_high')}]"
+            if verdict
+            else f"  {answer.get('detail', '')}"
         )
         click.echo(f"iteration {iteration} attempt {attempt}: {answer['status']}{extra}")
 
@@ -500,14 +498,18 @@ def state_cmd(run_id: str, json_flag: bool) -> None:
         return
     setup = run.setup
     click.echo(f"run {run_id}: {setup.baseline.name} on {setup.sm_arch}")
-    click.echo(f"best: {run.best_hash} (iteration {run.best_iteration}, {run.best_median_ms:.4g} ms)")
+    click.echo(
+        f"best: {run.best_hash} (iteration {run.best_iteration}, {run.best_median_ms:.4g} ms)"
+    )
     done = run.finalized is not None
     click.echo(
         f"next iteration: {run.current_iteration} of {setup.iterations}"
         + (" (finalized)" if done else "")
     )
     click.echo("selected: " + (", ".join(run.selected) or "none"))
-    click.echo("ineffective: " + (", ".join(f"{m} ({i})" for m, i in run.ineffective.items()) or "none"))
+    click.echo(
+        "ineffective: " + (", ".join(f"{m} ({i})" for m, i in run.ineffective.items()) or "none")
+    )
     profile = input_profile(run, run.current_iteration)
     if profile is not None:
         click.echo(f"input profile of iteration {run.current_iteration} ({profile.tool}):")
@@ -534,10 +536,39 @@ def summary_cmd(run_id: str, out: str | None) -> None:
         click.echo(text, nl=False)
 
 
+@click.command("propose")
+@_run_opt
+@click.option("--iter", "iteration", type=int, required=True)
+@click.option("--methods-out", default=None, help="Write methods.json here (default: stdout).")
+@click.option("--analysis-out", default=None, help="Write the draft analysis here.")
+def propose_cmd(
+    run_id: str, iteration: int, methods_out: str | None, analysis_out: str | None
+) -> None:
+    """Propose methods.json for an iteration by strict priority from the recorded input profile
+    (each skipped method with a reason R24 accepts), and a draft analysis."""
+    from perfledger.commands import loop_deciders, loop_rules
+
+    ctx = _ctx(False)
+    ledger = ctx.open()
+    try:
+        run = loop_deciders._run(ledger.state(), run_id)
+        loop_deciders._open_iteration(run, iteration)
+        selection, analysis = loop_rules.propose_selection(run, iteration)
+    finally:
+        ledger.close()
+    text = json.dumps(selection, indent=2) + "\n"
+    if methods_out:
+        Path(methods_out).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+    if analysis_out:
+        Path(analysis_out).write_text(analysis, encoding="utf-8")
+
+
 @click.group("loop")
 def loop() -> None:
     """The NCU-guided kernel-iteration loop: setup, close-iter, finalize, state (R19-R25)."""
 
 
-for _command in (setup_cmd, close_iter_cmd, finalize_cmd, state_cmd, summary_cmd):
+for _command in (setup_cmd, close_iter_cmd, finalize_cmd, state_cmd, summary_cmd, propose_cmd):
     loop.add_command(_command)

@@ -184,7 +184,10 @@ class WorkloadBackend:
                 cand_ok = False
             if pair.usable and pair.ref.correct and pair.cand.correct:
                 out.append(
-                    {"ref_ms": pair.ref.metrics[TIME_METRIC], "cand_ms": pair.cand.metrics[TIME_METRIC]}
+                    {
+                        "ref_ms": pair.ref.metrics[TIME_METRIC],
+                        "cand_ms": pair.cand.metrics[TIME_METRIC],
+                    }
                 )
         failed = len(run.failed_calls)
         note = f"{len(out)} valid ABBA pairs of {len(run.pairs)}; {failed} failed call(s)"

@@ -29,7 +29,7 @@ _CUDA_ENTRY = re.compile(
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)",
     re.S,
 )
-_LAUNCH = re.compile(r"//\s*perfledger-launch:\s*grid=(\([^)]*\))\s+block=(\([^)]*\))")
+_LAUNCH = re.compile(r"//\s*perfledger-launch:\s*grid=(.+?)\s+block=(.+?)\s*$", re.M)
 _INTEGER_TYPES = frozenset(
     {"int", "unsigned", "unsigned int", "long", "long long", "size_t", "int32_t", "int64_t",
      "uint32_t", "uint64_t", "const int", "const long", "const size_t", "const unsigned int"}
@@ -132,8 +132,7 @@ def parse_launch(source: str) -> dict[str, str]:
     if match is None:
         raise BadRequest(
             "preflight: the kernel has no launch directive",
-            hint="add a comment: // perfledger-launch: grid=(ceil(N/32), ceil(M/32)) "
-            "block=(32, 8)",
+            hint="add a comment: // perfledger-launch: grid=(ceil(N/32), ceil(M/32)) block=(32, 8)",
         )
     return {"grid": match.group(1), "block": match.group(2)}
 

@@ -266,13 +266,14 @@ def _check_reason(
     elif reason == "no_trigger":
         if not method_.triggers:
             false("the catalog gives it no trigger to be absent")
-        for condition in method_.triggers:
-            holds = cat.evaluate(catalog, condition, metrics)
-            if holds is None:
-                false(f"{condition.metric} is not recorded in the {where}: it cannot be checked")
+        results = [(c, cat.evaluate(catalog, c, metrics)) for c in method_.triggers]
+        for condition, holds in results:
             if holds:
                 value = cat.metric_value(catalog, metrics, condition.metric)
                 false(f"its trigger {cat.describe(condition)} holds in the {where} ({value:g})")
+        for condition, holds in results:
+            if holds is None:
+                false(f"{condition.metric} is not recorded in the {where}: it cannot be checked")
     elif reason == "skip_condition":
         if not method_.skips:
             false("the catalog gives it no skip condition")
@@ -332,3 +333,83 @@ def check_selection(
         )
         for axis in AXES
     }
+
+
+def propose_selection(run: RunView, iteration: int) -> tuple[dict[str, dict[str, object]], str]:
+    """Scan each axis in strict priority order (R19) and propose the first admissible method,
+    every higher-priority one skipped with a reason that the checks of R24 accept: already
+    selected (R20), recorded ineffective (R21), missing SM features (R23), coupled with a method
+    chosen on an earlier axis this iteration (R22), a skip condition that holds, or triggers
+    that are all recorded and false on the input profile. A method whose metrics were not
+    recorded is never skipped: without evidence, priority wins.
+
+    Returns: (the selection as methods.json builtins, a draft analysis in Markdown naming each
+        skipped method with its reason and the metric values).
+    Raises: BadRequest when an axis has no admissible method left.
+    """
+    catalog = run.setup.catalog
+    profile = input_profile(run, iteration)
+    metrics = profile.metrics if profile is not None else {}
+    chosen: dict[str, CatalogMethod] = {}
+    selection: dict[str, dict[str, object]] = {}
+    lines = [f"# Iteration {iteration}: methods by strict priority", ""]
+    for axis in AXES:
+        skipped: list[dict[str, str]] = []
+        pick: CatalogMethod | None = None
+        for method_ in cat.methods_of_axis(catalog, axis):
+            reason, detail = _why_not(run, catalog, method_, chosen, metrics)
+            if reason is None:
+                pick = method_
+                break
+            skipped.append({"method": method_.id, "reason": reason, "detail": detail})
+        if pick is None:
+            raise BadRequest(f"no admissible {axis} method is left in catalog {catalog.catalog_id}")
+        chosen[axis] = pick
+        selection[axis] = {"chosen": pick.id, "skipped": skipped}
+        trigger = "; ".join(
+            f"{cat.describe(c)} (recorded {_value(catalog, metrics, c.metric)})"
+            for c in pick.triggers
+        )
+        lines.append(
+            f"- {axis}: {pick.id} (priority {pick.priority})"
+            + (f", trigger {trigger}" if trigger else "")
+        )
+        for entry in skipped:
+            lines.append(f"  - {entry['method']}: {entry['reason']} ({entry['detail']})")
+    return selection, "\n".join(lines) + "\n"
+
+
+def _value(catalog: Catalog, metrics: Mapping[str, float], name: str) -> str:
+    value = cat.metric_value(catalog, metrics, name)
+    return "not recorded" if value is None else f"{value:g}"
+
+
+def _why_not(
+    run: RunView,
+    catalog: Catalog,
+    method_: CatalogMethod,
+    chosen: Mapping[str, CatalogMethod],
+    metrics: Mapping[str, float],
+) -> tuple[str | None, str]:
+    if method_.id in run.selected:
+        return "already_selected", "selected in an improved iteration"
+    if method_.id in run.ineffective:
+        return "ineffective", f"not improved in iteration {run.ineffective[method_.id]}"
+    lacking = cat.missing_features(catalog, method_, run.setup.sm_arch)
+    if lacking:
+        return "arch_incompatible", f"{run.setup.sm_arch} lacks {', '.join(lacking)}"
+    partners = [m.id for m in chosen.values() if method_.group and m.group == method_.group]
+    if partners:
+        return "coupled_group", f"coupled with {', '.join(partners)}"
+    for condition in method_.skips:
+        if cat.evaluate(catalog, condition, metrics):
+            return (
+                "skip_condition",
+                f"{cat.describe(condition)}: {_value(catalog, metrics, condition.metric)}",
+            )
+    results = [cat.evaluate(catalog, c, metrics) for c in method_.triggers]
+    if results and all(r is False for r in results):
+        return "no_trigger", "; ".join(
+            f"{cat.describe(c)}: {_value(catalog, metrics, c.metric)}" for c in method_.triggers
+        )
+    return None, ""

@@ -62,6 +62,12 @@ def parse_catalog(text: str, *, source: str = "catalog") -> tuple[Catalog, str]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadRequest(f"{source}: not valid TOML: {exc}") from None
+    for entry in data.get("methods", []) if isinstance(data.get("methods"), list) else []:
+        if isinstance(entry, dict) and entry.get("axis") not in AXES:
+            raise BadRequest(
+                f"{source}: method {entry.get('id')!r}: unknown axis {entry.get('axis')!r} "
+                f"(axes: {', '.join(AXES)})"
+            )
     try:
         catalog = msgspec.convert(data, Catalog, strict=True)
     except msgspec.ValidationError as exc:

@@ -112,9 +112,7 @@ def render_summary(run: RunView) -> str:
         view = run.iterations[key]
         closed = view.closed
         if closed is None:
-            lines.append(
-                f"| {view.iteration} | open | {view.last_attempt} | | | | | | | | |"
-            )
+            lines.append(f"| {view.iteration} | open | {view.last_attempt} | | | | | | | | |")
             continue
         chosen = [closed.selection[a].chosen if a in closed.selection else "-" for a in AXES]
         lines.append(
@@ -162,9 +160,10 @@ def render_summary(run: RunView) -> str:
         if profile is None:
             continue
         any_profile = True
-        lines.append(f"Iteration {key}: {profile.tool} {profile.tool_version}" + (
-            f"; limitations: {'; '.join(profile.limitations)}" if profile.limitations else ""
-        ))
+        lines.append(
+            f"Iteration {key}: {profile.tool} {profile.tool_version}"
+            + (f"; limitations: {'; '.join(profile.limitations)}" if profile.limitations else "")
+        )
         for axis in AXES:
             names = profile.top.get(axis, ())
             values = ", ".join(
@@ -184,7 +183,9 @@ def render_summary(run: RunView) -> str:
         origin = "baseline" if node.iteration == 0 else f"iteration {node.iteration}"
         lines.append(f"1. `{node.content_hash}` `{node.name}` ({origin}, {node.outcome})")
     others = [
-        n for n in run.kernels.values() if n.content_hash not in {x.content_hash for x in lineage(run)}
+        n
+        for n in run.kernels.values()
+        if n.content_hash not in {x.content_hash for x in lineage(run)}
     ]
     if others:
         lines += ["", "Other kernels tried:", ""]
