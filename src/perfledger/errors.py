@@ -116,6 +116,15 @@ class IntegrityError(PerfledgerError):
         return data
 
 
+class MeasurementError(PerfledgerError):
+    """A measurement could not be taken or is not plausible: no GPU or CuPy, a driver command
+    that cannot run at all, an achieved bandwidth or FLOP rate above the device's measured ceiling
+    (SPEC.md section 5, "Plausibility") (exit 1)."""
+
+    code = "measurement_error"
+    exit_code = 1
+
+
 def exit_code_for(exc: BaseException) -> int:
     """Map an exception to the CLI exit code of SPEC.md section 6 (1 for anything unexpected)."""
     if isinstance(exc, PerfledgerError):

@@ -84,6 +84,10 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
+#: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
+MEASURE_COMMANDS = frozenset({"env", "measure"})
+
+
 class _LedgerGroup(click.Group):
     """The top-level group: workflow commands are imported only when one is used or listed."""
 
@@ -92,11 +96,14 @@ class _LedgerGroup(click.Group):
             _load_workflow_commands()
         if cmd_name == "loop":
             _load_loop_command()
+        if cmd_name in MEASURE_COMMANDS:
+            _load_measure_commands()
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         _load_workflow_commands()
         _load_loop_command()
+        _load_measure_commands()
         return super().list_commands(ctx)
 
 
@@ -333,3 +340,16 @@ def _load_loop_command() -> None:
         from perfledger.commands.loop_cli import loop
 
         cli.add_command(loop)
+
+
+_measure_loaded = False
+
+
+def _load_measure_commands() -> None:
+    global _measure_loaded
+    if not _measure_loaded:
+        _measure_loaded = True
+        from perfledger.commands.measure_cli import commands
+
+        for command in commands():
+            cli.add_command(command)

@@ -366,6 +366,7 @@ def execute(
     actor: str,
     idempotency_key: str | None = None,
     now: datetime | None = None,
+    artifacts: dict[str, Any] | None = None,
 ) -> list[Envelope]:
     """Validate, decide and append one request (see the module docstring).
 
@@ -376,6 +377,9 @@ def execute(
         actor: who decides.
         idempotency_key: retry-safe key; a request already appended under it returns that event.
         now: the event time (default: the clock, read once, here at the edge).
+        artifacts: files to attach to every appended event (logical name ->
+            :class:`~perfledger.ledger.base.Artifact`), e.g. the raw per-sample table of
+            ``perfledger measure``.
     Returns: the appended (or idempotently found) envelopes.
     Raises: BadRequest (exit 2), RuleRefused (exit 3), ConcurrentAppend (exit 4).
     """
@@ -408,6 +412,11 @@ def execute(
     run = decider(name)
 
     def decide_at(view: Any) -> list[Any]:
-        return run(ledger.state_at(view.head), request, ctx)
+        drafts = run(ledger.state_at(view.head), request, ctx)
+        if artifacts:
+            from dataclasses import replace
+
+            drafts = [replace(d, artifacts={**d.artifacts, **artifacts}) for d in drafts]
+        return drafts
 
     return ledger.transact(decide_at)

@@ -1,0 +1,806 @@
+"""``perfledger env`` and ``perfledger measure kernel|workload|aa`` (SPEC.md section 5; R4, R5,
+R11, R17): run the measurement protocol of :mod:`perfledger.kernels` under the GPU monitor and
+append what it measured through the ordinary operations (``samples.record``,
+``resolution.record``), so every rule of the deciders applies unchanged.
+
+- ``env`` prints the environment identity; its ``readiness_environment`` is what
+  ``readiness.record`` should carry, so that ``environment_id`` matches the samples' (R11).
+- ``measure workload`` runs a reference and a candidate command in ABBA order
+  (:mod:`perfledger.kernels.driver`) and records one pair per round and case: correctness and
+  metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
+  (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
+  in the raw table.
+- ``measure kernel`` loads a spec file (``PROBLEMS`` or ``PROBLEM``, ``REFERENCE``, ``CANDIDATE``,
+  optional ``CONFIG``) and runs :meth:`Harness.compare` per case; each batch of pairs (one
+  monitor window) becomes one recorded pair whose values are the batch's per-call times, in the
+  Target's primary unit (s, ms, us or ns), from one process (``same_process: true``).
+- ``measure aa`` runs the original against itself (a workload command or a kernel spec) and
+  prints, or with ``--record`` records, the resolution (R4).
+
+The raw per-sample (per-call) table, the protocol's settings, the environment and the monitor's
+windows are attached to the event as the artifact ``samples.json`` (``resolution.json`` for A/A).
+Progress goes to stderr (rich); ``--json`` prints one object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from perfledger.errors import BadRequest, MeasurementError
+
+#: Seconds per unit of a time primary (the kernel harness measures seconds).
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+SAMPLES_ARTIFACT = "samples.json"
+RESOLUTION_ARTIFACT = "resolution.json"
+
+
+def _ctx(json_flag: bool) -> Any:
+    from perfledger.commands.cli import _ctx as shared
+
+    return shared(json_flag)
+
+
+def _emit(data: object) -> None:
+    from perfledger.commands.cli import to_json_text
+
+    click.echo(to_json_text(data))
+
+
+def _actor(actor: str | None) -> str:
+    from perfledger.commands.cli import _actor as shared
+
+    return shared(actor)
+
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+
+
+# ------------------------------------------------------------------------------------ env
+
+
+def environment_payload(device: int = 0, tools: bool = True) -> dict[str, Any]:
+    """The environment identity as JSON: every field, ``identity``, ``missing``,
+    ``readiness_environment`` (the ``environment`` of a readiness request) and the
+    ``environment_id`` that readiness derives from it (R2, R11)."""
+    from perfledger.commands.deciders import environment_id
+    from perfledger.kernels.env import collect
+
+    env = collect(device, tools=tools)
+    readiness = env.readiness_environment()
+    return {
+        **env.to_json(),
+        "readiness_environment": readiness,
+        "environment_id": environment_id(readiness),
+    }
+
+
+@click.command("env")
+@click.option("--device", type=click.IntRange(min=0), default=0, help="CUDA/NVML device index.")
+@click.option("--no-tools", is_flag=True, help="Skip `nvcc --version` and `ncu --version`.")
+@_json
+def env_command(device: int, no_tools: bool, json_flag: bool) -> None:
+    """Print the environment identity (GPU, driver, CUDA, CuPy, nvcc, ncu, host); missing items
+    are listed as missing, never guessed (R2, R11)."""
+    ctx = _ctx(json_flag)
+    data = environment_payload(device, tools=not no_tools)
+    if ctx.json_mode:
+        _emit(data)
+        return
+    for name, value in data.items():
+        if name in {"errors", "readiness_environment"}:
+            continue
+        click.echo(f"{name:22s} {value if value is not None else '(missing)'}")
+    click.echo(f"{'readiness environment':22s} {json.dumps(data['readiness_environment'])}")
+    for name, why in data["errors"].items():
+        click.echo(f"  missing {name}: {why}")
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+@contextmanager
+def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr; yields ``advance()``."""
+    if quiet:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def _start_monitor(enabled: bool) -> tuple[Any, str | None]:
+    """A started NVML monitor, or (None, why not)."""
+    if not enabled:
+        return None, "disabled by --no-monitor"
+    from perfledger.kernels.monitor import Monitor
+
+    try:
+        monitor = Monitor().start()
+    except RuntimeError as exc:
+        return None, str(exc)
+    monitor.calibrate()
+    return monitor, None
+
+
+def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
+    """What a samples request needs from the state: Target, readiness, reference, candidate."""
+    from perfledger.commands import rules
+
+    state = ledger.state()
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {experiment_id!r}")
+    target_id = experiment.created.target_id
+    target = state.targets.get(target_id)
+    if target is None or target.readiness is None or target.readiness.test_set is None:
+        raise BadRequest(
+            f"Target {target_id!r} has no readiness with a test set (R2)",
+            hint="record readiness first (`perfledger readiness record`)",
+        )
+    if stage == "final_audit":
+        reference = {"kind": "original", "content_hash": target.readiness.original.content_hash}
+    else:
+        current = rules.current_reference(state, target)
+        reference = {"kind": current.kind, "content_hash": current.content_hash}
+        if current.experiment_id is not None:
+            reference["experiment_id"] = current.experiment_id
+    return {
+        "state": state,
+        "target": target,
+        "target_id": target_id,
+        "reference": reference,
+        "candidate_hash": experiment.created.candidate.content_hash,
+        "test_set_hash": target.readiness.test_set.hash,
+        "cases": list(target.readiness.test_set.cases),
+        "primary": target.definition.primary,
+        "readiness_environment_id": target.readiness.environment_id,
+        "min_pairs": target.readiness.statistics.min_pairs_per_case,
+    }
+
+
+def _target_units(target: Any) -> dict[str, str]:
+    d = target.definition
+    units = {d.primary.name: d.primary.unit}
+    for g in d.guardrails:
+        units.setdefault(g.metric, g.unit)
+    for s in d.secondaries:
+        units.setdefault(s.name, s.unit)
+    return units
+
+
+def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in pairs:
+        name, sep, unit = item.partition("=")
+        if not sep or not name or not unit:
+            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT")
+        out[name] = unit
+    return out
+
+
+def _artifact(data: dict[str, Any]) -> Any:
+    from perfledger.ledger.base import Artifact
+
+    return Artifact(json.dumps(data, sort_keys=True, default=str).encode(), "application/json")
+
+
+def _append(
+    ctx: Any,
+    op: str,
+    body: dict[str, Any],
+    artifact_name: str,
+    artifact: dict[str, Any],
+    actor: str | None,
+    idempotency_key: str | None,
+) -> Any:
+    from perfledger.commands.operations import execute
+
+    ledger = ctx.open()
+    try:
+        envelopes = execute(
+            ledger,
+            op,
+            body,
+            actor=_actor(actor),
+            idempotency_key=idempotency_key,
+            artifacts={artifact_name: _artifact(artifact)},
+        )
+    finally:
+        ledger.close()
+    return envelopes[0]
+
+
+def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
+    if ctx.json_mode:
+        _emit(result)
+    else:
+        for line in lines:
+            click.echo(line)
+
+
+def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
+    n = 1
+    while f"{experiment_id}-{stage}-{n}" in state.samples:
+        n += 1
+    return f"{experiment_id}-{stage}-{n}"
+
+
+_common = [
+    click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
+    click.option(
+        "--stage",
+        type=click.Choice(["screen", "target", "final_audit"]),
+        required=True,
+        help="The stage these samples are for (R11).",
+    ),
+    click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
+    click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
+    click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
+    click.option("--actor", default=None, help="Who records (default $PERFLEDGER_ACTOR)."),
+    click.option("--idempotency-key", default=None, help="Retry-safe key."),
+    click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
+    _json,
+]
+
+
+def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_common):
+        fn = option(fn)
+    return fn
+
+
+# ------------------------------------------------------------------------------------ workload
+
+
+def _call_values(call: Any, units: dict[str, str]) -> dict[str, list[float]]:
+    return {name: values for name, values in call.metrics.items() if name in units}
+
+
+def workload_request(
+    run: Any,
+    info: dict[str, Any],
+    *,
+    samples_id: str,
+    experiment_id: str,
+    stage: str,
+    environment_id: str,
+    units: dict[str, str],
+    monitor: Any,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Build the ``samples.record`` body of a driver run: one pair per usable ABBA pair (both
+    calls well formed; a call's ``correct`` is kept as is, R5), with the monitor's verdict of the
+    pair's window (R17). Returns ``(body, windows)``."""
+    pairs = []
+    windows = []
+    primary = info["primary"].name
+    for p in run.pairs:
+        if not p.usable or primary not in p.ref.metrics or primary not in p.cand.metrics:
+            continue
+        verdict = monitor.verdict(p.start_s, p.end_s) if monitor is not None else None
+        if verdict is not None:
+            windows.append({"call_ids": [p.ref.call_id, p.cand.call_id], **verdict.to_json()})
+        pair: dict[str, Any] = {
+            "case": p.case,
+            "ref": {
+                "call_id": p.ref.call_id,
+                "correct": p.ref.correct,
+                "values": _call_values(p.ref, units),
+                "environment_id": environment_id,
+            },
+            "cand": {
+                "call_id": p.cand.call_id,
+                "correct": p.cand.correct,
+                "values": _call_values(p.cand, units),
+                "environment_id": environment_id,
+            },
+            "same_process": False,
+        }
+        if verdict is not None:
+            pair["monitor"] = verdict.to_request()
+        pairs.append(pair)
+    body = {
+        "samples_id": samples_id,
+        "target_id": info["target_id"],
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": info["reference"],
+        "candidate_hash": info["candidate_hash"],
+        "test_set_hash": info["test_set_hash"],
+        "environment_id": environment_id,
+        "units": {name: unit for name, unit in units.items()},
+        "pairs": pairs,
+    }
+    return body, windows
+
+
+def _run_driver(
+    ref_cmd: str,
+    cand_cmd: str,
+    cases: list[str],
+    pairs: int,
+    warmup: int,
+    timeout_s: float,
+    quiet: bool,
+) -> Any:
+    from perfledger.kernels.driver import Subject, run_pairs
+
+    try:
+        ref = Subject("ref", shlex.split(ref_cmd))
+        cand = Subject("cand", shlex.split(cand_cmd))
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command: {exc}") from None
+    total = len(cases) * (2 * pairs + 2 * warmup)
+    with _progress(total, "driver calls", quiet) as advance:
+        return run_pairs(
+            ref,
+            cand,
+            cases=cases,
+            pairs_per_case=pairs,
+            warmup_calls=warmup,
+            timeout_s=timeout_s,
+            on_call=lambda _call: advance(),
+        )
+
+
+@click.command("workload")
+@_with_common
+@click.option("--ref", "ref_cmd", required=True, help="The reference's command (shell words).")
+@click.option("--cand", "cand_cmd", required=True, help="The candidate's command (shell words).")
+@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@click.option("--pairs", type=click.IntRange(min=1), default=None, help="Pairs per case.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, help="Warm-up calls per case.")
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@click.option(
+    "--unit", "unit_flags", multiple=True, help="NAME=UNIT of a metric not in the Target."
+)
+def measure_workload(
+    experiment_id: str,
+    stage: str,
+    samples_id: str | None,
+    no_monitor: bool,
+    dry_run: bool,
+    actor: str | None,
+    idempotency_key: str | None,
+    quiet: bool,
+    json_flag: bool,
+    ref_cmd: str,
+    cand_cmd: str,
+    cases: tuple[str, ...],
+    pairs: int | None,
+    warmup: int,
+    timeout_s: float,
+    unit_flags: tuple[str, ...],
+) -> None:
+    """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
+
+    Each command prints one JSON object: {"correct": bool, "metrics": {name: number | [numbers]}};
+    `{case}` in a command and $PERFLEDGER_CASE carry the case. Failed calls (garbage, non-zero
+    exit, timeout, NaN) are kept with their reason in the raw table, not in the request.
+    """
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        info = _context(ledger, experiment_id, stage)
+    finally:
+        ledger.close()
+    chosen = list(cases) or info["cases"]
+    if not chosen:
+        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+    n_pairs = pairs or max(5, info["min_pairs"])
+    units = {**_target_units(info["target"]), **_parse_units(unit_flags)}
+    env = environment_payload()
+    monitor, monitor_note = _start_monitor(not no_monitor)
+    try:
+        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet)
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    body, windows = workload_request(
+        run,
+        info,
+        samples_id=sid,
+        experiment_id=experiment_id,
+        stage=stage,
+        environment_id=env["environment_id"],
+        units=units,
+        monitor=monitor,
+    )
+    failed = [
+        {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
+    ]
+    if not body["pairs"]:
+        raise MeasurementError(
+            f"no usable pair: every pair had a failed call ({len(failed)} failed calls; first: "
+            f"{failed[0] if failed else 'none'})",
+            hint="run the command by hand: it must print one JSON object with `correct` and `metrics`",
+        )
+    body["units"] = {
+        k: v for k, v in units.items() if any(k in p["ref"]["values"] for p in body["pairs"])
+    }
+    artifact = {
+        "kind": "workload",
+        "table": run.table(),
+        "settings": run.settings,
+        "environment": env,
+        "monitor": {
+            "windows": windows,
+            "note": monitor_note,
+            "settings": monitor.settings() if monitor else None,
+        },
+    }
+    result: dict[str, Any] = {
+        "samples_id": sid,
+        "pairs_recorded": len(body["pairs"]),
+        "failed_calls": failed,
+        "environment_id": env["environment_id"],
+    }
+    if dry_run:
+        result["request"] = body
+        _answer(ctx, result, [json.dumps(body, indent=2)])
+        return
+    event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
+    result.update(event_id=event.id, kind=event.kind)
+    lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
+    lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
+    _answer(ctx, result, lines)
+
+
+# ------------------------------------------------------------------------------------ kernel
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
+    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig). Raises BadRequest."""
+    import runpy
+
+    try:
+        namespace = runpy.run_path(path)
+    except FileNotFoundError:
+        raise BadRequest(f"no spec file {path!r}") from None
+    except Exception as exc:
+        raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
+    problems = namespace.get("PROBLEMS")
+    if problems is None and "PROBLEM" in namespace:
+        problems = {"default": namespace["PROBLEM"]}
+    if not isinstance(problems, dict) or not problems or "REFERENCE" not in namespace:
+        raise BadRequest(
+            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE)"
+        )
+    return {
+        "problems": problems,
+        "reference": namespace["REFERENCE"],
+        "candidate": namespace.get("CANDIDATE"),
+        "config": namespace.get("CONFIG"),
+    }
+
+
+def _time_scale(unit: str) -> float:
+    if unit not in TIME_UNITS:
+        raise BadRequest(
+            f"the kernel harness measures time; the Target's primary is in {unit!r}",
+            hint="use a time primary in s, ms, us or ns, or `measure workload` for other metrics",
+        )
+    return TIME_UNITS[unit]
+
+
+def _harness(problem: Any, config: Any, monitor: Any) -> Any:
+    from perfledger.kernels.ceilings import load_or_measure
+    from perfledger.kernels.env import collect
+    from perfledger.kernels.harness import Harness, HarnessConfig, require_cupy
+
+    require_cupy()
+    ceilings = load_or_measure(collect(tools=False).identity())
+    return Harness(problem, config or HarnessConfig(), ceilings=ceilings, monitor=monitor)
+
+
+@click.command("kernel")
+@_with_common
+@click.option(
+    "--spec", "spec_path", required=True, help="Python file: PROBLEMS, REFERENCE, CANDIDATE."
+)
+def measure_kernel(
+    experiment_id: str,
+    stage: str,
+    samples_id: str | None,
+    no_monitor: bool,
+    dry_run: bool,
+    actor: str | None,
+    idempotency_key: str | None,
+    quiet: bool,
+    json_flag: bool,
+    spec_path: str,
+) -> None:
+    """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
+    timing, stopping, plausibility) and record SamplesRecorded; one recorded pair per batch of
+    pairs (one monitor window)."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        info = _context(ledger, experiment_id, stage)
+    finally:
+        ledger.close()
+    spec = load_spec(spec_path)
+    if spec["candidate"] is None:
+        raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
+    primary = info["primary"]
+    scale = _time_scale(primary.unit)
+    env = environment_payload()
+    monitor, monitor_note = _start_monitor(not no_monitor)
+    comparisons = {}
+    try:
+        if monitor is not None:
+            idle = monitor.idle_check()
+            monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
+        with _progress(len(spec["problems"]), "kernel comparisons", quiet) as advance:
+            for case, problem in spec["problems"].items():
+                h = _harness(problem, spec["config"], monitor)
+                comparisons[case] = h.compare(spec["reference"], spec["candidate"])
+                advance()
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    pairs = []
+    table = []
+    for case, c in comparisons.items():
+        if not (c.ref_correctness.ok and c.cand_correctness.ok) or c.ref is None or c.cand is None:
+            raise MeasurementError(
+                f"case {case!r}: correctness failed ({c.flags}): "
+                f"{(c.ref_correctness.reasons + c.cand_correctness.reasons)[:5]}",
+                hint="a subject that fails correctness has no performance meaning (R5)",
+            )
+        batch = int(c.settings["harness"]["batch"])  # one monitor window per batch
+        for b, start in enumerate(range(0, len(c.pair_orders), batch)):
+            stop = start + batch
+            call_id = f"{case}-b{b}"
+            window = c.monitor[b] if b < len(c.monitor) else None
+            pair: dict[str, Any] = {
+                "case": case,
+                "ref": {
+                    "call_id": call_id,
+                    "correct": True,
+                    "values": {primary.name: [v * scale for v in c.ref.samples_s[start:stop]]},
+                    "environment_id": env["environment_id"],
+                },
+                "cand": {
+                    "call_id": call_id,
+                    "correct": True,
+                    "values": {primary.name: [v * scale for v in c.cand.samples_s[start:stop]]},
+                    "environment_id": env["environment_id"],
+                },
+                "same_process": True,
+            }
+            if window is not None:
+                pair["monitor"] = {
+                    "observed": window["observed"],
+                    "foreign_activity": window["foreign_activity"],
+                    "explained": None,
+                    "flags": list(window["reasons"]),
+                }
+            pairs.append(pair)
+        table.append(
+            {
+                "case": case,
+                "rows": c.table(),
+                "flags": c.flags,
+                "stats": c.stats.to_json() if c.stats else None,
+                "stop_reason": c.stop_reason,
+                "settings": c.settings,
+                "monitor": c.monitor,
+            }
+        )
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    body = {
+        "samples_id": sid,
+        "target_id": info["target_id"],
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": info["reference"],
+        "candidate_hash": info["candidate_hash"],
+        "test_set_hash": info["test_set_hash"],
+        "environment_id": env["environment_id"],
+        "units": {primary.name: primary.unit},
+        "pairs": pairs,
+    }
+    stats = {case: c.stats.to_json() if c.stats else None for case, c in comparisons.items()}
+    result: dict[str, Any] = {
+        "samples_id": sid,
+        "pairs_recorded": len(pairs),
+        "stats": stats,
+        "flags": {case: c.flags for case, c in comparisons.items()},
+        "environment_id": env["environment_id"],
+        "monitor": monitor_note,
+    }
+    if dry_run:
+        result["request"] = body
+        _answer(ctx, result, [json.dumps(result, indent=2, default=str)])
+        return
+    artifact = {
+        "kind": "kernel",
+        "cases": table,
+        "environment": env,
+        "reference_source_hash": spec["reference"].content_hash(),
+        "candidate_source_hash": spec["candidate"].content_hash(),
+    }
+    event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
+    result.update(event_id=event.id, kind=event.kind)
+    lines = [f"{event.kind} {event.id}"]
+    for case, s in stats.items():
+        if s:
+            lines.append(
+                f"{case}: ratio {s['median_ratio']:.5f} CI [{s['ci_low']:.5f}, {s['ci_high']:.5f}] {s['direction']}"
+            )
+    _answer(ctx, result, lines)
+
+
+# ------------------------------------------------------------------------------------ A/A
+
+
+@click.command("aa")
+@click.option("--target", "target_id", required=True, help="The Target id.")
+@click.option("--cmd", "cmd", default=None, help="The original's workload command.")
+@click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
+@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Workload: A/A pairs per case (default 10). Kernel: A/A comparisons (default 5).",
+)
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
+@click.option("--actor", default=None, help="Who records (default $PERFLEDGER_ACTOR).")
+@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+@_json
+def measure_aa(
+    target_id: str,
+    cmd: str | None,
+    spec_path: str | None,
+    cases: tuple[str, ...],
+    runs: int | None,
+    timeout_s: float,
+    record: bool,
+    actor: str | None,
+    idempotency_key: str | None,
+    quiet: bool,
+    json_flag: bool,
+) -> None:
+    """Measure the resolution: the original against itself under the same protocol (R4). The
+    resolution is the largest distance of an A/A CI end from a ratio of 1."""
+    from perfledger.kernels.stats import paired_stats
+
+    ctx = _ctx(json_flag)
+    if (cmd is None) == (spec_path is None):
+        raise BadRequest("pass exactly one of --cmd (a workload) or --spec (a kernel spec)")
+    ledger = ctx.open()
+    try:
+        state = ledger.state()
+    finally:
+        ledger.close()
+    target = state.targets.get(target_id)
+    if target is None:
+        raise BadRequest(f"no Target {target_id!r}")
+    primary = target.definition.primary
+    artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
+    if cmd is not None:
+        chosen = list(cases) or list(
+            target.readiness.test_set.cases
+            if target.readiness and target.readiness.test_set
+            else []
+        )
+        if not chosen:
+            raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
+        ref_v, cand_v = [], []
+        for p in run.pairs:
+            if (
+                p.usable
+                and p.ref.correct
+                and p.cand.correct
+                and primary.name in p.ref.metrics
+                and primary.name in p.cand.metrics
+            ):
+                ref_v.append(statistics.median(p.ref.metrics[primary.name]))
+                cand_v.append(statistics.median(p.cand.metrics[primary.name]))
+        if len(ref_v) < 2:
+            raise MeasurementError(
+                f"A/A needs at least 2 valid pairs, got {len(ref_v)}",
+                hint=f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
+            )
+        s = paired_stats(ref_v, cand_v)
+        resolution = max(abs(1.0 - s.ci_low), abs(s.ci_high - 1.0))
+        repeats = len(ref_v)
+        artifact.update(table=run.table(), settings=run.settings, stats=s.to_json())
+        method_note = f"workload A/A: {repeats} ABBA pairs of `{cmd}`"
+    else:
+        from perfledger.kernels.harness import resolution_from_aa
+
+        spec = load_spec(spec_path or "")
+        case, problem = next(iter(spec["problems"].items()))
+        monitor, _note = _start_monitor(True)
+        comps = []
+        try:
+            h = _harness(problem, spec["config"], monitor)
+            with _progress(runs or 5, "A/A comparisons", quiet) as advance:
+                for _ in range(runs or 5):
+                    comps.append(h.aa(spec["reference"]))
+                    advance()
+        finally:
+            if monitor is not None:
+                monitor.stop()
+        figures = resolution_from_aa(comps)
+        resolution = figures["resolution"]
+        repeats = int(figures["repeats"])
+        artifact.update(
+            case=case,
+            comparisons=[
+                {
+                    "stats": c.stats.to_json() if c.stats else None,
+                    "flags": c.flags,
+                    "rows": c.table(),
+                }
+                for c in comps
+            ],
+            figures=figures,
+        )
+        method_note = f"kernel A/A: {repeats} harness comparisons of case {case!r}, spread {figures['spread']:.5f}"
+    body = {
+        "target_id": target_id,
+        "method": "aa_comparison",
+        "resolution": resolution,
+        "repeats": repeats,
+        "notes": method_note,
+    }
+    result: dict[str, Any] = {
+        "resolution": resolution,
+        "repeats": repeats,
+        "notes": method_note,
+        "recorded": False,
+    }
+    if record:
+        event = _append(
+            ctx, "resolution.record", body, RESOLUTION_ARTIFACT, artifact, actor, idempotency_key
+        )
+        result.update(recorded=True, event_id=event.id, kind=event.kind)
+    lines = [
+        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} repeats",
+        method_note,
+    ]
+    if record:
+        lines.insert(0, f"{result['kind']} {result['event_id']}")
+    _answer(ctx, result, lines)
+
+
+measure_group = click.Group(
+    "measure",
+    help="Measure under the protocol of SPEC.md section 5 and record the samples (R4, R5, R11, R17).",
+)
+for _command in (measure_kernel, measure_workload, measure_aa):
+    measure_group.add_command(_command)
+
+
+def commands() -> list[click.Command]:
+    """The click commands this module adds to ``perfledger``: ``env`` and ``measure``."""
+    return [env_command, measure_group]
+
+
+__all__ = ["commands", "environment_payload", "load_spec", "workload_request"]

@@ -1,0 +1,823 @@
+"""The kernel benchmark harness (SPEC.md section 5): correctness before timing, cold-cache timing
+with CUDA events, the stopping rule, paired ABBA comparison and plausibility, designed against the
+known reward hacks of GUIDE.md.
+
+A :class:`Problem` says how to make inputs (host NumPy arrays from a seeded generator), how to
+compute the reference (a Python function on CuPy or NumPy arrays, given float64 copies of the
+inputs when ``reference_float64``), the outputs' shapes and dtypes, and the bytes and FLOPs one
+call moves and performs. A *subject* is either
+
+- a :class:`RawKernelSubject`: CUDA source compiled by CuPy (``cupy.RawModule``), an entry point,
+  a launch configuration and an argument list built from the input and output arrays; or
+- a :class:`CallableSubject`: a Python callable ``fn(inputs, outputs)`` on CuPy arrays.
+
+Either launches its work on the *current* CuPy stream and writes every output it is given.
+
+What the harness does, each step against a known way of gaming a benchmark:
+
+1. Correctness (:meth:`Harness.check`), every run, before any timing: ``trials`` (>= 5) input sets
+   from a hidden seed (drawn by :mod:`secrets`, recorded only afterwards); outputs poisoned (NaN)
+   before each call, so a kernel that writes nothing or relies on an earlier output fails; the
+   CuPy memory pool scrubbed with poison before each call, so a kernel that reads uninitialized
+   memory cannot find an earlier answer there; input hashes before/after (writing an input
+   fails); once the stream under test has completed, the device is checked for work still
+   pending on other streams (unsynchronised side-stream work fails); tolerance by dtype on the relative L2 error against the float64 reference; NaN never
+   passes.
+2. Timing (:meth:`Harness.measure`): a non-blocking stream of its own; warm-up of at least
+   ``warmup_min`` calls and ``warmup_min_s`` seconds; each sample flushes L2 (>= 2x its size)
+   before the start event, times the call with CUDA events and synchronizes the whole device
+   before reading them; host wall time is compared with event time (side work flagged); input
+   sets are rotated; outputs of every ``recheck_every``-th timed call are poisoned before and
+   checked after; inputs are re-hashed at the end.
+3. Stopping: :mod:`perfledger.kernels.stopping` (>= 10 samples and 0.5 s GPU time; relative stdev
+   < 0.5 % or settled noise; 15 s cap per subject); the reason is recorded.
+4. Paired comparison (:meth:`Harness.compare`): both subjects in one process, interleaved ABBA
+   (pair ``k`` runs the reference first when ``k`` is even), both on the same input set within a
+   pair, output buffers swapped between the subjects at every pair; statistic: the log ratio of
+   each ABBA block (two pairs: order and buffer placement cancel, :func:`abba_blocks`); median ratio with a seeded bootstrap CI and a Wilcoxon
+   p-value (:mod:`perfledger.kernels.stats`). An A/A comparison (:meth:`Harness.aa`) of a subject
+   against itself gives the measurement resolution.
+5. Plausibility: achieved bandwidth / FLOP rate above the measured ceiling is refused
+   (:class:`~perfledger.errors.MeasurementError`); a speedup above 10x is flagged for review.
+
+Every setting is a field of :class:`HarnessConfig` and is returned in the results' ``settings``.
+Needs CuPy and a CUDA GPU (imported on use). Times are seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from perfledger.errors import MeasurementError
+from perfledger.kernels import correctness
+from perfledger.kernels.ceilings import REVIEW_SPEEDUP, Ceilings, check_plausible
+from perfledger.kernels.stats import PairedStats, paired_stats
+from perfledger.kernels.stopping import Stopper, StoppingRule
+
+Arrays = dict[str, Any]
+
+
+def require_cupy() -> Any:
+    """Import CuPy and check that a CUDA device is usable.
+
+    Returns: the ``cupy`` module. Raises: MeasurementError naming what is missing.
+    """
+    try:
+        import cupy
+    except ImportError as exc:
+        raise MeasurementError(
+            f"the kernel harness needs CuPy: {exc}", hint="pip install 'perfledger[gpu]'"
+        ) from None
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise MeasurementError("no CUDA device is visible")
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise MeasurementError(f"no usable CUDA device: {exc}") from None
+    return cupy
+
+
+# --------------------------------------------------------------------------- problem, subjects
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is computed, independent of how (see the module docstring).
+
+    Attributes:
+        name: a label.
+        make_inputs: ``seed -> {name: array}`` (NumPy or CuPy arrays; e.g. from
+            ``cupy.random.default_rng(seed)``); the seed (an int) is derived from the harness's
+            hidden seed, so each trial and input set differs and the subject cannot know it.
+        reference: ``inputs -> {name: array}`` (CuPy or NumPy), the expected outputs.
+        outputs: ``{name: (shape, dtype)}`` of the outputs the subject must write.
+        bytes_per_call: bytes one call must read + write (declared; None = not declared).
+        flops_per_call: floating-point operations per call (declared; None = not declared).
+        tolerances: per-output relative-L2 tolerance overriding the dtype default.
+        reference_float64: give the reference float64 copies of floating inputs.
+    """
+
+    name: str
+    make_inputs: Callable[[int], dict[str, Any]]
+    reference: Callable[[Arrays], Arrays]
+    outputs: Mapping[str, tuple[tuple[int, ...], str]]
+    bytes_per_call: int | None = None
+    flops_per_call: int | None = None
+    tolerances: Mapping[str, float] = field(default_factory=dict)
+    reference_float64: bool = True
+
+
+class Subject:
+    """Base of the harness's subjects: ``subject(inputs, outputs)`` launches on the current
+    stream. ``name`` labels it; :meth:`content_hash` identifies what it runs."""
+
+    name: str
+
+    def __call__(self, inputs: Arrays, outputs: Arrays) -> None:
+        raise NotImplementedError
+
+    def content_hash(self) -> str:
+        """``sha256:<hex>`` of what the subject runs (source text where known)."""
+        raise NotImplementedError
+
+
+@dataclass
+class CallableSubject(Subject):
+    """A Python callable ``fn(inputs, outputs)`` on CuPy arrays (launches on the current
+    stream, writes every output)."""
+
+    name: str
+    fn: Callable[[Arrays, Arrays], None]
+
+    def __call__(self, inputs: Arrays, outputs: Arrays) -> None:
+        self.fn(inputs, outputs)
+
+    def content_hash(self) -> str:
+        try:
+            text = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            text = repr(self.fn)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class RawKernelSubject(Subject):
+    """CUDA C++ ``source`` compiled by ``cupy.RawModule``; ``entry`` launched with ``grid`` and
+    ``block`` (tuples, or callables of ``(inputs, outputs)``) and the argument tuple
+    ``args(inputs, outputs)``; ``options`` are NVRTC options, ``shared_mem`` bytes of dynamic
+    shared memory."""
+
+    name: str
+    source: str
+    entry: str
+    grid: tuple[int, ...] | Callable[[Arrays, Arrays], tuple[int, ...]]
+    block: tuple[int, ...] | Callable[[Arrays, Arrays], tuple[int, ...]]
+    args: Callable[[Arrays, Arrays], tuple[Any, ...]]
+    options: tuple[str, ...] = ("-std=c++17",)
+    shared_mem: int = 0
+    _kernel: Any = field(default=None, init=False, repr=False)
+
+    def kernel(self) -> Any:
+        """The compiled kernel (compiled once, on first use)."""
+        if self._kernel is None:
+            import cupy
+
+            module = cupy.RawModule(code=self.source, options=self.options)
+            self._kernel = module.get_function(self.entry)
+        return self._kernel
+
+    def __call__(self, inputs: Arrays, outputs: Arrays) -> None:
+        grid = self.grid(inputs, outputs) if callable(self.grid) else self.grid
+        block = self.block(inputs, outputs) if callable(self.block) else self.block
+        self.kernel()(grid, block, self.args(inputs, outputs), shared_mem=self.shared_mem)
+
+    def content_hash(self) -> str:
+        text = "\x00".join([self.source, self.entry, *self.options])
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """The protocol's settings (defaults of SPEC.md section 5; each recorded).
+
+    Attributes:
+        trials: correctness trials with fresh inputs (>= 5).
+        input_sets: rotated input sets during timing.
+        warmup_min: warm-up calls at least (>= 3).
+        warmup_min_s: warm-up seconds at least (0.2).
+        flush_l2: flush L2 before each sample (cold samples).
+        flush_factor: flush size as a multiple of L2 (>= 2).
+        stopping: the stopping rule.
+        recheck_every: poison and re-check the outputs of every n-th timed call.
+        batch: samples (or pairs) between two stopping checks.
+        pending_work_s: after the stream under test completed, a device-wide synchronize taking
+            longer than this (seconds) means work was left on another stream ...
+        pending_trials: ... when it happens in at least this many trials (one slow synchronize
+            can be a host hiccup).
+        side_work_s: median host wall time per sample beyond the calibrated overhead, by more than
+            this (seconds) or ``side_work_share`` of the event time, flags side work.
+        side_work_share: see ``side_work_s``.
+        scrub_pool: poison the CuPy memory pool's free memory before each correctness call.
+        resamples, confidence: bootstrap settings of the paired statistics.
+        seed: the hidden seed (None: drawn from :mod:`secrets`; recorded in the results).
+        plausibility_margin: allowed excess over a ceiling (ratio).
+    """
+
+    trials: int = 5
+    input_sets: int = 4
+    warmup_min: int = 3
+    warmup_min_s: float = 0.2
+    flush_l2: bool = True
+    flush_factor: float = 2.0
+    stopping: StoppingRule = field(default_factory=StoppingRule)
+    recheck_every: int = 97
+    batch: int = 16
+    pending_work_s: float = 50e-6
+    pending_trials: int = 2
+    side_work_s: float = 50e-6
+    side_work_share: float = 0.5
+    scrub_pool: bool = True
+    resamples: int = 10_000
+    confidence: float = 0.95
+    seed: int | None = None
+    plausibility_margin: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.trials < 5:
+            raise ValueError("correctness needs at least 5 trials (SPEC.md section 5)")
+        if self.warmup_min < 3 or self.warmup_min_s < 0.2:
+            raise ValueError("warm-up needs at least 3 runs and 0.2 s (SPEC.md section 5)")
+        if self.flush_factor < 2.0:
+            raise ValueError("the L2 flush must be at least twice the L2 size")
+        if self.input_sets < 1 or self.recheck_every < 1 or self.batch < 1:
+            raise ValueError("input_sets, recheck_every and batch must be >= 1")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON builtins (the seed as drawn, when known)."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One correctness trial of one subject.
+
+    Attributes:
+        trial: index.
+        ok: passed.
+        reasons: why not (``output:<name>:<reason>``, ``input_written:<name>``,
+            ``pending_side_work``, ``raised:<error>``).
+        errors: output name -> relative L2 error (None when not computable).
+        pending_s: device-wide synchronize time after the stream under test completed (s).
+    """
+
+    trial: int
+    ok: bool
+    reasons: tuple[str, ...]
+    errors: dict[str, float | None]
+    pending_s: float
+
+
+@dataclass(frozen=True)
+class CorrectnessReport:
+    """Correctness of one subject: every trial, and whether all passed."""
+
+    subject: str
+    ok: bool
+    trials: tuple[TrialResult, ...]
+
+    @property
+    def reasons(self) -> list[str]:
+        """The distinct failure reasons over all trials."""
+        seen: list[str] = []
+        for t in self.trials:
+            for r in t.reasons:
+                if r not in seen:
+                    seen.append(r)
+        return seen
+
+
+@dataclass
+class SubjectTiming:
+    """Timing of one subject: samples (seconds), stop reason and derived figures."""
+
+    subject: str
+    samples_s: list[float]
+    wall_s: list[float]
+    span_s: list[float]
+    input_sets: list[int]
+    gpu_s: float
+    recheck_failures: list[str]
+    side_work: bool
+    median_s: float = math.nan
+    figures: dict[str, float | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON builtins."""
+        return asdict(self)
+
+
+@dataclass
+class Measurement:
+    """Result of :meth:`Harness.measure`: correctness, timing, stop reason, figures, flags."""
+
+    correctness: CorrectnessReport
+    timing: SubjectTiming | None
+    stop_reason: str | None
+    flags: list[str]
+    settings: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Correct, re-checks passed and nothing flagged as side work."""
+        return (
+            self.correctness.ok
+            and self.timing is not None
+            and not self.timing.recheck_failures
+            and not self.timing.side_work
+        )
+
+
+@dataclass
+class Comparison:
+    """Result of :meth:`Harness.compare` (or :meth:`Harness.aa`).
+
+    Attributes:
+        ref, cand: each subject's correctness and timing (pairs in order).
+        pair_orders: ``"AB"`` or ``"BA"`` per pair.
+        stats: paired statistics (None when no timing happened).
+        stop_reason: why sampling stopped.
+        flags: ``review_speedup``, ``side_work:<subject>``, ``recheck:<subject>``, ...
+        settings: the protocol's settings, the seed, the overhead calibration.
+        monitor: per-batch monitor windows (verdict dicts), empty without a monitor.
+    """
+
+    ref_correctness: CorrectnessReport
+    cand_correctness: CorrectnessReport
+    ref: SubjectTiming | None
+    cand: SubjectTiming | None
+    pair_orders: list[str]
+    stats: PairedStats | None
+    stop_reason: str | None
+    flags: list[str]
+    settings: dict[str, Any]
+    monitor: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """Both correct, timed, no re-check failure and no side work."""
+        return (
+            self.ref_correctness.ok
+            and self.cand_correctness.ok
+            and self.stats is not None
+            and not any(f.startswith(("side_work", "recheck")) for f in self.flags)
+        )
+
+    def table(self) -> list[dict[str, Any]]:
+        """The raw per-sample table: one row per pair (seconds)."""
+        if self.ref is None or self.cand is None:
+            return []
+        return [
+            {
+                "pair": i,
+                "order": self.pair_orders[i],
+                "input_set": self.ref.input_sets[i],
+                "ref_s": self.ref.samples_s[i],
+                "cand_s": self.cand.samples_s[i],
+                "ref_wall_s": self.ref.wall_s[i],
+                "cand_wall_s": self.cand.wall_s[i],
+            }
+            for i in range(len(self.pair_orders))
+        ]
+
+
+# --------------------------------------------------------------------------- the harness
+
+
+class Harness:
+    """Runs the measurement protocol of one :class:`Problem` on the current CUDA device.
+
+    Args:
+        problem: what is computed.
+        config: the protocol's settings.
+        ceilings: the environment's measured ceilings (None: plausibility unchecked, and a
+            ``no_ceilings`` flag is recorded).
+        l2_bytes: the L2 size (None: read from the device).
+        monitor: a started :class:`~perfledger.kernels.monitor.Monitor` (optional): each batch's
+            window gets its contamination verdict (R17).
+    Raises: MeasurementError without CuPy or a GPU.
+    """
+
+    def __init__(
+        self,
+        problem: Problem,
+        config: HarnessConfig = HarnessConfig(),
+        *,
+        ceilings: Ceilings | None = None,
+        l2_bytes: int | None = None,
+        monitor: Any = None,
+    ) -> None:
+        self.cp = require_cupy()
+        cp = self.cp
+        self.problem = problem
+        self.seed = config.seed if config.seed is not None else secrets.randbits(63)
+        self.config = replace(config, seed=self.seed)
+        self.ceilings = ceilings
+        self.monitor = monitor
+        if l2_bytes is None:
+            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+            l2_bytes = int(props["l2CacheSize"])
+        self.l2_bytes = l2_bytes
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        from perfledger.kernels.timing import EventTimer, L2Flusher
+
+        self.flusher = L2Flusher(l2_bytes, config.flush_factor) if config.flush_l2 else None
+        self.timer = EventTimer(self.stream, self.flusher)
+        self._sets: list[Arrays] = []
+        self._refs: list[Arrays] = []
+        self._hashes: list[Arrays] = []
+        self._overhead_s: float | None = None
+
+    # -- inputs and references ---------------------------------------------------------------
+
+    def _seed(self, stream_id: int) -> int:
+        """A per-trial / per-input-set seed derived from the hidden seed."""
+        return int(
+            np.random.SeedSequence([self.seed, stream_id]).generate_state(1, np.uint64)[0] >> 1
+        )
+
+    def _make_inputs(self, stream_id: int) -> Arrays:
+        with self.stream:
+            made = self.problem.make_inputs(self._seed(stream_id))
+            arrays = {k: self.cp.ascontiguousarray(self.cp.asarray(v)) for k, v in made.items()}
+        self.stream.synchronize()
+        return arrays
+
+    def _snapshot(self, inputs: Arrays) -> Arrays:
+        """Device copies of the inputs, to prove afterwards that nobody wrote them."""
+        with self.stream:
+            copies = {k: v.copy() for k, v in inputs.items()}
+        self.stream.synchronize()
+        return copies
+
+    def _written(self, inputs: Arrays, copies: Arrays) -> list[str]:
+        """Names of inputs whose bytes differ from their snapshot (bitwise, NaN-safe)."""
+        cp = self.cp
+        return [
+            k
+            for k, v in inputs.items()
+            if not bool(cp.array_equal(v.view(cp.uint8), copies[k].view(cp.uint8)))
+        ]
+
+    def _reference(self, inputs: Arrays) -> Arrays:
+        cp = self.cp
+        with self.stream:
+            given = {
+                k: (
+                    v.astype(cp.float64)
+                    if self.problem.reference_float64 and v.dtype.kind == "f"
+                    else v
+                )
+                for k, v in inputs.items()
+            }
+            result = self.problem.reference(given)
+            missing = set(self.problem.outputs) - set(result)
+            if missing:
+                raise MeasurementError(f"the reference did not return outputs {sorted(missing)}")
+            refs = {
+                k: cp.asarray(result[k]).astype(
+                    cp.float64 if result[k].dtype.kind != "c" else cp.complex128
+                )
+                for k in self.problem.outputs
+            }
+        self.stream.synchronize()
+        return refs
+
+    def _new_outputs(self) -> Arrays:
+        cp = self.cp
+        return {
+            k: cp.empty(shape, dtype=dtype) for k, (shape, dtype) in self.problem.outputs.items()
+        }
+
+    def _scrub_pool(self) -> None:
+        """Poison the memory pool's free memory: free cached blocks, then allocate, fill with
+        0xFF (NaN for float types) and release a block as large as the outputs x 4 + 64 MiB, so a
+        subject's fresh ``cupy.empty`` holds poison, not an earlier answer."""
+        cp = self.cp
+        pool = cp.get_default_memory_pool()
+        pool.free_all_blocks()
+        size = 64 << 20
+        for shape, dtype in self.problem.outputs.values():
+            size += 4 * int(np.prod(shape)) * np.dtype(dtype).itemsize
+        with self.stream:
+            block = cp.empty(size, dtype=cp.uint8)
+            block.fill(0xFF)
+        self.stream.synchronize()
+        del block
+
+    def _input_sets(self) -> None:
+        if self._sets:
+            return
+        for s in range(self.config.input_sets):
+            inputs = self._make_inputs(1_000_000 + s)
+            self._sets.append(inputs)
+            self._refs.append(self._reference(inputs))
+            self._hashes.append(self._snapshot(inputs))
+
+    def _check_outputs(
+        self, outputs: Arrays, refs: Arrays
+    ) -> tuple[list[str], dict[str, float | None]]:
+        reasons: list[str] = []
+        errors: dict[str, float | None] = {}
+        for name, out in outputs.items():
+            tol = self.problem.tolerances.get(name)
+            check = correctness.compare(out, refs[name], tolerance=tol)
+            errors[name] = check.rel_l2_error
+            if not check.ok:
+                reasons.append(f"output:{name}:{check.reason}")
+        return reasons, errors
+
+    # -- correctness ------------------------------------------------------------------------------
+
+    def check(self, subject: Subject) -> CorrectnessReport:
+        """Correctness of ``subject`` over ``trials`` fresh input sets (module docstring, step 1).
+        Never raises for a wrong subject: failures are in the report."""
+        cp = self.cp
+        trials: list[TrialResult] = []
+        outputs = self._new_outputs()
+        for trial in range(self.config.trials):
+            inputs = self._make_inputs(trial)
+            before = self._snapshot(inputs)
+            refs = self._reference(inputs)
+            with self.stream:
+                for out in outputs.values():
+                    correctness.poison(out)
+            self.stream.synchronize()
+            if self.config.scrub_pool:
+                self._scrub_pool()
+            reasons: list[str] = []
+            errors: dict[str, float | None] = {}
+            pending = 0.0
+            try:
+                with self.stream:
+                    subject(inputs, outputs)
+                self.stream.synchronize()
+                # The stream under test has completed: anything the device still has to do was
+                # launched elsewhere and not synchronised with it (a side-stream cheat).
+                t0 = time.perf_counter()
+                cp.cuda.runtime.deviceSynchronize()
+                pending = time.perf_counter() - t0
+            except Exception as exc:  # a subject that raises fails its trial, with the reason
+                cp.cuda.runtime.deviceSynchronize()
+                reasons.append(f"raised:{type(exc).__name__}: {exc}"[:200])
+                trials.append(TrialResult(trial, False, tuple(reasons), errors, pending))
+                continue
+            out_reasons, errors = self._check_outputs(outputs, refs)
+            reasons += out_reasons
+            reasons += [f"input_written:{k}" for k in self._written(inputs, before)]
+            trials.append(TrialResult(trial, not reasons, tuple(reasons), errors, pending))
+            del inputs, refs, before
+        # A side-stream cheat leaves work pending after every call; one slow synchronize is
+        # a host hiccup (another thread holding the GIL), so it takes pending_trials of them.
+        late = [t for t in trials if t.pending_s > self.config.pending_work_s]
+        if len(late) >= self.config.pending_trials:
+            trials = [
+                replace(t, ok=False, reasons=(*t.reasons, "pending_side_work")) if t in late else t
+                for t in trials
+            ]
+        return CorrectnessReport(subject.name, all(t.ok for t in trials), tuple(trials))
+
+    # -- timing ---------------------------------------------------------------------------------
+
+    def _calibrate_overhead(self) -> float:
+        """Median host wall time beyond event time of an empty call (seconds)."""
+        if self._overhead_s is None:
+            excess = [self.timer.time(lambda: None).excess_s for _ in range(50)]
+            self._overhead_s = float(np.median(excess))
+        return self._overhead_s
+
+    def _warmup(self, subjects: Sequence[tuple[Subject, list[Arrays]]]) -> None:
+        start = time.perf_counter()
+        n = 0
+        while n < self.config.warmup_min or time.perf_counter() - start < self.config.warmup_min_s:
+            for subject, outs in subjects:
+                s = n % len(self._sets)
+                self.timer.time(
+                    lambda subject=subject, outs=outs, s=s: subject(self._sets[s], outs[s]), s
+                )
+            n += 1
+
+    def _timed(self, subject: Subject, outs: list[Arrays], k: int, timing: SubjectTiming) -> None:
+        s = k % len(self._sets)
+        recheck = k % self.config.recheck_every == 0
+        if recheck:
+            with self.stream:
+                for out in outs[s].values():
+                    correctness.poison(out)
+        sample = self.timer.time(lambda: subject(self._sets[s], outs[s]), s)
+        timing.samples_s.append(sample.gpu_s)
+        timing.wall_s.append(sample.wall_s)
+        timing.span_s.append(sample.span_s)
+        timing.input_sets.append(s)
+        timing.gpu_s += sample.gpu_s
+        if recheck:
+            reasons, _ = self._check_outputs(outs[s], self._refs[s])
+            timing.recheck_failures += [f"sample {k}: {r}" for r in reasons]
+
+    def _finish(self, timing: SubjectTiming) -> None:
+        timing.median_s = float(np.median(timing.samples_s))
+        excess = np.median(np.asarray(timing.wall_s) - np.asarray(timing.span_s))
+        limit = self._calibrate_overhead() + max(
+            self.config.side_work_s, self.config.side_work_share * timing.median_s
+        )
+        timing.side_work = bool(excess > limit)
+        timing.figures = check_plausible(
+            median_s=timing.median_s,
+            bytes_per_call=self.problem.bytes_per_call,
+            flops_per_call=self.problem.flops_per_call,
+            ceilings=self.ceilings,
+            margin=self.config.plausibility_margin,
+            label=timing.subject,
+        )
+        timing.figures["wall_excess_s"] = float(excess)
+        timing.figures["wall_excess_limit_s"] = float(limit)
+
+    def _inputs_intact(self) -> list[str]:
+        return [
+            f"input_written:{k}"
+            for s, inputs in enumerate(self._sets)
+            for k in self._written(inputs, self._hashes[s])
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        """The protocol's settings for the samples' metadata."""
+        return {
+            "harness": self.config.to_json(),
+            "problem": self.problem.name,
+            "bytes_per_call": self.problem.bytes_per_call,
+            "flops_per_call": self.problem.flops_per_call,
+            "l2_bytes": self.l2_bytes,
+            "flush_bytes": self.flusher.nbytes if self.flusher else 0,
+            "overhead_s": self._overhead_s,
+            "ceilings": self.ceilings.to_json() if self.ceilings else None,
+        }
+
+    def measure(self, subject: Subject) -> Measurement:
+        """Correctness, then timing of one subject until the stopping rule says stop."""
+        report = self.check(subject)
+        flags = [] if self.ceilings else ["no_ceilings"]
+        if not report.ok:
+            return Measurement(report, None, None, ["incorrect", *flags], self.settings())
+        self._input_sets()
+        self._calibrate_overhead()
+        outs = [self._new_outputs() for _ in self._sets]
+        self._warmup([(subject, outs)])
+        timing = SubjectTiming(subject.name, [], [], [], [], 0.0, [], False)
+        stopper = Stopper(self.config.stopping)
+        reason = None
+        k = 0
+        while reason is None:
+            for _ in range(self.config.batch):
+                self._timed(subject, outs, k, timing)
+                k += 1
+            reason = stopper.check(timing.samples_s, timing.gpu_s)
+        self._finish(timing)
+        flags += self._inputs_intact()
+        if timing.side_work:
+            flags.append(f"side_work:{subject.name}")
+        if timing.recheck_failures:
+            flags.append(f"recheck:{subject.name}")
+        return Measurement(report, timing, reason, flags, self.settings())
+
+    def compare(self, ref: Subject, cand: Subject) -> Comparison:
+        """Paired ABBA comparison of ``cand`` against ``ref`` (module docstring, step 4).
+
+        Correctness of both first; an incorrect subject is not timed (the result says which). The
+        stopping rule runs on the per-pair log ratios and each subject's GPU time.
+        """
+        ref_report = self.check(ref)
+        cand_report = self.check(cand)
+        flags: list[str] = [] if self.ceilings else ["no_ceilings"]
+        if not (ref_report.ok and cand_report.ok):
+            if not ref_report.ok:
+                flags.append("ref_incorrect")
+            if not cand_report.ok:
+                flags.append("cand_incorrect")
+            return Comparison(
+                ref_report, cand_report, None, None, [], None, None, flags, self.settings()
+            )
+        self._input_sets()
+        self._calibrate_overhead()
+        # Two pools of output buffers, swapped between the subjects at every pair, so that within
+        # each ABBA block each subject runs once first and once second, once on each pool: where
+        # a buffer lies in memory (a measurable, run-long effect) cancels like the order does.
+        # Within a pair the subjects never share a buffer.
+        pools = [[self._new_outputs() for _ in self._sets] for _ in range(2)]
+        subjects = {"A": ref, "B": cand}
+        self._warmup([(ref, pools[0]), (cand, pools[1])])
+        tim = {
+            "A": SubjectTiming(ref.name, [], [], [], [], 0.0, [], False),
+            "B": SubjectTiming(cand.name, [], [], [], [], 0.0, [], False),
+        }
+        orders: list[str] = []
+        stopper = Stopper(self.config.stopping, logs=True)
+        windows: list[dict[str, Any]] = []
+        reason = None
+        k = 0
+        while reason is None:
+            batch_start = time.monotonic()
+            for _ in range(self.config.batch):
+                order = "AB" if k % 2 == 0 else "BA"
+                swap = k % 2
+                for label in order:
+                    pool = pools[swap if label == "A" else 1 - swap]
+                    self._timed(subjects[label], pool, k, tim[label])
+                orders.append(order)
+                k += 1
+            if self.monitor is not None:
+                windows.append(
+                    {
+                        "pairs": [k - self.config.batch, k],
+                        **self.monitor.verdict(batch_start, time.monotonic()).to_json(),
+                    }
+                )
+            a_blocks, b_blocks = abba_blocks(tim["A"].samples_s, tim["B"].samples_s)
+            logs = np.log(b_blocks / a_blocks)
+            reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
+        self._finish(tim["A"])
+        self._finish(tim["B"])
+        a_blocks, b_blocks = abba_blocks(tim["A"].samples_s, tim["B"].samples_s)
+        stats = paired_stats(
+            a_blocks,
+            b_blocks,
+            resamples=self.config.resamples,
+            confidence=self.config.confidence,
+            seed=self.seed & 0xFFFFFFFF,
+        )
+        flags += self._inputs_intact()
+        for label, t in tim.items():
+            if t.side_work:
+                flags.append(f"side_work:{subjects[label].name}")
+            if t.recheck_failures:
+                flags.append(f"recheck:{subjects[label].name}")
+        if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
+            flags.append("review_speedup")
+        return Comparison(
+            ref_report,
+            cand_report,
+            tim["A"],
+            tim["B"],
+            orders,
+            stats,
+            reason,
+            flags,
+            self.settings(),
+            windows,
+        )
+
+    def aa(self, subject: Subject) -> Comparison:
+        """An A/A comparison of ``subject`` against itself (separate output buffers), under the
+        same protocol: its CI width is the measurement's resolution (R4)."""
+        return self.compare(subject, subject)
+
+
+def abba_blocks(a_s: Sequence[float], b_s: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Sum each ABBA block: pairs ``2j`` (AB) and ``2j+1`` (BA) form block ``j``, whose A and B
+    values are the sums of the block's two samples of each subject (seconds). A block cancels the
+    order effect (who runs first) and, with the buffer swap of :meth:`Harness.compare`, where the
+    buffers lie, to first order; the per-pair statistic of SPEC.md section 5 is computed over
+    blocks. An odd last pair is left out.
+
+    Returns: ``(a_blocks, b_blocks)``, equal-length float arrays.
+    """
+    a = np.asarray(a_s, dtype=np.float64)
+    b = np.asarray(b_s, dtype=np.float64)
+    m = (min(a.size, b.size) // 2) * 2
+    return a[:m].reshape(-1, 2).sum(axis=1), b[:m].reshape(-1, 2).sum(axis=1)
+
+
+def resolution_from_aa(comparisons: Sequence[Comparison]) -> dict[str, float]:
+    """The measurement resolution from A/A comparisons (R4): the largest distance of a CI end
+    from a ratio of 1 over the runs, and the spread (stdev) of their median ratios.
+
+    Returns: ``{"resolution": ratio, "spread": ratio, "repeats": n}``.
+    Raises: ValueError when no comparison has statistics.
+    """
+    stats = [c.stats for c in comparisons if c.stats is not None]
+    if not stats:
+        raise ValueError("no A/A comparison produced statistics")
+    reach = max(max(abs(1.0 - s.ci_low), abs(s.ci_high - 1.0)) for s in stats)
+    ratios = [s.median_ratio for s in stats]
+    spread = float(np.std(ratios, ddof=1)) if len(ratios) > 1 else 0.0
+    return {"resolution": float(reach), "spread": spread, "repeats": float(len(stats))}
+
+
+__all__ = [
+    "CallableSubject",
+    "Comparison",
+    "CorrectnessReport",
+    "Harness",
+    "HarnessConfig",
+    "Measurement",
+    "Problem",
+    "RawKernelSubject",
+    "Subject",
+    "SubjectTiming",
+    "TrialResult",
+    "abba_blocks",
+    "require_cupy",
+    "resolution_from_aa",
+]

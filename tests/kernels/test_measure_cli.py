@@ -1,0 +1,220 @@
+"""``perfledger env`` and ``perfledger measure workload|aa|kernel`` through the real CLI on a real
+git ledger (R4, R5, R11, R17): what is measured is appended through ``samples.record`` and
+``resolution.record`` with the raw table as an artifact. The kernel path runs only on a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfledger.api import Ledger
+from perfledger.commands.measure_cli import environment_payload
+from perfledger.commands.operations import execute
+from subprocess_env import isolated_env, perfledger_command
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMSQ = ROOT / "examples" / "workloads" / "sumsq.py"
+ORIGINAL = "sha256:" + "0" * 16
+CAND = "sha256:" + "1" * 16
+
+
+def _setup(path: Path, *, primary_unit: str = "ms", primary: str = "time_ms") -> dict[str, Any]:
+    """A ledger with a Target (lower-is-better time), readiness carrying this machine's
+    environment, a metric audit and a baseline; no resolution yet."""
+    env = environment_payload(tools=True)
+    ledger = Ledger.init(path, name="m", actor="agent")
+    try:
+        run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
+        run("target.freeze", {
+            "target_id": "t1", "title": "sum of squares",
+            "primary": {"name": primary, "unit": primary_unit, "direction": "lower_is_better",
+                        "statistic": "median"},
+            "min_effect": 0.05, "scope": ["src/*"], "risk_boundary": "none",
+            "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
+        })  # fmt: skip
+        run("readiness.record", {
+            "target_id": "t1", "original": {"content_hash": ORIGINAL},
+            "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 2, "cases": ["small", "large"]},
+            "accuracy_rule": "exact sum", "driver": {"argv": [sys.executable, str(SUMSQ)]},
+            "environment": env["readiness_environment"],
+        })  # fmt: skip
+        run("metric-audit.record", {
+            "target_id": "t1", "metric": primary, "numerator": "wall time", "denominator": "call",
+            "unit": primary_unit, "source": "driver JSON", "reconstructed": False,
+            "matches_target": True,
+        })  # fmt: skip
+        run("baseline.record", {
+            "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": primary_unit,
+            "values": [1.0, 1.1, 0.9], "environment_id": env["environment_id"],
+        })  # fmt: skip
+    finally:
+        ledger.close()
+    return env
+
+
+def _experiment(path: Path) -> None:
+    ledger = Ledger.open(path)
+    try:
+        execute(ledger, "evidence.add", {
+            "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},
+            "facts": [{"name": "share", "value": 0.9, "unit": "ratio"}],
+        }, actor="agent")  # fmt: skip
+        execute(ledger, "experiment.create", {
+            "experiment_id": "e1", "target_id": "t1", "title": "faster loop",
+            "candidate": {"content_hash": CAND, "changed_paths": ["src/loop.py"]},
+            "claim": {
+                "evidence": [
+                    {"evidence_id": "ev1", "applicability": "same_boundary", "used_for": "coverage"},
+                    {"evidence_id": "ev1", "applicability": "conservative_upper_bound",
+                     "used_for": "local_speedup"},
+                ],
+                "scope": {"replaced_region": "loop", "execution_form": "python"},
+                "replacement_boundary": "the loop", "coverage": 0.9, "local_speedup": 2.0,
+                "stated_bound": 1.0 / (0.1 + 0.45),
+            },
+            "preregistration": {"rejects": "implementation"},
+        }, actor="agent")  # fmt: skip
+    finally:
+        ledger.close()
+
+
+def _cli(path: Path, tmp: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [*perfledger_command(), "--ledger", str(path), *args],
+        capture_output=True, text=True, env=isolated_env(tmp), cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _cmd(*extra: str) -> str:
+    return " ".join([sys.executable, str(SUMSQ), "--repeats", "2", *extra])
+
+
+def test_r4_measure_aa_records_the_resolution(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    out = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(),
+               "--runs", "3", "--record", "--json", "--quiet")  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["recorded"] and data["kind"] == "ResolutionEstimated" and data["repeats"] == 6
+    assert 0 <= data["resolution"] < 100
+    with Ledger.open(ledger_path) as ledger:
+        raw = json.loads(ledger.artifact(data["event_id"], "resolution.json"))
+        assert raw["kind"] == "aa" and len(raw["table"]) == 2 * 2 + 12  # warm-up + pairs
+        assert ledger.state().targets["t1"].resolution is not None
+
+
+def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
+         "--record", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+               "screen", "--ref", _cmd(), "--cand", _cmd("--extra-work", "1.0"), "--pairs", "5",
+               "--no-monitor", "--json", "--quiet")  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["kind"] == "SamplesRecorded" and data["pairs_recorded"] == 10
+    assert data["failed_calls"] == [] and data["samples_id"] == "e1-screen-1"
+    with Ledger.open(ledger_path) as ledger:
+        samples = ledger.state().samples["e1-screen-1"]
+        assert len(samples.pairs) == 10 and samples.cand_failures == 0
+        assert all(not p.same_process and p.ref.call_id != p.cand.call_id for p in samples.pairs)
+        raw = json.loads(ledger.artifact(data["event_id"], "samples.json"))
+    assert raw["kind"] == "workload" and raw["settings"]["pairs_per_case"] == 5
+    orders = [(r["subject"], r["case"]) for r in raw["table"] if not r["warmup"]]
+    assert orders[:4] == [("ref", "small"), ("cand", "small"), ("ref", "large"), ("cand", "large")]
+    assert orders[4:6] == [("cand", "small"), ("ref", "small")]  # ABBA
+    # the verdict is derived from these samples by the ordinary operation (R12)
+    verdict = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", "e1-screen-1", "--json")
+    assert json.loads(verdict.stdout)["kind"] == "VerdictRecorded"
+
+
+def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
+         "--record", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    # every call of the candidate prints garbage: nothing usable, a clear error, nothing appended
+    bad = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+               "screen", "--ref", _cmd(), "--cand", _cmd("--mode", "garbage"), "--pairs", "5",
+               "--no-monitor", "--json", "--quiet", check=False)  # fmt: skip
+    assert bad.returncode == 1, bad.stderr
+    err = json.loads(bad.stdout)["error"]
+    assert err["code"] == "measurement_error" and "not_json" in err["message"]
+    assert "Traceback" not in bad.stderr
+    # a wrong answer is a valid call: recorded, flagged as a candidate failure (R5)
+    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+               "screen", "--ref", _cmd(), "--cand", _cmd("--mode", "wrong"), "--pairs", "5",
+               "--no-monitor", "--json", "--quiet")  # fmt: skip
+    data = json.loads(out.stdout)
+    with Ledger.open(ledger_path) as ledger:
+        samples = ledger.state().samples[data["samples_id"]]
+    assert samples.cand_failures == len(samples.pairs) == 10
+
+
+def test_r17_formal_stage_without_monitor_is_refused(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
+         "--record", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+         "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
+    target = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+                  "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor",
+                  "--json", "--quiet", check=False)  # fmt: skip
+    assert target.returncode == 3
+    assert json.loads(target.stdout)["error"]["rule"] in {"R17", "R8", "R11"}
+
+
+def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    pytest.importorskip("click")
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("a GPU machine: the kernel path is tested by test_measure_kernel_on_gpu")
+    except ImportError:
+        pass
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
+         "--record", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
+               "screen", "--spec", str(ROOT / "examples" / "kernels" / "scale_spec.py"), "--json",
+               check=False)  # fmt: skip
+    assert out.returncode == 2 and "spec" in json.loads(out.stdout)["error"]["message"]
+
+
+@pytest.mark.gpu
+def test_measure_kernel_on_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, primary="kernel_time_us", primary_unit="us")
+    spec = str(ROOT / "examples" / "kernels" / "scale_spec.py")
+    aa = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", spec, "--runs",
+              "3", "--record", "--json", "--quiet")  # fmt: skip
+    print("measure aa:", aa.stdout)
+    _experiment(ledger_path)
+    out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
+               "screen", "--spec", spec, "--json", "--quiet")  # fmt: skip
+    data = json.loads(out.stdout)
+    print("measure kernel:", json.dumps(data["stats"]), data["monitor"])
+    assert data["kind"] == "SamplesRecorded" and data["pairs_recorded"] >= 2
+    assert data["stats"]["n16M"]["direction"] == "slower"
+    with Ledger.open(ledger_path) as ledger:
+        samples = ledger.state().samples[data["samples_id"]]
+        assert all(
+            p.same_process and p.monitor is not None and p.monitor.observed for p in samples.pairs
+        )
+        raw = json.loads(ledger.artifact(data["event_id"], "samples.json"))
+    assert raw["kind"] == "kernel" and raw["cases"][0]["rows"]

@@ -1,0 +1,132 @@
+"""Pure parts of the measurement protocol, tested without a GPU: paired statistics, the stopping
+rule, tolerances, poisoning and hashing (SPEC.md section 5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfledger.kernels import correctness
+from perfledger.kernels.stats import log_ratios, paired_stats
+from perfledger.kernels.stopping import Stopper, StoppingRule, relative_noise
+
+
+def test_paired_stats_finds_a_known_ratio() -> None:
+    rng = np.random.default_rng(1)
+    ref = 1e-3 * (1 + 0.01 * rng.standard_normal(400))
+    cand = ref * 1.03 * (1 + 0.002 * rng.standard_normal(400))
+    s = paired_stats(ref, cand, resamples=2000, seed=7)
+    assert s.n == 400 and s.ci_low < s.median_ratio < s.ci_high
+    assert s.ci_low > 1.025 and s.ci_high < 1.035
+    assert s.direction() == "slower" and s.wilcoxon_p is not None and s.wilcoxon_p < 1e-6
+    assert s.status(min_effect=0.01) == "fail"  # no gain: 3 % slower
+    faster = paired_stats(cand, ref, resamples=2000, seed=7)
+    assert faster.direction() == "faster" and faster.status(min_effect=0.01) == "pass"
+    assert faster.status(min_effect=0.05) == "fail"
+
+
+def test_paired_stats_is_seeded_and_aa_is_not_a_difference() -> None:
+    rng = np.random.default_rng(2)
+    ref = 1 + 0.01 * rng.standard_normal(200)
+    cand = 1 + 0.01 * rng.standard_normal(200)
+    a = paired_stats(ref, cand, resamples=1000, seed=3)
+    assert a == paired_stats(ref, cand, resamples=1000, seed=3)
+    assert a.direction() == "same" and a.status(min_effect=0.01) != "pass"
+
+
+def test_pyperf_pitfall_unequal_counts_are_refused() -> None:
+    with pytest.raises(ValueError, match="equal counts"):
+        log_ratios([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        log_ratios([1.0, math.nan], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        log_ratios([1.0, 0.0], [1.0, 2.0])
+
+
+def test_identical_samples_give_a_degenerate_inconclusive_ci() -> None:
+    s = paired_stats([1.0] * 20, [1.0] * 20, resamples=500)
+    assert s.ci_low == s.ci_high == 1.0 and s.wilcoxon_p is None
+    assert s.status(min_effect=0.0) == "inconclusive"
+
+
+@given(st.lists(st.floats(min_value=0.5, max_value=2.0), min_size=3, max_size=40))
+@settings(max_examples=30, deadline=None)
+def test_ci_contains_the_median_ratio(ratios: list[float]) -> None:
+    ref = [1.0] * len(ratios)
+    s = paired_stats(ref, ratios, resamples=200, seed=1)
+    assert s.ci_low <= s.median_ratio * (1 + 1e-12) and s.median_ratio <= s.ci_high * (1 + 1e-12)
+
+
+def test_stopping_needs_min_samples_and_gpu_time() -> None:
+    rule = StoppingRule()
+    stopper = Stopper(rule)
+    assert stopper.check([1.0] * 9, gpu_s=10.0) is None  # 9 < 10 samples
+    assert stopper.check([1.0] * 50, gpu_s=0.1) is None  # 0.1 s < 0.5 s
+    assert stopper.check([1.0] * 50, gpu_s=0.6) == "target_rsd"
+    assert Stopper(rule).check([1.0] * 3, gpu_s=15.0) == "max_gpu_s"
+
+
+def test_stopping_on_settled_noise() -> None:
+    rng = np.random.default_rng(0)
+    values = list(1 + 0.05 * rng.standard_normal(5000))  # 5 % noise never reaches 0.5 %
+    stopper = Stopper(StoppingRule())
+    reasons = [stopper.check(values[: 1000 + 16 * i], gpu_s=1.0) for i in range(10)]
+    assert "noise_settled" in reasons and "target_rsd" not in reasons
+    assert relative_noise(values) == pytest.approx(0.05, rel=0.1)
+    assert relative_noise([0.01, -0.01, 0.0], logs=True) == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [("float32", 1e-4), ("float16", 1e-2), ("float64", 1e-10), ("int32", 0.0)]
+)
+def test_tolerance_by_dtype(dtype: str, tol: float) -> None:
+    assert correctness.tolerance_for(np.dtype(dtype)) == tol
+
+
+def test_compare_nan_never_passes_and_tolerance_applies() -> None:
+    ref = np.linspace(1, 2, 1000)
+    out = ref.astype(np.float32)
+    assert correctness.compare(out, ref).ok
+    bad = out.copy()
+    bad[3] = np.nan
+    c = correctness.compare(bad, ref)
+    assert not c.ok and c.reason == "non_finite" and c.non_finite == 1
+    off = out * np.float32(1.001)
+    assert correctness.compare(off, ref).reason == "tolerance"
+    assert correctness.compare(off, ref, tolerance=1e-2).ok
+    assert correctness.compare(out[:10], ref).reason == "shape"
+    assert not correctness.compare(np.array([1, 2], np.int32), np.array([1, 3])).ok
+
+
+def test_poison_and_hash() -> None:
+    f = np.zeros(8, np.float16)
+    correctness.poison(f)
+    assert np.all(np.isnan(f))
+    i = np.zeros(4, np.int32)
+    correctness.poison(i)
+    assert np.all(i == np.iinfo(np.int32).max)
+    a = np.arange(10, dtype=np.float32)
+    h = correctness.array_hash(a)
+    assert h == correctness.array_hash(a.copy())
+    a[0] = 1
+    assert h != correctness.array_hash(a)
+    assert correctness.array_hash(np.zeros(4, np.float32)) != correctness.array_hash(
+        np.zeros(2, np.float64)
+    )
+
+
+def test_abba_blocks_cancel_a_constant_order_effect() -> None:
+    from perfledger.kernels.harness import abba_blocks
+
+    # pairs alternate AB / BA; whoever runs second is 1 % slower (an order effect), A == B
+    a = [1.00 if k % 2 == 0 else 1.01 for k in range(20)]
+    b = [1.01 if k % 2 == 0 else 1.00 for k in range(20)]
+    per_pair = np.log(np.asarray(b) / np.asarray(a))
+    assert np.all(np.abs(per_pair) > 0.009)  # each pair alone is off by the order effect
+    a_blocks, b_blocks = abba_blocks(a, b)
+    assert a_blocks.size == 10 and np.allclose(a_blocks, b_blocks)
+    assert abba_blocks([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])[0].size == 1  # odd pair left out
