@@ -332,6 +332,9 @@ def _load_workflow_commands() -> None:
 
         for command in commands():
             cli.add_command(command)
+        from perfledger.commands.evidence_cli import extend
+
+        extend(cli)  # evidence add --kind, evidence ncu|list|show (issue 6)
 
 
 def _load_loop_command() -> None:

@@ -78,6 +78,8 @@ class DecisionContext:
             compare-and-swap produces the same drafts.
         idempotency_key: the caller's key, stored in the envelope.
         request: the request as stored in the envelope: ``{"op": ..., "body": ...}``.
+        artifacts: files to attach to the event (name -> ``Artifact``), e.g. a raw profiler
+            report (``evidence add --kind``); never read by a decision.
     """
 
     op: str
@@ -85,6 +87,7 @@ class DecisionContext:
     ts: datetime
     idempotency_key: str | None = None
     request: Any = None
+    artifacts: dict[str, Any] | None = None
 
 
 def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
@@ -95,6 +98,7 @@ def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
             ctx.actor,
             request=ctx.request,
             idempotency_key=ctx.idempotency_key,
+            artifacts=dict(ctx.artifacts or {}),
             ts=ctx.ts,
         )
     ]

@@ -408,6 +408,7 @@ def execute(
         ts=now or datetime.now(UTC),
         idempotency_key=idempotency_key,
         request=stored,
+        artifacts=artifacts,
     )
     run = decider(name)
 

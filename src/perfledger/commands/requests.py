@@ -236,8 +236,40 @@ class Fact(Request):
     note: OptText = ""
 
 
+class KernelBoundary(Request):
+    """A kernel a report measured (R6): key (``k0``), name, launches, shapes, streams."""
+
+    key: Annotated[str, StringConstraints(pattern=r"^k[0-9]{1,6}$")]
+    name: Text
+    launches: int = Field(ge=0, le=10**12)
+    grids: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    blocks: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    streams: list[Name] = Field(default_factory=list, max_length=_MAX_ITEMS)
+
+
+class Boundary(Request):
+    """The boundary evidence measured: kernels, shapes, CUDA graph or not (R6)."""
+
+    kernels: list[KernelBoundary] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    shapes: OptText = ""
+    graph: bool | None = None
+
+
+class Capture(Request):
+    """Where a parsed report came from: capture command and exit status, or source file; the
+    raw report's hash, its layout and the digit grouping accepted."""
+
+    command: list[OptText] = Field(default_factory=list, max_length=_MAX_ITEMS)
+    exit_status: int | None = Field(default=None, ge=-255, le=255)
+    source_file: OptText = ""
+    source_hash: OptText = ""
+    layout: OptText = ""
+    grouping: OptText = ""
+
+
 class EvidenceAdd(Request):
-    """``evidence.add`` (R6, R16): profiler/compiler facts with their layer."""
+    """``evidence.add`` (R6, R16): profiler/compiler facts with their layer and, for parsed
+    reports, applicability, boundary and capture."""
 
     evidence_id: Id
     layer: Literal["kernel", "workload", "service"]
@@ -247,6 +279,9 @@ class EvidenceAdd(Request):
     target_id: Id | None = None
     description: OptText = ""
     report_hash: Hash | None = None
+    applicability: Literal["same_boundary", "conservative_upper_bound", "diagnostic"] | None = None
+    boundary: Boundary | None = None
+    capture: Capture | None = None
 
 
 class Source(Request):

@@ -284,9 +284,47 @@ class Fact(_Part, kw_only=True):
     note: str = ""
 
 
+class KernelBoundary(_Part, kw_only=True):
+    """One kernel a report measured: ``key`` (``k0``) prefixes its facts' names; ``grids`` and
+    ``blocks`` are ``"(x, y, z)"`` launch shapes; ``streams`` the stream ids."""
+
+    key: str
+    name: str
+    launches: int
+    grids: tuple[str, ...] = ()
+    blocks: tuple[str, ...] = ()
+    streams: tuple[str, ...] = ()
+
+
+class Boundary(_Part, kw_only=True):
+    """The boundary evidence measured (R6): kernels, the shapes it ran (free text) and whether
+    the work ran inside a CUDA graph (``None``: not known)."""
+
+    kernels: tuple[KernelBoundary, ...] = ()
+    shapes: str = ""
+    graph: bool | None = None
+
+
+class Capture(_Part, kw_only=True):
+    """Where a parsed report came from: the capture ``command`` and its ``exit_status`` (for
+    ``evidence ncu``), or the imported ``source_file``; ``source_hash`` is the blake3 of the raw
+    report (stored as the event's artifact ``report``); ``layout`` the recognised format and
+    ``grouping`` the digit grouping accepted (``none`` under ``LC_ALL=C``)."""
+
+    command: tuple[str, ...] = ()
+    exit_status: int | None = None
+    source_file: str = ""
+    source_hash: str = ""
+    layout: str = ""
+    grouping: str = ""
+
+
 class EvidenceRecorded(_Payload, kw_only=True):
     """Profiler or compiler facts (R6), with their layer; ``limitations`` records what the tool
-    could not measure (R16: ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics)."""
+    could not measure (R16: ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics).
+    ``applicability`` to a replacement boundary, the measured ``boundary`` and the ``capture``
+    are set by parsed reports (``evidence add --kind``, ``evidence ncu``); ``None`` on evidence
+    recorded before they existed."""
 
     evidence_id: str
     layer: Layer
@@ -296,6 +334,9 @@ class EvidenceRecorded(_Payload, kw_only=True):
     target_id: str | None = None
     description: str = ""
     report_hash: str | None = None
+    applicability: Applicability | None = None
+    boundary: Boundary | None = None
+    capture: Capture | None = None
 
 
 class Source(_Part, kw_only=True):

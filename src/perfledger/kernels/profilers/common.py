@@ -36,7 +36,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "s": ("ns", 1e9), "second": ("ns", 1e9),
     # frequency
     "hz": ("hz", 1.0), "Khz": ("hz", 1e3), "Mhz": ("hz", 1e6), "Ghz": ("hz", 1e9),
-    "cycle/second": ("hz", 1.0), "cycle/nsecond": ("hz", 1e9), "cycle/usecond": ("hz", 1e6),
+    "cycle/second": ("hz", 1.0), "cycle/s": ("hz", 1.0), "cycle/nsecond": ("hz", 1e9), "cycle/usecond": ("hz", 1e6),
     "cycle/msecond": ("hz", 1e3), "cycle/ns": ("hz", 1e9), "cycle/us": ("hz", 1e6),
     # sizes and rates
     "byte": ("byte", 1.0), "Kbyte": ("byte", 1e3), "Mbyte": ("byte", 1e6),
@@ -58,9 +58,9 @@ for _count in ("cycle", "inst", "sector", "warp", "block", "thread", "request", 
     UNITS[_count] = (_count, 1.0)
     for _prefix, _factor in (("K", 1e3), ("M", 1e6), ("G", 1e9)):
         UNITS[_prefix + _count] = (_count, _factor)
-    UNITS[_count + "/cycle"] = (_count + "/cycle", 1.0)
-    UNITS[_count + "/s"] = (_count + "/s", 1.0)
-    UNITS[_count + "/second"] = (_count + "/s", 1.0)
+    UNITS.setdefault(_count + "/cycle", (_count + "/cycle", 1.0))
+    UNITS.setdefault(_count + "/s", (_count + "/s", 1.0))
+    UNITS.setdefault(_count + "/second", (_count + "/s", 1.0))  # cycle/second stays hz
 
 _PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 #: The only digit grouping accepted: ',' thousands with '.' decimals (the en_US pattern that ncu
@@ -261,6 +261,8 @@ class ProfileReport:
         limitations: what the tool could not measure (R16), e.g. ``ERR_NVGPUCTRPERM``.
         attributes: descriptive strings (device name, locale, schema version, ...).
         rules: ncu rule results ``(kernel, section, rule, type, estimated speedup %)``.
+        duration_summaries: per-kernel duration statistics a tool gave already aggregated
+            (nsys); see :meth:`durations`.
     """
 
     tool: str
@@ -272,6 +274,15 @@ class ProfileReport:
     limitations: list[str] = field(default_factory=list)
     attributes: dict[str, str] = field(default_factory=dict)
     rules: list[tuple[str, str, str, str, float | None]] = field(default_factory=list)
+    duration_summaries: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def durations(self, name: str) -> dict[str, float]:
+        """Duration statistics of kernel ``name`` in ns (see :meth:`DurationStat.summary`):
+        those a tool reported as a summary, else those computed from its launches."""
+        given = self.duration_summaries.get(name)
+        if given is not None:
+            return given
+        return self.kernels[name].durations.summary()
 
     def kernel(self, name: str) -> KernelSummary:
         """Return the summary of kernel ``name``, creating it on first sight."""

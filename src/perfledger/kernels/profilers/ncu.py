@@ -30,10 +30,14 @@ metrics for the kernel-iteration loop (R19's axes).
 from __future__ import annotations
 
 import csv
+import operator
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+import msgspec
+import numpy as np
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import (
@@ -234,9 +238,8 @@ def _layout(header: list[str], label: str) -> _Layout:
     if head in (SUMMARY_KERNEL, SUMMARY_GPU):
         return _Summary(per_gpu=head == SUMMARY_GPU)
     for prefix, old in ((RAW_PREFIX, False), (RAW_PREFIX_OLD, True)):
-        if head[: len(prefix)] == prefix and len(head) > len(prefix):
-            if old and head[8:9] == ("Section Name",):
-                break
+        metrics = head[len(prefix) :]
+        if head[: len(prefix)] == prefix and metrics and all(_METRIC.fullmatch(m) for m in metrics):
             return _Raw(head[len(prefix) :], old=old, label=label)
     shown = ",".join(header[:16]) + (",..." if len(header) > 16 else "")
     raise EvidenceError(
@@ -366,16 +369,72 @@ class _Details(_Layout):
         report.rules.append((kernel_name, section, name, kind, value))
 
 
+class _RawKernel:
+    """Running statistics of one kernel's numeric raw-page columns, as numpy arrays."""
+
+    def __init__(self, width: int) -> None:
+        self.count = np.zeros(width, dtype=np.int64)
+        self.total = np.zeros(width)
+        self.minimum = np.full(width, np.inf)
+        self.maximum = np.full(width, -np.inf)
+        self.missing = np.zeros(width, dtype=np.int64)
+
+    def add_row(self, values: np.ndarray) -> None:
+        self.count += 1
+        self.total += values
+        np.minimum(self.minimum, values, out=self.minimum)
+        np.maximum(self.maximum, values, out=self.maximum)
+
+    def add_one(self, index: int, value: float | None) -> None:
+        if value is None:
+            self.missing[index] += 1
+            return
+        self.count[index] += 1
+        self.total[index] += value
+        self.minimum[index] = min(self.minimum[index], value)
+        self.maximum[index] = max(self.maximum[index], value)
+
+
+_FLOATS = msgspec.json.Decoder(list[float])
+
+
+def _fast_values(texts: tuple[str, ...]) -> np.ndarray | None:
+    """The numbers of a row's numeric fields, or None when any is not a plain finite number.
+
+    The fields joined by ',' are decoded as one JSON array by msgspec (C): JSON's number grammar
+    is a subset of :data:`_PLAIN_ROW`'s (no '+', nan, inf, grouping or underscores); whitespace,
+    which JSON would skip, is excluded first, and a field holding ',' shows as a count mismatch.
+    Anything else returns None and the row is read value by value (with the precise error)."""
+    if not texts:
+        return None
+    joined = ",".join(texts)
+    if " " in joined or "\t" in joined or "\n" in joined or "\r" in joined:
+        return None
+    try:
+        numbers = _FLOATS.decode(("[" + joined + "]").encode())
+    except msgspec.DecodeError:
+        return None
+    if len(numbers) != len(texts):
+        return None
+    values = np.fromiter(numbers, dtype=np.float64, count=len(numbers))
+    return values if np.isfinite(values).all() else None
+
+
+#: A plain number (no grouping, sign '+', spaces, underscores, nan or inf); the first launch row
+#: sorts columns into numeric (read row by row) and the others (read value by value).
+_PLAIN_ROW = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
 class _Raw(_Layout):
+    """The raw page. Columns whose first value is text or ``no data`` are read value by value;
+    the others row by row: one regex over the joined fields, ``float`` on each, numpy running
+    statistics per kernel. A row whose fast check fails is re-read value by value (which raises
+    the precise error, or records a ``no data`` as missing)."""
+
     def __init__(self, metrics: tuple[str, ...], *, old: bool, label: str) -> None:
         self.metrics = metrics
         self.old = old
         self.layout = "ncu-raw-old" if old else "ncu-raw"
-        for metric in metrics:
-            if _METRIC.fullmatch(metric) is None:
-                raise EvidenceError(
-                    f"{label}: raw page column {metric[:80]!r} is not a metric name"
-                )
         if len(set(metrics)) != len(metrics):
             raise EvidenceError(f"{label}: a raw page metric column appears twice")
 
@@ -392,6 +451,12 @@ class _Raw(_Layout):
             base_unit(u, where=f"{label}: unit of {m}")
             for m, u in zip(self.metrics, units[prefix:], strict=True)
         ]
+        fast: list[int] | None = None  # metric indexes read row by row
+        slow: list[int] = []
+        factors = np.ones(0)
+        pick = None
+        aggs: dict[str, _RawKernel] = {}
+        singles: dict[tuple[str, int], MetricStat] = {}
         seen: set[int] = set()
         n = 0
         for n, row in enumerate(iterator, start=1):
@@ -405,9 +470,10 @@ class _Raw(_Layout):
             if launch in seen:
                 raise EvidenceError(f"{where}: launch ID {launch} appears twice")
             seen.add(launch)
-            if not row[4]:
+            name = row[4]
+            if not name:
                 raise EvidenceError(f"{where}: empty Kernel Name")
-            kernel = report.kernel(row[4])
+            kernel = report.kernel(name)
             kernel.launches += 1
             if self.old:
                 kernel.streams.add(_check(_INT, row[7], "Stream", where))
@@ -417,41 +483,60 @@ class _Raw(_Layout):
                 kernel.streams.add(_check(_INT, row[6], "Stream", where))
                 _check(_CC, row[10], "CC", where)
                 report.attributes.setdefault("compute_capability", row[10])
-            stats = kernel.metrics
-            for metric, (base, factor), text in zip(self.metrics, bases, row[prefix:], strict=True):
-                value: float | None
-                if text and text[0] != "+" and "_" not in text and text.isascii():
-                    try:
-                        value = float(text) * factor
-                    except ValueError:
-                        value = self._slow(metric, units, text, grouping, where, prefix)
-                        if value is _TEXT:
-                            report.attributes.setdefault(f"{row[4]}/{metric}", text)
-                            continue
-                    else:
-                        if value - value != 0.0 or text.strip() != text:
-                            raise EvidenceError(f"{where} {metric}: value {text!r} is not finite")
-                else:
-                    value = self._slow(metric, units, text, grouping, where, prefix)
-                    if value is _TEXT:
-                        report.attributes.setdefault(f"{row[4]}/{metric}", text)
-                        continue
-                stat = stats.get(metric)
+            fields = row[prefix:]
+            if fast is None:
+                fast = [i for i, t in enumerate(fields) if _PLAIN_ROW.fullmatch(t)]
+                slow = [i for i, t in enumerate(fields) if not _PLAIN_ROW.fullmatch(t)]
+                factors = np.array([bases[i][1] for i in fast])
+                pick = operator.itemgetter(*fast) if len(fast) > 1 else None
+            agg = aggs.get(name)
+            if agg is None:
+                agg = aggs[name] = _RawKernel(len(fast))
+            texts = pick(fields) if pick is not None else tuple(fields[i] for i in fast)
+            values = _fast_values(texts)
+            if values is not None:
+                agg.add_row(values * factors)
+            else:
+                for j, i in enumerate(fast):
+                    value, _base, text = _value(
+                        self.metrics[i], units[prefix + i], fields[i], grouping,
+                        f"{where} {self.metrics[i]}",
+                    )  # fmt: skip
+                    if text is not None:
+                        raise EvidenceError(
+                            f"{where} {self.metrics[i]}: value {text[:60]!r} does not parse as a "
+                            "number"
+                        )
+                    agg.add_one(j, value)
+            for i in slow:
+                value, base, text = _value(
+                    self.metrics[i], units[prefix + i], fields[i], grouping,
+                    f"{where} {self.metrics[i]}",
+                )  # fmt: skip
+                if text is not None:
+                    report.attributes.setdefault(f"{name}/{self.metrics[i]}", text)
+                    continue
+                stat = singles.get((name, i))
                 if stat is None:
-                    stat = stats[metric] = MetricStat(base)
-                stat.add(value)  # type: ignore[arg-type]
+                    stat = singles[(name, i)] = MetricStat(base)
+                stat.add(value)
         if n == 0:
             raise EvidenceError(f"{label}: the raw page has no launch rows (truncated?)")
-
-    def _slow(
-        self, metric: str, units: list[str], text: str, grouping: str, where: str, prefix: int
-    ) -> float | object | None:
-        unit = units[prefix + self.metrics.index(metric)]
-        value, _base, text_value = _value(metric, unit, text, grouping, f"{where} {metric}")
-        return _TEXT if text_value is not None else value
-
-
-_TEXT = object()
+        position = {i: j for j, i in enumerate(fast or [])}
+        for name, kernel in report.kernels.items():
+            agg = aggs[name]
+            for i, metric in enumerate(self.metrics):
+                if i in position:
+                    j = position[i]
+                    stat = MetricStat(bases[i][0])
+                    stat.count, stat.missing = int(agg.count[j]), int(agg.missing[j])
+                    if stat.count:
+                        stat.total = float(agg.total[j])
+                        stat.minimum = float(agg.minimum[j])
+                        stat.maximum = float(agg.maximum[j])
+                    kernel.metrics[metric] = stat
+                elif (name, i) in singles:
+                    kernel.metrics[metric] = singles[(name, i)]
 
 
 class _Summary(_Layout):

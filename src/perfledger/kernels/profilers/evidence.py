@@ -1,0 +1,226 @@
+"""From a parsed report to an ``evidence.add`` request body (builtins), and the one entry point
+that reads a report of a given kind.
+
+The body matches :class:`perfledger.commands.requests.EvidenceAdd`: facts in base units, named
+``k<i>.<metric>`` where ``k<i>`` is the kernel's key in ``boundary.kernels``; the layer; the tool
+and its version; the capture (command and exit status, or source file) and the raw report's
+blake3 (the raw report itself is attached as the event's artifact ``report`` by the caller). This
+module builds data only; it never appends (SPEC.md section 1: kernels produce payloads).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers.common import ProfileReport
+
+#: Report kinds ``evidence add --kind`` accepts.
+KINDS = ("ncu", "nsys", "nsys-stats", "torch", "ptxas", "sass")
+#: Most facts one event holds (the request model's bound).
+MAX_FACTS = 10_000
+_MAX_NAME = 200
+#: The unit of a dimensionless fact (counts, ratios without a unit): the SI "1".
+DIMENSIONLESS = "1"
+_MAX_SHAPES = 100
+
+
+def file_hash(path: str | Path) -> str:
+    """Return ``blake3:<hex>`` of a file, read in 1 MiB chunks.
+
+    Raises: EvidenceError when the file cannot be read."""
+    hasher = blake3.blake3()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                hasher.update(chunk)
+    except OSError as exc:
+        raise EvidenceError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    return "blake3:" + hasher.hexdigest()
+
+
+def parse_report(kind: str, path: str | Path, **options: Any) -> ProfileReport:
+    """Parse the report at ``path`` as ``kind`` (one of :data:`KINDS`).
+
+    Options by kind: ``ncu``: ``tool_version`` (required), ``grouping``; ``nsys-stats``:
+    ``tool_version``; ``torch``: ``tool_version`` (the torch version, optional); ``ptxas``:
+    ``tool_version``; ``sass``: ``tool_version``, ``binary_hash``. ``nsys`` (SQLite) needs none.
+    An ``.ncu-rep`` file is first exported with ``ncu --import`` (see
+    :func:`perfledger.kernels.profilers.capture.export_ncu_rep`).
+
+    Raises: EvidenceError for an unknown kind, a missing option or any parse failure.
+    """
+    version = options.get("tool_version")
+
+    def need() -> str:
+        if not version:
+            raise EvidenceError(
+                f"a {kind} report does not state its tool's version: pass --tool-version",
+                hint="give the tool's own --version output or its version number",
+            )
+        return str(version)
+
+    if kind == "ncu":
+        from perfledger.kernels.profilers.ncu import parse_ncu_csv
+
+        return parse_ncu_csv(path, tool_version=need(), grouping=options.get("grouping", "none"))
+    if kind == "nsys":
+        from perfledger.kernels.profilers.nsys import parse_nsys_sqlite
+
+        return parse_nsys_sqlite(path)
+    if kind == "nsys-stats":
+        from perfledger.kernels.profilers.nsys import parse_nsys_stats_csv
+
+        return parse_nsys_stats_csv(path, tool_version=need())
+    if kind == "torch":
+        from perfledger.kernels.profilers.torch_trace import parse_torch_trace
+
+        return parse_torch_trace(path, torch_version=version)
+    if kind == "ptxas":
+        from perfledger.kernels.profilers.compiler import parse_ptxas
+
+        return parse_ptxas(path, tool_version=need())
+    if kind == "sass":
+        from perfledger.kernels.profilers.compiler import parse_sass
+
+        return parse_sass(path, tool_version=need(), binary_hash=options.get("binary_hash", ""))
+    raise EvidenceError(f"unknown report kind {kind!r}", hint="kinds: " + ", ".join(KINDS))
+
+
+def _num(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def report_facts(report: ProfileReport) -> list[dict[str, Any]]:
+    """The report's facts as ``{"name", "value", "unit", "note"}`` dicts, in base units
+    (dimensionless values have unit :data:`DIMENSIONLESS`).
+
+    Per kernel ``k<i>``: each metric's mean over launches (with ``.min``/``.max`` when they
+    differ), duration statistics (``k<i>.duration.median_ns`` ...) for timing tools, and ncu rule
+    results (``k<i>.rule.<section>.<rule>``: the largest estimated speedup in %); then the report's
+    own facts. Raises: EvidenceError when a name is longer than 200 characters or there are more
+    than :data:`MAX_FACTS` facts (the raw report stays attached in full).
+    """
+    facts: list[dict[str, Any]] = []
+    keys = {name: f"k{i}" for i, name in enumerate(report.kernels)}
+    for name, kernel in report.kernels.items():
+        key = keys[name]
+        for metric, stat in kernel.metrics.items():
+            if stat.count == 0:
+                facts.append(_fact(f"{key}.{metric}", None, stat.unit, "no data"))
+                continue
+            note = f"mean of {stat.count} launches" if stat.count > 1 else ""
+            facts.append(_fact(f"{key}.{metric}", stat.mean, stat.unit, note))
+            if stat.count > 1 and stat.minimum != stat.maximum:
+                facts.append(_fact(f"{key}.{metric}.min", stat.minimum, stat.unit, ""))
+                facts.append(_fact(f"{key}.{metric}.max", stat.maximum, stat.unit, ""))
+        durations = (
+            report.duration_summaries.get(name)
+            if name in report.duration_summaries
+            else (kernel.durations.summary() if kernel.durations.count else None)
+        )
+        if durations:
+            for stat_name, value in durations.items():
+                unit = "" if stat_name == "count" else "ns"
+                facts.append(_fact(f"{key}.duration.{stat_name}", value, unit, ""))
+    best: dict[str, tuple[float | None, str]] = {}
+    for kernel_name, section, rule, kind, speedup in report.rules:
+        fact_name = f"{keys[kernel_name]}.rule.{section}.{rule}"
+        old = best.get(fact_name)
+        if old is None or (speedup is not None and (old[0] is None or speedup > old[0])):
+            best[fact_name] = (speedup, kind)
+    for fact_name, (speedup, kind) in best.items():
+        facts.append(_fact(fact_name, speedup, "%", f"ncu rule {kind}: estimated speedup"))
+    for name, value, unit, note in report.facts:
+        facts.append(_fact(name, value, unit, note))
+    if len(facts) > MAX_FACTS:
+        raise EvidenceError(
+            f"the report yields {len(facts)} facts, more than the {MAX_FACTS} one event holds",
+            hint="profile fewer kernels (ncu -k/-c) or metrics (--section/--metrics)",
+        )
+    return facts
+
+
+def _fact(name: str, value: float | None, unit: str, note: str) -> dict[str, Any]:
+    if len(name) > _MAX_NAME:
+        raise EvidenceError(f"fact name longer than {_MAX_NAME} characters: {name[:80]}...")
+    return {"name": name, "value": _num(value), "unit": unit or DIMENSIONLESS, "note": note}
+
+
+def boundary(report: ProfileReport, *, shapes: str = "", graph: bool | None = None) -> dict:
+    """The measured boundary (R6): each kernel's key, name, launches, grids, blocks, streams
+    (at most 100 distinct shapes each, sorted), plus the caller's ``shapes`` and ``graph``."""
+    kernels = []
+    for i, (name, kernel) in enumerate(report.kernels.items()):
+        kernels.append(
+            {
+                "key": f"k{i}",
+                "name": name[:20_000],
+                "launches": kernel.launches,
+                "grids": sorted(kernel.grids)[:_MAX_SHAPES],
+                "blocks": sorted(kernel.blocks)[:_MAX_SHAPES],
+                "streams": sorted(kernel.streams)[:_MAX_SHAPES],
+            }
+        )
+    return {"kernels": kernels, "shapes": shapes, "graph": graph}
+
+
+def evidence_request(
+    report: ProfileReport,
+    *,
+    evidence_id: str,
+    report_hash: str,
+    applicability: str = "diagnostic",
+    layer: str | None = None,
+    source_file: str = "",
+    command: list[str] | None = None,
+    exit_status: int | None = None,
+    target_id: str | None = None,
+    description: str = "",
+    shapes: str = "",
+    graph: bool | None = None,
+) -> dict[str, Any]:
+    """Build the ``evidence.add`` request body of a parsed report (R6, R16).
+
+    Args:
+        report: the parsed report.
+        evidence_id: the caller's id for it.
+        report_hash: ``blake3:<hex>`` of the raw report (attached as artifact ``report``).
+        applicability: ``same_boundary``, ``conservative_upper_bound`` or ``diagnostic``.
+        layer: ``kernel``/``workload``/``service``; default the report's own layer.
+        source_file: the imported file's name (empty for a capture).
+        command / exit_status: the capture command and its exit status (``evidence ncu``).
+        target_id, description, shapes, graph: optional context.
+    Returns: the request body (builtins).
+    Raises: EvidenceError from :func:`report_facts`.
+    """
+    body: dict[str, Any] = {
+        "evidence_id": evidence_id,
+        "layer": layer or report.layer,
+        "tool": {"name": report.tool, "version": report.tool_version},
+        "facts": report_facts(report),
+        "limitations": [item[:200] for item in report.limitations],
+        "description": description
+        or f"{report.tool} {report.layout}: {len(report.kernels)} kernel(s)"
+        + (f" from {Path(source_file).name}" if source_file else ""),
+        "report_hash": report_hash,
+        "applicability": applicability,
+        "boundary": boundary(report, shapes=shapes, graph=graph),
+        "capture": {
+            "command": list(command or []),
+            "exit_status": exit_status,
+            "source_file": Path(source_file).name if source_file else "",
+            "source_hash": report_hash,
+            "layout": report.layout,
+            "grouping": report.attributes.get("grouping", ""),
+        },
+    }
+    if target_id is not None:
+        body["target_id"] = target_id
+    return body

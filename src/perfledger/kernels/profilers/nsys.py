@@ -1,0 +1,223 @@
+"""Nsight Systems: ``nsys export --type sqlite`` files and ``nsys stats --report
+cuda_gpu_kern_sum --format csv`` output, parsed strictly.
+
+SQLite: the version and schema come from the metadata table, named ``META_DATA_EXPORT`` in current
+exports and ``EXPORT_META_DATA`` in older ones (both ``name``/``value``; keys
+``EXPORT_SCHEMA_VERSION`` and ``EXPORT_PRODUCT_VERSION``); an unknown schema major version is
+refused. Kernel rows come from ``CUPTI_ACTIVITY_KIND_KERNEL`` (``start``/``end`` in ns) joined to
+``StringIds`` on ``demangledName``. The aggregation runs inside SQLite (memory independent of the
+file). A file without the kernel table is a "no kernel activity" limitation, not a crash.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sqlite3
+from pathlib import Path
+from typing import BinaryIO
+
+from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers.common import (
+    ProfileReport,
+    open_binary,
+    parse_number,
+    text_lines,
+)
+
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+#: Export schema major versions whose kernel table layout is known (2.x: 2021-2022, 3.x: 2023+).
+KNOWN_SCHEMA_MAJORS = ("2", "3")
+KERNEL_COLUMNS = ("start", "end", "deviceId", "streamId", "demangledName", "gridX", "gridY",
+                  "gridZ", "blockX", "blockY", "blockZ")  # fmt: skip
+#: The header of ``nsys stats --report cuda_gpu_kern_sum --format csv`` (nsys 2023.1+).
+KERN_SUM_HEADER = (
+    "Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)",
+    "StdDev (ns)", "Name",
+)  # fmt: skip
+_SCHEMA = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _connect(path: str | Path) -> sqlite3.Connection:
+    with open_binary(path) as stream:
+        head = stream.read(16)
+    if head != _SQLITE_MAGIC:
+        raise EvidenceError(f"{path}: not an SQLite database (is it `nsys export --type sqlite`?)")
+    uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
+    try:
+        return sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise EvidenceError(f"{path}: cannot open the SQLite file ({exc})") from None
+
+
+def parse_nsys_sqlite(path: str | Path) -> ProfileReport:
+    """Parse an ``nsys export --type sqlite`` file.
+
+    Args:
+        path: the ``.sqlite`` file.
+    Returns: a workload-layer :class:`ProfileReport` (layout ``nsys-sqlite``): per kernel name the
+        exact duration statistics in ns, grid/block shapes and streams; ``facts`` hold each
+        kernel's share of the summed kernel time; ``attributes`` the schema version and metadata
+        table name. Without the kernel table, a "no kernel activity" limitation and no facts.
+    Raises: EvidenceError for a non-SQLite or damaged file, a missing metadata table or version,
+        an unknown schema version, missing kernel columns or a kernel row with end < start.
+    """
+    conn = _connect(path)
+    try:
+        return _parse_sqlite(conn, str(path))
+    except sqlite3.Error as exc:
+        raise EvidenceError(f"{path}: the SQLite file cannot be read ({exc})") from None
+    finally:
+        conn.close()
+
+
+def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    meta_table = next((t for t in META_TABLES if t in tables), None)
+    if meta_table is None:
+        raise EvidenceError(
+            f"{label}: no metadata table ({' or '.join(META_TABLES)}); not an nsys export?"
+        )
+    columns = {r[1] for r in conn.execute(f"PRAGMA table_info({meta_table})")}
+    if not {"name", "value"} <= columns:
+        raise EvidenceError(f"{label}: {meta_table} lacks its name/value columns")
+    meta = dict(conn.execute(f"SELECT name, value FROM {meta_table}").fetchmany(10_000))
+    schema = str(meta.get("EXPORT_SCHEMA_VERSION", ""))
+    match = _SCHEMA.fullmatch(schema)
+    if match is None:
+        raise EvidenceError(f"{label}: no readable EXPORT_SCHEMA_VERSION in {meta_table}")
+    if match.group(1) not in KNOWN_SCHEMA_MAJORS:
+        raise EvidenceError(
+            f"{label}: unknown nsys export schema version {schema}",
+            hint=f"known schema majors: {', '.join(KNOWN_SCHEMA_MAJORS)}",
+        )
+    product = str(meta.get("EXPORT_PRODUCT_VERSION", ""))
+    if not re.fullmatch(r"\d{4}\.\d+(\.\d+)*", product):
+        raise EvidenceError(f"{label}: no readable EXPORT_PRODUCT_VERSION in {meta_table}")
+    report = ProfileReport("nsys", product, "nsys-sqlite", layer="workload")
+    report.attributes.update({"schema_version": schema, "metadata_table": meta_table})
+    if KERNEL_TABLE not in tables:
+        report.limitations.append(f"no kernel activity: the export has no {KERNEL_TABLE} table")
+        return report
+    kcols = {r[1] for r in conn.execute(f"PRAGMA table_info({KERNEL_TABLE})")}
+    missing = [c for c in KERNEL_COLUMNS if c not in kcols]
+    if missing or "StringIds" not in tables:
+        raise EvidenceError(f"{label}: the kernel table lacks {missing or ['StringIds']}")
+    bad = conn.execute(
+        f"SELECT count(*) FROM {KERNEL_TABLE} WHERE end < start OR typeof(start) != 'integer' "
+        "OR typeof(end) != 'integer'"
+    ).fetchone()[0]
+    if bad:
+        raise EvidenceError(f"{label}: {bad} kernel rows with non-integer or reversed start/end")
+    orphan = conn.execute(
+        f"SELECT count(*) FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.demangledName "
+        "WHERE s.value IS NULL"
+    ).fetchone()[0]
+    if orphan:
+        raise EvidenceError(f"{label}: {orphan} kernel rows name no StringIds entry")
+    rows = conn.execute(
+        f"SELECT s.value, count(*), sum(k.end - k.start), min(k.end - k.start), "
+        f"max(k.end - k.start), min(k.start), max(k.end) FROM {KERNEL_TABLE} k "
+        "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value ORDER BY min(k.start)"
+    ).fetchall()
+    if not rows:
+        report.limitations.append(f"no kernel activity: {KERNEL_TABLE} is empty")
+        return report
+    grand = sum(r[2] for r in rows)
+    span_lo, span_hi = min(r[5] for r in rows), max(r[6] for r in rows)
+    for index, (name, count, total, low, high, _first, _last) in enumerate(rows):
+        kernel = report.kernel(name)
+        kernel.launches = count
+        offsets = ((count - 1) // 2, count // 2)
+        mids = [
+            conn.execute(
+                f"SELECT k.end - k.start FROM {KERNEL_TABLE} k JOIN StringIds s "
+                "ON s.id = k.demangledName WHERE s.value = ? ORDER BY 1 LIMIT 1 OFFSET ?",
+                (name, off),
+            ).fetchone()[0]
+            for off in offsets
+        ]
+        summary = {
+            "count": float(count), "total_ns": float(total), "mean_ns": total / count,
+            "median_ns": (mids[0] + mids[1]) / 2, "min_ns": float(low), "max_ns": float(high),
+        }  # fmt: skip
+        for shape in conn.execute(
+            f"SELECT DISTINCT gridX, gridY, gridZ, blockX, blockY, blockZ, streamId FROM "
+            f"{KERNEL_TABLE} k JOIN StringIds s ON s.id = k.demangledName WHERE s.value = ? "
+            "LIMIT 100",
+            (name,),
+        ):
+            kernel.grids.add(f"({shape[0]}, {shape[1]}, {shape[2]})")
+            kernel.blocks.add(f"({shape[3]}, {shape[4]}, {shape[5]})")
+            kernel.streams.add(str(shape[6]))
+        report.duration_summaries[name] = summary
+        report.facts.append(
+            (f"k{index}.share_of_kernel_time", total / grand if grand else None, "ratio", "")
+        )
+    report.facts.append(("kernel_time_total", float(grand), "ns", "sum over all kernels"))
+    report.facts.append(("kernel_span", float(span_hi - span_lo), "ns", "first start to last end"))
+    return report
+
+
+def parse_nsys_stats_csv(
+    source: str | Path | BinaryIO, *, tool_version: str, name: str | None = None
+) -> ProfileReport:
+    """Parse ``nsys stats --report cuda_gpu_kern_sum --format csv`` output (streaming).
+
+    Args:
+        source: a path or binary stream; lines before the exact header (nsys's "Processing ..."
+            notes) are skipped.
+        tool_version: nsys's version (``nsys --version``: ``2025.3.1.0``), which the CSV lacks.
+        name: the source's name in messages.
+    Returns: a workload-layer report (layout ``nsys-stats-kern-sum``) with per-kernel duration
+        statistics in ns and each kernel's ``Time (%)`` as a ratio fact.
+    Raises: EvidenceError for an unknown header, a value that does not parse, a row with the
+        wrong number of fields, or no header at all.
+    """
+    match = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", tool_version)
+    if match is None:
+        raise EvidenceError(f"no nsys version in {tool_version[:80]!r}")
+    label = name or (str(source) if isinstance(source, (str, Path)) else "nsys stats csv")
+    stream = open_binary(source) if isinstance(source, (str, Path)) else source
+    report = ProfileReport("nsys", match.group(1), "nsys-stats-kern-sum", layer="workload")
+    try:
+        lines = text_lines(stream, source=label)
+        for line in lines:
+            row = next(csv.reader([line]), [])
+            if tuple(row) == KERN_SUM_HEADER:
+                break
+            if row and row[0].startswith("Time"):
+                raise EvidenceError(f"{label}: unknown nsys stats header {line.strip()[:300]!r}")
+        else:
+            raise EvidenceError(f"{label}: no cuda_gpu_kern_sum CSV header found")
+        n = 0
+        for n, row in enumerate(csv.reader(lines, strict=True), start=1):
+            where = f"{label}: row {n}"
+            if len(row) != len(KERN_SUM_HEADER):
+                raise EvidenceError(f"{where}: {len(row)} fields, expected {len(KERN_SUM_HEADER)}")
+            pct, total, count, avg, med, low, high, _std = (
+                parse_number(v, where=f"{where} {h}")
+                for h, v in zip(KERN_SUM_HEADER, row[:8], strict=False)
+            )
+            kname = row[8]
+            if not kname or count != int(count) or count < 1 or not low <= med <= high:
+                raise EvidenceError(f"{where}: inconsistent kernel summary for {kname[:80]!r}")
+            index = len(report.kernels)
+            kernel = report.kernel(kname)
+            kernel.launches = int(count)
+            summary = {
+                "count": count, "total_ns": total, "mean_ns": avg, "median_ns": med,
+                "min_ns": low, "max_ns": high,
+            }  # fmt: skip
+            report.duration_summaries[kname] = summary
+            report.facts.append((f"k{index}.share_of_kernel_time", pct / 100.0, "ratio", ""))
+        if n == 0:
+            raise EvidenceError(f"{label}: the summary has no rows")
+    except csv.Error as exc:
+        raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
+    finally:
+        if isinstance(source, (str, Path)):
+            stream.close()
+    return report

@@ -1,0 +1,459 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, parsed in a stream.
+
+The top-level object holds ``schemaVersion``, ``deviceProperties``, the CUDA/CUPTI versions and
+``traceEvents``; events of category ``kernel`` are complete events (``ph: "X"``) whose ``ts`` and
+``dur`` are in microseconds (with ns decimals) and whose ``args`` hold ``device``, ``stream``,
+``grid`` and ``block``. ``pid``/``tid`` may be ints or strings. The reader walks the top-level
+object with the standard library's C JSON scanner one element at a time (``raw_decode``), so memory
+is bounded by the largest single event (at most :data:`MAX_EVENT_CHARS`) and the per-kernel state,
+not by the file. A trace without ``schemaVersion`` is refused; a trace that is not from a CUDA
+device (no CUDA runtime/CUPTI version and no device with a compute capability) is refused as out
+of scope.
+"""
+
+from __future__ import annotations
+
+import codecs
+import heapq
+import json
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers.common import ProfileReport, open_binary
+
+#: Trace schema versions whose layout is known (Kineto writes 1).
+KNOWN_SCHEMA_VERSIONS = (1,)
+#: Largest single JSON element accepted (characters); a larger one is refused, not buffered.
+MAX_EVENT_CHARS = 16 * 1024 * 1024
+#: Kernel events may arrive out of start order by at most this many events (per device).
+REORDER_WINDOW = 1 << 16
+_WS = " \t\r\n"
+_COUNTED = ("cuda_runtime", "cuda_driver", "cpu_op", "cuda_sync", "gpu_memcpy", "gpu_memset")
+
+
+class _Stream:
+    """Characters of a UTF-8 byte stream, with a decode position and refills on demand."""
+
+    def __init__(self, stream: BinaryIO, label: str, chunk_bytes: int = 1 << 20) -> None:
+        self.stream = stream
+        self.label = label
+        self.chunk_bytes = chunk_bytes
+        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.scanner = json.JSONDecoder()
+
+    def more(self) -> bool:
+        if self.eof:
+            return False
+        try:
+            chunk = self.stream.read(self.chunk_bytes)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise EvidenceError(f"{self.label}: the compressed stream is damaged ({exc})") from None
+        if b"\x00" in chunk:
+            raise EvidenceError(f"{self.label}: binary content (a NUL byte) in a JSON trace")
+        try:
+            text = self.decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError:
+            raise EvidenceError(f"{self.label}: not UTF-8 text; is it a binary file?") from None
+        if not chunk:
+            self.eof = True
+        if self.pos > (1 << 20):
+            self.buf, self.pos = self.buf[self.pos :], 0
+        self.buf += text
+        return bool(chunk)
+
+    def peek(self) -> str:
+        """The next non-whitespace character ('' at the end)."""
+        while True:
+            buf, pos = self.buf, self.pos
+            while pos < len(buf) and buf[pos] in _WS:
+                pos += 1
+            self.pos = pos
+            if pos < len(buf):
+                return buf[pos]
+            if not self.more():
+                return ""
+
+    def expect(self, chars: str, what: str) -> str:
+        got = self.peek()
+        if got == "" or got not in chars:
+            raise EvidenceError(
+                f"{self.label}: expected {what} at character {self.pos}, found "
+                f"{got or 'the end of the file'!r} (a truncated or malformed trace?)"
+            )
+        self.pos += 1
+        return got
+
+    def value(self) -> Any:
+        self.peek()
+        while True:
+            try:
+                value, end = self.scanner.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if self.eof or len(self.buf) - self.pos > MAX_EVENT_CHARS:
+                    raise EvidenceError(
+                        f"{self.label}: invalid JSON near character {self.pos} ({exc.msg})"
+                        if self.eof
+                        else f"{self.label}: one JSON element is larger than {MAX_EVENT_CHARS}"
+                    ) from None
+                self.more()
+                continue
+            except RecursionError:
+                raise EvidenceError(f"{self.label}: JSON nested too deeply") from None
+            if end >= len(self.buf) and not self.eof:  # a number may continue in the next chunk
+                self.more()
+                continue
+            self.pos = end
+            return value
+
+
+def _number(value: Any, what: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise EvidenceError(f"{where}: {what} {value!r} is not a number")
+    return float(value)
+
+
+def _shape(value: Any, what: str, where: str) -> str:
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)
+    ):
+        raise EvidenceError(f"{where}: {what} {value!r} is not three non-negative integers")
+    return f"({value[0]}, {value[1]}, {value[2]})"
+
+
+class _Busy:
+    """Union of kernel intervals of one device in ns, from nearly ordered starts."""
+
+    def __init__(self, label: str) -> None:
+        self.heap: list[tuple[int, int]] = []
+        self.start: int | None = None
+        self.end = 0
+        self.busy = 0
+        self.label = label
+
+    def add(self, start: int, end: int) -> None:
+        heapq.heappush(self.heap, (start, end))
+        if len(self.heap) > REORDER_WINDOW:
+            self._merge(*heapq.heappop(self.heap))
+
+    def _merge(self, start: int, end: int) -> None:
+        if self.start is None:
+            self.start, self.end = start, end
+            return
+        if start < self.start:
+            raise EvidenceError(
+                f"{self.label}: kernel events are out of order by more than {REORDER_WINDOW} "
+                "events; the busy fraction cannot be computed in bounded memory"
+            )
+        if start > self.end:
+            self.busy += self.end - self.start
+            self.start, self.end = start, end
+        else:
+            self.start = start if start < self.start else self.start
+            self.end = max(self.end, end)
+
+    def total(self) -> int:
+        while self.heap:
+            self._merge(*heapq.heappop(self.heap))
+        if self.start is None:
+            return 0
+        return self.busy + self.end - self.start
+
+
+def parse_torch_trace(
+    source: str | Path | BinaryIO, *, torch_version: str | None = None, name: str | None = None
+) -> ProfileReport:
+    """Parse a PyTorch profiler Chrome trace (``export_chrome_trace``), streaming.
+
+    Args:
+        source: a path (plain or gzip) or a binary stream.
+        torch_version: the PyTorch version that wrote it, when known (the trace does not state
+            it); recorded as the tool version, else the trace's schema and CUPTI versions are.
+        name: the source's name in messages.
+    Returns: a workload-layer report (layout ``torch-chrome-trace``): per kernel name the exact
+        duration statistics (ns), grids, blocks and streams; facts: per device the GPU kernel
+        busy fraction (union of kernel intervals over the span of all complete events) and the
+        span in ns, and the counts / total durations of the CUDA runtime, CPU op and sync
+        categories.
+    Raises: EvidenceError for invalid or truncated JSON, a missing or unknown ``schemaVersion``,
+        a trace not from a CUDA device, a kernel event without its key fields, a duplicate
+        top-level key.
+    """
+    label = name or (str(source) if isinstance(source, (str, Path)) else "PyTorch trace")
+    stream = open_binary(source) if isinstance(source, (str, Path)) else source
+    try:
+        return _parse(_Stream(stream, label), label, torch_version)
+    finally:
+        if isinstance(source, (str, Path)):
+            stream.close()
+
+
+def _parse(js: _Stream, label: str, torch_version: str | None) -> ProfileReport:
+    report = ProfileReport("torch.profiler", "pending", "torch-chrome-trace", layer="workload")
+    header: dict[str, Any] = {}
+    busy: dict[int, _Busy] = {}
+    counted = {cat: [0, 0] for cat in _COUNTED}
+    span = [None, None]  # type: list[int | None]
+    events = 0
+    js.expect("{", "the trace's opening '{'")
+    if js.peek() == "}":
+        js.pos += 1
+    else:
+        while True:
+            key = js.value()
+            if not isinstance(key, str):
+                raise EvidenceError(f"{label}: a top-level key is not a string")
+            if key in header:
+                raise EvidenceError(f"{label}: top-level key {key!r} appears twice")
+            js.expect(":", "':'")
+            if key == "traceEvents":
+                header[key] = True
+                js.expect("[", "the traceEvents array")
+                if js.peek() == "]":
+                    js.pos += 1
+                else:
+                    slow_left = 0  # after a failed fast batch, this many elements go slowly
+                    while True:
+                        done = 0
+                        if slow_left == 0:
+                            done = _fast_batch(js, report, busy, counted, span, label, events + 1)
+                            slow_left = 0 if done else SLOW_AFTER_MISS
+                        if done:
+                            events += done
+                        else:
+                            slow_left -= 1
+                            events += 1
+                            _event(js.value(), report, busy, counted, span, label, events)
+                        if js.expect(",]", "',' or ']' in traceEvents") == "]":
+                            break
+            else:
+                header[key] = js.value()
+            if js.expect(",}", "',' or '}'") == "}":
+                break
+    if js.peek() != "":
+        raise EvidenceError(f"{label}: content after the trace's closing '}}'")
+    _finish(report, header, busy, counted, span, label, events, torch_version)
+    return report
+
+
+def _event(
+    event: Any,
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    index: int,
+) -> None:
+    if not isinstance(event, dict):
+        raise EvidenceError(f"{label}: trace event {index} is not an object")
+    if event.get("ph") != "X":
+        return
+    cat = event.get("cat")
+    where = f"{label}: event {index}"
+    _record(
+        cat,
+        event.get("name"),
+        _number(event.get("ts"), "ts", where),
+        _number(event.get("dur"), "dur", where),
+        event.get("args") if cat == "kernel" else None,
+        report, busy, counted, span, where,
+    )  # fmt: skip
+
+
+def _record(
+    cat: Any,
+    name: Any,
+    ts_us: float,
+    dur_us: float,
+    args: Any,
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    where: str,
+) -> None:
+    """Account one complete event (``ts``/``dur`` in microseconds) in ns."""
+    start = round(ts_us * 1000)
+    dur = round(dur_us * 1000)
+    if dur < 0:
+        raise EvidenceError(f"{where}: negative dur")
+    lo, hi = span
+    span[0] = start if lo is None or start < lo else lo
+    span[1] = start + dur if hi is None or start + dur > hi else hi
+    if cat == "kernel":
+        if not isinstance(args, dict) or not isinstance(name, str) or not name:
+            raise EvidenceError(f"{where}: a kernel event without its name or args")
+        device, stream = args.get("device"), args.get("stream")
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise EvidenceError(f"{where}: kernel args.device {device!r} is not an integer")
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            raise EvidenceError(f"{where}: kernel args.stream {stream!r} is not an integer")
+        kernel = report.kernel(name)
+        kernel.launches += 1
+        kernel.durations.add(dur)
+        kernel.grids.add(_shape(args.get("grid"), "grid", where))
+        kernel.blocks.add(_shape(args.get("block"), "block", where))
+        kernel.streams.add(str(stream))
+        tracker = busy.get(device)
+        if tracker is None:
+            tracker = busy[device] = _Busy(where.split(": event")[0])
+        tracker.add(start, start + dur)
+    elif cat in counted:
+        counted[cat][0] += 1
+        counted[cat][1] += dur
+
+
+class _Event(msgspec.Struct):
+    """The fields of a trace event that perfledger reads (others are skipped unparsed)."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+_BATCH = msgspec.json.Decoder(list[_Event])
+#: Characters of events decoded per batch on the fast path.
+BATCH_CHARS = 1 << 20
+#: Elements read one by one after a fast batch failed, before the fast path is tried again.
+SLOW_AFTER_MISS = 256
+
+
+def _fast_batch(
+    js: _Stream,
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    index: int,
+) -> int:
+    """Decode as many whole events as the buffer holds, in one typed msgspec call, starting at
+    ``js.pos`` (the start of an element). Returns how many were read (0: use the slow path).
+
+    A batch ends at a ``}`` followed by ``,``; a split inside a string or a nested object cannot
+    decode as a list of events, so a successful decode ends exactly at element boundaries.
+    Anything the typed decoder refuses is left to the slow path and its precise message."""
+    js.peek()
+    while len(js.buf) - js.pos < BATCH_CHARS and js.more():
+        pass
+    buf, pos = js.buf, js.pos
+    end = len(buf)
+    for _attempt in range(4):
+        close = buf.rfind("}", pos, end)
+        if close < 0:
+            return 0
+        after = close + 1
+        while after < len(buf) and buf[after] in _WS:
+            after += 1
+        end = close
+        if after >= len(buf) or buf[after] != ",":
+            continue
+        try:
+            events = _BATCH.decode(("[" + buf[pos : close + 1] + "]").encode())
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        lo, hi = span
+        for offset, ev in enumerate(events):
+            if ev.ph != "X":
+                continue
+            ts_us, dur_us, cat = ev.ts, ev.dur, ev.cat
+            if ts_us is None or dur_us is None:
+                raise EvidenceError(f"{label}: event {index + offset}: no ts or dur")
+            if cat == "kernel" or dur_us < 0:
+                where = f"{label}: event {index + offset}"
+                try:
+                    args = msgspec.json.decode(ev.args) if ev.args else None
+                except msgspec.DecodeError as exc:
+                    raise EvidenceError(f"{where}: kernel args: {exc}") from None
+                span[0], span[1] = lo, hi
+                _record(cat, ev.name, ts_us, dur_us, args, report, busy, counted, span, where)
+                lo, hi = span
+                continue
+            # the common case, inlined: the span and the counted categories (see _record)
+            start = round(ts_us * 1000)
+            end = start + round(dur_us * 1000)
+            if lo is None or start < lo:
+                lo = start
+            if hi is None or end > hi:
+                hi = end
+            tally = counted.get(cat) if cat is not None else None
+            if tally is not None:
+                tally[0] += 1
+                tally[1] += end - start
+        span[0], span[1] = lo, hi
+        js.pos = close + 1
+        return len(events)
+    return 0
+
+
+def _finish(
+    report: ProfileReport,
+    header: dict[str, Any],
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    events: int,
+    torch_version: str | None,
+) -> None:
+    schema = header.get("schemaVersion")
+    if "schemaVersion" not in header:
+        raise EvidenceError(f"{label}: no schemaVersion: not a PyTorch profiler (Kineto) trace")
+    if schema not in KNOWN_SCHEMA_VERSIONS or isinstance(schema, bool):
+        raise EvidenceError(f"{label}: unknown trace schemaVersion {schema!r}")
+    if "traceEvents" not in header:
+        raise EvidenceError(f"{label}: no traceEvents array")
+    devices = header.get("deviceProperties", [])
+    if not isinstance(devices, list) or any(not isinstance(d, dict) for d in devices):
+        raise EvidenceError(f"{label}: deviceProperties is not a list of objects")
+    cuda = [d for d in devices if "computeMajor" in d and "computeMinor" in d]
+    cupti = header.get("cupti_version")
+    runtime = header.get("cuda_runtime_version")
+    if not cuda and cupti is None and runtime is None:
+        raise EvidenceError(
+            f"{label}: out of scope: the trace is not from a CUDA device (no device with a "
+            "compute capability, no CUDA runtime or CUPTI version)",
+            hint="perfledger reads PyTorch traces of CUDA workloads only",
+        )
+    report.tool_version = (
+        torch_version
+        if torch_version
+        else f"kineto trace schema {schema}, CUPTI {cupti}, CUDA runtime {runtime}"
+    )
+    report.attributes.update(
+        {
+            "schema_version": str(schema),
+            "cupti_version": str(cupti),
+            "cuda_runtime_version": str(runtime),
+            "cuda_driver_version": str(header.get("cuda_driver_version")),
+            "events": str(events),
+        }
+    )
+    for d in cuda:
+        report.attributes[f"device{d.get('id')}"] = (
+            f"{d.get('name')} (compute {d.get('computeMajor')}.{d.get('computeMinor')})"
+        )
+    window = (span[1] - span[0]) if span[0] is not None and span[1] is not None else 0
+    report.facts.append(("trace_span", float(window), "ns", "first start to last end, all events"))
+    for device, tracker in sorted(busy.items()):
+        kernel_busy = tracker.total()
+        report.facts.append((f"gpu{device}.kernel_busy", float(kernel_busy), "ns", "union"))
+        fraction = kernel_busy / window if window else None
+        report.facts.append((f"gpu{device}.busy_fraction", fraction, "ratio", "kernels / span"))
+    for cat, (count, total) in counted.items():
+        report.facts.append((f"{cat}.count", float(count), "", ""))
+        report.facts.append((f"{cat}.total", float(total), "ns", "sum of durations"))
+    if not report.kernels:
+        report.limitations.append("no CUDA kernel events in the trace")
