@@ -234,6 +234,9 @@ class CudaBackend:
         dims: the dims; entry: the kernel's ``extern "C"`` entry point.
         ncu: the ncu executable (None: looked up on PATH).
         ncu_timeout_s: limit of one ncu run (s).
+        max_gpu_s: the stopping rule's hard cap of GPU seconds per subject (s); lower than the
+            harness's default (15 s) because a loop compares many candidates; the harness's
+            recorded stop reason says when the cap, not the noise, stopped a comparison.
     """
 
     reference: Path
@@ -241,6 +244,7 @@ class CudaBackend:
     entry: str
     ncu: str | None = None
     ncu_timeout_s: float = 300.0
+    max_gpu_s: float = 3.0
     kind: str = field(default="cuda", init=False)
     _harness: Any = field(default=None, init=False, repr=False)
 
@@ -257,18 +261,23 @@ class CudaBackend:
     def harness(self) -> Any:
         """The harness for this problem (built once)."""
         if self._harness is None:
+            import numpy as np
+
             from perfledger.kernels import harness as h
 
             ref = self._module()
             dims = dict(self.dims)
             problem = h.Problem(
                 name=self.entry,
-                make_inputs=lambda rng: ref.make_inputs(rng, dims),
+                make_inputs=lambda seed: ref.make_inputs(np.random.default_rng(seed), dims),
                 reference=lambda inputs: ref.reference(inputs, dims),
                 outputs=ref.outputs(dims),
                 bytes_per_call=ref.bytes_per_call(dims) if hasattr(ref, "bytes_per_call") else None,
             )
-            self._harness = h.Harness(problem)
+            from perfledger.kernels.stopping import StoppingRule
+
+            config = h.HarnessConfig(stopping=StoppingRule(max_gpu_s=self.max_gpu_s))
+            self._harness = h.Harness(problem, config)
         return self._harness
 
     def subject(self, kernel: Path) -> Any:
@@ -304,33 +313,21 @@ class CudaBackend:
         )
 
     def environment(self) -> tuple[dict[str, str | None], list[str]]:
-        """GPU identity through CuPy and the tools' versions; missing items are None."""
-        env: dict[str, str | None] = {
-            "host_os": platform.platform(),
-            "python": platform.python_version(),
-            "gpu": None,
-            "compute_capability": None,
-            "driver": None,
-            "cuda": None,
-            "cupy": None,
-            "ncu": None,
-        }
-        limitations: list[str] = []
-        try:
-            import cupy
+        """The environment identity of :func:`perfledger.kernels.env.collect` (GPU, UUID,
+        compute capability, driver, CUDA, CuPy, nvcc, ncu, host), flattened to strings; missing
+        items are None and listed as a limitation."""
+        from perfledger.kernels.env import VOLATILE_FIELDS, collect
 
-            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
-            name = props["name"]
-            env["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
-            env["compute_capability"] = f"{props['major']}.{props['minor']}"
-            env["driver"] = str(cupy.cuda.runtime.driverGetVersion())
-            env["cuda"] = str(cupy.cuda.runtime.runtimeGetVersion())
-            env["cupy"] = cupy.__version__
-        except Exception as exc:  # no CuPy or no device: recorded, not guessed
-            limitations.append(f"no CUDA device through CuPy: {exc}")
-        version = self._ncu_version()
-        env["ncu"] = version
-        if version is None:
+        found = collect()
+        env: dict[str, str | None] = {
+            name: None if value is None else str(value)
+            for name, value in found.identity_fields().items()
+            if name not in VOLATILE_FIELDS
+        }
+        limitations = (
+            [f"missing from the environment: {', '.join(found.missing)}"] if found.missing else []
+        )
+        if self._ncu_version() is None:
             limitations.append("ncu not found: no input or candidate profiles (R16)")
         return env, limitations
 
@@ -386,15 +383,24 @@ class CudaBackend:
 
     def compare(self, best: Path, cand: Path, pairs: int) -> tuple[list[dict[str, Any]], bool, str]:
         """The harness's paired ABBA comparison (each pair one cold sample per subject)."""
+        from perfledger.kernels.harness import abba_blocks
+
         comparison = self.harness().compare(self.subject(best), self.subject(cand))
         if comparison.ref is None or comparison.cand is None:
             return [], comparison.cand_correctness.ok, f"not timed: {comparison.flags}"
+        # one pair per ABBA block (its AB and BA samples of each subject), as the harness pairs
+        a_blocks, _ = abba_blocks(comparison.ref.samples_s, comparison.cand.samples_s)
+        ref_s, cand_s = comparison.ref.samples_s, comparison.cand.samples_s
         out = [
-            {"ref_ms": [r * 1e3], "cand_ms": [c * 1e3]}
-            for r, c in zip(comparison.ref.samples_s, comparison.cand.samples_s, strict=True)
-        ]
+            {"ref_ms": [ref_s[2 * j] * 1e3, ref_s[2 * j + 1] * 1e3],
+             "cand_ms": [cand_s[2 * j] * 1e3, cand_s[2 * j + 1] * 1e3]}
+            for j in range(len(a_blocks))
+        ]  # fmt: skip
         cand_ok = comparison.cand_correctness.ok and not comparison.cand.recheck_failures
-        note = f"{len(out)} ABBA pairs, stop: {comparison.stop_reason}; flags: {comparison.flags}"
+        note = (
+            f"{len(out)} ABBA blocks ({len(comparison.pair_orders)} pairs), stop: "
+            f"{comparison.stop_reason}; flags: {comparison.flags}"
+        )
         return out, cand_ok, note
 
     def _ncu_version(self) -> str | None:
