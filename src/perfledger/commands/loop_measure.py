@@ -352,11 +352,15 @@ class CudaBackend:
     def time(self, kernel: Path) -> dict[str, Any]:
         """The harness's cold-L2 timing with its stopping rule."""
         measurement = self.harness().measure(self.subject(kernel))
-        if measurement.timing is None or not measurement.ok:
-            raise BadRequest(f"{kernel.name} could not be timed: {measurement.flags}")
+        if measurement.timing is None or not measurement.correctness.ok:
+            raise BadRequest(
+                f"{kernel.name} could not be timed: {measurement.correctness.reasons} "
+                f"{measurement.flags}"
+            )
+        flags = f"; flags: {', '.join(measurement.flags)}" if measurement.flags else ""
         return {
             "samples_ms": [s * 1e3 for s in measurement.timing.samples_s],
-            "stop_reason": measurement.stop_reason or "",
+            "stop_reason": (measurement.stop_reason or "") + flags,
         }
 
     def time_reference(self) -> dict[str, Any] | None:
@@ -428,6 +432,7 @@ class CudaBackend:
         if exe is None or version is None:
             return {"tool": "ncu", "tool_version": "unavailable", "metrics": {}, "units": {},
                     "limitations": ["ncu not found on PATH"]}  # fmt: skip
+        from perfledger.errors import EvidenceError
         from perfledger.kernels.profilers.ncu import parse_ncu_csv
 
         with tempfile.TemporaryDirectory(prefix="perfledger-ncu-") as tmp:
@@ -452,7 +457,11 @@ class CudaBackend:
                     f"ncu exited with {proc.returncode}",
                     hint=(proc.stderr.decode(errors="replace") + text)[-800:],
                 )
-            report = parse_ncu_csv(out_csv, tool_version=version, name="ncu raw page")
+            try:
+                report = parse_ncu_csv(out_csv, tool_version=version, name="ncu raw page")
+            except EvidenceError as exc:  # recorded as what ncu could not give, never guessed
+                return {"tool": "ncu", "tool_version": version, "metrics": {}, "units": {},
+                        "limitations": [f"the ncu report could not be parsed: {exc.message}"]}  # fmt: skip
         wanted = set(cat.catalog_metric_names(catalog))
         metrics: dict[str, float] = {}
         units: dict[str, str] = {}
@@ -465,7 +474,7 @@ class CudaBackend:
             for metric, stat in stats.items():
                 if metric in wanted and stat.mean is not None:
                     metrics[metric] = float(stat.mean)
-                    units[metric] = stat.unit
+                    units[metric] = stat.unit or "1"  # "1": dimensionless (ratios, counts)
         metrics[LAUNCHES_METRIC] = float(launches)
         units[LAUNCHES_METRIC] = "launches"
         limitations = list(report.limitations)

@@ -33,11 +33,22 @@ def main(argv: list[str]) -> int:
     subject = backend.subject(Path(kernel))
     subject.kernel()  # compile outside the profiled range
     cupy.cuda.Device().synchronize()
-    cupy.cuda.runtime.profilerStart()
+    start, stop = _profiler_range(cupy)
+    start()
     subject(inputs, outputs)
     cupy.cuda.Device().synchronize()
-    cupy.cuda.runtime.profilerStop()
+    stop()
     return 0
+
+
+def _profiler_range(cupy: object) -> tuple[object, object]:
+    """cudaProfilerStart/Stop as CuPy exposes them (runtime functions, else the profiler module)."""
+    runtime = cupy.cuda.runtime  # type: ignore[attr-defined]
+    if hasattr(runtime, "profilerStart"):
+        return runtime.profilerStart, runtime.profilerStop
+    from cupy.cuda import profiler
+
+    return profiler.start, profiler.stop
 
 
 if __name__ == "__main__":
