@@ -9,6 +9,7 @@ always renders to the same text, so an auditor can re-render it from a clone.
 
 from __future__ import annotations
 
+from perfledger.events.catalog import metric_value
 from perfledger.events.loop import AXES
 from perfledger.events.workflow import DerivedVerdict
 from perfledger.projections.loop import RunView, input_profile, lineage
@@ -165,15 +166,14 @@ def render_summary(run: RunView) -> str:
             + (f"; limitations: {'; '.join(profile.limitations)}" if profile.limitations else "")
         )
         for axis in AXES:
-            names = profile.top.get(axis, ())
-            values = ", ".join(
-                f"`{n}` = {profile.metrics[n]:.4g} {profile.units.get(n, '')}".rstrip()
-                for n in names
-                if n in profile.metrics
-            )
-            derived = [n for n in names if n not in profile.metrics]
-            if derived:
-                values += (", " if values else "") + ", ".join(f"`{n}` (derived)" for n in derived)
+            parts = []
+            for name in profile.top.get(axis, ()):
+                value = metric_value(setup.catalog, profile.metrics, name)
+                if value is None:
+                    continue
+                unit = profile.units.get(name, "derived" if name not in profile.metrics else "")
+                parts.append(f"`{name}` = {value:.4g} {unit}".rstrip())
+            values = ", ".join(parts)
             lines.append(f"- {axis}: {values or '(none recorded)'}")
         lines.append("")
     if not any_profile:
