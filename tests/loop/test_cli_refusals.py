@@ -29,9 +29,9 @@ def test_refused_selection_changes_nothing_and_names_its_rule(loop_cli, tmp_path
     )  # fmt: skip
     head = _head(loop_cli.ledger)
     cases = {
-        # compute.vectorize IS triggered (thousands of calls): no_trigger is false
+        # nothing was selected yet: "already_selected" is false
         "R24": {"compute": {"chosen": "compute.fuse_passes", "skipped": [
-                    {"method": "compute.vectorize", "reason": "no_trigger"}]},
+                    {"method": "compute.vectorize", "reason": "already_selected"}]},
                 "memory": {"chosen": "memory.in_place"},
                 "latency": {"chosen": "latency.threads", "skipped": [
                     {"method": "latency.batching", "reason": "skip_condition"},
