@@ -423,22 +423,21 @@ class CudaBackend:
             return None
 
     def profile(self, kernel: Path, catalog: Catalog) -> dict[str, Any]:
-        """Run ncu (``--set full``, raw page, base units, ``--profile-from-start off``) on one
-        launch of ``kernel``; keep the catalog's metrics of the entry kernel (means over its
-        launches) and the launches counted. ``ERR_NVGPUCTRPERM`` is a limitation with no
-        metrics (R16)."""
+        """Run ncu on one launch of ``kernel`` (``--profile-from-start off``, raw page, base
+        units, exactly the catalog's metrics: ``--set full`` also collects metrics in units the
+        strict parser refuses, e.g. ``byte/cycle``) and keep them via
+        :func:`profile_from_ncu_csv`. ``ERR_NVGPUCTRPERM`` is a limitation with no metrics
+        (R16)."""
         exe = self.ncu or shutil.which("ncu")
         version = self._ncu_version()
         if exe is None or version is None:
             return {"tool": "ncu", "tool_version": "unavailable", "metrics": {}, "units": {},
                     "limitations": ["ncu not found on PATH"]}  # fmt: skip
-        from perfledger.errors import EvidenceError
-        from perfledger.kernels.profilers.ncu import parse_ncu_csv
-
         with tempfile.TemporaryDirectory(prefix="perfledger-ncu-") as tmp:
             out_csv = Path(tmp) / "raw.csv"
             cmd = [
-                exe, "--csv", "--page", "raw", "--print-units", "base", "--set", "full",
+                exe, "--csv", "--page", "raw", "--print-units", "base",
+                "--metrics", ",".join(cat.catalog_metric_names(catalog)),
                 "--profile-from-start", "off", "--clock-control", "none",
                 sys.executable, "-m", "perfledger.commands.loop_ncu_target",
                 str(kernel), str(self.reference), json.dumps(self.dims), self.entry,
@@ -457,28 +456,45 @@ class CudaBackend:
                     f"ncu exited with {proc.returncode}",
                     hint=(proc.stderr.decode(errors="replace") + text)[-800:],
                 )
-            try:
-                report = parse_ncu_csv(out_csv, tool_version=version, name="ncu raw page")
-            except EvidenceError as exc:  # recorded as what ncu could not give, never guessed
-                return {"tool": "ncu", "tool_version": version, "metrics": {}, "units": {},
-                        "limitations": [f"the ncu report could not be parsed: {exc.message}"]}  # fmt: skip
-        wanted = set(cat.catalog_metric_names(catalog))
-        metrics: dict[str, float] = {}
-        units: dict[str, str] = {}
-        launches = 0
-        for name, summary in report.kernels.items():
-            stats = summary.metrics
-            launches += summary.launches
-            if name != self.entry and not name.startswith(self.entry):
-                continue
-            for metric, stat in stats.items():
-                if metric in wanted and stat.mean is not None:
-                    metrics[metric] = float(stat.mean)
-                    units[metric] = stat.unit or "1"  # "1": dimensionless (ratios, counts)
-        metrics[LAUNCHES_METRIC] = float(launches)
-        units[LAUNCHES_METRIC] = "launches"
-        limitations = list(report.limitations)
-        if not any(n == self.entry or n.startswith(self.entry) for n in report.kernels):
-            limitations.append(f"ncu profiled no launch of {self.entry}: {sorted(report.kernels)}")
-        return {"tool": "ncu", "tool_version": version, "metrics": metrics, "units": units,
-                "limitations": limitations}  # fmt: skip
+            return profile_from_ncu_csv(out_csv, version, catalog, self.entry)
+
+
+def profile_from_ncu_csv(
+    path: Path, version: str, catalog: Catalog, entry: str, *, grouping: str = "none"
+) -> dict[str, Any]:
+    """The loop's profile from an ncu ``--page raw`` CSV (base units, no digit grouping): the
+    catalog's metrics of the ``entry`` kernel (means over its launches, in ncu's base units;
+    ``"1"`` for a dimensionless one), the launches of every kernel in the profiled range as
+    :data:`LAUNCHES_METRIC`, and the parser's limitations. A report the strict parser refuses
+    is a limitation with no metrics (R16: never guessed). ``grouping``: the digit grouping of
+    ncu's locale (``none`` under ``LC_ALL=C``, as :meth:`CudaBackend.profile` runs it).
+
+    Returns: ``{"tool", "tool_version", "metrics", "units", "limitations"}``.
+    """
+    from perfledger.errors import EvidenceError
+    from perfledger.kernels.profilers.ncu import parse_ncu_csv
+
+    try:
+        report = parse_ncu_csv(path, tool_version=version, grouping=grouping, name="ncu raw page")
+    except EvidenceError as exc:
+        return {"tool": "ncu", "tool_version": version, "metrics": {}, "units": {},
+                "limitations": [f"the ncu report could not be parsed: {exc.message}"]}  # fmt: skip
+    wanted = set(cat.catalog_metric_names(catalog))
+    metrics: dict[str, float] = {}
+    units: dict[str, str] = {}
+    launches = 0
+    for name, summary in report.kernels.items():
+        launches += summary.launches
+        if name != entry and not name.startswith(entry):
+            continue
+        for metric, stat in summary.metrics.items():
+            if metric in wanted and stat.mean is not None:
+                metrics[metric] = float(stat.mean)
+                units[metric] = stat.unit or "1"  # "1": dimensionless (ratios, counts)
+    metrics[LAUNCHES_METRIC] = float(launches)
+    units[LAUNCHES_METRIC] = "launches"
+    limitations = list(report.limitations)
+    if not any(n == entry or n.startswith(entry) for n in report.kernels):
+        limitations.append(f"ncu profiled no launch of {entry}: {sorted(report.kernels)}")
+    return {"tool": "ncu", "tool_version": version, "metrics": metrics, "units": units,
+            "limitations": limitations}  # fmt: skip
