@@ -3,20 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from subprocess_env import isolated_env, perfledger_command
-
-ROOT = Path(__file__).resolve().parents[2]
-CPU_EXAMPLE = ROOT / "examples" / "loop" / "cpu"
-CUDA_EXAMPLE = ROOT / "examples" / "loop" / "cuda"
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -43,9 +37,3 @@ def loop_cli(tmp_path: Path) -> Cli:
 
     run.ledger = ledger  # type: ignore[attr-defined]
     return run
-
-
-def answer(proc: subprocess.CompletedProcess[str]) -> Any:
-    """The one JSON object a ``--json`` command printed (asserting exit 0)."""
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import CPU_EXAMPLE, answer
+from loop_paths import CPU_EXAMPLE, answer
 
 
 def _head(ledger: Path) -> str:

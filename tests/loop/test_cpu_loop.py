@@ -11,7 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import CPU_EXAMPLE, answer
+from loop_paths import CPU_EXAMPLE, answer
 
 DIMS = '{"M": 64, "N": 256}'
 

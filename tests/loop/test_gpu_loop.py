@@ -15,8 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from conftest import CUDA_EXAMPLE, answer
+from loop_paths import CUDA_EXAMPLE, answer
 
 pytestmark = pytest.mark.gpu
 

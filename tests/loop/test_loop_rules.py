@@ -209,8 +209,6 @@ def test_profiles_are_never_overwritten(ledger: Ledger) -> None:
     assert ledger.head() == head
 
 
-
-
 def test_proposed_selection_is_accepted_by_the_rules(ledger: Ledger) -> None:
     from perfledger.commands.loop_rules import propose_selection
 
