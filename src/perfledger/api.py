@@ -22,6 +22,7 @@ from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
+    from perfledger.ledger.sync import LastPull, PullResult, PushResult, SyncResult
     from perfledger.ledger.verify import VerifyReport
     from perfledger.projections.base import Projection
 
@@ -199,6 +200,14 @@ class Ledger:
         """Return the event with ``event_id`` (full id or unique prefix of >= 4 characters)."""
         return self.store.get_event(event_id)
 
+    def payload(self, event_id: str) -> Any:
+        """Return the payload of event ``event_id`` decoded as its kind's current Struct (old
+        schema versions upcast). Raises: BadRequest for an unknown id; IntegrityError for a
+        payload that does not fit its schema."""
+        from perfledger.events.kinds import recorded
+
+        return recorded(self.get(event_id)).payload
+
     def artifact(self, event_id: str, name: str) -> bytes:
         """Return an event's artifact after checking its blake3 and size."""
         return self.store.read_artifact(event_id, name)
@@ -317,10 +326,26 @@ class Ledger:
         memo.dirty = 0
 
     def state_hash(self) -> str:
-        """Return the blake3 hash of the canonical encoding of :meth:`state`."""
+        """Return the blake3 hash (hex) of the canonical encoding of :meth:`state`."""
+        return self.state_hash_at(self.head())
+
+    def state_hash_at(self, head: str) -> str:
+        """Return the blake3 hash (hex) of the canonical encoding of :meth:`state_at` ``head``.
+
+        Cached beside the state snapshot (derived data: ``verify`` and ``audit`` recompute it
+        from zero): hashing a large state costs seconds, and it changes only with the head.
+        """
+        from perfledger.ledger.cache import StateHash, load_state_hash, save_state_hash
         from perfledger.projections.ledger_state import state_hash
 
-        return state_hash(self.state())
+        derived, name, version = self.store.derived_dir, self.projection.name, self._code_version()
+        cached = load_state_hash(derived, name, head, version)
+        if cached is not None:
+            return cached
+        value = state_hash(self.state_at(head))
+        with contextlib.suppress(OSError):  # a read-only ledger only loses speed
+            save_state_hash(derived, name, StateHash(head, version, value))
+        return value
 
     # -- verification ------------------------------------------------------------------------
 
@@ -340,6 +365,56 @@ class Ledger:
         if report.ok:
             report.extra["state_hash"] = state_hash(holder[0])
         return report
+
+
+    # -- sync (issue 7) --------------------------------------------------------------------
+
+    @classmethod
+    def clone(
+        cls, url: str, path: str | os.PathLike[str], *, remote: str = "origin"
+    ) -> tuple[Ledger, PullResult]:
+        """Clone the ledger at ``url`` (a path, ``file://``, ``git://``, ``ssh://``,
+        ``http(s)://``) into a new bare repository at ``path``, verified before its ref is
+        written; see :func:`perfledger.ledger.sync.clone`. Returns (the ledger, what came)."""
+        from perfledger.ledger.sync import clone
+
+        store, result = clone(url, path, name=remote)
+        return cls(store), result
+
+    def pull(self, remote: str | None = None) -> PullResult:
+        """Fetch, verify and join the remote's events (fast-forward or a merge commit that
+        carries no event); see :func:`perfledger.ledger.sync.pull` for the errors."""
+        from perfledger.ledger.sync import pull
+
+        return pull(self.store, remote)
+
+    def push(self, remote: str | None = None) -> PushResult:
+        """Push the head to the remote, fast-forward only (NonFastForward: pull first); see
+        :func:`perfledger.ledger.sync.push`."""
+        from perfledger.ledger.sync import push
+
+        return push(self.store, remote)
+
+    def sync(self, remote: str | None = None) -> SyncResult:
+        """Pull then push, retried when another machine pushed in between; see
+        :func:`perfledger.ledger.sync.sync`."""
+        from perfledger.ledger.sync import sync
+
+        return sync(self.store, remote)
+
+    def changes_since(self, old_head: str | None, new_head: str | None = None) -> list[Envelope]:
+        """The events reachable from ``new_head`` (default: the head) and not from ``old_head``
+        (hex; None: all), in the total order; see :func:`perfledger.ledger.sync.changes_since`."""
+        from perfledger.ledger.sync import changes_since
+
+        return changes_since(self.store, old_head, new_head)
+
+    def changes_since_last_pull(self) -> tuple[LastPull | None, list[Envelope]]:
+        """(the last pull's record, the events it brought that were not in the local head
+        before it); (None, []) when never pulled. For ``perfledger resume``."""
+        from perfledger.ledger.sync import changes_since_last_pull
+
+        return changes_since_last_pull(self.store)
 
 
 def _refuse_decision_kinds(kinds: Sequence[str]) -> None:

@@ -124,9 +124,9 @@ class Child:
 
         real_pack_loose = packing.pack_loose
 
-        def pack_loose(store):  # type: ignore[no-untyped-def]
+        def pack_loose(store, **kwargs):  # type: ignore[no-untyped-def]
             child.mark("pack+")
-            n = real_pack_loose(store)
+            n = real_pack_loose(store, **kwargs)
             child.mark("pack-")
             return n
 
@@ -140,8 +140,8 @@ class Child:
 
         real_write_pack = packing.write_pack
 
-        def write_pack(pack_dir, objects):  # type: ignore[no-untyped-def]
-            base = real_write_pack(pack_dir, objects)
+        def write_pack(pack_dir, objects, **kwargs):  # type: ignore[no-untyped-def]
+            base = real_write_pack(pack_dir, objects, **kwargs)
             child.point("after_pack_write")
             return base
 
@@ -160,18 +160,16 @@ class Child:
             real_remove_pack(self, pack)
             child.point("mid_merge")
 
-        real_fsync = os.fsync
+        real_replace = os.replace
         match = self.args.crash_match
 
-        def fsync(fd: int) -> None:
-            # Files are fsynced before they are renamed into place, so a kill here leaves the
-            # temporary/lock file behind, whatever names the store uses for it.
+        def replace(src, dst):  # type: ignore[no-untyped-def]
+            # Files are written (and, with the fsync method, fsynced) before they are renamed
+            # into place, so a kill here leaves the temporary/lock file behind, whatever names
+            # the store uses for it and whichever durability method it runs.
             if self.args.crash_at in ("in_ref_lock", "in_loose_write"):
-                try:
-                    name = os.readlink(f"/proc/self/fd/{fd}")
-                except OSError:
-                    name = ""
-                parent = os.path.dirname(name)
+                name = os.fsdecode(src)
+                parent = os.path.dirname(os.fsdecode(dst))
                 if name.endswith(os.path.join("refs", "heads", "ledger.lock")):
                     child.point("in_ref_lock")
                 elif os.path.basename(os.path.dirname(parent)) == "objects" and (
@@ -180,7 +178,7 @@ class Child:
                     sha = _loose_sha(name)
                     if sha is not None and (match is None or sha.startswith(match)):
                         child.point("in_loose_write")
-            real_fsync(fd)
+            real_replace(src, dst)
 
         GitStore._write_objects = write_objects  # type: ignore[method-assign]
         GitStore._compare_and_swap = compare_and_swap  # type: ignore[method-assign]
@@ -189,7 +187,7 @@ class Child:
         packing.write_pack = write_pack
         dulwich.object_store.DiskObjectStore.delete_loose_object = delete_loose_object  # type: ignore[method-assign]
         dulwich.object_store.DiskObjectStore._remove_pack = remove_pack  # type: ignore[method-assign]
-        os.fsync = fsync
+        os.replace = replace
 
     # -- drafts ------------------------------------------------------------------------------
 

@@ -393,11 +393,16 @@ CRASH_POINTS = [
 BEFORE_REF_MOVES = {"before_cas", "in_ref_lock", "in_loose_write"}
 
 
-def test_killed_writer_leaves_old_head_or_new_head(ledger_path: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync_method", ["syncfs", "fsync"])
+def test_killed_writer_leaves_old_head_or_new_head(
+    ledger_path: Path, tmp_path: Path, fsync_method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGKILL at exact points of an append (objects written but ref not moved, inside the ref
     lock, right after the ref moved, in the middle of packing and of a pack merge) leaves the ref
     at the head the append started on or at the append's new commit; after every kill the whole
-    ledger verifies and every acknowledged id is there; the next writer appends normally."""
+    ledger verifies and every acknowledged id is there; the next writer appends normally. Under
+    both durability methods (the writers inherit $PERFLEDGER_FSYNC_METHOD)."""
+    monkeypatch.setenv("PERFLEDGER_FSYNC_METHOD", fsync_method)
     printed: set[str] = set()
     errors: list[tuple[str, str]] = []
     writers: dict[str, Writer] = {}

@@ -28,7 +28,7 @@ import pytest
 from perfledger.api import Ledger
 from perfledger.ledger import packing
 from perfledger.ledger.base import Artifact, EventDraft
-from perfledger.ledger.cache import Snapshot, load_snapshot, save_snapshot
+from perfledger.ledger.cache import Snapshot, StateHash, load_snapshot, save_snapshot
 
 #: The ``git_run`` and ``perfledger_run`` fixtures of ``conftest.py``.
 GitRun = Callable[..., subprocess.CompletedProcess[bytes]]
@@ -534,9 +534,15 @@ def _warm_cache(path: Path) -> str:
 
 def _forge_cache(path: Path) -> None:
     """Replace the derived data with plausible lies: a state snapshot for the current head with
-    wrong counts, and an index that swaps two events' commits and forgets the rest."""
+    wrong counts, a cached state_hash that is not the state's, and an index that swaps two
+    events' commits and forgets the rest."""
     cache_dir = path / "perfledger" / "cache"
-    (snapshot_file,) = cache_dir.glob("*.msgpack")
+    (snapshot_file,) = (p for p in cache_dir.glob("*.msgpack") if not p.stem.endswith(".hash"))
+    (hash_file,) = cache_dir.glob("*.hash.msgpack")
+    cached_hash = msgspec.msgpack.decode(hash_file.read_bytes(), type=StateHash)
+    hash_file.write_bytes(
+        msgspec.msgpack.encode(StateHash(cached_hash.head, cached_hash.code_version, "0" * 64))
+    )
     raw = msgspec.msgpack.decode(snapshot_file.read_bytes(), type=Snapshot)
     loaded = load_snapshot(str(path / "perfledger"), snapshot_file.stem, raw.code_version)
     assert loaded is not None

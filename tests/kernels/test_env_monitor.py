@@ -117,3 +117,21 @@ def test_env_module_runs_without_cupy_or_nvml() -> None:
     code = "from perfledger.kernels.env import collect; print(collect(tools=False).identity())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert len(out.stdout.strip()) == 64
+
+
+def test_readme_env_block_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(
+        b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "perfledger env" in b
+    )
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()[0]) == 64

@@ -124,8 +124,10 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
     assert data["kind"] == "SamplesRecorded" and data["pairs_recorded"] == 10
     assert data["failed_calls"] == [] and data["samples_id"] == "e1-screen-1"
     with Ledger.open(ledger_path) as ledger:
-        samples = ledger.state().samples["e1-screen-1"]
-        assert len(samples.pairs) == 10 and samples.cand_failures == 0
+        view = ledger.state().samples["e1-screen-1"]
+        assert view.n_pairs == 10 and view.cand_failures == 0
+        samples = ledger.payload(view.event_id)  # the pairs live in the event
+        assert samples.samples_id == "e1-screen-1"
         assert all(not p.same_process and p.ref.call_id != p.cand.call_id for p in samples.pairs)
         raw = json.loads(ledger.artifact(data["event_id"], "samples.json"))
     assert raw["kind"] == "workload" and raw["settings"]["pairs_per_case"] == 5
@@ -157,7 +159,7 @@ def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path
                "--no-monitor", "--json", "--quiet")  # fmt: skip
     data = json.loads(out.stdout)
     with Ledger.open(ledger_path) as ledger:
-        samples = ledger.state().samples[data["samples_id"]]
+        samples = ledger.payload(ledger.state().samples[data["samples_id"]].event_id)
     assert samples.cand_failures == len(samples.pairs) == 10
 
 
@@ -212,7 +214,7 @@ def test_measure_kernel_on_gpu(tmp_path: Path) -> None:
     assert data["kind"] == "SamplesRecorded" and data["pairs_recorded"] >= 2
     assert data["stats"]["n16M"]["direction"] == "slower"
     with Ledger.open(ledger_path) as ledger:
-        samples = ledger.state().samples[data["samples_id"]]
+        samples = ledger.payload(ledger.state().samples[data["samples_id"]].event_id)
         assert all(
             p.same_process and p.monitor is not None and p.monitor.observed for p in samples.pairs
         )

@@ -231,6 +231,8 @@ def test_evidence_ncu_records_command_version_and_status(
         "same_boundary",
         "--shapes",
         "n=4194304",
+        "--ncu-option=-c",
+        "--ncu-option=4",
         "--",
         "./app",
         "-x",
@@ -238,7 +240,7 @@ def test_evidence_ncu_records_command_version_and_status(
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)["payload"]
     assert payload["tool"] == {"name": "ncu", "version": "2025.3.1.0"}
-    assert payload["capture"]["command"][-2:] == ["./app", "-x"]
+    assert payload["capture"]["command"][-4:] == ["-c", "4", "./app", "-x"]
     assert "--clock-control" in payload["capture"]["command"]
     assert payload["capture"]["exit_status"] == 0
     assert payload["applicability"] == "same_boundary"

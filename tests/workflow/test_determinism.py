@@ -11,7 +11,7 @@ from wf_scenario import Session
 
 from perfledger.api import Ledger
 from perfledger.commands.deciders import DecisionContext
-from perfledger.commands.operations import decider, validate
+from perfledger.commands.operations import decider, payload_reader, validate
 from perfledger.events.canonical import canonical_bytes
 from perfledger.projections.base import DEFAULT_PROJECTION
 
@@ -34,7 +34,7 @@ def _redecide(ledger: Ledger, kind: str) -> tuple[bytes, bytes]:
     envelope = events[index].envelope
     op, body = envelope.request["op"], envelope.request["body"]
     ctx = DecisionContext(op=op, actor=envelope.actor, ts=Session(ledger).clock,
-                          request=envelope.request)  # fmt: skip
+                          request=envelope.request, payload_of=payload_reader(ledger))  # fmt: skip
     (draft,) = decider(op)(state, validate(op, body), ctx)
     return canonical_bytes(envelope.payload), canonical_bytes(draft.payload)
 

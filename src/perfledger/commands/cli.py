@@ -236,19 +236,19 @@ def state(json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     import msgspec
 
-    from perfledger.projections import state_hash
-
     ledger = ctx.open()
     try:
-        current = ledger.state()
         head = ledger.head()
+        current = ledger.state_at(head)
+        data = {"head": head, "state_hash": ledger.state_hash_at(head), "state": current}
     finally:
         ledger.close()
-    data = {"head": head, "state_hash": state_hash(current), "state": msgspec.to_builtins(current)}
-    if ctx.json_mode:
-        _emit_json(data)
-    else:
-        click.echo(to_json_text(data, indent=2))
+    raw = msgspec.json.encode(data, order="sorted")  # Structs encode natively: no copy
+    if not ctx.json_mode:
+        raw = msgspec.json.format(raw, indent=2)
+    out = click.get_binary_stream("stdout")
+    out.write(raw + b"\n")
+    out.flush()
 
 
 @cli.command()
@@ -356,3 +356,9 @@ def _load_measure_commands() -> None:
 
         for command in commands():
             cli.add_command(command)
+
+
+# Sync (issue 7): remote, clone, pull, push, sync, resolve. The module imports only click.
+from perfledger.commands.sync_cli import register as _register_sync  # noqa: E402
+
+_register_sync(cli)

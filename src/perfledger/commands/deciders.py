@@ -21,7 +21,7 @@ from typing import Any
 import blake3
 import msgspec
 
-from perfledger.errors import BadRequest
+from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
@@ -78,8 +78,10 @@ class DecisionContext:
             compare-and-swap produces the same drafts.
         idempotency_key: the caller's key, stored in the envelope.
         request: the request as stored in the envelope: ``{"op": ..., "body": ...}``.
-        artifacts: files to attach to the event (name -> ``Artifact``), e.g. a raw profiler
-            report (``evidence add --kind``); never read by a decision.
+        payload_of: the decoded (upcast) payload of a recorded event, by event id. Recorded
+            events are immutable and content-addressed, so a decision that reads one is as
+            deterministic as one that reads the state (the state keeps samples without their
+            pairs; a verdict reads the pairs from the SamplesRecorded event).
     """
 
     op: str
@@ -87,7 +89,7 @@ class DecisionContext:
     ts: datetime
     idempotency_key: str | None = None
     request: Any = None
-    artifacts: dict[str, Any] | None = None
+    payload_of: Callable[[str], Any] | None = None
 
 
 def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
@@ -98,7 +100,6 @@ def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
             ctx.actor,
             request=ctx.request,
             idempotency_key=ctx.idempotency_key,
-            artifacts=dict(ctx.artifacts or {}),
             ts=ctx.ts,
         )
     ]
@@ -600,10 +601,25 @@ def _derive(
     return primary, guardrails, secondaries
 
 
-def _verdict_samples(state: WorkflowState, samples_id: str) -> tuple[SamplesRecorded, TargetView]:
-    samples = state.samples.get(samples_id)
-    if samples is None:
+def _verdict_samples(
+    state: WorkflowState, samples_id: str, ctx: DecisionContext
+) -> tuple[SamplesRecorded, TargetView]:
+    """The recorded samples ``samples_id`` with their pairs (read from their event through
+    ``ctx.payload_of``) and their Target. Raises: BadRequest for unknown samples;
+    IntegrityError when the event the state names does not hold them."""
+    view = state.samples.get(samples_id)
+    if view is None:
         raise BadRequest(f"unknown samples {samples_id!r}")
+    if ctx.payload_of is None:
+        raise BadRequest(
+            "this decision reads recorded samples, and no ledger was given to read them from"
+        )
+    samples = ctx.payload_of(view.event_id)
+    if not isinstance(samples, SamplesRecorded) or samples.samples_id != samples_id:
+        raise IntegrityError(
+            f"event {view.event_id} does not hold samples {samples_id!r}",
+            event_id=view.event_id,
+        )
     target = rules.r1_target_frozen(state, samples.target_id)
     return samples, target
 
@@ -619,7 +635,7 @@ def decide_verdict_record(
     (R11). A target result whose CI lies outside the claim's predicted interval is flagged
     ``contradicts_claim`` and must be reconciled before the next experiment (R14).
     """
-    samples, target = _verdict_samples(state, req.samples_id)
+    samples, target = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage == "final_audit":
         raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
     if req.samples_id in state.verdicts:
@@ -686,7 +702,7 @@ def decide_final_audit_record(
     original: ``pass`` when the primary passes with every guardrail, ``fail`` when the primary
     fails or a guardrail fails, else ``inconclusive``."""
     target = rules.r1_target_current(state, req.target_id)
-    samples, _ = _verdict_samples(state, req.samples_id)
+    samples, _ = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage != "final_audit" or samples.target_id != req.target_id:
         raise refuse(
             "R11", f"samples {req.samples_id!r} are not final-audit samples of this Target"

@@ -267,12 +267,19 @@ def _add_command(generic: click.Command) -> click.Command:
     "ComputeWorkloadAnalysis, MemoryWorkloadAnalysis).",
 )
 @click.option("--ncu", "ncu_path", default=None, help="ncu executable (default ncu on PATH).")
+@click.option(
+    "--ncu-option",
+    "ncu_options",
+    multiple=True,
+    help="One more ncu argument, e.g. --ncu-option=-k --ncu-option=regex:gemm (repeatable).",
+)
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Limit in seconds.")
 @_with_common
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def _ncu_command(
     sections: tuple[str, ...],
     ncu_path: str | None,
+    ncu_options: tuple[str, ...],
     timeout_s: float | None,
     evidence_id: str | None,
     applicability: str | None,
@@ -300,7 +307,11 @@ def _ncu_command(
         },
     )  # fmt: skip
     run = capture_ncu(
-        list(command), ncu=ncu_path, sections=sections or DEFAULT_SECTIONS, timeout_s=timeout_s
+        list(command),
+        ncu=ncu_path,
+        sections=sections or DEFAULT_SECTIONS,
+        extra=ncu_options,
+        timeout_s=timeout_s,
     )
     try:
         parsed = parse_ncu_csv(

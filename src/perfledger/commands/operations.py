@@ -19,6 +19,7 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -358,6 +359,12 @@ def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[An
     return decider(name)(state, request, ctx)
 
 
+def payload_reader(ledger: Ledger) -> Callable[[str], Any]:
+    """Return ``event id -> decoded (upcast) payload`` over ``ledger``, for
+    :attr:`DecisionContext.payload_of`. Raises (when called): BadRequest for an unknown id."""
+    return ledger.payload
+
+
 def execute(
     ledger: Ledger,
     name: str,
@@ -408,7 +415,7 @@ def execute(
         ts=now or datetime.now(UTC),
         idempotency_key=idempotency_key,
         request=stored,
-        artifacts=artifacts,
+        payload_of=payload_reader(ledger),
     )
     run = decider(name)
 

@@ -59,3 +59,33 @@ def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
     with open(tmp, "wb") as f:
         f.write(msgspec.msgpack.encode(snapshot))
     os.replace(tmp, path)
+
+
+class StateHash(msgspec.Struct):
+    """A cached ``state_hash`` of a projection's state at ``head`` (same key as a snapshot)."""
+
+    head: str
+    code_version: str
+    state_hash: str
+
+
+def load_state_hash(derived_dir: str, name: str, head: str, code_version: str) -> str | None:
+    """Return the cached state hash of projection ``name`` at ``head``, or None."""
+    try:
+        with open(_path(derived_dir, f"{name}.hash"), "rb") as f:
+            cached = msgspec.msgpack.decode(f.read(), type=StateHash)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if (cached.head, cached.code_version) != (head, code_version):
+        return None
+    return cached.state_hash
+
+
+def save_state_hash(derived_dir: str, name: str, cached: StateHash) -> None:
+    """Write the cached state hash atomically; errors are the caller's to ignore."""
+    path = _path(derived_dir, f"{name}.hash")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(msgspec.msgpack.encode(cached))
+    os.replace(tmp, path)

@@ -85,11 +85,21 @@ def make_commit(
     return make_object(COMMIT, raw)
 
 
-def _mkstemp(directory: str, prefix: str) -> tuple[int, str]:
-    """A unique temporary file in ``directory`` (tempfile imported only by writers)."""
-    import tempfile
+_tmp_counter = 0
 
-    return tempfile.mkstemp(prefix=prefix, dir=directory)
+
+def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
+    """Create a new read-only temporary file in ``directory``; returns (fd open for writing,
+    path). Names are ``<prefix><pid>_<n>`` (unique within a process; a name left by a dead
+    process with the same pid is skipped)."""
+    global _tmp_counter
+    while True:
+        _tmp_counter += 1
+        path = os.path.join(directory, f"{prefix}{os.getpid()}_{_tmp_counter}")
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), path
+        except FileExistsError:
+            continue
 
 
 def deflate(data: bytes) -> bytes:
@@ -100,10 +110,17 @@ def deflate(data: bytes) -> bytes:
     return zlib.compress(data)
 
 
-def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
-    """Write loose objects, each fsynced before its rename, then fsync the fan-out directories.
+def write_loose(objects_dir: str, objects: Sequence[RawObject], *, fsync: bool = True) -> None:
+    """Write loose objects: each to a temporary file renamed into place.
 
-    An object that already exists is left as it is (content-addressed: same name, same bytes).
+    Args:
+        objects_dir: the repository's ``objects`` directory.
+        objects: the objects; one that already exists is left as it is (content-addressed:
+            same name, same bytes).
+        fsync: fsync each file before its rename and every fan-out directory afterwards
+            (the ``fsync`` method of :mod:`perfledger.ledger.durable`); False leaves the flush
+            to the caller's one ``syncfs``.
+    Raises: OSError from the filesystem (a full disk, say); a temporary file is removed.
     """
     touched: set[str] = set()
     for obj in objects:
@@ -119,21 +136,30 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
         data = deflate(header + obj.raw)
         # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed here
         # leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
-        fd, tmp = _mkstemp(directory, "tmp_obj_")
+        fd, tmp = _create_tmp(directory, "tmp_obj_")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o444)
+            try:
+                _write_all(fd, data)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, path)  # same name, same bytes: replacing a concurrent copy is harmless
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
         touched.add(directory)
-    for directory in touched:
-        fsync_dir(directory)
+    if fsync:
+        for directory in touched:
+            fsync_dir(directory)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _entry_header(type_num: int, size: int) -> bytes:
@@ -148,12 +174,13 @@ def _entry_header(type_num: int, size: int) -> bytes:
     return bytes(out)
 
 
-def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
-    """Write ``objects`` as one pack (v2, no deltas) and its index (v2), durably.
+def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = True) -> str:
+    """Write ``objects`` as one pack (v2, no deltas) and its index (v2).
 
-    The ``.pack`` is written and fsynced first and the ``.idx`` last: git and dulwich see a pack
-    only once its index exists, so a crash never exposes half a pack. Then the directory is
-    fsynced. Duplicate objects are written once. Returns the pack's base path.
+    The ``.pack`` is written first and the ``.idx`` last: git and dulwich see a pack only once
+    its index exists, so a crash never exposes half a pack. With ``fsync`` each file is fsynced
+    before its rename and the directory afterwards; without, the caller's ``syncfs`` flushes
+    them. Duplicate objects are written once. Returns the pack's base path.
     """
     seen: set[bytes] = set()
     unique = [o for o in objects if not (o.id in seen or seen.add(o.id))]  # type: ignore[func-returns-value]
@@ -169,13 +196,14 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
     checksum = hashlib.sha1(body).digest()
     os.makedirs(pack_dir, exist_ok=True)
     base = os.path.join(pack_dir, "pack-" + checksum.hex())
-    with GitFile(base + ".pack", "wb", mask=0o444, fsync=True) as f:
+    with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
         f.write(body)
         f.write(checksum)
     entries.sort()
-    with GitFile(base + ".idx", "wb", mask=0o444, fsync=True) as f:
+    with GitFile(base + ".idx", "wb", mask=0o444, fsync=fsync) as f:
         f.write(pack_index_v2(entries, checksum))
-    fsync_dir(pack_dir)
+    if fsync:
+        fsync_dir(pack_dir)
     return base
 
 
@@ -257,7 +285,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
 
     written: set[bytes] = set()
     entries: list[tuple[bytes, int, int]] = []
-    fd, tmp_pack = _mkstemp(pack_dir, "tmp_pack_")
+    fd, tmp_pack = _create_tmp(pack_dir, "tmp_pack_")
     try:
         with os.fdopen(fd, "wb") as out:
             digest = hashlib.sha1()
@@ -297,7 +325,6 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
             out.write(header)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp_pack, 0o444)
         target = os.path.join(pack_dir, "pack-" + checksum.hex())
         os.replace(tmp_pack, target + ".pack")
     except BaseException:
@@ -305,13 +332,12 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
             os.unlink(tmp_pack)
         raise
     entries.sort()
-    fd, tmp_idx = _mkstemp(pack_dir, "tmp_idx_")
+    fd, tmp_idx = _create_tmp(pack_dir, "tmp_idx_")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(pack_index_v2(entries, checksum))
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp_idx, 0o444)
         os.replace(tmp_idx, target + ".idx")
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -9,11 +9,12 @@ Layout of a ledger repository:
 - ``<gitdir>/perfledger/``: derived data only (the commit index, the state cache, the packing
   lock). Deleting it changes nothing but speed; ``verify`` never reads it.
 
-Append protocol: build the objects, write them durably (loose objects fsynced with their fan-out
-directories, or one fsynced pack for a batch), then compare-and-swap the ref from the head the
-decision was made on to the new commit, then fsync the ref's directory. A crash at any instant
-leaves the old head or the new one: objects without a ref pointing at them are unreachable
-garbage, never a broken ledger. A lost race re-runs the decision on the new head.
+Append protocol: build the objects, write them durably (loose objects, or one pack for a batch;
+flushed by one ``syncfs`` or by per-file and directory fsyncs, see
+:mod:`perfledger.ledger.durable`), then compare-and-swap the ref from the head the decision was
+made on to the new commit (:mod:`perfledger.ledger.refcas`), then flush the ref. A crash at any
+instant leaves the old head or the new one: objects without a ref pointing at them are
+unreachable garbage, never a broken ledger. A lost race re-runs the decision on the new head.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ import fcntl
 import logging
 import os
 import random
+import threading
 import time
 import weakref
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import blake3
 import msgspec
 from dulwich.errors import ChecksumMismatch, NotGitRepository, ObjectFormatException
-from dulwich.file import FileLocked
 from dulwich.objects import Commit, Tree, parse_tree
 from dulwich.repo import Repo
 
@@ -49,7 +50,7 @@ from perfledger.ledger.base import (
     check_batch_keys,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.durable import FSYNC, choose_method, fsync_dir, sync_filesystem
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -63,6 +64,7 @@ from perfledger.ledger.objects import (
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader
+from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
 
 #: The branch the events live on.
 LEDGER_REF = b"refs/heads/ledger"
@@ -76,7 +78,9 @@ PACK_BATCH_THRESHOLD = 8
 STALE_LOCK_S = 1.0
 #: Lost races tolerated before a writer decides and writes under the writers' lock.
 OPTIMISTIC_ATTEMPTS = 3
-_INDEX_FILE = "index-v1.msgpack"
+_INDEX_FILE = "index-v2.msgpack"
+#: The ledger ref's previous file, kept for reuse as the next lock (see refcas).
+_SPARE_REF_FILE = "ledger-ref.spare"
 _log = logging.getLogger("perfledger")
 _INDEX_SAVE_EVERY = 256
 
@@ -91,8 +95,13 @@ class _IndexEntry(msgspec.Struct, array_like=True):
 
 
 class _IndexFile(msgspec.Struct):
+    """The saved index: every commit reachable from ``head``, and the maps derived from them
+    (saved too, so that loading costs one decode and no per-commit Python work)."""
+
     head: bytes
     commits: dict[bytes, _IndexEntry]
+    by_event: dict[str, bytes]
+    keys: dict[str, str]
 
 
 def _now_seconds() -> int:
@@ -126,14 +135,31 @@ class GitStore:
         self._all_events: dict[str, bytes] = {}
         self._dag = EventHeads(self._node, self._all_events.__getitem__)
         self._indexed_head: bytes | None = None
+        # the last head whose index entries were cross-checked against git (or written here)
+        self._checked_head: bytes | None = None
         self._index_loaded = False
         self._unsaved = 0
         self._loose_written = 0
         self._lock_depth = 0
+        self._lock_fd: int | None = None
         self._bulk: ObjectReader | None = None
         self._bulk_misses = 0
         self._in_bulk = False
         self._packs_written = 0
+        self._background: threading.Thread | None = None
+        try:
+            configured = repo.get_config().get((b"perfledger",), b"fsyncMethod").decode()
+        except KeyError:
+            configured = None
+        try:
+            self._fsync_each = choose_method(configured) == FSYNC
+        except ValueError as exc:
+            repo.close()
+            raise BadRequest(
+                f"{self.path}: {exc}",
+                hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
+                "'syncfs' or 'fsync'",
+            ) from None
 
     # ------------------------------------------------------------------ opening
 
@@ -197,10 +223,9 @@ class GitStore:
         built = build_envelope(draft, (), 1)
         envelope = built.envelope
         commit, objects = build_event_objects(built, [])
-        store._write_loose(objects)
-        if not repo.refs.add_if_new(LEDGER_REF, commit.id):
+        store._write_objects(objects, batch=False)
+        if not store._swap_ref(None, commit.id):
             raise ConcurrentAppend(f"another process initialised {path} at the same time")
-        fsync_dir(os.path.dirname(repo.refs.refpath(LEDGER_REF)))
         store._index_commit(commit.id, envelope.id, 1, [], None)
         store._indexed_head = commit.id
         store._index_loaded = True
@@ -242,10 +267,36 @@ class GitStore:
         return cls(repo)
 
     def close(self) -> None:
-        """Save the derived index if it grew, and release the repository's files."""
+        """Finish background housekeeping, save the derived index if it grew, and release the
+        repository's files."""
+        self.wait_background()
         with contextlib.suppress(OSError):
             self._save_index()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
         self._finalizer()
+
+    def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run housekeeping ``fn(*args)`` (deleting packed loose objects) in one background
+        thread, after the previous job finished. Its failure is logged, never raised: the
+        ledger is complete without it. :meth:`close` waits for it."""
+        self.wait_background()
+
+        def job() -> None:
+            try:
+                fn(*args)
+            except Exception as exc:  # housekeeping only; see the docstring
+                _log.warning("background housekeeping failed: %s", exc)
+
+        self._background = threading.Thread(target=job, name="perfledger-housekeeping")
+        self._background.start()
+
+    def wait_background(self) -> None:
+        """Wait for the background housekeeping job, if one runs."""
+        if self._background is not None:
+            self._background.join()
+            self._background = None
 
     def __enter__(self) -> GitStore:
         return self
@@ -261,14 +312,14 @@ class GitStore:
         Raises: NotALedger when the ref has disappeared.
         """
         try:
-            head = self.repo.refs[LEDGER_REF]
-        except KeyError:
-            raise NotALedger(f"{self.path}: refs/heads/ledger is missing") from None
-        except ValueError as exc:
+            head = read_ref(self.controldir, LEDGER_REF)
+        except OSError as exc:
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger is unreadable: {exc}",
                 hint="restore the ref from a clone (git update-ref refs/heads/ledger <commit>)",
             ) from None
+        if head is None:
+            raise NotALedger(f"{self.path}: refs/heads/ledger is missing")
         if len(head) != 40 or not all(c in b"0123456789abcdef" for c in head):
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger does not hold a commit id ({head[:60]!r})",
@@ -544,7 +595,7 @@ class GitStore:
             return None
         for sha, entry in entries:
             self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
-        self._indexed_head = new_head
+        self._indexed_head = self._checked_head = new_head
         self._unsaved += len(entries)
         if self._unsaved >= _INDEX_SAVE_EVERY:
             with contextlib.suppress(OSError):
@@ -629,18 +680,49 @@ class GitStore:
             parent_commit = commit.id
         return envelopes, objects, parent_commit, entries
 
-    def _write_objects(self, objects: list[RawObject], *, batch: bool) -> None:
+    def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
+        """Write ``objects``: one pack for a batch, loose objects otherwise.
+
+        With the ``fsync`` method they are durable when this returns; with ``syncfs`` they are
+        flushed by the compare-and-swap that makes them reachable (:meth:`_swap_ref`), before
+        the ref moves. An object that is already packed may be written loose again (a shared
+        artifact); the next pack merge keeps one copy."""
         if batch:
-            write_pack(os.path.join(self._objects_dir, "pack"), objects)
+            write_pack(os.path.join(self._objects_dir, "pack"), objects, fsync=self._fsync_each)
         else:
-            self._write_loose(objects)
+            write_loose(self._objects_dir, objects, fsync=self._fsync_each)
 
-    def _write_loose(self, objects: Sequence[RawObject]) -> None:
-        """Write loose objects, each fsynced, then fsync every fan-out directory touched.
+    def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
+        """Compare-and-swap the ledger ref durably; False when it no longer holds ``expected``.
 
-        An object that is already packed may be written loose again (a shared artifact); the
-        next pack merge keeps one copy."""
-        write_loose(self._objects_dir, objects)
+        Order: lock and write the new value; flush (``syncfs``: every object written so far and
+        the lock's content; ``fsync``: the lock's content, objects were flushed when written);
+        rename the lock over the ref; flush the rename. A crash at any point leaves the old
+        value or the new one, and the new one only once everything it points to is on disk.
+        Raises: RefLocked when another writer holds the ref's lock; OSError from the filesystem.
+        """
+        held = lock_ref(
+            self.controldir,
+            LEDGER_REF,
+            expected,
+            new,
+            fsync=self._fsync_each,
+            spare=os.path.join(self.derived_dir, _SPARE_REF_FILE),
+        )
+        if held is None:
+            return False
+        try:
+            if not self._fsync_each:
+                sync_filesystem(self.controldir)
+        except BaseException:
+            held.abort()
+            raise
+        held.commit()
+        if self._fsync_each:
+            fsync_dir(os.path.dirname(held.path))
+        else:
+            sync_filesystem(self.controldir)
+        return True
 
     @contextlib.contextmanager
     def _append_lock(self) -> Iterator[None]:
@@ -656,25 +738,25 @@ class GitStore:
             finally:
                 self._lock_depth -= 1
             return
-        os.makedirs(self.derived_dir, exist_ok=True)
-        fd = os.open(os.path.join(self.derived_dir, "append.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        if self._lock_fd is None:  # opened once, kept for the store's life
+            os.makedirs(self.derived_dir, exist_ok=True)
+            path = os.path.join(self.derived_dir, "append.lock")
+            self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = self._lock_fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._lock_depth = 1
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._lock_depth = 1
-            try:
-                yield
-            finally:
-                self._lock_depth = 0
+            yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            self._lock_depth = 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
         lost race. A ref lock file older than :data:`STALE_LOCK_S` (a killed writer's) is
         removed first."""
         with self._append_lock():
-            refpath = self.repo.refs.refpath(LEDGER_REF)
-            lock = os.fsencode(refpath) + b".lock"
+            lock = os.path.join(self.controldir, os.fsdecode(LEDGER_REF)) + ".lock"
             with contextlib.suppress(FileNotFoundError):
                 age_s = time.time() - os.stat(lock).st_mtime
                 if age_s <= STALE_LOCK_S:
@@ -685,12 +767,9 @@ class GitStore:
                 if age_s > STALE_LOCK_S:
                     os.unlink(lock)
             try:
-                ok = self.repo.refs.set_if_equals(LEDGER_REF, expected, new)
-            except FileLocked:
+                return self._swap_ref(expected, new)
+            except RefLocked:
                 return False
-            if ok:
-                fsync_dir(os.path.dirname(refpath))
-            return ok
 
     # ------------------------------------------------------------------ derived index
 
@@ -723,9 +802,14 @@ class GitStore:
             return
         if data.head not in data.commits or data.head not in self.repo.object_store:
             return
+        events = sum(1 for entry in data.commits.values() if entry.event_id is not None)
+        if events != len(data.by_event) or len(data.keys) > events:
+            return  # inconsistent: rebuilt from the commits
         self._commits.update(data.commits)
-        for sha in data.commits:
-            self._mark_reachable(sha)
+        self._reachable.update(data.commits)
+        self._by_event.update(data.by_event)
+        self._all_events.update(data.by_event)
+        self._keys.update(data.keys)
         self._indexed_head = data.head
         self._unsaved = 0
 
@@ -734,7 +818,9 @@ class GitStore:
             return
         os.makedirs(self.derived_dir, exist_ok=True)
         reachable = {sha: self._commits[sha] for sha in self._reachable}
-        payload = msgspec.msgpack.encode(_IndexFile(self._indexed_head, reachable))
+        payload = msgspec.msgpack.encode(
+            _IndexFile(self._indexed_head, reachable, self._by_event, self._keys)
+        )
         tmp = f"{self._index_path()}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(payload)
@@ -820,7 +906,12 @@ class GitStore:
         """Cross-check the derived index against git where a new event takes its parents and
         Lamport clock from: the head commit and, for a merge, the commits it joins. A derived
         index that disagrees (edited, or stale in a way the key did not catch) is discarded and
-        rebuilt from the commits, so that derived data never changes what is written."""
+        rebuilt from the commits, so that derived data never changes what is written.
+
+        Once per head per process: a head this store wrote itself, or already checked, is
+        known to match."""
+        if head == self._checked_head:
+            return
         todo = [head]
         while todo:
             sha = todo.pop()
@@ -839,6 +930,7 @@ class GitStore:
                 return
             if entry.event_id is None:
                 todo.extend(entry.parents)
+        self._checked_head = head
 
     def _drop_index(self) -> None:
         """Forget every derived entry (in memory and on disk)."""
@@ -849,6 +941,7 @@ class GitStore:
         self._all_events.clear()
         self._dag = EventHeads(self._node, self._all_events.__getitem__)
         self._indexed_head = None
+        self._checked_head = None
         self._index_loaded = True
         with contextlib.suppress(OSError):
             os.unlink(self._index_path())
@@ -937,7 +1030,7 @@ class GitStore:
         heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
         seconds = max(_now_seconds(), 0)
         merge = build_merge_commit(parents, heads, actor, seconds)
-        self._write_loose([EMPTY_TREE, merge])
+        self._write_objects([EMPTY_TREE, merge], batch=False)
         self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
         return merge.id
 
@@ -972,6 +1065,98 @@ class GitStore:
         """Return the number of events reachable from the head."""
         self._catch_up(self.read_head())
         return len(self._by_event)
+
+    # ------------------------------------------------------------------ sync support (issue 7)
+
+    def commit_node(self, sha: bytes) -> CommitNode:
+        """Return the structure of commit ``sha`` (hex bytes): its event id (None for a merge),
+        Lamport clock (0 for a merge) and parents, from the derived index or else the commit.
+
+        Raises: IntegrityError when the commit is missing or is not a commit.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        return self._node(sha)
+
+    def reaches(self, sha: bytes, head: bytes | None = None) -> bool:
+        """True when commit ``sha`` (hex bytes) is reachable from ``head`` (default: the
+        current head; pass the head already read to skip reading the ref again)."""
+        self._catch_up(head or self.read_head())
+        return sha in self._reachable
+
+    def has_event(self, event_id: str, head: bytes | None = None) -> bool:
+        """True when the event ``event_id`` (a full id) is reachable from ``head`` (default:
+        the current head)."""
+        self._catch_up(head or self.read_head())
+        return event_id in self._by_event
+
+    def write_sync_merge(self, commits: Sequence[bytes]) -> bytes:
+        """Write the merge commit that joins ``commits`` (hex bytes) after a pull, without
+        moving the ref: as :meth:`write_merge`, but deterministic (actor ``perfledger``, time =
+        the latest commit time of its parents), so two machines that join the same heads write
+        the same commit (SPEC.md section 2, Sync).
+
+        Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
+        """
+        parents = sorted(set(commits))
+        if len(parents) < 2:
+            raise BadRequest("a merge joins at least two distinct commits")
+        if not self._index_loaded:
+            self._load_index()
+        heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
+        seconds = 0
+        for sha in parents:
+            commit = self.get_object(sha)
+            assert isinstance(commit, Commit)
+            seconds = max(seconds, commit.commit_time)
+        merge = build_merge_commit(parents, heads, "perfledger", seconds)
+        self._write_objects([EMPTY_TREE, merge], batch=False)
+        self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        self._after_write([EMPTY_TREE, merge], False)
+        return merge.id
+
+    @contextlib.contextmanager
+    def writers_lock(self) -> Iterator[None]:
+        """Hold the writers' lock (re-entrant) so that a read-decide-swap sequence outside
+        :meth:`transact` (a pull joining a remote head) cannot lose the race forever."""
+        with self._append_lock():
+            yield
+
+    def index_commits(
+        self, commits: Sequence[tuple[bytes, str | None, int, Sequence[bytes], str | None]]
+    ) -> None:
+        """Record the structure of verified commits in the derived index, without making their
+        events visible (that happens when the ref reaches them, as for :meth:`build_on`): saves
+        re-reading each pulled commit from git when the ref moves.
+
+        Args:
+            commits: (sha, event id or None for a merge, lamport, parents, idempotency key),
+                shas as hex bytes.
+        """
+        if not self._index_loaded:
+            self._load_index()
+        for sha, event_id, lamport, parents, key in commits:
+            if sha in self._commits:
+                continue
+            self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
+            if event_id is not None:
+                self._all_events[event_id] = sha
+
+    def adopt_objects(self, objects: Sequence[RawObject]) -> None:
+        """Store verified objects received from a remote as one new pack (never as loose
+        objects), then keep the pack count bounded (:func:`perfledger.ledger.packing.maybe_pack`).
+        Nothing refers to them until a ref moves, so a crash leaves only unreachable objects.
+        """
+        if not objects:
+            return
+        self._write_objects(list(objects), batch=True)
+        if not self._fsync_each:  # durable before any ref (a tracking ref too) points at them
+            sync_filesystem(self.controldir)
+        self.repo.object_store._update_pack_cache()
+        try:
+            self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)
+        except Exception as exc:  # committed already: see _after_write
+            _log.warning("packing the ledger's objects failed (will retry): %s", exc)
 
 
 def _neg_key(event_id: str) -> str:

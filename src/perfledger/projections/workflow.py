@@ -36,6 +36,7 @@ from perfledger.events.workflow import (
     MetricAuditRecorded,
     ReadinessRecorded,
     ReconciliationRecorded,
+    Reference,
     ResolutionEstimated,
     SamplesRecorded,
     TargetDefinition,
@@ -49,7 +50,9 @@ from perfledger.projections import loop as loop_projection
 from perfledger.projections.ledger_state import LedgerState
 
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
-PROJECTION_VERSION = 1
+#: 2: samples kept without their pairs (SamplesView).
+#: 3: supersession and reconciliation conflicts (issue 7), Target status ``contested``.
+PROJECTION_VERSION = 3
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -89,7 +92,9 @@ class TargetView(msgspec.Struct, kw_only=True):
 
     Attributes:
         definition: the frozen definition (R1).
-        status: ``current`` or ``superseded``; superseded_by / supersedes: the ids around it.
+        status: ``current``, ``superseded``, or ``contested`` (one of two concurrent
+            supersessions of the same Target, until a ``ConflictResolved`` keeps one);
+            superseded_by / supersedes: the ids around it.
         readiness: the latest readiness (R2); metric_audits: metric -> latest audit (R3).
         diagnostic_only: a metric audit found a mismatch (R3) or the Target is diagnostic (R2).
         baseline, resolution: R4.
@@ -103,7 +108,7 @@ class TargetView(msgspec.Struct, kw_only=True):
 
     definition: TargetDefinition
     frozen_event: str
-    status: Literal["current", "superseded"] = "current"
+    status: Literal["current", "superseded", "contested"] = "current"
     superseded_by: str | None = None
     supersedes: str | None = None
     readiness: ReadinessRecorded | None = None
@@ -140,8 +145,13 @@ class Conflict(msgspec.Struct, kw_only=True):
     Attributes:
         conflict_id: the first 16 hex characters of the later event's id.
         target_id: the Target concerned.
-        kind: ``champion`` (two selections from the same previous champion) or ``duplicate_id``.
-        options: what the two decisions chose (experiment ids or ``original``).
+        kind: ``champion`` (two selections from the same previous champion),
+            ``supersession`` (two supersessions of one Target: options are the two new Target
+            ids), ``reconciliation`` (an experiment created on a Target whose contradicted
+            result was pending reconciliation on another machine, R14: options are the
+            experiment id and ``withdraw``) or ``duplicate_id``.
+        options: what the two decisions chose (experiment ids, Target ids, ``original``,
+            ``withdraw``).
         event_ids: the conflicting events.
         resolved_by: the ``ConflictResolved`` event id, None while the conflict blocks.
         kept: what the resolution kept.
@@ -156,13 +166,40 @@ class Conflict(msgspec.Struct, kw_only=True):
     kept: str | None = None
 
 
+class SamplesView(msgspec.Struct, kw_only=True):
+    """A ``SamplesRecorded`` as the state keeps it: everything the rules read, without the
+    pairs. The pairs stay in the event (``event_id``), read back by id only where a verdict is
+    derived (R12), so that the state does not grow with every sample value.
+
+    Attributes:
+        event_id: the SamplesRecorded event holding the pairs.
+        n_pairs: how many pairs it recorded.
+        (the other fields are those of :class:`~perfledger.events.workflow.SamplesRecorded`)
+    """
+
+    event_id: str
+    samples_id: str
+    target_id: str
+    experiment_id: str
+    stage: str
+    reference: Reference
+    candidate_hash: str
+    test_set_hash: str
+    environment_id: str
+    units: dict[str, str]
+    n_pairs: int
+    ref_failures: int
+    cand_failures: int
+    unexplained_activity: int
+
+
 class WorkflowState(LedgerState, kw_only=True):
     """The folded state of a ledger: the ledger-level fields of :class:`LedgerState` plus the
     workflow (every map keyed by the caller-chosen id)."""
 
     targets: dict[str, TargetView] = msgspec.field(default_factory=dict)
     experiments: dict[str, ExperimentView] = msgspec.field(default_factory=dict)
-    samples: dict[str, SamplesRecorded] = msgspec.field(default_factory=dict)
+    samples: dict[str, SamplesView] = msgspec.field(default_factory=dict)
     verdicts: dict[str, VerdictRecorded] = msgspec.field(default_factory=dict)
     evidence: dict[str, EvidenceRecorded] = msgspec.field(default_factory=dict)
     upstream_checks: dict[str, UpstreamCheckRecorded] = msgspec.field(default_factory=dict)
@@ -220,6 +257,23 @@ def _on_target_superseded(state: WorkflowState, event: RecordedEvent, p: TargetS
     if old is None:
         _anomaly(state, event, f"unknown target {p.target_id!r}")
         return
+    if old.status == "superseded" and old.superseded_by is not None:
+        # Superseded twice, concurrently on two machines (issue 7): both new Targets are
+        # contested (no decision goes to either, R1) until a ConflictResolved keeps one.
+        first = state.targets.get(old.superseded_by)
+        if first is not None and _add_target(state, event, p.new_target):
+            second = state.targets[p.new_target.target_id]
+            second.supersedes = p.target_id
+            second.status = first.status = "contested"
+            conflict_id = event.id[:16]
+            state.conflicts[conflict_id] = Conflict(
+                conflict_id=conflict_id,
+                target_id=p.target_id,
+                kind="supersession",
+                options=[first.definition.target_id, second.definition.target_id],
+                event_ids=[first.frozen_event, event.id],
+            )
+        return
     if _add_target(state, event, p.new_target):
         old.status = "superseded"
         old.superseded_by = p.new_target.target_id
@@ -231,7 +285,22 @@ def _on_samples(state: WorkflowState, event: RecordedEvent, p: SamplesRecorded) 
     if experiment is None or p.samples_id in state.samples:
         _anomaly(state, event, f"unknown experiment or duplicate samples {p.samples_id!r}")
         return
-    state.samples[p.samples_id] = p
+    state.samples[p.samples_id] = SamplesView(
+        event_id=event.id,
+        samples_id=p.samples_id,
+        target_id=p.target_id,
+        experiment_id=p.experiment_id,
+        stage=p.stage,
+        reference=p.reference,
+        candidate_hash=p.candidate_hash,
+        test_set_hash=p.test_set_hash,
+        environment_id=p.environment_id,
+        units=p.units,
+        n_pairs=len(p.pairs),
+        ref_failures=p.ref_failures,
+        cand_failures=p.cand_failures,
+        unexplained_activity=p.unexplained_activity,
+    )
     experiment.samples.setdefault(p.stage, []).append(p.samples_id)
     if p.stage != "final_audit":
         experiment.stage = p.stage
@@ -308,6 +377,44 @@ def _set_champion(
     )
 
 
+def _reconciliation_conflict(
+    state: WorkflowState, event: RecordedEvent, target: TargetView, experiment_id: str
+) -> None:
+    """An experiment created while a contradicted result of its Target awaited reconciliation
+    (R14): only concurrent work on another machine gets here, the decider refuses it locally."""
+    conflict_id = event.id[:16]
+    pending = sorted(target.pending)
+    state.conflicts[conflict_id] = Conflict(
+        conflict_id=conflict_id,
+        target_id=target.definition.target_id,
+        kind="reconciliation",
+        options=[experiment_id, WITHDRAW],
+        event_ids=[state.experiments[pending[0]].event_id, event.id]
+        if pending[0] in state.experiments
+        else [event.id],
+    )
+
+
+#: The option of a ``reconciliation`` conflict that withdraws the concurrent experiment.
+WITHDRAW = "withdraw"
+
+
+def _resolve_supersession(state: WorkflowState, conflict: Conflict, keep: str) -> None:
+    """Keep one of two contested Targets: it becomes current, the other is superseded by it."""
+    old = state.targets.get(conflict.target_id)
+    for target_id in conflict.options:
+        view = state.targets.get(target_id)
+        if view is None:
+            continue
+        if target_id == keep:
+            view.status = "current"
+        else:
+            view.status = "superseded"
+            view.superseded_by = keep
+    if old is not None:
+        old.superseded_by = keep
+
+
 def _on_conflict_resolved(state: WorkflowState, event: RecordedEvent, p: ConflictResolved) -> None:
     conflict = state.conflicts.get(p.conflict_id)
     target = state.targets.get(p.target_id)
@@ -316,6 +423,15 @@ def _on_conflict_resolved(state: WorkflowState, event: RecordedEvent, p: Conflic
         return
     conflict.resolved_by = event.id
     conflict.kept = p.keep
+    if conflict.kind == "supersession":
+        _resolve_supersession(state, conflict, p.keep)
+        return
+    if conflict.kind == "reconciliation":
+        if p.keep == WITHDRAW:
+            withdrawn = state.experiments.get(conflict.options[0])
+            if withdrawn is not None and withdrawn.status != "champion":
+                withdrawn.status = "rejected"
+        return
     if conflict.kind == "champion" and p.keep != (target.champion or ORIGINAL):
         keep = None if p.keep == ORIGINAL else p.keep
         samples = None
@@ -354,6 +470,8 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
         else:
             state.experiments[p.experiment_id] = ExperimentView(created=p, event_id=event.id)
             target.experiments.append(p.experiment_id)
+            if target.pending:
+                _reconciliation_conflict(state, event, target, p.experiment_id)
     elif isinstance(p, SamplesRecorded):
         _on_samples(state, event, p)
     elif isinstance(p, VerdictRecorded):

@@ -126,8 +126,10 @@ def open_binary(path: str | Path) -> BinaryIO:
 
 
 def text_lines(stream: BinaryIO, *, source: str, chunk_bytes: int = 1 << 20) -> Iterator[str]:
-    """Yield the lines of a UTF-8 text stream (with their newline), reading ``chunk_bytes`` at a
-    time. Raises: EvidenceError for a NUL byte (a binary file), invalid UTF-8, or a damaged gzip
+    """Yield the lines of a UTF-8 text stream, split at newlines only (each keeps its ``\\n``;
+    a ``\\r`` stays in its line, as the csv module expects), reading ``chunk_bytes`` at a time.
+
+    Raises: EvidenceError for a NUL byte (a binary file), invalid UTF-8, or a damaged gzip
     stream."""
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     pending = ""
@@ -150,10 +152,10 @@ def text_lines(stream: BinaryIO, *, source: str, chunk_bytes: int = 1 << 20) -> 
             if pending:
                 yield pending
             return
-        pending += text
-        lines = pending.splitlines(keepends=True)
-        pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
-        yield from lines
+        parts = (pending + text).split("\n")
+        pending = parts.pop()
+        for part in parts:
+            yield part + "\n"
 
 
 @dataclass

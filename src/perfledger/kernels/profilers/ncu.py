@@ -30,6 +30,7 @@ metrics for the kernel-iteration loop (R19's axes).
 from __future__ import annotations
 
 import csv
+import itertools
 import operator
 import re
 from collections.abc import Iterable, Iterator
@@ -177,8 +178,13 @@ def _parse(lines: Iterator[str], version: str, grouping: str, label: str) -> Pro
             f"{label}: no ncu CSV header found (is it `ncu --csv` output?)",
             hint="export with `ncu --csv --page details|raw` or `--print-summary per-kernel`",
         )
-    rows = csv.reader(_table_lines(lines, limitations), strict=True)
     parser = _layout(header, label)
+    table = _table_lines(lines, limitations)
+    rows = (
+        _quoted_rows(table, len(header))
+        if isinstance(parser, _Raw)
+        else csv.reader(table, strict=True)
+    )
     report = ProfileReport("ncu", version, parser.layout)
     report.attributes["grouping"] = grouping
     try:
@@ -187,6 +193,26 @@ def _parse(lines: Iterator[str], version: str, grouping: str, label: str) -> Pro
         raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
     report.limitations.extend(limitations)
     return report
+
+
+def _quoted_rows(lines: Iterator[str], width: int) -> Iterator[list[str]]:
+    """CSV records of ncu's fully quoted rows (``"a","b",...``), split without the csv module
+    where that is exact: a line that starts with '"', ends with '"' and a newline, and whose
+    fields after splitting on '","' hold no '"' and number ``width``. Any other line (an escaped
+    quote, an embedded comma-quote or newline, a short or long row) is read by the csv module from
+    that line on, record by record, so the result is always what csv.reader would give."""
+    quotes = 2 * width
+    for line in lines:
+        if line.startswith('"') and line.count('"') == quotes:
+            end = -2 if line.endswith('"\n') else (-3 if line.endswith('"\r\n') else 0)
+            if end:
+                fields = line[1:end].split('","')
+                if len(fields) == width:
+                    yield fields
+                    continue
+        record = next(csv.reader(itertools.chain([line], lines), strict=True), None)
+        if record is not None:
+            yield record
 
 
 def _one_row(line: str, label: str, lineno: int) -> list[str]:

@@ -1,0 +1,314 @@
+"""Verification of commits received from a remote, before any local ref moves (issue 7).
+
+Only the new commits are checked (those not reachable from the local head, which was verified
+when it was written or pulled); they are checked exactly as :mod:`perfledger.ledger.verify`
+checks a whole ledger (same per-event function): every object re-hashed against its name, the
+commit graph (merges carry no event, an event commit has one parent, no event twice, no second
+root), then every new event in the total order: canonical bytes, id, trailers, author and time,
+parents = the event heads of the commit it was appended on, Lamport = theirs + 1, schema,
+artifacts. Where a new commit stands on local ones, the local commits' structure is read from
+git (never from the derived index).
+
+The received objects are held in memory (:class:`IncomingReader`) until they pass; only then are
+they written to the object store, so a refused pull leaves the ledger's files untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from perfledger.errors import IntegrityError
+from perfledger.events.kinds import RecordedEvent
+from perfledger.ledger.dag import CommitNode, EventHeads
+from perfledger.ledger.gitobj import COMMIT, RawObject
+from perfledger.ledger.objects import EMPTY_TREE, parse_trailers
+from perfledger.ledger.order import in_total_order
+from perfledger.ledger.reader import ObjectReader
+
+# The per-commit and per-event checks are verify's own, so that a pull and a full verify can
+# never disagree about what a valid event is.
+from perfledger.ledger.verify import (
+    _DagMismatch,
+    _named,
+    _parse_commit,
+    _verify_event,
+)
+
+_EMPTY_TREE_BIN = bytes.fromhex(EMPTY_TREE.id.decode())
+
+
+class IncomingReader:
+    """Objects received from a remote (held in memory, each already hashed from its content by
+    the pack reader) in front of the local store's :class:`ObjectReader`.
+
+    Args:
+        incoming: binary sha -> (git type number, content).
+        base: reader of the local object store, or None (a clone into an empty repository).
+    Attributes:
+        used: binary shas of the incoming objects read (what the verified commits reference).
+    """
+
+    def __init__(self, incoming: dict[bytes, tuple[int, bytes]], base: ObjectReader | None):
+        self.incoming = incoming
+        self.base = base
+        self.used: set[bytes] = set()
+
+    def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
+        """Return (type number, content) of binary ``sha``; IntegrityError when missing."""
+        hit = self.incoming.get(sha)
+        if hit is not None:
+            self.used.add(sha)
+            return hit
+        if self.base is None:
+            raise IntegrityError(
+                f"git object {sha.hex()} is missing from what the remote sent", commit=sha.hex()
+            )
+        return self.base.read(sha, check=check)
+
+    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
+        """As :meth:`ObjectReader.read_unchecked`."""
+        hit = self.incoming.get(sha)
+        if hit is not None:
+            return hit
+        return self.base.read_unchecked(sha) if self.base is not None else None
+
+    def used_objects(self) -> list[RawObject]:
+        """Return the incoming objects the verification read, as :class:`RawObject` s."""
+        incoming = self.incoming
+        return [RawObject(*incoming[sha], sha.hex().encode()) for sha in self.used]
+
+
+@dataclass
+class IncomingReport:
+    """What :func:`verify_incoming` checked.
+
+    Attributes:
+        tip: the remote head (hex bytes).
+        new_commits: hex shas of the commits that were not local (events and merges).
+        events: the new events, verified, in the total order (lamport, id).
+        merges: new merge commits.
+        objects: the received objects the new commits reference (what a pull stores).
+        nodes: hex sha -> :class:`CommitNode` (hex parents) of every new commit.
+        keys: hex sha -> the Idempotency-Key trailer of new event commits that carry one.
+    """
+
+    tip: bytes
+    new_commits: list[bytes] = field(default_factory=list)
+    events: list[RecordedEvent] = field(default_factory=list)
+    merges: int = 0
+    objects: list[RawObject] = field(default_factory=list)
+    nodes: dict[bytes, CommitNode] = field(default_factory=dict)
+    keys: dict[bytes, str] = field(default_factory=dict)
+
+
+def verify_incoming(
+    reader: IncomingReader,
+    tip: bytes,
+    *,
+    is_local: Callable[[bytes], bool],
+    has_event: Callable[[str], bool],
+    format_version: int,
+    clone: bool = False,
+) -> IncomingReport:
+    """Verify every commit reachable from ``tip`` that is not local.
+
+    Args:
+        reader: the incoming objects over the local store.
+        tip: the remote head, hex bytes.
+        is_local: hex commit sha -> True when it is reachable from the local head (verified).
+        has_event: event id -> True when the local ledger holds it (a remote commit carrying a
+            local event under another commit is refused: one event, one commit).
+        format_version: the storage format this code reads.
+        clone: True when there is no local ledger (the new commits must hold exactly one root);
+            otherwise no new commit may be a root (a remote of another ledger).
+    Returns: an :class:`IncomingReport`.
+    Raises: IntegrityError naming the first bad event or commit (nothing was written).
+    """
+    report = IncomingReport(tip=tip)
+    nodes: dict[bytes, CommitNode] = {}
+    commit_of: dict[str, bytes] = {}
+    parsed: dict[bytes, tuple[object, dict[str, str]]] = {}
+    new: list[bytes] = []
+    roots: list[bytes] = []
+
+    def local_node(sha: bytes) -> CommitNode:
+        """A local (already verified) commit's structure, read from git."""
+        node = nodes.get(sha)
+        if node is None:
+            _, raw = reader.read(sha, check=False)
+            commit = _parse_commit(sha, raw)
+            trailers = parse_trailers(commit.message)
+            event_id = trailers.get("Event-Id")
+            lamport = trailers.get("Lamport", "0")
+            node = CommitNode(event_id, int(lamport) if lamport.isdigit() else 0, commit.parents)
+            nodes[sha] = node
+            if event_id is not None:
+                commit_of.setdefault(event_id, sha)
+        return node
+
+    stack = [bytes.fromhex(tip.decode())]
+    while stack:
+        sha = stack.pop()
+        if sha in nodes:
+            continue
+        if not clone and is_local(sha.hex().encode()):
+            local_node(sha)
+            continue
+        type_num, raw = reader.read(sha)
+        if type_num != COMMIT:
+            raise IntegrityError(
+                f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
+            )
+        commit = _parse_commit(sha, raw)
+        trailers = parse_trailers(commit.message)
+        parsed[sha] = (commit, trailers)
+        if "Idempotency-Key" in trailers:
+            report.keys[sha.hex().encode()] = trailers["Idempotency-Key"]
+        event_id = trailers.get("Event-Id")
+        if event_id is None:
+            if "Lamport" in trailers or "Idempotency-Key" in trailers:
+                raise IntegrityError(
+                    f"commit {sha.hex()} has ledger trailers but no Event-Id", commit=sha.hex()
+                )
+            if len(commit.parents) < 2:
+                raise IntegrityError(
+                    f"commit {sha.hex()} carries no event and is not a merge", commit=sha.hex()
+                )
+            if commit.tree != _EMPTY_TREE_BIN:
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} carries content; merges must carry no event",
+                    commit=sha.hex(),
+                )
+            nodes[sha] = CommitNode(None, 0, commit.parents)
+            report.merges += 1
+        else:
+            lamport_text = trailers.get("Lamport", "")
+            if not lamport_text.isdigit():
+                raise IntegrityError(
+                    f"event {event_id} (commit {sha.hex()}) has a malformed Lamport trailer",
+                    commit=sha.hex(),
+                    event_id=event_id,
+                )
+            if len(commit.parents) > 1:
+                raise IntegrityError(
+                    f"event {event_id} (commit {sha.hex()}) has {len(commit.parents)} parent "
+                    "commits; an event has at most one",
+                    commit=sha.hex(),
+                    event_id=event_id,
+                )
+            if event_id in commit_of or (not clone and has_event(event_id)):
+                raise IntegrityError(
+                    f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
+                )
+            commit_of[event_id] = sha
+            nodes[sha] = CommitNode(event_id, int(lamport_text), commit.parents)
+        if not commit.parents:
+            roots.append(sha)
+        new.append(sha)
+        stack.extend(commit.parents)
+    if clone and len(roots) != 1:
+        raise IntegrityError(
+            f"the remote ledger has {len(roots)} root commits; exactly one is allowed"
+        )
+    if not clone and roots:
+        raise IntegrityError(
+            "the remote holds a different ledger (its history has another root commit)",
+            commit=roots[0].hex(),
+            hint="pull only from clones of this ledger",
+        )
+
+    def node_of(sha: bytes) -> CommitNode:
+        return nodes[sha] if sha in nodes else local_node(sha)
+
+    def commit_for(event_id: str) -> bytes:
+        return commit_of[event_id]
+
+    dag = EventHeads(node_of, commit_for)
+    order = in_total_order(
+        (nodes[sha].lamport, nodes[sha].event_id, (nodes[sha].lamport, nodes[sha].event_id, sha))
+        for sha in new
+        if nodes[sha].event_id is not None
+    )
+    root = roots[0] if clone else b""
+    for _lamport, event_id, sha in order:
+        assert event_id is not None
+        try:
+            event = _verify_event(
+                reader,  # type: ignore[arg-type]  (same read interface as ObjectReader)
+                sha,
+                nodes[sha],
+                dag,
+                root,
+                format_version,
+                parsed.pop(sha, None),  # type: ignore[arg-type]
+            )
+        except _DagMismatch as exc:
+            raise _named(exc, event_id, sha) from None
+        except IntegrityError as exc:
+            raise _named(exc, event_id, sha) from None
+        report.events.append(event)
+    report.new_commits = [sha.hex().encode() for sha in new]
+    report.nodes = {
+        sha.hex().encode(): CommitNode(
+            nodes[sha].event_id,
+            nodes[sha].lamport,
+            tuple(p.hex().encode() for p in nodes[sha].parents),
+        )
+        for sha in new
+    }
+    return report
+
+
+def descends_from(node: Callable[[bytes], CommitNode], ancestor: bytes, tip: bytes) -> bool:
+    """True when commit ``ancestor`` is ``tip`` or one of its ancestors (hex bytes).
+
+    The walk back from ``tip`` stops below ``ancestor``'s Lamport clock: clocks strictly
+    increase along every edge of a verified ledger, so nothing there can reach it.
+
+    Args:
+        node: hex sha -> :class:`CommitNode` (parents as hex bytes).
+    """
+    if ancestor == tip:
+        return True
+    lamports: dict[bytes, int] = {}
+
+    def lamport(sha: bytes) -> int:
+        todo = [sha]
+        while todo:
+            current = todo[-1]
+            if current in lamports:
+                todo.pop()
+                continue
+            n = node(current)
+            if n.event_id is not None:
+                lamports[current] = n.lamport
+                todo.pop()
+                continue
+            missing = [p for p in n.parents if p not in lamports]
+            if missing:
+                todo.extend(missing)
+                continue
+            lamports[current] = max(lamports[p] for p in n.parents)
+            todo.pop()
+        return lamports[sha]
+
+    floor = lamport(ancestor)
+    stack, seen = [tip], set()
+    while stack:
+        sha = stack.pop()
+        if sha == ancestor:
+            return True
+        if sha in seen:
+            continue
+        seen.add(sha)
+        n = node(sha)
+        if n.event_id is not None and n.lamport <= floor:
+            continue
+        if n.event_id is None and lamport(sha) < floor:
+            continue
+        stack.extend(n.parents)
+    return False
+
+
+__all__ = ["IncomingReader", "IncomingReport", "descends_from", "verify_incoming"]
