@@ -106,3 +106,14 @@ def test_stats_csv_unknown_header_refused(fixtures: Path, tmp_path: Path) -> Non
     bad.write_text(text.replace("Med (ns),", ""))
     with pytest.raises(EvidenceError, match="unknown nsys stats header"):
         parse_nsys_stats_csv(bad, tool_version="2025.3.1.90")
+
+
+def test_text_that_is_not_utf8_refused(fixtures: Path, tmp_path: Path) -> None:
+    """Found by the fuzz test: TEXT that is not UTF-8 is an EvidenceError, not a crash."""
+    path = _copy(fixtures, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE StringIds SET value = CAST(x'80ff' AS TEXT) WHERE id = 1")
+    con.commit()
+    con.close()
+    with pytest.raises(EvidenceError, match="cannot be read"):
+        parse_nsys_sqlite(path)

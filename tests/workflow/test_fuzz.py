@@ -68,6 +68,33 @@ BASES: dict[str, dict[str, Any]] = {
     "handoff.record": handoff(),
     "conflict.resolve": {"target_id": T1, "conflict_id": "c", "keep": "e1", "reason": "r"},
 }  # fmt: skip
+# The kernel-iteration loop (issue 8): the fuzz ledger has no loop run, and a setup for an
+# architecture the catalog does not map is refused by R23, so no mutation can append.
+_SRC = {"name": "k.cu", "text": 'extern "C" __global__ void k(float* x, int N) {}'}
+_SEL = {"compute": {"chosen": "compute.unrolling", "skipped": []},
+        "memory": {"chosen": "memory.coalescing", "skipped": []},
+        "latency": {"chosen": "latency.atomics", "skipped": []}}
+BASES.update({
+    "loop.setup": {
+        "run_id": "r-fuzz", "subject_kind": "cuda", "baseline": _SRC, "reference": _SRC,
+        "entry": "k", "params": [{"name": "N", "ctype": "int", "integer": True}],
+        "dims": {"N": 4}, "iterations": 2, "ncu_num": 3, "min_effect": 0.02, "sm_arch": "sm_42",
+        "environment": {"gpu": "g"}, "catalog_toml": "catalog_id = 'x'\n",
+        "baseline_check": {"correct": True, "trials": 5},
+        "baseline_timing": {"samples_ms": [1.0, 1.5]},
+    },
+    "loop.profile": {"run_id": "r-fuzz", "iteration": 1, "attempt": 0, "role": "input",
+                     "kernel_hash": "blake3:00112233", "tool": "ncu", "tool_version": "2025.3.1",
+                     "metrics": {"m": 1.5}, "units": {"m": "%"}},
+    "loop.attempt": {"run_id": "r-fuzz", "iteration": 1, "attempt": 1, "kernel": _SRC,
+                     "selection": _SEL, "analysis": "a",
+                     "correctness": {"correct": False, "trials": 5}},
+    "loop.close-iter": {"run_id": "r-fuzz", "iteration": 1, "attempt": 1, "kernel": _SRC,
+                        "selection": _SEL, "analysis": "a",
+                        "correctness": {"correct": True, "trials": 5},
+                        "pairs": [{"ref_ms": [1.0], "cand_ms": [0.5]}]},
+    "loop.finalize": {"run_id": "r-fuzz", "stop_reason": "s"},
+})  # fmt: skip
 #: Maps whose keys are data, not field names (an extra key there is not an unknown field).
 FREE_MAPS = {"values", "units", "env"}
 MUTATIONS = ("extra", "drop", "wrong_type", "nan", "huge", "unicode_id", "not_object")

@@ -96,12 +96,15 @@ class _LedgerGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in WORKFLOW_COMMANDS or cmd_name in READMODEL_COMMANDS:
             _load_workflow_commands()
+        if cmd_name == "loop":
+            _load_loop_command()
         if cmd_name in MEASURE_COMMANDS:
             _load_measure_commands()
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         _load_workflow_commands()
+        _load_loop_command()
         _load_measure_commands()
         return super().list_commands(ctx)
 
@@ -337,6 +340,14 @@ def _load_workflow_commands() -> None:
         from perfledger.commands.readmodels_cli import install
 
         install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
+
+
+def _load_loop_command() -> None:
+    """Add ``perfledger loop`` (the kernel-iteration loop, R19-R25) on first use."""
+    if "loop" not in cli.commands:
+        from perfledger.commands.loop_cli import loop
+
+        cli.add_command(loop)
 
 
 _measure_loaded = False

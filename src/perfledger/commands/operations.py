@@ -45,6 +45,10 @@ class Operation:
         decider: the decider's name in :mod:`perfledger.commands.deciders`.
         rules: the rule ids it enforces.
         help: one line for ``--help``.
+        models_module: the module holding the request model.
+        decider_module: the module holding the decider.
+        generic_cli: whether ``workflow_cli`` builds its ``--request`` command (the loop's
+            operations have their own CLI, :mod:`perfledger.commands.loop_cli`).
     """
 
     name: str
@@ -55,6 +59,9 @@ class Operation:
     decider: str
     rules: str
     help: str
+    models_module: str = "perfledger.commands.requests"
+    decider_module: str = "perfledger.commands.deciders"
+    generic_cli: bool = True
 
 
 OPERATIONS: dict[str, Operation] = {
@@ -256,6 +263,30 @@ OPERATIONS: dict[str, Operation] = {
 }
 
 
+#: The kernel-iteration loop's operations (R19-R25): requests in ``loop_requests``, deciders in
+#: ``loop_deciders``, commands in ``loop_cli`` (which measures, then executes these).
+_LOOP = {"models_module": "perfledger.commands.loop_requests",
+         "decider_module": "perfledger.commands.loop_deciders", "generic_cli": False}  # fmt: skip
+OPERATIONS.update(
+    (op.name, op)
+    for op in (
+        Operation("loop.setup", "loop", "setup", "RunSetUp", "LoopSetup", "decide_loop_setup",
+                  "R16 R23", "Set up a kernel-iteration run.", **_LOOP),
+        Operation("loop.profile", "loop", "profile", "ProfileRecorded", "LoopProfile",
+                  "decide_loop_profile", "R16 R25", "Record one profile of a run's kernel.",
+                  **_LOOP),
+        Operation("loop.attempt", "loop", "attempt", "AttemptRecorded", "LoopAttempt",
+                  "decide_loop_attempt", "R19 R20 R21 R22 R23 R24 R25",
+                  "Record a candidate that failed its correctness check.", **_LOOP),
+        Operation("loop.close-iter", "loop", "close-iter", "IterationClosed", "LoopCloseIter",
+                  "decide_loop_close_iter", "R19 R20 R21 R22 R23 R24 R25",
+                  "Close an iteration with its methods, analysis and paired timing.", **_LOOP),
+        Operation("loop.finalize", "loop", "finalize", "RunFinalized", "LoopFinalize",
+                  "decide_loop_finalize", "", "Finalize a run with its headline.", **_LOOP),
+    )
+)  # fmt: skip
+
+
 def get_operation(name: str) -> Operation:
     """Return the operation ``name``; BadRequest listing the known ones otherwise."""
     try:
@@ -268,15 +299,14 @@ def get_operation(name: str) -> Operation:
 
 def request_model(name: str) -> Any:
     """Return the pydantic request model of operation ``name``."""
-    from perfledger.commands import requests
-
-    return getattr(requests, get_operation(name).model)
+    operation = get_operation(name)
+    return getattr(importlib.import_module(operation.models_module), operation.model)
 
 
 def decider(name: str) -> Any:
     """Return the decider ``decide(state, request, ctx) -> [EventDraft]`` of ``name``."""
-    module = importlib.import_module("perfledger.commands.deciders")
-    return getattr(module, get_operation(name).decider)
+    operation = get_operation(name)
+    return getattr(importlib.import_module(operation.decider_module), operation.decider)
 
 
 def json_schema(name: str) -> dict[str, Any]:

@@ -308,6 +308,8 @@ def commands() -> list[click.Command]:
     groups: dict[str, click.Group] = {}
     top: list[click.Command] = []
     for operation in OPERATIONS.values():
+        if not operation.generic_cli:
+            continue  # has its own commands (the loop: perfledger.commands.loop_cli)
         command = _write_command(operation)
         if operation.group is None:
             top.append(command)

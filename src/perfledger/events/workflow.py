@@ -818,3 +818,11 @@ for _type, _summary in _SUMMARIES.items():
 #: Kinds that record a decision: appended only through their operation's decider
 #: (:mod:`perfledger.commands.operations`), never through the raw ``Ledger.append``.
 DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)
+
+# The kernel-iteration loop's kinds (R19-R25) live in their own module, which registers them on
+# import; named here statically so that importing either module first works.
+from perfledger.events import loop as _loop  # noqa: E402, F401
+
+DECISION_KINDS = DECISION_KINDS | {
+    "RunSetUp", "ProfileRecorded", "AttemptRecorded", "IterationClosed", "RunFinalized"
+}  # fmt: skip

@@ -46,6 +46,7 @@ from perfledger.events.workflow import (
     VerdictRecorded,
 )
 from perfledger.projections import ledger_state
+from perfledger.projections import loop as loop_projection
 from perfledger.projections.ledger_state import LedgerState
 
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
@@ -210,6 +211,8 @@ class WorkflowState(LedgerState, kw_only=True):
     handoffs: list[HandoffRecorded] = msgspec.field(default_factory=list)
     conflicts: dict[str, Conflict] = msgspec.field(default_factory=dict)
     anomalies: list[str] = msgspec.field(default_factory=list)
+    #: The kernel-iteration loop's runs (R19-R25), see :mod:`perfledger.projections.loop`.
+    loop: loop_projection.LoopState = msgspec.field(default_factory=loop_projection.LoopState)
 
 
 def initial_state() -> WorkflowState:
@@ -445,6 +448,7 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
     applies each workflow kind; never raises for a well-formed event.
     """
     ledger_state.evolve(state, event)
+    loop_projection.evolve(state.loop, event)
     p = event.payload
     if isinstance(p, TargetFrozen):
         _add_target(state, event, p.target)

@@ -67,7 +67,8 @@ def parse_nsys_sqlite(path: str | Path) -> ProfileReport:
     conn = _connect(path)
     try:
         return _parse_sqlite(conn, str(path))
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        # a damaged file: SQLite errors, or TEXT that is not UTF-8 (found by fuzzing)
         raise EvidenceError(f"{path}: the SQLite file cannot be read ({exc})") from None
     finally:
         conn.close()
