@@ -151,6 +151,7 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
         state = DEFAULT_PROJECTION.evolve(state, event)
     clock = datetime(2026, 1, 1, tzinfo=UTC)
     count, pending, lamport = 1, [], 1
+    payloads: dict[str, Any] = {}  # fake event id -> payload (verdicts read the samples' pairs)
     started = time.perf_counter()
 
     def add(draft: EventDraft) -> None:
@@ -164,6 +165,8 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
             request=draft.request, payload={}, artifacts={},
         )  # fmt: skip
         state = DEFAULT_PROJECTION.evolve(state, RecordedEvent(fake, payload))
+        if draft.kind == "SamplesRecorded":
+            payloads[fake.id] = payload
         pending.append(draft)
         count += 1
         if len(pending) >= 1000:
@@ -174,7 +177,10 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
         nonlocal clock
         clock += timedelta(seconds=1)
         model = validate(op, body)
-        ctx = DecisionContext(op=op, actor=ACTOR, ts=clock, request=stored_request(op, model))
+        ctx = DecisionContext(
+            op=op, actor=ACTOR, ts=clock, request=stored_request(op, model),
+            payload_of=payloads.__getitem__,
+        )  # fmt: skip
         (draft,) = decider(op)(state, model, ctx)
         add(draft)
 

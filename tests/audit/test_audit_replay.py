@@ -98,7 +98,9 @@ def test_r12_audit_finds_a_verdict_its_samples_contradict(
     from perfledger.commands.requests import VerdictRecord
 
     honest = decide_verdict_record(
-        ready.state(), VerdictRecord(samples_id="e1-target"), DecisionContext("x", "a", ready.clock)
+        ready.state(),
+        VerdictRecord(samples_id="e1-target"),
+        DecisionContext("x", "a", ready.clock, payload_of=ready.ledger.payload),
     )[0].payload
     assert honest.status == "fail"
     forged = msgspec.to_builtins(honest)
@@ -163,8 +165,8 @@ def test_r5_audit_finds_a_failed_accuracy_sample_used_in_a_verdict(
             v * 0.1 for v in pair["cand"]["values"]["latency_ms"]
         ]
     ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
-    recorded = ready.state().samples["e1-target"]
-    assert recorded.cand_failures == 2
+    assert ready.state().samples["e1-target"].cand_failures == 2
+    recorded = ready.ledger.payload(ready.state().samples["e1-target"].event_id)
     target = ready.state().targets[T1]
     # the forged verdict counts every pair as valid
     primary = derive_verdict(
@@ -176,7 +178,9 @@ def test_r5_audit_finds_a_failed_accuracy_sample_used_in_a_verdict(
     from perfledger.commands.requests import VerdictRecord
 
     honest = decide_verdict_record(
-        ready.state(), VerdictRecord(samples_id="e1-target"), DecisionContext("x", "a", ready.clock)
+        ready.state(),
+        VerdictRecord(samples_id="e1-target"),
+        DecisionContext("x", "a", ready.clock, payload_of=ready.ledger.payload),
     )[0].payload
     assert honest.primary.n_excluded == 2 and primary.n_excluded == 0
     forged = msgspec.to_builtins(honest)

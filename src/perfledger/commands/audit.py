@@ -180,14 +180,16 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
     return op, p
 
 
-def _r5_used_failed_samples(state: Any, event: RecordedEvent) -> str | None:
+def _r5_used_failed_samples(state: Any, event: RecordedEvent, payload_of: Any) -> str | None:
     """R5: a verdict (or final audit) that counted a pair whose accuracy check failed; returns the
-    message, or None. Checked against the recorded samples, whatever the request said."""
+    message, or None. Checked against the recorded samples (``payload_of``: event id -> payload),
+    whatever the request said."""
     payload = event.payload
-    samples = state.samples.get(getattr(payload, "samples_id", ""))
+    view = state.samples.get(getattr(payload, "samples_id", ""))
     primary = getattr(payload, "primary", None)
-    if samples is None or primary is None:
+    if view is None or primary is None:
         return None
+    samples = payload_of(view.event_id)
     failed = sum(1 for p in samples.pairs if not (p.ref.correct and p.cand.correct))
     valid = len(samples.pairs) - failed
     if failed and (primary.n_pairs > valid or primary.n_excluded < failed):
@@ -224,6 +226,9 @@ class _Replay:
         self.operations = operations
         self.context = DecisionContext
         self.deciders: dict[str, Any] = {}
+        #: event id -> verified payload of every SamplesRecorded (the state keeps samples
+        #: without their pairs; a verdict's re-derivation reads them through ``payload_of``)
+        self.samples_payloads: dict[str, Any] = {}
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -244,6 +249,8 @@ class _Replay:
                            f"events before it; its verified ancestry has {count}")  # fmt: skip
                 return
             self._redecide(before, event)
+        if envelope.kind == "SamplesRecorded":
+            self.samples_payloads[envelope.id] = event.payload
         anomalies = len(self.state.anomalies)
         self.state = self.projection.evolve(self.state, event)
         for anomaly in self.state.anomalies[anomalies:]:
@@ -284,6 +291,15 @@ class _Replay:
             state = self.projection.evolve(state, recorded(envelope))
         return state
 
+    def _payload_of(self, event_id: str) -> Any:
+        """The verified payload of an earlier event (samples are kept; others read from git)."""
+        payload = self.samples_payloads.get(event_id)
+        if payload is not None:
+            return payload
+        from perfledger.events.kinds import recorded
+
+        return recorded(self.store.get_event(event_id)).payload
+
     def _find(self, event: RecordedEvent, rule: str, message: str) -> None:
         envelope = event.envelope
         self.report.findings.append(
@@ -315,6 +331,7 @@ class _Replay:
             ctx = self.context(
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
+                payload_of=self._payload_of,
             )  # fmt: skip
             decide = self.deciders.get(op)
             if decide is None:
@@ -346,7 +363,7 @@ class _Replay:
             recorded_payload
         ):
             return
-        r5 = _r5_used_failed_samples(state, event) if kind in (
+        r5 = _r5_used_failed_samples(state, event, self._payload_of) if kind in (
             "VerdictRecorded", "FinalAuditRecorded") else None  # fmt: skip
         if r5 is not None:
             self._find(event, "R5", r5)

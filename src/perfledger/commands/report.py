@@ -64,12 +64,13 @@ def _pyplot() -> Any:
 # ----------------------------------------------------------------------------- data
 
 
-def pair_improvements(state: Any, samples_id: str) -> list[float]:
+def pair_improvements(state: Any, samples_id: str, payload_of: Any) -> list[float]:
     """The per-pair improvements (ratios, R12) of ``samples_id``'s primary metric, valid pairs
-    only (R5)."""
+    only (R5); the pairs are read from the samples' event (``payload_of``: event id ->
+    payload)."""
     from perfledger.projections.verdicts import Pair, improvements
 
-    samples = state.samples[samples_id]
+    samples = payload_of(state.samples[samples_id].event_id)
     target = state.targets[samples.target_id].definition
     metric = target.primary.name
     pairs = [
@@ -116,9 +117,11 @@ def champion_progress(
 # ----------------------------------------------------------------------------- plots
 
 
-def plot_distributions(state: Any, rows: list[Any]) -> str | None:
+def plot_distributions(state: Any, rows: list[Any], payload_of: Any) -> str | None:
     """Plot 1: paired improvements per experiment, with CI and the minimum-effect line."""
-    data = [(r, pair_improvements(state, r.measured.samples_id)) for r in rows if r.measured]
+    data = [
+        (r, pair_improvements(state, r.measured.samples_id, payload_of)) for r in rows if r.measured
+    ]
     data = [(r, values) for r, values in data if values][-MAX_DISTRIBUTIONS:]
     if not data:
         return None
@@ -255,8 +258,9 @@ def _timeline(entries: list[tuple[str, str, str, str]]) -> str:
 
 
 def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str, str, str]],
-                times: dict[str, str], head: str) -> tuple[str, int]:  # fmt: skip
-    """Render the page; returns (HTML text, number of plot images)."""
+                times: dict[str, str], head: str, payload_of: Any) -> tuple[str, int]:  # fmt: skip
+    """Render the page; returns (HTML text, number of plot images). ``payload_of`` reads a
+    recorded event's payload by id (the samples' pairs)."""
     from perfledger.projections.claims import claims
     from perfledger.projections.handoff import default_target
     from perfledger.projections.rejections import rejected
@@ -283,7 +287,7 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
         )
         rows = claims(state, tid)
     plots = [
-        _figure(plot_distributions(state, rows), "distribution of paired improvements",
+        _figure(plot_distributions(state, rows, payload_of), "distribution of paired improvements",
                 "Paired improvements per experiment, with the verdict's median and CI and the "
                 "minimum effect"),
         _figure(plot_champions(champion_progress(state, tid, times)) if tid else None,
@@ -327,7 +331,9 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
         times[envelope.id] = envelope.ts
         timeline.append((envelope.ts[:19].replace("T", " "), envelope.kind, envelope.actor,
                          get_kind(envelope.kind).summary(event.payload)))  # fmt: skip
-    page, plots = render_html(state, target_id, timeline[-TIMELINE_LIMIT:], times, ledger.head())
+    page, plots = render_html(
+        state, target_id, timeline[-TIMELINE_LIMIT:], times, ledger.head(), ledger.payload
+    )
     data = page.encode("utf-8")
     try:
         with open(path, "wb") as handle:
