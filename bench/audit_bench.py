@@ -151,9 +151,8 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
         state = DEFAULT_PROJECTION.evolve(state, event)
     clock = datetime(2026, 1, 1, tzinfo=UTC)
     count, pending, lamport = 1, [], 1
+    payloads: dict[str, Any] = {}  # fake event id -> payload (verdicts read the samples' pairs)
     started = time.perf_counter()
-    # the state keeps samples without their pairs: verdicts read them back by (fake) event id
-    payloads: dict[str, Any] = {}
 
     def add(draft: EventDraft) -> None:
         nonlocal count, lamport, state, pending
@@ -178,8 +177,10 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
         nonlocal clock
         clock += timedelta(seconds=1)
         model = validate(op, body)
-        ctx = DecisionContext(op=op, actor=ACTOR, ts=clock, request=stored_request(op, model),
-                              payload_of=payloads.__getitem__)  # fmt: skip
+        ctx = DecisionContext(
+            op=op, actor=ACTOR, ts=clock, request=stored_request(op, model),
+            payload_of=payloads.__getitem__,
+        )  # fmt: skip
         (draft,) = decider(op)(state, model, ctx)
         add(draft)
 

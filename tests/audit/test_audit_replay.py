@@ -165,13 +165,13 @@ def test_r5_audit_finds_a_failed_accuracy_sample_used_in_a_verdict(
             v * 0.1 for v in pair["cand"]["values"]["latency_ms"]
         ]
     ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
-    recorded = ready.state().samples["e1-target"]
-    assert recorded.cand_failures == 2
+    assert ready.state().samples["e1-target"].cand_failures == 2
+    recorded = ready.ledger.payload(ready.state().samples["e1-target"].event_id)
     target = ready.state().targets[T1]
     # the forged verdict counts every pair as valid
     primary = derive_verdict(
         [Pair(p.case, tuple(p.ref.values["latency_ms"]), tuple(p.cand.values["latency_ms"]))
-         for p in ready.ledger.payload(recorded.event_id).pairs],
+         for p in recorded.pairs],
         direction="lower_is_better", min_effect=0.05, resolution=target.resolution.resolution,
     )  # fmt: skip
     from perfledger.commands.deciders import DecisionContext, decide_verdict_record

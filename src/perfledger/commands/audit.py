@@ -180,12 +180,10 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
     return op, p
 
 
-def _r5_used_failed_samples(
-    state: Any, event: RecordedEvent, payload_of: Any
-) -> str | None:
+def _r5_used_failed_samples(state: Any, event: RecordedEvent, payload_of: Any) -> str | None:
     """R5: a verdict (or final audit) that counted a pair whose accuracy check failed; returns the
-    message, or None. Checked against the recorded samples, whatever the request said (the
-    state keeps samples without pairs: ``payload_of`` reads them from their event)."""
+    message, or None. Checked against the recorded samples (``payload_of``: event id -> payload),
+    whatever the request said."""
     payload = event.payload
     view = state.samples.get(getattr(payload, "samples_id", ""))
     primary = getattr(payload, "primary", None)
@@ -228,19 +226,9 @@ class _Replay:
         self.operations = operations
         self.context = DecisionContext
         self.deciders: dict[str, Any] = {}
-        #: SamplesRecorded event id -> its payload (the pairs that re-derived verdicts read;
-        #: the state keeps samples without them). Replay is topological, so a verdict's samples
-        #: are always here before it.
+        #: event id -> verified payload of every SamplesRecorded (the state keeps samples
+        #: without their pairs; a verdict's re-derivation reads them through ``payload_of``)
         self.samples_payloads: dict[str, Any] = {}
-
-    def payload_of(self, event_id: str) -> Any:
-        """``DecisionContext.payload_of`` over the replayed events (read from git by verify,
-        never from the cache). Raises: BadRequest for an id that is not a replayed
-        SamplesRecorded."""
-        try:
-            return self.samples_payloads[event_id]
-        except KeyError:
-            raise BadRequest(f"no recorded samples event {event_id!r} before this one") from None
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -303,6 +291,15 @@ class _Replay:
             state = self.projection.evolve(state, recorded(envelope))
         return state
 
+    def _payload_of(self, event_id: str) -> Any:
+        """The verified payload of an earlier event (samples are kept; others read from git)."""
+        payload = self.samples_payloads.get(event_id)
+        if payload is not None:
+            return payload
+        from perfledger.events.kinds import recorded
+
+        return recorded(self.store.get_event(event_id)).payload
+
     def _find(self, event: RecordedEvent, rule: str, message: str) -> None:
         envelope = event.envelope
         self.report.findings.append(
@@ -334,7 +331,7 @@ class _Replay:
             ctx = self.context(
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
-                payload_of=self.payload_of,
+                payload_of=self._payload_of,
             )  # fmt: skip
             decide = self.deciders.get(op)
             if decide is None:
@@ -366,7 +363,7 @@ class _Replay:
             recorded_payload
         ):
             return
-        r5 = _r5_used_failed_samples(state, event, self.payload_of) if kind in (
+        r5 = _r5_used_failed_samples(state, event, self._payload_of) if kind in (
             "VerdictRecorded", "FinalAuditRecorded") else None  # fmt: skip
         if r5 is not None:
             self._find(event, "R5", r5)

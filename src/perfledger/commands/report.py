@@ -22,7 +22,6 @@ import base64
 import html
 import io
 import os
-from collections.abc import Callable
 from typing import Any
 
 #: At most this many decisions are listed in the timeline (the newest ones).
@@ -65,17 +64,14 @@ def _pyplot() -> Any:
 # ----------------------------------------------------------------------------- data
 
 
-def pair_improvements(
-    state: Any, samples_id: str, payload_of: Callable[[str], Any]
-) -> list[float]:
+def pair_improvements(state: Any, samples_id: str, payload_of: Any) -> list[float]:
     """The per-pair improvements (ratios, R12) of ``samples_id``'s primary metric, valid pairs
-    only (R5). The state keeps samples without their pairs: ``payload_of`` (event id -> decoded
-    payload) reads them from the SamplesRecorded event."""
+    only (R5); the pairs are read from the samples' event (``payload_of``: event id ->
+    payload)."""
     from perfledger.projections.verdicts import Pair, improvements
 
-    view = state.samples[samples_id]
-    samples = payload_of(view.event_id)
-    target = state.targets[view.target_id].definition
+    samples = payload_of(state.samples[samples_id].event_id)
+    target = state.targets[samples.target_id].definition
     metric = target.primary.name
     pairs = [
         Pair(p.case, tuple(p.ref.values.get(metric, ())), tuple(p.cand.values.get(metric, ())),
@@ -121,11 +117,8 @@ def champion_progress(
 # ----------------------------------------------------------------------------- plots
 
 
-def plot_distributions(
-    state: Any, rows: list[Any], payload_of: Callable[[str], Any]
-) -> str | None:
-    """Plot 1: paired improvements per experiment, with CI and the minimum-effect line
-    (``payload_of``: event id -> payload, see :func:`pair_improvements`)."""
+def plot_distributions(state: Any, rows: list[Any], payload_of: Any) -> str | None:
+    """Plot 1: paired improvements per experiment, with CI and the minimum-effect line."""
     data = [
         (r, pair_improvements(state, r.measured.samples_id, payload_of)) for r in rows if r.measured
     ]
@@ -265,10 +258,9 @@ def _timeline(entries: list[tuple[str, str, str, str]]) -> str:
 
 
 def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str, str, str]],
-                times: dict[str, str], head: str,
-                payload_of: Callable[[str], Any]) -> tuple[str, int]:  # fmt: skip
-    """Render the page; returns (HTML text, number of plot images). ``payload_of`` (event id ->
-    decoded payload) reads the samples' pairs from their SamplesRecorded events."""
+                times: dict[str, str], head: str, payload_of: Any) -> tuple[str, int]:  # fmt: skip
+    """Render the page; returns (HTML text, number of plot images). ``payload_of`` reads a
+    recorded event's payload by id (the samples' pairs)."""
     from perfledger.projections.claims import claims
     from perfledger.projections.handoff import default_target
     from perfledger.projections.rejections import rejected
@@ -339,8 +331,9 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
         times[envelope.id] = envelope.ts
         timeline.append((envelope.ts[:19].replace("T", " "), envelope.kind, envelope.actor,
                          get_kind(envelope.kind).summary(event.payload)))  # fmt: skip
-    page, plots = render_html(state, target_id, timeline[-TIMELINE_LIMIT:], times, ledger.head(),
-                              ledger.payload)  # fmt: skip
+    page, plots = render_html(
+        state, target_id, timeline[-TIMELINE_LIMIT:], times, ledger.head(), ledger.payload
+    )
     data = page.encode("utf-8")
     try:
         with open(path, "wb") as handle:
