@@ -518,7 +518,10 @@ def test_r15_mechanism_needs_the_preregistered_discriminating_evidence(ready: Se
     ready.refused("reject", {**reject, "local_proxy": True,
                              "discriminating_evidence_ids": ["ev-ncu"]}, "R15")  # fmt: skip
     ready.refused("reject", {**reject, "discriminating_evidence_ids": ["missing"]}, "R15")
-    ready.run("reject", {**reject, "discriminating_evidence_ids": ["ev-ncu"]})
+    # the claim's own input is the premise, not discriminating evidence obtained (audit, R15)
+    ready.refused("reject", {**reject, "discriminating_evidence_ids": ["ev-ncu"]}, "R15")
+    ready.run("evidence.add", evidence("ev-dram", target_id=T1))
+    ready.run("reject", {**reject, "discriminating_evidence_ids": ["ev-dram"]})
 
 
 # ------------------------------------------------------------------------------------ R16

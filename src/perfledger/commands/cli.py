@@ -84,6 +84,8 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
+#: Names of the read models' top-level commands (issue 4; checked against readmodels_cli).
+READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
 #: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
 MEASURE_COMMANDS = frozenset({"env", "measure"})
 
@@ -92,7 +94,7 @@ class _LedgerGroup(click.Group):
     """The top-level group: workflow commands are imported only when one is used or listed."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in WORKFLOW_COMMANDS:
+        if cmd_name in WORKFLOW_COMMANDS or cmd_name in READMODEL_COMMANDS:
             _load_workflow_commands()
         if cmd_name == "loop":
             _load_loop_command()
@@ -335,6 +337,9 @@ def _load_workflow_commands() -> None:
         from perfledger.commands.evidence_cli import extend
 
         extend(cli)  # evidence add --kind, evidence ncu|list|show (issue 6)
+        from perfledger.commands.readmodels_cli import install
+
+        install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
 
 
 def _load_loop_command() -> None:

@@ -436,3 +436,36 @@ def r15_rejection_scope(
         missing = sorted({e for e in discriminating_ids if e not in state.evidence})
         if missing:
             raise refuse("R15", f"the discriminating evidence {missing} is not recorded")
+        r15_discriminating_obtained(experiment, discriminating_ids, state)
+
+
+def r15_discriminating_obtained(
+    experiment: ExperimentView, discriminating_ids: list[str], state: WorkflowState
+) -> None:
+    """R15: closing a mechanism needs the experiment to have *preregistered* what discriminating
+    evidence it needs (found by audit: an experiment written around R9 could lack it) and to have
+    *obtained* it: evidence beyond the claim's own inputs (the premise that motivated the
+    experiment cannot also refute its mechanism), recorded for this Target or for none."""
+    created = experiment.created
+    if is_unknown(created.preregistration.discriminating_evidence):
+        raise refuse(
+            "R15",
+            f"experiment {created.experiment_id!r} did not preregister the discriminating "
+            "evidence a mechanism rejection needs",
+            "close the implementation instead, or run a new experiment that preregisters it",
+        )
+    premise = sorted({e.evidence_id for e in created.claim.evidence} & set(discriminating_ids))
+    if premise:
+        raise refuse(
+            "R15",
+            f"evidence {premise} is an input of the experiment's own claim, not discriminating "
+            "evidence obtained by it",
+            "record the discriminating measurement (`perfledger evidence add`) and cite that",
+        )
+    foreign = sorted(
+        e
+        for e in discriminating_ids
+        if state.evidence[e].target_id not in (None, created.target_id)
+    )
+    if foreign:
+        raise refuse("R15", f"the discriminating evidence {foreign} belongs to another Target")

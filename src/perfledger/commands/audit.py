@@ -1,0 +1,415 @@
+"""The auditor's replay (SPEC.md sections 1, 4, 6): ``perfledger audit``.
+
+From zero, independent of the derived cache and index, in one pass over git:
+
+1. everything ``verify`` checks (:func:`perfledger.ledger.verify.verify_store`: hashes, trailers,
+   parents, Lamport clocks, schemas, artifacts); its per-event callback drives the rest, so git is
+   read once;
+2. every recorded decision (the kinds of :data:`perfledger.events.workflow.DECISION_KINDS`) is
+   re-decided: its stored request ``{"op", "body"}`` is validated again and run through the
+   operation's pure decider against the state *before* it (the state its author saw: for an event
+   on a concurrent branch, the fold of its own ancestors), and the decided payload must equal the
+   recorded one byte for byte (canonical JSON). This re-derives every verdict and final audit
+   from its samples (R12), every claim's figures (R7), every failure count (R5), so an event the
+   rules would have refused, or whose derived content was forged, is a finding naming its event
+   and rule. A decision recorded without its request is re-decided from a request rebuilt from
+   its payload (and noted);
+3. the state is folded (the workflow projection); an event the fold cannot place is a finding;
+4. the final ``state_hash``.
+
+Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
+recorded samples with numpy/scipy only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
+from perfledger.events.canonical import canonical_bytes
+from perfledger.events.envelope import parse_ts
+from perfledger.events.kinds import RecordedEvent
+
+#: The rule a decision's recorded content answers to when it differs from what its request
+#: decides (the most specific rule deriving that content).
+KIND_RULE = {
+    "TargetFrozen": "R1",
+    "TargetSuperseded": "R1",
+    "ReadinessRecorded": "R2",
+    "MetricAuditRecorded": "R3",
+    "BaselineRecorded": "R4",
+    "ResolutionEstimated": "R4",
+    "EvidenceRecorded": "R6",
+    "UpstreamCheckRecorded": "R10",
+    "ExperimentCreated": "R7",
+    "SamplesRecorded": "R5",
+    "VerdictRecorded": "R12",
+    "LocalResultRecorded": "R13",
+    "CandidateRejected": "R15",
+    "ReconciliationRecorded": "R14",
+    "ChampionSelected": "R13",
+    "FinalAuditRecorded": "R12",
+    "HostAdviceRecorded": "R16",
+    "HandoffRecorded": "R18",
+    "ConflictResolved": "S2",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One audit finding.
+
+    Attributes:
+        event_id: the event concerned ("" for a storage failure before any event).
+        kind: its kind; lamport: its Lamport clock.
+        rule: the rule it breaks (``R13``), ``S2`` for conflict resolution, ``integrity`` for a
+            storage failure found by verify, ``fold`` for an event the projection cannot place.
+        message: what is wrong, in one sentence.
+    """
+
+    event_id: str
+    kind: str
+    lamport: int
+    rule: str
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict."""
+        return {
+            "event_id": self.event_id,
+            "kind": self.kind,
+            "lamport": self.lamport,
+            "rule": self.rule,
+            "message": self.message,
+        }
+
+
+@dataclass
+class AuditReport:
+    """The outcome of :func:`audit`.
+
+    Attributes:
+        ok: no findings and storage verified.
+        head: the audited head commit (hex).
+        events: events replayed; decisions: decisions re-decided.
+        findings: every finding, in the total order.
+        notes: irregularities that break no rule (a decision recorded without its request).
+        state_hash: blake3 of the final folded state (the same as ``verify``'s when clean).
+        elapsed_s: wall time in seconds.
+        per_kind: kind -> (events, seconds spent re-deciding and folding them), the replay's
+            own cost per kind (verify's checks excluded).
+    """
+
+    ok: bool
+    head: str
+    events: int = 0
+    decisions: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    state_hash: str | None = None
+    elapsed_s: float = 0.0
+    per_kind: dict[str, list[float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """Return a JSON-ready dict."""
+        return {
+            "ok": self.ok,
+            "head": self.head,
+            "events": self.events,
+            "decisions": self.decisions,
+            "findings": [f.to_json() for f in self.findings],
+            "notes": list(self.notes),
+            "state_hash": self.state_hash,
+            "elapsed_s": round(self.elapsed_s, 6),
+            "per_kind": {
+                kind: {"events": int(n), "seconds": round(seconds, 6)}
+                for kind, (n, seconds) in sorted(self.per_kind.items())
+            },
+        }
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Rebuild ``(op, body)`` from a recorded payload for a decision stored without its request:
+    the payload minus its derived fields (those a decider computes)."""
+    from perfledger.commands.operations import OPERATIONS
+
+    op = next(o.name for o in OPERATIONS.values() if o.kind == kind)
+    p = dict(payload)
+    p.pop("kind", None)
+    drop: dict[str, tuple[str, ...]] = {
+        "ReadinessRecorded": ("environment_id", "missing_lineage"),
+        "BaselineRecorded": ("median",),
+        "ExperimentCreated": ("figures",),
+        "SamplesRecorded": ("ref_failures", "cand_failures", "unexplained_activity"),
+        "CandidateRejected": ("target_id",),
+    }
+    for name in drop.get(kind, ()):
+        p.pop(name, None)
+    if kind == "TargetFrozen":
+        p = dict(payload.get("target") or {})
+    elif kind == "VerdictRecorded":
+        p = {"samples_id": payload.get("samples_id")}
+    elif kind == "FinalAuditRecorded":
+        p = {"target_id": payload.get("target_id"), "samples_id": payload.get("samples_id")}
+    elif kind == "LocalResultRecorded":
+        p = {k: payload.get(k) for k in ("result_id", "samples_id", "metric", "scenario")}
+    elif kind == "ReconciliationRecorded":
+        model = dict(payload.get("corrected_model") or {})
+        model.pop("bound", None)
+        p = {
+            "experiment_id": payload.get("experiment_id"),
+            "premise": payload.get("premise"),
+            "corrected_model": model,
+            "explanation": payload.get("explanation"),
+        }
+    elif kind == "ChampionSelected":
+        p = {
+            "target_id": payload.get("target_id"),
+            "decision": payload.get("decision"),
+            "samples_id": payload.get("samples_id"),
+            "expected_current": payload.get("previous"),
+            "reason": payload.get("reason", ""),
+        }
+    return op, p
+
+
+def _r5_used_failed_samples(state: Any, event: RecordedEvent, payload_of: Any) -> str | None:
+    """R5: a verdict (or final audit) that counted a pair whose accuracy check failed; returns the
+    message, or None. Checked against the recorded samples (``payload_of``: event id -> payload),
+    whatever the request said."""
+    payload = event.payload
+    view = state.samples.get(getattr(payload, "samples_id", ""))
+    primary = getattr(payload, "primary", None)
+    if view is None or primary is None:
+        return None
+    samples = payload_of(view.event_id)
+    failed = sum(1 for p in samples.pairs if not (p.ref.correct and p.cand.correct))
+    valid = len(samples.pairs) - failed
+    if failed and (primary.n_pairs > valid or primary.n_excluded < failed):
+        return (
+            f"the verdict of samples {samples.samples_id!r} used {primary.n_pairs} pairs and "
+            f"excluded {primary.n_excluded}, but {failed} pair(s) failed their accuracy check "
+            f"(only {valid} are valid): a failed sample has no performance meaning"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------- the replay
+
+
+class _Replay:
+    """The per-event work of the audit, fed by verify's callback in the total order."""
+
+    def __init__(self, store: Any, report: AuditReport) -> None:
+        from perfledger.events.workflow import DECISION_KINDS
+        from perfledger.projections.base import DEFAULT_PROJECTION
+
+        self.store = store
+        self.report = report
+        self.projection = DEFAULT_PROJECTION
+        self.state = DEFAULT_PROJECTION.initial()
+        self.decision_kinds = DECISION_KINDS
+        #: event id -> number of its ancestors (the events before it that it saw)
+        self.ancestors: dict[str, int] = {}
+        self.parents: dict[str, tuple[str, ...]] = {}
+        self.seen = 0
+        from perfledger.commands import operations
+        from perfledger.commands.deciders import DecisionContext
+
+        self.operations = operations
+        self.context = DecisionContext
+        self.deciders: dict[str, Any] = {}
+        #: event id -> verified payload of every SamplesRecorded (the state keeps samples
+        #: without their pairs; a verdict's re-derivation reads them through ``payload_of``)
+        self.samples_payloads: dict[str, Any] = {}
+
+    def __call__(self, event: RecordedEvent) -> None:
+        started = time.perf_counter()
+        self._replay(event)
+        cost = self.report.per_kind.setdefault(event.envelope.kind, [0, 0.0])
+        cost[0] += 1
+        cost[1] += time.perf_counter() - started
+
+    def _replay(self, event: RecordedEvent) -> None:
+        envelope = event.envelope
+        count = self._ancestor_count(envelope.id, tuple(envelope.parents))
+        if envelope.kind in self.decision_kinds:
+            self.report.decisions += 1
+            before = self.state if count == self.seen else self._state_before(event)
+            if before.event_count != count:
+                # the store's derived index placed the event elsewhere than the verified DAG
+                self._find(event, "integrity", f"the commit index folds {before.event_count} "
+                           f"events before it; its verified ancestry has {count}")  # fmt: skip
+                return
+            self._redecide(before, event)
+        if envelope.kind == "SamplesRecorded":
+            self.samples_payloads[envelope.id] = event.payload
+        anomalies = len(self.state.anomalies)
+        self.state = self.projection.evolve(self.state, event)
+        for anomaly in self.state.anomalies[anomalies:]:
+            self._find(event, "fold", f"the projection cannot place it: {anomaly}")
+        self.seen += 1
+        self.report.events += 1
+
+    def _ancestor_count(self, event_id: str, parents: tuple[str, ...]) -> int:
+        """Number of events ``event_id`` descends from; equal to the events folded so far exactly
+        when it saw all of them (a linear history), else it was appended on a concurrent branch."""
+        self.parents[event_id] = parents
+        if not parents:
+            count = 0
+        elif len(parents) == 1:
+            count = self.ancestors[parents[0]] + 1
+        else:  # after a merge: count the union of the ancestries
+            seen: set[str] = set()
+            stack = list(parents)
+            while stack:
+                current = stack.pop()
+                if current not in seen:
+                    seen.add(current)
+                    stack.extend(self.parents[current])
+            count = len(seen)
+        self.ancestors[event_id] = count
+        return count
+
+    def _state_before(self, event: RecordedEvent) -> Any:
+        """The state its author saw: the fold of the events its commit was appended on (read
+        from git through the store's commit index, never from the state cache; the caller checks
+        the fold's event count against the verified ancestry)."""
+        from perfledger.events.kinds import recorded
+
+        commit = self.store.event_commit(event.id)
+        parent_commit = self.store.repo[commit].parents[0]
+        state = self.projection.initial()
+        for envelope in self.store.iter_events(parent_commit):
+            state = self.projection.evolve(state, recorded(envelope))
+        return state
+
+    def _payload_of(self, event_id: str) -> Any:
+        """The verified payload of an earlier event (samples are kept; others read from git)."""
+        payload = self.samples_payloads.get(event_id)
+        if payload is not None:
+            return payload
+        from perfledger.events.kinds import recorded
+
+        return recorded(self.store.get_event(event_id)).payload
+
+    def _find(self, event: RecordedEvent, rule: str, message: str) -> None:
+        envelope = event.envelope
+        self.report.findings.append(
+            Finding(envelope.id, envelope.kind, envelope.lamport, rule, message)
+        )
+
+    def _redecide(self, state: Any, event: RecordedEvent) -> None:
+        operations = self.operations
+        envelope = event.envelope
+        kind = envelope.kind
+        rule = KIND_RULE.get(kind, "request")
+        request = envelope.request
+        if isinstance(request, dict) and set(request) == {"op", "body"}:
+            op, body = request["op"], request["body"]
+            operation = operations.OPERATIONS.get(op) if isinstance(op, str) else None
+            if operation is None or operation.kind != kind:
+                self._find(event, rule, f"its request names operation {op!r}, which does not "
+                           f"record {kind}")  # fmt: skip
+                return
+        else:
+            as_json = msgspec.json.decode(msgspec.json.encode(event.payload))  # lists, not tuples
+            op, body = _request_from_payload(kind, as_json)
+            self.report.notes.append(
+                f"{envelope.id[:16]} {kind}: recorded without its request; re-decided from a "
+                "request rebuilt from its payload"
+            )
+        try:
+            model = operations.validate(op, body)
+            ctx = self.context(
+                op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
+                idempotency_key=envelope.idempotency_key, request=request,
+                payload_of=self._payload_of,
+            )  # fmt: skip
+            decide = self.deciders.get(op)
+            if decide is None:
+                decide = self.deciders[op] = operations.decider(op)
+            drafts = decide(state, model, ctx)
+        except RuleRefused as exc:
+            self._find(event, exc.rule or rule, f"the rules refuse it against the state before "
+                       f"it: {exc.message}")  # fmt: skip
+            return
+        except BadRequest as exc:
+            self._find(event, rule, f"its request is invalid against the state before it: "
+                       f"{exc.message}")  # fmt: skip
+            return
+        except PerfledgerError as exc:
+            self._find(event, rule, f"re-deciding it failed: {exc.message}")
+            return
+        except (KeyError, AssertionError, TypeError, ValueError) as exc:
+            # a decider meeting a state that its own rules would never have produced
+            self._find(event, rule, f"re-deciding it failed on an inconsistent state: "
+                       f"{type(exc).__name__}: {exc}")  # fmt: skip
+            return
+        if len(drafts) != 1 or drafts[0].kind != kind:
+            self._find(event, rule, f"its request decides {[d.kind for d in drafts]}, not {kind}")
+            return
+        if drafts[0].payload == event.payload:  # typed Structs: field-by-field equality
+            return
+        recorded_payload = msgspec.to_builtins(event.payload)
+        if canonical_bytes(msgspec.to_builtins(drafts[0].payload)) == canonical_bytes(
+            recorded_payload
+        ):
+            return
+        r5 = _r5_used_failed_samples(state, event, self._payload_of) if kind in (
+            "VerdictRecorded", "FinalAuditRecorded") else None  # fmt: skip
+        if r5 is not None:
+            self._find(event, "R5", r5)
+            return
+        self._find(event, rule, _difference(kind, recorded_payload, drafts[0].payload))
+
+
+def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
+    """Say how a recorded payload differs from the decided one (the first differing fields)."""
+    decided_b = msgspec.to_builtins(decided)
+    fields = sorted(
+        k for k in set(recorded) | set(decided_b) if recorded.get(k) != decided_b.get(k)
+    )
+    detail = ""
+    if kind in ("VerdictRecorded", "FinalAuditRecorded"):
+        detail = (
+            f": recorded status {recorded.get('status')!r}, derived from its samples "
+            f"{decided_b.get('status')!r}"
+        )
+    return (
+        f"its recorded content differs from what its request decides against the state before "
+        f"it (fields {fields[:6]}){detail}"
+    )
+
+
+def audit(ledger: Any) -> AuditReport:
+    """Replay ``ledger`` (a :class:`perfledger.api.Ledger`) from zero; see the module docstring.
+
+    Returns: an :class:`AuditReport`; ``ok`` is False when verify failed or any finding exists.
+    Never reads or writes the derived state cache.
+    """
+    from perfledger.ledger.store import FORMAT_VERSION
+    from perfledger.ledger.verify import verify_store
+    from perfledger.projections.ledger_state import state_hash
+
+    started = time.perf_counter()
+    report = AuditReport(ok=False, head="")
+    replay = _Replay(ledger.store, report)
+    verified = verify_store(ledger.store, on_event=replay, format_version=FORMAT_VERSION)
+    report.head = verified.head
+    if not verified.ok:
+        error = verified.error
+        assert error is not None
+        report.findings.append(Finding(error.event_id or "", "", 0, "integrity", error.message))
+    else:
+        report.state_hash = state_hash(replay.state)
+    report.ok = verified.ok and not report.findings
+    report.elapsed_s = time.perf_counter() - started
+    return report

@@ -1,0 +1,215 @@
+"""ROI claims against their outcomes (SPEC.md R7, R12, R14): the ``perfledger claims`` read model.
+
+For every experiment: the opportunity claim it froze (coverage ``f``, expected local speedup ``s``,
+added cost ``c``, the stated Amdahl bound and the bound recomputed here from ``f, s, c``, the
+minimum effect, ``s_min``), beside what was measured (the latest target-stage verdict, else the
+latest screen verdict: the median improvement and its CI) and the prediction error.
+
+Units. A verdict's improvement is a ratio of the primary metric: ``(ref - cand) / ref`` for a
+lower-is-better metric, ``(cand - ref) / ref`` for a higher-is-better one (R12). The Amdahl bound is
+an end-to-end *speedup* ``S`` (1.0 = none). The measured improvement is converted to the bound's
+units as ``S = 1 / (1 - g)`` (lower is better: ``S = ref / cand``) or ``S = 1 + g`` (higher is
+better), and the prediction error is ``measured S - bound`` (negative: the claim promised more
+than was measured). Tail primaries (p95, p99) have no numeric bound (R7); their error is against the
+predicted improvement interval only (``interval_error``, in improvement ratios: 0 inside it, else
+the signed distance to its nearest end).
+
+A reconciliation is *owed* when a target-stage verdict contradicted the claim (its CI lies outside
+the predicted interval, R14); ``reconciled`` says whether one was recorded.
+
+Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState`, never a store.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from perfledger.events.workflow import VerdictRecorded
+from perfledger.projections import amdahl
+from perfledger.projections.workflow import ExperimentView, WorkflowState
+
+
+class Measured(msgspec.Struct, kw_only=True):
+    """What a verdict measured for the primary.
+
+    Attributes:
+        samples_id, stage, status: the verdict's samples, stage and decision status.
+        estimate, ci_low, ci_high: median improvement and its CI (ratios of the primary).
+        speedup, speedup_low, speedup_high: the same, converted to end-to-end speedups (the
+            bound's units; None where the improvement is None or ``>= 1`` for lower-is-better).
+        n_pairs: valid pairs the verdict used.
+    """
+
+    samples_id: str
+    stage: str
+    status: str
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    speedup: float | None
+    speedup_low: float | None
+    speedup_high: float | None
+    n_pairs: int
+
+
+class ClaimRow(msgspec.Struct, kw_only=True):
+    """One experiment's claim beside its outcome.
+
+    Attributes:
+        experiment_id, target_id, title, status: the experiment.
+        statistic: the Target primary's statistic (``p95``/``p99``: tail, no bound).
+        coverage, local_speedup, added_cost: ``f``, ``s``, ``c`` as claimed (ratios).
+        stated_bound: the bound the claim stated (speedup ratio); None for a tail primary.
+        recomputed_bound: ``1/((1-f)+f/s+c)`` recomputed here; None for a tail primary.
+        bound_consistent: the stated bound follows from its inputs (R7); None without a bound.
+        min_effect: the Target's minimum effect (ratio).
+        s_min: the local speedup needed to cross the minimum effect; None when unreachable.
+        predicted_low, predicted_high: the predicted improvement interval (ratios).
+        measured: the latest target verdict (else screen verdict), None before any.
+        prediction_error: ``measured speedup - bound`` (speedup units); None without both.
+        interval_error: the measured estimate's signed distance outside the predicted interval
+            (improvement ratio; 0.0 inside it); None without a measurement.
+        reconciliation_owed: a target verdict contradicted the claim (R14).
+        reconciled: a reconciliation is recorded for this experiment.
+        reconciliations: the premises named by its reconciliations, in order.
+    """
+
+    experiment_id: str
+    target_id: str
+    title: str
+    status: str
+    statistic: str
+    coverage: float | None
+    local_speedup: float | None
+    added_cost: float
+    stated_bound: float | None
+    recomputed_bound: float | None
+    bound_consistent: bool | None
+    min_effect: float
+    s_min: float | None
+    predicted_low: float
+    predicted_high: float
+    measured: Measured | None
+    prediction_error: float | None
+    interval_error: float | None
+    reconciliation_owed: bool
+    reconciled: bool
+    reconciliations: list[str]
+
+
+def improvement_to_speedup(improvement: float | None, direction: str) -> float | None:
+    """Convert an improvement ratio ``g`` into an end-to-end speedup (the Amdahl bound's units):
+    ``1/(1-g)`` for lower-is-better metrics (``ref/cand``), ``1+g`` for higher-is-better ones.
+    Returns None for None or for ``g >= 1`` with lower-is-better (the candidate took no time)."""
+    if improvement is None:
+        return None
+    if direction == "lower_is_better":
+        return None if improvement >= 1.0 else 1.0 / (1.0 - improvement)
+    return 1.0 + improvement
+
+
+def _latest_verdict(state: WorkflowState, experiment: ExperimentView) -> VerdictRecorded | None:
+    verdicts = [state.verdicts[s] for s in experiment.verdicts if s in state.verdicts]
+    for stage in ("target", "screen"):
+        staged = [v for v in verdicts if v.stage == stage]
+        if staged:
+            return staged[-1]
+    return None
+
+
+def _measured(verdict: VerdictRecorded) -> Measured:
+    p = verdict.primary
+    return Measured(
+        samples_id=verdict.samples_id,
+        stage=verdict.stage,
+        status=verdict.status,
+        estimate=p.estimate,
+        ci_low=p.ci_low,
+        ci_high=p.ci_high,
+        speedup=improvement_to_speedup(p.estimate, p.direction),
+        speedup_low=improvement_to_speedup(p.ci_low, p.direction),
+        speedup_high=improvement_to_speedup(p.ci_high, p.direction),
+        n_pairs=p.n_pairs,
+    )
+
+
+def _interval_error(estimate: float | None, low: float, high: float) -> float | None:
+    if estimate is None:
+        return None
+    if estimate < low:
+        return estimate - low
+    if estimate > high:
+        return estimate - high
+    return 0.0
+
+
+def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
+    """Build the :class:`ClaimRow` of one experiment (see the module docstring)."""
+    created = experiment.created
+    claim = created.claim
+    figures = created.figures
+    target = state.targets[created.target_id]
+    definition = target.definition
+    recomputed: float | None = None
+    consistent: bool | None = None
+    if claim.coverage is not None and claim.local_speedup is not None:
+        try:
+            recomputed = amdahl.amdahl_bound(claim.coverage, claim.local_speedup, claim.added_cost)
+        except ValueError:
+            recomputed = None
+        if claim.stated_bound is not None:
+            consistent = recomputed is not None and amdahl.bound_matches(
+                claim.stated_bound, recomputed
+            )
+    verdict = _latest_verdict(state, experiment)
+    measured = _measured(verdict) if verdict is not None else None
+    bound = recomputed if recomputed is not None else figures.bound
+    error = None
+    if measured is not None and measured.speedup is not None and bound is not None:
+        error = measured.speedup - bound
+    owed = any(
+        state.verdicts[s].stage == "target" and state.verdicts[s].contradicts_claim
+        for s in experiment.verdicts
+        if s in state.verdicts
+    )
+    premises = [
+        r.premise for r in state.reconciliations if r.experiment_id == created.experiment_id
+    ]
+    s_min = figures.s_min
+    return ClaimRow(
+        experiment_id=created.experiment_id,
+        target_id=created.target_id,
+        title=created.title,
+        status=experiment.status,
+        statistic=definition.primary.statistic,
+        coverage=claim.coverage,
+        local_speedup=claim.local_speedup,
+        added_cost=claim.added_cost,
+        stated_bound=claim.stated_bound,
+        recomputed_bound=recomputed,
+        bound_consistent=consistent,
+        min_effect=definition.min_effect,
+        s_min=None if s_min is None or math.isinf(s_min) else s_min,
+        predicted_low=figures.predicted_low,
+        predicted_high=figures.predicted_high,
+        measured=measured,
+        prediction_error=error,
+        interval_error=_interval_error(
+            measured.estimate if measured else None, figures.predicted_low, figures.predicted_high
+        ),
+        reconciliation_owed=owed,
+        reconciled=bool(premises),
+        reconciliations=premises,
+    )
+
+
+def claims(state: WorkflowState, target_id: str | None = None) -> list[ClaimRow]:
+    """Return every experiment's claim beside its outcome, in creation order (optionally only
+    those of ``target_id``)."""
+    return [
+        claim_row(state, experiment)
+        for experiment in state.experiments.values()
+        if target_id is None or experiment.created.target_id == target_id
+    ]

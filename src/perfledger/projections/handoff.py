@@ -1,0 +1,521 @@
+"""The handoff of SPEC.md R18, derived from the state, and the next decisions the rules allow.
+
+:func:`derive_handoff` states, for one Target: primary achieved or not, Champion or Original, key
+evidence and gains, local results, rejected directions with their scope, prediction-error
+corrections, unresolved questions, budget used and left, the stop reason, what is needed to resume
+(ledger remotes, head, artifacts) and friction/feedback. What the ledger cannot know by itself (GPU
+seconds used, the stop reason, feedback) comes from the latest recorded ``HandoffRecorded`` of the
+Target when there is one, and is otherwise marked unknown rather than guessed.
+
+:func:`next_decisions` lists the operations the rules allow next at this state, each with the
+reason and rule (what ``perfledger resume`` prints). :func:`render_markdown` renders a handoff for
+people.
+
+Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState` and a
+:class:`ResumeContext` the caller gathered at the edge (head, remotes, artifacts, timestamps).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from perfledger.events.workflow import ORIGINAL, HandoffRecorded
+from perfledger.projections.claims import improvement_to_speedup
+from perfledger.projections.workflow import TargetView, WorkflowState
+
+
+class ResumeContext(msgspec.Struct, kw_only=True):
+    """What the read model needs from outside the state (gathered by the CLI).
+
+    Attributes:
+        head: the ledger head commit (hex).
+        branch: the ledger branch (``ledger``).
+        remotes: remote name -> URL of the ledger repository.
+        artifacts: ``<event id prefix>/<artifact name>`` of every attached file.
+        wall_used_s: seconds from the Target's freezing to the newest event (None: unknown).
+    """
+
+    head: str
+    branch: str = "ledger"
+    remotes: dict[str, str] = msgspec.field(default_factory=dict)
+    artifacts: list[str] = msgspec.field(default_factory=list)
+    wall_used_s: float | None = None
+
+
+class Gain(msgspec.Struct, kw_only=True):
+    """A measured gain on the primary: the verdict's median improvement and CI (ratios) and the
+    end-to-end speedup they mean."""
+
+    experiment_id: str
+    samples_id: str
+    stage: str
+    status: str
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    speedup: float | None
+
+
+class LocalResultLine(msgspec.Struct, kw_only=True):
+    """A local (secondary-only) result with its scenario (R13)."""
+
+    result_id: str
+    experiment_id: str
+    metric: str
+    scenario: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+
+
+class RejectedLine(msgspec.Struct, kw_only=True):
+    """A rejected direction and the scope it closed (R15)."""
+
+    experiment_id: str
+    closes: str
+    reason: str
+
+
+class Correction(msgspec.Struct, kw_only=True):
+    """A prediction-error correction (R14): the corrected premise and model."""
+
+    experiment_id: str
+    premise: str
+    model: str
+    corrected_bound: float | None
+    explanation: str
+
+
+class BudgetLine(msgspec.Struct, kw_only=True):
+    """Budget of the Target, used and left, in seconds (None: not known to the ledger)."""
+
+    wall_s: float
+    gpu_s: float
+    wall_used_s: float | None
+    gpu_used_s: float | None
+    wall_left_s: float | None
+    gpu_left_s: float | None
+    source: str
+
+
+class NextDecision(msgspec.Struct, kw_only=True):
+    """An operation the rules allow next: ``op`` (``samples.record``), why, and its rule."""
+
+    op: str
+    why: str
+    rule: str
+
+
+class Handoff(msgspec.Struct, kw_only=True):
+    """The derived handoff of one Target (R18); see the module docstring.
+
+    Attributes:
+        target_id, title, primary, min_effect: the Target (primary as ``name (statistic, unit,
+            direction)``; minimum effect as a ratio).
+        primary_achieved: a champion whose final audit passed exists.
+        champion, champion_hash: the current champion (``original`` when none).
+        final_audit_status: the latest final audit's status.
+        key_evidence: evidence and samples ids behind the champion.
+        gains: the champion's target-stage gain and its final audit, if any.
+        local_results, rejected, prediction_corrections: as named.
+        unresolved_questions: what is still open (derived, plus those of the last handoff).
+        budget: budget used and left.
+        stop_reason: why work stopped (from the last recorded handoff, else derived).
+        resume_needs: what resuming needs (remotes, head, artifacts, the command).
+        feedback: friction/feedback from the last recorded handoff, else ``none``.
+        head: the ledger head this handoff describes.
+        recorded_handoffs: how many handoffs of this Target are recorded.
+    """
+
+    target_id: str
+    title: str
+    primary: str
+    min_effect: float
+    primary_achieved: bool
+    champion: str
+    champion_hash: str | None
+    final_audit_status: str | None
+    key_evidence: list[str]
+    gains: list[Gain]
+    local_results: list[LocalResultLine]
+    rejected: list[RejectedLine]
+    prediction_corrections: list[Correction]
+    unresolved_questions: list[str]
+    budget: BudgetLine
+    stop_reason: str
+    resume_needs: list[str]
+    feedback: str
+    head: str
+    recorded_handoffs: int
+
+
+def default_target(state: WorkflowState) -> str | None:
+    """The Target a handoff describes by default: the most recently frozen current Target."""
+    current = [tid for tid, t in state.targets.items() if t.status == "current"]
+    return current[-1] if current else None
+
+
+def _last_handoff(state: WorkflowState, target_id: str) -> HandoffRecorded | None:
+    recorded = [h for h in state.handoffs if h.target_id == target_id]
+    return recorded[-1] if recorded else None
+
+
+def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
+    out = []
+    champion = target.champion
+    if champion is None:
+        return out
+    entry = next((e for e in reversed(target.lineage) if e.champion == champion), None)
+    samples = [entry.samples_id] if entry is not None and entry.samples_id else []
+    samples += [a.samples_id for a in state.final_audits.values() if a.champion == champion]
+    for samples_id in samples:
+        verdict = state.verdicts.get(samples_id)
+        audit = state.final_audits.get(samples_id)
+        primary = verdict.primary if verdict else audit.primary if audit else None
+        if primary is None:
+            continue
+        out.append(
+            Gain(
+                experiment_id=champion,
+                samples_id=samples_id,
+                stage=verdict.stage if verdict else "final_audit",
+                status=verdict.status if verdict else audit.status if audit else "",
+                estimate=primary.estimate,
+                ci_low=primary.ci_low,
+                ci_high=primary.ci_high,
+                speedup=improvement_to_speedup(primary.estimate, primary.direction),
+            )
+        )
+    return out
+
+
+def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
+    """The questions still open on ``target``, derived from the state (R14, R13, R2, R3)."""
+    tid = target.definition.target_id
+    out = []
+    for pending in target.pending.values():
+        out.append(
+            f"{pending.experiment_id} contradicted its claim (measured CI "
+            f"[{_fmt(pending.ci_low)}, {_fmt(pending.ci_high)}] vs predicted "
+            f"[{_fmt(pending.predicted_low)}, {_fmt(pending.predicted_high)}]): reconcile before "
+            "the next experiment (R14)"
+        )
+    for conflict in state.conflicts.values():
+        if conflict.target_id == tid and conflict.resolved_by is None:
+            out.append(
+                f"unresolved {conflict.kind} conflict {conflict.conflict_id} between "
+                f"{conflict.options}"
+            )
+    for experiment_id in target.experiments:
+        experiment = state.experiments[experiment_id]
+        if experiment.status in ("rejected", "champion", "passed"):
+            continue
+        verdicts = [state.verdicts[s] for s in experiment.verdicts if s in state.verdicts]
+        target_verdicts = [v for v in verdicts if v.stage == "target"]
+        if experiment.status == "screen_failed":
+            out.append(f"{experiment_id} failed its screen and is not rejected yet")
+        elif not target_verdicts:
+            out.append(
+                f"{experiment_id} is open at stage {experiment.stage} without a target verdict"
+            )
+        elif target_verdicts[-1].status == "inconclusive":
+            out.append(f"{experiment_id}'s target verdict is inconclusive")
+        elif target_verdicts[-1].status == "fail":
+            out.append(f"{experiment_id} failed its target stage and is not rejected yet")
+    if target.champion is not None and target.final_audit_status is None:
+        out.append(f"champion {target.champion} has no final audit against the original")
+    if target.readiness is not None and target.readiness.missing_lineage:
+        out.append(
+            "environment lineage missing (claims narrowed): "
+            + ", ".join(target.readiness.missing_lineage)
+        )
+    if target.diagnostic_only:
+        out.append("results are diagnostic only: the metric audit found a mismatch (R3)")
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _budget(target: TargetView, last: HandoffRecorded | None, ctx: ResumeContext) -> BudgetLine:
+    total = target.definition.budget
+    if last is not None:
+        wall_used: float | None = last.budget_used.wall_s
+        gpu_used: float | None = last.budget_used.gpu_s
+        source = "the last recorded handoff"
+    else:
+        wall_used, gpu_used = ctx.wall_used_s, None
+        source = "event timestamps (wall); GPU time is not recorded until a handoff states it"
+    return BudgetLine(
+        wall_s=total.wall_s,
+        gpu_s=total.gpu_s,
+        wall_used_s=wall_used,
+        gpu_used_s=gpu_used,
+        wall_left_s=None if wall_used is None else max(0.0, total.wall_s - wall_used),
+        gpu_left_s=None if gpu_used is None else max(0.0, total.gpu_s - gpu_used),
+        source=source,
+    )
+
+
+def _stop_reason(target: TargetView, achieved: bool, last: HandoffRecorded | None) -> str:
+    if last is not None:
+        return last.stop_reason
+    if achieved:
+        return f"primary achieved: champion {target.champion} passed its final audit"
+    if target.lineage and target.lineage[-1].decision == "restore_original":
+        return "the champion failed its final audit; the original was restored"
+    return "not stopped: work in progress (no handoff recorded yet)"
+
+
+def _resume_needs(ctx: ResumeContext) -> list[str]:
+    needs = []
+    if ctx.remotes:
+        for name, url in sorted(ctx.remotes.items()):
+            needs.append(f"clone the ledger: git clone {url} (remote {name}, branch {ctx.branch})")
+    else:
+        needs.append(f"copy the ledger repository (no remote configured; branch {ctx.branch})")
+    needs.append(f"ledger head {ctx.head}")
+    if ctx.artifacts:
+        needs.append(f"{len(ctx.artifacts)} artifact(s) travel inside the ledger's commits")
+    needs.append("run `perfledger audit`, then `perfledger resume` for the next decisions")
+    return needs
+
+
+def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> Handoff:
+    """Derive the handoff of ``target_id`` at ``ctx.head`` (R18).
+
+    Raises: KeyError when the Target is unknown.
+    """
+    target = state.targets[target_id]
+    definition = target.definition
+    last = _last_handoff(state, target_id)
+    champion = target.champion or ORIGINAL
+    achieved = target.champion is not None and target.final_audit_status == "pass"
+    key: list[str] = []
+    if target.champion is not None:
+        experiment = state.experiments.get(target.champion)
+        if experiment is not None:
+            key += sorted({e.evidence_id for e in experiment.created.claim.evidence})
+    gains = _gains(state, target)
+    key += [g.samples_id for g in gains]
+    questions = unresolved(state, target)
+    if last is not None:
+        questions += [q for q in last.unresolved_questions if q not in questions]
+    primary = definition.primary
+    readiness_hash = target.readiness.original.content_hash if target.readiness else None
+    return Handoff(
+        target_id=target_id,
+        title=definition.title,
+        primary=f"{primary.name} ({primary.statistic}, {primary.unit}, {primary.direction})",
+        min_effect=definition.min_effect,
+        primary_achieved=achieved,
+        champion=champion,
+        champion_hash=target.champion_hash if target.champion else readiness_hash,
+        final_audit_status=target.final_audit_status,
+        key_evidence=key,
+        gains=gains,
+        local_results=[
+            LocalResultLine(
+                result_id=r.result_id,
+                experiment_id=r.experiment_id,
+                metric=r.metric,
+                scenario=r.scenario,
+                estimate=r.estimate,
+                ci_low=r.ci_low,
+                ci_high=r.ci_high,
+            )
+            for r in state.local_results.values()
+            if r.target_id == target_id
+        ],
+        rejected=[
+            RejectedLine(experiment_id=r.experiment_id, closes=r.closes, reason=r.reason)
+            for r in state.rejections.values()
+            if r.target_id == target_id
+        ],
+        prediction_corrections=[
+            Correction(
+                experiment_id=r.experiment_id,
+                premise=r.premise,
+                model=r.corrected_model.description,
+                corrected_bound=r.corrected_model.bound,
+                explanation=r.explanation,
+            )
+            for r in state.reconciliations
+            if r.target_id == target_id
+        ],
+        unresolved_questions=questions,
+        budget=_budget(target, last, ctx),
+        stop_reason=_stop_reason(target, achieved, last),
+        resume_needs=_resume_needs(ctx),
+        feedback=last.feedback if last is not None else "none",
+        head=ctx.head,
+        recorded_handoffs=sum(1 for h in state.handoffs if h.target_id == target_id),
+    )
+
+
+# ----------------------------------------------------------------------------- next decisions
+
+
+def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
+    """The operations the rules allow next on ``target_id``, most urgent first.
+
+    Derived from the state the deciders check (R1-R4 readiness chain, R11 stage order, R13
+    champion and final audit, R14 pending reconciliations, R15 rejections, open conflicts); each
+    entry names the operation, why it is allowed or needed, and its rule.
+    """
+    target = state.targets[target_id]
+    out: list[NextDecision] = []
+    if target.status != "current":
+        return [NextDecision(op="target.freeze", why=f"{target_id} is superseded by "
+                             f"{target.superseded_by}; resume from that Target", rule="R1")]  # fmt: skip
+    for conflict in state.conflicts.values():
+        if conflict.target_id == target_id and conflict.resolved_by is None:
+            out.append(NextDecision(op="conflict.resolve", why=f"conflict {conflict.conflict_id} "
+                                    f"blocks {conflict.kind} decisions", rule="R13"))  # fmt: skip
+    chain = (
+        (target.readiness is None, "readiness.record", "formal samples need readiness", "R2"),
+        (target.definition.primary.name not in target.metric_audits, "metric-audit.record",
+         "the primary needs a metric audit before candidate samples", "R3"),
+        (target.baseline is None, "baseline.record", "the original's baseline comes first", "R4"),
+        (target.resolution is None, "resolution.record",
+         "the measurement resolution (A/A) precedes candidate experiments", "R4"),
+    )  # fmt: skip
+    for missing, op, why, rule in chain:
+        if missing and not target.definition.diagnostic:
+            out.append(NextDecision(op=op, why=why, rule=rule))
+            return out
+    for pending in target.pending.values():
+        out.append(NextDecision(op="reconcile", why=f"{pending.experiment_id} contradicted its "
+                                "claim; no new experiment until reconciled", rule="R14"))  # fmt: skip
+    for experiment_id in target.experiments:
+        out += _experiment_next(state, target, experiment_id)
+    if target.champion is not None:
+        if target.final_audit_status is None:
+            out.append(NextDecision(op="samples.record", why=f"final-audit samples of champion "
+                                    f"{target.champion} against the original", rule="R13"))  # fmt: skip
+        elif target.final_audit_status == "fail":
+            out.append(NextDecision(op="champion.select", why="the final audit failed: restore "
+                                    "the original (decision restore_original)", rule="R13"))  # fmt: skip
+    if not target.pending:
+        out.append(NextDecision(op="experiment.create", why="a new candidate with its "
+                                "opportunity claim and preregistration", rule="R7 R9"))  # fmt: skip
+    out.append(NextDecision(op="evidence.add", why="profiler or compiler facts", rule="R6"))
+    out.append(NextDecision(op="handoff.record", why="record the handoff of this state",
+                            rule="R18"))  # fmt: skip
+    return out
+
+
+def _experiment_next(
+    state: WorkflowState, target: TargetView, experiment_id: str
+) -> list[NextDecision]:
+    experiment = state.experiments[experiment_id]
+    if experiment.rejection is not None or experiment.status == "champion":
+        return []
+    unjudged = [
+        s
+        for stage in ("screen", "target")
+        for s in experiment.samples.get(stage, [])
+        if s not in state.verdicts
+    ]
+    if unjudged:
+        return [NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of {experiment_id} "
+                             "have no verdict yet", rule="R12")]  # fmt: skip
+    prereg = experiment.created.preregistration.rejects
+    reject = NextDecision(op="reject", why=f"{experiment_id} failed; close at most its "
+                          f"preregistered scope ({prereg})", rule="R15")  # fmt: skip
+    if experiment.status == "screen_failed" or experiment.status == "failed":
+        return [reject]
+    if not experiment.samples.get("screen"):
+        return [NextDecision(op="samples.record", why=f"screen samples of {experiment_id}",
+                             rule="R11")]  # fmt: skip
+    if experiment.status == "passed":
+        last = experiment.verdicts[-1] if experiment.verdicts else None
+        verdict = state.verdicts.get(last or "")
+        if (
+            verdict is not None
+            and verdict.stage == "target"
+            and not verdict.stale
+            and all(g.status == "pass" for g in verdict.guardrails)
+        ):
+            return [NextDecision(op="champion.select", why=f"{experiment_id}'s target verdict "
+                                 f"passed ({verdict.samples_id})", rule="R13")]  # fmt: skip
+    return [NextDecision(op="samples.record", why=f"target-stage samples of {experiment_id} "
+                         "against the current champion", rule="R11")]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- markdown
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:+.2f} %"
+
+
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:,.0f} s"
+
+
+def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = None) -> str:
+    """Render ``handoff`` (and, for ``resume``, the next ``decisions``) as Markdown."""
+    h = handoff
+    lines = [
+        f"# Handoff: {h.target_id} — {h.title}",
+        "",
+        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:g} %",
+        f"- Primary achieved: {'yes' if h.primary_achieved else 'no'}",
+        f"- Champion: {h.champion}"
+        + (f" ({h.champion_hash})" if h.champion_hash else "")
+        + (f", final audit {h.final_audit_status}" if h.final_audit_status else ""),
+        f"- Stop reason: {h.stop_reason}",
+        f"- Ledger head: `{h.head}`",
+        "",
+        "## Key evidence and gains",
+        "",
+    ]
+    lines += [f"- `{e}`" for e in h.key_evidence] or ["- none"]
+    for g in h.gains:
+        speed = "" if g.speedup is None else f", speedup {g.speedup:.4g}x"
+        lines.append(
+            f"- {g.experiment_id} {g.stage} `{g.samples_id}`: {g.status}, improvement "
+            f"{_ratio(g.estimate)} (CI {_ratio(g.ci_low)} .. {_ratio(g.ci_high)}){speed}"
+        )
+    lines += ["", "## Local results", ""]
+    lines += [
+        f"- {r.result_id} ({r.experiment_id}): {r.metric} {_ratio(r.estimate)} "
+        f"(CI {_ratio(r.ci_low)} .. {_ratio(r.ci_high)}), scenario: {r.scenario}"
+        for r in h.local_results
+    ] or ["- none"]
+    lines += ["", "## Rejected directions", ""]
+    lines += [f"- {r.experiment_id}: closes {r.closes} — {r.reason}" for r in h.rejected] or [
+        "- none"
+    ]
+    lines += ["", "## Prediction-error corrections", ""]
+    lines += [
+        f"- {c.experiment_id}: premise {c.premise}; model: {c.model}"
+        + ("" if c.corrected_bound is None else f" (corrected bound {c.corrected_bound:.4g})")
+        + f" — {c.explanation}"
+        for c in h.prediction_corrections
+    ] or ["- none"]
+    lines += ["", "## Unresolved questions", ""]
+    lines += [f"- {q}" for q in h.unresolved_questions] or ["- none"]
+    b = h.budget
+    lines += [
+        "",
+        "## Budget",
+        "",
+        "| | total | used | left |",
+        "|---|---|---|---|",
+        f"| wall | {_seconds(b.wall_s)} | {_seconds(b.wall_used_s)} | {_seconds(b.wall_left_s)} |",
+        f"| GPU | {_seconds(b.gpu_s)} | {_seconds(b.gpu_used_s)} | {_seconds(b.gpu_left_s)} |",
+        "",
+        f"Source of the figures used: {b.source}.",
+        "",
+        "## To resume",
+        "",
+    ]
+    lines += [f"- {n}" for n in h.resume_needs]
+    lines += ["", "## Friction and feedback", "", h.feedback or "none"]
+    if decisions is not None:
+        lines += ["", "## Next decisions the rules allow", ""]
+        lines += [f"- `{d.op}` ({d.rule}): {d.why}" for d in decisions] or ["- none"]
+    return "\n".join(lines) + "\n"
