@@ -13,6 +13,12 @@ from pathlib import Path
 from subprocess_env import isolated_env, perfledger_command
 
 RECORDED = Path(__file__).resolve().parents[2] / "examples" / "recorded"
+#: The state hash of the recorded ledger as this code folds it. It is a hash of the folded state's
+#: encoding, so it moves when the projections change (the session ran on the device before the
+#: kernel-iteration loop's state joined the fold: session.json holds the hash it printed then,
+#: 8face53d...). Update it only together with a change of the projections, never to make a
+#: replay pass.
+STATE_HASH = "40ee720cb747cc0e76728e15e32a81f2afe122c63d09b130de470cbeb2778cd7"
 
 
 def _pl(ledger: Path, env: dict[str, str], *args: str) -> dict:
@@ -40,7 +46,8 @@ def test_recorded_gpu_session_audits_on_a_clone_without_gpu(tmp_path: Path) -> N
     audit = _pl(clone, env, "audit")
     assert audit["ok"] is True and audit["findings"] == []
     assert audit["events"] == recorded["events"] == 26
-    assert audit["state_hash"] == recorded["state_hash"]
+    assert audit["head"] == "b4274f6e89fd843a2d9b046f0541a285fceb1ecc"  # the device's head
+    assert audit["state_hash"] == STATE_HASH
     assert audit["state_hash"] == _pl(clone, env, "verify")["state_hash"]
 
     champions = _pl(clone, env, "champion", "show")["champions"]
