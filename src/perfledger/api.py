@@ -366,7 +366,6 @@ class Ledger:
             report.extra["state_hash"] = state_hash(holder[0])
         return report
 
-
     # -- sync (issue 7) --------------------------------------------------------------------
 
     @classmethod

@@ -91,7 +91,10 @@ def test_handoff_md_golden(session_ledger: Path) -> None:
 
 def test_handoff_json_golden(session_ledger: Path) -> None:
     data = json.loads(run(session_ledger, "handoff", "--json"))
-    _golden("handoff.json", _normalised(session_ledger, json.dumps(data, indent=2, sort_keys=True) + "\n"))
+    _golden(
+        "handoff.json",
+        _normalised(session_ledger, json.dumps(data, indent=2, sort_keys=True) + "\n"),
+    )
     h = data["handoff"]
     assert h["primary_achieved"] is True and h["champion"] == "e1"
     assert h["rejected"] == [{"closes": "implementation", "experiment_id": "e2",

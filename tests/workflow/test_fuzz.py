@@ -71,9 +71,11 @@ BASES: dict[str, dict[str, Any]] = {
 # The kernel-iteration loop (issue 8): the fuzz ledger has no loop run, and a setup for an
 # architecture the catalog does not map is refused by R23, so no mutation can append.
 _SRC = {"name": "k.cu", "text": 'extern "C" __global__ void k(float* x, int N) {}'}
-_SEL = {"compute": {"chosen": "compute.unrolling", "skipped": []},
-        "memory": {"chosen": "memory.coalescing", "skipped": []},
-        "latency": {"chosen": "latency.atomics", "skipped": []}}
+_SEL = {
+    "compute": {"chosen": "compute.unrolling", "skipped": []},
+    "memory": {"chosen": "memory.coalescing", "skipped": []},
+    "latency": {"chosen": "latency.atomics", "skipped": []},
+}
 BASES.update({
     "loop.setup": {
         "run_id": "r-fuzz", "subject_kind": "cuda", "baseline": _SRC, "reference": _SRC,

@@ -239,7 +239,9 @@ def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None
         click.echo(render_markdown(handoff), nl=False)
 
 
-def handoff_request(handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None) -> dict[str, Any]:
+def handoff_request(
+    handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None
+) -> dict[str, Any]:
     """Map a derived handoff to a ``handoff.record`` request body (R18), with the seconds used.
 
     GPU time is never known to the ledger, so ``gpu_used_s`` must be given; ``wall_used_s``
