@@ -496,6 +496,23 @@ def test_r14_contradicted_claim_must_be_reconciled_before_a_new_experiment(
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
 
 
+def test_r14_predicted_gain_is_compared_in_the_primarys_units(ready: Session) -> None:
+    """e1's bound 1/(0.4+0.3) = 1.43 predicts at most +43 % speed, i.e. at most 30 % less
+    latency (lower-is-better: g/(1+g)). A 35 % latency cut lies outside the claim (R14); a
+    25 % cut lies inside it."""
+    inside = ready.passed("e1", CAND1, gain=0.25)
+    assert inside["status"] == "pass" and inside["contradicts_claim"] is False
+    ready.screened("e2", CAND2)
+    outside = ready.run(
+        "samples.record",
+        samples("e2-target", "target", experiment_id="e2", candidate=CAND2, gain=0.35),
+    )
+    assert outside["stage"] == "target"
+    verdict = ready.run("verdict.record", {"samples_id": "e2-target"})
+    assert verdict["status"] == "pass" and verdict["contradicts_claim"] is True
+    assert "e2" in ready.state().targets[T1].pending
+
+
 # ------------------------------------------------------------------------------------ R15
 
 

@@ -601,6 +601,13 @@ def _derive(
     return primary, guardrails, secondaries
 
 
+def as_improvement(gain: float, direction: str) -> float:
+    """Convert a predicted end-to-end gain in the bound's units (speedup - 1, R7) into the
+    primary's improvement units of R12: ``(ref - cand)/ref = g/(1+g)`` for a lower-is-better
+    metric (a speedup S cuts the time by 1 - 1/S), ``g`` itself for higher-is-better (R14)."""
+    return gain / (1.0 + gain) if direction == "lower_is_better" else gain
+
+
 def _verdict_samples(
     state: WorkflowState, samples_id: str, ctx: DecisionContext
 ) -> tuple[SamplesRecorded, TargetView]:
@@ -663,13 +670,17 @@ def decide_verdict_record(
     if target.diagnostic_only:
         notes.append("R3: the metric audit found the metric does not match the Target")
     figures = experiment.created.figures
+    predicted_low, predicted_high = (
+        as_improvement(figures.predicted_low, target.definition.primary.direction),
+        as_improvement(figures.predicted_high, target.definition.primary.direction),
+    )
     contradicts = (
         samples.stage == "target"
         and attribution_clean
         and not primary.degenerate
         and primary.ci_low is not None
         and primary.ci_high is not None
-        and (primary.ci_high < figures.predicted_low or primary.ci_low > figures.predicted_high)
+        and (primary.ci_high < predicted_low or primary.ci_low > predicted_high)
     )
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(

@@ -405,8 +405,10 @@ class OpportunityClaim(_Part, kw_only=True):
         added_cost: added cost elsewhere, as a share of the original (ratio >= 0).
         stated_bound: the caller's end-to-end Amdahl bound ``1/((1-f)+f/s+c)``, checked.
         exposure: exposure reasoning, instead of a bound, for a tail primary.
-        expected_improvement: the predicted end-to-end improvement (ratios); defaults to
-            ``[0, bound - 1]``; a target result outside it must be reconciled (R14).
+        expected_improvement: the predicted end-to-end improvement, in the bound's units
+            (speedup - 1, a ratio); defaults to ``[min(0, bound - 1), bound - 1]``. A target
+            result whose CI lies outside it, converted to the primary's improvement units
+            (``g/(1+g)`` for a lower-is-better primary), must be reconciled (R14).
     """
 
     evidence: tuple[ClaimEvidence, ...]
