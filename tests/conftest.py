@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,13 @@ import pytest
 from perfledger.api import Ledger
 from perfledger.ledger.base import Artifact, EventDraft
 from perfledger.ledger.memory import MemoryStore
+
+# The workflow scenario (tests/workflow/wf_scenario.py) and the scripted read-model session
+# (tests/readmodels/rm_session.py) are imported by name from several test directories.
+for _name in ("workflow", "readmodels"):
+    _path = str(Path(__file__).resolve().parent / _name)
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 #: Actor written by :func:`make_note` unless told otherwise.
 TEST_ACTOR = "tester"
@@ -99,3 +107,21 @@ def git_ledger(tmp_path: Path) -> Iterator[Ledger]:
 def memory_store() -> MemoryStore:
     """A fresh in-memory store holding only its root event."""
     return MemoryStore("test")
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> Iterator[Any]:
+    """A workflow session (``wf_scenario.Session``) on a fresh ledger holding only its root."""
+    from wf_scenario import Session
+
+    ledger = Ledger.init(tmp_path / "ledger", name="wf", actor="agent")
+    try:
+        yield Session(ledger)
+    finally:
+        ledger.close()
+
+
+@pytest.fixture
+def ready(bare: Any) -> Any:
+    """A session whose Target ``t1`` is frozen, ready, audited, with baseline and resolution."""
+    return bare.ready()
