@@ -30,6 +30,7 @@ from perfledger.ledger.reader import ObjectReader
 # never disagree about what a valid event is.
 from perfledger.ledger.verify import (
     _DagMismatch,
+    _decode_payload,
     _named,
     _parse_commit,
     _verify_event,
@@ -234,15 +235,15 @@ def verify_incoming(
     for _lamport, event_id, sha in order:
         assert event_id is not None
         try:
-            event = _verify_event(
+            envelope, _data = _verify_event(
                 reader,  # type: ignore[arg-type]  (same read interface as ObjectReader)
                 sha,
                 nodes[sha],
                 dag,
                 root,
-                format_version,
                 parsed.pop(sha, None),  # type: ignore[arg-type]
             )
+            event = _decode_payload(envelope, format_version)
         except _DagMismatch as exc:
             raise _named(exc, event_id, sha) from None
         except IntegrityError as exc:

@@ -21,10 +21,14 @@ total order, so a caller can fold the state while verifying (one pass).
 
 from __future__ import annotations
 
+import collections
+import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import blake3
 import msgspec
@@ -163,6 +167,7 @@ def verify_store(
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
+    workers: int | None = None,
 ) -> VerifyReport:
     """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
 
@@ -171,6 +176,9 @@ def verify_store(
         on_event: called with every verified event, in the total order (lamport, id), as a
             :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
         format_version: the storage format this code reads.
+        workers: processes that check events (pass 2); None chooses (see :func:`_worker_count`:
+            several on a multi-CPU Linux machine for ledgers of 20,000 to 400,000 events).
+            The result, and the first failure reported, are the same for any number.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
@@ -183,7 +191,9 @@ def verify_store(
     try:
         head = store.read_head()
         report.head = head.decode()
-        _verify(store, reader, bytes.fromhex(head.decode()), report, on_event, format_version)
+        _verify(
+            store, reader, bytes.fromhex(head.decode()), report, on_event, format_version, workers
+        )
         report.ok = True
     except IntegrityError as exc:
         report.error = exc
@@ -202,6 +212,7 @@ def _verify(
     report: VerifyReport,
     on_event: Callable[[RecordedEvent], None] | None,
     format_version: int,
+    workers: int | None,
 ) -> None:
     # ---- pass 1: the commit graph --------------------------------------------------------
     nodes: dict[bytes, CommitNode] = {}
@@ -271,38 +282,193 @@ def _verify(
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
 
     dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
-    order = in_total_order(
-        (node.lamport, node.event_id, (node.lamport, node.event_id, sha))
-        for sha, node in nodes.items()
-        if node.event_id
-    )
-
+    order = [
+        sha
+        for _l, _e, sha in in_total_order(
+            (node.lamport, node.event_id, (node.lamport, node.event_id, sha))
+            for sha, node in nodes.items()
+            if node.event_id
+        )
+    ]
     # ---- pass 2: every event, in the total order ------------------------------------------
-    for _lamport, event_id, sha in order:
+    checker = _Pass2(reader, nodes, dag, commit_of, roots[0], format_version, parsed, order)
+    workers = _worker_count(len(order), workers)
+    if workers > 1:
+        store.wait_background()  # type: ignore[attr-defined]  (never fork beside a thread)
+        _verify_in_workers(checker, workers, report, on_event)
+        return
+    for position in range(len(order)):
+        event = checker.decode(position, checker.check(position))
+        report.events += 1
+        if on_event is not None:
+            on_event(event)
+
+
+def _worker_count(events: int, requested: int | None) -> int:
+    """How many processes check pass 2: ``requested`` when given, else 1 (in process) unless the
+    ledger has between PARALLEL_MIN_EVENTS and PARALLEL_MAX_EVENTS events, fork is available
+    and the process may run on several CPUs (then one per CPU, at most MAX_WORKERS).
+    ``$PERFLEDGER_VERIFY_WORKERS`` overrides the automatic choice."""
+    if requested is None:
+        configured = os.environ.get("PERFLEDGER_VERIFY_WORKERS", "").strip()
+        if configured.isdigit():
+            requested = int(configured)
+    if requested is not None:
+        return max(1, requested) if _FORK_OK else 1
+    if not _FORK_OK or not PARALLEL_MIN_EVENTS <= events <= PARALLEL_MAX_EVENTS:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return min(cpus, MAX_WORKERS) if cpus > 1 else 1
+
+
+class _Pass2:
+    """Pass 2's checks of one event, by its position in the total order.
+
+    :meth:`check` does everything but the payload's schema (git objects, canonical bytes, id,
+    trailers, identity, time, place in the DAG, artifacts) and returns ``event.json``'s bytes;
+    :meth:`decode` decodes them and checks the payload against its kind's schema. In parallel
+    mode worker processes run :meth:`check` and the parent :meth:`decode` (it must fold the
+    decoded events in order anyway), so no check runs twice and none is skipped.
+    """
+
+    def __init__(
+        self,
+        reader: ObjectReader,
+        nodes: dict[bytes, CommitNode],
+        dag: EventHeads,
+        commit_of: dict[str, bytes],
+        root: bytes,
+        format_version: int,
+        parsed: dict[bytes, tuple[_Commit, dict[str, str]]],
+        order: list[bytes],
+    ) -> None:
+        self.reader = reader
+        self.nodes = nodes
+        self.dag = dag
+        self.commit_of = commit_of
+        self.root = root
+        self.format_version = format_version
+        self.parsed = parsed
+        self.order = order
+
+    def check(self, position: int) -> bytes:
+        """Check the event at ``position`` but its schema; return its ``event.json`` bytes.
+        Raises: IntegrityError naming the event (and the commit)."""
+        sha = self.order[position]
+        node = self.nodes[sha]
+        event_id = node.event_id
         assert event_id is not None
         try:
-            event = _verify_event(
-                reader, sha, nodes[sha], dag, roots[0], format_version, parsed.pop(sha, None)
-            )
+            return _verify_event(
+                self.reader, sha, node, self.dag, self.root, self.parsed.pop(sha, None)
+            )[1]
         except _DagMismatch as exc:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
             # this child), the parent is the tampered one: name it.
-            parent_commit = _parse_commit(sha, reader.read(sha, check=False)[1]).parents[0]
-            for parent_id in dag.heads(parent_commit):
-                parent_sha = commit_of[parent_id]
+            parent_commit = _parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
+            for parent_id in self.dag.heads(parent_commit):
+                parent_sha = self.commit_of[parent_id]
                 try:
-                    _verify_event(
-                        reader, parent_sha, nodes[parent_sha], None, roots[0], format_version
-                    )
+                    _verify_event(self.reader, parent_sha, self.nodes[parent_sha], None, self.root)
                 except IntegrityError as parent_exc:
                     raise _named(parent_exc, parent_id, parent_sha) from None
             raise _named(exc, event_id, sha) from None
         except IntegrityError as exc:
             raise _named(exc, event_id, sha) from None
-        report.events += 1
-        if on_event is not None:
-            on_event(event)
+
+    def decode(self, position: int, data: bytes) -> RecordedEvent:
+        """Decode the checked ``event.json`` bytes of the event at ``position`` and check its
+        payload against its kind's schema (after upcasting).
+        Raises: IntegrityError naming the event."""
+        envelope = _envelope_decoder.decode(data)  # checked by check(): cannot fail
+        try:
+            return _decode_payload(envelope, self.format_version)
+        except IntegrityError as exc:
+            raise _named(exc, envelope.id, self.order[position]) from None
+
+
+#: Pass 2 runs in worker processes for ledgers of at least this many events (below it, starting
+#: them costs more than it saves) ...
+PARALLEL_MIN_EVENTS = 20_000
+#: ... and at most this many: a forked worker's copy-on-write pages grow towards the parent's
+#: pass-1 maps as it reads them, so beyond this size memory matters more than time (the 1 GiB
+#: bound on verifying 1,000,000 events is met in one process).
+PARALLEL_MAX_EVENTS = 400_000
+#: At most this many worker processes.
+MAX_WORKERS = 4
+#: Events per task handed to a worker, and tasks in flight per worker (bounds the parent's
+#: memory when its folding is slower than the workers' checks).
+CHUNK_EVENTS = 1_000
+_IN_FLIGHT_PER_WORKER = 3
+_FORK_OK = sys.platform == "linux"
+#: The pass-2 checker a forked worker inherits (set by the parent just before forking).
+_INHERITED: _Pass2 | None = None
+
+
+def _check_chunk(bounds: tuple[int, int]) -> tuple[list[bytes], tuple[object, ...] | None]:
+    """Worker: check the events at positions [start, stop); return their ``event.json`` bytes
+    up to the first failure, and that failure's fields (message, hint, event id, commit)."""
+    checker = _INHERITED
+    assert checker is not None
+    datas: list[bytes] = []
+    for position in range(*bounds):
+        try:
+            datas.append(checker.check(position))
+        except IntegrityError as exc:
+            return datas, (exc.message, exc.hint, exc.event_id, exc.commit)
+    return datas, None
+
+
+def _verify_in_workers(
+    checker: _Pass2,
+    workers: int,
+    report: VerifyReport,
+    on_event: Callable[[RecordedEvent], None] | None,
+) -> None:
+    """Run pass 2 with ``workers`` forked processes checking chunks while this process decodes,
+    schema-checks and folds the results in the total order. The first failure in that order is
+    the one reported, as in one process."""
+    import multiprocessing
+
+    global _INHERITED
+    total = len(checker.order)
+    chunks = [(start, min(total, start + CHUNK_EVENTS)) for start in range(0, total, CHUNK_EVENTS)]
+    _INHERITED = checker
+    try:
+        pool = multiprocessing.get_context("fork").Pool(workers)
+    finally:
+        _INHERITED = None
+    checker.parsed = {}  # the workers hold their own copies; this process needs none
+    report.extra["verify_workers"] = workers
+    with pool:
+        pending: collections.deque[tuple[int, Any]] = collections.deque()
+        submitted = 0
+        for _ in range(len(chunks)):
+            while submitted < len(chunks) and len(pending) < workers * _IN_FLIGHT_PER_WORKER:
+                pending.append(
+                    (chunks[submitted][0], pool.apply_async(_check_chunk, (chunks[submitted],)))
+                )
+                submitted += 1
+            start, result = pending.popleft()
+            datas, failure = result.get()
+            for offset, data in enumerate(datas):
+                event = checker.decode(start + offset, data)
+                report.events += 1
+                if on_event is not None:
+                    on_event(event)
+            if failure is not None:
+                message, hint, event_id, commit = failure
+                raise IntegrityError(
+                    str(message),
+                    hint=str(hint),
+                    event_id=event_id,
+                    commit=commit,  # type: ignore[arg-type]
+                )
+        pool.close()
 
 
 def _fail(message: str) -> IntegrityError:
@@ -340,9 +506,10 @@ def _verify_event(
     node: CommitNode,
     dag: EventHeads | None,
     root: bytes,
-    format_version: int,
     parsed: tuple[_Commit, dict[str, str]] | None = None,
-) -> RecordedEvent:
+) -> tuple[Envelope, bytes]:
+    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
+    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
     if parsed is None:
         _, raw = reader.read(sha, check=False)  # re-hashed in pass 1
         commit = _parse_commit(sha, raw)
@@ -445,11 +612,6 @@ def _verify_event(
                 f"its Lamport clock is {envelope.lamport}, expected {expected_lamport}"
             )
 
-    # schema
-    payload = upcast(envelope.kind, envelope.schema, envelope.payload)
-    if isinstance(payload, LedgerInitialized) and payload.format_version != format_version:
-        raise _fail(f"the ledger says format {payload.format_version}, expected {format_version}")
-
     # artifacts
     digests = {ref.blake3: ref for ref in envelope.artifacts.values()}
     if not digests:
@@ -476,4 +638,14 @@ def _verify_event(
                 or blake3.blake3(blob).hexdigest() != digest
             ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
+    return envelope, data
+
+
+def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:
+    """Upcast and decode the payload against its kind's schema; the root names
+    ``format_version``. Raises: IntegrityError (a PerfledgerError from upcasting is turned
+    into one by :func:`verify_store`)."""
+    payload = upcast(envelope.kind, envelope.schema, envelope.payload)
+    if isinstance(payload, LedgerInitialized) and payload.format_version != format_version:
+        raise _fail(f"the ledger says format {payload.format_version}, expected {format_version}")
     return RecordedEvent(envelope, payload)
