@@ -18,8 +18,6 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dulwich.file import GitFile
-
 from perfledger.ledger.durable import fsync_dir
 
 #: git object type numbers (as in pack entries).
@@ -196,6 +194,8 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
     checksum = hashlib.sha1(body).digest()
     os.makedirs(pack_dir, exist_ok=True)
     base = os.path.join(pack_dir, "pack-" + checksum.hex())
+    from dulwich.file import GitFile
+
     with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
         f.write(body)
         f.write(checksum)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-from dulwich.objects import Commit
+from typing import TYPE_CHECKING
 
 from perfledger.events.envelope import Envelope
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
+
+if TYPE_CHECKING:
+    from dulwich.objects import Commit
 
 #: Name of the envelope blob in each event commit's tree.
 EVENT_FILE = b"event.json"

@@ -28,13 +28,13 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from dulwich.object_store import DiskObjectStore
-from dulwich.pack import Pack, UnpackedObject, full_unpacked_object
-
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # dulwich is imported where packing runs: appends that do not pack skip it
+    from dulwich.object_store import DiskObjectStore
+    from dulwich.pack import Pack, UnpackedObject
+
     from perfledger.ledger.store import GitStore
 
 #: Loose objects one writer leaves before it packs them (about 1,000 events).
@@ -169,6 +169,8 @@ def _merge_through_dulwich(store: GitStore, group: list[Pack]) -> bytes:
     for pack in group:
         unique.update(pack.index)  # hex shas
     count = len(unique)
+
+    from dulwich.pack import full_unpacked_object
 
     def records() -> Iterator[UnpackedObject]:
         written: set[bytes] = set()

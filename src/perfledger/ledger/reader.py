@@ -15,13 +15,15 @@ import contextlib
 import hashlib
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from dulwich.object_store import DiskObjectStore
+from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
 from perfledger.ledger.gitobj import read_index_v2
+
+if TYPE_CHECKING:
+    from dulwich.object_store import DiskObjectStore
 
 _TYPE_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 _NAME_TYPES = {v: k for k, v in _TYPE_NAMES.items()}
@@ -49,12 +51,28 @@ class ObjectReader:
     """Random access to a repository's objects by binary sha, each checked against its sha.
 
     Args:
-        object_store: the dulwich disk object store of the ledger repository.
+        object_store: the dulwich disk object store of the ledger repository, or a callable
+            that opens it: it is then called only for what this reader does not handle itself
+            (deltas, alternates), so that reading recent, packed or loose objects needs no
+            dulwich.
+        objects_dir: the ``objects`` directory; required when ``object_store`` is a callable.
     """
 
-    def __init__(self, object_store: DiskObjectStore) -> None:
-        self._store = object_store
-        self._objects_dir = os.fspath(object_store.path)
+    def __init__(
+        self,
+        object_store: DiskObjectStore | Callable[[], DiskObjectStore],
+        objects_dir: str | None = None,
+    ) -> None:
+        if callable(object_store):
+            if objects_dir is None:
+                raise TypeError("objects_dir is required with an object store factory")
+            self._open_store: Callable[[], DiskObjectStore] | None = object_store
+            self._opened: DiskObjectStore | None = None
+            self._objects_dir = objects_dir
+        else:
+            self._open_store = None
+            self._opened = object_store
+            self._objects_dir = os.fspath(object_store.path)
         self._packs: list[_PackMap] = []
         # binary sha -> (pack number << 40) | offset, over every mapped pack (small ledgers), or
         # per pack a sorted numpy sha table searched in C (large ledgers: ~28 bytes an object
@@ -102,6 +120,12 @@ class ObjectReader:
                 for name_sha, offset, _crc in entries:
                     self._where.setdefault(name_sha, (number << _PACK_SHIFT) | offset)
 
+    def _store(self) -> DiskObjectStore:
+        if self._opened is None:
+            assert self._open_store is not None
+            self._opened = self._open_store()
+        return self._opened
+
     def close(self) -> None:
         """Close the packs."""
         for pack in self._packs:
@@ -140,7 +164,7 @@ class ObjectReader:
             if loose is not None:
                 return loose
         try:
-            type_num, raw = self._store.get_raw(sha)
+            type_num, raw = self._store().get_raw(sha)
         except KeyError:
             raise IntegrityError(f"git object {sha.hex()} is missing", commit=sha.hex()) from None
         _check_sha(sha, type_num, raw)
@@ -161,26 +185,36 @@ class ObjectReader:
             return None
 
     def _read_loose(self, sha: bytes) -> tuple[int, bytes] | None:
-        hexsha = sha.hex()
-        path = os.path.join(self._objects_dir, hexsha[:2], hexsha[2:])
-        try:
-            with open(path, "rb") as f:
-                compressed = f.read()
-        except FileNotFoundError:
-            return None
-        try:
-            data = zlib.decompress(compressed)
-        except zlib.error:
-            raise IntegrityError(
-                f"loose git object {hexsha} is not a valid zlib stream", commit=hexsha
-            ) from None
-        header, _, raw = data.partition(b"\0")
-        type_name, _, length = header.partition(b" ")
-        type_num = _NAME_TYPES.get(type_name)
-        if type_num is None or not length.isdigit() or int(length) != len(raw):
-            raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
-        _check_sha(sha, type_num, raw)
-        return type_num, raw
+        return read_loose(self._objects_dir, sha)
+
+
+def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:
+    """Return (type number, content) of the loose object with binary ``sha`` under
+    ``objects_dir``, checked against its name; None when it is not stored loose.
+
+    Raises: IntegrityError for a file that is not a valid zlib stream, has a malformed header,
+        or does not hash to its name.
+    """
+    hexsha = sha.hex()
+    path = os.path.join(objects_dir, hexsha[:2], hexsha[2:])
+    try:
+        with open(path, "rb") as f:
+            compressed = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        data = zlib.decompress(compressed)
+    except zlib.error:
+        raise IntegrityError(
+            f"loose git object {hexsha} is not a valid zlib stream", commit=hexsha
+        ) from None
+    header, _, raw = data.partition(b"\0")
+    type_name, _, length = header.partition(b" ")
+    type_num = _NAME_TYPES.get(type_name)
+    if type_num is None or not length.isdigit() or int(length) != len(raw):
+        raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
+    _check_sha(sha, type_num, raw)
+    return type_num, raw
 
 
 def _check_sha(sha: bytes, type_num: int, raw: bytes) -> None:

@@ -30,13 +30,10 @@ import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 import msgspec
-from dulwich.errors import ChecksumMismatch, NotGitRepository, ObjectFormatException
-from dulwich.objects import Commit, Tree, parse_tree
-from dulwich.repo import Repo
 
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, NotALedger
 from perfledger.events.envelope import Envelope, decode_envelope
@@ -51,6 +48,7 @@ from perfledger.ledger.base import (
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.durable import FSYNC, choose_method, fsync_dir, sync_filesystem
+from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -63,8 +61,12 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import maybe_pack
-from perfledger.ledger.reader import ObjectReader
+from perfledger.ledger.reader import ObjectReader, read_loose
 from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
+
+if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
+    from dulwich.objects import Commit
+    from dulwich.repo import Repo
 
 #: The branch the events live on.
 LEDGER_REF = b"refs/heads/ledger"
@@ -108,6 +110,62 @@ def _now_seconds() -> int:
     return int(datetime.now(UTC).timestamp())
 
 
+def _entry_from_raw(raw: bytes) -> _IndexEntry:
+    """The index entry of a commit from its raw content (header, blank line, message)."""
+    header, _, message = raw.partition(b"\n\n")
+    parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
+    trailers = parse_trailers(message)
+    lamport_text = trailers.get("Lamport", "0")
+    return _IndexEntry(
+        trailers.get("Event-Id"),
+        int(lamport_text) if lamport_text.isdigit() else -1,
+        parents,
+        trailers.get("Idempotency-Key"),
+    )
+
+
+def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
+    """The binary sha of entry ``name`` in raw tree content (``<mode> <name>\\0<20 bytes>``
+    entries), or None when absent or the content is malformed."""
+    pos = 0
+    while pos < len(tree):
+        space = tree.find(b" ", pos)
+        nul = tree.find(b"\0", space + 1)
+        if space < 0 or nul < 0 or nul + 21 > len(tree):
+            return None
+        if tree[space + 1 : nul] == name:
+            return tree[nul + 1 : nul + 21]
+        pos = nul + 21
+    return None
+
+
+def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
+    """The ``[perfledger]`` keys (lower-cased) of a dulwich repository's own config."""
+    config = repo.get_config()
+    values: dict[bytes, bytes] = {}
+    for key in (b"formatVersion", b"fsyncMethod"):
+        with contextlib.suppress(KeyError):
+            values[key.lower()] = config.get((b"perfledger",), key)
+    return values
+
+
+def _no_ledger_branch(path: str) -> NotALedger:
+    return NotALedger(
+        f"{path} is a git repository but not a ledger (no refs/heads/ledger)",
+        hint="create one with `perfledger init PATH`",
+    )
+
+
+def _check_format(path: str, version: bytes | None) -> None:
+    """Refuse a ledger written in another storage format (checked before anything is read)."""
+    if version is not None and version != str(FORMAT_VERSION).encode():
+        raise NotALedger(
+            f"{path} uses ledger format {version.decode(errors='replace')}, this perfledger "
+            f"reads format {FORMAT_VERSION}",
+            hint="upgrade perfledger",
+        )
+
+
 class GitStore:
     """The on-disk event store: one git repository, events on ``refs/heads/ledger``.
 
@@ -115,13 +173,26 @@ class GitStore:
     thread-safe; processes may share a ledger freely (appends serialize by compare-and-swap).
     """
 
-    def __init__(self, repo: Repo) -> None:
-        self.repo = repo
-        # Close the repository's packs when the store is collected or at interpreter exit, so
-        # that a caller who forgets close() gets no noise from dulwich's finalizers.
-        self._finalizer = weakref.finalize(self, repo.close)
-        self.path = repo.path
-        self.controldir = repo.controldir()
+    def __init__(
+        self, repo: Repo | GitLocation, *, config: dict[bytes, bytes] | None = None
+    ) -> None:
+        """Use an open dulwich ``Repo``, or a :class:`GitLocation` with its ``[perfledger]``
+        config keys (the repository is then opened through dulwich on first use of
+        :attr:`repo`)."""
+        self._repo: Repo | None = None
+        self._finalizer: weakref.finalize | None = None
+        if isinstance(repo, GitLocation):
+            location = repo
+            self.path = location.path
+            self.controldir = location.controldir
+            self._repo_path = location.path
+        else:
+            self._adopt(repo)
+            self.path = repo.path
+            # a linked work tree keeps its objects and refs in the main repository's git dir
+            self.controldir = repo.commondir()
+            self._repo_path = repo.path
+            config = _perfledger_config(repo)
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
         self._objects_dir = os.path.join(self.controldir, "objects")
         # Derived index of the commits reachable from self._indexed_head.
@@ -147,19 +218,45 @@ class GitStore:
         self._in_bulk = False
         self._packs_written = 0
         self._background: threading.Thread | None = None
-        try:
-            configured = repo.get_config().get((b"perfledger",), b"fsyncMethod").decode()
-        except KeyError:
-            configured = None
+        fsync_method = (config or {}).get(b"fsyncmethod")
+        configured = fsync_method.decode(errors="replace") if fsync_method is not None else None
         try:
             self._fsync_each = choose_method(configured) == FSYNC
         except ValueError as exc:
-            repo.close()
+            self.close_repo()
             raise BadRequest(
                 f"{self.path}: {exc}",
                 hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
                 "'syncfs' or 'fsync'",
             ) from None
+
+    @property
+    def repo(self) -> Repo:
+        """The dulwich repository, opened on first use (sync, packing, object reads)."""
+        if self._repo is None:
+            from dulwich.repo import Repo
+
+            self._adopt(Repo(self._repo_path))
+        assert self._repo is not None
+        return self._repo
+
+    def _adopt(self, repo: Repo) -> None:
+        self._repo = repo
+        # Close the repository's packs when the store is collected or at interpreter exit, so
+        # that a caller who forgets close() gets no noise from dulwich's finalizers.
+        self._finalizer = weakref.finalize(self, repo.close)
+
+    def object_reader(self) -> ObjectReader:
+        """A bulk :class:`ObjectReader` of this ledger's objects (dulwich opened only for what
+        it does not read itself). Close it after use."""
+        return ObjectReader(lambda: self.repo.object_store, self._objects_dir)
+
+    def close_repo(self) -> None:
+        """Release the dulwich repository's files, if it was opened (reopened on next use)."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._repo = None
 
     # ------------------------------------------------------------------ opening
 
@@ -194,6 +291,9 @@ class GitStore:
 
     @classmethod
     def _init(cls, path: str, *, name: str | None, actor: str, bare: bool) -> GitStore:
+        from dulwich.errors import NotGitRepository
+        from dulwich.repo import Repo
+
         try:
             repo = Repo(path)
         except NotGitRepository:
@@ -239,6 +339,21 @@ class GitStore:
             branch, or was written in an unknown format version.
         """
         path = os.fspath(path)
+        location = find_controldir(path)
+        config = read_section(location.controldir, b"perfledger") if location else None
+        if location is None or config is None:
+            return cls._open_through_dulwich(path)
+        if read_ref(location.controldir, LEDGER_REF) is None:
+            raise _no_ledger_branch(path)
+        _check_format(path, config.get(b"formatversion"))
+        return cls(location, config=config)
+
+    @classmethod
+    def _open_through_dulwich(cls, path: str) -> GitStore:
+        """:meth:`open` for the layouts :func:`find_controldir` leaves to dulwich."""
+        from dulwich.errors import NotGitRepository
+        from dulwich.repo import Repo
+
         try:
             repo = Repo(path)
         except (NotGitRepository, FileNotFoundError, NotADirectoryError):
@@ -246,24 +361,13 @@ class GitStore:
                 f"{path} is not a ledger (not a git repository)",
                 hint="create one with `perfledger init PATH`, or pass --ledger",
             ) from None
-        config = repo.get_config()
         try:
-            version = config.get((b"perfledger",), b"formatVersion")
-        except KeyError:
-            version = None
-        if LEDGER_REF not in repo.refs:
+            if LEDGER_REF not in repo.refs:
+                raise _no_ledger_branch(path)
+            _check_format(path, _perfledger_config(repo).get(b"formatversion"))
+        except NotALedger:
             repo.close()
-            raise NotALedger(
-                f"{path} is a git repository but not a ledger (no refs/heads/ledger)",
-                hint="create one with `perfledger init PATH`",
-            )
-        if version is not None and version != str(FORMAT_VERSION).encode():
-            repo.close()
-            raise NotALedger(
-                f"{path} uses ledger format {version.decode(errors='replace')}, this perfledger "
-                f"reads format {FORMAT_VERSION}",
-                hint="upgrade perfledger",
-            )
+            raise
         return cls(repo)
 
     def close(self) -> None:
@@ -275,7 +379,7 @@ class GitStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-        self._finalizer()
+        self.close_repo()
 
     def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
         """Run housekeeping ``fn(*args)`` (deleting packed loose objects) in one background
@@ -332,6 +436,8 @@ class GitStore:
 
         Raises: IntegrityError when the object is missing.
         """
+        from dulwich.errors import ChecksumMismatch, ObjectFormatException
+
         store = self.repo.object_store
         for attempt in range(2):
             try:
@@ -382,6 +488,14 @@ class GitStore:
 
         Raises: IntegrityError when the commit has no ``event.json``.
         """
+        data = self._read_event_json_loose(commit_sha)
+        if data is not None:
+            try:
+                return decode_envelope(data)
+            except BadRequest as exc:
+                raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+        from dulwich.objects import Commit, Tree
+
         commit = self.get_object(commit_sha)
         assert isinstance(commit, Commit)
         tree = self.get_object(commit.tree)
@@ -397,6 +511,22 @@ class GitStore:
             return decode_envelope(blob.as_raw_string())
         except BadRequest as exc:
             raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+
+    def _read_event_json_loose(self, commit_sha: bytes) -> bytes | None:
+        """``event.json`` of ``commit_sha`` when the commit, its tree and the blob are all loose
+        objects (recent appends; no dulwich needed), else None. Each object is checked against
+        its name. Raises: IntegrityError for a corrupt loose object."""
+        commit = read_loose(self._objects_dir, bytes.fromhex(commit_sha.decode()))
+        if commit is None or commit[0] != 1 or not commit[1].startswith(b"tree "):
+            return None
+        tree = read_loose(self._objects_dir, bytes.fromhex(commit[1][5:45].decode()))
+        if tree is None or tree[0] != 2:
+            return None
+        blob_sha = _tree_entry(tree[1], EVENT_FILE)
+        blob = read_loose(self._objects_dir, blob_sha) if blob_sha is not None else None
+        if blob is None or blob[0] != 3:
+            return None
+        return blob[1]
 
     def get_event(self, event_id: str) -> Envelope:
         """Return the event ``event_id`` (a full id or a unique prefix of at least 4 chars).
@@ -442,7 +572,7 @@ class GitStore:
         Lamport clocks strictly increase along every edge (checked by verify), so this order is
         topological; ties between concurrent events are broken by id, never by wall-clock time.
         """
-        reader = ObjectReader(self.repo.object_store)
+        reader = self.object_reader()
         try:
             for sha in self.ordered_commits(head):
                 yield self._read_envelope_fast(reader, sha)
@@ -454,13 +584,13 @@ class GitStore:
         _, raw = reader.read(bytes.fromhex(commit_sha.decode()), check=False)
         tree_hex = raw[5:45]
         _, tree_raw = reader.read(bytes.fromhex(tree_hex.decode()), check=False)
-        for name, _mode, blob_hex in parse_tree(tree_raw, 20):
-            if name == EVENT_FILE:
-                _, data = reader.read(bytes.fromhex(blob_hex.decode()), check=False)
-                try:
-                    return decode_envelope(data)
-                except BadRequest as exc:
-                    raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+        blob_sha = _tree_entry(tree_raw, EVENT_FILE)
+        if blob_sha is not None:
+            _, data = reader.read(blob_sha, check=False)
+            try:
+                return decode_envelope(data)
+            except BadRequest as exc:
+                raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
         raise IntegrityError(
             f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
         )
@@ -469,6 +599,8 @@ class GitStore:
         """Yield up to ``limit`` event commits newest first (descending (lamport, id)) by walking
         back from the head with a max-heap; reads only ``limit`` + frontier commits."""
         import heapq
+
+        from dulwich.objects import Commit
 
         head = self.read_head()
         heap: list[tuple[int, str, bytes, Commit]] = []
@@ -501,6 +633,8 @@ class GitStore:
 
         Raises: BadRequest when the event has no such artifact; IntegrityError on a mismatch.
         """
+        from dulwich.objects import Commit, Tree
+
         commit_sha = self.event_commit(event_id)
         envelope = self.read_envelope(commit_sha)
         ref = envelope.artifacts.get(name)
@@ -800,8 +934,20 @@ class GitStore:
                 data = msgspec.msgpack.decode(f.read(), type=_IndexFile)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
             return
-        if data.head not in data.commits or data.head not in self.repo.object_store:
+        if data.head not in data.commits:
             return
+        # the index's head must still exist: the current head (no read needed), a loose
+        # object, or (looked up through dulwich) a packed one
+        current: bytes | None = None
+        with contextlib.suppress(OSError):
+            current = read_ref(self.controldir, LEDGER_REF)
+        if data.head != current:
+            try:
+                loose = read_loose(self._objects_dir, bytes.fromhex(data.head.decode()))
+            except (IntegrityError, ValueError):
+                return
+            if loose is None and data.head not in self.repo.object_store:
+                return
         events = sum(1 for entry in data.commits.values() if entry.event_id is not None)
         if events != len(data.by_event) or len(data.keys) > events:
             return  # inconsistent: rebuilt from the commits
@@ -829,33 +975,19 @@ class GitStore:
 
     def _entry(self, sha: bytes) -> _IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
+
         entry = self._commits.get(sha)
         if entry is None:
             self._bulk_misses += 1
             if self._bulk is None and self._bulk_misses > 64 and self._in_bulk:
-                self._bulk = ObjectReader(self.repo.object_store)
+                self._bulk = self.object_reader()
             if self._bulk is not None:  # inside a long walk: the bulk reader is ~10x faster
                 type_num, raw = self._bulk.read(bytes.fromhex(sha.decode()), check=False)
                 if type_num != 1:
                     raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-                header, _, message = raw.partition(b"\n\n")
-                parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
-                trailers = parse_trailers(message)
-                lamport_text = trailers.get("Lamport", "0")
-                entry = _IndexEntry(
-                    trailers.get("Event-Id"),
-                    int(lamport_text) if lamport_text.isdigit() else -1,
-                    parents,
-                    trailers.get("Idempotency-Key"),
-                )
+                entry = _entry_from_raw(raw)
             else:
-                commit = self.get_object(sha)
-                if not isinstance(commit, Commit):
-                    raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-                info = commit_info(commit)
-                entry = _IndexEntry(
-                    info.event_id, info.lamport, list(info.parents), info.idempotency_key
-                )
+                entry = self._read_entry(sha)
             self._commits[sha] = entry
             if entry.event_id is not None:
                 self._all_events[entry.event_id] = sha
@@ -902,6 +1034,26 @@ class GitStore:
         self._indexed_head = head
         self._unsaved += len(new)
 
+    def _read_entry(self, sha: bytes) -> _IndexEntry:
+        """Read commit ``sha`` (hex) from git into an index entry: from its loose file when it
+        has one (the usual case for a recent head; no dulwich needed), else through dulwich.
+        Raises: IntegrityError when it is missing, corrupt or not a commit."""
+        loose = read_loose(self._objects_dir, bytes.fromhex(sha.decode()))
+        if loose is None:
+            from dulwich.objects import Commit
+
+            commit = self.get_object(sha)
+            if not isinstance(commit, Commit):
+                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+            info = commit_info(commit)
+            return _IndexEntry(
+                info.event_id, info.lamport, list(info.parents), info.idempotency_key
+            )
+        type_num, raw = loose
+        if type_num != 1:
+            raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+        return _entry_from_raw(raw)
+
     def _check_index_at(self, head: bytes) -> None:
         """Cross-check the derived index against git where a new event takes its parents and
         Lamport clock from: the head commit and, for a merge, the commits it joins. A derived
@@ -910,18 +1062,17 @@ class GitStore:
 
         Once per head per process: a head this store wrote itself, or already checked, is
         known to match."""
+
         if head == self._checked_head:
             return
         todo = [head]
         while todo:
             sha = todo.pop()
             entry = self._commits[sha]
-            commit = self.get_object(sha)
-            assert isinstance(commit, Commit)
-            info = commit_info(commit)
-            if (info.event_id, info.lamport, list(info.parents)) != (
+            found = self._read_entry(sha)
+            if (found.event_id, found.lamport, found.parents) != (
                 entry.event_id,
-                entry.lamport if entry.event_id is not None else info.lamport,
+                entry.lamport if entry.event_id is not None else found.lamport,
                 entry.parents,
             ):
                 _log.warning("the derived index disagrees with the ledger; rebuilding it")
@@ -1098,6 +1249,8 @@ class GitStore:
 
         Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
         """
+        from dulwich.objects import Commit
+
         parents = sorted(set(commits))
         if len(parents) < 2:
             raise BadRequest("a merge joins at least two distinct commits")

@@ -187,7 +187,7 @@ def verify_store(
     started = time.perf_counter()
     head = b""
     report = VerifyReport(ok=False, head="")
-    reader = ObjectReader(store.repo.object_store)
+    reader = store.object_reader()
     try:
         head = store.read_head()
         report.head = head.decode()

@@ -1,0 +1,94 @@
+"""Finding a repository's git directory and reading perfledger's keys of its config, without
+dulwich.
+
+Why: importing ``dulwich.repo`` and opening a ``Repo`` cost about as much as the rest of a CLI
+call that answers from the derived cache (``perfledger state``) or appends one note, and neither
+needs dulwich. The two layouts a ledger has in practice are handled here: a bare repository and
+a work tree with a ``.git`` directory. Anything else (a ``.git`` file pointing elsewhere, a linked
+work tree with ``commondir``, a config that includes other files or quotes its values) returns
+None, and the caller opens the repository through dulwich, which handles them all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import NamedTuple
+
+#: A config line ``key = value`` with a plain value (no quotes, escapes or continuations).
+_PLAIN_ENTRY = re.compile(rb"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*([^\"\\;#]*?))?\s*(?:[;#].*)?$")
+_SECTION = re.compile(rb"^\s*\[([^\]]*)\]\s*(?:[;#].*)?$")
+
+
+class GitLocation(NamedTuple):
+    """Where a repository lives.
+
+    Attributes:
+        path: the path the caller named (the work tree, or the git directory when bare).
+        controldir: the git directory (``objects/``, ``refs/``, ``config``).
+        bare: True for a bare repository.
+    """
+
+    path: str
+    controldir: str
+    bare: bool
+
+
+def find_controldir(path: str) -> GitLocation | None:
+    """Return where the repository at ``path`` keeps its git directory, or None when ``path``
+    is not one of the two plain layouts (the caller then asks dulwich, which also reports a
+    path that is no repository at all).
+
+    Mirrors ``dulwich.repo.Repo``'s discovery: ``path/.git/objects`` makes a work tree;
+    ``path/objects`` and ``path/refs`` make a bare repository.
+    """
+    dotgit = os.path.join(path, ".git")
+    if os.path.isdir(os.path.join(dotgit, "objects")):
+        location = GitLocation(path, dotgit, False)
+    elif os.path.isdir(os.path.join(path, "objects")) and os.path.isdir(os.path.join(path, "refs")):
+        location = GitLocation(path, path, True)
+    else:
+        return None
+    if os.path.exists(os.path.join(location.controldir, "commondir")):
+        return None  # a linked work tree: its refs live in another directory
+    return location
+
+
+def read_section(controldir: str, section: bytes) -> dict[bytes, bytes] | None:
+    """Return the keys of ``[section]`` (no subsection) in the repository's ``config`` file,
+    lower-cased, each with its last value (git's rule for a single-valued key); an empty dict
+    when the file or the section is absent.
+
+    Returns None when the file holds anything this reader does not interpret exactly as git
+    does (``[include]``/``[includeIf]``, a quoted or escaped value, a continuation line, an entry
+    outside any section): the caller then reads the config through dulwich.
+    Raises: OSError other than a missing file.
+    """
+    try:
+        with open(os.path.join(controldir, "config"), "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    wanted = section.lower()
+    current: bytes | None = None
+    values: dict[bytes, bytes] = {}
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith((b"#", b";")):
+            continue
+        header = _SECTION.match(line)
+        if header is not None:
+            name = header.group(1).strip().lower()
+            if name.startswith(b"include"):
+                return None
+            current = name
+            continue
+        if current is None:
+            return None
+        if current != wanted:
+            continue
+        entry = _PLAIN_ENTRY.match(line)
+        if entry is None:
+            return None
+        values[entry.group(1).lower()] = entry.group(2) if entry.group(2) is not None else b"true"
+    return values
