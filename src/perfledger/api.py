@@ -325,6 +325,28 @@ class Ledger:
             save_snapshot(self.store.derived_dir, self.projection.name, snapshot)
         memo.dirty = 0
 
+    def state_json(self, head: str | None = None) -> bytes:
+        """Return ``{"head", "state_hash", "state"}`` at ``head`` (default: the current head)
+        as compact JSON bytes with sorted keys: what ``perfledger state --json`` prints.
+
+        Cached as derived data beside the state snapshot, keyed like it (head and code
+        version): a warm call reads it back instead of decoding the snapshot and encoding the
+        state again, which cost most of a call on a large ledger. Never used by verify/audit.
+        """
+        from perfledger.ledger.cache import load_rendering, save_rendering
+
+        head = head or self.head()
+        derived, name = self.store.derived_dir, f"{self.projection.name}.state-json"
+        version = self._code_version()
+        cached = load_rendering(derived, name, head, version)
+        if cached is not None:
+            return cached
+        data = {"head": head, "state_hash": self.state_hash_at(head), "state": self.state_at(head)}
+        raw = msgspec.json.encode(data, order="sorted")  # Structs encode natively: no copy
+        with contextlib.suppress(OSError):  # a read-only ledger only loses speed
+            save_rendering(derived, name, head, version, raw)
+        return raw
+
     def state_hash(self) -> str:
         """Return the blake3 hash (hex) of the canonical encoding of :meth:`state`."""
         return self.state_hash_at(self.head())

@@ -240,12 +240,9 @@ def state(json_flag: bool) -> None:
 
     ledger = ctx.open()
     try:
-        head = ledger.head()
-        current = ledger.state_at(head)
-        data = {"head": head, "state_hash": ledger.state_hash_at(head), "state": current}
+        raw = ledger.state_json()
     finally:
         ledger.close()
-    raw = msgspec.json.encode(data, order="sorted")  # Structs encode natively: no copy
     if not ctx.json_mode:
         raw = msgspec.json.format(raw, indent=2)
     out = click.get_binary_stream("stdout")

@@ -89,3 +89,37 @@ def save_state_hash(derived_dir: str, name: str, cached: StateHash) -> None:
     with open(tmp, "wb") as f:
         f.write(msgspec.msgpack.encode(cached))
     os.replace(tmp, path)
+
+
+class _RenderKey(msgspec.Struct):
+    """The first line of a cached rendering: what it was rendered from."""
+
+    head: str
+    code_version: str
+    size: int
+
+
+def load_rendering(derived_dir: str, name: str, head: str, code_version: str) -> bytes | None:
+    """Return the cached rendering ``name`` (bytes) made at ``head`` under ``code_version``, or
+    None when absent, stale, truncated or unreadable."""
+    try:
+        with open(_path(derived_dir, name), "rb") as f:
+            key = msgspec.json.decode(f.readline(), type=_RenderKey)
+            if (key.head, key.code_version) != (head, code_version):
+                return None
+            data = f.read()
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return data if len(data) == key.size else None
+
+
+def save_rendering(derived_dir: str, name: str, head: str, code_version: str, data: bytes) -> None:
+    """Write the rendering ``data`` of ``head`` atomically (a key line, then the bytes); errors
+    are the caller's to ignore."""
+    path = _path(derived_dir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(msgspec.json.encode(_RenderKey(head, code_version, len(data))) + b"\n")
+        f.write(data)
+    os.replace(tmp, path)
