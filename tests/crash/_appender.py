@@ -145,14 +145,19 @@ class Child:
             child.point("after_pack_write")
             return base
 
-        real_delete = dulwich.object_store.DiskObjectStore.delete_loose_object
+        real_unlink = os.unlink
         deleted = [0]
 
-        def delete_loose_object(self, sha):  # type: ignore[no-untyped-def]
-            real_delete(self, sha)
-            deleted[0] += 1
-            if deleted[0] % 5 == 0:
-                child.point("mid_loose_delete")
+        def unlink(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            # packing deletes the loose copies of packed objects one file at a time
+            real_unlink(path, *args, **kwargs)
+            parent = os.path.dirname(os.fsdecode(path))
+            if os.path.basename(os.path.dirname(parent)) == "objects" and (
+                len(os.path.basename(parent)) == 2
+            ):
+                deleted[0] += 1
+                if deleted[0] % 5 == 0:
+                    child.point("mid_loose_delete")
 
         real_remove_pack = dulwich.object_store.DiskObjectStore._remove_pack
 
@@ -185,7 +190,7 @@ class Child:
         packing.pack_loose = pack_loose
         packing.merge_packs = merge_packs
         packing.write_pack = write_pack
-        dulwich.object_store.DiskObjectStore.delete_loose_object = delete_loose_object  # type: ignore[method-assign]
+        os.unlink = unlink
         dulwich.object_store.DiskObjectStore._remove_pack = remove_pack  # type: ignore[method-assign]
         os.replace = replace
 

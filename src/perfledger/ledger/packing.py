@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
+from perfledger.ledger.reader import read_loose
 
 if TYPE_CHECKING:  # dulwich is imported where packing runs: appends that do not pack skip it
-    from dulwich.object_store import DiskObjectStore
     from dulwich.pack import Pack, UnpackedObject
 
     from perfledger.ledger.store import GitStore
@@ -87,36 +87,64 @@ def _try_lock(store: GitStore) -> Iterator[bool]:
 def pack_loose(store: GitStore, *, background: bool = False) -> int:
     """Move every loose object into one new fsynced pack; returns how many were packed.
 
-    With ``background`` the loose copies are deleted by the store's housekeeping thread
-    (:meth:`GitStore.run_in_background`) after this returns; otherwise before."""
-    object_store = store.repo.object_store
-    object_store.fsync_object_files = True
-    shas = list(object_store._iter_loose_objects())
-    if not shas:
+    Loose objects are listed and read here (each inflated and checked against its name by
+    :func:`perfledger.ledger.reader.read_loose`), not through dulwich, whose per-object parse
+    cost about 0.35 ms: a third of a single append's CPU time, amortized. With ``background``
+    the loose copies are deleted by the store's housekeeping thread
+    (:meth:`GitStore.run_in_background`) after this returns; otherwise before.
+
+    Raises: IntegrityError for a corrupt loose object (nothing is packed or deleted).
+    """
+    objects_dir = store._objects_dir
+    objects = [
+        RawObject(type_num, raw, sha.hex().encode())
+        for sha, (type_num, raw) in _loose_objects(objects_dir)
+    ]
+    if not objects:
         return 0
-    objects = []
-    for sha in shas:
-        obj = object_store._get_loose_object(sha)
-        if obj is not None:
-            objects.append((obj, None))
-    write_pack(
-        os.path.join(store._objects_dir, "pack"),
-        [RawObject(obj.type_num, obj.as_raw_string(), obj.id) for obj, _ in objects],
-    )
-    object_store._update_pack_cache()
-    shas = [obj.id for obj, _ in objects]
+    write_pack(os.path.join(objects_dir, "pack"), objects)
+    if store._repo is not None:  # dulwich's view of the packs, when it has one
+        store._repo.object_store._update_pack_cache()
+    paths = [_loose_path(objects_dir, obj.id.decode()) for obj in objects]
     if background:
-        store.run_in_background(_delete_loose, object_store, shas)
+        store.run_in_background(_delete_loose, paths)
     else:
-        _delete_loose(object_store, shas)
+        _delete_loose(paths)
     return len(objects)
 
 
-def _delete_loose(object_store: DiskObjectStore, shas: list[bytes]) -> None:
-    """Delete the loose copies of ``shas`` (already in a durable pack)."""
-    for sha in shas:
+def _loose_path(objects_dir: str, hexsha: str) -> str:
+    return os.path.join(objects_dir, hexsha[:2], hexsha[2:])
+
+
+def _loose_objects(objects_dir: str) -> Iterator[tuple[bytes, tuple[int, bytes]]]:
+    """Yield (binary sha, (type number, content)) of every loose object under
+    ``objects_dir``; a file that disappears meanwhile (packed by another writer) is skipped."""
+    try:
+        fanout = os.listdir(objects_dir)
+    except FileNotFoundError:
+        return
+    for prefix in sorted(fanout):
+        if len(prefix) != 2 or not all(c in "0123456789abcdef" for c in prefix):
+            continue  # pack/, info/ and anything that is not a loose-object directory
+        try:
+            names = os.listdir(os.path.join(objects_dir, prefix))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in sorted(names):
+            if len(name) != 38 or not all(c in "0123456789abcdef" for c in name):
+                continue  # temporary files of a concurrent writer
+            sha = bytes.fromhex(prefix + name)
+            found = read_loose(objects_dir, sha)
+            if found is not None:
+                yield sha, found
+
+
+def _delete_loose(paths: list[str]) -> None:
+    """Delete loose object files (their objects are already in a durable pack)."""
+    for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            object_store.delete_loose_object(sha)
+            os.unlink(path)
 
 
 def _geometric_split(sizes: list[int]) -> int:
