@@ -69,7 +69,7 @@ def test_ncu_raw_bad_value_in_a_later_block_names_its_row() -> None:
     fields = data[300].rstrip("\n")[1:-1].split('","')  # launch row 299 (after header, units)
     fields[12] = "12x"
     data[300] = '"' + '","'.join(fields) + '"\n'
-    with pytest.raises(EvidenceError, match="launch row 299 .*'12x' does not parse"):
+    with pytest.raises(EvidenceError, match=r"launch row 299 .*'12x' does not parse"):
         ncu.parse_ncu_csv(io.BytesIO("".join(data).encode()), tool_version=golden.NCU_VERSION)
 
 
