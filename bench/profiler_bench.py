@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ kind, path = sys.argv[1], sys.argv[2]
 import csv, json, numpy, msgspec  # imports are not parse time
 from perfledger.kernels.profilers import ncu, torch_trace
 start = time.perf_counter()
+cpu0 = time.process_time()
 if kind == "csv-floor":  # the standard library's csv module alone, over the same file
     import csv
     with open(path, newline="") as handle:
@@ -51,7 +53,8 @@ else:
     report = parse_torch_trace(path)
     launches = sum(k.launches for k in report.kernels.values())
 seconds = time.perf_counter() - start
-print(seconds, launches, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+cpu = time.process_time() - cpu0
+print(seconds, launches, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, cpu)
 """
 
 
@@ -100,17 +103,21 @@ def make_torch_trace(path: Path, size_bytes: int) -> int:
 
 
 def measure(kind: str, path: Path) -> dict[str, float]:
-    """Parse ``path`` in a child process; return seconds, MB/s, peak RSS (MiB) and launches."""
+    """Parse ``path`` in a child process; return wall seconds, MB/s, CPU seconds (user + system
+    of the parse, which a loaded machine inflates less than wall time), MB per CPU-second, peak
+    RSS (MiB) and launches."""
     code = _CHILD.format(src=str(ROOT / "src"))
     proc = subprocess.run(
         [sys.executable, "-c", code, kind, str(path)], capture_output=True, text=True, check=True
     )
-    seconds, launches, peak_kib = proc.stdout.split()
+    seconds, launches, peak_kib, cpu = proc.stdout.split()
     size = path.stat().st_size
     return {
         "size_mb": size / 1e6,
         "seconds": float(seconds),
         "mb_per_s": size / 1e6 / float(seconds),
+        "cpu_s": float(cpu),
+        "mb_per_cpu_s": size / 1e6 / max(float(cpu), 1e-9),
         "peak_rss_mib": int(peak_kib) / 1024,  # the child's own ru_maxrss (KiB on Linux)
         "launches": float(launches),
     }
@@ -127,6 +134,7 @@ def main() -> None:
     if args.quick:
         args.ncu_mb, args.torch_mb = 20.0, 100.0
     results = []
+    print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     with tempfile.TemporaryDirectory(prefix="plbench-") as tmp:
         for kind, total_mb, make in (
             ("ncu", args.ncu_mb, make_ncu_raw),
@@ -141,6 +149,7 @@ def main() -> None:
             path.unlink()
             print(
                 f"{floor_kind:10s} {floor['size_mb']:8.1f} MB  {floor['mb_per_s']:6.1f} MB/s  "
+                f"({floor['mb_per_cpu_s']:6.1f} MB per CPU-s)  "
                 f"peak RSS {floor['peak_rss_mib']:7.1f} MiB  (the standard library alone: this "
                 "machine's floor)",
                 flush=True,
@@ -157,10 +166,12 @@ def main() -> None:
                 results.append(row)
                 print(
                     f"{kind:10s} {row['size_mb']:8.1f} MB  parse {row['seconds']:6.2f} s  "
-                    f"{row['mb_per_s']:6.1f} MB/s  peak RSS {row['peak_rss_mib']:6.1f} MiB  "
+                    f"{row['mb_per_s']:6.1f} MB/s ({row['mb_per_cpu_s']:6.1f} MB per CPU-s)  "
+                    f"peak RSS {row['peak_rss_mib']:6.1f} MiB  "
                     f"launches {int(row['launches'])}  (generated in {gen_s:.1f} s)",
                     flush=True,
                 )
+    print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     for kind in ("ncu", "torch"):
         if args.only not in (None, kind):
             continue
@@ -168,7 +179,7 @@ def main() -> None:
         ok = big["mb_per_s"] >= GOAL_MB_S
         print(
             f"{kind}: {big['mb_per_s']:.1f} MB/s (goal >= {GOAL_MB_S:.0f}: "
-            f"{'met' if ok else 'NOT met'}); peak RSS {small['peak_rss_mib']:.1f} MiB at "
+            f"{'met' if ok else 'NOT met'}; {big['mb_per_cpu_s']:.1f} MB per CPU-s); peak RSS {small['peak_rss_mib']:.1f} MiB at "
             f"{small['size_mb']:.0f} MB vs {big['peak_rss_mib']:.1f} MiB at {big['size_mb']:.0f} MB"
         )
 

@@ -181,7 +181,7 @@ def _parse(lines: Iterator[str], version: str, grouping: str, label: str) -> Pro
     parser = _layout(header, label)
     table = _table_lines(lines, limitations)
     rows = (
-        _quoted_rows(table, len(header))
+        _quoted_lines(table, len(header))
         if isinstance(parser, _Raw)
         else csv.reader(table, strict=True)
     )
@@ -195,24 +195,30 @@ def _parse(lines: Iterator[str], version: str, grouping: str, label: str) -> Pro
     return report
 
 
-def _quoted_rows(lines: Iterator[str], width: int) -> Iterator[list[str]]:
-    """CSV records of ncu's fully quoted rows (``"a","b",...``), split without the csv module
-    where that is exact: a line that starts with '"', ends with '"' and a newline, and whose
-    fields after splitting on '","' hold no '"' and number ``width``. Any other line (an escaped
-    quote, an embedded comma-quote or newline, a short or long row) is read by the csv module from
-    that line on, record by record, so the result is always what csv.reader would give."""
-    quotes = 2 * width
+def _quoted_lines(lines: Iterator[str], width: int) -> Iterator[str | list[str]]:
+    """The records of ncu's fully quoted rows (``"a","b",...``): a *simple* line (one that
+    starts with '"', ends with '"' and a newline, holds ``2 * width`` quotes and ``width - 1``
+    separators '","', so that its fields hold no '"') is yielded as the text between its outer
+    quotes (a ``str``; its fields are ``text.split('","')``); any other line (an escaped quote, an
+    embedded comma-quote or newline, a short or long row) is read by the csv module from that
+    line on, record by record, and yielded as a list of fields. Either way the fields are exactly
+    what csv.reader would give."""
+    quotes, separators = 2 * width, width - 1
     for line in lines:
         if line.startswith('"') and line.count('"') == quotes:
             end = -2 if line.endswith('"\n') else (-3 if line.endswith('"\r\n') else 0)
-            if end:
-                fields = line[1:end].split('","')
-                if len(fields) == width:
-                    yield fields
-                    continue
+            if end and line.count('","') == separators:
+                yield line[1:end]
+                continue
         record = next(csv.reader(itertools.chain([line], lines), strict=True), None)
         if record is not None:
             yield record
+
+
+def _quoted_rows(lines: Iterator[str], width: int) -> Iterator[list[str]]:
+    """The records of :func:`_quoted_lines` as lists of fields."""
+    for item in _quoted_lines(lines, width):
+        yield item.split('","') if isinstance(item, str) else item
 
 
 def _one_row(line: str, label: str, lineno: int) -> list[str]:
@@ -396,7 +402,13 @@ class _Details(_Layout):
 
 
 class _RawKernel:
-    """Running statistics of one kernel's numeric raw-page columns, as numpy arrays."""
+    """Running statistics of one kernel's numeric raw-page columns, as numpy arrays.
+
+    Rows are added in file order and each statistic is updated row by row (``total`` by
+    sequential addition, ``minimum``/``maximum`` by ``np.minimum``/``np.maximum`` with the running
+    value first), whether one row or a block of rows is added: a block's ``np.*.accumulate`` over
+    axis 0 performs exactly the same operations in the same order, so results are bit-identical
+    however the file is cut into blocks."""
 
     def __init__(self, width: int) -> None:
         self.count = np.zeros(width, dtype=np.int64)
@@ -411,6 +423,16 @@ class _RawKernel:
         np.minimum(self.minimum, values, out=self.minimum)
         np.maximum(self.maximum, values, out=self.maximum)
 
+    def add_block(self, values: np.ndarray) -> None:
+        """Add the rows of the 2-D ``values`` (rows x columns), in order."""
+        if len(values) == 1:
+            self.add_row(values[0])
+            return
+        self.count += len(values)
+        for name, op in (("total", np.add), ("minimum", np.minimum), ("maximum", np.maximum)):
+            stacked = np.concatenate((getattr(self, name)[None, :], values))
+            setattr(self, name, op.accumulate(stacked, axis=0)[-1].copy())
+
     def add_one(self, index: int, value: float | None) -> None:
         if value is None:
             self.missing[index] += 1
@@ -422,6 +444,7 @@ class _RawKernel:
 
 
 _FLOATS = msgspec.json.Decoder(list[float])
+_NEG0 = ",-0,"
 
 
 def _fast_values(texts: tuple[str, ...]) -> np.ndarray | None:
@@ -430,11 +453,19 @@ def _fast_values(texts: tuple[str, ...]) -> np.ndarray | None:
     The fields joined by ',' are decoded as one JSON array by msgspec (C): JSON's number grammar
     is a subset of :data:`_PLAIN_ROW`'s (no '+', nan, inf, grouping or underscores); whitespace,
     which JSON would skip, is excluded first, and a field holding ',' shows as a count mismatch.
-    Anything else returns None and the row is read value by value (with the precise error)."""
+    JSON's integer ``-0`` decodes as ``0.0`` where ``float("-0")`` is ``-0.0``, so such a row is
+    left to the value-by-value path too. Anything else returns None and the row is read value by
+    value (with the precise error)."""
     if not texts:
         return None
     joined = ",".join(texts)
-    if " " in joined or "\t" in joined or "\n" in joined or "\r" in joined:
+    if (
+        " " in joined
+        or "\t" in joined
+        or "\n" in joined
+        or "\r" in joined
+        or _NEG0 in ("," + joined + ",")
+    ):
         return None
     try:
         numbers = _FLOATS.decode(("[" + joined + "]").encode())
@@ -449,13 +480,27 @@ def _fast_values(texts: tuple[str, ...]) -> np.ndarray | None:
 #: A plain number (no grouping, sign '+', spaces, underscores, nan or inf); the first launch row
 #: sorts columns into numeric (read row by row) and the others (read value by value).
 _PLAIN_ROW = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+#: Launch rows decoded per block on the fast path.
+BLOCK_ROWS = 128
+#: Distinct values of a text column whose interpretation is remembered (bounded memory).
+_CACHE_LIMIT = 1024
 
 
 class _Raw(_Layout):
-    """The raw page. Columns whose first value is text or ``no data`` are read value by value;
-    the others row by row: one regex over the joined fields, ``float`` on each, numpy running
-    statistics per kernel. A row whose fast check fails is re-read value by value (which raises
-    the precise error, or records a ``no data`` as missing)."""
+    """The raw page, read in blocks of :data:`BLOCK_ROWS` launch rows.
+
+    The first launch row sorts the metric columns: those whose value is a plain number are
+    *numeric*, the others (text, ``no data``) are read value by value. A block of simple lines
+    (see :func:`_quoted_lines`) is decoded by one msgspec call as a JSON array of fixed-length
+    tuples whose numeric columns are typed ``float`` in msgspec's lax mode, which converts a
+    string to a float only when it is a JSON number (a subset of :data:`_PLAIN_ROW`: no '+',
+    leading zeros, '1.', '.5', spaces or underscores; its 'nan'/'inf' spellings are caught by the
+    finiteness check). Any block that does not decode, has a non-finite value, a backslash (a
+    JSON escape) or a JSON ``-0`` (which msgspec makes ``0.0``, not ``-0.0``) is re-read row by row
+    on the exact path; a row whose numbers do not pass is re-read value by value, which raises the
+    precise error or records a ``no data`` as missing. Rows are checked and counted in file order
+    on every path, so errors name the same first bad row, and the per-kernel statistics are
+    updated row by row in order (:class:`_RawKernel`)."""
 
     def __init__(self, metrics: tuple[str, ...], *, old: bool, label: str) -> None:
         self.metrics = metrics
@@ -467,102 +512,218 @@ class _Raw(_Layout):
     def run(
         self, rows: Iterable[list[str]], report: ProfileReport, grouping: str, label: str, line: int
     ) -> None:
-        prefix = len(RAW_PREFIX_OLD if self.old else RAW_PREFIX)
-        width = prefix + len(self.metrics)
-        iterator = iter(rows)
-        units = next(iterator, None)
+        """Read the units row and the launch rows from ``rows``: lines of the table (the
+        ``str`` items of :func:`_quoted_lines`) or records (lists of fields)."""
+        self.prefix = prefix = len(RAW_PREFIX_OLD if self.old else RAW_PREFIX)
+        self.width = width = prefix + len(self.metrics)
+        self.report, self.grouping, self.label = report, grouping, label
+        items = iter(rows)
+        pending: list[str] = []
+        first = next(items, None)
+        units = first.split('","') if isinstance(first, str) else first
         if units is None or len(units) != width or any(units[:prefix]):
             raise EvidenceError(f"{label}: the raw page's units row is missing or malformed")
-        bases = [
+        self.units = units
+        self.bases = [
             base_unit(u, where=f"{label}: unit of {m}")
             for m, u in zip(self.metrics, units[prefix:], strict=True)
         ]
-        fast: list[int] | None = None  # metric indexes read row by row
-        slow: list[int] = []
-        factors = np.ones(0)
-        pick = None
-        aggs: dict[str, _RawKernel] = {}
-        singles: dict[tuple[str, int], MetricStat] = {}
-        seen: set[int] = set()
-        n = 0
-        for n, row in enumerate(iterator, start=1):
-            where = f"{label}: launch row {n}"
-            if len(row) != width:
-                raise EvidenceError(
-                    f"{where}: {len(row)} fields where {width} were expected "
-                    "(a truncated or malformed file?)"
-                )
-            launch = int(_check(_INT, row[0], "ID", where))
-            if launch in seen:
-                raise EvidenceError(f"{where}: launch ID {launch} appears twice")
-            seen.add(launch)
-            name = row[4]
-            if not name:
-                raise EvidenceError(f"{where}: empty Kernel Name")
-            kernel = report.kernel(name)
-            kernel.launches += 1
-            if self.old:
-                kernel.streams.add(_check(_INT, row[7], "Stream", where))
-            else:
-                kernel.blocks.add(_check(_SHAPE, row[7], "Block Size", where))
-                kernel.grids.add(_check(_SHAPE, row[8], "Grid Size", where))
-                kernel.streams.add(_check(_INT, row[6], "Stream", where))
-                _check(_CC, row[10], "CC", where)
-                report.attributes.setdefault("compute_capability", row[10])
-            fields = row[prefix:]
-            if fast is None:
-                fast = [i for i, t in enumerate(fields) if _PLAIN_ROW.fullmatch(t)]
-                slow = [i for i, t in enumerate(fields) if not _PLAIN_ROW.fullmatch(t)]
-                factors = np.array([bases[i][1] for i in fast])
-                pick = operator.itemgetter(*fast) if len(fast) > 1 else None
-            agg = aggs.get(name)
-            if agg is None:
-                agg = aggs[name] = _RawKernel(len(fast))
-            texts = pick(fields) if pick is not None else tuple(fields[i] for i in fast)
-            values = _fast_values(texts)
-            if values is not None:
-                agg.add_row(values * factors)
-            else:
-                for j, i in enumerate(fast):
-                    value, _base, text = _value(
-                        self.metrics[i], units[prefix + i], fields[i], grouping,
-                        f"{where} {self.metrics[i]}",
-                    )  # fmt: skip
-                    if text is not None:
-                        raise EvidenceError(
-                            f"{where} {self.metrics[i]}: value {text[:60]!r} does not parse as a "
-                            "number"
-                        )
-                    agg.add_one(j, value)
-            for i in slow:
-                value, base, text = _value(
-                    self.metrics[i], units[prefix + i], fields[i], grouping,
-                    f"{where} {self.metrics[i]}",
-                )  # fmt: skip
-                if text is not None:
-                    report.attributes.setdefault(f"{name}/{self.metrics[i]}", text)
-                    continue
-                stat = singles.get((name, i))
-                if stat is None:
-                    stat = singles[(name, i)] = MetricStat(base)
-                stat.add(value)
-        if n == 0:
+        self.fast: list[int] | None = None  # metric indexes read row by row
+        self.aggs: dict[str, _RawKernel] = {}
+        self.singles: dict[tuple[str, int], MetricStat] = {}
+        self.caches: dict[int, dict[str, tuple[float | None, str, str | None]]] = {}
+        self.seen: set[int] = set()
+        self.n = 0
+        for item in items:
+            if isinstance(item, str):
+                pending.append(item)
+                if len(pending) >= BLOCK_ROWS:
+                    self._block(pending)
+                    pending = []
+                continue
+            if pending:
+                self._block(pending)
+                pending = []
+            self._row(item)
+        if pending:
+            self._block(pending)
+        if self.n == 0:
             raise EvidenceError(f"{label}: the raw page has no launch rows (truncated?)")
-        position = {i: j for j, i in enumerate(fast or [])}
+        fast = self.fast or []
+        position = {i: j for j, i in enumerate(fast)}
         for name, kernel in report.kernels.items():
-            agg = aggs[name]
+            agg = self.aggs[name]
             for i, metric in enumerate(self.metrics):
                 if i in position:
                     j = position[i]
-                    stat = MetricStat(bases[i][0])
+                    stat = MetricStat(self.bases[i][0])
                     stat.count, stat.missing = int(agg.count[j]), int(agg.missing[j])
                     if stat.count:
                         stat.total = float(agg.total[j])
                         stat.minimum = float(agg.minimum[j])
                         stat.maximum = float(agg.maximum[j])
                     kernel.metrics[metric] = stat
-                elif (name, i) in singles:
-                    kernel.metrics[metric] = singles[(name, i)]
+                elif (name, i) in self.singles:
+                    kernel.metrics[metric] = self.singles[(name, i)]
+
+    def _classify(self, fields: list[str]) -> None:
+        """Sort the metric columns by the first launch row; build the block decoder."""
+        prefix = self.prefix
+        metric_fields = fields[prefix:]
+        self.fast = fast = [i for i, t in enumerate(metric_fields) if _PLAIN_ROW.fullmatch(t)]
+        fast_set = set(fast)
+        self.slow = [i for i in range(len(metric_fields)) if i not in fast_set]
+        self.factors = np.array([self.bases[i][1] for i in fast])
+        self.pick = operator.itemgetter(*fast) if len(fast) > 1 else None
+        types = [str] * prefix + [float if i in fast_set else str for i in range(len(self.metrics))]
+        self.decoder = msgspec.json.Decoder(list[tuple[tuple(types)]], strict=False)  # type: ignore[misc]
+        runs: list[list[int]] = []
+        for i in fast:
+            if runs and runs[-1][1] == prefix + i:
+                runs[-1][1] += 1
+            else:
+                runs.append([prefix + i, prefix + i + 1])
+        self.slices = [slice(a, b) for a, b in runs]
+
+    def _launch(self, row: list[str] | tuple[str, ...], where: str) -> tuple[str, _RawKernel]:
+        """Check a launch row's launch columns and count the launch; return the kernel's name
+        and statistics."""
+        report = self.report
+        launch = int(_check(_INT, row[0], "ID", where))
+        if launch in self.seen:
+            raise EvidenceError(f"{where}: launch ID {launch} appears twice")
+        self.seen.add(launch)
+        name = row[4]
+        if not name:
+            raise EvidenceError(f"{where}: empty Kernel Name")
+        kernel = report.kernel(name)
+        kernel.launches += 1
+        if self.old:
+            if row[7] not in kernel.streams:
+                kernel.streams.add(_check(_INT, row[7], "Stream", where))
+        else:
+            if row[7] not in kernel.blocks:
+                kernel.blocks.add(_check(_SHAPE, row[7], "Block Size", where))
+            if row[8] not in kernel.grids:
+                kernel.grids.add(_check(_SHAPE, row[8], "Grid Size", where))
+            if row[6] not in kernel.streams:
+                kernel.streams.add(_check(_INT, row[6], "Stream", where))
+            _check(_CC, row[10], "CC", where)
+            report.attributes.setdefault("compute_capability", row[10])
+        agg = self.aggs.get(name)
+        if agg is None:
+            agg = self.aggs[name] = _RawKernel(len(self.fast or ()))
+        return name, agg
+
+    def _slow_values(self, name: str, row: list[str] | tuple[str, ...], where: str) -> None:
+        """Read the value-by-value columns of one launch row."""
+        prefix, metrics = self.prefix, self.metrics
+        for i in self.slow:
+            text = row[prefix + i]
+            cache = self.caches.get(i)
+            if cache is None:
+                cache = self.caches[i] = {}
+            result = cache.get(text)
+            if result is None:
+                result = _value(
+                    metrics[i], self.units[prefix + i], text, self.grouping,
+                    f"{where} {metrics[i]}",
+                )  # fmt: skip
+                if len(cache) < _CACHE_LIMIT:
+                    cache[text] = result
+            value, base, text_value = result
+            if text_value is not None:
+                self.report.attributes.setdefault(f"{name}/{metrics[i]}", text_value)
+                continue
+            stat = self.singles.get((name, i))
+            if stat is None:
+                stat = self.singles[(name, i)] = MetricStat(base)
+            stat.add(value)
+
+    def _row(self, row: list[str]) -> None:
+        """One launch row (a record of fields), on the exact path."""
+        self.n += 1
+        where = f"{self.label}: launch row {self.n}"
+        if len(row) != self.width:
+            raise EvidenceError(
+                f"{where}: {len(row)} fields where {self.width} were expected "
+                "(a truncated or malformed file?)"
+            )
+        if self.fast is None:
+            self._classify(row)
+        name, agg = self._launch(row, where)
+        fields = row[self.prefix :]
+        fast = self.fast or []
+        texts = self.pick(fields) if self.pick is not None else tuple(fields[i] for i in fast)
+        values = _fast_values(texts)
+        if values is not None:
+            agg.add_row(values * self.factors)
+        else:
+            for j, i in enumerate(fast):
+                value, _base, text = _value(
+                    self.metrics[i], self.units[self.prefix + i], fields[i], self.grouping,
+                    f"{where} {self.metrics[i]}",
+                )  # fmt: skip
+                if text is not None:
+                    raise EvidenceError(
+                        f"{where} {self.metrics[i]}: value {text[:60]!r} does not parse as a number"
+                    )
+                agg.add_one(j, value)
+        self._slow_values(name, row, where)
+
+    def _block(self, lines: list[str]) -> None:
+        """Launch rows given as simple lines (the text between a line's outer quotes)."""
+        if self.fast is None:
+            self._row(lines[0].split('","'))
+            lines = lines[1:]
+            if not lines:
+                return
+        decoded = self._decode(lines)
+        if decoded is None:
+            for line in lines:
+                self._row(line.split('","'))
+            return
+        rows, values = decoded
+        groups: dict[str, list[int]] = {}
+        aggs: dict[str, _RawKernel] = {}
+        label = self.label
+        for k, row in enumerate(rows):
+            self.n += 1
+            where = f"{label}: launch row {self.n}"
+            name, agg = self._launch(row, where)
+            group = groups.get(name)
+            if group is None:
+                group = groups[name] = []
+                aggs[name] = agg
+            group.append(k)
+            if self.slow:
+                self._slow_values(name, row, where)
+        for name, indexes in groups.items():
+            block = values if len(groups) == 1 else values[indexes]
+            aggs[name].add_block(block)
+
+    def _decode(self, lines: list[str]) -> tuple[list[tuple[str | float, ...]], np.ndarray] | None:
+        """Decode a block of simple lines in one msgspec call; return the rows (tuples) and the
+        numeric columns (rows x numeric columns, in base units), or None when any row needs the
+        exact path."""
+        text = '[["' + '"],["'.join(lines) + '"]]'
+        if "\\" in text or '"-0"' in text:
+            return None
+        try:
+            rows = self.decoder.decode(text.encode())
+        except msgspec.DecodeError:
+            return None
+        count = len(rows) * len(self.fast or ())
+        slices = self.slices
+        values = np.fromiter(
+            itertools.chain.from_iterable(row[s] for row in rows for s in slices),
+            dtype=np.float64,
+            count=count,
+        ).reshape(len(rows), len(self.fast or ()))
+        if not np.isfinite(values).all():
+            return None
+        values *= self.factors
+        return rows, values
 
 
 class _Summary(_Layout):

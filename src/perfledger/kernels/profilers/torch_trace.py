@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import codecs
 import heapq
+import itertools
 import json
+import operator
 import zlib
+from collections import Counter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import msgspec
+import numpy as np
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import ProfileReport, open_binary
@@ -364,38 +368,202 @@ def _fast_batch(
             events = _BATCH.decode(("[" + buf[pos : close + 1] + "]").encode())
         except (msgspec.DecodeError, RecursionError):
             continue
-        lo, hi = span
-        for offset, ev in enumerate(events):
-            if ev.ph != "X":
-                continue
-            ts_us, dur_us, cat = ev.ts, ev.dur, ev.cat
-            if ts_us is None or dur_us is None:
-                raise EvidenceError(f"{label}: event {index + offset}: no ts or dur")
-            if cat == "kernel" or dur_us < 0:
-                where = f"{label}: event {index + offset}"
-                try:
-                    args = msgspec.json.decode(ev.args) if ev.args else None
-                except msgspec.DecodeError as exc:
-                    raise EvidenceError(f"{where}: kernel args: {exc}") from None
-                span[0], span[1] = lo, hi
-                _record(cat, ev.name, ts_us, dur_us, args, report, busy, counted, span, where)
-                lo, hi = span
-                continue
-            # the common case, inlined: the span and the counted categories (see _record)
-            start = round(ts_us * 1000)
-            end = start + round(dur_us * 1000)
-            if lo is None or start < lo:
-                lo = start
-            if hi is None or end > hi:
-                hi = end
-            tally = counted.get(cat) if cat is not None else None
-            if tally is not None:
-                tally[0] += 1
-                tally[1] += end - start
-        span[0], span[1] = lo, hi
+        if not _batch_columns(events, report, busy, counted, span, label, index):
+            _batch_events(events, report, busy, counted, span, label, index)
         js.pos = close + 1
         return len(events)
     return 0
+
+
+def _batch_events(
+    events: list[_Event],
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    index: int,
+) -> None:
+    """Account decoded events one by one (``index``: the first one's number), raising the
+    precise error of the first bad one."""
+    lo, hi = span
+    for offset, ev in enumerate(events):
+        if ev.ph != "X":
+            continue
+        ts_us, dur_us, cat = ev.ts, ev.dur, ev.cat
+        if ts_us is None or dur_us is None:
+            raise EvidenceError(f"{label}: event {index + offset}: no ts or dur")
+        if cat == "kernel" or dur_us < 0:
+            where = f"{label}: event {index + offset}"
+            try:
+                args = msgspec.json.decode(ev.args) if ev.args else None
+            except msgspec.DecodeError as exc:
+                raise EvidenceError(f"{where}: kernel args: {exc}") from None
+            span[0], span[1] = lo, hi
+            _record(cat, ev.name, ts_us, dur_us, args, report, busy, counted, span, where)
+            lo, hi = span
+            continue
+        # the common case, inlined: the span and the counted categories (see _record)
+        start = round(ts_us * 1000)
+        end = start + round(dur_us * 1000)
+        if lo is None or start < lo:
+            lo = start
+        if hi is None or end > hi:
+            hi = end
+        tally = counted.get(cat) if cat is not None else None
+        if tally is not None:
+            tally[0] += 1
+            tally[1] += end - start
+    span[0], span[1] = lo, hi
+
+
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _KernelArgs(msgspec.Struct):
+    """The ``args`` fields of a kernel event that perfledger reads, typed as :func:`_record`
+    checks them (integers, not booleans or floats; shapes of three non-negative integers)."""
+
+    device: int
+    stream: int
+    grid: tuple[_NonNegative, _NonNegative, _NonNegative]
+    block: tuple[_NonNegative, _NonNegative, _NonNegative]
+
+
+_KERNEL_ARGS = msgspec.json.Decoder(list[_KernelArgs])
+_PH = operator.attrgetter("ph")
+_CAT = operator.attrgetter("cat")
+_TS = operator.attrgetter("ts")
+_DUR = operator.attrgetter("dur")
+
+
+def _batch_columns(
+    events: list[_Event],
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    index: int,
+) -> bool:
+    """Account decoded events column-wise with numpy; return False (having changed nothing)
+    when any complete event lacks ``ts``/``dur``, has a negative rounded ``dur`` or times too
+    large for exact int64 sums, or when a kernel event's args do not decode as
+    :class:`_KernelArgs`: then :func:`_batch_events` reads the batch one by one.
+
+    Same arithmetic as :func:`_record`: ``np.rint`` of the same float64 product rounds half to
+    even like ``round``; sums and extremes are of exact integers."""
+    flags = np.fromiter(map(_COMPLETE.get, map(_PH, events), _FALSE), dtype=bool)
+    if not flags.any():
+        return True
+    positions = np.flatnonzero(flags).tolist()
+    picked = list(map(events.__getitem__, positions))
+    ts = np.array(list(map(_TS, picked)), dtype=np.float64) * 1000.0  # None -> nan
+    dur = np.array(list(map(_DUR, picked)), dtype=np.float64) * 1000.0
+    # exact in int64: each start and end, and the batch's sum of durations; nan (a missing ts
+    # or dur) fails these comparisons too
+    if not (np.abs(ts) < 2.0**61).all() or not (np.abs(dur) < 2.0**61 / len(picked)).all():
+        return False
+    start = np.rint(ts).astype(np.int64)
+    dur_ns = np.rint(dur).astype(np.int64)
+    if (dur_ns < 0).any():
+        return False
+    cats = list(map(_CAT, picked))
+    codes = np.fromiter(map(_CODES.get, cats, _ZERO), dtype=np.int64, count=len(cats))
+    kernel_at = np.flatnonzero(codes == _KERNEL_CODE).tolist()
+    kernels = list(map(picked.__getitem__, kernel_at))
+    kernel_args: list[_KernelArgs] = []
+    if kernels:
+        try:
+            kernel_args = _KERNEL_ARGS.decode(b"[" + b",".join(map(_ARGS, kernels)) + b"]")
+        except msgspec.DecodeError:
+            return False
+    end = start + dur_ns
+    lo, hi = int(start.min()), int(end.max())
+    span[0] = lo if span[0] is None or lo < span[0] else span[0]
+    span[1] = hi if span[1] is None or hi > span[1] else span[1]
+    for code, tally in enumerate(counted.values(), start=1):
+        chosen = codes == code
+        if chosen.any():
+            tally[0] += int(chosen.sum())
+            tally[1] += int(dur_ns[chosen].sum())
+    if kernels:
+        _batch_kernels(kernels, kernel_args, start, dur_ns, kernel_at, positions, report, busy,
+                       label, index)  # fmt: skip
+    return True
+
+
+def _batch_kernels(
+    kernels: list[_Event],
+    kernel_args: list[_KernelArgs],
+    start: np.ndarray,
+    dur_ns: np.ndarray,
+    kernel_at: list[int],
+    positions: list[int],
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    label: str,
+    index: int,
+) -> None:
+    """Account a batch's kernel events (already checked except their names) in aggregate:
+    the same launches, duration counts, shapes, streams and busy intervals as
+    :func:`_record` event by event, with kernels created in first-seen order."""
+    names = list(map(_NAME, kernels))
+    for j, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            where = f"{label}: event {index + positions[kernel_at[j]]}"
+            raise EvidenceError(f"{where}: a kernel event without its name or args")
+    begins = start[kernel_at].tolist()
+    lengths = dur_ns[kernel_at].tolist()
+    for name, launches in Counter(names).items():
+        report.kernel(name).launches += launches
+    for (name, length), count in Counter(zip(names, lengths, strict=True)).items():
+        stat = report.kernels[name].durations
+        stat.counts[length] += count
+        stat.count += count
+        stat.total_ns += length * count
+    grids = list(map(_shape_text, map(_GRID, kernel_args)))
+    blocks = list(map(_shape_text, map(_BLOCK, kernel_args)))
+    streams = list(map(str, map(_STREAM, kernel_args)))
+    for name, grid, block, stream in set(zip(names, grids, blocks, streams, strict=True)):
+        kernel = report.kernels[name]
+        kernel.grids.add(grid)
+        kernel.blocks.add(block)
+        kernel.streams.add(stream)
+    devices = list(map(_DEVICE, kernel_args))
+    for device, begin, length in zip(devices, begins, lengths, strict=True):
+        tracker = busy.get(device)
+        if tracker is None:
+            tracker = busy[device] = _Busy(label)
+        tracker.add(begin, begin + length)
+
+
+_COMPLETE = {"X": True}
+_FALSE = itertools.repeat(False)
+_ZERO = itertools.repeat(0)
+#: Category -> code for the counted categories (1..) and kernels; 0 for any other.
+_CODES = {cat: code for code, cat in enumerate(_COUNTED, start=1)}
+_KERNEL_CODE = len(_COUNTED) + 1
+_CODES["kernel"] = _KERNEL_CODE
+_NAME = operator.attrgetter("name")
+_ARGS = operator.attrgetter("args")
+_GRID = operator.attrgetter("grid")
+_BLOCK = operator.attrgetter("block")
+_STREAM = operator.attrgetter("stream")
+_DEVICE = operator.attrgetter("device")
+
+
+_SHAPES: dict[tuple[int, int, int], str] = {}
+
+
+def _shape_text(shape: tuple[int, int, int]) -> str:
+    """``"(x, y, z)"`` of a decoded shape (remembered for the first 4096 distinct shapes)."""
+    text = _SHAPES.get(shape)
+    if text is None:
+        text = f"({shape[0]}, {shape[1]}, {shape[2]})"
+        if len(_SHAPES) < 4096:
+            _SHAPES[shape] = text
+    return text
 
 
 def _finish(

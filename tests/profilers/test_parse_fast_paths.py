@@ -1,0 +1,144 @@
+"""The ncu raw page's block path and the PyTorch trace's column-wise batch path give exactly the
+results of their event-by-event / row-by-row paths on multi-block inputs built from the real
+H200 reports (as bench/profiler_bench.py builds them, with varied values), and msgspec's lax
+string-to-float conversion, which the block path relies on, accepts only plain numbers and gives
+``float``'s value."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import msgspec
+import profiler_golden as golden
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers import ncu, torch_trace
+
+_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _ncu_raw(copies: int) -> bytes:
+    """The raw page's launch rows repeated with fresh IDs and every numeric value scaled."""
+    lines = (golden.FIXTURES / "ncu_raw.csv").read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    out = [lines[start], lines[start + 1]]
+    launch = 0
+    for copy in range(copies):
+        for row in lines[start + 2 :]:
+            fields = row.rstrip("\n")[1:-1].split('","')
+            fields[0] = str(launch)
+            launch += 1
+            for i in range(11, len(fields)):
+                if _PLAIN.fullmatch(fields[i]) and copy % 3:
+                    fields[i] = repr(float(fields[i]) * (1 + copy / 7))
+            if copy == 5:
+                fields[20] = "-0"  # a JSON integer -0 is -0.0, as float() reads it
+            out.append('"' + '","'.join(fields) + '"\n')
+    return "".join(out).encode()
+
+
+def _parse_ncu(data: bytes) -> dict:
+    return golden.canonical(ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION))
+
+
+def test_ncu_raw_block_path_equals_the_row_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _ncu_raw(80)  # 320 launch rows: several blocks
+    fast = _parse_ncu(data)
+    monkeypatch.setattr(ncu._Raw, "_decode", lambda self, lines: None)
+    slow = _parse_ncu(data)
+    assert fast == slow
+    saxpy = next(k for k in fast["kernels"] if k["name"].startswith("saxpy"))
+    assert saxpy["launches"] == 160
+
+
+def test_ncu_raw_negative_zero_is_read_as_float_reads_it() -> None:
+    report = ncu.parse_ncu_csv(io.BytesIO(_ncu_raw(8)), tool_version=golden.NCU_VERSION)
+    header = (golden.FIXTURES / "ncu_raw.csv").read_text().split('"ID"', 1)[1].split("\n")[0]
+    metric = ('"ID"' + header).split('","')[20].strip('"')
+    values = [k.metrics[metric] for k in report.kernels.values()]
+    assert any(str(s.minimum) == "-0.0" for s in values)
+
+
+def test_ncu_raw_bad_value_in_a_later_block_names_its_row() -> None:
+    data = _ncu_raw(80).decode().splitlines(keepends=True)
+    fields = data[300].rstrip("\n")[1:-1].split('","')  # launch row 299 (after header, units)
+    fields[12] = "12x"
+    data[300] = '"' + '","'.join(fields) + '"\n'
+    with pytest.raises(EvidenceError, match=r"launch row 299 .*'12x' does not parse"):
+        ncu.parse_ncu_csv(io.BytesIO("".join(data).encode()), tool_version=golden.NCU_VERSION)
+
+
+def _trace(copies: int, devices: int = 2) -> bytes:
+    data = json.loads((golden.FIXTURES / "torch_trace.json").read_text())
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    lo = min(e["ts"] for e in events)
+    width = max(e["ts"] + e["dur"] for e in events) - lo + 10.0
+    out = []
+    for copy in range(copies):
+        for event in events:
+            event = json.loads(json.dumps(event))
+            event["ts"] = round(event["ts"] + copy * width, 3)
+            event["dur"] = round(event["dur"] * (1 + (copy % 5) / 3), 3)
+            if event.get("cat") == "kernel":
+                event["args"]["device"] = copy % devices
+                event["args"]["grid"][0] += copy % 4
+            out.append(event)
+    data["traceEvents"] = data["traceEvents"][:5] + out
+    return json.dumps(data).encode()
+
+
+def _parse_trace(data: bytes) -> dict:
+    return golden.canonical(torch_trace.parse_torch_trace(io.BytesIO(data)))
+
+
+def test_torch_batch_path_equals_the_event_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _trace(400)  # several 1 MiB batches, two devices
+    assert len(data) > 3 * torch_trace.BATCH_CHARS
+    fast = _parse_trace(data)
+    monkeypatch.setattr(torch_trace, "_batch_columns", lambda *args: False)
+    slow = _parse_trace(data)
+    assert fast == slow
+    assert sum(k["launches"] for k in fast["kernels"]) == 400 * 12
+
+
+def test_torch_bad_kernel_in_a_later_batch_is_refused() -> None:
+    data = json.loads(_trace(400))
+    kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[-100]["args"]["block"] = [1, -1, 1]
+    with pytest.raises(EvidenceError, match="block"):
+        torch_trace.parse_torch_trace(io.BytesIO(json.dumps(data).encode()))
+    kernels[-100]["args"]["block"] = [1, 1, 1]
+    kernels[-90]["name"] = ""
+    with pytest.raises(EvidenceError, match="without its name"):
+        torch_trace.parse_torch_trace(io.BytesIO(json.dumps(data).encode()))
+
+
+_LAX = msgspec.json.Decoder(tuple[float], strict=False)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789.-+eE_ nafiINF,x", max_size=12),
+        st.floats(allow_nan=False, allow_infinity=False).map(repr),
+        st.integers(-(10**30), 10**30).map(str),
+    )
+)
+def test_msgspec_lax_float_accepts_only_plain_numbers(text: str) -> None:
+    """What the ncu block path relies on: a finite lax decode implies the strict pattern, and
+    the value is float()'s (the sign of an integer -0 aside, which the block path excludes)."""
+    try:
+        (value,) = _LAX.decode(json.dumps([text]).encode())
+    except msgspec.DecodeError:
+        return
+    if value != value or value in (float("inf"), float("-inf")):
+        return  # the block path refuses non-finite values (then the exact path decides)
+    assert _PLAIN.fullmatch(text), text
+    if re.fullmatch(r"-0+", text):
+        return
+    assert value.hex() == float(text).hex(), text
