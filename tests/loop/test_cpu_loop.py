@@ -2,7 +2,7 @@
 stands in for the kernel harness, through the real CLI on a real git ledger.
 
 Three iterations: the first has an incorrect attempt (R25 records it) and then improves, the
-second improves, the third changes nothing measurable and is recorded not improved (its methods
+second improves, the third is slower (a per-row loop) and is recorded not improved (its methods
 ineffective, R21); finalize writes summary.md with a derived baseline-vs-best headline."""
 
 from __future__ import annotations
