@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import blake3
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfledger.errors import BadRequest
 from perfledger.events.canonical import canonical_bytes, is_canonical
@@ -137,6 +139,39 @@ def test_build_envelope_id_recomputes_and_bytes_are_canonical() -> None:
     assert built.blobs == {ref.blake3: b"\x00\x01"}
     again = build_envelope(draft, [PARENT], 7)
     assert again.data == built.data  # deterministic for a fixed timestamp
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    request=_json,
+    text=st.text(max_size=20),
+    tags=st.lists(st.text(max_size=5), max_size=3),
+    key=st.none() | st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=10),
+    lamport=st.integers(1, 2**40),
+    blobs=st.dictionaries(st.sampled_from(["a.txt", "b.bin", "k.cu"]), st.binary(max_size=8), max_size=2),
+)  # fmt: skip
+def test_build_envelope_bytes_are_the_canonical_encoding_of_the_whole_envelope(
+    request: object, text: str, tags: list[str], key: str | None, lamport: int,
+    blobs: dict[str, bytes],
+) -> None:  # fmt: skip
+    """build_envelope encodes the envelope in two halves around ``id``: the result must be
+    byte-for-byte the canonical encoding of the whole envelope, and its id compute_event_id's."""
+    draft = EventDraft(
+        "NoteRecorded", {"text": text, "tags": tags}, "tester", request=request,
+        idempotency_key=key, ts=TS,
+        artifacts={n: Artifact(b, "application/octet-stream") for n, b in blobs.items()},
+    )  # fmt: skip
+    built = build_envelope(draft, [PARENT], lamport)
+    assert built.data == canonical_bytes(msgspec.to_builtins(built.envelope))
+    assert compute_event_id(built.envelope) == built.envelope.id
 
 
 def test_build_envelope_sorts_parents() -> None:

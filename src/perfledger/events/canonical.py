@@ -88,6 +88,13 @@ def _locate(value: Any, path: str) -> str | None:
     return path
 
 
+def check_canonical(value: Any, path: str = "$") -> None:
+    """Raise CanonicalEncodingError naming the location (JSON path from ``path``) of the first
+    value in ``value`` (builtins) that canonical JSON cannot hold: NaN, ±Inf, an out-of-range
+    integer, a non-string key or an unsupported type."""
+    _check(value, path)
+
+
 def _check(value: Any, path: str) -> None:
     """Raise CanonicalEncodingError naming the location of the first value canonical JSON
     cannot hold (NaN, ±Inf, out-of-range integer, non-string key, unsupported type)."""

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import blake3
 
 from perfledger.errors import BadRequest, CanonicalEncodingError
-from perfledger.events.canonical import canonical_encoder, to_canonical_value
+from perfledger.events.canonical import canonical_encoder, check_canonical, to_canonical_value
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
     Envelope,
@@ -145,26 +145,27 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
         {n: (r["blake3"], r["size"], r["media_type"]) for n, r in refs.items()},
     )
     moment = draft.ts or datetime.now(UTC)
-    body = {
-        "schema": spec.version,
-        "kind": draft.kind,
-        "parents": sorted(parents),
-        "lamport": lamport,
-        "ts": format_ts(moment),
-        "actor": draft.actor,
+    # Only the free-form parts can hold NaN/Inf or odd types; the rest is typed and checked. The
+    # payload is already builtins (from its Struct): it needs the check, not a conversion.
+    check_canonical(payload)
+    # Canonical JSON sorts keys, and "id" sorts between "artifacts" and "idempotency_key": the
+    # bytes with the id are the two halves around it, so the envelope is encoded once.
+    head = {"actor": draft.actor, "artifacts": refs}
+    tail = {
         "idempotency_key": draft.idempotency_key,
-        "request": draft.request,
+        "kind": draft.kind,
+        "lamport": lamport,
+        "parents": sorted(parents),
         "payload": payload,
-        "artifacts": refs,
+        "request": to_canonical_value(draft.request),
+        "schema": spec.version,
+        "ts": format_ts(moment),
     }
-    # Only the free-form parts can hold NaN/Inf or odd types; the rest is typed and checked below.
-    body["payload"] = to_canonical_value(payload)
-    body["request"] = to_canonical_value(draft.request)
-    value = body
     try:
-        event_id = blake3.blake3(EVENT_ID_DOMAIN + canonical_encoder.encode(value)).hexdigest()
-        value["id"] = event_id
-        data = canonical_encoder.encode(value)
+        first = canonical_encoder.encode(head)[:-1]
+        second = canonical_encoder.encode(tail)[1:]
+        event_id = blake3.blake3(EVENT_ID_DOMAIN + first + b"," + second).hexdigest()
+        data = first + b',"id":"' + event_id.encode() + b'",' + second
     except UnicodeEncodeError as exc:
         raise CanonicalEncodingError(
             f"text is not valid Unicode (lone surrogate at position {exc.start})"

@@ -216,7 +216,9 @@ def _merge_through_dulwich(store: GitStore, group: list[Pack]) -> bytes:
 
 
 def pack_stats(store: GitStore) -> dict[str, int]:
-    """Return ``{"packs": n, "loose": m}`` for the ledger's object directory."""
+    """Return ``{"packs": n, "loose": m}`` for the ledger's object directory, once the
+    store's background deletion of packed loose objects has finished."""
+    store.wait_background()
     object_store = store.repo.object_store
     object_store._update_pack_cache()
     loose = sum(1 for _ in object_store._iter_loose_objects())

@@ -84,7 +84,12 @@ _INDEX_FILE = "index-v2.msgpack"
 #: The ledger ref's previous file, kept for reuse as the next lock (see refcas).
 _SPARE_REF_FILE = "ledger-ref.spare"
 _log = logging.getLogger("perfledger")
+#: The derived index is saved (besides at close) once this many commits were indexed since the
+#: last save, or an eighth of the index if more: saving costs O(ledger), and a fixed interval
+#: made a long run of batched appends quadratic. A writer killed before saving loses speed only
+#: (the next open walks the unsaved commits).
 _INDEX_SAVE_EVERY = 256
+_INDEX_SAVE_FRACTION = 8
 
 
 class _IndexEntry(msgspec.Struct, array_like=True):
@@ -731,7 +736,7 @@ class GitStore:
             self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
         self._indexed_head = self._checked_head = new_head
         self._unsaved += len(entries)
-        if self._unsaved >= _INDEX_SAVE_EVERY:
+        if self._unsaved >= max(_INDEX_SAVE_EVERY, len(self._commits) // _INDEX_SAVE_FRACTION):
             with contextlib.suppress(OSError):
                 self._save_index()
         self._after_write(objects, batch)
