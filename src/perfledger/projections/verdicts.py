@@ -81,9 +81,15 @@ def _round(value: float) -> float:
 
 
 def _median(values: Sequence[float]) -> float:
-    import numpy as np
-
-    return float(np.median(np.asarray(values, dtype=np.float64)))
+    """The median as ``numpy.median`` computes it (the middle value, or the mean of the two
+    middle values), in plain Python: numpy's call overhead (~50 µs) dominated a verdict's
+    per-pair medians of a few values each. Raises ValueError for no values."""
+    ordered = sorted(float(v) for v in values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def improvements(pairs: Sequence[Pair], direction: Direction) -> list[tuple[str, float]]:
@@ -144,7 +150,11 @@ def stratified_bootstrap(
             values[rng.integers(0, values.size, size=(stop - start, values.size))]
             for values in arrays
         ]
-        stats[start:stop] = np.median(np.concatenate(parts, axis=1), axis=1)
+        # the median of each resample, as numpy.median computes it; a sort of the short rows
+        # costs a third of np.median's partition along an axis
+        rows = np.sort(np.concatenate(parts, axis=1), axis=1)
+        mid = total // 2
+        stats[start:stop] = rows[:, mid] if total % 2 else (rows[:, mid - 1] + rows[:, mid]) / 2
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
     return Interval(_round(float(np.median(pooled))), _round(float(low)), _round(float(high)))
