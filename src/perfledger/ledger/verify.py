@@ -22,6 +22,7 @@ total order, so a caller can fold the state while verifying (one pass).
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import re
 import sys
@@ -177,7 +178,7 @@ def verify_store(
             :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
         format_version: the storage format this code reads.
         workers: processes that check events (pass 2); None chooses (see :func:`_worker_count`:
-            several on a multi-CPU Linux machine for ledgers of 20,000 to 400,000 events).
+            several on a Linux machine of 4 or more CPUs for ledgers of 20,000 to 400,000 events).
             The result, and the first failure reported, are the same for any number.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
@@ -307,7 +308,7 @@ def _verify(
 def _worker_count(events: int, requested: int | None) -> int:
     """How many processes check pass 2: ``requested`` when given, else 1 (in process) unless the
     ledger has between PARALLEL_MIN_EVENTS and PARALLEL_MAX_EVENTS events, fork is available
-    and the process may run on several CPUs (then one per CPU, at most MAX_WORKERS).
+    and the process may run on at least MIN_CPUS CPUs (then one per CPU, at most MAX_WORKERS).
     ``$PERFLEDGER_VERIFY_WORKERS`` overrides the automatic choice."""
     if requested is None:
         configured = os.environ.get("PERFLEDGER_VERIFY_WORKERS", "").strip()
@@ -321,7 +322,7 @@ def _worker_count(events: int, requested: int | None) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return min(cpus, MAX_WORKERS) if cpus > 1 else 1
+    return min(cpus, MAX_WORKERS) if cpus >= MIN_CPUS else 1
 
 
 class _Pass2:
@@ -400,6 +401,11 @@ PARALLEL_MIN_EVENTS = 20_000
 PARALLEL_MAX_EVENTS = 400_000
 #: At most this many worker processes.
 MAX_WORKERS = 4
+#: Automatic parallelism needs at least this many CPUs: the parent's own share (decoding and
+#: folding every event, ~25 % of a verify) and the workers contend for the cores, and on 2 CPUs
+#: a 100,000-event verify ran only ~5 % faster with two workers (5,092 -> 5,429 events/s), not
+#: worth two more processes by default.
+MIN_CPUS = 4
 #: Events per task handed to a worker, and tasks in flight per worker (bounds the parent's
 #: memory when its folding is slower than the workers' checks).
 CHUNK_EVENTS = 1_000
@@ -438,10 +444,15 @@ def _verify_in_workers(
     total = len(checker.order)
     chunks = [(start, min(total, start + CHUNK_EVENTS)) for start in range(0, total, CHUNK_EVENTS)]
     _INHERITED = checker
+    # Objects that exist at the fork are moved out of the collector's reach while the workers
+    # start, so that a collection in a worker does not write to (and copy) every page it shares
+    # with this process.
+    gc.freeze()
     try:
-        pool = multiprocessing.get_context("fork").Pool(workers)
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=gc.disable)
     finally:
         _INHERITED = None
+        gc.unfreeze()
     checker.parsed = {}  # the workers hold their own copies; this process needs none
     report.extra["verify_workers"] = workers
     with pool:
