@@ -258,13 +258,16 @@ def read_index_v2(path: str) -> list[tuple[bytes, int, int]] | None:
     large_at = offsets_at + 4 * count
     crcs = struct.unpack_from(f">{count}L", data, crcs_at)
     small = struct.unpack_from(f">{count}L", data, offsets_at)
-    entries = []
-    for i in range(count):
-        offset = small[i]
-        if offset & 0x80000000:
-            offset = struct.unpack_from(">Q", data, large_at + 8 * (offset & 0x7FFFFFFF))[0]
-        entries.append((data[shas_at + 20 * i : shas_at + 20 * i + 20], offset, crcs[i]))
-    return entries
+    shas = [data[at : at + 20] for at in range(shas_at, crcs_at, 20)]
+    if max(small, default=0) & 0x80000000:  # packs over 2 GiB: 64-bit offsets in a side table
+        offsets = [
+            struct.unpack_from(">Q", data, large_at + 8 * (o & 0x7FFFFFFF))[0]
+            if o & 0x80000000
+            else o
+            for o in small
+        ]
+        return list(zip(shas, offsets, crcs, strict=True))
+    return list(zip(shas, small, crcs, strict=True))
 
 
 class DeltaEntry(Exception):

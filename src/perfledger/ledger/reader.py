@@ -117,8 +117,10 @@ class ObjectReader:
                 offsets = np.fromiter((e[1] for e in entries), dtype=np.uint64, count=len(entries))
                 self._tables.append((number, shas, offsets))
             else:
-                for name_sha, offset, _crc in entries:
-                    self._where.setdefault(name_sha, (number << _PACK_SHIFT) | offset)
+                base = number << _PACK_SHIFT
+                mapped = {name_sha: base | offset for name_sha, offset, _crc in entries}
+                mapped.update(self._where)  # an object in two packs: the first pack's copy
+                self._where = mapped
 
     def _store(self) -> DiskObjectStore:
         if self._opened is None:
