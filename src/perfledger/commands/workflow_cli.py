@@ -105,15 +105,32 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
     ]
     if ctx.json_mode:
         first = events[0] if events else {}
-        _emit({"op": operation.name, **first, "events": events})
+        extra = _explanation(first)
+        _emit({"op": operation.name, **first, **extra, "events": events})
         return
     for event in events:
         status = event["payload"].get("status")
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
+        if event["kind"] == "VerdictRecorded":
+            from perfledger.projections.verdict_explain import verdict_lines
+
+            for line in verdict_lines(event["payload"]):
+                click.echo(line)
         if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
             # baseline, resolution and samples must carry this id (R11): say it where it is made
             click.echo(f"environment_id {event['payload']['environment_id']}")
+
+
+def _explanation(event: dict[str, Any]) -> dict[str, Any]:
+    """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with
+    the threshold used (:func:`perfledger.projections.verdict_explain.explain_verdict`); beside,
+    never inside, the recorded payload. Empty for other events."""
+    if event.get("kind") != "VerdictRecorded":
+        return {}
+    from perfledger.projections.verdict_explain import explain_verdict
+
+    return {"explanation": explain_verdict(event["payload"])}
 
 
 def _write_command(operation: Operation) -> click.Command:
