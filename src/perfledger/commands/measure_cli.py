@@ -244,6 +244,60 @@ def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
             click.echo(line)
 
 
+def _warn(warnings: list[str]) -> None:
+    """Print each warning on stderr (``warning: ...``); the answer's ``warnings`` list carries
+    them in ``--json`` mode."""
+    for text in warnings:
+        click.echo(f"warning: {text}", err=True)
+
+
+def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[str]:
+    """Warnings about the samples' windows before they are recorded (R17): the pairs (request
+    dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
+    make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
+    from perfledger.commands.rules import is_unknown
+
+    unexplained = sum(
+        1
+        for p in pairs
+        if (p.get("monitor") or {}).get("foreign_activity")
+        and is_unknown((p.get("monitor") or {}).get("explained"))
+    )
+    if not unexplained:
+        return []
+    return [
+        f"{unexplained}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+        "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
+        "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
+        "measure again with --explain-foreign TEXT; otherwise measure on a quieter machine"
+    ]
+
+
+def resolution_warnings(resolution: float, target: Any, record: bool) -> list[str]:
+    """Warnings about an A/A resolution (R4, R12) for ``target`` (a TargetView): a resolution at
+    or above the Target's minimum effect lets no verdict pass (the threshold is
+    max(minimum effect, resolution)); a recorded resolution supersedes the one recorded before.
+    ``resolution`` is a ratio. Returns: the warning lines (possibly none)."""
+    out: list[str] = []
+    min_effect = target.definition.min_effect
+    if resolution >= min_effect:
+        out.append(
+            f"resolution {100 * resolution:.2f} % >= the Target's minimum effect "
+            f"{100 * min_effect:.2f} %: no verdict can pass against it (a pass needs the CI's "
+            "lower end above max(minimum effect, resolution)); measure with more --runs or on a "
+            "quieter machine before recording it"
+        )
+    previous = target.resolution
+    if previous is not None:
+        verb = "supersedes" if record else "would supersede (with --record)"
+        out.append(
+            f"this resolution {verb} the one recorded earlier for Target "
+            f"{target.definition.target_id!r}: {100 * previous.resolution:.2f} % from "
+            f"{previous.repeats} repeats; verdicts use the latest recorded resolution"
+        )
+    return out
+
+
 def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
     n = 1
     while f"{experiment_id}-{stage}-{n}" in state.samples:
@@ -496,6 +550,8 @@ def measure_workload(
         "monitor": None if monitor is None else monitor_source,
         "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
     }
+    result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    _warn(result["warnings"])
     if dry_run:
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2)])
@@ -819,6 +875,8 @@ def measure_aa(
         "notes": method_note,
         "recorded": False,
     }
+    result["warnings"] = resolution_warnings(resolution, target, record)
+    _warn(result["warnings"])
     if record:
         event = _append(
             ctx, "resolution.record", body, RESOLUTION_ARTIFACT, artifact, actor, idempotency_key

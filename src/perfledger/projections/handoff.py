@@ -112,6 +112,8 @@ class Handoff(msgspec.Struct, kw_only=True):
     Attributes:
         target_id, title, primary, min_effect: the Target (primary as ``name (statistic, unit,
             direction)``; minimum effect as a ratio).
+        resolution: the latest recorded A/A resolution (ratio; R4), None before one is recorded;
+            a pass needs the CI's lower end above max(min_effect, resolution) (R12).
         primary_achieved: a champion whose final audit passed exists.
         champion, champion_hash: the current champion (``original`` when none).
         final_audit_status: the latest final audit's status.
@@ -147,6 +149,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     feedback: str
     head: str
     recorded_handoffs: int
+    resolution: float | None = None
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -309,6 +312,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         title=definition.title,
         primary=f"{primary.name} ({primary.statistic}, {primary.unit}, {primary.direction})",
         min_effect=definition.min_effect,
+        resolution=target.resolution.resolution if target.resolution is not None else None,
         primary_achieved=achieved,
         champion=champion,
         champion_hash=target.champion_hash if target.champion else readiness_hash,
@@ -451,6 +455,16 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:+.2f} %"
 
 
+def _resolution_text(h: Handoff) -> str:
+    """``, A/A resolution R %`` (and, when it is the larger, that it is the pass threshold)."""
+    if h.resolution is None:
+        return ", A/A resolution not recorded"
+    text = f", A/A resolution {h.resolution * 100:.2f} %"
+    if h.resolution >= h.min_effect:
+        text += " (above the minimum effect: a pass needs the CI's lower end above the resolution)"
+    return text
+
+
 def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:,.0f} s"
 
@@ -461,7 +475,8 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
     lines = [
         f"# Handoff: {h.target_id} — {h.title}",
         "",
-        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:g} %",
+        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:.2f} %"
+        + _resolution_text(h),
         f"- Primary achieved: {'yes' if h.primary_achieved else 'no'}",
         f"- Champion: {h.champion}"
         + (f" ({h.champion_hash})" if h.champion_hash else "")
