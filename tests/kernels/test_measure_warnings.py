@@ -15,18 +15,16 @@ from pathlib import Path
 
 from test_measure_cli import _cli, _cmd, _experiment, _record_resolution, _setup
 
-NOISY = '''
+NOISY = """
 import json, random
 random.seed()
 print(json.dumps({"correct": True, "metrics": {"time_ms": [random.uniform(1.0, 10.0)]}}))
-'''
+"""
 
 
 def _spinners(n: int) -> list[subprocess.Popen[bytes]]:
     """``n`` processes that keep a core busy: foreign activity for the host monitor."""
-    return [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)
-    ]
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Path) -> None:
