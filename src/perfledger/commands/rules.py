@@ -193,8 +193,11 @@ def r7_claim_figures(
     figures (bound, ``s_min``, ``r_min``, predicted interval).
 
     Mean/throughput/median primaries: ``coverage`` in (0, 1], ``local_speedup`` > 0,
-    ``added_cost`` >= 0 and a ``stated_bound`` equal to ``1/((1-f)+f/s+c)`` within a relative
-    1e-9; the predicted improvement may not exceed ``bound - 1``. Tail primaries (p95, p99):
+    ``added_cost`` >= 0 and a ``stated_bound`` (required) equal to ``1/((1-f)+f/s+c)`` within
+    the relative tolerance :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE`
+    (1e-3); a missing one is refused with the exact value in the hint (the claim states its
+    bound, the tool only checks it). The predicted improvement may not exceed ``bound - 1``
+    (within the same tolerance). Tail primaries (p95, p99):
     exposure reasoning (``affected_share`` in (0, 1]) and a predicted interval instead of a bound,
     and no stated bound.
     """
@@ -228,22 +231,30 @@ def r7_claim_figures(
         bound = amdahl.amdahl_bound(coverage, local_speedup, added_cost)
     except ValueError as exc:
         raise refuse("R7", str(exc)) from None
+    tolerance = amdahl.STATED_BOUND_REL_TOLERANCE
+    hint = (
+        f'state "stated_bound": {bound:.6g} (1/((1-f)+f/s+c) = {bound:.12g}); any value within '
+        f"a relative {tolerance:g} of it is accepted"
+    )
     if stated_bound is None:
         raise refuse(
             "R7",
             f"the claim must state its end-to-end bound (from its inputs: {bound:.12g})",
+            hint,
         )
     if not amdahl.bound_matches(stated_bound, bound):
         raise refuse(
             "R7",
             f"stated bound {stated_bound:.12g} does not follow from f={coverage:g}, "
-            f"s={local_speedup:g}, c={added_cost:g}: 1/((1-f)+f/s+c) = {bound:.12g}",
+            f"s={local_speedup:g}, c={added_cost:g}: 1/((1-f)+f/s+c) = {bound:.12g} "
+            f"(relative tolerance {tolerance:g})",
+            hint,
         )
     s_min = amdahl.required_local_speedup(coverage, m, added_cost)
     r_min = amdahl.required_cut(coverage, m, added_cost)
     low, high = expected if expected is not None else (min(0.0, bound - 1.0), bound - 1.0)
     _r7_interval(low, high)
-    if high > (bound - 1.0) * (1 + amdahl.BOUND_TOLERANCE) + 1e-12:
+    if high > (bound - 1.0) * (1 + amdahl.STATED_BOUND_REL_TOLERANCE) + 1e-12:
         raise refuse(
             "R7",
             f"the expected improvement {high:.6g} exceeds the claim's own bound "
