@@ -358,15 +358,57 @@ def _match_segments(parts: list[str], pattern: list[str]) -> bool:
     return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _match_segments(parts[1:], rest)
 
 
+#: How scope globs and changed paths match (said in refusals' hints, R1 and R11).
+SCOPE_HINT = (
+    "scope globs and changed paths are relative to the repository root (no leading '/', no '.' "
+    "or '..' segments), e.g. 'src/kernels/*'; they match segment by segment: '*' and '?' stay "
+    "within one directory, '**' spans any number of directories"
+)
+
+
+def _not_relative(path: str) -> bool:
+    """True when ``path`` is not a plain repository-relative path: empty, absolute (``/x``,
+    ``~/x``, ``C:...``, a backslash), or with ``.``/``..``/empty segments."""
+    if not path or path.startswith(("/", "~", "\\")) or "\\" in path:
+        return True
+    if len(path) > 1 and path[0].isalpha() and path[1] == ":":
+        return True
+    return any(p in ("", ".", "..") for p in path.rstrip("/").split("/"))
+
+
+def r1_scope_relative(scope: Iterable[str]) -> None:
+    """R1: the Target's modification scope holds globs relative to the repository root; an
+    absolute glob or one with ``.``/``..`` segments could never match a changed path (R11), and a
+    frozen Target never changes, so it is refused at freeze time. Raises: RuleRefused (R1)."""
+    bad = [g for g in scope if _not_relative(g)]
+    if bad:
+        raise refuse(
+            "R1",
+            f"modification scope globs must be relative to the repository root, got {bad}",
+            SCOPE_HINT,
+        )
+
+
 def r11_paths_in_scope(paths: Iterable[str], scope: Iterable[str]) -> None:
     """R11: every path a candidate changes lies inside the Target's modification scope
-    (:func:`path_in_scope`: ``*`` stays within one directory, ``..`` never escapes)."""
+    (:func:`path_in_scope`: ``*`` stays within one directory, ``..`` never escapes). A changed
+    path that is not repository-relative (absolute, ``.``/``..`` segments) is refused as such.
+    Raises: RuleRefused (R11)."""
     globs = list(scope)
+    paths = list(paths)
+    bad = [p for p in paths if _not_relative(p)]
+    if bad:
+        raise refuse(
+            "R11",
+            f"changed paths must be relative to the repository root, got {bad}",
+            SCOPE_HINT,
+        )
     outside = [p for p in paths if not any(path_in_scope(p, g) for g in globs)]
     if outside:
         raise refuse(
             "R11",
             f"changed paths outside the Target's modification scope {globs}: {outside}",
+            SCOPE_HINT,
         )
 
 
