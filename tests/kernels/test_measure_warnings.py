@@ -75,3 +75,23 @@ def test_r4_measure_aa_warns_when_resolution_reaches_min_effect_and_on_supersede
     assert any("minimum effect 5.00 %" in w for w in second["warnings"])
     [superseded] = [w for w in second["warnings"] if "supersedes" in w]
     assert "recorded earlier for Target 't1'" in superseded and "from 10 repeats" in superseded
+
+
+def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> None:
+    """A workload whose every call fails: the error names the first failed call and shows the
+    tail of its stderr (the cause), not a Python dict repr; nothing is appended."""
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _record_resolution(ledger_path)
+    _experiment(ledger_path)
+    broken = tmp_path / "broken.py"
+    broken.write_text("sizes = {'small': 1}\nprint(sizes['huge'])\n")
+    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+                "screen", "--ref", f"{sys.executable} {broken}", "--cand", _cmd(), "--pairs",
+                "5", "--no-monitor", "--quiet", check=False)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stdout
+    assert "no usable pair" in done.stderr
+    assert "exited with status 1" in done.stderr and "{'call_id'" not in done.stderr
+    assert "its stderr (last lines):" in done.stderr and "KeyError: 'huge'" in done.stderr
+    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head

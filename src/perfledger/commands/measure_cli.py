@@ -244,6 +244,19 @@ def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
             click.echo(line)
 
 
+def failed_call_text(call: Any, tail_lines: int = 8) -> str:
+    """Describe a failed driver call for an error message: ``; first: CALL_ID: REASON: MESSAGE``
+    and, when the call wrote to stderr, the last ``tail_lines`` lines of it (the cause, e.g. a
+    Python traceback of the workload, is usually there). ``call`` is a
+    :class:`perfledger.kernels.driver.CallResult`."""
+    text = f"; first: {call.call_id}: {call.reason}: {call.message}"
+    tail = (getattr(call, "stderr_tail", "") or "").rstrip()
+    if tail:
+        lines = tail.splitlines()[-tail_lines:]
+        text += "\nits stderr (last lines):\n" + "\n".join(f"  {line}" for line in lines)
+    return text
+
+
 def _warn(warnings: list[str]) -> None:
     """Print each warning on stderr (``warning: ...``); the answer's ``warnings`` list carries
     them in ``--json`` mode."""
@@ -316,7 +329,7 @@ _common = [
     click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
     click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
     click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
-    click.option("--actor", default=None, help="Who records (default $PERFLEDGER_ACTOR)."),
+    click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else $USER)."),
     click.option("--idempotency-key", default=None, help="Retry-safe key."),
     click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
     _json,
@@ -524,8 +537,8 @@ def measure_workload(
     ]
     if not body["pairs"]:
         raise MeasurementError(
-            f"no usable pair: every pair had a failed call ({len(failed)} failed calls; first: "
-            f"{failed[0] if failed else 'none'})",
+            f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
+            + (failed_call_text(run.failed_calls[0]) if run.failed_calls else ""),
             hint="run the command by hand: it must print one JSON object with `correct` and `metrics`",
         )
     body["units"] = {
@@ -766,7 +779,7 @@ def measure_kernel(
 )
 @click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
-@click.option("--actor", default=None, help="Who records (default $PERFLEDGER_ACTOR).")
+@click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else $USER).")
 @click.option("--idempotency-key", default=None, help="Retry-safe key.")
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 @_json

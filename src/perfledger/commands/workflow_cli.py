@@ -143,7 +143,7 @@ def _write_command(operation: Operation) -> click.Command:
             f"Schema: `perfledger schema {operation.name}`.",
         ),
         click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
-        click.Option(["--actor"], default=None, help="Who decides (default $PERFLEDGER_ACTOR)."),
+        click.Option(["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER)."),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
     ]
     from perfledger.commands import operations
@@ -288,10 +288,19 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
     _show(ctx, data)
 
 
-def _schema(operation: str, json_flag: bool) -> None:
-    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``)."""
+def _schema(operation: str | None, json_flag: bool) -> None:
+    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``); without
+    OPERATION, list the operations (``--json``: ``{"operations": [...]}``)."""
     from perfledger.commands.operations import json_schema
 
+    if operation is None:
+        if json_flag:
+            click.echo(to_json_text({"operations": sorted(OPERATIONS)}))
+            return
+        click.echo("operations (perfledger schema OPERATION prints one request's JSON Schema):")
+        for name in sorted(OPERATIONS):
+            click.echo(f"  {name:24s} {OPERATIONS[name].help}")
+        return
     click.echo(to_json_text(json_schema(operation), indent=2))
 
 
@@ -348,7 +357,9 @@ def commands() -> list[click.Command]:
     groups["champion"].add_command(
         click.command("show")(_json(click.argument("target_id")(_champion_show)))
     )
-    schema = click.command("schema")(_json(click.argument("operation")(_schema)))
+    schema = click.command("schema")(
+        _json(click.argument("operation", required=False, default=None)(_schema))
+    )
     return [*groups.values(), *top, schema]
 
 
