@@ -54,7 +54,8 @@ def _golden(name: str, text: str) -> None:
 def _normalised(ledger: Path, text: str) -> str:
     with Ledger.open(ledger) as opened:
         head = opened.head()
-    return text.replace(head, "<HEAD>")
+    text = text.replace(head, "<HEAD>").replace(head[:12], "<HEAD12>")
+    return text.replace(os.path.abspath(ledger), "<LEDGER>")
 
 
 def test_claims_json_golden(session_ledger: Path) -> None:
@@ -84,7 +85,7 @@ def test_handoff_md_golden(session_ledger: Path) -> None:
     _golden("handoff.md", _normalised(session_ledger, text))
     assert run(session_ledger, "handoff") == text  # Markdown is the default
     for needed in ("Primary achieved: yes", "Champion: e1", "e2: closes implementation",
-                   "premise cost", "lr-p99", "does the gain hold at S=8192?",
+                   "corrected premise: cost", "lr-p99", "does the gain hold at S=8192?",
                    "| GPU | 3,600 s | 600 s | 3,000 s |"):  # fmt: skip
         assert needed in text, needed
 
@@ -97,7 +98,7 @@ def test_handoff_json_golden(session_ledger: Path) -> None:
     )
     h = data["handoff"]
     assert h["primary_achieved"] is True and h["champion"] == "e1"
-    assert h["rejected"] == [{"closes": "implementation", "experiment_id": "e2",
+    assert h["rejected"] == [{"closes": "implementation", "experiment_id": "e2", "note": None,
                               "reason": "slower than the champion: an extra copy per call"}]  # fmt: skip
     assert [c["experiment_id"] for c in h["prediction_corrections"]] == ["e2"]
     assert [r["result_id"] for r in h["local_results"]] == ["lr-p99"]

@@ -129,7 +129,7 @@ def cli(click_ctx: click.Context, ledger: str | None, json_mode: bool) -> None:
 @cli.command()
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--name", default=None, help="The ledger's name (default: the directory name).")
-@click.option("--actor", default=None, help="Who creates it (default: $PERFLEDGER_ACTOR or $USER).")
+@click.option("--actor", default=None, help="Who creates it (default: $PERFLEDGER_ACTOR, else $USER).")
 @json_option
 def init(path: str | None, name: str | None, actor: str | None, json_flag: bool) -> None:
     """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
@@ -183,21 +183,42 @@ def log(limit: int | None, json_flag: bool) -> None:
 @json_option
 def show(event_id: str, json_flag: bool) -> None:
     """Show one event: a full id, a unique prefix of at least 4 characters, or HEAD (the newest
-    event)."""
+    event). A ledger commit's git sha (or prefix) shows the event that commit carries; a merge
+    commit carries none."""
     ctx = _ctx(json_flag)
     import msgspec
 
+    commit = None
     ledger = ctx.open()
     try:
         if event_id.upper() == "HEAD":
             event_id = ledger.log(1)[0].event_id
-        envelope = ledger.get(event_id)
+        try:
+            envelope = ledger.get(event_id)
+        except BadRequest as exc:
+            from perfledger.commands.commit_lookup import find_commit
+
+            commit = find_commit(ledger.store, event_id)
+            if commit is None:
+                exc.hint = exc.hint or (
+                    "give an event id (`perfledger log`) or a ledger commit sha (`git log ledger`)"
+                )
+                raise
+            if commit.event_id is None:
+                raise BadRequest(
+                    f"commit {commit.commit} is a merge commit (it joins "
+                    f"{', '.join(p[:12] for p in commit.parents)}): it carries no event",
+                    hint="show one of its parents, or list events with `perfledger log`",
+                ) from None
+            envelope = ledger.get(commit.event_id)
     finally:
         ledger.close()
     data = msgspec.to_builtins(envelope)
     if ctx.json_mode:
-        _emit_json({"event": data})
+        _emit_json({"event": data, **({"commit": commit.commit} if commit else {})})
         return
+    if commit is not None:
+        click.echo(f"commit {commit.commit} carries event {envelope.id}")
     click.echo(to_json_text(data, indent=2))
 
 
@@ -253,7 +274,7 @@ def state(json_flag: bool) -> None:
 @cli.command()
 @click.argument("text")
 @click.option("--tag", "tags", multiple=True, help="A label (repeatable).")
-@click.option("--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR or $USER).")
+@click.option("--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR, else $USER).")
 @click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
 @json_option
 def note(

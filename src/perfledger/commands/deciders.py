@@ -136,6 +136,7 @@ def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
 
 
 def _check_definition(req: rq.TargetFreeze) -> None:
+    rules.r1_scope_relative(req.scope)
     names = [req.primary.name, *(s.name for s in req.secondaries)]
     if len(set(names)) != len(names):
         raise BadRequest("secondary metrics must be distinct from each other and the primary")

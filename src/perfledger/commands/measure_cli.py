@@ -244,6 +244,73 @@ def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
             click.echo(line)
 
 
+def failed_call_text(call: Any, tail_lines: int = 8) -> str:
+    """Describe a failed driver call for an error message: ``; first: CALL_ID: REASON: MESSAGE``
+    and, when the call wrote to stderr, the last ``tail_lines`` lines of it (the cause, e.g. a
+    Python traceback of the workload, is usually there). ``call`` is a
+    :class:`perfledger.kernels.driver.CallResult`."""
+    text = f"; first: {call.call_id}: {call.reason}: {call.message}"
+    tail = (getattr(call, "stderr_tail", "") or "").rstrip()
+    if tail:
+        lines = tail.splitlines()[-tail_lines:]
+        text += "\nits stderr (last lines):\n" + "\n".join(f"  {line}" for line in lines)
+    return text
+
+
+def _warn(warnings: list[str]) -> None:
+    """Print each warning on stderr (``warning: ...``); the answer's ``warnings`` list carries
+    them in ``--json`` mode."""
+    for text in warnings:
+        click.echo(f"warning: {text}", err=True)
+
+
+def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[str]:
+    """Warnings about the samples' windows before they are recorded (R17): the pairs (request
+    dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
+    make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
+    from perfledger.commands.rules import is_unknown
+
+    unexplained = sum(
+        1
+        for p in pairs
+        if (p.get("monitor") or {}).get("foreign_activity")
+        and is_unknown((p.get("monitor") or {}).get("explained"))
+    )
+    if not unexplained:
+        return []
+    return [
+        f"{unexplained}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+        "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
+        "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
+        "measure again with --explain-foreign TEXT; otherwise measure on a quieter machine"
+    ]
+
+
+def resolution_warnings(resolution: float, target: Any, record: bool) -> list[str]:
+    """Warnings about an A/A resolution (R4, R12) for ``target`` (a TargetView): a resolution at
+    or above the Target's minimum effect lets no verdict pass (the threshold is
+    max(minimum effect, resolution)); a recorded resolution supersedes the one recorded before.
+    ``resolution`` is a ratio. Returns: the warning lines (possibly none)."""
+    out: list[str] = []
+    min_effect = target.definition.min_effect
+    if resolution >= min_effect:
+        out.append(
+            f"resolution {100 * resolution:.2f} % >= the Target's minimum effect "
+            f"{100 * min_effect:.2f} %: no verdict can pass against it (a pass needs the CI's "
+            "lower end above max(minimum effect, resolution)); measure with more --runs or on a "
+            "quieter machine before recording it"
+        )
+    previous = target.resolution
+    if previous is not None:
+        verb = "supersedes" if record else "would supersede (with --record)"
+        out.append(
+            f"this resolution {verb} the one recorded earlier for Target "
+            f"{target.definition.target_id!r}: {100 * previous.resolution:.2f} % from "
+            f"{previous.repeats} repeats; verdicts use the latest recorded resolution"
+        )
+    return out
+
+
 def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
     n = 1
     while f"{experiment_id}-{stage}-{n}" in state.samples:
@@ -262,7 +329,7 @@ _common = [
     click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
     click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
     click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
-    click.option("--actor", default=None, help="Who records (default $PERFLEDGER_ACTOR)."),
+    click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else $USER)."),
     click.option("--idempotency-key", default=None, help="Retry-safe key."),
     click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
     _json,
@@ -470,8 +537,8 @@ def measure_workload(
     ]
     if not body["pairs"]:
         raise MeasurementError(
-            f"no usable pair: every pair had a failed call ({len(failed)} failed calls; first: "
-            f"{failed[0] if failed else 'none'})",
+            f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
+            + (failed_call_text(run.failed_calls[0]) if run.failed_calls else ""),
             hint="run the command by hand: it must print one JSON object with `correct` and `metrics`",
         )
     body["units"] = {
@@ -496,6 +563,8 @@ def measure_workload(
         "monitor": None if monitor is None else monitor_source,
         "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
     }
+    result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    _warn(result["warnings"])
     if dry_run:
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2)])
@@ -710,7 +779,7 @@ def measure_kernel(
 )
 @click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
-@click.option("--actor", default=None, help="Who records (default $PERFLEDGER_ACTOR).")
+@click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else $USER).")
 @click.option("--idempotency-key", default=None, help="Retry-safe key.")
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 @_json
@@ -819,6 +888,8 @@ def measure_aa(
         "notes": method_note,
         "recorded": False,
     }
+    result["warnings"] = resolution_warnings(resolution, target, record)
+    _warn(result["warnings"])
     if record:
         event = _append(
             ctx, "resolution.record", body, RESOLUTION_ARTIFACT, artifact, actor, idempotency_key

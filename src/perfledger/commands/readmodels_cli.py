@@ -13,6 +13,7 @@ group that prints the derived handoff when called without a verb and keeps ``han
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -204,7 +205,13 @@ def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
     wall = None
     if last_ts is not None:
         wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
-    return ResumeContext(head=ledger.head(), remotes=remotes, artifacts=artifacts, wall_used_s=wall)
+    return ResumeContext(
+        head=ledger.head(),
+        remotes=remotes,
+        artifacts=artifacts,
+        wall_used_s=wall,
+        path=os.path.abspath(ledger.path),
+    )
 
 
 def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
@@ -280,18 +287,47 @@ def handoff_request(
     }
 
 
+#: What ``handoff record`` records for a stop reason or feedback the agent did not give (R18:
+#: the handoff states them; the tool never invents them).
+NOT_STATED = "not stated"
+
+
+def budget_warnings(budget: Any, used: Any) -> list[str]:
+    """Warnings for a budget overspent (R18): ``budget`` is the derived
+    :class:`~perfledger.projections.handoff.BudgetLine` (its totals, seconds), ``used`` the
+    request's ``budget_used`` (``{"wall_s", "gpu_s"}``, seconds). Returns one line per budget
+    whose used seconds exceed the Target's total (left is then recorded as 0)."""
+    out = []
+    if not isinstance(used, dict):
+        return out
+    for field, label in (("wall_s", "wall"), ("gpu_s", "GPU")):
+        total, spent = getattr(budget, field), used.get(field)
+        if isinstance(spent, int | float) and spent > total:
+            out.append(
+                f"{label} budget overspent: {spent:,.0f} s used of the Target's {total:,.0f} s "
+                f"(left is recorded as 0 s)"
+            )
+    return out
+
+
 @click.command("record")
 @click.option("--request", "request_source", metavar="FILE|-", default=None,
               help="Fields that override the derived handoff (schema: `perfledger schema "
               "handoff.record`).")  # fmt: skip
 @_target
-@click.option("--stop-reason", default=None, help="Why work stops.")
+@click.option(
+    "--stop-reason", default=None, help="Why work stops (recorded as `not stated` when omitted)."
+)
 @click.option("--wall-used", type=float, default=None, help="Wall seconds used.")
 @click.option("--gpu-used", type=float, default=None, help="GPU seconds used.")
-@click.option("--feedback", default=None, help="Friction and feedback (or `none`).")
+@click.option(
+    "--feedback",
+    default=None,
+    help="Friction and feedback (or `none`); recorded as `not stated` when omitted.",
+)
 @click.option("--question", "questions", multiple=True, help="An unresolved question (repeatable).")
 @click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option("--actor", default=None, help="Who decides (default $PERFLEDGER_ACTOR).")
+@click.option("--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER).")
 @_json
 def handoff_record(
     request_source: str | None,
@@ -306,7 +342,9 @@ def handoff_record(
     json_flag: bool,
 ) -> None:
     """Record the handoff (R18) derived from the state, with the request's fields and the flags
-    overriding it. Rules: R18."""
+    overriding it. A stop reason or feedback that neither a flag nor the request gives is recorded
+    as `not stated` (never invented); a budget used beyond the Target's is warned about on stderr.
+    Rules: R18."""
     ctx = _ctx(json_flag)
     from perfledger.commands import operations
     from perfledger.commands.cli import _actor
@@ -322,11 +360,15 @@ def handoff_record(
     if wall_used is None:
         wall_used = resume.wall_used_s
     body = handoff_request(handoff, gpu_used_s=gpu_used, wall_used_s=wall_used)
+    body["stop_reason"] = f"{NOT_STATED} (the ledger shows: {handoff.stop_reason})"
+    body["feedback"] = NOT_STATED
     body.update(override)
     if stop_reason is not None:
         body["stop_reason"] = stop_reason
     if feedback is not None:
         body["feedback"] = feedback
+    for warning in budget_warnings(handoff.budget, body.get("budget_used")):
+        click.echo(f"warning: {warning}", err=True)
     if questions:
         body["unresolved_questions"] = [*body["unresolved_questions"], *questions]
     ledger = ctx.open()

@@ -348,7 +348,15 @@ class OpportunityClaim(Request):
     coverage: Number | None = None
     local_speedup: Number | None = None
     added_cost: Number = 0.0
-    stated_bound: Number | None = None
+    stated_bound: Number | None = Field(
+        default=None,
+        description=(
+            "The end-to-end Amdahl bound 1/((1-f)+f/s+c) (speedup ratio). Required for a mean, "
+            "median or throughput primary, within a relative 1e-3 of the value computed from "
+            "coverage, local_speedup and added_cost (R7; a missing or wrong one is refused with "
+            "the exact value in the hint). Must be omitted for a tail (p95, p99) primary."
+        ),
+    )
     exposure: Exposure | None = None
     expected_improvement: ImprovementInterval | None = None
 

@@ -193,8 +193,11 @@ def r7_claim_figures(
     figures (bound, ``s_min``, ``r_min``, predicted interval).
 
     Mean/throughput/median primaries: ``coverage`` in (0, 1], ``local_speedup`` > 0,
-    ``added_cost`` >= 0 and a ``stated_bound`` equal to ``1/((1-f)+f/s+c)`` within a relative
-    1e-9; the predicted improvement may not exceed ``bound - 1``. Tail primaries (p95, p99):
+    ``added_cost`` >= 0 and a ``stated_bound`` (required) equal to ``1/((1-f)+f/s+c)`` within
+    the relative tolerance :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE`
+    (1e-3); a missing one is refused with the exact value in the hint (the claim states its
+    bound, the tool only checks it). The predicted improvement may not exceed ``bound - 1``
+    (within the same tolerance). Tail primaries (p95, p99):
     exposure reasoning (``affected_share`` in (0, 1]) and a predicted interval instead of a bound,
     and no stated bound.
     """
@@ -228,22 +231,30 @@ def r7_claim_figures(
         bound = amdahl.amdahl_bound(coverage, local_speedup, added_cost)
     except ValueError as exc:
         raise refuse("R7", str(exc)) from None
+    tolerance = amdahl.STATED_BOUND_REL_TOLERANCE
+    hint = (
+        f'state "stated_bound": {bound:.6g} (1/((1-f)+f/s+c) = {bound:.12g}); any value within '
+        f"a relative {tolerance:g} of it is accepted"
+    )
     if stated_bound is None:
         raise refuse(
             "R7",
             f"the claim must state its end-to-end bound (from its inputs: {bound:.12g})",
+            hint,
         )
     if not amdahl.bound_matches(stated_bound, bound):
         raise refuse(
             "R7",
             f"stated bound {stated_bound:.12g} does not follow from f={coverage:g}, "
-            f"s={local_speedup:g}, c={added_cost:g}: 1/((1-f)+f/s+c) = {bound:.12g}",
+            f"s={local_speedup:g}, c={added_cost:g}: 1/((1-f)+f/s+c) = {bound:.12g} "
+            f"(relative tolerance {tolerance:g})",
+            hint,
         )
     s_min = amdahl.required_local_speedup(coverage, m, added_cost)
     r_min = amdahl.required_cut(coverage, m, added_cost)
     low, high = expected if expected is not None else (min(0.0, bound - 1.0), bound - 1.0)
     _r7_interval(low, high)
-    if high > (bound - 1.0) * (1 + amdahl.BOUND_TOLERANCE) + 1e-12:
+    if high > (bound - 1.0) * (1 + amdahl.STATED_BOUND_REL_TOLERANCE) + 1e-12:
         raise refuse(
             "R7",
             f"the expected improvement {high:.6g} exceeds the claim's own bound "
@@ -347,15 +358,57 @@ def _match_segments(parts: list[str], pattern: list[str]) -> bool:
     return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _match_segments(parts[1:], rest)
 
 
+#: How scope globs and changed paths match (said in refusals' hints, R1 and R11).
+SCOPE_HINT = (
+    "scope globs and changed paths are relative to the repository root (no leading '/', no '.' "
+    "or '..' segments), e.g. 'src/kernels/*'; they match segment by segment: '*' and '?' stay "
+    "within one directory, '**' spans any number of directories"
+)
+
+
+def _not_relative(path: str) -> bool:
+    """True when ``path`` is not a plain repository-relative path: empty, absolute (``/x``,
+    ``~/x``, ``C:...``, a backslash), or with ``.``/``..``/empty segments."""
+    if not path or path.startswith(("/", "~", "\\")) or "\\" in path:
+        return True
+    if len(path) > 1 and path[0].isalpha() and path[1] == ":":
+        return True
+    return any(p in ("", ".", "..") for p in path.rstrip("/").split("/"))
+
+
+def r1_scope_relative(scope: Iterable[str]) -> None:
+    """R1: the Target's modification scope holds globs relative to the repository root; an
+    absolute glob or one with ``.``/``..`` segments could never match a changed path (R11), and a
+    frozen Target never changes, so it is refused at freeze time. Raises: RuleRefused (R1)."""
+    bad = [g for g in scope if _not_relative(g)]
+    if bad:
+        raise refuse(
+            "R1",
+            f"modification scope globs must be relative to the repository root, got {bad}",
+            SCOPE_HINT,
+        )
+
+
 def r11_paths_in_scope(paths: Iterable[str], scope: Iterable[str]) -> None:
     """R11: every path a candidate changes lies inside the Target's modification scope
-    (:func:`path_in_scope`: ``*`` stays within one directory, ``..`` never escapes)."""
+    (:func:`path_in_scope`: ``*`` stays within one directory, ``..`` never escapes). A changed
+    path that is not repository-relative (absolute, ``.``/``..`` segments) is refused as such.
+    Raises: RuleRefused (R11)."""
     globs = list(scope)
+    paths = list(paths)
+    bad = [p for p in paths if _not_relative(p)]
+    if bad:
+        raise refuse(
+            "R11",
+            f"changed paths must be relative to the repository root, got {bad}",
+            SCOPE_HINT,
+        )
     outside = [p for p in paths if not any(path_in_scope(p, g) for g in globs)]
     if outside:
         raise refuse(
             "R11",
             f"changed paths outside the Target's modification scope {globs}: {outside}",
+            SCOPE_HINT,
         )
 
 

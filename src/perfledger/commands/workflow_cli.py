@@ -105,15 +105,32 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
     ]
     if ctx.json_mode:
         first = events[0] if events else {}
-        _emit({"op": operation.name, **first, "events": events})
+        extra = _explanation(first)
+        _emit({"op": operation.name, **first, **extra, "events": events})
         return
     for event in events:
         status = event["payload"].get("status")
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
+        if event["kind"] == "VerdictRecorded":
+            from perfledger.projections.verdict_explain import verdict_lines
+
+            for line in verdict_lines(event["payload"]):
+                click.echo(line)
         if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
             # baseline, resolution and samples must carry this id (R11): say it where it is made
             click.echo(f"environment_id {event['payload']['environment_id']}")
+
+
+def _explanation(event: dict[str, Any]) -> dict[str, Any]:
+    """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with
+    the threshold used (:func:`perfledger.projections.verdict_explain.explain_verdict`); beside,
+    never inside, the recorded payload. Empty for other events."""
+    if event.get("kind") != "VerdictRecorded":
+        return {}
+    from perfledger.projections.verdict_explain import explain_verdict
+
+    return {"explanation": explain_verdict(event["payload"])}
 
 
 def _write_command(operation: Operation) -> click.Command:
@@ -126,7 +143,7 @@ def _write_command(operation: Operation) -> click.Command:
             f"Schema: `perfledger schema {operation.name}`.",
         ),
         click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
-        click.Option(["--actor"], default=None, help="Who decides (default $PERFLEDGER_ACTOR)."),
+        click.Option(["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER)."),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
     ]
     from perfledger.commands import operations
@@ -271,10 +288,19 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
     _show(ctx, data)
 
 
-def _schema(operation: str, json_flag: bool) -> None:
-    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``)."""
+def _schema(operation: str | None, json_flag: bool) -> None:
+    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``); without
+    OPERATION, list the operations (``--json``: ``{"operations": [...]}``)."""
     from perfledger.commands.operations import json_schema
 
+    if operation is None:
+        if json_flag:
+            click.echo(to_json_text({"operations": sorted(OPERATIONS)}))
+            return
+        click.echo("operations (perfledger schema OPERATION prints one request's JSON Schema):")
+        for name in sorted(OPERATIONS):
+            click.echo(f"  {name:24s} {OPERATIONS[name].help}")
+        return
     click.echo(to_json_text(json_schema(operation), indent=2))
 
 
@@ -331,7 +357,9 @@ def commands() -> list[click.Command]:
     groups["champion"].add_command(
         click.command("show")(_json(click.argument("target_id")(_champion_show)))
     )
-    schema = click.command("schema")(_json(click.argument("operation")(_schema)))
+    schema = click.command("schema")(
+        _json(click.argument("operation", required=False, default=None)(_schema))
+    )
     return [*groups.values(), *top, schema]
 
 

@@ -21,8 +21,14 @@ from __future__ import annotations
 
 import math
 
-#: Relative tolerance when checking a stated bound against its inputs (R7).
-BOUND_TOLERANCE = 1e-9
+#: Relative tolerance when checking a stated bound against its inputs (R7): a stated bound
+#: ``B`` follows from ``f``, ``s``, ``c`` when ``|B - 1/((1-f)+f/s+c)| <= 1e-3 * 1/((1-f)+f/s+c)``,
+#: so a bound rounded to four significant digits (32.29 for 32.2893...) is accepted. The
+#: arithmetic check is about contradictions, not about digits; the recorded figures keep the
+#: recomputed bound at full precision.
+STATED_BOUND_REL_TOLERANCE = 1e-3
+#: The former name of :data:`STATED_BOUND_REL_TOLERANCE` (it was 1e-9 before issue 9).
+BOUND_TOLERANCE = STATED_BOUND_REL_TOLERANCE
 
 
 def amdahl_bound(coverage: float, local_speedup: float, added_cost: float = 0.0) -> float:
@@ -74,6 +80,9 @@ def required_local_speedup(
     return math.inf if r_min >= 1.0 else 1.0 / (1.0 - r_min)
 
 
-def bound_matches(stated: float, computed: float, tolerance: float = BOUND_TOLERANCE) -> bool:
-    """True when a stated bound equals the computed one within ``tolerance`` (relative)."""
+def bound_matches(
+    stated: float, computed: float, tolerance: float = STATED_BOUND_REL_TOLERANCE
+) -> bool:
+    """True when a stated bound equals the computed one within ``tolerance`` (relative; default
+    :data:`STATED_BOUND_REL_TOLERANCE`)."""
     return math.isclose(stated, computed, rel_tol=tolerance, abs_tol=0.0)

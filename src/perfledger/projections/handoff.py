@@ -33,6 +33,7 @@ class ResumeContext(msgspec.Struct, kw_only=True):
         remotes: remote name -> URL of the ledger repository.
         artifacts: ``<event id prefix>/<artifact name>`` of every attached file.
         wall_used_s: seconds from the Target's freezing to the newest event (None: unknown).
+        path: the ledger repository's path on this machine (None: unknown).
     """
 
     head: str
@@ -40,6 +41,7 @@ class ResumeContext(msgspec.Struct, kw_only=True):
     remotes: dict[str, str] = msgspec.field(default_factory=dict)
     artifacts: list[str] = msgspec.field(default_factory=list)
     wall_used_s: float | None = None
+    path: str | None = None
 
 
 class Gain(msgspec.Struct, kw_only=True):
@@ -69,11 +71,14 @@ class LocalResultLine(msgspec.Struct, kw_only=True):
 
 
 class RejectedLine(msgspec.Struct, kw_only=True):
-    """A rejected direction and the scope it closed (R15)."""
+    """A rejected direction and the scope it closed (R15). ``note``: what its last target-stage
+    verdict said when that verdict was inconclusive only because of the A/A resolution (the CI
+    cleared the minimum effect: a lead, not a dead end), else None."""
 
     experiment_id: str
     closes: str
     reason: str
+    note: str | None = None
 
 
 class Correction(msgspec.Struct, kw_only=True):
@@ -112,6 +117,8 @@ class Handoff(msgspec.Struct, kw_only=True):
     Attributes:
         target_id, title, primary, min_effect: the Target (primary as ``name (statistic, unit,
             direction)``; minimum effect as a ratio).
+        resolution: the latest recorded A/A resolution (ratio; R4), None before one is recorded;
+            a pass needs the CI's lower end above max(min_effect, resolution) (R12).
         primary_achieved: a champion whose final audit passed exists.
         champion, champion_hash: the current champion (``original`` when none).
         final_audit_status: the latest final audit's status.
@@ -122,7 +129,7 @@ class Handoff(msgspec.Struct, kw_only=True):
         budget: budget used and left.
         stop_reason: why work stopped (from the last recorded handoff, else derived).
         resume_needs: what resuming needs (remotes, head, artifacts, the command).
-        feedback: friction/feedback from the last recorded handoff, else ``none``.
+        feedback: friction/feedback from the last recorded handoff, else ``not stated``.
         head: the ledger head this handoff describes.
         recorded_handoffs: how many handoffs of this Target are recorded.
     """
@@ -147,6 +154,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     feedback: str
     head: str
     recorded_handoffs: int
+    resolution: float | None = None
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -226,12 +234,39 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
         out.append(f"champion {target.champion} has no final audit against the original")
     if target.readiness is not None and target.readiness.missing_lineage:
         out.append(
-            "environment lineage missing (claims narrowed): "
+            "environment lineage not recorded in the readiness: "
             + ", ".join(target.readiness.missing_lineage)
+            + " (R2: claims hold only for the parts of the environment that were recorded; on a "
+            "CPU-only run the GPU fields are expected to be missing)"
         )
     if target.diagnostic_only:
         out.append("results are diagnostic only: the metric audit found a mismatch (R3)")
     return out
+
+
+def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
+    """When ``experiment_id``'s last target-stage verdict was inconclusive only because its CI's
+    lower end did not clear the A/A resolution (it cleared the minimum effect), say so with its
+    figures (:func:`perfledger.projections.verdict_explain.explain_verdict`); else None."""
+    from perfledger.projections.verdict_explain import explain_verdict, pct
+
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        return None
+    verdicts = [state.verdicts[s] for s in experiment.verdicts if s in state.verdicts]
+    target_verdicts = [v for v in verdicts if v.stage == "target"]
+    if not target_verdicts:
+        return None
+    last = target_verdicts[-1]
+    e = explain_verdict(msgspec.to_builtins(last))
+    if e["condition"] != "below_resolution":
+        return None
+    return (
+        f"its target verdict ({last.samples_id}) was inconclusive only because of the resolution: "
+        f"improvement {pct(e['estimate'])}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}] clears "
+        f"the minimum effect {pct(e['min_effect'])} but not the A/A resolution "
+        f"{pct(e['resolution'])}; a tighter resolution could decide it"
+    )
 
 
 def _fmt(value: float | None) -> str:
@@ -274,8 +309,12 @@ def _resume_needs(ctx: ResumeContext) -> list[str]:
         for name, url in sorted(ctx.remotes.items()):
             needs.append(f"clone the ledger: git clone {url} (remote {name}, branch {ctx.branch})")
     else:
-        needs.append(f"copy the ledger repository (no remote configured; branch {ctx.branch})")
-    needs.append(f"ledger head {ctx.head}")
+        where = f" at {ctx.path}" if ctx.path else ""
+        needs.append(
+            f"copy the ledger repository{where} (no remote configured; branch {ctx.branch})"
+            + (f", e.g. `git clone {ctx.path} COPY`" if ctx.path else "")
+        )
+    needs.append(f"ledger head {ctx.head} (a git commit; `perfledger show {ctx.head[:12]}`)")
     if ctx.artifacts:
         needs.append(f"{len(ctx.artifacts)} artifact(s) travel inside the ledger's commits")
     needs.append("run `perfledger audit`, then `perfledger resume` for the next decisions")
@@ -309,6 +348,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         title=definition.title,
         primary=f"{primary.name} ({primary.statistic}, {primary.unit}, {primary.direction})",
         min_effect=definition.min_effect,
+        resolution=target.resolution.resolution if target.resolution is not None else None,
         primary_achieved=achieved,
         champion=champion,
         champion_hash=target.champion_hash if target.champion else readiness_hash,
@@ -329,7 +369,12 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
             if r.target_id == target_id
         ],
         rejected=[
-            RejectedLine(experiment_id=r.experiment_id, closes=r.closes, reason=r.reason)
+            RejectedLine(
+                experiment_id=r.experiment_id,
+                closes=r.closes,
+                reason=r.reason,
+                note=_resolution_lead(state, r.experiment_id),
+            )
             for r in state.rejections.values()
             if r.target_id == target_id
         ],
@@ -348,7 +393,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         budget=_budget(target, last, ctx),
         stop_reason=_stop_reason(target, achieved, last),
         resume_needs=_resume_needs(ctx),
-        feedback=last.feedback if last is not None else "none",
+        feedback=last.feedback if last is not None else "not stated (no handoff recorded yet)",
         head=ctx.head,
         recorded_handoffs=sum(1 for h in state.handoffs if h.target_id == target_id),
     )
@@ -451,6 +496,16 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:+.2f} %"
 
 
+def _resolution_text(h: Handoff) -> str:
+    """``, A/A resolution R %`` (and, when it is the larger, that it is the pass threshold)."""
+    if h.resolution is None:
+        return ", A/A resolution not recorded"
+    text = f", A/A resolution {h.resolution * 100:.2f} %"
+    if h.resolution >= h.min_effect:
+        text += " (above the minimum effect: a pass needs the CI's lower end above the resolution)"
+    return text
+
+
 def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:,.0f} s"
 
@@ -461,37 +516,49 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
     lines = [
         f"# Handoff: {h.target_id} — {h.title}",
         "",
-        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:g} %",
+        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:.2f} %"
+        + _resolution_text(h),
         f"- Primary achieved: {'yes' if h.primary_achieved else 'no'}",
         f"- Champion: {h.champion}"
-        + (f" ({h.champion_hash})" if h.champion_hash else "")
+        + (
+            f" (content hash of its code, as recorded "
+            f"{'in the readiness' if h.champion == 'original' else 'for the candidate'}: "
+            f"{h.champion_hash})"
+            if h.champion_hash
+            else ""
+        )
         + (f", final audit {h.final_audit_status}" if h.final_audit_status else ""),
         f"- Stop reason: {h.stop_reason}",
-        f"- Ledger head: `{h.head}`",
+        f"- Ledger head: `{h.head}` (git commit)",
         "",
         "## Key evidence and gains",
         "",
     ]
-    lines += [f"- `{e}`" for e in h.key_evidence] or ["- none"]
+    in_gains = {g.samples_id for g in h.gains}
+    lines += [f"- `{e}`" for e in h.key_evidence if e not in in_gains]
     for g in h.gains:
         speed = "" if g.speedup is None else f", speedup {g.speedup:.4g}x"
         lines.append(
             f"- {g.experiment_id} {g.stage} `{g.samples_id}`: {g.status}, improvement "
             f"{_ratio(g.estimate)} (CI {_ratio(g.ci_low)} .. {_ratio(g.ci_high)}){speed}"
         )
-    lines += ["", "## Local results", ""]
+    if not h.key_evidence and not h.gains:
+        lines.append("- none")
+    lines += ["", "## Local results (secondary-only gains, R13)", ""]
     lines += [
         f"- {r.result_id} ({r.experiment_id}): {r.metric} {_ratio(r.estimate)} "
         f"(CI {_ratio(r.ci_low)} .. {_ratio(r.ci_high)}), scenario: {r.scenario}"
         for r in h.local_results
     ] or ["- none"]
     lines += ["", "## Rejected directions", ""]
-    lines += [f"- {r.experiment_id}: closes {r.closes} — {r.reason}" for r in h.rejected] or [
-        "- none"
-    ]
+    lines += [
+        f"- {r.experiment_id}: closes {r.closes} — {r.reason}"
+        + (f" (note: {r.note})" if r.note else "")
+        for r in h.rejected
+    ] or ["- none"]
     lines += ["", "## Prediction-error corrections", ""]
     lines += [
-        f"- {c.experiment_id}: premise {c.premise}; model: {c.model}"
+        f"- {c.experiment_id}: corrected premise: {c.premise}; corrected model: {c.model}"
         + ("" if c.corrected_bound is None else f" (corrected bound {c.corrected_bound:.4g})")
         + f" — {c.explanation}"
         for c in h.prediction_corrections
@@ -508,7 +575,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
         f"| wall | {_seconds(b.wall_s)} | {_seconds(b.wall_used_s)} | {_seconds(b.wall_left_s)} |",
         f"| GPU | {_seconds(b.gpu_s)} | {_seconds(b.gpu_used_s)} | {_seconds(b.gpu_left_s)} |",
         "",
-        f"Source of the figures used: {b.source}.",
+        f"Where the used and left figures come from: {b.source}.",
         "",
         "## To resume",
         "",

@@ -1,0 +1,159 @@
+"""Why a recorded verdict has its status: the one condition that decided it (R11, R12, R17).
+
+A recorded ``VerdictRecorded`` payload keeps the reason its derivation wrote (``primary.reason``)
+and the decider's ``notes``; both are part of the payload that the auditor re-derives and compares
+byte for byte (R12), so old ledgers must keep them as they are. This module reads those recorded
+fields (never re-deriving anything) and names the single condition that decided the final status,
+with the figures in percent, for people: ``verdict record``'s answer, the handoff.
+
+The pass rule of R12, as applied here: a target-stage verdict passes when the CI's lower end is at
+or above the minimum effect **and** above the measured A/A resolution, i.e. above
+``max(min_effect, resolution)`` (the *threshold*), with enough valid pairs, a non-degenerate CI
+and no unexplained foreign activity in the sample windows (R17). A screen never passes (R11).
+
+The conditions, in the order they are checked (the first that applies decided):
+
+``too_few_pairs``
+    fewer valid pairs than required per test case;
+``degenerate``
+    a zero-width CI (identical values prove nothing);
+``foreign_activity``
+    R17: pairs overlap unexplained foreign activity (the derivation alone was pass or fail);
+``stale``
+    R11: the reference is no longer the current champion;
+``screen``
+    R11: a screen that would have passed: screens never pass, the target stage decides;
+``pass``
+    the CI's lower end is at or above the threshold;
+``fail``
+    the CI's upper end is below the minimum effect (``clear loss`` when below zero);
+``below_min_effect``
+    the CI straddles the minimum effect: its lower end is below it;
+``below_resolution``
+    the CI's lower end clears the minimum effect but not the resolution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: Condition ids, in the order :func:`explain_verdict` checks them.
+CONDITIONS = (
+    "too_few_pairs",
+    "degenerate",
+    "foreign_activity",
+    "stale",
+    "screen",
+    "pass",
+    "fail",
+    "below_min_effect",
+    "below_resolution",
+)
+
+
+def pct(ratio: float | None) -> str:
+    """Format a ratio (0.1234) as a percentage with two decimals (``"12.34 %"``); ``"n/a"`` for
+    None."""
+    if ratio is None:
+        return "n/a"
+    return f"{ratio * 100:.2f} %"
+
+
+def _note(notes: list[str], prefix: str) -> str | None:
+    return next((n for n in notes if n.startswith(prefix)), None)
+
+
+def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Name the one condition that decided a recorded verdict.
+
+    Args:
+        payload: a ``VerdictRecorded`` payload as builtins (``msgspec.to_builtins``): ``status``,
+            ``stage``, ``stale``, ``notes`` and ``primary`` (the derived verdict: ``status``,
+            ``reason``, ``estimate``, ``ci_low``, ``ci_high`` (ratios), ``min_effect``,
+            ``resolution`` (ratios), ``degenerate``, ``clear_loss``).
+    Returns: ``{"status", "condition" (one of :data:`CONDITIONS`), "reason" (one sentence, figures
+        in percent), "estimate", "ci_low", "ci_high", "min_effect", "resolution", "threshold"
+        (ratios; threshold = max(min_effect, resolution), what the CI's lower end must reach)}``.
+    Raises: KeyError when ``payload`` lacks ``status`` or ``primary``.
+    """
+    primary = payload["primary"]
+    status = payload["status"]
+    stage = payload.get("stage", "target")
+    notes = list(payload.get("notes") or ())
+    low, high = primary.get("ci_low"), primary.get("ci_high")
+    min_effect = float(primary.get("min_effect", 0.0))
+    resolution = float(primary.get("resolution", 0.0))
+    threshold = max(min_effect, resolution)
+    derived = primary.get("status")
+    ci = f"CI [{pct(low)}, {pct(high)}]"
+    r17 = _note(notes, "R17")
+    if derived == "inconclusive" and low is None:
+        condition, reason = "too_few_pairs", str(primary.get("reason", "too few valid pairs"))
+    elif primary.get("degenerate"):
+        condition = "degenerate"
+        reason = "degenerate CI: the paired values are identical, which proves nothing"
+    elif r17 is not None and status == "inconclusive":
+        condition = "foreign_activity"
+        reason = (
+            f"{r17}; without it the derivation was {derived} ({ci}); re-measure with "
+            "--explain-foreign TEXT if the activity cannot affect the metric"
+        )
+    elif payload.get("stale") and status == "inconclusive" and derived != "inconclusive":
+        condition = "stale"
+        reason = f"R11: the reference is no longer the current champion (stale); {ci}"
+    elif stage == "screen" and derived == "pass":
+        condition = "screen"
+        reason = (
+            f"screen stages never pass (R11): {ci} clears the threshold {pct(threshold)}; "
+            "the target stage decides"
+        )
+    elif derived == "pass":
+        condition = "pass"
+        reason = (
+            f"CI lower end {pct(low)} >= threshold {pct(threshold)} "
+            f"(max of minimum effect {pct(min_effect)} and resolution {pct(resolution)})"
+        )
+    elif derived == "fail":
+        condition = "fail"
+        reason = f"CI upper end {pct(high)} < minimum effect {pct(min_effect)}" + (
+            " (a clear loss: the whole CI is below zero)" if primary.get("clear_loss") else ""
+        )
+    elif low is not None and low < min_effect:
+        condition = "below_min_effect"
+        reason = (
+            f"CI lower end {pct(low)} < minimum effect {pct(min_effect)} "
+            f"(the CI straddles it: upper end {pct(high)})"
+        )
+    else:
+        condition = "below_resolution"
+        reason = (
+            f"CI lower end {pct(low)} clears the minimum effect {pct(min_effect)} but not the "
+            f"A/A resolution {pct(resolution)}: a tighter resolution (a longer `measure aa`) "
+            "or more pairs could decide it"
+        )
+    return {
+        "status": status,
+        "condition": condition,
+        "reason": reason,
+        "estimate": primary.get("estimate"),
+        "ci_low": low,
+        "ci_high": high,
+        "min_effect": min_effect,
+        "resolution": resolution,
+        "threshold": threshold,
+    }
+
+
+def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
+    """The text lines ``verdict record`` prints under its event line: status with the deciding
+    condition, the estimate and CI in percent, the threshold used, then the recorded notes."""
+    e = explain_verdict(payload)
+    lines = [
+        f"status {e['status']}: {e['reason']}",
+        f"  estimate {pct(e['estimate'])}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
+        f"threshold {pct(e['threshold'])} = max(minimum effect {pct(e['min_effect'])}, "
+        f"resolution {pct(e['resolution'])})",
+    ]
+    lines += [f"  note: {n}" for n in payload.get("notes") or ()]
+    return lines

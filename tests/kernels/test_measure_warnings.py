@@ -1,0 +1,97 @@
+"""Measurement-time warnings (issue 9, items 2 and 5), through the real CLI on a real ledger:
+
+- ``measure workload`` warns when sample windows had unexplained foreign activity, since every
+  verdict on those samples will be inconclusive (R17), and says how to fix it;
+- ``measure aa`` warns when the resolution reaches the Target's minimum effect (no verdict can
+  pass, R12) and when a recorded resolution supersedes an earlier one (R4).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from test_measure_cli import _cli, _cmd, _experiment, _record_resolution, _setup
+
+NOISY = """
+import json, random
+random.seed()
+print(json.dumps({"correct": True, "metrics": {"time_ms": [random.uniform(1.0, 10.0)]}}))
+"""
+
+
+def _spinners(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` processes that keep a core busy: foreign activity for the host monitor."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _record_resolution(ledger_path)
+    _experiment(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+         "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
+    spinners = _spinners(2)
+    try:
+        done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
+                    "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
+                    "--monitor", "host", "--json", "--quiet")  # fmt: skip
+        explained = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
+                         "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
+                         "--monitor", "host", "--explain-foreign", "cpu_ms is own CPU time",
+                         "--json", "--quiet")  # fmt: skip
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+    answer = json.loads(done.stdout)
+    assert answer["foreign_windows"] > 0
+    [warning] = answer["warnings"]
+    assert f"{answer['foreign_windows']}/10 target-stage sample windows" in warning
+    assert "will be inconclusive (R17)" in warning and "--explain-foreign" in warning
+    assert "warning: " in done.stderr
+    assert json.loads(explained.stdout)["warnings"] == []  # explained: nothing to warn about
+    assert "warning:" not in explained.stderr
+
+
+def test_r4_measure_aa_warns_when_resolution_reaches_min_effect_and_on_supersede(
+    tmp_path: Path,
+) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)  # minimum effect 5 %
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text(NOISY)
+    cmd = f"{sys.executable} {noisy}"
+    args = ("measure", "aa", "--target", "t1", "--cmd", cmd, "--runs", "5", "--record", "--quiet")
+    first = _cli(ledger_path, tmp_path, *args)
+    assert "ResolutionEstimated" in first.stdout
+    assert ">= the Target's minimum effect 5.00 %: no verdict can pass" in first.stderr
+    assert "supersede" not in first.stderr  # nothing recorded before
+    second = json.loads(_cli(ledger_path, tmp_path, *args, "--json").stdout)
+    assert second["recorded"]
+    assert any("minimum effect 5.00 %" in w for w in second["warnings"])
+    [superseded] = [w for w in second["warnings"] if "supersedes" in w]
+    assert "recorded earlier for Target 't1'" in superseded and "from 10 repeats" in superseded
+
+
+def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> None:
+    """A workload whose every call fails: the error names the first failed call and shows the
+    tail of its stderr (the cause), not a Python dict repr; nothing is appended."""
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _record_resolution(ledger_path)
+    _experiment(ledger_path)
+    broken = tmp_path / "broken.py"
+    broken.write_text("sizes = {'small': 1}\nprint(sizes['huge'])\n")
+    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+                "screen", "--ref", f"{sys.executable} {broken}", "--cand", _cmd(), "--pairs",
+                "5", "--no-monitor", "--quiet", check=False)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stdout
+    assert "no usable pair" in done.stderr
+    assert "exited with status 1" in done.stderr and "{'call_id'" not in done.stderr
+    assert "its stderr (last lines):" in done.stderr and "KeyError: 'huge'" in done.stderr
+    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
