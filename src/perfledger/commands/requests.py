@@ -352,7 +352,7 @@ class OpportunityClaim(Request):
         default=None,
         description=(
             "The end-to-end Amdahl bound 1/((1-f)+f/s+c) (speedup ratio). Required for a mean, "
-            "median or throughput primary, within a relative 1e-3 of the value computed from "
+            "median or throughput primary, within a relative 1e-9 of the value computed from "
             "coverage, local_speedup and added_cost (R7; a missing or wrong one is refused with "
             "the exact value in the hint). Must be omitted for a tail (p95, p99) primary."
         ),

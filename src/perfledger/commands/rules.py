@@ -195,7 +195,7 @@ def r7_claim_figures(
     Mean/throughput/median primaries: ``coverage`` in (0, 1], ``local_speedup`` > 0,
     ``added_cost`` >= 0 and a ``stated_bound`` (required) equal to ``1/((1-f)+f/s+c)`` within
     the relative tolerance :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE`
-    (1e-3); a missing one is refused with the exact value in the hint (the claim states its
+    (1e-9); a missing one is refused with the exact value in the hint (the claim states its
     bound, the tool only checks it). The predicted improvement may not exceed ``bound - 1``
     (within the same tolerance). Tail primaries (p95, p99):
     exposure reasoning (``affected_share`` in (0, 1]) and a predicted interval instead of a bound,
