@@ -30,6 +30,9 @@ from perfledger.events.kinds import get_kind, validate_payload
 ROOT_KIND = "LedgerInitialized"
 #: Attempts :meth:`EventStore.transact` makes before raising ConcurrentAppend.
 DEFAULT_MAX_ATTEMPTS = 64
+#: Lost races a writer tolerates before it decides and writes under the writers' lock (then it
+#: is guaranteed to progress however many writers contend).
+OPTIMISTIC_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
