@@ -84,3 +84,22 @@ def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
     Path(tmp_path / "moved.pack").rename(removed[0] + ".pack")
     assert ledger.verify().ok and ledger.head() == head
     ledger.close()
+
+
+def test_sparse_index_finds_every_packed_object_where_the_map_does(tmp_path: Path) -> None:
+    """The in-place binary search of the packs' indexes (``sparse=True``, for ``log``) finds
+    every packed object at the offset the full map gives, and nothing else."""
+    ledger = _ledger(tmp_path / "l")
+    full = ObjectReader(ledger.store.repo.object_store)
+    sparse = ObjectReader(ledger.store.repo.object_store, sparse=True)
+    try:
+        assert full._where and sparse._sparse and not sparse._where
+        for sha, where in full._where.items():
+            assert sparse._locate(sha) == where
+            assert sparse.read(sha) == full.read(sha)
+        for absent in (b"\x00" * 20, b"\xff" * 20, bytes(19) + b"\x01"):
+            assert absent not in full._where and sparse._locate(absent) is None
+    finally:
+        full.close()
+        sparse.close()
+        ledger.close()

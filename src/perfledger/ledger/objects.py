@@ -150,7 +150,49 @@ def parse_trailers(message: bytes) -> dict[str, str]:
     return trailers
 
 
-def commit_info(commit: Commit) -> CommitInfo:
+@dataclass(frozen=True)
+class RawCommit:
+    """A commit parsed from its raw content, with the attributes of dulwich's ``Commit`` that
+    perfledger reads (so :func:`commit_info` takes either).
+
+    Attributes:
+        id: hex sha (bytes). tree: tree hex sha. parents: parent hex shas.
+        author / committer: ``Name <email>`` (bytes). commit_time: committer time, seconds
+        since the epoch. message: the raw message.
+    """
+
+    id: bytes
+    tree: bytes
+    parents: tuple[bytes, ...]
+    author: bytes
+    committer: bytes
+    commit_time: int
+    message: bytes
+
+
+def parse_commit(sha: bytes, raw: bytes) -> RawCommit:
+    """Parse a commit's raw content (headers, blank line, message); ``sha`` is its hex sha.
+    Unknown and continuation header lines (a signature) are skipped.
+    Raises: ValueError for a committer line without a time."""
+    header, _, message = raw.partition(b"\n\n")
+    tree = author = committer = b""
+    parents: list[bytes] = []
+    commit_time = 0
+    for line in header.split(b"\n"):
+        key, _, value = line.partition(b" ")
+        if key == b"tree":
+            tree = value
+        elif key == b"parent":
+            parents.append(value)
+        elif key == b"author":
+            author = value.rsplit(b" ", 2)[0]
+        elif key == b"committer":
+            who, seconds, _zone = value.rsplit(b" ", 2)
+            committer, commit_time = who, int(seconds)
+    return RawCommit(sha, tree, tuple(parents), author, committer, commit_time, message)
+
+
+def commit_info(commit: Commit | RawCommit) -> CommitInfo:
     """Extract a :class:`CommitInfo` from a parsed commit (trailers not yet verified)."""
     trailers = parse_trailers(commit.message)
     event_id = trailers.get("Event-Id")

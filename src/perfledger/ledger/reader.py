@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import mmap
 import os
+import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,12 +58,17 @@ class ObjectReader:
             (deltas, alternates), so that reading recent, packed or loose objects needs no
             dulwich.
         objects_dir: the ``objects`` directory; required when ``object_store`` is a callable.
+        sparse: for a few reads (``perfledger log``): look objects up by binary search in each
+            pack's memory-mapped index instead of loading every index into a map first (which
+            costs ~0.5 µs an object: 0.15 s on a 100,000-event ledger).
     """
 
     def __init__(
         self,
         object_store: DiskObjectStore | Callable[[], DiskObjectStore],
         objects_dir: str | None = None,
+        *,
+        sparse: bool = False,
     ) -> None:
         if callable(object_store):
             if objects_dir is None:
@@ -79,6 +86,7 @@ class ObjectReader:
         # instead of ~110 for a dict entry).
         self._where: dict[bytes, int] = {}
         self._tables: list[tuple[int, Any, Any]] = []
+        self._sparse: list[tuple[int, _SparseIndex]] = []
         pack_dir = os.path.join(self._objects_dir, "pack")
         try:
             names = sorted(os.listdir(pack_dir))
@@ -90,6 +98,9 @@ class ObjectReader:
                 continue
             base = os.path.join(pack_dir, name[:-4])
             if not os.path.exists(base + ".pack"):
+                continue
+            if sparse:
+                self._open_sparse(base)
                 continue
             try:
                 entries = read_index_v2(base + ".idx")
@@ -122,6 +133,19 @@ class ObjectReader:
                 mapped.update(self._where)  # an object in two packs: the first pack's copy
                 self._where = mapped
 
+    def _open_sparse(self, base: str) -> None:
+        try:
+            index = _SparseIndex.open(base + ".idx")
+            fd = os.open(base + ".pack", os.O_RDONLY)
+        except FileNotFoundError:
+            return  # merged away meanwhile: dulwich finds its objects in the new pack
+        if index is None:
+            os.close(fd)
+            return  # an index layout we do not map: dulwich serves those objects
+        number = len(self._packs)
+        self._packs.append(_PackMap(base + ".pack", fd))
+        self._sparse.append((number, index))
+
     def _store(self) -> DiskObjectStore:
         if self._opened is None:
             assert self._open_store is not None
@@ -134,8 +158,15 @@ class ObjectReader:
             with contextlib.suppress(OSError):
                 os.close(pack.fd)
         self._packs.clear()
+        for _, index in self._sparse:
+            index.close()
+        self._sparse.clear()
 
     def _locate(self, sha: bytes) -> int | None:
+        for number, index in self._sparse:
+            offset = index.find(sha)
+            if offset is not None:
+                return (number << _PACK_SHIFT) | offset
         where = self._where.get(sha)
         if where is not None or not self._tables:
             return where
@@ -188,6 +219,55 @@ class ObjectReader:
 
     def _read_loose(self, sha: bytes) -> tuple[int, bytes] | None:
         return read_loose(self._objects_dir, sha)
+
+
+class _SparseIndex:
+    """A version-2 pack index searched in place (memory-mapped): git's own lookup, through the
+    fan-out table then a binary search of the sorted names."""
+
+    def __init__(self, data: mmap.mmap) -> None:
+        self._data = data
+        self._fanout = struct.unpack_from(">256L", data, 8)
+        count = self._fanout[255]
+        self._shas_at = 8 + 1024
+        self._offsets_at = self._shas_at + 24 * count  # after the names and the CRCs
+        self._large_at = self._offsets_at + 4 * count
+
+    @classmethod
+    def open(cls, path: str) -> _SparseIndex | None:
+        """Map the index at ``path``; None when it is not a version-2 index."""
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if len(data) < 8 + 1024 + 40 or data[:8] != b"\377tOc\0\0\0\2":
+            data.close()
+            return None
+        return cls(data)
+
+    def find(self, sha: bytes) -> int | None:
+        """The pack offset of binary ``sha``, or None when this pack does not hold it."""
+        first = sha[0]
+        lo = self._fanout[first - 1] if first else 0
+        hi = self._fanout[first]
+        data, at = self._data, self._shas_at
+        while lo < hi:
+            mid = (lo + hi) // 2
+            name = data[at + 20 * mid : at + 20 * mid + 20]
+            if name < sha:
+                lo = mid + 1
+            elif name > sha:
+                hi = mid
+            else:
+                (offset,) = struct.unpack_from(">L", data, self._offsets_at + 4 * mid)
+                if offset & 0x80000000:
+                    (offset,) = struct.unpack_from(
+                        ">Q", data, self._large_at + 8 * (offset & 0x7FFFFFFF)
+                    )
+                return int(offset)
+        return None
+
+    def close(self) -> None:
+        """Unmap the index."""
+        self._data.close()
 
 
 def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:

@@ -55,9 +55,11 @@ from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
     EVENT_FILE,
+    RawCommit,
     build_event_objects,
     build_merge_commit,
     commit_info,
+    parse_commit,
     parse_trailers,
 )
 from perfledger.ledger.order import in_total_order
@@ -66,7 +68,6 @@ from perfledger.ledger.reader import ObjectReader, read_loose
 from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
 
 if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
-    from dulwich.objects import Commit
     from dulwich.repo import Repo
 
 #: The branch the events live on.
@@ -603,23 +604,30 @@ class GitStore:
             f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
         )
 
-    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, Commit]]:
+    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, RawCommit]]:
         """Yield up to ``limit`` event commits newest first (descending (lamport, id)) by walking
-        back from the head with a max-heap; reads only ``limit`` + frontier commits."""
+        back from the head with a max-heap; reads only ``limit`` + frontier commits (looked up
+        in the packs' indexes in place: no index map is built, no dulwich needed)."""
         import heapq
 
-        from dulwich.objects import Commit
-
         head = self.read_head()
-        heap: list[tuple[int, str, bytes, Commit]] = []
+        heap: list[tuple[int, str, bytes, RawCommit]] = []
         seen: set[bytes] = set()
+        reader = ObjectReader(lambda: self.repo.object_store, self._objects_dir, sparse=True)
 
         def push(sha: bytes) -> None:
             if sha in seen:
                 return
             seen.add(sha)
-            commit = self.get_object(sha)
-            assert isinstance(commit, Commit)
+            type_num, raw = reader.read(bytes.fromhex(sha.decode()))
+            if type_num != 1:
+                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+            try:
+                commit = parse_commit(sha, raw)
+            except ValueError:
+                raise IntegrityError(
+                    f"commit {sha.decode()} is malformed", commit=sha.decode()
+                ) from None
             info = commit_info(commit)
             if info.event_id is None:  # merge commit: expand its parents
                 for parent in commit.parents:
@@ -627,14 +635,17 @@ class GitStore:
                 return
             heapq.heappush(heap, (-info.lamport, _neg_key(info.event_id), sha, commit))
 
-        push(head)
-        produced = 0
-        while heap and produced < limit:
-            _, _, sha, commit = heapq.heappop(heap)
-            yield sha, commit
-            produced += 1
-            for parent in commit.parents:
-                push(parent)
+        try:
+            push(head)
+            produced = 0
+            while heap and produced < limit:
+                _, _, sha, commit = heapq.heappop(heap)
+                yield sha, commit
+                produced += 1
+                for parent in commit.parents:
+                    push(parent)
+        finally:
+            reader.close()
 
     def read_artifact(self, event_id: str, name: str) -> bytes:
         """Return the checked bytes of artifact ``name`` of event ``event_id``.
