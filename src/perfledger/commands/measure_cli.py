@@ -906,7 +906,7 @@ def measure_aa(
 
 measure_group = click.Group(
     "measure",
-    help="Measure under the protocol of SPEC.md section 5 and record the samples (R4, R5, R11, R17).",
+    help="Measure under the protocol of docs/SPEC.md section 5 and record the samples (R4, R5, R11, R17).",
 )
 for _command in (measure_kernel, measure_workload, measure_aa):
     measure_group.add_command(_command)
