@@ -129,7 +129,9 @@ def cli(click_ctx: click.Context, ledger: str | None, json_mode: bool) -> None:
 @cli.command()
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--name", default=None, help="The ledger's name (default: the directory name).")
-@click.option("--actor", default=None, help="Who creates it (default: $PERFLEDGER_ACTOR, else $USER).")
+@click.option(
+    "--actor", default=None, help="Who creates it (default: $PERFLEDGER_ACTOR, else $USER)."
+)
 @json_option
 def init(path: str | None, name: str | None, actor: str | None, json_flag: bool) -> None:
     """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
@@ -274,7 +276,9 @@ def state(json_flag: bool) -> None:
 @cli.command()
 @click.argument("text")
 @click.option("--tag", "tags", multiple=True, help="A label (repeatable).")
-@click.option("--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR, else $USER).")
+@click.option(
+    "--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR, else $USER)."
+)
 @click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
 @json_option
 def note(

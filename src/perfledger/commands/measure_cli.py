@@ -329,7 +329,9 @@ _common = [
     click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
     click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
     click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
-    click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else $USER)."),
+    click.option(
+        "--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else $USER)."
+    ),
     click.option("--idempotency-key", default=None, help="Retry-safe key."),
     click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
     _json,

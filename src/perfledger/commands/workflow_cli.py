@@ -143,7 +143,9 @@ def _write_command(operation: Operation) -> click.Command:
             f"Schema: `perfledger schema {operation.name}`.",
         ),
         click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
-        click.Option(["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER)."),
+        click.Option(
+            ["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER)."
+        ),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
     ]
     from perfledger.commands import operations

@@ -516,8 +516,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
     lines = [
         f"# Handoff: {h.target_id} — {h.title}",
         "",
-        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:.2f} %"
-        + _resolution_text(h),
+        f"- Primary: {h.primary}, minimum effect {h.min_effect * 100:.2f} %" + _resolution_text(h),
         f"- Primary achieved: {'yes' if h.primary_achieved else 'no'}",
         f"- Champion: {h.champion}"
         + (
