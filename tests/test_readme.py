@@ -62,3 +62,23 @@ def test_readme_python_block_runs(tmp_path: Path, capsys: object) -> None:
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert out.startswith("True 2 ")
+
+
+def test_readme_example_requests_block_runs(tmp_path: Path) -> None:
+    """The loop over ``examples/requests/`` runs from the repository root and ends with the
+    champion it should."""
+    block = next(b for b in _blocks("sh") if "examples/requests" in b)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["TMPDIR"] = str(tmp_path)
+    env.pop("PERFLEDGER_DIR", None)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=README.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "e1" in done.stdout and "t1" in done.stdout

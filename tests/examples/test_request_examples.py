@@ -1,0 +1,44 @@
+"""``examples/requests/``: one valid request per step of a whole optimization session, in order
+(file ``NN-<group>.<verb>.json`` is sent as ``perfledger <group> <verb> --request FILE``). Run
+through the real CLI on a fresh ledger, they must all be accepted and end in a champion and a
+passing audit, so the examples a new user copies can never drift from the schemas and rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from subprocess_env import isolated_env, perfledger_command
+
+REQUESTS = Path(__file__).resolve().parents[2] / "examples" / "requests"
+
+
+def _pl(ledger: Path, env: dict[str, str], *args: str) -> dict:
+    proc = subprocess.run(
+        [*perfledger_command(), "--ledger", str(ledger), *args, "--json"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Path) -> None:
+    env = isolated_env(tmp_path)
+    ledger = tmp_path / "ledger"
+    _pl(ledger, env, "init", str(ledger))
+    files = sorted(REQUESTS.glob("[0-9][0-9]-*.json"))
+    assert len(files) >= 15
+    operations = []
+    for path in files:
+        operation = path.stem.split("-", 1)[1]
+        group, verb = operation.rsplit(".", 1)
+        operations.append(operation)
+        _pl(ledger, env, group, verb, "--request", str(path))
+    for needed in ("target.freeze", "experiment.create", "verdict.record", "champion.select",
+                   "final-audit.record", "handoff.record"):  # fmt: skip
+        assert needed in operations
+    champion = _pl(ledger, env, "champion", "show")["champions"][0]
+    assert (champion["target_id"], champion["champion"]) == ("t1", "e1")
+    report = _pl(ledger, env, "audit")
+    assert report["ok"] is True and report["findings"] == []
