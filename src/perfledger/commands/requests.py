@@ -176,7 +176,7 @@ class ReadinessRecord(Request):
     accuracy_rule: Text | None = None
     driver: Driver | None = None
     environment: Environment
-    statistics: Statistics = Statistics()
+    statistics: Statistics = Field(default_factory=Statistics)
     reports: list[Id] = Field(default_factory=list, max_length=_MAX_ITEMS)
 
 
