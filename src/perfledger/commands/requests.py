@@ -176,7 +176,11 @@ class ReadinessRecord(Request):
     accuracy_rule: Text | None = None
     driver: Driver | None = None
     environment: Environment
-    statistics: Statistics = Field(default_factory=Statistics)
+    # A factory, not an instance: instantiating at import would build the validator eagerly.
+    statistics: Statistics = Field(
+        default_factory=Statistics,
+        json_schema_extra=lambda schema: schema.update(default=Statistics().model_dump()),
+    )
     reports: list[Id] = Field(default_factory=list, max_length=_MAX_ITEMS)
 
 
