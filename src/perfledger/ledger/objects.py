@@ -192,18 +192,24 @@ def parse_commit(sha: bytes, raw: bytes) -> RawCommit:
     return RawCommit(sha, tree, tuple(parents), author, committer, commit_time, message)
 
 
-def commit_info(commit: Commit | RawCommit) -> CommitInfo:
-    """Extract a :class:`CommitInfo` from a parsed commit (trailers not yet verified)."""
-    trailers = parse_trailers(commit.message)
-    event_id = trailers.get("Event-Id")
+def event_trailers(message: bytes) -> tuple[str | None, int, str | None]:
+    """(Event-Id, Lamport, Idempotency-Key) of a commit message, not yet verified: the event id
+    is None for a merge commit, the Lamport clock 0 when absent and -1 when malformed."""
+    trailers = parse_trailers(message)
     lamport_text = trailers.get("Lamport", "0")
     lamport = int(lamport_text) if lamport_text.isdigit() else -1
+    return trailers.get("Event-Id"), lamport, trailers.get("Idempotency-Key")
+
+
+def commit_info(commit: Commit | RawCommit) -> CommitInfo:
+    """Extract a :class:`CommitInfo` from a parsed commit (trailers not yet verified)."""
+    event_id, lamport, key = event_trailers(commit.message)
     return CommitInfo(
         sha=commit.id,
         parents=tuple(commit.parents),
         event_id=event_id,
         lamport=lamport,
-        idempotency_key=trailers.get("Idempotency-Key"),
+        idempotency_key=key,
         tree=commit.tree,
         message=commit.message,
     )

@@ -59,8 +59,8 @@ from perfledger.ledger.objects import (
     build_event_objects,
     build_merge_commit,
     commit_info,
+    event_trailers,
     parse_commit,
-    parse_trailers,
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import maybe_pack
@@ -119,14 +119,8 @@ def _entry_from_raw(raw: bytes) -> _IndexEntry:
     """The index entry of a commit from its raw content (header, blank line, message)."""
     header, _, message = raw.partition(b"\n\n")
     parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
-    trailers = parse_trailers(message)
-    lamport_text = trailers.get("Lamport", "0")
-    return _IndexEntry(
-        trailers.get("Event-Id"),
-        int(lamport_text) if lamport_text.isdigit() else -1,
-        parents,
-        trailers.get("Idempotency-Key"),
-    )
+    event_id, lamport, key = event_trailers(message)
+    return _IndexEntry(event_id, lamport, parents, key)
 
 
 def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
