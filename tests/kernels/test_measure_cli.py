@@ -23,9 +23,15 @@ ORIGINAL = "sha256:" + "0" * 16
 CAND = "sha256:" + "1" * 16
 
 
-def _setup(path: Path, *, primary_unit: str = "ms", primary: str = "time_ms") -> dict[str, Any]:
+def _setup(
+    path: Path,
+    *,
+    primary_unit: str = "ms",
+    primary: str = "time_ms",
+    cases: tuple[str, ...] = ("small", "large"),
+) -> dict[str, Any]:
     """A ledger with a Target (lower-is-better time), readiness carrying this machine's
-    environment, a metric audit and a baseline; no resolution yet."""
+    environment and a test set of ``cases``, a metric audit and a baseline; no resolution yet."""
     env = environment_payload(tools=True)
     ledger = Ledger.init(path, name="m", actor="agent")
     try:
@@ -39,7 +45,8 @@ def _setup(path: Path, *, primary_unit: str = "ms", primary: str = "time_ms") ->
         })  # fmt: skip
         run("readiness.record", {
             "target_id": "t1", "original": {"content_hash": ORIGINAL},
-            "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 2, "cases": ["small", "large"]},
+            "test_set": {"hash": "sha256:" + "a" * 16, "case_count": len(cases),
+                         "cases": list(cases)},
             "accuracy_rule": "exact sum", "driver": {"argv": [sys.executable, str(SUMSQ)]},
             "environment": env["readiness_environment"],
         })  # fmt: skip
@@ -244,11 +251,64 @@ def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     assert out.returncode == 2 and "spec" in json.loads(out.stdout)["error"]["message"]
 
 
+def _head(path: Path, tmp: Path) -> str:
+    return _cli(path, tmp, "log", "-n", "1", "--json").stdout
+
+
+def _refused_r11(proc: subprocess.CompletedProcess[str], *names: str) -> str:
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["rule"] == "R11" and all(name in error["message"] for name in names)
+    return str(error["message"])
+
+
+def test_r11_kernel_spec_cases_outside_the_test_set_are_refused_before_measuring(
+    tmp_path: Path,
+) -> None:
+    """The spec's cases are checked against the Target's test set before any GPU time is spent:
+    the spec's subjects are plain objects here, so running the harness would fail otherwise."""
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _record_resolution(ledger_path)
+    _experiment(ledger_path)
+    spec = tmp_path / "spec.py"
+    spec.write_text("PROBLEMS = {'n16M': object()}\nREFERENCE = object()\nCANDIDATE = object()\n")
+    head = _head(ledger_path, tmp_path)
+    out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
+               "screen", "--spec", str(spec), "--json", "--quiet", check=False)  # fmt: skip
+    _refused_r11(out, "'n16M'", "'large'", "'small'", "spec.py")
+    aa = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", str(spec),
+              "--record", "--json", "--quiet", check=False)  # fmt: skip
+    _refused_r11(aa, "'n16M'")
+    assert _head(ledger_path, tmp_path) == head  # nothing appended
+
+
+def test_r11_workload_cases_outside_the_test_set_are_refused_before_measuring(
+    tmp_path: Path,
+) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _record_resolution(ledger_path)
+    _experiment(ledger_path)
+    head = _head(ledger_path, tmp_path)
+    marker = tmp_path / "ran"
+    cmd = f"touch {marker} && " + _cmd()
+    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+               "screen", "--ref", cmd, "--cand", cmd, "--case", "small", "--case", "huge",
+               "--no-monitor", "--json", "--quiet", check=False)  # fmt: skip
+    assert _refused_r11(out).startswith("R11: the cases ['huge'] of --case are not cases")
+    aa = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", cmd, "--case",
+              "huge", "--record", "--json", "--quiet", check=False)  # fmt: skip
+    _refused_r11(aa, "'huge'")
+    assert not marker.exists()  # refused before any call ran
+    assert _head(ledger_path, tmp_path) == head
+
+
 @pytest.mark.gpu
 def test_measure_kernel_on_gpu(tmp_path: Path) -> None:
     pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
     ledger_path = tmp_path / "ledger"
-    _setup(ledger_path, primary="kernel_time_us", primary_unit="us")
+    _setup(ledger_path, primary="kernel_time_us", primary_unit="us", cases=("n16M",))
     spec = str(ROOT / "examples" / "kernels" / "scale_spec.py")
     aa = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", spec, "--runs",
               "3", "--record", "--json", "--quiet")  # fmt: skip

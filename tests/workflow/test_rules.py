@@ -632,3 +632,19 @@ def test_idempotency_key_returns_the_first_event(ready: Session) -> None:
 def test_figures_are_finite_or_null(ready: Session) -> None:
     figures = ready.run("experiment.create", experiment())["figures"]
     assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in figures.values())
+
+
+def test_r11_cases_must_be_named_by_the_test_set_and_not_outnumber_it() -> None:
+    from perfledger.commands import rules
+    from perfledger.errors import RuleRefused
+    from perfledger.events.workflow import TestSet
+
+    named = TestSet(hash="sha256:" + "a" * 16, case_count=2, cases=("small", "large"))
+    rules.r11_cases_in_test_set(["small", "large", "small"], named, "the samples")  # allowed
+    with pytest.raises(RuleRefused, match=r"\['huge'\] of the samples") as info:
+        rules.r11_cases_in_test_set(["small", "huge"], named, "the samples")
+    assert info.value.rule == "R11"
+    unnamed = TestSet(hash="sha256:" + "a" * 16, case_count=2)
+    rules.r11_cases_in_test_set(["a", "b"], unnamed, "--case")  # cases unnamed: only counted
+    with pytest.raises(RuleRefused, match="--case has 3 cases; the Target's test set has 2"):
+        rules.r11_cases_in_test_set(["a", "b", "c"], unnamed, "--case")

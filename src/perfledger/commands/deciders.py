@@ -414,10 +414,7 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
             raise refuse(
                 "R11", f"metric {name!r} is in {unit!r}; the Target says {metrics[name][0]!r}"
             )
-    known_cases = set(readiness.test_set.cases)
-    cases = {p.case for p in req.pairs}
-    if len(cases) > readiness.test_set.case_count or (known_cases and not cases <= known_cases):
-        raise refuse("R11", "the samples' cases are not cases of the Target's test set")
+    rules.r11_cases_in_test_set((p.case for p in req.pairs), readiness.test_set, "the samples")
     for index, pair in enumerate(req.pairs):
         for side in (pair.ref, pair.cand):
             if side.environment_id != req.environment_id:

@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from perfledger.commands import rules
 from perfledger.errors import BadRequest, MeasurementError
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -150,8 +151,6 @@ def _start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]
 
 def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
     """What a samples request needs from the state: Target, readiness, reference, candidate."""
-    from perfledger.commands import rules
-
     state = ledger.state()
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
@@ -178,6 +177,7 @@ def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
         "candidate_hash": experiment.created.candidate.content_hash,
         "test_set_hash": target.readiness.test_set.hash,
         "cases": list(target.readiness.test_set.cases),
+        "test_set": target.readiness.test_set,
         "primary": target.definition.primary,
         "readiness_environment_id": target.readiness.environment_id,
         "min_pairs": target.readiness.statistics.min_pairs_per_case,
@@ -268,13 +268,11 @@ def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[s
     """Warnings about the samples' windows before they are recorded (R17): the pairs (request
     dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
     make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
-    from perfledger.commands.rules import is_unknown
-
     unexplained = sum(
         1
         for p in pairs
         if (p.get("monitor") or {}).get("foreign_activity")
-        and is_unknown((p.get("monitor") or {}).get("explained"))
+        and rules.is_unknown((p.get("monitor") or {}).get("explained"))
     )
     if not unexplained:
         return []
@@ -504,14 +502,13 @@ def measure_workload(
     chosen = list(cases) or info["cases"]
     if not chosen:
         raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+    rules.r11_cases_in_test_set(chosen, info["test_set"], "--case")
     n_pairs = pairs or max(5, info["min_pairs"])
     units = {**_target_units(info["target"]), **_parse_units(unit_flags)}
     env = environment_payload()
     monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
     if monitor is None and stage != "screen":
-        from perfledger.commands.rules import refuse
-
-        raise refuse(
+        raise rules.refuse(
             "R17",
             f"a formal ({stage}) stage needs the monitor over every sample window, and it is not "
             f"running: {monitor_note}; nothing was measured",
@@ -655,6 +652,7 @@ def measure_kernel(
     spec = load_spec(spec_path)
     if spec["candidate"] is None:
         raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
+    rules.r11_cases_in_test_set(spec["problems"], info["test_set"], f"the spec {spec_path!r}")
     primary = info["primary"]
     scale = _time_scale(primary.unit)
     env = environment_payload()
@@ -814,15 +812,14 @@ def measure_aa(
     if target is None:
         raise BadRequest(f"no Target {target_id!r}")
     primary = target.definition.primary
+    test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
     if cmd is not None:
-        chosen = list(cases) or list(
-            target.readiness.test_set.cases
-            if target.readiness and target.readiness.test_set
-            else []
-        )
+        chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        if test_set is not None:
+            rules.r11_cases_in_test_set(chosen, test_set, "--case")
         run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
         ref_v, cand_v = [], []
         for p in run.pairs:
@@ -850,6 +847,8 @@ def measure_aa(
 
         spec = load_spec(spec_path or "")
         case, problem = next(iter(spec["problems"].items()))
+        if test_set is not None:
+            rules.r11_cases_in_test_set([case], test_set, f"the spec {spec_path!r}")
         monitor, _note = _start_monitor(True)
         comps = []
         try:

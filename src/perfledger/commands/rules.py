@@ -19,6 +19,7 @@ from perfledger.events.workflow import (
     ClaimFigures,
     Reference,
     TargetDefinition,
+    TestSet,
 )
 from perfledger.projections import amdahl
 from perfledger.projections.verdicts import MIN_PAIRS_PER_CASE_FLOOR
@@ -409,6 +410,29 @@ def r11_paths_in_scope(paths: Iterable[str], scope: Iterable[str]) -> None:
             "R11",
             f"changed paths outside the Target's modification scope {globs}: {outside}",
             SCOPE_HINT,
+        )
+
+
+def r11_cases_in_test_set(cases: Iterable[str], test_set: TestSet, source: str) -> None:
+    """R11: compared samples measure cases of the Target's test set: no case the readiness's
+    test set does not name (where it names its cases), and no more distinct cases than its
+    ``case_count``. ``source`` says where the cases come from (a spec file, ``--case``, the
+    request), for the message. Raises: RuleRefused (R11) naming the unknown cases."""
+    chosen = sorted(set(cases))
+    known = set(test_set.cases)
+    unknown = [c for c in chosen if known and c not in known]
+    if unknown:
+        raise refuse(
+            "R11",
+            f"the cases {unknown} of {source} are not cases of the Target's test set "
+            f"{sorted(known)}",
+            "measure the Target's own test cases (readiness names them), or freeze a new Target "
+            "whose test set has these cases",
+        )
+    if len(chosen) > test_set.case_count:
+        raise refuse(
+            "R11",
+            f"{source} has {len(chosen)} cases; the Target's test set has {test_set.case_count}",
         )
 
 
