@@ -33,6 +33,7 @@ from wf_scenario import (
 from perfledger.api import Ledger
 from perfledger.commands.audit import audit
 from perfledger.commands.operations import validate
+from perfledger.commands.requests import dump
 from perfledger.ledger.base import EventDraft
 from perfledger.projections.verdicts import Pair, derive_verdict
 
@@ -44,7 +45,7 @@ def _plant(session: Session, kind: str, payload: Any, op: str | None, body: Any)
     ``op`` is None); returns the event id."""
     request = None
     if op is not None:
-        request = {"op": op, "body": validate(op, body).model_dump(mode="json")}
+        request = {"op": op, "body": dump(validate(op, body))}
     envelope = session.ledger.store.append(
         EventDraft(kind, msgspec.to_builtins(payload), "tampered-tool", request=request)
     )
@@ -240,9 +241,9 @@ def test_audit_of_concurrent_champions_reports_no_finding(ready: Session) -> Non
         {"target_id": T1, "decision": "select", "experiment_id": "e2", "samples_id": "e2-target",
          "candidate_hash": CAND2, "previous": "original", "reason": ""},
         "other-agent",
-        request={"op": "champion.select", "body": validate("champion.select", {
+        request={"op": "champion.select", "body": dump(validate("champion.select", {
             "target_id": T1, "samples_id": "e2-target", "expected_current": "original"
-        }).model_dump(mode="json")},
+        }))},
     )]  # fmt: skip
     _, other_head = store.build_on(base, other)
     ready.champion("e1")

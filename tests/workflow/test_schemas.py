@@ -43,5 +43,5 @@ def test_every_request_is_closed() -> None:
 def test_cli_flag_hints_match_the_models() -> None:
     flag_fields = {field for _, field, _ in COMMON_FLAGS}
     for operation in OPERATIONS:
-        fields = set(request_model(operation).model_fields) & flag_fields
+        fields = set(request_model(operation).__struct_fields__) & flag_fields
         assert set(FIELD_HINTS.get(operation, ())) == fields, operation

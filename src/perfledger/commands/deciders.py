@@ -59,6 +59,7 @@ from perfledger.projections.workflow import TargetView, WorkflowState, open_conf
 
 from . import requests as rq
 from . import rules
+from .requests import dump
 from .rules import refuse
 
 #: Domain prefix of an environment identity hash (R2, R11).
@@ -151,7 +152,7 @@ def decide_target_freeze(
     """``target.freeze`` (R1): freeze a new Target; an existing id is refused (never changes)."""
     rules.r1_target_id_free(state, req.target_id)
     _check_definition(req)
-    definition = _build(TargetDefinition, req.model_dump())
+    definition = _build(TargetDefinition, dump(req))
     return _emit(ctx, TargetFrozen(target=definition))
 
 
@@ -162,7 +163,7 @@ def decide_target_supersede(
     rules.r1_target_current(state, req.target_id)
     rules.r1_target_id_free(state, req.new_target.target_id)
     _check_definition(req.new_target)
-    new = _build(TargetDefinition, req.new_target.model_dump())
+    new = _build(TargetDefinition, dump(req.new_target))
     return _emit(ctx, TargetSuperseded(target_id=req.target_id, reason=req.reason, new_target=new))
 
 
@@ -199,7 +200,7 @@ def decide_readiness_record(
         cases = req.test_set.cases
         if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
             raise refuse("R2", "test-set case names must be distinct and at most case_count")
-    body = req.model_dump()
+    body = dump(req)
     env = body["environment"]
     missing_lineage = tuple(name for name in ENVIRONMENT_FIELDS if rules.is_unknown(env[name]))
     payload = _build(
@@ -230,7 +231,7 @@ def decide_metric_audit_record(
             "does not match the Target",
             "record matches_target=false (results become diagnostic only) or fix the metric",
         )
-    return _emit(ctx, _build(MetricAuditRecorded, req.model_dump()))
+    return _emit(ctx, _build(MetricAuditRecorded, dump(req)))
 
 
 def decide_baseline_record(
@@ -258,7 +259,7 @@ def decide_baseline_record(
     if any(v <= 0 for v in req.values):
         raise BadRequest("metric values must be positive")
     payload = _build(
-        BaselineRecorded, {**req.model_dump(), "median": float(statistics.median(req.values))}
+        BaselineRecorded, {**dump(req), "median": float(statistics.median(req.values))}
     )
     return _emit(ctx, payload)
 
@@ -273,7 +274,7 @@ def decide_resolution_record(
         raise refuse("R4", "record the original's baseline before its measurement resolution")
     if req.repeats < 2:
         raise refuse("R4", "a resolution needs at least 2 repeated original samples")
-    return _emit(ctx, _build(ResolutionEstimated, req.model_dump()))
+    return _emit(ctx, _build(ResolutionEstimated, dump(req)))
 
 
 # ---------------------------------------------------------------------------------- evidence
@@ -309,7 +310,7 @@ def decide_evidence_add(
                 f"ERR_NVGPUCTRPERM is a limitation, not zero metrics: {zeros}",
                 "record the facts as null (not measured) with the limitation",
             )
-    return _emit(ctx, _build(EvidenceRecorded, req.model_dump()))
+    return _emit(ctx, _build(EvidenceRecorded, dump(req)))
 
 
 def decide_upstream_check_record(
@@ -322,7 +323,7 @@ def decide_upstream_check_record(
         rules.r1_target_frozen(state, req.target_id)
     if req.equivalent_exists and rules.is_unknown(req.equivalent):
         raise refuse("R10", "name the equivalent that exists upstream")
-    return _emit(ctx, _build(UpstreamCheckRecorded, req.model_dump()))
+    return _emit(ctx, _build(UpstreamCheckRecorded, dump(req)))
 
 
 # ---------------------------------------------------------------------------------- experiments
@@ -381,7 +382,7 @@ def decide_experiment_create(
             f"{req.serves_secondary!r} is not a pre-declared secondary of Target "
             f"{req.target_id!r} ({sorted(secondaries)})",
         )
-    payload = _build(ExperimentCreated, {**req.model_dump(), "figures": figures})
+    payload = _build(ExperimentCreated, {**dump(req), "figures": figures})
     return _emit(ctx, payload)
 
 
@@ -474,7 +475,7 @@ def decide_samples_record(
         raise refuse("R11", "the samples' candidate is not the experiment's candidate")
     if req.candidate_hash == req.reference.content_hash:
         raise refuse("R11", "a candidate must differ from its reference")
-    reference = msgspec.convert(req.reference.model_dump(), Reference)
+    reference = msgspec.convert(dump(req.reference), Reference)
     if req.stage == "final_audit":
         if target.champion != req.experiment_id:
             raise refuse(
@@ -499,7 +500,7 @@ def decide_samples_record(
             rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
     _samples_common(target, req)
     pairs = req.pairs
-    body = req.model_dump()
+    body = dump(req)
     payload = _build(
         SamplesRecorded,
         {
@@ -808,7 +809,7 @@ def decide_reject(state: WorkflowState, req: rq.Reject, ctx: DecisionContext) ->
         experiment, req.closes, req.local_proxy, req.discriminating_evidence_ids, state
     )
     payload = _build(
-        CandidateRejected, {**req.model_dump(), "target_id": experiment.created.target_id}
+        CandidateRejected, {**dump(req), "target_id": experiment.created.target_id}
     )
     return _emit(ctx, payload)
 
@@ -838,7 +839,7 @@ def decide_reconcile(
         raise refuse("R7", f"added cost must be >= 0, got {model.added_cost}")
     if model.affected_share is not None and not 0.0 < model.affected_share <= 1.0:
         raise refuse("R7", f"affected share {model.affected_share} must lie in (0, 1]")
-    corrected = _build(CorrectedModel, {**model.model_dump(), "bound": bound})
+    corrected = _build(CorrectedModel, {**dump(model), "bound": bound})
     payload = ReconciliationRecorded(
         target_id=experiment.created.target_id,
         experiment_id=req.experiment_id,
@@ -934,7 +935,7 @@ def decide_host_advice_record(
         raise BadRequest(f"advice {req.advice_id!r} is already recorded")
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
-    return _emit(ctx, _build(HostAdviceRecorded, req.model_dump()))
+    return _emit(ctx, _build(HostAdviceRecorded, dump(req)))
 
 
 def decide_handoff_record(
@@ -990,7 +991,7 @@ def decide_handoff_record(
                 "R18",
                 f"budget {field}: used {used} and left {left} do not add up to the Target's {total}",
             )
-    return _emit(ctx, _build(HandoffRecorded, req.model_dump()))
+    return _emit(ctx, _build(HandoffRecorded, dump(req)))
 
 
 def decide_conflict_resolve(

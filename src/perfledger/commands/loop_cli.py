@@ -304,7 +304,7 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
 
     Raises: BadRequest for a malformed methods.json or a wrong run/iteration; RuleRefused with
         the rule for a selection the deciders would refuse."""
-    from pydantic import ValidationError
+    import msgspec
 
     from perfledger.commands import loop_deciders, loop_rules
     from perfledger.commands.loop_requests import AxisSelectionModel
@@ -315,10 +315,12 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
     unknown = sorted(set(methods) - {"compute", "memory", "latency"})
     if unknown:
         raise BadRequest(f"methods.json: unknown axis {', '.join(unknown)}")
-    try:
-        selection = {axis: AxisSelectionModel.model_validate(v) for axis, v in methods.items()}
-    except ValidationError as exc:
-        raise BadRequest(f"methods.json: {condense(exc)}") from None
+    selection = {}
+    for axis, value in methods.items():
+        try:
+            selection[axis] = msgspec.convert(value, AxisSelectionModel)
+        except msgspec.ValidationError as exc:
+            raise BadRequest(f"methods.json: {axis}.{condense(exc)}") from None
     run = loop_deciders._run(state, run_id)
     loop_deciders._open_iteration(run, iteration)
     loop_rules.r25_attempts_left(run, iteration)

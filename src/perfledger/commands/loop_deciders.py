@@ -24,6 +24,7 @@ import msgspec
 from perfledger.commands import loop_requests as lrq
 from perfledger.commands import loop_rules
 from perfledger.commands.deciders import DecisionContext
+from perfledger.commands.requests import dump
 from perfledger.commands.rules import refuse
 from perfledger.errors import BadRequest
 from perfledger.events import catalog as cat
@@ -113,7 +114,7 @@ def _open_iteration(run: RunView, iteration: int) -> None:
 
 
 def _correctness(model: lrq.CorrectnessModel) -> Correctness:
-    return msgspec.convert(model.model_dump(), Correctness)
+    return msgspec.convert(dump(model), Correctness)
 
 
 # ----------------------------------------------------------------------------- setup

@@ -1,6 +1,6 @@
 """The operation registry: name -> request model, decider, event kind, CLI group/verb.
 
-This module is cheap to import (no pydantic, no numpy): the CLI builds its commands from
+This module is cheap to import (no request models, no numpy): the CLI builds its commands from
 :data:`OPERATIONS`; the request models and deciders load on first use (:func:`request_model`,
 :func:`decider`).
 
@@ -19,6 +19,7 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -298,7 +299,7 @@ def get_operation(name: str) -> Operation:
 
 
 def request_model(name: str) -> Any:
-    """Return the pydantic request model of operation ``name``."""
+    """Return the request model (a closed msgspec Struct) of operation ``name``."""
     operation = get_operation(name)
     return getattr(importlib.import_module(operation.models_module), operation.model)
 
@@ -310,37 +311,53 @@ def decider(name: str) -> Any:
 
 
 def json_schema(name: str) -> dict[str, Any]:
-    """Return the JSON Schema of operation ``name``'s request."""
-    return request_model(name).model_json_schema()
+    """Return the JSON Schema (draft 2020-12) of operation ``name``'s request: the request's own
+    object schema at the top, the models it nests under ``$defs``."""
+    import msgspec
+
+    model = request_model(name)
+    schema = msgspec.json.schema(model)
+    defs = schema.pop("$defs", {})
+    root: dict[str, Any] = defs.pop(model.__name__)
+    return {**root, "$defs": defs} if defs else root
 
 
-def condense(exc: Any, limit: int = 5) -> str:
-    """Condense a pydantic ValidationError into one line per error (at most ``limit``), unknown
-    fields first (the likeliest typo)."""
-    parts = []
-    errors = exc.errors(include_url=False, include_input=False)
-    errors.sort(key=lambda error: error["type"] != "extra_forbidden")
-    for error in errors[:limit]:
-        where = ".".join(str(part) for part in error["loc"]) or "(request)"
-        parts.append(f"{where}: {error['msg']}")
-    more = len(errors) - limit
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+#: A ``- at `$.path``` suffix of a msgspec validation message.
+_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+#: The finite bounds of :data:`perfledger.commands.requests.Number` as msgspec words them.
+_FINITE = re.compile(r"Expected `float` [<>]= -?1\.7976931348623157e\+308")
+
+
+def condense(exc: Exception) -> str:
+    """One line for a msgspec ValidationError: ``where: what`` with ``where`` the field path
+    (``pairs.0.ref.values``; ``(request)`` at the top); a NaN or infinite number is named so."""
+    message = str(exc)
+    where = "(request)"
+    match = _AT.search(message)
+    if match:
+        message = message[: match.start()]
+        path = re.sub(r"\[(\d+)\]", r".\1", match.group("path")).lstrip(".")
+        where = path or where
+    message = _FINITE.sub("Expected a finite number (NaN and ±Infinity are refused)", message)
+    return f"{where}: {message}"
 
 
 def validate(name: str, body: Any) -> Any:
-    """Validate ``body`` (builtins) against operation ``name``'s closed request model.
+    """Validate ``body`` (builtins) against operation ``name``'s closed request model (strict
+    msgspec conversion: unknown fields, wrong types, out-of-range or non-finite numbers and
+    over-long strings or lists are refused).
 
     Returns: the request model instance.
-    Raises: BadRequest with the condensed validation errors (never a traceback).
+    Raises: BadRequest naming the first invalid field (never a traceback).
     """
-    from pydantic import ValidationError
+    import msgspec
 
     model = request_model(name)
     if not isinstance(body, dict):
         raise BadRequest(f"{name}: the request must be a JSON object, got {type(body).__name__}")
     try:
-        return model.model_validate(body)
-    except ValidationError as exc:
+        return msgspec.convert(body, model)
+    except msgspec.ValidationError as exc:
         raise BadRequest(
             f"{name}: invalid request: {condense(exc)}",
             hint=f"see `perfledger schema {name}`",
@@ -351,7 +368,9 @@ def validate(name: str, body: Any) -> Any:
 
 def stored_request(name: str, request: Any) -> dict[str, Any]:
     """The envelope's ``request``: ``{"op": name, "body": the validated body as JSON}``."""
-    return {"op": name, "body": request.model_dump(mode="json")}
+    from perfledger.commands.requests import dump
+
+    return {"op": name, "body": dump(request)}
 
 
 def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[Any]:

@@ -7,7 +7,7 @@ fields. ``--json`` answers with one object; ``--idempotency-key`` makes a retry 
 event; ``--actor`` names who decides (default ``$PERFLEDGER_ACTOR``, else ``$USER``).
 
 Read commands: ``target show``, ``experiment show|list``, ``champion show`` and ``schema OP``.
-This module imports only click at load time; pydantic, the deciders and (for verdicts) numpy
+This module imports only click at load time; the request models, the deciders and (for verdicts) numpy
 load inside the commands that need them. :func:`commands` returns the click commands that
 ``perfledger.commands.cli`` adds to its group.
 """
@@ -183,7 +183,7 @@ def _write_command(operation: Operation) -> click.Command:
 
 
 #: Which common-flag fields each operation's request has, so that building the CLI needs no
-#: pydantic import (kept in step with the models by ``tests/workflow/test_schemas.py``).
+#: import of the request models (kept in step with the models by ``tests/workflow/test_schemas.py``).
 FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "target.supersede": ("target_id",),
     "readiness.record": ("target_id",),
