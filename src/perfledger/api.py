@@ -19,6 +19,7 @@ from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
 from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_snapshot
+from perfledger.ledger.lazy_state import LazyStruct, encode_fields
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
@@ -177,8 +178,16 @@ class Ledger:
         return self.store.append_batch(drafts)
 
     def transact(self, decide: Decide) -> list[Envelope]:
-        """Run ``decide`` on the current head and append its drafts; re-decided on a lost race."""
-        return self.store.transact(decide)
+        """Run ``decide`` on the current head and append its drafts; re-decided on a lost race.
+
+        When the state is in memory (``decide`` read it), the appended events are folded into
+        it at once, so that the state cache written at :meth:`close` is at the new head: the
+        next command then starts from it instead of reading these events back and folding
+        them itself."""
+        envelopes = self.store.transact(decide)
+        if envelopes and self._memo is not None:
+            self._fold_forward(self._memo, self.head())
+        return envelopes
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -250,10 +259,13 @@ class Ledger:
         """Return the projection's state at the current head (see :meth:`state_at`)."""
         return self.state_at(self.head())
 
-    def state_at(self, head: str) -> Any:
+    def state_at(self, head: str, *, lazy: bool = False) -> Any:
         """Return the projection's state at commit ``head`` (hex) of the ledger branch.
 
         The state is read-only for the caller (this ledger keeps folding new events into it).
+        With ``lazy``, a state read from the cache may come back as a
+        :class:`~perfledger.ledger.lazy_state.LazyStruct` that decodes a field on first access
+        (what a decider reads, not the whole state): for the deciders of a write.
         Sources, cheapest first: the state held in memory when the head moved linearly past it
         (appends in this process); the derived cache on disk when its key matches; the cache
         plus the new events when the head moved linearly past it; a fold from zero otherwise.
@@ -263,17 +275,14 @@ class Ledger:
         memo = self._memo
         if memo is not None and memo.code_version != self._code_version():
             memo = self._memo = None  # a kind's schema version changed: refold
-        if memo is not None:
-            if memo.head == head:
-                return memo.state
-            if self._fold_forward(memo, head):
-                return memo.state
+        if memo is not None and (memo.head == head or self._fold_forward(memo, head)):
+            return self._handed_out(memo, lazy)
         code_version = self._code_version()
         snapshot = load_snapshot(self.store.derived_dir, self.projection.name, code_version)
         if snapshot is not None:
             start = _Memo(
                 snapshot.head,
-                msgspec.msgpack.decode(snapshot.state, type=self.projection.state_type),
+                LazyStruct(self.projection.state_type, snapshot.sections),
                 snapshot.count,
                 (snapshot.last_lamport, snapshot.last_id),
                 dirty=0,
@@ -282,7 +291,7 @@ class Ledger:
             if snapshot.head == head or self._fold_forward(start, head):
                 self._memo = start
                 self._maybe_save()
-                return start.state
+                return self._handed_out(start, lazy)
         state = self.projection.initial()
         count, last = 0, (0, "")
         for event in self.events_at(head):
@@ -291,6 +300,14 @@ class Ledger:
         self._memo = _Memo(head, state, count, last, dirty=count or 1, code_version=code_version)
         self._maybe_save()
         return state
+
+    @staticmethod
+    def _handed_out(memo: _Memo, lazy: bool) -> Any:
+        """The memo's state as a caller gets it: a LazyStruct only where ``lazy`` asks for it;
+        otherwise materialized once, in place, into the projection's Struct."""
+        if not lazy and isinstance(memo.state, LazyStruct):
+            memo.state = memo.state.materialize()
+        return memo.state
 
     def _fold_forward(self, memo: _Memo, head: str) -> bool:
         """Fold the events between ``memo.head`` and ``head`` into ``memo`` when the head moved
@@ -317,10 +334,8 @@ class Ledger:
         memo = self._memo
         if memo is None or memo.dirty == 0 or (not force and memo.dirty < _SAVE_EVERY_EVENTS):
             return
-        snapshot = Snapshot(
-            memo.head, self._code_version(), memo.count, *memo.last,
-            msgspec.msgpack.encode(memo.state),
-        )  # fmt: skip
+        sections = encode_fields(memo.state)
+        snapshot = Snapshot(memo.head, self._code_version(), memo.count, *memo.last, sections)
         with contextlib.suppress(OSError):  # a read-only ledger only loses speed
             save_snapshot(self.store.derived_dir, self.projection.name, snapshot)
         memo.dirty = 0

@@ -211,6 +211,7 @@ def test_audit_is_independent_of_a_poisoned_cache(ready: Session) -> None:
     honest = audit(ready.ledger)
     assert honest.ok
     from perfledger.ledger.cache import load_snapshot, save_snapshot
+    from perfledger.ledger.lazy_state import encode_fields
 
     ledger = ready.ledger
     ready.state()  # the state at the head ...
@@ -219,7 +220,7 @@ def test_audit_is_independent_of_a_poisoned_cache(ready: Session) -> None:
     code = reopened._code_version()
     snapshot = load_snapshot(reopened.store.derived_dir, "workflow", code)
     assert snapshot is not None and snapshot.head == reopened.head()
-    lie = msgspec.msgpack.encode(reopened.projection.initial())
+    lie = encode_fields(reopened.projection.initial())
     save_snapshot(reopened.store.derived_dir, "workflow", snapshot.__class__(
         snapshot.head, code, snapshot.count, snapshot.last_lamport, snapshot.last_id, lie))  # fmt: skip
     reopened._memo = None

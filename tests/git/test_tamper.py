@@ -562,23 +562,21 @@ def _forge_cache(path: Path) -> None:
     wrong counts, a cached state_hash that is not the state's, and an index that swaps two
     events' commits and forgets the rest."""
     cache_dir = path / "perfledger" / "cache"
-    (snapshot_file,) = (p for p in cache_dir.glob("*.msgpack") if not p.stem.endswith(".hash"))
+    snapshot_file = cache_dir / "workflow.msgpack"
     (hash_file,) = cache_dir.glob("*.hash.msgpack")
     cached_hash = msgspec.msgpack.decode(hash_file.read_bytes(), type=StateHash)
     hash_file.write_bytes(
         msgspec.msgpack.encode(StateHash(cached_hash.head, cached_hash.code_version, "0" * 64))
     )
-    raw = msgspec.msgpack.decode(snapshot_file.read_bytes(), type=Snapshot)
-    loaded = load_snapshot(str(path / "perfledger"), snapshot_file.stem, raw.code_version)
+    code_version = msgspec.msgpack.decode(snapshot_file.read_bytes())["code_version"]
+    loaded = load_snapshot(str(path / "perfledger"), snapshot_file.stem, code_version)
     assert loaded is not None
-    state = msgspec.msgpack.decode(loaded.state)
-    state.update(event_count=999, notes=998, name="forged")
+    forged = {"event_count": 999, "notes": 998, "name": "forged"}
+    sections = {**loaded.sections, **{k: msgspec.msgpack.encode(v) for k, v in forged.items()}}
     save_snapshot(
         str(path / "perfledger"),
         snapshot_file.stem,
-        Snapshot(
-            loaded.head, loaded.code_version, 999, 999, "f" * 64, msgspec.msgpack.encode(state)
-        ),
+        Snapshot(loaded.head, loaded.code_version, 999, 999, "f" * 64, sections),
     )
     index_files = list((path / "perfledger").glob("index*"))
     assert index_files, "no derived index to forge"

@@ -439,7 +439,7 @@ def execute(
     run = decider(name)
 
     def decide_at(view: Any) -> list[Any]:
-        drafts = run(ledger.state_at(view.head), request, ctx)
+        drafts = run(ledger.state_at(view.head, lazy=True), request, ctx)
         if artifacts:
             from dataclasses import replace
 

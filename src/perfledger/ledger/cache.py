@@ -8,12 +8,20 @@ one that does not decode.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
+import blake3
 import msgspec
 
 #: Part of every cache key: a snapshot written by another perfledger version is not used.
-CACHE_FORMAT = 1
+#: Format 2: a manifest plus one content-addressed file per state field (format 1: one file).
+CACHE_FORMAT = 2
+
+#: Unreferenced section files younger than this are kept: a concurrent writer may be about to
+#: name them in its manifest.
+SECTION_GRACE_S = 10.0
 
 
 class Snapshot(msgspec.Struct):
@@ -25,7 +33,8 @@ class Snapshot(msgspec.Struct):
         count: number of events folded.
         last_lamport: Lamport clock of the last folded event.
         last_id: id of the last folded event.
-        state: the msgpack encoding of the state.
+        sections: the state's fields, each msgpack-encoded on its own (field encode name ->
+            bytes; see :func:`perfledger.ledger.lazy_state.encode_fields`).
     """
 
     head: str
@@ -33,32 +42,95 @@ class Snapshot(msgspec.Struct):
     count: int
     last_lamport: int
     last_id: str
-    state: bytes
+    sections: dict[str, bytes]
+
+
+class _Manifest(msgspec.Struct):
+    """What ``<name>.msgpack`` holds: the snapshot's key and, per field, its section file."""
+
+    head: str
+    code_version: str
+    count: int
+    last_lamport: int
+    last_id: str
+    sections: dict[str, str]
 
 
 def _path(derived_dir: str, name: str) -> str:
     return os.path.join(derived_dir, "cache", f"{name}.msgpack")
 
 
+def _section_name(name: str, data: bytes) -> str:
+    """A section's file name: the projection, then blake3 of its bytes (content-addressed: a
+    field that did not change keeps its file, and is not written again)."""
+    return f"{name}.s.{blake3.blake3(data).hexdigest()[:40]}.msgpack"
+
+
 def load_snapshot(derived_dir: str, name: str, code_version: str) -> Snapshot | None:
-    """Return the snapshot of projection ``name`` if it exists and matches ``code_version``."""
+    """Return the snapshot of projection ``name`` if it exists, matches ``code_version`` and
+    every section file it names is present; None otherwise (a cache miss)."""
+    directory = os.path.join(derived_dir, "cache")
     try:
         with open(_path(derived_dir, name), "rb") as f:
-            snapshot = msgspec.msgpack.decode(f.read(), type=Snapshot)
+            manifest = msgspec.msgpack.decode(f.read(), type=_Manifest)
+        if manifest.code_version != code_version:
+            return None
+        sections = {}
+        for field, file_name in manifest.sections.items():
+            with open(os.path.join(directory, file_name), "rb") as f:
+                sections[field] = f.read()
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return snapshot if snapshot.code_version == code_version else None
+    return Snapshot(
+        manifest.head, manifest.code_version, manifest.count, manifest.last_lamport,
+        manifest.last_id, sections,
+    )  # fmt: skip
 
 
 def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
-    """Write the snapshot atomically (temp file + rename). Errors are the caller's to ignore:
-    a cache that cannot be written only costs speed."""
+    """Write the snapshot: each section file that does not exist yet (temp file + rename), then
+    the manifest (temp file + rename: readers see the old snapshot or the new one), then remove
+    section files no manifest names any more (older than :data:`SECTION_GRACE_S`). Errors are
+    the caller's to ignore: a cache that cannot be written only costs speed."""
+    directory = os.path.join(derived_dir, "cache")
+    os.makedirs(directory, exist_ok=True)
+    names = {}
+    for field, data in snapshot.sections.items():
+        file_name = names[field] = _section_name(name, data)
+        path = os.path.join(directory, file_name)
+        if os.path.exists(path):
+            os.utime(path)  # in use again: not garbage for a concurrent writer
+            continue
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    manifest = _Manifest(
+        snapshot.head, snapshot.code_version, snapshot.count, snapshot.last_lamport,
+        snapshot.last_id, names,
+    )  # fmt: skip
     path = _path(derived_dir, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
-        f.write(msgspec.msgpack.encode(snapshot))
+        f.write(msgspec.msgpack.encode(manifest))
     os.replace(tmp, path)
+    _collect_sections(directory, name, set(names.values()))
+
+
+def _collect_sections(directory: str, name: str, keep: set[str]) -> None:
+    """Remove ``name``'s section files that are not in ``keep`` and older than the grace."""
+    cutoff = time.time() - SECTION_GRACE_S
+    prefix = f"{name}.s."
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if (
+                entry.name.startswith(prefix)
+                and entry.name.endswith(".msgpack")
+                and entry.name not in keep
+            ):
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
 
 
 class StateHash(msgspec.Struct):
