@@ -808,9 +808,7 @@ def decide_reject(state: WorkflowState, req: rq.Reject, ctx: DecisionContext) ->
     rules.r15_rejection_scope(
         experiment, req.closes, req.local_proxy, req.discriminating_evidence_ids, state
     )
-    payload = _build(
-        CandidateRejected, {**dump(req), "target_id": experiment.created.target_id}
-    )
+    payload = _build(CandidateRejected, {**dump(req), "target_id": experiment.created.target_id})
     return _emit(ctx, payload)
 
 
