@@ -274,3 +274,29 @@ def test_fuzz_examples_exercise_every_mutation(tmp_path: Path) -> None:
 
     collect()
     assert seen == set(MUTATIONS)
+
+
+@pytest.mark.parametrize(
+    ("literal", "said"),
+    [("NaN", "NaN is not a number"), ("-Infinity", "-Infinity is not a number"),
+     ("1e999", "1e999 is beyond the range of a double")],
+)  # fmt: skip
+def test_non_finite_json_literals_are_named_in_the_refusal(
+    fuzz_ledger: Ledger, literal: str, said: str
+) -> None:
+    """Python's json reads NaN, Infinity and 1e999 as floats; a request holding one is refused
+    (exit 2) with the literal named, before any validation or decision."""
+    body = json.dumps(BASES["resolution.record"]).replace(
+        '"resolution": 0.01', f'"resolution": {literal}'
+    )
+    assert literal in body
+    head = fuzz_ledger.head()
+    done = subprocess.run(
+        [sys.executable, "-m", "perfledger", "--ledger", fuzz_ledger.path, "resolution",
+         "record", "--json", "--request", "-"],
+        input=body.encode(), capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 2 and said in error["message"], done.stdout
+    with Ledger.open(fuzz_ledger.path) as again:
+        assert again.head() == head

@@ -65,6 +65,20 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def _refuse_non_finite(literal: str) -> float:
+    """``json.loads``' hook for ``NaN``, ``Infinity`` and ``-Infinity``: refused."""
+    raise ValueError(f"{literal} is not a number a request may hold (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    """``json.loads``' float parser: a literal beyond the double range (``1e999``) is refused
+    rather than read as infinity."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is beyond the range of a double (numbers must be finite)")
+    return value
+
+
 def read_request(source: str | None) -> dict[str, Any]:
     """Read a JSON request object from ``source`` (a path, or ``-`` for stdin); an empty object
     when ``source`` is None. Raises: BadRequest for unreadable or malformed JSON."""
@@ -83,7 +97,12 @@ def read_request(source: str | None) -> dict[str, Any]:
     import json
 
     try:
-        body = json.loads(data, object_pairs_hook=_no_duplicate_keys)
+        body = json.loads(
+            data,
+            object_pairs_hook=_no_duplicate_keys,
+            parse_constant=_refuse_non_finite,
+            parse_float=_finite_float,
+        )
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"the request is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
