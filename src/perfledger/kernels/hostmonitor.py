@@ -24,10 +24,11 @@ Imports: standard library only (kernels imports events at most, SPEC.md section 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from perfledger.kernels.sampler import PeriodicSampler
 
 #: The host's CPU counters (Linux).
 PROC_STAT = "/proc/stat"
@@ -126,7 +127,7 @@ def read_host(proc_stat: str = PROC_STAT) -> HostObservation:
     return HostObservation(time.monotonic(), busy, own, os.getloadavg()[0])
 
 
-class HostMonitor:
+class HostMonitor(PeriodicSampler[HostObservation]):
     """A background thread reading the host's CPU counters at ``hz`` (see the module docstring).
 
     The interface matches what ``perfledger measure workload`` uses of the GPU
@@ -147,64 +148,19 @@ class HostMonitor:
         thresholds: HostThresholds = HostThresholds(),
         proc_stat: str = PROC_STAT,
     ) -> None:
-        if not hz > 0:
-            raise ValueError("hz must be > 0")
-        self.hz = hz
+        super().__init__(
+            lambda: read_host(proc_stat),
+            hz=hz,
+            thread_name="perfledger-host",
+            initial=[read_host(proc_stat)],
+        )
         self.thresholds = thresholds
         self.proc_stat = proc_stat
         self.cpus = os.cpu_count() or 1
-        self._obs: list[HostObservation] = [read_host(proc_stat)]
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.errors = 0
-
-    def read_now(self) -> HostObservation:
-        """Take one observation synchronously and keep it."""
-        obs = read_host(self.proc_stat)
-        with self._lock:
-            self._obs.append(obs)
-        return obs
-
-    def _run(self) -> None:
-        period = 1.0 / self.hz
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                self.read_now()
-            except Exception:
-                self.errors += 1
-            next_t += period
-            self._stop.wait(max(0.0, next_t - time.monotonic()))
-
-    def start(self) -> HostMonitor:
-        """Start the reading thread (a daemon); returns self."""
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="perfledger-host", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the thread (one more observation is taken at the end, so the last window is
-        bracketed)."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-        try:
-            self.read_now()
-        except Exception:
-            self.errors += 1
 
     def calibrate(self) -> frozenset[int]:
         """Nothing to learn on a host (our CPU time is read directly); returns our PID."""
         return frozenset({os.getpid()})
-
-    def observations(self) -> list[HostObservation]:
-        """A copy of the observations so far, sorted by time."""
-        with self._lock:
-            return sorted(self._obs, key=lambda o: o.t_s)
 
     def verdict(self, start_s: float, end_s: float) -> HostWindowVerdict:
         """The foreign-activity verdict of ``[start_s, end_s]`` (monotonic seconds); call it

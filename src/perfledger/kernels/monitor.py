@@ -32,11 +32,12 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from perfledger.kernels.sampler import PeriodicSampler
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*; same values as the older
 #: nvmlClocksThrottleReason* names).
@@ -282,7 +283,7 @@ class IdleCheck:
     processes_unknown: bool = False
 
 
-class Monitor:
+class Monitor(PeriodicSampler[Observation]):
     """A background thread sampling a source (default: NVML of GPU 0) at ``hz``.
 
     Use as a context manager (``with Monitor() as m:``) or :meth:`start`/:meth:`stop`;
@@ -303,56 +304,10 @@ class Monitor:
         thresholds: Thresholds = Thresholds(),
         device_index: int = 0,
     ) -> None:
-        if not hz > 0:
-            raise ValueError("hz must be > 0")
+        super().__init__(lambda: self.source(), hz=hz, thread_name="perfledger-monitor")
         self.source = source if source is not None else NvmlSource(device_index)
-        self.hz = hz
         self.thresholds = thresholds
         self.own_pids: frozenset[int] = frozenset({os.getpid()})
-        self._obs: list[Observation] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.errors = 0
-
-    def read_now(self) -> Observation:
-        """Take one observation synchronously and keep it."""
-        obs = self.source()
-        with self._lock:
-            self._obs.append(obs)
-        return obs
-
-    def _run(self) -> None:
-        period = 1.0 / self.hz
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                self.read_now()
-            except Exception:
-                self.errors += 1
-            next_t += period
-            self._stop.wait(max(0.0, next_t - time.monotonic()))
-
-    def start(self) -> Monitor:
-        """Start the sampling thread (a daemon); returns self."""
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="perfledger-monitor", daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the sampling thread (one more observation is taken at the end)."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-            try:
-                self.read_now()
-            except Exception:
-                self.errors += 1
 
     def __enter__(self) -> Monitor:
         return self.start()
@@ -362,11 +317,6 @@ class Monitor:
         close = getattr(self.source, "close", None)
         if close is not None:
             close()
-
-    def observations(self) -> list[Observation]:
-        """A copy of the observations so far, sorted by time."""
-        with self._lock:
-            return sorted(self._obs, key=lambda o: o.t_s)
 
     def calibrate(self) -> frozenset[int]:
         """Learn which compute processes are ours: call it right after this process created its
