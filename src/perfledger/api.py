@@ -118,10 +118,17 @@ class Ledger:
 
     @classmethod
     def init(
-        cls, path: str | os.PathLike[str], *, name: str | None = None, actor: str = "perfledger"
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        actor: str = "perfledger",
+        remember_actor: bool = False,
     ) -> Ledger:
-        """Create a ledger at ``path`` (see :meth:`GitStore.init`) and open it."""
-        return cls(GitStore.init(path, name=name, actor=actor))
+        """Create a ledger at ``path`` (see :meth:`GitStore.init`) and open it; with
+        ``remember_actor``, ``actor`` is written to the clone's git config
+        (``perfledger.actor``) as the CLI's default actor."""
+        return cls(GitStore.init(path, name=name, actor=actor, remember_actor=remember_actor))
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Ledger:

@@ -1,10 +1,11 @@
 """Smaller things a new user stumbled on (issue 9, item 9), through the real console script:
-``perfledger schema`` without an operation lists the operations, and every ``--actor`` help
-states the same default."""
+``perfledger schema`` without an operation lists the operations, every ``--actor`` help
+states the same default, and ``init --actor`` is remembered as the clone's default actor."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import pytest
@@ -27,4 +28,39 @@ def test_schema_without_operation_lists_the_operations(cli: Any) -> None:
 )  # fmt: skip
 def test_actor_help_states_one_default(cli: Any, command: tuple[str, ...]) -> None:
     text = " ".join(cli(*command, "--help").stdout.split())
-    assert "$PERFLEDGER_ACTOR, else $USER" in text
+    assert "(default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)" in text
+
+
+def _config_actor(ledger: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", ledger, "config", "perfledger.actor"],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+
+
+def test_init_actor_is_remembered_as_the_default_actor(
+    cli: Any, cli_env: dict[str, str], tmp_path: Any
+) -> None:
+    """`init --actor` writes perfledger.actor to the clone's config; later commands that name
+    no actor use it, before $USER; $PERFLEDGER_ACTOR and --actor still win."""
+    ledger = str(tmp_path / "ledger")
+    env = {**cli_env, "USER": ""}  # an empty $USER, as on the new user's machine
+    assert cli("init", ledger, "--actor", "Jane Doe", env=env).returncode == 0
+    assert _config_actor(ledger, env).stdout.strip() == "Jane Doe"
+    env["PERFLEDGER_DIR"] = ledger
+    assert cli("note", "remembered", env=env).returncode == 0
+    assert cli("note", "still remembered", env={**env, "USER": "someone-else"}).returncode == 0
+    assert cli("note", "named", "--actor", "bot-1", env=env).returncode == 0
+    assert (
+        cli("note", "from the environment", env={**env, "PERFLEDGER_ACTOR": "agent-2"}).returncode
+        == 0
+    )
+    actors = [e["actor"] for e in json.loads(cli("log", "--json", env=env).stdout)["events"]]
+    assert actors == ["agent-2", "bot-1", "Jane Doe", "Jane Doe", "Jane Doe"]
+
+
+def test_init_without_actor_remembers_nothing(
+    cli: Any, cli_env: dict[str, str], tmp_path: Any
+) -> None:
+    ledger = str(tmp_path / "ledger")
+    assert cli("init", ledger, env=cli_env).returncode == 0
+    got = _config_actor(ledger, cli_env)
+    assert got.returncode == 1 and got.stdout == ""

@@ -130,7 +130,11 @@ def cli(click_ctx: click.Context, ledger: str | None, json_mode: bool) -> None:
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--name", default=None, help="The ledger's name (default: the directory name).")
 @click.option(
-    "--actor", default=None, help="Who creates it (default: $PERFLEDGER_ACTOR, else $USER)."
+    "--actor",
+    default=None,
+    help="Who creates it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER); "
+    "--actor is also remembered in this clone's git config as perfledger.actor, the actor of "
+    "later commands that name none.",
 )
 @json_option
 def init(path: str | None, name: str | None, actor: str | None, json_flag: bool) -> None:
@@ -140,7 +144,7 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
     from perfledger.api import LEDGER_ENV, Ledger
 
     target = path or ctx.ledger_path or os.environ.get(LEDGER_ENV) or os.getcwd()
-    ledger = Ledger.init(target, name=name, actor=_actor(actor))
+    ledger = Ledger.init(target, name=name, actor=_actor(actor), remember_actor=actor is not None)
     try:
         root = next(iter(ledger.log(1)))
         if ctx.json_mode:
@@ -155,7 +159,32 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
 
 
 def _actor(actor: str | None) -> str:
-    return actor or os.environ.get("PERFLEDGER_ACTOR") or os.environ.get("USER") or "perfledger"
+    """Who a command acts as: ``--actor``, else ``$PERFLEDGER_ACTOR``, else the ledger's
+    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``perfledger``."""
+    return (
+        actor
+        or os.environ.get("PERFLEDGER_ACTOR")
+        or _remembered_actor()
+        or os.environ.get("USER")
+        or "perfledger"
+    )
+
+
+def _remembered_actor() -> str | None:
+    """The ``perfledger.actor`` git config of the ledger this command works on (written by
+    ``init --actor``; local to the clone, like git's ``user.name``), or None."""
+    from perfledger.api import find_ledger_path
+    from perfledger.ledger.gitdir import find_controldir, read_section
+
+    click_ctx = click.get_current_context(silent=True)
+    ctx = click_ctx.find_object(Context) if click_ctx is not None else None
+    try:
+        location = find_controldir(find_ledger_path(ctx.ledger_path if ctx else None))
+    except (PerfledgerError, OSError):
+        return None
+    section = read_section(location.controldir, b"perfledger") if location else None
+    value = (section or {}).get(b"actor")
+    return value.decode("utf-8", "replace") if value else None
 
 
 @cli.command()
@@ -277,7 +306,7 @@ def state(json_flag: bool) -> None:
 @click.argument("text")
 @click.option("--tag", "tags", multiple=True, help="A label (repeatable).")
 @click.option(
-    "--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR, else $USER)."
+    "--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
 )
 @click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
 @json_option

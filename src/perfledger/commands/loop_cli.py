@@ -32,7 +32,7 @@ from perfledger.errors import BadRequest
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 _run_opt = click.option("--run", "run_id", required=True, help="The run id.")
 _actor_opt = click.option(
-    "--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER)."
+    "--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
 )
 #: Paired interleaved blocks per comparison for workload subjects (R12 needs at least 5).
 DEFAULT_PAIRS = 8

@@ -4,7 +4,7 @@ operation registry (:mod:`perfledger.commands.operations`).
 Every write takes a closed JSON request (``--request FILE`` or ``-`` for stdin); flags for the
 common fields (``--target``, ``--experiment``, ``--samples``) fill or override the request's
 fields. ``--json`` answers with one object; ``--idempotency-key`` makes a retry return the first
-event; ``--actor`` names who decides (default ``$PERFLEDGER_ACTOR``, else ``$USER``).
+event; ``--actor`` names who decides (default: ``$PERFLEDGER_ACTOR``, else the ``perfledger.actor`` that ``init --actor`` remembered, else ``$USER``).
 
 Read commands: ``target show``, ``experiment show|list``, ``champion show`` and ``schema OP``.
 This module imports only click at load time; the request models, the deciders and (for verdicts) numpy
@@ -163,7 +163,7 @@ def _write_command(operation: Operation) -> click.Command:
         ),
         click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
         click.Option(
-            ["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else $USER)."
+            ["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
         ),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
     ]

@@ -267,6 +267,7 @@ class GitStore:
         name: str | None = None,
         actor: str = "perfledger",
         bare: bool = True,
+        remember_actor: bool = False,
     ) -> GitStore:
         """Create a ledger at ``path`` (a new bare repository, or an existing git repository)
         and append the root ``LedgerInitialized`` event.
@@ -276,12 +277,14 @@ class GitStore:
             name: the ledger's name (default: the directory's name).
             actor: who creates it.
             bare: create a bare repository when ``path`` is not one yet.
+            remember_actor: also write ``actor`` to the repository's config as
+                ``perfledger.actor`` (the CLI's default actor on this clone).
         Returns: the opened store.
         Raises: BadRequest when ``path`` already holds a ledger or is not usable.
         """
         path = os.fspath(path)
         try:
-            return cls._init(path, name=name, actor=actor, bare=bare)
+            return cls._init(path, name=name, actor=actor, bare=bare, remember_actor=remember_actor)
         except OSError as exc:
             raise BadRequest(
                 f"cannot create a ledger at {path}: {exc.strerror or exc}",
@@ -289,7 +292,9 @@ class GitStore:
             ) from None
 
     @classmethod
-    def _init(cls, path: str, *, name: str | None, actor: str, bare: bool) -> GitStore:
+    def _init(
+        cls, path: str, *, name: str | None, actor: str, bare: bool, remember_actor: bool
+    ) -> GitStore:
         from dulwich.errors import NotGitRepository
         from dulwich.repo import Repo
 
@@ -311,6 +316,8 @@ class GitStore:
         config = repo.get_config()
         config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
         config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
+        if remember_actor:
+            config.set((b"perfledger",), b"actor", actor.encode())
         config.write_to_path()
         store = cls(repo)
         ledger_name = name or os.path.basename(os.path.abspath(path).rstrip(os.sep)) or "ledger"
