@@ -32,7 +32,9 @@ from perfledger.errors import BadRequest
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 _run_opt = click.option("--run", "run_id", required=True, help="The run id.")
 _actor_opt = click.option(
-    "--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
+    "--actor",
+    default=None,
+    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
 )
 #: Paired interleaved blocks per comparison for workload subjects (R12 needs at least 5).
 DEFAULT_PAIRS = 8
@@ -421,9 +423,10 @@ def close_iter_cmd(
         _emit(answer)
     else:
         verdict = answer.get("verdict") or {}
+        figures = [verdict.get(key) for key in ("estimate", "ci_low", "ci_high")]
+        low_high = ", ".join("n/a" if v is None else f"{v:.4g}" for v in figures[1:])
         extra = (
-            f"  improvement {verdict.get('estimate')} CI [{verdict.get('ci_low')}, "
-            f"{verdict.get('ci_high')}]"
+            f"  improvement {'n/a' if figures[0] is None else f'{figures[0]:.4g}'} CI [{low_high}]"
             if verdict
             else f"  {answer.get('detail', '')}"
         )

@@ -95,7 +95,7 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
             "recorded" if r.reconciled else "-"
         )  # fmt: skip
         click.echo(
-            f"{r.experiment_id:<12} {_fmt(r.coverage, '.3g'):>6} {_fmt(r.local_speedup, '.3g'):>6} "
+            f"{r.experiment_id:<12} {_fmt(r.coverage):>6} {_fmt(r.local_speedup):>6} "
             f"{_fmt(r.stated_bound):>7} {_fmt(r.recomputed_bound):>7} {_pct(r.min_effect):>6} "
             f"{measured:<28} {_fmt(m.speedup if m else None):>8} "
             f"{_fmt(r.prediction_error, '+.3f'):>8}  {owed}"

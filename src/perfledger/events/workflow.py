@@ -792,7 +792,7 @@ WorkflowPayload = (
 _SUMMARIES = {
     TargetFrozen: lambda p: (
         f"{p.target.target_id}: {p.target.primary.name} "
-        f"({p.target.primary.statistic}, min effect {p.target.min_effect:g})"
+        f"({p.target.primary.statistic}, min effect {p.target.min_effect * 100:g} %)"
     ),
     TargetSuperseded: lambda p: f"{p.target_id} -> {p.new_target.target_id}",
     ReadinessRecorded: lambda p: f"{p.target_id} (env {p.environment_id[:12]})",
