@@ -306,7 +306,9 @@ def state(json_flag: bool) -> None:
 @click.argument("text")
 @click.option("--tag", "tags", multiple=True, help="A label (repeatable).")
 @click.option(
-    "--actor", default=None, help="Who writes it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
+    "--actor",
+    default=None,
+    help="Who writes it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
 )
 @click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
 @json_option

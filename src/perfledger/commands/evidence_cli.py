@@ -147,7 +147,9 @@ _common = [
     click.option("--target", "target_id", default=None, help="The Target id (sets target_id)."),
     click.option("--idempotency-key", default=None, help="Retry-safe key."),
     click.option(
-        "--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
+        "--actor",
+        default=None,
+        help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
     ),
     click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object."),
 ]

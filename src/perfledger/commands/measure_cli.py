@@ -328,7 +328,9 @@ _common = [
     click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
     click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
     click.option(
-        "--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
+        "--actor",
+        default=None,
+        help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
     ),
     click.option("--idempotency-key", default=None, help="Retry-safe key."),
     click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
@@ -779,7 +781,11 @@ def measure_kernel(
 )
 @click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
-@click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
 @click.option("--idempotency-key", default=None, help="Retry-safe key.")
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 @_json

@@ -327,7 +327,11 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
 )
 @click.option("--question", "questions", multiple=True, help="An unresolved question (repeatable).")
 @click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option("--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
 @_json
 def handoff_record(
     request_source: str | None,

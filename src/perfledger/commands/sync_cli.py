@@ -227,7 +227,11 @@ def sync(remote: str | None, json_flag: bool) -> None:
 @click.option("--keep", default=None, help="What stands (one of the conflict's options).")
 @click.option("--reason", default=None, help="Why.")
 @click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option("--actor", default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
 @_json
 def resolve(
     request_source: str | None,

@@ -163,7 +163,9 @@ def _write_command(operation: Operation) -> click.Command:
         ),
         click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
         click.Option(
-            ["--actor"], default=None, help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)."
+            ["--actor"],
+            default=None,
+            help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
         ),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
     ]
