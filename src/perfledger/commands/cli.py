@@ -158,6 +158,18 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
         ledger.close()
 
 
+#: Below this many events a rate says more about start-up than about the ledger: not shown.
+RATE_MIN_EVENTS = 1_000
+
+
+def rate_text(events: int, elapsed_s: float) -> str:
+    """`` (N events/s)`` for a verify or audit answer, or nothing for a small ledger (fewer than
+    :data:`RATE_MIN_EVENTS` events), where the time is mostly imports and start-up."""
+    if events < RATE_MIN_EVENTS or elapsed_s <= 0:
+        return ""
+    return f" ({events / elapsed_s:,.0f} events/s)"
+
+
 def _actor(actor: str | None) -> str:
     """Who a command acts as: ``--actor``, else ``$PERFLEDGER_ACTOR``, else the ledger's
     remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``perfledger``."""
@@ -267,10 +279,9 @@ def verify(json_flag: bool) -> None:
     if ctx.json_mode:
         _emit_json(report.to_json())
     elif report.ok:
-        rate = report.events / report.elapsed_s if report.elapsed_s else 0.0
         click.echo(
             f"ok: {report.events} events, {report.merges} merges verified in "
-            f"{report.elapsed_s:.2f} s ({rate:,.0f} events/s)"
+            f"{report.elapsed_s:.2f} s{rate_text(report.events, report.elapsed_s)}"
         )
         click.echo(f"head        {report.head}")
         click.echo(f"state_hash  {report.extra['state_hash']}")

@@ -421,11 +421,12 @@ def audit_command(json_flag: bool) -> None:
     if ctx.json_mode:
         _emit(report.to_json())
     else:
-        rate = report.events / report.elapsed_s if report.elapsed_s else 0.0
+        from perfledger.commands.cli import rate_text
+
         status = "ok" if report.ok else f"{len(report.findings)} finding(s)"
         click.echo(
             f"{status}: {report.events} events replayed, {report.decisions} decisions re-decided "
-            f"in {report.elapsed_s:.2f} s ({rate:,.0f} events/s)"
+            f"in {report.elapsed_s:.2f} s{rate_text(report.events, report.elapsed_s)}"
         )
         for f in report.findings:
             click.echo(f"  {f.rule:<9} {f.event_id[:16] or '-':<16} {f.kind}: {f.message}")
