@@ -72,3 +72,36 @@ def test_rate_is_shown_only_where_it_means_something() -> None:
     assert rate_text(22, 5.31) == ""  # a tiny ledger: the time is start-up, not the ledger
     assert rate_text(RATE_MIN_EVENTS, 0.5) == " (2,000 events/s)"
     assert rate_text(5_000, 0.0) == ""
+
+
+def test_dry_run_decides_and_appends_nothing(
+    cli: Any, cli_env: dict[str, str], tmp_path: Any
+) -> None:
+    """`--dry-run` validates and decides on the current head: the event it would append, or
+    the refusal (exit 3) a real run would get; the ledger head never moves."""
+    from pathlib import Path
+
+    requests = Path(__file__).resolve().parents[2] / "examples" / "requests"
+    ledger = str(tmp_path / "ledger")
+    assert cli("init", ledger).returncode == 0
+    env = {**cli_env, "PERFLEDGER_DIR": ledger}
+
+    def head() -> str:
+        return json.loads(cli("log", "-n", "1", "--json", env=env).stdout)["events"][0]["commit"]
+
+    before = head()
+    freeze = str(requests / "01-target.freeze.json")
+    done = cli("target", "freeze", "--request", freeze, "--dry-run", "--json", env=env)
+    answer = json.loads(done.stdout)
+    assert done.returncode == 0 and answer["dry_run"] and not answer["appended"]
+    assert [e["kind"] for e in answer["events"]] == ["TargetFrozen"]
+    assert head() == before
+    refused = cli("readiness", "record", "--request", str(requests / "03-readiness.record.json"),
+                  "--dry-run", "--json", env=env)  # fmt: skip
+    assert refused.returncode == 3 and json.loads(refused.stdout)["error"]["rule"] == "R1"
+    assert head() == before
+    real = cli("target", "freeze", "--request", freeze, "--json", env=env)
+    assert (
+        real.returncode == 0
+        and json.loads(real.stdout)["payload"] == answer["events"][0]["payload"]
+    )

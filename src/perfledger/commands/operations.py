@@ -384,6 +384,30 @@ def payload_reader(ledger: Ledger) -> Callable[[str], Any]:
     return ledger.payload
 
 
+def preview(
+    ledger: Ledger, name: str, body: Any, *, actor: str, now: datetime | None = None
+) -> list[Any]:
+    """Validate and decide ``body`` on the current head without appending: what
+    :func:`execute` would append now (a dry run).
+
+    Returns: the drafts (:class:`~perfledger.ledger.base.EventDraft`), payloads as decided.
+    Raises: BadRequest (exit 2) and RuleRefused (exit 3) exactly as :func:`execute` would; the
+        ledger is never changed.
+    """
+    from perfledger.commands.deciders import DecisionContext
+
+    request = validate(name, body)
+    ctx = DecisionContext(
+        op=name,
+        actor=actor,
+        ts=now or datetime.now(UTC),
+        idempotency_key=None,
+        request=stored_request(name, request),
+        payload_of=payload_reader(ledger),
+    )
+    return list(decider(name)(ledger.state_at(ledger.head(), lazy=True), request, ctx))
+
+
 def execute(
     ledger: Ledger,
     name: str,

@@ -141,6 +141,22 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
             click.echo(f"environment_id {event['payload']['environment_id']}")
 
 
+def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
+    """The answer of ``--dry-run``: the event(s) the request would append now, nothing
+    appended (``{"op", "dry_run": true, "appended": false, "events": [{"kind", "payload"}]}``)."""
+    import msgspec
+
+    events = [{"kind": d.kind, "payload": msgspec.to_builtins(d.payload)} for d in drafts]
+    if ctx.json_mode:
+        _emit({"op": operation.name, "dry_run": True, "appended": False, "events": events})
+        return
+    for event in events:
+        status = event["payload"].get("status")
+        suffix = f"  status={status}" if status else ""
+        click.echo(f"would append {event['kind']}{suffix}")
+    click.echo("dry run: nothing appended")
+
+
 def _explanation(event: dict[str, Any]) -> dict[str, Any]:
     """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with
     the threshold used (:func:`perfledger.projections.verdict_explain.explain_verdict`); beside,
@@ -168,6 +184,12 @@ def _write_command(operation: Operation) -> click.Command:
             help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
         ),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
+        click.Option(
+            ["--dry-run"],
+            is_flag=True,
+            help="Validate and decide on the current head, show the event(s) it would append, "
+            "append nothing (a refusal still exits 3).",
+        ),
     ]
     from perfledger.commands import operations
 
@@ -181,6 +203,7 @@ def _write_command(operation: Operation) -> click.Command:
         idempotency_key: str | None,
         actor: str | None,
         json_flag: bool,
+        dry_run: bool,
         **flags: str | None,
     ) -> None:
         ctx = _ctx(json_flag)
@@ -190,6 +213,10 @@ def _write_command(operation: Operation) -> click.Command:
                 body[field] = value
         ledger = ctx.open()
         try:
+            if dry_run:
+                drafts = operations.preview(ledger, operation.name, body, actor=_actor(actor))
+                _answer_dry_run(ctx, operation, drafts)
+                return
             envelopes = operations.execute(
                 ledger, operation.name, body, actor=_actor(actor), idempotency_key=idempotency_key
             )
