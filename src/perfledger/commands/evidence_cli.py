@@ -68,6 +68,7 @@ def _record(
     source_file: str = "",
     command: list[str] | None = None,
     exit_status: int | None = None,
+    dry_run: bool = False,
 ) -> None:
     import blake3
 
@@ -93,6 +94,10 @@ def _record(
     artifacts = {name: Artifact(data, media) for name, (data, media) in raw.items()}
     ledger = ctx.open()
     try:
+        if dry_run:
+            drafts = operations.preview(ledger, "evidence.add", body, actor=_shared()._actor(actor))
+            _shared()._answer_dry_run(ctx, operations.get_operation("evidence.add"), drafts)
+            return
         envelopes = operations.execute(
             ledger,
             "evidence.add",
@@ -188,6 +193,11 @@ def _add_command(generic: click.Command) -> click.Command:
     @click.option("--binary", default=None, help="sass: the binary that was dumped (hashed).")
     @click.option("--binary-hash", default=None, help="sass: ALGO:HEX of the dumped binary.")
     @click.option("--ncu", "ncu_path", default=None, help="ncu executable (for .ncu-rep).")
+    @click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Validate and decide, show the event it would append, append nothing.",
+    )
     @_with_common
     def add(
         request_source: str | None,
@@ -198,6 +208,7 @@ def _add_command(generic: click.Command) -> click.Command:
         binary: str | None,
         binary_hash: str | None,
         ncu_path: str | None,
+        dry_run: bool,
         evidence_id: str | None,
         applicability: str | None,
         layer: str | None,
@@ -220,6 +231,7 @@ def _add_command(generic: click.Command) -> click.Command:
                 idempotency_key=idempotency_key,
                 actor=actor,
                 json_flag=json_flag,
+                dry_run=dry_run,
                 target_id=target_id,
             )
             return
@@ -256,7 +268,7 @@ def _add_command(generic: click.Command) -> click.Command:
             parsed = parse_report(kind, report, **options)
         _record(
             ctx, parsed, context, raw,
-            actor=actor, idempotency_key=idempotency_key, source_file=report,
+            actor=actor, idempotency_key=idempotency_key, source_file=report, dry_run=dry_run,
         )  # fmt: skip
 
     return add
