@@ -389,7 +389,7 @@ def _record(
         counted[cat][1] += dur
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     """The fields of a trace event that perfledger reads (others are skipped unparsed)."""
 
     ph: str | None = None
@@ -493,7 +493,7 @@ def _batch_events(
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class _KernelArgs(msgspec.Struct):
+class _KernelArgs(msgspec.Struct, gc=False):
     """The ``args`` fields of a kernel event that perfledger reads, typed as :func:`_record`
     checks them (integers, not booleans or floats; shapes of three non-negative integers)."""
 
@@ -526,11 +526,17 @@ def _batch_columns(
 
     Same arithmetic as :func:`_record`: ``np.rint`` of the same float64 product rounds half to
     even like ``round``; sums and extremes are of exact integers."""
-    flags = np.fromiter(map(_COMPLETE.get, map(_PH, events), _FALSE), dtype=bool)
-    if not flags.any():
+    phases = list(map(_PH, events))
+    complete = phases.count("X")
+    if not complete:
         return True
-    positions = np.flatnonzero(flags).tolist()
-    picked = list(map(events.__getitem__, positions))
+    positions: list[int] | range
+    if complete == len(events):  # the usual batch: complete events only
+        positions, picked = range(len(events)), events
+    else:
+        flags = np.fromiter(map(_COMPLETE.get, phases, _FALSE), dtype=bool, count=len(phases))
+        positions = np.flatnonzero(flags).tolist()
+        picked = list(map(events.__getitem__, positions))
     ts = np.array(list(map(_TS, picked)), dtype=np.float64) * 1000.0  # None -> nan
     dur = np.array(list(map(_DUR, picked)), dtype=np.float64) * 1000.0
     # exact in int64: each start and end, and the batch's sum of durations; nan (a missing ts
@@ -572,7 +578,7 @@ def _batch_kernels(
     start: np.ndarray,
     dur_ns: np.ndarray,
     kernel_at: list[int],
-    positions: list[int],
+    positions: list[int] | range,
     report: ProfileReport,
     busy: dict[int, _Busy],
     label: str,
