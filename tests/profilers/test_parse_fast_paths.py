@@ -56,6 +56,60 @@ def test_ncu_raw_block_path_equals_the_row_path(monkeypatch: pytest.MonkeyPatch)
     assert saxpy["launches"] == 160
 
 
+def _ncu_raw_mixed(copies: int) -> bytes:
+    """:func:`_ncu_raw` with its value-by-value columns varied: a ``no data`` column that holds
+    numbers in some launches, a text metric that holds another name or a number in some, two
+    kernels interleaved (the launch rows alternate)."""
+    lines = _ncu_raw(copies).decode().splitlines(keepends=True)
+    out = lines[:2]
+    for n, row in enumerate(lines[2:]):
+        fields = row.rstrip("\n")[1:-1].split('","')
+        assert fields[14] == "no data" and fields[46] == "NVIDIA H200"
+        if n % 5 == 1:
+            fields[14] = f"{n / 8}"
+        if n % 7 == 2:
+            fields[46] = f"GPU {n % 3}"
+        if n % 11 == 3:
+            fields[46] = str(n)
+        out.append('"' + '","'.join(fields) + '"\n')
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize("make", [_ncu_raw, _ncu_raw_mixed])
+def test_ncu_raw_column_path_equals_the_row_path(
+    make: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decoded block accounted column by column (_Raw._block_columns) gives what the
+    launch-row-by-row accounting gives, attributes in the same order included."""
+    data = make(80)  # type: ignore[operator]
+    reports = [ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION)]
+    monkeypatch.setattr(ncu._Raw, "_block_columns", lambda self, rows, values: False)
+    reports.append(ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION))
+    monkeypatch.setattr(ncu._Raw, "_decode", lambda self, lines: None)
+    reports.append(ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION))
+    canonical = [golden.canonical(r) for r in reports]
+    assert canonical[0] == canonical[1] == canonical[2]
+    orders = [list(r.attributes.items()) for r in reports]
+    assert orders[0] == orders[1] == orders[2]
+    if make is _ncu_raw_mixed:
+        assert any(k.endswith("/device__attribute_display_name") for k, _ in orders[0])
+        stats = [k.metrics for k in reports[0].kernels.values()]
+        assert any(m["device__attribute_display_name"].count for m in stats)
+
+
+def test_ncu_raw_bad_launch_column_in_a_later_block_names_its_row() -> None:
+    data = _ncu_raw(80).decode().splitlines(keepends=True)
+    fields = data[260].rstrip("\n")[1:-1].split('","')  # launch row 259
+    fields[7] = "(256, 1)"
+    data[260] = '"' + '","'.join(fields) + '"\n'
+    with pytest.raises(EvidenceError, match=r"launch row 259: Block Size '\(256, 1\)'"):
+        ncu.parse_ncu_csv(io.BytesIO("".join(data).encode()), tool_version=golden.NCU_VERSION)
+    fields[7], fields[0] = "(256, 1, 1)", "3"  # an ID seen before
+    data[260] = '"' + '","'.join(fields) + '"\n'
+    with pytest.raises(EvidenceError, match=r"launch row 259: launch ID 3 appears twice"):
+        ncu.parse_ncu_csv(io.BytesIO("".join(data).encode()), tool_version=golden.NCU_VERSION)
+
+
 def test_ncu_raw_negative_zero_is_read_as_float_reads_it() -> None:
     report = ncu.parse_ncu_csv(io.BytesIO(_ncu_raw(8)), tool_version=golden.NCU_VERSION)
     header = (golden.FIXTURES / "ncu_raw.csv").read_text().split('"ID"', 1)[1].split("\n")[0]
