@@ -6,11 +6,13 @@ string-to-float conversion, which the block path relies on, accepts only plain n
 
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import re
 
 import msgspec
+import numpy as np
 import profiler_golden as golden
 import pytest
 from hypothesis import given, settings
@@ -196,3 +198,87 @@ def test_msgspec_lax_float_accepts_only_plain_numbers(text: str) -> None:
     if re.fullmatch(r"-0+", text):
         return
     assert value.hex() == float(text).hex(), text
+
+
+class _HeapBusy:
+    """The busy-interval union as it was computed event by event (a heap of the latest
+    REORDER_WINDOW intervals, merged in start order), the reference for torch_trace._Busy."""
+
+    def __init__(self, window: int) -> None:
+        self.heap: list[tuple[int, int]] = []
+        self.window = window
+        self.start: int | None = None
+        self.end = self.busy = 0
+
+    def add(self, start: int, end: int) -> None:
+        heapq.heappush(self.heap, (start, end))
+        if len(self.heap) > self.window:
+            self._merge(*heapq.heappop(self.heap))
+
+    def _merge(self, start: int, end: int) -> None:
+        if self.start is None:
+            self.start, self.end = start, end
+        elif start < self.start:
+            raise EvidenceError("out of order")
+        elif start > self.end:
+            self.busy += self.end - self.start
+            self.start, self.end = start, end
+        else:
+            self.end = max(self.end, end)
+
+    def total(self) -> int:
+        while self.heap:
+            self._merge(*heapq.heappop(self.heap))
+        return 0 if self.start is None else self.busy + self.end - self.start
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=120),
+    st.lists(st.integers(1, 40), max_size=8),
+    st.integers(0, 3),
+)
+def test_torch_busy_union_blocks_equal_the_heap(
+    steps: list[tuple[int, int]], cuts: list[int], mode: int
+) -> None:
+    """_Busy fed in blocks (numpy merge of in-order blocks, heap otherwise) or one interval at a
+    time gives the reference heap's union, or refuses where it refuses."""
+    window = 16
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(torch_trace, "REORDER_WINDOW", window)
+    try:
+        clock, intervals = 0, []
+        for jump, length in steps:  # mostly ordered starts; mode 1 adds late ones
+            clock += jump
+            late = mode == 1 and jump % 7 == 0
+            start = clock - (jump * 40 if late else 0)
+            intervals.append((start, start + length))
+        if mode == 2:
+            intervals.sort()
+        reference = _HeapBusy(window)
+        try:
+            for start, end in intervals:
+                reference.add(start, end)
+            expected: int | str = reference.total()
+        except EvidenceError:
+            expected = "refused"
+        busy = torch_trace._Busy("t")
+        try:
+            if mode == 3:
+                for start, end in intervals:
+                    busy.add(start, end)
+            else:
+                at = 0
+                for size in [*cuts, len(intervals)]:
+                    block = intervals[at : at + size]
+                    at += size
+                    busy.add_many(
+                        np.array([s for s, _ in block], dtype=np.int64),
+                        np.array([e for _, e in block], dtype=np.int64),
+                    )
+            got: int | str = busy.total()
+        except EvidenceError:
+            got = "refused"
+        assert got == expected
+    finally:
+        monkey.undo()
