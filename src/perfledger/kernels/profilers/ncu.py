@@ -502,7 +502,9 @@ class _Raw(_Layout):
     on the exact path; a row whose numbers do not pass is re-read value by value, which raises the
     precise error or records a ``no data`` as missing. Rows are checked and counted in file order
     on every path, so errors name the same first bad row, and the per-kernel statistics are
-    updated row by row in order (:class:`_RawKernel`)."""
+    updated row by row in order (:class:`_RawKernel`). A decoded block's launch columns and
+    value-by-value columns are checked for the whole block, then accounted column by column
+    (:meth:`_block_columns`); a block with any doubt is accounted row by row instead."""
 
     def __init__(self, metrics: tuple[str, ...], *, old: bool, label: str) -> None:
         self.metrics = metrics
