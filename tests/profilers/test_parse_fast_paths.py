@@ -6,11 +6,13 @@ string-to-float conversion, which the block path relies on, accepts only plain n
 
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import re
 
 import msgspec
+import numpy as np
 import profiler_golden as golden
 import pytest
 from hypothesis import given, settings
@@ -54,6 +56,60 @@ def test_ncu_raw_block_path_equals_the_row_path(monkeypatch: pytest.MonkeyPatch)
     assert fast == slow
     saxpy = next(k for k in fast["kernels"] if k["name"].startswith("saxpy"))
     assert saxpy["launches"] == 160
+
+
+def _ncu_raw_mixed(copies: int) -> bytes:
+    """:func:`_ncu_raw` with its value-by-value columns varied: a ``no data`` column that holds
+    numbers in some launches, a text metric that holds another name or a number in some, two
+    kernels interleaved (the launch rows alternate)."""
+    lines = _ncu_raw(copies).decode().splitlines(keepends=True)
+    out = lines[:2]
+    for n, row in enumerate(lines[2:]):
+        fields = row.rstrip("\n")[1:-1].split('","')
+        assert fields[14] == "no data" and fields[46] == "NVIDIA H200"
+        if n % 5 == 1:
+            fields[14] = f"{n / 8}"
+        if n % 7 == 2:
+            fields[46] = f"GPU {n % 3}"
+        if n % 11 == 3:
+            fields[46] = str(n)
+        out.append('"' + '","'.join(fields) + '"\n')
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize("make", [_ncu_raw, _ncu_raw_mixed])
+def test_ncu_raw_column_path_equals_the_row_path(
+    make: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decoded block accounted column by column (_Raw._block_columns) gives what the
+    launch-row-by-row accounting gives, attributes in the same order included."""
+    data = make(80)  # type: ignore[operator]
+    reports = [ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION)]
+    monkeypatch.setattr(ncu._Raw, "_block_columns", lambda self, rows, values: False)
+    reports.append(ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION))
+    monkeypatch.setattr(ncu._Raw, "_decode", lambda self, lines: None)
+    reports.append(ncu.parse_ncu_csv(io.BytesIO(data), tool_version=golden.NCU_VERSION))
+    canonical = [golden.canonical(r) for r in reports]
+    assert canonical[0] == canonical[1] == canonical[2]
+    orders = [list(r.attributes.items()) for r in reports]
+    assert orders[0] == orders[1] == orders[2]
+    if make is _ncu_raw_mixed:
+        assert any(k.endswith("/device__attribute_display_name") for k, _ in orders[0])
+        stats = [k.metrics for k in reports[0].kernels.values()]
+        assert any(m["device__attribute_display_name"].count for m in stats)
+
+
+def test_ncu_raw_bad_launch_column_in_a_later_block_names_its_row() -> None:
+    data = _ncu_raw(80).decode().splitlines(keepends=True)
+    fields = data[260].rstrip("\n")[1:-1].split('","')  # launch row 259
+    fields[7] = "(256, 1)"
+    data[260] = '"' + '","'.join(fields) + '"\n'
+    with pytest.raises(EvidenceError, match=r"launch row 259: Block Size '\(256, 1\)'"):
+        ncu.parse_ncu_csv(io.BytesIO("".join(data).encode()), tool_version=golden.NCU_VERSION)
+    fields[7], fields[0] = "(256, 1, 1)", "3"  # an ID seen before
+    data[260] = '"' + '","'.join(fields) + '"\n'
+    with pytest.raises(EvidenceError, match=r"launch row 259: launch ID 3 appears twice"):
+        ncu.parse_ncu_csv(io.BytesIO("".join(data).encode()), tool_version=golden.NCU_VERSION)
 
 
 def test_ncu_raw_negative_zero_is_read_as_float_reads_it() -> None:
@@ -142,3 +198,87 @@ def test_msgspec_lax_float_accepts_only_plain_numbers(text: str) -> None:
     if re.fullmatch(r"-0+", text):
         return
     assert value.hex() == float(text).hex(), text
+
+
+class _HeapBusy:
+    """The busy-interval union as it was computed event by event (a heap of the latest
+    REORDER_WINDOW intervals, merged in start order), the reference for torch_trace._Busy."""
+
+    def __init__(self, window: int) -> None:
+        self.heap: list[tuple[int, int]] = []
+        self.window = window
+        self.start: int | None = None
+        self.end = self.busy = 0
+
+    def add(self, start: int, end: int) -> None:
+        heapq.heappush(self.heap, (start, end))
+        if len(self.heap) > self.window:
+            self._merge(*heapq.heappop(self.heap))
+
+    def _merge(self, start: int, end: int) -> None:
+        if self.start is None:
+            self.start, self.end = start, end
+        elif start < self.start:
+            raise EvidenceError("out of order")
+        elif start > self.end:
+            self.busy += self.end - self.start
+            self.start, self.end = start, end
+        else:
+            self.end = max(self.end, end)
+
+    def total(self) -> int:
+        while self.heap:
+            self._merge(*heapq.heappop(self.heap))
+        return 0 if self.start is None else self.busy + self.end - self.start
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=120),
+    st.lists(st.integers(1, 40), max_size=8),
+    st.integers(0, 3),
+)
+def test_torch_busy_union_blocks_equal_the_heap(
+    steps: list[tuple[int, int]], cuts: list[int], mode: int
+) -> None:
+    """_Busy fed in blocks (numpy merge of in-order blocks, heap otherwise) or one interval at a
+    time gives the reference heap's union, or refuses where it refuses."""
+    window = 16
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(torch_trace, "REORDER_WINDOW", window)
+    try:
+        clock, intervals = 0, []
+        for jump, length in steps:  # mostly ordered starts; mode 1 adds late ones
+            clock += jump
+            late = mode == 1 and jump % 7 == 0
+            start = clock - (jump * 40 if late else 0)
+            intervals.append((start, start + length))
+        if mode == 2:
+            intervals.sort()
+        reference = _HeapBusy(window)
+        try:
+            for start, end in intervals:
+                reference.add(start, end)
+            expected: int | str = reference.total()
+        except EvidenceError:
+            expected = "refused"
+        busy = torch_trace._Busy("t")
+        try:
+            if mode == 3:
+                for start, end in intervals:
+                    busy.add(start, end)
+            else:
+                at = 0
+                for size in [*cuts, len(intervals)]:
+                    block = intervals[at : at + size]
+                    at += size
+                    busy.add_many(
+                        np.array([s for s, _ in block], dtype=np.int64),
+                        np.array([e for _, e in block], dtype=np.int64),
+                    )
+            got: int | str = busy.total()
+        except EvidenceError:
+            got = "refused"
+        assert got == expected
+    finally:
+        monkey.undo()

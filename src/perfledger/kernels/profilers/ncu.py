@@ -30,6 +30,7 @@ metrics for the kernel-iteration loop (R19's axes).
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import operator
 import re
@@ -484,6 +485,7 @@ _PLAIN_ROW = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 BLOCK_ROWS = 128
 #: Distinct values of a text column whose interpretation is remembered (bounded memory).
 _CACHE_LIMIT = 1024
+_FIELD = [operator.itemgetter(i) for i in range(16)]
 
 
 class _Raw(_Layout):
@@ -500,7 +502,9 @@ class _Raw(_Layout):
     on the exact path; a row whose numbers do not pass is re-read value by value, which raises the
     precise error or records a ``no data`` as missing. Rows are checked and counted in file order
     on every path, so errors name the same first bad row, and the per-kernel statistics are
-    updated row by row in order (:class:`_RawKernel`)."""
+    updated row by row in order (:class:`_RawKernel`). A decoded block's launch columns and
+    value-by-value columns are checked for the whole block, then accounted column by column
+    (:meth:`_block_columns`); a block with any doubt is accounted row by row instead."""
 
     def __init__(self, metrics: tuple[str, ...], *, old: bool, label: str) -> None:
         self.metrics = metrics
@@ -684,6 +688,8 @@ class _Raw(_Layout):
                 self._row(line.split('","'))
             return
         rows, values = decoded
+        if self._block_columns(rows, values):
+            return
         groups: dict[str, list[int]] = {}
         aggs: dict[str, _RawKernel] = {}
         label = self.label
@@ -701,6 +707,106 @@ class _Raw(_Layout):
         for name, indexes in groups.items():
             block = values if len(groups) == 1 else values[indexes]
             aggs[name].add_block(block)
+
+    def _block_columns(self, rows: list[tuple[str | float, ...]], values: np.ndarray) -> bool:
+        """Account a decoded block column by column: the same checks, launches, shapes,
+        streams, statistics and text attributes as :meth:`_launch` and :meth:`_slow_values` row
+        by row, checked for the whole block before anything is changed. Returns False (having
+        changed nothing) when any row needs the row-by-row path: a launch column out of
+        ncu's format, a repeated launch ID, an empty kernel name or a value that
+        :func:`_value` refuses; that path then raises the error of the first bad row."""
+        report, prefix = self.report, self.prefix
+        ids = list(map(_FIELD[0], rows))
+        if not all(map(str.isdecimal, ids)):
+            return False
+        launches = list(map(int, ids))
+        if len(set(launches)) != len(launches) or not self.seen.isdisjoint(launches):
+            return False
+        names = list(map(_FIELD[4], rows))
+        if "" in names:
+            return False
+        columns = (7,) if self.old else (6, 7, 8, 10)
+        shapes = set(zip(names, *(map(_FIELD[c], rows) for c in columns), strict=True))
+        for _name, *fields in shapes:
+            if self.old:
+                checks = ((_INT, fields[0]),)
+            else:
+                checks = ((_INT, fields[0]), (_SHAPE, fields[1]), (_SHAPE, fields[2]),
+                          (_CC, fields[3]))  # fmt: skip
+            if any(pattern.fullmatch(text) is None for pattern, text in checks):
+                return False
+        slow: list[tuple[int, list[tuple[float | None, str, str | None]]]] = []
+        for i in self.slow:
+            cache = self.caches.setdefault(i, {})
+            results = []
+            for text in map(operator.itemgetter(prefix + i), rows):
+                result = cache.get(text)
+                if result is None:
+                    try:
+                        result = _value(self.metrics[i], self.units[prefix + i], text,
+                                        self.grouping, "")  # fmt: skip
+                    except EvidenceError:
+                        return False
+                    if len(cache) < _CACHE_LIMIT:
+                        cache[text] = result
+                results.append(result)
+            slow.append((i, results))
+        # checked: account the block
+        self.seen.update(launches)
+        self.n += len(rows)
+        groups: dict[str, list[int]] = {}
+        for k, name in enumerate(names):
+            group = groups.get(name)
+            if group is None:
+                group = groups[name] = []
+            group.append(k)
+        for name, indexes in groups.items():
+            kernel = report.kernel(name)
+            kernel.launches += len(indexes)
+            agg = self.aggs.get(name)
+            if agg is None:
+                agg = self.aggs[name] = _RawKernel(len(self.fast or ()))
+            agg.add_block(values if len(groups) == 1 else values[indexes])
+        for name, *fields in shapes:
+            kernel = report.kernels[name]
+            kernel.streams.add(fields[0])
+            if not self.old:
+                kernel.blocks.add(fields[1])
+                kernel.grids.add(fields[2])
+        if not self.old:
+            report.attributes.setdefault("compute_capability", str(rows[0][10]))
+        texts: dict[str, tuple[int, int, str]] = {}  # new text attribute -> (row, column, text)
+        for j, (i, results) in enumerate(slow):
+            for name, indexes in groups.items():
+                picked = [results[k] for k in indexes]
+                if any(r[2] is not None for r in picked):
+                    for k, r in zip(indexes, picked, strict=True):
+                        if r[2] is None:
+                            self._single(name, i, r[1]).add(r[0])
+                            continue
+                        key = f"{name}/{self.metrics[i]}"
+                        if key not in report.attributes and key not in texts:
+                            texts[key] = (k, j, r[2])
+                    continue
+                stat = self._single(name, i, picked[0][1])
+                numbers = [r[0] for r in picked if r[0] is not None]
+                stat.missing += len(picked) - len(numbers)
+                if numbers:  # MetricStat.add's operations, in order
+                    stat.count += len(numbers)
+                    stat.total = functools.reduce(operator.add, numbers, stat.total)
+                    stat.minimum = min(stat.minimum, *numbers)
+                    stat.maximum = max(stat.maximum, *numbers)
+        # text attributes in the row path's order: by row, then by column
+        for key, (_k, _j, text) in sorted(texts.items(), key=lambda item: item[1][:2]):
+            report.attributes[key] = text
+        return True
+
+    def _single(self, name: str, i: int, base: str) -> MetricStat:
+        """The statistics of a value-by-value column ``i`` of kernel ``name``."""
+        stat = self.singles.get((name, i))
+        if stat is None:
+            stat = self.singles[(name, i)] = MetricStat(base)
+        return stat
 
     def _decode(self, lines: list[str]) -> tuple[list[tuple[str | float, ...]], np.ndarray] | None:
         """Decode a block of simple lines in one msgspec call; return the rows (tuples) and the

@@ -134,19 +134,89 @@ def _shape(value: Any, what: str, where: str) -> str:
 
 
 class _Busy:
-    """Union of kernel intervals of one device in ns, from nearly ordered starts."""
+    """Union of kernel intervals of one device in ns, from nearly ordered starts.
+
+    Intervals wait in a window of the :data:`REORDER_WINDOW` latest ones (a min-heap on
+    ``(start, end)``, kept as two sorted int64 arrays) before they are merged, in start order,
+    into the running union; one that leaves the window before an earlier-starting merged run is
+    refused. Intervals are taken in arrival order, in blocks (:meth:`add_many`): a block that
+    starts no earlier than the window's last interval and is itself in order leaves the heap in
+    first-in first-out order, so it is merged with numpy (a running maximum of ends); any other
+    block is pushed and popped one interval at a time (:mod:`heapq`), the same operations as
+    :meth:`add` on each, so the union and the refusal are the same either way."""
 
     def __init__(self, label: str) -> None:
-        self.heap: list[tuple[int, int]] = []
+        self.starts = np.empty(0, dtype=np.int64)  # the window, sorted by (start, end)
+        self.ends = np.empty(0, dtype=np.int64)
+        self.queued: tuple[list[int], list[int]] = ([], [])  # single adds not yet in the window
         self.start: int | None = None
         self.end = 0
         self.busy = 0
         self.label = label
 
     def add(self, start: int, end: int) -> None:
-        heapq.heappush(self.heap, (start, end))
-        if len(self.heap) > REORDER_WINDOW:
-            self._merge(*heapq.heappop(self.heap))
+        """Add one interval ``[start, end)`` (ns)."""
+        self.queued[0].append(start)
+        self.queued[1].append(end)
+        if len(self.queued[0]) >= 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        starts, ends = self.queued
+        if starts:
+            self.queued = ([], [])
+            self.add_many(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+
+    def add_many(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Add intervals ``[starts[i], ends[i])`` (int64 ns), in arrival order."""
+        if self.queued[0]:
+            self._flush()
+        if not len(starts):
+            return
+        window_s, window_e = self.starts, self.ends
+        ordered = bool(
+            (
+                (starts[1:] > starts[:-1]) | ((starts[1:] == starts[:-1]) & (ends[1:] >= ends[:-1]))
+            ).all()
+        ) and (
+            not len(window_s)
+            or (int(starts[0]), int(ends[0])) >= (int(window_s[-1]), int(window_e[-1]))
+        )
+        if ordered:
+            all_s = np.concatenate((window_s, starts))
+            all_e = np.concatenate((window_e, ends))
+            leave = len(all_s) - REORDER_WINDOW
+            if leave > 0:
+                self._merge_sorted(all_s[:leave], all_e[:leave])
+                all_s, all_e = all_s[leave:], all_e[leave:]
+            self.starts, self.ends = all_s, all_e
+            return
+        heap = list(zip(window_s.tolist(), window_e.tolist(), strict=True))  # sorted: a heap
+        for item in zip(starts.tolist(), ends.tolist(), strict=True):
+            heapq.heappush(heap, item)
+            if len(heap) > REORDER_WINDOW:
+                self._merge(*heapq.heappop(heap))
+        heap.sort()
+        self.starts = np.array([s for s, _ in heap], dtype=np.int64)
+        self.ends = np.array([e for _, e in heap], dtype=np.int64)
+
+    def _merge_sorted(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """:meth:`_merge` of each interval in turn, for intervals sorted by start that start no
+        earlier than the running union's run (so none is refused)."""
+        if self.start is None:
+            self._merge(int(starts[0]), int(ends[0]))
+            starts, ends = starts[1:], ends[1:]
+            if not len(starts):
+                return
+        reach = np.maximum.accumulate(np.concatenate(([self.end], ends)))
+        before = reach[:-1]  # the union's end before each interval
+        breaks = np.flatnonzero(starts > before)
+        if len(breaks):
+            run_starts = [self.start, *starts[breaks].tolist()]
+            closed_ends = before[breaks].tolist()
+            self.busy += sum(closed_ends) - sum(run_starts[:-1])
+            self.start = run_starts[-1]
+        self.end = int(reach[-1])
 
     def _merge(self, start: int, end: int) -> None:
         if self.start is None:
@@ -165,8 +235,11 @@ class _Busy:
             self.end = max(self.end, end)
 
     def total(self) -> int:
-        while self.heap:
-            self._merge(*heapq.heappop(self.heap))
+        """The union's length in ns (all intervals merged)."""
+        self._flush()
+        if len(self.starts):
+            self._merge_sorted(self.starts, self.ends)
+            self.starts = self.ends = np.empty(0, dtype=np.int64)
         if self.start is None:
             return 0
         return self.busy + self.end - self.start
@@ -316,7 +389,7 @@ def _record(
         counted[cat][1] += dur
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     """The fields of a trace event that perfledger reads (others are skipped unparsed)."""
 
     ph: str | None = None
@@ -420,7 +493,7 @@ def _batch_events(
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class _KernelArgs(msgspec.Struct):
+class _KernelArgs(msgspec.Struct, gc=False):
     """The ``args`` fields of a kernel event that perfledger reads, typed as :func:`_record`
     checks them (integers, not booleans or floats; shapes of three non-negative integers)."""
 
@@ -453,11 +526,17 @@ def _batch_columns(
 
     Same arithmetic as :func:`_record`: ``np.rint`` of the same float64 product rounds half to
     even like ``round``; sums and extremes are of exact integers."""
-    flags = np.fromiter(map(_COMPLETE.get, map(_PH, events), _FALSE), dtype=bool)
-    if not flags.any():
+    phases = list(map(_PH, events))
+    complete = phases.count("X")
+    if not complete:
         return True
-    positions = np.flatnonzero(flags).tolist()
-    picked = list(map(events.__getitem__, positions))
+    positions: list[int] | range
+    if complete == len(events):  # the usual batch: complete events only
+        positions, picked = range(len(events)), events
+    else:
+        flags = np.fromiter(map(_COMPLETE.get, phases, _FALSE), dtype=bool, count=len(phases))
+        positions = np.flatnonzero(flags).tolist()
+        picked = list(map(events.__getitem__, positions))
     ts = np.array(list(map(_TS, picked)), dtype=np.float64) * 1000.0  # None -> nan
     dur = np.array(list(map(_DUR, picked)), dtype=np.float64) * 1000.0
     # exact in int64: each start and end, and the batch's sum of durations; nan (a missing ts
@@ -499,7 +578,7 @@ def _batch_kernels(
     start: np.ndarray,
     dur_ns: np.ndarray,
     kernel_at: list[int],
-    positions: list[int],
+    positions: list[int] | range,
     report: ProfileReport,
     busy: dict[int, _Busy],
     label: str,
@@ -513,7 +592,6 @@ def _batch_kernels(
         if not isinstance(name, str) or not name:
             where = f"{label}: event {index + positions[kernel_at[j]]}"
             raise EvidenceError(f"{where}: a kernel event without its name or args")
-    begins = start[kernel_at].tolist()
     lengths = dur_ns[kernel_at].tolist()
     for name, launches in Counter(names).items():
         report.kernel(name).launches += launches
@@ -522,20 +600,27 @@ def _batch_kernels(
         stat.counts[length] += count
         stat.count += count
         stat.total_ns += length * count
-    grids = list(map(_shape_text, map(_GRID, kernel_args)))
-    blocks = list(map(_shape_text, map(_BLOCK, kernel_args)))
-    streams = list(map(str, map(_STREAM, kernel_args)))
-    for name, grid, block, stream in set(zip(names, grids, blocks, streams, strict=True)):
+    shapes = set(zip(names, map(_GRID, kernel_args), map(_BLOCK, kernel_args),
+                     map(_STREAM, kernel_args), strict=True))  # fmt: skip
+    for name, grid, block, stream in shapes:
         kernel = report.kernels[name]
-        kernel.grids.add(grid)
-        kernel.blocks.add(block)
-        kernel.streams.add(stream)
+        kernel.grids.add(_shape_text(grid))
+        kernel.blocks.add(_shape_text(block))
+        kernel.streams.add(str(stream))
     devices = list(map(_DEVICE, kernel_args))
-    for device, begin, length in zip(devices, begins, lengths, strict=True):
+    begins = start[kernel_at]
+    ends = begins + dur_ns[kernel_at]
+    distinct = dict.fromkeys(devices)
+    device_of = np.array(devices) if len(distinct) > 1 else None
+    for device in distinct:
         tracker = busy.get(device)
         if tracker is None:
             tracker = busy[device] = _Busy(label)
-        tracker.add(begin, begin + length)
+        if device_of is None:
+            tracker.add_many(begins, ends)
+        else:
+            chosen = device_of == device
+            tracker.add_many(begins[chosen], ends[chosen])
 
 
 _COMPLETE = {"X": True}
