@@ -6,6 +6,7 @@ test damages the cache of a real git ledger on disk, then drives the real CLI as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,10 +17,10 @@ from typing import Any
 
 import msgspec
 import pytest
-from subprocess_env import isolated_env, perfledger_command
 from wf_scenario import Session, evidence, experiment
 
 from perfledger.api import Ledger
+from subprocess_env import isolated_env, perfledger_command
 
 
 def _cli(ledger: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -143,3 +144,44 @@ def test_temp_files_of_killed_cache_writers_are_collected(
                     _body(tmp_path, "ev", evidence("ev-3")))  # fmt: skip
     assert decision.returncode == 0, decision.stderr
     assert not [p for p in leftovers if p.exists()], [p.name for p in leftovers]
+
+
+@pytest.mark.slow
+def test_concurrent_cli_writers_with_aggressive_collection_keep_the_state_exact(
+    ledger_path: Path, tmp_path: Path
+) -> None:
+    """What held up: 3 CLI processes appending 3 decisions each at once, every section file
+    back-dated after each write (so each writer's collector deletes the others' unreferenced
+    sections), a reader running ``state --json`` meanwhile: every write succeeds and the final
+    ``state --json`` equals a fold from zero."""
+    directory = ledger_path / "perfledger" / "cache"
+    old = 1_000_000_000
+
+    def backdate() -> None:
+        for path in directory.glob("workflow.s.*.msgpack"):
+            with contextlib.suppress(OSError):  # collected meanwhile
+                os.utime(path, (old, old))
+
+    bodies = []
+    for i in range(3):
+        for j in range(3):
+            bodies.append(_body(tmp_path, f"ev-{i}-{j}", evidence(f"ev-{i}-{j}")))
+    backdate()
+    env = {**isolated_env(tmp_path), "PERFLEDGER_ACTOR": "agent"}
+    cmd = [*perfledger_command(), "--ledger", str(ledger_path)]
+    procs = []
+    for i in range(3):
+        script = tmp_path / f"writer{i}.sh"
+        lines = [" ".join([*cmd, "evidence", "add", "--request", bodies[3 * i + j], ">/dev/null",
+                           "||", "exit", "1;", "touch", "-d", "'1 hour ago'",
+                           f"{directory}/workflow.s.*", "2>/dev/null;"])
+                 for j in range(3)]  # fmt: skip
+        script.write_text("\n".join(lines) + "\n")
+        procs.append(subprocess.Popen(["bash", str(script)], env=env))
+    reader = subprocess.Popen(["bash", "-c", f"for i in 1 2 3; do {' '.join(cmd)} state --json"
+                               " >/dev/null || exit 1; done"], env=env)  # fmt: skip
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    assert reader.wait(timeout=300) == 0
+    state = _cli(ledger_path, tmp_path, "state", "--json")
+    assert json.loads(state.stdout) == _fold_json(ledger_path, tmp_path)
+    assert len(json.loads(state.stdout)["state"]["evidence"]) == 1 + 9

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from subprocess_env import isolated_env, perfledger_command
 from wf_scenario import (
     TEST_SET_HASH,
     Session,
@@ -23,6 +22,7 @@ from wf_scenario import (
 )
 
 from perfledger.api import Ledger
+from subprocess_env import isolated_env, perfledger_command
 
 WORKLOAD = """
 import json, random, sys

@@ -27,7 +27,7 @@ def test_a_pattern_field_with_a_trailing_newline_is_refused(op: str, body: dict)
     """Id and Hash are ``^...$`` patterns. pydantic (Rust regex: ``$`` is the end of the text)
     refused ``"t1\\n"``; msgspec uses Python's ``re``, whose ``$`` also matches before a trailing
     newline, so ``"t1\\n"`` is now a valid id, distinct from ``"t1"`` yet printed the same."""
-    with pytest.raises(BadRequest, match="target_id|content_hash"):
+    with pytest.raises(BadRequest, match=r"target_id|content_hash"):
         validate(op, body)
 
 
