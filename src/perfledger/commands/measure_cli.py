@@ -184,6 +184,43 @@ def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
     }
 
 
+def check_cases(cases: Any, test_set: Any, source: str) -> list[str]:
+    """The cases a measurement will record, checked before anything runs: each a name a
+    samples request can hold (a non-empty string of at most 200 characters; BadRequest), and
+    each a case of the Target's test set where it names them (R11, :func:`rules.
+    r11_cases_in_test_set`). Returns: the case names, in order."""
+    import msgspec
+
+    from perfledger.commands.requests import Name
+
+    names = list(cases)
+    for case in names:
+        try:
+            msgspec.convert(case, Name)
+        except msgspec.ValidationError as exc:
+            raise BadRequest(
+                f"case {case!r} of {source} is not a valid case name: {exc}",
+                hint="case names are non-empty strings of at most 200 characters",
+            ) from None
+    if test_set is not None:
+        rules.r11_cases_in_test_set(names, test_set, source)
+    return names
+
+
+def check_environment(env: dict[str, Any], info: dict[str, Any]) -> None:
+    """R11 before anything runs: this machine's environment identity is the one the Target's
+    readiness recorded (the samples would be refused after the measurement otherwise)."""
+    if env["environment_id"] != info["readiness_environment_id"]:
+        raise rules.refuse(
+            "R11",
+            "this machine's environment differs from the one the Target's readiness recorded; "
+            "nothing was measured",
+            f"readiness recorded environment_id {info['readiness_environment_id']}, this machine "
+            f"is {env['environment_id']} (`perfledger env` shows its fields): measure where "
+            "readiness was recorded, or supersede the Target with readiness from this machine",
+        )
+
+
 def _target_units(target: Any) -> dict[str, str]:
     d = target.definition
     units = {d.primary.name: d.primary.unit}
@@ -504,10 +541,11 @@ def measure_workload(
     chosen = list(cases) or info["cases"]
     if not chosen:
         raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
-    rules.r11_cases_in_test_set(chosen, info["test_set"], "--case")
+    check_cases(chosen, info["test_set"], "--case")
     n_pairs = pairs or max(5, info["min_pairs"])
     units = {**_target_units(info["target"]), **_parse_units(unit_flags)}
     env = environment_payload()
+    check_environment(env, info)
     monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
     if monitor is None and stage != "screen":
         raise rules.refuse(
@@ -654,10 +692,11 @@ def measure_kernel(
     spec = load_spec(spec_path)
     if spec["candidate"] is None:
         raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
-    rules.r11_cases_in_test_set(spec["problems"], info["test_set"], f"the spec {spec_path!r}")
+    check_cases(spec["problems"], info["test_set"], f"the spec {spec_path!r}")
     primary = info["primary"]
     scale = _time_scale(primary.unit)
     env = environment_payload()
+    check_environment(env, info)
     monitor, monitor_note = _start_monitor(not no_monitor)
     comparisons = {}
     try:
@@ -824,8 +863,7 @@ def measure_aa(
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
-        if test_set is not None:
-            rules.r11_cases_in_test_set(chosen, test_set, "--case")
+        check_cases(chosen, test_set, "--case")
         run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
         ref_v, cand_v = [], []
         for p in run.pairs:
@@ -853,8 +891,7 @@ def measure_aa(
 
         spec = load_spec(spec_path or "")
         case, problem = next(iter(spec["problems"].items()))
-        if test_set is not None:
-            rules.r11_cases_in_test_set([case], test_set, f"the spec {spec_path!r}")
+        check_cases([case], test_set, f"the spec {spec_path!r}")
         monitor, _note = _start_monitor(True)
         comps = []
         try:

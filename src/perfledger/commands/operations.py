@@ -19,6 +19,7 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -322,24 +323,43 @@ def json_schema(name: str) -> dict[str, Any]:
     return {**root, "$defs": defs} if defs else root
 
 
-#: A ``- at `$.path``` suffix of a msgspec validation message.
-_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+#: A ``- at `$.path``` (or ``- at `key` in `$.path```) suffix of a msgspec validation message.
+_AT = re.compile(r" - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`$")
 #: The finite bounds of :data:`perfledger.commands.requests.Number` as msgspec words them.
 _FINITE = re.compile(r"Expected `float` [<>]= -?1\.7976931348623157e\+308")
 
 
-def condense(exc: Exception) -> str:
+def condense(exc: Exception, body: Any = None) -> str:
     """One line for a msgspec ValidationError: ``where: what`` with ``where`` the field path
-    (``pairs.0.ref.values``; ``(request)`` at the top); a NaN or infinite number is named so."""
+    (``pairs.0.ref.values``; ``(request)`` at the top; ``units (a key)`` for a bad map key). A
+    NaN or infinite number found at that path in ``body`` (the request as given) is named so,
+    rather than as a number out of the field's range."""
     message = str(exc)
-    where = "(request)"
+    where, parts = "(request)", []
     match = _AT.search(message)
     if match:
         message = message[: match.start()]
-        path = re.sub(r"\[(\d+)\]", r".\1", match.group("path")).lstrip(".")
-        where = path or where
+        parts = re.sub(r"\[(\d+)\]", r".\1", match.group("path")).lstrip(".").split(".")
+        where = ".".join(parts) or where
+        if match.group("key"):
+            where += " (a key)"
+    value = _value_at(body, parts) if match and not match.group("key") else None
+    if isinstance(value, float) and not math.isfinite(value):
+        message = f"{value} is not a finite number (NaN and ±Infinity are refused)"
     message = _FINITE.sub("Expected a finite number (NaN and ±Infinity are refused)", message)
     return f"{where}: {message}"
+
+
+def _value_at(body: Any, parts: list[str]) -> Any:
+    """The value at a dotted path (``pairs.0.ref``) of a request body, or None."""
+    for part in (p for p in parts if p):
+        if isinstance(body, dict):
+            body = body.get(part)
+        elif isinstance(body, list | tuple) and part.isdigit() and int(part) < len(body):
+            body = body[int(part)]
+        else:
+            return None
+    return body
 
 
 def validate(name: str, body: Any) -> Any:
@@ -359,7 +379,7 @@ def validate(name: str, body: Any) -> Any:
         return msgspec.convert(body, model)
     except msgspec.ValidationError as exc:
         raise BadRequest(
-            f"{name}: invalid request: {condense(exc)}",
+            f"{name}: invalid request: {condense(exc, body)}",
             hint=f"see `perfledger schema {name}`",
         ) from None
     except (ValueError, TypeError, RecursionError) as exc:  # pathological inputs
@@ -370,7 +390,13 @@ def stored_request(name: str, request: Any) -> dict[str, Any]:
     """The envelope's ``request``: ``{"op": name, "body": the validated body as JSON}``."""
     from perfledger.commands.requests import dump
 
-    return {"op": name, "body": dump(request)}
+    try:
+        return {"op": name, "body": dump(request)}
+    except TypeError as exc:  # a value of a str/int subclass, say, given through the library
+        raise BadRequest(
+            f"{name}: invalid request: {exc}",
+            hint="pass plain JSON values: str, int, float, bool, None, lists and dicts",
+        ) from None
 
 
 def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[Any]:

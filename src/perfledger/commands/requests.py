@@ -23,10 +23,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+#: Patterns end in ``(?!\n)$``: Python's ``$`` (which msgspec uses) also matches before a final
+#: newline, so ``"t1\n"`` would pass a plain ``...$``; the look-ahead refuses it, in Python and
+#: in the JSON Schema's ECMA regex alike.
 #: Caller-chosen ids (targets, experiments, samples, evidence, ...).
-Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", max_length=128)]
+Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$", max_length=128)]
 #: Content hashes: ``algo:hex`` or plain hex, 8-200 characters.
-Hash = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9:+._-]{7,199}$")]
+Hash = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9:+._-]{7,199}(?!\n)$")]
 #: Short text: a name, unit, label.
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 #: Free text (Markdown allowed).
@@ -245,7 +248,7 @@ class Fact(Request, kw_only=True):
 class KernelBoundary(Request, kw_only=True):
     """A kernel a report measured (R6): key (``k0``), name, launches, shapes, streams."""
 
-    key: Annotated[str, Meta(pattern=r"^k[0-9]{1,6}$")]
+    key: Annotated[str, Meta(pattern=r"^k[0-9]{1,6}(?!\n)$")]
     name: Text
     launches: Annotated[int, Meta(ge=0, le=10**12)]
     grids: Annotated[list[Name], Meta(max_length=_MAX_ITEMS)] = []

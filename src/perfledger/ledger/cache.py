@@ -68,7 +68,9 @@ def _section_name(name: str, data: bytes) -> str:
 
 def load_snapshot(derived_dir: str, name: str, code_version: str) -> Snapshot | None:
     """Return the snapshot of projection ``name`` if it exists, matches ``code_version`` and
-    every section file it names is present; None otherwise (a cache miss)."""
+    every section file it names is present and holds the bytes its name hashes (a section cut
+    short by a crash, emptied, or swapped for another file is caught here, before anything is
+    decoded); None otherwise (a cache miss)."""
     directory = os.path.join(derived_dir, "cache")
     try:
         with open(_path(derived_dir, name), "rb") as f:
@@ -78,7 +80,10 @@ def load_snapshot(derived_dir: str, name: str, code_version: str) -> Snapshot | 
         sections = {}
         for field, file_name in manifest.sections.items():
             with open(os.path.join(directory, file_name), "rb") as f:
-                sections[field] = f.read()
+                data = f.read()
+            if _section_name(name, data) != file_name:
+                return None
+            sections[field] = data
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
     return Snapshot(
@@ -118,16 +123,18 @@ def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
 
 
 def _collect_sections(directory: str, name: str, keep: set[str]) -> None:
-    """Remove ``name``'s section files that are not in ``keep`` and older than the grace."""
+    """Remove ``name``'s section files that are not in ``keep``, and temporary files of any
+    cache writer (left by one that was killed), older than the grace."""
     cutoff = time.time() - SECTION_GRACE_S
     prefix = f"{name}.s."
     with os.scandir(directory) as entries:
         for entry in entries:
-            if (
+            stale_section = (
                 entry.name.startswith(prefix)
                 and entry.name.endswith(".msgpack")
                 and entry.name not in keep
-            ):
+            )
+            if stale_section or entry.name.endswith(".tmp"):
                 with contextlib.suppress(OSError):
                     if entry.stat().st_mtime < cutoff:
                         os.unlink(entry.path)

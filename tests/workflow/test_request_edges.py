@@ -1,6 +1,6 @@
-"""Breaker findings on the msgspec requests (commands/requests.py, operations.validate/condense).
+"""Edge cases of the msgspec requests (commands/requests.py, operations.validate/condense).
 
-Each test is a finding: it fails on main at 031ae8c and passes once the finding is fixed.
+Each test was a finding of an adversarial review (it failed at 031ae8c).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Breaker findings on R11's case checks before measuring (commands/measure_cli.py,
+"""R11 case checks before measuring (commands/measure_cli.py,
 ``rules.r11_cases_in_test_set``), through the real CLI on a real ledger."""
 
 from __future__ import annotations
@@ -60,10 +60,9 @@ def _cli(ledger: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str
 def test_r11_a_case_name_the_samples_request_refuses_is_refused_before_measuring(
     ledger_path: Path, tmp_path: Path, case: str
 ) -> None:
-    """With a test set that names no cases, ``--case ''`` (or a 201-character name) passes the
-    new pre-measure check; every pair is then measured (12 workload calls with the warm-up) and only then is the
-    samples request refused (exit 2: 'pairs.0.case: Expected `str` of length >= 1'). Expected:
-    refused before any call, like an unknown case."""
+    """With a test set that names no cases, ``--case ''`` (or a 201-character name) is a case
+    name no samples request can hold: refused before any call, like an unknown case (it used
+    to be measured, 12 workload calls, and then refused)."""
     workload = tmp_path / "workload.py"
     workload.write_text(WORKLOAD)
     marker = tmp_path / "ran"
@@ -78,9 +77,8 @@ def test_r11_a_case_name_the_samples_request_refuses_is_refused_before_measuring
 def test_r11_a_spec_with_a_non_string_case_is_a_bad_request(
     ledger_path: Path, tmp_path: Path
 ) -> None:
-    """``PROBLEMS = {1: ..., 'small': ...}`` in a kernel spec: ``r11_cases_in_test_set`` sorts
-    the case names and raises TypeError ('<' not supported between 'str' and 'int'): exit 1
-    'unexpected TypeError' instead of a BadRequest naming the spec's case."""
+    """``PROBLEMS = {1: ..., 'small': ...}`` in a kernel spec is a clear bad request naming
+    the case (sorting the names used to raise TypeError: exit 1)."""
     spec = tmp_path / "spec.py"
     spec.write_text("PROBLEMS = {1: object(), 'small': object()}\nREFERENCE = object()\n"
                     "CANDIDATE = object()\n")  # fmt: skip
@@ -88,3 +86,23 @@ def test_r11_a_spec_with_a_non_string_case_is_a_bad_request(
                "screen", "--spec", str(spec), "--json", "--quiet")  # fmt: skip
     assert out.returncode in (2, 3), out.stdout
     assert "unexpected" not in json.loads(out.stdout)["error"]["message"]
+
+
+def test_r11_another_environment_is_refused_before_measuring(
+    ledger_path: Path, tmp_path: Path
+) -> None:
+    """The Target's readiness recorded another machine's environment (wf_scenario's H200):
+    samples measured here would be refused by R11, so nothing is measured."""
+    workload = tmp_path / "workload.py"
+    workload.write_text(WORKLOAD)
+    marker = tmp_path / "ran"
+    cmd = f"{sys.executable} {workload} {marker}"
+    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+               "screen", "--ref", cmd, "--cand", cmd, "--case", "small", "--pairs", "5",
+               "--no-monitor", "--json", "--quiet")  # fmt: skip
+    error = json.loads(out.stdout)["error"]
+    assert out.returncode == 3 and error["rule"] == "R11", out.stdout
+    assert "environment" in error["message"] and "environment_id" in error["hint"]
+    assert not marker.exists()
+    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
