@@ -212,8 +212,9 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
 
 
 def run_child(argv: list[str]) -> dict[str, Any]:
-    """Run ``argv`` to completion; returns wall seconds, exit code, its own peak RSS (MiB, from
-    ``wait4``), stdout and the tail of stderr."""
+    """Run ``argv`` to completion; returns wall seconds, exit code, peak RSS (MiB, from
+    ``wait4``: the largest of the process and the verify workers it forked and waited for, not
+    their sum), stdout and the tail of stderr."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         process = subprocess.Popen(argv, stdout=out, stderr=err)

@@ -100,8 +100,18 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's waited-for children: verify's forked
+    workers."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Stopwatch:
-    """Accumulates wall time and this process's CPU time (user + system).
+    """Accumulates wall time and CPU time (user + system) of this process and of the children
+    it waited for inside the block (verify's forked workers).
 
     On a shared machine the wall figure absorbs other processes' load; the CPU figure does not
     (but it also leaves out time spent waiting on fsync), so both are reported.
@@ -113,12 +123,12 @@ class Stopwatch:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), time.process_time() + _children_cpu_s()
         try:
             yield
         finally:
             self.wall_s += time.perf_counter() - wall
-            self.cpu_s += time.process_time() - cpu
+            self.cpu_s += time.process_time() + _children_cpu_s() - cpu
 
     def rate(self, events: int) -> dict[str, Any]:
         return {
@@ -215,6 +225,13 @@ def self_rss_mib() -> float:
 
     # ru_maxrss is KiB on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def children_rss_mib() -> float:
+    """The largest peak RSS of any waited-for child (verify's workers), MiB; 0 without any."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 # --------------------------------------------------------------------------- perfledger
@@ -363,6 +380,7 @@ def child_verify(path: str) -> dict[str, Any]:
         "state_hash": report.extra.get("state_hash"),
         "error": None if report.error is None else report.error.message,
         "peak_rss_mib": self_rss_mib(),
+        "worker_peak_rss_mib": children_rss_mib(),
     }
 
 
@@ -964,8 +982,13 @@ def render(figures: dict[str, Any], console: Any) -> None:
         goal("cold_verify_eps"),
         mark("cold_verify_eps"),
         (
-            f"{cold['elapsed_s']:.2f} s; {_cpu(cold)}; ok={cold.get('ok')}; "
+            f"{cold['elapsed_s']:.2f} s; {_cpu(cold)} (workers included); ok={cold.get('ok')}; "
             f"peak RSS {cold['peak_rss_mib']:.0f} MiB"
+            + (
+                f" (+ each worker <= {cold['worker_peak_rss_mib']:.0f} MiB)"
+                if cold.get("worker_peak_rss_mib")
+                else ""
+            )
             + (f"; error: {cold['error']}" if cold.get("error") else "")
         )
         if "elapsed_s" in cold
