@@ -61,6 +61,11 @@ EXPLAIN_FOREIGN = (
 PAIRS = 5
 
 
+def _figure(value: float | None) -> str:
+    """A ratio as printed beside its CI: 4 decimals, or ``n/a``."""
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 class Session:
     """Drive one session; every decision goes through the ``perfledger`` CLI (a subprocess)."""
 
@@ -150,7 +155,7 @@ class Session:
             else "(no CI)"
         )
         self.say(
-            f"  verdict {p['status']}: improvement {primary.get('estimate')} CI {ci}, "
+            f"  verdict {p['status']}: improvement {_figure(primary.get('estimate'))} CI {ci}, "
             f"{primary['n_pairs']} valid pairs, {primary['n_excluded']} excluded"
             + ("; contradicts the claim" if p.get("contradicts_claim") else "")
         )
