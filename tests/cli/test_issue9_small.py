@@ -105,3 +105,43 @@ def test_dry_run_decides_and_appends_nothing(
         real.returncode == 0
         and json.loads(real.stdout)["payload"] == answer["events"][0]["payload"]
     )
+
+
+def test_dry_run_with_a_used_idempotency_key_names_the_existing_event(
+    cli: Any, cli_env: dict[str, str], tmp_path: Any
+) -> None:
+    """A real retry with a used key returns the first event; its dry run says so (it used to
+    be refused as a duplicate)."""
+    from pathlib import Path
+
+    freeze = str(
+        Path(__file__).resolve().parents[2] / "examples" / "requests" / "01-target.freeze.json"
+    )
+    ledger = str(tmp_path / "ledger")
+    assert cli("init", ledger).returncode == 0
+    env = {**cli_env, "PERFLEDGER_DIR": ledger}
+    first = json.loads(cli("target", "freeze", "--request", freeze, "--idempotency-key", "k1",
+                           "--json", env=env).stdout)  # fmt: skip
+    dry = cli("target", "freeze", "--request", freeze, "--idempotency-key", "k1", "--dry-run",
+              "--json", env=env)  # fmt: skip
+    assert dry.returncode == 0, dry.stdout
+    assert json.loads(dry.stdout)["events"][0]["existing_event_id"] == first["event_id"]
+
+
+def test_a_write_without_request_says_to_pass_one(cli: Any, cli_env: dict[str, str],
+                                                  tmp_path: Any) -> None:  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+    assert cli("init", ledger).returncode == 0
+    done = cli("--ledger", ledger, "target", "freeze", "--json")
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 2 and error["message"].startswith("no --request given")
+    assert "--request FILE" in error["hint"]
+
+
+def test_init_with_a_bad_or_empty_actor_creates_nothing(cli: Any, tmp_path: Any) -> None:
+    for actor in ("bad\nname", "", "x" * 5000):
+        path = tmp_path / f"ledger-{len(actor)}"
+        done = cli("init", str(path), "--actor", actor, "--json")
+        error = json.loads(done.stdout)["error"]
+        assert done.returncode == 2 and len(error["message"]) < 300, error
+        assert not path.exists()

@@ -298,5 +298,6 @@ def test_non_finite_json_literals_are_named_in_the_refusal(
     )  # fmt: skip
     error = json.loads(done.stdout)["error"]
     assert done.returncode == 2 and said in error["message"], done.stdout
+    assert f"resolution: {said}" in error["message"]  # where it is, as a field path
     with Ledger.open(fuzz_ledger.path) as again:
         assert again.head() == head

@@ -84,3 +84,12 @@ def test_a_nan_through_the_library_is_named_as_such() -> None:
     with pytest.raises(BadRequest) as info:
         validate("target.freeze", target_freeze(min_effect=float("nan")))
     assert "finite" in info.value.message or "NaN" in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize("bad", ["t 1", "", "t1\n", "abé"])
+def test_a_bad_id_is_named_with_its_value_and_the_rule_in_words(bad: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        validate("target.freeze", target_freeze(bad))
+    message = info.value.message
+    assert f"target_id: {bad!r} is not an id: 1-128 characters" in message, message
+    assert "regex" not in message

@@ -4,12 +4,12 @@ unintended change to a request fails here. After an intended change, regenerate 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
+from perfledger.commands.cli import to_json_text
 from perfledger.commands.operations import OPERATIONS, json_schema, request_model
 from perfledger.commands.workflow_cli import COMMON_FLAGS, FIELD_HINTS
 
@@ -17,7 +17,9 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def _render(operation: str) -> str:
-    return json.dumps(json_schema(operation), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """The schema exactly as ``perfledger schema OPERATION`` prints it (so that its output can be
+    diffed against the committed copy)."""
+    return to_json_text(json_schema(operation), indent=2) + "\n"
 
 
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))

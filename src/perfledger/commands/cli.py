@@ -172,7 +172,10 @@ def rate_text(events: int, elapsed_s: float) -> str:
 
 def _actor(actor: str | None) -> str:
     """Who a command acts as: ``--actor``, else ``$PERFLEDGER_ACTOR``, else the ledger's
-    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``perfledger``."""
+    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``perfledger``.
+    Raises: BadRequest for an empty ``--actor`` (it would silently mean someone else)."""
+    if actor is not None and not actor.strip():
+        raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
     return (
         actor
         or os.environ.get("PERFLEDGER_ACTOR")

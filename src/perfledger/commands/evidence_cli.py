@@ -95,7 +95,10 @@ def _record(
     ledger = ctx.open()
     try:
         if dry_run:
-            drafts = operations.preview(ledger, "evidence.add", body, actor=_shared()._actor(actor))
+            drafts = operations.preview(
+                ledger, "evidence.add", body, actor=_shared()._actor(actor),
+                idempotency_key=idempotency_key,
+            )  # fmt: skip
             _shared()._answer_dry_run(ctx, operations.get_operation("evidence.add"), drafts)
             return
         envelopes = operations.execute(

@@ -325,6 +325,8 @@ def json_schema(name: str) -> dict[str, Any]:
 
 #: A ``- at `$.path``` (or ``- at `key` in `$.path```) suffix of a msgspec validation message.
 _AT = re.compile(r" - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`$")
+#: A msgspec pattern failure: ``Expected `str` matching regex '<regex>'``.
+_PATTERN = re.compile(r"Expected `str` matching regex '(?P<regex>.*)'$")
 #: The finite bounds of :data:`perfledger.commands.requests.Number` as msgspec words them.
 _FINITE = re.compile(r"Expected `float` [<>]= -?1\.7976931348623157e\+308")
 
@@ -346,6 +348,14 @@ def condense(exc: Exception, body: Any = None) -> str:
     value = _value_at(body, parts) if match and not match.group("key") else None
     if isinstance(value, float) and not math.isfinite(value):
         message = f"{value} is not a finite number (NaN and ±Infinity are refused)"
+    pattern = _PATTERN.search(message)
+    if pattern is not None:
+        from perfledger.commands.requests import PATTERN_WORDS
+
+        words = PATTERN_WORDS.get(pattern.group("regex").replace("\\\\", "\\"))
+        if words is not None:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            message = f"{shown} is not {words}" if isinstance(value, str) else f"expected {words}"
     message = _FINITE.sub("Expected a finite number (NaN and ±Infinity are refused)", message)
     return f"{where}: {message}"
 
@@ -411,18 +421,29 @@ def payload_reader(ledger: Ledger) -> Callable[[str], Any]:
 
 
 def preview(
-    ledger: Ledger, name: str, body: Any, *, actor: str, now: datetime | None = None
+    ledger: Ledger,
+    name: str,
+    body: Any,
+    *,
+    actor: str,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
 ) -> list[Any]:
     """Validate and decide ``body`` on the current head without appending: what
-    :func:`execute` would append now (a dry run).
+    :func:`execute` would do now (a dry run).
 
-    Returns: the drafts (:class:`~perfledger.ledger.base.EventDraft`), payloads as decided.
+    Returns: the drafts (:class:`~perfledger.ledger.base.EventDraft`), payloads as decided; or,
+        when ``idempotency_key`` is already in the ledger for this same request, the existing
+        envelope(s), which :func:`execute` would return without appending.
     Raises: BadRequest (exit 2) and RuleRefused (exit 3) exactly as :func:`execute` would; the
         ledger is never changed.
     """
     from perfledger.commands.deciders import DecisionContext
 
     request = validate(name, body)
+    existing = _idempotent_event(ledger, name, idempotency_key, stored_request(name, request))
+    if existing is not None:
+        return [existing]
     ctx = DecisionContext(
         op=name,
         actor=actor,
@@ -432,6 +453,30 @@ def preview(
         payload_of=payload_reader(ledger),
     )
     return list(decider(name)(ledger.state_at(ledger.head(), lazy=True), request, ctx))
+
+
+def _idempotent_event(
+    ledger: Ledger, name: str, idempotency_key: str | None, stored: dict[str, Any]
+) -> Envelope | None:
+    """The event already appended under ``idempotency_key`` for this same request, or None
+    when the key is unused. Raises: BadRequest when the key was used for another request."""
+    from perfledger.events.canonical import canonical_bytes
+
+    if idempotency_key is None:
+        return None
+    found = ledger.store.find_by_idempotency_key(idempotency_key)
+    if found is None:
+        return None
+    existing: Envelope = found if not isinstance(found, str) else ledger.get(found)
+    if existing.kind != get_operation(name).kind or canonical_bytes(existing.request) != (
+        canonical_bytes(stored)
+    ):
+        raise BadRequest(
+            f"idempotency key {idempotency_key!r} was already used for a different request "
+            f"(event {existing.id})",
+            hint="use a new idempotency key for a new request",
+        )
+    return existing
 
 
 def execute(
@@ -460,24 +505,12 @@ def execute(
     Raises: BadRequest (exit 2), RuleRefused (exit 3), ConcurrentAppend (exit 4).
     """
     from perfledger.commands.deciders import DecisionContext
-    from perfledger.events.canonical import canonical_bytes
 
-    operation = get_operation(name)
     request = validate(name, body)
     stored = stored_request(name, request)
-    if idempotency_key is not None:
-        existing_id = ledger.store.find_by_idempotency_key(idempotency_key)
-        if existing_id is not None:
-            existing = existing_id if not isinstance(existing_id, str) else ledger.get(existing_id)
-            if existing.kind != operation.kind or canonical_bytes(existing.request) != (
-                canonical_bytes(stored)
-            ):
-                raise BadRequest(
-                    f"idempotency key {idempotency_key!r} was already used for a different "
-                    f"request (event {existing.id})",
-                    hint="use a new idempotency key for a new request",
-                )
-            return [existing]
+    existing = _idempotent_event(ledger, name, idempotency_key, stored)
+    if existing is not None:
+        return [existing]
     ctx = DecisionContext(
         op=name,
         actor=actor,

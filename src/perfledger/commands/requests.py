@@ -30,6 +30,15 @@ from msgspec import Meta, Struct
 Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$", max_length=128)]
 #: Content hashes: ``algo:hex`` or plain hex, 8-200 characters.
 Hash = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9:+._-]{7,199}(?!\n)$")]
+#: What each pattern means, in words (:func:`perfledger.commands.operations.condense` says this
+#: instead of the regular expression).
+PATTERN_WORDS = {
+    "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\\n)$": "an id: 1-128 characters of A-Z a-z 0-9 . _ : -, "
+    "starting with a letter or digit (no spaces, no newline)",
+    "^[A-Za-z0-9][A-Za-z0-9:+._-]{7,199}(?!\\n)$": "a content hash such as sha256:<hex>: 8-200 "
+    "characters of A-Z a-z 0-9 : + . _ - (no spaces, no newline)",
+    "^k[0-9]{1,6}(?!\\n)$": "a kernel key: k and 1-6 digits",
+}
 #: Short text: a name, unit, label.
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 #: Free text (Markdown allowed).

@@ -65,18 +65,50 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _refuse_non_finite(literal: str) -> float:
-    """``json.loads``' hook for ``NaN``, ``Infinity`` and ``-Infinity``: refused."""
-    raise ValueError(f"{literal} is not a number a request may hold (numbers must be finite)")
+class _NonFinite:
+    """Where the JSON had ``NaN``, ``±Infinity`` or a literal beyond the double range
+    (``1e999``): kept while parsing, so that the refusal can name its place in the request."""
+
+    def __init__(self, literal: str, why: str) -> None:
+        self.literal, self.why = literal, why
 
 
-def _finite_float(text: str) -> float:
-    """``json.loads``' float parser: a literal beyond the double range (``1e999``) is refused
-    rather than read as infinity."""
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} is beyond the range of a double (numbers must be finite)")
-    return value
+def _number_hooks() -> tuple[list[_NonFinite], Any, Any]:
+    """``json.loads``' ``parse_constant`` (``NaN``, ``±Infinity``) and ``parse_float`` (a literal
+    beyond the double range is not read as infinity) hooks, and the list of markers they made."""
+    made: list[_NonFinite] = []
+
+    def constant(literal: str) -> _NonFinite:
+        made.append(_NonFinite(literal, "is not a number a request may hold"))
+        return made[-1]
+
+    def number(text: str) -> float | _NonFinite:
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            made.append(_NonFinite(text, "is beyond the range of a double"))
+            return made[-1]
+        return value
+
+    return made, constant, number
+
+
+def _first_non_finite(node: Any, path: str = "") -> tuple[str, _NonFinite] | None:
+    """The path (``pairs.0.ref.values.latency_ms.2``) and marker of the first non-finite
+    literal in a parsed request, or None."""
+    if isinstance(node, _NonFinite):
+        return path or "(request)", node
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, value in items:
+        found = _first_non_finite(value, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def read_request(source: str | None) -> dict[str, Any]:
@@ -96,15 +128,21 @@ def read_request(source: str | None) -> dict[str, Any]:
         raise BadRequest(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
     import json
 
+    made, constant, number = _number_hooks()
     try:
         body = json.loads(
-            data,
-            object_pairs_hook=_no_duplicate_keys,
-            parse_constant=_refuse_non_finite,
-            parse_float=_finite_float,
+            data, object_pairs_hook=_no_duplicate_keys, parse_constant=constant, parse_float=number
         )
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"the request is not valid JSON: {exc}") from None
+    if made:
+        found = _first_non_finite(body)
+        if found is not None:
+            where, marker = found
+            raise BadRequest(
+                f"the request is not valid JSON: {where}: {marker.literal} {marker.why} "
+                "(numbers must be finite)"
+            )
     if not isinstance(body, dict):
         raise BadRequest(f"the request must be a JSON object, got {type(body).__name__}")
     return body
@@ -142,18 +180,35 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
 
 
 def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
-    """The answer of ``--dry-run``: the event(s) the request would append now, nothing
-    appended (``{"op", "dry_run": true, "appended": false, "events": [{"kind", "payload"}]}``)."""
+    """The answer of ``--dry-run``: the event(s) the request would append now, or the existing
+    event an already used idempotency key would return; nothing appended (``{"op", "dry_run":
+    true, "appended": false, "events": [{"kind", "payload", "existing_event_id"?}]}``)."""
     import msgspec
 
-    events = [{"kind": d.kind, "payload": msgspec.to_builtins(d.payload)} for d in drafts]
+    events = []
+    for d in drafts:
+        event = {"kind": d.kind, "payload": msgspec.to_builtins(d.payload)}
+        if getattr(d, "id", None):  # an envelope already in the ledger (idempotency key)
+            event["existing_event_id"] = d.id
+        events.append(event)
     if ctx.json_mode:
         _emit({"op": operation.name, "dry_run": True, "appended": False, "events": events})
         return
     for event in events:
+        if "existing_event_id" in event:
+            click.echo(
+                f"would return the existing {event['kind']} {event['existing_event_id']} "
+                "(its idempotency key is already in the ledger)"
+            )
+            continue
         status = event["payload"].get("status")
-        suffix = f"  status={status}" if status else ""
-        click.echo(f"would append {event['kind']}{suffix}")
+        click.echo(f"would append {event['kind']}" + (f"  status={status}" if status else ""))
+        if event["kind"] == "VerdictRecorded":
+            from perfledger.projections.verdict_explain import verdict_lines
+
+            for line in verdict_lines(event["payload"]):
+                click.echo(line)
+        click.echo(to_json_text(event["payload"], indent=2))
     click.echo("dry run: nothing appended")
 
 
@@ -214,12 +269,23 @@ def _write_command(operation: Operation) -> click.Command:
         ledger = ctx.open()
         try:
             if dry_run:
-                drafts = operations.preview(ledger, operation.name, body, actor=_actor(actor))
+                drafts = operations.preview(
+                    ledger, operation.name, body, actor=_actor(actor),
+                    idempotency_key=idempotency_key,
+                )  # fmt: skip
                 _answer_dry_run(ctx, operation, drafts)
                 return
             envelopes = operations.execute(
                 ledger, operation.name, body, actor=_actor(actor), idempotency_key=idempotency_key
             )
+        except BadRequest as exc:
+            if request_source is None and "invalid request" in exc.message:
+                raise BadRequest(
+                    f"no --request given: {exc.message}",
+                    hint=f"pass the request with --request FILE (or - for stdin); "
+                    f"`perfledger schema {operation.name}` shows its fields",
+                ) from None
+            raise
         finally:
             ledger.close()
         _answer(ctx, operation, envelopes)

@@ -150,8 +150,10 @@ def validate_draft_fields(
     Raises: BadRequest naming the field.
     """
     if not isinstance(actor, str) or not _ACTOR.match(actor):
+        shown = repr(actor)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise BadRequest(
-            f"actor {actor!r} must be 1-200 characters without '<', '>' or control characters"
+            f"actor {shown} must be 1-200 characters without '<', '>' or control characters"
         )
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not _KEY.match(idempotency_key)

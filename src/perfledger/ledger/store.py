@@ -36,7 +36,7 @@ import blake3
 import msgspec
 
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, NotALedger
-from perfledger.events.envelope import Envelope, decode_envelope
+from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import LedgerInitialized, validate_payload
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
@@ -280,9 +280,11 @@ class GitStore:
             remember_actor: also write ``actor`` to the repository's config as
                 ``perfledger.actor`` (the CLI's default actor on this clone).
         Returns: the opened store.
-        Raises: BadRequest when ``path`` already holds a ledger or is not usable.
+        Raises: BadRequest when ``path`` already holds a ledger or is not usable, or ``actor`` is
+            not a valid actor (checked before anything is created).
         """
         path = os.fspath(path)
+        validate_draft_fields(actor, None, {})  # before anything is created on disk
         try:
             return cls._init(path, name=name, actor=actor, bare=bare, remember_actor=remember_actor)
         except OSError as exc:
