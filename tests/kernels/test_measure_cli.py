@@ -248,7 +248,9 @@ def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
                "screen", "--spec", str(ROOT / "examples" / "kernels" / "scale_spec.py"), "--json",
                check=False)  # fmt: skip
-    assert out.returncode == 2 and "spec" in json.loads(out.stdout)["error"]["message"]
+    error = json.loads(out.stdout)["error"]
+    assert out.returncode == 2 and "spec" in error["message"]
+    assert "needs an NVIDIA GPU with CuPy" in error["hint"]
 
 
 def _head(path: Path, tmp: Path) -> str:

@@ -67,6 +67,17 @@ def test_r1_frozen_target_never_changes_and_is_superseded_instead(ready: Session
     )
 
 
+@pytest.mark.parametrize("min_effect", [1.0, 5.0])
+def test_r1_unreachable_minimum_effect_is_refused(bare: Session, min_effect: float) -> None:
+    """A lower-is-better primary improves by (ref - cand) / ref < 1: a minimum effect of 100 %
+    or more could never pass (a higher-is-better one can, e.g. 5 = 6x the throughput)."""
+    error = bare.refused("target.freeze", target_freeze(min_effect=min_effect), "R1")
+    assert "can never be reached" in error.message and "0.05 means 5 %" in error.hint
+    higher = target_freeze("t2", min_effect=min_effect)
+    higher["primary"]["direction"] = "higher_is_better"
+    bare.run("target.freeze", higher)
+
+
 def test_r1_allowed_freeze_records_every_field(bare: Session) -> None:
     payload = bare.run("target.freeze", target_freeze())
     target = payload["target"]

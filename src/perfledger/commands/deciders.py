@@ -138,6 +138,13 @@ def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
 
 def _check_definition(req: rq.TargetFreeze) -> None:
     rules.r1_scope_relative(req.scope)
+    if req.primary.direction == "lower_is_better" and req.min_effect >= 1.0:
+        raise refuse(
+            "R1",
+            f"a minimum effect of {req.min_effect:.0%} can never be reached by a lower-is-better "
+            "primary: its improvement (ref - cand) / ref stays below 100 %",
+            "min_effect is a ratio: 0.05 means 5 %",
+        )
     names = [req.primary.name, *(s.name for s in req.secondaries)]
     if len(set(names)) != len(names):
         raise BadRequest("secondary metrics must be distinct from each other and the primary")

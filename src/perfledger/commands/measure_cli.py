@@ -627,6 +627,16 @@ def load_spec(path: str) -> dict[str, Any]:
         namespace = runpy.run_path(path)
     except FileNotFoundError:
         raise BadRequest(f"no spec file {path!r}") from None
+    except ModuleNotFoundError as exc:
+        hint = (
+            "the kernel harness needs an NVIDIA GPU with CuPy: pip install -e '.[gpu]' on a GPU "
+            "machine (`perfledger env` shows what this machine has)"
+            if exc.name in ("cupy", "cupyx", "pynvml")
+            else ""
+        )
+        raise BadRequest(
+            f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=hint
+        ) from None
     except Exception as exc:
         raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
     problems = namespace.get("PROBLEMS")

@@ -332,6 +332,7 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
     default=None,
     help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
 )
+@click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
 @_json
 def handoff_record(
     request_source: str | None,
@@ -343,6 +344,7 @@ def handoff_record(
     questions: tuple[str, ...],
     idempotency_key: str | None,
     actor: str | None,
+    dry_run: bool,
     json_flag: bool,
 ) -> None:
     """Record the handoff (R18) derived from the state, with the request's fields and the flags
@@ -350,9 +352,7 @@ def handoff_record(
     as `not stated` (never invented); a budget used beyond the Target's is warned about on stderr.
     Rules: R18."""
     ctx = _ctx(json_flag)
-    from perfledger.commands import operations
-    from perfledger.commands.cli import _actor
-    from perfledger.commands.workflow_cli import _answer, read_request
+    from perfledger.commands.workflow_cli import read_request, submit
 
     override = read_request(request_source)
     tid = target_id or override.get("target_id")
@@ -375,14 +375,8 @@ def handoff_record(
         click.echo(f"warning: {warning}", err=True)
     if questions:
         body["unresolved_questions"] = [*body["unresolved_questions"], *questions]
-    ledger = ctx.open()
-    try:
-        envelopes = operations.execute(
-            ledger, "handoff.record", body, actor=_actor(actor), idempotency_key=idempotency_key
-        )
-    finally:
-        ledger.close()
-    _answer(ctx, operations.OPERATIONS["handoff.record"], envelopes)
+    submit(ctx, "handoff.record", body, actor=actor, idempotency_key=idempotency_key,
+           dry_run=dry_run)  # fmt: skip
 
 
 @click.command("resume")

@@ -232,6 +232,7 @@ def sync(remote: str | None, json_flag: bool) -> None:
     default=None,
     help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
 )
+@click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
 @_json
 def resolve(
     request_source: str | None,
@@ -241,29 +242,19 @@ def resolve(
     reason: str | None,
     idempotency_key: str | None,
     actor: str | None,
+    dry_run: bool,
     json_flag: bool,
 ) -> None:
     """Record which side of a conflict stands (`perfledger state` lists open conflicts); the
     same operation as `perfledger conflict resolve`."""
     ctx = _ctx(json_flag)
-    from perfledger.commands import operations
-    from perfledger.commands.workflow_cli import _answer, read_request
+    from perfledger.commands.workflow_cli import read_request, submit
 
     body = read_request(request_source)
     fields = {"target_id": target_id, "conflict_id": conflict_id, "keep": keep, "reason": reason}
     body.update({k: v for k, v in fields.items() if v is not None})
-    ledger = ctx.open()
-    try:
-        envelopes = operations.execute(
-            ledger,
-            "conflict.resolve",
-            body,
-            actor=_shared()._actor(actor),
-            idempotency_key=idempotency_key,
-        )
-    finally:
-        ledger.close()
-    _answer(ctx, operations.OPERATIONS["conflict.resolve"], envelopes)
+    submit(ctx, "conflict.resolve", body, actor=actor, idempotency_key=idempotency_key,
+           dry_run=dry_run)  # fmt: skip
 
 
 def register(group: click.Group) -> None:

@@ -179,6 +179,53 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
             click.echo(f"environment_id {event['payload']['environment_id']}")
 
 
+#: The ``--dry-run`` option of every write command.
+DRY_RUN_HELP = (
+    "Validate and decide on the current head, show the event(s) it would append, append "
+    "nothing (a refusal still exits 3)."
+)
+
+
+def submit(
+    ctx: Any,
+    name: str,
+    body: dict[str, Any],
+    *,
+    actor: str | None,
+    idempotency_key: str | None,
+    dry_run: bool,
+    request_given: bool = True,
+) -> None:
+    """Decide and append one request of operation ``name`` (with ``dry_run``: decide and show,
+    append nothing) and answer; ``request_given`` False adds a hint to pass ``--request`` to a
+    request found invalid. Raises: BadRequest (2), RuleRefused (3), ConcurrentAppend (4)."""
+    from perfledger.commands import operations
+
+    operation = operations.get_operation(name)
+    ledger = ctx.open()
+    try:
+        if dry_run:
+            drafts = operations.preview(
+                ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key
+            )
+            _answer_dry_run(ctx, operation, drafts)
+            return
+        envelopes = operations.execute(
+            ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key
+        )
+    except BadRequest as exc:
+        if not request_given and "invalid request" in exc.message:
+            raise BadRequest(
+                f"no --request given: {exc.message}",
+                hint=f"pass the request with --request FILE (or - for stdin); "
+                f"`perfledger schema {name}` shows its fields",
+            ) from None
+        raise
+    finally:
+        ledger.close()
+    _answer(ctx, operation, envelopes)
+
+
 def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
     """The answer of ``--dry-run``: the event(s) the request would append now, or the existing
     event an already used idempotency key would return; nothing appended (``{"op", "dry_run":
@@ -239,14 +286,8 @@ def _write_command(operation: Operation) -> click.Command:
             help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
         ),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
-        click.Option(
-            ["--dry-run"],
-            is_flag=True,
-            help="Validate and decide on the current head, show the event(s) it would append, "
-            "append nothing (a refusal still exits 3).",
-        ),
+        click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP),
     ]
-    from perfledger.commands import operations
 
     fields = set(FIELD_HINTS.get(operation.name, ()))
     for flag, field, text in COMMON_FLAGS:
@@ -266,29 +307,10 @@ def _write_command(operation: Operation) -> click.Command:
         for field, value in flags.items():
             if value is not None:
                 body[field] = value
-        ledger = ctx.open()
-        try:
-            if dry_run:
-                drafts = operations.preview(
-                    ledger, operation.name, body, actor=_actor(actor),
-                    idempotency_key=idempotency_key,
-                )  # fmt: skip
-                _answer_dry_run(ctx, operation, drafts)
-                return
-            envelopes = operations.execute(
-                ledger, operation.name, body, actor=_actor(actor), idempotency_key=idempotency_key
-            )
-        except BadRequest as exc:
-            if request_source is None and "invalid request" in exc.message:
-                raise BadRequest(
-                    f"no --request given: {exc.message}",
-                    hint=f"pass the request with --request FILE (or - for stdin); "
-                    f"`perfledger schema {operation.name}` shows its fields",
-                ) from None
-            raise
-        finally:
-            ledger.close()
-        _answer(ctx, operation, envelopes)
+        submit(
+            ctx, operation.name, body, actor=actor, idempotency_key=idempotency_key,
+            dry_run=dry_run, request_given=request_source is not None,
+        )  # fmt: skip
 
     rules = f" Rules: {operation.rules}." if operation.rules else ""
     return click.Command(
