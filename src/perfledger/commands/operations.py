@@ -438,21 +438,41 @@ def preview(
     Raises: BadRequest (exit 2) and RuleRefused (exit 3) exactly as :func:`execute` would; the
         ledger is never changed.
     """
+    prepared = _prepare(ledger, name, body, actor, idempotency_key, now)
+    if not isinstance(prepared, tuple):
+        return [prepared]
+    request, ctx = prepared
+    return list(decider(name)(ledger.state_at(ledger.head(), lazy=True), request, ctx))
+
+
+def _prepare(
+    ledger: Ledger,
+    name: str,
+    body: Any,
+    actor: str,
+    idempotency_key: str | None,
+    now: datetime | None,
+) -> tuple[Any, Any] | Envelope:
+    """What :func:`execute` and :func:`preview` do before deciding: validate ``body``, then
+    either the event already appended under ``idempotency_key`` for this same request, or
+    ``(request, DecisionContext)`` (the event time read once, here at the edge).
+    Raises: BadRequest for an invalid request or a key used for another request."""
     from perfledger.commands.deciders import DecisionContext
 
     request = validate(name, body)
-    existing = _idempotent_event(ledger, name, idempotency_key, stored_request(name, request))
+    stored = stored_request(name, request)
+    existing = _idempotent_event(ledger, name, idempotency_key, stored)
     if existing is not None:
-        return [existing]
+        return existing
     ctx = DecisionContext(
         op=name,
         actor=actor,
         ts=now or datetime.now(UTC),
-        idempotency_key=None,
-        request=stored_request(name, request),
+        idempotency_key=idempotency_key,
+        request=stored,
         payload_of=payload_reader(ledger),
     )
-    return list(decider(name)(ledger.state_at(ledger.head(), lazy=True), request, ctx))
+    return request, ctx
 
 
 def _idempotent_event(
@@ -504,21 +524,10 @@ def execute(
     Returns: the appended (or idempotently found) envelopes.
     Raises: BadRequest (exit 2), RuleRefused (exit 3), ConcurrentAppend (exit 4).
     """
-    from perfledger.commands.deciders import DecisionContext
-
-    request = validate(name, body)
-    stored = stored_request(name, request)
-    existing = _idempotent_event(ledger, name, idempotency_key, stored)
-    if existing is not None:
-        return [existing]
-    ctx = DecisionContext(
-        op=name,
-        actor=actor,
-        ts=now or datetime.now(UTC),
-        idempotency_key=idempotency_key,
-        request=stored,
-        payload_of=payload_reader(ledger),
-    )
+    prepared = _prepare(ledger, name, body, actor, idempotency_key, now)
+    if not isinstance(prepared, tuple):
+        return [prepared]
+    request, ctx = prepared
     run = decider(name)
 
     def decide_at(view: Any) -> list[Any]:
