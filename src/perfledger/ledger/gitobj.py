@@ -10,7 +10,6 @@ through dulwich.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import hashlib
 import os
@@ -243,8 +242,10 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
     unique = [o for o in objects if not (o.id in seen or seen.add(o.id))]  # type: ignore[func-returns-value]
     chunks = [b"PACK", (2).to_bytes(4, "big"), len(unique).to_bytes(4, "big")]
     offset = 12
-    entries: list[tuple[bytes, int, int]] = []
-    append_entry, append_chunk, crc32 = entries.append, chunks.append, zlib.crc32
+    names: list[bytes] = []
+    offsets: list[int] = []
+    crcs: list[int] = []
+    append_chunk, crc32 = chunks.append, zlib.crc32
     pack_lengths, adler32 = struct.Struct("<HH").pack, zlib.adler32
     for obj in unique:
         raw = obj.raw
@@ -261,7 +262,9 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
             )
         else:
             entry = _entry_header(obj.type_num, size) + zlib.compress(raw)
-        append_entry((unhexlify(obj.id), offset, crc32(entry)))
+        names.append(unhexlify(obj.id))
+        offsets.append(offset)
+        crcs.append(crc32(entry))
         append_chunk(entry)
         offset += len(entry)
     body = b"".join(chunks)
@@ -273,45 +276,14 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
     with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
         f.write(body)
         f.write(checksum)
-    entries.sort()
+    from perfledger.ledger.packindex import encode_index, index_arrays
+
+    index = index_arrays(b"".join(names), offsets, crcs).by_name()
     with GitFile(base + ".idx", "wb", mask=0o444, fsync=fsync) as f:
-        f.write(pack_index_v2(entries, checksum))
+        f.write(encode_index(index, checksum))
     if fsync:
         fsync_dir(pack_dir)
     return base
-
-
-def pack_index_v2(entries: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) -> bytes:
-    """Return the bytes of a version-2 pack index (git's ``pack-format.txt``).
-
-    Args:
-        entries: (binary sha, offset in pack, crc32 of the packed entry), sorted by sha.
-        pack_checksum: the pack's trailing sha1 (20 bytes).
-    """
-    shas = [sha for sha, _, _ in entries]
-    # entries are sorted: fanout[i] = how many shas have a first byte <= i
-    fanout = [bisect.bisect_left(shas, bytes((i + 1,))) for i in range(255)] + [len(shas)]
-    small: list[int] = []
-    large: list[int] = []
-    for _, offset, _ in entries:
-        if offset < 0x80000000:
-            small.append(offset)
-        else:
-            small.append(0x80000000 | len(large))
-            large.append(offset)
-    body = b"".join(
-        [
-            b"\377tOc",
-            (2).to_bytes(4, "big"),
-            struct.pack(">256L", *fanout),
-            b"".join(shas),
-            struct.pack(f">{len(entries)}L", *[crc & 0xFFFFFFFF for _, _, crc in entries]),
-            struct.pack(f">{len(small)}L", *small),
-            struct.pack(f">{len(large)}Q", *large),
-            pack_checksum,
-        ]
-    )
-    return body + hashlib.sha1(body).digest()
 
 
 def read_index_v2(path: str) -> list[tuple[bytes, int, int]] | None:
@@ -360,23 +332,26 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
     """
     import mmap
 
+    import numpy as np
+
+    from perfledger.ledger.packindex import IndexArrays, concat, encode_index, read_index
+
     # Read every index first: the header's object count is then known, so the pack's sha1 is
     # computed while copying (memory stays one block, not the whole pack). An object in two
     # packs (a writer killed between packing loose objects and deleting them) is kept once.
-    plans: list[tuple[str, list[tuple[bytes, int, int]], bool]] = []
-    written: set[bytes] = set()
+    plans: list[tuple[str, IndexArrays]] = []
     for base in bases:
-        index = read_index_v2(base + ".idx")
+        index = read_index(base + ".idx")
         if index is None:
             raise DeltaEntry(f"{base}.idx is not a version-2 index")
-        by_offset = sorted(index, key=lambda e: e[1])
-        disjoint = written.isdisjoint(sha for sha, _, _ in by_offset)
-        written.update(sha for sha, _, _ in by_offset)
-        plans.append((base, by_offset, disjoint))
-    header = b"PACK" + (2).to_bytes(4, "big") + len(written).to_bytes(4, "big")
+        plans.append((base, index.by_offset()))
+    everything = concat([index for _, index in plans])
+    _, first_seen = np.unique(everything.names, return_index=True)
+    keep = np.zeros(len(everything.names), dtype=bool)
+    keep[first_seen] = True
+    header = b"PACK" + (2).to_bytes(4, "big") + len(first_seen).to_bytes(4, "big")
     digest = hashlib.sha1(header)
-    entries: list[tuple[bytes, int, int]] = []
-    copied: set[bytes] = set()
+    parts: list[IndexArrays] = []
     fd, tmp_pack = _create_tmp(pack_dir, "tmp_pack_")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -387,39 +362,44 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
                 out.write(chunk)
                 digest.update(chunk)
 
-            for base, by_offset, disjoint in plans:
-                if not by_offset:
+            seen = 0
+            for base, index in plans:
+                kept = keep[seen : seen + len(index.names)]
+                seen += len(index.names)
+                if not len(index.names):
                     continue
                 with open(base + ".pack", "rb") as f:
                     data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                view = memoryview(data)
                 try:
                     end_of_data = len(data) - 20
-                    for _, start, _ in by_offset:
-                        if ((data[start] >> 4) & 0x07) in (6, 7):
-                            raise DeltaEntry(f"{base}.pack holds delta entries")
-                    if disjoint:  # the usual case: one block copy, offsets shifted
-                        first = by_offset[0][1]
-                        view = memoryview(data)
-                        try:
-                            for at in range(first, end_of_data, _COPY_BLOCK_BYTES):
-                                copy(view[at : min(at + _COPY_BLOCK_BYTES, end_of_data)])
-                        finally:
-                            view.release()
-                        shift = offset - first
-                        entries.extend((sha, at + shift, crc) for sha, at, crc in by_offset)
-                        copied.update(sha for sha, _, _ in by_offset)
+                    starts = index.offsets.astype(np.int64)
+                    types = (np.frombuffer(view, dtype=np.uint8)[starts] >> 4) & 0x07
+                    if ((types == 6) | (types == 7)).any():
+                        raise DeltaEntry(f"{base}.pack holds delta entries")
+                    first = int(starts[0])
+                    if kept.all():  # the usual case: one block copy, offsets shifted
+                        for at in range(first, end_of_data, _COPY_BLOCK_BYTES):
+                            copy(view[at : min(at + _COPY_BLOCK_BYTES, end_of_data)])
+                        shifted = (starts + (offset - first)).astype(np.uint64)
+                        parts.append(IndexArrays(index.names, shifted, index.crcs))
                         offset += end_of_data - first
                         continue
-                    for i, (sha, start, crc) in enumerate(by_offset):
-                        if sha in copied:
-                            continue
-                        stop = by_offset[i + 1][1] if i + 1 < len(by_offset) else end_of_data
-                        chunk = data[start:stop]
-                        copy(chunk)
-                        entries.append((sha, offset, crc))
-                        copied.add(sha)
-                        offset += len(chunk)
+                    ends = np.append(starts[1:], end_of_data)
+                    new_offsets: list[int] = []
+                    for start, stop in zip(starts[kept].tolist(), ends[kept].tolist(), strict=True):
+                        copy(view[start:stop])
+                        new_offsets.append(offset)
+                        offset += stop - start
+                    parts.append(
+                        IndexArrays(
+                            index.names[kept],
+                            np.array(new_offsets, dtype=np.uint64),
+                            index.crcs[kept],
+                        )
+                    )
                 finally:
+                    view.release()
                     data.close()
             checksum = digest.digest()
             out.write(checksum)
@@ -431,11 +411,11 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_pack)
         raise
-    entries.sort()
+    merged = concat(parts).by_name()
     fd, tmp_idx = _create_tmp(pack_dir, "tmp_idx_")
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(pack_index_v2(entries, checksum))
+            out.write(encode_index(merged, checksum))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp_idx, target + ".idx")
