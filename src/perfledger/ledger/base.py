@@ -80,13 +80,13 @@ class HeadView:
         head: opaque head token (git: the commit hex sha), None for an empty ledger.
         event_heads: ids of the events at the tips of the DAG (sorted).
         lamport: the largest Lamport clock among ``event_heads`` (0 for an empty ledger).
-        count: number of events reachable from the head.
+    (The number of events is :meth:`EventStore.count`: a git store knows it only from its
+    whole index, which an append does not need.)
     """
 
     head: str | None
     event_heads: tuple[str, ...]
     lamport: int
-    count: int
 
 
 #: A decision: given the view at the current head, return the drafts to append (may be empty).

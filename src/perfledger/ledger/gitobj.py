@@ -246,22 +246,8 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
     offsets: list[int] = []
     crcs: list[int] = []
     append_chunk, crc32 = chunks.append, zlib.crc32
-    pack_lengths, adler32 = struct.Struct("<HH").pack, zlib.adler32
     for obj in unique:
-        raw = obj.raw
-        size = len(raw)
-        if size < STORE_BELOW_BYTES:  # deflate() inlined: the loop runs once per object
-            entry = b"".join(
-                [
-                    _entry_header(obj.type_num, size),
-                    _STORED_HEADER,
-                    pack_lengths(size, size ^ 0xFFFF),
-                    raw,
-                    adler32(raw).to_bytes(4, "big"),
-                ]
-            )
-        else:
-            entry = _entry_header(obj.type_num, size) + zlib.compress(raw)
+        entry = _entry_header(obj.type_num, len(obj.raw)) + deflate(obj.raw)
         names.append(unhexlify(obj.id))
         offsets.append(offset)
         crcs.append(crc32(entry))

@@ -61,7 +61,7 @@ class MemoryStore:
         """Return the view at the current head."""
         with self._lock:
             last = self._events[-1]
-            return HeadView(last.id, (last.id,), last.lamport, len(self._events))
+            return HeadView(last.id, (last.id,), last.lamport)
 
     def transact(
         self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS

@@ -94,6 +94,10 @@ _INDEX_SAVE_EVERY = 256
 #: would otherwise walk them again (a CLI decision on a 10,000-event ledger spent ~0.1 s walking
 #: ~90 unsaved commits), while one save costs ~30 ms.
 _INDEX_SAVE_AT_CLOSE = 64
+#: A process appends this many events, or walks this many commits, reading commits from git
+#: before it loads the whole derived index (see GitStore._attempt): a CLI command never loads
+#: it for an append; a long-running writer soon does, and then keeps and saves it.
+_UNINDEXED_MAX = 64
 _INDEX_SAVE_FRACTION = 8
 
 
@@ -214,6 +218,8 @@ class GitStore:
         self._checked_head: bytes | None = None
         self._index_loaded = False
         self._unsaved = 0
+        # events appended by this process while the index was not loaded (see _attempt)
+        self._unindexed_appends = 0
         self._loose_written = 0
         # binary sha -> object this writer wrote loose since it last packed (packing takes them
         # from here instead of reading them back; bounded by the packing threshold)
@@ -480,7 +486,7 @@ class GitStore:
         head = self.read_head()
         self._catch_up(head)
         heads = self._event_heads(head)
-        return HeadView(head.decode(), heads, self._lamport_of(head), len(self._by_event))
+        return HeadView(head.decode(), heads, self._lamport_of(head))
 
     def event_commit(self, event_id: str) -> bytes:
         """Return the commit sha of ``event_id``.
@@ -740,32 +746,52 @@ class GitStore:
         )
 
     def _attempt(self, decide: Decide) -> list[Envelope] | None:
-        """One decide-write-swap round; None when the compare-and-swap lost a race."""
+        """One decide-write-swap round; None when the compare-and-swap lost a race.
+
+        A new event takes its parents and Lamport clock from the head commit (and, for a merge,
+        the commits it joins), read from git: that needs no derived index. The index (every
+        event and idempotency key of the ledger, O(ledger) to load: ~45 ms of a CLI append on
+        10,000 events) is loaded only when a draft carries an idempotency key, when this
+        process already holds it, or once this process has appended ``_UNINDEXED_MAX`` events
+        without it (a long-running writer keeps it, and saves it, as before)."""
         head = self.read_head()
-        self._catch_up(head)
-        self._check_index_at(head)
-        view = HeadView(
-            head.decode(), self._event_heads(head), self._lamport_of(head), len(self._by_event)
-        )
+        indexed = self._index_loaded or self._unindexed_appends >= _UNINDEXED_MAX
+        if indexed:
+            self._catch_up(head)
+            self._check_index_at(head)
+        view = HeadView(head.decode(), self._event_heads(head), self._lamport_of(head))
         drafts = list(decide(view))
         if not drafts:
             return []
         check_batch_keys(drafts)
-        existing = self._idempotent_replay(drafts)
-        if existing is not None:
-            return existing
+        if not indexed and any(d.idempotency_key is not None for d in drafts):
+            self._catch_up(head)  # a key is looked up in the whole ledger
+            self._check_index_at(head)
+            indexed = True
+        if indexed:
+            existing = self._idempotent_replay(drafts)
+            if existing is not None:
+                return existing
         envelopes, objects, new_head, entries = self._build_chain(head, drafts)
         batch = len(drafts) >= PACK_BATCH_THRESHOLD
         self._write_objects(objects, batch=batch)
         if not self._compare_and_swap(head, new_head):
             return None
-        for sha, entry in entries:
-            self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
-        self._indexed_head = self._checked_head = new_head
-        self._unsaved += len(entries)
-        if self._unsaved >= max(_INDEX_SAVE_EVERY, len(self._commits) // _INDEX_SAVE_FRACTION):
-            with contextlib.suppress(OSError):
-                self._save_index()
+        if indexed:
+            for sha, entry in entries:
+                self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
+            self._indexed_head = self._checked_head = new_head
+            self._unsaved += len(entries)
+            if self._unsaved >= max(_INDEX_SAVE_EVERY, len(self._commits) // _INDEX_SAVE_FRACTION):
+                with contextlib.suppress(OSError):
+                    self._save_index()
+        else:
+            # facts about commits this process wrote (the next attempt reads its head from
+            # here); the saved index catches up by walking them when it is next loaded
+            for sha, entry in entries:
+                self._commits[sha] = entry
+                self._all_events[entry.event_id] = sha
+            self._unindexed_appends += len(entries)
         self._after_write(objects, batch)
         return envelopes
 
@@ -1238,12 +1264,34 @@ class GitStore:
         current head), oldest first, when ``head`` descends from ``old_head`` through
         single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
         head = head or self.read_head()
+        if not self._index_loaded:
+            # a few commits are read from git (the usual case: this process's own appends,
+            # already known) rather than loading the whole index; a long walk loads it
+            walked = self._commits_since_unindexed(old_head, head)
+            if walked is not False:
+                return walked  # type: ignore[return-value]
         self._catch_up(head)
         chain: list[bytes] = []
         sha = head
         while sha != old_head:
             entry = self._commits.get(sha)
             if entry is None or len(entry.parents) != 1 or entry.event_id is None:
+                return None
+            chain.append(sha)
+            sha = entry.parents[0]
+        chain.reverse()
+        return chain
+
+    def _commits_since_unindexed(self, old_head: bytes, head: bytes) -> list[bytes] | bool | None:
+        """:meth:`commits_since` by reading commits from git; False when the walk passes
+        ``_UNINDEXED_MAX`` commits (the caller loads the index instead)."""
+        chain: list[bytes] = []
+        sha = head
+        while sha != old_head:
+            if len(chain) >= _UNINDEXED_MAX:
+                return False
+            entry = self._entry(sha)
+            if len(entry.parents) != 1 or entry.event_id is None:
                 return None
             chain.append(sha)
             sha = entry.parents[0]
