@@ -103,3 +103,16 @@ def test_failing_chunk_work_changes_nothing_verify_reports(
     assert taken and all(t is None for t in taken)
     # the first chunk is small and alone, the others of CHUNK_EVENTS
     assert len(taken) == 1 + -(-(report.events - 3) // 4)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_audit_restores_the_cyclic_collectors_state(ready: Session, enabled: bool) -> None:
+    import gc
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        assert audit(ready.ledger).ok
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
