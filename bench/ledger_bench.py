@@ -54,7 +54,8 @@ from typing import Any
 ACTOR = "bench"
 BATCH_SIZE = 1000
 #: Bump when the payloads or the layout of cached ledgers change (cached ledgers are rebuilt).
-WORKDIR_FORMAT = 1
+#: 2: small objects stored uncompressed in packs (what appends write since session 5).
+WORKDIR_FORMAT = 2
 
 # Goals from the issue: (figure key, comparison, threshold, unit label).
 GOALS: dict[str, tuple[str, float, str]] = {

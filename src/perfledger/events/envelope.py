@@ -81,7 +81,12 @@ def format_ts(moment: datetime) -> str:
     """Format an aware datetime as the envelope's UTC timestamp string (microseconds, ``Z``)."""
     if moment.tzinfo is None:
         raise BadRequest("timestamp must be timezone-aware")
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    m = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    # the same text as ``isoformat(timespec="microseconds")`` of the naive UTC time, in half
+    # the time (it runs once per appended event)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031 (the fastest form)
+        m.year, m.month, m.day, m.hour, m.minute, m.second, m.microsecond
+    )  # fmt: skip
 
 
 def parse_ts(ts: str) -> datetime:

@@ -145,7 +145,7 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
     validate_draft_fields(
         draft.actor,
         draft.idempotency_key,
-        {n: (r["blake3"], r["size"], r["media_type"]) for n, r in refs.items()},
+        {n: (r["blake3"], r["size"], r["media_type"]) for n, r in refs.items()} if refs else {},
     )
     moment = draft.ts or datetime.now(UTC)
     # Only the free-form parts can hold NaN/Inf or odd types; the rest is typed and checked. The
@@ -160,7 +160,7 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
         "lamport": lamport,
         "parents": sorted(parents),
         "payload": payload,
-        "request": to_canonical_value(draft.request),
+        "request": None if draft.request is None else to_canonical_value(draft.request),
         "schema": spec.version,
         "ts": format_ts(moment),
     }

@@ -7,11 +7,11 @@ variable ``PERFLEDGER_FSYNC_METHOD``, which wins):
   its object files and renames them into place without flushing each one, then calls
   ``syncfs`` once on the ledger's filesystem: every file, rename and directory entry written so
   far is on disk when it returns (and since Linux 5.8 it reports writeback errors). Only then is
-  the ref's lock file renamed over the ref, and ``syncfs`` runs once more. Two flushes per
-  append, however many objects it wrote — the same idea as git's ``core.fsyncMethod=batch``,
-  but without relying on one filesystem's journal ordering. Its cost grows with unrelated
-  dirty data on the same filesystem (another process writing gigabytes); choose ``fsync``
-  there.
+  the ref's lock file renamed over the ref, and the ref's directory is fsynced (the rename).
+  Two flushes per append, however many objects it wrote — the same idea as git's
+  ``core.fsyncMethod=batch``, but without relying on one filesystem's journal ordering. The
+  ``syncfs`` cost grows with unrelated dirty data on the same filesystem (another process
+  writing gigabytes); choose ``fsync`` there.
 - ``fsync``: every file is fsynced before its rename and every directory that received a rename
   is fsynced afterwards (portable; 6-8 flushes per single append).
 

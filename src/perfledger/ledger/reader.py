@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import read_index_v2
+from perfledger.ledger.gitobj import inflate, read_index_v2
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -146,6 +146,15 @@ class ObjectReader:
         self._packs.append(_PackMap(base + ".pack", fd))
         self._sparse.append((number, index))
 
+    def pack_paths(self) -> list[str]:
+        """The ``.pack`` files this reader maps (in the order it searches them)."""
+        return [pack.path for pack in self._packs]
+
+    def packed_object_count(self) -> int:
+        """How many packed objects this reader maps (duplicates across packs counted once in
+        dict mode, once per pack otherwise): a cheap size estimate of the ledger."""
+        return len(self._where) + sum(len(shas) for _, shas, _ in self._tables)
+
     def _store(self) -> DiskObjectStore:
         if self._opened is None:
             assert self._open_store is not None
@@ -186,7 +195,14 @@ class ObjectReader:
         """
         where = self._locate(sha)
         if where is not None:
-            result = _read_packed(self._packs[where >> _PACK_SHIFT].fd, where & _OFFSET_MASK)
+            try:
+                result = _read_packed(self._packs[where >> _PACK_SHIFT].fd, where & _OFFSET_MASK)
+            except IntegrityError as exc:
+                raise IntegrityError(
+                    f"git object {sha.hex()}: {exc.message}",
+                    commit=sha.hex(),
+                    hint="the pack file was damaged or modified; restore the ledger from a clone",
+                ) from None
             if result is not None:
                 if check:
                     _check_sha(sha, *result)
@@ -336,7 +352,7 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
     window = size + (size // 16384 + 1) * 5 + 64
     stream = data[pos:] if pos + window <= len(data) else os.pread(fd, window, offset + pos)
     try:
-        raw = zlib.decompress(stream, 15, size or 1)
+        raw = inflate(stream, size)
     except zlib.error:
         raise IntegrityError(f"pack entry at offset {offset} is not a valid zlib stream") from None
     if len(raw) != size:

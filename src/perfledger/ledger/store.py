@@ -28,6 +28,7 @@ import threading
 import time
 import weakref
 import zlib
+from binascii import unhexlify
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,7 @@ from perfledger.ledger.objects import (
     parse_commit,
 )
 from perfledger.ledger.order import in_total_order
-from perfledger.ledger.packing import maybe_pack
+from perfledger.ledger.packing import LOOSE_PACK_THRESHOLD, maybe_pack
 from perfledger.ledger.reader import ObjectReader, read_loose
 from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
 
@@ -214,6 +215,9 @@ class GitStore:
         self._index_loaded = False
         self._unsaved = 0
         self._loose_written = 0
+        # binary sha -> object this writer wrote loose since it last packed (packing takes them
+        # from here instead of reading them back; bounded by the packing threshold)
+        self._written_loose: dict[bytes, RawObject] = {}
         self._lock_depth = 0
         self._lock_fd: int | None = None
         self._bulk: ObjectReader | None = None
@@ -776,6 +780,9 @@ class GitStore:
             self._packs_written += 1
         else:
             self._loose_written += len(objects)
+            if len(self._written_loose) < 2 * LOOSE_PACK_THRESHOLD:
+                for obj in objects:
+                    self._written_loose[unhexlify(obj.id)] = obj
         try:
             self._loose_written, self._packs_written = maybe_pack(
                 self, self._loose_written, self._packs_written
@@ -859,7 +866,7 @@ class GitStore:
 
         Order: lock and write the new value; flush (``syncfs``: every object written so far and
         the lock's content; ``fsync``: the lock's content, objects were flushed when written);
-        rename the lock over the ref; flush the rename. A crash at any point leaves the old
+        rename the lock over the ref; fsync the ref's directory (the rename). A crash at any point leaves the old
         value or the new one, and the new one only once everything it points to is on disk.
         Raises: RefLocked when another writer holds the ref's lock; OSError from the filesystem.
         """
@@ -880,10 +887,10 @@ class GitStore:
             held.abort()
             raise
         held.commit()
-        if self._fsync_each:
-            fsync_dir(os.path.dirname(held.path))
-        else:
-            sync_filesystem(self.controldir)
+        # the rename is a change of the ref's directory: flushing that directory makes it
+        # durable (a second syncfs would also write back every unrelated dirty page of the
+        # filesystem: 2-4 ms per append while other processes wrote, against ~0.3 ms)
+        fsync_dir(os.path.dirname(held.path))
         return True
 
     @contextlib.contextmanager

@@ -28,13 +28,8 @@ from perfledger.ledger.reader import ObjectReader
 
 # The per-commit and per-event checks are verify's own, so that a pull and a full verify can
 # never disagree about what a valid event is.
-from perfledger.ledger.verify import (
-    _DagMismatch,
-    _decode_payload,
-    _named,
-    _parse_commit,
-    _verify_event,
-)
+from perfledger.ledger.verify import _DagMismatch, _decode_payload, _named, _verify_event
+from perfledger.ledger.verify_scan import parse_commit
 
 _EMPTY_TREE_BIN = bytes.fromhex(EMPTY_TREE.id.decode())
 
@@ -138,7 +133,7 @@ def verify_incoming(
         node = nodes.get(sha)
         if node is None:
             _, raw = reader.read(sha, check=False)
-            commit = _parse_commit(sha, raw)
+            commit = parse_commit(sha, raw)
             trailers = parse_trailers(commit.message)
             event_id = trailers.get("Event-Id")
             lamport = trailers.get("Lamport", "0")
@@ -161,7 +156,7 @@ def verify_incoming(
             raise IntegrityError(
                 f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
             )
-        commit = _parse_commit(sha, raw)
+        commit = parse_commit(sha, raw)
         trailers = parse_trailers(commit.message)
         parsed[sha] = (commit, trailers)
         if "Idempotency-Key" in trailers:

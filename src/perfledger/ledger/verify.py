@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import gc
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
+from perfledger.ledger.verify_scan import ParsedCommit, parse_commit, scan_packed_commits
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 #: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
@@ -99,61 +99,7 @@ class VerifyReport:
         return data
 
 
-@dataclass(frozen=True, slots=True)
-class _Commit:
-    tree: bytes
-    parents: tuple[bytes, ...]
-    author: bytes
-    committer: bytes
-    message: bytes
-
-
 _PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
-_COMMIT_FAST = re.compile(
-    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author ([^\n]*)\ncommitter ([^\n]*)\n\n"
-)
-
-
-def _parse_commit(sha: bytes, raw: bytes) -> _Commit:
-    fast = _COMMIT_FAST.match(raw)
-    if fast is not None:  # the layout perfledger writes: one regex match
-        parents = fast.group(2)
-        return _Commit(
-            bytes.fromhex(fast.group(1).decode()),
-            tuple(
-                bytes.fromhex(parents[i + 7 : i + 47].decode()) for i in range(0, len(parents), 48)
-            ),
-            fast.group(3),
-            fast.group(4),
-            raw[fast.end() :],
-        )
-    header, sep, message = raw.partition(b"\n\n")
-    if not sep:
-        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
-    tree = b""
-    parents: list[bytes] = []
-    author = committer = b""
-    for line in header.split(b"\n"):
-        if line.startswith(b" "):
-            continue  # continuation of a multi-line header (e.g. a signature)
-        key, _, value = line.partition(b" ")
-        if key == b"tree":
-            tree = value
-        elif key == b"parent":
-            parents.append(value)
-        elif key == b"author":
-            author = value
-        elif key == b"committer":
-            committer = value
-    if len(tree) != 40 or any(len(p) != 40 for p in parents):
-        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
-    return _Commit(
-        bytes.fromhex(tree.decode()),
-        tuple(bytes.fromhex(p.decode()) for p in parents),
-        author,
-        committer,
-        message,
-    )
 
 
 def _split_ident(value: bytes) -> tuple[bytes, int]:
@@ -229,23 +175,33 @@ def _verify(
     # ---- pass 1: the commit graph --------------------------------------------------------
     nodes: dict[bytes, CommitNode] = {}
     commit_of: dict[str, bytes] = {}
-    parsed: dict[bytes, tuple[_Commit, dict[str, str]]] = {}
+    parsed: dict[bytes, tuple[ParsedCommit, dict[str, str]]] = {}
     roots: list[bytes] = []
+    # an event is about three objects: the size decides on workers before the graph is known
+    workers = _worker_count(reader.packed_object_count() // 3, workers)
+    scanned: dict[bytes, tuple[ParsedCommit, dict[str, str]]] = {}
+    if workers > 1:
+        store.wait_background()  # type: ignore[attr-defined]  (never fork beside a thread)
+        scanned = scan_packed_commits(reader.pack_paths(), workers)
     stack = [head]
     while stack:
         sha = stack.pop()
         if sha in nodes:
             continue
-        try:
-            type_num, raw = reader.read(sha)
-        except IntegrityError as exc:
-            raise _name_claimed_event(reader, sha, exc) from None
-        if type_num != COMMIT:
-            raise IntegrityError(
-                f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
-            )
-        commit = _parse_commit(sha, raw)
-        trailers = parse_trailers(commit.message)
+        found = scanned.pop(sha, None)
+        if found is not None:  # read, re-hashed and parsed by a worker
+            commit, trailers = found
+        else:
+            try:
+                type_num, raw = reader.read(sha)
+            except IntegrityError as exc:
+                raise _name_claimed_event(reader, sha, exc) from None
+            if type_num != COMMIT:
+                raise IntegrityError(
+                    f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
+                )
+            commit = parse_commit(sha, raw)
+            trailers = parse_trailers(commit.message)
         if len(parsed) < PARSED_CACHE_MAX:  # pass 2 reuses it (bounded: see PARSED_CACHE_MAX)
             parsed[sha] = (commit, trailers)
         event_id = trailers.get("Event-Id")
@@ -290,6 +246,7 @@ def _verify(
         if not commit.parents:
             roots.append(sha)
         stack.extend(commit.parents)
+    scanned.clear()  # unreachable commits' parses (none in a ledger that only grew)
     if len(roots) != 1:
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
 
@@ -304,9 +261,7 @@ def _verify(
     ]
     # ---- pass 2: every event, in the total order ------------------------------------------
     checker = _Pass2(reader, nodes, dag, commit_of, roots[0], format_version, parsed, order)
-    workers = _worker_count(len(order), workers)
     if workers > 1:
-        store.wait_background()  # type: ignore[attr-defined]  (never fork beside a thread)
         _verify_in_workers(checker, workers, report, on_event, chunk_work)
         return
     for position in range(len(order)):
@@ -354,7 +309,7 @@ class _Pass2:
         commit_of: dict[str, bytes],
         root: bytes,
         format_version: int,
-        parsed: dict[bytes, tuple[_Commit, dict[str, str]]],
+        parsed: dict[bytes, tuple[ParsedCommit, dict[str, str]]],
         order: list[bytes],
     ) -> None:
         self.reader = reader
@@ -381,7 +336,7 @@ class _Pass2:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
             # this child), the parent is the tampered one: name it.
-            parent_commit = _parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
+            parent_commit = parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
             for parent_id in self.dag.heads(parent_commit):
                 parent_sha = self.commit_of[parent_id]
                 try:
@@ -584,13 +539,13 @@ def _verify_event(
     node: CommitNode,
     dag: EventHeads | None,
     root: bytes,
-    parsed: tuple[_Commit, dict[str, str]] | None = None,
+    parsed: tuple[ParsedCommit, dict[str, str]] | None = None,
 ) -> tuple[Envelope, bytes]:
     """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
     return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
     if parsed is None:
         _, raw = reader.read(sha, check=False)  # re-hashed in pass 1
-        commit = _parse_commit(sha, raw)
+        commit = parse_commit(sha, raw)
         trailers = parse_trailers(commit.message)
     else:
         commit, trailers = parsed
