@@ -506,6 +506,38 @@ def jsonl_single(path: str, n: int) -> dict[str, Any]:
     return watch.rate(n)
 
 
+def fs_floor(path: str, n: int) -> dict[str, Any]:
+    """The disk's floor for one durable git append, without perfledger: per append, three
+    ~400-byte object files written to temporary names and renamed into fan-out directories, a
+    ref lock file written and renamed over the ref, one ``syncfs`` before the rename and one
+    fsync of the ref's directory after it (the syscalls of a single append under the default
+    ``syncfs`` durability method, none of its Python work)."""
+    from perfledger.ledger.durable import fsync_dir, sync_filesystem
+
+    os.makedirs(os.path.join(path, "refs"), exist_ok=True)
+    for i in range(256):
+        os.makedirs(os.path.join(path, f"{i:02x}"), exist_ok=True)
+    ref = os.path.join(path, "refs", "ledger")
+    data = os.urandom(400)
+    watch = Stopwatch()
+    with watch.running():
+        for i in range(n):
+            for j in range(3):
+                directory = os.path.join(path, f"{(3 * i + j) % 256:02x}")
+                tmp = os.path.join(directory, f"tmp_{i}_{j}")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+                os.write(fd, data)
+                os.close(fd)
+                os.replace(tmp, os.path.join(directory, f"obj_{i}_{j}"))
+            fd = os.open(ref + ".lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"%040x\n" % i)
+            os.close(fd)
+            sync_filesystem(path)
+            os.replace(ref + ".lock", ref)
+            fsync_dir(os.path.dirname(ref))
+    return watch.rate(n)
+
+
 def jsonl_batched(path: str, n: int) -> dict[str, Any]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     watch = Stopwatch()
@@ -818,6 +850,8 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         figures["es_rec_batched"] = rec_batched
         figures["es_rec_replay"] = es_rec_replay(os.path.join(scratch, "es-rec-n.db"), originator)
 
+        log("the disk's floor for a single durable git append (no perfledger)")
+        figures["fs_floor"] = fs_floor(os.path.join(scratch, "floor"), args.single)
         log("JSONL + fsync")
         figures["jsonl_single"] = jsonl_single(os.path.join(scratch, "single.jsonl"), args.single)
         figures["jsonl_batched"] = jsonl_batched(os.path.join(scratch, "n.jsonl"), args.events)
@@ -969,6 +1003,16 @@ def render(figures: dict[str, Any], console: Any) -> None:
         mark("single_append_eps"),
         f"{1e3 / single['eps']:.2f} ms/append; {_cpu(single)}; after: {single['pack_stats']}",
     )
+    floor = figures.get("fs_floor")
+    if floor is not None:
+        goals.add_row(
+            "  context: the disk's floor for one durable git append",
+            _eps(floor["eps"]),
+            "-",
+            "-",
+            f"{1e3 / floor['eps']:.2f} ms: 3 object files + ref lock, syncfs, rename, "
+            f"fsync(dir), no Python work; {_cpu(floor)}",
+        )
     goals.add_row(
         f"batched appends ({batched['events']:,}, batches of {cfg['batch_size']:,})",
         _eps(batched["eps"]),

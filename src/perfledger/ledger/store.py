@@ -866,8 +866,9 @@ class GitStore:
 
         Order: lock and write the new value; flush (``syncfs``: every object written so far and
         the lock's content; ``fsync``: the lock's content, objects were flushed when written);
-        rename the lock over the ref; fsync the ref's directory (the rename). A crash at any point leaves the old
-        value or the new one, and the new one only once everything it points to is on disk.
+        rename the lock over the ref; fsync the ref's directory (the rename). A crash at any
+        point leaves the old value or the new one, and the new one only once everything it
+        points to is on disk.
         Raises: RefLocked when another writer holds the ref's lock; OSError from the filesystem.
         """
         held = lock_ref(

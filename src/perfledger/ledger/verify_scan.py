@@ -20,7 +20,6 @@ import gc
 import hashlib
 import os
 import re
-import struct
 import zlib
 from binascii import unhexlify
 from typing import Any, NamedTuple
@@ -158,25 +157,17 @@ def _plan(path: str) -> tuple[str, Any, Any, int] | None:
     None for a pack this module does not map (it is read by the walk instead)."""
     import numpy as np
 
+    from perfledger.ledger.packindex import read_index
+
     try:
-        with open(path[: -len(".pack")] + ".idx", "rb") as f:
-            index = f.read()
+        index = read_index(path[: -len(".pack")] + ".idx")
         size = os.path.getsize(path)
     except OSError:
         return None
-    if len(index) < 8 + 1024 + 40 or index[:8] != b"\377tOc\0\0\0\2":
+    if index is None:
         return None
-    (count,) = struct.unpack_from(">L", index, 8 + 255 * 4)
-    names_at = 8 + 1024
-    offsets_at = names_at + 24 * count
-    if len(index) < offsets_at + 4 * count + 40:
-        return None
-    names = np.frombuffer(index, dtype="S20", count=count, offset=names_at)
-    offsets = np.frombuffer(index, dtype=">u4", count=count, offset=offsets_at).astype(np.int64)
-    if count and int(offsets.max()) & 0x80000000:
-        return None  # a pack over 2 GiB: the walk reads it
-    order = np.argsort(offsets, kind="stable")
-    return path, offsets[order], names[order], size - 20
+    entries = index.by_offset()
+    return path, entries.offsets.astype(np.int64), entries.names, size - 20
 
 
 def _scan_task(task: tuple[int, int, int]) -> list[tuple[Any, ...]]:
