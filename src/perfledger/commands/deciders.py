@@ -46,6 +46,7 @@ from perfledger.events.workflow import (
     ResolutionEstimated,
     SamplesRecorded,
     SecondaryVerdict,
+    Statistics,
     TargetDefinition,
     TargetFrozen,
     TargetSuperseded,
@@ -90,6 +91,10 @@ class DecisionContext:
             events are immutable and content-addressed, so a decision that reads one is as
             deterministic as one that reads the state (the state keeps samples without their
             pairs; a verdict reads the pairs from the SamplesRecorded event).
+        derive: a memo of :func:`derive_samples` for verdicts and final audits (R12): called as
+            ``derive(samples_event_id, params, samples)`` and must return exactly what
+            ``derive_samples(params, samples)`` returns (the auditor's replay passes one that
+            returns a derivation already made in a worker process); None derives in place.
     """
 
     op: str
@@ -98,6 +103,7 @@ class DecisionContext:
     idempotency_key: str | None = None
     request: Any = None
     payload_of: Callable[[str], Any] | None = None
+    derive: Callable[[str, DerivationParams, SamplesRecorded], Derived] | None = None
 
 
 def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
@@ -550,15 +556,45 @@ def _pairs(samples: SamplesRecorded, metric: str) -> list[Any] | None:
     return out
 
 
-def _derive(
-    state: WorkflowState, target: TargetView, samples: SamplesRecorded
-) -> tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]:
-    """Derive the primary, guardrail and secondary verdicts of ``samples`` (R12)."""
+class DerivationParams(msgspec.Struct, frozen=True):
+    """What a verdict's derivation takes from its Target besides the samples (R12).
+
+    Attributes:
+        definition: the Target's frozen definition (primary, guardrails, secondaries,
+            minimum effect).
+        statistics: its readiness's statistical requirements (pairs per case, resamples, level).
+        resolution: its measured resolution (ratio).
+    """
+
+    definition: TargetDefinition
+    statistics: Statistics
+    resolution: float
+
+
+#: A derivation: the primary verdict, the guardrails' and the secondaries' (R12).
+Derived = tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]
+
+
+def derivation_params(target: TargetView) -> DerivationParams:
+    """The :class:`DerivationParams` of a Target with readiness and resolution recorded."""
+    assert target.readiness is not None and target.resolution is not None
+    return DerivationParams(
+        target.definition, target.readiness.statistics, target.resolution.resolution
+    )
+
+
+def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derived:
+    """Derive the primary, guardrail and secondary verdicts of ``samples`` (R12): a pure
+    function of its arguments (the same bytes on every machine).
+
+    Raises: ValueError for pairs that have no ratio (see
+        :func:`perfledger.projections.verdicts.improvements`); AssertionError when the samples
+        lack the primary metric (``samples.record`` refuses that).
+    """
     from perfledger.projections.verdicts import derive_guardrail, derive_verdict
 
-    assert target.readiness is not None and target.resolution is not None
-    definition = target.definition
-    stats = target.readiness.statistics
+    definition = params.definition
+    stats = params.statistics
     common = {
         "min_pairs_per_case": stats.min_pairs_per_case,
         "resamples": stats.resamples,
@@ -570,7 +606,7 @@ def _derive(
         pairs,
         direction=definition.primary.direction,
         min_effect=definition.min_effect,
-        resolution=target.resolution.resolution,
+        resolution=params.resolution,
         **common,
     )
     guardrails = []
@@ -614,6 +650,17 @@ def _derive(
     return primary, guardrails, secondaries
 
 
+def _derive(
+    target: TargetView, samples: SamplesRecorded, samples_event: str, ctx: DecisionContext
+) -> Derived:
+    """Derive the verdicts of ``samples`` (recorded as event ``samples_event``) against
+    ``target`` (R12), through ``ctx.derive`` when given."""
+    params = derivation_params(target)
+    if ctx.derive is not None:
+        return ctx.derive(samples_event, params, samples)
+    return derive_samples(params, samples)
+
+
 def as_improvement(gain: float, direction: str) -> float:
     """Convert a predicted end-to-end gain in the bound's units (speedup - 1, R7) into the
     primary's improvement units of R12: ``(ref - cand)/ref = g/(1+g)`` for a lower-is-better
@@ -623,9 +670,9 @@ def as_improvement(gain: float, direction: str) -> float:
 
 def _verdict_samples(
     state: WorkflowState, samples_id: str, ctx: DecisionContext
-) -> tuple[SamplesRecorded, TargetView]:
+) -> tuple[SamplesRecorded, TargetView, str]:
     """The recorded samples ``samples_id`` with their pairs (read from their event through
-    ``ctx.payload_of``) and their Target. Raises: BadRequest for unknown samples;
+    ``ctx.payload_of``), their Target and the id of their event. Raises: BadRequest for unknown samples;
     IntegrityError when the event the state names does not hold them."""
     view = state.samples.get(samples_id)
     if view is None:
@@ -641,7 +688,7 @@ def _verdict_samples(
             event_id=view.event_id,
         )
     target = rules.r1_target_frozen(state, samples.target_id)
-    return samples, target
+    return samples, target, view.event_id
 
 
 def decide_verdict_record(
@@ -655,13 +702,13 @@ def decide_verdict_record(
     (R11). A target result whose CI lies outside the claim's predicted interval is flagged
     ``contradicts_claim`` and must be reconciled before the next experiment (R14).
     """
-    samples, target = _verdict_samples(state, req.samples_id, ctx)
+    samples, target, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage == "final_audit":
         raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
     if req.samples_id in state.verdicts:
         raise BadRequest(f"a verdict of {req.samples_id!r} is already recorded")
     experiment = state.experiments[samples.experiment_id]
-    primary, guardrails, secondaries = _derive(state, target, samples)
+    primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
     notes: list[str] = []
     attribution_clean = samples.unexplained_activity == 0
@@ -726,7 +773,7 @@ def decide_final_audit_record(
     original: ``pass`` when the primary passes with every guardrail, ``fail`` when the primary
     fails or a guardrail fails, else ``inconclusive``."""
     target = rules.r1_target_current(state, req.target_id)
-    samples, _ = _verdict_samples(state, req.samples_id, ctx)
+    samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage != "final_audit" or samples.target_id != req.target_id:
         raise refuse(
             "R11", f"samples {req.samples_id!r} are not final-audit samples of this Target"
@@ -735,7 +782,7 @@ def decide_final_audit_record(
         raise refuse("R13", "a final audit compares the current champion with the original")
     if req.samples_id in state.final_audits:
         raise BadRequest(f"the final audit of {req.samples_id!r} is already recorded")
-    primary, guardrails, _ = _derive(state, target, samples)
+    primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
     notes: list[str] = []
     if primary.status == "fail" or any(g.status == "fail" for g in guardrails):
         status = "fail"

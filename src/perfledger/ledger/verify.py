@@ -115,6 +115,7 @@ def verify_store(
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
     workers: int | None = None,
+    chunk_work: ChunkWork | None = None,
 ) -> VerifyReport:
     """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
 
@@ -126,6 +127,8 @@ def verify_store(
         workers: processes that check events (pass 2); None chooses (see :func:`_worker_count`:
             several on a Linux machine of 2 or more CPUs for ledgers of 20,000 to 400,000 events).
             The result, and the first failure reported, are the same for any number.
+        chunk_work: extra work for the pass-2 workers on the events they check (see
+            :class:`ChunkWork`); used only when pass 2 runs in workers.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
@@ -139,7 +142,14 @@ def verify_store(
         head = store.read_head()
         report.head = head.decode()
         _verify(
-            store, reader, bytes.fromhex(head.decode()), report, on_event, format_version, workers
+            store,
+            reader,
+            bytes.fromhex(head.decode()),
+            report,
+            on_event,
+            format_version,
+            workers,
+            chunk_work,
         )
         report.ok = True
     except IntegrityError as exc:
@@ -160,6 +170,7 @@ def _verify(
     on_event: Callable[[RecordedEvent], None] | None,
     format_version: int,
     workers: int | None,
+    chunk_work: ChunkWork | None = None,
 ) -> None:
     # ---- pass 1: the commit graph --------------------------------------------------------
     nodes: dict[bytes, CommitNode] = {}
@@ -251,7 +262,7 @@ def _verify(
     # ---- pass 2: every event, in the total order ------------------------------------------
     checker = _Pass2(reader, nodes, dag, commit_of, roots[0], format_version, parsed, order)
     if workers > 1:
-        _verify_in_workers(checker, workers, report, on_event)
+        _verify_in_workers(checker, workers, report, on_event, chunk_work)
         return
     for position in range(len(order)):
         event = checker.decode(position, checker.check(position))
@@ -367,22 +378,66 @@ MIN_CPUS = 2
 CHUNK_EVENTS = 1_000
 _IN_FLIGHT_PER_WORKER = 3
 _FORK_OK = sys.platform == "linux"
+#: With a :class:`ChunkWork`, the first chunk has this many events and is handed out alone, so
+#: that the work's ``args`` for the next chunks already reflect the ledger's first events (its
+#: Target, say) folded by the caller.
+FIRST_CHUNK_EVENTS = 100
 #: The pass-2 checker a forked worker inherits (set by the parent just before forking).
 _INHERITED: _Pass2 | None = None
 
 
-def _check_chunk(bounds: tuple[int, int]) -> tuple[list[bytes], tuple[object, ...] | None]:
+@dataclass(frozen=True)
+class ChunkWork:
+    """Extra work that the pass-2 workers do on the events of each chunk they check, in
+    parallel with the caller's ``on_event`` (the auditor's replay derives verdicts there).
+
+    Attributes:
+        run: a module-level function (pickled by reference) called in the worker as
+            ``run(datas, decode, args)``: ``datas`` the chunk's checked ``event.json`` bytes in
+            the total order, ``decode(data)`` their :class:`RecordedEvent` (payload upcast and
+            schema-checked; raises IntegrityError), ``args`` what ``args()`` returned when the
+            chunk was handed out. Its picklable return value goes to ``take``; an exception it
+            raises is dropped (``take`` gets None), so it can only speed up, never change, the
+            outcome.
+        args: called in this process as each chunk is handed out (between ``on_event`` calls).
+        take: called in this process with each chunk's result, in the total order, before
+            the chunk's events are passed to ``on_event``.
+        before_fork: called in this process just before the workers are forked, e.g. to import
+            once what ``run`` needs (the workers inherit it instead of each importing it).
+    """
+
+    run: Callable[[list[bytes], Callable[[bytes], RecordedEvent], Any], Any]
+    args: Callable[[], Any]
+    take: Callable[[Any], None]
+    before_fork: Callable[[], None] | None = None
+
+
+def _check_chunk(
+    bounds: tuple[int, int], run: Callable[..., Any] | None = None, args: Any = None
+) -> tuple[list[bytes], tuple[object, ...] | None, Any]:
     """Worker: check the events at positions [start, stop); return their ``event.json`` bytes
-    up to the first failure, and that failure's fields (message, hint, event id, commit)."""
+    up to the first failure, that failure's fields (message, hint, event id, commit), and what
+    ``run`` (a :attr:`ChunkWork.run`) returned for the checked events (None without it)."""
     checker = _INHERITED
     assert checker is not None
     datas: list[bytes] = []
+    failure: tuple[object, ...] | None = None
     for position in range(*bounds):
         try:
             datas.append(checker.check(position))
         except IntegrityError as exc:
-            return datas, (exc.message, exc.hint, exc.event_id, exc.commit)
-    return datas, None
+            failure = (exc.message, exc.hint, exc.event_id, exc.commit)
+            break
+    extra = None
+    if run is not None and datas:
+        fmt = checker.format_version
+        try:
+            extra = run(
+                datas, lambda data: _decode_payload(_envelope_decoder.decode(data), fmt), args
+            )
+        except Exception:  # extra work never changes what verify reports
+            extra = None
+    return datas, failure, extra
 
 
 def _verify_in_workers(
@@ -390,16 +445,23 @@ def _verify_in_workers(
     workers: int,
     report: VerifyReport,
     on_event: Callable[[RecordedEvent], None] | None,
+    chunk_work: ChunkWork | None = None,
 ) -> None:
     """Run pass 2 with ``workers`` forked processes checking chunks while this process decodes,
     schema-checks and folds the results in the total order. The first failure in that order is
-    the one reported, as in one process."""
+    the one reported, as in one process. With ``chunk_work``, the workers also run it on each
+    chunk (the first chunk is small and handed out alone: see :data:`FIRST_CHUNK_EVENTS`)."""
     import multiprocessing
 
     global _INHERITED
     total = len(checker.order)
-    chunks = [(start, min(total, start + CHUNK_EVENTS)) for start in range(0, total, CHUNK_EVENTS)]
+    first = min(total, FIRST_CHUNK_EVENTS if chunk_work is not None else CHUNK_EVENTS)
+    chunks = [(0, first)] + [
+        (start, min(total, start + CHUNK_EVENTS)) for start in range(first, total, CHUNK_EVENTS)
+    ]
     _INHERITED = checker
+    if chunk_work is not None and chunk_work.before_fork is not None:
+        chunk_work.before_fork()
     # Objects that exist at the fork are moved out of the collector's reach while the workers
     # start, so that a collection in a worker does not write to (and copy) every page it shares
     # with this process.
@@ -414,14 +476,18 @@ def _verify_in_workers(
     with pool:
         pending: collections.deque[tuple[int, Any]] = collections.deque()
         submitted = 0
-        for _ in range(len(chunks)):
-            while submitted < len(chunks) and len(pending) < workers * _IN_FLIGHT_PER_WORKER:
-                pending.append(
-                    (chunks[submitted][0], pool.apply_async(_check_chunk, (chunks[submitted],)))
-                )
+        run = chunk_work.run if chunk_work is not None else None
+        for taken in range(len(chunks)):
+            in_flight = workers * _IN_FLIGHT_PER_WORKER if taken or run is None else 1
+            while submitted < len(chunks) and len(pending) < in_flight:
+                args = chunk_work.args() if chunk_work is not None else None
+                task = (chunks[submitted], run, args)
+                pending.append((chunks[submitted][0], pool.apply_async(_check_chunk, task)))
                 submitted += 1
             start, result = pending.popleft()
-            datas, failure = result.get()
+            datas, failure, extra = result.get()
+            if chunk_work is not None:
+                chunk_work.take(extra)
             for offset, data in enumerate(datas):
                 event = checker.decode(start + offset, data)
                 report.events += 1
