@@ -1,5 +1,6 @@
-"""CLI start-up stays lazy: commands that do not derive verdicts import neither numpy nor scipy,
-and no command imports pydantic (the requests are msgspec Structs)."""
+"""CLI start-up stays lazy: commands that do not derive verdicts import neither numpy nor scipy
+nor pyarrow (only the ncu raw page parser needs it), and no command imports pydantic (the
+requests are msgspec Structs)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from perfledger.api import Ledger
 PROBE = """
 import sys
 from perfledger.commands.cli import main
-heavy = sorted(m for m in ("numpy", "scipy", "pydantic") if m in sys.modules)
+heavy = sorted(m for m in ("numpy", "scipy", "pydantic", "pyarrow") if m in sys.modules)
 assert not heavy, heavy
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
     assert not exc.code, exc.code
-heavy = sorted(m for m in ("numpy", "scipy", "pydantic") if m in sys.modules)
+heavy = sorted(m for m in ("numpy", "scipy", "pydantic", "pyarrow") if m in sys.modules)
 assert not heavy, heavy
 """
 
