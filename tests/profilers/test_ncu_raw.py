@@ -89,7 +89,7 @@ def _both(data: bytes, monkeypatch: pytest.MonkeyPatch, chunk: int = 16_000) -> 
     monkeypatch.setattr(ncu_raw, "CHUNK_BYTES", chunk)
     for exact in (False, True):
         if exact:
-            monkeypatch.setattr(ncu_raw, "arrow_fields", lambda chunk, width: None)
+            monkeypatch.setattr(ncu_raw, "arrow_read", lambda chunk, width: None)
         try:
             report = _parse(data)
             outcomes.append((canonical(report), list(report.attributes)))
@@ -102,13 +102,15 @@ def _both(data: bytes, monkeypatch: pytest.MonkeyPatch, chunk: int = 16_000) -> 
 @pytest.mark.parametrize("make", [raw_page, raw_page_mixed])
 def test_pyarrow_path_equals_the_csv_path(make: object, monkeypatch: pytest.MonkeyPatch) -> None:
     data = make(80)  # type: ignore[operator]  # 320 launch rows: about 25 chunks
-    calls = []
-    real = ncu_raw.arrow_fields
+    calls: list[bool] = []
+    real = ncu_raw.simple_lines
     monkeypatch.setattr(
-        ncu_raw, "arrow_fields", lambda chunk, width: calls.append(real(chunk, width)) or calls[-1]
+        ncu_raw,
+        "simple_lines",
+        lambda chunk, fields, width: calls.append(real(chunk, fields, width)) or calls[-1],
     )
     fast, exact = _both(data, monkeypatch)
-    assert len(calls) > 10 and all(c is not None for c in calls)  # every chunk took pyarrow
+    assert len(calls) > 10 and all(calls)  # every chunk took pyarrow
     assert fast == exact
     report = _parse(data)
     saxpy = next(k for k in report.kernels.values() if k.name.startswith("saxpy"))
@@ -359,3 +361,19 @@ def test_pyarrow_cast_accepts_exactly_the_plain_numbers(text: str) -> None:
         assert got[0].hex() == value.hex(), text
     else:
         assert got is None, text
+
+
+def test_gzip_page_reads_as_the_plain_page(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A gzip-compressed page (read through GzipFile.readinto) in several chunks."""
+    import gzip
+
+    data = raw_page_mixed(40)
+    (tmp_path / "raw.csv").write_bytes(data)
+    (tmp_path / "raw.csv.gz").write_bytes(gzip.compress(data))
+    monkeypatch.setattr(ncu_raw, "CHUNK_BYTES", 10_000)
+    plain = ncu.parse_ncu_csv(tmp_path / "raw.csv", tool_version=NCU_VERSION)
+    packed = ncu.parse_ncu_csv(tmp_path / "raw.csv.gz", tool_version=NCU_VERSION)
+    assert canonical(packed) == canonical(plain)
+    (tmp_path / "cut.csv.gz").write_bytes(gzip.compress(data)[:-300])
+    with pytest.raises(EvidenceError, match=r"compressed stream is damaged|truncated|malformed"):
+        ncu.parse_ncu_csv(tmp_path / "cut.csv.gz", tool_version=NCU_VERSION)

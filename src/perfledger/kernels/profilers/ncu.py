@@ -253,24 +253,54 @@ class LineReader:
                 f"{self.label}: not UTF-8 text (byte {start + exc.start}); is it a binary file?"
             ) from None
 
-    def chunks(self, size: int) -> Iterator[bytes]:
+    def chunks(self, size: int) -> Iterator[bytearray]:
         """The rest of the input as chunks of whole lines of about ``size`` bytes (the last may
-        lack its newline); :attr:`offset` is each chunk's file offset while it is current."""
+        lack its newline), each read into its own buffer (not changed after it is yielded);
+        :attr:`offset` is each chunk's file offset while it is current."""
         pending = self.buffer[self.pos :]
         self.offset += self.pos
         self.buffer, self.pos = b"", 0
         while True:
-            data = b"" if self.eof else self.read(size)
-            if not data:
+            buffer = bytearray(len(pending) + size)
+            buffer[: len(pending)] = pending
+            filled = len(pending)
+            while filled < len(buffer) and not self.eof:
+                filled += self.read_into(buffer, filled)
+            cut = buffer.rfind(b"\n", 0, filled) + 1
+            if self.eof and filled == len(pending):
                 if pending:
-                    yield pending
+                    yield bytearray(pending)
                 return
-            pending += data
-            cut = pending.rfind(b"\n") + 1
-            if cut:
-                chunk, pending = pending[:cut], pending[cut:]
-                yield chunk
-                self.offset += cut
+            if not cut:
+                if self.eof:
+                    del buffer[filled:]
+                    yield buffer
+                    return
+                pending = bytes(buffer[:filled])
+                continue
+            pending = bytes(buffer[cut:filled])
+            del buffer[cut:]
+            yield buffer
+            self.offset += cut
+
+    def read_into(self, buffer: bytearray, start: int) -> int:
+        """Read into ``buffer`` from ``start`` on; return the count (0 at the end of the
+        stream). Raises EvidenceError for a NUL byte or a damaged gzip stream."""
+        with memoryview(buffer) as view:
+            try:
+                count = self.stream.readinto(view[start:])  # type: ignore[attr-defined]
+            except (OSError, EOFError, zlib.error) as exc:
+                raise EvidenceError(
+                    f"{self.label}: the compressed stream is damaged ({exc})"
+                ) from None
+        if not count:
+            self.eof = True
+            return 0
+        if buffer.find(b"\x00", start, start + count) >= 0:
+            raise EvidenceError(
+                f"{self.label}: binary content (a NUL byte) where text was expected"
+            )
+        return count
 
     def decoded(self, chunks: Iterable[bytes]) -> Iterator[str]:
         """The lines of ``chunks`` (from :meth:`chunks`) as text, split at ``\\n`` only."""

@@ -108,6 +108,14 @@ def arrow_fields(chunk: bytes, width: int) -> pa.Array | None:
     closing quote directly followed by its delimiter (an opening one would start a value with a
     comma), so ``width - 1`` pairs per line and a quote before each line end leave no stray text
     after any field."""
+    fields = arrow_read(chunk, width)
+    return fields if fields is not None and simple_lines(chunk, fields, width) else None
+
+
+def arrow_read(chunk: bytes, width: int) -> pa.Array | None:
+    """pyarrow's reading of ``chunk`` as ``width`` binary columns, joined column after column
+    (None when pyarrow refuses it, e.g. a row with another number of fields). Lenient: only
+    :func:`simple_lines` makes its fields the csv module's."""
     size = len(chunk)
     if size < 2 or chunk[0] != _QUOTE:
         return None
@@ -116,9 +124,7 @@ def arrow_fields(chunk: bytes, width: int) -> pa.Array | None:
         table = pacsv.read_csv(
             pa.py_buffer(chunk),
             read_options=pacsv.ReadOptions(
-                column_names=names,
-                use_threads=False,
-                block_size=size + 1,
+                column_names=names, use_threads=False, block_size=size + 1
             ),
             parse_options=pacsv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(
@@ -131,28 +137,32 @@ def arrow_fields(chunk: bytes, width: int) -> pa.Array | None:
         )
     except pa.ArrowInvalid:
         return None
-    rows = table.num_rows
+    return pa.concat_arrays([c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
+                             for c in table.columns])  # fmt: skip
+
+
+def simple_lines(chunk: bytes, fields: pa.Array, width: int) -> bool:
+    """Whether :func:`arrow_read`'s ``fields`` of ``chunk`` come from simple lines (the byte
+    checks of :func:`arrow_fields`)."""
+    size, rows = len(chunk), len(fields) // width
     whole = chunk.endswith(b"\n")
     newlines = rows if whole else rows - 1
     if not whole and chunk[-1] != _QUOTE:
-        return None
+        return False
     returns = 0
     if b"\r" in chunk:  # only as "\r\n, after a quote
         data = np.frombuffer(chunk, dtype=np.uint8)
         at = np.flatnonzero(data == _CR)
         if at[-1] + 1 >= size or not ((data[at - 1] == _QUOTE) & (data[at + 1] == _NEWLINE)).all():
-            return None
+            return False
         returns = len(at)
     if _pairs(chunk, 0x0A22) + returns != newlines:  # '"\n' (and '"\r\n')
-        return None
+        return False
     if _pairs(chunk, 0x2C22) != (width - 1) * rows:  # '",'
-        return None
-    joined = pa.concat_arrays([c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
-                               for c in table.columns])  # fmt: skip
-    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)
-    if size != int(offsets[-1] - offsets[0]) + rows * (3 * width - 1) + newlines + returns:
-        return None
-    return joined
+        return False
+    offsets = np.frombuffer(fields.buffers()[1], dtype=np.int32)
+    value_bytes = int(offsets[fields.offset + len(fields)] - offsets[fields.offset])
+    return size == value_bytes + rows * (3 * width - 1) + newlines + returns
 
 
 def _pairs(chunk: bytes, pair: int) -> int:
@@ -296,12 +306,14 @@ class RawPage:
         # one checks and accounts the current one; the order of everything stays the file's
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncu-raw") as pool:
             chunk = next(chunks, None)
-            future = pool.submit(arrow_fields, chunk, self.width) if chunk is not None else None
+            future = pool.submit(arrow_read, chunk, self.width) if chunk is not None else None
             while chunk is not None and future is not None:
                 fields = future.result()
+                if fields is not None and not simple_lines(chunk, fields, self.width):
+                    fields = None
                 following = next(chunks, None) if fields is not None else None
                 future = (
-                    pool.submit(arrow_fields, following, self.width)
+                    pool.submit(arrow_read, following, self.width)
                     if following is not None
                     else None
                 )
