@@ -377,3 +377,33 @@ def test_gzip_page_reads_as_the_plain_page(tmp_path, monkeypatch: pytest.MonkeyP
     (tmp_path / "cut.csv.gz").write_bytes(gzip.compress(data)[:-300])
     with pytest.raises(EvidenceError, match=r"compressed stream is damaged|truncated|malformed"):
         ncu.parse_ncu_csv(tmp_path / "cut.csv.gz", tool_version=NCU_VERSION)
+
+
+def test_older_raw_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raw page of ncu 2019.x-2022.1 (8 launch columns with Kernel Time, no block, grid,
+    device or CC), built from the real page: the same statistics, streams from column 7."""
+    new = raw_page(30).decode().splitlines(keepends=True)
+    old = []
+    for n, line in enumerate(new):
+        f = _fields(line)
+        launch = ([*f[:5], "Kernel Time", "Context", "Stream"] if n == 0 else
+                  ["", "", "", "", "", "", "", ""] if n == 1 else
+                  [*f[:5], "2025-Nov-30 01:14:00", f[5], f[6]])  # fmt: skip
+        old.append(_line(launch + f[11:]))
+    data = "".join(old).encode()
+    report = ncu.parse_ncu_csv(io.BytesIO(data), tool_version="2021.3.1.0")
+    plain = _parse(raw_page(30))
+    assert report.layout == "ncu-raw-old"
+    for name, kernel in plain.kernels.items():
+        other = report.kernels[name]
+        assert other.launches == kernel.launches and other.streams == kernel.streams == {"7"}
+        assert (
+            other.blocks == set()
+            and canonical(report)["kernels"][0]["metrics"]
+            == (canonical(plain)["kernels"][0]["metrics"])
+        )
+    fast, exact = _both(data, monkeypatch)
+    assert fast == exact and fast[0] != "refused"
+    old[40] = old[40].replace('","7","', '","7x","', 1)
+    with pytest.raises(EvidenceError, match=r"launch row 39: Stream '7x'"):
+        ncu.parse_ncu_csv(io.BytesIO("".join(old).encode()), tool_version="2021.3.1.0")
