@@ -7,7 +7,8 @@ Accepted layouts, each recognised by its exact header (anything else is refused)
   Speedup``; ncu then ends metric rows with one empty field (16 fields) and writes rule rows with
   all 20. Captured on an H200 with ncu 2025.3.1 (tests/fixtures/profilers).
 - ``raw`` (``--page raw --csv``): the 11 launch columns then one column per metric, a units row,
-  then one row per profiled launch.
+  then one row per profiled launch; read by :mod:`~perfledger.kernels.profilers.ncu_raw`
+  (pyarrow's CSV reader and compute kernels, in chunks; the same strictness).
 - ``summary`` (``--print-summary per-kernel|per-gpu --csv``): 15 columns with ``Invocations``,
   ``Minimum``, ``Maximum``, ``Average``. ncu 2025.3.1 truncates one record of the Memory Workload
   Analysis section after its ``Section Name`` and continues the next record on the same line
