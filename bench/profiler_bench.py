@@ -31,7 +31,7 @@ _CHILD = """
 import resource, sys, time
 sys.path.insert(0, {src!r})
 kind, path = sys.argv[1], sys.argv[2]
-import csv, json, numpy, msgspec  # imports are not parse time
+import csv, json, numpy, msgspec, pyarrow.csv, pyarrow.compute  # imports are not parse time
 from perfledger.kernels.profilers import ncu, torch_trace
 start = time.perf_counter()
 cpu0 = time.process_time()

@@ -7,8 +7,6 @@ import io
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import UNITS
@@ -283,24 +281,3 @@ def test_not_ncu_output_refused(ncu_version: str) -> None:
 
 def test_details_header_constant_matches_the_fixture(fixtures: Path) -> None:
     assert tuple(_table(fixtures / "ncu_details_norules.csv")[0]) == DETAILS
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.text(alphabet='ab,"\n\r 1.', max_size=6), min_size=3, max_size=3),
-        min_size=1,
-        max_size=5,
-    ),
-    st.sampled_from(["\n", "\r\n"]),
-)
-def test_quoted_row_splitter_equals_the_csv_module(rows: list[list[str]], end: str) -> None:
-    """The raw page's fast row splitter gives exactly csv.reader's records."""
-    from perfledger.kernels.profilers.ncu import _quoted_rows
-
-    out = io.StringIO()
-    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator=end).writerows(rows)
-    text = out.getvalue()
-    expected = list(csv.reader(io.StringIO(text, newline=""), strict=True))
-    got = list(_quoted_rows(iter(io.StringIO(text, newline="").readlines()), 3))
-    assert got == expected

@@ -1,5 +1,6 @@
 """CLI start-up stays lazy: commands that do not derive verdicts import neither numpy nor scipy
-(nor, for state and plain writes, ``statistics``), and no command imports pydantic (the
+nor pyarrow (only the ncu raw page parser needs it), nor, for state and plain writes,
+``statistics``; and no command imports pydantic (the
 requests are msgspec Structs)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ assert not heavy, heavy
 """
 #: Never imported by these commands; a write that takes no median does not import
 #: ``statistics`` either (with ``fractions`` and ``decimal``, ~10 ms of a CLI decision).
-HEAVY = "numpy scipy pydantic"
+HEAVY = "numpy scipy pydantic pyarrow"
 
 
 def test_state_and_writes_do_not_import_numpy_or_scipy(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ Accepted layouts, each recognised by its exact header (anything else is refused)
   Speedup``; ncu then ends metric rows with one empty field (16 fields) and writes rule rows with
   all 20. Captured on an H200 with ncu 2025.3.1 (tests/fixtures/profilers).
 - ``raw`` (``--page raw --csv``): the 11 launch columns then one column per metric, a units row,
-  then one row per profiled launch.
+  then one row per profiled launch; read by :mod:`~perfledger.kernels.profilers.ncu_raw`
+  (pyarrow's CSV reader and compute kernels, in chunks; the same strictness).
 - ``summary`` (``--print-summary per-kernel|per-gpu --csv``): 15 columns with ``Invocations``,
   ``Minimum``, ``Maximum``, ``Average``. ncu 2025.3.1 truncates one record of the Memory Workload
   Analysis section after its ``Section Name`` and continues the next record on the same line
@@ -30,16 +31,11 @@ metrics for the kernel-iteration loop (R19's axes).
 from __future__ import annotations
 
 import csv
-import functools
-import itertools
-import operator
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
-
-import msgspec
-import numpy as np
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import (
@@ -48,7 +44,6 @@ from perfledger.kernels.profilers.common import (
     base_unit,
     open_binary,
     parse_number,
-    text_lines,
 )
 
 DETAILS = (
@@ -152,21 +147,19 @@ def parse_ncu_csv(
     label = name or (str(source) if isinstance(source, (str, Path)) else "ncu report")
     stream = open_binary(source) if isinstance(source, (str, Path)) else source
     try:
-        return _parse(text_lines(stream, source=label), version, grouping, label)
+        return _parse(LineReader(stream, label), version, grouping, label)
     finally:
         if isinstance(source, (str, Path)):
             stream.close()
 
 
-def _parse(lines: Iterator[str], version: str, grouping: str, label: str) -> ProfileReport:
+def _parse(lines: LineReader, version: str, grouping: str, label: str) -> ProfileReport:
     limitations: list[str] = []
     header: list[str] | None = None
-    lineno = 0
     for line in lines:
-        lineno += 1
         stripped = line.rstrip("\r\n")
         if stripped.startswith(('"ID",', '"Process ID",')):
-            header = _one_row(stripped, label, lineno)
+            header = _one_row(stripped, label, lines.lineno)
             break
         _preamble(stripped, limitations)
     if header is None:
@@ -180,46 +173,149 @@ def _parse(lines: Iterator[str], version: str, grouping: str, label: str) -> Pro
             hint="export with `ncu --csv --page details|raw` or `--print-summary per-kernel`",
         )
     parser = _layout(header, label)
-    table = _table_lines(lines, limitations)
-    rows = (
-        _quoted_lines(table, len(header))
-        if isinstance(parser, _Raw)
-        else csv.reader(table, strict=True)
-    )
     report = ProfileReport("ncu", version, parser.layout)
     report.attributes["grouping"] = grouping
-    try:
-        parser.run(rows, report, grouping, label, lineno)
-    except csv.Error as exc:
-        raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
+    if isinstance(parser, _Raw):
+        from perfledger.kernels.profilers.ncu_raw import RawPage
+
+        page = RawPage(parser.metrics, old=parser.old, label=label, report=report,
+                       grouping=grouping, limitations=limitations)  # fmt: skip
+        page.run(lines)
+    else:
+        try:
+            rows = csv.reader(_table_lines(lines, limitations), strict=True)
+            parser.run(rows, report, grouping, label, lines.lineno)
+        except csv.Error as exc:
+            raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
     report.limitations.extend(limitations)
     return report
 
 
-def _quoted_lines(lines: Iterator[str], width: int) -> Iterator[str | list[str]]:
-    """The records of ncu's fully quoted rows (``"a","b",...``): a *simple* line (one that
-    starts with '"', ends with '"' and a newline, holds ``2 * width`` quotes and ``width - 1``
-    separators '","', so that its fields hold no '"') is yielded as the text between its outer
-    quotes (a ``str``; its fields are ``text.split('","')``); any other line (an escaped quote, an
-    embedded comma-quote or newline, a short or long row) is read by the csv module from that
-    line on, record by record, and yielded as a list of fields. Either way the fields are exactly
-    what csv.reader would give."""
-    quotes, separators = 2 * width, width - 1
-    for line in lines:
-        if line.startswith('"') and line.count('"') == quotes:
-            end = -2 if line.endswith('"\n') else (-3 if line.endswith('"\r\n') else 0)
-            if end and line.count('","') == separators:
-                yield line[1:end]
+class LineReader:
+    """The lines of an ncu CSV export, read ``chunk_bytes`` at a time, with the bytes not yet
+    read as lines available as whole-line chunks (:meth:`chunks`) for the raw page's tokeniser.
+
+    Lines are split at ``\\n`` only (each keeps it; a ``\\r`` stays in its line, as the csv
+    module expects) and decoded as strict UTF-8.
+    Raises (while iterating): EvidenceError for a NUL byte (a binary file), invalid UTF-8 (naming
+    the byte offset) or a damaged gzip stream."""
+
+    def __init__(self, stream: BinaryIO, label: str, chunk_bytes: int = 1 << 20) -> None:
+        self.stream = stream
+        self.label = label
+        self.chunk_bytes = chunk_bytes
+        self.buffer = b""
+        self.pos = 0  # next unread byte of buffer
+        self.offset = 0  # file offset of buffer[0]
+        self.eof = False
+        self.lineno = 0  # lines returned so far
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes from the stream (b"" at its end), checked for NUL bytes."""
+        try:
+            data = self.stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise EvidenceError(f"{self.label}: the compressed stream is damaged ({exc})") from None
+        if b"\x00" in data:
+            raise EvidenceError(
+                f"{self.label}: binary content (a NUL byte) where text was expected"
+            )
+        if not data:
+            self.eof = True
+        return data
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            end = self.buffer.find(b"\n", self.pos)
+            if end >= 0:
+                break
+            if self.eof:
+                if self.pos >= len(self.buffer):
+                    raise StopIteration
+                end = len(self.buffer) - 1
+                break
+            data = self.read(self.chunk_bytes)
+            self.offset += self.pos
+            self.buffer, self.pos = self.buffer[self.pos :] + data, 0
+        raw, start = self.buffer[self.pos : end + 1], self.offset + self.pos
+        self.pos = end + 1
+        self.lineno += 1
+        return self.decode(raw, start)
+
+    def decode(self, raw: bytes, start: int) -> str:
+        """``raw`` (found at file offset ``start``) as UTF-8 text."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EvidenceError(
+                f"{self.label}: not UTF-8 text (byte {start + exc.start}); is it a binary file?"
+            ) from None
+
+    def chunks(self, size: int) -> Iterator[bytearray]:
+        """The rest of the input as chunks of whole lines of about ``size`` bytes (the last may
+        lack its newline), each read into its own buffer (not changed after it is yielded);
+        :attr:`offset` is each chunk's file offset while it is current."""
+        pending = self.buffer[self.pos :]
+        self.offset += self.pos
+        self.buffer, self.pos = b"", 0
+        while True:
+            buffer = bytearray(len(pending) + size)
+            buffer[: len(pending)] = pending
+            filled = len(pending)
+            while filled < len(buffer) and not self.eof:
+                filled += self.read_into(buffer, filled)
+            cut = buffer.rfind(b"\n", 0, filled) + 1
+            if self.eof and filled == len(pending):
+                if pending:
+                    yield bytearray(pending)
+                return
+            if not cut:
+                if self.eof:
+                    del buffer[filled:]
+                    yield buffer
+                    return
+                pending = bytes(buffer[:filled])
                 continue
-        record = next(csv.reader(itertools.chain([line], lines), strict=True), None)
-        if record is not None:
-            yield record
+            pending = bytes(buffer[cut:filled])
+            del buffer[cut:]
+            yield buffer
+            self.offset += cut
+
+    def read_into(self, buffer: bytearray, start: int) -> int:
+        """Read into ``buffer`` from ``start`` on; return the count (0 at the end of the
+        stream). Raises EvidenceError for a NUL byte or a damaged gzip stream."""
+        with memoryview(buffer) as view:
+            try:
+                count = self.stream.readinto(view[start:])  # type: ignore[attr-defined]
+            except (OSError, EOFError, zlib.error) as exc:
+                raise EvidenceError(
+                    f"{self.label}: the compressed stream is damaged ({exc})"
+                ) from None
+        if not count:
+            self.eof = True
+            return 0
+        if buffer.find(b"\x00", start, start + count) >= 0:
+            raise EvidenceError(
+                f"{self.label}: binary content (a NUL byte) where text was expected"
+            )
+        return count
+
+    def decoded(self, chunks: Iterable[bytes]) -> Iterator[str]:
+        """The lines of ``chunks`` (from :meth:`chunks`) as text, split at ``\\n`` only."""
+        for chunk in chunks:
+            parts = self.decode(chunk, self.offset).split("\n")
+            last = parts.pop()
+            for part in parts:
+                yield part + "\n"
+            if last:
+                yield last
 
 
-def _quoted_rows(lines: Iterator[str], width: int) -> Iterator[list[str]]:
-    """The records of :func:`_quoted_lines` as lists of fields."""
-    for item in _quoted_lines(lines, width):
-        yield item.split('","') if isinstance(item, str) else item
+#: Lines that ncu (or the profiled program) may print inside the table; never CSV rows.
+TABLE_NOISE = ("==PROF==", "==WARNING==", "==ERROR==")
 
 
 def _one_row(line: str, label: str, lineno: int) -> list[str]:
@@ -245,7 +341,7 @@ def _preamble(line: str, limitations: list[str]) -> None:
 
 def _table_lines(lines: Iterator[str], limitations: list[str]) -> Iterator[str]:
     for line in lines:
-        if line.startswith(("==PROF==", "==WARNING==", "==ERROR==")):
+        if line.startswith(TABLE_NOISE):
             _preamble(line.rstrip("\r\n"), limitations)
             continue
         yield line
@@ -402,109 +498,9 @@ class _Details(_Layout):
         report.rules.append((kernel_name, section, name, kind, value))
 
 
-class _RawKernel:
-    """Running statistics of one kernel's numeric raw-page columns, as numpy arrays.
-
-    Rows are added in file order and each statistic is updated row by row (``total`` by
-    sequential addition, ``minimum``/``maximum`` by ``np.minimum``/``np.maximum`` with the running
-    value first), whether one row or a block of rows is added: a block's ``np.*.accumulate`` over
-    axis 0 performs exactly the same operations in the same order, so results are bit-identical
-    however the file is cut into blocks."""
-
-    def __init__(self, width: int) -> None:
-        self.count = np.zeros(width, dtype=np.int64)
-        self.total = np.zeros(width)
-        self.minimum = np.full(width, np.inf)
-        self.maximum = np.full(width, -np.inf)
-        self.missing = np.zeros(width, dtype=np.int64)
-
-    def add_row(self, values: np.ndarray) -> None:
-        self.count += 1
-        self.total += values
-        np.minimum(self.minimum, values, out=self.minimum)
-        np.maximum(self.maximum, values, out=self.maximum)
-
-    def add_block(self, values: np.ndarray) -> None:
-        """Add the rows of the 2-D ``values`` (rows x columns), in order."""
-        if len(values) == 1:
-            self.add_row(values[0])
-            return
-        self.count += len(values)
-        for name, op in (("total", np.add), ("minimum", np.minimum), ("maximum", np.maximum)):
-            stacked = np.concatenate((getattr(self, name)[None, :], values))
-            setattr(self, name, op.accumulate(stacked, axis=0)[-1].copy())
-
-    def add_one(self, index: int, value: float | None) -> None:
-        if value is None:
-            self.missing[index] += 1
-            return
-        self.count[index] += 1
-        self.total[index] += value
-        self.minimum[index] = min(self.minimum[index], value)
-        self.maximum[index] = max(self.maximum[index], value)
-
-
-_FLOATS = msgspec.json.Decoder(list[float])
-_NEG0 = ",-0,"
-
-
-def _fast_values(texts: tuple[str, ...]) -> np.ndarray | None:
-    """The numbers of a row's numeric fields, or None when any is not a plain finite number.
-
-    The fields joined by ',' are decoded as one JSON array by msgspec (C): JSON's number grammar
-    is a subset of :data:`_PLAIN_ROW`'s (no '+', nan, inf, grouping or underscores); whitespace,
-    which JSON would skip, is excluded first, and a field holding ',' shows as a count mismatch.
-    JSON's integer ``-0`` decodes as ``0.0`` where ``float("-0")`` is ``-0.0``, so such a row is
-    left to the value-by-value path too. Anything else returns None and the row is read value by
-    value (with the precise error)."""
-    if not texts:
-        return None
-    joined = ",".join(texts)
-    if (
-        " " in joined
-        or "\t" in joined
-        or "\n" in joined
-        or "\r" in joined
-        or _NEG0 in ("," + joined + ",")
-    ):
-        return None
-    try:
-        numbers = _FLOATS.decode(("[" + joined + "]").encode())
-    except msgspec.DecodeError:
-        return None
-    if len(numbers) != len(texts):
-        return None
-    values = np.fromiter(numbers, dtype=np.float64, count=len(numbers))
-    return values if np.isfinite(values).all() else None
-
-
-#: A plain number (no grouping, sign '+', spaces, underscores, nan or inf); the first launch row
-#: sorts columns into numeric (read row by row) and the others (read value by value).
-_PLAIN_ROW = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-#: Launch rows decoded per block on the fast path.
-BLOCK_ROWS = 128
-#: Distinct values of a text column whose interpretation is remembered (bounded memory).
-_CACHE_LIMIT = 1024
-_FIELD = [operator.itemgetter(i) for i in range(16)]
-
-
 class _Raw(_Layout):
-    """The raw page, read in blocks of :data:`BLOCK_ROWS` launch rows.
-
-    The first launch row sorts the metric columns: those whose value is a plain number are
-    *numeric*, the others (text, ``no data``) are read value by value. A block of simple lines
-    (see :func:`_quoted_lines`) is decoded by one msgspec call as a JSON array of fixed-length
-    tuples whose numeric columns are typed ``float`` in msgspec's lax mode, which converts a
-    string to a float only when it is a JSON number (a subset of :data:`_PLAIN_ROW`: no '+',
-    leading zeros, '1.', '.5', spaces or underscores; its 'nan'/'inf' spellings are caught by the
-    finiteness check). Any block that does not decode, has a non-finite value, a backslash (a
-    JSON escape) or a JSON ``-0`` (which msgspec makes ``0.0``, not ``-0.0``) is re-read row by row
-    on the exact path; a row whose numbers do not pass is re-read value by value, which raises the
-    precise error or records a ``no data`` as missing. Rows are checked and counted in file order
-    on every path, so errors name the same first bad row, and the per-kernel statistics are
-    updated row by row in order (:class:`_RawKernel`). A decoded block's launch columns and
-    value-by-value columns are checked for the whole block, then accounted column by column
-    (:meth:`_block_columns`); a block with any doubt is accounted row by row instead."""
+    """The raw page (``--page raw``): read by
+    :class:`~perfledger.kernels.profilers.ncu_raw.RawPage` (pyarrow, imported only here)."""
 
     def __init__(self, metrics: tuple[str, ...], *, old: bool, label: str) -> None:
         self.metrics = metrics
@@ -512,324 +508,6 @@ class _Raw(_Layout):
         self.layout = "ncu-raw-old" if old else "ncu-raw"
         if len(set(metrics)) != len(metrics):
             raise EvidenceError(f"{label}: a raw page metric column appears twice")
-
-    def run(
-        self, rows: Iterable[list[str]], report: ProfileReport, grouping: str, label: str, line: int
-    ) -> None:
-        """Read the units row and the launch rows from ``rows``: lines of the table (the
-        ``str`` items of :func:`_quoted_lines`) or records (lists of fields)."""
-        self.prefix = prefix = len(RAW_PREFIX_OLD if self.old else RAW_PREFIX)
-        self.width = width = prefix + len(self.metrics)
-        self.report, self.grouping, self.label = report, grouping, label
-        items = iter(rows)
-        pending: list[str] = []
-        first = next(items, None)
-        units = first.split('","') if isinstance(first, str) else first
-        if units is None or len(units) != width or any(units[:prefix]):
-            raise EvidenceError(f"{label}: the raw page's units row is missing or malformed")
-        self.units = units
-        self.bases = [
-            base_unit(u, where=f"{label}: unit of {m}")
-            for m, u in zip(self.metrics, units[prefix:], strict=True)
-        ]
-        self.fast: list[int] | None = None  # metric indexes read row by row
-        self.aggs: dict[str, _RawKernel] = {}
-        self.singles: dict[tuple[str, int], MetricStat] = {}
-        self.caches: dict[int, dict[str, tuple[float | None, str, str | None]]] = {}
-        self.seen: set[int] = set()
-        self.n = 0
-        for item in items:
-            if isinstance(item, str):
-                pending.append(item)
-                if len(pending) >= BLOCK_ROWS:
-                    self._block(pending)
-                    pending = []
-                continue
-            if pending:
-                self._block(pending)
-                pending = []
-            self._row(item)
-        if pending:
-            self._block(pending)
-        if self.n == 0:
-            raise EvidenceError(f"{label}: the raw page has no launch rows (truncated?)")
-        fast = self.fast or []
-        position = {i: j for j, i in enumerate(fast)}
-        for name, kernel in report.kernels.items():
-            agg = self.aggs[name]
-            for i, metric in enumerate(self.metrics):
-                if i in position:
-                    j = position[i]
-                    stat = MetricStat(self.bases[i][0])
-                    stat.count, stat.missing = int(agg.count[j]), int(agg.missing[j])
-                    if stat.count:
-                        stat.total = float(agg.total[j])
-                        stat.minimum = float(agg.minimum[j])
-                        stat.maximum = float(agg.maximum[j])
-                    kernel.metrics[metric] = stat
-                elif (name, i) in self.singles:
-                    kernel.metrics[metric] = self.singles[(name, i)]
-
-    def _classify(self, fields: list[str]) -> None:
-        """Sort the metric columns by the first launch row; build the block decoder."""
-        prefix = self.prefix
-        metric_fields = fields[prefix:]
-        self.fast = fast = [i for i, t in enumerate(metric_fields) if _PLAIN_ROW.fullmatch(t)]
-        fast_set = set(fast)
-        self.slow = [i for i in range(len(metric_fields)) if i not in fast_set]
-        self.factors = np.array([self.bases[i][1] for i in fast])
-        self.pick = operator.itemgetter(*fast) if len(fast) > 1 else None
-        types = [str] * prefix + [float if i in fast_set else str for i in range(len(self.metrics))]
-        self.decoder = msgspec.json.Decoder(list[tuple[tuple(types)]], strict=False)  # type: ignore[misc]
-        runs: list[list[int]] = []
-        for i in fast:
-            if runs and runs[-1][1] == prefix + i:
-                runs[-1][1] += 1
-            else:
-                runs.append([prefix + i, prefix + i + 1])
-        self.slices = [slice(a, b) for a, b in runs]
-
-    def _launch(self, row: list[str] | tuple[str, ...], where: str) -> tuple[str, _RawKernel]:
-        """Check a launch row's launch columns and count the launch; return the kernel's name
-        and statistics."""
-        report = self.report
-        launch = int(_check(_INT, row[0], "ID", where))
-        if launch in self.seen:
-            raise EvidenceError(f"{where}: launch ID {launch} appears twice")
-        self.seen.add(launch)
-        name = row[4]
-        if not name:
-            raise EvidenceError(f"{where}: empty Kernel Name")
-        kernel = report.kernel(name)
-        kernel.launches += 1
-        if self.old:
-            if row[7] not in kernel.streams:
-                kernel.streams.add(_check(_INT, row[7], "Stream", where))
-        else:
-            if row[7] not in kernel.blocks:
-                kernel.blocks.add(_check(_SHAPE, row[7], "Block Size", where))
-            if row[8] not in kernel.grids:
-                kernel.grids.add(_check(_SHAPE, row[8], "Grid Size", where))
-            if row[6] not in kernel.streams:
-                kernel.streams.add(_check(_INT, row[6], "Stream", where))
-            _check(_CC, row[10], "CC", where)
-            report.attributes.setdefault("compute_capability", row[10])
-        agg = self.aggs.get(name)
-        if agg is None:
-            agg = self.aggs[name] = _RawKernel(len(self.fast or ()))
-        return name, agg
-
-    def _slow_values(self, name: str, row: list[str] | tuple[str, ...], where: str) -> None:
-        """Read the value-by-value columns of one launch row."""
-        prefix, metrics = self.prefix, self.metrics
-        for i in self.slow:
-            text = row[prefix + i]
-            cache = self.caches.get(i)
-            if cache is None:
-                cache = self.caches[i] = {}
-            result = cache.get(text)
-            if result is None:
-                result = _value(
-                    metrics[i], self.units[prefix + i], text, self.grouping,
-                    f"{where} {metrics[i]}",
-                )  # fmt: skip
-                if len(cache) < _CACHE_LIMIT:
-                    cache[text] = result
-            value, base, text_value = result
-            if text_value is not None:
-                self.report.attributes.setdefault(f"{name}/{metrics[i]}", text_value)
-                continue
-            stat = self.singles.get((name, i))
-            if stat is None:
-                stat = self.singles[(name, i)] = MetricStat(base)
-            stat.add(value)
-
-    def _row(self, row: list[str]) -> None:
-        """One launch row (a record of fields), on the exact path."""
-        self.n += 1
-        where = f"{self.label}: launch row {self.n}"
-        if len(row) != self.width:
-            raise EvidenceError(
-                f"{where}: {len(row)} fields where {self.width} were expected "
-                "(a truncated or malformed file?)"
-            )
-        if self.fast is None:
-            self._classify(row)
-        name, agg = self._launch(row, where)
-        fields = row[self.prefix :]
-        fast = self.fast or []
-        texts = self.pick(fields) if self.pick is not None else tuple(fields[i] for i in fast)
-        values = _fast_values(texts)
-        if values is not None:
-            agg.add_row(values * self.factors)
-        else:
-            for j, i in enumerate(fast):
-                value, _base, text = _value(
-                    self.metrics[i], self.units[self.prefix + i], fields[i], self.grouping,
-                    f"{where} {self.metrics[i]}",
-                )  # fmt: skip
-                if text is not None:
-                    raise EvidenceError(
-                        f"{where} {self.metrics[i]}: value {text[:60]!r} does not parse as a number"
-                    )
-                agg.add_one(j, value)
-        self._slow_values(name, row, where)
-
-    def _block(self, lines: list[str]) -> None:
-        """Launch rows given as simple lines (the text between a line's outer quotes)."""
-        if self.fast is None:
-            self._row(lines[0].split('","'))
-            lines = lines[1:]
-            if not lines:
-                return
-        decoded = self._decode(lines)
-        if decoded is None:
-            for line in lines:
-                self._row(line.split('","'))
-            return
-        rows, values = decoded
-        if self._block_columns(rows, values):
-            return
-        groups: dict[str, list[int]] = {}
-        aggs: dict[str, _RawKernel] = {}
-        label = self.label
-        for k, row in enumerate(rows):
-            self.n += 1
-            where = f"{label}: launch row {self.n}"
-            name, agg = self._launch(row, where)
-            group = groups.get(name)
-            if group is None:
-                group = groups[name] = []
-                aggs[name] = agg
-            group.append(k)
-            if self.slow:
-                self._slow_values(name, row, where)
-        for name, indexes in groups.items():
-            block = values if len(groups) == 1 else values[indexes]
-            aggs[name].add_block(block)
-
-    def _block_columns(self, rows: list[tuple[str | float, ...]], values: np.ndarray) -> bool:
-        """Account a decoded block column by column: the same checks, launches, shapes,
-        streams, statistics and text attributes as :meth:`_launch` and :meth:`_slow_values` row
-        by row, checked for the whole block before anything is changed. Returns False (having
-        changed nothing) when any row needs the row-by-row path: a launch column out of
-        ncu's format, a repeated launch ID, an empty kernel name or a value that
-        :func:`_value` refuses; that path then raises the error of the first bad row."""
-        report, prefix = self.report, self.prefix
-        ids = list(map(_FIELD[0], rows))
-        if not all(map(str.isdecimal, ids)):
-            return False
-        launches = list(map(int, ids))
-        if len(set(launches)) != len(launches) or not self.seen.isdisjoint(launches):
-            return False
-        names = list(map(_FIELD[4], rows))
-        if "" in names:
-            return False
-        columns = (7,) if self.old else (6, 7, 8, 10)
-        shapes = set(zip(names, *(map(_FIELD[c], rows) for c in columns), strict=True))
-        for _name, *fields in shapes:
-            if self.old:
-                checks = ((_INT, fields[0]),)
-            else:
-                checks = ((_INT, fields[0]), (_SHAPE, fields[1]), (_SHAPE, fields[2]),
-                          (_CC, fields[3]))  # fmt: skip
-            if any(pattern.fullmatch(text) is None for pattern, text in checks):
-                return False
-        slow: list[tuple[int, list[tuple[float | None, str, str | None]]]] = []
-        for i in self.slow:
-            cache = self.caches.setdefault(i, {})
-            results = []
-            for text in map(operator.itemgetter(prefix + i), rows):
-                result = cache.get(text)
-                if result is None:
-                    try:
-                        result = _value(self.metrics[i], self.units[prefix + i], text,
-                                        self.grouping, "")  # fmt: skip
-                    except EvidenceError:
-                        return False
-                    if len(cache) < _CACHE_LIMIT:
-                        cache[text] = result
-                results.append(result)
-            slow.append((i, results))
-        # checked: account the block
-        self.seen.update(launches)
-        self.n += len(rows)
-        groups: dict[str, list[int]] = {}
-        for k, name in enumerate(names):
-            group = groups.get(name)
-            if group is None:
-                group = groups[name] = []
-            group.append(k)
-        for name, indexes in groups.items():
-            kernel = report.kernel(name)
-            kernel.launches += len(indexes)
-            agg = self.aggs.get(name)
-            if agg is None:
-                agg = self.aggs[name] = _RawKernel(len(self.fast or ()))
-            agg.add_block(values if len(groups) == 1 else values[indexes])
-        for name, *fields in shapes:
-            kernel = report.kernels[name]
-            kernel.streams.add(fields[0])
-            if not self.old:
-                kernel.blocks.add(fields[1])
-                kernel.grids.add(fields[2])
-        if not self.old:
-            report.attributes.setdefault("compute_capability", str(rows[0][10]))
-        texts: dict[str, tuple[int, int, str]] = {}  # new text attribute -> (row, column, text)
-        for j, (i, results) in enumerate(slow):
-            for name, indexes in groups.items():
-                picked = [results[k] for k in indexes]
-                if any(r[2] is not None for r in picked):
-                    for k, r in zip(indexes, picked, strict=True):
-                        if r[2] is None:
-                            self._single(name, i, r[1]).add(r[0])
-                            continue
-                        key = f"{name}/{self.metrics[i]}"
-                        if key not in report.attributes and key not in texts:
-                            texts[key] = (k, j, r[2])
-                    continue
-                stat = self._single(name, i, picked[0][1])
-                numbers = [r[0] for r in picked if r[0] is not None]
-                stat.missing += len(picked) - len(numbers)
-                if numbers:  # MetricStat.add's operations, in order
-                    stat.count += len(numbers)
-                    stat.total = functools.reduce(operator.add, numbers, stat.total)
-                    stat.minimum = min(stat.minimum, *numbers)
-                    stat.maximum = max(stat.maximum, *numbers)
-        # text attributes in the row path's order: by row, then by column
-        for key, (_k, _j, text) in sorted(texts.items(), key=lambda item: item[1][:2]):
-            report.attributes[key] = text
-        return True
-
-    def _single(self, name: str, i: int, base: str) -> MetricStat:
-        """The statistics of a value-by-value column ``i`` of kernel ``name``."""
-        stat = self.singles.get((name, i))
-        if stat is None:
-            stat = self.singles[(name, i)] = MetricStat(base)
-        return stat
-
-    def _decode(self, lines: list[str]) -> tuple[list[tuple[str | float, ...]], np.ndarray] | None:
-        """Decode a block of simple lines in one msgspec call; return the rows (tuples) and the
-        numeric columns (rows x numeric columns, in base units), or None when any row needs the
-        exact path."""
-        text = '[["' + '"],["'.join(lines) + '"]]'
-        if "\\" in text or '"-0"' in text:
-            return None
-        try:
-            rows = self.decoder.decode(text.encode())
-        except msgspec.DecodeError:
-            return None
-        count = len(rows) * len(self.fast or ())
-        slices = self.slices
-        values = np.fromiter(
-            itertools.chain.from_iterable(row[s] for row in rows for s in slices),
-            dtype=np.float64,
-            count=count,
-        ).reshape(len(rows), len(self.fast or ()))
-        if not np.isfinite(values).all():
-            return None
-        values *= self.factors
-        return rows, values
 
 
 class _Summary(_Layout):
