@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import os
 import struct
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -84,3 +85,27 @@ def test_a_rewritten_packed_commit_is_left_to_the_walk_and_reported_as_in_one_pr
     assert one.error is not None and two.error is not None
     assert victim.hex() in one.error.message
     assert one.error.to_json() == two.error.to_json()
+
+
+def _worker_dies(datas: list[bytes], decode: object, args: object) -> None:
+    os._exit(3)  # a worker killed mid-chunk (OOM killer, a signal)
+
+
+def test_a_worker_that_dies_is_reported_not_waited_for(
+    tmp_path: Path, note: Callable[..., EventDraft], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead worker breaks the pool: verify says so at once (exit 1, not an integrity
+    finding) instead of hanging (a multiprocessing.Pool waits forever for the lost task)."""
+    from perfledger.errors import IntegrityError, PerfledgerError
+    from perfledger.ledger import verify
+    from perfledger.ledger.store import FORMAT_VERSION
+
+    _packed_ledger(tmp_path / "l", note, 30)
+    monkeypatch.setattr(verify, "CHUNK_EVENTS", 5)
+    work = verify.ChunkWork(run=_worker_dies, args=lambda: None, take=lambda extra: None)
+    started = time.monotonic()
+    with Ledger.open(tmp_path / "l") as ledger, pytest.raises(PerfledgerError) as raised:
+        verify.verify_store(ledger.store, format_version=FORMAT_VERSION, workers=2, chunk_work=work)
+    assert time.monotonic() - started < 60
+    assert not isinstance(raised.value, IntegrityError)
+    assert "worker process died" in raised.value.message

@@ -22,11 +22,11 @@ total order, so a caller can fold the state while verifying (one pass).
 from __future__ import annotations
 
 import collections
-import gc
 import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ from perfledger.events.envelope import (
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads
+from perfledger.ledger.forked import start_forked_workers, stop_workers
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -152,6 +153,12 @@ def verify_store(
             chunk_work,
         )
         report.ok = True
+    except BrokenProcessPool:
+        raise PerfledgerError(
+            "a verify worker process died before it finished (killed by a signal or the "
+            "out-of-memory killer?); nothing about the ledger was concluded",
+            hint="run again; with PERFLEDGER_VERIFY_WORKERS=1 verify runs in one process",
+        ) from None
     except IntegrityError as exc:
         report.error = exc
     except PerfledgerError as exc:
@@ -451,8 +458,6 @@ def _verify_in_workers(
     schema-checks and folds the results in the total order. The first failure in that order is
     the one reported, as in one process. With ``chunk_work``, the workers also run it on each
     chunk (the first chunk is small and handed out alone: see :data:`FIRST_CHUNK_EVENTS`)."""
-    import multiprocessing
-
     global _INHERITED
     total = len(checker.order)
     first = min(total, FIRST_CHUNK_EVENTS if chunk_work is not None else CHUNK_EVENTS)
@@ -462,18 +467,13 @@ def _verify_in_workers(
     _INHERITED = checker
     if chunk_work is not None and chunk_work.before_fork is not None:
         chunk_work.before_fork()
-    # Objects that exist at the fork are moved out of the collector's reach while the workers
-    # start, so that a collection in a worker does not write to (and copy) every page it shares
-    # with this process.
-    gc.freeze()
     try:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=gc.disable)
+        pool = start_forked_workers(workers)
     finally:
         _INHERITED = None
-        gc.unfreeze()
     checker.parsed = {}  # the workers hold their own copies; this process needs none
     report.extra["verify_workers"] = workers
-    with pool:
+    try:
         pending: collections.deque[tuple[int, Any]] = collections.deque()
         submitted = 0
         run = chunk_work.run if chunk_work is not None else None
@@ -482,10 +482,10 @@ def _verify_in_workers(
             while submitted < len(chunks) and len(pending) < in_flight:
                 args = chunk_work.args() if chunk_work is not None else None
                 task = (chunks[submitted], run, args)
-                pending.append((chunks[submitted][0], pool.apply_async(_check_chunk, task)))
+                pending.append((chunks[submitted][0], pool.submit(_check_chunk, *task)))
                 submitted += 1
             start, result = pending.popleft()
-            datas, failure, extra = result.get()
+            datas, failure, extra = result.result()
             if chunk_work is not None:
                 chunk_work.take(extra)
             for offset, data in enumerate(datas):
@@ -501,7 +501,8 @@ def _verify_in_workers(
                     event_id=event_id,
                     commit=commit,  # type: ignore[arg-type]
                 )
-        pool.close()
+    finally:
+        stop_workers(pool)
 
 
 def _fail(message: str) -> IntegrityError:

@@ -16,7 +16,6 @@ Loose commits (recent single appends) are read by the walk too.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import re
@@ -25,6 +24,7 @@ from binascii import unhexlify
 from typing import Any, NamedTuple
 
 from perfledger.errors import IntegrityError
+from perfledger.ledger.forked import start_forked_workers, stop_workers
 from perfledger.ledger.gitobj import inflate
 from perfledger.ledger.objects import parse_trailers
 
@@ -120,7 +120,7 @@ def scan_packed_commits(
         that was read and hashed to its name; anything else is left out (see the module
         docstring), never reported from here.
     """
-    import multiprocessing
+    from concurrent.futures import as_completed
 
     global _INHERITED
     plans: list[tuple[str, Any, Any, int]] = []
@@ -137,18 +137,16 @@ def scan_packed_commits(
     if not tasks:
         return found
     _INHERITED = plans
-    gc.freeze()  # see verify._verify_in_workers: keep shared pages shared
     try:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=gc.disable)
+        pool = start_forked_workers(workers)
     finally:
         _INHERITED = None
-        gc.unfreeze()
-    with pool:
-        for rows in pool.imap_unordered(_scan_task, tasks):
-            for sha, commit, trailers in rows:
+    try:
+        for future in as_completed([pool.submit(_scan_task, task) for task in tasks]):
+            for sha, commit, trailers in future.result():
                 found[sha] = (commit, trailers)
-        pool.close()
-        pool.join()
+    finally:
+        stop_workers(pool)
     return found
 
 
