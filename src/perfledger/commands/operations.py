@@ -18,6 +18,7 @@ can re-decide every recorded request against the state before it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import re
@@ -299,14 +300,20 @@ def get_operation(name: str) -> Operation:
         ) from None
 
 
+@functools.cache
 def request_model(name: str) -> Any:
-    """Return the request model (a closed msgspec Struct) of operation ``name``."""
+    """Return the request model (a closed msgspec Struct) of operation ``name`` (looked up once
+    per name: the auditor re-decides every recorded request).
+
+    Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
     return getattr(importlib.import_module(operation.models_module), operation.model)
 
 
+@functools.cache
 def decider(name: str) -> Any:
-    """Return the decider ``decide(state, request, ctx) -> [EventDraft]`` of ``name``."""
+    """Return the decider ``decide(state, request, ctx) -> [EventDraft]`` of ``name`` (looked up
+    once per name). Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
     return getattr(importlib.import_module(operation.decider_module), operation.decider)
 
