@@ -3,6 +3,7 @@ NaN/Inf and out-of-range integers refused with the path named; plus property tes
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import random
@@ -286,3 +287,75 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, list):
         return [leaf for v in value for leaf in _leaves(v)]
     return [value]
+
+
+# ----------------------------------------------------- Structs encoded directly (fast path)
+
+
+class _Plain(msgspec.Struct):
+    b: Any
+    a: Any = None
+
+
+class _Omitting(msgspec.Struct, omit_defaults=True, rename="camel"):
+    field_two: Any = None
+    field_one: Any = 0
+
+
+class _Tagged(msgspec.Struct, tag=True, kw_only=True):
+    z: Any
+    y: tuple[Any, ...] = ()
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+def _builtins_route(value: Any) -> bytes:
+    """The reference: convert to checked builtins, then encode (what canonical_bytes did
+    before it encoded Structs directly)."""
+    return msgspec.json.Encoder(order="sorted").encode(to_canonical_value(value))
+
+
+#: json_values nested in Structs of each configuration (defaults, renames, tags, tuples).
+struct_values = st.recursive(
+    json_values,
+    lambda children: st.one_of(
+        st.builds(_Plain, children, children),
+        st.builds(_Omitting, children, children),
+        st.builds(_Tagged, z=children, y=st.lists(children, max_size=3).map(tuple)),
+        st.lists(children, max_size=4),
+        st.dictionaries(st.text(max_size=6), children, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300)
+@given(struct_values)
+def test_property_structs_encode_as_their_builtins(value: Any) -> None:
+    """canonical_bytes encodes Struct trees directly; the bytes must equal the builtins
+    route's for every Struct configuration."""
+    assert canonical_bytes(value) == _builtins_route(value)
+
+
+@pytest.mark.parametrize(
+    ("inner", "fragment"),
+    [
+        (float("nan"), "not allowed"),
+        (float("-inf"), "not allowed"),
+        (2**64, "64-bit"),
+        ({1: "x"}, "not a string"),
+        (b"raw", "type bytes"),
+    ],
+)
+def test_problems_inside_structs_refused_naming_the_path(inner: Any, fragment: str) -> None:
+    with pytest.raises(CanonicalEncodingError, match=fragment) as caught:
+        canonical_bytes(_Plain(b={"deep": [_Omitting(field_two=inner)]}))
+    assert "$.b.deep[0].fieldTwo" in caught.value.message
+
+
+def test_values_needing_conversion_take_the_builtins_route() -> None:
+    """Enums and sets are converted as before (by value; sets sorted), not refused."""
+    value = _Plain(b=_Colour.RED, a={"s": {3, 1, 2}})
+    assert canonical_bytes(value) == b'{"a":{"s":[1,2,3]},"b":"red"}'

@@ -44,11 +44,12 @@ def test_scan_parses_every_packed_commit_as_the_reader_does(
     reader = ObjectReader(lambda: None, str(tmp_path / "l" / "objects"))  # type: ignore[arg-type,return-value]
     try:
         assert len(found) == 120  # the batch's commits (the root is loose)
-        for sha, (commit, trailers) in found.items():
+        for sha, facts in found.items():
             type_num, raw = reader.read(sha)
             assert type_num == COMMIT
-            assert commit == verify_scan.parse_commit(sha, raw)
-            assert trailers == parse_trailers(commit.message)
+            commit = verify_scan.parse_commit(sha, raw)
+            assert facts == verify_scan.commit_facts(commit, parse_trailers(commit.message))
+            assert facts.event_id is not None and facts.lamport.isdigit()
     finally:
         reader.close()
 
@@ -64,7 +65,7 @@ def test_a_rewritten_packed_commit_is_left_to_the_walk_and_reported_as_in_one_pr
     (pack,) = _packs(path)
     found = verify_scan.scan_packed_commits([pack], 2)
     victim = sorted(found)[3]
-    message = found[victim][0].message
+    message = found[victim].subject
     data = bytearray(Path(pack).read_bytes())
     at = data.find(message)
     assert at > 0  # stored uncompressed: the message is in the pack as is

@@ -70,6 +70,7 @@ def _median(values: Any) -> float:
 
     return statistics.median(values)
 
+
 #: Domain prefix of an environment identity hash (R2, R11).
 ENVIRONMENT_ID_DOMAIN = b"perfledger/environment/v1\x00"
 #: Relative tolerance of budget arithmetic in a handoff (R18).
@@ -278,9 +279,7 @@ def decide_baseline_record(
         )
     if any(v <= 0 for v in req.values):
         raise BadRequest("metric values must be positive")
-    payload = _build(
-        BaselineRecorded, {**dump(req), "median": float(_median(req.values))}
-    )
+    payload = _build(BaselineRecorded, {**dump(req), "median": float(_median(req.values))})
     return _emit(ctx, payload)
 
 

@@ -69,6 +69,38 @@ def _first_problem(value: Any) -> str | None:
     return None
 
 
+def _first_problem_direct(value: Any) -> str | None:
+    """Like :func:`_first_problem`, but over values that may hold msgspec Structs (each field
+    visited); returns a description for any other type (the caller then takes the builtins
+    route, which converts what it can, e.g. enums and sets, and refuses the rest)."""
+    stack: list[Any] = [value]
+    pop, extend = stack.pop, stack.extend
+    struct_type = msgspec.Struct
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return f"object key {key!r} is not a string"
+            extend(item.values())
+        elif kind is list or kind is tuple:
+            extend(item)
+        elif kind is float:
+            if not math.isfinite(item):
+                return f"{item!r} is not allowed in canonical JSON"
+        elif kind is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                return f"integer {item} is outside the 64-bit range"
+        elif isinstance(item, struct_type):
+            extend([getattr(item, name) for name in item.__struct_fields__])
+        else:
+            return f"a value of type {kind.__name__} needs conversion"
+    return None
+
+
 def _locate(value: Any, path: str) -> str | None:
     """Return the JSON path of the first offending value (slow path, for the error message)."""
     if _first_problem(value) is None:
@@ -133,7 +165,12 @@ def canonical_bytes(value: Any) -> bytes:
     Returns: the canonical UTF-8 bytes.
     Raises: CanonicalEncodingError as :func:`to_canonical_value`.
     """
-    checked = to_canonical_value(value)
+    # Fast path: values made only of Structs, dicts, lists, tuples, str, int, float, bool and
+    # None that hold nothing canonical JSON refuses are encoded as they are. msgspec encodes a
+    # Struct exactly as the dict ``to_builtins`` makes of it (same field names, omitted
+    # defaults, sorted order), so the bytes are those of the builtins route below, without
+    # building the copy (on the 100,000-event audit ledger's 19 MB state: 0.69 s against 1.2 s).
+    checked = value if _first_problem_direct(value) is None else to_canonical_value(value)
     try:
         return canonical_encoder.encode(checked)
     except UnicodeEncodeError as exc:

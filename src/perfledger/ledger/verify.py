@@ -56,7 +56,12 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
-from perfledger.ledger.verify_scan import ParsedCommit, parse_commit, scan_packed_commits
+from perfledger.ledger.verify_scan import (
+    CommitFacts,
+    commit_facts,
+    parse_commit,
+    scan_packed_commits,
+)
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 #: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
@@ -182,77 +187,40 @@ def _verify(
     # ---- pass 1: the commit graph --------------------------------------------------------
     nodes: dict[bytes, CommitNode] = {}
     commit_of: dict[str, bytes] = {}
-    parsed: dict[bytes, tuple[ParsedCommit, dict[str, str]]] = {}
+    parsed: dict[bytes, CommitFacts] = {}
     roots: list[bytes] = []
     # an event is about three objects: the size decides on workers before the graph is known
     workers = _worker_count(reader.packed_object_count() // 3, workers)
-    scanned: dict[bytes, tuple[ParsedCommit, dict[str, str]]] = {}
+    scanned: dict[bytes, CommitFacts] = {}
     if workers > 1:
         store.wait_background()  # type: ignore[attr-defined]  (never fork beside a thread)
-        scanned = scan_packed_commits(reader.pack_paths(), workers)
+        meanwhile = chunk_work.before_fork if chunk_work is not None else None
+        scanned = scan_packed_commits(reader.pack_paths(), workers, meanwhile)
     stack = [head]
     while stack:
         sha = stack.pop()
         if sha in nodes:
             continue
-        found = scanned.pop(sha, None)
-        if found is not None:  # read, re-hashed and parsed by a worker
-            commit, trailers = found
-        else:
-            try:
-                type_num, raw = reader.read(sha)
-            except IntegrityError as exc:
-                raise _name_claimed_event(reader, sha, exc) from None
-            if type_num != COMMIT:
-                raise IntegrityError(
-                    f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
-                )
-            commit = parse_commit(sha, raw)
-            trailers = parse_trailers(commit.message)
+        facts = scanned.pop(sha, None)  # read, re-hashed, parsed and checked by a worker
+        if facts is None:
+            facts = _read_commit_facts(reader, sha)
         if len(parsed) < PARSED_CACHE_MAX:  # pass 2 reuses it (bounded: see PARSED_CACHE_MAX)
-            parsed[sha] = (commit, trailers)
-        event_id = trailers.get("Event-Id")
+            parsed[sha] = facts
+        event_id = facts.event_id
+        parents = facts.parents
         if event_id is None:
-            if "Lamport" in trailers or "Idempotency-Key" in trailers:
-                raise IntegrityError(
-                    f"commit {sha.hex()} has ledger trailers but no Event-Id", commit=sha.hex()
-                )
-            if len(commit.parents) < 2:
-                raise IntegrityError(
-                    f"commit {sha.hex()} carries no event and is not a merge", commit=sha.hex()
-                )
-            if commit.tree.hex().encode() != EMPTY_TREE.id:
-                raise IntegrityError(
-                    f"merge commit {sha.hex()} carries content; merges must carry no event",
-                    commit=sha.hex(),
-                )
-            nodes[sha] = CommitNode(None, 0, commit.parents)
+            nodes[sha] = CommitNode(None, 0, parents)
             report.merges += 1
         else:
-            lamport_text = trailers.get("Lamport", "")
-            if not is_valid_event_id(event_id) or not lamport_text.isdigit():
-                raise IntegrityError(
-                    f"event {event_id} (commit {sha.hex()}) has a malformed Event-Id or Lamport "
-                    "trailer",
-                    commit=sha.hex(),
-                    event_id=event_id,
-                )
-            if len(commit.parents) > 1:
-                raise IntegrityError(
-                    f"event {event_id} (commit {sha.hex()}) has {len(commit.parents)} parent "
-                    "commits; an event has at most one",
-                    commit=sha.hex(),
-                    event_id=event_id,
-                )
             if event_id in commit_of:
                 raise IntegrityError(
                     f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
                 )
             commit_of[event_id] = sha
-            nodes[sha] = CommitNode(event_id, int(lamport_text), commit.parents)
-        if not commit.parents:
+            nodes[sha] = CommitNode(event_id, int(facts.lamport), parents)
+        if not parents:
             roots.append(sha)
-        stack.extend(commit.parents)
+        stack.extend(parents)
     scanned.clear()  # unreachable commits' parses (none in a ledger that only grew)
     if len(roots) != 1:
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
@@ -276,6 +244,55 @@ def _verify(
         report.events += 1
         if on_event is not None:
             on_event(event)
+
+
+def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
+    """Read the commit ``sha`` through the checking reader and check what pass 1 checks of one
+    commit on its own (what the scan's workers check of the commits they return).
+
+    Raises: IntegrityError naming the commit (and the event it claims, where readable).
+    """
+    try:
+        type_num, raw = reader.read(sha)
+    except IntegrityError as exc:
+        raise _name_claimed_event(reader, sha, exc) from None
+    if type_num != COMMIT:
+        raise IntegrityError(
+            f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
+        )
+    commit = parse_commit(sha, raw)
+    trailers = parse_trailers(commit.message)
+    event_id = trailers.get("Event-Id")
+    if event_id is None:
+        if "Lamport" in trailers or "Idempotency-Key" in trailers:
+            raise IntegrityError(
+                f"commit {sha.hex()} has ledger trailers but no Event-Id", commit=sha.hex()
+            )
+        if len(commit.parents) < 2:
+            raise IntegrityError(
+                f"commit {sha.hex()} carries no event and is not a merge", commit=sha.hex()
+            )
+        if commit.tree.hex().encode() != EMPTY_TREE.id:
+            raise IntegrityError(
+                f"merge commit {sha.hex()} carries content; merges must carry no event",
+                commit=sha.hex(),
+            )
+    else:
+        if not is_valid_event_id(event_id) or not trailers.get("Lamport", "").isdigit():
+            raise IntegrityError(
+                f"event {event_id} (commit {sha.hex()}) has a malformed Event-Id or Lamport "
+                "trailer",
+                commit=sha.hex(),
+                event_id=event_id,
+            )
+        if len(commit.parents) > 1:
+            raise IntegrityError(
+                f"event {event_id} (commit {sha.hex()}) has {len(commit.parents)} parent "
+                "commits; an event has at most one",
+                commit=sha.hex(),
+                event_id=event_id,
+            )
+    return commit_facts(commit, trailers)
 
 
 def _worker_count(events: int, requested: int | None) -> int:
@@ -316,7 +333,7 @@ class _Pass2:
         commit_of: dict[str, bytes],
         root: bytes,
         format_version: int,
-        parsed: dict[bytes, tuple[ParsedCommit, dict[str, str]]],
+        parsed: dict[bytes, CommitFacts],
         order: list[bytes],
     ) -> None:
         self.reader = reader
@@ -409,8 +426,10 @@ class ChunkWork:
         args: called in this process as each chunk is handed out (between ``on_event`` calls).
         take: called in this process with each chunk's result, in the total order, before
             the chunk's events are passed to ``on_event``.
-        before_fork: called in this process just before the workers are forked, e.g. to import
-            once what ``run`` needs (the workers inherit it instead of each importing it).
+        before_fork: called in this process before the workers are forked, e.g. to import
+            once what ``run`` needs (the workers inherit it instead of each importing it): while
+            the pass-1 scan's workers run (it then overlaps them), and again just before the
+            pass-2 workers are forked, so it must be idempotent.
     """
 
     run: Callable[[list[bytes], Callable[[bytes], RecordedEvent], Any], Any]
@@ -540,17 +559,16 @@ def _verify_event(
     node: CommitNode,
     dag: EventHeads | None,
     root: bytes,
-    parsed: tuple[ParsedCommit, dict[str, str]] | None = None,
+    facts: CommitFacts | None = None,
 ) -> tuple[Envelope, bytes]:
     """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
-    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
-    if parsed is None:
+    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG;
+    ``facts`` are the commit's as pass 1 read them (None: read them again)."""
+    if facts is None:
         _, raw = reader.read(sha, check=False)  # re-hashed in pass 1
         commit = parse_commit(sha, raw)
-        trailers = parse_trailers(commit.message)
-    else:
-        commit, trailers = parsed
-    type_num, tree_raw = reader.read(commit.tree)
+        facts = commit_facts(commit, parse_trailers(commit.message))
+    type_num, tree_raw = reader.read(facts.tree)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")
     if len(tree_raw) == len(_PLAIN_TREE_PREFIX) + 20 and tree_raw.startswith(_PLAIN_TREE_PREFIX):
@@ -604,19 +622,19 @@ def _verify_event(
         raise _fail(f"its content hashes to {computed}, not to its id {envelope.id}")
 
     # trailers, identity, time
-    if trailers.get("Event-Id") != envelope.id:
+    if facts.event_id != envelope.id:
         raise _fail("the Event-Id trailer does not match event.json")
-    if trailers.get("Lamport") != str(envelope.lamport):
+    if facts.lamport != str(envelope.lamport):
         raise _fail(
-            f"the Lamport trailer says {trailers.get('Lamport')}, event.json says {envelope.lamport}"
+            f"the Lamport trailer says {facts.lamport or None}, event.json says {envelope.lamport}"
         )
-    if trailers.get("Idempotency-Key") != envelope.idempotency_key:
+    if facts.idempotency_key != envelope.idempotency_key:
         raise _fail("the Idempotency-Key trailer does not match event.json")
-    first_line = commit.message.split(b"\n", 1)[0].decode("utf-8", "replace")
+    first_line = facts.subject.decode("utf-8", "replace")
     if first_line != envelope.kind and not first_line.startswith(envelope.kind + ": "):
         raise _fail(f"the commit subject {first_line!r} does not name kind {envelope.kind}")
-    author, author_s = _split_ident(commit.author)
-    committer, committer_s = _split_ident(commit.committer)
+    author, author_s = _split_ident(facts.author)
+    committer, committer_s = _split_ident(facts.committer)
     expected = actor_ident(envelope.actor)
     seconds = int(parse_ts(envelope.ts).timestamp())
     if author != expected or committer != expected:
@@ -633,7 +651,7 @@ def _verify_event(
     else:
         if envelope.kind == "LedgerInitialized":
             raise _fail("LedgerInitialized appears again after the root")
-        parent_commit = commit.parents[0]
+        parent_commit = facts.parents[0]
         heads = dag.heads(parent_commit)
         if envelope.parents != heads:
             raise _DagMismatch(

@@ -21,6 +21,7 @@ import os
 import re
 import zlib
 from binascii import unhexlify
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from perfledger.errors import IntegrityError
@@ -28,6 +29,10 @@ from perfledger.ledger.forked import start_forked_workers, stop_workers
 from perfledger.ledger.gitobj import inflate
 from perfledger.ledger.objects import parse_trailers
 
+#: The empty tree's binary sha (a merge commit's tree).
+_EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+#: An event id as :func:`perfledger.events.envelope.is_valid_event_id` accepts it.
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 #: Pack entries per worker task (about a third are commits).
 SCAN_CHUNK_ENTRIES = 30_000
 _COMMIT_TYPE = 1
@@ -49,6 +54,44 @@ class ParsedCommit(NamedTuple):
     author: bytes
     committer: bytes
     message: bytes
+
+
+class CommitFacts(NamedTuple):
+    """What verify checks of an event or merge commit once pass 1 has placed it: its header
+    fields, subject and perfledger trailers (a named tuple: one per commit, kept for pass 2).
+
+    Attributes:
+        tree: the tree's binary sha (20 bytes).
+        parents: the parents' binary shas.
+        author / committer: ``Name <email> seconds tz`` (bytes).
+        subject: the message's first line (bytes).
+        event_id: the ``Event-Id`` trailer (None for a merge commit).
+        lamport: the ``Lamport`` trailer's text, digits only ("" for a merge commit).
+        idempotency_key: the ``Idempotency-Key`` trailer, or None.
+    """
+
+    tree: bytes
+    parents: tuple[bytes, ...]
+    author: bytes
+    committer: bytes
+    subject: bytes
+    event_id: str | None
+    lamport: str
+    idempotency_key: str | None
+
+
+def commit_facts(commit: ParsedCommit, trailers: dict[str, str]) -> CommitFacts:
+    """The :class:`CommitFacts` of a parsed commit and its trailers (checked by the caller)."""
+    return CommitFacts(
+        commit.tree,
+        commit.parents,
+        commit.author,
+        commit.committer,
+        commit.message.split(b"\n", 1)[0],
+        trailers.get("Event-Id"),
+        trailers.get("Lamport", ""),
+        trailers.get("Idempotency-Key"),
+    )
 
 
 _COMMIT_FAST = re.compile(
@@ -109,15 +152,21 @@ _INHERITED: list[tuple[str, Any, Any, int]] | None = None
 
 
 def scan_packed_commits(
-    pack_paths: list[str], workers: int
-) -> dict[bytes, tuple[ParsedCommit, dict[str, str]]]:
-    """Read, re-hash and parse every commit entry of the packs in ``workers`` forked processes.
+    pack_paths: list[str], workers: int, meanwhile: Callable[[], None] | None = None
+) -> dict[bytes, CommitFacts]:
+    """Read, re-hash, parse and check every commit entry of the packs in ``workers`` forked
+    processes: everything pass 1 checks of one commit on its own (a merge carries no event
+    trailer and the empty tree and has two or more parents; an event commit has a well-formed
+    Event-Id and Lamport trailer and at most one parent); what depends on other commits (a
+    duplicate event id, the single root) is left to the walk.
 
     Args:
         pack_paths: the ``.pack`` files (each with its version-2 ``.idx`` beside it).
         workers: worker processes (at least 2; fork is required).
-    Returns: binary sha -> (the parsed commit, its perfledger trailers), for every commit entry
-        that was read and hashed to its name; anything else is left out (see the module
+        meanwhile: called in this process once the work is handed out, while the workers run
+            (verify imports what its pass-2 workers need there instead of after the scan).
+    Returns: binary sha -> its :class:`CommitFacts`, for every commit entry that was read,
+        hashed to its name and passed those checks; anything else is left out (see the module
         docstring), never reported from here.
     """
     from concurrent.futures import as_completed
@@ -133,7 +182,7 @@ def scan_packed_commits(
         for number, plan in enumerate(plans)
         for start in range(0, len(plan[1]), SCAN_CHUNK_ENTRIES)
     ]
-    found: dict[bytes, tuple[ParsedCommit, dict[str, str]]] = {}
+    found: dict[bytes, CommitFacts] = {}
     if not tasks:
         return found
     _INHERITED = plans
@@ -142,9 +191,12 @@ def scan_packed_commits(
     finally:
         _INHERITED = None
     try:
-        for future in as_completed([pool.submit(_scan_task, task) for task in tasks]):
-            for sha, commit, trailers in future.result():
-                found[sha] = (commit, trailers)
+        futures = [pool.submit(_scan_task, task) for task in tasks]
+        if meanwhile is not None:
+            meanwhile()
+        for future in as_completed(futures):
+            for row in future.result():  # plain tuples: a third of a named tuple's unpickling
+                found[row[0]] = CommitFacts._make(row[1:])
     finally:
         stop_workers(pool)
     return found
@@ -170,7 +222,7 @@ def _plan(path: str) -> tuple[str, Any, Any, int] | None:
 
 def _scan_task(task: tuple[int, int, int]) -> list[tuple[Any, ...]]:
     """Worker: the commit entries among positions [start, stop) of pack ``number``'s plan, as
-    (binary sha, parsed commit, trailers) rows; see the module docstring for what is left out."""
+    (binary sha, *CommitFacts fields) rows; see the module docstring for what is left out."""
     number, start, stop = task
     plans = _INHERITED
     assert plans is not None
@@ -222,4 +274,23 @@ def _read_commit(data: bytes, at: int, end: int, sha: bytes) -> tuple[Any, ...] 
         commit = parse_commit(sha, raw)
     except IntegrityError:
         return None
-    return sha, commit, parse_trailers(commit.message)
+    trailers = parse_trailers(commit.message)
+    event_id = trailers.get("Event-Id")
+    if event_id is None:  # a merge: no event trailers, the empty tree, two or more parents
+        if len(trailers) or len(commit.parents) < 2 or commit.tree != _EMPTY_TREE:
+            return None
+    else:
+        lamport = trailers.get("Lamport", "")
+        if not (_HEX64.fullmatch(event_id) and lamport.isdigit() and len(commit.parents) <= 1):
+            return None
+    return (
+        sha,
+        commit.tree,
+        commit.parents,
+        commit.author,
+        commit.committer,
+        commit.message.split(b"\n", 1)[0],
+        event_id,
+        trailers.get("Lamport", ""),
+        trailers.get("Idempotency-Key"),
+    )
