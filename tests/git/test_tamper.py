@@ -662,3 +662,35 @@ def test_append_after_a_forged_index_still_verifies(loose: Built) -> None:
 def test_untampered_ledgers_verify(loose: Built, packed: Built) -> None:
     """Control: the fixtures themselves verify, so every refusal above is due to the tampering."""
     assert _verifies(loose.path) and _verifies(packed.path)
+
+
+def test_envelope_with_a_malformed_parent_id_names_the_field(
+    packed: Built, git_run: GitRun, assert_refused: Callable[..., dict[str, Any]]
+) -> None:
+    """An event.json whose parent id is upper-cased, its own id recomputed and its commit
+    re-chained (valid git, a consistent content id): verify reports the malformed field, not
+    only the DAG mismatch it also causes (verify checks the field's form only when a later check
+    fails, and must then report what checking it first reports)."""
+    import msgspec
+
+    from perfledger.events.envelope import Envelope, compute_event_id, encode_envelope
+
+    commit = packed.commits[MIDDLE]
+    tree = _rev_parse(git_run, packed.path, f"{commit}^{{tree}}")
+    content = git_run(packed.path, "cat-file", "blob", f"{commit}:event.json").stdout
+    envelope = msgspec.json.decode(content, type=Envelope)
+    forged = msgspec.structs.replace(
+        envelope, parents=tuple(p.upper() for p in envelope.parents), id=""
+    )
+    forged = msgspec.structs.replace(forged, id=compute_event_id(forged))
+    blob = _write_object(git_run, packed.path, "blob", encode_envelope(forged))
+    new_tree = _replace_in_tree(git_run, packed.path, tree, ["event.json"], blob)
+
+    def edit(raw: bytes) -> bytes:
+        raw = _replace_once(raw, f"tree {tree}\n".encode(), f"tree {new_tree}\n".encode())
+        return _replace_once(raw, envelope.id.encode(), forged.id.encode())
+
+    _rewrite_history(git_run, packed.path, packed.commits, MIDDLE, edit)
+    _fsck_accepts(git_run, packed.path)
+    error = assert_refused(packed.path, forged.id)
+    assert "is not 64 lowercase hex characters" in error["message"], error

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import inflate, read_index_v2
+from perfledger.ledger.gitobj import _STORED_HEADER, inflate, read_index_v2
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -39,8 +39,9 @@ _OFFSET_MASK = (1 << _PACK_SHIFT) - 1
 #: Up to this many packed objects the reader maps shas with a dict (fastest); above it, with
 #: sorted numpy tables (a 1,000,000-event ledger holds about 3,000,000 objects).
 DICT_INDEX_MAX = 1_500_000
-#: Bytes read at an entry's offset in one pread: the header and most envelopes fit.
-_FIRST_READ = 4096
+#: Bytes read at an entry's offset in one pread: the header and most envelopes fit (a pread
+#: of 4 KiB cost 6.3 µs here, of 512 bytes 2.3 µs; a larger entry takes a second pread).
+_FIRST_READ = 512
 
 
 #: Pack indexes larger than this (bytes; about 36,000 objects) are read with numpy
@@ -223,10 +224,45 @@ class ObjectReader:
         Raises: IntegrityError when the object is missing or its content does not hash to its
             name (a rewritten object).
         """
-        where = self._locate(sha)
+        where = self._where.get(sha)
+        if where is None:
+            where = self._locate(sha)
         if where is not None:
+            fd = self._packs[where >> _PACK_SHIFT].fd
+            offset = where & _OFFSET_MASK
+            # the common entry, inline: a stored zlib block (what perfledger packs hold for
+            # small objects) read in one pread, its content checked against the name; anything
+            # else (a compressed stream, a delta, a damaged entry) takes _read_packed's path
+            data = os.pread(fd, _FIRST_READ, offset)
+            if len(data) > 16:
+                byte = data[0]
+                size = byte & 0x0F
+                pos, shift = 1, 4
+                while byte & 0x80 and pos < 6:
+                    byte = data[pos]
+                    size |= (byte & 0x7F) << shift
+                    shift += 7
+                    pos += 1
+                end = pos + 7 + size
+                if (
+                    not byte & 0x80
+                    and size <= 0xFFFF
+                    and data[pos : pos + 3] == _STORED_HEADER
+                    and data[pos + 3 : pos + 7] == _STORED_LENGTHS.pack(size, size ^ 0xFFFF)
+                ):
+                    if end + 4 > len(data):  # the rest of the block, exactly
+                        data += os.pread(fd, end + 4 - len(data), offset + len(data))
+                    raw = data[pos + 7 : end]
+                    type_num = (data[0] >> 4) & 0x07
+                    header = _HASH_HEADERS.get(type_num)
+                    if header is not None and data[end : end + 4] == zlib.adler32(raw).to_bytes(
+                        4, "big"
+                    ):
+                        if check and hashlib.sha1(header % size + raw).digest() != sha:
+                            _check_sha(sha, type_num, raw)  # raises, naming the object
+                        return type_num, raw
             try:
-                result = _read_packed(self._packs[where >> _PACK_SHIFT].fd, where & _OFFSET_MASK)
+                result = _read_packed(fd, offset)
             except IntegrityError as exc:
                 raise IntegrityError(
                     f"git object {sha.hex()}: {exc.message}",
@@ -343,6 +379,12 @@ def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:
         raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
     _check_sha(sha, type_num, raw)
     return type_num, raw
+
+
+#: The two length fields of a stored zlib block (``LEN``, ``NLEN``).
+_STORED_LENGTHS = struct.Struct("<HH")
+#: Object headers hashed with the content, by type number (``b"blob 12\0"``).
+_HASH_HEADERS = {1: b"commit %d\0", 2: b"tree %d\0", 3: b"blob %d\0", 4: b"tag %d\0"}
 
 
 def _check_sha(sha: bytes, type_num: int, raw: bytes) -> None:

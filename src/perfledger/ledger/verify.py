@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import blake3
@@ -40,7 +42,6 @@ from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
     Envelope,
     is_valid_event_id,
-    parse_ts,
     validate_envelope_fields,
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
@@ -106,6 +107,32 @@ class VerifyReport:
 
 
 _PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
+
+
+#: UTC hour (``YYYY-MM-DDTHH``) -> its seconds since the epoch: events of one hour share it.
+_HOUR_SECONDS: dict[str, int] = {}
+
+
+def _ts_seconds(ts: str) -> int:
+    """Whole seconds since the epoch of an envelope timestamp (``validate_envelope_fields``
+    checked its form), as ``int(parse_ts(ts).timestamp())`` but ~4x faster.
+
+    Raises: IntegrityError when it is not a real time (month 13, minute 61).
+    """
+    hour = ts[:13]
+    base = _HOUR_SECONDS.get(hour)
+    if base is None:
+        try:
+            base = int(datetime.fromisoformat(hour + ":00:00+00:00").timestamp())
+        except ValueError:
+            raise _fail(f"timestamp {ts!r} is not a valid UTC time") from None
+        if len(_HOUR_SECONDS) > 100_000:
+            _HOUR_SECONDS.clear()
+        _HOUR_SECONDS[hour] = base
+    minute, second = int(ts[14:16]), int(ts[17:19])
+    if minute > 59 or second > 59:
+        raise _fail(f"timestamp {ts!r} is not a valid UTC time")
+    return base + 60 * minute + second
 
 
 def _split_ident(value: bytes) -> tuple[bytes, int]:
@@ -573,7 +600,7 @@ def _verify_event(
         raise _fail("its tree is not a tree object")
     if len(tree_raw) == len(_PLAIN_TREE_PREFIX) + 20 and tree_raw.startswith(_PLAIN_TREE_PREFIX):
         # the common case, an event without artifacts: one entry, event.json
-        entries = {EVENT_FILE: (0o100644, tree_raw[len(_PLAIN_TREE_PREFIX) :])}
+        entries = {EVENT_FILE: (0o100644, tree_raw[-20:])}
     else:
         try:
             entries = {
@@ -582,8 +609,11 @@ def _verify_event(
             }
         except (ObjectFormatException, ValueError) as exc:
             raise _fail(f"its tree is malformed: {exc}") from None
-    extra = set(entries) - {EVENT_FILE, ARTIFACTS_DIR}
-    if extra or EVENT_FILE not in entries or entries[EVENT_FILE][0] != 0o100644:
+    if (
+        (len(entries) != 1 and (set(entries) - {EVENT_FILE, ARTIFACTS_DIR}))
+        or EVENT_FILE not in entries
+        or entries[EVENT_FILE][0] != 0o100644
+    ):
         raise _fail(
             "its tree must hold event.json (a regular file) and optionally artifacts/, found "
             + ", ".join(sorted(n.decode(errors="replace") for n in entries))
@@ -605,10 +635,59 @@ def _verify_event(
         raise _fail("event.json holds text that is not valid Unicode") from None
     if reencoded != data:
         raise _fail("event.json is not in canonical form (bytes were edited)")
+    # The id's, parents' and Lamport clock's form are implied by the id, DAG and clock checks
+    # below when those pass; on the common path (no artifacts, a known actor) they are checked
+    # only if one of those fails, and first, so the error is the one checking them first gives.
+    deferred = (
+        dag is not None
+        and envelope.schema >= 1
+        and not envelope.artifacts
+        and envelope.idempotency_key is None
+        and envelope.actor in _VALID_ACTORS
+        and _TS_FORM.match(envelope.ts) is not None
+    )
+    if not deferred:
+        _check_envelope_fields(envelope)
+        if len(_VALID_ACTORS) < 10_000:
+            _VALID_ACTORS.add(envelope.actor)
+    try:
+        _verify_event_content(facts, envelope, data, tree_entries=entries, dag=dag, sha=sha,
+                              root=root, reader=reader)  # fmt: skip
+    except IntegrityError:
+        if deferred:
+            _check_envelope_fields(envelope)
+        raise
+    return envelope, data
+
+
+#: Actors of envelopes whose fields passed ``validate_envelope_fields`` in this process.
+_VALID_ACTORS: set[str] = set()
+#: An envelope timestamp's form (``validate_envelope_fields`` checks the same).
+_TS_FORM = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+def _check_envelope_fields(envelope: Envelope) -> None:
+    """``validate_envelope_fields`` as a verify failure. Raises: IntegrityError."""
     try:
         validate_envelope_fields(envelope)
     except BadRequest as exc:
         raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
+
+
+def _verify_event_content(
+    facts: CommitFacts,
+    envelope: Envelope,
+    data: bytes,
+    *,
+    tree_entries: dict[bytes, tuple[int, bytes]],
+    dag: EventHeads | None,
+    sha: bytes,
+    root: bytes,
+    reader: ObjectReader,
+) -> None:
+    """The checks of :func:`_verify_event` after the envelope's fields: content id, trailers,
+    identity and time, place in the DAG, artifacts. Raises: IntegrityError."""
+    entries = tree_entries
     # In canonical bytes the id is the top-level key right after "artifacts" (keys are sorted and
     # no other key precedes it structurally with a string value): cut it out to get the bytes
     # the id was computed over.
@@ -633,14 +712,16 @@ def _verify_event(
     first_line = facts.subject.decode("utf-8", "replace")
     if first_line != envelope.kind and not first_line.startswith(envelope.kind + ": "):
         raise _fail(f"the commit subject {first_line!r} does not name kind {envelope.kind}")
-    author, author_s = _split_ident(facts.author)
-    committer, committer_s = _split_ident(facts.committer)
     expected = actor_ident(envelope.actor)
-    seconds = int(parse_ts(envelope.ts).timestamp())
-    if author != expected or committer != expected:
-        raise _fail(f"author/committer do not match actor {envelope.actor!r}")
-    if author_s != seconds or committer_s != seconds:
-        raise _fail("commit time does not match the event timestamp")
+    seconds = _ts_seconds(envelope.ts)
+    if not facts.author == facts.committer == b"%s %d +0000" % (expected, seconds):
+        # not what perfledger writes: compare the parts (any time zone is accepted)
+        author, author_s = _split_ident(facts.author)
+        committer, committer_s = _split_ident(facts.committer)
+        if author != expected or committer != expected:
+            raise _fail(f"author/committer do not match actor {envelope.actor!r}")
+        if author_s != seconds or committer_s != seconds:
+            raise _fail("commit time does not match the event timestamp")
 
     # place in the DAG (skipped when re-checking a parent's own content: dag is None)
     if dag is None:
@@ -690,7 +771,6 @@ def _verify_event(
                 or blake3.blake3(blob).hexdigest() != digest
             ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
-    return envelope, data
 
 
 def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:

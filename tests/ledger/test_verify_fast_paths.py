@@ -1,0 +1,73 @@
+"""Verify's fast paths agree with the general code they short-cut: the timestamp's seconds, and
+the reader's inline read of a stored-block pack entry (large and small objects alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfledger.api import Ledger
+from perfledger.errors import IntegrityError
+from perfledger.events.envelope import parse_ts
+from perfledger.ledger import reader as reader_mod
+from perfledger.ledger.base import EventDraft
+from perfledger.ledger.gitobj import STORE_BELOW_BYTES
+from perfledger.ledger.reader import ObjectReader
+from perfledger.ledger.verify import _ts_seconds
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1)))
+def test_ts_seconds_equals_the_datetime_route(moment: datetime) -> None:
+    ts = moment.replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert _ts_seconds(ts) == int(parse_ts(ts).timestamp())
+
+
+@pytest.mark.parametrize(
+    "ts",
+    ["2026-13-01T00:00:00.000000Z", "2026-02-30T00:00:00.000000Z", "2026-01-01T24:00:00.000000Z",
+     "2026-01-01T00:60:00.000000Z", "2026-01-01T00:00:60.000000Z"],
+)  # fmt: skip
+def test_ts_seconds_refuses_a_time_that_does_not_exist(ts: str) -> None:
+    with pytest.raises(IntegrityError, match="not a valid UTC time"):
+        _ts_seconds(ts)
+
+
+def test_inline_read_equals_the_general_path(
+    tmp_path: Path, note: Callable[..., EventDraft]
+) -> None:
+    """Every packed object, small or larger than the first read, reads the same inline as
+    through ``_read_packed``; a rewritten one is refused naming it."""
+    path = tmp_path / "l"
+    with Ledger.init(path, name="fast", actor="t") as ledger:
+        ledger.store.append_batch(
+            [note(f"n{i}" + "x" * (i * 97 % 3000)) for i in range(60)]  # up to ~3 KB
+        )
+    reader = ObjectReader(lambda: None, str(path / "objects"))  # type: ignore[arg-type,return-value]
+    try:
+        sizes = []
+        for sha, where in reader._where.items():
+            fd = reader._packs[where >> reader_mod._PACK_SHIFT].fd
+            general = reader_mod._read_packed(fd, where & reader_mod._OFFSET_MASK)
+            assert reader.read(sha) == general
+            sizes.append(len(general[1]))  # type: ignore[index]
+        assert min(sizes) < reader_mod._FIRST_READ  # read in one pread
+        # stored blocks that need a second pread, and compressed streams (the general path)
+        assert any(reader_mod._FIRST_READ < n < STORE_BELOW_BYTES for n in sizes)
+        assert max(sizes) > STORE_BELOW_BYTES
+        victim = next(iter(reader._where))
+        with pytest.raises(IntegrityError, match="rewritten"):
+            _read_under_another_name(reader, victim)
+    finally:
+        reader.close()
+
+
+def _read_under_another_name(reader: ObjectReader, victim: bytes) -> None:
+    """Ask for another name at the victim's place: its content no longer hashes to the name."""
+    other = bytes([victim[0] ^ 1]) + victim[1:]
+    reader._where[other] = reader._where[victim]
+    reader.read(other)
