@@ -24,6 +24,8 @@ STATE_HASH_DOMAIN = b"perfledger/state/v1\x00"
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+#: The form of an envelope timestamp (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, UTC).
+TIMESTAMP_FORM = _TS
 _ACTOR = re.compile(r"^[^\x00-\x1f<>\x7f]{1,200}$")
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
@@ -207,6 +209,7 @@ def is_valid_event_id(value: str) -> bool:
 __all__ = [
     "EVENT_ID_DOMAIN",
     "STATE_HASH_DOMAIN",
+    "TIMESTAMP_FORM",
     "ArtifactRef",
     "CanonicalEncodingError",
     "Envelope",

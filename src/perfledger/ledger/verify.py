@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from perfledger.errors import BadRequest, IntegrityError, PerfledgerError
 from perfledger.events.canonical import canonical_encoder
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
+    TIMESTAMP_FORM,
     Envelope,
     is_valid_event_id,
     validate_envelope_fields,
@@ -644,7 +644,7 @@ def _verify_event(
         and not envelope.artifacts
         and envelope.idempotency_key is None
         and envelope.actor in _VALID_ACTORS
-        and _TS_FORM.match(envelope.ts) is not None
+        and TIMESTAMP_FORM.match(envelope.ts) is not None
     )
     if not deferred:
         _check_envelope_fields(envelope)
@@ -662,8 +662,6 @@ def _verify_event(
 
 #: Actors of envelopes whose fields passed ``validate_envelope_fields`` in this process.
 _VALID_ACTORS: set[str] = set()
-#: An envelope timestamp's form (``validate_envelope_fields`` checks the same).
-_TS_FORM = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
 def _check_envelope_fields(envelope: Envelope) -> None:

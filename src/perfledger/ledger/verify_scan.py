@@ -25,14 +25,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from perfledger.errors import IntegrityError
+from perfledger.events.envelope import is_valid_event_id
 from perfledger.ledger.forked import start_forked_workers, stop_workers
 from perfledger.ledger.gitobj import inflate
 from perfledger.ledger.objects import parse_trailers
 
 #: The empty tree's binary sha (a merge commit's tree).
 _EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
-#: An event id as :func:`perfledger.events.envelope.is_valid_event_id` accepts it.
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 #: Pack entries per worker task (about a third are commits).
 SCAN_CHUNK_ENTRIES = 30_000
 _COMMIT_TYPE = 1
@@ -281,7 +280,7 @@ def _read_commit(data: bytes, at: int, end: int, sha: bytes) -> tuple[Any, ...] 
             return None
     else:
         lamport = trailers.get("Lamport", "")
-        if not (_HEX64.fullmatch(event_id) and lamport.isdigit() and len(commit.parents) <= 1):
+        if not (is_valid_event_id(event_id) and lamport.isdigit() and len(commit.parents) <= 1):
             return None
     return (
         sha,
