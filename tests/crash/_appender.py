@@ -28,7 +28,8 @@ still open tell the parent which phase the kill landed in.
   fsynced and renamed into place (``--crash-match``: only the object whose sha starts so);
 - ``after_pack_write``: loose objects packed (pack + idx fsynced), none deleted yet;
 - ``mid_loose_delete``: some loose objects deleted after packing, not all;
-- ``mid_merge``: merged pack written, some of the merged packs removed, not all.
+- ``mid_merge``: merged pack written, some of the merged packs retired (moved out of the pack
+  directory), not all.
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ import sys
 import time
 import traceback
 import zlib
-
-import dulwich.object_store
 
 import perfledger.ledger.packing as packing
 from perfledger.api import Ledger
@@ -159,12 +158,6 @@ class Child:
                 if deleted[0] % 5 == 0:
                     child.point("mid_loose_delete")
 
-        real_remove_pack = dulwich.object_store.DiskObjectStore._remove_pack
-
-        def remove_pack(self, pack):  # type: ignore[no-untyped-def]
-            real_remove_pack(self, pack)
-            child.point("mid_merge")
-
         real_replace = os.replace
         match = self.args.crash_match
 
@@ -184,6 +177,11 @@ class Child:
                     if sha is not None and (match is None or sha.startswith(match)):
                         child.point("in_loose_write")
             real_replace(src, dst)
+            # a merge retires each merged-away pack by moving its index, then its data, out
+            if os.fsdecode(dst).endswith(".pack") and (
+                os.path.basename(os.path.dirname(os.fsdecode(dst))) == packing.RETIRED_PACKS_DIR
+            ):
+                child.point("mid_merge")
 
         GitStore._write_objects = write_objects  # type: ignore[method-assign]
         GitStore._compare_and_swap = compare_and_swap  # type: ignore[method-assign]
@@ -191,7 +189,6 @@ class Child:
         packing.merge_packs = merge_packs
         packing.write_pack = write_pack
         os.unlink = unlink
-        dulwich.object_store.DiskObjectStore._remove_pack = remove_pack  # type: ignore[method-assign]
         os.replace = replace
 
     # -- drafts ------------------------------------------------------------------------------

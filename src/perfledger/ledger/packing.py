@@ -13,7 +13,9 @@ appends as loose objects and a batch as one pack, then:
    by the next merge;
 2. when there are more than :data:`MAX_PACKS` packs, the smallest are merged geometrically (each
    remaining pack at least :data:`GEOMETRIC_FACTOR` times the sum of the smaller ones, as git's
-   ``repack --geometric``), streaming objects so memory does not grow with the ledger.
+   ``repack --geometric``), streaming objects so memory does not grow with the ledger; the
+   merged-away packs are moved out of the pack directory and deleted by the background thread
+   too.
 
 Only one process packs at a time (a non-blocking ``flock``); the others skip. Readers are safe
 throughout: an object is always in at least one place, and dulwich rescans the pack directory
@@ -197,10 +199,37 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
     except DeltaEntry:
         merged_name = _merge_through_dulwich(store, group)
         stale = [p for p in group if p.name() != merged_name]
-    for pack in stale:
-        object_store._remove_pack(pack)
-    object_store._update_pack_cache()
+    _retire_packs(store, stale)
     return len(group)
+
+
+#: Directory (under the derived directory) where merged-away packs wait for deletion.
+RETIRED_PACKS_DIR = "retired-packs"
+
+
+def _retire_packs(store: GitStore, packs: list[Pack]) -> None:
+    """Take merged-away packs out of the pack directory (renames: the index first, so that no
+    reader ever sees a pack without one) and delete them in the background thread: deleting a
+    file whose blocks were just written cost milliseconds here (see the module docstring), and
+    a merge retires several. Their objects are all in the durable merged pack. Files left in
+    the directory by a killed writer are deleted with the next retired ones."""
+    retired = os.path.join(store.derived_dir, RETIRED_PACKS_DIR)
+    os.makedirs(retired, exist_ok=True)
+    for pack in packs:
+        base = pack._basename
+        for ext in (".idx", ".pack"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(base + ext, os.path.join(retired, os.path.basename(base) + ext))
+    store.repo.object_store._update_pack_cache()  # forgets (and closes) the packs moved out
+    store.run_in_background(_delete_directory_files, retired)
+
+
+def _delete_directory_files(directory: str) -> None:
+    """Delete the files in ``directory`` (retired packs)."""
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(directory):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
 
 
 def _merge_through_dulwich(store: GitStore, group: list[Pack]) -> bytes:

@@ -86,7 +86,7 @@ _INDEX_FILE = "index-v2.msgpack"
 _SPARE_REF_FILE = "ledger-ref.spare"
 _log = logging.getLogger("perfledger")
 #: The derived index is saved (besides at close) once this many commits were indexed since the
-#: last save, or an eighth of the index if more: saving costs O(ledger), and a fixed interval
+#: last save, or a third of the index if more: saving costs O(ledger), and a fixed interval
 #: made a long run of batched appends quadratic. A writer killed before saving loses speed only
 #: (the next open walks the unsaved commits).
 _INDEX_SAVE_EVERY = 256
@@ -98,7 +98,7 @@ _INDEX_SAVE_AT_CLOSE = 64
 #: before it loads the whole derived index (see GitStore._attempt): a CLI command never loads
 #: it for an append; a long-running writer soon does, and then keeps and saves it.
 _UNINDEXED_MAX = 64
-_INDEX_SAVE_FRACTION = 8
+_INDEX_SAVE_FRACTION = 3
 
 
 class _IndexEntry(msgspec.Struct, array_like=True):

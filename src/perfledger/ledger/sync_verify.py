@@ -29,7 +29,7 @@ from perfledger.ledger.reader import ObjectReader
 # The per-commit and per-event checks are verify's own, so that a pull and a full verify can
 # never disagree about what a valid event is.
 from perfledger.ledger.verify import _DagMismatch, _decode_payload, _named, _verify_event
-from perfledger.ledger.verify_scan import parse_commit
+from perfledger.ledger.verify_scan import CommitFacts, commit_facts, parse_commit
 
 _EMPTY_TREE_BIN = bytes.fromhex(EMPTY_TREE.id.decode())
 
@@ -124,7 +124,7 @@ def verify_incoming(
     report = IncomingReport(tip=tip)
     nodes: dict[bytes, CommitNode] = {}
     commit_of: dict[str, bytes] = {}
-    parsed: dict[bytes, tuple[object, dict[str, str]]] = {}
+    parsed: dict[bytes, CommitFacts] = {}
     new: list[bytes] = []
     roots: list[bytes] = []
 
@@ -158,7 +158,7 @@ def verify_incoming(
             )
         commit = parse_commit(sha, raw)
         trailers = parse_trailers(commit.message)
-        parsed[sha] = (commit, trailers)
+        parsed[sha] = commit_facts(commit, trailers)
         if "Idempotency-Key" in trailers:
             report.keys[sha.hex().encode()] = trailers["Idempotency-Key"]
         event_id = trailers.get("Event-Id")
@@ -236,7 +236,7 @@ def verify_incoming(
                 nodes[sha],
                 dag,
                 root,
-                parsed.pop(sha, None),  # type: ignore[arg-type]
+                parsed.pop(sha, None),
             )
             event = _decode_payload(envelope, format_version)
         except _DagMismatch as exc:
