@@ -4,10 +4,12 @@ scan's workers leave each one to the walk, and verify reports it exactly as in o
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +94,126 @@ def test_forged_packed_commit_reported_as_in_one_process(
     assert one.error is not None and two.error is not None, (one, two)
     assert expected in one.error.message
     assert one.error.to_json() == two.error.to_json()
+
+
+def _lamport_superscript(raw: bytes, chain: list[str]) -> bytes:
+    """``'³'.isdigit()`` is True in Python; ``int('³')`` fails: a form check must refuse it."""
+    return re.sub(rb"\nLamport: \d+", "\nLamport: \u00b3".encode(), raw)
+
+
+def test_lamport_trailer_in_another_script_is_an_integrity_failure(
+    tmp_path: Path, note: Callable[..., EventDraft], git_run: GitRun
+) -> None:
+    repo = tmp_path / "l"
+    with Ledger.init(repo, name="forged", actor="t") as ledger:
+        ledger.store.append_batch([note(f"n{i}") for i in range(10)])
+    _forge_head(git_run, repo, _lamport_superscript)
+    _git(git_run, repo, "repack", "-a", "-d", "-q", "--window=0", "--depth=0")
+    with Ledger.open(repo) as ledger:
+        one = ledger.verify(workers=1)
+        two = ledger.verify(workers=2)
+    assert one.error is not None and "malformed Event-Id or Lamport" in one.error.message
+    assert two.error is not None and one.error.to_json() == two.error.to_json()
+
+
+# ------------------------------------------- hand-built head events (content id recomputed)
+
+
+def _forge_event(
+    git_run: GitRun, repo: Path, edit: Callable[[dict[str, Any]], None], seconds: int | None
+) -> str:
+    """Append a hand-built event on the head: the head event's envelope edited by ``edit``,
+    its id recomputed over the edited content, its commit written with git (author and
+    committer time ``seconds``, else the envelope's). Returns the forged event id."""
+    import blake3
+
+    from perfledger.events.envelope import EVENT_ID_DOMAIN
+
+    head = _git(git_run, repo, "rev-parse", "refs/heads/ledger")
+    content = git_run(repo, "cat-file", "blob", f"{head}:event.json").stdout  # type: ignore[attr-defined]
+    envelope = json.loads(content)
+    envelope["parents"] = [envelope["id"]]
+    envelope["lamport"] += 1
+    envelope["payload"] = {"text": "forged", "tags": []}
+    edit(envelope)
+    del envelope["id"]
+    body = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    event_id = blake3.blake3(EVENT_ID_DOMAIN + body.encode()).hexdigest()
+    envelope["id"] = event_id
+    data = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    blob = _git(git_run, repo, "hash-object", "-t", "blob", "-w", "--stdin", data=data.encode())
+    tree = _git(git_run, repo, "mktree", data=f"100644 blob {blob}\tevent.json\n".encode())
+    when = seconds if seconds is not None else 1_800_000_000
+    who = f"{envelope['actor']} <perfledger> {when} +0000"
+    raw = (
+        f"tree {tree}\nparent {head}\nauthor {who}\ncommitter {who}\n\nNoteRecorded: forged\n\n"
+        f"Event-Id: {event_id}\nLamport: {envelope['lamport']}\n"
+    )
+    commit = _git(git_run, repo, "hash-object", "-t", "commit", "-w", "--stdin", data=raw.encode())
+    _git(git_run, repo, "update-ref", "refs/heads/ledger", commit, head)
+    return event_id
+
+
+@pytest.mark.parametrize(
+    ("ts", "seconds", "expected"),
+    [
+        ("2026-03-01T10:00:00.000000Z\n", None, "timestamp"),
+        ("2026-03-01T10:\u0660\u0660:00.000000Z", None, "timestamp"),
+        ("2026-03-01T10:00:00.\u0661\u0660\u0660\u0660\u0660\u0660Z", None, "timestamp"),
+        ("2026-13-01T10:00:00.000000Z", None, "not a valid UTC time"),
+        ("1960-01-01T00:00:00.000000Z", -315619200, "commit time does not match"),
+    ],
+    ids=["trailing-newline", "arabic-minute", "arabic-micro", "month-13", "before-1970"],
+)
+def test_forged_timestamps_are_integrity_failures(
+    tmp_path: Path,
+    note: Callable[..., EventDraft],
+    git_run: GitRun,
+    ts: str,
+    seconds: int | None,
+    expected: str,
+) -> None:
+    """Timestamps that are not exactly ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in ASCII digits, name no
+    real time, or lie before 1970 (a negative commit time): exit-5 failures naming the event,
+    the same with 1 and 2 workers (they were accepted, or crashed verify, before)."""
+    repo = tmp_path / "l"
+    with Ledger.init(repo, name="forged", actor="t") as ledger:
+        ledger.store.append_batch([note(f"n{i}") for i in range(10)])
+    forged = _forge_event(git_run, repo, lambda e: e.update(ts=ts), seconds)
+    with Ledger.open(repo) as ledger:
+        one = ledger.verify(workers=1)
+        two = ledger.verify(workers=2)
+    assert one.error is not None and two.error is not None, (one, two)
+    assert forged in one.error.message and expected in one.error.message, one.error.message
+    assert one.error.to_json() == two.error.to_json()
+
+
+@pytest.mark.parametrize("damage", ["delta-type-bit", "truncated"])
+def test_damaged_pack_is_an_integrity_failure_with_any_worker_count(
+    tmp_path: Path, note: Callable[..., EventDraft], damage: str
+) -> None:
+    """A pack entry whose type byte now says 'delta' (read through dulwich, which fails on it),
+    or a pack cut short: exit 5 naming the object, not a crash; 1 and 2 workers agree."""
+    repo = tmp_path / "l"
+    with Ledger.init(repo, name="damaged", actor="t") as ledger:
+        ledger.store.append_batch([note(f"n{i}") for i in range(30)])
+    (pack,) = glob.glob(os.path.join(repo, "objects", "pack", "*.pack"))
+    data = bytearray(Path(pack).read_bytes())
+    if damage == "truncated":
+        data = data[:-100]
+    else:
+        from perfledger.ledger.packindex import read_index
+
+        index = read_index(pack[: -len(".pack")] + ".idx")
+        assert index is not None
+        offsets = sorted(int(o) for o in index.offsets)
+        at = next(o for o in offsets[len(offsets) // 2 :] if (data[o] >> 4) & 7 == 2)  # a tree
+        data[at] ^= 0x40  # type 2 (tree) -> 6 (offset delta)
+    os.chmod(pack, 0o644)
+    Path(pack).write_bytes(bytes(data))
+    with Ledger.open(repo) as ledger:
+        one = ledger.verify(workers=1)
+        two = ledger.verify(workers=2)
+    assert one.error is not None and two.error is not None, (one, two)
+    assert one.error.to_json() == two.error.to_json()
+    assert one.error.to_json()["error"]["code"] == "integrity"

@@ -26,8 +26,8 @@ from perfledger.events.loop import AXES, Catalog, CatalogMethod, Condition
 DEFAULT_CATALOG = "catalog_default.toml"
 #: Largest catalog accepted (bytes of TOML).
 MAX_CATALOG_BYTES = 512 * 1024
-_ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?$")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?\Z")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
 _COMPARE = {
     "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b,

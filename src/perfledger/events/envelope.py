@@ -22,13 +22,15 @@ EVENT_ID_DOMAIN = b"perfledger/event/v1\x00"
 #: Domain-separation prefix for the folded-state hash.
 STATE_HASH_DOMAIN = b"perfledger/state/v1\x00"
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+# ``\Z``, not ``$`` (which also matches before a final newline), and ``[0-9]``, not ``\d``
+# (which matches any Unicode digit): these forms are exact.
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_TS = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z\Z")
 #: The form of an envelope timestamp (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, UTC).
 TIMESTAMP_FORM = _TS
-_ACTOR = re.compile(r"^[^\x00-\x1f<>\x7f]{1,200}$")
-_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
-_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+_ACTOR = re.compile(r"^[^\x00-\x1f<>\x7f]{1,200}\Z")
+_KEY = re.compile(r"^[\x21-\x7e]{1,200}\Z")
+_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\Z")
 
 
 class ArtifactRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -135,6 +135,12 @@ def build_merge_commit(
 _TRAILER_LINE = re.compile(rb"^(Event-Id|Lamport|Idempotency-Key): (.+)$", re.MULTILINE)
 
 
+def is_decimal(text: str) -> bool:
+    """True when ``text`` is one or more ASCII digits (``str.isdigit`` alone also accepts
+    superscripts and other scripts' digits, which ``int`` then refuses or reads)."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_trailers(message: bytes) -> dict[str, str]:
     """Return the perfledger trailers of a commit message (last paragraph only).
 
@@ -197,7 +203,7 @@ def event_trailers(message: bytes) -> tuple[str | None, int, str | None]:
     is None for a merge commit, the Lamport clock 0 when absent and -1 when malformed."""
     trailers = parse_trailers(message)
     lamport_text = trailers.get("Lamport", "0")
-    lamport = int(lamport_text) if lamport_text.isdigit() else -1
+    lamport = int(lamport_text) if is_decimal(lamport_text) else -1
     return trailers.get("Event-Id"), lamport, trailers.get("Idempotency-Key")
 
 

@@ -278,10 +278,19 @@ class ObjectReader:
             loose = self._read_loose(sha)
             if loose is not None:
                 return loose
+        failure = ""
         try:
             type_num, raw = self._store().get_raw(sha)
         except KeyError:
             raise IntegrityError(f"git object {sha.hex()} is missing", commit=sha.hex()) from None
+        except Exception as exc:  # dulwich meeting a damaged entry (zlib, delta, buffer errors)
+            failure = f"{type(exc).__name__}: {exc}"
+        if failure:  # raised here, not in the handler: no traceback keeps dulwich's buffers alive
+            raise IntegrityError(
+                f"git object {sha.hex()} cannot be read ({failure})",
+                commit=sha.hex(),
+                hint="the pack file was damaged or modified; restore the ledger from a clone",
+            )
         _check_sha(sha, type_num, raw)
         return type_num, raw
 

@@ -19,7 +19,7 @@ from perfledger.errors import BadRequest
 
 #: The remote ``push``/``pull``/``sync`` use when none is named (``clone`` creates it).
 DEFAULT_REMOTE = "origin"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _URL_SCHEMES = ("file://", "git://", "ssh://", "http://", "https://", "git+ssh://")
 
 

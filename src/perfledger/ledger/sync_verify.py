@@ -22,7 +22,7 @@ from perfledger.errors import IntegrityError
 from perfledger.events.kinds import RecordedEvent
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.gitobj import COMMIT, RawObject
-from perfledger.ledger.objects import EMPTY_TREE, parse_trailers
+from perfledger.ledger.objects import EMPTY_TREE, is_decimal, parse_trailers
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
@@ -137,7 +137,7 @@ def verify_incoming(
             trailers = parse_trailers(commit.message)
             event_id = trailers.get("Event-Id")
             lamport = trailers.get("Lamport", "0")
-            node = CommitNode(event_id, int(lamport) if lamport.isdigit() else 0, commit.parents)
+            node = CommitNode(event_id, int(lamport) if is_decimal(lamport) else 0, commit.parents)
             nodes[sha] = node
             if event_id is not None:
                 commit_of.setdefault(event_id, sha)
@@ -180,7 +180,7 @@ def verify_incoming(
             report.merges += 1
         else:
             lamport_text = trailers.get("Lamport", "")
-            if not lamport_text.isdigit():
+            if not is_decimal(lamport_text):
                 raise IntegrityError(
                     f"event {event_id} (commit {sha.hex()}) has a malformed Lamport trailer",
                     commit=sha.hex(),

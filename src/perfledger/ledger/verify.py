@@ -53,6 +53,7 @@ from perfledger.ledger.objects import (
     EMPTY_TREE,
     EVENT_FILE,
     actor_ident,
+    is_decimal,
     parse_trailers,
 )
 from perfledger.ledger.order import in_total_order
@@ -305,7 +306,7 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
                 commit=sha.hex(),
             )
     else:
-        if not is_valid_event_id(event_id) or not trailers.get("Lamport", "").isdigit():
+        if not is_valid_event_id(event_id) or not is_decimal(trailers.get("Lamport", "")):
             raise IntegrityError(
                 f"event {event_id} (commit {sha.hex()}) has a malformed Event-Id or Lamport "
                 "trailer",
@@ -712,7 +713,7 @@ def _verify_event_content(
         raise _fail(f"the commit subject {first_line!r} does not name kind {envelope.kind}")
     expected = actor_ident(envelope.actor)
     seconds = _ts_seconds(envelope.ts)
-    if not facts.author == facts.committer == b"%s %d +0000" % (expected, seconds):
+    if seconds < 0 or not facts.author == facts.committer == b"%s %d +0000" % (expected, seconds):
         # not what perfledger writes: compare the parts (any time zone is accepted)
         author, author_s = _split_ident(facts.author)
         committer, committer_s = _split_ident(facts.committer)

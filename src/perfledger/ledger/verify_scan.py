@@ -28,7 +28,7 @@ from perfledger.errors import IntegrityError
 from perfledger.events.envelope import is_valid_event_id
 from perfledger.ledger.forked import start_forked_workers, stop_workers
 from perfledger.ledger.gitobj import inflate
-from perfledger.ledger.objects import parse_trailers
+from perfledger.ledger.objects import is_decimal, parse_trailers
 
 #: The empty tree's binary sha (a merge commit's tree).
 _EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
@@ -233,14 +233,21 @@ def _scan_task(task: tuple[int, int, int]) -> list[tuple[Any, ...]]:
     with open(path, "rb") as f:
         f.seek(first)
         data = f.read(last - first)
+    if len(data) != last - first:  # a truncated pack: the walk reads (and reports) these
+        return []
     starts = (offsets[start:stop] - first).tolist()
     shas = names[start:stop].tobytes()  # 20 bytes each (indexing an S20 array drops zeros)
     rows: list[tuple[Any, ...]] = []
     for i, at in enumerate(starts):
+        if at >= len(data):  # entries the index places past the pack's data (truncated)
+            break
         if (data[at] >> 4) & 0x07 != _COMMIT_TYPE:
             continue
         end = starts[i + 1] if i + 1 < len(starts) else len(data)
-        row = _read_commit(data, at, end, shas[20 * i : 20 * i + 20])
+        try:
+            row = _read_commit(data, at, end, shas[20 * i : 20 * i + 20])
+        except (IndexError, ValueError):  # a damaged entry: left to the walk
+            continue
         if row is not None:
             rows.append(row)
     return rows
@@ -280,7 +287,7 @@ def _read_commit(data: bytes, at: int, end: int, sha: bytes) -> tuple[Any, ...] 
             return None
     else:
         lamport = trailers.get("Lamport", "")
-        if not (is_valid_event_id(event_id) and lamport.isdigit() and len(commit.parents) <= 1):
+        if not (is_valid_event_id(event_id) and is_decimal(lamport) and len(commit.parents) <= 1):
             return None
     return (
         sha,
