@@ -217,3 +217,34 @@ def test_damaged_pack_is_an_integrity_failure_with_any_worker_count(
     assert one.error is not None and two.error is not None, (one, two)
     assert one.error.to_json() == two.error.to_json()
     assert one.error.to_json()["error"]["code"] == "integrity"
+
+
+@pytest.mark.parametrize(
+    ("second", "expected"),
+    [("head", "lists a parent twice"), ("grandparent", "joins no divergent heads")],
+)
+def test_a_merge_that_joins_nothing_divergent_is_refused(
+    tmp_path: Path, note: Callable[..., EventDraft], git_run: GitRun, second: str, expected: str
+) -> None:
+    """A forged merge inserted on top of a linear ledger, its parents the head twice or the
+    head and an ancestor: valid git, but not what sync writes (it joins divergent heads)."""
+    repo = tmp_path / "l"
+    with Ledger.init(repo, name="forged", actor="t") as ledger:
+        ledger.store.append_batch([note(f"n{i}") for i in range(10)])
+    chain = _git(git_run, repo, "rev-list", "-n", "3", "refs/heads/ledger").split()
+    other = chain[0] if second == "head" else chain[2]
+    empty = _git(git_run, repo, "mktree", data=b"")
+    who = "t <perfledger> 1800000000 +0000"
+    raw = (
+        f"tree {empty}\nparent {chain[0]}\nparent {other}\nauthor {who}\ncommitter {who}\n\n"
+        "Merge divergent ledger heads\n"
+    )
+    merge = _git(git_run, repo, "hash-object", "-t", "commit", "-w", "--stdin", data=raw.encode())
+    _git(git_run, repo, "update-ref", "refs/heads/ledger", merge, chain[0])
+    _git(git_run, repo, "repack", "-a", "-d", "-q", "--window=0", "--depth=0")
+    with Ledger.open(repo) as ledger:
+        one = ledger.verify(workers=1)
+        two = ledger.verify(workers=2)
+    assert one.error is not None and expected in one.error.message, one.error
+    assert merge in one.error.message
+    assert two.error is not None and one.error.to_json() == two.error.to_json()

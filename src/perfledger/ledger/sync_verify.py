@@ -28,7 +28,13 @@ from perfledger.ledger.reader import ObjectReader
 
 # The per-commit and per-event checks are verify's own, so that a pull and a full verify can
 # never disagree about what a valid event is.
-from perfledger.ledger.verify import _DagMismatch, _decode_payload, _named, _verify_event
+from perfledger.ledger.verify import (
+    _DagMismatch,
+    _decode_payload,
+    _named,
+    _verify_event,
+    check_merge_joins,
+)
 from perfledger.ledger.verify_scan import CommitFacts, commit_facts, parse_commit
 
 _EMPTY_TREE_BIN = bytes.fromhex(EMPTY_TREE.id.decode())
@@ -221,6 +227,9 @@ def verify_incoming(
         return commit_of[event_id]
 
     dag = EventHeads(node_of, commit_for)
+    for sha in new:
+        if nodes[sha].event_id is None:
+            check_merge_joins(dag, sha, nodes[sha].parents)
     order = in_total_order(
         (nodes[sha].lamport, nodes[sha].event_id, (nodes[sha].lamport, nodes[sha].event_id, sha))
         for sha in new

@@ -254,6 +254,9 @@ def _verify(
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
 
     dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
+    for sha, node in nodes.items():
+        if node.event_id is None:
+            check_merge_joins(dag, sha, node.parents)
     order = [
         sha
         for _l, _e, sha in in_total_order(
@@ -321,6 +324,23 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
                 event_id=event_id,
             )
     return commit_facts(commit, trailers)
+
+
+def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
+    """Check that merge commit ``sha`` joins divergent heads (SPEC.md section 2): its parents
+    are distinct and it stands on at least two events, neither an ancestor of the other (a
+    merge whose one side descends from the other joins nothing and is not what sync writes).
+
+    Raises: IntegrityError naming the commit.
+    """
+    if len(set(parents)) != len(parents):
+        raise IntegrityError(f"merge commit {sha.hex()} lists a parent twice", commit=sha.hex())
+    if len(dag.heads(sha)) < 2:
+        raise IntegrityError(
+            f"merge commit {sha.hex()} joins no divergent heads (one side already contains "
+            "the other)",
+            commit=sha.hex(),
+        )
 
 
 def _worker_count(events: int, requested: int | None) -> int:
