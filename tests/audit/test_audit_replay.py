@@ -310,3 +310,30 @@ def test_audit_reports_a_storage_failure_as_an_integrity_finding(ready: Session)
     report = audit(ledger)
     assert not report.ok and report.findings[0].rule == "integrity"
     assert report.state_hash is None
+
+
+def test_audit_finds_an_idempotency_key_reused_on_a_linear_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second event carrying a key already in the ledger (a tool that skipped the store's
+    idempotency check): audit names it with rule "idempotency" (SPEC.md section 2); the first
+    event with the key is not reported."""
+    path = tmp_path / "l"
+    with Ledger.init(path, name="keys", actor="t") as ledger:
+        note = {"text": "a", "tags": []}
+        first = ledger.append("NoteRecorded", note, actor="t", idempotency_key="k1")
+        ledger.append("NoteRecorded", {"text": "b", "tags": []}, actor="t")
+        again = ledger.append("NoteRecorded", note, actor="t", idempotency_key="k1")
+        assert again.id == first.id  # the store's check: no second event
+        monkeypatch.setattr(ledger.store, "_idempotent_replay", lambda drafts: None)
+        reused = ledger.store.append(
+            EventDraft("NoteRecorded", {"text": "c", "tags": []}, "tampered-tool",
+                       idempotency_key="k1")
+        )  # fmt: skip
+        assert reused.id != first.id
+    with Ledger.open(path) as ledger:
+        assert ledger.verify().ok  # storage is intact: it is a rule, found by the replay
+        report = audit(ledger)
+    assert not report.ok
+    assert [(f.event_id, f.rule) for f in report.findings] == [(reused.id, "idempotency")]
+    assert first.id in report.findings[0].message

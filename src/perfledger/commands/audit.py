@@ -244,6 +244,8 @@ class _Replay:
         self.derived: dict[tuple[str, bytes], Any] = {}
         self.derived_here = 0
         self.derived_in_workers = 0
+        #: idempotency key -> the first event that carried it
+        self.keys: dict[str, str] = {}
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -255,6 +257,17 @@ class _Replay:
     def _replay(self, event: RecordedEvent) -> None:
         envelope = event.envelope
         count = self._ancestor_count(envelope.id, tuple(envelope.parents))
+        key = envelope.idempotency_key
+        if key is not None:
+            first = self.keys.setdefault(key, envelope.id)
+            if first != envelope.id and count == self.seen:
+                # every event folded so far is an ancestor (a linear history up to it), so its
+                # writer saw the key in the ledger: the store returns the existing event instead
+                # (SPEC.md section 2). On concurrent branches two writers can each use a key
+                # legitimately; that is not reported.
+                self._find(event, "idempotency", f"its idempotency key {key!r} was already "
+                           f"in the ledger (event {first}); an append with it returns that "
+                           "event instead of recording another")  # fmt: skip
         if envelope.kind in self.decision_kinds:
             self.report.decisions += 1
             before = self.state if count == self.seen else self._state_before(event)
