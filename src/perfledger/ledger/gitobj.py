@@ -238,38 +238,60 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
     before its rename and the directory afterwards; without, the caller's ``syncfs`` flushes
     them. Duplicate objects are written once. Returns the pack's base path.
     """
-    seen: set[bytes] = set()
-    unique = [o for o in objects if not (o.id in seen or seen.add(o.id))]  # type: ignore[func-returns-value]
-    chunks = [b"PACK", (2).to_bytes(4, "big"), len(unique).to_bytes(4, "big")]
-    offset = 12
-    names: list[bytes] = []
-    offsets: list[int] = []
-    crcs: list[int] = []
-    append_chunk, crc32 = chunks.append, zlib.crc32
-    for obj in unique:
-        entry = _entry_header(obj.type_num, len(obj.raw)) + deflate(obj.raw)
-        names.append(unhexlify(obj.id))
-        offsets.append(offset)
-        crcs.append(crc32(entry))
-        append_chunk(entry)
-        offset += len(entry)
-    body = b"".join(chunks)
-    checksum = hashlib.sha1(body).digest()
-    os.makedirs(pack_dir, exist_ok=True)
-    base = os.path.join(pack_dir, "pack-" + checksum.hex())
-    from dulwich.file import GitFile
+    builder = PackBuilder()
+    builder.add(objects)
+    return builder.write(pack_dir, fsync=fsync)
 
-    with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
-        f.write(body)
-        f.write(checksum)
-    from perfledger.ledger.packindex import encode_index, index_arrays
 
-    index = index_arrays(b"".join(names), offsets, crcs).by_name()
-    with GitFile(base + ".idx", "wb", mask=0o444, fsync=fsync) as f:
-        f.write(encode_index(index, checksum))
-    if fsync:
-        fsync_dir(pack_dir)
-    return base
+class PackBuilder:
+    """A pack's entries prepared as objects come (header, deflated content, CRC-32 each), then
+    written as one pack and its index by :meth:`write`: the per-object work can overlap with
+    whatever produces the objects (the pipelined batch's child prepares each event's entries as
+    it builds them). Duplicate objects are kept once."""
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+        self._chunks: list[bytes] = []
+        self._names: list[bytes] = []
+        self._offsets: list[int] = []
+        self._crcs: list[int] = []
+        self._offset = 12
+
+    def add(self, objects: Sequence[RawObject]) -> None:
+        """Prepare the entries of ``objects`` (in order; one already added is skipped)."""
+        seen, crc32 = self._seen, zlib.crc32
+        for obj in objects:
+            if obj.id in seen:
+                continue
+            seen.add(obj.id)
+            entry = _entry_header(obj.type_num, len(obj.raw)) + deflate(obj.raw)
+            self._names.append(unhexlify(obj.id))
+            self._offsets.append(self._offset)
+            self._crcs.append(crc32(entry))
+            self._chunks.append(entry)
+            self._offset += len(entry)
+
+    def write(self, pack_dir: str, *, fsync: bool = True) -> str:
+        """Write the pack and then its index (see :func:`write_pack`); returns its base path.
+        Raises: OSError from the filesystem."""
+        header = b"PACK" + (2).to_bytes(4, "big") + len(self._names).to_bytes(4, "big")
+        body = b"".join([header, *self._chunks])
+        checksum = hashlib.sha1(body).digest()
+        os.makedirs(pack_dir, exist_ok=True)
+        base = os.path.join(pack_dir, "pack-" + checksum.hex())
+        from dulwich.file import GitFile
+
+        with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
+            f.write(body)
+            f.write(checksum)
+        from perfledger.ledger.packindex import encode_index, index_arrays
+
+        index = index_arrays(b"".join(self._names), self._offsets, self._crcs).by_name()
+        with GitFile(base + ".idx", "wb", mask=0o444, fsync=fsync) as f:
+            f.write(encode_index(index, checksum))
+        if fsync:
+            fsync_dir(pack_dir)
+        return base
 
 
 def read_index_v2(path: str) -> list[tuple[bytes, int, int]] | None:

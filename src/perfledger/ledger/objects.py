@@ -93,7 +93,17 @@ def build_event_objects(
         parent_commits: the commit shas (hex bytes) the event is appended on.
     Returns: (the commit, every object to write, commit last).
     """
-    envelope = built.envelope
+    tree, objects = build_event_tree(built)
+    commit = build_event_commit(built, tree.id, parent_commits)
+    objects.append(commit)
+    return commit, objects
+
+
+def build_event_tree(built: BuiltEvent) -> tuple[RawObject, list[RawObject]]:
+    """Build the blob(s) and tree(s) of one event, which depend on nothing but the event.
+
+    Returns: (its root tree, every blob and tree to write, the root tree last).
+    """
     event_blob = make_blob(built.data)
     objects = [event_blob]
     dirs: list[tuple[bytes, bytes]] = []
@@ -108,15 +118,20 @@ def build_event_objects(
         dirs.append((ARTIFACTS_DIR, art_tree.id))
     tree = make_tree([(EVENT_FILE, event_blob.id)], dirs)
     objects.append(tree)
-    commit = make_commit(
-        tree.id,
+    return tree, objects
+
+
+def build_event_commit(built: BuiltEvent, tree: bytes, parent_commits: list[bytes]) -> RawObject:
+    """Build the commit of one event whose root tree is ``tree`` (hex sha, bytes), appended on
+    ``parent_commits`` (hex shas): what chains the events' commits together."""
+    envelope = built.envelope
+    return make_commit(
+        tree,
         parent_commits,
         actor_ident(envelope.actor),
         built.seconds,
         commit_message(envelope, built.summary),
     )
-    objects.append(commit)
-    return commit, objects
 
 
 #: The sha of git's empty tree, which every merge commit points at.

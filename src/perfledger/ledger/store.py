@@ -65,6 +65,7 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import LOOSE_PACK_THRESHOLD, maybe_pack
+from perfledger.ledger.pipeline import PIPELINE_MIN_EVENTS, PackerProcess, pipeline_available
 from perfledger.ledger.reader import ObjectReader, read_loose
 from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
 
@@ -231,6 +232,11 @@ class GitStore:
         self._in_bulk = False
         self._packs_written = 0
         self._background: threading.Thread | None = None
+        #: the child that packs large batches (ledger/pipeline.py), forked at the first one
+        self._packer: PackerProcess | None = None
+        #: housekeeping a pipelined batch put off (see _run_deferred_housekeeping)
+        self._deferred_save = False
+        self._deferred_pack = False
         fsync_method = (config or {}).get(b"fsyncmethod")
         configured = fsync_method.decode(errors="replace") if fsync_method is not None else None
         try:
@@ -400,7 +406,11 @@ class GitStore:
 
         A few new commits are not worth rewriting the whole index (O(ledger): ~30 ms of a CLI
         append on 10,000 events): the next open walks them from the saved head instead."""
+        self._run_deferred_housekeeping()
         self.wait_background()
+        if self._packer is not None:
+            self._packer.close()
+            self._packer = None
         if self._unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
             with contextlib.suppress(OSError):
                 self._save_index()
@@ -772,9 +782,16 @@ class GitStore:
             existing = self._idempotent_replay(drafts)
             if existing is not None:
                 return existing
-        envelopes, objects, new_head, entries = self._build_chain(head, drafts)
-        batch = len(drafts) >= PACK_BATCH_THRESHOLD
-        self._write_objects(objects, batch=batch)
+        pipelined = len(drafts) >= PIPELINE_MIN_EVENTS and self._packer_ready()
+        if pipelined:
+            # a large batch: its objects are built and packed in a forked child meanwhile
+            envelopes, new_head, entries = self._build_chain_forked(head, drafts)
+            objects: list[RawObject] = []
+            batch = True
+        else:
+            envelopes, objects, new_head, entries = self._build_chain(head, drafts)
+            batch = len(drafts) >= PACK_BATCH_THRESHOLD
+            self._write_objects(objects, batch=batch)
         if not self._compare_and_swap(head, new_head):
             return None
         if indexed:
@@ -783,8 +800,11 @@ class GitStore:
             self._indexed_head = self._checked_head = new_head
             self._unsaved += len(entries)
             if self._unsaved >= max(_INDEX_SAVE_EVERY, len(self._commits) // _INDEX_SAVE_FRACTION):
-                with contextlib.suppress(OSError):
-                    self._save_index()
+                if pipelined:  # saved while the packing child works on the next batch
+                    self._deferred_save = True
+                else:
+                    with contextlib.suppress(OSError):
+                        self._save_index()
         else:
             # facts about commits this process wrote (the next attempt reads its head from
             # here); the saved index catches up by walking them when it is next loaded
@@ -792,8 +812,25 @@ class GitStore:
                 self._commits[sha] = entry
                 self._all_events[entry.event_id] = sha
             self._unindexed_appends += len(entries)
-        self._after_write(objects, batch)
+        if pipelined:  # packs merged while the child works on the next batch, or at close
+            self._packs_written += 1
+            self._deferred_pack = True
+        else:
+            self._after_write(objects, batch)
         return envelopes
+
+    def _run_deferred_housekeeping(self) -> None:
+        """The index save and pack merge that pipelined batches put off (they run while the
+        packing child builds the next batch, or at :meth:`close`): neither changes the ledger,
+        and a writer killed before them loses speed only."""
+        if self._deferred_save:
+            self._deferred_save = False
+            with contextlib.suppress(OSError):
+                self._save_index()
+        if self._deferred_pack:
+            self._deferred_pack = False
+            self._after_write([], True)
+            self._packs_written = max(0, self._packs_written - 1)  # counted when deferred
 
     def _after_write(self, objects: list[RawObject], batch: bool) -> None:
         """Keep packing bounded: count loose objects written, and packs written by batches.
@@ -874,6 +911,64 @@ class GitStore:
             parents = (envelope.id,)
             parent_commit = commit.id
         return envelopes, objects, parent_commit, entries
+
+    def _packer_ready(self) -> bool:
+        """True when a large batch can be pipelined: the packing child runs, or was just
+        forked. It is forked only on Linux, unless ``PERFLEDGER_APPEND_FORK=0``, and only when
+        this process runs no other thread (after the housekeeping thread finished): forking
+        beside a thread can copy a lock that thread holds."""
+        if not pipeline_available():
+            return False
+        if self._packer is not None:
+            if self._packer.alive():
+                return True
+            self._packer.close()
+            self._packer = None
+        self.wait_background()
+        if threading.active_count() != 1:
+            return False
+        self._packer = PackerProcess()
+        return True
+
+    def _build_chain_forked(
+        self, head: bytes, drafts: list[EventDraft]
+    ) -> tuple[list[Envelope], bytes, list[tuple[bytes, _IndexEntry]]]:
+        """:meth:`_build_chain` and :meth:`_write_objects` for a large batch, the git objects
+        built and packed by a forked child while this process builds the envelopes
+        (:mod:`perfledger.ledger.pipeline`). Returns (envelopes, new head, index entries).
+
+        Raises: what building an envelope raises (the child then writes nothing);
+            PerfledgerError when the child failed. Either way nothing is appended.
+        """
+        packer = self._packer
+        assert packer is not None  # _packer_ready() made it
+        parents = self._event_heads(head)
+        lamport = self._lamport_of(head)
+        envelopes: list[Envelope] = []
+        packer.begin(head, os.path.join(self._objects_dir, "pack"), fsync=self._fsync_each)
+        try:
+            for draft in drafts:
+                lamport += 1
+                built = build_envelope(draft, parents, lamport)
+                packer.add(built)
+                envelopes.append(built.envelope)
+                parents = (built.envelope.id,)
+            packer.flush()
+            self._run_deferred_housekeeping()  # while the child builds and packs
+            commits = packer.finish()
+        except BaseException:
+            if packer.alive():
+                packer.abort()
+            raise
+        entries: list[tuple[bytes, _IndexEntry]] = []
+        parent_commit = head
+        for envelope, commit in zip(envelopes, commits, strict=True):
+            entry = _IndexEntry(
+                envelope.id, envelope.lamport, [parent_commit], envelope.idempotency_key
+            )
+            entries.append((commit, entry))
+            parent_commit = commit
+        return envelopes, parent_commit, entries
 
     def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
         """Write ``objects``: one pack for a batch, loose objects otherwise.
