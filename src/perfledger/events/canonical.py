@@ -43,36 +43,10 @@ _decoder = msgspec.json.Decoder()
 
 def _first_problem(value: Any) -> str | None:
     """Return a description of the first value canonical JSON cannot hold, or None (fast path:
-    no location bookkeeping; :func:`_locate` finds the location only when needed)."""
-    stack: list[Any] = [value]
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        item = pop()
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return f"object key {key!r} is not a string"
-            extend(item.values())
-        elif kind is list or kind is tuple:
-            extend(item)
-        elif kind is float:
-            if not math.isfinite(item):
-                return f"{item!r} is not allowed in canonical JSON"
-        elif kind is int:
-            if not _INT_MIN <= item <= _INT_MAX:
-                return f"integer {item} is outside the 64-bit range"
-        else:
-            return f"a value of type {kind.__name__} has no canonical JSON form"
-    return None
-
-
-def _first_problem_direct(value: Any) -> str | None:
-    """Like :func:`_first_problem`, but over values that may hold msgspec Structs (each field
-    visited); returns a description for any other type (the caller then takes the builtins
-    route, which converts what it can, e.g. enums and sets, and refuses the rest)."""
+    no location bookkeeping; :func:`_locate` finds the location only when needed). msgspec
+    Structs are walked field by field (:func:`canonical_bytes` encodes them directly); any
+    other type is a problem here (the builtins route converts what it can, e.g. enums and
+    sets, and refuses the rest)."""
     stack: list[Any] = [value]
     pop, extend = stack.pop, stack.extend
     struct_type = msgspec.Struct
@@ -97,7 +71,7 @@ def _first_problem_direct(value: Any) -> str | None:
         elif isinstance(item, struct_type):
             extend([getattr(item, name) for name in item.__struct_fields__])
         else:
-            return f"a value of type {kind.__name__} needs conversion"
+            return f"a value of type {kind.__name__} has no canonical JSON form"
     return None
 
 
@@ -170,7 +144,7 @@ def canonical_bytes(value: Any) -> bytes:
     # Struct exactly as the dict ``to_builtins`` makes of it (same field names, omitted
     # defaults, sorted order), so the bytes are those of the builtins route below, without
     # building the copy (on the 100,000-event audit ledger's 19 MB state: 0.69 s against 1.2 s).
-    checked = value if _first_problem_direct(value) is None else to_canonical_value(value)
+    checked = value if _first_problem(value) is None else to_canonical_value(value)
     try:
         return canonical_encoder.encode(checked)
     except UnicodeEncodeError as exc:
