@@ -27,7 +27,11 @@ still open tell the parent which phase the kill landed in.
 - ``in_loose_write``: a loose object written to its temporary (or lock) file, about to be
   fsynced and renamed into place (``--crash-match``: only the object whose sha starts so);
 - ``after_pack_write``: loose objects packed (pack + idx fsynced), none deleted yet;
-- ``mid_loose_delete``: some loose objects deleted after packing, not all;
+- ``mid_loose_delete``: some loose objects deleted after packing, not all (the pool of spare
+  files is full);
+- ``mid_loose_retire``: some packed loose files moved into the pool of spare files, not all
+  (:mod:`perfledger.ledger.loosepool`; the child sets its quarantine to 0 s, so that spare files
+  are rewritten as new loose objects at once);
 - ``mid_merge``: merged pack written, some of the merged packs retired (moved out of the pack
   directory), not all.
 """
@@ -44,6 +48,7 @@ import time
 import traceback
 import zlib
 
+import perfledger.ledger.loosepool as loosepool
 import perfledger.ledger.packing as packing
 from perfledger.api import Ledger
 from perfledger.ledger.base import Artifact, EventDraft
@@ -158,6 +163,18 @@ class Child:
                 if deleted[0] % 5 == 0:
                     child.point("mid_loose_delete")
 
+        real_rename = os.rename
+        retired = [0]
+
+        def rename(src, dst, *args, **kwargs):  # type: ignore[no-untyped-def]
+            # the housekeeping thread moves packed loose files into the pool one at a time
+            real_rename(src, dst, *args, **kwargs)
+            parent = os.path.basename(os.path.dirname(os.fsdecode(dst)))
+            if parent.startswith("fill-"):
+                retired[0] += 1
+                if retired[0] % 5 == 0:
+                    child.point("mid_loose_retire")
+
         real_replace = os.replace
         match = self.args.crash_match
 
@@ -189,6 +206,7 @@ class Child:
         packing.merge_packs = merge_packs
         packing.write_pack = write_pack
         os.unlink = unlink
+        os.rename = rename
         os.replace = replace
 
     # -- drafts ------------------------------------------------------------------------------
@@ -220,6 +238,9 @@ class Child:
         args = self.args
         if args.threshold:
             packing.LOOSE_PACK_THRESHOLD = args.threshold
+        loosepool.QUARANTINE_S = 0.0  # spare files rewritten as soon as they are retired
+        if args.crash_at == "mid_loose_delete":
+            loosepool.MAX_BATCHES = 0  # a full pool: packed loose files are deleted
         self.instrument()
         self.mark("open+")
         ledger = Ledger.open(args.ledger)

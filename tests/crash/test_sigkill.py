@@ -383,6 +383,8 @@ CRASH_POINTS = [
     ("in_loose_write", 11),
     ("after_pack_write", 1),
     ("mid_loose_delete", 2),
+    ("mid_loose_retire", 1),
+    ("mid_loose_retire", 3),
     ("mid_merge", 1),
     ("mid_merge", 2),
     ("in_ref_lock", 3),
@@ -391,9 +393,9 @@ CRASH_POINTS = [
 ]
 #: Points where the ref has not moved yet (the in-flight append must leave the old head).
 BEFORE_REF_MOVES = {"before_cas", "in_ref_lock", "in_loose_write"}
-#: Points in the housekeeping thread (deleting packed loose objects), which runs beside the
+#: Points in the housekeeping thread (deleting or pooling packed loose objects), which runs beside the
 #: next append: that append may or may not have moved the ref when the kill lands.
-IN_HOUSEKEEPING = {"mid_loose_delete"}
+IN_HOUSEKEEPING = {"mid_loose_delete", "mid_loose_retire"}
 
 
 @pytest.mark.parametrize("fsync_method", ["syncfs", "fsync"])

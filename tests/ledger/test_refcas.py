@@ -40,18 +40,51 @@ def test_compare_and_swap_moves_only_from_the_expected_value(
     assert (tmp_path / "refs/heads/ledger").read_bytes() == C + b"\n"
 
 
-def test_spare_file_is_reused_and_never_the_live_ref(tmp_path: Path) -> None:
-    spare = tmp_path / "spare"
+def _inode(path: Path) -> int:
+    return os.stat(path).st_ino
+
+
+def test_two_spare_files_take_turns_and_neither_is_written_while_live(tmp_path: Path) -> None:
+    """After the first swaps, the ref is always one of the two spare files (nothing is freed
+    or created per swap), and the lock is always the other one."""
+    spare, spare_b = tmp_path / "spare", tmp_path / "spare-b"
+    ref = tmp_path / "refs/heads/ledger"
+    values = [bytes([ord("a") + i]) * 40 for i in range(12)]
+    _swap(tmp_path, None, values[0], spare)  # a fresh file: no spare yet
+    _swap(tmp_path, values[0], values[1], spare)  # the first ref file becomes a spare
+    _swap(tmp_path, values[1], values[2], spare)  # ... and the second one too
+    files = {_inode(spare), _inode(spare_b)}
+    assert len(files) == 2
+    for previous, value in zip(values[2:], values[3:], strict=False):
+        live = _inode(ref)
+        assert live in files
+        other = spare if _inode(spare) != live else spare_b
+        assert other.read_bytes() != ref.read_bytes()
+        assert _swap(tmp_path, previous, value, spare)
+        assert _inode(ref) == _inode(other)  # the other file became the ref, in place
+        assert {_inode(spare), _inode(spare_b)} == files
+        assert ref.read_bytes() == value + b"\n"
+        assert os.stat(ref).st_nlink == 2  # the ref and its spare name; no lock left
+    assert not (tmp_path / "refs/heads/ledger.lock").exists()
+
+
+def test_both_spare_names_on_one_file_recover_two_files(tmp_path: Path) -> None:
+    """A spare name that shares its file with another name (not the ref) is dropped and
+    given again, so the two names end up on two files."""
+    spare, spare_b = tmp_path / "spare", tmp_path / "spare-b"
     _swap(tmp_path, None, A, spare)
     _swap(tmp_path, A, B, spare)
+    _swap(tmp_path, B, A, spare)
+    _swap(tmp_path, A, B, spare)
+    spare_b.unlink()
+    os.link(spare, spare_b)  # both names on the file that is not the ref
     ref = tmp_path / "refs/heads/ledger"
-    first_spare = os.stat(spare).st_ino
-    _swap(tmp_path, B, C, spare)
-    # the ref's file is now the old spare, the spare the ref's previous file
-    assert os.stat(ref).st_ino == first_spare
-    assert os.stat(spare).st_ino != os.stat(ref).st_ino
-    assert os.stat(ref).st_nlink == 1 and os.stat(spare).st_nlink == 1
-    assert spare.read_bytes() == B + b"\n"
+    assert _swap(tmp_path, B, C, spare)
+    assert _swap(tmp_path, C, A, spare)
+    assert _swap(tmp_path, A, B, spare)
+    assert len({_inode(spare), _inode(spare_b)}) == 2
+    assert _inode(ref) in {_inode(spare), _inode(spare_b)}
+    assert ref.read_bytes() == B + b"\n"
 
 
 def test_spare_that_is_the_ref_itself_is_dropped_not_written(tmp_path: Path) -> None:

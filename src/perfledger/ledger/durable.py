@@ -66,24 +66,29 @@ def choose_method(configured: str | None) -> str:
     return method
 
 
-def sync_filesystem(path: str | os.PathLike[str]) -> None:
+def sync_filesystem(path: str | os.PathLike[str] | int) -> None:
     """Flush every pending write of the filesystem that holds ``path`` to disk (``syncfs(2)``).
 
+    Args:
+        path: a path on the filesystem, or a descriptor open on it (a writer keeps one, which
+            spares an ``open`` and a ``close`` per append).
     Raises: OSError with the system's error (an I/O error during writeback, say); RuntimeError
     where the C library has no ``syncfs`` (callers check :func:`choose_method` first).
     """
     fn = _libc_syncfs()
     if fn is None:
         raise RuntimeError("syncfs is not available on this system")
-    fd = os.open(path, os.O_RDONLY)
+    owned = not isinstance(path, int)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if owned else path
     try:
         if fn(fd) != 0:
             import ctypes
 
             err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), os.fspath(path))
+            raise OSError(err, os.strerror(err), str(path))
     finally:
-        os.close(fd)
+        if owned:
+            os.close(fd)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -18,8 +18,13 @@ import zlib
 from binascii import unhexlify
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.loosepool import open_spare
+
+if TYPE_CHECKING:
+    from perfledger.ledger.loosepool import LoosePool
 
 #: git object type numbers (as in pack entries).
 COMMIT, TREE, BLOB = 1, 2, 3
@@ -110,7 +115,7 @@ def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
     global _tmp_counter
     while True:
         _tmp_counter += 1
-        path = os.path.join(directory, f"{prefix}{os.getpid()}_{_tmp_counter}")
+        path = f"{directory}{os.sep}{prefix}{os.getpid()}_{_tmp_counter}"
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), path
         except FileExistsError:
@@ -161,7 +166,13 @@ def inflate(stream: bytes, size: int) -> bytes:
     return zlib.decompress(stream, 15, size or 1)
 
 
-def write_loose(objects_dir: str, objects: Sequence[RawObject], *, fsync: bool = True) -> None:
+def write_loose(
+    objects_dir: str,
+    objects: Sequence[RawObject],
+    *,
+    fsync: bool = True,
+    pool: LoosePool | None = None,
+) -> None:
     """Write loose objects: each to a temporary file renamed into place.
 
     Args:
@@ -172,38 +183,72 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject], *, fsync: bool =
         fsync: fsync each file before its rename and every fan-out directory afterwards
             (the ``fsync`` method of :mod:`perfledger.ledger.durable`); False leaves the flush
             to the caller's one ``syncfs``.
+        pool: spare files to rewrite instead of creating new ones
+            (:mod:`perfledger.ledger.loosepool`); a new file when it has none.
     Raises: OSError from the filesystem (a full disk, say); a temporary file is removed.
     """
     touched: set[str] = set()
+    sep = os.sep
     for obj in objects:
         hexsha = obj.id.decode()
-        directory = os.path.join(objects_dir, hexsha[:2])
+        directory = objects_dir + sep + hexsha[:2]
         header = _HEADER_FORMATS[obj.type_num] % len(obj.raw)
         data = deflate(header + obj.raw)
-        # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed here
-        # leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
-        try:
-            fd, tmp = _create_tmp(directory, "tmp_obj_")
-        except FileNotFoundError:  # the first object under this fan-out directory
-            os.makedirs(directory, exist_ok=True)
-            touched.add(objects_dir)
-            fd, tmp = _create_tmp(directory, "tmp_obj_")
+        spare = pool.take() if pool is not None else None
+        tmp = spare
+        fd = -1
+        if spare is not None:
+            try:
+                fd = open_spare(spare)
+            except OSError:
+                tmp = None
+        if tmp is None:
+            # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed here
+            # leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
+            try:
+                fd, tmp = _create_tmp(directory, "tmp_obj_")
+            except FileNotFoundError:  # the first object under this fan-out directory
+                os.makedirs(directory, exist_ok=True)
+                touched.add(objects_dir)
+                fd, tmp = _create_tmp(directory, "tmp_obj_")
+        final = directory + sep + hexsha[2:]
         try:
             try:
-                _write_all(fd, data)
+                if spare is not None and tmp == spare:
+                    _pwrite_all(fd, data)
+                    os.ftruncate(fd, len(data))
+                else:
+                    _write_all(fd, data)
                 if fsync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, os.path.join(directory, hexsha[2:]))
+            try:
+                os.replace(tmp, final)
+            except FileNotFoundError:  # a spare renamed into a fan-out directory not made yet
+                if tmp != spare:
+                    raise
+                os.makedirs(directory, exist_ok=True)
+                touched.add(objects_dir)
+                os.replace(tmp, final)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            if tmp != spare:  # a spare that failed stays in the pool's batch, reused later
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
         touched.add(directory)
     if fsync:
         for directory in touched:
             fsync_dir(directory)
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at offset 0 of ``fd`` (``os.pwrite`` may write less than asked)."""
+    offset = os.pwrite(fd, data, 0)
+    if offset < len(data):
+        view = memoryview(data)
+        while offset < len(data):
+            offset += os.pwrite(fd, view[offset:], offset)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -241,6 +286,10 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = Tru
     builder = PackBuilder()
     builder.add(objects)
     return builder.write(pack_dir, fsync=fsync)
+
+
+#: Packs of at most this many objects get their index encoded without numpy.
+_SMALL_INDEX_ENTRIES = 20_000
 
 
 class PackBuilder:
@@ -284,11 +333,16 @@ class PackBuilder:
         with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
             f.write(body)
             f.write(checksum)
-        from perfledger.ledger.packindex import encode_index, index_arrays
+        from perfledger.ledger import packindex
 
-        index = index_arrays(b"".join(self._names), self._offsets, self._crcs).by_name()
+        if len(self._names) <= _SMALL_INDEX_ENTRIES:  # a single writer's loose objects
+            entries = list(zip(self._names, self._offsets, self._crcs, strict=True))
+            index_bytes = packindex.encode_index_entries(entries, checksum)
+        else:
+            arrays = packindex.index_arrays(b"".join(self._names), self._offsets, self._crcs)
+            index_bytes = packindex.encode_index(arrays.by_name(), checksum)
         with GitFile(base + ".idx", "wb", mask=0o444, fsync=fsync) as f:
-            f.write(encode_index(index, checksum))
+            f.write(index_bytes)
         if fsync:
             fsync_dir(pack_dir)
         return base

@@ -5,12 +5,12 @@ Why: dulwich writes one pack per ``add_objects`` call; a pack per append left 3,
 appends as loose objects and a batch as one pack, then:
 
 1. when a writer has left :data:`LOOSE_PACK_THRESHOLD` loose objects, they are packed into one
-   pack (fsynced before any loose object is deleted); the packed loose files are then deleted
-   by a background thread (as ``git gc --auto`` detaches): deleting a file whose blocks are
-   allocated cost 0.4-3 ms each on this machine's disk (ext4 mounted with ``discard``), which
-   would stall every thousandth append for seconds. Deleting a loose object that is already in
-   a durable pack is always safe to interrupt; one left behind is packed again and deduplicated
-   by the next merge;
+   pack (fsynced before any loose object is moved); the packed loose files are then moved, by a
+   background thread (as ``git gc --auto`` detaches), into a pool of spare files that later
+   single appends rewrite in place (:mod:`perfledger.ledger.loosepool`): deleting a file whose
+   blocks were just written cost 0.4-3 ms each on this machine's disk (ext4 mounted with
+   ``discard``). Moving a loose object that is already in a durable pack is always safe to
+   interrupt; one left behind is packed again and deduplicated by the next merge;
 2. when there are more than :data:`MAX_PACKS` packs, the smallest are merged geometrically (each
    remaining pack at least :data:`GEOMETRIC_FACTOR` times the sum of the smaller ones, as git's
    ``repack --geometric``), streaming objects so memory does not grow with the ledger; the
@@ -104,25 +104,24 @@ def pack_loose(
     Raises: IntegrityError for a corrupt loose object (nothing is packed or deleted).
     """
     objects_dir = store._objects_dir
-    objects = [
-        found if isinstance(found, RawObject) else RawObject(*found, sha.hex().encode())
-        for sha, found in _loose_objects(objects_dir, known or {})
-    ]
+    objects: list[RawObject] = []
+    files: list[tuple[str, int]] = []  # (loose file, an upper bound of its size in bytes)
+    for path, sha, found in _loose_objects(objects_dir, known or {}):
+        obj = found if isinstance(found, RawObject) else RawObject(*found, sha.hex().encode())
+        objects.append(obj)
+        # the raw size bounds the file's (stored or deflated) size from above, give or take
+        # the zlib framing: enough to keep artifacts out of the pool
+        files.append((path, len(obj.raw) + 64))
     if not objects:
         return 0
     write_pack(os.path.join(objects_dir, "pack"), objects)
     if store._repo is not None:  # dulwich's view of the packs, when it has one
         store._repo.object_store._update_pack_cache()
-    paths = [_loose_path(objects_dir, obj.id.decode()) for obj in objects]
     if background:
-        store.run_in_background(_delete_loose, paths)
+        store.run_in_background(store.loose_pool.retire, files)
     else:
-        _delete_loose(paths)
+        _delete_loose([path for path, _ in files])
     return len(objects)
-
-
-def _loose_path(objects_dir: str, hexsha: str) -> str:
-    return os.path.join(objects_dir, hexsha[:2], hexsha[2:])
 
 
 _HEX_NAME = re.compile(r"[0-9a-f]{2}|[0-9a-f]{38}")
@@ -130,10 +129,10 @@ _HEX_NAME = re.compile(r"[0-9a-f]{2}|[0-9a-f]{38}")
 
 def _loose_objects(
     objects_dir: str, known: Mapping[bytes, RawObject]
-) -> Iterator[tuple[bytes, RawObject | tuple[int, bytes]]]:
-    """Yield (binary sha, the object from ``known`` or its (type number, content) read back)
-    for every loose object under ``objects_dir``; a file that disappears meanwhile (packed by
-    another writer) is skipped."""
+) -> Iterator[tuple[str, bytes, RawObject | tuple[int, bytes]]]:
+    """Yield (path, binary sha, the object from ``known`` or its (type number, content) read
+    back) for every loose object under ``objects_dir``; a file that disappears meanwhile
+    (packed by another writer) is skipped."""
     try:
         fanout = os.listdir(objects_dir)
     except FileNotFoundError:
@@ -141,21 +140,23 @@ def _loose_objects(
     for prefix in sorted(fanout):
         if len(prefix) != 2 or not _HEX_NAME.fullmatch(prefix):
             continue  # pack/, info/ and anything that is not a loose-object directory
+        directory = objects_dir + os.sep + prefix
         try:
-            names = os.listdir(os.path.join(objects_dir, prefix))
+            names = os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             continue
         for name in sorted(names):
             if len(name) != 38 or not _HEX_NAME.fullmatch(name):
                 continue  # temporary files of a concurrent writer
             sha = bytes.fromhex(prefix + name)
+            path = directory + os.sep + name
             mine = known.get(sha)
             if mine is not None:
-                yield sha, mine
+                yield path, sha, mine
                 continue
             found = read_loose(objects_dir, sha)
             if found is not None:
-                yield sha, found
+                yield path, sha, found
 
 
 def _delete_loose(paths: list[str]) -> None:

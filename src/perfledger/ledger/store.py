@@ -52,6 +52,7 @@ from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.durable import FSYNC, choose_method, fsync_dir, sync_filesystem
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
+from perfledger.ledger.loosepool import LoosePool
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
@@ -67,7 +68,7 @@ from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import LOOSE_PACK_THRESHOLD, maybe_pack
 from perfledger.ledger.pipeline import PIPELINE_MIN_EVENTS, PackerProcess, pipeline_available
 from perfledger.ledger.reader import ObjectReader, read_loose
-from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
+from perfledger.ledger.refcas import RefLocked, lock_ref, read_loose_ref, read_ref
 
 if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
     from dulwich.repo import Repo
@@ -204,6 +205,8 @@ class GitStore:
             config = _perfledger_config(repo)
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
         self._objects_dir = os.path.join(self.controldir, "objects")
+        self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
+        self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
         # Derived index of the commits reachable from self._indexed_head.
         # Every commit read or written (structure only; may include unmerged branches) ...
         self._commits: dict[bytes, _IndexEntry] = {}
@@ -227,11 +230,14 @@ class GitStore:
         self._written_loose: dict[bytes, RawObject] = {}
         self._lock_depth = 0
         self._lock_fd: int | None = None
+        self._sync_fd: int | None = None
         self._bulk: ObjectReader | None = None
         self._bulk_misses = 0
         self._in_bulk = False
         self._packs_written = 0
         self._background: threading.Thread | None = None
+        #: spare files that single appends rewrite as loose objects (ledger/loosepool.py)
+        self.loose_pool = LoosePool(self.derived_dir)
         #: the child that packs large batches (ledger/pipeline.py), forked at the first one
         self._packer: PackerProcess | None = None
         #: housekeeping a pipelined batch put off (see _run_deferred_housekeeping)
@@ -414,9 +420,11 @@ class GitStore:
         if self._unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
             with contextlib.suppress(OSError):
                 self._save_index()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        for fd in (self._lock_fd, self._sync_fd):
+            if fd is not None:
+                os.close(fd)
+        self._lock_fd = self._sync_fd = None
+        self.loose_pool.release()
         self.close_repo()
 
     def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
@@ -454,7 +462,9 @@ class GitStore:
         Raises: NotALedger when the ref has disappeared.
         """
         try:
-            head = read_ref(self.controldir, LEDGER_REF)
+            head = read_loose_ref(self._ref_path)
+            if head is None:
+                head = read_ref(self.controldir, LEDGER_REF)
         except OSError as exc:
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger is unreadable: {exc}",
@@ -462,7 +472,7 @@ class GitStore:
             ) from None
         if head is None:
             raise NotALedger(f"{self.path}: refs/heads/ledger is missing")
-        if len(head) != 40 or not all(c in b"0123456789abcdef" for c in head):
+        if len(head) != 40 or head.translate(None, b"0123456789abcdef"):
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger does not hold a commit id ({head[:60]!r})",
                 hint="restore the ref from a clone (git update-ref refs/heads/ledger <commit>)",
@@ -980,7 +990,7 @@ class GitStore:
         if batch:
             write_pack(os.path.join(self._objects_dir, "pack"), objects, fsync=self._fsync_each)
         else:
-            write_loose(self._objects_dir, objects, fsync=self._fsync_each)
+            write_loose(self._objects_dir, objects, fsync=self._fsync_each, pool=self.loose_pool)
 
     def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
         """Compare-and-swap the ledger ref durably; False when it no longer holds ``expected``.
@@ -998,13 +1008,15 @@ class GitStore:
             expected,
             new,
             fsync=self._fsync_each,
-            spare=os.path.join(self.derived_dir, _SPARE_REF_FILE),
+            spare=self._spare_ref_path,
         )
         if held is None:
             return False
         try:
             if not self._fsync_each:
-                sync_filesystem(self.controldir)
+                if self._sync_fd is None:  # kept open: one syncfs target for the store's life
+                    self._sync_fd = os.open(self.controldir, os.O_RDONLY | os.O_CLOEXEC)
+                sync_filesystem(self._sync_fd)
         except BaseException:
             held.abort()
             raise
@@ -1045,18 +1057,25 @@ class GitStore:
     def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
         lost race. A ref lock file older than :data:`STALE_LOCK_S` (a killed writer's) is
-        removed first."""
+        removed and the swap tried again."""
         with self._append_lock():
+            try:
+                return self._swap_ref(expected, new)
+            except RefLocked:
+                pass
             lock = os.path.join(self.controldir, os.fsdecode(LEDGER_REF)) + ".lock"
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 age_s = time.time() - os.stat(lock).st_mtime
                 if age_s <= STALE_LOCK_S:
                     # a dead writer's lock (we hold the flock) or a short-lived git process's:
                     # wait until it is stale instead of burning transact()'s retries on it
                     time.sleep(STALE_LOCK_S - age_s + 0.01)
                     age_s = time.time() - os.stat(lock).st_mtime
-                if age_s > STALE_LOCK_S:
-                    os.unlink(lock)
+                if age_s <= STALE_LOCK_S:
+                    return False
+                os.unlink(lock)
+            except FileNotFoundError:
+                pass  # released meanwhile
             try:
                 return self._swap_ref(expected, new)
             except RefLocked:

@@ -1,0 +1,172 @@
+"""The pool of spare files (ledger/loosepool.py): packed loose object files are recycled as new
+loose objects instead of being deleted, safely (quarantine, one writer per batch, bounded), and
+the ledger stays what git and ``verify`` accept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.conftest import run_git
+
+import perfledger.ledger.loosepool as loosepool
+import perfledger.ledger.packing as packing
+from perfledger.api import Ledger
+from perfledger.ledger.loosepool import LoosePool
+
+
+def _loose_files(git_dir: Path) -> dict[str, int]:
+    """Loose object path -> inode number."""
+    found = {}
+    for sub in (git_dir / "objects").iterdir():
+        if len(sub.name) == 2:
+            for f in sub.iterdir():
+                if len(f.name) == 38:
+                    found[str(f)] = f.stat().st_ino
+    return found
+
+
+def _pool_inodes(git_dir: Path) -> set[int]:
+    root = git_dir / "perfledger" / loosepool.POOL_DIR
+    return {f.stat().st_ino for batch in root.iterdir() for f in batch.iterdir()}
+
+
+def _note(ledger: Ledger, i: int) -> str:
+    return ledger.append("NoteRecorded", {"text": f"note {i}", "tags": []}, actor="t").id
+
+
+@pytest.fixture
+def fast_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packing, "LOOSE_PACK_THRESHOLD", 30)
+    monkeypatch.setattr(loosepool, "QUARANTINE_S", 0.0)
+    monkeypatch.setattr(loosepool, "_LOOK_EVERY_S", 0.0)
+
+
+def test_packed_loose_files_are_pooled_then_rewritten_as_new_objects(
+    tmp_path: Path, fast_pool: None
+) -> None:
+    path = tmp_path / "l.git"
+    ids = []
+    with Ledger.init(path, actor="t") as ledger:
+        ids += [_note(ledger, i) for i in range(12)]  # 36+ loose objects: packed at 30
+        ledger.store.wait_background()
+        pooled = _pool_inodes(path)
+        assert len(pooled) >= 30
+        assert not set(_loose_files(path).values()) & pooled
+        ids += [_note(ledger, i) for i in range(12, 18)]
+        rewritten = set(_loose_files(path).values()) & pooled
+        assert len(rewritten) >= 15  # the new events' blobs, trees and commits reuse them
+        for name, inode in _loose_files(path).items():
+            if inode in rewritten:
+                assert os.stat(name).st_mode & 0o777 == 0o444  # read-only, as git writes them
+        head = ledger.head()
+    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0
+    assert run_git("rev-parse", "refs/heads/ledger", cwd=path).stdout.strip() == head
+    with Ledger.open(path) as ledger:
+        assert [e.id for e in ledger.events()][1:] == ids
+        assert ledger.verify().ok
+
+
+def test_a_batch_is_reused_only_after_its_quarantine(
+    tmp_path: Path, fast_pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loosepool, "QUARANTINE_S", 3600.0)
+    path = tmp_path / "l.git"
+    with Ledger.init(path, actor="t") as ledger:
+        for i in range(12):
+            _note(ledger, i)
+        ledger.store.wait_background()
+        pooled = _pool_inodes(path)
+        assert pooled
+        for i in range(12, 16):
+            _note(ledger, i)
+        assert not set(_loose_files(path).values()) & pooled
+
+
+_HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def _make_batch(root: Path, name: str, files: int) -> Path:
+    batch = root / name
+    batch.mkdir(parents=True)
+    for i in range(files):
+        (batch / str(i)).write_bytes(b"x" * 100)
+    old = time.time() - 3600
+    os.utime(batch, (old, old))
+    return batch
+
+
+def test_a_batch_held_by_a_live_writer_is_left_and_a_dead_writers_is_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loosepool, "_LOOK_EVERY_S", 0.0)
+    root = tmp_path / loosepool.POOL_DIR
+    batch = _make_batch(root, "held-other", 3)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(batch)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        pool = LoosePool(str(tmp_path))
+        assert pool.take() is None  # its writer still holds it
+        assert batch.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    pool = LoosePool(str(tmp_path))
+    taken = [pool.take() for _ in range(3)]
+    assert all(t is not None and "held-" in t and "held-other" not in t for t in taken)
+    assert len(set(taken)) == 3
+    for i, t in enumerate(taken):  # the writer renames each spare into place as an object
+        os.rename(str(t), tmp_path / f"object{i}")
+    assert pool.take() is None  # used up: the empty batch is removed
+    assert list(root.iterdir()) == []
+
+
+def test_two_pools_never_take_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loosepool, "_LOOK_EVERY_S", 0.0)
+    root = tmp_path / loosepool.POOL_DIR
+    for n in range(3):
+        _make_batch(root, f"ready-0-b{n}", 4)
+    first, second = LoosePool(str(tmp_path)), LoosePool(str(tmp_path))
+    taken = []
+    for _ in range(6):
+        taken += [first.take(), second.take()]
+    assert None not in taken and len(set(taken)) == 12
+    first.release()
+    second.release()
+    # files a writer took but did not rename away go back to the pool, as ready batches
+    assert all(b.name.startswith("ready-") for b in root.iterdir())
+
+
+def test_the_pool_is_bounded_and_large_files_are_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loosepool, "MAX_BATCHES", 1)
+    pool = LoosePool(str(tmp_path / "derived"))
+    files = []
+    for i in range(6):
+        f = tmp_path / f"obj{i}"
+        f.write_bytes(b"y" * 10)
+        files.append(f)
+    big = tmp_path / "big"
+    big.write_bytes(b"z" * (loosepool.MAX_FILE_BYTES + 1))
+    pool.retire([(str(f), 10) for f in files[:3]] + [(str(big), loosepool.MAX_FILE_BYTES + 1)])
+    assert not big.exists()
+    batches = list((tmp_path / "derived" / loosepool.POOL_DIR).iterdir())
+    assert len(batches) == 1 and len(list(batches[0].iterdir())) == 3
+    pool.retire([(str(f), 10) for f in files[3:]])  # the pool is full: deleted
+    assert not any(f.exists() for f in files)
+    assert len(list((tmp_path / "derived" / loosepool.POOL_DIR).iterdir())) == 1
