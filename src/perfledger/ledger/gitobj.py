@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.durable import fsync_dir, write_out
 from perfledger.ledger.loosepool import open_spare
 
 if TYPE_CHECKING:
@@ -171,9 +171,11 @@ def write_loose(
     objects: Sequence[RawObject],
     *,
     fsync: bool = True,
+    writeout: bool = False,
     pool: LoosePool | None = None,
 ) -> None:
-    """Write loose objects: each to a temporary file renamed into place.
+    """Write loose objects: each to a temporary file (or a spare from ``pool``), then renamed
+    into place once every one is written.
 
     Args:
         objects_dir: the repository's ``objects`` directory.
@@ -182,61 +184,82 @@ def write_loose(
             ``stat`` calls per object on the append path.
         fsync: fsync each file before its rename and every fan-out directory afterwards
             (the ``fsync`` method of :mod:`perfledger.ledger.durable`); False leaves the flush
-            to the caller's one ``syncfs``.
+            to the caller.
+        writeout: have the kernel write every file out to the device, and wait for it, before
+            any rename (the ``writeout`` method: the caller's one directory fsync then makes
+            them durable).
         pool: spare files to rewrite instead of creating new ones
             (:mod:`perfledger.ledger.loosepool`); a new file when it has none.
-    Raises: OSError from the filesystem (a full disk, say); a temporary file is removed.
+    Raises: OSError from the filesystem (a full disk, say); temporary files are removed, and
+        nothing is renamed into place unless every object was written.
     """
-    touched: set[str] = set()
     sep = os.sep
-    for obj in objects:
-        hexsha = obj.id.decode()
-        directory = objects_dir + sep + hexsha[:2]
-        header = _HEADER_FORMATS[obj.type_num] % len(obj.raw)
-        data = deflate(header + obj.raw)
-        spare = pool.take() if pool is not None else None
-        tmp = spare
-        fd = -1
-        if spare is not None:
-            try:
-                fd = open_spare(spare)
-            except OSError:
-                tmp = None
-        if tmp is None:
-            # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed here
-            # leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
-            try:
-                fd, tmp = _create_tmp(directory, "tmp_obj_")
-            except FileNotFoundError:  # the first object under this fan-out directory
-                os.makedirs(directory, exist_ok=True)
-                touched.add(objects_dir)
-                fd, tmp = _create_tmp(directory, "tmp_obj_")
-        final = directory + sep + hexsha[2:]
+    # (descriptor, temporary or spare path, final path, whether it is a spare)
+    staged: list[tuple[int, str, str, bool]] = []
+    made_directory = False
+    try:
+        for obj in objects:
+            hexsha = obj.id.decode()
+            directory = objects_dir + sep + hexsha[:2]
+            header = _HEADER_FORMATS[obj.type_num] % len(obj.raw)
+            data = deflate(header + obj.raw)
+            spare = pool.take() if pool is not None else None
+            fd = -1
+            if spare is not None:
+                try:
+                    fd = open_spare(spare)
+                except OSError:
+                    spare = None
+            if spare is None:
+                # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed
+                # here leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
+                try:
+                    fd, tmp = _create_tmp(directory, "tmp_obj_")
+                except FileNotFoundError:  # the first object under this fan-out directory
+                    os.makedirs(directory, exist_ok=True)
+                    made_directory = True
+                    fd, tmp = _create_tmp(directory, "tmp_obj_")
+                staged.append((fd, tmp, directory + sep + hexsha[2:], False))
+                _write_all(fd, data)
+            else:
+                staged.append((fd, spare, directory + sep + hexsha[2:], True))
+                _pwrite_all(fd, data)
+                os.ftruncate(fd, len(data))
+            if fsync:
+                os.fsync(fd)
+            elif writeout:
+                write_out(fd, wait=False)  # started now, waited for below: overlapping
+        if writeout:
+            for fd, _, _, _ in staged:
+                write_out(fd, wait=True)
+    except BaseException:
+        for fd, path, _, is_spare in staged:
+            os.close(fd)
+            if not is_spare:  # a spare that failed stays in the pool's batch, reused later
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        raise
+    for fd, _, _, _ in staged:
+        os.close(fd)
+    touched = {objects_dir} if made_directory else set()
+    for index, (_, path, final, is_spare) in enumerate(staged):
         try:
             try:
-                if spare is not None and tmp == spare:
-                    _pwrite_all(fd, data)
-                    os.ftruncate(fd, len(data))
-                else:
-                    _write_all(fd, data)
-                if fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.replace(tmp, final)
-            except FileNotFoundError:  # a spare renamed into a fan-out directory not made yet
-                if tmp != spare:
+                os.replace(path, final)
+            except FileNotFoundError:  # a spare moved into a fan-out directory not made yet
+                if not is_spare:
                     raise
-                os.makedirs(directory, exist_ok=True)
+                os.makedirs(os.path.dirname(final), exist_ok=True)
                 touched.add(objects_dir)
-                os.replace(tmp, final)
+                os.replace(path, final)
         except BaseException:
-            if tmp != spare:  # a spare that failed stays in the pool's batch, reused later
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+            for _, left, _, left_is_spare in staged[index:]:
+                if not left_is_spare:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(left)
             raise
-        touched.add(directory)
+        if fsync:
+            touched.add(os.path.dirname(final))
     if fsync:
         for directory in touched:
             fsync_dir(directory)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from perfledger.ledger.durable import write_out
+
 #: Suffix of a ref's lock file (git's).
 LOCK_SUFFIX = ".lock"
 
@@ -118,6 +120,7 @@ def lock_ref(
     new: bytes,
     *,
     fsync: bool,
+    writeout: bool = False,
     spare: str | None = None,
 ) -> RefLock | None:
     """Take ``<ref>.lock`` for ref ``name``, check it holds ``expected``, write ``new`` into it.
@@ -129,6 +132,8 @@ def lock_ref(
         new: the new value (hex sha bytes).
         fsync: fdatasync the lock's content now (the ``fsync`` durability method); otherwise the
             caller flushes it (``syncfs``) before :meth:`RefLock.commit`.
+        writeout: write the lock's content out to the device now and wait for it, without a
+            cache flush (the ``writeout`` method: the caller's directory fsync flushes it).
         spare: the path of the first of the two spare names (the second is ``spare + "-b"``;
             see the module docstring), or None to always create a fresh lock file.
     Returns: the held lock, or None when the ref holds another value (nothing changed).
@@ -153,6 +158,8 @@ def lock_ref(
                 os.ftruncate(fd, len(content))
             if fsync:
                 os.fdatasync(fd)
+            elif writeout:
+                write_out(fd, wait=True)
         finally:
             os.close(fd)
     except BaseException:

@@ -49,7 +49,14 @@ from perfledger.ledger.base import (
     check_batch_keys,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.durable import FSYNC, choose_method, fsync_dir, sync_filesystem
+from perfledger.ledger.durable import (
+    FSYNC,
+    SYNCFS,
+    WRITEOUT,
+    choose_method,
+    fsync_dir,
+    sync_filesystem,
+)
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.loosepool import LoosePool
@@ -246,7 +253,14 @@ class GitStore:
         fsync_method = (config or {}).get(b"fsyncmethod")
         configured = fsync_method.decode(errors="replace") if fsync_method is not None else None
         try:
-            self._fsync_each = choose_method(configured) == FSYNC
+            method = choose_method(configured, self.controldir)
+            #: every file fsynced (the ``fsync`` method)
+            self._fsync_each = method == FSYNC
+            #: loose objects and the ref written out, then one directory fsync (``writeout``)
+            self._writeout = method == WRITEOUT
+            #: packs fsynced when written (every method but ``syncfs``, which flushes them
+            #: with everything else before the ref moves)
+            self._fsync_packs = method != SYNCFS
         except ValueError as exc:
             self.close_repo()
             raise BadRequest(
@@ -955,7 +969,7 @@ class GitStore:
         parents = self._event_heads(head)
         lamport = self._lamport_of(head)
         envelopes: list[Envelope] = []
-        packer.begin(head, os.path.join(self._objects_dir, "pack"), fsync=self._fsync_each)
+        packer.begin(head, os.path.join(self._objects_dir, "pack"), fsync=self._fsync_packs)
         try:
             for draft in drafts:
                 lamport += 1
@@ -983,23 +997,32 @@ class GitStore:
     def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
         """Write ``objects``: one pack for a batch, loose objects otherwise.
 
-        With the ``fsync`` method they are durable when this returns; with ``syncfs`` they are
-        flushed by the compare-and-swap that makes them reachable (:meth:`_swap_ref`), before
-        the ref moves. An object that is already packed may be written loose again (a shared
+        With the ``fsync`` method they are durable when this returns; with ``writeout`` they
+        are on the device (its cache flushed by :meth:`_swap_ref`'s directory fsync); with
+        ``syncfs`` they are flushed by the compare-and-swap that makes them reachable
+        (:meth:`_swap_ref`), before the ref moves. An object that is already packed may be written loose again (a shared
         artifact); the next pack merge keeps one copy."""
         if batch:
-            write_pack(os.path.join(self._objects_dir, "pack"), objects, fsync=self._fsync_each)
+            write_pack(os.path.join(self._objects_dir, "pack"), objects, fsync=self._fsync_packs)
         else:
-            write_loose(self._objects_dir, objects, fsync=self._fsync_each, pool=self.loose_pool)
+            write_loose(
+                self._objects_dir,
+                objects,
+                fsync=self._fsync_each,
+                writeout=self._writeout,
+                pool=self.loose_pool,
+            )
 
     def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
         """Compare-and-swap the ledger ref durably; False when it no longer holds ``expected``.
 
         Order: lock and write the new value; flush (``syncfs``: every object written so far and
-        the lock's content; ``fsync``: the lock's content, objects were flushed when written);
-        rename the lock over the ref; fsync the ref's directory (the rename). A crash at any
-        point leaves the old value or the new one, and the new one only once everything it
-        points to is on disk.
+        the lock's content; ``fsync``: the lock's content, objects were flushed when written;
+        ``writeout``: the lock's content written out to the device, as the objects were);
+        rename the lock over the ref; fsync the ref's directory (the rename, and under
+        ``writeout`` the journal and the device cache with everything before it). A crash at
+        any point leaves the old value or the new one, and the new one only once everything it
+        points to is on disk (:mod:`perfledger.ledger.durable`).
         Raises: RefLocked when another writer holds the ref's lock; OSError from the filesystem.
         """
         held = lock_ref(
@@ -1008,12 +1031,13 @@ class GitStore:
             expected,
             new,
             fsync=self._fsync_each,
+            writeout=self._writeout,
             spare=self._spare_ref_path,
         )
         if held is None:
             return False
         try:
-            if not self._fsync_each:
+            if not self._fsync_each and not self._writeout:
                 if self._sync_fd is None:  # kept open: one syncfs target for the store's life
                     self._sync_fd = os.open(self.controldir, os.O_RDONLY | os.O_CLOEXEC)
                 sync_filesystem(self._sync_fd)
@@ -1503,7 +1527,7 @@ class GitStore:
         if not objects:
             return
         self._write_objects(list(objects), batch=True)
-        if not self._fsync_each:  # durable before any ref (a tracking ref too) points at them
+        if not self._fsync_packs:  # durable before any ref (a tracking ref too) points at them
             sync_filesystem(self.controldir)
         self.repo.object_store._update_pack_cache()
         try:
