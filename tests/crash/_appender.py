@@ -110,17 +110,17 @@ class Child:
 
         real_write = GitStore._write_objects
 
-        def write_objects(store, objects, *, batch):  # type: ignore[no-untyped-def]
+        def write_objects(store, objects, *, batch, **rest):  # type: ignore[no-untyped-def]
             child.mark("write+")
-            real_write(store, objects, batch=batch)
+            real_write(store, objects, batch=batch, **rest)
             child.mark("write-")
 
         real_cas = GitStore._compare_and_swap
 
-        def compare_and_swap(store, expected, new):  # type: ignore[no-untyped-def]
+        def compare_and_swap(store, expected, new, *rest):  # type: ignore[no-untyped-def]
             child.point("before_cas")
             child.mark("cas+")
-            ok = real_cas(store, expected, new)
+            ok = real_cas(store, expected, new, *rest)
             child.mark("cas-")
             if ok:
                 child.point("after_cas")

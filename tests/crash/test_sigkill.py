@@ -398,7 +398,7 @@ BEFORE_REF_MOVES = {"before_cas", "in_ref_lock", "in_loose_write"}
 IN_HOUSEKEEPING = {"mid_loose_delete", "mid_loose_retire"}
 
 
-@pytest.mark.parametrize("fsync_method", ["syncfs", "fsync"])
+@pytest.mark.parametrize("fsync_method", ["writeout", "syncfs", "fsync"])
 def test_killed_writer_leaves_old_head_or_new_head(
     ledger_path: Path, tmp_path: Path, fsync_method: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -129,7 +129,8 @@ def test_a_batch_held_by_a_live_writer_is_left_and_a_dead_writers_is_adopted(
     assert len(set(taken)) == 3
     for i, t in enumerate(taken):  # the writer renames each spare into place as an object
         os.rename(str(t), tmp_path / f"object{i}")
-    assert pool.take() is None  # used up: the empty batch is removed
+    assert pool.take() is None  # used up ...
+    pool.settle()  # ... and, its files renamed away, removed
     assert list(root.iterdir()) == []
 
 
@@ -142,9 +143,10 @@ def test_two_pools_never_take_the_same_file(
         _make_batch(root, f"ready-0-b{n}", 4)
     first, second = LoosePool(str(tmp_path)), LoosePool(str(tmp_path))
     taken = []
-    for _ in range(6):
+    for _ in range(8):
         taken += [first.take(), second.take()]
-    assert None not in taken and len(set(taken)) == 12
+    files = [t for t in taken if t is not None]
+    assert len(files) == 12 and len(set(files)) == 12  # every spare once, none twice
     first.release()
     second.release()
     # files a writer took but did not rename away go back to the pool, as ready batches

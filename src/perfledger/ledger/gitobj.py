@@ -173,6 +173,7 @@ def write_loose(
     fsync: bool = True,
     writeout: bool = False,
     pool: LoosePool | None = None,
+    pending: list[int] | None = None,
 ) -> None:
     """Write loose objects: each to a temporary file (or a spare from ``pool``), then renamed
     into place once every one is written.
@@ -190,6 +191,10 @@ def write_loose(
             them durable).
         pool: spare files to rewrite instead of creating new ones
             (:mod:`perfledger.ledger.loosepool`); a new file when it has none.
+        pending: with ``writeout``, the files are renamed into place as soon as their write-out
+            has started, and their descriptors are appended here, still open, for the caller
+            to wait on and close (:func:`perfledger.ledger.durable.write_out`): the wait then
+            overlaps with the caller's own work (locking the ref).
     Raises: OSError from the filesystem (a full disk, say); temporary files are removed, and
         nothing is renamed into place unless every object was written.
     """
@@ -229,7 +234,7 @@ def write_loose(
                 os.fsync(fd)
             elif writeout:
                 write_out(fd, wait=False)  # started now, waited for below: overlapping
-        if writeout:
+        if writeout and pending is None:
             for fd, _, _, _ in staged:
                 write_out(fd, wait=True)
     except BaseException:
@@ -239,8 +244,11 @@ def write_loose(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         raise
-    for fd, _, _, _ in staged:
-        os.close(fd)
+    if writeout and pending is not None:
+        pending.extend(fd for fd, _, _, _ in staged)
+    else:
+        for fd, _, _, _ in staged:
+            os.close(fd)
     touched = {objects_dir} if made_directory else set()
     for index, (_, path, final, is_spare) in enumerate(staged):
         try:
@@ -260,6 +268,8 @@ def write_loose(
             raise
         if fsync:
             touched.add(os.path.dirname(final))
+    if pool is not None:
+        pool.settle()
     if fsync:
         for directory in touched:
             fsync_dir(directory)

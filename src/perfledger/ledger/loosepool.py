@@ -74,6 +74,8 @@ class LoosePool:
         self._held_path = ""
         self._names: list[str] = []
         self._next_look = 0.0
+        #: used-up held batches, released by :meth:`settle` once their files are renamed away
+        self._exhausted: list[tuple[int, str]] = []
 
     # ------------------------------------------------------------------ taking
 
@@ -86,9 +88,11 @@ class LoosePool:
         return self._held_path + self._names.pop()
 
     def _claim(self) -> bool:
-        """Release the exhausted batch and claim another; False when none is ready. Lists
-        the pool at most every :data:`_LOOK_EVERY_S` seconds."""
-        self.release()
+        """Set the exhausted batch aside (see :meth:`settle`) and claim another; False when
+        none is ready. Lists the pool at most every :data:`_LOOK_EVERY_S` seconds."""
+        if self._held_fd is not None:
+            self._exhausted.append((self._held_fd, self._held_path.rstrip(os.sep)))
+            self._held_fd, self._held_path = None, ""
         now = time.monotonic()
         if now < self._next_look:
             return False
@@ -130,20 +134,31 @@ class LoosePool:
         except OSError:
             os.close(fd)
             return False
-        self._held_fd, self._held_path, self._names = fd, held + os.sep, names
-        if not names:
-            self.release()
+        if not names:  # an empty batch (a killed writer's): removed
+            self._give_back(fd, held)
             return False
+        self._held_fd, self._held_path, self._names = fd, held + os.sep, names
         return True
 
+    def settle(self) -> None:
+        """Release the batches used up by earlier :meth:`take` calls, once the caller has
+        renamed the files it took away (a batch is never moved while a taken file is in it)."""
+        while self._exhausted:
+            self._give_back(*self._exhausted.pop())
+
     def release(self) -> None:
-        """Give back the held batch: removed when used up, handed back as ready otherwise."""
+        """Give back every batch this writer holds: removed when used up, handed back as
+        ready otherwise (the store's close)."""
+        self.settle()
         fd = self._held_fd
         if fd is None:
             return
         held = self._held_path.rstrip(os.sep)
         self._held_fd, self._held_path = None, ""
         self._names = []
+        self._give_back(fd, held)
+
+    def _give_back(self, fd: int, held: str) -> None:
         try:
             try:
                 os.rmdir(held)
@@ -154,6 +169,14 @@ class LoosePool:
             os.close(fd)
 
     # ------------------------------------------------------------------ retiring
+
+    def _batch_count(self) -> int:
+        """Batches in the pool (creating its directory when missing)."""
+        try:
+            return len(os.listdir(self.root))
+        except FileNotFoundError:
+            os.makedirs(self.root, exist_ok=True)
+            return 0
 
     def retire(self, files: list[tuple[str, int]]) -> None:
         """Move packed loose object files into the pool; delete those that do not fit.
@@ -169,12 +192,7 @@ class LoosePool:
         _unlink_all(large)
         if not small:
             return
-        try:
-            batches = len(os.listdir(self.root))
-        except FileNotFoundError:
-            os.makedirs(self.root, exist_ok=True)
-            batches = 0
-        if batches >= MAX_BATCHES:
+        if self._batch_count() >= MAX_BATCHES:
             _unlink_all(small)
             return
         token = _token()

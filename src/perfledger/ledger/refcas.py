@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 
 from perfledger.ledger.durable import write_out
 
@@ -122,6 +123,7 @@ def lock_ref(
     fsync: bool,
     writeout: bool = False,
     spare: str | None = None,
+    written_out: Sequence[int] = (),
 ) -> RefLock | None:
     """Take ``<ref>.lock`` for ref ``name``, check it holds ``expected``, write ``new`` into it.
 
@@ -134,6 +136,8 @@ def lock_ref(
             caller flushes it (``syncfs``) before :meth:`RefLock.commit`.
         writeout: write the lock's content out to the device now and wait for it, without a
             cache flush (the ``writeout`` method: the caller's directory fsync flushes it).
+        written_out: descriptors of files whose write-out was started (``writeout``): waited
+            for together with the lock's, before this returns.
         spare: the path of the first of the two spare names (the second is ``spare + "-b"``;
             see the module docstring), or None to always create a fresh lock file.
     Returns: the held lock, or None when the ref holds another value (nothing changed).
@@ -159,6 +163,9 @@ def lock_ref(
             if fsync:
                 os.fdatasync(fd)
             elif writeout:
+                write_out(fd, wait=False)
+                for other in written_out:
+                    write_out(other, wait=True)
                 write_out(fd, wait=True)
         finally:
             os.close(fd)

@@ -815,8 +815,18 @@ class GitStore:
         else:
             envelopes, objects, new_head, entries = self._build_chain(head, drafts)
             batch = len(drafts) >= PACK_BATCH_THRESHOLD
-            self._write_objects(objects, batch=batch)
-        if not self._compare_and_swap(head, new_head):
+            # ``writeout``: the loose objects' write-out is waited for together with the ref
+            # lock's, once the lock is taken (their descriptors stay open until then)
+            written_out: list[int] | None = [] if self._writeout and not batch else None
+            try:
+                self._write_objects(objects, batch=batch, pending=written_out)
+                swapped = self._compare_and_swap(head, new_head, written_out or ())
+            finally:
+                for fd in written_out or ():
+                    os.close(fd)
+        if pipelined:
+            swapped = self._compare_and_swap(head, new_head)
+        if not swapped:
             return None
         if indexed:
             for sha, entry in entries:
@@ -994,14 +1004,18 @@ class GitStore:
             parent_commit = commit
         return envelopes, parent_commit, entries
 
-    def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
+    def _write_objects(
+        self, objects: Sequence[RawObject], *, batch: bool, pending: list[int] | None = None
+    ) -> None:
         """Write ``objects``: one pack for a batch, loose objects otherwise.
 
         With the ``fsync`` method they are durable when this returns; with ``writeout`` they
-        are on the device (its cache flushed by :meth:`_swap_ref`'s directory fsync); with
-        ``syncfs`` they are flushed by the compare-and-swap that makes them reachable
-        (:meth:`_swap_ref`), before the ref moves. An object that is already packed may be written loose again (a shared
-        artifact); the next pack merge keeps one copy."""
+        are on the device (its cache flushed by :meth:`_swap_ref`'s directory fsync), or, given
+        ``pending``, their write-out started and their open descriptors appended there (see
+        :func:`perfledger.ledger.gitobj.write_loose`); with ``syncfs`` they are flushed by the
+        compare-and-swap that makes them reachable (:meth:`_swap_ref`), before the ref moves.
+        An object that is already packed may be written loose again (a shared artifact); the
+        next pack merge keeps one copy."""
         if batch:
             write_pack(os.path.join(self._objects_dir, "pack"), objects, fsync=self._fsync_packs)
         else:
@@ -1011,9 +1025,12 @@ class GitStore:
                 fsync=self._fsync_each,
                 writeout=self._writeout,
                 pool=self.loose_pool,
+                pending=pending,
             )
 
-    def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
+    def _swap_ref(
+        self, expected: bytes | None, new: bytes, written_out: Sequence[int] = ()
+    ) -> bool:
         """Compare-and-swap the ledger ref durably; False when it no longer holds ``expected``.
 
         Order: lock and write the new value; flush (``syncfs``: every object written so far and
@@ -1022,7 +1039,8 @@ class GitStore:
         rename the lock over the ref; fsync the ref's directory (the rename, and under
         ``writeout`` the journal and the device cache with everything before it). A crash at
         any point leaves the old value or the new one, and the new one only once everything it
-        points to is on disk (:mod:`perfledger.ledger.durable`).
+        points to is on disk (:mod:`perfledger.ledger.durable`). ``written_out``: descriptors
+        of objects whose write-out has started, waited for with the lock's (``writeout``).
         Raises: RefLocked when another writer holds the ref's lock; OSError from the filesystem.
         """
         held = lock_ref(
@@ -1033,6 +1051,7 @@ class GitStore:
             fsync=self._fsync_each,
             writeout=self._writeout,
             spare=self._spare_ref_path,
+            written_out=written_out,
         )
         if held is None:
             return False
@@ -1078,13 +1097,15 @@ class GitStore:
             self._lock_depth = 0
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
+    def _compare_and_swap(
+        self, expected: bytes, new: bytes, written_out: Sequence[int] = ()
+    ) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
         lost race. A ref lock file older than :data:`STALE_LOCK_S` (a killed writer's) is
-        removed and the swap tried again."""
+        removed and the swap tried again. ``written_out``: see :meth:`_swap_ref`."""
         with self._append_lock():
             try:
-                return self._swap_ref(expected, new)
+                return self._swap_ref(expected, new, written_out)
             except RefLocked:
                 pass
             lock = os.path.join(self.controldir, os.fsdecode(LEDGER_REF)) + ".lock"
@@ -1101,7 +1122,7 @@ class GitStore:
             except FileNotFoundError:
                 pass  # released meanwhile
             try:
-                return self._swap_ref(expected, new)
+                return self._swap_ref(expected, new, written_out)
             except RefLocked:
                 return False
 
