@@ -172,3 +172,28 @@ def test_the_pool_is_bounded_and_large_files_are_deleted(
     pool.retire([(str(f), 10) for f in files[3:]])  # the pool is full: deleted
     assert not any(f.exists() for f in files)
     assert len(list((tmp_path / "derived" / loosepool.POOL_DIR).iterdir())) == 1
+
+
+def test_a_loose_file_holding_another_object_is_moved_aside_and_the_rest_packed(
+    tmp_path: Path,
+) -> None:
+    """What a power loss can leave under ``writeout`` or ``syncfs``: a spare renamed to a new
+    object's name whose new content never reached the disk (it still holds the old object).
+    No ref reaches it; packing moves it aside instead of failing forever."""
+    path = tmp_path / "l.git"
+    with Ledger.init(path, actor="t") as ledger:
+        for i in range(3):
+            _note(ledger, i)
+        loose = _loose_files(path)
+        victim = sorted(loose)[0]
+        stale_name = "ab" * 20  # no such object
+        stale = path / "objects" / stale_name[:2] / stale_name[2:]
+        stale.parent.mkdir(exist_ok=True)
+        stale.write_bytes(Path(victim).read_bytes())
+        packed = packing.pack_loose(ledger.store)
+        assert packed == len(loose)
+        assert not stale.exists()
+        assert (path / "perfledger" / packing.CORRUPT_LOOSE_DIR / stale_name).exists()
+        assert _loose_files(path) == {}
+        assert ledger.verify().ok
+    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from perfledger.errors import IntegrityError
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
 from perfledger.ledger.reader import read_loose
@@ -39,6 +41,8 @@ if TYPE_CHECKING:  # dulwich is imported where packing runs: appends that do not
     from dulwich.pack import Pack, UnpackedObject
 
     from perfledger.ledger.store import GitStore
+
+_log = logging.getLogger(__name__)
 
 #: Loose objects one writer leaves before it packs them (about 1,000 events).
 LOOSE_PACK_THRESHOLD = 3000
@@ -101,12 +105,13 @@ def pack_loose(
     housekeeping thread (:meth:`GitStore.run_in_background`) after this returns; otherwise
     before.
 
-    Raises: IntegrityError for a corrupt loose object (nothing is packed or deleted).
+    A corrupt loose object is moved aside (see :func:`_loose_objects`), not packed.
     """
     objects_dir = store._objects_dir
     objects: list[RawObject] = []
     files: list[tuple[str, int]] = []  # (loose file, an upper bound of its size in bytes)
-    for path, sha, found in _loose_objects(objects_dir, known or {}):
+    corrupt_dir = os.path.join(store.derived_dir, CORRUPT_LOOSE_DIR)
+    for path, sha, found in _loose_objects(objects_dir, known or {}, corrupt_dir):
         obj = found if isinstance(found, RawObject) else RawObject(*found, sha.hex().encode())
         objects.append(obj)
         # the raw size bounds the file's (stored or deflated) size from above, give or take
@@ -127,12 +132,22 @@ def pack_loose(
 _HEX_NAME = re.compile(r"[0-9a-f]{2}|[0-9a-f]{38}")
 
 
+#: Directory (under the derived directory) where corrupt loose object files are moved.
+CORRUPT_LOOSE_DIR = "corrupt-loose"
+
+
 def _loose_objects(
-    objects_dir: str, known: Mapping[bytes, RawObject]
+    objects_dir: str, known: Mapping[bytes, RawObject], corrupt_dir: str
 ) -> Iterator[tuple[str, bytes, RawObject | tuple[int, bytes]]]:
     """Yield (path, binary sha, the object from ``known`` or its (type number, content) read
     back) for every loose object under ``objects_dir``; a file that disappears meanwhile
-    (packed by another writer) is skipped."""
+    (packed by another writer) is skipped.
+
+    A file that does not hold the object it is named after is moved into ``corrupt_dir`` (kept
+    as evidence) with a warning, and the rest is packed: a power loss between renaming a
+    rewritten loose file into place and its data reaching the disk leaves such a file, which
+    no ref can reach (refs move only after their objects are durable). Were one reachable
+    (tampering), ``verify`` reports its event either way."""
     try:
         fanout = os.listdir(objects_dir)
     except FileNotFoundError:
@@ -154,7 +169,14 @@ def _loose_objects(
             if mine is not None:
                 yield path, sha, mine
                 continue
-            found = read_loose(objects_dir, sha)
+            try:
+                found = read_loose(objects_dir, sha)
+            except IntegrityError as exc:
+                os.makedirs(corrupt_dir, exist_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(path, os.path.join(corrupt_dir, prefix + name))
+                    _log.warning("%s; moved to %s", exc, corrupt_dir)
+                continue
             if found is not None:
                 yield path, sha, found
 
