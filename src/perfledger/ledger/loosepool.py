@@ -82,7 +82,7 @@ class LoosePool:
     def take(self) -> str | None:
         """Return the path of a spare file that only this writer may rewrite, or None when
         none is ready (the caller creates a new file). The caller rewrites it whole
-        (``pwrite`` then ``ftruncate``) and renames it away."""
+        (``pwrite`` then ``ftruncate``), renames it away, then calls :meth:`settle`."""
         if not self._names and not self._claim():
             return None
         return self._held_path + self._names.pop()

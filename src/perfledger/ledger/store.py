@@ -266,7 +266,7 @@ class GitStore:
             raise BadRequest(
                 f"{self.path}: {exc}",
                 hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
-                "'syncfs' or 'fsync'",
+                "'writeout', 'syncfs' or 'fsync'",
             ) from None
 
     @property
