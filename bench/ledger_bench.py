@@ -867,12 +867,23 @@ def _git_commits(git: Callable[..., str], n: int) -> None:
 # --------------------------------------------------------------------------- the run
 
 
+def cpu_check_ms() -> float:
+    """Milliseconds a fixed pure-Python loop (1,000,000 additions) takes now: how fast the
+    host lets this machine's CPU run at this moment."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(1_000_000):
+        total += i
+    return round((time.perf_counter() - started) * 1e3, 1)
+
+
 def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     from perfledger import __version__
 
     def checkpoint() -> None:
         """Write the figures so far (a killed run keeps what it measured)."""
         figures["config"]["loadavg_1m"].append(round(os.getloadavg()[0], 2))
+        figures["config"]["cpu_check_ms"].append(cpu_check_ms())
         if args.json_out:
             with open(args.json_out, "w") as f:
                 json.dump(figures, f, indent=2, default=str)
@@ -893,6 +904,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             # Other work on the machine skews every figure: the 1-minute load average is
             # recorded at the start and at each checkpoint.
             "loadavg_1m": [round(os.getloadavg()[0], 2)],
+            # This is a virtual machine whose CPUs the host may slow down (the same loop took
+            # from ~0.7 s to ~3 s per 10 million iterations within one session): a fixed loop is
+            # timed at the start and at each checkpoint, so runs can be compared.
+            "cpu_check_ms": [cpu_check_ms()],
         }
     }
     workdir = args.workdir or tempfile.mkdtemp(prefix="plbench-")
@@ -1055,6 +1070,12 @@ def render(figures: dict[str, Any], console: Any) -> None:
         + ", ".join(f"{x:.1f}" for x in cfg.get("loadavg_1m", []))
         + f" (on {os.cpu_count()} CPUs: above that, wall figures include waiting for a CPU)"
     )
+    if cfg.get("cpu_check_ms"):
+        console.print(
+            "CPU check, a fixed 1,000,000-iteration Python loop at the checkpoints: "
+            + ", ".join(f"{x:.0f} ms" for x in cfg["cpu_check_ms"])
+            + " (the host's speed for this run: the higher, the slower every figure)"
+        )
     v = verdicts(figures)
 
     def mark(key: str) -> str:
