@@ -214,6 +214,7 @@ class GitStore:
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
         self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
+        self._ref_dir = os.path.dirname(self._ref_path)
         # Derived index of the commits reachable from self._indexed_head.
         # Every commit read or written (structure only; may include unmerged branches) ...
         self._commits: dict[bytes, _IndexEntry] = {}
@@ -813,7 +814,9 @@ class GitStore:
             objects: list[RawObject] = []
             batch = True
         else:
-            envelopes, objects, new_head, entries = self._build_chain(head, drafts)
+            envelopes, objects, new_head, entries = self._build_chain(
+                head, drafts, view.event_heads, view.lamport
+            )
             batch = len(drafts) >= PACK_BATCH_THRESHOLD
             # ``writeout``: the loose objects' write-out is waited for together with the ref
             # lock's, once the lock is taken (their descriptors stay open until then)
@@ -921,10 +924,19 @@ class GitStore:
         return found
 
     def _build_chain(
-        self, head: bytes, drafts: list[EventDraft]
+        self,
+        head: bytes,
+        drafts: list[EventDraft],
+        parents: tuple[str, ...] | None = None,
+        lamport: int | None = None,
     ) -> tuple[list[Envelope], list[RawObject], bytes, list[tuple[bytes, _IndexEntry]]]:
-        parents = self._event_heads(head)
-        lamport = self._lamport_of(head)
+        """Build the envelopes and git objects of ``drafts`` chained on commit ``head``, whose
+        event heads and Lamport clock are ``parents`` and ``lamport`` (looked up when None).
+        Returns (envelopes, objects, the last commit, index entries)."""
+        if parents is None:
+            parents = self._event_heads(head)
+        if lamport is None:
+            lamport = self._lamport_of(head)
         parent_commit = head
         envelopes: list[Envelope] = []
         objects: list[RawObject] = []
@@ -1067,7 +1079,7 @@ class GitStore:
         # the rename is a change of the ref's directory: flushing that directory makes it
         # durable (a second syncfs would also write back every unrelated dirty page of the
         # filesystem: 2-4 ms per append while other processes wrote, against ~0.3 ms)
-        fsync_dir(os.path.dirname(held.path))
+        fsync_dir(self._ref_dir)
         return True
 
     @contextlib.contextmanager
