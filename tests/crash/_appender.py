@@ -19,6 +19,9 @@ after each phase: ``append+``/``append-``, ``write+``/``write-`` (objects), ``ca
 (geometric pack merge), ``pre <head>`` (the head an append starts on). After a kill, the markers
 still open tell the parent which phase the kill landed in.
 
+``--cas-delay S`` holds the ref's lock S seconds longer (after writing the new value into it),
+so that a kill aimed at the compare-and-swap lands inside it.
+
 ``--crash-at POINT`` makes the child SIGKILL itself the ``--crash-after``-th time it reaches POINT:
 
 - ``before_cas``: objects written, ref not moved yet;
@@ -50,6 +53,7 @@ import zlib
 
 import perfledger.ledger.loosepool as loosepool
 import perfledger.ledger.packing as packing
+import perfledger.ledger.store as store_module
 from perfledger.api import Ledger
 from perfledger.ledger.base import Artifact, EventDraft
 from perfledger.ledger.store import GitStore
@@ -200,6 +204,18 @@ class Child:
             ):
                 child.point("mid_merge")
 
+        if self.args.cas_delay:
+            # hold the ref's lock a little longer (new value written, not yet flushed or
+            # renamed), so that a kill aimed at the compare-and-swap lands inside it
+            real_lock_ref = store_module.lock_ref
+
+            def lock_ref(*args, **kwargs):  # type: ignore[no-untyped-def]
+                held = real_lock_ref(*args, **kwargs)
+                time.sleep(self.args.cas_delay)
+                return held
+
+            store_module.lock_ref = lock_ref
+
         GitStore._write_objects = write_objects  # type: ignore[method-assign]
         GitStore._compare_and_swap = compare_and_swap  # type: ignore[method-assign]
         packing.pack_loose = pack_loose
@@ -317,6 +333,7 @@ def main() -> int:
     p.add_argument("--max-appends", type=int)
     p.add_argument("--stop-file")
     p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--cas-delay", type=float, default=0.0, help="seconds the ref lock is held")
     return Child(p.parse_args()).run()
 
 
