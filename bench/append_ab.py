@@ -1,13 +1,15 @@
-"""Single durable appends of two source trees, alternated in one run (an A/B comparison).
+"""Durable appends of two source trees, alternated in one run (an A/B comparison).
 
 Why: this machine's speed varies a lot over a session (the host slows its CPUs, and the disk,
 an ext4 mounted with ``discard``, is slower for seconds after files are deleted), so figures
 from different runs of ``ledger_bench.py`` compare badly. Here the same workload, the bench's
 ``pl_single`` (``Ledger.append`` of 2,000 ``NoteRecorded`` events on a fresh ledger), runs in a
-fresh process for each tree in turn, ``--runs`` times, with the bench's CPU check before each
+fresh process for each tree in turn (``--workload batched``: the bench's ``pl_batched``,
+batches of 1,000), ``--runs`` times, with the bench's CPU check before each
 run, and the medians are compared.
 
-Usage: ``python bench/single_append_ab.py --a OLD_TREE --b NEW_TREE --workdir DIR [--runs 5]``
+Usage: ``python bench/append_ab.py --a OLD_TREE --b NEW_TREE --workdir DIR [--runs 5]
+[--workload single|batched] [--events N]``
 where each tree is a checkout of perfledger (its ``src/`` is put first on ``sys.path``; a
 ``git worktree add`` of an older commit, say). Prints one line per run, then the medians and
 the ratio B/A.
@@ -32,13 +34,15 @@ import ledger_bench as lb
 import perfledger
 assert perfledger.__file__.startswith(os.path.join(sys.argv[1], "src")), perfledger.__file__
 check = lb.cpu_check_ms()
-result = lb.pl_single(sys.argv[3], int(sys.argv[4]))
+run = lb.pl_single if sys.argv[5] == "single" else lb.pl_batched
+result = run(sys.argv[3], int(sys.argv[4]))
 print(json.dumps({"eps": result["eps"], "cpu_eps": result["cpu_eps"], "cpu_check_ms": check}))
 """
 
 
-def run_one(tree: str, workdir: str, events: int) -> dict[str, float]:
-    """One fresh process appending ``events`` single events with ``tree``'s perfledger."""
+def run_one(tree: str, workdir: str, events: int, workload: str) -> dict[str, float]:
+    """One fresh process appending ``events`` events (``workload``: ``single`` appends or
+    ``batched``, batches of 1,000) with ``tree``'s perfledger."""
     target = tempfile.mkdtemp(prefix="ab-", dir=workdir)
     bench_dir = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run(
@@ -66,11 +70,14 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="where the ledgers are made (kept)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--workload", choices=["single", "batched"], default="single")
     parser.add_argument("--pause", type=float, default=5.0, help="seconds between runs")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    print(f"A = {args.a}\nB = {args.b}\n{args.events:,} single appends per run, alternated")
+    print(
+        f"A = {args.a}\nB = {args.b}\n{args.events:,} {args.workload} appends per run, alternated"
+    )
     for i in range(args.runs):
         for name, tree in (
             (("A", args.a), ("B", args.b))
@@ -80,7 +87,7 @@ def main() -> None:
                 ("A", args.a),
             )
         ):
-            r = run_one(tree, args.workdir, args.events)
+            r = run_one(tree, args.workdir, args.events, args.workload)
             results[name].append(r)
             print(
                 f"run {i + 1} {name}: {r['eps']:7.0f} events/s  {r['cpu_eps']:7.0f} per CPU-s  "
