@@ -54,6 +54,7 @@ def run_one(tree: str, workdir: str, events: int, workload: str) -> dict[str, fl
             bench_dir,
             target + "/l",
             str(events),
+            workload,
         ],
         check=True,
         capture_output=True,

@@ -53,3 +53,38 @@ def test_bench_quick_runs_and_prints_the_tables(tmp_path: Path) -> None:
         "warm_state_s",
         "cli_log_s",
     }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", ["single", "batched"])
+def test_append_ab_alternates_two_trees_and_prints_the_ratio(tmp_path: Path, workload: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    events = "30" if workload == "single" else "2000"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "bench" / "append_ab.py"),
+            "--a",
+            str(root),
+            "--b",
+            str(root),
+            "--workdir",
+            str(tmp_path),
+            "--runs",
+            "1",
+            "--events",
+            events,
+            "--pause",
+            "0",
+            "--workload",
+            workload,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("run 1 A:") for line in lines)
+    assert any(line.startswith("run 1 B:") for line in lines)
+    assert lines[-1].startswith("B / A: ")
