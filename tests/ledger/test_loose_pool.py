@@ -55,7 +55,7 @@ def test_packed_loose_files_are_pooled_then_rewritten_as_new_objects(
         ids += [_note(ledger, i) for i in range(12)]  # 36+ loose objects: packed at 30
         ledger.store.wait_background()
         pooled = _pool_inodes(path)
-        assert len(pooled) >= 30
+        assert len(pooled) >= 20  # 33 retired, some maybe rewritten already (no quarantine)
         assert not set(_loose_files(path).values()) & pooled
         ids += [_note(ledger, i) for i in range(12, 18)]
         rewritten = set(_loose_files(path).values()) & pooled
