@@ -49,6 +49,11 @@ class BadRequest(PerfledgerError):
     exit_code = 2
 
 
+class AmbiguousId(BadRequest):
+    """An id prefix names several events (exit 2, code ``bad_request``): the caller must give
+    more characters, and no other reading of the prefix (a commit sha) is tried."""
+
+
 class NotALedger(BadRequest):
     """The path given (or discovered) is not a perfledger ledger (exit 2)."""
 

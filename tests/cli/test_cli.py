@@ -21,6 +21,7 @@ import pytest
 
 import perfledger
 from perfledger.api import Ledger
+from perfledger.errors import AmbiguousId
 from perfledger.ledger.base import EventDraft
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -212,9 +213,11 @@ def test_show_unknown_or_too_short_prefix_exits_2(
 
 
 def test_show_ambiguous_prefix_exits_2(tmp_path: Path, cli: Cli, parse_json: ParseJson) -> None:
-    """A 4-character prefix shared by two events is ambiguous: exit 2; a longer prefix that
-    tells them apart shows one. (1,500 events make a shared 4-hex prefix a near certainty:
-    the chance of none is about 4e-8.)"""
+    """A 4-character prefix shared by two events is ambiguous: exit 2, even when it also
+    starts exactly one commit's sha (``show`` never reads an ambiguous event prefix as a commit:
+    with 1,501 commits that happened to about 2 % of runs); a longer prefix that tells them
+    apart shows one. (1,500 events make a shared 4-hex prefix a near certainty: the chance of
+    none is about 4e-8.)"""
     path = tmp_path / "many.git"
     with Ledger.init(path, actor="alice") as ledger:
         ledger.append_batch(
@@ -227,6 +230,22 @@ def test_show_ambiguous_prefix_exits_2(tmp_path: Path, cli: Cli, parse_json: Par
     prefix, clash = next((p, v) for p, v in sorted(by_prefix.items()) if len(v) > 1)
     proc = cli("--ledger", path, "show", prefix)
     assert proc.returncode == 2 and "ambiguous" in proc.stderr and prefix in proc.stderr
+    # every ambiguous event prefix, whatever the commit shas: never shown as a commit's event
+    with Ledger.open(path) as ledger:
+        for ambiguous in (p for p, v in by_prefix.items() if len(v) > 1):
+            with pytest.raises(AmbiguousId):
+                ledger.get(ambiguous)
+    commits = subprocess.run(
+        ["git", "rev-list", "refs/heads/ledger"],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for ambiguous in (p for p, v in by_prefix.items() if len(v) > 1):
+        if sum(c.startswith(ambiguous) for c in commits) == 1:  # the case that was misread
+            misread = cli("--ledger", path, "show", ambiguous)
+            assert misread.returncode == 2 and "ambiguous" in misread.stderr
     error = _assert_json_error(
         cli("--ledger", path, "--json", "show", prefix), parse_json, "bad_request"
     )

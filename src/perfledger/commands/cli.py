@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from perfledger import __version__
-from perfledger.errors import BadRequest, PerfledgerError
+from perfledger.errors import AmbiguousId, BadRequest, PerfledgerError
 
 
 class Context:
@@ -241,6 +241,8 @@ def show(event_id: str, json_flag: bool) -> None:
             event_id = ledger.log(1)[0].event_id
         try:
             envelope = ledger.get(event_id)
+        except AmbiguousId:
+            raise  # several events: never read as a commit sha instead
         except BadRequest as exc:
             from perfledger.commands.commit_lookup import find_commit
 

@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 import blake3
 import msgspec
 
-from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, NotALedger
+from perfledger.errors import (
+    AmbiguousId,
+    BadRequest,
+    ConcurrentAppend,
+    IntegrityError,
+    NotALedger,
+)
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import LedgerInitialized, validate_payload
 from perfledger.ledger.base import (
@@ -537,8 +543,9 @@ class GitStore:
             if len(matches) == 1:
                 return self._by_event[matches[0]]
             if len(matches) > 1:
-                raise BadRequest(
-                    f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)"
+                raise AmbiguousId(
+                    f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)",
+                    hint="give more characters of the event id",
                 )
         if len(event_id) < 4:
             raise BadRequest(
