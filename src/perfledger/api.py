@@ -468,6 +468,8 @@ def _refuse_decision_kinds(kinds: Sequence[str]) -> None:
     """BadRequest when a workflow decision would bypass its decider (the rules R1-R18)."""
     from perfledger.events.workflow import DECISION_KINDS
 
+    if DECISION_KINDS.isdisjoint(kinds):
+        return
     decided = sorted(set(kinds) & DECISION_KINDS)
     if decided:
         raise BadRequest(

@@ -182,14 +182,18 @@ class Child:
         real_replace = os.replace
         match = self.args.crash_match
 
-        def replace(src, dst):  # type: ignore[no-untyped-def]
+        def replace(src, dst, **kwargs):  # type: ignore[no-untyped-def]
             # Files are written (and, with the fsync method, fsynced) before they are renamed
             # into place, so a kill here leaves the temporary/lock file behind, whatever names
             # the store uses for it and whichever durability method it runs.
             if self.args.crash_at in ("in_ref_lock", "in_loose_write"):
                 name = os.fsdecode(src)
                 parent = os.path.dirname(os.fsdecode(dst))
-                if name.endswith(os.path.join("refs", "heads", "ledger.lock")):
+                # the ref's lock is renamed by path, or by name inside the ref's directory
+                # held open (``src_dir_fd``)
+                if name.endswith(os.path.join("refs", "heads", "ledger.lock")) or (
+                    name == "ledger.lock" and kwargs.get("src_dir_fd") is not None
+                ):
                     child.point("in_ref_lock")
                 elif os.path.basename(os.path.dirname(parent)) == "objects" and (
                     len(os.path.basename(parent)) == 2
@@ -197,7 +201,7 @@ class Child:
                     sha = _loose_sha(name)
                     if sha is not None and (match is None or sha.startswith(match)):
                         child.point("in_loose_write")
-            real_replace(src, dst)
+            real_replace(src, dst, **kwargs)
             # a merge retires each merged-away pack by moving its index, then its data, out
             if os.fsdecode(dst).endswith(".pack") and (
                 os.path.basename(os.path.dirname(os.fsdecode(dst))) == packing.RETIRED_PACKS_DIR

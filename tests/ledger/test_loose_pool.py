@@ -134,6 +134,27 @@ def test_a_batch_held_by_a_live_writer_is_left_and_a_dead_writers_is_adopted(
     assert list(root.iterdir()) == []
 
 
+def test_a_new_batch_is_left_to_its_writer_until_it_is_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retiring writer makes its batch as ``new-*`` and locks it before naming it ``fill-*``:
+    a claimer must not adopt the unlocked ``new-*`` meanwhile (it did, with no quarantine, and
+    the writer's files then stayed loose), but does adopt one left by a killed writer."""
+    monkeypatch.setattr(loosepool, "_LOOK_EVERY_S", 0.0)
+    monkeypatch.setattr(loosepool, "QUARANTINE_S", 0.0)
+    root = tmp_path / loosepool.POOL_DIR
+    batch = _make_batch(root, "new-other", 2)
+    os.utime(batch)  # made just now
+    pool = LoosePool(str(tmp_path))
+    assert pool.take() is None  # unlocked, but young: its writer may be about to lock it
+    assert batch.exists()
+    old = time.time() - loosepool.NEW_ORPHAN_S - 1
+    os.utime(batch, (old, old))
+    taken = [pool.take() for _ in range(2)]
+    assert all(t is not None and "held-" in t for t in taken)
+    assert not batch.exists()
+
+
 def test_two_pools_never_take_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -210,3 +210,35 @@ def test_writeout_appends_leave_no_descriptor_open(
         assert len(list(fd_dir.iterdir())) == before
         assert ledger.verify().ok
     assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0
+
+
+def test_ref_directory_made_again_while_open_is_followed(tmp_path: Path) -> None:
+    """A writer keeps the ref's directory open and renames the ref's lock inside it, so that
+    fsyncing that descriptor makes the rename durable. When ``refs/heads`` is removed and made
+    again meanwhile (by hand, or a tool), the rename is made by path in the new directory,
+    that directory fsynced and reopened: no append goes to, or is flushed through, the old one."""
+    path = tmp_path / "l.git"
+    with Ledger.init(path, actor="t") as ledger:
+        ledger.append("NoteRecorded", {"text": "before", "tags": []}, actor="t")
+        store = ledger.store
+        old_fd = store._ref_dir_fd
+        assert old_fd is not None
+        heads = path / "refs" / "heads"
+        moved = path / "refs" / "heads-old"
+        heads.rename(moved)
+        heads.mkdir()
+        (heads / "ledger").write_bytes((moved / "ledger").read_bytes())
+        for f in moved.iterdir():
+            f.unlink()
+        moved.rmdir()
+        after = ledger.append("NoteRecorded", {"text": "after", "tags": []}, actor="t")
+        assert read_ref(str(path), REF) == ledger.head().encode()
+        assert store._ref_dir_fd is None  # reopened at the next append
+        ledger.append("NoteRecorded", {"text": "again", "tags": []}, actor="t")
+        fd = store._ref_dir_fd
+        assert fd is not None
+        st = os.fstat(fd)
+        assert (st.st_dev, st.st_ino) == (heads.stat().st_dev, heads.stat().st_ino)
+        assert ledger.get(after.id).id == after.id
+        assert ledger.verify().ok
+    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0

@@ -13,6 +13,9 @@ pool.
 Layout, under the derived directory (inside the git directory, which git ignores):
 ``loose-pool/`` holds batches, each a directory of files:
 
+- ``new-<token>``: just made by :meth:`LoosePool.retire`, renamed ``fill-*`` once its writer
+  holds the directory's ``flock`` (a ``new-*`` directory older than :data:`NEW_ORPHAN_S` was
+  left by a writer killed in between, and is adopted like the others);
 - ``fill-<token>``: being filled by :meth:`LoosePool.retire`, whose writer holds an exclusive
   ``flock`` on the directory; renamed ``ready-*`` when complete;
 - ``ready-<time_ns>-<token>``: retired files, reused :data:`QUARANTINE_S` after ``time_ns``;
@@ -52,6 +55,9 @@ QUARANTINE_S = 1.0
 MAX_BATCHES = 3
 #: Files larger than this (an artifact's blob) are deleted rather than pooled, bytes.
 MAX_FILE_BYTES = 16 * 1024
+#: Seconds after which a ``new-*`` batch, whose writer had not locked it yet, counts as left by
+#: a killed writer.
+NEW_ORPHAN_S = 10.0
 #: Seconds between two listings of the pool when it had nothing ready.
 _LOOK_EVERY_S = 0.25
 
@@ -110,7 +116,7 @@ class LoosePool:
                 stamp = rest.partition("-")[0]
                 if stamp.isascii() and stamp.isdigit() and int(stamp) <= ready_before:
                     ready.append((int(stamp), name))
-            elif kind in ("held", "fill"):
+            elif kind in ("held", "fill", "new"):
                 orphans.append(name)
         for name in [n for _, n in sorted(ready)] + orphans:
             if self._adopt(name, orphan=not name.startswith("ready-")):
@@ -126,8 +132,10 @@ class LoosePool:
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if orphan and time.time() - os.fstat(fd).st_mtime < QUARANTINE_S:
-                raise BlockingIOError  # a writer that has just created it and not locked it yet
+            if orphan:
+                young = NEW_ORPHAN_S if name.startswith("new-") else QUARANTINE_S
+                if time.time() - os.fstat(fd).st_mtime < young:
+                    raise BlockingIOError  # a writer that made it and has not locked it yet
             held = os.path.join(self.root, f"held-{_token()}")
             os.rename(path, held)
             names = os.listdir(held)
@@ -196,11 +204,15 @@ class LoosePool:
             _unlink_all(small)
             return
         token = _token()
+        made = os.path.join(self.root, f"new-{token}")
         fill = os.path.join(self.root, f"fill-{token}")
-        os.mkdir(fill)
-        fd = os.open(fill, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.mkdir(made)
+        fd = os.open(made, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
+            # locked before it is named fill-*: a claimer never sees a fill-* batch unlocked
+            # while its writer lives (a new-* one it leaves alone for NEW_ORPHAN_S)
             fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(made, fill)
             prefix = fill + os.sep
             for i, path in enumerate(small):
                 try:

@@ -88,9 +88,16 @@ class RefLock:
         #: the spare name that the ref's current file takes at :meth:`commit`, when missing
         self.adopt = adopt
 
-    def commit(self) -> None:
+    def commit(self, dir_fd: int | None = None) -> bool:
         """Rename the lock over the ref (atomic), keeping the ref's old file as a spare.
 
+        Args:
+            dir_fd: a descriptor open on the ref's directory, kept by the caller: the rename is
+                then made inside that very directory (relative names), so that fsyncing the
+                same descriptor makes it durable, and no ``open`` of the directory is needed.
+        Returns: True when the rename went through ``dir_fd``; False when it was made by path
+            because ``dir_fd`` is no longer the ref's directory (it was removed and made again:
+            the caller reopens it) or none was given.
         The rename is durable only after the caller's directory fsync or ``syncfs``.
         Raises: OSError from the filesystem (the lock is removed, the ref left as it was).
         """
@@ -103,7 +110,15 @@ class RefLock:
                     _present_spares.add(adopt)  # a spare already: not tried again
                 except OSError:
                     pass
+            if dir_fd is not None:
+                name = os.path.basename(self.path)
+                try:
+                    os.replace(name + LOCK_SUFFIX, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                    return True
+                except FileNotFoundError:  # a removed directory: the lock is not in it
+                    pass
             os.replace(self.lock, self.path)
+            return False
         except BaseException:
             self.abort()
             raise
