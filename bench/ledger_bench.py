@@ -20,6 +20,10 @@ directly; JSONL with one ``fsync`` per line (batched: one per batch); the git CL
 commit per event (``hash-object -w`` + ``mktree`` + ``commit-tree`` + ``update-ref``,
 ``core.fsync=committed``).
 
+Single appends (every system) and perfledger's batched appends are measured in ``--rounds``
+alternated rounds (3; this machine's speed drifts within minutes) and the median round is
+reported, each round's figure beside it.
+
 "Cold" means no perfledger derived data and a fresh process; the OS page cache is warm (the
 benchmark cannot drop it without root), so cold figures are CPU-bound, not disk-bound.
 
@@ -896,6 +900,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             "events": args.events,
             "big_events": args.big,
             "git_cli_events": args.git_events,
+            "rounds": args.rounds,
             "batch_size": BATCH_SIZE,
             "perfledger": __version__,
             "python": platform.python_version(),
@@ -915,33 +920,47 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
     scratch = tempfile.mkdtemp(prefix="scratch-", dir=workdir)
     figures["config"]["workdir"] = workdir
     try:
-        # ---- appends on fresh stores
-        log(f"perfledger: {args.single:,} single durable appends")
-        figures["pl_single"] = pl_single(os.path.join(scratch, "pl-single"), args.single)
-        log(f"perfledger: {args.batched:,} batched appends")
-        batched = pl_batched(os.path.join(scratch, "pl-batched"), args.batched)
-        batched.pop("head")
-        figures["pl_batched"] = batched
+        # ---- appends on fresh stores, in alternated rounds: this machine's speed drifts
+        # within minutes, so each system's single appends (and perfledger's batched appends)
+        # are measured once per round, and the median round is reported with all of them
+        runs: dict[str, list[dict[str, Any]]] = {key: [] for key in ROUND_FIGURES}
+        for r in range(args.rounds):
+            here = os.path.join(scratch, f"round-{r}")
+            os.makedirs(here)
+            log(
+                f"round {r + 1}/{args.rounds}: {args.single:,} single durable appends "
+                "(perfledger, eventsourcing Application and Recorder, JSONL, the disk's floor); "
+                f"perfledger: {args.batched:,} batched appends"
+            )
+            runs["pl_single"].append(pl_single(os.path.join(here, "pl-single"), args.single))
+            runs["es_app_single"].append(
+                es_app_single(os.path.join(here, "es-app-1.db"), args.single)
+            )
+            runs["es_rec_single"].append(
+                es_rec_single(os.path.join(here, "es-rec-1.db"), args.single)
+            )
+            runs["jsonl_single"].append(jsonl_single(os.path.join(here, "1.jsonl"), args.single))
+            runs["fs_floor"].append(fs_floor(os.path.join(here, "floor"), args.single))
+            batched = pl_batched(os.path.join(here, "pl-batched"), args.batched)
+            batched.pop("head")
+            runs["pl_batched"].append(batched)
+        for key, measured in runs.items():
+            figures[key] = median_round(measured)
         checkpoint()
 
-        log(f"eventsourcing Application/SQLite: {args.single:,} single + {args.events:,} batched")
-        figures["es_app_single"] = es_app_single(os.path.join(scratch, "es-app-1.db"), args.single)
+        log(f"eventsourcing Application/SQLite: {args.events:,} batched")
         es_batched = es_app_batched(os.path.join(scratch, "es-app-n.db"), args.events)
         aggregate_id = es_batched.pop("aggregate_id")
         figures["es_app_batched"] = es_batched
         figures["es_app_replay"] = es_app_replay(os.path.join(scratch, "es-app-n.db"), aggregate_id)
 
         log("eventsourcing ApplicationRecorder/SQLite")
-        figures["es_rec_single"] = es_rec_single(os.path.join(scratch, "es-rec-1.db"), args.single)
         rec_batched = es_rec_batched(os.path.join(scratch, "es-rec-n.db"), args.events)
         originator = rec_batched.pop("originator")
         figures["es_rec_batched"] = rec_batched
         figures["es_rec_replay"] = es_rec_replay(os.path.join(scratch, "es-rec-n.db"), originator)
 
-        log("the disk's floor for a single durable git append with loose objects")
-        figures["fs_floor"] = fs_floor(os.path.join(scratch, "floor"), args.single)
         log("JSONL + fsync")
-        figures["jsonl_single"] = jsonl_single(os.path.join(scratch, "single.jsonl"), args.single)
         figures["jsonl_batched"] = jsonl_batched(os.path.join(scratch, "n.jsonl"), args.events)
         figures["jsonl_replay"] = jsonl_replay(os.path.join(scratch, "n.jsonl"))
         checkpoint()
@@ -1005,6 +1024,26 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     return figures
+
+
+#: Figures measured once per round (``--rounds``), alternated between the systems.
+ROUND_FIGURES = ("pl_single", "es_app_single", "es_rec_single", "jsonl_single", "fs_floor")
+ROUND_FIGURES += ("pl_batched",)
+
+
+def median_round(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median wall rate (the lower middle one of an even count), with every
+    round's wall rate in ``rounds_eps`` (events/s, in the order measured)."""
+    ranked = sorted(measured, key=lambda fig: fig["eps"])
+    return {**ranked[(len(ranked) - 1) // 2], "rounds_eps": [fig["eps"] for fig in measured]}
+
+
+def _rounds(fig: dict[str, Any]) -> str:
+    """'median of N rounds: a, b, c ev/s' detail of a figure measured in rounds."""
+    eps = fig.get("rounds_eps") or []
+    if len(eps) < 2:
+        return ""
+    return f"median of {len(eps)} rounds: " + ", ".join(f"{x:,.0f}" for x in eps) + " ev/s; "
 
 
 def _big_meta_ok(path: str) -> bool:
@@ -1095,7 +1134,8 @@ def render(figures: dict[str, Any], console: Any) -> None:
         _eps(single["eps"]),
         goal("single_append_eps"),
         mark("single_append_eps"),
-        f"{1e3 / single['eps']:.2f} ms/append; {_cpu(single)}; after: {single['pack_stats']}",
+        f"{_rounds(single)}{1e3 / single['eps']:.2f} ms/append; {_cpu(single)}; "
+        f"after: {single['pack_stats']}",
     )
     floor = figures.get("fs_floor")
     if floor is not None:
@@ -1104,7 +1144,8 @@ def render(figures: dict[str, Any], console: Any) -> None:
             _eps(floor["eps"]),
             "-",
             "-",
-            f"{1e3 / floor['eps']:.2f} ms: perfledger's system calls without its Python work "
+            f"{_rounds(floor)}{1e3 / floor['eps']:.2f} ms: perfledger's system calls without "
+            "its Python work "
             f"({floor.get('method', 'syncfs')}: 3 loose object files, spares after the first "
             f"1,000, ref via the spare file that is not the ref, rename, fsync(dir)); "
             f"{_cpu(floor)}",
@@ -1114,7 +1155,7 @@ def render(figures: dict[str, Any], console: Any) -> None:
         _eps(batched["eps"]),
         goal("batch_append_eps"),
         mark("batch_append_eps"),
-        f"{_cpu(batched)}; after: {batched['pack_stats']}",
+        f"{_rounds(batched)}{_cpu(batched)}; after: {batched['pack_stats']}",
     )
     cold = figures["pl_cold_verify"]
     goals.add_row(
@@ -1294,6 +1335,12 @@ def render(figures: dict[str, Any], console: Any) -> None:
     es_mode = figures.get("es_app_single", {}).get("sqlite")
     if es_mode:
         console.print(f"eventsourcing SQLite settings: {es_mode}")
+    if cfg.get("rounds", 1) > 1:
+        console.print(
+            f"note: single appends (every system) and perfledger's batched appends: the median of "
+            f"{cfg['rounds']} alternated rounds (perfledger's rounds in the goals table, every "
+            "round in the --json file); the references' batched appends and replays: one run."
+        )
     if cfg["batched_events"] != n:
         console.print(
             f"note: perfledger's batched appends are measured on a fresh ledger of "
@@ -1315,6 +1362,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--single", type=int, default=None, help="single appends (2,000)")
     parser.add_argument("--batched", type=int, default=None, help="batched appends (20,000)")
     parser.add_argument("--git-events", type=int, default=None, help="git CLI commits (300)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="alternated rounds of the single-append figures and of perfledger's batched "
+        "appends; the median round is reported (3)",
+    )
     parser.add_argument("--warm-runs", type=int, default=None, help="warm state loads (9)")
     parser.add_argument("--cli-runs", type=int, default=None, help="CLI runs per median (5)")
     parser.add_argument("--big-timeout", type=float, default=1800, help="big verify limit, s")
@@ -1337,6 +1391,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "single": 50 if quick else 2_000,
         "batched": 2_000 if quick else 20_000,
         "git_events": 10 if quick else 300,
+        "rounds": 1 if quick else 3,
         "warm_runs": 5 if quick else 9,
         "cli_runs": 3 if quick else 5,
     }
