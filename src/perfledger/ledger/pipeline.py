@@ -213,8 +213,10 @@ def _child(read_fd: int, write_fd: int) -> int:
     commits: list[bytes] = []
     parent = b""
     pack_dir, fsync, failure = "", False, ""
-    # what writing the first pack imports (dulwich's GitFile, numpy): before any batch waits
+    # what writing the first pack imports (dulwich's GitFile, numpy for the index encoder):
+    # before any batch waits
     import dulwich.file  # noqa: F401
+    import numpy  # noqa: F401
 
     import perfledger.ledger.packindex  # noqa: F401
 
