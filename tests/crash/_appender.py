@@ -19,6 +19,11 @@ after each phase: ``append+``/``append-``, ``write+``/``write-`` (objects), ``ca
 (geometric pack merge), ``pre <head>`` (the head an append starts on). After a kill, the markers
 still open tell the parent which phase the kill landed in.
 
+``--pack-in-child`` lets the store hand its loose objects to the packing child
+(``perfledger.ledger.store.LOOSE_PACKING_IN_CHILD``, on in production); without it they are
+packed in this process, so that the packing markers and crash points above are reached here.
+The markers and crash points are never taken in the packing child itself.
+
 ``--cas-delay S`` holds the ref's lock S seconds longer (after writing the new value into it),
 so that a kill aimed at the compare-and-swap lands inside it.
 
@@ -82,6 +87,7 @@ def _die() -> None:
 class Child:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.pid = os.getpid()
         self.rng = random.Random(args.seed)
         self.hits = 0
         self.phase_fd = (
@@ -94,10 +100,12 @@ class Child:
     # -- markers and crash points -----------------------------------------------------------
 
     def mark(self, text: str) -> None:
-        if self.phase_fd is not None:
+        if self.phase_fd is not None and os.getpid() == self.pid:
             os.write(self.phase_fd, text.encode() + b"\n")
 
     def point(self, name: str) -> None:
+        if os.getpid() != self.pid:
+            return  # the packing child (forked from this process): not the writer
         if self.args.crash_at == name:
             self.hits += 1
             if self.hits >= self.args.crash_after:
@@ -259,6 +267,7 @@ class Child:
         if args.threshold:
             packing.LOOSE_PACK_THRESHOLD = args.threshold
         loosepool.QUARANTINE_S = 0.0  # spare files rewritten as soon as they are retired
+        store_module.LOOSE_PACKING_IN_CHILD = args.pack_in_child
         if args.crash_at == "mid_loose_delete":
             loosepool.MAX_BATCHES = 0  # a full pool: packed loose files are deleted
         self.instrument()
@@ -337,6 +346,7 @@ def main() -> int:
     p.add_argument("--max-appends", type=int)
     p.add_argument("--stop-file")
     p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--pack-in-child", action="store_true", help="loose packing in the child")
     p.add_argument("--cas-delay", type=float, default=0.0, help="seconds the ref lock is held")
     return Child(p.parse_args()).run()
 

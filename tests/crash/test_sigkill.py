@@ -514,6 +514,45 @@ def test_two_writers_one_repeatedly_killed_survivor_loses_nothing(
     git_fsck_clean(ledger_path)
 
 
+def test_writer_killed_while_its_packing_child_packs_loses_nothing(
+    ledger_path: Path, tmp_path: Path
+) -> None:
+    """A single-append writer hands its loose objects to its packing child (as in production)
+    and is SIGKILLed again and again at random moments, often while the child packs, lists,
+    reads back or moves loose files into the pool of spares: the child dies with it. Nothing
+    acknowledged is lost, every later writer packs and appends, and git finds the repository
+    clean."""
+    rng = random.Random(91)
+    printed: set[str] = set()
+    errors: list[tuple[str, str]] = []
+    writers: dict[str, Writer] = {}
+    head = check_head(ledger_path, None)
+    pooled = 0
+    for k in range(12):
+        writer = Writer(ledger_path, tmp_path, f"c{k:02d}", 3000 + k, "--pack-in-child")
+        writers[writer.name] = writer
+        writer.wait_ready()
+        # about 30-60 loose objects between packings (threshold 30): kill within a few
+        # packings' worth of appends
+        time.sleep(rng.uniform(0.05, 0.6))
+        assert writer.kill() == -signal.SIGKILL, writer.stderr()[-3000:]
+        printed.update(writer.ids())
+        errors.extend((writer.name, e) for e in writer.errors())
+        head = check_head(ledger_path, head)
+        # only loose packing moves files into the pool, and here only the child packs loose
+        pool = ledger_path / "perfledger" / "loose-pool"
+        pooled += (
+            sum(1 for batch in pool.iterdir() for _ in batch.iterdir()) if pool.is_dir() else 0
+        )
+    assert len(printed) > 100, "the writers barely appended: the test proves nothing"
+    assert pooled > 0, "no packing child ever packed loose objects: the test proves nothing"
+    full_verify(ledger_path)
+    check_all_printed_present(ledger_path, printed)
+    printed.add(fresh_append(ledger_path, "after the packing children"))
+    assert not errors, "appends failed:\n" + _describe_errors(errors, writers)
+    git_fsck_clean(ledger_path)
+
+
 # ------------------------------------------------------- debris a killed writer leaves behind
 
 

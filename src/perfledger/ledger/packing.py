@@ -67,6 +67,10 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
     """
     if loose_written < LOOSE_PACK_THRESHOLD and packs_written == 0:
         return loose_written, packs_written
+    if packs_written == 0:  # a single-append writer's loose objects: the packing child's job
+        kept = store.hand_off_loose_packing(loose_written)
+        if kept is not None:
+            return kept, 0
     with _try_lock(store) as locked:
         if not locked:
             return loose_written, packs_written

@@ -42,6 +42,7 @@ from perfledger.errors import (
     ConcurrentAppend,
     IntegrityError,
     NotALedger,
+    PerfledgerError,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import LedgerInitialized, validate_payload
@@ -94,6 +95,9 @@ FORMAT_VERSION = 1
 DERIVED_DIR = "perfledger"
 #: Batches of at least this many events are written as one pack instead of loose objects.
 PACK_BATCH_THRESHOLD = 8
+#: A single-append writer's loose objects are packed by the packing child (ledger/pipeline.py)
+#: where one can be forked; tests that crash the writer inside packing turn this off.
+LOOSE_PACKING_IN_CHILD = True
 #: A ref lock file older than this (seconds) while we hold the append lock is a dead writer's.
 STALE_LOCK_S = 1.0
 _INDEX_FILE = "index-v2.msgpack"
@@ -466,10 +470,51 @@ class GitStore:
         self._background.start()
 
     def wait_background(self) -> None:
-        """Wait for the background housekeeping job, if one runs."""
+        """Wait for the background housekeeping job, if one runs, and for the loose-object
+        packing handed to the packing child (:meth:`hand_off_loose_packing`), if one runs."""
         if self._background is not None:
             self._background.join()
             self._background = None
+        if self._packer is not None:
+            self._note_loose_packing(self._packer.loose_packing_done(wait=True))
+
+    def hand_off_loose_packing(self, loose_written: int) -> int | None:
+        """Have the packing child (:mod:`perfledger.ledger.pipeline`) pack this writer's loose
+        objects, which reached the packing threshold, while appends go on here.
+
+        Args:
+            loose_written: loose objects written since the last packing.
+        Returns: the count to keep: 0 once handed off, ``loose_written`` while the child still
+            packs the previous ones (tried again at a later append); None to pack in this
+            process (no child can be used: not Linux, ``PERFLEDGER_APPEND_FORK=0``,
+            :data:`LOOSE_PACKING_IN_CHILD` off, other threads running, or the child died).
+        """
+        if not LOOSE_PACKING_IN_CHILD or not pipeline_available():
+            return None
+        packer = self._packer
+        if packer is not None and packer.alive():
+            outcome = packer.loose_packing_done(wait=False)
+            if outcome is None and packer.loose_packing_running():
+                return loose_written
+            self._note_loose_packing(outcome)
+        elif not self._packer_ready():
+            return None
+        assert self._packer is not None
+        try:
+            self._packer.start_loose_packing(self.controldir, self._repo_path)
+        except PerfledgerError:
+            return None
+        self._written_loose.clear()
+        return 0
+
+    def _note_loose_packing(self, outcome: tuple[Any, ...] | None) -> None:
+        """Act on the packing child's reply to a loose packing (None: no reply to act on)."""
+        if outcome is None:
+            return
+        if outcome[0] == "failed":  # the objects stay loose: packed by a later try
+            _log.warning("packing the ledger's loose objects failed (will retry): %s", outcome[1])
+        elif outcome[0] == "ok" and self._repo is not None:
+            self._repo.object_store._update_pack_cache()  # dulwich's view: the new pack
 
     def __enter__(self) -> GitStore:
         return self
