@@ -82,3 +82,25 @@ def test_a_guess_that_loses_its_race_pauses_guessing(tmp_path: Path) -> None:
         last = list(ledger.events())[-1]
         assert last.payload.text.startswith("lost the guess")
         assert ledger.verify().ok
+
+
+def test_no_guess_once_this_process_has_read_past_its_last_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer whose index already moved past its last swapped head (it read the other
+    writers' events) reads the ref: stepping its index back to the old head would rebuild the
+    whole index (O(ledger)) for an append that then loses its race anyway."""
+    path = tmp_path / "l.git"
+    with Ledger.init(path, actor="t") as ledger, Ledger.open(path) as other:
+        store = ledger.store
+        store.append(EventDraft("NoteRecorded", {"text": "keyed", "tags": []}, "t", None, "k1"))
+        assert store._index_loaded  # an idempotency key loads the index
+        theirs = other.store.append(_note("theirs"))
+        assert theirs.id in {e.id for e in ledger.events()}  # this process reads past its head
+        rebuilds = []
+        real = store._rebuild
+        monkeypatch.setattr(store, "_rebuild", lambda head: rebuilds.append(head) or real(head))
+        appended = store.append(_note("mine again"))
+        assert list(appended.parents) == [theirs.id]
+        assert rebuilds == []
+        assert ledger.verify().ok

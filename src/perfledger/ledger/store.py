@@ -848,7 +848,10 @@ class GitStore:
         if self._guess_pause:
             self._guess_pause -= 1
             return False
-        return self._last_swapped is not None
+        last = self._last_swapped
+        # an index already moved past that head (a read saw other writers' events) would be
+        # rebuilt from scratch to step back to it: read the ref instead
+        return last is not None and self._indexed_head in (None, last)
 
     def _attempt(self, decide: Decide, *, guess: bool = False) -> list[Envelope] | None:
         """One decide-write-swap round; None when the compare-and-swap lost a race.
