@@ -118,9 +118,10 @@ class PackerProcess:
         self._pending = []
         self._send(("begin", head, pack_dir, fsync))
 
-    def start_loose_packing(self, controldir: str, repo_path: str) -> None:
+    def start_loose_packing(self, controldir: str, derived_dir: str, repo_path: str) -> None:
         """Have the child pack the loose objects of the repository at ``repo_path`` (git dir
-        ``controldir``) into one fsynced pack, move their files into the pool of spares
+        ``controldir``, derived directory ``derived_dir``, where the pool of spares and the
+        packing lock live) into one fsynced pack, move their files into the pool of spares
         (:mod:`perfledger.ledger.loosepool`) and merge packs, as
         :func:`perfledger.ledger.packing.maybe_pack` does in process; this returns at once.
         Read the outcome with :meth:`loose_packing_done`.
@@ -128,7 +129,7 @@ class PackerProcess:
         Raises: PerfledgerError when the child has died.
         """
         self.loose_packing_done(wait=True)
-        self._send(("pack_loose", controldir, repo_path))
+        self._send(("pack_loose", controldir, derived_dir, repo_path))
         self._loose_job = True
 
     def loose_packing_running(self) -> bool:
@@ -289,7 +290,7 @@ def _child(read_fd: int, write_fd: int) -> int:
         elif kind == "abort":
             builder, commits = PackBuilder(), []
         elif kind == "pack_loose":
-            reply = _pack_loose_here(message[1], message[2])
+            reply = _pack_loose_here(*message[1:])
             pickle.dump(reply, outgoing, protocol=pickle.HIGHEST_PROTOCOL)
             outgoing.flush()
         elif kind == "finish":
@@ -309,12 +310,11 @@ class _PackingStore:
     its pool of spares, a dulwich repository opened on first use (pack merges), and
     "background" jobs run at once (the child has nothing else to do)."""
 
-    def __init__(self, controldir: str, repo_path: str) -> None:
+    def __init__(self, controldir: str, derived_dir: str, repo_path: str) -> None:
         from perfledger.ledger.loosepool import LoosePool
-        from perfledger.ledger.store import DERIVED_DIR
 
         self.controldir = controldir
-        self.derived_dir = os.path.join(controldir, DERIVED_DIR)
+        self.derived_dir = derived_dir
         self._objects_dir = os.path.join(controldir, "objects")
         self._repo_path = repo_path
         self._repo: Any = None
@@ -343,14 +343,14 @@ class _PackingStore:
 _packing_stores: dict[str, _PackingStore] = {}
 
 
-def _pack_loose_here(controldir: str, repo_path: str) -> tuple[Any, ...]:
+def _pack_loose_here(controldir: str, derived_dir: str, repo_path: str) -> tuple[Any, ...]:
     """The child's loose packing (see :meth:`PackerProcess.start_loose_packing`); returns the
     reply. Never raises: a failure is reported, and the loose objects stay for a later try."""
     from perfledger.ledger import packing
 
     store = _packing_stores.get(controldir)
     if store is None:
-        store = _packing_stores[controldir] = _PackingStore(controldir, repo_path)
+        store = _packing_stores[controldir] = _PackingStore(controldir, derived_dir, repo_path)
     try:
         with packing._try_lock(store) as locked:  # type: ignore[arg-type]
             if not locked:

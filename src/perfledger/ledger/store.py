@@ -508,7 +508,7 @@ class GitStore:
             return None
         assert self._packer is not None
         try:
-            self._packer.start_loose_packing(self.controldir, self._repo_path)
+            self._packer.start_loose_packing(self.controldir, self.derived_dir, self._repo_path)
         except PerfledgerError:
             return None
         self._written_loose.clear()
@@ -1048,9 +1048,14 @@ class GitStore:
         """True when the ref no longer holds the guessed ``head`` (see :meth:`_attempt`)."""
         if self.read_head() == head:
             return False
+        self._stop_guessing()
+        return True
+
+    def _stop_guessing(self) -> None:
+        """Forget the guess, and read the ref first for the next :data:`_GUESS_PAUSE` appends:
+        other writers are moving the ledger."""
         self._last_swapped = None
         self._guess_pause = _GUESS_PAUSE
-        return True
 
     def _packer_ready(self) -> bool:
         """True when a large batch can be pipelined: the packing child runs, or was just
@@ -1161,10 +1166,8 @@ class GitStore:
             spare=self._spare_ref_path,
             written_out=written_out,
         )
-        if held is None:
-            if self._last_swapped == expected:  # a guessed head that lost its race
-                self._guess_pause = _GUESS_PAUSE
-            self._last_swapped = None
+        if held is None:  # the ref moved since ``expected`` was read (or guessed)
+            self._stop_guessing()
             return False
         try:
             if not self._fsync_each and not self._writeout:
