@@ -540,12 +540,15 @@ def test_writer_killed_while_its_packing_child_packs_loses_nothing(
         errors.extend((writer.name, e) for e in writer.errors())
         head = check_head(ledger_path, head)
         # only loose packing moves files into the pool, and here only the child packs loose
+        # objects (checked below)
         pool = ledger_path / "perfledger" / "loose-pool"
         pooled += (
             sum(1 for batch in pool.iterdir() for _ in batch.iterdir()) if pool.is_dir() else 0
         )
     assert len(printed) > 100, "the writers barely appended: the test proves nothing"
     assert pooled > 0, "no packing child ever packed loose objects: the test proves nothing"
+    # the writers themselves never packed loose objects (their "pack+" marker)
+    assert not [w.name for w in writers.values() if "pack+" in w.phases()]
     full_verify(ledger_path)
     check_all_printed_present(ledger_path, printed)
     printed.add(fresh_append(ledger_path, "after the packing children"))

@@ -67,18 +67,23 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
     """
     if loose_written < LOOSE_PACK_THRESHOLD and packs_written == 0:
         return loose_written, packs_written
-    if packs_written == 0:  # a single-append writer's loose objects: the packing child's job
+    if loose_written >= LOOSE_PACK_THRESHOLD:  # the packing child's job, where there is one
         kept = store.hand_off_loose_packing(loose_written)
-        if kept is not None:
-            return kept, 0
+        if kept == 0:
+            return 0, 0  # the child merges packs after packing the loose objects
+        if kept is not None:  # it still packs the previous ones: tried again at a later append
+            return kept, packs_written
     with _try_lock(store) as locked:
         if not locked:
             return loose_written, packs_written
-        if loose_written >= LOOSE_PACK_THRESHOLD:
+        packed = loose_written >= LOOSE_PACK_THRESHOLD
+        if packed:
             pack_loose(store, background=True, known=store._written_loose)
             store._written_loose.clear()
         merge_packs(store)
-    return 0, 0
+    # loose objects not packed yet still count towards the next packing (a writer that mixes
+    # batches with single appends used to restart from 0 at each batch, and never packed)
+    return (0 if packed else loose_written), 0
 
 
 @contextlib.contextmanager
