@@ -471,13 +471,12 @@ def _refuse_decision_kinds(kinds: Sequence[str]) -> None:
     if DECISION_KINDS.isdisjoint(kinds):
         return
     decided = sorted(set(kinds) & DECISION_KINDS)
-    if decided:
-        raise BadRequest(
-            f"{', '.join(decided)} records a decision; it is appended through its operation so "
-            "that the rules are checked",
-            hint="use the CLI (e.g. `perfledger champion select`) or "
-            "perfledger.commands.operations.execute",
-        )
+    raise BadRequest(
+        f"{', '.join(decided)} records a decision; it is appended through its operation so "
+        "that the rules are checked",
+        hint="use the CLI (e.g. `perfledger champion select`) or "
+        "perfledger.commands.operations.execute",
+    )
 
 
 def open(path: str | os.PathLike[str] | None = None) -> Ledger:

@@ -1090,6 +1090,8 @@ class GitStore:
         parents = self._event_heads(head)
         lamport = self._lamport_of(head)
         envelopes: list[Envelope] = []
+        # a loose packing still running is waited for, and its outcome noted (a failure logged)
+        self._note_loose_packing(packer.loose_packing_done(wait=True))
         packer.begin(head, os.path.join(self._objects_dir, "pack"), fsync=self._fsync_packs)
         try:
             for draft in drafts:
