@@ -19,7 +19,11 @@ From zero, independent of the derived cache and index, in one pass over git:
    parallel; a derivation is used only for exactly the samples event and Target parameters it
    was made from, else it is made here;
 3. the state is folded (the workflow projection); an event the fold cannot place is a finding;
-4. the final ``state_hash``.
+4. idempotency keys (SPEC.md section 2, ``docs/storage.md``): a key carried by several events
+   belongs to the first in the total order, the event every clone answers a retry with; each
+   later holder is a finding (rule ``idempotency``), on a linear history or on a concurrent
+   branch alike, never an integrity failure;
+5. the final ``state_hash``.
 
 Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
 recorded samples with numpy/scipy only.
@@ -259,15 +263,23 @@ class _Replay:
         count = self._ancestor_count(envelope.id, tuple(envelope.parents))
         key = envelope.idempotency_key
         if key is not None:
+            # events come in the total order, so the first holder of a key is the event every
+            # store answers a retry with (SPEC.md section 2: idempotency is a function of the DAG)
             first = self.keys.setdefault(key, envelope.id)
             if first != envelope.id and count == self.seen:
                 # every event folded so far is an ancestor (a linear history up to it), so its
                 # writer saw the key in the ledger: the store returns the existing event instead
-                # (SPEC.md section 2). On concurrent branches two writers can each use a key
-                # legitimately; that is not reported.
                 self._find(event, "idempotency", f"its idempotency key {key!r} was already "
                            f"in the ledger (event {first}); an append with it returns that "
                            "event instead of recording another")  # fmt: skip
+            elif first != envelope.id:
+                # two writers each used the key legitimately on concurrent branches; since the
+                # merge, a retry returns the first in the total order on every clone, so this
+                # event's writer would now be answered with another event
+                self._find(event, "idempotency", f"its idempotency key {key!r} was also used "
+                           f"on a concurrent branch by event {first}, first in the total order: "
+                           "since the merge a retry with the key returns that event, not this "
+                           "one")  # fmt: skip
         if envelope.kind in self.decision_kinds:
             self.report.decisions += 1
             before = self.state if count == self.seen else self._state_before(event)
