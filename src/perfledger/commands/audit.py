@@ -19,11 +19,14 @@ From zero, independent of the derived cache and index, in one pass over git:
    parallel; a derivation is used only for exactly the samples event and Target parameters it
    was made from, else it is made here;
 3. the state is folded (the workflow projection); an event the fold cannot place is a finding;
-4. idempotency keys (SPEC.md section 2, ``docs/storage.md``): a key carried by several events
+4. evidence parsed from a report is re-derived from the attached raw report, re-parsed with
+   the recorded tool and parser versions (R6, :mod:`perfledger.commands.evidence_audit`): a
+   mismatch with the recorded facts is an integrity finding naming the event;
+5. idempotency keys (SPEC.md section 2, ``docs/storage.md``): a key carried by several events
    belongs to the first in the total order, the event every clone answers a retry with; each
    later holder is a finding (rule ``idempotency``), on a linear history or on a concurrent
    branch alike, never an integrity failure;
-5. the final ``state_hash``.
+6. the final ``state_hash``.
 
 Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
 recorded samples with numpy/scipy only.
@@ -291,12 +294,30 @@ class _Replay:
             self._redecide(before, event)
         if envelope.kind == "SamplesRecorded":
             self.samples_payloads[envelope.id] = event.payload
+        elif envelope.kind == "EvidenceRecorded":
+            self._rederive_evidence(event)
         anomalies = len(self.state.anomalies)
         self.state = self.projection.evolve(self.state, event)
         for anomaly in self.state.anomalies[anomalies:]:
             self._find(event, "fold", f"the projection cannot place it: {anomaly}")
         self.seen += 1
         self.report.events += 1
+
+    def _rederive_evidence(self, event: RecordedEvent) -> None:
+        """R6: facts parsed from a report must be what the attached report yields, re-parsed
+        (:mod:`perfledger.commands.evidence_audit`); a mismatch is an integrity finding."""
+        from perfledger.commands.evidence_audit import rederive_evidence
+
+        envelope = event.envelope
+        finding, note = rederive_evidence(
+            event.payload,
+            dict(envelope.artifacts),
+            lambda name: self.store.read_artifact(envelope.id, name),
+        )
+        if finding is not None:
+            self._find(event, "integrity", finding)
+        if note is not None:
+            self.report.notes.append(f"{envelope.id[:16]} EvidenceRecorded: {note}")
 
     def _ancestor_count(self, event_id: str, parents: tuple[str, ...]) -> int:
         """Number of events ``event_id`` descends from; equal to the events folded so far exactly
