@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfledger.api import Ledger
-from perfledger.errors import CanonicalEncodingError
+from perfledger.errors import CanonicalEncodingError, IntegrityError
 from perfledger.events.canonical import canonical_bytes, integer_range_problem, is_canonical
 from perfledger.events.envelope import EVENT_ID_DOMAIN
 from perfledger.ledger import verify as verify_mod
@@ -297,3 +297,41 @@ def test_integer_range_is_the_same_for_append_verify_and_is_canonical(value: int
         appendable = False
     assert appendable == is_canonical(data) == (integer_range_problem(data) is None)
     assert appendable == (-(2**63) <= value <= 2**64 - 1)
+
+
+_MODES = st.sampled_from(
+    [b"100644", b"100755", b"120000", b"40000", b"160000", b"0100644", b"100664", b"644"]
+)
+_BLAKE3 = st.binary(min_size=8, max_size=8).map(lambda b: blake3.blake3(b).hexdigest().encode())
+_NAMES = st.one_of(_BLAKE3, st.binary(min_size=1, max_size=70).filter(lambda b: b"\0" not in b))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_MODES, _NAMES), min_size=1, max_size=4))
+def test_artifacts_tree_accepts_only_regular_files_named_by_blake3(
+    entries: list[tuple[bytes, bytes]],
+) -> None:
+    """Any ``artifacts/`` tree: accepted exactly when every entry is mode 100644 with a blake3
+    name and no name repeats; otherwise an IntegrityError, never another exception."""
+    raw = _tree_raw([(mode, name, "ab" * 20) for mode, name in entries])
+    names = [name for _, name in entries]
+    valid = len(set(names)) == len(names) and all(
+        mode == b"100644" and re.fullmatch(rb"[0-9a-f]{64}", name) for mode, name in entries
+    )
+    try:
+        art = verify_mod.artifact_entries(raw)
+    except IntegrityError:
+        assert not valid
+    else:
+        assert valid and sorted(art) == sorted(n.decode() for n in names)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_as_an_artifacts_tree_is_refused_or_parsed_never_unexpected(raw: bytes) -> None:
+    """Arbitrary bytes as a tree: an IntegrityError or parsed entries, nothing else."""
+    try:
+        art = verify_mod.artifact_entries(raw)
+    except IntegrityError:
+        return
+    assert all(len(name) == 64 and len(sha) == 20 for name, sha in art.items())

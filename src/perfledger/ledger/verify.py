@@ -719,6 +719,26 @@ def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
     return entries
 
 
+def artifact_entries(raw: bytes) -> dict[str, bytes]:
+    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary).
+
+    Only regular, non-executable files (mode 100644) named by a blake3 (64 lowercase hex
+    digits) are allowed: a symlink (120000), an executable (100755) or a subtree would check out
+    as something else than the bytes the event declares (SPEC.md section 2).
+    Raises: IntegrityError for anything else, or a malformed tree (see :func:`_tree_entries`).
+    """
+    art: dict[str, bytes] = {}
+    for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
+        if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
+            raise _fail(
+                f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
+                "only regular non-executable files (mode 100644) named by their blake3 "
+                "are allowed"
+            )
+        art[name.decode()] = blob_sha
+    return art
+
+
 def _check_envelope_fields(envelope: Envelope) -> None:
     """``validate_envelope_fields`` as a verify failure. Raises: IntegrityError."""
     try:
@@ -809,18 +829,7 @@ def _verify_event_content(
         type_num, art_raw = reader.read(entries[ARTIFACTS_DIR][1])
         if type_num != TREE:
             raise _fail("artifacts/ is not a tree")
-        art: dict[str, bytes] = {}
-        for name, (mode, blob_sha) in _tree_entries(art_raw, "artifacts/").items():
-            # only regular, non-executable blobs named by their blake3: a symlink (120000), an
-            # executable (100755) or a subtree would check out as something else than the bytes
-            # the event declares
-            if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
-                raise _fail(
-                    f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
-                    "only regular non-executable files (mode 100644) named by their blake3 "
-                    "are allowed"
-                )
-            art[name.decode()] = blob_sha
+        art = artifact_entries(art_raw)
         if set(art) != set(digests):
             raise _fail("artifacts/ does not hold exactly the declared artifacts")
         for digest, blob_sha in art.items():
