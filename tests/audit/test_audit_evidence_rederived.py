@@ -10,7 +10,6 @@ audit must re-parse the attached report and exit 5 with an integrity finding nam
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -119,11 +118,12 @@ def _forge(
     evidence_id: str,
     edit: Callable[[dict[str, Any]], None],
     swap_report: bytes | None = None,
+    drop_artifacts: bool = False,
 ) -> str:
     """Rewrite the event recording ``evidence_id`` with ``edit`` (on its envelope, as JSON),
     recompute its id, re-chain every later event (parents and ids recomputed) and move the
-    ref. ``swap_report``: bytes that replace its ``report`` artifact (blob, tree and manifest).
-    Returns the forged id."""
+    ref. ``swap_report``: bytes that replace its ``report`` artifact (blob, tree and manifest);
+    ``drop_artifacts``: its ``artifacts/`` removed from its tree. Returns the forged id."""
     chain = _chain(env, repo)
     renamed: dict[str, str] = {}
     new_parent: str | None = None
@@ -154,7 +154,7 @@ def _forge(
         if is_target:
             forged_id = envelope["id"]
         raw = _run(env, "git", "-C", repo, "cat-file", "commit", sha)
-        tree = re.match(rb"tree ([0-9a-f]{40})\n", raw).group(1).decode()  # type: ignore[union-attr]
+        tree = raw[5:45].decode()  # the commit's first line: tree <sha>
         new_tree = _set_entry(env, repo, tree, b"event.json", b"100644",
                               _write(env, repo, "blob", data))  # fmt: skip
         if is_target and swap_report is not None:
@@ -165,9 +165,11 @@ def _forge(
                 env, repo, art, name, b"100644", _write(env, repo, "blob", swap_report)
             )
             new_tree = _set_entry(env, repo, new_tree, b"artifacts", b"040000", art)
+        if is_target and drop_artifacts:
+            new_tree = _set_entry(env, repo, new_tree, b"artifacts", b"040000", None)
         raw = raw.replace(tree.encode(), new_tree.encode(), 1)
         raw = raw.replace(f"Event-Id: {old_id}".encode(), f"Event-Id: {envelope['id']}".encode())
-        old_parent = re.search(rb"\nparent ([0-9a-f]{40})\n", raw).group(1)  # type: ignore[union-attr]
+        old_parent = raw[raw.index(b"\nparent ") + 8 :][:40]
         raw = raw.replace(b"parent " + old_parent, b"parent " + str(new_parent).encode(), 1)
         new_parent = _write(env, repo, "commit", raw)
     _run(env, "git", "-C", repo, "update-ref", "refs/heads/ledger", str(new_parent), chain[-1])
@@ -206,6 +208,7 @@ def test_parsed_evidence_of_every_kind_re_derives_clean(ledger: Path, env: dict[
     no note (each was recorded under this parser version)."""
     code, report = _audit(env, ledger)
     assert code == 0 and report["findings"] == [] and report["notes"] == [], report
+    assert report["evidence"] == {"rederived": len(RECORDED), "as_written": []}
     shown = json.loads(_pl(env, ledger, "--json", "evidence", "show", "ncu-d").stdout)
     assert shown["evidence"]["capture"]["parser"] == "1"
 
@@ -296,11 +299,11 @@ def test_report_swapped_for_one_that_does_not_parse_is_an_integrity_finding(
     assert "no longer parses" in message
 
 
-def test_evidence_of_another_parser_version_is_noted_not_re_derived(
+def test_evidence_claiming_an_unknown_parser_version_is_a_finding(
     ledger: Path, env: dict[str, str]
 ) -> None:
-    """An event recorded by a parser version this perfledger does not have is not re-derived
-    (its facts could legitimately differ): a note, no finding."""
+    """A parser version this perfledger does not have cannot be re-derived: the audit fails
+    closed (a finding, rule R6), so a forger cannot escape the check by naming another version."""
 
     def edit(envelope: dict[str, Any]) -> None:
         for part in _both(envelope):
@@ -308,9 +311,67 @@ def test_evidence_of_another_parser_version_is_noted_not_re_derived(
             part["facts"][0]["note"] = "derived differently by parser 99"
 
     forged = _forge(env, ledger, "ptxas", edit)
+    assert _pl(env, ledger, "verify").returncode == 0
     code, report = _audit(env, ledger)
-    assert code == 0 and report["findings"] == [], report
-    assert any(forged[:16] in note and "version 99" in note for note in report["notes"])
+    assert code == 5, report
+    [finding] = report["findings"]
+    assert finding["event_id"] == forged and finding["rule"] == "R6"
+    assert "version 99" in finding["message"]
+
+
+def test_edited_facts_with_the_capture_removed_are_still_re_derived(
+    ledger: Path, env: dict[str, str]
+) -> None:
+    """Dropping the capture (as evidence recorded before captures existed) while the report
+    stays attached does not escape: the report is re-parsed by the parsers its tool names."""
+
+    def edit(envelope: dict[str, Any]) -> None:
+        for part in _both(envelope):
+            del part["capture"]
+            part["facts"][0]["value"] = 12345.0
+
+    forged = _forge(env, ledger, "nsys-q", edit)
+    assert "facts" in _assert_integrity_finding(env, ledger, forged)
+
+
+def test_parsed_evidence_without_its_report_is_a_finding(ledger: Path, env: dict[str, str]) -> None:
+    """The report artifact removed (manifest and tree), facts edited, the layout kept: facts
+    claimed as parsed with nothing to re-derive them from are a finding (rule R6)."""
+
+    def edit(envelope: dict[str, Any]) -> None:
+        envelope["artifacts"] = {}
+        for part in _both(envelope):
+            part["facts"][0]["value"] = 1.0
+
+    forged = _forge(env, ledger, "torch", edit, drop_artifacts=True)
+    assert _pl(env, ledger, "verify").returncode == 0
+    code, report = _audit(env, ledger)
+    assert code == 5
+    [finding] = report["findings"]
+    assert finding["event_id"] == forged and finding["rule"] == "R6"
+    assert "attaches no report" in finding["message"]
+
+
+def test_audit_lists_evidence_recorded_as_written(
+    ledger: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Evidence from a hand-written request has no report to re-derive from: the audit is
+    clean and lists it as written, beside the count of re-derived evidence."""
+    request = tmp_path / "evidence.json"
+    request.write_text(
+        json.dumps(
+            {
+                "evidence_id": "typed",
+                "layer": "kernel",
+                "tool": {"name": "ncu", "version": "2025.3.1.0"},
+                "facts": [{"name": "k0.dram__throughput", "value": 91.5, "unit": "%"}],
+            }
+        )
+    )
+    assert _pl(env, ledger, "evidence", "add", "--request", str(request)).returncode == 0
+    code, report = _audit(env, ledger)
+    assert code == 0, report
+    assert report["evidence"] == {"rederived": len(RECORDED), "as_written": ["typed"]}
 
 
 def test_ncu_capture_that_exited_non_zero_re_derives_clean(

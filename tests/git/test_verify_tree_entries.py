@@ -148,7 +148,9 @@ def _in_workers(path: Path) -> dict[str, object] | None:
             report = verify_store(ledger.store, format_version=FORMAT_VERSION, workers=2)
     finally:
         verify_mod.CHUNK_EVENTS = saved
-    return None if report.error is None else report.error.to_json()["error"]  # type: ignore[return-value]
+    if report.error is None:
+        return None
+    return report.error.to_json()["error"]  # type: ignore[return-value]
 
 
 def _assert_refused(perfledger_run: CliRun, path: Path, event_id: str) -> dict[str, object]:

@@ -116,6 +116,9 @@ class AuditReport:
             own cost per kind (verify's checks excluded).
         derived_in_workers / derived_here: verdict and final-audit derivations (R12) made by
             verify's worker processes in parallel / made by the replay itself.
+        evidence_rederived: evidence events whose facts were re-derived from their attached
+            raw report (R6); evidence_as_written: ids of evidence recorded from a hand-written
+            request, without a report to re-derive from.
     """
 
     ok: bool
@@ -129,6 +132,8 @@ class AuditReport:
     per_kind: dict[str, list[float]] = field(default_factory=dict)
     derived_in_workers: int = 0
     derived_here: int = 0
+    evidence_rederived: int = 0
+    evidence_as_written: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
@@ -143,6 +148,10 @@ class AuditReport:
             "elapsed_s": round(self.elapsed_s, 6),
             "derived_in_workers": self.derived_in_workers,
             "derived_here": self.derived_here,
+            "evidence": {
+                "rederived": self.evidence_rederived,
+                "as_written": list(self.evidence_as_written),
+            },
             "per_kind": {
                 kind: {"events": int(n), "seconds": round(seconds, 6)}
                 for kind, (n, seconds) in sorted(self.per_kind.items())
@@ -309,15 +318,17 @@ class _Replay:
         from perfledger.commands.evidence_audit import rederive_evidence
 
         envelope = event.envelope
-        finding, note = rederive_evidence(
+        check = rederive_evidence(
             event.payload,
             dict(envelope.artifacts),
             lambda name: self.store.read_artifact(envelope.id, name),
         )
-        if finding is not None:
-            self._find(event, "integrity", finding)
-        if note is not None:
-            self.report.notes.append(f"{envelope.id[:16]} EvidenceRecorded: {note}")
+        if check.finding is not None:
+            self._find(event, check.rule, check.finding)
+        elif check.rederived:
+            self.report.evidence_rederived += 1
+        else:  # an auditor sees which evidence rests on a report and which on a request
+            self.report.evidence_as_written.append(event.payload.evidence_id)
 
     def _ancestor_count(self, event_id: str, parents: tuple[str, ...]) -> int:
         """Number of events ``event_id`` descends from; equal to the events folded so far exactly

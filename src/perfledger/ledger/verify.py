@@ -11,8 +11,8 @@ Checked, in this order, stopping at the first failure (reported with the event a
    ``artifacts/`` (a tree of regular non-executable blobs, mode 100644, named by their blake3);
    every tree parses strictly (a zero-padded mode, a name listed twice, any other malformed
    entry is an integrity failure naming the event); ``event.json`` is canonical JSON, its
-   integers within the 64-bit range that append and ``is_canonical()`` allow; its id recomputes; the trailers (Event-Id, Lamport,
-   Idempotency-Key) match it; its parents are the event heads of the commit's parent; its Lamport
+   integers within the 64-bit range that append and ``is_canonical()`` allow; its id
+   recomputes; the trailers (Event-Id, Lamport, Idempotency-Key) match it; its parents are the event heads of the commit's parent; its Lamport
    clock is one more than theirs (so clocks strictly increase along every edge); author and
    commit time match actor and timestamp; the payload decodes against its kind's schema (after
    upcasting); every artifact blob matches its blake3 and size, and nothing else is attached;

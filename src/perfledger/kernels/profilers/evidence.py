@@ -47,6 +47,17 @@ def kind_of_layout(layout: str) -> str | None:
     return _LAYOUT_KINDS.get(layout)
 
 
+def kinds_of_tool(tool: str) -> list[str]:
+    """The report kinds whose parser names ``tool`` (``ProfileReport.tool``) as the tool."""
+    return {
+        "ncu": ["ncu"],
+        "nsys": ["nsys", "nsys-stats"],
+        "torch.profiler": ["torch"],
+        "ptxas": ["ptxas"],
+        "cuobjdump": ["sass"],
+    }.get(tool, [])
+
+
 def reparse_report(
     kind: str, data: bytes, *, tool_version: str, grouping: str = "none"
 ) -> ProfileReport:
