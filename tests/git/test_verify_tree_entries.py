@@ -228,6 +228,15 @@ def test_artifact_listed_twice_is_an_integrity_failure(
     _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
 
 
+def test_artifacts_out_of_git_order_are_an_integrity_failure(
+    built: Built, git_run: GitRun, perfledger_run: CliRun
+) -> None:
+    """The two artifact entries swapped (a tree git's fsck reports as unsorted) is refused."""
+    _forge_artifacts_tree(git_run, built, lambda entries: entries[::-1])
+    error = _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
+    assert "order" in str(error["message"])
+
+
 def test_artifact_in_a_subdirectory_is_refused(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -314,10 +323,11 @@ def test_artifacts_tree_accepts_only_regular_files_named_by_blake3(
     entries: list[tuple[bytes, bytes]],
 ) -> None:
     """Any ``artifacts/`` tree: accepted exactly when every entry is mode 100644 with a blake3
-    name and no name repeats; otherwise an IntegrityError, never another exception."""
+    name, in git's order, no name repeated; otherwise an IntegrityError, never another
+    exception."""
     raw = _tree_raw([(mode, name, "ab" * 20) for mode, name in entries])
     names = [name for _, name in entries]
-    valid = len(set(names)) == len(names) and all(
+    valid = names == sorted(set(names)) and all(
         mode == b"100644" and re.fullmatch(rb"[0-9a-f]{64}", name) for mode, name in entries
     )
     try:

@@ -9,8 +9,8 @@ Checked, in this order, stopping at the first failure (reported with the event a
 3. every event, in the total order (lamport, id): every git object re-hashed against its name;
    the tree holds exactly ``event.json`` (mode 100644) and, when there are attachments,
    ``artifacts/`` (a tree of regular non-executable blobs, mode 100644, named by their blake3);
-   every tree parses strictly (a zero-padded mode, a name listed twice, any other malformed
-   entry is an integrity failure naming the event); ``event.json`` is canonical JSON, its
+   every tree parses strictly (a zero-padded mode, a name listed twice, entries out of git's
+   order, any other malformed entry is an integrity failure naming the event); ``event.json`` is canonical JSON, its
    integers within the 64-bit range that append and ``is_canonical()`` allow; its id
    recomputes; the trailers (Event-Id, Lamport, Idempotency-Key) match it; its parents are the event heads of the commit's parent; its Lamport
    clock is one more than theirs (so clocks strictly increase along every edge); author and
@@ -704,7 +704,7 @@ def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
     """Parse a tree object strictly: name -> (mode, binary sha).
 
     Raises: IntegrityError (``where`` names the tree) for any malformed entry (a zero-padded
-    mode, a truncated entry) or a name that appears twice.
+    mode, a truncated entry), a name that appears twice, or entries out of git's order.
     """
     try:
         parsed = [
@@ -716,6 +716,10 @@ def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
     entries = dict(parsed)
     if len(entries) != len(parsed):
         raise _fail(f"{where} is malformed: it lists a name twice")
+    # git's order: by name, a subtree's name compared as if it ended in "/"
+    keys = [name + b"/" if mode == _DIRECTORY else name for name, (mode, _) in parsed]
+    if keys != sorted(keys):
+        raise _fail(f"{where} is malformed: its entries are not in git's order")
     return entries
 
 
