@@ -208,7 +208,7 @@ def test_parsed_evidence_of_every_kind_re_derives_clean(ledger: Path, env: dict[
     no note (each was recorded under this parser version)."""
     code, report = _audit(env, ledger)
     assert code == 0 and report["findings"] == [] and report["notes"] == [], report
-    assert report["evidence"] == {"rederived": len(RECORDED), "as_written": []}
+    assert report["evidence"] == {"rederived": len(RECORDED), "as_written": 0, "as_written_ids": []}
     shown = json.loads(_pl(env, ledger, "--json", "evidence", "show", "ncu-d").stdout)
     assert shown["evidence"]["capture"]["parser"] == "1"
 
@@ -371,7 +371,11 @@ def test_audit_lists_evidence_recorded_as_written(
     assert _pl(env, ledger, "evidence", "add", "--request", str(request)).returncode == 0
     code, report = _audit(env, ledger)
     assert code == 0, report
-    assert report["evidence"] == {"rederived": len(RECORDED), "as_written": ["typed"]}
+    assert report["evidence"] == {
+        "rederived": len(RECORDED),
+        "as_written": 1,
+        "as_written_ids": ["typed"],
+    }
 
 
 def test_ncu_capture_that_exited_non_zero_re_derives_clean(

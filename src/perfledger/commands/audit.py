@@ -71,6 +71,10 @@ KIND_RULE = {
 }
 
 
+#: At most this many ids of evidence recorded as written are listed in an audit report.
+AS_WRITTEN_IDS_MAX = 100
+
+
 @dataclass(frozen=True)
 class Finding:
     """One audit finding.
@@ -117,8 +121,9 @@ class AuditReport:
         derived_in_workers / derived_here: verdict and final-audit derivations (R12) made by
             verify's worker processes in parallel / made by the replay itself.
         evidence_rederived: evidence events whose facts were re-derived from their attached
-            raw report (R6); evidence_as_written: ids of evidence recorded from a hand-written
-            request, without a report to re-derive from.
+            raw report (R6); evidence_as_written: evidence recorded from a hand-written request,
+            without a report to re-derive from, and the first :data:`AS_WRITTEN_IDS_MAX` of
+            their ids (evidence_as_written_ids).
     """
 
     ok: bool
@@ -133,7 +138,8 @@ class AuditReport:
     derived_in_workers: int = 0
     derived_here: int = 0
     evidence_rederived: int = 0
-    evidence_as_written: list[str] = field(default_factory=list)
+    evidence_as_written: int = 0
+    evidence_as_written_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
@@ -150,7 +156,8 @@ class AuditReport:
             "derived_here": self.derived_here,
             "evidence": {
                 "rederived": self.evidence_rederived,
-                "as_written": list(self.evidence_as_written),
+                "as_written": self.evidence_as_written,
+                "as_written_ids": list(self.evidence_as_written_ids),
             },
             "per_kind": {
                 kind: {"events": int(n), "seconds": round(seconds, 6)}
@@ -328,7 +335,9 @@ class _Replay:
         elif check.rederived:
             self.report.evidence_rederived += 1
         else:  # an auditor sees which evidence rests on a report and which on a request
-            self.report.evidence_as_written.append(event.payload.evidence_id)
+            self.report.evidence_as_written += 1
+            if len(self.report.evidence_as_written_ids) < AS_WRITTEN_IDS_MAX:
+                self.report.evidence_as_written_ids.append(event.payload.evidence_id)
 
     def _ancestor_count(self, event_id: str, parents: tuple[str, ...]) -> int:
         """Number of events ``event_id`` descends from; equal to the events folded so far exactly
