@@ -139,6 +139,22 @@ def _forge_artifacts_tree(
     _rechain(git_run, built, ARTIFACT_EVENT, raw.replace(tree.encode(), new_tree.encode(), 1))
 
 
+def _forge_top_tree(
+    git_run: GitRun,
+    built: Built,
+    edit: Callable[[list[tuple[bytes, bytes, str]]], list[tuple[bytes, bytes, str]]],
+) -> None:
+    """Replace the artifact event's own tree by ``edit`` of its entries (event.json and
+    artifacts/ untouched: the event id stays the same)."""
+    commit = built.commits[ARTIFACT_EVENT]
+    raw = _git_out(git_run, built.path, "cat-file", "commit", commit)
+    tree = raw[5:45].decode()  # the commit's first line: tree <sha>
+    new_tree = _write(
+        git_run, built.path, "tree", _tree_raw(edit(_ls_tree(git_run, built.path, tree)))
+    )
+    _rechain(git_run, built, ARTIFACT_EVENT, raw.replace(tree.encode(), new_tree.encode(), 1))
+
+
 def _in_workers(path: Path) -> dict[str, object] | None:
     """Verify with pass 2 in two forked workers, two events per task: the error object."""
     saved = verify_mod.CHUNK_EVENTS
@@ -247,6 +263,54 @@ def test_artifact_in_a_subdirectory_is_refused(
         return [(b"40000", entries[0][1], sub), *entries[1:]]
 
     _forge_artifacts_tree(git_run, built, edit)
+    _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
+
+
+def _top_edit(
+    name: bytes, mode: bytes
+) -> Callable[[list[tuple[bytes, bytes, str]]], list[tuple[bytes, bytes, str]]]:
+    def edit(entries: list[tuple[bytes, bytes, str]]) -> list[tuple[bytes, bytes, str]]:
+        return [(mode if n == name else m, n, sha) for m, n, sha in entries]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        (b"event.json", b"0100644"),
+        (b"event.json", b"100755"),
+        (b"event.json", b"120000"),
+        (b"artifacts", b"040000"),
+        (b"artifacts", b"100644"),
+    ],
+    ids=[
+        "event-zero-padded",
+        "event-executable",
+        "event-symlink",
+        "dir-zero-padded",
+        "dir-as-file",
+    ],
+)
+def test_event_tree_with_a_wrong_or_malformed_mode_is_an_integrity_failure(
+    built: Built, git_run: GitRun, perfledger_run: CliRun, name: bytes, mode: bytes
+) -> None:
+    """The event's own tree: event.json must be a regular file and artifacts/ a directory,
+    each with git's exact mode; anything else is exit 5 naming the event."""
+    _forge_top_tree(git_run, built, _top_edit(name, mode))
+    _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
+
+
+def test_event_tree_with_an_extra_non_utf8_entry_is_an_integrity_failure(
+    built: Built, git_run: GitRun, perfledger_run: CliRun
+) -> None:
+    """An extra entry with a non-UTF-8 name beside event.json is exit 5 naming the event."""
+
+    def edit(entries: list[tuple[bytes, bytes, str]]) -> list[tuple[bytes, bytes, str]]:
+        blob = next(sha for _, n, sha in entries if n == b"event.json")
+        return sorted([*entries, (b"100644", b"\xff\xfe", blob)], key=lambda e: e[1])
+
+    _forge_top_tree(git_run, built, edit)
     _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
 
 
