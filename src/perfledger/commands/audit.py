@@ -19,7 +19,14 @@ From zero, independent of the derived cache and index, in one pass over git:
    parallel; a derivation is used only for exactly the samples event and Target parameters it
    was made from, else it is made here;
 3. the state is folded (the workflow projection); an event the fold cannot place is a finding;
-4. the final ``state_hash``.
+4. evidence parsed from a report is re-derived from the attached raw report, re-parsed with
+   the recorded tool and parser versions (R6, :mod:`perfledger.commands.evidence_audit`): a
+   mismatch with the recorded facts is an integrity finding naming the event;
+5. idempotency keys (SPEC.md section 2, ``docs/storage.md``): a key carried by several events
+   belongs to the first in the total order, the event every clone answers a retry with; each
+   later holder is a finding (rule ``idempotency``), on a linear history or on a concurrent
+   branch alike, never an integrity failure;
+6. the final ``state_hash``.
 
 Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
 recorded samples with numpy/scipy only.
@@ -62,6 +69,10 @@ KIND_RULE = {
     "HandoffRecorded": "R18",
     "ConflictResolved": "S2",
 }
+
+
+#: At most this many ids of evidence recorded as written are listed in an audit report.
+AS_WRITTEN_IDS_MAX = 100
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,10 @@ class AuditReport:
             own cost per kind (verify's checks excluded).
         derived_in_workers / derived_here: verdict and final-audit derivations (R12) made by
             verify's worker processes in parallel / made by the replay itself.
+        evidence_rederived: evidence events whose facts were re-derived from their attached
+            raw report (R6); evidence_as_written: evidence recorded from a hand-written request,
+            without a report to re-derive from, and the first :data:`AS_WRITTEN_IDS_MAX` of
+            their ids (evidence_as_written_ids).
     """
 
     ok: bool
@@ -122,6 +137,9 @@ class AuditReport:
     per_kind: dict[str, list[float]] = field(default_factory=dict)
     derived_in_workers: int = 0
     derived_here: int = 0
+    evidence_rederived: int = 0
+    evidence_as_written: int = 0
+    evidence_as_written_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
@@ -136,6 +154,11 @@ class AuditReport:
             "elapsed_s": round(self.elapsed_s, 6),
             "derived_in_workers": self.derived_in_workers,
             "derived_here": self.derived_here,
+            "evidence": {
+                "rederived": self.evidence_rederived,
+                "as_written": self.evidence_as_written,
+                "as_written_ids": list(self.evidence_as_written_ids),
+            },
             "per_kind": {
                 kind: {"events": int(n), "seconds": round(seconds, 6)}
                 for kind, (n, seconds) in sorted(self.per_kind.items())
@@ -259,15 +282,23 @@ class _Replay:
         count = self._ancestor_count(envelope.id, tuple(envelope.parents))
         key = envelope.idempotency_key
         if key is not None:
+            # events come in the total order, so the first holder of a key is the event every
+            # store answers a retry with (SPEC.md section 2: idempotency is a function of the DAG)
             first = self.keys.setdefault(key, envelope.id)
             if first != envelope.id and count == self.seen:
                 # every event folded so far is an ancestor (a linear history up to it), so its
                 # writer saw the key in the ledger: the store returns the existing event instead
-                # (SPEC.md section 2). On concurrent branches two writers can each use a key
-                # legitimately; that is not reported.
                 self._find(event, "idempotency", f"its idempotency key {key!r} was already "
                            f"in the ledger (event {first}); an append with it returns that "
                            "event instead of recording another")  # fmt: skip
+            elif first != envelope.id:
+                # two writers each used the key legitimately on concurrent branches; since the
+                # merge, a retry returns the first in the total order on every clone, so this
+                # event's writer would now be answered with another event
+                self._find(event, "idempotency", f"its idempotency key {key!r} was also used "
+                           f"on a concurrent branch by event {first}, first in the total order: "
+                           "since the merge a retry with the key returns that event, not this "
+                           "one")  # fmt: skip
         if envelope.kind in self.decision_kinds:
             self.report.decisions += 1
             before = self.state if count == self.seen else self._state_before(event)
@@ -279,12 +310,34 @@ class _Replay:
             self._redecide(before, event)
         if envelope.kind == "SamplesRecorded":
             self.samples_payloads[envelope.id] = event.payload
+        elif envelope.kind == "EvidenceRecorded":
+            self._rederive_evidence(event)
         anomalies = len(self.state.anomalies)
         self.state = self.projection.evolve(self.state, event)
         for anomaly in self.state.anomalies[anomalies:]:
             self._find(event, "fold", f"the projection cannot place it: {anomaly}")
         self.seen += 1
         self.report.events += 1
+
+    def _rederive_evidence(self, event: RecordedEvent) -> None:
+        """R6: facts parsed from a report must be what the attached report yields, re-parsed
+        (:mod:`perfledger.commands.evidence_audit`); a mismatch is an integrity finding."""
+        from perfledger.commands.evidence_audit import rederive_evidence
+
+        envelope = event.envelope
+        check = rederive_evidence(
+            event.payload,
+            dict(envelope.artifacts),
+            lambda name: self.store.read_artifact(envelope.id, name),
+        )
+        if check.finding is not None:
+            self._find(event, check.rule, check.finding)
+        elif check.rederived:
+            self.report.evidence_rederived += 1
+        else:  # an auditor sees which evidence rests on a report and which on a request
+            self.report.evidence_as_written += 1
+            if len(self.report.evidence_as_written_ids) < AS_WRITTEN_IDS_MAX:
+                self.report.evidence_as_written_ids.append(event.payload.evidence_id)
 
     def _ancestor_count(self, event_id: str, parents: tuple[str, ...]) -> int:
         """Number of events ``event_id`` descends from; equal to the events folded so far exactly

@@ -426,6 +426,11 @@ def audit_command(json_flag: bool) -> None:
             click.echo(f"  {f.rule:<9} {f.event_id[:16] or '-':<16} {f.kind}: {f.message}")
         for note in report.notes:
             click.echo(f"  note: {note}")
+        if report.evidence_rederived or report.evidence_as_written:
+            click.echo(
+                f"evidence    {report.evidence_rederived} re-derived from their reports, "
+                f"{report.evidence_as_written} recorded as written (R6)"
+            )
         click.echo(f"head        {report.head}")
         click.echo(f"state_hash  {report.state_hash or '-'}")
     if not report.ok:

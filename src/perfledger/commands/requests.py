@@ -275,7 +275,7 @@ class Boundary(Request, kw_only=True):
 
 class Capture(Request, kw_only=True):
     """Where a parsed report came from: capture command and exit status, or source file; the
-    raw report's hash, its layout and the digit grouping accepted."""
+    raw report's hash, its layout and the digit grouping accepted; the parsers' version."""
 
     command: Annotated[list[OptText], Meta(max_length=_MAX_ITEMS)] = []
     exit_status: Annotated[int, Meta(ge=-255, le=255)] | None = None
@@ -283,6 +283,7 @@ class Capture(Request, kw_only=True):
     source_hash: OptText = ""
     layout: OptText = ""
     grouping: OptText = ""
+    parser: OptText = ""
 
 
 class EvidenceAdd(Request, kw_only=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -168,3 +169,27 @@ def is_canonical(data: bytes) -> bool:
         return canonical_bytes(_decoder.decode(data)) == data
     except (msgspec.DecodeError, CanonicalEncodingError):
         return False
+
+
+#: An integer literal of 19 or more digits: the only way JSON bytes can hold an integer outside
+#: the 64-bit range (2**64 - 1 has 20 digits, -2**63 has 19).
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def integer_range_problem(data: bytes) -> str | None:
+    """Return why the JSON ``data`` holds an integer outside the range canonical JSON allows
+    (signed/unsigned 64 bits: [-2**63, 2**64 - 1]), or None when it holds none.
+
+    The one range for append (:func:`canonical_bytes`), :func:`is_canonical` and ``verify``
+    (SPEC.md section 2): a decoder that accepts big integers (msgspec does) re-encodes them to
+    the same bytes, so a byte comparison alone would let them through. Fast when no run of 19
+    digits occurs in ``data`` (the usual event); otherwise ``data`` is decoded and walked.
+    Raises: msgspec.DecodeError when ``data`` is not JSON and holds such a run of digits.
+    """
+    if _LONG_DIGITS.search(data) is None:
+        return None
+    value = _decoder.decode(data)
+    if _first_problem(value) is None:
+        return None
+    where = _locate(value, "$") or "$"
+    return f"{where}: {_first_problem(value)}"

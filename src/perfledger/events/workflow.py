@@ -309,7 +309,9 @@ class Capture(_Part, kw_only=True):
     """Where a parsed report came from: the capture ``command`` and its ``exit_status`` (for
     ``evidence ncu``), or the imported ``source_file``; ``source_hash`` is the blake3 of the raw
     report (stored as the event's artifact ``report``); ``layout`` the recognised format and
-    ``grouping`` the digit grouping accepted (``none`` under ``LC_ALL=C``)."""
+    ``grouping`` the digit grouping accepted (``none`` under ``LC_ALL=C``); ``parser`` the
+    version of perfledger's parsers that derived the facts ("" before it was recorded), which
+    ``audit`` re-derives them with."""
 
     command: tuple[str, ...] = ()
     exit_status: int | None = None
@@ -317,6 +319,7 @@ class Capture(_Part, kw_only=True):
     source_hash: str = ""
     layout: str = ""
     grouping: str = ""
+    parser: str = ""
 
 
 class EvidenceRecorded(_Payload, kw_only=True):

@@ -103,7 +103,9 @@ LOOSE_PACKING_IN_CHILD = True
 _GUESS_PAUSE = 64
 #: A ref lock file older than this (seconds) while we hold the append lock is a dead writer's.
 STALE_LOCK_S = 1.0
-_INDEX_FILE = "index-v2.msgpack"
+#: v3: a key carried by several events maps to the first in the total order (v2 kept the
+#: first one its walk met, which differed between clones).
+_INDEX_FILE = "index-v3.msgpack"
 #: The ledger ref's previous file, kept for reuse as the next lock (see refcas).
 _SPARE_REF_FILE = "ledger-ref.spare"
 _log = logging.getLogger("perfledger")
@@ -664,7 +666,13 @@ class GitStore:
         return envelope
 
     def find_by_idempotency_key(self, key: str) -> Envelope | None:
-        """Return the event carrying idempotency key ``key``, or None."""
+        """Return the event carrying idempotency key ``key``, or None (SPEC.md section 2).
+
+        Idempotency is a function of the DAG: when several events carry ``key`` (two clones
+        used it on concurrent branches, later merged), the answer is the one first in the
+        deterministic total order, the smallest (lamport, id), on every clone, with or
+        without the derived index; ``perfledger audit`` reports the others as findings.
+        """
         self._catch_up(self.read_head())
         event_id = self._keys.get(key)
         return None if event_id is None else self.get_event(event_id)
@@ -1265,7 +1273,15 @@ class GitStore:
         if entry.event_id is not None:
             self._by_event[entry.event_id] = sha
             if entry.key is not None:
-                self._keys.setdefault(entry.key, entry.event_id)
+                # a key carried by several events (used on concurrent branches, then merged)
+                # answers with the one first in the total order, (lamport, id): a function of
+                # the DAG alone, whatever order this walk met them in
+                current = self._keys.get(entry.key)
+                if current is None or (entry.lamport, entry.event_id) < (
+                    self._commits[self._by_event[current]].lamport,
+                    current,
+                ):
+                    self._keys[entry.key] = entry.event_id
 
     def _index_path(self) -> str:
         return os.path.join(self.derived_dir, _INDEX_FILE)

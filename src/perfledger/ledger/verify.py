@@ -7,9 +7,12 @@ Checked, in this order, stopping at the first failure (reported with the event a
    carry no event (no trailers, at least two parents, the empty tree); event commits have at
    most one parent; exactly one root;
 3. every event, in the total order (lamport, id): every git object re-hashed against its name;
-   the tree holds exactly ``event.json`` and, when there are attachments, ``artifacts/``;
-   ``event.json`` is canonical JSON; its id recomputes; the trailers (Event-Id, Lamport,
-   Idempotency-Key) match it; its parents are the event heads of the commit's parent; its Lamport
+   the tree holds exactly ``event.json`` (mode 100644) and, when there are attachments,
+   ``artifacts/`` (a tree of regular non-executable blobs, mode 100644, named by their blake3);
+   every tree parses strictly (a zero-padded mode, a name listed twice, entries out of git's
+   order, any other malformed entry is an integrity failure naming the event); ``event.json`` is canonical JSON, its
+   integers within the 64-bit range that append and ``is_canonical()`` allow; its id
+   recomputes; the trailers (Event-Id, Lamport, Idempotency-Key) match it; its parents are the event heads of the commit's parent; its Lamport
    clock is one more than theirs (so clocks strictly increase along every edge); author and
    commit time match actor and timestamp; the payload decodes against its kind's schema (after
    upcasting); every artifact blob matches its blake3 and size, and nothing else is attached;
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +40,7 @@ import msgspec
 from dulwich.objects import ObjectFormatException, parse_tree
 
 from perfledger.errors import BadRequest, IntegrityError, PerfledgerError
-from perfledger.events.canonical import canonical_encoder
+from perfledger.events.canonical import canonical_encoder, integer_range_problem
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
     TIMESTAMP_FORM,
@@ -623,29 +627,28 @@ def _verify_event(
         # the common case, an event without artifacts: one entry, event.json
         entries = {EVENT_FILE: (0o100644, tree_raw[-20:])}
     else:
-        try:
-            entries = {
-                name: (mode, bytes.fromhex(h.decode()))
-                for name, mode, h in parse_tree(tree_raw, 20, strict=True)
-            }
-        except (ObjectFormatException, ValueError) as exc:
-            raise _fail(f"its tree is malformed: {exc}") from None
+        entries = _tree_entries(tree_raw, "its tree")
     if (
         (len(entries) != 1 and (set(entries) - {EVENT_FILE, ARTIFACTS_DIR}))
         or EVENT_FILE not in entries
-        or entries[EVENT_FILE][0] != 0o100644
+        or entries[EVENT_FILE][0] != _REGULAR_FILE
+        or (ARTIFACTS_DIR in entries and entries[ARTIFACTS_DIR][0] != _DIRECTORY)
     ):
         raise _fail(
-            "its tree must hold event.json (a regular file) and optionally artifacts/, found "
-            + ", ".join(sorted(n.decode(errors="replace") for n in entries))
+            "its tree must hold event.json (a regular file) and optionally artifacts/ (a "
+            "directory), found "
+            + ", ".join(
+                f"{n.decode(errors='replace')} (mode {m:o})"
+                for n, (m, _) in sorted(entries.items())
+            )
         )
     type_num, data = reader.read(entries[EVENT_FILE][1])
     if type_num != BLOB:
         raise _fail("event.json is not a blob")
 
-    # canonical bytes and content id. JSON has no NaN/Infinity literals and msgspec refuses
-    # integers beyond 64 bits, so a typed decode followed by a canonical re-encode that gives back
-    # the same bytes proves the bytes canonical.
+    # canonical bytes and content id. JSON has no NaN/Infinity literals, so a typed decode
+    # followed by a canonical re-encode that gives back the same bytes, and integers within the
+    # 64-bit range, prove the bytes canonical.
     try:
         envelope = _envelope_decoder.decode(data)
     except msgspec.DecodeError as exc:
@@ -656,6 +659,11 @@ def _verify_event(
         raise _fail("event.json holds text that is not valid Unicode") from None
     if reencoded != data:
         raise _fail("event.json is not in canonical form (bytes were edited)")
+    # msgspec decodes and re-encodes integers beyond 64 bits unchanged: the range that append
+    # and is_canonical() enforce is checked here too
+    problem = integer_range_problem(data)
+    if problem is not None:
+        raise _fail(f"event.json is not canonical JSON: {problem}")
     # The id's, parents' and Lamport clock's form are implied by the id, DAG and clock checks
     # below when those pass; on the common path (no artifacts, a known actor) they are checked
     # only if one of those fails, and first, so the error is the one checking them first gives.
@@ -683,6 +691,56 @@ def _verify_event(
 
 #: Actors of envelopes whose fields passed ``validate_envelope_fields`` in this process.
 _VALID_ACTORS: set[str] = set()
+
+
+#: Git modes of a regular non-executable file and of a directory (a subtree).
+_REGULAR_FILE = 0o100644
+_DIRECTORY = 0o040000
+#: An artifact's name in ``artifacts/``: its blake3, 64 lowercase hex digits.
+_BLAKE3_NAME = re.compile(rb"[0-9a-f]{64}")
+
+
+def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
+    """Parse a tree object strictly: name -> (mode, binary sha).
+
+    Raises: IntegrityError (``where`` names the tree) for any malformed entry (a zero-padded
+    mode, a truncated entry), a name that appears twice, or entries out of git's order.
+    """
+    try:
+        parsed = [
+            (name, (mode, bytes.fromhex(h.decode())))
+            for name, mode, h in parse_tree(raw, 20, strict=True)
+        ]
+    except (ObjectFormatException, ValueError) as exc:
+        raise _fail(f"{where} is malformed: {exc}") from None
+    entries = dict(parsed)
+    if len(entries) != len(parsed):
+        raise _fail(f"{where} is malformed: it lists a name twice")
+    # git's order: by name, a subtree's name compared as if it ended in "/"
+    keys = [name + b"/" if mode == _DIRECTORY else name for name, (mode, _) in parsed]
+    if keys != sorted(keys):
+        raise _fail(f"{where} is malformed: its entries are not in git's order")
+    return entries
+
+
+def artifact_entries(raw: bytes) -> dict[str, bytes]:
+    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary).
+
+    Only regular, non-executable files (mode 100644) named by a blake3 (64 lowercase hex
+    digits) are allowed: a symlink (120000), an executable (100755) or a subtree would check out
+    as something else than the bytes the event declares (SPEC.md section 2).
+    Raises: IntegrityError for anything else, or a malformed tree (see :func:`_tree_entries`).
+    """
+    art: dict[str, bytes] = {}
+    for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
+        if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
+            raise _fail(
+                f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
+                "only regular non-executable files (mode 100644) named by their blake3 "
+                "are allowed"
+            )
+        art[name.decode()] = blob_sha
+    return art
 
 
 def _check_envelope_fields(envelope: Envelope) -> None:
@@ -775,10 +833,7 @@ def _verify_event_content(
         type_num, art_raw = reader.read(entries[ARTIFACTS_DIR][1])
         if type_num != TREE:
             raise _fail("artifacts/ is not a tree")
-        art = {
-            name.decode(): bytes.fromhex(h.decode())
-            for name, _, h in parse_tree(art_raw, 20, strict=True)
-        }
+        art = artifact_entries(art_raw)
         if set(art) != set(digests):
             raise _fail("artifacts/ does not hold exactly the declared artifacts")
         for digest, blob_sha in art.items():

@@ -21,6 +21,69 @@ from perfledger.kernels.profilers.common import ProfileReport
 
 #: Report kinds ``evidence add --kind`` accepts.
 KINDS = ("ncu", "nsys", "nsys-stats", "torch", "ptxas", "sass")
+#: The version of the parsers and of the fact derivation (:func:`report_facts`,
+#: :func:`boundary`), recorded in each parsed report's ``capture.parser``: ``perfledger audit``
+#: re-derives the facts of the events recorded under this version (or before versions were
+#: recorded) from their attached raw report. Bump it when a parser's output changes.
+PARSER_VERSION = "1"
+#: A recognised layout (``ProfileReport.layout``, recorded as ``capture.layout``) -> the kind
+#: that parses it; ncu's layouts all begin with ``ncu-``.
+_LAYOUT_KINDS = {
+    "nsys-sqlite": "nsys",
+    "nsys-stats-kern-sum": "nsys-stats",
+    "torch-chrome-trace": "torch",
+    "ptxas-v": "ptxas",
+    "cuobjdump-sass": "sass",
+}
+#: A placeholder binary hash for re-parsing a SASS listing: the facts do not depend on it (the
+#: hash is not part of the recorded payload).
+_ANY_BINARY_HASH = "blake3:" + "0" * 64
+
+
+def kind_of_layout(layout: str) -> str | None:
+    """The report kind (one of :data:`KINDS`) whose parser recognises ``layout``, or None."""
+    if layout.startswith("ncu-"):
+        return "ncu"
+    return _LAYOUT_KINDS.get(layout)
+
+
+def kinds_of_tool(tool: str) -> list[str]:
+    """The report kinds whose parser names ``tool`` (``ProfileReport.tool``) as the tool."""
+    return {
+        "ncu": ["ncu"],
+        "nsys": ["nsys", "nsys-stats"],
+        "torch.profiler": ["torch"],
+        "ptxas": ["ptxas"],
+        "cuobjdump": ["sass"],
+    }.get(tool, [])
+
+
+def reparse_report(
+    kind: str, data: bytes, *, tool_version: str, grouping: str = "none"
+) -> ProfileReport:
+    """Parse the raw report bytes ``data`` as ``kind`` again, as it was recorded: with the
+    recorded tool version and digit grouping (R6, for ``perfledger audit``).
+
+    Raises: EvidenceError when ``data`` does not parse as a ``kind`` report.
+    """
+    import os
+    import tempfile
+
+    options: dict[str, Any] = {"tool_version": tool_version or None}
+    if kind == "ncu":
+        options["grouping"] = grouping or "none"
+    elif kind == "sass":
+        options["binary_hash"] = _ANY_BINARY_HASH
+    # the parsers read paths (nsys's SQLite must be a file): a private temporary file
+    handle, path = tempfile.mkstemp(prefix="perfledger-report-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        return parse_report(kind, path, **options)
+    finally:
+        os.unlink(path)
+
+
 #: Most facts one event holds (the request model's bound).
 MAX_FACTS = 10_000
 _MAX_NAME = 200
@@ -219,6 +282,7 @@ def evidence_request(
             "source_hash": report_hash,
             "layout": report.layout,
             "grouping": report.attributes.get("grouping", ""),
+            "parser": PARSER_VERSION,
         },
     }
     if target_id is not None:
