@@ -34,6 +34,7 @@ from typing import Any
 import click
 
 from perfledger.commands import rules
+from perfledger.commands.identity_cli import confirm_unchanged, measure_identity
 from perfledger.errors import BadRequest, MeasurementError
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -255,6 +256,7 @@ def _append(
     artifact: dict[str, Any],
     actor: str | None,
     idempotency_key: str | None,
+    extra: dict[str, Any] | None = None,
 ) -> Any:
     from perfledger.commands.operations import execute
 
@@ -266,7 +268,7 @@ def _append(
             body,
             actor=_actor(actor),
             idempotency_key=idempotency_key,
-            artifacts={artifact_name: _artifact(artifact)},
+            artifacts={artifact_name: _artifact(artifact), **(extra or {})},
         )
     finally:
         ledger.close()
@@ -536,6 +538,8 @@ def measure_workload(
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
+        # R11: both subjects snapshotted and checked before anything runs
+        code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
         ledger.close()
     chosen = list(cases) or info["cases"]
@@ -559,6 +563,8 @@ def measure_workload(
     finally:
         if monitor is not None:
             monitor.stop()
+    if code is not None:
+        confirm_unchanged(info, code)
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,
@@ -583,6 +589,8 @@ def measure_workload(
     body["units"] = {
         k: v for k, v in units.items() if any(k in p["ref"]["values"] for p in body["pairs"])
     }
+    if code is not None:
+        body["identity"] = code
     artifact = {
         "kind": "workload",
         "table": run.table(),
@@ -608,9 +616,17 @@ def measure_workload(
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2)])
         return
-    event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
+    event = _append(
+        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
+    )
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
+    if code is not None:
+        result["snapshots"] = {r: code[r]["digest"] for r in ("reference", "candidate")}
+        lines.append(
+            f"snapshots: reference {code['reference']['digest'][:16]}, candidate "
+            f"{code['candidate']['digest'][:16]}"
+        )
     lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
     _answer(ctx, result, lines)
 

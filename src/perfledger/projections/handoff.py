@@ -34,6 +34,9 @@ class ResumeContext(msgspec.Struct, kw_only=True):
         artifacts: ``<event id prefix>/<artifact name>`` of every attached file.
         wall_used_s: seconds from the Target's freezing to the newest event (None: unknown).
         path: the ledger repository's path on this machine (None: unknown).
+        champion_snapshot: the champion's (or original's) code snapshot (R11): ``digest``,
+            ``files``, ``git``, ``checkout`` (the command that writes it), None when none was
+            recorded.
     """
 
     head: str
@@ -42,6 +45,7 @@ class ResumeContext(msgspec.Struct, kw_only=True):
     artifacts: list[str] = msgspec.field(default_factory=list)
     wall_used_s: float | None = None
     path: str | None = None
+    champion_snapshot: dict[str, Any] | None = None
 
 
 class Gain(msgspec.Struct, kw_only=True):
@@ -132,6 +136,7 @@ class Handoff(msgspec.Struct, kw_only=True):
         feedback: friction/feedback from the last recorded handoff, else ``not stated``.
         head: the ledger head this handoff describes.
         recorded_handoffs: how many handoffs of this Target are recorded.
+        champion_snapshot: the champion's code snapshot and how to get it (R11), or None.
     """
 
     target_id: str
@@ -155,6 +160,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     head: str
     recorded_handoffs: int
     resolution: float | None = None
+    champion_snapshot: dict[str, Any] | None = None
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -396,6 +402,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         feedback=last.feedback if last is not None else "not stated (no handoff recorded yet)",
         head=ctx.head,
         recorded_handoffs=sum(1 for h in state.handoffs if h.target_id == target_id),
+        champion_snapshot=ctx.champion_snapshot,
     )
 
 
@@ -510,6 +517,21 @@ def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:,.0f} s"
 
 
+def _snapshot_lines(h: Handoff) -> list[str]:
+    """The champion's code snapshot line (R11), or none when no snapshot was recorded."""
+    snap = h.champion_snapshot
+    if not snap:
+        return []
+    git = snap.get("git")
+    where = (
+        f"; git commit {git['commit']} ({'dirty' if git['dirty'] else 'clean'})" if git else ""
+    )
+    return [
+        f"- Champion's code: snapshot `{snap['digest']}` ({snap['files']} files{where}); "
+        f"get it with `{snap['checkout']}`"
+    ]
+
+
 def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = None) -> str:
     """Render ``handoff`` (and, for ``resume``, the next ``decisions``) as Markdown."""
     h = handoff
@@ -527,6 +549,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             else ""
         )
         + (f", final audit {h.final_audit_status}" if h.final_audit_status else ""),
+        *_snapshot_lines(h),
         f"- Stop reason: {h.stop_reason}",
         f"- Ledger head: `{h.head}` (git commit)",
         "",
