@@ -73,7 +73,7 @@ def closed_form(n):
     return (n - 1) * n * (2 * n - 1) // 6
 """
 FASTER_BENCH_IMPORTS = BENCH.replace(
-    'spec = importlib', 'sys.path.insert(0, os.path.join(here, "src"))\nspec = importlib', 1
+    "spec = importlib", 'sys.path.insert(0, os.path.join(here, "src"))\nspec = importlib', 1
 )
 
 
@@ -105,7 +105,9 @@ class Session:
         self.code = tmp / "code"
         self.code.mkdir()
 
-    def cli(self, *args: str, request: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, request: dict[str, Any] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         argv = [*perfledger_command(), "--ledger", str(self.ledger), *args]
         if request is not None:
             argv += ["--request", "-"]
@@ -312,9 +314,10 @@ def test_checkout_reproduces_the_champions_files_byte_for_byte(session: Session)
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert written == ["bench.py", "src/kern.py", "src/util.py"]
     for rel in written:
-        assert blake3.blake3((out / rel).read_bytes()).digest() == blake3.blake3(
-            (session.fast / rel).read_bytes()
-        ).digest()
+        assert (
+            blake3.blake3((out / rel).read_bytes()).digest()
+            == blake3.blake3((session.fast / rel).read_bytes()).digest()
+        )
     # the same snapshot by its samples id; a non-empty directory is refused
     again = session.ok("checkout", "e1-target", str(session.tmp / "by-samples"))
     assert again["digest"] == snapshot["digest"]

@@ -17,6 +17,8 @@ Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState` and a
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
@@ -523,9 +525,7 @@ def _snapshot_lines(h: Handoff) -> list[str]:
     if not snap:
         return []
     git = snap.get("git")
-    where = (
-        f"; git commit {git['commit']} ({'dirty' if git['dirty'] else 'clean'})" if git else ""
-    )
+    where = f"; git commit {git['commit']} ({'dirty' if git['dirty'] else 'clean'})" if git else ""
     return [
         f"- Champion's code: snapshot `{snap['digest']}` ({snap['files']} files{where}); "
         f"get it with `{snap['checkout']}`"
