@@ -138,7 +138,8 @@ class Handoff(msgspec.Struct, kw_only=True):
         feedback: friction/feedback from the last recorded handoff, else ``not stated``.
         head: the ledger head this handoff describes.
         recorded_handoffs: how many handoffs of this Target are recorded.
-        champion_snapshot: the champion's code snapshot and how to get it (R11), or None.
+        champion_snapshot: the champion's code snapshot and how to get it (R11); unset when
+            none was recorded.
     """
 
     target_id: str
@@ -162,7 +163,8 @@ class Handoff(msgspec.Struct, kw_only=True):
     head: str
     recorded_handoffs: int
     resolution: float | None = None
-    champion_snapshot: dict[str, Any] | None = None
+    #: absent (not null) without a snapshot, so handoffs of old-rule Targets read as before
+    champion_snapshot: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -404,7 +406,9 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         feedback=last.feedback if last is not None else "not stated (no handoff recorded yet)",
         head=ctx.head,
         recorded_handoffs=sum(1 for h in state.handoffs if h.target_id == target_id),
-        champion_snapshot=ctx.champion_snapshot,
+        champion_snapshot=(
+            msgspec.UNSET if ctx.champion_snapshot is None else ctx.champion_snapshot
+        ),
     )
 
 
@@ -522,7 +526,7 @@ def _seconds(value: float | None) -> str:
 def _snapshot_lines(h: Handoff) -> list[str]:
     """The champion's code snapshot line (R11), or none when no snapshot was recorded."""
     snap = h.champion_snapshot
-    if not snap:
+    if not isinstance(snap, dict):
         return []
     git = snap.get("git")
     where = f"; git commit {git['commit']} ({'dirty' if git['dirty'] else 'clean'})" if git else ""
