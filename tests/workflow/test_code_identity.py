@@ -361,3 +361,56 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
         with pytest.raises(BadRequest) as caught:
             execute(ledger, "samples.record", body, actor="agent")
     assert "not the tree digest" in caught.value.message
+
+
+def test_r11_aa_of_code_other_than_the_original_is_refused(session: Session) -> None:
+    done = session.cli("measure", "aa", "--target", "t1", "--cmd", session.cmd(session.fast),
+                       "--runs", "2", "--quiet", "--json")  # fmt: skip
+    message = _refused(done)
+    assert "not the original's code" in message and "src/kern.py" in message
+
+
+def test_r2_driver_with_a_subject_place_needs_the_originals_snapshot(tmp_path: Path) -> None:
+    env = environment_payload(tools=False)
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        with pytest.raises(RuleRefused) as caught:
+            execute(ledger, "readiness.record", {
+                "target_id": "t1", "original": {"content_hash": "sha256:" + "0" * 16},
+                "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1},
+                "accuracy_rule": "exact", "driver": {"argv": ["python", "{subject}/bench.py"]},
+                "environment": env["readiness_environment"],
+            }, actor="agent")  # fmt: skip
+        assert caught.value.rule == "R2" and "original's snapshot" in caught.value.message
+        assert ledger.state().targets["t1"].readiness is None
+
+
+def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> None:
+    from perfledger.commands import identity
+    from perfledger.commands import requests as rq
+    from perfledger.projections.workflow import TargetView
+
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        target: TargetView = ledger.state().targets["t1"]
+    body = _experiment("e1")
+    request = msgspec.convert(body, rq.ExperimentCreate)
+    with pytest.raises(RuleRefused) as caught:
+        identity.r11_experiment_changed_paths(target, request)
+    assert caught.value.rule == "R11" and "changed_paths is needed" in caught.value.message
+    typed = msgspec.convert(_experiment("e1", ["lib/other.py"]), rq.ExperimentCreate)
+    with pytest.raises(RuleRefused, match="outside the Target's modification scope"):
+        identity.r11_experiment_changed_paths(target, typed)
+    identity.r11_experiment_changed_paths(
+        target, msgspec.convert(_experiment("e1", ["src/kern.py"]), rq.ExperimentCreate)
+    )

@@ -160,7 +160,8 @@ def subject_snapshot(
     return None
 
 
-def _differs(expected: Snapshot, snap: Snapshot) -> str:
+def describe_difference(expected: Snapshot, snap: Snapshot) -> str:
+    """The paths (and driver files) whose entries differ between two snapshots, in words."""
     paths = differing_paths(expected.files, snap.files)
     driver = differing_paths(expected.driver, snap.driver)
     text = f"paths that differ: {_named(paths)}" if paths else "no file differs"
@@ -233,7 +234,7 @@ def r11_check_identity(
         raise refuse(
             "R11",
             f"the reference ({reference_kind}) is not the code of {what}: its snapshot "
-            f"{ref.digest[:16]} differs from {expected.digest[:16]}; {_differs(expected, ref)}",
+            f"{ref.digest[:16]} differs from {expected.digest[:16]}; {describe_difference(expected, ref)}",
             f"measure the reference from {expected.subject!r} (or a copy of that code: "
             f"`perfledger checkout {expected.digest} DIR`)",
         )
@@ -244,7 +245,7 @@ def r11_check_identity(
                 "R11",
                 f"a final audit measures the champion's code: the candidate's snapshot "
                 f"{cand.digest[:16]} differs from champion {experiment_id!r}'s "
-                f"{audited.digest[:16]}; {_differs(audited, cand)}",
+                f"{audited.digest[:16]}; {describe_difference(audited, cand)}",
                 f"`perfledger checkout {audited.digest} DIR` gives the champion's files",
             )
     drifted = differing_paths(original.driver, cand.driver) or differing_paths(
@@ -269,6 +270,7 @@ def r11_check_identity(
 
 __all__ = [
     "check_snapshot",
+    "describe_difference",
     "original_snapshot",
     "r11_check_identity",
     "r11_experiment_changed_paths",

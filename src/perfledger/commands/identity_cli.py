@@ -332,9 +332,48 @@ def commands() -> list[click.Command]:
 
 __all__ = [
     "champion_snapshot",
+    "check_original_command",
     "checkout",
     "commands",
     "measure_identity",
     "readiness_edge",
+    "refuse_unsnapshotted",
     "resolve",
 ]
+
+
+def check_original_command(target: Any, cmd: str) -> None:
+    """``measure aa`` under snapshots (R11, R4): the A/A command is the readiness driver with a
+    subject in its place, and that subject's snapshot is the original's; refused naming the
+    paths that differ otherwise, before anything runs. No-op under the old rule."""
+    from perfledger.commands import identity
+    from perfledger.commands.rules import refuse
+
+    original = identity.original_snapshot(target)
+    if original is None:
+        return
+    taken = take(target.definition.scope, target.readiness.driver, _subject(target, cmd, "A/A"))
+    if taken.snapshot.digest != original.digest:
+        raise refuse(
+            "R11",
+            f"the A/A subject {taken.snapshot.subject!r} is not the original's code recorded at "
+            f"readiness; {identity.describe_difference(original, taken.snapshot)}; nothing was "
+            "measured",
+            f"measure the original from {original.subject!r} "
+            f"(`perfledger checkout {original.digest} DIR` writes it)",
+        )
+
+
+def refuse_unsnapshotted(target: Any, command: str) -> None:
+    """Refuse (R11) a measurement command that takes no snapshots on a Target whose readiness
+    recorded the original's (its samples would be refused after measuring)."""
+    from perfledger.commands import identity
+    from perfledger.commands.rules import refuse
+
+    if identity.original_snapshot(target) is not None:
+        raise refuse(
+            "R11",
+            f"Target {target.definition.target_id!r} binds samples to code snapshots, which "
+            f"`{command}` does not take yet; nothing was measured",
+            "measure through the readiness driver with `perfledger measure workload`",
+        )

@@ -34,7 +34,12 @@ from typing import Any
 import click
 
 from perfledger.commands import rules
-from perfledger.commands.identity_cli import confirm_unchanged, measure_identity
+from perfledger.commands.identity_cli import (
+    check_original_command,
+    confirm_unchanged,
+    measure_identity,
+    refuse_unsnapshotted,
+)
 from perfledger.errors import BadRequest, MeasurementError
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -715,6 +720,7 @@ def measure_kernel(
         info = _context(ledger, experiment_id, stage)
     finally:
         ledger.close()
+    refuse_unsnapshotted(info["target"], "measure kernel")
     spec = load_spec(spec_path)
     if spec["candidate"] is None:
         raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
@@ -886,6 +892,7 @@ def measure_aa(
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
     if cmd is not None:
+        check_original_command(target, cmd)  # R11: the A/A runs the original's code
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
@@ -915,6 +922,7 @@ def measure_aa(
     else:
         from perfledger.kernels.harness import resolution_from_aa
 
+        refuse_unsnapshotted(target, "measure aa --spec")
         spec = load_spec(spec_path or "")
         case, problem = next(iter(spec["problems"].items()))
         check_cases([case], test_set, f"the spec {spec_path!r}")
