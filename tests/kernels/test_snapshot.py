@@ -105,3 +105,12 @@ def test_subject_is_found_in_the_drivers_declared_place() -> None:
     assert subject_of(template, ["python", "a/bench.py", "--code=b", "--n", "3"]) is None
     assert subject_of(template, ["python", "a/bench.py", "--code=a", "--n", "4"]) is None
     assert subject_of(template, ["python", "a/bench.py", "--code=a"]) is None
+
+
+def test_snapshot_skips_git_and_bytecode_cache_directories(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "code")
+    (root / ".git" / "src" / "HEAD").write_text("ref\n")
+    (root / "src" / "__pycache__").mkdir()
+    (root / "src" / "__pycache__" / "k.cpython-312.pyc").write_bytes(b"\x00")
+    snap = take_snapshot("code", ["x"], lambda rel: True, tmp_path).snapshot
+    assert sorted(snap.files) == ["README.md", "run.sh", "src/deep/d.py", "src/k.py"]

@@ -5,7 +5,7 @@ The rule for "what a subject reads" is deliberately simple and stated in ``docs/
 
 - the subject is a directory (the value in the readiness driver's ``{subject}`` place, relative to
   the driver's working directory); every file under it whose path relative to it matches the
-  Target's scope is taken (``.git`` directories are skipped);
+  Target's scope is taken (``.git`` and ``__pycache__`` directories are skipped);
 - every word of the command line that names an existing file, by a relative path or by any path
   under the subject directory (``--opt=PATH`` counts as ``PATH``), is taken too: under the subject
   directory with its path relative to it (whatever the scope says), elsewhere in ``driver`` with
@@ -35,6 +35,9 @@ from perfledger.events.identity import FileEntry, GitState, Snapshot, tree_diges
 #: Limits of one snapshot: more files or bytes than this is refused (narrow the scope).
 MAX_FILES = 20_000
 MAX_BYTES = 256 * 1024 * 1024
+#: Directories never taken: git's own, and Python's bytecode caches (derived from the sources, and
+#: written by the run itself, so they would make a subject differ from its own snapshot).
+SKIPPED_DIRS = frozenset({".git", "__pycache__"})
 #: Seconds a ``git`` call may take.
 GIT_TIMEOUT_S = 30.0
 
@@ -145,7 +148,7 @@ def take_snapshot(
             )
 
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
         here = Path(dirpath)
         for name in sorted(filenames):
             path = here / name
