@@ -536,6 +536,9 @@ def measure_workload(
     Each command prints one JSON object: {"correct": bool, "metrics": {name: number | [numbers]}};
     `{case}` in a command and $PERFLEDGER_CASE carry the case. Failed calls (garbage, non-zero
     exit, timeout, NaN) are kept with their reason in the raw table, not in the request.
+    Where the readiness driver declares a {subject} place, each command must be that driver with
+    a code directory in its place; both are snapshotted and checked first (R11,
+    docs/code-identity.md).
     """
     ctx = _ctx(json_flag)
     if explain_foreign is not None and monitor_source != "host":
