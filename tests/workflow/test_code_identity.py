@@ -414,3 +414,27 @@ def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> 
     identity.r11_experiment_changed_paths(
         target, msgspec.convert(_experiment("e1", ["src/kern.py"]), rq.ExperimentCreate)
     )
+
+
+def test_r11_an_experiment_keeps_one_candidate_across_stages(session: Session) -> None:
+    with Ledger.open(session.ledger) as ledger:
+        execute(ledger, "experiment.create", _experiment("e3"), actor="agent")
+    first = _subject(session.code, "fast-e3", FASTER.replace("n // 4", "n // 5"), util=True)
+    done = session.measure("e3", "screen", session.fast, first)
+    assert done.returncode == 0, done.stdout + done.stderr
+    other = _subject(session.code, "fast-e3-other", FASTER.replace("n // 4", "n // 6"), util=True)
+    message = _refused(session.measure("e3", "target", session.fast, other))
+    assert "measured another candidate before" in message and "src/kern.py" in message
+
+
+def test_r11_snapshot_files_must_travel_with_their_event(session: Session) -> None:
+    from perfledger.commands.identity import unattached_files
+
+    with Ledger.open(session.ledger) as ledger:
+        event_id = ledger.state().samples["e1-screen"].event_id
+        envelope = ledger.get(event_id)
+        payload = ledger.payload(event_id)
+    assert unattached_files(payload, envelope.artifacts) == []
+    kern = payload.identity.candidate.files["src/kern.py"].blake3
+    stripped = {k: v for k, v in envelope.artifacts.items() if k != f"file-{kern}"}
+    assert unattached_files(payload, stripped) == ["src/kern.py"]

@@ -368,6 +368,12 @@ class _Replay:
         envelope = event.envelope
         kind = envelope.kind
         rule = KIND_RULE.get(kind, "request")
+        if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
+            from perfledger.commands.identity import unattached_files
+
+            missing = unattached_files(event.payload, envelope.artifacts)
+            if missing:
+                self._find(event, "R11", f"snapshot files not attached to the event: {missing}")
         request = envelope.request
         if isinstance(request, dict) and set(request) == {"op", "body"}:
             op, body = request["op"], request["body"]

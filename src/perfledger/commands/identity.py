@@ -11,7 +11,7 @@ old ledgers re-decide exactly as they were recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -22,6 +22,7 @@ from perfledger.events.identity import (
     Snapshot,
     declares_subject,
     differing_paths,
+    file_artifact_name,
     substitute,
     tree_digest,
 )
@@ -160,6 +161,45 @@ def subject_snapshot(
     return None
 
 
+def _first_candidate(
+    state: WorkflowState, experiment_id: str, payload_of: Callable[[str], Any] | None
+) -> Snapshot | None:
+    """The candidate snapshot of an experiment's first screen or target samples, or None."""
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None or payload_of is None:
+        return None
+    for stage in ("screen", "target"):
+        for samples_id in experiment.samples.get(stage, []):
+            view = state.samples.get(samples_id)
+            if view is None:
+                continue
+            identity = getattr(payload_of(view.event_id), "identity", msgspec.UNSET)
+            if isinstance(identity, SamplesIdentity):
+                return identity.candidate
+    return None
+
+
+def unattached_files(payload: Any, artifacts: Mapping[str, Any]) -> list[str]:
+    """The snapshot files of a ReadinessRecorded or SamplesRecorded ``payload`` whose bytes are
+    not attached to its event (``artifacts``: name -> ArtifactRef with ``blake3`` and ``size``)
+    as ``file-<blake3>``: a snapshot that ``checkout`` could not reproduce (R11). Returns the
+    paths, sorted; empty for events without snapshots."""
+    snaps: list[Snapshot] = []
+    original = getattr(getattr(payload, "original", None), "snapshot", msgspec.UNSET)
+    if isinstance(original, Snapshot):
+        snaps.append(original)
+    identity = getattr(payload, "identity", msgspec.UNSET)
+    if isinstance(identity, SamplesIdentity):
+        snaps += [identity.reference, identity.candidate]
+    missing = set()
+    for snap in snaps:
+        for path, entry in {**snap.files, **snap.driver}.items():
+            ref = artifacts.get(file_artifact_name(entry.blake3))
+            if ref is None or ref.blake3 != entry.blake3 or ref.size != entry.size:
+                missing.add(path)
+    return sorted(missing)
+
+
 def describe_difference(expected: Snapshot, snap: Snapshot) -> str:
     """The paths (and driver files) whose entries differ between two snapshots, in words."""
     paths = differing_paths(expected.files, snap.files)
@@ -238,6 +278,16 @@ def r11_check_identity(
             f"measure the reference from {expected.subject!r} (or a copy of that code: "
             f"`perfledger checkout {expected.digest} DIR`)",
         )
+    if stage != "final_audit":
+        first = _first_candidate(state, experiment_id, payload_of)
+        if first is not None and cand.digest != first.digest:
+            raise refuse(
+                "R11",
+                f"experiment {experiment_id!r} measured another candidate before: its snapshot "
+                f"{cand.digest[:16]} differs from {first.digest[:16]}; "
+                f"{describe_difference(first, cand)}",
+                "an experiment is one candidate: create a new experiment for changed code",
+            )
     if stage == "final_audit":
         audited = subject_snapshot(state, target, experiment_id, payload_of)
         if audited is not None and cand.digest != audited.digest:
@@ -277,4 +327,5 @@ __all__ = [
     "r11_readiness_snapshot",
     "r11_samples_identity",
     "subject_snapshot",
+    "unattached_files",
 ]
