@@ -274,7 +274,8 @@ def r11_check_identity(
         raise refuse(
             "R11",
             f"the reference ({reference_kind}) is not the code of {what}: its snapshot "
-            f"{ref.digest[:16]} differs from {expected.digest[:16]}; {describe_difference(expected, ref)}",
+            f"{ref.digest[:16]} differs from {expected.digest[:16]}; "
+            f"{describe_difference(expected, ref)}",
             f"measure the reference from {expected.subject!r} (or a copy of that code: "
             f"`perfledger checkout {expected.digest} DIR`)",
         )
