@@ -331,6 +331,7 @@ def test_handoff_names_the_champions_snapshot_and_how_to_get_it(session: Session
     assert f"perfledger checkout {digest} DIR" in md.stdout
     handoff = session.ok("handoff")["handoff"]
     assert handoff["champion_snapshot"]["digest"] == digest
+    assert any(f"perfledger checkout {digest} DIR" in need for need in handoff["resume_needs"])
 
 
 def test_audit_re_decides_the_snapshots_from_a_fresh_process(session: Session) -> None:

@@ -327,6 +327,11 @@ def _resume_needs(ctx: ResumeContext) -> list[str]:
     needs.append(f"ledger head {ctx.head} (a git commit; `perfledger show {ctx.head[:12]}`)")
     if ctx.artifacts:
         needs.append(f"{len(ctx.artifacts)} artifact(s) travel inside the ledger's commits")
+    if ctx.champion_snapshot:  # R11: the code to resume from travels in the ledger too
+        snap = ctx.champion_snapshot
+        needs.append(
+            f"the {snap['of']} code (snapshot {snap['digest'][:16]}): `{snap['checkout']}`"
+        )
     needs.append("run `perfledger audit`, then `perfledger resume` for the next decisions")
     return needs
 
