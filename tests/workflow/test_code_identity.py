@@ -439,3 +439,19 @@ def test_r11_snapshot_files_must_travel_with_their_event(session: Session) -> No
     kern = payload.identity.candidate.files["src/kern.py"].blake3
     stripped = {k: v for k, v in envelope.artifacts.items() if k != f"file-{kern}"}
     assert unattached_files(payload, stripped) == ["src/kern.py"]
+
+
+def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
+    session: Session,
+) -> None:
+    from perfledger.commands import operations
+    from perfledger.commands.audit import _request_from_payload
+
+    with Ledger.open(session.ledger) as ledger:
+        state = ledger.state()
+        samples = ledger.payload(state.samples["e1-screen"].event_id)
+        created = state.experiments["e1"].created
+    for kind, payload in (("SamplesRecorded", samples), ("ExperimentCreated", created)):
+        as_json = msgspec.json.decode(msgspec.json.encode(payload))
+        op, body = _request_from_payload(kind, as_json)
+        operations.validate(op, body)  # derived changed paths left out, as a request has them
