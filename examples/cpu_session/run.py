@@ -1,8 +1,10 @@
 """The CPU session's workload: row softmax of a fixed test set, in the workload driver's protocol.
 
-One call = one subject on one case: import the implementation ``impls/<impl>.py``, check it
-against an extended-precision reference (R5: a wrong answer is reported as ``correct: false``, its
-times are kept but mean nothing), then time ``--repeats`` calls and print one JSON object::
+One call = one subject on one case: import the implementation (``--code DIR``: the code
+directory's ``softmax.py``, how the session's subjects run; ``--impl NAME``: ``impls/NAME.py``),
+check it against an extended-precision reference (R5: a wrong answer is reported as
+``correct: false``, its times are kept but mean nothing), then time ``--repeats`` calls and
+print one JSON object::
 
     {"correct": true, "metrics": {"cpu_ms": [...], "wall_ms": [...]}, "detail": {...}}
 
@@ -46,6 +48,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 IMPLS = HERE / "impls"
+#: The implementation's file inside a code directory (``--code DIR``).
+SUBJECT_FILE = "softmax.py"
 #: case -> (rows, cols, seed, logit scale). ``narrow``: many short rows (per-row overhead
 #: dominates the loop); ``wide``: fewer, long rows (exp and the reductions dominate).
 CASES = {"narrow": (1000, 32, 11, 4.0), "wide": (64, 4096, 12, 30.0)}
@@ -66,9 +70,11 @@ def reference(x: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=1, keepdims=True)).astype(np.float64)
 
 
-def load(impl: str) -> ModuleType:
-    """Import ``impls/<impl>.py``. Raises SystemExit(2) for an unknown implementation."""
-    path = IMPLS / f"{impl}.py"
+def load(impl: str, code: str | None = None) -> ModuleType:
+    """Import ``impls/<impl>.py``, or ``CODE/softmax.py`` when ``code`` names a code directory
+    (a subject of the session: one version of the code, R11). Raises SystemExit(2) when the
+    file does not exist."""
+    path = Path(code) / SUBJECT_FILE if code is not None else IMPLS / f"{impl}.py"
     if not path.is_file():
         print(f"unknown implementation {impl!r} (no {path})", file=sys.stderr)
         raise SystemExit(2)
@@ -87,9 +93,10 @@ def check(out: np.ndarray, ref: np.ndarray) -> tuple[bool, float]:
     return err <= RTOL, err
 
 
-def measure(impl: str, case: str, repeats: int) -> dict[str, object]:
-    """One driver call: correctness first, then ``repeats`` timed calls."""
-    module = load(impl)
+def measure(impl: str, case: str, repeats: int, code: str | None = None) -> dict[str, object]:
+    """One driver call (of ``impls/<impl>.py``, or of ``CODE/softmax.py``): correctness first,
+    then ``repeats`` timed calls."""
+    module = load(impl, code)
     x = make_input(case)
     before = hashlib.sha256(x.tobytes()).hexdigest()
     out = module.softmax(x)
@@ -106,7 +113,7 @@ def measure(impl: str, case: str, repeats: int) -> dict[str, object]:
     return {
         "correct": correct,
         "metrics": {"cpu_ms": cpu_ms, "wall_ms": wall_ms},
-        "detail": {"impl": impl, "case": case, "max_rel_err": err, "shape": list(x.shape)},
+        "detail": {"impl": code or impl, "case": case, "max_rel_err": err, "shape": list(x.shape)},
     }
 
 
@@ -186,6 +193,7 @@ def main() -> int:
     """Parse the arguments and print one JSON object; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", default="loop")
+    parser.add_argument("--code", metavar="DIR", help="a code directory: run DIR/softmax.py")
     parser.add_argument("--case", default=os.environ.get("PERFLEDGER_CASE", "narrow"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--test-set", action="store_true")
@@ -205,7 +213,7 @@ def main() -> int:
         if args.case not in CASES:
             print(f"unknown case {args.case!r}; cases: {list(CASES)}", file=sys.stderr)
             return 2
-        result = measure(args.impl, args.case, args.repeats)
+        result = measure(args.impl, args.case, args.repeats, args.code)
     print(json.dumps(result))
     return 0
 

@@ -18,8 +18,14 @@ Steps (each one CLI call; what it records is printed as it goes):
    rejection with its scope (R15), whichever the verdicts say.
 7. Experiment e3 (compute in float32): fails the accuracy rule on every call, so its samples mean
    nothing (R5) and it is rejected, closing the implementation only (R15).
-8. Final audit of the champion against the original (R13), ``handoff record`` (R18),
+8. Final audit of the champion against the original (R13); the champion's code snapshot
+   (``champion show``) written back by ``checkout`` (R11); ``handoff record`` (R18),
    ``report --html``, then ``claims``, ``handoff --md`` and ``audit``, which must pass.
+
+Each version of the code is a directory (``WORKDIR/code/IMPL/softmax.py``, a copy of one of
+``impls/``): the readiness driver declares its place (``run.py --code {subject}``), so every
+measured subject is bound to a snapshot of its code and the reference is checked to be the
+original's or the champion's (R11; docs/code-identity.md).
 
 Formal stages (target, final audit) need the monitor over every sample window (R17). Without a
 GPU the NVML monitor cannot run, so the formal stages of this CPU workload run under the host
@@ -52,7 +58,11 @@ REPO = HERE.parent.parent
 RUN = HERE / "run.py"
 TARGET = "t1"
 ACTOR = "cpu-session-agent"
-SCOPE = "examples/cpu_session/impls/*"
+#: The Target's modification scope, relative to a code directory (a subject, R11): each version
+#: of the code is a directory holding ``softmax.py`` (a copy of one of ``impls/``).
+SCOPE = "softmax.py"
+#: The readiness driver: ``{subject}`` is where a code directory goes (R11).
+DRIVER = [sys.executable, "examples/cpu_session/run.py", "--code", "{subject}"]
 EXPLAIN_FOREIGN = (
     "other processes on a shared host; the primary cpu_ms is this process's own CPU time "
     "(time.process_time), which excludes time spent waiting for a core"
@@ -119,9 +129,20 @@ class Session:
         )
         return json.loads(done.stdout)
 
+    def subject(self, impl: str) -> Path:
+        """The code directory of one implementation: ``WORKDIR/code/IMPL/softmax.py``, a copy
+        of ``impls/IMPL.py`` (what a worktree per candidate would hold)."""
+        directory = self.workdir / "code" / impl
+        if not directory.is_dir():
+            directory.mkdir(parents=True)
+            (directory / "softmax.py").write_bytes((HERE / "impls" / f"{impl}.py").read_bytes())
+        return directory
+
     def cmd(self, impl: str) -> str:
-        """The driver command of one implementation (a subject of ``measure``)."""
-        return f"{shlex.quote(sys.executable)} {shlex.quote(str(RUN))} --impl {impl}"
+        """The driver command of one implementation (a subject of ``measure``): the readiness
+        driver with the implementation's code directory in its ``{subject}`` place (R11)."""
+        argv = [word.replace("{subject}", str(self.subject(impl))) for word in DRIVER]
+        return " ".join(shlex.quote(word) for word in argv)
 
     def measure(self, experiment: str, stage: str, ref: str, cand: str) -> dict[str, Any]:
         """``measure workload`` of one stage: screens without a monitor, formal stages under the
@@ -208,12 +229,13 @@ class Session:
         })  # fmt: skip
         self.cli("readiness", "record", request={
             "target_id": TARGET,
-            "original": {"content_hash": original, "label": "impls/loop.py"},
+            "original": {"content_hash": original, "label": "impls/loop.py",
+                         "subject": str(self.subject("loop"))},
             "test_set": {"hash": test_set["hash"], "case_count": test_set["case_count"],
                          "cases": test_set["cases"]},
             "accuracy_rule": "all outputs finite; max relative error <= 1e-12 against a "
                              "numpy.longdouble reference; inputs unchanged",
-            "driver": {"argv": ["python", "examples/cpu_session/run.py", "--impl", "loop"],
+            "driver": {"argv": DRIVER,
                        "env": {"OMP_NUM_THREADS": "1"}},
             "environment": env["readiness_environment"],
             "statistics": {"min_pairs_per_case": PAIRS},
@@ -276,8 +298,7 @@ class Session:
             "experiment_id": "e1", "target_id": TARGET,
             "title": "reuse scipy.special.softmax along the rows (one vectorized call)",
             "candidate": {"content_hash": self.workload("--hash", "scipy_reuse")["content_hash"],
-                          "label": "impls/scipy_reuse.py",
-                          "changed_paths": ["examples/cpu_session/impls/scipy_reuse.py"]},
+                          "label": "impls/scipy_reuse.py"},
             "approach": "reuse",
             "new_component": {"component_kind": "kernel",
                               "description": "vectorized row softmax",
@@ -348,8 +369,7 @@ class Session:
             "experiment_id": "e2", "target_id": TARGET,
             "title": "in place: one output buffer, no full-size temporaries",
             "candidate": {"content_hash": self.workload("--hash", "inplace")["content_hash"],
-                          "label": "impls/inplace.py",
-                          "changed_paths": ["examples/cpu_session/impls/inplace.py"]},
+                          "label": "impls/inplace.py"},
             "approach": "new",
             "new_component": {"component_kind": "kernel",
                               "description": "in-place vectorized row softmax",
@@ -379,8 +399,7 @@ class Session:
             "experiment_id": "e3", "target_id": TARGET,
             "title": "compute in float32 (half the bytes), cast back to float64",
             "candidate": {"content_hash": self.workload("--hash", "float32")["content_hash"],
-                          "label": "impls/float32.py",
-                          "changed_paths": ["examples/cpu_session/impls/float32.py"]},
+                          "label": "impls/float32.py"},
             "claim": {
                 "evidence": [
                     {"evidence_id": "ev-prof-loop", "applicability": "same_boundary",
@@ -409,6 +428,16 @@ class Session:
             fa_payload = fa["payload"]
             summary["final_audit"] = fa_payload["status"]
             self.say(f"  final audit {fa_payload['status']} against the original")
+
+        # -- the champion's code (R11): its snapshot, written back by `checkout`
+        if champion != "original":
+            snapshot = self.cli("champion", "show", TARGET)["snapshot"]
+            out = self.workdir / "champion-code"
+            done = self.cli("checkout", snapshot["digest"], str(out))
+            summary["champion_snapshot"] = snapshot["digest"]
+            summary["champion_code"] = str(out)
+            self.say(f"  champion's code: snapshot {snapshot['digest'][:16]}, {done['files']} "
+                     f"file(s) written to {out}")  # fmt: skip
 
         # -- handoff (R18), report, read models, audit
         wall = time.monotonic() - started

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perfledger.api import Ledger
 from subprocess_env import isolated_env, perfledger_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +73,24 @@ def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
     assert rejected.get("e3") == "implementation"
     state = json.loads(_pl(ledger, env, "state").stdout)["state"]
     assert state["samples"]["e3-screen"]["cand_failures"] == 10
+
+    # the champion's code (R11): the snapshot champion show names, written back byte for byte,
+    # and the computed changed path of every candidate
+    impl = {"e1": "scipy_reuse", "e2": "inplace"}[champion]
+    snapshot = json.loads(_pl(ledger, env, "champion", "show", "t1").stdout)["snapshot"]
+    assert snapshot["digest"] == summary["champion_snapshot"] and snapshot["of"] == champion
+    written = Path(summary["champion_code"]) / "softmax.py"
+    impl_file = REPO / "examples" / "cpu_session" / "impls" / f"{impl}.py"
+    assert written.read_bytes() == impl_file.read_bytes()
+    samples = state["samples"]
+    assert state["targets"]["t1"]["readiness"]["original"]["snapshot"]["files"].keys() == {
+        "softmax.py"
+    }
+    with Ledger.open(ledger) as opened:
+        for sid in ("e1-screen", "e3-screen"):
+            identity = opened.payload(samples[sid]["event_id"]).identity
+            assert identity.changed_paths == ("softmax.py",)
+            assert "examples/cpu_session/run.py" in identity.candidate.driver
 
     # the report exists and the ledger is a sound git repository
     page = (workdir / "report.html").read_text()

@@ -186,6 +186,15 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
     }
     for name in drop.get(kind, ()):
         p.pop(name, None)
+    if kind == "SamplesRecorded" and isinstance(p.get("identity"), dict):  # R11: derived
+        p["identity"] = {k: v for k, v in p["identity"].items() if k != "changed_paths"}
+    candidate = p.get("candidate")
+    if (
+        kind == "ExperimentCreated"
+        and isinstance(candidate, dict)
+        and not candidate.get("changed_paths")
+    ):  # computed from snapshots, never typed
+        p["candidate"] = {k: v for k, v in candidate.items() if k != "changed_paths"}
     if kind == "TargetFrozen":
         p = dict(payload.get("target") or {})
     elif kind == "VerdictRecorded":
@@ -421,6 +430,12 @@ class _Replay:
         envelope = event.envelope
         kind = envelope.kind
         rule = KIND_RULE.get(kind, "request")
+        if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
+            from perfledger.commands.identity import unattached_files
+
+            missing = unattached_files(event.payload, envelope.artifacts)
+            if missing:
+                self._find(event, "R11", f"snapshot files not attached to the event: {missing}")
         request = envelope.request
         if isinstance(request, dict) and set(request) == {"op", "body"}:
             op, body = request["op"], request["body"]

@@ -88,6 +88,8 @@ WORKFLOW_COMMANDS = frozenset(
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
 #: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
 MEASURE_COMMANDS = frozenset({"env", "measure"})
+#: ``perfledger checkout`` (R11 code identity), loaded with the measurement commands.
+IDENTITY_COMMANDS = frozenset({"checkout"})
 
 
 class _LedgerGroup(click.Group):
@@ -98,7 +100,7 @@ class _LedgerGroup(click.Group):
             _load_workflow_commands()
         if cmd_name == "loop":
             _load_loop_command()
-        if cmd_name in MEASURE_COMMANDS:
+        if cmd_name in MEASURE_COMMANDS or cmd_name in IDENTITY_COMMANDS:
             _load_measure_commands()
         return super().get_command(ctx, cmd_name)
 
@@ -429,6 +431,10 @@ def _load_measure_commands() -> None:
         from perfledger.commands.measure_cli import commands
 
         for command in commands():
+            cli.add_command(command)
+        from perfledger.commands.identity_cli import commands as identity_commands
+
+        for command in identity_commands():
             cli.add_command(command)
 
 

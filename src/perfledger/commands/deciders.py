@@ -57,8 +57,8 @@ from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
 
+from . import identity, rules
 from . import requests as rq
-from . import rules
 from .requests import dump
 from .rules import refuse
 
@@ -221,6 +221,7 @@ def decide_readiness_record(
         cases = req.test_set.cases
         if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
             raise refuse("R2", "test-set case names must be distinct and at most case_count")
+    identity.r11_readiness_snapshot(target, req)
     body = dump(req)
     env = body["environment"]
     missing_lineage = tuple(name for name in ENVIRONMENT_FIELDS if rules.is_unknown(env[name]))
@@ -370,7 +371,7 @@ def decide_experiment_create(
         target.champion_hash,
     ):
         raise refuse("R11", "the candidate does not differ from its reference")
-    rules.r11_paths_in_scope(req.candidate.changed_paths, target.definition.scope)
+    identity.r11_experiment_changed_paths(target, req)
     rules.r10_upstream_checked(
         state,
         req.new_component.upstream_check_id if req.new_component else None,
@@ -518,8 +519,11 @@ def decide_samples_record(
                 raise refuse("R11", "the screen rejected this experiment")
             rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
     _samples_common(target, req)
+    code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
     pairs = req.pairs
     body = dump(req)
+    if code is not None:
+        body["identity"] = msgspec.to_builtins(code)
     payload = _build(
         SamplesRecorded,
         {

@@ -34,6 +34,12 @@ from typing import Any
 import click
 
 from perfledger.commands import rules
+from perfledger.commands.identity_cli import (
+    check_original_command,
+    confirm_unchanged,
+    measure_identity,
+    refuse_unsnapshotted,
+)
 from perfledger.errors import BadRequest, MeasurementError
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -255,6 +261,7 @@ def _append(
     artifact: dict[str, Any],
     actor: str | None,
     idempotency_key: str | None,
+    extra: dict[str, Any] | None = None,
 ) -> Any:
     from perfledger.commands.operations import execute
 
@@ -266,7 +273,7 @@ def _append(
             body,
             actor=_actor(actor),
             idempotency_key=idempotency_key,
-            artifacts={artifact_name: _artifact(artifact)},
+            artifacts={artifact_name: _artifact(artifact), **(extra or {})},
         )
     finally:
         ledger.close()
@@ -529,6 +536,9 @@ def measure_workload(
     Each command prints one JSON object: {"correct": bool, "metrics": {name: number | [numbers]}};
     `{case}` in a command and $PERFLEDGER_CASE carry the case. Failed calls (garbage, non-zero
     exit, timeout, NaN) are kept with their reason in the raw table, not in the request.
+    Where the readiness driver declares a {subject} place, each command must be that driver with
+    a code directory in its place; both are snapshotted and checked first (R11,
+    docs/code-identity.md).
     """
     ctx = _ctx(json_flag)
     if explain_foreign is not None and monitor_source != "host":
@@ -536,6 +546,8 @@ def measure_workload(
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
+        # R11: both subjects snapshotted and checked before anything runs
+        code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
         ledger.close()
     chosen = list(cases) or info["cases"]
@@ -559,6 +571,8 @@ def measure_workload(
     finally:
         if monitor is not None:
             monitor.stop()
+    if code is not None:
+        confirm_unchanged(info, code)
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,
@@ -583,6 +597,8 @@ def measure_workload(
     body["units"] = {
         k: v for k, v in units.items() if any(k in p["ref"]["values"] for p in body["pairs"])
     }
+    if code is not None:
+        body["identity"] = code
     artifact = {
         "kind": "workload",
         "table": run.table(),
@@ -608,9 +624,17 @@ def measure_workload(
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2)])
         return
-    event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
+    event = _append(
+        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
+    )
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
+    if code is not None:
+        result["snapshots"] = {r: code[r]["digest"] for r in ("reference", "candidate")}
+        lines.append(
+            f"snapshots: reference {code['reference']['digest'][:16]}, candidate "
+            f"{code['candidate']['digest'][:16]}"
+        )
     lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
     _answer(ctx, result, lines)
 
@@ -699,6 +723,7 @@ def measure_kernel(
         info = _context(ledger, experiment_id, stage)
     finally:
         ledger.close()
+    refuse_unsnapshotted(info["target"], "measure kernel")
     spec = load_spec(spec_path)
     if spec["candidate"] is None:
         raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
@@ -870,6 +895,7 @@ def measure_aa(
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
     if cmd is not None:
+        check_original_command(target, cmd)  # R11: the A/A runs the original's code
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
@@ -899,6 +925,7 @@ def measure_aa(
     else:
         from perfledger.kernels.harness import resolution_from_aa
 
+        refuse_unsnapshotted(target, "measure aa --spec")
         spec = load_spec(spec_path or "")
         case, problem = next(iter(spec["problems"].items()))
         check_cases([case], test_set, f"the spec {spec_path!r}")

@@ -117,6 +117,14 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
         if not chosen:
             raise BadRequest(f"no Target {target_id!r}")
         data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
+        if target_id in state.targets:  # the champion's code and how to get it (R11)
+            from perfledger.commands.identity_cli import champion_snapshot
+
+            ledger = ctx.open()
+            try:
+                data["snapshot"] = champion_snapshot(ledger, state, state.targets[target_id])
+            finally:
+                ledger.close()
         if ctx.json_mode:
             _emit(data)
         else:
@@ -205,12 +213,15 @@ def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
     wall = None
     if last_ts is not None:
         wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
+    from perfledger.commands.identity_cli import champion_snapshot
+
     return ResumeContext(
         head=ledger.head(),
         remotes=remotes,
         artifacts=artifacts,
         wall_used_s=wall,
         path=os.path.abspath(ledger.path),
+        champion_snapshot=champion_snapshot(ledger, state, state.targets[target_id]),
     )
 
 

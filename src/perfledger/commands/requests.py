@@ -137,11 +137,48 @@ class TargetSupersede(Request, kw_only=True):
 # ------------------------------------------------------------------------------- readiness
 
 
+class FileEntry(Request, kw_only=True):
+    """One file of a snapshot (R11): blake3 hex of its bytes, size in bytes, git-style mode."""
+
+    blake3: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")]
+    size: Annotated[int, Meta(ge=0, le=2**53)]
+    mode: Literal["100644", "100755", "120000"]
+
+
+class GitState(Request, kw_only=True):
+    """The subject's git work tree: HEAD's commit (None before any), dirty flag, path in it."""
+
+    commit: Annotated[str, Meta(pattern=r"^[0-9a-f]{40,64}(?!\n)$")] | None
+    dirty: bool
+    path: Annotated[str, Meta(max_length=4_000)] = ""
+
+
+_Path = Annotated[str, Meta(min_length=1, max_length=4_000)]
+
+
+class SubjectSnapshot(Request, kw_only=True):
+    """A measured subject's snapshot (R11, :mod:`perfledger.events.identity`): the subject put in
+    the driver's ``{subject}`` place, the exact argv, the files (path -> entry), the driver's
+    files outside the subject, the tree digest and the git state. Taken by ``perfledger``
+    (``measure workload``, ``readiness record`` with ``original.subject``), not typed."""
+
+    subject: _Path
+    argv: Annotated[
+        list[Annotated[str, Meta(max_length=4_000)]], Meta(min_length=1, max_length=_MAX_ITEMS)
+    ]
+    files: Annotated[dict[_Path, FileEntry], Meta(max_length=20_000)]
+    driver: Annotated[dict[_Path, FileEntry], Meta(max_length=_MAX_ITEMS)] = {}
+    digest: Hash
+    git: GitState | None = None
+
+
 class Original(Request, kw_only=True):
-    """The original's content hash and label."""
+    """The original's content hash and label; ``snapshot`` where the readiness driver declares
+    a ``{subject}`` place (R11)."""
 
     content_hash: Hash
     label: OptText = ""
+    snapshot: SubjectSnapshot | msgspec.UnsetType = msgspec.UNSET
 
 
 class TestSet(Request, kw_only=True):
@@ -391,11 +428,15 @@ class Preregistration(Request, kw_only=True):
 
 
 class Candidate(Request, kw_only=True):
-    """The candidate's content hash, label and changed paths (R11: inside the Target's scope)."""
+    """The candidate's content hash, label and changed paths (R11: inside the Target's scope).
+    ``changed_paths`` only for a Target whose driver declares no ``{subject}`` place: otherwise
+    perfledger computes them from the snapshots and a typed list is refused."""
 
     content_hash: Hash
     label: OptText = ""
-    changed_paths: Annotated[list[Name], Meta(min_length=1, max_length=_MAX_ITEMS)]
+    changed_paths: (
+        Annotated[list[Name], Meta(min_length=1, max_length=_MAX_ITEMS)] | msgspec.UnsetType
+    ) = msgspec.UNSET
 
 
 class NewComponent(Request, kw_only=True):
@@ -460,6 +501,13 @@ class Reference(Request, kw_only=True):
     experiment_id: Id | None = None
 
 
+class SamplesIdentity(Request, kw_only=True):
+    """Both subjects' snapshots (R11), taken by ``perfledger measure workload``."""
+
+    reference: SubjectSnapshot
+    candidate: SubjectSnapshot
+
+
 class SamplesRecord(Request, kw_only=True):
     """``samples.record`` (R2-R5, R8, R11, R17): paired samples of one stage of an experiment.
     ``units``: metric name -> unit of its values."""
@@ -474,6 +522,7 @@ class SamplesRecord(Request, kw_only=True):
     environment_id: Hash
     units: Annotated[dict[Name, Name], Meta(min_length=1, max_length=_MAX_ITEMS)]
     pairs: Annotated[list[PairRecord], Meta(min_length=1, max_length=_MAX_PAIRS)]
+    identity: SamplesIdentity | msgspec.UnsetType = msgspec.UNSET
 
 
 # ------------------------------------------------------------------------------- decisions

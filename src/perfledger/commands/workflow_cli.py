@@ -203,7 +203,12 @@ def submit(
 
     operation = operations.get_operation(name)
     ledger = ctx.open()
+    artifacts: dict[str, Any] = {}
     try:
+        if name == "readiness.record":  # original.subject -> its snapshot (R11)
+            from perfledger.commands.identity_cli import readiness_edge
+
+            body, artifacts = readiness_edge(ledger, body)
         if dry_run:
             drafts = operations.preview(
                 ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key
@@ -211,8 +216,9 @@ def submit(
             _answer_dry_run(ctx, operation, drafts)
             return
         envelopes = operations.execute(
-            ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key
-        )
+            ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key,
+            artifacts=artifacts or None,
+        )  # fmt: skip
     except BadRequest as exc:
         if not request_given and "invalid request" in exc.message:
             raise BadRequest(

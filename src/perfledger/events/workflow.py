@@ -20,6 +20,7 @@ from typing import Literal
 
 import msgspec
 
+from perfledger.events.identity import SamplesIdentity, Snapshot
 from perfledger.events.kinds import KindSpec, register_kind
 
 Direction = Literal["lower_is_better", "higher_is_better"]
@@ -160,10 +161,13 @@ class TargetSuperseded(_Payload, kw_only=True):
 
 
 class Original(_Part, kw_only=True):
-    """The original's identity: ``content_hash`` (e.g. ``sha256:...`` of its source tree)."""
+    """The original's identity: ``content_hash`` (e.g. ``sha256:...`` of its source tree) and,
+    where the driver declares a ``{subject}`` place, its ``snapshot`` (R11; absent, not null,
+    otherwise, so readiness recorded before snapshots existed encodes as it did)."""
 
     content_hash: str
     label: str = ""
+    snapshot: Snapshot | msgspec.UnsetType = msgspec.UNSET
 
 
 class TestSet(_Part, kw_only=True):
@@ -437,7 +441,7 @@ class Candidate(_Part, kw_only=True):
 
     content_hash: str
     label: str = ""
-    changed_paths: tuple[str, ...]
+    changed_paths: tuple[str, ...] = ()
 
 
 class NewComponent(_Part, kw_only=True):
@@ -544,6 +548,8 @@ class SamplesRecorded(_Payload, kw_only=True):
             reference's failure, never the candidate's).
         cand_failures: derived: pairs whose candidate failed its accuracy check (R5).
         unexplained_activity: derived: pairs overlapping unexplained foreign activity (R17).
+        identity: both subjects' snapshots and the derived changed paths (R11); absent on
+            samples of a Target whose driver declares no ``{subject}`` place.
     """
 
     samples_id: str
@@ -559,6 +565,7 @@ class SamplesRecorded(_Payload, kw_only=True):
     ref_failures: int
     cand_failures: int
     unexplained_activity: int
+    identity: SamplesIdentity | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- verdicts (R12)

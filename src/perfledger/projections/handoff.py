@@ -17,6 +17,8 @@ Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState` and a
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
@@ -34,6 +36,9 @@ class ResumeContext(msgspec.Struct, kw_only=True):
         artifacts: ``<event id prefix>/<artifact name>`` of every attached file.
         wall_used_s: seconds from the Target's freezing to the newest event (None: unknown).
         path: the ledger repository's path on this machine (None: unknown).
+        champion_snapshot: the champion's (or original's) code snapshot (R11): ``digest``,
+            ``files``, ``git``, ``checkout`` (the command that writes it), None when none was
+            recorded.
     """
 
     head: str
@@ -42,6 +47,7 @@ class ResumeContext(msgspec.Struct, kw_only=True):
     artifacts: list[str] = msgspec.field(default_factory=list)
     wall_used_s: float | None = None
     path: str | None = None
+    champion_snapshot: dict[str, Any] | None = None
 
 
 class Gain(msgspec.Struct, kw_only=True):
@@ -132,6 +138,8 @@ class Handoff(msgspec.Struct, kw_only=True):
         feedback: friction/feedback from the last recorded handoff, else ``not stated``.
         head: the ledger head this handoff describes.
         recorded_handoffs: how many handoffs of this Target are recorded.
+        champion_snapshot: the champion's code snapshot and how to get it (R11); unset when
+            none was recorded.
     """
 
     target_id: str
@@ -155,6 +163,8 @@ class Handoff(msgspec.Struct, kw_only=True):
     head: str
     recorded_handoffs: int
     resolution: float | None = None
+    #: absent (not null) without a snapshot, so handoffs of old-rule Targets read as before
+    champion_snapshot: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -317,6 +327,11 @@ def _resume_needs(ctx: ResumeContext) -> list[str]:
     needs.append(f"ledger head {ctx.head} (a git commit; `perfledger show {ctx.head[:12]}`)")
     if ctx.artifacts:
         needs.append(f"{len(ctx.artifacts)} artifact(s) travel inside the ledger's commits")
+    if ctx.champion_snapshot:  # R11: the code to resume from travels in the ledger too
+        snap = ctx.champion_snapshot
+        needs.append(
+            f"the {snap['of']} code (snapshot {snap['digest'][:16]}): `{snap['checkout']}`"
+        )
     needs.append("run `perfledger audit`, then `perfledger resume` for the next decisions")
     return needs
 
@@ -396,6 +411,9 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         feedback=last.feedback if last is not None else "not stated (no handoff recorded yet)",
         head=ctx.head,
         recorded_handoffs=sum(1 for h in state.handoffs if h.target_id == target_id),
+        champion_snapshot=(
+            msgspec.UNSET if ctx.champion_snapshot is None else ctx.champion_snapshot
+        ),
     )
 
 
@@ -510,6 +528,19 @@ def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:,.0f} s"
 
 
+def _snapshot_lines(h: Handoff) -> list[str]:
+    """The champion's code snapshot line (R11), or none when no snapshot was recorded."""
+    snap = h.champion_snapshot
+    if not isinstance(snap, dict):
+        return []
+    git = snap.get("git")
+    where = f"; git commit {git['commit']} ({'dirty' if git['dirty'] else 'clean'})" if git else ""
+    return [
+        f"- Champion's code: snapshot `{snap['digest']}` ({snap['files']} files{where}); "
+        f"get it with `{snap['checkout']}`"
+    ]
+
+
 def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = None) -> str:
     """Render ``handoff`` (and, for ``resume``, the next ``decisions``) as Markdown."""
     h = handoff
@@ -527,6 +558,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             else ""
         )
         + (f", final audit {h.final_audit_status}" if h.final_audit_status else ""),
+        *_snapshot_lines(h),
         f"- Stop reason: {h.stop_reason}",
         f"- Ledger head: `{h.head}` (git commit)",
         "",

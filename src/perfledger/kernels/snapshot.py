@@ -1,0 +1,193 @@
+"""Take the snapshot of a measured subject from disk (R11; the digest and the comparisons are
+:mod:`perfledger.events.identity`).
+
+The rule for "what a subject reads" is deliberately simple and stated in ``docs/code-identity.md``:
+
+- the subject is a directory (the value in the readiness driver's ``{subject}`` place, relative to
+  the driver's working directory); every file under it whose path relative to it matches the
+  Target's scope is taken (``.git`` and ``__pycache__`` directories are skipped);
+- every word of the command line that names an existing file, by a relative path or by any path
+  under the subject directory (``--opt=PATH`` counts as ``PATH``), is taken too: under the subject
+  directory with its path relative to it (whatever the scope says), elsewhere in ``driver`` with
+  the path as named;
+- regular files are read as bytes; a symbolic link is recorded as its target text (mode
+  ``120000``), never followed.
+
+Where the subject directory lies in a git work tree, ``git`` records HEAD's commit and whether
+anything under the directory is modified or untracked (``git status --porcelain``), through the
+``git`` command itself.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+
+from perfledger.errors import BadRequest
+from perfledger.events.identity import FileEntry, GitState, Snapshot, tree_digest
+
+#: Limits of one snapshot: more files or bytes than this is refused (narrow the scope).
+MAX_FILES = 20_000
+MAX_BYTES = 256 * 1024 * 1024
+#: Directories never taken: git's own, and Python's bytecode caches (derived from the sources, and
+#: written by the run itself, so they would make a subject differ from its own snapshot).
+SKIPPED_DIRS = frozenset({".git", "__pycache__"})
+#: Seconds a ``git`` call may take.
+GIT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class TakenSnapshot:
+    """A snapshot and the bytes of its files.
+
+    Attributes:
+        snapshot: the :class:`~perfledger.events.identity.Snapshot`.
+        blobs: blake3 hex -> bytes of every file (link target text for a symbolic link).
+    """
+
+    snapshot: Snapshot
+    blobs: dict[str, bytes]
+
+
+def _entry(path: Path, blobs: dict[str, bytes]) -> FileEntry:
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        data = os.readlink(path).encode("utf-8", "surrogateescape")
+        mode = "120000"
+    else:
+        data = path.read_bytes()
+        mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
+    digest = blake3.blake3(data).hexdigest()
+    blobs[digest] = data
+    return FileEntry(blake3=digest, size=len(data), mode=mode)
+
+
+def _under(path: Path, root: Path) -> str | None:
+    """``path`` relative to ``root`` (POSIX separators), or None when it is not under it."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def git_state(root: Path) -> GitState | None:
+    """HEAD's commit and the dirty flag of the git work tree ``root`` lies in (changes or
+    untracked files under ``root``), or None when it is in none (or git is not installed)."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+
+    try:
+        inside = git("rev-parse", "--is-inside-work-tree")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        return None
+    top = git("rev-parse", "--show-toplevel").stdout.strip()
+    head = git("rev-parse", "--verify", "--quiet", "HEAD")
+    commit = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else None
+    status = git("status", "--porcelain", "--untracked-files=normal", "--", ".")
+    dirty = status.returncode != 0 or bool(status.stdout.strip())
+    rel = _under(root.resolve(), Path(top).resolve()) if top else None
+    return GitState(commit=commit, dirty=dirty, path="" if rel in (None, ".") else rel)
+
+
+def take_snapshot(
+    subject: str,
+    argv: Sequence[str],
+    in_scope: Callable[[str], bool],
+    cwd: str | os.PathLike[str] | None = None,
+) -> TakenSnapshot:
+    """Snapshot the subject directory ``subject`` (relative to ``cwd``, default the current
+    directory) as run by ``argv`` (the exact command), taking the files ``in_scope`` accepts
+    (a path relative to the subject directory -> bool) and the files the command line names
+    (see the module docstring).
+
+    Raises: BadRequest when the subject is not a directory, or the snapshot would exceed
+    :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes.
+    """
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    root = (base / subject).resolve()
+    if not root.is_dir():
+        raise BadRequest(
+            f"the subject {subject!r} is not a directory (from {str(base)!r})",
+            hint="the readiness driver's {subject} place takes the directory of the code that "
+            "runs, the root the Target's scope is relative to",
+        )
+    blobs: dict[str, bytes] = {}
+    files: dict[str, FileEntry] = {}
+    total = 0
+
+    def add(rel: str, path: Path) -> None:
+        nonlocal total
+        if rel in files:
+            return
+        if len(files) >= MAX_FILES:
+            raise BadRequest(
+                f"the snapshot of {subject!r} would hold more than {MAX_FILES} files",
+                hint="narrow the Target's scope to the code the candidate may change",
+            )
+        files[rel] = _entry(path, blobs)
+        total += files[rel].size
+        if total > MAX_BYTES:
+            raise BadRequest(
+                f"the snapshot of {subject!r} would hold more than {MAX_BYTES} bytes",
+                hint="narrow the Target's scope to the code the candidate may change",
+            )
+
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+        here = Path(dirpath)
+        for name in sorted(filenames):
+            path = here / name
+            rel = _under(path, root)
+            if rel is None or not in_scope(rel):
+                continue
+            if path.is_symlink() or path.is_file():
+                add(rel, path)
+        # a symbolic link to a directory is listed in dirnames and never followed: record it
+        for name in list(dirnames):
+            path = here / name
+            rel = _under(path, root)
+            if path.is_symlink() and rel is not None and in_scope(rel):
+                add(rel, path)
+    driver: dict[str, FileEntry] = {}
+    for word in argv:
+        named = word.partition("=")[2] if word.startswith("-") and "=" in word else word
+        if not named or named.startswith("-"):
+            continue
+        path = Path(named) if Path(named).is_absolute() else base / named
+        try:
+            if not path.is_file():
+                continue
+        except OSError:
+            continue
+        inside = _under(path.resolve(), root)
+        if inside is not None:
+            add(inside, path.resolve())
+        elif not Path(named).is_absolute():
+            driver[named] = _entry(path, blobs)
+    snapshot = Snapshot(
+        subject=subject,
+        argv=tuple(argv),
+        files=files,
+        driver=driver,
+        digest=tree_digest(files, driver),
+        git=git_state(root),
+    )
+    return TakenSnapshot(snapshot=snapshot, blobs=blobs)
+
+
+__all__ = ["MAX_BYTES", "MAX_FILES", "TakenSnapshot", "git_state", "take_snapshot"]

@@ -1,0 +1,457 @@
+"""Code identity (R11) end to end through the real CLI, on a real git ledger and real code
+directories in a real git work tree: the readiness driver declares ``{subject}``, readiness
+snapshots the original, ``measure workload`` snapshots both subjects and refuses a reference that
+is not the original or the champion, a candidate identical to its reference, a changed path
+outside the scope and a command that is not the driver; changed paths are computed; the champion's
+snapshot is named by ``champion show`` and the handoff and ``checkout`` writes it back byte for
+byte; ``audit`` re-decides it all.
+
+The session (a module fixture) goes: readiness -> e1 screen, target, champion -> final audit ->
+e2 created (open, against champion e1). The tests then try what the rules refuse; a refusal
+appends nothing, so they share the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import blake3
+import msgspec
+import pytest
+
+from perfledger.api import Ledger
+from perfledger.commands.measure_cli import environment_payload
+from perfledger.commands.operations import execute
+from perfledger.errors import RuleRefused
+from subprocess_env import isolated_env, perfledger_command
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPLAIN = "other tenants of a shared test host; the metric is this process's own CPU time"
+
+#: The driver: one call of one subject on one case, in the driver's JSON protocol. It lives in
+#: each subject directory (``{subject}/bench.py``), outside the Target's scope ``src/*``.
+BENCH = """\
+import importlib.util, json, os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("kern", os.path.join(here, "src", "kern.py"))
+kern = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kern)
+n = {"small": 60000, "large": 120000}[os.environ.get("PERFLEDGER_CASE", "small")]
+times = []
+for _ in range(3):
+    t = time.process_time()
+    result = kern.sumsq(n)
+    times.append((time.process_time() - t) * 1e3 + 1e-6)
+print(json.dumps({"correct": result == (n - 1) * n * (2 * n - 1) // 6,
+                  "metrics": {"cpu_ms": times}}))
+"""
+LOOP = """\
+def sumsq(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+"""
+#: A quarter of the loop's work, then the closed form: about 4x faster, the same answer.
+FASTER = """\
+from util import closed_form
+
+
+def sumsq(n):
+    waste = 0
+    for i in range(n // 4):
+        waste += i * i
+    return closed_form(n) if waste >= 0 else -1
+"""
+UTIL = """\
+def closed_form(n):
+    return (n - 1) * n * (2 * n - 1) // 6
+"""
+FASTER_BENCH_IMPORTS = BENCH.replace(
+    "spec = importlib", 'sys.path.insert(0, os.path.join(here, "src"))\nspec = importlib', 1
+)
+
+
+def _git(cwd: Path, env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def _subject(root: Path, name: str, kern: str, *, util: bool = False, bench: str = "") -> Path:
+    d = root / name
+    (d / "src").mkdir(parents=True)
+    (d / "bench.py").write_text(bench or FASTER_BENCH_IMPORTS)
+    (d / "src" / "kern.py").write_text(kern)
+    if util:
+        (d / "src" / "util.py").write_text(UTIL)
+    (d / "NOTES.md").write_text(f"{name}: not in the scope, not snapshotted\n")
+    return d
+
+
+class Session:
+    """The ledger, the code directories and a CLI runner."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = isolated_env(tmp)
+        self.ledger = tmp / "ledger"
+        self.code = tmp / "code"
+        self.code.mkdir()
+
+    def cli(
+        self, *args: str, request: dict[str, Any] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [*perfledger_command(), "--ledger", str(self.ledger), *args]
+        if request is not None:
+            argv += ["--request", "-"]
+        return subprocess.run(
+            argv, input=json.dumps(request) if request is not None else None,
+            capture_output=True, text=True, env=self.env, cwd=self.code, timeout=600,
+        )  # fmt: skip
+
+    def ok(self, *args: str, request: dict[str, Any] | None = None) -> Any:
+        done = self.cli(*args, "--json", request=request)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    def cmd(self, subject: Path) -> str:
+        return f"{sys.executable} {subject}/bench.py"
+
+    def measure(self, exp: str, stage: str, ref: Path, cand: Path, *extra: str) -> Any:
+        args = ["measure", "workload", "--experiment", exp, "--stage", stage,
+                "--ref", self.cmd(ref), "--cand", self.cmd(cand), "--pairs", "5", "--warmup",
+                "0", "--quiet", "--samples", f"{exp}-{stage}", *extra]  # fmt: skip
+        if stage == "screen":
+            args.append("--no-monitor")
+        else:
+            args += ["--monitor", "host", "--explain-foreign", EXPLAIN]
+        return self.cli(*args, "--json")
+
+
+def _claim() -> dict[str, Any]:
+    return {
+        "evidence": [
+            {"evidence_id": "ev1", "applicability": "same_boundary", "used_for": "coverage"},
+            {"evidence_id": "ev1", "applicability": "conservative_upper_bound",
+             "used_for": "local_speedup"},
+        ],
+        "scope": {"replaced_region": "sumsq", "execution_form": "python"},
+        "replacement_boundary": "the sumsq call", "coverage": 0.95, "local_speedup": 4.0,
+        "stated_bound": 1.0 / (0.05 + 0.95 / 4.0),
+        "expected_improvement": {"low": 0.05, "high": 0.9},
+    }  # fmt: skip
+
+
+def _experiment(exp: str, typed_paths: list[str] | None = None) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content_hash": f"sha256:{exp}-{'0' * 16}", "label": exp}
+    if typed_paths is not None:
+        candidate["changed_paths"] = typed_paths
+    return {
+        "experiment_id": exp, "target_id": "t1", "title": f"{exp}: closed form",
+        "candidate": candidate, "claim": _claim(),
+        "preregistration": {"rejects": "implementation"},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
+    s = Session(tmp_path_factory.mktemp("identity"))
+    orig = _subject(s.code, "orig", LOOP)
+    _git(s.code, s.env, "init", "-q")
+    _git(s.code, s.env, "add", "orig")
+    _git(s.code, s.env, "commit", "-q", "-m", "the original")
+    s.orig = orig  # type: ignore[attr-defined]
+    s.fast = _subject(s.code, "fast", FASTER, util=True)  # type: ignore[attr-defined]
+    env = environment_payload(tools=True)
+    with Ledger.init(s.ledger, name="identity", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "sum of squares", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none",
+            "budget": {"wall_s": 3600.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+    s.ok("readiness", "record", request={
+        "target_id": "t1",
+        "original": {"content_hash": "sha256:" + "0" * 16, "subject": "orig"},
+        "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 2, "cases": ["small", "large"]},
+        "accuracy_rule": "exact sum",
+        "driver": {"argv": [sys.executable, "{subject}/bench.py"]},
+        "environment": env["readiness_environment"],
+    })  # fmt: skip
+    with Ledger.open(s.ledger) as ledger:
+        run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
+        run("metric-audit.record", {
+            "target_id": "t1", "metric": "cpu_ms", "numerator": "cpu time", "denominator": "call",
+            "unit": "ms", "source": "driver JSON", "reconstructed": False,
+            "matches_target": True,
+        })  # fmt: skip
+        run("baseline.record", {
+            "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_ms",
+            "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
+        })  # fmt: skip
+        run("resolution.record", {
+            "target_id": "t1", "resolution": 0.02, "repeats": 12, "notes": "fixed by the test",
+        })  # fmt: skip
+        run("evidence.add", {
+            "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},
+            "facts": [{"name": "share", "value": 0.95, "unit": "ratio"}],
+        })  # fmt: skip
+        run("experiment.create", _experiment("e1"))
+    s.screen = s.measure("e1", "screen", orig, s.fast)  # type: ignore[attr-defined]
+    assert s.screen.returncode == 0, s.screen.stdout + s.screen.stderr  # type: ignore[attr-defined]
+    s.ok("verdict", "record", request={"samples_id": "e1-screen"})
+    done = s.measure("e1", "target", orig, s.fast)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = s.ok("verdict", "record", request={"samples_id": "e1-target"})["payload"]
+    assert verdict["status"] == "pass", verdict
+    if verdict.get("contradicts_claim"):
+        s.ok("reconcile", request={
+            "experiment_id": "e1", "premise": "cost",
+            "corrected_model": {"description": "the measured gain is the model's"},
+            "explanation": "the test's claim was rough",
+        })  # fmt: skip
+    s.ok("champion", "select", request={
+        "target_id": "t1", "samples_id": "e1-target", "expected_current": "original",
+    })  # fmt: skip
+    done = s.measure("e1", "final_audit", orig, s.fast)
+    assert done.returncode == 0, done.stdout + done.stderr
+    s.ok("final-audit", "record", request={"target_id": "t1", "samples_id": "e1-final_audit"})
+    with Ledger.open(s.ledger) as ledger:
+        execute(ledger, "experiment.create", _experiment("e2"), actor="agent")
+    return s
+
+
+def _samples(s: Session, samples_id: str) -> Any:
+    with Ledger.open(s.ledger) as ledger:
+        return ledger.payload(ledger.state().samples[samples_id].event_id)
+
+
+def _refused(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 3, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["rule"] == "R11", error
+    return str(error["message"])
+
+
+def test_r11_readiness_records_the_originals_snapshot_with_its_git_commit(session: Session) -> None:
+    with Ledger.open(session.ledger) as ledger:
+        snap = ledger.state().targets["t1"].readiness.original.snapshot
+    head = _git(session.code, session.env, "rev-parse", "HEAD")
+    assert snap.git.commit == head and snap.git.dirty is False and snap.git.path == "orig"
+    # the files inside the scope plus the driver named on the command line; NOTES.md is neither
+    assert sorted(snap.files) == ["bench.py", "src/kern.py"]
+    assert snap.files["src/kern.py"].blake3 == blake3.blake3(LOOP.encode()).hexdigest()
+    assert snap.argv == (sys.executable, "orig/bench.py")
+
+
+def test_r11_changed_paths_are_computed_from_the_two_snapshots(session: Session) -> None:
+    identity = _samples(session, "e1-screen").identity
+    assert identity.changed_paths == ("src/kern.py", "src/util.py")
+    assert identity.reference.digest != identity.candidate.digest
+    # the candidate directory is untracked in the work tree: recorded as dirty
+    assert identity.candidate.git is not None and identity.candidate.git.dirty is True
+    assert identity.reference.git.dirty is False
+
+
+def test_r11_typed_changed_paths_are_refused_under_snapshots(session: Session) -> None:
+    with Ledger.open(session.ledger) as ledger, pytest.raises(RuleRefused) as caught:
+        execute(ledger, "experiment.create", _experiment("e9", ["src/kern.py"]), actor="agent")
+    assert caught.value.rule == "R11" and "computed by perfledger" in caught.value.message
+
+
+def test_r11_final_audit_whose_reference_is_not_the_original_is_refused(session: Session) -> None:
+    other = _subject(session.code, "other-original", LOOP.replace("i * i", "i ** 2"))
+    message = _refused(session.measure("e1", "final_audit", other, session.fast, "--samples", "x1"))
+    assert "src/kern.py" in message and "original" in message
+
+
+def test_r11_reference_must_be_the_current_champions_code(session: Session) -> None:
+    # e2 is compared with champion e1: the original's code as reference is refused
+    message = _refused(session.measure("e2", "screen", session.orig, session.fast))
+    assert "champion 'e1'" in message and "src/kern.py" in message and "src/util.py" in message
+
+
+def test_r11_candidate_identical_to_its_reference_is_refused(session: Session) -> None:
+    copy = session.code / "fast-copy"
+    shutil.copytree(session.fast, copy)
+    message = _refused(session.measure("e2", "screen", session.fast, copy))
+    assert "must differ from its reference" in message
+
+
+def test_r11_changed_path_outside_the_scope_is_refused(session: Session) -> None:
+    # the candidate edits its driver script (named on the command line, outside src/*)
+    edited = session.code / "fast-bench-edited"
+    shutil.copytree(session.fast, edited)
+    (edited / "bench.py").write_text(FASTER_BENCH_IMPORTS.replace("range(3)", "range(2)"))
+    message = _refused(session.measure("e2", "screen", session.fast, edited))
+    assert "outside the Target's modification scope" in message and "bench.py" in message
+
+
+def test_r11_command_that_is_not_the_readiness_driver_is_refused(session: Session) -> None:
+    done = session.cli("measure", "workload", "--experiment", "e2", "--stage", "screen",
+                       "--ref", session.cmd(session.fast),
+                       "--cand", f"{sys.executable} {session.fast}/bench.py --fast",
+                       "--no-monitor", "--quiet", "--json")  # fmt: skip
+    message = _refused(done)
+    assert "not the readiness driver" in message and "nothing was measured" in message
+
+
+def test_checkout_reproduces_the_champions_files_byte_for_byte(session: Session) -> None:
+    shown = session.ok("champion", "show", "t1")
+    snapshot = shown["snapshot"]
+    assert snapshot["of"] == "e1" and snapshot["checkout"].startswith("perfledger checkout ")
+    out = session.tmp / "champion-files"
+    done = session.ok("checkout", snapshot["digest"], str(out))
+    assert done["files"] == 3 and done["digest"] == snapshot["digest"]
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == ["bench.py", "src/kern.py", "src/util.py"]
+    for rel in written:
+        assert (
+            blake3.blake3((out / rel).read_bytes()).digest()
+            == blake3.blake3((session.fast / rel).read_bytes()).digest()
+        )
+    # the same snapshot by its samples id; a non-empty directory is refused
+    again = session.ok("checkout", "e1-target", str(session.tmp / "by-samples"))
+    assert again["digest"] == snapshot["digest"]
+    assert session.cli("checkout", "e1-target", str(out), "--json").returncode == 2
+
+
+def test_handoff_names_the_champions_snapshot_and_how_to_get_it(session: Session) -> None:
+    digest = session.ok("champion", "show", "t1")["snapshot"]["digest"]
+    md = session.cli("handoff", "--md")
+    assert md.returncode == 0, md.stderr
+    assert f"perfledger checkout {digest} DIR" in md.stdout
+    handoff = session.ok("handoff")["handoff"]
+    assert handoff["champion_snapshot"]["digest"] == digest
+    assert any(f"perfledger checkout {digest} DIR" in need for need in handoff["resume_needs"])
+
+
+def test_audit_re_decides_the_snapshots_from_a_fresh_process(session: Session) -> None:
+    report = session.ok("audit")
+    assert report["ok"] is True and report["findings"] == []
+
+
+def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
+    with Ledger.open(session.ledger) as ledger:
+        payload = _samples(session, "e1-screen")
+        body = msgspec.to_builtins(payload)
+        for key in ("kind", "ref_failures", "cand_failures", "unexplained_activity"):
+            body.pop(key)
+        body["samples_id"] = "forged"
+        body["experiment_id"] = "e2"
+        body["reference"] = {"kind": "champion", "content_hash": "sha256:e1-" + "0" * 16,
+                             "experiment_id": "e1"}  # fmt: skip
+        ident = body["identity"]
+        ident.pop("changed_paths")
+        ident["reference"] = ident["candidate"]  # the champion's code as reference ...
+        forged = dict(ident["candidate"])
+        forged["files"] = {**forged["files"]}
+        forged["files"]["src/kern.py"] = {**forged["files"]["src/kern.py"], "size": 1}
+        ident["candidate"] = forged  # ... and a candidate whose digest no longer matches
+        body["candidate_hash"] = "sha256:e2-" + "0" * 16
+        from perfledger.errors import BadRequest
+
+        with pytest.raises(BadRequest) as caught:
+            execute(ledger, "samples.record", body, actor="agent")
+    assert "not the tree digest" in caught.value.message
+
+
+def test_r11_aa_of_code_other_than_the_original_is_refused(session: Session) -> None:
+    done = session.cli("measure", "aa", "--target", "t1", "--cmd", session.cmd(session.fast),
+                       "--runs", "2", "--quiet", "--json")  # fmt: skip
+    message = _refused(done)
+    assert "not the original's code" in message and "src/kern.py" in message
+
+
+def test_r2_driver_with_a_subject_place_needs_the_originals_snapshot(tmp_path: Path) -> None:
+    env = environment_payload(tools=False)
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        with pytest.raises(RuleRefused) as caught:
+            execute(ledger, "readiness.record", {
+                "target_id": "t1", "original": {"content_hash": "sha256:" + "0" * 16},
+                "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1},
+                "accuracy_rule": "exact", "driver": {"argv": ["python", "{subject}/bench.py"]},
+                "environment": env["readiness_environment"],
+            }, actor="agent")  # fmt: skip
+        assert caught.value.rule == "R2" and "original's snapshot" in caught.value.message
+        assert ledger.state().targets["t1"].readiness is None
+
+
+def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> None:
+    from perfledger.commands import identity
+    from perfledger.commands import requests as rq
+    from perfledger.projections.workflow import TargetView
+
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        target: TargetView = ledger.state().targets["t1"]
+    body = _experiment("e1")
+    request = msgspec.convert(body, rq.ExperimentCreate)
+    with pytest.raises(RuleRefused) as caught:
+        identity.r11_experiment_changed_paths(target, request)
+    assert caught.value.rule == "R11" and "changed_paths is needed" in caught.value.message
+    typed = msgspec.convert(_experiment("e1", ["lib/other.py"]), rq.ExperimentCreate)
+    with pytest.raises(RuleRefused, match="outside the Target's modification scope"):
+        identity.r11_experiment_changed_paths(target, typed)
+    identity.r11_experiment_changed_paths(
+        target, msgspec.convert(_experiment("e1", ["src/kern.py"]), rq.ExperimentCreate)
+    )
+
+
+def test_r11_an_experiment_keeps_one_candidate_across_stages(session: Session) -> None:
+    with Ledger.open(session.ledger) as ledger:
+        execute(ledger, "experiment.create", _experiment("e3"), actor="agent")
+    first = _subject(session.code, "fast-e3", FASTER.replace("n // 4", "n // 5"), util=True)
+    done = session.measure("e3", "screen", session.fast, first)
+    assert done.returncode == 0, done.stdout + done.stderr
+    other = _subject(session.code, "fast-e3-other", FASTER.replace("n // 4", "n // 6"), util=True)
+    message = _refused(session.measure("e3", "target", session.fast, other))
+    assert "measured another candidate before" in message and "src/kern.py" in message
+
+
+def test_r11_snapshot_files_must_travel_with_their_event(session: Session) -> None:
+    from perfledger.commands.identity import unattached_files
+
+    with Ledger.open(session.ledger) as ledger:
+        event_id = ledger.state().samples["e1-screen"].event_id
+        envelope = ledger.get(event_id)
+        payload = ledger.payload(event_id)
+    assert unattached_files(payload, envelope.artifacts) == []
+    kern = payload.identity.candidate.files["src/kern.py"].blake3
+    stripped = {k: v for k, v in envelope.artifacts.items() if k != f"file-{kern}"}
+    assert unattached_files(payload, stripped) == ["src/kern.py"]
+
+
+def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
+    session: Session,
+) -> None:
+    from perfledger.commands import operations
+    from perfledger.commands.audit import _request_from_payload
+
+    with Ledger.open(session.ledger) as ledger:
+        state = ledger.state()
+        samples = ledger.payload(state.samples["e1-screen"].event_id)
+        created = state.experiments["e1"].created
+    for kind, payload in (("SamplesRecorded", samples), ("ExperimentCreated", created)):
+        as_json = msgspec.json.decode(msgspec.json.encode(payload))
+        op, body = _request_from_payload(kind, as_json)
+        operations.validate(op, body)  # derived changed paths left out, as a request has them
