@@ -66,6 +66,7 @@ from perfledger.ledger.durable import (
 )
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
+from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.loosepool import LoosePool
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -361,6 +362,7 @@ class GitStore:
         from dulwich.errors import NotGitRepository
         from dulwich.repo import Repo
 
+        created = first_missing_ancestor(path)
         try:
             repo = Repo(path)
         except NotGitRepository:
@@ -382,6 +384,8 @@ class GitStore:
         if remember_actor:
             config.set((b"perfledger",), b"actor", actor.encode())
         config.write_to_path()
+        # the skeleton durable before the first event (its appends fsync nothing above it)
+        make_repository_durable(repo.controldir(), os.path.dirname(created or path))
         store = cls(repo)
         ledger_name = name or os.path.basename(os.path.abspath(path).rstrip(os.sep)) or "ledger"
         draft = EventDraft(
