@@ -43,6 +43,7 @@ from perfledger.errors import (
     IntegrityError,
     NotALedger,
     PerfledgerError,
+    resource_error,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import LedgerInitialized, validate_payload
@@ -350,6 +351,9 @@ class GitStore:
         try:
             return cls._init(path, name=name, actor=actor, bare=bare, remember_actor=remember_actor)
         except OSError as exc:
+            resource = resource_error(exc)  # a full disk is not a bad request: exit 1
+            if resource is not None:
+                raise resource from None
             raise BadRequest(
                 f"cannot create a ledger at {path}: {exc.strerror or exc}",
                 hint="choose a writable directory",
