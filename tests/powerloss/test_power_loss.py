@@ -6,7 +6,8 @@ processes append through the public API and the CLI and record each acknowledged
 file outside the mount; the power goes at a random instant (the seed is printed: rerun with
 ``PERFLEDGER_POWERLOSS_SEED``), optionally with a random part of the unsynced writes written back
 anyway. After the remount every acknowledged event is there, ``perfledger verify`` passes,
-``git fsck --strict --full`` is clean and a later append works (SPEC.md section 2).
+``git fsck --strict --full`` is clean, a later append works (SPEC.md section 2), and after
+``perfledger gc`` ``git count-objects -v`` counts no garbage.
 """
 
 from __future__ import annotations
@@ -74,6 +75,17 @@ def _check_ledger(ledger_path: Path, acked: list[str]) -> set[str]:
     with perfledger.open(ledger_path) as ledger:
         after = ledger.append("NoteRecorded", {"text": "after the power", "tags": []}, actor="t")
         present.add(after.id)
+    # what the killed processes left is reclaimed: git counts no garbage after `perfledger gc`
+    gc = subprocess.run(
+        [str(PERFLEDGER), "--ledger", str(ledger_path), "gc", "--json"],
+        capture_output=True, text=True, env=_env(), check=False,
+    )  # fmt: skip
+    assert gc.returncode == 0 and json.loads(gc.stdout)["guard_held"], gc.stderr
+    counted = subprocess.run(
+        ["git", "-C", str(ledger_path), "count-objects", "-v"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "\ngarbage: 0\n" in counted, counted
     return present
 
 

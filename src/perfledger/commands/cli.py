@@ -439,3 +439,8 @@ def _load_measure_commands() -> None:
 from perfledger.commands.sync_cli import register as _register_sync  # noqa: E402
 
 _register_sync(cli)
+
+# gc: the garbage of killed writers and pulls. The module imports only click.
+from perfledger.commands.gc_cli import register as _register_gc  # noqa: E402
+
+_register_gc(cli)

@@ -65,6 +65,7 @@ from perfledger.ledger.durable import (
     fsync_dir,
     sync_filesystem,
 )
+from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
@@ -226,6 +227,8 @@ class GitStore:
             self._repo_path = repo.path
             config = _perfledger_config(repo)
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
+        #: gc's open guard, held shared until close: gc then leaves this store's files alone
+        self._open_guard = hold_open_guard(self.controldir)
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
         self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
@@ -285,6 +288,8 @@ class GitStore:
             self._fsync_packs = method != SYNCFS
         except ValueError as exc:
             self.close_repo()
+            if self._open_guard is not None:
+                os.close(self._open_guard)
             raise BadRequest(
                 f"{self.path}: {exc}",
                 hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
@@ -468,6 +473,9 @@ class GitStore:
         self._lock_fd = self._sync_fd = self._ref_dir_fd = None
         self.loose_pool.release()
         self.close_repo()
+        if self._open_guard is not None:  # last: gc may collect once every store is closed
+            os.close(self._open_guard)
+            self._open_guard = None
 
     def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
         """Run housekeeping ``fn(*args)`` (deleting packed loose objects) in one background
