@@ -132,10 +132,11 @@ class MeasurementError(PerfledgerError):
     exit_code = 1
 
 
-class ResourceError(PerfledgerError):
+class ResourceError(PerfledgerError, OSError):
     """The machine refused a file operation: a full disk (``ENOSPC``, ``EDQUOT``), a read-only
     filesystem (``EROFS``) or a permission (``EACCES``, ``EPERM``) (exit 1, code
     ``resource``). Nothing was appended: the ref moves only after every object is written.
+    Also an ``OSError`` (with ``errno`` and ``filename``), so ``except OSError`` still catches it.
 
     Attributes:
         errno: the system's error number.
@@ -148,7 +149,10 @@ class ResourceError(PerfledgerError):
     def __init__(self, message: str, *, hint: str = "", errno_: int, path: str | None) -> None:
         super().__init__(message, hint=hint)
         self.errno = errno_
-        self.path = path
+        self.filename = self.path = path
+
+    def __str__(self) -> str:
+        return self.message  # not OSError's "[Errno N] ...": the message says it for a person
 
 
 #: errno -> (what happened, what to do), for :func:`resource_error`.

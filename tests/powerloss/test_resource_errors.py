@@ -81,8 +81,37 @@ def test_only_full_disk_read_only_and_permission_errors_are_resource_errors() ->
 
     full = resource_error(OSError(errno.ENOSPC, "No space left on device", "/l/objects/ab"))
     assert isinstance(full, ResourceError) and full.exit_code == 1
+    assert isinstance(full, OSError) and full.errno == errno.ENOSPC  # `except OSError` holds
     assert full.path == "/l/objects/ab" and "/l/objects/ab" in full.message and full.hint
     assert resource_error(PermissionError(errno.EACCES, "Permission denied")) is not None
     assert resource_error(OSError(errno.EIO, "Input/output error")) is None
     assert resource_error(FileNotFoundError(errno.ENOENT, "gone")) is None
     assert resource_error(ValueError("not an OSError")) is None
+
+
+@pytest.mark.slow
+def test_full_disk_during_a_large_batch_is_a_resource_error_and_appends_nothing(
+    lazyfs: LazyMount,
+) -> None:
+    """A batch large enough to be packed by the packing process: its failure on a full disk
+    is a ResourceError too (it was "writing the batch's git objects failed")."""
+    from perfledger.ledger.base import EventDraft
+
+    def batch(text: str) -> list[EventDraft]:
+        return [EventDraft("NoteRecorded", {"text": f"{text} {i}", "tags": []}, "t", None, None, {})
+                for i in range(300)]  # fmt: skip
+
+    ledger_path = lazyfs.path / "ledger"
+    with perfledger.init(ledger_path, name="full") as ledger:
+        ledger.append_batch(batch("fits"))
+        head = ledger.head()
+        lazyfs.control("fault ENOSPC")
+        try:
+            with pytest.raises(ResourceError, match="no space left"):
+                ledger.append_batch(batch("too much"))
+        finally:
+            lazyfs.control("fault none")
+        assert ledger.head() == head
+        ledger.append_batch(batch("after"))
+        assert ledger.verify().ok
+    assert _fsck_clean(ledger_path)
