@@ -2,7 +2,8 @@
 
 ``python _writer.py LEDGER ACKS SEED``: opens ``LEDGER`` through the public API
 (:func:`perfledger.open`) and appends ``NoteRecorded`` events until it fails or is killed: single
-appends, batches of 2-7 (loose objects) and of 8-40 (one pack each), some with an artifact. After
+appends, batches of 2-7 (loose objects), of 8-40 (one pack each) and of 300 (built and packed by
+the packing process), some with an artifact. After
 each ``append``/``append_batch`` returns, the ids it acknowledged are appended to the file
 ``ACKS`` (outside the crashing filesystem) with one ``os.write`` per call, so a line is never
 half-written. It exits on the first error (the power went: every operation fails).
@@ -41,7 +42,10 @@ def main() -> None:
                 )
             ]
         else:
+            # loose objects; one pack; a batch the packing process builds and packs
             size = rng.randint(2, 7) if choice < 0.8 else rng.randint(8, 40)
+            if choice > 0.97:
+                size = 300
             drafts = [
                 EventDraft("NoteRecorded", {"text": f"writer {seed} batch {n}.{i}", "tags": []},
                            f"w{seed}", None, None, {})
