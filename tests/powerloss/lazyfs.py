@@ -16,8 +16,9 @@ Control: writing a command to the virtual file ``/.lazyfs`` in the mount (hidden
   anyway with that probability, a file's data possibly only a prefix: the kernel's writeback that
   happened to run before the power went), and every later operation fails with ``EIO``. The
   caller then kills the processes using the mount and unmounts it (``fusermount3 -u -z``).
-- ``fault ENOSPC|EROFS|EACCES``: every later operation that would change the tree fails so
-  (opening for write included); ``fault none`` ends it. Reads keep working.
+- ``fault ENOSPC|EROFS|EACCES [PREFIX]``: every later operation that would change the tree
+  fails so (opening for write included), or with ``PREFIX`` only creating or opening for write
+  a file whose name starts with it; ``fault none`` ends it. Reads keep working.
 - ``sync``: everything becomes durable (``sync(1)``).
 
 A clean unmount makes everything durable (as ``umount`` does) unless it follows a crash.
@@ -88,6 +89,7 @@ class LazyFS:
         self.next_fh = 10
         self.dead = False
         self.fault: int | None = None
+        self.fault_prefix = ""
 
     # -- loading and saving the durable state ----------------------------------------------------
 
@@ -160,6 +162,7 @@ class LazyFS:
             self.dead = True
         elif words[0] == "fault":
             self.fault = None if words[1] == "none" else getattr(errno, words[1])
+            self.fault_prefix = words[2] if len(words) > 2 else ""
         elif words[0] == "sync":
             for node in self._all_nodes():
                 node.make_durable()
@@ -168,10 +171,11 @@ class LazyFS:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _check(self, mutating: bool = False) -> None:
+    def _check(self, mutating: bool = False, path: str | None = None) -> None:
         if self.dead:
             raise OSError(errno.EIO, "the power is off")
-        if mutating and self.fault is not None:
+        name = os.path.basename(path or "")
+        if mutating and self.fault is not None and name.startswith(self.fault_prefix):
             raise OSError(self.fault, os.strerror(self.fault))
 
     def _lookup(self, path: str) -> Node:
@@ -268,7 +272,7 @@ class LazyFS:
         if path == CONTROL:
             return _CONTROL_FH
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC) != 0
-        self._check(mutating=writing)
+        self._check(mutating=writing, path=path)
         node = self._lookup(path)
         if flags & os.O_TRUNC:
             node.data = bytearray()
@@ -278,7 +282,7 @@ class LazyFS:
     def create(self, path: str, mode: int, flags: int = 0) -> int:
         if path == CONTROL:
             return _CONTROL_FH
-        self._check(mutating=True)
+        self._check(mutating=True, path=path)
         parent, name = self._parent(path)
         node = parent.entries.get(name)
         if node is not None:

@@ -115,3 +115,37 @@ def test_full_disk_during_a_large_batch_is_a_resource_error_and_appends_nothing(
         ledger.append_batch(batch("after"))
         assert ledger.verify().ok
     assert _fsck_clean(ledger_path)
+
+
+def test_pack_merge_failing_on_a_full_disk_logs_its_cause_and_the_append_stands(
+    lazyfs: LazyMount, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills up while packs are merged (after the batch that crossed the pack count
+    was appended): the batch stands, the warning names the real cause, the next batch merges."""
+    from perfledger.ledger import packing
+    from perfledger.ledger.base import EventDraft
+
+    def batch(text: str) -> list[EventDraft]:
+        return [EventDraft("NoteRecorded", {"text": f"{text} {i}", "tags": []}, "t", None, None, {})
+                for i in range(10)]  # fmt: skip
+
+    monkeypatch.setenv("PERFLEDGER_APPEND_FORK", "0")  # merged in this process, logged here
+    pack_dir = lazyfs.path / "ledger" / "objects" / "pack"
+    with perfledger.init(lazyfs.path / "ledger", name="merge") as ledger:
+        for n in range(packing.MAX_PACKS):
+            ledger.append_batch(batch(f"batch {n}"))
+        packs = len(list(pack_dir.glob("*.pack")))
+        lazyfs.control("fault ENOSPC tmp_pack_")  # the merged pack's temporary: the disk is full
+        try:
+            with caplog.at_level("WARNING"):
+                appended = ledger.append_batch(batch("crosses the pack count"))
+        finally:
+            lazyfs.control("fault none")
+        assert ledger.get(appended[-1].id).id == appended[-1].id
+        assert len(list(pack_dir.glob("*.pack"))) == packs + 1  # written, not merged
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("No space left on device" in w for w in warnings), warnings
+        ledger.append_batch(batch("merges now"))
+        assert len(list(pack_dir.glob("*.pack"))) < packs
+        assert ledger.verify().ok
+    assert _fsck_clean(lazyfs.path / "ledger")
