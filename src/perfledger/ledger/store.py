@@ -227,8 +227,10 @@ class GitStore:
             self._repo_path = repo.path
             config = _perfledger_config(repo)
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
-        #: gc's open guard, held shared until close: gc then leaves this store's files alone
-        self._open_guard = hold_open_guard(self.controldir)
+        #: gc's open guard, held shared until close (or until this store is garbage collected):
+        #: gc then leaves this store's files alone
+        guard = hold_open_guard(self.controldir)
+        self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
         self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
@@ -288,8 +290,8 @@ class GitStore:
             self._fsync_packs = method != SYNCFS
         except ValueError as exc:
             self.close_repo()
-            if self._open_guard is not None:
-                os.close(self._open_guard)
+            if self._release_guard is not None:
+                self._release_guard()
             raise BadRequest(
                 f"{self.path}: {exc}",
                 hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
@@ -473,9 +475,8 @@ class GitStore:
         self._lock_fd = self._sync_fd = self._ref_dir_fd = None
         self.loose_pool.release()
         self.close_repo()
-        if self._open_guard is not None:  # last: gc may collect once every store is closed
-            os.close(self._open_guard)
-            self._open_guard = None
+        if self._release_guard is not None:  # last: gc may collect once every store is closed
+            self._release_guard()  # a finalizer runs once: a second close does nothing
 
     def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
         """Run housekeeping ``fn(*args)`` (deleting packed loose objects) in one background
