@@ -104,6 +104,7 @@ class Ledger:
         self.store = store
         self._projection = projection
         self._memo: _Memo | None = None
+        self._tidied = False
 
     @property
     def projection(self) -> Projection:
@@ -174,6 +175,7 @@ class Ledger:
             ConcurrentAppend when compare-and-swap retries are exhausted.
         """
         _refuse_decision_kinds([kind])
+        self._tidy_once()
         return self.store.append(
             EventDraft(kind, payload, actor, request, idempotency_key, dict(artifacts or {}))
         )
@@ -182,6 +184,7 @@ class Ledger:
         """Append drafts atomically (all or none); see :meth:`GitStore.append_batch`. Decision
         kinds are refused as in :meth:`append`."""
         _refuse_decision_kinds([draft.kind for draft in drafts])
+        self._tidy_once()
         return self.store.append_batch(drafts)
 
     def transact(self, decide: Decide) -> list[Envelope]:
@@ -191,10 +194,20 @@ class Ledger:
         it at once, so that the state cache written at :meth:`close` is at the new head: the
         next command then starts from it instead of reading these events back and folding
         them itself."""
+        self._tidy_once()
         envelopes = self.store.transact(decide)
         if envelopes and self._memo is not None:
             self._fold_forward(self._memo, self.head())
         return envelopes
+
+    def _tidy_once(self) -> None:
+        """The cheap part of ``perfledger gc``, once per opened ledger that writes: the dead
+        writers' temporaries in ``objects/pack`` (one directory listing)."""
+        if not self._tidied:
+            self._tidied = True
+            from perfledger.ledger.gc import collect_dead_temporaries
+
+            collect_dead_temporaries(os.path.join(self.store.controldir, "objects", "pack"))
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ could not settle, 5 integrity failure, 1 anything else.
 
 from __future__ import annotations
 
+import errno
+
 
 class PerfledgerError(Exception):
     """Base of every error perfledger raises on purpose.
@@ -130,8 +132,72 @@ class MeasurementError(PerfledgerError):
     exit_code = 1
 
 
+class ResourceError(PerfledgerError, OSError):
+    """The machine refused a file operation: a full disk (``ENOSPC``, ``EDQUOT``), a read-only
+    filesystem (``EROFS``) or a permission (``EACCES``, ``EPERM``) (exit 1, code
+    ``resource``). Nothing was appended: the ref moves only after every object is written.
+    Also an ``OSError`` (with ``errno`` and ``filename``), so ``except OSError`` still catches it.
+
+    Attributes:
+        errno: the system's error number.
+        path: the file or directory refused, when the system named it.
+    """
+
+    code = "resource"
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str = "", errno_: int, path: str | None) -> None:
+        super().__init__(message, hint=hint)
+        self.errno = errno_
+        self.filename = self.path = path
+
+    def __str__(self) -> str:
+        return self.message  # not OSError's "[Errno N] ...": the message says it for a person
+
+
+#: errno -> (what happened, what to do), for :func:`resource_error`.
+_RESOURCE_ERRORS = {
+    errno.ENOSPC: (
+        "no space left on the device holding {where}",
+        "free space on that filesystem (or move the ledger), then retry: the ledger is unchanged",
+    ),
+    errno.EDQUOT: (
+        "disk quota exceeded on {where}",
+        "free space within your quota (or move the ledger), then retry: the ledger is unchanged",
+    ),
+    errno.EROFS: (
+        "{where} is on a read-only filesystem",
+        "remount it read-write, or clone the ledger somewhere writable (perfledger clone); "
+        "reading commands still work",
+    ),
+    errno.EACCES: (
+        "permission denied on {where}",
+        "check the owner and mode of the ledger's files (ls -l), or run as their owner; the "
+        "ledger is unchanged",
+    ),
+    errno.EPERM: (
+        "operation not permitted on {where}",
+        "check the owner and mode of the ledger's files (ls -l), or run as their owner; the "
+        "ledger is unchanged",
+    ),
+}
+
+
+def resource_error(exc: BaseException) -> ResourceError | None:
+    """Return the :class:`ResourceError` an ``OSError`` of a full disk, a read-only filesystem
+    or a refused permission stands for (with what happened and what to do), or None for any
+    other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in _RESOURCE_ERRORS:
+        return None
+    path = exc.filename if isinstance(exc.filename, str) else None
+    what, hint = _RESOURCE_ERRORS[exc.errno]
+    return ResourceError(
+        what.format(where=path or "the ledger"), hint=hint, errno_=exc.errno, path=path
+    )
+
+
 def exit_code_for(exc: BaseException) -> int:
     """Map an exception to the CLI exit code of SPEC.md section 6 (1 for anything unexpected)."""
     if isinstance(exc, PerfledgerError):
         return exc.exit_code
-    return 1
+    return 1  # resource errors (resource_error) included

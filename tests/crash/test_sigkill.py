@@ -219,8 +219,8 @@ def full_verify(path: Path) -> int:
 
 def git_fsck_clean(path: Path) -> None:
     """The real ``git fsck --strict --full``: exit 0 and nothing reported but dangling objects
-    (unreachable objects of killed appends are expected garbage); and ``git verify-pack`` on
-    every pack."""
+    (unreachable objects of killed appends are expected garbage); ``git verify-pack`` on every
+    pack; and after ``perfledger gc``, ``git count-objects -v`` counts no garbage."""
     result = git(path, "fsck", "--strict", "--full", "--no-dangling", "--no-progress", check=False)
     problems = [
         line
@@ -234,6 +234,12 @@ def git_fsck_clean(path: Path) -> None:
         if idx.with_suffix(".pack").exists():
             check = git(path, "verify-pack", str(idx), check=False)
             assert check.returncode == 0, f"git verify-pack {idx.name}: {check.stderr.strip()}"
+    # what the killed writers left is reclaimed by gc: git then counts no garbage
+    from perfledger.ledger.gc import collect
+
+    assert collect(str(path)).guard_held
+    counted = git(path, "count-objects", "-v").stdout
+    assert "\ngarbage: 0\n" in counted, counted
 
 
 def check_all_printed_present(path: Path, printed: set[str]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from perfledger import __version__
-from perfledger.errors import AmbiguousId, BadRequest, PerfledgerError
+from perfledger.errors import AmbiguousId, BadRequest, PerfledgerError, resource_error
 
 
 class Context:
@@ -383,6 +383,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # an unexpected failure: say so without a traceback
         if os.environ.get("PERFLEDGER_DEBUG"):
             raise
+        resource = resource_error(exc)  # a full disk, a read-only filesystem, a permission
+        if resource is not None:
+            _fail(Context(None, json_requested), resource)
         _fail(
             Context(None, json_requested),
             PerfledgerError(
@@ -442,3 +445,8 @@ def _load_measure_commands() -> None:
 from perfledger.commands.sync_cli import register as _register_sync  # noqa: E402
 
 _register_sync(cli)
+
+# gc: the garbage of killed writers and pulls. The module imports only click.
+from perfledger.commands.gc_cli import register as _register_gc  # noqa: E402
+
+_register_gc(cli)

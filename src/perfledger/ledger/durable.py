@@ -36,6 +36,10 @@ from collections.abc import Callable
 WRITEOUT, SYNCFS, FSYNC = "writeout", "syncfs", "fsync"
 #: ``statfs`` magic numbers of the filesystems ``writeout`` is the default on: ext2/3/4, XFS.
 _ORDERED_JOURNAL_FILESYSTEMS = {0xEF53: "ext4", 0x58465342: "xfs"}
+#: ``statfs`` magic of FUSE: ``syncfs(2)`` sends nothing to a FUSE daemon (only virtiofs gets a
+#: request), so on FUSE the default is ``fsync``, whose requests every daemon receives (an
+#: acknowledged append was lost there: found by tests/powerloss).
+_FUSE_MAGIC = 0x65735546
 #: ``sync_file_range`` flags (linux/fs.h).
 _WAIT_BEFORE, _WRITE, _WAIT_AFTER = 1, 2, 4
 #: Environment variable that overrides the ledger's configured method (tests, benchmarks).
@@ -83,7 +87,8 @@ def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
 
 def filesystem_name(path: str | os.PathLike[str]) -> str | None:
     """Return ``"ext4"`` or ``"xfs"`` when ``path`` is on one of them (``statfs(2)``'s magic
-    number; ext2 and ext3 share ext4's), else None (another filesystem, or no ``statfs``)."""
+    number; ext2 and ext3 share ext4's), ``"fuse"`` on a FUSE filesystem, else None (another
+    filesystem, or no ``statfs``)."""
     try:
         import ctypes
 
@@ -94,24 +99,24 @@ def filesystem_name(path: str | os.PathLike[str]) -> str | None:
         magic = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
     except (OSError, AttributeError):
         return None
-    return _ORDERED_JOURNAL_FILESYSTEMS.get(magic)
+    return "fuse" if magic == _FUSE_MAGIC else _ORDERED_JOURNAL_FILESYSTEMS.get(magic)
 
 
 def choose_method(configured: str | None, path: str | os.PathLike[str] | None = None) -> str:
     """Return the durability method to use: ``$PERFLEDGER_FSYNC_METHOD``, else ``configured``
     (the ledger's ``perfledger.fsyncMethod``), else ``writeout`` when ``path`` (the ledger's
-    git directory) is on ext4 or XFS, else ``syncfs`` where available, else ``fsync``.
+    git directory) is on ext4 or XFS, ``fsync`` on FUSE, else ``syncfs`` where available, else
+    ``fsync``.
 
     Raises: ValueError naming the bad value when the environment or config holds another word;
     ValueError when ``syncfs`` or ``writeout`` is asked for where the C library lacks it.
     """
     method = os.environ.get(METHOD_ENV) or configured
     if method is None:
-        if (
-            path is not None
-            and _libc_sync_file_range() is not None
-            and filesystem_name(path) is not None
-        ):
+        filesystem = filesystem_name(path) if path is not None else None
+        if filesystem == "fuse":
+            return FSYNC
+        if _libc_sync_file_range() is not None and filesystem is not None:
             return WRITEOUT
         return SYNCFS if _libc_syncfs() is not None else FSYNC
     if method not in (WRITEOUT, SYNCFS, FSYNC):

@@ -35,7 +35,7 @@ import signal
 import sys
 from typing import Any, NamedTuple
 
-from perfledger.errors import PerfledgerError
+from perfledger.errors import PerfledgerError, resource_error
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import PackBuilder
 from perfledger.ledger.objects import build_event_objects
@@ -175,7 +175,8 @@ class PackerProcess:
     def finish(self) -> list[bytes]:
         """Wait for the batch's pack; return the commit of each event (hex shas), in order.
 
-        Raises: PerfledgerError when the child failed or died (nothing was appended).
+        Raises: ResourceError for a full disk, a read-only filesystem or a refused permission;
+            PerfledgerError when the child failed otherwise or died (nothing was appended).
         """
         self._flush()
         self._send(("finish",))
@@ -184,6 +185,11 @@ class PackerProcess:
         except (EOFError, OSError, pickle.UnpicklingError):
             outcome = ("failed", "the packing process died")
         if outcome[0] != "ok":
+            resource = (
+                resource_error(OSError(*outcome[2])) if len(outcome) > 2 and outcome[2] else None
+            )
+            if resource is not None:
+                raise resource
             raise PerfledgerError(
                 f"writing the batch's git objects failed: {outcome[1]}",
                 hint="nothing was appended; retry (PERFLEDGER_APPEND_FORK=0 packs in process)",
@@ -258,6 +264,7 @@ def _child(read_fd: int, write_fd: int) -> int:
     commits: list[bytes] = []
     parent = b""
     pack_dir, fsync, failure = "", False, ""
+    os_error: tuple[Any, ...] | None = None
     # what writing the first pack imports (dulwich's GitFile, numpy for the index encoder):
     # before any batch waits
     import dulwich.file  # noqa: F401
@@ -299,7 +306,14 @@ def _child(read_fd: int, write_fd: int) -> int:
                     builder.write(pack_dir, fsync=fsync)
                 except Exception as exc:  # reported: the parent refuses the append
                     failure = f"{type(exc).__name__}: {exc}"
-            reply = ("failed", failure) if failure else ("ok", commits)
+                    # a full disk, say: the parent raises its ResourceError
+                    os_error = (
+                        (exc.errno, exc.strerror, exc.filename)
+                        if isinstance(exc, OSError)
+                        else None
+                    )
+            reply = ("failed", failure, os_error) if failure else ("ok", commits)
+            os_error = None
             builder, commits = PackBuilder(), []
             pickle.dump(reply, outgoing, protocol=pickle.HIGHEST_PROTOCOL)
             outgoing.flush()

@@ -43,6 +43,7 @@ from perfledger.errors import (
     IntegrityError,
     NotALedger,
     PerfledgerError,
+    resource_error,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import LedgerInitialized, validate_payload
@@ -64,8 +65,10 @@ from perfledger.ledger.durable import (
     fsync_dir,
     sync_filesystem,
 )
+from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
+from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.loosepool import LoosePool
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -226,6 +229,10 @@ class GitStore:
             self._repo_path = repo.path
             config = _perfledger_config(repo)
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
+        #: gc's open guard, held shared until close (or until this store is garbage collected):
+        #: gc then leaves this store's files alone
+        guard = hold_open_guard(self.controldir)
+        self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
         self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
@@ -285,6 +292,8 @@ class GitStore:
             self._fsync_packs = method != SYNCFS
         except ValueError as exc:
             self.close_repo()
+            if self._release_guard is not None:
+                self._release_guard()
             raise BadRequest(
                 f"{self.path}: {exc}",
                 hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
@@ -351,6 +360,9 @@ class GitStore:
         try:
             return cls._init(path, name=name, actor=actor, bare=bare, remember_actor=remember_actor)
         except OSError as exc:
+            resource = resource_error(exc)  # a full disk is not a bad request: exit 1
+            if resource is not None:
+                raise resource from None
             raise BadRequest(
                 f"cannot create a ledger at {path}: {exc.strerror or exc}",
                 hint="choose a writable directory",
@@ -363,6 +375,7 @@ class GitStore:
         from dulwich.errors import NotGitRepository
         from dulwich.repo import Repo
 
+        created = first_missing_ancestor(path)
         try:
             repo = Repo(path)
         except NotGitRepository:
@@ -384,6 +397,8 @@ class GitStore:
         if remember_actor:
             config.set((b"perfledger",), b"actor", actor.encode())
         config.write_to_path()
+        # the skeleton durable before the first event (its appends fsync nothing above it)
+        make_repository_durable(repo.controldir(), os.path.dirname(created or path))
         store = cls(repo)
         ledger_name = name or os.path.basename(os.path.abspath(path).rstrip(os.sep)) or "ledger"
         draft = EventDraft(
@@ -462,6 +477,8 @@ class GitStore:
         self._lock_fd = self._sync_fd = self._ref_dir_fd = None
         self.loose_pool.release()
         self.close_repo()
+        if self._release_guard is not None:  # last: gc may collect once every store is closed
+            self._release_guard()  # a finalizer runs once: a second close does nothing
 
     def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
         """Run housekeeping ``fn(*args)`` (deleting packed loose objects) in one background

@@ -48,6 +48,7 @@ from perfledger.ledger.changes import (
 )
 from perfledger.ledger.dag import CommitNode
 from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import ObjectReader
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
@@ -522,9 +523,10 @@ def clone(
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise BadRequest(f"{path} exists and is not an empty directory", hint="choose a new path")
     created = not os.path.exists(path)
+    created_top = first_missing_ancestor(path)
     os.makedirs(path, exist_ok=True)
     try:
-        return _clone(url, path, name)
+        return _clone(url, path, name, created_top)
     except BaseException:
         if created:
             shutil.rmtree(path, ignore_errors=True)
@@ -538,7 +540,7 @@ def clone(
         raise
 
 
-def _clone(url: str, path: str, name: str) -> tuple[GitStore, PullResult]:
+def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[GitStore, PullResult]:
     started = time.perf_counter()
     repo = Repo.init_bare(path)
     repo.refs.set_symbolic_ref(b"HEAD", LEDGER_REF)
@@ -547,6 +549,8 @@ def _clone(url: str, path: str, name: str) -> tuple[GitStore, PullResult]:
     config.set((b"core",), b"fsync", b"committed")
     config.write_to_path()
     target = add_remote(repo, name, url)
+    # the skeleton durable before its ref (see perfledger.ledger.initsync)
+    make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
     fetched = fetch(None, repo, target.url, [])
     if fetched.remote_head is None:
         repo.close()

@@ -1,0 +1,269 @@
+"""Reclaiming what killed writers and pulls leave behind (``perfledger gc``).
+
+A writer killed mid-append, or a pull killed mid-fetch, leaves files that no ref reaches and that
+nothing else deletes (never a broken ledger: SPEC.md section 2). What is garbage, and how gc knows
+that no live process is still writing it (never by a file's age):
+
+- temporaries whose name carries their writer's pid: ``objects/??/tmp_obj_<pid>_<n>``,
+  ``objects/pack/tmp_pack_<pid>_<n>`` and ``tmp_idx_<pid>_<n>``, ``perfledger/**/*.<pid>.tmp``:
+  removed when no process has that pid (a live one, even an unrelated process that reuses the
+  pid, keeps them);
+- files whose writer cannot be named: a ``.pack`` without its ``.idx`` (killed between the two
+  renames) or an ``.idx`` without its ``.pack``, other ``tmp_*`` files in ``objects/pack``
+  (dulwich's), ``objects/pack/*.lock`` (dulwich's ``GitFile`` writing a pack; git makes none
+  there), a pull's spooled ``perfledger/incoming-*.pack``, merged-away packs waiting in
+  ``perfledger/retired-packs/``: removed only while gc holds the *open guard* exclusively, and
+  no process on this machine holds the file open (``/proc``: a git process writing its own).
+  Every open store holds that guard (``perfledger/gc.lock``) shared, by ``flock``, from open to
+  close; the kernel drops a killed process's flock, so an exclusive hold proves that no
+  perfledger process has the ledger open, and no store can open until gc is done.
+
+Other lock files (``*.lock`` under ``refs/``, ``packed-refs.lock``, ``config.lock``) are never removed:
+a git process may hold one, and git's locks carry no owner. gc lists them.
+
+The next writer does the cheap part (:func:`collect_dead_temporaries`): the pid-named
+temporaries of ``objects/pack``, one directory listing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+#: The derived directory (``<gitdir>/perfledger``) and the open guard inside it.
+DERIVED_DIR = "perfledger"
+GUARD_FILE = "gc.lock"
+#: Directories under the derived one whose whole content is garbage once no store is open.
+_RETIRED_DIRS = ("retired-packs",)
+#: Temporaries named after their writer's pid (gitobj's ``_create_tmp``; cache and index files).
+_PID_TEMP = re.compile(r"^tmp_(?:obj|pack|idx)_(\d+)_\d+$")
+_PID_SUFFIX_TEMP = re.compile(r"\.(\d+)\.tmp$")
+_FANOUT = re.compile(r"^[0-9a-f]{2}$")
+
+
+@dataclass
+class GcReport:
+    """What :func:`collect` did.
+
+    Attributes:
+        removed: paths removed (or that would be, with ``dry_run``).
+        removed_bytes: their total size, in bytes.
+        kept: (path, why) for garbage-like files left alone.
+        guard_held: whether gc held the open guard (no perfledger process had the ledger open).
+    """
+
+    removed: list[str] = field(default_factory=list)
+    removed_bytes: int = 0
+    kept: list[tuple[str, str]] = field(default_factory=list)
+    guard_held: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """The report as ``{"removed", "removed_bytes", "kept": [{"path", "why"}], ...}``."""
+        return {
+            "removed": self.removed,
+            "removed_bytes": self.removed_bytes,
+            "kept": [{"path": path, "why": why} for path, why in self.kept],
+            "guard_held": self.guard_held,
+        }
+
+
+def hold_open_guard(controldir: str) -> int | None:
+    """Take the open guard shared (every store, from open to close) and return its descriptor,
+    to be closed at close; None where it cannot be created (a read-only ledger: nothing there
+    to collect concurrently either). Blocks while gc holds it exclusively (a moment)."""
+    derived = os.path.join(controldir, DERIVED_DIR)
+    try:
+        os.makedirs(derived, exist_ok=True)
+        fd = os.open(
+            os.path.join(derived, GUARD_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def _exclusive_guard(controldir: str) -> Iterator[bool]:
+    """Hold the open guard exclusively if no store has the ledger open; yields whether it did."""
+    derived = os.path.join(controldir, DERIVED_DIR)
+    try:
+        os.makedirs(derived, exist_ok=True)
+        fd = os.open(
+            os.path.join(derived, GUARD_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (one we may not signal exists too)."""
+    if pid <= 0:
+        return True  # not a pid we wrote: keep the file
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _writer_pid(name: str) -> int | None:
+    match = _PID_TEMP.match(name) or _PID_SUFFIX_TEMP.search(name)
+    return int(match.group(1)) if match else None
+
+
+def _remove(path: str, report: GcReport, dry_run: bool) -> None:
+    try:
+        size = os.lstat(path).st_size
+        if not dry_run:
+            os.unlink(path)
+    except FileNotFoundError:
+        return  # removed meanwhile (by its writer, or the next writer)
+    report.removed.append(path)
+    report.removed_bytes += size
+
+
+def collect_dead_temporaries(pack_dir: str) -> int:
+    """Remove the pid-named temporaries of ``pack_dir`` whose writer is dead (the next
+    writer's cheap part of gc); returns how many. Never raises: a failure only leaves them."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(pack_dir):
+            pid = _writer_pid(name) if name.startswith("tmp_") else None
+            if pid is not None and not _pid_alive(pid):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(pack_dir, name))
+                    removed += 1
+    return removed
+
+
+def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
+    """Remove what killed writers and pulls left in the git directory ``controldir`` (see the
+    module docstring); with ``dry_run`` only report it.
+
+    Returns: a :class:`GcReport`. Raises: OSError when a directory cannot be listed or a file
+    cannot be removed (a read-only filesystem, say): what was removed before stays removed,
+    which changes nothing but space.
+    """
+    report = GcReport()
+    objects = os.path.join(controldir, "objects")
+    pack_dir = os.path.join(objects, "pack")
+    derived = os.path.join(controldir, DERIVED_DIR)
+    unnamed: list[str] = []  # garbage whose writer cannot be named: needs the guard
+
+    # loose temporaries: objects/tmp_obj_* and objects/??/tmp_obj_*
+    for directory in [objects, *_subdirs(objects, _FANOUT)]:
+        for name in _listdir(directory):
+            if name.startswith("tmp_"):
+                _pid_named(os.path.join(directory, name), report, dry_run, unnamed)
+    # packs: pid-named temporaries, then halves of a pack
+    names = set(_listdir(pack_dir))
+    for name in sorted(names):
+        path = os.path.join(pack_dir, name)
+        if name.startswith("tmp_"):
+            _pid_named(path, report, dry_run, unnamed)
+        elif (
+            (name.endswith(".pack") and name[:-5] + ".idx" not in names)
+            or (name.endswith(".idx") and name[:-4] + ".pack" not in names)
+            or name.endswith(".lock")  # dulwich's GitFile (pack writes), never git's
+        ):
+            unnamed.append(path)
+    # the derived directory: pid-named cache files, a pull's spool, retired packs
+    for root, dirs, files in os.walk(derived):
+        retired = any(os.path.relpath(root, derived).split(os.sep)[0] == d for d in _RETIRED_DIRS)
+        for name in files:
+            path = os.path.join(root, name)
+            if retired or (root == derived and name.startswith("incoming-")):
+                unnamed.append(path)
+            elif _PID_SUFFIX_TEMP.search(name):
+                _pid_named(path, report, dry_run, unnamed)
+        dirs.sort()
+    with _exclusive_guard(controldir) as held:
+        report.guard_held = held
+        held_open = _files_held_open() if held and unnamed else set()
+        for path in unnamed:
+            if not held:
+                report.kept.append((path, "a perfledger process has the ledger open"))
+            elif os.path.realpath(path) in held_open:
+                report.kept.append((path, "a live process holds it open (git, say)"))
+            else:
+                _remove(path, report, dry_run)
+        if held and not dry_run:
+            for name in _RETIRED_DIRS:  # the emptied directories themselves
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(os.path.join(derived, name))
+    for lock in _lock_files(controldir):
+        report.kept.append((lock, "a lock file: a git process may hold it"))
+    return report
+
+
+def _pid_named(path: str, report: GcReport, dry_run: bool, unnamed: list[str]) -> None:
+    pid = _writer_pid(os.path.basename(path))
+    if pid is None:
+        unnamed.append(path)  # dulwich's temporaries: no pid in the name
+    elif _pid_alive(pid):
+        report.kept.append((path, f"its writer (pid {pid}) is alive"))
+    else:
+        _remove(path, report, dry_run)
+
+
+def _files_held_open() -> set[str]:
+    """The paths of the files any process on this machine holds open (``/proc/*/fd``; the
+    ones we may read): a git process writing its own temporary pack, say."""
+    held: set[str] = set()
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            fd_dir = f"/proc/{pid}/fd"
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(fd_dir):
+                    with contextlib.suppress(OSError):
+                        held.add(os.readlink(f"{fd_dir}/{fd}"))
+    return held
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
+def _subdirs(directory: str, pattern: re.Pattern[str]) -> list[str]:
+    return [os.path.join(directory, n) for n in _listdir(directory) if pattern.match(n)]
+
+
+def _lock_files(controldir: str) -> list[str]:
+    locks = [
+        os.path.join(controldir, name)
+        for name in ("packed-refs.lock", "config.lock", "HEAD.lock")
+        if os.path.exists(os.path.join(controldir, name))
+    ]
+    for root, _dirs, files in os.walk(os.path.join(controldir, "refs")):
+        locks.extend(os.path.join(root, name) for name in sorted(files) if name.endswith(".lock"))
+    return locks
+
+
+__all__ = ["GcReport", "collect", "collect_dead_temporaries", "hold_open_guard"]
