@@ -10,7 +10,11 @@ with their goals:
    within 10 s of GPU time per subject; ground truth from one long paired run;
 4. the same comparisons through ``triton.testing.do_bench`` (median) and
    ``cupyx.profiler.benchmark`` (mean of GPU times): each tool's estimated ratio and run-to-run
-   spread, next to perfledger's.
+   spread, next to perfledger's;
+5. the cost of the second protocol's defences (issue 18: every call poisoned, fresh inputs per
+   pair, re-checks drawn after the call): ``--cost-runs`` A/A comparisons under each protocol,
+   interleaved, with wall seconds and timed GPU seconds per comparison, the A/A spread and the
+   efficiency (A/A spread)^2 x seconds per estimate, after / before.
 
 Usage: ``python bench/gpu_harness_bench.py [--quick] [--json OUT.json]``. Needs CuPy and an
 NVIDIA GPU; torch/triton are optional (their rows say "not available" otherwise).
@@ -101,6 +105,9 @@ def run_perfledger(
                 "stop": c.stop_reason,
                 "wall_s": wall,
                 "p": s.wilcoxon_p,
+                "ref_call_median_s": s.ref_median_s,
+                "cand_call_median_s": s.cand_median_s,
+                "medians_per": s.medians_per,
             }
         )
         if progress:
@@ -109,6 +116,49 @@ def run_perfledger(
                 f"CI [{s.ci_low:.5f}, {s.ci_high:.5f}] {s.direction()} {s.status(0.01)} "
                 f"pairs {s.n} stop {c.stop_reason} wall {wall:.2f}s"
             )
+    return out
+
+
+COST_VARIANTS = (
+    ("before: first protocol", {"protocol": 1}),
+    ("after: second protocol", {}),
+    ("after, no per-call poison", {"poison_every_call": False}),
+)
+
+
+def bench_cost(n: int, runs: int, resamples: int, ceilings: Any) -> dict[str, Any]:
+    """A/A comparisons of the scale kernel under each protocol variant, rounds interleaved."""
+    from dataclasses import replace
+
+    from perfledger.kernels.examples import scale_problem, scale_subject
+    from perfledger.kernels.harness import Harness, HarnessConfig
+
+    base = HarnessConfig(resamples=resamples)
+    subject = scale_subject(n)
+    rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in COST_VARIANTS}
+    for r in range(runs):
+        for label, change in COST_VARIANTS:
+            h = Harness(scale_problem(n), replace(base, **change), ceilings=ceilings)
+            rows[label] += run_perfledger(h, subject, subject, 1, f"cost {label} {r + 1}", False)
+    out: dict[str, Any] = {}
+    for label, got in rows.items():
+        ok = [x for x in got if not x.get("invalid")]
+        spread = float(np.std([x["ratio"] for x in ok], ddof=1)) if len(ok) > 1 else float("nan")
+        wall = statistics.median(x["wall_s"] for x in got)
+        gpu = statistics.median(x["gpu_s_ref"] + x["gpu_s_cand"] for x in ok) if ok else None
+        out[label] = {
+            "runs": got,
+            "invalid": len(got) - len(ok),
+            "wall_s": wall,
+            "timed_gpu_s": gpu,
+            "pairs": statistics.median(x["pairs"] for x in ok) if ok else None,
+            "wall_s_per_pair": statistics.median(x["wall_s"] / x["pairs"] for x in ok)
+            if ok
+            else None,
+            "aa_spread": spread,
+            "efficiency": spread**2 * wall,
+            "call_median_s": statistics.median(x["ref_call_median_s"] for x in ok) if ok else None,
+        }
     return out
 
 
@@ -154,11 +204,12 @@ def main() -> int:
     parser.add_argument("--tool-runs", type=int, default=10)
     parser.add_argument("--n", type=int, default=1 << 26, help="scale kernel elements (float32)")
     parser.add_argument("--copy-n", type=int, default=1 << 28, help="copy elements (float32)")
+    parser.add_argument("--cost-runs", type=int, default=8)
     parser.add_argument("--resamples", type=int, default=4000)
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
     if args.quick:
-        args.aa_runs, args.detect_runs, args.tool_runs = 4, 2, 2
+        args.aa_runs, args.detect_runs, args.tool_runs, args.cost_runs = 4, 2, 2, 2
     t_start = time.perf_counter()
     import cupy
 
@@ -179,7 +230,8 @@ def main() -> int:
     _p(
         f"ceilings: copy {ceilings.copy_bytes_per_s / 1e12:.2f} TB/s, matmul fp16 "
         f"{ceilings.matmul_fp16_flops_per_s / 1e12:.0f} TFLOP/s, fp32 "
-        f"{ceilings.matmul_fp32_flops_per_s / 1e12:.0f} TFLOP/s"
+        f"{ceilings.matmul_fp32_flops_per_s / 1e12:.0f} TFLOP/s; by unit "
+        + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in ceilings.unit_flops_per_s.items())
     )
     config = HarnessConfig(resamples=args.resamples)
     _p(
@@ -229,6 +281,8 @@ def main() -> int:
             else row["status_1pct"] == "pass"
         )
         det.append(row)
+    cost = bench_cost(n, args.cost_runs, args.resamples, ceilings)
+    _p(f"cost done ({time.perf_counter() - t_start:.0f}s)")
     monitor.stop()
     windows = len(monitor.observations())
 
@@ -265,7 +319,7 @@ def main() -> int:
     slower_ratios = [r["ratio"] if r["slower_is_cand"] else 1 / r["ratio"] for r in det_ok]
     pl_per = statistics.median(r["wall_s"] for r in aa_ok)
     results.update(
-        truth=truth, aa=aa, detect=det, tools=tools, monitor_observations=windows,
+        truth=truth, aa=aa, detect=det, tools=tools, monitor_observations=windows, cost=cost,
         summary={
             "copy_ratio": c["kernel_vs_copyto_events"],
             "aa_false_pass_rate": false_pass,
@@ -311,9 +365,11 @@ def main() -> int:
     _p(
         f"{'tool':34s} {'est. ratio (2% work)':>22s} {'ratio spread':>13s} {'A/A spread':>11s} {'s/estimate':>11s}"
     )
+    pl_spread = float(np.std(aa_ratios, ddof=1))
     _p(
         f"{'perfledger harness (ABBA, flushed)':34s} {statistics.mean(slower_ratios):22.5f} "
-        f"{np.std(slower_ratios, ddof=1):13.5f} {np.std(aa_ratios, ddof=1):11.5f} {pl_per:11.3f}"
+        f"{np.std(slower_ratios, ddof=1):13.5f} {pl_spread:11.5f} {pl_per:11.3f}"
+        f"   spread^2 x s {pl_spread**2 * pl_per:.3e}"
     )
     for tool, label in (
         ("do_bench", "triton do_bench (median)"),
@@ -325,12 +381,34 @@ def main() -> int:
             continue
         _p(
             f"{label:34s} {t['ab_mean']:22.5f} {t['ab_spread']:13.5f} {t['aa_spread']:11.5f} {t['s_per_estimate']:11.3f}"
+            f"   spread^2 x s {t['aa_spread'] ** 2 * t['s_per_estimate']:.3e}"
         )
     _p(
         "(spread = standard deviation of the run-to-run ratio estimates; GUIDE.md reference on its "
         "kernel: A/A spread do_bench 0.26%, cupyx 0.12%, 50 flushed ABBA pairs 0.09%)"
     )
     _p(f"invalid comparisons (a subject failed correctness or was flagged): {invalid}")
+    _p()
+    _p("cost of the defences (A/A of the scale kernel, rounds interleaved; goal after <= 1.5x)")
+    _p(
+        f"{'protocol':30s} {'wall s/cmp':>10s} {'timed GPU s':>11s} {'pairs':>7s} "
+        f"{'wall us/pair':>12s} {'A/A spread':>10s} {'spread^2*s':>11s} {'call us':>8s} {'inv':>4s}"
+    )
+    for label, row in cost.items():
+        per_pair = row["wall_s_per_pair"]
+        _p(
+            f"{label:30s} {row['wall_s']:10.3f} {row['timed_gpu_s'] or float('nan'):11.3f} "
+            f"{row['pairs'] or 0:7.0f} {1e6 * (per_pair or float('nan')):12.1f} "
+            f"{row['aa_spread']:10.5f} {row['efficiency']:11.3e} "
+            f"{1e6 * (row['call_median_s'] or float('nan')):8.1f} {row['invalid']:4d}"
+        )
+    before, after = cost[COST_VARIANTS[0][0]], cost[COST_VARIANTS[1][0]]
+    if before["wall_s_per_pair"] and after["wall_s_per_pair"]:
+        _p(
+            f"after/before: wall per pair {after['wall_s_per_pair'] / before['wall_s_per_pair']:.2f}x, "
+            f"wall per comparison {after['wall_s'] / before['wall_s']:.2f}x, "
+            f"spread^2 x s {after['efficiency'] / before['efficiency']:.2f}x"
+        )
     _p(
         f"runs: A/A {len(aa)}, detection {len(det)}, tools {args.tool_runs} estimates each; "
         f"scale kernel n={n} float32 ({8 * n / 2**20:.0f} MiB moved per call); "
