@@ -220,3 +220,27 @@ def test_cheat_doing_fewer_flops_than_declared_is_refused(
             ceilings=ceilings,
         )
         assert figures["flops_share"] is not None and figures["flops_share"] < 1.0
+
+
+# ------------------------------------------------------------- the one-pass re-check
+
+
+def test_one_pass_check_agrees_with_the_general_check() -> None:
+    from perfledger.kernels.correctness import compare
+
+    ref = cupy.asarray(np.random.default_rng(2).standard_normal(1 << 20))
+    near = (ref * (1 + 1e-6)).astype(cupy.float32)
+    far = (ref * 1.01).astype(cupy.float32)
+    holed = near.copy()
+    holed[123] = cupy.nan
+    for out, ok, reason in (
+        (near, True, None),
+        (far, False, "tolerance"),
+        (holed, False, "non_finite"),
+    ):
+        fused = compare(out, ref)
+        general = compare(out.get(), ref.get())  # NumPy: the general path
+        assert (fused.ok, fused.reason) == (general.ok, general.reason) == (ok, reason)
+        if general.rel_l2_error is not None:
+            assert fused.rel_l2_error == pytest.approx(general.rel_l2_error, rel=1e-9)
+    assert compare(holed, ref).non_finite == 1

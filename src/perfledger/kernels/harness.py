@@ -542,7 +542,7 @@ class Harness:
                 raise MeasurementError(f"the reference did not return outputs {sorted(missing)}")
             refs = {
                 k: cp.asarray(result[k]).astype(
-                    cp.float64 if result[k].dtype.kind != "c" else cp.complex128
+                    cp.float64 if result[k].dtype.kind != "c" else cp.complex128, copy=False
                 )
                 for k in self.problem.outputs
             }
