@@ -28,7 +28,7 @@ def main() -> int:
     variants = {
         "protocol 1": replace(base, protocol=1),
         "protocol 2": base,
-        "protocol 2, no per-call poison": replace(base, poison_every_call=False),
+        "protocol 2, + per-call poison": replace(base, poison_every_call=True),
     }
     for label, config in variants.items():
         h = Harness(scale_problem(args.n), config)

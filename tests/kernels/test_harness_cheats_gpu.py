@@ -83,9 +83,13 @@ def test_cheat_that_computes_only_when_its_output_is_poisoned() -> None:
 
     cheat = CallableSubject("poison-sniffer", sniffer)
     assert _fooled(_compare(FIRST, cheat))  # the cheat is one
+    # fresh inputs: an unpoisoned buffer holds the answer to other inputs, so skipping leaves
+    # a wrong answer (flagged by the re-checks); with every call poisoned it always computes
     c = _compare(FAST, cheat)
-    assert c.valid and c.stats is not None, c.flags  # every call poisoned: it always computes
-    assert c.stats.median_ratio > 0.97, c.stats  # ... so it gains nothing
+    assert _caught(c) and not c.valid, (c.flags, c.stats)
+    poisoned = _compare(replace(FAST, poison_every_call=True), cheat)
+    assert poisoned.valid and poisoned.stats is not None, poisoned.flags
+    assert poisoned.stats.median_ratio > 0.97, poisoned.stats  # ... and gains nothing
 
 
 def test_cheat_lazy_on_a_random_fifth_of_calls_is_flagged() -> None:
@@ -101,7 +105,7 @@ def test_cheat_lazy_on_a_random_fifth_of_calls_is_flagged() -> None:
     c = _compare(FAST, CallableSubject("lazy-fifth", lazy))
     assert not c.valid and "recheck:lazy-fifth" in c.flags, c.flags
     assert c.cand is not None and c.cand.checked_calls
-    assert any("non_finite" in r for r in c.cand.recheck_failures)
+    assert any("output:y" in r for r in c.cand.recheck_failures), c.cand.recheck_failures
 
 
 def test_cheat_that_writes_nothing_after_the_correctness_trials_is_flagged() -> None:

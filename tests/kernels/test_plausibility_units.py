@@ -89,7 +89,7 @@ def test_problem_refuses_an_unknown_flops_unit() -> None:
 
 def test_protocol_settings_are_validated_and_default_to_the_second_protocol() -> None:
     config = HarnessConfig()
-    assert config.protocol == 2 and config.fresh_inputs and config.poison_every_call
+    assert config.protocol == 2 and config.fresh_inputs and not config.poison_every_call
     assert 0 < config.recheck_share <= 1
     with pytest.raises(ValueError, match="protocol"):
         HarnessConfig(protocol=3)

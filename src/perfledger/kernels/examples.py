@@ -3,7 +3,7 @@ memory-bound scale kernel ``y = alpha * x`` (float32), an artificially slowed co
 elements written to a scratch buffer: more work, the same answer), a vectorized copy kernel, and
 ``cupy.copyto`` as a subject, and a compute-bound CUDA-core problem: ``k`` steps of the affine
 map ``x -> a x + b`` per element (float32 fused multiply-adds). Inputs come from a counter-based
-generator (:func:`normal`): fresh input sets per pair cost one memory-bound write. Needs CuPy on
+generator (:func:`uniform`): a fresh input set per pair costs one memory-bound write. Needs CuPy on
 use.
 """
 
@@ -80,6 +80,33 @@ def normal(n: int, seed: int, dtype: Any = "float32") -> Any:
     return out
 
 
+#: Source of :func:`uniform`: two rounds of murmur3's 32-bit finalizer over (seed, index); 32-bit
+#: integer arithmetic only, so the generator runs at memory speed.
+UNIFORM_BODY = r"""
+unsigned int h = (unsigned int)i * 0x9E3779B9u + lo;
+h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+h ^= hi;
+h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+y = (T)((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+"""
+_uniform_kernel: Any = None
+
+
+def uniform(n: int, seed: int, dtype: Any = "float32") -> Any:
+    """``n`` values uniform in [-1, 1) (CuPy array of ``dtype``) from a counter-based hash:
+    deterministic in ``seed`` (an int), one memory-bound write on the current stream."""
+    import cupy
+
+    global _uniform_kernel
+    if _uniform_kernel is None:
+        _uniform_kernel = cupy.ElementwiseKernel(
+            "uint32 lo, uint32 hi", "T y", UNIFORM_BODY, "pl_uniform"
+        )
+    out = cupy.empty(n, dtype=dtype)
+    _uniform_kernel(np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF), out)
+    return out
+
+
 #: CUDA source of the affine iteration: ``steps`` times ``x = A x + B`` per element.
 ITERATE_SOURCE = r"""
 extern "C" __global__ void iterate(const float* __restrict__ x, float* __restrict__ y,
@@ -99,7 +126,7 @@ def scale_problem(n: int) -> Problem:
     """``y = 2 x`` over ``n`` float32 elements (reads and writes 8 n bytes per call)."""
 
     def make_inputs(seed: int) -> dict[str, Any]:
-        return {"x": normal(n, seed)}
+        return {"x": uniform(n, seed)}
 
     def reference(inputs: dict[str, Any]) -> dict[str, Any]:
         return {"y": ALPHA * inputs["x"]}
@@ -119,7 +146,7 @@ def copy_problem(n: int) -> Problem:
         raise ValueError("n must be a multiple of 4")
 
     def make_inputs(seed: int) -> dict[str, Any]:
-        return {"x": normal(n, seed)}
+        return {"x": uniform(n, seed)}
 
     return Problem(
         name=f"copy-{n}",
@@ -138,7 +165,7 @@ def iterate_problem(n: int, k: int) -> Problem:
     a, b = float(np.float32(ITER_A)), float(np.float32(ITER_B))
 
     def make_inputs(seed: int) -> dict[str, Any]:
-        return {"x": normal(n, seed)}
+        return {"x": uniform(n, seed)}
 
     def reference(inputs: dict[str, Any]) -> dict[str, Any]:
         ak = a**k
@@ -239,4 +266,5 @@ __all__ = [
     "normal",
     "scale_problem",
     "scale_subject",
+    "uniform",
 ]
