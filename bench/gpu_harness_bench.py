@@ -152,7 +152,8 @@ def bench_cost(n: int, runs: int, resamples: int, ceilings: Any) -> dict[str, An
             "wall_s": wall,
             "timed_gpu_s": gpu,
             "pairs": statistics.median(x["pairs"] for x in ok) if ok else None,
-            "wall_s_per_pair": statistics.median(x["wall_s"] / x["pairs"] for x in ok)
+            # the statistic's n counts ABBA blocks: two pairs, four timed calls each
+            "wall_s_per_call": statistics.median(x["wall_s"] / (4 * x["pairs"]) for x in ok)
             if ok
             else None,
             "aa_spread": spread,
@@ -160,6 +161,31 @@ def bench_cost(n: int, runs: int, resamples: int, ceilings: Any) -> dict[str, An
             "call_median_s": statistics.median(x["ref_call_median_s"] for x in ok) if ok else None,
         }
     return out
+
+
+def print_cost(cost: dict[str, Any]) -> None:
+    """The cost table of :func:`bench_cost`, printed as soon as it is measured."""
+    _p()
+    _p("cost of the defences (A/A of the scale kernel, rounds interleaved; goal after <= 1.5x)")
+    _p(
+        f"{'protocol':30s} {'wall s/cmp':>10s} {'timed GPU s':>11s} {'blocks':>7s} "
+        f"{'wall us/call':>12s} {'A/A spread':>10s} {'spread^2*s':>11s} {'call us':>8s} {'inv':>4s}"
+    )
+    for label, row in cost.items():
+        per_call = row["wall_s_per_call"]
+        _p(
+            f"{label:30s} {row['wall_s']:10.3f} {row['timed_gpu_s'] or float('nan'):11.3f} "
+            f"{row['pairs'] or 0:7.0f} {1e6 * (per_call or float('nan')):12.1f} "
+            f"{row['aa_spread']:10.5f} {row['efficiency']:11.3e} "
+            f"{1e6 * (row['call_median_s'] or float('nan')):8.1f} {row['invalid']:4d}"
+        )
+    before, after = cost[COST_VARIANTS[0][0]], cost[COST_VARIANTS[1][0]]
+    if before["wall_s_per_call"] and after["wall_s_per_call"]:
+        _p(
+            f"after/before: wall per call {after['wall_s_per_call'] / before['wall_s_per_call']:.2f}x, "
+            f"wall per comparison {after['wall_s'] / before['wall_s']:.2f}x, "
+            f"spread^2 x s {after['efficiency'] / before['efficiency']:.2f}x"
+        )
 
 
 def tool_estimates(
@@ -247,8 +273,11 @@ def main() -> int:
     _p(f"idle check: {idle}")
 
     bench_copy(results, args.copy_n, Harness, config, ceilings)
-    c = results["copy"]
     _p(f"copy done ({time.perf_counter() - t_start:.0f}s)")
+    cost = bench_cost(args.n, args.cost_runs, args.resamples, ceilings)
+    print_cost(cost)
+    _p(f"cost done ({time.perf_counter() - t_start:.0f}s)")
+    c = results["copy"]
 
     n = args.n
     h = Harness(scale_problem(n), config, ceilings=ceilings, monitor=monitor)
@@ -281,8 +310,6 @@ def main() -> int:
             else row["status_1pct"] == "pass"
         )
         det.append(row)
-    cost = bench_cost(n, args.cost_runs, args.resamples, ceilings)
-    _p(f"cost done ({time.perf_counter() - t_start:.0f}s)")
     monitor.stop()
     windows = len(monitor.observations())
 
@@ -388,27 +415,6 @@ def main() -> int:
         "kernel: A/A spread do_bench 0.26%, cupyx 0.12%, 50 flushed ABBA pairs 0.09%)"
     )
     _p(f"invalid comparisons (a subject failed correctness or was flagged): {invalid}")
-    _p()
-    _p("cost of the defences (A/A of the scale kernel, rounds interleaved; goal after <= 1.5x)")
-    _p(
-        f"{'protocol':30s} {'wall s/cmp':>10s} {'timed GPU s':>11s} {'pairs':>7s} "
-        f"{'wall us/pair':>12s} {'A/A spread':>10s} {'spread^2*s':>11s} {'call us':>8s} {'inv':>4s}"
-    )
-    for label, row in cost.items():
-        per_pair = row["wall_s_per_pair"]
-        _p(
-            f"{label:30s} {row['wall_s']:10.3f} {row['timed_gpu_s'] or float('nan'):11.3f} "
-            f"{row['pairs'] or 0:7.0f} {1e6 * (per_pair or float('nan')):12.1f} "
-            f"{row['aa_spread']:10.5f} {row['efficiency']:11.3e} "
-            f"{1e6 * (row['call_median_s'] or float('nan')):8.1f} {row['invalid']:4d}"
-        )
-    before, after = cost[COST_VARIANTS[0][0]], cost[COST_VARIANTS[1][0]]
-    if before["wall_s_per_pair"] and after["wall_s_per_pair"]:
-        _p(
-            f"after/before: wall per pair {after['wall_s_per_pair'] / before['wall_s_per_pair']:.2f}x, "
-            f"wall per comparison {after['wall_s'] / before['wall_s']:.2f}x, "
-            f"spread^2 x s {after['efficiency'] / before['efficiency']:.2f}x"
-        )
     _p(
         f"runs: A/A {len(aa)}, detection {len(det)}, tools {args.tool_runs} estimates each; "
         f"scale kernel n={n} float32 ({8 * n / 2**20:.0f} MiB moved per call); "
