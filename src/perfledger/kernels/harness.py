@@ -230,8 +230,13 @@ class HarnessConfig:
         fresh_inputs: protocol 2: a new input set from the hidden seed for every pair (a
             subject never sees content it saw before); False: a pool of ``input_sets`` sets,
             one drawn at random from the hidden seed per pair.
+        fresh_inputs_max_s: protocol 2: fresh inputs only while the problem's ``make_inputs``
+            takes at most this long (seconds, median over the correctness trials); slower
+            (inputs made on the host): pooled sets, recorded as ``inputs: pooled`` in the
+            settings (remembering a pooled set's answer is then possible: make inputs on the
+            device for the full property).
         poison_every_call: protocol 2: poison every timed call's outputs before its start event
-            (always done when ``fresh_inputs`` is False). Off by default: with fresh inputs an
+            (always done with pooled inputs). Off by default: with fresh inputs an
             output buffer before a call holds the answer to other inputs (the buffers swap
             every pair), so a call that skips work is wrong all the same, and poisoning a large
             output costs a memory-bound write per call.
@@ -262,6 +267,7 @@ class HarnessConfig:
     recheck_share: float = 0.1
     fresh_inputs: bool = True
     poison_every_call: bool = False
+    fresh_inputs_max_s: float = 0.005
     batch: int = 16
     pending_work_s: float = 50e-6
     pending_trials: int = 2
@@ -497,6 +503,8 @@ class Harness:
         self._check_rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0xC4EC]))
         self._pick_rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x9A1C]))
         self._fresh_next = 0
+        self._make_inputs_s: list[float] = []  # host wall time of each make_inputs of the trials
+        self._fresh_memo: tuple[int, bool] = (-1, True)
 
     # -- inputs and references ---------------------------------------------------------------
 
@@ -608,7 +616,9 @@ class Harness:
         trials: list[TrialResult] = []
         outputs = self._new_outputs()
         for trial in range(self.config.trials):
+            t0 = time.perf_counter()
             inputs = self._make_inputs(trial)
+            self._make_inputs_s.append(time.perf_counter() - t0)
             before = self._snapshot(inputs)
             refs = self._reference(inputs)
             with self.stream:
@@ -698,10 +708,23 @@ class Harness:
 
     # -- protocol 2: fresh inputs, every call poisoned, re-checks drawn after the call --------
 
+    def _fresh(self) -> bool:
+        """Whether pairs get fresh inputs: ``fresh_inputs``, unless the problem's
+        ``make_inputs`` took longer than ``fresh_inputs_max_s`` in the correctness trials (inputs
+        made on the host cost ~0.1 s per 64 MiB: one per pair would multiply a comparison's
+        time); then a pooled set per pair, outputs poisoned before every call."""
+        if not self.config.fresh_inputs:
+            return False
+        made = self._make_inputs_s
+        if self._fresh_memo[0] != len(made):  # decided again only when trials were added
+            fresh = not made or float(np.median(made)) <= self.config.fresh_inputs_max_s
+            self._fresh_memo = (len(made), fresh)
+        return self._fresh_memo[1]
+
     def _pair_inputs(self) -> _PairInputs:
         """The input set of the next pair: fresh from the hidden seed (``fresh_inputs``), else a
         pooled set drawn from the hidden seed."""
-        if self.config.fresh_inputs:
+        if self._fresh():
             token = _FRESH_STREAM + self._fresh_next
             self._fresh_next += 1
             return _PairInputs(self._make_inputs(token), token)
@@ -721,7 +744,7 @@ class Harness:
         """One call under protocol 2, timed or not (warm-up calls take this same path, so that
         nothing tells a subject which calls count): outputs poisoned after the first event,
         L2 flushed, the call between the start and end events."""
-        poison = self.config.poison_every_call or not self.config.fresh_inputs
+        poison = self.config.poison_every_call or not self._fresh()
 
         def before() -> None:
             for out in outs.values():
@@ -788,6 +811,8 @@ class Harness:
             "flush_bytes": self.flusher.nbytes if self.flusher else 0,
             "overhead_s": self._overhead_s,
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
+            "inputs": "fresh" if self._fresh() else "pooled",
+            "make_inputs_s": float(np.median(self._make_inputs_s)) if self._make_inputs_s else None,
         }
 
     def measure(self, subject: Subject) -> Measurement:
