@@ -11,7 +11,7 @@ with their goals:
 4. the same comparisons through ``triton.testing.do_bench`` (median) and
    ``cupyx.profiler.benchmark`` (mean of GPU times): each tool's estimated ratio and run-to-run
    spread, next to perfledger's;
-5. the cost of the second protocol's defences (issue 18: fresh inputs per pair, re-checks drawn
+5. the cost of the second protocol's defences (fresh inputs per pair, re-checks drawn
    after the call, optionally every call's outputs poisoned): ``--cost-runs`` A/A comparisons under each protocol,
    interleaved, with wall seconds and timed GPU seconds per comparison, the A/A spread and the
    efficiency (A/A spread)^2 x seconds per estimate, after / before.
