@@ -26,9 +26,13 @@ What the harness does, each step against a known way of gaming a benchmark:
 2. Timing (:meth:`Harness.measure`): a non-blocking stream of its own; warm-up of at least
    ``warmup_min`` calls and ``warmup_min_s`` seconds; each sample flushes L2 (>= 2x its size)
    before the start event, times the call with CUDA events and synchronizes the whole device
-   before reading them; host wall time is compared with event time (side work flagged); input
-   sets are rotated; outputs of every ``recheck_every``-th timed call are poisoned before and
-   checked after; inputs are re-hashed at the end.
+   before reading them; host wall time is compared with event time (side work flagged). Under
+   the second protocol (the default; ``docs/kernel-harness.md``) every pair of calls gets fresh
+   inputs from the hidden seed (pooled sets, outputs poisoned before every call, when
+   ``make_inputs`` is slow) and whether a call is re-checked (inputs regenerated and compared,
+   outputs against the reference) is drawn from the hidden seed after the call, so a subject
+   can neither tell checked calls apart nor profit from remembering inputs; the first protocol
+   rotated four input sets and poisoned and re-checked every ``recheck_every``-th call.
 3. Stopping: :mod:`perfledger.kernels.stopping` (>= 10 samples and 0.5 s GPU time; relative stdev
    < 0.5 % or settled noise; 15 s cap per subject); the reason is recorded.
 4. Paired comparison (:meth:`Harness.compare`): both subjects in one process, interleaved ABBA
@@ -37,7 +41,8 @@ What the harness does, each step against a known way of gaming a benchmark:
    each ABBA block (two pairs: order and buffer placement cancel, :func:`abba_blocks`); median ratio with a seeded bootstrap CI and a Wilcoxon
    p-value (:mod:`perfledger.kernels.stats`). An A/A comparison (:meth:`Harness.aa`) of a subject
    against itself gives the measurement resolution.
-5. Plausibility: achieved bandwidth / FLOP rate above the measured ceiling is refused
+5. Plausibility: achieved bandwidth / FLOP rate above the measured ceiling (the FLOP ceiling of
+   the unit the problem declares, ``Problem.flops_unit``) is refused
    (:class:`~perfledger.errors.MeasurementError`); a speedup above 10x is flagged for review.
 
 Every setting is a field of :class:`HarnessConfig` and is returned in the results' ``settings``.
@@ -811,7 +816,9 @@ class Harness:
             "flush_bytes": self.flusher.nbytes if self.flusher else 0,
             "overhead_s": self._overhead_s,
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
-            "inputs": "fresh" if self._fresh() else "pooled",
+            "inputs": (
+                "rotated" if self.config.protocol == 1 else "fresh" if self._fresh() else "pooled"
+            ),
             "make_inputs_s": float(np.median(self._make_inputs_s)) if self._make_inputs_s else None,
         }
 
