@@ -222,14 +222,14 @@ class HarnessConfig:
         flush_l2: flush L2 before each sample (cold samples).
         flush_factor: flush size as a multiple of L2 (>= 2).
         stopping: the stopping rule.
-        protocol: 2 (default): every timed call's outputs are poisoned before its start event,
-            every pair of calls gets a fresh input set (``fresh_inputs``), and a call is
-            re-checked when a draw from the hidden seed, made after the call, says so
+        protocol: 2 (default): every pair of calls gets a fresh input set (``fresh_inputs``;
+            pooled sets and every call's outputs poisoned when ``make_inputs`` is slow), and a
+            call is re-checked when a draw from the hidden seed, made after the call, says so
             (``recheck_share``), so nothing before or during a call differs between a checked
             and an unchecked one. Every input ``make_inputs`` returns must vary with the seed
-            (an input fixed across seeds is one a subject can remember results of). 1: the first protocol (input sets rotated, every
-            ``recheck_every``-th call poisoned and re-checked), kept to measure what the
-            defences cost.
+            (an input fixed across seeds is one a subject can remember results of). 1: the
+            first protocol (input sets rotated, every ``recheck_every``-th call poisoned and
+            re-checked), kept to measure what the defences cost.
         recheck_share: protocol 2: the probability that a timed call is re-checked (its inputs
             compared with a regeneration from their seed, its outputs with the reference).
         fresh_inputs: protocol 2: a new input set from the hidden seed for every pair (a
@@ -711,7 +711,7 @@ class Harness:
             reasons, _ = self._check_outputs(outs[s], self._refs[s])
             timing.recheck_failures += [f"sample {k}: {r}" for r in reasons]
 
-    # -- protocol 2: fresh inputs, every call poisoned, re-checks drawn after the call --------
+    # -- protocol 2: fresh inputs per pair, re-checks drawn after the call ---------------------
 
     def _fresh(self) -> bool:
         """Whether pairs get fresh inputs: ``fresh_inputs``, unless the problem's
@@ -883,7 +883,8 @@ class Harness:
         # each ABBA block each subject runs once first and once second, once on each pool: where
         # a buffer lies in memory (a measurable, run-long effect) cancels like the order does.
         # Within a pair the subjects never share a buffer. Protocol 1 keeps one buffer per
-        # rotated input set in each pool; protocol 2 one buffer (poisoned before every call).
+        # rotated input set in each pool; protocol 2 one buffer (with fresh inputs it holds the
+        # answer to other inputs before every call; with pooled inputs it is poisoned).
         v1 = self.config.protocol == 1
         if v1:
             self._input_sets()
