@@ -10,7 +10,11 @@ with their goals:
    within 10 s of GPU time per subject; ground truth from one long paired run;
 4. the same comparisons through ``triton.testing.do_bench`` (median) and
    ``cupyx.profiler.benchmark`` (mean of GPU times): each tool's estimated ratio and run-to-run
-   spread, next to perfledger's.
+   spread, next to perfledger's;
+5. the cost of the second protocol's defences (fresh inputs per pair, re-checks drawn
+   after the call, optionally every call's outputs poisoned): ``--cost-runs`` A/A comparisons under each protocol,
+   interleaved, with wall seconds and timed GPU seconds per comparison, the A/A spread and the
+   efficiency (A/A spread)^2 x seconds per estimate, after / before.
 
 Usage: ``python bench/gpu_harness_bench.py [--quick] [--json OUT.json]``. Needs CuPy and an
 NVIDIA GPU; torch/triton are optional (their rows say "not available" otherwise).
@@ -101,6 +105,9 @@ def run_perfledger(
                 "stop": c.stop_reason,
                 "wall_s": wall,
                 "p": s.wilcoxon_p,
+                "ref_call_median_s": s.ref_median_s,
+                "cand_call_median_s": s.cand_median_s,
+                "medians_per": s.medians_per,
             }
         )
         if progress:
@@ -110,6 +117,75 @@ def run_perfledger(
                 f"pairs {s.n} stop {c.stop_reason} wall {wall:.2f}s"
             )
     return out
+
+
+COST_VARIANTS = (
+    ("before: first protocol", {"protocol": 1}),
+    ("after: second protocol", {}),
+    ("after, + per-call poison", {"poison_every_call": True}),
+)
+
+
+def bench_cost(n: int, runs: int, resamples: int, ceilings: Any) -> dict[str, Any]:
+    """A/A comparisons of the scale kernel under each protocol variant, rounds interleaved."""
+    from dataclasses import replace
+
+    from perfledger.kernels.examples import scale_problem, scale_subject
+    from perfledger.kernels.harness import Harness, HarnessConfig
+
+    base = HarnessConfig(resamples=resamples)
+    subject = scale_subject(n)
+    rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in COST_VARIANTS}
+    for r in range(runs):
+        for label, change in COST_VARIANTS:
+            h = Harness(scale_problem(n), replace(base, **change), ceilings=ceilings)
+            rows[label] += run_perfledger(h, subject, subject, 1, f"cost {label} {r + 1}", False)
+    out: dict[str, Any] = {}
+    for label, got in rows.items():
+        ok = [x for x in got if not x.get("invalid")]
+        spread = float(np.std([x["ratio"] for x in ok], ddof=1)) if len(ok) > 1 else float("nan")
+        wall = statistics.median(x["wall_s"] for x in got)
+        gpu = statistics.median(x["gpu_s_ref"] + x["gpu_s_cand"] for x in ok) if ok else None
+        out[label] = {
+            "runs": got,
+            "invalid": len(got) - len(ok),
+            "wall_s": wall,
+            "timed_gpu_s": gpu,
+            "pairs": statistics.median(x["pairs"] for x in ok) if ok else None,
+            # the statistic's n counts ABBA blocks: two pairs, four timed calls each
+            "wall_s_per_call": statistics.median(x["wall_s"] / (4 * x["pairs"]) for x in ok)
+            if ok
+            else None,
+            "aa_spread": spread,
+            "efficiency": spread**2 * wall,
+            "call_median_s": statistics.median(x["ref_call_median_s"] for x in ok) if ok else None,
+        }
+    return out
+
+
+def print_cost(cost: dict[str, Any]) -> None:
+    """The cost table of :func:`bench_cost`, printed as soon as it is measured."""
+    _p()
+    _p("cost of the defences (A/A of the scale kernel, rounds interleaved; goal after <= 1.5x)")
+    _p(
+        f"{'protocol':30s} {'wall s/cmp':>10s} {'timed GPU s':>11s} {'blocks':>7s} "
+        f"{'wall us/call':>12s} {'A/A spread':>10s} {'spread^2*s':>11s} {'call us':>8s} {'inv':>4s}"
+    )
+    for label, row in cost.items():
+        per_call = row["wall_s_per_call"]
+        _p(
+            f"{label:30s} {row['wall_s']:10.3f} {row['timed_gpu_s'] or float('nan'):11.3f} "
+            f"{row['pairs'] or 0:7.0f} {1e6 * (per_call or float('nan')):12.1f} "
+            f"{row['aa_spread']:10.5f} {row['efficiency']:11.3e} "
+            f"{1e6 * (row['call_median_s'] or float('nan')):8.1f} {row['invalid']:4d}"
+        )
+    before, after = cost[COST_VARIANTS[0][0]], cost[COST_VARIANTS[1][0]]
+    if before["wall_s_per_call"] and after["wall_s_per_call"]:
+        _p(
+            f"after/before: wall per call {after['wall_s_per_call'] / before['wall_s_per_call']:.2f}x, "
+            f"wall per comparison {after['wall_s'] / before['wall_s']:.2f}x, "
+            f"spread^2 x s {after['efficiency'] / before['efficiency']:.2f}x"
+        )
 
 
 def tool_estimates(
@@ -154,11 +230,12 @@ def main() -> int:
     parser.add_argument("--tool-runs", type=int, default=10)
     parser.add_argument("--n", type=int, default=1 << 26, help="scale kernel elements (float32)")
     parser.add_argument("--copy-n", type=int, default=1 << 28, help="copy elements (float32)")
+    parser.add_argument("--cost-runs", type=int, default=8)
     parser.add_argument("--resamples", type=int, default=4000)
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
     if args.quick:
-        args.aa_runs, args.detect_runs, args.tool_runs = 4, 2, 2
+        args.aa_runs, args.detect_runs, args.tool_runs, args.cost_runs = 4, 2, 2, 2
     t_start = time.perf_counter()
     import cupy
 
@@ -179,7 +256,8 @@ def main() -> int:
     _p(
         f"ceilings: copy {ceilings.copy_bytes_per_s / 1e12:.2f} TB/s, matmul fp16 "
         f"{ceilings.matmul_fp16_flops_per_s / 1e12:.0f} TFLOP/s, fp32 "
-        f"{ceilings.matmul_fp32_flops_per_s / 1e12:.0f} TFLOP/s"
+        f"{ceilings.matmul_fp32_flops_per_s / 1e12:.0f} TFLOP/s; by unit "
+        + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in ceilings.unit_flops_per_s.items())
     )
     config = HarnessConfig(resamples=args.resamples)
     _p(
@@ -195,8 +273,11 @@ def main() -> int:
     _p(f"idle check: {idle}")
 
     bench_copy(results, args.copy_n, Harness, config, ceilings)
-    c = results["copy"]
     _p(f"copy done ({time.perf_counter() - t_start:.0f}s)")
+    cost = bench_cost(args.n, args.cost_runs, args.resamples, ceilings)
+    print_cost(cost)
+    _p(f"cost done ({time.perf_counter() - t_start:.0f}s)")
+    c = results["copy"]
 
     n = args.n
     h = Harness(scale_problem(n), config, ceilings=ceilings, monitor=monitor)
@@ -265,7 +346,7 @@ def main() -> int:
     slower_ratios = [r["ratio"] if r["slower_is_cand"] else 1 / r["ratio"] for r in det_ok]
     pl_per = statistics.median(r["wall_s"] for r in aa_ok)
     results.update(
-        truth=truth, aa=aa, detect=det, tools=tools, monitor_observations=windows,
+        truth=truth, aa=aa, detect=det, tools=tools, monitor_observations=windows, cost=cost,
         summary={
             "copy_ratio": c["kernel_vs_copyto_events"],
             "aa_false_pass_rate": false_pass,
@@ -311,9 +392,11 @@ def main() -> int:
     _p(
         f"{'tool':34s} {'est. ratio (2% work)':>22s} {'ratio spread':>13s} {'A/A spread':>11s} {'s/estimate':>11s}"
     )
+    pl_spread = float(np.std(aa_ratios, ddof=1))
     _p(
         f"{'perfledger harness (ABBA, flushed)':34s} {statistics.mean(slower_ratios):22.5f} "
-        f"{np.std(slower_ratios, ddof=1):13.5f} {np.std(aa_ratios, ddof=1):11.5f} {pl_per:11.3f}"
+        f"{np.std(slower_ratios, ddof=1):13.5f} {pl_spread:11.5f} {pl_per:11.3f}"
+        f"   spread^2 x s {pl_spread**2 * pl_per:.3e}"
     )
     for tool, label in (
         ("do_bench", "triton do_bench (median)"),
@@ -325,6 +408,7 @@ def main() -> int:
             continue
         _p(
             f"{label:34s} {t['ab_mean']:22.5f} {t['ab_spread']:13.5f} {t['aa_spread']:11.5f} {t['s_per_estimate']:11.3f}"
+            f"   spread^2 x s {t['aa_spread'] ** 2 * t['s_per_estimate']:.3e}"
         )
     _p(
         "(spread = standard deviation of the run-to-run ratio estimates; GUIDE.md reference on its "

@@ -764,13 +764,14 @@ def measure_kernel(
                 "case": case,
                 "ref": {
                     "call_id": call_id,
-                    "correct": True,
+                    # a failed re-check of any timed call makes the subject incorrect
+                    "correct": not c.ref.recheck_failures,
                     "values": {primary.name: [v * scale for v in c.ref.samples_s[start:stop]]},
                     "environment_id": env["environment_id"],
                 },
                 "cand": {
                     "call_id": call_id,
-                    "correct": True,
+                    "correct": not c.cand.recheck_failures,
                     "values": {primary.name: [v * scale for v in c.cand.samples_s[start:stop]]},
                     "environment_id": env["environment_id"],
                 },

@@ -26,9 +26,13 @@ What the harness does, each step against a known way of gaming a benchmark:
 2. Timing (:meth:`Harness.measure`): a non-blocking stream of its own; warm-up of at least
    ``warmup_min`` calls and ``warmup_min_s`` seconds; each sample flushes L2 (>= 2x its size)
    before the start event, times the call with CUDA events and synchronizes the whole device
-   before reading them; host wall time is compared with event time (side work flagged); input
-   sets are rotated; outputs of every ``recheck_every``-th timed call are poisoned before and
-   checked after; inputs are re-hashed at the end.
+   before reading them; host wall time is compared with event time (side work flagged). Under
+   the second protocol (the default; ``docs/kernel-harness.md``) every pair of calls gets fresh
+   inputs from the hidden seed (pooled sets, outputs poisoned before every call, when
+   ``make_inputs`` is slow) and whether a call is re-checked (inputs regenerated and compared,
+   outputs against the reference) is drawn from the hidden seed after the call, so a subject
+   can neither tell checked calls apart nor profit from remembering inputs; the first protocol
+   rotated four input sets and poisoned and re-checked every ``recheck_every``-th call.
 3. Stopping: :mod:`perfledger.kernels.stopping` (>= 10 samples and 0.5 s GPU time; relative stdev
    < 0.5 % or settled noise; 15 s cap per subject); the reason is recorded.
 4. Paired comparison (:meth:`Harness.compare`): both subjects in one process, interleaved ABBA
@@ -37,7 +41,8 @@ What the harness does, each step against a known way of gaming a benchmark:
    each ABBA block (two pairs: order and buffer placement cancel, :func:`abba_blocks`); median ratio with a seeded bootstrap CI and a Wilcoxon
    p-value (:mod:`perfledger.kernels.stats`). An A/A comparison (:meth:`Harness.aa`) of a subject
    against itself gives the measurement resolution.
-5. Plausibility: achieved bandwidth / FLOP rate above the measured ceiling is refused
+5. Plausibility: achieved bandwidth / FLOP rate above the measured ceiling (the FLOP ceiling of
+   the unit the problem declares, ``Problem.flops_unit``) is refused
    (:class:`~perfledger.errors.MeasurementError`); a speedup above 10x is flagged for review.
 
 Every setting is a field of :class:`HarnessConfig` and is returned in the results' ``settings``.
@@ -59,7 +64,7 @@ import numpy as np
 
 from perfledger.errors import MeasurementError
 from perfledger.kernels import correctness
-from perfledger.kernels.ceilings import REVIEW_SPEEDUP, Ceilings, check_plausible
+from perfledger.kernels.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
 from perfledger.kernels.stats import PairedStats, paired_stats
 from perfledger.kernels.stopping import Stopper, StoppingRule
 
@@ -103,6 +108,16 @@ class Problem:
         flops_per_call: floating-point operations per call (declared; None = not declared).
         tolerances: per-output relative-L2 tolerance overriding the dtype default.
         reference_float64: give the reference float64 copies of floating inputs.
+        flops_unit: the unit that does the declared FLOPs (one of
+            :data:`~perfledger.kernels.ceilings.FLOP_UNITS`, e.g. ``cuda_fp32`` for CUDA-core
+            float32 arithmetic, ``tensor_fp16`` for a tensor-core matrix product); the FLOP
+            rate is checked against that unit's measured ceiling. None: against the fastest
+            unit measured (the check of the first protocol).
+
+    ``make_inputs`` must be deterministic in its seed: timing gives every pair fresh inputs and
+    regenerates them from the seed to check a call afterwards.
+
+    Raises: ValueError for an unknown ``flops_unit``.
     """
 
     name: str
@@ -113,6 +128,14 @@ class Problem:
     flops_per_call: int | None = None
     tolerances: Mapping[str, float] = field(default_factory=dict)
     reference_float64: bool = True
+    flops_unit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.flops_unit is not None and self.flops_unit not in FLOP_UNITS:
+            raise ValueError(
+                f"problem {self.name!r}: unknown flops_unit {self.flops_unit!r} "
+                f"(one of {', '.join(FLOP_UNITS)})"
+            )
 
 
 class Subject:
@@ -199,7 +222,30 @@ class HarnessConfig:
         flush_l2: flush L2 before each sample (cold samples).
         flush_factor: flush size as a multiple of L2 (>= 2).
         stopping: the stopping rule.
-        recheck_every: poison and re-check the outputs of every n-th timed call.
+        protocol: 2 (default): every pair of calls gets a fresh input set (``fresh_inputs``;
+            pooled sets and every call's outputs poisoned when ``make_inputs`` is slow), and a
+            call is re-checked when a draw from the hidden seed, made after the call, says so
+            (``recheck_share``), so nothing before or during a call differs between a checked
+            and an unchecked one. Every input ``make_inputs`` returns must vary with the seed
+            (an input fixed across seeds is one a subject can remember results of). 1: the
+            first protocol (input sets rotated, every ``recheck_every``-th call poisoned and
+            re-checked), kept to measure what the defences cost.
+        recheck_share: protocol 2: the probability that a timed call is re-checked (its inputs
+            compared with a regeneration from their seed, its outputs with the reference).
+        fresh_inputs: protocol 2: a new input set from the hidden seed for every pair (a
+            subject never sees content it saw before); False: a pool of ``input_sets`` sets,
+            one drawn at random from the hidden seed per pair.
+        fresh_inputs_max_s: protocol 2: fresh inputs only while the problem's ``make_inputs``
+            takes at most this long (seconds, median over the correctness trials); slower
+            (inputs made on the host): pooled sets, recorded as ``inputs: pooled`` in the
+            settings (remembering a pooled set's answer is then possible: make inputs on the
+            device for the full property).
+        poison_every_call: protocol 2: poison every timed call's outputs before its start event
+            (always done with pooled inputs). Off by default: with fresh inputs an
+            output buffer before a call holds the answer to other inputs (the buffers swap
+            every pair), so a call that skips work is wrong all the same, and poisoning a large
+            output costs a memory-bound write per call.
+        recheck_every: protocol 1: poison and re-check the outputs of every n-th timed call.
         batch: samples (or pairs) between two stopping checks.
         pending_work_s: after the stream under test completed, a device-wide synchronize taking
             longer than this (seconds) means work was left on another stream ...
@@ -222,6 +268,11 @@ class HarnessConfig:
     flush_factor: float = 2.0
     stopping: StoppingRule = field(default_factory=StoppingRule)
     recheck_every: int = 97
+    protocol: int = 2
+    recheck_share: float = 0.1
+    fresh_inputs: bool = True
+    poison_every_call: bool = False
+    fresh_inputs_max_s: float = 0.005
     batch: int = 16
     pending_work_s: float = 50e-6
     pending_trials: int = 2
@@ -242,6 +293,10 @@ class HarnessConfig:
             raise ValueError("the L2 flush must be at least twice the L2 size")
         if self.input_sets < 1 or self.recheck_every < 1 or self.batch < 1:
             raise ValueError("input_sets, recheck_every and batch must be >= 1")
+        if self.protocol not in (1, 2):
+            raise ValueError(f"protocol must be 1 or 2, not {self.protocol!r}")
+        if not 0.0 < self.recheck_share <= 1.0:
+            raise ValueError("recheck_share must be in (0, 1]")
 
     def to_json(self) -> dict[str, Any]:
         """JSON builtins (the seed as drawn, when known)."""
@@ -292,7 +347,10 @@ class CorrectnessReport:
 
 @dataclass
 class SubjectTiming:
-    """Timing of one subject: samples (seconds), stop reason and derived figures."""
+    """Timing of one subject: samples (seconds), stop reason and derived figures.
+    ``input_sets`` holds each call's input set (protocol 1: the rotated set's index; protocol 2:
+    the stream id its seed was derived from); ``checked_calls`` the indices of the timed calls
+    that were re-checked."""
 
     subject: str
     samples_s: list[float]
@@ -304,6 +362,7 @@ class SubjectTiming:
     side_work: bool
     median_s: float = math.nan
     figures: dict[str, float | None] = field(default_factory=dict)
+    checked_calls: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """JSON builtins."""
@@ -386,6 +445,20 @@ class Comparison:
 
 # --------------------------------------------------------------------------- the harness
 
+#: Stream ids of protocol 2's per-pair input sets (kept apart from trials and rotated sets).
+_FRESH_STREAM = 1 << 40
+
+
+@dataclass
+class _PairInputs:
+    """The input set of one pair and, once a call on it is checked, what it is checked against:
+    the inputs as made (``original``) and the reference outputs (``refs``)."""
+
+    inputs: Arrays
+    token: int
+    original: Arrays | None = None
+    refs: Arrays | None = None
+
 
 class Harness:
     """Runs the measurement protocol of one :class:`Problem` on the current CUDA device.
@@ -430,14 +503,22 @@ class Harness:
         self._refs: list[Arrays] = []
         self._hashes: list[Arrays] = []
         self._overhead_s: float | None = None
+        # Protocol 2's draws from the hidden seed: which calls are re-checked (drawn after each
+        # call) and, without fresh inputs, which pooled set a pair gets.
+        self._check_rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0xC4EC]))
+        self._pick_rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x9A1C]))
+        self._fresh_next = 0
+        self._make_inputs_s: list[float] = []  # host wall time of each make_inputs of the trials
+        self._fresh_memo: tuple[int, bool] = (-1, True)
 
     # -- inputs and references ---------------------------------------------------------------
 
     def _seed(self, stream_id: int) -> int:
-        """A per-trial / per-input-set seed derived from the hidden seed."""
-        return int(
-            np.random.SeedSequence([self.seed, stream_id]).generate_state(1, np.uint64)[0] >> 1
-        )
+        """A per-trial / per-input-set seed (63 bits) derived from the hidden seed (a keyed hash:
+        a few microseconds, as protocol 2 derives one per pair)."""
+        key = self.seed.to_bytes(8, "little")
+        digest = hashlib.blake2b(stream_id.to_bytes(8, "little"), digest_size=8, key=key)
+        return int.from_bytes(digest.digest(), "little") >> 1
 
     def _make_inputs(self, stream_id: int) -> Arrays:
         with self.stream:
@@ -456,11 +537,12 @@ class Harness:
     def _written(self, inputs: Arrays, copies: Arrays) -> list[str]:
         """Names of inputs whose bytes differ from their snapshot (bitwise, NaN-safe)."""
         cp = self.cp
-        return [
-            k
-            for k, v in inputs.items()
-            if not bool(cp.array_equal(v.view(cp.uint8), copies[k].view(cp.uint8)))
-        ]
+
+        def bits(a: Any) -> Any:  # the widest integer view the bytes allow: fewer elements
+            flat = a.reshape(-1)
+            return flat.view(cp.uint64 if a.nbytes % 8 == 0 else cp.uint8)
+
+        return [k for k, v in inputs.items() if not bool(cp.array_equal(bits(v), bits(copies[k])))]
 
     def _reference(self, inputs: Arrays) -> Arrays:
         cp = self.cp
@@ -479,7 +561,7 @@ class Harness:
                 raise MeasurementError(f"the reference did not return outputs {sorted(missing)}")
             refs = {
                 k: cp.asarray(result[k]).astype(
-                    cp.float64 if result[k].dtype.kind != "c" else cp.complex128
+                    cp.float64 if result[k].dtype.kind != "c" else cp.complex128, copy=False
                 )
                 for k in self.problem.outputs
             }
@@ -539,7 +621,9 @@ class Harness:
         trials: list[TrialResult] = []
         outputs = self._new_outputs()
         for trial in range(self.config.trials):
+            t0 = time.perf_counter()
             inputs = self._make_inputs(trial)
+            self._make_inputs_s.append(time.perf_counter() - t0)
             before = self._snapshot(inputs)
             refs = self._reference(inputs)
             with self.stream:
@@ -600,6 +684,16 @@ class Harness:
                 )
             n += 1
 
+    def _warmup2(self, subjects: Sequence[tuple[Subject, Arrays]]) -> None:
+        """Protocol 2's warm-up: calls on the path timed calls take, on fresh inputs."""
+        start = time.perf_counter()
+        n = 0
+        while n < self.config.warmup_min or time.perf_counter() - start < self.config.warmup_min_s:
+            pair = self._pair_inputs()
+            for subject, outs in subjects:
+                self._call(subject, outs, pair)
+            n += 1
+
     def _timed(self, subject: Subject, outs: list[Arrays], k: int, timing: SubjectTiming) -> None:
         s = k % len(self._sets)
         recheck = k % self.config.recheck_every == 0
@@ -617,6 +711,74 @@ class Harness:
             reasons, _ = self._check_outputs(outs[s], self._refs[s])
             timing.recheck_failures += [f"sample {k}: {r}" for r in reasons]
 
+    # -- protocol 2: fresh inputs per pair, re-checks drawn after the call ---------------------
+
+    def _fresh(self) -> bool:
+        """Whether pairs get fresh inputs: ``fresh_inputs``, unless the problem's
+        ``make_inputs`` took longer than ``fresh_inputs_max_s`` in the correctness trials (inputs
+        made on the host cost ~0.1 s per 64 MiB: one per pair would multiply a comparison's
+        time); then a pooled set per pair, outputs poisoned before every call."""
+        if not self.config.fresh_inputs:
+            return False
+        made = self._make_inputs_s
+        if self._fresh_memo[0] != len(made):  # decided again only when trials were added
+            fresh = not made or float(np.median(made)) <= self.config.fresh_inputs_max_s
+            self._fresh_memo = (len(made), fresh)
+        return self._fresh_memo[1]
+
+    def _pair_inputs(self) -> _PairInputs:
+        """The input set of the next pair: fresh from the hidden seed (``fresh_inputs``), else a
+        pooled set drawn from the hidden seed."""
+        if self._fresh():
+            token = _FRESH_STREAM + self._fresh_next
+            self._fresh_next += 1
+            return _PairInputs(self._make_inputs(token), token)
+        self._input_sets()
+        s = int(self._pick_rng.integers(len(self._sets)))
+        return _PairInputs(self._sets[s], s, self._hashes[s], self._refs[s])
+
+    def _expected(self, pair: _PairInputs) -> tuple[Arrays, Arrays]:
+        """The pair's inputs as made and their reference outputs (regenerated from the seed the
+        first time a call on the pair is checked)."""
+        if pair.original is None or pair.refs is None:
+            pair.original = self._make_inputs(pair.token)
+            pair.refs = self._reference(pair.original)
+        return pair.original, pair.refs
+
+    def _call(self, subject: Subject, outs: Arrays, pair: _PairInputs) -> Any:
+        """One call under protocol 2, timed or not (warm-up calls take this same path, so that
+        nothing tells a subject which calls count): outputs poisoned after the first event,
+        L2 flushed, the call between the start and end events."""
+        poison = self.config.poison_every_call or not self._fresh()
+
+        def before() -> None:
+            for out in outs.values():
+                correctness.poison(out)
+
+        return self.timer.time(
+            lambda: subject(pair.inputs, outs), pair.token, before if poison else None
+        )
+
+    def _timed2(
+        self, subject: Subject, outs: Arrays, pair: _PairInputs, k: int, timing: SubjectTiming
+    ) -> None:
+        sample = self._call(subject, outs, pair)
+        timing.samples_s.append(sample.gpu_s)
+        timing.wall_s.append(sample.wall_s)
+        timing.span_s.append(sample.span_s)
+        timing.input_sets.append(pair.token)
+        timing.gpu_s += sample.gpu_s
+        # Drawn only now, after the call completed: before and during the call a checked call
+        # and an unchecked one are the same, so a subject cannot do less work on unchecked ones.
+        if self._check_rng.random() >= self.config.recheck_share:
+            return
+        timing.checked_calls.append(k)
+        original, refs = self._expected(pair)
+        written = self._written(pair.inputs, original)
+        timing.recheck_failures += [f"call {k}: input_written:{name}" for name in written]
+        reasons, _ = self._check_outputs(outs, refs)
+        timing.recheck_failures += [f"call {k}: {r}" for r in reasons]
+
     def _finish(self, timing: SubjectTiming) -> None:
         timing.median_s = float(np.median(timing.samples_s))
         excess = np.median(np.asarray(timing.wall_s) - np.asarray(timing.span_s))
@@ -631,6 +793,7 @@ class Harness:
             ceilings=self.ceilings,
             margin=self.config.plausibility_margin,
             label=timing.subject,
+            flops_unit=self.problem.flops_unit,
         )
         timing.figures["wall_excess_s"] = float(excess)
         timing.figures["wall_excess_limit_s"] = float(limit)
@@ -653,6 +816,10 @@ class Harness:
             "flush_bytes": self.flusher.nbytes if self.flusher else 0,
             "overhead_s": self._overhead_s,
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
+            "inputs": (
+                "rotated" if self.config.protocol == 1 else "fresh" if self._fresh() else "pooled"
+            ),
+            "make_inputs_s": float(np.median(self._make_inputs_s)) if self._make_inputs_s else None,
         }
 
     def measure(self, subject: Subject) -> Measurement:
@@ -661,20 +828,31 @@ class Harness:
         flags = [] if self.ceilings else ["no_ceilings"]
         if not report.ok:
             return Measurement(report, None, None, ["incorrect", *flags], self.settings())
-        self._input_sets()
-        self._calibrate_overhead()
-        outs = [self._new_outputs() for _ in self._sets]
-        self._warmup([(subject, outs)])
         timing = SubjectTiming(subject.name, [], [], [], [], 0.0, [], False)
         stopper = Stopper(self.config.stopping)
         reason = None
         k = 0
-        while reason is None:
-            self.timer.time(lambda: subject(self._sets[0], outs[0]))  # re-warm (see compare)
-            for _ in range(self.config.batch):
-                self._timed(subject, outs, k, timing)
-                k += 1
-            reason = stopper.check(timing.samples_s, timing.gpu_s)
+        if self.config.protocol == 1:
+            self._input_sets()
+            self._calibrate_overhead()
+            outs = [self._new_outputs() for _ in self._sets]
+            self._warmup([(subject, outs)])
+            while reason is None:
+                self.timer.time(lambda: subject(self._sets[0], outs[0]))  # re-warm (see compare)
+                for _ in range(self.config.batch):
+                    self._timed(subject, outs, k, timing)
+                    k += 1
+                reason = stopper.check(timing.samples_s, timing.gpu_s)
+        else:
+            self._calibrate_overhead()
+            out = self._new_outputs()
+            self._warmup2([(subject, out)])
+            while reason is None:
+                self._call(subject, out, self._pair_inputs())  # re-warm (see compare)
+                for _ in range(self.config.batch):
+                    self._timed2(subject, out, self._pair_inputs(), k, timing)
+                    k += 1
+                reason = stopper.check(timing.samples_s, timing.gpu_s)
         self._finish(timing)
         flags += self._inputs_intact()
         if timing.side_work:
@@ -700,15 +878,22 @@ class Harness:
             return Comparison(
                 ref_report, cand_report, None, None, [], None, None, flags, self.settings()
             )
-        self._input_sets()
         self._calibrate_overhead()
         # Two pools of output buffers, swapped between the subjects at every pair, so that within
         # each ABBA block each subject runs once first and once second, once on each pool: where
         # a buffer lies in memory (a measurable, run-long effect) cancels like the order does.
-        # Within a pair the subjects never share a buffer.
-        pools = [[self._new_outputs() for _ in self._sets] for _ in range(2)]
+        # Within a pair the subjects never share a buffer. Protocol 1 keeps one buffer per
+        # rotated input set in each pool; protocol 2 one buffer (with fresh inputs it holds the
+        # answer to other inputs before every call; with pooled inputs it is poisoned).
+        v1 = self.config.protocol == 1
+        if v1:
+            self._input_sets()
+        pools = [[self._new_outputs() for _ in (self._sets if v1 else [0])] for _ in range(2)]
         subjects = {"A": ref, "B": cand}
-        self._warmup([(ref, pools[0]), (cand, pools[1])])
+        if v1:
+            self._warmup([(ref, pools[0]), (cand, pools[1])])
+        else:
+            self._warmup2([(ref, pools[0][0]), (cand, pools[1][0])])
         tim = {
             "A": SubjectTiming(ref.name, [], [], [], [], 0.0, [], False),
             "B": SubjectTiming(cand.name, [], [], [], [], 0.0, [], False),
@@ -724,16 +909,26 @@ class Harness:
             # first sample after that idle ran measurably slower, and it was always the first
             # subject of an AB pair: an A/A bias. One untimed call of each subject re-warms the
             # GPU before every batch.
+            # (protocol 2: on inputs of their own, which no timed call sees)
+            pair = None if v1 else self._pair_inputs()
             for label, pool in (("B", pools[1]), ("A", pools[0])):
-                self.timer.time(
-                    lambda subject=subjects[label], pool=pool: subject(self._sets[0], pool[0])
-                )
+                if pair is None:
+                    self.timer.time(
+                        lambda subject=subjects[label], pool=pool: subject(self._sets[0], pool[0])
+                    )
+                else:
+                    self._call(subjects[label], pool[0], pair)
             for _ in range(self.config.batch):
                 order = "AB" if k % 2 == 0 else "BA"
                 swap = k % 2
+                if pair is not None:
+                    pair = self._pair_inputs()
                 for label in order:
                     pool = pools[swap if label == "A" else 1 - swap]
-                    self._timed(subjects[label], pool, k, tim[label])
+                    if pair is None:
+                        self._timed(subjects[label], pool, k, tim[label])
+                    else:
+                        self._timed2(subjects[label], pool[0], pair, k, tim[label])
                 orders.append(order)
                 k += 1
             if self.monitor is not None:
@@ -755,6 +950,14 @@ class Harness:
             resamples=self.config.resamples,
             confidence=self.config.confidence,
             seed=self.seed & 0xFFFFFFFF,
+        )
+        # The statistic is over ABBA blocks (two calls a subject); the medians reported are one
+        # call's time, as their names say.
+        stats = replace(
+            stats,
+            ref_median_s=float(np.median(tim["A"].samples_s)),
+            cand_median_s=float(np.median(tim["B"].samples_s)),
+            medians_per="call",
         )
         flags += self._inputs_intact()
         for label, t in tim.items():

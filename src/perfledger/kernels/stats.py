@@ -39,6 +39,9 @@ class PairedStats:
         log_ratio_std: standard deviation of the per-pair log ratios (~ relative spread).
         ref_median_s, cand_median_s: medians of each subject's samples (seconds).
         seed: the bootstrap seed.
+        medians_per: what ``ref_median_s``/``cand_median_s`` are medians of: ``"sample"``, the
+            values given (the kernel harness's first protocol gave ABBA block sums, two calls
+            each); ``"call"``, one call's time (the harness now replaces them so).
     """
 
     n: int
@@ -52,6 +55,7 @@ class PairedStats:
     ref_median_s: float
     cand_median_s: float
     seed: int
+    medians_per: str = "sample"
 
     @property
     def improvement(self) -> float:

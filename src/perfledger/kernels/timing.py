@@ -50,7 +50,7 @@ class Sample:
 
     Attributes:
         gpu_s: event time from the start to the end event on the stream under test (seconds).
-        span_s: event time from before the flush to the end event (seconds).
+        span_s: event time from before the ``before`` work and the flush to the end event (s).
         wall_s: host wall time from before the flush was queued to after the device-wide
             synchronize (seconds).
         input_set: which rotated input set was used.
@@ -82,11 +82,23 @@ class EventTimer:
         self._sync = cupy.cuda.runtime.deviceSynchronize
         self._elapsed = cupy.cuda.get_elapsed_time
 
-    def time(self, call: Callable[[], None], input_set: int = 0) -> Sample:
-        """Time ``call()`` (which launches its work on the current stream = ``stream``)."""
+    def time(
+        self,
+        call: Callable[[], None],
+        input_set: int = 0,
+        before: Callable[[], None] | None = None,
+    ) -> Sample:
+        """Time ``call()`` (which launches its work on the current stream = ``stream``).
+
+        ``before`` (e.g. poisoning the call's outputs) is queued after the first event and before
+        the flush and the start event: it is inside ``span_s`` (so the wall-time check accounts
+        for it) and outside ``gpu_s``.
+        """
         with self.stream:
             t0 = time.perf_counter()
             self._e0.record(self.stream)
+            if before is not None:
+                before()
             if self.flusher is not None:
                 self.flusher.flush()
             self._e1.record(self.stream)

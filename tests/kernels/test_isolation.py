@@ -1,0 +1,108 @@
+"""Subjects in processes of their own (property 3): the parent checks the times a subject
+process reports against its own wall time of each batch, and the outputs itself. Real child
+processes (tests/kernels/stand_in_subject.py), some reporting false times; CPU only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfledger.errors import MeasurementError
+from perfledger.kernels.isolation import (
+    Batch,
+    IsolatedComparison,
+    SubjectProcess,
+    clock_check,
+    compare_isolated,
+)
+
+STAND_IN = Path(__file__).with_name("stand_in_subject.py")
+sys.path.insert(0, str(STAND_IN.parent))
+from stand_in_subject import answer  # noqa: E402
+
+#: 60 k steps of arithmetic per call (~5 ms), 4 calls a batch, 12 batch pairs: ~0.5 s per
+#: comparison. The tolerance (20 % of a call, at least 1 ms) is wide for a shared machine's noise.
+WORK_K = 60
+TOLERANCE = {"tolerance_s": 1e-3, "tolerance_share": 0.2}
+
+
+def _subject(label: str, *options: str, work_k: int = WORK_K) -> SubjectProcess:
+    argv = [sys.executable, str(STAND_IN), "--work-k", str(work_k), *options]
+    return SubjectProcess(label, argv, timeout_s=30.0)
+
+
+def _compare(ref: SubjectProcess, cand: SubjectProcess) -> IsolatedComparison:
+    with ref, cand:
+        return compare_isolated(
+            ref, cand, pairs=12, calls=4, seed=7, verify=lambda s, o: o == answer(s), **TOLERANCE
+        )
+
+
+def test_honest_aa_is_valid_and_not_flagged() -> None:
+    c = _compare(_subject("ref"), _subject("cand"))
+    assert c.valid and c.flags == [], (c.flags, c.clock)
+    assert 0.8 < c.stats.median_ratio < 1.25, c.stats
+    assert c.orders[:2] == ["AB", "BA"] and len(c.batches) == 24
+
+
+def test_honest_true_difference_is_detected_and_not_flagged() -> None:
+    c = _compare(_subject("ref"), _subject("cand", work_k=2 * WORK_K))
+    assert c.valid, (c.flags, c.clock)
+    assert c.stats.ci_low > 1.4 and c.stats.direction() == "slower", c.stats
+
+
+def test_cheat_subject_reporting_a_tenth_of_its_time_is_flagged() -> None:
+    c = _compare(_subject("ref"), _subject("cand", "--report-factor", "0.1"))
+    assert not c.valid and "clock:cand" in c.flags, (c.flags, c.clock)
+    assert c.stats.median_ratio < 0.2  # what the false reports alone would have recorded
+
+
+def test_cheat_subject_reporting_half_its_time_is_flagged() -> None:
+    c = _compare(_subject("ref"), _subject("cand", "--report-factor", "0.5"))
+    assert not c.valid and "clock:cand" in c.flags, (c.flags, c.clock)
+    assert "clock:ref" not in c.flags
+
+
+def test_cheat_subject_reporting_a_constant_tiny_time_is_flagged() -> None:
+    c = _compare(_subject("ref"), _subject("cand", "--report-s", "1e-6"))
+    assert "clock:cand" in c.flags, (c.flags, c.clock)
+
+
+def test_cheat_subject_reporting_more_time_than_passed_is_flagged() -> None:
+    # e.g. a reference process made to look slow: reports longer than the parent's batch took
+    c = _compare(_subject("ref", "--report-s", "1.0"), _subject("cand"))
+    assert "clock_exceeds_wall:ref" in c.flags, (c.flags, c.clock)
+
+
+def test_cheat_subject_with_wrong_outputs_on_some_calls_is_flagged() -> None:
+    c = _compare(_subject("ref"), _subject("cand", "--wrong-every", "7"))
+    assert not c.valid and c.flags == ["output:cand"], c.flags
+    assert sum(len(b.failed_outputs) for b in c.batches if b.subject == "cand") >= 5
+
+
+def test_clock_check_on_recorded_batches() -> None:
+    # 1 ms calls, 0.1 ms overhead per call; the candidate claims 0.5 ms for 1 ms of work
+    honest = [Batch("ref", (1, 2), (1e-3, 1e-3), 2.2e-3) for _ in range(5)]
+    liar = [Batch("cand", (1, 2), (5e-4, 5e-4), 2.2e-3) for _ in range(5)]
+    check = clock_check(honest + liar)
+    assert check.flags == ["clock:cand"]
+    assert check.excess_s["cand"] == pytest.approx(6e-4) and check.limit_s == pytest.approx(5e-5)
+    assert clock_check([*honest, Batch("cand", (1, 2), (1e-3, 1e-3), 2.2e-3)]).flags == []
+    with pytest.raises(ValueError, match="no batches"):
+        clock_check([])
+
+
+def test_a_subject_process_that_dies_or_hangs_is_a_clear_error() -> None:
+    dead = SubjectProcess("dead", [sys.executable, "-c", "import sys; sys.stdin.readline()"])
+    with dead, pytest.raises(MeasurementError, match="exited"):
+        dead.run([1])
+    silent = SubjectProcess(
+        "silent", [sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5
+    )
+    with silent, pytest.raises(MeasurementError, match=r"did not answer within 0\.5 s"):
+        silent.run([1])
+    chatty = SubjectProcess("chatty", [sys.executable, "-c", "print('hello'); input()"])
+    with chatty, pytest.raises(MeasurementError, match="malformed reply"):
+        chatty.run([1])
