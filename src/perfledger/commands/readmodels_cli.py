@@ -126,7 +126,7 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
         _emit({"champions": _builtins(current)})
         return
     for c in current:
-        audit = f"  final audit {c.final_audit_status}" if c.final_audit_status else ""
+        audit = f"  final audit {c.final_audit.text() if c.final_audit else c.final_audit_status}"
         conflicts = f"  CONFLICTS {c.open_conflicts}" if c.open_conflicts else ""
         click.echo(f"{c.target_id} ({c.target_status}): {c.champion}{audit}{conflicts}")
 

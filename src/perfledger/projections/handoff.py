@@ -20,6 +20,7 @@ from __future__ import annotations
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
+from perfledger.projections.champions import FinalAuditStanding, final_audit_standing
 from perfledger.projections.claims import improvement_to_speedup
 from perfledger.projections.workflow import TargetView, WorkflowState
 
@@ -119,9 +120,11 @@ class Handoff(msgspec.Struct, kw_only=True):
             direction)``; minimum effect as a ratio).
         resolution: the latest recorded A/A resolution (ratio; R4), None before one is recorded;
             a pass needs the CI's lower end above max(min_effect, resolution) (R12).
-        primary_achieved: a champion whose final audit passed exists.
+        primary_achieved: the current champion's own final audit passed (R13, R18).
         champion, champion_hash: the current champion (``original`` when none).
-        final_audit_status: the latest final audit's status.
+        final_audit_status: the current champion's final-audit standing: ``pass``, ``fail``,
+            ``inconclusive``, ``none`` or ``stale`` (an earlier champion's audit, R13).
+        final_audit: that standing in full (samples, the champion they audited).
         key_evidence: evidence and samples ids behind the champion.
         gains: the champion's target-stage gain and its final audit, if any.
         local_results, rejected, prediction_corrections: as named.
@@ -141,7 +144,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     primary_achieved: bool
     champion: str
     champion_hash: str | None
-    final_audit_status: str | None
+    final_audit_status: str
     key_evidence: list[str]
     gains: list[Gain]
     local_results: list[LocalResultLine]
@@ -155,6 +158,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     head: str
     recorded_handoffs: int
     resolution: float | None = None
+    final_audit: FinalAuditStanding | None = None
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -231,7 +235,14 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
         elif target_verdicts[-1].status == "fail":
             out.append(f"{experiment_id} failed its target stage and is not rejected yet")
     if target.champion is not None and target.final_audit_status is None:
-        out.append(f"champion {target.champion} has no final audit against the original")
+        standing = final_audit_standing(state, target)
+        stale = (
+            f" (the latest final audit, {standing.samples_id}, audited earlier champion "
+            f"{standing.champion}: stale)"
+            if standing.status == "stale"
+            else ""
+        )
+        out.append(f"champion {target.champion} has no final audit against the original{stale}")
     if target.readiness is not None and target.readiness.missing_lineage:
         out.append(
             "environment lineage not recorded in the readiness: "
@@ -330,7 +341,9 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
     definition = target.definition
     last = _last_handoff(state, target_id)
     champion = target.champion or ORIGINAL
-    achieved = target.champion is not None and target.final_audit_status == "pass"
+    standing = final_audit_standing(state, target)
+    # R13/R18: achieved only by the current champion's own final audit, never a predecessor's.
+    achieved = target.champion is not None and standing.status == "pass"
     key: list[str] = []
     if target.champion is not None:
         experiment = state.experiments.get(target.champion)
@@ -352,7 +365,8 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         primary_achieved=achieved,
         champion=champion,
         champion_hash=target.champion_hash if target.champion else readiness_hash,
-        final_audit_status=target.final_audit_status,
+        final_audit_status=standing.status,
+        final_audit=standing,
         key_evidence=key,
         gains=gains,
         local_results=[
@@ -526,7 +540,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             if h.champion_hash
             else ""
         )
-        + (f", final audit {h.final_audit_status}" if h.final_audit_status else ""),
+        + f", final audit {h.final_audit.text() if h.final_audit else h.final_audit_status}",
         f"- Stop reason: {h.stop_reason}",
         f"- Ledger head: `{h.head}` (git commit)",
         "",

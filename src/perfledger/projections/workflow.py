@@ -52,7 +52,9 @@ from perfledger.projections.ledger_state import LedgerState
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
 #: 2: samples kept without their pairs (SamplesView).
 #: 3: supersession and reconciliation conflicts (issue 7), Target status ``contested``.
-PROJECTION_VERSION = 3
+#: 4: a final audit belongs to the champion it audited (R13); screens and ``ActivityExplained``
+#: owe or clear obligations (R14, R17).
+PROJECTION_VERSION = 4
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -103,7 +105,11 @@ class TargetView(msgspec.Struct, kw_only=True):
         lineage: every champion decision, in order.
         experiments: ids of the Target's experiments, in creation order.
         pending: experiment id -> unreconciled contradiction (R14).
-        final_audit: samples id of the latest final audit, and its status.
+        final_audit, final_audit_status: samples id and status of the latest final audit of the
+            *current* champion; None when the current champion has none (R13: a final audit
+            belongs to the champion it audited, a newer champion has none until its own).
+        latest_final_audit: samples id of the latest final audit of any champion of this
+            Target (an earlier champion's is stale for the current one).
     """
 
     definition: TargetDefinition
@@ -123,6 +129,7 @@ class TargetView(msgspec.Struct, kw_only=True):
     pending: dict[str, PendingReconciliation] = msgspec.field(default_factory=dict)
     final_audit: str | None = None
     final_audit_status: str | None = None
+    latest_final_audit: str | None = None
 
 
 class ExperimentView(msgspec.Struct, kw_only=True):
@@ -366,6 +373,9 @@ def _set_champion(
         previous.status = "passed"
     target.champion = chosen
     target.champion_hash = None
+    # R13: the final audit belongs to the champion it audited; the new one has none yet.
+    target.final_audit = None
+    target.final_audit_status = None
     experiment = state.experiments.get(chosen or "")
     if experiment is not None:
         experiment.status = "champion"
@@ -522,7 +532,9 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
             experiment.reconciliations += 1
     elif isinstance(p, FinalAuditRecorded):
         state.final_audits[p.samples_id] = p
-        target.final_audit = p.samples_id
-        target.final_audit_status = p.status
+        target.latest_final_audit = p.samples_id
+        if p.champion == (target.champion or ORIGINAL):
+            target.final_audit = p.samples_id
+            target.final_audit_status = p.status
     elif isinstance(p, HandoffRecorded):
         state.handoffs.append(p)
