@@ -8,8 +8,11 @@ ledger) in-process; the read models are the ones the CLI prints.
 
 from __future__ import annotations
 
-from wf_scenario import CAND1, CAND2, T1, Session, handoff, samples
+from typing import Any
 
+from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
+
+from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
 from perfledger.projections.handoff import ResumeContext, derive_handoff, render_markdown
 
@@ -28,7 +31,7 @@ def test_r13_final_audit_belongs_to_the_champion_it_audited(ready: Session) -> N
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert current_champions(ready.state())[0].final_audit_status == "pass"
     # e2 beats the champion e1 and becomes champion: e1's pass is not e2's
-    ready.run("experiment.create", _experiment_e2())
+    ready.run("experiment.create", experiment("e2", candidate=CAND2))
     for stage in ("screen", "target"):
         ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
                                             candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
@@ -63,7 +66,7 @@ def test_r13_restore_original_needs_the_current_champions_own_failed_audit(
         ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})["status"]
         == "fail"
     )
-    ready.run("experiment.create", _experiment_e2())
+    ready.run("experiment.create", experiment("e2", candidate=CAND2))
     for stage in ("screen", "target"):
         ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
                                             candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
@@ -77,7 +80,69 @@ def test_r13_restore_original_needs_the_current_champions_own_failed_audit(
     )
 
 
-def _experiment_e2() -> dict[str, object]:
-    from wf_scenario import experiment
+# ------------------------------------------------------------------------------------ R14
 
-    return experiment("e2", candidate=CAND2)
+
+def _claimed(experiment_id: str, candidate: str, low: float, high: float, **claim: Any) -> dict:
+    """An experiment body whose claim states ``[low, high]`` (speedup - 1) and ``claim``."""
+    body = experiment(experiment_id, candidate=candidate)
+    body["claim"].update(claim)
+    body["claim"]["expected_improvement"] = {"low": low, "high": high}
+    return body
+
+
+def test_r14_every_claim_states_its_expected_interval(ready: Session) -> None:
+    body = experiment("e1", candidate=CAND1)
+    del body["claim"]["expected_improvement"]
+    error = ready.refused("experiment.create", body, "R14")
+    assert "expected_improvement" in error.message and "expected_improvement" in error.hint
+    assert f"{BOUND_E1 - 1:.6g}" in error.hint  # the claim's own bound - 1, as the upper end
+
+
+def test_r14_result_far_below_a_large_claim_owes_and_blocks_champion_selection(
+    ready: Session,
+) -> None:
+    # f=0.99, s=1000: a 91x bound; the claim predicts 46x..91x and the target measures 9x
+    bound = amdahl.amdahl_bound(0.99, 1000.0)
+    ready.run("experiment.create", _claimed("e1", CAND1, 45.0, bound - 1.0, coverage=0.99,
+                                            local_speedup=1000.0, stated_bound=bound))  # fmt: skip
+    ready.run("samples.record", samples("e1-screen", "screen", gain=1 - 1 / 9))
+    ready.run("verdict.record", {"samples_id": "e1-screen"})
+    ready.run("samples.record", samples("e1-target", "target", gain=1 - 1 / 9))
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "pass" and verdict["contradicts_claim"] is True
+    assert any(n.startswith("R14") for n in verdict["notes"])
+    error = ready.refused("champion.select", {"target_id": T1, "samples_id": "e1-target",
+                                              "expected_current": "original"}, "R14")  # fmt: skip
+    assert "'e1'" in error.message or "['e1']" in error.message
+    ready.refused("experiment.create", experiment("e2", candidate=CAND2), "R14")
+    ready.run("reconcile", {"experiment_id": "e1", "premise": "coverage", "explanation": "x",
+                            "corrected_model": {"description": "f was 0.9", "coverage": 0.9}})  # fmt: skip
+    assert ready.champion("e1")["experiment_id"] == "e1"
+
+
+def test_r14_failed_screen_of_a_claim_predicting_the_minimum_effect_owes(ready: Session) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    # e2 predicts at least +10 % speed (9.1 % less latency > the 5 % minimum effect); its
+    # screen fails: a reconciliation is owed
+    ready.run("experiment.create", _claimed("e2", CAND2, 0.10, 0.40))
+    ready.run("samples.record", samples("e2-screen", "screen", experiment_id="e2",
+                                        candidate=CAND2, gain=-0.05))  # fmt: skip
+    verdict = ready.run("verdict.record", {"samples_id": "e2-screen"})
+    assert verdict["status"] == "fail" and verdict["contradicts_claim"] is True
+    assert "e2" in ready.state().targets[T1].pending
+    error = ready.refused("champion.select", {"target_id": T1, "samples_id": "e1-target",
+                                              "expected_current": "original"}, "R14")  # fmt: skip
+    assert "e2" in error.message
+    ready.refused("experiment.create", experiment("e3", candidate=CAND3), "R14")
+    ready.run("reconcile", {"experiment_id": "e2", "premise": "scope", "explanation": "x",
+                            "corrected_model": {"description": "the copy stays"}})  # fmt: skip
+    ready.champion("e1")
+
+
+def test_r14_failed_screen_of_a_claim_admitting_less_owes_nothing(ready: Session) -> None:
+    ready.run("experiment.create", _claimed("e1", CAND1, 0.0, 0.40))  # admits no gain at all
+    ready.run("samples.record", samples("e1-screen", "screen", gain=-0.05))
+    verdict = ready.run("verdict.record", {"samples_id": "e1-screen"})
+    assert verdict["status"] == "fail" and verdict["contradicts_claim"] is False
+    ready.run("experiment.create", experiment("e2", candidate=CAND2))

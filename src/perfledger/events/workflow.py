@@ -16,7 +16,7 @@ part of this module.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -814,8 +814,31 @@ _SUMMARIES = {
     ConflictResolved: lambda p: f"{p.target_id}/{p.conflict_id}: keep {p.keep}",
 }
 
+#: The ``ExperimentCreated`` schema version from which every claim states its expected
+#: improvement interval and a failed screen of a claim predicting at least the minimum effect
+#: owes a reconciliation (R14); experiments recorded under version 1 keep the old rule (an
+#: interval defaulting to ``[min(0, bound - 1), bound - 1]``, screens owing nothing).
+R14_STATED_INTERVAL = 2
+#: The ``ChampionSelected`` schema version from which an owed reconciliation blocks champion
+#: selection (R14); selections recorded under version 1 were not blocked.
+R14_BLOCKS_CHAMPION = 2
+
+
+def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """Upcaster of a version whose payload shape did not change, only the rule it answers to
+    (the envelope's ``schema`` tells an auditor which rule to re-check it by)."""
+    return payload
+
+
+#: Kind -> (schema version, upcasters) where a kind moved past version 1.
+_VERSIONS: dict[type, tuple[int, dict[int, Any]]] = {
+    ExperimentCreated: (R14_STATED_INTERVAL, {1: _same_payload}),
+    ChampionSelected: (R14_BLOCKS_CHAMPION, {1: _same_payload}),
+}
+
 for _type, _summary in _SUMMARIES.items():
-    register_kind(KindSpec(_type.__name__, 1, _type, summary=_summary))
+    _version, _upcasters = _VERSIONS.get(_type, (1, {}))
+    register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary))
 
 #: Kinds that record a decision: appended only through their operation's decider
 #: (:mod:`perfledger.commands.operations`), never through the raw ``Ledger.append``.

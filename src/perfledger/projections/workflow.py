@@ -134,7 +134,8 @@ class TargetView(msgspec.Struct, kw_only=True):
 
 class ExperimentView(msgspec.Struct, kw_only=True):
     """An experiment: its creation (claim, preregistration), stage and status, its samples by
-    stage (ids in order), its verdicts (samples ids) and its rejection, if any."""
+    stage (ids in order), its verdicts (samples ids), its rejection, if any, and the schema
+    version its creation was recorded under (``rules_schema``, R14)."""
 
     created: ExperimentCreated
     event_id: str
@@ -144,6 +145,10 @@ class ExperimentView(msgspec.Struct, kw_only=True):
     verdicts: list[str] = msgspec.field(default_factory=list)
     rejection: CandidateRejected | None = None
     reconciliations: int = 0
+    #: The schema version its ExperimentCreated was recorded under: from
+    #: :data:`~perfledger.events.workflow.R14_STATED_INTERVAL` on, a failed screen of a claim
+    #: predicting at least the minimum effect owes a reconciliation (R14).
+    rules_schema: int = 1
 
 
 class Conflict(msgspec.Struct, kw_only=True):
@@ -326,7 +331,9 @@ def _on_verdict(state: WorkflowState, event: RecordedEvent, p: VerdictRecorded) 
             experiment.status = "screen_failed"
     elif p.stage == "target" and experiment.status not in ("champion", "rejected"):
         experiment.status = {"pass": "passed", "fail": "failed"}.get(p.status, "inconclusive")  # type: ignore[assignment]
-    if p.stage == "target" and p.contradicts_claim:
+    # R14: a target result outside the claim, or (for claims recorded from
+    # R14_STATED_INTERVAL on) a failed screen of a claim predicting at least the minimum effect.
+    if p.contradicts_claim:
         figures = experiment.created.figures
         target.pending[p.experiment_id] = PendingReconciliation(
             experiment_id=p.experiment_id,
@@ -478,7 +485,9 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
         if target is None or p.experiment_id in state.experiments:
             _anomaly(state, event, f"unknown target or duplicate experiment {p.experiment_id!r}")
         else:
-            state.experiments[p.experiment_id] = ExperimentView(created=p, event_id=event.id)
+            state.experiments[p.experiment_id] = ExperimentView(
+                created=p, event_id=event.id, rules_schema=event.envelope.schema
+            )
             target.experiments.append(p.experiment_id)
             if target.pending:
                 _reconciliation_conflict(state, event, target, p.experiment_id)
