@@ -8,13 +8,18 @@ ledger) in-process; the read models are the ones the CLI prints.
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
+from perfledger.commands.audit import audit
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
 from perfledger.projections.handoff import ResumeContext, derive_handoff, render_markdown
+from subprocess_env import isolated_env, perfledger_command
 
 CHAMPION_E1 = {"kind": "champion", "content_hash": CAND1, "experiment_id": "e1"}
 
@@ -146,3 +151,74 @@ def test_r14_failed_screen_of_a_claim_admitting_less_owes_nothing(ready: Session
     verdict = ready.run("verdict.record", {"samples_id": "e1-screen"})
     assert verdict["status"] == "fail" and verdict["contradicts_claim"] is False
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
+
+
+# ------------------------------------------------------------------------------------ R17
+
+
+def _busy_target_samples(ready: Session, busy_pairs: tuple[int, ...]) -> None:
+    """e1 screened; target samples whose pairs ``busy_pairs`` saw unexplained activity."""
+    ready.screened()
+    body = samples("e1-target", "target")
+    for index in busy_pairs:
+        body["pairs"][index]["monitor"] = {
+            "observed": True, "foreign_activity": True, "flags": ["foreign_pid:4242"],
+        }  # fmt: skip
+    ready.run("samples.record", body)
+
+
+def test_r17_foreign_activity_explained_after_the_samples_clears_the_attribution(
+    ready: Session,
+) -> None:
+    _busy_target_samples(ready, (1, 4))
+    explain = {"samples_id": "e1-target", "pairs": [1, 4],
+               "explanation": "a backup job on GPU 1; GPU 0 clocks stayed at 1980 MHz"}  # fmt: skip
+    recorded = ready.run("activity.explain", explain)
+    assert recorded["pairs"] == [1, 4] and recorded["explained_by"] == "agent"
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "pass"
+    assert any("backup job on GPU 1" in n and n.startswith("R17") for n in verdict["notes"])
+    report = audit(ready.ledger)  # the explanation and the verdict that read it re-decide
+    assert report.ok, report.findings
+
+
+def test_r17_only_unexplained_windows_before_the_verdict_can_be_explained(
+    ready: Session,
+) -> None:
+    _busy_target_samples(ready, (1, 4))
+    why = "a backup job on GPU 1"
+    ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [0],
+                                       "explanation": why}, None)  # fmt: skip
+    ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [99],
+                                       "explanation": why}, None)  # fmt: skip
+    ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [1],
+                                       "explanation": "unknown"}, "R17")  # fmt: skip
+    ready.run("activity.explain", {"samples_id": "e1-target", "pairs": [1], "explanation": why})
+    ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [1],
+                                       "explanation": why}, None)  # fmt: skip
+    # pair 4 is still unexplained: the attribution stays inconclusive
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "inconclusive"
+    assert any("1 pair(s) overlap unexplained" in n for n in verdict["notes"])
+    ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [4],
+                                       "explanation": why}, "R17")  # fmt: skip
+
+
+def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) -> None:
+    _busy_target_samples(ready, (2,))
+    ready.ledger.close()  # the CLI opens the ledger itself
+    env = isolated_env(tmp_path / "home")
+    path = str(tmp_path / "ledger")
+
+    def cli(*args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*perfledger_command(), "--ledger", path, *args, "--json"],
+                              input=stdin, capture_output=True, text=True, env=env, check=False)  # fmt: skip
+
+    body = json.dumps({"pairs": [2], "explanation": "nightly backup on GPU 1"})
+    done = cli("activity", "explain", "--samples", "e1-target", "--request", "-", stdin=body)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = cli("verdict", "record", "--samples", "e1-target", "--request", "-", stdin="{}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nightly backup on GPU 1" in done.stdout
+    done = cli("activity", "explain", "--samples", "e1-target", "--request", "-", stdin=body)
+    assert done.returncode == 3 and json.loads(done.stdout)["error"]["rule"] == "R17"

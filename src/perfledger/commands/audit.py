@@ -61,6 +61,7 @@ KIND_RULE = {
     "HostAdviceRecorded": "R16",
     "HandoffRecorded": "R18",
     "ConflictResolved": "S2",
+    "ActivityExplained": "R17",
 }
 
 

@@ -743,12 +743,13 @@ def decide_verdict_record(
     experiment = state.experiments[samples.experiment_id]
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
-    notes: list[str] = []
-    attribution_clean = samples.unexplained_activity == 0
+    explained, notes = rules.r17_explanations(state, samples.samples_id)
+    unexplained = samples.unexplained_activity - len(explained)
+    attribution_clean = unexplained == 0
     if not attribution_clean and status != "inconclusive":
         status = "inconclusive"
         notes.append(
-            f"R17: {samples.unexplained_activity} pair(s) overlap unexplained foreign activity; "
+            f"R17: {unexplained} pair(s) overlap unexplained foreign activity; "
             "performance attribution is inconclusive (correctness stands)"
         )
     if samples.stage == "screen" and status == "pass":
@@ -828,14 +829,14 @@ def decide_final_audit_record(
     if req.samples_id in state.final_audits:
         raise BadRequest(f"the final audit of {req.samples_id!r} is already recorded")
     primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
-    notes: list[str] = []
+    explained, notes = rules.r17_explanations(state, samples.samples_id)
     if primary.status == "fail" or any(g.status == "fail" for g in guardrails):
         status = "fail"
     elif primary.status == "pass" and all(g.status == "pass" for g in guardrails):
         status = "pass"
     else:
         status = "inconclusive"
-    if samples.unexplained_activity and status != "inconclusive":
+    if samples.unexplained_activity > len(explained) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if req.claimed_status is not None and req.claimed_status != status:

@@ -510,6 +510,21 @@ def r14_interval_missing(claim: Any) -> tuple[str, str]:
     )
 
 
+def r17_explanations(state: WorkflowState, samples_id: str) -> tuple[set[int], list[str]]:
+    """R17: the pair indices of ``samples_id`` whose foreign activity was explained after the
+    samples (``ActivityExplained``), and one note per explanation for the verdict (who, which
+    pairs, why), in the order they were recorded."""
+    explained: set[int] = set()
+    notes = []
+    for e in state.explanations.get(samples_id, []):
+        explained.update(e.pairs)
+        notes.append(
+            f"R17: foreign activity in pair(s) {list(e.pairs)} explained after the samples by "
+            f"{e.explained_by}: {e.explanation}"
+        )
+    return explained, notes
+
+
 def r15_rejection_scope(
     experiment: ExperimentView,
     closes: str,

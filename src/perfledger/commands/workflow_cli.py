@@ -339,6 +339,7 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "host-advice.record": ("target_id",),
     "handoff.record": ("target_id",),
     "conflict.resolve": ("target_id",),
+    "activity.explain": ("samples_id",),
     "target.freeze": ("target_id",),
 }
 

@@ -757,6 +757,27 @@ class HandoffRecorded(_Payload, kw_only=True):
     feedback: str
 
 
+class ActivityExplained(_Payload, kw_only=True):
+    """Foreign activity in formal sample windows, explained after the samples were recorded
+    (R17): verdicts and final audits of ``samples_id`` no longer count these windows as
+    unexplained, and show the explanation where the verdict is.
+
+    Attributes:
+        samples_id, target_id, experiment_id: the samples whose windows are explained.
+        pairs: indices (0-based, into the samples' pairs) of the windows explained; each
+            overlapped foreign activity that was unexplained when the samples were recorded.
+        explanation: why the activity does not matter to the performance attribution.
+        explained_by: who explains it (the request's, else the deciding actor).
+    """
+
+    samples_id: str
+    target_id: str
+    experiment_id: str
+    pairs: tuple[int, ...]
+    explanation: str
+    explained_by: str
+
+
 class ConflictResolved(_Payload, kw_only=True):
     """An explicit resolution of a conflict between concurrent decisions (SPEC.md section 2)."""
 
@@ -787,6 +808,7 @@ WorkflowPayload = (
     | HostAdviceRecorded
     | HandoffRecorded
     | ConflictResolved
+    | ActivityExplained
 )
 
 _SUMMARIES = {
@@ -812,6 +834,7 @@ _SUMMARIES = {
     HostAdviceRecorded: lambda p: f"{p.advice_id} ({p.category})",
     HandoffRecorded: lambda p: f"{p.target_id}: achieved={p.primary_achieved}",
     ConflictResolved: lambda p: f"{p.target_id}/{p.conflict_id}: keep {p.keep}",
+    ActivityExplained: lambda p: f"{p.samples_id}: pairs {list(p.pairs)} explained",
 }
 
 #: The ``ExperimentCreated`` schema version from which every claim states its expected

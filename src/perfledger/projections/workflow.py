@@ -23,6 +23,7 @@ import msgspec
 from perfledger.events.kinds import RecordedEvent
 from perfledger.events.workflow import (
     ORIGINAL,
+    ActivityExplained,
     BaselineRecorded,
     CandidateRejected,
     ChampionSelected,
@@ -223,6 +224,8 @@ class WorkflowState(LedgerState, kw_only=True):
     handoffs: list[HandoffRecorded] = msgspec.field(default_factory=list)
     conflicts: dict[str, Conflict] = msgspec.field(default_factory=dict)
     anomalies: list[str] = msgspec.field(default_factory=list)
+    #: samples id -> explanations of foreign activity in its windows, in order (R17).
+    explanations: dict[str, list[ActivityExplained]] = msgspec.field(default_factory=dict)
     #: The kernel-iteration loop's runs (R19-R25), see :mod:`perfledger.projections.loop`.
     loop: loop_projection.LoopState = msgspec.field(default_factory=loop_projection.LoopState)
 
@@ -547,3 +550,8 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
             target.final_audit_status = p.status
     elif isinstance(p, HandoffRecorded):
         state.handoffs.append(p)
+    elif isinstance(p, ActivityExplained):
+        if p.samples_id not in state.samples:
+            _anomaly(state, event, f"unknown samples {p.samples_id!r}")
+        else:
+            state.explanations.setdefault(p.samples_id, []).append(p)
