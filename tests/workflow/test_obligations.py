@@ -16,6 +16,8 @@ from typing import Any
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
 from perfledger.commands.audit import audit
+from perfledger.commands.next_steps import allowed_decisions
+from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
 from perfledger.projections.handoff import ResumeContext, derive_handoff, render_markdown
@@ -222,3 +224,57 @@ def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) ->
     assert "nightly backup on GPU 1" in done.stdout
     done = cli("activity", "explain", "--samples", "e1-target", "--request", "-", stdin=body)
     assert done.returncode == 3 and json.loads(done.stdout)["error"]["rule"] == "R17"
+
+
+# ------------------------------------------------------------------------------------ resume
+
+
+def _offered(session: Session) -> list[tuple[str, str | None]]:
+    """(op, about) of every decision ``resume`` offers on t1."""
+    state = session.state()
+    return [(d.op, d.about) for d in allowed_decisions(state, T1, session.ledger.payload)]
+
+
+def test_resume_offers_no_stale_champion_selection(ready: Session) -> None:
+    ready.passed("e1", CAND1)
+    ready.passed("e2", CAND2)  # against the original, like e1
+    offered = _offered(ready)
+    assert ("champion.select", "e1-target") in offered
+    assert ("champion.select", "e2-target") in offered
+    ready.champion("e1")
+    offered = _offered(ready)
+    # e2's pass was against the original, no longer the champion: stale (R11)
+    assert ("champion.select", "e2-target") not in offered
+    assert ("samples.record", "e2") in offered
+    # every offered request with its content is one the rules accept
+    for d in allowed_decisions(ready.state(), T1, ready.ledger.payload):
+        if d.request is not None:
+            ready.run(d.op, d.request)
+
+
+def test_resume_offers_no_selection_during_a_conflict(ready: Session) -> None:
+    ready.passed("e1", CAND1)
+    ready.passed("e2", CAND2)
+    ready.passed("e3", CAND3)
+    ready.champion("e1")
+    ready.ledger.store.append(
+        EventDraft(
+            "ChampionSelected",
+            {"target_id": T1, "decision": "select", "experiment_id": "e2",
+             "samples_id": "e2-target", "candidate_hash": CAND2, "previous": "original"},
+            "other-agent",
+        )
+    )  # fmt: skip
+    offered = _offered(ready)
+    assert [op for op, _ in offered if op == "champion.select"] == []
+    assert offered[0][0] == "conflict.resolve"
+
+
+def test_resume_offers_no_selection_or_experiment_while_a_reconciliation_is_owed(
+    ready: Session,
+) -> None:
+    ready.passed("e1", CAND1)
+    ready.passed("e2", CAND2, gain=-0.1)  # contradicts its claim: owes a reconciliation
+    ops = [op for op, _ in _offered(ready)]
+    assert "reconcile" in ops
+    assert "champion.select" not in ops and "experiment.create" not in ops

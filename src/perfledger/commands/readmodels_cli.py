@@ -383,12 +383,18 @@ def handoff_record(
 @_target
 @_json
 def resume_command(target_id: str | None, json_flag: bool) -> None:
-    """Print the handoff for the current head and the next decisions the rules allow."""
+    """Print the handoff for the current head and the next decisions the rules allow: each one
+    offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.handoff import next_decisions, render_markdown
+    from perfledger.commands.next_steps import allowed_decisions
+    from perfledger.projections.handoff import render_markdown
 
     state, handoff, _ = derived_handoff(ctx, target_id)
-    decisions = next_decisions(state, handoff.target_id)
+    ledger = ctx.open()
+    try:  # the verdict deciders read recorded samples by id
+        decisions = allowed_decisions(state, handoff.target_id, ledger.payload, handoff)
+    finally:
+        ledger.close()
     if ctx.json_mode:
         _emit({"handoff": _builtins(handoff), "next": _builtins(decisions)})
     else:

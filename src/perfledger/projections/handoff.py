@@ -17,6 +17,8 @@ Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState` and a
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
@@ -105,11 +107,20 @@ class BudgetLine(msgspec.Struct, kw_only=True):
 
 
 class NextDecision(msgspec.Struct, kw_only=True):
-    """An operation the rules allow next: ``op`` (``samples.record``), why, and its rule."""
+    """An operation the rules allow next: ``op`` (``samples.record``), why, and its rule.
+
+    Attributes:
+        about: the id the decision is about (experiment, samples or conflict id), if any.
+        request: the complete request body where the state determines it (a champion
+            selection, a verdict, a final audit): the one ``perfledger resume`` has run dry
+            through its decider on the head; None where the caller supplies the content.
+    """
 
     op: str
     why: str
     rule: str
+    about: str | None = None
+    request: dict[str, Any] | None = None
 
 
 class Handoff(msgspec.Struct, kw_only=True):
@@ -431,7 +442,8 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
     for conflict in state.conflicts.values():
         if conflict.target_id == target_id and conflict.resolved_by is None:
             out.append(NextDecision(op="conflict.resolve", why=f"conflict {conflict.conflict_id} "
-                                    f"blocks {conflict.kind} decisions", rule="R13"))  # fmt: skip
+                                    f"blocks {conflict.kind} decisions", rule="R13",
+                                    about=conflict.conflict_id))  # fmt: skip
     chain = (
         (target.readiness is None, "readiness.record", "formal samples need readiness", "R2"),
         (target.definition.primary.name not in target.metric_audits, "metric-audit.record",
@@ -446,16 +458,32 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
             return out
     for pending in target.pending.values():
         out.append(NextDecision(op="reconcile", why=f"{pending.experiment_id} contradicted its "
-                                "claim; no new experiment until reconciled", rule="R14"))  # fmt: skip
+                                "claim; no new experiment or champion selection until reconciled",
+                                rule="R14", about=pending.experiment_id))  # fmt: skip
     for experiment_id in target.experiments:
         out += _experiment_next(state, target, experiment_id)
     if target.champion is not None:
-        if target.final_audit_status is None:
+        champion = state.experiments.get(target.champion)
+        unaudited = [
+            s for s in (champion.samples.get("final_audit", []) if champion else [])
+            if s not in state.final_audits
+        ]  # fmt: skip
+        if target.final_audit_status is None and unaudited:
+            out.append(NextDecision(op="final-audit.record", why=f"final-audit samples "
+                                    f"{unaudited[-1]} of champion {target.champion} have no "
+                                    "final audit yet", rule="R13", about=unaudited[-1],
+                                    request={"target_id": target_id,
+                                             "samples_id": unaudited[-1]}))  # fmt: skip
+        elif target.final_audit_status is None:
             out.append(NextDecision(op="samples.record", why=f"final-audit samples of champion "
-                                    f"{target.champion} against the original", rule="R13"))  # fmt: skip
+                                    f"{target.champion} against the original", rule="R13",
+                                    about=target.champion))  # fmt: skip
         elif target.final_audit_status == "fail":
             out.append(NextDecision(op="champion.select", why="the final audit failed: restore "
-                                    "the original (decision restore_original)", rule="R13"))  # fmt: skip
+                                    "the original (decision restore_original)", rule="R13",
+                                    request={"target_id": target_id,
+                                             "decision": "restore_original",
+                                             "expected_current": target.champion}))  # fmt: skip
     if not target.pending:
         out.append(NextDecision(op="experiment.create", why="a new candidate with its "
                                 "opportunity claim and preregistration", rule="R7 R9"))  # fmt: skip
@@ -479,15 +507,17 @@ def _experiment_next(
     ]
     if unjudged:
         return [NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of {experiment_id} "
-                             "have no verdict yet", rule="R12")]  # fmt: skip
+                             "have no verdict yet", rule="R12", about=unjudged[0],
+                             request={"samples_id": unjudged[0]})]  # fmt: skip
     prereg = experiment.created.preregistration.rejects
     reject = NextDecision(op="reject", why=f"{experiment_id} failed; close at most its "
-                          f"preregistered scope ({prereg})", rule="R15")  # fmt: skip
+                          f"preregistered scope ({prereg})", rule="R15",
+                          about=experiment_id)  # fmt: skip
     if experiment.status == "screen_failed" or experiment.status == "failed":
         return [reject]
     if not experiment.samples.get("screen"):
         return [NextDecision(op="samples.record", why=f"screen samples of {experiment_id}",
-                             rule="R11")]  # fmt: skip
+                             rule="R11", about=experiment_id)]  # fmt: skip
     if experiment.status == "passed":
         last = experiment.verdicts[-1] if experiment.verdicts else None
         verdict = state.verdicts.get(last or "")
@@ -498,9 +528,13 @@ def _experiment_next(
             and all(g.status == "pass" for g in verdict.guardrails)
         ):
             return [NextDecision(op="champion.select", why=f"{experiment_id}'s target verdict "
-                                 f"passed ({verdict.samples_id})", rule="R13")]  # fmt: skip
+                                 f"passed ({verdict.samples_id})", rule="R13",
+                                 about=verdict.samples_id,
+                                 request={"target_id": target.definition.target_id,
+                                          "samples_id": verdict.samples_id,
+                                          "expected_current": target.champion or ORIGINAL})]  # fmt: skip
     return [NextDecision(op="samples.record", why=f"target-stage samples of {experiment_id} "
-                         "against the current champion", rule="R11")]  # fmt: skip
+                         "against the current champion", rule="R11", about=experiment_id)]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -597,5 +631,13 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
     lines += ["", "## Friction and feedback", "", h.feedback or "none"]
     if decisions is not None:
         lines += ["", "## Next decisions the rules allow", ""]
-        lines += [f"- `{d.op}` ({d.rule}): {d.why}" for d in decisions] or ["- none"]
+        lines += [
+            f"- `{d.op}` ({d.rule}): {d.why}"
+            + (
+                ""
+                if d.request is None
+                else f"; request `{msgspec.json.encode(d.request).decode()}`"
+            )
+            for d in decisions
+        ] or ["- none"]
     return "\n".join(lines) + "\n"
