@@ -20,6 +20,7 @@ from perfledger.commands.next_steps import allowed_decisions
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
+from perfledger.projections.claims import claims
 from perfledger.projections.handoff import ResumeContext, derive_handoff, render_markdown
 from subprocess_env import isolated_env, perfledger_command
 
@@ -138,6 +139,8 @@ def test_r14_failed_screen_of_a_claim_predicting_the_minimum_effect_owes(ready: 
     verdict = ready.run("verdict.record", {"samples_id": "e2-screen"})
     assert verdict["status"] == "fail" and verdict["contradicts_claim"] is True
     assert "e2" in ready.state().targets[T1].pending
+    (row,) = [r for r in claims(ready.state(), T1) if r.experiment_id == "e2"]
+    assert row.reconciliation_owed is True  # `perfledger claims` shows it owed
     error = ready.refused("champion.select", {"target_id": T1, "samples_id": "e1-target",
                                               "expected_current": "original"}, "R14")  # fmt: skip
     assert "e2" in error.message

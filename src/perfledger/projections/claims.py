@@ -14,8 +14,9 @@ than was measured). Tail primaries (p95, p99) have no numeric bound (R7); their 
 predicted improvement interval only (``interval_error``, in improvement ratios: 0 inside it, else
 the signed distance to its nearest end).
 
-A reconciliation is *owed* when a target-stage verdict contradicted the claim (its CI lies outside
-the predicted interval, R14); ``reconciled`` says whether one was recorded.
+A reconciliation is *owed* when a verdict contradicted the claim (R14): a target-stage CI outside
+the predicted interval, or, for claims recorded under the stated-interval rule, a failed screen of
+a claim predicting at least the minimum effect; ``reconciled`` says whether one was recorded.
 
 Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState`, never a store.
 """
@@ -71,7 +72,7 @@ class ClaimRow(msgspec.Struct, kw_only=True):
         prediction_error: ``measured speedup - bound`` (speedup units); None without both.
         interval_error: the measured estimate's signed distance outside the predicted interval
             (improvement ratio; 0.0 inside it); None without a measurement.
-        reconciliation_owed: a target verdict contradicted the claim (R14).
+        reconciliation_owed: a verdict contradicted the claim (R14).
         reconciled: a reconciliation is recorded for this experiment.
         reconciliations: the premises named by its reconciliations, in order.
     """
@@ -170,7 +171,7 @@ def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
     if measured is not None and measured.speedup is not None and bound is not None:
         error = measured.speedup - bound
     owed = any(
-        state.verdicts[s].stage == "target" and state.verdicts[s].contradicts_claim
+        state.verdicts[s].contradicts_claim  # a target result, or a failed screen (R14)
         for s in experiment.verdicts
         if s in state.verdicts
     )
