@@ -209,6 +209,21 @@ def test_r17_only_unexplained_windows_before_the_verdict_can_be_explained(
                                        "explanation": why}, "R17")  # fmt: skip
 
 
+def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.champion("e1")
+    busy = {"observed": True, "foreign_activity": True, "flags": ["clock_event:SW_POWER_CAP"]}
+    body = samples("e1-final", "final_audit", gain=0.2)
+    body["pairs"][3]["monitor"] = busy
+    ready.run("samples.record", body)
+    ready.run("activity.explain", {"samples_id": "e1-final", "pairs": [3],
+                                   "explanation": "power cap set by the site for all jobs",
+                                   "explained_by": "site admin"})  # fmt: skip
+    final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
+    assert final["status"] == "pass"
+    assert any("by site admin: power cap" in n for n in final["notes"])
+
+
 def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) -> None:
     _busy_target_samples(ready, (2,))
     ready.ledger.close()  # the CLI opens the ledger itself

@@ -744,7 +744,7 @@ def decide_verdict_record(
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
     explained, notes = rules.r17_explanations(state, samples.samples_id)
-    unexplained = samples.unexplained_activity - len(explained)
+    unexplained = rules.r17_unexplained_pairs(samples, explained)
     attribution_clean = unexplained == 0
     if not attribution_clean and status != "inconclusive":
         status = "inconclusive"
@@ -836,7 +836,7 @@ def decide_final_audit_record(
         status = "pass"
     else:
         status = "inconclusive"
-    if samples.unexplained_activity > len(explained) and status != "inconclusive":
+    if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if req.claimed_status is not None and req.claimed_status != status:

@@ -525,6 +525,19 @@ def r17_explanations(state: WorkflowState, samples_id: str) -> tuple[set[int], l
     return explained, notes
 
 
+def r17_unexplained_pairs(samples: Any, explained: set[int]) -> int:
+    """R17: how many pairs of ``samples`` (a SamplesRecorded) overlap foreign activity that
+    neither the monitor record nor a later explanation (``explained``, pair indices) explains."""
+    return sum(
+        1
+        for index, pair in enumerate(samples.pairs)
+        if pair.monitor is not None
+        and pair.monitor.foreign_activity
+        and is_unknown(pair.monitor.explained)
+        and index not in explained
+    )
+
+
 def r15_rejection_scope(
     experiment: ExperimentView,
     closes: str,
