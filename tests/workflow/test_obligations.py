@@ -176,6 +176,7 @@ def test_r17_foreign_activity_explained_after_the_samples_clears_the_attribution
     ready: Session,
 ) -> None:
     _busy_target_samples(ready, (1, 4))
+    assert ("activity.explain", "e1-target") in _offered(ready)  # before the verdict
     explain = {"samples_id": "e1-target", "pairs": [1, 4],
                "explanation": "a backup job on GPU 1; GPU 0 clocks stayed at 1980 MHz"}  # fmt: skip
     recorded = ready.run("activity.explain", explain)

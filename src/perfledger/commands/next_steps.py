@@ -113,6 +113,10 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
         rules.r4_baseline_and_resolution(target)
     elif d.op == "samples.record":
         _gate_samples(state, target, d.about)
+    elif d.op == "activity.explain" and (
+        d.about in state.verdicts or d.about in state.final_audits
+    ):
+        raise rules.refuse("R17", f"the verdict of samples {d.about!r} is already recorded")
 
 
 def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:

@@ -465,6 +465,7 @@ GROUP_HELP = {
     "host-advice": "Record host changes as advice; never applied (R16).",
     "handoff": "Record the handoff of R18.",
     "conflict": "Resolve a conflict between concurrent decisions.",
+    "activity": "Explain foreign activity in sample windows after the samples, before the verdict (R17).",
 }
 
 

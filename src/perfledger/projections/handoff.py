@@ -506,9 +506,19 @@ def _experiment_next(
         if s not in state.verdicts
     ]
     if unjudged:
-        return [NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of {experiment_id} "
-                             "have no verdict yet", rule="R12", about=unjudged[0],
-                             request={"samples_id": unjudged[0]})]  # fmt: skip
+        out = []
+        view = state.samples[unjudged[0]]
+        explained = {i for e in state.explanations.get(unjudged[0], []) for i in e.pairs}
+        if view.unexplained_activity > len(explained):
+            out.append(NextDecision(op="activity.explain", why=f"samples {unjudged[0]} have "
+                                    f"{view.unexplained_activity - len(explained)} window(s) with "
+                                    "unexplained foreign activity: explain them before the "
+                                    "verdict, or its attribution is inconclusive", rule="R17",
+                                    about=unjudged[0]))  # fmt: skip
+        out.append(NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of "
+                                f"{experiment_id} have no verdict yet", rule="R12",
+                                about=unjudged[0], request={"samples_id": unjudged[0]}))  # fmt: skip
+        return out
     prereg = experiment.created.preregistration.rejects
     reject = NextDecision(op="reject", why=f"{experiment_id} failed; close at most its "
                           f"preregistered scope ({prereg})", rule="R15",
