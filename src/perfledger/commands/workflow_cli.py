@@ -412,6 +412,8 @@ def _experiment_list(target_id: str | None, json_flag: bool) -> None:
 
 def _champion_show(target_id: str, json_flag: bool) -> None:
     """Show a Target's champion (``original`` when none) and its lineage."""
+    from perfledger.projections.champions import final_audit_standing
+
     ctx = _ctx(json_flag)
     state = _state(ctx)
     target = state.targets.get(target_id)
@@ -422,7 +424,8 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
         "champion": target.champion or "original",
         "champion_hash": target.champion_hash,
         "lineage": target.lineage,
-        "final_audit_status": target.final_audit_status,
+        # R13: the current champion's own audit, "none" or "stale" (an earlier champion's)
+        "final_audit_status": final_audit_standing(state, target).status,
     }
     _show(ctx, data)
 
