@@ -13,10 +13,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
 from perfledger.commands.audit import audit
 from perfledger.commands.next_steps import allowed_decisions
+from perfledger.commands.operations import validate
+from perfledger.commands.requests import dump
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
@@ -148,6 +151,35 @@ def test_r14_failed_screen_of_a_claim_predicting_the_minimum_effect_owes(ready: 
     ready.run("reconcile", {"experiment_id": "e2", "premise": "scope", "explanation": "x",
                             "corrected_model": {"description": "the copy stays"}})  # fmt: skip
     ready.champion("e1")
+
+
+def test_r14_audit_finds_a_claim_without_interval_and_a_selection_while_owed(
+    ready: Session,
+) -> None:
+    """Written around the deciders (raw store appends, schema 2): the auditor's replay re-checks
+    R14 by the schema each event was recorded under."""
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.passed("e2", CAND2, gain=-0.1)  # contradicts its claim: owes a reconciliation
+    body = experiment("e3", candidate=CAND3)
+    del body["claim"]["expected_improvement"]
+    created = msgspec.to_builtins(ready.state().experiments["e2"].created)
+    created.update(experiment_id="e3", candidate=body["candidate"])
+    created["claim"]["expected_improvement"] = None
+    request = {"op": "experiment.create", "body": dump(validate("experiment.create", body))}
+    planted = ready.ledger.store.append(
+        EventDraft("ExperimentCreated", created, "tampered-tool", request=request)
+    )
+    select = {"target_id": T1, "samples_id": "e1-target", "expected_current": "original"}
+    chosen = ready.ledger.store.append(
+        EventDraft("ChampionSelected", {"target_id": T1, "decision": "select",
+                   "experiment_id": "e1", "samples_id": "e1-target", "candidate_hash": CAND1,
+                   "previous": "original"}, "tampered-tool",
+                   request={"op": "champion.select", "body": select})
+    )  # fmt: skip
+    assert planted.schema == 2 and chosen.schema == 2
+    report = audit(ready.ledger)
+    found = {(f.event_id, f.rule) for f in report.findings}
+    assert (planted.id, "R14") in found and (chosen.id, "R14") in found, report.findings
 
 
 def test_r14_failed_screen_of_a_claim_admitting_less_owes_nothing(ready: Session) -> None:
