@@ -255,6 +255,11 @@ def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -
     final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert final["status"] == "pass"
     assert any("by site admin: power cap" in n for n in final["notes"])
+    # shown where the verdict is: the handoff's gains and the claims read model
+    shown = derive_handoff(ready.state(), T1, ResumeContext(head="x"))
+    assert "by site admin: power cap" in render_markdown(shown)
+    (row,) = [r for r in claims(ready.state(), T1) if r.experiment_id == "e1"]
+    assert row.measured is not None and row.measured.samples_id == "e1-target"
 
 
 def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) -> None:

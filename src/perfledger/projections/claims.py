@@ -41,6 +41,8 @@ class Measured(msgspec.Struct, kw_only=True):
         speedup, speedup_low, speedup_high: the same, converted to end-to-end speedups (the
             bound's units; None where the improvement is None or ``>= 1`` for lower-is-better).
         n_pairs: valid pairs the verdict used.
+        notes: the verdict's notes (why its status differs from the primary's; R14 owed
+            reconciliations; R17 foreign activity and its explanations).
     """
 
     samples_id: str
@@ -53,6 +55,7 @@ class Measured(msgspec.Struct, kw_only=True):
     speedup_low: float | None
     speedup_high: float | None
     n_pairs: int
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class ClaimRow(msgspec.Struct, kw_only=True):
@@ -133,6 +136,7 @@ def _measured(verdict: VerdictRecorded) -> Measured:
         speedup_low=improvement_to_speedup(p.ci_low, p.direction),
         speedup_high=improvement_to_speedup(p.ci_high, p.direction),
         n_pairs=p.n_pairs,
+        notes=list(verdict.notes),
     )
 
 

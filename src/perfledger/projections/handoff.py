@@ -48,8 +48,8 @@ class ResumeContext(msgspec.Struct, kw_only=True):
 
 
 class Gain(msgspec.Struct, kw_only=True):
-    """A measured gain on the primary: the verdict's median improvement and CI (ratios) and the
-    end-to-end speedup they mean."""
+    """A measured gain on the primary: the verdict's median improvement and CI (ratios), the
+    end-to-end speedup they mean, and the verdict's notes (e.g. foreign activity explained, R17)."""
 
     experiment_id: str
     samples_id: str
@@ -59,6 +59,7 @@ class Gain(msgspec.Struct, kw_only=True):
     ci_low: float | None
     ci_high: float | None
     speedup: float | None
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class LocalResultLine(msgspec.Struct, kw_only=True):
@@ -207,6 +208,7 @@ def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
                 ci_low=primary.ci_low,
                 ci_high=primary.ci_high,
                 speedup=improvement_to_speedup(primary.estimate, primary.direction),
+                notes=list(verdict.notes if verdict else audit.notes if audit else ()),
             )
         )
     return out
@@ -599,6 +601,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             f"- {g.experiment_id} {g.stage} `{g.samples_id}`: {g.status}, improvement "
             f"{_ratio(g.estimate)} (CI {_ratio(g.ci_low)} .. {_ratio(g.ci_high)}){speed}"
         )
+        lines += [f"  - note: {n}" for n in g.notes]
     if not h.key_evidence and not h.gains:
         lines.append("- none")
     lines += ["", "## Local results (secondary-only gains, R13)", ""]
