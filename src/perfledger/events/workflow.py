@@ -406,9 +406,10 @@ class OpportunityClaim(_Part, kw_only=True):
         stated_bound: the caller's end-to-end Amdahl bound ``1/((1-f)+f/s+c)``, checked.
         exposure: exposure reasoning, instead of a bound, for a tail primary.
         expected_improvement: the predicted end-to-end improvement, in the bound's units
-            (speedup - 1, a ratio); defaults to ``[min(0, bound - 1), bound - 1]``. A target
-            result whose CI lies outside it, converted to the primary's improvement units
-            (``g/(1+g)`` for a lower-is-better primary), must be reconciled (R14).
+            (speedup - 1, a ratio); required from :data:`R14_STATED_INTERVAL` on (claims recorded
+            before it default to ``[min(0, bound - 1), bound - 1]``). A target result whose CI
+            lies outside it, converted to the primary's improvement units (``g/(1+g)`` for a
+            lower-is-better primary), must be reconciled (R14).
     """
 
     evidence: tuple[ClaimEvidence, ...]
@@ -626,9 +627,13 @@ class VerdictRecorded(_Payload, kw_only=True):
             unexplained activity (R17), a screen that would pass (R11: screens never pass), or a
             stale reference (R11).
         stale: the reference is no longer the current champion (R11).
-        contradicts_claim: the primary's CI lies outside the claim's predicted interval (R14).
+        contradicts_claim: the primary's CI lies outside the claim's predicted interval, or (for
+            claims recorded under :data:`R14_STATED_INTERVAL`) a failed screen of a claim whose
+            interval lies at or above the minimum effect: a reconciliation is owed (R14).
         diagnostic_only: the metric audit found the metric does not match the Target (R3).
-        notes: why the status differs from the primary's derived status, if it does.
+        notes: why the status differs from the primary's derived status, if it does; foreign
+            activity explained after the samples (R17, ``ActivityExplained``); a reconciliation
+            owed (R14, claims recorded under :data:`R14_STATED_INTERVAL`).
     """
 
     samples_id: str
