@@ -315,6 +315,8 @@ class Session:
                           "execution_form": "one NumPy call per reduction over the whole array"},
                 "replacement_boundary": "the softmax call timed by run.py",
                 "coverage": f, "local_speedup": s, "added_cost": 0.0, "stated_bound": bound,
+                # R14: anything from no gain up to the bound (speedup - 1)
+                "expected_improvement": {"low": 0.0, "high": bound - 1.0},
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip
@@ -413,6 +415,7 @@ class Session:
                 "replacement_boundary": "the softmax call timed by run.py",
                 "coverage": f2, "local_speedup": 2.0, "added_cost": 0.0,
                 "stated_bound": 1.0 / ((1.0 - f2) + f2 / 2.0),
+                "expected_improvement": {"low": 0.0, "high": 1.0 / ((1.0 - f2) + f2 / 2.0) - 1.0},
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip

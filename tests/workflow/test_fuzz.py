@@ -68,6 +68,7 @@ BASES: dict[str, dict[str, Any]] = {
     "host-advice.record": {"advice_id": "h", "category": "clocks", "advice": "lock clocks"},
     "handoff.record": handoff(),
     "conflict.resolve": {"target_id": T1, "conflict_id": "c", "keep": "e1", "reason": "r"},
+    "activity.explain": {"samples_id": "e1-target", "pairs": [0], "explanation": "backup"},
 }  # fmt: skip
 # The kernel-iteration loop (issue 8): the fuzz ledger has no loop run, and a setup for an
 # architecture the catalog does not map is refused by R23, so no mutation can append.

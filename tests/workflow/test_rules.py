@@ -268,6 +268,7 @@ def _low_bound_experiment(experiment_id: str, candidate: str, **over: object) ->
     exp = experiment(experiment_id, candidate=candidate, **over)
     exp["claim"]["coverage"] = 0.04  # f <= m/(1+m): no local speedup can reach 5 %
     exp["claim"]["stated_bound"] = amdahl.amdahl_bound(0.04, 2.0)
+    exp["claim"]["expected_improvement"] = {"low": 0.0, "high": amdahl.amdahl_bound(0.04, 2.0) - 1}
     return exp
 
 

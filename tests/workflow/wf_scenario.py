@@ -167,6 +167,8 @@ def experiment(
             "local_speedup": 2.0,
             "added_cost": 0.0,
             "stated_bound": BOUND_E1,
+            # R14: every claim states its expected end-to-end improvement (speedup - 1)
+            "expected_improvement": {"low": 0.0, "high": BOUND_E1 - 1.0},
         },
         "preregistration": {"rejects": "implementation"},
     }

@@ -68,6 +68,7 @@ KIND_RULE = {
     "HostAdviceRecorded": "R16",
     "HandoffRecorded": "R18",
     "ConflictResolved": "S2",
+    "ActivityExplained": "R17",
 }
 
 
@@ -456,7 +457,7 @@ class _Replay:
             ctx = self.context(
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
-                payload_of=self._payload_of, derive=self._derive,
+                payload_of=self._payload_of, derive=self._derive, schema=envelope.schema,
             )  # fmt: skip
             decide = self.deciders.get(op)
             if decide is None:

@@ -77,6 +77,7 @@ def _ctx(json_flag: bool) -> Context:
 #: Names of the workflow's commands (checked against workflow_cli by a test).
 WORKFLOW_COMMANDS = frozenset(
     {
+        "activity",
         "baseline", "champion", "conflict", "evidence", "experiment", "final-audit", "handoff",
         "host-advice", "local-result", "metric-audit", "readiness", "reconcile", "reject",
         "resolution", "samples", "schema", "target", "upstream-check", "verdict",

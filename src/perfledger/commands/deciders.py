@@ -25,6 +25,8 @@ from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
+    R14_BLOCKS_CHAMPION,
+    R14_STATED_INTERVAL,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -96,6 +98,9 @@ class DecisionContext:
             ``derive(samples_event_id, params, samples)`` and must return exactly what
             ``derive_samples(params, samples)`` returns (the auditor's replay passes one that
             returns a derivation already made in a worker process); None derives in place.
+        schema: the schema version of the decided kind that the event was recorded under (the
+            auditor's replay passes the envelope's, so an old event is re-checked by the rule it
+            was recorded under); None for a new decision (the current version).
     """
 
     op: str
@@ -105,6 +110,17 @@ class DecisionContext:
     request: Any = None
     payload_of: Callable[[str], Any] | None = None
     derive: Callable[[str, DerivationParams, SamplesRecorded], Derived] | None = None
+    schema: int | None = None
+
+
+def rules_version(ctx: DecisionContext, kind: str) -> int:
+    """The schema version of ``kind`` a decision answers to: the recorded one on replay
+    (:attr:`DecisionContext.schema`), else the current one (versioned rules, e.g. R14)."""
+    if ctx.schema is not None:
+        return ctx.schema
+    from perfledger.events.kinds import get_kind
+
+    return get_kind(kind).version
 
 
 def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
@@ -385,6 +401,8 @@ def decide_experiment_create(
         [(e.evidence_id, e.applicability, e.used_for) for e in claim.evidence], tail
     )
     expected = claim.expected_improvement
+    if expected is None and rules_version(ctx, "ExperimentCreated") >= R14_STATED_INTERVAL:
+        raise refuse("R14", *rules.r14_interval_missing(claim))
     figures = rules.r7_claim_figures(
         target.definition,
         target.resolution.resolution,
@@ -694,6 +712,22 @@ def _verdict_samples(
     return samples, target, view.event_id
 
 
+def _r14_screen_owes(
+    stage: str, status: str, primary: DerivedVerdict, predicted_low: float, min_effect: float
+) -> bool:
+    """R14: a screen that fails (its CI wholly below the minimum effect, attribution clean)
+    contradicts a claim whose whole predicted interval (in the primary's improvement units)
+    lies at or above the minimum effect: it owes a reconciliation."""
+    return (
+        stage == "screen"
+        and status == "fail"
+        and not primary.degenerate
+        and primary.ci_low is not None
+        and primary.ci_high is not None
+        and predicted_low >= min_effect
+    )
+
+
 def decide_verdict_record(
     state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
@@ -713,12 +747,13 @@ def decide_verdict_record(
     experiment = state.experiments[samples.experiment_id]
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
-    notes: list[str] = []
-    attribution_clean = samples.unexplained_activity == 0
+    explained, notes = rules.r17_explanations(state, samples.samples_id)
+    unexplained = rules.r17_unexplained_pairs(samples, explained)
+    attribution_clean = unexplained == 0
     if not attribution_clean and status != "inconclusive":
         status = "inconclusive"
         notes.append(
-            f"R17: {samples.unexplained_activity} pair(s) overlap unexplained foreign activity; "
+            f"R17: {unexplained} pair(s) overlap unexplained foreign activity; "
             "performance attribution is inconclusive (correctness stands)"
         )
     if samples.stage == "screen" and status == "pass":
@@ -745,6 +780,18 @@ def decide_verdict_record(
         and primary.ci_high is not None
         and (primary.ci_high < predicted_low or primary.ci_low > predicted_high)
     )
+    if experiment.rules_schema >= R14_STATED_INTERVAL:
+        contradicts = contradicts or _r14_screen_owes(
+            samples.stage, status, primary, predicted_low, target.definition.min_effect
+        )
+        if contradicts:
+            notes.append(
+                f"R14: the result contradicts the claim (predicted improvement "
+                f"[{predicted_low:.4g}, {predicted_high:.4g}], measured CI "
+                f"[{primary.ci_low:.4g}, {primary.ci_high:.4g}]); experiment "
+                f"{samples.experiment_id!r} owes a reconciliation before any new experiment or "
+                "champion selection on this Target"
+            )
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -786,14 +833,14 @@ def decide_final_audit_record(
     if req.samples_id in state.final_audits:
         raise BadRequest(f"the final audit of {req.samples_id!r} is already recorded")
     primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
-    notes: list[str] = []
+    explained, notes = rules.r17_explanations(state, samples.samples_id)
     if primary.status == "fail" or any(g.status == "fail" for g in guardrails):
         status = "fail"
     elif primary.status == "pass" and all(g.status == "pass" for g in guardrails):
         status = "pass"
     else:
         status = "inconclusive"
-    if samples.unexplained_activity and status != "inconclusive":
+    if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if req.claimed_status is not None and req.claimed_status != status:
@@ -938,6 +985,8 @@ def decide_champion_select(
             reason=req.reason,
         )  # fmt: skip
         return _emit(ctx, payload)
+    if rules_version(ctx, "ChampionSelected") >= R14_BLOCKS_CHAMPION:
+        rules.r14_no_pending_reconciliation(target, "champion selection")
     if req.samples_id is None:
         raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
     verdict = state.verdicts.get(req.samples_id)

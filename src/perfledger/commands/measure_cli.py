@@ -312,19 +312,21 @@ def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[s
     """Warnings about the samples' windows before they are recorded (R17): the pairs (request
     dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
     make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
-    unexplained = sum(
-        1
-        for p in pairs
+    indices = [
+        i
+        for i, p in enumerate(pairs)
         if (p.get("monitor") or {}).get("foreign_activity")
         and rules.is_unknown((p.get("monitor") or {}).get("explained"))
-    )
-    if not unexplained:
+    ]
+    if not indices:
         return []
     return [
-        f"{unexplained}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+        f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
         "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
         "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
-        "measure again with --explain-foreign TEXT; otherwise measure on a quieter machine"
+        "explain it before the verdict: `perfledger activity explain --samples ID --request -` "
+        f'with {{"pairs": {indices[:50]}, "explanation": "..."}} (or measure again with '
+        "--explain-foreign TEXT); otherwise measure on a quieter machine"
     ]
 
 

@@ -262,6 +262,17 @@ OPERATIONS: dict[str, Operation] = {
             "",
             "Resolve a conflict between concurrent decisions.",
         ),
+        Operation(
+            "activity.explain",
+            "activity",
+            "explain",
+            "ActivityExplained",
+            "ActivityExplain",
+            "decide_activity_explain",
+            "R17",
+            "Explain foreign activity in sample windows after the samples, before the verdict.",
+            decider_module="perfledger.commands.activity",
+        ),
     )
 }
 

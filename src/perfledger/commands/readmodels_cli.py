@@ -134,7 +134,7 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
         _emit({"champions": _builtins(current)})
         return
     for c in current:
-        audit = f"  final audit {c.final_audit_status}" if c.final_audit_status else ""
+        audit = f"  final audit {c.final_audit.text() if c.final_audit else c.final_audit_status}"
         conflicts = f"  CONFLICTS {c.open_conflicts}" if c.open_conflicts else ""
         click.echo(f"{c.target_id} ({c.target_status}): {c.champion}{audit}{conflicts}")
 
@@ -394,12 +394,18 @@ def handoff_record(
 @_target
 @_json
 def resume_command(target_id: str | None, json_flag: bool) -> None:
-    """Print the handoff for the current head and the next decisions the rules allow."""
+    """Print the handoff for the current head and the next decisions the rules allow: each one
+    offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.handoff import next_decisions, render_markdown
+    from perfledger.commands.next_steps import allowed_decisions
+    from perfledger.projections.handoff import render_markdown
 
     state, handoff, _ = derived_handoff(ctx, target_id)
-    decisions = next_decisions(state, handoff.target_id)
+    ledger = ctx.open()
+    try:  # the verdict deciders read recorded samples by id
+        decisions = allowed_decisions(state, handoff.target_id, ledger.payload, handoff)
+    finally:
+        ledger.close()
     if ctx.json_mode:
         _emit({"handoff": _builtins(handoff), "next": _builtins(decisions)})
     else:

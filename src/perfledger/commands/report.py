@@ -272,6 +272,8 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
         parts.append("<h1>perfledger report</h1><p>No Target is frozen in this ledger yet.</p>")
         rows: list[Any] = []
     else:
+        from perfledger.projections.champions import final_audit_standing
+
         target = state.targets[tid]
         d = target.definition
         achieved = target.champion is not None and target.final_audit_status == "pass"
@@ -283,7 +285,7 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
             f"<p><span class='status {'ok' if achieved else 'no'}'>primary "
             f"{'achieved' if achieved else 'not achieved'}</span> champion "
             f"<b>{_esc(target.champion or 'original')}</b>, final audit "
-            f"{_esc(target.final_audit_status or 'none')}; ledger head <code>{_esc(head)}</code></p>"
+            f"{_esc(final_audit_standing(state, target).text())}; ledger head <code>{_esc(head)}</code></p>"
         )
         rows = claims(state, tid)
     plots = [

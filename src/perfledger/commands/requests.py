@@ -417,7 +417,18 @@ class OpportunityClaim(Request, kw_only=True):
         ),
     ] = None
     exposure: Exposure | None = None
-    expected_improvement: ImprovementInterval | None = None
+    expected_improvement: Annotated[
+        ImprovementInterval | None,
+        Meta(
+            description=(
+                "The expected end-to-end improvement [low, high] in the bound's units "
+                "(speedup - 1: 0.25 = 1.25x), high at most bound - 1. Required (R14): a target "
+                "result outside it, or a failed screen when low is at or above the minimum "
+                "effect, owes a reconciliation that blocks new experiments and champion "
+                "selection on the Target."
+            )
+        ),
+    ] = None
 
 
 class Preregistration(Request, kw_only=True):
@@ -635,6 +646,20 @@ class HandoffRecord(Request, kw_only=True):
     budget_left: Budget
     resume_needs: Annotated[list[Text], Meta(max_length=_MAX_ITEMS)]
     feedback: Text
+
+
+class ActivityExplain(Request, kw_only=True):
+    """``activity.explain`` (R17): explain foreign activity found in formal sample windows
+    after the samples were recorded, before their verdict or final audit: ``pairs`` (0-based
+    indices into the samples' pairs, each a window with unexplained foreign activity), why it
+    does not matter (``explanation``) and who says so (``explained_by``, default the actor)."""
+
+    samples_id: Id
+    pairs: Annotated[
+        list[Annotated[int, Meta(ge=0, le=_MAX_PAIRS)]], Meta(min_length=1, max_length=_MAX_PAIRS)
+    ]
+    explanation: Text
+    explained_by: Name | None = None
 
 
 class ConflictResolve(Request, kw_only=True):

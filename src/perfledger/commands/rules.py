@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from perfledger.errors import RuleRefused
 from perfledger.events.workflow import (
@@ -471,16 +472,70 @@ def r13_current_champion(target: TargetView, expected: str) -> str:
     return current
 
 
-def r14_no_pending_reconciliation(target: TargetView) -> None:
-    """R14: a contradicted prediction must be reconciled before any new experiment."""
+def r14_no_pending_reconciliation(target: TargetView, what: str = "new experiment") -> None:
+    """R14: an owed reconciliation (a target result outside its claim's interval, or a failed
+    screen of a claim predicting at least the minimum effect) blocks ``what`` on the Target
+    (a new experiment; a champion selection) until recorded. Raises: RuleRefused (R14) naming
+    the experiments owed."""
     if target.pending:
         pending = sorted(target.pending)
         raise refuse(
             "R14",
             f"Target {target.definition.target_id!r} has unreconciled prediction errors: "
-            f"experiments {pending} contradicted their claims",
-            "record the corrected premise and model: `perfledger reconcile --request FILE`",
+            f"experiments {pending} owe a reconciliation (a result contradicted the claim's "
+            f"predicted interval); no {what} until they are recorded",
+            "record the corrected premise and model: `perfledger reconcile --request FILE` "
+            f"(experiment_id {pending[0]!r})",
         )
+
+
+def r14_interval_missing(claim: Any) -> tuple[str, str]:
+    """R14: the (message, hint) of a refused claim that states no expected end-to-end
+    improvement interval; the hint shows the field, with the claim's own bound where its
+    inputs give one (the interval is in the bound's units: speedup - 1)."""
+    bound = None
+    if claim.coverage is not None and claim.local_speedup is not None:
+        try:
+            bound = amdahl.amdahl_bound(claim.coverage, claim.local_speedup, claim.added_cost)
+        except ValueError:
+            bound = None
+    upper = f"{bound - 1.0:.6g}" if bound is not None else "HIGH"
+    return (
+        "the claim states no expected end-to-end improvement interval (claim."
+        "expected_improvement): every claim states one, so that a result outside it owes a "
+        "reconciliation",
+        f'add "expected_improvement": {{"low": LOW, "high": {upper}}} to the claim, in the '
+        "bound's units (end-to-end speedup - 1: 0.25 = 1.25x); high may not exceed bound - 1"
+        + (f" = {upper}" if bound is not None else ""),
+    )
+
+
+def r17_explanations(state: WorkflowState, samples_id: str) -> tuple[set[int], list[str]]:
+    """R17: the pair indices of ``samples_id`` whose foreign activity was explained after the
+    samples (``ActivityExplained``), and one note per explanation for the verdict (who, which
+    pairs, why), in the order they were recorded."""
+    explained: set[int] = set()
+    notes = []
+    for e in state.explanations.get(samples_id, []):
+        explained.update(e.pairs)
+        notes.append(
+            f"R17: foreign activity in pair(s) {list(e.pairs)} explained after the samples by "
+            f"{e.explained_by}: {e.explanation}"
+        )
+    return explained, notes
+
+
+def r17_unexplained_pairs(samples: Any, explained: set[int]) -> int:
+    """R17: how many pairs of ``samples`` (a SamplesRecorded) overlap foreign activity that
+    neither the monitor record nor a later explanation (``explained``, pair indices) explains."""
+    return sum(
+        1
+        for index, pair in enumerate(samples.pairs)
+        if pair.monitor is not None
+        and pair.monitor.foreign_activity
+        and is_unknown(pair.monitor.explained)
+        and index not in explained
+    )
 
 
 def r15_rejection_scope(

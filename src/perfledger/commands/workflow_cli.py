@@ -345,6 +345,7 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "host-advice.record": ("target_id",),
     "handoff.record": ("target_id",),
     "conflict.resolve": ("target_id",),
+    "activity.explain": ("samples_id",),
     "target.freeze": ("target_id",),
 }
 
@@ -417,6 +418,8 @@ def _experiment_list(target_id: str | None, json_flag: bool) -> None:
 
 def _champion_show(target_id: str, json_flag: bool) -> None:
     """Show a Target's champion (``original`` when none) and its lineage."""
+    from perfledger.projections.champions import final_audit_standing
+
     ctx = _ctx(json_flag)
     state = _state(ctx)
     target = state.targets.get(target_id)
@@ -427,7 +430,8 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
         "champion": target.champion or "original",
         "champion_hash": target.champion_hash,
         "lineage": target.lineage,
-        "final_audit_status": target.final_audit_status,
+        # R13: the current champion's own audit, "none" or "stale" (an earlier champion's)
+        "final_audit_status": final_audit_standing(state, target).status,
     }
     _show(ctx, data)
 
@@ -470,6 +474,7 @@ GROUP_HELP = {
     "host-advice": "Record host changes as advice; never applied (R16).",
     "handoff": "Record the handoff of R18.",
     "conflict": "Resolve a conflict between concurrent decisions.",
+    "activity": "Explain foreign activity in sample windows after the samples, before the verdict (R17).",
 }
 
 

@@ -16,7 +16,7 @@ part of this module.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -413,9 +413,10 @@ class OpportunityClaim(_Part, kw_only=True):
         stated_bound: the caller's end-to-end Amdahl bound ``1/((1-f)+f/s+c)``, checked.
         exposure: exposure reasoning, instead of a bound, for a tail primary.
         expected_improvement: the predicted end-to-end improvement, in the bound's units
-            (speedup - 1, a ratio); defaults to ``[min(0, bound - 1), bound - 1]``. A target
-            result whose CI lies outside it, converted to the primary's improvement units
-            (``g/(1+g)`` for a lower-is-better primary), must be reconciled (R14).
+            (speedup - 1, a ratio); required from :data:`R14_STATED_INTERVAL` on (claims recorded
+            before it default to ``[min(0, bound - 1), bound - 1]``). A target result whose CI
+            lies outside it, converted to the primary's improvement units (``g/(1+g)`` for a
+            lower-is-better primary), must be reconciled (R14).
     """
 
     evidence: tuple[ClaimEvidence, ...]
@@ -636,9 +637,13 @@ class VerdictRecorded(_Payload, kw_only=True):
             unexplained activity (R17), a screen that would pass (R11: screens never pass), or a
             stale reference (R11).
         stale: the reference is no longer the current champion (R11).
-        contradicts_claim: the primary's CI lies outside the claim's predicted interval (R14).
+        contradicts_claim: the primary's CI lies outside the claim's predicted interval, or (for
+            claims recorded under :data:`R14_STATED_INTERVAL`) a failed screen of a claim whose
+            interval lies at or above the minimum effect: a reconciliation is owed (R14).
         diagnostic_only: the metric audit found the metric does not match the Target (R3).
-        notes: why the status differs from the primary's derived status, if it does.
+        notes: why the status differs from the primary's derived status, if it does; foreign
+            activity explained after the samples (R17, ``ActivityExplained``); a reconciliation
+            owed (R14, claims recorded under :data:`R14_STATED_INTERVAL`).
     """
 
     samples_id: str
@@ -767,6 +772,27 @@ class HandoffRecorded(_Payload, kw_only=True):
     feedback: str
 
 
+class ActivityExplained(_Payload, kw_only=True):
+    """Foreign activity in formal sample windows, explained after the samples were recorded
+    (R17): verdicts and final audits of ``samples_id`` no longer count these windows as
+    unexplained, and show the explanation where the verdict is.
+
+    Attributes:
+        samples_id, target_id, experiment_id: the samples whose windows are explained.
+        pairs: indices (0-based, into the samples' pairs) of the windows explained; each
+            overlapped foreign activity that was unexplained when the samples were recorded.
+        explanation: why the activity does not matter to the performance attribution.
+        explained_by: who explains it (the request's, else the deciding actor).
+    """
+
+    samples_id: str
+    target_id: str
+    experiment_id: str
+    pairs: tuple[int, ...]
+    explanation: str
+    explained_by: str
+
+
 class ConflictResolved(_Payload, kw_only=True):
     """An explicit resolution of a conflict between concurrent decisions (SPEC.md section 2)."""
 
@@ -797,6 +823,7 @@ WorkflowPayload = (
     | HostAdviceRecorded
     | HandoffRecorded
     | ConflictResolved
+    | ActivityExplained
 )
 
 _SUMMARIES = {
@@ -822,10 +849,34 @@ _SUMMARIES = {
     HostAdviceRecorded: lambda p: f"{p.advice_id} ({p.category})",
     HandoffRecorded: lambda p: f"{p.target_id}: achieved={p.primary_achieved}",
     ConflictResolved: lambda p: f"{p.target_id}/{p.conflict_id}: keep {p.keep}",
+    ActivityExplained: lambda p: f"{p.samples_id}: pairs {list(p.pairs)} explained",
+}
+
+#: The ``ExperimentCreated`` schema version from which every claim states its expected
+#: improvement interval and a failed screen of a claim predicting at least the minimum effect
+#: owes a reconciliation (R14); experiments recorded under version 1 keep the old rule (an
+#: interval defaulting to ``[min(0, bound - 1), bound - 1]``, screens owing nothing).
+R14_STATED_INTERVAL = 2
+#: The ``ChampionSelected`` schema version from which an owed reconciliation blocks champion
+#: selection (R14); selections recorded under version 1 were not blocked.
+R14_BLOCKS_CHAMPION = 2
+
+
+def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """Upcaster of a version whose payload shape did not change, only the rule it answers to
+    (the envelope's ``schema`` tells an auditor which rule to re-check it by)."""
+    return payload
+
+
+#: Kind -> (schema version, upcasters) where a kind moved past version 1.
+_VERSIONS: dict[type, tuple[int, dict[int, Any]]] = {
+    ExperimentCreated: (R14_STATED_INTERVAL, {1: _same_payload}),
+    ChampionSelected: (R14_BLOCKS_CHAMPION, {1: _same_payload}),
 }
 
 for _type, _summary in _SUMMARIES.items():
-    register_kind(KindSpec(_type.__name__, 1, _type, summary=_summary))
+    _version, _upcasters = _VERSIONS.get(_type, (1, {}))
+    register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary))
 
 #: Kinds that record a decision: appended only through their operation's decider
 #: (:mod:`perfledger.commands.operations`), never through the raw ``Ledger.append``.

@@ -13,7 +13,56 @@ from __future__ import annotations
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL
-from perfledger.projections.workflow import WorkflowState
+from perfledger.projections.workflow import TargetView, WorkflowState
+
+
+class FinalAuditStanding(msgspec.Struct, kw_only=True):
+    """Where the current champion stands with its final audit (R13, R18).
+
+    Attributes:
+        status: ``pass``, ``fail`` or ``inconclusive`` (the current champion's own latest final
+            audit); ``none`` (no final audit of any champion of this Target); ``stale`` (the
+            latest final audit is of an earlier champion: the current one has none).
+        samples_id: the final-audit samples that status comes from (None for ``none``).
+        champion: the champion those samples audited (an experiment id, or None).
+        audited_status: the status that audit derived (for ``stale``: the earlier champion's).
+    """
+
+    status: str
+    samples_id: str | None = None
+    champion: str | None = None
+    audited_status: str | None = None
+
+    def text(self) -> str:
+        """One phrase for people: ``pass``, ``none``, ``stale (pass of e1, samples e1-final)``."""
+        if self.status == "stale":
+            return (
+                f"stale ({self.audited_status} of earlier champion {self.champion}, samples "
+                f"{self.samples_id}; the current champion has none)"
+            )
+        return self.status
+
+
+def final_audit_standing(state: WorkflowState, target: TargetView) -> FinalAuditStanding:
+    """The current champion's final-audit standing (:class:`FinalAuditStanding`): a final audit
+    counts only for the champion it audited (R13)."""
+    if target.final_audit is not None and target.final_audit_status is not None:
+        audit = state.final_audits.get(target.final_audit)
+        return FinalAuditStanding(
+            status=target.final_audit_status,
+            samples_id=target.final_audit,
+            champion=audit.champion if audit is not None else target.champion,
+            audited_status=target.final_audit_status,
+        )
+    latest = state.final_audits.get(target.latest_final_audit or "")
+    if latest is None:
+        return FinalAuditStanding(status="none")
+    return FinalAuditStanding(
+        status="stale",
+        samples_id=latest.samples_id,
+        champion=latest.champion,
+        audited_status=latest.status,
+    )
 
 
 class CurrentChampion(msgspec.Struct, kw_only=True):
@@ -24,7 +73,9 @@ class CurrentChampion(msgspec.Struct, kw_only=True):
         champion: the experiment id, or ``original``.
         candidate_hash: the champion's content hash (the original's for ``original``).
         since_event: the event that chose it (None when never chosen).
-        final_audit_status: the latest final audit's status, None before any.
+        final_audit_status: the current champion's final-audit standing: ``pass``, ``fail``,
+            ``inconclusive``, ``none`` or ``stale`` (:class:`FinalAuditStanding`, R13).
+        final_audit: the standing in full (which samples, which champion they audited).
         open_conflicts: ids of unresolved champion conflicts (they block decisions).
     """
 
@@ -33,8 +84,9 @@ class CurrentChampion(msgspec.Struct, kw_only=True):
     champion: str
     candidate_hash: str | None
     since_event: str | None
-    final_audit_status: str | None
+    final_audit_status: str
     open_conflicts: list[str]
+    final_audit: FinalAuditStanding | None = None
 
 
 class FinalAuditRef(msgspec.Struct, kw_only=True):
@@ -94,6 +146,7 @@ def current_champions(state: WorkflowState) -> list[CurrentChampion]:
             for c in state.conflicts.values()
             if c.target_id == target_id and c.kind == "champion" and c.resolved_by is None
         ]
+        standing = final_audit_standing(state, target)
         out.append(
             CurrentChampion(
                 target_id=target_id,
@@ -101,8 +154,9 @@ def current_champions(state: WorkflowState) -> list[CurrentChampion]:
                 champion=target.champion or ORIGINAL,
                 candidate_hash=target.champion_hash if target.champion else original,
                 since_event=target.lineage[-1].event_id if target.lineage else None,
-                final_audit_status=target.final_audit_status,
+                final_audit_status=standing.status,
                 open_conflicts=conflicts,
+                final_audit=standing,
             )
         )
     return out

@@ -14,8 +14,9 @@ than was measured). Tail primaries (p95, p99) have no numeric bound (R7); their 
 predicted improvement interval only (``interval_error``, in improvement ratios: 0 inside it, else
 the signed distance to its nearest end).
 
-A reconciliation is *owed* when a target-stage verdict contradicted the claim (its CI lies outside
-the predicted interval, R14); ``reconciled`` says whether one was recorded.
+A reconciliation is *owed* when a verdict contradicted the claim (R14): a target-stage CI outside
+the predicted interval, or, for claims recorded under the stated-interval rule, a failed screen of
+a claim predicting at least the minimum effect; ``reconciled`` says whether one was recorded.
 
 Pure: reads a :class:`~perfledger.projections.workflow.WorkflowState`, never a store.
 """
@@ -40,6 +41,8 @@ class Measured(msgspec.Struct, kw_only=True):
         speedup, speedup_low, speedup_high: the same, converted to end-to-end speedups (the
             bound's units; None where the improvement is None or ``>= 1`` for lower-is-better).
         n_pairs: valid pairs the verdict used.
+        notes: the verdict's notes (why its status differs from the primary's; R14 owed
+            reconciliations; R17 foreign activity and its explanations).
     """
 
     samples_id: str
@@ -52,6 +55,7 @@ class Measured(msgspec.Struct, kw_only=True):
     speedup_low: float | None
     speedup_high: float | None
     n_pairs: int
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class ClaimRow(msgspec.Struct, kw_only=True):
@@ -71,7 +75,7 @@ class ClaimRow(msgspec.Struct, kw_only=True):
         prediction_error: ``measured speedup - bound`` (speedup units); None without both.
         interval_error: the measured estimate's signed distance outside the predicted interval
             (improvement ratio; 0.0 inside it); None without a measurement.
-        reconciliation_owed: a target verdict contradicted the claim (R14).
+        reconciliation_owed: a verdict contradicted the claim (R14).
         reconciled: a reconciliation is recorded for this experiment.
         reconciliations: the premises named by its reconciliations, in order.
     """
@@ -132,6 +136,7 @@ def _measured(verdict: VerdictRecorded) -> Measured:
         speedup_low=improvement_to_speedup(p.ci_low, p.direction),
         speedup_high=improvement_to_speedup(p.ci_high, p.direction),
         n_pairs=p.n_pairs,
+        notes=list(verdict.notes),
     )
 
 
@@ -170,7 +175,7 @@ def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
     if measured is not None and measured.speedup is not None and bound is not None:
         error = measured.speedup - bound
     owed = any(
-        state.verdicts[s].stage == "target" and state.verdicts[s].contradicts_claim
+        state.verdicts[s].contradicts_claim  # a target result, or a failed screen (R14)
         for s in experiment.verdicts
         if s in state.verdicts
     )

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
+from perfledger.projections.champions import FinalAuditStanding, final_audit_standing
 from perfledger.projections.claims import improvement_to_speedup
 from perfledger.projections.workflow import TargetView, WorkflowState
 
@@ -51,8 +52,8 @@ class ResumeContext(msgspec.Struct, kw_only=True):
 
 
 class Gain(msgspec.Struct, kw_only=True):
-    """A measured gain on the primary: the verdict's median improvement and CI (ratios) and the
-    end-to-end speedup they mean."""
+    """A measured gain on the primary: the verdict's median improvement and CI (ratios), the
+    end-to-end speedup they mean, and the verdict's notes (e.g. foreign activity explained, R17)."""
 
     experiment_id: str
     samples_id: str
@@ -62,6 +63,7 @@ class Gain(msgspec.Struct, kw_only=True):
     ci_low: float | None
     ci_high: float | None
     speedup: float | None
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class LocalResultLine(msgspec.Struct, kw_only=True):
@@ -110,11 +112,20 @@ class BudgetLine(msgspec.Struct, kw_only=True):
 
 
 class NextDecision(msgspec.Struct, kw_only=True):
-    """An operation the rules allow next: ``op`` (``samples.record``), why, and its rule."""
+    """An operation the rules allow next: ``op`` (``samples.record``), why, and its rule.
+
+    Attributes:
+        about: the id the decision is about (experiment, samples or conflict id), if any.
+        request: the complete request body where the state determines it (a champion
+            selection, a verdict, a final audit): the one ``perfledger resume`` has run dry
+            through its decider on the head; None where the caller supplies the content.
+    """
 
     op: str
     why: str
     rule: str
+    about: str | None = None
+    request: dict[str, Any] | None = None
 
 
 class Handoff(msgspec.Struct, kw_only=True):
@@ -125,9 +136,11 @@ class Handoff(msgspec.Struct, kw_only=True):
             direction)``; minimum effect as a ratio).
         resolution: the latest recorded A/A resolution (ratio; R4), None before one is recorded;
             a pass needs the CI's lower end above max(min_effect, resolution) (R12).
-        primary_achieved: a champion whose final audit passed exists.
+        primary_achieved: the current champion's own final audit passed (R13, R18).
         champion, champion_hash: the current champion (``original`` when none).
-        final_audit_status: the latest final audit's status.
+        final_audit_status: the current champion's final-audit standing: ``pass``, ``fail``,
+            ``inconclusive``, ``none`` or ``stale`` (an earlier champion's audit, R13).
+        final_audit: that standing in full (samples, the champion they audited).
         key_evidence: evidence and samples ids behind the champion.
         gains: the champion's target-stage gain and its final audit, if any.
         local_results, rejected, prediction_corrections: as named.
@@ -149,7 +162,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     primary_achieved: bool
     champion: str
     champion_hash: str | None
-    final_audit_status: str | None
+    final_audit_status: str
     key_evidence: list[str]
     gains: list[Gain]
     local_results: list[LocalResultLine]
@@ -163,6 +176,7 @@ class Handoff(msgspec.Struct, kw_only=True):
     head: str
     recorded_handoffs: int
     resolution: float | None = None
+    final_audit: FinalAuditStanding | None = None
     #: absent (not null) without a snapshot, so handoffs of old-rule Targets read as before
     champion_snapshot: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
@@ -202,6 +216,7 @@ def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
                 ci_low=primary.ci_low,
                 ci_high=primary.ci_high,
                 speedup=improvement_to_speedup(primary.estimate, primary.direction),
+                notes=list(verdict.notes if verdict else audit.notes if audit else ()),
             )
         )
     return out
@@ -241,7 +256,14 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
         elif target_verdicts[-1].status == "fail":
             out.append(f"{experiment_id} failed its target stage and is not rejected yet")
     if target.champion is not None and target.final_audit_status is None:
-        out.append(f"champion {target.champion} has no final audit against the original")
+        standing = final_audit_standing(state, target)
+        stale = (
+            f" (the latest final audit, {standing.samples_id}, audited earlier champion "
+            f"{standing.champion}: stale)"
+            if standing.status == "stale"
+            else ""
+        )
+        out.append(f"champion {target.champion} has no final audit against the original{stale}")
     if target.readiness is not None and target.readiness.missing_lineage:
         out.append(
             "environment lineage not recorded in the readiness: "
@@ -345,7 +367,9 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
     definition = target.definition
     last = _last_handoff(state, target_id)
     champion = target.champion or ORIGINAL
-    achieved = target.champion is not None and target.final_audit_status == "pass"
+    standing = final_audit_standing(state, target)
+    # R13/R18: achieved only by the current champion's own final audit, never a predecessor's.
+    achieved = target.champion is not None and standing.status == "pass"
     key: list[str] = []
     if target.champion is not None:
         experiment = state.experiments.get(target.champion)
@@ -367,7 +391,8 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         primary_achieved=achieved,
         champion=champion,
         champion_hash=target.champion_hash if target.champion else readiness_hash,
-        final_audit_status=target.final_audit_status,
+        final_audit_status=standing.status,
+        final_audit=standing,
         key_evidence=key,
         gains=gains,
         local_results=[
@@ -435,7 +460,8 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
     for conflict in state.conflicts.values():
         if conflict.target_id == target_id and conflict.resolved_by is None:
             out.append(NextDecision(op="conflict.resolve", why=f"conflict {conflict.conflict_id} "
-                                    f"blocks {conflict.kind} decisions", rule="R13"))  # fmt: skip
+                                    f"blocks {conflict.kind} decisions", rule="R13",
+                                    about=conflict.conflict_id))  # fmt: skip
     chain = (
         (target.readiness is None, "readiness.record", "formal samples need readiness", "R2"),
         (target.definition.primary.name not in target.metric_audits, "metric-audit.record",
@@ -450,16 +476,32 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
             return out
     for pending in target.pending.values():
         out.append(NextDecision(op="reconcile", why=f"{pending.experiment_id} contradicted its "
-                                "claim; no new experiment until reconciled", rule="R14"))  # fmt: skip
+                                "claim; no new experiment or champion selection until reconciled",
+                                rule="R14", about=pending.experiment_id))  # fmt: skip
     for experiment_id in target.experiments:
         out += _experiment_next(state, target, experiment_id)
     if target.champion is not None:
-        if target.final_audit_status is None:
+        champion = state.experiments.get(target.champion)
+        unaudited = [
+            s for s in (champion.samples.get("final_audit", []) if champion else [])
+            if s not in state.final_audits
+        ]  # fmt: skip
+        if target.final_audit_status is None and unaudited:
+            out.append(NextDecision(op="final-audit.record", why=f"final-audit samples "
+                                    f"{unaudited[-1]} of champion {target.champion} have no "
+                                    "final audit yet", rule="R13", about=unaudited[-1],
+                                    request={"target_id": target_id,
+                                             "samples_id": unaudited[-1]}))  # fmt: skip
+        elif target.final_audit_status is None:
             out.append(NextDecision(op="samples.record", why=f"final-audit samples of champion "
-                                    f"{target.champion} against the original", rule="R13"))  # fmt: skip
+                                    f"{target.champion} against the original", rule="R13",
+                                    about=target.champion))  # fmt: skip
         elif target.final_audit_status == "fail":
             out.append(NextDecision(op="champion.select", why="the final audit failed: restore "
-                                    "the original (decision restore_original)", rule="R13"))  # fmt: skip
+                                    "the original (decision restore_original)", rule="R13",
+                                    request={"target_id": target_id,
+                                             "decision": "restore_original",
+                                             "expected_current": target.champion}))  # fmt: skip
     if not target.pending:
         out.append(NextDecision(op="experiment.create", why="a new candidate with its "
                                 "opportunity claim and preregistration", rule="R7 R9"))  # fmt: skip
@@ -482,16 +524,28 @@ def _experiment_next(
         if s not in state.verdicts
     ]
     if unjudged:
-        return [NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of {experiment_id} "
-                             "have no verdict yet", rule="R12")]  # fmt: skip
+        out = []
+        view = state.samples[unjudged[0]]
+        explained = {i for e in state.explanations.get(unjudged[0], []) for i in e.pairs}
+        if view.unexplained_activity > len(explained):
+            out.append(NextDecision(op="activity.explain", why=f"samples {unjudged[0]} have "
+                                    f"{view.unexplained_activity - len(explained)} window(s) with "
+                                    "unexplained foreign activity: explain them before the "
+                                    "verdict, or its attribution is inconclusive", rule="R17",
+                                    about=unjudged[0]))  # fmt: skip
+        out.append(NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of "
+                                f"{experiment_id} have no verdict yet", rule="R12",
+                                about=unjudged[0], request={"samples_id": unjudged[0]}))  # fmt: skip
+        return out
     prereg = experiment.created.preregistration.rejects
     reject = NextDecision(op="reject", why=f"{experiment_id} failed; close at most its "
-                          f"preregistered scope ({prereg})", rule="R15")  # fmt: skip
+                          f"preregistered scope ({prereg})", rule="R15",
+                          about=experiment_id)  # fmt: skip
     if experiment.status == "screen_failed" or experiment.status == "failed":
         return [reject]
     if not experiment.samples.get("screen"):
         return [NextDecision(op="samples.record", why=f"screen samples of {experiment_id}",
-                             rule="R11")]  # fmt: skip
+                             rule="R11", about=experiment_id)]  # fmt: skip
     if experiment.status == "passed":
         last = experiment.verdicts[-1] if experiment.verdicts else None
         verdict = state.verdicts.get(last or "")
@@ -502,9 +556,13 @@ def _experiment_next(
             and all(g.status == "pass" for g in verdict.guardrails)
         ):
             return [NextDecision(op="champion.select", why=f"{experiment_id}'s target verdict "
-                                 f"passed ({verdict.samples_id})", rule="R13")]  # fmt: skip
+                                 f"passed ({verdict.samples_id})", rule="R13",
+                                 about=verdict.samples_id,
+                                 request={"target_id": target.definition.target_id,
+                                          "samples_id": verdict.samples_id,
+                                          "expected_current": target.champion or ORIGINAL})]  # fmt: skip
     return [NextDecision(op="samples.record", why=f"target-stage samples of {experiment_id} "
-                         "against the current champion", rule="R11")]  # fmt: skip
+                         "against the current champion", rule="R11", about=experiment_id)]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -557,7 +615,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             if h.champion_hash
             else ""
         )
-        + (f", final audit {h.final_audit_status}" if h.final_audit_status else ""),
+        + f", final audit {h.final_audit.text() if h.final_audit else h.final_audit_status}",
         *_snapshot_lines(h),
         f"- Stop reason: {h.stop_reason}",
         f"- Ledger head: `{h.head}` (git commit)",
@@ -573,6 +631,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             f"- {g.experiment_id} {g.stage} `{g.samples_id}`: {g.status}, improvement "
             f"{_ratio(g.estimate)} (CI {_ratio(g.ci_low)} .. {_ratio(g.ci_high)}){speed}"
         )
+        lines += [f"  - note: {n}" for n in g.notes]
     if not h.key_evidence and not h.gains:
         lines.append("- none")
     lines += ["", "## Local results (secondary-only gains, R13)", ""]
@@ -615,5 +674,13 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
     lines += ["", "## Friction and feedback", "", h.feedback or "none"]
     if decisions is not None:
         lines += ["", "## Next decisions the rules allow", ""]
-        lines += [f"- `{d.op}` ({d.rule}): {d.why}" for d in decisions] or ["- none"]
+        lines += [
+            f"- `{d.op}` ({d.rule}): {d.why}"
+            + (
+                ""
+                if d.request is None
+                else f"; request `{msgspec.json.encode(d.request).decode()}`"
+            )
+            for d in decisions
+        ] or ["- none"]
     return "\n".join(lines) + "\n"

@@ -23,6 +23,7 @@ import msgspec
 from perfledger.events.kinds import RecordedEvent
 from perfledger.events.workflow import (
     ORIGINAL,
+    ActivityExplained,
     BaselineRecorded,
     CandidateRejected,
     ChampionSelected,
@@ -52,7 +53,9 @@ from perfledger.projections.ledger_state import LedgerState
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
 #: 2: samples kept without their pairs (SamplesView).
 #: 3: supersession and reconciliation conflicts (issue 7), Target status ``contested``.
-PROJECTION_VERSION = 3
+#: 4: a final audit belongs to the champion it audited (R13); screens and ``ActivityExplained``
+#: owe or clear obligations (R14, R17).
+PROJECTION_VERSION = 4
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -103,7 +106,11 @@ class TargetView(msgspec.Struct, kw_only=True):
         lineage: every champion decision, in order.
         experiments: ids of the Target's experiments, in creation order.
         pending: experiment id -> unreconciled contradiction (R14).
-        final_audit: samples id of the latest final audit, and its status.
+        final_audit, final_audit_status: samples id and status of the latest final audit of the
+            *current* champion; None when the current champion has none (R13: a final audit
+            belongs to the champion it audited, a newer champion has none until its own).
+        latest_final_audit: samples id of the latest final audit of any champion of this
+            Target (an earlier champion's is stale for the current one).
     """
 
     definition: TargetDefinition
@@ -123,11 +130,13 @@ class TargetView(msgspec.Struct, kw_only=True):
     pending: dict[str, PendingReconciliation] = msgspec.field(default_factory=dict)
     final_audit: str | None = None
     final_audit_status: str | None = None
+    latest_final_audit: str | None = None
 
 
 class ExperimentView(msgspec.Struct, kw_only=True):
     """An experiment: its creation (claim, preregistration), stage and status, its samples by
-    stage (ids in order), its verdicts (samples ids) and its rejection, if any."""
+    stage (ids in order), its verdicts (samples ids), its rejection, if any, and the schema
+    version its creation was recorded under (``rules_schema``, R14)."""
 
     created: ExperimentCreated
     event_id: str
@@ -137,6 +146,10 @@ class ExperimentView(msgspec.Struct, kw_only=True):
     verdicts: list[str] = msgspec.field(default_factory=list)
     rejection: CandidateRejected | None = None
     reconciliations: int = 0
+    #: The schema version its ExperimentCreated was recorded under: from
+    #: :data:`~perfledger.events.workflow.R14_STATED_INTERVAL` on, a failed screen of a claim
+    #: predicting at least the minimum effect owes a reconciliation (R14).
+    rules_schema: int = 1
 
 
 class Conflict(msgspec.Struct, kw_only=True):
@@ -211,6 +224,8 @@ class WorkflowState(LedgerState, kw_only=True):
     handoffs: list[HandoffRecorded] = msgspec.field(default_factory=list)
     conflicts: dict[str, Conflict] = msgspec.field(default_factory=dict)
     anomalies: list[str] = msgspec.field(default_factory=list)
+    #: samples id -> explanations of foreign activity in its windows, in order (R17).
+    explanations: dict[str, list[ActivityExplained]] = msgspec.field(default_factory=dict)
     #: The kernel-iteration loop's runs (R19-R25), see :mod:`perfledger.projections.loop`.
     loop: loop_projection.LoopState = msgspec.field(default_factory=loop_projection.LoopState)
 
@@ -319,7 +334,9 @@ def _on_verdict(state: WorkflowState, event: RecordedEvent, p: VerdictRecorded) 
             experiment.status = "screen_failed"
     elif p.stage == "target" and experiment.status not in ("champion", "rejected"):
         experiment.status = {"pass": "passed", "fail": "failed"}.get(p.status, "inconclusive")  # type: ignore[assignment]
-    if p.stage == "target" and p.contradicts_claim:
+    # R14: a target result outside the claim, or (for claims recorded from
+    # R14_STATED_INTERVAL on) a failed screen of a claim predicting at least the minimum effect.
+    if p.contradicts_claim:
         figures = experiment.created.figures
         target.pending[p.experiment_id] = PendingReconciliation(
             experiment_id=p.experiment_id,
@@ -366,6 +383,9 @@ def _set_champion(
         previous.status = "passed"
     target.champion = chosen
     target.champion_hash = None
+    # R13: the final audit belongs to the champion it audited; the new one has none yet.
+    target.final_audit = None
+    target.final_audit_status = None
     experiment = state.experiments.get(chosen or "")
     if experiment is not None:
         experiment.status = "champion"
@@ -468,7 +488,9 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
         if target is None or p.experiment_id in state.experiments:
             _anomaly(state, event, f"unknown target or duplicate experiment {p.experiment_id!r}")
         else:
-            state.experiments[p.experiment_id] = ExperimentView(created=p, event_id=event.id)
+            state.experiments[p.experiment_id] = ExperimentView(
+                created=p, event_id=event.id, rules_schema=event.envelope.schema
+            )
             target.experiments.append(p.experiment_id)
             if target.pending:
                 _reconciliation_conflict(state, event, target, p.experiment_id)
@@ -522,7 +544,14 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
             experiment.reconciliations += 1
     elif isinstance(p, FinalAuditRecorded):
         state.final_audits[p.samples_id] = p
-        target.final_audit = p.samples_id
-        target.final_audit_status = p.status
+        target.latest_final_audit = p.samples_id
+        if p.champion == (target.champion or ORIGINAL):
+            target.final_audit = p.samples_id
+            target.final_audit_status = p.status
     elif isinstance(p, HandoffRecorded):
         state.handoffs.append(p)
+    elif isinstance(p, ActivityExplained):
+        if p.samples_id not in state.samples:
+            _anomaly(state, event, f"unknown samples {p.samples_id!r}")
+        else:
+            state.explanations.setdefault(p.samples_id, []).append(p)
