@@ -100,6 +100,8 @@ class _LedgerGroup(click.Group):
             _load_workflow_commands()
         if cmd_name == "loop":
             _load_loop_command()
+        if cmd_name == "knowledge":
+            _load_knowledge_command()
         if cmd_name in MEASURE_COMMANDS or cmd_name in IDENTITY_COMMANDS:
             _load_measure_commands()
         return super().get_command(ctx, cmd_name)
@@ -107,6 +109,7 @@ class _LedgerGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         _load_workflow_commands()
         _load_loop_command()
+        _load_knowledge_command()
         _load_measure_commands()
         return super().list_commands(ctx)
 
@@ -419,6 +422,14 @@ def _load_loop_command() -> None:
         from perfledger.commands.loop_cli import loop
 
         cli.add_command(loop)
+
+
+def _load_knowledge_command() -> None:
+    """Add ``perfledger knowledge`` (offline knowledge cards) on first use."""
+    if "knowledge" not in cli.commands:
+        from perfledger.commands.knowledge_cli import knowledge
+
+        cli.add_command(knowledge)
 
 
 _measure_loaded = False
