@@ -79,7 +79,7 @@ WORKFLOW_COMMANDS = frozenset(
     {
         "baseline", "champion", "conflict", "evidence", "experiment", "final-audit", "handoff",
         "host-advice", "local-result", "metric-audit", "readiness", "reconcile", "reject",
-        "resolution", "samples", "schema", "target", "upstream-check", "verdict",
+        "resolution", "samples", "schema", "target", "upstream-check", "verdict", "review",
     }
 )  # fmt: skip
 
@@ -414,6 +414,9 @@ def _load_workflow_commands() -> None:
         from perfledger.commands.readmodels_cli import install
 
         install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
+        from perfledger.commands.review_cli import extend as extend_review
+
+        extend_review(cli)  # review list
 
 
 def _load_loop_command() -> None:

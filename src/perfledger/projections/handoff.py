@@ -23,6 +23,7 @@ import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
 from perfledger.projections.claims import improvement_to_speedup
+from perfledger.projections.reviews import dissent_line, unresolved_dissent
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 
@@ -251,6 +252,8 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
         )
     if target.diagnostic_only:
         out.append("results are diagnostic only: the metric audit found a mismatch (R3)")
+    # dissent a reviewer kept and no later review resolved (recorded, never judged)
+    out += [dissent_line(v) for v in unresolved_dissent(state.reviews, tid)]
     return out
 
 
