@@ -160,3 +160,23 @@ def test_review_cli_end_to_end_with_handoff_list_and_audit(tmp_path: Path) -> No
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     audit = pl("audit", "--json")
     assert audit.returncode == 0 and json.loads(audit.stdout)["ok"] is True, audit.stdout
+
+
+def test_dissent_carried_by_a_recorded_handoff_leaves_it_once_resolved(
+    claimed: tuple[Any, str],
+) -> None:
+    from perfledger.commands.readmodels_cli import handoff_request
+
+    session, e1 = claimed
+    session.run("review.record", review("r1", e1))
+    derived = derive_handoff(session.state(), T1, ResumeContext(head=session.ledger.head()))
+    session.run("reject", {"experiment_id": "e1", "closes": "implementation", "reason": "lost"})
+    body = handoff_request(derived, gpu_used_s=1.0, wall_used_s=2.0)
+    body["rejected"] = [{"experiment_id": "e1", "closes": "implementation"}]
+    recorded = session.run("handoff.record", body)
+    assert any(
+        q.startswith("unresolved dissent: review r1") for q in recorded["unresolved_questions"]
+    )
+    assert len(_dissent(session)) == 1  # still open: derived, and carried by the record
+    session.run("review.record", review("r2", e1, dissent_remains=False, resolves=["r1"]))
+    assert _dissent(session) == []

@@ -6,6 +6,8 @@ A review with ``dissent_remains`` stays unresolved until a later review names it
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from perfledger.events.kinds import RecordedEvent
@@ -57,3 +59,14 @@ def dissent_line(view: ReviewView) -> str:
         f"unresolved dissent: review {r.review_id} by {r.reviewer} ({r.model_family}) on the "
         f"{r.subject} {r.subject_event[:12]}: {r.challenge} (response: {r.response})"
     )
+
+
+_LINE = re.compile(r"^unresolved dissent: review (?P<id>\S+) by ")
+
+
+def settled_dissent(state: ReviewState, question: str) -> bool:
+    """Whether ``question`` (a line of an earlier recorded handoff) is a :func:`dissent_line`
+    whose review a later review has resolved: a handoff carries it forward no longer."""
+    match = _LINE.match(question)
+    view = state.reviews.get(match.group("id")) if match else None
+    return view is not None and view.resolved_by is not None
