@@ -167,3 +167,26 @@ def test_check_and_show(env: dict[str, str]) -> None:
     show = _run(env, "knowledge", "show", "l2.persistence", "--json")
     assert json.loads(show.stdout)["card"]["conditions"]["sm_min"] == "sm_80"
     assert _run(env, "knowledge", "show", "nope").returncode == 2
+
+
+def test_query_against_the_recorded_h200_environment(tmp_path: Path, env: dict[str, str]) -> None:
+    """The environment an H200 session recorded (examples/loop/recorded), piped through stdin."""
+    recorded = Path(__file__).resolve().parents[2] / "examples" / "loop" / "recorded"
+    h200 = json.loads((recorded / "h200_transpose_state.json").read_text())["setup"]["environment"]
+    assert h200["gpu_name"] == "NVIDIA H200"
+    done = subprocess.run(
+        [*perfledger_command(), "knowledge", "query", "--env", "-", "--json"],
+        input=json.dumps(h200), capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["environment"] == {"sm": 90, "cuda": "13.0", "toolkit": "13.0",
+                                   "driver": "580.159.04", "libraries": {"cupy": "14.2.0"},
+                                   "gpu": "NVIDIA H200"}  # fmt: skip
+    status = {r["id"]: r for r in data["results"]}
+    for card_id in ("hopper.tma", "hopper.wgmma", "hopper.thread_block_clusters", "l2.persistence"):
+        assert status[card_id]["status"] == "compatible", status[card_id]
+    assert status["blackwell.tcgen05_tensor_memory"]["differences"] == [
+        "needs sm_100..sm_103, environment sm_90"
+    ]
+    assert status["fp8.tensor_cores"]["status"] == "related"  # no --dtype given
