@@ -99,6 +99,12 @@ BASES.update({
                         "pairs": [{"ref_ms": [1.0], "cand_ms": [0.5]}]},
     "loop.finalize": {"run_id": "r-fuzz", "stop_reason": "s"},
 })  # fmt: skip
+# A review of an event the fuzz ledger does not hold: refused, whatever the mutation.
+BASES["review.record"] = {
+    "review_id": "rv-fuzz", "reviewer": "model-x", "model_family": "family-y", "subject": "claim",
+    "subject_event": "0" * 64, "challenge": "c", "response": "r", "dissent_remains": True,
+    "resolves": ["rv-0"],
+}  # fmt: skip
 #: Maps whose keys are data, not field names (an extra key there is not an unknown field).
 FREE_MAPS = {"values", "units", "env"}
 MUTATIONS = ("extra", "drop", "wrong_type", "nan", "huge", "unicode_id", "not_object")

@@ -80,7 +80,7 @@ WORKFLOW_COMMANDS = frozenset(
         "activity",
         "baseline", "champion", "conflict", "evidence", "experiment", "final-audit", "handoff",
         "host-advice", "local-result", "metric-audit", "readiness", "reconcile", "reject",
-        "resolution", "samples", "schema", "target", "upstream-check", "verdict",
+        "resolution", "samples", "schema", "target", "upstream-check", "verdict", "review",
     }
 )  # fmt: skip
 
@@ -101,6 +101,8 @@ class _LedgerGroup(click.Group):
             _load_workflow_commands()
         if cmd_name == "loop":
             _load_loop_command()
+        if cmd_name == "knowledge":
+            _load_knowledge_command()
         if cmd_name in MEASURE_COMMANDS or cmd_name in IDENTITY_COMMANDS:
             _load_measure_commands()
         return super().get_command(ctx, cmd_name)
@@ -108,6 +110,7 @@ class _LedgerGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         _load_workflow_commands()
         _load_loop_command()
+        _load_knowledge_command()
         _load_measure_commands()
         return super().list_commands(ctx)
 
@@ -415,6 +418,9 @@ def _load_workflow_commands() -> None:
         from perfledger.commands.readmodels_cli import install
 
         install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
+        from perfledger.commands.review_cli import extend as extend_review
+
+        extend_review(cli)  # review list
 
 
 def _load_loop_command() -> None:
@@ -423,6 +429,14 @@ def _load_loop_command() -> None:
         from perfledger.commands.loop_cli import loop
 
         cli.add_command(loop)
+
+
+def _load_knowledge_command() -> None:
+    """Add ``perfledger knowledge`` (offline knowledge cards) on first use."""
+    if "knowledge" not in cli.commands:
+        from perfledger.commands.knowledge_cli import knowledge
+
+        cli.add_command(knowledge)
 
 
 _measure_loaded = False

@@ -300,6 +300,14 @@ OPERATIONS.update(
     )
 )  # fmt: skip
 
+#: Research and review records: the request in ``requests``, the decider in ``review_deciders``.
+OPERATIONS["review.record"] = Operation(
+    "review.record", "review", "record", "ReviewRecorded", "ReviewRecord",
+    "decide_review_record", "",
+    "Record a reviewer's challenge, the response and whether dissent remains (never judged).",
+    decider_module="perfledger.commands.review_deciders",
+)  # fmt: skip
+
 
 def get_operation(name: str) -> Operation:
     """Return the operation ``name``; BadRequest listing the known ones otherwise."""

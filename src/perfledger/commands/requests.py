@@ -669,3 +669,23 @@ class ConflictResolve(Request, kw_only=True):
     conflict_id: Id
     keep: Id
     reason: Text
+
+
+# ------------------------------------------------------------------------------- reviews
+
+
+class ReviewRecord(Request, kw_only=True):
+    """``review.record``: a reviewer's challenge to a claim, a rejection or a Target's stop
+    (``subject_event``: the reviewed event's full id), the response, and whether dissent
+    remains; ``resolves`` names earlier reviews whose dissent this one settles. Recorded, never
+    judged."""
+
+    review_id: Id
+    reviewer: Name
+    model_family: Name
+    subject: Literal["claim", "rejection", "stop", "other"]
+    subject_event: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+    challenge: Text
+    response: Text
+    dissent_remains: bool
+    resolves: Annotated[list[Id], Meta(max_length=_MAX_ITEMS)] = []

@@ -889,3 +889,8 @@ from perfledger.events import loop as _loop  # noqa: E402, F401
 DECISION_KINDS = DECISION_KINDS | {
     "RunSetUp", "ProfileRecorded", "AttemptRecorded", "IterationClosed", "RunFinalized"
 }  # fmt: skip
+
+# Review records (research and review, never judged) live in their own module too.
+from perfledger.events import review as _review  # noqa: E402, F401
+
+DECISION_KINDS = DECISION_KINDS | {"ReviewRecorded"}

@@ -24,6 +24,7 @@ import msgspec
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
 from perfledger.projections.champions import FinalAuditStanding, final_audit_standing
 from perfledger.projections.claims import improvement_to_speedup
+from perfledger.projections.reviews import dissent_line, settled_dissent, unresolved_dissent
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 
@@ -273,6 +274,8 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
         )
     if target.diagnostic_only:
         out.append("results are diagnostic only: the metric audit found a mismatch (R3)")
+    # dissent a reviewer kept and no later review resolved (recorded, never judged)
+    out += [dissent_line(v) for v in unresolved_dissent(state.reviews, tid)]
     return out
 
 
@@ -379,7 +382,11 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
     key += [g.samples_id for g in gains]
     questions = unresolved(state, target)
     if last is not None:
-        questions += [q for q in last.unresolved_questions if q not in questions]
+        questions += [
+            q
+            for q in last.unresolved_questions
+            if q not in questions and not settled_dissent(state.reviews, q)
+        ]
     primary = definition.primary
     readiness_hash = target.readiness.original.content_hash if target.readiness else None
     return Handoff(

@@ -48,6 +48,7 @@ from perfledger.events.workflow import (
 )
 from perfledger.projections import ledger_state
 from perfledger.projections import loop as loop_projection
+from perfledger.projections import reviews as review_projection
 from perfledger.projections.ledger_state import LedgerState
 
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
@@ -228,6 +229,10 @@ class WorkflowState(LedgerState, kw_only=True):
     explanations: dict[str, list[ActivityExplained]] = msgspec.field(default_factory=dict)
     #: The kernel-iteration loop's runs (R19-R25), see :mod:`perfledger.projections.loop`.
     loop: loop_projection.LoopState = msgspec.field(default_factory=loop_projection.LoopState)
+    #: Review records and unresolved dissent, see :mod:`perfledger.projections.reviews`.
+    reviews: review_projection.ReviewState = msgspec.field(
+        default_factory=review_projection.ReviewState
+    )
 
 
 def initial_state() -> WorkflowState:
@@ -469,6 +474,7 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
     """
     ledger_state.evolve(state, event)
     loop_projection.evolve(state.loop, event)
+    review_projection.evolve(state.reviews, event)
     p = event.payload
     if isinstance(p, TargetFrozen):
         _add_target(state, event, p.target)

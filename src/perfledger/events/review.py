@@ -1,0 +1,74 @@
+"""The research and review record: a challenge by a reviewer (often a model of another family)
+to a claim, a rejection or a Target's stop, with the response and whether dissent remains.
+
+The tool records; it never judges: a review changes no verdict, allows or blocks no decision,
+and a later review resolves earlier dissent only by saying so (``resolves``). The handoff and the
+state list dissent that no later review resolved.
+
+Importing this module registers the kind; :mod:`perfledger.events.workflow` imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from perfledger.events.kinds import KindSpec, register_kind
+
+#: What a review challenges, and the event kind each names (``other``: any recorded event).
+ReviewSubject = Literal["claim", "rejection", "stop", "other"]
+SUBJECT_KINDS: dict[str, str | None] = {
+    "claim": "ExperimentCreated",
+    "rejection": "CandidateRejected",
+    "stop": "HandoffRecorded",
+    "other": None,
+}
+
+
+class ReviewRecorded(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, tag_field="kind",
+    tag=True,
+):  # fmt: skip
+    """A review: who challenged what, the challenge, the response, whether dissent remains.
+
+    Attributes:
+        review_id: the caller's id for this review.
+        reviewer: who reviewed (a person or a model's name and version).
+        model_family: the reviewer's model family (``gpt``, ``gemini``, ``claude``, ``human``);
+            the playbook asks for a family other than the author's.
+        subject: ``claim`` (an ExperimentCreated), ``rejection`` (a CandidateRejected), ``stop``
+            (a HandoffRecorded) or ``other``.
+        subject_event: the id of the reviewed event.
+        subject_kind: that event's kind (*derived*).
+        target_id: the reviewed event's Target (*derived*; None when it names none).
+        challenge: the reviewer's challenge.
+        response: the author's response.
+        dissent_remains: whether the reviewer still disagrees after the response.
+        resolves: ids of earlier reviews whose remaining dissent this review settles.
+    """
+
+    review_id: str
+    reviewer: str
+    model_family: str
+    subject: ReviewSubject
+    subject_event: str
+    subject_kind: str
+    target_id: str | None = None
+    challenge: str
+    response: str
+    dissent_remains: bool
+    resolves: tuple[str, ...] = ()
+
+
+register_kind(
+    KindSpec(
+        "ReviewRecorded",
+        1,
+        ReviewRecorded,
+        summary=lambda p: (
+            f"{p.review_id}: {p.subject} {p.subject_event[:12]} by {p.reviewer} "
+            f"({p.model_family}), dissent={'yes' if p.dissent_remains else 'no'}"
+        ),
+    )
+)
