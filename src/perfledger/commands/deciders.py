@@ -57,8 +57,8 @@ from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
 
+from . import measurement_rules, rules
 from . import requests as rq
-from . import rules
 from .requests import dump
 from .rules import refuse
 
@@ -519,6 +519,7 @@ def decide_samples_record(
             rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
     _samples_common(target, req)
     pairs = req.pairs
+    wall_check = _wall_check(target, req)
     body = dump(req)
     payload = _build(
         SamplesRecorded,
@@ -533,9 +534,25 @@ def decide_samples_record(
                 and p.monitor.foreign_activity
                 and rules.is_unknown(p.monitor.explained)
             ),
+            "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
         },
     )
     return _emit(ctx, payload)
+
+
+def _wall_check(target: TargetView, req: rq.SamplesRecord) -> Any:
+    """Self-reported times against the driver's wall clock (R12; rule and tolerance in
+    :mod:`perfledger.kernels.wall_check`); None for calls no driver timed."""
+    from perfledger.kernels.wall_check import check_pairs
+
+    d = target.definition
+    directions = {d.primary.name: d.primary.direction}
+    directions.update({g.metric: g.direction for g in d.guardrails})
+    directions.update({s.name: s.direction for s in d.secondaries})
+    try:
+        return check_pairs(req.pairs, req.units, directions)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------- verdicts
@@ -690,6 +707,19 @@ def _verdict_samples(
     return samples, target, view.event_id
 
 
+def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> Any:
+    """R12: samples whose self-reported times the driver's wall clock does not bear out
+    (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
+    the flag is noted whatever the status. Returns: the status."""
+    from perfledger.kernels.wall_check import flag_note
+
+    note = flag_note(samples.wall_check)
+    if note is None:
+        return status
+    notes.append(note)
+    return "inconclusive" if status == "pass" else status
+
+
 def decide_verdict_record(
     state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
@@ -717,6 +747,7 @@ def decide_verdict_record(
             f"R17: {samples.unexplained_activity} pair(s) overlap unexplained foreign activity; "
             "performance attribution is inconclusive (correctness stands)"
         )
+    status = _wall_clock_rule(samples, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -792,6 +823,7 @@ def decide_final_audit_record(
     if samples.unexplained_activity and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
+    status = _wall_clock_rule(samples, status, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -953,6 +985,7 @@ def decide_champion_select(
     experiment = state.experiments[verdict.experiment_id]
     if experiment.rejection is not None:
         raise refuse("R15", f"experiment {verdict.experiment_id!r} was rejected")
+    measurement_rules.r5_r13_disqualified(state, experiment, ctx.payload_of)
     if verdict.status != "pass":
         gains = [s.name for s in verdict.secondaries if s.verdict.status == "pass"]
         if gains:
