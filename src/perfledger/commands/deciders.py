@@ -711,9 +711,9 @@ def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) ->
     """R12: samples whose self-reported times the driver's wall clock does not bear out
     (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
     the flag is noted whatever the status. Returns: the status."""
-    from perfledger.kernels.wall_check import flag_note
+    from perfledger.projections.measurement_flags import wall_clock_note
 
-    note = flag_note(samples.wall_check)
+    note = wall_clock_note(samples.wall_check)
     if note is None:
         return status
     notes.append(note)

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfledger.projections.measurement_flags import FORMAL_STAGES
 from perfledger.projections.workflow import ExperimentView, WorkflowState
 
 from .rules import refuse
 
-#: Stages whose samples can support a decision (R11).
-FORMAL_STAGES = ("target", "final_audit")
 #: Most call ids named in a refusal.
 _NAMED = 8
 

@@ -234,21 +234,10 @@ def unresolved_cases(check: WallCheck | None) -> list[WallCheckCase]:
     return [] if check is None else [c for c in check.cases if c.status == "unresolved"]
 
 
-def flag_note(check: WallCheck | None) -> str | None:
-    """The verdict note of a flagged check (R12), naming what was flagged; None when not
-    flagged."""
-    if check is None or not check.flagged:
-        return None
-    return "R12: wall clock: self-reported times are not borne out by the driver's wall time: " + (
-        "; ".join(check.reasons[:3]) or "flagged"
-    )
-
-
 __all__ = [
     "METHOD",
     "SECONDS_PER_UNIT",
     "check_driver_run",
     "check_pairs",
-    "flag_note",
     "unresolved_cases",
 ]

@@ -21,6 +21,7 @@ import msgspec
 
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
 from perfledger.projections.claims import improvement_to_speedup
+from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 
@@ -230,6 +231,9 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
             out.append(f"{experiment_id}'s target verdict is inconclusive")
         elif target_verdicts[-1].status == "fail":
             out.append(f"{experiment_id} failed its target stage and is not rejected yet")
+    for experiment_id in target.experiments:
+        if state.experiments[experiment_id].status != "rejected":
+            out += [f"measurement flag: {f}" for f in experiment_flags(state, experiment_id)]
     if target.champion is not None and target.final_audit_status is None:
         out.append(f"champion {target.champion} has no final audit against the original")
     if target.readiness is not None and target.readiness.missing_lineage:
