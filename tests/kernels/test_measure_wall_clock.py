@@ -94,8 +94,11 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
         samples = opened.payload(opened.state().samples["e2-target-1"].event_id)
     assert samples.wall_check is not None and samples.wall_check.flagged
     assert all(p.ref.wall_s and p.cand.wall_s for p in samples.pairs)  # the driver's clock, kept
-    verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e2-target-1",
-                              "--json").stdout)["payload"]  # fmt: skip
+    answer = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e2-target-1",
+                             "--json").stdout)  # fmt: skip
+    verdict = answer["payload"]
+    assert answer["explanation"]["condition"] == "wall_clock"
+    assert "without it the derivation was pass" in answer["explanation"]["reason"]
     assert verdict["primary"]["status"] == "pass"  # what the reported times alone would say
     assert verdict["status"] == "inconclusive"
     assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
