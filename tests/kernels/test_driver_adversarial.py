@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from perfledger.events.workflow import WallCheck
 from perfledger.kernels.driver import Subject, run_call, run_pairs
 from perfledger.kernels.proctree import process_table
 from perfledger.kernels.wall_check import check_driver_run, check_pairs
@@ -21,7 +22,7 @@ WORKLOAD = [sys.executable, str(Path(__file__).resolve().parent / "adversarial_w
 UNITS = {"time_ms": "ms"}
 
 
-def _compare(cand: list[str], ref: list[str] | None = None, work_s: float = 0.4) -> object:
+def _compare(cand: list[str], ref: list[str] | None = None, work_s: float = 0.4) -> WallCheck:
     """Run the honest reference against ``cand`` (5 ABBA pairs, one case) and check the run."""
     ref_argv = [*WORKLOAD, "--work-s", str(work_s), *(ref or [])]
     cand_argv = [*WORKLOAD, "--work-s", str(work_s), *cand]

@@ -116,3 +116,15 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     assert audit["ok"] is True and audit["findings"] == []
     champion = json.loads(_cli(ledger, tmp_path, "champion", "show", "--json").stdout)
     assert champion["champions"][0]["champion"] == "e1"  # unchanged
+
+
+def test_processes_left_behind_are_reported_when_measure_returns(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    _setup(ledger, cases=("small",))
+    _record_resolution(ledger)
+    _experiment(ledger)
+    beat = tmp_path / "beat"
+    lingering = _cmd("--work-s", "0.05", "--mode", "linger", "--heartbeat", str(beat))
+    printed = _measure(ledger, tmp_path, "e1", "screen", _cmd("--work-s", "0.05"), lingering)
+    assert "note processes: 5 call(s) left processes behind, ended with the call" in printed
+    assert "cand-small-0 (1)" in printed and "ref-small" not in printed.split("note processes")[1]

@@ -606,7 +606,7 @@ def measure_workload(
     }
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
     _warn(result["warnings"])
-    findings = measurement_findings(body, info["target"], stage)
+    findings = measurement_findings(body, info["target"], stage, run)
     result.update(findings)
     if dry_run:
         result["request"] = body
@@ -620,12 +620,16 @@ def measure_workload(
     _answer(ctx, result, lines)
 
 
-def measurement_findings(body: dict[str, Any], target: Any, stage: str) -> dict[str, Any]:
+def measurement_findings(
+    body: dict[str, Any], target: Any, stage: str, run: Any = None
+) -> dict[str, Any]:
     """What the measurement found suspicious, for people and agents, before anything is read
     back from the ledger (SPEC.md section 5): the wall-clock check of self-reported times
-    (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records) and
-    the candidate's failed accuracy checks (R5). Returns: ``{"wall_check": ..., "findings":
-    [lines]}``; a line starts with ``FLAG`` when it blocks a pass or a champion."""
+    (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records), the
+    candidate's failed accuracy checks (R5) and, given the driver ``run``, the calls that left
+    processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
+    "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
+    blocks a pass or a champion, ``note`` otherwise."""
     from types import SimpleNamespace
 
     import msgspec
@@ -676,9 +680,20 @@ def measurement_findings(body: dict[str, Any], target: Any, stage: str) -> dict[
         lines.append(
             f"{'FLAG' if formal else 'note'} accuracy: the candidate failed its check on {len(failed)} call(s) ({shown}); it {what}"
         )
+    left: dict[str, int] = {}
+    if run is not None:
+        calls = [*run.warmup, *(c for p in run.pairs for c in (p.ref, p.cand))]
+        left = {c.call_id: c.ended_descendants for c in calls if c.ended_descendants}
+    if left:
+        shown = ", ".join(f"{k} ({n})" for k, n in list(left.items())[:8])
+        lines.append(
+            f"note processes: {len(left)} call(s) left processes behind, ended with the call so "
+            f"they could not run during the other subject's call: {shown}"
+        )
     return {
         "wall_check": None if check is None else msgspec.to_builtins(check),
         "candidate_failed_calls": failed,
+        "left_processes": left,
         "findings": lines,
     }
 

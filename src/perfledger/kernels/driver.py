@@ -407,6 +407,11 @@ def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 60
             ended = tree.end(include_root=timed_out)
             proc.wait()
             streams.drain(DRAIN_S)
+        except BaseException:
+            # interrupted (Ctrl-C, a monitor's error): nothing the call started may outlive it
+            tree.end(include_root=True)
+            proc.wait()
+            raise
         finally:
             streams.close(proc)
     tails = {"stdout_tail": _tail(streams.text("out")), "stderr_tail": _tail(streams.text("err"))}
