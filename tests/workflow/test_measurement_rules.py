@@ -112,3 +112,17 @@ def test_r5_screen_failures_do_not_disqualify_a_candidate(ready: Session) -> Non
     ready.run("samples.record", samples("e1-target", "target"))
     assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
     assert ready.champion()["experiment_id"] == "e1"
+
+
+def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(ready: Session) -> None:
+    ready.passed()
+    ready.champion()
+    body = samples("e1-final", "final_audit", pairs=_timed_pairs("f", wall_saving=False))
+    assert ready.run("samples.record", body)["wall_check"]["flagged"]
+    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
+    assert audit["primary"]["status"] == "pass" and audit["status"] == "inconclusive"
+    assert any(n.startswith("R12: wall clock") for n in audit["notes"])
+    honest = samples("e1-final-2", "final_audit", pairs=_timed_pairs("g", wall_saving=True))
+    ready.run("samples.record", honest)
+    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final-2"})
+    assert audit["status"] == "pass"
