@@ -9,6 +9,8 @@ Modes:
 - ``fast_half``: steps alternate short and long (same total); reports only the faster half.
 - ``untimed_grandchild``: a grandchild in its own session does the work while this process waits
   outside its timer; then times trivial steps and reports those.
+- ``detached_worker``: hands the work to a grandchild in its own session, reports the time the
+  work takes (plausible) and exits at once, leaving the grandchild working.
 - ``precompute``: does the work before its timer starts (as an import would), then times trivial
   lookups and reports those.
 - ``over_wall``: the honest work, reports ten times the time it spent.
@@ -92,6 +94,9 @@ def main() -> int:
         )
         child.wait()
         times = _trivial(steps)
+    elif mode == "detached_worker":
+        _detached(f"import time; time.sleep({work})")
+        times = [1e3 * work / steps] * steps
     elif mode == "precompute":
         time.sleep(work)
         times = _trivial(steps)
