@@ -15,7 +15,7 @@ import pytest
 
 from perfledger.events.workflow import WallCheck
 from perfledger.kernels.driver import Subject, run_call, run_pairs
-from perfledger.kernels.proctree import process_table
+from perfledger.kernels.proctree import process_table, set_subreaper
 from perfledger.kernels.wall_check import check_driver_run, check_pairs
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter
@@ -182,3 +182,10 @@ def test_timeout_ends_a_grandchild_in_its_own_session_holding_stdout() -> None:
         assert out.reason == "timeout" and out.ended_descendants >= 1
         assert elapsed < 2.5, f"a 2 s timeout cost {elapsed:.2f} s"
     assert not _alive_with("time.sleep(30)")
+
+
+def test_driver_is_a_subreaper_only_during_a_call() -> None:
+    argv = [*WORKLOAD, "--work-s", "0.01"]
+    assert run_call(Subject("ref", argv), case="a", call_id="c", timeout_s=30).ok
+    # after the call, orphans of this process go to init again: nothing else is affected
+    assert set_subreaper(False) is False

@@ -173,8 +173,13 @@ class CallTree:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.root, signal.SIGKILL)
         deadline = time.monotonic() + END_DEADLINE_S
+        table = process_table()
+        if not table and self.root is not None:
+            # no /proc to walk: at least the command's own process group (the driver starts it
+            # in a new session; a group id is not reused while a member lives)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.root, signal.SIGKILL)
         while True:
-            table = process_table()
             live = {p for p, state in self.descendants(table).items() if state != "Z"}
             for pid in live:
                 try:
@@ -183,9 +188,11 @@ class CallTree:
                 except (ProcessLookupError, PermissionError):
                     pass
             self._reap(table)
-            if not self.descendants() or time.monotonic() > deadline:
+            table = process_table()
+            if not self.descendants(table) or time.monotonic() > deadline:
                 break
             time.sleep(_POLL_S)
+            table = process_table()
         return len(ended)
 
 
