@@ -654,7 +654,9 @@ def measurement_findings(
             blocks = (
                 "this stage cannot pass nor support a champion (R12, R13)"
                 if formal
-                else ("a formal stage flagged so could not pass (R12, R13)")
+                else (
+                    "in a target or final-audit stage, flagged samples cannot pass nor support a champion (R12, R13)"
+                )
             )
             lines.append(
                 f"FLAG wall clock: self-reported times not borne out by the driver's wall time; {blocks}"

@@ -197,8 +197,8 @@ def check_pairs(
                 reasons.append(
                     f"case {case!r}, {metric}: the candidate reports saving "
                     f"{_ms(c.reported_saving_s)} per call, the driver's wall clock saw "
-                    f"{_ms(c.wall_saving_s)} (unseen {_ms(c.excess_s)} > tolerance "
-                    f"{_ms(c.tolerance_s)})"
+                    f"{_ms(c.wall_saving_s)} (unseen {_ms(c.excess_s)}, lower bound "
+                    f"{_ms(c.excess_low_s)} > tolerance {_ms(c.tolerance_s)})"
                 )
     return WallCheck(
         method=METHOD,
