@@ -54,7 +54,7 @@ def test_cheat_reporting_only_the_fast_half_of_its_samples_is_flagged() -> None:
 
 
 def test_cheat_reporting_half_of_its_time_is_flagged() -> None:
-    check = _compare(["--mode", "scaled", "--report-scale", "0.5"])
+    check = _compare(["--mode", "scaled", "--report-scale", "0.5"], work_s=1.0)
     assert check.flagged
 
 

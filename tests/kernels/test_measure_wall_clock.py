@@ -74,10 +74,11 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     _setup(ledger, cases=("small",))
     _record_resolution(ledger)
     _experiment(ledger)  # e1: an honest candidate doing half the work
-    ref, honest = _cmd("--work-s", "0.4"), _cmd("--work-s", "0.2")
+    ref, honest = _cmd("--work-s", "1.0"), _cmd("--work-s", "0.5")
     _measure(ledger, tmp_path, "e1", "screen", ref, honest)
     printed = _measure(ledger, tmp_path, "e1", "target", ref, honest)
-    assert "FLAG" not in printed and "wall clock: 1 case(s) consistent, none flagged" in printed
+    # on a loaded host the saving may be below what the wall clock resolves: never flagged
+    assert "FLAG" not in printed and "none flagged" in printed
     verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
                               "--json").stdout)["payload"]  # fmt: skip
     assert verdict["status"] == "pass", verdict
@@ -85,7 +86,7 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
 
     # e2 does e1's exact work and reports 1/100 of its time
     _second_experiment(ledger)
-    cheat = _cmd("--work-s", "0.2", "--mode", "scaled", "--report-scale", "0.01")
+    cheat = _cmd("--work-s", "0.5", "--mode", "scaled", "--report-scale", "0.01")
     _measure(ledger, tmp_path, "e2", "screen", honest, cheat)
     printed = _measure(ledger, tmp_path, "e2", "target", honest, cheat)
     assert "FLAG wall clock" in printed and "cannot pass nor support a champion" in printed

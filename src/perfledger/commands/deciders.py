@@ -543,14 +543,10 @@ def decide_samples_record(
 def _wall_check(target: TargetView, req: rq.SamplesRecord) -> Any:
     """Self-reported times against the driver's wall clock (R12; rule and tolerance in
     :mod:`perfledger.kernels.wall_check`); None for calls no driver timed."""
-    from perfledger.kernels.wall_check import check_pairs
+    from perfledger.kernels.wall_check import check_pairs, directions_of
 
-    d = target.definition
-    directions = {d.primary.name: d.primary.direction}
-    directions.update({g.metric: g.direction for g in d.guardrails})
-    directions.update({s.name: s.direction for s in d.secondaries})
     try:
-        return check_pairs(req.pairs, req.units, directions)
+        return check_pairs(req.pairs, req.units, directions_of(target.definition))
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 
@@ -707,7 +703,7 @@ def _verdict_samples(
     return samples, target, view.event_id
 
 
-def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> Any:
+def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> str:
     """R12: samples whose self-reported times the driver's wall clock does not bear out
     (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
     the flag is noted whatever the status. Returns: the status."""

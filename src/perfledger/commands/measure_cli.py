@@ -634,7 +634,7 @@ def measurement_findings(
 
     import msgspec
 
-    from perfledger.kernels.wall_check import check_pairs, unresolved_cases
+    from perfledger.kernels.wall_check import check_pairs, directions_of, unresolved_cases
 
     def ns(side: dict[str, Any]) -> Any:
         return SimpleNamespace(**side)
@@ -642,11 +642,7 @@ def measurement_findings(
     pairs = [
         SimpleNamespace(case=p["case"], ref=ns(p["ref"]), cand=ns(p["cand"])) for p in body["pairs"]
     ]
-    d = target.definition
-    directions = {d.primary.name: d.primary.direction}
-    directions.update({g.metric: g.direction for g in d.guardrails})
-    directions.update({s.name: s.direction for s in d.secondaries})
-    check = check_pairs(pairs, body["units"], directions)
+    check = check_pairs(pairs, body["units"], directions_of(target.definition))
     lines: list[str] = []
     formal = stage in ("target", "final_audit")
     if check is not None:
