@@ -113,6 +113,9 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     assert flagged["e1"] == [] and any("wall clock" in f for f in flagged["e2"])
     handoff = _cli(ledger, tmp_path, "handoff", "--md").stdout
     assert "wall clock" in handoff
+    _cli(ledger, tmp_path, "report", "--html", str(tmp_path / "report.html"))
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>Measurement flags</h2>" in page and "e2: e2-target-1: R12: wall clock" in page
     audit = json.loads(_cli(ledger, tmp_path, "audit", "--json").stdout)
     assert audit["ok"] is True and audit["findings"] == []
     champion = json.loads(_cli(ledger, tmp_path, "champion", "show", "--json").stdout)
