@@ -59,7 +59,7 @@ from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
 
-from . import identity, rules
+from . import identity, measurement_rules, rules
 from . import requests as rq
 from .requests import dump
 from .rules import refuse
@@ -539,6 +539,7 @@ def decide_samples_record(
     _samples_common(target, req)
     code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
     pairs = req.pairs
+    wall_check = _wall_check(target, req)
     body = dump(req)
     if code is not None:
         body["identity"] = msgspec.to_builtins(code)
@@ -555,9 +556,21 @@ def decide_samples_record(
                 and p.monitor.foreign_activity
                 and rules.is_unknown(p.monitor.explained)
             ),
+            "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
         },
     )
     return _emit(ctx, payload)
+
+
+def _wall_check(target: TargetView, req: rq.SamplesRecord) -> Any:
+    """Self-reported times against the driver's wall clock (R12; rule and tolerance in
+    :mod:`perfledger.kernels.wall_check`); None for calls no driver timed."""
+    from perfledger.kernels.wall_check import check_pairs, directions_of
+
+    try:
+        return check_pairs(req.pairs, req.units, directions_of(target.definition))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------- verdicts
@@ -728,6 +741,19 @@ def _r14_screen_owes(
     )
 
 
+def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> str:
+    """R12: samples whose self-reported times the driver's wall clock does not bear out
+    (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
+    the flag is noted whatever the status. Returns: the status."""
+    from perfledger.projections.measurement_flags import wall_clock_note
+
+    note = wall_clock_note(samples.wall_check)
+    if note is None:
+        return status
+    notes.append(note)
+    return "inconclusive" if status == "pass" else status
+
+
 def decide_verdict_record(
     state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
@@ -756,6 +782,7 @@ def decide_verdict_record(
             f"R17: {unexplained} pair(s) overlap unexplained foreign activity; "
             "performance attribution is inconclusive (correctness stands)"
         )
+    status = _wall_clock_rule(samples, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -843,6 +870,7 @@ def decide_final_audit_record(
     if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
+    status = _wall_clock_rule(samples, status, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -1006,6 +1034,7 @@ def decide_champion_select(
     experiment = state.experiments[verdict.experiment_id]
     if experiment.rejection is not None:
         raise refuse("R15", f"experiment {verdict.experiment_id!r} was rejected")
+    measurement_rules.r5_r13_disqualified(state, experiment, ctx.payload_of)
     if verdict.status != "pass":
         gains = [s.name for s in verdict.secondaries if s.verdict.status == "pass"]
         if gains:

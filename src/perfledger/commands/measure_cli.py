@@ -430,12 +430,14 @@ def workload_request(
                 "correct": p.ref.correct,
                 "values": _call_values(p.ref, units),
                 "environment_id": environment_id,
+                "wall_s": p.ref.wall_s,
             },
             "cand": {
                 "call_id": p.cand.call_id,
                 "correct": p.cand.correct,
                 "values": _call_values(p.cand, units),
                 "environment_id": environment_id,
+                "wall_s": p.cand.wall_s,
             },
             "same_process": False,
         }
@@ -622,9 +624,11 @@ def measure_workload(
     }
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
     _warn(result["warnings"])
+    findings = measurement_findings(body, info["target"], stage, run)
+    result.update(findings)
     if dry_run:
         result["request"] = body
-        _answer(ctx, result, [json.dumps(body, indent=2)])
+        _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
         return
     event = _append(
         ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
@@ -638,7 +642,84 @@ def measure_workload(
             f"{code['candidate']['digest'][:16]}"
         )
     lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
+    lines += findings["findings"]
     _answer(ctx, result, lines)
+
+
+def measurement_findings(
+    body: dict[str, Any], target: Any, stage: str, run: Any = None
+) -> dict[str, Any]:
+    """What the measurement found suspicious, for people and agents, before anything is read
+    back from the ledger (SPEC.md section 5): the wall-clock check of self-reported times
+    (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records), the
+    candidate's failed accuracy checks (R5) and, given the driver ``run``, the calls that left
+    processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
+    "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
+    blocks a pass or a champion, ``note`` otherwise."""
+    from types import SimpleNamespace
+
+    import msgspec
+
+    from perfledger.kernels.wall_check import check_pairs, directions_of, unresolved_cases
+
+    def ns(side: dict[str, Any]) -> Any:
+        return SimpleNamespace(**side)
+
+    pairs = [
+        SimpleNamespace(case=p["case"], ref=ns(p["ref"]), cand=ns(p["cand"])) for p in body["pairs"]
+    ]
+    check = check_pairs(pairs, body["units"], directions_of(target.definition))
+    lines: list[str] = []
+    formal = stage in ("target", "final_audit")
+    if check is not None:
+        if check.flagged:
+            blocks = (
+                "this stage cannot pass nor support a champion (R12, R13)"
+                if formal
+                else (
+                    "in a target or final-audit stage, flagged samples cannot pass nor support a champion (R12, R13)"
+                )
+            )
+            lines.append(
+                f"FLAG wall clock: self-reported times not borne out by the driver's wall time; {blocks}"
+            )
+            lines += [f"  {reason}" for reason in check.reasons]
+        for c in unresolved_cases(check):
+            lines.append(
+                f"note wall clock: case {c.case!r}, {c.metric}: the reported saving "
+                f"{1e3 * c.reported_saving_s:.3g} ms per call is below what the wall clock resolves "
+                f"({1e3 * c.resolution_s:.3g} ms): not verifiable at this resolution"
+            )
+        if not check.flagged:
+            checked = sum(1 for c in check.cases if c.status == "consistent")
+            lines.append(f"wall clock: {checked} case(s) consistent, none flagged")
+    failed = [p["cand"]["call_id"] for p in body["pairs"] if not p["cand"]["correct"]]
+    if failed:
+        shown = ", ".join(failed[:8]) + (" ..." if len(failed) > 8 else "")
+        what = (
+            "cannot support a champion (R5, R13)"
+            if formal
+            else "has no performance meaning on those calls (R5)"
+        )
+        lines.append(
+            f"{'FLAG' if formal else 'note'} accuracy: the candidate failed its check on {len(failed)} call(s) ({shown}); it {what}"
+        )
+    left: dict[str, int] = {}
+    if run is not None:
+        calls = [*run.warmup, *(c for p in run.pairs for c in (p.ref, p.cand))]
+        left = {c.call_id: c.ended_descendants for c in calls if c.ended_descendants}
+    if left:
+        shown = ", ".join(f"{k} ({n})" for k, n in list(left.items())[:8])
+        lines.append(
+            f"note processes: {len(left)} call(s) left processes behind, ended with the call so "
+            f"they could not run during the other subject's call: {shown}"
+        )
+    return {
+        "wall_check": None if check is None else msgspec.to_builtins(check),
+        "candidate_failed_calls": failed,
+        "left_processes": left,
+        "findings": lines,
+    }
 
 
 # ------------------------------------------------------------------------------------ kernel

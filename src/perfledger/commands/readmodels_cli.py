@@ -100,6 +100,8 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
             f"{measured:<28} {_fmt(m.speedup if m else None):>8} "
             f"{_fmt(r.prediction_error, '+.3f'):>8}  {owed}"
         )
+        for flag in r.measurement_flags:
+            click.echo(f"  FLAG {flag}")
 
 
 # ----------------------------------------------------------------------------- champions

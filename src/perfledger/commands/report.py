@@ -257,6 +257,16 @@ def _timeline(entries: list[tuple[str, str, str, str]]) -> str:
     )
 
 
+def _flags_section(rows: list[Any]) -> str:
+    """The measurement flags of the claims' experiments (R5, R12), or '' when there are none."""
+    items = "".join(
+        f"<li>{_esc(r.experiment_id)}: {_esc(flag)}</li>"
+        for r in rows
+        for flag in r.measurement_flags
+    )
+    return f"<h2>Measurement flags</h2><ul>{items}</ul>" if items else ""
+
+
 def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str, str, str]],
                 times: dict[str, str], head: str, payload_of: Any) -> tuple[str, int]:  # fmt: skip
     """Render the page; returns (HTML text, number of plot images). ``payload_of`` reads a
@@ -299,6 +309,7 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
     ]  # fmt: skip
     parts.append(f"<h2>Plots</h2><div class=plots>{''.join(plots)}</div>")
     parts.append(f"<h2>Claims vs outcomes</h2>{_claims_table(rows)}")
+    parts.append(_flags_section(rows))
     rejections = rejected(state, tid) if tid else []
     items = "".join(
         f"<li>{_esc(r.experiment_id)}: closes <b>{_esc(r.closes)}</b> — {_esc(r.reason)}</li>"

@@ -486,12 +486,15 @@ class Monitor(Request, kw_only=True):
 
 
 class SubjectSample(Request, kw_only=True):
-    """One subject in one driver call: correctness and values (metric -> samples, in its unit)."""
+    """One subject in one driver call: correctness and values (metric -> samples, in its unit);
+    ``wall_s``: the workload driver's wall time of the call (seconds), checked against
+    self-reported times."""
 
     call_id: Name
     correct: bool
     values: Annotated[dict[Name, list[Number]], Meta(max_length=_MAX_ITEMS)]
     environment_id: Hash
+    wall_s: Positive | None = None
 
 
 class PairRecord(Request, kw_only=True):

@@ -513,12 +513,15 @@ class Monitor(_Part, kw_only=True):
 
 class SubjectSample(_Part, kw_only=True):
     """One subject's result in one driver call: correctness and performance come from the same
-    call (R11). ``values``: metric name -> samples in the metric's unit."""
+    call (R11). ``values``: metric name -> samples in the metric's unit. ``wall_s``: the
+    workload driver's own wall time of the call (seconds), against which self-reported times
+    are checked (:class:`WallCheck`); None where no driver timed the call."""
 
     call_id: str
     correct: bool
     values: dict[str, tuple[float, ...]]
     environment_id: str
+    wall_s: float | None = None
 
 
 class PairRecord(_Part, kw_only=True):
@@ -540,6 +543,56 @@ class Reference(_Part, kw_only=True):
     experiment_id: str | None = None
 
 
+class WallCheckCase(_Part, kw_only=True):
+    """The wall-clock check of one time-like metric on one test case (R5, R12; rule in
+    :mod:`perfledger.kernels.wall_check`). All figures in seconds per call, medians over the
+    case's valid pairs.
+
+    Attributes:
+        metric, case: what was checked; n_pairs: valid pairs with a driver wall time.
+        reported_saving_s: reference minus candidate reported total (sum of a call's values).
+        wall_saving_s: reference minus candidate driver wall time.
+        excess_s: reported saving minus wall saving, the part of the saving the wall clock did
+            not see (in the candidate's favour when positive); excess_low_s: its one-sided
+            lower confidence bound (an order statistic of the pairs' excesses).
+        resolution_s: the smallest excess the wall clock resolves on these pairs.
+        tolerance_s: the excess allowed: ``rel * |reported_saving_s| + resolution_s``.
+        status: ``flagged`` (excess beyond tolerance), ``unresolved`` (the reported saving is
+            below what the wall clock resolves: not verifiable at this resolution) or
+            ``consistent``.
+    """
+
+    metric: str
+    case: str
+    n_pairs: int
+    reported_saving_s: float
+    wall_saving_s: float
+    excess_s: float
+    excess_low_s: float
+    resolution_s: float
+    tolerance_s: float
+    status: Literal["consistent", "unresolved", "flagged"]
+
+
+class WallCheck(_Part, kw_only=True):
+    """Self-reported times checked against the workload driver's wall clock (SPEC.md section 5).
+
+    Attributes:
+        method: the rule's version (``wall_v1``); old samples are re-checked by their own.
+        flagged: a case was flagged or a call reported more time than it took; a flagged
+            formal stage cannot pass (R12) nor support a champion (R13).
+        reasons: one line per flag, for people.
+        cases: per metric and case.
+        over_wall_calls: calls whose reported total exceeds their own wall time.
+    """
+
+    method: str
+    flagged: bool
+    reasons: tuple[str, ...] = ()
+    cases: tuple[WallCheckCase, ...] = ()
+    over_wall_calls: tuple[str, ...] = ()
+
+
 class SamplesRecorded(_Payload, kw_only=True):
     """Paired samples of one stage of an experiment (R5, R11, R17).
 
@@ -551,6 +604,9 @@ class SamplesRecorded(_Payload, kw_only=True):
         unexplained_activity: derived: pairs overlapping unexplained foreign activity (R17).
         identity: both subjects' snapshots and the derived changed paths (R11); absent on
             samples of a Target whose driver declares no ``{subject}`` place.
+        wall_check: derived: self-reported times against the driver's wall clock, where the
+            pairs carry the driver's wall times (None otherwise, and for samples recorded
+            before the check existed).
     """
 
     samples_id: str
@@ -567,6 +623,7 @@ class SamplesRecorded(_Payload, kw_only=True):
     cand_failures: int
     unexplained_activity: int
     identity: SamplesIdentity | msgspec.UnsetType = msgspec.UNSET
+    wall_check: WallCheck | None = None
 
 
 # --------------------------------------------------------------------------- verdicts (R12)

@@ -12,7 +12,7 @@ whole of stdout)::
   of them (the call's repeated samples). NaN, Infinity, zero, negative or non-numbers fail the call.
 - ``detail`` (optional, any JSON): kept in the per-call table, never interpreted.
 
-A call that exits non-zero, runs past its timeout (the whole process group is killed), prints no
+A call that exits non-zero, runs past its timeout (it and every descendant are killed), prints no
 JSON object, prints JSON of the wrong shape or non-finite values is a *failed call* with a reason
 (:data:`FAILURE_REASONS`); it is recorded, never raised. Correctness and metrics of one subject come
 from one call (R11) and stay together in one :class:`CallResult`.
@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -102,6 +101,8 @@ class CallResult:
         wall_s: ``end_s - start_s`` (seconds).
         detail: the subject's optional ``detail`` value.
         stdout_tail, stderr_tail: the last :data:`TAIL_CHARS` characters of each stream.
+        ended_descendants: processes the command left behind (or, on timeout, had running) that
+            the driver killed when the call ended.
     """
 
     subject: str
@@ -119,6 +120,7 @@ class CallResult:
     detail: Any = None
     stdout_tail: str = ""
     stderr_tail: str = ""
+    ended_descendants: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Return the call as JSON builtins (one row of the raw per-call table)."""
@@ -254,18 +256,89 @@ def parse_output(stdout: str) -> tuple[bool, dict[str, list[float]], Any, str | 
     return correct, metrics, data.get("detail"), None, ""
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+#: After the command exits, the most time spent reading what is left in its pipes (seconds): its
+#: leftover processes are ended first, so end-of-file normally comes at once.
+DRAIN_S = 1.0
+#: Most bytes of stdout kept per call (the tail: the JSON object is its last line).
+STDOUT_MAX_BYTES = 16 * 1024 * 1024
+
+
+class _Streams:
+    """The command's stdout and stderr, read without blocking until end-of-file or a deadline."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        import selectors
+
+        self.data = {"out": bytearray(), "err": bytearray()}
+        self.selector = selectors.DefaultSelector()
+        self.open = 0
+        for name, stream in (("out", proc.stdout), ("err", proc.stderr)):
+            assert stream is not None
+            os.set_blocking(stream.fileno(), False)
+            self.selector.register(stream, selectors.EVENT_READ, name)
+            self.open += 1
+        self.pidfd: int | None = None
+        try:
+            # the command's exit wakes the selector at once (Linux >= 5.3); else it is polled
+            self.pidfd = os.pidfd_open(proc.pid)
+            self.selector.register(self.pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Read whatever is ready within ``timeout_s`` (>= 0); True when the command's exit
+        was signalled (pidfd)."""
+        exited = False
+        for key, _mask in self.selector.select(max(timeout_s, 0.0)):
+            if key.data == "exit":
+                exited = True
+                self.selector.unregister(key.fileobj)
+                continue
+            try:
+                chunk = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self.selector.unregister(key.fileobj)
+                self.open -= 1
+                continue
+            buf = self.data[key.data]
+            buf += chunk
+            limit = STDOUT_MAX_BYTES if key.data == "out" else 4 * TAIL_CHARS
+            if len(buf) > 2 * limit:
+                del buf[:-limit]
+        return exited
+
+    def drain(self, timeout_s: float) -> None:
+        """Read until both streams reach end-of-file or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        while self.open and time.monotonic() < deadline:
+            self.wait(deadline - time.monotonic())
+
+    def text(self, name: str) -> str:
+        return self.data[name].decode("utf-8", errors="replace")
+
+    def close(self, proc: subprocess.Popen[bytes]) -> None:
+        self.selector.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 600.0) -> CallResult:
     """Run ``subject`` once on ``case`` and parse its output (never raises for a bad command).
 
-    The command runs in its own session (process group); on timeout the whole group is killed
-    with SIGKILL, so a hung grandchild cannot outlive the call.
+    Every process the call starts is ended by the time this returns, whatever session or process
+    group it moved to (:class:`perfledger.kernels.proctree.CallTree`): on timeout, the command and
+    all its descendants are killed at ``timeout_s``; when the command exits, descendants it left
+    behind are killed at once (they could otherwise work during the other subject's call) and
+    counted in :attr:`CallResult.ended_descendants`. The pipes are read with a deadline only:
+    a leftover holding stdout open cannot stretch the call (a 2 s timeout costs about 2 s).
+
+    ``wall_s`` runs from just before the command is started to when its exit was seen (or the
+    timeout): the driver's own clock of the call, which the command cannot reach.
 
     Args:
         subject: what to run.
@@ -275,65 +348,90 @@ def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 60
     Returns: the :class:`CallResult`.
     Raises: ValueError for a non-positive timeout.
     """
+    from perfledger.kernels.proctree import CallTree
+
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
     argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
     env = {**os.environ, **subject.env, CASE_ENV: case, SUBJECT_ENV: subject.label}
-    start = time.monotonic()
+    with CallTree() as tree:
+        start = time.monotonic()
+        end = start
 
-    def result(**kw: Any) -> CallResult:
-        end = time.monotonic()
-        base: dict[str, Any] = dict(
-            subject=subject.label,
-            case=case,
-            call_id=call_id,
-            ok=False,
-            correct=False,
-            metrics={},
-            reason=None,
-            message="",
-            returncode=None,
-            start_s=start,
-            end_s=end,
-            wall_s=end - start,
-        )
-        base.update(kw)
-        return CallResult(**base)
+        def result(**kw: Any) -> CallResult:
+            base: dict[str, Any] = dict(
+                subject=subject.label,
+                case=case,
+                call_id=call_id,
+                ok=False,
+                correct=False,
+                metrics={},
+                reason=None,
+                message="",
+                returncode=None,
+                start_s=start,
+                end_s=end,
+                wall_s=end - start,
+            )
+            base.update(kw)
+            return CallResult(**base)
 
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=env,
-            cwd=subject.cwd,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return result(reason="spawn_error", message=f"cannot start {argv[0]!r}: {exc}")
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        stdout, stderr = proc.communicate()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=subject.cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            end = time.monotonic()
+            return result(reason="spawn_error", message=f"cannot start {argv[0]!r}: {exc}")
+        tree.watch(proc.pid)
+        streams = _Streams(proc)
+        deadline = start + timeout_s
+        timed_out = False
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = proc.poll() is None
+                    break
+                # without a pidfd, poll for the exit every 10 ms
+                step = deadline - now if streams.pidfd is not None else min(deadline - now, 0.01)
+                if streams.wait(step) or proc.poll() is not None:
+                    break
+            end = time.monotonic()
+            ended = tree.end(include_root=timed_out)
+            proc.wait()
+            streams.drain(DRAIN_S)
+        except BaseException:
+            # interrupted (Ctrl-C, a monitor's error): nothing the call started may outlive it
+            tree.end(include_root=True)
+            proc.wait()
+            raise
+        finally:
+            streams.close(proc)
+    tails = {"stdout_tail": _tail(streams.text("out")), "stderr_tail": _tail(streams.text("err"))}
+    if timed_out:
         return result(
             reason="timeout",
-            message=f"no result within {timeout_s:g} s; process group killed",
-            stdout_tail=_tail(stdout or ""),
-            stderr_tail=_tail(stderr or ""),
+            message=f"no result within {timeout_s:g} s; the command and its "
+            f"{ended} descendant(s) were killed",
+            ended_descendants=ended,
+            **tails,
         )
-    tails = {"stdout_tail": _tail(stdout), "stderr_tail": _tail(stderr)}
     if proc.returncode != 0:
         return result(
             reason="exit_status",
             message=f"exited with status {proc.returncode}",
             returncode=proc.returncode,
+            ended_descendants=ended,
             **tails,
         )
-    correct, metrics, detail, reason, message = parse_output(stdout)
+    correct, metrics, detail, reason, message = parse_output(streams.text("out"))
     return result(
         ok=reason is None,
         correct=correct,
@@ -342,6 +440,7 @@ def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 60
         message=message,
         returncode=0,
         detail=detail,
+        ended_descendants=ended,
         **tails,
     )
 

@@ -29,6 +29,7 @@ import msgspec
 
 from perfledger.events.workflow import VerdictRecorded
 from perfledger.projections import amdahl
+from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.workflow import ExperimentView, WorkflowState
 
 
@@ -78,6 +79,8 @@ class ClaimRow(msgspec.Struct, kw_only=True):
         reconciliation_owed: a verdict contradicted the claim (R14).
         reconciled: a reconciliation is recorded for this experiment.
         reconciliations: the premises named by its reconciliations, in order.
+        measurement_flags: what its measurements found suspicious (wall-clock check, R12;
+            candidate accuracy failures in a formal stage, R5), one line each.
     """
 
     experiment_id: str
@@ -101,6 +104,7 @@ class ClaimRow(msgspec.Struct, kw_only=True):
     reconciliation_owed: bool
     reconciled: bool
     reconciliations: list[str]
+    measurement_flags: list[str] = msgspec.field(default_factory=list)
 
 
 def improvement_to_speedup(improvement: float | None, direction: str) -> float | None:
@@ -207,6 +211,7 @@ def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
         reconciliation_owed=owed,
         reconciled=bool(premises),
         reconciliations=premises,
+        measurement_flags=experiment_flags(state, created.experiment_id),
     )
 
 

@@ -24,6 +24,7 @@ import msgspec
 from perfledger.events.workflow import ORIGINAL, HandoffRecorded
 from perfledger.projections.champions import FinalAuditStanding, final_audit_standing
 from perfledger.projections.claims import improvement_to_speedup
+from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.reviews import dissent_line, settled_dissent, unresolved_dissent
 from perfledger.projections.workflow import TargetView, WorkflowState
 
@@ -256,6 +257,9 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
             out.append(f"{experiment_id}'s target verdict is inconclusive")
         elif target_verdicts[-1].status == "fail":
             out.append(f"{experiment_id} failed its target stage and is not rejected yet")
+    for experiment_id in target.experiments:
+        if state.experiments[experiment_id].status != "rejected":
+            out += [f"measurement flag: {f}" for f in experiment_flags(state, experiment_id)]
     if target.champion is not None and target.final_audit_status is None:
         standing = final_audit_standing(state, target)
         stale = (

@@ -19,6 +19,9 @@ The conditions, in the order they are checked (the first that applies decided):
     a zero-width CI (identical values prove nothing);
 ``foreign_activity``
     R17: pairs overlap unexplained foreign activity (the derivation alone was pass or fail);
+``wall_clock``
+    R12: the driver's wall clock does not bear out the self-reported times (the derivation
+    alone was pass);
 ``stale``
     R11: the reference is no longer the current champion;
 ``screen``
@@ -38,11 +41,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perfledger.projections.measurement_flags import WALL_CLOCK_NOTE
+
 #: Condition ids, in the order :func:`explain_verdict` checks them.
 CONDITIONS = (
     "too_few_pairs",
     "degenerate",
     "foreign_activity",
+    "wall_clock",
     "stale",
     "screen",
     "pass",
@@ -88,6 +94,7 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     derived = primary.get("status")
     ci = f"CI [{pct(low)}, {pct(high)}]"
     r17 = _note(notes, "R17")
+    wall = _note(notes, WALL_CLOCK_NOTE)
     if derived == "inconclusive" and low is None:
         condition, reason = "too_few_pairs", str(primary.get("reason", "too few valid pairs"))
     elif primary.get("degenerate"):
@@ -99,6 +106,9 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
             f"{r17}; without it the derivation was {derived} ({ci}); re-measure with "
             "--explain-foreign TEXT if the activity cannot affect the metric"
         )
+    elif wall is not None and status == "inconclusive" and derived == "pass":
+        condition = "wall_clock"
+        reason = f"{wall}; without it the derivation was pass ({ci})"
     elif payload.get("stale") and status == "inconclusive" and derived != "inconclusive":
         condition = "stale"
         reason = f"R11: the reference is no longer the current champion (stale); {ci}"

@@ -1,0 +1,199 @@
+"""Every process a driver call starts, found and ended (SPEC.md section 5, "Workload driver").
+
+A command may leave processes behind: a grandchild that calls ``setsid()`` (its own session and
+process group), a double-forked daemon, a child of a child that was killed. Killing the command's
+process group misses all of them, and one that holds the call's stdout open keeps a reader waiting
+for end-of-file long after the command exited. This module finds them by *ancestry*, which no
+process can leave:
+
+- during a call the driver process is a **child subreaper** (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
+  a process orphaned inside the call's tree is re-parented to the driver, not to init, whatever
+  session or process group it moved to;
+- :meth:`CallTree.descendants` walks ``/proc`` (``ppid`` of every process): the descendants of the
+  command, plus the processes re-parented to the driver since the call began, and theirs;
+- :meth:`CallTree.end` sends SIGKILL to all of them, walks again until none is alive (a process
+  that forked meanwhile is caught by the next walk), and reaps the ones re-parented to the driver
+  (the command itself is reaped by its :class:`subprocess.Popen`).
+
+Not covered (stated, not guessed): processes started outside the call's tree on its behalf (a
+request to a daemon that already ran, ``systemd-run``, ``ssh``), and processes in a new PID
+namespace. Where ``prctl`` is unavailable (not Linux), only processes still in the command's own
+tree are found.
+
+Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+#: ``prctl`` options (linux/prctl.h).
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+#: How long :meth:`CallTree.end` keeps killing and reaping before it gives up (seconds).
+END_DEADLINE_S = 1.0
+#: Pause between two walks while ended processes are still exiting (seconds).
+_POLL_S = 0.005
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True) if name else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def set_subreaper(on: bool) -> bool | None:
+    """Make this process a child subreaper (``on``) or not; Linux only.
+
+    Returns: the previous setting, or None where ``prctl`` is unavailable (nothing changed).
+    """
+    if _LIBC is None or not hasattr(_LIBC, "prctl"):
+        return None
+    previous = ctypes.c_int(0)
+    if _LIBC.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0:
+        return None
+    if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
+        return None
+    return bool(previous.value)
+
+
+def process_table() -> dict[int, tuple[int, str]]:
+    """Every process visible in ``/proc``: pid -> (parent pid, state letter: ``R``, ``S``, ``Z``...).
+    Processes that exit during the walk are left out. Empty where there is no ``/proc``."""
+    table: dict[int, tuple[int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name (field 2) may hold spaces and parentheses: parse after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 2:
+            table[int(name)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
+    return table
+
+
+def _children(table: dict[int, tuple[int, str]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for pid, (ppid, _state) in table.items():
+        out.setdefault(ppid, []).append(pid)
+    return out
+
+
+def _subtree(roots: Iterable[int], children: dict[int, list[int]]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stack.extend(children.get(pid, ()))
+    return seen
+
+
+class CallTree:
+    """The processes of one driver call: the command (``root``) and everything it started.
+
+    Use as a context manager around the call: entering makes this process a subreaper and notes
+    its children that existed before the call (they are never touched); leaving restores the
+    subreaper setting. Between the two, :meth:`watch` names the command's pid, :meth:`descendants`
+    lists the call's processes and :meth:`end` ends them.
+    """
+
+    def __init__(self) -> None:
+        self.me = os.getpid()
+        self.root: int | None = None
+        self._before: set[int] = set()
+        self._previous: bool | None = None
+
+    def __enter__(self) -> CallTree:
+        self._previous = set_subreaper(True)
+        self._before = set(_children(process_table()).get(self.me, ()))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is False:
+            set_subreaper(False)
+
+    @property
+    def subreaper(self) -> bool:
+        """True when orphans of the call come back to this process (Linux ``prctl`` worked)."""
+        return self._previous is not None
+
+    def watch(self, root: int) -> None:
+        """Name the command's pid (the :class:`subprocess.Popen` that this process reaps)."""
+        self.root = root
+
+    def descendants(self, table: dict[int, tuple[int, str]] | None = None) -> dict[int, str]:
+        """The call's processes other than the command itself, with their state letter: the
+        command's descendants and the processes re-parented to this one since the call began
+        (and theirs). Zombies are included (state ``Z``)."""
+        table = process_table() if table is None else table
+        children = _children(table)
+        orphans = [p for p in children.get(self.me, ()) if p not in self._before and p != self.root]
+        roots = list(orphans)
+        if self.root is not None:
+            roots += children.get(self.root, ())
+        return {pid: table[pid][1] for pid in _subtree(roots, children) if pid in table}
+
+    def _reap(self, table: dict[int, tuple[int, str]]) -> None:
+        for pid, (ppid, state) in table.items():
+            if ppid == self.me and state == "Z" and pid not in self._before and pid != self.root:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    def end(self, include_root: bool) -> int:
+        """SIGKILL every process of the call (the command too when ``include_root``), walking
+        ``/proc`` again until none is alive, and reap those re-parented to this process.
+
+        Returns: how many processes other than the command were ended (zombies not counted).
+        Gives up after :data:`END_DEADLINE_S` seconds (a process in uninterruptible sleep).
+        """
+        ended: set[int] = set()
+        if include_root and self.root is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.root, signal.SIGKILL)
+        deadline = time.monotonic() + END_DEADLINE_S
+        table = process_table()
+        if not table and self.root is not None:
+            # no /proc to walk: at least the command's own process group (the driver starts it
+            # in a new session; a group id is not reused while a member lives)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.root, signal.SIGKILL)
+        while True:
+            live = {p for p, state in self.descendants(table).items() if state != "Z"}
+            for pid in live:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    ended.add(pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self._reap(table)
+            table = process_table()
+            if not self.descendants(table) or time.monotonic() > deadline:
+                break
+            time.sleep(_POLL_S)
+            table = process_table()
+        return len(ended)
+
+
+__all__ = ["CallTree", "process_table", "set_subreaper"]

@@ -1,0 +1,253 @@
+"""Self-reported times checked against the workload driver's wall clock (SPEC.md section 5,
+"Workload driver"; R5, R12, R13). A pure function of recorded samples: ``samples.record``
+derives it, the auditor re-derives it.
+
+A workload command reports its own times; the driver times every call itself
+(:attr:`perfledger.kernels.driver.CallResult.wall_s`, from before the command starts to when its
+exit is seen, a clock the command cannot reach). Whatever a command reports, the time it saves
+must be spent less on the wall: a candidate that is really faster saves wall time too, one that
+reports less time than it spends does not.
+
+The rule (method :data:`METHOD`), for each time-like metric (unit ``s``, ``ms``, ``us``/``µs``,
+``ns``) and each test case, over the pairs where both calls were correct and timed by the driver:
+
+- a call's *reported total* is the sum of its values of the metric, in seconds (a list of values
+  is taken as the call's consecutive samples);
+- per pair ``i``: reported saving ``r_i = ref total - cand total``, wall saving
+  ``w_i = ref wall_s - cand wall_s``, excess ``e_i = r_i - w_i`` (for a higher-is-better time
+  metric the candidate's favour is the other sign: ``e_i = w_i - r_i``);
+- ``E = median(e_i)``; the wall clock's *resolution* on these pairs is
+  ``res = max(FLOOR_S, K * 1.2533 * 1.4826 * MAD(e) / sqrt(n))`` (``K`` standard errors of a
+  median, the spread taken from the paired differences themselves);
+- ``L`` = a one-sided lower confidence bound of the median excess (the ``k``-th smallest
+  ``e_i``, ``k`` the largest with ``P(Binomial(n, 1/2) < k) <= ALPHA``: the smallest of 5 to 7
+  pairs, the second of 8 to 10): a wall clock's heavy-tailed noise (a loaded host) moves
+  single pairs, not all of them;
+- **flagged** when ``L > REL * |median(r_i)| + res`` (so ``E`` too): more than :data:`REL` of
+  the reported saving (plus the resolution) is not seen on the wall clock, in nearly every pair;
+- otherwise **unresolved** when ``|median(r_i)| <= res / (1 - REL)``: a saving that small,
+  even if wholly invented, would not be flagged: not verifiable at this resolution (shown, not
+  blocking); else **consistent**.
+
+Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
+OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
+
+The check is exact when a command's values cover the work it times (their sum is time spent);
+for a metric that summarises several runs (a mean of N), it is one-sided: a candidate's reported
+saving must not exceed its wall saving, which still catches a command that reports less time
+than it spends by more than the resolution. Time moved out of the timed region (setup,
+precomputation, a detached process) is not seen as saved on the wall clock and is flagged.
+
+Imports: standard library and :mod:`perfledger.events` (SPEC.md section 1).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from perfledger.events.workflow import WallCheck, WallCheckCase
+
+#: The rule's version, recorded with every check.
+METHOD = "wall_v1"
+#: Seconds per unit of a time-like metric.
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+#: Share of the reported saving that may be missing from the wall saving (systematic effects).
+REL = 0.25
+#: Standard errors of the median excess that the wall clock cannot resolve.
+K = 3.0
+#: The smallest resolution claimed (seconds): process start-up jitter of a shared host.
+FLOOR_S = 0.005
+#: A call's reported total may exceed its wall time by this share plus :data:`OVER_ABS_S`.
+OVER_REL = 0.01
+OVER_ABS_S = 0.001
+#: Fewest pairs of a case for a check (below: unresolved); R12's own floor per case.
+MIN_PAIRS = 5
+#: One-sided level of the lower bound of the median excess (an order statistic).
+ALPHA = 0.05
+
+
+def _lower_rank(n: int) -> int:
+    """The largest ``k >= 1`` with ``P(Binomial(n, 1/2) <= k - 1) <= ALPHA`` (1 when none)."""
+    k, below = 0, 0.0
+    while k < n:
+        below += math.comb(n, k) / 2.0**n  # P(X <= k)
+        if below > ALPHA:
+            break
+        k += 1
+    return max(k, 1)
+
+
+def _total_s(values: Iterable[float], scale: float) -> float:
+    return math.fsum(values) * scale
+
+
+def _case_check(
+    metric: str, case: str, pairs: list[Any], scale: float, sign: float
+) -> WallCheckCase:
+    reported = [
+        _total_s(p.ref.values[metric], scale) - _total_s(p.cand.values[metric], scale)
+        for p in pairs
+    ]
+    wall = [p.ref.wall_s - p.cand.wall_s for p in pairs]
+    excess = [sign * (r - w) for r, w in zip(reported, wall, strict=True)]
+    n = len(pairs)
+    r_med = statistics.median(reported)
+    w_med = statistics.median(wall)
+    e_med = statistics.median(excess)
+    if n < MIN_PAIRS:
+        resolution = math.inf
+        e_low = -math.inf
+    else:
+        mad = statistics.median(abs(e - e_med) for e in excess)
+        resolution = max(FLOOR_S, K * 1.2533 * 1.4826 * mad / math.sqrt(n))
+        e_low = sorted(excess)[_lower_rank(n) - 1]
+    tolerance = REL * abs(r_med) + resolution
+    if e_low > tolerance:
+        status = "flagged"
+    elif abs(r_med) <= resolution / (1.0 - REL):
+        status = "unresolved"
+    else:
+        status = "consistent"
+    finite = resolution if math.isfinite(resolution) else 0.0
+    return WallCheckCase(
+        metric=metric,
+        case=case,
+        n_pairs=n,
+        reported_saving_s=r_med,
+        wall_saving_s=w_med,
+        excess_s=e_med,
+        excess_low_s=e_low if math.isfinite(e_low) else e_med,
+        resolution_s=finite,
+        tolerance_s=tolerance if math.isfinite(tolerance) else 0.0,
+        status=status if n >= MIN_PAIRS else "unresolved",
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.3g} ms"
+
+
+def check_pairs(
+    pairs: Iterable[Any],
+    units: Mapping[str, str],
+    directions: Mapping[str, str] | None = None,
+) -> WallCheck | None:
+    """Check the self-reported time-like metrics of recorded pairs against the driver's wall
+    clock (the rule in the module docstring).
+
+    Args:
+        pairs: recorded pairs (``case``, and ``ref``/``cand`` with ``call_id``, ``correct``,
+            ``values``: metric -> values in its unit, ``wall_s``: seconds or None), as in a
+            ``samples.record`` request or a SamplesRecorded payload.
+        units: metric name -> unit; metrics in ``s``, ``ms``, ``us``, ``µs``, ``ns`` are checked.
+        directions: metric name -> ``lower_is_better`` (default) or ``higher_is_better``.
+    Returns: the :class:`~perfledger.events.workflow.WallCheck`, or None when no call carries a
+        driver wall time (samples not measured by the workload driver).
+    Raises: ValueError when some calls carry a wall time and others do not.
+    """
+    pairs = list(pairs)
+    timed = [s.wall_s is not None for p in pairs for s in (p.ref, p.cand)]
+    if not any(timed):
+        return None
+    if not all(timed):
+        raise ValueError(
+            "some calls carry the driver's wall time (wall_s) and others do not: record all or none"
+        )
+    directions = directions or {}
+    over: list[str] = []
+    reasons: list[str] = []
+    for p in pairs:
+        for side in (p.ref, p.cand):
+            # each time-like metric is a view of the call's time: the largest must fit in it
+            worst = max(
+                (
+                    _total_s(v, SECONDS_PER_UNIT[units[m]])
+                    for m, v in side.values.items()
+                    if units.get(m) in SECONDS_PER_UNIT
+                ),
+                default=0.0,
+            )
+            if worst > side.wall_s * (1.0 + OVER_REL) + OVER_ABS_S:
+                over.append(side.call_id)
+                reasons.append(
+                    f"call {side.call_id} reports {_ms(worst)} but took {_ms(side.wall_s)} on "
+                    "the driver's clock: it reports time it cannot have spent"
+                )
+    cases: list[WallCheckCase] = []
+    time_metrics = sorted(m for m, u in units.items() if u in SECONDS_PER_UNIT)
+    for metric in time_metrics:
+        scale = SECONDS_PER_UNIT[units[metric]]
+        sign = -1.0 if directions.get(metric) == "higher_is_better" else 1.0
+        by_case: dict[str, list[Any]] = {}
+        for p in pairs:
+            if (
+                p.ref.correct
+                and p.cand.correct
+                and p.ref.values.get(metric)
+                and p.cand.values.get(metric)
+            ):
+                by_case.setdefault(p.case, []).append(p)
+        for case, case_pairs in by_case.items():
+            c = _case_check(metric, case, case_pairs, scale, sign)
+            cases.append(c)
+            if c.status == "flagged":
+                reasons.append(
+                    f"case {case!r}, {metric}: the candidate reports saving "
+                    f"{_ms(c.reported_saving_s)} per call, the driver's wall clock saw "
+                    f"{_ms(c.wall_saving_s)} (unseen {_ms(c.excess_s)}, lower bound "
+                    f"{_ms(c.excess_low_s)} > tolerance {_ms(c.tolerance_s)})"
+                )
+    return WallCheck(
+        method=METHOD,
+        flagged=bool(over) or any(c.status == "flagged" for c in cases),
+        reasons=tuple(reasons[:20]),
+        cases=tuple(cases),
+        over_wall_calls=tuple(over),
+    )
+
+
+def directions_of(definition: Any) -> dict[str, str]:
+    """Metric name -> direction of a Target's primary, guardrails and secondaries
+    (:class:`~perfledger.events.workflow.TargetDefinition`), for :func:`check_pairs`."""
+    out = {definition.primary.name: definition.primary.direction}
+    out.update({g.metric: g.direction for g in definition.guardrails})
+    out.update({s.name: s.direction for s in definition.secondaries})
+    return out
+
+
+def check_driver_run(
+    run: Any, units: Mapping[str, str], directions: Mapping[str, str] | None = None
+) -> WallCheck | None:
+    """:func:`check_pairs` of a :class:`perfledger.kernels.driver.DriverRun`: its usable pairs
+    (both calls well formed), each call's metrics as its values and its ``wall_s``."""
+    from types import SimpleNamespace
+
+    def side(call: Any) -> Any:
+        return SimpleNamespace(
+            call_id=call.call_id, correct=call.correct, values=call.metrics, wall_s=call.wall_s
+        )
+
+    pairs = [
+        SimpleNamespace(case=p.case, ref=side(p.ref), cand=side(p.cand))
+        for p in run.pairs
+        if p.usable
+    ]
+    return check_pairs(pairs, units, directions)
+
+
+def unresolved_cases(check: WallCheck | None) -> list[WallCheckCase]:
+    """The cases whose reported saving the wall clock could not resolve (shown, not blocking)."""
+    return [] if check is None else [c for c in check.cases if c.status == "unresolved"]
+
+
+__all__ = [
+    "METHOD",
+    "SECONDS_PER_UNIT",
+    "check_driver_run",
+    "check_pairs",
+    "directions_of",
+    "unresolved_cases",
+]

@@ -1,0 +1,134 @@
+"""A workload command in the driver's protocol that games it on purpose (and its honest form), for
+the driver's adversarial tests. The work is sleeping (``--work-s`` seconds per call), so its wall
+time holds on a loaded machine; the metric is ``time_ms``, one value per timed step.
+
+Modes:
+
+- ``honest``: ``--steps`` timed steps of ``work_s/steps`` each; reports each step's time.
+- ``scaled``: the same work, reports each time times ``--report-scale`` (1/100: under-reports).
+- ``fast_half``: steps alternate short and long (same total); reports only the faster half.
+- ``untimed_grandchild``: a grandchild in its own session does the work while this process waits
+  outside its timer; then times trivial steps and reports those.
+- ``detached_worker``: hands the work to a grandchild in its own session, reports the time the
+  work takes (plausible) and exits at once, leaving the grandchild working.
+- ``precompute``: does the work before its timer starts (as an import would), then times trivial
+  lookups and reports those.
+- ``over_wall``: the honest work, reports ten times the time it spent.
+- ``linger``: honest, but leaves a grandchild in its own session that appends to ``--heartbeat``
+  every 20 ms for 30 s.
+- ``daemon``: honest, but leaves a double-forked daemon (``setsid`` in between) doing the same.
+- ``hang_holding_stdout``: starts a grandchild in its own session that keeps stdout open for 30 s,
+  then hangs itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HEARTBEAT = (
+    "import sys, time\n"
+    "end = time.monotonic() + 30\n"
+    "while time.monotonic() < end:\n"
+    "    open(sys.argv[1], 'a').write('.')\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+def _steps(work_s: float, steps: int) -> list[float]:
+    out = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        time.sleep(work_s / steps)
+        out.append((time.perf_counter() - start) * 1e3)
+    return out
+
+
+def _trivial(steps: int) -> list[float]:
+    out = []
+    table = {i: i * i for i in range(100)}
+    for i in range(steps):
+        start = time.perf_counter()
+        _ = table[i % 100]
+        out.append(max((time.perf_counter() - start) * 1e3, 1e-6))
+    return out
+
+
+def _detached(code: str, *args: str, stdout: object = subprocess.DEVNULL) -> None:
+    subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        start_new_session=True,
+        stdout=stdout,  # type: ignore[arg-type]
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", default="honest")
+    parser.add_argument("--work-s", type=float, default=0.2)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--report-scale", type=float, default=0.01)
+    parser.add_argument("--heartbeat", default="")
+    args = parser.parse_args()
+    mode, work, steps = args.mode, args.work_s, args.steps
+    if mode == "honest":
+        times = _steps(work, steps)
+    elif mode == "scaled":
+        times = [t * args.report_scale for t in _steps(work, steps)]
+    elif mode == "fast_half":
+        times = []
+        for k in range(2 * steps):
+            start = time.perf_counter()
+            time.sleep(work / steps * (0.5 if k % 2 else 1.5) / 2)
+            times.append((time.perf_counter() - start) * 1e3)
+        times = sorted(times)[:steps]
+    elif mode == "untimed_grandchild":
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import time; time.sleep({work})"], start_new_session=True
+        )
+        child.wait()
+        times = _trivial(steps)
+    elif mode == "detached_worker":
+        _detached(f"import time; time.sleep({work})")
+        times = [1e3 * work / steps] * steps
+    elif mode == "precompute":
+        time.sleep(work)
+        times = _trivial(steps)
+    elif mode == "over_wall":
+        times = [10 * t for t in _steps(work, steps)]
+    elif mode == "linger":
+        _detached(HEARTBEAT, args.heartbeat)
+        times = _steps(work, steps)
+    elif mode == "daemon":
+        daemon = (
+            "import os, subprocess, sys\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        exec({HEARTBEAT!r})\n"
+            "    os._exit(0)\n"
+            "os.wait()\n"
+        )
+        subprocess.run([sys.executable, "-c", daemon, args.heartbeat], check=True)
+        times = _steps(work, steps)
+    elif mode == "hang_holding_stdout":
+        _detached("import time; time.sleep(30)", stdout=sys.stdout)
+        time.sleep(60)
+        return 0
+    else:
+        print(f"unknown mode {mode!r}", file=sys.stderr)
+        return 2
+    print(json.dumps({"correct": True, "metrics": {"time_ms": times}, "detail": {"mode": mode}}))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    sys.exit(main())

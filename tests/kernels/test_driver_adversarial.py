@@ -1,0 +1,191 @@
+"""The workload driver against commands that game it (SPEC.md section 5, "Workload driver"):
+self-reported times checked against the driver's own wall clock, every process a call starts
+ended with it, timeouts that hold whatever the command leaves behind. Real processes, no mocks;
+the work is sleeping, so wall times hold on a loaded machine. Each cheat has an honest control
+beside it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from perfledger.events.workflow import WallCheck
+from perfledger.kernels.driver import Subject, run_call, run_pairs
+from perfledger.kernels.proctree import process_table, set_subreaper
+from perfledger.kernels.wall_check import check_driver_run, check_pairs
+
+# -S: no site-packages to import, so less start-up work for a loaded host to jitter
+WORKLOAD = [sys.executable, "-S", str(Path(__file__).resolve().parent / "adversarial_workload.py")]
+UNITS = {"time_ms": "ms"}
+
+
+def _compare(cand: list[str], ref: list[str] | None = None, work_s: float = 0.5) -> WallCheck:
+    """Run the honest reference against ``cand`` (5 ABBA pairs, one case) and check the run."""
+    ref_argv = [*WORKLOAD, "--work-s", str(work_s), *(ref or [])]
+    cand_argv = [*WORKLOAD, "--work-s", str(work_s), *cand]
+    run = run_pairs(
+        Subject("ref", ref_argv), Subject("cand", cand_argv), cases=["a"], pairs_per_case=5,
+        warmup_calls=0, timeout_s=60,
+    )  # fmt: skip
+    assert not run.failed_calls, [(c.call_id, c.message, c.stderr_tail) for c in run.failed_calls]
+    check = check_driver_run(run, UNITS)
+    assert check is not None
+    return check
+
+
+# ---------------------------------------------------------------- under-reporting its own time
+
+
+def test_cheat_same_work_reporting_a_hundredth_of_its_time_is_flagged() -> None:
+    check = _compare(["--mode", "scaled", "--report-scale", "0.01"])
+    assert check.flagged and check.cases[0].status == "flagged"
+    assert check.cases[0].reported_saving_s > 0.4  # it claims ~0.5 s per call...
+    assert abs(check.cases[0].wall_saving_s) < 0.1  # ...that the wall clock never saw
+    assert "wall clock saw" in check.reasons[0]
+
+
+def test_cheat_reporting_only_the_fast_half_of_its_samples_is_flagged() -> None:
+    check = _compare(["--mode", "fast_half"])
+    assert check.flagged and check.cases[0].status == "flagged"
+
+
+def test_cheat_reporting_half_of_its_time_is_flagged() -> None:
+    check = _compare(["--mode", "scaled", "--report-scale", "0.5"], work_s=1.0)
+    assert check.flagged
+
+
+def test_really_faster_candidate_is_not_flagged() -> None:
+    check = _compare(["--work-s", "0.25"])  # half the work: saves ~0.25 s of wall per call
+    assert not check.flagged and check.cases[0].status == "consistent"
+    assert check.cases[0].wall_saving_s > 0.1
+
+
+def test_aa_comparison_is_not_flagged() -> None:
+    check = _compare([])
+    assert not check.flagged and check.cases[0].status in {"unresolved", "consistent"}
+    assert check.over_wall_calls == ()
+
+
+# ---------------------------------------------------------------- work outside the timed region
+
+
+def test_cheat_work_in_a_detached_grandchild_outside_the_timer_is_flagged() -> None:
+    check = _compare(["--mode", "untimed_grandchild"])
+    assert check.flagged and check.cases[0].status == "flagged"
+
+
+def test_cheat_plausible_time_reported_while_a_detached_grandchild_works_is_flagged() -> None:
+    check = _compare(["--mode", "detached_worker"])
+    assert check.flagged
+    assert check.over_wall_calls and all(c.startswith("cand-") for c in check.over_wall_calls)
+
+
+def test_cheat_work_done_before_the_timer_starts_is_flagged() -> None:
+    check = _compare(["--mode", "precompute"])
+    assert check.flagged and check.cases[0].status == "flagged"
+
+
+def test_cheat_reporting_more_time_than_the_call_took_is_flagged() -> None:
+    check = _compare(["--mode", "over_wall"], work_s=0.1)
+    assert check.flagged
+    assert check.over_wall_calls and all(c.startswith("cand-") for c in check.over_wall_calls)
+    assert "cannot have spent" in check.reasons[0]
+
+
+# ---------------------------------------------------------------- the rule on recorded numbers
+
+
+def _pairs(ref_rep: float, cand_rep: float, ref_wall: list[float], cand_wall: list[float]) -> list:
+    def side(call: str, rep: float, wall: float) -> SimpleNamespace:
+        return SimpleNamespace(call_id=call, correct=True, values={"t": [rep]}, wall_s=wall)
+
+    return [
+        SimpleNamespace(case="a", ref=side(f"r{i}", ref_rep, rw), cand=side(f"c{i}", cand_rep, cw))
+        for i, (rw, cw) in enumerate(zip(ref_wall, cand_wall, strict=True))
+    ]
+
+
+def test_saving_below_the_wall_clocks_resolution_is_unresolved_not_passed_off() -> None:
+    noisy = [1.00, 1.05, 0.95, 1.10, 0.90]  # the wall clock's spread here is ~50 ms
+    check = check_pairs(_pairs(0.500, 0.499, noisy, list(reversed(noisy))), {"t": "s"})
+    assert check is not None and not check.flagged
+    assert check.cases[0].status == "unresolved" and check.cases[0].resolution_s > 0.001
+
+
+def test_higher_is_better_time_metric_is_checked_in_the_candidates_favour() -> None:
+    walls = [1.0, 1.001, 0.999, 1.0, 1.002]
+    # the candidate reports 0.3 s more of a higher-is-better time than it spent
+    pairs = _pairs(0.5, 0.8, walls, walls)
+    assert check_pairs(pairs, {"t": "s"}, {"t": "higher_is_better"}).flagged
+    assert not check_pairs(
+        _pairs(0.8, 0.5, walls, walls), {"t": "s"}, {"t": "higher_is_better"}
+    ).flagged
+
+
+def test_calls_timed_by_the_driver_and_calls_not_timed_cannot_be_mixed() -> None:
+    pairs = _pairs(0.5, 0.5, [1.0] * 3, [1.0] * 3)
+    pairs[0].cand.wall_s = None
+    with pytest.raises(ValueError, match="record all or none"):
+        check_pairs(pairs, {"t": "s"})
+    for p in pairs:
+        p.ref.wall_s = p.cand.wall_s = None
+    assert check_pairs(pairs, {"t": "s"}) is None  # not measured by the driver: nothing to check
+
+
+# ---------------------------------------------------------------- processes left behind
+
+
+def _alive_with(marker: str) -> list[int]:
+    found = []
+    for pid in process_table():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _stops_growing(path: Path) -> bool:
+    before = path.stat().st_size if path.exists() else 0
+    time.sleep(0.3)
+    return (path.stat().st_size if path.exists() else 0) == before
+
+
+@pytest.mark.parametrize("mode", ["linger", "daemon"])
+def test_cheat_process_left_behind_is_ended_with_its_call(tmp_path: Path, mode: str) -> None:
+    beat = tmp_path / f"{mode}.beat"
+    argv = [*WORKLOAD, "--mode", mode, "--work-s", "0.05", "--heartbeat", str(beat)]
+    out = run_call(Subject("cand", argv), case="a", call_id="c", timeout_s=30)
+    assert out.ok and out.ended_descendants >= 1
+    # whatever session it moved to, it can no longer work during the other subject's call
+    assert _stops_growing(beat) and not _alive_with(str(beat))
+
+
+def test_command_whose_children_finish_first_leaves_nothing_to_end(tmp_path: Path) -> None:
+    script = f"{sys.executable} -c pass; " + " ".join([*WORKLOAD, "--work-s", "0.02"])
+    out = run_call(Subject("ref", ["sh", "-c", script]), case="a", call_id="c", timeout_s=30)
+    assert out.ok and out.ended_descendants == 0
+
+
+def test_timeout_ends_a_grandchild_in_its_own_session_holding_stdout() -> None:
+    argv = [*WORKLOAD, "--mode", "hang_holding_stdout"]
+    for k in range(2):
+        start = time.monotonic()
+        out = run_call(Subject("cand", argv), case="a", call_id=f"c{k}", timeout_s=2.0)
+        elapsed = time.monotonic() - start
+        assert out.reason == "timeout" and out.ended_descendants >= 1
+        assert elapsed < 2.5, f"a 2 s timeout cost {elapsed:.2f} s"
+    assert not _alive_with("time.sleep(30)")
+
+
+def test_driver_is_a_subreaper_only_during_a_call() -> None:
+    argv = [*WORKLOAD, "--work-s", "0.01"]
+    assert run_call(Subject("ref", argv), case="a", call_id="c", timeout_s=30).ok
+    # after the call, orphans of this process go to init again: nothing else is affected
+    assert set_subreaper(False) is False

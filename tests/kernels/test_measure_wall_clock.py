@@ -1,0 +1,134 @@
+"""``measure workload`` end to end on real commands, a real git ledger and the real CLI: an honest
+faster candidate passes its target stage and becomes champion; a candidate that does the same
+work but reports 1/100 of its time is flagged by the wall-clock check, the flag is printed when
+``measure`` returns, recorded in the samples, and blocks the pass (R12) and the champion (R13);
+the ledger still audits clean (every derivation re-made)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from test_measure_cli import _cli, _experiment, _record_resolution, _setup
+
+from perfledger.api import Ledger
+from perfledger.commands.operations import execute
+
+WORKLOAD = Path(__file__).resolve().parent / "adversarial_workload.py"
+CAND2 = "sha256:" + "2" * 16
+
+
+def _cmd(*args: str) -> str:
+    return shlex.join([sys.executable, "-S", str(WORKLOAD), *args])
+
+
+def _second_experiment(path: Path) -> None:
+    ledger = Ledger.open(path)
+    try:
+        # e1 halved the time, beyond its claim's predicted interval: reconciled first (R14)
+        execute(ledger, "reconcile", {
+            "experiment_id": "e1", "premise": "coverage",
+            "corrected_model": {"description": "the loop is the whole call"},
+            "explanation": "the test's workload is all loop",
+        }, actor="agent")  # fmt: skip
+        execute(ledger, "experiment.create", {
+            "experiment_id": "e2", "target_id": "t1", "title": "report less",
+            "candidate": {"content_hash": CAND2, "changed_paths": ["src/loop.py"]},
+            "claim": {
+                "evidence": [
+                    {"evidence_id": "ev1", "applicability": "same_boundary", "used_for": "coverage"},
+                    {"evidence_id": "ev1", "applicability": "conservative_upper_bound",
+                     "used_for": "local_speedup"},
+                ],
+                "scope": {"replaced_region": "loop", "execution_form": "python"},
+                "replacement_boundary": "the loop", "coverage": 0.9, "local_speedup": 2.0,
+                "stated_bound": 1.0 / (0.1 + 0.45),
+            },
+            "preregistration": {"rejects": "implementation"},
+        }, actor="agent")  # fmt: skip
+    finally:
+        ledger.close()
+
+
+def _select(tmp: Path, experiment: str, current: str) -> str:
+    """A ``champion.select`` request file for ``experiment``'s first target samples."""
+    path = tmp / f"select-{experiment}.json"
+    path.write_text(json.dumps({"target_id": "t1", "samples_id": f"{experiment}-target-1",
+                                "expected_current": current}))  # fmt: skip
+    return str(path)
+
+
+def _measure(path: Path, tmp: Path, experiment: str, stage: str, ref: str, cand: str) -> str:
+    monitor = ["--no-monitor"] if stage == "screen" else [
+        "--monitor", "host", "--explain-foreign", "other tenants of a shared CI host"]  # fmt: skip
+    out = _cli(path, tmp, "measure", "workload", "--experiment", experiment, "--stage", stage,
+               "--ref", ref, "--cand", cand, "--case", "small", "--pairs", "5", "--warmup", "0",
+               "--quiet", *monitor)  # fmt: skip
+    return out.stdout
+
+
+def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    _setup(ledger, cases=("small",))
+    _record_resolution(ledger)
+    _experiment(ledger)  # e1: an honest candidate doing half the work
+    ref, honest = _cmd("--work-s", "1.0"), _cmd("--work-s", "0.5")
+    _measure(ledger, tmp_path, "e1", "screen", ref, honest)
+    printed = _measure(ledger, tmp_path, "e1", "target", ref, honest)
+    # on a loaded host the saving may be below what the wall clock resolves: never flagged
+    assert "FLAG" not in printed and "none flagged" in printed
+    verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
+                              "--json").stdout)["payload"]  # fmt: skip
+    assert verdict["status"] == "pass", verdict
+    _cli(ledger, tmp_path, "champion", "select", "--request", _select(tmp_path, "e1", "original"))
+
+    # e2 does e1's exact work and reports 1/100 of its time
+    _second_experiment(ledger)
+    cheat = _cmd("--work-s", "0.5", "--mode", "scaled", "--report-scale", "0.01")
+    _measure(ledger, tmp_path, "e2", "screen", honest, cheat)
+    printed = _measure(ledger, tmp_path, "e2", "target", honest, cheat)
+    assert "FLAG wall clock" in printed and "cannot pass nor support a champion" in printed
+    assert "the driver's wall clock saw" in printed
+    with Ledger.open(ledger) as opened:
+        samples = opened.payload(opened.state().samples["e2-target-1"].event_id)
+    assert samples.wall_check is not None and samples.wall_check.flagged
+    assert all(p.ref.wall_s and p.cand.wall_s for p in samples.pairs)  # the driver's clock, kept
+    answer = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e2-target-1",
+                             "--json").stdout)  # fmt: skip
+    verdict = answer["payload"]
+    assert answer["explanation"]["condition"] == "wall_clock"
+    assert "without it the derivation was pass" in answer["explanation"]["reason"]
+    assert verdict["primary"]["status"] == "pass"  # what the reported times alone would say
+    assert verdict["status"] == "inconclusive"
+    assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
+    refused = _cli(ledger, tmp_path, "champion", "select", "--request",
+                   _select(tmp_path, "e2", "e1"), "--json", check=False)  # fmt: skip
+    assert refused.returncode == 3
+    error = json.loads(refused.stdout)["error"]
+    assert error["rule"] == "R13" and "wall-clock check" in error["message"]
+    claims = json.loads(_cli(ledger, tmp_path, "claims", "--json").stdout)
+    flagged = {r["experiment_id"]: r["measurement_flags"] for r in claims["claims"]}
+    assert flagged["e1"] == [] and any("wall clock" in f for f in flagged["e2"])
+    handoff = _cli(ledger, tmp_path, "handoff", "--md").stdout
+    assert "wall clock" in handoff
+    _cli(ledger, tmp_path, "report", "--html", str(tmp_path / "report.html"))
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>Measurement flags</h2>" in page and "e2: e2-target-1: R12: wall clock" in page
+    audit = json.loads(_cli(ledger, tmp_path, "audit", "--json").stdout)
+    assert audit["ok"] is True and audit["findings"] == []
+    champion = json.loads(_cli(ledger, tmp_path, "champion", "show", "--json").stdout)
+    assert champion["champions"][0]["champion"] == "e1"  # unchanged
+
+
+def test_processes_left_behind_are_reported_when_measure_returns(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    _setup(ledger, cases=("small",))
+    _record_resolution(ledger)
+    _experiment(ledger)
+    beat = tmp_path / "beat"
+    lingering = _cmd("--work-s", "0.05", "--mode", "linger", "--heartbeat", str(beat))
+    printed = _measure(ledger, tmp_path, "e1", "screen", _cmd("--work-s", "0.05"), lingering)
+    assert "note processes: 5 call(s) left processes behind, ended with the call" in printed
+    assert "cand-small-0 (1)" in printed and "ref-small" not in printed.split("note processes")[1]

@@ -1,0 +1,128 @@
+"""What a measurement found decides what it may support (R5, R12, R13): a candidate that failed
+its accuracy check on any call of a formal stage cannot be champion, whatever its other pairs say
+(the reference's failures stay the reference's); samples whose self-reported times the driver's
+wall clock does not bear out cannot pass nor support a champion. Real ledger, real deciders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wf_scenario import PRIMARY, Session, experiment, make_pairs, samples
+
+#: The primary's values are scaled to ~0.5 s per value so that savings exceed the wall clock's
+#: resolution (``perfledger.kernels.wall_check.FLOOR_S``).
+SCALE = 50.0
+
+
+def _timed_pairs(tag: str, *, wall_saving: bool, gain: float = 0.2) -> list[dict[str, Any]]:
+    """Pairs with a primary gain of ``gain`` and the driver's wall time per call: the reported
+    total plus 0.1 s of start-up (jittered), the candidate's wall time saving what it reports
+    (``wall_saving``) or nothing (it reports time it did not save)."""
+    pairs = make_pairs(gain, tag=tag)
+    for k, pair in enumerate(pairs):
+        pair["same_process"] = False
+        pair["cand"]["call_id"] = pair["cand"]["call_id"] + "-cand"
+        for side in ("ref", "cand"):
+            pair[side]["values"][PRIMARY] = [v * SCALE for v in pair[side]["values"][PRIMARY]]
+        ref_total = sum(pair["ref"]["values"][PRIMARY]) / 1e3
+        cand_total = sum(pair["cand"]["values"][PRIMARY]) / 1e3
+        jitter = 0.002 * ((k * 5) % 3 - 1)
+        pair["ref"]["wall_s"] = ref_total + 0.1 + jitter
+        pair["cand"]["wall_s"] = (cand_total if wall_saving else ref_total) + 0.1 - jitter
+    return pairs
+
+
+def test_r12_wall_clock_flag_makes_a_target_stage_inconclusive_and_r13_refuses_it(
+    ready: Session,
+) -> None:
+    ready.screened()
+    body = samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=False))
+    recorded = ready.run("samples.record", body)
+    check = recorded["wall_check"]
+    assert check["method"] == "wall_v1" and check["flagged"]
+    assert {c["status"] for c in check["cases"] if c["metric"] == PRIMARY} == {"flagged"}
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["primary"]["status"] == "pass"  # the reported numbers alone would pass
+    assert verdict["status"] == "inconclusive"
+    assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
+    error = ready.refused(
+        "champion.select",
+        {"target_id": "t1", "samples_id": "e1-target", "expected_current": "original"},
+        "R13",
+    )
+    assert "wall-clock check" in error.message and "e1-target" in error.message
+
+
+def test_r12_wall_clock_consistent_samples_pass_and_support_a_champion(ready: Session) -> None:
+    ready.screened()
+    body = samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
+    recorded = ready.run("samples.record", body)
+    assert recorded["wall_check"]["flagged"] is False
+    assert {c["status"] for c in recorded["wall_check"]["cases"]} == {"consistent"}
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "pass" and verdict["notes"] == []
+    assert ready.champion()["experiment_id"] == "e1"
+
+
+def test_samples_without_driver_wall_times_carry_no_wall_check(ready: Session) -> None:
+    ready.screened()
+    recorded = ready.run("samples.record", samples("e1-target", "target"))
+    assert recorded["wall_check"] is None  # not measured by the workload driver
+
+
+def test_samples_mixing_driver_timed_and_untimed_calls_are_refused(ready: Session) -> None:
+    ready.screened()
+    pairs = _timed_pairs("t", wall_saving=True)
+    del pairs[0]["cand"]["wall_s"]
+    error = ready.refused("samples.record", samples("e1-target", "target", pairs=pairs), None)
+    assert "record all or none" in error.message
+
+
+def test_r5_candidate_failing_one_formal_call_cannot_be_champion(ready: Session) -> None:
+    ready.screened()
+    pairs = make_pairs(0.2, per_case=7, tag="t")
+    pairs[4]["cand"]["correct"] = False
+    ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "pass"  # its 13 other pairs pass...
+    error = ready.refused(
+        "champion.select",
+        {"target_id": "t1", "samples_id": "e1-target", "expected_current": "original"},
+        "R5",
+    )
+    # ...but one failed call disqualifies it, and the refusal names that call
+    assert f"e1-target/{pairs[4]['cand']['call_id']}" in error.message
+
+
+def test_r5_reference_failure_is_not_counted_against_the_candidate(ready: Session) -> None:
+    ready.screened()
+    pairs = make_pairs(0.2, per_case=7, tag="t")
+    pairs[4]["ref"]["correct"] = False  # the reference's failure (R11)
+    ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
+    assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
+    assert ready.champion()["experiment_id"] == "e1"
+
+
+def test_r5_screen_failures_do_not_disqualify_a_candidate(ready: Session) -> None:
+    pairs = make_pairs(0.2, tag="s")
+    pairs[0]["cand"]["correct"] = False  # a screen is not a formal stage
+    ready.run("experiment.create", experiment("e1"))
+    ready.run("samples.record", samples("e1-screen", "screen", pairs=pairs))
+    ready.run("verdict.record", {"samples_id": "e1-screen"})
+    ready.run("samples.record", samples("e1-target", "target"))
+    assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
+    assert ready.champion()["experiment_id"] == "e1"
+
+
+def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(ready: Session) -> None:
+    ready.passed()
+    ready.champion()
+    body = samples("e1-final", "final_audit", pairs=_timed_pairs("f", wall_saving=False))
+    assert ready.run("samples.record", body)["wall_check"]["flagged"]
+    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
+    assert audit["primary"]["status"] == "pass" and audit["status"] == "inconclusive"
+    assert any(n.startswith("R12: wall clock") for n in audit["notes"])
+    honest = samples("e1-final-2", "final_audit", pairs=_timed_pairs("g", wall_saving=True))
+    ready.run("samples.record", honest)
+    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final-2"})
+    assert audit["status"] == "pass"
