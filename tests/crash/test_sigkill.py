@@ -37,7 +37,6 @@ import pytest
 from perfledger.api import Ledger
 from perfledger.ledger import packing
 from perfledger.ledger.gitobj import make_blob
-from perfledger.ledger.store import STALE_LOCK_S
 
 pytestmark = pytest.mark.slow
 
@@ -563,21 +562,15 @@ def test_stale_ref_lock_of_killed_writer_does_not_fail_the_next_append(
     tmpfs_ledger_path: Path, tmp_path: Path
 ) -> None:
     """A writer SIGKILLed inside the ref update leaves ``refs/heads/ledger.lock``. The next
-    append (issued at once, while the lock is younger than STALE_LOCK_S) must succeed — waiting
-    for the lock to become stale is fine, failing with ConcurrentAppend is not: there is no other
-    writer to lose a race to."""
+    append (issued at once) must succeed without waiting: the lock is recognised as a dead
+    perfledger writer's by what it held (its owner name, its free flock), not by its age."""
     ledger_path = tmpfs_ledger_path
     writer = Writer(ledger_path, tmp_path, "locked", 3, "--crash-at", "in_ref_lock")
     assert writer.proc.wait(timeout=30) == -signal.SIGKILL, writer.stderr()[-3000:]
     lock = ledger_path / "refs" / "heads" / "ledger.lock"
     assert lock.exists()
-    age_s = time.time() - lock.stat().st_mtime
-    assert age_s < STALE_LOCK_S, "the test is too slow to catch the young-lock window"
-    started = time.monotonic()
     event_id = fresh_append(ledger_path, "right after a writer died holding the ref lock")
-    elapsed_s = time.monotonic() - started
     assert not lock.exists()
-    assert elapsed_s < STALE_LOCK_S + 5
     full_verify(ledger_path)
     assert event_id in git_event_ids(ledger_path)
 

@@ -63,6 +63,7 @@ from perfledger.ledger.durable import (
     choose_method,
     fsync_dir,
     sync_filesystem,
+    write_out,
 )
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
@@ -82,7 +83,14 @@ from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import LOOSE_PACK_THRESHOLD, maybe_pack
 from perfledger.ledger.pipeline import PIPELINE_MIN_EVENTS, PackerProcess, pipeline_available
 from perfledger.ledger.reader import ObjectReader, read_loose
-from perfledger.ledger.refcas import RefLocked, lock_ref, read_loose_ref, read_ref
+from perfledger.ledger.refcas import (
+    RefLocked,
+    break_dead_lock,
+    lock_ref,
+    read_loose_ref,
+    read_ref,
+    remove_dead_owner_names,
+)
 
 if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
     from dulwich.repo import Repo
@@ -101,11 +109,10 @@ LOOSE_PACKING_IN_CHILD = True
 #: Appends that read the ref before deciding after a guessed head lost its race (see
 #: GitStore._attempt): other writers are moving the ledger, and a wrong guess costs a build.
 _GUESS_PAUSE = 64
-#: A ref lock file older than this (seconds) while we hold the append lock is a dead writer's.
-STALE_LOCK_S = 1.0
+#: How long an append waits for a ref lock that another program (git) holds before it reports
+#: it (seconds). The lock is never broken; this bounds only the wait.
+REF_LOCK_WAIT_S = 2.0
 _INDEX_FILE = "index-v2.msgpack"
-#: The ledger ref's previous file, kept for reuse as the next lock (see refcas).
-_SPARE_REF_FILE = "ledger-ref.spare"
 _log = logging.getLogger("perfledger")
 #: The derived index is saved (besides at close) once this many commits were indexed since the
 #: last save, or a third of the index if more: saving costs O(ledger), and a fixed interval
@@ -226,7 +233,6 @@ class GitStore:
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
-        self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
         self._ref_dir = os.path.dirname(self._ref_path)
         # Derived index of the commits reachable from self._indexed_head.
         # Every commit read or written (structure only; may include unmerged branches) ...
@@ -1158,16 +1164,9 @@ class GitStore:
         """
         if self._ref_dir_fd is None:  # kept open: spares an open and a close per append
             self._ref_dir_fd = os.open(self._ref_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        held = lock_ref(
-            self.controldir,
-            LEDGER_REF,
-            expected,
-            new,
-            fsync=self._fsync_each,
-            writeout=self._writeout,
-            spare=self._spare_ref_path,
-            written_out=written_out,
-        )
+        for fd in written_out:
+            write_out(fd, wait=True)
+        held = lock_ref(self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir)
         if held is None:  # the ref moved since ``expected`` was read (or guessed)
             self._stop_guessing()
             return False
@@ -1223,30 +1222,38 @@ class GitStore:
         self, expected: bytes, new: bytes, written_out: Sequence[int] = ()
     ) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
-        lost race. A ref lock file older than :data:`STALE_LOCK_S` (a killed writer's) is
-        removed and the swap tried again. ``written_out``: see :meth:`_swap_ref`."""
+        lost race (the ref holds another value). ``written_out``: see :meth:`_swap_ref`.
+
+        A ref lock left by a perfledger writer that died is removed and the swap tried again
+        (recognised by its owner name and free flock, never by its age: :mod:`refcas`). A lock
+        held by another program (git) is never broken: the swap waits for it to go, at most
+        :data:`REF_LOCK_WAIT_S`, then gives up.
+
+        Raises: ConcurrentAppend naming the lock when another program held it all that time.
+        """
         with self._append_lock():
-            try:
-                return self._swap_ref(expected, new, written_out)
-            except RefLocked:
-                pass
-            lock = os.path.join(self.controldir, os.fsdecode(LEDGER_REF)) + ".lock"
-            try:
-                age_s = time.time() - os.stat(lock).st_mtime
-                if age_s <= STALE_LOCK_S:
-                    # a dead writer's lock (we hold the flock) or a short-lived git process's:
-                    # wait until it is stale instead of burning transact()'s retries on it
-                    time.sleep(STALE_LOCK_S - age_s + 0.01)
-                    age_s = time.time() - os.stat(lock).st_mtime
-                if age_s <= STALE_LOCK_S:
-                    return False
-                os.unlink(lock)
-            except FileNotFoundError:
-                pass  # released meanwhile
-            try:
-                return self._swap_ref(expected, new, written_out)
-            except RefLocked:
-                return False
+            deadline: float | None = None
+            while True:
+                try:
+                    return self._swap_ref(expected, new, written_out)
+                except RefLocked as exc:
+                    lock = exc.lock
+                # we hold the append lock, so no live perfledger writer is inside a swap
+                if break_dead_lock(lock, self.derived_dir):
+                    with contextlib.suppress(OSError):
+                        remove_dead_owner_names(self.derived_dir, lock)
+                    continue
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + REF_LOCK_WAIT_S
+                elif now >= deadline:
+                    raise ConcurrentAppend(
+                        f"{lock} is held by another process (a git command?) and was not "
+                        f"released within {REF_LOCK_WAIT_S:g} s; the ledger is unchanged",
+                        hint="retry once that process has finished; if no git or perfledger "
+                        f"process is using this ledger, the lock is a leftover: remove {lock}",
+                    )
+                time.sleep(0.01)
 
     # ------------------------------------------------------------------ derived index
 
