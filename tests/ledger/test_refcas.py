@@ -1,4 +1,4 @@
-"""The ref compare-and-swap (git's lock-file protocol) and the durability method."""
+"""The ref compare-and-swap (git's lock-file protocol)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import pytest
 from tests.conftest import run_git
 
 from perfledger.api import Ledger
-from perfledger.errors import BadRequest
-from perfledger.ledger import durable
 from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
 
 REF = b"refs/heads/ledger"
@@ -54,95 +52,6 @@ def test_packed_ref_is_read_and_swapped(tmp_path: Path) -> None:
     assert read_ref(str(tmp_path), REF) == A
     assert _swap(tmp_path, A, B)
     assert read_ref(str(tmp_path), REF) == B
-
-
-@pytest.mark.parametrize("method", ["writeout", "syncfs", "fsync"])
-def test_each_durability_method_appends_readable_by_git(
-    tmp_path: Path, method: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if method == "syncfs" and durable._libc_syncfs() is None:
-        pytest.skip("this C library has no syncfs")
-    if method == "writeout" and durable._libc_sync_file_range() is None:
-        pytest.skip("this C library has no sync_file_range")
-    monkeypatch.setenv(durable.METHOD_ENV, method)
-    path = tmp_path / "l.git"
-    with Ledger.init(path, actor="t") as ledger:
-        ids = [
-            ledger.append("NoteRecorded", {"text": f"n{i}", "tags": []}, actor="t").id
-            for i in range(5)
-        ]
-        head = ledger.head()
-    assert run_git("rev-parse", "refs/heads/ledger", cwd=path).stdout.strip() == head
-    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0
-    with Ledger.open(path) as ledger:
-        assert [e.id for e in ledger.events()][1:] == ids
-
-
-def test_unknown_durability_method_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "l.git"
-    Ledger.init(path, actor="t").close()
-    run_git("config", "perfledger.fsyncMethod", "never", cwd=path)
-    with pytest.raises(BadRequest, match="unknown fsync method 'never'"):
-        Ledger.open(path)
-    monkeypatch.setenv(durable.METHOD_ENV, "fsync")  # the environment wins over the config
-    Ledger.open(path).close()
-
-
-def test_default_method_is_writeout_only_on_a_filesystem_with_an_ordered_journal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(durable.METHOD_ENV, raising=False)
-    fs = durable.filesystem_name(tmp_path)
-    expected = (
-        "writeout"
-        if fs in ("ext4", "xfs") and durable._libc_sync_file_range() is not None
-        else ("syncfs" if durable._libc_syncfs() is not None else "fsync")
-    )
-    assert durable.choose_method(None, tmp_path) == expected
-    assert durable.choose_method(None) in ("syncfs", "fsync")  # no path: no guess
-    assert durable.choose_method("fsync", tmp_path) == "fsync"  # the config wins
-    if Path("/dev/shm").is_dir() and durable.filesystem_name("/dev/shm") is None:
-        assert durable.choose_method(None, "/dev/shm") != "writeout"  # tmpfs
-
-
-def test_writeout_appends_leave_no_descriptor_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Under ``writeout`` the objects' descriptors stay open until the ref's lock is written
-    out; every one is closed after each append, and after a lost compare-and-swap."""
-    if durable._libc_sync_file_range() is None:
-        pytest.skip("this C library has no sync_file_range")
-    monkeypatch.setenv(durable.METHOD_ENV, "writeout")
-    fd_dir = Path("/proc/self/fd")
-    if not fd_dir.is_dir():
-        pytest.skip("no /proc/self/fd")
-    path = tmp_path / "l.git"
-    with Ledger.init(path, actor="t") as ledger:
-        ledger.append("NoteRecorded", {"text": "warm", "tags": []}, actor="t")
-        before = len(list(fd_dir.iterdir()))
-        for i in range(40):
-            ledger.append("NoteRecorded", {"text": f"n{i}", "tags": []}, actor="t")
-        # a lost race: another writer moves the ref between this writer's read and its swap
-        store = ledger.store
-        other = Ledger.open(path)
-        real_read = store.read_head
-        moved = [False]
-
-        def read_then_move() -> bytes:
-            head = real_read()
-            if not moved[0]:
-                moved[0] = True
-                other.append("NoteRecorded", {"text": "other", "tags": []}, actor="t")
-            return head
-
-        monkeypatch.setattr(store, "read_head", read_then_move)
-        ledger.append("NoteRecorded", {"text": "after the race", "tags": []}, actor="t")
-        other.close()
-        assert len(list(fd_dir.iterdir())) == before
-        assert ledger.verify().ok
-    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0
 
 
 def test_ref_directory_made_again_while_open_is_followed(tmp_path: Path) -> None:

@@ -32,10 +32,8 @@ import fcntl
 import os
 import secrets
 
-#: Suffix of a ref's lock file (git's).
-LOCK_SUFFIX = ".lock"
-#: Prefix of a perfledger writer's owner name for the ref lock it holds (in ``owner_dir``).
-OWNER_PREFIX = "ref-lock-"
+from perfledger.ledger.layout import REF_LOCK_OWNER_PREFIX as OWNER_PREFIX
+from perfledger.ledger.layout import REF_LOCK_SUFFIX as LOCK_SUFFIX
 
 
 class RefLocked(Exception):
