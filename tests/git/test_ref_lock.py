@@ -177,3 +177,18 @@ def test_ref_lock_of_a_sigkilled_perfledger_writer_is_recovered_at_once(
     assert not lock.exists()
     owners = [n for n in os.listdir(ledger / "perfledger") if n.startswith("ref-lock-")]
     assert owners == []  # the dead writer's owner name went with its lock
+
+
+def test_init_beside_a_held_ref_lock_is_reported_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, git_run: GitRun
+) -> None:
+    repo = tmp_path / "repo.git"
+    repo.mkdir()
+    git_run(repo, "init", "-q", "--bare")
+    lock = repo / "refs" / "heads" / "ledger.lock"
+    lock.write_text("0" * 40 + "\n")
+    monkeypatch.setattr(store_module, "REF_LOCK_WAIT_S", 0.1)
+    with pytest.raises(ConcurrentAppend) as caught:
+        Ledger.init(repo, actor="t")
+    assert str(lock) in caught.value.message
+    assert lock.exists()

@@ -343,7 +343,7 @@ class GitStore:
         envelope = built.envelope
         commit, objects = build_event_objects(built, [])
         store._write_objects(objects, batch=False)
-        if not store._swap_ref(None, commit.id):
+        if not store._compare_and_swap(None, commit.id):
             raise ConcurrentAppend(f"another process initialised {path} at the same time")
         store._index_commit(commit.id, envelope.id, 1, [], None)
         store._indexed_head = commit.id
@@ -923,7 +923,7 @@ class GitStore:
             self._lock_depth = 0
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _compare_and_swap(self, expected: bytes, new: bytes) -> bool:
+    def _compare_and_swap(self, expected: bytes | None, new: bytes) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
         lost race (the ref holds another value).
 
