@@ -232,6 +232,9 @@ def break_dead_lock(lock: str, owner_dir: str) -> bool:
     """Remove ``lock`` when a perfledger writer that has died left it (its file is linked
     under an owner name in ``owner_dir`` and nobody holds that file's flock).
 
+    Call it holding the writers' append lock (``GitStore.writers_lock``), as
+    ``GitStore._compare_and_swap`` does.
+
     Returns: True when the lock is gone (removed here, or released meanwhile); False when it
         is held: by a live perfledger writer, or by another program (git), whose lock is
         never broken.
@@ -279,7 +282,9 @@ def _owner_name(st: os.stat_result, owner_dir: str) -> str | None:
 def remove_dead_owner_names(owner_dir: str, lock: str) -> int:
     """Remove the owner names that killed writers left in ``owner_dir`` (their flock is free),
     except the one of ``lock`` (the ref lock; :func:`break_dead_lock` removes both); a live
-    writer's is kept. Returns: how many were removed. Raises: OSError from the filesystem."""
+    writer's is kept. Call it holding the writers' append lock (``GitStore.writers_lock``): a
+    writer takes its owner name's flock just after creating it, under that lock. Returns: how
+    many were removed. Raises: OSError from the filesystem."""
     try:
         names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
     except FileNotFoundError:
