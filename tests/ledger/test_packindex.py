@@ -72,6 +72,7 @@ def test_encode_and_every_reader_round_trip_with_large_offsets(
         path.unlink()
     assert listed == ([e[0] for e in entries], [e[1] for e in entries])
     assert back is not None
+    assert back.take(np.arange(len(entries))[::-1]).encode(b"\x07" * 20) == data  # numpy columns
     assert back.names.tobytes() == b"".join(e[0] for e in entries)
     assert back.offsets.tolist() == [e[1] for e in entries]
     assert back.crcs.tolist() == [e[2] for e in entries]

@@ -403,10 +403,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_pack)
         raise
-    merged = concat(parts)
-    raw_names = merged.names.tobytes()  # exact 20-byte names (S20 items drop trailing zeros)
-    names = [raw_names[at : at + 20] for at in range(0, len(raw_names), 20)]
-    index = encode_index(names, merged.offsets.tolist(), merged.crcs.tolist(), checksum)
+    index = concat(parts).encode(checksum)
     _write_durably(pack_dir, TMP_INDEX_PREFIX, target + ".idx", [index])
     fsync_dir(pack_dir)
     return target

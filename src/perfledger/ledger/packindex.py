@@ -1,6 +1,7 @@
 """Git's version-2 pack index (``.idx``): the one codec of the format in perfledger.
 
-One encoder (:func:`encode_index`, for every pack written) and one layout parser behind three
+One layout writer (behind :func:`encode_index` for plain lists and :meth:`IndexArrays.encode`
+for a merge's numpy arrays) and one layout parser behind three
 readers: numpy arrays for merging packs and verify's scan (:func:`read_index`), plain lists for
 small indexes without importing numpy (:func:`read_entries`), and a memory-mapped binary search
 for a few lookups (:class:`MappedIndex`). The format is git's ``pack-format.txt``:
@@ -59,6 +60,26 @@ class IndexArrays:
 
         return self.take(np.argsort(self.offsets, kind="stable"))
 
+    def encode(self, pack_checksum: bytes) -> bytes:
+        """Return the bytes of the version-2 index of these entries (any order), through the
+        same layout writer as :func:`encode_index`, its columns built with numpy (a merge of
+        millions of objects: no Python object per entry)."""
+        import numpy as np
+
+        entries = self.by_name()
+        offsets = entries.offsets
+        flagged = offsets >= _LARGE_FLAG
+        small = offsets.astype(">u4")
+        if flagged.any():  # packs over 2 GiB: 64-bit offsets in a side table
+            small[flagged] = _LARGE_FLAG | np.arange(int(flagged.sum()), dtype=np.uint32)
+        return _encode_columns(
+            entries.names.tobytes(),
+            entries.crcs.astype(">u4").tobytes(),
+            small.tobytes(),
+            offsets[flagged].astype(">u8").tobytes(),
+            pack_checksum,
+        )
+
 
 def concat(parts: list[IndexArrays]) -> IndexArrays:
     """Return the entries of ``parts`` one after the other."""
@@ -74,7 +95,8 @@ def concat(parts: list[IndexArrays]) -> IndexArrays:
 def encode_index(
     names: Sequence[bytes], offsets: Sequence[int], crcs: Sequence[int], pack_checksum: bytes
 ) -> bytes:
-    """Return the bytes of the version-2 index of a pack (the one encoder of the format).
+    """Return the bytes of the version-2 index of a pack, from plain lists (no numpy import:
+    what a writer of a few thousand objects needs; :meth:`IndexArrays.encode` for a merge).
 
     Args:
         names: binary object names (20 bytes each), in any order.
@@ -84,13 +106,6 @@ def encode_index(
     """
     entries = sorted(zip(names, offsets, crcs, strict=True))
     count = len(entries)
-    fanout = [0] * 256
-    for name, _, _ in entries:
-        fanout[name[0]] += 1
-    total = 0
-    for i in range(256):
-        total += fanout[i]
-        fanout[i] = total
     large: list[int] = []
     small: list[int] = []
     for _, offset, _ in entries:
@@ -99,17 +114,29 @@ def encode_index(
             large.append(offset)
         else:
             small.append(offset)
-    body = b"".join(
-        [
-            _MAGIC,
-            struct.pack(">256L", *fanout),
-            b"".join(name for name, _, _ in entries),
-            struct.pack(f">{count}L", *(crc for _, _, crc in entries)),
-            struct.pack(f">{count}L", *small),
-            struct.pack(f">{len(large)}Q", *large),
-            pack_checksum,
-        ]
+    return _encode_columns(
+        b"".join(name for name, _, _ in entries),
+        struct.pack(f">{count}L", *(crc for _, _, crc in entries)),
+        struct.pack(f">{count}L", *small),
+        struct.pack(f">{len(large)}Q", *large),
+        pack_checksum,
     )
+
+
+def _encode_columns(
+    names: bytes, crcs: bytes, small: bytes, large: bytes, pack_checksum: bytes
+) -> bytes:
+    """The index's bytes from its columns, already sorted by name and big-endian: the one
+    place the layout is written (magic, fan-out table, names, CRCs, 31-bit offsets, 64-bit
+    offsets, the pack's checksum, the index's own checksum)."""
+    firsts = names[::20]  # the first byte of every name, in order
+    fanout: list[int] = []
+    total = 0
+    for byte in range(256):
+        total += firsts.count(byte)
+        fanout.append(total)
+    body = b"".join([_MAGIC, struct.pack(">256L", *fanout), names, crcs, small, large])
+    body += pack_checksum
     return body + hashlib.sha1(body).digest()
 
 
