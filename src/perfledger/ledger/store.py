@@ -188,13 +188,10 @@ class GitStore:
     thread-safe; processes may share a ledger freely (appends serialize by compare-and-swap).
     """
 
-    def __init__(
-        self, repo: Repo | GitLocation, *, config: dict[bytes, bytes] | None = None
-    ) -> None:
-        """Use an open dulwich ``Repo``, or a :class:`GitLocation` with its ``[perfledger]``
-        config keys (the repository is then opened through dulwich on first use of
-        :attr:`repo`)."""
-        del config  # the [perfledger] keys were checked by open(); none changes how it writes
+    def __init__(self, repo: Repo | GitLocation) -> None:
+        """Use an open dulwich ``Repo``, or a :class:`GitLocation` (the repository is then
+        opened through dulwich on first use of :attr:`repo`). The format version is checked
+        by :meth:`open` before this runs."""
         self._repo: Repo | None = None
         self._finalizer: weakref.finalize | None = None
         if isinstance(repo, GitLocation):
@@ -365,7 +362,7 @@ class GitStore:
         if read_ref(location.controldir, LEDGER_REF) is None:
             raise _no_ledger_branch(path)
         _check_format(path, config.get(b"formatversion"))
-        return cls(location, config=config)
+        return cls(location)
 
     @classmethod
     def _open_through_dulwich(cls, path: str) -> GitStore:
