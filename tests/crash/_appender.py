@@ -19,11 +19,6 @@ after each phase: ``append+``/``append-``, ``write+``/``write-`` (objects), ``ca
 (geometric pack merge), ``pre <head>`` (the head an append starts on). After a kill, the markers
 still open tell the parent which phase the kill landed in.
 
-``--pack-in-child`` lets the store hand its loose objects to the packing child
-(``perfledger.ledger.store.LOOSE_PACKING_IN_CHILD``, on in production); without it they are
-packed in this process, so that the packing markers and crash points above are reached here.
-The markers and crash points are never taken in the packing child itself.
-
 ``--cas-delay S`` holds the ref's lock S seconds longer (after writing the new value into it),
 so that a kill aimed at the compare-and-swap lands inside it.
 
@@ -35,13 +30,8 @@ so that a kill aimed at the compare-and-swap lands inside it.
 - ``in_loose_write``: a loose object written to its temporary (or lock) file, about to be
   fsynced and renamed into place (``--crash-match``: only the object whose sha starts so);
 - ``after_pack_write``: loose objects packed (pack + idx fsynced), none deleted yet;
-- ``mid_loose_delete``: some loose objects deleted after packing, not all (the pool of spare
-  files is full);
-- ``mid_loose_retire``: some packed loose files moved into the pool of spare files, not all
-  (:mod:`perfledger.ledger.loosepool`; the child sets its quarantine to 0 s, so that spare files
-  are rewritten as new loose objects at once);
-- ``mid_merge``: merged pack written, some of the merged packs retired (moved out of the pack
-  directory), not all.
+- ``mid_loose_delete``: some loose objects deleted after packing, not all;
+- ``mid_merge``: merged pack written, some of the merged-away packs deleted, not all.
 """
 
 from __future__ import annotations
@@ -56,7 +46,6 @@ import time
 import traceback
 import zlib
 
-import perfledger.ledger.loosepool as loosepool
 import perfledger.ledger.packing as packing
 import perfledger.ledger.store as store_module
 from perfledger.api import Ledger
@@ -104,8 +93,6 @@ class Child:
             os.write(self.phase_fd, text.encode() + b"\n")
 
     def point(self, name: str) -> None:
-        if os.getpid() != self.pid:
-            return  # the packing child (forked from this process): not the writer
         if self.args.crash_at == name:
             self.hits += 1
             if self.hits >= self.args.crash_after:
@@ -165,35 +152,26 @@ class Child:
         deleted = [0]
 
         def unlink(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-            # packing deletes the loose copies of packed objects one file at a time
+            # packing deletes the loose copies of packed objects one file at a time, and a
+            # merge the merged-away packs (index, then data)
             real_unlink(path, *args, **kwargs)
-            parent = os.path.dirname(os.fsdecode(path))
+            name = os.fsdecode(path)
+            parent = os.path.dirname(name)
             if os.path.basename(os.path.dirname(parent)) == "objects" and (
                 len(os.path.basename(parent)) == 2
             ):
                 deleted[0] += 1
                 if deleted[0] % 5 == 0:
                     child.point("mid_loose_delete")
-
-        real_rename = os.rename
-        retired = [0]
-
-        def rename(src, dst, *args, **kwargs):  # type: ignore[no-untyped-def]
-            # the housekeeping thread moves packed loose files into the pool one at a time
-            real_rename(src, dst, *args, **kwargs)
-            parent = os.path.basename(os.path.dirname(os.fsdecode(dst)))
-            if parent.startswith("fill-"):
-                retired[0] += 1
-                if retired[0] % 5 == 0:
-                    child.point("mid_loose_retire")
+            elif name.endswith(".pack") and os.path.basename(parent) == "pack":
+                child.point("mid_merge")
 
         real_replace = os.replace
         match = self.args.crash_match
 
         def replace(src, dst, **kwargs):  # type: ignore[no-untyped-def]
-            # Files are written (and, with the fsync method, fsynced) before they are renamed
-            # into place, so a kill here leaves the temporary/lock file behind, whatever names
-            # the store uses for it and whichever durability method it runs.
+            # Files are written and fsynced before they are renamed into place, so a kill here
+            # leaves the temporary/lock file behind, whatever names the store uses for it.
             if self.args.crash_at in ("in_ref_lock", "in_loose_write"):
                 name = os.fsdecode(src)
                 parent = os.path.dirname(os.fsdecode(dst))
@@ -210,11 +188,6 @@ class Child:
                     if sha is not None and (match is None or sha.startswith(match)):
                         child.point("in_loose_write")
             real_replace(src, dst, **kwargs)
-            # a merge retires each merged-away pack by moving its index, then its data, out
-            if os.fsdecode(dst).endswith(".pack") and (
-                os.path.basename(os.path.dirname(os.fsdecode(dst))) == packing.RETIRED_PACKS_DIR
-            ):
-                child.point("mid_merge")
 
         if self.args.cas_delay:
             # hold the ref's lock a little longer (new value written, not yet flushed or
@@ -234,7 +207,6 @@ class Child:
         packing.merge_packs = merge_packs
         packing.write_pack = write_pack
         os.unlink = unlink
-        os.rename = rename
         os.replace = replace
 
     # -- drafts ------------------------------------------------------------------------------
@@ -266,10 +238,6 @@ class Child:
         args = self.args
         if args.threshold:
             packing.LOOSE_PACK_THRESHOLD = args.threshold
-        loosepool.QUARANTINE_S = 0.0  # spare files rewritten as soon as they are retired
-        store_module.LOOSE_PACKING_IN_CHILD = args.pack_in_child
-        if args.crash_at == "mid_loose_delete":
-            loosepool.MAX_BATCHES = 0  # a full pool: packed loose files are deleted
         self.instrument()
         self.mark("open+")
         ledger = Ledger.open(args.ledger)
@@ -346,7 +314,6 @@ def main() -> int:
     p.add_argument("--max-appends", type=int)
     p.add_argument("--stop-file")
     p.add_argument("--pause", type=float, default=0.0)
-    p.add_argument("--pack-in-child", action="store_true", help="loose packing in the child")
     p.add_argument("--cas-delay", type=float, default=0.0, help="seconds the ref lock is held")
     return Child(p.parse_args()).run()
 

@@ -37,7 +37,6 @@ import pytest
 from perfledger.api import Ledger
 from perfledger.ledger import packing
 from perfledger.ledger.gitobj import make_blob
-from perfledger.ledger.store import STALE_LOCK_S
 
 pytestmark = pytest.mark.slow
 
@@ -392,8 +391,6 @@ CRASH_POINTS = [
     ("in_loose_write", 11),
     ("after_pack_write", 1),
     ("mid_loose_delete", 2),
-    ("mid_loose_retire", 1),
-    ("mid_loose_retire", 3),
     ("mid_merge", 1),
     ("mid_merge", 2),
     ("in_ref_lock", 3),
@@ -402,21 +399,14 @@ CRASH_POINTS = [
 ]
 #: Points where the ref has not moved yet (the in-flight append must leave the old head).
 BEFORE_REF_MOVES = {"before_cas", "in_ref_lock", "in_loose_write"}
-#: Points in the housekeeping thread (deleting or pooling packed loose objects), which runs beside the
-#: next append: that append may or may not have moved the ref when the kill lands.
-IN_HOUSEKEEPING = {"mid_loose_delete", "mid_loose_retire"}
 
 
-@pytest.mark.parametrize("fsync_method", ["writeout", "syncfs", "fsync"])
-def test_killed_writer_leaves_old_head_or_new_head(
-    ledger_path: Path, tmp_path: Path, fsync_method: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_killed_writer_leaves_old_head_or_new_head(ledger_path: Path, tmp_path: Path) -> None:
     """SIGKILL at exact points of an append (objects written but ref not moved, inside the ref
     lock, right after the ref moved, in the middle of packing and of a pack merge) leaves the ref
     at the head the append started on or at the append's new commit; after every kill the whole
-    ledger verifies and every acknowledged id is there; the next writer appends normally. Under
-    both durability methods (the writers inherit $PERFLEDGER_FSYNC_METHOD)."""
-    monkeypatch.setenv("PERFLEDGER_FSYNC_METHOD", fsync_method)
+    ledger verifies and every acknowledged id is there; the next writer appends normally.
+    Packing runs after the ref moved, so a kill inside it leaves the append's new commit."""
     printed: set[str] = set()
     errors: list[tuple[str, str]] = []
     writers: dict[str, Writer] = {}
@@ -448,9 +438,6 @@ def test_killed_writer_leaves_old_head_or_new_head(
         new_head = check_head(ledger_path, head)
         if point in BEFORE_REF_MOVES:
             assert new_head == old, f"{point}: the ref moved to {new_head}, expected old {old}"
-        elif point in IN_HOUSEKEEPING:
-            ancestor = git(ledger_path, "merge-base", "--is-ancestor", old, new_head, check=False)
-            assert ancestor.returncode == 0, f"{point}: the ref left {old} for a non-descendant"
         else:
             assert new_head != old, f"{point}: the ref stayed at {old}, expected the new commit"
             ancestor = git(ledger_path, "merge-base", "--is-ancestor", old, new_head, check=False)
@@ -520,48 +507,6 @@ def test_two_writers_one_repeatedly_killed_survivor_loses_nothing(
     git_fsck_clean(ledger_path)
 
 
-def test_writer_killed_while_its_packing_child_packs_loses_nothing(
-    ledger_path: Path, tmp_path: Path
-) -> None:
-    """A single-append writer hands its loose objects to its packing child (as in production)
-    and is SIGKILLed again and again at random moments, often while the child packs, lists,
-    reads back or moves loose files into the pool of spares: the child dies with it. Nothing
-    acknowledged is lost, every later writer packs and appends, and git finds the repository
-    clean."""
-    rng = random.Random(91)
-    printed: set[str] = set()
-    errors: list[tuple[str, str]] = []
-    writers: dict[str, Writer] = {}
-    head = check_head(ledger_path, None)
-    pooled = 0
-    for k in range(12):
-        writer = Writer(ledger_path, tmp_path, f"c{k:02d}", 3000 + k, "--pack-in-child")
-        writers[writer.name] = writer
-        writer.wait_ready()
-        # about 30-60 loose objects between packings (threshold 30): kill within a few
-        # packings' worth of appends
-        time.sleep(rng.uniform(0.05, 0.6))
-        assert writer.kill() == -signal.SIGKILL, writer.stderr()[-3000:]
-        printed.update(writer.ids())
-        errors.extend((writer.name, e) for e in writer.errors())
-        head = check_head(ledger_path, head)
-        # only loose packing moves files into the pool, and here only the child packs loose
-        # objects (checked below)
-        pool = ledger_path / "perfledger" / "loose-pool"
-        pooled += (
-            sum(1 for batch in pool.iterdir() for _ in batch.iterdir()) if pool.is_dir() else 0
-        )
-    assert len(printed) > 100, "the writers barely appended: the test proves nothing"
-    assert pooled > 0, "no packing child ever packed loose objects: the test proves nothing"
-    # the writers themselves never packed loose objects (their "pack+" marker)
-    assert not [w.name for w in writers.values() if "pack+" in w.phases()]
-    full_verify(ledger_path)
-    check_all_printed_present(ledger_path, printed)
-    printed.add(fresh_append(ledger_path, "after the packing children"))
-    assert not errors, "appends failed:\n" + _describe_errors(errors, writers)
-    git_fsck_clean(ledger_path)
-
-
 # ------------------------------------------------------- debris a killed writer leaves behind
 
 
@@ -569,21 +514,15 @@ def test_stale_ref_lock_of_killed_writer_does_not_fail_the_next_append(
     tmpfs_ledger_path: Path, tmp_path: Path
 ) -> None:
     """A writer SIGKILLed inside the ref update leaves ``refs/heads/ledger.lock``. The next
-    append (issued at once, while the lock is younger than STALE_LOCK_S) must succeed — waiting
-    for the lock to become stale is fine, failing with ConcurrentAppend is not: there is no other
-    writer to lose a race to."""
+    append (issued at once) must succeed without waiting: the lock is recognised as a dead
+    perfledger writer's by what it held (its owner name, its free flock), not by its age."""
     ledger_path = tmpfs_ledger_path
     writer = Writer(ledger_path, tmp_path, "locked", 3, "--crash-at", "in_ref_lock")
     assert writer.proc.wait(timeout=30) == -signal.SIGKILL, writer.stderr()[-3000:]
     lock = ledger_path / "refs" / "heads" / "ledger.lock"
     assert lock.exists()
-    age_s = time.time() - lock.stat().st_mtime
-    assert age_s < STALE_LOCK_S, "the test is too slow to catch the young-lock window"
-    started = time.monotonic()
     event_id = fresh_append(ledger_path, "right after a writer died holding the ref lock")
-    elapsed_s = time.monotonic() - started
     assert not lock.exists()
-    assert elapsed_s < STALE_LOCK_S + 5
     full_verify(ledger_path)
     assert event_id in git_event_ids(ledger_path)
 

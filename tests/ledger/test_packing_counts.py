@@ -17,15 +17,13 @@ def _note(text: str) -> EventDraft:
     return EventDraft("NoteRecorded", {"text": text, "tags": []}, "t")
 
 
-@pytest.mark.parametrize("fork", ["1", "0"])
 def test_loose_objects_between_batches_still_count_towards_packing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fork: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three single appends (9 loose objects) then a batch, twelve times: 108 loose objects in
     all, never 30 between two batches. Each batch used to reset the writer's count, so none
-    was ever packed; now they are, in process or by the packing child."""
+    was ever packed; now they are, by the writer, in process."""
     monkeypatch.setattr(packing, "LOOSE_PACK_THRESHOLD", 30)
-    monkeypatch.setenv("PERFLEDGER_APPEND_FORK", fork)
     with Ledger.init(tmp_path / "l.git", actor="t") as ledger:
         for round_ in range(12):
             for i in range(3):

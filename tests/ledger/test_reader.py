@@ -66,10 +66,10 @@ def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
     still read (from the merged pack, through dulwich's rescan)."""
     ledger = _ledger(tmp_path / "l")
     head = ledger.head()
-    real = reader_module.read_index_v2
+    real = reader_module.read_entries
     removed: list[str] = []
 
-    def read_then_vanish(path: str) -> list[tuple[bytes, int, int]] | None:
+    def read_then_vanish(path: str) -> tuple[list[bytes], list[int]] | None:
         entries = real(path)
         if not removed:  # the first pack disappears right after its index was read
             base = path[: -len(".idx")]
@@ -77,7 +77,7 @@ def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
             removed.append(base)
         return entries
 
-    monkeypatch.setattr(reader_module, "read_index_v2", read_then_vanish)
+    monkeypatch.setattr(reader_module, "read_entries", read_then_vanish)
     reader = ObjectReader(ledger.store.repo.object_store)
     reader.close()
     assert removed, "no pack was listed"

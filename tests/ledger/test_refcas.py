@@ -1,8 +1,7 @@
-"""The ref compare-and-swap (git's lock-file protocol, spare inode) and the durability method."""
+"""The ref compare-and-swap (git's lock-file protocol)."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 
@@ -10,106 +9,38 @@ import pytest
 from tests.conftest import run_git
 
 from perfledger.api import Ledger
-from perfledger.errors import BadRequest
-from perfledger.ledger import durable
 from perfledger.ledger.refcas import RefLocked, lock_ref, read_ref
 
 REF = b"refs/heads/ledger"
 A, B, C = (c * 40 for c in (b"a", b"b", b"c"))
 
 
-def _swap(git_dir: Path, expected: bytes | None, new: bytes, spare: Path | None) -> bool:
-    held = lock_ref(str(git_dir), REF, expected, new, fsync=True, spare=spare and str(spare))
+def _swap(git_dir: Path, expected: bytes | None, new: bytes) -> bool:
+    held = lock_ref(str(git_dir), REF, expected, new, owner_dir=str(git_dir / "perfledger"))
     if held is None:
         return False
     held.commit()
     return True
 
 
-@pytest.mark.parametrize("use_spare", [True, False])
-def test_compare_and_swap_moves_only_from_the_expected_value(
-    tmp_path: Path, use_spare: bool
-) -> None:
-    spare = tmp_path / "spare" if use_spare else None
-    assert _swap(tmp_path, None, A, spare)
+def test_compare_and_swap_moves_only_from_the_expected_value(tmp_path: Path) -> None:
+    assert _swap(tmp_path, None, A)
     assert read_ref(str(tmp_path), REF) == A
-    assert not _swap(tmp_path, None, B, spare)  # exists already
-    assert not _swap(tmp_path, B, C, spare)  # holds A, not B
+    assert not _swap(tmp_path, None, B)  # exists already
+    assert not _swap(tmp_path, B, C)  # holds A, not B
     assert read_ref(str(tmp_path), REF) == A
     assert not (tmp_path / "refs/heads/ledger.lock").exists()
-    assert _swap(tmp_path, A, B, spare) and _swap(tmp_path, B, C, spare)
+    assert _swap(tmp_path, A, B) and _swap(tmp_path, B, C)
     assert (tmp_path / "refs/heads/ledger").read_bytes() == C + b"\n"
-
-
-def _inode(path: Path) -> int:
-    return os.stat(path).st_ino
-
-
-def test_two_spare_files_take_turns_and_neither_is_written_while_live(tmp_path: Path) -> None:
-    """After the first swaps, the ref is always one of the two spare files (nothing is freed
-    or created per swap), and the lock is always the other one."""
-    spare, spare_b = tmp_path / "spare", tmp_path / "spare-b"
-    ref = tmp_path / "refs/heads/ledger"
-    values = [bytes([ord("a") + i]) * 40 for i in range(12)]
-    _swap(tmp_path, None, values[0], spare)  # a fresh file: no spare yet
-    _swap(tmp_path, values[0], values[1], spare)  # the first ref file becomes a spare
-    _swap(tmp_path, values[1], values[2], spare)  # ... and the second one too
-    files = {_inode(spare), _inode(spare_b)}
-    assert len(files) == 2
-    for previous, value in itertools.pairwise(values[2:]):
-        live = _inode(ref)
-        assert live in files
-        other = spare if _inode(spare) != live else spare_b
-        assert other.read_bytes() != ref.read_bytes()
-        assert _swap(tmp_path, previous, value, spare)
-        assert _inode(ref) == _inode(other)  # the other file became the ref, in place
-        assert {_inode(spare), _inode(spare_b)} == files
-        assert ref.read_bytes() == value + b"\n"
-        assert os.stat(ref).st_nlink == 2  # the ref and its spare name; no lock left
-    assert not (tmp_path / "refs/heads/ledger.lock").exists()
-
-
-def test_both_spare_names_on_one_file_recover_two_files(tmp_path: Path) -> None:
-    """A spare name that shares its file with another name (not the ref) is dropped and
-    given again, so the two names end up on two files."""
-    spare, spare_b = tmp_path / "spare", tmp_path / "spare-b"
-    _swap(tmp_path, None, A, spare)
-    _swap(tmp_path, A, B, spare)
-    _swap(tmp_path, B, A, spare)
-    _swap(tmp_path, A, B, spare)
-    spare_b.unlink()
-    os.link(spare, spare_b)  # both names on the file that is not the ref
-    ref = tmp_path / "refs/heads/ledger"
-    assert _swap(tmp_path, B, C, spare)
-    assert _swap(tmp_path, C, A, spare)
-    assert _swap(tmp_path, A, B, spare)
-    assert len({_inode(spare), _inode(spare_b)}) == 2
-    assert _inode(ref) in {_inode(spare), _inode(spare_b)}
-    assert ref.read_bytes() == B + b"\n"
-
-
-def test_spare_that_is_the_ref_itself_is_dropped_not_written(tmp_path: Path) -> None:
-    """A writer killed after keeping the ref's own file as the spare but before renaming its
-    lock leaves spare == ref: the next lock must not write the live ref in place."""
-    spare = tmp_path / "spare"
-    _swap(tmp_path, None, A, spare)
-    spare.unlink(missing_ok=True)
-    os.link(tmp_path / "refs/heads/ledger", spare)
-    held = lock_ref(str(tmp_path), REF, A, B, fsync=True, spare=str(spare))
-    assert held is not None
-    assert read_ref(str(tmp_path), REF) == A  # not changed before the commit
-    held.commit()
-    assert read_ref(str(tmp_path), REF) == B
-    assert not (tmp_path / "refs/heads/ledger.lock").exists()
-    assert _swap(tmp_path, B, C, spare)
+    assert os.listdir(tmp_path / "perfledger") == []  # no owner name outlives its lock
 
 
 def test_existing_lock_is_refused_and_left_alone(tmp_path: Path) -> None:
-    _swap(tmp_path, None, A, tmp_path / "spare")
+    _swap(tmp_path, None, A)
     lock = tmp_path / "refs/heads/ledger.lock"
     lock.write_bytes(b"someone else\n")
     with pytest.raises(RefLocked):
-        lock_ref(str(tmp_path), REF, A, B, fsync=True, spare=str(tmp_path / "spare"))
+        lock_ref(str(tmp_path), REF, A, B, owner_dir=str(tmp_path / "perfledger"))
     assert lock.read_bytes() == b"someone else\n"
     assert read_ref(str(tmp_path), REF) == A
 
@@ -119,97 +50,8 @@ def test_packed_ref_is_read_and_swapped(tmp_path: Path) -> None:
         b"# pack-refs with: peeled fully-peeled sorted\n" + A + b" refs/heads/ledger\n"
     )
     assert read_ref(str(tmp_path), REF) == A
-    assert _swap(tmp_path, A, B, None)
+    assert _swap(tmp_path, A, B)
     assert read_ref(str(tmp_path), REF) == B
-
-
-@pytest.mark.parametrize("method", ["writeout", "syncfs", "fsync"])
-def test_each_durability_method_appends_readable_by_git(
-    tmp_path: Path, method: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if method == "syncfs" and durable._libc_syncfs() is None:
-        pytest.skip("this C library has no syncfs")
-    if method == "writeout" and durable._libc_sync_file_range() is None:
-        pytest.skip("this C library has no sync_file_range")
-    monkeypatch.setenv(durable.METHOD_ENV, method)
-    path = tmp_path / "l.git"
-    with Ledger.init(path, actor="t") as ledger:
-        ids = [
-            ledger.append("NoteRecorded", {"text": f"n{i}", "tags": []}, actor="t").id
-            for i in range(5)
-        ]
-        head = ledger.head()
-    assert run_git("rev-parse", "refs/heads/ledger", cwd=path).stdout.strip() == head
-    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0
-    with Ledger.open(path) as ledger:
-        assert [e.id for e in ledger.events()][1:] == ids
-
-
-def test_unknown_durability_method_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "l.git"
-    Ledger.init(path, actor="t").close()
-    run_git("config", "perfledger.fsyncMethod", "never", cwd=path)
-    with pytest.raises(BadRequest, match="unknown fsync method 'never'"):
-        Ledger.open(path)
-    monkeypatch.setenv(durable.METHOD_ENV, "fsync")  # the environment wins over the config
-    Ledger.open(path).close()
-
-
-def test_default_method_is_writeout_only_on_a_filesystem_with_an_ordered_journal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(durable.METHOD_ENV, raising=False)
-    fs = durable.filesystem_name(tmp_path)
-    expected = (
-        "writeout"
-        if fs in ("ext4", "xfs") and durable._libc_sync_file_range() is not None
-        else ("syncfs" if durable._libc_syncfs() is not None else "fsync")
-    )
-    assert durable.choose_method(None, tmp_path) == expected
-    assert durable.choose_method(None) in ("syncfs", "fsync")  # no path: no guess
-    assert durable.choose_method("fsync", tmp_path) == "fsync"  # the config wins
-    if Path("/dev/shm").is_dir() and durable.filesystem_name("/dev/shm") is None:
-        assert durable.choose_method(None, "/dev/shm") != "writeout"  # tmpfs
-
-
-def test_writeout_appends_leave_no_descriptor_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Under ``writeout`` the objects' descriptors stay open until the ref's lock is written
-    out; every one is closed after each append, and after a lost compare-and-swap."""
-    if durable._libc_sync_file_range() is None:
-        pytest.skip("this C library has no sync_file_range")
-    monkeypatch.setenv(durable.METHOD_ENV, "writeout")
-    fd_dir = Path("/proc/self/fd")
-    if not fd_dir.is_dir():
-        pytest.skip("no /proc/self/fd")
-    path = tmp_path / "l.git"
-    with Ledger.init(path, actor="t") as ledger:
-        ledger.append("NoteRecorded", {"text": "warm", "tags": []}, actor="t")
-        before = len(list(fd_dir.iterdir()))
-        for i in range(40):
-            ledger.append("NoteRecorded", {"text": f"n{i}", "tags": []}, actor="t")
-        # a lost race: another writer moves the ref between this writer's read and its swap
-        store = ledger.store
-        other = Ledger.open(path)
-        real_read = store.read_head
-        moved = [False]
-
-        def read_then_move() -> bytes:
-            head = real_read()
-            if not moved[0]:
-                moved[0] = True
-                other.append("NoteRecorded", {"text": "other", "tags": []}, actor="t")
-            return head
-
-        monkeypatch.setattr(store, "read_head", read_then_move)
-        ledger.append("NoteRecorded", {"text": "after the race", "tags": []}, actor="t")
-        other.close()
-        assert len(list(fd_dir.iterdir())) == before
-        assert ledger.verify().ok
-    assert run_git("fsck", "--strict", "--full", "--no-dangling", cwd=path).returncode == 0
 
 
 def test_ref_directory_made_again_while_open_is_followed(tmp_path: Path) -> None:

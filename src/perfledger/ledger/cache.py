@@ -15,6 +15,8 @@ import time
 import blake3
 import msgspec
 
+from perfledger.ledger.layout import CACHE_DIR
+
 #: Part of every cache key: a snapshot written by another perfledger version is not used.
 #: Format 2: a manifest plus one content-addressed file per state field (format 1: one file).
 CACHE_FORMAT = 2
@@ -57,7 +59,7 @@ class _Manifest(msgspec.Struct):
 
 
 def _path(derived_dir: str, name: str) -> str:
-    return os.path.join(derived_dir, "cache", f"{name}.msgpack")
+    return os.path.join(derived_dir, CACHE_DIR, f"{name}.msgpack")
 
 
 def _section_name(name: str, data: bytes) -> str:
@@ -71,7 +73,7 @@ def load_snapshot(derived_dir: str, name: str, code_version: str) -> Snapshot | 
     every section file it names is present and holds the bytes its name hashes (a section cut
     short by a crash, emptied, or swapped for another file is caught here, before anything is
     decoded); None otherwise (a cache miss)."""
-    directory = os.path.join(derived_dir, "cache")
+    directory = os.path.join(derived_dir, CACHE_DIR)
     try:
         with open(_path(derived_dir, name), "rb") as f:
             manifest = msgspec.msgpack.decode(f.read(), type=_Manifest)
@@ -97,7 +99,7 @@ def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
     the manifest (temp file + rename: readers see the old snapshot or the new one), then remove
     section files no manifest names any more (older than :data:`SECTION_GRACE_S`). Errors are
     the caller's to ignore: a cache that cannot be written only costs speed."""
-    directory = os.path.join(derived_dir, "cache")
+    directory = os.path.join(derived_dir, CACHE_DIR)
     os.makedirs(directory, exist_ok=True)
     names = {}
     for field, data in snapshot.sections.items():

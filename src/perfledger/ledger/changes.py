@@ -13,12 +13,13 @@ import msgspec
 
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.envelope import Envelope
+from perfledger.ledger import layout
 from perfledger.ledger.store import GitStore
 
 if TYPE_CHECKING:
     from perfledger.ledger.sync import PullResult
 
-_LAST_PULL_FILE = "last-pull.json"
+_LAST_PULL_FILE = layout.LAST_PULL_FILE
 
 
 class LastPull(msgspec.Struct):

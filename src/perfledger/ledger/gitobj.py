@@ -3,9 +3,11 @@
 Why not dulwich's writers: building ``Tree``/``Commit`` objects and ``write_pack_objects`` cost
 about 350 µs per event (object re-serialisation, a zlib compressor per object, repeated sha
 computation), which capped batched appends at ~2,000 events/s. The formats written here are git's
-own, small and fixed (loose objects, pack v2, index v2 through dulwich's ``write_pack_index``);
-every test scenario checks the result with ``git fsck --strict --full``, and every read goes
-through dulwich.
+own, small and fixed (loose objects, pack v2, index v2 through :mod:`perfledger.ledger.packindex`);
+every test scenario checks the result with ``git fsck --strict --full``.
+
+Durability: every file is fsynced before it is renamed into place, and its directory after
+(:mod:`perfledger.ledger.durable`), so an object is on disk before any ref can point at it.
 """
 
 from __future__ import annotations
@@ -14,17 +16,14 @@ import contextlib
 import hashlib
 import os
 import struct
-import sys
 import zlib
 from binascii import unhexlify
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from perfledger.ledger.durable import fsync_dir, write_out
-from perfledger.ledger.loosepool import open_spare
-
-if TYPE_CHECKING:
-    from perfledger.ledger.loosepool import LoosePool
+from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.layout import TMP_INDEX_PREFIX, TMP_OBJECT_PREFIX, TMP_PACK_PREFIX
+from perfledger.ledger.packindex import encode_index
 
 #: git object type numbers (as in pack entries).
 COMMIT, TREE, BLOB = 1, 2, 3
@@ -178,122 +177,52 @@ def inflate(stream: bytes, size: int) -> bytes:
     return zlib.decompress(stream, 15, size or 1)
 
 
-def write_loose(
-    objects_dir: str,
-    objects: Sequence[RawObject],
-    *,
-    fsync: bool = True,
-    writeout: bool = False,
-    pool: LoosePool | None = None,
-    pending: list[int] | None = None,
-) -> None:
-    """Write loose objects: each to a temporary file (or a spare from ``pool``), then renamed
-    into place once every one is written.
+def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
+    """Write loose objects durably: each to a temporary file, fsynced, then renamed into place
+    once every one is written; then every directory that received a rename is fsynced.
 
     Args:
         objects_dir: the repository's ``objects`` directory.
         objects: the objects; one that already exists is replaced by the same bytes
             (content-addressed: same name, same content), which is harmless and spares two
             ``stat`` calls per object on the append path.
-        fsync: fsync each file before its rename and every fan-out directory afterwards
-            (the ``fsync`` method of :mod:`perfledger.ledger.durable`); False leaves the flush
-            to the caller.
-        writeout: have the kernel write every file out to the device, and wait for it, before
-            any rename (the ``writeout`` method: the caller's one directory fsync then makes
-            them durable).
-        pool: spare files to rewrite instead of creating new ones
-            (:mod:`perfledger.ledger.loosepool`); a new file when it has none.
-        pending: with ``writeout``, the files are renamed into place as soon as their write-out
-            has started, and their descriptors are appended here, still open, for the caller
-            to wait on and close (:func:`perfledger.ledger.durable.write_out`): the wait then
-            overlaps with the caller's own work (locking the ref).
     Raises: OSError from the filesystem (a full disk, say); temporary files are removed, and
         nothing is renamed into place unless every object was written.
     """
     sep = os.sep
-    # (descriptor, temporary or spare path, final path, whether it is a spare)
-    staged: list[tuple[int, str, str, bool]] = []
-    made_directory = False
+    staged: list[tuple[str, str]] = []  # (temporary path, final path)
+    touched: set[str] = set()
     try:
         for obj in objects:
             hexsha = obj.id.decode()
             directory = objects_dir + sep + hexsha[:2]
-            header = _HEADER_FORMATS[obj.type_num] % len(obj.raw)
-            data = deflate(header + obj.raw)
-            spare = pool.take() if pool is not None else None
-            fd = -1
-            if spare is not None:
-                try:
-                    fd = open_spare(spare)
-                except OSError:
-                    spare = None
-            if spare is None:
-                # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed
-                # here leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
-                try:
-                    fd, tmp = _create_tmp(directory, "tmp_obj_")
-                except FileNotFoundError:  # the first object under this fan-out directory
-                    os.makedirs(directory, exist_ok=True)
-                    made_directory = True
-                    fd, tmp = _create_tmp(directory, "tmp_obj_")
-                staged.append((fd, tmp, directory + sep + hexsha[2:], False))
-                _write_all(fd, data)
-            else:
-                staged.append((fd, spare, directory + sep + hexsha[2:], True))
-                _pwrite_all(fd, data)
-                os.ftruncate(fd, len(data))
-            if fsync:
-                os.fsync(fd)
-            elif writeout:
-                write_out(fd, wait=False)  # started now, waited for below: overlapping
-        if writeout and pending is None:
-            for fd, _, _, _ in staged:
-                write_out(fd, wait=True)
-    except BaseException:
-        for fd, path, _, is_spare in staged:
-            os.close(fd)
-            if not is_spare:  # a spare that failed stays in the pool's batch, reused later
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        raise
-    if writeout and pending is not None:
-        pending.extend(fd for fd, _, _, _ in staged)
-    else:
-        for fd, _, _, _ in staged:
-            os.close(fd)
-    touched = {objects_dir} if made_directory else set()
-    for index, (_, path, final, is_spare) in enumerate(staged):
-        try:
+            data = deflate(_HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
+            # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed
+            # here leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
             try:
-                os.replace(path, final)
-            except FileNotFoundError:  # a spare moved into a fan-out directory not made yet
-                if not is_spare:
-                    raise
-                os.makedirs(os.path.dirname(final), exist_ok=True)
+                fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
+            except FileNotFoundError:  # the first object under this fan-out directory
+                os.makedirs(directory, exist_ok=True)
                 touched.add(objects_dir)
-                os.replace(path, final)
-        except BaseException:
-            for _, left, _, left_is_spare in staged[index:]:
-                if not left_is_spare:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(left)
-            raise
-        if fsync:
+                fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
+            staged.append((tmp, directory + sep + hexsha[2:]))
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for index, (tmp, final) in enumerate(staged):
+            os.replace(tmp, final)
             touched.add(os.path.dirname(final))
-    if pool is not None:
-        pool.settle()
-    if fsync:
-        for directory in touched:
-            fsync_dir(directory)
-
-
-def _pwrite_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` at offset 0 of ``fd`` (``os.pwrite`` may write less than asked)."""
-    offset = os.pwrite(fd, data, 0)
-    if offset < len(data):
-        view = memoryview(data)
-        while offset < len(data):
-            offset += os.pwrite(fd, view[offset:], offset)
+            staged[index] = ("", final)
+    except BaseException:
+        for tmp, _ in staged:
+            if tmp:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        raise
+    for directory in sorted(touched, reverse=True):  # fan-out directories before objects/
+        fsync_dir(directory)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -320,105 +249,59 @@ def _entry_header(type_num: int, size: int) -> bytes:
     return bytes(out)
 
 
-def write_pack(pack_dir: str, objects: Sequence[RawObject], *, fsync: bool = True) -> str:
-    """Write ``objects`` as one pack (v2, no deltas) and its index (v2).
+def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
+    """Write ``objects`` durably as one pack (v2, no deltas) and its index (v2).
 
-    The ``.pack`` is written first and the ``.idx`` last: git and dulwich see a pack only once
-    its index exists, so a crash never exposes half a pack. With ``fsync`` each file is fsynced
-    before its rename and the directory afterwards; without, the caller's ``syncfs`` flushes
-    them. Duplicate objects are written once. Returns the pack's base path.
+    The ``.pack`` is written first and the ``.idx`` last, each fsynced before its rename, then
+    the directory: git and dulwich see a pack only once its index exists, so a crash never
+    exposes half a pack. Duplicate objects are written once. Returns the pack's base path.
+    Raises: OSError from the filesystem (temporary files are removed).
     """
-    builder = PackBuilder()
-    builder.add(objects)
-    return builder.write(pack_dir, fsync=fsync)
+    seen: set[bytes] = set()
+    chunks: list[bytes] = []
+    names: list[bytes] = []
+    offsets: list[int] = []
+    crcs: list[int] = []
+    offset = 12
+    for obj in objects:
+        if obj.id in seen:
+            continue
+        seen.add(obj.id)
+        entry = _entry_header(obj.type_num, len(obj.raw)) + deflate(obj.raw)
+        names.append(unhexlify(obj.id))
+        offsets.append(offset)
+        crcs.append(zlib.crc32(entry))
+        chunks.append(entry)
+        offset += len(entry)
+    header = b"PACK" + (2).to_bytes(4, "big") + len(names).to_bytes(4, "big")
+    body = b"".join([header, *chunks])
+    checksum = hashlib.sha1(body).digest()
+    os.makedirs(pack_dir, exist_ok=True)
+    base = os.path.join(pack_dir, "pack-" + checksum.hex())
+    _write_durably(pack_dir, TMP_PACK_PREFIX, base + ".pack", [body, checksum])
+    _write_durably(
+        pack_dir, TMP_INDEX_PREFIX, base + ".idx", [encode_index(names, offsets, crcs, checksum)]
+    )
+    fsync_dir(pack_dir)
+    return base
 
 
-#: Packs of at most this many objects get their index encoded without numpy.
-_SMALL_INDEX_ENTRIES = 20_000
-
-
-class PackBuilder:
-    """A pack's entries prepared as objects come (header, deflated content, CRC-32 each), then
-    written as one pack and its index by :meth:`write`: the per-object work can overlap with
-    whatever produces the objects (the pipelined batch's child prepares each event's entries as
-    it builds them). Duplicate objects are kept once."""
-
-    def __init__(self) -> None:
-        self._seen: set[bytes] = set()
-        self._chunks: list[bytes] = []
-        self._names: list[bytes] = []
-        self._offsets: list[int] = []
-        self._crcs: list[int] = []
-        self._offset = 12
-
-    def add(self, objects: Sequence[RawObject]) -> None:
-        """Prepare the entries of ``objects`` (in order; one already added is skipped)."""
-        seen, crc32 = self._seen, zlib.crc32
-        for obj in objects:
-            if obj.id in seen:
-                continue
-            seen.add(obj.id)
-            entry = _entry_header(obj.type_num, len(obj.raw)) + deflate(obj.raw)
-            self._names.append(unhexlify(obj.id))
-            self._offsets.append(self._offset)
-            self._crcs.append(crc32(entry))
-            self._chunks.append(entry)
-            self._offset += len(entry)
-
-    def write(self, pack_dir: str, *, fsync: bool = True) -> str:
-        """Write the pack and then its index (see :func:`write_pack`); returns its base path.
-        Raises: OSError from the filesystem."""
-        header = b"PACK" + (2).to_bytes(4, "big") + len(self._names).to_bytes(4, "big")
-        body = b"".join([header, *self._chunks])
-        checksum = hashlib.sha1(body).digest()
-        os.makedirs(pack_dir, exist_ok=True)
-        base = os.path.join(pack_dir, "pack-" + checksum.hex())
-        from dulwich.file import GitFile
-
-        with GitFile(base + ".pack", "wb", mask=0o444, fsync=fsync) as f:
-            f.write(body)
-            f.write(checksum)
-        from perfledger.ledger import packindex
-
-        # numpy's encoder is ~3x faster, but importing numpy costs ~0.2 s: used when it is
-        # loaded already (the pipelined batch's child loads it while idle) or the pack is large
-        if len(self._names) <= _SMALL_INDEX_ENTRIES and "numpy" not in sys.modules:
-            entries = list(zip(self._names, self._offsets, self._crcs, strict=True))
-            index_bytes = packindex.encode_index_entries(entries, checksum)
-        else:
-            arrays = packindex.index_arrays(b"".join(self._names), self._offsets, self._crcs)
-            index_bytes = packindex.encode_index(arrays.by_name(), checksum)
-        with GitFile(base + ".idx", "wb", mask=0o444, fsync=fsync) as f:
-            f.write(index_bytes)
-        if fsync:
-            fsync_dir(pack_dir)
-        return base
-
-
-def read_index_v2(path: str) -> list[tuple[bytes, int, int]] | None:
-    """Read a version-2 pack index: (binary sha, offset, crc32) sorted by sha; None when the file
-    is not a version-2 index (dulwich serves those packs)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8 + 1024 + 40 or data[:4] != b"\377tOc" or data[4:8] != b"\0\0\0\2":
-        return None
-    count = struct.unpack_from(">L", data, 8 + 255 * 4)[0]
-    shas_at = 8 + 1024
-    crcs_at = shas_at + 20 * count
-    offsets_at = crcs_at + 4 * count
-    large_at = offsets_at + 4 * count
-    crcs = struct.unpack_from(f">{count}L", data, crcs_at)
-    small = struct.unpack_from(f">{count}L", data, offsets_at)
-    shas = [data[at : at + 20] for at in range(shas_at, crcs_at, 20)]
-    if max(small, default=0) & 0x80000000:  # packs over 2 GiB: 64-bit offsets in a side table
-        offsets = [
-            struct.unpack_from(">Q", data, large_at + 8 * (o & 0x7FFFFFFF))[0]
-            if o & 0x80000000
-            else o
-            for o in small
-        ]
-        return list(zip(shas, offsets, crcs, strict=True))
-    return list(zip(shas, small, crcs, strict=True))
+def _write_durably(directory: str, prefix: str, final: str, parts: Sequence[bytes]) -> None:
+    """Write ``parts`` to a new read-only temporary file in ``directory``, fsync it and rename
+    it to ``final`` (the caller fsyncs the directory). Raises: OSError (nothing left)."""
+    fd, tmp = _create_tmp(directory, prefix)
+    try:
+        try:
+            for part in parts:
+                _write_all(fd, part)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 #: Bytes copied at a time when packs are merged (bounds the merge's memory).
@@ -443,7 +326,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
 
     import numpy as np
 
-    from perfledger.ledger.packindex import IndexArrays, concat, encode_index, read_index
+    from perfledger.ledger.packindex import IndexArrays, concat, read_index
 
     # Read every index first: the header's object count is then known, so the pack's sha1 is
     # computed while copying (memory stays one block, not the whole pack). An object in two
@@ -461,7 +344,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
     header = b"PACK" + (2).to_bytes(4, "big") + len(first_seen).to_bytes(4, "big")
     digest = hashlib.sha1(header)
     parts: list[IndexArrays] = []
-    fd, tmp_pack = _create_tmp(pack_dir, "tmp_pack_")
+    fd, tmp_pack = _create_tmp(pack_dir, TMP_PACK_PREFIX)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(header)
@@ -520,17 +403,7 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_pack)
         raise
-    merged = concat(parts).by_name()
-    fd, tmp_idx = _create_tmp(pack_dir, "tmp_idx_")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(encode_index(merged, checksum))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp_idx, target + ".idx")
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_idx)
-        raise
+    index = concat(parts).encode(checksum)
+    _write_durably(pack_dir, TMP_INDEX_PREFIX, target + ".idx", [index])
     fsync_dir(pack_dir)
     return target

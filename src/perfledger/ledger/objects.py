@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from perfledger.events.envelope import Envelope
+from perfledger.ledger import layout
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
 
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
     from dulwich.objects import Commit
 
 #: Name of the envelope blob in each event commit's tree.
-EVENT_FILE = b"event.json"
+EVENT_FILE = layout.EVENT_FILE
 #: Name of the subtree that holds artifact blobs, each named by its blake3 hex.
-ARTIFACTS_DIR = b"artifacts"
+ARTIFACTS_DIR = layout.ARTIFACTS_DIR
 #: Email written for every actor: git wants one, perfledger identifies actors by name only.
 ACTOR_EMAIL = b"perfledger"
 _SUMMARY_MAX = 100

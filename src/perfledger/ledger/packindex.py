@@ -1,9 +1,10 @@
-"""Version-2 pack indexes as numpy arrays: written for every new pack, read to merge packs.
+"""Git's version-2 pack index (``.idx``): the one codec of the format in perfledger.
 
-Why arrays: merging packs (``gitobj.copy_merge_packs``) and writing a batch's pack handle every
-object's name, offset and CRC; as Python tuples, sorting and encoding them cost a quarter of a
-60,000-event batched build here (sets of 20-byte names, ``list.sort``, ``struct.pack`` over
-lists). As arrays the same work is a few C calls. The format is git's ``pack-format.txt``:
+One layout writer (behind :func:`encode_index` for plain lists and :meth:`IndexArrays.encode`
+for a merge's numpy arrays) and one layout parser behind three
+readers: numpy arrays for merging packs and verify's scan (:func:`read_index`), plain lists for
+small indexes without importing numpy (:func:`read_entries`), and a memory-mapped binary search
+for a few lookups (:class:`MappedIndex`). The format is git's ``pack-format.txt``:
 magic, version 2, a 256-entry fan-out table, the sorted names, their CRC-32s, their 31-bit
 offsets (the high bit pointing into a table of 64-bit offsets for packs over 2 GiB), the pack's
 checksum, the index's own checksum. Every test scenario checks the result with the real git.
@@ -12,9 +13,11 @@ checksum, the index's own checksum. Every test scenario checks the result with t
 from __future__ import annotations
 
 import hashlib
+import mmap
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # imported where used: a writer that packs a few thousand objects skips it
     import numpy as np
@@ -57,16 +60,25 @@ class IndexArrays:
 
         return self.take(np.argsort(self.offsets, kind="stable"))
 
+    def encode(self, pack_checksum: bytes) -> bytes:
+        """Return the bytes of the version-2 index of these entries (any order), through the
+        same layout writer as :func:`encode_index`, its columns built with numpy (a merge of
+        millions of objects: no Python object per entry)."""
+        import numpy as np
 
-def index_arrays(names: bytes, offsets: list[int], crcs: list[int]) -> IndexArrays:
-    """Build :class:`IndexArrays` from concatenated 20-byte ``names`` and parallel lists."""
-    import numpy as np
-
-    return IndexArrays(
-        np.frombuffer(names, dtype="S20"),
-        np.array(offsets, dtype=np.uint64),
-        np.array(crcs, dtype=np.uint32),
-    )
+        entries = self.by_name()
+        offsets = entries.offsets
+        flagged = offsets >= _LARGE_FLAG
+        small = offsets.astype(">u4")
+        if flagged.any():  # packs over 2 GiB: 64-bit offsets in a side table
+            small[flagged] = _LARGE_FLAG | np.arange(int(flagged.sum()), dtype=np.uint32)
+        return _encode_columns(
+            entries.names.tobytes(),
+            entries.crcs.astype(">u4").tobytes(),
+            small.tobytes(),
+            offsets[flagged].astype(">u8").tobytes(),
+            pack_checksum,
+        )
 
 
 def concat(parts: list[IndexArrays]) -> IndexArrays:
@@ -80,89 +92,65 @@ def concat(parts: list[IndexArrays]) -> IndexArrays:
     )
 
 
-def encode_index_entries(entries: list[tuple[bytes, int, int]], pack_checksum: bytes) -> bytes:
-    """Return the bytes of the version-2 index of a pack, from plain tuples: what
-    :func:`encode_index` writes, without numpy (whose import, ~0.2 s, would cost a process
-    that packs a few thousand loose objects more than the encoding itself).
+def encode_index(
+    names: Sequence[bytes], offsets: Sequence[int], crcs: Sequence[int], pack_checksum: bytes
+) -> bytes:
+    """Return the bytes of the version-2 index of a pack, from plain lists (no numpy import:
+    what a writer of a few thousand objects needs; :meth:`IndexArrays.encode` for a merge).
 
     Args:
-        entries: (binary name, offset in bytes, CRC-32) of each object, in any order.
+        names: binary object names (20 bytes each), in any order.
+        offsets: the byte offset of each object's entry in the pack.
+        crcs: the CRC-32 of each packed entry (header and zlib stream).
         pack_checksum: the pack's trailing sha1 (20 bytes).
     """
-    entries = sorted(entries)
+    entries = sorted(zip(names, offsets, crcs, strict=True))
     count = len(entries)
-    fanout = [0] * 256
-    for name, _, _ in entries:
-        fanout[name[0]] += 1
-    total = 0
-    for i in range(256):
-        total += fanout[i]
-        fanout[i] = total
-    large = [offset for _, offset, _ in entries if offset >= _LARGE_FLAG]
+    large: list[int] = []
     small: list[int] = []
-    slot = 0
     for _, offset, _ in entries:
-        if offset >= _LARGE_FLAG:
-            small.append(_LARGE_FLAG | slot)
-            slot += 1
+        if offset >= _LARGE_FLAG:  # packs over 2 GiB: 64-bit offsets in a side table
+            small.append(_LARGE_FLAG | len(large))
+            large.append(offset)
         else:
             small.append(offset)
-    body = b"".join(
-        [
-            _MAGIC,
-            struct.pack(">256L", *fanout),
-            b"".join(name for name, _, _ in entries),
-            struct.pack(f">{count}L", *(crc for _, _, crc in entries)),
-            struct.pack(f">{count}L", *small),
-            struct.pack(f">{len(large)}Q", *large),
-            pack_checksum,
-        ]
+    return _encode_columns(
+        b"".join(name for name, _, _ in entries),
+        struct.pack(f">{count}L", *(crc for _, _, crc in entries)),
+        struct.pack(f">{count}L", *small),
+        struct.pack(f">{len(large)}Q", *large),
+        pack_checksum,
     )
+
+
+def _encode_columns(
+    names: bytes, crcs: bytes, small: bytes, large: bytes, pack_checksum: bytes
+) -> bytes:
+    """The index's bytes from its columns, already sorted by name and big-endian: the one
+    place the layout is written (magic, fan-out table, names, CRCs, 31-bit offsets, 64-bit
+    offsets, the pack's checksum, the index's own checksum)."""
+    firsts = names[::20]  # the first byte of every name, in order
+    fanout: list[int] = []
+    total = 0
+    for byte in range(256):
+        total += firsts.count(byte)
+        fanout.append(total)
+    body = b"".join([_MAGIC, struct.pack(">256L", *fanout), names, crcs, small, large])
+    body += pack_checksum
     return body + hashlib.sha1(body).digest()
 
 
-def encode_index(entries: IndexArrays, pack_checksum: bytes) -> bytes:
-    """Return the bytes of the version-2 index of a pack.
+class _Layout(NamedTuple):
+    """Where the tables of a version-2 index start (bytes), and its object count."""
 
-    Args:
-        entries: the pack's entries, sorted by name (:meth:`IndexArrays.by_name`).
-        pack_checksum: the pack's trailing sha1 (20 bytes).
-    """
-    import numpy as np
-
-    count = len(entries.names)
-    first_bytes = np.frombuffer(entries.names.tobytes(), dtype=np.uint8)[::20]
-    fanout = np.cumsum(np.bincount(first_bytes, minlength=256)).astype(">u4")
-    offsets = entries.offsets
-    large = offsets[offsets >= _LARGE_FLAG]
-    small = offsets.astype(">u4")
-    if len(large):
-        small[offsets >= _LARGE_FLAG] = _LARGE_FLAG | np.arange(len(large), dtype=np.uint32)
-    body = b"".join(
-        [
-            _MAGIC,
-            fanout.tobytes(),
-            entries.names.tobytes(),
-            entries.crcs.astype(">u4").tobytes(),
-            small.tobytes(),
-            large.astype(">u8").tobytes(),
-            pack_checksum,
-        ]
-    )
-    assert len(body) == _NAMES_AT + 28 * count + 8 * len(large) + 20
-    return body + hashlib.sha1(body).digest()
+    count: int
+    crcs_at: int
+    offsets_at: int
+    large_at: int
 
 
-def read_index(path: str) -> IndexArrays | None:
-    """Read the version-2 index at ``path`` (entries sorted by name); None when the file is not
-    a well-formed version-2 index (dulwich serves those packs).
-
-    Raises: OSError when the file cannot be read.
-    """
-    import numpy as np
-
-    with open(path, "rb") as f:
-        data = f.read()
+def _layout(data: bytes | mmap.mmap) -> _Layout | None:
+    """The layout of the version-2 index in ``data``; None when it is not one (or is cut)."""
     if len(data) < _NAMES_AT + 40 or data[:8] != _MAGIC:
         return None
     (count,) = struct.unpack_from(">L", data, _FANOUT_AT + 255 * 4)
@@ -171,14 +159,114 @@ def read_index(path: str) -> IndexArrays | None:
     large_at = offsets_at + 4 * count
     if len(data) < large_at + 40:
         return None
+    return _Layout(count, crcs_at, offsets_at, large_at)
+
+
+def object_count(path: str) -> int | None:
+    """The number of objects in the pack index at ``path`` (its fan-out table's last entry);
+    None when it is not a version-2 index. Raises: OSError when it cannot be read."""
+    with open(path, "rb") as f:
+        head = f.read(_NAMES_AT)
+    if len(head) < _NAMES_AT or head[:8] != _MAGIC:
+        return None
+    return int(struct.unpack_from(">L", head, _FANOUT_AT + 255 * 4)[0])
+
+
+def read_entries(path: str) -> tuple[list[bytes], list[int]] | None:
+    """(binary names, offsets) of the version-2 index at ``path``, sorted by name, as plain
+    lists (no numpy import: for small indexes); None when it is not a version-2 index.
+
+    Raises: OSError when the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    layout = _layout(data)
+    if layout is None:
+        return None
+    count = layout.count
+    small = struct.unpack_from(f">{count}L", data, layout.offsets_at)
+    names = [data[at : at + 20] for at in range(_NAMES_AT, layout.crcs_at, 20)]
+    offsets = [
+        struct.unpack_from(">Q", data, layout.large_at + 8 * (o & ~_LARGE_FLAG))[0]
+        if o & _LARGE_FLAG
+        else o
+        for o in small
+    ]
+    return names, offsets
+
+
+def read_index(path: str) -> IndexArrays | None:
+    """Read the version-2 index at ``path`` (entries sorted by name) as numpy arrays; None when
+    the file is not a well-formed version-2 index (dulwich serves those packs).
+
+    Raises: OSError when the file cannot be read.
+    """
+    import numpy as np
+
+    with open(path, "rb") as f:
+        data = f.read()
+    layout = _layout(data)
+    if layout is None:
+        return None
+    count = layout.count
     names = np.frombuffer(data, dtype="S20", count=count, offset=_NAMES_AT)
-    crcs = np.frombuffer(data, dtype=">u4", count=count, offset=crcs_at).astype(np.uint32)
-    small = np.frombuffer(data, dtype=">u4", count=count, offset=offsets_at).astype(np.uint64)
+    crcs = np.frombuffer(data, dtype=">u4", count=count, offset=layout.crcs_at).astype(np.uint32)
+    small = np.frombuffer(data, dtype=">u4", count=count, offset=layout.offsets_at)
+    small = small.astype(np.uint64)
     flagged = (small & _LARGE_FLAG) != 0
     if flagged.any():  # packs over 2 GiB: 64-bit offsets in a side table
         slots = (small[flagged] & (_LARGE_FLAG - 1)).astype(np.int64)
-        if len(data) < large_at + 8 * (int(slots.max()) + 1) + 40:
+        if len(data) < layout.large_at + 8 * (int(slots.max()) + 1) + 40:
             return None
-        large = np.frombuffer(data, dtype=">u8", count=int(slots.max()) + 1, offset=large_at)
+        large = np.frombuffer(data, dtype=">u8", count=int(slots.max()) + 1, offset=layout.large_at)
         small[flagged] = large[slots].astype(np.uint64)
     return IndexArrays(names, small, crcs)
+
+
+class MappedIndex:
+    """A version-2 pack index searched in place (memory-mapped), as git looks objects up:
+    through the fan-out table, then a binary search of the sorted names. For a few lookups,
+    where loading a whole index would cost more."""
+
+    def __init__(self, data: mmap.mmap, layout: _Layout) -> None:
+        self._data = data
+        self._fanout = struct.unpack_from(">256L", data, _FANOUT_AT)
+        self._layout = layout
+
+    @classmethod
+    def open(cls, path: str) -> MappedIndex | None:
+        """Map the index at ``path``; None when it is not a version-2 index.
+        Raises: OSError when it cannot be opened."""
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        layout = _layout(data)
+        if layout is None:
+            data.close()
+            return None
+        return cls(data, layout)
+
+    def find(self, sha: bytes) -> int | None:
+        """The pack offset of binary ``sha``, or None when this pack does not hold it."""
+        first = sha[0]
+        lo = self._fanout[first - 1] if first else 0
+        hi = self._fanout[first]
+        data, layout = self._data, self._layout
+        while lo < hi:
+            mid = (lo + hi) // 2
+            name = data[_NAMES_AT + 20 * mid : _NAMES_AT + 20 * mid + 20]
+            if name < sha:
+                lo = mid + 1
+            elif name > sha:
+                hi = mid
+            else:
+                (offset,) = struct.unpack_from(">L", data, layout.offsets_at + 4 * mid)
+                if offset & _LARGE_FLAG:
+                    (offset,) = struct.unpack_from(
+                        ">Q", data, layout.large_at + 8 * (offset & ~_LARGE_FLAG)
+                    )
+                return int(offset)
+        return None
+
+    def close(self) -> None:
+        """Unmap the index."""
+        self._data.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import mmap
 import os
 import struct
 import zlib
@@ -22,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import _STORED_HEADER, inflate, read_index_v2
+from perfledger.ledger.gitobj import _STORED_HEADER, inflate
+from perfledger.ledger.packindex import MappedIndex, read_entries
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -61,10 +61,7 @@ def _read_index(path: str) -> tuple[Any, Any] | None:
 
         arrays = read_index(path)
         return None if arrays is None else (arrays.names, arrays.offsets)
-    entries = read_index_v2(path)
-    if entries is None:
-        return None
-    return [e[0] for e in entries], [e[1] for e in entries]
+    return read_entries(path)
 
 
 @dataclass
@@ -110,7 +107,7 @@ class ObjectReader:
         # instead of ~110 for a dict entry).
         self._where: dict[bytes, int] = {}
         self._tables: list[tuple[int, Any, Any]] = []
-        self._sparse: list[tuple[int, _SparseIndex]] = []
+        self._sparse: list[tuple[int, MappedIndex]] = []
         pack_dir = os.path.join(self._objects_dir, "pack")
         try:
             names = sorted(os.listdir(pack_dir))
@@ -166,7 +163,7 @@ class ObjectReader:
 
     def _open_sparse(self, base: str) -> None:
         try:
-            index = _SparseIndex.open(base + ".idx")
+            index = MappedIndex.open(base + ".idx")
             fd = os.open(base + ".pack", os.O_RDONLY)
         except FileNotFoundError:
             return  # merged away meanwhile: dulwich finds its objects in the new pack
@@ -310,55 +307,6 @@ class ObjectReader:
 
     def _read_loose(self, sha: bytes) -> tuple[int, bytes] | None:
         return read_loose(self._objects_dir, sha)
-
-
-class _SparseIndex:
-    """A version-2 pack index searched in place (memory-mapped): git's own lookup, through the
-    fan-out table then a binary search of the sorted names."""
-
-    def __init__(self, data: mmap.mmap) -> None:
-        self._data = data
-        self._fanout = struct.unpack_from(">256L", data, 8)
-        count = self._fanout[255]
-        self._shas_at = 8 + 1024
-        self._offsets_at = self._shas_at + 24 * count  # after the names and the CRCs
-        self._large_at = self._offsets_at + 4 * count
-
-    @classmethod
-    def open(cls, path: str) -> _SparseIndex | None:
-        """Map the index at ``path``; None when it is not a version-2 index."""
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        if len(data) < 8 + 1024 + 40 or data[:8] != b"\377tOc\0\0\0\2":
-            data.close()
-            return None
-        return cls(data)
-
-    def find(self, sha: bytes) -> int | None:
-        """The pack offset of binary ``sha``, or None when this pack does not hold it."""
-        first = sha[0]
-        lo = self._fanout[first - 1] if first else 0
-        hi = self._fanout[first]
-        data, at = self._data, self._shas_at
-        while lo < hi:
-            mid = (lo + hi) // 2
-            name = data[at + 20 * mid : at + 20 * mid + 20]
-            if name < sha:
-                lo = mid + 1
-            elif name > sha:
-                hi = mid
-            else:
-                (offset,) = struct.unpack_from(">L", data, self._offsets_at + 4 * mid)
-                if offset & 0x80000000:
-                    (offset,) = struct.unpack_from(
-                        ">Q", data, self._large_at + 8 * (offset & 0x7FFFFFFF)
-                    )
-                return int(offset)
-        return None
-
-    def close(self) -> None:
-        """Unmap the index."""
-        self._data.close()
 
 
 def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:

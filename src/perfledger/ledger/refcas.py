@@ -1,40 +1,48 @@
-"""Compare-and-swap of a loose git ref, with git's own lock-file protocol.
+"""Compare-and-swap of a loose git ref with git's lock-file protocol (``lockfile.c``).
 
-Why not dulwich's ``refs.set_if_equals``: it fsyncs the lock file on its own, which costs a
-flush per append even when the ledger flushes everything at once with ``syncfs``
-(:mod:`perfledger.ledger.durable`), and it cannot hold the lock across that flush. The protocol
-here is git's (``lockfile.c``, ``refs/files-backend.c``): create ``<ref>.lock`` exclusively,
-read the current value while holding it, compare, write the new value, rename the lock over the
-ref. A concurrent git CLI or dulwich writer sees the same lock and backs off, as this module does
-on theirs.
+A swap creates ``<ref>.lock`` exclusively, holding the new value (fsynced), reads the ref while
+holding the lock, compares, renames the lock over the ref; the caller then fsyncs the ref's
+directory. A git CLI or dulwich writer sees the same lock and backs off, as this module does on
+theirs.
 
-Spare inodes: on some filesystems freeing a file's blocks is expensive (ext4 mounted with
-``discard`` spent ~1.5 ms in every rename over a 41-byte ref here, against ~0.1 ms when the old
-file stays linked elsewhere). So two files take turns: each has a *spare* name under the derived
-directory, one of them is also the ref, and the next lock is the other one linked to
-``<ref>.lock`` (``link(2)`` fails on an existing name, so the lock is as exclusive as
-``O_EXCL``) and overwritten in place; renaming the lock over the ref then frees nothing, and no
-spare name has to be moved.
-In-place writes are not ordered with metadata, so the caller must flush the lock's content
-(``syncfs`` or ``fdatasync``) before :meth:`RefLock.commit`: otherwise a crash could leave the
-ref renamed onto a file still holding an older value. Without a spare (first use, a filesystem
-without hard links, an interrupted retirement) a fresh file is created.
+Whose lock is it? A lock left by a killed perfledger writer must be recovered, and a lock that
+another program (git) holds must never be broken (SPEC.md section 2). Age tells neither: git can
+hold a lock for seconds (``git update-ref --stdin`` between ``prepare`` and ``commit``). So a
+perfledger writer marks its lock by what it holds, not by when it made it:
+
+1. it creates the lock's content under an *owner name* of its own in ``owner_dir`` (derived
+   data, same filesystem), takes an ``flock`` on that file and fsyncs it;
+2. it links that file to ``<ref>.lock`` (``link(2)`` fails on an existing name: exclusive, as
+   ``O_EXCL`` is), so the lock is never visible without its mark;
+3. after the rename over the ref (or an abort) it removes the owner name and closes the file,
+   which releases the flock.
+
+A lock whose file is also linked under an owner name is perfledger's; if its flock is free, the
+writer that made it is dead (the kernel releases an flock when its holder dies), and the lock is
+removed (:func:`break_dead_lock`). Any other lock is another program's: the caller waits for it,
+bounded, and reports it. Where the filesystem has no hard links the lock is created with
+``O_EXCL`` directly and is unmarked: a writer killed while holding it leaves a lock that is
+reported, never broken, like git's own stale locks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-from collections.abc import Sequence
+import secrets
 
-from perfledger.ledger.durable import write_out
-
-#: Suffix of a ref's lock file (git's).
-LOCK_SUFFIX = ".lock"
+from perfledger.ledger.layout import REF_LOCK_OWNER_PREFIX as OWNER_PREFIX
+from perfledger.ledger.layout import REF_LOCK_SUFFIX as LOCK_SUFFIX
 
 
 class RefLocked(Exception):
-    """Another writer holds ``<ref>.lock`` (a lost race, or a dead writer's leftover)."""
+    """``<ref>.lock`` exists: another writer holds it (a lost race, git, or a dead writer)."""
+
+    def __init__(self, lock: str) -> None:
+        super().__init__(lock)
+        #: the lock file's path
+        self.lock = lock
 
 
 def read_ref(git_dir: str, name: bytes) -> bytes | None:
@@ -60,56 +68,38 @@ def read_ref(git_dir: str, name: bytes) -> bytes | None:
 
 
 def read_loose_ref(path: str) -> bytes | None:
-    """The stripped content of a loose ref file; None when there is none. A ref is 41 bytes:
-    one ``read`` (plain ``os`` calls: ``open()``'s buffered file costs ~20 µs here)."""
+    """The stripped content of a loose ref file; None when there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with open(path, "rb") as f:
+            return f.read().strip()
     except FileNotFoundError:
         return None
-    try:
-        chunks = [os.read(fd, 4096)]
-        while len(chunks[-1]) == 4096:
-            chunks.append(os.read(fd, 65536))
-    finally:
-        os.close(fd)
-    return b"".join(chunks).strip()
 
 
 class RefLock:
-    """A held ``<ref>.lock`` that already holds the new value; :meth:`commit` publishes it.
+    """A held ``<ref>.lock`` that holds the new value, durably; :meth:`commit` publishes it.
 
-    Create with :func:`lock_ref`. The new value is not durable until the caller flushes it
-    (``fsync=True`` here, or a later ``syncfs``).
+    Create with :func:`lock_ref`.
     """
 
-    def __init__(self, path: str, adopt: str | None) -> None:
+    def __init__(self, path: str, fd: int, owner: str | None) -> None:
         self.path = path
         self.lock = path + LOCK_SUFFIX
-        #: the spare name that the ref's current file takes at :meth:`commit`, when missing
-        self.adopt = adopt
+        self._fd = fd
+        self._owner = owner
 
     def commit(self, dir_fd: int | None = None) -> bool:
-        """Rename the lock over the ref (atomic), keeping the ref's old file as a spare.
+        """Rename the lock over the ref (atomic) and release it.
 
         Args:
-            dir_fd: a descriptor open on the ref's directory, kept by the caller: the rename is
-                then made inside that very directory (relative names), so that fsyncing the
-                same descriptor makes it durable, and no ``open`` of the directory is needed.
+            dir_fd: a descriptor open on the ref's directory: the rename is made inside that
+                very directory, so that fsyncing the same descriptor makes it durable.
         Returns: True when the rename went through ``dir_fd``; False when it was made by path
-            because ``dir_fd`` is no longer the ref's directory (it was removed and made again:
-            the caller reopens it) or none was given.
-        The rename is durable only after the caller's directory fsync or ``syncfs``.
+            (no ``dir_fd``, or ``dir_fd`` is no longer the ref's directory: the caller
+            reopens and fsyncs it). The rename is durable only after that directory fsync.
         Raises: OSError from the filesystem (the lock is removed, the ref left as it was).
         """
         try:
-            adopt = self.adopt
-            if adopt is not None and adopt not in _present_spares:
-                try:
-                    os.link(self.path, adopt)
-                except FileExistsError:
-                    _present_spares.add(adopt)  # a spare already: not tried again
-                except OSError:
-                    pass
             if dir_fd is not None:
                 name = os.path.basename(self.path)
                 try:
@@ -122,146 +112,206 @@ class RefLock:
         except BaseException:
             self.abort()
             raise
+        finally:
+            self._release()
 
     def abort(self) -> None:
-        """Release the lock without touching the ref."""
+        """Remove the lock without touching the ref."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.lock)
+        self._release()
+
+    def _release(self) -> None:
+        # the owner name goes only after the lock name: a lock is never seen unmarked
+        if self._owner is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._owner)
+            self._owner = None
+        if self._fd >= 0:
+            os.close(self._fd)  # releases the flock
+            self._fd = -1
 
 
 def lock_ref(
-    git_dir: str,
-    name: bytes,
-    expected: bytes | None,
-    new: bytes,
-    *,
-    fsync: bool,
-    writeout: bool = False,
-    spare: str | None = None,
-    written_out: Sequence[int] = (),
+    git_dir: str, name: bytes, expected: bytes | None, new: bytes, *, owner_dir: str
 ) -> RefLock | None:
-    """Take ``<ref>.lock`` for ref ``name``, check it holds ``expected``, write ``new`` into it.
+    """Take ``<ref>.lock`` for ref ``name`` holding ``new`` (fsynced), and check that the ref
+    holds ``expected``.
 
     Args:
         git_dir: the repository's git directory.
         name: the ref (``refs/heads/ledger``).
         expected: the value the ref must hold (hex sha bytes), or None for "absent".
         new: the new value (hex sha bytes).
-        fsync: fdatasync the lock's content now (the ``fsync`` durability method); otherwise the
-            caller flushes it (``syncfs``) before :meth:`RefLock.commit`.
-        writeout: write the lock's content out to the device now and wait for it, without a
-            cache flush (the ``writeout`` method: the caller's directory fsync flushes it).
-        written_out: descriptors of files whose write-out was started (``writeout``): waited
-            for together with the lock's, before this returns.
-        spare: the path of the first of the two spare names (the second is ``spare + "-b"``;
-            see the module docstring), or None to always create a fresh lock file.
+        owner_dir: where the lock's owner name is made (same filesystem as ``git_dir``).
     Returns: the held lock, or None when the ref holds another value (nothing changed).
     Raises: RefLocked when ``<ref>.lock`` exists; OSError from the filesystem (the lock is
         removed, the ref left as it was).
     """
     path = git_dir + os.sep + os.fsdecode(name)
     lock = path + LOCK_SUFFIX
-    content = new + b"\n"
-    fd, size, adopt = _open_lock(lock, spare, path)
-    held = RefLock(path, adopt)
+    held = _create_lock(path, lock, new + b"\n", owner_dir)
+    try:
+        current = read_loose_ref(path)
+        if current is None:
+            current = read_ref(git_dir, name)
+    except BaseException:
+        held.abort()
+        raise
+    if current != expected:
+        held.abort()
+        return None
+    return held
+
+
+def _create_lock(path: str, lock: str, content: bytes, owner_dir: str) -> RefLock:
+    """Make ``lock`` exclusively with ``content`` (fsynced), marked and flocked as this
+    writer's (see the module docstring). Raises: RefLocked when it exists; OSError."""
+    with contextlib.suppress(OSError):  # without it: an unmarked lock below
+        os.makedirs(owner_dir, exist_ok=True)
+    owner = os.path.join(owner_dir, f"{OWNER_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(owner, flags, 0o644)
+    except OSError:
+        return _create_unmarked_lock(path, lock, content)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the lock is renamed or removed
+        _write_all(fd, content)
+        os.fsync(fd)
+        try:
+            try:
+                os.link(owner, lock)
+            except FileNotFoundError:  # the ref's directory is missing
+                os.makedirs(os.path.dirname(lock), exist_ok=True)
+                os.link(owner, lock)
+        except FileExistsError:
+            raise RefLocked(lock) from None
+        except OSError:  # no hard links on this filesystem
+            os.unlink(owner)
+            os.close(fd)
+            fd = -1
+            return _create_unmarked_lock(path, lock, content)
+    except BaseException:
+        if fd >= 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(owner)
+            os.close(fd)
+        raise
+    return RefLock(path, fd, owner)
+
+
+def _create_unmarked_lock(path: str, lock: str, content: bytes) -> RefLock:
+    """``<ref>.lock`` made with ``O_EXCL`` directly (no owner name: never broken if left)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
         try:
-            current = read_loose_ref(path)
-            if current is None:
-                current = read_ref(git_dir, name)
-            if current != expected:
-                held.abort()
-                return None
-            os.pwrite(fd, content, 0)
-            if size != len(content):
-                os.ftruncate(fd, len(content))
-            if fsync:
-                os.fdatasync(fd)
-            elif writeout:
-                write_out(fd, wait=False)
-                for other in written_out:
-                    write_out(other, wait=True)
-                write_out(fd, wait=True)
-        finally:
-            os.close(fd)
+            fd = os.open(lock, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(lock), exist_ok=True)
+            fd = os.open(lock, flags, 0o644)
+    except FileExistsError:
+        raise RefLocked(lock) from None
+    held = RefLock(path, fd, None)
+    try:
+        _write_all(fd, content)
+        os.fsync(fd)
     except BaseException:
         held.abort()
         raise
     return held
 
 
-#: spare path -> which of its two names to try first (the one not used last time)
-_next_spare: dict[str, int] = {}
-#: spare names known to exist (so that a commit does not try to give them again); a name found
-#: missing or dropped leaves the set
-_present_spares: set[str] = set()
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
-def _open_lock(lock: str, spare: str | None, ref: str) -> tuple[int, int, str | None]:
-    """Create ``lock`` exclusively, as a new link of a spare file when one is free.
+def break_dead_lock(lock: str, owner_dir: str) -> bool:
+    """Remove ``lock`` when a perfledger writer that has died left it (its file is linked
+    under an owner name in ``owner_dir`` and nobody holds that file's flock).
 
-    Returns: (a descriptor open for writing, the file's current size in bytes, the spare name
-    that the ref's current file should take at commit, or None).
-    Raises: RefLocked when ``lock`` exists.
+    Call it holding the writers' append lock (``GitStore.writers_lock``), as
+    ``GitStore._compare_and_swap`` does.
 
-    A spare is written in place only when, once linked as the lock, it has exactly two links
-    (its spare name and the lock): one that is also the live ref (a writer killed between
-    giving the ref's file a spare name and renaming its lock) must not be written, and a name
-    that shares its file with anything else is dropped, to be given again at a later commit.
+    Returns: True when the lock is gone (removed here, or released meanwhile); False when it
+        is held: by a live perfledger writer, or by another program (git), whose lock is
+        never broken.
+    Raises: OSError from the filesystem other than a missing file.
     """
-    adopt: str | None = None
-    if spare is not None:
-        names = (spare, spare + "-b")
-        first = _next_spare.get(spare, 0)
-        for k in (first, 1 - first):
-            candidate = names[k]
-            try:
-                os.link(candidate, lock)
-            except FileExistsError:
-                raise RefLocked(lock) from None
-            except FileNotFoundError:
-                if not os.path.isdir(os.path.dirname(lock)):
-                    break  # the ref's directory is missing: made below
-                _present_spares.discard(candidate)
-                adopt = adopt or candidate  # no such spare yet
-                continue
-            except OSError:
-                break  # no hard links here: a fresh file
-            try:
-                fd = os.open(lock, os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    st = os.fstat(fd)
-                    if st.st_nlink == 2:
-                        _next_spare[spare] = 1 - k
-                        return fd, st.st_size, names[1 - k]
-                    if not _same_file(st, ref):
-                        os.unlink(candidate)  # shared with something else: given again later
-                        _present_spares.discard(candidate)
-                        adopt = adopt or candidate
-                except BaseException:
-                    os.close(fd)
-                    raise
-                os.close(fd)
-                os.unlink(lock)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(lock)
-                raise
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        try:
-            return os.open(lock, flags, 0o644), 0, adopt
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(lock), exist_ok=True)
-            return os.open(lock, flags, 0o644), 0, adopt
-    except FileExistsError:
-        raise RefLocked(lock) from None
-
-
-def _same_file(st: os.stat_result, path: str) -> bool:
-    """Whether ``path`` is the file described by ``st`` (False when ``path`` is missing)."""
-    try:
-        other = os.stat(path)
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return False
-    return (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino)
+        return True
+    try:
+        st = os.fstat(fd)
+        owner = _owner_name(st, owner_dir) if st.st_nlink >= 2 else None
+        if owner is None:
+            return False  # not made by perfledger: another program's
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its writer is alive
+        # the writer is dead; the name still refers to its file (nothing else can take an
+        # existing lock name, and only a dead writer's leftover is removed here)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(owner)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _owner_name(st: os.stat_result, owner_dir: str) -> str | None:
+    """The owner name in ``owner_dir`` of the file described by ``st``, or None."""
+    try:
+        names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
+    except FileNotFoundError:
+        return None
+    for name in names:
+        candidate = os.path.join(owner_dir, name)
+        with contextlib.suppress(FileNotFoundError):
+            other = os.stat(candidate)
+            if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                return candidate
+    return None
+
+
+def remove_dead_owner_names(owner_dir: str, lock: str) -> int:
+    """Remove the owner names that killed writers left in ``owner_dir`` (their flock is free),
+    except the one of ``lock`` (the ref lock; :func:`break_dead_lock` removes both); a live
+    writer's is kept. Call it holding the writers' append lock (``GitStore.writers_lock``): a
+    writer takes its owner name's flock just after creating it, under that lock. Returns: how
+    many were removed. Raises: OSError from the filesystem."""
+    try:
+        names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
+    except FileNotFoundError:
+        return 0
+    try:
+        held = os.stat(lock)
+        lock_id = (held.st_dev, held.st_ino)
+    except FileNotFoundError:
+        lock_id = None
+    removed = 0
+    for name in names:
+        path = os.path.join(owner_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == lock_id:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live writer's
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed += 1
+        finally:
+            os.close(fd)
+    return removed

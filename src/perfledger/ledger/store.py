@@ -10,11 +10,12 @@ Layout of a ledger repository:
   lock). Deleting it changes nothing but speed; ``verify`` never reads it.
 
 Append protocol: build the objects, write them durably (loose objects, or one pack for a batch;
-flushed by one ``syncfs`` or by per-file and directory fsyncs, see
-:mod:`perfledger.ledger.durable`), then compare-and-swap the ref from the head the decision was
-made on to the new commit (:mod:`perfledger.ledger.refcas`), then flush the ref. A crash at any
-instant leaves the old head or the new one: objects without a ref pointing at them are
-unreachable garbage, never a broken ledger. A lost race re-runs the decision on the new head.
+each file fsynced before its rename, then its directory), then compare-and-swap the ref from the
+head the decision was made on to the new commit (:mod:`perfledger.ledger.refcas`), then fsync
+the ref's directory. A crash at any instant leaves the old head or the new one: objects without
+a ref pointing at them are unreachable garbage, never a broken ledger. A lost race re-runs the
+decision on the new head. Packing (:mod:`perfledger.ledger.packing`) runs in the appending
+process, after the ref moved, when a threshold is crossed.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ import fcntl
 import logging
 import os
 import random
-import threading
 import time
 import weakref
 import zlib
-from binascii import unhexlify
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +41,11 @@ from perfledger.errors import (
     ConcurrentAppend,
     IntegrityError,
     NotALedger,
-    PerfledgerError,
     resource_error,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import LedgerInitialized, validate_payload
+from perfledger.ledger import layout
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
     OPTIMISTIC_ATTEMPTS,
@@ -57,19 +56,11 @@ from perfledger.ledger.base import (
     check_batch_keys,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.durable import (
-    FSYNC,
-    SYNCFS,
-    WRITEOUT,
-    choose_method,
-    fsync_dir,
-    sync_filesystem,
-)
+from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
-from perfledger.ledger.loosepool import LoosePool
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
@@ -82,35 +73,28 @@ from perfledger.ledger.objects import (
     parse_commit,
 )
 from perfledger.ledger.order import in_total_order
-from perfledger.ledger.packing import LOOSE_PACK_THRESHOLD, maybe_pack
-from perfledger.ledger.pipeline import PIPELINE_MIN_EVENTS, PackerProcess, pipeline_available
+from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader, read_loose
-from perfledger.ledger.refcas import RefLocked, lock_ref, read_loose_ref, read_ref
+from perfledger.ledger.refcas import (
+    RefLocked,
+    break_dead_lock,
+    lock_ref,
+    read_loose_ref,
+    read_ref,
+    remove_dead_owner_names,
+)
 
 if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
     from dulwich.repo import Repo
 
-#: The branch the events live on.
-LEDGER_REF = b"refs/heads/ledger"
-#: Storage format version written to the repository config and the root event.
-FORMAT_VERSION = 1
-#: Directory (inside the git dir) for derived, rebuildable data.
-DERIVED_DIR = "perfledger"
+LEDGER_REF = layout.LEDGER_REF
+FORMAT_VERSION = layout.FORMAT_VERSION
+DERIVED_DIR = layout.DERIVED_DIR
 #: Batches of at least this many events are written as one pack instead of loose objects.
 PACK_BATCH_THRESHOLD = 8
-#: A single-append writer's loose objects are packed by the packing child (ledger/pipeline.py)
-#: where one can be forked; tests that crash the writer inside packing turn this off.
-LOOSE_PACKING_IN_CHILD = True
-#: Appends that read the ref before deciding after a guessed head lost its race (see
-#: GitStore._attempt): other writers are moving the ledger, and a wrong guess costs a build.
-_GUESS_PAUSE = 64
-#: A ref lock file older than this (seconds) while we hold the append lock is a dead writer's.
-STALE_LOCK_S = 1.0
-#: v3: a key carried by several events maps to the first in the total order (v2 kept the
-#: first one its walk met, which differed between clones).
-_INDEX_FILE = "index-v3.msgpack"
-#: The ledger ref's previous file, kept for reuse as the next lock (see refcas).
-_SPARE_REF_FILE = "ledger-ref.spare"
+#: How long an append waits for a ref lock that another program (git) holds before it reports
+#: it (seconds). The lock is never broken; this bounds only the wait.
+REF_LOCK_WAIT_S = 2.0
 _log = logging.getLogger("perfledger")
 #: The derived index is saved (besides at close) once this many commits were indexed since the
 #: last save, or a third of the index if more: saving costs O(ledger), and a fixed interval
@@ -178,9 +162,8 @@ def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
     """The ``[perfledger]`` keys (lower-cased) of a dulwich repository's own config."""
     config = repo.get_config()
     values: dict[bytes, bytes] = {}
-    for key in (b"formatVersion", b"fsyncMethod"):
-        with contextlib.suppress(KeyError):
-            values[key.lower()] = config.get((b"perfledger",), key)
+    with contextlib.suppress(KeyError):
+        values[b"formatversion"] = config.get((b"perfledger",), b"formatVersion")
     return values
 
 
@@ -208,12 +191,10 @@ class GitStore:
     thread-safe; processes may share a ledger freely (appends serialize by compare-and-swap).
     """
 
-    def __init__(
-        self, repo: Repo | GitLocation, *, config: dict[bytes, bytes] | None = None
-    ) -> None:
-        """Use an open dulwich ``Repo``, or a :class:`GitLocation` with its ``[perfledger]``
-        config keys (the repository is then opened through dulwich on first use of
-        :attr:`repo`)."""
+    def __init__(self, repo: Repo | GitLocation) -> None:
+        """Use an open dulwich ``Repo``, or a :class:`GitLocation` (the repository is then
+        opened through dulwich on first use of :attr:`repo`). The format version is checked
+        by :meth:`open` before this runs."""
         self._repo: Repo | None = None
         self._finalizer: weakref.finalize | None = None
         if isinstance(repo, GitLocation):
@@ -227,7 +208,6 @@ class GitStore:
             # a linked work tree keeps its objects and refs in the main repository's git dir
             self.controldir = repo.commondir()
             self._repo_path = repo.path
-            config = _perfledger_config(repo)
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
         #: gc's open guard, held shared until close (or until this store is garbage collected):
         #: gc then leaves this store's files alone
@@ -235,7 +215,6 @@ class GitStore:
         self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
-        self._spare_ref_path = os.path.join(self.derived_dir, _SPARE_REF_FILE)
         self._ref_dir = os.path.dirname(self._ref_path)
         # Derived index of the commits reachable from self._indexed_head.
         # Every commit read or written (structure only; may include unmerged branches) ...
@@ -255,50 +234,14 @@ class GitStore:
         # events appended by this process while the index was not loaded (see _attempt)
         self._unindexed_appends = 0
         self._loose_written = 0
-        # binary sha -> object this writer wrote loose since it last packed (packing takes them
-        # from here instead of reading them back; bounded by the packing threshold)
-        self._written_loose: dict[bytes, RawObject] = {}
+        self._packs_written = 0
         self._lock_depth = 0
         self._lock_fd: int | None = None
-        self._sync_fd: int | None = None
         #: the ref's directory, open for the store's life (see :meth:`_swap_ref`)
         self._ref_dir_fd: int | None = None
-        #: the head this writer last swapped in: the next append's guess (see _attempt)
-        self._last_swapped: bytes | None = None
-        #: appends left that read the ref first, after a guess lost its race
-        self._guess_pause = 0
         self._bulk: ObjectReader | None = None
         self._bulk_misses = 0
         self._in_bulk = False
-        self._packs_written = 0
-        self._background: threading.Thread | None = None
-        #: spare files that single appends rewrite as loose objects (ledger/loosepool.py)
-        self.loose_pool = LoosePool(self.derived_dir)
-        #: the child that packs large batches (ledger/pipeline.py), forked at the first one
-        self._packer: PackerProcess | None = None
-        #: housekeeping a pipelined batch put off (see _run_deferred_housekeeping)
-        self._deferred_save = False
-        self._deferred_pack = False
-        fsync_method = (config or {}).get(b"fsyncmethod")
-        configured = fsync_method.decode(errors="replace") if fsync_method is not None else None
-        try:
-            method = choose_method(configured, self.controldir)
-            #: every file fsynced (the ``fsync`` method)
-            self._fsync_each = method == FSYNC
-            #: loose objects and the ref written out, then one directory fsync (``writeout``)
-            self._writeout = method == WRITEOUT
-            #: packs fsynced when written (every method but ``syncfs``, which flushes them
-            #: with everything else before the ref moves)
-            self._fsync_packs = method != SYNCFS
-        except ValueError as exc:
-            self.close_repo()
-            if self._release_guard is not None:
-                self._release_guard()
-            raise BadRequest(
-                f"{self.path}: {exc}",
-                hint="set git config perfledger.fsyncMethod (or $PERFLEDGER_FSYNC_METHOD) to "
-                "'writeout', 'syncfs' or 'fsync'",
-            ) from None
 
     @property
     def repo(self) -> Repo:
@@ -410,7 +353,7 @@ class GitStore:
         envelope = built.envelope
         commit, objects = build_event_objects(built, [])
         store._write_objects(objects, batch=False)
-        if not store._swap_ref(None, commit.id):
+        if not store._compare_and_swap(None, commit.id):
             raise ConcurrentAppend(f"another process initialised {path} at the same time")
         store._index_commit(commit.id, envelope.id, 1, [], None)
         store._indexed_head = commit.id
@@ -432,7 +375,7 @@ class GitStore:
         if read_ref(location.controldir, LEDGER_REF) is None:
             raise _no_ledger_branch(path)
         _check_format(path, config.get(b"formatversion"))
-        return cls(location, config=config)
+        return cls(location)
 
     @classmethod
     def _open_through_dulwich(cls, path: str) -> GitStore:
@@ -457,90 +400,21 @@ class GitStore:
         return cls(repo)
 
     def close(self) -> None:
-        """Finish background housekeeping, save the derived index if it lags the head by at
-        least ``_INDEX_SAVE_AT_CLOSE`` commits (or none is saved yet), and release the
-        repository's files.
+        """Save the derived index if it lags the head by at least ``_INDEX_SAVE_AT_CLOSE``
+        commits (or none is saved yet), and release the repository's files.
 
         A few new commits are not worth rewriting the whole index (O(ledger): ~30 ms of a CLI
         append on 10,000 events): the next open walks them from the saved head instead."""
-        self._run_deferred_housekeeping()
-        self.wait_background()
-        if self._packer is not None:
-            self._packer.close()
-            self._packer = None
         if self._unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
             with contextlib.suppress(OSError):
                 self._save_index()
-        for fd in (self._lock_fd, self._sync_fd, self._ref_dir_fd):
+        for fd in (self._lock_fd, self._ref_dir_fd):
             if fd is not None:
                 os.close(fd)
-        self._lock_fd = self._sync_fd = self._ref_dir_fd = None
-        self.loose_pool.release()
+        self._lock_fd = self._ref_dir_fd = None
         self.close_repo()
         if self._release_guard is not None:  # last: gc may collect once every store is closed
             self._release_guard()  # a finalizer runs once: a second close does nothing
-
-    def run_in_background(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run housekeeping ``fn(*args)`` (deleting packed loose objects) in one background
-        thread, after the previous job finished. Its failure is logged, never raised: the
-        ledger is complete without it. :meth:`close` waits for it."""
-        self.wait_background()
-
-        def job() -> None:
-            try:
-                fn(*args)
-            except Exception as exc:  # housekeeping only; see the docstring
-                _log.warning("background housekeeping failed: %s", exc)
-
-        self._background = threading.Thread(target=job, name="perfledger-housekeeping")
-        self._background.start()
-
-    def wait_background(self) -> None:
-        """Wait for the background housekeeping job, if one runs, and for the loose-object
-        packing handed to the packing child (:meth:`hand_off_loose_packing`), if one runs."""
-        if self._background is not None:
-            self._background.join()
-            self._background = None
-        if self._packer is not None:
-            self._note_loose_packing(self._packer.loose_packing_done(wait=True))
-
-    def hand_off_loose_packing(self, loose_written: int) -> int | None:
-        """Have the packing child (:mod:`perfledger.ledger.pipeline`) pack this writer's loose
-        objects, which reached the packing threshold, while appends go on here.
-
-        Args:
-            loose_written: loose objects written since the last packing.
-        Returns: the count to keep: 0 once handed off, ``loose_written`` while the child still
-            packs the previous ones (tried again at a later append); None to pack in this
-            process (no child can be used: not Linux, ``PERFLEDGER_APPEND_FORK=0``,
-            :data:`LOOSE_PACKING_IN_CHILD` off, other threads running, or the child died).
-        """
-        if not LOOSE_PACKING_IN_CHILD or not pipeline_available():
-            return None
-        packer = self._packer
-        if packer is not None and packer.alive():
-            outcome = packer.loose_packing_done(wait=False)
-            if outcome is None and packer.loose_packing_running():
-                return loose_written
-            self._note_loose_packing(outcome)
-        elif not self._packer_ready():
-            return None
-        assert self._packer is not None
-        try:
-            self._packer.start_loose_packing(self.controldir, self.derived_dir, self._repo_path)
-        except PerfledgerError:
-            return None
-        self._written_loose.clear()
-        return 0
-
-    def _note_loose_packing(self, outcome: tuple[Any, ...] | None) -> None:
-        """Act on the packing child's reply to a loose packing (None: no reply to act on)."""
-        if outcome is None:
-            return
-        if outcome[0] == "failed":  # the objects stay loose: packed by a later try
-            _log.warning("packing the ledger's loose objects failed (will retry): %s", outcome[1])
-        elif outcome[0] == "ok" and self._repo is not None:
-            self._repo.object_store._update_pack_cache()  # dulwich's view: the new pack
 
     def __enter__(self) -> GitStore:
         return self
@@ -586,7 +460,7 @@ class GitStore:
                 return store[sha]
             except KeyError:
                 if attempt == 0:
-                    store._update_pack_cache()  # a concurrent repack moved it into a new pack
+                    store.packs  # noqa: B018  (rescans the pack directory: a concurrent merge moved it)
             except (ChecksumMismatch, ObjectFormatException, zlib.error, ValueError) as exc:
                 raise IntegrityError(
                     f"git object {sha.decode()} is corrupt: {exc}",
@@ -841,8 +715,8 @@ class GitStore:
         """Run ``decide`` on the current head and append what it returns, atomically.
 
         The ref moves by compare-and-swap from the head ``decide`` saw; on a lost race (another
-        writer moved it, or holds its lock) ``decide`` runs again on the new head, after a short
-        randomized backoff.
+        writer moved it) ``decide`` runs again on the new head, after a short randomized
+        backoff.
 
         Idempotency: when every draft carries an idempotency key already in the ledger, the
         existing events are returned and nothing is appended (as KurrentDB does). A key reused
@@ -850,14 +724,15 @@ class GitStore:
 
         Returns: the envelopes appended (or found), in draft order.
         Raises: BadRequest for malformed drafts; ConcurrentAppend after ``max_attempts`` lost
-            races; whatever ``decide`` raises (a refusal, say), with nothing appended.
+            races, or when another program (git) held the ref's lock too long; whatever
+            ``decide`` raises (a refusal, say), with nothing appended.
         """
         for attempt in range(max_attempts):
             # Optimistic first; after a few lost races, decide and write while holding the
             # writers' lock, so that a writer under heavy contention is guaranteed to progress.
             pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
             with self._append_lock() if pessimistic else contextlib.nullcontext():
-                result = self._attempt(decide, guess=attempt == 0 and self._guess_head())
+                result = self._attempt(decide)
             if result is not None:
                 return result
             time.sleep(random.uniform(0, 0.0005 * min(attempt + 1, 20)))
@@ -866,49 +741,24 @@ class GitStore:
             hint="retry later; the ledger is unchanged",
         )
 
-    def _guess_head(self) -> bool:
-        """Whether the next attempt may start from the head this writer last swapped in,
-        without reading the ref (see :meth:`_attempt`): not for :data:`_GUESS_PAUSE` appends
-        after such a guess lost its race (other writers are moving the ledger)."""
-        if self._guess_pause:
-            self._guess_pause -= 1
-            return False
-        last = self._last_swapped
-        # an index already moved past that head (a read saw other writers' events) would be
-        # rebuilt from scratch to step back to it: read the ref instead
-        return last is not None and self._indexed_head in (None, last)
-
-    def _attempt(self, decide: Decide, *, guess: bool = False) -> list[Envelope] | None:
-        """One decide-write-swap round; None when the compare-and-swap lost a race.
-
-        With ``guess``, the round starts from the head this writer last swapped in instead of
-        reading the ref (three system calls fewer per append). That is safe: the swap moves the
-        ref only from that very head, so what ``decide`` saw is what the ledger holds when it
-        moves; a refusal, or nothing to append, is believed only once the ref is read and found
-        unmoved (else the round counts as lost and ``decide`` runs again on the ref's head).
+    def _attempt(self, decide: Decide) -> list[Envelope] | None:
+        """One read-decide-write-swap round; None when the compare-and-swap lost a race.
 
         A new event takes its parents and Lamport clock from the head commit (and, for a merge,
         the commits it joins), read from git: that needs no derived index. The index (every
         event and idempotency key of the ledger, O(ledger) to load: ~45 ms of a CLI append on
         10,000 events) is loaded only when a draft carries an idempotency key, when this
         process already holds it, or once this process has appended ``_UNINDEXED_MAX`` events
-        without it (a long-running writer keeps it, and saves it, as before)."""
-        head = self._last_swapped if guess else None
-        if head is None:
-            head = self.read_head()
+        without it (a long-running writer keeps it, and saves it)."""
+        head = self.read_head()
         indexed = self._index_loaded or self._unindexed_appends >= _UNINDEXED_MAX
         if indexed:
             self._catch_up(head)
             self._check_index_at(head)
         view = HeadView(head.decode(), self._event_heads(head), self._lamport_of(head))
-        try:
-            drafts = list(decide(view))
-        except Exception:
-            if guess and self._lost_guess(head):
-                return None  # decided on an old head: decided again on the ref's
-            raise
+        drafts = list(decide(view))
         if not drafts:
-            return None if guess and self._lost_guess(head) else []
+            return []
         check_batch_keys(drafts)
         if not indexed and any(d.idempotency_key is not None for d in drafts):
             self._catch_up(head)  # a key is looked up in the whole ledger
@@ -918,29 +768,12 @@ class GitStore:
             existing = self._idempotent_replay(drafts)
             if existing is not None:
                 return existing
-        pipelined = len(drafts) >= PIPELINE_MIN_EVENTS and self._packer_ready()
-        if pipelined:
-            # a large batch: its objects are built and packed in a forked child meanwhile
-            envelopes, new_head, entries = self._build_chain_forked(head, drafts)
-            objects: list[RawObject] = []
-            batch = True
-        else:
-            envelopes, objects, new_head, entries = self._build_chain(
-                head, drafts, view.event_heads, view.lamport
-            )
-            batch = len(drafts) >= PACK_BATCH_THRESHOLD
-            # ``writeout``: the loose objects' write-out is waited for together with the ref
-            # lock's, once the lock is taken (their descriptors stay open until then)
-            written_out: list[int] | None = [] if self._writeout and not batch else None
-            try:
-                self._write_objects(objects, batch=batch, pending=written_out)
-                swapped = self._compare_and_swap(head, new_head, written_out or ())
-            finally:
-                for fd in written_out or ():
-                    os.close(fd)
-        if pipelined:
-            swapped = self._compare_and_swap(head, new_head)
-        if not swapped:
+        envelopes, objects, new_head, entries = self._build_chain(
+            head, drafts, view.event_heads, view.lamport
+        )
+        batch = len(drafts) >= PACK_BATCH_THRESHOLD
+        self._write_objects(objects, batch=batch)
+        if not self._compare_and_swap(head, new_head):
             return None
         if indexed:
             for sha, entry in entries:
@@ -948,11 +781,8 @@ class GitStore:
             self._indexed_head = self._checked_head = new_head
             self._unsaved += len(entries)
             if self._unsaved >= max(_INDEX_SAVE_EVERY, len(self._commits) // _INDEX_SAVE_FRACTION):
-                if pipelined:  # saved while the packing child works on the next batch
-                    self._deferred_save = True
-                else:
-                    with contextlib.suppress(OSError):
-                        self._save_index()
+                with contextlib.suppress(OSError):
+                    self._save_index()
         else:
             # facts about commits this process wrote (the next attempt reads its head from
             # here); the saved index catches up by walking them when it is next loaded
@@ -960,28 +790,12 @@ class GitStore:
                 self._commits[sha] = entry
                 self._all_events[entry.event_id] = sha
             self._unindexed_appends += len(entries)
-        if pipelined:  # packs merged while the child works on the next batch, or at close
-            self._packs_written += 1
-            self._deferred_pack = True
-        else:
-            self._after_write(objects, batch)
+        self._after_write(objects, batch)
         return envelopes
 
-    def _run_deferred_housekeeping(self) -> None:
-        """The index save and pack merge that pipelined batches put off (they run while the
-        packing child builds the next batch, or at :meth:`close`): neither changes the ledger,
-        and a writer killed before them loses speed only."""
-        if self._deferred_save:
-            self._deferred_save = False
-            with contextlib.suppress(OSError):
-                self._save_index()
-        if self._deferred_pack:
-            self._deferred_pack = False
-            self._after_write([], True)
-            self._packs_written = max(0, self._packs_written - 1)  # counted when deferred
-
     def _after_write(self, objects: list[RawObject], batch: bool) -> None:
-        """Keep packing bounded: count loose objects written, and packs written by batches.
+        """Keep packing bounded: count loose objects written, and packs written by batches,
+        and pack or merge in this process when a threshold is crossed.
 
         Runs after the ref moved: the append is committed, so a packing failure (a full disk,
         say) is logged and retried on a later append, never reported as a failed append (a
@@ -991,9 +805,6 @@ class GitStore:
             self._packs_written += 1
         else:
             self._loose_written += len(objects)
-            if len(self._written_loose) < 2 * LOOSE_PACK_THRESHOLD:
-                for obj in objects:
-                    self._written_loose[unhexlify(obj.id)] = obj
         try:
             self._loose_written, self._packs_written = maybe_pack(
                 self, self._loose_written, self._packs_written
@@ -1069,152 +880,38 @@ class GitStore:
             parent_commit = commit.id
         return envelopes, objects, parent_commit, entries
 
-    def _lost_guess(self, head: bytes) -> bool:
-        """True when the ref no longer holds the guessed ``head`` (see :meth:`_attempt`)."""
-        if self.read_head() == head:
-            return False
-        self._stop_guessing()
-        return True
+    def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
+        """Write ``objects`` durably: one pack for a batch, loose objects otherwise (each file
+        fsynced before its rename, then its directory: :mod:`perfledger.ledger.durable`).
 
-    def _stop_guessing(self) -> None:
-        """Forget the guess, and read the ref first for the next :data:`_GUESS_PAUSE` appends:
-        other writers are moving the ledger."""
-        self._last_swapped = None
-        self._guess_pause = _GUESS_PAUSE
-
-    def _packer_ready(self) -> bool:
-        """True when a large batch can be pipelined: the packing child runs, or was just
-        forked. It is forked only on Linux, unless ``PERFLEDGER_APPEND_FORK=0``, and only when
-        this process runs no other thread (after the housekeeping thread finished): forking
-        beside a thread can copy a lock that thread holds."""
-        if not pipeline_available():
-            return False
-        if self._packer is not None:
-            if self._packer.alive():
-                return True
-            self._packer.close()
-            self._packer = None
-        self.wait_background()
-        if threading.active_count() != 1:
-            return False
-        self._packer = PackerProcess()
-        return True
-
-    def _build_chain_forked(
-        self, head: bytes, drafts: list[EventDraft]
-    ) -> tuple[list[Envelope], bytes, list[tuple[bytes, _IndexEntry]]]:
-        """:meth:`_build_chain` and :meth:`_write_objects` for a large batch, the git objects
-        built and packed by a forked child while this process builds the envelopes
-        (:mod:`perfledger.ledger.pipeline`). Returns (envelopes, new head, index entries).
-
-        Raises: what building an envelope raises (the child then writes nothing);
-            PerfledgerError when the child failed. Either way nothing is appended.
-        """
-        packer = self._packer
-        assert packer is not None  # _packer_ready() made it
-        parents = self._event_heads(head)
-        lamport = self._lamport_of(head)
-        envelopes: list[Envelope] = []
-        # a loose packing still running is waited for, and its outcome noted (a failure logged)
-        self._note_loose_packing(packer.loose_packing_done(wait=True))
-        packer.begin(head, os.path.join(self._objects_dir, "pack"), fsync=self._fsync_packs)
-        try:
-            for draft in drafts:
-                lamport += 1
-                built = build_envelope(draft, parents, lamport)
-                packer.add(built)
-                envelopes.append(built.envelope)
-                parents = (built.envelope.id,)
-            packer.flush()
-            self._run_deferred_housekeeping()  # while the child builds and packs
-            commits = packer.finish()
-        except BaseException:
-            if packer.alive():
-                packer.abort()
-            raise
-        entries: list[tuple[bytes, _IndexEntry]] = []
-        parent_commit = head
-        for envelope, commit in zip(envelopes, commits, strict=True):
-            entry = _IndexEntry(
-                envelope.id, envelope.lamport, [parent_commit], envelope.idempotency_key
-            )
-            entries.append((commit, entry))
-            parent_commit = commit
-        return envelopes, parent_commit, entries
-
-    def _write_objects(
-        self, objects: Sequence[RawObject], *, batch: bool, pending: list[int] | None = None
-    ) -> None:
-        """Write ``objects``: one pack for a batch, loose objects otherwise.
-
-        With the ``fsync`` method they are durable when this returns; with ``writeout`` they
-        are on the device (its cache flushed by :meth:`_swap_ref`'s directory fsync), or, given
-        ``pending``, their write-out started and their open descriptors appended there (see
-        :func:`perfledger.ledger.gitobj.write_loose`); with ``syncfs`` they are flushed by the
-        compare-and-swap that makes them reachable (:meth:`_swap_ref`), before the ref moves.
         An object that is already packed may be written loose again (a shared artifact); the
-        next pack merge keeps one copy."""
+        next pack merge keeps one copy.
+        Raises: OSError from the filesystem (nothing is renamed into place half-written)."""
         if batch:
-            write_pack(os.path.join(self._objects_dir, "pack"), objects, fsync=self._fsync_packs)
+            write_pack(os.path.join(self._objects_dir, layout.PACK_DIR), objects)
         else:
-            write_loose(
-                self._objects_dir,
-                objects,
-                fsync=self._fsync_each,
-                writeout=self._writeout,
-                pool=self.loose_pool,
-                pending=pending,
-            )
+            write_loose(self._objects_dir, objects)
 
-    def _swap_ref(
-        self, expected: bytes | None, new: bytes, written_out: Sequence[int] = ()
-    ) -> bool:
+    def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
         """Compare-and-swap the ledger ref durably; False when it no longer holds ``expected``.
 
-        Order: lock and write the new value; flush (``syncfs``: every object written so far and
-        the lock's content; ``fsync``: the lock's content, objects were flushed when written;
-        ``writeout``: the lock's content written out to the device, as the objects were);
-        rename the lock over the ref; fsync the ref's directory (the rename, and under
-        ``writeout`` the journal and the device cache with everything before it). A crash at
-        any point leaves the old value or the new one, and the new one only once everything it
-        points to is on disk (:mod:`perfledger.ledger.durable`). ``written_out``: descriptors
-        of objects whose write-out has started, waited for with the lock's (``writeout``).
-        Raises: RefLocked when another writer holds the ref's lock; OSError from the filesystem.
+        Order: the lock made with the new value (fsynced), the ref compared, the lock renamed
+        over the ref, the ref's directory fsynced. The objects were fsynced when written, so
+        the ref never points at an object that a crash could lose.
+        Raises: RefLocked when another process holds the ref's lock; OSError from the
+            filesystem (the ref left as it was).
         """
         if self._ref_dir_fd is None:  # kept open: spares an open and a close per append
             self._ref_dir_fd = os.open(self._ref_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        held = lock_ref(
-            self.controldir,
-            LEDGER_REF,
-            expected,
-            new,
-            fsync=self._fsync_each,
-            writeout=self._writeout,
-            spare=self._spare_ref_path,
-            written_out=written_out,
-        )
-        if held is None:  # the ref moved since ``expected`` was read (or guessed)
-            self._stop_guessing()
+        held = lock_ref(self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir)
+        if held is None:  # the ref moved since ``expected`` was read
             return False
-        try:
-            if not self._fsync_each and not self._writeout:
-                if self._sync_fd is None:  # kept open: one syncfs target for the store's life
-                    self._sync_fd = os.open(self.controldir, os.O_RDONLY | os.O_CLOEXEC)
-                sync_filesystem(self._sync_fd)
-        except BaseException:
-            held.abort()
-            raise
-        self._last_swapped = None  # until the swap is durable
-        if not held.commit(self._ref_dir_fd):  # renamed by path: the directory was made again
+        if held.commit(self._ref_dir_fd):
+            os.fsync(self._ref_dir_fd)
+        else:  # renamed by path: the ref's directory was removed and made again
             os.close(self._ref_dir_fd)
             self._ref_dir_fd = None
             fsync_dir(self._ref_dir)
-        else:
-            # the rename is a change of the ref's directory: flushing that directory makes it
-            # durable (a second syncfs would also write back every unrelated dirty page of the
-            # filesystem: 2-4 ms per append while other processes wrote, against ~0.3 ms)
-            os.fsync(self._ref_dir_fd)
-        self._last_swapped = new
         return True
 
     @contextlib.contextmanager
@@ -1233,7 +930,7 @@ class GitStore:
             return
         if self._lock_fd is None:  # opened once, kept for the store's life
             os.makedirs(self.derived_dir, exist_ok=True)
-            path = os.path.join(self.derived_dir, "append.lock")
+            path = os.path.join(self.derived_dir, layout.APPEND_LOCK_FILE)
             self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fd = self._lock_fd
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -1244,34 +941,40 @@ class GitStore:
             self._lock_depth = 0
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _compare_and_swap(
-        self, expected: bytes, new: bytes, written_out: Sequence[int] = ()
-    ) -> bool:
+    def _compare_and_swap(self, expected: bytes | None, new: bytes) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
-        lost race. A ref lock file older than :data:`STALE_LOCK_S` (a killed writer's) is
-        removed and the swap tried again. ``written_out``: see :meth:`_swap_ref`."""
+        lost race (the ref holds another value).
+
+        A ref lock left by a perfledger writer that died is removed and the swap tried again
+        (recognised by its owner name and free flock, never by its age: :mod:`refcas`). A lock
+        held by another program (git) is never broken: the swap waits for it to go, at most
+        :data:`REF_LOCK_WAIT_S`, then gives up.
+
+        Raises: ConcurrentAppend naming the lock when another program held it all that time.
+        """
         with self._append_lock():
-            try:
-                return self._swap_ref(expected, new, written_out)
-            except RefLocked:
-                pass
-            lock = os.path.join(self.controldir, os.fsdecode(LEDGER_REF)) + ".lock"
-            try:
-                age_s = time.time() - os.stat(lock).st_mtime
-                if age_s <= STALE_LOCK_S:
-                    # a dead writer's lock (we hold the flock) or a short-lived git process's:
-                    # wait until it is stale instead of burning transact()'s retries on it
-                    time.sleep(STALE_LOCK_S - age_s + 0.01)
-                    age_s = time.time() - os.stat(lock).st_mtime
-                if age_s <= STALE_LOCK_S:
-                    return False
-                os.unlink(lock)
-            except FileNotFoundError:
-                pass  # released meanwhile
-            try:
-                return self._swap_ref(expected, new, written_out)
-            except RefLocked:
-                return False
+            deadline: float | None = None
+            while True:
+                try:
+                    return self._swap_ref(expected, new)
+                except RefLocked as exc:
+                    lock = exc.lock
+                # we hold the append lock, so no live perfledger writer is inside a swap
+                if break_dead_lock(lock, self.derived_dir):
+                    with contextlib.suppress(OSError):
+                        remove_dead_owner_names(self.derived_dir, lock)
+                    continue
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + REF_LOCK_WAIT_S
+                elif now >= deadline:
+                    raise ConcurrentAppend(
+                        f"{lock} is held by another process (a git command?) and was not "
+                        f"released within {REF_LOCK_WAIT_S:g} s; the ledger is unchanged",
+                        hint="retry once that process has finished; if no git or perfledger "
+                        f"process is using this ledger, the lock is a leftover: remove {lock}",
+                    )
+                time.sleep(0.01)
 
     # ------------------------------------------------------------------ derived index
 
@@ -1301,7 +1004,7 @@ class GitStore:
                     self._keys[entry.key] = entry.event_id
 
     def _index_path(self) -> str:
-        return os.path.join(self.derived_dir, _INDEX_FILE)
+        return os.path.join(self.derived_dir, layout.INDEX_FILE)
 
     def _load_index(self) -> None:
         self._index_loaded = True
@@ -1703,9 +1406,7 @@ class GitStore:
         if not objects:
             return
         self._write_objects(list(objects), batch=True)
-        if not self._fsync_packs:  # durable before any ref (a tracking ref too) points at them
-            sync_filesystem(self.controldir)
-        self.repo.object_store._update_pack_cache()
+        self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
         try:
             self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)
         except Exception as exc:  # committed already: see _after_write

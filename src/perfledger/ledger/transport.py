@@ -19,6 +19,7 @@ from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.repo import Repo
 
 from perfledger.errors import BadRequest, PerfledgerError
+from perfledger.ledger.layout import DERIVED_DIR
 from perfledger.ledger.packstream import read_pack
 from perfledger.ledger.store import LEDGER_REF, GitStore
 
@@ -87,7 +88,7 @@ def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]
         return list(store.commit_node(sha).parents)
 
     walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
-    tmp_dir = os.path.join(repo.controldir(), "perfledger")
+    tmp_dir = os.path.join(repo.controldir(), DERIVED_DIR)
     os.makedirs(tmp_dir, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(prefix="incoming-", suffix=".pack", dir=tmp_dir)
     try:

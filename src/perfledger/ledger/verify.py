@@ -225,7 +225,6 @@ def _verify(
     workers = _worker_count(reader.packed_object_count() // 3, workers)
     scanned: dict[bytes, CommitFacts] = {}
     if workers > 1:
-        store.wait_background()  # type: ignore[attr-defined]  (never fork beside a thread)
         meanwhile = chunk_work.before_fork if chunk_work is not None else None
         scanned = scan_packed_commits(reader.pack_paths(), workers, meanwhile)
     stack = [head]

@@ -1,6 +1,5 @@
-"""Packs merged away are retired: moved out of the pack directory at once (no reader sees them
-again) and deleted by the store's background thread; files a killed writer left there go with
-the next retirement. The ledger stays complete for git throughout."""
+"""Packs are merged geometrically as batches add them: the pack count stays bounded, merged-away
+packs are deleted once the merged pack is durable, and the ledger stays complete for git."""
 
 from __future__ import annotations
 
@@ -19,21 +18,19 @@ def _pack_files(path: Path) -> list[str]:
     return sorted(glob.glob(os.path.join(path, "objects", "pack", "pack-*")))
 
 
-def test_merged_packs_are_retired_and_deleted(
+def test_merged_packs_are_deleted_and_the_pack_count_stays_bounded(
     tmp_path: Path, note: Callable[..., EventDraft]
 ) -> None:
     path = tmp_path / "l"
     with Ledger.init(path, name="retire", actor="t") as ledger:
         store = ledger.store
-        retired = Path(store.derived_dir) / packing.RETIRED_PACKS_DIR
-        retired.mkdir(parents=True, exist_ok=True)
-        (retired / "pack-left-by-a-killed-writer.pack").write_bytes(b"stale")
         for batch in range(packing.MAX_PACKS + 3):  # one pack per batch: merges must happen
             ledger.store.append_batch([note(f"b{batch}-{i}") for i in range(40)])
-        store.wait_background()
         packs = [p for p in _pack_files(path) if p.endswith(".pack")]
-        assert len(packs) <= packing.MAX_PACKS
-        assert list(retired.iterdir()) == []  # retired packs and the leftover deleted
+        indexes = [p for p in _pack_files(path) if p.endswith(".idx")]
+        assert 1 <= len(packs) <= packing.MAX_PACKS
+        assert len(indexes) == len(packs)  # no pack without its index, nor the reverse
+        assert packing.pack_stats(store)["packs"] == len(packs)
         report = ledger.verify()
         assert report.ok and report.events == 1 + 40 * (packing.MAX_PACKS + 3)
     fsck = subprocess.run(
