@@ -17,7 +17,7 @@ import pytest
 
 import perfledger
 from perfledger.ledger import gc as gc_module
-from perfledger.ledger import packing, store
+from perfledger.ledger import layout, store
 from perfledger.ledger.base import EventDraft
 
 PERFLEDGER = Path(sys.executable).with_name("perfledger")
@@ -50,8 +50,8 @@ def _batch(n: int, text: str) -> list[EventDraft]:
 
 
 def test_names_on_disk_match_the_store() -> None:
-    assert gc_module.DERIVED_DIR == store.DERIVED_DIR
-    assert packing.RETIRED_PACKS_DIR in gc_module._RETIRED_DIRS
+    assert gc_module.DERIVED_DIR == store.DERIVED_DIR == layout.DERIVED_DIR
+    assert gc_module.GUARD_FILE == layout.GC_GUARD_FILE
 
 
 @pytest.mark.slow

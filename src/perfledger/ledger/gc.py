@@ -35,11 +35,13 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from perfledger.ledger import layout
+
 #: The derived directory (``<gitdir>/perfledger``) and the open guard inside it.
-DERIVED_DIR = "perfledger"
-GUARD_FILE = "gc.lock"
+DERIVED_DIR = layout.DERIVED_DIR
+GUARD_FILE = layout.GC_GUARD_FILE
 #: Directories under the derived one whose whole content is garbage once no store is open.
-_RETIRED_DIRS = ("retired-packs",)
+_RETIRED_DIRS = (layout.LEGACY_RETIRED_PACKS_DIR,)
 #: Temporaries named after their writer's pid (gitobj's ``_create_tmp``; cache and index files).
 _PID_TEMP = re.compile(r"^tmp_(?:obj|pack|idx)_(\d+)_\d+$")
 _PID_SUFFIX_TEMP = re.compile(r"\.(\d+)\.tmp$")

@@ -23,6 +23,7 @@ never reads it).
         cache/                   CACHE_DIR: state snapshots (cache.py)
         corrupt-loose/           CORRUPT_LOOSE_DIR: loose files that failed their hash
         last-pull.json           LAST_PULL_FILE: what the last pull brought (changes.py)
+        gc.lock                  GC_GUARD_FILE: gc's open guard (flock; gc.py)
 
 Each event commit's tree: ``event.json`` (EVENT_FILE) and ``artifacts/<blake3>``
 (ARTIFACTS_DIR).
@@ -58,6 +59,10 @@ CACHE_DIR = "cache"
 CORRUPT_LOOSE_DIR = "corrupt-loose"
 #: What the last pull brought.
 LAST_PULL_FILE = "last-pull.json"
+#: gc's open guard: every open store holds its flock shared, gc exclusively (gc.py).
+GC_GUARD_FILE = "gc.lock"
+#: Packs retired by a merge in earlier versions; whatever is left there is garbage (gc.py).
+LEGACY_RETIRED_PACKS_DIR = "retired-packs"
 
 #: Temporary names of files being written (git's own prefixes: git fsck ignores them).
 TMP_OBJECT_PREFIX = "tmp_obj_"
