@@ -129,18 +129,25 @@ def test_pack_merge_failing_on_a_full_disk_logs_its_cause_and_the_append_stands(
         return [EventDraft("NoteRecorded", {"text": f"{text} {i}", "tags": []}, "t", None, None, {})
                 for i in range(10)]  # fmt: skip
 
-    monkeypatch.setenv("PERFLEDGER_APPEND_FORK", "0")  # merged in this process, logged here
     pack_dir = lazyfs.path / "ledger" / "objects" / "pack"
+    copy_merge_packs = packing.copy_merge_packs
+
+    def merge_on_a_full_disk(*args: object, **kwargs: object) -> str:
+        # the batch's own pack is written; the disk fills up as the merged pack is written
+        lazyfs.control("fault ENOSPC tmp_pack_")
+        return copy_merge_packs(*args, **kwargs)  # type: ignore[arg-type]
+
     with perfledger.init(lazyfs.path / "ledger", name="merge") as ledger:
         for n in range(packing.MAX_PACKS):
             ledger.append_batch(batch(f"batch {n}"))
         packs = len(list(pack_dir.glob("*.pack")))
-        lazyfs.control("fault ENOSPC tmp_pack_")  # the merged pack's temporary: the disk is full
+        monkeypatch.setattr(packing, "copy_merge_packs", merge_on_a_full_disk)
         try:
             with caplog.at_level("WARNING"):
                 appended = ledger.append_batch(batch("crosses the pack count"))
         finally:
             lazyfs.control("fault none")
+            monkeypatch.setattr(packing, "copy_merge_packs", copy_merge_packs)
         assert ledger.get(appended[-1].id).id == appended[-1].id
         assert len(list(pack_dir.glob("*.pack"))) == packs + 1  # written, not merged
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

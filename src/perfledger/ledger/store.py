@@ -724,15 +724,24 @@ class GitStore:
 
         Returns: the envelopes appended (or found), in draft order.
         Raises: BadRequest for malformed drafts; ConcurrentAppend after ``max_attempts`` lost
-            races, or when another program (git) held the ref's lock too long; whatever
-            ``decide`` raises (a refusal, say), with nothing appended.
+            races, or when another program (git) held the ref's lock too long; ResourceError
+            when the disk is full, read-only or refuses permission; whatever ``decide`` raises
+            (a refusal, say), with nothing appended.
         """
         for attempt in range(max_attempts):
             # Optimistic first; after a few lost races, decide and write while holding the
             # writers' lock, so that a writer under heavy contention is guaranteed to progress.
             pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
             with self._append_lock() if pessimistic else contextlib.nullcontext():
-                result = self._attempt(decide)
+                try:
+                    result = self._attempt(decide)
+                except OSError as exc:
+                    # a full disk, a read-only filesystem or a refused permission: the ref did
+                    # not move (objects are written before the swap), so say what to do
+                    resource = resource_error(exc)
+                    if resource is None:
+                        raise
+                    raise resource from exc
             if result is not None:
                 return result
             time.sleep(random.uniform(0, 0.0005 * min(attempt + 1, 20)))
