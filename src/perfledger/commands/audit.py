@@ -388,7 +388,7 @@ class _Replay:
             ctx = self.context(
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
-                payload_of=self._payload_of, derive=self._derive,
+                payload_of=self._payload_of, derive=self._derive, schema=envelope.schema,
             )  # fmt: skip
             decide = self.deciders.get(op)
             if decide is None:
