@@ -767,6 +767,18 @@ def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Deri
     return primary, guardrails, secondaries
 
 
+def _samples_marks(
+    target: TargetView, samples: SamplesRecorded, ctx: DecisionContext
+) -> dict[str, Any]:
+    """What a schema-2 verdict or final audit repeats from its samples for every reader (R5):
+    their provenance (``outside`` for samples recorded before provenance was kept) and the
+    primary's unit; nothing when re-deciding a schema-1 event."""
+    if ctx.recorded_before("VerdictRecorded", 2):
+        return {}
+    source = samples.provenance.source if samples.provenance is not None else "outside"
+    return {"samples_provenance": source, "unit": target.definition.primary.unit}
+
+
 def _tail_refusal(target: TargetView, samples: SamplesRecorded) -> None:
     """R12: a tail primary (p95, p99) needs enough per-request values per case and subject;
     refused (nothing recorded) otherwise."""
@@ -902,6 +914,7 @@ def decide_verdict_record(
         contradicts_claim=contradicts,
         diagnostic_only=target.diagnostic_only,
         notes=tuple(notes),
+        **_samples_marks(target, samples, ctx),
     )
     return _emit(ctx, payload)
 
@@ -946,6 +959,7 @@ def decide_final_audit_record(
         primary=primary,
         guardrails=tuple(guardrails),
         notes=tuple(notes),
+        **_samples_marks(target, samples, ctx),
     )
     return _emit(ctx, payload)
 

@@ -715,6 +715,10 @@ class VerdictRecorded(_Payload, kw_only=True):
     contradicts_claim: bool = False
     diagnostic_only: bool = False
     notes: tuple[str, ...] = ()
+    #: the samples' provenance (R5): ``perfledger`` or ``outside``; None before schema 2
+    samples_provenance: str | None = None
+    #: the primary's unit (the per-case figures' unit); None before schema 2
+    unit: str | None = None
 
 
 class LocalResultRecorded(_Payload, kw_only=True):
@@ -789,6 +793,10 @@ class FinalAuditRecorded(_Payload, kw_only=True):
     primary: DerivedVerdict
     guardrails: tuple[DerivedGuardrail, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the samples' provenance (R5): ``perfledger`` or ``outside``; None before schema 2
+    samples_provenance: str | None = None
+    #: the primary's unit (the per-case figures' unit); None before schema 2
+    unit: str | None = None
 
 
 class HostAdviceRecorded(_Payload, kw_only=True):
