@@ -45,10 +45,9 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     # every case's absolute per-call figures, original -> candidate, with CIs
     assert "case small: " in text.stdout and "case large: " in text.stdout
     assert " ms [" in text.stdout and "-> " in text.stdout and "regressed" in text.stdout
-    explained = json.loads(
-        _cli(ledger_path, tmp_path, "verdict", "record", "--samples", "e1-screen-1",
-             "--json").stdout  # fmt: skip
-    )["explanation"]
+    recorded = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", "e1-screen-1",
+                    "--json")  # fmt: skip
+    explained = json.loads(recorded.stdout)["explanation"]
     assert explained["status"] == "fail" and explained["condition"] == "case_regressed"
     assert explained["samples_provenance"] == "perfledger"
     cases = {c["case"]: c for c in explained["cases"]}
