@@ -26,7 +26,7 @@ import math
 
 import msgspec
 
-from perfledger.events.workflow import VerdictRecorded
+from perfledger.events.workflow import DerivedCase, VerdictRecorded
 from perfledger.projections import amdahl
 from perfledger.projections.workflow import ExperimentView, WorkflowState
 
@@ -40,6 +40,10 @@ class Measured(msgspec.Struct, kw_only=True):
         speedup, speedup_low, speedup_high: the same, converted to end-to-end speedups (the
             bound's units; None where the improvement is None or ``>= 1`` for lower-is-better).
         n_pairs: valid pairs the verdict used.
+        cases: per test case (R12): each subject's absolute per-call statistic with its CI (in
+            ``unit``) and the case's improvement; empty for verdicts derived by the pooled rule.
+        samples_provenance: ``outside`` for samples recorded from outside perfledger (R5),
+            ``perfledger`` for measured ones, None for verdicts recorded before it was kept.
     """
 
     samples_id: str
@@ -52,6 +56,9 @@ class Measured(msgspec.Struct, kw_only=True):
     speedup_low: float | None
     speedup_high: float | None
     n_pairs: int
+    cases: list[DerivedCase] = []
+    unit: str | None = None
+    samples_provenance: str | None = None
 
 
 class ClaimRow(msgspec.Struct, kw_only=True):
@@ -132,6 +139,9 @@ def _measured(verdict: VerdictRecorded) -> Measured:
         speedup_low=improvement_to_speedup(p.ci_low, p.direction),
         speedup_high=improvement_to_speedup(p.ci_high, p.direction),
         n_pairs=p.n_pairs,
+        cases=list(p.cases),
+        unit=verdict.unit,
+        samples_provenance=verdict.samples_provenance,
     )
 
 

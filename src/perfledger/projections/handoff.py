@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import msgspec
 
-from perfledger.events.workflow import ORIGINAL, HandoffRecorded
+from perfledger.events.workflow import ORIGINAL, DerivedCase, HandoffRecorded
 from perfledger.projections.claims import improvement_to_speedup
 from perfledger.projections.workflow import TargetView, WorkflowState
 
@@ -45,8 +45,10 @@ class ResumeContext(msgspec.Struct, kw_only=True):
 
 
 class Gain(msgspec.Struct, kw_only=True):
-    """A measured gain on the primary: the verdict's median improvement and CI (ratios) and the
-    end-to-end speedup they mean."""
+    """A measured gain on the primary: the verdict's improvement and CI (ratios) and the
+    end-to-end speedup they mean; per test case, each subject's absolute per-call statistic with
+    its CI (``cases``, in ``unit``, R12); ``samples_provenance`` ``outside`` marks samples
+    recorded from outside perfledger (R5)."""
 
     experiment_id: str
     samples_id: str
@@ -56,6 +58,9 @@ class Gain(msgspec.Struct, kw_only=True):
     ci_low: float | None
     ci_high: float | None
     speedup: float | None
+    cases: list[DerivedCase] = msgspec.field(default_factory=list)
+    unit: str | None = None
+    samples_provenance: str | None = None
 
 
 class LocalResultLine(msgspec.Struct, kw_only=True):
@@ -182,6 +187,7 @@ def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
         primary = verdict.primary if verdict else audit.primary if audit else None
         if primary is None:
             continue
+        decided = verdict if verdict is not None else audit
         out.append(
             Gain(
                 experiment_id=champion,
@@ -192,6 +198,9 @@ def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
                 ci_low=primary.ci_low,
                 ci_high=primary.ci_high,
                 speedup=improvement_to_speedup(primary.estimate, primary.direction),
+                cases=list(primary.cases),
+                unit=decided.unit if decided is not None else None,
+                samples_provenance=decided.samples_provenance if decided is not None else None,
             )
         )
     return out
@@ -267,6 +276,15 @@ def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
         f"the minimum effect {pct(e['min_effect'])} but not the A/A resolution "
         f"{pct(e['resolution'])}; a tighter resolution could decide it"
     )
+
+
+def _gain_details(g: Gain) -> list[str]:
+    """Per-case figures (R12) and the outside-samples mark (R5) of a gain, one line each."""
+    from perfledger.projections.verdict_explain import case_line, provenance_text
+
+    lines = [case_line(msgspec.to_builtins(c), g.unit) for c in g.cases]
+    marked = provenance_text(g.samples_provenance)
+    return lines + ([marked] if marked else [])
 
 
 def _fmt(value: float | None) -> str:
@@ -541,6 +559,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             f"- {g.experiment_id} {g.stage} `{g.samples_id}`: {g.status}, improvement "
             f"{_ratio(g.estimate)} (CI {_ratio(g.ci_low)} .. {_ratio(g.ci_high)}){speed}"
         )
+        lines += [f"  - {line}" for line in _gain_details(g)]
     if not h.key_evidence and not h.gains:
         lines.append("- none")
     lines += ["", "## Local results (secondary-only gains, R13)", ""]
