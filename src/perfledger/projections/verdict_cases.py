@@ -362,54 +362,71 @@ def derive_case_verdict(
     low, high = _interval(_improvement(agg_ratio_d, direction), confidence)
     degenerate = low == high
     clear_loss = high < 0.0
+    status, reason = _aggregate_status(
+        cases, aggregation, low, high, min_effect, threshold_res, clear_loss
+    )
     blocking = () if allow_case_regression else tuple(c.case for c in cases if c.regressed)
-    status: Status
-    if degenerate:
-        status = "inconclusive"
-        reason = "degenerate interval: the paired values are identical, which proves nothing"
-    elif blocking:
+    if blocking and status != "fail" and not degenerate:
+        # R12: a case worse beyond its noise blocks pass whatever the aggregate says
         status = "fail"
         worst = ", ".join(
-            f"{c.case} ({c.estimate:.4g}, CI [{c.ci_low:.4g}, {c.ci_high:.4g}])"
+            f"{c.case} (improvement {100 * c.estimate:.2f} %, CI [{100 * c.ci_low:.2f} %, "
+            f"{100 * c.ci_high:.2f} %], resolution {100 * c.resolution:.2f} %)"
             for c in cases
-            if c.case in blocking and c.ci_low is not None and c.estimate is not None
+            if c.case in blocking
+            and c.ci_low is not None
+            and c.ci_high is not None
+            and c.estimate is not None
         )
         reason = (
             f"case(s) regressed beyond their resolution: {worst}; the Target allows no "
-            "per-case regression"
+            f"per-case regression (without it: {reason})"
         )
-    elif aggregation == "every_case":
-        statuses = {c.case: c.status for c in cases}
-        failing = [c for c, s in statuses.items() if s == "fail"]
-        open_ = [c for c, s in statuses.items() if s != "pass"]
-        if failing:
-            status, reason = "fail", f"every case must pass; failed: {failing}"
-        elif open_:
-            status, reason = "inconclusive", f"every case must pass; not passed: {open_}"
-        else:
-            status, reason = "pass", "every case passed its minimum effect and resolution"
-    else:
-        status = _judge(low, high, min_effect, threshold_res)
-        label = "geometric mean of per-case ratios" if aggregation == "geomean" else "total"
-        if status == "pass":
-            reason = (
-                f"{label}: CI lower end {low:.4g} >= minimum effect {min_effect:.4g} and > "
-                f"resolution {threshold_res:.4g}"
-            )
-        elif status == "fail":
-            reason = f"{label}: CI upper end {high:.4g} < minimum effect {min_effect:.4g}" + (
-                " (a clear loss: the whole CI is below zero)" if clear_loss else ""
-            )
-        else:
-            reason = (
-                f"{label}: CI [{low:.4g}, {high:.4g}] straddles the minimum effect "
-                f"{min_effect:.4g} or does not clear the resolution {threshold_res:.4g}"
-            )
     return DerivedVerdict(
         status=status, reason=reason, estimate=estimate, ci_low=low, ci_high=high,
         degenerate=degenerate, clear_loss=clear_loss, wilcoxon_p=wilcoxon_p(gains_pooled),
         blocking=blocking, **common,
     )  # fmt: skip
+
+
+def _aggregate_status(
+    cases: Sequence[DerivedCase],
+    aggregation: str,
+    low: float,
+    high: float,
+    min_effect: float,
+    resolution: float,
+    clear_loss: bool,
+) -> tuple[Status, str]:
+    """The primary's status and reason from the aggregate CI [low, high] (ratios) or, for
+    ``every_case``, from the cases' own statuses; before any per-case regression blocks it."""
+    if low == high:
+        return "inconclusive", (
+            "degenerate interval: the paired values are identical, which proves nothing"
+        )
+    if aggregation == "every_case":
+        failing = [c.case for c in cases if c.status == "fail"]
+        open_ = [c.case for c in cases if c.status != "pass"]
+        if failing:
+            return "fail", f"every case must pass; failed: {failing}"
+        if open_:
+            return "inconclusive", f"every case must pass; not passed: {open_}"
+        return "pass", "every case passed its minimum effect and resolution"
+    status = _judge(low, high, min_effect, resolution)
+    label = "geometric mean of per-case ratios" if aggregation == "geomean" else "total"
+    if status == "pass":
+        return status, (
+            f"{label}: CI lower end {low:.4g} >= minimum effect {min_effect:.4g} and > "
+            f"resolution {resolution:.4g}"
+        )
+    if status == "fail":
+        return status, f"{label}: CI upper end {high:.4g} < minimum effect {min_effect:.4g}" + (
+            " (a clear loss: the whole CI is below zero)" if clear_loss else ""
+        )
+    return status, (
+        f"{label}: CI [{low:.4g}, {high:.4g}] straddles the minimum effect {min_effect:.4g} or "
+        f"does not clear the resolution {resolution:.4g}"
+    )
 
 
 def derive_case_guardrail(

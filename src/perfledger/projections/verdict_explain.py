@@ -59,6 +59,11 @@ CONDITIONS = (
 )
 
 
+#: How a per-case derivation's reason starts when a regressed case blocked the verdict
+#: (:func:`perfledger.projections.verdict_cases.derive_case_verdict`).
+BLOCKED = "case(s) regressed beyond their resolution"
+
+
 def pct(ratio: float | None) -> str:
     """Format a ratio (0.1234) as a percentage with two decimals (``"12.34 %"``); ``"n/a"`` for
     None."""
@@ -115,7 +120,7 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
             f"screen stages never pass (R11): {ci} clears the threshold {pct(threshold)}; "
             "the target stage decides"
         )
-    elif primary.get("blocking"):
+    elif primary.get("blocking") and str(primary.get("reason", "")).startswith(BLOCKED):
         condition = "case_regressed"
         reason = f"R12: {primary.get('reason', '')}"
     elif primary.get("aggregation") == "every_case" and derived != "pass":
@@ -197,7 +202,7 @@ def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
     how = f" ({e['statistic']}, {e['aggregation']})" if e.get("statistic") else ""
     lines = [
         f"status {e['status']}: {e['reason']}",
-        f"  estimate{how} {pct(e['estimate'])}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
+        f"  estimate {pct(e['estimate'])}{how}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
         f"threshold {pct(e['threshold'])} = max(minimum effect {pct(e['min_effect'])}, "
         f"resolution {pct(e['resolution'])})",
     ]
