@@ -225,7 +225,7 @@ class Session:
             "unit": "ms", "source": "run.py: time.process_time around the call",
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
-        values, call_ids = [], []
+        values, call_ids, cases = [], [], []
         for case in test_set["cases"]:
             for k in range(2):
                 out = self.workload("--impl", "loop", "--case", case)
@@ -234,9 +234,11 @@ class Session:
                 call_ids += [
                     f"baseline-{case}-{k}-{i}" for i in range(len(out["metrics"]["cpu_ms"]))
                 ]
+                cases += [case] * len(out["metrics"]["cpu_ms"])
         self.cli("baseline", "record", request={
             "target_id": TARGET, "original_hash": original, "metric": "cpu_ms", "unit": "ms",
             "values": values, "call_ids": call_ids, "environment_id": env["environment_id"],
+            "cases": cases,
         })  # fmt: skip
         aa = self.cli("measure", "aa", "--target", TARGET, "--cmd", self.cmd("loop"),
                       "--runs", str(PAIRS), "--record", "--quiet")  # fmt: skip

@@ -30,6 +30,7 @@ from wf_scenario import (
 
 from perfledger.projections.verdict_cases import (
     METHOD,
+    aa_resolution,
     derive_case_guardrail,
     derive_case_verdict,
     tail_min_values,
@@ -329,3 +330,36 @@ def test_r12_a_case_regressed_beyond_resolution_never_passes_by_default(
     v = derive_case_verdict(pairs, direction="lower_is_better", min_effect=0.01, resamples=1000,
                             resolution=0.05)  # fmt: skip
     assert v.status == "fail" and v.blocking == ("bad",)
+
+
+def test_r4_baseline_per_case_derives_each_cases_median(bare: Session) -> None:
+    bare.run("target.freeze", target_freeze())
+    bare.run("readiness.record", readiness())
+    body = {**baseline(), "values": [10.0, 11.0, 12.0, 30.0, 31.0],
+            "cases": ["small", "small", "small", "large", "large"]}  # fmt: skip
+    recorded = bare.run("baseline.record", body)
+    assert recorded["per_case_median"] == {"large": 30.5, "small": 11.0}
+    assert recorded["median"] == 12.0
+    bare.refused("baseline.record", {**body, "cases": ["small"]}, None)  # one case per value
+    unknown = {**body, "cases": ["small"] * 4 + ["huge"]}
+    assert "huge" in bare.refused("baseline.record", unknown, "R11").message
+
+
+def test_r4_aa_resolution_is_per_case_and_the_aggregates_noise() -> None:
+    """An A/A of a quiet case (±1 %) and a noisy one (±10 %): each case has its own resolution,
+    and the Target's is the noise of the geometric mean a verdict judges, below the noisy
+    case's; a case with one valid pair cannot give one."""
+    noise = [0.0, 0.7, -0.4, 1.0, -1.0, 0.3, -0.8, 0.5, -0.2, 0.9]
+    pairs = [
+        Pair(case, (10.0 * (1 + scale * e),), (10.0 * (1 - scale * e),))
+        for case, scale in (("quiet", 0.01), ("noisy", 0.1))
+        for e in noise
+    ]
+    resolution, per_case = aa_resolution(pairs, direction="lower_is_better", resamples=2000)
+    assert per_case["quiet"] < 0.03 < per_case["noisy"] < 0.3
+    assert per_case["quiet"] < resolution < per_case["noisy"]
+    every, _ = aa_resolution(pairs, direction="lower_is_better", aggregation="every_case",
+                             resamples=2000)  # fmt: skip
+    assert every == per_case["noisy"]
+    with pytest.raises(ValueError, match="at least 2 valid pairs"):
+        aa_resolution([*pairs, Pair("lonely", (1.0,), (1.0,))], direction="lower_is_better")

@@ -289,7 +289,26 @@ def decide_baseline_record(
         )
     if any(v <= 0 for v in req.values):
         raise BadRequest("metric values must be positive")
-    payload = _build(BaselineRecorded, {**dump(req), "median": float(_median(req.values))})
+    per_case: dict[str, list[float]] = {}
+    if req.cases:
+        # R4: the baseline per case, so each case's verdict figures have the original's level
+        if len(req.cases) != len(req.values):
+            raise BadRequest(
+                f"cases names the case of each value: {len(req.cases)} cases for "
+                f"{len(req.values)} values"
+            )
+        if readiness.test_set is not None:
+            rules.r11_cases_in_test_set(req.cases, readiness.test_set, "the baseline")
+        for case, value in zip(req.cases, req.values, strict=True):
+            per_case.setdefault(case, []).append(value)
+    payload = _build(
+        BaselineRecorded,
+        {
+            **dump(req),
+            "median": float(_median(req.values)),
+            "per_case_median": {c: float(_median(v)) for c, v in sorted(per_case.items())},
+        },
+    )
     return _emit(ctx, payload)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -895,10 +894,10 @@ def measure_aa(
     quiet: bool,
     json_flag: bool,
 ) -> None:
-    """Measure the resolution: the original against itself under the same protocol (R4). The
-    resolution is the largest distance of an A/A CI end from a ratio of 1."""
-    from perfledger.kernels.stats import paired_stats
-
+    """Measure the resolution: the original against itself under the same protocol, on every
+    case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per
+    case, and for the Target the aggregate a verdict derives (workload) or the largest case
+    (kernel spec)."""
     ctx = _ctx(json_flag)
     if (cmd is None) == (spec_path is None):
         raise BadRequest("pass exactly one of --cmd (a workload) or --spec (a kernel spec)")
@@ -918,37 +917,50 @@ def measure_aa(
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
         check_cases(chosen, test_set, "--case")
+        from perfledger.projections.verdict_cases import aa_resolution
+        from perfledger.projections.verdicts import Pair
+
         run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
-        by_case: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in chosen}
-        for p in run.pairs:
-            if (
-                p.usable
-                and p.ref.correct
-                and p.cand.correct
-                and primary.name in p.ref.metrics
-                and primary.name in p.cand.metrics
-            ):
-                by_case[p.case][0].append(statistics.median(p.ref.metrics[primary.name]))
-                by_case[p.case][1].append(statistics.median(p.cand.metrics[primary.name]))
-        short = {c: len(v[0]) for c, v in by_case.items() if len(v[0]) < 2}
+        valid = [
+            Pair(p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name]))
+            for p in run.pairs
+            if p.usable
+            and p.ref.correct
+            and p.cand.correct
+            and p.ref.metrics.get(primary.name)
+            and p.cand.metrics.get(primary.name)
+        ]
+        counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
+        short = {c: n for c, n in counts.items() if n < 2}
         if short:
             raise MeasurementError(
                 f"A/A needs at least 2 valid pairs in every case, got {short}",
                 hint=f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
             )
-        # R4: every case gets its own resolution; the Target's is the largest
-        case_stats = {c: paired_stats(v[0], v[1]) for c, v in by_case.items()}
-        per_case = {
-            c: max(abs(1.0 - s.ci_low), abs(s.ci_high - 1.0)) for c, s in case_stats.items()
-        }
-        resolution = max(per_case.values())
-        repeats = sum(len(v[0]) for v in by_case.values())
-        artifact.update(
-            table=run.table(),
-            settings=run.settings,
-            stats={c: s.to_json() for c, s in case_stats.items()},
+        # R4: every case gets its own resolution, and the Target's is the noise of the
+        # aggregate a verdict derives (its statistic and aggregation, R12)
+        stats = target.readiness.statistics if target.readiness is not None else None
+        aggregation = stats.aggregation if stats is not None else "geomean"
+        try:
+            resolution, per_case = aa_resolution(
+                valid,
+                direction=primary.direction,
+                statistic=primary.statistic,
+                aggregation=aggregation,
+                **(
+                    {"resamples": stats.resamples, "confidence": stats.confidence}
+                    if stats is not None
+                    else {}
+                ),
+            )
+        except ValueError as exc:
+            raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
+        repeats = len(valid)
+        artifact.update(table=run.table(), settings=run.settings)
+        method_note = (
+            f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
+            f"{primary.statistic} per case, {aggregation} across cases"
         )
-        method_note = f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s)"
     else:
         from perfledger.kernels.harness import resolution_from_aa
 

@@ -229,6 +229,8 @@ class BaselineRecord(Request, kw_only=True):
     values: Annotated[list[Number], Meta(min_length=1, max_length=_MAX_VALUES)]
     call_ids: Annotated[list[Name], Meta(max_length=_MAX_VALUES)] = []
     environment_id: Hash
+    #: the test case of each value (same length as ``values``), for a baseline per case (R4)
+    cases: Annotated[list[Name], Meta(max_length=_MAX_VALUES)] = []
 
 
 class ResolutionRecord(Request, kw_only=True):

@@ -169,7 +169,7 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         status = event["payload"].get("status")
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
-        if event["kind"] == "VerdictRecorded":
+        if event["kind"] in ("VerdictRecorded", "FinalAuditRecorded"):
             from perfledger.projections.verdict_explain import verdict_lines
 
             for line in verdict_lines(event["payload"]):

@@ -263,6 +263,10 @@ class BaselineRecorded(_Payload, kw_only=True):
     call_ids: tuple[str, ...] = ()
     environment_id: str
     median: float
+    #: the test case of each value, where given
+    cases: tuple[str, ...] = ()
+    #: derived: the median of each case's values (metric units), where cases are given
+    per_case_median: dict[str, float] = {}
 
 
 class ResolutionEstimated(_Payload, kw_only=True):

@@ -36,8 +36,8 @@ The derivation, step by step (``docs/verdicts.md`` says the same for users):
    required in any case or a degenerate (zero-width) CI; ``fail`` when a case regressed and the
    Target does not allow a per-case regression (the case is named); otherwise, for ``geomean``
    and ``total``, the aggregate CI against the minimum effect and the Target's resolution (the
-   largest per-case one), and for ``every_case`` ``pass`` only if every case passes, ``fail`` if
-   any fails.
+   noise of the same aggregate in an A/A run, :func:`aa_resolution`), and for ``every_case``
+   ``pass`` only if every case passes, ``fail`` if any fails.
 
 Guardrails are judged per case on the per-call medians: ``fail`` when any case's regression CI
 lies wholly above the allowed regression, ``pass`` when every case's upper end is within it.
@@ -308,7 +308,11 @@ def derive_case_verdict(
                 raise ValueError(f"pair of case {case!r}: values must be positive for a ratio")
     per_case = {c: len(by_case.get(c, [])) for c in all_cases}
     resolutions = {c: float((case_resolution or {}).get(c, resolution)) for c in all_cases}
-    threshold_res = max([resolution, *resolutions.values()])
+    # the aggregate's noise is the Target's resolution (measured on the aggregate by
+    # :func:`aa_resolution`); each case is judged against its own
+    threshold_res = (
+        resolution if aggregation != "every_case" else max([resolution, *resolutions.values()])
+    )
     seed = bootstrap_seed(
         METHOD, direction, statistic, aggregation, min_effect, resolution, sorted(resolutions.items()),
         resamples, confidence, [[c, [[list(p.ref), list(p.cand)] for p in by_case[c]]] for c in sorted(by_case)],
@@ -479,3 +483,57 @@ def derive_case_guardrail(
         ci_low=_round(-derived.ci_high), ci_high=_round(-derived.ci_low),
         degenerate=derived.degenerate, **common,
     )  # fmt: skip
+
+
+def aa_resolution(
+    pairs: Sequence[Pair],
+    *,
+    direction: Direction,
+    statistic: str = "median",
+    aggregation: str = "geomean",
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[float, dict[str, float]]:
+    """The measurement resolution of an A/A run (R4): the original against itself, derived as a
+    verdict would derive it (same statistic, aggregation and bootstrap), so the resolution is
+    the noise of exactly what a verdict compares.
+
+    Args:
+        pairs: A/A pairs (``ref`` and ``cand`` are two calls of the original); invalid ones are
+            left out; every case needs at least 2 valid pairs.
+        direction, statistic, aggregation, resamples, confidence: as the Target declares them (a
+            tail statistic without enough values per case falls back to the median).
+    Returns: ``(resolution, per_case)``: each case's resolution is the largest distance of its
+        improvement CI's ends from 0 (ratio); the Target's is that of the aggregate CI (for
+        ``every_case``, the largest per-case one).
+    Raises: ValueError for a case with fewer than 2 valid pairs or non-positive values.
+    """
+    import numpy as np
+
+    if tail_support_problems(pairs, statistic):
+        statistic = "median"
+    by_case, _ = _group(pairs)
+    short = sorted(c for c, v in by_case.items() if len(v) < 2)
+    if not by_case or short:
+        raise ValueError(f"an A/A needs at least 2 valid pairs in every case; short: {short}")
+    seed = bootstrap_seed(
+        "aa/" + METHOD, direction, statistic, aggregation, resamples, confidence,
+        [[c, [[list(p.ref), list(p.cand)] for p in by_case[c]]] for c in sorted(by_case)],
+    )  # fmt: skip
+    boot = _Bootstrap(by_case, statistic, resamples, seed)
+    per_case: dict[str, float] = {}
+    for case in sorted(by_case):
+        ref_d, cand_d = boot.draws[case]
+        low, high = _interval(_improvement(cand_d / ref_d, direction), confidence)
+        per_case[case] = _round(max(abs(low), abs(high)))
+    names = sorted(by_case)
+    if aggregation == "every_case":
+        return max(per_case.values()), per_case
+    if aggregation == "total":
+        ratio = sum(boot.draws[c][1] for c in names) / sum(boot.draws[c][0] for c in names)
+    else:
+        ratio = np.exp(
+            np.mean([np.log(boot.draws[c][1] / boot.draws[c][0]) for c in names], axis=0)
+        )
+    low, high = _interval(_improvement(ratio, direction), confidence)
+    return _round(max(abs(low), abs(high))), per_case
