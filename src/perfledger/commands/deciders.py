@@ -777,10 +777,11 @@ def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Deri
     for s in definition.secondaries:
         s_pairs = _pairs(samples, s.name)
         if s_pairs is not None:
-            # a secondary's regression in one case is a guardrail's business, not its own
+            # a secondary's regression in one case is a guardrail's business, not its own; the
+            # A/A resolution is the primary's noise, not a secondary's (judged without, as before)
             derived_s = derive_case_verdict(
                 s_pairs, direction=s.direction, min_effect=s.threshold,
-                allow_case_regression=True, **shared,
+                aggregation=stats.aggregation, allow_case_regression=True, **common,
             )  # fmt: skip
             secondaries.append(SecondaryVerdict(name=s.name, verdict=derived_s))
     return primary, guardrails, secondaries
