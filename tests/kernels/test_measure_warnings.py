@@ -61,9 +61,9 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
 def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_its_figures(
     tmp_path: Path,
 ) -> None:
-    """A resolution no verdict could pass is refused (exit 3, R4, the figures per case in the
-    message) and nothing is appended, unless --accept-resolution says so; then it is recorded
-    with the warning, and a second one warns that it supersedes the first."""
+    """A resolution at or above the minimum effect is refused (exit 3, R4, the figures per case
+    in the message) and nothing is appended, unless --accept-resolution says so; then it is
+    recorded with the warning, and a second one warns that it supersedes the first."""
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)  # minimum effect 5 %
     noisy = tmp_path / "noisy.py"

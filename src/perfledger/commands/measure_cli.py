@@ -370,8 +370,8 @@ def resolution_refusal(
     raise rules.refuse(
         "R4",
         f"the A/A resolution {100 * resolution:.2f} % (per case: {cases or 'n/a'}) is at or above "
-        f"the Target's minimum effect {100 * min_effect:.2f} %: no verdict could pass (R12 needs "
-        "the CI's lower end above both); nothing was recorded",
+        f"the Target's minimum effect {100 * min_effect:.2f} %: an effect of the minimum size "
+        "could never pass (R12 needs the CI's lower end above both); nothing was recorded",
         "measure with more --runs or on a quieter machine, or pass --accept-resolution to record "
         "it anyway",
     )
