@@ -175,6 +175,8 @@ def _num(value: float | None) -> str:
 def case_line(case: Mapping[str, Any], unit: str | None = None) -> str:
     """One case's figures for people: the absolute per-call statistic of each subject with its
     CI (original -> candidate, in ``unit``), the improvement with its CI, the case's status."""
+    if case.get("ref") is None:
+        return f"case {case['case']}: no valid pairs ({case.get('status')})"
     u = f" {unit}" if unit else ""
     mark = ", regressed" if case.get("regressed") else ""
     return (
