@@ -28,6 +28,8 @@ from wf_scenario import (
     target_freeze,
 )
 
+from perfledger.commands.operations import execute
+from perfledger.ledger.base import Artifact
 from perfledger.projections.verdict_cases import (
     METHOD,
     aa_resolution,
@@ -233,8 +235,11 @@ def test_r5_formal_samples_from_outside_are_refused_unless_readiness_allows_them
     assert "recorded from outside" in error.message
     measured = {**target, "provenance": {"source": "perfledger", "protocol": "workload_abba",
                                          "raw_table": "samples.json"}}  # fmt: skip
-    recorded = bare.run("samples.record", measured)
-    assert recorded["provenance"]["source"] == "perfledger"
+    assert "raw table 'samples.json'" in bare.refused("samples.record", measured, None).message
+    table = Artifact(b'{"table": []}', "application/json")
+    [event] = execute(bare.ledger, "samples.record", measured, actor="agent",
+                      artifacts={"samples.json": table})  # fmt: skip
+    assert event.payload["provenance"]["source"] == "perfledger"
     screen = bare.ledger.payload(bare.state().samples["e1-screen"].event_id)
     assert screen.provenance.source == "outside"  # a screen takes them, marked
     verdict = bare.state().verdicts["e1-screen"]  # recorded by bare.screened()
