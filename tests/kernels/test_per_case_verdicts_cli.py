@@ -59,6 +59,13 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     # the aggregate (geometric mean of per-case ratios) alone clears the minimum effect: only the
     # regressed case keeps it from passing
     assert explained["aggregation"] == "geomean" and explained["ci_low"] > 0.05
+    # `verdict explain` reads the recorded verdict back: the same condition and figures
+    again = json.loads(
+        _cli(ledger_path, tmp_path, "verdict", "explain", "e1-screen-1", "--json").stdout
+    )["explanation"]
+    assert again == explained
+    shown = _cli(ledger_path, tmp_path, "verdict", "explain", "e1-screen-1").stdout
+    assert shown.startswith("status fail: R12: case(s) regressed") and "case large: " in shown
     state = json.loads(_cli(ledger_path, tmp_path, "state", "--json").stdout)["state"]
     assert state["experiments"]["e1"]["status"] != "target_passed"
 

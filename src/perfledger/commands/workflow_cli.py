@@ -441,6 +441,30 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
     _show(ctx, data)
 
 
+def _verdict_explain(samples_id: str, json_flag: bool) -> None:
+    """Explain the recorded verdict (or final audit) of SAMPLES_ID: the condition that decided
+    it, the estimate, CI and threshold, every case's absolute per-call figures (original ->
+    candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
+    import msgspec
+
+    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
+
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    recorded = state.verdicts.get(samples_id) or state.final_audits.get(samples_id)
+    if recorded is None:
+        raise BadRequest(
+            f"no verdict or final audit is recorded for samples {samples_id!r}",
+            hint="`perfledger verdict record --samples ID` derives and records one",
+        )
+    payload = msgspec.to_builtins(recorded)
+    if ctx.json_mode:
+        _emit({"samples_id": samples_id, "explanation": explain_verdict(payload)})
+        return
+    for line in verdict_lines(payload):
+        click.echo(line)
+
+
 def _schema(operation: str | None, json_flag: bool) -> None:
     """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``); without
     OPERATION, list the operations (``--json``: ``{"operations": [...]}``)."""
@@ -509,6 +533,9 @@ def commands() -> list[click.Command]:
     groups["experiment"].add_command(click.command("list")(_json(_target_opt(_experiment_list))))
     groups["champion"].add_command(
         click.command("show")(_json(click.argument("target_id")(_champion_show)))
+    )
+    groups["verdict"].add_command(
+        click.command("explain")(_json(click.argument("samples_id")(_verdict_explain)))
     )
     schema = click.command("schema")(
         _json(click.argument("operation", required=False, default=None)(_schema))
