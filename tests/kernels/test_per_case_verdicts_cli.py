@@ -8,7 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from test_measure_cli import SUMSQ, _cli, _experiment, _record_resolution, _setup
+import pytest
+from test_measure_cli import ROOT, SUMSQ, _cli, _experiment, _record_resolution, _setup
+
+from perfledger.api import Ledger
 
 #: A candidate that does a tenth of the reference's work on case ``small`` and twice its work on
 #: ``large`` (the reference does ``--extra-work 9``, 10x the base work, on both): +90 % on one
@@ -118,3 +121,29 @@ def test_r5_samples_recorded_from_outside_are_refused_at_a_formal_stage_and_mark
     assert "allow_outside_samples" in error["hint"]
     text = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", "e1-screen-x").stdout
     assert "samples recorded from outside perfledger" in text
+
+
+@pytest.mark.gpu
+def test_r4_measure_aa_of_a_kernel_spec_covers_every_case_on_gpu(tmp_path: Path) -> None:
+    """A kernel spec with two problems: the A/A measures both, each gets its resolution, the
+    Target's is the largest, and the raw artifact keeps each case's comparisons."""
+    pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, primary="kernel_time_us", primary_unit="us", cases=("a", "b"))
+    spec = tmp_path / "two_cases_spec.py"
+    spec.write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'examples' / 'kernels')!r})\n"
+        "from scale_spec import *  # noqa: F403\n"
+        "PROBLEMS = {'a': scale_problem(N), 'b': scale_problem(N)}  # noqa: F405\n"
+    )
+    aa = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", str(spec),
+              "--runs", "2", "--record", "--accept-resolution", "--json", "--quiet")  # fmt: skip
+    data = json.loads(aa.stdout)
+    print("measure aa:", json.dumps({k: data[k] for k in ("resolution", "per_case", "notes")}))
+    assert set(data["per_case"]) == {"a", "b"} and data["repeats"] == 4
+    assert data["resolution"] == max(data["per_case"].values())
+    with Ledger.open(ledger_path) as ledger:
+        raw = json.loads(ledger.artifact(data["event_id"], "resolution.json"))
+        assert set(raw["cases"]) == {"a", "b"}
+        assert all(len(raw["cases"][c]["comparisons"]) == 2 for c in ("a", "b"))
+        assert ledger.state().targets["t1"].resolution.per_case == data["per_case"]
