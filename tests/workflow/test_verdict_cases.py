@@ -368,3 +368,24 @@ def test_r4_aa_resolution_is_per_case_and_the_aggregates_noise() -> None:
     assert every == per_case["noisy"]
     with pytest.raises(ValueError, match="at least 2 valid pairs"):
         aa_resolution([*pairs, Pair("lonely", (1.0,), (1.0,))], direction="lower_is_better")
+
+
+def test_r12_verdict_text_shows_every_case_and_each_guardrails_decision() -> None:
+    """The text a verdict prints: the deciding condition, a line per case with the absolute
+    per-call figures original -> candidate and their CIs, a line per guardrail."""
+    import msgspec
+
+    from perfledger.projections.verdict_explain import verdict_lines
+
+    pairs = _pairs({"small": 0.5, "large": 1.1})
+    primary = derive_case_verdict(pairs, direction="lower_is_better", min_effect=0.2)
+    guardrail = derive_case_guardrail("memory_mb", _pairs({"small": 1.0, "large": 1.3}),
+                                      direction="lower_is_better", allowed_regression=0.2)  # fmt: skip
+    payload = {"status": primary.status, "stage": "target", "primary": primary,
+               "guardrails": [guardrail], "unit": "ms", "samples_provenance": "perfledger"}  # fmt: skip
+    lines = verdict_lines(msgspec.to_builtins(payload))
+    assert lines[0].startswith("status fail: R12: case(s) regressed beyond their resolution: large")
+    [large] = [line for line in lines if line.startswith("  case large: ")]
+    assert " ms [" in large and "-> " in large and large.endswith("fail, regressed")
+    assert "  guardrail memory_mb: fail: regression CI lower end above allowed" in "\n".join(lines)
+    assert not any("outside" in line for line in lines)  # measured samples carry no mark

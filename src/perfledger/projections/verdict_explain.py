@@ -209,6 +209,10 @@ def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
         f"resolution {pct(e['resolution'])})",
     ]
     lines += [f"  {case_line(c, e.get('unit'))}" for c in e["cases"]]
+    lines += [
+        f"  guardrail {g.get('metric')}: {g.get('status')}: {g.get('reason')}"
+        for g in payload.get("guardrails") or ()
+    ]
     marked = provenance_text(e.get("samples_provenance"))
     if marked:
         lines.append(f"  {marked}")
