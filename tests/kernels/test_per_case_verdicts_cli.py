@@ -71,6 +71,12 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     assert shown.startswith("status fail: R12: case(s) regressed") and "case large: " in shown
     state = json.loads(_cli(ledger_path, tmp_path, "state", "--json").stdout)["state"]
     assert state["experiments"]["e1"]["status"] != "target_passed"
+    # claims and the HTML report show the same per-case figures
+    claims = _cli(ledger_path, tmp_path, "claims").stdout
+    assert "    case large: " in claims and "fail, regressed" in claims
+    page = tmp_path / "report.html"
+    _cli(ledger_path, tmp_path, "report", "--html", str(page))
+    assert "case large: " in page.read_text() and "case small: " in page.read_text()
 
 
 def test_r5_samples_recorded_from_outside_are_refused_at_a_formal_stage_and_marked(
