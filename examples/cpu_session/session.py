@@ -247,7 +247,7 @@ class Session:
             "unit": "ms", "source": "run.py: time.process_time around the call",
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
-        values, call_ids = [], []
+        values, call_ids, cases = [], [], []
         for case in test_set["cases"]:
             for k in range(2):
                 out = self.workload("--impl", "loop", "--case", case)
@@ -256,12 +256,16 @@ class Session:
                 call_ids += [
                     f"baseline-{case}-{k}-{i}" for i in range(len(out["metrics"]["cpu_ms"]))
                 ]
+                cases += [case] * len(out["metrics"]["cpu_ms"])
         self.cli("baseline", "record", request={
             "target_id": TARGET, "original_hash": original, "metric": "cpu_ms", "unit": "ms",
             "values": values, "call_ids": call_ids, "environment_id": env["environment_id"],
+            "cases": cases,
         })  # fmt: skip
+        # --accept-resolution: on a loaded machine the A/A can reach the 10 % minimum effect
+        # (R4 refuses it otherwise); the verdicts then also need their CI above the resolution
         aa = self.cli("measure", "aa", "--target", TARGET, "--cmd", self.cmd("loop"),
-                      "--runs", str(PAIRS), "--record", "--quiet")  # fmt: skip
+                      "--runs", str(PAIRS), "--record", "--accept-resolution", "--quiet")  # fmt: skip
         self.say(f"  resolution {aa['resolution']:.4f} from {aa['repeats']} A/A pairs")
         summary["resolution"] = aa["resolution"]
 
@@ -359,13 +363,19 @@ class Session:
                  "unit": "byte"},
             ],
         })  # fmt: skip
-        s2 = round(mem_ref["peak_bytes"]["wide"] / mem_cand["peak_bytes"]["wide"], 6)
+        if ref_impl == "loop":
+            # no champion (e1 lost): in place also removes the loop's Python frames, e1's
+            # mechanism, so the loop's profile bounds it as it bounded e1
+            s2, speed_evidence, proxy = s, "ev-prof-loop", "Python frames removed"
+        else:
+            s2 = round(mem_ref["peak_bytes"]["wide"] / mem_cand["peak_bytes"]["wide"], 6)
+            speed_evidence, proxy = "ev-mem", "peak bytes ratio"
         prof2 = self.workload("--profile", ref_impl)
         f2 = min(round(prof2["softmax_share"], 6), 1.0)
         bound2 = 1.0 / ((1.0 - f2) + f2 / s2)
-        # predicted: time follows the bytes allocated and written (improvement as a share cut)
+        # predicted: time follows the removed work (improvement as a share cut)
         low2, high2 = round(0.5 * (1 - 1 / s2), 6), round(1 - 1 / s2, 6)
-        self.say(f"  e2 claim: f={f2}, s={s2} (peak bytes ratio), bound {bound2:.4f}, "
+        self.say(f"  e2 claim: f={f2}, s={s2} ({proxy}), bound {bound2:.4f}, "
                  f"expected improvement [{low2}, {high2}]")  # fmt: skip
         self.cli("experiment", "create", request={
             "experiment_id": "e2", "target_id": TARGET,
@@ -380,8 +390,8 @@ class Session:
                 "evidence": [
                     {"evidence_id": "ev-prof-loop", "applicability": "same_boundary",
                      "used_for": "coverage"},
-                    {"evidence_id": "ev-mem", "applicability": "conservative_upper_bound",
-                     "used_for": "local_speedup"},
+                    {"evidence_id": speed_evidence,
+                     "applicability": "conservative_upper_bound", "used_for": "local_speedup"},
                 ],
                 "scope": {"replaced_region": f"softmax() of impls/{ref_impl}.py",
                           "shapes": ["narrow 1000x32", "wide 64x4096"],

@@ -19,8 +19,10 @@ RECORDED = Path(__file__).resolve().parents[2] / "examples" / "recorded"
 #: 8face53d...). Update it only together with a change of the projections, never to make a
 #: replay pass. (Moved when evidence's ``capture`` gained ``parser``, the parsers' version that
 #: audit re-derives facts with: the state holds each evidence payload whole; and when the
-#: projections gained the final-audit standing, explained activity and review records.)
-STATE_HASH = "1997f3c49cb842f9d117eaa57b2f5a61b3ab8db4ac6a179b13fdd1513bf4d1e3"
+#: projections gained the final-audit standing, explained activity and review records, and
+#: when readiness statistics, baselines, samples and verdicts gained the per-case, aggregation
+#: and provenance fields, which old events read with their defaults.)
+STATE_HASH = "013fd01944f86ab3519aedbbfc7b85bdb262638d77c56e13dd525b27d4efb611"
 
 
 def _pl(ledger: Path, env: dict[str, str], *args: str) -> dict:

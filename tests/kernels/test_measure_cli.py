@@ -123,7 +123,7 @@ def test_r4_measure_aa_records_the_resolution(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(),
-               "--runs", "3", "--record", "--json", "--quiet")  # fmt: skip
+               "--runs", "3", "--record", "--accept-resolution", "--json", "--quiet")  # fmt: skip
     data = json.loads(out.stdout)
     assert data["recorded"] and data["kind"] == "ResolutionEstimated" and data["repeats"] == 6
     assert 0 <= data["resolution"] < 100
@@ -137,7 +137,7 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
     _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
-         "--record", "--quiet")  # fmt: skip
+         "--record", "--accept-resolution", "--quiet")  # fmt: skip
     _experiment(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
                "screen", "--ref", _cmd(), "--cand", _cmd("--extra-work", "1.0"), "--pairs", "5",
@@ -165,7 +165,7 @@ def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
     _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
-         "--record", "--quiet")  # fmt: skip
+         "--record", "--accept-resolution", "--quiet")  # fmt: skip
     _experiment(ledger_path)
     # every call of the candidate prints garbage: nothing usable, a clear error, nothing appended
     bad = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
@@ -244,7 +244,7 @@ def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
     _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
-         "--record", "--quiet")  # fmt: skip
+         "--record", "--accept-resolution", "--quiet")  # fmt: skip
     _experiment(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
                "screen", "--spec", str(ROOT / "examples" / "kernels" / "scale_spec.py"), "--json",
@@ -314,7 +314,7 @@ def test_measure_kernel_on_gpu(tmp_path: Path) -> None:
     _setup(ledger_path, primary="kernel_time_us", primary_unit="us", cases=("n16M",))
     spec = str(ROOT / "examples" / "kernels" / "scale_spec.py")
     aa = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", spec, "--runs",
-              "3", "--record", "--json", "--quiet")  # fmt: skip
+              "3", "--record", "--accept-resolution", "--json", "--quiet")  # fmt: skip
     print("measure aa:", aa.stdout)
     _experiment(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",

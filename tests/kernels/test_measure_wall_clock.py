@@ -27,12 +27,6 @@ def _cmd(*args: str) -> str:
 def _second_experiment(path: Path) -> None:
     ledger = Ledger.open(path)
     try:
-        # e1 halved the time, beyond its claim's predicted interval: reconciled first (R14)
-        execute(ledger, "reconcile", {
-            "experiment_id": "e1", "premise": "coverage",
-            "corrected_model": {"description": "the loop is the whole call"},
-            "explanation": "the test's workload is all loop",
-        }, actor="agent")  # fmt: skip
         execute(ledger, "experiment.create", {
             "experiment_id": "e2", "target_id": "t1", "title": "report less",
             "candidate": {"content_hash": CAND2, "changed_paths": ["src/loop.py"]},
@@ -45,11 +39,24 @@ def _second_experiment(path: Path) -> None:
                 "scope": {"replaced_region": "loop", "execution_form": "python"},
                 "replacement_boundary": "the loop", "coverage": 0.9, "local_speedup": 2.0,
                 "stated_bound": 1.0 / (0.1 + 0.45),
+                "expected_improvement": {"low": 0.0, "high": 1.0 / (0.1 + 0.45) - 1.0},
             },
             "preregistration": {"rejects": "implementation"},
         }, actor="agent")  # fmt: skip
     finally:
         ledger.close()
+
+
+def _reconcile(path: Path, experiment: str) -> None:
+    """The result lies beyond the claim's predicted interval (e1 halved the time; e2 reports
+    1/100 of it): a reconciliation is owed, which blocks champion selection until recorded (R14);
+    recorded here so that the selection meets the rule under test."""
+    with Ledger.open(path) as ledger:
+        execute(ledger, "reconcile", {
+            "experiment_id": experiment, "premise": "coverage",
+            "corrected_model": {"description": "the loop is the whole call"},
+            "explanation": "the test's workload is all loop",
+        }, actor="agent")  # fmt: skip
 
 
 def _select(tmp: Path, experiment: str, current: str) -> str:
@@ -82,6 +89,7 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
                               "--json").stdout)["payload"]  # fmt: skip
     assert verdict["status"] == "pass", verdict
+    _reconcile(ledger, "e1")
     _cli(ledger, tmp_path, "champion", "select", "--request", _select(tmp_path, "e1", "original"))
 
     # e2 does e1's exact work and reports 1/100 of its time
@@ -103,6 +111,7 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     assert verdict["primary"]["status"] == "pass"  # what the reported times alone would say
     assert verdict["status"] == "inconclusive"
     assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
+    _reconcile(ledger, "e2")
     refused = _cli(ledger, tmp_path, "champion", "select", "--request",
                    _select(tmp_path, "e2", "e1"), "--json", check=False)  # fmt: skip
     assert refused.returncode == 3

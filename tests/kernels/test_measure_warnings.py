@@ -2,8 +2,9 @@
 
 - ``measure workload`` warns when sample windows had unexplained foreign activity, since every
   verdict on those samples will be inconclusive (R17), and says how to fix it;
-- ``measure aa`` warns when the resolution reaches the Target's minimum effect (no verdict can
-  pass, R12) and when a recorded resolution supersedes an earlier one (R4).
+- ``measure aa --record`` refuses a resolution at or above the Target's minimum effect (no
+  verdict can pass, R12) unless ``--accept-resolution``, then warns, and warns when a recorded
+  resolution supersedes an earlier one (R4).
 """
 
 from __future__ import annotations
@@ -57,21 +58,33 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
     assert "warning:" not in explained.stderr
 
 
-def test_r4_measure_aa_warns_when_resolution_reaches_min_effect_and_on_supersede(
+def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_its_figures(
     tmp_path: Path,
 ) -> None:
+    """A resolution at or above the minimum effect is refused (exit 3, R4, the figures per case
+    in the message) and nothing is appended, unless --accept-resolution says so; then it is
+    recorded with the warning, and a second one warns that it supersedes the first."""
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)  # minimum effect 5 %
     noisy = tmp_path / "noisy.py"
     noisy.write_text(NOISY)
     cmd = f"{sys.executable} {noisy}"
     args = ("measure", "aa", "--target", "t1", "--cmd", cmd, "--runs", "5", "--record", "--quiet")
-    first = _cli(ledger_path, tmp_path, *args)
+    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    refused = _cli(ledger_path, tmp_path, *args, "--json", check=False)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    error = json.loads(refused.stdout)["error"]
+    assert error["rule"] == "R4" and "--accept-resolution" in error["hint"]
+    assert "is at or above the Target's minimum effect 5.00 %" in error["message"]
+    assert "per case: large " in error["message"] and ", small " in error["message"]
+    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
+    first = _cli(ledger_path, tmp_path, *args, "--accept-resolution")
     assert "ResolutionEstimated" in first.stdout
     assert ">= the Target's minimum effect 5.00 %: no verdict can pass" in first.stderr
     assert "supersede" not in first.stderr  # nothing recorded before
-    second = json.loads(_cli(ledger_path, tmp_path, *args, "--json").stdout)
-    assert second["recorded"]
+    second = json.loads(_cli(ledger_path, tmp_path, *args, "--accept-resolution", "--json").stdout)
+    assert second["recorded"] and set(second["per_case"]) == {"small", "large"}
+    assert second["resolution"] > 0 and min(second["per_case"].values()) > 0
     assert any("minimum effect 5.00 %" in w for w in second["warnings"])
     [superseded] = [w for w in second["warnings"] if "supersedes" in w]
     assert "recorded earlier for Target 't1'" in superseded and "from 10 repeats" in superseded

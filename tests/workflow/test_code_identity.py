@@ -345,6 +345,8 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
         body = msgspec.to_builtins(payload)
         for key in ("kind", "ref_failures", "cand_failures", "unexplained_activity"):
             body.pop(key)
+        for derived in ("wall_check", "provenance"):  # derived by the decider, not requested
+            body.pop(derived, None)
         body["samples_id"] = "forged"
         body["experiment_id"] = "e2"
         body["reference"] = {"kind": "champion", "content_hash": "sha256:e1-" + "0" * 16,

@@ -180,9 +180,9 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
     p.pop("kind", None)
     drop: dict[str, tuple[str, ...]] = {
         "ReadinessRecorded": ("environment_id", "missing_lineage"),
-        "BaselineRecorded": ("median",),
+        "BaselineRecorded": ("median", "per_case_median"),
         "ExperimentCreated": ("figures",),
-        "SamplesRecorded": ("ref_failures", "cand_failures", "unexplained_activity"),
+        "SamplesRecorded": ("ref_failures", "cand_failures", "unexplained_activity", "wall_check"),
         "CandidateRejected": ("target_id",),
     }
     for name in drop.get(kind, ()):
@@ -430,6 +430,9 @@ class _Replay:
         operations = self.operations
         envelope = event.envelope
         kind = envelope.kind
+        missing_table = _r5_missing_raw_table(event)
+        if missing_table is not None:
+            self._find(event, "R5", missing_table)
         rule = KIND_RULE.get(kind, "request")
         if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
             from perfledger.commands.identity import unattached_files
@@ -495,6 +498,20 @@ class _Replay:
             self._find(event, "R5", r5)
             return
         self._find(event, rule, _difference(kind, recorded_payload, drafts[0].payload))
+
+
+def _r5_missing_raw_table(event: RecordedEvent) -> str | None:
+    """R5: samples whose provenance says perfledger measured them must carry the raw table it
+    names as an artifact of their event; returns the finding's message, or None."""
+    provenance = getattr(event.payload, "provenance", None)
+    if event.envelope.kind != "SamplesRecorded" or provenance is None:
+        return None
+    if provenance.source != "perfledger" or provenance.raw_table in event.envelope.artifacts:
+        return None
+    return (
+        f"its samples claim to be measured by perfledger, but the raw table "
+        f"{provenance.raw_table!r} their provenance names is not attached"
+    )
 
 
 def _import_derivation_libraries() -> None:

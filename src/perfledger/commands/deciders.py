@@ -98,9 +98,10 @@ class DecisionContext:
             ``derive(samples_event_id, params, samples)`` and must return exactly what
             ``derive_samples(params, samples)`` returns (the auditor's replay passes one that
             returns a derivation already made in a worker process); None derives in place.
-        schema: the schema version of the decided kind that the event was recorded under (the
-            auditor's replay passes the envelope's, so an old event is re-checked by the rule it
-            was recorded under); None for a new decision (the current version).
+        schema: the schema version of the recorded event being re-decided (the auditor's
+            replay), None for a new decision: an event recorded under an older version is
+            re-decided by that version's rule (``SCHEMA_VERSIONS`` in
+            :mod:`perfledger.events.workflow`).
     """
 
     op: str
@@ -111,6 +112,11 @@ class DecisionContext:
     payload_of: Callable[[str], Any] | None = None
     derive: Callable[[str, DerivationParams, SamplesRecorded], Derived] | None = None
     schema: int | None = None
+
+    def recorded_before(self, kind: str, version: int) -> bool:
+        """Whether this re-decides an event of ``kind`` recorded under a schema older than
+        ``version`` (so under the rule before the one ``version`` introduced)."""
+        return self.schema is not None and self.schema < version
 
 
 def rules_version(ctx: DecisionContext, kind: str) -> int:
@@ -296,7 +302,26 @@ def decide_baseline_record(
         )
     if any(v <= 0 for v in req.values):
         raise BadRequest("metric values must be positive")
-    payload = _build(BaselineRecorded, {**dump(req), "median": float(_median(req.values))})
+    per_case: dict[str, list[float]] = {}
+    if req.cases:
+        # R4: the baseline per case, so each case's verdict figures have the original's level
+        if len(req.cases) != len(req.values):
+            raise BadRequest(
+                f"cases names the case of each value: {len(req.cases)} cases for "
+                f"{len(req.values)} values"
+            )
+        if readiness.test_set is not None:
+            rules.r11_cases_in_test_set(req.cases, readiness.test_set, "the baseline")
+        for case, value in zip(req.cases, req.values, strict=True):
+            per_case.setdefault(case, []).append(value)
+    payload = _build(
+        BaselineRecorded,
+        {
+            **dump(req),
+            "median": float(_median(req.values)),
+            "per_case_median": {c: float(_median(v)) for c, v in sorted(per_case.items())},
+        },
+    )
     return _emit(ctx, payload)
 
 
@@ -488,6 +513,31 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
             )
 
 
+def _provenance(target: TargetView, req: rq.SamplesRecord) -> dict[str, Any]:
+    """R5: the samples' provenance as recorded: a request without one was recorded from outside
+    perfledger; measured samples name their protocol and raw table. Formal stages accept outside
+    samples only where the readiness's statistics allow them (refused otherwise)."""
+    given = req.provenance
+    if given is None or given.source == "outside":
+        readiness = target.readiness
+        assert readiness is not None
+        if req.stage != "screen" and not readiness.statistics.allow_outside_samples:
+            raise refuse(
+                "R5",
+                f"a formal ({req.stage}) stage takes samples measured by perfledger; these are "
+                "recorded from outside (a hand-written pairs table), and the readiness of Target "
+                f"{req.target_id!r} does not allow outside samples",
+                "measure them with `perfledger measure workload|kernel`, or record readiness with "
+                "statistics.allow_outside_samples=true",
+            )
+        return dump(given) if given is not None else {"source": "outside"}
+    if not given.protocol or not given.raw_table:
+        raise BadRequest(
+            "samples measured by perfledger name their protocol and their raw table (artifact)"
+        )
+    return dump(given)
+
+
 def decide_samples_record(
     state: WorkflowState, req: rq.SamplesRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
@@ -543,6 +593,8 @@ def decide_samples_record(
     body = dump(req)
     if code is not None:
         body["identity"] = msgspec.to_builtins(code)
+    if not ctx.recorded_before("SamplesRecorded", 2):
+        body["provenance"] = _provenance(target, req)
     payload = _build(
         SamplesRecorded,
         {
@@ -596,24 +648,35 @@ class DerivationParams(msgspec.Struct, frozen=True):
     Attributes:
         definition: the Target's frozen definition (primary, guardrails, secondaries,
             minimum effect).
-        statistics: its readiness's statistical requirements (pairs per case, resamples, level).
+        statistics: its readiness's statistical requirements (pairs per case, resamples, level,
+            aggregation, per-case regressions).
         resolution: its measured resolution (ratio).
+        case_resolution: case -> that case's measured resolution (ratio), where recorded.
+        pooled: derive by the pooled median of per-pair improvements (the rule of verdicts
+            recorded under schema 1), not per case.
     """
 
     definition: TargetDefinition
     statistics: Statistics
     resolution: float
+    case_resolution: dict[str, float] = {}
+    pooled: bool = False
 
 
 #: A derivation: the primary verdict, the guardrails' and the secondaries' (R12).
 Derived = tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]
 
 
-def derivation_params(target: TargetView) -> DerivationParams:
-    """The :class:`DerivationParams` of a Target with readiness and resolution recorded."""
+def derivation_params(target: TargetView, pooled: bool = False) -> DerivationParams:
+    """The :class:`DerivationParams` of a Target with readiness and resolution recorded;
+    ``pooled`` for the rule of schema-1 verdicts."""
     assert target.readiness is not None and target.resolution is not None
     return DerivationParams(
-        target.definition, target.readiness.statistics, target.resolution.resolution
+        target.definition,
+        target.readiness.statistics,
+        target.resolution.resolution,
+        dict(target.resolution.per_case),
+        pooled,
     )
 
 
@@ -627,6 +690,8 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
     """
     from perfledger.projections.verdicts import derive_guardrail, derive_verdict
 
+    if not params.pooled:
+        return _derive_per_case(params, samples)
     definition = params.definition
     stats = params.statistics
     common = {
@@ -684,12 +749,116 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
     return primary, guardrails, secondaries
 
 
+def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Derived:
+    """:func:`derive_samples` per test case with the Target's statistic and aggregation (R12;
+    :mod:`perfledger.projections.verdict_cases`)."""
+    from perfledger.projections.verdict_cases import derive_case_guardrail, derive_case_verdict
+
+    definition = params.definition
+    stats = params.statistics
+    common: dict[str, Any] = {
+        "min_pairs_per_case": stats.min_pairs_per_case,
+        "resamples": stats.resamples,
+        "confidence": stats.confidence,
+    }
+    pairs = _pairs(samples, definition.primary.name)
+    assert pairs is not None  # samples.record checked the primary is present
+    shared: dict[str, Any] = {
+        **common,
+        "aggregation": stats.aggregation,
+        "resolution": params.resolution,
+        "case_resolution": params.case_resolution,
+    }
+    primary = derive_case_verdict(
+        pairs,
+        direction=definition.primary.direction,
+        min_effect=definition.min_effect,
+        statistic=definition.primary.statistic,
+        allow_case_regression=stats.allow_case_regression,
+        **shared,
+    )
+    guardrails = []
+    for g in definition.guardrails:
+        g_pairs = _pairs(samples, g.metric)
+        if g_pairs is None:
+            guardrails.append(
+                DerivedGuardrail(
+                    metric=g.metric,
+                    status="inconclusive",
+                    reason="not measured in these samples",
+                    regression=None,
+                    ci_low=None,
+                    ci_high=None,
+                    allowed_regression=g.allowed_regression,
+                    n_pairs=0,
+                    degenerate=False,
+                )
+            )
+            continue
+        guardrails.append(
+            derive_case_guardrail(
+                g.metric,
+                g_pairs,
+                direction=g.direction,
+                allowed_regression=g.allowed_regression,
+                **common,
+            )
+        )
+    secondaries = []
+    for s in definition.secondaries:
+        s_pairs = _pairs(samples, s.name)
+        if s_pairs is not None:
+            # a secondary's regression in one case is a guardrail's business, not its own; the
+            # A/A resolution is the primary's noise, not a secondary's (judged without, as before)
+            derived_s = derive_case_verdict(
+                s_pairs, direction=s.direction, min_effect=s.threshold,
+                aggregation=stats.aggregation, allow_case_regression=True, **common,
+            )  # fmt: skip
+            secondaries.append(SecondaryVerdict(name=s.name, verdict=derived_s))
+    return primary, guardrails, secondaries
+
+
+def _samples_marks(
+    target: TargetView, samples: SamplesRecorded, ctx: DecisionContext
+) -> dict[str, Any]:
+    """What a schema-2 verdict or final audit repeats from its samples for every reader (R5):
+    their provenance (``outside`` for samples recorded before provenance was kept) and the
+    primary's unit; nothing when re-deciding a schema-1 event."""
+    if ctx.recorded_before("VerdictRecorded", 2):
+        return {}
+    source = samples.provenance.source if samples.provenance is not None else "outside"
+    return {"samples_provenance": source, "unit": target.definition.primary.unit}
+
+
+def _tail_refusal(target: TargetView, samples: SamplesRecorded) -> None:
+    """R12: a tail primary (p95, p99) needs enough per-request values per case and subject;
+    refused (nothing recorded) otherwise."""
+    from perfledger.projections.verdict_cases import tail_min_values, tail_support_problems
+
+    statistic = target.definition.primary.statistic
+    pairs = _pairs(samples, target.definition.primary.name)
+    problems = tail_support_problems(pairs or [], statistic)
+    if problems:
+        raise refuse(
+            "R12",
+            f"the Target's primary statistic is {statistic}: each subject needs at least "
+            f"{tail_min_values(statistic)} per-request values per case to support the quantile; "
+            f"short: {'; '.join(problems)}",
+            "measure more calls (or calls that report every request's value) and record new "
+            "samples",
+        )
+
+
 def _derive(
     target: TargetView, samples: SamplesRecorded, samples_event: str, ctx: DecisionContext
 ) -> Derived:
     """Derive the verdicts of ``samples`` (recorded as event ``samples_event``) against
-    ``target`` (R12), through ``ctx.derive`` when given."""
-    params = derivation_params(target)
+    ``target`` (R12), through ``ctx.derive`` when given: per case, except when re-deciding a
+    verdict or final audit recorded under schema 1 (the pooled median of that rule)."""
+    pooled = ctx.recorded_before("VerdictRecorded", 2)
+    if not pooled:
+        _tail_refusal(target, samples)
+    params = derivation_params(target, pooled)
     if ctx.derive is not None:
         return ctx.derive(samples_event, params, samples)
     return derive_samples(params, samples)
@@ -839,6 +1008,7 @@ def decide_verdict_record(
         contradicts_claim=contradicts,
         diagnostic_only=target.diagnostic_only,
         notes=tuple(notes),
+        **_samples_marks(target, samples, ctx),
     )
     return _emit(ctx, payload)
 
@@ -884,6 +1054,7 @@ def decide_final_audit_record(
         primary=primary,
         guardrails=tuple(guardrails),
         notes=tuple(notes),
+        **_samples_marks(target, samples, ctx),
     )
     return _emit(ctx, payload)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -355,6 +354,38 @@ def resolution_warnings(resolution: float, target: Any, record: bool) -> list[st
     return out
 
 
+def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``provenance`` of samples this module measured (R5): the protocol, its settings (as
+    JSON, keys sorted) and the raw per-call table attached as :data:`SAMPLES_ARTIFACT`."""
+    canonical = json.loads(json.dumps(settings, sort_keys=True, default=str))
+    return {
+        "source": "perfledger",
+        "protocol": protocol,
+        "settings": canonical,
+        "raw_table": SAMPLES_ARTIFACT,
+    }
+
+
+def resolution_refusal(
+    resolution: float, per_case: dict[str, float], target: Any, accept: bool
+) -> None:
+    """R4, R12: refuse to record a resolution at or above the Target's minimum effect (no
+    verdict could then pass) unless ``accept`` (``--accept-resolution``); the message carries
+    the figures (ratios shown in percent). Raises: RuleRefused (exit 3)."""
+    min_effect = float(target.definition.min_effect)
+    if accept or resolution < min_effect:
+        return
+    cases = ", ".join(f"{c} {100 * r:.2f} %" for c, r in sorted(per_case.items()))
+    raise rules.refuse(
+        "R4",
+        f"the A/A resolution {100 * resolution:.2f} % (per case: {cases or 'n/a'}) is at or above "
+        f"the Target's minimum effect {100 * min_effect:.2f} %: an effect of the minimum size "
+        "could never pass (R12 needs the CI's lower end above both); nothing was recorded",
+        "measure with more --runs or on a quieter machine, or pass --accept-resolution to record "
+        "it anyway",
+    )
+
+
 def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
     n = 1
     while f"{experiment_id}-{stage}-{n}" in state.samples:
@@ -603,6 +634,7 @@ def measure_workload(
     }
     if code is not None:
         body["identity"] = code
+    body["provenance"] = measured_provenance("workload_abba", run.settings)
     artifact = {
         "kind": "workload",
         "table": run.table(),
@@ -892,6 +924,10 @@ def measure_kernel(
         "units": {primary.name: primary.unit},
         "pairs": pairs,
     }
+    body["provenance"] = measured_provenance(
+        "kernel_harness_abba",
+        {"cases": sorted(comparisons), "config": str(spec["config"])},
+    )
     stats = {case: c.stats.to_json() if c.stats else None for case, c in comparisons.items()}
     result: dict[str, Any] = {
         "samples_id": sid,
@@ -940,6 +976,12 @@ def measure_kernel(
 @click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
 @click.option(
+    "--accept-resolution",
+    is_flag=True,
+    help="Record a resolution at or above the minimum effect (refused otherwise: no verdict "
+    "could pass).",
+)
+@click.option(
     "--actor",
     default=None,
     help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
@@ -955,15 +997,16 @@ def measure_aa(
     runs: int | None,
     timeout_s: float,
     record: bool,
+    accept_resolution: bool,
     actor: str | None,
     idempotency_key: str | None,
     quiet: bool,
     json_flag: bool,
 ) -> None:
-    """Measure the resolution: the original against itself under the same protocol (R4). The
-    resolution is the largest distance of an A/A CI end from a ratio of 1."""
-    from perfledger.kernels.stats import paired_stats
-
+    """Measure the resolution: the original against itself under the same protocol, on every
+    case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per
+    case, and for the Target the aggregate a verdict derives (workload) or the largest case
+    (kernel spec)."""
     ctx = _ctx(json_flag)
     if (cmd is None) == (spec_path is None):
         raise BadRequest("pass exactly one of --cmd (a workload) or --spec (a kernel spec)")
@@ -984,75 +1027,119 @@ def measure_aa(
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
         check_cases(chosen, test_set, "--case")
+        from perfledger.projections.verdict_cases import aa_resolution
+        from perfledger.projections.verdicts import Pair
+
         run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
-        ref_v, cand_v = [], []
-        for p in run.pairs:
-            if (
-                p.usable
-                and p.ref.correct
-                and p.cand.correct
-                and primary.name in p.ref.metrics
-                and primary.name in p.cand.metrics
-            ):
-                ref_v.append(statistics.median(p.ref.metrics[primary.name]))
-                cand_v.append(statistics.median(p.cand.metrics[primary.name]))
-        if len(ref_v) < 2:
+        valid = [
+            Pair(p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name]))
+            for p in run.pairs
+            if p.usable
+            and p.ref.correct
+            and p.cand.correct
+            and p.ref.metrics.get(primary.name)
+            and p.cand.metrics.get(primary.name)
+        ]
+        counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
+        short = {c: n for c, n in counts.items() if n < 2}
+        if short:
             raise MeasurementError(
-                f"A/A needs at least 2 valid pairs, got {len(ref_v)}",
+                f"A/A needs at least 2 valid pairs in every case, got {short}",
                 hint=f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
             )
-        s = paired_stats(ref_v, cand_v)
-        resolution = max(abs(1.0 - s.ci_low), abs(s.ci_high - 1.0))
-        repeats = len(ref_v)
-        artifact.update(table=run.table(), settings=run.settings, stats=s.to_json())
-        method_note = f"workload A/A: {repeats} ABBA pairs of `{cmd}`"
+        # R4: every case gets its own resolution, and the Target's is the noise of the
+        # aggregate a verdict derives (its statistic and aggregation, R12)
+        stats = target.readiness.statistics if target.readiness is not None else None
+        aggregation = stats.aggregation if stats is not None else "geomean"
+        try:
+            resolution, per_case = aa_resolution(
+                valid,
+                direction=primary.direction,
+                statistic=primary.statistic,
+                aggregation=aggregation,
+                **(
+                    {"resamples": stats.resamples, "confidence": stats.confidence}
+                    if stats is not None
+                    else {}
+                ),
+            )
+        except ValueError as exc:
+            raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
+        repeats = len(valid)
+        artifact.update(table=run.table(), settings=run.settings)
+        method_note = (
+            f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
+            f"{primary.statistic} per case, {aggregation} across cases"
+        )
     else:
         from perfledger.kernels.harness import resolution_from_aa
 
         refuse_unsnapshotted(target, "measure aa --spec")
         spec = load_spec(spec_path or "")
-        case, problem = next(iter(spec["problems"].items()))
-        check_cases([case], test_set, f"the spec {spec_path!r}")
+        problems = dict(spec["problems"])
+        if cases:
+            unknown = sorted(set(cases) - set(problems))
+            if unknown:
+                raise BadRequest(f"--case {unknown} not in the spec's problems {sorted(problems)}")
+            problems = {c: problems[c] for c in cases}
+        check_cases(list(problems), test_set, f"the spec {spec_path!r}")
         monitor, _note = _start_monitor(True)
-        comps = []
+        # R4: the A/A covers every case of the spec, each with its own resolution
+        comps_by_case: dict[str, list[Any]] = {}
         try:
-            h = _harness(problem, spec["config"], monitor)
-            with _progress(runs or 5, "A/A comparisons", quiet) as advance:
-                for _ in range(runs or 5):
-                    comps.append(h.aa(spec["reference"]))
-                    advance()
+            n = runs or 5
+            with _progress(n * len(problems), "A/A comparisons", quiet) as advance:
+                for case, problem in problems.items():
+                    h = _harness(problem, spec["config"], monitor)
+                    comps_by_case[case] = []
+                    for _ in range(n):
+                        comps_by_case[case].append(h.aa(spec["reference"]))
+                        advance()
         finally:
             if monitor is not None:
                 monitor.stop()
-        figures = resolution_from_aa(comps)
-        resolution = figures["resolution"]
-        repeats = int(figures["repeats"])
+        figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
+        per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
+        resolution = max(per_case.values())
+        repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
         artifact.update(
-            case=case,
-            comparisons=[
-                {
-                    "stats": c.stats.to_json() if c.stats else None,
-                    "flags": c.flags,
-                    "rows": c.table(),
+            cases={
+                case: {
+                    "comparisons": [
+                        {
+                            "stats": c.stats.to_json() if c.stats else None,
+                            "flags": c.flags,
+                            "rows": c.table(),
+                        }
+                        for c in comps
+                    ],
+                    "figures": figures_by_case[case],
                 }
-                for c in comps
-            ],
-            figures=figures,
+                for case, comps in comps_by_case.items()
+            },
         )
-        method_note = f"kernel A/A: {repeats} harness comparisons of case {case!r}, spread {figures['spread']:.5f}"
+        spreads = ", ".join(f"{c} {f['spread']:.5f}" for c, f in figures_by_case.items())
+        method_note = (
+            f"kernel A/A: {repeats} harness comparisons over {len(problems)} case(s), "
+            f"spread {spreads}"
+        )
     body = {
         "target_id": target_id,
         "method": "aa_comparison",
         "resolution": resolution,
         "repeats": repeats,
         "notes": method_note,
+        "per_case": per_case,
     }
     result: dict[str, Any] = {
         "resolution": resolution,
+        "per_case": per_case,
         "repeats": repeats,
         "notes": method_note,
         "recorded": False,
     }
+    if record:
+        resolution_refusal(resolution, per_case, target, accept_resolution)
     result["warnings"] = resolution_warnings(resolution, target, record)
     _warn(result["warnings"])
     if record:
@@ -1062,6 +1149,7 @@ def measure_aa(
         result.update(recorded=True, event_id=event.id, kind=event.kind)
     lines = [
         f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} repeats",
+        *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
         method_note,
     ]
     if record:

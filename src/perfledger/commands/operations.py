@@ -555,6 +555,18 @@ def execute(
         return [prepared]
     request, ctx = prepared
     run = decider(name)
+    provenance = getattr(request, "provenance", None)
+    # R5: measured samples come with their raw table, attached under the name they give
+    if (
+        provenance is not None
+        and provenance.source == "perfledger"
+        and provenance.raw_table not in (artifacts or {})
+    ):
+        raise BadRequest(
+            f"samples measured by perfledger attach their raw table {provenance.raw_table!r}; "
+            "it is not attached",
+            hint="record samples with `perfledger measure`, or without `provenance`",
+        )
 
     def decide_at(view: Any) -> list[Any]:
         drafts = run(ledger.state_at(view.head, lazy=True), request, ctx)

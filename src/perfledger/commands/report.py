@@ -242,7 +242,23 @@ def _claims_table(rows: list[Any]) -> str:
             f"<td>{_num(m.speedup if m else None)}</td><td>{_num(r.prediction_error, '+.3f')}</td>"
             f"<td class=l>{_esc(recon)}</td></tr>"
         )
+        body += [f"<tr><td></td><td class=l colspan=10>{_esc(line)}</td></tr>" for line in
+                 _measured_details(m)]  # fmt: skip
     return f"<table>{head}{''.join(body)}</table>"
+
+
+def _measured_details(m: Any) -> list[str]:
+    """Per-case figures (R12: absolute per-call statistic, original -> candidate, with CIs) and
+    the outside-samples mark (R5) under a claims row."""
+    import msgspec
+
+    from perfledger.projections.verdict_explain import case_line, provenance_text
+
+    if m is None:
+        return []
+    lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
+    marked = provenance_text(m.samples_provenance)
+    return lines + ([marked] if marked else [])
 
 
 def _timeline(entries: list[tuple[str, str, str, str]]) -> str:

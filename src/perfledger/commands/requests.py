@@ -220,6 +220,13 @@ class Statistics(Request, kw_only=True):
     min_pairs_per_case: Annotated[int, Meta(ge=0, le=100_000)] = 5
     confidence: Annotated[float, Meta(gt=0.5, lt=1.0)] = 0.95
     resamples: Annotated[int, Meta(ge=1_000, le=200_000)] = 10_000
+    #: how the primary verdict aggregates the cases (R12): geometric mean of per-case ratios,
+    #: the test set's total, or every case must pass
+    aggregation: Literal["geomean", "total", "every_case"] = "geomean"
+    #: a case whose CI lies wholly on the losing side may coexist with a pass (R12)
+    allow_case_regression: bool = False
+    #: formal stages (target, final audit) may use samples recorded from outside (R5)
+    allow_outside_samples: bool = False
 
 
 class ReadinessRecord(Request, kw_only=True):
@@ -259,6 +266,8 @@ class BaselineRecord(Request, kw_only=True):
     values: Annotated[list[Number], Meta(min_length=1, max_length=_MAX_VALUES)]
     call_ids: Annotated[list[Name], Meta(max_length=_MAX_VALUES)] = []
     environment_id: Hash
+    #: the test case of each value (same length as ``values``), for a baseline per case (R4)
+    cases: Annotated[list[Name], Meta(max_length=_MAX_VALUES)] = []
 
 
 class ResolutionRecord(Request, kw_only=True):
@@ -270,6 +279,10 @@ class ResolutionRecord(Request, kw_only=True):
     resolution: Annotated[float, Meta(ge=0.0, le=100.0)]
     repeats: Annotated[int, Meta(ge=0, le=10_000_000)]
     notes: OptText = ""
+    #: per test case: its own resolution (ratio); ``resolution`` should be their maximum
+    per_case: Annotated[
+        dict[Name, Annotated[float, Meta(ge=0.0, le=100.0)]], Meta(max_length=_MAX_ITEMS)
+    ] = {}
 
 
 # ------------------------------------------------------------------------------- evidence
@@ -522,6 +535,16 @@ class SamplesIdentity(Request, kw_only=True):
     candidate: SubjectSnapshot
 
 
+class Provenance(Request, kw_only=True):
+    """Where samples come from (R5): ``perfledger`` (``perfledger measure``: its protocol,
+    settings and the attached raw per-call table, by artifact name) or ``outside``."""
+
+    source: Literal["perfledger", "outside"]
+    protocol: OptText = ""
+    settings: Annotated[dict[Name, Any], Meta(max_length=_MAX_ITEMS)] = {}
+    raw_table: OptText = ""
+
+
 class SamplesRecord(Request, kw_only=True):
     """``samples.record`` (R2-R5, R8, R11, R17): paired samples of one stage of an experiment.
     ``units``: metric name -> unit of its values."""
@@ -537,6 +560,8 @@ class SamplesRecord(Request, kw_only=True):
     units: Annotated[dict[Name, Name], Meta(min_length=1, max_length=_MAX_ITEMS)]
     pairs: Annotated[list[PairRecord], Meta(min_length=1, max_length=_MAX_PAIRS)]
     identity: SamplesIdentity | msgspec.UnsetType = msgspec.UNSET
+    #: absent: recorded from outside perfledger (R5)
+    provenance: Provenance | None = None
 
 
 # ------------------------------------------------------------------------------- decisions

@@ -169,7 +169,7 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         status = event["payload"].get("status")
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
-        if event["kind"] == "VerdictRecorded":
+        if event["kind"] in ("VerdictRecorded", "FinalAuditRecorded"):
             from perfledger.projections.verdict_explain import verdict_lines
 
             for line in verdict_lines(event["payload"]):
@@ -313,6 +313,8 @@ def _write_command(operation: Operation) -> click.Command:
         for field, value in flags.items():
             if value is not None:
                 body[field] = value
+        if operation.name == "samples.record":
+            _outside_samples_only(body)
         submit(
             ctx, operation.name, body, actor=actor, idempotency_key=idempotency_key,
             dry_run=dry_run, request_given=request_source is not None,
@@ -322,6 +324,19 @@ def _write_command(operation: Operation) -> click.Command:
     return click.Command(
         operation.verb, params=params, callback=callback, help=operation.help + rules
     )
+
+
+def _outside_samples_only(body: Any) -> None:
+    """R5: a pairs table given to ``samples record`` was measured outside perfledger; only
+    ``perfledger measure`` records samples as measured by perfledger (with their raw table).
+    Raises: BadRequest for a body that claims otherwise."""
+    provenance = body.get("provenance") if isinstance(body, dict) else None
+    if isinstance(provenance, dict) and provenance.get("source") == "perfledger":
+        raise BadRequest(
+            "`samples record` records a pairs table from outside perfledger: its provenance "
+            "cannot say `perfledger`",
+            hint="measure with `perfledger measure workload|kernel`, or drop `provenance`",
+        )
 
 
 #: Which common-flag fields each operation's request has, so that building the CLI needs no
@@ -436,6 +451,30 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
     _show(ctx, data)
 
 
+def _verdict_explain(samples_id: str, json_flag: bool) -> None:
+    """Explain the recorded verdict (or final audit) of SAMPLES_ID: the condition that decided
+    it, the estimate, CI and threshold, every case's absolute per-call figures (original ->
+    candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
+    import msgspec
+
+    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
+
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    recorded = state.verdicts.get(samples_id) or state.final_audits.get(samples_id)
+    if recorded is None:
+        raise BadRequest(
+            f"no verdict or final audit is recorded for samples {samples_id!r}",
+            hint="`perfledger verdict record --samples ID` derives and records one",
+        )
+    payload = msgspec.to_builtins(recorded)
+    if ctx.json_mode:
+        _emit({"samples_id": samples_id, "explanation": explain_verdict(payload)})
+        return
+    for line in verdict_lines(payload):
+        click.echo(line)
+
+
 def _schema(operation: str | None, json_flag: bool) -> None:
     """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``); without
     OPERATION, list the operations (``--json``: ``{"operations": [...]}``)."""
@@ -505,6 +544,9 @@ def commands() -> list[click.Command]:
     groups["experiment"].add_command(click.command("list")(_json(_target_opt(_experiment_list))))
     groups["champion"].add_command(
         click.command("show")(_json(click.argument("target_id")(_champion_show)))
+    )
+    groups["verdict"].add_command(
+        click.command("explain")(_json(click.argument("samples_id")(_verdict_explain)))
     )
     schema = click.command("schema")(
         _json(click.argument("operation", required=False, default=None)(_schema))

@@ -199,12 +199,23 @@ class Environment(_Part, kw_only=True):
     container_runtime: str | None = None
 
 
+#: How a primary verdict aggregates its test cases (R12): the geometric mean of per-case ratios,
+#: the test set's total (sum of the per-case statistics), or every case must pass on its own.
+Aggregation = Literal["geomean", "total", "every_case"]
+
+
 class Statistics(_Part, kw_only=True):
-    """Statistical requirements (R2, R12): valid pairs per case (>= 5), CI level, resamples."""
+    """Statistical requirements (R2, R5, R12): valid pairs per case (>= 5), CI level, resamples;
+    how the primary verdict aggregates the cases (``aggregation``), whether a case whose CI lies
+    wholly on the losing side may coexist with a pass (``allow_case_regression``) and whether
+    formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)."""
 
     min_pairs_per_case: int = 5
     confidence: float = 0.95
     resamples: int = 10_000
+    aggregation: Aggregation = "geomean"
+    allow_case_regression: bool = False
+    allow_outside_samples: bool = False
 
 
 class ReadinessRecorded(_Payload, kw_only=True):
@@ -256,6 +267,10 @@ class BaselineRecorded(_Payload, kw_only=True):
     call_ids: tuple[str, ...] = ()
     environment_id: str
     median: float
+    #: the test case of each value, where given
+    cases: tuple[str, ...] = ()
+    #: derived: the median of each case's values (metric units), where cases are given
+    per_case_median: dict[str, float] = {}
 
 
 class ResolutionEstimated(_Payload, kw_only=True):
@@ -267,6 +282,8 @@ class ResolutionEstimated(_Payload, kw_only=True):
     resolution: float
     repeats: int
     notes: str = ""
+    #: per test case: the case's own resolution (ratio); ``resolution`` is their maximum
+    per_case: dict[str, float] = {}
 
 
 # --------------------------------------------------------------------------- evidence (R6, R10)
@@ -593,6 +610,18 @@ class WallCheck(_Part, kw_only=True):
     over_wall_calls: tuple[str, ...] = ()
 
 
+class Provenance(_Part, kw_only=True):
+    """Where paired samples come from (R5): ``perfledger`` (measured by ``perfledger measure``:
+    the ``protocol``, its ``settings`` and the attached raw per-call table ``raw_table``) or
+    ``outside`` (a pairs table written by hand or by another tool, recorded through
+    ``samples record``)."""
+
+    source: Literal["perfledger", "outside"]
+    protocol: str = ""
+    settings: dict[str, Any] = {}
+    raw_table: str = ""
+
+
 class SamplesRecorded(_Payload, kw_only=True):
     """Paired samples of one stage of an experiment (R5, R11, R17).
 
@@ -625,8 +654,42 @@ class SamplesRecorded(_Payload, kw_only=True):
     identity: SamplesIdentity | msgspec.UnsetType = msgspec.UNSET
     wall_check: WallCheck | None = None
 
+    #: None only in samples recorded before provenance was kept (schema 1)
+    provenance: Provenance | None = None
+
 
 # --------------------------------------------------------------------------- verdicts (R12)
+
+
+class DerivedCase(_Part, kw_only=True):
+    """One test case's figures in a per-case derivation (R12).
+
+    Attributes:
+        case: the case; n_pairs: its valid pairs; n_values: per-call values per subject used.
+        ref, ref_low, ref_high: the reference's statistic (the Target's: median, mean, p95, ...)
+            over the case's calls and its bootstrap CI, in the metric's unit (absolute, per call).
+        cand, cand_low, cand_high: the same for the candidate.
+        estimate, ci_low, ci_high: the case's improvement (ratio; positive is better) and CI.
+        resolution: the case's measured resolution (ratio).
+        status: the case judged alone against the minimum effect and its resolution.
+        regressed: the case's CI lies wholly on the losing side beyond its resolution.
+    """
+
+    case: str
+    n_pairs: int
+    n_values: int
+    ref: float | None
+    ref_low: float | None
+    ref_high: float | None
+    cand: float | None
+    cand_low: float | None
+    cand_high: float | None
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    resolution: float
+    status: Status
+    regressed: bool
 
 
 class DerivedVerdict(_Part, kw_only=True):
@@ -643,6 +706,11 @@ class DerivedVerdict(_Part, kw_only=True):
         degenerate: zero-width CI (identical values); clear_loss: the CI is wholly below zero.
         wilcoxon_p: two-sided Wilcoxon signed-rank p-value, for information only.
         resamples, confidence, seed: the bootstrap's parameters.
+        method: ``None`` for the pooled median of per-pair improvements (schema 1 verdicts);
+            ``per_case/v1`` for the per-case derivation of
+            :mod:`perfledger.projections.verdict_cases`.
+        statistic, aggregation: what the per-case derivation computed (the Target's).
+        cases: per-case figures; blocking: cases whose regression blocked ``pass``.
     """
 
     status: Status
@@ -662,11 +730,18 @@ class DerivedVerdict(_Part, kw_only=True):
     resamples: int
     confidence: float
     seed: int
+    method: str | None = None
+    statistic: str | None = None
+    aggregation: str | None = None
+    cases: tuple[DerivedCase, ...] = ()
+    blocking: tuple[str, ...] = ()
 
 
 class DerivedGuardrail(_Part, kw_only=True):
     """A guardrail's derived verdict (R12): the signed regression (ratio, positive is worse), its
-    CI against ``allowed_regression``, the valid pairs used and whether the CI is degenerate."""
+    CI against ``allowed_regression``, the valid pairs used and whether the CI is degenerate.
+    Per-case derivations (``method`` set) also judge every case (``cases``: the case's
+    improvement figures; a case's regression is ``-estimate``)."""
 
     metric: str
     status: Status
@@ -677,6 +752,8 @@ class DerivedGuardrail(_Part, kw_only=True):
     allowed_regression: float
     n_pairs: int
     degenerate: bool
+    method: str | None = None
+    cases: tuple[DerivedCase, ...] = ()
 
 
 class SecondaryVerdict(_Part, kw_only=True):
@@ -715,6 +792,10 @@ class VerdictRecorded(_Payload, kw_only=True):
     contradicts_claim: bool = False
     diagnostic_only: bool = False
     notes: tuple[str, ...] = ()
+    #: the samples' provenance (R5): ``perfledger`` or ``outside``; None before schema 2
+    samples_provenance: str | None = None
+    #: the primary's unit (the per-case figures' unit); None before schema 2
+    unit: str | None = None
 
 
 class LocalResultRecorded(_Payload, kw_only=True):
@@ -789,6 +870,10 @@ class FinalAuditRecorded(_Payload, kw_only=True):
     primary: DerivedVerdict
     guardrails: tuple[DerivedGuardrail, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the samples' provenance (R5): ``perfledger`` or ``outside``; None before schema 2
+    samples_provenance: str | None = None
+    #: the primary's unit (the per-case figures' unit); None before schema 2
+    unit: str | None = None
 
 
 class HostAdviceRecorded(_Payload, kw_only=True):
@@ -925,14 +1010,23 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-#: Kind -> (schema version, upcasters) where a kind moved past version 1.
-_VERSIONS: dict[type, tuple[int, dict[int, Any]]] = {
-    ExperimentCreated: (R14_STATED_INTERVAL, {1: _same_payload}),
-    ChampionSelected: (R14_BLOCKS_CHAMPION, {1: _same_payload}),
+#: Kinds whose decision rule changed, by their current schema version: version 2 of
+#: ``SamplesRecorded`` keeps the samples' provenance (R5); version 2 of ``VerdictRecorded`` and
+#: ``FinalAuditRecorded`` derives per case (R12). An auditor re-decides a version-1 event by the
+#: rule of version 1 (:attr:`perfledger.commands.deciders.DecisionContext.schema`).
+#: Version 2 of ``ExperimentCreated`` and ``ChampionSelected`` carries R14's obligations
+#: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`).
+SCHEMA_VERSIONS = {
+    "SamplesRecorded": 2,
+    "VerdictRecorded": 2,
+    "FinalAuditRecorded": 2,
+    "ExperimentCreated": R14_STATED_INTERVAL,
+    "ChampionSelected": R14_BLOCKS_CHAMPION,
 }
 
 for _type, _summary in _SUMMARIES.items():
-    _version, _upcasters = _VERSIONS.get(_type, (1, {}))
+    _version = SCHEMA_VERSIONS.get(_type.__name__, 1)
+    _upcasters = {v: _same_payload for v in range(1, _version)}
     register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary))
 
 #: Kinds that record a decision: appended only through their operation's decider

@@ -27,7 +27,7 @@ import math
 
 import msgspec
 
-from perfledger.events.workflow import VerdictRecorded
+from perfledger.events.workflow import DerivedCase, VerdictRecorded
 from perfledger.projections import amdahl
 from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.workflow import ExperimentView, WorkflowState
@@ -44,6 +44,10 @@ class Measured(msgspec.Struct, kw_only=True):
         n_pairs: valid pairs the verdict used.
         notes: the verdict's notes (why its status differs from the primary's; R14 owed
             reconciliations; R17 foreign activity and its explanations).
+        cases: per test case (R12): each subject's absolute per-call statistic with its CI (in
+            ``unit``) and the case's improvement; empty for verdicts derived by the pooled rule.
+        samples_provenance: ``outside`` for samples recorded from outside perfledger (R5),
+            ``perfledger`` for measured ones, None for verdicts recorded before it was kept.
     """
 
     samples_id: str
@@ -57,6 +61,9 @@ class Measured(msgspec.Struct, kw_only=True):
     speedup_high: float | None
     n_pairs: int
     notes: list[str] = msgspec.field(default_factory=list)
+    cases: list[DerivedCase] = []
+    unit: str | None = None
+    samples_provenance: str | None = None
 
 
 class ClaimRow(msgspec.Struct, kw_only=True):
@@ -141,6 +148,9 @@ def _measured(verdict: VerdictRecorded) -> Measured:
         speedup_high=improvement_to_speedup(p.ci_high, p.direction),
         n_pairs=p.n_pairs,
         notes=list(verdict.notes),
+        cases=list(p.cases),
+        unit=verdict.unit,
+        samples_provenance=verdict.samples_provenance,
     )
 
 

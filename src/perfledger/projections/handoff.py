@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from perfledger.events.workflow import ORIGINAL, HandoffRecorded
+from perfledger.events.workflow import ORIGINAL, DerivedCase, HandoffRecorded
 from perfledger.projections.champions import FinalAuditStanding, final_audit_standing
 from perfledger.projections.claims import improvement_to_speedup
 from perfledger.projections.measurement_flags import experiment_flags
@@ -54,8 +54,11 @@ class ResumeContext(msgspec.Struct, kw_only=True):
 
 
 class Gain(msgspec.Struct, kw_only=True):
-    """A measured gain on the primary: the verdict's median improvement and CI (ratios), the
-    end-to-end speedup they mean, and the verdict's notes (e.g. foreign activity explained, R17)."""
+    """A measured gain on the primary: the verdict's improvement and CI (ratios) and the
+    end-to-end speedup they mean; per test case, each subject's absolute per-call statistic with
+    its CI (``cases``, in ``unit``, R12); ``samples_provenance`` ``outside`` marks samples
+    recorded from outside perfledger (R5); the verdict's notes (e.g. foreign activity explained,
+    R17)."""
 
     experiment_id: str
     samples_id: str
@@ -66,6 +69,9 @@ class Gain(msgspec.Struct, kw_only=True):
     ci_high: float | None
     speedup: float | None
     notes: list[str] = msgspec.field(default_factory=list)
+    cases: list[DerivedCase] = msgspec.field(default_factory=list)
+    unit: str | None = None
+    samples_provenance: str | None = None
 
 
 class LocalResultLine(msgspec.Struct, kw_only=True):
@@ -208,6 +214,7 @@ def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
         primary = verdict.primary if verdict else audit.primary if audit else None
         if primary is None:
             continue
+        decided = verdict if verdict is not None else audit
         out.append(
             Gain(
                 experiment_id=champion,
@@ -219,6 +226,9 @@ def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
                 ci_high=primary.ci_high,
                 speedup=improvement_to_speedup(primary.estimate, primary.direction),
                 notes=list(verdict.notes if verdict else audit.notes if audit else ()),
+                cases=list(primary.cases),
+                unit=decided.unit if decided is not None else None,
+                samples_provenance=decided.samples_provenance if decided is not None else None,
             )
         )
     return out
@@ -306,6 +316,15 @@ def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
         f"the minimum effect {pct(e['min_effect'])} but not the A/A resolution "
         f"{pct(e['resolution'])}; a tighter resolution could decide it"
     )
+
+
+def _gain_details(g: Gain) -> list[str]:
+    """Per-case figures (R12) and the outside-samples mark (R5) of a gain, one line each."""
+    from perfledger.projections.verdict_explain import case_line, provenance_text
+
+    lines = [case_line(msgspec.to_builtins(c), g.unit) for c in g.cases]
+    marked = provenance_text(g.samples_provenance)
+    return lines + ([marked] if marked else [])
 
 
 def _fmt(value: float | None) -> str:
@@ -643,6 +662,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
             f"{_ratio(g.estimate)} (CI {_ratio(g.ci_low)} .. {_ratio(g.ci_high)}){speed}"
         )
         lines += [f"  - note: {n}" for n in g.notes]
+        lines += [f"  - {line}" for line in _gain_details(g)]
     if not h.key_evidence and not h.gains:
         lines.append("- none")
     lines += ["", "## Local results (secondary-only gains, R13)", ""]

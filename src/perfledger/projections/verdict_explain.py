@@ -28,6 +28,11 @@ The conditions, in the order they are checked (the first that applies decided):
     R11: a screen that would have passed: screens never pass, the target stage decides;
 ``pass``
     the CI's lower end is at or above the threshold;
+``case_regressed``
+    R12: a test case's CI lies wholly on the losing side beyond its resolution, and the Target
+    allows no per-case regression (the case is named);
+``every_case``
+    the Target's aggregation is ``every_case`` and some case did not pass;
 ``fail``
     the CI's upper end is below the minimum effect (``clear loss`` when below zero);
 ``below_min_effect``
@@ -52,10 +57,17 @@ CONDITIONS = (
     "stale",
     "screen",
     "pass",
+    "case_regressed",
+    "every_case",
     "fail",
     "below_min_effect",
     "below_resolution",
 )
+
+
+#: How a per-case derivation's reason starts when a regressed case blocked the verdict
+#: (:func:`perfledger.projections.verdict_cases.derive_case_verdict`).
+BLOCKED = "case(s) regressed beyond their resolution"
 
 
 def pct(ratio: float | None) -> str:
@@ -118,6 +130,12 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
             f"screen stages never pass (R11): {ci} clears the threshold {pct(threshold)}; "
             "the target stage decides"
         )
+    elif primary.get("blocking") and str(primary.get("reason", "")).startswith(BLOCKED):
+        condition = "case_regressed"
+        reason = f"R12: {primary.get('reason', '')}"
+    elif primary.get("aggregation") == "every_case" and derived != "pass":
+        condition = "every_case"
+        reason = str(primary.get("reason", ""))
     elif derived == "pass":
         condition = "pass"
         reason = (
@@ -152,18 +170,61 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
         "min_effect": min_effect,
         "resolution": resolution,
         "threshold": threshold,
+        "statistic": primary.get("statistic"),
+        "aggregation": primary.get("aggregation"),
+        "unit": payload.get("unit"),
+        "samples_provenance": payload.get("samples_provenance"),
+        "cases": list(primary.get("cases") or ()),
     }
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def case_line(case: Mapping[str, Any], unit: str | None = None) -> str:
+    """One case's figures for people: the absolute per-call statistic of each subject with its
+    CI (original -> candidate, in ``unit``), the improvement with its CI, the case's status."""
+    if case.get("ref") is None:
+        return f"case {case['case']}: no valid pairs ({case.get('status')})"
+    u = f" {unit}" if unit else ""
+    mark = ", regressed" if case.get("regressed") else ""
+    return (
+        f"case {case['case']}: {_num(case.get('ref'))}{u} "
+        f"[{_num(case.get('ref_low'))}, {_num(case.get('ref_high'))}] -> "
+        f"{_num(case.get('cand'))}{u} [{_num(case.get('cand_low'))}, "
+        f"{_num(case.get('cand_high'))}]; improvement {pct(case.get('estimate'))} "
+        f"CI [{pct(case.get('ci_low'))}, {pct(case.get('ci_high'))}] "
+        f"({case.get('n_pairs', 0)} pairs): {case.get('status')}{mark}"
+    )
+
+
+def provenance_text(source: str | None) -> str | None:
+    """How readers mark samples of ``source`` (R5): a line for samples recorded from outside
+    perfledger, None for measured ones (and for verdicts recorded before provenance was kept)."""
+    if source == "outside":
+        return "samples recorded from outside perfledger (not measured by it; R5)"
+    return None
 
 
 def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
     """The text lines ``verdict record`` prints under its event line: status with the deciding
     condition, the estimate and CI in percent, the threshold used, then the recorded notes."""
     e = explain_verdict(payload)
+    how = f" ({e['statistic']}, {e['aggregation']})" if e.get("statistic") else ""
     lines = [
         f"status {e['status']}: {e['reason']}",
-        f"  estimate {pct(e['estimate'])}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
+        f"  estimate {pct(e['estimate'])}{how}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
         f"threshold {pct(e['threshold'])} = max(minimum effect {pct(e['min_effect'])}, "
         f"resolution {pct(e['resolution'])})",
     ]
+    lines += [f"  {case_line(c, e.get('unit'))}" for c in e["cases"]]
+    lines += [
+        f"  guardrail {g.get('metric')}: {g.get('status')}: {g.get('reason')}"
+        for g in payload.get("guardrails") or ()
+    ]
+    marked = provenance_text(e.get("samples_provenance"))
+    if marked:
+        lines.append(f"  {marked}")
     lines += [f"  note: {n}" for n in payload.get("notes") or ()]
     return lines
