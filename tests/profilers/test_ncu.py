@@ -77,8 +77,9 @@ def test_rule_rows_are_parsed(fixtures: Path, ncu_version: str) -> None:
     report = parse_ncu_csv(fixtures / "ncu_details_rules.csv", tool_version=ncu_version)
     assert report.layout == "ncu-details-rules"
     assert len(report.rules) == 11
-    assert (SAXPY, "SpeedOfLight", "SOLBottleneck", "OPT", None) in report.rules
-    assert (SAXPY, "ComputeWorkloadAnalysis", "HighPipeUtilization", "OPT", 94.78) in report.rules
+    heads = [rule[:5] for rule in report.rules]
+    assert (SAXPY, "SpeedOfLight", "SOLBottleneck", "OPT", None) in heads
+    assert (SAXPY, "ComputeWorkloadAnalysis", "HighPipeUtilization", "OPT", 94.78) in heads
     plain = parse_ncu_csv(fixtures / "ncu_details_norules.csv", tool_version=ncu_version)
     assert plain.layout == "ncu-details" and plain.rules == []
 
