@@ -538,6 +538,10 @@ class RawPage:
         decimal digits (or beyond int64) or that appears twice, an empty kernel name, a stream,
         block, grid or CC out of ncu's format, a metric value that is not accepted."""
         rows = len(launch[0])
+        if pc.any(pc.equal(launch[0], "ID")).as_py():
+            from perfledger.kernels.profilers.ncu import duplicated_header
+
+            raise duplicated_header(self.label, 0)  # a second export appended to the first
         id_ok = pc.match_substring_regex(launch[0], _DIGITS).to_numpy(zero_copy_only=False)
         ids = np.zeros(rows, dtype=np.int64)
         if id_ok.all():
