@@ -98,7 +98,7 @@ def test_legacy_trace_reads_the_same_in_small_chunks() -> None:
     }
 
 
-def test_rocm_trace_is_refused_naming_hip_and_the_amd_device() -> None:
+def test_r6_rocm_trace_is_refused_naming_hip_and_the_amd_device() -> None:
     """A ROCm 6.2 trace (MI250) whose devices carry computeMajor is refused as not NVIDIA, and
     the message names the HIP runtime calls and the AMD device (not a malformed grid)."""
     trace = _load(ROCM)
@@ -111,7 +111,7 @@ def test_rocm_trace_is_refused_naming_hip_and_the_amd_device() -> None:
     assert "AMD device" in info.value.message and "grid" not in info.value.message
 
 
-def test_rocm_trace_with_cuda_like_fields_filled_is_still_refused() -> None:
+def test_r6_rocm_trace_with_cuda_like_fields_filled_is_still_refused() -> None:
     """Grid and block filled in on every kernel, the device renamed to an NVIDIA one: the HIP
     runtime calls alone refuse it (it used to be accepted as CUDA evidence)."""
     trace = _load(ROCM)
@@ -168,7 +168,7 @@ def _with_mtia_events(trace: dict[str, Any]) -> None:
         (_with_mtia_events, "Meta MTIA runtime events"),
     ],
 )
-def test_each_mark_of_another_vendor_refuses_a_cuda_trace(mark: Any, named: str) -> None:
+def test_r6_each_mark_of_another_vendor_refuses_a_cuda_trace(mark: Any, named: str) -> None:
     """The real H200 trace with one foreign mark added is refused, naming that mark."""
     trace = _h200()
     mark(trace)
@@ -177,7 +177,7 @@ def test_each_mark_of_another_vendor_refuses_a_cuda_trace(mark: Any, named: str)
     assert named in info.value.message
 
 
-def test_kernel_launches_without_kernel_events_are_refused() -> None:
+def test_r6_kernel_launches_without_kernel_events_are_refused() -> None:
     """A CUPTI range-profiler trace has cudaLaunchKernel calls but no kernel activity: it was
     recorded with zero kernels; now it is refused naming the launches."""
     trace = _load(RANGE_PROFILER)
@@ -188,7 +188,7 @@ def test_kernel_launches_without_kernel_events_are_refused() -> None:
     assert "ProfilerActivity.CUDA" in info.value.hint
 
 
-def test_unknown_kernel_category_is_named_not_zero_kernels() -> None:
+def test_r6_unknown_kernel_category_is_named_not_zero_kernels() -> None:
     """Kernel events under a category name this parser does not know: refused, naming it."""
     trace = _h200()
     for event in trace["traceEvents"]:
@@ -216,6 +216,7 @@ def test_unknown_category_beside_kernels_is_a_limitation_of_parser_version_2() -
 
 
 def test_mixing_the_category_names_of_two_eras_is_refused() -> None:
+    """One trace with both Kernel and kernel events is no single known layout."""
     trace = _h200()
     kernel = next(e for e in trace["traceEvents"] if e.get("cat") == "kernel")
     trace["traceEvents"].append({**kernel, "cat": "Kernel"})
@@ -229,3 +230,13 @@ def test_fixture_sources_are_named() -> None:
     for path in PUBLIC.iterdir():
         if path.suffix in (".gz", ".sqlite"):
             assert f"`{path.name}`" in sources, path.name
+
+
+def test_user_metadata_key_containing_hip_is_no_rocm_mark() -> None:
+    """Only ROCm's own key shapes mark a trace: a user's metadata key "ownership" does not."""
+    trace = _h200()
+    trace["ownership"] = "team-a"
+    assert _parse(trace).kernels
+    trace["hip_runtime_version"] = 60200
+    with pytest.raises(EvidenceError, match=r"ROCm header keys \(hip_runtime_version\)"):
+        _parse(trace)

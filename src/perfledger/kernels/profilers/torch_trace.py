@@ -776,12 +776,16 @@ _CUDA_CALL = re.compile(r"cuda[A-Z]|cu[A-Z]")
 _LAUNCH_CALL = re.compile(r"Launch")
 _HIP_CALL = re.compile(r"(hip|hsa_|roctx)[A-Za-z_]")
 _AMD_NAME = re.compile(r"\b(AMD|Radeon|Instinct)\b|\bgfx[0-9]", re.IGNORECASE)
-_ROCM_KEY = re.compile(r"roctracer|rocprof|rocm|hip", re.IGNORECASE)
+#: ROCm's header keys (``roctracer_version``, ``hip_runtime_version``, ...); anchored so that a
+#: user's metadata key merely containing "hip" ("ownership") is not taken for one.
+_ROCM_KEY = re.compile(r"roctracer|rocprofiler|\brocm|^hip(_|[A-Z])", re.IGNORECASE)
 
 
 def _refuse_foreign(header: dict[str, Any], seen: _Seen, label: str) -> None:
     """Raise EvidenceError naming every mark of a non-NVIDIA device runtime in the trace (its
-    runtime calls, header keys, device names or architectures, distributed backend, categories)."""
+    runtime calls, header keys, device names or architectures, distributed backend, categories).
+    R6: evidence of another vendor's device is identified positively and refused, whatever
+    CUDA-like fields (``computeMajor``, grids) it also carries."""
     marks: list[str] = []
     hip = sorted(name for name in seen.runtime if _HIP_CALL.match(name))
     if hip:
