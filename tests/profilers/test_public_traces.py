@@ -240,3 +240,16 @@ def test_user_metadata_key_containing_hip_is_no_rocm_mark() -> None:
     trace["hip_runtime_version"] = 60200
     with pytest.raises(EvidenceError, match=r"ROCm header keys \(hip_runtime_version\)"):
         _parse(trace)
+
+
+def test_event_with_a_list_as_category_or_name_is_no_crash() -> None:
+    """A list where a category or a runtime call's name belongs (unhashable) is no crash: an
+    unknown category beside kernels (a limitation), a name that is no runtime call."""
+    trace = _h200()
+    call = next(e for e in trace["traceEvents"] if e.get("cat") == "cuda_runtime")
+    trace["traceEvents"].insert(0, {**call, "cat": ["kernel"]})
+    report = _parse(trace)
+    assert report.kernels
+    assert report_limitations(report) == ["events of categories not read: <list>"]
+    trace["traceEvents"][0] = {**call, "name": ["hipLaunchKernel"]}
+    assert _parse(trace).kernels

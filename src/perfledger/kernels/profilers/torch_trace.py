@@ -177,11 +177,10 @@ class _Seen:
 
     def runtime_names(self, names: Any) -> None:
         """Count runtime call names (non-strings are skipped)."""
-        for name in names:
-            if isinstance(name, str) and (
-                name in self.runtime or len(self.runtime) < _MAX_RUNTIME_NAMES
-            ):
-                self.runtime[name] += 1
+        runtime = self.runtime
+        for name, count in Counter(names).items():  # counted in C, merged per distinct name
+            if isinstance(name, str) and (name in runtime or len(runtime) < _MAX_RUNTIME_NAMES):
+                runtime[name] += count
 
 
 class _Busy:
@@ -421,8 +420,10 @@ def _salvage(js: _Stream, seen: _Seen, failure: EvidenceError) -> None:
 
 def _note(seen: _Seen, cat: Any, name: Any) -> None:
     """Count one complete event's category (and its name, for a runtime call)."""
+    if not isinstance(cat, str) and cat is not None:  # a list or object: unhashable, not a name
+        cat = f"<{type(cat).__name__}>"
     seen.categories[cat] += 1
-    if LEGACY_CATEGORIES.get(cat, cat) in _RUNTIME_CATEGORIES:
+    if isinstance(name, str) and LEGACY_CATEGORIES.get(cat, cat) in _RUNTIME_CATEGORIES:
         seen.runtime_names((name,))
 
 
@@ -492,7 +493,7 @@ def _record(
         if tracker is None:
             tracker = busy[device] = _Busy(where.split(": event")[0])
         tracker.add(start, start + dur)
-    elif cat in counted:
+    elif isinstance(cat, str) and cat in counted:  # a list as category is no category
         counted[cat][0] += 1
         counted[cat][1] += dur
 
