@@ -375,3 +375,20 @@ def test_ncu_rep_without_ncu_gets_the_export_command(fixtures: Path, tmp_path: P
         f"LC_ALL=C ncu --import {fixtures / 'rep.ncu-rep'} --csv --print-units base "
         f"--page details > {fixtures / 'rep.csv'}"
     ) in info.value.hint
+
+
+@pytest.mark.parametrize("name", ["ncu_details_rules.csv", "ncu_raw.csv", "ncu_summary.csv"])
+def test_a_header_naming_a_column_twice_is_named_as_such(
+    fixtures: Path, ncu_version: str, name: str
+) -> None:
+    """A header with a column repeated (Metric Value doubled, a raw metric doubled): the
+    repeated column is named, not just "unknown header"."""
+    text = (fixtures / name).read_text()
+    start = text.index('"ID",') if '"ID",' in text else text.index('"Process ID",')
+    end = text.index("\n", start)
+    header = next(csv.reader([text[start:end]]))
+    doubled = [*header, header[-1]]
+    line = ",".join(f'"{c}"' for c in doubled)
+    with pytest.raises(EvidenceError, match="names a column twice") as info:
+        _parse(text[:start] + line + text[end:], ncu_version)
+    assert header[-1] in info.value.message

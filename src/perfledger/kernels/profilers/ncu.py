@@ -421,6 +421,12 @@ def _layout(header: list[str], label: str) -> _Layout:
         metrics = head[len(prefix) :]
         if head[: len(prefix)] == prefix and metrics and all(_METRIC.fullmatch(m) for m in metrics):
             return _Raw(head[len(prefix) :], old=old, label=label)
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise EvidenceError(
+            f"{label}: the ncu CSV header names a column twice: {', '.join(twice)[:300]}",
+            hint="a header from a hand-edited or merged export; export the report again",
+        )
     shown = ",".join(header[:16]) + (",..." if len(header) > 16 else "")
     raise EvidenceError(
         f"{label}: unknown ncu CSV header ({len(header)} columns): {shown[:400]}",
@@ -560,7 +566,11 @@ class _Raw(_Layout):
         self.old = old
         self.layout = "ncu-raw-old" if old else "ncu-raw"
         if len(set(metrics)) != len(metrics):
-            raise EvidenceError(f"{label}: a raw page metric column appears twice")
+            twice = sorted({m for m in metrics if metrics.count(m) > 1})
+            raise EvidenceError(
+                f"{label}: the ncu CSV header names a column twice: {', '.join(twice)[:300]} "
+                "(a raw page metric column appears twice)"
+            )
 
 
 class _Summary(_Layout):
