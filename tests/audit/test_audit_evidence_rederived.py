@@ -36,6 +36,10 @@ RECORDED = {
     "nsys-q": ("nsys", "nsys_synthetic.sqlite", []),
     "torch": ("torch", "torch_trace.json", ["--tool-version", "2.11.0"]),
     "ptxas": ("ptxas", "ptxas_v.txt", ["--tool-version", "13.0.88"]),
+    # public reports (fixtures/profilers/public/SOURCES.md): a 2021 Kineto trace, an nsys
+    # export with memory copies and a GPU
+    "torch-2021": ("torch", "public/kineto2021_resnet50_v100.json.gz", []),
+    "nsys-2022": ("nsys", "public/nsys_2022_saxpy_a100.sqlite", []),
 }
 
 
@@ -219,7 +223,7 @@ def test_parsed_evidence_of_every_kind_re_derives_clean(ledger: Path, env: dict[
     assert shown["evidence"]["capture"]["parser"] == PARSER_VERSION
 
 
-@pytest.mark.parametrize("evidence_id", ["ncu-d", "nsys-q"])
+@pytest.mark.parametrize("evidence_id", ["ncu-d", "nsys-q", "nsys-2022"])
 def test_evidence_recorded_under_parser_version_1_re_derives_by_that_version(
     ledger: Path, env: dict[str, str], evidence_id: str
 ) -> None:
