@@ -392,3 +392,13 @@ def test_a_header_naming_a_column_twice_is_named_as_such(
     with pytest.raises(EvidenceError, match="names a column twice") as info:
         _parse(text[:start] + line + text[end:], ncu_version)
     assert header[-1] in info.value.message
+
+
+def test_nvtx_range_columns_are_named_in_the_refusal(fixtures: Path, ncu_version: str) -> None:
+    """An export with ncu's NVTX range columns between Host Name and Kernel Name (a layout seen
+    in public repositories): refused naming those columns, not as a bare unknown header."""
+    text = (fixtures / "ncu_details_norules.csv").read_text()
+    nvtx = '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+    text = text.replace('"Host Name","Kernel Name"', '"Host Name",' + nvtx + '"Kernel Name"', 1)
+    with pytest.raises(EvidenceError, match="NVTX range columns"):
+        _parse(text, ncu_version)

@@ -427,6 +427,14 @@ def _layout(header: list[str], label: str) -> _Layout:
             f"{label}: the ncu CSV header names a column twice: {', '.join(twice)[:300]}",
             hint="a header from a hand-edited or merged export; export the report again",
         )
+    nvtx = [c for c in header if "Push/Pop_Range" in c or "Start/Stop_Range" in c]
+    if nvtx:
+        raise EvidenceError(
+            f"{label}: the export has NVTX range columns ({nvtx[0][:80]}, ...), a layout "
+            "perfledger does not read",
+            hint="perfledger reads the layouts without NVTX columns: profile or export the "
+            "report without ncu's --nvtx option",
+        )
     shown = ",".join(header[:16]) + (",..." if len(header) > 16 else "")
     raise EvidenceError(
         f"{label}: unknown ncu CSV header ({len(header)} columns): {shown[:400]}",
