@@ -20,6 +20,12 @@ import pytest
 
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import EVENT_ID_DOMAIN
+from perfledger.kernels.profilers.evidence import (
+    PARSER_VERSION,
+    parse_report,
+    report_facts,
+    report_limitations,
+)
 from subprocess_env import isolated_env, perfledger_command
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profilers"
@@ -30,6 +36,10 @@ RECORDED = {
     "nsys-q": ("nsys", "nsys_synthetic.sqlite", []),
     "torch": ("torch", "torch_trace.json", ["--tool-version", "2.11.0"]),
     "ptxas": ("ptxas", "ptxas_v.txt", ["--tool-version", "13.0.88"]),
+    # public reports (fixtures/profilers/public/SOURCES.md): a 2021 Kineto trace, an nsys
+    # export with memory copies and a GPU
+    "torch-2021": ("torch", "public/kineto2021_resnet50_v100.json.gz", []),
+    "nsys-2022": ("nsys", "public/nsys_2022_saxpy_a100.sqlite", []),
 }
 
 
@@ -210,7 +220,42 @@ def test_parsed_evidence_of_every_kind_re_derives_clean(ledger: Path, env: dict[
     assert code == 0 and report["findings"] == [] and report["notes"] == [], report
     assert report["evidence"] == {"rederived": len(RECORDED), "as_written": 0, "as_written_ids": []}
     shown = json.loads(_pl(env, ledger, "--json", "evidence", "show", "ncu-d").stdout)
-    assert shown["evidence"]["capture"]["parser"] == "1"
+    assert shown["evidence"]["capture"]["parser"] == PARSER_VERSION
+
+
+@pytest.mark.parametrize("evidence_id", ["ncu-d", "nsys-q", "nsys-2022"])
+def test_evidence_recorded_under_parser_version_1_re_derives_by_that_version(
+    ledger: Path, env: dict[str, str], evidence_id: str
+) -> None:
+    """An event recorded by parser version 1 (one fact per ncu rule, no text facts, no compute
+    capability, no nsys memory operations) is re-derived by version 1's derivation, not today's:
+    clean as recorded; the same event claiming version 2 while holding version 1's facts is a
+    finding naming what differs."""
+    kind, fixture, flags = RECORDED[evidence_id]
+    options = {"tool_version": flags[1]} if flags else {}
+    parsed = parse_report(kind, FIXTURES / fixture, **options)
+    old_facts = report_facts(parsed, parser="1")
+    old_limitations = report_limitations(parsed, parser="1")
+    # the versions differ on this report
+    assert (old_facts, old_limitations) != (report_facts(parsed), report_limitations(parsed))
+
+    def as_version_1(envelope: dict[str, Any]) -> None:
+        for part in _both(envelope):
+            part["capture"]["parser"] = "1"
+            part["facts"] = old_facts
+            part["limitations"] = old_limitations
+
+    _forge(env, ledger, evidence_id, as_version_1)
+    code, report = _audit(env, ledger)
+    assert code == 0 and report["findings"] == [], report
+
+    def claims_version_2(envelope: dict[str, Any]) -> None:
+        for part in _both(envelope):
+            part["capture"]["parser"] = "2"
+
+    forged = _forge(env, ledger, evidence_id, claims_version_2)
+    message = _assert_integrity_finding(env, ledger, forged)
+    assert "facts" in message or "limitations" in message
 
 
 @pytest.mark.parametrize("evidence_id", list(RECORDED))

@@ -16,6 +16,7 @@ Regenerate the golden file only for an intended change of the parse results:
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import random
@@ -46,6 +47,10 @@ CASES: dict[str, Callable[[io.BytesIO], ProfileReport]] = {
     "ncu_summary.csv": lambda s: parse_ncu_csv(s, tool_version=NCU_VERSION),
     "ncu_summary_pergpu.csv": lambda s: parse_ncu_csv(s, tool_version=NCU_VERSION),
     "torch_trace.json": lambda s: parse_torch_trace(s, torch_version="2.11.0"),
+    # a public 2021 trace (see public/SOURCES.md), read through gzip as a path would be
+    "public/kineto2021_resnet50_v100.json.gz": lambda s: parse_torch_trace(
+        gzip.GzipFile(fileobj=s, mode="rb")  # type: ignore[arg-type]
+    ),
 }
 #: Seeded mutations per fixture whose outcome (refused, or the parse's canonical form) is pinned.
 MUTATIONS = 60
@@ -81,6 +86,7 @@ def canonical(report: ProfileReport) -> dict[str, Any]:
                 "durations": sorted(kernel.durations.counts.items()),
                 "durations_count": kernel.durations.count,
                 "durations_total": kernel.durations.total_ns,
+                "texts": kernel.texts,
             }
         )
     out = {
@@ -94,6 +100,9 @@ def canonical(report: ProfileReport) -> dict[str, Any]:
         "attributes": report.attributes,
         "rules": report.rules,
         "duration_summaries": report.duration_summaries,
+        "added_facts": report.added_facts,
+        "text_facts": report.text_facts,
+        "added_limitations": report.added_limitations,
         "boundary": boundary(report),
     }
     if report.tool == "ncu":

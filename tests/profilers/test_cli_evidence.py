@@ -303,3 +303,19 @@ def test_old_payload_without_new_fields_still_decodes() -> None:
         },
     )
     assert struct.applicability is None and struct.boundary is None and struct.capture is None
+
+
+def test_ncu_rep_without_ncu_is_refused_with_the_export_command(
+    ledger: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`evidence add --kind ncu X.ncu-rep` where ncu is not installed: exit 2, nothing appended,
+    and the message gives the `ncu --import ... --csv` command to run where it is."""
+    env = {**env, "PERFLEDGER_NCU": str(tmp_path / "no-ncu-here")}
+    report = FIXTURES / "rep.ncu-rep"
+    proc = run(env, "--ledger", str(ledger), "evidence", "add", "--kind", "ncu", str(report),
+               "--evidence-id", "rep", "--tool-version", NCU_VERSION)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "needs Nsight Compute" in proc.stderr
+    assert f"ncu --import {report} --csv --print-units base --page details" in proc.stderr
+    listed = run(env, "--ledger", str(ledger), "--json", "evidence", "list")
+    assert json.loads(listed.stdout)["evidence"] == [], listed.stdout

@@ -77,8 +77,9 @@ def test_rule_rows_are_parsed(fixtures: Path, ncu_version: str) -> None:
     report = parse_ncu_csv(fixtures / "ncu_details_rules.csv", tool_version=ncu_version)
     assert report.layout == "ncu-details-rules"
     assert len(report.rules) == 11
-    assert (SAXPY, "SpeedOfLight", "SOLBottleneck", "OPT", None) in report.rules
-    assert (SAXPY, "ComputeWorkloadAnalysis", "HighPipeUtilization", "OPT", 94.78) in report.rules
+    heads = [rule[:5] for rule in report.rules]
+    assert (SAXPY, "SpeedOfLight", "SOLBottleneck", "OPT", None) in heads
+    assert (SAXPY, "ComputeWorkloadAnalysis", "HighPipeUtilization", "OPT", 94.78) in heads
     plain = parse_ncu_csv(fixtures / "ncu_details_norules.csv", tool_version=ncu_version)
     assert plain.layout == "ncu-details" and plain.rules == []
 
@@ -281,3 +282,123 @@ def test_not_ncu_output_refused(ncu_version: str) -> None:
 
 def test_details_header_constant_matches_the_fixture(fixtures: Path) -> None:
     assert tuple(_table(fixtures / "ncu_details_norules.csv")[0]) == DETAILS
+
+
+# ------------------------------------------------------------- parser version 2 additions
+
+
+def _facts(report, **kw: object) -> dict[str, dict]:
+    from perfledger.kernels.profilers.evidence import report_facts
+
+    return {f["name"]: f for f in report_facts(report, **kw)}  # type: ignore[arg-type]
+
+
+def test_every_rule_row_is_a_fact(fixtures: Path, ncu_version: str) -> None:
+    """Each of the 11 rule rows (two launches per kernel, a rule may repeat) is its own fact with
+    its type, speedup type and description; version 1 kept only the largest speedup per rule."""
+    path = fixtures / "ncu_details_rules.csv"
+    rows = [r for r in _table(path)[1:] if len(r) == 20 and r[12] == ""]
+    assert len(rows) == 11
+    facts = _facts(parse_ncu_csv(path, tool_version=ncu_version))
+    rule_facts = {n: f for n, f in facts.items() if ".rule." in n}
+    assert len(rule_facts) == 11
+    first = facts["k0.rule.ComputeWorkloadAnalysis.HighPipeUtilization.0"]
+    second = facts["k0.rule.ComputeWorkloadAnalysis.HighPipeUtilization.1"]
+    assert (first["value"], second["value"], first["unit"]) == (94.78, 94.82, "%")
+    saxpy_row = next(r for r in rows if r[4] == SAXPY and r[15] == "HighPipeUtilization")
+    assert first["note"] == f"ncu rule OPT: estimated speedup (local): {saxpy_row[17]}"
+    old = _facts(parse_ncu_csv(path, tool_version=ncu_version), parser="1")
+    assert old["k0.rule.ComputeWorkloadAnalysis.HighPipeUtilization"]["value"] == 94.82
+    assert sum(".rule." in n for n in old) == 6
+
+
+@pytest.mark.parametrize("name", ["ncu_details_rules.csv", "ncu_raw.csv"])
+def test_text_valued_metrics_are_text_facts(fixtures: Path, ncu_version: str, name: str) -> None:
+    """Metrics ncu prints as text are facts with unit 'text', a null value and the text as
+    note (version 1 left them out of the event)."""
+    facts = _facts(parse_ncu_csv(fixtures / name, tool_version=ncu_version))
+    key = (
+        "k0.Launch Statistics/Function Cache Configuration"
+        if name.startswith("ncu_details")
+        else "k0.launch__func_cache_config"
+    )
+    assert facts[key] == {
+        "name": key, "value": None, "unit": "text", "note": "CachePreferNone (first launch)",
+    }  # fmt: skip
+    if name == "ncu_raw.csv":
+        assert facts["k0.device__attribute_display_name"]["note"].startswith("NVIDIA H200")
+    assert not any(f["unit"] == "text" for f in _facts(
+        parse_ncu_csv(fixtures / name, tool_version=ncu_version), parser="1").values())  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", ["ncu_details_rules.csv", "ncu_raw.csv", "ncu_summary.csv", "ncu_summary_pergpu.csv"]
+)
+def test_compute_capability_column_is_recorded(fixtures: Path, ncu_version: str, name: str) -> None:
+    """The CC column (9.0 on the H200) becomes gpu<device>.compute_capability.major/minor."""
+    facts = _facts(parse_ncu_csv(fixtures / name, tool_version=ncu_version))
+    assert facts["gpu0.compute_capability.major"]["value"] == 9.0
+    assert facts["gpu0.compute_capability.minor"]["value"] == 0.0
+    assert facts["gpu0.compute_capability.major"]["unit"] == "1"
+
+
+@pytest.mark.parametrize(
+    "name", ["ncu_details_rules.csv", "ncu_details_import.csv", "ncu_raw.csv", "ncu_summary.csv"]
+)
+def test_a_second_header_is_named_as_such(fixtures: Path, ncu_version: str, name: str) -> None:
+    """Two exports concatenated into one file: the second header is named, not reported as a
+    malformed record."""
+    table = (fixtures / name).read_text()
+    start = table.index('"ID",') if '"ID",' in table else table.index('"Process ID",')
+    with pytest.raises(EvidenceError, match="the CSV header appears a second time"):
+        _parse(table + table[start:], ncu_version)
+
+
+def test_binary_ncu_rep_given_as_csv_gets_the_export_command(
+    fixtures: Path, ncu_version: str
+) -> None:
+    """An .ncu-rep under another name is recognised by its magic bytes, with the command that
+    exports it in the hint."""
+    with pytest.raises(EvidenceError, match="a binary Nsight Compute report") as info:
+        parse_ncu_csv(fixtures / "rep.ncu-rep", tool_version=ncu_version)
+    assert "ncu --import" in info.value.hint and "--csv" in info.value.hint
+
+
+def test_ncu_rep_without_ncu_gets_the_export_command(fixtures: Path, tmp_path: Path) -> None:
+    """Exporting an .ncu-rep where ncu is not installed: refused with the exact command to run
+    where it is."""
+    from perfledger.kernels.profilers.capture import export_ncu_rep
+
+    with pytest.raises(EvidenceError, match="needs Nsight Compute") as info:
+        export_ncu_rep(fixtures / "rep.ncu-rep", ncu=str(tmp_path / "no-ncu-here"))
+    assert (
+        f"LC_ALL=C ncu --import {fixtures / 'rep.ncu-rep'} --csv --print-units base "
+        f"--page details > {fixtures / 'rep.csv'}"
+    ) in info.value.hint
+
+
+@pytest.mark.parametrize("name", ["ncu_details_rules.csv", "ncu_raw.csv", "ncu_summary.csv"])
+def test_a_header_naming_a_column_twice_is_named_as_such(
+    fixtures: Path, ncu_version: str, name: str
+) -> None:
+    """A header with a column repeated (Metric Value doubled, a raw metric doubled): the
+    repeated column is named, not just "unknown header"."""
+    text = (fixtures / name).read_text()
+    start = text.index('"ID",') if '"ID",' in text else text.index('"Process ID",')
+    end = text.index("\n", start)
+    header = next(csv.reader([text[start:end]]))
+    doubled = [*header, header[-1]]
+    line = ",".join(f'"{c}"' for c in doubled)
+    with pytest.raises(EvidenceError, match="names a column twice") as info:
+        _parse(text[:start] + line + text[end:], ncu_version)
+    assert header[-1] in info.value.message
+
+
+def test_nvtx_range_columns_are_named_in_the_refusal(fixtures: Path, ncu_version: str) -> None:
+    """An export with ncu's NVTX range columns between Host Name and Kernel Name (a layout seen
+    in public repositories): refused naming those columns, not as a bare unknown header."""
+    text = (fixtures / "ncu_details_norules.csv").read_text()
+    nvtx = '"thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+    text = text.replace('"Host Name","Kernel Name"', '"Host Name",' + nvtx + '"Kernel Name"', 1)
+    with pytest.raises(EvidenceError, match="NVTX range columns"):
+        _parse(text, ncu_version)

@@ -117,3 +117,73 @@ def test_text_that_is_not_utf8_refused(fixtures: Path, tmp_path: Path) -> None:
     con.close()
     with pytest.raises(EvidenceError, match="cannot be read"):
         parse_nsys_sqlite(path)
+
+
+# ------------------------------------------- public exports (fixtures/profilers/public)
+
+PUBLIC = Path(__file__).resolve().parent.parent / "fixtures" / "profilers" / "public"
+
+
+def _facts(report) -> dict[str, dict]:
+    from perfledger.kernels.profilers.evidence import report_facts
+
+    return {f["name"]: f for f in report_facts(report)}
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "meta"),
+    [
+        ("nsys_2022_saxpy_a100.sqlite", "2022.2.1.31", "EXPORT_META_DATA"),
+        ("nsys_2024_cloverleaf_a100.sqlite", "2024.5.1.113", "META_DATA_EXPORT"),
+    ],
+)
+def test_public_exports_record_copies_beside_kernels_and_the_gpus(
+    name: str, version: str, meta: str
+) -> None:
+    """Real exports of schema 2.9 and 3.13: kernels as before, plus memory copies (per copy
+    kind: count, summed duration in ns, bytes), memory sets and each GPU, checked against
+    SQL run here."""
+    path = PUBLIC / name
+    report = parse_nsys_sqlite(path)
+    assert (report.tool_version, report.attributes["metadata_table"]) == (version, meta)
+    con = sqlite3.connect(path)
+    (launches,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    assert sum(k.launches for k in report.kernels.values()) == launches
+    facts = _facts(report)
+    count, total, size = con.execute(
+        "SELECT count(*), sum(end - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+    ).fetchone()
+    assert count > 0
+    assert (facts["memcpy.count"]["value"], facts["memcpy.total"]["value"]) == (count, total)
+    assert (facts["memcpy.bytes"]["value"], facts["memcpy.bytes"]["unit"]) == (size, "byte")
+    (htod,) = con.execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1"
+    ).fetchone()
+    assert facts["memcpy.HtoD.count"]["value"] == htod > 0
+    gpus = con.execute(
+        "SELECT id, name, computeMajor, computeMinor FROM TARGET_INFO_GPU"
+    ).fetchall()
+    for gpu, gpu_name, major, minor in gpus:
+        assert facts[f"gpu{gpu}.name"]["unit"] == "text"
+        assert facts[f"gpu{gpu}.name"]["note"].startswith(gpu_name)
+        assert facts[f"gpu{gpu}.compute_capability.major"]["value"] == major == 8
+        assert facts[f"gpu{gpu}.compute_capability.minor"]["value"] == minor
+    has_memset = con.execute(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_MEMSET'"
+    ).fetchone()[0]
+    if has_memset:
+        assert facts["memset.count"]["value"] == 0
+    else:
+        assert "memset.count" not in facts
+        assert any("no memset activity" in item for item in report.added_limitations)
+
+
+def test_memcpy_rows_with_reversed_times_refused(tmp_path: Path) -> None:
+    target = tmp_path / "copy.sqlite"
+    shutil.copy(PUBLIC / "nsys_2022_saxpy_a100.sqlite", target)
+    con = sqlite3.connect(target)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET end = start - 1 WHERE rowid = 1")
+    con.commit()
+    con.close()
+    with pytest.raises(EvidenceError, match="1 memcpy rows with a non-integer or reversed"):
+        parse_nsys_sqlite(target)

@@ -4,6 +4,7 @@ crashes)."""
 
 from __future__ import annotations
 
+import gzip
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,10 @@ PARSERS: dict[str, tuple[str, Callable[[io.BytesIO], object]]] = {
     "ncu-raw": ("ncu_raw.csv", lambda s: parse_ncu_csv(s, tool_version=NCU)),
     "ncu-summary": ("ncu_summary.csv", lambda s: parse_ncu_csv(s, tool_version=NCU)),
     "torch": ("torch_trace.json", lambda s: parse_torch_trace(s)),
+    # public traces (public/SOURCES.md), fuzzed as JSON: a 2021 trace, and a ROCm trace that
+    # is always refused (its event reading goes on past a bad kernel to find the vendor marks)
+    "torch-2021": ("public/kineto2021_resnet50_v100.json.gz", lambda s: parse_torch_trace(s)),
+    "torch-rocm": ("public/kineto_rocm6_mi250.json.gz", lambda s: parse_torch_trace(s)),
     "nsys-stats": (
         "nsys_stats_cuda_gpu_kern_sum.csv",
         lambda s: parse_nsys_stats_csv(s, tool_version="2025.3.1.90"),
@@ -35,6 +40,10 @@ PARSERS: dict[str, tuple[str, Callable[[io.BytesIO], object]]] = {
     "sass": ("cuobjdump_sass.txt",
              lambda s: parse_sass(s, tool_version="13.0.88", binary_hash=HASH)),
 }  # fmt: skip
+
+
+#: Parsers whose unmutated fixture is refused (a trace of another vendor's device).
+REFUSED = ("torch-rocm",)
 
 
 @st.composite
@@ -84,7 +93,13 @@ def _check(parse: Callable[[io.BytesIO], object], data: bytes) -> None:
 def test_mutated_reports_parse_or_are_refused(name: str) -> None:
     file_name, parse = PARSERS[name]
     original = (FIXTURES / file_name).read_bytes()
-    parse(io.BytesIO(original))  # the unmutated file parses
+    if file_name.endswith(".gz"):
+        original = gzip.decompress(original)
+    if name in REFUSED:
+        with pytest.raises(EvidenceError):
+            parse(io.BytesIO(original))
+    else:
+        parse(io.BytesIO(original))  # the unmutated file parses
 
     @settings(
         max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None
@@ -100,6 +115,20 @@ def test_mutated_reports_parse_or_are_refused(name: str) -> None:
 @given(st.data())
 def test_mutated_nsys_sqlite_parse_or_are_refused(tmp_path_factory, data) -> None:  # type: ignore[no-untyped-def]
     original = (FIXTURES / "nsys_synthetic.sqlite").read_bytes()
+    blob = data.draw(mutated(original))
+    path = tmp_path_factory.mktemp("fuzz") / "x.sqlite"
+    path.write_bytes(blob)
+    try:
+        parse_nsys_sqlite(path)
+    except EvidenceError as exc:
+        assert exc.message
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.data())
+def test_mutated_public_nsys_export_parse_or_are_refused(tmp_path_factory, data) -> None:  # type: ignore[no-untyped-def]
+    """The public schema-2.9 export (memory copies, GPUs) mutated: parsed or refused."""
+    original = (FIXTURES / "public" / "nsys_2022_saxpy_a100.sqlite").read_bytes()
     blob = data.draw(mutated(original))
     path = tmp_path_factory.mktemp("fuzz") / "x.sqlite"
     path.write_bytes(blob)

@@ -10,8 +10,9 @@ recorded ones; the recorded ``report_hash`` must be the attached report's. A mis
 edited and the event's id recomputed, a report swapped for another) is an integrity finding
 naming the event.
 
-Fails closed. An event recorded under this perfledger's parser version, or before the version
-was recorded (``capture.parser`` empty: the parsers then were version 1), is re-derived; one
+Fails closed. An event recorded under one of this perfledger's parser versions (each re-derived
+by the fact derivation of its own version, ``PARSER_VERSIONS``), or before the version was
+recorded (``capture.parser`` empty: the parsers then were version 1), is re-derived; one
 recorded by a parser version this perfledger does not have, or that records a parsed layout
 without attaching its report, is a finding (rule R6): it cannot be vouched for here. Evidence
 recorded before the capture was (a report attached, no layout) is re-derived by the parsers its
@@ -67,6 +68,7 @@ def rederive_evidence(
     """
     from perfledger.kernels.profilers.evidence import (
         PARSER_VERSION,
+        PARSER_VERSIONS,
         kind_of_layout,
         kinds_of_tool,
         reparse_report,
@@ -101,7 +103,7 @@ def rederive_evidence(
         )
     if parsed:
         parser = capture.parser or _UNVERSIONED
-        if parser != PARSER_VERSION:
+        if parser not in PARSER_VERSIONS:
             return EvidenceCheck(
                 False,
                 f"its facts were derived by perfledger's parsers "
@@ -113,6 +115,7 @@ def rederive_evidence(
         kinds = [kind] if kind is not None else []
     else:  # recorded before the capture was: the tool names the parsers that could have run
         kinds = kinds_of_tool(payload.tool.name)
+        parser = _UNVERSIONED
     if not kinds:
         what = f"layout {capture.layout!r}" if parsed else f"tool {payload.tool.name!r}"
         return EvidenceCheck(
@@ -136,7 +139,7 @@ def rederive_evidence(
                 f"report it was recorded from: {exc.message}"
             )
             continue
-        differs = _differences(payload, report)
+        differs = _differences(payload, report, parser)
         if not differs:
             return EvidenceCheck(True)
         problems.append(
@@ -147,13 +150,15 @@ def rederive_evidence(
     return EvidenceCheck(False, problems[0])
 
 
-def _differences(payload: Any, report: Any) -> list[str]:
-    """Names of the recorded fields that differ from those derived from ``report``."""
-    from perfledger.kernels.profilers.evidence import boundary, report_facts
+def _differences(payload: Any, report: Any, parser: str) -> list[str]:
+    """Names of the recorded fields that differ from those derived from ``report`` by the
+    parser version ``parser`` the event was recorded under."""
+    from perfledger.kernels.profilers.evidence import boundary, report_facts, report_limitations
 
-    derived_facts = [(f["name"], f["value"], f["unit"], f["note"]) for f in report_facts(report)]
+    derived = report_facts(report, parser=parser)
+    derived_facts = [(f["name"], f["value"], f["unit"], f["note"]) for f in derived]
     recorded_facts = [(f.name, f.value, f.unit, f.note) for f in payload.facts]
-    limitations = [item[:200] for item in report.limitations]
+    limitations = report_limitations(report, parser=parser)
     capture = payload.capture
     if capture is not None and capture.exit_status not in (None, 0):
         limitations.append(f"ncu exited with status {capture.exit_status}")  # `evidence ncu`

@@ -106,8 +106,18 @@ def export_ncu_rep(path: str | Path, *, ncu: str | None = None) -> tuple[bytes, 
     """Export an ``.ncu-rep`` report with ``ncu --import FILE --csv --print-units base --page
     details`` (``LC_ALL=C``). Returns: (the CSV bytes, ``ncu --version`` output).
 
-    Raises: EvidenceError when ncu is missing or the import fails."""
-    exe = find_ncu(ncu)
+    Raises: EvidenceError when ncu is missing (its hint gives the export command to run where
+    ncu is installed) or the import fails."""
+    try:
+        exe = find_ncu(ncu)
+    except EvidenceError as exc:
+        # a binary report cannot be read without ncu: say how to make the CSV elsewhere
+        raise EvidenceError(
+            f"{path}: a binary .ncu-rep report needs Nsight Compute to be read, and {exc.message}",
+            hint=f"where ncu is installed, run `{export_command(path)}` and add that CSV with "
+            "`perfledger evidence add --kind ncu FILE.csv`; or point PERFLEDGER_NCU (--ncu) "
+            "at ncu",
+        ) from None
     argv = [exe, "--import", str(path), "--csv", "--print-units", "base", "--page", "details"]
     try:
         done = subprocess.run(argv, capture_output=True, env=_env(), timeout=600, check=False)
@@ -117,3 +127,16 @@ def export_ncu_rep(path: str | Path, *, ncu: str | None = None) -> tuple[bytes, 
         message = done.stderr.decode("utf-8", "replace").strip()[:300]
         raise EvidenceError(f"ncu --import {path} failed (exit {done.returncode}): {message}")
     return done.stdout, ncu_version(exe)
+
+
+def export_command(path: str | Path) -> str:
+    """The shell command that exports the ``.ncu-rep`` at ``path`` to the CSV perfledger reads
+    (``--page details``, base units, ``LC_ALL=C``), for a hint where ncu is not installed."""
+    import shlex
+
+    name = str(path)
+    target = (name[: -len(".ncu-rep")] if name.endswith(".ncu-rep") else name) + ".csv"
+    return (
+        f"LC_ALL=C ncu --import {shlex.quote(name)} --csv --print-units base --page details "
+        f"> {shlex.quote(target)}"
+    )

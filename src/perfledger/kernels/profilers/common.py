@@ -237,6 +237,8 @@ class KernelSummary:
         streams: the distinct stream ids.
         metrics: metric key -> :class:`MetricStat` in base units (ncu).
         durations: exact duration statistics (nsys, PyTorch profiler, ncu ``gpu__time_duration``).
+        texts: metric key -> the text an ncu metric printed as text has at its first launch
+            (``Function Cache Configuration``: ``CachePreferNone``), recorded as a text fact.
     """
 
     name: str
@@ -246,6 +248,7 @@ class KernelSummary:
     streams: set[str] = field(default_factory=set)
     metrics: dict[str, MetricStat] = field(default_factory=dict)
     durations: DurationStat = field(default_factory=DurationStat)
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -262,9 +265,16 @@ class ProfileReport:
         facts: extra facts ``(name, value, unit, note)`` that are not per-kernel metrics.
         limitations: what the tool could not measure (R16), e.g. ``ERR_NVGPUCTRPERM``.
         attributes: descriptive strings (device name, locale, schema version, ...).
-        rules: ncu rule results ``(kernel, section, rule, type, estimated speedup %)``.
+        rules: ncu rule results ``(kernel, section, rule, type, estimated speedup %,
+            speedup type, description)``, one per rule row, in report order.
         duration_summaries: per-kernel duration statistics a tool gave already aggregated
             (nsys); see :meth:`durations`.
+        added_facts: facts found since parser version 2 (ncu's compute capability, nsys's
+            memory copies, sets and GPUs), kept apart from ``facts`` so that evidence recorded
+            under version 1 re-derives as it was (see ``evidence.report_facts``).
+        text_facts: text-valued facts since parser version 2 ``(name, text, note)``, e.g. an
+            ncu metric printed as text (``Function Cache Configuration``) or a GPU's name.
+        added_limitations: limitations found since parser version 2 (same reason).
     """
 
     tool: str
@@ -275,8 +285,11 @@ class ProfileReport:
     facts: list[tuple[str, float | None, str, str]] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     attributes: dict[str, str] = field(default_factory=dict)
-    rules: list[tuple[str, str, str, str, float | None]] = field(default_factory=list)
+    rules: list[tuple[str, str, str, str, float | None, str, str]] = field(default_factory=list)
     duration_summaries: dict[str, dict[str, float]] = field(default_factory=dict)
+    added_facts: list[tuple[str, float | None, str, str]] = field(default_factory=list)
+    text_facts: list[tuple[str, str, str]] = field(default_factory=list)
+    added_limitations: list[str] = field(default_factory=list)
 
     def durations(self, name: str) -> dict[str, float]:
         """Duration statistics of kernel ``name`` in ns (see :meth:`DurationStat.summary`):

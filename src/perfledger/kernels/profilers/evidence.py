@@ -25,13 +25,21 @@ KINDS = ("ncu", "nsys", "nsys-stats", "torch", "ptxas", "sass")
 #: :func:`boundary`), recorded in each parsed report's ``capture.parser``: ``perfledger audit``
 #: re-derives the facts of the events recorded under this version (or before versions were
 #: recorded) from their attached raw report. Bump it when a parser's output changes.
-PARSER_VERSION = "1"
+#: Version 2: every ncu rule row, ncu text metrics as text facts, the compute capability, nsys
+#: memory copies / sets and GPUs (:attr:`ProfileReport.added_facts`, ``text_facts``,
+#: ``added_limitations``); 2021-era PyTorch traces read, non-NVIDIA traces refused.
+PARSER_VERSION = "2"
+#: Every parser version whose fact derivation :func:`report_facts` still reproduces.
+PARSER_VERSIONS = ("1", "2")
+#: The unit of a text-valued fact (its value is null, its text is the note).
+TEXT_UNIT = "text"
 #: A recognised layout (``ProfileReport.layout``, recorded as ``capture.layout``) -> the kind
 #: that parses it; ncu's layouts all begin with ``ncu-``.
 _LAYOUT_KINDS = {
     "nsys-sqlite": "nsys",
     "nsys-stats-kern-sum": "nsys-stats",
     "torch-chrome-trace": "torch",
+    "torch-chrome-trace-legacy": "torch",
     "ptxas-v": "ptxas",
     "cuobjdump-sass": "sass",
 }
@@ -160,16 +168,25 @@ def _num(value: float | None) -> float | None:
     return float(value)
 
 
-def report_facts(report: ProfileReport) -> list[dict[str, Any]]:
+def report_facts(report: ProfileReport, *, parser: str = PARSER_VERSION) -> list[dict[str, Any]]:
     """The report's facts as ``{"name", "value", "unit", "note"}`` dicts, in base units
-    (dimensionless values have unit :data:`DIMENSIONLESS`).
+    (counts and other dimensionless values have unit :data:`DIMENSIONLESS` ``1``; fractions in
+    [0, 1] ``ratio``; percentages ``%``; text-valued facts :data:`TEXT_UNIT`, value null).
 
     Per kernel ``k<i>``: each metric's mean over launches (with ``.min``/``.max`` when they
     differ), duration statistics (``k<i>.duration.median_ns`` ...) for timing tools, and ncu rule
-    results (``k<i>.rule.<section>.<rule>``: the largest estimated speedup in %); then the report's
-    own facts. Raises: EvidenceError when a name is longer than 200 characters or there are more
-    than :data:`MAX_FACTS` facts (the raw report stays attached in full).
+    results; then the report's own facts. ``parser`` selects the derivation of that parser
+    version (R6: an event is re-derived by the rule it was recorded under): version 1 keeps one
+    fact per rule (``k<i>.rule.<section>.<rule>``: the largest estimated speedup in %); version 2
+    keeps every rule row (``k<i>.rule.<section>.<rule>.<n>``, n from 0 in report order, the
+    note naming its type, speedup type and description) and adds the report's text facts and
+    :attr:`ProfileReport.added_facts`.
+    Raises: EvidenceError when a name is longer than 200 characters, there are more than
+    :data:`MAX_FACTS` facts (the raw report stays attached in full), or ``parser`` is not one
+    of :data:`PARSER_VERSIONS`.
     """
+    if parser not in PARSER_VERSIONS:
+        raise EvidenceError(f"unknown parser version {parser!r}")
     facts: list[dict[str, Any]] = []
     keys = {name: f"k{i}" for i, name in enumerate(report.kernels)}
     for name, kernel in report.kernels.items():
@@ -183,6 +200,10 @@ def report_facts(report: ProfileReport) -> list[dict[str, Any]]:
             if stat.count > 1 and stat.minimum != stat.maximum:
                 facts.append(_fact(f"{key}.{metric}.min", stat.minimum, stat.unit, ""))
                 facts.append(_fact(f"{key}.{metric}.max", stat.maximum, stat.unit, ""))
+        if parser != "1":
+            first = " (first launch)" if kernel.launches > 1 else ""
+            for metric, text in kernel.texts.items():
+                facts.append(_fact(f"{key}.{metric}", None, TEXT_UNIT, f"{text}{first}"))
         durations = (
             report.duration_summaries.get(name)
             if name in report.duration_summaries
@@ -192,22 +213,49 @@ def report_facts(report: ProfileReport) -> list[dict[str, Any]]:
             for stat_name, value in durations.items():
                 unit = "" if stat_name == "count" else "ns"
                 facts.append(_fact(f"{key}.duration.{stat_name}", value, unit, ""))
-    best: dict[str, tuple[float | None, str]] = {}
-    for kernel_name, section, rule, kind, speedup in report.rules:
-        fact_name = f"{keys[kernel_name]}.rule.{section}.{rule}"
-        old = best.get(fact_name)
-        if old is None or (speedup is not None and (old[0] is None or speedup > old[0])):
-            best[fact_name] = (speedup, kind)
-    for fact_name, (speedup, kind) in best.items():
-        facts.append(_fact(fact_name, speedup, "%", f"ncu rule {kind}: estimated speedup"))
+    if parser == "1":
+        best: dict[str, tuple[float | None, str]] = {}
+        for kernel_name, section, rule, kind, speedup, *_ in report.rules:
+            fact_name = f"{keys[kernel_name]}.rule.{section}.{rule}"
+            old = best.get(fact_name)
+            if old is None or (speedup is not None and (old[0] is None or speedup > old[0])):
+                best[fact_name] = (speedup, kind)
+        for fact_name, (speedup, kind) in best.items():
+            facts.append(_fact(fact_name, speedup, "%", f"ncu rule {kind}: estimated speedup"))
+    else:
+        rows: dict[str, int] = {}
+        for kernel_name, section, rule, kind, speedup, *detail in report.rules:
+            stem = f"{keys[kernel_name]}.rule.{section}.{rule}"
+            n = rows[stem] = rows.get(stem, -1) + 1
+            speedup_type, description = detail if detail else ("", "")
+            note = f"ncu rule {kind}: estimated speedup" + (
+                f" ({speedup_type})" if speedup_type else ""
+            )
+            if description:
+                note += f": {description}"
+            facts.append(_fact(f"{stem}.{n}", speedup, "%", note[:2000]))
     for name, value, unit, note in report.facts:
         facts.append(_fact(name, value, unit, note))
+    if parser != "1":
+        for name, text, note in report.text_facts:
+            facts.append(_fact(name, None, TEXT_UNIT, (text + (f" ({note})" if note else ""))))
+        for name, value, unit, note in report.added_facts:
+            facts.append(_fact(name, value, unit, note))
     if len(facts) > MAX_FACTS:
         raise EvidenceError(
             f"the report yields {len(facts)} facts, more than the {MAX_FACTS} one event holds",
             hint="profile fewer kernels (ncu -k/-c) or metrics (--section/--metrics)",
         )
     return facts
+
+
+def report_limitations(report: ProfileReport, *, parser: str = PARSER_VERSION) -> list[str]:
+    """The report's limitations (R16) as parser version ``parser`` recorded them, each cut to
+    200 characters: version 1 lacks :attr:`ProfileReport.added_limitations`."""
+    found = list(report.limitations)
+    if parser != "1":
+        found += report.added_limitations
+    return [item[:200] for item in found]
 
 
 def _fact(name: str, value: float | None, unit: str, note: str) -> dict[str, Any]:
@@ -268,7 +316,7 @@ def evidence_request(
         "layer": layer or report.layer,
         "tool": {"name": report.tool, "version": report.tool_version},
         "facts": report_facts(report),
-        "limitations": [item[:200] for item in report.limitations],
+        "limitations": report_limitations(report),
         "description": description
         or f"{report.tool} {report.layout}: {len(report.kernels)} kernel(s)"
         + (f" from {Path(source_file).name}" if source_file else ""),

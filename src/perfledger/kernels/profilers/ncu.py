@@ -156,10 +156,12 @@ def parse_ncu_csv(
 def _parse(lines: LineReader, version: str, grouping: str, label: str) -> ProfileReport:
     limitations: list[str] = []
     header: list[str] | None = None
+    header_line = ""
     for line in lines:
         stripped = line.rstrip("\r\n")
         if stripped.startswith(('"ID",', '"Process ID",')):
             header = _one_row(stripped, label, lines.lineno)
+            header_line = stripped
             break
         _preamble(stripped, limitations)
     if header is None:
@@ -180,10 +182,11 @@ def _parse(lines: LineReader, version: str, grouping: str, label: str) -> Profil
 
         page = RawPage(parser.metrics, old=parser.old, label=label, report=report,
                        grouping=grouping, limitations=limitations)  # fmt: skip
+        page.header_line = header_line
         page.run(lines)
     else:
         try:
-            rows = csv.reader(_table_lines(lines, limitations), strict=True)
+            rows = csv.reader(_table_lines(lines, limitations, header_line, label), strict=True)
             parser.run(rows, report, grouping, label, lines.lineno)
         except csv.Error as exc:
             raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
@@ -209,6 +212,7 @@ class LineReader:
         self.offset = 0  # file offset of buffer[0]
         self.eof = False
         self.lineno = 0  # lines returned so far
+        self.first = True  # nothing read yet
 
     def read(self, size: int) -> bytes:
         """Up to ``size`` bytes from the stream (b"" at its end), checked for NUL bytes."""
@@ -217,9 +221,12 @@ class LineReader:
         except (OSError, EOFError, zlib.error) as exc:
             raise EvidenceError(f"{self.label}: the compressed stream is damaged ({exc})") from None
         if b"\x00" in data:
+            if self.first and data.startswith(NCU_REP_MAGIC):
+                raise binary_report(self.label)
             raise EvidenceError(
                 f"{self.label}: binary content (a NUL byte) where text was expected"
             )
+        self.first = False
         if not data:
             self.eof = True
         return data
@@ -314,8 +321,37 @@ class LineReader:
                 yield last
 
 
+#: The first bytes of a binary Nsight Compute report (``.ncu-rep``).
+NCU_REP_MAGIC = b"NVR\x00"
+
+
+def binary_report(label: str) -> EvidenceError:
+    """The error for a binary ``.ncu-rep`` given where a CSV export was expected, with the
+    command that exports it."""
+    from perfledger.kernels.profilers.capture import export_command
+
+    return EvidenceError(
+        f"{label}: a binary Nsight Compute report (.ncu-rep), not a CSV export",
+        hint=f"name it *.ncu-rep (perfledger then runs ncu --import where ncu is installed), "
+        f"or export it yourself: `{export_command(label)}`",
+    )
+
+
 #: Lines that ncu (or the profiled program) may print inside the table; never CSV rows.
 TABLE_NOISE = ("==PROF==", "==WARNING==", "==ERROR==")
+
+
+def note_compute_capability(report: ProfileReport, device: str, cc: str) -> None:
+    """Record device ``device``'s compute capability ``cc`` (``"9.0"``, already checked) once,
+    as the facts ``gpu<device>.compute_capability.major`` / ``.minor`` (parser version 2)."""
+    key = f"device{device}.compute_capability"
+    if key in report.attributes:
+        return
+    report.attributes[key] = cc
+    major, minor = cc.split(".")
+    note = "ncu CC column"
+    report.added_facts.append((f"gpu{device}.compute_capability.major", float(major), "", note))
+    report.added_facts.append((f"gpu{device}.compute_capability.minor", float(minor), "", note))
 
 
 def _one_row(line: str, label: str, lineno: int) -> list[str]:
@@ -339,12 +375,27 @@ def _preamble(line: str, limitations: list[str]) -> None:
         limitations.append("no kernels were profiled")
 
 
-def _table_lines(lines: Iterator[str], limitations: list[str]) -> Iterator[str]:
+def _table_lines(
+    lines: Iterator[str], limitations: list[str], header: str | None = None, label: str = ""
+) -> Iterator[str]:
     for line in lines:
         if line.startswith(TABLE_NOISE):
             _preamble(line.rstrip("\r\n"), limitations)
             continue
+        if header is not None and line.rstrip("\r\n") == header:
+            raise duplicated_header(label, getattr(lines, "lineno", 0))
         yield line
+
+
+def duplicated_header(label: str, lineno: int) -> EvidenceError:
+    """The error for the CSV header found again inside the table (two exports concatenated,
+    or a report appended to another): named as such, not as a malformed row."""
+    where = f"line {lineno}: " if lineno else ""
+    return EvidenceError(
+        f"{label}: {where}the CSV header appears a second time (two ncu exports "
+        "concatenated into one file?)",
+        hint="give each ncu export its own file",
+    )
 
 
 class _Layout:
@@ -370,6 +421,20 @@ def _layout(header: list[str], label: str) -> _Layout:
         metrics = head[len(prefix) :]
         if head[: len(prefix)] == prefix and metrics and all(_METRIC.fullmatch(m) for m in metrics):
             return _Raw(head[len(prefix) :], old=old, label=label)
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise EvidenceError(
+            f"{label}: the ncu CSV header names a column twice: {', '.join(twice)[:300]}",
+            hint="a header from a hand-edited or merged export; export the report again",
+        )
+    nvtx = [c for c in header if "Push/Pop_Range" in c or "Start/Stop_Range" in c]
+    if nvtx:
+        raise EvidenceError(
+            f"{label}: the export has NVTX range columns ({nvtx[0][:80]}, ...), a layout "
+            "perfledger does not read",
+            hint="perfledger reads the layouts without NVTX columns: profile or export the "
+            "report without ncu's --nvtx option",
+        )
     shown = ",".join(header[:16]) + (",..." if len(header) > 16 else "")
     raise EvidenceError(
         f"{label}: unknown ncu CSV header ({len(header)} columns): {shown[:400]}",
@@ -449,6 +514,7 @@ class _Details(_Layout):
                 _check(_CC, row[10], "CC", where)
                 section, metric, unit, text = row[11], row[12], row[13], row[14]
                 report.attributes.setdefault("compute_capability", row[10])
+                note_compute_capability(report, row[9], row[10])
             _check(_INT, stream, "Stream", where)
             kernel = report.kernel(kernel_name)
             if launch != current:
@@ -470,6 +536,7 @@ class _Details(_Layout):
             value, base, text_value = _value(metric, unit, text, grouping, where + f" {key}")
             if text_value is not None:
                 report.attributes.setdefault(f"{kernel_name}/{key}", text_value)
+                kernel.texts.setdefault(key, text_value)
                 continue
             stat = kernel.metrics.get(key)
             if stat is None:
@@ -489,13 +556,13 @@ class _Details(_Layout):
         report: ProfileReport,
         where: str,
     ) -> None:
-        name, kind, _description, speedup_type, speedup = row[width:]
+        name, kind, description, speedup_type, speedup = row[width:]
         if not name or kind not in _RULE_TYPES:
             raise EvidenceError(f"{where}: rule row with name {name!r} and type {kind!r}")
         if speedup_type not in _SPEEDUP_TYPES:
             raise EvidenceError(f"{where}: unknown Estimated Speedup Type {speedup_type!r}")
         value = parse_number(speedup, where=where + " Estimated Speedup") if speedup else None
-        report.rules.append((kernel_name, section, name, kind, value))
+        report.rules.append((kernel_name, section, name, kind, value, speedup_type, description))
 
 
 class _Raw(_Layout):
@@ -507,7 +574,11 @@ class _Raw(_Layout):
         self.old = old
         self.layout = "ncu-raw-old" if old else "ncu-raw"
         if len(set(metrics)) != len(metrics):
-            raise EvidenceError(f"{label}: a raw page metric column appears twice")
+            twice = sorted({m for m in metrics if metrics.count(m) > 1})
+            raise EvidenceError(
+                f"{label}: the ncu CSV header names a column twice: {', '.join(twice)[:300]} "
+                "(a raw page metric column appears twice)"
+            )
 
 
 class _Summary(_Layout):
@@ -574,8 +645,10 @@ class _Summary(_Layout):
         kernel.blocks.add(block)
         kernel.grids.add(grid)
         report.attributes.setdefault("compute_capability", cc)
+        note_compute_capability(report, device, cc)
         if any(v[2] is not None for v in values):
             report.attributes.setdefault(f"{kname}/{key}", mean)
+            kernel.texts.setdefault(key, mean)
             return
         base = values[0][1]
         stat = kernel.metrics.get(key)

@@ -263,6 +263,8 @@ class RawPage:
         self.metrics = metrics
         self.old = old
         self.label = label
+        #: the header line as read (a second one inside the table is named as such)
+        self.header_line: str | None = None
         self.report = report
         self.grouping = grouping
         self.limitations = limitations
@@ -339,7 +341,7 @@ class RawPage:
         :data:`EXACT_ROWS` (``==PROF==``-style lines skipped, ``==ERROR==`` kept)."""
         from perfledger.kernels.profilers.ncu import _table_lines
 
-        text = _table_lines(lines.decoded(chunks), self.limitations)
+        text = _table_lines(lines.decoded(chunks), self.limitations, self.header_line, self.label)
         batch: list[list[str]] = []
         records = csv.reader(text, strict=True)
         while True:
@@ -422,7 +424,12 @@ class RawPage:
                 kernel, value = divmod(pair, len(distinct))
                 getattr(report.kernels[names[kernel]], attr).add(distinct[value])
         if not self.old:
+            from perfledger.kernels.profilers.ncu import note_compute_capability
+
             report.attributes.setdefault("compute_capability", launch[10][0].as_py())
+            pairs = zip(launch[9].to_pylist(), launch[10].to_pylist(), strict=True)
+            for device, cc in dict.fromkeys(pairs):
+                note_compute_capability(report, device, cc)
         self._texts(cells, codes, names)
 
     def _strings(
@@ -531,6 +538,10 @@ class RawPage:
         decimal digits (or beyond int64) or that appears twice, an empty kernel name, a stream,
         block, grid or CC out of ncu's format, a metric value that is not accepted."""
         rows = len(launch[0])
+        if pc.any(pc.equal(launch[0], "ID")).as_py():
+            from perfledger.kernels.profilers.ncu import duplicated_header
+
+            raise duplicated_header(self.label, 0)  # a second export appended to the first
         id_ok = pc.match_substring_regex(launch[0], _DIGITS).to_numpy(zero_copy_only=False)
         ids = np.zeros(rows, dtype=np.int64)
         if id_ok.all():
@@ -603,7 +614,9 @@ class RawPage:
                 found.append((row, i, names[kernel]))
         attributes = self.report.attributes
         for row, i, name in sorted(found):
-            attributes.setdefault(f"{name}/{self.metrics[i]}", cells[i].texts[row].as_py())
+            text = cells[i].texts[row].as_py()
+            attributes.setdefault(f"{name}/{self.metrics[i]}", text)
+            self.report.kernels[name].texts.setdefault(self.metrics[i], text)
 
     def _finish(self) -> None:
         """Move the running statistics into the report's kernels, in metric order."""

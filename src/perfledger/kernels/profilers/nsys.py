@@ -99,6 +99,9 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
         raise EvidenceError(f"{label}: no readable EXPORT_PRODUCT_VERSION in {meta_table}")
     report = ProfileReport("nsys", product, "nsys-sqlite", layer="workload")
     report.attributes.update({"schema_version": schema, "metadata_table": meta_table})
+    _gpus(conn, tables, report)
+    for table, what in ((MEMCPY_TABLE, "memcpy"), (MEMSET_TABLE, "memset")):
+        _memory_ops(conn, tables, report, label, table, what)
     if KERNEL_TABLE not in tables:
         report.limitations.append(f"no kernel activity: the export has no {KERNEL_TABLE} table")
         return report
@@ -160,6 +163,95 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
     report.facts.append(("kernel_time_total", float(grand), "ns", "sum over all kernels"))
     report.facts.append(("kernel_span", float(span_hi - span_lo), "ns", "first start to last end"))
     return report
+
+
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+GPU_TABLE = "TARGET_INFO_GPU"
+#: CUPTI's memcpy kinds (``CUpti_ActivityMemcpyKind``), used where the export has no
+#: ``ENUM_CUDA_MEMCPY_OPER`` table.
+MEMCPY_KINDS = {
+    0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+    8: "DtoD", 9: "HtoH", 10: "PtoP",
+}  # fmt: skip
+
+
+def _memory_ops(
+    conn: sqlite3.Connection,
+    tables: set[str],
+    report: ProfileReport,
+    label: str,
+    table: str,
+    what: str,
+) -> None:
+    """Memory copies (``what`` = ``memcpy``, per copy kind too) or sets beside the kernels, as
+    parser-version-2 facts: ``<what>.count``, ``<what>.total`` (ns, sum of durations) and
+    ``<what>.bytes``. A missing table is a limitation (nsys writes none when it traced none, or
+    did not trace CUDA memory operations), never zeros."""
+    if table not in tables:
+        report.added_limitations.append(f"no {what} activity: the export has no {table} table")
+        return
+    columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+    need = ("start", "end", "bytes") + (("copyKind",) if what == "memcpy" else ())
+    missing = [c for c in need if c not in columns]
+    if missing:
+        raise EvidenceError(f"{label}: {table} lacks the columns {missing}")
+    bad = conn.execute(
+        f"SELECT count(*) FROM {table} WHERE end < start OR typeof(start) != 'integer' "
+        "OR typeof(end) != 'integer' OR typeof(bytes) != 'integer' OR bytes < 0"
+    ).fetchone()[0]
+    if bad:
+        raise EvidenceError(f"{label}: {bad} {what} rows with a non-integer or reversed start/end "
+                            "or a bad byte count")  # fmt: skip
+    groups: list[tuple[str, str]] = [("", "1")]
+    if what == "memcpy":
+        kinds = dict(MEMCPY_KINDS)
+        if "ENUM_CUDA_MEMCPY_OPER" in tables:
+            for kind_id, kind_name in conn.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER"):
+                if isinstance(kind_id, int) and isinstance(kind_name, str):
+                    kinds[kind_id] = kind_name.removeprefix("CUDA_MEMCPY_KIND_").replace("TO", "to")
+        for (kind_id,) in conn.execute(f"SELECT DISTINCT copyKind FROM {table} ORDER BY 1"):
+            if isinstance(kind_id, bool) or not isinstance(kind_id, int):
+                raise EvidenceError(f"{label}: {table} has a copyKind {kind_id!r}")
+            groups.append((f".{kinds.get(kind_id, f'kind{kind_id}')}", f"copyKind = {kind_id}"))
+    for suffix, where in groups:
+        count, total, size = conn.execute(
+            f"SELECT count(*), coalesce(sum(end - start), 0), coalesce(sum(bytes), 0) "
+            f"FROM {table} WHERE {where}"
+        ).fetchone()
+        name = f"{what}{suffix}"
+        report.added_facts.append((f"{name}.count", float(count), "", ""))
+        report.added_facts.append((f"{name}.total", float(total), "ns", "sum of durations"))
+        report.added_facts.append((f"{name}.bytes", float(size), "byte", "sum"))
+
+
+def _gpus(conn: sqlite3.Connection, tables: set[str], report: ProfileReport) -> None:
+    """The GPUs the export describes (``TARGET_INFO_GPU``): per GPU ``gpu<id>.name`` (a text
+    fact) and, where the export has them, its compute capability, SM count and memory."""
+    if GPU_TABLE not in tables:
+        report.added_limitations.append(f"no GPU description: the export has no {GPU_TABLE}")
+        return
+    columns = {r[1] for r in conn.execute(f"PRAGMA table_info({GPU_TABLE})")}
+    if not {"id", "name"} <= columns:
+        report.added_limitations.append(f"no GPU description: {GPU_TABLE} lacks id/name")
+        return
+    numeric = [
+        (column, fact, unit)
+        for column, fact, unit in (
+            ("computeMajor", "compute_capability.major", ""),
+            ("computeMinor", "compute_capability.minor", ""),
+            ("smCount", "sm_count", ""),
+            ("totalMemory", "total_memory", "byte"),
+        )
+        if column in columns
+    ]
+    select = ", ".join(["id", "name"] + [c for c, _, _ in numeric])
+    for row in conn.execute(f"SELECT {select} FROM {GPU_TABLE} ORDER BY id LIMIT 64"):
+        gpu, name = row[0], row[1]
+        report.text_facts.append((f"gpu{gpu}.name", str(name)[:200], GPU_TABLE))
+        for (_, fact, unit), value in zip(numeric, row[2:], strict=True):
+            number = float(value) if isinstance(value, (int, float)) else None
+            report.added_facts.append((f"gpu{gpu}.{fact}", number, unit, GPU_TABLE))
 
 
 def parse_nsys_stats_csv(

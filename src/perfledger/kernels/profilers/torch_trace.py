@@ -6,9 +6,20 @@ The top-level object holds ``schemaVersion``, ``deviceProperties``, the CUDA/CUP
 ``grid`` and ``block``. ``pid``/``tid`` may be ints or strings. The reader walks the top-level
 object with the standard library's C JSON scanner one element at a time (``raw_decode``), so memory
 is bounded by the largest single event (at most :data:`MAX_EVENT_CHARS`) and the per-kernel state,
-not by the file. A trace without ``schemaVersion`` is refused; a trace that is not from a CUDA
-device (no CUDA runtime/CUPTI version and no device with a compute capability) is refused as out
-of scope.
+not by the file. A trace without ``schemaVersion`` is refused.
+
+Two layouts are known (R6): today's Kineto category names (``kernel``, ``cuda_runtime``,
+``cpu_op``, ``gpu_memcpy``, ``gpu_memset``, ...; layout ``torch-chrome-trace``) and the
+capitalised names that Kineto wrote in 2021 (``Kernel``, ``Runtime``, ``Operator``, ``Memcpy``,
+``Memset``; layout ``torch-chrome-trace-legacy``), whose kernel events carry the same ``args``.
+
+A trace is accepted only when it is positively from NVIDIA CUDA: a trace with any mark of another
+vendor's runtime (HIP/ROCm runtime calls or version keys, an AMD device or ``gfx`` architecture,
+an MTIA, XPU, HPU or PrivateUse1 runtime) is refused naming that mark, whatever other fields it
+carries; a trace with no mark of CUDA at all (no CUDA runtime/CUPTI version, no device with a
+compute capability, no ``cuda*``/``cu*`` runtime call) is refused as out of scope. A trace with
+GPU activity never yields zero kernels quietly: kernel launches without kernel events, or
+complete events of categories this parser does not know and no kernel, are refused naming them.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import heapq
 import itertools
 import json
 import operator
+import re
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -37,6 +49,27 @@ MAX_EVENT_CHARS = 16 * 1024 * 1024
 REORDER_WINDOW = 1 << 16
 _WS = " \t\r\n"
 _COUNTED = ("cuda_runtime", "cuda_driver", "cpu_op", "cuda_sync", "gpu_memcpy", "gpu_memset")
+#: The category names of 2021-era Kineto (PyTorch 1.8-1.9) -> today's names.
+LEGACY_CATEGORIES = {
+    "Kernel": "kernel", "Runtime": "cuda_runtime", "Operator": "cpu_op", "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+}  # fmt: skip
+#: Categories of complete events that carry no kernel timing, known to be safe to skip (Kineto's
+#: activity types, old and new, and what the PyTorch profiler adds).
+SKIPPED_CATEGORIES = frozenset({
+    "user_annotation", "gpu_user_annotation", "python_function", "Python", "Trace", "overhead",
+    "cpu_instant_event", "external_correlation", "collective_comm", "cuda_profiler_range",
+    "glow_runtime", "async_cpu_to_gpu", "critical_path", "fwdbwd", "ac2g",
+})  # fmt: skip
+#: Categories whose presence marks another vendor's device runtime -> the vendor named.
+FOREIGN_CATEGORIES = {
+    "mtia_runtime": "Meta MTIA", "mtia_ccp_events": "Meta MTIA", "xpu_runtime": "Intel XPU",
+    "hpu_op": "Intel Gaudi (HPU)", "privateuse1_runtime": "a PrivateUse1 backend",
+    "privateuse1_driver": "a PrivateUse1 backend",
+}  # fmt: skip
+_RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+#: Most distinct runtime call names remembered (for vendor marks and launch counts).
+_MAX_RUNTIME_NAMES = 4096
 
 
 class _Stream:
@@ -131,6 +164,23 @@ def _shape(value: Any, what: str, where: str) -> str:
     ):
         raise EvidenceError(f"{where}: {what} {value!r} is not three non-negative integers")
     return f"({value[0]}, {value[1]}, {value[2]})"
+
+
+class _Seen:
+    """What the vendor and zero-kernel checks read: the count of complete events per category
+    (as written) and per runtime call name (categories ``cuda_runtime``/``cuda_driver``, old or
+    new names; at most :data:`_MAX_RUNTIME_NAMES` distinct names)."""
+
+    def __init__(self) -> None:
+        self.categories: Counter[Any] = Counter()
+        self.runtime: Counter[str] = Counter()
+
+    def runtime_names(self, names: Any) -> None:
+        """Count runtime call names (non-strings are skipped)."""
+        runtime = self.runtime
+        for name, count in Counter(names).items():  # counted in C, merged per distinct name
+            if isinstance(name, str) and (name in runtime or len(runtime) < _MAX_RUNTIME_NAMES):
+                runtime[name] += count
 
 
 class _Busy:
@@ -280,6 +330,8 @@ def _parse(js: _Stream, label: str, torch_version: str | None) -> ProfileReport:
     counted = {cat: [0, 0] for cat in _COUNTED}
     span = [None, None]  # type: list[int | None]
     events = 0
+    seen = _Seen()
+    failure: EvidenceError | None = None
     js.expect("{", "the trace's opening '{'")
     if js.peek() == "}":
         js.pos += 1
@@ -294,31 +346,85 @@ def _parse(js: _Stream, label: str, torch_version: str | None) -> ProfileReport:
             if key == "traceEvents":
                 header[key] = True
                 js.expect("[", "the traceEvents array")
-                if js.peek() == "]":
-                    js.pos += 1
-                else:
-                    slow_left = 0  # after a failed fast batch, this many elements go slowly
-                    while True:
-                        done = 0
-                        if slow_left == 0:
-                            done = _fast_batch(js, report, busy, counted, span, label, events + 1)
-                            slow_left = 0 if done else SLOW_AFTER_MISS
-                        if done:
-                            events += done
-                        else:
-                            slow_left -= 1
-                            events += 1
-                            _event(js.value(), report, busy, counted, span, label, events)
-                        if js.expect(",]", "',' or ']' in traceEvents") == "]":
-                            break
+                try:
+                    events = _events(js, report, busy, counted, span, label, seen)
+                except EvidenceError as exc:
+                    # an event this parser cannot read: before naming it, read on (only the
+                    # marks of the vendor) so that a trace of another vendor's device is refused
+                    # as such, not for a field it lacks
+                    failure = exc
+                    _salvage(js, seen, exc)
             else:
                 header[key] = js.value()
             if js.expect(",}", "',' or '}'") == "}":
                 break
     if js.peek() != "":
         raise EvidenceError(f"{label}: content after the trace's closing '}}'")
-    _finish(report, header, busy, counted, span, label, events, torch_version)
+    if failure is not None:
+        _refuse_foreign(header, seen, label)
+        raise failure
+    _finish(report, header, busy, counted, span, label, events, torch_version, seen)
     return report
+
+
+def _events(
+    js: _Stream,
+    report: ProfileReport,
+    busy: dict[int, _Busy],
+    counted: dict[str, list[int]],
+    span: list[int | None],
+    label: str,
+    seen: _Seen,
+) -> int:
+    """Read the traceEvents array after its ``[``; return how many elements it held."""
+    events = 0
+    if js.peek() == "]":
+        js.pos += 1
+        return 0
+    slow_left = 0  # after a failed fast batch, this many elements go slowly
+    while True:
+        done = 0
+        if slow_left == 0:
+            done = _fast_batch(js, report, busy, counted, span, label, events + 1, seen)
+            slow_left = 0 if done else SLOW_AFTER_MISS
+        if done:
+            events += done
+        else:
+            slow_left -= 1
+            events += 1
+            _event(js.value(), report, busy, counted, span, label, events, seen)
+        if js.expect(",]", "',' or ']' in traceEvents") == "]":
+            return events
+
+
+def _salvage(js: _Stream, seen: _Seen, failure: EvidenceError) -> None:
+    """After ``failure`` inside traceEvents, read the rest of the array noting only categories
+    and runtime call names. Raises ``failure`` when the rest is not valid JSON either."""
+    try:
+        while True:
+            char = js.peek()
+            if char == ",":
+                js.pos += 1
+                continue
+            if char == "]":
+                js.pos += 1
+                return
+            if char == "":
+                raise failure
+            event = js.value()
+            if isinstance(event, dict) and event.get("ph") == "X":
+                _note(seen, event.get("cat"), event.get("name"))
+    except EvidenceError:
+        raise failure from None
+
+
+def _note(seen: _Seen, cat: Any, name: Any) -> None:
+    """Count one complete event's category (and its name, for a runtime call)."""
+    if not isinstance(cat, str) and cat is not None:  # a list or object: unhashable, not a name
+        cat = f"<{type(cat).__name__}>"
+    seen.categories[cat] += 1
+    if isinstance(name, str) and LEGACY_CATEGORIES.get(cat, cat) in _RUNTIME_CATEGORIES:
+        seen.runtime_names((name,))
 
 
 def _event(
@@ -329,12 +435,15 @@ def _event(
     span: list[int | None],
     label: str,
     index: int,
+    seen: _Seen,
 ) -> None:
     if not isinstance(event, dict):
         raise EvidenceError(f"{label}: trace event {index} is not an object")
     if event.get("ph") != "X":
         return
     cat = event.get("cat")
+    _note(seen, cat, event.get("name"))
+    cat = LEGACY_CATEGORIES.get(cat, cat) if isinstance(cat, str) else cat
     where = f"{label}: event {index}"
     _record(
         cat,
@@ -384,7 +493,7 @@ def _record(
         if tracker is None:
             tracker = busy[device] = _Busy(where.split(": event")[0])
         tracker.add(start, start + dur)
-    elif cat in counted:
+    elif isinstance(cat, str) and cat in counted:  # a list as category is no category
         counted[cat][0] += 1
         counted[cat][1] += dur
 
@@ -415,6 +524,7 @@ def _fast_batch(
     span: list[int | None],
     label: str,
     index: int,
+    seen: _Seen,
 ) -> int:
     """Decode as many whole events as the buffer holds, in one typed msgspec call, starting at
     ``js.pos`` (the start of an element). Returns how many were read (0: use the slow path).
@@ -441,8 +551,8 @@ def _fast_batch(
             events = _BATCH.decode(("[" + buf[pos : close + 1] + "]").encode())
         except (msgspec.DecodeError, RecursionError):
             continue
-        if not _batch_columns(events, report, busy, counted, span, label, index):
-            _batch_events(events, report, busy, counted, span, label, index)
+        if not _batch_columns(events, report, busy, counted, span, label, index, seen):
+            _batch_events(events, report, busy, counted, span, label, index, seen)
         js.pos = close + 1
         return len(events)
     return 0
@@ -456,6 +566,7 @@ def _batch_events(
     span: list[int | None],
     label: str,
     index: int,
+    seen: _Seen,
 ) -> None:
     """Account decoded events one by one (``index``: the first one's number), raising the
     precise error of the first bad one."""
@@ -463,7 +574,9 @@ def _batch_events(
     for offset, ev in enumerate(events):
         if ev.ph != "X":
             continue
-        ts_us, dur_us, cat = ev.ts, ev.dur, ev.cat
+        _note(seen, ev.cat, ev.name)
+        ts_us, dur_us = ev.ts, ev.dur
+        cat = LEGACY_CATEGORIES.get(ev.cat, ev.cat) if ev.cat is not None else None
         if ts_us is None or dur_us is None:
             raise EvidenceError(f"{label}: event {index + offset}: no ts or dur")
         if cat == "kernel" or dur_us < 0:
@@ -518,6 +631,7 @@ def _batch_columns(
     span: list[int | None],
     label: str,
     index: int,
+    seen: _Seen,
 ) -> bool:
     """Account decoded events column-wise with numpy; return False (having changed nothing)
     when any complete event lacks ``ts``/``dur``, has a negative rounded ``dur`` or times too
@@ -557,6 +671,10 @@ def _batch_columns(
             kernel_args = _KERNEL_ARGS.decode(b"[" + b",".join(map(_ARGS, kernels)) + b"]")
         except msgspec.DecodeError:
             return False
+    seen.categories.update(cats)
+    runtime_at = np.flatnonzero((codes == _RUNTIME_CODE) | (codes == _DRIVER_CODE)).tolist()
+    if runtime_at:
+        seen.runtime_names(map(_NAME, map(picked.__getitem__, runtime_at)))
     end = start + dur_ns
     lo, hi = int(start.min()), int(end.max())
     span[0] = lo if span[0] is None or lo < span[0] else span[0]
@@ -630,6 +748,10 @@ _ZERO = itertools.repeat(0)
 _CODES = {cat: code for code, cat in enumerate(_COUNTED, start=1)}
 _KERNEL_CODE = len(_COUNTED) + 1
 _CODES["kernel"] = _KERNEL_CODE
+for _old, _new in LEGACY_CATEGORIES.items():
+    _CODES[_old] = _CODES[_new]
+_RUNTIME_CODE = _CODES["cuda_runtime"]
+_DRIVER_CODE = _CODES["cuda_driver"]
 _NAME = operator.attrgetter("name")
 _ARGS = operator.attrgetter("args")
 _GRID = operator.attrgetter("grid")
@@ -651,6 +773,50 @@ def _shape_text(shape: tuple[int, int, int]) -> str:
     return text
 
 
+_CUDA_CALL = re.compile(r"cuda[A-Z]|cu[A-Z]")
+_LAUNCH_CALL = re.compile(r"Launch")
+_HIP_CALL = re.compile(r"(hip|hsa_|roctx)[A-Za-z_]")
+_AMD_NAME = re.compile(r"\b(AMD|Radeon|Instinct)\b|\bgfx[0-9]", re.IGNORECASE)
+#: ROCm's header keys (``roctracer_version``, ``hip_runtime_version``, ...); anchored so that a
+#: user's metadata key merely containing "hip" ("ownership") is not taken for one.
+_ROCM_KEY = re.compile(r"roctracer|rocprofiler|\brocm|^hip(_|[A-Z])", re.IGNORECASE)
+
+
+def _refuse_foreign(header: dict[str, Any], seen: _Seen, label: str) -> None:
+    """Raise EvidenceError naming every mark of a non-NVIDIA device runtime in the trace (its
+    runtime calls, header keys, device names or architectures, distributed backend, categories).
+    R6: evidence of another vendor's device is identified positively and refused, whatever
+    CUDA-like fields (``computeMajor``, grids) it also carries."""
+    marks: list[str] = []
+    hip = sorted(name for name in seen.runtime if _HIP_CALL.match(name))
+    if hip:
+        marks.append(f"HIP runtime calls ({', '.join(hip[:4])})")
+    keys = sorted(k for k in header if _ROCM_KEY.search(k))
+    if keys:
+        marks.append(f"ROCm header keys ({', '.join(keys[:4])})")
+    devices = header.get("deviceProperties")
+    for device in devices if isinstance(devices, list) else []:
+        texts = (
+            [v for v in device.values() if isinstance(v, str)] if isinstance(device, dict) else []
+        )
+        amd = [t for t in texts if _AMD_NAME.search(t)]
+        if amd:
+            marks.append(f"an AMD device ({amd[0][:80]!r})")
+            break
+    info = header.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    if isinstance(backend, str) and re.search(r"hip|rccl|xccl|hccl", backend, re.IGNORECASE):
+        marks.append(f"distributed backend {backend!r}")
+    foreign = sorted({FOREIGN_CATEGORIES[c] for c in seen.categories if c in FOREIGN_CATEGORIES})
+    marks += [f"{vendor} runtime events" for vendor in foreign]
+    if marks:
+        raise EvidenceError(
+            f"{label}: out of scope: not a trace of an NVIDIA CUDA device: {'; '.join(marks)}",
+            hint="perfledger reads PyTorch traces of CUDA workloads on NVIDIA GPUs only; "
+            "a ROCm/HIP trace is refused whatever CUDA-like fields it carries",
+        )
+
+
 def _finish(
     report: ProfileReport,
     header: dict[str, Any],
@@ -660,6 +826,7 @@ def _finish(
     label: str,
     events: int,
     torch_version: str | None,
+    seen: _Seen,
 ) -> None:
     schema = header.get("schemaVersion")
     if "schemaVersion" not in header:
@@ -671,14 +838,46 @@ def _finish(
     devices = header.get("deviceProperties", [])
     if not isinstance(devices, list) or any(not isinstance(d, dict) for d in devices):
         raise EvidenceError(f"{label}: deviceProperties is not a list of objects")
+    _refuse_foreign(header, seen, label)
     cuda = [d for d in devices if "computeMajor" in d and "computeMinor" in d]
     cupti = header.get("cupti_version")
     runtime = header.get("cuda_runtime_version")
-    if not cuda and cupti is None and runtime is None:
+    cuda_calls = sorted(name for name in seen.runtime if _CUDA_CALL.match(name))
+    if not cuda and cupti is None and runtime is None and not cuda_calls:
         raise EvidenceError(
             f"{label}: out of scope: the trace is not from a CUDA device (no device with a "
-            "compute capability, no CUDA runtime or CUPTI version)",
+            "compute capability, no CUDA runtime or CUPTI version, no CUDA runtime call)",
             hint="perfledger reads PyTorch traces of CUDA workloads only",
+        )
+    legacy = sorted(c for c in LEGACY_CATEGORIES if seen.categories[c])
+    modern = sorted(c for c in LEGACY_CATEGORIES.values() if seen.categories[c])
+    if legacy and modern:
+        raise EvidenceError(
+            f"{label}: the trace mixes the 2021 Kineto category names ({', '.join(legacy)}) "
+            f"with today's ({', '.join(modern)}): not one known layout"
+        )
+    if legacy:
+        report.layout = "torch-chrome-trace-legacy"
+    known = {*_COUNTED, "kernel", *LEGACY_CATEGORIES, *SKIPPED_CATEGORIES}
+    unknown = sorted(str(c) for c in seen.categories if c not in known)
+    if not report.kernels:
+        launches = {n: c for n, c in seen.runtime.items() if _LAUNCH_CALL.search(n)}
+        if launches:
+            shown = ", ".join(f"{n} x{c}" for n, c in sorted(launches.items())[:5])
+            raise EvidenceError(
+                f"{label}: the trace launches kernels ({shown}) but holds no kernel event"
+                + (f"; categories not known here: {', '.join(unknown[:10])}" if unknown else ""),
+                hint="record the trace with ProfilerActivity.CUDA; a CUPTI range-profiler "
+                "trace (cuda_profiler_range) holds no kernel timings",
+            )
+        if unknown:
+            raise EvidenceError(
+                f"{label}: no kernel event, and complete events of categories not known to "
+                f"perfledger: {', '.join(unknown[:10])} (a trace layout it does not read)"
+            )
+    elif unknown:
+        report.added_limitations.append(
+            f"events of categories not read: {', '.join(unknown[:10])}"[:200]
         )
     report.tool_version = (
         torch_version
