@@ -1,0 +1,1212 @@
+"""Host-launched CUDA C++ (and CUTLASS) subjects: the loop playbook's standalone contract
+(SPEC.md section 5, "Subjects").
+
+A ``.cu`` file exports ``extern "C" void solve(...)``: host code that launches any number of
+kernels on the stream it is given. perfledger builds it with ``nvcc -shared`` into a shared
+library (:func:`nvcc_argv`, :func:`build_solve`; flags, nvcc version and the ``ptxas -v`` log
+recorded, the library's blake3 hash is the subject's identity together with its sources' hashes)
+and calls it through :mod:`ctypes` with device pointers and the harness's ``cudaStream_t``
+(:class:`SolveSubject`).
+
+The signature comes from a declared *argument spec* (:func:`parse_arg_spec`), e.g. for
+``solve(const float* x, float* y, int n, cudaStream_t stream)``::
+
+    {"args": [["x", "in", "float32*", ["n"]], ["y", "out", "float32*", ["n"]],
+              ["n", "int"], ["stream", "stream"]]}
+
+buffers carry a role (``in`` / ``out``), a pointer type and a shape of dims expressions; scalars
+take their value from the dims JSON by name; the stream argument receives the harness's stream.
+The spec is checked against the ``solve`` signature parsed from the source
+(:func:`check_signature`): a mismatch would be a crash or silent garbage through ctypes.
+
+The problem comes from ``ref.py`` (:func:`solve_problem`): ``reference(**kwargs)`` gets the
+inputs (float64 copies) and the dims by name and returns the outputs (a dict, a tuple in the
+order of the ``out`` buffers, or one array), or writes the output buffers it is given and
+returns None. Arrays are CuPy by default; ``ARRAYS = "torch"`` or ``"numpy"`` in ``ref.py``
+converts (DLPack for torch, no copy). ``ref.py`` may also define ``ARGS`` (the argument spec),
+``make_inputs(seed, **dims)``, ``bytes_per_call(**dims)``, ``flops_per_call(**dims)``,
+``FLOPS_UNIT`` and ``TOLERANCES``.
+
+Nothing here needs a GPU until a subject is called on device arrays or a device architecture is
+asked for; argument specs, ``ref.py`` checks and the nvcc command line are unit-tested on the
+CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+import numpy as np
+
+from perfledger.errors import BadRequest, MeasurementError
+from perfledger.kernels.harness import Subject
+
+#: The exported host entry point of the contract.
+ENTRY = "solve"
+#: nvcc flags of every build (besides ``-arch``, includes and the user's extra flags).
+BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
+#: Where built libraries are kept, keyed by what went into them.
+CACHE_ENV = "PERFLEDGER_SOLVE_CACHE"
+
+#: Buffer element types: spec spelling (a dtype name or a C type) -> NumPy/CuPy dtype name.
+BUFFER_TYPES = {
+    "float32": "float32", "float": "float32",
+    "float64": "float64", "double": "float64",
+    "float16": "float16", "half": "float16", "__half": "float16",
+    "int8": "int8", "int8_t": "int8", "char": "int8", "signed char": "int8",
+    "uint8": "uint8", "uint8_t": "uint8", "unsigned char": "uint8",
+    "int16": "int16", "int16_t": "int16", "short": "int16",
+    "uint16": "uint16", "uint16_t": "uint16",
+    "int32": "int32", "int32_t": "int32", "int": "int32",
+    "uint32": "uint32", "uint32_t": "uint32", "unsigned": "uint32", "unsigned int": "uint32",
+    "int64": "int64", "int64_t": "int64", "long long": "int64",
+    "uint64": "uint64", "uint64_t": "uint64", "unsigned long long": "uint64",
+    "bool": "bool",
+}  # fmt: skip
+#: Scalar types: spec spelling -> (dtype name, ctypes type).
+SCALAR_TYPES: dict[str, tuple[str, Any]] = {
+    "int": ("int32", ctypes.c_int32), "int32": ("int32", ctypes.c_int32),
+    "int32_t": ("int32", ctypes.c_int32),
+    "unsigned": ("uint32", ctypes.c_uint32), "unsigned int": ("uint32", ctypes.c_uint32),
+    "uint32": ("uint32", ctypes.c_uint32), "uint32_t": ("uint32", ctypes.c_uint32),
+    "int64": ("int64", ctypes.c_int64), "int64_t": ("int64", ctypes.c_int64),
+    "long long": ("int64", ctypes.c_int64), "long": ("int64", ctypes.c_int64),
+    "uint64": ("uint64", ctypes.c_uint64), "uint64_t": ("uint64", ctypes.c_uint64),
+    "size_t": ("uint64", ctypes.c_uint64), "unsigned long long": ("uint64", ctypes.c_uint64),
+    "float32": ("float32", ctypes.c_float), "float": ("float32", ctypes.c_float),
+    "float64": ("float64", ctypes.c_double), "double": ("float64", ctypes.c_double),
+}  # fmt: skip
+_ROLES = ("in", "out")
+_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+# --------------------------------------------------------------------------- argument spec
+
+
+@dataclass(frozen=True)
+class SolveArg:
+    """One parameter of ``solve``.
+
+    Attributes:
+        name: the parameter's name (an identifier).
+        kind: ``in`` / ``out`` (a device buffer), ``scalar`` (a value from the dims) or
+            ``stream`` (the harness's ``cudaStream_t``).
+        dtype: the buffer's element dtype or the scalar's dtype (NumPy names); ``""`` for the
+            stream.
+        shape: a buffer's shape as dims expressions (``"M"``, ``"M*K"``, ``4096``); empty
+            otherwise.
+    """
+
+    name: str
+    kind: str
+    dtype: str = ""
+    shape: tuple[str, ...] = ()
+
+    @property
+    def is_buffer(self) -> bool:
+        """True for an ``in`` or ``out`` buffer."""
+        return self.kind in _ROLES
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """The declared signature of ``solve`` (:func:`parse_arg_spec`), parameters in order."""
+
+    args: tuple[SolveArg, ...]
+
+    @property
+    def inputs(self) -> tuple[SolveArg, ...]:
+        """The ``in`` buffers, in order."""
+        return tuple(a for a in self.args if a.kind == "in")
+
+    @property
+    def outputs(self) -> tuple[SolveArg, ...]:
+        """The ``out`` buffers, in order."""
+        return tuple(a for a in self.args if a.kind == "out")
+
+    @property
+    def scalars(self) -> tuple[SolveArg, ...]:
+        """The scalar parameters (values from the dims), in order."""
+        return tuple(a for a in self.args if a.kind == "scalar")
+
+    def shapes(self, dims: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        """Every buffer's shape evaluated with ``dims`` (elements per axis).
+
+        Raises: BadRequest for an expression that uses a name not in ``dims`` or that is not a
+        positive integer.
+        """
+        from perfledger.commands.loop_preflight import eval_launch
+
+        numeric = {k: v for k, v in dims.items() if isinstance(v, int) and not isinstance(v, bool)}
+        shapes: dict[str, tuple[int, ...]] = {}
+        for arg in self.args:
+            if not arg.is_buffer:
+                continue
+            axes = []
+            for expression in arg.shape:
+                try:
+                    (value,) = eval_launch(f"({expression},)", numeric)
+                except BadRequest as exc:
+                    raise BadRequest(
+                        f"buffer {arg.name!r}: shape {expression!r}: "
+                        + exc.message.replace(f"launch expression '({expression},)': ", ""),
+                        hint='a shape names integer dims, e.g. ["M", "K"] or "M*K"',
+                    ) from None
+                if not isinstance(value, int) or value < 1:
+                    raise BadRequest(f"buffer {arg.name!r}: shape {expression!r} is {value!r}")
+                axes.append(value)
+            shapes[arg.name] = tuple(axes)
+        return shapes
+
+    def check_dims(self, dims: Mapping[str, Any]) -> None:
+        """Every scalar parameter has a value of its kind in ``dims`` and every shape evaluates.
+
+        Raises: BadRequest naming what is missing or wrong.
+        """
+        for arg in self.scalars:
+            if arg.name not in dims:
+                raise BadRequest(
+                    f"the dims give no value for the scalar parameter {arg.name!r}",
+                    hint=f"add {arg.name!r} to the dims JSON",
+                )
+            value = dims[arg.name]
+            integer = arg.dtype.startswith(("int", "uint"))
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise BadRequest(f"dims[{arg.name!r}] is {value!r}, not a number")
+            if integer and not isinstance(value, int):
+                raise BadRequest(f"dims[{arg.name!r}] is {value!r}; {arg.dtype} needs an integer")
+            if integer:
+                info = np.iinfo(arg.dtype)
+                if not int(info.min) <= value <= int(info.max):
+                    raise BadRequest(f"dims[{arg.name!r}] = {value} does not fit {arg.dtype}")
+        self.shapes(dims)
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec in its declared list form (``{"args": [...]}``)."""
+        rows: list[list[Any]] = []
+        for a in self.args:
+            if a.is_buffer:
+                rows.append([a.name, a.kind, f"{a.dtype}*", list(a.shape)])
+            elif a.kind == "scalar":
+                rows.append([a.name, a.dtype])
+            else:
+                rows.append([a.name, "stream"])
+        return {"args": rows}
+
+
+def _pointer_dtype(text: str, where: str) -> str:
+    base = " ".join(text.replace("*", " ").replace("const", " ").split())
+    if text.count("*") != 1 or base not in BUFFER_TYPES:
+        raise BadRequest(
+            f"{where}: {text!r} is not a supported buffer type",
+            hint=f"one pointer to one of {', '.join(sorted(set(BUFFER_TYPES.values())))}",
+        )
+    return BUFFER_TYPES[base]
+
+
+def _shape(raw: Any, where: str) -> tuple[str, ...]:
+    if isinstance(raw, str | int) and not isinstance(raw, bool):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest(
+            f"{where}: a buffer needs a shape (a list of dims expressions)",
+            hint='e.g. ["x", "in", "float32*", ["n"]]',
+        )
+    out = []
+    for axis in raw:
+        if isinstance(axis, bool) or not isinstance(axis, str | int):
+            raise BadRequest(f"{where}: shape axis {axis!r} is neither a dims name nor an integer")
+        out.append(str(axis))
+    return tuple(out)
+
+
+def _row_of(item: dict[str, Any]) -> list[Any]:
+    """The list form of an object entry ``{"name", "role", "type", "shape"}``."""
+    name, role, ctype = item.get("name"), item.get("role"), item.get("type")
+    if role in _ROLES:
+        return [name, role, ctype, item.get("shape")]
+    if role == "stream":
+        return [name, "stream"]
+    if role in (None, "scalar"):
+        return [name, "scalar", ctype]
+    return [name, role]
+
+
+def parse_arg_spec(data: Any, source: str = "the argument spec") -> ArgSpec:
+    """Parse a declared argument spec: ``{"args": [...]}`` or the bare list. Each entry is
+    ``[name, role, "T*", shape]`` for a buffer (role ``in`` or ``out``), ``[name, T]`` or
+    ``[name, "scalar", T]`` for a scalar, ``[name, "stream"]`` for the stream; or an object
+    ``{"name", "role", "type", "shape"}`` with the same meaning.
+
+    Returns: the :class:`ArgSpec`.
+    Raises: BadRequest (what is wrong, where, and an example) for anything malformed: an unknown
+    role or type, a buffer without a shape, duplicate names, no output, no or several stream
+    parameters (``solve`` must launch on the harness's stream, or its work would not be timed).
+    """
+    rows = data.get("args") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not rows:
+        raise BadRequest(
+            f'{source} must be a list of parameters or an object with one ("args")',
+            hint='e.g. {"args": [["x","in","float32*",["n"]], ["y","out","float32*",["n"]], '
+            '["n","int"], ["stream","stream"]]}',
+        )
+    args: list[SolveArg] = []
+    for i, row in enumerate(rows):
+        where = f"{source}, parameter {i + 1}"
+        if isinstance(row, dict):
+            row = _row_of(row)
+        if (
+            not isinstance(row, list)
+            or len(row) < 2
+            or not all(isinstance(x, str) for x in row[:2])
+        ):
+            raise BadRequest(f"{where}: {row!r} is not [name, role or type, ...]")
+        name, role = row[0], row[1].strip()
+        if not _NAME.match(name):
+            raise BadRequest(f"{where}: {name!r} is not an identifier")
+        where = f"{source}, parameter {name!r}"
+        if role in _ROLES:
+            if len(row) != 4 or not isinstance(row[2], str):
+                raise BadRequest(
+                    f"{where}: a buffer is [name, {role!r}, type, shape]",
+                    hint=f'e.g. ["{name}", "{role}", "float32*", ["n"]]',
+                )
+            args.append(SolveArg(name, role, _pointer_dtype(row[2], where), _shape(row[3], where)))
+        elif role == "stream":
+            if len(row) != 2:
+                raise BadRequest(f'{where}: the stream is [name, "stream"]')
+            args.append(SolveArg(name, "stream"))
+        elif role in ("inout", "in_out"):
+            raise BadRequest(
+                f"{where}: in-place (inout) buffers are not supported",
+                hint="the harness checks that inputs are never written: declare an in and an "
+                "out buffer",
+            )
+        else:
+            ctype = row[2] if role == "scalar" and len(row) == 3 else role
+            if (role == "scalar" and len(row) != 3) or (role != "scalar" and len(row) != 2):
+                raise BadRequest(f'{where}: a scalar is [name, type] or [name, "scalar", type]')
+            if not isinstance(ctype, str) or ctype.strip() not in SCALAR_TYPES:
+                raise BadRequest(
+                    f"{where}: unknown role or scalar type {ctype!r}",
+                    hint="roles: in, out, stream; scalar types: " + ", ".join(sorted(SCALAR_TYPES)),
+                )
+            args.append(SolveArg(name, "scalar", SCALAR_TYPES[ctype.strip()][0]))
+    names = [a.name for a in args]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise BadRequest(f"{source}: duplicate parameter names {duplicates}")
+    streams = [a for a in args if a.kind == "stream"]
+    if len(streams) != 1:
+        raise BadRequest(
+            f"{source}: solve must take exactly one cudaStream_t parameter (found {len(streams)})",
+            hint="add `cudaStream_t stream` and launch every kernel on it (<<<grid, block, smem, "
+            "stream>>>): work on another stream is not what the harness times",
+        )
+    if not any(a.kind == "out" for a in args):
+        raise BadRequest(f'{source}: no output buffer (role "out")')
+    return ArgSpec(tuple(args))
+
+
+# --------------------------------------------------------------------------- the source's signature
+
+_SOLVE = re.compile(
+    r'extern\s+"C"\s+((?:[\w:()"]+\s+)*?)void\s+(?:__\w+__\s+)*([A-Za-z_]\w*)\s*\(([^)]*)\)',
+    re.S,
+)
+
+
+def parse_solve_signature(source: str, entry: str = ENTRY) -> list[tuple[str, str]]:
+    """The ``(ctype, name)`` parameters of the host function ``extern "C" void <entry>(...)`` in
+    CUDA ``source`` (comments ignored).
+
+    Raises: BadRequest when there is no such host function (a ``__global__`` entry is the other
+    contract: a kernel with a ``// perfledger-launch:`` line).
+    """
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    for match in _SOLVE.finditer(text):
+        if match.group(2) != entry or "__global__" in match.group(1):
+            continue
+        params = []
+        for raw in match.group(3).split(","):
+            item = " ".join(raw.replace("__restrict__", " ").replace("*", " * ").split())
+            if not item or item == "void":
+                continue
+            found = re.match(r"^(.*?)\s*([A-Za-z_]\w*)$", item)
+            if found is None or not found.group(1):
+                raise BadRequest(f"cannot parse the parameter {raw.strip()!r} of {entry}")
+            params.append((found.group(1).replace(" *", "*").strip(), found.group(2)))
+        return params
+    raise BadRequest(
+        f'no host function extern "C" void {entry}(...) in the source',
+        hint=f'export the host entry point as extern "C" void {entry}(..., cudaStream_t stream)',
+    )
+
+
+def has_solve_entry(source: str, entry: str = ENTRY) -> bool:
+    """True when CUDA ``source`` exports the host function ``extern "C" void <entry>(...)``."""
+    try:
+        parse_solve_signature(source, entry)
+    except BadRequest:
+        return False
+    return True
+
+
+def _describe(ctype: str) -> tuple[str, str]:
+    """(kind, dtype) of a C parameter type: ``in``/``out`` buffers, scalars, the stream."""
+    bare = " ".join(ctype.replace("*", " * ").split())
+    if bare.replace(" ", "") in ("cudaStream_t", "constcudaStream_t", "CUstream"):
+        return "stream", ""
+    if "*" in bare:
+        kind = "in" if bare.split()[0] == "const" or " const " in f" {bare} " else "out"
+        base = " ".join(w for w in bare.split() if w not in ("const", "*"))
+        return kind, BUFFER_TYPES.get(base, f"?{base}")
+    base = " ".join(w for w in bare.split() if w != "const")
+    return "scalar", SCALAR_TYPES[base][0] if base in SCALAR_TYPES else f"?{base}"
+
+
+def check_signature(spec: ArgSpec, source: str, entry: str = ENTRY) -> None:
+    """Check the declared ``spec`` against the ``solve`` signature in ``source``: the same
+    names in the same order, pointers where buffers are declared with the same element type
+    (``const`` for inputs, non-const for outputs), scalars of the same type, the stream where
+    declared.
+
+    Raises: BadRequest listing every mismatch (ctypes would pass what the spec says, whatever
+    the function expects).
+    """
+    params = parse_solve_signature(source, entry)
+    problems: list[str] = []
+    if [n for _, n in params] != [a.name for a in spec.args]:
+        problems.append(
+            f"parameters are ({', '.join(n for _, n in params)}) in the source but "
+            f"({', '.join(a.name for a in spec.args)}) in the spec"
+        )
+    for (ctype, name), arg in zip(params, spec.args, strict=False):
+        kind, dtype = _describe(ctype)
+        if kind != arg.kind or dtype != arg.dtype:
+            problems.append(f"{name}: `{ctype}` in the source is {kind} {dtype or ''}".rstrip()
+                            + f", the spec says {arg.kind} {arg.dtype}".rstrip())  # fmt: skip
+    if problems:
+        raise BadRequest(
+            f"the argument spec does not match {entry}'s signature: " + "; ".join(problems),
+            hint="inputs are const pointers, outputs non-const pointers, the stream a cudaStream_t",
+        )
+
+
+def spec_from_signature(source: str, shapes: Mapping[str, Any], entry: str = ENTRY) -> ArgSpec:
+    """An argument spec from the ``solve`` signature in ``source`` (const pointers are inputs,
+    other pointers outputs) and the buffers' ``shapes`` (``{name: [dims expressions]}``).
+
+    Raises: BadRequest for an unsupported parameter type or a buffer without a shape.
+    """
+    rows: list[list[Any]] = []
+    for ctype, name in parse_solve_signature(source, entry):
+        kind, dtype = _describe(ctype)
+        if dtype.startswith("?"):
+            raise BadRequest(f"{entry}: parameter {name!r} has an unsupported type {ctype!r}")
+        if kind in _ROLES:
+            if name not in shapes:
+                raise BadRequest(
+                    f"no shape for the buffer {name!r}",
+                    hint=f'declare it in ref.py: SHAPES = {{"{name}": ["n"], ...}}',
+                )
+            rows.append([name, kind, f"{dtype}*", shapes[name]])
+        elif kind == "stream":
+            rows.append([name, "stream"])
+        else:
+            rows.append([name, dtype])
+    return parse_arg_spec(rows, f"{entry}'s signature")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def nvcc_argv(
+    source: Path,
+    output: Path,
+    *,
+    arch: str,
+    nvcc: str = "nvcc",
+    include_dirs: Sequence[str | Path] = (),
+    extra_flags: Sequence[str] = (),
+) -> list[str]:
+    """The nvcc command line that builds ``source`` into the shared library ``output``:
+    :data:`BASE_FLAGS` (position-independent shared library, -O3, C++17, line info, the
+    ``ptxas -v`` resource report), ``-arch=<arch>`` (``sm_90``, ``sm_90a``, ...), ``-I`` per
+    include directory, then ``extra_flags``.
+
+    Raises: BadRequest for an architecture that is not ``sm_<digits>[a-z]``.
+    """
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise BadRequest(f"{arch!r} is not a CUDA architecture (e.g. sm_90)")
+    return [
+        nvcc,
+        *BASE_FLAGS,
+        f"-arch={arch}",
+        *(f"-I{d}" for d in include_dirs),
+        *extra_flags,
+        "-o",
+        str(output),
+        str(source),
+    ]
+
+
+def device_arch() -> str:
+    """``sm_XY`` of the current CUDA device (needs CuPy).
+
+    Raises: MeasurementError without CuPy or a device.
+    """
+    from perfledger.kernels.harness import require_cupy
+
+    cupy = require_cupy()
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    return f"sm_{props['major']}{props['minor']}"
+
+
+def cutlass_include_dirs() -> list[str]:
+    """CUTLASS's C++ include directories from the ``nvidia-cutlass`` pip package
+    (``cutlass_library/source/include`` and its ``tools/util/include``); empty when the package
+    is not installed."""
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = Path(next(iter(spec.submodule_search_locations))) / "source"
+    dirs = [root / "include", root / "tools" / "util" / "include"]
+    return [str(d) for d in dirs if d.is_dir()]
+
+
+def file_hash(path: Path) -> str:
+    """blake3 hex of a file's bytes."""
+    return blake3.blake3(path.read_bytes()).hexdigest()
+
+
+def _nvcc_version(nvcc: str) -> str:
+    from perfledger.kernels.profilers.compiler import parse_nvcc_version
+
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+        return parse_nvcc_version(out.stdout)
+    except Exception as exc:
+        raise MeasurementError(f"cannot run {nvcc} --version: {exc}") from None
+
+
+def _local_sources(source: Path) -> dict[str, str]:
+    """blake3 of the source and of the headers beside it (a local ``#include "x.cuh"`` is part
+    of what is built)."""
+    found = {source.name: file_hash(source)}
+    for path in sorted(source.parent.iterdir()):
+        if path != source and path.suffix in (".cuh", ".h", ".hpp", ".inl") and path.is_file():
+            found[path.name] = file_hash(path)
+    return found
+
+
+@dataclass(frozen=True)
+class SolveBuild:
+    """A built ``solve`` library and what identifies it.
+
+    Attributes:
+        library: path of the shared library.
+        library_blake3: blake3 hex of the library's bytes: the identity of what is measured.
+        sources: file name -> blake3 hex of the source and the headers beside it.
+        argv: the nvcc command line (paths as used).
+        nvcc_version: the toolkit version (``13.0.88``).
+        arch: the architecture built for.
+        ptxas_log: what ``ptxas -v`` reported (nvcc's stderr of the build).
+    """
+
+    library: Path
+    library_blake3: str
+    sources: dict[str, str]
+    argv: tuple[str, ...]
+    nvcc_version: str
+    arch: str
+    ptxas_log: str
+
+    def identity(self) -> dict[str, Any]:
+        """JSON builtins recorded with the samples: hashes, flags, nvcc version, arch."""
+        return {
+            "kind": "solve",
+            "library_blake3": self.library_blake3,
+            "sources": dict(self.sources),
+            "nvcc_argv": list(self.argv),
+            "nvcc_version": self.nvcc_version,
+            "arch": self.arch,
+        }
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "perfledger", "solve"
+    )
+    return Path(root)
+
+
+def build_solve(
+    source: str | Path,
+    *,
+    arch: str | None = None,
+    nvcc: str | None = None,
+    include_dirs: Sequence[str | Path] = (),
+    extra_flags: Sequence[str] = (),
+    cache_dir: str | Path | None = None,
+    timeout_s: float = 900.0,
+) -> SolveBuild:
+    """Build ``source`` (a ``.cu`` exporting ``solve``) into a shared library with
+    :func:`nvcc_argv`, or reuse the library built earlier from the same sources, flags and
+    nvcc version (kept under ``$PERFLEDGER_SOLVE_CACHE``, default ``~/.cache/perfledger/solve``).
+
+    Args:
+        arch: ``sm_XY`` (default: the current device's, which needs CuPy).
+        nvcc: the compiler (default: ``nvcc`` on PATH, else ``$CUDA_HOME/bin/nvcc``).
+    Raises: BadRequest when the source is missing or does not compile (nvcc's message in the
+        hint); MeasurementError when no nvcc is found.
+    """
+    path = Path(source)
+    if not path.is_file():
+        raise BadRequest(f"no CUDA source {str(path)!r}")
+    exe = nvcc or shutil.which("nvcc")
+    if exe is None:
+        home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        exe = str(Path(home) / "bin" / "nvcc") if (Path(home) / "bin" / "nvcc").exists() else None
+    if exe is None:
+        raise MeasurementError(
+            "nvcc not found", hint="install the CUDA toolkit or put nvcc on PATH"
+        )
+    arch = arch or device_arch()
+    version = _nvcc_version(exe)
+    sources = _local_sources(path)
+    template = nvcc_argv(Path("SOURCE"), Path("LIB"), arch=arch, nvcc="nvcc",
+                         include_dirs=include_dirs, extra_flags=extra_flags)  # fmt: skip
+    key = blake3.blake3(repr((sorted(sources.items()), template, version)).encode()).hexdigest()
+    folder = Path(cache_dir) if cache_dir is not None else _cache_dir()
+    target = folder / key[:32] / f"{path.stem}.so"
+    log_path = target.with_suffix(".ptxas.log")
+    argv = nvcc_argv(path, target, arch=arch, nvcc=exe, include_dirs=include_dirs,
+                     extra_flags=extra_flags)  # fmt: skip
+    if not (target.is_file() and log_path.is_file()):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Built under a temporary name and renamed: a concurrent build never loads half a file.
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+        run_argv = nvcc_argv(path, Path(tmp), arch=arch, nvcc=exe, include_dirs=include_dirs,
+                             extra_flags=extra_flags)  # fmt: skip
+        try:
+            proc = subprocess.run(run_argv, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.unlink(tmp)
+            raise BadRequest(f"nvcc took more than {timeout_s:.0f} s on {path.name}") from None
+        if proc.returncode != 0:
+            os.unlink(tmp)
+            raise BadRequest(
+                f"nvcc failed on {path.name} (exit {proc.returncode})",
+                hint=(proc.stderr or proc.stdout)[-1500:],
+            )
+        log_path.write_text(proc.stderr, encoding="utf-8")
+        os.replace(tmp, target)
+    return SolveBuild(
+        library=target,
+        library_blake3=file_hash(target),
+        sources=sources,
+        argv=tuple(argv),
+        nvcc_version=version,
+        arch=arch,
+        ptxas_log=log_path.read_text(encoding="utf-8"),
+    )
+
+
+# --------------------------------------------------------------------------- the subject
+
+
+def data_ptr(array: Any) -> int:
+    """The address of an array's first element: CuPy / any ``__cuda_array_interface__`` array,
+    a torch tensor, or a NumPy array (host memory, for CPU tests of host-only libraries).
+
+    Raises: BadRequest for an object that is none of these or is not C-contiguous.
+    """
+    if hasattr(array, "data_ptr") and callable(array.data_ptr):  # torch
+        if not array.is_contiguous():
+            raise BadRequest("a solve() buffer must be contiguous")
+        return int(array.data_ptr())
+    interface = getattr(array, "__cuda_array_interface__", None) or getattr(
+        array, "__array_interface__", None
+    )
+    if interface is None:
+        raise BadRequest(f"{type(array).__name__} is not an array solve() can be given")
+    flags = getattr(array, "flags", None)
+    if flags is not None and not flags["C_CONTIGUOUS"]:
+        raise BadRequest("a solve() buffer must be C-contiguous")
+    return int(interface["data"][0])
+
+
+def current_stream_ptr() -> int:
+    """The current CuPy stream's ``cudaStream_t`` (the harness runs subjects under its own)."""
+    import cupy
+
+    return int(cupy.cuda.get_current_stream().ptr)
+
+
+@dataclass
+class SolveSubject(Subject):
+    """A built ``solve`` library as a harness subject: ``subject(inputs, outputs)`` calls
+    ``solve`` through ctypes with the buffers' device pointers, the scalars from ``dims`` and the
+    current stream (the harness's), in the order of ``spec``.
+
+    Attributes:
+        name: a label.
+        build: the :class:`SolveBuild` (its library is loaded once).
+        spec: the argument spec.
+        dims: the scalars' values by name.
+        stream_ptr: returns the ``cudaStream_t`` to pass (default: the current CuPy stream).
+    Raises: BadRequest when the library has no ``solve`` or a scalar is missing from ``dims``.
+    """
+
+    name: str
+    build: SolveBuild
+    spec: ArgSpec
+    dims: Mapping[str, Any]
+    stream_ptr: Callable[[], int] = current_stream_ptr
+    _fn: Any = field(default=None, init=False, repr=False)
+    _scalars: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.spec.check_dims(self.dims)
+        try:
+            library = ctypes.CDLL(str(self.build.library))
+            fn = getattr(library, ENTRY)
+        except (OSError, AttributeError) as exc:
+            raise BadRequest(
+                f"{self.build.library.name} exports no callable {ENTRY}: {exc}",
+                hint=f'declare it extern "C" void {ENTRY}(...) so that its name is not mangled',
+            ) from None
+        types: list[Any] = []
+        for arg in self.spec.args:
+            if arg.kind == "scalar":
+                ctype = next(t for n, t in SCALAR_TYPES.values() if n == arg.dtype)
+                types.append(ctype)
+                self._scalars[arg.name] = ctype(self.dims[arg.name])
+            else:
+                types.append(ctypes.c_void_p)
+        fn.argtypes = types
+        fn.restype = None
+        self._fn = fn
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+        values: list[Any] = []
+        for arg in self.spec.args:
+            if arg.kind == "in":
+                values.append(data_ptr(inputs[arg.name]))
+            elif arg.kind == "out":
+                values.append(data_ptr(outputs[arg.name]))
+            elif arg.kind == "scalar":
+                values.append(self._scalars[arg.name])
+            else:
+                values.append(self.stream_ptr())
+        self._fn(*values)
+
+    def content_hash(self) -> str:
+        """``blake3:<hex>`` over the library's hash, the sources' hashes and the nvcc argv."""
+        ident = self.build.identity()
+        text = repr((ident["library_blake3"], sorted(ident["sources"].items()), ident["nvcc_argv"]))
+        return "blake3:" + blake3.blake3(text.encode()).hexdigest()
+
+    def identity(self) -> dict[str, Any]:
+        """The build's identity plus the argument spec (recorded with the samples)."""
+        return {**self.build.identity(), "args": self.spec.to_json()["args"]}
+
+
+# --------------------------------------------------------------------------- ref.py
+
+
+@dataclass(frozen=True)
+class RefModule:
+    """A loaded ``ref.py``: ``reference`` and the optional declarations of the module
+    docstring."""
+
+    path: Path
+    reference: Callable[..., Any]
+    arrays: str
+    args: Any
+    shapes: Any
+    make_inputs: Callable[..., Any] | None
+    bytes_per_call: Callable[..., Any] | None
+    flops_per_call: Callable[..., Any] | None
+    flops_unit: str | None
+    tolerances: dict[str, float]
+
+
+def load_ref(path: str | Path) -> RefModule:
+    """Load ``ref.py`` and check its contract (module docstring).
+
+    Raises: BadRequest when the file is missing, fails to import (the error in the message), has
+    no callable ``reference``, or declares something of the wrong kind.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise BadRequest(f"no reference file {str(file)!r}")
+    name = f"perfledger_ref_{blake3.blake3(str(file.resolve()).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise BadRequest(f"cannot load the reference {str(file)!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling in ref.py look the module up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise BadRequest(
+            f"the reference {file.name} failed to load: {type(exc).__name__}: {exc}"
+        ) from None
+    reference = getattr(module, "reference", None)
+    if not callable(reference):
+        raise BadRequest(
+            f"the reference {file.name} defines no callable reference(**kwargs)",
+            hint="def reference(**kwargs): return {output name: array} (inputs and dims by name)",
+        )
+    arrays = getattr(module, "ARRAYS", "cupy")
+    if arrays not in ("cupy", "torch", "numpy"):
+        raise BadRequest(f"{file.name}: ARRAYS is {arrays!r}; one of cupy, torch, numpy")
+    tolerances = getattr(module, "TOLERANCES", {}) or {}
+    if not isinstance(tolerances, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in tolerances.values()
+    ):
+        raise BadRequest(f"{file.name}: TOLERANCES must map output names to numbers")
+    optional = {}
+    for attr in ("make_inputs", "bytes_per_call", "flops_per_call"):
+        value = getattr(module, attr, None)
+        if value is not None and not callable(value):
+            raise BadRequest(f"{file.name}: {attr} must be a function of the dims")
+        optional[attr] = value
+    return RefModule(
+        path=file,
+        reference=reference,
+        arrays=arrays,
+        args=getattr(module, "ARGS", None),
+        shapes=getattr(module, "SHAPES", None),
+        flops_unit=getattr(module, "FLOPS_UNIT", None),
+        tolerances={str(k): float(v) for k, v in tolerances.items()},
+        **optional,
+    )
+
+
+def resolve_spec(ref: RefModule, source_text: str | None, args: Any = None) -> ArgSpec:
+    """The argument spec of a problem: ``args`` if given, else ``ref.ARGS``, else the ``solve``
+    signature of ``source_text`` with ``ref.SHAPES``; checked against ``source_text``'s
+    signature when there is one.
+
+    Raises: BadRequest when no spec can be had or it does not match the source.
+    """
+    declared = args if args is not None else ref.args
+    if declared is not None:
+        spec = parse_arg_spec(declared, f"the argument spec of {ref.path.name}")
+    elif source_text is not None and ref.shapes is not None:
+        if not isinstance(ref.shapes, dict):
+            raise BadRequest(f"{ref.path.name}: SHAPES must map buffer names to shapes")
+        spec = spec_from_signature(source_text, ref.shapes)
+    else:
+        raise BadRequest(
+            f"{ref.path.name} declares neither ARGS (the argument spec) nor SHAPES",
+            hint='ARGS = {"args": [["x","in","float32*",["n"]], ["y","out","float32*",["n"]], '
+            '["n","int"], ["stream","stream"]]}',
+        )
+    if source_text is not None:
+        check_signature(spec, source_text)
+    return spec
+
+
+def _accepts(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A filter of keyword arguments down to what ``fn`` accepts (all with ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return lambda kw: kw
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return lambda kw: kw
+    names = {p.name for p in params}
+    return lambda kw: {k: v for k, v in kw.items() if k in names}
+
+
+def _to_cupy(value: Any) -> Any:
+    import cupy
+
+    if type(value).__module__.startswith("torch"):
+        return cupy.from_dlpack(value.detach())
+    return cupy.asarray(value)
+
+
+def _convert_in(arrays: str) -> Callable[[Any], Any]:
+    if arrays == "torch":
+        import torch
+
+        return lambda a: torch.from_dlpack(a)
+    if arrays == "numpy":
+        return lambda a: a.get()
+    return lambda a: a
+
+
+def _on_torch_stream(arrays: str) -> Any:
+    """A context manager running torch work on the current CuPy stream (nothing for others)."""
+    import contextlib
+
+    if arrays != "torch":
+        return contextlib.nullcontext()
+    from perfledger.kernels.torch_subject import harness_stream
+
+    return harness_stream()
+
+
+def default_make_inputs(spec: ArgSpec, dims: Mapping[str, Any]) -> Callable[[int], dict[str, Any]]:
+    """Inputs from a counter-based hash on the device, one stream of values per buffer (each
+    varies with the seed): floats uniform in [-1, 1), integers in [-64, 64) (unsigned: [0, 64)),
+    bools half true."""
+    import zlib
+
+    shapes = spec.shapes(dims)
+
+    def make(seed: int) -> dict[str, Any]:
+        import math
+
+        from perfledger.kernels.examples import uniform
+
+        made: dict[str, Any] = {}
+        for arg in spec.inputs:
+            shape = shapes[arg.name]
+            count = math.prod(shape)
+            own = (seed + zlib.crc32(arg.name.encode()) * 0x9E3779B97F4A7C15) % (1 << 63)
+            if arg.dtype.startswith("float"):
+                values = uniform(count, own, arg.dtype)
+            else:
+                base = uniform(count, own, "float32")
+                if arg.dtype == "bool":
+                    values = base > 0
+                elif arg.dtype.startswith("u"):
+                    values = (abs(base) * 64).astype(arg.dtype)
+                else:
+                    values = (base * 64).astype(arg.dtype)
+            made[arg.name] = values.reshape(shape)
+        return made
+
+    return make
+
+
+def solve_problem(
+    ref: str | Path | RefModule,
+    dims: Mapping[str, Any],
+    spec: ArgSpec,
+    *,
+    name: str | None = None,
+) -> Any:
+    """The harness :class:`~perfledger.kernels.harness.Problem` of a ``ref.py`` and dims:
+    inputs from ``ref.make_inputs(seed, **dims)`` (or :func:`default_make_inputs`), checked
+    against the spec's dtypes and shapes; outputs as the spec declares; the reference called as
+    ``reference(**inputs, **dims)`` (and the output buffers, zeroed, where it takes them).
+
+    Raises: BadRequest for dims that do not fit the spec.
+    """
+    from perfledger.kernels.harness import Problem
+
+    module = ref if isinstance(ref, RefModule) else load_ref(ref)
+    dims = dict(dims)
+    spec.check_dims(dims)
+    shapes = spec.shapes(dims)
+    outputs = {a.name: (shapes[a.name], a.dtype) for a in spec.outputs}
+    given_make = module.make_inputs
+    dims_for_make = _accepts(given_make) if given_make else None
+
+    def make_inputs(seed: int) -> dict[str, Any]:
+        if given_make is None or dims_for_make is None:
+            return default_make_inputs(spec, dims)(seed)
+        with _on_torch_stream(module.arrays):
+            made = given_make(**dims_for_make({"seed": seed, **dims}))
+            arrays = {k: _to_cupy(v) for k, v in dict(made).items()}
+        for arg in spec.inputs:
+            got = arrays.get(arg.name)
+            if got is None or got.dtype.name != arg.dtype or tuple(got.shape) != shapes[arg.name]:
+                raise MeasurementError(
+                    f"{module.path.name}: make_inputs gave {arg.name!r} as "
+                    f"{None if got is None else (got.dtype.name, tuple(got.shape))}; the spec "
+                    f"declares {arg.dtype} {shapes[arg.name]}"
+                )
+        return {a.name: arrays[a.name] for a in spec.inputs}
+
+    convert = _convert_in(module.arrays)
+    keep = _accepts(module.reference)
+
+    def reference(inputs: dict[str, Any]) -> dict[str, Any]:
+        import cupy
+
+        with _on_torch_stream(module.arrays):
+            buffers = {
+                a.name: cupy.zeros(
+                    shapes[a.name], "float64" if a.dtype.startswith("float") else a.dtype
+                )
+                for a in spec.outputs
+            }
+            kwargs = {**{k: convert(v) for k, v in inputs.items()}, **dims}
+            kwargs.update({k: convert(v) for k, v in buffers.items()})
+            result = module.reference(**keep(kwargs))
+            names = [a.name for a in spec.outputs]
+            if result is None:
+                got = buffers
+            elif isinstance(result, dict):
+                got = {k: _to_cupy(v) for k, v in result.items()}
+            elif isinstance(result, tuple | list):
+                if len(result) != len(names):
+                    raise MeasurementError(
+                        f"reference returned {len(result)} arrays for outputs {names}"
+                    )
+                got = {k: _to_cupy(v) for k, v in zip(names, result, strict=True)}
+            elif len(names) == 1:
+                got = {names[0]: _to_cupy(result)}
+            else:
+                raise MeasurementError(f"reference returned one array for outputs {names}")
+        return got
+
+    def declared(attr: Callable[..., Any] | None) -> int | None:
+        return None if attr is None else int(attr(**_accepts(attr)(dims)))
+
+    return Problem(
+        name=name or f"{module.path.stem}{sorted(dims.items())}",
+        make_inputs=make_inputs,
+        reference=reference,
+        outputs=outputs,
+        bytes_per_call=declared(module.bytes_per_call),
+        flops_per_call=declared(module.flops_per_call),
+        tolerances=module.tolerances,
+        flops_unit=module.flops_unit,
+    )
+
+
+def solve_subject(
+    source: str | Path,
+    spec: ArgSpec,
+    dims: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    arch: str | None = None,
+    include_dirs: Sequence[str | Path] = (),
+    extra_flags: Sequence[str] = (),
+) -> SolveSubject:
+    """Check ``source`` against ``spec``, build it (:func:`build_solve`) and wrap it as a
+    :class:`SolveSubject`.
+
+    Raises: BadRequest for a signature mismatch or a failed build.
+    """
+    path = Path(source)
+    if not path.is_file():
+        raise BadRequest(f"no CUDA source {str(path)!r}")
+    check_signature(spec, path.read_text(encoding="utf-8", errors="replace"))
+    build = build_solve(path, arch=arch, include_dirs=include_dirs, extra_flags=extra_flags)
+    return SolveSubject(name or path.name, build, spec, dict(dims))
+
+
+#: Keys of a JSON kernel spec (:func:`load_solve_spec`).
+SPEC_KEYS = ("ref", "reference", "candidate", "dims", "case", "args", "arch", "nvcc_flags",
+             "include_dirs", "cutlass")  # fmt: skip
+
+
+def load_solve_spec(path: str | Path) -> dict[str, Any]:
+    """Load a JSON kernel spec for ``perfledger measure kernel|aa --spec`` (host-launched
+    ``solve`` subjects)::
+
+        {"ref": "ref.py", "reference": "v0.cu", "candidate": "v1.cu",
+         "dims": {"n": 16777216}, "case": "n16M",
+         "args": {"args": [...]}, "arch": "sm_90a", "nvcc_flags": [...],
+         "include_dirs": [...], "cutlass": true}
+
+    Paths are relative to the spec file; ``args`` defaults to ``ref.py``'s ``ARGS`` (or
+    ``SHAPES`` with the signature); ``case`` defaults to ``default``; ``cutlass`` adds the
+    ``nvidia-cutlass`` package's include directories. Everything is checked (files, ``ref.py``,
+    the argument spec against both sources' signatures, the dims) before anything is built.
+
+    Returns: ``{"problems": {case: Problem}, "reference", "candidate": SolveSubject,
+    "config": None}`` (the shape of ``measure_cli.load_spec``'s answer).
+    Raises: BadRequest for anything malformed (nothing is built or run then).
+    """
+    import json
+
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadRequest(f"cannot read the spec {str(file)!r}: {exc}") from None
+    except ValueError as exc:
+        raise BadRequest(f"the spec {str(file)!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(f"the spec {str(file)!r} must be a JSON object")
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    missing = [k for k in ("ref", "reference", "dims") if k not in data]
+    if unknown or missing:
+        raise BadRequest(
+            f"the spec {file.name}: "
+            + "; ".join(
+                ([f"unknown keys {unknown}"] if unknown else [])
+                + ([f"missing keys {missing}"] if missing else [])
+            ),
+            hint="keys: " + ", ".join(SPEC_KEYS),
+        )
+    base = file.parent
+
+    def local(key: str) -> Path:
+        value = data[key]
+        if not isinstance(value, str) or not value:
+            raise BadRequest(f"the spec {file.name}: {key!r} must be a file name")
+        found = base / value
+        if not found.is_file():
+            raise BadRequest(f"the spec {file.name}: no file {str(found)!r} ({key})")
+        return found
+
+    dims = data["dims"]
+    if not isinstance(dims, dict) or not all(isinstance(k, str) for k in dims):
+        raise BadRequest(f"the spec {file.name}: dims must be an object of numbers by name")
+    case = data.get("case", "default")
+    if not isinstance(case, str) or not case:
+        raise BadRequest(f"the spec {file.name}: case must be a non-empty string")
+    flags = data.get("nvcc_flags", [])
+    includes = data.get("include_dirs", [])
+    for key, value in (("nvcc_flags", flags), ("include_dirs", includes)):
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise BadRequest(f"the spec {file.name}: {key} must be a list of strings")
+    arch = data.get("arch")
+    if arch is not None and (not isinstance(arch, str) or not re.fullmatch(r"sm_\d+[a-z]?", arch)):
+        raise BadRequest(f"the spec {file.name}: arch {arch!r} is not like sm_90")
+    ref = load_ref(local("ref"))
+    sources = {"reference": local("reference")}
+    if data.get("candidate") is not None:
+        sources["candidate"] = local("candidate")
+    texts = {k: p.read_text(encoding="utf-8", errors="replace") for k, p in sources.items()}
+    spec = resolve_spec(ref, texts["reference"], data.get("args"))
+    for role, text in texts.items():
+        try:
+            check_signature(spec, text)
+        except BadRequest as exc:
+            raise BadRequest(f"{role} {sources[role].name}: {exc.message}", hint=exc.hint) from None
+    spec.check_dims(dims)
+    include_dirs = [str(base / d) for d in includes]
+    if data.get("cutlass"):
+        found = cutlass_include_dirs()
+        if not found:
+            raise BadRequest(
+                "the spec asks for CUTLASS but the nvidia-cutlass package is not installed",
+                hint="pip install nvidia-cutlass (its headers are used, nothing else)",
+            )
+        include_dirs += found
+    problem = solve_problem(ref, dims, spec, name=f"{ref.path.stem}:{case}")
+    subjects = {
+        role: solve_subject(
+            path, spec, dims, arch=arch, include_dirs=include_dirs, extra_flags=flags
+        )
+        for role, path in sources.items()
+    }
+    return {
+        "problems": {case: problem},
+        "reference": subjects["reference"],
+        "candidate": subjects.get("candidate"),
+        "config": None,
+    }
+
+
+def compiler_evidence(
+    build: SolveBuild, out_dir: str | Path, *, cuobjdump: str | None = None
+) -> dict[str, Any]:
+    """Compiler evidence of the very library measured: the ``ptxas -v`` report of its build and
+    the ``cuobjdump --dump-sass`` listing of the library file, written to ``out_dir`` (as
+    ``ptxas.log`` and ``sass.txt``) and parsed by :mod:`perfledger.kernels.profilers.compiler`
+    (every line must be understood), the SASS facts bound to the library's blake3 hash. Record
+    them with ``perfledger evidence add --kind ptxas|sass`` (the returned ``record`` argv).
+
+    Returns: ``{"library_blake3", "files": {kind: path}, "facts": {kind: [fact dicts]},
+    "record": {kind: argv}, "limitations": [...]}``.
+    """
+    from perfledger.errors import EvidenceError
+    from perfledger.kernels.profilers.compiler import parse_ptxas, parse_sass
+    from perfledger.kernels.profilers.evidence import report_facts
+
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    binary_hash = f"blake3:{build.library_blake3}"
+    limitations: list[str] = []
+    files: dict[str, str] = {}
+    facts: dict[str, list[dict[str, Any]]] = {}
+    record: dict[str, list[str]] = {}
+    lines = [line for line in build.ptxas_log.splitlines() if line.startswith("ptxas")]
+    ptxas_path = folder / "ptxas.log"
+    ptxas_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    try:
+        report = parse_ptxas(ptxas_path, tool_version=build.nvcc_version)
+        facts["ptxas"] = report_facts(report)
+        files["ptxas"] = str(ptxas_path)
+        record["ptxas"] = ["perfledger", "evidence", "add", "--kind", "ptxas", str(ptxas_path),
+                           "--tool-version", build.nvcc_version]  # fmt: skip
+    except EvidenceError as exc:
+        limitations.append(f"ptxas report not parsed: {exc.message}")
+    exe = cuobjdump or shutil.which("cuobjdump")
+    if exe is None:
+        limitations.append("cuobjdump not found: no SASS listing")
+    else:
+        proc = subprocess.run(
+            [exe, "--dump-sass", str(build.library)], capture_output=True, timeout=300
+        )
+        sass_path = folder / "sass.txt"
+        sass_path.write_bytes(proc.stdout)
+        if proc.returncode != 0:
+            limitations.append(f"cuobjdump exited {proc.returncode}: {proc.stderr[-300:]!r}")
+        else:
+            try:
+                report = parse_sass(
+                    sass_path, tool_version=build.nvcc_version, binary_hash=binary_hash
+                )
+                facts["sass"] = report_facts(report)
+                files["sass"] = str(sass_path)
+                record["sass"] = ["perfledger", "evidence", "add", "--kind", "sass",
+                                  str(sass_path), "--binary", str(build.library),
+                                  "--tool-version", build.nvcc_version]  # fmt: skip
+            except EvidenceError as exc:
+                limitations.append(f"SASS listing not parsed: {exc.message}")
+    return {
+        "library_blake3": build.library_blake3,
+        "files": files,
+        "facts": facts,
+        "record": record,
+        "limitations": limitations,
+    }
+
+
+__all__ = [
+    "BASE_FLAGS",
+    "ENTRY",
+    "ArgSpec",
+    "RefModule",
+    "SolveArg",
+    "SolveBuild",
+    "SolveSubject",
+    "build_solve",
+    "check_signature",
+    "compiler_evidence",
+    "cutlass_include_dirs",
+    "data_ptr",
+    "default_make_inputs",
+    "device_arch",
+    "has_solve_entry",
+    "load_ref",
+    "load_solve_spec",
+    "nvcc_argv",
+    "parse_arg_spec",
+    "parse_solve_signature",
+    "resolve_spec",
+    "solve_problem",
+    "solve_subject",
+    "spec_from_signature",
+]
