@@ -1,0 +1,80 @@
+"""``perfledger loop setup`` on the standalone ``solve`` contract (a ``.cu`` exporting
+``extern "C" void solve(...)``, ``ref.py`` with ``reference(**kwargs)`` and ``ARGS``, the dims
+JSON), through the real CLI: a broken contract is refused before anything is built or measured,
+with exit 2, a clear message and the ledger's branch where it was. The measured path runs on a
+GPU (tests/kernels/test_subjects_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from loop_paths import ROOT
+
+SOLVE = ROOT / "examples" / "subjects" / "solve"
+
+
+def _head(ledger: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ledger), "for-each-ref", "--format=%(refname) %(objectname)"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dims", "ref_text", "message"),
+    [
+        ('{"m": 1024}', None, "no value for the scalar parameter 'n'"),
+        ('{"n": 0}', None, "shape 'n': 0 is not a positive int"),
+        ('{"n": 1024}', "def reference(**kw):\n    return {}\n", "declares neither ARGS"),
+        ('{"n": 1024}', "ARGS = [['x', 'in', 'float64*', ['n']], ['y', 'out', 'float32*', ['n']],"
+         " ['n', 'int'], ['stream', 'stream']]\ndef reference(**kw):\n    return {}\n",
+         "does not match solve's signature"),
+        ('{"n": 1024}', "ARGS = 5\ndef reference(**kw):\n    return {}\n", "must be a list"),
+    ],
+)  # fmt: skip
+def test_a_broken_solve_contract_is_refused_before_anything_runs(
+    loop_cli, tmp_path: Path, dims: str, ref_text: str | None, message: str
+) -> None:
+    ref = SOLVE / "ref.py"
+    if ref_text is not None:
+        ref = tmp_path / "ref.py"
+        ref.write_text(ref_text)
+    before = _head(loop_cli.ledger)
+    proc = loop_cli("loop", "setup", "--json", "--run", "s", "--baseline", SOLVE / "scale_v0.cu",
+                    "--ref", ref, "--dims", dims, "--sm-arch", "sm_90")  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in json.loads(proc.stdout)["error"]["message"]
+    assert _head(loop_cli.ledger) == before
+
+
+def test_a_global_kernel_baseline_still_takes_the_launch_directive_path(
+    loop_cli, tmp_path: Path
+) -> None:
+    """A ``__global__`` entry is the other contract: without its launch directive it is refused
+    as before (the solve path is chosen only for a host ``solve``)."""
+    kernel = tmp_path / "k.cu"
+    kernel.write_text('extern "C" __global__ void solve(const float* x, float* y, int n) {}\n')
+    ref = tmp_path / "ref.py"
+    ref.write_text("def make_inputs(rng, dims): pass\ndef reference(i, d): pass\n"
+                   "def outputs(dims): pass\n")  # fmt: skip
+    proc = loop_cli("loop", "setup", "--json", "--baseline", kernel, "--ref", ref, "--dims",
+                    '{"n": 64}')  # fmt: skip
+    assert proc.returncode == 2
+    assert "no launch directive" in json.loads(proc.stdout)["error"]["message"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+def test_the_solve_examples_match_their_spec_and_compile(tmp_path: Path) -> None:
+    from perfledger.kernels import solve as sv
+
+    ref = sv.load_ref(SOLVE / "ref.py")
+    for name in ("scale_v0.cu", "scale_v1.cu"):
+        spec = sv.resolve_spec(ref, (SOLVE / name).read_text())
+        build = sv.build_solve(SOLVE / name, arch="sm_90", cache_dir=tmp_path)
+        assert build.library.is_file()
+        assert "scale" in build.ptxas_log  # ptxas -v reported the kernels it compiled
+    assert spec.shapes({"n": 10}) == {"x": (10,), "y": (10,)}
