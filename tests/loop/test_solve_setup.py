@@ -78,3 +78,33 @@ def test_the_solve_examples_match_their_spec_and_compile(tmp_path: Path) -> None
         assert build.library.is_file()
         assert "scale" in build.ptxas_log  # ptxas -v reported the kernels it compiled
     assert spec.shapes({"n": 10}) == {"x": (10,), "y": (10,)}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+def test_ptxas_evidence_of_the_built_library_is_kept_with_its_hash(tmp_path: Path) -> None:
+    from perfledger.kernels import solve as sv
+
+    build = sv.build_solve(SOLVE / "scale_v1.cu", arch="sm_90", cache_dir=tmp_path / "cache")
+    found = sv.compiler_evidence(build, tmp_path / "evidence", cuobjdump="/nonexistent/cuobjdump")
+    assert found["library_blake3"] == build.library_blake3
+    registers = [f for f in found["facts"]["ptxas"] if f["name"].endswith(".registers")]
+    assert len(registers) == 2 and all(f["value"] > 0 for f in registers)  # the two kernels
+    assert found["record"]["ptxas"][:5] == ["perfledger", "evidence", "add", "--kind", "ptxas"]
+    assert "sass" not in found["facts"] and found["limitations"]  # the failed dump is said
+
+
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None or shutil.which("cuobjdump") is None,
+    reason="needs nvcc and cuobjdump on PATH",
+)
+def test_sass_evidence_is_the_listing_of_the_very_library_built(tmp_path: Path) -> None:
+    from perfledger.kernels import solve as sv
+
+    build = sv.build_solve(SOLVE / "scale_v1.cu", arch="sm_90", cache_dir=tmp_path / "cache")
+    found = sv.compiler_evidence(build, tmp_path / "evidence")
+    assert found["limitations"] == [], found["limitations"]
+    assert found["facts"]["sass"]
+    listing = Path(found["files"]["sass"]).read_text()
+    assert "scale4_kernel" in listing and "tail_kernel" in listing
+    assert found["record"]["sass"][-4:] == ["--binary", str(build.library), "--tool-version",
+                                             build.nvcc_version]  # fmt: skip

@@ -636,6 +636,11 @@ def data_ptr(array: Any) -> int:
 
     Raises: BadRequest for an object that is none of these or is not C-contiguous.
     """
+    memory = getattr(array, "data", None)
+    if hasattr(memory, "ptr"):  # CuPy: the cheap path (this runs inside the timed window)
+        if not array.flags.c_contiguous:
+            raise BadRequest("a solve() buffer must be C-contiguous")
+        return int(memory.ptr)
     if hasattr(array, "data_ptr") and callable(array.data_ptr):  # torch
         if not array.is_contiguous():
             raise BadRequest("a solve() buffer must be contiguous")
@@ -1141,7 +1146,9 @@ def compiler_evidence(
     files: dict[str, str] = {}
     facts: dict[str, list[dict[str, Any]]] = {}
     record: dict[str, list[str]] = {}
-    lines = [line for line in build.ptxas_log.splitlines() if line.startswith("ptxas")]
+    # ptxas's lines and their indented continuations (a function's properties); the host
+    # compiler's own messages in nvcc's stderr are not ptxas's report
+    lines = [line for line in build.ptxas_log.splitlines() if line.startswith(("ptxas", " ", "\t"))]
     ptxas_path = folder / "ptxas.log"
     ptxas_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     try:
@@ -1156,9 +1163,14 @@ def compiler_evidence(
     if exe is None:
         limitations.append("cuobjdump not found: no SASS listing")
     else:
-        proc = subprocess.run(
-            [exe, "--dump-sass", str(build.library)], capture_output=True, timeout=300
-        )
+        try:
+            proc = subprocess.run(
+                [exe, "--dump-sass", str(build.library)], capture_output=True, timeout=300
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            limitations.append(f"cuobjdump could not run: {exc}")
+            return {"library_blake3": build.library_blake3, "files": files, "facts": facts,
+                    "record": record, "limitations": limitations}  # fmt: skip
         sass_path = folder / "sass.txt"
         sass_path.write_bytes(proc.stdout)
         if proc.returncode != 0:
