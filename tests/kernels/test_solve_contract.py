@@ -304,3 +304,23 @@ def test_data_pointers_of_host_arrays_and_refusal_of_strided_ones() -> None:
         sv.data_ptr(a[:, 1])
     with pytest.raises(BadRequest, match="not an array"):
         sv.data_ptr([1.0, 2.0])
+
+
+def test_const_before_the_star_makes_an_input_and_after_it_does_not() -> None:
+    source = 'extern "C" void solve(const float* const x, float* const y, int n, cudaStream_t s) {}'
+    kinds = [sv._describe(ctype)[0] for ctype, _ in sv.parse_solve_signature(source)]
+    assert kinds == ["in", "out", "scalar", "stream"]
+
+
+def test_the_loop_backend_takes_the_spec_from_the_baseline_when_ref_py_gives_shapes(
+    tmp_path: Path,
+) -> None:
+    from perfledger.commands.loop_solve import SolveBackend
+
+    ref = _ref(tmp_path, "SHAPES = {'x': ['n'], 'y': ['n']}\ndef reference(x, n): return 2 * x\n")
+    baseline = tmp_path / "v0.cu"
+    baseline.write_text(SOURCE)
+    backend = SolveBackend(ref, {"n": 8}, source=baseline)
+    assert backend._contract()[1] == sv.parse_arg_spec(SPEC)
+    with pytest.raises(BadRequest, match="neither ARGS"):
+        SolveBackend(ref, {"n": 8})._contract()

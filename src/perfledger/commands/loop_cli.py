@@ -126,7 +126,9 @@ def _backend(setup: Any, reference: Path, cwd: str | None = None) -> Any:
     from perfledger.commands.loop_solve import SolveBackend, is_solve_run
 
     if is_solve_run(setup):  # the standalone contract: extern "C" void solve(...)
-        return SolveBackend(reference, dict(setup.dims), arch=setup.sm_arch)
+        baseline = reference.parent.parent / "baseline" / setup.baseline.name  # _materialize's
+        source = baseline if baseline.is_file() else None
+        return SolveBackend(reference, dict(setup.dims), arch=setup.sm_arch, source=source)
     if setup.subject_kind == "cuda":
         return CudaBackend(reference, dict(setup.dims), setup.entry)
     return WorkloadBackend(list(setup.driver), reference, dict(setup.dims), setup.entry, cwd=cwd)
@@ -235,7 +237,9 @@ def setup_cmd(
 
             backend: Any
             if is_solve:
-                backend = loop_solve.SolveBackend(ref_file, dims_map, arch=sm_arch)
+                backend = loop_solve.SolveBackend(
+                    ref_file, dims_map, arch=sm_arch, source=base_path
+                )
                 arch = sm_arch or backend.sm_arch()
             elif is_cuda:
                 backend = CudaBackend(ref_file, dims_map, entry_point.name)

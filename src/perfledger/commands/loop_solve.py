@@ -67,17 +67,20 @@ def preflight(source: str, ref_path: Path, dims: dict[str, Any]) -> tuple[EntryP
 @dataclass
 class SolveBackend(CudaBackend):
     """:class:`CudaBackend` for ``solve`` subjects (module docstring). ``entry`` is ``solve``;
-    ``arch`` the architecture to build for (default: the device's)."""
+    ``arch`` the architecture to build for (default: the device's); ``source`` the run's
+    baseline, whose signature gives the spec when ``ref.py`` declares ``SHAPES`` only."""
 
     entry: str = sv.ENTRY
     arch: str | None = None
+    source: Path | None = None
     _ref: Any = field(default=None, init=False, repr=False)
     _spec: Any = field(default=None, init=False, repr=False)
 
     def _contract(self) -> tuple[Any, Any]:
         if self._ref is None:
             self._ref = sv.load_ref(self.reference)
-            self._spec = sv.resolve_spec(self._ref, None)
+            text = self.source.read_text(encoding="utf-8") if self.source else None
+            self._spec = sv.resolve_spec(self._ref, text)
         return self._ref, self._spec
 
     def harness(self) -> Any:

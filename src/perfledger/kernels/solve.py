@@ -371,7 +371,8 @@ def _describe(ctype: str) -> tuple[str, str]:
     if bare.replace(" ", "") in ("cudaStream_t", "constcudaStream_t", "CUstream"):
         return "stream", ""
     if "*" in bare:
-        kind = "in" if bare.split()[0] == "const" or " const " in f" {bare} " else "out"
+        # const before the "*" makes the pointee read-only (an input); `float* const y` is not
+        kind = "in" if "const" in bare.split("*")[0].split() else "out"
         base = " ".join(w for w in bare.split() if w not in ("const", "*"))
         return kind, BUFFER_TYPES.get(base, f"?{base}")
     base = " ".join(w for w in bare.split() if w != "const")
