@@ -183,6 +183,7 @@ def _ref(tmp_path: Path, text: str) -> Path:
         ("ARRAYS = 'jax'\ndef reference(**kw): pass\n", "ARRAYS is 'jax'"),
         ("TOLERANCES = {'y': 'tight'}\ndef reference(**kw): pass\n", "TOLERANCES"),
         ("make_inputs = 4\ndef reference(**kw): pass\n", "make_inputs must be a function"),
+        ("FLOPS_UNIT = 'tensor_fp3'\ndef reference(**kw): pass\n", "FLOPS_UNIT is 'tensor_fp3'"),
     ],
 )  # fmt: skip
 def test_a_ref_py_breaking_the_contract_is_refused(tmp_path: Path, text: str, message: str) -> None:
@@ -324,3 +325,19 @@ def test_the_loop_backend_takes_the_spec_from_the_baseline_when_ref_py_gives_sha
     assert backend._contract()[1] == sv.parse_arg_spec(SPEC)
     with pytest.raises(BadRequest, match="neither ARGS"):
         SolveBackend(ref, {"n": 8})._contract()
+
+
+def test_a_problem_from_ref_py_declares_work_from_the_dims_and_refuses_a_broken_declaration(
+    tmp_path: Path,
+) -> None:
+    ref = sv.load_ref(_ref(tmp_path, f"ARGS = {SPEC!r}\nFLOPS_UNIT = 'cuda_fp32'\n"
+                                      "def reference(x, n): return 2 * x\n"
+                                      "def bytes_per_call(n): return 8 * n\n"
+                                      "def flops_per_call(n, **rest): return n\n"))  # fmt: skip
+    problem = sv.solve_problem(ref, {"n": 1000}, sv.parse_arg_spec(SPEC))
+    assert (problem.bytes_per_call, problem.flops_per_call) == (8000, 1000)
+    assert problem.outputs == {"y": ((1000,), "float32")} and problem.flops_unit == "cuda_fp32"
+    broken = sv.load_ref(_ref(tmp_path, f"ARGS = {SPEC!r}\ndef reference(x, n): return 2 * x\n"
+                                         "def bytes_per_call(n): return n / 3\n"))  # fmt: skip
+    with pytest.raises(BadRequest, match="bytes_per_call"):
+        sv.solve_problem(broken, {"n": 1000}, sv.parse_arg_spec(SPEC))

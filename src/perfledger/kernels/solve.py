@@ -52,6 +52,7 @@ import blake3
 import numpy as np
 
 from perfledger.errors import BadRequest, MeasurementError
+from perfledger.kernels.ceilings import FLOP_UNITS
 from perfledger.kernels.harness import Subject
 
 #: The exported host entry point of the contract.
@@ -789,6 +790,11 @@ def load_ref(path: str | Path) -> RefModule:
         isinstance(v, int | float) and not isinstance(v, bool) for v in tolerances.values()
     ):
         raise BadRequest(f"{file.name}: TOLERANCES must map output names to numbers")
+    flops_unit = getattr(module, "FLOPS_UNIT", None)
+    if flops_unit is not None and flops_unit not in FLOP_UNITS:
+        raise BadRequest(
+            f"{file.name}: FLOPS_UNIT is {flops_unit!r}", hint="one of " + ", ".join(FLOP_UNITS)
+        )
     optional = {}
     for attr in ("make_inputs", "bytes_per_call", "flops_per_call"):
         value = getattr(module, attr, None)
@@ -801,7 +807,7 @@ def load_ref(path: str | Path) -> RefModule:
         arrays=arrays,
         args=getattr(module, "ARGS", None),
         shapes=getattr(module, "SHAPES", None),
-        flops_unit=getattr(module, "FLOPS_UNIT", None),
+        flops_unit=flops_unit,
         tolerances={str(k): float(v) for k, v in tolerances.items()},
         **optional,
     )
@@ -981,7 +987,17 @@ def solve_problem(
         return got
 
     def declared(attr: Callable[..., Any] | None) -> int | None:
-        return None if attr is None else int(attr(**_accepts(attr)(dims)))
+        if attr is None:
+            return None
+        try:
+            value = attr(**_accepts(attr)(dims))
+            if isinstance(value, bool) or int(value) != value or value < 0:
+                raise ValueError(f"{value!r} is not a non-negative integer")
+        except Exception as exc:
+            raise BadRequest(
+                f"{module.path.name}: {attr.__name__}(**dims) failed: {type(exc).__name__}: {exc}"
+            ) from None
+        return int(value)
 
     return Problem(
         name=name or f"{module.path.stem}{sorted(dims.items())}",
