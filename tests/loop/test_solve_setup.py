@@ -51,6 +51,31 @@ def test_a_broken_solve_contract_is_refused_before_anything_runs(
     assert _head(loop_cli.ledger) == before
 
 
+def test_a_python_solve_baseline_whose_parameters_differ_from_the_spec_is_refused(
+    loop_cli, tmp_path: Path
+) -> None:
+    """A Python (torch / Triton) ``def solve`` follows the same contract, the stream left out."""
+    baseline = tmp_path / "scale.py"
+    baseline.write_text("def solve(x, y):\n    pass\n")
+    before = _head(loop_cli.ledger)
+    proc = loop_cli("loop", "setup", "--json", "--baseline", baseline, "--ref", SOLVE / "ref.py",
+                    "--dims", '{"n": 64}')  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    message = json.loads(proc.stdout)["error"]["message"]
+    assert "solve(x, y) in the subject, but the argument spec declares (x, y, n)" in message
+    assert _head(loop_cli.ledger) == before
+
+
+def test_the_triton_example_matches_the_spec_without_its_stream() -> None:
+    from perfledger.commands.loop_solve import is_python_solve_source, preflight
+
+    text = (SOLVE / "scale_triton.py").read_text()
+    assert is_python_solve_source(text)
+    entry, _ = preflight(text, SOLVE / "ref.py", {"n": 64}, python=True)
+    assert [p[0] for p in entry.params] == ["x", "y", "n", "stream"]
+    assert not is_python_solve_source("def kernel(x):\n    pass\n")  # a workload stand-in
+
+
 def test_a_global_kernel_baseline_still_takes_the_launch_directive_path(
     loop_cli, tmp_path: Path
 ) -> None:

@@ -202,9 +202,14 @@ def setup_cmd(
     launch: dict[str, str] = {}
     from perfledger.commands import loop_solve
 
-    is_solve = is_cuda and loop_solve.is_solve_source(baseline_text, entry)
-    if is_solve:  # extern "C" void solve(...), ref.py's reference(**kwargs) and its ARGS
-        entry_point, _ = loop_solve.preflight(baseline_text, Path(ref_path), dims_map)
+    is_python_solve = (
+        not is_cuda and driver is None and loop_solve.is_python_solve_source(baseline_text)
+    )
+    is_solve = is_python_solve or (is_cuda and loop_solve.is_solve_source(baseline_text, entry))
+    if is_solve:  # extern "C" void solve(...) or a Python solve, ref.py's reference and ARGS
+        entry_point, _ = loop_solve.preflight(
+            baseline_text, Path(ref_path), dims_map, python=is_python_solve
+        )
         needed = {"reference"}
     elif is_cuda:
         entry_point = pf.parse_cuda_entry(baseline_text, entry)

@@ -3,6 +3,10 @@ host function ``extern "C" void solve(...)`` (any number of kernels launched on 
 given), ``ref.py`` with ``reference(**kwargs)`` and the argument spec (``ARGS``, or ``SHAPES``
 with the signature), and the dims JSON (:mod:`perfledger.kernels.solve`).
 
+A Python baseline defining ``def solve(...)`` on torch tensors (a torch operator, a Triton
+kernel's launcher) follows the same contract (the stream parameter left out: torch's current
+stream is the harness's) and is measured as a torch subject.
+
 A run on this contract is a ``cuda`` run with no launch directive (``launch`` empty, ``entry``
 ``solve``): :func:`is_solve_run` tells the loop's commands which backend measures it.
 :class:`SolveBackend` is :class:`~perfledger.commands.loop_measure.CudaBackend` with the problem
@@ -37,21 +41,42 @@ def is_solve_source(source: str, entry: str | None) -> bool:
     return entry in (None, sv.ENTRY) and sv.has_solve_entry(source)
 
 
+def is_python_solve_source(source: str) -> bool:
+    """True when a Python baseline defines a top-level ``def solve(...)`` (a torch or Triton
+    subject on the same contract) rather than being a workload stand-in."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any(isinstance(n, ast.FunctionDef) and n.name == sv.ENTRY for n in tree.body)
+
+
 def is_solve_run(setup: Any) -> bool:
     """True for a run set up on the ``solve`` contract (a ``cuda`` run without a launch
     directive)."""
     return setup.subject_kind == "cuda" and not setup.launch and setup.entry == sv.ENTRY
 
 
-def preflight(source: str, ref_path: Path, dims: dict[str, Any]) -> tuple[EntryPoint, sv.ArgSpec]:
+def preflight(
+    source: str, ref_path: Path, dims: dict[str, Any], *, python: bool = False
+) -> tuple[EntryPoint, sv.ArgSpec]:
     """Check the contract before anything runs: ``ref.py`` loads and declares its argument
-    spec, the spec matches the signature, the dims give every scalar and shape.
+    spec, the spec matches the signature (``python``: a Python ``def solve``, whose parameters
+    are the spec's without the stream), the dims give every scalar and shape.
 
     Returns: the entry point as the loop records it (``(name, ctype, integer)`` per parameter)
     and the spec. Raises: BadRequest naming what is wrong.
     """
     ref = sv.load_ref(ref_path)
-    spec = sv.resolve_spec(ref, source)
+    if python:
+        from perfledger.kernels.torch_subject import check_python_solve
+
+        spec = sv.resolve_spec(ref, None)
+        check_python_solve(source, spec)
+    else:
+        spec = sv.resolve_spec(ref, source)
     spec.check_dims(dims)
     params = []
     for arg in spec.args:
@@ -79,7 +104,8 @@ class SolveBackend(CudaBackend):
     def _contract(self) -> tuple[Any, Any]:
         if self._ref is None:
             self._ref = sv.load_ref(self.reference)
-            text = self.source.read_text(encoding="utf-8") if self.source else None
+            cuda = self.source is not None and self.source.suffix != ".py"
+            text = self.source.read_text(encoding="utf-8") if cuda and self.source else None
             self._spec = sv.resolve_spec(self._ref, text)
         return self._ref, self._spec
 
@@ -96,8 +122,13 @@ class SolveBackend(CudaBackend):
         return self._harness
 
     def subject(self, kernel: Path) -> Any:
-        """The ``solve`` of ``kernel``, checked against the spec and built by nvcc."""
+        """The ``solve`` of ``kernel``, checked against the spec: a ``.cu`` built by nvcc, a
+        ``.py`` (torch or Triton) run as a torch subject."""
         _, spec = self._contract()
+        if kernel.suffix == ".py":
+            from perfledger.kernels.torch_subject import python_solve_subject
+
+            return python_solve_subject(kernel, spec, self.dims)
         return sv.solve_subject(kernel, spec, self.dims, arch=self.arch)
 
     def time_reference(self) -> dict[str, Any] | None:
@@ -171,4 +202,10 @@ class SolveBackend(CudaBackend):
             return profile
 
 
-__all__ = ["SolveBackend", "is_solve_run", "is_solve_source", "preflight"]
+__all__ = [
+    "SolveBackend",
+    "is_python_solve_source",
+    "is_solve_run",
+    "is_solve_source",
+    "preflight",
+]

@@ -23,6 +23,7 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from perfledger.errors import MeasurementError
@@ -175,6 +176,79 @@ def torch_problem(
     return Problem(name=name, make_inputs=made, reference=expected, outputs=outputs, **fields)
 
 
+def python_solve_subject(
+    path: str | Path, spec: Any, dims: Mapping[str, Any], *, name: str | None = None
+) -> TorchSubject:
+    """A Python file defining ``solve(...)`` on torch tensors (e.g. a Triton kernel's launcher)
+    as a :class:`TorchSubject`: ``solve`` is called with the buffers of the argument spec
+    (:class:`perfledger.kernels.solve.ArgSpec`) as tensors and its scalars from ``dims``, by
+    name; the spec's stream parameter is not passed (torch's current stream is the harness's).
+    The file's text identifies the subject.
+
+    Raises: BadRequest when the file does not load, defines no ``solve``, or ``solve``'s
+    parameters are not the spec's (stream aside).
+    """
+    import importlib.util
+    import sys
+
+    import blake3
+
+    from perfledger.errors import BadRequest
+
+    file = Path(path)
+    text = file.read_text(encoding="utf-8")
+    check_python_solve(text, spec)
+    module_name = f"perfledger_subject_{blake3.blake3(text.encode()).hexdigest()[:16]}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, file)
+    if loader_spec is None or loader_spec.loader is None:
+        raise BadRequest(f"cannot load {file.name}")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module  # Triton's JIT looks its function's module up
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise BadRequest(f"{file.name} failed to load: {type(exc).__name__}: {exc}") from None
+    solve = module.solve
+    buffers = [a.name for a in spec.args if a.is_buffer]
+    scalars = {a.name: dims[a.name] for a in spec.scalars}
+
+    def run(inputs: Tensors, outputs: Tensors) -> None:
+        tensors = {**inputs, **outputs}
+        solve(**{k: tensors[k] for k in buffers}, **scalars)
+
+    return TorchSubject(name or file.name, run, source=text)
+
+
+def check_python_solve(text: str, spec: Any) -> None:
+    """Check that Python ``text`` defines a top-level ``def solve(...)`` whose parameters are
+    the spec's buffers and scalars in order (the stream parameter left out).
+
+    Raises: BadRequest naming the difference.
+    """
+    import ast
+
+    from perfledger.errors import BadRequest
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise BadRequest(f"the subject is not valid Python: {exc}") from None
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solve"]
+    if not found:
+        raise BadRequest(
+            "the Python subject defines no top-level def solve(...)",
+            hint="def solve(x, y, n): launch on torch's current stream, write the outputs",
+        )
+    names = [a.arg for a in found[0].args.args]
+    wanted = [a.name for a in spec.args if a.kind != "stream"]
+    if names != wanted:
+        raise BadRequest(
+            f"solve({', '.join(names)}) in the subject, but the argument spec declares "
+            f"({', '.join(wanted)}) (the stream is not passed to a Python subject)"
+        )
+
+
 def torch_uniform(shape: tuple[int, ...], seed: int, dtype: str = "float32") -> Any:
     """A torch tensor of values uniform in [-1, 1) from the counter-based generator of
     :func:`perfledger.kernels.examples.uniform` (deterministic in ``seed``, made on the current
@@ -190,7 +264,9 @@ __all__ = [
     "TorchSubject",
     "as_cupy",
     "as_torch",
+    "check_python_solve",
     "harness_stream",
+    "python_solve_subject",
     "require_torch",
     "torch_problem",
     "torch_uniform",
