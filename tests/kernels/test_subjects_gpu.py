@@ -348,3 +348,17 @@ def test_cutlass_gemm_is_correct_and_compares_with_cublas() -> None:
     assert c.valid and c.stats is not None, c.flags
     # a SIMT CUTLASS GEMM against cuBLAS SGEMM: the same order of magnitude
     assert 0.2 < c.stats.median_ratio < 5.0, c.stats
+
+
+@needs_nvcc
+def test_a_triton_solve_and_a_cuda_solve_compare_on_one_contract(solve_contract, torch) -> None:
+    """``scale_triton.py``'s ``def solve(x, y, n)`` and ``scale_v0.cu``'s ``solve`` on the same
+    ``ref.py``: both correct, one valid comparison."""
+    pytest.importorskip("triton", reason="Triton subjects need triton")
+    from perfledger.kernels.torch_subject import python_solve_subject
+
+    triton_solve = python_solve_subject(SOLVE / "scale_triton.py", solve_contract[1], {"n": N})
+    c = _solve_harness(solve_contract).compare(
+        _solve(solve_contract, SOLVE / "scale_v0.cu"), triton_solve
+    )
+    assert c.valid and c.stats is not None and 0.5 < c.stats.median_ratio < 2.0, c.flags

@@ -57,3 +57,24 @@ def test_gpu_solve_contract_loop(loop_cli, tmp_path: Path) -> None:
                            "--kernel", SOLVE / "scale_v1.cu", "--methods", methods,
                            "--analysis", analysis))  # fmt: skip
     assert done["verdict"]["n_pairs"] >= 5, done
+
+
+def test_gpu_loop_with_a_triton_baseline_and_a_cuda_candidate(loop_cli, tmp_path: Path) -> None:
+    reason = _gpu_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    pytest.importorskip("triton", reason="a Triton baseline needs triton")
+    setup = answer(
+        loop_cli("loop", "setup", "--json", "--run", "tri", "--baseline",
+                 SOLVE / "scale_triton.py", "--ref", SOLVE / "ref.py", "--dims",
+                 json.dumps({"n": 1 << 24}), "--iterations", "1")
+    )  # fmt: skip
+    assert setup["baseline_median_ms"] > 0, setup
+    methods, analysis = tmp_path / "m1.json", tmp_path / "a1.md"
+    proposed = loop_cli("loop", "propose", "--run", "tri", "--iter", "1",
+                        "--methods-out", methods, "--analysis-out", analysis)  # fmt: skip
+    assert proposed.returncode == 0, proposed.stderr
+    done = answer(loop_cli("loop", "close-iter", "--json", "--run", "tri", "--iter", "1",
+                           "--kernel", SOLVE / "scale_v1.cu", "--methods", methods,
+                           "--analysis", analysis))  # fmt: skip
+    assert done["verdict"]["n_pairs"] >= 5, done
