@@ -362,3 +362,15 @@ def test_a_triton_solve_and_a_cuda_solve_compare_on_one_contract(solve_contract,
         _solve(solve_contract, SOLVE / "scale_v0.cu"), triton_solve
     )
     assert c.valid and c.stats is not None and 0.5 < c.stats.median_ratio < 2.0, c.flags
+
+
+def test_torch_sees_the_harness_buffers_without_a_copy(torch) -> None:
+    from perfledger.kernels.torch_subject import as_cupy, as_torch
+
+    array = cupy.arange(16, dtype=cupy.float32)
+    tensor = as_torch(array)
+    assert tensor.data_ptr() == array.data.ptr and tensor.is_cuda
+    tensor.mul_(2.0)  # written through the alias
+    torch.cuda.synchronize()
+    assert float(array[3]) == 6.0
+    assert as_cupy(tensor).data.ptr == array.data.ptr
