@@ -374,3 +374,25 @@ def test_torch_sees_the_harness_buffers_without_a_copy(torch) -> None:
     torch.cuda.synchronize()
     assert float(array[3]) == 6.0
     assert as_cupy(tensor).data.ptr == array.data.ptr
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "ref_text",
+    [
+        "def reference(x, y, n):\n    y[...] = 2.0 * x\n",
+        "import torch\nARRAYS = 'torch'\ndef reference(x, y, n):\n    torch.mul(x, 2.0, out=y)\n",
+        "ARRAYS = 'numpy'\ndef reference(x, n):\n    return 2.0 * x\n",
+    ],
+    ids=["cupy-writes-its-output", "torch-writes-its-output", "numpy-returns"],
+)
+def test_ref_py_references_in_each_array_library(
+    solve_contract, tmp_path: Path, ref_text: str
+) -> None:
+    if "torch" in ref_text:
+        pytest.importorskip("torch", reason="a torch reference needs torch")
+    path = tmp_path / "ref.py"
+    path.write_text(f"ARGS = {solve_contract[1].to_json()!r}\n" + ref_text)
+    problem = sv.solve_problem(path, {"n": 1 << 20}, solve_contract[1])
+    report = Harness(problem, FAST).check(_solve(solve_contract, SOLVE / "scale_v0.cu", n=1 << 20))
+    assert report.ok, report.reasons

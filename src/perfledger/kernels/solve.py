@@ -21,8 +21,8 @@ The spec is checked against the ``solve`` signature parsed from the source
 
 The problem comes from ``ref.py`` (:func:`solve_problem`): ``reference(**kwargs)`` gets the
 inputs (float64 copies) and the dims by name and returns the outputs (a dict, a tuple in the
-order of the ``out`` buffers, or one array), or writes the output buffers it is given and
-returns None. Arrays are CuPy by default; ``ARRAYS = "torch"`` or ``"numpy"`` in ``ref.py``
+order of the ``out`` buffers, or one array), or writes the output buffers it names as
+parameters (zeroed; float64 for floating outputs) and returns None. Arrays are CuPy by default; ``ARRAYS = "torch"`` or ``"numpy"`` in ``ref.py``
 converts (DLPack for torch, no copy). ``ref.py`` may also define ``ARGS`` (the argument spec),
 ``make_inputs(seed, **dims)``, ``bytes_per_call(**dims)``, ``flops_per_call(**dims)``,
 ``FLOPS_UNIT`` and ``TOLERANCES``.
@@ -850,6 +850,16 @@ def _accepts(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any
     return lambda kw: {k: v for k, v in kw.items() if k in names}
 
 
+def _named_parameters(fn: Callable[..., Any]) -> set[str]:
+    """The names ``fn`` takes as explicit parameters (not through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name for p in params if p.kind in kinds}
+
+
 def _to_cupy(value: Any) -> Any:
     import cupy
 
@@ -923,7 +933,8 @@ def solve_problem(
     """The harness :class:`~perfledger.kernels.harness.Problem` of a ``ref.py`` and dims:
     inputs from ``ref.make_inputs(seed, **dims)`` (or :func:`default_make_inputs`), checked
     against the spec's dtypes and shapes; outputs as the spec declares; the reference called as
-    ``reference(**inputs, **dims)`` (and the output buffers, zeroed, where it takes them).
+    ``reference(**inputs, **dims)`` (and the output buffers, zeroed, that it names as
+    parameters).
 
     Raises: BadRequest for dims that do not fit the spec.
     """
@@ -955,23 +966,35 @@ def solve_problem(
 
     convert = _convert_in(module.arrays)
     keep = _accepts(module.reference)
+    # output buffers are given only to a reference that names them (it then writes them and
+    # may return None): zero-filling large float64 buffers for one that does not is waste
+    named = _named_parameters(module.reference)
+    given_outputs = [a for a in spec.outputs if a.name in named]
 
     def reference(inputs: dict[str, Any]) -> dict[str, Any]:
         import cupy
 
         with _on_torch_stream(module.arrays):
             buffers = {
-                a.name: cupy.zeros(
-                    shapes[a.name], "float64" if a.dtype.startswith("float") else a.dtype
+                a.name: convert(
+                    cupy.zeros(
+                        shapes[a.name], "float64" if a.dtype.startswith("float") else a.dtype
+                    )
                 )
-                for a in spec.outputs
+                for a in given_outputs
             }
-            kwargs = {**{k: convert(v) for k, v in inputs.items()}, **dims}
-            kwargs.update({k: convert(v) for k, v in buffers.items()})
+            kwargs = {**{k: convert(v) for k, v in inputs.items()}, **dims, **buffers}
             result = module.reference(**keep(kwargs))
             names = [a.name for a in spec.outputs]
             if result is None:
-                got = buffers
+                missing = [n for n in names if n not in buffers]
+                if missing:
+                    raise MeasurementError(
+                        f"{module.path.name}: reference returned None but takes no output "
+                        f"parameter {missing}",
+                        hint="return the outputs, or name the output buffers as parameters",
+                    )
+                got = {k: _to_cupy(v) for k, v in buffers.items()}
             elif isinstance(result, dict):
                 got = {k: _to_cupy(v) for k, v in result.items()}
             elif isinstance(result, tuple | list):
