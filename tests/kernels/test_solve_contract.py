@@ -104,6 +104,15 @@ def test_dims_that_do_not_fit_the_spec_are_refused(dims: dict[str, object], mess
     assert message in caught.value.message
 
 
+def test_shape_expressions_are_integer_arithmetic_over_the_dims_only() -> None:
+    assert sv.eval_dims("(n + 3) // 4 * 2 - n % 3", {"n": 10}) == 5
+    for expression, message in [("n / 2", "not allowed"), ("__import__('os')", "not allowed"),
+                                ("m", "'m' is not an integer"), ("n // 0", "divides by zero"),
+                                ("n +", "not an expression"), ("1.5", "not allowed")]:  # fmt: skip
+        with pytest.raises(BadRequest, match=message):
+            sv.eval_dims(expression, {"n": 10})
+
+
 def test_a_shape_naming_an_unknown_dim_is_refused() -> None:
     spec = sv.parse_arg_spec([["y", "out", "float*", ["m"]], ["s", "stream"]])
     with pytest.raises(BadRequest, match="buffer 'y'"):

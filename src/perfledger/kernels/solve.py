@@ -34,9 +34,11 @@ CPU.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib.util
 import inspect
+import operator
 import os
 import re
 import shutil
@@ -149,8 +151,6 @@ class ArgSpec:
         Raises: BadRequest for an expression that uses a name not in ``dims`` or that is not a
         positive integer.
         """
-        from perfledger.commands.loop_preflight import eval_launch
-
         numeric = {k: v for k, v in dims.items() if isinstance(v, int) and not isinstance(v, bool)}
         shapes: dict[str, tuple[int, ...]] = {}
         for arg in self.args:
@@ -159,15 +159,16 @@ class ArgSpec:
             axes = []
             for expression in arg.shape:
                 try:
-                    (value,) = eval_launch(f"({expression},)", numeric)
+                    value = eval_dims(expression, numeric)
                 except BadRequest as exc:
                     raise BadRequest(
-                        f"buffer {arg.name!r}: shape {expression!r}: "
-                        + exc.message.replace(f"launch expression '({expression},)': ", ""),
+                        f"buffer {arg.name!r}: shape {expression!r}: {exc.message}",
                         hint='a shape names integer dims, e.g. ["M", "K"] or "M*K"',
                     ) from None
-                if not isinstance(value, int) or value < 1:
-                    raise BadRequest(f"buffer {arg.name!r}: shape {expression!r} is {value!r}")
+                if value < 1:
+                    raise BadRequest(
+                        f"buffer {arg.name!r}: shape {expression!r}: {value} is not a positive int"
+                    )
                 axes.append(value)
             shapes[arg.name] = tuple(axes)
         return shapes
@@ -206,6 +207,43 @@ class ArgSpec:
             else:
                 rows.append([a.name, "stream"])
         return {"args": rows}
+
+
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+
+
+def eval_dims(expression: str, dims: Mapping[str, int]) -> int:
+    """Evaluate an integer shape expression (``"M"``, ``"M*K"``, ``"(n + 3) // 4"``) over
+    ``dims``: names of dims, integers and ``+ - * // %`` only (an AST walk, never ``eval``).
+
+    Raises: BadRequest for anything else, an unknown name or a division by zero.
+    """
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in dims:
+                raise BadRequest(f"{node.id!r} is not an integer in the dims")
+            return dims[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            try:
+                return _OPS[type(node.op)](walk(node.left), walk(node.right))
+            except ZeroDivisionError:
+                raise BadRequest(f"{expression!r} divides by zero") from None
+        raise BadRequest(f"{ast.unparse(node)!r} is not allowed (dims, integers, + - * // %)")
+
+    try:
+        tree = ast.parse(str(expression).strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise BadRequest(f"{expression!r} is not an expression: {exc.msg}") from None
+    return walk(tree)
 
 
 def _pointer_dtype(text: str, where: str) -> str:
@@ -1251,6 +1289,7 @@ __all__ = [
     "data_ptr",
     "default_make_inputs",
     "device_arch",
+    "eval_dims",
     "has_solve_entry",
     "load_ref",
     "load_solve_spec",
