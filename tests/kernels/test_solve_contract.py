@@ -15,6 +15,7 @@ import pytest
 
 from perfledger.errors import BadRequest
 from perfledger.kernels import solve as sv
+from perfledger.kernels import solve_args
 
 SPEC = {
     "args": [
@@ -318,7 +319,7 @@ def test_data_pointers_of_host_arrays_and_refusal_of_strided_ones() -> None:
 
 def test_const_before_the_star_makes_an_input_and_after_it_does_not() -> None:
     source = 'extern "C" void solve(const float* const x, float* const y, int n, cudaStream_t s) {}'
-    kinds = [sv._describe(ctype)[0] for ctype, _ in sv.parse_solve_signature(source)]
+    kinds = [solve_args._describe(ctype)[0] for ctype, _ in sv.parse_solve_signature(source)]
     assert kinds == ["in", "out", "scalar", "stream"]
 
 
