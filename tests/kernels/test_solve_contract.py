@@ -351,3 +351,39 @@ def test_a_problem_from_ref_py_declares_work_from_the_dims_and_refuses_a_broken_
                                          "def bytes_per_call(n): return n / 3\n"))  # fmt: skip
     with pytest.raises(BadRequest, match="bytes_per_call"):
         sv.solve_problem(broken, {"n": 1000}, sv.parse_arg_spec(SPEC))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("def solve(x, y, n, stream):\n    pass\n", "solve(x, y, n, stream) in the subject"),
+        ("def kernel(x, y, n):\n    pass\n", "defines no top-level def solve"),
+        ("def solve(x, y, n:\n", "not valid Python"),
+    ],
+)
+def test_a_python_solve_whose_parameters_are_not_the_spec_s_is_refused(
+    text: str, message: str
+) -> None:
+    from perfledger.kernels.torch_subject import check_python_solve
+
+    with pytest.raises(BadRequest) as caught:
+        check_python_solve(text, sv.parse_arg_spec(SPEC))
+    assert message in caught.value.message
+
+
+def test_a_python_solve_subject_is_identified_by_its_text_and_a_broken_one_refused(
+    tmp_path: Path,
+) -> None:
+    from perfledger.kernels.torch_subject import python_solve_subject
+
+    good = tmp_path / "good.py"
+    good.write_text("CALLS = []\ndef solve(x, y, n):\n    CALLS.append(n)\n")
+    subject = python_solve_subject(good, sv.parse_arg_spec(SPEC), {"n": 3})
+    other = tmp_path / "other.py"
+    other.write_text("def solve(x, y, n):\n    pass\n")
+    assert subject.content_hash() != python_solve_subject(other, sv.parse_arg_spec(SPEC),
+                                                          {"n": 3}).content_hash()  # fmt: skip
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_here\ndef solve(x, y, n):\n    pass\n")
+    with pytest.raises(BadRequest, match=r"broken\.py failed to load: ModuleNotFoundError"):
+        python_solve_subject(broken, sv.parse_arg_spec(SPEC), {"n": 3})
