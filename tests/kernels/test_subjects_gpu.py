@@ -396,3 +396,33 @@ def test_ref_py_references_in_each_array_library(
     problem = sv.solve_problem(path, {"n": 1 << 20}, solve_contract[1])
     report = Harness(problem, FAST).check(_solve(solve_contract, SOLVE / "scale_v0.cu", n=1 << 20))
     assert report.ok, report.reasons
+
+
+@needs_nvcc
+def test_measure_kernel_records_a_json_solve_spec_with_its_libraries_identity(
+    tmp_path: Path,
+) -> None:
+    """``perfledger measure aa|kernel --spec examples/subjects/solve/spec.json`` through the CLI
+    on a real ledger: the samples are recorded and the artifact names each built library."""
+    import json
+
+    from test_measure_cli import _cli, _experiment, _setup
+
+    from perfledger.api import Ledger
+
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, primary="kernel_time_us", primary_unit="us", cases=("n16M",))
+    spec = str(SOLVE / "spec.json")
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", spec, "--runs", "3",
+         "--record", "--json", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
+               "screen", "--spec", spec, "--json", "--quiet")  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["kind"] == "SamplesRecorded" and data["pairs_recorded"] >= 2, data
+    with Ledger.open(ledger_path) as ledger:
+        raw = json.loads(ledger.artifact(data["event_id"], "samples.json"))
+    for role, source in (("reference", "scale_v0.cu"), ("candidate", "scale_v1.cu")):
+        identity = raw[f"{role}_identity"]
+        assert identity["sources"] == {source: sv.file_hash(SOLVE / source)}
+        assert len(identity["library_blake3"]) == 64 and "-shared" in identity["nvcc_argv"]
