@@ -88,6 +88,8 @@ _SOLVE_CHEATS = {
         static cudaStream_t own = nullptr;
         if (own == nullptr) cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking);
         scale_kernel<<<blocks_for(n), 256, 0, own>>>(x, y, n);""",
+    # launches on the legacy default stream, which a non-blocking stream does not wait for
+    "default_stream": "scale_kernel<<<blocks_for(n), 256, 0, 0>>>(x, y, n);",
     # half the elements only
     "half_the_output": "scale_kernel<<<blocks_for(n / 2), 256, 0, stream>>>(x, y, n / 2);",
     # honest, with 25 % more work: the first quarter computed twice (the same answer)
@@ -167,8 +169,11 @@ def test_cheat_solve_that_memoizes_by_input_address(solve_contract, tmp_path: Pa
 
 
 @needs_nvcc
-def test_cheat_solve_on_a_stream_of_its_own(solve_contract, tmp_path: Path) -> None:
-    cheat = _solve(solve_contract, _solve_source(tmp_path, "side_stream"), n=BIG)
+@pytest.mark.parametrize("cheat_name", ["side_stream", "default_stream"])
+def test_cheat_solve_on_a_stream_other_than_the_one_given(
+    solve_contract, tmp_path: Path, cheat_name: str
+) -> None:
+    cheat = _solve(solve_contract, _solve_source(tmp_path, cheat_name), n=BIG)
     report = _solve_harness(solve_contract, n=BIG).check(cheat)
     assert not report.ok
     assert any(r == "pending_side_work" or r.startswith("output:y") for r in report.reasons)
