@@ -133,3 +133,20 @@ def test_sass_evidence_is_the_listing_of_the_very_library_built(tmp_path: Path) 
     assert "scale4_kernel" in listing and "tail_kernel" in listing
     assert found["record"]["sass"][-4:] == ["--binary", str(build.library), "--tool-version",
                                              build.nvcc_version]  # fmt: skip
+
+
+def test_a_valid_solve_contract_on_a_machine_without_a_gpu_says_so_without_a_traceback(
+    loop_cli,
+) -> None:
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here: the measured path runs")
+    except ImportError:
+        pass
+    before = _head(loop_cli.ledger)
+    proc = loop_cli("loop", "setup", "--json", "--baseline", SOLVE / "scale_v0.cu", "--ref",
+                    SOLVE / "ref.py", "--dims", '{"n": 1024}')  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "CuPy" in json.loads(proc.stdout)["error"]["message"]
+    assert _head(loop_cli.ledger) == before

@@ -109,6 +109,10 @@ class SolveBackend(CudaBackend):
             self._spec = sv.resolve_spec(self._ref, text)
         return self._ref, self._spec
 
+    def sm_arch(self) -> str:
+        """``sm_XY`` of the current device. Raises: MeasurementError without CuPy or a GPU."""
+        return sv.device_arch()
+
     def harness(self) -> Any:
         """The harness of ``ref.py``'s problem (built once)."""
         if self._harness is None:
