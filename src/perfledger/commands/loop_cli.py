@@ -123,7 +123,12 @@ def _materialize(ledger: Any, run: Any, workdir: Path) -> dict[str, Path]:
 
 def _backend(setup: Any, reference: Path, cwd: str | None = None) -> Any:
     from perfledger.commands.loop_measure import CudaBackend, WorkloadBackend
+    from perfledger.commands.loop_solve import SolveBackend, is_solve_run
 
+    if is_solve_run(setup):  # the standalone contract: extern "C" void solve(...)
+        baseline = reference.parent.parent / "baseline" / setup.baseline.name  # _materialize's
+        source = baseline if baseline.is_file() else None
+        return SolveBackend(reference, dict(setup.dims), arch=setup.sm_arch, source=source)
     if setup.subject_kind == "cuda":
         return CudaBackend(reference, dict(setup.dims), setup.entry)
     return WorkloadBackend(list(setup.driver), reference, dict(setup.dims), setup.entry, cwd=cwd)
@@ -195,7 +200,18 @@ def setup_cmd(
     is_cuda = baseline.endswith((".cu", ".cuh"))
     ref_names = pf.parse_reference_names(ref_text)
     launch: dict[str, str] = {}
-    if is_cuda:
+    from perfledger.commands import loop_solve
+
+    is_python_solve = (
+        not is_cuda and driver is None and loop_solve.is_python_solve_source(baseline_text)
+    )
+    is_solve = is_python_solve or (is_cuda and loop_solve.is_solve_source(baseline_text, entry))
+    if is_solve:  # extern "C" void solve(...) or a Python solve, ref.py's reference and ARGS
+        entry_point, _ = loop_solve.preflight(
+            baseline_text, Path(ref_path), dims_map, python=is_python_solve
+        )
+        needed = {"reference"}
+    elif is_cuda:
         entry_point = pf.parse_cuda_entry(baseline_text, entry)
         launch = pf.parse_launch(baseline_text)
         needed = {"make_inputs", "reference", "outputs"}
@@ -225,7 +241,12 @@ def setup_cmd(
             from perfledger.commands.loop_measure import CudaBackend, WorkloadBackend
 
             backend: Any
-            if is_cuda:
+            if is_solve:
+                backend = loop_solve.SolveBackend(
+                    ref_file, dims_map, arch=sm_arch, source=base_path
+                )
+                arch = sm_arch or backend.sm_arch()
+            elif is_cuda:
                 backend = CudaBackend(ref_file, dims_map, entry_point.name)
                 arch = sm_arch or backend.sm_arch()
             else:

@@ -759,8 +759,15 @@ def measurement_findings(
 
 def load_spec(path: str) -> dict[str, Any]:
     """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
-    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig). Raises BadRequest."""
+    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
+    host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
+    Raises BadRequest."""
     import runpy
+
+    if path.endswith(".json"):
+        from perfledger.kernels.solve import load_solve_spec
+
+        return load_solve_spec(path)
 
     try:
         namespace = runpy.run_path(path)
@@ -948,6 +955,9 @@ def measure_kernel(
         "reference_source_hash": spec["reference"].content_hash(),
         "candidate_source_hash": spec["candidate"].content_hash(),
     }
+    for role in ("reference", "candidate"):  # a built subject's library hash, flags, sources
+        if hasattr(spec[role], "identity"):
+            artifact[f"{role}_identity"] = spec[role].identity()
     event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}"]
