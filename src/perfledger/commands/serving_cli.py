@@ -1,0 +1,508 @@
+"""``perfledger measure serving`` (SPEC.md section 5 "Serving workloads"; R2, R5, R7, R11, R12,
+R17): a paired, monitored load against OpenAI-compatible HTTP endpoints
+(:mod:`perfledger.kernels.serving`), reported, and with ``--experiment``/``--stage`` recorded
+through ``samples.record`` like ``measure workload``:
+
+- one recorded pair per window pair: each subject's values are its steady requests' per-request
+  TTFT / time per output token / end-to-end latency (in the Target's unit), so a verdict can take
+  a median or a tail of them (R12), or the window's throughput (one value);
+- a window pair with a drifting window is left out of the request (kept, with its reason, in the
+  artifact): a drifting window supports no verdict;
+- a subject with failed steady requests in its window is recorded ``correct: false`` (R5);
+- each pair carries the monitor's account of its two windows, with the requests that overlapped
+  foreign activity counted in its flags (R17).
+
+The per-request table, the per-window statistics, the drift check and the settings are attached
+as the artifact ``samples.json`` (``kind: serving``). Docs: ``docs/serving.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfledger.errors import BadRequest, MeasurementError
+
+#: Serving metrics a Target's metric can name (``--metric NAME=KIND``): per request (seconds)
+#: or per window (a rate).
+PER_REQUEST_KINDS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+PER_WINDOW_KINDS = {
+    "output_tokens_per_s": "output_tokens_per_s",
+    "requests_per_s": "requests_per_s",
+}
+#: Names recognised without ``--metric`` (a unit suffix such as ``_ms`` is ignored).
+_ALIASES = {
+    "ttft": "ttft",
+    "time_to_first_token": "ttft",
+    "tpot": "tpot",
+    "time_per_output_token": "tpot",
+    "e2e": "e2e",
+    "e2e_latency": "e2e",
+    "latency": "e2e",
+    "output_tokens_per_s": "output_tokens_per_s",
+    "tokens_per_s": "output_tokens_per_s",
+    "requests_per_s": "requests_per_s",
+}
+_SUFFIXES = ("_ms", "_us", "_ns", "_s")
+
+
+def metric_kind(name: str, explicit: dict[str, str]) -> str | None:
+    """The serving metric kind of a Target metric ``name``: ``explicit[name]`` (``--metric``),
+    else the name itself (less a unit suffix) where it is a known one; None otherwise.
+    Raises: BadRequest for an explicit kind that is not known."""
+    if name in explicit:
+        kind = explicit[name]
+        if kind not in PER_REQUEST_KINDS and kind not in PER_WINDOW_KINDS:
+            known = sorted([*PER_REQUEST_KINDS, *PER_WINDOW_KINDS])
+            raise BadRequest(f"--metric {name}={kind}: unknown serving metric; one of {known}")
+        return kind
+    base = name.lower()
+    for suffix in _SUFFIXES:
+        if base.endswith(suffix) and base[: -len(suffix)] in _ALIASES:
+            base = base[: -len(suffix)]
+            break
+    return _ALIASES.get(base)
+
+
+def _parse_metric_flags(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, kind = item.partition("=")
+        if not sep or not name or not kind:
+            raise BadRequest(f"--metric {item!r}: expected NAME=KIND (e.g. ttft_ms=ttft)")
+        out[name] = kind
+    return out
+
+
+def _side_values(
+    run: Any, window: Any, report_window: dict[str, Any], metrics: dict[str, tuple[str, float]]
+) -> dict[str, list[float]]:
+    """One subject's recorded values in one window: metric name -> values in its unit."""
+    rows = [r for r in run.window_rows(window) if r.ok]
+    out: dict[str, list[float]] = {}
+    for name, (kind, scale) in metrics.items():
+        if kind in PER_REQUEST_KINDS:
+            attr = PER_REQUEST_KINDS[kind]
+            values = [getattr(r, attr) * scale for r in rows if getattr(r, attr)]
+        else:
+            value = report_window[PER_WINDOW_KINDS[kind]]
+            values = [value] if value else []
+        if values:
+            out[name] = values
+    return out
+
+
+def _pair_monitor(a: dict[str, Any], b: dict[str, Any], explain: str | None) -> dict[str, Any]:
+    foreign = bool(a["foreign_activity"] or b["foreign_activity"])
+    flags = sorted(set(a["flags"]) | set(b["flags"]))
+    marked = a.get("marked_requests", 0) + b.get("marked_requests", 0)
+    if marked:
+        flags.append(f"requests_with_interference:{marked}")
+    return {
+        "observed": bool(a["observed"] and b["observed"]),
+        "foreign_activity": foreign,
+        "explained": explain if foreign and explain else None,
+        "flags": flags,
+    }
+
+
+def serving_request(
+    run: Any,
+    report: dict[str, Any],
+    info: dict[str, Any],
+    *,
+    case: str,
+    metrics: dict[str, tuple[str, float]],
+    samples_id: str,
+    experiment_id: str,
+    stage: str,
+    environment_id: str,
+    units: dict[str, str],
+    explain_foreign: str | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``samples.record`` body of a serving run: one pair per window pair without a
+    drifting window (R12), per-request values of each subject (see the module docstring),
+    ``correct`` false for a subject with failed steady requests (R5), the monitor's account of
+    both windows (R17). Returns ``(body, left_out)``: the pairs not recorded, with why."""
+    windows = {w.index: w for w in run.windows}
+    pairs, left_out = [], []
+    for p in report["pairs"]:
+        drifting = [r for r in p["reasons"] if r.startswith("drift:")]
+        ref_w, cand_w = windows[p["ref_window"]], windows[p["cand_window"]]
+        ref_rw, cand_rw = report["windows"][ref_w.index], report["windows"][cand_w.index]
+        ref_v = _side_values(run, ref_w, ref_rw, metrics)
+        cand_v = _side_values(run, cand_w, cand_rw, metrics)
+        primary = info["primary"].name
+        if drifting or primary not in ref_v or primary not in cand_v:
+            left_out.append({"pair": p["pair"], "reasons": drifting or [f"no {primary} values"]})
+            continue
+
+        def side(w: Any, rw: dict[str, Any], values: dict[str, list[float]]) -> dict[str, Any]:
+            return {
+                "call_id": f"w{w.index}-{w.subject}",
+                "correct": rw["steady_failed"] == 0,
+                "values": values,
+                "environment_id": environment_id,
+            }
+
+        pairs.append(
+            {
+                "case": case,
+                "ref": side(ref_w, ref_rw, ref_v),
+                "cand": side(cand_w, cand_rw, cand_v),
+                "same_process": False,
+                "monitor": _pair_monitor(ref_rw["monitor"], cand_rw["monitor"], explain_foreign),
+            }
+        )
+    body = {
+        "samples_id": samples_id,
+        "target_id": info["target_id"],
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": info["reference"],
+        "candidate_hash": info["candidate_hash"],
+        "test_set_hash": info["test_set_hash"],
+        "environment_id": environment_id,
+        "units": {n: u for n, u in units.items() if any(n in q["ref"]["values"] for q in pairs)},
+        "pairs": pairs,
+    }
+    return body, left_out
+
+
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for w in report["windows"]:
+        q = w["quantiles"]["ttft_s"]["p50"]
+        drift = " DRIFT" if w["drift"]["drifting"] else ""
+        foreign = " interference" if w["monitor"]["foreign_activity"] else ""
+        ttft = f"{1e3 * q['value_s']:.2f} ms" if q else "n/a"
+        rps = w["requests_per_s"]
+        lines.append(
+            f"window {w['index']} pair {w['pair']} {w['subject']:4s} ttft p50 {ttft}, "
+            f"{rps or 0:.1f} req/s, failed {w['failed']}{drift}{foreign}"
+        )
+    for metric, by_q in report["summary"].items():
+        for name, s in by_q.items():
+            if s:
+                lines.append(
+                    f"{metric} {name}: cand/ref {s['ratio']:.4f} CI [{s['ci_low']:.4f}, "
+                    f"{s['ci_high']:.4f}] over {s['pairs']} pairs: {s['finding']}"
+                )
+    d = report["drift"]
+    lines.append(
+        f"drift ({d['metric']}): "
+        + (f"detected in windows {d['drifting_windows']}" if d["detected"] else "none detected")
+    )
+    return lines
+
+
+@click.command("serving")
+@click.option("--ref-url", required=True, help="Reference base URL (http://HOST:PORT/v1).")
+@click.option("--cand-url", default=None, help="Candidate base URL (A/B by interleaved windows).")
+@click.option("--model", default="default", help="The `model` field sent to the reference.")
+@click.option("--cand-model", default=None, help="The candidate's `model` (default: --model).")
+@click.option("--requests", "requests_path", required=True, help="The test set: JSONL of requests.")
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Open loop: Poisson arrivals per second.")  # fmt: skip
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Closed loop: requests in flight.")  # fmt: skip
+@click.option("--pairs", type=click.IntRange(min=1), default=5, help="Window pairs (ABBA).")
+@click.option("--steady", type=click.IntRange(min=2), default=40, help="Steady requests a window.")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, help="Warm-up requests a window.")
+@click.option(
+    "--cooldown", type=click.IntRange(min=0), default=5, help="Cool-down requests a window."
+)
+@click.option("--seed", type=int, default=0, help="Seeds the request order and the arrivals.")
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=120.0, help="Per request.")
+@click.option("--drift-metric", type=click.Choice(["ttft", "tpot", "e2e"]), default="ttft")
+@click.option("--drift-alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.01, help="Drift test level (Bonferroni over windows).")  # fmt: skip
+@click.option("--drift-threshold", type=click.FloatRange(min=0), default=0.10,
+              help="Relative median shift a drifting window exceeds.")  # fmt: skip
+@click.option("--min-effect", type=click.FloatRange(min=0), default=None,
+              help="Ratio distance from 1 reported as a difference (default: the Target's, else 0.05).")  # fmt: skip
+@click.option(
+    "--resamples", type=click.IntRange(min=100), default=2000, help="Bootstrap resamples."
+)
+@click.option(
+    "--experiment", "experiment_id", default=None, help="Record samples for this experiment."
+)
+@click.option("--stage", type=click.Choice(["screen", "target", "final_audit"]), default=None)
+@click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N).")
+@click.option("--case", "case", default=None, help="The test case (default: the readiness's one).")
+@click.option("--metric", "metric_flags", multiple=True,
+              help="NAME=KIND: a Target metric measured as ttft, tpot, e2e, output_tokens_per_s "
+              "or requests_per_s.")  # fmt: skip
+@click.option("--monitor", "monitor_source", type=click.Choice(["gpu", "host"]), default="gpu",
+              help="What the monitor watches (R17).")  # fmt: skip
+@click.option(
+    "--no-monitor", is_flag=True, help="Run without a monitor (screens and reports only)."
+)
+@click.option(
+    "--explain-foreign", default=None, help="Explanation recorded on windows with foreign activity."
+)
+@click.option(
+    "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
+)
+@click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing.")
+@click.option("--actor", default=None, help="Who records.")
+@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def measure_serving(**kw: Any) -> None:
+    """Load OpenAI-compatible endpoints (streaming) in interleaved ABBA windows and report
+    per-request TTFT, time per output token, end-to-end latency and throughput, p50/p95/p99 with
+    bootstrap CIs per window pair, drift between steady windows and interference (R17); with
+    --experiment and --stage, record the window pairs as samples (docs/serving.md).
+
+    Example: perfledger measure serving --ref-url http://127.0.0.1:8000/v1 --cand-url
+    http://127.0.0.1:8001/v1 --requests testset.jsonl --concurrency 16 --pairs 6
+    """
+    run_measure_serving(**kw)
+
+
+def run_measure_serving(**kw: Any) -> None:
+    """The body of ``measure serving`` (see its help); every check that can fail runs before any
+    request is sent. Raises: BadRequest, RuleRefused (R2, R11, R12, R17), MeasurementError."""
+    from perfledger.commands import measure_cli as m
+    from perfledger.commands import rules
+    from perfledger.commands.identity_cli import refuse_unsnapshotted
+    from perfledger.kernels import serving as sv
+
+    ctx = m._ctx(kw["json_flag"])
+    recording = kw["experiment_id"] is not None
+    if recording != (kw["stage"] is not None):
+        raise BadRequest("--experiment and --stage go together (record samples of that stage)")
+    if (kw["rate"] is None) == (kw["concurrency"] is None):
+        raise BadRequest("pass exactly one of --rate (open loop) or --concurrency (closed loop)")
+    if recording and kw["cand_url"] is None:
+        raise BadRequest("recording samples needs a candidate: pass --cand-url")
+    if kw["explain_foreign"] is not None and kw["no_monitor"]:
+        raise BadRequest("--explain-foreign explains the monitor's findings; drop --no-monitor")
+    config = sv.LoadConfig(
+        mode="poisson" if kw["rate"] is not None else "closed",
+        rate_rps=kw["rate"],
+        concurrency=kw["concurrency"],
+        steady_requests=kw["steady"],
+        warmup_requests=kw["warmup"],
+        cooldown_requests=kw["cooldown"],
+        pairs=kw["pairs"],
+        seed=kw["seed"],
+        timeout_s=kw["timeout_s"],
+        api=kw["api"],
+    )
+    config.check()
+    requests, set_hash = sv.load_request_set(kw["requests_path"], kw["api"])
+    warnings: list[str] = []
+    info: dict[str, Any] | None = None
+    metrics: dict[str, tuple[str, float]] = {}
+    units: dict[str, str] = {}
+    tail: str | None = None
+    min_effect = kw["min_effect"]
+    case = kw["case"]
+    stage = kw["stage"]
+    if recording:
+        ledger = ctx.open()
+        try:
+            info = m._context(ledger, kw["experiment_id"], stage)
+        finally:
+            ledger.close()
+        refuse_unsnapshotted(info["target"], "measure serving")
+        explicit = _parse_metric_flags(kw["metric_flags"])
+        for name, unit in m._target_units(info["target"]).items():
+            kind = metric_kind(name, explicit)
+            if kind is None:
+                continue
+            if kind in PER_REQUEST_KINDS:
+                if unit not in m.TIME_UNITS:
+                    raise BadRequest(
+                        f"metric {name!r} ({kind}) is a time; its unit {unit!r} is not one of "
+                        f"{sorted(m.TIME_UNITS)}"
+                    )
+                metrics[name] = (kind, m.TIME_UNITS[unit])
+            else:
+                metrics[name] = (kind, 1.0)
+            units[name] = unit
+        primary = info["primary"]
+        if primary.name not in metrics:
+            raise BadRequest(
+                f"the Target's primary {primary.name!r} is not a serving metric",
+                hint="name it with --metric NAME=KIND (ttft, tpot, e2e, output_tokens_per_s, "
+                "requests_per_s)",
+            )
+        if primary.statistic in sv.TAIL_MIN_REQUESTS:
+            tail = primary.statistic
+            need = sv.TAIL_MIN_REQUESTS[tail]
+            if metrics[primary.name][0] not in PER_REQUEST_KINDS:
+                raise rules.refuse("R12", f"a {tail} primary needs per-request samples")
+            if config.steady_requests < need:
+                raise rules.refuse(
+                    "R12",
+                    f"a {tail} primary needs at least {need} steady requests per window; "
+                    f"--steady is {config.steady_requests}; nothing was measured",
+                    f"pass --steady {need} or more",
+                )
+        if case is None:
+            if len(info["cases"]) != 1:
+                raise BadRequest(
+                    f"name the test case with --case (the readiness lists {info['cases']})"
+                )
+            case = info["cases"][0]
+        m.check_cases([case], info["test_set"], "--case")
+        if set_hash != info["test_set_hash"]:
+            text = (
+                f"the request set's hash {set_hash} is not the readiness test set's hash "
+                f"{info['test_set_hash']}"
+            )
+            if stage != "screen":
+                raise rules.refuse(
+                    "R2",
+                    f"{text}: a formal stage measures the recorded test set; nothing was measured",
+                    "measure with the test set file readiness recorded (its hash is blake3 of "
+                    "the file's bytes), or supersede the Target",
+                )
+            warnings.append(text + " (a screen only)")
+        if min_effect is None:
+            min_effect = info["target"].definition.min_effect
+    env = m.environment_payload(tools=False)
+    if info is not None:
+        m.check_environment(env, info)
+    monitor, monitor_note = m._start_monitor(not kw["no_monitor"], kw["monitor_source"])
+    if recording and monitor is None and stage != "screen":
+        raise rules.refuse(
+            "R17",
+            f"a formal ({stage}) stage needs the monitor over every window, and it is not "
+            f"running: {monitor_note}; nothing was measured",
+            "on a machine without a GPU, use --monitor host",
+        )
+    if monitor is None and not kw["no_monitor"]:
+        warnings.append(f"no monitor: {monitor_note}")
+    ref = sv.Endpoint(kw["ref_url"], kw["model"])
+    cand = sv.Endpoint(kw["cand_url"], kw["cand_model"] or kw["model"]) if kw["cand_url"] else None
+    n_windows = config.pairs * (2 if cand else 1)
+    try:
+        with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:
+            run = sv.run_serving(
+                ref, cand, requests, set_hash, config, on_window=lambda _w: advance()
+            )
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    interference = sv.mark_interference(run, monitor) if monitor is not None else []
+    report = sv.analyze(
+        run,
+        monitor=monitor,
+        drift_metric=PER_REQUEST_KINDS[kw["drift_metric"]],
+        drift_alpha=kw["drift_alpha"],
+        drift_threshold=kw["drift_threshold"],
+        min_effect=0.05 if min_effect is None else min_effect,
+        resamples=kw["resamples"],
+        tail=tail,
+    )
+    if report["drift"]["detected"]:
+        warnings.append(
+            f"drift between steady windows {report['drift']['drifting_windows']}: those windows "
+            "support no verdict"
+        )
+    artifact = {
+        "kind": "serving",
+        "requests": [r.to_json() for r in run.requests],
+        "report": report,
+        "interference_windows": interference,
+        "environment": env,
+        "monitor": {
+            "note": monitor_note,
+            "source": None if monitor is None else kw["monitor_source"],
+            "settings": monitor.settings() if monitor is not None else None,
+        },
+    }
+    if kw["raw_path"]:
+        Path(kw["raw_path"]).write_text(json.dumps(artifact, indent=1, default=str))
+    result: dict[str, Any] = {
+        "request_set_hash": set_hash,
+        "requests_sent": len(run.requests),
+        "failed_requests": report["failed_requests"],
+        "interference_requests": report["interference_requests"],
+        "interference_windows": interference,
+        "drift": report["drift"],
+        "summary": report["summary"],
+        "pairs": [
+            {k: p[k] for k in ("pair", "usable", "reasons", "ratios", "tail_exposure") if k in p}
+            for p in report["pairs"]
+        ],
+        "windows": [
+            {
+                k: w[k]
+                for k in (
+                    "index",
+                    "pair",
+                    "subject",
+                    "requests",
+                    "failed",
+                    "requests_per_s",
+                    "output_tokens_per_s",
+                    "quantiles",
+                    "drift",
+                    "monitor",
+                )
+            }
+            for w in report["windows"]
+        ],
+        "environment_id": env["environment_id"],
+        "monitor": monitor_note or kw["monitor_source"],
+    }
+    lines = _summary_lines(report)
+    if not recording:
+        result["warnings"] = warnings
+        m._warn(warnings)
+        m._answer(ctx, result, lines)
+        return
+    assert info is not None
+    sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
+    body, left_out = serving_request(
+        run,
+        report,
+        info,
+        case=case or "",
+        metrics=metrics,
+        samples_id=sid,
+        experiment_id=kw["experiment_id"],
+        stage=stage,
+        environment_id=env["environment_id"],
+        units=units,
+        explain_foreign=kw["explain_foreign"],
+    )
+    result.update(samples_id=sid, pairs_recorded=len(body["pairs"]), pairs_left_out=left_out)
+    if not body["pairs"]:
+        raise MeasurementError(
+            f"no window pair can be recorded: {left_out}",
+            hint="every pair had a drifting window or no values: measure again on a steadier "
+            "server (see the report's windows with --raw FILE)",
+        )
+    warnings += m.foreign_activity_warnings(body["pairs"], stage)
+    result["warnings"] = warnings
+    m._warn(warnings)
+    if kw["dry_run"]:
+        result["request"] = body
+        m._answer(ctx, result, [json.dumps(body, indent=2)])
+        return
+    event = m._append(
+        ctx,
+        "samples.record",
+        body,
+        m.SAMPLES_ARTIFACT,
+        artifact,
+        kw["actor"],
+        kw["idempotency_key"],
+    )
+    result.update(event_id=event.id, kind=event.kind)
+    lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
+    lines += [f"pair {x['pair']} left out: {', '.join(x['reasons'])}" for x in left_out]
+    m._answer(ctx, result, lines + _summary_lines(report))
+
+
+__all__ = ["measure_serving", "metric_kind", "serving_request"]

@@ -1,0 +1,89 @@
+"""A stand-in OpenAI-compatible model server (aiohttp.web) whose latencies the tests control.
+
+Run as ``python serving_standin.py CONFIG_JSON``; it binds 127.0.0.1 on a free port, prints
+``PORT <n>`` on stdout and serves until killed. Routes, for each profile name P of the config:
+``POST /P/v1/chat/completions`` and ``POST /P/v1/completions`` (streaming server-sent events
+like vLLM: a first chunk with the role and empty content, one chunk per token, a usage chunk,
+``data: [DONE]``), ``GET /P/v1/models``.
+
+CONFIG (JSON): ``{"seed": int, "profiles": {P: {"ttft_s", "tpot_s", "sigma", "fail": bool}},
+"step_after": int | null, "step_factor": float}``: a request's time to first token is
+``ttft_s * lognormal(0, sigma)`` (seeded), times ``step_factor`` once the server has begun more
+than ``step_after`` requests in all (a drift with a known onset); each further token takes
+``tpot_s``. A profile with ``fail`` answers HTTP 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from typing import Any
+
+from aiohttp import web
+
+
+def make_app(config: dict[str, Any]) -> web.Application:
+    """The aiohttp application of ``config`` (see the module docstring)."""
+    rng = random.Random(config.get("seed", 0))
+    state = {"begun": 0}
+    profiles: dict[str, dict[str, Any]] = config["profiles"]
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        profile = profiles.get(request.match_info["profile"])
+        if profile is None:
+            raise web.HTTPNotFound()
+        if profile.get("fail"):
+            return web.json_response({"error": {"message": "failing on purpose"}}, status=500)
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        state["begun"] += 1
+        factor = 1.0
+        step_after = config.get("step_after")
+        if step_after is not None and state["begun"] > step_after:
+            factor = float(config.get("step_factor", 1.0))
+        ttft = profile["ttft_s"] * rng.lognormvariate(0.0, profile.get("sigma", 0.0)) * factor
+        tokens = int(body["max_tokens"])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def send(obj: Any) -> None:
+            await resp.write(f"data: {json.dumps(obj)}\n\n".encode())
+
+        if chat:
+            await send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        await resp.write(b": keep-alive\n\n")
+        await asyncio.sleep(ttft)
+        for i in range(tokens):
+            if i:
+                await asyncio.sleep(profile["tpot_s"])
+            piece = {"delta": {"content": f"t{i} "}} if chat else {"text": f"t{i} "}
+            await send({"choices": [{"index": 0, **piece}]})
+        await send({"choices": [], "usage": {"completion_tokens": tokens}})
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": request.match_info["profile"]}]})
+
+    app = web.Application()
+    app.router.add_post("/{profile}/v1/chat/completions", completions)
+    app.router.add_post("/{profile}/v1/completions", completions)
+    app.router.add_get("/{profile}/v1/models", models)
+    return app
+
+
+async def _serve(config: dict[str, Any]) -> None:
+    runner = web.AppRunner(make_app(config), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"PORT {port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve(json.loads(sys.argv[1])))
