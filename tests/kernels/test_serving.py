@@ -9,40 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from serving_standin import BASE, standin
 
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels import serving as sv
 from perfledger.kernels.hostmonitor import HostMonitor
-
-STANDIN = Path(__file__).with_name("serving_standin.py")
-#: A fast profile: 50 ms to the first token, 4 ms per further token, 10 % lognormal spread.
-BASE = {"ttft_s": 0.05, "tpot_s": 0.004, "sigma": 0.1}
-
-
-@contextmanager
-def standin(config: dict[str, Any]) -> Iterator[str]:
-    """Start the stand-in server with ``config``; yield ``http://127.0.0.1:PORT``."""
-    proc = subprocess.Popen(
-        [sys.executable, str(STANDIN), json.dumps(config)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def _request_set(tmp_path: Path, n: int = 60, tokens: int = 8) -> tuple[list[Any], str]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import blake3
 import pytest
+from serving_standin import BASE, standin
 
 from perfledger.api import Ledger
 from perfledger.commands.measure_cli import environment_payload
@@ -20,7 +20,6 @@ from perfledger.commands.operations import execute
 from perfledger.commands.serving_cli import metric_kind
 from perfledger.errors import BadRequest
 from subprocess_env import isolated_env, perfledger_command
-from test_serving import BASE, standin
 
 ROOT = Path(__file__).resolve().parents[2]
 ORIGINAL = "sha256:" + "0" * 16
@@ -199,7 +198,9 @@ def test_measure_serving_refuses_bad_flags_with_exit_2(tmp_path: Path) -> None:
     assert stage_only.returncode == 2 and "Traceback" not in stage_only.stderr
     missing = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url", DEAD_URL,
                    "--requests", str(tmp_path / "nope.jsonl"), "--rate", "5")  # fmt: skip
-    assert missing.returncode == 2 and "cannot read the request set" in missing.stderr + missing.stdout
+    assert (
+        missing.returncode == 2 and "cannot read the request set" in missing.stderr + missing.stdout
+    )
 
 
 def test_measure_serving_reports_a_server_that_is_down(tmp_path: Path) -> None:
@@ -226,3 +227,29 @@ def test_target_metrics_map_to_serving_metrics(
 def test_an_unknown_serving_metric_kind_is_refused() -> None:
     with pytest.raises(BadRequest, match="unknown serving metric"):
         metric_kind("x", {"x": "joules"})
+
+
+def test_measure_serving_records_the_report_as_service_evidence(tmp_path: Path) -> None:
+    testset, digest = _testset(tmp_path)
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, digest)
+    with standin({"seed": 23, "profiles": {"a": BASE, "b": {**BASE, "ttft_s": 0.04}}}) as url:
+        args = ["measure", "serving", "--ref-url", f"{url}/a/v1", "--cand-url", f"{url}/b/v1",
+                "--requests", str(testset), "--concurrency", "8", "--pairs", "3", "--steady", "20",
+                "--no-monitor", "--quiet", "--json", "--evidence", "serving-ab", "--target", "t1"]  # fmt: skip
+        proc = _cli(ledger_path, tmp_path, *args)
+        again = _cli(ledger_path, tmp_path, *args)  # refused before any request is sent
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["kind"] == "EvidenceRecorded"
+    assert again.returncode == 2 and "already recorded" in again.stdout
+    with Ledger.open(ledger_path) as ledger:
+        payload = ledger.payload(data["event_id"])
+        assert json.loads(ledger.artifact(data["event_id"], "serving.json"))["kind"] == "serving"
+    facts = {f.name: f for f in payload.facts}
+    assert payload.layer == "service" and payload.applicability == "diagnostic"
+    assert facts["ref.ttft.p50"].unit == "ms" and 40 < facts["ref.ttft.p50"].value < 200
+    assert facts["cand_over_ref.ttft.p50"].unit == "ratio"
+    assert facts["cand_over_ref.ttft.p50.ci_low"].value <= facts["cand_over_ref.ttft.p50"].value
+    assert facts["cand.output_tokens_per_s"].unit == "tokens/s"
+    assert any("monitor" in x for x in payload.limitations)

@@ -172,6 +172,86 @@ def serving_request(
     return body, left_out
 
 
+def evidence_request(
+    report: dict[str, Any],
+    *,
+    evidence_id: str,
+    target_id: str | None,
+    applicability: str,
+    description: str,
+    interference_windows: list[dict[str, Any]],
+    monitor_note: str | None,
+) -> dict[str, Any]:
+    """The ``evidence.add`` body of a serving report (R6: layer ``service``, the tool's exact
+    version, a unit on every fact). Facts: per subject, the median over its windows of each
+    metric's p50/p95/p99 (ms) and of its throughput; with two subjects, the cand/ref ratio of
+    each quantile over usable pairs with its CI ends; counts of drifting windows, failed and
+    interfered requests. Drift, interference and a missing monitor are also limitations."""
+    from statistics import median
+
+    from perfledger import __version__
+
+    facts: list[dict[str, Any]] = []
+    subjects = sorted({w["subject"] for w in report["windows"]}, reverse=True)  # ref first
+    for subject in subjects:
+        ws = [w for w in report["windows"] if w["subject"] == subject]
+        for metric, by_q in ws[0]["quantiles"].items():
+            for name in by_q:
+                values = [
+                    w["quantiles"][metric][name]["value_s"]
+                    for w in ws
+                    if w["quantiles"][metric][name]
+                ]
+                if values:
+                    facts.append({
+                        "name": f"{subject}.{metric.removesuffix('_s')}.{name}",
+                        "value": 1e3 * median(values), "unit": "ms",
+                        "note": f"median over {len(values)} windows",
+                    })  # fmt: skip
+        for rate, unit in (("requests_per_s", "requests/s"), ("output_tokens_per_s", "tokens/s")):
+            values = [w[rate] for w in ws if w[rate]]
+            if values:
+                facts.append({"name": f"{subject}.{rate}", "value": median(values), "unit": unit})
+    for metric, by_q in report["summary"].items():
+        for name, s in by_q.items():
+            if s:
+                base = f"cand_over_ref.{metric.removesuffix('_s')}.{name}"
+                note = f"{s['pairs']} usable window pairs: {s['finding']}"
+                for suffix, key in (("", "ratio"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
+                    facts.append(
+                        {"name": base + suffix, "value": s[key], "unit": "ratio", "note": note}
+                    )
+    drifting = report["drift"]["drifting_windows"]
+    facts += [
+        {"name": "drifting_windows", "value": float(len(drifting)), "unit": "count"},
+        {"name": "failed_requests", "value": float(report["failed_requests"]), "unit": "count"},
+        {"name": "interference_requests", "value": float(report["interference_requests"]),
+         "unit": "count"},
+    ]  # fmt: skip
+    limitations = []
+    if drifting:
+        limitations.append(f"drift between steady windows: {drifting}")
+    if interference_windows:
+        limitations.append(
+            f"foreign activity overlapped {report['interference_requests']} requests"
+        )
+    if monitor_note and monitor_note not in ("gpu", "host"):
+        limitations.append(f"monitor: {monitor_note}"[:200])
+    body: dict[str, Any] = {
+        "evidence_id": evidence_id,
+        "layer": "service",
+        "tool": {"name": "perfledger measure serving", "version": __version__},
+        "facts": facts,
+        "limitations": limitations,
+        "applicability": applicability,
+        "description": description
+        or "serving load: p50/p95/p99 of TTFT, time per output token and end-to-end latency",
+    }
+    if target_id is not None:
+        body["target_id"] = target_id
+    return body
+
+
 def _summary_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for w in report["windows"]:
@@ -233,6 +313,20 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 )
 @click.option("--stage", type=click.Choice(["screen", "target", "final_audit"]), default=None)
 @click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N).")
+@click.option(
+    "--evidence",
+    "evidence_id",
+    default=None,
+    help="Record the report as evidence (layer service) with this id instead.",
+)
+@click.option("--target", "evidence_target", default=None, help="With --evidence: its Target.")
+@click.option(
+    "--applicability",
+    type=click.Choice(["same_boundary", "conservative_upper_bound", "diagnostic"]),
+    default="diagnostic",
+    help="With --evidence (R6).",
+)
+@click.option("--description", default="", help="With --evidence: what was measured.")
 @click.option("--case", "case", default=None, help="The test case (default: the readiness's one).")
 @click.option("--metric", "metric_flags", multiple=True,
               help="NAME=KIND: a Target metric measured as ttft, tpot, e2e, output_tokens_per_s "
@@ -279,6 +373,10 @@ def run_measure_serving(**kw: Any) -> None:
         raise BadRequest("--experiment and --stage go together (record samples of that stage)")
     if (kw["rate"] is None) == (kw["concurrency"] is None):
         raise BadRequest("pass exactly one of --rate (open loop) or --concurrency (closed loop)")
+    if recording and kw["evidence_id"] is not None:
+        raise BadRequest("record either samples (--experiment) or evidence (--evidence), not both")
+    if kw["evidence_id"] is None and kw["evidence_target"] is not None:
+        raise BadRequest("--target goes with --evidence")
     if recording and kw["cand_url"] is None:
         raise BadRequest("recording samples needs a candidate: pass --cand-url")
     if kw["explain_foreign"] is not None and kw["no_monitor"]:
@@ -368,6 +466,16 @@ def run_measure_serving(**kw: Any) -> None:
             warnings.append(text + " (a screen only)")
         if min_effect is None:
             min_effect = info["target"].definition.min_effect
+    if kw["evidence_id"] is not None:  # checked before any request is sent
+        ledger = ctx.open()
+        try:
+            state = ledger.state()
+        finally:
+            ledger.close()
+        if kw["evidence_id"] in state.evidence:
+            raise BadRequest(f"evidence {kw['evidence_id']!r} is already recorded")
+        if kw["evidence_target"] is not None:
+            rules.r1_target_frozen(state, kw["evidence_target"])
     env = m.environment_payload(tools=False)
     if info is not None:
         m.check_environment(env, info)
@@ -459,6 +567,25 @@ def run_measure_serving(**kw: Any) -> None:
     if not recording:
         result["warnings"] = warnings
         m._warn(warnings)
+        if kw["evidence_id"] is not None:
+            body = evidence_request(
+                report,
+                evidence_id=kw["evidence_id"],
+                target_id=kw["evidence_target"],
+                applicability=kw["applicability"],
+                description=kw["description"],
+                interference_windows=interference,
+                monitor_note=monitor_note or kw["monitor_source"],
+            )
+            if kw["dry_run"]:
+                result["request"] = body
+            else:
+                event = m._append(
+                    ctx, "evidence.add", body, "serving.json", artifact, kw["actor"],
+                    kw["idempotency_key"],
+                )  # fmt: skip
+                result.update(evidence_id=kw["evidence_id"], event_id=event.id, kind=event.kind)
+                lines = [f"{event.kind} {event.id}", *lines]
         m._answer(ctx, result, lines)
         return
     assert info is not None
@@ -505,4 +632,4 @@ def run_measure_serving(**kw: Any) -> None:
     m._answer(ctx, result, lines + _summary_lines(report))
 
 
-__all__ = ["measure_serving", "metric_kind", "serving_request"]
+__all__ = ["evidence_request", "measure_serving", "metric_kind", "serving_request"]
