@@ -4,7 +4,8 @@ Run as ``python serving_standin.py CONFIG_JSON``; it binds 127.0.0.1 on a free p
 ``PORT <n>`` on stdout and serves until killed. Routes, for each profile name P of the config:
 ``POST /P/v1/chat/completions`` and ``POST /P/v1/completions`` (streaming server-sent events
 like vLLM: a first chunk with the role and empty content, one chunk per token, a usage chunk,
-``data: [DONE]``), ``GET /P/v1/models``.
+``data: [DONE]``), ``GET /P/v1/models``; ``POST /admin/live?profile=P`` makes the routes of ``live`` serve
+profile P (two configurations behind one URL, switched between windows).
 
 CONFIG (JSON): ``{"seed": int, "profiles": {P: {"ttft_s", "tpot_s", "sigma", "fail": bool}},
 "step_after": int | null, "step_factor": float}``: a request's time to first token is
@@ -53,11 +54,22 @@ def standin(config: dict[str, Any]) -> Iterator[str]:
 def make_app(config: dict[str, Any]) -> web.Application:
     """The aiohttp application of ``config`` (see the module docstring)."""
     rng = random.Random(config.get("seed", 0))
-    state = {"begun": 0}
+    state: dict[str, Any] = {"begun": 0, "live": None}
     profiles: dict[str, dict[str, Any]] = config["profiles"]
 
+    def lookup(name: str) -> dict[str, Any] | None:
+        # ``live`` serves the profile last chosen by POST /admin/live?profile=P (a stand-in for
+        # a server restarted with another configuration)
+        return profiles.get(state["live"] if name == "live" else name)
+
+    async def choose(request: web.Request) -> web.Response:
+        if request.query.get("profile") not in profiles:
+            raise web.HTTPBadRequest(text="unknown profile")
+        state["live"] = request.query["profile"]
+        return web.json_response({"live": state["live"]})
+
     async def completions(request: web.Request) -> web.StreamResponse:
-        profile = profiles.get(request.match_info["profile"])
+        profile = lookup(request.match_info["profile"])
         if profile is None:
             raise web.HTTPNotFound()
         if profile.get("fail"):
@@ -92,12 +104,15 @@ def make_app(config: dict[str, Any]) -> web.Application:
         return resp
 
     async def models(request: web.Request) -> web.Response:
+        if lookup(request.match_info["profile"]) is None:
+            raise web.HTTPServiceUnavailable()
         return web.json_response({"data": [{"id": request.match_info["profile"]}]})
 
     app = web.Application()
     app.router.add_post("/{profile}/v1/chat/completions", completions)
     app.router.add_post("/{profile}/v1/completions", completions)
     app.router.add_get("/{profile}/v1/models", models)
+    app.router.add_post("/admin/live", choose)
     return app
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -305,3 +306,30 @@ def test_windows_alternate_in_abba_order() -> None:
 def test_an_impossible_load_is_refused(config: sv.LoadConfig) -> None:
     with pytest.raises(BadRequest):
         config.check()
+
+
+def test_two_configurations_behind_one_url_are_switched_before_each_window(
+    tmp_path: Path,
+) -> None:
+    requests, digest = _request_set(tmp_path)
+    fast = {**BASE, "ttft_s": 0.04}
+    with standin({"seed": 12, "profiles": {"a": BASE, "b": fast}}) as url:
+
+        def switch(profile: str) -> tuple[str, ...]:
+            code = (
+                "import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
+                f"sys.argv[1] + '/admin/live?profile={profile}', method='POST'))"
+            )
+            return (sys.executable, "-c", code, url)
+
+        live = f"{url}/live/v1"
+        ref = sv.Endpoint(live, "m", before=switch("a"))
+        cand = sv.Endpoint(live, "m", before=switch("b"))
+        run = sv.run_serving(ref, cand, requests, digest, _closed(pairs=2))
+        broken = sv.Endpoint(live, "m", before=(sys.executable, "-c", "raise SystemExit(3)"))
+        with pytest.raises(MeasurementError, match="exited 3"):
+            sv.run_serving(broken, None, requests, digest, _closed(pairs=1))
+    report = sv.analyze(run, min_effect=0.1)
+    assert report["summary"]["ttft_s"]["p50"]["finding"] == "lower"
+    assert all(w["prepared"]["ready_after_s"] >= 0 for w in report["windows"])
+    assert run.settings()["endpoints"]["cand"]["before"][-1] == url

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,24 @@ def test_measure_serving_records_the_report_as_service_evidence(tmp_path: Path) 
     assert facts["cand_over_ref.ttft.p50.ci_low"].value <= facts["cand_over_ref.ttft.p50"].value
     assert facts["cand.output_tokens_per_s"].unit == "tokens/s"
     assert any("monitor" in x for x in payload.limitations)
+
+
+def test_measure_serving_switches_one_server_between_two_configurations(tmp_path: Path) -> None:
+    testset, _digest = _testset(tmp_path)
+    with standin({"seed": 24, "profiles": {"a": BASE, "b": {**BASE, "ttft_s": 0.04}}}) as url:
+
+        def switch(profile: str) -> str:
+            code = (
+                "import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
+                f"sys.argv[1] + '/admin/live?profile={profile}', method='POST'))"
+            )
+            return f'{sys.executable} -c "{code}" {url}'
+
+        proc = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url",
+                    f"{url}/live/v1", "--before-ref", switch("a"), "--before-cand", switch("b"),
+                    "--requests", str(testset), "--concurrency", "8", "--pairs", "3", "--steady",
+                    "20", "--no-monitor", "--quiet", "--json", "--min-effect", "0.1")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["summary"]["ttft_s"]["p50"]["finding"] == "lower"
+    assert [w["subject"] for w in data["windows"]] == ["ref", "cand", "cand", "ref", "ref", "cand"]

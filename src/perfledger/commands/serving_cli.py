@@ -252,6 +252,21 @@ def evidence_request(
     return body
 
 
+def _words(command: str | None) -> tuple[str, ...] | None:
+    """A ``--before-*`` command split into argv (BadRequest when it cannot be parsed)."""
+    if command is None:
+        return None
+    import shlex
+
+    try:
+        words = tuple(shlex.split(command))
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command {command!r}: {exc}") from None
+    if not words:
+        raise BadRequest("an empty --before-* command")
+    return words
+
+
 def _summary_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for w in report["windows"]:
@@ -284,6 +299,24 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 @click.option("--cand-url", default=None, help="Candidate base URL (A/B by interleaved windows).")
 @click.option("--model", default="default", help="The `model` field sent to the reference.")
 @click.option("--cand-model", default=None, help="The candidate's `model` (default: --model).")
+@click.option(
+    "--before-ref",
+    default=None,
+    help="A command (shell words) run before each reference window, e.g. one that "
+    "restarts the server with the reference's configuration.",
+)
+@click.option(
+    "--before-cand",
+    default=None,
+    help="The same before each candidate window; without --cand-url the candidate is "
+    "served at --ref-url (two configurations behind one URL).",
+)
+@click.option(
+    "--ready-timeout-s",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    help="After a --before-* command: wait this long at most for GET BASE/models = 200.",
+)
 @click.option("--requests", "requests_path", required=True, help="The test set: JSONL of requests.")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat")
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -377,8 +410,13 @@ def run_measure_serving(**kw: Any) -> None:
         raise BadRequest("record either samples (--experiment) or evidence (--evidence), not both")
     if kw["evidence_id"] is None and kw["evidence_target"] is not None:
         raise BadRequest("--target goes with --evidence")
-    if recording and kw["cand_url"] is None:
-        raise BadRequest("recording samples needs a candidate: pass --cand-url")
+    if kw["before_cand"] is not None and kw["before_ref"] is None and kw["cand_url"] is None:
+        raise BadRequest(
+            "--before-cand without --cand-url switches one server's configuration: give "
+            "--before-ref too (the command that brings the reference's back)"
+        )
+    if recording and kw["cand_url"] is None and kw["before_cand"] is None:
+        raise BadRequest("recording samples needs a candidate: pass --cand-url (or --before-cand)")
     if kw["explain_foreign"] is not None and kw["no_monitor"]:
         raise BadRequest("--explain-foreign explains the monitor's findings; drop --no-monitor")
     config = sv.LoadConfig(
@@ -489,8 +527,18 @@ def run_measure_serving(**kw: Any) -> None:
         )
     if monitor is None and not kw["no_monitor"]:
         warnings.append(f"no monitor: {monitor_note}")
-    ref = sv.Endpoint(kw["ref_url"], kw["model"])
-    cand = sv.Endpoint(kw["cand_url"], kw["cand_model"] or kw["model"]) if kw["cand_url"] else None
+    ref = sv.Endpoint(kw["ref_url"], kw["model"], _words(kw["before_ref"]), kw["ready_timeout_s"])
+    cand_url = kw["cand_url"] or (kw["ref_url"] if kw["before_cand"] else None)
+    cand = (
+        sv.Endpoint(
+            cand_url,
+            kw["cand_model"] or kw["model"],
+            _words(kw["before_cand"]),
+            kw["ready_timeout_s"],
+        )
+        if cand_url
+        else None
+    )
     n_windows = config.pairs * (2 if cand else 1)
     try:
         with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:

@@ -176,10 +176,18 @@ def load_request_set(path: str | Path, api: str = "chat") -> tuple[list[ServingR
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A subject under load: the API's base URL (``http://host:port/v1``) and its model name."""
+    """A subject under load: the API's base URL (``http://host:port/v1``) and its model name.
+
+    ``before``: a command (argv) run before each of this subject's windows, e.g. one that
+    restarts the server with this subject's configuration (two configurations behind one URL);
+    the window starts once it exited 0 and ``GET {base}/models`` answers 200 (at most
+    ``ready_timeout_s`` seconds).
+    """
 
     base_url: str
     model: str
+    before: tuple[str, ...] | None = None
+    ready_timeout_s: float = 120.0
 
     def url(self, api: str) -> str:
         """The URL of ``api``'s route under the base URL."""
@@ -280,6 +288,7 @@ class WindowRecord:
     start_s: float
     end_s: float
     rows: list[int] = field(default_factory=list)
+    prepared: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -392,6 +401,47 @@ async def _send(
         rec.tpot_s = (rec.e2e_s - rec.ttft_s) / (rec.output_tokens - 1)
 
 
+async def _prepare(session: Any, endpoint: Endpoint) -> dict[str, Any]:
+    """Run the subject's ``before`` command and wait until its server answers ``GET
+    {base}/models`` with 200. Returns what happened (recorded with the window).
+    Raises: MeasurementError when the command fails or the server is not ready in time."""
+    import aiohttp
+
+    if endpoint.before is None:
+        return {}
+    t0 = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *endpoint.before, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        _out, err = await asyncio.wait_for(proc.communicate(), endpoint.ready_timeout_s)
+    except (OSError, TimeoutError) as exc:
+        raise MeasurementError(
+            f"the command before a window of {endpoint.base_url} failed: {type(exc).__name__}: "
+            f"{exc}"
+        ) from None
+    if proc.returncode != 0:
+        tail = (err or b"").decode("utf-8", "replace").strip()[-400:]
+        raise MeasurementError(
+            f"the command before a window of {endpoint.base_url} exited {proc.returncode}: {tail}"
+        )
+    url = endpoint.base_url.rstrip("/") + "/models"
+    while True:
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                if resp.status == 200:
+                    break
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        if time.monotonic() - t0 > endpoint.ready_timeout_s:
+            raise MeasurementError(
+                f"{url} did not answer 200 within {endpoint.ready_timeout_s} s after the command "
+                "before the window"
+            )
+        await asyncio.sleep(0.1)
+    return {"before": list(endpoint.before), "ready_after_s": time.monotonic() - t0}
+
+
 def _phase(dispatch: int, config: LoadConfig) -> Phase:
     if dispatch < config.warmup_requests:
         return "warmup"
@@ -483,9 +533,11 @@ def run_serving(
     async def main() -> None:
         import aiohttp
 
-        connector = aiohttp.TCPConnector(limit=0, force_close=False)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            for index, (pair, subject) in enumerate(schedule(len(endpoints), config.pairs)):
+        for index, (pair, subject) in enumerate(schedule(len(endpoints), config.pairs)):
+            # a session (connection pool) per window: no connection outlives a window, so a
+            # server restarted between windows is met afresh; connecting is warm-up work
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                prepared = await _prepare(session, endpoints[subject])
                 batch = batches[pair]
                 recs = [
                     RequestRecord(
@@ -501,7 +553,9 @@ def run_serving(
                 ]
                 start = time.monotonic()
                 await _window(session, endpoints[subject], batch, offsets[pair], config, recs)
-                window = WindowRecord(index, pair, subject, start, time.monotonic())
+                window = WindowRecord(
+                    index, pair, subject, start, time.monotonic(), prepared=prepared
+                )
                 window.rows = list(range(len(records), len(records) + len(recs)))
                 records.extend(recs)
                 windows.append(window)
@@ -701,6 +755,7 @@ def analyze(
             "quantiles": {},
             "drift": drift[w.index],
             "monitor": window_monitor(run, w, monitor),
+            "prepared": w.prepared,
         }
         boots[w.index], points[w.index] = {}, {}
         for metric in REQUEST_METRICS:
