@@ -7,11 +7,14 @@ like vLLM: a first chunk with the role and empty content, one chunk per token, a
 ``data: [DONE]``), ``GET /P/v1/models``; ``POST /admin/live?profile=P`` makes the routes of ``live`` serve
 profile P (two configurations behind one URL, switched between windows).
 
-CONFIG (JSON): ``{"seed": int, "profiles": {P: {"ttft_s", "tpot_s", "sigma", "fail": bool}},
+CONFIG (JSON): ``{"seed": int, "profiles": {P: {"ttft_s", "tpot_s", "sigma", "fail",
+"stop_after", "usage_factor"}},
 "step_after": int | null, "step_factor": float}``: a request's time to first token is
 ``ttft_s * lognormal(0, sigma)`` (seeded), times ``step_factor`` once the server has begun more
 than ``step_after`` requests in all (a drift with a known onset); each further token takes
-``tpot_s``. A profile with ``fail`` answers HTTP 500.
+``tpot_s``. A profile with ``fail`` answers HTTP 500; with ``stop_after`` N it ends answers
+after N tokens unless the request asks ``ignore_eos``; with ``usage_factor`` F it reports F times
+the tokens it sent.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ def make_app(config: dict[str, Any]) -> web.Application:
             factor = float(config.get("step_factor", 1.0))
         ttft = profile["ttft_s"] * rng.lognormvariate(0.0, profile.get("sigma", 0.0)) * factor
         tokens = int(body["max_tokens"])
+        if profile.get("stop_after") and not body.get("ignore_eos"):
+            tokens = min(tokens, int(profile["stop_after"]))  # an end of sequence comes early
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 
@@ -98,7 +103,8 @@ def make_app(config: dict[str, Any]) -> web.Application:
                 await asyncio.sleep(profile["tpot_s"])
             piece = {"delta": {"content": f"t{i} "}} if chat else {"text": f"t{i} "}
             await send({"choices": [{"index": 0, **piece}]})
-        await send({"choices": [], "usage": {"completion_tokens": tokens}})
+        usage = int(tokens * profile.get("usage_factor", 1))
+        await send({"choices": [], "usage": {"completion_tokens": usage}})
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -333,3 +333,34 @@ def test_two_configurations_behind_one_url_are_switched_before_each_window(
     assert report["summary"]["ttft_s"]["p50"]["finding"] == "lower"
     assert all(w["prepared"]["ready_after_s"] >= 0 for w in report["windows"])
     assert run.settings()["endpoints"]["cand"]["before"][-1] == url
+
+
+def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: Path) -> None:
+    requests, digest = _request_set(tmp_path, n=20)
+    liar = {**BASE, "usage_factor": 2}  # claims 16 tokens for 8 sent: half the time per token
+    with standin({"seed": 13, "profiles": {"a": BASE, "liar": liar}}) as url:
+        run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/liar/v1", "m"),
+                             requests, digest, _closed(pairs=2, steady=6))  # fmt: skip
+    liar_rows = [r for r in run.requests if r.subject == "cand"]
+    assert all(not r.ok and r.error.startswith("usage_mismatch") for r in liar_rows)  # type: ignore[union-attr]
+    assert all(r.ok for r in run.requests if r.subject == "ref")
+    assert sv.analyze(run)["usable_pairs"] == 0
+
+
+def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
+    tmp_path: Path,
+) -> None:
+    requests, digest = _request_set(tmp_path, n=20)
+    short = {**BASE, "stop_after": 4}  # ends after 4 of 8 tokens: shorter e2e, not faster
+    with standin({"seed": 14, "profiles": {"a": BASE, "short": short}}) as url:
+        ref, cand = sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/short/v1", "m")
+        run = sv.run_serving(ref, cand, requests, digest, _closed(pairs=2, steady=6))
+        forced = sv.run_serving(
+            ref, cand, requests, digest, _closed(pairs=2, steady=6, ignore_eos=True)
+        )
+    report = sv.analyze(run)
+    assert report["usable_pairs"] == 0
+    assert all(
+        any(x.startswith("output_tokens_differ:") for x in p["reasons"]) for p in report["pairs"]
+    )
+    assert sv.analyze(forced)["usable_pairs"] == 2

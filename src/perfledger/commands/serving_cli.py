@@ -6,8 +6,9 @@ through ``samples.record`` like ``measure workload``:
 - one recorded pair per window pair: each subject's values are its steady requests' per-request
   TTFT / time per output token / end-to-end latency (in the Target's unit), so a verdict can take
   a median or a tail of them (R12), or the window's throughput (one value);
-- a window pair with a drifting window is left out of the request (kept, with its reason, in the
-  artifact): a drifting window supports no verdict;
+- a window pair with a drifting window, or whose subjects produced output token totals that
+  differ over the same requests, is left out of the request (kept, with its reason, in the
+  artifact): it supports no verdict;
 - a subject with failed steady requests in its window is recorded ``correct: false`` (R5);
 - each pair carries the monitor's account of its two windows, with the requests that overlapped
   foreign activity counted in its flags (R17).
@@ -130,7 +131,7 @@ def serving_request(
     windows = {w.index: w for w in run.windows}
     pairs, left_out = [], []
     for p in report["pairs"]:
-        drifting = [r for r in p["reasons"] if r.startswith("drift:")]
+        drifting = [r for r in p["reasons"] if r.startswith(("drift:", "output_tokens_differ:"))]
         ref_w, cand_w = windows[p["ref_window"]], windows[p["cand_window"]]
         ref_rw, cand_rw = report["windows"][ref_w.index], report["windows"][cand_w.index]
         ref_v = _side_values(run, ref_w, ref_rw, metrics)
@@ -330,6 +331,11 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     "--cooldown", type=click.IntRange(min=0), default=5, help="Cool-down requests a window."
 )
 @click.option("--seed", type=int, default=0, help="Seeds the request order and the arrivals.")
+@click.option(
+    "--ignore-eos",
+    is_flag=True,
+    help='Send "ignore_eos": true (vLLM, SGLang): every answer runs to max_tokens.',
+)
 @click.option("--timeout-s", type=click.FloatRange(min=0.001), default=120.0, help="Per request.")
 @click.option("--drift-metric", type=click.Choice(["ttft", "tpot", "e2e"]), default="ttft")
 @click.option("--drift-alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -430,6 +436,7 @@ def run_measure_serving(**kw: Any) -> None:
         seed=kw["seed"],
         timeout_s=kw["timeout_s"],
         api=kw["api"],
+        ignore_eos=kw["ignore_eos"],
     )
     config.check()
     requests, set_hash = sv.load_request_set(kw["requests_path"], kw["api"])

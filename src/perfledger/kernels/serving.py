@@ -37,6 +37,10 @@ The protocol, each part overridable and recorded in :meth:`ServingRun.settings`:
 - **Interference** (R17): each request is judged by the monitor (NVML, or the host's CPU counters)
   over its own span; a request overlapping foreign activity carries the monitor's reasons, and the
   merged spans of such requests are the run's interference windows.
+- **Same work**: the server's token count is checked (at least one token per content chunk, at
+  most ``max_tokens``; else the request fails ``usage_mismatch``), and a pair whose subjects
+  produced output token totals more than :data:`TOKENS_TOLERANCE` apart over the same requests
+  is not compared (``ignore_eos`` asks servers that know it to run every answer to the end).
 - **Tails** (R7, R12): a tail quantile (p95, p99) needs at least :data:`TAIL_MIN_REQUESTS` steady
   requests per window; the exposure of the tail (the share of the candidate's requests above the
   reference's quantile in each pair) is reported, and no numeric bound is derived from it.
@@ -72,6 +76,9 @@ TAIL_MIN_REQUESTS: dict[str, int] = {"p95": 40, "p99": 200}
 DRIFT_ALPHA = 0.01
 DRIFT_THRESHOLD = 0.10
 DEFAULT_RESAMPLES = 2_000
+#: Largest relative difference of the two subjects' output tokens over a window pair's steady
+#: requests (the same requests) for the pair to be compared.
+TOKENS_TOLERANCE = 0.02
 #: Largest request set read (lines).
 MAX_REQUESTS = 1_000_000
 
@@ -209,6 +216,8 @@ class LoadConfig:
         seed: seeds the shuffle of the request set and the arrival gaps.
         timeout_s: per request, seconds.
         api: ``chat`` or ``completions``.
+        ignore_eos: send ``"ignore_eos": true`` (vLLM, SGLang): every answer runs to
+            ``max_tokens``, so both subjects produce the same number of tokens.
     """
 
     mode: Literal["poisson", "closed"] = "closed"
@@ -221,6 +230,7 @@ class LoadConfig:
     seed: int = 0
     timeout_s: float = 60.0
     api: Literal["chat", "completions"] = "chat"
+    ignore_eos: bool = False
 
     def check(self) -> None:
         """Raise BadRequest for an impossible configuration."""
@@ -332,6 +342,8 @@ async def _send(
     import aiohttp
 
     body = request.body(config.api, endpoint.model)
+    if config.ignore_eos:
+        body["ignore_eos"] = True
     rec.start_s = time.monotonic()
     first: float | None = None
     chunks = 0
@@ -392,6 +404,14 @@ async def _send(
         return
     if first is None:
         rec.error = "no output token"
+        return
+    if usage is not None and not chunks <= usage <= request.max_tokens:
+        # every content chunk holds at least one token, and no server may exceed max_tokens:
+        # a count outside that would shrink (or inflate) the time per output token
+        rec.error = (
+            f"usage_mismatch: the server reported {usage} completion tokens for {chunks} "
+            f"content chunks (max_tokens {request.max_tokens})"
+        )
         return
     rec.output_tokens, rec.tokens_source = (usage, "usage") if usage else (chunks, "chunks")
     rec.ok = True
@@ -752,6 +772,7 @@ def analyze(
             "steady_failed": len(steady) - len(ok),
             "requests_per_s": len(ok) / span if span > 0 else None,
             "output_tokens_per_s": sum(r.output_tokens for r in ok) / span if span > 0 else None,
+            "output_tokens": sum(r.output_tokens for r in ok),
             "quantiles": {},
             "drift": drift[w.index],
             "monitor": window_monitor(run, w, monitor),
@@ -806,6 +827,12 @@ def analyze(
                     reasons.append(f"failed_requests:{label}")
                 if not points[w.index].get(drift_metric):
                     reasons.append(f"no_values:{label}")
+            # the same requests in both windows: a subject that answers with fewer tokens ends
+            # sooner for a reason that is not speed, so the pair compares nothing
+            ref_tokens = windows_out[ref_w.index]["output_tokens"]
+            cand_tokens = windows_out[cand_w.index]["output_tokens"]
+            if ref_tokens and abs(cand_tokens / ref_tokens - 1.0) > TOKENS_TOLERANCE:
+                reasons.append(f"output_tokens_differ:{cand_tokens}/{ref_tokens}")
             ratios: dict[str, dict[str, Any]] = {}
             for metric in REQUEST_METRICS:
                 ratios[metric] = {}
