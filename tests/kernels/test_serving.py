@@ -364,3 +364,42 @@ def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
         any(x.startswith("output_tokens_differ:") for x in p["reasons"]) for p in report["pairs"]
     )
     assert sv.analyze(forced)["usable_pairs"] == 2
+
+
+def test_r17_the_gpu_monitor_marks_requests_that_overlap_a_foreign_gpu_process(
+    tmp_path: Path,
+) -> None:
+    """The NVML monitor's path, with its source scripted (no GPU here): the server's process is
+    on the GPU from the start (calibrated as the server's own); a foreign process appears
+    during window 2 only."""
+    from perfledger.kernels.monitor import Monitor, Observation
+
+    requests, digest = _request_set(tmp_path)
+    foreign = {"on": False}
+
+    def source() -> Observation:
+        pids = (4242, 999) if foreign["on"] else (4242,)
+        return Observation(t_s=time.monotonic(), sm_clock_mhz=1980, gpu_util_pct=50, pids=pids)
+
+    def on_window(window: sv.WindowRecord) -> None:
+        foreign["on"] = window.index == 1  # on from the end of window 1 to the end of window 2
+
+    monitor = Monitor(source, hz=50.0).start()
+    assert 4242 in monitor.calibrate()
+    with standin({"seed": 15, "profiles": {"a": BASE}}) as url:
+        try:
+            run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), None, requests, digest,
+                                 _closed(pairs=4), on_window=on_window)  # fmt: skip
+        finally:
+            monitor.stop()
+    sv.mark_interference(run, monitor)
+    report = sv.analyze(run, monitor=monitor)
+    marked = {r.window for r in run.requests if r.interference}
+    assert 2 in marked and not marked & {0, 3}
+    assert all(r.interference == ["foreign_process:999"] for r in run.requests if r.window == 2)
+    flags = [w["monitor"]["foreign_activity"] for w in report["windows"]]
+    assert not flags[0] and not flags[3]
+    assert (
+        report["windows"][2]["monitor"]["observed"]
+        and report["windows"][2]["monitor"]["foreign_activity"]
+    )
