@@ -230,6 +230,8 @@ def test_open_loop_arrivals_are_seeded_and_the_same_for_both_subjects(tmp_path: 
     assert [r.scheduled_offset_s for r in again.requests if r.window == 0] == offsets[0]
     gaps = [b - a for a, b in zip(offsets[0], offsets[0][1:], strict=False)]
     assert 0.001 < sum(gaps) / len(gaps) < 0.02  # mean gap ~ 1/200 s
+    report = sv.analyze(first)
+    assert all(0 <= w["dispatch_lag_s_max"] < 0.5 for w in report["windows"])
     for w in first.windows:  # each request was sent at (not before) its scheduled arrival
         for i in w.rows:
             r = first.requests[i]

@@ -34,6 +34,8 @@ PER_WINDOW_KINDS = {
     "output_tokens_per_s": "output_tokens_per_s",
     "requests_per_s": "requests_per_s",
 }
+#: Open loop: a send later than this after its scheduled arrival is warned about (seconds).
+DISPATCH_LAG_WARN_S = 0.05
 #: Names recognised without ``--metric`` (a unit suffix such as ``_ms`` is ignored).
 _ALIASES = {
     "ttft": "ttft",
@@ -566,6 +568,17 @@ def run_measure_serving(**kw: Any) -> None:
         resamples=kw["resamples"],
         tail=tail,
     )
+    lagging = [
+        w["index"]
+        for w in report["windows"]
+        if w["dispatch_lag_s_max"] is not None and w["dispatch_lag_s_max"] > DISPATCH_LAG_WARN_S
+    ]
+    if lagging:
+        warnings.append(
+            f"the load generator sent requests more than {1e3 * DISPATCH_LAG_WARN_S:.0f} ms after "
+            f"their scheduled arrival in windows {lagging}: the offered rate was not met (a "
+            "busy client machine); lower --rate or measure from a quieter machine"
+        )
     if report["drift"]["detected"]:
         warnings.append(
             f"drift between steady windows {report['drift']['drifting_windows']}: those windows "
@@ -608,6 +621,7 @@ def run_measure_serving(**kw: Any) -> None:
                     "failed",
                     "requests_per_s",
                     "output_tokens_per_s",
+                    "dispatch_lag_s_max",
                     "quantiles",
                     "drift",
                     "monitor",

@@ -23,6 +23,8 @@ The protocol, each part overridable and recorded in :meth:`ServingRun.settings`:
   (``(e2e - ttft) / (tokens - 1)``; undefined for one token), end-to-end latency, output tokens
   (the server's ``usage.completion_tokens`` where it sends it, else the content chunks). A request
   that fails (HTTP status, error chunk, no ``[DONE]``, no token, timeout) is kept with its reason.
+- **Open loop health**: latencies run from the actual send; each window reports how late the
+  generator sent requests after their scheduled arrivals (``dispatch_lag_s_max``).
 - **Per window**: p50/p95/p99 of each metric with a seeded percentile bootstrap CI (requests
   resampled within the window), throughput (steady requests/s and output tokens/s over the span
   of the steady requests).
@@ -396,6 +398,9 @@ async def _send(
         return
     except aiohttp.ClientError as exc:
         rec.error = f"connection: {type(exc).__name__}: {exc}"[:240]
+        return
+    except ValueError as exc:  # a line over aiohttp's limit, undecodable bytes
+        rec.error = f"bad_stream: {type(exc).__name__}: {exc}"[:240]
         return
     finally:
         rec.end_s = time.monotonic()
@@ -773,6 +778,16 @@ def analyze(
             "requests_per_s": len(ok) / span if span > 0 else None,
             "output_tokens_per_s": sum(r.output_tokens for r in ok) / span if span > 0 else None,
             "output_tokens": sum(r.output_tokens for r in ok),
+            # open loop: how late the generator sent requests after their scheduled arrival
+            # (a late generator under-loads the server and hides queueing)
+            "dispatch_lag_s_max": max(
+                (
+                    r.start_s - w.start_s - r.scheduled_offset_s
+                    for r in run.requests[w.rows[0] : w.rows[-1] + 1]
+                    if r.scheduled_offset_s is not None
+                ),
+                default=None,
+            ),
             "quantiles": {},
             "drift": drift[w.index],
             "monitor": window_monitor(run, w, monitor),
