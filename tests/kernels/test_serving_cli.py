@@ -118,7 +118,8 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
         proc = _cli(ledger_path, tmp_path, "measure", "serving", "--ref-url", f"{url}/a/v1",
                     "--cand-url", f"{url}/b/v1", "--requests", str(testset), "--concurrency", "8",
                     "--pairs", "5", "--steady", "20", "--experiment", "e1", "--stage", "screen",
-                    "--no-monitor", "--quiet", "--json", "--raw", str(tmp_path / "raw.json"))  # fmt: skip
+                    "--monitor", "host", "--explain-foreign", "the stand-in server and other CI jobs",
+                    "--quiet", "--json", "--raw", str(tmp_path / "raw.json"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["kind"] == "SamplesRecorded" and data["failed_requests"] == 0
@@ -134,8 +135,13 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
         # per-request values, in the Target's unit (ms): 20 steady requests per window
         assert len(pair.ref.values["ttft_ms"]) == 20 and len(pair.cand.values["e2e_ms"]) == 20
         assert all(30 < v < 500 for v in pair.ref.values["ttft_ms"])
-        assert pair.monitor is not None and not pair.monitor.observed
+        # the host monitor watched both windows (R17); whatever it saw is explained
+        assert pair.monitor is not None and pair.monitor.observed
+        assert "host_monitor" in pair.monitor.flags
+        if pair.monitor.foreign_activity:
+            assert pair.monitor.explained == "the stand-in server and other CI jobs"
     assert artifact["kind"] == "serving" and len(artifact["requests"]) == 10 * 30
+    assert artifact["monitor"]["source"] == "host" and artifact["monitor"]["settings"]["hz"] > 0
     assert json.loads((tmp_path / "raw.json").read_text())["report"]["drift"]["metric"] == "ttft_s"
     verdict = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", data["samples_id"],
                    "--json")  # fmt: skip
