@@ -267,6 +267,8 @@ def test_completions_api_streams_text_chunks(tmp_path: Path) -> None:
         ('{"prompt": "a", "max_tokens": 0}\n', "max_tokens must be"),
         ('{"prompt": "a", "max_tokens": 2}\nnot json\n', "line 2"),
         ("\n\n", "holds no request"),
+        ('{"prompt": "a", "max_tokens": 2, "case": "x"}\n{"prompt": "b", "max_tokens": 2}\n',
+         "1 of 2 lines name a `case`"),
     ],
 )  # fmt: skip
 def test_a_malformed_request_set_is_refused_naming_the_line(

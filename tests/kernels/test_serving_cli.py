@@ -40,7 +40,9 @@ def _testset(tmp: Path) -> tuple[Path, str]:
     return path, "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
 
 
-def _setup(path: Path, test_set_hash: str, statistic: str = "median") -> None:
+def _setup(
+    path: Path, test_set_hash: str, statistic: str = "median", cases: tuple[str, ...] = ("chat",)
+) -> None:
     """A ledger ready for samples: Target (TTFT in ms, lower is better), readiness with this
     machine's environment and the request set's hash, metric audit, baseline, resolution and an
     experiment (exposure reasoning for a tail primary, R7)."""
@@ -59,7 +61,7 @@ def _setup(path: Path, test_set_hash: str, statistic: str = "median") -> None:
         })  # fmt: skip
         run("readiness.record", {
             "target_id": "t1", "original": {"content_hash": ORIGINAL},
-            "test_set": {"hash": test_set_hash, "case_count": 1, "cases": ["chat"]},
+            "test_set": {"hash": test_set_hash, "case_count": len(cases), "cases": list(cases)},
             "accuracy_rule": "server answers every request", "driver": {"argv": ["vllm", "serve"]},
             "environment": env["readiness_environment"],
         })  # fmt: skip
@@ -284,3 +286,47 @@ def test_measure_serving_switches_one_server_between_two_configurations(tmp_path
     data = json.loads(proc.stdout)
     assert data["summary"]["ttft_s"]["p50"]["finding"] == "lower"
     assert [w["subject"] for w in data["windows"]] == ["ref", "cand", "cand", "ref"] * 2
+
+
+def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Path) -> None:
+    testset = tmp_path / "cases.jsonl"
+    testset.write_text(
+        "".join(
+            json.dumps({"case": case, "prompt": f"{case} {i}", "max_tokens": tokens}) + "\n"
+            for i in range(30)
+            for case, tokens in (("short", 3), ("long", 9))
+        )
+    )
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, "blake3:" + blake3.blake3(testset.read_bytes()).hexdigest(),
+           cases=("short", "long"))  # fmt: skip
+    with standin({"seed": 25, "profiles": {"a": BASE, "b": {**BASE, "ttft_s": 0.04}}}) as url:
+        proc = _cli(ledger_path, tmp_path, "measure", "serving", "--ref-url", f"{url}/a/v1",
+                    "--cand-url", f"{url}/b/v1", "--requests", str(testset), "--concurrency", "8",
+                    "--pairs", "3", "--steady", "20", "--drift-threshold", "0.2",
+                    "--experiment", "e1", "--stage", "screen", "--no-monitor", "--quiet",
+                    "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    with Ledger.open(ledger_path) as ledger:
+        pairs = ledger.payload(data["event_id"]).pairs
+    assert {p.case for p in pairs} == {"short", "long"}
+    assert len(pairs) == data["pairs_recorded"] == 6 - len(data["pairs_left_out"])
+    for pair in pairs:  # each pair holds only its case's requests: ~half of 20 a window
+        assert 0 < len(pair.ref.values["ttft_ms"]) < 20
+        e2e = sorted(pair.cand.values["e2e_ms"])
+        # 3 tokens vs 9 tokens at 4 ms a token: the long case ends ~24 ms later
+        assert (pair.case == "long") == (e2e[len(e2e) // 2] > 40 + 20)
+
+
+def test_r11_a_request_set_naming_cases_not_in_the_test_set_is_refused(tmp_path: Path) -> None:
+    testset = tmp_path / "cases.jsonl"
+    testset.write_text(json.dumps({"case": "other", "prompt": "x", "max_tokens": 2}) + "\n")
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, "blake3:" + blake3.blake3(testset.read_bytes()).hexdigest())
+    proc = _cli(ledger_path, tmp_path, "measure", "serving", "--ref-url", DEAD_URL, "--cand-url",
+                DEAD_URL, "--requests", str(testset), "--concurrency", "2", "--experiment", "e1",
+                "--stage", "screen", "--no-monitor", "--json")  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["rule"] == "R11" and "other" in error["message"]

@@ -3,7 +3,8 @@ R17): a paired, monitored load against OpenAI-compatible HTTP endpoints
 (:mod:`perfledger.kernels.serving`), reported, and with ``--experiment``/``--stage`` recorded
 through ``samples.record`` like ``measure workload``:
 
-- one recorded pair per window pair: each subject's values are its steady requests' per-request
+- one recorded pair per window pair (and test case, where the request lines name their
+  ``case``): each subject's values are its steady requests' per-request
   TTFT / time per output token / end-to-end latency (in the Target's unit), so a verdict can take
   a median or a tail of them (R12), or the window's throughput (one value);
 - a window pair with a drifting window, or whose subjects produced output token totals that
@@ -80,11 +81,17 @@ def _parse_metric_flags(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _side_values(
-    run: Any, window: Any, report_window: dict[str, Any], metrics: dict[str, tuple[str, float]]
-) -> dict[str, list[float]]:
-    """One subject's recorded values in one window: metric name -> values in its unit."""
-    rows = [r for r in run.window_rows(window) if r.ok]
+def _side(
+    run: Any,
+    window: Any,
+    report_window: dict[str, Any],
+    metrics: dict[str, tuple[str, float]],
+    case: str | None,
+) -> tuple[dict[str, list[float]], int, int]:
+    """One subject's steady requests of ``case`` (all when None) in one window: metric name ->
+    values in its unit, how many succeeded, how many failed."""
+    steady = [r for r in run.window_rows(window) if case is None or r.case == case]
+    rows = [r for r in steady if r.ok]
     out: dict[str, list[float]] = {}
     for name, (kind, scale) in metrics.items():
         if kind in PER_REQUEST_KINDS:
@@ -95,7 +102,7 @@ def _side_values(
             values = [value] if value else []
         if values:
             out[name] = values
-    return out
+    return out, len(rows), len(steady) - len(rows)
 
 
 def _pair_monitor(a: dict[str, Any], b: dict[str, Any], explain: str | None) -> dict[str, Any]:
@@ -117,6 +124,7 @@ def serving_request(
     report: dict[str, Any],
     info: dict[str, Any],
     *,
+    cases: list[str] | None,
     case: str,
     metrics: dict[str, tuple[str, float]],
     samples_id: str,
@@ -125,41 +133,59 @@ def serving_request(
     environment_id: str,
     units: dict[str, str],
     explain_foreign: str | None,
+    tail: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The ``samples.record`` body of a serving run: one pair per window pair without a
-    drifting window (R12), per-request values of each subject (see the module docstring),
-    ``correct`` false for a subject with failed steady requests (R5), the monitor's account of
-    both windows (R17). Returns ``(body, left_out)``: the pairs not recorded, with why."""
+    """The ``samples.record`` body of a serving run: one pair per window pair and test case
+    (``cases``, the request lines' own, else the one ``case``) without a drifting window or
+    unequal work (R12), per-request values of each subject (see the module docstring),
+    ``correct`` false for a subject with failed steady requests of that case (R5), the
+    monitor's account of both windows (R17). For a ``tail`` primary, a case with fewer steady
+    requests in a window than :data:`perfledger.kernels.serving.TAIL_MIN_REQUESTS` asks is
+    left out. Returns ``(body, left_out)``: the pairs not recorded, with why."""
+    from perfledger.kernels.serving import TAIL_MIN_REQUESTS
+
     windows = {w.index: w for w in run.windows}
+    primary = info["primary"].name
     pairs, left_out = [], []
     for p in report["pairs"]:
-        drifting = [r for r in p["reasons"] if r.startswith(("drift:", "output_tokens_differ:"))]
         ref_w, cand_w = windows[p["ref_window"]], windows[p["cand_window"]]
         ref_rw, cand_rw = report["windows"][ref_w.index], report["windows"][cand_w.index]
-        ref_v = _side_values(run, ref_w, ref_rw, metrics)
-        cand_v = _side_values(run, cand_w, cand_rw, metrics)
-        primary = info["primary"].name
-        if drifting or primary not in ref_v or primary not in cand_v:
-            left_out.append({"pair": p["pair"], "reasons": drifting or [f"no {primary} values"]})
-            continue
+        voided = [r for r in p["reasons"] if r.startswith(("drift:", "output_tokens_differ:"))]
+        for name in cases or [None]:
+            label = {"pair": p["pair"], "case": name or case}
+            if voided:
+                left_out.append({**label, "reasons": voided})
+                continue
+            ref_v, ref_ok, ref_failed = _side(run, ref_w, ref_rw, metrics, name)
+            cand_v, cand_ok, cand_failed = _side(run, cand_w, cand_rw, metrics, name)
+            if primary not in ref_v or primary not in cand_v:
+                left_out.append({**label, "reasons": [f"no {primary} values"]})
+                continue
+            if tail is not None and min(ref_ok, cand_ok) < TAIL_MIN_REQUESTS[tail]:
+                left_out.append(
+                    {**label, "reasons": [f"too_few_for_{tail}:{min(ref_ok, cand_ok)}"]}
+                )
+                continue
 
-        def side(w: Any, rw: dict[str, Any], values: dict[str, list[float]]) -> dict[str, Any]:
-            return {
-                "call_id": f"w{w.index}-{w.subject}",
-                "correct": rw["steady_failed"] == 0,
-                "values": values,
-                "environment_id": environment_id,
-            }
+            def side(w: Any, values: dict[str, list[float]], failed: int) -> dict[str, Any]:
+                return {
+                    "call_id": f"w{w.index}-{w.subject}",
+                    "correct": failed == 0,
+                    "values": values,
+                    "environment_id": environment_id,
+                }
 
-        pairs.append(
-            {
-                "case": case,
-                "ref": side(ref_w, ref_rw, ref_v),
-                "cand": side(cand_w, cand_rw, cand_v),
-                "same_process": False,
-                "monitor": _pair_monitor(ref_rw["monitor"], cand_rw["monitor"], explain_foreign),
-            }
-        )
+            pairs.append(
+                {
+                    "case": name or case,
+                    "ref": side(ref_w, ref_v, ref_failed),
+                    "cand": side(cand_w, cand_v, cand_failed),
+                    "same_process": False,
+                    "monitor": _pair_monitor(
+                        ref_rw["monitor"], cand_rw["monitor"], explain_foreign
+                    ),
+                }
+            )
     body = {
         "samples_id": samples_id,
         "target_id": info["target_id"],
@@ -449,6 +475,7 @@ def run_measure_serving(**kw: Any) -> None:
     tail: str | None = None
     min_effect = kw["min_effect"]
     case = kw["case"]
+    cases: list[str] | None = None
     stage = kw["stage"]
     if recording:
         ledger = ctx.open()
@@ -491,13 +518,25 @@ def run_measure_serving(**kw: Any) -> None:
                     f"--steady is {config.steady_requests}; nothing was measured",
                     f"pass --steady {need} or more",
                 )
-        if case is None:
-            if len(info["cases"]) != 1:
+        line_cases = sorted({r.case for r in requests if r.case is not None})
+        if line_cases:
+            # the request lines name their cases: one recorded pair per window pair and case
+            if case is not None:
+                raise BadRequest("the request set's lines name their cases; drop --case")
+            if any(metrics[n][0] in PER_WINDOW_KINDS for n in metrics):
                 raise BadRequest(
-                    f"name the test case with --case (the readiness lists {info['cases']})"
+                    "a window's throughput is not split by case: with a `case` on every request "
+                    "line, measure per-request metrics only (or one case a run, with --case)"
                 )
-            case = info["cases"][0]
-        m.check_cases([case], info["test_set"], "--case")
+            cases = m.check_cases(line_cases, info["test_set"], "the request set's `case`")
+        else:
+            if case is None:
+                if len(info["cases"]) != 1:
+                    raise BadRequest(
+                        f"name the test case with --case (the readiness lists {info['cases']})"
+                    )
+                case = info["cases"][0]
+            m.check_cases([case], info["test_set"], "--case")
         if set_hash != info["test_set_hash"]:
             text = (
                 f"the request set's hash {set_hash} is not the readiness test set's hash "
@@ -663,8 +702,10 @@ def run_measure_serving(**kw: Any) -> None:
         run,
         report,
         info,
+        cases=cases,
         case=case or "",
         metrics=metrics,
+        tail=tail,
         samples_id=sid,
         experiment_id=kw["experiment_id"],
         stage=stage,
@@ -697,7 +738,9 @@ def run_measure_serving(**kw: Any) -> None:
     )
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
-    lines += [f"pair {x['pair']} left out: {', '.join(x['reasons'])}" for x in left_out]
+    lines += [
+        f"pair {x['pair']} case {x['case']} left out: {', '.join(x['reasons'])}" for x in left_out
+    ]
     m._answer(ctx, result, lines + _summary_lines(report))
 
 

@@ -100,6 +100,7 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     prompt: str | None = None
     messages: list[_Message] | None = None
     id: str | None = None
+    case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,14 @@ class ServingRequest:
         prompt: the completion prompt (completions API), or None.
         messages: the chat messages (``role``, ``content``), or None.
         max_tokens: the most output tokens asked for (>= 1).
+        case: the test case the request belongs to (the line's ``case``), or None.
     """
 
     request_id: str
     prompt: str | None
     messages: tuple[tuple[str, str], ...] | None
     max_tokens: int
+    case: str | None = None
 
     def body(self, api: str, model: str) -> dict[str, Any]:
         """The streaming request body for ``api`` (``chat`` or ``completions``)."""
@@ -137,7 +140,8 @@ class ServingRequest:
 def load_request_set(path: str | Path, api: str = "chat") -> tuple[list[ServingRequest], str]:
     """Read the user's request set (R2): a JSONL file, one JSON object a line with ``max_tokens``
     (an integer >= 1) and exactly one of ``prompt`` (a string) or ``messages`` (a list of
-    ``{"role", "content"}``), optionally ``id``; blank lines are skipped. The completions API
+    ``{"role", "content"}``), optionally ``id`` and ``case`` (the test case it belongs to:
+    either every line names one or none does); blank lines are skipped. The completions API
     takes ``prompt`` lines only.
 
     Returns: the requests in file order and the file's hash (``blake3:<hex>`` of its bytes).
@@ -171,12 +175,20 @@ def load_request_set(path: str | Path, api: str = "chat") -> tuple[list[ServingR
             tuple((m.role, m.content) for m in line.messages) if line.messages is not None else None
         )
         out.append(
-            ServingRequest(line.id or f"line-{number}", line.prompt, messages, line.max_tokens)
+            ServingRequest(
+                line.id or f"line-{number}", line.prompt, messages, line.max_tokens, line.case
+            )
         )
         if len(out) > MAX_REQUESTS:
             raise BadRequest(f"the request set {str(path)!r} has more than {MAX_REQUESTS} lines")
     if not out:
         raise BadRequest(f"the request set {str(path)!r} holds no request")
+    with_case = sum(1 for r in out if r.case is not None)
+    if 0 < with_case < len(out):
+        raise BadRequest(
+            f"the request set {str(path)!r}: {with_case} of {len(out)} lines name a `case`",
+            hint="either every line names its test case or none does",
+        )
     return out, "blake3:" + blake3.blake3(data).hexdigest()
 
 
@@ -274,6 +286,7 @@ class RequestRecord:
     dispatch: int
     request_id: str
     scheduled_offset_s: float | None
+    case: str | None = None
     start_s: float = 0.0
     end_s: float = 0.0
     ttft_s: float | None = None
@@ -572,6 +585,7 @@ def run_serving(
                         phase=_phase(k, config),
                         dispatch=k,
                         request_id=r.request_id,
+                        case=r.case,
                         scheduled_offset_s=None if offsets[pair] is None else offsets[pair][k],  # type: ignore[index]
                     )
                     for k, r in enumerate(batch)
