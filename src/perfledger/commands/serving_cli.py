@@ -468,6 +468,18 @@ def run_measure_serving(**kw: Any) -> None:
     )
     config.check()
     requests, set_hash = sv.load_request_set(kw["requests_path"], kw["api"])
+    ref = sv.Endpoint(kw["ref_url"], kw["model"], _words(kw["before_ref"]), kw["ready_timeout_s"])
+    cand_url = kw["cand_url"] or (kw["ref_url"] if kw["before_cand"] else None)
+    cand = (
+        sv.Endpoint(
+            cand_url,
+            kw["cand_model"] or kw["model"],
+            _words(kw["before_cand"]),
+            kw["ready_timeout_s"],
+        )
+        if cand_url
+        else None
+    )
     warnings: list[str] = []
     info: dict[str, Any] | None = None
     metrics: dict[str, tuple[str, float]] = {}
@@ -575,18 +587,6 @@ def run_measure_serving(**kw: Any) -> None:
         )
     if monitor is None and not kw["no_monitor"]:
         warnings.append(f"no monitor: {monitor_note}")
-    ref = sv.Endpoint(kw["ref_url"], kw["model"], _words(kw["before_ref"]), kw["ready_timeout_s"])
-    cand_url = kw["cand_url"] or (kw["ref_url"] if kw["before_cand"] else None)
-    cand = (
-        sv.Endpoint(
-            cand_url,
-            kw["cand_model"] or kw["model"],
-            _words(kw["before_cand"]),
-            kw["ready_timeout_s"],
-        )
-        if cand_url
-        else None
-    )
     n_windows = config.pairs * (2 if cand else 1)
     try:
         with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:
