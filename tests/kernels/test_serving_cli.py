@@ -281,11 +281,28 @@ def test_measure_serving_switches_one_server_between_two_configurations(tmp_path
         proc = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url",
                     f"{url}/live/v1", "--before-ref", switch("a"), "--before-cand", switch("b"),
                     "--requests", str(testset), "--concurrency", "8", "--pairs", "4", "--steady",
-                    "20", "--no-monitor", "--quiet", "--json", "--min-effect", "0.05")  # fmt: skip
+                    "20", "--quiet", "--json", "--min-effect", "0.05")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["summary"]["ttft_s"]["p50"]["finding"] == "lower"
     assert [w["subject"] for w in data["windows"]] == ["ref", "cand", "cand", "ref"] * 2
+    # the default monitor (auto) is NVML where it opens, else the host's counters, and says so
+    assert all(w["monitor"]["observed"] for w in data["windows"])
+    if _nvml_opens():
+        assert data["monitor"] == "gpu"
+    else:
+        assert "host monitor" in data["monitor"]
+        assert any("host monitor" in w for w in data["warnings"])
+
+
+def _nvml_opens() -> bool:
+    from perfledger.kernels.monitor import NvmlSource
+
+    try:
+        NvmlSource().close()
+    except RuntimeError:
+        return False
+    return True
 
 
 def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Path) -> None:

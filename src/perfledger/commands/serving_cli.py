@@ -281,6 +281,24 @@ def evidence_request(
     return body
 
 
+def _monitor(m: Any, disabled: bool, source: str) -> tuple[Any, str | None, str | None]:
+    """Start the monitor (R17): ``gpu`` (NVML), ``host`` (CPU counters) or ``auto`` (NVML
+    where it opens, else the host). Returns ``(monitor or None, note, source used)``; the note
+    says why there is none, or why ``auto`` fell back to the host."""
+    if disabled:
+        return None, "disabled by --no-monitor", None
+    if source != "auto":
+        monitor, note = m._start_monitor(True, source)
+        return monitor, note, source if monitor is not None else None
+    monitor, why = m._start_monitor(True, "gpu")
+    if monitor is not None:
+        return monitor, None, "gpu"
+    monitor, note = m._start_monitor(True, "host")
+    if monitor is None:
+        return None, f"NVML: {why}; {note}", None
+    return monitor, f"NVML unavailable ({why}): the host monitor watches instead", "host"
+
+
 def _words(command: str | None) -> tuple[str, ...] | None:
     """A ``--before-*`` command split into argv (BadRequest when it cannot be parsed)."""
     if command is None:
@@ -398,8 +416,9 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 @click.option("--metric", "metric_flags", multiple=True,
               help="NAME=KIND: a Target metric measured as ttft, tpot, e2e, output_tokens_per_s "
               "or requests_per_s.")  # fmt: skip
-@click.option("--monitor", "monitor_source", type=click.Choice(["gpu", "host"]), default="gpu",
-              help="What the monitor watches (R17).")  # fmt: skip
+@click.option("--monitor", "monitor_source", type=click.Choice(["auto", "gpu", "host"]),
+              default="auto", help="What the monitor watches (R17): the GPU through NVML, the "
+              "host's CPU counters, or auto: NVML where present, else the host.")  # fmt: skip
 @click.option(
     "--no-monitor", is_flag=True, help="Run without a monitor (screens and reports only)."
 )
@@ -577,7 +596,7 @@ def run_measure_serving(**kw: Any) -> None:
     env = m.environment_payload(tools=False)
     if info is not None:
         m.check_environment(env, info)
-    monitor, monitor_note = m._start_monitor(not kw["no_monitor"], kw["monitor_source"])
+    monitor, monitor_note, source = _monitor(m, kw["no_monitor"], kw["monitor_source"])
     if recording and monitor is None and stage != "screen":
         raise rules.refuse(
             "R17",
@@ -587,6 +606,8 @@ def run_measure_serving(**kw: Any) -> None:
         )
     if monitor is None and not kw["no_monitor"]:
         warnings.append(f"no monitor: {monitor_note}")
+    elif monitor is not None and monitor_note:
+        warnings.append(monitor_note)
     n_windows = config.pairs * (2 if cand else 1)
     try:
         with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:
@@ -631,7 +652,7 @@ def run_measure_serving(**kw: Any) -> None:
         "environment": env,
         "monitor": {
             "note": monitor_note,
-            "source": None if monitor is None else kw["monitor_source"],
+            "source": source,
             "settings": monitor.settings() if monitor is not None else None,
         },
     }
@@ -669,7 +690,7 @@ def run_measure_serving(**kw: Any) -> None:
             for w in report["windows"]
         ],
         "environment_id": env["environment_id"],
-        "monitor": monitor_note or kw["monitor_source"],
+        "monitor": monitor_note or source,
     }
     lines = _summary_lines(report)
     if not recording:
@@ -683,7 +704,7 @@ def run_measure_serving(**kw: Any) -> None:
                 applicability=kw["applicability"],
                 description=kw["description"],
                 interference_windows=interference,
-                monitor_note=monitor_note or kw["monitor_source"],
+                monitor_note=monitor_note or source,
             )
             if kw["dry_run"]:
                 result["request"] = body
