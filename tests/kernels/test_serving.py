@@ -21,6 +21,7 @@ from serving_standin import BASE, standin
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels import serving as sv
 from perfledger.kernels.hostmonitor import HostMonitor
+from perfledger.kernels.serving_stats import analyze
 
 #: The drift threshold of the tests whose ground truth is "no drift": on this project's shared
 #: 2-core machine, CPU contention alone moves a window's median TTFT by up to ~10 % (measured: a
@@ -51,7 +52,7 @@ def test_candidate_with_a_shorter_time_to_first_token_is_found_faster(tmp_path: 
             sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/b/v1", "m"), requests, digest,
             _closed(),
         )  # fmt: skip
-    report = sv.analyze(run, min_effect=0.05, tail="p95", drift_threshold=STATIONARY_THRESHOLD)
+    report = analyze(run, min_effect=0.05, tail="p95", drift_threshold=STATIONARY_THRESHOLD)
     ttft = report["summary"]["ttft_s"]["p50"]
     assert ttft["finding"] == "lower", ttft  # the CI lies wholly below 0.95
     assert 0.7 < ttft["ratio"] < 0.9  # 0.8 at the server, plus the loopback's own time
@@ -79,7 +80,7 @@ def test_the_same_server_twice_is_not_flagged(tmp_path: Path) -> None:
     with standin({"seed": 4, "profiles": {"a": BASE}}) as url:
         endpoint = sv.Endpoint(f"{url}/a/v1", "m")
         run = sv.run_serving(endpoint, endpoint, requests, digest, _closed())
-    report = sv.analyze(run, min_effect=0.1, drift_threshold=STATIONARY_THRESHOLD)
+    report = analyze(run, min_effect=0.1, drift_threshold=STATIONARY_THRESHOLD)
     for metric in ("ttft_s", "e2e_s"):
         s = report["summary"][metric]["p50"]
         assert s["finding"] not in ("lower", "higher"), (metric, s)
@@ -96,7 +97,7 @@ def test_a_step_in_latency_mid_run_is_drift_and_its_windows_support_no_verdict(
     with standin(config) as url:
         endpoint = sv.Endpoint(f"{url}/a/v1", "m")
         run = sv.run_serving(endpoint, endpoint, requests, digest, _closed())
-    report = sv.analyze(run, min_effect=0.1)
+    report = analyze(run, min_effect=0.1)
     assert report["drift"]["detected"]
     drifting = set(report["drift"]["drifting_windows"])
     assert {5, 6, 7} <= drifting, report["drift"]
@@ -115,7 +116,7 @@ def test_a_stationary_single_endpoint_shows_no_drift(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path)
     with standin({"seed": 6, "profiles": {"a": BASE}}) as url:
         run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), None, requests, digest, _closed())
-    report = sv.analyze(run, drift_threshold=STATIONARY_THRESHOLD)
+    report = analyze(run, drift_threshold=STATIONARY_THRESHOLD)
     assert [w["subject"] for w in report["windows"]] == ["ref"] * 4
     assert all(w["drift"]["tested"] for w in report["windows"])
     assert not report["drift"]["detected"] and report["pairs"] == [] and report["summary"] == {}
@@ -184,7 +185,7 @@ def test_r17_requests_overlapping_foreign_activity_are_marked(tmp_path: Path) ->
         finally:
             monitor.stop()
     marked = sv.mark_interference(run, monitor)
-    report = sv.analyze(run, monitor=monitor)
+    report = analyze(run, monitor=monitor)
     start, end = interval["start"], interval["end"]
     margin = 0.25  # the monitor reads at 10 Hz: a verdict brackets the request by one period
     for rec in run.requests:
@@ -212,7 +213,7 @@ def test_failed_requests_are_kept_with_their_reason_and_void_their_pair(tmp_path
             sv.run_serving(sv.Endpoint(f"{url}/nowhere/v1", "m"), None, requests, digest, _closed())
     failed = [r for r in run.requests if not r.ok]
     assert failed and all(r.subject == "cand" and r.error.startswith("http_500") for r in failed)  # type: ignore[union-attr]
-    report = sv.analyze(run)
+    report = analyze(run)
     assert all(not p["usable"] and "failed_requests:cand" in p["reasons"] for p in report["pairs"])
     assert report["summary"] == {}
 
@@ -235,7 +236,7 @@ def test_open_loop_arrivals_are_seeded_and_the_same_for_both_subjects(tmp_path: 
     assert [r.scheduled_offset_s for r in again.requests if r.window == 0] == offsets[0]
     gaps = [b - a for a, b in zip(offsets[0], offsets[0][1:], strict=False)]
     assert 0.001 < sum(gaps) / len(gaps) < 0.02  # mean gap ~ 1/200 s
-    report = sv.analyze(first)
+    report = analyze(first)
     assert all(0 <= w["dispatch_lag_s_max"] < 0.5 for w in report["windows"])
     for w in first.windows:  # each request was sent at (not before) its scheduled arrival
         for i in w.rows:
@@ -338,7 +339,7 @@ def test_two_configurations_behind_one_url_are_switched_before_each_window(
         broken = sv.Endpoint(live, "m", before=(sys.executable, "-c", "raise SystemExit(3)"))
         with pytest.raises(MeasurementError, match="exited 3"):
             sv.run_serving(broken, None, requests, digest, _closed(pairs=1))
-    report = sv.analyze(run, min_effect=0.05)
+    report = analyze(run, min_effect=0.05)
     assert report["summary"]["ttft_s"]["p50"]["finding"] == "lower"
     assert all(w["prepared"]["ready_after_s"] >= 0 for w in report["windows"])
     assert run.settings()["endpoints"]["cand"]["before"][-1] == url
@@ -353,7 +354,7 @@ def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: P
     liar_rows = [r for r in run.requests if r.subject == "cand"]
     assert all(not r.ok and r.error.startswith("usage_mismatch") for r in liar_rows)  # type: ignore[union-attr]
     assert all(r.ok for r in run.requests if r.subject == "ref")
-    assert sv.analyze(run)["usable_pairs"] == 0
+    assert analyze(run)["usable_pairs"] == 0
 
 
 def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
@@ -367,12 +368,12 @@ def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
         forced = sv.run_serving(
             ref, cand, requests, digest, _closed(pairs=2, steady=6, ignore_eos=True)
         )
-    report = sv.analyze(run)
+    report = analyze(run)
     assert report["usable_pairs"] == 0
     assert all(
         any(x.startswith("output_tokens_differ:") for x in p["reasons"]) for p in report["pairs"]
     )
-    assert sv.analyze(forced)["usable_pairs"] == 2
+    assert analyze(forced)["usable_pairs"] == 2
 
 
 def test_r17_the_gpu_monitor_marks_requests_that_overlap_a_foreign_gpu_process(
@@ -402,7 +403,7 @@ def test_r17_the_gpu_monitor_marks_requests_that_overlap_a_foreign_gpu_process(
         finally:
             monitor.stop()
     sv.mark_interference(run, monitor)
-    report = sv.analyze(run, monitor=monitor)
+    report = analyze(run, monitor=monitor)
     marked = {r.window for r in run.requests if r.interference}
     assert 2 in marked and not marked & {0, 3}
     assert all(r.interference == ["foreign_process:999"] for r in run.requests if r.window == 2)
