@@ -1173,6 +1173,10 @@ measure_group = click.Group(
 )
 for _command in (measure_kernel, measure_workload, measure_aa):
     measure_group.add_command(_command)
+# `measure serving` lives in its own module (docs/serving.md)
+from perfledger.commands.serving_cli import measure_serving  # noqa: E402
+
+measure_group.add_command(measure_serving)
 
 
 def commands() -> list[click.Command]:

@@ -1,0 +1,273 @@
+"""The requests that ``perfledger measure serving`` records (R2, R5, R6, R11, R12, R17), built
+from a :class:`~perfledger.kernels.serving.ServingRun` and its analysis
+(:func:`perfledger.kernels.serving_stats.analyze`): the ``samples.record`` body
+(:func:`serving_request`) and the ``evidence.add`` body (:func:`evidence_request`), and how a
+Target's metric names a serving metric (:func:`metric_kind`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfledger.errors import BadRequest
+
+#: Serving metrics a Target's metric can name (``--metric NAME=KIND``): per request (seconds)
+#: or per window (a rate).
+PER_REQUEST_KINDS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+PER_WINDOW_KINDS = {
+    "output_tokens_per_s": "output_tokens_per_s",
+    "requests_per_s": "requests_per_s",
+}
+#: Names recognised without ``--metric`` (a unit suffix such as ``_ms`` is ignored).
+_ALIASES = {
+    "ttft": "ttft",
+    "time_to_first_token": "ttft",
+    "tpot": "tpot",
+    "time_per_output_token": "tpot",
+    "e2e": "e2e",
+    "e2e_latency": "e2e",
+    "latency": "e2e",
+    "output_tokens_per_s": "output_tokens_per_s",
+    "tokens_per_s": "output_tokens_per_s",
+    "requests_per_s": "requests_per_s",
+}
+_SUFFIXES = ("_ms", "_us", "_ns", "_s")
+
+
+def metric_kind(name: str, explicit: dict[str, str]) -> str | None:
+    """The serving metric kind of a Target metric ``name``: ``explicit[name]`` (``--metric``),
+    else the name itself (less a unit suffix) where it is a known one; None otherwise.
+    Raises: BadRequest for an explicit kind that is not known."""
+    if name in explicit:
+        kind = explicit[name]
+        if kind not in PER_REQUEST_KINDS and kind not in PER_WINDOW_KINDS:
+            known = sorted([*PER_REQUEST_KINDS, *PER_WINDOW_KINDS])
+            raise BadRequest(f"--metric {name}={kind}: unknown serving metric; one of {known}")
+        return kind
+    base = name.lower()
+    for suffix in _SUFFIXES:
+        if base.endswith(suffix) and base[: -len(suffix)] in _ALIASES:
+            base = base[: -len(suffix)]
+            break
+    return _ALIASES.get(base)
+
+
+def parse_metric_flags(items: tuple[str, ...]) -> dict[str, str]:
+    """``--metric NAME=KIND`` flags as a dict (BadRequest for a malformed one)."""
+    out = {}
+    for item in items:
+        name, sep, kind = item.partition("=")
+        if not sep or not name or not kind:
+            raise BadRequest(f"--metric {item!r}: expected NAME=KIND (e.g. ttft_ms=ttft)")
+        out[name] = kind
+    return out
+
+
+def _side(
+    run: Any,
+    window: Any,
+    report_window: dict[str, Any],
+    metrics: dict[str, tuple[str, float]],
+    case: str | None,
+) -> tuple[dict[str, list[float]], int, int]:
+    """One subject's steady requests of ``case`` (all when None) in one window: metric name ->
+    values in its unit, how many succeeded, how many failed."""
+    steady = [r for r in run.window_rows(window) if case is None or r.case == case]
+    rows = [r for r in steady if r.ok]
+    out: dict[str, list[float]] = {}
+    for name, (kind, scale) in metrics.items():
+        if kind in PER_REQUEST_KINDS:
+            attr = PER_REQUEST_KINDS[kind]
+            values = [getattr(r, attr) * scale for r in rows if getattr(r, attr)]
+        else:
+            value = report_window[PER_WINDOW_KINDS[kind]]
+            values = [value] if value else []
+        if values:
+            out[name] = values
+    return out, len(rows), len(steady) - len(rows)
+
+
+def _pair_monitor(a: dict[str, Any], b: dict[str, Any], explain: str | None) -> dict[str, Any]:
+    foreign = bool(a["foreign_activity"] or b["foreign_activity"])
+    flags = sorted(set(a["flags"]) | set(b["flags"]))
+    marked = a.get("marked_requests", 0) + b.get("marked_requests", 0)
+    if marked:
+        flags.append(f"requests_with_interference:{marked}")
+    return {
+        "observed": bool(a["observed"] and b["observed"]),
+        "foreign_activity": foreign,
+        "explained": explain if foreign and explain else None,
+        "flags": flags,
+    }
+
+
+def serving_request(
+    run: Any,
+    report: dict[str, Any],
+    info: dict[str, Any],
+    *,
+    cases: list[str] | None,
+    case: str,
+    metrics: dict[str, tuple[str, float]],
+    samples_id: str,
+    experiment_id: str,
+    stage: str,
+    environment_id: str,
+    units: dict[str, str],
+    explain_foreign: str | None,
+    tail: str | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``samples.record`` body of a serving run: one pair per window pair and test case
+    (``cases``, the request lines' own, else the one ``case``) without a drifting window or
+    unequal work (R12), per-request values of each subject (see the module docstring),
+    ``correct`` false for a subject with failed steady requests of that case (R5), the
+    monitor's account of both windows (R17). For a ``tail`` primary, a case with fewer steady
+    requests in a window than :data:`perfledger.kernels.serving.TAIL_MIN_REQUESTS` asks is
+    left out. Returns ``(body, left_out)``: the pairs not recorded, with why."""
+    from perfledger.kernels.serving import TAIL_MIN_REQUESTS
+
+    windows = {w.index: w for w in run.windows}
+    primary = info["primary"].name
+    pairs, left_out = [], []
+    for p in report["pairs"]:
+        ref_w, cand_w = windows[p["ref_window"]], windows[p["cand_window"]]
+        ref_rw, cand_rw = report["windows"][ref_w.index], report["windows"][cand_w.index]
+        voided = [r for r in p["reasons"] if r.startswith(("drift:", "output_tokens_differ:"))]
+        for name in cases or [None]:
+            label = {"pair": p["pair"], "case": name or case}
+            if voided:
+                left_out.append({**label, "reasons": voided})
+                continue
+            ref_v, ref_ok, ref_failed = _side(run, ref_w, ref_rw, metrics, name)
+            cand_v, cand_ok, cand_failed = _side(run, cand_w, cand_rw, metrics, name)
+            if primary not in ref_v or primary not in cand_v:
+                left_out.append({**label, "reasons": [f"no {primary} values"]})
+                continue
+            if tail is not None and min(ref_ok, cand_ok) < TAIL_MIN_REQUESTS[tail]:
+                left_out.append(
+                    {**label, "reasons": [f"too_few_for_{tail}:{min(ref_ok, cand_ok)}"]}
+                )
+                continue
+
+            def side(w: Any, values: dict[str, list[float]], failed: int) -> dict[str, Any]:
+                return {
+                    "call_id": f"w{w.index}-{w.subject}",
+                    "correct": failed == 0,
+                    "values": values,
+                    "environment_id": environment_id,
+                }
+
+            pairs.append(
+                {
+                    "case": name or case,
+                    "ref": side(ref_w, ref_v, ref_failed),
+                    "cand": side(cand_w, cand_v, cand_failed),
+                    "same_process": False,
+                    "monitor": _pair_monitor(
+                        ref_rw["monitor"], cand_rw["monitor"], explain_foreign
+                    ),
+                }
+            )
+    body = {
+        "samples_id": samples_id,
+        "target_id": info["target_id"],
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": info["reference"],
+        "candidate_hash": info["candidate_hash"],
+        "test_set_hash": info["test_set_hash"],
+        "environment_id": environment_id,
+        "units": {n: u for n, u in units.items() if any(n in q["ref"]["values"] for q in pairs)},
+        "pairs": pairs,
+    }
+    return body, left_out
+
+
+def evidence_request(
+    report: dict[str, Any],
+    *,
+    evidence_id: str,
+    target_id: str | None,
+    applicability: str,
+    description: str,
+    interference_windows: list[dict[str, Any]],
+    monitor_note: str | None,
+) -> dict[str, Any]:
+    """The ``evidence.add`` body of a serving report (R6: layer ``service``, the tool's exact
+    version, a unit on every fact). Facts: per subject, the median over its windows of each
+    metric's p50/p95/p99 (ms) and of its throughput; with two subjects, the cand/ref ratio of
+    each quantile over usable pairs with its CI ends; counts of drifting windows, failed and
+    interfered requests. Drift, interference and a missing monitor are also limitations."""
+    from statistics import median
+
+    from perfledger import __version__
+
+    facts: list[dict[str, Any]] = []
+    subjects = sorted({w["subject"] for w in report["windows"]}, reverse=True)  # ref first
+    for subject in subjects:
+        ws = [w for w in report["windows"] if w["subject"] == subject]
+        for metric, by_q in ws[0]["quantiles"].items():
+            for name in by_q:
+                values = [
+                    w["quantiles"][metric][name]["value_s"]
+                    for w in ws
+                    if w["quantiles"][metric][name]
+                ]
+                if values:
+                    facts.append({
+                        "name": f"{subject}.{metric.removesuffix('_s')}.{name}",
+                        "value": 1e3 * median(values), "unit": "ms",
+                        "note": f"median over {len(values)} windows",
+                    })  # fmt: skip
+        for rate, unit in (("requests_per_s", "requests/s"), ("output_tokens_per_s", "tokens/s")):
+            values = [w[rate] for w in ws if w[rate]]
+            if values:
+                facts.append({"name": f"{subject}.{rate}", "value": median(values), "unit": unit})
+    for metric, by_q in report["summary"].items():
+        for name, s in by_q.items():
+            if s:
+                base = f"cand_over_ref.{metric.removesuffix('_s')}.{name}"
+                note = f"{s['pairs']} usable window pairs: {s['finding']}"
+                for suffix, key in (("", "ratio"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
+                    facts.append(
+                        {"name": base + suffix, "value": s[key], "unit": "ratio", "note": note}
+                    )
+    drifting = report["drift"]["drifting_windows"]
+    facts += [
+        {"name": "drifting_windows", "value": float(len(drifting)), "unit": "count"},
+        {"name": "failed_requests", "value": float(report["failed_requests"]), "unit": "count"},
+        {"name": "interference_requests", "value": float(report["interference_requests"]),
+         "unit": "count"},
+    ]  # fmt: skip
+    limitations = []
+    if drifting:
+        limitations.append(f"drift between steady windows: {drifting}")
+    if interference_windows:
+        limitations.append(
+            f"foreign activity overlapped {report['interference_requests']} requests"
+        )
+    if monitor_note and monitor_note not in ("gpu", "host"):
+        limitations.append(f"monitor: {monitor_note}"[:200])
+    body: dict[str, Any] = {
+        "evidence_id": evidence_id,
+        "layer": "service",
+        "tool": {"name": "perfledger measure serving", "version": __version__},
+        "facts": facts,
+        "limitations": limitations,
+        "applicability": applicability,
+        "description": description
+        or "serving load: p50/p95/p99 of TTFT, time per output token and end-to-end latency",
+    }
+    if target_id is not None:
+        body["target_id"] = target_id
+    return body
+
+
+__all__ = [
+    "PER_REQUEST_KINDS",
+    "PER_WINDOW_KINDS",
+    "evidence_request",
+    "metric_kind",
+    "parse_metric_flags",
+    "serving_request",
+]
