@@ -5,6 +5,7 @@ re-derivation."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import sqlite3
@@ -152,18 +153,18 @@ def test_nsys_kernels_are_linked_to_runtime_calls_and_nvtx_ranges() -> None:
     answer = build_triage(trace, [])
     flash = _kernel(answer, "flash_fwd_kernel")
     assert flash["launched_by"] == [
-        {"by": "forward > attention > cudaLaunchKernel_v7000", "instances": 2}
+        {"by": "step 0 > forward > attention > cudaLaunchKernel_v7000", "instances": 2}
     ]
     gemm = _kernel(answer, "gemm_kernel")
     assert gemm["launched_by"] == [
-        {"by": "forward > mlp > cudaLaunchKernel_v7000", "instances": 2},
+        {"by": "step 0 > forward > mlp > cudaLaunchKernel_v7000", "instances": 2},
         {"by": "cudaGraphLaunch_v10000 (CUDA graph, not attributed)", "instances": 1},
     ]
     assert gemm["graph_instances"] == 1 and gemm["grids"] == ["(128, 1, 1)"]
-    # busy: 81 + 20 + 5 + 21 + 20 + 20 us of kernels, none overlapping; span: NVTX "forward"
-    # starts first (t0) and the last graph kernel ends at t0 + 212 us
+    # busy: 81 + 20 + 5 + 21 + 20 + 20 us of kernels, none overlapping; span: the NVTX
+    # start/end range "step 0" (t0 - 1 us to t0 + 300 us) covers every other event
     assert answer["denominators"]["gpu_busy_ns"] == 167_000
-    assert answer["denominators"]["trace_span_ns"] == 212_000
+    assert answer["denominators"]["trace_span_ns"] == 301_000
     assert flash["share_of_gpu_busy"] == pytest.approx(81_000 / 167_000)
 
 
@@ -178,7 +179,7 @@ def test_nsys_graph_kernels_are_attributed_through_a_graph_off_export(tmp_path: 
     answer = build_triage(read_launches(NSYS), [], mapping=read_launches(off))
     assert answer["graph"]["attributed"] == 2
     gemm = _kernel(answer, "gemm_kernel")
-    assert {"by": "forward > mlp > cudaLaunchKernel_v7000 (CUDA graph, mapped)",
+    assert {"by": "step 0 > forward > mlp > cudaLaunchKernel_v7000 (CUDA graph, mapped)",
             "instances": 1} in gemm["launched_by"]  # fmt: skip
 
 
@@ -313,3 +314,31 @@ def test_of_target_evidence_needs_a_target() -> None:
                          target_id="t1")  # fmt: skip
     assert body["applicability"] == "same_boundary" and body["target_id"] == "t1"
     assert [f["name"] for f in answer_facts(answer)][:2] == ["gpu_busy", "trace_span"]
+
+
+def test_kernels_without_correlation_args_are_linked_through_their_flows(tmp_path: Path) -> None:
+    """A variant of the real eager trace whose kernels lack ``correlation`` and ``External id``
+    (as older Kineto traces do): the ``ac2g`` flows still name the launch call, and the
+    innermost ``cpu_op`` enclosing that call is the op."""
+    data = json.loads(GRAPH_OFF.read_text())
+    for event in data["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["args"].pop("correlation")
+            event["args"].pop("External id")
+    variant = tmp_path / "flows_only.json"
+    variant.write_text(json.dumps(data))
+    expected = build_triage(read_launches(GRAPH_OFF), [])["kernels"]
+    assert build_triage(read_launches(variant), [])["kernels"] == expected
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "ac2g"]
+    variant.write_text(json.dumps(data))
+    unlinked = build_triage(read_launches(variant), [])
+    assert unlinked["limitations"] == [
+        "16 kernel launch(es) link to no runtime call or CPU op in the trace"
+    ]
+
+
+def test_a_gzip_trace_triages_as_the_plain_one(tmp_path: Path) -> None:
+    packed = tmp_path / "forward_graph_off.json.gz"
+    packed.write_bytes(gzip.compress(GRAPH_OFF.read_bytes()))
+    plain = build_triage(read_launches(GRAPH_OFF), [])
+    assert build_triage(read_launches(packed), [])["kernels"] == plain["kernels"]

@@ -11,8 +11,9 @@ then links each kernel to its launch:
   else the innermost ``cpu_op`` enclosing the runtime call on its thread is taken;
   ``user_annotation`` ranges (``record_function``) enclosing the call are its ranges.
 - nsys exports: ``correlationId`` joins ``CUPTI_ACTIVITY_KIND_KERNEL`` to
-  ``CUPTI_ACTIVITY_KIND_RUNTIME`` (within one process); the NVTX ranges (``NVTX_EVENTS``) on the
-  calling thread that enclose the call are its ranges.
+  ``CUPTI_ACTIVITY_KIND_RUNTIME`` (within one process); its ranges are the NVTX start/end ranges
+  of its process, then the push/pop ranges of the calling thread (``NVTX_EVENTS``), that enclose
+  the call.
 
 A kernel is a CUDA-graph kernel when its launch call is ``cudaGraphLaunch*`` (or, in nsys, its
 ``graphNodeId`` is set): the graph hides which op each node came from (see
@@ -43,8 +44,9 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Runtime tables of nsys exports that hold the launch calls.
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"
-#: NVTX event types that are ranges (push/pop and start/end).
-_NVTX_RANGES = (59, 60, 70, 71)
+#: NVTX event types of ranges a program emits: push/pop (nested per thread) and start/end (per
+#: process, may cross threads and need not nest). 70/71 are ranges imported from NVTXT files.
+NVTX_PUSH_POP, NVTX_START_END = 59, 60
 
 
 @dataclass(frozen=True)
@@ -331,26 +333,35 @@ def _nsys_launches(
         result.limitations.append(
             f"no {RUNTIME_TABLE} table: kernels are not linked to their launch calls"
         )
-    nvtx: dict[int, list[tuple[int, int, str]]] = {}
+    nvtx: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
     if NVTX_TABLE in tables:
         ncols = _columns(conn, NVTX_TABLE)
-        text = "COALESCE(n.text, s.value)" if "textId" in ncols else "n.text"
+        text = "COALESCE(n.text, s.value, '')" if "textId" in ncols else "COALESCE(n.text, '')"
         join = "LEFT JOIN StringIds s ON s.id = n.textId" if "textId" in ncols else ""
-        for start, end, tid, name in conn.execute(
-            f"SELECT n.start, n.end, n.globalTid, {text} FROM {NVTX_TABLE} n {join} "
-            f"WHERE n.end IS NOT NULL AND n.eventType IN ({', '.join(map(str, _NVTX_RANGES))})"
+        for start, end, tid, kind, name in conn.execute(
+            f"SELECT n.start, n.end, n.globalTid, n.eventType, {text} FROM {NVTX_TABLE} n {join} "
+            f"WHERE n.end IS NOT NULL AND n.globalTid IS NOT NULL "
+            f"AND n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})"
         ):
-            nvtx.setdefault(tid, []).append((start, end, str(name)))
+            # push/pop ranges belong to their thread; start/end ranges to their process
+            key = ("thread", tid) if kind == NVTX_PUSH_POP else ("process", _process(tid))
+            nvtx.setdefault(key, []).append((start, end, str(name)))
         for items in nvtx.values():
             items.sort()
-    linked = []
+    by_corr: dict[int, list[tuple[str, int, int]]] = {}
+    for (_proc, corr), call in calls.items():
+        by_corr.setdefault(corr, []).append(call)
+    linked: list[tuple[str, int, int] | None] = []
     for row in rows:
         corr, pid = row[11], row[12]
         call = calls.get((_process(pid), corr)) if corr is not None else None
-        if call is None and corr is not None and pid is None:
-            call = next((v for (_p, c), v in calls.items() if c == corr), None)
+        if call is None and corr is not None and pid is None and len(by_corr.get(corr, ())) == 1:
+            call = by_corr[corr][0]  # no globalPid column: unambiguous in a one-process export
         linked.append(call)
-    enclosed = _enclose(nvtx, [(c[2], c[1]) if c else (None, 0) for c in linked])
+    processes = _enclose(nvtx, [(("process", _process(c[2])), c[1]) if c else (None, 0)
+                                for c in linked])  # fmt: skip
+    threads = _enclose(nvtx, [(("thread", c[2]), c[1]) if c else (None, 0) for c in linked])
+    enclosed = [p + t for p, t in zip(processes, threads, strict=True)]
     unlinked = 0
     intervals: dict[int, list[tuple[int, int]]] = {}
     for row, call, enclosing in zip(rows, linked, enclosed, strict=True):
