@@ -342,3 +342,10 @@ def test_a_gzip_trace_triages_as_the_plain_one(tmp_path: Path) -> None:
     packed.write_bytes(gzip.compress(GRAPH_OFF.read_bytes()))
     plain = build_triage(read_launches(GRAPH_OFF), [])
     assert build_triage(read_launches(packed), [])["kernels"] == plain["kernels"]
+
+
+def test_more_hotspots_than_evidence_can_hold_are_refused_before_recording() -> None:
+    answer, inputs = run_triage(GRAPH_OFF)
+    answer["actions"] = answer["actions"] * 200  # 1,600 rows
+    with pytest.raises(BadRequest, match="at most 1000 hotspots can be recorded"):
+        evidence_body(answer, inputs[REPORT][0], evidence_id="x", of_target=False, target_id=None)

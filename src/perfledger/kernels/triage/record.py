@@ -26,6 +26,8 @@ TRIAGE_TOOL = "perfledger-triage"
 TRIAGE_VERSION = "1"
 #: Artifact names of a recorded triage.
 REPORT, MAPPING, PATHS, ANSWER = "report", "mapping", "known-paths.toml", "triage.json"
+#: The most hotspots one recorded triage holds (the evidence boundary's kernel limit).
+MAX_RECORDED_HOTSPOTS = 1000
 _MEDIA = {"torch": "application/json", "nsys": "application/vnd.sqlite3"}
 
 
@@ -143,12 +145,15 @@ def evidence_body(
             ``same_boundary``; otherwise ``diagnostic`` (it can then bound nothing).
         target_id: the Target, required with ``of_target``.
     Returns: the request body (builtins).
-    Raises: BadRequest for ``of_target`` without a Target.
+    Raises: BadRequest for ``of_target`` without a Target, or more than
+        :data:`MAX_RECORDED_HOTSPOTS` hotspots.
     """
     import blake3
 
     if of_target and target_id is None:
         raise BadRequest("--of-target needs --target T: the Target whose workload was traced")
+    if len(answer["actions"]) > MAX_RECORDED_HOTSPOTS:
+        raise BadRequest(f"at most {MAX_RECORDED_HOTSPOTS} hotspots can be recorded: lower --top")
     source = answer["source"]
     kernels = {row["key"]: row for row in answer["kernels"]}
     top = answer["actions"][0] if answer["actions"] else None
