@@ -349,3 +349,11 @@ def test_more_hotspots_than_evidence_can_hold_are_refused_before_recording() -> 
     answer["actions"] = answer["actions"] * 200  # 1,600 rows
     with pytest.raises(BadRequest, match="at most 1000 hotspots can be recorded"):
         evidence_body(answer, inputs[REPORT][0], evidence_id="x", of_target=False, target_id=None)
+
+
+@pytest.mark.parametrize("trace", [GRAPH_OFF, GRAPH_ON, PROFILERS / "torch_trace.json"])
+def test_busy_time_and_span_agree_with_the_trace_parsers_facts(trace: Path) -> None:
+    launches = read_launches(trace)
+    facts = {name: value for name, value, _unit, _note in launches.report.facts}
+    assert launches.busy_ns == facts["gpu0.kernel_busy"] > 0
+    assert launches.span_ns == facts["trace_span"] > launches.busy_ns

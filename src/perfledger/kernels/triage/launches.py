@@ -197,11 +197,10 @@ def _read_torch(path: str | Path) -> TraceLaunches:
         trace = msgspec.json.decode(data, type=_Trace)
     except msgspec.DecodeError as exc:
         raise EvidenceError(f"{path}: the trace's events do not read as expected ({exc})") from None
-    facts = {name: value for name, value, _unit, _note in report.facts}
-    busy = sum(int(v or 0) for k, v in facts.items() if k.endswith(".kernel_busy"))
-    result = TraceLaunches(str(path), "torch", report, busy_ns=busy,
-                           span_ns=int(facts.get("trace_span") or 0),
+    result = TraceLaunches(str(path), "torch", report,
                            span_note="first start to last end of every complete event")  # fmt: skip
+    lo: int | None = None
+    hi: int | None = None
     calls: dict[Any, _Event] = {}
     by_position: dict[tuple[Any, Any, int], _Event] = {}
     ops_by_id: dict[Any, str] = {}
@@ -219,6 +218,11 @@ def _read_torch(path: str | Path) -> TraceLaunches:
             elif ev.ph == "f":
                 flow_end[where] = ev.id
             continue
+        if ev.ph == "X" and ev.ts is not None:
+            start = _ns(ev.ts)
+            lo = start if lo is None or start < lo else lo
+            end = start + _ns(ev.dur)
+            hi = end if hi is None or end > hi else hi
         if ev.ph != "X" or role is None:
             continue
         args = ev.args or {}
@@ -274,6 +278,13 @@ def _read_torch(path: str | Path) -> TraceLaunches:
             f"{unlinked} kernel launch(es) link to no runtime call or CPU op in the trace"
         )
     result.launches.sort(key=lambda launch: (launch.start_ns, launch.device, launch.stream))
+    intervals: dict[int, list[tuple[int, int]]] = {}
+    for launch in result.launches:
+        intervals.setdefault(launch.device, []).append(
+            (launch.start_ns, launch.start_ns + launch.duration_ns)
+        )
+    result.busy_ns = sum(_union(items) for items in intervals.values())
+    result.span_ns = (hi - lo) if lo is not None and hi is not None else 0
     return result
 
 
