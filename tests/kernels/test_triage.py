@@ -357,3 +357,44 @@ def test_busy_time_and_span_agree_with_the_trace_parsers_facts(trace: Path) -> N
     facts = {name: value for name, value, _unit, _note in launches.report.facts}
     assert launches.busy_ns == facts["gpu0.kernel_busy"] > 0
     assert launches.span_ns == facts["trace_span"] > launches.busy_ns
+
+
+PUBLIC = TRIAGE / "public"
+
+
+def _gunzip(name: str, tmp_path: Path) -> Path:
+    out = tmp_path / name.removesuffix(".gz")
+    out.write_bytes(gzip.decompress((PUBLIC / name).read_bytes()))
+    return out
+
+
+def test_a_public_nsys_export_agrees_with_its_own_gpu_trace(tmp_path: Path) -> None:
+    """CloverLeaf on Perlmutter (pipit's fixtures): the kernel count and total kernel time of
+    the triage equal those of pipit's independent CSV trace of the same run."""
+    import csv
+    import io
+
+    trace = read_launches(_gunzip("perlmutter-cloverleaf-cuda.sqlite.gz", tmp_path))
+    answer = build_triage(trace, [], top=5)
+    rows = csv.DictReader(io.StringIO(gzip.decompress(
+        (PUBLIC / "cloverleaf_gpu_trace.csv.gz").read_bytes()).decode()))  # fmt: skip
+    kernels = [r for r in rows if r["type"] == "kernel" and r["Event Type"] == "Enter"]
+    total = sum(int(r["_matching_timestamp"]) - int(r["Timestamp (ns)"]) for r in kernels)
+    assert answer["source"]["launches"] == len(kernels) == 1312
+    assert sum(row["total_ns"] for row in answer["kernels"]) == total == 294_404_540
+    assert answer["denominators"]["gpu_busy_ns"] == total  # one stream: no overlap
+    assert answer["source"]["tool_version"] == "2024.5.1.113"
+    assert {b["by"] for row in answer["kernels"] for b in row["launched_by"]} == {
+        "cudaLaunchKernel_v7000"}  # fmt: skip
+    assert answer["kernels"][0]["name"].startswith("void clover::par_ranged2d_kernel<PdV_kernel")
+
+
+def test_a_public_nsys_export_of_schema_two_links_kernels_to_nvtx_ranges(tmp_path: Path) -> None:
+    """The MPI + CUDA saxpy on Perlmutter (pipit's fixtures; an older export with
+    ``EXPORT_META_DATA``): every launch inside its NVTX range "saxpy"."""
+    answer = build_triage(read_launches(_gunzip("saxpy-mpi-cuda_nsys_perlmutter0.sqlite.gz",
+                                                tmp_path)), [])  # fmt: skip
+    [row] = answer["kernels"]
+    assert row["name"] == "saxpy(double *, double *, double *, double, int)"
+    assert row["launched_by"] == [{"by": "saxpy > cudaLaunchKernel_v7000", "instances": 5}]
+    assert row["share_of_gpu_busy"] == 1.0 and answer["source"]["tool_version"] == "2022.2.1.31"
