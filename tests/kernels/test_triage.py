@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfledger.errors import BadRequest, EvidenceError
-from perfledger.kernels.triage.launches import Launch, TraceLaunches, read_launches
+from perfledger.kernels.triage.launches import Launch, TraceLaunches, check_counts, read_launches
 from perfledger.kernels.triage.paths import load_known_paths, parse_known_paths
 from perfledger.kernels.triage.record import (
     ANSWER,
@@ -398,3 +398,15 @@ def test_a_public_nsys_export_of_schema_two_links_kernels_to_nvtx_ranges(tmp_pat
     assert row["name"] == "saxpy(double *, double *, double *, double, int)"
     assert row["launched_by"] == [{"by": "saxpy > cudaLaunchKernel_v7000", "instances": 5}]
     assert row["share_of_gpu_busy"] == 1.0 and answer["source"]["tool_version"] == "2022.2.1.31"
+
+
+def test_launch_counts_that_differ_from_the_parsers_are_refused() -> None:
+    trace = read_launches(GRAPH_OFF)
+    check_counts(trace)  # the real trace: the same counts
+    first = trace.launches[0]
+    trace.launches.append(first)  # one launch the parser did not count
+    with pytest.raises(EvidenceError, match="1 kernel\\(s\\) were read with other launch counts"):
+        check_counts(trace)
+    trace.launches = [la for la in trace.launches if la.name != first.name]
+    check_counts(trace)  # only the parser reports it now: a limitation, not a silent drop
+    assert trace.limitations[-1].startswith("1 entr(ies) the parser reports are not kernel")

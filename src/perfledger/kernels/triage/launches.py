@@ -124,16 +124,34 @@ def read_launches(path: str | Path) -> TraceLaunches:
             "`nsys export --type sqlite` file)",
             hint="export nsys reports with `nsys export --type sqlite REPORT.nsys-rep`",
         )
-    counted = Counter(launch.name for launch in result.launches)
-    expected = {name: k.launches for name, k in result.report.kernels.items()}
-    if dict(counted) != expected:
-        raise EvidenceError(
-            f"{path}: {sum(counted.values())} kernel launches were read but the parser counted "
-            f"{sum(expected.values())}; the trace's layout is not one triage knows"
-        )
+    check_counts(result)
     if not result.launches:
         raise EvidenceError(f"{path}: the trace holds no kernel launches: nothing to triage")
     return result
+
+
+def check_counts(result: TraceLaunches) -> None:
+    """Check the launches read against the strict parser's per-kernel counts (R6: never
+    silently wrong): a kernel read with another count than the parser's, or one the parser
+    does not know, is refused; an entry only the parser reports becomes a limitation.
+
+    Raises: EvidenceError naming the first kernel that differs.
+    """
+    path = result.path
+    counted = Counter(launch.name for launch in result.launches)
+    parsed = {name: k.launches for name, k in result.report.kernels.items()}
+    differ = sorted(n for n, c in counted.items() if parsed.get(n) != c)
+    if differ:  # a kernel the parser counts differently: the layout is not what triage knows
+        raise EvidenceError(
+            f"{path}: {len(differ)} kernel(s) were read with other launch counts than the "
+            f"parser's (first: {differ[0][:120]!r}); the trace's layout is not one triage knows"
+        )
+    others = sorted(set(parsed) - set(counted))
+    if others:  # e.g. activity the parser reports beside kernels
+        result.limitations.append(
+            f"{len(others)} entr(ies) the parser reports are not kernel launches triage reads "
+            f"(first: {others[0][:120]!r}); they are not in the tables"
+        )
 
 
 # ----------------------------------------------------------------------------- PyTorch traces

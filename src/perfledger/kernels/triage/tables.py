@@ -144,18 +144,29 @@ def build_triage(
             text = label(launch)
         by_name.setdefault(launch.name, Counter())[text] += 1
     busy, span = trace.busy_ns, trace.span_ns
-    ranked = sorted(report.kernels, key=lambda name: (-report.durations(name)["total_ns"], name))
+    # per-kernel figures from the launches themselves (read_launches checked their counts
+    # against the parser's)
+    totals: dict[str, int] = {}
+    grids: dict[str, set[str]] = {}
+    blocks: dict[str, set[str]] = {}
+    for launch in launches:
+        totals[launch.name] = totals.get(launch.name, 0) + launch.duration_ns
+        if launch.grid:
+            grids.setdefault(launch.name, set()).add(launch.grid)
+        if launch.block:
+            blocks.setdefault(launch.name, set()).add(launch.block)
+    counts = Counter(launch.name for launch in launches)
+    ranked = sorted(totals, key=lambda name: (-totals[name], name))
     kernels = []
     for rank, name in enumerate(ranked):
-        stats = report.durations(name)
-        summary = report.kernels[name]
+        total = float(totals[name])
         kernels.append(
             {
-                "key": f"k{rank}", "name": name, "instances": summary.launches,
-                "total_ns": stats["total_ns"], "mean_ns": stats["mean_ns"],
-                "share_of_gpu_busy": _share(stats["total_ns"], busy),
-                "share_of_trace_span": _share(stats["total_ns"], span),
-                "grids": sorted(summary.grids), "blocks": sorted(summary.blocks),
+                "key": f"k{rank}", "name": name, "instances": counts[name],
+                "total_ns": total, "mean_ns": total / counts[name],
+                "share_of_gpu_busy": _share(total, busy),
+                "share_of_trace_span": _share(total, span),
+                "grids": sorted(grids.get(name, ())), "blocks": sorted(blocks.get(name, ())),
                 "graph_instances": graph_counts.get(name, 0),
                 "launched_by": [{"by": by, "instances": n}
                                 for by, n in by_name.get(name, Counter()).most_common()],
