@@ -410,3 +410,21 @@ def test_launch_counts_that_differ_from_the_parsers_are_refused() -> None:
     trace.launches = [la for la in trace.launches if la.name != first.name]
     check_counts(trace)  # only the parser reports it now: a limitation, not a silent drop
     assert trace.limitations[-1].startswith("1 entr(ies) the parser reports are not kernel")
+
+
+def test_record_function_ranges_and_overlapping_streams_of_a_real_trace() -> None:
+    """A real H200 trace: a forward under record_function ranges, then two matmuls on two
+    streams that overlap on the GPU."""
+    answer = build_triage(read_launches(TRIAGE / "forward_ranges_streams.json"), [])
+    by = {row["name"][:30]: [b["by"] for b in row["launched_by"]] for row in answer["kernels"]}
+    assert by["sm80_xmma_gemm_f32f32_f32f32_f"] == ["forward > mlp.fc1 > aten::addmm"]
+    assert by["void at::native::vectorized_el"] == ["forward > mlp.fc1 > aten::gelu"]
+    assert by["void sgemm_largek_lds64<true, "] == ["forward > mlp.fc2 > aten::addmm"]
+    top = answer["kernels"][0]
+    assert top["launched_by"] == [{"by": "two_streams > aten::mm", "instances": 2}]
+    busy = answer["denominators"]["gpu_busy_ns"]
+    summed = sum(row["total_ns"] for row in answer["kernels"])
+    # the two streams' kernels overlap: busy time (union) is below the summed kernel time and
+    # the busy shares add up to more than 1, as docs/triage.md says
+    assert busy < summed
+    assert sum(row["share_of_gpu_busy"] for row in answer["kernels"]) > 1.0
