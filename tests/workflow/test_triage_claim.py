@@ -71,3 +71,21 @@ def test_a_diagnostic_triage_cannot_support_a_bound(git_ledger: Ledger) -> None:
                                     "used_for": "coverage"}  # fmt: skip
     body["claim"].update(coverage=f, stated_bound=1.0 / ((1.0 - f) + f / 2.0))
     session.refused("experiment.create", body, "R6")
+
+
+def test_evidence_that_claims_to_be_a_triage_without_its_inputs_is_an_audit_finding(
+    git_ledger: Ledger,
+) -> None:
+    answer, inputs = run_triage(TRACE, top=2)
+    body = evidence_body(answer, inputs[REPORT][0], evidence_id="forged", of_target=False,
+                         target_id=None)  # fmt: skip
+    execute(git_ledger, "evidence.add", body, actor=ACTOR)  # the same request, nothing attached
+    other = evidence_body(answer, inputs[REPORT][0], evidence_id="future", of_target=False,
+                          target_id=None)  # fmt: skip
+    other["tool"]["version"] = "2 (torch.profiler)"
+    execute(git_ledger, "evidence.add", other, actor=ACTOR)
+    report = audit(git_ledger)
+    assert not report.ok
+    messages = " | ".join(f.message for f in report.findings)
+    assert "it attaches no triage.json or no report" in messages
+    assert "perfledger-triage version 2 (torch.profiler), unknown to this perfledger" in messages
