@@ -465,3 +465,8 @@ _register_sync(cli)
 from perfledger.commands.gc_cli import register as _register_gc  # noqa: E402
 
 _register_gc(cli)
+
+# triage: hotspot tables from a profiler trace. The module imports only click.
+from perfledger.commands.triage_cli import register as _register_triage  # noqa: E402
+
+_register_triage(cli)

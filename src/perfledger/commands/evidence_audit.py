@@ -91,6 +91,8 @@ def rederive_evidence(
                 f"its capture.source_hash {capture.source_hash} is not "
                 f"the attached report's ({attached})",
             )
+    if payload.tool.name == "perfledger-triage":  # a triage: re-run on its attached inputs
+        return _triage_check(payload, artifacts, read)
     parsed = capture is not None and bool(capture.layout)
     if report_ref is None:
         if not parsed:
@@ -187,3 +189,20 @@ def _differences(payload: Any, report: Any, parser: str) -> list[str]:
         "grouping": capture is None or capture.grouping == report.attributes.get("grouping", ""),
     }
     return [name for name, same in checks.items() if not same]
+
+
+def _triage_check(payload: Any, artifacts: dict[str, Any], read: Callable[[str], bytes]) -> Any:
+    """Re-derive a recorded ``perfledger triage`` (R6): same tables and facts from the attached
+    trace, mapping trace and known-path file; another triage version is a finding."""
+    from perfledger.kernels.triage.record import TRIAGE_VERSION, recheck
+
+    if payload.tool.version.split(" ", 1)[0] != TRIAGE_VERSION:
+        return EvidenceCheck(
+            False,
+            f"its triage was derived by perfledger-triage version {payload.tool.version}, "
+            f"unknown to this perfledger (version {TRIAGE_VERSION}): it cannot be re-derived",
+            "R6",
+        )
+    facts = [(f.name, f.value, f.unit, f.note) for f in payload.facts]
+    problem = recheck(facts, payload.report_hash, set(artifacts), read)
+    return EvidenceCheck(True) if problem is None else EvidenceCheck(False, problem)
