@@ -25,6 +25,7 @@ from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
+    R6_RECORDED_APPLICABILITY,
     R14_BLOCKS_CHAMPION,
     R14_STATED_INTERVAL,
     TAIL_STATISTICS,
@@ -421,6 +422,10 @@ def decide_experiment_create(
     )
     claim = req.claim
     rules.r6_evidence_known(state, [e.evidence_id for e in claim.evidence])
+    if rules_version(ctx, "ExperimentCreated") >= R6_RECORDED_APPLICABILITY:
+        rules.r6_cited_as_recorded(
+            state, [(e.evidence_id, e.applicability) for e in claim.evidence]
+        )
     tail = target.definition.primary.statistic in TAIL_STATISTICS
     rules.r6_bound_inputs(
         [(e.evidence_id, e.applicability, e.used_for) for e in claim.evidence], tail

@@ -151,6 +151,34 @@ def r6_evidence_known(state: WorkflowState, evidence_ids: Iterable[str]) -> None
         )
 
 
+#: Applicabilities from the weakest to the strongest claim about the replacement boundary (R6).
+_APPLICABILITY_STRENGTH = {"diagnostic": 0, "conservative_upper_bound": 1, "same_boundary": 2}
+
+
+def r6_cited_as_recorded(state: WorkflowState, cited: Iterable[tuple[str, str]]) -> None:
+    """R6: a claim may not cite evidence as more applicable than it was recorded: evidence
+    recorded ``diagnostic`` (a knowledge query, a triage of another workload, a report that says
+    so) cannot enter a bound by being cited ``same_boundary``. Evidence recorded without an
+    applicability (typed facts, older events) is cited as the claim says.
+
+    Args:
+        cited: (evidence id, applicability the claim cites) of each claim input; every id known.
+    Raises: RuleRefused (R6) naming the evidence and both applicabilities.
+    """
+    for evidence_id, applicability in cited:
+        recorded = state.evidence[evidence_id].applicability
+        if recorded is None:
+            continue
+        if _APPLICABILITY_STRENGTH[applicability] > _APPLICABILITY_STRENGTH[recorded]:
+            raise refuse(
+                "R6",
+                f"evidence {evidence_id!r} was recorded as {recorded} and may not be cited as "
+                f"{applicability}",
+                f"cite it as {recorded} (diagnostic evidence may only be used_for=context), or "
+                "record evidence measured at this replacement boundary",
+            )
+
+
 def r6_bound_inputs(uses: Iterable[tuple[str, str, str]], tail: bool) -> None:
     """R6: only ``same_boundary`` and ``conservative_upper_bound`` evidence may enter an ROI
     bound; a numeric claim needs such evidence for its coverage and its local speedup.

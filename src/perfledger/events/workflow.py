@@ -1002,6 +1002,10 @@ R14_STATED_INTERVAL = 2
 #: The ``ChampionSelected`` schema version from which an owed reconciliation blocks champion
 #: selection (R14); selections recorded under version 1 were not blocked.
 R14_BLOCKS_CHAMPION = 2
+#: The ``ExperimentCreated`` schema version from which a claim may not cite evidence with a
+#: stronger applicability than the evidence recorded (R6): diagnostic evidence cited as
+#: ``same_boundary`` entered the bound before it.
+R6_RECORDED_APPLICABILITY = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1015,12 +1019,13 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: ``FinalAuditRecorded`` derives per case (R12). An auditor re-decides a version-1 event by the
 #: rule of version 1 (:attr:`perfledger.commands.deciders.DecisionContext.schema`).
 #: Version 2 of ``ExperimentCreated`` and ``ChampionSelected`` carries R14's obligations
-#: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`).
+#: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
+#: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": 2,
     "VerdictRecorded": 2,
     "FinalAuditRecorded": 2,
-    "ExperimentCreated": R14_STATED_INTERVAL,
+    "ExperimentCreated": R6_RECORDED_APPLICABILITY,
     "ChampionSelected": R14_BLOCKS_CHAMPION,
 }
 
