@@ -860,6 +860,11 @@ R14_STATED_INTERVAL = 2
 #: The ``ChampionSelected`` schema version from which an owed reconciliation blocks champion
 #: selection (R14); selections recorded under version 1 were not blocked.
 R14_BLOCKS_CHAMPION = 2
+#: The ``ExperimentCreated`` schema version from which a claim may leave ``stated_bound`` out
+#: (the tool computes and records the bound in ``figures.bound``) and a stated one is accepted
+#: within a relative :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE` (1e-6);
+#: claims recorded under versions 1 and 2 keep the old rule (required, within 1e-9) (R7).
+R7_COMPUTED_BOUND = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -870,7 +875,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
 #: Kind -> (schema version, upcasters) where a kind moved past version 1.
 _VERSIONS: dict[type, tuple[int, dict[int, Any]]] = {
-    ExperimentCreated: (R14_STATED_INTERVAL, {1: _same_payload}),
+    ExperimentCreated: (R7_COMPUTED_BOUND, {1: _same_payload, 2: _same_payload}),
     ChampionSelected: (R14_BLOCKS_CHAMPION, {1: _same_payload}),
 }
 
