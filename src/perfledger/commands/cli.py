@@ -451,3 +451,8 @@ _register_sync(cli)
 from perfledger.commands.gc_cli import register as _register_gc  # noqa: E402
 
 _register_gc(cli)
+
+# status, skill, mcp, artifact (agents, SPEC.md section 6). The module imports only click.
+from perfledger.commands.agents_cli import register as _register_agents  # noqa: E402
+
+_register_agents(cli)

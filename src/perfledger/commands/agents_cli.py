@@ -1,0 +1,113 @@
+"""Commands for agents and the people who follow them (SPEC.md section 6): ``status`` (where a
+session stands, one screen), ``skill install DIR`` / ``skill --print`` (the Agent Skill shipped
+with perfledger), ``mcp`` (the MCP server over stdio) and ``artifact get``.
+
+Only click is imported at load time; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+
+
+def _shared() -> Any:
+    from perfledger.commands import cli
+
+    return cli
+
+
+def _ctx(json_flag: bool) -> Any:
+    return _shared()._ctx(json_flag)
+
+
+def _emit(data: object) -> None:
+    click.echo(_shared().to_json_text(data))
+
+
+@click.command("status")
+@click.option("--target", "target_id", default=None, help="Only this Target.")
+@_json
+def status_command(target_id: str | None, json_flag: bool) -> None:
+    """Where the session stands, on one screen: each current Target, its readiness chain, the
+    champion and its final audit, open experiments and their stage, obligations (reconciliations
+    owed, conflicts, stale results) and the next decisions the rules accept now (each run dry
+    through its decider; nothing is appended)."""
+    ctx = _ctx(json_flag)
+    from perfledger.commands.status import render, session_status
+
+    ledger = ctx.open()
+    try:
+        status = session_status(ledger, target_id)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit(status)
+    else:
+        render(status)
+
+
+@click.group("skill", invoke_without_command=True)
+@click.option("--print", "print_flag", is_flag=True, help="Print SKILL.md on stdout.")
+@click.pass_context
+def skill_group(click_ctx: click.Context, print_flag: bool) -> None:
+    """perfledger's Agent Skill (SKILL.md and references/): print it, or install it where an
+    agent looks (e.g. `perfledger skill install ~/.claude/skills`)."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    if not print_flag:
+        click.echo(click_ctx.get_help())
+        return
+    from perfledger.skill import read
+
+    click.echo(read(), nl=False)
+
+
+@skill_group.command("install")
+@click.argument("directory", type=click.Path(file_okay=False))
+@_json
+def skill_install(directory: str, json_flag: bool) -> None:
+    """Write the skill to DIRECTORY/perfledger/ (SKILL.md and references/), replacing an earlier
+    copy of its files."""
+    ctx = _ctx(json_flag)
+    from perfledger.errors import BadRequest
+    from perfledger.skill import install
+
+    try:
+        written = install(directory)
+    except OSError as exc:
+        raise BadRequest(
+            f"cannot write the skill under {directory!r}: {exc.strerror or exc}",
+            hint="name a directory you can write (an agent's skills folder)",
+        ) from None
+    if ctx.json_mode:
+        _emit({"installed": [str(p) for p in written]})
+        return
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+@click.command("mcp")
+def mcp_command() -> None:
+    """Serve perfledger over MCP on stdin/stdout (needs `pip install 'perfledger[mcp]'`): one
+    tool per write operation (input schema: the request's JSON Schema) and the read models
+    (status, state, claims, champion, handoff, schema) as tools. The ledger is --ledger, else
+    $PERFLEDGER_DIR; the actor --actor-less: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER."""
+    from perfledger.commands.mcp_server import serve
+
+    ctx = _ctx(False)
+    serve(ctx.ledger_path)
+    sys.exit(0)
+
+
+def register(group: click.Group) -> None:
+    """Add ``status``, ``skill`` and ``mcp`` to the ``perfledger`` group."""
+    for command in (status_command, skill_group, mcp_command):
+        group.add_command(command)
+
+
+__all__ = ["register"]
