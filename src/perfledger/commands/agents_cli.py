@@ -92,15 +92,22 @@ def skill_install(directory: str, json_flag: bool) -> None:
 
 
 @click.command("mcp")
-def mcp_command() -> None:
+@click.option(
+    "--actor",
+    default=None,
+    help="Who decides the server's writes (default: $PERFLEDGER_ACTOR, else perfledger.actor, "
+    "else $USER).",
+)
+def mcp_command(actor: str | None) -> None:
     """Serve perfledger over MCP on stdin/stdout (needs `pip install 'perfledger[mcp]'`): one
-    tool per write operation (input schema: the request's JSON Schema) and the read models
-    (status, state, claims, champion, handoff, schema) as tools. The ledger is --ledger, else
-    $PERFLEDGER_DIR; the actor --actor-less: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER."""
+    tool per write operation (input schema: the request's JSON Schema; result: the CLI's JSON
+    answer; a refusal is a tool error with its rule and hint), the read models (status, state,
+    claims, champion, handoff, schema) and `cli` (any other command, e.g. measure workload) as
+    tools. The ledger is --ledger, else $PERFLEDGER_DIR, else the enclosing repository."""
     from perfledger.commands.mcp_server import serve
 
     ctx = _ctx(False)
-    serve(ctx.ledger_path)
+    serve(ctx.ledger_path, _shared()._actor(actor))
     sys.exit(0)
 
 
