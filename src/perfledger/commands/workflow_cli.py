@@ -27,7 +27,10 @@ COMMON_FLAGS = (
     ("--target", "target_id", "The Target id (sets target_id)."),
     ("--experiment", "experiment_id", "The experiment id (sets experiment_id)."),
     ("--samples", "samples_id", "The samples id (sets samples_id)."),
-)
+    ("--expected-current", "expected_current",
+     "The champion you saw: `original` or its experiment id (sets expected_current; R13 "
+     "compare-and-swap)."),
+)  # fmt: skip
 #: Largest request accepted on the command line (bytes).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
@@ -340,7 +343,7 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "local-result.record": ("samples_id",),
     "reject": ("experiment_id",),
     "reconcile": ("experiment_id",),
-    "champion.select": ("target_id", "samples_id"),
+    "champion.select": ("target_id", "samples_id", "expected_current"),
     "final-audit.record": ("target_id", "samples_id"),
     "host-advice.record": ("target_id",),
     "handoff.record": ("target_id",),
