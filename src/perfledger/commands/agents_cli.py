@@ -111,9 +111,90 @@ def mcp_command(actor: str | None) -> None:
     sys.exit(0)
 
 
+def _event(ledger: Any, event: str) -> Any:
+    """The envelope named by ``event``: HEAD, a full id or a unique prefix (as `show`)."""
+    if event.upper() == "HEAD":
+        event = ledger.log(1)[0].event_id
+    return ledger.get(event)
+
+
+@click.group("artifact")
+def artifact_group() -> None:
+    """List or get the files attached to an event (raw sample tables, code snapshots,
+    profiler reports); each is checked against its blake3 and size on the way out."""
+
+
+@artifact_group.command("list")
+@click.argument("event")
+@_json
+def artifact_list(event: str, json_flag: bool) -> None:
+    """List EVENT's artifacts (EVENT: HEAD, an event id or a unique prefix): name, size in
+    bytes, media type, blake3."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        envelope = _event(ledger, event)
+    finally:
+        ledger.close()
+    rows = [
+        {"name": name, "size": ref.size, "media_type": ref.media_type, "blake3": ref.blake3}
+        for name, ref in sorted(envelope.artifacts.items())
+    ]
+    if ctx.json_mode:
+        _emit({"event_id": envelope.id, "artifacts": rows})
+        return
+    if not rows:
+        click.echo(f"event {envelope.id[:12]} has no artifacts")
+    for row in rows:
+        click.echo(f"{row['name']}  {row['size']:,} bytes  {row['media_type']}")
+
+
+@artifact_group.command("get")
+@click.argument("event")
+@click.argument("name")
+@click.option("-o", "--output", "output", metavar="FILE", default=None,
+              help="Write to FILE (default: stdout).")  # fmt: skip
+@_json
+def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> None:
+    """Write artifact NAME of EVENT (HEAD, an event id or a unique prefix) to stdout or to
+    FILE, after checking its blake3 and size (exit 5 on a mismatch). With --json (and -o):
+    ``{"event_id", "name", "path", "size"}``."""
+    ctx = _ctx(json_flag)
+    from perfledger.errors import BadRequest
+
+    if ctx.json_mode and output is None:
+        raise BadRequest("--json needs -o FILE (the artifact's bytes are not JSON)")
+    ledger = ctx.open()
+    try:
+        envelope = _event(ledger, event)
+        if name not in envelope.artifacts:
+            names = ", ".join(sorted(envelope.artifacts)) or "none"
+            raise BadRequest(
+                f"event {envelope.id[:12]} has no artifact {name!r}",
+                hint=f"its artifacts: {names} (`perfledger artifact list {envelope.id[:12]}`)",
+            )
+        data = ledger.artifact(envelope.id, name)
+    finally:
+        ledger.close()
+    if output is None:
+        out = click.get_binary_stream("stdout")
+        out.write(data)
+        out.flush()
+        return
+    try:
+        with open(output, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise BadRequest(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    if ctx.json_mode:
+        _emit({"event_id": envelope.id, "name": name, "path": output, "size": len(data)})
+    else:
+        click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {envelope.id[:12]})")
+
+
 def register(group: click.Group) -> None:
-    """Add ``status``, ``skill`` and ``mcp`` to the ``perfledger`` group."""
-    for command in (status_command, skill_group, mcp_command):
+    """Add ``status``, ``skill``, ``mcp`` and ``artifact`` to the ``perfledger`` group."""
+    for command in (status_command, skill_group, mcp_command, artifact_group):
         group.add_command(command)
 
 
