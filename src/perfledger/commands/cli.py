@@ -135,7 +135,7 @@ def cli(click_ctx: click.Context, ledger: str | None, json_mode: bool) -> None:
 @click.option(
     "--actor",
     default=None,
-    help="Who creates it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER, else the OS user); "
+    help="Who creates it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER); "
     "--actor is also remembered in this clone's git config as perfledger.actor, the actor of "
     "later commands that name none.",
 )

@@ -439,10 +439,19 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
     _show(ctx, data)
 
 
-def _schema(operation: str | None, json_flag: bool) -> None:
-    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``); without
-    OPERATION, list the operations (``--json``: ``{"operations": [...]}``)."""
+def _schema(operation: str | None, json_flag: bool, example: bool = False) -> None:
+    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``), or with
+    ``--example`` a valid example request; without OPERATION, list the operations (``--json``:
+    ``{"operations": [...]}``)."""
     from perfledger.commands.operations import json_schema
+
+    if example:
+        if operation is None:
+            raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
+        from perfledger.commands.request_examples import example as example_of
+
+        click.echo(to_json_text(example_of(operation), indent=2))
+        return
 
     if operation is None:
         if json_flag:
@@ -509,8 +518,11 @@ def commands() -> list[click.Command]:
     groups["champion"].add_command(
         click.command("show")(_json(click.argument("target_id")(_champion_show)))
     )
+    example = click.option(
+        "--example", is_flag=True, help="Print a valid example request instead of the schema."
+    )
     schema = click.command("schema")(
-        _json(click.argument("operation", required=False, default=None)(_schema))
+        example(_json(click.argument("operation", required=False, default=None)(_schema)))
     )
     return [*groups.values(), *top, schema]
 
