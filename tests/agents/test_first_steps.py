@@ -48,3 +48,14 @@ def test_handoff_resume_steps_use_perfledger_clone_and_it_works(
     done = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert _cli(tmp_path / "copy", "verify").returncode == 0
+
+
+def test_reject_takes_its_common_fields_as_flags(ready: Session) -> None:
+    ready.screened("e1", CAND1)
+    done = _cli(
+        ready.ledger.path, "reject", "--experiment", "e1", "--closes", "implementation",
+        "--reason", "slower than the original on the large case", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)["payload"]
+    assert payload["closes"] == "implementation" and payload["reason"].startswith("slower")

@@ -30,6 +30,9 @@ COMMON_FLAGS = (
     ("--expected-current", "expected_current",
      "The champion you saw: `original` or its experiment id (sets expected_current; R13 "
      "compare-and-swap)."),
+    ("--closes", "closes", "What the rejection closes: implementation, integration or mechanism "
+     "(sets closes; R15)."),
+    ("--reason", "reason", "Why, in words (sets reason)."),
 )  # fmt: skip
 #: Largest request accepted on the command line (bytes).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
@@ -330,7 +333,7 @@ def _write_command(operation: Operation) -> click.Command:
 #: Which common-flag fields each operation's request has, so that building the CLI needs no
 #: import of the request models (kept in step with the models by ``tests/workflow/test_schemas.py``).
 FIELD_HINTS: dict[str, tuple[str, ...]] = {
-    "target.supersede": ("target_id",),
+    "target.supersede": ("target_id", "reason"),
     "readiness.record": ("target_id",),
     "metric-audit.record": ("target_id",),
     "baseline.record": ("target_id",),
@@ -341,13 +344,13 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "samples.record": ("target_id", "experiment_id", "samples_id"),
     "verdict.record": ("samples_id",),
     "local-result.record": ("samples_id",),
-    "reject": ("experiment_id",),
+    "reject": ("experiment_id", "closes", "reason"),
     "reconcile": ("experiment_id",),
-    "champion.select": ("target_id", "samples_id", "expected_current"),
+    "champion.select": ("target_id", "samples_id", "expected_current", "reason"),
     "final-audit.record": ("target_id", "samples_id"),
-    "host-advice.record": ("target_id",),
+    "host-advice.record": ("target_id", "reason"),
     "handoff.record": ("target_id",),
-    "conflict.resolve": ("target_id",),
+    "conflict.resolve": ("target_id", "reason"),
     "activity.explain": ("samples_id",),
     "target.freeze": ("target_id",),
 }
