@@ -24,7 +24,7 @@ from perfledger.skill import read
 
 REF = "python3 work/original/bench.py {case}"
 CAND = "python3 work/fast/bench.py {case}"
-EXPLAIN = "time_ms is timed inside the process"
+EXPLAIN = "cpu_ms is the process's own CPU time"
 
 
 def _workspace(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
         await s.initialize()
         await _ok(s, "target_freeze", {
             "target_id": "t1", "title": "sum of a list", "min_effect": 0.05, "scope": ["work.py"],
-            "primary": {"name": "time_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "mean"},
             "risk_boundary": "exact result", "budget": {"wall_s": 3600, "gpu_s": 0}})  # fmt: skip
         env_answer = await _ok(s, "cli", {"args": ["env"]})
@@ -68,16 +68,16 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
             "environment": env_answer["readiness_environment"],
             "statistics": {"min_pairs_per_case": 5}})  # fmt: skip
         await _ok(s, "metric_audit_record", {
-            "target_id": "t1", "metric": "time_ms", "unit": "ms", "numerator": "one call (ms)",
+            "target_id": "t1", "metric": "cpu_ms", "unit": "ms", "numerator": "one call (ms)",
             "denominator": "one call", "source": "bench.py", "reconstructed": False,
             "matches_target": True})  # fmt: skip
         values = []
         for case in ("small", "large"):
             done = subprocess.run(REF.replace("{case}", case).split(), cwd=tmp_path, check=True,
                                   capture_output=True, text=True)  # fmt: skip
-            values += json.loads(done.stdout)["metrics"]["time_ms"]
+            values += json.loads(done.stdout)["metrics"]["cpu_ms"]
         await _ok(s, "baseline_record", {
-            "target_id": "t1", "original_hash": "sha256:original-code", "metric": "time_ms",
+            "target_id": "t1", "original_hash": "sha256:original-code", "metric": "cpu_ms",
             "unit": "ms", "values": values,
             "environment_id": env_answer["environment_id"]})  # fmt: skip
         await _ok(s, "cli", {"args": ["measure", "aa", "--target", "t1", "--cmd", REF,
@@ -92,7 +92,7 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
                 {"evidence_id": "ev", "applicability": "same_boundary", "used_for": "coverage"},
                 {"evidence_id": "ev", "applicability": "conservative_upper_bound",
                  "used_for": "local_speedup"}],
-                "scope": {"replaced_region": "total()", "shapes": ["20k", "200k"],
+                "scope": {"replaced_region": "total()", "shapes": ["100k", "400k"],
                           "execution_form": "one builtin call"},
                 "replacement_boundary": "the timed call", "coverage": 1.0,
                 "local_speedup": 50.0, "expected_improvement": {"low": 0.5, "high": 49.0}},

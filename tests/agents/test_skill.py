@@ -66,7 +66,7 @@ def test_every_command_of_the_skill_runs_in_order_on_a_scratch_ledger(tmp_path: 
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,  # about 80 workload calls: seconds alone, minutes on a loaded machine
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "Traceback" not in done.stderr
