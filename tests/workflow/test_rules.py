@@ -215,7 +215,7 @@ def test_r6_unknown_versions_and_units_are_refused_at_ingestion(bare: Session) -
 
 def test_r7_stated_bound_must_follow_from_its_inputs(ready: Session) -> None:
     exp = experiment()
-    exp["claim"]["stated_bound"] = BOUND_E1 * (1 + 2e-9)  # beyond the 1e-9 tolerance
+    exp["claim"]["stated_bound"] = BOUND_E1 * (1 + 2e-6)  # beyond the 1e-6 tolerance
     ready.refused("experiment.create", exp, "R7")
     for coverage in (0.0, -0.1, 1.5):
         exp = experiment()
@@ -225,13 +225,13 @@ def test_r7_stated_bound_must_follow_from_its_inputs(ready: Session) -> None:
     exp["claim"]["expected_improvement"] = {"low": 0.1, "high": 0.6}  # above the bound
     ready.refused("experiment.create", exp, "R7")
     exp = experiment()
-    del exp["claim"]["stated_bound"]
-    ready.refused("experiment.create", exp, "R7")
+    del exp["claim"]["stated_bound"]  # optional: the tool computes and records it
+    assert ready.run("experiment.create", exp)["figures"]["bound"] == pytest.approx(BOUND_E1)
 
 
 def test_r7_allowed_claim_reports_bound_and_required_local_speedup(ready: Session) -> None:
     exp = experiment()
-    exp["claim"]["stated_bound"] = BOUND_E1 * (1 + 5e-10)  # within the 1e-9 tolerance
+    exp["claim"]["stated_bound"] = BOUND_E1 * (1 + 5e-7)  # within the 1e-6 tolerance
     figures = ready.run("experiment.create", exp)["figures"]
     m, f = 0.05, 0.6
     r_min = m / (f * (1 + m))

@@ -178,17 +178,40 @@ def rate_text(events: int, elapsed_s: float) -> str:
 
 def _actor(actor: str | None) -> str:
     """Who a command acts as: ``--actor``, else ``$PERFLEDGER_ACTOR``, else the ledger's
-    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``perfledger``.
-    Raises: BadRequest for an empty ``--actor`` (it would silently mean someone else)."""
+    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``$LOGNAME``, else
+    the operating system's name of this process's user. Never a made-up name: every event
+    records who decided it.
+    Raises: BadRequest for an empty ``--actor`` (it would silently mean someone else), and when
+    none of these names anyone."""
     if actor is not None and not actor.strip():
         raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
-    return (
+    found = (
         actor
-        or os.environ.get("PERFLEDGER_ACTOR")
+        or os.environ.get("PERFLEDGER_ACTOR", "").strip()
         or _remembered_actor()
-        or os.environ.get("USER")
-        or "perfledger"
+        or os.environ.get("USER", "").strip()
+        or os.environ.get("LOGNAME", "").strip()
+        or _os_user()
     )
+    if not found:
+        raise BadRequest(
+            "who decides is not known: no --actor, $PERFLEDGER_ACTOR, perfledger.actor, $USER "
+            "or $LOGNAME, and this process's user has no name",
+            hint="pass --actor NAME, or export PERFLEDGER_ACTOR=NAME (or `git config "
+            "perfledger.actor NAME` in the ledger)",
+        )
+    return found
+
+
+def _os_user() -> str | None:
+    """The login name of this process's user from the system's user database, or None (a
+    container user without a passwd entry)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name or None
+    except (ImportError, KeyError, OSError):
+        return None
 
 
 def _remembered_actor() -> str | None:
@@ -470,3 +493,8 @@ _register_gc(cli)
 from perfledger.commands.triage_cli import register as _register_triage  # noqa: E402
 
 _register_triage(cli)
+
+# status, skill, mcp, artifact (agents, SPEC.md section 6). The module imports only click.
+from perfledger.commands.agents_cli import register as _register_agents  # noqa: E402
+
+_register_agents(cli)

@@ -26,6 +26,7 @@ from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
     R6_RECORDED_APPLICABILITY,
+    R7_COMPUTED_BOUND,
     R14_BLOCKS_CHAMPION,
     R14_STATED_INTERVAL,
     TAIL_STATISTICS,
@@ -442,6 +443,7 @@ def decide_experiment_create(
         stated_bound=claim.stated_bound,
         affected_share=claim.exposure.affected_share if claim.exposure else None,
         expected=(expected.low, expected.high) if expected else None,
+        bound_optional=rules_version(ctx, "ExperimentCreated") >= R7_COMPUTED_BOUND,
     )
     secondaries = {s.name for s in target.definition.secondaries}
     if req.serves_secondary is not None and req.serves_secondary not in secondaries:

@@ -339,14 +339,18 @@ def decider(name: str) -> Any:
 
 def json_schema(name: str) -> dict[str, Any]:
     """Return the JSON Schema (draft 2020-12) of operation ``name``'s request: the request's own
-    object schema at the top, the models it nests under ``$defs``."""
+    object schema at the top, the models it nests under ``$defs``, every property described
+    (:mod:`perfledger.commands.field_docs`)."""
     import msgspec
+
+    from perfledger.commands.field_docs import describe
 
     model = request_model(name)
     schema = msgspec.json.schema(model)
     defs = schema.pop("$defs", {})
     root: dict[str, Any] = defs.pop(model.__name__)
-    return {**root, "$defs": defs} if defs else root
+    # every field says what it means, with its unit and range (field_docs)
+    return describe({**root, "$defs": defs} if defs else root)
 
 
 #: A ``- at `$.path``` (or ``- at `key` in `$.path```) suffix of a msgspec validation message.

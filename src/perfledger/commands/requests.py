@@ -421,11 +421,11 @@ class OpportunityClaim(Request, kw_only=True):
         Number | None,
         Meta(
             description=(
-                "The end-to-end Amdahl bound 1/((1-f)+f/s+c) (speedup ratio). Required for a "
-                "mean, median or throughput primary, within a relative 1e-9 of the value computed "
-                "from coverage, local_speedup and added_cost (R7; a missing or wrong one is "
-                "refused with the exact value in the hint). Must be omitted for a tail (p95, p99) "
-                "primary."
+                "The end-to-end Amdahl bound 1/((1-f)+f/s+c) (speedup ratio, > 0). Optional: "
+                "the tool computes it from coverage, local_speedup and added_cost and records "
+                "it (R7); a stated one must lie within a relative 1e-6 of that value (a wrong "
+                "one is refused with the value in the hint). Must be omitted for a tail "
+                "(p95, p99) primary."
             )
         ),
     ] = None

@@ -218,16 +218,20 @@ def r7_claim_figures(
     stated_bound: float | None,
     affected_share: float | None,
     expected: tuple[float, float] | None,
+    bound_optional: bool = False,
 ) -> ClaimFigures:
     """R7: check an opportunity claim's arithmetic and explicit contradictions; return its
     figures (bound, ``s_min``, ``r_min``, predicted interval).
 
     Mean/throughput/median primaries: ``coverage`` in (0, 1], ``local_speedup`` > 0,
-    ``added_cost`` >= 0 and a ``stated_bound`` (required) equal to ``1/((1-f)+f/s+c)`` within
-    the relative tolerance :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE`
-    (1e-9); a missing one is refused with the exact value in the hint (the claim states its
-    bound, the tool only checks it). The predicted improvement may not exceed ``bound - 1``
-    (within the same tolerance). Tail primaries (p95, p99):
+    ``added_cost`` >= 0. With ``bound_optional`` (claims from ``ExperimentCreated`` schema
+    :data:`~perfledger.events.workflow.R7_COMPUTED_BOUND` on) the bound is computed and a
+    ``stated_bound`` may be left out; one that is stated must equal ``1/((1-f)+f/s+c)`` within
+    :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE` (1e-6). Without it (claims
+    recorded earlier, re-checked by their own rule) the stated bound is required, within
+    :data:`~perfledger.projections.amdahl.LEGACY_STATED_BOUND_REL_TOLERANCE` (1e-9). Every hint
+    prints the bound at full precision, a value that is accepted. The predicted improvement may
+    not exceed ``bound - 1`` (within the same tolerance). Tail primaries (p95, p99):
     exposure reasoning (``affected_share`` in (0, 1]) and a predicted interval instead of a bound,
     and no stated bound.
     """
@@ -261,18 +265,23 @@ def r7_claim_figures(
         bound = amdahl.amdahl_bound(coverage, local_speedup, added_cost)
     except ValueError as exc:
         raise refuse("R7", str(exc)) from None
-    tolerance = amdahl.STATED_BOUND_REL_TOLERANCE
-    hint = (
-        f'state "stated_bound": {bound:.6g} (1/((1-f)+f/s+c) = {bound:.12g}); any value within '
-        f"a relative {tolerance:g} of it is accepted"
+    tolerance = (
+        amdahl.STATED_BOUND_REL_TOLERANCE
+        if bound_optional
+        else amdahl.LEGACY_STATED_BOUND_REL_TOLERANCE
     )
-    if stated_bound is None:
+    # repr: the shortest text that reads back as this float, so the value shown is accepted
+    hint = (
+        f'state "stated_bound": {bound!r} (1/((1-f)+f/s+c)); any value within a relative '
+        f"{tolerance:g} of it is accepted" + (", or leave it out" if bound_optional else "")
+    )
+    if stated_bound is None and not bound_optional:
         raise refuse(
             "R7",
             f"the claim must state its end-to-end bound (from its inputs: {bound:.12g})",
             hint,
         )
-    if not amdahl.bound_matches(stated_bound, bound):
+    if stated_bound is not None and not amdahl.bound_matches(stated_bound, bound, tolerance):
         raise refuse(
             "R7",
             f"stated bound {stated_bound:.12g} does not follow from f={coverage:g}, "
@@ -284,7 +293,7 @@ def r7_claim_figures(
     r_min = amdahl.required_cut(coverage, m, added_cost)
     low, high = expected if expected is not None else (min(0.0, bound - 1.0), bound - 1.0)
     _r7_interval(low, high)
-    if high > (bound - 1.0) * (1 + amdahl.STATED_BOUND_REL_TOLERANCE) + 1e-12:
+    if high > (bound - 1.0) * (1 + tolerance) + 1e-12:
         raise refuse(
             "R7",
             f"the expected improvement {high:.6g} exceeds the claim's own bound "

@@ -9,6 +9,7 @@ agents). Only click is imported at load time.
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from typing import Any
 
@@ -129,6 +130,60 @@ def _summary(result: Any) -> None:
     click.echo(f"head {result.after}")
 
 
+#: Exit code of a ``pull`` or ``sync`` that succeeded but joined concurrent decisions the rules
+#: forbid together: the ledger now holds an unresolved conflict that blocks decisions until
+#: ``perfledger resolve`` (0 done, 1-5 the errors of SPEC.md section 6).
+CONFLICT_EXIT = 6
+
+#: What each kind of conflict blocks until it is resolved.
+CONFLICT_BLOCKS = {
+    "champion": "champion selection, final audits and restores on its Target (R13)",
+    "supersession": "every decision on the superseded Target (R1)",
+    "reconciliation": "new experiments and champion selections on its Target (R14)",
+    "duplicate_id": "decisions about the id both machines chose",
+}
+
+
+def _open_conflicts(ledger: Any) -> dict[str, Any]:
+    """The ledger's unresolved conflicts by id (read from its folded state)."""
+    state = ledger.state()
+    conflicts = getattr(state, "conflicts", {})
+    return {cid: c for cid, c in conflicts.items() if c.resolved_by is None}
+
+
+def _new_conflicts(before: dict[str, Any], ledger: Any) -> list[dict[str, Any]]:
+    """The unresolved conflicts that were not there ``before`` (a pull's merge made them), each
+    with what it blocks and the command that resolves it."""
+    out = []
+    for cid, c in _open_conflicts(ledger).items():
+        if cid in before:
+            continue
+        out.append(
+            {
+                "conflict_id": cid,
+                "target_id": c.target_id,
+                "kind": c.kind,
+                "options": list(c.options),
+                "event_ids": list(c.event_ids),
+                "blocks": CONFLICT_BLOCKS.get(c.kind, "decisions on its Target"),
+                "resolve": f"perfledger resolve --target {c.target_id} --conflict {cid} "
+                f"--keep KEEP --reason TEXT  (KEEP: one of {', '.join(sorted(c.options))})",
+            }
+        )
+    return out
+
+
+def _say_conflicts(conflicts: list[dict[str, Any]]) -> None:
+    for c in conflicts:
+        click.echo(
+            f"CONFLICT ({c['kind']}) {c['conflict_id']} on Target {c['target_id']}: the two "
+            f"machines chose {' and '.join(c['options'])}",
+            err=True,
+        )
+        click.echo(f"  blocks: {c['blocks']}", err=True)
+        click.echo(f"  resolve: {c['resolve']}", err=True)
+
+
 @click.command("clone")
 @click.argument("url")
 @click.argument("path", required=False, type=click.Path(file_okay=False))
@@ -158,17 +213,26 @@ def clone(url: str, path: str | None, remote: str, json_flag: bool) -> None:
 def pull(remote: str | None, json_flag: bool) -> None:
     """Fetch REMOTE's ledger (default origin), verify every new event, and join it: a
     fast-forward, or a merge commit that carries no event. A rewritten or tampered remote is
-    refused and nothing changes locally."""
+    refused and nothing changes locally. Exit 6 when the merge joined concurrent decisions the
+    rules forbid together (e.g. two champion selections): the conflict is named with what it
+    blocks and the `perfledger resolve` command."""
     ctx = _ctx(json_flag)
     ledger = ctx.open()
     try:
+        before = _open_conflicts(ledger)
         result = ledger.pull(remote)
+        conflicts = _new_conflicts(before, ledger) if result.new_events else []
+        path = os.path.abspath(ledger.path)
     finally:
         ledger.close()
     if ctx.json_mode:
-        _emit(result.to_json())
+        _emit({"ledger": path, **result.to_json(), "conflicts": conflicts})
     else:
+        click.echo(f"ledger {path}")
         _summary(result)
+        _say_conflicts(conflicts)
+    if conflicts:
+        sys.exit(CONFLICT_EXIT)
 
 
 @click.command("push")
@@ -181,15 +245,16 @@ def push(remote: str | None, json_flag: bool) -> None:
     ledger = ctx.open()
     try:
         result = ledger.push(remote)
+        path = os.path.abspath(ledger.path)
     finally:
         ledger.close()
     if ctx.json_mode:
-        _emit(result.to_json())
+        _emit({"ledger": path, **result.to_json()})
     elif result.pushed:
         before = result.before[:12] if result.before else "(new)"
-        click.echo(f"{result.remote} ({result.url}): {before} -> {result.after[:12]}")
+        click.echo(f"{path} -> {result.remote} ({result.url}): {before} -> {result.after[:12]}")
     else:
-        click.echo(f"{result.remote} ({result.url}): already up to date")
+        click.echo(f"{path} -> {result.remote} ({result.url}): already up to date")
 
 
 @click.command("sync")
@@ -197,21 +262,29 @@ def push(remote: str | None, json_flag: bool) -> None:
 @_json
 def sync(remote: str | None, json_flag: bool) -> None:
     """Pull then push REMOTE (default origin); pulled again and pushed again when another
-    machine pushed in between."""
+    machine pushed in between. Exit 6 when the pull joined concurrent decisions the rules forbid
+    together: the conflict is named with what it blocks and the `perfledger resolve` command."""
     ctx = _ctx(json_flag)
     ledger = ctx.open()
     try:
+        before = _open_conflicts(ledger)
         result = ledger.sync(remote)
+        conflicts = _new_conflicts(before, ledger) if result.pull.new_events else []
+        path = os.path.abspath(ledger.path)
     finally:
         ledger.close()
     if ctx.json_mode:
-        _emit(result.to_json())
-        return
-    _summary(result.pull)
-    pushed = result.push
-    click.echo(
-        f"pushed {pushed.after[:12]}" if pushed.pushed else "push: remote already up to date"
-    )
+        _emit({"ledger": path, **result.to_json(), "conflicts": conflicts})
+    else:
+        click.echo(f"ledger {path}")
+        _summary(result.pull)
+        pushed = result.push
+        click.echo(
+            f"pushed {pushed.after[:12]}" if pushed.pushed else "push: remote already up to date"
+        )
+        _say_conflicts(conflicts)
+    if conflicts:
+        sys.exit(CONFLICT_EXIT)
 
 
 @click.command("resolve")

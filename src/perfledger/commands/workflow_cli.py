@@ -27,7 +27,13 @@ COMMON_FLAGS = (
     ("--target", "target_id", "The Target id (sets target_id)."),
     ("--experiment", "experiment_id", "The experiment id (sets experiment_id)."),
     ("--samples", "samples_id", "The samples id (sets samples_id)."),
-)
+    ("--expected-current", "expected_current",
+     "The champion you saw: `original` or its experiment id (sets expected_current; R13 "
+     "compare-and-swap)."),
+    ("--closes", "closes", "What the rejection closes: implementation, integration or mechanism "
+     "(sets closes; R15)."),
+    ("--reason", "reason", "Why, in words (sets reason)."),
+)  # fmt: skip
 #: Largest request accepted on the command line (bytes).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
@@ -342,7 +348,7 @@ def _outside_samples_only(body: Any) -> None:
 #: Which common-flag fields each operation's request has, so that building the CLI needs no
 #: import of the request models (kept in step with the models by ``tests/workflow/test_schemas.py``).
 FIELD_HINTS: dict[str, tuple[str, ...]] = {
-    "target.supersede": ("target_id",),
+    "target.supersede": ("target_id", "reason"),
     "readiness.record": ("target_id",),
     "metric-audit.record": ("target_id",),
     "baseline.record": ("target_id",),
@@ -353,13 +359,13 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "samples.record": ("target_id", "experiment_id", "samples_id"),
     "verdict.record": ("samples_id",),
     "local-result.record": ("samples_id",),
-    "reject": ("experiment_id",),
+    "reject": ("experiment_id", "closes", "reason"),
     "reconcile": ("experiment_id",),
-    "champion.select": ("target_id", "samples_id"),
+    "champion.select": ("target_id", "samples_id", "expected_current", "reason"),
     "final-audit.record": ("target_id", "samples_id"),
-    "host-advice.record": ("target_id",),
+    "host-advice.record": ("target_id", "reason"),
     "handoff.record": ("target_id",),
-    "conflict.resolve": ("target_id",),
+    "conflict.resolve": ("target_id", "reason"),
     "activity.explain": ("samples_id",),
     "target.freeze": ("target_id",),
 }
@@ -475,10 +481,19 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
         click.echo(line)
 
 
-def _schema(operation: str | None, json_flag: bool) -> None:
-    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``); without
-    OPERATION, list the operations (``--json``: ``{"operations": [...]}``)."""
+def _schema(operation: str | None, json_flag: bool, example: bool = False) -> None:
+    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``), or with
+    ``--example`` a valid example request; without OPERATION, list the operations (``--json``:
+    ``{"operations": [...]}``)."""
     from perfledger.commands.operations import json_schema
+
+    if example:
+        if operation is None:
+            raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
+        from perfledger.commands.request_examples import example as example_of
+
+        click.echo(to_json_text(example_of(operation), indent=2))
+        return
 
     if operation is None:
         if json_flag:
@@ -548,8 +563,11 @@ def commands() -> list[click.Command]:
     groups["verdict"].add_command(
         click.command("explain")(_json(click.argument("samples_id")(_verdict_explain)))
     )
+    example = click.option(
+        "--example", is_flag=True, help="Print a valid example request instead of the schema."
+    )
     schema = click.command("schema")(
-        _json(click.argument("operation", required=False, default=None)(_schema))
+        example(_json(click.argument("operation", required=False, default=None)(_schema)))
     )
     return [*groups.values(), *top, schema]
 

@@ -1006,6 +1006,11 @@ R14_BLOCKS_CHAMPION = 2
 #: stronger applicability than the evidence recorded (R6): diagnostic evidence cited as
 #: ``same_boundary`` entered the bound before it.
 R6_RECORDED_APPLICABILITY = 3
+#: The ``ExperimentCreated`` schema version from which a claim may leave ``stated_bound`` out
+#: (the tool computes and records the bound in ``figures.bound``) and a stated one is accepted
+#: within a relative :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE` (1e-6);
+#: claims recorded under versions 1 and 2 keep the old rule (required, within 1e-9) (R7).
+R7_COMPUTED_BOUND = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1020,12 +1025,13 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: rule of version 1 (:attr:`perfledger.commands.deciders.DecisionContext.schema`).
 #: Version 2 of ``ExperimentCreated`` and ``ChampionSelected`` carries R14's obligations
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
-#: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`).
+#: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
+#: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": 2,
     "VerdictRecorded": 2,
     "FinalAuditRecorded": 2,
-    "ExperimentCreated": R6_RECORDED_APPLICABILITY,
+    "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
 }
 

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 
-#: Relative tolerance when checking a stated bound against its inputs (R7; issue 3 fixes it at
-#: 1e-9): a stated bound ``B`` follows from ``f``, ``s``, ``c`` when
-#: ``|B - 1/((1-f)+f/s+c)| <= 1e-9 * 1/((1-f)+f/s+c)``. The claim states the bound its own
-#: inputs give, at full precision; a refusal's hint carries the exact value to state.
-STATED_BOUND_REL_TOLERANCE = 1e-9
-#: The former name of :data:`STATED_BOUND_REL_TOLERANCE`.
-BOUND_TOLERANCE = STATED_BOUND_REL_TOLERANCE
+#: Relative tolerance when checking a stated bound against its inputs (R7): a stated bound ``B``
+#: follows from ``f``, ``s``, ``c`` when ``|B - 1/((1-f)+f/s+c)| <= 1e-6 * 1/((1-f)+f/s+c)``.
+#: Stating the bound is optional (the tool computes it); a value rounded to 7 significant
+#: digits is accepted.
+STATED_BOUND_REL_TOLERANCE = 1e-6
+#: The tolerance of claims recorded before the bound became optional (``ExperimentCreated``
+#: schema versions 1 and 2): the stated bound was required, within a relative 1e-9.
+LEGACY_STATED_BOUND_REL_TOLERANCE = 1e-9
+#: The former name of :data:`LEGACY_STATED_BOUND_REL_TOLERANCE`.
+BOUND_TOLERANCE = LEGACY_STATED_BOUND_REL_TOLERANCE
 
 
 def amdahl_bound(coverage: float, local_speedup: float, added_cost: float = 0.0) -> float:

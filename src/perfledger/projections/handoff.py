@@ -365,12 +365,15 @@ def _resume_needs(ctx: ResumeContext) -> list[str]:
     needs = []
     if ctx.remotes:
         for name, url in sorted(ctx.remotes.items()):
-            needs.append(f"clone the ledger: git clone {url} (remote {name}, branch {ctx.branch})")
+            needs.append(  # perfledger's own clone verifies every event before it is used
+                f"clone the ledger: `perfledger clone {url} LEDGER` (remote {name}, branch "
+                f"{ctx.branch})"
+            )
     else:
         where = f" at {ctx.path}" if ctx.path else ""
         needs.append(
             f"copy the ledger repository{where} (no remote configured; branch {ctx.branch})"
-            + (f", e.g. `git clone {ctx.path} COPY`" if ctx.path else "")
+            + (f", e.g. `perfledger clone {ctx.path} COPY`" if ctx.path else "")
         )
     needs.append(f"ledger head {ctx.head} (a git commit; `perfledger show {ctx.head[:12]}`)")
     if ctx.artifacts:

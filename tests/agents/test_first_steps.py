@@ -1,0 +1,61 @@
+"""What a new user stumbled on: flags for the common fields of a champion selection, and a
+handoff whose resume steps are perfledger's own commands (which then work as written)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from wf_scenario import CAND1, Session
+
+from perfledger.commands.readmodels_cli import resume_context
+from perfledger.projections.handoff import derive_handoff
+
+
+def _cli(ledger: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfledger", "--ledger", str(ledger), *args],
+        capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def test_champion_select_takes_every_required_field_as_a_flag(ready: Session) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    path = ready.ledger.path
+    args = ("champion", "select", "--target", "t1", "--samples", "e1-target")
+    stale = _cli(path, *args, "--expected-current", "e9", "--json")
+    assert stale.returncode == 3 and json.loads(stale.stdout)["error"]["rule"] == "R13"
+    done = _cli(path, *args, "--expected-current", "original", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["payload"]["experiment_id"] == "e1"
+
+
+def test_handoff_resume_steps_use_perfledger_clone_and_it_works(
+    ready: Session, tmp_path: Path
+) -> None:
+    ledger = ready.ledger
+    state = ledger.state()
+    handoff = derive_handoff(state, "t1", resume_context(ledger, state, "t1"))
+    steps = " ".join(handoff.resume_needs)
+    assert "git clone" not in steps
+    command = re.search(r"`(perfledger clone [^`]+)`", steps)
+    assert command is not None, steps
+    words = shlex.split(command.group(1).replace("COPY", str(tmp_path / "copy")))
+    done = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _cli(tmp_path / "copy", "verify").returncode == 0
+
+
+def test_reject_takes_its_common_fields_as_flags(ready: Session) -> None:
+    ready.screened("e1", CAND1)
+    done = _cli(
+        ready.ledger.path, "reject", "--experiment", "e1", "--closes", "implementation",
+        "--reason", "slower than the original on the large case", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)["payload"]
+    assert payload["closes"] == "implementation" and payload["reason"].startswith("slower")

@@ -1,0 +1,138 @@
+"""A whole CPU session from Target to handoff through ``perfledger mcp`` only (the SDK's stdio
+client; measurements through the ``cli`` tool), on the skill's toy workload: what an agent
+given only the MCP server does."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP SDK is the optional extra perfledger[mcp]")
+
+import anyio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from perfledger.skill import read
+
+REF = "python3 work/original/bench.py {case}"
+CAND = "python3 work/fast/bench.py {case}"
+EXPLAIN = "cpu_ms is the process's own CPU time"
+
+
+def _workspace(tmp_path: Path) -> None:
+    """The skill's first block: the toy workload's two code directories (and a ledger)."""
+    block = re.findall(r"```sh\n(.*?)```", read(), flags=re.S)[0]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)  # fmt: skip
+
+
+async def _ok(session: ClientSession, tool: str, arguments: dict[str, Any]) -> Any:
+    result = await session.call_tool(tool, arguments)
+    text = result.content[0].text
+    assert not result.is_error, f"{tool}: {text}"
+    return json.loads(text)
+
+
+async def _session(tmp_path: Path) -> dict[str, Any]:
+    env = {**os.environ, "PERFLEDGER_ACTOR": "mcp-agent"}
+    env.pop("PERFLEDGER_DIR", None)
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "perfledger", "--ledger", "ledger", "mcp"], env=env,
+        cwd=str(tmp_path),
+    )  # fmt: skip
+    out: dict[str, Any] = {}
+    async with stdio_client(server) as (read_s, write_s), ClientSession(read_s, write_s) as s:
+        await s.initialize()
+        await _ok(s, "target_freeze", {
+            "target_id": "t1", "title": "sum of a list", "min_effect": 0.25, "scope": ["work.py"],
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "mean"},
+            "risk_boundary": "exact result", "budget": {"wall_s": 3600, "gpu_s": 0}})  # fmt: skip
+        env_answer = await _ok(s, "cli", {"args": ["env"]})
+        await _ok(s, "readiness_record", {
+            "target_id": "t1",
+            "original": {"content_hash": "sha256:original-code", "subject": "work/original"},
+            "test_set": {"hash": "sha256:cases-small-large", "case_count": 2,
+                         "cases": ["small", "large"]},
+            "accuracy_rule": "the exact integer sum",
+            "driver": {"argv": ["python3", "{subject}/bench.py", "{case}"]},
+            "environment": env_answer["readiness_environment"],
+            "statistics": {"min_pairs_per_case": 5}})  # fmt: skip
+        await _ok(s, "metric_audit_record", {
+            "target_id": "t1", "metric": "cpu_ms", "unit": "ms", "numerator": "one call (ms)",
+            "denominator": "one call", "source": "bench.py", "reconstructed": False,
+            "matches_target": True})  # fmt: skip
+        values = []
+        for case in ("small", "large"):
+            done = subprocess.run(REF.replace("{case}", case).split(), cwd=tmp_path, check=True,
+                                  capture_output=True, text=True)  # fmt: skip
+            values += json.loads(done.stdout)["metrics"]["cpu_ms"]
+        await _ok(s, "baseline_record", {
+            "target_id": "t1", "original_hash": "sha256:original-code", "metric": "cpu_ms",
+            "unit": "ms", "values": values,
+            "environment_id": env_answer["environment_id"]})  # fmt: skip
+        await _ok(s, "cli", {"args": ["measure", "aa", "--target", "t1", "--cmd", REF,
+                                      "--runs", "5", "--record", "--quiet"]})  # fmt: skip
+        await _ok(s, "evidence_add", {
+            "evidence_id": "ev", "layer": "workload", "tool": {"name": "cProfile", "version": "3"},
+            "facts": [{"name": "share", "value": 1.0, "unit": "ratio"}]})  # fmt: skip
+        created = await _ok(s, "experiment_create", {
+            "experiment_id": "e1", "target_id": "t1", "title": "builtin sum()",
+            "candidate": {"content_hash": "sha256:fast-code"},
+            "claim": {"evidence": [
+                {"evidence_id": "ev", "applicability": "same_boundary", "used_for": "coverage"},
+                {"evidence_id": "ev", "applicability": "conservative_upper_bound",
+                 "used_for": "local_speedup"}],
+                "scope": {"replaced_region": "total()", "shapes": ["100k", "400k"],
+                          "execution_form": "one builtin call"},
+                "replacement_boundary": "the timed call", "coverage": 1.0,
+                "local_speedup": 50.0, "expected_improvement": {"low": 0.5, "high": 49.0}},
+            "preregistration": {"rejects": "implementation"}})  # fmt: skip
+        out["bound"] = created["payload"]["figures"]["bound"]
+        for stage, monitor in (
+            ("screen", ["--no-monitor"]),
+            ("target", ["--monitor", "host", "--explain-foreign", EXPLAIN]),
+        ):
+            await _ok(s, "cli", {"args": [
+                "measure", "workload", "--experiment", "e1", "--stage", stage, "--samples",
+                f"e1-{stage}", "--pairs", "5", "--ref", REF, "--cand", CAND, "--quiet",
+                *monitor]})  # fmt: skip
+            verdict = await _ok(s, "verdict_record", {"samples_id": f"e1-{stage}"})
+            out[stage] = verdict["payload"]["status"]
+        await _ok(s, "champion_select", {"target_id": "t1", "samples_id": "e1-target",
+                                         "expected_current": "original"})  # fmt: skip
+        await _ok(s, "cli", {"args": [
+            "measure", "workload", "--experiment", "e1", "--stage", "final_audit", "--samples",
+            "e1-final", "--pairs", "5", "--ref", REF, "--cand", CAND, "--quiet", "--monitor",
+            "host", "--explain-foreign", EXPLAIN]})  # fmt: skip
+        audit = await _ok(s, "final_audit_record", {"target_id": "t1", "samples_id": "e1-final"})
+        out["final_audit"] = audit["payload"]["status"]
+        await _ok(s, "cli", {"args": ["handoff", "record", "--target", "t1", "--stop-reason",
+                                      "primary reached", "--gpu-used", "0", "--feedback",
+                                      "none"]})  # fmt: skip
+        out["handoff"] = (await _ok(s, "handoff", {"markdown": True}))["markdown"]
+        out["status"] = await _ok(s, "status", {})
+        out["audit"] = await _ok(s, "cli", {"args": ["audit"]})
+    return out
+
+
+@pytest.mark.slow
+def test_a_cpu_session_from_target_to_handoff_through_the_mcp_server_only(tmp_path: Path) -> None:
+    _workspace(tmp_path)
+    out = anyio.run(_session, tmp_path)
+    assert out["bound"] == pytest.approx(50.0)
+    assert out["screen"] == "inconclusive" and out["target"] == "pass"
+    assert out["final_audit"] == "pass"
+    assert "Primary achieved: yes" in out["handoff"]
+    (target,) = out["status"]["targets"]
+    assert target["champion"] == "e1" and target["primary_achieved"] is True
+    assert out["audit"]["ok"] is True

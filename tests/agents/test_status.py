@@ -1,0 +1,81 @@
+"""``perfledger status``: one screen of where a session stands (Target, readiness chain,
+champion and its final audit, open experiments, obligations, next decisions), as a library
+call on real ledgers and through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from wf_scenario import CAND1, CAND2, Session
+
+from perfledger.api import Ledger
+from perfledger.commands.status import session_status
+
+
+def _ops(target: dict[str, Any]) -> list[str]:
+    return [d["op"] for d in target["next"]]
+
+
+def test_status_of_a_ledger_without_target_says_to_freeze_one(tmp_path: Path) -> None:
+    ledger = Ledger.init(tmp_path / "l", name="l", actor="a")
+    try:
+        status = session_status(ledger)
+    finally:
+        ledger.close()
+    assert status["targets"] == []
+    assert [d["op"] for d in status["next"]] == ["evidence.add", "target.freeze"]
+    assert status["ledger"].endswith("l")
+
+
+def test_status_names_the_missing_readiness_step_as_the_next_decision(bare: Session) -> None:
+    from wf_scenario import target_freeze
+
+    bare.run("target.freeze", target_freeze())
+    (target,) = session_status(bare.ledger)["targets"]
+    assert target["ready"] == {
+        "readiness": False, "metric_audit": False, "baseline": False, "resolution": False,
+    }  # fmt: skip
+    assert _ops(target)[0] == "readiness.record"
+    assert target["champion"] == "original" and target["final_audit"]["status"] == "none"
+
+
+def test_status_shows_an_owed_reconciliation_and_offers_reconcile_not_experiments(
+    ready: Session,
+) -> None:
+    ready.passed("e1", CAND1, gain=-0.1)  # outside its claim's interval: R14 owed
+    (target,) = session_status(ready.ledger)["targets"]
+    owed = [o for o in target["obligations"] if o["kind"] == "reconciliation"]
+    assert owed and owed[0]["about"] == "e1" and owed[0]["rule"] == "R14"
+    assert "reconcile" in _ops(target) and "experiment.create" not in _ops(target)
+    (e1,) = target["experiments"]
+    assert e1["stage"] == "target" and e1["verdicts"]["e1-target"] in ("fail", "inconclusive")
+
+
+def test_status_flags_a_passed_result_made_stale_by_a_newer_champion(ready: Session) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.passed("e2", CAND2, gain=0.2)
+    ready.champion("e1")
+    (target,) = session_status(ready.ledger)["targets"]
+    assert target["champion"] == "e1"
+    stale = [o for o in target["obligations"] if o["kind"] == "stale"]
+    assert [o["about"] for o in stale] == ["e2-target"]
+    assert [e["experiment_id"] for e in target["experiments"]] == ["e2"]  # e1 is champion
+    assert "samples.record" in _ops(target)  # final-audit samples of the champion
+
+
+def test_status_cli_prints_one_screen_and_json(ready: Session) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.champion("e1")
+    base = [sys.executable, "-m", "perfledger", "--ledger", ready.ledger.path, "status"]
+    text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
+    assert "Target t1" in text and "champion e1; final audit none" in text
+    assert "perfledger samples record [e1]" in text
+    data = json.loads(subprocess.run([*base, "--json"], capture_output=True, text=True,
+                                     check=True).stdout)  # fmt: skip
+    assert data["targets"][0]["champion"] == "e1"
+    unknown = subprocess.run([*base, "--target", "nope"], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "no Target 'nope'" in unknown.stderr
