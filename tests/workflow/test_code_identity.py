@@ -91,7 +91,7 @@ def _subject(root: Path, name: str, kern: str, *, util: bool = False, bench: str
     (d / "src" / "kern.py").write_text(kern)
     if util:
         (d / "src" / "util.py").write_text(UTIL)
-    (d / "NOTES.md").write_text(f"{name}: not in the scope, not snapshotted\n")
+    (d / "NOTES.md").write_text("notes: outside the scope, the same in every subject\n")
     return d
 
 
@@ -246,8 +246,9 @@ def test_r11_readiness_records_the_originals_snapshot_with_its_git_commit(sessio
         snap = ledger.state().targets["t1"].readiness.original.snapshot
     head = _git(session.code, session.env, "rev-parse", "HEAD")
     assert snap.git.commit == head and snap.git.dirty is False and snap.git.path == "orig"
-    # the files inside the scope plus the driver named on the command line; NOTES.md is neither
-    assert sorted(snap.files) == ["bench.py", "src/kern.py"]
+    # every file under the subject, inside the scope or not
+    assert sorted(snap.files) == ["NOTES.md", "bench.py", "src/kern.py"]
+    assert snap.coverage == "subject"
     assert snap.files["src/kern.py"].blake3 == blake3.blake3(LOOP.encode()).hexdigest()
     assert snap.argv == (sys.executable, "orig/bench.py")
 
@@ -310,9 +311,15 @@ def test_checkout_reproduces_the_champions_files_byte_for_byte(session: Session)
     assert snapshot["of"] == "e1" and snapshot["checkout"].startswith("perfledger checkout ")
     out = session.tmp / "champion-files"
     done = session.ok("checkout", snapshot["digest"], str(out))
-    assert done["files"] == 3 and done["digest"] == snapshot["digest"]
+    assert done["files"] == 4 and done["digest"] == snapshot["digest"]
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert written == ["bench.py", "src/kern.py", "src/util.py"]
+    # every file of the candidate's directory (bytecode caches aside), byte for byte
+    source = sorted(
+        p.relative_to(session.fast).as_posix()
+        for p in session.fast.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert written == source == ["NOTES.md", "bench.py", "src/kern.py", "src/util.py"]
     for rel in written:
         assert (
             blake3.blake3((out / rel).read_bytes()).digest()

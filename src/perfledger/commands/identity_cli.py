@@ -20,6 +20,7 @@ import msgspec
 
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.identity import (
+    COVERAGE_SUBJECT,
     SamplesIdentity,
     Snapshot,
     declares_subject,
@@ -39,15 +40,30 @@ def _in_scope(scope: Any) -> Any:
     return lambda rel: any(path_in_scope(rel, g) for g in globs)
 
 
-def take(target_scope: Any, driver: Any, subject: str) -> Any:
+def take(target_scope: Any, driver: Any, subject: str, *, whole: bool = True) -> Any:
     """Snapshot ``subject`` as the readiness ``driver`` (its argv with ``{subject}`` and its
-    optional cwd; a Driver Struct or its dict) runs it, taking the files inside
-    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`."""
+    optional cwd; a Driver Struct or its dict) runs it, taking every file under it (``whole``)
+    or, for a Target whose original was snapshotted before that rule, the files inside
+    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`.
+    Raises: BadRequest, RuleRefused (R11: a symbolic link out of the subject)."""
     from perfledger.kernels.snapshot import take_snapshot
 
     fields = driver if isinstance(driver, dict) else msgspec.to_builtins(driver)
     argv = substitute([str(w) for w in fields["argv"]], subject)
-    return take_snapshot(subject, argv, _in_scope(target_scope), fields.get("cwd") or None)
+    return take_snapshot(
+        subject, argv, _in_scope(target_scope), fields.get("cwd") or None, whole=whole
+    )
+
+
+def take_as_original(target: Any, subject: str) -> Any:
+    """:func:`take` of ``subject`` for a snapshot Target, covering what the original's snapshot
+    covers (every file under the subject, or the scope's files for an original recorded
+    before that rule), so the two compare."""
+    from perfledger.commands import identity
+
+    original = identity.original_snapshot(target)
+    whole = original is None or original.coverage == COVERAGE_SUBJECT
+    return take(target.definition.scope, target.readiness.driver, subject, whole=whole)
 
 
 def artifacts_of(*taken: Any) -> dict[str, Any]:
@@ -64,7 +80,7 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
 def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     """``readiness.record`` at the edge: where ``original.subject`` names the original's
     directory and the driver declares a ``{subject}`` place, replace it by ``original.snapshot``
-    (taken now, inside the Target's scope) and return the files as artifacts. Returns
+    (taken now: every file under it) and return the files as artifacts. Returns
     ``(body, artifacts)``; the body unchanged (no artifacts) otherwise. Raises: BadRequest."""
     if not isinstance(body, dict) or not isinstance(body.get("original"), dict):
         return body, {}
@@ -126,10 +142,8 @@ def measure_identity(
     target = info["target"]
     if identity.original_snapshot(target) is None:
         return None, {}
-    scope = target.definition.scope
-    driver = target.readiness.driver
-    ref = take(scope, driver, _subject(target, ref_cmd, "reference"))
-    cand = take(scope, driver, _subject(target, cand_cmd, "candidate"))
+    ref = take_as_original(target, _subject(target, ref_cmd, "reference"))
+    cand = take_as_original(target, _subject(target, cand_cmd, "candidate"))
     body = {
         "reference": msgspec.to_builtins(ref.snapshot),
         "candidate": msgspec.to_builtins(cand.snapshot),
@@ -157,7 +171,7 @@ def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     target = info["target"]
     for role in ("reference", "candidate"):
         snap = body[role]
-        again = take(target.definition.scope, target.readiness.driver, snap["subject"])
+        again = take_as_original(target, snap["subject"])
         if again.snapshot.digest != snap["digest"]:
             raise MeasurementError(
                 f"the {role}'s files changed while it was measured ({snap['subject']!r}); "
@@ -352,7 +366,7 @@ def check_original_command(target: Any, cmd: str) -> None:
     original = identity.original_snapshot(target)
     if original is None:
         return
-    taken = take(target.definition.scope, target.readiness.driver, _subject(target, cmd, "A/A"))
+    taken = take_as_original(target, _subject(target, cmd, "A/A"))
     if taken.snapshot.digest != original.digest:
         raise refuse(
             "R11",

@@ -1006,6 +1006,10 @@ R14_BLOCKS_CHAMPION = 2
 #: stronger applicability than the evidence recorded (R6): diagnostic evidence cited as
 #: ``same_boundary`` entered the bound before it.
 R6_RECORDED_APPLICABILITY = 3
+#: The ``ReadinessRecorded`` schema version from which the original's snapshot must cover every
+#: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
+#: version 1 snapshotted the files inside the Target's scope only.
+R11_WHOLE_SUBJECT = 2
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1021,12 +1025,14 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 2 of ``ExperimentCreated`` and ``ChampionSelected`` carries R14's obligations
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`).
+#: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": 2,
     "VerdictRecorded": 2,
     "FinalAuditRecorded": 2,
     "ExperimentCreated": R6_RECORDED_APPLICABILITY,
     "ChampionSelected": R14_BLOCKS_CHAMPION,
+    "ReadinessRecorded": R11_WHOLE_SUBJECT,
 }
 
 for _type, _summary in _SUMMARIES.items():
