@@ -296,6 +296,60 @@ def test_r11_changed_path_outside_the_scope_is_refused(session: Session) -> None
     assert "outside the Target's modification scope" in message and "bench.py" in message
 
 
+def _head(session: Session) -> str:
+    with Ledger.open(session.ledger) as ledger:
+        return str(ledger.head())
+
+
+def test_r11_reference_with_an_extra_module_outside_the_scope_is_not_the_champion(
+    session: Session,
+) -> None:
+    # the champion's files byte for byte, plus a statistics.py that shadows the stdlib module
+    shadowed = session.code / "fast-shadowed"
+    shutil.copytree(session.fast, shadowed)
+    (shadowed / "statistics.py").write_text("def mean(x):\n    return 0\n")
+    cand = _subject(session.code, "fast-e2-a", FASTER.replace("n // 4", "n // 7"), util=True)
+    message = _refused(session.measure("e2", "screen", shadowed, cand))
+    assert "champion 'e1'" in message and "statistics.py" in message
+
+
+def test_r11_candidate_adding_a_file_outside_the_scope_is_refused(session: Session) -> None:
+    # an in-scope edit that imports a new helper outside the scope src/*
+    cand = _subject(session.code, "fast-outside", "from fast_impl import sumsq\n", util=True)
+    (cand / "fast_impl.py").write_text(UTIL.replace("closed_form", "sumsq"))
+    message = _refused(session.measure("e2", "screen", session.fast, cand))
+    assert "outside the Target's modification scope" in message and "fast_impl.py" in message
+    assert "src/kern.py" not in message.split("scope")[-1]
+
+
+def test_r11_candidate_with_a_symbolic_link_out_of_the_subject_is_refused(
+    session: Session,
+) -> None:
+    before = _head(session)
+    outside = session.tmp / "ext_kern.py"
+    outside.write_text(FASTER.replace("n // 4", "n // 8"))
+    cand = session.code / "fast-linked"
+    shutil.copytree(session.fast, cand)
+    (cand / "src" / "kern.py").unlink()
+    (cand / "src" / "kern.py").symlink_to(outside)
+    message = _refused(session.measure("e2", "screen", session.fast, cand))
+    assert "symbolic link" in message and "src/kern.py" in message
+    assert "nothing was measured" in message and _head(session) == before
+
+
+def test_r11_code_changed_while_measured_refuses_the_samples(session: Session) -> None:
+    # the candidate's kernel writes a file under its own directory each time it is imported
+    writer = (
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'trace.txt'), 'a').write('x')\n"
+    )
+    cand = _subject(session.code, "fast-self-writing", writer + FASTER, util=True)
+    before = _head(session)
+    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-self")
+    message = _refused(done)
+    assert "changed while it was measured" in message and "src/trace.txt" in message
+    assert _head(session) == before
+
+
 def test_r11_command_that_is_not_the_readiness_driver_is_refused(session: Session) -> None:
     done = session.cli("measure", "workload", "--experiment", "e2", "--stage", "screen",
                        "--ref", session.cmd(session.fast),

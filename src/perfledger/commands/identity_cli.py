@@ -164,19 +164,24 @@ def measure_identity(
 
 def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """After the measurement: each subject's files are still those snapshotted before it
-    (a subject that rewrote its own code during the run is refused, R11). Raises:
-    MeasurementError naming the subject."""
-    from perfledger.errors import MeasurementError
+    (R11: a subject whose code changed while it was measured, by itself or by anyone, measured
+    code that no snapshot holds). Raises: RuleRefused (R11) naming the subject and the paths
+    that changed; nothing is recorded."""
+    from perfledger.commands import identity
+    from perfledger.commands.rules import refuse
 
     target = info["target"]
     for role in ("reference", "candidate"):
         snap = body[role]
         again = take_as_original(target, snap["subject"])
         if again.snapshot.digest != snap["digest"]:
-            raise MeasurementError(
-                f"the {role}'s files changed while it was measured ({snap['subject']!r}); "
-                "nothing was recorded",
-                hint="a subject must not modify its own code; measure again",
+            before = msgspec.convert(snap, Snapshot)
+            raise refuse(
+                "R11",
+                f"the {role}'s files changed while it was measured ({snap['subject']!r}): "
+                f"{identity.describe_difference(before, again.snapshot)}; the samples were not "
+                "recorded",
+                "a subject must not modify its own code during the run; measure again",
             )
 
 
