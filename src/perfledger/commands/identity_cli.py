@@ -77,6 +77,37 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
     return out
 
 
+def driver_with_subject(argv: Any) -> list[str]:
+    """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
+    naming a path (``dir/bench.py``) with its directory replaced by ``{subject}``; the argv with
+    ``{subject}`` appended when no word names one."""
+    words = [str(w) for w in argv]
+    for i, word in enumerate(words):
+        if "/" in word and not word.startswith("-") and i > 0:
+            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[1], *words[i + 1 :]]
+    return [*words, "{subject}"]
+
+
+def unenforced_note(target: Any) -> str | None:
+    """The warning ``measure`` prints where R11 is not enforced: the Target's readiness driver
+    declares no ``{subject}`` place (readiness recorded under the old rule), so the reference and
+    candidate commands are not bound to any code snapshot. None where it is enforced (or the
+    Target has no driver)."""
+    readiness = target.readiness
+    if readiness is None or readiness.driver is None:
+        return None
+    if declares_subject(readiness.driver.argv):
+        return None
+    suggestion = driver_with_subject(readiness.driver.argv)
+    return (
+        f"R11 (code identity) is not enforced for Target {target.definition.target_id!r}: its "
+        "readiness driver declares no {subject} place, so the reference and candidate commands "
+        "are not checked to be the original's (or the champion's) code and no snapshot is "
+        f"recorded; record readiness with a driver such as {suggestion} and original.subject "
+        "to bind results to code"
+    )
+
+
 def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     """``readiness.record`` at the edge: where ``original.subject`` names the original's
     directory and the driver declares a ``{subject}`` place, replace it by ``original.snapshot``
@@ -87,6 +118,16 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     original = dict(body["original"])
     subject = original.pop("subject", None)
     if subject is None:
+        driver = body.get("driver")
+        argv = driver.get("argv") if isinstance(driver, dict) else None
+        if isinstance(argv, list) and not declares_subject([str(w) for w in argv]):
+            # the old rule still records; say what it gives up (R11)
+            click.echo(
+                "warning: the driver declares no {subject} place: R11 (code identity) will "
+                f"not be enforced for this Target; a driver such as {driver_with_subject(argv)} "
+                "with original.subject binds results to code",
+                err=True,
+            )
         return body, {}
     driver = body.get("driver")
     if not isinstance(subject, str) or not subject:
