@@ -518,3 +518,40 @@ def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
         as_json = msgspec.json.decode(msgspec.json.encode(payload))
         op, body = _request_from_payload(kind, as_json)
         operations.validate(op, body)  # derived changed paths left out, as a request has them
+
+
+def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_path: Path) -> None:
+    from perfledger.commands import identity
+    from perfledger.commands import requests as rq
+    from perfledger.kernels.snapshot import take_snapshot
+
+    code = _subject(tmp_path, "orig", LOOP)
+    scope_only = take_snapshot(
+        "orig", [sys.executable, "orig/bench.py"], lambda rel: rel.startswith("src/"), tmp_path,
+        whole=False,
+    ).snapshot  # fmt: skip
+    assert sorted(scope_only.files) == ["bench.py", "src/kern.py"] and code.is_dir()
+    env = environment_payload(tools=False)
+    body = {
+        "target_id": "t1",
+        "original": {"content_hash": "sha256:" + "0" * 16,
+                     "snapshot": msgspec.to_builtins(scope_only)},
+        "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1},
+        "accuracy_rule": "exact", "driver": {"argv": [sys.executable, "{subject}/bench.py"]},
+        "environment": env["readiness_environment"],
+    }  # fmt: skip
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        with pytest.raises(RuleRefused) as caught:
+            execute(ledger, "readiness.record", body, actor="agent")
+        assert caught.value.rule == "R11" and "every file under the subject" in caught.value.message
+        target = ledger.state().targets["t1"]
+        assert target.readiness is None
+    # a readiness recorded under schema 1 (scope-only snapshots) is re-decided by its own rule
+    req = msgspec.convert(body, rq.ReadinessRecord)
+    identity.r11_readiness_snapshot(target, req, 1)
