@@ -43,7 +43,7 @@ from perfledger.events.identity import (
     tree_digest,
 )
 
-#: Limits of one snapshot: more files or bytes than this is refused (narrow the scope).
+#: Limits of one snapshot: more files or bytes than this is refused (keep data and build outputs out of the subject directory).
 MAX_FILES = 20_000
 MAX_BYTES = 256 * 1024 * 1024
 #: Directories never taken: git's own, and caches derived from the sources and written by the run
@@ -169,14 +169,16 @@ def take_snapshot(
         if len(files) >= MAX_FILES:
             raise BadRequest(
                 f"the snapshot of {subject!r} would hold more than {MAX_FILES} files",
-                hint="narrow the Target's scope to the code the candidate may change",
+                hint="a subject directory holds the code that runs; keep data, build outputs "
+                "and environments outside it (every file under it is snapshotted, R11)",
             )
         files[rel] = _entry(path, blobs)
         total += files[rel].size
         if total > MAX_BYTES:
             raise BadRequest(
                 f"the snapshot of {subject!r} would hold more than {MAX_BYTES} bytes",
-                hint="narrow the Target's scope to the code the candidate may change",
+                hint="a subject directory holds the code that runs; keep data, build outputs "
+                "and environments outside it (every file under it is snapshotted, R11)",
             )
 
     for dirpath, dirnames, filenames in os.walk(root):
