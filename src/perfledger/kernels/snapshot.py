@@ -43,7 +43,8 @@ from perfledger.events.identity import (
     tree_digest,
 )
 
-#: Limits of one snapshot: more files or bytes than this is refused (keep data and build outputs out of the subject directory).
+#: Limits of one snapshot: more files or bytes than this is refused (keep data and build outputs
+#: out of the subject directory).
 MAX_FILES = 20_000
 MAX_BYTES = 256 * 1024 * 1024
 #: Directories never taken: git's own, and caches derived from the sources and written by the run
