@@ -91,7 +91,9 @@ def test_snapshot_records_a_relative_link_inside_the_subject_without_following_i
     assert "alias/d.py" not in snap.files  # a linked directory is not followed
 
 
-@pytest.mark.parametrize("kind", ["absolute_outside", "relative_outside", "absolute_inside", "dir"])
+@pytest.mark.parametrize(
+    "kind", ["absolute_outside", "relative_outside", "absolute_inside", "dir", "loop"]
+)
 def test_r11_snapshot_refuses_a_symbolic_link_out_of_the_subject(tmp_path: Path, kind: str) -> None:
     root = _tree(tmp_path / "code")
     (tmp_path / "ext.py").write_text("def run(n):\n    return 0\n")
@@ -101,8 +103,11 @@ def test_r11_snapshot_refuses_a_symbolic_link_out_of_the_subject(tmp_path: Path,
         "relative_outside": "../../ext.py",
         "absolute_inside": str(root / "src" / "k.py"),  # checkout would point at the original
         "dir": "../../extdir",
+        "loop": "other.py",
     }[kind]
     os.symlink(target, root / "src" / ("linked" if kind == "dir" else "kernel.py"))
+    if kind == "loop":
+        os.symlink("kernel.py", root / "src" / "other.py")
     with pytest.raises(RuleRefused, match="symbolic link") as err:
         take_snapshot("code", ["x"], _in_src, tmp_path)
     assert err.value.rule == "R11"

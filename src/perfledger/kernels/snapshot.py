@@ -92,11 +92,14 @@ def _under(path: Path, root: Path) -> str | None:
 def _check_link(path: Path, rel: str, root: Path, subject: str) -> None:
     """Refuse (R11) a symbolic link that is absolute or resolves outside the subject ``root``."""
     text = os.readlink(path)
-    resolved = (path.parent / text).resolve()
-    if os.path.isabs(text) or _under(resolved, root) is None:
+    try:
+        resolved: Path | None = (path.parent / text).resolve()
+    except (RuntimeError, OSError):  # a loop of links: it leads nowhere inside the subject
+        resolved = None
+    if os.path.isabs(text) or resolved is None or _under(resolved, root) is None:
         raise RuleRefused(
             f"R11: {rel!r} in the subject {subject!r} is a symbolic link to {text!r}, "
-            + ("an absolute path" if os.path.isabs(text) else "outside the subject directory")
+            + ("an absolute path" if os.path.isabs(text) else "which leads out of the subject")
             + ": the code it points to is not part of the snapshot; nothing was measured or "
             "recorded",
             rule="R11",
