@@ -555,3 +555,47 @@ def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_p
     # a readiness recorded under schema 1 (scope-only snapshots) is re-decided by its own rule
     req = msgspec.convert(body, rq.ReadinessRecord)
     identity.r11_readiness_snapshot(target, req, 1)
+
+
+def test_r11_checkout_refuses_a_recorded_link_out_of_the_directory(tmp_path: Path) -> None:
+    # a snapshot recorded before links out of a subject were refused: an absolute link
+    from perfledger.events.identity import FileEntry, file_artifact_name, tree_digest
+    from perfledger.ledger.base import Artifact
+
+    bench, link = BENCH.encode(), str(tmp_path / "ext.py").encode()
+    files = {
+        "bench.py": FileEntry(blake3=blake3.blake3(bench).hexdigest(), size=len(bench),
+                              mode="100644"),
+        "src/kern.py": FileEntry(blake3=blake3.blake3(link).hexdigest(), size=len(link),
+                                 mode="120000"),
+    }  # fmt: skip
+    snap = {
+        "subject": "orig", "argv": [sys.executable, "orig/bench.py"],
+        "files": msgspec.to_builtins(files), "digest": tree_digest(files, {}),
+        "coverage": "subject",
+    }  # fmt: skip
+    blobs = {bench, link}
+    artifacts = {file_artifact_name(blake3.blake3(b).hexdigest()): Artifact(b) for b in blobs}
+    env = environment_payload(tools=False)
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        execute(ledger, "readiness.record", {
+            "target_id": "t1", "original": {"content_hash": "sha256:" + "0" * 16, "snapshot": snap},
+            "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1},
+            "accuracy_rule": "exact", "driver": {"argv": [sys.executable, "{subject}/bench.py"]},
+            "environment": env["readiness_environment"],
+        }, actor="agent", artifacts=artifacts)  # fmt: skip
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*perfledger_command(), "--ledger", str(tmp_path / "l"), "checkout", "t1:original",
+         str(out), "--json"],
+        capture_output=True, text=True, env=isolated_env(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "leads out of the directory" in json.loads(done.stdout)["error"]["message"]
+    assert not out.exists() or not any(out.iterdir())  # nothing written

@@ -313,6 +313,25 @@ def _safe_relative(path: str) -> PurePosixPath:
     return rel
 
 
+def _safe_link(path: str, text: str) -> None:
+    """A recorded symbolic link ``path -> text`` stays inside the directory written (R11: links
+    out of a subject are refused when snapshotted; a snapshot recorded before may hold one).
+    Raises: IntegrityError."""
+    parts = [*PurePosixPath(path).parent.parts, *text.split("/")]
+    depth = 0
+    for part in parts:
+        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+        if depth < 0:
+            break
+    if text.startswith("/") or depth < 0:
+        raise IntegrityError(
+            f"the snapshot's symbolic link {path!r} -> {text!r} leads out of the directory; "
+            "nothing was written",
+            hint="such a link was measured through code outside the subject: the snapshot cannot "
+            "reproduce it",
+        )
+
+
 def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
     """Write the files of the recorded snapshot ``name`` (see :func:`resolve`) into
     ``directory`` (created; it must not exist or be empty), each checked against its blake3 and
@@ -330,6 +349,9 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
         if len(data) != entry.size:
             raise IntegrityError(f"file {path!r} of snapshot {snap.digest} has the wrong size")
         blobs[path] = data
+    for path, entry in snap.files.items():
+        if entry.mode == "120000":
+            _safe_link(path, os.fsdecode(blobs[path]))
     out.mkdir(parents=True, exist_ok=True)
     links = []
     for path, entry in sorted(snap.files.items()):
