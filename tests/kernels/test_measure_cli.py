@@ -144,6 +144,10 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
                "--no-monitor", "--json", "--quiet")  # fmt: skip
     data = json.loads(out.stdout)
     assert data["kind"] == "SamplesRecorded" and data["pairs_recorded"] == 10
+    # the driver declares no {subject} place: measure says that R11 is not enforced
+    assert data["code_identity"]["enforced"] is False
+    assert "R11 (code identity) is not enforced" in out.stderr
+    assert f"{sys.executable}', '{{subject}}/{SUMSQ.name}'" in data["code_identity"]["note"]
     assert data["failed_calls"] == [] and data["samples_id"] == "e1-screen-1"
     with Ledger.open(ledger_path) as ledger:
         view = ledger.state().samples["e1-screen-1"]

@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 import blake3
+import msgspec
 import pytest
 
-from perfledger.errors import BadRequest
+from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.identity import differing_paths, subject_of, tree_digest
 from perfledger.kernels.snapshot import git_state, take_snapshot
 from subprocess_env import isolated_env
@@ -33,14 +34,18 @@ def _tree(root: Path) -> Path:
     return root
 
 
-def test_snapshot_takes_scope_files_and_files_named_on_the_command_line(tmp_path: Path) -> None:
+def test_snapshot_takes_every_file_under_the_subject_and_driver_files_outside_it(
+    tmp_path: Path,
+) -> None:
     root = _tree(tmp_path / "code")
     (tmp_path / "shared.py").write_text("driver\n")
     taken = take_snapshot(
         "code", ["sh", "code/run.sh", "--helper=shared.py", "code"], _in_src, tmp_path
     )
     snap = taken.snapshot
-    assert sorted(snap.files) == ["run.sh", "src/deep/d.py", "src/k.py"]
+    # R11: files outside the scope are part of the code that ran (a module shadowing the stdlib)
+    assert sorted(snap.files) == ["README.md", "run.sh", "src/deep/d.py", "src/k.py"]
+    assert snap.coverage == "subject"
     assert snap.files["run.sh"].mode == "100755" and snap.files["src/k.py"].mode == "100644"
     assert sorted(snap.driver) == ["shared.py"]
     data = (root / "src" / "k.py").read_bytes()
@@ -50,24 +55,65 @@ def test_snapshot_takes_scope_files_and_files_named_on_the_command_line(tmp_path
     assert snap.git is None  # not in a git work tree
 
 
-def test_snapshot_digest_changes_with_content_and_mode_only(tmp_path: Path) -> None:
+def test_r11_snapshot_digest_changes_with_any_file_under_the_subject(tmp_path: Path) -> None:
     root = _tree(tmp_path / "code")
     first = take_snapshot("code", ["x"], _in_src, tmp_path).snapshot
-    (root / "README.md").write_text("changed, outside the scope\n")
-    assert take_snapshot("code", ["x"], _in_src, tmp_path).snapshot.digest == first.digest
+    (root / "statistics.py").write_text("def mean(x):\n    return 0\n")
+    added = take_snapshot("code", ["x"], _in_src, tmp_path).snapshot
+    assert differing_paths(first.files, added.files) == ["statistics.py"]
+    (root / "statistics.py").unlink()
     os.chmod(root / "src" / "k.py", 0o755)
     moded = take_snapshot("code", ["x"], _in_src, tmp_path).snapshot
     assert differing_paths(first.files, moded.files) == ["src/k.py"]
 
 
-def test_snapshot_records_a_symbolic_link_without_following_it(tmp_path: Path) -> None:
+def test_snapshot_of_the_scope_only_is_kept_for_originals_recorded_before(tmp_path: Path) -> None:
     root = _tree(tmp_path / "code")
-    (tmp_path / "secret.py").write_text("outside\n")
-    os.symlink(tmp_path / "secret.py", root / "src" / "link.py")
+    first = take_snapshot("code", ["x"], _in_src, tmp_path, whole=False).snapshot
+    assert sorted(first.files) == ["src/deep/d.py", "src/k.py"]
+    assert first.coverage is msgspec.UNSET  # encodes as the snapshots recorded before
+    (root / "README.md").write_text("changed, outside the scope\n")
+    again = take_snapshot("code", ["x"], _in_src, tmp_path, whole=False).snapshot
+    assert again.digest == first.digest
+
+
+def test_snapshot_records_a_relative_link_inside_the_subject_without_following_it(
+    tmp_path: Path,
+) -> None:
+    root = _tree(tmp_path / "code")
+    os.symlink("deep/d.py", root / "src" / "link.py")
+    os.symlink("src/deep", root / "alias")
     snap = take_snapshot("code", ["x"], _in_src, tmp_path).snapshot
     entry = snap.files["src/link.py"]
     assert entry.mode == "120000"
-    assert entry.blake3 == blake3.blake3(str(tmp_path / "secret.py").encode()).hexdigest()
+    assert entry.blake3 == blake3.blake3(b"deep/d.py").hexdigest()
+    assert snap.files["alias"].mode == "120000"
+    assert "alias/d.py" not in snap.files  # a linked directory is not followed
+
+
+@pytest.mark.parametrize(
+    "kind", ["absolute_outside", "relative_outside", "absolute_inside", "dir", "loop"]
+)
+def test_r11_snapshot_refuses_a_symbolic_link_out_of_the_subject(tmp_path: Path, kind: str) -> None:
+    root = _tree(tmp_path / "code")
+    (tmp_path / "ext.py").write_text("def run(n):\n    return 0\n")
+    (tmp_path / "extdir").mkdir()
+    target = {
+        "absolute_outside": str(tmp_path / "ext.py"),
+        "relative_outside": "../../ext.py",
+        "absolute_inside": str(root / "src" / "k.py"),  # checkout would point at the original
+        "dir": "../../extdir",
+        "loop": "other.py",
+    }[kind]
+    os.symlink(target, root / "src" / ("linked" if kind == "dir" else "kernel.py"))
+    if kind == "loop":
+        os.symlink("kernel.py", root / "src" / "other.py")
+    with pytest.raises(RuleRefused, match="symbolic link") as err:
+        take_snapshot("code", ["x"], _in_src, tmp_path)
+    assert err.value.rule == "R11"
+    # whatever the coverage: an old-rule snapshot is refused as well
+    with pytest.raises(RuleRefused):
+        take_snapshot("code", ["x"], _in_src, tmp_path, whole=False)
 
 
 def test_snapshot_of_a_missing_subject_is_a_bad_request(tmp_path: Path) -> None:

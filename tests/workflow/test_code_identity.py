@@ -91,7 +91,7 @@ def _subject(root: Path, name: str, kern: str, *, util: bool = False, bench: str
     (d / "src" / "kern.py").write_text(kern)
     if util:
         (d / "src" / "util.py").write_text(UTIL)
-    (d / "NOTES.md").write_text(f"{name}: not in the scope, not snapshotted\n")
+    (d / "NOTES.md").write_text("notes: outside the scope, the same in every subject\n")
     return d
 
 
@@ -246,8 +246,9 @@ def test_r11_readiness_records_the_originals_snapshot_with_its_git_commit(sessio
         snap = ledger.state().targets["t1"].readiness.original.snapshot
     head = _git(session.code, session.env, "rev-parse", "HEAD")
     assert snap.git.commit == head and snap.git.dirty is False and snap.git.path == "orig"
-    # the files inside the scope plus the driver named on the command line; NOTES.md is neither
-    assert sorted(snap.files) == ["bench.py", "src/kern.py"]
+    # every file under the subject, inside the scope or not
+    assert sorted(snap.files) == ["NOTES.md", "bench.py", "src/kern.py"]
+    assert snap.coverage == "subject"
     assert snap.files["src/kern.py"].blake3 == blake3.blake3(LOOP.encode()).hexdigest()
     assert snap.argv == (sys.executable, "orig/bench.py")
 
@@ -295,6 +296,60 @@ def test_r11_changed_path_outside_the_scope_is_refused(session: Session) -> None
     assert "outside the Target's modification scope" in message and "bench.py" in message
 
 
+def _head(session: Session) -> str:
+    with Ledger.open(session.ledger) as ledger:
+        return str(ledger.head())
+
+
+def test_r11_reference_with_an_extra_module_outside_the_scope_is_not_the_champion(
+    session: Session,
+) -> None:
+    # the champion's files byte for byte, plus a statistics.py that shadows the stdlib module
+    shadowed = session.code / "fast-shadowed"
+    shutil.copytree(session.fast, shadowed)
+    (shadowed / "statistics.py").write_text("def mean(x):\n    return 0\n")
+    cand = _subject(session.code, "fast-e2-a", FASTER.replace("n // 4", "n // 7"), util=True)
+    message = _refused(session.measure("e2", "screen", shadowed, cand))
+    assert "champion 'e1'" in message and "statistics.py" in message
+
+
+def test_r11_candidate_adding_a_file_outside_the_scope_is_refused(session: Session) -> None:
+    # an in-scope edit that imports a new helper outside the scope src/*
+    cand = _subject(session.code, "fast-outside", "from fast_impl import sumsq\n", util=True)
+    (cand / "fast_impl.py").write_text(UTIL.replace("closed_form", "sumsq"))
+    message = _refused(session.measure("e2", "screen", session.fast, cand))
+    assert "outside the Target's modification scope" in message and "fast_impl.py" in message
+    assert "src/kern.py" not in message.split("scope")[-1]
+
+
+def test_r11_candidate_with_a_symbolic_link_out_of_the_subject_is_refused(
+    session: Session,
+) -> None:
+    before = _head(session)
+    outside = session.tmp / "ext_kern.py"
+    outside.write_text(FASTER.replace("n // 4", "n // 8"))
+    cand = session.code / "fast-linked"
+    shutil.copytree(session.fast, cand)
+    (cand / "src" / "kern.py").unlink()
+    (cand / "src" / "kern.py").symlink_to(outside)
+    message = _refused(session.measure("e2", "screen", session.fast, cand))
+    assert "symbolic link" in message and "src/kern.py" in message
+    assert "nothing was measured" in message and _head(session) == before
+
+
+def test_r11_code_changed_while_measured_refuses_the_samples(session: Session) -> None:
+    # the candidate's kernel writes a file under its own directory each time it is imported
+    writer = (
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'trace.txt'), 'a').write('x')\n"
+    )
+    cand = _subject(session.code, "fast-self-writing", writer + FASTER, util=True)
+    before = _head(session)
+    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-self")
+    message = _refused(done)
+    assert "changed while it was measured" in message and "src/trace.txt" in message
+    assert _head(session) == before
+
+
 def test_r11_command_that_is_not_the_readiness_driver_is_refused(session: Session) -> None:
     done = session.cli("measure", "workload", "--experiment", "e2", "--stage", "screen",
                        "--ref", session.cmd(session.fast),
@@ -310,9 +365,15 @@ def test_checkout_reproduces_the_champions_files_byte_for_byte(session: Session)
     assert snapshot["of"] == "e1" and snapshot["checkout"].startswith("perfledger checkout ")
     out = session.tmp / "champion-files"
     done = session.ok("checkout", snapshot["digest"], str(out))
-    assert done["files"] == 3 and done["digest"] == snapshot["digest"]
+    assert done["files"] == 4 and done["digest"] == snapshot["digest"]
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert written == ["bench.py", "src/kern.py", "src/util.py"]
+    # every file of the candidate's directory (bytecode caches aside), byte for byte
+    source = sorted(
+        p.relative_to(session.fast).as_posix()
+        for p in session.fast.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert written == source == ["NOTES.md", "bench.py", "src/kern.py", "src/util.py"]
     for rel in written:
         assert (
             blake3.blake3((out / rel).read_bytes()).digest()
@@ -457,3 +518,84 @@ def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
         as_json = msgspec.json.decode(msgspec.json.encode(payload))
         op, body = _request_from_payload(kind, as_json)
         operations.validate(op, body)  # derived changed paths left out, as a request has them
+
+
+def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_path: Path) -> None:
+    from perfledger.commands import identity
+    from perfledger.commands import requests as rq
+    from perfledger.kernels.snapshot import take_snapshot
+
+    code = _subject(tmp_path, "orig", LOOP)
+    scope_only = take_snapshot(
+        "orig", [sys.executable, "orig/bench.py"], lambda rel: rel.startswith("src/"), tmp_path,
+        whole=False,
+    ).snapshot  # fmt: skip
+    assert sorted(scope_only.files) == ["bench.py", "src/kern.py"] and code.is_dir()
+    env = environment_payload(tools=False)
+    body = {
+        "target_id": "t1",
+        "original": {"content_hash": "sha256:" + "0" * 16,
+                     "snapshot": msgspec.to_builtins(scope_only)},
+        "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1},
+        "accuracy_rule": "exact", "driver": {"argv": [sys.executable, "{subject}/bench.py"]},
+        "environment": env["readiness_environment"],
+    }  # fmt: skip
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        with pytest.raises(RuleRefused) as caught:
+            execute(ledger, "readiness.record", body, actor="agent")
+        assert caught.value.rule == "R11" and "every file under the subject" in caught.value.message
+        target = ledger.state().targets["t1"]
+        assert target.readiness is None
+    # a readiness recorded under schema 1 (scope-only snapshots) is re-decided by its own rule
+    req = msgspec.convert(body, rq.ReadinessRecord)
+    identity.r11_readiness_snapshot(target, req, 1)
+
+
+def test_r11_checkout_refuses_a_recorded_link_out_of_the_directory(tmp_path: Path) -> None:
+    # a snapshot recorded before links out of a subject were refused: an absolute link
+    from perfledger.events.identity import FileEntry, file_artifact_name, tree_digest
+    from perfledger.ledger.base import Artifact
+
+    bench, link = BENCH.encode(), str(tmp_path / "ext.py").encode()
+    files = {
+        "bench.py": FileEntry(blake3=blake3.blake3(bench).hexdigest(), size=len(bench),
+                              mode="100644"),
+        "src/kern.py": FileEntry(blake3=blake3.blake3(link).hexdigest(), size=len(link),
+                                 mode="120000"),
+    }  # fmt: skip
+    snap = {
+        "subject": "orig", "argv": [sys.executable, "orig/bench.py"],
+        "files": msgspec.to_builtins(files), "digest": tree_digest(files, {}),
+        "coverage": "subject",
+    }  # fmt: skip
+    blobs = {bench, link}
+    artifacts = {file_artifact_name(blake3.blake3(b).hexdigest()): Artifact(b) for b in blobs}
+    env = environment_payload(tools=False)
+    with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
+        execute(ledger, "target.freeze", {
+            "target_id": "t1", "title": "t", "min_effect": 0.05,
+            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+                        "statistic": "median"},
+            "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
+        }, actor="agent")  # fmt: skip
+        execute(ledger, "readiness.record", {
+            "target_id": "t1", "original": {"content_hash": "sha256:" + "0" * 16, "snapshot": snap},
+            "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1},
+            "accuracy_rule": "exact", "driver": {"argv": [sys.executable, "{subject}/bench.py"]},
+            "environment": env["readiness_environment"],
+        }, actor="agent", artifacts=artifacts)  # fmt: skip
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*perfledger_command(), "--ledger", str(tmp_path / "l"), "checkout", "t1:original",
+         str(out), "--json"],
+        capture_output=True, text=True, env=isolated_env(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "leads out of the directory" in json.loads(done.stdout)["error"]["message"]
+    assert not out.exists() or not any(out.iterdir())  # nothing written

@@ -245,7 +245,7 @@ def decide_readiness_record(
         cases = req.test_set.cases
         if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
             raise refuse("R2", "test-set case names must be distinct and at most case_count")
-    identity.r11_readiness_snapshot(target, req)
+    identity.r11_readiness_snapshot(target, req, rules_version(ctx, "ReadinessRecorded"))
     body = dump(req)
     env = body["environment"]
     missing_lineage = tuple(name for name in ENVIRONMENT_FIELDS if rules.is_unknown(env[name]))

@@ -18,6 +18,7 @@ import msgspec
 
 from perfledger.errors import BadRequest
 from perfledger.events.identity import (
+    COVERAGE_SUBJECT,
     SamplesIdentity,
     Snapshot,
     declares_subject,
@@ -26,6 +27,7 @@ from perfledger.events.identity import (
     substitute,
     tree_digest,
 )
+from perfledger.events.workflow import R11_WHOLE_SUBJECT
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 from . import requests as rq
@@ -78,11 +80,14 @@ def check_snapshot(snap: Snapshot, driver_argv: tuple[str, ...] | list[str], rol
         )
 
 
-def r11_readiness_snapshot(target: TargetView, req: rq.ReadinessRecord) -> None:
+def r11_readiness_snapshot(
+    target: TargetView, req: rq.ReadinessRecord, version: int = R11_WHOLE_SUBJECT
+) -> None:
     """R2/R11 at readiness: a driver that declares a ``{subject}`` place needs the original's
     snapshot (taken from ``original.subject`` by ``perfledger readiness record``), consistent,
-    of the driver's command, holding at least one file inside the Target's scope; a snapshot
-    without a declared place is refused."""
+    of the driver's command, holding at least one file inside the Target's scope and, from
+    ``ReadinessRecorded`` schema ``version`` :data:`R11_WHOLE_SUBJECT`, covering every file under
+    the subject; a snapshot without a declared place is refused."""
     has_place = req.driver is not None and declares_subject(req.driver.argv)
     given = req.original.snapshot is not msgspec.UNSET
     if not has_place:
@@ -103,6 +108,13 @@ def r11_readiness_snapshot(target: TargetView, req: rq.ReadinessRecord) -> None:
     assert req.driver is not None and isinstance(req.original.snapshot, rq.SubjectSnapshot)
     snap = _as_snapshot(req.original.snapshot)
     check_snapshot(snap, req.driver.argv, "original")
+    if version >= R11_WHOLE_SUBJECT and snap.coverage != COVERAGE_SUBJECT:
+        raise refuse(
+            "R11",
+            "the original's snapshot covers only the files inside the scope: a snapshot must "
+            "cover every file under the subject directory",
+            "pass original.subject to `perfledger readiness record`, which snapshots it",
+        )
     scope = target.definition.scope
     if not any(rules.path_in_scope(p, g) for p in snap.files for g in scope):
         raise refuse(
@@ -268,6 +280,15 @@ def r11_check_identity(
     cand = _as_snapshot(ident.candidate)
     check_snapshot(ref, driver_argv, "reference")
     check_snapshot(cand, driver_argv, "candidate")
+    for role, snap in (("reference", ref), ("candidate", cand)):
+        # snapshots of other coverage would differ by what was taken, not by the code
+        if snap.coverage != original.coverage:
+            raise refuse(
+                "R11",
+                f"the {role}'s snapshot does not cover what the original's covers "
+                f"({snap.coverage!r} vs {original.coverage!r})",
+                "measure with `perfledger measure workload`, which takes the snapshots",
+            )
     expected = subject_snapshot(state, target, champion, payload_of)
     what = "the original recorded at readiness" if champion is None else f"champion {champion!r}"
     if expected is not None and ref.digest != expected.digest:

@@ -20,6 +20,7 @@ import msgspec
 
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.identity import (
+    COVERAGE_SUBJECT,
     SamplesIdentity,
     Snapshot,
     declares_subject,
@@ -39,15 +40,30 @@ def _in_scope(scope: Any) -> Any:
     return lambda rel: any(path_in_scope(rel, g) for g in globs)
 
 
-def take(target_scope: Any, driver: Any, subject: str) -> Any:
+def take(target_scope: Any, driver: Any, subject: str, *, whole: bool = True) -> Any:
     """Snapshot ``subject`` as the readiness ``driver`` (its argv with ``{subject}`` and its
-    optional cwd; a Driver Struct or its dict) runs it, taking the files inside
-    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`."""
+    optional cwd; a Driver Struct or its dict) runs it, taking every file under it (``whole``)
+    or, for a Target whose original was snapshotted before that rule, the files inside
+    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`.
+    Raises: BadRequest, RuleRefused (R11: a symbolic link out of the subject)."""
     from perfledger.kernels.snapshot import take_snapshot
 
     fields = driver if isinstance(driver, dict) else msgspec.to_builtins(driver)
     argv = substitute([str(w) for w in fields["argv"]], subject)
-    return take_snapshot(subject, argv, _in_scope(target_scope), fields.get("cwd") or None)
+    return take_snapshot(
+        subject, argv, _in_scope(target_scope), fields.get("cwd") or None, whole=whole
+    )
+
+
+def take_as_original(target: Any, subject: str) -> Any:
+    """:func:`take` of ``subject`` for a snapshot Target, covering what the original's snapshot
+    covers (every file under the subject, or the scope's files for an original recorded
+    before that rule), so the two compare."""
+    from perfledger.commands import identity
+
+    original = identity.original_snapshot(target)
+    whole = original is None or original.coverage == COVERAGE_SUBJECT
+    return take(target.definition.scope, target.readiness.driver, subject, whole=whole)
 
 
 def artifacts_of(*taken: Any) -> dict[str, Any]:
@@ -61,16 +77,57 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
     return out
 
 
+def driver_with_subject(argv: Any) -> list[str]:
+    """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
+    naming a path (``dir/bench.py``) with its directory replaced by ``{subject}``; the argv with
+    ``{subject}`` appended when no word names one."""
+    words = [str(w) for w in argv]
+    for i, word in enumerate(words):
+        if "/" in word and not word.startswith("-") and i > 0:
+            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[1], *words[i + 1 :]]
+    return [*words, "{subject}"]
+
+
+def unenforced_note(target: Any) -> str | None:
+    """The warning ``measure`` prints where R11 is not enforced: the Target's readiness driver
+    declares no ``{subject}`` place (readiness recorded under the old rule), so the reference and
+    candidate commands are not bound to any code snapshot. None where it is enforced (or the
+    Target has no driver)."""
+    readiness = target.readiness
+    if readiness is None or readiness.driver is None:
+        return None
+    if declares_subject(readiness.driver.argv):
+        return None
+    suggestion = driver_with_subject(readiness.driver.argv)
+    return (
+        f"R11 (code identity) is not enforced for Target {target.definition.target_id!r}: its "
+        "readiness driver declares no {subject} place, so the reference and candidate commands "
+        "are not checked to be the original's (or the champion's) code and no snapshot is "
+        f"recorded; record readiness with a driver such as {suggestion} and original.subject "
+        "to bind results to code"
+    )
+
+
 def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     """``readiness.record`` at the edge: where ``original.subject`` names the original's
     directory and the driver declares a ``{subject}`` place, replace it by ``original.snapshot``
-    (taken now, inside the Target's scope) and return the files as artifacts. Returns
+    (taken now: every file under it) and return the files as artifacts. Returns
     ``(body, artifacts)``; the body unchanged (no artifacts) otherwise. Raises: BadRequest."""
     if not isinstance(body, dict) or not isinstance(body.get("original"), dict):
         return body, {}
     original = dict(body["original"])
     subject = original.pop("subject", None)
     if subject is None:
+        driver = body.get("driver")
+        argv = driver.get("argv") if isinstance(driver, dict) else None
+        if isinstance(argv, list) and not declares_subject([str(w) for w in argv]):
+            # the old rule still records; say what it gives up (R11)
+            click.echo(
+                "warning: the driver declares no {subject} place: R11 (code identity) will "
+                f"not be enforced for this Target; a driver such as {driver_with_subject(argv)} "
+                "with original.subject binds results to code",
+                err=True,
+            )
         return body, {}
     driver = body.get("driver")
     if not isinstance(subject, str) or not subject:
@@ -126,10 +183,8 @@ def measure_identity(
     target = info["target"]
     if identity.original_snapshot(target) is None:
         return None, {}
-    scope = target.definition.scope
-    driver = target.readiness.driver
-    ref = take(scope, driver, _subject(target, ref_cmd, "reference"))
-    cand = take(scope, driver, _subject(target, cand_cmd, "candidate"))
+    ref = take_as_original(target, _subject(target, ref_cmd, "reference"))
+    cand = take_as_original(target, _subject(target, cand_cmd, "candidate"))
     body = {
         "reference": msgspec.to_builtins(ref.snapshot),
         "candidate": msgspec.to_builtins(cand.snapshot),
@@ -150,19 +205,24 @@ def measure_identity(
 
 def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """After the measurement: each subject's files are still those snapshotted before it
-    (a subject that rewrote its own code during the run is refused, R11). Raises:
-    MeasurementError naming the subject."""
-    from perfledger.errors import MeasurementError
+    (R11: a subject whose code changed while it was measured, by itself or by anyone, measured
+    code that no snapshot holds). Raises: RuleRefused (R11) naming the subject and the paths
+    that changed; nothing is recorded."""
+    from perfledger.commands import identity
+    from perfledger.commands.rules import refuse
 
     target = info["target"]
     for role in ("reference", "candidate"):
         snap = body[role]
-        again = take(target.definition.scope, target.readiness.driver, snap["subject"])
+        again = take_as_original(target, snap["subject"])
         if again.snapshot.digest != snap["digest"]:
-            raise MeasurementError(
-                f"the {role}'s files changed while it was measured ({snap['subject']!r}); "
-                "nothing was recorded",
-                hint="a subject must not modify its own code; measure again",
+            before = msgspec.convert(snap, Snapshot)
+            raise refuse(
+                "R11",
+                f"the {role}'s files changed while it was measured ({snap['subject']!r}): "
+                f"{identity.describe_difference(before, again.snapshot)}; the samples were not "
+                "recorded",
+                "a subject must not modify its own code during the run; measure again",
             )
 
 
@@ -253,6 +313,25 @@ def _safe_relative(path: str) -> PurePosixPath:
     return rel
 
 
+def _safe_link(path: str, text: str) -> None:
+    """A recorded symbolic link ``path -> text`` stays inside the directory written (R11: links
+    out of a subject are refused when snapshotted; a snapshot recorded before may hold one).
+    Raises: IntegrityError."""
+    parts = [*PurePosixPath(path).parent.parts, *text.split("/")]
+    depth = 0
+    for part in parts:
+        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+        if depth < 0:
+            break
+    if text.startswith("/") or depth < 0:
+        raise IntegrityError(
+            f"the snapshot's symbolic link {path!r} -> {text!r} leads out of the directory; "
+            "nothing was written",
+            hint="such a link was measured through code outside the subject: the snapshot cannot "
+            "reproduce it",
+        )
+
+
 def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
     """Write the files of the recorded snapshot ``name`` (see :func:`resolve`) into
     ``directory`` (created; it must not exist or be empty), each checked against its blake3 and
@@ -270,6 +349,9 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
         if len(data) != entry.size:
             raise IntegrityError(f"file {path!r} of snapshot {snap.digest} has the wrong size")
         blobs[path] = data
+    for path, entry in snap.files.items():
+        if entry.mode == "120000":
+            _safe_link(path, os.fsdecode(blobs[path]))
     out.mkdir(parents=True, exist_ok=True)
     links = []
     for path, entry in sorted(snap.files.items()):
@@ -352,7 +434,7 @@ def check_original_command(target: Any, cmd: str) -> None:
     original = identity.original_snapshot(target)
     if original is None:
         return
-    taken = take(target.definition.scope, target.readiness.driver, _subject(target, cmd, "A/A"))
+    taken = take_as_original(target, _subject(target, cmd, "A/A"))
     if taken.snapshot.digest != original.digest:
         raise refuse(
             "R11",

@@ -38,6 +38,7 @@ from perfledger.commands.identity_cli import (
     confirm_unchanged,
     measure_identity,
     refuse_unsnapshotted,
+    unenforced_note,
 )
 from perfledger.errors import BadRequest, MeasurementError
 
@@ -585,6 +586,9 @@ def measure_workload(
         code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
         ledger.close()
+    unenforced = unenforced_note(info["target"])  # the old rule: say so before measuring
+    if unenforced is not None:
+        _warn([unenforced])
     chosen = list(cases) or info["cases"]
     if not chosen:
         raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
@@ -654,6 +658,8 @@ def measure_workload(
         "monitor": None if monitor is None else monitor_source,
         "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
     }
+    if unenforced is not None:
+        result["code_identity"] = {"enforced": False, "note": unenforced}
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
     _warn(result["warnings"])
     findings = measurement_findings(body, info["target"], stage, run)

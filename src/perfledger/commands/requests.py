@@ -170,6 +170,8 @@ class SubjectSnapshot(Request, kw_only=True):
     driver: Annotated[dict[_Path, FileEntry], Meta(max_length=_MAX_ITEMS)] = {}
     digest: Hash
     git: GitState | None = None
+    #: ``subject``: every file under the subject (R11); absent in snapshots recorded before.
+    coverage: Literal["subject"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Original(Request, kw_only=True):

@@ -36,6 +36,9 @@ SUBJECT_PLACEHOLDER = "{subject}"
 TREE_DIGEST_DOMAIN = b"perfledger/tree/v1\x00"
 #: Git-style modes of a snapshot entry: regular file, executable file, symbolic link.
 FILE_MODES = ("100644", "100755", "120000")
+#: ``Snapshot.coverage`` of a snapshot holding every file under its subject directory (R11); a
+#: snapshot without the field (recorded before) holds the files inside the Target's scope only.
+COVERAGE_SUBJECT = "subject"
 #: Artifact name prefix of a snapshot file's bytes (``file-<blake3 hex>``).
 FILE_ARTIFACT_PREFIX = "file-"
 
@@ -68,6 +71,10 @@ class Snapshot(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     driver: dict[str, FileEntry] = {}
     digest: str
     git: GitState | None = None
+    #: What the snapshot holds: :data:`COVERAGE_SUBJECT` (every file under the subject), or
+    #: absent for snapshots recorded before (the files inside the scope); absent, not null, so
+    #: those events encode and hash as they were recorded.
+    coverage: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class SamplesIdentity(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -135,6 +142,7 @@ def file_artifact_name(blake3_hex: str) -> str:
 
 
 __all__ = [
+    "COVERAGE_SUBJECT",
     "FILE_MODES",
     "SUBJECT_PLACEHOLDER",
     "FileEntry",

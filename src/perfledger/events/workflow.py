@@ -1011,6 +1011,10 @@ R6_RECORDED_APPLICABILITY = 3
 #: within a relative :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE` (1e-6);
 #: claims recorded under versions 1 and 2 keep the old rule (required, within 1e-9) (R7).
 R7_COMPUTED_BOUND = 3
+#: The ``ReadinessRecorded`` schema version from which the original's snapshot must cover every
+#: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
+#: version 1 snapshotted the files inside the Target's scope only.
+R11_WHOLE_SUBJECT = 2
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1027,12 +1031,14 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`).
+#: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": 2,
     "VerdictRecorded": 2,
     "FinalAuditRecorded": 2,
     "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
+    "ReadinessRecorded": R11_WHOLE_SUBJECT,
 }
 
 for _type, _summary in _SUMMARIES.items():

@@ -4,14 +4,19 @@
 The rule for "what a subject reads" is deliberately simple and stated in ``docs/code-identity.md``:
 
 - the subject is a directory (the value in the readiness driver's ``{subject}`` place, relative to
-  the driver's working directory); every file under it whose path relative to it matches the
-  Target's scope is taken (``.git`` and ``__pycache__`` directories are skipped);
+  the driver's working directory); every file under it is taken (coverage ``subject``; only the
+  caches of :data:`SKIPPED_DIRS` are skipped), so a file the candidate adds or changes anywhere
+  under it is a changed path, checked against the Target's scope. Snapshots recorded before that
+  rule took only the files inside the scope (coverage absent); ``whole=False`` takes those again;
+- a symbolic link under the subject is recorded as its target text (mode ``120000``), never
+  followed, and only when it is relative and resolves inside the subject directory: a link out of
+  it (or an absolute one) is refused (R11), since the code it points to could change after the
+  snapshot and ``checkout`` could not reproduce it;
 - every word of the command line that names an existing file, by a relative path or by any path
   under the subject directory (``--opt=PATH`` counts as ``PATH``), is taken too: under the subject
   directory with its path relative to it (whatever the scope says), elsewhere in ``driver`` with
   the path as named;
-- regular files are read as bytes; a symbolic link is recorded as its target text (mode
-  ``120000``), never followed.
+- regular files are read as bytes.
 
 Where the subject directory lies in a git work tree, ``git`` records HEAD's commit and whether
 anything under the directory is modified or untracked (``git status --porcelain``), through the
@@ -29,15 +34,23 @@ from pathlib import Path
 
 import blake3
 
-from perfledger.errors import BadRequest
-from perfledger.events.identity import FileEntry, GitState, Snapshot, tree_digest
+from perfledger.errors import BadRequest, RuleRefused
+from perfledger.events.identity import (
+    COVERAGE_SUBJECT,
+    FileEntry,
+    GitState,
+    Snapshot,
+    tree_digest,
+)
 
-#: Limits of one snapshot: more files or bytes than this is refused (narrow the scope).
+#: Limits of one snapshot: more files or bytes than this is refused (keep data and build outputs
+#: out of the subject directory).
 MAX_FILES = 20_000
 MAX_BYTES = 256 * 1024 * 1024
-#: Directories never taken: git's own, and Python's bytecode caches (derived from the sources, and
-#: written by the run itself, so they would make a subject differ from its own snapshot).
-SKIPPED_DIRS = frozenset({".git", "__pycache__"})
+#: Directories never taken: git's own, and caches derived from the sources and written by the run
+#: itself (Python's bytecode, pytest's, mypy's and ruff's), which would make a subject differ from
+#: its own snapshot.
+SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 #: Seconds a ``git`` call may take.
 GIT_TIMEOUT_S = 30.0
 
@@ -76,6 +89,25 @@ def _under(path: Path, root: Path) -> str | None:
         return None
 
 
+def _check_link(path: Path, rel: str, root: Path, subject: str) -> None:
+    """Refuse (R11) a symbolic link that is absolute or resolves outside the subject ``root``."""
+    text = os.readlink(path)
+    try:
+        resolved: Path | None = (path.parent / text).resolve()
+    except (RuntimeError, OSError):  # a loop of links: it leads nowhere inside the subject
+        resolved = None
+    if os.path.isabs(text) or resolved is None or _under(resolved, root) is None:
+        raise RuleRefused(
+            f"R11: {rel!r} in the subject {subject!r} is a symbolic link to {text!r}, "
+            + ("an absolute path" if os.path.isabs(text) else "which leads out of the subject")
+            + ": the code it points to is not part of the snapshot; nothing was measured or "
+            "recorded",
+            rule="R11",
+            hint="copy the file into the subject directory (or make the link relative, to a "
+            "file inside it)",
+        )
+
+
 def git_state(root: Path) -> GitState | None:
     """HEAD's commit and the dirty flag of the git work tree ``root`` lies in (changes or
     untracked files under ``root``), or None when it is in none (or git is not installed)."""
@@ -109,14 +141,18 @@ def take_snapshot(
     argv: Sequence[str],
     in_scope: Callable[[str], bool],
     cwd: str | os.PathLike[str] | None = None,
+    *,
+    whole: bool = True,
 ) -> TakenSnapshot:
     """Snapshot the subject directory ``subject`` (relative to ``cwd``, default the current
-    directory) as run by ``argv`` (the exact command), taking the files ``in_scope`` accepts
-    (a path relative to the subject directory -> bool) and the files the command line names
-    (see the module docstring).
+    directory) as run by ``argv`` (the exact command): every file under it (``whole``, the rule
+    since R11 covers the whole subject) or, with ``whole=False`` (to re-take a snapshot recorded
+    before), the files ``in_scope`` accepts (a path relative to the subject directory -> bool);
+    plus the files the command line names (see the module docstring).
 
     Raises: BadRequest when the subject is not a directory, or the snapshot would exceed
-    :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes.
+    :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes; RuleRefused (R11) when it holds a
+    symbolic link that is absolute or leads out of the subject directory.
     """
     base = Path(cwd) if cwd is not None else Path.cwd()
     root = (base / subject).resolve()
@@ -137,14 +173,16 @@ def take_snapshot(
         if len(files) >= MAX_FILES:
             raise BadRequest(
                 f"the snapshot of {subject!r} would hold more than {MAX_FILES} files",
-                hint="narrow the Target's scope to the code the candidate may change",
+                hint="a subject directory holds the code that runs; keep data, build outputs "
+                "and environments outside it (every file under it is snapshotted, R11)",
             )
         files[rel] = _entry(path, blobs)
         total += files[rel].size
         if total > MAX_BYTES:
             raise BadRequest(
                 f"the snapshot of {subject!r} would hold more than {MAX_BYTES} bytes",
-                hint="narrow the Target's scope to the code the candidate may change",
+                hint="a subject directory holds the code that runs; keep data, build outputs "
+                "and environments outside it (every file under it is snapshotted, R11)",
             )
 
     for dirpath, dirnames, filenames in os.walk(root):
@@ -153,16 +191,20 @@ def take_snapshot(
         for name in sorted(filenames):
             path = here / name
             rel = _under(path, root)
-            if rel is None or not in_scope(rel):
+            if rel is None:
                 continue
-            if path.is_symlink() or path.is_file():
+            if path.is_symlink():
+                _check_link(path, rel, root, subject)
+            if (whole or in_scope(rel)) and (path.is_symlink() or path.is_file()):
                 add(rel, path)
         # a symbolic link to a directory is listed in dirnames and never followed: record it
         for name in list(dirnames):
             path = here / name
             rel = _under(path, root)
-            if path.is_symlink() and rel is not None and in_scope(rel):
-                add(rel, path)
+            if path.is_symlink() and rel is not None:
+                _check_link(path, rel, root, subject)
+                if whole or in_scope(rel):
+                    add(rel, path)
     driver: dict[str, FileEntry] = {}
     for word in argv:
         named = word.partition("=")[2] if word.startswith("-") and "=" in word else word
@@ -186,6 +228,7 @@ def take_snapshot(
         driver=driver,
         digest=tree_digest(files, driver),
         git=git_state(root),
+        **({"coverage": COVERAGE_SUBJECT} if whole else {}),
     )
     return TakenSnapshot(snapshot=snapshot, blobs=blobs)
 
