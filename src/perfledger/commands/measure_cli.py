@@ -263,7 +263,10 @@ def _append(
     extra: dict[str, Any] | None = None,
 ) -> Any:
     from perfledger.commands.operations import execute
+    from perfledger.commands.raw_table import binding_of
 
+    if op == "samples.record":  # R5: the raw table names the samples it was measured for
+        artifact = {**artifact, "binding": binding_of(body)}
     ledger = ctx.open()
     try:
         envelopes = execute(

@@ -1006,6 +1006,9 @@ R14_BLOCKS_CHAMPION = 2
 #: stronger applicability than the evidence recorded (R6): diagnostic evidence cited as
 #: ``same_boundary`` entered the bound before it.
 R6_RECORDED_APPLICABILITY = 3
+#: The ``SamplesRecorded`` schema version from which measured samples must match their raw table
+#: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.raw_table`).
+R5_BOUND_RAW_TABLE = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1022,7 +1025,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": 2,
+    "SamplesRecorded": R5_BOUND_RAW_TABLE,
     "VerdictRecorded": 2,
     "FinalAuditRecorded": 2,
     "ExperimentCreated": R6_RECORDED_APPLICABILITY,
