@@ -658,6 +658,11 @@ def measure_workload(
         "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
     }
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    from perfledger.kernels.subject_env import environment_warnings
+
+    result["warnings"] += environment_warnings(  # code loaded from outside both subjects
+        run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
+    )
     _warn(result["warnings"])
     findings = measurement_findings(body, info["target"], stage, run)
     result.update(findings)
