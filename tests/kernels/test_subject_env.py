@@ -47,6 +47,10 @@ def test_r11_the_driver_records_the_environment_that_changes_how_subjects_run(
     assert "PERFLEDGER_UNRELATED" not in recorded
     assert json.loads(json.dumps(run.settings))["environment"] == recorded  # as recorded
     assert influencing_environment({"LD_PRELOAD": "/x.so", "HOME": "/h"}) == {"LD_PRELOAD": "/x.so"}
+    # a secret is never written into the ledger, whatever its prefix
+    assert influencing_environment({"NVIDIA_API_KEY": "s", "TF_TOKEN": "s", "OMP_X": "1"}) == {
+        "OMP_X": "1"
+    }
 
 
 def test_r11_a_formal_stage_warns_about_code_loaded_from_outside_both_subjects(

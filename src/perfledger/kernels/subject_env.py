@@ -58,6 +58,8 @@ INFLUENCING_PREFIXES = (
     "TF_",
     "DYLD_",
 )
+#: Parts of a name that mark a secret: such variables are never recorded (events live in git).
+SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 #: Variables whose values are paths (``os.pathsep``- or space-separated) that load code.
 PATH_VARIABLES = (
     "PYTHONPATH",
@@ -72,12 +74,14 @@ PATH_VARIABLES = (
 
 def influencing_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of ``environ`` (default: this process's) that can change how a subject runs
-    (:data:`INFLUENCING_NAMES`, :data:`INFLUENCING_PREFIXES`), sorted by name."""
+    (:data:`INFLUENCING_NAMES`, :data:`INFLUENCING_PREFIXES`), sorted by name; names holding
+    a :data:`SECRET_MARKERS` part are left out (what is recorded stays in the ledger's git)."""
     env = os.environ if environ is None else environ
     return {
         name: env[name]
         for name in sorted(env)
-        if name in INFLUENCING_NAMES or name.startswith(INFLUENCING_PREFIXES)
+        if (name in INFLUENCING_NAMES or name.startswith(INFLUENCING_PREFIXES))
+        and not any(marker in name.upper() for marker in SECRET_MARKERS)
     }
 
 
@@ -141,6 +145,7 @@ __all__ = [
     "INFLUENCING_NAMES",
     "INFLUENCING_PREFIXES",
     "PATH_VARIABLES",
+    "SECRET_MARKERS",
     "environment_warnings",
     "foreign_paths",
     "influencing_environment",
