@@ -76,7 +76,7 @@ def _plant(ledger: Path, body: dict[str, Any], arts: dict[str, Artifact]) -> str
         return opened.store.append(draft).id
 
 
-def test_r5_refuses_measured_samples_whose_values_differ_from_their_raw_table(
+def test_r5_refuses_forged_samples_carrying_the_raw_table_of_other_samples(
     tmp_path: Path,
 ) -> None:
     ledger, body, arts = _screened(tmp_path)
