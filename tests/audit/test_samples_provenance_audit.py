@@ -3,10 +3,13 @@ must carry the raw per-call table their provenance names, as an artifact of thei
 
 from __future__ import annotations
 
+import json
+
 from wf_scenario import Session, samples
 
 from perfledger.commands.audit import audit
 from perfledger.commands.operations import validate
+from perfledger.commands.raw_table import binding_of
 from perfledger.commands.requests import dump
 from perfledger.ledger.base import Artifact, EventDraft
 
@@ -41,7 +44,9 @@ def test_r5_audit_accepts_measured_samples_with_their_raw_table(ready: Session) 
     body = {**samples("e1-target", "target"), "provenance": MEASURED}
     payload = {"kind": "SamplesRecorded", **body, "ref_failures": 0, "cand_failures": 0,
                "unexplained_activity": 0}  # fmt: skip
-    table = Artifact(b'{"table": []}', "application/json")
+    # a table bound to these samples (what `measure` writes, R5); its kind holds no pairs to
+    # re-derive (tests/kernels/test_measure_raw_table_bound.py re-derives real ones)
+    table = Artifact(json.dumps({"binding": binding_of(body)}).encode(), "application/json")
     planted = _plant(ready, payload, {"samples.json": table})
     report = audit(ready.ledger)
     assert [f for f in report.findings if f.event_id == planted] == []

@@ -71,9 +71,10 @@ def test_missing_command_is_a_spawn_error() -> None:
 
 
 def test_case_placeholder_and_environment(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the case reaches the subject; its role (ref or cand) never does
     code = (
         "import json,os,sys; print(json.dumps({'correct': sys.argv[1] == os.environ['PERFLEDGER_CASE']"
-        " and os.environ['PERFLEDGER_SUBJECT'] == 'cand', 'metrics': {'m': 1}}))"
+        " and 'PERFLEDGER_SUBJECT' not in os.environ, 'metrics': {'m': 1}}))"
     )
     out = run_call(Subject("cand", [sys.executable, "-c", code, "{case}"]), case="big", call_id="c")
     assert out.ok and out.correct and out.metrics == {"m": [1.0]}

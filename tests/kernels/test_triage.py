@@ -266,7 +266,7 @@ def test_a_trace_without_kernels_is_refused(tmp_path: Path) -> None:
     data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "kernel"]
     path = tmp_path / "launches_only.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(EvidenceError, match="launches kernels .* but holds no kernel event"):
+    with pytest.raises(EvidenceError, match=r"launches kernels .* but holds no kernel event"):
         read_launches(path)
 
 

@@ -6,6 +6,7 @@ Pure derivations first (``derive_case_verdict``), then the decider on a real led
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from typing import Any
@@ -29,6 +30,8 @@ from wf_scenario import (
 )
 
 from perfledger.commands.operations import execute
+from perfledger.commands.raw_table import binding_of
+from perfledger.errors import RuleRefused
 from perfledger.ledger.base import Artifact
 from perfledger.projections.verdict_cases import (
     METHOD,
@@ -236,7 +239,11 @@ def test_r5_formal_samples_from_outside_are_refused_unless_readiness_allows_them
     measured = {**target, "provenance": {"source": "perfledger", "protocol": "workload_abba",
                                          "raw_table": "samples.json"}}  # fmt: skip
     assert "raw table 'samples.json'" in bare.refused("samples.record", measured, None).message
-    table = Artifact(b'{"table": []}', "application/json")
+    table = Artifact(json.dumps({"binding": binding_of(measured)}).encode(), "application/json")
+    unbound = Artifact(b'{"table": []}', "application/json")  # not bound to these samples
+    with pytest.raises(RuleRefused, match="carries no binding"):
+        execute(bare.ledger, "samples.record", measured, actor="agent",
+                artifacts={"samples.json": unbound})  # fmt: skip
     [event] = execute(bare.ledger, "samples.record", measured, actor="agent",
                       artifacts={"samples.json": table})  # fmt: skip
     assert event.payload["provenance"]["source"] == "perfledger"

@@ -433,6 +433,10 @@ class _Replay:
         missing_table = _r5_missing_raw_table(event)
         if missing_table is not None:
             self._find(event, "R5", missing_table)
+        else:
+            unlike = _r5_unlike_raw_table(self.store, event)
+            if unlike is not None:
+                self._find(event, "R5", unlike)
         rule = KIND_RULE.get(kind, "request")
         if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
             from perfledger.commands.identity import unattached_files
@@ -512,6 +516,29 @@ def _r5_missing_raw_table(event: RecordedEvent) -> str | None:
         f"its samples claim to be measured by perfledger, but the raw table "
         f"{provenance.raw_table!r} their provenance names is not attached"
     )
+
+
+def _r5_unlike_raw_table(store: Any, event: RecordedEvent) -> str | None:
+    """R5: samples measured by perfledger must be what their attached raw table holds, re-derived
+    (:func:`perfledger.commands.raw_table.raw_table_mismatch`); samples of schema
+    :data:`~perfledger.commands.raw_table.BOUND_SCHEMA` or later must also be bound to it.
+    Returns the finding's message, or None."""
+    from perfledger.commands.raw_table import BOUND_SCHEMA, raw_table_mismatch
+
+    provenance = getattr(event.payload, "provenance", None)
+    if event.envelope.kind != "SamplesRecorded" or provenance is None:
+        return None
+    if provenance.source != "perfledger":
+        return None
+    try:
+        raw = store.read_artifact(event.envelope.id, provenance.raw_table)
+    except PerfledgerError as exc:
+        return f"its raw table {provenance.raw_table!r} cannot be read: {exc.message}"
+    bound = (event.envelope.schema or 1) >= BOUND_SCHEMA
+    mismatch = raw_table_mismatch(msgspec.to_builtins(event.payload), raw, bound=bound)
+    if mismatch is None:
+        return None
+    return f"its samples claim to be measured by perfledger, but {mismatch}"
 
 
 def _import_derivation_libraries() -> None:

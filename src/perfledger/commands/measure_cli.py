@@ -264,7 +264,10 @@ def _append(
     extra: dict[str, Any] | None = None,
 ) -> Any:
     from perfledger.commands.operations import execute
+    from perfledger.commands.raw_table import binding_of
 
+    if op == "samples.record":  # R5: the raw table names the samples it was measured for
+        artifact = {**artifact, "binding": binding_of(body)}
     ledger = ctx.open()
     try:
         envelopes = execute(
@@ -661,6 +664,11 @@ def measure_workload(
     if unenforced is not None:
         result["code_identity"] = {"enforced": False, "note": unenforced}
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    from perfledger.kernels.subject_env import environment_warnings
+
+    result["warnings"] += environment_warnings(  # code loaded from outside both subjects
+        run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
+    )
     _warn(result["warnings"])
     findings = measurement_findings(body, info["target"], stage, run)
     result.update(findings)

@@ -571,6 +571,8 @@ def execute(
             "it is not attached",
             hint="record samples with `perfledger measure`, or without `provenance`",
         )
+    if provenance is not None and provenance.source == "perfledger":
+        _refuse_unlike_raw_table(request, artifacts[provenance.raw_table].data)
 
     def decide_at(view: Any) -> list[Any]:
         drafts = run(ledger.state_at(view.head, lazy=True), request, ctx)
@@ -581,3 +583,22 @@ def execute(
         return drafts
 
     return ledger.transact(decide_at)
+
+
+def _refuse_unlike_raw_table(request: Any, raw: bytes) -> None:
+    """R5: measured samples must be what their attached raw table holds, bound to these samples
+    (:mod:`perfledger.commands.raw_table`). Raises: RuleRefused (exit 3)."""
+    import msgspec
+
+    from perfledger.commands import rules
+    from perfledger.commands.raw_table import raw_table_mismatch
+
+    mismatch = raw_table_mismatch(msgspec.to_builtins(request), raw, bound=True)
+    if mismatch is not None:
+        raise rules.refuse(
+            "R5",
+            f"samples {getattr(request, 'samples_id', '?')!r} claim to be measured by perfledger, "
+            f"but {mismatch}; nothing was recorded",
+            "record what `perfledger measure` measured, unchanged, or record the samples without "
+            "`provenance` (outside samples, screens only)",
+        )

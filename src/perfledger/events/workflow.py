@@ -1015,6 +1015,9 @@ R7_COMPUTED_BOUND = 3
 #: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
 #: version 1 snapshotted the files inside the Target's scope only.
 R11_WHOLE_SUBJECT = 2
+#: The ``SamplesRecorded`` schema version from which measured samples must match their raw table
+#: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.raw_table`).
+R5_BOUND_RAW_TABLE = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1033,7 +1036,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": 2,
+    "SamplesRecorded": R5_BOUND_RAW_TABLE,
     "VerdictRecorded": 2,
     "FinalAuditRecorded": 2,
     "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),

@@ -24,7 +24,10 @@ within each round (``round 0: case a, case b; round 1: ...``).
 
 Public API (stable; issue 8 builds on it): :class:`Subject`, :class:`CallResult`,
 :class:`PairResult`, :class:`DriverRun`, :func:`parse_output`, :func:`run_call`, :func:`abba_order`,
-:func:`run_pairs`, :data:`FAILURE_REASONS`, :data:`CASE_ENV`, :data:`SUBJECT_ENV`.
+:func:`run_pairs`, :data:`FAILURE_REASONS`, :data:`CASE_ENV`. A subject is told its case, never
+its role (reference or candidate): a subject that knew it could behave differently as either.
+The environment that can change how a subject runs is recorded in :attr:`DriverRun.settings`
+(``environment``, :mod:`perfledger.kernels.subject_env`).
 
 Imports: standard library only (kernels imports events at most, SPEC.md section 1).
 """
@@ -40,10 +43,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from perfledger.kernels.subject_env import influencing_environment
+
 #: Environment variable carrying the test case's name into each call.
 CASE_ENV = "PERFLEDGER_CASE"
-#: Environment variable carrying the subject's role (``ref`` or ``cand``) into each call.
-SUBJECT_ENV = "PERFLEDGER_SUBJECT"
 #: Placeholder replaced by the case name in a subject's argv.
 CASE_PLACEHOLDER = "{case}"
 #: Why a call failed; ``None`` in :attr:`CallResult.reason` means it did not.
@@ -65,8 +68,8 @@ class Subject:
     """A subject of the workload driver: a command line, its extra environment and directory.
 
     Attributes:
-        label: ``ref`` or ``cand`` (or any short name); passed to the command as
-            ``$PERFLEDGER_SUBJECT``.
+        label: ``ref`` or ``cand`` (or any short name); kept in the per-call table, never
+            passed to the command (a subject must not learn its role).
         argv: the command and its arguments; ``{case}`` in an argument is replaced by the case.
         env: extra environment variables (added to the driver's own environment).
         cwd: working directory (default: the driver's).
@@ -353,7 +356,7 @@ def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 60
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
     argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
-    env = {**os.environ, **subject.env, CASE_ENV: case, SUBJECT_ENV: subject.label}
+    env = {**os.environ, **subject.env, CASE_ENV: case}  # the case, never the role
     with CallTree() as tree:
         start = time.monotonic()
         end = start
@@ -516,6 +519,9 @@ def run_pairs(
         "warmup_calls": warmup_calls,
         "ref_argv": list(ref.argv),
         "cand_argv": list(cand.argv),
+        # what can change how the subjects run, for an auditor to see (R11)
+        "environment": influencing_environment(),
+        "subject_env": {"ref": dict(ref.env), "cand": dict(cand.env)},
     }
     return DriverRun(pairs, warmup, settings)
 
@@ -524,7 +530,6 @@ __all__ = [
     "CASE_ENV",
     "CASE_PLACEHOLDER",
     "FAILURE_REASONS",
-    "SUBJECT_ENV",
     "CallResult",
     "DriverRun",
     "PairResult",

@@ -1,0 +1,153 @@
+"""The environment that can change how a subject runs (SPEC.md section 5; rules R5, R11).
+
+Subjects inherit the driver's environment; a variable such as ``PYTHONPATH`` or ``LD_PRELOAD``
+can load code that is in neither subject's snapshot, and change what is measured without a file
+of either subject differing. The driver therefore records the variables of
+:data:`INFLUENCING_NAMES` and :data:`INFLUENCING_PREFIXES` in the samples' provenance settings
+(:func:`influencing_environment`), and ``measure`` warns, in a formal stage, about path
+variables (:data:`PATH_VARIABLES`) that point outside both subjects and the driver's Python
+(:func:`foreign_paths`). Subjects are never told their role (only the case).
+
+Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+#: Variables recorded by name: the Python start-up and the dynamic loader.
+INFLUENCING_NAMES = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
+    "PYTHONOPTIMIZE",
+    "PYTHONHASHSEED",
+    "PYTHONMALLOC",
+    "PYTHONWARNINGS",
+    "PYTHONDONTWRITEBYTECODE",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "LD_BIND_NOW",
+    "MALLOC_ARENA_MAX",
+)
+#: Variables recorded by prefix: GPU, threading and numeric-library settings.
+INFLUENCING_PREFIXES = (
+    "CUDA_",
+    "CUBLAS_",
+    "CUDNN_",
+    "NCCL_",
+    "NVIDIA_",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "GOMP_",
+    "KMP_",
+    "TORCH_",
+    "PYTORCH_",
+    "TRITON_",
+    "CUPY_",
+    "XLA_",
+    "JAX_",
+    "TF_",
+    "DYLD_",
+)
+#: Parts of a name that mark a secret: such variables are never recorded (events live in git).
+SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+#: Variables whose values are paths (``os.pathsep``- or space-separated) that load code.
+PATH_VARIABLES = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+)
+
+
+def influencing_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (default: this process's) that can change how a subject runs
+    (:data:`INFLUENCING_NAMES`, :data:`INFLUENCING_PREFIXES`), sorted by name; names holding
+    a :data:`SECRET_MARKERS` part are left out (what is recorded stays in the ledger's git)."""
+    env = os.environ if environ is None else environ
+    return {
+        name: env[name]
+        for name in sorted(env)
+        if (name in INFLUENCING_NAMES or name.startswith(INFLUENCING_PREFIXES))
+        and not any(marker in name.upper() for marker in SECRET_MARKERS)
+    }
+
+
+def _inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def subject_roots(argvs: Iterable[Iterable[str]]) -> list[Path]:
+    """The directories of the existing paths named in the subjects' command words (a file's
+    directory, or the directory itself), plus the driver's Python (``sys.prefix`` and
+    ``sys.base_prefix``): where a code-loading variable may point without a finding."""
+    roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    for argv in argvs:
+        for word in argv:
+            path = Path(word)
+            if not path.is_absolute() or not path.exists():
+                continue
+            resolved = path.resolve()
+            roots.add(resolved if resolved.is_dir() else resolved.parent)
+    return sorted(roots)
+
+
+def foreign_paths(environment: Mapping[str, str], roots: Iterable[Path]) -> dict[str, list[str]]:
+    """Path variables (:data:`PATH_VARIABLES`) of ``environment`` with entries inside none of
+    ``roots``: variable -> those entries (empty entries ignored)."""
+    root_list = [Path(r) for r in roots]
+    out: dict[str, list[str]] = {}
+    for name in PATH_VARIABLES:
+        value = environment.get(name)
+        if not value:
+            continue
+        separators = value.replace(" ", os.pathsep) if name.startswith("LD_") else value
+        entries = [e for e in separators.split(os.pathsep) if e]
+        outside = [e for e in entries if not _inside(Path(e).resolve(), root_list)]
+        if outside:
+            out[name] = outside
+    return out
+
+
+def environment_warnings(
+    environment: Mapping[str, str], argvs: Iterable[Iterable[str]], stage: str
+) -> list[str]:
+    """``measure``'s warnings (not blocking) about a formal (``target``, ``final_audit``) stage
+    whose subjects ran with code-loading variables pointing outside both subjects and the
+    driver's Python (:func:`foreign_paths`). Returns zero or one line saying what to do."""
+    if stage not in ("target", "final_audit"):
+        return []
+    found = foreign_paths(environment, subject_roots(argvs))
+    if not found:
+        return []
+    shown = "; ".join(f"{name}={':'.join(paths)}" for name, paths in found.items())
+    return [
+        f"the subjects ran with variables that load code from outside both subjects and the "
+        f"driver ({shown}): that code is in neither snapshot, yet it ran in every call of this "
+        f"{stage} stage (recorded in the samples' provenance settings, `environment`). Unset "
+        "them and measure again, or move that code into the subjects"
+    ]
+
+
+__all__ = [
+    "INFLUENCING_NAMES",
+    "INFLUENCING_PREFIXES",
+    "PATH_VARIABLES",
+    "SECRET_MARKERS",
+    "environment_warnings",
+    "foreign_paths",
+    "influencing_environment",
+    "subject_roots",
+]
