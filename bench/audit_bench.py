@@ -1,4 +1,4 @@
-"""Benchmark of ``perfledger audit`` (issue 4): events/s including re-deciding every recorded
+"""Benchmark of ``perfledger audit``: events/s including re-deciding every recorded
 request, and peak RSS, on a large ledger of real workflow decisions.
 
 The ledger is built fast but honestly: every decision is made by its real decider against the

@@ -1,4 +1,4 @@
-"""GPU benchmark of perfledger's kernel harness (issue 5), one run, figures printed side by side
+"""GPU benchmark of perfledger's kernel harness, one run, figures printed side by side
 with their goals:
 
 1. copy bandwidth: a vectorized copy kernel through the harness (cold, L2 flushed) vs
@@ -359,7 +359,7 @@ def main() -> int:
 
     _p()
     _p("=" * 100)
-    _p("perfledger GPU harness benchmark — figures vs goals (issue 5)")
+    _p("perfledger GPU harness benchmark — figures vs goals")
     _p("=" * 100)
     ok = lambda b: "MET" if b else "NOT MET"  # noqa: E731
     ratio = c["kernel_vs_copyto_events"]

@@ -1,4 +1,4 @@
-"""Profiler-report parsing throughput and peak memory (issue 6).
+"""Profiler-report parsing throughput and peak memory.
 
 Generates, in a temporary folder, an ncu ``--page raw`` CSV and a PyTorch profiler trace of the
 requested sizes by repeating the real rows captured on an H200 (tests/fixtures/profilers: the

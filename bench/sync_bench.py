@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""perfledger sync benchmark (issue 7): pull and push of N new events over a loopback git daemon.
+"""perfledger sync benchmark: pull and push of N new events over a loopback git daemon.
 
 Figures:
 

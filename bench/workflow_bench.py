@@ -1,4 +1,4 @@
-"""Issue 3's figures: a 10,000-event optimization session recorded through the library, then
+"""The workflow's figures: a 10,000-event optimization session recorded through the library, then
 ``perfledger state --json`` (warm cache) and one CLI append, each timed as a whole process.
 
 Run: ``.venv/bin/python bench/workflow_bench.py [--events N] [--runs R] [--workdir DIR]``.
@@ -7,7 +7,7 @@ readiness, metric audit, baseline and resolution, then experiments, each with a 
 samples and their derived verdict, and evidence. The ledger is built once per source version
 and event count under ``--workdir`` and reused.
 
-Goals (issue 3): ``state`` <= 0.3 s with a warm cache; one CLI append <= 0.3 s. Two appends
+Goals: ``state`` <= 0.3 s with a warm cache; one CLI append <= 0.3 s. Two appends
 are timed: ``perfledger note`` (an append with no decision) and ``perfledger evidence add
 --request`` (a workflow decision: request validated, state read, decider run, event appended).
 """

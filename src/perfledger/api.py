@@ -427,7 +427,7 @@ class Ledger:
             report.extra["state_hash"] = state_hash(holder[0])
         return report
 
-    # -- sync (issue 7) --------------------------------------------------------------------
+    # -- sync ----------------------------------------------------------------------------
 
     @classmethod
     def clone(

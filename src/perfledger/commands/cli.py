@@ -85,9 +85,9 @@ WORKFLOW_COMMANDS = frozenset(
 )  # fmt: skip
 
 
-#: Names of the read models' top-level commands (issue 4; checked against readmodels_cli).
+#: Names of the read models' top-level commands (checked against readmodels_cli).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
-#: Names of the measurement commands (issue 5), loaded from measure_cli on first use.
+#: Names of the measurement commands, loaded from measure_cli on first use.
 MEASURE_COMMANDS = frozenset({"env", "measure"})
 #: ``perfledger checkout`` (R11 code identity), loaded with the measurement commands.
 IDENTITY_COMMANDS = frozenset({"checkout"})
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-# The optimization workflow's groups (issue 3) load on first use: `perfledger log` and
+# The optimization workflow's groups load on first use: `perfledger log` and
 # `perfledger --version` do not import the operations, requests and deciders.
 _workflow_loaded = False
 
@@ -437,7 +437,7 @@ def _load_workflow_commands() -> None:
             cli.add_command(command)
         from perfledger.commands.evidence_cli import extend
 
-        extend(cli)  # evidence add --kind, evidence ncu|list|show (issue 6)
+        extend(cli)  # evidence add --kind, evidence ncu|list|show
         from perfledger.commands.readmodels_cli import install
 
         install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
@@ -479,7 +479,7 @@ def _load_measure_commands() -> None:
             cli.add_command(command)
 
 
-# Sync (issue 7): remote, clone, pull, push, sync, resolve. The module imports only click.
+# Sync: remote, clone, pull, push, sync, resolve. The module imports only click.
 from perfledger.commands.sync_cli import register as _register_sync  # noqa: E402
 
 _register_sync(cli)

@@ -1,4 +1,4 @@
-"""The sync commands (issue 7): ``remote add|list|remove``, ``clone``, ``pull``, ``push``,
+"""The sync commands: ``remote add|list|remove``, ``clone``, ``pull``, ``push``,
 ``sync``, and ``resolve`` (the user-facing name of ``conflict resolve``).
 
 A thin skin over :mod:`perfledger.ledger.sync` (through :class:`perfledger.api.Ledger`): each

@@ -22,7 +22,7 @@ reference first when ``k`` is even and the candidate first when it is odd, so a 
 machine (clocks, thermals, caches) is spread over both subjects equally. Cases are interleaved
 within each round (``round 0: case a, case b; round 1: ...``).
 
-Public API (stable; issue 8 builds on it): :class:`Subject`, :class:`CallResult`,
+Public API (stable; the kernel-iteration loop builds on it): :class:`Subject`, :class:`CallResult`,
 :class:`PairResult`, :class:`DriverRun`, :func:`parse_output`, :func:`run_call`, :func:`abba_order`,
 :func:`run_pairs`, :data:`FAILURE_REASONS`, :data:`CASE_ENV`. A subject is told its case, never
 its role (reference or candidate): a subject that knew it could behave differently as either.

@@ -1,4 +1,4 @@
-"""What changed since the last local head (issue 7; for ``perfledger resume`` and the
+"""What changed since the last local head (for ``perfledger resume`` and the
 ``pull`` summary): the record of the last pull or clone that brought events, and the events
 reachable from one head and not from another, in the total order."""
 

@@ -1,4 +1,4 @@
-"""Reading a received pack stream into memory, deltas resolved (issue 7, pull and clone).
+"""Reading a received pack stream into memory, deltas resolved (pull and clone).
 
 Why not dulwich's ``DeltaChainIterator``: it builds an ``UnpackedObject`` per entry and inflates
 through a Python read loop, ~15 µs an object here; a 10,000-event pull (30,000 objects) spent

@@ -1,4 +1,4 @@
-"""Named remotes of a ledger (issue 7): ``[remote "<name>"] url = ...`` in the repository's git
+"""Named remotes of a ledger: ``[remote "<name>"] url = ...`` in the repository's git
 config, the same place ``git remote`` keeps them, so ``git remote -v`` lists them too.
 
 Each remote has a tracking ref ``refs/remotes/<name>/ledger``: the last head seen from it, moved

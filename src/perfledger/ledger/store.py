@@ -1329,7 +1329,7 @@ class GitStore:
         self._catch_up(self.read_head())
         return len(self._by_event)
 
-    # ------------------------------------------------------------------ sync support (issue 7)
+    # ------------------------------------------------------------------ sync support
 
     def commit_node(self, sha: bytes) -> CommitNode:
         """Return the structure of commit ``sha`` (hex bytes): its event id (None for a merge),

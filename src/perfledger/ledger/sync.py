@@ -1,4 +1,4 @@
-"""Sync with git remotes: clone, pull, push, sync (SPEC.md section 2, Sync; issue 7).
+"""Sync with git remotes: clone, pull, push, sync (SPEC.md section 2, Sync).
 
 Any remote dulwich speaks to works: a path, ``file://``, ``git://``, ``ssh://``, ``http(s)://``.
 

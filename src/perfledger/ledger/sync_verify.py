@@ -1,4 +1,4 @@
-"""Verification of commits received from a remote, before any local ref moves (issue 7).
+"""Verification of commits received from a remote, before any local ref moves.
 
 Only the new commits are checked (those not reachable from the local head, which was verified
 when it was written or pulled); they are checked exactly as :mod:`perfledger.ledger.verify`

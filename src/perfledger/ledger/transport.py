@@ -1,4 +1,4 @@
-"""Talking to a git remote through dulwich's clients (issue 7): errors mapped to
+"""Talking to a git remote through dulwich's clients: errors mapped to
 :class:`RemoteError`, and the fetch of ``refs/heads/ledger`` with explicit wants (dulwich's
 porcelain fetch maps only ``refs/heads/*`` to its own names, GUIDE.md), its pack spooled to a
 temporary file in the derived directory and read into memory (:mod:`perfledger.ledger.packstream`):

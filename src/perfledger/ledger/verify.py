@@ -1,4 +1,4 @@
-"""End-to-end verification of a ledger, from the ref down to every byte (issue 2, SPEC.md s. 2).
+"""End-to-end verification of a ledger, from the ref down to every byte (SPEC.md s. 2).
 
 Checked, in this order, stopping at the first failure (reported with the event and the reason):
 

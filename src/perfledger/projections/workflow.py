@@ -53,7 +53,7 @@ from perfledger.projections.ledger_state import LedgerState
 
 #: Bumped whenever the meaning of the workflow state changes (part of the cache key).
 #: 2: samples kept without their pairs (SamplesView).
-#: 3: supersession and reconciliation conflicts (issue 7), Target status ``contested``.
+#: 3: supersession and reconciliation conflicts (from sync), Target status ``contested``.
 #: 4: a final audit belongs to the champion it audited (R13); screens and ``ActivityExplained``
 #: owe or clear obligations (R14, R17).
 PROJECTION_VERSION = 4
@@ -278,7 +278,7 @@ def _on_target_superseded(state: WorkflowState, event: RecordedEvent, p: TargetS
         _anomaly(state, event, f"unknown target {p.target_id!r}")
         return
     if old.status == "superseded" and old.superseded_by is not None:
-        # Superseded twice, concurrently on two machines (issue 7): both new Targets are
+        # Superseded twice, concurrently on two machines (sync): both new Targets are
         # contested (no decision goes to either, R1) until a ConflictResolved keeps one.
         first = state.targets.get(old.superseded_by)
         if first is not None and _add_target(state, event, p.new_target):
