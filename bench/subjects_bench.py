@@ -1,5 +1,5 @@
-"""GPU benchmark of torch subjects through perfledger's harness against the usual tools (issue
-21's figures), one run, printed side by side. Three kernels, each with a true difference (the
+"""GPU benchmark of torch subjects through perfledger's harness against the usual tools (the
+subjects' figures), one run, printed side by side. Three kernels, each with a true difference (the
 same operator redoing 2 % of its output: the same answer, more work):
 
 1. ``elementwise``: ``torch.mul`` over 2^26 float32 (memory-bound, ~150 us on an H200);

@@ -119,13 +119,13 @@ def test_env_module_runs_without_cupy_or_nvml() -> None:
     assert len(out.stdout.strip()) == 64
 
 
-def test_readme_env_block_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_measurement_doc_env_block_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "measurement.md").read_text()
     block = next(
-        b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "perfledger env" in b
+        b for b in re.findall(r"```sh\n(.*?)```", page, flags=re.S) if "perfledger env" in b
     )
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"

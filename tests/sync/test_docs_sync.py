@@ -1,4 +1,4 @@
-"""The README's sync walkthrough runs, line by line, in one shell (issue 7)."""
+"""docs/sync.md's walkthrough runs, line by line, in one shell."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "sync.md"
 
 
-def test_readme_sync_block_runs(tmp_path: Path) -> None:
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+def test_sync_doc_walkthrough_runs(tmp_path: Path) -> None:
+    blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), flags=re.S)
     block = next(b for b in blocks if "perfledger clone" in b)
     script = block.replace("/tmp/", f"{tmp_path}/")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PERFLEDGER_"))}

@@ -1,4 +1,4 @@
-"""The README's read-model block runs as written on the scripted session's ledger."""
+"""docs/workflow.md's read-model block runs as written on the scripted session's ledger."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 from rm_session import scripted_ledger
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "workflow.md"
 
 
-def test_readme_read_model_block_runs(tmp_path: Path) -> None:
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+def test_workflow_doc_read_model_block_runs(tmp_path: Path) -> None:
+    blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), flags=re.S)
     block = next(b for b in blocks if "perfledger audit" in b)
     ledger = scripted_ledger(tmp_path / "ledger")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLEDGER_")}
-    env.update(PERFLEDGER_DIR=str(ledger), PERFLEDGER_ACTOR="readme")
+    env.update(PERFLEDGER_DIR=str(ledger), PERFLEDGER_ACTOR="docs")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block.replace("/tmp/", f"{tmp_path}/")],
