@@ -1,4 +1,4 @@
-"""Small CUDA problems and subjects used by the GPU tests, the benchmark and the README: a
+"""Small CUDA problems and subjects used by the GPU tests, the benchmark and the docs: a
 memory-bound scale kernel ``y = alpha * x`` (float32), an artificially slowed copy of it (extra
 elements written to a scratch buffer: more work, the same answer), a vectorized copy kernel, and
 ``cupy.copyto`` as a subject, and a compute-bound CUDA-core problem: ``k`` steps of the affine
