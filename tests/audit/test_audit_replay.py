@@ -1,4 +1,4 @@
-"""The auditor's replay finds every planted defect, naming its event and rule (issue 4).
+"""The auditor's replay finds every planted defect, naming its event and rule.
 
 Defects are planted the way a tampered tool, an old version or a hand edit would write them:
 through the raw store (``ledger.store.append``), which bypasses the deciders (``Ledger.append``

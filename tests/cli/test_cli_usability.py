@@ -1,4 +1,4 @@
-"""Smaller things a new user stumbled on (issue 9, item 9), through the real console script:
+"""Smaller things a new user stumbled on, through the real console script:
 ``perfledger schema`` without an operation lists the operations, every ``--actor`` help
 states the same default, and ``init --actor`` is remembered as the clone's default actor."""
 

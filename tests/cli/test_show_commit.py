@@ -1,4 +1,4 @@
-"""``perfledger show`` with a git commit id (issue 9, item 7): a ledger commit's sha or unique
+"""``perfledger show`` with a git commit id: a ledger commit's sha or unique
 prefix shows the event it carries; a merge commit (from ``sync``) is said to carry none; an id
 that is neither gets a hint. Real git (``git rev-parse``) names the commits."""
 

@@ -1,4 +1,4 @@
-"""Measurement-time warnings (issue 9, items 2 and 5), through the real CLI on a real ledger:
+"""Measurement-time warnings, through the real CLI on a real ledger:
 
 - ``measure workload`` warns when sample windows had unexplained foreign activity, since every
   verdict on those samples will be inconclusive (R17), and says how to fix it;

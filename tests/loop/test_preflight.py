@@ -1,4 +1,4 @@
-"""Preflight of the baseline/reference/dims contract (issue 8, item 2), and the import
+"""Preflight of the baseline/reference/dims contract, and the import
 direction of the loop's modules (SPEC.md section 1)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Handoff wording a new user stumbled on (issue 9, items 5, 7 and 8), R18:
+"""Handoff wording a new user stumbled on, R18:
 
 - the resolution is shown beside the minimum effect, and said to be the pass threshold when it
   is the larger;

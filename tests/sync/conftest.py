@@ -1,4 +1,4 @@
-"""Fixtures of the sync suite (issue 7): an isolated environment for real git and perfledger
+"""Fixtures of the sync suite: an isolated environment for real git and perfledger
 subprocesses, a served directory behind a real ``git daemon`` on 127.0.0.1, repository
 snapshots. Nothing is mocked."""
 

@@ -1,4 +1,4 @@
-"""Rule conflicts from concurrent work on two clones (issue 7, SPEC.md section 2): they appear in
+"""Rule conflicts from concurrent work on two clones (SPEC.md section 2): they appear in
 the state after a sync, block further decisions of their kind, and ``resolve`` clears them; the
 outcome does not depend on which clone merges first."""
 

@@ -1,5 +1,5 @@
 """Smart HTTP through the real ``git http-backend`` behind a small WSGI server on 127.0.0.1:
-clone, pull and push (issue 7)."""
+clone, pull and push."""
 
 from __future__ import annotations
 

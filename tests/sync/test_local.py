@@ -1,5 +1,5 @@
 """Path and ``file://`` remotes, the ``remote`` commands, what changed since the last pull, and
-the refusals that need no server (issue 7)."""
+the refusals that need no server."""
 
 from __future__ import annotations
 

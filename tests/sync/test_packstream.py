@@ -1,5 +1,5 @@
 """The received-pack reader against packs made by the real ``git pack-objects`` (deltas, thin
-packs), and the ancestry walk used to detect rewritten remotes (issue 7)."""
+packs), and the ancestry walk used to detect rewritten remotes."""
 
 from __future__ import annotations
 

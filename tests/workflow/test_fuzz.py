@@ -70,7 +70,7 @@ BASES: dict[str, dict[str, Any]] = {
     "conflict.resolve": {"target_id": T1, "conflict_id": "c", "keep": "e1", "reason": "r"},
     "activity.explain": {"samples_id": "e1-target", "pairs": [0], "explanation": "backup"},
 }  # fmt: skip
-# The kernel-iteration loop (issue 8): the fuzz ledger has no loop run, and a setup for an
+# The kernel-iteration loop: the fuzz ledger has no loop run, and a setup for an
 # architecture the catalog does not map is refused by R23, so no mutation can append.
 _SRC = {"name": "k.cu", "text": 'extern "C" __global__ void k(float* x, int N) {}'}
 _SEL = {

@@ -1,4 +1,4 @@
-"""Scope globs (issue 9, item 4): a Target's modification scope and a candidate's changed paths
+"""Scope globs: a Target's modification scope and a candidate's changed paths
 are relative to the repository root. Absolute globs or ``.``/``..`` segments are refused at
 ``target freeze`` (R1), such changed paths at ``experiment create`` (R11), each with a hint on
 how globs match; the ledger head does not move (``Session.refused``)."""

@@ -1,4 +1,4 @@
-"""Verdict explanations (issue 9, item 1): the one condition that decided a recorded verdict
+"""Verdict explanations: the one condition that decided a recorded verdict
 (R11, R12, R17), derived from its recorded payload, and `verdict record`'s text answer.
 
 Each case records real samples through the decider on a real git ledger; the explanation never
