@@ -707,10 +707,12 @@ class DerivedVerdict(_Part, kw_only=True):
         wilcoxon_p: two-sided Wilcoxon signed-rank p-value, for information only.
         resamples, confidence, seed: the bootstrap's parameters.
         method: ``None`` for the pooled median of per-pair improvements (schema 1 verdicts);
-            ``per_case/v1`` for the per-case derivation of
+            ``per_case/v1`` or ``per_case/v2`` for the per-case derivation of
             :mod:`perfledger.projections.verdict_cases`.
         statistic, aggregation: what the per-case derivation computed (the Target's).
-        cases: per-case figures; blocking: cases whose regression blocked ``pass``.
+        cases: per-case figures; blocking: cases whose regression blocked ``pass`` (and, under
+            ``per_case/v2``, cases that lost more than the minimum effect).
+        unresolved: cases whose CI is too wide to judge them (``per_case/v2``; empty before).
     """
 
     status: Status
@@ -735,6 +737,7 @@ class DerivedVerdict(_Part, kw_only=True):
     aggregation: str | None = None
     cases: tuple[DerivedCase, ...] = ()
     blocking: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
 
 
 class DerivedGuardrail(_Part, kw_only=True):
@@ -1006,6 +1009,12 @@ R14_BLOCKS_CHAMPION = 2
 #: stronger applicability than the evidence recorded (R6): diagnostic evidence cited as
 #: ``same_boundary`` entered the bound before it.
 R6_RECORDED_APPLICABILITY = 3
+#: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema version from which verdicts are
+#: derived by ``per_case/v2`` (a case that lost more than the minimum effect cannot be outvoted,
+#: R12) and foreign activity on more than a share of a formal stage's pairs keeps it from
+#: passing even when explained (R17); events recorded under version 2 are re-derived by
+#: ``per_case/v1`` and the earlier R17 rule.
+PER_CASE_V2 = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1023,8 +1032,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": 2,
-    "VerdictRecorded": 2,
-    "FinalAuditRecorded": 2,
+    "VerdictRecorded": PER_CASE_V2,
+    "FinalAuditRecorded": PER_CASE_V2,
     "ExperimentCreated": R6_RECORDED_APPLICABILITY,
     "ChampionSelected": R14_BLOCKS_CHAMPION,
 }
