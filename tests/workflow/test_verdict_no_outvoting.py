@@ -29,6 +29,7 @@ from perfledger.projections.verdict_cases import (
     LOSING,
     METHOD_V1,
     METHOD_V2,
+    UNRESOLVED,
     UNRESOLVED_WIDTH,
     derive_case_verdict,
 )
@@ -74,8 +75,9 @@ def test_r12_a_case_whose_ci_is_too_wide_is_named_unresolved() -> None:
     big = {c.case: c for c in v.cases}["big"]
     assert big.ci_low is not None and big.ci_high is not None
     assert big.ci_high - big.ci_low > UNRESOLVED_WIDTH * KW["min_effect"]
-    assert v.unresolved == ("big",) and "unresolved case(s)" in v.reason and "big" in v.reason
-    assert derive_case_verdict(_outvoted(), method=METHOD_V1, **KW).unresolved == ()
+    assert v.reason.endswith(f"{UNRESOLVED} (CI wider than 4 x the minimum effect): big "
+                             "(measure more pairs to resolve them)")  # fmt: skip
+    assert UNRESOLVED not in derive_case_verdict(_outvoted(), method=METHOD_V1, **KW).reason
 
 
 def test_r12_a_losing_case_does_not_cap_the_verdict_where_the_target_allows_it() -> None:
@@ -212,3 +214,20 @@ def test_r17_explained_foreign_activity_cannot_let_a_final_audit_pass(bare: Sess
     audit = bare.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
     assert audit["status"] == "inconclusive"
     assert any("measure again on a quiet host" in n for n in audit["notes"])
+
+
+def test_r17_a_target_that_declared_its_metric_immune_to_host_load_passes_and_says_so(
+    bare: Session,
+) -> None:
+    bare.run("target.freeze", target_freeze())
+    body = readiness()
+    body["statistics"] = {**body["statistics"], "allow_explained_foreign_activity": True}
+    for op, request in (("evidence.add", evidence()), ("readiness.record", body),
+                        ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
+                        ("resolution.record", resolution())):  # fmt: skip
+        bare.run(op, request)
+    bare.screened()
+    bare.run("samples.record", _foreign(12))
+    verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "pass"
+    assert any("allow_explained_foreign_activity" in n for n in verdict["notes"])

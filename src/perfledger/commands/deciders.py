@@ -940,6 +940,13 @@ def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) ->
     return "inconclusive" if status == "pass" else status
 
 
+def _foreign_allowed(target: TargetView) -> bool:
+    """Whether the Target's readiness allows formal stages to pass with explained foreign
+    activity on many pairs (R17, :func:`perfledger.commands.foreign_share.formal_foreign_rule`)."""
+    readiness = target.readiness
+    return readiness is not None and readiness.statistics.allow_explained_foreign_activity
+
+
 def decide_verdict_record(
     state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
@@ -969,7 +976,7 @@ def decide_verdict_record(
             "performance attribution is inconclusive (correctness stands)"
         )
     if not ctx.recorded_before("VerdictRecorded", PER_CASE_V2):
-        status = formal_foreign_rule(samples, status, notes)
+        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
@@ -1060,7 +1067,7 @@ def decide_final_audit_record(
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
-        status = formal_foreign_rule(samples, status, notes)
+        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(

@@ -7,6 +7,8 @@ Why: an explanation (``--explain-foreign``, ``ActivityExplained``) is an asserti
 process that only slows the reference (e.g. one that stops the reference's calls) shows as
 foreign activity in every window. A formal stage that a quiet host would decide must then be
 measured again on a quiet host; screens keep the earlier rule (explained activity is cleared).
+A Target whose metric the host's load cannot move (e.g. a process's own CPU time) may declare so
+before measuring (readiness ``statistics.allow_explained_foreign_activity``).
 """
 
 from __future__ import annotations
@@ -26,14 +28,15 @@ def foreign_pairs(samples: Any) -> int:
     return sum(1 for p in samples.pairs if p.monitor is not None and p.monitor.foreign_activity)
 
 
-def formal_foreign_rule(samples: Any, status: str, notes: list[str]) -> str:
+def formal_foreign_rule(samples: Any, status: str, notes: list[str], allowed: bool = False) -> str:
     """R17: a formal-stage ``pass`` whose samples saw foreign activity in more than
     :data:`FOREIGN_SHARE_LIMIT` of their pairs becomes ``inconclusive``, with a note saying to
     measure again on a quiet host; other stages and statuses are returned unchanged.
 
     Args:
         samples: the SamplesRecorded judged; status: the status derived so far;
-        notes: the verdict's notes (appended to).
+        notes: the verdict's notes (appended to); allowed: the readiness declared
+            ``statistics.allow_explained_foreign_activity`` (the pass stands, noted).
     Returns: the status.
     """
     total = len(samples.pairs)
@@ -41,6 +44,13 @@ def formal_foreign_rule(samples: Any, status: str, notes: list[str]) -> str:
         return status
     touched = foreign_pairs(samples)
     if touched / total <= FOREIGN_SHARE_LIMIT:
+        return status
+    if allowed:
+        notes.append(
+            f"R17: foreign activity touched {touched} of {total} pairs; the readiness allows "
+            "explained foreign activity at formal stages (statistics."
+            "allow_explained_foreign_activity: the metric is declared immune to the host's load)"
+        )
         return status
     notes.append(
         f"R17: foreign activity touched {touched} of {total} pairs "

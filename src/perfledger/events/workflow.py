@@ -207,8 +207,11 @@ Aggregation = Literal["geomean", "total", "every_case"]
 class Statistics(_Part, kw_only=True):
     """Statistical requirements (R2, R5, R12): valid pairs per case (>= 5), CI level, resamples;
     how the primary verdict aggregates the cases (``aggregation``), whether a case whose CI lies
-    wholly on the losing side may coexist with a pass (``allow_case_regression``) and whether
-    formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)."""
+    wholly on the losing side may coexist with a pass (``allow_case_regression``), whether
+    formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)
+    and whether they may pass with explained foreign activity on more than 20 % of their pairs
+    (``allow_explained_foreign_activity``, R17: for a metric the host's load cannot move, e.g. a
+    process's own CPU time; :mod:`perfledger.commands.foreign_share`)."""
 
     min_pairs_per_case: int = 5
     confidence: float = 0.95
@@ -216,6 +219,7 @@ class Statistics(_Part, kw_only=True):
     aggregation: Aggregation = "geomean"
     allow_case_regression: bool = False
     allow_outside_samples: bool = False
+    allow_explained_foreign_activity: bool = False
 
 
 class ReadinessRecorded(_Payload, kw_only=True):
@@ -712,7 +716,6 @@ class DerivedVerdict(_Part, kw_only=True):
         statistic, aggregation: what the per-case derivation computed (the Target's).
         cases: per-case figures; blocking: cases whose regression blocked ``pass`` (and, under
             ``per_case/v2``, cases that lost more than the minimum effect).
-        unresolved: cases whose CI is too wide to judge them (``per_case/v2``; empty before).
     """
 
     status: Status
@@ -737,7 +740,6 @@ class DerivedVerdict(_Part, kw_only=True):
     aggregation: str | None = None
     cases: tuple[DerivedCase, ...] = ()
     blocking: tuple[str, ...] = ()
-    unresolved: tuple[str, ...] = ()
 
 
 class DerivedGuardrail(_Part, kw_only=True):

@@ -46,7 +46,7 @@ The derivation, step by step (``docs/verdicts.md`` says the same for users):
    in ``blocking``), unless the Target allows a per-case regression. A noisy case that lost
    (its CI too wide to call it *regressed*) thus cannot be outvoted by the other cases. A case
    whose CI is wider than :data:`UNRESOLVED_WIDTH` times the minimum effect is *unresolved*:
-   named in ``unresolved`` and in the reason (it does not change the status by itself).
+   named in the reason (it does not change the status by itself).
 
 Guardrails are judged per case on the per-call medians: ``fail`` when any case's regression CI
 lies wholly above the allowed regression, ``pass`` when every case's upper end is within it.
@@ -411,20 +411,21 @@ def derive_case_verdict(
             f"case(s) regressed beyond their resolution: {worst}; the Target allows no "
             f"per-case regression (without it: {reason})"
         )
-    extra: dict[str, Any] = {}
     if method == METHOD_V2:
-        status, reason, blocking, extra["unresolved"] = _no_outvoting(
+        status, reason, blocking = _no_outvoting(
             cases, status, reason, blocking, min_effect, allow_case_regression, degenerate
         )
     return DerivedVerdict(
         status=status, reason=reason, estimate=estimate, ci_low=low, ci_high=high,
         degenerate=degenerate, clear_loss=clear_loss, wilcoxon_p=wilcoxon_p(gains_pooled),
-        blocking=blocking, **common, **extra,
+        blocking=blocking, **common,
     )  # fmt: skip
 
 
 #: How a primary capped by a losing case (``per_case/v2``) begins its reason.
 LOSING = "case(s) lost more than the minimum effect"
+#: How a ``per_case/v2`` reason names the cases whose CI is too wide to judge them.
+UNRESOLVED = "unresolved case(s)"
 
 
 def _case_figure(c: DerivedCase) -> str:
@@ -442,11 +443,12 @@ def _no_outvoting(
     min_effect: float,
     allow_case_regression: bool,
     degenerate: bool,
-) -> tuple[Status, str, tuple[str, ...], tuple[str, ...]]:
+) -> tuple[Status, str, tuple[str, ...]]:
     """Step 6 (``per_case/v2``, R12): a case that lost (point estimate below ``-min_effect``, or
     CI upper end below zero) caps the primary at ``inconclusive`` unless the Target allows a
     per-case regression; cases whose CI is wider than :data:`UNRESOLVED_WIDTH` x ``min_effect``
-    are unresolved. Returns: (status, reason, blocking, unresolved)."""
+    are unresolved and named in the reason (:data:`UNRESOLVED`). Returns: (status, reason,
+    blocking)."""
     # every case has its required pairs here (a short case made the primary inconclusive)
     judged = [c for c in cases if c.estimate is not None and c.ci_high is not None]
     unresolved = tuple(
@@ -479,10 +481,10 @@ def _no_outvoting(
             reason = f"{reason}; case(s) lost more than the minimum effect: {named}"
     if unresolved:
         reason = (
-            f"{reason}; unresolved case(s), CI wider than {UNRESOLVED_WIDTH:g} x the minimum "
-            f"effect: {', '.join(unresolved)} (measure more pairs to resolve them)"
+            f"{reason}; {UNRESOLVED} (CI wider than {UNRESOLVED_WIDTH:g} x the minimum effect): "
+            f"{', '.join(unresolved)} (measure more pairs to resolve them)"
         )
-    return status, reason, blocking, unresolved
+    return status, reason, blocking
 
 
 def _aggregate_status(
