@@ -46,10 +46,11 @@ def formal_foreign_rule(samples: Any, status: str, notes: list[str], allowed: bo
     if touched / total <= FOREIGN_SHARE_LIMIT:
         return status
     if allowed:
+        # not an "R17:" note: those name what kept a result from passing (verdict explain)
         notes.append(
-            f"R17: foreign activity touched {touched} of {total} pairs; the readiness allows "
-            "explained foreign activity at formal stages (statistics."
-            "allow_explained_foreign_activity: the metric is declared immune to the host's load)"
+            f"allowed by the readiness (R17): explained foreign activity on {touched} of {total} "
+            "pairs (statistics.allow_explained_foreign_activity: the metric is declared immune "
+            "to the host's load)"
         )
         return status
     notes.append(
