@@ -21,8 +21,9 @@ RECORDED = Path(__file__).resolve().parents[2] / "examples" / "recorded"
 #: audit re-derives facts with: the state holds each evidence payload whole; and when the
 #: projections gained the final-audit standing, explained activity and review records, and
 #: when readiness statistics, baselines, samples and verdicts gained the per-case, aggregation
-#: and provenance fields, which old events read with their defaults.)
-STATE_HASH = "013fd01944f86ab3519aedbbfc7b85bdb262638d77c56e13dd525b27d4efb611"
+#: and provenance fields, which old events read with their defaults; and when readiness
+#: statistics gained ``allow_explained_foreign_activity``, read as False.)
+STATE_HASH = "49cc69e889c39a409085fba61a7286892dae8e9ea8113fb552a0e803ec8368f8"
 
 
 def _pl(ledger: Path, env: dict[str, str], *args: str) -> dict:

@@ -29,9 +29,11 @@ def _setup(
     primary_unit: str = "ms",
     primary: str = "time_ms",
     cases: tuple[str, ...] = ("small", "large"),
+    statistics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ledger with a Target (lower-is-better time), readiness carrying this machine's
-    environment and a test set of ``cases``, a metric audit and a baseline; no resolution yet."""
+    environment, a test set of ``cases`` and ``statistics`` (the defaults when None), a metric
+    audit and a baseline; no resolution yet."""
     env = environment_payload(tools=True)
     ledger = Ledger.init(path, name="m", actor="agent")
     try:
@@ -49,6 +51,7 @@ def _setup(
                          "cases": list(cases)},
             "accuracy_rule": "exact sum", "driver": {"argv": [sys.executable, str(SUMSQ)]},
             "environment": env["readiness_environment"],
+            **({"statistics": statistics} if statistics is not None else {}),
         })  # fmt: skip
         run("metric-audit.record", {
             "target_id": "t1", "metric": primary, "numerator": "wall time", "denominator": "call",

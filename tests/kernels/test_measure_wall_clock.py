@@ -78,7 +78,9 @@ def _measure(path: Path, tmp: Path, experiment: str, stage: str, ref: str, cand:
 
 def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    _setup(ledger, cases=("small",))
+    # this test is about the wall-clock rule; a loaded test host's foreign activity (explained
+    # by --explain-foreign) is declared acceptable so that R17 does not decide instead
+    _setup(ledger, cases=("small",), statistics={"allow_explained_foreign_activity": True})
     _record_resolution(ledger)
     _experiment(ledger)  # e1: an honest candidate doing half the work
     ref, honest = _cmd("--work-s", "1.0"), _cmd("--work-s", "0.5")

@@ -35,6 +35,7 @@ from perfledger.errors import RuleRefused
 from perfledger.ledger.base import Artifact
 from perfledger.projections.verdict_cases import (
     METHOD,
+    METHOD_V1,
     aa_resolution,
     derive_case_guardrail,
     derive_case_verdict,
@@ -160,7 +161,7 @@ def test_r12_guardrail_is_judged_per_case() -> None:
                               allowed_regression=0.2)  # fmt: skip
     assert g.regression is not None and g.regression < 0.2
     assert g.status == "fail" and "['b']" in g.reason
-    assert g.method == METHOD and [c.case for c in g.cases] == ["a", "b"]
+    assert g.method == METHOD_V1 and [c.case for c in g.cases] == ["a", "b"]
 
 
 def test_r12_per_case_derivation_is_deterministic() -> None:
@@ -277,7 +278,9 @@ def test_r12_verdicts_recorded_under_schema_1_are_re_derived_by_the_pooled_media
     old, new = decide(1), decide(None)
     assert old.primary.method is None and old.primary.cases == () and old.unit is None
     assert new.primary.method == METHOD and len(new.primary.cases) == 2 and new.unit == "ms"
-    assert decide(2) == new
+    assert decide(3) == new
+    assert decide(2).primary.method == METHOD_V1  # schema 2: per_case/v1 (same figures)
+    assert decide(2).primary.cases == new.primary.cases
 
 
 # ------------------------------------------------------------------------ properties

@@ -20,11 +20,13 @@ from typing import Any
 import blake3
 import msgspec
 
+from perfledger.commands.foreign_share import formal_foreign_rule
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
+    PER_CASE_V2,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
     R14_BLOCKS_CHAMPION,
@@ -661,6 +663,8 @@ class DerivationParams(msgspec.Struct, frozen=True):
         case_resolution: case -> that case's measured resolution (ratio), where recorded.
         pooled: derive by the pooled median of per-pair improvements (the rule of verdicts
             recorded under schema 1), not per case.
+        method: the per-case method (``per_case/v2``; ``per_case/v1`` for verdicts recorded
+            under schema 2).
     """
 
     definition: TargetDefinition
@@ -668,15 +672,18 @@ class DerivationParams(msgspec.Struct, frozen=True):
     resolution: float
     case_resolution: dict[str, float] = {}
     pooled: bool = False
+    method: str = "per_case/v2"
 
 
 #: A derivation: the primary verdict, the guardrails' and the secondaries' (R12).
 Derived = tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]
 
 
-def derivation_params(target: TargetView, pooled: bool = False) -> DerivationParams:
+def derivation_params(
+    target: TargetView, pooled: bool = False, method: str = "per_case/v2"
+) -> DerivationParams:
     """The :class:`DerivationParams` of a Target with readiness and resolution recorded;
-    ``pooled`` for the rule of schema-1 verdicts."""
+    ``pooled`` for the rule of schema-1 verdicts, ``method`` the per-case method."""
     assert target.readiness is not None and target.resolution is not None
     return DerivationParams(
         target.definition,
@@ -684,6 +691,7 @@ def derivation_params(target: TargetView, pooled: bool = False) -> DerivationPar
         target.resolution.resolution,
         dict(target.resolution.per_case),
         pooled,
+        method,
     )
 
 
@@ -782,6 +790,7 @@ def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Deri
         min_effect=definition.min_effect,
         statistic=definition.primary.statistic,
         allow_case_regression=stats.allow_case_regression,
+        method=params.method,
         **shared,
     )
     guardrails = []
@@ -819,7 +828,8 @@ def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Deri
             # A/A resolution is the primary's noise, not a secondary's (judged without, as before)
             derived_s = derive_case_verdict(
                 s_pairs, direction=s.direction, min_effect=s.threshold,
-                aggregation=stats.aggregation, allow_case_regression=True, **common,
+                aggregation=stats.aggregation, allow_case_regression=True,
+                method=params.method, **common,
             )  # fmt: skip
             secondaries.append(SecondaryVerdict(name=s.name, verdict=derived_s))
     return primary, guardrails, secondaries
@@ -865,7 +875,9 @@ def _derive(
     pooled = ctx.recorded_before("VerdictRecorded", 2)
     if not pooled:
         _tail_refusal(target, samples)
-    params = derivation_params(target, pooled)
+    # verdicts recorded under schema 2 are re-derived by per_case/v1 (R12)
+    method = "per_case/v1" if ctx.recorded_before("VerdictRecorded", PER_CASE_V2) else "per_case/v2"
+    params = derivation_params(target, pooled, method)
     if ctx.derive is not None:
         return ctx.derive(samples_event, params, samples)
     return derive_samples(params, samples)
@@ -930,6 +942,13 @@ def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) ->
     return "inconclusive" if status == "pass" else status
 
 
+def _foreign_allowed(target: TargetView) -> bool:
+    """Whether the Target's readiness allows formal stages to pass with explained foreign
+    activity on many pairs (R17, :func:`perfledger.commands.foreign_share.formal_foreign_rule`)."""
+    readiness = target.readiness
+    return readiness is not None and readiness.statistics.allow_explained_foreign_activity
+
+
 def decide_verdict_record(
     state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
@@ -958,6 +977,8 @@ def decide_verdict_record(
             f"R17: {unexplained} pair(s) overlap unexplained foreign activity; "
             "performance attribution is inconclusive (correctness stands)"
         )
+    if not ctx.recorded_before("VerdictRecorded", PER_CASE_V2):
+        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
@@ -1047,6 +1068,8 @@ def decide_final_audit_record(
     if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
+    if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
+        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(

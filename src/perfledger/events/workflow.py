@@ -207,8 +207,11 @@ Aggregation = Literal["geomean", "total", "every_case"]
 class Statistics(_Part, kw_only=True):
     """Statistical requirements (R2, R5, R12): valid pairs per case (>= 5), CI level, resamples;
     how the primary verdict aggregates the cases (``aggregation``), whether a case whose CI lies
-    wholly on the losing side may coexist with a pass (``allow_case_regression``) and whether
-    formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)."""
+    wholly on the losing side may coexist with a pass (``allow_case_regression``), whether
+    formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)
+    and whether they may pass with explained foreign activity on more than 20 % of their pairs
+    (``allow_explained_foreign_activity``, R17: for a metric the host's load cannot move, e.g. a
+    process's own CPU time; :mod:`perfledger.commands.foreign_share`)."""
 
     min_pairs_per_case: int = 5
     confidence: float = 0.95
@@ -216,6 +219,7 @@ class Statistics(_Part, kw_only=True):
     aggregation: Aggregation = "geomean"
     allow_case_regression: bool = False
     allow_outside_samples: bool = False
+    allow_explained_foreign_activity: bool = False
 
 
 class ReadinessRecorded(_Payload, kw_only=True):
@@ -707,10 +711,11 @@ class DerivedVerdict(_Part, kw_only=True):
         wilcoxon_p: two-sided Wilcoxon signed-rank p-value, for information only.
         resamples, confidence, seed: the bootstrap's parameters.
         method: ``None`` for the pooled median of per-pair improvements (schema 1 verdicts);
-            ``per_case/v1`` for the per-case derivation of
+            ``per_case/v1`` or ``per_case/v2`` for the per-case derivation of
             :mod:`perfledger.projections.verdict_cases`.
         statistic, aggregation: what the per-case derivation computed (the Target's).
-        cases: per-case figures; blocking: cases whose regression blocked ``pass``.
+        cases: per-case figures; blocking: cases whose regression blocked ``pass`` (and, under
+            ``per_case/v2``, cases that lost more than the minimum effect).
     """
 
     status: Status
@@ -1018,6 +1023,12 @@ R11_WHOLE_SUBJECT = 2
 #: The ``SamplesRecorded`` schema version from which measured samples must match their raw table
 #: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.raw_table`).
 R5_BOUND_RAW_TABLE = 3
+#: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema version from which verdicts are
+#: derived by ``per_case/v2`` (a case that lost more than the minimum effect cannot be outvoted,
+#: R12) and foreign activity on more than a share of a formal stage's pairs keeps it from
+#: passing even when explained (R17); events recorded under version 2 are re-derived by
+#: ``per_case/v1`` and the earlier R17 rule.
+PER_CASE_V2 = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1037,8 +1048,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": R5_BOUND_RAW_TABLE,
-    "VerdictRecorded": 2,
-    "FinalAuditRecorded": 2,
+    "VerdictRecorded": PER_CASE_V2,
+    "FinalAuditRecorded": PER_CASE_V2,
     "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
     "ReadinessRecorded": R11_WHOLE_SUBJECT,

@@ -1,4 +1,5 @@
-"""Per-case verdicts with the Target's declared statistic (SPEC.md R12, method ``per_case/v1``).
+"""Per-case verdicts with the Target's declared statistic (SPEC.md R12, methods ``per_case/v1``
+and ``per_case/v2``).
 
 A verdict is derived, never asserted: an auditor recomputes it from the recorded samples on any
 machine, without a GPU, and gets the same bytes (floats rounded to 12 significant digits).
@@ -38,6 +39,14 @@ The derivation, step by step (``docs/verdicts.md`` says the same for users):
    and ``total``, the aggregate CI against the minimum effect and the Target's resolution (the
    noise of the same aggregate in an A/A run, :func:`aa_resolution`), and for ``every_case``
    ``pass`` only if every case passes, ``fail`` if any fails.
+6. **A losing case cannot be outvoted** (``per_case/v2``, :data:`METHOD_V2`; verdicts recorded
+   under ``per_case/v1`` are re-derived without this step): a case whose point estimate is a
+   loss larger than the minimum effect (``estimate < -min_effect``), or whose CI's upper end is
+   below zero, makes the primary at most ``inconclusive`` (the case is named in the reason and
+   in ``blocking``), unless the Target allows a per-case regression. A noisy case that lost
+   (its CI too wide to call it *regressed*) thus cannot be outvoted by the other cases. A case
+   whose CI is wider than :data:`UNRESOLVED_WIDTH` times the minimum effect is *unresolved*:
+   named in the reason (it does not change the status by itself).
 
 Guardrails are judged per case on the per-call medians: ``fail`` when any case's regression CI
 lies wholly above the allowed regression, ``pass`` when every case's upper end is within it.
@@ -62,8 +71,18 @@ from perfledger.projections.verdicts import (
     wilcoxon_p,
 )
 
-#: The derivation method recorded in every verdict this module derives.
-METHOD = "per_case/v1"
+#: The first per-case method: a case blocks ``pass`` only when it regressed beyond its noise.
+METHOD_V1 = "per_case/v1"
+#: The current method: also a case that lost more than the minimum effect (point estimate), or
+#: whose CI lies below zero, caps the primary at ``inconclusive`` (step 6 of the module doc).
+METHOD_V2 = "per_case/v2"
+#: The derivation method recorded in every verdict this module derives by default.
+METHOD = METHOD_V2
+METHODS = (METHOD_V1, METHOD_V2)
+#: The bootstrap's seed tag: the same for both methods, so v2 differs from v1 only in step 6.
+_SEED_TAG = METHOD_V1
+#: A case whose CI is wider than this multiple of the minimum effect is "unresolved" (v2).
+UNRESOLVED_WIDTH = 4.0
 #: Statistics this module derives; ``p95``/``p99`` need per-request samples.
 STATISTICS = ("median", "mean", "p95", "p99", "throughput")
 TAIL_QUANTILES = {"p95": 0.95, "p99": 0.99}
@@ -271,6 +290,7 @@ def derive_case_verdict(
     min_pairs_per_case: int = MIN_PAIRS_PER_CASE_FLOOR,
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
+    method: str = METHOD,
 ) -> DerivedVerdict:
     """Derive a metric's verdict per test case and aggregate it (R12, R5; module docstring).
 
@@ -286,13 +306,18 @@ def derive_case_verdict(
         allow_case_regression: a regressed case does not block ``pass``.
         min_pairs_per_case: required valid pairs per case (raised to the floor of 5).
         resamples, confidence: bootstrap parameters.
-    Returns: a :class:`DerivedVerdict` with ``method`` :data:`METHOD` and per-case ``cases``.
-    Raises: ValueError for an unknown statistic or aggregation, a pair without values, a
+        method: :data:`METHOD_V2` (default): a case that lost more than the minimum effect, or
+            whose CI lies below zero, caps the primary at ``inconclusive`` and unresolved cases
+            are named (step 6); :data:`METHOD_V1`: the rule of verdicts recorded before that.
+    Returns: a :class:`DerivedVerdict` with ``method`` and per-case ``cases``.
+    Raises: ValueError for an unknown method, statistic or aggregation, a pair without values, a
         non-positive statistic (no ratio), or a tail statistic without enough values per case
         (:func:`tail_support_problems`; the verdict decider refuses before deriving).
     """
     import numpy as np
 
+    if method not in METHODS:
+        raise ValueError(f"unknown per-case method {method!r}; expected one of {METHODS}")
     if statistic not in STATISTICS:
         raise ValueError(f"unknown statistic {statistic!r}; expected one of {STATISTICS}")
     if aggregation not in AGGREGATIONS:
@@ -314,7 +339,7 @@ def derive_case_verdict(
         resolution if aggregation != "every_case" else max([resolution, *resolutions.values()])
     )
     seed = bootstrap_seed(
-        METHOD, direction, statistic, aggregation, min_effect, resolution, sorted(resolutions.items()),
+        _SEED_TAG, direction, statistic, aggregation, min_effect, resolution, sorted(resolutions.items()),
         resamples, confidence, [[c, [[list(p.ref), list(p.cand)] for p in by_case[c]]] for c in sorted(by_case)],
     )  # fmt: skip
     boot = _Bootstrap(by_case, statistic, resamples, seed)
@@ -336,7 +361,7 @@ def derive_case_verdict(
         "direction": direction, "min_effect": min_effect, "resolution": threshold_res,
         "n_pairs": sum(per_case.values()), "n_excluded": sum(1 for p in pairs if not p.valid),
         "pairs_per_case": per_case, "resamples": resamples, "confidence": confidence,
-        "seed": seed, "method": METHOD, "statistic": statistic, "aggregation": aggregation,
+        "seed": seed, "method": method, "statistic": statistic, "aggregation": aggregation,
         "cases": tuple(cases),
     }  # fmt: skip
     short = [c for c, n in per_case.items() if n < required]
@@ -386,11 +411,80 @@ def derive_case_verdict(
             f"case(s) regressed beyond their resolution: {worst}; the Target allows no "
             f"per-case regression (without it: {reason})"
         )
+    if method == METHOD_V2:
+        status, reason, blocking = _no_outvoting(
+            cases, status, reason, blocking, min_effect, allow_case_regression, degenerate
+        )
     return DerivedVerdict(
         status=status, reason=reason, estimate=estimate, ci_low=low, ci_high=high,
         degenerate=degenerate, clear_loss=clear_loss, wilcoxon_p=wilcoxon_p(gains_pooled),
         blocking=blocking, **common,
     )  # fmt: skip
+
+
+#: How a primary capped by a losing case (``per_case/v2``) begins its reason.
+LOSING = "case(s) lost more than the minimum effect"
+#: How a ``per_case/v2`` reason names the cases whose CI is too wide to judge them.
+UNRESOLVED = "unresolved case(s)"
+
+
+def _case_figure(c: DerivedCase) -> str:
+    return (
+        f"{c.case} (improvement {100 * (c.estimate or 0.0):.2f} %, CI "
+        f"[{100 * (c.ci_low or 0.0):.2f} %, {100 * (c.ci_high or 0.0):.2f} %])"
+    )
+
+
+def _no_outvoting(
+    cases: Sequence[DerivedCase],
+    status: Status,
+    reason: str,
+    blocking: tuple[str, ...],
+    min_effect: float,
+    allow_case_regression: bool,
+    degenerate: bool,
+) -> tuple[Status, str, tuple[str, ...]]:
+    """Step 6 (``per_case/v2``, R12): a case that lost (point estimate below ``-min_effect``, or
+    CI upper end below zero) caps the primary at ``inconclusive`` unless the Target allows a
+    per-case regression; cases whose CI is wider than :data:`UNRESOLVED_WIDTH` x ``min_effect``
+    are unresolved and named in the reason (:data:`UNRESOLVED`). Returns: (status, reason,
+    blocking)."""
+    # every case has its required pairs here (a short case made the primary inconclusive)
+    judged = [c for c in cases if c.estimate is not None and c.ci_high is not None]
+    unresolved = tuple(
+        c.case
+        for c in judged
+        if c.ci_low is not None
+        and c.ci_high is not None
+        and c.ci_high - c.ci_low > UNRESOLVED_WIDTH * min_effect
+    )
+    losing = tuple(
+        c.case
+        for c in judged
+        if c.case not in blocking
+        and c.estimate is not None
+        and c.ci_high is not None
+        and (c.estimate < -min_effect or c.ci_high < 0.0)
+    )
+    if losing and not allow_case_regression and not degenerate:
+        named = ", ".join(_case_figure(c) for c in cases if c.case in losing)
+        blocking = blocking + losing
+        if status == "pass":
+            # a case that lost cannot be outvoted by the others, whatever its CI's width
+            status = "inconclusive"
+            reason = (
+                f"{LOSING} ({100 * min_effect:.2f} %) or lie wholly below zero: {named}; the "
+                f"other cases cannot outvote them and the Target allows no per-case regression "
+                f"(without it: {reason})"
+            )
+        else:
+            reason = f"{reason}; case(s) lost more than the minimum effect: {named}"
+    if unresolved:
+        reason = (
+            f"{reason}; {UNRESOLVED} (CI wider than {UNRESOLVED_WIDTH:g} x the minimum effect): "
+            f"{', '.join(unresolved)} (measure more pairs to resolve them)"
+        )
+    return status, reason, blocking
 
 
 def _aggregate_status(
@@ -451,11 +545,11 @@ def derive_case_guardrail(
     derived = derive_case_verdict(
         pairs, direction=direction, min_effect=0.0, statistic="median", aggregation="geomean",
         allow_case_regression=True, min_pairs_per_case=min_pairs_per_case, resamples=resamples,
-        confidence=confidence,
+        confidence=confidence, method=METHOD_V1,
     )  # fmt: skip
     common: dict[str, Any] = {
         "metric": metric, "allowed_regression": allowed_regression, "n_pairs": derived.n_pairs,
-        "method": METHOD, "cases": derived.cases,
+        "method": METHOD_V1, "cases": derived.cases,
     }  # fmt: skip
     if derived.ci_low is None or derived.ci_high is None or derived.estimate is None:
         required = max(min_pairs_per_case, MIN_PAIRS_PER_CASE_FLOOR)
@@ -517,7 +611,7 @@ def aa_resolution(
     if not by_case or short:
         raise ValueError(f"an A/A needs at least 2 valid pairs in every case; short: {short}")
     seed = bootstrap_seed(
-        "aa/" + METHOD, direction, statistic, aggregation, resamples, confidence,
+        "aa/" + _SEED_TAG, direction, statistic, aggregation, resamples, confidence,
         [[c, [[list(p.ref), list(p.cand)] for p in by_case[c]]] for c in sorted(by_case)],
     )  # fmt: skip
     boot = _Bootstrap(by_case, statistic, resamples, seed)

@@ -17,6 +17,9 @@ The conditions, in the order they are checked (the first that applies decided):
     fewer valid pairs than required per test case;
 ``degenerate``
     a zero-width CI (identical values prove nothing);
+``foreign_share``
+    R17: foreign activity touched more than a share of a formal stage's pairs; explained or not,
+    it cannot by itself let the result pass (measure again on a quiet host);
 ``foreign_activity``
     R17: pairs overlap unexplained foreign activity (the derivation alone was pass or fail);
 ``wall_clock``
@@ -31,6 +34,9 @@ The conditions, in the order they are checked (the first that applies decided):
 ``case_regressed``
     R12: a test case's CI lies wholly on the losing side beyond its resolution, and the Target
     allows no per-case regression (the case is named);
+``case_lost``
+    R12 (``per_case/v2``): a test case lost more than the minimum effect (or its whole CI is
+    below zero) and cannot be outvoted by the others: at most inconclusive (the case is named);
 ``every_case``
     the Target's aggregation is ``every_case`` and some case did not pass;
 ``fail``
@@ -52,12 +58,14 @@ from perfledger.projections.measurement_flags import WALL_CLOCK_NOTE
 CONDITIONS = (
     "too_few_pairs",
     "degenerate",
+    "foreign_share",
     "foreign_activity",
     "wall_clock",
     "stale",
     "screen",
     "pass",
     "case_regressed",
+    "case_lost",
     "every_case",
     "fail",
     "below_min_effect",
@@ -68,6 +76,12 @@ CONDITIONS = (
 #: How a per-case derivation's reason starts when a regressed case blocked the verdict
 #: (:func:`perfledger.projections.verdict_cases.derive_case_verdict`).
 BLOCKED = "case(s) regressed beyond their resolution"
+#: How a ``per_case/v2`` reason starts when a case that lost capped the verdict at inconclusive
+#: (:data:`perfledger.projections.verdict_cases.LOSING`).
+LOSING = "case(s) lost more than the minimum effect"
+#: How the R17 note starts when foreign activity on too many pairs of a formal stage kept it
+#: from passing although explained (:mod:`perfledger.commands.foreign_share`).
+FOREIGN_SHARE = "R17: foreign activity touched"
 
 
 def pct(ratio: float | None) -> str:
@@ -112,6 +126,9 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     elif primary.get("degenerate"):
         condition = "degenerate"
         reason = "degenerate CI: the paired values are identical, which proves nothing"
+    elif _note(notes, FOREIGN_SHARE) is not None and status == "inconclusive":
+        condition = "foreign_share"
+        reason = f"{_note(notes, FOREIGN_SHARE)}; without it the derivation was {derived} ({ci})"
     elif r17 is not None and status == "inconclusive":
         condition = "foreign_activity"
         reason = (
@@ -130,6 +147,9 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
             f"screen stages never pass (R11): {ci} clears the threshold {pct(threshold)}; "
             "the target stage decides"
         )
+    elif primary.get("blocking") and str(primary.get("reason", "")).startswith(LOSING):
+        condition = "case_lost"
+        reason = f"R12: {primary.get('reason', '')}"
     elif primary.get("blocking") and str(primary.get("reason", "")).startswith(BLOCKED):
         condition = "case_regressed"
         reason = f"R12: {primary.get('reason', '')}"
