@@ -29,13 +29,15 @@ from perfledger.ledger.reader import ObjectReader
 # The per-commit and per-event checks are verify's own, so that a pull and a full verify can
 # never disagree about what a valid event is.
 from perfledger.ledger.verify import (
+    CommitFacts,
     _DagMismatch,
     _decode_payload,
     _named,
     _verify_event,
     check_merge_joins,
+    commit_facts,
+    parse_commit,
 )
-from perfledger.ledger.verify_scan import CommitFacts, commit_facts, parse_commit
 
 _EMPTY_TREE_BIN = bytes.fromhex(EMPTY_TREE.id.decode())
 
