@@ -369,6 +369,17 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
         )
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
+    check_commit(sha, commit, trailers)
+    return commit_facts(commit, trailers)
+
+
+def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
+    """Check what verify (and a pull, :mod:`perfledger.ledger.sync_verify`) checks of one
+    commit on its own: a merge has no ledger trailers, at least two parents and the empty
+    tree; an event commit has a well-formed Event-Id and Lamport trailer and at most one parent.
+
+    Raises: IntegrityError naming the commit (binary ``sha``) and the event it claims.
+    """
     event_id = trailers.get("Event-Id")
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
@@ -399,7 +410,6 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
                 commit=sha.hex(),
                 event_id=event_id,
             )
-    return commit_facts(commit, trailers)
 
 
 def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
