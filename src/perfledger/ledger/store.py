@@ -134,7 +134,7 @@ def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
     config = repo.get_config()
     values: dict[bytes, bytes] = {}
     with contextlib.suppress(KeyError):
-        values[b"formatversion"] = config.get((b"perfledger",), b"formatVersion")
+        values[b"formatversion"] = config.get((layout.CONFIG_SECTION,), b"formatVersion")
     return values
 
 
@@ -294,10 +294,10 @@ class GitStore:
                 f"{path} already holds a ledger", hint="use it, or choose another path"
             )
         config = repo.get_config()
-        config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
+        config.set((layout.CONFIG_SECTION,), b"formatVersion", str(FORMAT_VERSION).encode())
         config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
         if remember_actor:
-            config.set((b"perfledger",), b"actor", actor.encode())
+            config.set((layout.CONFIG_SECTION,), b"actor", actor.encode())
         config.write_to_path()
         # the skeleton durable before the first event (its appends fsync nothing above it)
         make_repository_durable(repo.controldir(), os.path.dirname(created or path))
@@ -328,7 +328,7 @@ class GitStore:
         """
         path = os.fspath(path)
         location = find_controldir(path)
-        config = read_section(location.controldir, b"perfledger") if location else None
+        config = read_section(location.controldir, layout.CONFIG_SECTION) if location else None
         if location is None or config is None:
             return cls._open_through_dulwich(path)
         if read_ref(location.controldir, LEDGER_REF) is None:
