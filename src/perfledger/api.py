@@ -406,11 +406,9 @@ class Ledger:
 
     # -- verification ------------------------------------------------------------------------
 
-    def verify(self, *, workers: int | None = None) -> VerifyReport:
+    def verify(self) -> VerifyReport:
         """Verify the whole ledger from zero (never the cache) and fold it on the way; the
-        report's ``extra`` holds ``state_hash`` when it passed. ``workers``: processes that
-        check events (None: chosen by size and CPUs; see
-        :func:`perfledger.ledger.verify.verify_store`); the result is the same for any number."""
+        report's ``extra`` holds ``state_hash`` when it passed."""
         state = self.projection.initial()
         holder = [state]
 
@@ -420,9 +418,7 @@ class Ledger:
         from perfledger.ledger.verify import verify_store
         from perfledger.projections.ledger_state import state_hash
 
-        report = verify_store(
-            self.store, on_event=on_event, format_version=FORMAT_VERSION, workers=workers
-        )
+        report = verify_store(self.store, on_event=on_event, format_version=FORMAT_VERSION)
         if report.ok:
             report.extra["state_hash"] = state_hash(holder[0])
         return report

@@ -27,7 +27,6 @@ import pytest
 
 from perfledger.api import Ledger
 from perfledger.ledger import packing
-from perfledger.ledger import verify as verify_mod
 from perfledger.ledger.base import Artifact, EventDraft
 from perfledger.ledger.cache import Snapshot, StateHash, load_snapshot, save_snapshot
 from perfledger.ledger.store import FORMAT_VERSION
@@ -133,9 +132,9 @@ def assert_refused(perfledger_run: CliRun, snapshot: Snap) -> Callable[..., dict
             proc = perfledger_run("--ledger", path, "verify")
             assert proc.returncode == 5
             assert event_id in proc.stderr and "state_hash" not in proc.stdout
-        ok, _events, in_workers = _in_workers(path)  # the same first failure, in parallel
-        assert not ok and in_workers is not None
-        assert {k: in_workers[k] for k in ("message", "event_id", "hint")} == {
+        ok, _events, in_process = _in_process(path)  # the same first failure, as a library
+        assert not ok and in_process is not None
+        assert {k: in_process[k] for k in ("message", "event_id", "hint")} == {
             k: error[k] for k in ("message", "event_id", "hint")
         }
         assert snapshot(path) == before, "a refused verify changed the repository"
@@ -254,22 +253,15 @@ def _verifies(path: Path) -> str:
     with Ledger.open(path) as ledger:
         report = ledger.verify()
     assert report.ok, report.error
-    assert _in_workers(path) == (True, report.events, None)
+    assert _in_process(path) == (True, report.events, None)
     return str(report.extra["state_hash"])
 
 
-def _in_workers(path: Path) -> tuple[bool, int, dict[str, object] | None]:
-    """Verify with pass 2 in two forked worker processes, two events per task (so that tasks
-    end and fail mid-ledger): (ok, events, error object). It must agree with one process."""
-    saved = verify_mod.CHUNK_EVENTS
-    verify_mod.CHUNK_EVENTS = 2
-    try:
-        with Ledger.open(path) as ledger:
-            report = verify_store(ledger.store, format_version=FORMAT_VERSION, workers=2)
-    finally:
-        verify_mod.CHUNK_EVENTS = saved
-    # pass 2 ran in the workers (a failure in pass 1, the commit graph, never reaches it)
-    assert report.extra.get("verify_workers") == 2 or (not report.ok and report.events == 0)
+def _in_process(path: Path) -> tuple[bool, int, dict[str, object] | None]:
+    """Verify through the library, in this process: (ok, events, error object). It must
+    agree with the CLI."""
+    with Ledger.open(path) as ledger:
+        report = verify_store(ledger.store, format_version=FORMAT_VERSION)
     error = None if report.error is None else report.error.to_json()["error"]
     return report.ok, report.events, error  # type: ignore[return-value]
 

@@ -155,22 +155,17 @@ def _forge_top_tree(
     _rechain(git_run, built, ARTIFACT_EVENT, raw.replace(tree.encode(), new_tree.encode(), 1))
 
 
-def _in_workers(path: Path) -> dict[str, object] | None:
-    """Verify with pass 2 in two forked workers, two events per task: the error object."""
-    saved = verify_mod.CHUNK_EVENTS
-    verify_mod.CHUNK_EVENTS = 2
-    try:
-        with Ledger.open(path) as ledger:
-            report = verify_store(ledger.store, format_version=FORMAT_VERSION, workers=2)
-    finally:
-        verify_mod.CHUNK_EVENTS = saved
+def _in_process(path: Path) -> dict[str, object] | None:
+    """Verify through the library, in this process: the error object (None when clean)."""
+    with Ledger.open(path) as ledger:
+        report = verify_store(ledger.store, format_version=FORMAT_VERSION)
     if report.error is None:
         return None
     return report.error.to_json()["error"]  # type: ignore[return-value]
 
 
 def _assert_refused(perfledger_run: CliRun, path: Path, event_id: str) -> dict[str, object]:
-    """verify exits 5 naming ``event_id`` (JSON and text), and the parallel path agrees."""
+    """verify exits 5 naming ``event_id`` (JSON and text), and the library agrees."""
     proc = perfledger_run("--ledger", path, "verify", "--json")
     assert proc.returncode == 5, proc.stdout + proc.stderr
     error = json.loads(proc.stdout)["error"]
@@ -178,9 +173,9 @@ def _assert_refused(perfledger_run: CliRun, path: Path, event_id: str) -> dict[s
     assert event_id in error["message"]
     text = perfledger_run("--ledger", path, "verify")
     assert text.returncode == 5 and event_id in text.stderr
-    parallel = _in_workers(path)
-    assert parallel is not None
-    assert {k: parallel[k] for k in ("message", "event_id")} == {
+    in_process = _in_process(path)
+    assert in_process is not None
+    assert {k: in_process[k] for k in ("message", "event_id")} == {
         k: error[k] for k in ("message", "event_id")
     }
     return error
@@ -197,7 +192,7 @@ def test_untouched_ledger_verifies_clean(built: Built, perfledger_run: CliRun) -
     """The ledger the forgeries start from verifies (the tests below are not vacuous)."""
     proc = perfledger_run("--ledger", built.path, "verify", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _in_workers(built.path) is None
+    assert _in_process(built.path) is None
 
 
 @pytest.mark.parametrize(
@@ -356,7 +351,7 @@ def test_integer_at_the_64_bit_limits_verifies(
     _forge_head_request(git_run, built, literal)
     proc = perfledger_run("--ledger", built.path, "verify", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _in_workers(built.path) is None
+    assert _in_process(built.path) is None
 
 
 @settings(max_examples=300, deadline=None)

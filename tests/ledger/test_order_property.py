@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from perfledger.api import Ledger
 from perfledger.events.envelope import compute_event_id
-from perfledger.ledger import verify as verify_mod
 from perfledger.ledger.base import EventDraft
 from perfledger.ledger.store import GitStore
 from perfledger.projections.ledger_state import state_hash
@@ -105,13 +104,6 @@ def _observe(path: Path) -> tuple[list[str], str, str, int]:
         assert report.ok, report.error
         assert report.events == len(events)
         hashed = state_hash(ledger.state())
-        saved, verify_mod.CHUNK_EVENTS = verify_mod.CHUNK_EVENTS, 3
-        try:  # pass 2 in two worker processes, three events a task: the same fold
-            parallel = ledger.verify(workers=2)
-        finally:
-            verify_mod.CHUNK_EVENTS = saved
-        assert parallel.extra["verify_workers"] == 2 and parallel.events == report.events
-        assert parallel.extra["state_hash"] == report.extra["state_hash"]
         return [e.id for e in events], str(report.extra["state_hash"]), hashed, report.merges
     finally:
         ledger.close()

@@ -28,9 +28,9 @@ def test_an_append_in_a_new_process_does_not_load_the_index_and_chains_correctly
     with Ledger.open(path) as ledger:
         first = ledger.store.append(note("a"))
         second = ledger.store.append(note("b"))
-        assert not ledger.store._index_loaded
+        assert not ledger.store._index.loaded
         assert ledger.store.commits_since(before.head.encode()) is not None
-        assert not ledger.store._index_loaded  # two commits read from git, no index
+        assert not ledger.store._index.loaded  # two commits read from git, no index
     assert first.parents == before.event_heads and first.lamport == before.lamport + 1
     assert second.parents == (first.id,) and second.lamport == first.lamport + 1
     with Ledger.open(path) as ledger:  # the saved index lags; loading it walks the new commits
@@ -47,12 +47,12 @@ def test_an_idempotency_key_loads_the_index_and_finds_the_earlier_event(
     _ledger_with_saved_index(path, note)
     with Ledger.open(path) as ledger:
         kept = ledger.store.append(note("k", idempotency_key="key-1"))
-        assert ledger.store._index_loaded
+        assert ledger.store._index.loaded
     with Ledger.open(path) as ledger:
         ledger.store.append(note("no key"))
-        assert not ledger.store._index_loaded
+        assert not ledger.store._index.loaded
         again = ledger.store.append(note("k", idempotency_key="key-1"))
-        assert ledger.store._index_loaded
+        assert ledger.store._index.loaded
         assert again == kept
         assert ledger.store.count() == 301 + 2
 
@@ -65,5 +65,5 @@ def test_a_long_running_writer_loads_and_keeps_the_index_after_a_few_appends(
     with Ledger.open(path) as ledger:
         for i in range(store_module._UNINDEXED_MAX + 1):
             ledger.store.append(note(f"x{i}"))
-        assert ledger.store._index_loaded
+        assert ledger.store._index.loaded
         assert ledger.store.count() == 301 + store_module._UNINDEXED_MAX + 1

@@ -174,15 +174,6 @@ class ObjectReader:
         self._packs.append(_PackMap(base + ".pack", fd))
         self._sparse.append((number, index))
 
-    def pack_paths(self) -> list[str]:
-        """The ``.pack`` files this reader maps (in the order it searches them)."""
-        return [pack.path for pack in self._packs]
-
-    def packed_object_count(self) -> int:
-        """How many packed objects this reader maps (duplicates across packs counted once in
-        dict mode, once per pack otherwise): a cheap size estimate of the ledger."""
-        return len(self._where) + sum(len(shas) for _, shas, _ in self._tables)
-
     def _store(self) -> DiskObjectStore:
         if self._opened is None:
             assert self._open_store is not None

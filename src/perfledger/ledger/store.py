@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import blake3
-import msgspec
 
 from perfledger.errors import (
     AmbiguousId,
@@ -60,6 +59,7 @@ from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
+from perfledger.ledger.index import CommitIndex, IndexEntry, entry_from_raw
 from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -69,10 +69,8 @@ from perfledger.ledger.objects import (
     build_event_objects,
     build_merge_commit,
     commit_info,
-    event_trailers,
     parse_commit,
 )
-from perfledger.ledger.order import in_total_order
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader, read_loose
 from perfledger.ledger.refcas import (
@@ -112,35 +110,8 @@ _UNINDEXED_MAX = 64
 _INDEX_SAVE_FRACTION = 3
 
 
-class _IndexEntry(msgspec.Struct, array_like=True):
-    """One commit in the derived index: event id (None for a merge), lamport, parents, key."""
-
-    event_id: str | None
-    lamport: int
-    parents: list[bytes]
-    key: str | None
-
-
-class _IndexFile(msgspec.Struct):
-    """The saved index: every commit reachable from ``head``, and the maps derived from them
-    (saved too, so that loading costs one decode and no per-commit Python work)."""
-
-    head: bytes
-    commits: dict[bytes, _IndexEntry]
-    by_event: dict[str, bytes]
-    keys: dict[str, str]
-
-
 def _now_seconds() -> int:
     return int(datetime.now(UTC).timestamp())
-
-
-def _entry_from_raw(raw: bytes) -> _IndexEntry:
-    """The index entry of a commit from its raw content (header, blank line, message)."""
-    header, _, message = raw.partition(b"\n\n")
-    parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
-    event_id, lamport, key = event_trailers(message)
-    return _IndexEntry(event_id, lamport, parents, key)
 
 
 def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
@@ -163,7 +134,7 @@ def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
     config = repo.get_config()
     values: dict[bytes, bytes] = {}
     with contextlib.suppress(KeyError):
-        values[b"formatversion"] = config.get((b"perfledger",), b"formatVersion")
+        values[b"formatversion"] = config.get((layout.CONFIG_SECTION,), b"formatVersion")
     return values
 
 
@@ -216,21 +187,9 @@ class GitStore:
         self._objects_dir = os.path.join(self.controldir, "objects")
         self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
         self._ref_dir = os.path.dirname(self._ref_path)
-        # Derived index of the commits reachable from self._indexed_head.
-        # Every commit read or written (structure only; may include unmerged branches) ...
-        self._commits: dict[bytes, _IndexEntry] = {}
-        # ... and the subset reachable from self._indexed_head, whose events are visible.
-        self._reachable: set[bytes] = set()
-        self._by_event: dict[str, bytes] = {}
-        self._keys: dict[str, str] = {}
-        # event id -> commit for every known commit (structure; includes unmerged branches)
-        self._all_events: dict[str, bytes] = {}
-        self._dag = EventHeads(self._node, self._all_events.__getitem__)
-        self._indexed_head: bytes | None = None
-        # the last head whose index entries were cross-checked against git (or written here)
-        self._checked_head: bytes | None = None
-        self._index_loaded = False
-        self._unsaved = 0
+        # the derived index (perfledger.ledger.index)
+        self._index = CommitIndex()
+        self._dag = EventHeads(self._node, self._index.all_events.__getitem__)
         # events appended by this process while the index was not loaded (see _attempt)
         self._unindexed_appends = 0
         self._loose_written = 0
@@ -335,10 +294,10 @@ class GitStore:
                 f"{path} already holds a ledger", hint="use it, or choose another path"
             )
         config = repo.get_config()
-        config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
+        config.set((layout.CONFIG_SECTION,), b"formatVersion", str(FORMAT_VERSION).encode())
         config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
         if remember_actor:
-            config.set((b"perfledger",), b"actor", actor.encode())
+            config.set((layout.CONFIG_SECTION,), b"actor", actor.encode())
         config.write_to_path()
         # the skeleton durable before the first event (its appends fsync nothing above it)
         make_repository_durable(repo.controldir(), os.path.dirname(created or path))
@@ -355,9 +314,9 @@ class GitStore:
         store._write_objects(objects, batch=False)
         if not store._compare_and_swap(None, commit.id):
             raise ConcurrentAppend(f"another process initialised {path} at the same time")
-        store._index_commit(commit.id, envelope.id, 1, [], None)
-        store._indexed_head = commit.id
-        store._index_loaded = True
+        store._index.add(commit.id, IndexEntry(envelope.id, 1, [], None))
+        store._index.head = commit.id
+        store._index.loaded = True
         return store
 
     @classmethod
@@ -369,7 +328,7 @@ class GitStore:
         """
         path = os.fspath(path)
         location = find_controldir(path)
-        config = read_section(location.controldir, b"perfledger") if location else None
+        config = read_section(location.controldir, layout.CONFIG_SECTION) if location else None
         if location is None or config is None:
             return cls._open_through_dulwich(path)
         if read_ref(location.controldir, LEDGER_REF) is None:
@@ -405,7 +364,7 @@ class GitStore:
 
         A few new commits are not worth rewriting the whole index (O(ledger): ~30 ms of a CLI
         append on 10,000 events): the next open walks them from the saved head instead."""
-        if self._unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
+        if self._index.unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
             with contextlib.suppress(OSError):
                 self._save_index()
         for fd in (self._lock_fd, self._ref_dir_fd):
@@ -482,13 +441,13 @@ class GitStore:
         Raises: BadRequest when no event with that id (or unique id prefix) exists.
         """
         self._catch_up(self.read_head())
-        sha = self._by_event.get(event_id)
+        sha = self._index.by_event.get(event_id)
         if sha is not None:
             return sha
         if 4 <= len(event_id) < 64:
-            matches = [e for e in self._by_event if e.startswith(event_id)]
+            matches = [e for e in self._index.by_event if e.startswith(event_id)]
             if len(matches) == 1:
-                return self._by_event[matches[0]]
+                return self._index.by_event[matches[0]]
             if len(matches) > 1:
                 raise AmbiguousId(
                     f"event id prefix {event_id!r} is ambiguous ({len(matches)} events)",
@@ -565,7 +524,7 @@ class GitStore:
         without the derived index; ``perfledger audit`` reports the others as findings.
         """
         self._catch_up(self.read_head())
-        event_id = self._keys.get(key)
+        event_id = self._index.keys.get(key)
         return None if event_id is None else self.get_event(event_id)
 
     def ordered_commits(self, head: bytes | None = None) -> list[bytes]:
@@ -573,20 +532,7 @@ class GitStore:
         total order (lamport, id)."""
         head = head or self.read_head()
         self._catch_up(head)
-        # Walk from the head: the index may also hold commits that are not (or no longer)
-        # reachable from it (a branch built but not yet merged, a ref moved by hand).
-        reachable: list[tuple[int, str, bytes]] = []
-        stack, seen = [head], set()
-        while stack:
-            sha = stack.pop()
-            if sha in seen:
-                continue
-            seen.add(sha)
-            entry = self._commits[sha]
-            if entry.event_id is not None:
-                reachable.append((entry.lamport, entry.event_id, sha))
-            stack.extend(entry.parents)
-        return in_total_order(reachable)
+        return self._index.ordered(head)
 
     def iter_events(self, head: bytes | None = None) -> Iterator[Envelope]:
         """Yield every event reachable from ``head`` (default: the current head) in the
@@ -760,7 +706,7 @@ class GitStore:
         process already holds it, or once this process has appended ``_UNINDEXED_MAX`` events
         without it (a long-running writer keeps it, and saves it)."""
         head = self.read_head()
-        indexed = self._index_loaded or self._unindexed_appends >= _UNINDEXED_MAX
+        indexed = self._index.loaded or self._unindexed_appends >= _UNINDEXED_MAX
         if indexed:
             self._catch_up(head)
             self._check_index_at(head)
@@ -786,18 +732,19 @@ class GitStore:
             return None
         if indexed:
             for sha, entry in entries:
-                self._index_commit(sha, entry.event_id, entry.lamport, entry.parents, entry.key)
-            self._indexed_head = self._checked_head = new_head
-            self._unsaved += len(entries)
-            if self._unsaved >= max(_INDEX_SAVE_EVERY, len(self._commits) // _INDEX_SAVE_FRACTION):
+                self._index.add(sha, entry)
+            self._index.head = self._index.checked_head = new_head
+            self._index.unsaved += len(entries)
+            if self._index.unsaved >= max(
+                _INDEX_SAVE_EVERY, len(self._index.commits) // _INDEX_SAVE_FRACTION
+            ):
                 with contextlib.suppress(OSError):
                     self._save_index()
         else:
             # facts about commits this process wrote (the next attempt reads its head from
             # here); the saved index catches up by walking them when it is next loaded
             for sha, entry in entries:
-                self._commits[sha] = entry
-                self._all_events[entry.event_id] = sha
+                self._index.know(sha, entry)
             self._unindexed_appends += len(entries)
         self._after_write(objects, batch)
         return envelopes
@@ -826,7 +773,7 @@ class GitStore:
         missing = 0
         for draft in drafts:
             key = draft.idempotency_key
-            event_id = self._keys.get(key) if key is not None else None
+            event_id = self._index.keys.get(key) if key is not None else None
             if event_id is None:
                 missing += 1
                 continue
@@ -860,7 +807,7 @@ class GitStore:
         drafts: list[EventDraft],
         parents: tuple[str, ...] | None = None,
         lamport: int | None = None,
-    ) -> tuple[list[Envelope], list[RawObject], bytes, list[tuple[bytes, _IndexEntry]]]:
+    ) -> tuple[list[Envelope], list[RawObject], bytes, list[tuple[bytes, IndexEntry]]]:
         """Build the envelopes and git objects of ``drafts`` chained on commit ``head``, whose
         event heads and Lamport clock are ``parents`` and ``lamport`` (looked up when None).
         Returns (envelopes, objects, the last commit, index entries)."""
@@ -871,7 +818,7 @@ class GitStore:
         parent_commit = head
         envelopes: list[Envelope] = []
         objects: list[RawObject] = []
-        entries: list[tuple[bytes, _IndexEntry]] = []
+        entries: list[tuple[bytes, IndexEntry]] = []
         for draft in drafts:
             lamport += 1
             built = build_envelope(draft, parents, lamport)
@@ -882,7 +829,7 @@ class GitStore:
             entries.append(
                 (
                     commit.id,
-                    _IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key),
+                    IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key),
                 )
             )
             parents = (envelope.id,)
@@ -987,100 +934,47 @@ class GitStore:
 
     # ------------------------------------------------------------------ derived index
 
-    def _index_commit(
-        self, sha: bytes, event_id: str | None, lamport: int, parents: list[bytes], key: str | None
-    ) -> None:
-        """Record a commit that is reachable from the ledger ref (its event becomes visible)."""
-        self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
-        self._mark_reachable(sha)
-
-    def _mark_reachable(self, sha: bytes) -> None:
-        entry = self._commits[sha]
-        if entry.event_id is not None:
-            self._all_events[entry.event_id] = sha
-        self._reachable.add(sha)
-        if entry.event_id is not None:
-            self._by_event[entry.event_id] = sha
-            if entry.key is not None:
-                # a key carried by several events (used on concurrent branches, then merged)
-                # answers with the one first in the total order, (lamport, id): a function of
-                # the DAG alone, whatever order this walk met them in
-                current = self._keys.get(entry.key)
-                if current is None or (entry.lamport, entry.event_id) < (
-                    self._commits[self._by_event[current]].lamport,
-                    current,
-                ):
-                    self._keys[entry.key] = entry.event_id
-
     def _index_path(self) -> str:
         return os.path.join(self.derived_dir, layout.INDEX_FILE)
 
     def _load_index(self) -> None:
-        self._index_loaded = True
-        try:
-            with open(self._index_path(), "rb") as f:
-                data = msgspec.msgpack.decode(f.read(), type=_IndexFile)
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-            return
-        if data.head not in data.commits:
-            return
-        # the index's head must still exist: the current head (no read needed), a loose
-        # object, or (looked up through dulwich) a packed one
+        self._index.load(self._index_path(), self._head_exists)
+
+    def _head_exists(self, head: bytes) -> bool:
+        """True when commit ``head`` (hex) is the current head (no read needed), a loose
+        object, or (looked up through dulwich) a packed one."""
         current: bytes | None = None
         with contextlib.suppress(OSError):
             current = read_ref(self.controldir, LEDGER_REF)
-        if data.head != current:
-            try:
-                loose = read_loose(self._objects_dir, bytes.fromhex(data.head.decode()))
-            except (IntegrityError, ValueError):
-                return
-            if loose is None and data.head not in self.repo.object_store:
-                return
-        events = sum(1 for entry in data.commits.values() if entry.event_id is not None)
-        if events != len(data.by_event) or len(data.keys) > events:
-            return  # inconsistent: rebuilt from the commits
-        self._commits.update(data.commits)
-        self._reachable.update(data.commits)
-        self._by_event.update(data.by_event)
-        self._all_events.update(data.by_event)
-        self._keys.update(data.keys)
-        self._indexed_head = data.head
-        self._unsaved = 0
+        if head == current:
+            return True
+        try:
+            loose = read_loose(self._objects_dir, bytes.fromhex(head.decode()))
+        except (IntegrityError, ValueError):
+            return False
+        return loose is not None or head in self.repo.object_store
 
     def _save_index(self) -> None:
-        if self._indexed_head is None or self._unsaved == 0:
-            return
-        os.makedirs(self.derived_dir, exist_ok=True)
-        reachable = {sha: self._commits[sha] for sha in self._reachable}
-        payload = msgspec.msgpack.encode(
-            _IndexFile(self._indexed_head, reachable, self._by_event, self._keys)
-        )
-        tmp = f"{self._index_path()}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, self._index_path())
-        self._unsaved = 0
+        self._index.save(self._index_path())
 
-    def _entry(self, sha: bytes) -> _IndexEntry:
+    def _entry(self, sha: bytes) -> IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
 
-        entry = self._commits.get(sha)
+        entry = self._index.commits.get(sha)
         if entry is None:
             self._bulk_misses += 1
             if self._bulk is None and self._bulk_misses > 64 and self._in_bulk:
                 # catching up from a saved index: a short walk, for which loading every pack
                 # index (~70 ms on a 10,000-event ledger) costs more than it saves
-                self._bulk = self.object_reader(sparse=self._indexed_head is not None)
+                self._bulk = self.object_reader(sparse=self._index.head is not None)
             if self._bulk is not None:  # inside a long walk: the bulk reader is ~10x faster
                 type_num, raw = self._bulk.read(bytes.fromhex(sha.decode()), check=False)
                 if type_num != 1:
                     raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-                entry = _entry_from_raw(raw)
+                entry = entry_from_raw(raw)
             else:
                 entry = self._read_entry(sha)
-            self._commits[sha] = entry
-            if entry.event_id is not None:
-                self._all_events[entry.event_id] = sha
+            self._index.know(sha, entry)
         return entry
 
     def _catch_up(self, head: bytes) -> None:
@@ -1090,41 +984,22 @@ class GitStore:
         head. When the ref moved anywhere else (reset, rewritten by hand), the maps are rebuilt
         so that an event no longer reachable is never visible.
         """
-        if not self._index_loaded:
+        if not self._index.loaded:
             self._load_index()
-        if head == self._indexed_head:
+        if head == self._index.head:
             return
-        previous = self._indexed_head
-        if head in self._reachable:  # moved back or sideways inside what we knew
+        previous = self._index.head
+        if head in self._index.reachable:  # moved back or sideways inside what we knew
             self._rebuild(head)
             return
         with self._bulk_reading():
             self._walk_new(head, previous)
 
     def _walk_new(self, head: bytes, previous: bytes | None) -> None:
-        stack = [head]
-        new: list[bytes] = []
-        seen: set[bytes] = set()
-        met_previous = previous is None
-        while stack:
-            sha = stack.pop()
-            if sha in seen:
-                continue
-            if sha in self._reachable:
-                met_previous = met_previous or sha == previous
-                continue
-            seen.add(sha)
-            new.append(sha)
-            stack.extend(self._entry(sha).parents)
-        if not met_previous:
+        if not self._index.walk_new(head, previous, self._entry):
             self._rebuild(head)
-            return
-        for sha in new:
-            self._mark_reachable(sha)
-        self._indexed_head = head
-        self._unsaved += len(new)
 
-    def _read_entry(self, sha: bytes) -> _IndexEntry:
+    def _read_entry(self, sha: bytes) -> IndexEntry:
         """Read commit ``sha`` (hex) from git into an index entry: from its loose file when it
         has one (the usual case for a recent head; no dulwich needed), else through dulwich.
         Raises: IntegrityError when it is missing, corrupt or not a commit."""
@@ -1136,13 +1011,11 @@ class GitStore:
             if not isinstance(commit, Commit):
                 raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
             info = commit_info(commit)
-            return _IndexEntry(
-                info.event_id, info.lamport, list(info.parents), info.idempotency_key
-            )
+            return IndexEntry(info.event_id, info.lamport, list(info.parents), info.idempotency_key)
         type_num, raw = loose
         if type_num != 1:
             raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-        return _entry_from_raw(raw)
+        return entry_from_raw(raw)
 
     def _check_index_at(self, head: bytes) -> None:
         """Cross-check the derived index against git where a new event takes its parents and
@@ -1153,12 +1026,12 @@ class GitStore:
         Once per head per process: a head this store wrote itself, or already checked, is
         known to match."""
 
-        if head == self._checked_head:
+        if head == self._index.checked_head:
             return
         todo = [head]
         while todo:
             sha = todo.pop()
-            entry = self._commits[sha]
+            entry = self._index.commits[sha]
             found = self._read_entry(sha)
             if (found.event_id, found.lamport, found.parents) != (
                 entry.event_id,
@@ -1171,19 +1044,12 @@ class GitStore:
                 return
             if entry.event_id is None:
                 todo.extend(entry.parents)
-        self._checked_head = head
+        self._index.checked_head = head
 
     def _drop_index(self) -> None:
         """Forget every derived entry (in memory and on disk)."""
-        self._commits.clear()
-        self._reachable.clear()
-        self._by_event.clear()
-        self._keys.clear()
-        self._all_events.clear()
-        self._dag = EventHeads(self._node, self._all_events.__getitem__)
-        self._indexed_head = None
-        self._checked_head = None
-        self._index_loaded = True
+        self._index.clear()
+        self._dag = EventHeads(self._node, self._index.all_events.__getitem__)
         with contextlib.suppress(OSError):
             os.unlink(self._index_path())
 
@@ -1207,22 +1073,7 @@ class GitStore:
     def _rebuild(self, head: bytes) -> None:
         """Recompute the reachable set and the event and key maps from ``head``."""
         with self._bulk_reading():
-            self._rebuild_walk(head)
-
-    def _rebuild_walk(self, head: bytes) -> None:
-        self._reachable.clear()
-        self._by_event.clear()
-        self._keys.clear()
-        stack = [head]
-        while stack:
-            sha = stack.pop()
-            if sha in self._reachable:
-                continue
-            entry = self._entry(sha)
-            self._mark_reachable(sha)
-            stack.extend(entry.parents)
-        self._indexed_head = head
-        self._unsaved += 1
+            self._index.rebuild(head, self._entry)
 
     def _node(self, sha: bytes) -> CommitNode:
         entry = self._entry(sha)
@@ -1244,7 +1095,7 @@ class GitStore:
 
         Returns: (the envelopes, the last commit sha). Raises: as :meth:`transact`.
         """
-        if not self._index_loaded:
+        if not self._index.loaded:
             self._load_index()
         self._entry(parent_commit)  # structure only: the maps of visible events stay as they are
         envelopes, objects, new_head, entries = self._build_chain(parent_commit, list(drafts))
@@ -1252,9 +1103,7 @@ class GitStore:
         self._write_objects(objects, batch=batch)
         self._after_write(objects, batch)
         for sha, entry in entries:  # visible once the ref reaches them (set_head)
-            self._commits[sha] = entry
-            if entry.event_id is not None:
-                self._all_events[entry.event_id] = sha
+            self._index.know(sha, entry)
         return envelopes, new_head
 
     def write_merge(self, commits: Sequence[bytes], *, actor: str = "perfledger") -> bytes:
@@ -1266,13 +1115,13 @@ class GitStore:
         parents = sorted(set(commits))
         if len(parents) < 2:
             raise BadRequest("a merge joins at least two distinct commits")
-        if not self._index_loaded:
+        if not self._index.loaded:
             self._load_index()
         heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
         seconds = max(_now_seconds(), 0)
         merge = build_merge_commit(parents, heads, actor, seconds)
         self._write_objects([EMPTY_TREE, merge], batch=False)
-        self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        self._index.commits[merge.id] = IndexEntry(None, 0, list(parents), None)
         return merge.id
 
     def set_head(self, expected: bytes, new: bytes) -> bool:
@@ -1290,7 +1139,7 @@ class GitStore:
         current head), oldest first, when ``head`` descends from ``old_head`` through
         single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
         head = head or self.read_head()
-        if not self._index_loaded:
+        if not self._index.loaded:
             # a few commits are read from git (the usual case: this process's own appends,
             # already known) rather than loading the whole index; a long walk loads it
             walked = self._commits_since_unindexed(old_head, head)
@@ -1300,7 +1149,7 @@ class GitStore:
         chain: list[bytes] = []
         sha = head
         while sha != old_head:
-            entry = self._commits.get(sha)
+            entry = self._index.commits.get(sha)
             if entry is None or len(entry.parents) != 1 or entry.event_id is None:
                 return None
             chain.append(sha)
@@ -1327,7 +1176,7 @@ class GitStore:
     def count(self) -> int:
         """Return the number of events reachable from the head."""
         self._catch_up(self.read_head())
-        return len(self._by_event)
+        return len(self._index.by_event)
 
     # ------------------------------------------------------------------ sync support
 
@@ -1337,7 +1186,7 @@ class GitStore:
 
         Raises: IntegrityError when the commit is missing or is not a commit.
         """
-        if not self._index_loaded:
+        if not self._index.loaded:
             self._load_index()
         return self._node(sha)
 
@@ -1345,13 +1194,13 @@ class GitStore:
         """True when commit ``sha`` (hex bytes) is reachable from ``head`` (default: the
         current head; pass the head already read to skip reading the ref again)."""
         self._catch_up(head or self.read_head())
-        return sha in self._reachable
+        return sha in self._index.reachable
 
     def has_event(self, event_id: str, head: bytes | None = None) -> bool:
         """True when the event ``event_id`` (a full id) is reachable from ``head`` (default:
         the current head)."""
         self._catch_up(head or self.read_head())
-        return event_id in self._by_event
+        return event_id in self._index.by_event
 
     def write_sync_merge(self, commits: Sequence[bytes]) -> bytes:
         """Write the merge commit that joins ``commits`` (hex bytes) after a pull, without
@@ -1366,7 +1215,7 @@ class GitStore:
         parents = sorted(set(commits))
         if len(parents) < 2:
             raise BadRequest("a merge joins at least two distinct commits")
-        if not self._index_loaded:
+        if not self._index.loaded:
             self._load_index()
         heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
         seconds = 0
@@ -1376,7 +1225,7 @@ class GitStore:
             seconds = max(seconds, commit.commit_time)
         merge = build_merge_commit(parents, heads, "perfledger", seconds)
         self._write_objects([EMPTY_TREE, merge], batch=False)
-        self._commits[merge.id] = _IndexEntry(None, 0, list(parents), None)
+        self._index.commits[merge.id] = IndexEntry(None, 0, list(parents), None)
         self._after_write([EMPTY_TREE, merge], False)
         return merge.id
 
@@ -1398,14 +1247,12 @@ class GitStore:
             commits: (sha, event id or None for a merge, lamport, parents, idempotency key),
                 shas as hex bytes.
         """
-        if not self._index_loaded:
+        if not self._index.loaded:
             self._load_index()
         for sha, event_id, lamport, parents, key in commits:
-            if sha in self._commits:
+            if sha in self._index.commits:
                 continue
-            self._commits[sha] = _IndexEntry(event_id, lamport, list(parents), key)
-            if event_id is not None:
-                self._all_events[event_id] = sha
+            self._index.know(sha, IndexEntry(event_id, lamport, list(parents), key))
 
     def adopt_objects(self, objects: Sequence[RawObject]) -> None:
         """Store verified objects received from a remote as one new pack (never as loose

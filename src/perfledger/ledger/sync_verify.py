@@ -22,22 +22,23 @@ from perfledger.errors import IntegrityError
 from perfledger.events.kinds import RecordedEvent
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.gitobj import COMMIT, RawObject
-from perfledger.ledger.objects import EMPTY_TREE, is_decimal, parse_trailers
+from perfledger.ledger.objects import is_decimal, parse_trailers
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
 # The per-commit and per-event checks are verify's own, so that a pull and a full verify can
 # never disagree about what a valid event is.
 from perfledger.ledger.verify import (
+    CommitFacts,
     _DagMismatch,
     _decode_payload,
     _named,
     _verify_event,
+    check_commit,
     check_merge_joins,
+    commit_facts,
+    parse_commit,
 )
-from perfledger.ledger.verify_scan import CommitFacts, commit_facts, parse_commit
-
-_EMPTY_TREE_BIN = bytes.fromhex(EMPTY_TREE.id.decode())
 
 
 class IncomingReader:
@@ -167,44 +168,18 @@ def verify_incoming(
         parsed[sha] = commit_facts(commit, trailers)
         if "Idempotency-Key" in trailers:
             report.keys[sha.hex().encode()] = trailers["Idempotency-Key"]
+        check_commit(sha, commit, trailers)  # as verify checks it
         event_id = trailers.get("Event-Id")
         if event_id is None:
-            if "Lamport" in trailers or "Idempotency-Key" in trailers:
-                raise IntegrityError(
-                    f"commit {sha.hex()} has ledger trailers but no Event-Id", commit=sha.hex()
-                )
-            if len(commit.parents) < 2:
-                raise IntegrityError(
-                    f"commit {sha.hex()} carries no event and is not a merge", commit=sha.hex()
-                )
-            if commit.tree != _EMPTY_TREE_BIN:
-                raise IntegrityError(
-                    f"merge commit {sha.hex()} carries content; merges must carry no event",
-                    commit=sha.hex(),
-                )
             nodes[sha] = CommitNode(None, 0, commit.parents)
             report.merges += 1
         else:
-            lamport_text = trailers.get("Lamport", "")
-            if not is_decimal(lamport_text):
-                raise IntegrityError(
-                    f"event {event_id} (commit {sha.hex()}) has a malformed Lamport trailer",
-                    commit=sha.hex(),
-                    event_id=event_id,
-                )
-            if len(commit.parents) > 1:
-                raise IntegrityError(
-                    f"event {event_id} (commit {sha.hex()}) has {len(commit.parents)} parent "
-                    "commits; an event has at most one",
-                    commit=sha.hex(),
-                    event_id=event_id,
-                )
             if event_id in commit_of or (not clone and has_event(event_id)):
                 raise IntegrityError(
                     f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
                 )
             commit_of[event_id] = sha
-            nodes[sha] = CommitNode(event_id, int(lamport_text), commit.parents)
+            nodes[sha] = CommitNode(event_id, int(trailers["Lamport"]), commit.parents)
         if not commit.parents:
             roots.append(sha)
         new.append(sha)

@@ -24,16 +24,13 @@ total order, so a caller can fold the state while verifying (one pass).
 
 from __future__ import annotations
 
-import collections
-import os
 import re
-import sys
 import time
+from binascii import unhexlify
 from collections.abc import Callable
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import blake3
 import msgspec
@@ -50,7 +47,6 @@ from perfledger.events.envelope import (
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.forked import start_forked_workers, stop_workers
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -62,17 +58,119 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
-from perfledger.ledger.verify_scan import (
-    CommitFacts,
-    commit_facts,
-    parse_commit,
-    scan_packed_commits,
-)
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 #: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
 #: parses per event on ledgers up to this size, and bounds the memory on larger ones.
 PARSED_CACHE_MAX = 120_000
+
+
+class ParsedCommit(NamedTuple):
+    """A commit's header fields and message, as pass 1 and pass 2 of verify read them (a named
+    tuple: built ~100,000 times a verify).
+
+    Attributes:
+        tree: the tree's binary sha (20 bytes).
+        parents: the parents' binary shas.
+        author / committer: ``Name <email> seconds tz`` (bytes).
+        message: the commit message (bytes).
+    """
+
+    tree: bytes
+    parents: tuple[bytes, ...]
+    author: bytes
+    committer: bytes
+    message: bytes
+
+
+class CommitFacts(NamedTuple):
+    """What verify checks of an event or merge commit once pass 1 has placed it: its header
+    fields, subject and perfledger trailers (a named tuple: one per commit, kept for pass 2).
+
+    Attributes:
+        tree: the tree's binary sha (20 bytes).
+        parents: the parents' binary shas.
+        author / committer: ``Name <email> seconds tz`` (bytes).
+        subject: the message's first line (bytes).
+        event_id: the ``Event-Id`` trailer (None for a merge commit).
+        lamport: the ``Lamport`` trailer's text, digits only ("" for a merge commit).
+        idempotency_key: the ``Idempotency-Key`` trailer, or None.
+    """
+
+    tree: bytes
+    parents: tuple[bytes, ...]
+    author: bytes
+    committer: bytes
+    subject: bytes
+    event_id: str | None
+    lamport: str
+    idempotency_key: str | None
+
+
+def commit_facts(commit: ParsedCommit, trailers: dict[str, str]) -> CommitFacts:
+    """The :class:`CommitFacts` of a parsed commit and its trailers (checked by the caller)."""
+    return CommitFacts(
+        commit.tree,
+        commit.parents,
+        commit.author,
+        commit.committer,
+        commit.message.split(b"\n", 1)[0],
+        trailers.get("Event-Id"),
+        trailers.get("Lamport", ""),
+        trailers.get("Idempotency-Key"),
+    )
+
+
+_COMMIT_FAST = re.compile(
+    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author ([^\n]*)\ncommitter ([^\n]*)\n\n"
+)
+
+
+def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
+    """Parse a commit's raw content (binary ``sha`` only names it in errors).
+
+    Raises: IntegrityError when it has no message or a malformed tree/parent line.
+    """
+    fast = _COMMIT_FAST.match(raw)
+    if fast is not None:  # the layout perfledger writes: one regex match
+        parents = fast.group(2)
+        tree, parents, author, committer = fast.groups()
+        return ParsedCommit(
+            unhexlify(tree),
+            (unhexlify(parents[7:47]),)
+            if len(parents) == 48
+            else tuple(unhexlify(parents[i + 7 : i + 47]) for i in range(0, len(parents), 48)),
+            author,
+            committer,
+            raw[fast.end() :],
+        )
+    header, sep, message = raw.partition(b"\n\n")
+    if not sep:
+        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
+    tree = b""
+    parent_list: list[bytes] = []
+    author = committer = b""
+    for line in header.split(b"\n"):
+        if line.startswith(b" "):
+            continue  # continuation of a multi-line header (e.g. a signature)
+        key, _, value = line.partition(b" ")
+        if key == b"tree":
+            tree = value
+        elif key == b"parent":
+            parent_list.append(value)
+        elif key == b"author":
+            author = value
+        elif key == b"committer":
+            committer = value
+    if len(tree) != 40 or any(len(p) != 40 for p in parent_list):
+        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
+    return ParsedCommit(
+        bytes.fromhex(tree.decode()),
+        tuple(bytes.fromhex(p.decode()) for p in parent_list),
+        author,
+        committer,
+        message,
+    )
 
 
 @dataclass
@@ -152,7 +250,6 @@ def verify_store(
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
-    workers: int | None = None,
     chunk_work: ChunkWork | None = None,
 ) -> VerifyReport:
     """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
@@ -162,11 +259,9 @@ def verify_store(
         on_event: called with every verified event, in the total order (lamport, id), as a
             :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
         format_version: the storage format this code reads.
-        workers: processes that check events (pass 2); None chooses (see :func:`_worker_count`:
-            several on a Linux machine of 2 or more CPUs for ledgers of 20,000 to 400,000 events).
-            The result, and the first failure reported, are the same for any number.
-        chunk_work: extra work for the pass-2 workers on the events they check (see
-            :class:`ChunkWork`); used only when pass 2 runs in workers.
+        chunk_work: accepted for callers written for the former worker processes (see
+            :class:`ChunkWork`); verify runs in one process, where ``on_event`` does that
+            work, so it is not called.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
@@ -186,16 +281,8 @@ def verify_store(
             report,
             on_event,
             format_version,
-            workers,
-            chunk_work,
         )
         report.ok = True
-    except BrokenProcessPool:
-        raise PerfledgerError(
-            "a verify worker process died before it finished (killed by a signal or the "
-            "out-of-memory killer?); nothing about the ledger was concluded",
-            hint="run again; with PERFLEDGER_VERIFY_WORKERS=1 verify runs in one process",
-        ) from None
     except IntegrityError as exc:
         report.error = exc
     except PerfledgerError as exc:
@@ -213,28 +300,18 @@ def _verify(
     report: VerifyReport,
     on_event: Callable[[RecordedEvent], None] | None,
     format_version: int,
-    workers: int | None,
-    chunk_work: ChunkWork | None = None,
 ) -> None:
     # ---- pass 1: the commit graph --------------------------------------------------------
     nodes: dict[bytes, CommitNode] = {}
     commit_of: dict[str, bytes] = {}
     parsed: dict[bytes, CommitFacts] = {}
     roots: list[bytes] = []
-    # an event is about three objects: the size decides on workers before the graph is known
-    workers = _worker_count(reader.packed_object_count() // 3, workers)
-    scanned: dict[bytes, CommitFacts] = {}
-    if workers > 1:
-        meanwhile = chunk_work.before_fork if chunk_work is not None else None
-        scanned = scan_packed_commits(reader.pack_paths(), workers, meanwhile)
     stack = [head]
     while stack:
         sha = stack.pop()
         if sha in nodes:
             continue
-        facts = scanned.pop(sha, None)  # read, re-hashed, parsed and checked by a worker
-        if facts is None:
-            facts = _read_commit_facts(reader, sha)
+        facts = _read_commit_facts(reader, sha)
         if len(parsed) < PARSED_CACHE_MAX:  # pass 2 reuses it (bounded: see PARSED_CACHE_MAX)
             parsed[sha] = facts
         event_id = facts.event_id
@@ -252,7 +329,6 @@ def _verify(
         if not parents:
             roots.append(sha)
         stack.extend(parents)
-    scanned.clear()  # unreachable commits' parses (none in a ledger that only grew)
     if len(roots) != 1:
         raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
 
@@ -270,9 +346,6 @@ def _verify(
     ]
     # ---- pass 2: every event, in the total order ------------------------------------------
     checker = _Pass2(reader, nodes, dag, commit_of, roots[0], format_version, parsed, order)
-    if workers > 1:
-        _verify_in_workers(checker, workers, report, on_event, chunk_work)
-        return
     for position in range(len(order)):
         event = checker.decode(position, checker.check(position))
         report.events += 1
@@ -282,7 +355,7 @@ def _verify(
 
 def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
     """Read the commit ``sha`` through the checking reader and check what pass 1 checks of one
-    commit on its own (what the scan's workers check of the commits they return).
+    commit on its own.
 
     Raises: IntegrityError naming the commit (and the event it claims, where readable).
     """
@@ -296,6 +369,17 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
         )
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
+    check_commit(sha, commit, trailers)
+    return commit_facts(commit, trailers)
+
+
+def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
+    """Check what verify (and a pull, :mod:`perfledger.ledger.sync_verify`) checks of one
+    commit on its own: a merge has no ledger trailers, at least two parents and the empty
+    tree; an event commit has a well-formed Event-Id and Lamport trailer and at most one parent.
+
+    Raises: IntegrityError naming the commit (binary ``sha``) and the event it claims.
+    """
     event_id = trailers.get("Event-Id")
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
@@ -326,7 +410,6 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
                 commit=sha.hex(),
                 event_id=event_id,
             )
-    return commit_facts(commit, trailers)
 
 
 def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
@@ -346,34 +429,12 @@ def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -
         )
 
 
-def _worker_count(events: int, requested: int | None) -> int:
-    """How many processes check pass 2: ``requested`` when given, else 1 (in process) unless the
-    ledger has between PARALLEL_MIN_EVENTS and PARALLEL_MAX_EVENTS events, fork is available
-    and the process may run on at least MIN_CPUS CPUs (then one per CPU, at most MAX_WORKERS).
-    ``$PERFLEDGER_VERIFY_WORKERS`` overrides the automatic choice."""
-    if requested is None:
-        configured = os.environ.get("PERFLEDGER_VERIFY_WORKERS", "").strip()
-        if configured.isdigit():
-            requested = int(configured)
-    if requested is not None:
-        return max(1, requested) if _FORK_OK else 1
-    if not _FORK_OK or not PARALLEL_MIN_EVENTS <= events <= PARALLEL_MAX_EVENTS:
-        return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return min(cpus, MAX_WORKERS) if cpus >= MIN_CPUS else 1
-
-
 class _Pass2:
     """Pass 2's checks of one event, by its position in the total order.
 
     :meth:`check` does everything but the payload's schema (git objects, canonical bytes, id,
     trailers, identity, time, place in the DAG, artifacts) and returns ``event.json``'s bytes;
-    :meth:`decode` decodes them and checks the payload against its kind's schema. In parallel
-    mode worker processes run :meth:`check` and the parent :meth:`decode` (it must fold the
-    decoded events in order anyway), so no check runs twice and none is skipped.
+    :meth:`decode` decodes them and checks the payload against its kind's schema.
     """
 
     def __init__(
@@ -433,146 +494,24 @@ class _Pass2:
             raise _named(exc, envelope.id, self.order[position]) from None
 
 
-#: Pass 2 runs in worker processes for ledgers of at least this many events (below it, starting
-#: them costs more than it saves) ...
-PARALLEL_MIN_EVENTS = 20_000
-#: ... and at most this many: a forked worker's copy-on-write pages grow towards the parent's
-#: pass-1 maps as it reads them, so beyond this size memory matters more than time (the 1 GiB
-#: bound on verifying 1,000,000 events is met in one process).
-PARALLEL_MAX_EVENTS = 400_000
-#: At most this many worker processes.
-MAX_WORKERS = 4
-#: ... and only where the process may run on at least this many CPUs. The parent keeps decoding
-#: and folding every event (~25 % of a verify) while the workers check; on the 2-CPU development
-#: machine, idle, a cold verify of 100,000 events took 20.4 s in one process and 14.3-15.1 s with
-#: two workers (4,900 -> 6,800 events/s), and an audit of the 100,000-event audit ledger 36.3 s
-#: -> 26.3 s. (An earlier measurement under load had found only ~5 %.)
-MIN_CPUS = 2
-#: Events per task handed to a worker, and tasks in flight per worker (bounds the parent's
-#: memory when its folding is slower than the workers' checks).
-CHUNK_EVENTS = 1_000
-_IN_FLIGHT_PER_WORKER = 3
-_FORK_OK = sys.platform == "linux"
-#: With a :class:`ChunkWork`, the first chunk has this many events and is handed out alone, so
-#: that the work's ``args`` for the next chunks already reflect the ledger's first events (its
-#: Target, say) folded by the caller.
-FIRST_CHUNK_EVENTS = 100
-#: The pass-2 checker a forked worker inherits (set by the parent just before forking).
-_INHERITED: _Pass2 | None = None
-
-
 @dataclass(frozen=True)
 class ChunkWork:
-    """Extra work that the pass-2 workers do on the events of each chunk they check, in
-    parallel with the caller's ``on_event`` (the auditor's replay derives verdicts there).
+    """Extra work a caller offered to verify's former worker processes (the auditor's replay
+    derived verdicts there). Verify now runs in one process, one path, where ``on_event``
+    already does this work, so verify never calls these; the type stays so that callers written
+    for the workers keep working, and can be dropped together with them.
 
     Attributes:
-        run: a module-level function (pickled by reference) called in the worker as
-            ``run(datas, decode, args)``: ``datas`` the chunk's checked ``event.json`` bytes in
-            the total order, ``decode(data)`` their :class:`RecordedEvent` (payload upcast and
-            schema-checked; raises IntegrityError), ``args`` what ``args()`` returned when the
-            chunk was handed out. Its picklable return value goes to ``take``; an exception it
-            raises is dropped (``take`` gets None), so it can only speed up, never change, the
-            outcome.
-        args: called in this process as each chunk is handed out (between ``on_event`` calls).
-        take: called in this process with each chunk's result, in the total order, before
-            the chunk's events are passed to ``on_event``.
-        before_fork: called in this process before the workers are forked, e.g. to import
-            once what ``run`` needs (the workers inherit it instead of each importing it): while
-            the pass-1 scan's workers run (it then overlaps them), and again just before the
-            pass-2 workers are forked, so it must be idempotent.
+        run: called as ``run(datas, decode, args)`` on a chunk of checked ``event.json`` bytes.
+        args: called as each chunk was handed out.
+        take: called with each chunk's result (None when ``run`` failed).
+        before_fork: called before workers were forked.
     """
 
     run: Callable[[list[bytes], Callable[[bytes], RecordedEvent], Any], Any]
     args: Callable[[], Any]
     take: Callable[[Any], None]
     before_fork: Callable[[], None] | None = None
-
-
-def _check_chunk(
-    bounds: tuple[int, int], run: Callable[..., Any] | None = None, args: Any = None
-) -> tuple[list[bytes], tuple[object, ...] | None, Any]:
-    """Worker: check the events at positions [start, stop); return their ``event.json`` bytes
-    up to the first failure, that failure's fields (message, hint, event id, commit), and what
-    ``run`` (a :attr:`ChunkWork.run`) returned for the checked events (None without it)."""
-    checker = _INHERITED
-    assert checker is not None
-    datas: list[bytes] = []
-    failure: tuple[object, ...] | None = None
-    for position in range(*bounds):
-        try:
-            datas.append(checker.check(position))
-        except IntegrityError as exc:
-            failure = (exc.message, exc.hint, exc.event_id, exc.commit)
-            break
-    extra = None
-    if run is not None and datas:
-        fmt = checker.format_version
-        try:
-            extra = run(
-                datas, lambda data: _decode_payload(_envelope_decoder.decode(data), fmt), args
-            )
-        except Exception:  # extra work never changes what verify reports
-            extra = None
-    return datas, failure, extra
-
-
-def _verify_in_workers(
-    checker: _Pass2,
-    workers: int,
-    report: VerifyReport,
-    on_event: Callable[[RecordedEvent], None] | None,
-    chunk_work: ChunkWork | None = None,
-) -> None:
-    """Run pass 2 with ``workers`` forked processes checking chunks while this process decodes,
-    schema-checks and folds the results in the total order. The first failure in that order is
-    the one reported, as in one process. With ``chunk_work``, the workers also run it on each
-    chunk (the first chunk is small and handed out alone: see :data:`FIRST_CHUNK_EVENTS`)."""
-    global _INHERITED
-    total = len(checker.order)
-    first = min(total, FIRST_CHUNK_EVENTS if chunk_work is not None else CHUNK_EVENTS)
-    chunks = [(0, first)] + [
-        (start, min(total, start + CHUNK_EVENTS)) for start in range(first, total, CHUNK_EVENTS)
-    ]
-    _INHERITED = checker
-    if chunk_work is not None and chunk_work.before_fork is not None:
-        chunk_work.before_fork()
-    try:
-        pool = start_forked_workers(workers)
-    finally:
-        _INHERITED = None
-    checker.parsed = {}  # the workers hold their own copies; this process needs none
-    report.extra["verify_workers"] = workers
-    try:
-        pending: collections.deque[tuple[int, Any]] = collections.deque()
-        submitted = 0
-        run = chunk_work.run if chunk_work is not None else None
-        for taken in range(len(chunks)):
-            in_flight = workers * _IN_FLIGHT_PER_WORKER if taken or run is None else 1
-            while submitted < len(chunks) and len(pending) < in_flight:
-                args = chunk_work.args() if chunk_work is not None else None
-                task = (chunks[submitted], run, args)
-                pending.append((chunks[submitted][0], pool.submit(_check_chunk, *task)))
-                submitted += 1
-            start, result = pending.popleft()
-            datas, failure, extra = result.result()
-            if chunk_work is not None:
-                chunk_work.take(extra)
-            for offset, data in enumerate(datas):
-                event = checker.decode(start + offset, data)
-                report.events += 1
-                if on_event is not None:
-                    on_event(event)
-            if failure is not None:
-                message, hint, event_id, commit = failure
-                raise IntegrityError(
-                    str(message),
-                    hint=str(hint),
-                    event_id=event_id,
-                    commit=commit,  # type: ignore[arg-type]
-                )
-    finally:
-        stop_workers(pool)
 
 
 def _fail(message: str) -> IntegrityError:
