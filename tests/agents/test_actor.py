@@ -45,7 +45,7 @@ def test_an_actor_that_cannot_be_determined_is_refused_with_a_hint(
 ) -> None:
     """A container user without a passwd entry and no user variables: the one thing that cannot
     be produced here without root is the nameless OS user, so only that lookup is replaced."""
-    from perfledger.commands import cli
+    from perfledger.commands.cli import app as cli
 
     ledger = tmp_path / "l"
     Ledger.init(ledger, name="l", actor="setup").close()

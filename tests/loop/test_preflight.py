@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfledger.commands import loop_preflight as pf
+from perfledger.commands.loop import preflight as pf
 from perfledger.errors import BadRequest
 
 ROOT = Path(__file__).resolve().parents[2]

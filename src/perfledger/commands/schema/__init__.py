@@ -1,0 +1,1 @@
+"""The request models' documentation: field descriptions and example requests."""
