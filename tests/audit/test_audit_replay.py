@@ -32,7 +32,7 @@ from wf_scenario import (
 
 from perfledger.api import Ledger
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.workflow.operations import validate
+from perfledger.commands.registry.operations import validate
 from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 from perfledger.projections.verdicts import Pair, derive_verdict

@@ -14,7 +14,7 @@ import pytest
 from wf_scenario import CAND1, CAND2, Session, samples
 
 from perfledger.commands.audit.replay import AuditReport, audit
-from perfledger.commands.workflow.operations import validate
+from perfledger.commands.registry.operations import validate
 from perfledger.commands.workflow.requests import dump
 from perfledger.ledger import verify
 from perfledger.ledger.base import EventDraft

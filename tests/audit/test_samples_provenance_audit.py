@@ -8,7 +8,7 @@ import json
 from wf_scenario import Session, samples
 
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.workflow.operations import validate
+from perfledger.commands.registry.operations import validate
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import Artifact, EventDraft

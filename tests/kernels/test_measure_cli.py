@@ -14,7 +14,7 @@ import pytest
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
-from perfledger.commands.workflow.operations import execute
+from perfledger.commands.registry.operations import execute
 from subprocess_env import isolated_env, perfledger_command
 
 ROOT = Path(__file__).resolve().parents[2]

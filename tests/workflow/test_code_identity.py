@@ -26,7 +26,7 @@ import pytest
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
-from perfledger.commands.workflow.operations import execute
+from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
 from subprocess_env import isolated_env, perfledger_command
 
@@ -510,7 +510,7 @@ def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
     session: Session,
 ) -> None:
     from perfledger.commands.audit.replay import _request_from_payload
-    from perfledger.commands.workflow import operations
+    from perfledger.commands.registry import operations
 
     with Ledger.open(session.ledger) as ledger:
         state = ledger.state()

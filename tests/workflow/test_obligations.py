@@ -17,8 +17,8 @@ import msgspec
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.workflow.next_steps import allowed_decisions
-from perfledger.commands.workflow.operations import validate
+from perfledger.commands.cli.next_steps import allowed_decisions
+from perfledger.commands.registry.operations import validate
 from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl

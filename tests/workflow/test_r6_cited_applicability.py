@@ -8,7 +8,7 @@ from __future__ import annotations
 from wf_scenario import CAND1, Session, evidence, experiment
 
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.workflow.operations import validate
+from perfledger.commands.registry.operations import validate
 from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 

@@ -11,7 +11,7 @@ import pytest
 from wf_scenario import ORIGINAL_HASH, Session, experiment, samples, target_freeze
 
 from perfledger.api import Ledger
-from perfledger.commands.workflow.operations import execute, validate
+from perfledger.commands.registry.operations import execute, validate
 from perfledger.errors import BadRequest, PerfledgerError
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from perfledger.commands.cli.app import to_json_text
 from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS
-from perfledger.commands.workflow.operations import OPERATIONS, json_schema, request_model
+from perfledger.commands.registry.operations import OPERATIONS, json_schema, request_model
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 

@@ -10,7 +10,7 @@ from wf_scenario import ACTOR, T1, Session, experiment
 
 from perfledger.api import Ledger
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.workflow.operations import execute
+from perfledger.commands.registry.operations import execute
 from perfledger.kernels.triage.record import (
     ANSWER,
     REPORT,

@@ -29,7 +29,7 @@ from wf_scenario import (
     target_freeze,
 )
 
-from perfledger.commands.workflow.operations import execute
+from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.errors import RuleRefused
 from perfledger.ledger.base import Artifact

@@ -1061,7 +1061,7 @@ for _type, _summary in _SUMMARIES.items():
     register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary))
 
 #: Kinds that record a decision: appended only through their operation's decider
-#: (:mod:`perfledger.commands.workflow.operations`), never through the raw ``Ledger.append``.
+#: (:mod:`perfledger.commands.registry.operations`), never through the raw ``Ledger.append``.
 DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)
 
 # The kernel-iteration loop's kinds (R19-R25) live in their own module, which registers them on

@@ -173,7 +173,7 @@ class AuditReport:
 def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Rebuild ``(op, body)`` from a recorded payload for a decision stored without its request:
     the payload minus its derived fields (those a decider computes)."""
-    from perfledger.commands.workflow.operations import OPERATIONS
+    from perfledger.commands.registry.operations import OPERATIONS
 
     op = next(o.name for o in OPERATIONS.values() if o.kind == kind)
     p = dict(payload)
@@ -264,7 +264,7 @@ class _Replay:
         self.ancestors: dict[str, int] = {}
         self.parents: dict[str, tuple[str, ...]] = {}
         self.seen = 0
-        from perfledger.commands.workflow import operations
+        from perfledger.commands.registry import operations
         from perfledger.commands.workflow.deciders import DecisionContext
 
         self.operations = operations

@@ -12,6 +12,10 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
+
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
@@ -21,12 +25,8 @@ def _shared() -> Any:
     return cli
 
 
-def _ctx(json_flag: bool) -> Any:
-    return _shared()._ctx(json_flag)
-
-
 def _emit(data: object) -> None:
-    click.echo(_shared().to_json_text(data))
+    click.echo(to_json_text(data))
 
 
 @click.command("status")
@@ -38,7 +38,7 @@ def status_command(target_id: str | None, json_flag: bool) -> None:
     owed, conflicts, stale results) and the next decisions the rules accept now (each run dry
     through its decider; nothing is appended)."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.workflow.status import render, session_status
+    from perfledger.commands.cli.status import render, session_status
 
     ledger = ctx.open()
     try:
@@ -107,7 +107,7 @@ def mcp_command(actor: str | None) -> None:
     from perfledger.commands.cli.mcp import serve
 
     ctx = _ctx(False)
-    serve(ctx.ledger_path, _shared()._actor(actor))
+    serve(ctx.ledger_path, _actor(actor))
     sys.exit(0)
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest, EvidenceError
 
 _MEDIA = {
@@ -72,7 +74,7 @@ def _record(
 ) -> None:
     import blake3
 
-    from perfledger.commands.workflow import operations
+    from perfledger.commands.registry import operations
     from perfledger.kernels.profilers.evidence import evidence_request
     from perfledger.ledger.base import Artifact
 
@@ -96,7 +98,7 @@ def _record(
     try:
         if dry_run:
             drafts = operations.preview(
-                ledger, "evidence.add", body, actor=_shared()._actor(actor),
+                ledger, "evidence.add", body, actor=_actor(actor),
                 idempotency_key=idempotency_key,
             )  # fmt: skip
             _shared()._answer_dry_run(ctx, operations.get_operation("evidence.add"), drafts)
@@ -105,7 +107,7 @@ def _record(
             ledger,
             "evidence.add",
             body,
-            actor=_shared()._actor(actor),
+            actor=_actor(actor),
             idempotency_key=idempotency_key,
             artifacts=artifacts,
         )
@@ -240,7 +242,7 @@ def _add_command(generic: click.Command) -> click.Command:
             return
         if report is None:
             raise BadRequest(f"--kind {kind} needs the REPORT file")
-        ctx = _shared()._ctx(json_flag)
+        ctx = _ctx(json_flag)
         context = _context(
             request_source,
             {
@@ -317,7 +319,7 @@ def _ncu_command(
     from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu
     from perfledger.kernels.profilers.ncu import parse_ncu_csv
 
-    ctx = _shared()._ctx(json_flag)
+    ctx = _ctx(json_flag)
     context = _context(
         None,
         {
@@ -364,7 +366,7 @@ def _evidence_events(ctx: Any) -> list[Any]:
 @click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 def _list(json_flag: bool) -> None:
     """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
-    ctx = _shared()._ctx(json_flag)
+    ctx = _ctx(json_flag)
     rows = []
     for event in _evidence_events(ctx):
         p = event.payload
@@ -397,7 +399,7 @@ def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
     import msgspec
 
-    ctx = _shared()._ctx(json_flag)
+    ctx = _ctx(json_flag)
     for event in _evidence_events(ctx):
         if event.payload.evidence_id == evidence_id:
             data = {

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+
 
 @click.command("gc")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
@@ -21,7 +23,7 @@ def gc(dry_run: bool, json_flag: bool) -> None:
     from perfledger.ledger.gc import collect
     from perfledger.ledger.gitdir import find_controldir
 
-    ctx = cli._ctx(json_flag)
+    ctx = _ctx(json_flag)
     path = find_ledger_path(ctx.ledger_path)
     location = find_controldir(path)
     if location is None:

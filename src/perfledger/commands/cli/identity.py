@@ -18,6 +18,8 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.identity import (
     COVERAGE_SUBJECT,
@@ -177,7 +179,8 @@ def measure_identity(
     paths inside the scope, a final audit's candidate = the champion), so a refusal comes before
     anything is measured. Returns ``(identity request dict, artifacts)``, or ``(None, {})``
     under the old rule. Raises: RuleRefused (R11), BadRequest."""
-    from perfledger.commands.workflow import identity, operations
+    from perfledger.commands.registry import operations
+    from perfledger.commands.workflow import identity
     from perfledger.commands.workflow import requests as rq
 
     target = info["target"]
@@ -233,7 +236,8 @@ def champion_snapshot(ledger: Any, state: Any, target: Any) -> dict[str, Any] | 
     """The current champion's (or the original's) snapshot of ``target`` as JSON: ``digest``,
     ``subject``, ``git``, ``files`` (count) and ``checkout`` (the command that writes its files),
     or None when none was recorded (a Target under the old rule)."""
-    from perfledger.commands.workflow import identity, operations
+    from perfledger.commands.registry import operations
+    from perfledger.commands.workflow import identity
 
     snap = identity.subject_snapshot(
         state, target, target.champion, operations.payload_reader(ledger)
@@ -384,7 +388,6 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
 def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
     """Write a recorded subject's files (SNAPSHOT: a tree digest or prefix, SAMPLES[:reference],
     TARGET:original, or an experiment id) into DIRECTORY, byte for byte (R11)."""
-    from perfledger.commands.cli.app import _ctx, to_json_text
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()

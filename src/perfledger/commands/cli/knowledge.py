@@ -22,6 +22,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
 #: The artifact a recorded query attaches.
@@ -199,8 +202,7 @@ def _record(data: dict[str, Any], *, evidence_id: str, layer: str, target_id: st
     import blake3
 
     from perfledger import __version__
-    from perfledger.commands.cli.app import _actor, _ctx
-    from perfledger.commands.workflow import operations
+    from perfledger.commands.registry import operations
     from perfledger.ledger.base import Artifact
 
     raw = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
@@ -301,7 +303,6 @@ def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[st
     """List the cards matching the terms as compatible, related or incompatible with the
     environment, with the exact differences. It never decides, and an empty result blocks
     nothing."""
-    from perfledger.commands.cli.app import _ctx, to_json_text
     from perfledger.knowledge import matching
 
     ctx = _ctx(json_flag)
@@ -340,7 +341,6 @@ def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[st
 def check(directories: tuple[str, ...], json_flag: bool) -> None:
     """Validate the shipped cards and those of each DIRECTORY (exit 2 naming a bad card's file
     and field)."""
-    from perfledger.commands.cli.app import _ctx, to_json_text
 
     ctx = _ctx(json_flag)
     cards, digest = load_cards(directories)
@@ -357,8 +357,6 @@ def check(directories: tuple[str, ...], json_flag: bool) -> None:
 def show(card_id: str, card_dirs: tuple[str, ...], json_flag: bool) -> None:
     """Print one card (TOML fields as JSON) and where it was read from."""
     import msgspec
-
-    from perfledger.commands.cli.app import _ctx, to_json_text
 
     ctx = _ctx(json_flag)
     cards, _ = load_cards(card_dirs)

@@ -14,7 +14,7 @@
 
 Kernels are measured from the sources recorded in the ledger (written to a temporary directory),
 so what was measured is what was recorded. Every write goes through
-:func:`perfledger.commands.workflow.operations.execute` (validate, decide, append).
+:func:`perfledger.commands.registry.operations.execute` (validate, decide, append).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
@@ -40,20 +43,7 @@ _actor_opt = click.option(
 DEFAULT_PAIRS = 8
 
 
-def _ctx(json_flag: bool) -> Any:
-    from perfledger.commands.cli.app import _ctx as shared
-
-    return shared(json_flag)
-
-
-def _actor(actor: str | None) -> str:
-    from perfledger.commands.cli.app import _actor as shared
-
-    return shared(actor)
-
-
 def _emit(data: object) -> None:
-    from perfledger.commands.cli.app import to_json_text
 
     click.echo(to_json_text(data))
 
@@ -79,7 +69,7 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def _execute(ledger: Any, op: str, body: dict[str, Any], actor: str) -> list[Any]:
-    from perfledger.commands.workflow.operations import execute
+    from perfledger.commands.registry.operations import execute
 
     return execute(ledger, op, body, actor=actor)
 
@@ -332,7 +322,7 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
     from perfledger.commands.loop import deciders as loop_deciders
     from perfledger.commands.loop import rules as loop_rules
     from perfledger.commands.loop.requests import AxisSelectionModel
-    from perfledger.commands.workflow.operations import condense
+    from perfledger.commands.registry.operations import condense
 
     if not isinstance(methods, dict):
         raise BadRequest("methods.json must be an object: axis -> {chosen, skipped}")

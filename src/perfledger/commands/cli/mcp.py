@@ -5,7 +5,7 @@ A thin skin over the same library calls as the CLI:
 
 - one tool per write operation (``target_freeze``, ``experiment_create``, ...: the operation's
   name with ``.`` and ``-`` as ``_``); its input schema is the request's JSON Schema
-  (:func:`perfledger.commands.workflow.operations.json_schema`) and its result the CLI's ``--json``
+  (:func:`perfledger.commands.registry.operations.json_schema`) and its result the CLI's ``--json``
   answer (``{"op", "event_id", "kind", "lamport", "payload", "events"}``). ``readiness_record``
   snapshots ``original.subject`` as the CLI does (R11);
 - read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
@@ -25,6 +25,7 @@ import subprocess
 import sys
 from typing import Any
 
+from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest, PerfledgerError
 
 #: The server's name in the MCP handshake.
@@ -88,7 +89,7 @@ def tool_name(operation: str) -> str:
 
 def _write_tools() -> dict[str, str]:
     """Tool name -> operation name, for every write operation."""
-    from perfledger.commands.workflow.operations import OPERATIONS
+    from perfledger.commands.registry.operations import OPERATIONS
 
     return {tool_name(name): name for name in OPERATIONS}
 
@@ -109,7 +110,7 @@ class Tools:
 
     def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(name, description, input schema)`` of every tool: writes first, then reads."""
-        from perfledger.commands.workflow.operations import OPERATIONS, json_schema
+        from perfledger.commands.registry.operations import OPERATIONS, json_schema
 
         out = []
         for name, op in self.writes.items():
@@ -135,7 +136,7 @@ class Tools:
         import msgspec
 
         from perfledger.commands.cli.workflow import _explanation
-        from perfledger.commands.workflow import operations
+        from perfledger.commands.registry import operations
 
         ledger = self._open()
         artifacts: dict[str, Any] = {}
@@ -158,7 +159,7 @@ class Tools:
         return {"op": op, **first, **_explanation(first), "events": events}
 
     def _read_status(self, target_id: str | None = None) -> Any:
-        from perfledger.commands.workflow.status import session_status
+        from perfledger.commands.cli.status import session_status
 
         ledger = self._open()
         try:
@@ -222,7 +223,7 @@ class Tools:
         return {"handoff": msgspec.to_builtins(handoff)}
 
     def _read_schema(self, operation: str | None = None) -> Any:
-        from perfledger.commands.workflow.operations import OPERATIONS, get_operation, json_schema
+        from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 
         if operation is None:
             return {"operations": {tool_name(n): n for n in sorted(OPERATIONS)}}
@@ -287,7 +288,6 @@ def build_server(ledger_path: str | None, actor: str) -> Any:
     from mcp.server.lowlevel import Server
 
     from perfledger import __version__
-    from perfledger.commands.cli.app import to_json_text
 
     tools = Tools(ledger_path, actor)
     listing = [

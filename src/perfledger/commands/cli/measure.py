@@ -32,6 +32,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import (
     check_original_command,
     confirm_unchanged,
@@ -48,22 +51,9 @@ SAMPLES_ARTIFACT = "samples.json"
 RESOLUTION_ARTIFACT = "resolution.json"
 
 
-def _ctx(json_flag: bool) -> Any:
-    from perfledger.commands.cli.app import _ctx as shared
-
-    return shared(json_flag)
-
-
 def _emit(data: object) -> None:
-    from perfledger.commands.cli.app import to_json_text
 
     click.echo(to_json_text(data))
-
-
-def _actor(actor: str | None) -> str:
-    from perfledger.commands.cli.app import _actor as shared
-
-    return shared(actor)
 
 
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
@@ -263,7 +253,7 @@ def _append(
     idempotency_key: str | None,
     extra: dict[str, Any] | None = None,
 ) -> Any:
-    from perfledger.commands.workflow.operations import execute
+    from perfledger.commands.registry.operations import execute
     from perfledger.commands.workflow.raw_table import binding_of
 
     if op == "samples.record":  # R5: the raw table names the samples it was measured for

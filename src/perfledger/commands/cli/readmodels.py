@@ -19,6 +19,8 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
@@ -28,14 +30,7 @@ _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one 
 _target = click.option("--target", "target_id", default=None, help="The Target id.")
 
 
-def _ctx(json_flag: bool) -> Any:
-    from perfledger.commands.cli.app import _ctx as shared_ctx
-
-    return shared_ctx(json_flag)
-
-
 def _emit(data: object, indent: int = 0) -> None:
-    from perfledger.commands.cli.app import to_json_text
 
     click.echo(to_json_text(data, indent))
 
@@ -414,7 +409,7 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     """Print the handoff for the current head and the next decisions the rules allow: each one
     offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.workflow.next_steps import allowed_decisions
+    from perfledger.commands.cli.next_steps import allowed_decisions
     from perfledger.projections.handoff import render_markdown
 
     state, handoff, _ = derived_handoff(ctx, target_id)
@@ -449,7 +444,7 @@ def audit_command(json_flag: bool) -> None:
     if ctx.json_mode:
         _emit(report.to_json())
     else:
-        from perfledger.commands.cli.app import rate_text
+        from perfledger.commands.cli.common import rate_text
 
         status = "ok" if report.ok else f"{len(report.findings)} finding(s)"
         click.echo(

@@ -8,6 +8,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import to_json_text
+
 GROUP_HELP = (
     "Record a reviewer's challenge to a claim, rejection or stop, the response and whether "
     "dissent remains; list unresolved dissent. Recorded, never judged."
@@ -45,7 +48,6 @@ def _rows(state: Any, unresolved_only: bool, target_id: str | None) -> list[dict
 @click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 def review_list(unresolved: bool, target_id: str | None, json_flag: bool) -> None:
     """List recorded reviews (reviewer, model family, subject, dissent, resolved by)."""
-    from perfledger.commands.cli.app import _ctx, to_json_text
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()

@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
     PER_WINDOW_KINDS,
@@ -213,7 +214,7 @@ def run_measure_serving(**kw: Any) -> None:
     from perfledger.kernels import serving as sv
     from perfledger.kernels import serving_stats as st
 
-    ctx = m._ctx(kw["json_flag"])
+    ctx = _ctx(kw["json_flag"])
     recording = kw["experiment_id"] is not None
     if recording != (kw["stage"] is not None):
         raise BadRequest("--experiment and --stage go together (record samples of that stage)")

@@ -15,6 +15,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import to_json_text
+
 #: Events listed by name in the text summary of a pull (all of them are in ``--json``).
 SUMMARY_EVENTS = 10
 
@@ -26,11 +29,7 @@ def _shared() -> Any:
 
 
 def _emit(data: object) -> None:
-    click.echo(_shared().to_json_text(data))
-
-
-def _ctx(json_flag: bool) -> Any:
-    return _shared()._ctx(json_flag)
+    click.echo(to_json_text(data))
 
 
 _json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")

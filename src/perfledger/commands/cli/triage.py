@@ -15,6 +15,10 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
+
 _NAME_CHARS = 70
 
 
@@ -87,8 +91,7 @@ def _record(answer: dict[str, Any], inputs: dict[str, tuple[bytes, str]], *, evi
             of_target: bool, target_id: str | None, actor: str | None,
             json_mode: bool) -> dict[str, Any]:  # fmt: skip
     """Append the triage as evidence with its inputs and answer attached (R6)."""
-    from perfledger.commands.cli.app import _actor, _ctx
-    from perfledger.commands.workflow import operations
+    from perfledger.commands.registry import operations
     from perfledger.kernels.triage.record import ANSWER, REPORT, encode_answer, evidence_body
     from perfledger.ledger.base import Artifact
 
@@ -140,7 +143,6 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
       perfledger triage graph_on.json --mapping graph_off.json --record tri-1 \\
           --target T1 --of-target
     """
-    from perfledger.commands.cli.app import to_json_text
     from perfledger.errors import BadRequest
     from perfledger.kernels.triage.record import run_triage
 

@@ -1,5 +1,5 @@
 """The workflow's CLI groups (SPEC.md section 6): ``perfledger <group> <verb>``, built from the
-operation registry (:mod:`perfledger.commands.workflow.operations`).
+operation registry (:mod:`perfledger.commands.registry.operations`).
 
 Every write takes a closed JSON request (``--request FILE`` or ``-`` for stdin); flags for the
 common fields (``--target``, ``--experiment``, ``--samples``) fill or override the request's
@@ -19,7 +19,10 @@ from typing import Any
 
 import click
 
-from perfledger.commands.workflow.operations import OPERATIONS, Operation
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.registry.operations import OPERATIONS, Operation
 from perfledger.errors import BadRequest
 
 #: Request fields that flags may set, per flag: (flag, field, help).
@@ -38,27 +41,8 @@ COMMON_FLAGS = (
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
 
-def _ctx(json_flag: bool) -> Any:
-    from perfledger.commands.cli.app import _ctx as shared_ctx
-
-    return shared_ctx(json_flag)
-
-
-def to_json_text(data: object, indent: int = 0) -> str:
-    """See :func:`perfledger.commands.cli.app.to_json_text`."""
-    from perfledger.commands.cli.app import to_json_text as shared
-
-    return shared(data, indent)
-
-
 def _emit(data: object) -> None:
     click.echo(to_json_text(data))
-
-
-def _actor(actor: str | None) -> str:
-    from perfledger.commands.cli.app import _actor as shared_actor
-
-    return shared_actor(actor)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -205,7 +189,7 @@ def submit(
     """Decide and append one request of operation ``name`` (with ``dry_run``: decide and show,
     append nothing) and answer; ``request_given`` False adds a hint to pass ``--request`` to a
     request found invalid. Raises: BadRequest (2), RuleRefused (3), ConcurrentAppend (4)."""
-    from perfledger.commands.workflow import operations
+    from perfledger.commands.registry import operations
 
     operation = operations.get_operation(name)
     ledger = ctx.open()
@@ -485,12 +469,12 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``), or with
     ``--example`` a valid example request; without OPERATION, list the operations (``--json``:
     ``{"operations": [...]}``)."""
-    from perfledger.commands.workflow.operations import json_schema
+    from perfledger.commands.registry.operations import json_schema
 
     if example:
         if operation is None:
             raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
-        from perfledger.commands.schema.examples import example as example_of
+        from perfledger.commands.registry.request_examples import example as example_of
 
         click.echo(to_json_text(example_of(operation), indent=2))
         return

@@ -30,7 +30,7 @@ from msgspec import Meta, Struct
 Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$", max_length=128)]
 #: Content hashes: ``algo:hex`` or plain hex, 8-200 characters.
 Hash = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9:+._-]{7,199}(?!\n)$")]
-#: What each pattern means, in words (:func:`perfledger.commands.workflow.operations.condense` says this
+#: What each pattern means, in words (:func:`perfledger.commands.registry.operations.condense` says this
 #: instead of the regular expression).
 PATTERN_WORDS = {
     "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\\n)$": "an id: 1-128 characters of A-Z a-z 0-9 . _ : -, "

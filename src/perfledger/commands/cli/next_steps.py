@@ -50,7 +50,7 @@ def dry_decide(
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
     """
-    from perfledger.commands.workflow import operations
+    from perfledger.commands.registry import operations
     from perfledger.commands.workflow.deciders import DecisionContext
 
     ctx = DecisionContext(

@@ -19,12 +19,12 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import BadRequest
@@ -33,6 +33,48 @@ if TYPE_CHECKING:
     from perfledger.api import Ledger
     from perfledger.commands.workflow.deciders import DecisionContext
     from perfledger.events.envelope import Envelope
+
+
+def _workflow_requests() -> ModuleType:
+    """The workflow's request models (imported on first use: msgspec Structs)."""
+    from perfledger.commands.workflow import requests
+
+    return requests
+
+
+def _workflow_deciders() -> ModuleType:
+    """The workflow's deciders (R1-R18), imported on first use."""
+    from perfledger.commands.workflow import deciders
+
+    return deciders
+
+
+def _activity_deciders() -> ModuleType:
+    """The decider of ``activity.explain`` (R17)."""
+    from perfledger.commands.workflow import activity
+
+    return activity
+
+
+def _review_deciders() -> ModuleType:
+    """The decider of ``review.record``."""
+    from perfledger.commands.workflow import review_deciders
+
+    return review_deciders
+
+
+def _loop_requests() -> ModuleType:
+    """The kernel-iteration loop's request models (R19-R25)."""
+    from perfledger.commands.loop import requests
+
+    return requests
+
+
+def _loop_deciders() -> ModuleType:
+    """The kernel-iteration loop's deciders (R19-R25)."""
+    from perfledger.commands.loop import deciders
+
+    return deciders
 
 
 @dataclass(frozen=True)
@@ -48,8 +90,9 @@ class Operation:
         decider: the decider's name in :mod:`perfledger.commands.workflow.deciders`.
         rules: the rule ids it enforces.
         help: one line for ``--help``.
-        models_module: the module holding the request model.
-        decider_module: the module holding the decider.
+        models_module: returns the module holding the request model (a function, imported on
+            first use, so that the registry stays cheap to import and names no module by string).
+        decider_module: returns the module holding the decider (likewise).
         generic_cli: whether ``workflow_cli`` builds its ``--request`` command (the loop's
             operations have their own CLI, :mod:`perfledger.commands.cli.loop`).
     """
@@ -62,8 +105,8 @@ class Operation:
     decider: str
     rules: str
     help: str
-    models_module: str = "perfledger.commands.workflow.requests"
-    decider_module: str = "perfledger.commands.workflow.deciders"
+    models_module: Callable[[], ModuleType] = _workflow_requests
+    decider_module: Callable[[], ModuleType] = _workflow_deciders
     generic_cli: bool = True
 
 
@@ -271,16 +314,16 @@ OPERATIONS: dict[str, Operation] = {
             "decide_activity_explain",
             "R17",
             "Explain foreign activity in sample windows after the samples, before the verdict.",
-            decider_module="perfledger.commands.workflow.activity",
+            decider_module=_activity_deciders,
         ),
     )
 }
 
 
-#: The kernel-iteration loop's operations (R19-R25): requests in ``loop_requests``, deciders in
-#: ``loop_deciders``, commands in ``loop_cli`` (which measures, then executes these).
-_LOOP = {"models_module": "perfledger.commands.loop.requests",
-         "decider_module": "perfledger.commands.loop.deciders", "generic_cli": False}  # fmt: skip
+#: The kernel-iteration loop's operations (R19-R25): requests in ``loop.requests``, deciders in
+#: ``loop.deciders``, commands in ``cli.loop`` (which measures, then executes these).
+_LOOP: dict[str, Any] = {"models_module": _loop_requests, "decider_module": _loop_deciders,
+                         "generic_cli": False}  # fmt: skip
 OPERATIONS.update(
     (op.name, op)
     for op in (
@@ -305,7 +348,7 @@ OPERATIONS["review.record"] = Operation(
     "review.record", "review", "record", "ReviewRecorded", "ReviewRecord",
     "decide_review_record", "",
     "Record a reviewer's challenge, the response and whether dissent remains (never judged).",
-    decider_module="perfledger.commands.workflow.review_deciders",
+    decider_module=_review_deciders,
 )  # fmt: skip
 
 
@@ -326,7 +369,7 @@ def request_model(name: str) -> Any:
 
     Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
-    return getattr(importlib.import_module(operation.models_module), operation.model)
+    return getattr(operation.models_module(), operation.model)
 
 
 @functools.cache
@@ -334,16 +377,16 @@ def decider(name: str) -> Any:
     """Return the decider ``decide(state, request, ctx) -> [EventDraft]`` of ``name`` (looked up
     once per name). Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
-    return getattr(importlib.import_module(operation.decider_module), operation.decider)
+    return getattr(operation.decider_module(), operation.decider)
 
 
 def json_schema(name: str) -> dict[str, Any]:
     """Return the JSON Schema (draft 2020-12) of operation ``name``'s request: the request's own
     object schema at the top, the models it nests under ``$defs``, every property described
-    (:mod:`perfledger.commands.schema.field_docs`)."""
+    (:mod:`perfledger.commands.workflow.field_docs`)."""
     import msgspec
 
-    from perfledger.commands.schema.field_docs import describe
+    from perfledger.commands.workflow.field_docs import describe
 
     model = request_model(name)
     schema = msgspec.json.schema(model)

@@ -4,7 +4,7 @@ Like ``git status``: for each current Target, the Target itself (primary, minimu
 resolution), how far its readiness chain got (R2-R4), the champion with its own final-audit
 standing (R13), the experiments still open and their stage, the obligations that block
 decisions (R14 reconciliations owed, unresolved conflicts, R11 stale results) and the next
-decisions the rules accept now (:func:`perfledger.commands.workflow.next_steps.allowed_decisions`, which
+decisions the rules accept now (:func:`perfledger.commands.cli.next_steps.allowed_decisions`, which
 runs the deciders dry on the head; nothing is appended).
 
 :func:`session_status` is the library call (a JSON-able dict); :func:`render` draws it with rich.
@@ -99,8 +99,8 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
     Raises: KeyError for an unknown Target."""
     import msgspec
 
+    from perfledger.commands.cli.next_steps import allowed_decisions
     from perfledger.commands.cli.readmodels import resume_context
-    from perfledger.commands.workflow.next_steps import allowed_decisions
     from perfledger.projections.champions import final_audit_standing
     from perfledger.projections.handoff import derive_handoff
 

@@ -37,7 +37,7 @@ def example(op: str) -> dict[str, Any]:
     """A valid request of operation ``op`` (curated, else built from its schema).
 
     Raises: BadRequest for an unknown operation."""
-    from perfledger.commands.workflow.operations import get_operation, json_schema
+    from perfledger.commands.registry.operations import get_operation, json_schema
 
     name = get_operation(op).name
     found = curated(name)

@@ -1,1 +1,0 @@
-"""The request models' documentation: field descriptions and example requests."""
