@@ -112,8 +112,8 @@ def _materialize(ledger: Any, run: Any, workdir: Path) -> dict[str, Path]:
 
 
 def _backend(setup: Any, reference: Path, cwd: str | None = None) -> Any:
-    from perfledger.commands.loop.measure import CudaBackend, WorkloadBackend
-    from perfledger.commands.loop.solve import SolveBackend, is_solve_run
+    from perfledger.kernels.loop.measure import CudaBackend, WorkloadBackend
+    from perfledger.kernels.loop.solve import SolveBackend, is_solve_run
 
     if is_solve_run(setup):  # the standalone contract: extern "C" void solve(...)
         baseline = reference.parent.parent / "baseline" / setup.baseline.name  # _materialize's
@@ -170,8 +170,8 @@ def setup_cmd(
 ) -> None:  # fmt: skip
     """Set up a run: preflight, environment, baseline correctness and timing, RunSetUp, and the
     input profile of iteration 1 (R16, R23)."""
-    from perfledger.commands.loop import preflight as pf
     from perfledger.events import catalog as cat
+    from perfledger.kernels.loop import preflight as pf
 
     ctx = _ctx(json_flag)
     who = _actor(actor)
@@ -190,7 +190,7 @@ def setup_cmd(
     is_cuda = baseline.endswith((".cu", ".cuh"))
     ref_names = pf.parse_reference_names(ref_text)
     launch: dict[str, str] = {}
-    from perfledger.commands.loop import solve as loop_solve
+    from perfledger.kernels.loop import solve as loop_solve
 
     is_python_solve = (
         not is_cuda and driver is None and loop_solve.is_python_solve_source(baseline_text)
@@ -228,7 +228,7 @@ def setup_cmd(
             for path, text in ((base_path, baseline_text), (ref_file, ref_text)):
                 path.parent.mkdir(parents=True)
                 path.write_text(text, encoding="utf-8")
-            from perfledger.commands.loop.measure import CudaBackend, WorkloadBackend
+            from perfledger.kernels.loop.measure import CudaBackend, WorkloadBackend
 
             backend: Any
             if is_solve:

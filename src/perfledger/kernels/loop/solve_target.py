@@ -3,7 +3,7 @@ between ``cudaProfilerStart`` and ``cudaProfilerStop`` (ncu runs with ``--profil
 off``), so that exactly the kernels that call launches are profiled: building, input preparation
 and CuPy's own kernels stay outside the range.
 
-Usage: ``python -m perfledger.commands.loop.solve_target KERNEL.cu REF.py DIMS_JSON``.
+Usage: ``python -m perfledger.kernels.loop.solve_target KERNEL.cu REF.py DIMS_JSON``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ def main(argv: list[str]) -> int:
     the profiler range; returns the exit status."""
     import cupy
 
-    from perfledger.commands.loop.ncu_target import _profiler_range
-    from perfledger.commands.loop.solve import SolveBackend
+    from perfledger.kernels.loop.ncu_target import _profiler_range
+    from perfledger.kernels.loop.solve import SolveBackend
 
     kernel, reference, dims_json = argv
     dims = json.loads(dims_json)

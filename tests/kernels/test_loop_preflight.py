@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfledger.commands.loop import preflight as pf
 from perfledger.errors import BadRequest
+from perfledger.kernels.loop import preflight as pf
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "examples" / "loop" / "cuda" / "transpose_v0.cu"

@@ -3,7 +3,7 @@
 that exactly the subject's launches are profiled: input preparation, compilation and CuPy's own
 kernels stay outside the range, and no filter on a host function's name can miss the kernel.
 
-Usage: ``python -m perfledger.commands.loop.ncu_target KERNEL.cu REF.py DIMS_JSON ENTRY``.
+Usage: ``python -m perfledger.kernels.loop.ncu_target KERNEL.cu REF.py DIMS_JSON ENTRY``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
     import cupy
     import numpy as np
 
-    from perfledger.commands.loop.measure import CudaBackend
+    from perfledger.kernels.loop.measure import CudaBackend
 
     kernel, reference, dims_json, entry = argv
     dims = {str(k): int(v) for k, v in json.loads(dims_json).items()}

@@ -12,7 +12,7 @@ Two backends, one interface (:class:`Backend`):
 - :class:`CudaBackend`: a ``.cu`` kernel through the CuPy harness (:mod:`perfledger.kernels.
   harness`: hidden-seed correctness trials, L2-flushed CUDA-event timing, paired ABBA comparison)
   and Nsight Compute (:mod:`perfledger.kernels.profilers.ncu`) run on
-  :mod:`perfledger.commands.loop.ncu_target`, which launches the kernel once between
+  :mod:`perfledger.kernels.loop.ncu_target`, which launches the kernel once between
   ``cudaProfilerStart``/``Stop`` so that exactly the subject's launches are profiled (never a
   filter on a host function's name).
 
@@ -285,8 +285,8 @@ class CudaBackend:
         outputs, integers from dims as int32), launch from its directive."""
         import numpy as np
 
-        from perfledger.commands.loop.preflight import eval_launch, parse_cuda_entry, parse_launch
         from perfledger.kernels import harness as h
+        from perfledger.kernels.loop.preflight import eval_launch, parse_cuda_entry, parse_launch
 
         source = kernel.read_text()
         entry = parse_cuda_entry(source, self.entry)
@@ -439,7 +439,7 @@ class CudaBackend:
                 exe, "--csv", "--page", "raw", "--print-units", "base",
                 "--metrics", ",".join(cat.catalog_metric_names(catalog)),
                 "--profile-from-start", "off", "--clock-control", "none",
-                sys.executable, "-m", "perfledger.commands.loop.ncu_target",
+                sys.executable, "-m", "perfledger.kernels.loop.ncu_target",
                 str(kernel), str(self.reference), json.dumps(self.dims), self.entry,
             ]  # fmt: skip
             env = {**os.environ, "LC_ALL": "C"}

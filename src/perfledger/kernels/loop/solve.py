@@ -9,9 +9,9 @@ stream is the harness's) and is measured as a torch subject.
 
 A run on this contract is a ``cuda`` run with no launch directive (``launch`` empty, ``entry``
 ``solve``): :func:`is_solve_run` tells the loop's commands which backend measures it.
-:class:`SolveBackend` is :class:`~perfledger.commands.loop.measure.CudaBackend` with the problem
+:class:`SolveBackend` is :class:`~perfledger.kernels.loop.measure.CudaBackend` with the problem
 from ``ref.py`` and subjects built by nvcc; its profile runs Nsight Compute on
-:mod:`perfledger.commands.loop.solve_target` (one ``solve`` call in the profiler range) and keeps
+:mod:`perfledger.kernels.loop.solve_target` (one ``solve`` call in the profiler range) and keeps
 the metrics of every kernel that call launched. Times are milliseconds.
 """
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfledger.commands.loop.measure import CudaBackend, profile_from_ncu_csv
-from perfledger.commands.loop.preflight import EntryPoint
 from perfledger.errors import BadRequest
 from perfledger.events import catalog as cat
 from perfledger.events.loop import Catalog
 from perfledger.kernels import solve as sv
+from perfledger.kernels.loop.measure import CudaBackend, profile_from_ncu_csv
+from perfledger.kernels.loop.preflight import EntryPoint
 
 
 def is_solve_source(source: str, entry: str | None) -> bool:
@@ -158,7 +158,7 @@ class SolveBackend(CudaBackend):
         }
 
     def profile(self, kernel: Path, catalog: Catalog) -> dict[str, Any]:
-        """Nsight Compute on one ``solve`` call (:mod:`perfledger.commands.loop.solve_target`):
+        """Nsight Compute on one ``solve`` call (:mod:`perfledger.kernels.loop.solve_target`):
         the catalog's metrics of the kernels it launched (with several kernels, the metrics of
         the last one seen, and a limitation saying so)."""
         exe = self.ncu or shutil.which("ncu")
@@ -173,7 +173,7 @@ class SolveBackend(CudaBackend):
                 exe, "--csv", "--page", "raw", "--print-units", "base",
                 "--metrics", ",".join(cat.catalog_metric_names(catalog)),
                 "--profile-from-start", "off", "--clock-control", "none",
-                sys.executable, "-m", "perfledger.commands.loop.solve_target",
+                sys.executable, "-m", "perfledger.kernels.loop.solve_target",
                 str(kernel), str(self.reference), json.dumps(self.dims),
             ]  # fmt: skip
             env = {**os.environ, "LC_ALL": "C"}
