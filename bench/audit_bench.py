@@ -138,8 +138,8 @@ def build(path: str, n_events: int, cycle: int, log: Any) -> dict[str, Any]:
     import msgspec
 
     from perfledger.api import Ledger
-    from perfledger.commands.deciders import DecisionContext, environment_id
-    from perfledger.commands.operations import decider, stored_request, validate
+    from perfledger.commands.registry.operations import decider, stored_request, validate
+    from perfledger.commands.workflow.deciders import DecisionContext, environment_id
     from perfledger.events.envelope import Envelope, format_ts
     from perfledger.events.kinds import NoteRecorded, RecordedEvent
     from perfledger.ledger.base import EventDraft

@@ -1,5 +1,5 @@
 """``python -m perfledger`` runs the CLI."""
 
-from perfledger.commands.cli import main
+from perfledger.commands.cli.app import main
 
 main()

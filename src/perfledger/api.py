@@ -169,7 +169,7 @@ class Ledger:
 
         Decisions of the workflow (``TargetFrozen``, ``ChampionSelected``, ...) are refused here:
         they go through their operation, whose decider checks the rules
-        (:func:`perfledger.commands.operations.execute`, or the CLI).
+        (:func:`perfledger.commands.registry.operations.execute`, or the CLI).
 
         Raises: BadRequest for a malformed payload or field, or for a decision kind;
             ConcurrentAppend when compare-and-swap retries are exhausted.
@@ -484,7 +484,7 @@ def _refuse_decision_kinds(kinds: Sequence[str]) -> None:
         f"{', '.join(decided)} records a decision; it is appended through its operation so "
         "that the rules are checked",
         hint="use the CLI (e.g. `perfledger champion select`) or "
-        "perfledger.commands.operations.execute",
+        "perfledger.commands.registry.operations.execute",
     )
 
 

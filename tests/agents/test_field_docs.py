@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from perfledger.commands.operations import OPERATIONS, json_schema
+from perfledger.commands.registry.operations import OPERATIONS, json_schema
 
 #: Words that state a unit or a range in a description.
 UNIT_OR_RANGE = re.compile(
@@ -32,7 +32,7 @@ def _numeric(prop: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("op", sorted(OPERATIONS))
 def test_every_request_field_has_a_description(op: str) -> None:
     missing = [name for name, p in _properties(json_schema(op)) if not p.get("description")]
-    assert not missing, f"add to perfledger.commands.field_docs: {missing}"
+    assert not missing, f"add to perfledger.commands.workflow.field_docs: {missing}"
 
 
 @pytest.mark.parametrize("op", sorted(OPERATIONS))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from wf_scenario import CAND1, Session
 
-from perfledger.commands.readmodels_cli import resume_context
+from perfledger.commands.cli.readmodels import resume_context
 from perfledger.projections.handoff import derive_handoff
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from wf_scenario import Session
 
 from perfledger.api import Ledger
-from perfledger.commands.sync_cli import CONFLICT_EXIT
+from perfledger.commands.cli.sync import CONFLICT_EXIT
 
 CANDIDATES = {"e1": "sha256:" + "1" * 64, "e2": "sha256:" + "2" * 64}
 

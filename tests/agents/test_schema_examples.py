@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perfledger.commands.operations import OPERATIONS, validate
-from perfledger.commands.request_examples import curated, example
+from perfledger.commands.registry.operations import OPERATIONS, validate
+from perfledger.commands.registry.request_examples import curated, example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
 

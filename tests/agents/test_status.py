@@ -13,7 +13,7 @@ from typing import Any
 from wf_scenario import CAND1, CAND2, Session
 
 from perfledger.api import Ledger
-from perfledger.commands.status import session_status
+from perfledger.commands.cli.status import session_status
 
 
 def _ops(target: dict[str, Any]) -> list[str]:

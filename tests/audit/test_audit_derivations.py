@@ -9,17 +9,17 @@ import msgspec
 import pytest
 from wf_scenario import CAND1, CAND2, Session, samples
 
-from perfledger.commands.audit import audit
-from perfledger.commands.operations import validate
-from perfledger.commands.requests import dump
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import validate
+from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 
 
 def _forge_verdict(session: Session, samples_id: str) -> str:
     """Append the honest verdict of ``samples_id`` with its status flipped to ``pass`` through
     the raw store (as a tampered tool would); returns the event id."""
-    from perfledger.commands.deciders import DecisionContext, decide_verdict_record
-    from perfledger.commands.requests import VerdictRecord
+    from perfledger.commands.workflow.deciders import DecisionContext, decide_verdict_record
+    from perfledger.commands.workflow.requests import VerdictRecord
 
     honest = decide_verdict_record(
         session.state(),

@@ -31,9 +31,9 @@ from wf_scenario import (
 )
 
 from perfledger.api import Ledger
-from perfledger.commands.audit import audit
-from perfledger.commands.operations import validate
-from perfledger.commands.requests import dump
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import validate
+from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 from perfledger.projections.verdicts import Pair, derive_verdict
 
@@ -95,8 +95,8 @@ def test_r12_audit_finds_a_verdict_its_samples_contradict(
 ) -> None:
     ready.screened("e1", CAND1)
     ready.run("samples.record", samples("e1-target", "target", gain=0.0))
-    from perfledger.commands.deciders import DecisionContext, decide_verdict_record
-    from perfledger.commands.requests import VerdictRecord
+    from perfledger.commands.workflow.deciders import DecisionContext, decide_verdict_record
+    from perfledger.commands.workflow.requests import VerdictRecord
 
     honest = decide_verdict_record(
         ready.state(),
@@ -175,8 +175,8 @@ def test_r5_audit_finds_a_failed_accuracy_sample_used_in_a_verdict(
          for p in recorded.pairs],
         direction="lower_is_better", min_effect=0.05, resolution=target.resolution.resolution,
     )  # fmt: skip
-    from perfledger.commands.deciders import DecisionContext, decide_verdict_record
-    from perfledger.commands.requests import VerdictRecord
+    from perfledger.commands.workflow.deciders import DecisionContext, decide_verdict_record
+    from perfledger.commands.workflow.requests import VerdictRecord
 
     honest = decide_verdict_record(
         ready.state(),

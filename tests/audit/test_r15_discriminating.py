@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 from wf_scenario import T1, Session, evidence, experiment, target_freeze
 
-from perfledger.commands.audit import audit
+from perfledger.commands.audit.replay import audit
 from perfledger.ledger.base import EventDraft
 
 PREREG = {"rejects": "mechanism", "discriminating_evidence": "dram bytes unchanged under ncu"}

@@ -7,10 +7,10 @@ import json
 
 from wf_scenario import Session, samples
 
-from perfledger.commands.audit import audit
-from perfledger.commands.operations import validate
-from perfledger.commands.raw_table import binding_of
-from perfledger.commands.requests import dump
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import validate
+from perfledger.commands.workflow.raw_table import binding_of
+from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import Artifact, EventDraft
 
 MEASURED = {"source": "perfledger", "protocol": "workload_abba", "raw_table": "samples.json"}

@@ -67,7 +67,7 @@ def test_init_without_actor_remembers_nothing(
 
 
 def test_rate_is_shown_only_where_it_means_something() -> None:
-    from perfledger.commands.cli import RATE_MIN_EVENTS, rate_text
+    from perfledger.commands.cli.common import RATE_MIN_EVENTS, rate_text
 
     assert rate_text(22, 5.31) == ""  # a tiny ledger: the time is start-up, not the ledger
     assert rate_text(RATE_MIN_EVENTS, 0.5) == " (2,000 events/s)"

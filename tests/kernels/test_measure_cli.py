@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from perfledger.api import Ledger
-from perfledger.commands.measure_cli import environment_payload
-from perfledger.commands.operations import execute
+from perfledger.commands.cli.measure import environment_payload
+from perfledger.commands.registry.operations import execute
 from subprocess_env import isolated_env, perfledger_command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""R11 case checks before measuring (commands/measure_cli.py,
+"""R11 case checks before measuring (commands/cli/measure.py,
 ``rules.r11_cases_in_test_set``), through the real CLI on a real ledger."""
 
 from __future__ import annotations

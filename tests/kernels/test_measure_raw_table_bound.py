@@ -17,9 +17,9 @@ import pytest
 from test_measure_cli import _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
-from perfledger.commands.audit import audit
-from perfledger.commands.operations import _prepare, decider, execute, validate
-from perfledger.commands.requests import dump
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import _prepare, decider, execute, validate
+from perfledger.commands.workflow.requests import dump
 from perfledger.errors import RuleRefused
 from perfledger.ledger.base import Artifact, EventDraft
 

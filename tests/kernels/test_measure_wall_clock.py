@@ -14,7 +14,7 @@ from pathlib import Path
 from test_measure_cli import _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
-from perfledger.commands.operations import execute
+from perfledger.commands.registry.operations import execute
 
 WORKLOAD = Path(__file__).resolve().parent / "adversarial_workload.py"
 CAND2 = "sha256:" + "2" * 16

@@ -8,7 +8,7 @@ import copy
 import json
 from typing import Any
 
-from perfledger.commands.raw_table import binding_of, raw_table_mismatch
+from perfledger.commands.workflow.raw_table import binding_of, raw_table_mismatch
 
 SCALE_MS = 1e3
 

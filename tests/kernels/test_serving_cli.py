@@ -16,9 +16,9 @@ import pytest
 from serving_standin import BASE, standin
 
 from perfledger.api import Ledger
-from perfledger.commands.measure_cli import environment_payload
-from perfledger.commands.operations import execute
-from perfledger.commands.serving_record import metric_kind
+from perfledger.commands.cli.measure import environment_payload
+from perfledger.commands.registry.operations import execute
+from perfledger.commands.workflow.serving_record import metric_kind
 from perfledger.errors import BadRequest
 from subprocess_env import isolated_env, perfledger_command
 

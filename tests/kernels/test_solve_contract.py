@@ -326,7 +326,7 @@ def test_const_before_the_star_makes_an_input_and_after_it_does_not() -> None:
 def test_the_loop_backend_takes_the_spec_from_the_baseline_when_ref_py_gives_shapes(
     tmp_path: Path,
 ) -> None:
-    from perfledger.commands.loop_solve import SolveBackend
+    from perfledger.kernels.loop.solve import SolveBackend
 
     ref = _ref(tmp_path, "SHAPES = {'x': ['n'], 'y': ['n']}\ndef reference(x, n): return 2 * x\n")
     baseline = tmp_path / "v0.cu"

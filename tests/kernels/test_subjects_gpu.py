@@ -192,7 +192,7 @@ def test_solve_true_difference_is_detected_and_aa_is_not(solve_contract, tmp_pat
 @needs_nvcc
 def test_json_solve_spec_loads_and_compares(tmp_path: Path) -> None:
     """The example JSON spec of ``measure kernel --spec``: built, compared, identities kept."""
-    from perfledger.commands.measure_cli import load_spec
+    from perfledger.commands.cli.measure import load_spec
 
     spec = load_spec(str(SOLVE / "spec.json"))
     ((case, problem),) = spec["problems"].items()

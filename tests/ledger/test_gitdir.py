@@ -114,7 +114,7 @@ def test_state_and_a_note_need_no_dulwich(tmp_path: Path) -> None:
     Ledger.init(path, actor="t").close()
     code = (
         "import sys\n"
-        "from perfledger.commands.cli import main\n"
+        "from perfledger.commands.cli.app import main\n"
         "for args in (['note', 'one'], ['state', '--json'], ['note', 'two'], ['state']):\n"
         "    try:\n"
         f"        main(['--ledger', {str(path)!r}, *args])\n"

@@ -19,8 +19,8 @@ import pytest
 from wf_scenario import CAND2, CAND3, ENV_ID, Session, evidence, experiment, samples
 
 from perfledger.api import Ledger
-from perfledger.commands.deciders import DecisionContext
-from perfledger.commands.operations import decider, stored_request, validate
+from perfledger.commands.registry.operations import decider, stored_request, validate
+from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import PerfledgerError
 from perfledger.ledger import cache
 from perfledger.ledger.lazy_state import LazyStruct, encode_fields

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfledger.api import Ledger
-from perfledger.commands.operations import execute
+from perfledger.commands.registry.operations import execute
 from perfledger.events.catalog import default_catalog_text
 
 RUN = "r1"

@@ -210,7 +210,7 @@ def test_profiles_are_never_overwritten(ledger: Ledger) -> None:
 
 
 def test_proposed_selection_is_accepted_by_the_rules(ledger: Ledger) -> None:
-    from perfledger.commands.loop_rules import propose_selection
+    from perfledger.commands.loop.rules import propose_selection
 
     set_up(ledger)
     run = ledger.state().loop.runs[RUN]

@@ -10,10 +10,10 @@ import pytest
 from loop_helpers import RUN, close_body, do, setup_body
 
 from perfledger.api import Ledger
-from perfledger.commands.loop_measure import LAUNCHES_METRIC, profile_from_ncu_csv
-from perfledger.commands.loop_rules import propose_selection
+from perfledger.commands.loop.rules import propose_selection
 from perfledger.errors import RuleRefused
 from perfledger.events import catalog as cat
+from perfledger.kernels.loop.measure import LAUNCHES_METRIC, profile_from_ncu_csv
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu_raw_transpose_v0_h200.csv"
 

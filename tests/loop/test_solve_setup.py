@@ -67,7 +67,7 @@ def test_a_python_solve_baseline_whose_parameters_differ_from_the_spec_is_refuse
 
 
 def test_the_triton_example_matches_the_spec_without_its_stream() -> None:
-    from perfledger.commands.loop_solve import is_python_solve_source, preflight
+    from perfledger.kernels.loop.solve import is_python_solve_source, preflight
 
     text = (SOLVE / "scale_triton.py").read_text()
     assert is_python_solve_source(text)

@@ -34,7 +34,7 @@ def test_workflow_doc_read_model_block_runs(tmp_path: Path) -> None:
 def test_static_read_model_command_names_match_the_module() -> None:
     """The CLI loads the read models lazily by name: the static list in cli.py must name exactly
     the top-level commands readmodels_cli adds, or one would be unreachable."""
-    from perfledger.commands.cli import READMODEL_COMMANDS
-    from perfledger.commands.readmodels_cli import READMODEL_COMMANDS as MODULE_COMMANDS
+    from perfledger.commands.cli.app import READMODEL_COMMANDS
+    from perfledger.commands.cli.readmodels import READMODEL_COMMANDS as MODULE_COMMANDS
 
     assert READMODEL_COMMANDS == MODULE_COMMANDS

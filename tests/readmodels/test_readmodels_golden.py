@@ -19,7 +19,7 @@ import pytest
 from rm_session import scripted_ledger
 
 from perfledger.api import Ledger
-from perfledger.commands.audit import audit
+from perfledger.commands.audit.replay import audit
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("PERFLEDGER_UPDATE_GOLDEN") == "1"

@@ -25,8 +25,8 @@ import msgspec
 import pytest
 
 from perfledger.api import Ledger
-from perfledger.commands.measure_cli import environment_payload
-from perfledger.commands.operations import execute
+from perfledger.commands.cli.measure import environment_payload
+from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
 from subprocess_env import isolated_env, perfledger_command
 
@@ -457,8 +457,8 @@ def test_r2_driver_with_a_subject_place_needs_the_originals_snapshot(tmp_path: P
 
 
 def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> None:
-    from perfledger.commands import identity
-    from perfledger.commands import requests as rq
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow import requests as rq
     from perfledger.projections.workflow import TargetView
 
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
@@ -494,7 +494,7 @@ def test_r11_an_experiment_keeps_one_candidate_across_stages(session: Session) -
 
 
 def test_r11_snapshot_files_must_travel_with_their_event(session: Session) -> None:
-    from perfledger.commands.identity import unattached_files
+    from perfledger.commands.workflow.identity import unattached_files
 
     with Ledger.open(session.ledger) as ledger:
         event_id = ledger.state().samples["e1-screen"].event_id
@@ -509,8 +509,8 @@ def test_r11_snapshot_files_must_travel_with_their_event(session: Session) -> No
 def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
     session: Session,
 ) -> None:
-    from perfledger.commands import operations
-    from perfledger.commands.audit import _request_from_payload
+    from perfledger.commands.audit.replay import _request_from_payload
+    from perfledger.commands.registry import operations
 
     with Ledger.open(session.ledger) as ledger:
         state = ledger.state()
@@ -523,8 +523,8 @@ def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
 
 
 def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_path: Path) -> None:
-    from perfledger.commands import identity
-    from perfledger.commands import requests as rq
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow import requests as rq
     from perfledger.kernels.snapshot import take_snapshot
 
     code = _subject(tmp_path, "orig", LOOP)

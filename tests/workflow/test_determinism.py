@@ -10,8 +10,8 @@ from typing import Any
 from wf_scenario import Session
 
 from perfledger.api import Ledger
-from perfledger.commands.deciders import DecisionContext
-from perfledger.commands.operations import decider, payload_reader, validate
+from perfledger.commands.registry.operations import decider, payload_reader, validate
+from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.events.canonical import canonical_bytes
 from perfledger.projections.base import DEFAULT_PROJECTION
 

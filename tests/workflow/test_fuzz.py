@@ -39,7 +39,7 @@ from wf_scenario import (
 )
 
 from perfledger.api import Ledger
-from perfledger.commands.operations import OPERATIONS, execute, request_model
+from perfledger.commands.registry.operations import OPERATIONS, execute, request_model
 from perfledger.errors import PerfledgerError
 
 #: A valid (or rule-refused) body of every operation, on the ``fuzz_ledger`` state.

@@ -14,7 +14,7 @@ from perfledger.api import Ledger
 
 PROBE = """
 import os, sys
-from perfledger.commands.cli import main
+from perfledger.commands.cli.app import main
 modules = os.environ["HEAVY"].split()
 heavy = sorted(m for m in modules if m in sys.modules)
 assert not heavy, heavy
@@ -55,7 +55,7 @@ def test_state_and_writes_do_not_import_numpy_or_scipy(tmp_path: Path) -> None:
 def test_static_workflow_command_names_match_the_registry() -> None:
     """The CLI loads the workflow's commands lazily by name; the static list must name exactly
     the commands workflow_cli builds, or a command would be unreachable."""
-    from perfledger.commands.cli import WORKFLOW_COMMANDS
-    from perfledger.commands.workflow_cli import commands
+    from perfledger.commands.cli.app import WORKFLOW_COMMANDS
+    from perfledger.commands.cli.workflow import commands
 
     assert {command.name for command in commands()} == set(WORKFLOW_COMMANDS)

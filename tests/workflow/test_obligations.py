@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
-from perfledger.commands.audit import audit
-from perfledger.commands.next_steps import allowed_decisions
-from perfledger.commands.operations import validate
-from perfledger.commands.requests import dump
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.cli.next_steps import allowed_decisions
+from perfledger.commands.registry.operations import validate
+from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from wf_scenario import CAND1, Session, evidence, experiment
 
-from perfledger.commands.audit import audit
-from perfledger.commands.operations import validate
-from perfledger.commands.requests import dump
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import validate
+from perfledger.commands.workflow.requests import dump
 from perfledger.ledger.base import EventDraft
 
 

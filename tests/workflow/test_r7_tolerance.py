@@ -14,9 +14,9 @@ import msgspec
 import pytest
 from wf_scenario import Session, experiment
 
-from perfledger.commands import operations
-from perfledger.commands.deciders import DecisionContext
-from perfledger.commands.operations import json_schema
+from perfledger.commands.registry import operations
+from perfledger.commands.registry.operations import json_schema
+from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import RuleRefused
 from perfledger.events.workflow import R7_COMPUTED_BOUND
 from perfledger.projections import amdahl

@@ -1,4 +1,4 @@
-"""Edge cases of the msgspec requests (commands/requests.py, operations.validate/condense).
+"""Edge cases of the msgspec requests (commands/workflow/requests.py, operations.validate/condense).
 
 Each test was a finding of an adversarial review (it failed at 031ae8c).
 """
@@ -11,7 +11,7 @@ import pytest
 from wf_scenario import ORIGINAL_HASH, Session, experiment, samples, target_freeze
 
 from perfledger.api import Ledger
-from perfledger.commands.operations import execute, validate
+from perfledger.commands.registry.operations import execute, validate
 from perfledger.errors import BadRequest, PerfledgerError
 
 

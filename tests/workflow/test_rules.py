@@ -654,7 +654,7 @@ def test_figures_are_finite_or_null(ready: Session) -> None:
 
 
 def test_r11_cases_must_be_named_by_the_test_set_and_not_outnumber_it() -> None:
-    from perfledger.commands import rules
+    from perfledger.commands.workflow import rules
     from perfledger.errors import RuleRefused
     from perfledger.events.workflow import TestSet
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from perfledger.commands.cli import to_json_text
-from perfledger.commands.operations import OPERATIONS, json_schema, request_model
-from perfledger.commands.workflow_cli import COMMON_FLAGS, FIELD_HINTS
+from perfledger.commands.cli.app import to_json_text
+from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS
+from perfledger.commands.registry.operations import OPERATIONS, json_schema, request_model
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from wf_scenario import Session, experiment, target_freeze
 
-from perfledger.commands.rules import SCOPE_HINT
+from perfledger.commands.workflow.rules import SCOPE_HINT
 
 
 @pytest.mark.parametrize("glob", ["/tmp/mine/impl_*.py", "~/src/*", "C:\\src\\*"])

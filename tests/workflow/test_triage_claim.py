@@ -9,8 +9,8 @@ from pathlib import Path
 from wf_scenario import ACTOR, T1, Session, experiment
 
 from perfledger.api import Ledger
-from perfledger.commands.audit import audit
-from perfledger.commands.operations import execute
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import execute
 from perfledger.kernels.triage.record import (
     ANSWER,
     REPORT,

@@ -29,8 +29,8 @@ from wf_scenario import (
     target_freeze,
 )
 
-from perfledger.commands.operations import execute
-from perfledger.commands.raw_table import binding_of
+from perfledger.commands.registry.operations import execute
+from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.errors import RuleRefused
 from perfledger.ledger.base import Artifact
 from perfledger.projections.verdict_cases import (
@@ -259,8 +259,8 @@ def test_r12_verdicts_recorded_under_schema_1_are_re_derived_by_the_pooled_media
 ) -> None:
     """The auditor re-decides an event with the rule of the schema it was recorded under: a
     schema-1 verdict by the pooled median (no per-case figures), a new one per case."""
-    from perfledger.commands import deciders
-    from perfledger.commands.requests import VerdictRecord
+    from perfledger.commands.workflow import deciders
+    from perfledger.commands.workflow.requests import VerdictRecord
 
     _ready(bare)
     bare.run("experiment.create", experiment())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wf_scenario import Session, experiment, resolution, samples
 
-from perfledger.commands.audit import audit
+from perfledger.commands.audit.replay import audit
 from perfledger.projections.verdict_explain import explain_verdict, pct, verdict_lines
 
 

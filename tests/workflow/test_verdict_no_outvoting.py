@@ -22,9 +22,9 @@ from wf_scenario import (
     target_freeze,
 )
 
-from perfledger.commands import deciders
-from perfledger.commands.foreign_share import FOREIGN_SHARE_LIMIT
-from perfledger.commands.requests import FinalAuditRecord, VerdictRecord
+from perfledger.commands.workflow import deciders
+from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+from perfledger.commands.workflow.requests import FinalAuditRecord, VerdictRecord
 from perfledger.projections.verdict_cases import (
     LOSING,
     METHOD_V1,

@@ -2,7 +2,7 @@
 generators and an in-process session that appends through the real decide + append path.
 
 Nothing is mocked: a :class:`Session` wraps a real git ledger and calls
-:func:`perfledger.commands.operations.execute`, exactly as the CLI does.
+:func:`perfledger.commands.registry.operations.execute`, exactly as the CLI does.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from perfledger.api import Ledger
-from perfledger.commands.deciders import environment_id
-from perfledger.commands.operations import execute
+from perfledger.commands.registry.operations import execute
+from perfledger.commands.workflow.deciders import environment_id
 from perfledger.errors import PerfledgerError, RuleRefused
 
 ACTOR = "agent"

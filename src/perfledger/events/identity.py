@@ -16,7 +16,7 @@ code, the root the Target's modification scope (path globs) is relative to. Its 
 
 This module is pure (no file system): the digest and the comparisons an auditor re-runs. Taking a
 snapshot from disk is :mod:`perfledger.kernels.snapshot`; the rules are
-:mod:`perfledger.commands.identity`.
+:mod:`perfledger.commands.workflow.identity`.
 """
 
 from __future__ import annotations

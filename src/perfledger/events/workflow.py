@@ -211,7 +211,7 @@ class Statistics(_Part, kw_only=True):
     formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)
     and whether they may pass with explained foreign activity on more than 20 % of their pairs
     (``allow_explained_foreign_activity``, R17: for a metric the host's load cannot move, e.g. a
-    process's own CPU time; :mod:`perfledger.commands.foreign_share`)."""
+    process's own CPU time; :mod:`perfledger.commands.workflow.foreign_share`)."""
 
     min_pairs_per_case: int = 5
     confidence: float = 0.95
@@ -1021,7 +1021,7 @@ R7_COMPUTED_BOUND = 3
 #: version 1 snapshotted the files inside the Target's scope only.
 R11_WHOLE_SUBJECT = 2
 #: The ``SamplesRecorded`` schema version from which measured samples must match their raw table
-#: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.raw_table`).
+#: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.workflow.raw_table`).
 R5_BOUND_RAW_TABLE = 3
 #: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema version from which verdicts are
 #: derived by ``per_case/v2`` (a case that lost more than the minimum effect cannot be outvoted,
@@ -1040,7 +1040,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Kinds whose decision rule changed, by their current schema version: version 2 of
 #: ``SamplesRecorded`` keeps the samples' provenance (R5); version 2 of ``VerdictRecorded`` and
 #: ``FinalAuditRecorded`` derives per case (R12). An auditor re-decides a version-1 event by the
-#: rule of version 1 (:attr:`perfledger.commands.deciders.DecisionContext.schema`).
+#: rule of version 1 (:attr:`perfledger.commands.workflow.deciders.DecisionContext.schema`).
 #: Version 2 of ``ExperimentCreated`` and ``ChampionSelected`` carries R14's obligations
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
@@ -1061,7 +1061,7 @@ for _type, _summary in _SUMMARIES.items():
     register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary))
 
 #: Kinds that record a decision: appended only through their operation's decider
-#: (:mod:`perfledger.commands.operations`), never through the raw ``Ledger.append``.
+#: (:mod:`perfledger.commands.registry.operations`), never through the raw ``Ledger.append``.
 DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)
 
 # The kernel-iteration loop's kinds (R19-R25) live in their own module, which registers them on

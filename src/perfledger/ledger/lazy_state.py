@@ -9,7 +9,7 @@ only the fields that were accessed: an untouched field goes back to the cache by
 same bytes, so the same content-addressed file, not written again).
 
 It is a cache-reading device only: :meth:`perfledger.api.Ledger.state_at` hands it to the
-deciders of :func:`perfledger.commands.operations.execute` (``lazy=True``) and materializes it into
+deciders of :func:`perfledger.commands.registry.operations.execute` (``lazy=True``) and materializes it into
 the Struct for every other caller; verify and audit never read the cache.
 """
 

@@ -80,7 +80,7 @@ BLOCKED = "case(s) regressed beyond their resolution"
 #: (:data:`perfledger.projections.verdict_cases.LOSING`).
 LOSING = "case(s) lost more than the minimum effect"
 #: How the R17 note starts when foreign activity on too many pairs of a formal stage kept it
-#: from passing although explained (:mod:`perfledger.commands.foreign_share`).
+#: from passing although explained (:mod:`perfledger.commands.workflow.foreign_share`).
 FOREIGN_SHARE = "R17: foreign activity touched"
 
 

@@ -1,7 +1,7 @@
 """From a parsed report to an ``evidence.add`` request body (builtins), and the one entry point
 that reads a report of a given kind.
 
-The body matches :class:`perfledger.commands.requests.EvidenceAdd`: facts in base units, named
+The body matches :class:`perfledger.commands.workflow.requests.EvidenceAdd`: facts in base units, named
 ``k<i>.<metric>`` where ``k<i>`` is the kernel's key in ``boundary.kernels``; the layer; the tool
 and its version; the capture (command and exit status, or source file) and the raw report's
 blake3 (the raw report itself is attached as the event's artifact ``report`` by the caller). This

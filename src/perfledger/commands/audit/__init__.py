@@ -1,0 +1,1 @@
+"""The auditor's replay: re-decides every recorded request and re-derives evidence."""

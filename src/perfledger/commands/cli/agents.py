@@ -1,0 +1,201 @@
+"""Commands for agents and the people who follow them (SPEC.md section 6): ``status`` (where a
+session stands, one screen), ``skill install DIR`` / ``skill --print`` (the Agent Skill shipped
+with perfledger), ``mcp`` (the MCP server over stdio) and ``artifact get``.
+
+Only click is imported at load time; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+
+
+def _shared() -> Any:
+    from perfledger.commands.cli import app as cli
+
+    return cli
+
+
+def _emit(data: object) -> None:
+    click.echo(to_json_text(data))
+
+
+@click.command("status")
+@click.option("--target", "target_id", default=None, help="Only this Target.")
+@_json
+def status_command(target_id: str | None, json_flag: bool) -> None:
+    """Where the session stands, on one screen: each current Target, its readiness chain, the
+    champion and its final audit, open experiments and their stage, obligations (reconciliations
+    owed, conflicts, stale results) and the next decisions the rules accept now (each run dry
+    through its decider; nothing is appended)."""
+    ctx = _ctx(json_flag)
+    from perfledger.commands.cli.status import render, session_status
+
+    ledger = ctx.open()
+    try:
+        status = session_status(ledger, target_id)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit(status)
+    else:
+        render(status)
+
+
+@click.group("skill", invoke_without_command=True)
+@click.option("--print", "print_flag", is_flag=True, help="Print SKILL.md on stdout.")
+@click.pass_context
+def skill_group(click_ctx: click.Context, print_flag: bool) -> None:
+    """perfledger's Agent Skill (SKILL.md and references/): print it, or install it where an
+    agent looks (e.g. `perfledger skill install ~/.claude/skills`)."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    if not print_flag:
+        click.echo(click_ctx.get_help())
+        return
+    from perfledger.skill import read
+
+    click.echo(read(), nl=False)
+
+
+@skill_group.command("install")
+@click.argument("directory", type=click.Path(file_okay=False))
+@_json
+def skill_install(directory: str, json_flag: bool) -> None:
+    """Write the skill to DIRECTORY/perfledger/ (SKILL.md and references/), replacing an earlier
+    copy of its files."""
+    ctx = _ctx(json_flag)
+    from perfledger.errors import BadRequest
+    from perfledger.skill import install
+
+    try:
+        written = install(directory)
+    except OSError as exc:
+        raise BadRequest(
+            f"cannot write the skill under {directory!r}: {exc.strerror or exc}",
+            hint="name a directory you can write (an agent's skills folder)",
+        ) from None
+    if ctx.json_mode:
+        _emit({"installed": [str(p) for p in written]})
+        return
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+@click.command("mcp")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who decides the server's writes (default: $PERFLEDGER_ACTOR, else perfledger.actor, "
+    "else $USER).",
+)
+def mcp_command(actor: str | None) -> None:
+    """Serve perfledger over MCP on stdin/stdout (needs `pip install 'perfledger[mcp]'`): one
+    tool per write operation (input schema: the request's JSON Schema; result: the CLI's JSON
+    answer; a refusal is a tool error with its rule and hint), the read models (status, state,
+    claims, champion, handoff, schema) and `cli` (any other command, e.g. measure workload) as
+    tools. The ledger is --ledger, else $PERFLEDGER_DIR, else the enclosing repository."""
+    from perfledger.commands.cli.mcp import serve
+
+    ctx = _ctx(False)
+    serve(ctx.ledger_path, _actor(actor))
+    sys.exit(0)
+
+
+def _event(ledger: Any, event: str) -> Any:
+    """The envelope named by ``event``: HEAD, a full id or a unique prefix (as `show`)."""
+    if event.upper() == "HEAD":
+        event = ledger.log(1)[0].event_id
+    return ledger.get(event)
+
+
+@click.group("artifact")
+def artifact_group() -> None:
+    """List or get the files attached to an event (raw sample tables, code snapshots,
+    profiler reports); each is checked against its blake3 and size on the way out."""
+
+
+@artifact_group.command("list")
+@click.argument("event")
+@_json
+def artifact_list(event: str, json_flag: bool) -> None:
+    """List EVENT's artifacts (EVENT: HEAD, an event id or a unique prefix): name, size in
+    bytes, media type, blake3."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        envelope = _event(ledger, event)
+    finally:
+        ledger.close()
+    rows = [
+        {"name": name, "size": ref.size, "media_type": ref.media_type, "blake3": ref.blake3}
+        for name, ref in sorted(envelope.artifacts.items())
+    ]
+    if ctx.json_mode:
+        _emit({"event_id": envelope.id, "artifacts": rows})
+        return
+    if not rows:
+        click.echo(f"event {envelope.id[:12]} has no artifacts")
+    for row in rows:
+        click.echo(f"{row['name']}  {row['size']:,} bytes  {row['media_type']}")
+
+
+@artifact_group.command("get")
+@click.argument("event")
+@click.argument("name")
+@click.option("-o", "--output", "output", metavar="FILE", default=None,
+              help="Write to FILE (default: stdout).")  # fmt: skip
+@_json
+def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> None:
+    """Write artifact NAME of EVENT (HEAD, an event id or a unique prefix) to stdout or to
+    FILE, after checking its blake3 and size (exit 5 on a mismatch). With --json (and -o):
+    ``{"event_id", "name", "path", "size"}``."""
+    ctx = _ctx(json_flag)
+    from perfledger.errors import BadRequest
+
+    if ctx.json_mode and output is None:
+        raise BadRequest("--json needs -o FILE (the artifact's bytes are not JSON)")
+    ledger = ctx.open()
+    try:
+        envelope = _event(ledger, event)
+        if name not in envelope.artifacts:
+            names = ", ".join(sorted(envelope.artifacts)) or "none"
+            raise BadRequest(
+                f"event {envelope.id[:12]} has no artifact {name!r}",
+                hint=f"its artifacts: {names} (`perfledger artifact list {envelope.id[:12]}`)",
+            )
+        data = ledger.artifact(envelope.id, name)
+    finally:
+        ledger.close()
+    if output is None:
+        out = click.get_binary_stream("stdout")
+        out.write(data)
+        out.flush()
+        return
+    try:
+        with open(output, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise BadRequest(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    if ctx.json_mode:
+        _emit({"event_id": envelope.id, "name": name, "path": output, "size": len(data)})
+    else:
+        click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {envelope.id[:12]})")
+
+
+def register(group: click.Group) -> None:
+    """Add ``status``, ``skill``, ``mcp`` and ``artifact`` to the ``perfledger`` group."""
+    for command in (status_command, skill_group, mcp_command, artifact_group):
+        group.add_command(command)
+
+
+__all__ = ["register"]

@@ -1,0 +1,139 @@
+"""What every CLI module shares: the command context, JSON output, error reporting and who acts.
+
+Imported at the top of the CLI modules (it is cheap: click and the errors), so that no CLI
+module keeps a forwarding copy of these functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from perfledger.errors import BadRequest, PerfledgerError
+
+
+class Context:
+    """Options shared by every command: where the ledger is and how to answer."""
+
+    def __init__(self, ledger: str | None, json_mode: bool) -> None:
+        self.ledger_path = ledger
+        self.json_mode = json_mode
+
+    def open(self) -> Any:
+        """Open the ledger named by ``--ledger``, ``$PERFLEDGER_DIR`` or the enclosing repo."""
+        from perfledger.api import Ledger, find_ledger_path
+
+        return Ledger.open(find_ledger_path(self.ledger_path))
+
+
+def to_json_text(data: object, indent: int = 0) -> str:
+    """Encode ``data`` as JSON text with sorted keys (UTF-8, compact unless ``indent``)."""
+    import msgspec
+
+    raw = msgspec.json.encode(data, order="sorted")
+    if indent:
+        raw = msgspec.json.format(raw, indent=indent)
+    return raw.decode("utf-8")
+
+
+def emit_json(data: object) -> None:
+    """Print ``data`` as one line of JSON on stdout."""
+    click.echo(to_json_text(data))
+
+
+def fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
+    """Report ``exc`` (JSON under ``--json``, else one line on stderr, no traceback) and exit
+    with its code (2 bad request, 3 refused, 4 conflict, 5 integrity, 1 other)."""
+    if ctx is not None and ctx.json_mode:
+        emit_json(exc.to_json())
+    else:
+        rule = f"{exc.rule} " if exc.rule and not exc.message.startswith(exc.rule) else ""
+        label = "refused" if exc.exit_code == 3 else "error"
+        click.echo(f"perfledger: {label}: {rule}{exc.message}", err=True)
+        if exc.hint:
+            click.echo(f"hint: {exc.hint}", err=True)
+    sys.exit(exc.exit_code)
+
+
+json_option = click.option(
+    "--json", "json_flag", is_flag=True, help="Answer with one JSON object on stdout."
+)
+
+
+def command_context(json_flag: bool) -> Context:
+    """The current command's :class:`Context`, switched to JSON answers by ``--json``."""
+    ctx = click.get_current_context().find_object(Context)
+    assert ctx is not None
+    if json_flag:
+        ctx.json_mode = True
+    return ctx
+
+
+#: Below this many events a rate says more about start-up than about the ledger: not shown.
+RATE_MIN_EVENTS = 1_000
+
+
+def rate_text(events: int, elapsed_s: float) -> str:
+    """`` (N events/s)`` for a verify or audit answer, or nothing for a small ledger (fewer than
+    :data:`RATE_MIN_EVENTS` events), where the time is mostly imports and start-up."""
+    if events < RATE_MIN_EVENTS or elapsed_s <= 0:
+        return ""
+    return f" ({events / elapsed_s:,.0f} events/s)"
+
+
+def resolve_actor(actor: str | None) -> str:
+    """Who a command acts as: ``--actor``, else ``$PERFLEDGER_ACTOR``, else the ledger's
+    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``$LOGNAME``, else
+    the operating system's name of this process's user. Never a made-up name: every event
+    records who decided it.
+    Raises: BadRequest for an empty ``--actor`` (it would silently mean someone else), and when
+    none of these names anyone."""
+    if actor is not None and not actor.strip():
+        raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
+    found = (
+        actor
+        or os.environ.get("PERFLEDGER_ACTOR", "").strip()
+        or _remembered_actor()
+        or os.environ.get("USER", "").strip()
+        or os.environ.get("LOGNAME", "").strip()
+        or _os_user()
+    )
+    if not found:
+        raise BadRequest(
+            "who decides is not known: no --actor, $PERFLEDGER_ACTOR, perfledger.actor, $USER "
+            "or $LOGNAME, and this process's user has no name",
+            hint="pass --actor NAME, or export PERFLEDGER_ACTOR=NAME (or `git config "
+            "perfledger.actor NAME` in the ledger)",
+        )
+    return found
+
+
+def _os_user() -> str | None:
+    """The login name of this process's user from the system's user database, or None (a
+    container user without a passwd entry)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name or None
+    except (ImportError, KeyError, OSError):
+        return None
+
+
+def _remembered_actor() -> str | None:
+    """The ``perfledger.actor`` git config of the ledger this command works on (written by
+    ``init --actor``; local to the clone, like git's ``user.name``), or None."""
+    from perfledger.api import find_ledger_path
+    from perfledger.ledger.gitdir import find_controldir, read_section
+
+    click_ctx = click.get_current_context(silent=True)
+    ctx = click_ctx.find_object(Context) if click_ctx is not None else None
+    try:
+        location = find_controldir(find_ledger_path(ctx.ledger_path if ctx else None))
+    except (PerfledgerError, OSError):
+        return None
+    section = read_section(location.controldir, b"perfledger") if location else None
+    value = (section or {}).get(b"actor")
+    return value.decode("utf-8", "replace") if value else None

@@ -1,0 +1,431 @@
+"""``perfledger evidence``: parsed profiler and compiler reports as ``EvidenceRecorded`` events.
+
+- ``evidence add --kind KIND FILE --evidence-id ID [...]`` parses an existing report (ncu CSV or
+  ``.ncu-rep``, nsys SQLite, ``nsys stats`` CSV, PyTorch trace, ``nvcc -Xptxas -v`` output,
+  ``cuobjdump --dump-sass`` listing) and records its facts with the raw report as the event's
+  artifact ``report``. Without ``--kind`` it is the plain ``evidence add --request FILE``.
+- ``evidence ncu --evidence-id ID -- CMD ...`` runs Nsight Compute on CMD (see
+  :mod:`perfledger.kernels.profilers.capture`) and records the result, with ncu's version, the
+  command and its exit status.
+- ``evidence list`` and ``evidence show ID``.
+
+Every parse failure is an EvidenceError (exit 2) that appends nothing (R6). The request built
+from a report goes through the same ``evidence.add`` operation and decider as a hand-written one.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.errors import BadRequest, EvidenceError
+
+_MEDIA = {
+    "ncu": "text/csv",
+    "nsys": "application/vnd.sqlite3",
+    "nsys-stats": "text/csv",
+    "torch": "application/json",
+    "ptxas": "text/plain",
+    "sass": "text/plain",
+}
+#: Request-file fields that `evidence add --kind` / `evidence ncu` take besides the report.
+_CONTEXT_FIELDS = ("evidence_id", "layer", "applicability", "target_id", "description", "shapes",
+                   "graph")  # fmt: skip
+
+
+def _shared() -> Any:
+    from perfledger.commands.cli import workflow as workflow_cli
+
+    return workflow_cli
+
+
+def _context(request_source: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    body = _shared().read_request(request_source)
+    unknown = sorted(set(body) - set(_CONTEXT_FIELDS))
+    if unknown:
+        raise BadRequest(
+            f"with --kind, the request may hold only {', '.join(_CONTEXT_FIELDS)}; got {unknown}"
+        )
+    for key, value in flags.items():
+        if value is not None:
+            body[key] = value
+    if not body.get("evidence_id"):
+        raise BadRequest("an evidence id is required: --evidence-id ID")
+    return body
+
+
+def _record(
+    ctx: Any,
+    report: Any,
+    body_context: dict[str, Any],
+    raw: dict[str, tuple[bytes, str]],
+    *,
+    actor: str | None,
+    idempotency_key: str | None,
+    source_file: str = "",
+    command: list[str] | None = None,
+    exit_status: int | None = None,
+    dry_run: bool = False,
+) -> None:
+    import blake3
+
+    from perfledger.commands.registry import operations
+    from perfledger.kernels.profilers.evidence import evidence_request
+    from perfledger.ledger.base import Artifact
+
+    report_bytes = raw["report"][0]
+    body = evidence_request(
+        report,
+        evidence_id=body_context["evidence_id"],
+        report_hash="blake3:" + blake3.blake3(report_bytes).hexdigest(),
+        applicability=body_context.get("applicability") or "diagnostic",
+        layer=body_context.get("layer"),
+        source_file=source_file,
+        command=command,
+        exit_status=exit_status,
+        target_id=body_context.get("target_id"),
+        description=body_context.get("description") or "",
+        shapes=body_context.get("shapes") or "",
+        graph=body_context.get("graph"),
+    )
+    artifacts = {name: Artifact(data, media) for name, (data, media) in raw.items()}
+    ledger = ctx.open()
+    try:
+        if dry_run:
+            drafts = operations.preview(
+                ledger, "evidence.add", body, actor=_actor(actor),
+                idempotency_key=idempotency_key,
+            )  # fmt: skip
+            _shared()._answer_dry_run(ctx, operations.get_operation("evidence.add"), drafts)
+            return
+        envelopes = operations.execute(
+            ledger,
+            "evidence.add",
+            body,
+            actor=_actor(actor),
+            idempotency_key=idempotency_key,
+            artifacts=artifacts,
+        )
+    finally:
+        ledger.close()
+    operation = operations.get_operation("evidence.add")
+    _shared()._answer(ctx, operation, envelopes)
+    if ctx.json_mode:
+        return
+    payload = envelopes[0].payload
+    if not isinstance(payload, dict):
+        import msgspec
+
+        payload = msgspec.to_builtins(payload)
+    click.echo(
+        f"{len(payload['facts'])} facts, {len(report.kernels)} kernel(s), layout {report.layout}, "
+        f"{report.tool} {report.tool_version}"
+    )
+    for item in payload["limitations"]:
+        click.echo(f"limitation: {item}")
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise EvidenceError(f"cannot read {path!r}: {exc.strerror}") from None
+
+
+_common = [
+    click.option("--evidence-id", default=None, help="The evidence id (or in --request)."),
+    click.option(
+        "--applicability",
+        type=click.Choice(["same_boundary", "conservative_upper_bound", "diagnostic"]),
+        default=None,
+        help="Applicability to the replacement boundary (R6; default diagnostic).",
+    ),
+    click.option(
+        "--layer",
+        type=click.Choice(["kernel", "workload", "service"]),
+        default=None,
+        help="Layer measured (default: kernel for ncu/ptxas/sass, workload for nsys/torch).",
+    ),
+    click.option("--shapes", default=None, help="The real shapes the report measured (text)."),
+    click.option("--graph/--no-graph", default=None, help="Whether the work ran in a CUDA graph."),
+    click.option("--description", default=None, help="One line about the evidence."),
+    click.option("--target", "target_id", default=None, help="The Target id (sets target_id)."),
+    click.option("--idempotency-key", default=None, help="Retry-safe key."),
+    click.option(
+        "--actor",
+        default=None,
+        help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+    ),
+    click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object."),
+]
+
+
+def _with_common(func: Any) -> Any:
+    for option in reversed(_common):
+        func = option(func)
+    return func
+
+
+def _add_command(generic: click.Command) -> click.Command:
+    @click.command("add")
+    @click.option(
+        "--request",
+        "request_source",
+        metavar="FILE|-",
+        default=None,
+        help="The closed JSON request (schema: `perfledger schema evidence.add`); with --kind, "
+        "only the context fields (evidence_id, layer, applicability, target_id, ...).",
+    )
+    @click.option(
+        "--kind",
+        type=click.Choice(["ncu", "nsys", "nsys-stats", "torch", "ptxas", "sass"]),
+        default=None,
+        help="Parse REPORT as this kind of profiler/compiler output.",
+    )
+    @click.argument("report", required=False)
+    @click.option("--tool-version", default=None, help="The tool's version (its --version text).")
+    @click.option(
+        "--grouping",
+        type=click.Choice(["none", "en_US"]),
+        default="none",
+        help="ncu digit grouping: none (LC_ALL=C) or en_US (1,234.5).",
+    )
+    @click.option("--binary", default=None, help="sass: the binary that was dumped (hashed).")
+    @click.option("--binary-hash", default=None, help="sass: ALGO:HEX of the dumped binary.")
+    @click.option("--ncu", "ncu_path", default=None, help="ncu executable (for .ncu-rep).")
+    @click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Validate and decide, show the event it would append, append nothing.",
+    )
+    @_with_common
+    def add(
+        request_source: str | None,
+        kind: str | None,
+        report: str | None,
+        tool_version: str | None,
+        grouping: str,
+        binary: str | None,
+        binary_hash: str | None,
+        ncu_path: str | None,
+        dry_run: bool,
+        evidence_id: str | None,
+        applicability: str | None,
+        layer: str | None,
+        shapes: str | None,
+        graph: bool | None,
+        description: str | None,
+        target_id: str | None,
+        idempotency_key: str | None,
+        actor: str | None,
+        json_flag: bool,
+    ) -> None:
+        """Record profiler or compiler evidence: a closed request, or a parsed REPORT with
+        --kind (R6, R16)."""
+        if kind is None:
+            if report is not None:
+                raise BadRequest("a REPORT file needs --kind (ncu, nsys, nsys-stats, torch, ...)")
+            assert generic.callback is not None
+            generic.callback(
+                request_source=request_source,
+                idempotency_key=idempotency_key,
+                actor=actor,
+                json_flag=json_flag,
+                dry_run=dry_run,
+                target_id=target_id,
+            )
+            return
+        if report is None:
+            raise BadRequest(f"--kind {kind} needs the REPORT file")
+        ctx = _ctx(json_flag)
+        context = _context(
+            request_source,
+            {
+                "evidence_id": evidence_id, "applicability": applicability, "layer": layer,
+                "shapes": shapes, "graph": graph, "description": description,
+                "target_id": target_id,
+            },
+        )  # fmt: skip
+        from perfledger.kernels.profilers.evidence import file_hash, parse_report
+
+        options: dict[str, Any] = {"tool_version": tool_version, "grouping": grouping}
+        if kind == "sass":
+            options["binary_hash"] = file_hash(binary) if binary else (binary_hash or "")
+        raw = {"report": (_read(report), _MEDIA[kind])}
+        if kind == "ncu" and report.endswith(".ncu-rep"):
+            from perfledger.kernels.profilers.capture import export_ncu_rep
+            from perfledger.kernels.profilers.ncu import parse_ncu_csv
+
+            csv_bytes, version_text = export_ncu_rep(report, ncu=ncu_path)
+            parsed = parse_ncu_csv(
+                io.BytesIO(csv_bytes),
+                tool_version=tool_version or version_text,
+                name=f"{report} (ncu --import)",
+            )
+            raw = {"report": (raw["report"][0], "application/octet-stream"),
+                   "export.csv": (csv_bytes, "text/csv")}  # fmt: skip
+        else:
+            parsed = parse_report(kind, report, **options)
+        _record(
+            ctx, parsed, context, raw,
+            actor=actor, idempotency_key=idempotency_key, source_file=report, dry_run=dry_run,
+        )  # fmt: skip
+
+    return add
+
+
+@click.command("ncu", context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--section",
+    "sections",
+    multiple=True,
+    help="ncu section to collect (repeatable; default: SpeedOfLight, LaunchStats, Occupancy, "
+    "ComputeWorkloadAnalysis, MemoryWorkloadAnalysis).",
+)
+@click.option("--ncu", "ncu_path", default=None, help="ncu executable (default ncu on PATH).")
+@click.option(
+    "--ncu-option",
+    "ncu_options",
+    multiple=True,
+    help="One more ncu argument, e.g. --ncu-option=-k --ncu-option=regex:gemm (repeatable).",
+)
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Limit in seconds.")
+@_with_common
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def _ncu_command(
+    sections: tuple[str, ...],
+    ncu_path: str | None,
+    ncu_options: tuple[str, ...],
+    timeout_s: float | None,
+    evidence_id: str | None,
+    applicability: str | None,
+    layer: str | None,
+    shapes: str | None,
+    graph: bool | None,
+    description: str | None,
+    target_id: str | None,
+    idempotency_key: str | None,
+    actor: str | None,
+    json_flag: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Profile COMMAND with Nsight Compute (--csv, base units, LC_ALL=C, --clock-control none)
+    and record the facts, ncu's version, the command and its exit status (R6, R16)."""
+    from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu
+    from perfledger.kernels.profilers.ncu import parse_ncu_csv
+
+    ctx = _ctx(json_flag)
+    context = _context(
+        None,
+        {
+            "evidence_id": evidence_id, "applicability": applicability, "layer": layer,
+            "shapes": shapes, "graph": graph, "description": description, "target_id": target_id,
+        },
+    )  # fmt: skip
+    run = capture_ncu(
+        list(command),
+        ncu=ncu_path,
+        sections=sections or DEFAULT_SECTIONS,
+        extra=ncu_options,
+        timeout_s=timeout_s,
+    )
+    try:
+        parsed = parse_ncu_csv(
+            io.BytesIO(run.output), tool_version=run.version_text, name="ncu output"
+        )
+    except EvidenceError as exc:
+        raise EvidenceError(
+            f"{exc.message} (ncu exit status {run.exit_status})", hint=exc.hint
+        ) from None
+    if run.exit_status != 0:
+        parsed.limitations.append(f"ncu exited with status {run.exit_status}")
+    raw = {
+        "report": (run.output, "text/csv"),
+        "ncu-version.txt": (run.version_text.encode(), "text/plain"),
+    }
+    _record(
+        ctx, parsed, context, raw, actor=actor, idempotency_key=idempotency_key,
+        command=run.argv, exit_status=run.exit_status,
+    )  # fmt: skip
+
+
+def _evidence_events(ctx: Any) -> list[Any]:
+    ledger = ctx.open()
+    try:
+        return [e for e in ledger.events() if e.envelope.kind == "EvidenceRecorded"]
+    finally:
+        ledger.close()
+
+
+@click.command("list")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def _list(json_flag: bool) -> None:
+    """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
+    ctx = _ctx(json_flag)
+    rows = []
+    for event in _evidence_events(ctx):
+        p = event.payload
+        rows.append(
+            {
+                "evidence_id": p.evidence_id,
+                "event_id": event.envelope.id,
+                "layer": p.layer,
+                "tool": f"{p.tool.name} {p.tool.version}",
+                "applicability": p.applicability,
+                "facts": len(p.facts),
+                "kernels": len(p.boundary.kernels) if p.boundary else 0,
+                "limitations": len(p.limitations),
+            }
+        )
+    if ctx.json_mode:
+        _shared()._emit({"evidence": rows})
+        return
+    for r in rows:
+        click.echo(
+            f"{r['evidence_id']}  {r['layer']}  {r['tool']}  {r['applicability'] or '-'}  "
+            f"facts={r['facts']} kernels={r['kernels']} limitations={r['limitations']}"
+        )
+
+
+@click.command("show")
+@click.argument("evidence_id")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def _show(evidence_id: str, json_flag: bool) -> None:
+    """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
+    import msgspec
+
+    ctx = _ctx(json_flag)
+    for event in _evidence_events(ctx):
+        if event.payload.evidence_id == evidence_id:
+            data = {
+                "event_id": event.envelope.id,
+                "evidence": msgspec.to_builtins(event.payload),
+                "artifacts": msgspec.to_builtins(event.envelope.artifacts),
+            }
+            if ctx.json_mode:
+                _shared()._emit(data)
+            else:
+                click.echo(_shared().to_json_text(data, indent=2))
+            return
+    raise BadRequest(f"no evidence {evidence_id!r}")
+
+
+def extend(cli: click.Group) -> None:
+    """Add ``evidence add --kind``, ``evidence ncu``, ``list`` and ``show`` to the ``evidence``
+    group of ``cli`` (after the workflow commands are loaded)."""
+    group = cli.commands.get("evidence")
+    if not isinstance(group, click.Group):
+        return
+    generic = group.commands.get("add")
+    if generic is not None and generic.name == "add" and not getattr(generic, "_parsed", False):
+        command = _add_command(generic)
+        command._parsed = True  # type: ignore[attr-defined]
+        group.add_command(command, "add")
+    group.add_command(_ncu_command, "ncu")
+    group.add_command(_list, "list")
+    group.add_command(_show, "show")

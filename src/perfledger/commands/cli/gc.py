@@ -1,0 +1,48 @@
+"""``perfledger gc``: remove what killed writers and pulls left in the ledger's git directory.
+
+A thin skin over :func:`perfledger.ledger.gc.collect`. Only click is imported at load time.
+"""
+
+from __future__ import annotations
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+
+
+@click.command("gc")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def gc(dry_run: bool, json_flag: bool) -> None:
+    """Remove the garbage of killed writers and pulls (temporary objects and packs, a pack
+    without its index, a pull's spooled pack), never a file a live writer is writing. Lock
+    files are listed, never removed (a git process may hold one)."""
+    from perfledger.api import find_ledger_path
+    from perfledger.commands.cli import app as cli
+    from perfledger.errors import NotALedger
+    from perfledger.ledger.gc import collect
+    from perfledger.ledger.gitdir import find_controldir
+
+    ctx = _ctx(json_flag)
+    path = find_ledger_path(ctx.ledger_path)
+    location = find_controldir(path)
+    if location is None:
+        raise NotALedger(f"{path} is not a ledger (not a git repository)")
+    report = collect(location.controldir, dry_run=dry_run)
+    if ctx.json_mode:
+        click.echo(cli.to_json_text({"dry_run": dry_run, **report.to_json()}))
+        return
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {len(report.removed)} files ({report.removed_bytes} bytes)")
+    for removed in report.removed:
+        click.echo(f"  {removed}")
+    for kept, why in report.kept:
+        click.echo(f"kept {kept}: {why}")
+
+
+def register(group: click.Group) -> None:
+    """Add ``gc`` to the ``perfledger`` group."""
+    group.add_command(gc)
+
+
+__all__ = ["gc", "register"]

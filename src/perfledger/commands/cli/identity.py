@@ -1,0 +1,464 @@
+"""Code identity at the command edge (R11): snapshots taken for ``readiness record`` and
+``measure workload``, the champion's snapshot for the read models, and ``perfledger checkout``.
+
+Taking a snapshot reads files (:mod:`perfledger.kernels.snapshot`); the rules it must satisfy are
+the pure checks of :mod:`perfledger.commands.workflow.identity`, which the deciders run again on the
+recorded request (and an auditor on replay). The files' bytes are attached to the event as
+artifacts named ``file-<blake3 hex>`` (stored once per content), so ``checkout`` can write a
+recorded subject back byte for byte from any clone of the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import click
+import msgspec
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import to_json_text
+from perfledger.errors import BadRequest, IntegrityError
+from perfledger.events.identity import (
+    COVERAGE_SUBJECT,
+    SamplesIdentity,
+    Snapshot,
+    declares_subject,
+    file_artifact_name,
+    subject_of,
+    substitute,
+)
+
+#: Where ``perfledger checkout`` writes nothing: a directory that exists and is not empty.
+CHECKOUT_HINT = "pass a new (or empty) directory"
+
+
+def _in_scope(scope: Any) -> Any:
+    from perfledger.commands.workflow.rules import path_in_scope
+
+    globs = list(scope)
+    return lambda rel: any(path_in_scope(rel, g) for g in globs)
+
+
+def take(target_scope: Any, driver: Any, subject: str, *, whole: bool = True) -> Any:
+    """Snapshot ``subject`` as the readiness ``driver`` (its argv with ``{subject}`` and its
+    optional cwd; a Driver Struct or its dict) runs it, taking every file under it (``whole``)
+    or, for a Target whose original was snapshotted before that rule, the files inside
+    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`.
+    Raises: BadRequest, RuleRefused (R11: a symbolic link out of the subject)."""
+    from perfledger.kernels.snapshot import take_snapshot
+
+    fields = driver if isinstance(driver, dict) else msgspec.to_builtins(driver)
+    argv = substitute([str(w) for w in fields["argv"]], subject)
+    return take_snapshot(
+        subject, argv, _in_scope(target_scope), fields.get("cwd") or None, whole=whole
+    )
+
+
+def take_as_original(target: Any, subject: str) -> Any:
+    """:func:`take` of ``subject`` for a snapshot Target, covering what the original's snapshot
+    covers (every file under the subject, or the scope's files for an original recorded
+    before that rule), so the two compare."""
+    from perfledger.commands.workflow import identity
+
+    original = identity.original_snapshot(target)
+    whole = original is None or original.coverage == COVERAGE_SUBJECT
+    return take(target.definition.scope, target.readiness.driver, subject, whole=whole)
+
+
+def artifacts_of(*taken: Any) -> dict[str, Any]:
+    """The artifacts holding the files of snapshots: ``file-<blake3>`` -> Artifact."""
+    from perfledger.ledger.base import Artifact
+
+    out: dict[str, Any] = {}
+    for t in taken:
+        for digest, data in t.blobs.items():
+            out[file_artifact_name(digest)] = Artifact(data, "application/octet-stream")
+    return out
+
+
+def driver_with_subject(argv: Any) -> list[str]:
+    """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
+    naming a path (``dir/bench.py``) with its directory replaced by ``{subject}``; the argv with
+    ``{subject}`` appended when no word names one."""
+    words = [str(w) for w in argv]
+    for i, word in enumerate(words):
+        if "/" in word and not word.startswith("-") and i > 0:
+            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[1], *words[i + 1 :]]
+    return [*words, "{subject}"]
+
+
+def unenforced_note(target: Any) -> str | None:
+    """The warning ``measure`` prints where R11 is not enforced: the Target's readiness driver
+    declares no ``{subject}`` place (readiness recorded under the old rule), so the reference and
+    candidate commands are not bound to any code snapshot. None where it is enforced (or the
+    Target has no driver)."""
+    readiness = target.readiness
+    if readiness is None or readiness.driver is None:
+        return None
+    if declares_subject(readiness.driver.argv):
+        return None
+    suggestion = driver_with_subject(readiness.driver.argv)
+    return (
+        f"R11 (code identity) is not enforced for Target {target.definition.target_id!r}: its "
+        "readiness driver declares no {subject} place, so the reference and candidate commands "
+        "are not checked to be the original's (or the champion's) code and no snapshot is "
+        f"recorded; record readiness with a driver such as {suggestion} and original.subject "
+        "to bind results to code"
+    )
+
+
+def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
+    """``readiness.record`` at the edge: where ``original.subject`` names the original's
+    directory and the driver declares a ``{subject}`` place, replace it by ``original.snapshot``
+    (taken now: every file under it) and return the files as artifacts. Returns
+    ``(body, artifacts)``; the body unchanged (no artifacts) otherwise. Raises: BadRequest."""
+    if not isinstance(body, dict) or not isinstance(body.get("original"), dict):
+        return body, {}
+    original = dict(body["original"])
+    subject = original.pop("subject", None)
+    if subject is None:
+        driver = body.get("driver")
+        argv = driver.get("argv") if isinstance(driver, dict) else None
+        if isinstance(argv, list) and not declares_subject([str(w) for w in argv]):
+            # the old rule still records; say what it gives up (R11)
+            click.echo(
+                "warning: the driver declares no {subject} place: R11 (code identity) will "
+                f"not be enforced for this Target; a driver such as {driver_with_subject(argv)} "
+                "with original.subject binds results to code",
+                err=True,
+            )
+        return body, {}
+    driver = body.get("driver")
+    if not isinstance(subject, str) or not subject:
+        raise BadRequest("original.subject must be the original's directory (a path)")
+    if not isinstance(driver, dict) or not isinstance(driver.get("argv"), list):
+        raise BadRequest("original.subject needs a driver whose argv has a {subject} place")
+    if not declares_subject([str(w) for w in driver["argv"]]):
+        raise BadRequest(
+            "original.subject given, but the driver's argv declares no {subject} place",
+            hint='put "{subject}" in the driver argv where the code directory goes',
+        )
+    state = ledger.state()
+    target = state.targets.get(body.get("target_id"))
+    if target is None:
+        raise BadRequest(f"no Target {body.get('target_id')!r}")
+    taken = take(target.definition.scope, driver, subject)
+    original["snapshot"] = msgspec.to_builtins(taken.snapshot)
+    return {**body, "original": original}, artifacts_of(taken)
+
+
+def _subject(target: Any, command: str, role: str) -> str:
+    from perfledger.commands.workflow.rules import refuse
+
+    driver = target.readiness.driver
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the {role} command: {exc}") from None
+    subject = subject_of(driver.argv, argv)
+    if subject is None:
+        raise refuse(
+            "R11",
+            f"the {role} command is not the readiness driver with a subject in its place: "
+            f"{argv}; nothing was measured",
+            f"the driver is {list(driver.argv)}: pass it with the {role}'s directory in place "
+            "of {subject}",
+        )
+    return subject
+
+
+def measure_identity(
+    ledger: Any, info: dict[str, Any], ref_cmd: str, cand_cmd: str, stage: str, experiment_id: str
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Before ``measure workload`` runs: where the Target's readiness recorded the original's
+    snapshot, check that both commands are the readiness driver with a subject in its place,
+    snapshot both subjects and run the R11 checks (reference = original or champion, changed
+    paths inside the scope, a final audit's candidate = the champion), so a refusal comes before
+    anything is measured. Returns ``(identity request dict, artifacts)``, or ``(None, {})``
+    under the old rule. Raises: RuleRefused (R11), BadRequest."""
+    from perfledger.commands.registry import operations
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow import requests as rq
+
+    target = info["target"]
+    if identity.original_snapshot(target) is None:
+        return None, {}
+    ref = take_as_original(target, _subject(target, ref_cmd, "reference"))
+    cand = take_as_original(target, _subject(target, cand_cmd, "candidate"))
+    body = {
+        "reference": msgspec.to_builtins(ref.snapshot),
+        "candidate": msgspec.to_builtins(cand.snapshot),
+    }
+    reference = info["reference"]
+    identity.r11_check_identity(
+        info["state"],
+        target,
+        msgspec.convert(body, rq.SamplesIdentity),
+        reference_kind=reference["kind"],
+        champion=reference.get("experiment_id"),
+        stage=stage,
+        experiment_id=experiment_id,
+        payload_of=operations.payload_reader(ledger),
+    )
+    return body, artifacts_of(ref, cand)
+
+
+def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
+    """After the measurement: each subject's files are still those snapshotted before it
+    (R11: a subject whose code changed while it was measured, by itself or by anyone, measured
+    code that no snapshot holds). Raises: RuleRefused (R11) naming the subject and the paths
+    that changed; nothing is recorded."""
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow.rules import refuse
+
+    target = info["target"]
+    for role in ("reference", "candidate"):
+        snap = body[role]
+        again = take_as_original(target, snap["subject"])
+        if again.snapshot.digest != snap["digest"]:
+            before = msgspec.convert(snap, Snapshot)
+            raise refuse(
+                "R11",
+                f"the {role}'s files changed while it was measured ({snap['subject']!r}): "
+                f"{identity.describe_difference(before, again.snapshot)}; the samples were not "
+                "recorded",
+                "a subject must not modify its own code during the run; measure again",
+            )
+
+
+# ----------------------------------------------------------------------------- read models
+
+
+def champion_snapshot(ledger: Any, state: Any, target: Any) -> dict[str, Any] | None:
+    """The current champion's (or the original's) snapshot of ``target`` as JSON: ``digest``,
+    ``subject``, ``git``, ``files`` (count) and ``checkout`` (the command that writes its files),
+    or None when none was recorded (a Target under the old rule)."""
+    from perfledger.commands.registry import operations
+    from perfledger.commands.workflow import identity
+
+    snap = identity.subject_snapshot(
+        state, target, target.champion, operations.payload_reader(ledger)
+    )
+    if snap is None:
+        return None
+    return {
+        "of": target.champion or "original",
+        "digest": snap.digest,
+        "subject": snap.subject,
+        "files": len(snap.files),
+        "git": msgspec.to_builtins(snap.git),
+        "checkout": f"perfledger checkout {snap.digest} DIR",
+    }
+
+
+# ----------------------------------------------------------------------------- checkout
+
+
+def _recorded_snapshots(ledger: Any) -> list[tuple[str, str, Snapshot]]:
+    """Every snapshot in the ledger: (label, event id, snapshot), in the ledger's order; the
+    label is ``TARGET:original``, ``SAMPLES:reference`` or ``SAMPLES:candidate``."""
+    out: list[tuple[str, str, Snapshot]] = []
+    for event in ledger.events():
+        p = event.payload
+        if event.kind == "ReadinessRecorded" and isinstance(p.original.snapshot, Snapshot):
+            out.append((f"{p.target_id}:original", event.id, p.original.snapshot))
+        elif event.kind == "SamplesRecorded" and isinstance(p.identity, SamplesIdentity):
+            out.append((f"{p.samples_id}:reference", event.id, p.identity.reference))
+            out.append((f"{p.samples_id}:candidate", event.id, p.identity.candidate))
+    return out
+
+
+def resolve(ledger: Any, name: str) -> tuple[str, str, Snapshot]:
+    """The snapshot ``name`` designates: a tree digest (or a prefix of at least 8 hex digits),
+    ``SAMPLES:reference`` / ``SAMPLES:candidate`` / ``TARGET:original``, a samples id (its
+    candidate), an experiment id (the candidate of its latest samples) or an event id (a
+    samples event's candidate, a readiness event's original). Returns (label, event id,
+    snapshot). Raises: BadRequest when nothing or more than one snapshot matches."""
+    snaps = _recorded_snapshots(ledger)
+    for label, event_id, snap in snaps:
+        if name == label:
+            return label, event_id, snap
+    candidates = [s for s in snaps if s[0].endswith(":candidate") or s[0].endswith(":original")]
+    by_samples = [s for s in candidates if s[0] == f"{name}:candidate"]
+    if by_samples:
+        return by_samples[-1]
+    by_event = [s for s in candidates if s[1] == name]
+    if by_event:
+        return by_event[-1]
+    state = ledger.state()
+    experiment = state.experiments.get(name)
+    if experiment is not None:
+        mine = [s for s in candidates if s[0].rsplit(":", 1)[0] in state.samples
+                and state.samples[s[0].rsplit(":", 1)[0]].experiment_id == name]  # fmt: skip
+        if mine:
+            return mine[-1]
+        raise BadRequest(f"experiment {name!r} has no samples with a snapshot")
+    lowered = name.lower()
+    if len(lowered) >= 8 and all(c in "0123456789abcdef" for c in lowered):
+        digests = {s[2].digest: s for s in snaps if s[2].digest.startswith(lowered)}
+        if len(digests) == 1:
+            return next(iter(digests.values()))
+        if len(digests) > 1:
+            raise BadRequest(f"snapshot prefix {name!r} is ambiguous: {sorted(digests)}")
+    raise BadRequest(
+        f"no recorded snapshot {name!r}",
+        hint="name a tree digest (`perfledger champion show` prints the champion's), a samples "
+        "id, SAMPLES:reference, TARGET:original, or an experiment id",
+    )
+
+
+def _safe_relative(path: str) -> PurePosixPath:
+    rel = PurePosixPath(path)
+    if rel.is_absolute() or any(part in ("", ".", "..") for part in path.split("/")):
+        raise IntegrityError(f"the snapshot holds a path that would leave the directory: {path!r}")
+    return rel
+
+
+def _safe_link(path: str, text: str) -> None:
+    """A recorded symbolic link ``path -> text`` stays inside the directory written (R11: links
+    out of a subject are refused when snapshotted; a snapshot recorded before may hold one).
+    Raises: IntegrityError."""
+    parts = [*PurePosixPath(path).parent.parts, *text.split("/")]
+    depth = 0
+    for part in parts:
+        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+        if depth < 0:
+            break
+    if text.startswith("/") or depth < 0:
+        raise IntegrityError(
+            f"the snapshot's symbolic link {path!r} -> {text!r} leads out of the directory; "
+            "nothing was written",
+            hint="such a link was measured through code outside the subject: the snapshot cannot "
+            "reproduce it",
+        )
+
+
+def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
+    """Write the files of the recorded snapshot ``name`` (see :func:`resolve`) into
+    ``directory`` (created; it must not exist or be empty), each checked against its blake3 and
+    size, executables with mode 755, symbolic links as links. Returns a summary (label, event,
+    digest, subject, argv, git, files written, driver files not written). Raises: BadRequest,
+    IntegrityError (a missing or altered file)."""
+    label, event_id, snap = resolve(ledger, name)
+    out = Path(directory)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadRequest(f"{directory!r} exists and is not an empty directory", hint=CHECKOUT_HINT)
+    paths = {p: _safe_relative(p) for p in snap.files}
+    blobs = {}
+    for path, entry in snap.files.items():
+        data = ledger.artifact(event_id, file_artifact_name(entry.blake3))
+        if len(data) != entry.size:
+            raise IntegrityError(f"file {path!r} of snapshot {snap.digest} has the wrong size")
+        blobs[path] = data
+    for path, entry in snap.files.items():
+        if entry.mode == "120000":
+            _safe_link(path, os.fsdecode(blobs[path]))
+    out.mkdir(parents=True, exist_ok=True)
+    links = []
+    for path, entry in sorted(snap.files.items()):
+        target = out.joinpath(*paths[path].parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if entry.mode == "120000":
+            links.append((target, blobs[path]))
+            continue
+        target.write_bytes(blobs[path])
+        os.chmod(target, 0o755 if entry.mode == "100755" else 0o644)
+    for target, data in links:  # after the files, so no file is written through a link
+        os.symlink(os.fsdecode(data), target)
+    return {
+        "snapshot": label,
+        "event_id": event_id,
+        "digest": snap.digest,
+        "subject": snap.subject,
+        "argv": list(snap.argv),
+        "git": msgspec.to_builtins(snap.git),
+        "directory": str(out),
+        "files": len(snap.files),
+        "driver_files": sorted(snap.driver),
+    }
+
+
+@click.command("checkout")
+@click.argument("snapshot")
+@click.argument("directory")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
+    """Write a recorded subject's files (SNAPSHOT: a tree digest or prefix, SAMPLES[:reference],
+    TARGET:original, or an experiment id) into DIRECTORY, byte for byte (R11)."""
+
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        done = checkout(ledger, snapshot, directory)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        click.echo(to_json_text(done))
+        return
+    click.echo(f"{done['files']} files of {done['snapshot']} ({done['digest']}) in {directory}")
+    git = done["git"]
+    if git:
+        state = "dirty" if git["dirty"] else "clean"
+        click.echo(f"git commit {git['commit']} ({state}) at {git['path'] or '.'}")
+    click.echo("ran: " + shlex.join(done["argv"]))
+    if done["driver_files"]:
+        click.echo(
+            "driver files outside the subject (not written): " + ", ".join(done["driver_files"])
+        )
+
+
+def commands() -> list[click.Command]:
+    """The click commands this module adds to ``perfledger``: ``checkout``."""
+    return [checkout_command]
+
+
+__all__ = [
+    "champion_snapshot",
+    "check_original_command",
+    "checkout",
+    "commands",
+    "measure_identity",
+    "readiness_edge",
+    "refuse_unsnapshotted",
+    "resolve",
+]
+
+
+def check_original_command(target: Any, cmd: str) -> None:
+    """``measure aa`` under snapshots (R11, R4): the A/A command is the readiness driver with a
+    subject in its place, and that subject's snapshot is the original's; refused naming the
+    paths that differ otherwise, before anything runs. No-op under the old rule."""
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow.rules import refuse
+
+    original = identity.original_snapshot(target)
+    if original is None:
+        return
+    taken = take_as_original(target, _subject(target, cmd, "A/A"))
+    if taken.snapshot.digest != original.digest:
+        raise refuse(
+            "R11",
+            f"the A/A subject {taken.snapshot.subject!r} is not the original's code recorded at "
+            f"readiness; {identity.describe_difference(original, taken.snapshot)}; nothing was "
+            "measured",
+            f"measure the original from {original.subject!r} "
+            f"(`perfledger checkout {original.digest} DIR` writes it)",
+        )
+
+
+def refuse_unsnapshotted(target: Any, command: str) -> None:
+    """Refuse (R11) a measurement command that takes no snapshots on a Target whose readiness
+    recorded the original's (its samples would be refused after measuring)."""
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow.rules import refuse
+
+    if identity.original_snapshot(target) is not None:
+        raise refuse(
+            "R11",
+            f"Target {target.definition.target_id!r} binds samples to code snapshots, which "
+            f"`{command}` does not take yet; nothing was measured",
+            "measure through the readiness driver with `perfledger measure workload`",
+        )

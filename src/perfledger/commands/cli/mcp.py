@@ -1,0 +1,341 @@
+"""``perfledger mcp``: perfledger as an MCP server over stdio (SPEC.md section 6), built on the
+official ``mcp`` SDK's low-level server (``pip install 'perfledger[mcp]'``).
+
+A thin skin over the same library calls as the CLI:
+
+- one tool per write operation (``target_freeze``, ``experiment_create``, ...: the operation's
+  name with ``.`` and ``-`` as ``_``); its input schema is the request's JSON Schema
+  (:func:`perfledger.commands.registry.operations.json_schema`) and its result the CLI's ``--json``
+  answer (``{"op", "event_id", "kind", "lamport", "payload", "events"}``). ``readiness_record``
+  snapshots ``original.subject`` as the CLI does (R11);
+- read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
+- ``cli``: any other ``perfledger`` command (``measure workload``, ``env``, ``audit``,
+  ``handoff record``...) run as a subprocess on the same ledger with ``--json``.
+
+A refusal is a tool error (``is_error``) whose text and structured content are the CLI's error
+object ``{"error": {"code", "rule", "message", "hint"}}``; nothing was appended. Each call opens
+the ledger, acts and closes it, so the server never holds a stale view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from perfledger.commands.cli.common import to_json_text
+from perfledger.errors import BadRequest, PerfledgerError
+
+#: The server's name in the MCP handshake.
+SERVER_NAME = "perfledger"
+#: Wall seconds a ``cli`` tool call may run (a measurement can take minutes).
+CLI_TIMEOUT_S = 3600.0
+
+#: The read tools: name -> (description, input schema).
+READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "status": (
+        "Where the session stands: each current Target, its readiness chain, the champion and "
+        "its final audit, open experiments, obligations and the next decisions the rules accept.",
+        {"type": "object", "properties": {"target_id": {"type": "string"}},
+         "additionalProperties": False},
+    ),
+    "state": (
+        "The folded state at the head: {head, state_hash, state}.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    "claims": (
+        "ROI claims against outcomes: f, s, bound, measured improvement with CI, prediction "
+        "error, reconciliation (R7, R14).",
+        {"type": "object", "properties": {"target_id": {"type": "string"}},
+         "additionalProperties": False},
+    ),
+    "champion": (
+        "The current champion of every Target (or of target_id, with its lineage) and its "
+        "final-audit standing (R13).",
+        {"type": "object", "properties": {"target_id": {"type": "string"}},
+         "additionalProperties": False},
+    ),
+    "handoff": (
+        "The handoff of R18 derived from the state (JSON; markdown: true for Markdown).",
+        {"type": "object", "properties": {"target_id": {"type": "string"},
+                                          "markdown": {"type": "boolean"}},
+         "additionalProperties": False},
+    ),
+    "schema": (
+        "The JSON Schema of an operation's request (operation: e.g. experiment.create), or the "
+        "list of operations without one.",
+        {"type": "object", "properties": {"operation": {"type": "string"}},
+         "additionalProperties": False},
+    ),
+    "cli": (
+        "Run any other perfledger command on this ledger with --json and return its answer, e.g. "
+        'args ["measure", "workload", "--experiment", "e1", "--stage", "screen", "--ref", CMD, '
+        '"--cand", CMD, "--no-monitor"], ["env"], ["audit"], ["handoff", "record", "--target", '
+        '"t1", "--gpu-used", "0", "--stop-reason", TEXT, "--feedback", "none"].',
+        {"type": "object", "required": ["args"], "additionalProperties": False,
+         "properties": {"args": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                        "stdin": {"type": "string",
+                                  "description": "text for the command's stdin (--request -)"}}},
+    ),
+}  # fmt: skip
+
+
+def tool_name(operation: str) -> str:
+    """The tool name of an operation: ``final-audit.record`` -> ``final_audit_record``."""
+    return operation.replace(".", "_").replace("-", "_")
+
+
+def _write_tools() -> dict[str, str]:
+    """Tool name -> operation name, for every write operation."""
+    from perfledger.commands.registry.operations import OPERATIONS
+
+    return {tool_name(name): name for name in OPERATIONS}
+
+
+class Tools:
+    """The tools of one server: what to list and how to call each (plain synchronous calls on
+    the ledger at ``ledger_path``, acting as ``actor``)."""
+
+    def __init__(self, ledger_path: str | None, actor: str) -> None:
+        self.ledger_path = ledger_path
+        self.actor = actor
+        self.writes = _write_tools()
+
+    def _open(self) -> Any:
+        from perfledger.api import Ledger, find_ledger_path
+
+        return Ledger.open(find_ledger_path(self.ledger_path))
+
+    def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(name, description, input schema)`` of every tool: writes first, then reads."""
+        from perfledger.commands.registry.operations import OPERATIONS, json_schema
+
+        out = []
+        for name, op in self.writes.items():
+            operation = OPERATIONS[op]
+            rules = f" Rules: {operation.rules}." if operation.rules else ""
+            description = f"{operation.help}{rules} (perfledger {op.replace('.', ' ')})"
+            out.append((name, description, json_schema(op)))
+        out += [(name, text, schema) for name, (text, schema) in READ_TOOLS.items()]
+        return out
+
+    def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Run tool ``name`` with ``arguments``; returns its JSON-able answer.
+
+        Raises: PerfledgerError (BadRequest for an unknown tool), as the CLI would."""
+        if name in self.writes:
+            return self._write(self.writes[name], arguments)
+        handler = getattr(self, f"_read_{name}", None)
+        if handler is None:
+            raise BadRequest(f"unknown tool {name!r}", hint="list the tools")
+        return handler(**arguments)
+
+    def _write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        import msgspec
+
+        from perfledger.commands.cli.workflow import _explanation
+        from perfledger.commands.registry import operations
+
+        ledger = self._open()
+        artifacts: dict[str, Any] = {}
+        try:
+            if op == "readiness.record":  # original.subject -> its snapshot (R11), as the CLI
+                from perfledger.commands.cli.identity import readiness_edge
+
+                body, artifacts = readiness_edge(ledger, body)
+            envelopes = operations.execute(
+                ledger, op, body, actor=self.actor, artifacts=artifacts or None
+            )
+        finally:
+            ledger.close()
+        events = [
+            {"event_id": e.id, "kind": e.kind, "lamport": e.lamport,
+             "payload": msgspec.to_builtins(e.payload)}
+            for e in envelopes
+        ]  # fmt: skip
+        first = events[0] if events else {}
+        return {"op": op, **first, **_explanation(first), "events": events}
+
+    def _read_status(self, target_id: str | None = None) -> Any:
+        from perfledger.commands.cli.status import session_status
+
+        ledger = self._open()
+        try:
+            return session_status(ledger, target_id)
+        finally:
+            ledger.close()
+
+    def _read_state(self) -> Any:
+        ledger = self._open()
+        try:
+            return json.loads(ledger.state_json())
+        finally:
+            ledger.close()
+
+    def _read_claims(self, target_id: str | None = None) -> Any:
+        import msgspec
+
+        from perfledger.projections.claims import claims
+
+        state = self._state()
+        if target_id is not None and target_id not in state.targets:
+            raise BadRequest(f"no Target {target_id!r}")
+        return {"claims": msgspec.to_builtins(claims(state, target_id))}
+
+    def _read_champion(self, target_id: str | None = None) -> Any:
+        import msgspec
+
+        from perfledger.projections.champions import current_champions, lineage
+
+        state = self._state()
+        current = current_champions(state)
+        if target_id is None:
+            return {"champions": msgspec.to_builtins(current)}
+        chosen = [c for c in current if c.target_id == target_id]
+        if not chosen:
+            raise BadRequest(f"no Target {target_id!r}")
+        return {
+            **msgspec.to_builtins(chosen[0]),
+            "lineage": msgspec.to_builtins(lineage(state, target_id)),
+        }
+
+    def _read_handoff(self, target_id: str | None = None, markdown: bool = False) -> Any:
+        import msgspec
+
+        from perfledger.commands.cli.readmodels import resume_context
+        from perfledger.projections.handoff import default_target, derive_handoff, render_markdown
+
+        ledger = self._open()
+        try:
+            state = ledger.state()
+            tid = target_id or default_target(state)
+            if tid is None:
+                raise BadRequest("no Target is frozen", hint="call target_freeze first")
+            if tid not in state.targets:
+                raise BadRequest(f"no Target {tid!r}")
+            handoff = derive_handoff(state, tid, resume_context(ledger, state, tid))
+        finally:
+            ledger.close()
+        if markdown:
+            return {"markdown": render_markdown(handoff)}
+        return {"handoff": msgspec.to_builtins(handoff)}
+
+    def _read_schema(self, operation: str | None = None) -> Any:
+        from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
+
+        if operation is None:
+            return {"operations": {tool_name(n): n for n in sorted(OPERATIONS)}}
+        return json_schema(get_operation(operation).name)
+
+    def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
+        argv = [sys.executable, "-m", "perfledger"]
+        if self.ledger_path:
+            argv += ["--ledger", self.ledger_path]
+        env = {**os.environ, "PERFLEDGER_ACTOR": self.actor}
+        try:
+            done = subprocess.run(
+                [*argv, *args, "--json"], input=stdin, capture_output=True, text=True, env=env,
+                timeout=CLI_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise PerfledgerError(
+                f"perfledger {' '.join(args)} ran past {CLI_TIMEOUT_S:.0f} s"
+            ) from None
+        try:
+            answer = json.loads(done.stdout) if done.stdout.strip() else {}
+        except ValueError:
+            answer = {"output": done.stdout}
+        if done.returncode != 0:
+            error = answer.get("error") if isinstance(answer, dict) else None
+            exc = CliFailed(
+                (error or {}).get("message") or done.stderr.strip() or f"exit {done.returncode}",
+                hint=(error or {}).get("hint"),
+            )
+            exc.rule = (error or {}).get("rule")
+            exc.exit_code = done.returncode
+            exc.code = (error or {}).get("code") or CliFailed.code
+            raise exc
+        return answer
+
+
+class CliFailed(PerfledgerError):
+    """A ``cli`` tool call whose command exited non-zero (its error object, rule and exit code
+    carried over)."""
+
+    code = "cli_failed"
+
+
+def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
+    """``(answer, is_error)`` of one tool call; a PerfledgerError becomes its error object."""
+    try:
+        return tools.call(name, arguments), False
+    except PerfledgerError as exc:
+        data = exc.to_json()
+        data["error"]["exit_code"] = exc.exit_code  # type: ignore[index]
+        return data, True
+    except TypeError as exc:  # arguments a read tool does not take
+        return BadRequest(f"{name}: {exc}").to_json(), True
+
+
+def build_server(ledger_path: str | None, actor: str) -> Any:
+    """The MCP low-level ``Server`` with perfledger's tools (see the module docstring).
+
+    Raises: ImportError when the ``mcp`` SDK is not installed."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from perfledger import __version__
+
+    tools = Tools(ledger_path, actor)
+    listing = [
+        types.Tool(name=name, description=text, input_schema=schema)
+        for name, text, schema in tools.listing()
+    ]
+
+    async def on_list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(tools=listing)
+
+    async def on_call_tool(ctx: Any, params: Any) -> Any:
+        arguments = dict(params.arguments or {})
+        # the ledger and the measurements block: keep the event loop free for the transport
+        answer, is_error = await anyio.to_thread.run_sync(_result, tools, params.name, arguments)
+        return types.CallToolResult(
+            content=[types.TextContent(text=to_json_text(answer))],
+            structured_content=answer,
+            is_error=is_error,
+        )
+
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions="perfledger records a performance-optimization session; call `status` "
+        "first, then the write tools in the order of the rules (target_freeze, "
+        "readiness_record, metric_audit_record, baseline_record, resolution_record, "
+        "experiment_create, samples (cli: measure workload), verdict_record, champion_select, "
+        "final_audit_record, handoff). A refusal names its rule and a hint.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+def serve(ledger_path: str | None, actor: str) -> None:
+    """Serve the tools over stdin/stdout until the client closes the connection.
+
+    Raises: BadRequest (exit 2) when the ``mcp`` SDK is not installed."""
+    try:
+        import anyio
+        from mcp.server.stdio import stdio_server
+    except ImportError:
+        raise BadRequest(
+            "perfledger mcp needs the MCP SDK", hint="pip install 'perfledger[mcp]'"
+        ) from None
+    server = build_server(ledger_path, actor)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(main)

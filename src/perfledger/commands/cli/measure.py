@@ -1,0 +1,1191 @@
+"""``perfledger env`` and ``perfledger measure kernel|workload|aa`` (SPEC.md section 5; R4, R5,
+R11, R17): run the measurement protocol of :mod:`perfledger.kernels` under the GPU monitor and
+append what it measured through the ordinary operations (``samples.record``,
+``resolution.record``), so every rule of the deciders applies unchanged.
+
+- ``env`` prints the environment identity; its ``readiness_environment`` is what
+  ``readiness.record`` should carry, so that ``environment_id`` matches the samples' (R11).
+- ``measure workload`` runs a reference and a candidate command in ABBA order
+  (:mod:`perfledger.kernels.driver`) and records one pair per round and case: correctness and
+  metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
+  (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
+  in the raw table.
+- ``measure kernel`` loads a spec file (``PROBLEMS`` or ``PROBLEM``, ``REFERENCE``, ``CANDIDATE``,
+  optional ``CONFIG``) and runs :meth:`Harness.compare` per case; each batch of pairs (one
+  monitor window) becomes one recorded pair whose values are the batch's per-call times, in the
+  Target's primary unit (s, ms, us or ns), from one process (``same_process: true``).
+- ``measure aa`` runs the original against itself (a workload command or a kernel spec) and
+  prints, or with ``--record`` records, the resolution (R4).
+
+The raw per-sample (per-call) table, the protocol's settings, the environment and the monitor's
+windows are attached to the event as the artifact ``samples.json`` (``resolution.json`` for A/A).
+Progress goes to stderr (rich); ``--json`` prints one object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.identity import (
+    check_original_command,
+    confirm_unchanged,
+    measure_identity,
+    refuse_unsnapshotted,
+    unenforced_note,
+)
+from perfledger.commands.workflow import rules
+from perfledger.errors import BadRequest, MeasurementError
+
+#: Seconds per unit of a time primary (the kernel harness measures seconds).
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+SAMPLES_ARTIFACT = "samples.json"
+RESOLUTION_ARTIFACT = "resolution.json"
+
+
+def _emit(data: object) -> None:
+
+    click.echo(to_json_text(data))
+
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+
+
+# ------------------------------------------------------------------------------------ env
+
+
+def environment_payload(device: int = 0, tools: bool = True) -> dict[str, Any]:
+    """The environment identity as JSON: every field, ``identity``, ``missing``,
+    ``readiness_environment`` (the ``environment`` of a readiness request) and the
+    ``environment_id`` that readiness derives from it (R2, R11)."""
+    from perfledger.commands.workflow.deciders import environment_id
+    from perfledger.kernels.env import collect
+
+    env = collect(device, tools=tools)
+    readiness = env.readiness_environment()
+    return {
+        **env.to_json(),
+        "readiness_environment": readiness,
+        "environment_id": environment_id(readiness),
+    }
+
+
+@click.command("env")
+@click.option("--device", type=click.IntRange(min=0), default=0, help="CUDA/NVML device index.")
+@click.option("--no-tools", is_flag=True, help="Skip `nvcc --version` and `ncu --version`.")
+@_json
+def env_command(device: int, no_tools: bool, json_flag: bool) -> None:
+    """Print the environment identity (GPU, driver, CUDA, CuPy, nvcc, ncu, host); missing items
+    are listed as missing, never guessed (R2, R11)."""
+    ctx = _ctx(json_flag)
+    data = environment_payload(device, tools=not no_tools)
+    if ctx.json_mode:
+        _emit(data)
+        return
+    for name, value in data.items():
+        if name in {"errors", "readiness_environment"}:
+            continue
+        click.echo(f"{name:22s} {value if value is not None else '(missing)'}")
+    click.echo(f"{'readiness environment':22s} {json.dumps(data['readiness_environment'])}")
+    for name, why in data["errors"].items():
+        click.echo(f"  missing {name}: {why}")
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+@contextmanager
+def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr; yields ``advance()``."""
+    if quiet:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def _start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
+    """A started monitor, or (None, why not). ``source``: ``gpu`` (NVML) or ``host`` (the host's
+    CPU counters, :mod:`perfledger.kernels.hostmonitor`, for CPU workloads)."""
+    if not enabled:
+        return None, "disabled by --no-monitor"
+    if source == "host":
+        from perfledger.kernels.hostmonitor import HostMonitor
+
+        try:
+            return HostMonitor().start(), None
+        except RuntimeError as exc:
+            return None, f"host monitor unavailable: {exc}"
+    from perfledger.kernels.monitor import Monitor
+
+    try:
+        monitor = Monitor().start()
+    except RuntimeError as exc:
+        return None, str(exc)
+    monitor.calibrate()
+    return monitor, None
+
+
+def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
+    """What a samples request needs from the state: Target, readiness, reference, candidate."""
+    state = ledger.state()
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {experiment_id!r}")
+    target_id = experiment.created.target_id
+    target = state.targets.get(target_id)
+    if target is None or target.readiness is None or target.readiness.test_set is None:
+        raise BadRequest(
+            f"Target {target_id!r} has no readiness with a test set (R2)",
+            hint="record readiness first (`perfledger readiness record`)",
+        )
+    if stage == "final_audit":
+        reference = {"kind": "original", "content_hash": target.readiness.original.content_hash}
+    else:
+        current = rules.current_reference(state, target)
+        reference = {"kind": current.kind, "content_hash": current.content_hash}
+        if current.experiment_id is not None:
+            reference["experiment_id"] = current.experiment_id
+    return {
+        "state": state,
+        "target": target,
+        "target_id": target_id,
+        "reference": reference,
+        "candidate_hash": experiment.created.candidate.content_hash,
+        "test_set_hash": target.readiness.test_set.hash,
+        "cases": list(target.readiness.test_set.cases),
+        "test_set": target.readiness.test_set,
+        "primary": target.definition.primary,
+        "readiness_environment_id": target.readiness.environment_id,
+        "min_pairs": target.readiness.statistics.min_pairs_per_case,
+    }
+
+
+def check_cases(cases: Any, test_set: Any, source: str) -> list[str]:
+    """The cases a measurement will record, checked before anything runs: each a name a
+    samples request can hold (a non-empty string of at most 200 characters; BadRequest), and
+    each a case of the Target's test set where it names them (R11, :func:`rules.
+    r11_cases_in_test_set`). Returns: the case names, in order."""
+    import msgspec
+
+    from perfledger.commands.workflow.requests import Name
+
+    names = list(cases)
+    for case in names:
+        try:
+            msgspec.convert(case, Name)
+        except msgspec.ValidationError as exc:
+            raise BadRequest(
+                f"case {case!r} of {source} is not a valid case name: {exc}",
+                hint="case names are non-empty strings of at most 200 characters",
+            ) from None
+    if test_set is not None:
+        rules.r11_cases_in_test_set(names, test_set, source)
+    return names
+
+
+def check_environment(env: dict[str, Any], info: dict[str, Any]) -> None:
+    """R11 before anything runs: this machine's environment identity is the one the Target's
+    readiness recorded (the samples would be refused after the measurement otherwise)."""
+    if env["environment_id"] != info["readiness_environment_id"]:
+        raise rules.refuse(
+            "R11",
+            "this machine's environment differs from the one the Target's readiness recorded; "
+            "nothing was measured",
+            f"readiness recorded environment_id {info['readiness_environment_id']}, this machine "
+            f"is {env['environment_id']} (`perfledger env` shows its fields): measure where "
+            "readiness was recorded, or supersede the Target with readiness from this machine",
+        )
+
+
+def _target_units(target: Any) -> dict[str, str]:
+    d = target.definition
+    units = {d.primary.name: d.primary.unit}
+    for g in d.guardrails:
+        units.setdefault(g.metric, g.unit)
+    for s in d.secondaries:
+        units.setdefault(s.name, s.unit)
+    return units
+
+
+def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in pairs:
+        name, sep, unit = item.partition("=")
+        if not sep or not name or not unit:
+            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT")
+        out[name] = unit
+    return out
+
+
+def _artifact(data: dict[str, Any]) -> Any:
+    from perfledger.ledger.base import Artifact
+
+    return Artifact(json.dumps(data, sort_keys=True, default=str).encode(), "application/json")
+
+
+def _append(
+    ctx: Any,
+    op: str,
+    body: dict[str, Any],
+    artifact_name: str,
+    artifact: dict[str, Any],
+    actor: str | None,
+    idempotency_key: str | None,
+    extra: dict[str, Any] | None = None,
+) -> Any:
+    from perfledger.commands.registry.operations import execute
+    from perfledger.commands.workflow.raw_table import binding_of
+
+    if op == "samples.record":  # R5: the raw table names the samples it was measured for
+        artifact = {**artifact, "binding": binding_of(body)}
+    ledger = ctx.open()
+    try:
+        envelopes = execute(
+            ledger,
+            op,
+            body,
+            actor=_actor(actor),
+            idempotency_key=idempotency_key,
+            artifacts={artifact_name: _artifact(artifact), **(extra or {})},
+        )
+    finally:
+        ledger.close()
+    return envelopes[0]
+
+
+def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
+    if ctx.json_mode:
+        _emit(result)
+    else:
+        for line in lines:
+            click.echo(line)
+
+
+def failed_call_text(call: Any, tail_lines: int = 8) -> str:
+    """Describe a failed driver call for an error message: ``; first: CALL_ID: REASON: MESSAGE``
+    and, when the call wrote to stderr, the last ``tail_lines`` lines of it (the cause, e.g. a
+    Python traceback of the workload, is usually there). ``call`` is a
+    :class:`perfledger.kernels.driver.CallResult`."""
+    text = f"; first: {call.call_id}: {call.reason}: {call.message}"
+    tail = (getattr(call, "stderr_tail", "") or "").rstrip()
+    if tail:
+        lines = tail.splitlines()[-tail_lines:]
+        text += "\nits stderr (last lines):\n" + "\n".join(f"  {line}" for line in lines)
+    return text
+
+
+def _warn(warnings: list[str]) -> None:
+    """Print each warning on stderr (``warning: ...``); the answer's ``warnings`` list carries
+    them in ``--json`` mode."""
+    for text in warnings:
+        click.echo(f"warning: {text}", err=True)
+
+
+def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[str]:
+    """Warnings about the samples' windows before they are recorded (R17): the pairs (request
+    dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
+    make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
+    indices = [
+        i
+        for i, p in enumerate(pairs)
+        if (p.get("monitor") or {}).get("foreign_activity")
+        and rules.is_unknown((p.get("monitor") or {}).get("explained"))
+    ]
+    if not indices:
+        return []
+    return [
+        f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+        "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
+        "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
+        "explain it before the verdict: `perfledger activity explain --samples ID --request -` "
+        f'with {{"pairs": {indices[:50]}, "explanation": "..."}} (or measure again with '
+        "--explain-foreign TEXT); otherwise measure on a quieter machine"
+    ]
+
+
+def resolution_warnings(resolution: float, target: Any, record: bool) -> list[str]:
+    """Warnings about an A/A resolution (R4, R12) for ``target`` (a TargetView): a resolution at
+    or above the Target's minimum effect lets no verdict pass (the threshold is
+    max(minimum effect, resolution)); a recorded resolution supersedes the one recorded before.
+    ``resolution`` is a ratio. Returns: the warning lines (possibly none)."""
+    out: list[str] = []
+    min_effect = target.definition.min_effect
+    if resolution >= min_effect:
+        out.append(
+            f"resolution {100 * resolution:.2f} % >= the Target's minimum effect "
+            f"{100 * min_effect:.2f} %: no verdict can pass against it (a pass needs the CI's "
+            "lower end above max(minimum effect, resolution)); measure with more --runs or on a "
+            "quieter machine before recording it"
+        )
+    previous = target.resolution
+    if previous is not None:
+        verb = "supersedes" if record else "would supersede (with --record)"
+        out.append(
+            f"this resolution {verb} the one recorded earlier for Target "
+            f"{target.definition.target_id!r}: {100 * previous.resolution:.2f} % from "
+            f"{previous.repeats} repeats; verdicts use the latest recorded resolution"
+        )
+    return out
+
+
+def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``provenance`` of samples this module measured (R5): the protocol, its settings (as
+    JSON, keys sorted) and the raw per-call table attached as :data:`SAMPLES_ARTIFACT`."""
+    canonical = json.loads(json.dumps(settings, sort_keys=True, default=str))
+    return {
+        "source": "perfledger",
+        "protocol": protocol,
+        "settings": canonical,
+        "raw_table": SAMPLES_ARTIFACT,
+    }
+
+
+def resolution_refusal(
+    resolution: float, per_case: dict[str, float], target: Any, accept: bool
+) -> None:
+    """R4, R12: refuse to record a resolution at or above the Target's minimum effect (no
+    verdict could then pass) unless ``accept`` (``--accept-resolution``); the message carries
+    the figures (ratios shown in percent). Raises: RuleRefused (exit 3)."""
+    min_effect = float(target.definition.min_effect)
+    if accept or resolution < min_effect:
+        return
+    cases = ", ".join(f"{c} {100 * r:.2f} %" for c, r in sorted(per_case.items()))
+    raise rules.refuse(
+        "R4",
+        f"the A/A resolution {100 * resolution:.2f} % (per case: {cases or 'n/a'}) is at or above "
+        f"the Target's minimum effect {100 * min_effect:.2f} %: an effect of the minimum size "
+        "could never pass (R12 needs the CI's lower end above both); nothing was recorded",
+        "measure with more --runs or on a quieter machine, or pass --accept-resolution to record "
+        "it anyway",
+    )
+
+
+def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
+    n = 1
+    while f"{experiment_id}-{stage}-{n}" in state.samples:
+        n += 1
+    return f"{experiment_id}-{stage}-{n}"
+
+
+_common = [
+    click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
+    click.option(
+        "--stage",
+        type=click.Choice(["screen", "target", "final_audit"]),
+        required=True,
+        help="The stage these samples are for (R11).",
+    ),
+    click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
+    click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
+    click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
+    click.option(
+        "--actor",
+        default=None,
+        help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+    ),
+    click.option("--idempotency-key", default=None, help="Retry-safe key."),
+    click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
+    _json,
+]
+
+
+def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_common):
+        fn = option(fn)
+    return fn
+
+
+# ------------------------------------------------------------------------------------ workload
+
+
+def _call_values(call: Any, units: dict[str, str]) -> dict[str, list[float]]:
+    return {name: values for name, values in call.metrics.items() if name in units}
+
+
+def workload_request(
+    run: Any,
+    info: dict[str, Any],
+    *,
+    samples_id: str,
+    experiment_id: str,
+    stage: str,
+    environment_id: str,
+    units: dict[str, str],
+    monitor: Any,
+    explain_foreign: str | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Build the ``samples.record`` body of a driver run: one pair per usable ABBA pair (both
+    calls well formed; a call's ``correct`` is kept as is, R5), with the monitor's verdict of the
+    pair's window (R17). ``explain_foreign`` (the agent's explanation) is recorded as
+    ``explained`` on windows with foreign activity (host monitor only). Returns
+    ``(body, windows)``."""
+    pairs = []
+    windows = []
+    primary = info["primary"].name
+    for p in run.pairs:
+        if not p.usable or primary not in p.ref.metrics or primary not in p.cand.metrics:
+            continue
+        verdict = monitor.verdict(p.start_s, p.end_s) if monitor is not None else None
+        if verdict is not None:
+            windows.append({"call_ids": [p.ref.call_id, p.cand.call_id], **verdict.to_json()})
+        pair: dict[str, Any] = {
+            "case": p.case,
+            "ref": {
+                "call_id": p.ref.call_id,
+                "correct": p.ref.correct,
+                "values": _call_values(p.ref, units),
+                "environment_id": environment_id,
+                "wall_s": p.ref.wall_s,
+            },
+            "cand": {
+                "call_id": p.cand.call_id,
+                "correct": p.cand.correct,
+                "values": _call_values(p.cand, units),
+                "environment_id": environment_id,
+                "wall_s": p.cand.wall_s,
+            },
+            "same_process": False,
+        }
+        if verdict is not None:
+            pair["monitor"] = (
+                verdict.to_request(explain_foreign) if explain_foreign else verdict.to_request()
+            )
+        pairs.append(pair)
+    body = {
+        "samples_id": samples_id,
+        "target_id": info["target_id"],
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": info["reference"],
+        "candidate_hash": info["candidate_hash"],
+        "test_set_hash": info["test_set_hash"],
+        "environment_id": environment_id,
+        "units": {name: unit for name, unit in units.items()},
+        "pairs": pairs,
+    }
+    return body, windows
+
+
+def _run_driver(
+    ref_cmd: str,
+    cand_cmd: str,
+    cases: list[str],
+    pairs: int,
+    warmup: int,
+    timeout_s: float,
+    quiet: bool,
+) -> Any:
+    from perfledger.kernels.driver import Subject, run_pairs
+
+    try:
+        ref = Subject("ref", shlex.split(ref_cmd))
+        cand = Subject("cand", shlex.split(cand_cmd))
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command: {exc}") from None
+    total = len(cases) * (2 * pairs + 2 * warmup)
+    with _progress(total, "driver calls", quiet) as advance:
+        return run_pairs(
+            ref,
+            cand,
+            cases=cases,
+            pairs_per_case=pairs,
+            warmup_calls=warmup,
+            timeout_s=timeout_s,
+            on_call=lambda _call: advance(),
+        )
+
+
+@click.command("workload")
+@_with_common
+@click.option("--ref", "ref_cmd", required=True, help="The reference's command (shell words).")
+@click.option("--cand", "cand_cmd", required=True, help="The candidate's command (shell words).")
+@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@click.option("--pairs", type=click.IntRange(min=1), default=None, help="Pairs per case.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, help="Warm-up calls per case.")
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@click.option(
+    "--unit", "unit_flags", multiple=True, help="NAME=UNIT of a metric not in the Target."
+)
+@click.option(
+    "--monitor",
+    "monitor_source",
+    type=click.Choice(["gpu", "host"]),
+    default="gpu",
+    help="What the monitor watches (R17): the GPU through NVML, or the host's CPU counters "
+    "(a CPU workload).",
+)
+@click.option(
+    "--explain-foreign",
+    default=None,
+    help="Host monitor: the explanation recorded on windows where other processes used the "
+    "CPU (R17); without it such windows make the verdict inconclusive.",
+)
+def measure_workload(
+    experiment_id: str,
+    stage: str,
+    samples_id: str | None,
+    no_monitor: bool,
+    dry_run: bool,
+    actor: str | None,
+    idempotency_key: str | None,
+    quiet: bool,
+    json_flag: bool,
+    ref_cmd: str,
+    cand_cmd: str,
+    cases: tuple[str, ...],
+    pairs: int | None,
+    warmup: int,
+    timeout_s: float,
+    unit_flags: tuple[str, ...],
+    monitor_source: str,
+    explain_foreign: str | None,
+) -> None:
+    """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
+
+    Each command prints one JSON object: {"correct": bool, "metrics": {name: number | [numbers]}};
+    `{case}` in a command and $PERFLEDGER_CASE carry the case. Failed calls (garbage, non-zero
+    exit, timeout, NaN) are kept with their reason in the raw table, not in the request.
+    Where the readiness driver declares a {subject} place, each command must be that driver with
+    a code directory in its place; both are snapshotted and checked first (R11,
+    docs/code-identity.md).
+    """
+    ctx = _ctx(json_flag)
+    if explain_foreign is not None and monitor_source != "host":
+        raise BadRequest("--explain-foreign applies to the host monitor (--monitor host)")
+    ledger = ctx.open()
+    try:
+        info = _context(ledger, experiment_id, stage)
+        # R11: both subjects snapshotted and checked before anything runs
+        code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
+    finally:
+        ledger.close()
+    unenforced = unenforced_note(info["target"])  # the old rule: say so before measuring
+    if unenforced is not None:
+        _warn([unenforced])
+    chosen = list(cases) or info["cases"]
+    if not chosen:
+        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+    check_cases(chosen, info["test_set"], "--case")
+    n_pairs = pairs or max(5, info["min_pairs"])
+    units = {**_target_units(info["target"]), **_parse_units(unit_flags)}
+    env = environment_payload()
+    check_environment(env, info)
+    monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
+    if monitor is None and stage != "screen":
+        raise rules.refuse(
+            "R17",
+            f"a formal ({stage}) stage needs the monitor over every sample window, and it is not "
+            f"running: {monitor_note}; nothing was measured",
+            "on a machine without a GPU, measure a CPU workload with --monitor host",
+        )
+    try:
+        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet)
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    if code is not None:
+        confirm_unchanged(info, code)
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    body, windows = workload_request(
+        run,
+        info,
+        samples_id=sid,
+        experiment_id=experiment_id,
+        stage=stage,
+        environment_id=env["environment_id"],
+        units=units,
+        monitor=monitor,
+        explain_foreign=explain_foreign,
+    )
+    failed = [
+        {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
+    ]
+    if not body["pairs"]:
+        raise MeasurementError(
+            f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
+            + (failed_call_text(run.failed_calls[0]) if run.failed_calls else ""),
+            hint="run the command by hand: it must print one JSON object with `correct` and `metrics`",
+        )
+    body["units"] = {
+        k: v for k, v in units.items() if any(k in p["ref"]["values"] for p in body["pairs"])
+    }
+    if code is not None:
+        body["identity"] = code
+    body["provenance"] = measured_provenance("workload_abba", run.settings)
+    artifact = {
+        "kind": "workload",
+        "table": run.table(),
+        "settings": run.settings,
+        "environment": env,
+        "monitor": {
+            "windows": windows,
+            "note": monitor_note,
+            "settings": monitor.settings() if monitor else None,
+        },
+    }
+    result: dict[str, Any] = {
+        "samples_id": sid,
+        "pairs_recorded": len(body["pairs"]),
+        "failed_calls": failed,
+        "environment_id": env["environment_id"],
+        "monitor": None if monitor is None else monitor_source,
+        "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
+    }
+    if unenforced is not None:
+        result["code_identity"] = {"enforced": False, "note": unenforced}
+    result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    from perfledger.kernels.subject_env import environment_warnings
+
+    result["warnings"] += environment_warnings(  # code loaded from outside both subjects
+        run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
+    )
+    _warn(result["warnings"])
+    findings = measurement_findings(body, info["target"], stage, run)
+    result.update(findings)
+    if dry_run:
+        result["request"] = body
+        _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
+        return
+    event = _append(
+        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
+    )
+    result.update(event_id=event.id, kind=event.kind)
+    lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
+    if code is not None:
+        result["snapshots"] = {r: code[r]["digest"] for r in ("reference", "candidate")}
+        lines.append(
+            f"snapshots: reference {code['reference']['digest'][:16]}, candidate "
+            f"{code['candidate']['digest'][:16]}"
+        )
+    lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
+    lines += findings["findings"]
+    _answer(ctx, result, lines)
+
+
+def measurement_findings(
+    body: dict[str, Any], target: Any, stage: str, run: Any = None
+) -> dict[str, Any]:
+    """What the measurement found suspicious, for people and agents, before anything is read
+    back from the ledger (SPEC.md section 5): the wall-clock check of self-reported times
+    (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records), the
+    candidate's failed accuracy checks (R5) and, given the driver ``run``, the calls that left
+    processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
+    "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
+    blocks a pass or a champion, ``note`` otherwise."""
+    from types import SimpleNamespace
+
+    import msgspec
+
+    from perfledger.kernels.wall_check import check_pairs, directions_of, unresolved_cases
+
+    def ns(side: dict[str, Any]) -> Any:
+        return SimpleNamespace(**side)
+
+    pairs = [
+        SimpleNamespace(case=p["case"], ref=ns(p["ref"]), cand=ns(p["cand"])) for p in body["pairs"]
+    ]
+    check = check_pairs(pairs, body["units"], directions_of(target.definition))
+    lines: list[str] = []
+    formal = stage in ("target", "final_audit")
+    if check is not None:
+        if check.flagged:
+            blocks = (
+                "this stage cannot pass nor support a champion (R12, R13)"
+                if formal
+                else (
+                    "in a target or final-audit stage, flagged samples cannot pass nor support a champion (R12, R13)"
+                )
+            )
+            lines.append(
+                f"FLAG wall clock: self-reported times not borne out by the driver's wall time; {blocks}"
+            )
+            lines += [f"  {reason}" for reason in check.reasons]
+        for c in unresolved_cases(check):
+            lines.append(
+                f"note wall clock: case {c.case!r}, {c.metric}: the reported saving "
+                f"{1e3 * c.reported_saving_s:.3g} ms per call is below what the wall clock resolves "
+                f"({1e3 * c.resolution_s:.3g} ms): not verifiable at this resolution"
+            )
+        if not check.flagged:
+            checked = sum(1 for c in check.cases if c.status == "consistent")
+            lines.append(f"wall clock: {checked} case(s) consistent, none flagged")
+    failed = [p["cand"]["call_id"] for p in body["pairs"] if not p["cand"]["correct"]]
+    if failed:
+        shown = ", ".join(failed[:8]) + (" ..." if len(failed) > 8 else "")
+        what = (
+            "cannot support a champion (R5, R13)"
+            if formal
+            else "has no performance meaning on those calls (R5)"
+        )
+        lines.append(
+            f"{'FLAG' if formal else 'note'} accuracy: the candidate failed its check on {len(failed)} call(s) ({shown}); it {what}"
+        )
+    left: dict[str, int] = {}
+    if run is not None:
+        calls = [*run.warmup, *(c for p in run.pairs for c in (p.ref, p.cand))]
+        left = {c.call_id: c.ended_descendants for c in calls if c.ended_descendants}
+    if left:
+        shown = ", ".join(f"{k} ({n})" for k, n in list(left.items())[:8])
+        lines.append(
+            f"note processes: {len(left)} call(s) left processes behind, ended with the call so "
+            f"they could not run during the other subject's call: {shown}"
+        )
+    return {
+        "wall_check": None if check is None else msgspec.to_builtins(check),
+        "candidate_failed_calls": failed,
+        "left_processes": left,
+        "findings": lines,
+    }
+
+
+# ------------------------------------------------------------------------------------ kernel
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
+    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
+    host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
+    Raises BadRequest."""
+    import runpy
+
+    if path.endswith(".json"):
+        from perfledger.kernels.solve import load_solve_spec
+
+        return load_solve_spec(path)
+
+    try:
+        namespace = runpy.run_path(path)
+    except FileNotFoundError:
+        raise BadRequest(f"no spec file {path!r}") from None
+    except ModuleNotFoundError as exc:
+        hint = (
+            "the kernel harness needs an NVIDIA GPU with CuPy: pip install -e '.[gpu]' on a GPU "
+            "machine (`perfledger env` shows what this machine has)"
+            if exc.name in ("cupy", "cupyx", "pynvml")
+            else ""
+        )
+        raise BadRequest(
+            f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=hint
+        ) from None
+    except Exception as exc:
+        raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
+    problems = namespace.get("PROBLEMS")
+    if problems is None and "PROBLEM" in namespace:
+        problems = {"default": namespace["PROBLEM"]}
+    if not isinstance(problems, dict) or not problems or "REFERENCE" not in namespace:
+        raise BadRequest(
+            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE)"
+        )
+    return {
+        "problems": problems,
+        "reference": namespace["REFERENCE"],
+        "candidate": namespace.get("CANDIDATE"),
+        "config": namespace.get("CONFIG"),
+    }
+
+
+def _time_scale(unit: str) -> float:
+    if unit not in TIME_UNITS:
+        raise BadRequest(
+            f"the kernel harness measures time; the Target's primary is in {unit!r}",
+            hint="use a time primary in s, ms, us or ns, or `measure workload` for other metrics",
+        )
+    return TIME_UNITS[unit]
+
+
+def _harness(problem: Any, config: Any, monitor: Any) -> Any:
+    from perfledger.kernels.ceilings import load_or_measure
+    from perfledger.kernels.env import collect
+    from perfledger.kernels.harness import Harness, HarnessConfig, require_cupy
+
+    require_cupy()
+    ceilings = load_or_measure(collect(tools=False).identity())
+    return Harness(problem, config or HarnessConfig(), ceilings=ceilings, monitor=monitor)
+
+
+@click.command("kernel")
+@_with_common
+@click.option(
+    "--spec", "spec_path", required=True, help="Python file: PROBLEMS, REFERENCE, CANDIDATE."
+)
+def measure_kernel(
+    experiment_id: str,
+    stage: str,
+    samples_id: str | None,
+    no_monitor: bool,
+    dry_run: bool,
+    actor: str | None,
+    idempotency_key: str | None,
+    quiet: bool,
+    json_flag: bool,
+    spec_path: str,
+) -> None:
+    """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
+    timing, stopping, plausibility) and record SamplesRecorded; one recorded pair per batch of
+    pairs (one monitor window)."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        info = _context(ledger, experiment_id, stage)
+    finally:
+        ledger.close()
+    refuse_unsnapshotted(info["target"], "measure kernel")
+    spec = load_spec(spec_path)
+    if spec["candidate"] is None:
+        raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
+    check_cases(spec["problems"], info["test_set"], f"the spec {spec_path!r}")
+    primary = info["primary"]
+    scale = _time_scale(primary.unit)
+    env = environment_payload()
+    check_environment(env, info)
+    monitor, monitor_note = _start_monitor(not no_monitor)
+    comparisons = {}
+    try:
+        if monitor is not None:
+            idle = monitor.idle_check()
+            monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
+        with _progress(len(spec["problems"]), "kernel comparisons", quiet) as advance:
+            for case, problem in spec["problems"].items():
+                h = _harness(problem, spec["config"], monitor)
+                comparisons[case] = h.compare(spec["reference"], spec["candidate"])
+                advance()
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    pairs = []
+    table = []
+    for case, c in comparisons.items():
+        if not (c.ref_correctness.ok and c.cand_correctness.ok) or c.ref is None or c.cand is None:
+            raise MeasurementError(
+                f"case {case!r}: correctness failed ({c.flags}): "
+                f"{(c.ref_correctness.reasons + c.cand_correctness.reasons)[:5]}",
+                hint="a subject that fails correctness has no performance meaning (R5)",
+            )
+        batch = int(c.settings["harness"]["batch"])  # one monitor window per batch
+        for b, start in enumerate(range(0, len(c.pair_orders), batch)):
+            stop = start + batch
+            call_id = f"{case}-b{b}"
+            window = c.monitor[b] if b < len(c.monitor) else None
+            pair: dict[str, Any] = {
+                "case": case,
+                "ref": {
+                    "call_id": call_id,
+                    # a failed re-check of any timed call makes the subject incorrect
+                    "correct": not c.ref.recheck_failures,
+                    "values": {primary.name: [v * scale for v in c.ref.samples_s[start:stop]]},
+                    "environment_id": env["environment_id"],
+                },
+                "cand": {
+                    "call_id": call_id,
+                    "correct": not c.cand.recheck_failures,
+                    "values": {primary.name: [v * scale for v in c.cand.samples_s[start:stop]]},
+                    "environment_id": env["environment_id"],
+                },
+                "same_process": True,
+            }
+            if window is not None:
+                pair["monitor"] = {
+                    "observed": window["observed"],
+                    "foreign_activity": window["foreign_activity"],
+                    "explained": None,
+                    "flags": list(window["reasons"]),
+                }
+            pairs.append(pair)
+        table.append(
+            {
+                "case": case,
+                "rows": c.table(),
+                "flags": c.flags,
+                "stats": c.stats.to_json() if c.stats else None,
+                "stop_reason": c.stop_reason,
+                "settings": c.settings,
+                "monitor": c.monitor,
+            }
+        )
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    body = {
+        "samples_id": sid,
+        "target_id": info["target_id"],
+        "experiment_id": experiment_id,
+        "stage": stage,
+        "reference": info["reference"],
+        "candidate_hash": info["candidate_hash"],
+        "test_set_hash": info["test_set_hash"],
+        "environment_id": env["environment_id"],
+        "units": {primary.name: primary.unit},
+        "pairs": pairs,
+    }
+    body["provenance"] = measured_provenance(
+        "kernel_harness_abba",
+        {"cases": sorted(comparisons), "config": str(spec["config"])},
+    )
+    stats = {case: c.stats.to_json() if c.stats else None for case, c in comparisons.items()}
+    result: dict[str, Any] = {
+        "samples_id": sid,
+        "pairs_recorded": len(pairs),
+        "stats": stats,
+        "flags": {case: c.flags for case, c in comparisons.items()},
+        "environment_id": env["environment_id"],
+        "monitor": monitor_note,
+    }
+    if dry_run:
+        result["request"] = body
+        _answer(ctx, result, [json.dumps(result, indent=2, default=str)])
+        return
+    artifact = {
+        "kind": "kernel",
+        "cases": table,
+        "environment": env,
+        "reference_source_hash": spec["reference"].content_hash(),
+        "candidate_source_hash": spec["candidate"].content_hash(),
+    }
+    for role in ("reference", "candidate"):  # a built subject's library hash, flags, sources
+        if hasattr(spec[role], "identity"):
+            artifact[f"{role}_identity"] = spec[role].identity()
+    event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
+    result.update(event_id=event.id, kind=event.kind)
+    lines = [f"{event.kind} {event.id}"]
+    for case, s in stats.items():
+        if s:
+            lines.append(
+                f"{case}: ratio {s['median_ratio']:.5f} CI [{s['ci_low']:.5f}, {s['ci_high']:.5f}] {s['direction']}"
+            )
+    _answer(ctx, result, lines)
+
+
+# ------------------------------------------------------------------------------------ A/A
+
+
+@click.command("aa")
+@click.option("--target", "target_id", required=True, help="The Target id.")
+@click.option("--cmd", "cmd", default=None, help="The original's workload command.")
+@click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
+@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Workload: A/A pairs per case (default 10). Kernel: A/A comparisons (default 5).",
+)
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
+@click.option(
+    "--accept-resolution",
+    is_flag=True,
+    help="Record a resolution at or above the minimum effect (refused otherwise: no verdict "
+    "could pass).",
+)
+@click.option(
+    "--actor",
+    default=None,
+    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
+@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+@_json
+def measure_aa(
+    target_id: str,
+    cmd: str | None,
+    spec_path: str | None,
+    cases: tuple[str, ...],
+    runs: int | None,
+    timeout_s: float,
+    record: bool,
+    accept_resolution: bool,
+    actor: str | None,
+    idempotency_key: str | None,
+    quiet: bool,
+    json_flag: bool,
+) -> None:
+    """Measure the resolution: the original against itself under the same protocol, on every
+    case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per
+    case, and for the Target the aggregate a verdict derives (workload) or the largest case
+    (kernel spec)."""
+    ctx = _ctx(json_flag)
+    if (cmd is None) == (spec_path is None):
+        raise BadRequest("pass exactly one of --cmd (a workload) or --spec (a kernel spec)")
+    ledger = ctx.open()
+    try:
+        state = ledger.state()
+    finally:
+        ledger.close()
+    target = state.targets.get(target_id)
+    if target is None:
+        raise BadRequest(f"no Target {target_id!r}")
+    primary = target.definition.primary
+    test_set = target.readiness.test_set if target.readiness else None
+    artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
+    if cmd is not None:
+        check_original_command(target, cmd)  # R11: the A/A runs the original's code
+        chosen = list(cases) or list(test_set.cases if test_set is not None else [])
+        if not chosen:
+            raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        check_cases(chosen, test_set, "--case")
+        from perfledger.projections.verdict_cases import aa_resolution
+        from perfledger.projections.verdicts import Pair
+
+        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
+        valid = [
+            Pair(p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name]))
+            for p in run.pairs
+            if p.usable
+            and p.ref.correct
+            and p.cand.correct
+            and p.ref.metrics.get(primary.name)
+            and p.cand.metrics.get(primary.name)
+        ]
+        counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
+        short = {c: n for c, n in counts.items() if n < 2}
+        if short:
+            raise MeasurementError(
+                f"A/A needs at least 2 valid pairs in every case, got {short}",
+                hint=f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
+            )
+        # R4: every case gets its own resolution, and the Target's is the noise of the
+        # aggregate a verdict derives (its statistic and aggregation, R12)
+        stats = target.readiness.statistics if target.readiness is not None else None
+        aggregation = stats.aggregation if stats is not None else "geomean"
+        try:
+            resolution, per_case = aa_resolution(
+                valid,
+                direction=primary.direction,
+                statistic=primary.statistic,
+                aggregation=aggregation,
+                **(
+                    {"resamples": stats.resamples, "confidence": stats.confidence}
+                    if stats is not None
+                    else {}
+                ),
+            )
+        except ValueError as exc:
+            raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
+        repeats = len(valid)
+        artifact.update(table=run.table(), settings=run.settings)
+        method_note = (
+            f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
+            f"{primary.statistic} per case, {aggregation} across cases"
+        )
+    else:
+        from perfledger.kernels.harness import resolution_from_aa
+
+        refuse_unsnapshotted(target, "measure aa --spec")
+        spec = load_spec(spec_path or "")
+        problems = dict(spec["problems"])
+        if cases:
+            unknown = sorted(set(cases) - set(problems))
+            if unknown:
+                raise BadRequest(f"--case {unknown} not in the spec's problems {sorted(problems)}")
+            problems = {c: problems[c] for c in cases}
+        check_cases(list(problems), test_set, f"the spec {spec_path!r}")
+        monitor, _note = _start_monitor(True)
+        # R4: the A/A covers every case of the spec, each with its own resolution
+        comps_by_case: dict[str, list[Any]] = {}
+        try:
+            n = runs or 5
+            with _progress(n * len(problems), "A/A comparisons", quiet) as advance:
+                for case, problem in problems.items():
+                    h = _harness(problem, spec["config"], monitor)
+                    comps_by_case[case] = []
+                    for _ in range(n):
+                        comps_by_case[case].append(h.aa(spec["reference"]))
+                        advance()
+        finally:
+            if monitor is not None:
+                monitor.stop()
+        figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
+        per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
+        resolution = max(per_case.values())
+        repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
+        artifact.update(
+            cases={
+                case: {
+                    "comparisons": [
+                        {
+                            "stats": c.stats.to_json() if c.stats else None,
+                            "flags": c.flags,
+                            "rows": c.table(),
+                        }
+                        for c in comps
+                    ],
+                    "figures": figures_by_case[case],
+                }
+                for case, comps in comps_by_case.items()
+            },
+        )
+        spreads = ", ".join(f"{c} {f['spread']:.5f}" for c, f in figures_by_case.items())
+        method_note = (
+            f"kernel A/A: {repeats} harness comparisons over {len(problems)} case(s), "
+            f"spread {spreads}"
+        )
+    body = {
+        "target_id": target_id,
+        "method": "aa_comparison",
+        "resolution": resolution,
+        "repeats": repeats,
+        "notes": method_note,
+        "per_case": per_case,
+    }
+    result: dict[str, Any] = {
+        "resolution": resolution,
+        "per_case": per_case,
+        "repeats": repeats,
+        "notes": method_note,
+        "recorded": False,
+    }
+    if record:
+        resolution_refusal(resolution, per_case, target, accept_resolution)
+    result["warnings"] = resolution_warnings(resolution, target, record)
+    _warn(result["warnings"])
+    if record:
+        event = _append(
+            ctx, "resolution.record", body, RESOLUTION_ARTIFACT, artifact, actor, idempotency_key
+        )
+        result.update(recorded=True, event_id=event.id, kind=event.kind)
+    lines = [
+        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} repeats",
+        *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
+        method_note,
+    ]
+    if record:
+        lines.insert(0, f"{result['kind']} {result['event_id']}")
+    _answer(ctx, result, lines)
+
+
+measure_group = click.Group(
+    "measure",
+    help="Measure under the protocol of docs/SPEC.md section 5 and record the samples (R4, R5, R11, R17).",
+)
+for _command in (measure_kernel, measure_workload, measure_aa):
+    measure_group.add_command(_command)
+# `measure serving` lives in its own module (docs/serving.md)
+from perfledger.commands.cli.serving import measure_serving  # noqa: E402
+
+measure_group.add_command(measure_serving)
+
+
+def commands() -> list[click.Command]:
+    """The click commands this module adds to ``perfledger``: ``env`` and ``measure``."""
+    return [env_command, measure_group]
+
+
+__all__ = ["commands", "environment_payload", "load_spec", "workload_request"]

@@ -1,0 +1,197 @@
+"""The decisions ``perfledger resume`` offers: only those the rules accept on the head.
+
+:func:`perfledger.projections.handoff.next_decisions` proposes candidates from the state; this
+module keeps a candidate only if the operation's real decider, run dry on the head's state,
+accepts it (nothing is appended):
+
+- a candidate with a complete request (a champion selection, a verdict, a final audit) is
+  decided as is;
+- a candidate whose content the caller writes (a rejection's reason, a reconciliation's premise,
+  a conflict's choice, a handoff) is decided on a probe request built from the state, with
+  placeholder text where the caller will write;
+- an operation that needs data only the caller has (samples, a claim, readiness) cannot be
+  decided without it: its decider's preconditions (the same rule checks, in the same order) are
+  run instead.
+
+Verdicts and final audits are decided up to their derivation: everything a decider can refuse is
+checked before it derives (R12), so the dry run stops there instead of bootstrapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from perfledger.commands.workflow import rules
+from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
+from perfledger.projections.handoff import NextDecision, next_decisions
+from perfledger.projections.workflow import TargetView, WorkflowState
+
+#: The actor named in dry-run decisions (nothing is appended).
+DRY_RUN_ACTOR = "perfledger-resume"
+#: Placeholder for free text the caller writes (a probe's reason or explanation).
+PLACEHOLDER = "<written by the caller>"
+
+
+class _Derivable(Exception):
+    """Raised by the dry run's ``derive``: the decision got past every refusal to derivation."""
+
+
+def _stop_at_derivation(*_: Any) -> Any:
+    raise _Derivable
+
+
+def dry_decide(
+    state: WorkflowState, op: str, body: dict[str, Any], payload_of: Callable[[str], Any] | None
+) -> RuleRefused | BadRequest | None:
+    """Run operation ``op``'s real decider on ``state`` with ``body``, appending nothing.
+
+    Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
+        (RuleRefused) or BadRequest it raised. Never raises for a refusal.
+    """
+    from perfledger.commands.registry import operations
+    from perfledger.commands.workflow.deciders import DecisionContext
+
+    ctx = DecisionContext(
+        op=op,
+        actor=DRY_RUN_ACTOR,
+        ts=datetime.now(UTC),
+        request={"op": op, "body": body},
+        payload_of=payload_of,
+        derive=_stop_at_derivation,
+    )
+    try:
+        model = operations.validate(op, body)
+        operations.decider(op)(state, model, ctx)
+    except _Derivable:
+        return None
+    except (RuleRefused, BadRequest) as exc:
+        return exc
+    except PerfledgerError as exc:  # an integrity failure reading samples: not offered
+        return BadRequest(exc.message)
+    return None
+
+
+def _probe(state: WorkflowState, d: NextDecision, handoff: Any) -> dict[str, Any] | None:
+    """A request for candidate ``d`` whose content the caller writes, built from the state."""
+    if d.op == "conflict.resolve":
+        conflict = state.conflicts.get(d.about or "")
+        if conflict is None or not conflict.options:
+            return None
+        return {"target_id": conflict.target_id, "conflict_id": conflict.conflict_id,
+                "keep": conflict.options[0], "reason": PLACEHOLDER}  # fmt: skip
+    if d.op == "reject":
+        return {"experiment_id": d.about, "closes": "implementation", "reason": PLACEHOLDER}
+    if d.op == "reconcile":
+        return {"experiment_id": d.about, "premise": "scope", "explanation": PLACEHOLDER,
+                "corrected_model": {"description": PLACEHOLDER}}  # fmt: skip
+    if d.op == "handoff.record" and handoff is not None:
+        from perfledger.commands.cli.readmodels import handoff_request
+
+        return handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
+    return None
+
+
+def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
+    """The preconditions of an operation that needs the caller's data: the checks its decider
+    runs before reading that data. Raises: RuleRefused."""
+    tid = target.definition.target_id
+    if d.op in ("readiness.record", "metric-audit.record", "baseline.record"):
+        rules.r1_target_current(state, tid)
+        if d.op == "baseline.record":
+            rules.r2_ready(target)
+    elif d.op == "resolution.record":
+        rules.r1_target_current(state, tid)
+        if target.baseline is None:
+            raise rules.refuse("R4", "record the original's baseline first")
+    elif d.op == "experiment.create":
+        rules.r1_target_current(state, tid)
+        rules.r14_no_pending_reconciliation(target)
+        rules.r2_ready(target)
+        rules.r4_baseline_and_resolution(target)
+    elif d.op == "samples.record":
+        _gate_samples(state, target, d.about)
+    elif d.op == "activity.explain" and (
+        d.about in state.verdicts or d.about in state.final_audits
+    ):
+        raise rules.refuse("R17", f"the verdict of samples {d.about!r} is already recorded")
+
+
+def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:
+    """``samples.record``'s preconditions for the next stage of ``experiment_id``."""
+    rules.r1_target_current(state, target.definition.target_id)
+    rules.r2_ready(target)
+    rules.r3_metric_audited(target)
+    rules.r4_baseline_and_resolution(target)
+    experiment = state.experiments.get(experiment_id or "")
+    if experiment is None:
+        return
+    if experiment.rejection is not None:
+        raise rules.refuse("R15", f"experiment {experiment_id!r} was rejected")
+    if target.champion == experiment_id:
+        return  # final-audit samples of the champion
+    if experiment.samples.get("screen"):  # the next stage is the target stage
+        if experiment.status == "screen_failed":
+            raise rules.refuse("R11", "the screen rejected this experiment")
+        assert target.resolution is not None
+        rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+
+
+def allowed_decisions(
+    state: WorkflowState,
+    target_id: str,
+    payload_of: Callable[[str], Any] | None,
+    handoff: Any = None,
+) -> list[NextDecision]:
+    """The next decisions on ``target_id`` that the rules accept on this state (see the module
+    docstring), most urgent first. A champion selection refused as stale (R11) is replaced by
+    target-stage samples of that experiment against the current champion.
+
+    Args:
+        state: the folded state at the head.
+        target_id: a Target of ``state``.
+        payload_of: event id -> recorded payload (the verdict deciders read samples by id).
+        handoff: the derived :class:`~perfledger.projections.handoff.Handoff`, for the
+            ``handoff.record`` probe (None: that candidate is gated on the Target only).
+    Raises: KeyError for an unknown Target.
+    """
+    target = state.targets[target_id]
+    out: list[NextDecision] = []
+    for d in next_decisions(state, target_id):
+        if target.status != "current":
+            out.append(d)  # "resume from the superseding Target": advice, not a decision
+            continue
+        body = d.request if d.request is not None else _probe(state, d, handoff)
+        try:
+            if body is not None:
+                refusal = dry_decide(state, d.op, body, payload_of)
+                if refusal is not None:
+                    raise refusal
+            else:
+                _gate(state, target, d)
+        except (RuleRefused, BadRequest) as exc:
+            experiment_id = _experiment_of(state, d)
+            if d.op == "champion.select" and getattr(exc, "rule", None) == "R11" and experiment_id:
+                stale = NextDecision(op="samples.record", why=f"{experiment_id}'s passed result "
+                                     "is stale (its reference is no longer the current champion):"
+                                     " target-stage samples against the current champion",
+                                     rule="R11", about=experiment_id)  # fmt: skip
+                if _accepted_gate(state, target, stale):
+                    out.append(stale)
+            continue
+        out.append(d)
+    return out
+
+
+def _experiment_of(state: WorkflowState, d: NextDecision) -> str | None:
+    view = state.samples.get(d.about or "")
+    return view.experiment_id if view is not None else None
+
+
+def _accepted_gate(state: WorkflowState, target: TargetView, d: NextDecision) -> bool:
+    try:
+        _gate(state, target, d)
+    except RuleRefused:
+        return False
+    return True

@@ -1,0 +1,541 @@
+"""The read models' CLI (SPEC.md section 6): ``claims``, ``champion show|lineage``, ``rejected``,
+``handoff [--json|--md]`` and ``handoff record``, ``resume``, ``audit`` and ``report --html``.
+
+Each command opens the ledger, folds (or reads the cached) state, calls one pure read model of
+:mod:`perfledger.projections` and renders it: text for people, one JSON object with ``--json``.
+``audit`` is the exception: it replays from zero and never reads the cache
+(:mod:`perfledger.commands.audit.replay`). This module imports only click at load time.
+
+:func:`install` adds the commands to the ``perfledger`` group, replacing the workflow's
+``champion show`` (now with an optional Target and the lineage) and turning ``handoff`` into a
+group that prints the derived handoff when called without a verb and keeps ``handoff record``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import to_json_text
+from perfledger.errors import BadRequest
+
+#: Top-level commands this module adds (the CLI loads it lazily by these names).
+READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+_target = click.option("--target", "target_id", default=None, help="The Target id.")
+
+
+def _emit(data: object, indent: int = 0) -> None:
+
+    click.echo(to_json_text(data, indent))
+
+
+def _builtins(data: Any) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(data)
+
+
+def _state(ctx: Any) -> Any:
+    ledger = ctx.open()
+    try:
+        return ledger.state()
+    finally:
+        ledger.close()
+
+
+def _fmt(value: float | None, spec: str = ".4g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.2f}%"
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+@click.command("claims")
+@_target
+@_json
+def claims_command(target_id: str | None, json_flag: bool) -> None:
+    """ROI claims vs outcomes: coverage, local speedup, stated and recomputed Amdahl bound,
+    minimum effect, measured effect with its CI, prediction error, reconciliation (R7, R14)."""
+    ctx = _ctx(json_flag)
+    from perfledger.projections.claims import claims
+
+    state = _state(ctx)
+    if target_id is not None and target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}")
+    rows = claims(state, target_id)
+    if ctx.json_mode:
+        _emit({"claims": _builtins(rows)})
+        return
+    header = (
+        f"{'experiment':<12} {'f':>6} {'s':>6} {'bound':>7} {'recomp':>7} {'min':>6} "
+        f"{'measured (CI)':<28} {'speedup':>8} {'error':>8}  reconciliation"
+    )
+    click.echo(header)
+    for r in rows:
+        m = r.measured
+        measured = (
+            f"{_pct(m.estimate)} ({_pct(m.ci_low)}..{_pct(m.ci_high)})" if m is not None else "-"
+        )
+        owed = "owed, " + ("recorded" if r.reconciled else "MISSING") if r.reconciliation_owed else (
+            "recorded" if r.reconciled else "-"
+        )  # fmt: skip
+        click.echo(
+            f"{r.experiment_id:<12} {_fmt(r.coverage):>6} {_fmt(r.local_speedup):>6} "
+            f"{_fmt(r.stated_bound):>7} {_fmt(r.recomputed_bound):>7} {_pct(r.min_effect):>6} "
+            f"{measured:<28} {_fmt(m.speedup if m else None):>8} "
+            f"{_fmt(r.prediction_error, '+.3f'):>8}  {owed}"
+        )
+        for flag in r.measurement_flags:
+            click.echo(f"  FLAG {flag}")
+        for line in _measured_details(m):
+            click.echo(f"    {line}")
+
+
+def _measured_details(m: Any) -> list[str]:
+    """Per-case figures (R12) and the outside-samples mark (R5) under a claims row."""
+    import msgspec
+
+    from perfledger.projections.verdict_explain import case_line, provenance_text
+
+    if m is None:
+        return []
+    lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
+    marked = provenance_text(m.samples_provenance)
+    return lines + ([marked] if marked else [])
+
+
+# ----------------------------------------------------------------------------- champions
+
+
+def _champion_show(target_id: str | None, json_flag: bool) -> None:
+    """Show the current champion of every Target (or of TARGET_ID, with its lineage) (R13)."""
+    ctx = _ctx(json_flag)
+    from perfledger.projections.champions import current_champions, lineage
+
+    state = _state(ctx)
+    current = current_champions(state)
+    if target_id is not None:
+        chosen = [c for c in current if c.target_id == target_id]
+        if not chosen:
+            raise BadRequest(f"no Target {target_id!r}")
+        data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
+        if target_id in state.targets:  # the champion's code and how to get it (R11)
+            from perfledger.commands.cli.identity import champion_snapshot
+
+            ledger = ctx.open()
+            try:
+                data["snapshot"] = champion_snapshot(ledger, state, state.targets[target_id])
+            finally:
+                ledger.close()
+        if ctx.json_mode:
+            _emit(data)
+        else:
+            _emit(data, indent=2)
+        return
+    if ctx.json_mode:
+        _emit({"champions": _builtins(current)})
+        return
+    for c in current:
+        audit = f"  final audit {c.final_audit.text() if c.final_audit else c.final_audit_status}"
+        conflicts = f"  CONFLICTS {c.open_conflicts}" if c.open_conflicts else ""
+        click.echo(f"{c.target_id} ({c.target_status}): {c.champion}{audit}{conflicts}")
+
+
+def _champion_lineage(target_id: str, json_flag: bool) -> None:
+    """The chain of champions of TARGET_ID with the evidence behind each: experiment, samples,
+    verdict, final audit (R13)."""
+    ctx = _ctx(json_flag)
+    from perfledger.projections.champions import lineage
+
+    state = _state(ctx)
+    if target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}")
+    steps = lineage(state, target_id)
+    if ctx.json_mode:
+        _emit({"target_id": target_id, "lineage": _builtins(steps)})
+        return
+    click.echo(f"{target_id}: original")
+    for s in steps:
+        audits = ", ".join(f"{a.samples_id} {a.status}" for a in s.final_audits) or "none"
+        click.echo(
+            f"  -> {s.champion} [{s.decision}] event {s.event_id[:12]} samples {s.samples_id or '-'}"
+            f" verdict {s.verdict_status or '-'} {_pct(s.estimate)} "
+            f"({_pct(s.ci_low)}..{_pct(s.ci_high)}) vs {s.reference or '-'}; "
+            f"evidence {s.claim_evidence or '-'}; final audits: {audits}"
+        )
+
+
+# ----------------------------------------------------------------------------- rejected
+
+
+@click.command("rejected")
+@_target
+@_json
+def rejected_command(target_id: str | None, json_flag: bool) -> None:
+    """Rejected directions, the scope each closed (R15) and why."""
+    ctx = _ctx(json_flag)
+    from perfledger.projections.rejections import rejected
+
+    rows = rejected(_state(ctx), target_id)
+    if ctx.json_mode:
+        _emit({"rejected": _builtins(rows)})
+        return
+    if not rows:
+        click.echo("no rejected directions")
+    for r in rows:
+        click.echo(
+            f"{r.experiment_id} ({r.target_id}): closes {r.closes} (preregistered "
+            f"{r.preregistered}); still open: {', '.join(r.still_open) or 'nothing'} — {r.reason}"
+        )
+
+
+# ----------------------------------------------------------------------------- handoff
+
+
+def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
+    """Gather what a handoff needs from outside the state: head, remotes (from the repository
+    config), artifacts, and the wall seconds from the Target's freezing to the newest event."""
+    from perfledger.events.envelope import parse_ts
+    from perfledger.projections.handoff import ResumeContext
+
+    remotes: dict[str, str] = {}
+    config = ledger.store.repo.get_config()
+    for section in config.sections():
+        if len(section) == 2 and section[0] == b"remote":
+            try:
+                remotes[section[1].decode()] = config.get(section, b"url").decode()
+            except KeyError:
+                continue
+    artifacts: list[str] = []
+    last_ts: str | None = None
+    for envelope in ledger.store.iter_events():
+        artifacts += [f"{envelope.id[:12]}/{name}" for name in sorted(envelope.artifacts)]
+        last_ts = envelope.ts
+    frozen_ts = ledger.get(state.targets[target_id].frozen_event).ts
+    wall = None
+    if last_ts is not None:
+        wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
+    from perfledger.commands.cli.identity import champion_snapshot
+
+    return ResumeContext(
+        head=ledger.head(),
+        remotes=remotes,
+        artifacts=artifacts,
+        wall_used_s=wall,
+        path=os.path.abspath(ledger.path),
+        champion_snapshot=champion_snapshot(ledger, state, state.targets[target_id]),
+    )
+
+
+def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
+    """Return (state, :class:`~perfledger.projections.handoff.Handoff`, its
+    :class:`~perfledger.projections.handoff.ResumeContext`) of ``target_id`` (default: the most
+    recently frozen current Target). Raises: BadRequest without a Target."""
+    from perfledger.projections.handoff import default_target, derive_handoff
+
+    ledger = ctx.open()
+    try:
+        state = ledger.state()
+        tid = target_id or default_target(state)
+        if tid is None:
+            raise BadRequest("no Target is frozen", hint="freeze one: `perfledger target freeze`")
+        if tid not in state.targets:
+            raise BadRequest(f"no Target {tid!r}")
+        resume = resume_context(ledger, state, tid)
+        handoff = derive_handoff(state, tid, resume)
+    finally:
+        ledger.close()
+    return state, handoff, resume
+
+
+def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
+    ctx = _ctx(json_flag)
+    from perfledger.projections.handoff import render_markdown
+
+    _, handoff, _ = derived_handoff(ctx, target_id)
+    if ctx.json_mode and not md_flag:
+        _emit({"handoff": _builtins(handoff)})
+    else:
+        click.echo(render_markdown(handoff), nl=False)
+
+
+def handoff_request(
+    handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None
+) -> dict[str, Any]:
+    """Map a derived handoff to a ``handoff.record`` request body (R18), with the seconds used.
+
+    GPU time is never known to the ledger, so ``gpu_used_s`` must be given; ``wall_used_s``
+    defaults to the span of the event timestamps.
+    Raises: BadRequest when either is unknown.
+    """
+    b = handoff.budget
+    wall, gpu = wall_used_s, gpu_used_s
+    if wall is None or gpu is None:
+        raise BadRequest(
+            "the budget used is not known to the ledger: GPU seconds are stated by the agent",
+            hint="pass --gpu-used SECONDS (and --wall-used SECONDS), or a request with budget_used",
+        )
+    gains = [
+        f"{g.experiment_id} {g.stage} {g.samples_id}: {g.status}, improvement "
+        f"{_pct(g.estimate)} (CI {_pct(g.ci_low)}..{_pct(g.ci_high)})"
+        for g in handoff.gains
+    ]
+    return {
+        "target_id": handoff.target_id,
+        "primary_achieved": handoff.primary_achieved,
+        "champion": handoff.champion,
+        "key_evidence": list(handoff.key_evidence),
+        "gains": gains,
+        "local_results": [r.result_id for r in handoff.local_results],
+        "rejected": [
+            {"experiment_id": r.experiment_id, "closes": r.closes} for r in handoff.rejected
+        ],
+        "prediction_corrections": sorted({c.experiment_id for c in handoff.prediction_corrections}),
+        "unresolved_questions": list(handoff.unresolved_questions),
+        "stop_reason": handoff.stop_reason,
+        "budget_used": {"wall_s": wall, "gpu_s": gpu},
+        "budget_left": {"wall_s": max(0.0, b.wall_s - wall), "gpu_s": max(0.0, b.gpu_s - gpu)},
+        "resume_needs": list(handoff.resume_needs),
+        "feedback": handoff.feedback,
+    }
+
+
+#: What ``handoff record`` records for a stop reason or feedback the agent did not give (R18:
+#: the handoff states them; the tool never invents them).
+NOT_STATED = "not stated"
+
+
+def budget_warnings(budget: Any, used: Any) -> list[str]:
+    """Warnings for a budget overspent (R18): ``budget`` is the derived
+    :class:`~perfledger.projections.handoff.BudgetLine` (its totals, seconds), ``used`` the
+    request's ``budget_used`` (``{"wall_s", "gpu_s"}``, seconds). Returns one line per budget
+    whose used seconds exceed the Target's total (left is then recorded as 0)."""
+    out = []
+    if not isinstance(used, dict):
+        return out
+    for field, label in (("wall_s", "wall"), ("gpu_s", "GPU")):
+        total, spent = getattr(budget, field), used.get(field)
+        if isinstance(spent, int | float) and spent > total:
+            out.append(
+                f"{label} budget overspent: {spent:,.0f} s used of the Target's {total:,.0f} s "
+                f"(left is recorded as 0 s)"
+            )
+    return out
+
+
+@click.command("record")
+@click.option("--request", "request_source", metavar="FILE|-", default=None,
+              help="Fields that override the derived handoff (schema: `perfledger schema "
+              "handoff.record`).")  # fmt: skip
+@_target
+@click.option(
+    "--stop-reason", default=None, help="Why work stops (recorded as `not stated` when omitted)."
+)
+@click.option("--wall-used", type=float, default=None, help="Wall seconds used.")
+@click.option("--gpu-used", type=float, default=None, help="GPU seconds used.")
+@click.option(
+    "--feedback",
+    default=None,
+    help="Friction and feedback (or `none`); recorded as `not stated` when omitted.",
+)
+@click.option("--question", "questions", multiple=True, help="An unresolved question (repeatable).")
+@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
+@click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
+@_json
+def handoff_record(
+    request_source: str | None,
+    target_id: str | None,
+    stop_reason: str | None,
+    wall_used: float | None,
+    gpu_used: float | None,
+    feedback: str | None,
+    questions: tuple[str, ...],
+    idempotency_key: str | None,
+    actor: str | None,
+    dry_run: bool,
+    json_flag: bool,
+) -> None:
+    """Record the handoff (R18) derived from the state, with the request's fields and the flags
+    overriding it. A stop reason or feedback that neither a flag nor the request gives is recorded
+    as `not stated` (never invented); a budget used beyond the Target's is warned about on stderr.
+    Rules: R18."""
+    ctx = _ctx(json_flag)
+    from perfledger.commands.cli.workflow import read_request, submit
+
+    override = read_request(request_source)
+    tid = target_id or override.get("target_id")
+    if request_source is not None and "budget_used" in override:
+        used = override["budget_used"] if isinstance(override["budget_used"], dict) else {}
+        wall_used = wall_used if wall_used is not None else used.get("wall_s")
+        gpu_used = gpu_used if gpu_used is not None else used.get("gpu_s")
+    _, handoff, resume = derived_handoff(ctx, tid)
+    if wall_used is None:
+        wall_used = resume.wall_used_s
+    body = handoff_request(handoff, gpu_used_s=gpu_used, wall_used_s=wall_used)
+    body["stop_reason"] = f"{NOT_STATED} (the ledger shows: {handoff.stop_reason})"
+    body["feedback"] = NOT_STATED
+    body.update(override)
+    if stop_reason is not None:
+        body["stop_reason"] = stop_reason
+    if feedback is not None:
+        body["feedback"] = feedback
+    for warning in budget_warnings(handoff.budget, body.get("budget_used")):
+        click.echo(f"warning: {warning}", err=True)
+    if questions:
+        body["unresolved_questions"] = [*body["unresolved_questions"], *questions]
+    submit(ctx, "handoff.record", body, actor=actor, idempotency_key=idempotency_key,
+           dry_run=dry_run)  # fmt: skip
+
+
+@click.command("resume")
+@_target
+@_json
+def resume_command(target_id: str | None, json_flag: bool) -> None:
+    """Print the handoff for the current head and the next decisions the rules allow: each one
+    offered only if its decider, run dry on the head, accepts it."""
+    ctx = _ctx(json_flag)
+    from perfledger.commands.cli.next_steps import allowed_decisions
+    from perfledger.projections.handoff import render_markdown
+
+    state, handoff, _ = derived_handoff(ctx, target_id)
+    ledger = ctx.open()
+    try:  # the verdict deciders read recorded samples by id
+        decisions = allowed_decisions(state, handoff.target_id, ledger.payload, handoff)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit({"handoff": _builtins(handoff), "next": _builtins(decisions)})
+    else:
+        click.echo(render_markdown(handoff, decisions), nl=False)
+
+
+# ----------------------------------------------------------------------------- audit
+
+
+@click.command("audit")
+@_json
+def audit_command(json_flag: bool) -> None:
+    """The auditor's replay from zero, independent of the cache: everything `verify` checks,
+    every verdict re-derived from its samples, every request re-decided against the state
+    before it. Exit 0 when clean, 5 with the findings (each naming its event and rule)."""
+    ctx = _ctx(json_flag)
+    from perfledger.commands.audit.replay import audit
+
+    ledger = ctx.open()
+    try:
+        report = audit(ledger)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit(report.to_json())
+    else:
+        from perfledger.commands.cli.common import rate_text
+
+        status = "ok" if report.ok else f"{len(report.findings)} finding(s)"
+        click.echo(
+            f"{status}: {report.events} events replayed, {report.decisions} decisions re-decided "
+            f"in {report.elapsed_s:.2f} s{rate_text(report.events, report.elapsed_s)}"
+        )
+        for f in report.findings:
+            click.echo(f"  {f.rule:<9} {f.event_id[:16] or '-':<16} {f.kind}: {f.message}")
+        for note in report.notes:
+            click.echo(f"  note: {note}")
+        if report.evidence_rederived or report.evidence_as_written:
+            click.echo(
+                f"evidence    {report.evidence_rederived} re-derived from their reports, "
+                f"{report.evidence_as_written} recorded as written (R6)"
+            )
+        click.echo(f"head        {report.head}")
+        click.echo(f"state_hash  {report.state_hash or '-'}")
+    if not report.ok:
+        sys.exit(5)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+@click.command("report")
+@click.option("--html", "html_path", required=True, metavar="OUT.html",
+              help="Write a self-contained HTML page here.")  # fmt: skip
+@_target
+@_json
+def report_command(html_path: str, target_id: str | None, json_flag: bool) -> None:
+    """Write one self-contained HTML page (no network; plots inline): target and status, a
+    timeline of decisions, claims vs outcomes, and plots made with matplotlib."""
+    ctx = _ctx(json_flag)
+    from perfledger.commands.cli.report import build_report
+
+    ledger = ctx.open()
+    try:
+        summary = build_report(ledger, html_path, target_id=target_id)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit(summary)
+    else:
+        click.echo(
+            f"wrote {summary['path']} ({summary['bytes']:,} bytes, {summary['plots']} plots)"
+        )
+
+
+# ----------------------------------------------------------------------------- install
+
+
+def install(cli: click.Group) -> None:
+    """Add the read models' commands to ``cli`` (after the workflow's groups are loaded)."""
+    for command in (claims_command, rejected_command, resume_command, audit_command,
+                    report_command):  # fmt: skip
+        cli.add_command(command)
+    champion = cli.commands.get("champion")
+    if isinstance(champion, click.Group):
+        champion.add_command(
+            click.command("show")(
+                _json(click.argument("target_id", required=False)(_champion_show))
+            )
+        )
+        champion.add_command(
+            click.command("lineage")(_json(click.argument("target_id")(_champion_lineage)))
+        )
+    old = cli.commands.get("handoff")
+    group = click.Group(
+        "handoff",
+        invoke_without_command=True,
+        help="Print the handoff of R18 derived from the state (Markdown by default, --json), "
+        "or record it (`handoff record`).",
+        params=[
+            click.Option(["--target", "target_id"], default=None, help="The Target id."),
+            click.Option(["--json", "json_flag"], is_flag=True, help="Answer with JSON."),
+            click.Option(["--md", "md_flag"], is_flag=True, help="Answer with Markdown."),
+        ],
+        callback=_handoff_group_callback,
+    )
+    group.add_command(handoff_record)
+    if isinstance(old, click.Group):
+        for name, command in old.commands.items():
+            if name != "record":
+                group.add_command(command)
+    cli.add_command(group)
+
+
+def _handoff_group_callback(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
+    click_ctx = click.get_current_context()
+    if click_ctx.invoked_subcommand is None:
+        _handoff_show(target_id, json_flag, md_flag)
+
+
+__all__ = ["READMODEL_COMMANDS", "derived_handoff", "handoff_request", "install", "resume_context"]

@@ -1,0 +1,529 @@
+"""``perfledger measure serving`` (SPEC.md section 5 "Serving workloads"; R2, R5, R7, R11, R12,
+R17): a paired, monitored load against OpenAI-compatible HTTP endpoints
+(:mod:`perfledger.kernels.serving`), reported, and with ``--experiment``/``--stage`` recorded
+through ``samples.record`` like ``measure workload``:
+
+- one recorded pair per window pair (and test case, where the request lines name their
+  ``case``): each subject's values are its steady requests' per-request
+  TTFT / time per output token / end-to-end latency (in the Target's unit), so a verdict can take
+  a median or a tail of them (R12), or the window's throughput (one value);
+- a window pair with a drifting window, or whose subjects produced output token totals that
+  differ over the same requests, is left out of the request (kept, with its reason, in the
+  artifact): it supports no verdict;
+- a subject with failed steady requests in its window is recorded ``correct: false`` (R5);
+- each pair carries the monitor's account of its two windows, with the requests that overlapped
+  foreign activity counted in its flags (R17).
+
+The per-request table, the per-window statistics, the drift check and the settings are attached
+as the artifact ``samples.json`` (``kind: serving``). Docs: ``docs/serving.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.workflow.serving_record import (
+    PER_REQUEST_KINDS,
+    PER_WINDOW_KINDS,
+    evidence_request,
+    metric_kind,
+    parse_metric_flags,
+    serving_request,
+)
+from perfledger.errors import BadRequest, MeasurementError
+
+#: Open loop: a send later than this after its scheduled arrival is warned about (seconds).
+DISPATCH_LAG_WARN_S = 0.05
+
+
+def _monitor(m: Any, disabled: bool, source: str) -> tuple[Any, str | None, str | None]:
+    """Start the monitor (R17): ``gpu`` (NVML), ``host`` (CPU counters) or ``auto`` (NVML
+    where it opens, else the host). Returns ``(monitor or None, note, source used)``; the note
+    says why there is none, or why ``auto`` fell back to the host."""
+    if disabled:
+        return None, "disabled by --no-monitor", None
+    if source != "auto":
+        monitor, note = m._start_monitor(True, source)
+        return monitor, note, source if monitor is not None else None
+    monitor, why = m._start_monitor(True, "gpu")
+    if monitor is not None:
+        return monitor, None, "gpu"
+    monitor, note = m._start_monitor(True, "host")
+    if monitor is None:
+        return None, f"NVML: {why}; {note}", None
+    return monitor, f"NVML unavailable ({why}): the host monitor watches instead", "host"
+
+
+def _words(command: str | None) -> tuple[str, ...] | None:
+    """A ``--before-*`` command split into argv (BadRequest when it cannot be parsed)."""
+    if command is None:
+        return None
+    import shlex
+
+    try:
+        words = tuple(shlex.split(command))
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command {command!r}: {exc}") from None
+    if not words:
+        raise BadRequest("an empty --before-* command")
+    return words
+
+
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for w in report["windows"]:
+        q = w["quantiles"]["ttft_s"]["p50"]
+        drift = " DRIFT" if w["drift"]["drifting"] else ""
+        foreign = " interference" if w["monitor"]["foreign_activity"] else ""
+        ttft = f"{1e3 * q['value_s']:.2f} ms" if q else "n/a"
+        rps = w["requests_per_s"]
+        lines.append(
+            f"window {w['index']} pair {w['pair']} {w['subject']:4s} ttft p50 {ttft}, "
+            f"{rps or 0:.1f} req/s, failed {w['failed']}{drift}{foreign}"
+        )
+    for metric, by_q in report["summary"].items():
+        for name, s in by_q.items():
+            if s:
+                lines.append(
+                    f"{metric} {name}: cand/ref {s['ratio']:.4f} CI [{s['ci_low']:.4f}, "
+                    f"{s['ci_high']:.4f}] over {s['pairs']} pairs: {s['finding']}"
+                )
+    d = report["drift"]
+    lines.append(
+        f"drift ({d['metric']}): "
+        + (f"detected in windows {d['drifting_windows']}" if d["detected"] else "none detected")
+    )
+    return lines
+
+
+@click.command("serving")
+@click.option("--ref-url", required=True, help="Reference base URL (http://HOST:PORT/v1).")
+@click.option("--cand-url", default=None, help="Candidate base URL (A/B by interleaved windows).")
+@click.option("--model", default="default", help="The `model` field sent to the reference.")
+@click.option("--cand-model", default=None, help="The candidate's `model` (default: --model).")
+@click.option(
+    "--before-ref",
+    default=None,
+    help="A command (shell words) run before each reference window, e.g. one that "
+    "restarts the server with the reference's configuration.",
+)
+@click.option(
+    "--before-cand",
+    default=None,
+    help="The same before each candidate window; without --cand-url the candidate is "
+    "served at --ref-url (two configurations behind one URL).",
+)
+@click.option(
+    "--ready-timeout-s",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    help="After a --before-* command: wait this long at most for GET BASE/models = 200.",
+)
+@click.option("--requests", "requests_path", required=True, help="The test set: JSONL of requests.")
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Open loop: Poisson arrivals per second.")  # fmt: skip
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Closed loop: requests in flight.")  # fmt: skip
+@click.option("--pairs", type=click.IntRange(min=1), default=5, help="Window pairs (ABBA).")
+@click.option("--steady", type=click.IntRange(min=2), default=40, help="Steady requests a window.")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, help="Warm-up requests a window.")
+@click.option(
+    "--cooldown", type=click.IntRange(min=0), default=5, help="Cool-down requests a window."
+)
+@click.option("--seed", type=int, default=0, help="Seeds the request order and the arrivals.")
+@click.option(
+    "--ignore-eos",
+    is_flag=True,
+    help='Send "ignore_eos": true (vLLM, SGLang): every answer runs to max_tokens.',
+)
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=120.0, help="Per request.")
+@click.option("--drift-metric", type=click.Choice(["ttft", "tpot", "e2e"]), default="ttft")
+@click.option("--drift-alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.01, help="Drift test level (Bonferroni over windows).")  # fmt: skip
+@click.option("--drift-threshold", type=click.FloatRange(min=0), default=0.10,
+              help="Relative median shift a drifting window exceeds.")  # fmt: skip
+@click.option("--min-effect", type=click.FloatRange(min=0), default=None,
+              help="Ratio distance from 1 reported as a difference (default: the Target's, else 0.05).")  # fmt: skip
+@click.option(
+    "--resamples", type=click.IntRange(min=100), default=2000, help="Bootstrap resamples."
+)
+@click.option(
+    "--experiment", "experiment_id", default=None, help="Record samples for this experiment."
+)
+@click.option("--stage", type=click.Choice(["screen", "target", "final_audit"]), default=None)
+@click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N).")
+@click.option(
+    "--evidence",
+    "evidence_id",
+    default=None,
+    help="Record the report as evidence (layer service) with this id instead.",
+)
+@click.option("--target", "evidence_target", default=None, help="With --evidence: its Target.")
+@click.option(
+    "--applicability",
+    type=click.Choice(["same_boundary", "conservative_upper_bound", "diagnostic"]),
+    default="diagnostic",
+    help="With --evidence (R6).",
+)
+@click.option("--description", default="", help="With --evidence: what was measured.")
+@click.option("--case", "case", default=None, help="The test case (default: the readiness's one).")
+@click.option("--metric", "metric_flags", multiple=True,
+              help="NAME=KIND: a Target metric measured as ttft, tpot, e2e, output_tokens_per_s "
+              "or requests_per_s.")  # fmt: skip
+@click.option("--monitor", "monitor_source", type=click.Choice(["auto", "gpu", "host"]),
+              default="auto", help="What the monitor watches (R17): the GPU through NVML, the "
+              "host's CPU counters, or auto: NVML where present, else the host.")  # fmt: skip
+@click.option(
+    "--no-monitor", is_flag=True, help="Run without a monitor (screens and reports only)."
+)
+@click.option(
+    "--explain-foreign", default=None, help="Explanation recorded on windows with foreign activity."
+)
+@click.option(
+    "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
+)
+@click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing.")
+@click.option("--actor", default=None, help="Who records.")
+@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def measure_serving(**kw: Any) -> None:
+    """Load OpenAI-compatible endpoints (streaming) in interleaved ABBA windows and report
+    per-request TTFT, time per output token, end-to-end latency and throughput, p50/p95/p99 with
+    bootstrap CIs per window pair, drift between steady windows and interference (R17); with
+    --experiment and --stage, record the window pairs as samples (docs/serving.md).
+
+    Example: perfledger measure serving --ref-url http://127.0.0.1:8000/v1 --cand-url
+    http://127.0.0.1:8001/v1 --requests testset.jsonl --concurrency 16 --pairs 6
+    """
+    run_measure_serving(**kw)
+
+
+def run_measure_serving(**kw: Any) -> None:
+    """The body of ``measure serving`` (see its help); every check that can fail runs before any
+    request is sent. Raises: BadRequest, RuleRefused (R2, R11, R12, R17), MeasurementError."""
+    from perfledger.commands.cli import measure as m
+    from perfledger.commands.cli.identity import refuse_unsnapshotted
+    from perfledger.commands.workflow import rules
+    from perfledger.kernels import serving as sv
+    from perfledger.kernels import serving_stats as st
+
+    ctx = _ctx(kw["json_flag"])
+    recording = kw["experiment_id"] is not None
+    if recording != (kw["stage"] is not None):
+        raise BadRequest("--experiment and --stage go together (record samples of that stage)")
+    if (kw["rate"] is None) == (kw["concurrency"] is None):
+        raise BadRequest("pass exactly one of --rate (open loop) or --concurrency (closed loop)")
+    if recording and kw["evidence_id"] is not None:
+        raise BadRequest("record either samples (--experiment) or evidence (--evidence), not both")
+    if kw["evidence_id"] is None and kw["evidence_target"] is not None:
+        raise BadRequest("--target goes with --evidence")
+    if kw["before_cand"] is not None and kw["before_ref"] is None and kw["cand_url"] is None:
+        raise BadRequest(
+            "--before-cand without --cand-url switches one server's configuration: give "
+            "--before-ref too (the command that brings the reference's back)"
+        )
+    if recording and kw["cand_url"] is None and kw["before_cand"] is None:
+        raise BadRequest("recording samples needs a candidate: pass --cand-url (or --before-cand)")
+    if kw["explain_foreign"] is not None and kw["no_monitor"]:
+        raise BadRequest("--explain-foreign explains the monitor's findings; drop --no-monitor")
+    config = sv.LoadConfig(
+        mode="poisson" if kw["rate"] is not None else "closed",
+        rate_rps=kw["rate"],
+        concurrency=kw["concurrency"],
+        steady_requests=kw["steady"],
+        warmup_requests=kw["warmup"],
+        cooldown_requests=kw["cooldown"],
+        pairs=kw["pairs"],
+        seed=kw["seed"],
+        timeout_s=kw["timeout_s"],
+        api=kw["api"],
+        ignore_eos=kw["ignore_eos"],
+    )
+    config.check()
+    requests, set_hash = sv.load_request_set(kw["requests_path"], kw["api"])
+    ref = sv.Endpoint(kw["ref_url"], kw["model"], _words(kw["before_ref"]), kw["ready_timeout_s"])
+    cand_url = kw["cand_url"] or (kw["ref_url"] if kw["before_cand"] else None)
+    cand = (
+        sv.Endpoint(
+            cand_url,
+            kw["cand_model"] or kw["model"],
+            _words(kw["before_cand"]),
+            kw["ready_timeout_s"],
+        )
+        if cand_url
+        else None
+    )
+    warnings: list[str] = []
+    info: dict[str, Any] | None = None
+    metrics: dict[str, tuple[str, float]] = {}
+    units: dict[str, str] = {}
+    tail: str | None = None
+    min_effect = kw["min_effect"]
+    case = kw["case"]
+    cases: list[str] | None = None
+    stage = kw["stage"]
+    if recording:
+        ledger = ctx.open()
+        try:
+            info = m._context(ledger, kw["experiment_id"], stage)
+        finally:
+            ledger.close()
+        refuse_unsnapshotted(info["target"], "measure serving")
+        explicit = parse_metric_flags(kw["metric_flags"])
+        for name, unit in m._target_units(info["target"]).items():
+            kind = metric_kind(name, explicit)
+            if kind is None:
+                continue
+            if kind in PER_REQUEST_KINDS:
+                if unit not in m.TIME_UNITS:
+                    raise BadRequest(
+                        f"metric {name!r} ({kind}) is a time; its unit {unit!r} is not one of "
+                        f"{sorted(m.TIME_UNITS)}"
+                    )
+                metrics[name] = (kind, m.TIME_UNITS[unit])
+            else:
+                metrics[name] = (kind, 1.0)
+            units[name] = unit
+        primary = info["primary"]
+        if primary.name not in metrics:
+            raise BadRequest(
+                f"the Target's primary {primary.name!r} is not a serving metric",
+                hint="name it with --metric NAME=KIND (ttft, tpot, e2e, output_tokens_per_s, "
+                "requests_per_s)",
+            )
+        if primary.statistic in sv.TAIL_MIN_REQUESTS:
+            tail = primary.statistic
+            need = sv.TAIL_MIN_REQUESTS[tail]
+            if metrics[primary.name][0] not in PER_REQUEST_KINDS:
+                raise rules.refuse("R12", f"a {tail} primary needs per-request samples")
+            if config.steady_requests < need:
+                raise rules.refuse(
+                    "R12",
+                    f"a {tail} primary needs at least {need} steady requests per window; "
+                    f"--steady is {config.steady_requests}; nothing was measured",
+                    f"pass --steady {need} or more",
+                )
+        line_cases = sorted({r.case for r in requests if r.case is not None})
+        if line_cases:
+            # the request lines name their cases: one recorded pair per window pair and case
+            if case is not None:
+                raise BadRequest("the request set's lines name their cases; drop --case")
+            if any(metrics[n][0] in PER_WINDOW_KINDS for n in metrics):
+                raise BadRequest(
+                    "a window's throughput is not split by case: with a `case` on every request "
+                    "line, measure per-request metrics only (or one case a run, with --case)"
+                )
+            cases = m.check_cases(line_cases, info["test_set"], "the request set's `case`")
+        else:
+            if case is None:
+                if len(info["cases"]) != 1:
+                    raise BadRequest(
+                        f"name the test case with --case (the readiness lists {info['cases']})"
+                    )
+                case = info["cases"][0]
+            m.check_cases([case], info["test_set"], "--case")
+        if set_hash != info["test_set_hash"]:
+            text = (
+                f"the request set's hash {set_hash} is not the readiness test set's hash "
+                f"{info['test_set_hash']}"
+            )
+            if stage != "screen":
+                raise rules.refuse(
+                    "R2",
+                    f"{text}: a formal stage measures the recorded test set; nothing was measured",
+                    "measure with the test set file readiness recorded (its hash is blake3 of "
+                    "the file's bytes), or supersede the Target",
+                )
+            warnings.append(text + " (a screen only)")
+        if min_effect is None:
+            min_effect = info["target"].definition.min_effect
+    if kw["evidence_id"] is not None:  # checked before any request is sent
+        ledger = ctx.open()
+        try:
+            state = ledger.state()
+        finally:
+            ledger.close()
+        if kw["evidence_id"] in state.evidence:
+            raise BadRequest(f"evidence {kw['evidence_id']!r} is already recorded")
+        if kw["evidence_target"] is not None:
+            rules.r1_target_frozen(state, kw["evidence_target"])
+    env = m.environment_payload(tools=False)
+    if info is not None:
+        m.check_environment(env, info)
+    monitor, monitor_note, source = _monitor(m, kw["no_monitor"], kw["monitor_source"])
+    if recording and monitor is None and stage != "screen":
+        raise rules.refuse(
+            "R17",
+            f"a formal ({stage}) stage needs the monitor over every window, and it is not "
+            f"running: {monitor_note}; nothing was measured",
+            "on a machine without a GPU, use --monitor host",
+        )
+    if monitor is None and not kw["no_monitor"]:
+        warnings.append(f"no monitor: {monitor_note}")
+    elif monitor is not None and monitor_note:
+        warnings.append(monitor_note)
+    n_windows = config.pairs * (2 if cand else 1)
+    try:
+        with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:
+            run = sv.run_serving(
+                ref, cand, requests, set_hash, config, on_window=lambda _w: advance()
+            )
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    interference = sv.mark_interference(run, monitor) if monitor is not None else []
+    report = st.analyze(
+        run,
+        monitor=monitor,
+        drift_metric=PER_REQUEST_KINDS[kw["drift_metric"]],
+        drift_alpha=kw["drift_alpha"],
+        drift_threshold=kw["drift_threshold"],
+        min_effect=0.05 if min_effect is None else min_effect,
+        resamples=kw["resamples"],
+        tail=tail,
+    )
+    lagging = [
+        w["index"]
+        for w in report["windows"]
+        if w["dispatch_lag_s_max"] is not None and w["dispatch_lag_s_max"] > DISPATCH_LAG_WARN_S
+    ]
+    if lagging:
+        warnings.append(
+            f"the load generator sent requests more than {1e3 * DISPATCH_LAG_WARN_S:.0f} ms after "
+            f"their scheduled arrival in windows {lagging}: the offered rate was not met (a "
+            "busy client machine); lower --rate or measure from a quieter machine"
+        )
+    if report["drift"]["detected"]:
+        warnings.append(
+            f"drift between steady windows {report['drift']['drifting_windows']}: those windows "
+            "support no verdict"
+        )
+    artifact = {
+        "kind": "serving",
+        "requests": [r.to_json() for r in run.requests],
+        "report": report,
+        "interference_windows": interference,
+        "environment": env,
+        "monitor": {
+            "note": monitor_note,
+            "source": source,
+            "settings": monitor.settings() if monitor is not None else None,
+        },
+    }
+    if kw["raw_path"]:
+        Path(kw["raw_path"]).write_text(json.dumps(artifact, indent=1, default=str))
+    result: dict[str, Any] = {
+        "request_set_hash": set_hash,
+        "requests_sent": len(run.requests),
+        "failed_requests": report["failed_requests"],
+        "interference_requests": report["interference_requests"],
+        "interference_windows": interference,
+        "drift": report["drift"],
+        "summary": report["summary"],
+        "pairs": [
+            {k: p[k] for k in ("pair", "usable", "reasons", "ratios", "tail_exposure") if k in p}
+            for p in report["pairs"]
+        ],
+        "windows": [
+            {
+                k: w[k]
+                for k in (
+                    "index",
+                    "pair",
+                    "subject",
+                    "requests",
+                    "failed",
+                    "requests_per_s",
+                    "output_tokens_per_s",
+                    "dispatch_lag_s_max",
+                    "quantiles",
+                    "drift",
+                    "monitor",
+                )
+            }
+            for w in report["windows"]
+        ],
+        "environment_id": env["environment_id"],
+        "monitor": monitor_note or source,
+    }
+    lines = _summary_lines(report)
+    if not recording:
+        result["warnings"] = warnings
+        m._warn(warnings)
+        if kw["evidence_id"] is not None:
+            body = evidence_request(
+                report,
+                evidence_id=kw["evidence_id"],
+                target_id=kw["evidence_target"],
+                applicability=kw["applicability"],
+                description=kw["description"],
+                interference_windows=interference,
+                monitor_note=monitor_note or source,
+            )
+            if kw["dry_run"]:
+                result["request"] = body
+            else:
+                event = m._append(
+                    ctx, "evidence.add", body, "serving.json", artifact, kw["actor"],
+                    kw["idempotency_key"],
+                )  # fmt: skip
+                result.update(evidence_id=kw["evidence_id"], event_id=event.id, kind=event.kind)
+                lines = [f"{event.kind} {event.id}", *lines]
+        m._answer(ctx, result, lines)
+        return
+    assert info is not None
+    sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
+    body, left_out = serving_request(
+        run,
+        report,
+        info,
+        cases=cases,
+        case=case or "",
+        metrics=metrics,
+        tail=tail,
+        samples_id=sid,
+        experiment_id=kw["experiment_id"],
+        stage=stage,
+        environment_id=env["environment_id"],
+        units=units,
+        explain_foreign=kw["explain_foreign"],
+    )
+    result.update(samples_id=sid, pairs_recorded=len(body["pairs"]), pairs_left_out=left_out)
+    if not body["pairs"]:
+        raise MeasurementError(
+            f"no window pair can be recorded: {left_out}",
+            hint="every pair had a drifting window or no values: measure again on a steadier "
+            "server (see the report's windows with --raw FILE)",
+        )
+    warnings += m.foreign_activity_warnings(body["pairs"], stage)
+    result["warnings"] = warnings
+    m._warn(warnings)
+    if kw["dry_run"]:
+        result["request"] = body
+        m._answer(ctx, result, [json.dumps(body, indent=2)])
+        return
+    event = m._append(
+        ctx,
+        "samples.record",
+        body,
+        m.SAMPLES_ARTIFACT,
+        artifact,
+        kw["actor"],
+        kw["idempotency_key"],
+    )
+    result.update(event_id=event.id, kind=event.kind)
+    lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
+    lines += [
+        f"pair {x['pair']} case {x['case']} left out: {', '.join(x['reasons'])}" for x in left_out
+    ]
+    m._answer(ctx, result, lines + _summary_lines(report))
+
+
+__all__ = ["measure_serving", "run_measure_serving"]

@@ -1,0 +1,225 @@
+"""``perfledger status``: where a session stands, on one screen (SPEC.md section 6).
+
+Like ``git status``: for each current Target, the Target itself (primary, minimum effect,
+resolution), how far its readiness chain got (R2-R4), the champion with its own final-audit
+standing (R13), the experiments still open and their stage, the obligations that block
+decisions (R14 reconciliations owed, unresolved conflicts, R11 stale results) and the next
+decisions the rules accept now (:func:`perfledger.commands.cli.next_steps.allowed_decisions`, which
+runs the deciders dry on the head; nothing is appended).
+
+:func:`session_status` is the library call (a JSON-able dict); :func:`render` draws it with rich.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Experiment statuses that close an experiment (it is no longer "open" in the status).
+CLOSED_STATUSES = frozenset({"rejected", "champion"})
+
+
+def _primary_text(target: Any) -> str:
+    p = target.definition.primary
+    return f"{p.name} ({p.statistic}, {p.unit}, {p.direction.replace('_', ' ')})"
+
+
+def _experiments(state: Any, target: Any) -> list[dict[str, Any]]:
+    """The Target's experiments not closed (rejected, or the champion), with stage, status,
+    the claim's bound and each recorded verdict's status."""
+    rows = []
+    for experiment_id in target.experiments:
+        e = state.experiments.get(experiment_id)
+        if e is None or e.status in CLOSED_STATUSES:
+            continue
+        verdicts = {s: state.verdicts[s].status for s in e.verdicts if s in state.verdicts}
+        rows.append(
+            {
+                "experiment_id": experiment_id,
+                "stage": e.stage,
+                "status": e.status,
+                "bound": e.created.figures.bound,
+                "verdicts": verdicts,
+            }
+        )
+    return rows
+
+
+def _obligations(state: Any, target: Any) -> list[dict[str, Any]]:
+    """What blocks decisions on ``target``: owed reconciliations (R14), unresolved conflicts and
+    passed target-stage results whose reference is no longer current (R11 stale)."""
+    from perfledger.commands.workflow.rules import is_current_reference
+
+    tid = target.definition.target_id
+    out: list[dict[str, Any]] = []
+    for pending in target.pending.values():
+        out.append(
+            {
+                "kind": "reconciliation",
+                "rule": "R14",
+                "about": pending.experiment_id,
+                "text": f"{pending.experiment_id}: result {pending.samples_id} lies outside its "
+                "claim's interval; no new experiment or champion until `perfledger reconcile`",
+            }
+        )
+    for conflict in state.conflicts.values():
+        if conflict.target_id == tid and conflict.resolved_by is None:
+            out.append(
+                {
+                    "kind": "conflict",
+                    "rule": "R13" if conflict.kind == "champion" else "R1",
+                    "about": conflict.conflict_id,
+                    "text": f"{conflict.kind} conflict {conflict.conflict_id} between "
+                    f"{' and '.join(conflict.options)} blocks {conflict.kind} decisions: "
+                    f"`perfledger resolve {conflict.conflict_id} --keep OPTION`",
+                }
+            )
+    for experiment_id in target.experiments:
+        e = state.experiments.get(experiment_id)
+        if e is None or e.status != "passed":
+            continue
+        latest = (e.samples.get("target") or [None])[-1]
+        view = state.samples.get(latest or "")
+        if view is not None and not is_current_reference(state, target, view.reference):
+            out.append(
+                {
+                    "kind": "stale",
+                    "rule": "R11",
+                    "about": latest,
+                    "text": f"{experiment_id}'s passed result {latest} was measured against a "
+                    "reference that is no longer the current champion: measure its target "
+                    "stage again before selecting it",
+                }
+            )
+    return out
+
+
+def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
+    """The status of one Target as a JSON-able dict (see the module docstring).
+
+    Raises: KeyError for an unknown Target."""
+    import msgspec
+
+    from perfledger.commands.cli.next_steps import allowed_decisions
+    from perfledger.commands.cli.readmodels import resume_context
+    from perfledger.projections.champions import final_audit_standing
+    from perfledger.projections.handoff import derive_handoff
+
+    target = state.targets[target_id]
+    standing = final_audit_standing(state, target)
+    handoff = derive_handoff(state, target_id, resume_context(ledger, state, target_id))
+    decisions = allowed_decisions(state, target_id, ledger.payload, handoff)
+    return {
+        "target_id": target_id,
+        "title": target.definition.title,
+        "target_status": target.status,
+        "primary": _primary_text(target),
+        "min_effect": target.definition.min_effect,
+        "resolution": target.resolution.resolution if target.resolution else None,
+        "ready": {
+            "readiness": target.readiness is not None,
+            "metric_audit": target.definition.primary.name in target.metric_audits,
+            "baseline": target.baseline is not None,
+            "resolution": target.resolution is not None,
+        },
+        "diagnostic_only": target.diagnostic_only,
+        "champion": target.champion or "original",
+        "final_audit": msgspec.to_builtins(standing),
+        "final_audit_text": standing.text(),
+        "primary_achieved": handoff.primary_achieved,
+        "experiments": _experiments(state, target),
+        "obligations": _obligations(state, target),
+        "next": [msgspec.to_builtins(d) for d in decisions],
+    }
+
+
+def session_status(ledger: Any, target_id: str | None = None) -> dict[str, Any]:
+    """Where the session in ``ledger`` stands: ``{"ledger", "head", "targets": [...]}`` with one
+    :func:`target_status` per current (or contested) Target, or only ``target_id``'s; without a
+    Target, ``next`` says to freeze one (R1).
+
+    Raises: BadRequest for an unknown ``target_id``."""
+    from perfledger.errors import BadRequest
+
+    state = ledger.state()
+    if target_id is not None and target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists them")
+    ids = (
+        [target_id]
+        if target_id is not None
+        else [t for t, v in state.targets.items() if v.status != "superseded"]
+    )
+    out: dict[str, Any] = {
+        "ledger": ledger.path,
+        "head": ledger.head(),
+        "targets": [target_status(ledger, state, t) for t in ids],
+    }
+    if not state.targets:
+        out["next"] = [
+            {"op": "evidence.add", "why": "profiler facts may come before a Target", "rule": "R6"},
+            {"op": "target.freeze", "why": "a Target comes before any experiment", "rule": "R1"},
+        ]
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.2f} %"
+
+
+def command_of(op: str) -> str:
+    """The CLI command of operation ``op`` (``final-audit.record`` -> ``final-audit record``)."""
+    return op.replace(".", " ")
+
+
+def render(status: dict[str, Any]) -> None:
+    """Print ``status`` (from :func:`session_status`) for people, with rich (no colour when
+    stdout is not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"ledger {status['ledger']}  head {status['head'][:12]}")
+    if not status["targets"]:
+        console.print("no Target frozen")
+        for d in status.get("next", []):
+            console.print(f"  next: perfledger {command_of(d['op'])}  ({d['rule']}) {d['why']}")
+        return
+    for t in status["targets"]:
+        console.print()
+        console.print(f"[bold]Target {t['target_id']}[/bold] ({t['target_status']}): {t['title']}")
+        console.print(
+            f"  primary {t['primary']}; minimum effect {_pct(t['min_effect'])}; "
+            f"resolution {_pct(t['resolution'])}"
+            + ("; DIAGNOSTIC ONLY" if t["diagnostic_only"] else "")
+        )
+        missing = [name.replace("_", " ") for name, done in t["ready"].items() if not done]
+        console.print("  ready: " + ("yes" if not missing else "missing " + ", ".join(missing)))
+        achieved = "primary achieved" if t["primary_achieved"] else "primary not achieved"
+        console.print(
+            f"  champion [bold]{t['champion']}[/bold]; final audit {t['final_audit_text']}; "
+            f"{achieved}"
+        )
+        if t["experiments"]:
+            table = Table(title=None, box=None, padding=(0, 2), show_edge=False)
+            for column in ("experiment", "stage", "status", "bound", "verdicts"):
+                table.add_column(column)
+            for e in t["experiments"]:
+                bound = "-" if e["bound"] is None else f"{e['bound']:.4g}x"
+                verdicts = ", ".join(f"{s} {v}" for s, v in e["verdicts"].items()) or "-"
+                table.add_row(e["experiment_id"], e["stage"], e["status"], bound, verdicts)
+            console.print("  open experiments:")
+            console.print(table)
+        else:
+            console.print("  open experiments: none")
+        if t["obligations"]:
+            console.print("  [bold]obligations:[/bold]")
+            for o in t["obligations"]:
+                console.print(f"    {o['rule']} {o['kind']}: {o['text']}")
+        else:
+            console.print("  obligations: none")
+        console.print("  next decisions the rules accept now:")
+        for d in t["next"]:
+            about = f" [{d['about']}]" if d.get("about") else ""
+            console.print(
+                f"    perfledger {command_of(d['op'])}{about}  ({d['rule']}) {d['why']}",
+                markup=False,
+            )

@@ -1,0 +1,559 @@
+"""The workflow's CLI groups (SPEC.md section 6): ``perfledger <group> <verb>``, built from the
+operation registry (:mod:`perfledger.commands.registry.operations`).
+
+Every write takes a closed JSON request (``--request FILE`` or ``-`` for stdin); flags for the
+common fields (``--target``, ``--experiment``, ``--samples``) fill or override the request's
+fields. ``--json`` answers with one object; ``--idempotency-key`` makes a retry return the first
+event; ``--actor`` names who decides (default: ``$PERFLEDGER_ACTOR``, else the ``perfledger.actor`` that ``init --actor`` remembered, else ``$USER``).
+
+Read commands: ``target show``, ``experiment show|list``, ``champion show`` and ``schema OP``.
+This module imports only click at load time; the request models, the deciders and (for verdicts) numpy
+load inside the commands that need them. :func:`commands` returns the click commands that
+``perfledger.commands.cli.app`` adds to its group.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.registry.operations import OPERATIONS, Operation
+from perfledger.errors import BadRequest
+
+#: Request fields that flags may set, per flag: (flag, field, help).
+COMMON_FLAGS = (
+    ("--target", "target_id", "The Target id (sets target_id)."),
+    ("--experiment", "experiment_id", "The experiment id (sets experiment_id)."),
+    ("--samples", "samples_id", "The samples id (sets samples_id)."),
+    ("--expected-current", "expected_current",
+     "The champion you saw: `original` or its experiment id (sets expected_current; R13 "
+     "compare-and-swap)."),
+    ("--closes", "closes", "What the rejection closes: implementation, integration or mechanism "
+     "(sets closes; R15)."),
+    ("--reason", "reason", "Why, in words (sets reason)."),
+)  # fmt: skip
+#: Largest request accepted on the command line (bytes).
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+def _emit(data: object) -> None:
+    click.echo(to_json_text(data))
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads hook: a key given twice is ambiguous (last-wins would hide one), refuse it."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+class _NonFinite:
+    """Where the JSON had ``NaN``, ``±Infinity`` or a literal beyond the double range
+    (``1e999``): kept while parsing, so that the refusal can name its place in the request."""
+
+    def __init__(self, literal: str, why: str) -> None:
+        self.literal, self.why = literal, why
+
+
+def _number_hooks() -> tuple[list[_NonFinite], Any, Any]:
+    """``json.loads``' ``parse_constant`` (``NaN``, ``±Infinity``) and ``parse_float`` (a literal
+    beyond the double range is not read as infinity) hooks, and the list of markers they made."""
+    made: list[_NonFinite] = []
+
+    def constant(literal: str) -> _NonFinite:
+        made.append(_NonFinite(literal, "is not a number a request may hold"))
+        return made[-1]
+
+    def number(text: str) -> float | _NonFinite:
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            made.append(_NonFinite(text, "is beyond the range of a double"))
+            return made[-1]
+        return value
+
+    return made, constant, number
+
+
+def _first_non_finite(node: Any, path: str = "") -> tuple[str, _NonFinite] | None:
+    """The path (``pairs.0.ref.values.latency_ms.2``) and marker of the first non-finite
+    literal in a parsed request, or None."""
+    if isinstance(node, _NonFinite):
+        return path or "(request)", node
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, value in items:
+        found = _first_non_finite(value, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def read_request(source: str | None) -> dict[str, Any]:
+    """Read a JSON request object from ``source`` (a path, or ``-`` for stdin); an empty object
+    when ``source`` is None. Raises: BadRequest for unreadable or malformed JSON."""
+    if source is None:
+        return {}
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        else:
+            with open(source, "rb") as handle:
+                data = handle.read(MAX_REQUEST_BYTES + 1)
+    except OSError as exc:
+        raise BadRequest(f"cannot read the request {source!r}: {exc.strerror}") from None
+    if len(data) > MAX_REQUEST_BYTES:
+        raise BadRequest(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+    import json
+
+    made, constant, number = _number_hooks()
+    try:
+        body = json.loads(
+            data, object_pairs_hook=_no_duplicate_keys, parse_constant=constant, parse_float=number
+        )
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"the request is not valid JSON: {exc}") from None
+    if made:
+        found = _first_non_finite(body)
+        if found is not None:
+            where, marker = found
+            raise BadRequest(
+                f"the request is not valid JSON: {where}: {marker.literal} {marker.why} "
+                "(numbers must be finite)"
+            )
+    if not isinstance(body, dict):
+        raise BadRequest(f"the request must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
+    import msgspec
+
+    events = [
+        {
+            "event_id": e.id,
+            "kind": e.kind,
+            "lamport": e.lamport,
+            "payload": msgspec.to_builtins(e.payload),
+        }
+        for e in envelopes
+    ]
+    if ctx.json_mode:
+        first = events[0] if events else {}
+        extra = _explanation(first)
+        _emit({"op": operation.name, **first, **extra, "events": events})
+        return
+    for event in events:
+        status = event["payload"].get("status")
+        suffix = f"  status={status}" if status else ""
+        click.echo(f"{event['kind']} {event['event_id']}{suffix}")
+        if event["kind"] in ("VerdictRecorded", "FinalAuditRecorded"):
+            from perfledger.projections.verdict_explain import verdict_lines
+
+            for line in verdict_lines(event["payload"]):
+                click.echo(line)
+        if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
+            # baseline, resolution and samples must carry this id (R11): say it where it is made
+            click.echo(f"environment_id {event['payload']['environment_id']}")
+
+
+#: The ``--dry-run`` option of every write command.
+DRY_RUN_HELP = (
+    "Validate and decide on the current head, show the event(s) it would append, append "
+    "nothing (a refusal still exits 3)."
+)
+
+
+def submit(
+    ctx: Any,
+    name: str,
+    body: dict[str, Any],
+    *,
+    actor: str | None,
+    idempotency_key: str | None,
+    dry_run: bool,
+    request_given: bool = True,
+) -> None:
+    """Decide and append one request of operation ``name`` (with ``dry_run``: decide and show,
+    append nothing) and answer; ``request_given`` False adds a hint to pass ``--request`` to a
+    request found invalid. Raises: BadRequest (2), RuleRefused (3), ConcurrentAppend (4)."""
+    from perfledger.commands.registry import operations
+
+    operation = operations.get_operation(name)
+    ledger = ctx.open()
+    artifacts: dict[str, Any] = {}
+    try:
+        if name == "readiness.record":  # original.subject -> its snapshot (R11)
+            from perfledger.commands.cli.identity import readiness_edge
+
+            body, artifacts = readiness_edge(ledger, body)
+        if dry_run:
+            drafts = operations.preview(
+                ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key
+            )
+            _answer_dry_run(ctx, operation, drafts)
+            return
+        envelopes = operations.execute(
+            ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key,
+            artifacts=artifacts or None,
+        )  # fmt: skip
+    except BadRequest as exc:
+        if not request_given and "invalid request" in exc.message:
+            raise BadRequest(
+                f"no --request given: {exc.message}",
+                hint=f"pass the request with --request FILE (or - for stdin); "
+                f"`perfledger schema {name}` shows its fields",
+            ) from None
+        raise
+    finally:
+        ledger.close()
+    _answer(ctx, operation, envelopes)
+
+
+def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
+    """The answer of ``--dry-run``: the event(s) the request would append now, or the existing
+    event an already used idempotency key would return; nothing appended (``{"op", "dry_run":
+    true, "appended": false, "events": [{"kind", "payload", "existing_event_id"?}]}``)."""
+    import msgspec
+
+    events = []
+    for d in drafts:
+        event = {"kind": d.kind, "payload": msgspec.to_builtins(d.payload)}
+        if getattr(d, "id", None):  # an envelope already in the ledger (idempotency key)
+            event["existing_event_id"] = d.id
+        events.append(event)
+    if ctx.json_mode:
+        _emit({"op": operation.name, "dry_run": True, "appended": False, "events": events})
+        return
+    for event in events:
+        if "existing_event_id" in event:
+            click.echo(
+                f"would return the existing {event['kind']} {event['existing_event_id']} "
+                "(its idempotency key is already in the ledger)"
+            )
+            continue
+        status = event["payload"].get("status")
+        click.echo(f"would append {event['kind']}" + (f"  status={status}" if status else ""))
+        if event["kind"] == "VerdictRecorded":
+            from perfledger.projections.verdict_explain import verdict_lines
+
+            for line in verdict_lines(event["payload"]):
+                click.echo(line)
+        click.echo(to_json_text(event["payload"], indent=2))
+    click.echo("dry run: nothing appended")
+
+
+def _explanation(event: dict[str, Any]) -> dict[str, Any]:
+    """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with
+    the threshold used (:func:`perfledger.projections.verdict_explain.explain_verdict`); beside,
+    never inside, the recorded payload. Empty for other events."""
+    if event.get("kind") != "VerdictRecorded":
+        return {}
+    from perfledger.projections.verdict_explain import explain_verdict
+
+    return {"explanation": explain_verdict(event["payload"])}
+
+
+def _write_command(operation: Operation) -> click.Command:
+    params: list[click.Parameter] = [
+        click.Option(
+            ["--request", "request_source"],
+            metavar="FILE|-",
+            default=None,
+            help="The closed JSON request (a file, or - for stdin). "
+            f"Schema: `perfledger schema {operation.name}`.",
+        ),
+        click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
+        click.Option(
+            ["--actor"],
+            default=None,
+            help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+        ),
+        click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
+        click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP),
+    ]
+
+    fields = set(FIELD_HINTS.get(operation.name, ()))
+    for flag, field, text in COMMON_FLAGS:
+        if field in fields:
+            params.append(click.Option([flag, field], default=None, help=text))
+
+    def callback(
+        request_source: str | None,
+        idempotency_key: str | None,
+        actor: str | None,
+        json_flag: bool,
+        dry_run: bool,
+        **flags: str | None,
+    ) -> None:
+        ctx = _ctx(json_flag)
+        body = read_request(request_source)
+        for field, value in flags.items():
+            if value is not None:
+                body[field] = value
+        if operation.name == "samples.record":
+            _outside_samples_only(body)
+        submit(
+            ctx, operation.name, body, actor=actor, idempotency_key=idempotency_key,
+            dry_run=dry_run, request_given=request_source is not None,
+        )  # fmt: skip
+
+    rules = f" Rules: {operation.rules}." if operation.rules else ""
+    return click.Command(
+        operation.verb, params=params, callback=callback, help=operation.help + rules
+    )
+
+
+def _outside_samples_only(body: Any) -> None:
+    """R5: a pairs table given to ``samples record`` was measured outside perfledger; only
+    ``perfledger measure`` records samples as measured by perfledger (with their raw table).
+    Raises: BadRequest for a body that claims otherwise."""
+    provenance = body.get("provenance") if isinstance(body, dict) else None
+    if isinstance(provenance, dict) and provenance.get("source") == "perfledger":
+        raise BadRequest(
+            "`samples record` records a pairs table from outside perfledger: its provenance "
+            "cannot say `perfledger`",
+            hint="measure with `perfledger measure workload|kernel`, or drop `provenance`",
+        )
+
+
+#: Which common-flag fields each operation's request has, so that building the CLI needs no
+#: import of the request models (kept in step with the models by ``tests/workflow/test_schemas.py``).
+FIELD_HINTS: dict[str, tuple[str, ...]] = {
+    "target.supersede": ("target_id", "reason"),
+    "readiness.record": ("target_id",),
+    "metric-audit.record": ("target_id",),
+    "baseline.record": ("target_id",),
+    "resolution.record": ("target_id",),
+    "evidence.add": ("target_id",),
+    "upstream-check.record": ("target_id",),
+    "experiment.create": ("target_id", "experiment_id"),
+    "samples.record": ("target_id", "experiment_id", "samples_id"),
+    "verdict.record": ("samples_id",),
+    "local-result.record": ("samples_id",),
+    "reject": ("experiment_id", "closes", "reason"),
+    "reconcile": ("experiment_id",),
+    "champion.select": ("target_id", "samples_id", "expected_current", "reason"),
+    "final-audit.record": ("target_id", "samples_id"),
+    "host-advice.record": ("target_id", "reason"),
+    "handoff.record": ("target_id",),
+    "conflict.resolve": ("target_id", "reason"),
+    "activity.explain": ("samples_id",),
+    "target.freeze": ("target_id",),
+}
+
+
+# ------------------------------------------------------------------------------ reads
+
+
+def _state(ctx: Any) -> Any:
+    ledger = ctx.open()
+    try:
+        return ledger.state()
+    finally:
+        ledger.close()
+
+
+def _show(ctx: Any, data: Any) -> None:
+    import msgspec
+
+    builtins = msgspec.to_builtins(data)
+    if ctx.json_mode:
+        _emit(builtins)
+    else:
+        click.echo(to_json_text(builtins, indent=2))
+
+
+def _target_show(target_id: str | None, json_flag: bool) -> None:
+    """Show a Target (default: every current Target) with readiness, baseline, champion."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    if target_id is None:
+        _show(ctx, {"targets": {k: v for k, v in state.targets.items() if v.status == "current"}})
+        return
+    if target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}")
+    _show(ctx, {"target": state.targets[target_id]})
+
+
+def _experiment_show(experiment_id: str, json_flag: bool) -> None:
+    """Show an experiment: claim, figures, stage, status, samples, verdicts."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        raise BadRequest(f"no experiment {experiment_id!r}")
+    verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
+    _show(ctx, {"experiment": experiment, "verdicts": verdicts})
+
+
+def _experiment_list(target_id: str | None, json_flag: bool) -> None:
+    """List experiments (optionally of one Target): id, target, stage, status."""
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    rows = [
+        {
+            "experiment_id": eid,
+            "target_id": e.created.target_id,
+            "stage": e.stage,
+            "status": e.status,
+            "bound": e.created.figures.bound,
+        }
+        for eid, e in state.experiments.items()
+        if target_id is None or e.created.target_id == target_id
+    ]
+    if ctx.json_mode:
+        _emit({"experiments": rows})
+        return
+    for row in rows:
+        click.echo(f"{row['experiment_id']}  {row['target_id']}  {row['stage']}  {row['status']}")
+
+
+def _champion_show(target_id: str, json_flag: bool) -> None:
+    """Show a Target's champion (``original`` when none) and its lineage."""
+    from perfledger.projections.champions import final_audit_standing
+
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    target = state.targets.get(target_id)
+    if target is None:
+        raise BadRequest(f"no Target {target_id!r}")
+    data = {
+        "target_id": target_id,
+        "champion": target.champion or "original",
+        "champion_hash": target.champion_hash,
+        "lineage": target.lineage,
+        # R13: the current champion's own audit, "none" or "stale" (an earlier champion's)
+        "final_audit_status": final_audit_standing(state, target).status,
+    }
+    _show(ctx, data)
+
+
+def _verdict_explain(samples_id: str, json_flag: bool) -> None:
+    """Explain the recorded verdict (or final audit) of SAMPLES_ID: the condition that decided
+    it, the estimate, CI and threshold, every case's absolute per-call figures (original ->
+    candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
+    import msgspec
+
+    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
+
+    ctx = _ctx(json_flag)
+    state = _state(ctx)
+    recorded = state.verdicts.get(samples_id) or state.final_audits.get(samples_id)
+    if recorded is None:
+        raise BadRequest(
+            f"no verdict or final audit is recorded for samples {samples_id!r}",
+            hint="`perfledger verdict record --samples ID` derives and records one",
+        )
+    payload = msgspec.to_builtins(recorded)
+    if ctx.json_mode:
+        _emit({"samples_id": samples_id, "explanation": explain_verdict(payload)})
+        return
+    for line in verdict_lines(payload):
+        click.echo(line)
+
+
+def _schema(operation: str | None, json_flag: bool, example: bool = False) -> None:
+    """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``), or with
+    ``--example`` a valid example request; without OPERATION, list the operations (``--json``:
+    ``{"operations": [...]}``)."""
+    from perfledger.commands.registry.operations import json_schema
+
+    if example:
+        if operation is None:
+            raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
+        from perfledger.commands.registry.request_examples import example as example_of
+
+        click.echo(to_json_text(example_of(operation), indent=2))
+        return
+
+    if operation is None:
+        if json_flag:
+            click.echo(to_json_text({"operations": sorted(OPERATIONS)}))
+            return
+        click.echo("operations (perfledger schema OPERATION prints one request's JSON Schema):")
+        for name in sorted(OPERATIONS):
+            click.echo(f"  {name:24s} {OPERATIONS[name].help}")
+        return
+    click.echo(to_json_text(json_schema(operation), indent=2))
+
+
+_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+_target_opt = click.option("--target", "target_id", default=None, help="The Target id.")
+
+
+#: One line per group for ``perfledger --help`` (SPEC.md section 4 names the rules).
+GROUP_HELP = {
+    "target": "Freeze, supersede or show the optimization Target (R1).",
+    "readiness": "Record readiness: original, real test set, accuracy rule, driver, environment (R2).",
+    "metric-audit": "Record the audit of the primary metric's computation (R3).",
+    "baseline": "Record the original's baseline before any candidate (R4).",
+    "resolution": "Record the measurement resolution from repeated original samples (R4).",
+    "evidence": "Record profiler or compiler evidence with its layer and applicability (R6).",
+    "upstream-check": "Record the check for an existing upstream equivalent (R10).",
+    "experiment": "Create an experiment with its opportunity claim (R7-R10); list or show them.",
+    "samples": "Record paired samples of one stage (R5, R11, R17).",
+    "verdict": "Derive and record a verdict from recorded samples (R12).",
+    "local-result": "Record a secondary-only gain with its scenario (R13).",
+    "champion": "Select or show the champion of a Target (R13).",
+    "final-audit": "Record the final audit of the champion against the original (R13).",
+    "host-advice": "Record host changes as advice; never applied (R16).",
+    "handoff": "Record the handoff of R18.",
+    "conflict": "Resolve a conflict between concurrent decisions.",
+    "activity": "Explain foreign activity in sample windows after the samples, before the verdict (R17).",
+}
+
+
+def commands() -> list[click.Command]:
+    """Return the workflow's click commands and groups, to add to the ``perfledger`` group."""
+    groups: dict[str, click.Group] = {}
+    top: list[click.Command] = []
+    for operation in OPERATIONS.values():
+        if not operation.generic_cli:
+            continue  # has its own commands (the loop: perfledger.commands.cli.loop)
+        command = _write_command(operation)
+        if operation.group is None:
+            top.append(command)
+            continue
+        group = groups.get(operation.group)
+        if group is None:
+            group = groups[operation.group] = click.Group(
+                operation.group,
+                help=GROUP_HELP.get(operation.group, f"{operation.group} commands."),
+            )
+        group.add_command(command)
+    groups["target"].add_command(
+        click.command("show")(_json(click.argument("target_id", required=False)(_target_show)))
+    )
+    groups["experiment"].add_command(
+        click.command("show")(_json(click.argument("experiment_id")(_experiment_show)))
+    )
+    groups["experiment"].add_command(click.command("list")(_json(_target_opt(_experiment_list))))
+    groups["champion"].add_command(
+        click.command("show")(_json(click.argument("target_id")(_champion_show)))
+    )
+    groups["verdict"].add_command(
+        click.command("explain")(_json(click.argument("samples_id")(_verdict_explain)))
+    )
+    example = click.option(
+        "--example", is_flag=True, help="Print a valid example request instead of the schema."
+    )
+    schema = click.command("schema")(
+        example(_json(click.argument("operation", required=False, default=None)(_schema)))
+    )
+    return [*groups.values(), *top, schema]
+
+
+__all__ = ["COMMON_FLAGS", "FIELD_HINTS", "commands", "read_request"]

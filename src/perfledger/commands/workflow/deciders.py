@@ -1,0 +1,1354 @@
+"""Deciders: one pure ``decide(state, request, ctx) -> [EventDraft]`` per write operation.
+
+A decider reads the folded :class:`~perfledger.projections.workflow.WorkflowState`, the validated
+request (:mod:`perfledger.commands.workflow.requests`) and a :class:`DecisionContext` (operation, actor,
+event time, idempotency key, the request as stored), and returns the drafts to append, or raises
+:class:`~perfledger.errors.RuleRefused` naming its rule (via :mod:`perfledger.commands.workflow.rules`) or
+:class:`~perfledger.errors.BadRequest` for a reference to an unknown id. Deciders never read the
+clock or any file: the same (state, request, ctx) always gives the same drafts, so an auditor can
+re-decide every recorded request against the state before it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import blake3
+import msgspec
+
+from perfledger.commands.workflow import identity, measurement_rules, rules
+from perfledger.commands.workflow import requests as rq
+from perfledger.commands.workflow.foreign_share import formal_foreign_rule
+from perfledger.commands.workflow.requests import dump
+from perfledger.commands.workflow.rules import refuse
+from perfledger.errors import BadRequest, IntegrityError
+from perfledger.events.canonical import canonical_bytes
+from perfledger.events.workflow import (
+    ENVIRONMENT_FIELDS,
+    ORIGINAL,
+    PER_CASE_V2,
+    R6_RECORDED_APPLICABILITY,
+    R7_COMPUTED_BOUND,
+    R14_BLOCKS_CHAMPION,
+    R14_STATED_INTERVAL,
+    TAIL_STATISTICS,
+    BaselineRecorded,
+    CandidateRejected,
+    ChampionSelected,
+    ConflictResolved,
+    CorrectedModel,
+    DerivedGuardrail,
+    DerivedVerdict,
+    EvidenceRecorded,
+    ExperimentCreated,
+    FinalAuditRecorded,
+    HandoffRecorded,
+    HostAdviceRecorded,
+    LocalResultRecorded,
+    MetricAuditRecorded,
+    ReadinessRecorded,
+    ReconciliationRecorded,
+    Reference,
+    ResolutionEstimated,
+    SamplesRecorded,
+    SecondaryVerdict,
+    Statistics,
+    TargetDefinition,
+    TargetFrozen,
+    TargetSuperseded,
+    UpstreamCheckRecorded,
+    VerdictRecorded,
+)
+from perfledger.ledger.base import EventDraft
+from perfledger.projections import amdahl
+from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
+
+
+def _median(values: Any) -> float:
+    """``statistics.median``, imported on first use: ``statistics`` (with ``fractions`` and
+    ``decimal``) cost ~10 ms of every CLI decision that never takes a median."""
+    import statistics
+
+    return statistics.median(values)
+
+
+#: Domain prefix of an environment identity hash (R2, R11).
+ENVIRONMENT_ID_DOMAIN = b"perfledger/environment/v1\x00"
+#: Relative tolerance of budget arithmetic in a handoff (R18).
+BUDGET_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    """What a decision may depend on besides state and request.
+
+    Attributes:
+        op: the operation name (``experiment.create``).
+        actor: who decides.
+        ts: the event time (aware datetime), fixed once per request so a re-decision after a lost
+            compare-and-swap produces the same drafts.
+        idempotency_key: the caller's key, stored in the envelope.
+        request: the request as stored in the envelope: ``{"op": ..., "body": ...}``.
+        payload_of: the decoded (upcast) payload of a recorded event, by event id. Recorded
+            events are immutable and content-addressed, so a decision that reads one is as
+            deterministic as one that reads the state (the state keeps samples without their
+            pairs; a verdict reads the pairs from the SamplesRecorded event).
+        derive: a memo of :func:`derive_samples` for verdicts and final audits (R12): called as
+            ``derive(samples_event_id, params, samples)`` and must return exactly what
+            ``derive_samples(params, samples)`` returns (the auditor's replay passes one that
+            returns a derivation already made in a worker process); None derives in place.
+        schema: the schema version of the recorded event being re-decided (the auditor's
+            replay), None for a new decision: an event recorded under an older version is
+            re-decided by that version's rule (``SCHEMA_VERSIONS`` in
+            :mod:`perfledger.events.workflow`).
+    """
+
+    op: str
+    actor: str
+    ts: datetime
+    idempotency_key: str | None = None
+    request: Any = None
+    payload_of: Callable[[str], Any] | None = None
+    derive: Callable[[str, DerivationParams, SamplesRecorded], Derived] | None = None
+    schema: int | None = None
+
+    def recorded_before(self, kind: str, version: int) -> bool:
+        """Whether this re-decides an event of ``kind`` recorded under a schema older than
+        ``version`` (so under the rule before the one ``version`` introduced)."""
+        return self.schema is not None and self.schema < version
+
+
+def rules_version(ctx: DecisionContext, kind: str) -> int:
+    """The schema version of ``kind`` a decision answers to: the recorded one on replay
+    (:attr:`DecisionContext.schema`), else the current one (versioned rules, e.g. R14)."""
+    if ctx.schema is not None:
+        return ctx.schema
+    from perfledger.events.kinds import get_kind
+
+    return get_kind(kind).version
+
+
+def _emit(ctx: DecisionContext, payload: msgspec.Struct) -> list[EventDraft]:
+    return [
+        EventDraft(
+            type(payload).__name__,
+            payload,
+            ctx.actor,
+            request=ctx.request,
+            idempotency_key=ctx.idempotency_key,
+            ts=ctx.ts,
+        )
+    ]
+
+
+def _build(cls: type[Any], data: dict[str, Any]) -> Any:
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:  # a request field that the payload cannot hold
+        raise BadRequest(f"{cls.__name__}: {exc}") from None
+
+
+def environment_id(environment: dict[str, Any]) -> str:
+    """The environment identity hash (R2, R11): blake3 hex over a domain prefix and the canonical
+    bytes of the environment fields, ``unknown`` markers normalised to null."""
+    normal = {
+        name: None if rules.is_unknown(environment.get(name)) else environment.get(name)
+        for name in ENVIRONMENT_FIELDS
+    }
+    return blake3.blake3(ENVIRONMENT_ID_DOMAIN + canonical_bytes(normal)).hexdigest()
+
+
+def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
+    """Metric name -> (unit, direction) for the primary, guardrails and secondaries."""
+    out = {definition.primary.name: (definition.primary.unit, definition.primary.direction)}
+    for g in definition.guardrails:
+        out.setdefault(g.metric, (g.unit, g.direction))
+    for s in definition.secondaries:
+        out.setdefault(s.name, (s.unit, s.direction))
+    return out
+
+
+# ---------------------------------------------------------------------------------- targets
+
+
+def _check_definition(req: rq.TargetFreeze) -> None:
+    rules.r1_scope_relative(req.scope)
+    if req.primary.direction == "lower_is_better" and req.min_effect >= 1.0:
+        raise refuse(
+            "R1",
+            f"a minimum effect of {req.min_effect:.0%} can never be reached by a lower-is-better "
+            "primary: its improvement (ref - cand) / ref stays below 100 %",
+            "min_effect is a ratio: 0.05 means 5 %",
+        )
+    names = [req.primary.name, *(s.name for s in req.secondaries)]
+    if len(set(names)) != len(names):
+        raise BadRequest("secondary metrics must be distinct from each other and the primary")
+    guards = [g.metric for g in req.guardrails]
+    if len(set(guards)) != len(guards):
+        raise BadRequest("guardrail metrics must be distinct")
+
+
+def decide_target_freeze(
+    state: WorkflowState, req: rq.TargetFreeze, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``target.freeze`` (R1): freeze a new Target; an existing id is refused (never changes)."""
+    rules.r1_target_id_free(state, req.target_id)
+    _check_definition(req)
+    definition = _build(TargetDefinition, dump(req))
+    return _emit(ctx, TargetFrozen(target=definition))
+
+
+def decide_target_supersede(
+    state: WorkflowState, req: rq.TargetSupersede, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``target.supersede`` (R1): a new Target replaces the current one, which stays frozen."""
+    rules.r1_target_current(state, req.target_id)
+    rules.r1_target_id_free(state, req.new_target.target_id)
+    _check_definition(req.new_target)
+    new = _build(TargetDefinition, dump(req.new_target))
+    return _emit(ctx, TargetSuperseded(target_id=req.target_id, reason=req.reason, new_target=new))
+
+
+# ---------------------------------------------------------------------------------- readiness
+
+
+def decide_readiness_record(
+    state: WorkflowState, req: rq.ReadinessRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``readiness.record`` (R2): original, user's test set, accuracy rule, driver, environment
+    (missing lineage recorded as missing) and statistical requirements (>= 5 pairs per case)."""
+    target = rules.r1_target_current(state, req.target_id)
+    rules.r2_min_pairs(req.statistics.min_pairs_per_case)
+    unknown_reports = sorted({r for r in req.reports if r not in state.evidence})
+    if unknown_reports:
+        raise refuse("R2", f"readiness binds unknown reports {unknown_reports}")
+    if target.definition.diagnostic:
+        if not req.reports:
+            raise refuse(
+                "R2", "a diagnostic Target binds existing reports: list their evidence ids"
+            )
+    else:
+        missing = [
+            name for name in ("test_set", "accuracy_rule", "driver") if getattr(req, name) is None
+        ]
+        if missing:
+            raise refuse(
+                "R2",
+                f"readiness of Target {req.target_id!r} lacks {missing}: formal samples need "
+                "the user's real test set, the accuracy rule and the driver command",
+                "ask the user for the real test set; the tool never generates one",
+            )
+    if req.test_set is not None:
+        cases = req.test_set.cases
+        if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
+            raise refuse("R2", "test-set case names must be distinct and at most case_count")
+    identity.r11_readiness_snapshot(target, req, rules_version(ctx, "ReadinessRecorded"))
+    body = dump(req)
+    env = body["environment"]
+    missing_lineage = tuple(name for name in ENVIRONMENT_FIELDS if rules.is_unknown(env[name]))
+    payload = _build(
+        ReadinessRecorded,
+        {**body, "environment_id": environment_id(env), "missing_lineage": missing_lineage},
+    )
+    return _emit(ctx, payload)
+
+
+def decide_metric_audit_record(
+    state: WorkflowState, req: rq.MetricAuditRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``metric-audit.record`` (R3): audit a decision metric of the Target; a unit that differs
+    from the Target's cannot be declared matching."""
+    target = rules.r1_target_current(state, req.target_id)
+    metrics = _target_metrics(target.definition)
+    if req.metric not in metrics:
+        raise refuse(
+            "R3",
+            f"{req.metric!r} is not a decision metric of Target {req.target_id!r} "
+            f"({sorted(metrics)})",
+        )
+    unit = metrics[req.metric][0]
+    if req.matches_target and req.unit != unit:
+        raise refuse(
+            "R3",
+            f"the audited unit {req.unit!r} differs from the Target's {unit!r}; the metric "
+            "does not match the Target",
+            "record matches_target=false (results become diagnostic only) or fix the metric",
+        )
+    return _emit(ctx, _build(MetricAuditRecorded, dump(req)))
+
+
+def decide_baseline_record(
+    state: WorkflowState, req: rq.BaselineRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``baseline.record`` (R4, R2, R11): repeated samples of the original's primary metric, in
+    the readiness environment."""
+    target = rules.r1_target_current(state, req.target_id)
+    rules.r2_ready(target)
+    readiness = target.readiness
+    assert readiness is not None
+    primary = target.definition.primary
+    if req.original_hash != readiness.original.content_hash:
+        raise refuse("R4", "the baseline must measure the original recorded by readiness")
+    if req.metric != primary.name or req.unit != primary.unit:
+        raise refuse(
+            "R4", f"the baseline is of the primary metric {primary.name!r} in {primary.unit!r}"
+        )
+    if req.environment_id != readiness.environment_id:
+        raise refuse(
+            "R11",
+            "the baseline's environment identity differs from readiness",
+            f"readiness recorded environment_id {readiness.environment_id}",
+        )
+    if any(v <= 0 for v in req.values):
+        raise BadRequest("metric values must be positive")
+    per_case: dict[str, list[float]] = {}
+    if req.cases:
+        # R4: the baseline per case, so each case's verdict figures have the original's level
+        if len(req.cases) != len(req.values):
+            raise BadRequest(
+                f"cases names the case of each value: {len(req.cases)} cases for "
+                f"{len(req.values)} values"
+            )
+        if readiness.test_set is not None:
+            rules.r11_cases_in_test_set(req.cases, readiness.test_set, "the baseline")
+        for case, value in zip(req.cases, req.values, strict=True):
+            per_case.setdefault(case, []).append(value)
+    payload = _build(
+        BaselineRecorded,
+        {
+            **dump(req),
+            "median": float(_median(req.values)),
+            "per_case_median": {c: float(_median(v)) for c, v in sorted(per_case.items())},
+        },
+    )
+    return _emit(ctx, payload)
+
+
+def decide_resolution_record(
+    state: WorkflowState, req: rq.ResolutionRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``resolution.record`` (R4): the resolution comes from repeated original samples, after the
+    baseline."""
+    target = rules.r1_target_current(state, req.target_id)
+    if target.baseline is None:
+        raise refuse("R4", "record the original's baseline before its measurement resolution")
+    if req.repeats < 2:
+        raise refuse("R4", "a resolution needs at least 2 repeated original samples")
+    return _emit(ctx, _build(ResolutionEstimated, dump(req)))
+
+
+# ---------------------------------------------------------------------------------- evidence
+
+
+def decide_evidence_add(
+    state: WorkflowState, req: rq.EvidenceAdd, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``evidence.add`` (R6, R16): facts with their layer, from a tool of known version and with
+    known units; ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics. Allowed before any
+    Target exists."""
+    if req.evidence_id in state.evidence:
+        raise BadRequest(f"evidence {req.evidence_id!r} is already recorded")
+    if req.target_id is not None:
+        rules.r1_target_frozen(state, req.target_id)
+    if rules.is_unknown(req.tool.version):
+        raise refuse(
+            "R6",
+            f"the version of {req.tool.name!r} is unknown; evidence is never guessed",
+            "record the tool's exact version",
+        )
+    bad_units = [f.name for f in req.facts if rules.is_unknown(f.unit)]
+    if bad_units:
+        raise refuse("R6", f"facts with unknown units are refused: {bad_units}")
+    names = [f.name for f in req.facts]
+    if len(set(names)) != len(names):
+        raise refuse("R6", "a fact name appears twice; key fields must be unambiguous")
+    if any("ERR_NVGPUCTRPERM" in item for item in req.limitations):
+        zeros = [f.name for f in req.facts if f.value == 0.0]
+        if zeros:
+            raise refuse(
+                "R16",
+                f"ERR_NVGPUCTRPERM is a limitation, not zero metrics: {zeros}",
+                "record the facts as null (not measured) with the limitation",
+            )
+    return _emit(ctx, _build(EvidenceRecorded, dump(req)))
+
+
+def decide_upstream_check_record(
+    state: WorkflowState, req: rq.UpstreamCheckRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``upstream-check.record`` (R10): sources consulted and whether an equivalent exists."""
+    if req.check_id in state.upstream_checks:
+        raise BadRequest(f"upstream check {req.check_id!r} is already recorded")
+    if req.target_id is not None:
+        rules.r1_target_frozen(state, req.target_id)
+    if req.equivalent_exists and rules.is_unknown(req.equivalent):
+        raise refuse("R10", "name the equivalent that exists upstream")
+    return _emit(ctx, _build(UpstreamCheckRecorded, dump(req)))
+
+
+# ---------------------------------------------------------------------------------- experiments
+
+
+def decide_experiment_create(
+    state: WorkflowState, req: rq.ExperimentCreate, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``experiment.create`` (R1, R4, R6-R11, R14): freeze the opportunity claim and the
+    preregistration; the derived figures (bound, ``s_min``, predicted interval) go in the event."""
+    target = rules.r1_target_current(state, req.target_id)
+    if req.experiment_id in state.experiments:
+        raise BadRequest(f"experiment {req.experiment_id!r} already exists")
+    rules.r14_no_pending_reconciliation(target)
+    rules.r2_ready(target)
+    rules.r4_baseline_and_resolution(target)
+    prereg = req.preregistration
+    rules.r9_preregistered(
+        prereg.rejects if prereg else None, prereg.discriminating_evidence if prereg else None
+    )
+    readiness = target.readiness
+    assert readiness is not None and target.resolution is not None
+    if req.candidate.content_hash in (
+        readiness.original.content_hash,
+        target.champion_hash,
+    ):
+        raise refuse("R11", "the candidate does not differ from its reference")
+    identity.r11_experiment_changed_paths(target, req)
+    rules.r10_upstream_checked(
+        state,
+        req.new_component.upstream_check_id if req.new_component else None,
+        req.approach,
+        req.new_component is not None,
+    )
+    claim = req.claim
+    rules.r6_evidence_known(state, [e.evidence_id for e in claim.evidence])
+    if rules_version(ctx, "ExperimentCreated") >= R6_RECORDED_APPLICABILITY:
+        rules.r6_cited_as_recorded(
+            state, [(e.evidence_id, e.applicability) for e in claim.evidence]
+        )
+    tail = target.definition.primary.statistic in TAIL_STATISTICS
+    rules.r6_bound_inputs(
+        [(e.evidence_id, e.applicability, e.used_for) for e in claim.evidence], tail
+    )
+    expected = claim.expected_improvement
+    if expected is None and rules_version(ctx, "ExperimentCreated") >= R14_STATED_INTERVAL:
+        raise refuse("R14", *rules.r14_interval_missing(claim))
+    figures = rules.r7_claim_figures(
+        target.definition,
+        target.resolution.resolution,
+        coverage=claim.coverage,
+        local_speedup=claim.local_speedup,
+        added_cost=claim.added_cost,
+        stated_bound=claim.stated_bound,
+        affected_share=claim.exposure.affected_share if claim.exposure else None,
+        expected=(expected.low, expected.high) if expected else None,
+        bound_optional=rules_version(ctx, "ExperimentCreated") >= R7_COMPUTED_BOUND,
+    )
+    secondaries = {s.name for s in target.definition.secondaries}
+    if req.serves_secondary is not None and req.serves_secondary not in secondaries:
+        raise refuse(
+            "R8",
+            f"{req.serves_secondary!r} is not a pre-declared secondary of Target "
+            f"{req.target_id!r} ({sorted(secondaries)})",
+        )
+    payload = _build(ExperimentCreated, {**dump(req), "figures": figures})
+    return _emit(ctx, payload)
+
+
+# ---------------------------------------------------------------------------------- samples
+
+
+def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
+    """R11: compared samples share the Target's test set, environment and units; R17 for
+    formal stages; subjects' correctness and values come from one call each."""
+    readiness = target.readiness
+    assert readiness is not None and readiness.test_set is not None
+    if req.test_set_hash != readiness.test_set.hash:
+        raise refuse("R11", "the samples' test set differs from the Target's readiness")
+    if req.environment_id != readiness.environment_id:
+        raise refuse(
+            "R11",
+            "the samples' environment identity differs from readiness",
+            f"readiness recorded environment_id {readiness.environment_id}",
+        )
+    metrics = _target_metrics(target.definition)
+    primary = target.definition.primary
+    if req.units.get(primary.name) != primary.unit:
+        raise refuse(
+            "R11",
+            f"the samples must carry the primary {primary.name!r} in {primary.unit!r} "
+            f"(got {req.units.get(primary.name)!r})",
+        )
+    for name, unit in req.units.items():
+        if name in metrics and metrics[name][0] != unit:
+            raise refuse(
+                "R11", f"metric {name!r} is in {unit!r}; the Target says {metrics[name][0]!r}"
+            )
+    rules.r11_cases_in_test_set((p.case for p in req.pairs), readiness.test_set, "the samples")
+    for index, pair in enumerate(req.pairs):
+        for side in (pair.ref, pair.cand):
+            if side.environment_id != req.environment_id:
+                raise refuse("R11", f"pair {index}: a subject ran in another environment")
+            missing = set(side.values) - set(req.units)
+            if missing:
+                raise BadRequest(f"pair {index}: metrics without a unit: {sorted(missing)}")
+            if not side.values.get(primary.name):
+                raise BadRequest(f"pair {index}: a subject has no values of {primary.name!r}")
+            if any(v <= 0 for values in side.values.values() for v in values):
+                raise BadRequest(f"pair {index}: metric values must be positive")
+        for name in set(pair.ref.values) & set(pair.cand.values):
+            ref_m = _median(pair.ref.values[name])
+            cand_m = _median(pair.cand.values[name])
+            if not math.isfinite((ref_m - cand_m) / ref_m) or not math.isfinite(cand_m / ref_m):
+                raise BadRequest(
+                    f"pair {index}: {name} values {ref_m!r} and {cand_m!r} are implausible: their "
+                    "ratio overflows",
+                    hint="check the driver's units; a verdict could never be derived from these",
+                )
+        if pair.same_process and pair.ref.call_id != pair.cand.call_id:
+            raise refuse(
+                "R11",
+                f"pair {index}: a same-process comparison records both subjects from one "
+                "driver call (call ids differ)",
+            )
+        if req.stage != "screen" and (pair.monitor is None or not pair.monitor.observed):
+            raise refuse(
+                "R17",
+                f"pair {index}: a formal ({req.stage}) sample carries no monitor observations",
+                "run the GPU monitor over every formal sample window",
+            )
+
+
+def _provenance(target: TargetView, req: rq.SamplesRecord) -> dict[str, Any]:
+    """R5: the samples' provenance as recorded: a request without one was recorded from outside
+    perfledger; measured samples name their protocol and raw table. Formal stages accept outside
+    samples only where the readiness's statistics allow them (refused otherwise)."""
+    given = req.provenance
+    if given is None or given.source == "outside":
+        readiness = target.readiness
+        assert readiness is not None
+        if req.stage != "screen" and not readiness.statistics.allow_outside_samples:
+            raise refuse(
+                "R5",
+                f"a formal ({req.stage}) stage takes samples measured by perfledger; these are "
+                "recorded from outside (a hand-written pairs table), and the readiness of Target "
+                f"{req.target_id!r} does not allow outside samples",
+                "measure them with `perfledger measure workload|kernel`, or record readiness with "
+                "statistics.allow_outside_samples=true",
+            )
+        return dump(given) if given is not None else {"source": "outside"}
+    if not given.protocol or not given.raw_table:
+        raise BadRequest(
+            "samples measured by perfledger name their protocol and their raw table (artifact)"
+        )
+    return dump(given)
+
+
+def decide_samples_record(
+    state: WorkflowState, req: rq.SamplesRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``samples.record`` (R1-R5, R8, R11, R15, R17): record paired samples of one stage.
+    Failed accuracy checks are stored and flagged (R5): ``ref_failures`` (the reference's own
+    failures, R11), ``cand_failures``; pairs overlapping unexplained foreign activity are
+    counted (R17)."""
+    target = rules.r1_target_current(state, req.target_id)
+    experiment = state.experiments.get(req.experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+    if experiment.created.target_id != req.target_id:
+        raise refuse("R11", "the experiment belongs to another Target")
+    if req.samples_id in state.samples:
+        raise BadRequest(f"samples {req.samples_id!r} are already recorded")
+    if experiment.rejection is not None:
+        raise refuse("R15", f"experiment {req.experiment_id!r} was rejected")
+    rules.r2_ready(target)
+    rules.r3_metric_audited(target)
+    rules.r4_baseline_and_resolution(target)
+    assert target.resolution is not None and target.readiness is not None
+    if req.candidate_hash != experiment.created.candidate.content_hash:
+        raise refuse("R11", "the samples' candidate is not the experiment's candidate")
+    if req.candidate_hash == req.reference.content_hash:
+        raise refuse("R11", "a candidate must differ from its reference")
+    reference = msgspec.convert(dump(req.reference), Reference)
+    if req.stage == "final_audit":
+        if target.champion != req.experiment_id:
+            raise refuse(
+                "R11", "a final audit measures the current champion (this experiment is not it)"
+            )
+        original = target.readiness.original.content_hash
+        if reference != Reference(kind="original", content_hash=original):
+            raise refuse("R11", "a final audit compares the champion with the original")
+    else:
+        if not rules.is_current_reference(state, target, reference):
+            raise refuse(
+                "R11",
+                "a comparison must be against the current champion (or the original when there "
+                "is none); this reference is stale",
+                f"compare against {rules.current_reference(state, target)}",
+            )
+        if req.stage == "target":
+            if not experiment.samples.get("screen"):
+                raise refuse("R11", "stages are ordered: screen before target")
+            if experiment.status == "screen_failed":
+                raise refuse("R11", "the screen rejected this experiment")
+            rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+    _samples_common(target, req)
+    code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
+    pairs = req.pairs
+    wall_check = _wall_check(target, req)
+    body = dump(req)
+    if code is not None:
+        body["identity"] = msgspec.to_builtins(code)
+    if not ctx.recorded_before("SamplesRecorded", 2):
+        body["provenance"] = _provenance(target, req)
+    payload = _build(
+        SamplesRecorded,
+        {
+            **body,
+            "ref_failures": sum(1 for p in pairs if not p.ref.correct),
+            "cand_failures": sum(1 for p in pairs if p.ref.correct and not p.cand.correct),
+            "unexplained_activity": sum(
+                1
+                for p in pairs
+                if p.monitor is not None
+                and p.monitor.foreign_activity
+                and rules.is_unknown(p.monitor.explained)
+            ),
+            "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
+        },
+    )
+    return _emit(ctx, payload)
+
+
+def _wall_check(target: TargetView, req: rq.SamplesRecord) -> Any:
+    """Self-reported times against the driver's wall clock (R12; rule and tolerance in
+    :mod:`perfledger.kernels.wall_check`); None for calls no driver timed."""
+    from perfledger.kernels.wall_check import check_pairs, directions_of
+
+    try:
+        return check_pairs(req.pairs, req.units, directions_of(target.definition))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------- verdicts
+
+
+def _pairs(samples: SamplesRecorded, metric: str) -> list[Any] | None:
+    """The R12 pairs of ``metric`` (None when a subject lacks it); invalid when either subject
+    failed its accuracy check (R5)."""
+    from perfledger.projections.verdicts import Pair
+
+    out = []
+    for p in samples.pairs:
+        ref, cand = p.ref.values.get(metric), p.cand.values.get(metric)
+        if not ref or not cand:
+            return None
+        out.append(Pair(p.case, tuple(ref), tuple(cand), p.ref.correct and p.cand.correct))
+    return out
+
+
+class DerivationParams(msgspec.Struct, frozen=True):
+    """What a verdict's derivation takes from its Target besides the samples (R12).
+
+    Attributes:
+        definition: the Target's frozen definition (primary, guardrails, secondaries,
+            minimum effect).
+        statistics: its readiness's statistical requirements (pairs per case, resamples, level,
+            aggregation, per-case regressions).
+        resolution: its measured resolution (ratio).
+        case_resolution: case -> that case's measured resolution (ratio), where recorded.
+        pooled: derive by the pooled median of per-pair improvements (the rule of verdicts
+            recorded under schema 1), not per case.
+        method: the per-case method (``per_case/v2``; ``per_case/v1`` for verdicts recorded
+            under schema 2).
+    """
+
+    definition: TargetDefinition
+    statistics: Statistics
+    resolution: float
+    case_resolution: dict[str, float] = {}
+    pooled: bool = False
+    method: str = "per_case/v2"
+
+
+#: A derivation: the primary verdict, the guardrails' and the secondaries' (R12).
+Derived = tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]
+
+
+def derivation_params(
+    target: TargetView, pooled: bool = False, method: str = "per_case/v2"
+) -> DerivationParams:
+    """The :class:`DerivationParams` of a Target with readiness and resolution recorded;
+    ``pooled`` for the rule of schema-1 verdicts, ``method`` the per-case method."""
+    assert target.readiness is not None and target.resolution is not None
+    return DerivationParams(
+        target.definition,
+        target.readiness.statistics,
+        target.resolution.resolution,
+        dict(target.resolution.per_case),
+        pooled,
+        method,
+    )
+
+
+def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derived:
+    """Derive the primary, guardrail and secondary verdicts of ``samples`` (R12): a pure
+    function of its arguments (the same bytes on every machine).
+
+    Raises: ValueError for pairs that have no ratio (see
+        :func:`perfledger.projections.verdicts.improvements`); AssertionError when the samples
+        lack the primary metric (``samples.record`` refuses that).
+    """
+    from perfledger.projections.verdicts import derive_guardrail, derive_verdict
+
+    if not params.pooled:
+        return _derive_per_case(params, samples)
+    definition = params.definition
+    stats = params.statistics
+    common = {
+        "min_pairs_per_case": stats.min_pairs_per_case,
+        "resamples": stats.resamples,
+        "confidence": stats.confidence,
+    }
+    pairs = _pairs(samples, definition.primary.name)
+    assert pairs is not None  # samples.record checked the primary is present
+    primary = derive_verdict(
+        pairs,
+        direction=definition.primary.direction,
+        min_effect=definition.min_effect,
+        resolution=params.resolution,
+        **common,
+    )
+    guardrails = []
+    for g in definition.guardrails:
+        g_pairs = _pairs(samples, g.metric)
+        if g_pairs is None:
+            guardrails.append(
+                DerivedGuardrail(
+                    metric=g.metric,
+                    status="inconclusive",
+                    reason="not measured in these samples",
+                    regression=None,
+                    ci_low=None,
+                    ci_high=None,
+                    allowed_regression=g.allowed_regression,
+                    n_pairs=0,
+                    degenerate=False,
+                )
+            )
+            continue
+        derived = derive_guardrail(
+            g.metric,
+            g_pairs,
+            direction=g.direction,
+            allowed_regression=g.allowed_regression,
+            **common,
+        )
+        guardrails.append(derived)
+    secondaries = []
+    for s in definition.secondaries:
+        s_pairs = _pairs(samples, s.name)
+        if s_pairs is None:
+            continue
+        derived_s = derive_verdict(s_pairs, direction=s.direction, min_effect=s.threshold, **common)
+        secondaries.append(
+            SecondaryVerdict(
+                name=s.name,
+                verdict=derived_s,
+            )
+        )
+    return primary, guardrails, secondaries
+
+
+def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Derived:
+    """:func:`derive_samples` per test case with the Target's statistic and aggregation (R12;
+    :mod:`perfledger.projections.verdict_cases`)."""
+    from perfledger.projections.verdict_cases import derive_case_guardrail, derive_case_verdict
+
+    definition = params.definition
+    stats = params.statistics
+    common: dict[str, Any] = {
+        "min_pairs_per_case": stats.min_pairs_per_case,
+        "resamples": stats.resamples,
+        "confidence": stats.confidence,
+    }
+    pairs = _pairs(samples, definition.primary.name)
+    assert pairs is not None  # samples.record checked the primary is present
+    shared: dict[str, Any] = {
+        **common,
+        "aggregation": stats.aggregation,
+        "resolution": params.resolution,
+        "case_resolution": params.case_resolution,
+    }
+    primary = derive_case_verdict(
+        pairs,
+        direction=definition.primary.direction,
+        min_effect=definition.min_effect,
+        statistic=definition.primary.statistic,
+        allow_case_regression=stats.allow_case_regression,
+        method=params.method,
+        **shared,
+    )
+    guardrails = []
+    for g in definition.guardrails:
+        g_pairs = _pairs(samples, g.metric)
+        if g_pairs is None:
+            guardrails.append(
+                DerivedGuardrail(
+                    metric=g.metric,
+                    status="inconclusive",
+                    reason="not measured in these samples",
+                    regression=None,
+                    ci_low=None,
+                    ci_high=None,
+                    allowed_regression=g.allowed_regression,
+                    n_pairs=0,
+                    degenerate=False,
+                )
+            )
+            continue
+        guardrails.append(
+            derive_case_guardrail(
+                g.metric,
+                g_pairs,
+                direction=g.direction,
+                allowed_regression=g.allowed_regression,
+                **common,
+            )
+        )
+    secondaries = []
+    for s in definition.secondaries:
+        s_pairs = _pairs(samples, s.name)
+        if s_pairs is not None:
+            # a secondary's regression in one case is a guardrail's business, not its own; the
+            # A/A resolution is the primary's noise, not a secondary's (judged without, as before)
+            derived_s = derive_case_verdict(
+                s_pairs, direction=s.direction, min_effect=s.threshold,
+                aggregation=stats.aggregation, allow_case_regression=True,
+                method=params.method, **common,
+            )  # fmt: skip
+            secondaries.append(SecondaryVerdict(name=s.name, verdict=derived_s))
+    return primary, guardrails, secondaries
+
+
+def _samples_marks(
+    target: TargetView, samples: SamplesRecorded, ctx: DecisionContext
+) -> dict[str, Any]:
+    """What a schema-2 verdict or final audit repeats from its samples for every reader (R5):
+    their provenance (``outside`` for samples recorded before provenance was kept) and the
+    primary's unit; nothing when re-deciding a schema-1 event."""
+    if ctx.recorded_before("VerdictRecorded", 2):
+        return {}
+    source = samples.provenance.source if samples.provenance is not None else "outside"
+    return {"samples_provenance": source, "unit": target.definition.primary.unit}
+
+
+def _tail_refusal(target: TargetView, samples: SamplesRecorded) -> None:
+    """R12: a tail primary (p95, p99) needs enough per-request values per case and subject;
+    refused (nothing recorded) otherwise."""
+    from perfledger.projections.verdict_cases import tail_min_values, tail_support_problems
+
+    statistic = target.definition.primary.statistic
+    pairs = _pairs(samples, target.definition.primary.name)
+    problems = tail_support_problems(pairs or [], statistic)
+    if problems:
+        raise refuse(
+            "R12",
+            f"the Target's primary statistic is {statistic}: each subject needs at least "
+            f"{tail_min_values(statistic)} per-request values per case to support the quantile; "
+            f"short: {'; '.join(problems)}",
+            "measure more calls (or calls that report every request's value) and record new "
+            "samples",
+        )
+
+
+def _derive(
+    target: TargetView, samples: SamplesRecorded, samples_event: str, ctx: DecisionContext
+) -> Derived:
+    """Derive the verdicts of ``samples`` (recorded as event ``samples_event``) against
+    ``target`` (R12), through ``ctx.derive`` when given: per case, except when re-deciding a
+    verdict or final audit recorded under schema 1 (the pooled median of that rule)."""
+    pooled = ctx.recorded_before("VerdictRecorded", 2)
+    if not pooled:
+        _tail_refusal(target, samples)
+    # verdicts recorded under schema 2 are re-derived by per_case/v1 (R12)
+    method = "per_case/v1" if ctx.recorded_before("VerdictRecorded", PER_CASE_V2) else "per_case/v2"
+    params = derivation_params(target, pooled, method)
+    if ctx.derive is not None:
+        return ctx.derive(samples_event, params, samples)
+    return derive_samples(params, samples)
+
+
+def as_improvement(gain: float, direction: str) -> float:
+    """Convert a predicted end-to-end gain in the bound's units (speedup - 1, R7) into the
+    primary's improvement units of R12: ``(ref - cand)/ref = g/(1+g)`` for a lower-is-better
+    metric (a speedup S cuts the time by 1 - 1/S), ``g`` itself for higher-is-better (R14)."""
+    return gain / (1.0 + gain) if direction == "lower_is_better" else gain
+
+
+def _verdict_samples(
+    state: WorkflowState, samples_id: str, ctx: DecisionContext
+) -> tuple[SamplesRecorded, TargetView, str]:
+    """The recorded samples ``samples_id`` with their pairs (read from their event through
+    ``ctx.payload_of``), their Target and the id of their event. Raises: BadRequest for unknown samples;
+    IntegrityError when the event the state names does not hold them."""
+    view = state.samples.get(samples_id)
+    if view is None:
+        raise BadRequest(f"unknown samples {samples_id!r}")
+    if ctx.payload_of is None:
+        raise BadRequest(
+            "this decision reads recorded samples, and no ledger was given to read them from"
+        )
+    samples = ctx.payload_of(view.event_id)
+    if not isinstance(samples, SamplesRecorded) or samples.samples_id != samples_id:
+        raise IntegrityError(
+            f"event {view.event_id} does not hold samples {samples_id!r}",
+            event_id=view.event_id,
+        )
+    target = rules.r1_target_frozen(state, samples.target_id)
+    return samples, target, view.event_id
+
+
+def _r14_screen_owes(
+    stage: str, status: str, primary: DerivedVerdict, predicted_low: float, min_effect: float
+) -> bool:
+    """R14: a screen that fails (its CI wholly below the minimum effect, attribution clean)
+    contradicts a claim whose whole predicted interval (in the primary's improvement units)
+    lies at or above the minimum effect: it owes a reconciliation."""
+    return (
+        stage == "screen"
+        and status == "fail"
+        and not primary.degenerate
+        and primary.ci_low is not None
+        and primary.ci_high is not None
+        and predicted_low >= min_effect
+    )
+
+
+def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> str:
+    """R12: samples whose self-reported times the driver's wall clock does not bear out
+    (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
+    the flag is noted whatever the status. Returns: the status."""
+    from perfledger.projections.measurement_flags import wall_clock_note
+
+    note = wall_clock_note(samples.wall_check)
+    if note is None:
+        return status
+    notes.append(note)
+    return "inconclusive" if status == "pass" else status
+
+
+def _foreign_allowed(target: TargetView) -> bool:
+    """Whether the Target's readiness allows formal stages to pass with explained foreign
+    activity on many pairs (R17, :func:`perfledger.commands.workflow.foreign_share.formal_foreign_rule`)."""
+    readiness = target.readiness
+    return readiness is not None and readiness.statistics.allow_explained_foreign_activity
+
+
+def decide_verdict_record(
+    state: WorkflowState, req: rq.VerdictRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``verdict.record`` (R12, R3, R11, R14, R17): derive the verdict of screen or target samples
+    and record it; a claimed status that differs from the derivation is refused (R12).
+
+    The recorded ``status`` is the primary's derived status, made ``inconclusive`` for unexplained
+    foreign activity in the window (R17), a screen that would pass (R11) or a stale reference
+    (R11). A target result whose CI lies outside the claim's predicted interval is flagged
+    ``contradicts_claim`` and must be reconciled before the next experiment (R14).
+    """
+    samples, target, samples_event = _verdict_samples(state, req.samples_id, ctx)
+    if samples.stage == "final_audit":
+        raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
+    if req.samples_id in state.verdicts:
+        raise BadRequest(f"a verdict of {req.samples_id!r} is already recorded")
+    experiment = state.experiments[samples.experiment_id]
+    primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
+    status = primary.status
+    explained, notes = rules.r17_explanations(state, samples.samples_id)
+    unexplained = rules.r17_unexplained_pairs(samples, explained)
+    attribution_clean = unexplained == 0
+    if not attribution_clean and status != "inconclusive":
+        status = "inconclusive"
+        notes.append(
+            f"R17: {unexplained} pair(s) overlap unexplained foreign activity; "
+            "performance attribution is inconclusive (correctness stands)"
+        )
+    if not ctx.recorded_before("VerdictRecorded", PER_CASE_V2):
+        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
+    status = _wall_clock_rule(samples, status, notes)
+    if samples.stage == "screen" and status == "pass":
+        status = "inconclusive"
+        notes.append("R11: a screen can reject but never passes; only a target stage can pass")
+    stale = samples.stage == "target" and not rules.is_current_reference(
+        state, target, samples.reference
+    )
+    if stale and status != "inconclusive":
+        status = "inconclusive"
+        notes.append("R11: the reference is no longer the current champion (stale)")
+    if target.diagnostic_only:
+        notes.append("R3: the metric audit found the metric does not match the Target")
+    figures = experiment.created.figures
+    predicted_low, predicted_high = (
+        as_improvement(figures.predicted_low, target.definition.primary.direction),
+        as_improvement(figures.predicted_high, target.definition.primary.direction),
+    )
+    contradicts = (
+        samples.stage == "target"
+        and attribution_clean
+        and not primary.degenerate
+        and primary.ci_low is not None
+        and primary.ci_high is not None
+        and (primary.ci_high < predicted_low or primary.ci_low > predicted_high)
+    )
+    if experiment.rules_schema >= R14_STATED_INTERVAL:
+        contradicts = contradicts or _r14_screen_owes(
+            samples.stage, status, primary, predicted_low, target.definition.min_effect
+        )
+        if contradicts:
+            notes.append(
+                f"R14: the result contradicts the claim (predicted improvement "
+                f"[{predicted_low:.4g}, {predicted_high:.4g}], measured CI "
+                f"[{primary.ci_low:.4g}, {primary.ci_high:.4g}]); experiment "
+                f"{samples.experiment_id!r} owes a reconciliation before any new experiment or "
+                "champion selection on this Target"
+            )
+    if req.claimed_status is not None and req.claimed_status != status:
+        raise refuse(
+            "R12",
+            f"the claimed verdict {req.claimed_status!r} differs from the derived "
+            f"{status!r}: {primary.reason}",
+            "verdicts are derived, never asserted: record without claimed_status",
+        )
+    payload = VerdictRecorded(
+        samples_id=samples.samples_id,
+        experiment_id=samples.experiment_id,
+        target_id=samples.target_id,
+        stage=samples.stage,
+        status=status,
+        primary=primary,
+        guardrails=tuple(guardrails),
+        secondaries=tuple(secondaries),
+        stale=stale,
+        contradicts_claim=contradicts,
+        diagnostic_only=target.diagnostic_only,
+        notes=tuple(notes),
+        **_samples_marks(target, samples, ctx),
+    )
+    return _emit(ctx, payload)
+
+
+def decide_final_audit_record(
+    state: WorkflowState, req: rq.FinalAuditRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``final-audit.record`` (R13, R12, R17): derive the final audit of the champion against the
+    original: ``pass`` when the primary passes with every guardrail, ``fail`` when the primary
+    fails or a guardrail fails, else ``inconclusive``."""
+    target = rules.r1_target_current(state, req.target_id)
+    samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
+    if samples.stage != "final_audit" or samples.target_id != req.target_id:
+        raise refuse(
+            "R11", f"samples {req.samples_id!r} are not final-audit samples of this Target"
+        )
+    if target.champion is None or samples.experiment_id != target.champion:
+        raise refuse("R13", "a final audit compares the current champion with the original")
+    if req.samples_id in state.final_audits:
+        raise BadRequest(f"the final audit of {req.samples_id!r} is already recorded")
+    primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
+    explained, notes = rules.r17_explanations(state, samples.samples_id)
+    if primary.status == "fail" or any(g.status == "fail" for g in guardrails):
+        status = "fail"
+    elif primary.status == "pass" and all(g.status == "pass" for g in guardrails):
+        status = "pass"
+    else:
+        status = "inconclusive"
+    if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
+        status = "inconclusive"
+        notes.append("R17: unexplained foreign activity in the window")
+    if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
+        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
+    status = _wall_clock_rule(samples, status, notes)
+    if req.claimed_status is not None and req.claimed_status != status:
+        raise refuse(
+            "R12",
+            f"the claimed final audit {req.claimed_status!r} differs from the derived {status!r}",
+        )
+    payload = FinalAuditRecorded(
+        target_id=req.target_id,
+        samples_id=req.samples_id,
+        champion=target.champion,
+        status=status,  # type: ignore[arg-type]
+        primary=primary,
+        guardrails=tuple(guardrails),
+        notes=tuple(notes),
+        **_samples_marks(target, samples, ctx),
+    )
+    return _emit(ctx, payload)
+
+
+# ---------------------------------------------------------------------------------- decisions
+
+
+def decide_local_result_record(
+    state: WorkflowState, req: rq.LocalResultRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``local-result.record`` (R13): a pre-declared secondary's measured gain, guardrails
+    holding, kept with its scenario. A metric not declared before is a hypothesis, not a
+    result."""
+    verdict = state.verdicts.get(req.samples_id)
+    if verdict is None:
+        raise refuse("R13", f"no verdict is recorded for samples {req.samples_id!r}")
+    if req.result_id in state.local_results:
+        raise BadRequest(f"local result {req.result_id!r} is already recorded")
+    target = rules.r1_target_frozen(state, verdict.target_id)
+    declared = {s.name for s in target.definition.secondaries}
+    if req.metric not in declared:
+        raise refuse(
+            "R13",
+            f"{req.metric!r} is not a pre-declared secondary of Target {verdict.target_id!r}: a "
+            "gain found after the fact is a hypothesis",
+            "freeze a new Target with that metric as primary to pursue it",
+        )
+    found = next((s for s in verdict.secondaries if s.name == req.metric), None)
+    if found is None or found.verdict.status != "pass":
+        raise refuse("R13", f"no measured gain on {req.metric!r} in samples {req.samples_id!r}")
+    if any(g.status == "fail" for g in verdict.guardrails):
+        raise refuse("R13", "a guardrail failed: the local result would violate a constraint")
+    assert found.verdict.estimate is not None
+    assert found.verdict.ci_low is not None and found.verdict.ci_high is not None
+    payload = LocalResultRecorded(
+        result_id=req.result_id,
+        target_id=verdict.target_id,
+        experiment_id=verdict.experiment_id,
+        samples_id=req.samples_id,
+        metric=req.metric,
+        scenario=req.scenario,
+        estimate=found.verdict.estimate,
+        ci_low=found.verdict.ci_low,
+        ci_high=found.verdict.ci_high,
+    )
+    return _emit(ctx, payload)
+
+
+def decide_reject(state: WorkflowState, req: rq.Reject, ctx: DecisionContext) -> list[EventDraft]:
+    """``reject`` (R15): close an implementation, integration or mechanism, no wider than the
+    evidence supports."""
+    experiment = state.experiments.get(req.experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+    if experiment.rejection is not None:
+        raise BadRequest(f"experiment {req.experiment_id!r} is already rejected")
+    unknown = sorted({s for s in req.samples_ids if s not in state.samples})
+    unknown += sorted({e for e in req.evidence_ids if e not in state.evidence})
+    if unknown:
+        raise BadRequest(f"unknown samples or evidence {unknown}")
+    rules.r15_rejection_scope(
+        experiment, req.closes, req.local_proxy, req.discriminating_evidence_ids, state
+    )
+    payload = _build(CandidateRejected, {**dump(req), "target_id": experiment.created.target_id})
+    return _emit(ctx, payload)
+
+
+def decide_reconcile(
+    state: WorkflowState, req: rq.Reconcile, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``reconcile`` (R14, R7): name the corrected premise and model of a contradicted claim; a
+    numeric corrected model is re-checked by the R7 arithmetic and its bound recorded."""
+    experiment = state.experiments.get(req.experiment_id)
+    if experiment is None:
+        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+    model = req.corrected_model
+    bound = None
+    if model.coverage is not None or model.local_speedup is not None:
+        claim = experiment.created.claim
+        coverage = model.coverage if model.coverage is not None else claim.coverage
+        speedup = model.local_speedup if model.local_speedup is not None else claim.local_speedup
+        cost = model.added_cost if model.added_cost is not None else claim.added_cost
+        if coverage is None or speedup is None:
+            raise refuse("R7", "a numeric corrected model needs coverage and local speedup")
+        try:
+            bound = amdahl.amdahl_bound(coverage, speedup, cost)
+        except ValueError as exc:
+            raise refuse("R7", str(exc)) from None
+    elif model.added_cost is not None and model.added_cost < 0:
+        raise refuse("R7", f"added cost must be >= 0, got {model.added_cost}")
+    if model.affected_share is not None and not 0.0 < model.affected_share <= 1.0:
+        raise refuse("R7", f"affected share {model.affected_share} must lie in (0, 1]")
+    corrected = _build(CorrectedModel, {**dump(model), "bound": bound})
+    payload = ReconciliationRecorded(
+        target_id=experiment.created.target_id,
+        experiment_id=req.experiment_id,
+        premise=req.premise,
+        corrected_model=corrected,
+        explanation=req.explanation,
+    )
+    return _emit(ctx, payload)
+
+
+def decide_champion_select(
+    state: WorkflowState, req: rq.ChampionSelect, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``champion.select`` (R13, R2, R3, R11): an explicit champion from a passed target-stage
+    verdict of the current Target with every guardrail holding; compare-and-swap against the
+    champion the caller saw; ``restore_original`` only after a failed final audit."""
+    target = rules.r1_target_current(state, req.target_id)
+    if open_conflicts(state, req.target_id, "champion"):
+        raise refuse(
+            "R13",
+            f"Target {req.target_id!r} has an unresolved champion conflict",
+            "resolve it: `perfledger conflict resolve --request FILE`",
+        )
+    current = rules.r13_current_champion(target, req.expected_current)
+    if req.decision == "restore_original":
+        if target.champion is None:
+            raise refuse("R13", "the original is already the champion")
+        if target.final_audit_status != "fail":
+            raise refuse(
+                "R13", "restoring the original is the decision after a failed final audit only"
+            )
+        payload = ChampionSelected(
+            target_id=req.target_id, decision="restore_original", previous=current,
+            reason=req.reason,
+        )  # fmt: skip
+        return _emit(ctx, payload)
+    if rules_version(ctx, "ChampionSelected") >= R14_BLOCKS_CHAMPION:
+        rules.r14_no_pending_reconciliation(target, "champion selection")
+    if req.samples_id is None:
+        raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
+    verdict = state.verdicts.get(req.samples_id)
+    if verdict is None:
+        raise refuse("R13", f"no verdict is recorded for samples {req.samples_id!r}")
+    if verdict.target_id != req.target_id:
+        raise refuse("R13", "the verdict is not of the current Target")
+    if verdict.stage != "target":
+        raise refuse("R13", f"a champion comes from a target-stage result, not a {verdict.stage}")
+    if target.definition.diagnostic:
+        raise refuse("R2", "a diagnostic Target never yields a workload-level champion")
+    if target.diagnostic_only:
+        raise refuse("R3", "the metric audit found the metric does not match: diagnostic only")
+    samples = state.samples[req.samples_id]
+    if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
+        raise refuse("R11", "the result's reference is no longer the current champion: it is stale")
+    experiment = state.experiments[verdict.experiment_id]
+    if experiment.rejection is not None:
+        raise refuse("R15", f"experiment {verdict.experiment_id!r} was rejected")
+    measurement_rules.r5_r13_disqualified(state, experiment, ctx.payload_of)
+    if verdict.status != "pass":
+        gains = [s.name for s in verdict.secondaries if s.verdict.status == "pass"]
+        if gains:
+            raise refuse(
+                "R13",
+                f"the primary did not pass ({verdict.status}); a secondary-only gain ({gains}) "
+                "is a local result, never a champion",
+                "record it: `perfledger local-result record --request FILE`",
+            )
+        raise refuse("R13", f"the primary verdict is {verdict.status!r}, not pass")
+    holding = [g.metric for g in verdict.guardrails if g.status != "pass"]
+    if holding:
+        raise refuse("R13", f"guardrails do not hold: {holding}")
+    payload = ChampionSelected(
+        target_id=req.target_id,
+        decision="select",
+        experiment_id=verdict.experiment_id,
+        samples_id=req.samples_id,
+        candidate_hash=samples.candidate_hash,
+        previous=current,
+        reason=req.reason,
+    )
+    return _emit(ctx, payload)
+
+
+def decide_host_advice_record(
+    state: WorkflowState, req: rq.HostAdviceRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``host-advice.record`` (R16): host changes are recorded as advice, never applied."""
+    if req.applied:
+        raise refuse(
+            "R16",
+            "host changes (driver, counter permissions, clocks, power, services, container "
+            "runtime) are advice only: perfledger never applies them",
+            "record the advice with applied=false; a person applies it",
+        )
+    if req.advice_id in state.host_advice:
+        raise BadRequest(f"advice {req.advice_id!r} is already recorded")
+    if req.target_id is not None:
+        rules.r1_target_frozen(state, req.target_id)
+    return _emit(ctx, _build(HostAdviceRecorded, dump(req)))
+
+
+def decide_handoff_record(
+    state: WorkflowState, req: rq.HandoffRecord, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``handoff.record`` (R18): a handoff consistent with the ledger: the current champion, every
+    local result, rejection (with its scope) and reconciliation of the Target, known evidence,
+    budget used + left = budget, and what resuming needs."""
+    target = rules.r1_target_frozen(state, req.target_id)
+    tid = req.target_id
+    champion = target.champion or ORIGINAL
+    if req.champion != champion:
+        raise refuse(
+            "R18", f"the handoff names champion {req.champion!r}; the ledger's is {champion!r}"
+        )
+    if req.primary_achieved and (champion == ORIGINAL or target.final_audit_status != "pass"):
+        raise refuse(
+            "R18",
+            "the primary is achieved only with a champion whose final audit passed",
+        )
+    local = {r.result_id for r in state.local_results.values() if r.target_id == tid}
+    if not local <= set(req.local_results):
+        raise refuse(
+            "R18", f"the handoff omits local results {sorted(local - set(req.local_results))}"
+        )
+    rejected = {
+        (r.experiment_id, r.closes) for r in state.rejections.values() if r.target_id == tid
+    }
+    stated = {(r.experiment_id, r.closes) for r in req.rejected}
+    if rejected != stated:
+        raise refuse(
+            "R18",
+            f"the handoff's rejected directions {sorted(stated)} differ from the ledger's "
+            f"{sorted(rejected)} (with their scope)",
+        )
+    corrections = {r.experiment_id for r in state.reconciliations if r.target_id == tid}
+    if not corrections <= set(req.prediction_corrections):
+        raise refuse(
+            "R18",
+            f"the handoff omits prediction-error corrections {sorted(corrections - set(req.prediction_corrections))}",
+        )
+    unknown = [e for e in req.key_evidence if e not in state.evidence and e not in state.samples]
+    if unknown:
+        raise refuse("R18", f"key evidence {unknown} is neither recorded evidence nor samples")
+    if not req.resume_needs:
+        raise refuse("R18", "say what is needed to resume (resume_needs)")
+    budget = target.definition.budget
+    for field in ("wall_s", "gpu_s"):
+        total = getattr(budget, field)
+        used, left = getattr(req.budget_used, field), getattr(req.budget_left, field)
+        if abs(left - max(0.0, total - used)) > BUDGET_TOLERANCE * max(1.0, total):
+            raise refuse(
+                "R18",
+                f"budget {field}: used {used} and left {left} do not add up to the Target's {total}",
+            )
+    return _emit(ctx, _build(HandoffRecorded, dump(req)))
+
+
+def decide_conflict_resolve(
+    state: WorkflowState, req: rq.ConflictResolve, ctx: DecisionContext
+) -> list[EventDraft]:
+    """``conflict.resolve`` (SPEC.md section 2): keep one side of an open conflict."""
+    conflict = state.conflicts.get(req.conflict_id)
+    if conflict is None or conflict.target_id != req.target_id:
+        raise BadRequest(f"no conflict {req.conflict_id!r} on Target {req.target_id!r}")
+    if conflict.resolved_by is not None:
+        raise BadRequest(f"conflict {req.conflict_id!r} is already resolved")
+    if req.keep not in conflict.options:
+        raise BadRequest(f"keep must be one of {conflict.options}")
+    payload = ConflictResolved(
+        target_id=req.target_id, conflict_id=req.conflict_id, keep=req.keep, reason=req.reason
+    )
+    return _emit(ctx, payload)
+
+
+Decider = Callable[[WorkflowState, Any, DecisionContext], list[EventDraft]]

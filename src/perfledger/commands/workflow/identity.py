@@ -1,0 +1,352 @@
+"""R11 code identity: the checks the deciders run on snapshots (pure; the snapshots are taken at
+the edge by :mod:`perfledger.kernels.snapshot`, the digest is :mod:`perfledger.events.identity`).
+
+The rule is versioned by the Target's readiness: a readiness whose driver declares a
+``{subject}`` place records the original's snapshot, and from then on every samples event of the
+Target must carry both subjects' snapshots, and candidates' changed paths are computed, never
+typed. A readiness recorded without a ``{subject}`` place (every one recorded before snapshots
+existed) keeps the old rule: typed ``changed_paths`` checked against the scope, no snapshots. So
+old ledgers re-decide exactly as they were recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from perfledger.commands.workflow import requests as rq
+from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.rules import refuse
+from perfledger.errors import BadRequest
+from perfledger.events.identity import (
+    COVERAGE_SUBJECT,
+    SamplesIdentity,
+    Snapshot,
+    declares_subject,
+    differing_paths,
+    file_artifact_name,
+    substitute,
+    tree_digest,
+)
+from perfledger.events.workflow import R11_WHOLE_SUBJECT
+from perfledger.projections.workflow import TargetView, WorkflowState
+
+#: How many differing paths a refusal names before it says "and N more".
+NAMED_PATHS = 20
+
+
+def _named(paths: list[str]) -> str:
+    shown = ", ".join(paths[:NAMED_PATHS])
+    more = len(paths) - NAMED_PATHS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def original_snapshot(target: TargetView) -> Snapshot | None:
+    """The original's snapshot recorded at readiness, or None (no readiness, or one recorded
+    under the old rule, without a ``{subject}`` place)."""
+    readiness = target.readiness
+    if readiness is None or readiness.original.snapshot is msgspec.UNSET:
+        return None
+    snap = readiness.original.snapshot
+    assert isinstance(snap, Snapshot)
+    return snap
+
+
+def _as_snapshot(snap: rq.SubjectSnapshot) -> Snapshot:
+    return msgspec.convert(msgspec.to_builtins(snap), Snapshot)
+
+
+def check_snapshot(snap: Snapshot, driver_argv: tuple[str, ...] | list[str], role: str) -> None:
+    """A snapshot is consistent (its digest is the tree digest of its entries: BadRequest
+    otherwise) and its command is the readiness driver with its subject in the declared place
+    (R11). ``role`` names the subject in messages (``reference``, ``original``)."""
+    if tree_digest(snap.files, snap.driver) != snap.digest:
+        raise BadRequest(
+            f"the {role}'s snapshot digest {snap.digest} is not the tree digest of its files",
+            hint="snapshots are taken by perfledger (`measure workload`, `readiness record` "
+            "with original.subject), not typed",
+        )
+    expected = substitute(driver_argv, snap.subject)
+    if list(snap.argv) != expected:
+        raise refuse(
+            "R11",
+            f"the {role}'s command is not the readiness driver with the subject in its place: "
+            f"ran {list(snap.argv)}, the driver with subject {snap.subject!r} is {expected}",
+            f"run the readiness driver {list(driver_argv)} with the {role}'s directory in "
+            "place of {subject}",
+        )
+
+
+def r11_readiness_snapshot(
+    target: TargetView, req: rq.ReadinessRecord, version: int = R11_WHOLE_SUBJECT
+) -> None:
+    """R2/R11 at readiness: a driver that declares a ``{subject}`` place needs the original's
+    snapshot (taken from ``original.subject`` by ``perfledger readiness record``), consistent,
+    of the driver's command, holding at least one file inside the Target's scope and, from
+    ``ReadinessRecorded`` schema ``version`` :data:`R11_WHOLE_SUBJECT`, covering every file under
+    the subject; a snapshot without a declared place is refused."""
+    has_place = req.driver is not None and declares_subject(req.driver.argv)
+    given = req.original.snapshot is not msgspec.UNSET
+    if not has_place:
+        if given:
+            raise refuse(
+                "R11",
+                "the original carries a snapshot but the driver declares no {subject} place",
+                "put {subject} in the driver's argv where the code's directory goes",
+            )
+        return
+    if not given:
+        raise refuse(
+            "R2",
+            "the driver declares a {subject} place: readiness needs the original's snapshot",
+            "pass original.subject (the original's directory) to `perfledger readiness record`,"
+            " which snapshots it",
+        )
+    assert req.driver is not None and isinstance(req.original.snapshot, rq.SubjectSnapshot)
+    snap = _as_snapshot(req.original.snapshot)
+    check_snapshot(snap, req.driver.argv, "original")
+    if version >= R11_WHOLE_SUBJECT and snap.coverage != COVERAGE_SUBJECT:
+        raise refuse(
+            "R11",
+            "the original's snapshot covers only the files inside the scope: a snapshot must "
+            "cover every file under the subject directory",
+            "pass original.subject to `perfledger readiness record`, which snapshots it",
+        )
+    scope = target.definition.scope
+    if not any(rules.path_in_scope(p, g) for p in snap.files for g in scope):
+        raise refuse(
+            "R11",
+            f"no file of the original's directory {snap.subject!r} lies inside the Target's "
+            f"scope {list(scope)}",
+            "the scope's globs are relative to the subject directory",
+        )
+
+
+def r11_experiment_changed_paths(target: TargetView, req: rq.ExperimentCreate) -> None:
+    """R11 at experiment creation: under snapshots (the readiness recorded the original's),
+    changed paths are computed from the snapshots, so a typed ``changed_paths`` is refused;
+    under the old rule they are required and must lie inside the scope."""
+    typed = req.candidate.changed_paths
+    if original_snapshot(target) is not None:
+        if typed is not msgspec.UNSET:
+            raise refuse(
+                "R11",
+                "candidate.changed_paths is computed by perfledger from the reference's and the "
+                "candidate's snapshots; it cannot be typed for this Target",
+                "leave candidate.changed_paths out",
+            )
+        return
+    if typed is msgspec.UNSET:
+        raise refuse(
+            "R11",
+            "candidate.changed_paths is needed: this Target's driver declares no {subject} "
+            "place, so perfledger cannot compute them",
+        )
+    assert isinstance(typed, list)
+    rules.r11_paths_in_scope(typed, target.definition.scope)
+
+
+def subject_snapshot(
+    state: WorkflowState,
+    target: TargetView,
+    champion: str | None,
+    payload_of: Callable[[str], Any] | None,
+) -> Snapshot | None:
+    """The snapshot of a reference: the original's (``champion`` None) or the candidate
+    snapshot of the target-stage samples that made ``champion`` a champion (the latest such
+    lineage step). None when it is unknown (old-rule samples, or no way to read events)."""
+    if champion is None:
+        return original_snapshot(target)
+    if payload_of is None:
+        return None
+    for step in reversed(target.lineage):
+        if step.champion != champion or step.samples_id is None:
+            continue
+        view = state.samples.get(step.samples_id)
+        if view is None:
+            return None
+        identity = getattr(payload_of(view.event_id), "identity", msgspec.UNSET)
+        return None if identity is msgspec.UNSET else identity.candidate
+    return None
+
+
+def _first_candidate(
+    state: WorkflowState, experiment_id: str, payload_of: Callable[[str], Any] | None
+) -> Snapshot | None:
+    """The candidate snapshot of an experiment's first screen or target samples, or None."""
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None or payload_of is None:
+        return None
+    for stage in ("screen", "target"):
+        for samples_id in experiment.samples.get(stage, []):
+            view = state.samples.get(samples_id)
+            if view is None:
+                continue
+            identity = getattr(payload_of(view.event_id), "identity", msgspec.UNSET)
+            if isinstance(identity, SamplesIdentity):
+                return identity.candidate
+    return None
+
+
+def unattached_files(payload: Any, artifacts: Mapping[str, Any]) -> list[str]:
+    """The snapshot files of a ReadinessRecorded or SamplesRecorded ``payload`` whose bytes are
+    not attached to its event (``artifacts``: name -> ArtifactRef with ``blake3`` and ``size``)
+    as ``file-<blake3>``: a snapshot that ``checkout`` could not reproduce (R11). Returns the
+    paths, sorted; empty for events without snapshots."""
+    snaps: list[Snapshot] = []
+    original = getattr(getattr(payload, "original", None), "snapshot", msgspec.UNSET)
+    if isinstance(original, Snapshot):
+        snaps.append(original)
+    identity = getattr(payload, "identity", msgspec.UNSET)
+    if isinstance(identity, SamplesIdentity):
+        snaps += [identity.reference, identity.candidate]
+    missing = set()
+    for snap in snaps:
+        for path, entry in {**snap.files, **snap.driver}.items():
+            ref = artifacts.get(file_artifact_name(entry.blake3))
+            if ref is None or ref.blake3 != entry.blake3 or ref.size != entry.size:
+                missing.add(path)
+    return sorted(missing)
+
+
+def describe_difference(expected: Snapshot, snap: Snapshot) -> str:
+    """The paths (and driver files) whose entries differ between two snapshots, in words."""
+    paths = differing_paths(expected.files, snap.files)
+    driver = differing_paths(expected.driver, snap.driver)
+    text = f"paths that differ: {_named(paths)}" if paths else "no file differs"
+    if driver:
+        text += f"; driver files that differ: {_named(driver)}"
+    return text
+
+
+def r11_samples_identity(
+    state: WorkflowState,
+    target: TargetView,
+    req: rq.SamplesRecord,
+    payload_of: Callable[[str], Any] | None,
+) -> SamplesIdentity | None:
+    """:func:`r11_check_identity` of a ``samples.record`` request."""
+    return r11_check_identity(
+        state,
+        target,
+        req.identity,
+        reference_kind=req.reference.kind,
+        champion=req.reference.experiment_id if req.reference.kind == "champion" else None,
+        stage=req.stage,
+        experiment_id=req.experiment_id,
+        payload_of=payload_of,
+    )
+
+
+def r11_check_identity(
+    state: WorkflowState,
+    target: TargetView,
+    ident: rq.SamplesIdentity | msgspec.UnsetType,
+    *,
+    reference_kind: str,
+    champion: str | None,
+    stage: str,
+    experiment_id: str,
+    payload_of: Callable[[str], Any] | None,
+) -> SamplesIdentity | None:
+    """R11 on samples: under snapshots, both subjects' snapshots are required and consistent,
+    each the readiness driver with its subject in place; the reference's is the original's
+    (reference ``original``) or the champion's (``champion``), else refused naming the paths that
+    differ; the changed paths (computed) are non-empty and inside the scope; a final audit's
+    candidate is the champion's snapshot. Returns the identity to record (changed paths
+    derived), or None under the old rule (no snapshot at readiness)."""
+    original = original_snapshot(target)
+    if original is None:
+        if ident is not msgspec.UNSET:
+            raise refuse(
+                "R11",
+                "the samples carry snapshots but the Target's readiness recorded none (its "
+                "driver declares no {subject} place)",
+            )
+        return None
+    if not isinstance(ident, rq.SamplesIdentity):
+        raise refuse(
+            "R11",
+            f"samples of Target {target.definition.target_id!r} must carry both subjects' "
+            "snapshots (its driver declares a {subject} place)",
+            "measure with `perfledger measure workload`, which takes them",
+        )
+    assert target.readiness is not None and target.readiness.driver is not None
+    driver_argv = target.readiness.driver.argv
+    ref = _as_snapshot(ident.reference)
+    cand = _as_snapshot(ident.candidate)
+    check_snapshot(ref, driver_argv, "reference")
+    check_snapshot(cand, driver_argv, "candidate")
+    for role, snap in (("reference", ref), ("candidate", cand)):
+        # snapshots of other coverage would differ by what was taken, not by the code
+        if snap.coverage != original.coverage:
+            raise refuse(
+                "R11",
+                f"the {role}'s snapshot does not cover what the original's covers "
+                f"({snap.coverage!r} vs {original.coverage!r})",
+                "measure with `perfledger measure workload`, which takes the snapshots",
+            )
+    expected = subject_snapshot(state, target, champion, payload_of)
+    what = "the original recorded at readiness" if champion is None else f"champion {champion!r}"
+    if expected is not None and ref.digest != expected.digest:
+        raise refuse(
+            "R11",
+            f"the reference ({reference_kind}) is not the code of {what}: its snapshot "
+            f"{ref.digest[:16]} differs from {expected.digest[:16]}; "
+            f"{describe_difference(expected, ref)}",
+            f"measure the reference from {expected.subject!r} (or a copy of that code: "
+            f"`perfledger checkout {expected.digest} DIR`)",
+        )
+    if stage != "final_audit":
+        first = _first_candidate(state, experiment_id, payload_of)
+        if first is not None and cand.digest != first.digest:
+            raise refuse(
+                "R11",
+                f"experiment {experiment_id!r} measured another candidate before: its snapshot "
+                f"{cand.digest[:16]} differs from {first.digest[:16]}; "
+                f"{describe_difference(first, cand)}",
+                "an experiment is one candidate: create a new experiment for changed code",
+            )
+    if stage == "final_audit":
+        audited = subject_snapshot(state, target, experiment_id, payload_of)
+        if audited is not None and cand.digest != audited.digest:
+            raise refuse(
+                "R11",
+                f"a final audit measures the champion's code: the candidate's snapshot "
+                f"{cand.digest[:16]} differs from champion {experiment_id!r}'s "
+                f"{audited.digest[:16]}; {describe_difference(audited, cand)}",
+                f"`perfledger checkout {audited.digest} DIR` gives the champion's files",
+            )
+    drifted = differing_paths(original.driver, cand.driver) or differing_paths(
+        original.driver, ref.driver
+    )
+    if drifted:
+        raise refuse(
+            "R11",
+            f"the driver's files differ from those recorded at readiness: {_named(drifted)}",
+            "restore the readiness driver, or record new readiness",
+        )
+    changed = differing_paths(ref.files, cand.files)
+    if not changed:
+        raise refuse(
+            "R11",
+            f"a candidate must differ from its reference: both snapshots hold the same files "
+            f"(digest {ref.digest[:16]})",
+        )
+    rules.r11_paths_in_scope(changed, target.definition.scope)
+    return SamplesIdentity(reference=ref, candidate=cand, changed_paths=tuple(changed))
+
+
+__all__ = [
+    "check_snapshot",
+    "describe_difference",
+    "original_snapshot",
+    "r11_check_identity",
+    "r11_experiment_changed_paths",
+    "r11_readiness_snapshot",
+    "r11_samples_identity",
+    "subject_snapshot",
+    "unattached_files",
+]

@@ -1,0 +1,208 @@
+"""R5: samples that claim to be measured by perfledger must be what their attached raw table
+(``samples.json``, written by ``perfledger measure workload|kernel|serving``) holds.
+
+The raw table is re-read and the recorded pairs are re-derived from it, the way
+:mod:`perfledger.commands.cli.measure` built them:
+
+- ``kind: workload`` (the driver's per-call table, :meth:`perfledger.kernels.driver.DriverRun.table`):
+  every recorded pair is one paired (non warm-up) round of the table, in run order; each side's
+  case, correctness, ``wall_s`` and values equal its call's row; a round whose calls both
+  produced a result may be left out only when it lacks a metric that every recorded pair has
+  (the primary), so no slow round can be dropped.
+- ``kind: kernel`` (per case, the harness's per-pair rows): the recorded pairs are every batch
+  of every case, in order; each side's values are the batch's per-pair times in the unit of the
+  samples.
+- ``kind: serving``: the binding only (below).
+
+From :data:`BOUND_SCHEMA` of ``SamplesRecorded`` on, the raw table also carries a ``binding``
+(:func:`binding_of`: samples id, Target, experiment, stage, hashes and both snapshots' digests)
+that must equal the samples', so a table cannot be re-used for another stage or experiment.
+Events of an older schema are checked on their values only (their tables carry no binding).
+
+Imports: the standard library and events (a commands helper; no ledger access).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from perfledger.events.workflow import R5_BOUND_RAW_TABLE
+
+#: Seconds per unit of a time metric (the kernel harness's rows are in seconds).
+_TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+#: The ``SamplesRecorded`` schema version from which the raw table must carry a binding.
+BOUND_SCHEMA = R5_BOUND_RAW_TABLE
+#: The format of the binding written into the raw table.
+BINDING_FORMAT = 1
+
+
+def binding_of(samples: dict[str, Any]) -> dict[str, Any]:
+    """What binds a raw table to the samples it was measured for (R5): from ``samples`` (a
+    ``samples.record`` request body or a SamplesRecorded payload, as JSON builtins) the samples
+    id, Target, experiment, stage, candidate and test-set hashes, environment id and, where the
+    samples carry a code identity, both snapshots' tree digests."""
+    identity = samples.get("identity") or {}
+    return {
+        "format": BINDING_FORMAT,
+        "samples_id": samples.get("samples_id"),
+        "target_id": samples.get("target_id"),
+        "experiment_id": samples.get("experiment_id"),
+        "stage": samples.get("stage"),
+        "candidate_hash": samples.get("candidate_hash"),
+        "test_set_hash": samples.get("test_set_hash"),
+        "environment_id": samples.get("environment_id"),
+        "snapshots": {
+            role: (identity.get(role) or {}).get("digest") for role in ("reference", "candidate")
+        }
+        if identity
+        else None,
+    }
+
+
+def raw_table_mismatch(samples: dict[str, Any], raw: bytes, *, bound: bool) -> str | None:
+    """R5: how ``samples`` (JSON builtins of a request body or payload) differ from their raw
+    table ``raw`` (the artifact's bytes), or None when the pairs are what the table holds.
+
+    Args:
+        samples: the samples, as builtins (``pairs``, ``units``, ids).
+        raw: the attached raw table (JSON).
+        bound: True for samples recorded under :data:`BOUND_SCHEMA` or later, whose table must
+            carry a binding equal to :func:`binding_of` the samples.
+    Returns: the first difference found, as a sentence; None when none.
+    """
+    try:
+        table = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"its raw table is not JSON ({exc})"
+    if not isinstance(table, dict):
+        return "its raw table is not a JSON object"
+    if bound or "binding" in table:
+        found = table.get("binding")
+        expected = binding_of(samples)
+        if not isinstance(found, dict):
+            return "its raw table carries no binding to these samples (samples id, stage, ...)"
+        wrong = sorted(k for k in expected if found.get(k) != expected[k])
+        if wrong:
+            shown = ", ".join(
+                f"{k}: table {found.get(k)!r}, samples {expected[k]!r}" for k in wrong
+            )
+            return f"its raw table was measured for other samples ({shown})"
+    kind = table.get("kind")
+    try:
+        if kind == "workload":
+            return _workload_mismatch(samples, table.get("table"))
+        if kind == "kernel":
+            return _kernel_mismatch(samples, table.get("cases"))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        return f"its raw table ({kind}) is malformed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _side_mismatch(
+    where: str, side: dict[str, Any], row: dict[str, Any], metrics: Any
+) -> str | None:
+    """Compare one recorded side with its call's row of the driver table."""
+    if side.get("correct") != row.get("correct"):
+        return f"{where}: correct {side.get('correct')!r}, the table's call {row.get('correct')!r}"
+    values = side.get("values") or {}
+    row_metrics = row.get("metrics") or {}
+    for name, got in values.items():
+        if [float(v) for v in got] != [float(v) for v in row_metrics.get(name, [])]:
+            return f"{where}: values of {name!r} differ from the table's call"
+    missing = sorted(n for n in row_metrics if n in metrics and n not in values)
+    if missing:
+        return f"{where}: the table's call has {missing}, which the pair leaves out"
+    if side.get("wall_s") is not None and side.get("wall_s") != row.get("wall_s"):
+        return f"{where}: wall_s {side.get('wall_s')!r}, the table's call {row.get('wall_s')!r}"
+    return None
+
+
+def _workload_mismatch(samples: dict[str, Any], rows: Any) -> str | None:
+    """Re-derive the pairs of a workload driver table (see the module docstring)."""
+    if not isinstance(rows, list):
+        return "its raw table (workload) has no per-call table"
+    rounds: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("warmup") or row.get("pair") is None:
+            continue
+        rounds.setdefault(int(row["pair"]), {})[str(row["subject"])] = row
+    pairs = samples.get("pairs") or []
+    metrics = set(samples.get("units") or {})
+    common = set.intersection(
+        *(set(p["ref"].get("values") or {}) & set(p["cand"].get("values") or {}) for p in pairs)
+    ) if pairs else set()  # fmt: skip
+    by_call = {
+        (label, r[label]["call_id"]): n for n, r in rounds.items() for label in r
+    }  # call id -> round
+    used: list[int] = []
+    for i, pair in enumerate(pairs):
+        n = by_call.get(("ref", pair["ref"]["call_id"]))
+        if n is None or by_call.get(("cand", pair["cand"]["call_id"])) != n:
+            return (
+                f"pair {i}: calls {pair['ref']['call_id']!r}/{pair['cand']['call_id']!r} are not "
+                "one paired round of its raw table"
+            )
+        if used and n <= used[-1]:
+            return f"pair {i}: out of the table's run order (round {n} after round {used[-1]})"
+        used.append(n)
+        for label in ("ref", "cand"):
+            row = rounds[n][label]
+            if pair.get("case") != row.get("case"):
+                return f"pair {i}: case {pair.get('case')!r}, the table's {row.get('case')!r}"
+            if not row.get("ok"):
+                return f"pair {i}: the table's {label} call failed ({row.get('reason')})"
+            found = _side_mismatch(f"pair {i} {label}", pair[label], row, metrics)
+            if found:
+                return found
+    for n in sorted(set(rounds) - set(used)):
+        r = rounds[n]
+        if {"ref", "cand"} <= set(r) and r["ref"].get("ok") and r["cand"].get("ok"):
+            has = set(r["ref"].get("metrics") or {}) & set(r["cand"].get("metrics") or {})
+            if common <= has:
+                return (
+                    f"its raw table's round {n} ({r['ref'].get('case')!r}) produced results in "
+                    "both calls but is not among the pairs"
+                )
+    return None
+
+
+def _kernel_mismatch(samples: dict[str, Any], cases: Any) -> str | None:
+    """Re-derive the pairs of a kernel harness table (see the module docstring)."""
+    if not isinstance(cases, list):
+        return "its raw table (kernel) has no per-case table"
+    units = samples.get("units") or {}
+    if len(units) != 1:
+        return f"kernel samples carry one time metric, not {sorted(units)}"
+    ((metric, unit),) = units.items()
+    scale = _TIME_UNITS.get(unit)
+    if scale is None:
+        return f"kernel samples are times; unit {unit!r} is not one"
+    expected: list[tuple[str, str, list[float], list[float]]] = []
+    for entry in cases:
+        case, rows = entry["case"], entry["rows"]
+        batch = int(entry["settings"]["harness"]["batch"])
+        for b, start in enumerate(range(0, len(rows), batch)):
+            chunk = rows[start : start + batch]
+            expected.append(
+                (
+                    case,
+                    f"{case}-b{b}",
+                    [float(r["ref_s"]) * scale for r in chunk],
+                    [float(r["cand_s"]) * scale for r in chunk],
+                )
+            )
+    pairs = samples.get("pairs") or []
+    if len(pairs) != len(expected):
+        return f"{len(pairs)} pairs, but its raw table holds {len(expected)} batches"
+    for i, (pair, (case, call_id, ref, cand)) in enumerate(zip(pairs, expected, strict=True)):
+        if pair.get("case") != case or pair["ref"].get("call_id") != call_id:
+            return f"pair {i}: {pair.get('case')!r}/{pair['ref'].get('call_id')!r}, the table's {case!r}/{call_id!r}"
+        for label, want in (("ref", ref), ("cand", cand)):
+            values = pair[label].get("values") or {}
+            if set(values) != {metric} or [float(v) for v in values[metric]] != want:
+                return f"pair {i} {label}: values differ from the table's batch {call_id!r}"
+    return None
+
+
+__all__ = ["BINDING_FORMAT", "BOUND_SCHEMA", "binding_of", "raw_table_mismatch"]

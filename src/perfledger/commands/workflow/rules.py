@@ -1,0 +1,640 @@
+"""The workflow rules of SPEC.md section 4 as small, pure checks on the folded state.
+
+Each check is named after its rule (``r1_...``) and raises
+:class:`~perfledger.errors.RuleRefused` with ``rule="R<n>"`` when the rule refuses; otherwise it
+returns what the decider needs (the Target view, the figures of a claim, ...). The deciders of
+:mod:`perfledger.commands.workflow.deciders` compose them; an auditor's replay re-runs the same deciders.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from perfledger.errors import RuleRefused
+from perfledger.events.workflow import (
+    ORIGINAL,
+    TAIL_STATISTICS,
+    ClaimFigures,
+    Reference,
+    TargetDefinition,
+    TestSet,
+)
+from perfledger.projections import amdahl
+from perfledger.projections.verdicts import MIN_PAIRS_PER_CASE_FLOOR
+from perfledger.projections.workflow import ExperimentView, TargetView, WorkflowState
+
+#: Scopes of a rejection or preregistered failure, from narrowest to widest (R9, R15).
+SCOPE_ORDER = {"implementation": 0, "integration": 1, "mechanism": 2}
+#: Strings that mark an unknown value (R2 lineage, R6 versions and units).
+UNKNOWN = frozenset({"", "unknown", "?", "n/a", "na", "none", "null", "unspecified"})
+
+
+def refuse(rule: str, message: str, hint: str = "") -> RuleRefused:
+    """Return the refusal of ``rule`` (``"R7"``) with ``message`` and ``hint`` (raise it)."""
+    return RuleRefused(f"{rule}: {message}", rule=rule, hint=hint)
+
+
+def is_unknown(value: str | None) -> bool:
+    """True when ``value`` is missing or one of the :data:`UNKNOWN` markers (case-insensitive)."""
+    return value is None or value.strip().lower() in UNKNOWN
+
+
+# ------------------------------------------------------------------------------------ R1
+
+
+def r1_target_frozen(state: WorkflowState, target_id: str) -> TargetView:
+    """R1: a Target must be frozen before anything refers to it. Returns its view."""
+    target = state.targets.get(target_id)
+    if target is None:
+        raise refuse(
+            "R1",
+            f"no Target {target_id!r} is frozen",
+            "freeze it first: `perfledger target freeze --request FILE`",
+        )
+    return target
+
+
+def r1_target_current(state: WorkflowState, target_id: str) -> TargetView:
+    """R1: decisions go to the current Target only; a superseded one is frozen history."""
+    target = r1_target_frozen(state, target_id)
+    if target.status != "current":
+        raise refuse(
+            "R1",
+            f"Target {target_id!r} was superseded by {target.superseded_by!r}",
+            f"use Target {target.superseded_by!r}",
+        )
+    return target
+
+
+def r1_target_id_free(state: WorkflowState, target_id: str) -> None:
+    """R1: a frozen Target never changes; freezing an existing id again is refused."""
+    if target_id in state.targets:
+        raise refuse(
+            "R1",
+            f"Target {target_id!r} is already frozen and never changes",
+            "freeze a new Target with `perfledger target supersede`",
+        )
+
+
+# ------------------------------------------------------------------------------------ R2-R4
+
+
+def r2_min_pairs(min_pairs_per_case: int) -> None:
+    """R2/R12: statistical requirements never ask for fewer than 5 valid pairs per case."""
+    if min_pairs_per_case < MIN_PAIRS_PER_CASE_FLOOR:
+        raise refuse(
+            "R2",
+            f"min_pairs_per_case {min_pairs_per_case} is below the floor of "
+            f"{MIN_PAIRS_PER_CASE_FLOOR} pairs per case",
+        )
+
+
+def r2_ready(target: TargetView) -> None:
+    """R2: formal samples need recorded readiness, and a diagnostic Target takes none."""
+    tid = target.definition.target_id
+    if target.definition.diagnostic:
+        raise refuse(
+            "R2",
+            f"Target {tid!r} is diagnostic: it binds existing reports only and can never yield "
+            "a workload-level result",
+            "freeze a non-diagnostic Target for formal samples",
+        )
+    if target.readiness is None:
+        raise refuse(
+            "R2",
+            f"no readiness is recorded for Target {tid!r}",
+            "record it first: `perfledger readiness record --request FILE`",
+        )
+
+
+def r3_metric_audited(target: TargetView) -> None:
+    """R3: a metric audit of the primary precedes the first candidate sample."""
+    primary = target.definition.primary.name
+    if primary not in target.metric_audits:
+        raise refuse(
+            "R3",
+            f"the primary metric {primary!r} of Target {target.definition.target_id!r} has no "
+            "metric audit",
+            "record one: `perfledger metric-audit record --request FILE`",
+        )
+
+
+def r4_baseline_and_resolution(target: TargetView) -> None:
+    """R4: the original's baseline and measurement resolution precede candidate experiments."""
+    tid = target.definition.target_id
+    if target.baseline is None:
+        raise refuse(
+            "R4", f"no baseline of the original is recorded for Target {tid!r}",
+            "record it: `perfledger baseline record --request FILE`",
+        )  # fmt: skip
+    if target.resolution is None:
+        raise refuse(
+            "R4", f"no measurement resolution is recorded for Target {tid!r}",
+            "estimate it from repeated original samples: `perfledger resolution record`",
+        )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ R6, R7
+
+
+def r6_evidence_known(state: WorkflowState, evidence_ids: Iterable[str]) -> None:
+    """R6: cited evidence must have been recorded (with its layer)."""
+    missing = sorted({e for e in evidence_ids if e not in state.evidence})
+    if missing:
+        raise refuse(
+            "R6",
+            f"unknown evidence {missing}",
+            "record it first: `perfledger evidence add`",
+        )
+
+
+#: Applicabilities from the weakest to the strongest claim about the replacement boundary (R6).
+_APPLICABILITY_STRENGTH = {"diagnostic": 0, "conservative_upper_bound": 1, "same_boundary": 2}
+
+
+def r6_cited_as_recorded(state: WorkflowState, cited: Iterable[tuple[str, str]]) -> None:
+    """R6: a claim may not cite evidence as more applicable than it was recorded: evidence
+    recorded ``diagnostic`` (a knowledge query, a triage of another workload, a report that says
+    so) cannot enter a bound by being cited ``same_boundary``. Evidence recorded without an
+    applicability (typed facts, older events) is cited as the claim says.
+
+    Args:
+        cited: (evidence id, applicability the claim cites) of each claim input; every id known.
+    Raises: RuleRefused (R6) naming the evidence and both applicabilities.
+    """
+    for evidence_id, applicability in cited:
+        recorded = state.evidence[evidence_id].applicability
+        if recorded is None:
+            continue
+        if _APPLICABILITY_STRENGTH[applicability] > _APPLICABILITY_STRENGTH[recorded]:
+            raise refuse(
+                "R6",
+                f"evidence {evidence_id!r} was recorded as {recorded} and may not be cited as "
+                f"{applicability}",
+                f"cite it as {recorded} (diagnostic evidence may only be used_for=context), or "
+                "record evidence measured at this replacement boundary",
+            )
+
+
+def r6_bound_inputs(uses: Iterable[tuple[str, str, str]], tail: bool) -> None:
+    """R6: only ``same_boundary`` and ``conservative_upper_bound`` evidence may enter an ROI
+    bound; a numeric claim needs such evidence for its coverage and its local speedup.
+
+    Args:
+        uses: (evidence id, applicability, used_for) of each claim input.
+        tail: the primary is a tail statistic (no numeric bound).
+    """
+    bound_uses = {"coverage", "local_speedup", "added_cost", "exposure"}
+    for evidence_id, applicability, used_for in uses:
+        if used_for in bound_uses and applicability == "diagnostic":
+            raise refuse(
+                "R6",
+                f"evidence {evidence_id!r} is diagnostic for this replacement boundary and may "
+                f"not enter the bound (used for {used_for})",
+                "cite it with used_for=context, or obtain same-boundary evidence",
+            )
+    if not tail:
+        backed = {u for _, a, u in uses if a != "diagnostic"}
+        for needed in ("coverage", "local_speedup"):
+            if needed not in backed:
+                raise refuse(
+                    "R6",
+                    f"no same_boundary or conservative_upper_bound evidence supports the "
+                    f"claim's {needed}",
+                    "cite the evidence that measures it, or take the cheapest observation first",
+                )
+
+
+def r7_claim_figures(
+    target: TargetDefinition,
+    resolution: float,
+    *,
+    coverage: float | None,
+    local_speedup: float | None,
+    added_cost: float,
+    stated_bound: float | None,
+    affected_share: float | None,
+    expected: tuple[float, float] | None,
+    bound_optional: bool = False,
+) -> ClaimFigures:
+    """R7: check an opportunity claim's arithmetic and explicit contradictions; return its
+    figures (bound, ``s_min``, ``r_min``, predicted interval).
+
+    Mean/throughput/median primaries: ``coverage`` in (0, 1], ``local_speedup`` > 0,
+    ``added_cost`` >= 0. With ``bound_optional`` (claims from ``ExperimentCreated`` schema
+    :data:`~perfledger.events.workflow.R7_COMPUTED_BOUND` on) the bound is computed and a
+    ``stated_bound`` may be left out; one that is stated must equal ``1/((1-f)+f/s+c)`` within
+    :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE` (1e-6). Without it (claims
+    recorded earlier, re-checked by their own rule) the stated bound is required, within
+    :data:`~perfledger.projections.amdahl.LEGACY_STATED_BOUND_REL_TOLERANCE` (1e-9). Every hint
+    prints the bound at full precision, a value that is accepted. The predicted improvement may
+    not exceed ``bound - 1`` (within the same tolerance). Tail primaries (p95, p99):
+    exposure reasoning (``affected_share`` in (0, 1]) and a predicted interval instead of a bound,
+    and no stated bound.
+    """
+    m = target.min_effect
+    if target.primary.statistic in TAIL_STATISTICS:
+        if affected_share is None:
+            raise refuse(
+                "R7",
+                f"the primary is a tail statistic ({target.primary.statistic}): the claim must "
+                "state its exposure reasoning (affected share, critical path)",
+            )
+        if not 0.0 < affected_share <= 1.0:
+            raise refuse("R7", f"affected share {affected_share} must lie in (0, 1]")
+        if stated_bound is not None:
+            raise refuse(
+                "R7",
+                "no numeric Amdahl bound is valid for a tail primary; state exposure instead",
+                "remove stated_bound",
+            )
+        if expected is None:
+            raise refuse("R7", "a tail claim must state its expected improvement interval")
+        low, high = expected
+        _r7_interval(low, high)
+        return ClaimFigures(
+            bound=None, s_min=None, r_min=None, reachable=True, below_min_effect=False,
+            below_resolution=False, predicted_low=low, predicted_high=high,
+        )  # fmt: skip
+    if coverage is None or local_speedup is None:
+        raise refuse("R7", "the claim must state coverage f and local speedup s")
+    try:
+        bound = amdahl.amdahl_bound(coverage, local_speedup, added_cost)
+    except ValueError as exc:
+        raise refuse("R7", str(exc)) from None
+    tolerance = (
+        amdahl.STATED_BOUND_REL_TOLERANCE
+        if bound_optional
+        else amdahl.LEGACY_STATED_BOUND_REL_TOLERANCE
+    )
+    # repr: the shortest text that reads back as this float, so the value shown is accepted
+    hint = (
+        f'state "stated_bound": {bound!r} (1/((1-f)+f/s+c)); any value within a relative '
+        f"{tolerance:g} of it is accepted" + (", or leave it out" if bound_optional else "")
+    )
+    if stated_bound is None and not bound_optional:
+        raise refuse(
+            "R7",
+            f"the claim must state its end-to-end bound (from its inputs: {bound:.12g})",
+            hint,
+        )
+    if stated_bound is not None and not amdahl.bound_matches(stated_bound, bound, tolerance):
+        raise refuse(
+            "R7",
+            f"stated bound {stated_bound:.12g} does not follow from f={coverage:g}, "
+            f"s={local_speedup:g}, c={added_cost:g}: 1/((1-f)+f/s+c) = {bound:.12g} "
+            f"(relative tolerance {tolerance:g})",
+            hint,
+        )
+    s_min = amdahl.required_local_speedup(coverage, m, added_cost)
+    r_min = amdahl.required_cut(coverage, m, added_cost)
+    low, high = expected if expected is not None else (min(0.0, bound - 1.0), bound - 1.0)
+    _r7_interval(low, high)
+    if high > (bound - 1.0) * (1 + tolerance) + 1e-12:
+        raise refuse(
+            "R7",
+            f"the expected improvement {high:.6g} exceeds the claim's own bound "
+            f"{bound - 1.0:.6g} (bound {bound:.6g})",
+        )
+    return ClaimFigures(
+        bound=bound,
+        s_min=None if s_min is None or math.isinf(s_min) else s_min,
+        r_min=r_min,
+        reachable=s_min is not None and not math.isinf(s_min),
+        below_min_effect=bound < 1.0 + m,
+        below_resolution=bound < 1.0 + resolution,
+        predicted_low=low,
+        predicted_high=high,
+    )
+
+
+def _r7_interval(low: float, high: float) -> None:
+    if low > high:
+        raise refuse("R7", f"expected improvement interval [{low}, {high}] is empty")
+
+
+# ------------------------------------------------------------------------------------ R8-R11
+
+
+def r8_formal_stage_allowed(experiment: ExperimentView, resolution: float) -> None:
+    """R8: an experiment whose bound is below the minimum effect or the measured resolution may
+    not enter the target stage unless it serves a declared secondary or has a merge plan."""
+    created = experiment.created
+    figures = created.figures
+    below_resolution = figures.bound is not None and figures.bound < 1.0 + resolution
+    if (figures.below_min_effect or below_resolution) and not (
+        created.serves_secondary or created.merge_plan
+    ):
+        what = "minimum effect" if figures.below_min_effect else "measured resolution"
+        raise refuse(
+            "R8",
+            f"experiment {created.experiment_id!r}: its bound {figures.bound:.6g} is below the "
+            f"{what}; it may not enter the target stage",
+            "declare the secondary it serves or an explicit merge plan in a new experiment, or stop",
+        )
+
+
+def r9_preregistered(rejects: str | None, discriminating: str | None) -> None:
+    """R9: an experiment preregisters what its failure rejects; ``mechanism`` names the
+    discriminating evidence it needs."""
+    if rejects is None:
+        raise refuse(
+            "R9",
+            "the experiment does not preregister its falsification",
+            "add preregistration: {rejects: implementation|integration|mechanism, ...}",
+        )
+    if rejects == "mechanism" and is_unknown(discriminating):
+        raise refuse(
+            "R9",
+            "a failure that would reject the mechanism must name the discriminating evidence "
+            "it needs",
+        )
+
+
+def r10_upstream_checked(
+    state: WorkflowState, component_check: str | None, approach: str, has_component: bool
+) -> None:
+    """R10: a new kernel, primitive or adapter needs a recorded upstream check; where an
+    equivalent exists, the approach is reuse, backport or adapter unless a blocker is recorded."""
+    if not has_component:
+        return
+    if component_check is None or component_check not in state.upstream_checks:
+        raise refuse(
+            "R10",
+            "a new kernel, communication primitive or backend adapter needs a recorded upstream "
+            f"check (got {component_check!r})",
+            "record it: `perfledger upstream-check record --request FILE`",
+        )
+    check = state.upstream_checks[component_check]
+    if check.equivalent_exists and is_unknown(check.blocker) and approach == "new":
+        raise refuse(
+            "R10",
+            f"upstream check {component_check!r} found an equivalent ({check.equivalent}); the "
+            "approach must be reuse, backport or adapter",
+            "record a blocker in a new upstream check if the equivalent cannot be used",
+        )
+
+
+def path_in_scope(path: str, glob: str) -> bool:
+    """True when the repository-relative ``path`` matches ``glob`` segment by segment: ``*`` and
+    ``?`` never cross a ``/``, ``**`` matches any number of segments. A path that is absolute,
+    empty, or has ``.``/``..`` segments never matches (it could name anything)."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return False
+    return _match_segments(parts, glob.strip("/").split("/"))
+
+
+def _match_segments(parts: list[str], pattern: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_match_segments(parts[i:], rest) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _match_segments(parts[1:], rest)
+
+
+#: How scope globs and changed paths match (said in refusals' hints, R1 and R11).
+SCOPE_HINT = (
+    "scope globs and changed paths are relative to the repository root (no leading '/', no '.' "
+    "or '..' segments), e.g. 'src/kernels/*'; they match segment by segment: '*' and '?' stay "
+    "within one directory, '**' spans any number of directories"
+)
+
+
+def _not_relative(path: str) -> bool:
+    """True when ``path`` is not a plain repository-relative path: empty, absolute (``/x``,
+    ``~/x``, ``C:...``, a backslash), or with ``.``/``..``/empty segments."""
+    if not path or path.startswith(("/", "~", "\\")) or "\\" in path:
+        return True
+    if len(path) > 1 and path[0].isalpha() and path[1] == ":":
+        return True
+    return any(p in ("", ".", "..") for p in path.rstrip("/").split("/"))
+
+
+def r1_scope_relative(scope: Iterable[str]) -> None:
+    """R1: the Target's modification scope holds globs relative to the repository root; an
+    absolute glob or one with ``.``/``..`` segments could never match a changed path (R11), and a
+    frozen Target never changes, so it is refused at freeze time. Raises: RuleRefused (R1)."""
+    bad = [g for g in scope if _not_relative(g)]
+    if bad:
+        raise refuse(
+            "R1",
+            f"modification scope globs must be relative to the repository root, got {bad}",
+            SCOPE_HINT,
+        )
+
+
+def r11_paths_in_scope(paths: Iterable[str], scope: Iterable[str]) -> None:
+    """R11: every path a candidate changes lies inside the Target's modification scope
+    (:func:`path_in_scope`: ``*`` stays within one directory, ``..`` never escapes). A changed
+    path that is not repository-relative (absolute, ``.``/``..`` segments) is refused as such.
+    Raises: RuleRefused (R11)."""
+    globs = list(scope)
+    paths = list(paths)
+    bad = [p for p in paths if _not_relative(p)]
+    if bad:
+        raise refuse(
+            "R11",
+            f"changed paths must be relative to the repository root, got {bad}",
+            SCOPE_HINT,
+        )
+    outside = [p for p in paths if not any(path_in_scope(p, g) for g in globs)]
+    if outside:
+        raise refuse(
+            "R11",
+            f"changed paths outside the Target's modification scope {globs}: {outside}",
+            SCOPE_HINT,
+        )
+
+
+def r11_cases_in_test_set(cases: Iterable[str], test_set: TestSet, source: str) -> None:
+    """R11: compared samples measure cases of the Target's test set: no case the readiness's
+    test set does not name (where it names its cases), and no more distinct cases than its
+    ``case_count``. ``source`` says where the cases come from (a spec file, ``--case``, the
+    request), for the message. Raises: RuleRefused (R11) naming the unknown cases."""
+    chosen = sorted(set(cases))
+    known = set(test_set.cases)
+    unknown = [c for c in chosen if known and c not in known]
+    if unknown:
+        raise refuse(
+            "R11",
+            f"the cases {unknown} of {source} are not cases of the Target's test set "
+            f"{sorted(known)}",
+            "measure the Target's own test cases (readiness names them), or freeze a new Target "
+            "whose test set has these cases",
+        )
+    if len(chosen) > test_set.case_count:
+        raise refuse(
+            "R11",
+            f"{source} has {len(chosen)} cases; the Target's test set has {test_set.case_count}",
+        )
+
+
+def current_reference(state: WorkflowState, target: TargetView) -> Reference:
+    """The reference a target-stage comparison must use (R11): the current champion, or the
+    original when there is none."""
+    if target.champion is not None and target.champion_hash is not None:
+        return Reference(
+            kind="champion", content_hash=target.champion_hash, experiment_id=target.champion
+        )
+    assert target.readiness is not None
+    return Reference(kind="original", content_hash=target.readiness.original.content_hash)
+
+
+def is_current_reference(state: WorkflowState, target: TargetView, reference: Reference) -> bool:
+    """True when ``reference`` is still the current champion (or original) (R11 stale)."""
+    if target.readiness is None:
+        return False
+    return current_reference(state, target) == reference
+
+
+# ------------------------------------------------------------------------------------ R13-R15
+
+
+def r13_current_champion(target: TargetView, expected: str) -> str:
+    """R13: choosing a champion is a compare-and-swap against the champion the caller saw.
+    Returns the current champion (experiment id or ``original``)."""
+    current = target.champion or ORIGINAL
+    if expected != current:
+        raise refuse(
+            "R13",
+            f"the current champion of Target {target.definition.target_id!r} is {current!r}, "
+            f"not {expected!r}",
+            "re-read it (`perfledger champion show`) and decide again",
+        )
+    return current
+
+
+def r14_no_pending_reconciliation(target: TargetView, what: str = "new experiment") -> None:
+    """R14: an owed reconciliation (a target result outside its claim's interval, or a failed
+    screen of a claim predicting at least the minimum effect) blocks ``what`` on the Target
+    (a new experiment; a champion selection) until recorded. Raises: RuleRefused (R14) naming
+    the experiments owed."""
+    if target.pending:
+        pending = sorted(target.pending)
+        raise refuse(
+            "R14",
+            f"Target {target.definition.target_id!r} has unreconciled prediction errors: "
+            f"experiments {pending} owe a reconciliation (a result contradicted the claim's "
+            f"predicted interval); no {what} until they are recorded",
+            "record the corrected premise and model: `perfledger reconcile --request FILE` "
+            f"(experiment_id {pending[0]!r})",
+        )
+
+
+def r14_interval_missing(claim: Any) -> tuple[str, str]:
+    """R14: the (message, hint) of a refused claim that states no expected end-to-end
+    improvement interval; the hint shows the field, with the claim's own bound where its
+    inputs give one (the interval is in the bound's units: speedup - 1)."""
+    bound = None
+    if claim.coverage is not None and claim.local_speedup is not None:
+        try:
+            bound = amdahl.amdahl_bound(claim.coverage, claim.local_speedup, claim.added_cost)
+        except ValueError:
+            bound = None
+    upper = f"{bound - 1.0:.6g}" if bound is not None else "HIGH"
+    return (
+        "the claim states no expected end-to-end improvement interval (claim."
+        "expected_improvement): every claim states one, so that a result outside it owes a "
+        "reconciliation",
+        f'add "expected_improvement": {{"low": LOW, "high": {upper}}} to the claim, in the '
+        "bound's units (end-to-end speedup - 1: 0.25 = 1.25x); high may not exceed bound - 1"
+        + (f" = {upper}" if bound is not None else ""),
+    )
+
+
+def r17_explanations(state: WorkflowState, samples_id: str) -> tuple[set[int], list[str]]:
+    """R17: the pair indices of ``samples_id`` whose foreign activity was explained after the
+    samples (``ActivityExplained``), and one note per explanation for the verdict (who, which
+    pairs, why), in the order they were recorded."""
+    explained: set[int] = set()
+    notes = []
+    for e in state.explanations.get(samples_id, []):
+        explained.update(e.pairs)
+        notes.append(
+            f"R17: foreign activity in pair(s) {list(e.pairs)} explained after the samples by "
+            f"{e.explained_by}: {e.explanation}"
+        )
+    return explained, notes
+
+
+def r17_unexplained_pairs(samples: Any, explained: set[int]) -> int:
+    """R17: how many pairs of ``samples`` (a SamplesRecorded) overlap foreign activity that
+    neither the monitor record nor a later explanation (``explained``, pair indices) explains."""
+    return sum(
+        1
+        for index, pair in enumerate(samples.pairs)
+        if pair.monitor is not None
+        and pair.monitor.foreign_activity
+        and is_unknown(pair.monitor.explained)
+        and index not in explained
+    )
+
+
+def r15_rejection_scope(
+    experiment: ExperimentView,
+    closes: str,
+    local_proxy: bool,
+    discriminating_ids: list[str],
+    state: WorkflowState,
+) -> None:
+    """R15: a rejection may not close more than its evidence supports: no wider than the
+    preregistered failure, and a mechanism only with the discriminating evidence obtained,
+    never from a local proxy."""
+    prereg = experiment.created.preregistration
+    if SCOPE_ORDER[closes] > SCOPE_ORDER[prereg.rejects]:
+        raise refuse(
+            "R15",
+            f"experiment {experiment.created.experiment_id!r} preregistered that a failure "
+            f"rejects at most the {prereg.rejects}; it cannot close the {closes}",
+        )
+    if closes == "mechanism":
+        if local_proxy:
+            raise refuse("R15", "a local proxy cannot close a mechanism")
+        if not discriminating_ids:
+            raise refuse(
+                "R15",
+                "closing a mechanism needs the preregistered discriminating evidence "
+                f"({prereg.discriminating_evidence!r}) to have been obtained",
+                "cite it in discriminating_evidence_ids",
+            )
+        missing = sorted({e for e in discriminating_ids if e not in state.evidence})
+        if missing:
+            raise refuse("R15", f"the discriminating evidence {missing} is not recorded")
+        r15_discriminating_obtained(experiment, discriminating_ids, state)
+
+
+def r15_discriminating_obtained(
+    experiment: ExperimentView, discriminating_ids: list[str], state: WorkflowState
+) -> None:
+    """R15: closing a mechanism needs the experiment to have *preregistered* what discriminating
+    evidence it needs (found by audit: an experiment written around R9 could lack it) and to have
+    *obtained* it: evidence beyond the claim's own inputs (the premise that motivated the
+    experiment cannot also refute its mechanism), recorded for this Target or for none."""
+    created = experiment.created
+    if is_unknown(created.preregistration.discriminating_evidence):
+        raise refuse(
+            "R15",
+            f"experiment {created.experiment_id!r} did not preregister the discriminating "
+            "evidence a mechanism rejection needs",
+            "close the implementation instead, or run a new experiment that preregisters it",
+        )
+    premise = sorted({e.evidence_id for e in created.claim.evidence} & set(discriminating_ids))
+    if premise:
+        raise refuse(
+            "R15",
+            f"evidence {premise} is an input of the experiment's own claim, not discriminating "
+            "evidence obtained by it",
+            "record the discriminating measurement (`perfledger evidence add`) and cite that",
+        )
+    foreign = sorted(
+        e
+        for e in discriminating_ids
+        if state.evidence[e].target_id not in (None, created.target_id)
+    )
+    if foreign:
+        raise refuse("R15", f"the discriminating evidence {foreign} belongs to another Target")
