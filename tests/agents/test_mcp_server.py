@@ -88,6 +88,7 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
         out["handoff"] = _answer(await call("handoff", {"markdown": True}))
         out["audit"] = _answer(await call("cli", {"args": ["audit"]}))
         out["unknown"] = (await call("cli", {"args": ["no-such-command"]})).is_error
+        out["help"] = _answer(await call("cli", {"args": ["measure", "--help"]}))
         return out
 
     out = anyio.run(_session, tmp_path / "ledger", steps)
@@ -108,6 +109,7 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
     assert out["target"]["payload"]["status"] == "pass"
     assert "explanation" in out["target"]
     assert out["champion"]["kind"] == "ChampionSelected"
+    assert "workload" in out["help"]["output"]  # a group's --help lists its commands
     (target,) = out["status"]["targets"]
     assert target["champion"] == "e1" and target["final_audit"]["status"] == "none"
     assert "# Handoff: t1" in out["handoff"]["markdown"]

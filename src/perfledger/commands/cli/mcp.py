@@ -236,7 +236,9 @@ class Tools:
         env = {**os.environ, "PERFLEDGER_ACTOR": self.actor}
         try:
             done = subprocess.run(
-                [*argv, *args, "--json"], input=stdin, capture_output=True, text=True, env=env,
+                # --help of a command group takes no --json: ask for JSON only of a command
+                [*argv, *args, *([] if "--help" in args else ["--json"])],
+                input=stdin, capture_output=True, text=True, env=env,
                 timeout=CLI_TIMEOUT_S, check=False,
             )  # fmt: skip
         except subprocess.TimeoutExpired:

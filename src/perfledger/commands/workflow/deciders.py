@@ -1019,7 +1019,7 @@ def decide_verdict_record(
         raise refuse(
             "R12",
             f"the claimed verdict {req.claimed_status!r} differs from the derived "
-            f"{status!r}: {primary.reason}",
+            f"{status!r}: {'; '.join(notes) if status != primary.status and notes else primary.reason}",
             "verdicts are derived, never asserted: record without claimed_status",
         )
     payload = VerdictRecorded(
@@ -1073,7 +1073,9 @@ def decide_final_audit_record(
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
-            f"the claimed final audit {req.claimed_status!r} differs from the derived {status!r}",
+            f"the claimed final audit {req.claimed_status!r} differs from the derived {status!r}"
+            + (f": {'; '.join(notes)}" if notes else ""),
+            "final audits are derived, never asserted: record without claimed_status",
         )
     payload = FinalAuditRecorded(
         target_id=req.target_id,

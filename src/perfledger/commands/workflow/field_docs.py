@@ -280,6 +280,10 @@ FIELDS: dict[str, str] = {
 
 #: ``Model.field`` -> description, where the plain field name means something else.
 MODEL_FIELDS: dict[str, str] = {
+    "SubjectSnapshot.coverage": "subject: the snapshot holds every file under the subject "
+    "directory (readiness from schema 2 on); absent: only the files inside the Target's scope.",
+    "Provenance.source": "perfledger (measured by perfledger measure, with its raw table) or "
+    "outside (recorded from elsewhere) (R5).",
     "Statistics.aggregation": "How per-case ratios make the primary verdict (R12): geomean "
     "(geometric mean of per-case ratios, default), total (the test set's total time) or "
     "every_case (every case must pass).",
