@@ -726,19 +726,7 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
     for g in definition.guardrails:
         g_pairs = _pairs(samples, g.metric)
         if g_pairs is None:
-            guardrails.append(
-                DerivedGuardrail(
-                    metric=g.metric,
-                    status="inconclusive",
-                    reason="not measured in these samples",
-                    regression=None,
-                    ci_low=None,
-                    ci_high=None,
-                    allowed_regression=g.allowed_regression,
-                    n_pairs=0,
-                    degenerate=False,
-                )
-            )
+            guardrails.append(_unmeasured_guardrail(g.metric, g.allowed_regression))
             continue
         derived = derive_guardrail(
             g.metric,
@@ -761,6 +749,21 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
             )
         )
     return primary, guardrails, secondaries
+
+
+def _unmeasured_guardrail(metric: str, allowed_regression: float) -> DerivedGuardrail:
+    """The verdict of a guardrail whose metric the samples do not hold: inconclusive (R12)."""
+    return DerivedGuardrail(
+        metric=metric,
+        status="inconclusive",
+        reason="not measured in these samples",
+        regression=None,
+        ci_low=None,
+        ci_high=None,
+        allowed_regression=allowed_regression,
+        n_pairs=0,
+        degenerate=False,
+    )
 
 
 def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Derived:
@@ -796,19 +799,7 @@ def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Deri
     for g in definition.guardrails:
         g_pairs = _pairs(samples, g.metric)
         if g_pairs is None:
-            guardrails.append(
-                DerivedGuardrail(
-                    metric=g.metric,
-                    status="inconclusive",
-                    reason="not measured in these samples",
-                    regression=None,
-                    ci_low=None,
-                    ci_high=None,
-                    allowed_regression=g.allowed_regression,
-                    n_pairs=0,
-                    degenerate=False,
-                )
-            )
+            guardrails.append(_unmeasured_guardrail(g.metric, g.allowed_regression))
             continue
         guardrails.append(
             derive_case_guardrail(
