@@ -6,6 +6,7 @@ beside it."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from perfledger.events.workflow import WallCheck
 from perfledger.kernels.driver import Subject, run_call, run_pairs
-from perfledger.kernels.proctree import process_table, set_subreaper
+from perfledger.kernels.proctree import CallTree, process_table, set_subreaper
 from perfledger.kernels.wall_check import check_driver_run, check_pairs
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter
@@ -189,3 +190,30 @@ def test_driver_is_a_subreaper_only_during_a_call() -> None:
     assert run_call(Subject("ref", argv), case="a", call_id="c", timeout_s=30).ok
     # after the call, orphans of this process go to init again: nothing else is affected
     assert set_subreaper(False) is False
+
+
+def test_a_process_this_program_starts_during_a_call_is_not_ended_with_it() -> None:
+    """A library user's other thread starts a process while a call runs: it is a child of this
+    process in this process's own session, so the call's end leaves it alone; the command and
+    the grandchild that left the command's session (setsid) are ended."""
+    with CallTree() as tree:
+        command = subprocess.Popen(
+            [sys.executable, "-c", "import os, time\n"
+             "if os.fork() == 0:\n    os.setsid(); time.sleep(30)\ntime.sleep(30)"],
+            start_new_session=True,
+        )  # fmt: skip
+        tree.watch(command.pid)
+        ours = subprocess.Popen(["sleep", "30"])  # same session as this test process
+        try:
+            deadline = time.monotonic() + 5
+            while not tree.descendants() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert tree.descendants(), "the setsid grandchild was not seen"
+            assert ours.pid not in tree.descendants()
+            tree.end(include_root=True)
+            command.wait(timeout=5)
+            assert ours.poll() is None  # still running
+            assert not tree.descendants()
+        finally:
+            ours.kill()
+            ours.wait()

@@ -91,6 +91,17 @@ def process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+def _session_of(pid: int) -> int | None:
+    """The session id of ``pid`` (``/proc/<pid>/stat``), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[3]) if len(fields) >= 4 else None
+
+
 def _children(table: dict[int, tuple[int, str]]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for pid, (ppid, _state) in table.items():
@@ -121,6 +132,10 @@ class CallTree:
 
     def __init__(self) -> None:
         self.me = os.getpid()
+        #: this process's session: a new child in it was started by this program (another
+        #: thread), never by the call, whose command runs in a session of its own and whose
+        #: processes can only leave it for new sessions (setsid)
+        self._my_session = os.getsid(0)
         self.root: int | None = None
         self._before: set[int] = set()
         self._previous: bool | None = None
@@ -146,10 +161,14 @@ class CallTree:
     def descendants(self, table: dict[int, tuple[int, str]] | None = None) -> dict[int, str]:
         """The call's processes other than the command itself, with their state letter: the
         command's descendants and the processes re-parented to this one since the call began
-        (and theirs). Zombies are included (state ``Z``)."""
+        (and theirs), outside this process's own session. Zombies are included (state ``Z``)."""
         table = process_table() if table is None else table
         children = _children(table)
-        orphans = [p for p in children.get(self.me, ()) if p not in self._before and p != self.root]
+        orphans = [
+            p
+            for p in children.get(self.me, ())
+            if p not in self._before and p != self.root and _session_of(p) != self._my_session
+        ]
         roots = list(orphans)
         if self.root is not None:
             roots += children.get(self.root, ())
@@ -157,7 +176,13 @@ class CallTree:
 
     def _reap(self, table: dict[int, tuple[int, str]]) -> None:
         for pid, (ppid, state) in table.items():
-            if ppid == self.me and state == "Z" and pid not in self._before and pid != self.root:
+            if (
+                ppid == self.me
+                and state == "Z"
+                and pid not in self._before
+                and pid != self.root
+                and _session_of(pid) != self._my_session
+            ):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
 

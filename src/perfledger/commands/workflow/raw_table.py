@@ -29,7 +29,7 @@ from typing import Any
 
 from perfledger.events.workflow import R5_BOUND_RAW_TABLE
 
-#: Seconds per unit of a time metric (the kernel harness's rows are in seconds).
+#: Units of a time metric per second (the kernel harness's rows are in seconds: value_s * this).
 _TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
 #: The ``SamplesRecorded`` schema version from which the raw table must carry a binding.
 BOUND_SCHEMA = R5_BOUND_RAW_TABLE
