@@ -33,6 +33,8 @@ EvidenceUse = Literal["coverage", "local_speedup", "added_cost", "exposure", "co
 Layer = Literal["kernel", "workload", "service"]
 #: Formal stages after the baseline (R11): ``screen`` -> ``target`` -> ``final_audit``.
 Stage = Literal["screen", "target", "final_audit"]
+#: Stages whose samples can pass a verdict and support a champion (R11, R13).
+FORMAL_STAGES = ("target", "final_audit")
 #: What a failure or rejection closes (R9, R15), from narrowest to widest.
 Scope = Literal["implementation", "integration", "mechanism"]
 #: The premise a reconciliation corrects (R14).

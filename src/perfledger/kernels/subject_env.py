@@ -8,7 +8,7 @@ of either subject differing. The driver therefore records the variables of
 variables (:data:`PATH_VARIABLES`) that point outside both subjects and the driver's Python
 (:func:`foreign_paths`). Subjects are never told their role (only the case).
 
-Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+Imports: the standard library and events (kernels imports events at most, SPEC.md section 1).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from perfledger.events.workflow import FORMAL_STAGES
 
 #: Variables recorded by name: the Python start-up and the dynamic loader.
 INFLUENCING_NAMES = (
@@ -127,7 +129,7 @@ def environment_warnings(
     """``measure``'s warnings (not blocking) about a formal (``target``, ``final_audit``) stage
     whose subjects ran with code-loading variables pointing outside both subjects and the
     driver's Python (:func:`foreign_paths`). Returns zero or one line saying what to do."""
-    if stage not in ("target", "final_audit"):
+    if stage not in FORMAL_STAGES:
         return []
     found = foreign_paths(environment, subject_roots(argvs))
     if not found:

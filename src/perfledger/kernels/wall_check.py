@@ -49,11 +49,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from perfledger.events.workflow import WallCheck, WallCheckCase
+from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: The rule's version, recorded with every check.
 METHOD = "wall_v1"
 #: Seconds per unit of a time-like metric.
-SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+SECONDS_PER_UNIT = {unit: 1.0 / per_s for unit, per_s in UNITS_PER_SECOND.items()}
 #: Share of the reported saving that may be missing from the wall saving (systematic effects).
 REL = 0.25
 #: Standard errors of the median excess that the wall clock cannot resolve.

@@ -4,13 +4,11 @@ accuracy checks in formal stages (R5). Pure functions of the state (SPEC.md sect
 
 from __future__ import annotations
 
-from perfledger.events.workflow import WallCheck
+from perfledger.events.workflow import FORMAL_STAGES, WallCheck
 from perfledger.projections.workflow import WorkflowState
 
 #: How a verdict note of the wall-clock check begins (R12); the deciders write it.
 WALL_CLOCK_NOTE = "R12: wall clock:"
-#: Stages whose samples can support a decision (R11).
-FORMAL_STAGES = ("target", "final_audit")
 
 
 def wall_clock_note(check: WallCheck | None) -> str | None:

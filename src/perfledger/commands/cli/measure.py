@@ -44,9 +44,11 @@ from perfledger.commands.cli.identity import (
 )
 from perfledger.commands.workflow import rules
 from perfledger.errors import BadRequest, MeasurementError
+from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
-TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+TIME_UNITS = UNITS_PER_SECOND
 SAMPLES_ARTIFACT = "samples.json"
 RESOLUTION_ARTIFACT = "resolution.json"
 
@@ -706,7 +708,7 @@ def measurement_findings(
     ]
     check = check_pairs(pairs, body["units"], directions_of(target.definition))
     lines: list[str] = []
-    formal = stage in ("target", "final_audit")
+    formal = stage in FORMAL_STAGES
     if check is not None:
         if check.flagged:
             blocks = (

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Stages whose verdict can pass or select a champion (R11, R13).
-FORMAL_STAGES = ("target", "final_audit")
+from perfledger.events.workflow import FORMAL_STAGES
+
 #: Largest share of pairs with foreign activity (explained or not) with which a formal stage
 #: may still pass.
 FOREIGN_SHARE_LIMIT = 0.20

@@ -28,9 +28,10 @@ import json
 from typing import Any
 
 from perfledger.events.workflow import R5_BOUND_RAW_TABLE
+from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: Units of a time metric per second (the kernel harness's rows are in seconds: value_s * this).
-_TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+_TIME_UNITS = UNITS_PER_SECOND
 #: The ``SamplesRecorded`` schema version from which the raw table must carry a binding.
 BOUND_SCHEMA = R5_BOUND_RAW_TABLE
 #: The format of the binding written into the raw table.
