@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -27,7 +28,10 @@ def main() -> int:
     parser.add_argument("--report-factor", type=float, default=1.0)
     parser.add_argument("--report-s", type=float, default=None)
     parser.add_argument("--wrong-every", type=int, default=0)
+    parser.add_argument("--cpu", type=int, default=None, help="run on this CPU only")
     args = parser.parse_args()
+    if args.cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.cpu})
     calls = 0
     for line in sys.stdin:
         request = json.loads(line)

@@ -4,6 +4,7 @@ processes (tests/kernels/stand_in_subject.py), some reporting false times; CPU o
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -29,7 +30,11 @@ TOLERANCE = {"tolerance_s": 1e-3, "tolerance_share": 0.2}
 
 
 def _subject(label: str, *options: str, work_k: int = WORK_K) -> SubjectProcess:
-    argv = [sys.executable, str(STAND_IN), "--work-k", str(work_k), *options]
+    # both subjects on one CPU: they run in turn (ABBA), and two CPUs of a shared host can
+    # differ by tens of percent, which is the host's difference, not the subjects'
+    cpu = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    pin = ["--cpu", str(cpu)] if cpu is not None else []
+    argv = [sys.executable, str(STAND_IN), "--work-k", str(work_k), *pin, *options]
     return SubjectProcess(label, argv, timeout_s=30.0)
 
 
