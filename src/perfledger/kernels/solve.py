@@ -67,6 +67,7 @@ from perfledger.kernels.solve_args import (
     parse_solve_signature,
     spec_from_signature,
 )
+from perfledger.kernels.torch_subject import as_cupy, as_torch
 
 #: nvcc flags of every build (besides ``-arch``, includes and the user's extra flags).
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
@@ -501,19 +502,9 @@ def _named_parameters(fn: Callable[..., Any]) -> set[str]:
     return {p.name for p in params if p.kind in kinds}
 
 
-def _to_cupy(value: Any) -> Any:
-    import cupy
-
-    if type(value).__module__.startswith("torch"):
-        return cupy.from_dlpack(value.detach())
-    return cupy.asarray(value)
-
-
 def _convert_in(arrays: str) -> Callable[[Any], Any]:
     if arrays == "torch":
-        import torch
-
-        return lambda a: torch.from_dlpack(a)
+        return as_torch
     if arrays == "numpy":
         return lambda a: a.get()
     return lambda a: a
@@ -594,7 +585,7 @@ def solve_problem(
             return default_make_inputs(spec, dims)(seed)
         with _on_torch_stream(module.arrays):
             made = given_make(**dims_for_make({"seed": seed, **dims}))
-            arrays = {k: _to_cupy(v) for k, v in dict(made).items()}
+            arrays = {k: as_cupy(v) for k, v in dict(made).items()}
         for arg in spec.inputs:
             got = arrays.get(arg.name)
             if got is None or got.dtype.name != arg.dtype or tuple(got.shape) != shapes[arg.name]:
@@ -635,17 +626,17 @@ def solve_problem(
                         f"parameter {missing}",
                         hint="return the outputs, or name the output buffers as parameters",
                     )
-                got = {k: _to_cupy(v) for k, v in buffers.items()}
+                got = {k: as_cupy(v) for k, v in buffers.items()}
             elif isinstance(result, dict):
-                got = {k: _to_cupy(v) for k, v in result.items()}
+                got = {k: as_cupy(v) for k, v in result.items()}
             elif isinstance(result, tuple | list):
                 if len(result) != len(names):
                     raise MeasurementError(
                         f"reference returned {len(result)} arrays for outputs {names}"
                     )
-                got = {k: _to_cupy(v) for k, v in zip(names, result, strict=True)}
+                got = {k: as_cupy(v) for k, v in zip(names, result, strict=True)}
             elif len(names) == 1:
-                got = {names[0]: _to_cupy(result)}
+                got = {names[0]: as_cupy(result)}
             else:
                 raise MeasurementError(f"reference returned one array for outputs {names}")
         return got
