@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfledger.kernels import correctness
-from perfledger.kernels.stats import log_ratios, paired_stats
+from perfledger.kernels.stats import bootstrap_median_ci, log_ratios, paired_stats, timer_quantum
 from perfledger.kernels.stopping import Stopper, StoppingRule, relative_noise
 
 
@@ -130,3 +130,49 @@ def test_abba_blocks_cancel_a_constant_order_effect() -> None:
     a_blocks, b_blocks = abba_blocks(a, b)
     assert a_blocks.size == 10 and np.allclose(a_blocks, b_blocks)
     assert abba_blocks([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])[0].size == 1  # odd pair left out
+
+
+# ---------------------------------------------------------------- a quantized timer (tiny kernels)
+
+_STEP_S = 32e-9  # a CUDA event's tick on recent GPUs
+
+
+def _ticks(rng: np.random.Generator, mean_s: float, n: int) -> np.ndarray:
+    """``n`` times around ``mean_s`` with a little noise, rounded to the event timer's step."""
+    return np.round(rng.normal(mean_s, 40e-9, n) / _STEP_S) * _STEP_S
+
+
+def test_quantized_aa_samples_do_not_claim_a_zero_width_ci() -> None:
+    rng = np.random.default_rng(7)
+    ref, cand = _ticks(rng, 3.9e-6, 1000), _ticks(rng, 3.9e-6, 1000)
+    s = paired_stats(ref, cand, resamples=500, seed=1)
+    assert math.isclose(s.quantum_s, _STEP_S, rel_tol=1e-3)
+    # one timer step of a ~3.9 us sample either side: at least 0.8 % wide in all
+    assert s.ci_high / s.ci_low - 1 >= 2 * _STEP_S / 3.9e-6 * 0.99
+    assert s.direction() == "same"
+    assert s.status(0.005) != "pass"
+
+
+def test_quantized_samples_still_show_a_true_difference() -> None:
+    rng = np.random.default_rng(8)
+    s = paired_stats(_ticks(rng, 3.9e-6, 1000), _ticks(rng, 4.5e-6, 1000), resamples=500, seed=1)
+    assert s.direction() == "slower" and s.ci_low > 1.1
+
+
+def test_continuous_samples_are_not_widened() -> None:
+    rng = np.random.default_rng(9)
+    ref, cand = rng.normal(150e-6, 1e-6, 400), rng.normal(150e-6, 1e-6, 400)
+    s = paired_stats(ref, cand, resamples=500, seed=3)
+    assert s.quantum_s == 0.0
+    logs = np.log(cand / ref)
+    low, high = bootstrap_median_ci(logs, resamples=500, confidence=0.95, seed=3)
+    assert (s.ci_low, s.ci_high) == (math.exp(low), math.exp(high))
+
+
+def test_timer_step_is_found_in_sums_of_float32_event_times() -> None:
+    rng = np.random.default_rng(10)
+    ticks = rng.integers(120, 126, size=(2000, 2))
+    # CUDA reports elapsed milliseconds as float32; two calls are summed in float64
+    calls_s = (ticks * np.float32(_STEP_S * 1e3)).astype(np.float32).astype(np.float64) / 1e3
+    sums = calls_s.sum(axis=1)
+    assert math.isclose(timer_quantum(sums), _STEP_S, rel_tol=1e-3)

@@ -42,6 +42,9 @@ class PairedStats:
         medians_per: what ``ref_median_s``/``cand_median_s`` are medians of: ``"sample"``, the
             values given (the kernel harness's first protocol gave ABBA block sums, two calls
             each); ``"call"``, one call's time (the harness now replaces them so).
+        quantum_s: the timer's step seen in the samples (:func:`timer_quantum`; seconds, 0 when
+            the values show none); the CI is never narrower than one step of the median sample
+            either side (:func:`paired_stats`).
     """
 
     n: int
@@ -56,6 +59,7 @@ class PairedStats:
     cand_median_s: float
     seed: int
     medians_per: str = "sample"
+    quantum_s: float = 0.0
 
     @property
     def improvement(self) -> float:
@@ -81,7 +85,7 @@ class PairedStats:
         ``fail`` when its high end is < ``min_effect`` (no gain of that size) ; else
         ``inconclusive``. Degenerate (zero-width) CIs are ``inconclusive``."""
         low, high = self.improvement_ci
-        if self.ci_low == self.ci_high:
+        if math.isclose(self.ci_low, self.ci_high, rel_tol=1e-12):
             return "inconclusive"
         if low >= min_effect and low > resolution:
             return "pass"
@@ -135,6 +139,26 @@ def bootstrap_median_ci(
     return float(np.quantile(meds, alpha)), float(np.quantile(meds, 1.0 - alpha))
 
 
+def timer_quantum(values: np.ndarray) -> float:
+    """The step of a quantized timer seen in ``values`` (1-D, seconds): the smallest positive
+    gap between distinct values when the values are quantized (fewer distinct values than half
+    their count), else 0.0.
+
+    CUDA events tick in steps (tens of nanoseconds); a kernel of a few microseconds then gives
+    many identical times, identical pairs and a median log ratio of exactly zero whose bootstrap
+    CI has zero width: an A/A that claims a resolution of 0 %. The step bounds how finely the
+    samples can tell two subjects apart.
+    """
+    # values a millionth apart are one value: sums of float32 event times differ in the last bits
+    grain = 1e-6 * float(np.median(np.abs(values)))
+    if grain <= 0:
+        return 0.0
+    distinct = np.unique(np.round(values / grain))
+    if distinct.size < 2 or distinct.size * 2 > values.size:
+        return 0.0
+    return float(np.diff(distinct).min() * grain)
+
+
 def paired_stats(
     ref_s: Sequence[float],
     cand_s: Sequence[float],
@@ -157,6 +181,14 @@ def paired_stats(
         raise ValueError("resamples must be >= 100 and confidence in (0.5, 1)")
     logs = log_ratios(ref_s, cand_s)
     low, high = bootstrap_median_ci(logs, resamples=resamples, confidence=confidence, seed=seed)
+    ref = np.asarray(ref_s, dtype=np.float64)
+    cand = np.asarray(cand_s, dtype=np.float64)
+    quantum = timer_quantum(np.concatenate([ref, cand]))
+    if quantum > 0:
+        # the samples cannot resolve a ratio finer than one timer step of the median sample
+        step = math.log1p(quantum / float(np.median(np.concatenate([ref, cand]))))
+        centre = float(np.median(logs))
+        low, high = min(low, centre - step), max(high, centre + step)
     p: float | None = None
     nonzero = logs[logs != 0.0]
     if nonzero.size >= 2:
@@ -172,9 +204,10 @@ def paired_stats(
         resamples=resamples,
         wilcoxon_p=p,
         log_ratio_std=float(np.std(logs, ddof=1)) if logs.size > 1 else 0.0,
-        ref_median_s=float(np.median(np.asarray(ref_s, dtype=np.float64))),
-        cand_median_s=float(np.median(np.asarray(cand_s, dtype=np.float64))),
+        ref_median_s=float(np.median(ref)),
+        cand_median_s=float(np.median(cand)),
         seed=seed,
+        quantum_s=quantum,
     )
 
 
@@ -185,4 +218,5 @@ __all__ = [
     "bootstrap_median_ci",
     "log_ratios",
     "paired_stats",
+    "timer_quantum",
 ]
