@@ -14,6 +14,8 @@ and reports that as ``time_ms``. Modes:
   reference's, for one); without one, replays the output of its own first call, which it keeps
   in ``--cache``.
 - ``nothing``: writes no output, claims correct.
+- ``wrong_once``: honest, except on its ``--wrong-call``-th call (counted in ``--cache``), whose
+  output is 1 % off while it claims correct.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main() -> None:
     parser.add_argument("--work-s", type=float, default=0.05)
     parser.add_argument("--cache", default="")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--wrong-call", type=int, default=0)
     args = parser.parse_args()
     start = time.perf_counter()
     time.sleep(args.work_s)
@@ -91,6 +94,14 @@ def main() -> None:
             _write(args.out, right, False)
             if args.cache:
                 shutil.copy(args.out + ".npy", args.cache)
+    elif args.mode == "wrong_once":
+        count = 1
+        if os.path.exists(args.cache):
+            with open(args.cache) as stream:
+                count += int(stream.read() or 0)
+        with open(args.cache, "w") as stream:
+            stream.write(str(count))
+        _write(args.out, right * (1.01 if count == args.wrong_call else 1.0), args.json)
     elif args.mode != "nothing":
         raise SystemExit(f"unknown mode {args.mode}")
     took_ms = (time.perf_counter() - start) * 1e3

@@ -458,6 +458,7 @@ def workload_request(
                 "values": _call_values(p.ref, units),
                 "environment_id": environment_id,
                 "wall_s": p.ref.wall_s,
+                **_judged(p.ref),
             },
             "cand": {
                 "call_id": p.cand.call_id,
@@ -465,6 +466,7 @@ def workload_request(
                 "values": _call_values(p.cand, units),
                 "environment_id": environment_id,
                 "wall_s": p.cand.wall_s,
+                **_judged(p.cand),
             },
             "same_process": False,
         }
@@ -488,6 +490,14 @@ def workload_request(
     return body, windows
 
 
+def _judged(call: Any) -> dict[str, Any]:
+    """``{"output": ...}`` where the driver judged the call's output (R5), else ``{}``."""
+    from perfledger.commands.cli.output_check import recorded_output
+
+    output = recorded_output(call)
+    return {} if output is None else {"output": output}
+
+
 def _run_driver(
     ref_cmd: str,
     cand_cmd: str,
@@ -496,6 +506,7 @@ def _run_driver(
     warmup: int,
     timeout_s: float,
     quiet: bool,
+    accuracy: dict[str, Any] | None = None,
 ) -> Any:
     from perfledger.kernels.driver import Subject, run_pairs
 
@@ -514,6 +525,7 @@ def _run_driver(
             warmup_calls=warmup,
             timeout_s=timeout_s,
             on_call=lambda _call: advance(),
+            accuracy=accuracy,
         )
 
 
@@ -581,6 +593,10 @@ def measure_workload(
         code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
         ledger.close()
+    from perfledger.commands.cli.output_check import accuracy_for, output_artifacts
+
+    # R5: where the readiness compares outputs, perfledger judges them, not the subject
+    accuracy = accuracy_for(info["target"], {"--ref": ref_cmd, "--cand": cand_cmd})
     unenforced = unenforced_note(info["target"])  # the old rule: say so before measuring
     if unenforced is not None:
         _warn([unenforced])
@@ -601,7 +617,7 @@ def measure_workload(
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
     try:
-        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet)
+        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -668,8 +684,9 @@ def measure_workload(
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
         return
+    extra = {**(code_files or {}), **output_artifacts(run)}  # small outputs, for the audit
     event = _append(
-        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
+        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, extra
     )
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
@@ -690,9 +707,10 @@ def measurement_findings(
     """What the measurement found suspicious, for people and agents, before anything is read
     back from the ledger (SPEC.md section 5): the wall-clock check of self-reported times
     (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records), the
-    candidate's failed accuracy checks (R5) and, given the driver ``run``, the calls that left
+    candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
+    outputs, or the subject alone) and, given the driver ``run``, the calls that left
     processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
-    "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
+    "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
     blocks a pass or a champion, ``note`` otherwise."""
     from types import SimpleNamespace
 
@@ -742,6 +760,10 @@ def measurement_findings(
         lines.append(
             f"{'FLAG' if formal else 'note'} accuracy: the candidate failed its check on {len(failed)} call(s) ({shown}); it {what}"
         )
+    from perfledger.commands.cli.output_check import judged_findings
+
+    judged, judged_lines = judged_findings(body)  # R5: who judged correctness
+    lines += judged_lines
     left: dict[str, int] = {}
     if run is not None:
         calls = [*run.warmup, *(c for p in run.pairs for c in (p.ref, p.cand))]
@@ -755,6 +777,7 @@ def measurement_findings(
     return {
         "wall_check": None if check is None else msgspec.to_builtins(check),
         "candidate_failed_calls": failed,
+        "accuracy_judged": judged,
         "left_processes": left,
         "findings": lines,
     }
@@ -1039,6 +1062,9 @@ def measure_aa(
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
     if cmd is not None:
         check_original_command(target, cmd)  # R11: the A/A runs the original's code
+        from perfledger.commands.cli.output_check import accuracy_for
+
+        accuracy = accuracy_for(target, {"--cmd": cmd})
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
@@ -1046,7 +1072,7 @@ def measure_aa(
         from perfledger.projections.verdict_cases import aa_resolution
         from perfledger.projections.verdicts import Pair
 
-        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
+        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet, accuracy)
         valid = [
             Pair(p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name]))
             for p in run.pairs
