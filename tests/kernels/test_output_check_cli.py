@@ -259,3 +259,21 @@ def test_raw_table_whose_call_claims_correct_despite_its_output_check_is_a_misma
     samples["pairs"][0]["cand"]["correct"] = True  # ...in the table and in the samples
     found = raw_table_mismatch(samples, msgspec.json.encode(table), bound=False)
     assert found is not None and "only when its own check and its output check hold" in found
+
+
+def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    _ready(ledger)
+    with Ledger.open(ledger) as opened:
+        head = opened.head()
+    out = _cli(ledger, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+               "--ref", _cmd(), "--cand", _cmd("--mode", "wrong"), "--pairs", "5", "--warmup",
+               "0", "--no-monitor", "--dry-run", "--json", "--quiet")  # fmt: skip
+    result = json.loads(out.stdout)
+    assert result["accuracy_judged"]["by_perfledger"] == 10
+    assert len(result["accuracy_judged"]["output_mismatches"]) == 5
+    # the wall-clock check is the one samples.record derives (decided on the head, not appended)
+    assert result["wall_check"]["method"] == "wall_v1"
+    assert all(not p["cand"]["correct"] for p in result["request"]["pairs"])
+    with Ledger.open(ledger) as opened:
+        assert opened.head() == head

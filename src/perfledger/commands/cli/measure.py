@@ -678,9 +678,12 @@ def measure_workload(
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
     )
     _warn(result["warnings"])
-    findings = measurement_findings(body, info["target"], stage, run)
-    result.update(findings)
     if dry_run:
+        # the decider's own wall-clock check, decided on the head and not appended
+        wall_check, refusal = _previewed_wall_check(ctx, body, actor)
+        findings = measurement_findings(body, stage, run, wall_check)
+        findings["findings"] += [f"note dry run: {refusal}"] if refusal else []
+        result.update(findings)
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
         return
@@ -688,6 +691,9 @@ def measure_workload(
     event = _append(
         ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, extra
     )
+    # what samples.record derived and recorded is what is shown: one wall-clock check
+    findings = measurement_findings(body, stage, run, _recorded_wall_check(event.payload))
+    result.update(findings)
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
     if code is not None:
@@ -701,30 +707,51 @@ def measure_workload(
     _answer(ctx, result, lines)
 
 
+def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
+    """The wall-clock check ``samples.record`` would derive for ``body`` on the current head
+    (nothing appended), and '' ; or ``(None, why)`` when the decision would be refused."""
+    from perfledger.commands.registry.operations import preview
+    from perfledger.errors import PerfledgerError
+
+    ledger = ctx.open()
+    try:
+        drafts = preview(ledger, "samples.record", body, actor=_actor(actor))
+    except PerfledgerError as exc:
+        rule = f"{exc.rule}: " if getattr(exc, "rule", None) else ""
+        return None, f"samples.record would refuse these samples: {rule}{exc.message}"
+    finally:
+        ledger.close()
+    return _recorded_wall_check(drafts[0].payload), ""
+
+
+def _recorded_wall_check(payload: Any) -> Any:
+    """The WallCheck of a decided SamplesRecorded payload (a Struct, or its builtins), or None."""
+    import msgspec
+
+    from perfledger.events.workflow import WallCheck
+
+    check = payload.get("wall_check") if isinstance(payload, dict) else payload.wall_check
+    return msgspec.convert(check, WallCheck) if isinstance(check, dict) else check
+
+
 def measurement_findings(
-    body: dict[str, Any], target: Any, stage: str, run: Any = None
+    body: dict[str, Any], stage: str, run: Any = None, wall_check: Any = None
 ) -> dict[str, Any]:
-    """What the measurement found suspicious, for people and agents, before anything is read
-    back from the ledger (SPEC.md section 5): the wall-clock check of self-reported times
-    (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records), the
+    """What the measurement found suspicious, for people and agents, when ``measure`` returns
+    (SPEC.md section 5): the wall-clock check of self-reported times as ``samples.record``
+    derived it (``wall_check``: the decided payload's
+    :class:`~perfledger.events.workflow.WallCheck`, None where no driver timed the calls;
+    computed once, by the decider, :mod:`perfledger.kernels.wall_check`), the
     candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
     outputs, or the subject alone) and, given the driver ``run``, the calls that left
     processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
     "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
     blocks a pass or a champion, ``note`` otherwise."""
-    from types import SimpleNamespace
-
     import msgspec
 
-    from perfledger.kernels.wall_check import check_pairs, directions_of, unresolved_cases
+    from perfledger.kernels.wall_check import unresolved_cases
 
-    def ns(side: dict[str, Any]) -> Any:
-        return SimpleNamespace(**side)
-
-    pairs = [
-        SimpleNamespace(case=p["case"], ref=ns(p["ref"]), cand=ns(p["cand"])) for p in body["pairs"]
-    ]
-    check = check_pairs(pairs, body["units"], directions_of(target.definition))
+    check = wall_check
     lines: list[str] = []
     formal = stage in FORMAL_STAGES
     if check is not None:
