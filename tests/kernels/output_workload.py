@@ -14,6 +14,9 @@ and reports that as ``time_ms``. Modes:
   reference's, for one); without one, replays the output of its own first call, which it keeps
   in ``--cache``.
 - ``nothing``: writes no output, claims correct.
+- ``jitter``: the right output times ``1 + u * 1e-9``, ``u`` drawn afresh each call: not
+  deterministic.
+- ``fifo``: puts a named pipe at the output path (a reader that opens it would wait for ever).
 - ``wrong_once``: honest, except on its ``--wrong-call``-th call (counted in ``--cache``), whose
   output is 1 % off while it claims correct.
 """
@@ -94,6 +97,10 @@ def main() -> None:
             _write(args.out, right, False)
             if args.cache:
                 shutil.copy(args.out + ".npy", args.cache)
+    elif args.mode == "jitter":
+        _write(args.out, right * (1 + np.random.default_rng().random() * 1e-9), args.json)
+    elif args.mode == "fifo":
+        os.mkfifo(args.out)
     elif args.mode == "wrong_once":
         count = 1
         if os.path.exists(args.cache):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,22 @@ def test_output_larger_than_the_limit_is_an_incorrect_call(
     assert not run.pairs[0].cand.correct and "more than the" in run.pairs[0].cand.output["reason"]
 
 
+def test_cheat_named_pipe_at_the_output_path_is_incorrect_and_does_not_block() -> None:
+    started = time.monotonic()
+    run = _run(["--mode", "fifo"], pairs=1)
+    assert time.monotonic() - started < 30
+    assert not run.pairs[0].cand.correct
+    assert "not a regular file" in run.pairs[0].cand.output["reason"]
+
+
+def test_output_symlink_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.npy"
+    target.write_bytes(_npy(np.zeros(2)))
+    (tmp_path / "output").symlink_to(target)
+    read = outputs.read_output(str(tmp_path / "output"))
+    assert read.data is None and "cannot be opened" in read.error
+
+
 def test_reference_without_output_is_the_references_failure() -> None:
     run = _run([], ref=["--mode", "nothing"], pairs=1)
     pair = run.pairs[0]
@@ -167,6 +184,22 @@ def test_npz_archives_compare_every_named_array() -> None:
     assert outputs.compare(ref, npz(x=np.arange(3.0), y=np.ones(2)), "exact") == ""
     assert "array 'y'" in outputs.compare(ref, npz(x=np.arange(3.0), y=np.zeros(2)), "exact")
     assert "arrays" in outputs.compare(ref, npz(x=np.arange(3.0)), "exact")
+
+
+def test_npz_that_inflates_beyond_the_limit_and_deep_json_are_unreadable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, x=np.zeros(100_000))  # ~1 kB on disk, 800 kB inflated
+    monkeypatch.setattr(outputs, "NPZ_MAX_INFLATED_BYTES", 100_000)
+    assert "inflates to" in outputs.compare(buf.getvalue(), buf.getvalue(), "exact")
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert "unreadable" in outputs.compare(deep, deep, "exact")
+
+
+def test_identical_outputs_holding_nan_do_not_match() -> None:
+    same = outputs.Output(_npy(np.array([np.nan])), "ab" * 32, 136)
+    assert "differ" in outputs.judge_pair(same, same, "allclose", 1e-3, 1e-3)
 
 
 def test_unreadable_output_and_object_arrays_are_mismatches() -> None:

@@ -277,3 +277,17 @@ def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path:
     assert all(not p["cand"]["correct"] for p in result["request"]["pairs"])
     with Ledger.open(ledger) as opened:
         assert opened.head() == head
+
+
+def test_measure_aa_says_when_the_originals_outputs_differ_from_its_own(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    _ready(ledger)
+    out = _cli(ledger, tmp_path, "measure", "aa", "--target", "t1", "--cmd",
+               _cmd("--mode", "jitter"), "--runs", "3", "--json", "--quiet",
+               check=False)  # fmt: skip
+    assert out.returncode != 0
+    error = json.loads(out.stdout)["error"]
+    assert "outputs of the same case and seed differ" in error["hint"]
+    honest = _cli(ledger, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(),
+                  "--runs", "3", "--json", "--quiet")  # fmt: skip
+    assert json.loads(honest.stdout)["repeats"] == 3

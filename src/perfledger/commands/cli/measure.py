@@ -1087,6 +1087,7 @@ def measure_aa(
     primary = target.definition.primary
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
+    aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
     if cmd is not None:
         check_original_command(target, cmd)  # R11: the A/A runs the original's code
         from perfledger.commands.cli.output_check import accuracy_for
@@ -1111,10 +1112,23 @@ def measure_aa(
         ]
         counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
         short = {c: n for c, n in counts.items() if n < 2}
+        # R5: the original against itself on the same seed must give matching outputs
+        unequal = [p.cand for p in run.pairs if p.cand.output and not p.cand.output["ok"]]
+        aa_notes = (
+            [
+                f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed "
+                f"differ ({unequal[0].call_id}: {unequal[0].output['reason']}); its accuracy "
+                "rule is too strict for a workload that is not deterministic (allclose with a "
+                "tolerance), or it does not draw its inputs from {seed} alone"
+            ]
+            if unequal
+            else []
+        )
         if short:
             raise MeasurementError(
                 f"A/A needs at least 2 valid pairs in every case, got {short}",
-                hint=f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
+                hint=" ".join(aa_notes)
+                or f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
             )
         # R4: every case gets its own resolution, and the Target's is the noise of the
         # aggregate a verdict derives (its statistic and aggregation, R12)
@@ -1210,6 +1224,8 @@ def measure_aa(
     if record:
         resolution_refusal(resolution, per_case, target, accept_resolution)
     result["warnings"] = resolution_warnings(resolution, target, record)
+    if cmd is not None:
+        result["warnings"] += aa_notes
     _warn(result["warnings"])
     if record:
         event = _append(
