@@ -194,6 +194,11 @@ def test_readiness_judged_by_the_subject_alone_is_warned_about_not_refused(
     request.write_text(json.dumps(_readiness(env, accuracy=EXACT)))
     out = _cli(ledger, tmp_path, "readiness", "record", "--request", str(request))
     assert "no {output} place" not in out.stderr  # the taught default
+    assert "no {seed} place" not in out.stderr
+    unseeded = {"argv": [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "1"]}
+    request.write_text(json.dumps(_readiness(env, accuracy=EXACT, driver=unseeded)))
+    out = _cli(ledger, tmp_path, "readiness", "record", "--request", str(request))
+    assert "warning: the driver declares {output} but no {seed} place" in out.stderr
 
 
 def test_measure_refuses_a_command_without_the_output_place_the_readiness_declares(

@@ -14,6 +14,9 @@ import click
 from perfledger.commands.workflow.output_rules import compared, declares_output
 from perfledger.errors import BadRequest
 
+#: The driver's per-pair seed placeholder (:data:`perfledger.kernels.outputs.SEED_PLACEHOLDER`).
+SEED_PLACEHOLDER = "{seed}"
+
 #: The keys of a call's output check recorded in the samples (``OutputCheck``).
 RECORDED_KEYS = ("method", "compare", "blake3", "size", "ok", "reason")
 
@@ -101,14 +104,24 @@ def judged_findings(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 def readiness_warning(body: Any) -> str | None:
     """The warning for a readiness request whose workload correctness would be judged by the
     subject alone: a driver without an ``{output}`` place and no ``accuracy.compare:
-    self_reported`` stating that outputs cannot be compared. None otherwise (or for a body
-    that is not a workload readiness)."""
+    self_reported`` stating that outputs cannot be compared; or with ``{output}`` but no
+    ``{seed}``, so that every pair's expected output is the same (a candidate could replay one
+    it computed once). None otherwise (or for a body that is not a workload readiness)."""
     if not isinstance(body, dict):
         return None
     driver = body.get("driver")
     argv = driver.get("argv") if isinstance(driver, dict) else None
-    if not isinstance(argv, list) or declares_output([str(w) for w in argv]):
+    if not isinstance(argv, list):
         return None
+    if declares_output([str(w) for w in argv]):
+        if any(SEED_PLACEHOLDER in str(w) for w in argv):
+            return None
+        return (
+            "the driver declares {output} but no {seed} place: every pair's inputs, and so its "
+            "expected output, are the same, and a candidate that replays an output it computed "
+            "once is not caught by the comparison; draw the inputs from {seed} (a fresh seed "
+            "per pair, the same for both calls) where the workload allows it"
+        )
     accuracy = body.get("accuracy")
     if isinstance(accuracy, dict) and accuracy.get("compare") == "self_reported":
         return None
