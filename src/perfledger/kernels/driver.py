@@ -553,11 +553,13 @@ def run_pairs(
 
     def call(label: str, case: str, tag: str, seed: str | None) -> tuple[CallResult, Any]:
         place = outputs.OutputPlace() if checked else None
-        out = run_call(
-            subjects[label], case=case, call_id=f"{label}-{case}-{tag}", timeout_s=timeout_s,
-            output_path=None if place is None else place.path, seed=seed,
-        )  # fmt: skip
-        written = None if place is None else place.collect()
+        try:
+            out = run_call(
+                subjects[label], case=case, call_id=f"{label}-{case}-{tag}", timeout_s=timeout_s,
+                output_path=None if place is None else place.path, seed=seed,
+            )  # fmt: skip
+        finally:  # read and removed once the call's processes are gone, even when interrupted
+            written = None if place is None else place.collect()
         if on_call is not None:
             on_call(out)
         return out, written

@@ -709,7 +709,7 @@ def measure_workload(
 
 def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
     """The wall-clock check ``samples.record`` would derive for ``body`` on the current head
-    (nothing appended), and '' ; or ``(None, why)`` when the decision would be refused."""
+    (nothing appended) and ``""``; or ``(None, why)`` when the decision would be refused."""
     from perfledger.commands.registry.operations import preview
     from perfledger.errors import PerfledgerError
 
@@ -745,8 +745,8 @@ def measurement_findings(
     candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
     outputs, or the subject alone) and, given the driver ``run``, the calls that left
     processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
-    "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
-    blocks a pass or a champion, ``note`` otherwise."""
+    "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts
+    with ``FLAG`` when it blocks a pass or a champion, ``note`` otherwise."""
     import msgspec
 
     from perfledger.kernels.wall_check import unresolved_cases
