@@ -76,6 +76,7 @@ def _cmd(*extra: str) -> str:
 
 
 def _measure(path: Path, tmp: Path, stage: str, ref: str, cand: str) -> str:
+    """``measure workload`` of e1 at ``stage`` (5 pairs of the one case); its printed answer."""
     monitor = ["--no-monitor"] if stage == "screen" else [
         "--monitor", "host", "--explain-foreign", "other tenants of a shared CI host"]  # fmt: skip
     return _cli(path, tmp, "measure", "workload", "--experiment", "e1", "--stage", stage,
@@ -90,7 +91,9 @@ def _select(tmp: Path) -> str:
     return str(path)
 
 
-def test_measure_workload_judges_outputs_records_them_and_audits_clean(tmp_path: Path) -> None:
+def test_measure_workload_judges_outputs_records_them_and_a_wrong_final_audit_fails(
+    tmp_path: Path,
+) -> None:
     ledger = tmp_path / "ledger"
     _ready(ledger)
     ref, cand = _cmd("--work-s", "0.2"), _cmd("--work-s", "0.05")  # faster, same output
@@ -113,6 +116,17 @@ def test_measure_workload_judges_outputs_records_them_and_audits_clean(tmp_path:
     assert verdict["status"] == "pass", verdict
     _reconcile(ledger, "e1")  # whether the result left the claim's interval is not under test
     _cli(ledger, tmp_path, "champion", "select", "--request", _select(tmp_path))
+    # the final audit: the champion's output is wrong on its second call (R5: it fails)
+    wrong_once = _cmd("--work-s", "0.05", "--mode", "wrong_once", "--wrong-call", "2",
+                      "--cache", str(tmp_path / "count"))  # fmt: skip
+    printed = _measure(ledger, tmp_path, "final_audit", ref, wrong_once)
+    assert "FLAG accuracy: the candidate failed its check on 1 call(s)" in printed
+    final = json.loads(_cli(ledger, tmp_path, "final-audit", "record", "--target", "t1",
+                            "--samples", "e1-final_audit-1", "--json").stdout)["payload"]  # fmt: skip
+    assert final["status"] == "fail"
+    assert any(
+        n.startswith("R5: the champion failed its accuracy check on 1") for n in final["notes"]
+    )
     audit = json.loads(_cli(ledger, tmp_path, "audit", "--json").stdout)
     assert audit["ok"] is True and audit["findings"] == []
 

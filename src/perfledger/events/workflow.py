@@ -1070,6 +1070,10 @@ R5_BOUND_RAW_TABLE = 3
 #: Target whose readiness compares outputs must carry every call's output check (R5,
 #: :mod:`perfledger.commands.workflow.output_rules`).
 R5_JUDGED_OUTPUTS = 4
+#: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
+#: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
+#: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
+R5_FINAL_AUDIT_ACCURACY = 4
 #: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema version from which verdicts are
 #: derived by ``per_case/v2`` (a case that lost more than the minimum effect cannot be outvoted,
 #: R12) and foreign activity on more than a share of a formal stage's pairs keeps it from
@@ -1096,7 +1100,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 SCHEMA_VERSIONS = {
     "SamplesRecorded": R5_JUDGED_OUTPUTS,
     "VerdictRecorded": PER_CASE_V2,
-    "FinalAuditRecorded": PER_CASE_V2,
+    "FinalAuditRecorded": R5_FINAL_AUDIT_ACCURACY,
     "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
     "ReadinessRecorded": R11_WHOLE_SUBJECT,

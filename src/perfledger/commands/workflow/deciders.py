@@ -31,6 +31,7 @@ from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
     PER_CASE_V2,
+    R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
@@ -1040,7 +1041,8 @@ def decide_final_audit_record(
 ) -> list[EventDraft]:
     """``final-audit.record`` (R13, R12, R17): derive the final audit of the champion against the
     original: ``pass`` when the primary passes with every guardrail, ``fail`` when the primary
-    fails or a guardrail fails, else ``inconclusive``."""
+    fails or a guardrail fails, or (schema 4 on) the champion failed its accuracy check on any
+    call (R5), else ``inconclusive``."""
     target = rules.r1_target_current(state, req.target_id)
     samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage != "final_audit" or samples.target_id != req.target_id:
@@ -1065,6 +1067,16 @@ def decide_final_audit_record(
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
         status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
+    if (
+        rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
+        and samples.cand_failures
+    ):
+        # R5: the champion's correctness failure in its final audit is disqualifying
+        notes.append(
+            f"R5: the champion failed its accuracy check on {samples.cand_failures} call(s) of "
+            "its final audit"
+        )
+        status = "fail"
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
