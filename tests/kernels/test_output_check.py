@@ -72,7 +72,17 @@ def test_cheat_candidate_writing_the_reference_output_file_of_an_earlier_call(
     seeds = [p.ref.seed for p in run.pairs]
     assert len(set(seeds)) == len(seeds)  # no two pairs draw the same inputs
     assert all(p.cand.seed == p.ref.seed for p in run.pairs)  # both calls the same inputs
-    assert not list(Path(outputs.tempfile.gettempdir()).glob("perfledger-out-*/output*"))
+
+
+def test_an_output_place_is_private_fresh_and_removed_once_read() -> None:
+    first, second = outputs.OutputPlace(), outputs.OutputPlace()
+    assert first.directory != second.directory
+    assert oct(Path(first.directory).stat().st_mode & 0o777) == "0o700"
+    Path(first.path + ".npy").write_bytes(_npy(np.arange(3.0)))
+    read = first.collect()
+    assert read.data is not None and read.size == len(read.data)
+    assert not Path(first.directory).exists()
+    assert "wrote no output" in second.collect().error and not Path(second.directory).exists()
 
 
 def test_cheat_candidate_writing_no_output_is_incorrect() -> None:
