@@ -8,6 +8,10 @@ print one JSON object::
 
     {"correct": true, "metrics": {"cpu_ms": [...], "wall_ms": [...]}, "detail": {...}}
 
+With ``--out PATH`` (the readiness driver's ``{output}`` place) the call also writes the output of
+its checked call there (``numpy.save``), and the driver, not this process, compares it with the
+reference's output of the same pair (docs/measurement.md, "Outputs judged by perfledger").
+
 ``cpu_ms`` is this process's CPU time per call (``time.process_time``, milliseconds): on a busy
 machine it excludes the time the process waited for a core, which ``wall_ms`` includes.
 
@@ -109,14 +113,18 @@ def check(out: np.ndarray, ref: np.ndarray) -> tuple[bool, float]:
     return err <= RTOL, err
 
 
-def measure(impl: str, case: str, repeats: int, code: str | None = None) -> dict[str, object]:
-    """One driver call (of ``impls/<impl>.py``, or of ``CODE/softmax.py``): correctness first,
-    then ``repeats`` timed calls."""
+def measure(
+    impl: str, case: str, repeats: int, code: str | None = None, out_path: str | None = None
+) -> dict[str, object]:
+    """One driver call (of ``impls/<impl>.py``, or of ``CODE/softmax.py``): correctness first
+    (its output written to ``out_path`` when given), then ``repeats`` timed calls."""
     module = load(impl, code)
     x = make_input(case)
     before = hashlib.sha256(x.tobytes()).hexdigest()
     out = module.softmax(x)
     correct, err = check(out, reference(x))
+    if out_path is not None:  # for the driver's own comparison (R5)
+        np.save(out_path, np.asarray(out))
     correct = correct and hashlib.sha256(x.tobytes()).hexdigest() == before  # inputs untouched
     cpu_ms: list[float] = []
     wall_ms: list[float] = []
@@ -216,6 +224,7 @@ def main() -> int:
     parser.add_argument("--hash", metavar="IMPL")
     parser.add_argument("--profile", metavar="IMPL")
     parser.add_argument("--memory", metavar="IMPL")
+    parser.add_argument("--out", metavar="PATH", help="write the checked output here (.npy)")
     args = parser.parse_args()
     if args.test_set:
         result: dict[str, object] = test_set()
@@ -229,7 +238,7 @@ def main() -> int:
         if args.case not in CASES:
             print(f"unknown case {args.case!r}; cases: {list(CASES)}", file=sys.stderr)
             return 2
-        result = measure(args.impl, args.case, args.repeats, args.code)
+        result = measure(args.impl, args.case, args.repeats, args.code, args.out)
     print(json.dumps(result))
     return 0
 

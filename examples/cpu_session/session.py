@@ -65,8 +65,9 @@ ACTOR = "cpu-session-agent"
 #: The Target's modification scope, relative to a code directory (a subject, R11): each version
 #: of the code is a directory holding ``softmax.py`` (a copy of one of ``impls/``).
 SCOPE = "softmax.py"
-#: The readiness driver: ``{subject}`` is where a code directory goes (R11).
-DRIVER = [sys.executable, "examples/cpu_session/run.py", "--code", "{subject}"]
+#: The readiness driver: ``{subject}`` is where a code directory goes (R11), ``{output}`` where
+#: each call writes its output, which perfledger compares with the reference's (R5).
+DRIVER = [sys.executable, "examples/cpu_session/run.py", "--code", "{subject}", "--out", "{output}"]
 EXPLAIN_FOREIGN = (
     "other processes on a shared host; the primary cpu_ms is this process's own CPU time "
     "(time.process_time), which excludes time spent waiting for a core"
@@ -241,6 +242,9 @@ class Session:
                              "numpy.longdouble reference; inputs unchanged",
             "driver": {"argv": DRIVER,
                        "env": {"OMP_NUM_THREADS": "1"}},
+            # perfledger compares each candidate output with the original's (R5): both are
+            # within 1e-12 of the extended-precision reference, so within 2e-12 of each other
+            "accuracy": {"compare": "allclose", "rtol": 1e-11, "atol": 0.0},
             "environment": env["readiness_environment"],
             # the primary is this process's own CPU time, which other processes on a shared
             # host do not move: formal stages may pass with that explanation (R17), declared

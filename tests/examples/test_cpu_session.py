@@ -91,6 +91,12 @@ def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
             identity = opened.payload(samples[sid]["event_id"]).identity
             assert identity.changed_paths == ("softmax.py",)
             assert "examples/cpu_session/run.py" in identity.candidate.driver
+        # perfledger, not the workload, judged every call's output (R5): e3's float32 output
+        # differs from the original's beyond the readiness's rtol on every call
+        e1 = opened.payload(samples["e1-screen"]["event_id"]).pairs
+        e3 = opened.payload(samples["e3-screen"]["event_id"]).pairs
+        assert all(p.cand.output.ok and p.cand.output.compare == "allclose" for p in e1)
+        assert all(not p.cand.output.ok and "rtol=1e-11" in p.cand.output.reason for p in e3)
 
     # the report exists and the ledger is a sound git repository
     page = (workdir / "report.html").read_text()

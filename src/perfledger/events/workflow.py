@@ -224,6 +224,19 @@ class Statistics(_Part, kw_only=True):
     allow_explained_foreign_activity: bool = False
 
 
+class Accuracy(_Part, kw_only=True):
+    """How a workload's outputs are judged (R5; SPEC.md section 5, "Workload driver"):
+    ``compare`` ``exact`` or ``allclose`` (the measuring process compares each candidate output
+    with the reference's of the same pair: ``|cand - ref| <= atol + rtol * |ref|``, NaN never
+    equal; :mod:`perfledger.kernels.outputs`), or ``self_reported`` (outputs cannot be compared:
+    the subject's own ``correct`` is all there is). ``rtol``: a ratio; ``atol``: in the output's
+    units."""
+
+    compare: Literal["exact", "allclose", "self_reported"]
+    rtol: float = 0.0
+    atol: float = 0.0
+
+
 class ReadinessRecorded(_Payload, kw_only=True):
     """Readiness of a Target (R2).
 
@@ -233,6 +246,8 @@ class ReadinessRecorded(_Payload, kw_only=True):
         missing_lineage: derived: environment fields that are missing or ``unknown`` (claims are
             narrowed to what is known).
         reports: evidence ids a diagnostic Target binds instead of a workload.
+        accuracy: how the measuring process judges the outputs (absent, not null, where the
+            readiness declares none, so readiness recorded before encodes as it did).
     """
 
     target_id: str
@@ -245,6 +260,7 @@ class ReadinessRecorded(_Payload, kw_only=True):
     reports: tuple[str, ...] = ()
     environment_id: str
     missing_lineage: tuple[str, ...] = ()
+    accuracy: Accuracy | msgspec.UnsetType = msgspec.UNSET
 
 
 class MetricAuditRecorded(_Payload, kw_only=True):
@@ -534,17 +550,41 @@ class Monitor(_Part, kw_only=True):
     flags: tuple[str, ...] = ()
 
 
+class OutputCheck(_Part, kw_only=True):
+    """A call's output as the measuring process judged it (R5; :mod:`perfledger.kernels.outputs`).
+
+    Attributes:
+        method: the rule's version (``outputs_v1``); compare: ``exact`` or ``allclose``.
+        self_correct: what the subject's own check said.
+        blake3: hex digest of the output file (None when there was none, or unreadable);
+            size: its bytes.
+        ok: the reference's output was usable; the candidate's matched the reference's of the
+            same pair. The call's ``correct`` is ``self_correct and ok``.
+        reason: why not ``ok`` ('' when ok).
+    """
+
+    method: str
+    compare: str
+    self_correct: bool
+    blake3: str | None = None
+    size: int | None = None
+    ok: bool
+    reason: str = ""
+
+
 class SubjectSample(_Part, kw_only=True):
     """One subject's result in one driver call: correctness and performance come from the same
     call (R11). ``values``: metric name -> samples in the metric's unit. ``wall_s``: the
     workload driver's own wall time of the call (seconds), against which self-reported times
-    are checked (:class:`WallCheck`); None where no driver timed the call."""
+    are checked (:class:`WallCheck`); None where no driver timed the call. ``output``: where
+    the driver judged the call's output (absent otherwise: correctness judged by the subject)."""
 
     call_id: str
     correct: bool
     values: dict[str, tuple[float, ...]]
     environment_id: str
     wall_s: float | None = None
+    output: OutputCheck | msgspec.UnsetType = msgspec.UNSET
 
 
 class PairRecord(_Part, kw_only=True):
@@ -1025,6 +1065,15 @@ R11_WHOLE_SUBJECT = 2
 #: The ``SamplesRecorded`` schema version from which measured samples must match their raw table
 #: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.workflow.raw_table`).
 R5_BOUND_RAW_TABLE = 3
+#: The ``SamplesRecorded`` schema version from which a call whose output the driver judged is
+#: correct only when its own check and the output comparison hold, and workload samples of a
+#: Target whose readiness compares outputs must carry every call's output check (R5,
+#: :mod:`perfledger.commands.workflow.output_rules`).
+R5_JUDGED_OUTPUTS = 4
+#: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
+#: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
+#: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
+R5_FINAL_AUDIT_ACCURACY = 4
 #: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema version from which verdicts are
 #: derived by ``per_case/v2`` (a case that lost more than the minimum effect cannot be outvoted,
 #: R12) and foreign activity on more than a share of a formal stage's pairs keeps it from
@@ -1049,9 +1098,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": R5_BOUND_RAW_TABLE,
+    "SamplesRecorded": R5_JUDGED_OUTPUTS,
     "VerdictRecorded": PER_CASE_V2,
-    "FinalAuditRecorded": PER_CASE_V2,
+    "FinalAuditRecorded": R5_FINAL_AUDIT_ACCURACY,
     "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
     "ReadinessRecorded": R11_WHOLE_SUBJECT,

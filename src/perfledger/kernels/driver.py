@@ -12,6 +12,14 @@ whole of stdout)::
   of them (the call's repeated samples). NaN, Infinity, zero, negative or non-numbers fail the call.
 - ``detail`` (optional, any JSON): kept in the per-call table, never interpreted.
 
+Where a subject's argv holds ``{output}``, every call gets a fresh private path there (and in
+``$PERFLEDGER_OUTPUT``) and must write its output to it; ``{seed}`` (and ``$PERFLEDGER_SEED``)
+is a fresh unpredictable seed per pair, the same for both calls of the pair, which the command
+may use to draw its inputs. The driver then judges the candidate's output against the
+reference's of the same pair by the Target's accuracy rule (:mod:`perfledger.kernels.outputs`):
+a call is ``correct`` only when its own check *and* that comparison hold; ``self_correct`` keeps
+what the command said, ``output`` what it wrote and how it was judged.
+
 A call that exits non-zero, runs past its timeout (it and every descendant are killed), prints no
 JSON object, prints JSON of the wrong shape or non-finite values is a *failed call* with a reason
 (:data:`FAILURE_REASONS`); it is recorded, never raised. Correctness and metrics of one subject come
@@ -40,7 +48,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from perfledger.kernels.subject_env import influencing_environment
@@ -106,6 +114,12 @@ class CallResult:
         stdout_tail, stderr_tail: the last :data:`TAIL_CHARS` characters of each stream.
         ended_descendants: processes the command left behind (or, on timeout, had running) that
             the driver killed when the call ended.
+        seed: the ``{seed}`` the call was given (None when its argv declares none).
+        self_correct: the command's own accuracy verdict where the driver also judged its
+            output (then ``correct`` is both), None otherwise.
+        output: where the argv declares ``{output}``: what the call wrote (``blake3``, ``size``,
+            ``error``, ``stored``: the artifact name of small outputs) and how it was judged
+            (``ok``, ``reason``, ``method``, ``compare``); None otherwise.
     """
 
     subject: str
@@ -124,6 +138,9 @@ class CallResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     ended_descendants: int = 0
+    seed: str | None = None
+    self_correct: bool | None = None
+    output: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the call as JSON builtins (one row of the raw per-call table)."""
@@ -171,11 +188,14 @@ class DriverRun:
         pairs: every pair in the order it ran.
         warmup: warm-up calls (not paired, not part of any verdict).
         settings: the protocol settings used (recorded in the samples' metadata).
+        outputs: artifact name -> bytes of the outputs small enough to keep
+            (:data:`perfledger.kernels.outputs.STORE_MAX_BYTES`), paired calls only.
     """
 
     pairs: list[PairResult]
     warmup: list[CallResult]
     settings: dict[str, Any]
+    outputs: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def failed_calls(self) -> list[CallResult]:
@@ -330,7 +350,15 @@ class _Streams:
                 stream.close()
 
 
-def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 600.0) -> CallResult:
+def run_call(
+    subject: Subject,
+    *,
+    case: str,
+    call_id: str,
+    timeout_s: float = 600.0,
+    output_path: str | None = None,
+    seed: str | None = None,
+) -> CallResult:
     """Run ``subject`` once on ``case`` and parse its output (never raises for a bad command).
 
     Every process the call starts is ended by the time this returns, whatever session or process
@@ -348,15 +376,25 @@ def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 60
         case: the test case, substituted for ``{case}`` and passed as ``$PERFLEDGER_CASE``.
         call_id: the id recorded for this call.
         timeout_s: wall-clock limit in seconds (> 0).
-    Returns: the :class:`CallResult`.
+        output_path: put in place of ``{output}`` and passed as ``$PERFLEDGER_OUTPUT``.
+        seed: put in place of ``{seed}`` and passed as ``$PERFLEDGER_SEED``.
+    Returns: the :class:`CallResult` (its output is read and judged by :func:`run_pairs`).
     Raises: ValueError for a non-positive timeout.
     """
     from perfledger.kernels.proctree import CallTree
 
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    from perfledger.kernels import outputs
+
     argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
     env = {**os.environ, **subject.env, CASE_ENV: case}  # the case, never the role
+    if output_path is not None:
+        argv = [a.replace(outputs.OUTPUT_PLACEHOLDER, output_path) for a in argv]
+        env[outputs.OUTPUT_ENV] = output_path
+    if seed is not None:
+        argv = [a.replace(outputs.SEED_PLACEHOLDER, seed) for a in argv]
+        env[outputs.SEED_ENV] = seed
     with CallTree() as tree:
         start = time.monotonic()
         end = start
@@ -375,6 +413,7 @@ def run_call(subject: Subject, *, case: str, call_id: str, timeout_s: float = 60
                 start_s=start,
                 end_s=end,
                 wall_s=end - start,
+                seed=seed,
             )
             base.update(kw)
             return CallResult(**base)
@@ -470,6 +509,7 @@ def run_pairs(
     timeout_s: float = 600.0,
     warmup_calls: int = 1,
     on_call: Callable[[CallResult], None] | None = None,
+    accuracy: Mapping[str, Any] | None = None,
 ) -> DriverRun:
     """Run ``ref`` and ``cand`` interleaved in ABBA order over ``cases``.
 
@@ -484,32 +524,83 @@ def run_pairs(
         timeout_s: per-call wall-clock limit (seconds).
         warmup_calls: warm-up calls per subject and case (>= 0).
         on_call: called after each call (progress bars, monitors); its errors propagate.
+        accuracy: the Target's accuracy rule (``compare``: ``exact`` or ``allclose``, ``rtol``,
+            ``atol``), required when the subjects' argv declare ``{output}``: each pair's
+            candidate output is judged against its reference's (module docstring).
     Returns: the :class:`DriverRun`; failed calls are inside it, never raised.
-    Raises: ValueError for bad arguments.
+    Raises: ValueError for bad arguments (one subject declaring ``{output}`` and the other
+        not, or ``{output}`` without an accuracy rule that compares).
     """
     if not cases or len(set(cases)) != len(cases):
         raise ValueError("cases must be non-empty and distinct")
     if pairs_per_case < 1 or warmup_calls < 0:
         raise ValueError("pairs_per_case must be >= 1 and warmup_calls >= 0")
-    subjects = {"ref": ref, "cand": cand}
+    from perfledger.kernels import outputs
 
-    def call(label: str, case: str, tag: str) -> CallResult:
-        out = run_call(
-            subjects[label], case=case, call_id=f"{label}-{case}-{tag}", timeout_s=timeout_s
+    subjects = {"ref": ref, "cand": cand}
+    declared = [outputs.declares_output(s.argv) for s in (ref, cand)]
+    checked = all(declared)
+    if any(declared) and not checked:
+        raise ValueError("both subjects or neither must declare an {output} place")
+    rule = dict(accuracy or {})
+    if checked and rule.get("compare") not in ("exact", "allclose"):
+        raise ValueError(
+            "subjects that declare {output} need an accuracy rule that compares outputs "
+            "(compare: exact or allclose)"
         )
+    seeded = checked or any(outputs.SEED_PLACEHOLDER in a for s in (ref, cand) for a in s.argv)
+    kept: dict[str, bytes] = {}
+
+    def call(label: str, case: str, tag: str, seed: str | None) -> tuple[CallResult, Any]:
+        place = outputs.OutputPlace() if checked else None
+        try:
+            out = run_call(
+                subjects[label], case=case, call_id=f"{label}-{case}-{tag}", timeout_s=timeout_s,
+                output_path=None if place is None else place.path, seed=seed,
+            )  # fmt: skip
+        finally:  # read and removed once the call's processes are gone, even when interrupted
+            written = None if place is None else place.collect()
         if on_call is not None:
             on_call(out)
-        return out
+        return out, written
+
+    def judged(call: CallResult, written: Any, reason: str, keep: bool) -> CallResult:
+        """The call with its output judged: correct only when both checks hold (R5)."""
+        record = {
+            **written.to_json(), "ok": not reason, "reason": reason,
+            "method": outputs.METHOD, "compare": rule["compare"],
+        }  # fmt: skip
+        if keep and record["stored"] is not None:
+            kept[record["stored"]] = written.data
+        return replace(
+            call, self_correct=call.correct, correct=call.correct and not reason, output=record
+        )
+
+    def run_round(order: tuple[str, str], case: str, tag: str, keep: bool) -> dict[str, Any]:
+        seed = outputs.new_seed() if seeded else None  # one seed per pair: the same inputs
+        done = {label: call(label, case, tag, seed) for label in order}
+        if not checked:
+            return {label: result for label, (result, _w) in done.items()}
+        (ref_call, ref_out), (cand_call, cand_out) = done["ref"], done["cand"]
+        ref_reason = "" if ref_out.data is not None else f"output: {ref_out.error}"
+        cand_reason = outputs.judge_pair(
+            ref_out, cand_out, rule["compare"], float(rule.get("rtol", 0.0)),
+            float(rule.get("atol", 0.0)),
+        )  # fmt: skip
+        return {
+            "ref": judged(ref_call, ref_out, ref_reason, keep),
+            "cand": judged(cand_call, cand_out, cand_reason, keep),
+        }
 
     warmup: list[CallResult] = []
     for w, order in enumerate(abba_order(warmup_calls)):
         for case in cases:
-            for label in order:
-                warmup.append(call(label, case, f"w{w}"))
+            done = run_round(order, case, f"w{w}", keep=False)
+            warmup += [done[label] for label in order]
     pairs: list[PairResult] = []
     for k, order in enumerate(abba_order(pairs_per_case)):
         for case in cases:
-            done = {label: call(label, case, str(k)) for label in order}
+            done = run_round(order, case, str(k), keep=True)
             pairs.append(PairResult(case, k, order, done["ref"], done["cand"]))
     settings = {
         "protocol": "workload_abba",
@@ -523,7 +614,12 @@ def run_pairs(
         "environment": influencing_environment(),
         "subject_env": {"ref": dict(ref.env), "cand": dict(cand.env)},
     }
-    return DriverRun(pairs, warmup, settings)
+    if checked:  # who judged correctness, by which rule (R5)
+        settings["outputs"] = {
+            "method": outputs.METHOD, "accuracy": rule, "seeded": seeded,
+            "store_max_bytes": outputs.STORE_MAX_BYTES,
+        }  # fmt: skip
+    return DriverRun(pairs, warmup, settings, kept)
 
 
 __all__ = [

@@ -535,7 +535,18 @@ def _r5_unlike_raw_table(store: Any, event: RecordedEvent) -> str | None:
     except PerfledgerError as exc:
         return f"its raw table {provenance.raw_table!r} cannot be read: {exc.message}"
     bound = (event.envelope.schema or 1) >= BOUND_SCHEMA
-    mismatch = raw_table_mismatch(msgspec.to_builtins(event.payload), raw, bound=bound)
+
+    def read(name: str) -> bytes | None:  # kept outputs, compared again (R5)
+        if name not in event.envelope.artifacts:
+            return None
+        try:
+            return store.read_artifact(event.envelope.id, name)
+        except PerfledgerError:
+            return None
+
+    mismatch = raw_table_mismatch(
+        msgspec.to_builtins(event.payload), raw, bound=bound, read_artifact=read
+    )
     if mismatch is None:
         return None
     return f"its samples claim to be measured by perfledger, but {mismatch}"

@@ -458,6 +458,7 @@ def workload_request(
                 "values": _call_values(p.ref, units),
                 "environment_id": environment_id,
                 "wall_s": p.ref.wall_s,
+                **_judged(p.ref),
             },
             "cand": {
                 "call_id": p.cand.call_id,
@@ -465,6 +466,7 @@ def workload_request(
                 "values": _call_values(p.cand, units),
                 "environment_id": environment_id,
                 "wall_s": p.cand.wall_s,
+                **_judged(p.cand),
             },
             "same_process": False,
         }
@@ -488,6 +490,14 @@ def workload_request(
     return body, windows
 
 
+def _judged(call: Any) -> dict[str, Any]:
+    """``{"output": ...}`` where the driver judged the call's output (R5), else ``{}``."""
+    from perfledger.commands.cli.output_check import recorded_output
+
+    output = recorded_output(call)
+    return {} if output is None else {"output": output}
+
+
 def _run_driver(
     ref_cmd: str,
     cand_cmd: str,
@@ -496,6 +506,7 @@ def _run_driver(
     warmup: int,
     timeout_s: float,
     quiet: bool,
+    accuracy: dict[str, Any] | None = None,
 ) -> Any:
     from perfledger.kernels.driver import Subject, run_pairs
 
@@ -514,6 +525,7 @@ def _run_driver(
             warmup_calls=warmup,
             timeout_s=timeout_s,
             on_call=lambda _call: advance(),
+            accuracy=accuracy,
         )
 
 
@@ -581,6 +593,10 @@ def measure_workload(
         code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
         ledger.close()
+    from perfledger.commands.cli.output_check import accuracy_for, output_artifacts
+
+    # R5: where the readiness compares outputs, perfledger judges them, not the subject
+    accuracy = accuracy_for(info["target"], {"--ref": ref_cmd, "--cand": cand_cmd})
     unenforced = unenforced_note(info["target"])  # the old rule: say so before measuring
     if unenforced is not None:
         _warn([unenforced])
@@ -601,7 +617,7 @@ def measure_workload(
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
     try:
-        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet)
+        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -662,15 +678,22 @@ def measure_workload(
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
     )
     _warn(result["warnings"])
-    findings = measurement_findings(body, info["target"], stage, run)
-    result.update(findings)
     if dry_run:
+        # the decider's own wall-clock check, decided on the head and not appended
+        wall_check, refusal = _previewed_wall_check(ctx, body, actor)
+        findings = measurement_findings(body, stage, run, wall_check)
+        findings["findings"] += [f"note dry run: {refusal}"] if refusal else []
+        result.update(findings)
         result["request"] = body
         _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
         return
+    extra = {**(code_files or {}), **output_artifacts(run)}  # small outputs, for the audit
     event = _append(
-        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
+        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, extra
     )
+    # what samples.record derived and recorded is what is shown: one wall-clock check
+    findings = measurement_findings(body, stage, run, _recorded_wall_check(event.payload))
+    result.update(findings)
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
     if code is not None:
@@ -684,29 +707,51 @@ def measure_workload(
     _answer(ctx, result, lines)
 
 
-def measurement_findings(
-    body: dict[str, Any], target: Any, stage: str, run: Any = None
-) -> dict[str, Any]:
-    """What the measurement found suspicious, for people and agents, before anything is read
-    back from the ledger (SPEC.md section 5): the wall-clock check of self-reported times
-    (:mod:`perfledger.kernels.wall_check`, the same derivation ``samples.record`` records), the
-    candidate's failed accuracy checks (R5) and, given the driver ``run``, the calls that left
-    processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
-    "left_processes": {call_id: n}, "findings": [lines]}``; a line starts with ``FLAG`` when it
-    blocks a pass or a champion, ``note`` otherwise."""
-    from types import SimpleNamespace
+def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
+    """The wall-clock check ``samples.record`` would derive for ``body`` on the current head
+    (nothing appended) and ``""``; or ``(None, why)`` when the decision would be refused."""
+    from perfledger.commands.registry.operations import preview
+    from perfledger.errors import PerfledgerError
 
+    ledger = ctx.open()
+    try:
+        drafts = preview(ledger, "samples.record", body, actor=_actor(actor))
+    except PerfledgerError as exc:
+        rule = f"{exc.rule}: " if getattr(exc, "rule", None) else ""
+        return None, f"samples.record would refuse these samples: {rule}{exc.message}"
+    finally:
+        ledger.close()
+    return _recorded_wall_check(drafts[0].payload), ""
+
+
+def _recorded_wall_check(payload: Any) -> Any:
+    """The WallCheck of a decided SamplesRecorded payload (a Struct, or its builtins), or None."""
     import msgspec
 
-    from perfledger.kernels.wall_check import check_pairs, directions_of, unresolved_cases
+    from perfledger.events.workflow import WallCheck
 
-    def ns(side: dict[str, Any]) -> Any:
-        return SimpleNamespace(**side)
+    check = payload.get("wall_check") if isinstance(payload, dict) else payload.wall_check
+    return msgspec.convert(check, WallCheck) if isinstance(check, dict) else check
 
-    pairs = [
-        SimpleNamespace(case=p["case"], ref=ns(p["ref"]), cand=ns(p["cand"])) for p in body["pairs"]
-    ]
-    check = check_pairs(pairs, body["units"], directions_of(target.definition))
+
+def measurement_findings(
+    body: dict[str, Any], stage: str, run: Any = None, wall_check: Any = None
+) -> dict[str, Any]:
+    """What the measurement found suspicious, for people and agents, when ``measure`` returns
+    (SPEC.md section 5): the wall-clock check of self-reported times as ``samples.record``
+    derived it (``wall_check``: the decided payload's
+    :class:`~perfledger.events.workflow.WallCheck`, None where no driver timed the calls;
+    computed once, by the decider, :mod:`perfledger.kernels.wall_check`), the
+    candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
+    outputs, or the subject alone) and, given the driver ``run``, the calls that left
+    processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
+    "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts
+    with ``FLAG`` when it blocks a pass or a champion, ``note`` otherwise."""
+    import msgspec
+
+    from perfledger.kernels.wall_check import unresolved_cases
+
+    check = wall_check
     lines: list[str] = []
     formal = stage in FORMAL_STAGES
     if check is not None:
@@ -742,6 +787,10 @@ def measurement_findings(
         lines.append(
             f"{'FLAG' if formal else 'note'} accuracy: the candidate failed its check on {len(failed)} call(s) ({shown}); it {what}"
         )
+    from perfledger.commands.cli.output_check import judged_findings
+
+    judged, judged_lines = judged_findings(body)  # R5: who judged correctness
+    lines += judged_lines
     left: dict[str, int] = {}
     if run is not None:
         calls = [*run.warmup, *(c for p in run.pairs for c in (p.ref, p.cand))]
@@ -755,6 +804,7 @@ def measurement_findings(
     return {
         "wall_check": None if check is None else msgspec.to_builtins(check),
         "candidate_failed_calls": failed,
+        "accuracy_judged": judged,
         "left_processes": left,
         "findings": lines,
     }
@@ -1037,8 +1087,12 @@ def measure_aa(
     primary = target.definition.primary
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
+    aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
     if cmd is not None:
         check_original_command(target, cmd)  # R11: the A/A runs the original's code
+        from perfledger.commands.cli.output_check import accuracy_for
+
+        accuracy = accuracy_for(target, {"--cmd": cmd})
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
@@ -1046,7 +1100,7 @@ def measure_aa(
         from perfledger.projections.verdict_cases import aa_resolution
         from perfledger.projections.verdicts import Pair
 
-        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet)
+        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet, accuracy)
         valid = [
             Pair(p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name]))
             for p in run.pairs
@@ -1058,10 +1112,23 @@ def measure_aa(
         ]
         counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
         short = {c: n for c, n in counts.items() if n < 2}
+        # R5: the original against itself on the same seed must give matching outputs
+        unequal = [p.cand for p in run.pairs if p.cand.output and not p.cand.output["ok"]]
+        aa_notes = (
+            [
+                f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed "
+                f"differ ({unequal[0].call_id}: {unequal[0].output['reason']}); its accuracy "
+                "rule is too strict for a workload that is not deterministic (allclose with a "
+                "tolerance), or it does not draw its inputs from {seed} alone"
+            ]
+            if unequal
+            else []
+        )
         if short:
             raise MeasurementError(
                 f"A/A needs at least 2 valid pairs in every case, got {short}",
-                hint=f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
+                hint=" ".join(aa_notes)
+                or f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
             )
         # R4: every case gets its own resolution, and the Target's is the noise of the
         # aggregate a verdict derives (its statistic and aggregation, R12)
@@ -1157,6 +1224,8 @@ def measure_aa(
     if record:
         resolution_refusal(resolution, per_case, target, accept_resolution)
     result["warnings"] = resolution_warnings(resolution, target, record)
+    if cmd is not None:
+        result["warnings"] += aa_notes
     _warn(result["warnings"])
     if record:
         event = _append(

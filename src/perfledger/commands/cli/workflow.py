@@ -197,6 +197,9 @@ def submit(
     try:
         if name == "readiness.record":  # original.subject -> its snapshot (R11)
             from perfledger.commands.cli.identity import readiness_edge
+            from perfledger.commands.cli.output_check import warn_readiness
+
+            warn_readiness(body)  # R5: correctness judged by the subject alone
 
             body, artifacts = readiness_edge(ledger, body)
         if dry_run:

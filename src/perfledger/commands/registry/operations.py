@@ -615,7 +615,7 @@ def execute(
             hint="record samples with `perfledger measure`, or without `provenance`",
         )
     if provenance is not None and provenance.source == "perfledger":
-        _refuse_unlike_raw_table(request, artifacts[provenance.raw_table].data)
+        _refuse_unlike_raw_table(request, artifacts[provenance.raw_table].data, artifacts)
 
     def decide_at(view: Any) -> list[Any]:
         drafts = run(ledger.state_at(view.head, lazy=True), request, ctx)
@@ -628,15 +628,20 @@ def execute(
     return ledger.transact(decide_at)
 
 
-def _refuse_unlike_raw_table(request: Any, raw: bytes) -> None:
-    """R5: measured samples must be what their attached raw table holds, bound to these samples
-    (:mod:`perfledger.commands.workflow.raw_table`). Raises: RuleRefused (exit 3)."""
+def _refuse_unlike_raw_table(request: Any, raw: bytes, artifacts: Any = None) -> None:
+    """R5: measured samples must be what their attached raw table holds, bound to these samples,
+    kept outputs compared again (:mod:`perfledger.commands.workflow.raw_table`; ``artifacts``:
+    name -> Artifact). Raises: RuleRefused (exit 3)."""
     import msgspec
 
     from perfledger.commands.workflow import rules
     from perfledger.commands.workflow.raw_table import raw_table_mismatch
 
-    mismatch = raw_table_mismatch(msgspec.to_builtins(request), raw, bound=True)
+    def read(name: str) -> bytes | None:
+        artifact = (artifacts or {}).get(name)
+        return None if artifact is None else artifact.data
+
+    mismatch = raw_table_mismatch(msgspec.to_builtins(request), raw, bound=True, read_artifact=read)
     if mismatch is not None:
         raise rules.refuse(
             "R5",

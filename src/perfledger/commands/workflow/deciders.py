@@ -20,7 +20,7 @@ from typing import Any
 import blake3
 import msgspec
 
-from perfledger.commands.workflow import identity, measurement_rules, rules
+from perfledger.commands.workflow import identity, measurement_rules, output_rules, rules
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
@@ -31,6 +31,8 @@ from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
     PER_CASE_V2,
+    R5_FINAL_AUDIT_ACCURACY,
+    R5_JUDGED_OUTPUTS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
     R14_BLOCKS_CHAMPION,
@@ -247,6 +249,7 @@ def decide_readiness_record(
         if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
             raise refuse("R2", "test-set case names must be distinct and at most case_count")
     identity.r11_readiness_snapshot(target, req, rules_version(ctx, "ReadinessRecorded"))
+    output_rules.check_readiness(req)  # R2: outputs compared need an {output} place
     body = dump(req)
     env = body["environment"]
     missing_lineage = tuple(name for name in ENVIRONMENT_FIELDS if rules.is_unknown(env[name]))
@@ -595,6 +598,8 @@ def decide_samples_record(
                 raise refuse("R11", "the screen rejected this experiment")
             rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
     _samples_common(target, req)
+    if rules_version(ctx, "SamplesRecorded") >= R5_JUDGED_OUTPUTS:  # R5: outputs judged
+        output_rules.check_samples(target.readiness, req)
     code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
     pairs = req.pairs
     wall_check = _wall_check(target, req)
@@ -1036,7 +1041,8 @@ def decide_final_audit_record(
 ) -> list[EventDraft]:
     """``final-audit.record`` (R13, R12, R17): derive the final audit of the champion against the
     original: ``pass`` when the primary passes with every guardrail, ``fail`` when the primary
-    fails or a guardrail fails, else ``inconclusive``."""
+    fails or a guardrail fails, or (schema 4 on) the champion failed its accuracy check on any
+    call (R5), else ``inconclusive``."""
     target = rules.r1_target_current(state, req.target_id)
     samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage != "final_audit" or samples.target_id != req.target_id:
@@ -1061,6 +1067,16 @@ def decide_final_audit_record(
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
         status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
+    if (
+        rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
+        and samples.cand_failures
+    ):
+        # R5: the champion's correctness failure in its final audit is disqualifying
+        notes.append(
+            f"R5: the champion failed its accuracy check on {samples.cand_failures} call(s) of "
+            "its final audit"
+        )
+        status = "fail"
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",

@@ -69,10 +69,11 @@ FIELDS: dict[str, str] = {
     "cases": "The test cases' names.",
     "supplied_by": "Who supplied the test set: user (the tool never generates one, R2).",
     "accuracy_rule": "The accuracy rule a call must pass, in words (R2, R5).",
-    "driver": "The driver command: argv with {subject} (code directory) and {case} places, "
-    "environment variables, working directory (R2, R11).",
+    "driver": "The driver command: argv with {subject} (code directory), {case}, {output} (where "
+    "each call writes its output) and {seed} (a fresh seed per pair) places, environment "
+    "variables, working directory (R2, R5, R11).",
     "argv": "The command's words; {subject} marks the code directory's place, {case} the test "
-    "case's.",
+    "case's, {output} the path each call writes its output to, {seed} the pair's seed.",
     "env": "Environment variables set for the driver (name -> value).",
     "cwd": "Working directory of the driver (default: where perfledger runs).",
     "environment": "Environment identity: GPU, driver, CUDA, toolkit, container (from "
@@ -359,6 +360,28 @@ MODEL_FIELDS: dict[str, str] = {
     "BaselineRecord.values": "The original's samples of the primary, in its unit (finite).",
     "SubjectSample.values": "Metric name -> samples of this call, in the metric's unit.",
     "SubjectSample.environment_id": "The environment identity of the call (R11).",
+    "SubjectSample.output": "How the measuring process judged the call's output (R5; written by "
+    "measure workload where the readiness driver declares {output}); absent: judged by the "
+    "subject only.",
+    "ReadinessRecord.accuracy": "How the measuring process judges a workload's outputs (R5): "
+    'compare exact or allclose (the driver needs an {output} place), or "self_reported" when '
+    "outputs cannot be compared (the subject's own correct is all there is).",
+    "Accuracy.compare": "exact (same shape, dtype and values), allclose (|cand - ref| <= atol + "
+    "rtol * |ref| element-wise) or self_reported; NaN is never equal.",
+    "Accuracy.rtol": "Relative tolerance of allclose, a ratio in [0, 1] (1e-5 = 0.001 %); "
+    "0 for exact.",
+    "Accuracy.atol": "Absolute tolerance of allclose, in the output values' own unit, >= 0; 0 "
+    "for exact.",
+    "OutputCheck.method": "The comparison rule's version (outputs_v1).",
+    "OutputCheck.compare": "exact or allclose, as the readiness's accuracy says.",
+    "OutputCheck.self_correct": "What the subject's own accuracy check said (its JSON correct).",
+    "OutputCheck.blake3": "blake3 hex of the output file (64 hex characters); null when the "
+    "call wrote none or it was unreadable.",
+    "OutputCheck.size": "The output file's size in bytes (>= 0); null when none was read.",
+    "OutputCheck.ok": "The reference's output was usable; the candidate's matched the reference's "
+    "output of the same pair. The call's correct is self_correct and ok.",
+    "OutputCheck.reason": "Why not ok ('' when ok): the first differences, or why the output was "
+    "unusable.",
     "FinalAuditRecord.samples_id": "The final-audit samples: the champion against the original "
     "(R13).",
     "LocalResultRecord.samples_id": "Target-stage samples showing the secondary-only gain.",

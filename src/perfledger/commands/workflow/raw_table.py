@@ -14,6 +14,12 @@ The raw table is re-read and the recorded pairs are re-derived from it, the way
   samples.
 - ``kind: serving``: the binding only (below).
 
+Where the driver judged the calls' outputs (``{output}``, :mod:`perfledger.kernels.outputs`),
+each side's ``output`` check equals its row's, and the row's ``correct`` is its own check
+(``self_correct``) and the output check together; given the event's artifacts, the comparison
+of every pair whose two outputs were kept (small ones) is made again by the table's accuracy
+rule (``settings.outputs.accuracy``) and must agree with the recorded result.
+
 From :data:`BOUND_SCHEMA` of ``SamplesRecorded`` on, the raw table also carries a ``binding``
 (:func:`binding_of`: samples id, Target, experiment, stage, hashes and both snapshots' digests)
 that must equal the samples', so a table cannot be re-used for another stage or experiment.
@@ -25,6 +31,7 @@ Imports: the standard library and events (a commands helper; no ledger access).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from perfledger.events.workflow import R5_BOUND_RAW_TABLE
@@ -61,7 +68,13 @@ def binding_of(samples: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def raw_table_mismatch(samples: dict[str, Any], raw: bytes, *, bound: bool) -> str | None:
+def raw_table_mismatch(
+    samples: dict[str, Any],
+    raw: bytes,
+    *,
+    bound: bool,
+    read_artifact: Callable[[str], bytes | None] | None = None,
+) -> str | None:
     """R5: how ``samples`` (JSON builtins of a request body or payload) differ from their raw
     table ``raw`` (the artifact's bytes), or None when the pairs are what the table holds.
 
@@ -70,6 +83,8 @@ def raw_table_mismatch(samples: dict[str, Any], raw: bytes, *, bound: bool) -> s
         raw: the attached raw table (JSON).
         bound: True for samples recorded under :data:`BOUND_SCHEMA` or later, whose table must
             carry a binding equal to :func:`binding_of` the samples.
+        read_artifact: artifact name -> its bytes (None when not attached), to re-make the
+            comparison of kept outputs; None skips it.
     Returns: the first difference found, as a sentence; None when none.
     """
     try:
@@ -92,7 +107,10 @@ def raw_table_mismatch(samples: dict[str, Any], raw: bytes, *, bound: bool) -> s
     kind = table.get("kind")
     try:
         if kind == "workload":
-            return _workload_mismatch(samples, table.get("table"))
+            found = _workload_mismatch(samples, table.get("table"))
+            if found is None and read_artifact is not None:
+                return _outputs_mismatch(table, read_artifact)
+            return found
         if kind == "kernel":
             return _kernel_mismatch(samples, table.get("cases"))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -116,6 +134,61 @@ def _side_mismatch(
         return f"{where}: the table's call has {missing}, which the pair leaves out"
     if side.get("wall_s") is not None and side.get("wall_s") != row.get("wall_s"):
         return f"{where}: wall_s {side.get('wall_s')!r}, the table's call {row.get('wall_s')!r}"
+    output = row.get("output")
+    if output is not None or side.get("output") is not None:
+        if output is None:
+            return f"{where}: an output check the table's call does not have"
+        if row.get("correct") != (row.get("self_correct") is True and output.get("ok") is True):
+            return f"{where}: the table's call is correct only when its own check and its output check hold"
+        want = {key: output.get(key) for key in _OUTPUT_KEYS}
+        want["self_correct"] = row.get("self_correct")
+        if side.get("output") != want:
+            return f"{where}: its output check differs from the table's call"
+    return None
+
+
+#: The keys of a recorded output check (:class:`perfledger.events.workflow.OutputCheck`).
+_OUTPUT_KEYS = ("method", "compare", "blake3", "size", "ok", "reason")
+
+
+def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]) -> str | None:
+    """Re-make the comparison of every paired round whose two outputs were kept."""
+    rule = ((table.get("settings") or {}).get("outputs") or {}).get("accuracy")
+    rows: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in table.get("table") or []:
+        if not row.get("warmup") and row.get("pair") is not None and row.get("output"):
+            rows.setdefault(int(row["pair"]), {})[str(row["subject"])] = row
+    if not rows:
+        return None
+    if not isinstance(rule, dict):
+        return "its raw table judged outputs but names no accuracy rule"
+    import blake3
+
+    from perfledger.kernels.outputs import rejudge
+
+    for n, pair in sorted(rows.items()):
+        if set(pair) != {"ref", "cand"}:
+            continue
+        kept = [pair[label]["output"] for label in ("ref", "cand")]
+        if not all(k.get("stored") for k in kept):
+            continue
+        data = []
+        for k in kept:
+            blob = read(k["stored"])
+            if blob is None:
+                return f"round {n}: its kept output {k['stored']!r} is not attached"
+            if blake3.blake3(blob).hexdigest() != k.get("blake3"):
+                return f"round {n}: its kept output {k['stored']!r} is not the output recorded"
+            data.append(blob)
+        ok = rejudge(
+            data[0], data[1], rule["compare"], rule.get("rtol", 0.0), rule.get("atol", 0.0)
+        )
+        if ok != bool(kept[1].get("ok")):
+            return (
+                f"round {n}: the candidate's output, compared again with the reference's by "
+                f"{rule['compare']}, {'matches' if ok else 'does not match'}, but the table "
+                f"records ok={kept[1].get('ok')}"
+            )
     return None
 
 

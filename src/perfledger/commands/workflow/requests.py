@@ -234,6 +234,15 @@ class Statistics(Request, kw_only=True):
     allow_explained_foreign_activity: bool = False
 
 
+class Accuracy(Request, kw_only=True):
+    """How the measuring process judges a workload's outputs (R5): ``exact``, ``allclose``
+    (``rtol``, ``atol``) or ``self_reported`` (outputs cannot be compared)."""
+
+    compare: Literal["exact", "allclose", "self_reported"]
+    rtol: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
+    atol: Annotated[float, Meta(ge=0.0, le=MAX_FINITE)] = 0.0
+
+
 class ReadinessRecord(Request, kw_only=True):
     """``readiness.record`` (R2): what formal samples of a Target need."""
 
@@ -245,6 +254,7 @@ class ReadinessRecord(Request, kw_only=True):
     environment: Environment
     statistics: Statistics = Statistics()
     reports: Annotated[list[Id], Meta(max_length=_MAX_ITEMS)] = []
+    accuracy: Accuracy | msgspec.UnsetType = msgspec.UNSET
 
 
 class MetricAuditRecord(Request, kw_only=True):
@@ -503,16 +513,30 @@ class Monitor(Request, kw_only=True):
     flags: Annotated[list[Name], Meta(max_length=_MAX_ITEMS)] = []
 
 
+class OutputCheck(Request, kw_only=True):
+    """A call's output as the measuring process judged it (R5), written by ``measure
+    workload``: the call is ``correct`` only when ``self_correct`` and ``ok`` both hold."""
+
+    method: Name
+    compare: Literal["exact", "allclose"]
+    self_correct: bool
+    blake3: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")] | None = None
+    size: Annotated[int, Meta(ge=0, le=2**53)] | None = None
+    ok: bool
+    reason: OptText = ""
+
+
 class SubjectSample(Request, kw_only=True):
     """One subject in one driver call: correctness and values (metric -> samples, in its unit);
     ``wall_s``: the workload driver's wall time of the call (seconds), checked against
-    self-reported times."""
+    self-reported times; ``output``: how the driver judged its output."""
 
     call_id: Name
     correct: bool
     values: Annotated[dict[Name, list[Number]], Meta(max_length=_MAX_ITEMS)]
     environment_id: Hash
     wall_s: Positive | None = None
+    output: OutputCheck | msgspec.UnsetType = msgspec.UNSET
 
 
 class PairRecord(Request, kw_only=True):

@@ -1,0 +1,377 @@
+"""Workload outputs judged by the measuring process, not by the subject (SPEC.md section 5,
+"Workload driver"; R5).
+
+A workload command's own ``"correct": true`` is decided inside the process whose correctness is
+in question: an accuracy check that is rigged (an ``int`` subclass whose ``__eq__`` is always
+true, or a bare ``print('{"correct": true, ...}')``) passes it. Where the readiness driver
+declares an ``{output}`` place, the driver gives every call a fresh path there and the command
+writes its output to it; the process that runs the driver reads both subjects' outputs of one
+pair (same case, same ``{seed}``) and compares them by the Target's accuracy rule
+(:class:`perfledger.events.workflow.Accuracy`). Both must hold: the subject's own ``correct``
+and the comparison.
+
+Output formats (told apart by their first bytes, whatever the file is called):
+
+- ``.npy`` (``numpy.save``): one array;
+- ``.npz`` (``numpy.savez``/``savez_compressed``): named arrays; both sides must hold the same
+  names, each compared as an array;
+- JSON (UTF-8): any document; numbers compared by the rule, everything else exactly (a JSON
+  ``true`` is not ``1``).
+
+``numpy.save(path, a)`` appends ``.npy`` to a path without it (and ``savez`` ``.npz``): the output
+is the file at the path, or else the one file ``path + ".npy" | ".npz" | ".json"``.
+
+The rule (:data:`METHOD`): ``exact``: same shape, same dtype, equal values; ``allclose``:
+same shape, ``|cand - ref| <= atol + rtol * |ref|`` element-wise (numpy's ``isclose``), on
+numbers; non-numeric arrays and JSON strings, booleans and nulls are compared exactly. NaN is
+never equal to anything, NaN included; an infinity equals only the same infinity. Object arrays
+are never loaded (no pickle): such an output is unreadable.
+
+A missing, unreadable or oversized (more than :data:`OUTPUT_MAX_BYTES`) output makes its call
+incorrect, with the reason; outputs of at most :data:`STORE_MAX_BYTES` are kept (their bytes,
+content-addressed by blake3) so an auditor can re-make the comparison.
+
+Imports: the standard library, numpy and blake3 (kernels imports events at most, SPEC.md
+section 1).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import secrets
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import blake3
+
+#: The placeholder a driver's argv puts where the output path goes.
+OUTPUT_PLACEHOLDER = "{output}"
+#: The placeholder a driver's argv puts where the call's seed goes (the same for both calls of a
+#: pair, fresh and unpredictable for each pair).
+SEED_PLACEHOLDER = "{seed}"
+#: Environment variables carrying the output path and the seed into every call.
+OUTPUT_ENV = "PERFLEDGER_OUTPUT"
+SEED_ENV = "PERFLEDGER_SEED"
+#: The comparison rule's version, recorded with every check.
+METHOD = "outputs_v1"
+#: Largest output file read (bytes): a larger one is an incorrect call.
+OUTPUT_MAX_BYTES = 256 * 1024 * 1024
+#: Largest total size of the arrays in an ``.npz`` output once inflated (bytes).
+NPZ_MAX_INFLATED_BYTES = 4 * OUTPUT_MAX_BYTES
+#: Largest output file whose bytes are kept in the raw table's artifacts (bytes).
+STORE_MAX_BYTES = 64 * 1024
+#: Suffixes numpy (or a user) may have added to the path the driver gave.
+SUFFIXES = ("", ".npy", ".npz", ".json")
+#: Artifact name prefix of a kept output (``output-<blake3 hex>``).
+OUTPUT_ARTIFACT_PREFIX = "output-"
+#: Most differing elements named in a mismatch reason.
+_SHOWN = 3
+
+
+def declares_output(argv: Sequence[str]) -> bool:
+    """True when a driver's argv declares an output place (an ``{output}`` placeholder)."""
+    return any(OUTPUT_PLACEHOLDER in word for word in argv)
+
+
+def new_seed() -> str:
+    """A fresh seed for one pair's calls: 63 random bits as decimal text, from the OS's
+    generator, so no subject can predict the next pair's inputs from earlier calls."""
+    return str(secrets.randbits(63))
+
+
+def output_artifact_name(blake3_hex: str) -> str:
+    """The artifact name under which a kept output's bytes are attached to its samples."""
+    return OUTPUT_ARTIFACT_PREFIX + blake3_hex
+
+
+@dataclass(frozen=True)
+class Output:
+    """What one call wrote at its output place.
+
+    Attributes:
+        data: the file's bytes, None when it could not be read.
+        blake3: blake3 hex of ``data`` (None without data).
+        size: bytes (None without data).
+        error: why the output is unusable ('' when it was read).
+    """
+
+    data: bytes | None
+    blake3: str | None
+    size: int | None
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The call's output as recorded: digest, size, error and, for a small one, the artifact
+        name its bytes are kept under (``stored``, None when too large or absent)."""
+        stored = (
+            output_artifact_name(self.blake3)
+            if self.data is not None and self.blake3 and len(self.data) <= STORE_MAX_BYTES
+            else None
+        )
+        return {"blake3": self.blake3, "size": self.size, "error": self.error, "stored": stored}
+
+
+class OutputPlace:
+    """A fresh, private directory for one call's output (mode 0700, a random name under the
+    system's temporary directory), removed with everything in it by :meth:`collect`: nothing a
+    call wrote is left for a later call to find."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="perfledger-out-")
+        self.path = os.path.join(self.directory, "output")
+
+    def collect(self) -> Output:
+        """Read the output the call wrote, then remove the directory. Never raises."""
+        try:
+            return read_output(self.path)
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def read_output(path: str) -> Output:
+    """Read the output a call wrote at ``path`` (or at ``path`` plus one of :data:`SUFFIXES`).
+
+    Returns: the :class:`Output`; ``error`` says why it is unusable (missing, several files,
+    not a regular file, larger than :data:`OUTPUT_MAX_BYTES`, unreadable). Never raises."""
+    found = [path + s for s in SUFFIXES if os.path.lexists(path + s)]
+    if not found:
+        return Output(None, None, None, "the command wrote no output at the {output} path")
+    if len(found) > 1:
+        names = ", ".join(os.path.basename(f) for f in found)
+        return Output(None, None, None, f"several outputs at the {{output}} path ({names})")
+    try:
+        # no symbolic link followed; a FIFO must not block the driver on open
+        fd = os.open(found[0], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return Output(None, None, None, f"the output cannot be opened ({exc.strerror})")
+    try:
+        import stat
+
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Output(None, None, None, "the output is not a regular file")
+        if info.st_size > OUTPUT_MAX_BYTES:
+            return Output(
+                None, None, info.st_size, f"the output is {info.st_size} bytes, more than the "
+                f"{OUTPUT_MAX_BYTES} bytes read",
+            )  # fmt: skip
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            data = stream.read(OUTPUT_MAX_BYTES + 1)
+    except OSError as exc:
+        return Output(None, None, None, f"the output cannot be read ({exc.strerror})")
+    finally:
+        os.close(fd)
+    if len(data) > OUTPUT_MAX_BYTES:  # it grew while read
+        return Output(None, None, len(data), f"the output is more than {OUTPUT_MAX_BYTES} bytes")
+    return Output(data, blake3.blake3(data).hexdigest(), len(data))
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def load(data: bytes) -> tuple[str, Any]:
+    """Decode an output's bytes: ``("npy", array)``, ``("npz", {name: array})`` or
+    ``("json", value)``, by the first bytes. Raises: ValueError when it is none of them (or an
+    object array, which would need pickle)."""
+    import numpy as np
+
+    if data.startswith(b"\x93NUMPY"):
+        return "npy", np.load(io.BytesIO(data), allow_pickle=False)
+    if data.startswith(b"PK\x03\x04") or data.startswith(b"PK\x05\x06"):
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as members:  # a small file can inflate hugely
+                inflated = sum(info.file_size for info in members.infolist())
+            if inflated > NPZ_MAX_INFLATED_BYTES:
+                raise ValueError(
+                    f".npz archive inflates to {inflated} bytes, more than the "
+                    f"{NPZ_MAX_INFLATED_BYTES} read"
+                )
+            with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+                return "npz", {name: archive[name] for name in archive.files}
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"not a readable .npz archive ({exc})") from None
+    try:
+        return "json", json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"neither .npy, .npz nor JSON ({type(exc).__name__}: {exc})") from None
+
+
+def _decode(data: bytes, who: str) -> tuple[str, Any]:
+    try:
+        return load(data)
+    except (ValueError, OSError, EOFError) as exc:  # numpy's errors for a torn file
+        raise _Mismatch(f"the {who}'s output is unreadable: {exc}") from None
+
+
+class _Mismatch(Exception):
+    """Why two outputs differ (internal: turned into a reason)."""
+
+
+# ------------------------------------------------------------------------------ comparing
+
+
+def compare(ref: bytes, cand: bytes, compare: str, rtol: float = 0.0, atol: float = 0.0) -> str:
+    """Compare a candidate's output with its reference's (the rule in the module docstring).
+
+    Args:
+        ref, cand: the two outputs' bytes.
+        compare: ``exact`` or ``allclose``.
+        rtol, atol: the tolerances of ``allclose`` (ratios; units of the values), >= 0.
+    Returns: '' when they match, else the reason, for people (the first differences).
+    Raises: ValueError for an unknown ``compare``.
+    """
+    if compare not in ("exact", "allclose"):
+        raise ValueError(f"compare must be 'exact' or 'allclose', not {compare!r}")
+    try:
+        ref_kind, ref_value = _decode(ref, "reference")
+        cand_kind, cand_value = _decode(cand, "candidate")
+        if ref_kind != cand_kind:
+            raise _Mismatch(f"the candidate wrote {cand_kind}, the reference {ref_kind}")
+        tol = (rtol, atol) if compare == "allclose" else None
+        if ref_kind == "npy":
+            _arrays(ref_value, cand_value, tol, "the array")
+        elif ref_kind == "npz":
+            if sorted(ref_value) != sorted(cand_value):
+                raise _Mismatch(
+                    f"arrays {sorted(cand_value)} in the candidate's archive, "
+                    f"{sorted(ref_value)} in the reference's"
+                )
+            for name in sorted(ref_value):
+                _arrays(ref_value[name], cand_value[name], tol, f"array {name!r}")
+        else:
+            _json(ref_value, cand_value, tol, "$")
+    except _Mismatch as exc:
+        return str(exc)
+    except RecursionError:
+        return "the outputs are nested too deeply to compare"
+    return ""
+
+
+def _arrays(ref: Any, cand: Any, tol: tuple[float, float] | None, where: str) -> None:
+    import numpy as np
+
+    if ref.shape != cand.shape:
+        raise _Mismatch(
+            f"{where}: shape {cand.shape} in the candidate, {ref.shape} in the reference"
+        )
+    numeric = all(np.issubdtype(a.dtype, np.number) and a.dtype.kind != "V" for a in (ref, cand))
+    if tol is None or not numeric:
+        if ref.dtype != cand.dtype:
+            raise _Mismatch(
+                f"{where}: dtype {cand.dtype} in the candidate, {ref.dtype} in the reference"
+            )
+        if numeric:
+            same = np.asarray(cand == ref)
+            if ref.dtype.kind in "fc":  # NaN never equal, NaN included (== says so already)
+                same = same & ~np.isnan(ref)
+        else:
+            same = np.asarray(cand == ref)
+            if same.shape != ref.shape:  # structured or odd dtypes: compare the raw bytes
+                same = np.full(ref.shape, cand.tobytes() == ref.tobytes())
+    else:
+        rtol, atol = tol
+        with np.errstate(all="ignore"):
+            same = np.isclose(cand, ref, rtol=rtol, atol=atol, equal_nan=False)
+    if bool(np.all(same)):
+        return
+    bad = np.argwhere(~np.asarray(same, dtype=bool))
+    shown = ", ".join(
+        f"{tuple(int(i) for i in idx)}: {cand[tuple(idx)]!r} vs {ref[tuple(idx)]!r}"
+        for idx in bad[:_SHOWN]
+    )
+    rule = "exactly" if tol is None else f"within rtol={tol[0]:g}, atol={tol[1]:g}"
+    raise _Mismatch(
+        f"{where}: {len(bad)} of {ref.size} elements differ from the reference's {rule} "
+        f"(candidate vs reference at {shown})"
+    )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _json(ref: Any, cand: Any, tol: tuple[float, float] | None, where: str) -> None:
+    if _number(ref) and _number(cand):
+        a, b = float(cand), float(ref)
+        if math.isnan(a) or math.isnan(b):
+            raise _Mismatch(f"{where}: NaN is never equal ({cand!r} vs {ref!r})")
+        if math.isinf(b) or math.isinf(a):
+            ok = a == b
+        elif tol is None:
+            ok = cand == ref
+        else:
+            ok = abs(a - b) <= tol[1] + tol[0] * abs(b)
+        if not ok:
+            raise _Mismatch(f"{where}: {cand!r} in the candidate, {ref!r} in the reference")
+        return
+    if type(ref) is not type(cand):
+        raise _Mismatch(
+            f"{where}: {type(cand).__name__} in the candidate, {type(ref).__name__} in the reference"
+        )
+    if isinstance(ref, list):
+        if len(ref) != len(cand):
+            raise _Mismatch(
+                f"{where}: {len(cand)} items in the candidate, {len(ref)} in the reference"
+            )
+        for i, (r, c) in enumerate(zip(ref, cand, strict=True)):
+            _json(r, c, tol, f"{where}[{i}]")
+    elif isinstance(ref, dict):
+        if sorted(ref) != sorted(cand):
+            raise _Mismatch(
+                f"{where}: keys {sorted(cand)} in the candidate, {sorted(ref)} in the reference"
+            )
+        for key in sorted(ref):
+            _json(ref[key], cand[key], tol, f"{where}.{key}")
+    elif ref != cand:
+        raise _Mismatch(f"{where}: {cand!r} in the candidate, {ref!r} in the reference")
+
+
+def judge_pair(ref: Output, cand: Output, compare_rule: str, rtol: float, atol: float) -> str:
+    """Why the candidate's output of a pair is not accepted, or '' when it matches the
+    reference's: the candidate's own output unusable, the reference's unusable (then the pair
+    has no verdict: the reference failed, R11), or the comparison's reason."""
+    if cand.data is None:
+        return f"output: {cand.error}"
+    if ref.data is None:
+        return f"output: the reference's output is unusable ({ref.error}): nothing to compare with"
+    # compared even when the bytes are the same: a NaN in both is never equal
+    reason = compare(ref.data, cand.data, compare_rule, rtol, atol)
+    return f"output: {reason}" if reason else ""
+
+
+def rejudge(
+    ref: bytes | None, cand: bytes | None, compare_rule: str, rtol: float, atol: float
+) -> bool:
+    """An auditor's re-made comparison of two kept outputs: True when the candidate's matches."""
+    if ref is None or cand is None:
+        return False
+    mk = lambda data: Output(data, blake3.blake3(data).hexdigest(), len(data))  # noqa: E731
+    return judge_pair(mk(ref), mk(cand), compare_rule, rtol, atol) == ""
+
+
+__all__ = [
+    "METHOD",
+    "OUTPUT_ENV",
+    "OUTPUT_MAX_BYTES",
+    "OUTPUT_PLACEHOLDER",
+    "SEED_ENV",
+    "SEED_PLACEHOLDER",
+    "STORE_MAX_BYTES",
+    "Output",
+    "OutputPlace",
+    "compare",
+    "declares_output",
+    "judge_pair",
+    "load",
+    "new_seed",
+    "output_artifact_name",
+    "read_output",
+    "rejudge",
+]
