@@ -417,12 +417,16 @@ class Comparison:
 
     @property
     def valid(self) -> bool:
-        """Both correct, timed, no re-check failure and no side work."""
+        """Both correct, timed, no re-check failure, no side work, and (isolated comparisons,
+        :mod:`perfledger.kernels.isolated`) no clock, digest or cross-check flag."""
         return (
             self.ref_correctness.ok
             and self.cand_correctness.ok
             and self.stats is not None
-            and not any(f.startswith(("side_work", "recheck")) for f in self.flags)
+            and not any(
+                f.startswith(("side_work", "recheck", "clock", "digest", "cross_check"))
+                for f in self.flags
+            )
         )
 
     def table(self) -> list[dict[str, Any]]:

@@ -35,7 +35,8 @@ import os
 import select
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,11 @@ class Batch:
         return (self.wall_s - sum(self.reported_s)) / len(self.reported_s)
 
 
+@contextmanager
+def _inherit() -> Iterator[None]:
+    yield None
+
+
 class SubjectProcess:
     """A subject running in a child process (``argv``), spoken to by the protocol above.
 
@@ -81,6 +87,8 @@ class SubjectProcess:
         argv: the command.
         timeout_s: the most a batch may take before the child is ended and an error raised.
         env: the child's environment (None: inherited).
+        stderr_path: a file the child's stderr goes to (None: inherited); its last lines are
+            quoted when the child fails.
     Raises: MeasurementError when the command cannot start.
     """
 
@@ -91,20 +99,43 @@ class SubjectProcess:
         *,
         timeout_s: float = 60.0,
         env: dict[str, str] | None = None,
+        stderr_path: str | None = None,
     ) -> None:
         self.label = label
         self.timeout_s = timeout_s
+        self.stderr_path = stderr_path
         try:
-            self._proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-                start_new_session=True,  # the child's signals and terminal are its own
-            )
+            with open(stderr_path, "wb") if stderr_path else _inherit() as err:
+                self._proc = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env=env,
+                    start_new_session=True,  # the child's signals and terminal are its own
+                )
         except OSError as exc:
             raise MeasurementError(f"subject {label!r} could not start: {exc}") from None
         self._buffer = b""
+
+    def stderr_tail(self, lines: int = 8) -> str:
+        """The last ``lines`` lines the child wrote to stderr ("" when inherited)."""
+        if not self.stderr_path:
+            return ""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _failed(self, message: str) -> MeasurementError:
+        """End the child; the error to raise, with its stderr's last lines."""
+        self.close()
+        tail = self.stderr_tail()
+        return MeasurementError(message + (f"; its stderr ends:\n{tail}" if tail else ""))
 
     def _readline(self, deadline: float) -> bytes:
         assert self._proc.stdout is not None
@@ -112,8 +143,7 @@ class SubjectProcess:
         while b"\n" not in self._buffer:
             left = deadline - time.perf_counter()
             if left <= 0:
-                self.close()
-                raise MeasurementError(
+                raise self._failed(
                     f"subject {self.label!r} did not answer within {self.timeout_s} s"
                 )
             ready, _, _ = select.select([fd], [], [], left)
@@ -122,28 +152,51 @@ class SubjectProcess:
             chunk = os.read(fd, 65536)
             if not chunk:
                 code = self._proc.wait()
-                raise MeasurementError(f"subject {self.label!r} exited (code {code}) mid-batch")
+                raise self._failed(f"subject {self.label!r} exited (code {code}) mid-batch")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
+
+    def request(
+        self, message: dict[str, Any], timeout_s: float | None = None
+    ) -> tuple[dict[str, Any], float]:
+        """Send one request line and read one reply line, each read with a deadline.
+
+        Args:
+            message: the request (JSON builtins).
+            timeout_s: the most the reply may take (None: ``self.timeout_s``).
+        Returns: ``(reply object, the parent's wall seconds from writing to reading)``.
+        Raises: MeasurementError when the child is gone, late, or answers anything but one
+            JSON object (the child is ended).
+        """
+        assert self._proc.stdin is not None
+        line_out = json.dumps(message).encode() + b"\n"
+        t0 = time.perf_counter()
+        try:
+            self._proc.stdin.write(line_out)
+            self._proc.stdin.flush()
+        except OSError as exc:
+            raise self._failed(f"subject {self.label!r} is gone: {exc}") from None
+        line = self._readline(t0 + (self.timeout_s if timeout_s is None else timeout_s))
+        wall = time.perf_counter() - t0  # the parent's own clock: nothing the child can touch
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:
+            reply = exc
+        if not isinstance(reply, dict):
+            raise self._failed(
+                f"subject {self.label!r} sent a malformed reply ({reply}): {line[:200]!r}"
+            )
+        return reply, wall
 
     def run(self, seeds: Sequence[int]) -> tuple[list[float], list[Any] | None, float]:
         """Run one call per seed; returns ``(reported times, outputs or None, parent wall s)``.
 
         Raises: MeasurementError for a malformed or late reply (the child is ended).
         """
-        assert self._proc.stdin is not None
-        request = json.dumps({"op": "run", "seeds": [int(s) for s in seeds]}).encode() + b"\n"
-        t0 = time.perf_counter()
+        reply, wall = self.request({"op": "run", "seeds": [int(s) for s in seeds]})
+        line = json.dumps(reply)
         try:
-            self._proc.stdin.write(request)
-            self._proc.stdin.flush()
-        except OSError as exc:
-            raise MeasurementError(f"subject {self.label!r} is gone: {exc}") from None
-        line = self._readline(t0 + self.timeout_s)
-        wall = time.perf_counter() - t0  # the parent's own clock: nothing the child can touch
-        try:
-            reply = json.loads(line)
             times = [float(t) for t in reply["times_s"]]
         except (ValueError, KeyError, TypeError) as exc:
             self.close()

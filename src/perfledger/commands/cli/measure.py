@@ -45,6 +45,7 @@ from perfledger.commands.cli.identity import (
 from perfledger.commands.workflow import rules
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.kernels.spec_loader import load_spec
 from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -761,49 +762,6 @@ def measurement_findings(
 
 
 # ------------------------------------------------------------------------------------ kernel
-
-
-def load_spec(path: str) -> dict[str, Any]:
-    """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
-    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
-    host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
-    Raises BadRequest."""
-    import runpy
-
-    if path.endswith(".json"):
-        from perfledger.kernels.solve import load_solve_spec
-
-        return load_solve_spec(path)
-
-    try:
-        namespace = runpy.run_path(path)
-    except FileNotFoundError:
-        raise BadRequest(f"no spec file {path!r}") from None
-    except ModuleNotFoundError as exc:
-        hint = (
-            "the kernel harness needs an NVIDIA GPU with CuPy: pip install -e '.[gpu]' on a GPU "
-            "machine (`perfledger env` shows what this machine has)"
-            if exc.name in ("cupy", "cupyx", "pynvml")
-            else ""
-        )
-        raise BadRequest(
-            f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=hint
-        ) from None
-    except Exception as exc:
-        raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
-    problems = namespace.get("PROBLEMS")
-    if problems is None and "PROBLEM" in namespace:
-        problems = {"default": namespace["PROBLEM"]}
-    if not isinstance(problems, dict) or not problems or "REFERENCE" not in namespace:
-        raise BadRequest(
-            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE)"
-        )
-    return {
-        "problems": problems,
-        "reference": namespace["REFERENCE"],
-        "candidate": namespace.get("CANDIDATE"),
-        "config": namespace.get("CONFIG"),
-    }
 
 
 def _time_scale(unit: str) -> float:
