@@ -499,6 +499,10 @@ def compare_workers(
             "limit_s": clock.limit_s,
         },
         reveals=run.reveals,
+        subjects={
+            role: {k: facts[label].get(k) for k in ("subject", "content_hash", "identity")}
+            for label, role in ROLES.items()
+        },
         batches=len(run.batches),
     )
     return Comparison(
