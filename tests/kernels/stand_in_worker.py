@@ -16,7 +16,9 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``die_after``: exits after that many calls (mid-batch);
 - ``garbage_after``: writes a non-JSON line on the protocol stream after that many calls;
 - ``sleep_in_run_s``: sleeps that long in every run (a hang);
-- ``incorrect``: fails its correctness trials.
+- ``incorrect``: fails its correctness trials;
+- ``tick_file``: a thread appends ``time.monotonic()`` to that file every 0.5 ms, all along;
+- ``window_file``: appends the monotonic start and end of each run it serves.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -48,6 +51,13 @@ def work(seed: int, steps: int) -> None:
         x = (x * 1103515245 + 12345) & 0xFFFFFFFF
 
 
+def _tick(path: str) -> None:
+    with open(path, "a", encoding="utf-8", buffering=1) as f:
+        while True:
+            f.write(f"{time.monotonic()}\n")
+            time.sleep(0.0005)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True)
@@ -60,6 +70,8 @@ def main() -> int:
     steps = int(opts.get("work_k", 60)) * 1000
     if spec.get("cpu") is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(spec["cpu"])})  # both subjects on one CPU: they alternate
+    if opts.get("tick_file"):
+        threading.Thread(target=_tick, args=(opts["tick_file"],), daemon=True).start()
     calls = 0
     kept: list[dict[str, np.ndarray]] = []
     last_seeds: list[int] = []
@@ -94,6 +106,7 @@ def main() -> int:
             ]  # fmt: skip
             reply = {"report": {"subject": args.subject, "ok": ok, "trials": trials}}
         elif op == "run":
+            started = time.monotonic()
             key = bytes.fromhex(request["key"])
             times, digests = [], []
             kept = []
@@ -118,6 +131,9 @@ def main() -> int:
                 times.append(took * float(opts.get("report_factor", 1.0)))
                 digests.append(output_digest({OUTPUT: y}, key))
                 kept.append({OUTPUT: y})
+            if opts.get("window_file"):
+                with open(opts["window_file"], "a", encoding="utf-8") as f:
+                    f.write(f"{started} {time.monotonic()}\n")
             reply = {"times_s": times, "wall_s": times, "span_s": times, "digests": digests,
                      "recheck_failures": [], "checked_calls": []}  # fmt: skip
         elif op == "reveal":

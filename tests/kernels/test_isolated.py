@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,27 @@ def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
                                        "recheck:candidate-stand-in"], c.flags  # fmt: skip
     assert c.cand is not None and any("against the reference" in r for r in c.cand.recheck_failures)
     assert c.ref is not None and not c.ref.recheck_failures
+
+
+def _idle_ticks(tmp_path: Path, stop_idle: bool) -> tuple[int, int]:
+    """(ticks of the candidate's thread inside the reference's batches, batches)."""
+    ticks, windows = tmp_path / f"ticks{stop_idle}", tmp_path / f"windows{stop_idle}"
+    spec = _spec(tmp_path, {"window_file": str(windows)}, tick_file=str(ticks))
+    compare_spec(spec, "small", config=replace(CONFIG, stop_idle=stop_idle))
+    times = np.array([float(t) for t in ticks.read_text().split()])
+    spans = [tuple(map(float, line.split())) for line in windows.read_text().splitlines()]
+    return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans)
+
+
+def test_the_idle_worker_is_stopped_while_the_other_runs_its_batch(tmp_path: Path) -> None:
+    # a candidate with a thread that works all along (it could launch GPU work or take the CPU
+    # while the reference is timed): stopped, it gets (nearly) no time inside the reference's
+    # batches; the control, not stopped, ticks there all along (one CPU for both)
+    stopped, batches = _idle_ticks(tmp_path, True)
+    control, control_batches = _idle_ticks(tmp_path, False)
+    assert batches >= 16 and control >= 3 * control_batches, (control, control_batches)
+    # a stop takes effect when the stopped thread is next scheduled: a straggler now and then
+    assert stopped <= batches // 2 and 10 * stopped < control, (stopped, batches, control)
 
 
 def test_an_incorrect_candidate_is_not_timed(tmp_path: Path) -> None:

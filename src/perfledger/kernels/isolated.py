@@ -33,9 +33,11 @@ reference's beyond the problem's tolerance), and the harness's own ``recheck:<su
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
+import signal
 import sys
 import tempfile
 import time
@@ -81,6 +83,8 @@ class IsolationConfig:
         start_timeout_s: the most loading the spec, ``hello`` and correctness may take (s).
         timeout_s: the most one batch or reveal may take (s).
         tolerance_s, tolerance_share: of :func:`perfledger.kernels.isolation.clock_check`.
+        stop_idle: stop the idle worker's process group (``SIGSTOP``) while the other worker
+            runs a batch, continue it after (:meth:`WorkerProcess.pause`).
         worker: the worker command (tests use stand-ins that speak the same protocol).
     """
 
@@ -90,6 +94,7 @@ class IsolationConfig:
     timeout_s: float = 300.0
     tolerance_s: float = TOLERANCE_S
     tolerance_share: float = TOLERANCE_SHARE
+    stop_idle: bool = True
     worker: tuple[str, ...] = WORKER
 
     def __post_init__(self) -> None:
@@ -211,8 +216,20 @@ class WorkerProcess:
             if os.path.exists(path):
                 os.remove(path)
 
+    def pause(self, stop: bool) -> None:
+        """Stop (``SIGSTOP``) or continue (``SIGCONT``) the worker's process group: the idle
+        worker is stopped while the other one's batch runs, so that it launches no GPU work and
+        takes no CPU time then (work it queued before stays queued: see the docs' limits)."""
+        if not hasattr(signal, "SIGSTOP"):
+            return
+        with contextlib.suppress(
+            ProcessLookupError, PermissionError
+        ):  # gone: the next request says so
+            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+
     def close(self) -> None:
         """Ask the worker to exit (ended after a second)."""
+        self.pause(False)
         self.proc.close()
 
 
@@ -303,7 +320,15 @@ class _Run:
 
     def batch(self, label: str, seeds: list[int], key: bytes, first: int | None) -> BatchReply:
         """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
-        reply = self.workers[label].run(seeds, key)
+        idle = self.workers["B" if label == "A" else "A"]
+        stop = self.config.stop_idle
+        if stop:
+            idle.pause(True)
+        try:
+            reply = self.workers[label].run(seeds, key)
+        finally:
+            if stop:
+                idle.pause(False)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
         self.batches.append(
@@ -397,6 +422,7 @@ def compare_workers(
     flags: list[str] = [] if ceilings else ["no_ceilings"]
     settings = {
         **fa["settings"],
+        "inputs": "fresh",  # every call gets inputs made from a seed of its own
         "harness": {**harness, "batch": 2 * calls},
         "isolation": "process",
         "isolation_settings": {
@@ -404,6 +430,7 @@ def compare_workers(
             "reveals_per_batch": config.reveals_per_batch,
             "tolerance_s": config.tolerance_s,
             "tolerance_share": config.tolerance_share,
+            "stop_idle": config.stop_idle,
             "harness_batch": int(harness["batch"]),
         },
     }

@@ -118,6 +118,11 @@ class SubjectProcess:
             raise MeasurementError(f"subject {label!r} could not start: {exc}") from None
         self._buffer = b""
 
+    @property
+    def pid(self) -> int:
+        """The child's process id (the id of its process group and session too)."""
+        return int(self._proc.pid)
+
     def stderr_tail(self, lines: int = 8) -> str:
         """The last ``lines`` lines the child wrote to stderr ("" when inherited)."""
         if not self.stderr_path:
