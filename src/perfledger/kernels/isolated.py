@@ -82,7 +82,9 @@ class IsolationConfig:
             ``(1 - q)^(reveals x b)``, besides the workers' own re-checks.
         start_timeout_s: the most loading the spec, ``hello`` and correctness may take (s).
         timeout_s: the most one batch or reveal may take (s).
-        tolerance_s, tolerance_share: of :func:`perfledger.kernels.isolation.clock_check`.
+        tolerance_s, tolerance_share, noise_sigmas: of
+            :func:`perfledger.kernels.isolation.clock_check` (the overhead inside the parent's
+            clock, copying and hashing every call's outputs, varies from batch to batch).
         stop_idle: stop the idle worker's process group (``SIGSTOP``) while the other worker
             runs a batch, continue it after (:meth:`WorkerProcess.pause`).
         worker: the worker command (tests use stand-ins that speak the same protocol).
@@ -94,6 +96,7 @@ class IsolationConfig:
     timeout_s: float = 300.0
     tolerance_s: float = TOLERANCE_S
     tolerance_share: float = TOLERANCE_SHARE
+    noise_sigmas: float = 4.0
     stop_idle: bool = True
     worker: tuple[str, ...] = WORKER
 
@@ -430,6 +433,7 @@ def compare_workers(
             "reveals_per_batch": config.reveals_per_batch,
             "tolerance_s": config.tolerance_s,
             "tolerance_share": config.tolerance_share,
+            "noise_sigmas": config.noise_sigmas,
             "stop_idle": config.stop_idle,
             "harness_batch": int(harness["batch"]),
         },
@@ -480,7 +484,10 @@ def compare_workers(
         logs = np.log(np.asarray(blocks["B"]) / np.asarray(blocks["A"]))
         reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
     clock = _clock_check(
-        run.batches, tolerance_s=config.tolerance_s, tolerance_share=config.tolerance_share
+        run.batches,
+        tolerance_s=config.tolerance_s,
+        tolerance_share=config.tolerance_share,
+        noise_sigmas=config.noise_sigmas,
     )
     for flag in clock.flags:
         label = "A" if flag.endswith(":reference") else "B"
@@ -524,6 +531,7 @@ def compare_workers(
             "excess_s": clock.excess_s,
             "call_s": clock.call_s,
             "limit_s": clock.limit_s,
+            "noise_s": clock.noise_s,
         },
         reveals=run.reveals,
         subjects={

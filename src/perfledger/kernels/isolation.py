@@ -248,12 +248,15 @@ class ClockCheck:
         call_s: label -> median reported time per call (seconds).
         limit_s: the largest allowed difference of excess (seconds).
         flags: ``clock:<label>`` / ``clock_exceeds_wall:<label>``; empty when consistent.
+        noise_s: the noise allowance in ``limit_s`` (``noise_sigmas`` x the standard error of
+            the difference of the median excesses, capped; 0 when not asked for).
     """
 
     excess_s: dict[str, float]
     call_s: dict[str, float]
     limit_s: float
     flags: list[str]
+    noise_s: float = 0.0
 
 
 def clock_check(
@@ -261,6 +264,8 @@ def clock_check(
     *,
     tolerance_s: float = TOLERANCE_S,
     tolerance_share: float = TOLERANCE_SHARE,
+    noise_sigmas: float = 0.0,
+    noise_cap_share: float = 0.25,
 ) -> ClockCheck:
     """Check reported times against the parent's wall time (module docstring), property 3.
 
@@ -268,7 +273,12 @@ def clock_check(
         batches: every batch of the (one or two) subjects compared.
         tolerance_s, tolerance_share: the allowed difference of median excess per call between
             the subjects: the larger of ``tolerance_s`` and ``tolerance_share`` x the smaller
-            subject's median reported call time.
+            subject's median reported call time ...
+        noise_sigmas: ... and, when > 0, of that many standard errors of the difference of the
+            two median excesses (robust: from each subject's median absolute deviation over its
+            batches), for overheads that vary from batch to batch (copies, hashing) ...
+        noise_cap_share: ... that allowance capped at this share of the smaller median call
+            time (a subject that makes its own overhead noisy cannot widen the limit further).
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -282,7 +292,16 @@ def clock_check(
         lb: float(np.median([t for b in batches if b.subject == lb for t in b.reported_s]))
         for lb in labels
     }
-    limit = max(tolerance_s, tolerance_share * min(call.values()))
+    noise = 0.0
+    if noise_sigmas > 0 and len(labels) > 1:
+        variance = 0.0
+        for lb in labels:
+            values = np.asarray([b.excess_s for b in batches if b.subject == lb])
+            mad = float(np.median(np.abs(values - np.median(values))))
+            # standard error of a median of n values of a normal of sd 1.4826 x MAD
+            variance += (1.2533 * 1.4826 * mad) ** 2 / max(values.size, 1)
+        noise = min(noise_sigmas * float(np.sqrt(variance)), noise_cap_share * min(call.values()))
+    limit = max(tolerance_s, tolerance_share * min(call.values()), noise)
     flags: list[str] = []
     for lb in labels:
         # a reported sum above the wall time is impossible, whatever the overhead
@@ -291,7 +310,7 @@ def clock_check(
         others = [excess[o] for o in labels if o != lb]
         if others and excess[lb] - min(others) > limit:
             flags.append(f"clock:{lb}")
-    return ClockCheck(excess, call, limit, flags)
+    return ClockCheck(excess, call, limit, flags, noise)
 
 
 @dataclass
