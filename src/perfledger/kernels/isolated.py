@@ -82,9 +82,12 @@ class IsolationConfig:
             ``(1 - q)^(reveals x b)``, besides the workers' own re-checks.
         start_timeout_s: the most loading the spec, ``hello`` and correctness may take (s).
         timeout_s: the most one batch or reveal may take (s).
-        tolerance_s, tolerance_share, noise_sigmas: of
+        tolerance_s, tolerance_share, noise_sigmas, overhead_share: of
             :func:`perfledger.kernels.isolation.clock_check` (the overhead inside the parent's
-            clock, copying and hashing every call's outputs, varies from batch to batch).
+            clock, inputs, re-checks, copying and hashing every call's outputs, varies from
+            batch to batch and a little from one process to the other).
+        same_cpus: pin both workers to the same CPUs (the first half of this process's), so
+            that their host overheads are measured under the same conditions (they take turns).
         stop_idle: stop the idle worker's process group (``SIGSTOP``) while the other worker
             runs a batch, continue it after (:meth:`WorkerProcess.pause`).
         worker: the worker command (tests use stand-ins that speak the same protocol).
@@ -97,6 +100,8 @@ class IsolationConfig:
     tolerance_s: float = TOLERANCE_S
     tolerance_share: float = TOLERANCE_SHARE
     noise_sigmas: float = 4.0
+    overhead_share: float = 0.2
+    same_cpus: bool = True
     stop_idle: bool = True
     worker: tuple[str, ...] = WORKER
 
@@ -147,6 +152,10 @@ class WorkerProcess:
         self.role = role
         self.config = config
         self.proc = SubjectProcess(role, argv, timeout_s=config.timeout_s, stderr_path=stderr_path)
+        if config.same_cpus and hasattr(os, "sched_setaffinity"):
+            cpus = sorted(os.sched_getaffinity(0))
+            with contextlib.suppress(OSError):  # gone already: the first request says so
+                os.sched_setaffinity(self.proc.pid, cpus[: max(1, len(cpus) // 2)])
 
     def _ask(self, message: dict[str, Any], timeout_s: float | None = None) -> tuple[dict, float]:
         reply, wall = self.proc.request(message, timeout_s)
@@ -434,6 +443,8 @@ def compare_workers(
             "tolerance_s": config.tolerance_s,
             "tolerance_share": config.tolerance_share,
             "noise_sigmas": config.noise_sigmas,
+            "overhead_share": config.overhead_share,
+            "same_cpus": config.same_cpus,
             "stop_idle": config.stop_idle,
             "harness_batch": int(harness["batch"]),
         },
@@ -488,6 +499,7 @@ def compare_workers(
         tolerance_s=config.tolerance_s,
         tolerance_share=config.tolerance_share,
         noise_sigmas=config.noise_sigmas,
+        overhead_share=config.overhead_share,
     )
     for flag in clock.flags:
         label = "A" if flag.endswith(":reference") else "B"

@@ -266,6 +266,7 @@ def clock_check(
     tolerance_share: float = TOLERANCE_SHARE,
     noise_sigmas: float = 0.0,
     noise_cap_share: float = 0.25,
+    overhead_share: float = 0.0,
 ) -> ClockCheck:
     """Check reported times against the parent's wall time (module docstring), property 3.
 
@@ -278,7 +279,10 @@ def clock_check(
             two median excesses (robust: from each subject's median absolute deviation over its
             batches), for overheads that vary from batch to batch (copies, hashing) ...
         noise_cap_share: ... that allowance capped at this share of the smaller median call
-            time (a subject that makes its own overhead noisy cannot widen the limit further).
+            time (a subject that makes its own overhead noisy cannot widen the limit further);
+        overhead_share: ... and of this share of the smaller median excess (an overhead that
+            differs a little from one process to another; a subject cannot raise the other
+            subject's excess, so it cannot widen this either).
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -301,7 +305,12 @@ def clock_check(
             # standard error of a median of n values of a normal of sd 1.4826 x MAD
             variance += (1.2533 * 1.4826 * mad) ** 2 / max(values.size, 1)
         noise = min(noise_sigmas * float(np.sqrt(variance)), noise_cap_share * min(call.values()))
-    limit = max(tolerance_s, tolerance_share * min(call.values()), noise)
+    limit = max(
+        tolerance_s,
+        tolerance_share * min(call.values()),
+        noise,
+        overhead_share * max(min(excess.values()), 0.0),
+    )
     flags: list[str] = []
     for lb in labels:
         # a reported sum above the wall time is impossible, whatever the overhead
