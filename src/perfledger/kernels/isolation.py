@@ -24,8 +24,10 @@ Protocol (one JSON object a line on the child's stdin / stdout):
 - parent: ``{"op": "exit"}``; the child exits.
 
 A child that writes anything else, dies, or does not answer within ``timeout_s`` raises
-:class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select); the CUDA worker
-that runs harness subjects this way is future work (see ``docs/kernel-harness.md``).
+:class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select). The kernel
+harness's subjects run this way through :mod:`perfledger.kernels.subject_worker` and
+:mod:`perfledger.kernels.isolated` (their own protocol, on :meth:`SubjectProcess.request`, and
+this module's :func:`clock_check`).
 """
 
 from __future__ import annotations
