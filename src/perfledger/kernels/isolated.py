@@ -558,6 +558,14 @@ def compare_workers(
     )  # fmt: skip
 
 
+def _memory_dir() -> str | None:
+    """A memory-backed directory for revealed outputs where there is one (``/dev/shm``:
+    outputs of hundreds of MiB are written and read back there at memory speed), else None
+    (the default temporary directory)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
 def compare_spec(
     spec_path: str,
     case: str,
@@ -571,7 +579,10 @@ def compare_spec(
     (:func:`compare_workers`); ``roles=("reference", "reference")`` is an A/A of the
     reference (two workers, the same subject). The workers are ended on return or error; their
     stderr goes to a private file whose last lines are quoted when a worker fails."""
-    with tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
+        tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
+    ):
         ref = WorkerProcess(roles[0], spec_path, case, config, os.path.join(tmp, "ref.err"))
         try:
             cand = WorkerProcess(roles[1], spec_path, case, config, os.path.join(tmp, "cand.err"))
@@ -580,7 +591,7 @@ def compare_spec(
             raise
         try:
             return compare_workers(
-                ref, cand, ceilings=ceilings, monitor=monitor, config=config, reveal_dir=tmp
+                ref, cand, ceilings=ceilings, monitor=monitor, config=config, reveal_dir=reveals
             )
         finally:
             ref.close()
