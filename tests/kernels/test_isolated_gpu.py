@@ -19,6 +19,12 @@ except Exception as exc:  # no driver
 if _GPUS < 1:
     pytest.skip("no CUDA device", allow_module_level=True)
 
+import time  # noqa: E402
+
+import blake3  # noqa: E402
+import numpy as np  # noqa: E402
+
+from perfledger.kernels.gpu_digest import device_digest, self_test  # noqa: E402
 from perfledger.kernels.harness import Comparison  # noqa: E402
 from perfledger.kernels.isolated import compare_spec  # noqa: E402
 
@@ -58,6 +64,25 @@ def _compare(tmp_path: Path, candidate: str) -> Comparison:
     return c
 
 
+# ------------------------------------------------------------------------ the device digest
+
+
+def test_device_digest_equals_the_blake3_package_and_its_cost_is_printed() -> None:
+    assert self_test()
+    key = bytes(range(32))
+    for mib in (4, 64, 256):
+        x = cupy.random.default_rng(mib).random(mib << 18, dtype=cupy.float32)
+        want = blake3.blake3(x.get().tobytes(), key=key).hexdigest()
+        assert device_digest(x, key) == want
+        cupy.cuda.runtime.deviceSynchronize()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            device_digest(x, key)
+            times.append(time.perf_counter() - t0)
+        print(f"device digest of {mib} MiB: {1e3 * float(np.median(times)):.3f} ms")
+
+
 # ------------------------------------------------------------------------ honest controls
 
 
@@ -66,6 +91,7 @@ def test_honest_aa_in_two_workers_is_valid_and_close_to_one(tmp_path: Path) -> N
     assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
     assert c.stats is not None and abs(c.stats.median_ratio - 1.0) < 0.02, c.stats
     assert c.settings["isolation"] == "process" and c.settings["reveals"] >= 4
+    assert c.settings["digest"] == "device"  # the device BLAKE3 passed its self-test
 
 
 def test_honest_memory_bound_aa_in_two_workers_is_valid(tmp_path: Path) -> None:

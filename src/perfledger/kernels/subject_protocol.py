@@ -19,7 +19,8 @@ NumPy and blake3 only (no CuPy): the parent recomputes digests on revealed bytes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import blake3
@@ -31,11 +32,28 @@ from perfledger.kernels.harness import CorrectnessReport, TrialResult
 KEY_BYTES = 32
 
 
+def combine_digests(parts: Sequence[tuple[str, str, Sequence[int], str]], key: bytes) -> str:
+    """The digest of one call's outputs from each output's ``(name, dtype.str, shape, keyed
+    blake3 hex of its bytes)``: keyed blake3 of one line per output, sorted by name.
+
+    Raises: ValueError for a key that is not :data:`KEY_BYTES` bytes.
+    """
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"the digest key must be {KEY_BYTES} bytes")
+    lines = "".join(
+        f"{name}\x00{dtype}\x00{json.dumps([int(n) for n in shape])}\x00{hexdigest}\n"
+        for name, dtype, shape, hexdigest in sorted(parts)
+    )
+    return blake3.blake3(lines.encode(), key=key).hexdigest()
+
+
 def output_digest(arrays: Mapping[str, np.ndarray], key: bytes) -> str:
-    """Keyed blake3 (hex) of one call's outputs: for each output by name, its name, dtype,
-    shape and bytes (C order). A cryptographic hash, so a subject cannot reveal bytes other than
-    the ones it committed to, even knowing the key; keyed per batch, so a digest cannot be
-    computed before the batch's request arrives.
+    """Keyed digest (hex) of one call's outputs (host arrays): each output's bytes (C order)
+    hashed with keyed blake3, then :func:`combine_digests` over names, dtypes and shapes. A
+    cryptographic hash, so a subject cannot reveal bytes other than the ones it committed to,
+    even knowing the key; keyed per batch, so a digest cannot be computed before the batch's
+    request arrives. A worker computes the same digest on the device
+    (:func:`perfledger.kernels.gpu_digest.device_digest` per output).
 
     Args:
         arrays: output name -> host array.
@@ -44,12 +62,13 @@ def output_digest(arrays: Mapping[str, np.ndarray], key: bytes) -> str:
     """
     if len(key) != KEY_BYTES:
         raise ValueError(f"the digest key must be {KEY_BYTES} bytes")
-    h = blake3.blake3(key=key, max_threads=blake3.blake3.AUTO)
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}\x00{a.dtype.str}\x00{a.shape}\x00".encode())
+    parts = []
+    for name, array in arrays.items():
+        a = np.ascontiguousarray(array)
+        h = blake3.blake3(key=key, max_threads=blake3.blake3.AUTO)
         h.update(memoryview(a.reshape(-1).view(np.uint8)))
-    return h.hexdigest()
+        parts.append((name, a.dtype.str, a.shape, h.hexdigest()))
+    return combine_digests(parts, key)
 
 
 def write_reveal(path: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -121,6 +140,7 @@ def report_from_json(data: Mapping[str, Any]) -> CorrectnessReport:
 
 __all__ = [
     "KEY_BYTES",
+    "combine_digests",
     "output_digest",
     "read_reveal",
     "report_from_json",

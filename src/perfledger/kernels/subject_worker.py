@@ -12,8 +12,11 @@ JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / std
 - ``check``: the harness's correctness trials of the subject;
 - ``run {seeds, key}``: one call per seed through the harness's protocol-2 call path
   (:meth:`Harness._timed2`: fresh inputs from the seed, L2 flush, CUDA events, a re-check drawn
-  after the call), then, after the call's timed window, its outputs copied to the host and
-  digested (:func:`~perfledger.kernels.subject_protocol.output_digest`, keyed by ``key``);
+  after the call), each call writing into output buffers of its own; after the call's timed
+  window its outputs are digested, keyed by ``key``, on the device
+  (:func:`~perfledger.kernels.gpu_digest.device_digest`, when its self-test at ``hello``
+  agreed with the ``blake3`` package) or after a copy to pinned host memory
+  (:func:`~perfledger.kernels.subject_protocol.output_digest`): the same digest either way;
 - ``reveal {index, path}``: writes that call's outputs of the last batch to ``path`` (``.npz``).
 
 The protocol's stream is a private duplicate of the original stdout; file descriptor 1 and
@@ -50,7 +53,7 @@ def _error(exc: BaseException) -> dict[str, Any]:
 
 class Worker:
     """The worker's state: the loaded spec, the subject, and (after ``hello``) the harness and
-    the last batch's outputs (host copies, one dict per call).
+    the last batch's outputs (device arrays, one dict per call).
 
     Args:
         spec_path, role, case: of the command line.
@@ -64,7 +67,7 @@ class Worker:
         self.role = role
         self.case = case
         self.harness: Any = None
-        self._outs: dict[str, Any] = {}
+        self._outs: list[dict[str, Any]] = []  # device outputs, one set per call of a batch
         self._slots: list[dict[str, Any]] = []  # pinned host copies, one dict per call slot
         self.kept: list[dict[str, Any]] = []
         if case is not None:
@@ -88,7 +91,7 @@ class Worker:
         config = replace(self.spec["config"] or HarnessConfig(), seed=seed)
         self.harness = Harness(problem, config)
         self.harness._calibrate_overhead()  # recorded in the settings; the parent's side-work check
-        self._outs = self.harness._new_outputs()  # one output buffer, reused by every call
+        self.device_digest = _device_digest_works()
         facts.update(
             case=self.case,
             problem=problem.name,
@@ -98,7 +101,10 @@ class Worker:
             flops_unit=problem.flops_unit,
             outputs={k: [list(shape), str(dtype)] for k, (shape, dtype) in problem.outputs.items()},
             tolerances=dict(problem.tolerances),
-            settings=self.harness.settings(),
+            settings={
+                **self.harness.settings(),
+                "digest": "device" if self.device_digest else "host",
+            },
             content_hash=subject.content_hash(),
             identity=subject.identity() if hasattr(subject, "identity") else None,
         )
@@ -112,8 +118,9 @@ class Worker:
 
     def run(self, seeds: list[int], key: str) -> dict[str, Any]:
         """One call per seed (module docstring); the outputs are kept until the next run."""
+        from perfledger.kernels.gpu_digest import device_digest
         from perfledger.kernels.harness import SubjectTiming, _PairInputs
-        from perfledger.kernels.subject_protocol import output_digest
+        from perfledger.kernels.subject_protocol import combine_digests, output_digest
 
         h = self.harness
         subject = self.spec[self.role]
@@ -123,13 +130,21 @@ class Worker:
         digests: list[str] = []
         for k, seed in enumerate(seeds):
             pair = _PairInputs(h._make_inputs(int(seed)), int(seed))
-            h._timed2(subject, self._outs, pair, k, timing)
-            # after the call's timed window: the bytes the parent may ask to see
-            host = self._host(k)
-            for name, out in self._outs.items():
-                out.get(out=host[name])
-            digests.append(output_digest(host, key_bytes))
-            self.kept.append(host)
+            outs = self._ring(k)
+            h._timed2(subject, outs, pair, k, timing)
+            # after the call's timed window: commit to the bytes the parent may ask to see
+            if self.device_digest:
+                parts = [
+                    (name, out.dtype.str, out.shape, device_digest(out, key_bytes))
+                    for name, out in outs.items()
+                ]
+                digests.append(combine_digests(parts, key_bytes))
+            else:
+                host = self._host(k)
+                for name, out in outs.items():
+                    out.get(out=host[name])
+                digests.append(output_digest(host, key_bytes))
+            self.kept.append(outs)
         return {
             "times_s": timing.samples_s,
             "wall_s": timing.wall_s,
@@ -138,6 +153,14 @@ class Worker:
             "recheck_failures": timing.recheck_failures,
             "checked_calls": timing.checked_calls,
         }
+
+    def _ring(self, slot: int) -> dict[str, Any]:
+        """The output buffers of call ``slot`` of a batch (one set per call, kept until the next
+        batch so that any call can be revealed; before a call a buffer holds the answer of the
+        previous batch's call to other inputs)."""
+        while len(self._outs) <= slot:
+            self._outs.append(self.harness._new_outputs())
+        return self._outs[slot]
 
     def _host(self, slot: int) -> dict[str, Any]:
         """Pinned host arrays for the outputs of call ``slot`` of a batch (allocated once: a
@@ -148,7 +171,7 @@ class Worker:
             self._slots.append(
                 {
                     name: cupyx.empty_pinned(out.shape, dtype=out.dtype)
-                    for name, out in self._outs.items()
+                    for name, out in self._ring(0).items()
                 }
             )
         return self._slots[slot]
@@ -159,8 +182,21 @@ class Worker:
 
         if not 0 <= index < len(self.kept):
             raise BadRequest(f"no call {index} in the last batch ({len(self.kept)} calls)")
-        write_reveal(path, self.kept[index])
+        write_reveal(path, {name: out.get() for name, out in self.kept[index].items()})
         return {"ok": True}
+
+
+def _device_digest_works() -> bool:
+    """Whether the device BLAKE3 compiles and equals the ``blake3`` package here (else the
+    outputs are copied to the host and hashed there: slower, the same digest)."""
+    from perfledger.kernels.gpu_digest import self_test
+
+    try:
+        return self_test()
+    except Exception as exc:  # a compiler or driver failure: the host path still works
+        print(f"perfledger worker: device digest unavailable ({exc}); hashing on the host",
+              file=sys.stderr)  # fmt: skip
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
