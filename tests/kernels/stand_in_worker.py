@@ -18,6 +18,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``sleep_in_run_s``: sleeps that long in every run (a hang);
 - ``incorrect``: fails its correctness trials;
 - ``tick_file``: a thread appends ``time.monotonic()`` to that file every 0.5 ms, all along;
+- ``helper_tick_file``: a helper process in a session of its own (``setsid``: out of the
+  worker's process group) does the same, and writes its pid to that file + ``.pid``;
 - ``window_file``: appends the monotonic start and end of each run it serves.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -72,6 +75,13 @@ def main() -> int:
         os.sched_setaffinity(0, {int(spec["cpu"])})  # both subjects on one CPU: they alternate
     if opts.get("tick_file"):
         threading.Thread(target=_tick, args=(opts["tick_file"],), daemon=True).start()
+    if opts.get("helper_tick_file"):
+        path = opts["helper_tick_file"]
+        code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        code += f"import stand_in_worker as w; w._tick({path!r})"
+        helper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        with open(path + ".pid", "w", encoding="utf-8") as f:
+            f.write(str(helper.pid))
     calls = 0
     kept: list[dict[str, np.ndarray]] = []
     last_seeds: list[int] = []

@@ -127,25 +127,33 @@ def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
     assert c.ref is not None and not c.ref.recheck_failures
 
 
-def _idle_ticks(tmp_path: Path, stop_idle: bool) -> tuple[int, int]:
-    """(ticks of the candidate's thread inside the reference's batches, batches)."""
-    ticks, windows = tmp_path / f"ticks{stop_idle}", tmp_path / f"windows{stop_idle}"
-    spec = _spec(tmp_path, {"window_file": str(windows)}, tick_file=str(ticks))
+def _idle_ticks(tmp_path: Path, stop_idle: bool, option: str) -> tuple[int, int, Path]:
+    """(ticks of the candidate's ticker inside the reference's batches, batches, tick file)."""
+    ticks, windows = tmp_path / f"{option}{stop_idle}", tmp_path / f"windows{option}{stop_idle}"
+    spec = _spec(tmp_path, {"window_file": str(windows)}, **{option: str(ticks)})
     compare_spec(spec, "small", config=replace(CONFIG, stop_idle=stop_idle))
     times = np.array([float(t) for t in ticks.read_text().split()])
     spans = [tuple(map(float, line.split())) for line in windows.read_text().splitlines()]
-    return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans)
+    return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans), ticks
 
 
-def test_the_idle_worker_is_stopped_while_the_other_runs_its_batch(tmp_path: Path) -> None:
-    # a candidate with a thread that works all along (it could launch GPU work or take the CPU
-    # while the reference is timed): stopped, it gets (nearly) no time inside the reference's
-    # batches; the control, not stopped, ticks there all along (one CPU for both)
-    stopped, batches = _idle_ticks(tmp_path, True)
-    control, control_batches = _idle_ticks(tmp_path, False)
+@pytest.mark.parametrize("option", ["tick_file", "helper_tick_file"])
+def test_the_idle_worker_and_its_helpers_are_stopped_while_the_other_runs_its_batch(
+    tmp_path: Path, option: str
+) -> None:
+    # a candidate with a thread, or a helper process in a session of its own, that works all
+    # along (it could launch GPU work or take the CPU while the reference is timed): stopped,
+    # it gets (nearly) no time inside the reference's batches; the control, not stopped, ticks
+    # there all along (one CPU for both)
+    stopped, batches, ticks = _idle_ticks(tmp_path, True, option)
+    control, control_batches, _ = _idle_ticks(tmp_path, False, option)
     assert batches >= 10 and control >= 3 * control_batches, (control, control_batches)
     # a stop takes effect when the stopped thread is next scheduled: a straggler now and then
     assert stopped <= batches and 10 * stopped < control, (stopped, batches, control)
+    if option == "helper_tick_file":  # and what the worker left behind is ended with it
+        pid = int(Path(f"{ticks}.pid").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_an_incorrect_candidate_is_not_timed(tmp_path: Path) -> None:

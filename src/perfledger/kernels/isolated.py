@@ -41,7 +41,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,6 +53,7 @@ from perfledger.kernels.ceilings import REVIEW_SPEEDUP, Ceilings, check_plausibl
 from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTiming
 from perfledger.kernels.isolation import TOLERANCE_S, TOLERANCE_SHARE, Batch, SubjectProcess
 from perfledger.kernels.isolation import clock_check as _clock_check
+from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table
 from perfledger.kernels.stats import paired_stats
 from perfledger.kernels.stopping import Stopper, StoppingRule
 from perfledger.kernels.subject_protocol import (
@@ -60,6 +61,7 @@ from perfledger.kernels.subject_protocol import (
     output_digest,
     read_reveal,
     report_from_json,
+    set_dumpable,
 )
 
 #: The worker command (the spec, role and case are appended).
@@ -229,9 +231,7 @@ class WorkerProcess:
                 os.remove(path)
 
     def pause(self, stop: bool) -> None:
-        """Stop (``SIGSTOP``) or continue (``SIGCONT``) the worker's process group: the idle
-        worker is stopped while the other one's batch runs, so that it launches no GPU work and
-        takes no CPU time then (work it queued before stays queued: see the docs' limits)."""
+        """Stop (``SIGSTOP``) or continue (``SIGCONT``) the worker's process group."""
         if not hasattr(signal, "SIGSTOP"):
             return
         with contextlib.suppress(
@@ -310,43 +310,66 @@ class _Run:
         workers: dict[str, WorkerProcess],
         facts: dict[str, Any],
         config: IsolationConfig,
-        seed: int,
         reveal_dir: str,
+        tree: CallTree | None = None,
     ) -> None:
         self.workers = workers
+        self.tree = tree
         self.facts = facts
         self.config = config
-        self.rng = np.random.default_rng(seed)
         self.reveal_dir = reveal_dir
         self.outputs = {k: (tuple(v[0]), str(v[1])) for k, v in facts["outputs"].items()}
         self.tolerances = {k: float(v) for k, v in (facts.get("tolerances") or {}).items()}
         self.failures: dict[str, list[str]] = {"A": [], "B": []}
         self.flags: list[str] = []
         self.reveals = 0
+        self.revealed: list[list[int]] = []  # the call indices drawn, per pair of batches
         self.batches: list[Batch] = []
 
     def seeds(self, n: int) -> tuple[list[int], bytes]:
         """Fresh call seeds and a digest key (hidden until the request is written)."""
-        seeds = [int(s) for s in self.rng.integers(0, 2**63 - 1, size=n, dtype=np.int64)]
-        return seeds, self.rng.bytes(KEY_BYTES)
+        # from the kernel's generator, each when needed: nothing in this process's memory
+        # predicts the next draw (a subject that could read it learns nothing ahead)
+        return [secrets.randbits(63) for _ in range(n)], secrets.token_bytes(KEY_BYTES)
 
     def batch(self, label: str, seeds: list[int], key: bytes, first: int | None) -> BatchReply:
         """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
         idle = self.workers["B" if label == "A" else "A"]
-        stop = self.config.stop_idle
-        if stop:
+        stopped: set[int] = set()
+        if self.config.stop_idle:
             idle.pause(True)
+            stopped = self._stop_others(self.workers[label].proc.pid)
         try:
             reply = self.workers[label].run(seeds, key)
         finally:
-            if stop:
+            if self.config.stop_idle:
                 idle.pause(False)
+                for pid in stopped:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGCONT)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
         self.batches.append(
             Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
         )
         return reply
+
+    def _stop_others(self, active: int) -> set[int]:
+        """Stop every process started during the comparison except the active worker and its
+        descendants: the idle worker's descendants in other sessions and processes orphaned
+        into this one (a helper that called ``setsid`` or double-forked is still found, by
+        ancestry: :class:`~perfledger.kernels.proctree.CallTree`). Returns: their pids."""
+        if self.tree is None:
+            return set()
+        table = process_table()
+        keep = _subtree([active], _children(table))
+        others = {p for p, state in self.tree.descendants(table).items() if state != "Z"}
+        stopped = set()
+        for pid in others - keep:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+        return stopped
 
     def _flag(self, flag: str, label: str, reason: str) -> None:
         if flag not in self.flags:
@@ -358,7 +381,11 @@ class _Run:
         both workers reveal them; check digests, then the candidate against the reference."""
         n = len(replies["A"].seeds)
         count = min(self.config.reveals_per_batch, n)
-        for index in sorted(int(i) for i in self.rng.choice(n, size=count, replace=False)):
+        drawn: set[int] = set()
+        while len(drawn) < count:  # drawn now, after both replies (see seeds)
+            drawn.add(secrets.randbelow(n))
+        self.revealed.append(sorted(drawn))
+        for index in sorted(drawn):
             revealed: dict[str, dict[str, np.ndarray]] = {}
             for label, reply in replies.items():
                 role = ROLES[label]
@@ -400,6 +427,7 @@ def compare_workers(
     monitor: Any = None,
     config: IsolationConfig = IsolationConfig(),
     reveal_dir: str,
+    tree: CallTree | None = None,
 ) -> Comparison:
     """Paired ABBA comparison of two started workers (module docstring).
 
@@ -410,12 +438,14 @@ def compare_workers(
             per ABBA block.
         config: the isolation settings.
         reveal_dir: a private directory for the revealed outputs.
+        tree: the processes started since the workers (entered before they started): with
+            ``stop_idle``, all of them but the active worker's are stopped during a batch.
     Returns: the :class:`~perfledger.kernels.harness.Comparison` ``Harness.compare`` returns
         (per-call samples; ``settings["isolation"] == "process"``).
     Raises: MeasurementError when a worker fails, disagrees with the other on the problem, or a
         figure is implausible; BadRequest when a spec does not load.
     """
-    seed = secrets.randbits(63)  # this process's hidden seed: call seeds, keys, reveal draws
+    seed = secrets.randbits(63)  # the bootstrap's
     harness_seed = secrets.randbits(63)  # the workers' (inputs of their correctness trials)
     workers = {"A": ref, "B": cand}
     facts = {label: w.hello(harness_seed) for label, w in workers.items()}
@@ -429,7 +459,7 @@ def compare_workers(
     harness = dict(fa["settings"]["harness"])
     calls = config.calls_per_batch or max(1, int(harness["batch"]) // 2)
     stopping = StoppingRule(**harness["stopping"])
-    run = _Run(workers, fa, config, seed, reveal_dir)
+    run = _Run(workers, fa, config, reveal_dir, tree)
     reports = {label: w.check() for label, w in workers.items()}
     flags: list[str] = [] if ceilings else ["no_ceilings"]
     settings = {
@@ -537,7 +567,8 @@ def compare_workers(
     if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
         flags.append("review_speedup")
     settings.update(
-        parent_seed=seed,  # recorded only now, after every draw was made
+        bootstrap_seed=seed,
+        revealed_calls=run.revealed,  # recorded only now, after every draw was made
         harness_seed=harness_seed,
         clock={
             "excess_s": clock.excess_s,
@@ -556,6 +587,16 @@ def compare_workers(
         reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
         windows,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _undumpable() -> Iterator[None]:
+    previous = set_dumpable(False)
+    try:
+        yield
+    finally:
+        if previous:
+            set_dumpable(True)
 
 
 def _memory_dir() -> str | None:
@@ -582,20 +623,25 @@ def compare_spec(
     with (
         tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
         tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
+        CallTree() as tree,
+        _undumpable(),
     ):
-        ref = WorkerProcess(roles[0], spec_path, case, config, os.path.join(tmp, "ref.err"))
+        workers: list[WorkerProcess] = []
         try:
-            cand = WorkerProcess(roles[1], spec_path, case, config, os.path.join(tmp, "cand.err"))
-        except BaseException:
-            ref.close()
-            raise
-        try:
+            for role, err in ((roles[0], "ref.err"), (roles[1], "cand.err")):
+                workers.append(WorkerProcess(role, spec_path, case, config, os.path.join(tmp, err)))
             return compare_workers(
-                ref, cand, ceilings=ceilings, monitor=monitor, config=config, reveal_dir=reveals
+                *workers,
+                ceilings=ceilings,
+                monitor=monitor,
+                config=config,
+                reveal_dir=reveals,
+                tree=tree,
             )
         finally:
-            ref.close()
-            cand.close()
+            for worker in workers:
+                worker.close()
+            tree.end(include_root=False)  # whatever the workers left behind
 
 
 __all__ = [

@@ -209,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     # The protocol's stream: a duplicate of stdout; fd 1 and sys.stdout now go to stderr, so the
     # subject's prints cannot reach the stream.
     sys.stdout.flush()
+    # not dumpable: the other worker's subject (same user) cannot trace or write this process
+    from perfledger.kernels.subject_protocol import set_dumpable
+
+    set_dumpable(False)
     stream = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
