@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -232,3 +233,16 @@ def test_a_report_that_claims_ok_with_a_failed_trial_is_not_ok() -> None:
     assert not report.ok
     assert report_from_json(report_to_json(report)) == report
     assert not report_from_json({"subject": "s", "ok": True, "trials": []}).ok
+
+
+def test_a_process_made_undumpable_says_so_and_can_be_made_dumpable_again() -> None:
+    code = (
+        "from perfledger.kernels.subject_protocol import set_dumpable as s\n"
+        "first = s(False); second = s(True); third = s(True)\n"
+        "print(first, second, third)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    if out.stdout.split()[0] == "None":
+        pytest.skip("no prctl here")
+    # dumpable at start; not dumpable after the first call; dumpable again after the second
+    assert out.stdout.split() == ["True", "False", "True"], out.stdout
