@@ -943,6 +943,13 @@ def measure_kernel(
             lines.append(
                 f"{case}: ratio {s['median_ratio']:.5f} CI [{s['ci_low']:.5f}, {s['ci_high']:.5f}] {s['direction']}"
             )
+    for case, c in comparisons.items():  # what the measurement found, shown, not only in JSON
+        found = [f for f in c.flags if f != "no_ceilings"]
+        if found:
+            lines.append(
+                f"FLAG {case}: {', '.join(found)} (a subject flagged by a re-check, the clock, "
+                "a digest or the cross-check is recorded as incorrect in every pair: R5)"
+            )
     _answer(ctx, result, lines)
 
 
