@@ -17,6 +17,7 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``garbage_after``: writes a non-JSON line on the protocol stream after that many calls;
 - ``sleep_in_run_s``: sleeps that long in every run (a hang);
 - ``incorrect``: fails its correctness trials;
+- ``refuse_reveal``: answers every ``reveal`` with an error;
 - ``tick_file``: a thread appends ``time.monotonic()`` to that file every 0.5 ms, all along;
 - ``helper_tick_file``: a helper process in a session of its own (``setsid``: out of the
   worker's process group) does the same, and writes its pid to that file + ``.pid``;
@@ -146,6 +147,8 @@ def main() -> int:
                     f.write(f"{started} {time.monotonic()}\n")
             reply = {"times_s": times, "wall_s": times, "span_s": times, "digests": digests,
                      "recheck_failures": [], "checked_calls": []}  # fmt: skip
+        elif op == "reveal" and opts.get("refuse_reveal"):
+            reply = {"error": {"type": "MeasurementError", "message": "not today"}}
         elif op == "reveal":
             y = kept[int(request["index"])][OUTPUT]
             if opts.get("lazy_commit"):  # the correct answer, made only now

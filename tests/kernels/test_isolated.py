@@ -117,6 +117,13 @@ def test_cheat_worker_whose_reveals_differ_from_its_commitments_is_flagged(
     assert c.stats is not None and c.stats.median_ratio < 0.5  # it was "faster"
 
 
+def test_cheat_worker_that_refuses_to_reveal_is_flagged_not_an_error(tmp_path: Path) -> None:
+    # refusing (rather than being caught) must not turn a flag into a measurement that failed
+    c = _compare(tmp_path, refuse_reveal=True)
+    assert not c.valid and "digest:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("refused" in r for r in c.cand.recheck_failures)
+
+
 def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
     tmp_path: Path,
 ) -> None:

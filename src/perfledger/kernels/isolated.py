@@ -222,8 +222,12 @@ class WorkerProcess:
 
     def reveal(self, index: int, path: str, outputs: dict[str, tuple[Any, str]]) -> dict:
         """Call ``index`` of the last batch's outputs, read from the file the worker wrote.
-        Raises: ValueError when the file is missing or not the problem's outputs."""
-        self._ask({"op": "reveal", "index": index, "path": path})
+        Raises: ValueError when the worker answers an error (it is not ended: a refusal to
+        reveal is the worker's failure, flagged, not the measurement's) or the file is missing
+        or not the problem's outputs."""
+        reply, _ = self.proc.request({"op": "reveal", "index": index, "path": path})
+        if reply.get("error") is not None:
+            raise ValueError(f"the worker refused: {str(reply['error'])[:300]}")
         try:
             return read_reveal(path, outputs)
         finally:
