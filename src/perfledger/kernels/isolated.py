@@ -265,6 +265,59 @@ def spec_facts(spec_path: str, config: IsolationConfig = IsolationConfig()) -> d
             worker.close()
 
 
+def _children_of(pid: int) -> list[int] | None:
+    """``pid``'s children from ``/proc/<pid>/task/<tid>/children`` (every thread's), [] when it
+    is gone, None where the kernel has no such files."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None  # a kernel without the children files
+        except OSError:
+            continue
+    return out
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:  # gone
+        return None
+
+
+def _tree_by_children(tree: CallTree, active: int) -> tuple[set[int], set[int]] | None:
+    """What :meth:`CallTree.descendants` finds (processes started for the comparison), and the
+    active worker's subtree, by walking children files from this process: a cost that grows with
+    the comparison's processes, not with every process on the host. None without those files."""
+    mine = _children_of(tree.me)
+    if mine is None:
+        return None
+    roots = [p for p in mine if p not in tree._before and _sid(p) not in (tree._my_session, None)]
+    seen: dict[int, int | None] = {}  # pid -> the root it was found under
+    stack = [(p, p) for p in roots]
+    while stack:
+        pid, root = stack.pop()
+        if pid in seen:
+            continue
+        seen[pid] = root
+        kids = _children_of(pid)
+        if kids is None:
+            return None
+        stack += [(k, root) for k in kids]
+    keep = {p for p, root in seen.items() if root == active}
+    return set(seen), keep
+
+
 def _timing(name: str) -> SubjectTiming:
     return SubjectTiming(name, [], [], [], [], 0.0, [], False)
 
@@ -365,9 +418,13 @@ class _Run:
         ancestry: :class:`~perfledger.kernels.proctree.CallTree`). Returns: their pids."""
         if self.tree is None:
             return set()
-        table = process_table()
-        keep = _subtree([active], _children(table))
-        others = {p for p, state in self.tree.descendants(table).items() if state != "Z"}
+        found = _tree_by_children(self.tree, active)
+        if found is None:  # no /proc/<pid>/task/<tid>/children here: walk the whole table
+            table = process_table()
+            keep = _subtree([active], _children(table))
+            others = {p for p, state in self.tree.descendants(table).items() if state != "Z"}
+        else:
+            others, keep = found
         stopped = set()
         for pid in others - keep:
             with contextlib.suppress(ProcessLookupError, PermissionError):
