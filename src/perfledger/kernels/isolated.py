@@ -528,6 +528,10 @@ def compare_workers(
         "inputs": "fresh",  # every call gets inputs made from a seed of its own
         "harness": {**harness, "batch": 2 * calls},
         "isolation": "process",
+        "subjects": {
+            role: {k: facts[label].get(k) for k in ("subject", "content_hash", "identity")}
+            for label, role in ROLES.items()
+        },
         "isolation_settings": {
             "calls_per_batch": calls,
             "reveals_per_batch": config.reveals_per_batch,
@@ -638,10 +642,6 @@ def compare_workers(
             "noise_s": clock.noise_s,
         },
         reveals=run.reveals,
-        subjects={
-            role: {k: facts[label].get(k) for k in ("subject", "content_hash", "identity")}
-            for label, role in ROLES.items()
-        },
         batches=len(run.batches),
     )
     return Comparison(
