@@ -26,14 +26,13 @@ import numpy as np
 #: CUDA C (and, with ``-DPERFLEDGER_CPU``, host C) of keyed BLAKE3 over a byte buffer.
 BLAKE3_SOURCE = r"""
 #ifdef PERFLEDGER_CPU
-#include <stdint.h>
 #define __device__ static inline
 #define __forceinline__
-#else
-typedef unsigned int uint32_t;
-typedef unsigned char uint8_t;
-typedef unsigned long long uint64_t;
 #endif
+/* names of our own: no clash with whatever a compiler predefines */
+typedef unsigned int b3_u32;
+typedef unsigned char b3_u8;
+typedef unsigned long long b3_u64;
 
 #define B3_CHUNK_START 1u
 #define B3_CHUNK_END 2u
@@ -41,7 +40,7 @@ typedef unsigned long long uint64_t;
 #define B3_ROOT 8u
 #define B3_KEYED 16u
 
-__device__ __forceinline__ uint32_t b3_rotr(uint32_t x, int n) {
+__device__ __forceinline__ b3_u32 b3_rotr(b3_u32 x, int n) {
     return (x >> n) | (x << (32 - n));
 }
 
@@ -52,13 +51,13 @@ __device__ __forceinline__ uint32_t b3_rotr(uint32_t x, int n) {
     c = c + d;     b = b3_rotr(b ^ c, 7);
 
 /* BLAKE3's compression function; out gets the 8-word chaining value. */
-__device__ void b3_compress(const uint32_t cv[8], const uint32_t block[16], uint64_t counter,
-                            uint32_t block_len, uint32_t flags, uint32_t out[8]) {
-    const uint8_t perm[16] = {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8};
-    uint32_t v[16] = {cv[0], cv[1], cv[2], cv[3], cv[4], cv[5], cv[6], cv[7],
+__device__ void b3_compress(const b3_u32 cv[8], const b3_u32 block[16], b3_u64 counter,
+                            b3_u32 block_len, b3_u32 flags, b3_u32 out[8]) {
+    const b3_u8 perm[16] = {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8};
+    b3_u32 v[16] = {cv[0], cv[1], cv[2], cv[3], cv[4], cv[5], cv[6], cv[7],
                       0x6A09E667u, 0xBB67AE85u, 0x3C6EF372u, 0xA54FF53Au,
-                      (uint32_t)counter, (uint32_t)(counter >> 32), block_len, flags};
-    uint32_t m[16], t[16];
+                      (b3_u32)counter, (b3_u32)(counter >> 32), block_len, flags};
+    b3_u32 m[16], t[16];
     for (int i = 0; i < 16; ++i) m[i] = block[i];
     for (int r = 0; r < 7; ++r) {
         B3_G(v[0], v[4], v[8], v[12], m[0], m[1]);
@@ -76,13 +75,13 @@ __device__ void b3_compress(const uint32_t cv[8], const uint32_t block[16], uint
 }
 
 /* The chaining value of chunk c (1024 bytes, the last one shorter) of data[0, nbytes). */
-__device__ void b3_chunk(const uint8_t* data, long long nbytes, const uint32_t key[8],
-                         long long c, int root, uint32_t out[8]) {
+__device__ void b3_chunk(const b3_u8* data, long long nbytes, const b3_u32 key[8],
+                         long long c, int root, b3_u32 out[8]) {
     long long start = c * 1024;
     long long len = nbytes - start;
     if (len > 1024) len = 1024;
     int blocks = len > 0 ? (int)((len + 63) / 64) : 1;
-    uint32_t cv[8], block[16];
+    b3_u32 cv[8], block[16];
     for (int i = 0; i < 8; ++i) cv[i] = key[i];
     for (int b = 0; b < blocks; ++b) {
         long long off = start + 64LL * b;
@@ -90,45 +89,45 @@ __device__ void b3_chunk(const uint8_t* data, long long nbytes, const uint32_t k
         if (n > 64) n = 64;
         if (n < 0) n = 0;
         if (n == 64) {  /* a full block: word loads (offsets are multiples of 64, buffers of 4) */
-            const uint32_t* words = (const uint32_t*)(data + off);
+            const b3_u32* words = (const b3_u32*)(data + off);
             for (int w = 0; w < 16; ++w) block[w] = words[w];  /* little-endian, as BLAKE3 */
         } else {
             for (int w = 0; w < 16; ++w) {
-                uint32_t word = 0;
+                b3_u32 word = 0;
                 for (int k = 0; k < 4; ++k) {
                     long long i = 4LL * w + k;
-                    if (i < n) word |= ((uint32_t)data[off + i]) << (8 * k);
+                    if (i < n) word |= ((b3_u32)data[off + i]) << (8 * k);
                 }
                 block[w] = word;
             }
         }
-        uint32_t flags = B3_KEYED;
+        b3_u32 flags = B3_KEYED;
         if (b == 0) flags |= B3_CHUNK_START;
         if (b == blocks - 1) flags |= B3_CHUNK_END | (root ? B3_ROOT : 0u);
-        b3_compress(cv, block, (uint64_t)c, (uint32_t)n, flags, cv);
+        b3_compress(cv, block, (b3_u64)c, (b3_u32)n, flags, cv);
     }
     for (int i = 0; i < 8; ++i) out[i] = cv[i];
 }
 
 /* The chaining value of a parent node of two chaining values. */
-__device__ void b3_parent(const uint32_t* left, const uint32_t* right, const uint32_t key[8],
-                          int root, uint32_t out[8]) {
-    uint32_t block[16];
+__device__ void b3_parent(const b3_u32* left, const b3_u32* right, const b3_u32 key[8],
+                          int root, b3_u32 out[8]) {
+    b3_u32 block[16];
     for (int i = 0; i < 8; ++i) { block[i] = left[i]; block[i + 8] = right[i]; }
     b3_compress(key, block, 0, 64, B3_KEYED | B3_PARENT | (root ? B3_ROOT : 0u), out);
 }
 
 #ifndef PERFLEDGER_CPU
-extern "C" __global__ void b3_chunks(const uint8_t* data, long long nbytes, const uint32_t* key,
-                                     uint32_t* cvs, long long nchunks, int root) {
+extern "C" __global__ void b3_chunks(const b3_u8* data, long long nbytes, const b3_u32* key,
+                                     b3_u32* cvs, long long nchunks, int root) {
     long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (c < nchunks) b3_chunk(data, nbytes, key, c, root, cvs + 8 * c);
 }
 
 /* One level: node i of the next level is the parent of nodes 2i and 2i+1; an odd last node is
    carried up as it is. */
-extern "C" __global__ void b3_parents(const uint32_t* in, long long n, uint32_t* out,
-                                      const uint32_t* key, int root) {
+extern "C" __global__ void b3_parents(const b3_u32* in, long long n, b3_u32* out,
+                                      const b3_u32* key, int root) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (2 * i + 1 < n) {
         b3_parent(in + 16 * i, in + 16 * i + 8, key, root, out + 8 * i);
@@ -139,9 +138,9 @@ extern "C" __global__ void b3_parents(const uint32_t* in, long long n, uint32_t*
 #else
 #include <stdlib.h>
 /* The same tree on the host, one node at a time (tests). */
-void b3_cpu(const uint8_t* data, long long nbytes, const uint32_t* key, uint32_t* out) {
+void b3_cpu(const b3_u8* data, long long nbytes, const b3_u32* key, b3_u32* out) {
     long long n = nbytes > 0 ? (nbytes + 1023) / 1024 : 1;
-    uint32_t* cvs = (uint32_t*)malloc(sizeof(uint32_t) * 8 * n);
+    b3_u32* cvs = (b3_u32*)malloc(sizeof(b3_u32) * 8 * n);
     for (long long c = 0; c < n; ++c) b3_chunk(data, nbytes, key, c, n == 1, cvs + 8 * c);
     while (n > 1) {
         long long m = (n + 1) / 2;
