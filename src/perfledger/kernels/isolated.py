@@ -391,25 +391,33 @@ class _Run:
 
     def batch(self, label: str, seeds: list[int], key: bytes, first: int | None) -> BatchReply:
         """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
-        idle = self.workers["B" if label == "A" else "A"]
-        stopped: set[int] = set()
-        if self.config.stop_idle:
-            idle.pause(True)
-            stopped = self._stop_others(self.workers[label].proc.pid)
-        try:
+        with self.alone(label):
             reply = self.workers[label].run(seeds, key)
-        finally:
-            if self.config.stop_idle:
-                idle.pause(False)
-                for pid in stopped:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGCONT)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
         self.batches.append(
             Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
         )
         return reply
+
+    @contextlib.contextmanager
+    def alone(self, label: str) -> Iterator[None]:
+        """With ``stop_idle``: the worker ``label`` is the only one of the comparison's processes
+        that runs inside the block (its batch, or its reveal: the other cannot race it to the
+        file or the device); the others are stopped before and continued after."""
+        if not self.config.stop_idle:
+            yield
+            return
+        idle = self.workers["B" if label == "A" else "A"]
+        idle.pause(True)
+        stopped = self._stop_others(self.workers[label].proc.pid)
+        try:
+            yield
+        finally:
+            idle.pause(False)
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGCONT)
 
     def _stop_others(self, active: int) -> set[int]:
         """Stop every process started during the comparison except the active worker and its
@@ -450,9 +458,11 @@ class _Run:
             revealed: dict[str, dict[str, np.ndarray]] = {}
             for label, reply in replies.items():
                 role = ROLES[label]
-                path = os.path.join(self.reveal_dir, f"{role}-{self.reveals}.npz")
+                # a name nobody can guess, written and read while the other worker is stopped
+                path = os.path.join(self.reveal_dir, f"{role}-{secrets.token_hex(8)}.npz")
                 try:
-                    arrays = self.workers[label].reveal(index, path, self.outputs)
+                    with self.alone(label):
+                        arrays = self.workers[label].reveal(index, path, self.outputs)
                 except ValueError as exc:
                     self._flag(f"digest:{role}", label, f"call {first + index}: reveal: {exc}")
                     continue
