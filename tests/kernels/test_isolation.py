@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfledger.errors import MeasurementError
@@ -111,3 +112,28 @@ def test_a_subject_process_that_dies_or_hangs_is_a_clear_error() -> None:
     chatty = SubjectProcess("chatty", [sys.executable, "-c", "print('hello'); input()"])
     with chatty, pytest.raises(MeasurementError, match="malformed reply"):
         chatty.run([1])
+
+
+def _noisy(label: str, report_s: float, overhead_sd_s: float, seed: int) -> list[Batch]:
+    """40 batches of 4 calls of 1 ms with 3 ms of overhead per call (copies and hashing inside
+    the parent's clock) varying by ``overhead_sd_s``; the subject reports ``report_s``."""
+    rng = np.random.default_rng(seed)
+    return [
+        Batch(label, (1, 2, 3, 4), (report_s,) * 4, 4 * (4e-3 + rng.normal(0, overhead_sd_s)))
+        for _ in range(40)
+    ]
+
+
+def test_clock_check_allows_for_overhead_noise_up_to_a_cap() -> None:
+    # (seeds where the noise alone exceeds the fixed 50 us tolerance)
+    honest = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 1e-3, 1.5e-4, 104)
+    plain, noisy = clock_check(honest), clock_check(honest, noise_sigmas=4.0)
+    assert plain.flags == ["clock:cand"] and noisy.flags == [], (plain, noisy)
+    assert 5e-5 < noisy.noise_s == noisy.limit_s < 2.5e-4
+    # a subject reporting 70 % of its time is caught through the same noise
+    liar = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 7e-4, 1.5e-4, 104)
+    assert clock_check(liar, noise_sigmas=4.0).flags == ["clock:cand"]
+    # a subject that makes its own overhead very noisy widens the limit to 25 % of a call only
+    loud = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 6e-4, 5e-3, 104)
+    check = clock_check(loud, noise_sigmas=4.0)
+    assert check.noise_s == pytest.approx(0.25 * 6e-4) and "clock:cand" in check.flags, check

@@ -45,6 +45,12 @@ What the harness does, each step against a known way of gaming a benchmark:
    the unit the problem declares, ``Problem.flops_unit``) is refused
    (:class:`~perfledger.errors.MeasurementError`); a speedup above 10x is flagged for review.
 
+:meth:`Harness.compare` runs both subjects in the calling process: the library path and the
+benchmarks' baseline, *not* isolated (a Python subject can read and patch the harness there).
+``perfledger measure kernel`` runs each subject's calls through this same harness inside a
+worker process of its own (:mod:`perfledger.kernels.subject_worker`) and compares them from a
+process that never runs subject code (:mod:`perfledger.kernels.isolated`, property 3).
+
 Every setting is a field of :class:`HarnessConfig` and is returned in the results' ``settings``.
 Needs CuPy and a CUDA GPU (imported on use). Times are seconds.
 """
@@ -417,12 +423,16 @@ class Comparison:
 
     @property
     def valid(self) -> bool:
-        """Both correct, timed, no re-check failure and no side work."""
+        """Both correct, timed, no re-check failure, no side work, and (isolated comparisons,
+        :mod:`perfledger.kernels.isolated`) no clock, digest or cross-check flag."""
         return (
             self.ref_correctness.ok
             and self.cand_correctness.ok
             and self.stats is not None
-            and not any(f.startswith(("side_work", "recheck")) for f in self.flags)
+            and not any(
+                f.startswith(("side_work", "recheck", "clock", "digest", "cross_check"))
+                for f in self.flags
+            )
         )
 
     def table(self) -> list[dict[str, Any]]:

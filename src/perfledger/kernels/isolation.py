@@ -24,8 +24,10 @@ Protocol (one JSON object a line on the child's stdin / stdout):
 - parent: ``{"op": "exit"}``; the child exits.
 
 A child that writes anything else, dies, or does not answer within ``timeout_s`` raises
-:class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select); the CUDA worker
-that runs harness subjects this way is future work (see ``docs/kernel-harness.md``).
+:class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select). The kernel
+harness's subjects run this way through :mod:`perfledger.kernels.subject_worker` and
+:mod:`perfledger.kernels.isolated` (their own protocol, on :meth:`SubjectProcess.request`, and
+this module's :func:`clock_check`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import os
 import select
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +76,11 @@ class Batch:
         return (self.wall_s - sum(self.reported_s)) / len(self.reported_s)
 
 
+@contextmanager
+def _inherit() -> Iterator[None]:
+    yield None
+
+
 class SubjectProcess:
     """A subject running in a child process (``argv``), spoken to by the protocol above.
 
@@ -81,6 +89,8 @@ class SubjectProcess:
         argv: the command.
         timeout_s: the most a batch may take before the child is ended and an error raised.
         env: the child's environment (None: inherited).
+        stderr_path: a file the child's stderr goes to (None: inherited); its last lines are
+            quoted when the child fails.
     Raises: MeasurementError when the command cannot start.
     """
 
@@ -91,20 +101,48 @@ class SubjectProcess:
         *,
         timeout_s: float = 60.0,
         env: dict[str, str] | None = None,
+        stderr_path: str | None = None,
     ) -> None:
         self.label = label
         self.timeout_s = timeout_s
+        self.stderr_path = stderr_path
         try:
-            self._proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-                start_new_session=True,  # the child's signals and terminal are its own
-            )
+            with open(stderr_path, "wb") if stderr_path else _inherit() as err:
+                self._proc = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env=env,
+                    start_new_session=True,  # the child's signals and terminal are its own
+                )
         except OSError as exc:
             raise MeasurementError(f"subject {label!r} could not start: {exc}") from None
         self._buffer = b""
+
+    @property
+    def pid(self) -> int:
+        """The child's process id (the id of its process group and session too)."""
+        return int(self._proc.pid)
+
+    def stderr_tail(self, lines: int = 8) -> str:
+        """The last ``lines`` lines the child wrote to stderr ("" when inherited)."""
+        if not self.stderr_path:
+            return ""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _failed(self, message: str) -> MeasurementError:
+        """End the child; the error to raise, with its stderr's last lines."""
+        self.close()
+        tail = self.stderr_tail()
+        return MeasurementError(message + (f"; its stderr ends:\n{tail}" if tail else ""))
 
     def _readline(self, deadline: float) -> bytes:
         assert self._proc.stdout is not None
@@ -112,8 +150,7 @@ class SubjectProcess:
         while b"\n" not in self._buffer:
             left = deadline - time.perf_counter()
             if left <= 0:
-                self.close()
-                raise MeasurementError(
+                raise self._failed(
                     f"subject {self.label!r} did not answer within {self.timeout_s} s"
                 )
             ready, _, _ = select.select([fd], [], [], left)
@@ -122,28 +159,51 @@ class SubjectProcess:
             chunk = os.read(fd, 65536)
             if not chunk:
                 code = self._proc.wait()
-                raise MeasurementError(f"subject {self.label!r} exited (code {code}) mid-batch")
+                raise self._failed(f"subject {self.label!r} exited (code {code}) mid-batch")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
+
+    def request(
+        self, message: dict[str, Any], timeout_s: float | None = None
+    ) -> tuple[dict[str, Any], float]:
+        """Send one request line and read one reply line, each read with a deadline.
+
+        Args:
+            message: the request (JSON builtins).
+            timeout_s: the most the reply may take (None: ``self.timeout_s``).
+        Returns: ``(reply object, the parent's wall seconds from writing to reading)``.
+        Raises: MeasurementError when the child is gone, late, or answers anything but one
+            JSON object (the child is ended).
+        """
+        assert self._proc.stdin is not None
+        line_out = json.dumps(message).encode() + b"\n"
+        t0 = time.perf_counter()
+        try:
+            self._proc.stdin.write(line_out)
+            self._proc.stdin.flush()
+        except OSError as exc:
+            raise self._failed(f"subject {self.label!r} is gone: {exc}") from None
+        line = self._readline(t0 + (self.timeout_s if timeout_s is None else timeout_s))
+        wall = time.perf_counter() - t0  # the parent's own clock: nothing the child can touch
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:
+            reply = exc
+        if not isinstance(reply, dict):
+            raise self._failed(
+                f"subject {self.label!r} sent a malformed reply ({reply}): {line[:200]!r}"
+            )
+        return reply, wall
 
     def run(self, seeds: Sequence[int]) -> tuple[list[float], list[Any] | None, float]:
         """Run one call per seed; returns ``(reported times, outputs or None, parent wall s)``.
 
         Raises: MeasurementError for a malformed or late reply (the child is ended).
         """
-        assert self._proc.stdin is not None
-        request = json.dumps({"op": "run", "seeds": [int(s) for s in seeds]}).encode() + b"\n"
-        t0 = time.perf_counter()
+        reply, wall = self.request({"op": "run", "seeds": [int(s) for s in seeds]})
+        line = json.dumps(reply)
         try:
-            self._proc.stdin.write(request)
-            self._proc.stdin.flush()
-        except OSError as exc:
-            raise MeasurementError(f"subject {self.label!r} is gone: {exc}") from None
-        line = self._readline(t0 + self.timeout_s)
-        wall = time.perf_counter() - t0  # the parent's own clock: nothing the child can touch
-        try:
-            reply = json.loads(line)
             times = [float(t) for t in reply["times_s"]]
         except (ValueError, KeyError, TypeError) as exc:
             self.close()
@@ -190,12 +250,15 @@ class ClockCheck:
         call_s: label -> median reported time per call (seconds).
         limit_s: the largest allowed difference of excess (seconds).
         flags: ``clock:<label>`` / ``clock_exceeds_wall:<label>``; empty when consistent.
+        noise_s: the noise allowance in ``limit_s`` (``noise_sigmas`` x the standard error of
+            the difference of the median excesses, capped; 0 when not asked for).
     """
 
     excess_s: dict[str, float]
     call_s: dict[str, float]
     limit_s: float
     flags: list[str]
+    noise_s: float = 0.0
 
 
 def clock_check(
@@ -203,6 +266,9 @@ def clock_check(
     *,
     tolerance_s: float = TOLERANCE_S,
     tolerance_share: float = TOLERANCE_SHARE,
+    noise_sigmas: float = 0.0,
+    noise_cap_share: float = 0.25,
+    overhead_share: float = 0.0,
 ) -> ClockCheck:
     """Check reported times against the parent's wall time (module docstring), property 3.
 
@@ -210,7 +276,15 @@ def clock_check(
         batches: every batch of the (one or two) subjects compared.
         tolerance_s, tolerance_share: the allowed difference of median excess per call between
             the subjects: the larger of ``tolerance_s`` and ``tolerance_share`` x the smaller
-            subject's median reported call time.
+            subject's median reported call time ...
+        noise_sigmas: ... and, when > 0, of that many standard errors of the difference of the
+            two median excesses (robust: from each subject's median absolute deviation over its
+            batches), for overheads that vary from batch to batch (copies, hashing) ...
+        noise_cap_share: ... that allowance capped at this share of the smaller median call
+            time (a subject that makes its own overhead noisy cannot widen the limit further);
+        overhead_share: ... and of this share of the smaller median excess (an overhead that
+            differs a little from one process to another; a subject cannot raise the other
+            subject's excess, so it cannot widen this either).
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -224,7 +298,21 @@ def clock_check(
         lb: float(np.median([t for b in batches if b.subject == lb for t in b.reported_s]))
         for lb in labels
     }
-    limit = max(tolerance_s, tolerance_share * min(call.values()))
+    noise = 0.0
+    if noise_sigmas > 0 and len(labels) > 1:
+        variance = 0.0
+        for lb in labels:
+            values = np.asarray([b.excess_s for b in batches if b.subject == lb])
+            mad = float(np.median(np.abs(values - np.median(values))))
+            # standard error of a median of n values of a normal of sd 1.4826 x MAD
+            variance += (1.2533 * 1.4826 * mad) ** 2 / max(values.size, 1)
+        noise = min(noise_sigmas * float(np.sqrt(variance)), noise_cap_share * min(call.values()))
+    limit = max(
+        tolerance_s,
+        tolerance_share * min(call.values()),
+        noise,
+        overhead_share * max(min(excess.values()), 0.0),
+    )
     flags: list[str] = []
     for lb in labels:
         # a reported sum above the wall time is impossible, whatever the overhead
@@ -233,7 +321,7 @@ def clock_check(
         others = [excess[o] for o in labels if o != lb]
         if others and excess[lb] - min(others) > limit:
             flags.append(f"clock:{lb}")
-    return ClockCheck(excess, call, limit, flags)
+    return ClockCheck(excess, call, limit, flags, noise)
 
 
 @dataclass

@@ -709,7 +709,7 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
     the argument spec against both sources' signatures, the dims) before anything is built.
 
     Returns: ``{"problems": {case: Problem}, "reference", "candidate": SolveSubject,
-    "config": None}`` (the shape of ``measure_cli.load_spec``'s answer).
+    "config": None}`` (the shape of ``perfledger.kernels.spec_loader.load_spec``'s answer).
     Raises: BadRequest for anything malformed (nothing is built or run then).
     """
     import json

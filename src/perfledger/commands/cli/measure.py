@@ -10,10 +10,13 @@ append what it measured through the ordinary operations (``samples.record``,
   metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
   (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
   in the raw table.
-- ``measure kernel`` loads a spec file (``PROBLEMS`` or ``PROBLEM``, ``REFERENCE``, ``CANDIDATE``,
-  optional ``CONFIG``) and runs :meth:`Harness.compare` per case; each batch of pairs (one
-  monitor window) becomes one recorded pair whose values are the batch's per-call times, in the
-  Target's primary unit (s, ms, us or ns), from one process (``same_process: true``).
+- ``measure kernel`` compares the ``REFERENCE`` and ``CANDIDATE`` of a spec file (``PROBLEMS``
+  or ``PROBLEM``, optional ``CONFIG``) per case, each subject in a worker process of its own
+  (:func:`perfledger.kernels.isolated.compare_spec`; this process never loads the spec, and
+  checks the workers' reports against its own clock and their revealed outputs); each ABBA
+  block (one monitor window) becomes one recorded pair whose values are the block's per-call
+  times, in the Target's primary unit (s, ms, us or ns) (``same_process: true``: one harness
+  protocol, both subjects on one device).
 - ``measure aa`` runs the original against itself (a workload command or a kernel spec) and
   prints, or with ``--record`` records, the resolution (R4).
 
@@ -45,6 +48,7 @@ from perfledger.commands.cli.identity import (
 from perfledger.commands.workflow import rules
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.kernels.spec_loader import load_spec
 from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -813,49 +817,6 @@ def measurement_findings(
 # ------------------------------------------------------------------------------------ kernel
 
 
-def load_spec(path: str) -> dict[str, Any]:
-    """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
-    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
-    host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
-    Raises BadRequest."""
-    import runpy
-
-    if path.endswith(".json"):
-        from perfledger.kernels.solve import load_solve_spec
-
-        return load_solve_spec(path)
-
-    try:
-        namespace = runpy.run_path(path)
-    except FileNotFoundError:
-        raise BadRequest(f"no spec file {path!r}") from None
-    except ModuleNotFoundError as exc:
-        hint = (
-            "the kernel harness needs an NVIDIA GPU with CuPy: pip install -e '.[gpu]' on a GPU "
-            "machine (`perfledger env` shows what this machine has)"
-            if exc.name in ("cupy", "cupyx", "pynvml")
-            else ""
-        )
-        raise BadRequest(
-            f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=hint
-        ) from None
-    except Exception as exc:
-        raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
-    problems = namespace.get("PROBLEMS")
-    if problems is None and "PROBLEM" in namespace:
-        problems = {"default": namespace["PROBLEM"]}
-    if not isinstance(problems, dict) or not problems or "REFERENCE" not in namespace:
-        raise BadRequest(
-            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE)"
-        )
-    return {
-        "problems": problems,
-        "reference": namespace["REFERENCE"],
-        "candidate": namespace.get("CANDIDATE"),
-        "config": namespace.get("CONFIG"),
-    }
-
-
 def _time_scale(unit: str) -> float:
     if unit not in TIME_UNITS:
         raise BadRequest(
@@ -865,14 +826,14 @@ def _time_scale(unit: str) -> float:
     return TIME_UNITS[unit]
 
 
-def _harness(problem: Any, config: Any, monitor: Any) -> Any:
+def _ceilings() -> Any:
+    """This environment's measured ceilings (measured once per environment, then cached)."""
     from perfledger.kernels.ceilings import load_or_measure
     from perfledger.kernels.env import collect
-    from perfledger.kernels.harness import Harness, HarnessConfig, require_cupy
+    from perfledger.kernels.harness import require_cupy
 
     require_cupy()
-    ceilings = load_or_measure(collect(tools=False).identity())
-    return Harness(problem, config or HarnessConfig(), ceilings=ceilings, monitor=monitor)
+    return load_or_measure(collect(tools=False).identity())
 
 
 @click.command("kernel")
@@ -893,8 +854,8 @@ def measure_kernel(
     spec_path: str,
 ) -> None:
     """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
-    timing, stopping, plausibility) and record SamplesRecorded; one recorded pair per batch of
-    pairs (one monitor window)."""
+    timing, stopping, plausibility), each subject in a worker process of its own, and record
+    SamplesRecorded; one recorded pair per ABBA block (one monitor window)."""
     ctx = _ctx(json_flag)
     ledger = ctx.open()
     try:
@@ -902,10 +863,13 @@ def measure_kernel(
     finally:
         ledger.close()
     refuse_unsnapshotted(info["target"], "measure kernel")
-    spec = load_spec(spec_path)
-    if spec["candidate"] is None:
+    from perfledger.kernels.isolated import compare_spec, spec_facts
+
+    # property 3: the spec (subject code) runs only in worker processes; this one asks them
+    facts = spec_facts(spec_path)
+    if not facts["has_candidate"]:
         raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
-    check_cases(spec["problems"], info["test_set"], f"the spec {spec_path!r}")
+    cases = check_cases(facts["cases"], info["test_set"], f"the spec {spec_path!r}")
     primary = info["primary"]
     scale = _time_scale(primary.unit)
     env = environment_payload()
@@ -916,10 +880,12 @@ def measure_kernel(
         if monitor is not None:
             idle = monitor.idle_check()
             monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
-        with _progress(len(spec["problems"]), "kernel comparisons", quiet) as advance:
-            for case, problem in spec["problems"].items():
-                h = _harness(problem, spec["config"], monitor)
-                comparisons[case] = h.compare(spec["reference"], spec["candidate"])
+        with _progress(len(cases), "kernel comparisons", quiet) as advance:
+            ceilings = _ceilings()
+            for case in cases:
+                comparisons[case] = compare_spec(
+                    spec_path, case, ceilings=ceilings, monitor=monitor
+                )
                 advance()
     finally:
         if monitor is not None:
@@ -987,9 +953,14 @@ def measure_kernel(
         "units": {primary.name: primary.unit},
         "pairs": pairs,
     }
+    subjects = next(iter(comparisons.values())).settings["subjects"]
     body["provenance"] = measured_provenance(
         "kernel_harness_abba",
-        {"cases": sorted(comparisons), "config": str(spec["config"])},
+        {
+            "cases": sorted(comparisons),
+            "config": next(iter(comparisons.values())).settings["harness"],
+            "isolation": "process",
+        },
     )
     stats = {case: c.stats.to_json() if c.stats else None for case, c in comparisons.items()}
     result: dict[str, Any] = {
@@ -1008,12 +979,12 @@ def measure_kernel(
         "kind": "kernel",
         "cases": table,
         "environment": env,
-        "reference_source_hash": spec["reference"].content_hash(),
-        "candidate_source_hash": spec["candidate"].content_hash(),
+        "reference_source_hash": subjects["reference"]["content_hash"],
+        "candidate_source_hash": subjects["candidate"]["content_hash"],
     }
     for role in ("reference", "candidate"):  # a built subject's library hash, flags, sources
-        if hasattr(spec[role], "identity"):
-            artifact[f"{role}_identity"] = spec[role].identity()
+        if subjects[role].get("identity") is not None:
+            artifact[f"{role}_identity"] = subjects[role]["identity"]
     event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}"]
@@ -1021,6 +992,13 @@ def measure_kernel(
         if s:
             lines.append(
                 f"{case}: ratio {s['median_ratio']:.5f} CI [{s['ci_low']:.5f}, {s['ci_high']:.5f}] {s['direction']}"
+            )
+    for case, c in comparisons.items():  # what the measurement found, shown, not only in JSON
+        found = [f for f in c.flags if f != "no_ceilings"]
+        if found:
+            lines.append(
+                f"FLAG {case}: {', '.join(found)} (a subject flagged by a re-check, the clock, "
+                "a digest or the cross-check is recorded as incorrect in every pair: R5)"
             )
     _answer(ctx, result, lines)
 
@@ -1156,27 +1134,36 @@ def measure_aa(
         )
     else:
         from perfledger.kernels.harness import resolution_from_aa
+        from perfledger.kernels.isolated import compare_spec, spec_facts
 
         refuse_unsnapshotted(target, "measure aa --spec")
-        spec = load_spec(spec_path or "")
-        problems = dict(spec["problems"])
+        # the same protocol as `measure kernel` (R4): the reference in two workers of its own
+        problems = list(spec_facts(spec_path or "")["cases"])
         if cases:
-            unknown = sorted(set(cases) - set(problems))
+            unknown = sorted(set(cases) - set(problems), key=str)
             if unknown:
-                raise BadRequest(f"--case {unknown} not in the spec's problems {sorted(problems)}")
-            problems = {c: problems[c] for c in cases}
-        check_cases(list(problems), test_set, f"the spec {spec_path!r}")
+                raise BadRequest(f"--case {unknown} not in the spec's problems {problems}")
+            problems = list(cases)
+        check_cases(problems, test_set, f"the spec {spec_path!r}")
         monitor, _note = _start_monitor(True)
         # R4: the A/A covers every case of the spec, each with its own resolution
         comps_by_case: dict[str, list[Any]] = {}
         try:
             n = runs or 5
             with _progress(n * len(problems), "A/A comparisons", quiet) as advance:
-                for case, problem in problems.items():
-                    h = _harness(problem, spec["config"], monitor)
+                ceilings = _ceilings()
+                for case in problems:
                     comps_by_case[case] = []
                     for _ in range(n):
-                        comps_by_case[case].append(h.aa(spec["reference"]))
+                        comps_by_case[case].append(
+                            compare_spec(
+                                spec_path or "",
+                                case,
+                                ceilings=ceilings,
+                                monitor=monitor,
+                                roles=("reference", "reference"),
+                            )
+                        )
                         advance()
         finally:
             if monitor is not None:

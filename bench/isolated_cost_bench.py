@@ -1,0 +1,140 @@
+"""What running subjects in worker processes of their own costs (property 3 of SPEC.md section 5):
+A/A comparisons of one kernel in-process (``Harness.compare``, the baseline) and isolated
+(``perfledger.kernels.isolated.compare_spec``, the reference in two workers), rounds
+interleaved, under the default stopping rule; and the per-call price of the output digest at
+the kernel's output size: keyed BLAKE3 on the device (what a worker uses), and the host path it
+falls back to (copy into pinned memory + keyed blake3).
+
+Needs CuPy and a GPU. Run on the device::
+
+    .venv/bin/python bench/isolated_cost_bench.py --runs 4 --json /tmp/isolated_cost.json
+
+Prints one table: per mode, the median wall seconds per comparison, wall microseconds per timed
+call (of either subject), timed GPU seconds, the A/A spread of the median ratios, spread^2 x
+seconds (the statistical efficiency at equal precision), and, isolated, the clock check's limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SPECS = {
+    "scale": "from perfledger.kernels.examples import scale_problem as P, scale_subject as S\n"
+    "PROBLEMS = {{'scale': P({n})}}\nREFERENCE = S({n})\nCANDIDATE = S({n}, name='again')\n",
+    "iterate": "from perfledger.kernels.examples import iterate_problem as P, iterate_subject as S\n"
+    "PROBLEMS = {{'iterate': P({n}, 2048)}}\nREFERENCE = S({n}, 2048)\n"
+    "CANDIDATE = S({n}, 2048, name='again')\n",
+}
+
+
+def digest_cost(nbytes: int, repeats: int = 20) -> dict[str, float]:
+    """Median seconds of the copy into pinned memory and of the keyed blake3, per call."""
+    import cupy
+    import cupyx
+
+    from perfledger.kernels.gpu_digest import device_digest
+    from perfledger.kernels.subject_protocol import output_digest
+
+    out = cupy.ones(nbytes // 4, dtype=cupy.float32)
+    host = cupyx.empty_pinned(out.shape, dtype=out.dtype)
+    copy, hashing, device = [], [], []
+    for _ in range(repeats):
+        cupy.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        out.get(out=host)
+        t1 = time.perf_counter()
+        output_digest({"y": host}, bytes(32))
+        t2 = time.perf_counter()
+        device_digest(out, bytes(32))
+        t3 = time.perf_counter()
+        copy.append(t1 - t0)
+        hashing.append(t2 - t1)
+        device.append(t3 - t2)
+    return {
+        "copy_s": statistics.median(copy),
+        "blake3_s": statistics.median(hashing),
+        "device_s": statistics.median(device),
+    }
+
+
+def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
+    """One A/A comparison; returns its figures."""
+    from perfledger.kernels.harness import Harness, HarnessConfig
+
+    t0 = time.perf_counter()
+    if mode == "in-process":
+        from perfledger.kernels.spec_loader import load_spec
+
+        loaded = load_spec(str(spec))
+        problem = next(iter(loaded["problems"].values()))
+        h = Harness(problem, loaded["config"] or HarnessConfig())
+        c = h.compare(loaded["reference"], loaded["candidate"])
+    else:
+        from perfledger.kernels.isolated import compare_spec
+
+        c = compare_spec(str(spec), kind, roles=("reference", "reference"))
+    wall = time.perf_counter() - t0
+    calls = len(c.ref.samples_s) if c.ref else 0
+    return {
+        "valid": c.valid,
+        "flags": c.flags,
+        "ratio": c.stats.median_ratio if c.stats else None,
+        "wall_s": wall,
+        "wall_s_per_call": wall / (2 * calls) if calls else None,
+        "timed_gpu_s": (c.ref.gpu_s + c.cand.gpu_s) if c.ref and c.cand else None,
+        "clock_limit_s": (c.settings.get("clock") or {}).get("limit_s"),
+        "call_median_s": c.stats.ref_median_s if c.stats else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=sorted(SPECS), default="scale")
+    parser.add_argument("--n", type=int, default=1 << 24, help="elements (float32)")
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "spec.py"
+        spec.write_text(SPECS[args.kind].format(n=args.n))
+        rows: dict[str, list[dict[str, Any]]] = {"in-process": [], "isolated": []}
+        for r in range(args.runs):
+            for mode in rows:
+                row = one(mode, args.kind, args.n, spec)
+                rows[mode].append(row)
+                print(f"{mode} run {r + 1}: {row}", flush=True)
+    cost = digest_cost(4 * args.n)
+    print(f"\n{args.kind} n={args.n}: output {4 * args.n / 2**20:.0f} MiB; per call: device "
+          f"blake3 {1e3 * cost['device_s']:.3f} ms (used), or copy to pinned "
+          f"{1e3 * cost['copy_s']:.3f} ms + host blake3 {1e3 * cost['blake3_s']:.3f} ms")  # fmt: skip
+    print(f"{'mode':12s} {'wall s/cmp':>10s} {'wall us/call':>12s} {'GPU s':>7s} "
+          f"{'A/A spread':>10s} {'spread^2*s':>10s} {'clock limit us':>14s} {'invalid':>7s}")  # fmt: skip
+    summary: dict[str, Any] = {"digest": cost, "kind": args.kind, "n": args.n}
+    for mode, got in rows.items():
+        ok = [x for x in got if x["ratio"] is not None and x["valid"]]
+        spread = float(np.std([x["ratio"] for x in ok], ddof=1)) if len(ok) > 1 else float("nan")
+        wall = statistics.median(x["wall_s"] for x in got)
+        per_call = statistics.median(x["wall_s_per_call"] for x in ok) if ok else float("nan")
+        gpu = statistics.median(x["timed_gpu_s"] for x in ok) if ok else float("nan")
+        limits = [x["clock_limit_s"] for x in ok if x["clock_limit_s"] is not None]
+        limit = 1e6 * statistics.median(limits) if limits else float("nan")
+        print(f"{mode:12s} {wall:10.3f} {1e6 * per_call:12.1f} {gpu:7.3f} {spread:10.5f} "
+              f"{spread**2 * wall:10.3e} {limit:14.1f} {len(got) - len(ok):7d}")  # fmt: skip
+        summary[mode] = {"runs": got, "wall_s": wall, "wall_s_per_call": per_call,
+                         "aa_spread": spread, "timed_gpu_s": gpu}  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

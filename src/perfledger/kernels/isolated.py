@@ -1,0 +1,744 @@
+"""Paired comparison of two kernel subjects, each in a worker process of its own (SPEC.md
+section 5, property 3): the process that computes statistics never runs subject code, checks
+the times the workers report against its own clock, and checks their outputs itself.
+
+What runs where:
+
+- each subject worker (:mod:`perfledger.kernels.subject_worker`) loads the spec, runs the
+  harness's correctness trials and timed calls of its one subject, and reports per call an event
+  time, its own re-check and a keyed digest of the call's outputs;
+- this process (which never imports the spec) draws the seeds, orders the batches, times each
+  batch with its own monotonic clock (request written -> reply read), checks the reports
+  (:func:`perfledger.kernels.isolation.clock_check`), has both workers reveal calls it draws
+  after the batch, checks each revealed output against the committed digest and the candidate's
+  against the reference's for the same seed, and computes the statistics, the stopping rule and
+  plausibility.
+
+The schedule: correctness of both; warm-up batches (alternating, until ``warmup_min`` calls and
+``warmup_min_s`` seconds); then ABBA blocks: a batch of ``calls`` calls of the reference on
+seeds ``s1``, the candidate's batch on ``s1``, the candidate's on ``s2``, the reference's on
+``s2`` (so order cancels within a block); the block's statistic is the log ratio of the
+subjects' summed times; the stopping rule runs on the blocks. After each pair of batches on the
+same seeds, ``reveals_per_batch`` call indices are drawn (from this process's hidden seed, after
+both replies), and both workers write those calls' outputs.
+
+Flags (each makes :attr:`~perfledger.kernels.harness.Comparison.valid` false and puts a reason
+in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it as incorrect):
+``clock:<role>`` / ``clock_exceeds_wall:<role>`` (reported times not borne out by this
+process's clock), ``digest:<role>`` (revealed bytes differ from the committed digest, or the
+reveal failed), ``cross_check:candidate`` (the candidate's revealed output differs from the
+reference's beyond the problem's tolerance), and the harness's own ``recheck:<subject>``,
+``side_work:<subject>``, ``review_speedup``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from perfledger.errors import BadRequest, MeasurementError
+from perfledger.kernels import correctness
+from perfledger.kernels.ceilings import REVIEW_SPEEDUP, Ceilings, check_plausible
+from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTiming
+from perfledger.kernels.isolation import TOLERANCE_S, TOLERANCE_SHARE, Batch, SubjectProcess
+from perfledger.kernels.isolation import clock_check as _clock_check
+from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table
+from perfledger.kernels.stats import paired_stats
+from perfledger.kernels.stopping import Stopper, StoppingRule
+from perfledger.kernels.subject_protocol import (
+    KEY_BYTES,
+    output_digest,
+    read_reveal,
+    report_from_json,
+    set_dumpable,
+)
+
+#: The worker command (the spec, role and case are appended).
+WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
+#: The two roles, and their labels in the ABBA schedule.
+ROLES = {"A": "reference", "B": "candidate"}
+
+
+@dataclass(frozen=True)
+class IsolationConfig:
+    """Settings of the isolated comparison (each recorded in the results' ``settings``).
+
+    Attributes:
+        calls_per_batch: calls in one request to a worker (None: half the harness's ``batch``,
+            so that one ABBA block has ``batch`` calls of each subject, as many as one stopping
+            check of the in-process harness).
+        reveals_per_batch: calls of each pair of batches (same seeds) whose outputs both workers
+            reveal (drawn after the replies). A subject that returns wrong outputs on a share
+            ``q`` of its calls escapes ``b`` batch pairs with probability about
+            ``(1 - q)^(reveals x b)``, besides the workers' own re-checks.
+        start_timeout_s: the most loading the spec, ``hello`` and correctness may take (s).
+        timeout_s: the most one batch or reveal may take (s).
+        tolerance_s, tolerance_share, noise_sigmas, overhead_share: of
+            :func:`perfledger.kernels.isolation.clock_check` (the overhead inside the parent's
+            clock, inputs, re-checks, copying and hashing every call's outputs, varies from
+            batch to batch and a little from one process to the other).
+        same_cpus: pin both workers to the same CPUs (the first half of this process's), so
+            that their host overheads are measured under the same conditions (they take turns).
+        stop_idle: stop the idle worker's process group (``SIGSTOP``) while the other worker
+            runs a batch, continue it after (:meth:`WorkerProcess.pause`).
+        worker: the worker command (tests use stand-ins that speak the same protocol).
+    """
+
+    calls_per_batch: int | None = None
+    reveals_per_batch: int = 1
+    start_timeout_s: float = 900.0
+    timeout_s: float = 300.0
+    tolerance_s: float = TOLERANCE_S
+    tolerance_share: float = TOLERANCE_SHARE
+    noise_sigmas: float = 4.0
+    overhead_share: float = 0.2
+    same_cpus: bool = True
+    stop_idle: bool = True
+    worker: tuple[str, ...] = WORKER
+
+    def __post_init__(self) -> None:
+        if self.calls_per_batch is not None and self.calls_per_batch < 1:
+            raise ValueError("calls_per_batch must be >= 1")
+        if self.reveals_per_batch < 1:
+            raise ValueError("reveals_per_batch must be >= 1")
+
+
+@dataclass
+class BatchReply:
+    """One worker's reply to ``run`` (seconds), validated."""
+
+    times_s: list[float]
+    wall_s: list[float]
+    span_s: list[float]
+    digests: list[str]
+    recheck_failures: list[str]
+    checked_calls: list[int]
+    parent_wall_s: float
+    seeds: list[int] = field(default_factory=list)
+    key: bytes = b""
+
+
+class WorkerProcess:
+    """One subject worker, spoken to by the protocol of
+    :mod:`perfledger.kernels.subject_protocol`.
+
+    Args:
+        role: ``reference`` or ``candidate``.
+        spec_path: the spec file; case: the case (None: only ``hello``'s case list works).
+        config: the isolation settings; stderr_path: where the worker's stderr goes.
+    Raises: MeasurementError when the worker cannot start.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        spec_path: str,
+        case: str | None,
+        config: IsolationConfig,
+        stderr_path: str | None = None,
+    ) -> None:
+        argv = [*config.worker, "--spec", spec_path, "--subject", role]
+        if case is not None:
+            argv += ["--case", case]
+        self.role = role
+        self.config = config
+        self.proc = SubjectProcess(role, argv, timeout_s=config.timeout_s, stderr_path=stderr_path)
+        if config.same_cpus and hasattr(os, "sched_setaffinity"):
+            cpus = sorted(os.sched_getaffinity(0))
+            with contextlib.suppress(OSError):  # gone already: the first request says so
+                os.sched_setaffinity(self.proc.pid, cpus[: max(1, len(cpus) // 2)])
+
+    def _ask(self, message: dict[str, Any], timeout_s: float | None = None) -> tuple[dict, float]:
+        reply, wall = self.proc.request(message, timeout_s)
+        error = reply.get("error")
+        if error is not None:
+            self.proc.close()
+            if not isinstance(error, dict):
+                error = {"message": str(error)}
+            text = str(error.get("message", ""))[:2000]
+            hint = str(error.get("hint", "") or "")
+            if error.get("type") == "BadRequest" and message["op"] == "hello":
+                raise BadRequest(text, hint=hint)
+            raise MeasurementError(f"the {self.role} worker ({message['op']}): {text}", hint=hint)
+        return reply, wall
+
+    def _malformed(self, what: str) -> MeasurementError:
+        self.proc.close()
+        return MeasurementError(f"the {self.role} worker sent a malformed reply: {what}")
+
+    def hello(self, seed: int) -> dict[str, Any]:
+        """The problem's facts (:mod:`perfledger.kernels.subject_worker`)."""
+        reply, _ = self._ask({"op": "hello", "seed": seed}, self.config.start_timeout_s)
+        if not isinstance(reply.get("cases"), list):
+            raise self._malformed("hello without a case list")
+        return reply
+
+    def check(self) -> CorrectnessReport:
+        """The worker's correctness trials of its subject."""
+        reply, _ = self._ask({"op": "check"}, self.config.start_timeout_s)
+        try:
+            return report_from_json(reply["report"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._malformed(f"correctness report ({exc})") from None
+
+    def run(self, seeds: Sequence[int], key: bytes) -> BatchReply:
+        """One call per seed; the reply checked for shape (times finite and positive, one
+        64-hex-digit digest per call). Raises: MeasurementError."""
+        reply, wall = self._ask({"op": "run", "seeds": [int(s) for s in seeds], "key": key.hex()})
+        n = len(seeds)
+        try:
+            out = BatchReply(
+                [float(t) for t in reply["times_s"]],
+                [float(t) for t in reply["wall_s"]],
+                [float(t) for t in reply["span_s"]],
+                [str(d) for d in reply["digests"]],
+                [str(r) for r in reply.get("recheck_failures", [])],
+                [int(i) for i in reply.get("checked_calls", [])],
+                wall,
+                [int(s) for s in seeds],
+                key,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._malformed(f"run ({exc})") from None
+        lengths = {len(out.times_s), len(out.wall_s), len(out.span_s), len(out.digests)}
+        if lengths != {n}:
+            raise self._malformed(f"{sorted(lengths)} values for {n} calls")
+        if not all(math.isfinite(t) and t > 0 for t in out.times_s):
+            raise self._malformed("a time that is not finite and positive")
+        if not all(len(d) == 64 and all(c in "0123456789abcdef" for c in d) for d in out.digests):
+            raise self._malformed("a digest that is not 64 hex digits")
+        return out
+
+    def reveal(self, index: int, path: str, outputs: dict[str, tuple[Any, str]]) -> dict:
+        """Call ``index`` of the last batch's outputs, read from the file the worker wrote.
+        Raises: ValueError when the worker answers an error (it is not ended: a refusal to
+        reveal is the worker's failure, flagged, not the measurement's) or the file is missing
+        or not the problem's outputs."""
+        reply, _ = self.proc.request({"op": "reveal", "index": index, "path": path})
+        if reply.get("error") is not None:
+            raise ValueError(f"the worker refused: {str(reply['error'])[:300]}")
+        try:
+            return read_reveal(path, outputs)
+        finally:
+            if os.path.exists(path):
+                os.remove(path)
+
+    def pause(self, stop: bool) -> None:
+        """Stop (``SIGSTOP``) or continue (``SIGCONT``) the worker's process group."""
+        if not hasattr(signal, "SIGSTOP"):
+            return
+        with contextlib.suppress(
+            ProcessLookupError, PermissionError
+        ):  # gone: the next request says so
+            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+
+    def close(self) -> None:
+        """Ask the worker to exit (ended after a second)."""
+        self.pause(False)
+        self.proc.close()
+
+
+def spec_facts(spec_path: str, config: IsolationConfig = IsolationConfig()) -> dict[str, Any]:
+    """The spec's case names and whether it defines a candidate, from a worker (this process
+    never loads the spec).
+
+    Returns: ``{"cases": [...], "has_candidate": bool}``.
+    Raises: BadRequest when the spec does not load (the loader's message); MeasurementError
+    when the worker fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp:
+        worker = WorkerProcess("reference", spec_path, None, config, os.path.join(tmp, "err"))
+        try:
+            return worker.hello(0)
+        finally:
+            worker.close()
+
+
+def _children_of(pid: int) -> list[int] | None:
+    """``pid``'s children from ``/proc/<pid>/task/<tid>/children`` (every thread's), [] when it
+    is gone, None where the kernel has no such files."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None  # a kernel without the children files
+        except OSError:
+            continue
+    return out
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:  # gone
+        return None
+
+
+def _tree_by_children(tree: CallTree, active: int) -> tuple[set[int], set[int]] | None:
+    """What :meth:`CallTree.descendants` finds (processes started for the comparison), and the
+    active worker's subtree, by walking children files from this process: a cost that grows with
+    the comparison's processes, not with every process on the host. None without those files."""
+    mine = _children_of(tree.me)
+    if mine is None:
+        return None
+    roots = [p for p in mine if p not in tree._before and _sid(p) not in (tree._my_session, None)]
+    seen: dict[int, int | None] = {}  # pid -> the root it was found under
+    stack = [(p, p) for p in roots]
+    while stack:
+        pid, root = stack.pop()
+        if pid in seen:
+            continue
+        seen[pid] = root
+        kids = _children_of(pid)
+        if kids is None:
+            return None
+        stack += [(k, root) for k in kids]
+    keep = {p for p, root in seen.items() if root == active}
+    return set(seen), keep
+
+
+#: Outputs of at least this many elements are cross-checked on the device where CuPy works
+#: (the host's float64 passes over a 64 MiB output took a large share of a reveal).
+DEVICE_COMPARE_MIN = 1 << 20
+
+
+def _compare_outputs(cand: np.ndarray, ref: np.ndarray, tolerance: float | None) -> Any:
+    """:func:`perfledger.kernels.correctness.compare` of two revealed outputs (host arrays):
+    on this process's GPU for large ones when CuPy is usable (this process runs no subject
+    code; the subjects are stopped or idle between batches), else on the host."""
+    if cand.size >= DEVICE_COMPARE_MIN:
+        try:
+            import cupy
+
+            return correctness.compare(cupy.asarray(cand), cupy.asarray(ref), tolerance=tolerance)
+        except Exception:  # no CuPy or no device here: the host path gives the same answer
+            pass
+    return correctness.compare(cand, ref, tolerance=tolerance)
+
+
+def _timing(name: str) -> SubjectTiming:
+    return SubjectTiming(name, [], [], [], [], 0.0, [], False)
+
+
+def _absorb(timing: SubjectTiming, reply: BatchReply, first: int) -> None:
+    """Add a timed batch (its first call has index ``first``) to a subject's timing."""
+    timing.samples_s += reply.times_s
+    timing.wall_s += reply.wall_s
+    timing.span_s += reply.span_s
+    timing.input_sets += reply.seeds
+    timing.gpu_s += sum(reply.times_s)
+    timing.checked_calls += [first + i for i in reply.checked_calls]
+
+
+def _finish(
+    timing: SubjectTiming,
+    facts: dict[str, Any],
+    harness: dict[str, Any],
+    ceilings: Ceilings | None,
+) -> None:
+    """Median, side-work check and plausibility (as :meth:`Harness._finish`), on the reports."""
+    timing.median_s = float(np.median(timing.samples_s))
+    excess = float(np.median(np.asarray(timing.wall_s) - np.asarray(timing.span_s)))
+    overhead = float(facts["settings"].get("overhead_s") or 0.0)
+    limit = overhead + max(
+        float(harness["side_work_s"]), float(harness["side_work_share"]) * timing.median_s
+    )
+    timing.side_work = excess > limit
+    timing.figures = check_plausible(
+        median_s=timing.median_s,
+        bytes_per_call=facts.get("bytes_per_call"),
+        flops_per_call=facts.get("flops_per_call"),
+        ceilings=ceilings,
+        margin=float(harness["plausibility_margin"]),
+        label=timing.subject,
+        flops_unit=facts.get("flops_unit"),
+    )
+    timing.figures["wall_excess_s"] = excess
+    timing.figures["wall_excess_limit_s"] = limit
+
+
+class _Run:
+    """One isolated comparison in progress (see :func:`compare_workers`)."""
+
+    def __init__(
+        self,
+        workers: dict[str, WorkerProcess],
+        facts: dict[str, Any],
+        config: IsolationConfig,
+        reveal_dir: str,
+        tree: CallTree | None = None,
+    ) -> None:
+        self.workers = workers
+        self.tree = tree
+        self.facts = facts
+        self.config = config
+        self.reveal_dir = reveal_dir
+        self.outputs = {k: (tuple(v[0]), str(v[1])) for k, v in facts["outputs"].items()}
+        self.tolerances = {k: float(v) for k, v in (facts.get("tolerances") or {}).items()}
+        self.failures: dict[str, list[str]] = {"A": [], "B": []}
+        self.flags: list[str] = []
+        self.reveals = 0
+        self.revealed: list[list[int]] = []  # the call indices drawn, per pair of batches
+        self.batches: list[Batch] = []
+
+    def seeds(self, n: int) -> tuple[list[int], bytes]:
+        """Fresh call seeds and a digest key (hidden until the request is written)."""
+        # from the kernel's generator, each when needed: nothing in this process's memory
+        # predicts the next draw (a subject that could read it learns nothing ahead)
+        return [secrets.randbits(63) for _ in range(n)], secrets.token_bytes(KEY_BYTES)
+
+    def batch(self, label: str, seeds: list[int], key: bytes, first: int | None) -> BatchReply:
+        """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
+        with self.alone(label):
+            reply = self.workers[label].run(seeds, key)
+        where = "warm-up" if first is None else f"call {first}+"
+        self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
+        self.batches.append(
+            Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
+        )
+        return reply
+
+    @contextlib.contextmanager
+    def alone(self, label: str) -> Iterator[None]:
+        """With ``stop_idle``: the worker ``label`` is the only one of the comparison's processes
+        that runs inside the block (its batch, or its reveal: the other cannot race it to the
+        file or the device); the others are stopped before and continued after."""
+        if not self.config.stop_idle:
+            yield
+            return
+        idle = self.workers["B" if label == "A" else "A"]
+        idle.pause(True)
+        stopped = self._stop_others(self.workers[label].proc.pid)
+        try:
+            yield
+        finally:
+            idle.pause(False)
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGCONT)
+
+    def _stop_others(self, active: int) -> set[int]:
+        """Stop every process started during the comparison except the active worker and its
+        descendants: the idle worker's descendants in other sessions and processes orphaned
+        into this one (a helper that called ``setsid`` or double-forked is still found, by
+        ancestry: :class:`~perfledger.kernels.proctree.CallTree`). Returns: their pids."""
+        if self.tree is None:
+            return set()
+        found = _tree_by_children(self.tree, active)
+        if found is None:  # no /proc/<pid>/task/<tid>/children here: walk the whole table
+            table = process_table()
+            keep = _subtree([active], _children(table))
+            others = {p for p, state in self.tree.descendants(table).items() if state != "Z"}
+        else:
+            others, keep = found
+        stopped = set()
+        for pid in others - keep:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+        return stopped
+
+    def _flag(self, flag: str, label: str, reason: str) -> None:
+        if flag not in self.flags:
+            self.flags.append(flag)
+        self.failures[label].append(reason)
+
+    def reveal(self, replies: dict[str, BatchReply], first: int) -> None:
+        """Draw calls of the last pair of batches (same seeds) now, after both replies; have
+        both workers reveal them; check digests, then the candidate against the reference."""
+        n = len(replies["A"].seeds)
+        count = min(self.config.reveals_per_batch, n)
+        drawn: set[int] = set()
+        while len(drawn) < count:  # drawn now, after both replies (see seeds)
+            drawn.add(secrets.randbelow(n))
+        self.revealed.append(sorted(drawn))
+        for index in sorted(drawn):
+            revealed: dict[str, dict[str, np.ndarray]] = {}
+            for label, reply in replies.items():
+                role = ROLES[label]
+                # a name nobody can guess, written and read while the other worker is stopped
+                path = os.path.join(self.reveal_dir, f"{role}-{secrets.token_hex(8)}.npz")
+                try:
+                    with self.alone(label):
+                        arrays = self.workers[label].reveal(index, path, self.outputs)
+                except ValueError as exc:
+                    self._flag(f"digest:{role}", label, f"call {first + index}: reveal: {exc}")
+                    continue
+                if output_digest(arrays, reply.key) != reply.digests[index]:
+                    self._flag(
+                        f"digest:{role}",
+                        label,
+                        f"call {first + index}: revealed outputs differ from the committed digest",
+                    )
+                    continue
+                revealed[label] = arrays
+            self.reveals += 1
+            if len(revealed) < 2:
+                continue
+            for name, ref_out in revealed["A"].items():
+                check = _compare_outputs(revealed["B"][name], ref_out, self.tolerances.get(name))
+                if not check.ok:
+                    self._flag(
+                        "cross_check:candidate",
+                        "B",
+                        f"call {first + index}: output:{name}:{check.reason} against the "
+                        f"reference's output for the same inputs (error {check.rel_l2_error})",
+                    )
+
+
+def compare_workers(
+    ref: WorkerProcess,
+    cand: WorkerProcess,
+    *,
+    ceilings: Ceilings | None = None,
+    monitor: Any = None,
+    config: IsolationConfig = IsolationConfig(),
+    reveal_dir: str,
+    tree: CallTree | None = None,
+) -> Comparison:
+    """Paired ABBA comparison of two started workers (module docstring).
+
+    Args:
+        ref, cand: the workers (not yet greeted).
+        ceilings: the environment's ceilings (None: unchecked, flagged ``no_ceilings``).
+        monitor: a started :class:`~perfledger.kernels.monitor.Monitor` (optional): one window
+            per ABBA block.
+        config: the isolation settings.
+        reveal_dir: a private directory for the revealed outputs.
+        tree: the processes started since the workers (entered before they started): with
+            ``stop_idle``, all of them but the active worker's are stopped during a batch.
+    Returns: the :class:`~perfledger.kernels.harness.Comparison` ``Harness.compare`` returns
+        (per-call samples; ``settings["isolation"] == "process"``).
+    Raises: MeasurementError when a worker fails, disagrees with the other on the problem, or a
+        figure is implausible; BadRequest when a spec does not load.
+    """
+    seed = secrets.randbits(63)  # the bootstrap's
+    harness_seed = secrets.randbits(63)  # the workers' (inputs of their correctness trials)
+    workers = {"A": ref, "B": cand}
+    facts = {label: w.hello(harness_seed) for label, w in workers.items()}
+    for key in ("case", "outputs", "bytes_per_call", "flops_per_call", "flops_unit"):
+        if facts["A"].get(key) != facts["B"].get(key):
+            raise MeasurementError(
+                f"the workers disagree on the problem's {key}: {facts['A'].get(key)!r} "
+                f"(reference) and {facts['B'].get(key)!r} (candidate)"
+            )
+    fa = facts["A"]
+    harness = dict(fa["settings"]["harness"])
+    calls = config.calls_per_batch or max(1, int(harness["batch"]) // 2)
+    stopping = StoppingRule(**harness["stopping"])
+    run = _Run(workers, fa, config, reveal_dir, tree)
+    reports = {label: w.check() for label, w in workers.items()}
+    flags: list[str] = [] if ceilings else ["no_ceilings"]
+    settings = {
+        **fa["settings"],
+        "inputs": "fresh",  # every call gets inputs made from a seed of its own
+        "harness": {**harness, "batch": 2 * calls},
+        "isolation": "process",
+        "subjects": {
+            role: {k: facts[label].get(k) for k in ("subject", "content_hash", "identity")}
+            for label, role in ROLES.items()
+        },
+        "isolation_settings": {
+            "calls_per_batch": calls,
+            "reveals_per_batch": config.reveals_per_batch,
+            "tolerance_s": config.tolerance_s,
+            "tolerance_share": config.tolerance_share,
+            "noise_sigmas": config.noise_sigmas,
+            "overhead_share": config.overhead_share,
+            "same_cpus": config.same_cpus,
+            "stop_idle": config.stop_idle,
+            "harness_batch": int(harness["batch"]),
+        },
+    }
+    if not (reports["A"].ok and reports["B"].ok):
+        flags += [f for label, f in (("A", "ref_incorrect"), ("B", "cand_incorrect"))
+                  if not reports[label].ok]  # fmt: skip
+        return Comparison(reports["A"], reports["B"], None, None, [], None, None, flags, settings)
+    # warm-up: batches on the path timed batches take, until enough calls and seconds
+    start = time.perf_counter()
+    n = 0
+    while n < int(harness["warmup_min"]) or time.perf_counter() - start < float(
+        harness["warmup_min_s"]
+    ):
+        seeds, key = run.seeds(calls)
+        for label in "AB":
+            run.batch(label, seeds, key, None)
+        n += calls
+    tim = {"A": _timing(fa["subject"]), "B": _timing(facts["B"]["subject"])}
+    orders: list[str] = []
+    blocks: dict[str, list[float]] = {"A": [], "B": []}
+    stopper = Stopper(stopping, logs=True)
+    windows: list[dict[str, Any]] = []
+    reason = None
+    k = 0  # calls of each subject so far
+    while reason is None:
+        block_start = time.monotonic()
+        sums = {"A": 0.0, "B": 0.0}
+        for order in ("AB", "BA"):
+            seeds, key = run.seeds(calls)
+            replies = {}
+            for label in order:
+                replies[label] = run.batch(label, seeds, key, k)
+                _absorb(tim[label], replies[label], k)
+                sums[label] += sum(replies[label].times_s)
+            run.reveal(replies, k)
+            orders += [order] * calls
+            k += calls
+        for label in "AB":
+            blocks[label].append(sums[label])
+        if monitor is not None:
+            windows.append(
+                {
+                    "pairs": [k - 2 * calls, k],
+                    **monitor.verdict(block_start, time.monotonic()).to_json(),
+                }
+            )
+        logs = np.log(np.asarray(blocks["B"]) / np.asarray(blocks["A"]))
+        reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
+    clock = _clock_check(
+        run.batches,
+        tolerance_s=config.tolerance_s,
+        tolerance_share=config.tolerance_share,
+        noise_sigmas=config.noise_sigmas,
+        overhead_share=config.overhead_share,
+    )
+    for flag in clock.flags:
+        label = "A" if flag.endswith(":reference") else "B"
+        run._flag(
+            flag,
+            label,
+            f"{flag}: median excess of the parent's wall time over the reported times "
+            f"{clock.excess_s[ROLES[label]]:.3g} s per call (limit of the difference "
+            f"{clock.limit_s:.3g} s; the other subject's "
+            f"{clock.excess_s.get(ROLES['B' if label == 'A' else 'A'], math.nan):.3g} s)",
+        )
+    for label in "AB":
+        _finish(tim[label], facts[label], harness, ceilings)
+        tim[label].recheck_failures += run.failures[label]
+    stats = paired_stats(
+        blocks["A"],
+        blocks["B"],
+        resamples=int(harness["resamples"]),
+        confidence=float(harness["confidence"]),
+        seed=seed & 0xFFFFFFFF,
+    )
+    stats = replace(
+        stats,
+        ref_median_s=float(np.median(tim["A"].samples_s)),
+        cand_median_s=float(np.median(tim["B"].samples_s)),
+        medians_per="call",
+    )
+    flags += run.flags
+    for label in "AB":
+        t = tim[label]
+        if t.side_work:
+            flags.append(f"side_work:{t.subject}")
+        if t.recheck_failures:
+            flags.append(f"recheck:{t.subject}")
+    if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
+        flags.append("review_speedup")
+    settings.update(
+        bootstrap_seed=seed,
+        revealed_calls=run.revealed,  # recorded only now, after every draw was made
+        harness_seed=harness_seed,
+        clock={
+            "excess_s": clock.excess_s,
+            "call_s": clock.call_s,
+            "limit_s": clock.limit_s,
+            "noise_s": clock.noise_s,
+        },
+        reveals=run.reveals,
+        batches=len(run.batches),
+    )
+    return Comparison(
+        reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
+        windows,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _undumpable() -> Iterator[None]:
+    previous = set_dumpable(False)
+    try:
+        yield
+    finally:
+        if previous:
+            set_dumpable(True)
+
+
+def _memory_dir() -> str | None:
+    """A memory-backed directory for revealed outputs where there is one (``/dev/shm``:
+    outputs of hundreds of MiB are written and read back there at memory speed), else None
+    (the default temporary directory)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def compare_spec(
+    spec_path: str,
+    case: str,
+    *,
+    ceilings: Ceilings | None = None,
+    monitor: Any = None,
+    config: IsolationConfig = IsolationConfig(),
+    roles: tuple[str, str] = ("reference", "candidate"),
+) -> Comparison:
+    """Compare the spec's two subjects for ``case``, each in a worker of its own
+    (:func:`compare_workers`); ``roles=("reference", "reference")`` is an A/A of the
+    reference (two workers, the same subject). The workers are ended on return or error; their
+    stderr goes to a private file whose last lines are quoted when a worker fails."""
+    with (
+        tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
+        tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
+        CallTree() as tree,
+        _undumpable(),
+    ):
+        workers: list[WorkerProcess] = []
+        try:
+            for role, err in ((roles[0], "ref.err"), (roles[1], "cand.err")):
+                workers.append(WorkerProcess(role, spec_path, case, config, os.path.join(tmp, err)))
+            return compare_workers(
+                *workers,
+                ceilings=ceilings,
+                monitor=monitor,
+                config=config,
+                reveal_dir=reveals,
+                tree=tree,
+            )
+        finally:
+            for worker in workers:
+                worker.close()
+            tree.end(include_root=False)  # whatever the workers left behind
+
+
+__all__ = [
+    "ROLES",
+    "WORKER",
+    "BatchReply",
+    "IsolationConfig",
+    "WorkerProcess",
+    "compare_spec",
+    "compare_workers",
+    "spec_facts",
+]

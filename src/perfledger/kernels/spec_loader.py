@@ -1,0 +1,62 @@
+"""Loading a kernel spec (``perfledger measure kernel|aa --spec``): a Python file that defines
+``PROBLEMS`` (case -> :class:`~perfledger.kernels.harness.Problem`) or ``PROBLEM``,
+``REFERENCE`` and ``CANDIDATE`` (subjects) and optional ``CONFIG``
+(:class:`~perfledger.kernels.harness.HarnessConfig`), or a ``.json`` spec of host-launched
+``solve`` subjects.
+
+Loading a Python spec *runs* it (subject code): under property 3 of SPEC.md section 5 only a
+subject worker (:mod:`perfledger.kernels.subject_worker`) calls :func:`load_spec`; the measuring
+process asks a worker instead. The in-process library path (``Harness.compare``) may call it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfledger.errors import BadRequest
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
+    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
+    host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
+    Raises BadRequest."""
+    import runpy
+
+    if path.endswith(".json"):
+        from perfledger.kernels.solve import load_solve_spec
+
+        return load_solve_spec(path)
+
+    try:
+        namespace = runpy.run_path(path)
+    except FileNotFoundError:
+        raise BadRequest(f"no spec file {path!r}") from None
+    except ModuleNotFoundError as exc:
+        hint = (
+            "the kernel harness needs an NVIDIA GPU with CuPy: pip install -e '.[gpu]' on a GPU "
+            "machine (`perfledger env` shows what this machine has)"
+            if exc.name in ("cupy", "cupyx", "pynvml")
+            else ""
+        )
+        raise BadRequest(
+            f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=hint
+        ) from None
+    except Exception as exc:
+        raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
+    problems = namespace.get("PROBLEMS")
+    if problems is None and "PROBLEM" in namespace:
+        problems = {"default": namespace["PROBLEM"]}
+    if not isinstance(problems, dict) or not problems or "REFERENCE" not in namespace:
+        raise BadRequest(
+            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE)"
+        )
+    return {
+        "problems": problems,
+        "reference": namespace["REFERENCE"],
+        "candidate": namespace.get("CANDIDATE"),
+        "config": namespace.get("CONFIG"),
+    }
+
+
+__all__ = ["load_spec"]

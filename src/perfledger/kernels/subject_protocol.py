@@ -1,0 +1,170 @@
+"""What the measuring process and a subject worker share (SPEC.md section 5, property 3): the
+keyed digest of a call's outputs, the reveal file format and the codec of correctness reports.
+
+The parent (:mod:`perfledger.kernels.isolated`) and the worker
+(:mod:`perfledger.kernels.subject_worker`) speak JSON lines; the requests are
+
+- ``{"op": "hello", "seed": int}`` -> problem facts (:func:`perfledger.kernels.subject_worker`);
+- ``{"op": "check"}`` -> ``{"report": <CorrectnessReport as JSON>}``;
+- ``{"op": "run", "seeds": [int, ...], "key": hex}`` -> per call ``times_s``, ``wall_s``,
+  ``span_s``, ``digests``, and the batch's ``recheck_failures`` / ``checked_calls``;
+- ``{"op": "reveal", "index": int, "path": str}`` -> the call's outputs written to ``path``;
+- ``{"op": "exit"}``.
+
+A reply with ``"error": {"type", "message", "hint"}`` is a failure the worker reports itself
+(``type`` ``BadRequest`` for a spec that does not load, else ``MeasurementError``).
+
+NumPy and blake3 only (no CuPy): the parent recomputes digests on revealed bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import blake3
+import numpy as np
+
+from perfledger.kernels.harness import CorrectnessReport, TrialResult
+from perfledger.kernels.proctree import _libc
+
+#: The digest key's length (bytes): blake3's keyed mode takes 32.
+KEY_BYTES = 32
+
+
+def combine_digests(parts: Sequence[tuple[str, str, Sequence[int], str]], key: bytes) -> str:
+    """The digest of one call's outputs from each output's ``(name, dtype.str, shape, keyed
+    blake3 hex of its bytes)``: keyed blake3 of one line per output, sorted by name.
+
+    Raises: ValueError for a key that is not :data:`KEY_BYTES` bytes.
+    """
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"the digest key must be {KEY_BYTES} bytes")
+    lines = "".join(
+        f"{name}\x00{dtype}\x00{json.dumps([int(n) for n in shape])}\x00{hexdigest}\n"
+        for name, dtype, shape, hexdigest in sorted(parts)
+    )
+    return blake3.blake3(lines.encode(), key=key).hexdigest()
+
+
+def output_digest(arrays: Mapping[str, np.ndarray], key: bytes) -> str:
+    """Keyed digest (hex) of one call's outputs (host arrays): each output's bytes (C order)
+    hashed with keyed blake3, then :func:`combine_digests` over names, dtypes and shapes. A
+    cryptographic hash, so a subject cannot reveal bytes other than the ones it committed to,
+    even knowing the key; keyed per batch, so a digest cannot be computed before the batch's
+    request arrives. A worker computes the same digest on the device
+    (:func:`perfledger.kernels.gpu_digest.device_digest` per output).
+
+    Args:
+        arrays: output name -> host array.
+        key: :data:`KEY_BYTES` bytes.
+    Raises: ValueError for a key of another length.
+    """
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"the digest key must be {KEY_BYTES} bytes")
+    parts = []
+    for name, array in arrays.items():
+        a = np.ascontiguousarray(array)
+        h = blake3.blake3(key=key, max_threads=blake3.blake3.AUTO)
+        h.update(memoryview(a.reshape(-1).view(np.uint8)))
+        parts.append((name, a.dtype.str, a.shape, h.hexdigest()))
+    return combine_digests(parts, key)
+
+
+def write_reveal(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write one call's outputs (name -> host array) as an uncompressed ``.npz``."""
+    with open(path, "wb") as f:
+        np.savez(f, **dict(arrays))
+
+
+def read_reveal(path: str, expected: Mapping[str, tuple[Any, str]]) -> dict[str, np.ndarray]:
+    """Read a revealed ``.npz`` (no pickles) and check it has exactly the ``expected`` outputs
+    (name -> (shape, dtype)).
+
+    Raises: ValueError when the file is unreadable or the outputs' names, shapes or dtypes
+    differ.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"unreadable reveal: {exc}") from None
+    if set(arrays) != set(expected):
+        raise ValueError(f"revealed outputs {sorted(arrays)}, expected {sorted(expected)}")
+    for name, (shape, dtype) in expected.items():
+        a = arrays[name]
+        if tuple(a.shape) != tuple(shape) or a.dtype != np.dtype(dtype):
+            raise ValueError(
+                f"revealed output {name!r} is {a.dtype}{list(a.shape)}, expected "
+                f"{np.dtype(dtype)}{list(shape)}"
+            )
+    return arrays
+
+
+#: ``prctl`` options (linux/prctl.h).
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
+
+
+def set_dumpable(on: bool) -> bool | None:
+    """Make this process dumpable or not (Linux ``prctl(PR_SET_DUMPABLE)``): a process that is
+    not cannot be traced, nor its memory read through ``/proc``, by other processes of the same
+    user without ``CAP_SYS_PTRACE`` (a subject could otherwise read the measuring process's
+    state, or write the other worker's). Returns: the previous setting, or None where ``prctl``
+    is unavailable (nothing changed)."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "prctl"):
+        return None
+    previous = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    if previous < 0 or libc.prctl(_PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0) != 0:
+        return None
+    return bool(previous)
+
+
+def report_to_json(report: CorrectnessReport) -> dict[str, Any]:
+    """A :class:`CorrectnessReport` as JSON builtins (the inverse of :func:`report_from_json`)."""
+    return {
+        "subject": report.subject,
+        "ok": report.ok,
+        "trials": [
+            {
+                "trial": t.trial,
+                "ok": t.ok,
+                "reasons": list(t.reasons),
+                "errors": t.errors,
+                "pending_s": t.pending_s,
+            }
+            for t in report.trials
+        ],
+    }
+
+
+def report_from_json(data: Mapping[str, Any]) -> CorrectnessReport:
+    """Decode :func:`report_to_json`'s form. Raises: KeyError / TypeError / ValueError when
+    malformed."""
+    trials = tuple(
+        TrialResult(
+            int(t["trial"]),
+            bool(t["ok"]),
+            tuple(str(r) for r in t["reasons"]),
+            {str(k): None if v is None else float(v) for k, v in dict(t["errors"]).items()},
+            float(t["pending_s"]),
+        )
+        for t in data["trials"]
+    )
+    # ok only when every trial passed, whatever the worker says
+    return CorrectnessReport(
+        str(data["subject"]), bool(trials) and all(t.ok for t in trials), trials
+    )
+
+
+__all__ = [
+    "KEY_BYTES",
+    "combine_digests",
+    "output_digest",
+    "read_reveal",
+    "report_from_json",
+    "report_to_json",
+    "set_dumpable",
+    "write_reveal",
+]

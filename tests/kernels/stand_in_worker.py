@@ -1,0 +1,168 @@
+"""A stand-in subject worker for the isolated-comparison tests (CPU, NumPy): speaks the protocol
+of :mod:`perfledger.kernels.subject_protocol` like :mod:`perfledger.kernels.subject_worker`, with
+``--spec`` a JSON file instead of a kernel spec::
+
+    {"cases": ["small"], "harness": {...settings...},
+     "reference": {options}, "candidate": {options}}
+
+A call does ``work_k`` thousand steps of integer arithmetic (a fixed amount of CPU work) and
+outputs :func:`answer` of its seed. Options of a subject (cheats where not honest):
+
+- ``work_k``: the work per call (default 60, ~5 ms);
+- ``report_factor``: reports that many times the time it measured (a patched clock);
+- ``lazy_commit``: does no work in the call, commits the digest of a garbage output, and
+  reveals the correct output (computed at reveal time);
+- ``wrong_every``: every n-th call's output is off by 1 % (its digest is honest);
+- ``die_after``: exits after that many calls (mid-batch);
+- ``garbage_after``: writes a non-JSON line on the protocol stream after that many calls;
+- ``sleep_in_run_s``: sleeps that long in every run (a hang);
+- ``incorrect``: fails its correctness trials;
+- ``refuse_reveal``: answers every ``reveal`` with an error;
+- ``tick_file``: a thread appends ``time.monotonic()`` to that file every 0.5 ms, all along;
+- ``helper_tick_file``: a helper process in a session of its own (``setsid``: out of the
+  worker's process group) does the same, and writes its pid to that file + ``.pid``;
+- ``window_file``: appends the monotonic start and end of each run it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from perfledger.kernels.subject_protocol import output_digest, write_reveal
+
+OUTPUT = "y"
+SIZE = 256
+
+
+def answer(seed: int) -> np.ndarray:
+    """The output a call on ``seed`` must return."""
+    return np.random.default_rng(seed).standard_normal(SIZE).astype(np.float32)
+
+
+def work(seed: int, steps: int) -> None:
+    """A fixed amount of CPU work."""
+    x = seed & 0xFFFFFFFF
+    for _ in range(steps):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+
+
+def _tick(path: str) -> None:
+    with open(path, "a", encoding="utf-8", buffering=1) as f:
+        while True:
+            f.write(f"{time.monotonic()}\n")
+            time.sleep(0.0005)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--subject", required=True)
+    parser.add_argument("--case", default=None)
+    args = parser.parse_args()
+    with open(args.spec, encoding="utf-8") as f:
+        spec = json.load(f)
+    opts: dict[str, Any] = spec.get(args.subject, {})
+    steps = int(opts.get("work_k", 60)) * 1000
+    if spec.get("cpu") is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(spec["cpu"])})  # both subjects on one CPU: they alternate
+    if opts.get("tick_file"):
+        threading.Thread(target=_tick, args=(opts["tick_file"],), daemon=True).start()
+    if opts.get("helper_tick_file"):
+        path = opts["helper_tick_file"]
+        code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        code += f"import stand_in_worker as w; w._tick({path!r})"
+        helper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        with open(path + ".pid", "w", encoding="utf-8") as f:
+            f.write(str(helper.pid))
+    calls = 0
+    kept: list[dict[str, np.ndarray]] = []
+    last_seeds: list[int] = []
+    out = sys.stdout
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request["op"]
+        if op == "exit":
+            return 0
+        if op == "hello":
+            reply: dict[str, Any] = {"cases": spec["cases"], "has_candidate": True}
+            if args.case is not None:
+                reply.update(
+                    case=args.case,
+                    problem="stand-in",
+                    subject=f"{args.subject}-stand-in",
+                    bytes_per_call=None,
+                    flops_per_call=None,
+                    flops_unit=None,
+                    outputs={OUTPUT: [[SIZE], "float32"]},
+                    tolerances={},
+                    settings={"harness": spec["harness"], "overhead_s": 0.0},
+                    content_hash="sha256:" + "0" * 64,
+                    identity=None,
+                )
+        elif op == "check":
+            ok = not opts.get("incorrect")
+            trials = [
+                {"trial": t, "ok": ok, "reasons": [] if ok else ["output:y:tolerance"],
+                 "errors": {OUTPUT: 0.0 if ok else 0.5}, "pending_s": 0.0}
+                for t in range(5)
+            ]  # fmt: skip
+            reply = {"report": {"subject": args.subject, "ok": ok, "trials": trials}}
+        elif op == "run":
+            started = time.monotonic()
+            key = bytes.fromhex(request["key"])
+            times, digests = [], []
+            kept = []
+            if opts.get("sleep_in_run_s"):
+                time.sleep(float(opts["sleep_in_run_s"]))
+            for seed in request["seeds"]:
+                calls += 1
+                if opts.get("die_after") and calls > int(opts["die_after"]):
+                    return 3
+                if opts.get("garbage_after") and calls > int(opts["garbage_after"]):
+                    out.write("not json: a forged protocol line\n")
+                    out.flush()
+                t0 = time.perf_counter()
+                if opts.get("lazy_commit"):
+                    y = np.zeros(SIZE, dtype=np.float32)  # no work, a garbage output
+                else:
+                    work(seed, steps)
+                    y = answer(seed)
+                    if opts.get("wrong_every") and calls % int(opts["wrong_every"]) == 0:
+                        y = y * np.float32(1.01)
+                took = time.perf_counter() - t0
+                times.append(took * float(opts.get("report_factor", 1.0)))
+                digests.append(output_digest({OUTPUT: y}, key))
+                kept.append({OUTPUT: y})
+            if opts.get("window_file"):
+                with open(opts["window_file"], "a", encoding="utf-8") as f:
+                    f.write(f"{started} {time.monotonic()}\n")
+            reply = {"times_s": times, "wall_s": times, "span_s": times, "digests": digests,
+                     "recheck_failures": [], "checked_calls": []}  # fmt: skip
+        elif op == "reveal" and opts.get("refuse_reveal"):
+            reply = {"error": {"type": "MeasurementError", "message": "not today"}}
+        elif op == "reveal":
+            y = kept[int(request["index"])][OUTPUT]
+            if opts.get("lazy_commit"):  # the correct answer, made only now
+                y = answer(last_seeds[int(request["index"])])
+            write_reveal(request["path"], {OUTPUT: y})
+            reply = {"ok": True}
+        else:
+            reply = {"error": {"type": "BadRequest", "message": f"unknown op {op}"}}
+        if op == "run":
+            last_seeds = [int(s) for s in request["seeds"]]
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

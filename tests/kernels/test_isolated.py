@@ -1,0 +1,255 @@
+"""The isolated comparison's parent (property 3 of SPEC.md section 5) against real worker
+processes: stand-ins (tests/kernels/stand_in_worker.py) that speak the subject workers' protocol
+in NumPy, some of them cheating. The parent never runs subject code; it checks the reported
+times against its own clock per batch, the revealed outputs against the digests the workers
+committed, and the candidate's outputs against the reference's. CPU only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perfledger.errors import BadRequest, MeasurementError
+from perfledger.kernels.harness import Comparison
+from perfledger.kernels.isolated import IsolationConfig, compare_spec, spec_facts
+from perfledger.kernels.subject_protocol import (
+    output_digest,
+    read_reveal,
+    report_from_json,
+    report_to_json,
+    write_reveal,
+)
+
+STAND_IN = Path(__file__).with_name("stand_in_worker.py")
+#: The stand-ins' harness settings: 4 calls a batch (one ABBA block = 8 calls of each subject,
+#: ~40 ms of work), at least 8 blocks, at most 0.4 s of reported time per subject.
+HARNESS = {
+    "batch": 8,
+    "warmup_min": 3,
+    "warmup_min_s": 0.02,
+    "stopping": {"min_samples": 8, "min_gpu_s": 0.0, "target_rsd": 1e-9, "settle_tol": 0.0,
+                 "settle_checks": 3, "max_gpu_s": 0.4, "max_samples": 200_000},
+    "resamples": 2000,
+    "confidence": 0.95,
+    "side_work_s": 1.0,
+    "side_work_share": 0.5,
+    "plausibility_margin": 0.05,
+}  # fmt: skip
+#: Wide clock tolerances for a shared CPU (as tests/kernels/test_isolation.py).
+CONFIG = IsolationConfig(
+    worker=(sys.executable, str(STAND_IN)), tolerance_s=1e-3, tolerance_share=0.2, timeout_s=20.0
+)
+
+
+def _spec(tmp_path: Path, reference: dict[str, Any] | None = None, **candidate: Any) -> str:
+    cpu = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    spec = {"cases": ["small"], "harness": HARNESS, "cpu": cpu,
+            "reference": reference or {}, "candidate": candidate}  # fmt: skip
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def _compare(tmp_path: Path, reference: dict[str, Any] | None = None, **cand: Any) -> Comparison:
+    return compare_spec(_spec(tmp_path, reference, **cand), "small", config=CONFIG)
+
+
+def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
+    c = _compare(tmp_path)
+    assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
+    assert c.stats is not None and 0.8 < c.stats.median_ratio < 1.25, c.stats
+    assert c.settings["isolation"] == "process" and c.settings["reveals"] >= 16
+    assert c.ref is not None and c.cand is not None
+    # per-call samples, paired on the same seeds, ABBA order by batch
+    assert len(c.ref.samples_s) == len(c.cand.samples_s) == len(c.pair_orders)
+    assert c.ref.input_sets == c.cand.input_sets
+    assert c.pair_orders[:8] == ["AB"] * 4 + ["BA"] * 4
+    assert not c.ref.recheck_failures and not c.cand.recheck_failures
+
+
+def test_honest_true_difference_is_detected_and_not_flagged(tmp_path: Path) -> None:
+    c = _compare(tmp_path, work_k=120)
+    assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
+    assert c.stats is not None and c.stats.ci_low > 1.4 and c.stats.direction() == "slower"
+
+
+def test_cheat_worker_reporting_half_its_time_is_flagged_and_made_incorrect(
+    tmp_path: Path,
+) -> None:
+    c = _compare(tmp_path, report_factor=0.5)
+    assert not c.valid and "clock:candidate" in c.flags, (c.flags, c.settings["clock"])
+    assert "clock:reference" not in c.flags
+    assert c.stats is not None and c.stats.median_ratio < 0.6  # what the false reports said
+    assert c.cand is not None and any("clock:candidate" in r for r in c.cand.recheck_failures)
+    assert c.ref is not None and not c.ref.recheck_failures
+
+
+def test_cheat_worker_reporting_a_tenth_of_its_time_is_flagged(tmp_path: Path) -> None:
+    c = _compare(tmp_path, report_factor=0.1)
+    assert not c.valid and "clock:candidate" in c.flags, c.flags
+
+
+def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
+    tmp_path: Path,
+) -> None:
+    c = _compare(tmp_path, {"report_factor": 50.0})
+    assert "clock_exceeds_wall:reference" in c.flags and not c.valid, c.flags
+    assert c.ref is not None and c.ref.recheck_failures
+
+
+def test_cheat_worker_whose_reveals_differ_from_its_commitments_is_flagged(
+    tmp_path: Path,
+) -> None:
+    # no work in the timed call, a garbage output committed, the right answer made at reveal
+    c = _compare(tmp_path, lazy_commit=True)
+    assert not c.valid and "digest:candidate" in c.flags, c.flags
+    assert "cross_check:candidate" not in c.flags  # a digest that fails settles it
+    assert c.cand is not None and any("committed digest" in r for r in c.cand.recheck_failures)
+    assert c.stats is not None and c.stats.median_ratio < 0.5  # it was "faster"
+
+
+def test_cheat_worker_that_refuses_to_reveal_is_flagged_not_an_error(tmp_path: Path) -> None:
+    # refusing (rather than being caught) must not turn a flag into a measurement that failed
+    c = _compare(tmp_path, refuse_reveal=True)
+    assert not c.valid and "digest:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("refused" in r for r in c.cand.recheck_failures)
+
+
+def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
+    tmp_path: Path,
+) -> None:
+    # honest digests of outputs 1 % off on every other call: the cross-check sees them
+    c = _compare(tmp_path, wrong_every=2)
+    assert not c.valid and c.flags == ["no_ceilings", "cross_check:candidate",
+                                       "recheck:candidate-stand-in"], c.flags  # fmt: skip
+    assert c.cand is not None and any("against the reference" in r for r in c.cand.recheck_failures)
+    assert c.ref is not None and not c.ref.recheck_failures
+
+
+def _idle_ticks(tmp_path: Path, stop_idle: bool, option: str) -> tuple[int, int, Path]:
+    """(ticks of the candidate's ticker inside the reference's batches, batches, tick file)."""
+    ticks, windows = tmp_path / f"{option}{stop_idle}", tmp_path / f"windows{option}{stop_idle}"
+    spec = _spec(tmp_path, {"window_file": str(windows)}, **{option: str(ticks)})
+    compare_spec(spec, "small", config=replace(CONFIG, stop_idle=stop_idle))
+    times = np.array([float(t) for t in ticks.read_text().split()])
+    spans = [tuple(map(float, line.split())) for line in windows.read_text().splitlines()]
+    return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans), ticks
+
+
+@pytest.mark.parametrize("option", ["tick_file", "helper_tick_file"])
+def test_the_idle_worker_and_its_helpers_are_stopped_while_the_other_runs_its_batch(
+    tmp_path: Path, option: str
+) -> None:
+    # a candidate with a thread, or a helper process in a session of its own, that works all
+    # along (it could launch GPU work or take the CPU while the reference is timed): stopped,
+    # it gets (nearly) no time inside the reference's batches; the control, not stopped, ticks
+    # there all along (one CPU for both)
+    stopped, batches, ticks = _idle_ticks(tmp_path, True, option)
+    control, control_batches, _ = _idle_ticks(tmp_path, False, option)
+    assert batches >= 10 and control >= 3 * control_batches, (control, control_batches)
+    # a stop takes effect when the stopped thread is next scheduled: a straggler now and then
+    assert stopped <= batches and 10 * stopped < control, (stopped, batches, control)
+    if option == "helper_tick_file":  # and what the worker left behind is ended with it
+        pid = int(Path(f"{ticks}.pid").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_an_incorrect_candidate_is_not_timed(tmp_path: Path) -> None:
+    c = _compare(tmp_path, incorrect=True)
+    assert c.stats is None and c.cand is None and "cand_incorrect" in c.flags
+    assert not c.cand_correctness.ok and c.ref_correctness.ok
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"die_after": 5}, r"candidate.* exited \(code 3\) mid-batch"),
+        ({"garbage_after": 5}, "malformed reply"),
+    ],
+)
+def test_cheat_worker_that_dies_or_forges_protocol_lines_is_a_clear_error(
+    tmp_path: Path, options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(MeasurementError, match=match):
+        _compare(tmp_path, **options)
+
+
+def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
+    config = IsolationConfig(worker=CONFIG.worker, timeout_s=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(MeasurementError, match=r"did not answer within 0\.5 s"):
+        compare_spec(_spec(tmp_path, sleep_in_run_s=30), "small", config=config)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_spec_the_worker_cannot_load_is_a_bad_request_with_the_loaders_message(
+    tmp_path: Path,
+) -> None:
+    # the real worker: the measuring process only relays what the loader said
+    spec = tmp_path / "spec.py"
+    spec.write_text("raise RuntimeError('boom in the spec')\n")
+    with pytest.raises(BadRequest, match="failed to load: RuntimeError: boom in the spec"):
+        spec_facts(str(spec))
+
+
+def test_spec_facts_come_from_a_worker_that_ran_the_spec(tmp_path: Path) -> None:
+    # the real worker; the spec's module-level code runs there, never here
+    marker = tmp_path / "ran"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import os, pathlib\n"
+        f"pathlib.Path({str(marker)!r}).write_text(str(os.getpid()))\n"
+        "print('a subject printing to stdout')\n"
+        "PROBLEMS = {'small': object(), 'large': object()}\nREFERENCE = object()\n"
+    )
+    facts = spec_facts(str(spec))
+    assert facts["cases"] == ["small", "large"] and facts["has_candidate"] is False
+    assert int(marker.read_text()) != os.getpid()
+
+
+def test_revealed_outputs_and_digests_round_trip(tmp_path: Path) -> None:
+    y = np.arange(12, dtype=np.float32).reshape(3, 4)
+    key = bytes(range(32))
+    path = str(tmp_path / "r.npz")
+    write_reveal(path, {"y": y})
+    back = read_reveal(path, {"y": ((3, 4), "float32")})
+    assert output_digest(back, key) == output_digest({"y": y}, key)
+    assert output_digest({"y": y}, key) != output_digest({"y": y}, bytes(32))  # keyed
+    changed = y.copy()
+    changed[2, 3] = np.nextafter(changed[2, 3], np.float32(100))
+    assert output_digest({"y": changed}, key) != output_digest({"y": y}, key)
+    with pytest.raises(ValueError, match="expected float64"):
+        read_reveal(path, {"y": ((3, 4), "float64")})
+    with pytest.raises(ValueError, match="32 bytes"):
+        output_digest({"y": y}, b"short")
+
+
+def test_a_report_that_claims_ok_with_a_failed_trial_is_not_ok() -> None:
+    trial = {"trial": 0, "ok": False, "reasons": ["x"], "errors": {"y": None}, "pending_s": 0.0}
+    report = report_from_json({"subject": "s", "ok": True, "trials": [trial]})
+    assert not report.ok
+    assert report_from_json(report_to_json(report)) == report
+    assert not report_from_json({"subject": "s", "ok": True, "trials": []}).ok
+
+
+def test_a_process_made_undumpable_says_so_and_can_be_made_dumpable_again() -> None:
+    code = (
+        "from perfledger.kernels.subject_protocol import set_dumpable as s\n"
+        "first = s(False); second = s(True); third = s(True)\n"
+        "print(first, second, third)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    if out.stdout.split()[0] == "None":
+        pytest.skip("no prctl here")
+    # dumpable at start; not dumpable after the first call; dumpable again after the second
+    assert out.stdout.split() == ["True", "False", "True"], out.stdout
