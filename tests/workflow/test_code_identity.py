@@ -397,6 +397,17 @@ def test_handoff_names_the_champions_snapshot_and_how_to_get_it(session: Session
     assert any(f"perfledger checkout {digest} DIR" in need for need in handoff["resume_needs"])
 
 
+def test_champion_show_for_people_names_the_snapshot_and_how_to_check_it_out(
+    session: Session,
+) -> None:
+    digest = session.ok("champion", "show", "t1")["snapshot"]["digest"]
+    done = session.cli("champion", "show", "t1")
+    assert done.returncode == 0, done.stderr
+    assert f"code: snapshot {digest[:16]} of e1, 4 file(s) from {session.fast}" in done.stdout
+    assert f"get it: perfledger checkout {digest} DIR" in done.stdout
+    assert "final audit pass" in done.stdout
+
+
 def test_audit_re_decides_the_snapshots_from_a_fresh_process(session: Session) -> None:
     report = session.ok("audit")
     assert report["ok"] is True and report["findings"] == []

@@ -139,8 +139,10 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
                 ledger.close()
         if ctx.json_mode:
             _emit(data)
-        else:
-            _emit(data, indent=2)
+        else:  # for people: perfledger.commands.cli.show
+            from perfledger.commands.cli.show import print_champion
+
+            print_champion(data)
         return
     if ctx.json_mode:
         _emit({"champions": _builtins(current)})

@@ -381,11 +381,19 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     state = _state(ctx)
     if target_id is None:
-        _show(ctx, {"targets": {k: v for k, v in state.targets.items() if v.status == "current"}})
+        shown = {k: v for k, v in state.targets.items() if v.status == "current"}
+    elif target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger target show` lists them")
+    else:
+        shown = {target_id: state.targets[target_id]}
+    if not ctx.json_mode:  # for people: perfledger.commands.cli.show
+        import msgspec
+
+        from perfledger.commands.cli.show import print_targets
+
+        print_targets(msgspec.to_builtins(shown), msgspec.to_builtins(state.experiments))
         return
-    if target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
-    _show(ctx, {"target": state.targets[target_id]})
+    _show(ctx, {"targets": shown} if target_id is None else {"target": shown[target_id]})
 
 
 def _experiment_show(experiment_id: str, json_flag: bool) -> None:
@@ -396,6 +404,13 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
     if experiment is None:
         raise BadRequest(f"no experiment {experiment_id!r}")
     verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
+    if not ctx.json_mode:  # for people: perfledger.commands.cli.show
+        import msgspec
+
+        from perfledger.commands.cli.show import print_experiment
+
+        print_experiment(msgspec.to_builtins(experiment), msgspec.to_builtins(verdicts))
+        return
     _show(ctx, {"experiment": experiment, "verdicts": verdicts})
 
 
