@@ -380,9 +380,22 @@ def decider(name: str) -> Any:
     return getattr(operation.decider_module(), operation.decider)
 
 
+#: Fields a caller sends that the CLI and the MCP server turn into others before the request is
+#: validated and recorded (:func:`perfledger.commands.cli.identity.readiness_edge` snapshots
+#: ``original.subject`` into ``original.snapshot``, R11). They are part of what a caller writes,
+#: so part of the schema it reads; the recorded request holds what they became.
+#: Operation -> ``$defs`` model -> field -> its JSON Schema.
+EDGE_FIELDS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
+    "readiness.record": {
+        "Original": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
+    },
+}
+
+
 def json_schema(name: str) -> dict[str, Any]:
     """Return the JSON Schema (draft 2020-12) of operation ``name``'s request: the request's own
-    object schema at the top, the models it nests under ``$defs``, every property described
+    object schema at the top, the models it nests under ``$defs``, the fields the CLI's edge
+    takes (:data:`EDGE_FIELDS`), every property described
     (:mod:`perfledger.commands.workflow.field_docs`)."""
     import msgspec
 
@@ -392,6 +405,8 @@ def json_schema(name: str) -> dict[str, Any]:
     schema = msgspec.json.schema(model)
     defs = schema.pop("$defs", {})
     root: dict[str, Any] = defs.pop(model.__name__)
+    for nested, fields in EDGE_FIELDS.get(get_operation(name).name, {}).items():
+        defs[nested]["properties"].update({k: dict(v) for k, v in fields.items()})
     # every field says what it means, with its unit and range (field_docs)
     return describe({**root, "$defs": defs} if defs else root)
 
