@@ -357,8 +357,11 @@ def get_operation(name: str) -> Operation:
     try:
         return OPERATIONS[" ".join(name.split()).replace(" ", ".")]
     except KeyError:
+        # `schema supersede` for `target.supersede`: name the one operation with that verb
+        alike = [op for op in OPERATIONS if op.rsplit(".", 1)[-1] == name.strip()]
+        mean = f"did you mean {alike[0]}? " if len(alike) == 1 else ""
         raise BadRequest(
-            f"unknown operation {name!r}", hint="known: " + ", ".join(sorted(OPERATIONS))
+            f"unknown operation {name!r}", hint=mean + "known: " + ", ".join(sorted(OPERATIONS))
         ) from None
 
 
