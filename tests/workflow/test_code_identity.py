@@ -485,6 +485,7 @@ def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> 
     with pytest.raises(RuleRefused) as caught:
         identity.r11_experiment_changed_paths(target, request)
     assert caught.value.rule == "R11" and "changed_paths is needed" in caught.value.message
+    assert 'scope ["src/*"]: "candidate": {"changed_paths": [' in caught.value.hint  # what to write
     typed = msgspec.convert(_experiment("e1", ["lib/other.py"]), rq.ExperimentCreate)
     with pytest.raises(RuleRefused, match="outside the Target's modification scope"):
         identity.r11_experiment_changed_paths(target, typed)

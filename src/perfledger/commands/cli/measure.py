@@ -303,10 +303,19 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {text}", err=True)
 
 
-def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[str]:
+def foreign_activity_warnings(
+    pairs: list[dict[str, Any]], stage: str, allowed: bool = False
+) -> list[str]:
     """Warnings about the samples' windows before they are recorded (R17): the pairs (request
     dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
-    make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
+    make every verdict on these samples ``inconclusive``; at a formal stage, an explanation of
+    more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of the
+    pairs lets nothing pass unless the readiness ``allowed`` it
+    (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
+    Returns: zero or one warning line."""
+    from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+    from perfledger.events.workflow import FORMAL_STAGES
+
     indices = [
         i
         for i, p in enumerate(pairs)
@@ -315,6 +324,16 @@ def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[s
     ]
     if not indices:
         return []
+    if stage in FORMAL_STAGES and not allowed and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
+        return [
+            f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+            "activity (other processes' CPU or GPU use above the monitor's threshold): the "
+            "verdict on these samples will be inconclusive (R17). Explaining them (`perfledger "
+            "activity explain`, or --explain-foreign) cannot let a formal stage pass when they "
+            f"exceed {100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs, since this Target's readiness "
+            "does not declare its metric immune to the host's load "
+            "(statistics.allow_explained_foreign_activity): measure again on a quieter machine"
+        ]
     return [
         f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
         "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
@@ -655,7 +674,9 @@ def measure_workload(
     }
     if unenforced is not None:
         result["code_identity"] = {"enforced": False, "note": unenforced}
-    result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    readiness = info["target"].readiness
+    allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
+    result["warnings"] = foreign_activity_warnings(body["pairs"], stage, allowed)
     from perfledger.kernels.subject_env import environment_warnings
 
     result["warnings"] += environment_warnings(  # code loaded from outside both subjects
@@ -681,7 +702,14 @@ def measure_workload(
         )
     lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
     lines += findings["findings"]
-    _answer(ctx, result, lines)
+    from perfledger.commands.cli.preview import verdict_preview
+
+    ledger = ctx.open()
+    try:  # per case: per-call medians, the improvement and its CI, as the verdict derives them
+        result["verdict_preview"], shown = verdict_preview(ledger, stage, body["target_id"], sid)
+    finally:
+        ledger.close()
+    _answer(ctx, result, lines + shown)
 
 
 def measurement_findings(
