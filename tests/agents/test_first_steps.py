@@ -14,6 +14,7 @@ from wf_scenario import CAND1, Session
 
 from perfledger.commands.cli.readmodels import resume_context
 from perfledger.projections.handoff import derive_handoff
+from subprocess_env import isolated_env, perfledger_command
 
 
 def _cli(ledger: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,3 +60,29 @@ def test_reject_takes_its_common_fields_as_flags(ready: Session) -> None:
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)["payload"]
     assert payload["closes"] == "implementation" and payload["reason"].startswith("slower")
+
+
+def test_init_says_how_to_reach_the_new_ledger_and_a_command_beside_it_names_it(
+    tmp_path: Path,
+) -> None:
+    env = isolated_env(tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*perfledger_command(), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)  # fmt: skip
+
+    made = run("init", "ledger")
+    assert made.returncode == 0, made.stderr
+    use = f"use it: export PERFLEDGER_DIR={tmp_path / 'ledger'}"
+    assert use in made.stdout and "next: `perfledger status`" in made.stdout
+    lost = run("status")  # beside the ledger, not inside it
+    assert lost.returncode == 2
+    assert "found a ledger in ./ledger: pass --ledger ledger" in lost.stderr
+    assert run("--ledger", "ledger", "status").returncode == 0
+    (tmp_path / "work").mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path / "work", env=env, check=True)
+    inside = subprocess.run([*perfledger_command(), "init"], cwd=tmp_path / "work", env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    assert inside.returncode == 0, inside.stderr
+    assert "use it:" not in inside.stdout  # a command run here finds it already
+    assert "next: `perfledger status`" in inside.stdout

@@ -115,8 +115,30 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
         else:
             click.echo(f"initialised ledger {os.path.abspath(target)}")
             click.echo(f"root event {root.event_id}")
+            for line in _use_hint(target):
+                click.echo(line)
     finally:
         ledger.close()
+
+
+def _use_hint(path: str) -> list[str]:
+    """How later commands find the ledger just made at ``path``, when a plain ``perfledger
+    status`` run here would not (no --ledger, no $PERFLEDGER_DIR naming it, not the repository
+    around the current directory); then what to run first."""
+    from perfledger.api import LEDGER_ENV, find_ledger_path
+
+    ctx = click.get_current_context().find_object(Context)
+    try:
+        found = find_ledger_path(ctx.ledger_path if ctx else None)
+    except PerfledgerError:
+        found = None
+    if found is not None and os.path.realpath(found) == os.path.realpath(path):
+        return ["next: `perfledger status`"]
+    return [
+        f"use it: export {LEDGER_ENV}={os.path.abspath(path)}  (or pass --ledger {path} "
+        "before each command)",
+        "next: `perfledger status`",
+    ]
 
 
 @cli.command()
