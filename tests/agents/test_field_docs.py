@@ -83,3 +83,9 @@ def test_readiness_schema_takes_original_subject_and_the_cli_records_its_snapsho
     snapshot = done["events"][0]["payload"]["original"]["snapshot"]
     assert snapshot["subject"] == str(code)
     assert sorted(snapshot["files"]) == ["bench.py", "src/kernels/attn.cu"]
+    recorded = subprocess.run(
+        [*perfledger_command(), "--ledger", ledger, "readiness", "record", "--request", "-"],
+        input=json.dumps(body), capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    said = f"original's code: snapshot {snapshot['digest'][:16]}, 2 file(s) of {code} (R11)"
+    assert said in recorded.stdout

@@ -86,3 +86,42 @@ def test_init_says_how_to_reach_the_new_ledger_and_a_command_beside_it_names_it(
     assert inside.returncode == 0, inside.stderr
     assert "use it:" not in inside.stdout  # a command run here finds it already
     assert "next: `perfledger status`" in inside.stdout
+
+
+def test_handoff_record_of_a_target_without_gpu_budget_needs_no_gpu_used(bare: Session) -> None:
+    from wf_scenario import target_freeze
+
+    bare.run("target.freeze", target_freeze(budget={"wall_s": 600.0, "gpu_s": 0.0}))
+    args = ("handoff", "record", "--target", "t1", "--stop-reason", "done", "--feedback", "none")
+    done = _cli(bare.ledger.path, *args, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    payload = json.loads(done.stdout)["payload"]
+    assert payload["budget_used"]["gpu_s"] == 0.0 and payload["budget_left"]["gpu_s"] == 0.0
+
+
+def test_champion_select_without_expected_current_names_the_flag_then_says_what_is_next(
+    ready: Session,
+) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    args = ("champion", "select", "--target", "t1", "--samples", "e1-target")
+    missing = _cli(ready.ledger.path, *args)
+    assert missing.returncode == 2
+    assert "hint: pass --expected-current: The champion you saw" in missing.stderr
+    done = _cli(ready.ledger.path, *args, "--expected-current", "original")
+    assert done.returncode == 0, done.stderr
+    assert "champion of t1: e1 (was original)" in done.stdout
+    assert "--experiment e1 --stage final_audit" in done.stdout
+
+
+def test_experiment_create_answers_with_the_bound_it_computed(ready: Session) -> None:
+    from wf_scenario import experiment
+
+    body = experiment("e1", candidate=CAND1)
+    done = subprocess.run(
+        [*perfledger_command(), "--ledger", ready.ledger.path, "experiment", "create",
+         "--request", "-"],
+        input=json.dumps(body), capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Amdahl bound 1.429x" in done.stdout
+    assert "to cross the minimum effect: local speedup 1.086x" in done.stdout

@@ -81,6 +81,7 @@ def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_i
     first = _cli(ledger_path, tmp_path, *args, "--accept-resolution")
     assert "ResolutionEstimated" in first.stdout
     assert ">= the Target's minimum effect 5.00 %: no verdict can pass" in first.stderr
+    assert "recorded as asked (--accept-resolution)" in first.stderr  # not "before recording"
     assert "supersede" not in first.stderr  # nothing recorded before
     second = json.loads(_cli(ledger_path, tmp_path, *args, "--accept-resolution", "--json").stdout)
     assert second["recorded"] and set(second["per_case"]) == {"small", "large"}

@@ -355,8 +355,13 @@ def resolution_warnings(resolution: float, target: Any, record: bool) -> list[st
         out.append(
             f"resolution {100 * resolution:.2f} % >= the Target's minimum effect "
             f"{100 * min_effect:.2f} %: no verdict can pass against it (a pass needs the CI's "
-            "lower end above max(minimum effect, resolution)); measure with more --runs or on a "
-            "quieter machine before recording it"
+            "lower end above max(minimum effect, resolution)); "
+            + (
+                "recorded as asked (--accept-resolution): a new `measure aa --record` with more "
+                "--runs, or on a quieter machine, replaces it"
+                if record
+                else "measure with more --runs or on a quieter machine before recording it"
+            )
         )
     previous = target.resolution
     if previous is not None:

@@ -21,7 +21,9 @@ from perfledger.projections.verdict_explain import explain_verdict, pct, provena
 PIPED_WIDTH = 240
 
 
-def _console() -> Any:
+def people_console() -> Any:
+    """A rich console for people: no highlighting; :data:`PIPED_WIDTH` columns when stdout is
+    not a terminal (so that rows stay whole in a pipe or a captured answer)."""
     from rich.console import Console
 
     # highlight off: rich would colour numbers and paths in ways that mean nothing here
@@ -221,7 +223,7 @@ def _experiment_rows(target: Mapping[str, Any], experiments: Mapping[str, Any]) 
 def print_targets(targets: Mapping[str, Any], experiments: Mapping[str, Any]) -> None:
     """Print ``targets`` (Target id -> ``TargetView`` builtins) for people; ``experiments``
     maps experiment ids to ``ExperimentView`` builtins."""
-    console = _console()
+    console = people_console()
     if not targets:
         console.print("no current Target: `perfledger target freeze` (R1)")
         return
@@ -276,6 +278,28 @@ def verdict_renderables(samples_id: str, verdict: Mapping[str, Any]) -> list[Any
     return out
 
 
+def claim_lines(created: Mapping[str, Any]) -> list[str]:
+    """The claim of an ``ExperimentCreated`` payload (builtins) in two plain lines (R7, R8): its
+    inputs, the Amdahl bound the tool computed and the predicted speedup interval; the local
+    speedup needed to cross the minimum effect and whether the bound clears it."""
+    claim, figures = created["claim"], created["figures"]
+    expected = claim.get("expected_improvement") or {}
+    bound = figures.get("bound")
+    return [
+        f"claim: coverage f {_num(claim.get('coverage'))}, local speedup s "
+        f"{_num(claim.get('local_speedup'))}x, added cost {_num(claim.get('added_cost'))}; "
+        + ("no numeric bound (tail primary: exposure stated)" if bound is None else
+           f"Amdahl bound {_num(bound)}x")
+        + f"; predicted end-to-end speedup [{_speedup(expected.get('low'))}, "
+        f"{_speedup(expected.get('high'))}]",
+        f"to cross the minimum effect: local speedup {_num(figures.get('s_min'))}x "
+        f"(cut {_pct(figures.get('r_min'))} of the region's time)"
+        + ("; NOT reachable" if figures.get("reachable") is False else "")
+        + ("; bound below the minimum effect (R8)" if figures.get("below_min_effect") else "")
+        + ("; bound below the resolution (R8)" if figures.get("below_resolution") else ""),
+    ]  # fmt: skip
+
+
 def experiment_lines(experiment: Mapping[str, Any], verdicts: Mapping[str, Any]) -> list[Any]:
     """An experiment for people (R7-R15): title, stage and status, the claim (coverage, local
     speedup, added cost, Amdahl bound, predicted interval, the local speedup needed), its
@@ -283,23 +307,13 @@ def experiment_lines(experiment: Mapping[str, Any], verdicts: Mapping[str, Any])
     (:func:`verdict_renderables`), and a rejection if any. Builtins of ``ExperimentView`` and of
     ``VerdictRecorded`` by samples id."""
     c = experiment["created"]
-    claim, figures = c["claim"], c["figures"]
-    expected = claim.get("expected_improvement") or {}
     out: list[Any] = [
         f"[bold]Experiment {_escape(c['experiment_id'])}[/bold] of Target "
         f"{_escape(c['target_id'])}: {_escape(c['title'])}",
         f"  stage {experiment['stage']}; status [bold]{experiment['status']}[/bold]; approach "
         f"{c.get('approach')}; candidate {_escape(c['candidate'].get('label') or '-')} "
         f"{_escape(c['candidate'].get('content_hash'))}",
-        f"  claim: coverage f {_num(claim.get('coverage'))}, local speedup s "
-        f"{_num(claim.get('local_speedup'))}x, added cost {_num(claim.get('added_cost'))}; "
-        f"Amdahl bound {_num(figures.get('bound'))}x; predicted end-to-end speedup "
-        f"[{_speedup(expected.get('low'))}, {_speedup(expected.get('high'))}]",
-        f"  to cross the minimum effect: local speedup {_num(figures.get('s_min'))}x "
-        f"(cut {_pct(figures.get('r_min'))} of the region's time)"
-        + ("; NOT reachable" if figures.get("reachable") is False else "")
-        + ("; bound below the minimum effect (R8)" if figures.get("below_min_effect") else "")
-        + ("; bound below the resolution (R8)" if figures.get("below_resolution") else ""),
+        *(f"  {_escape(line)}" for line in claim_lines(c)),
         f"  a failure would reject its {c['preregistration'].get('rejects')} (R9)",
     ]
     samples = experiment.get("samples") or {}
@@ -325,7 +339,7 @@ def experiment_lines(experiment: Mapping[str, Any], verdicts: Mapping[str, Any])
 
 def print_experiment(experiment: Mapping[str, Any], verdicts: Mapping[str, Any]) -> None:
     """Print :func:`experiment_lines` of one experiment."""
-    console = _console()
+    console = people_console()
     for line in experiment_lines(experiment, verdicts):
         console.print(line)
 
@@ -394,14 +408,17 @@ def champion_lines(data: Mapping[str, Any]) -> list[Any]:
 
 def print_champion(data: Mapping[str, Any]) -> None:
     """Print :func:`champion_lines`."""
-    console = _console()
+    console = people_console()
     for line in champion_lines(data):
         console.print(line)
 
 
 __all__ = [
+    "PIPED_WIDTH",
     "champion_lines",
+    "claim_lines",
     "experiment_lines",
+    "people_console",
     "print_champion",
     "print_experiment",
     "print_targets",

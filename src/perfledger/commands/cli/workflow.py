@@ -164,9 +164,30 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
 
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
+        if event["kind"] == "ChampionSelected":  # who it is now, and what R13 asks next
+            p = event["payload"]
+            chosen = p.get("experiment_id") or "original"
+            click.echo(f"champion of {p['target_id']}: {chosen} (was {p.get('previous')})")
+            if p.get("experiment_id"):
+                click.echo(
+                    f"next (R13): its final audit against the original: `perfledger measure "
+                    f"workload --experiment {chosen} --stage final_audit ...`, then `perfledger "
+                    f"final-audit record --target {p['target_id']} --samples ID`"
+                )
+        if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
+            from perfledger.commands.cli.show import claim_lines
+
+            for line in claim_lines(event["payload"]):
+                click.echo(line)
         if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
             # baseline, resolution and samples must carry this id (R11): say it where it is made
             click.echo(f"environment_id {event['payload']['environment_id']}")
+            snap = (event["payload"].get("original") or {}).get("snapshot")
+            if snap:  # what measure's reference must be (R11)
+                click.echo(
+                    f"original's code: snapshot {snap['digest'][:16]}, {len(snap['files'])} "
+                    f"file(s) of {snap['subject']} (R11)"
+                )
 
 
 #: The ``--dry-run`` option of every write command.
@@ -210,6 +231,13 @@ def submit(
             artifacts=artifacts or None,
         )  # fmt: skip
     except BadRequest as exc:
+        flag = _flag_of_missing_field(exc.message)
+        if flag is not None:  # a field a flag sets: name the flag first
+            raise BadRequest(
+                exc.message,
+                hint=f"pass {flag[0]}: {flag[1]} (or the field in --request FILE; "
+                f"`perfledger schema {name}` shows every field)",
+            ) from None
         if not request_given and "invalid request" in exc.message:
             raise BadRequest(
                 f"no --request given: {exc.message}",
@@ -220,6 +248,18 @@ def submit(
     finally:
         ledger.close()
     _answer(ctx, operation, envelopes)
+
+
+def _flag_of_missing_field(message: str) -> tuple[str, str] | None:
+    """``(flag, help)`` of the :data:`COMMON_FLAGS` entry that sets the required field a
+    validation ``message`` says is missing (msgspec: ``Object missing required field
+    `expected_current```), or None."""
+    import re
+
+    found = re.search(r"missing required field `([A-Za-z_]+)`", message)
+    if found is None:
+        return None
+    return next(((f, h) for f, field, h in COMMON_FLAGS if field == found.group(1)), None)
 
 
 def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
