@@ -125,3 +125,24 @@ def test_experiment_create_answers_with_the_bound_it_computed(ready: Session) ->
     assert done.returncode == 0, done.stderr
     assert "Amdahl bound 1.429x" in done.stdout
     assert "to cross the minimum effect: local speedup 1.086x" in done.stdout
+
+
+def test_a_driver_without_subject_gets_a_suggestion_that_puts_its_script_in_the_code_dir() -> None:
+    from perfledger.commands.cli.identity import driver_with_subject
+
+    assert driver_with_subject(["python3", "sumsq.py", "--case", "{case}"]) == [
+        "python3", "{subject}/sumsq.py", "--case", "{case}"]  # fmt: skip
+    assert driver_with_subject(["python", "bench/run.py"]) == ["python", "{subject}/run.py"]
+    assert driver_with_subject(["./bench", "--fast"]) == ["./bench", "--fast", "{subject}"]
+
+
+def test_top_help_names_where_to_start_and_those_commands_work(tmp_path: Path) -> None:
+    env = isolated_env(tmp_path)
+    shown = subprocess.run([*perfledger_command(), "--help"], capture_output=True, text=True,
+                           env=env, check=True).stdout  # fmt: skip
+    flat = " ".join(shown.split())
+    for words in ("skill --print", "init DIR", "status", "schema OP --example"):
+        assert f"`perfledger {words}`" in flat, words
+    skill = subprocess.run([*perfledger_command(), "skill", "--print"], capture_output=True,
+                           text=True, env=env)  # fmt: skip
+    assert skill.returncode == 0 and skill.stdout.startswith("---\nname: perfledger")

@@ -70,7 +70,13 @@ class _LedgerGroup(click.Group):
         return super().list_commands(ctx)
 
 
-@click.group(cls=_LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_LedgerGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="New here: `perfledger skill --print` is the workflow step by step; `perfledger "
+    "init DIR` makes a ledger; `perfledger status` says where a session stands and what the "
+    "rules accept next; `perfledger schema OP --example` is a request to start from.",
+)
 @click.option(
     "--ledger",
     "ledger",
