@@ -40,7 +40,9 @@ INSTRUCTIONS = (
     "checked by the rules R1-R25. Call `status` first. If it answers not_a_ledger, create "
     'the ledger with the `cli` tool, args ["init"]. Then, in the order of the rules: '
     "target_freeze (R1); readiness_record (R2; its environment is "
-    '`cli` ["env"]\'s readiness_environment); metric_audit_record (R3); baseline_record (R4); '
+    '`cli` ["env"]\'s readiness_environment); metric_audit_record (R3); the baseline (R4): '
+    '`cli` ["measure", "baseline", "--target", T, "--cmd", CMD] (baseline_record only for '
+    "values measured elsewhere); "
     'the A/A resolution (R4): `cli` ["measure", "aa", "--target", T, "--cmd", CMD, '
     '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
     "experiment_create (R7-R10); samples through "

@@ -1216,6 +1216,10 @@ for _command in (measure_kernel, measure_workload, measure_aa):
 from perfledger.commands.cli.serving import measure_serving  # noqa: E402
 
 measure_group.add_command(measure_serving)
+# `measure baseline`: the original's baseline measured, not typed (R4)
+from perfledger.commands.cli.measure_baseline import measure_baseline  # noqa: E402
+
+measure_group.add_command(measure_baseline)
 
 
 def commands() -> list[click.Command]:
