@@ -76,6 +76,7 @@ def test_measure_baseline_records_every_value_with_its_case_and_the_raw_table(
             "baseline-small-0", "baseline-small-1", "baseline-large-0", "baseline-large-1"]  # fmt: skip
     text = cli(*args, "--case", "small", "--dry-run").stdout
     assert "median per case: small 2.5 ms" in text and "dry run: nothing appended" in text
+    assert cli("audit").returncode == 0  # the auditor re-decides it from the recorded request
 
 
 def test_r11_r5_measure_baseline_of_other_code_or_a_failing_original_records_nothing(
