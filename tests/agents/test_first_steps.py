@@ -146,3 +146,20 @@ def test_top_help_names_where_to_start_and_those_commands_work(tmp_path: Path) -
     skill = subprocess.run([*perfledger_command(), "skill", "--print"], capture_output=True,
                            text=True, env=env)  # fmt: skip
     assert skill.returncode == 0 and skill.stdout.startswith("---\nname: perfledger")
+
+
+def test_unknown_ids_and_a_measured_request_without_request_say_what_to_run(
+    ready: Session,
+) -> None:
+    path = ready.ledger.path
+    unknown = _cli(path, "verdict", "record", "--samples", "nope")
+    assert unknown.returncode == 2 and "measure workload --samples ID" in unknown.stderr
+    ready.screened("e1", CAND1)
+    known = _cli(path, "verdict", "record", "--samples", "nope")
+    assert "recorded samples include e1-screen" in known.stderr
+    no_experiment = _cli(path, "measure", "workload", "--experiment", "e9", "--stage", "screen",
+                         "--ref", "true", "--cand", "true")  # fmt: skip
+    assert no_experiment.returncode == 2 and "`perfledger experiment list`" in no_experiment.stderr
+    bare = _cli(path, "baseline", "record", "--target", "t1")
+    assert bare.returncode == 2
+    assert "`perfledger measure baseline --target T --cmd CMD` measures" in bare.stderr

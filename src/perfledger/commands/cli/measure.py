@@ -152,7 +152,10 @@ def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
     state = ledger.state()
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {experiment_id!r}",
+            hint="`perfledger experiment list` lists them; `perfledger experiment create` makes one",
+        )
     target_id = experiment.created.target_id
     target = state.targets.get(target_id)
     if target is None or target.readiness is None or target.readiness.test_set is None:

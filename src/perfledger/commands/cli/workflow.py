@@ -37,6 +37,12 @@ COMMON_FLAGS = (
      "(sets closes; R15)."),
     ("--reason", "reason", "Why, in words (sets reason)."),
 )  # fmt: skip
+#: Operations whose request a measurement builds: the command that measures and records one.
+MEASURED_BY = {
+    "baseline.record": "perfledger measure baseline --target T --cmd CMD",
+    "resolution.record": "perfledger measure aa --target T --cmd CMD --record",
+    "samples.record": "perfledger measure workload --experiment E --stage STAGE --ref CMD --cand CMD",
+}
 #: Largest request accepted on the command line (bytes).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
@@ -239,9 +245,11 @@ def submit(
                 f"`perfledger schema {name}` shows every field)",
             ) from None
         if not request_given and "invalid request" in exc.message:
+            measured = MEASURED_BY.get(name)
             raise BadRequest(
                 f"no --request given: {exc.message}",
-                hint=f"pass the request with --request FILE (or - for stdin); "
+                hint=(f"`{measured}` measures and records it; or " if measured else "")
+                + "pass the request with --request FILE (or - for stdin); "
                 f"`perfledger schema {name}` shows its fields",
             ) from None
         raise

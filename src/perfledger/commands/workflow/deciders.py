@@ -888,7 +888,12 @@ def _verdict_samples(
     IntegrityError when the event the state names does not hold them."""
     view = state.samples.get(samples_id)
     if view is None:
-        raise BadRequest(f"unknown samples {samples_id!r}")
+        known = sorted(state.samples)[-5:]
+        raise BadRequest(
+            f"unknown samples {samples_id!r}",
+            hint=(f"recorded samples include {', '.join(known)}; " if known else "")
+            + "`perfledger measure workload --samples ID ...` records samples",
+        )
     if ctx.payload_of is None:
         raise BadRequest(
             "this decision reads recorded samples, and no ledger was given to read them from"
