@@ -79,7 +79,7 @@ def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_i
     assert "per case: large " in error["message"] and ", small " in error["message"]
     assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
     first = _cli(ledger_path, tmp_path, *args, "--accept-resolution")
-    assert "ResolutionEstimated" in first.stdout
+    assert "ResolutionEstimated" in first.stdout and " from 10 A/A pairs" in first.stdout
     assert ">= the Target's minimum effect 5.00 %: no verdict can pass" in first.stderr
     assert "recorded as asked (--accept-resolution)" in first.stderr  # not "before recording"
     assert "supersede" not in first.stderr  # nothing recorded before

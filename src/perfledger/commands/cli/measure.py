@@ -1200,7 +1200,8 @@ def measure_aa(
         )
         result.update(recorded=True, event_id=event.id, kind=event.kind)
     lines = [
-        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} repeats",
+        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} "
+        + ("A/A pairs" if cmd is not None else "A/A comparisons"),
         *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
         method_note,
     ]
