@@ -42,6 +42,12 @@ def _table(*columns: str) -> Any:
     return table
 
 
+def _row(table: Any, *cells: str) -> None:
+    """Add one row of plain text to ``table`` (cells escaped: a title or a case name holding
+    ``[...]`` is shown as written, never read as rich markup)."""
+    table.add_row(*(_escape(c) for c in cells))
+
+
 def _indent(renderable: Any, n: int = 4) -> Any:
     """``renderable`` shifted right by ``n`` columns (tables under their heading line)."""
     from rich.padding import Padding
@@ -190,7 +196,7 @@ def _baseline_lines(
     if per_case or res_case:
         table = _table("case", f"baseline median ({bunit})", "resolution")
         for case in dict.fromkeys([*per_case, *res_case]):
-            table.add_row(str(case), _num(per_case.get(case)), _pct(res_case.get(case)))
+            _row(table, str(case), _num(per_case.get(case)), _pct(res_case.get(case)))
         out.append(_indent(table))
     return out
 
@@ -213,7 +219,7 @@ def _experiment_rows(target: Mapping[str, Any], experiments: Mapping[str, Any]) 
         if e is None:
             continue
         bound = e["created"]["figures"].get("bound")
-        table.add_row(
+        _row(table,
             eid, e["stage"], e["status"], "-" if bound is None else f"{bound:.4g}x",
             str(e["created"].get("title", "")),
         )  # fmt: skip
@@ -261,7 +267,7 @@ def verdict_renderables(samples_id: str, verdict: Mapping[str, Any]) -> list[Any
             ref = f"{_num(c.get('ref'))} [{_num(c.get('ref_low'))}, {_num(c.get('ref_high'))}]"
             cand = f"{_num(c.get('cand'))} [{_num(c.get('cand_low'))}, {_num(c.get('cand_high'))}]"
             status = str(c.get("status")) + (", regressed" if c.get("regressed") else "")
-            table.add_row(
+            _row(table,
                 str(c["case"]), ref, cand, _pct(c.get("estimate")),
                 f"[{_pct(c.get('ci_low'))}, {_pct(c.get('ci_high'))}]",
                 str(c.get("n_pairs", 0)), status,
@@ -396,7 +402,7 @@ def champion_lines(data: Mapping[str, Any]) -> list[Any]:
                 )
                 or "none"
             )
-            table.add_row(
+            _row(table,
                 str(s.get("champion")), str(s.get("decision")), str(s.get("samples_id") or "-"),
                 str(s.get("verdict_status") or "-"),
                 f"{_pct(s.get('estimate'))} [{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}]",
