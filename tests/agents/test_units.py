@@ -230,7 +230,9 @@ def _checks(s: Session, elapsed_s: float) -> dict[str, Callable[[tuple[str, ...]
         "end_s": span,
         "timeout_s": lambda p, h, v: v == TIMEOUT_S,
         "reported_saving_s": lambda p, h, v: 0.5 * saving_s <= v <= 5 * saving_s,
-        "wall_saving_s": lambda p, h, v: 0.25 * saving_s <= v <= 10 * saving_s,
+        # the wall clock of a call includes a Python start-up on each side: only its scale is
+        # certain (seconds: a value in milliseconds would be ~40)
+        "wall_saving_s": lambda p, h, v: -5 * saving_s <= v <= 10 * saving_s,
         "excess_s": lambda p, h, v: abs(v) <= 10 * saving_s,
         "excess_low_s": lambda p, h, v: abs(v) <= 10 * saving_s,
         "resolution_s": lambda p, h, v: 0.0 <= v <= 10 * saving_s,
