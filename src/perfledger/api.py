@@ -52,13 +52,57 @@ def find_ledger_path(explicit: str | os.PathLike[str] | None = None, cwd: str | 
     try:
         repo = Repo.discover(start)
     except NotGitRepository:
+        below = ledgers_below(start)
+        found = (
+            f"found a ledger in ./{below[0]}: pass --ledger {below[0]} or export "
+            f"{LEDGER_ENV}={os.path.abspath(os.path.join(start, below[0]))}; else "
+            if len(below) == 1
+            else ""
+        )
         raise NotALedger(
             f"no ledger here: {start} is not inside a git repository",
-            hint=f"pass --ledger PATH, set {LEDGER_ENV}, or run `perfledger init PATH`",
+            hint=found + f"pass --ledger PATH, set {LEDGER_ENV}, or run `perfledger init PATH`",
         ) from None
     path = repo.path
     repo.close()
     return path
+
+
+#: How many entries of a directory :func:`ledgers_below` looks at (a hint, not a search).
+_BELOW_MAX_ENTRIES = 200
+
+
+def ledgers_below(directory: str) -> list[str]:
+    """The names of ``directory``'s immediate subdirectories that hold a ledger (a git
+    repository, bare or not, with the ``ledger`` branch), sorted; at most
+    :data:`_BELOW_MAX_ENTRIES` entries are looked at. For the hint of a command run beside the
+    ledger that ``perfledger init DIR`` made, not inside it."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)[:_BELOW_MAX_ENTRIES]
+    except OSError:
+        return []
+    branch = os.path.join("refs", "heads", "ledger")
+    out = []
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        for gitdir in (entry.path, os.path.join(entry.path, ".git")):
+            if os.path.isfile(os.path.join(gitdir, "HEAD")) and (
+                os.path.isfile(os.path.join(gitdir, branch))
+                or _packed_ref(os.path.join(gitdir, "packed-refs"), "refs/heads/ledger")
+            ):
+                out.append(entry.name)
+                break
+    return out
+
+
+def _packed_ref(path: str, ref: str) -> bool:
+    """Whether git's ``packed-refs`` file at ``path`` lists ``ref``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return any(line.rstrip("\n").endswith(" " + ref) for line in handle)
+    except OSError:
+        return False
 
 
 #: Folded events after which the in-memory state is written to the derived cache.

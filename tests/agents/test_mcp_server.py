@@ -122,3 +122,35 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
     finally:
         ledger.close()
     assert "mcp-agent" in actors  # the server's writes carry the actor it was started with
+
+
+def test_mcp_instructions_name_init_and_measure_aa_and_a_missing_ledger_is_made_by_them(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "PERFLEDGER_ACTOR": "mcp-agent"}
+    env.pop("PERFLEDGER_DIR", None)
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "perfledger", "--ledger", "new-ledger", "mcp"],
+        env=env, cwd=str(tmp_path),
+    )  # fmt: skip
+
+    async def steps() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            out["instructions"] = (await session.initialize()).instructions
+            missing = await session.call_tool("status", {})
+            out["missing"] = (missing.is_error, _answer(missing))
+            out["init"] = _answer(await session.call_tool("cli", {"args": ["init"]}))
+            out["status"] = _answer(await session.call_tool("status", {}))
+        return out
+
+    out = anyio.run(steps)
+    text = out["instructions"]
+    assert '`cli` tool, args ["init"]' in text
+    assert '["measure", "aa", "--target", T, "--cmd", CMD, "--record"]' in text
+    assert text.index("baseline_record") < text.index('"aa"') < text.index("experiment_create")
+    is_error, missing = out["missing"]
+    assert is_error and missing["error"]["code"] == "not_a_ledger"
+    assert '`cli` tool, args ["init"]' in missing["error"]["hint"]
+    assert out["init"]["path"] == str(tmp_path / "new-ledger")
+    assert [d["op"] for d in out["status"]["next"]] == ["evidence.add", "target.freeze"]

@@ -79,3 +79,11 @@ def test_status_cli_prints_one_screen_and_json(ready: Session) -> None:
     assert data["targets"][0]["champion"] == "e1"
     unknown = subprocess.run([*base, "--target", "nope"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "no Target 'nope'" in unknown.stderr
+
+
+def test_status_piped_keeps_each_experiment_row_on_one_line(ready: Session) -> None:
+    ready.passed("e1", CAND1, gain=0.2)
+    base = [sys.executable, "-m", "perfledger", "--ledger", ready.ledger.path, "status"]
+    text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
+    (row,) = [line for line in text.splitlines() if line.split()[:1] == ["e1"]]
+    assert "e1-screen inconclusive, e1-target pass" in row

@@ -111,7 +111,7 @@ def test_init_creates_a_bare_ledger_with_one_root(
     text = cli("init", tmp_path / "plain", "--name", "named")
     assert text.returncode == 0
     assert str(tmp_path / "plain") in text.stdout
-    root = text.stdout.split()[-1]
+    root = next(x for x in text.stdout.splitlines() if x.startswith("root event ")).split()[-1]
     assert HEX64.match(root)
     state = parse_json(cli("--ledger", tmp_path / "plain", "state", "--json").stdout)
     assert state["state"]["name"] == "named" and state["state"]["event_count"] == 1

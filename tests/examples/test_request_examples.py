@@ -9,6 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from perfledger.commands.registry.request_examples import example
 from subprocess_env import isolated_env, perfledger_command
 
 REQUESTS = Path(__file__).resolve().parents[2] / "examples" / "requests"
@@ -42,3 +43,11 @@ def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Pat
     assert (champion["target_id"], champion["champion"]) == ("t1", "e1")
     report = _pl(ledger, env, "audit")
     assert report["ok"] is True and report["findings"] == []
+    # `schema OP --example` of the operations this state allows: the rules accept them too
+    for operation in ("target.supersede", "upstream-check.record", "host-advice.record"):
+        body = example(operation)
+        group, verb = operation.rsplit(".", 1)
+        request = tmp_path / f"{operation}.json"
+        request.write_text(json.dumps(body))
+        dry = _pl(ledger, env, group, verb, "--request", str(request), "--dry-run")
+        assert dry["events"], (operation, dry)

@@ -150,7 +150,7 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
     # the driver declares no {subject} place: measure says that R11 is not enforced
     assert data["code_identity"]["enforced"] is False
     assert "R11 (code identity) is not enforced" in out.stderr
-    assert f"{sys.executable}', '{{subject}}/{SUMSQ.name}'" in data["code_identity"]["note"]
+    assert f'{sys.executable}", "{{subject}}/{SUMSQ.name}"' in data["code_identity"]["note"]
     assert data["failed_calls"] == [] and data["samples_id"] == "e1-screen-1"
     with Ledger.open(ledger_path) as ledger:
         view = ledger.state().samples["e1-screen-1"]

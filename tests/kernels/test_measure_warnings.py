@@ -79,8 +79,9 @@ def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_i
     assert "per case: large " in error["message"] and ", small " in error["message"]
     assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
     first = _cli(ledger_path, tmp_path, *args, "--accept-resolution")
-    assert "ResolutionEstimated" in first.stdout
+    assert "ResolutionEstimated" in first.stdout and " from 10 A/A pairs" in first.stdout
     assert ">= the Target's minimum effect 5.00 %: no verdict can pass" in first.stderr
+    assert "recorded as asked (--accept-resolution)" in first.stderr  # not "before recording"
     assert "supersede" not in first.stderr  # nothing recorded before
     second = json.loads(_cli(ledger_path, tmp_path, *args, "--accept-resolution", "--json").stdout)
     assert second["recorded"] and set(second["per_case"]) == {"small", "large"}
@@ -108,3 +109,42 @@ def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> 
     assert "exited with status 1" in done.stderr and "{'call_id'" not in done.stderr
     assert "its stderr (last lines):" in done.stderr and "KeyError: 'huge'" in done.stderr
     assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
+
+
+def test_measure_workload_answers_with_the_verdict_its_samples_derive_per_case(
+    tmp_path: Path,
+) -> None:
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)
+    _record_resolution(ledger_path)
+    _experiment(ledger_path)
+    args = ("measure", "workload", "--experiment", "e1", "--stage", "screen", "--ref", _cmd(),
+            "--cand", _cmd("--extra-work", "1.0"), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
+    text = _cli(ledger_path, tmp_path, *args, "--samples", "s1").stdout
+    assert "`perfledger verdict record --samples s1` records it" in text
+    for case in ("small", "large"):  # per-call figures in the primary's unit, improvement CI
+        line = next(x for x in text.splitlines() if x.strip().startswith(f"case {case}:"))
+        assert " ms [" in line and "improvement" in line and "CI [" in line
+    answer = json.loads(_cli(ledger_path, tmp_path, *args, "--samples", "s2", "--json").stdout)
+    preview = answer["verdict_preview"]
+    assert preview["record"] == "perfledger verdict record --samples s2"
+    assert [c["case"] for c in preview["cases"]] == ["large", "small"]
+    assert preview["estimate"] < 0  # the candidate does twice the work
+    recorded = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", "s2", "--json")
+    payload = json.loads(recorded.stdout)["payload"]
+    assert payload["status"] == preview["status"]
+    assert payload["primary"]["estimate"] == preview["estimate"]  # the same derivation
+
+
+def test_r17_formal_stage_warning_says_an_explanation_cannot_pass_without_the_readiness() -> None:
+    from perfledger.commands.cli.measure import foreign_activity_warnings
+
+    pairs = [{"monitor": {"foreign_activity": True, "explained": None}}] * 5
+    [formal] = foreign_activity_warnings(pairs, "target")
+    assert "cannot let a formal stage pass" in formal and "quieter machine" in formal
+    [allowed] = foreign_activity_warnings(pairs, "target", allowed=True)
+    assert "explain it before the verdict" in allowed
+    [screen] = foreign_activity_warnings(pairs, "screen")
+    assert "explain it before the verdict" in screen
+    [few] = foreign_activity_warnings(pairs[:1] + [{"monitor": None}] * 9, "target")  # 10 %
+    assert "explain it before the verdict" in few

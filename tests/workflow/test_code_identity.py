@@ -397,6 +397,17 @@ def test_handoff_names_the_champions_snapshot_and_how_to_get_it(session: Session
     assert any(f"perfledger checkout {digest} DIR" in need for need in handoff["resume_needs"])
 
 
+def test_champion_show_for_people_names_the_snapshot_and_how_to_check_it_out(
+    session: Session,
+) -> None:
+    digest = session.ok("champion", "show", "t1")["snapshot"]["digest"]
+    done = session.cli("champion", "show", "t1")
+    assert done.returncode == 0, done.stderr
+    assert f"code: snapshot {digest[:16]} of e1, 4 file(s) from {session.fast}" in done.stdout
+    assert f"get it: perfledger checkout {digest} DIR" in done.stdout
+    assert "final audit pass" in done.stdout
+
+
 def test_audit_re_decides_the_snapshots_from_a_fresh_process(session: Session) -> None:
     report = session.ok("audit")
     assert report["ok"] is True and report["findings"] == []
@@ -474,6 +485,7 @@ def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> 
     with pytest.raises(RuleRefused) as caught:
         identity.r11_experiment_changed_paths(target, request)
     assert caught.value.rule == "R11" and "changed_paths is needed" in caught.value.message
+    assert 'scope ["src/*"]: "candidate": {"changed_paths": [' in caught.value.hint  # what to write
     typed = msgspec.convert(_experiment("e1", ["lib/other.py"]), rq.ExperimentCreate)
     with pytest.raises(RuleRefused, match="outside the Target's modification scope"):
         identity.r11_experiment_changed_paths(target, typed)

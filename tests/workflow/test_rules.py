@@ -447,6 +447,22 @@ def test_r13_champion_is_a_compare_and_swap_with_guardrails_holding(ready: Sessi
     assert chosen["previous"] == "original" and chosen["experiment_id"] == "e2"
 
 
+def test_r13_screen_result_as_champion_is_refused_with_a_hint_naming_what_to_run(
+    ready: Session,
+) -> None:
+    ready.screened("e1", CAND1)
+    select = {"target_id": T1, "samples_id": "e1-screen", "expected_current": "original"}
+    err = ready.refused("champion.select", select, "R13")
+    assert "not a screen" in err.message
+    assert "--experiment e1 --stage target --samples e1-target" in err.hint
+    assert "`perfledger verdict record --samples e1-target`" in err.hint
+    ready.passed("e2", CAND2)  # its target stage passed: the hint names that result
+    err = ready.refused("champion.select", {**select, "samples_id": "e2-screen"}, "R13")
+    assert err.hint == "select its passed target-stage result instead: --samples e2-target"
+    err = ready.refused("champion.select", {**select, "samples_id": "e9-target"}, "R13")
+    assert "`perfledger verdict record --samples e9-target`" in err.hint
+
+
 def test_r13_restore_original_only_after_a_failed_final_audit(ready: Session) -> None:
     ready.passed()
     ready.champion()

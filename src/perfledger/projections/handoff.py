@@ -627,7 +627,7 @@ def _snapshot_lines(h: Handoff) -> list[str]:
     git = snap.get("git")
     where = f"; git commit {git['commit']} ({'dirty' if git['dirty'] else 'clean'})" if git else ""
     return [
-        f"- Champion's code: snapshot `{snap['digest']}` ({snap['files']} files{where}); "
+        f"- Champion's code: snapshot `{snap['digest']}` ({snap['files']} file(s){where}); "
         f"get it with `{snap['checkout']}`"
     ]
 

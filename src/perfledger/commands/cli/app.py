@@ -70,7 +70,13 @@ class _LedgerGroup(click.Group):
         return super().list_commands(ctx)
 
 
-@click.group(cls=_LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_LedgerGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="New here: `perfledger skill --print` is the workflow step by step; `perfledger "
+    "init DIR` makes a ledger; `perfledger status` says where a session stands and what the "
+    "rules accept next; `perfledger schema OP --example` is a request to start from.",
+)
 @click.option(
     "--ledger",
     "ledger",
@@ -115,8 +121,30 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
         else:
             click.echo(f"initialised ledger {os.path.abspath(target)}")
             click.echo(f"root event {root.event_id}")
+            for line in _use_hint(target):
+                click.echo(line)
     finally:
         ledger.close()
+
+
+def _use_hint(path: str) -> list[str]:
+    """How later commands find the ledger just made at ``path``, when a plain ``perfledger
+    status`` run here would not (no --ledger, no $PERFLEDGER_DIR naming it, not the repository
+    around the current directory); then what to run first."""
+    from perfledger.api import LEDGER_ENV, find_ledger_path
+
+    ctx = click.get_current_context().find_object(Context)
+    try:
+        found = find_ledger_path(ctx.ledger_path if ctx else None)
+    except PerfledgerError:
+        found = None
+    if found is not None and os.path.realpath(found) == os.path.realpath(path):
+        return ["next: `perfledger status`"]
+    return [
+        f"use it: export {LEDGER_ENV}={os.path.abspath(path)}  (or pass --ledger {path} "
+        "before each command)",
+        "next: `perfledger status`",
+    ]
 
 
 @cli.command()

@@ -10,6 +10,7 @@ recorded subject back byte for byte from any clone of the ledger.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from pathlib import Path, PurePosixPath
@@ -79,14 +80,19 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
     return out
 
 
+#: Endings of a driver word that names a script file (``bench.py``): the word a suggested
+#: driver puts in the code directory.
+_SCRIPT_ENDINGS = (".py", ".sh", ".js", ".rb", ".pl", ".lua", ".jl", ".R")
+
+
 def driver_with_subject(argv: Any) -> list[str]:
     """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
-    naming a path (``dir/bench.py``) with its directory replaced by ``{subject}``; the argv with
-    ``{subject}`` appended when no word names one."""
+    naming a path (``dir/bench.py``) or a script (``bench.py``) with its directory replaced by
+    ``{subject}``; the argv with ``{subject}`` appended when no word names one."""
     words = [str(w) for w in argv]
     for i, word in enumerate(words):
-        if "/" in word and not word.startswith("-") and i > 0:
-            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[1], *words[i + 1 :]]
+        if i > 0 and not word.startswith("-") and ("/" in word or word.endswith(_SCRIPT_ENDINGS)):
+            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[-1], *words[i + 1 :]]
     return [*words, "{subject}"]
 
 
@@ -105,8 +111,8 @@ def unenforced_note(target: Any) -> str | None:
         f"R11 (code identity) is not enforced for Target {target.definition.target_id!r}: its "
         "readiness driver declares no {subject} place, so the reference and candidate commands "
         "are not checked to be the original's (or the champion's) code and no snapshot is "
-        f"recorded; record readiness with a driver such as {suggestion} and original.subject "
-        "to bind results to code"
+        f"recorded; record readiness with a driver such as {json.dumps(suggestion)} and "
+        "original.subject (the code directory) to bind results to code"
     )
 
 
@@ -126,8 +132,9 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
             # the old rule still records; say what it gives up (R11)
             click.echo(
                 "warning: the driver declares no {subject} place: R11 (code identity) will "
-                f"not be enforced for this Target; a driver such as {driver_with_subject(argv)} "
-                "with original.subject binds results to code",
+                "not be enforced for this Target; a driver such as "
+                f"{json.dumps(driver_with_subject(argv))} with original.subject (the code "
+                "directory) binds results to code",
                 err=True,
             )
         return body, {}

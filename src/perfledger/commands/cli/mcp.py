@@ -33,6 +33,27 @@ SERVER_NAME = "perfledger"
 #: Wall seconds a ``cli`` tool call may run (a measurement can take minutes).
 CLI_TIMEOUT_S = 3600.0
 
+#: What the server tells a client at the handshake: the session's steps in the rules' order,
+#: with the two that are ``cli`` commands rather than write tools (``init``, ``measure aa``).
+INSTRUCTIONS = (
+    "perfledger records a performance-optimization session as a ledger of decisions, each "
+    "checked by the rules R1-R25. Call `status` first. If it answers not_a_ledger, create "
+    'the ledger with the `cli` tool, args ["init"]. Then, in the order of the rules: '
+    "target_freeze (R1); readiness_record (R2; its environment is "
+    '`cli` ["env"]\'s readiness_environment); metric_audit_record (R3); the baseline (R4): '
+    '`cli` ["measure", "baseline", "--target", T, "--cmd", CMD] (baseline_record only for '
+    "values measured elsewhere); "
+    'the A/A resolution (R4): `cli` ["measure", "aa", "--target", T, "--cmd", CMD, '
+    '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
+    "experiment_create (R7-R10); samples through "
+    '`cli` ["measure", "workload", "--experiment", E, "--stage", "screen"|"target"|'
+    '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages need "--monitor"); '
+    "verdict_record (R12); champion_select (R13); final_audit_record; "
+    '`cli` ["handoff", "record", ...] (R18); `cli` ["audit"]. `schema` gives each request\'s '
+    'JSON Schema (`cli` ["schema", OP, "--example"] a valid example). A refusal is a tool '
+    "error naming its rule and a hint; nothing was appended."
+)
+
 #: The read tools: name -> (description, input schema).
 READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "status": (
@@ -106,7 +127,12 @@ class Tools:
     def _open(self) -> Any:
         from perfledger.api import Ledger, find_ledger_path
 
-        return Ledger.open(find_ledger_path(self.ledger_path))
+        try:
+            return Ledger.open(find_ledger_path(self.ledger_path))
+        except PerfledgerError as exc:
+            if exc.code == "not_a_ledger":  # the CLI's hint names a command this client lacks
+                exc.hint = 'create it with the `cli` tool, args ["init"]'
+            raise
 
     def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(name, description, input schema)`` of every tool: writes first, then reads."""
@@ -313,11 +339,7 @@ def build_server(ledger_path: str | None, actor: str) -> Any:
     return Server(
         SERVER_NAME,
         version=__version__,
-        instructions="perfledger records a performance-optimization session; call `status` "
-        "first, then the write tools in the order of the rules (target_freeze, "
-        "readiness_record, metric_audit_record, baseline_record, resolution_record, "
-        "experiment_create, samples (cli: measure workload), verdict_record, champion_select, "
-        "final_audit_record, handoff). A refusal names its rule and a hint.",
+        instructions=INSTRUCTIONS,
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )

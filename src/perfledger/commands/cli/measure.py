@@ -156,7 +156,10 @@ def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
     state = ledger.state()
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {experiment_id!r}",
+            hint="`perfledger experiment list` lists them; `perfledger experiment create` makes one",
+        )
     target_id = experiment.created.target_id
     target = state.targets.get(target_id)
     if target is None or target.readiness is None or target.readiness.test_set is None:
@@ -307,10 +310,19 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {text}", err=True)
 
 
-def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[str]:
+def foreign_activity_warnings(
+    pairs: list[dict[str, Any]], stage: str, allowed: bool = False
+) -> list[str]:
     """Warnings about the samples' windows before they are recorded (R17): the pairs (request
     dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
-    make every verdict on these samples ``inconclusive``. Returns: zero or one warning line."""
+    make every verdict on these samples ``inconclusive``; at a formal stage, an explanation of
+    more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of the
+    pairs lets nothing pass unless the readiness ``allowed`` it
+    (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
+    Returns: zero or one warning line."""
+    from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+    from perfledger.events.workflow import FORMAL_STAGES
+
     indices = [
         i
         for i, p in enumerate(pairs)
@@ -319,6 +331,16 @@ def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[s
     ]
     if not indices:
         return []
+    if stage in FORMAL_STAGES and not allowed and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
+        return [
+            f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+            "activity (other processes' CPU or GPU use above the monitor's threshold): the "
+            "verdict on these samples will be inconclusive (R17). Explaining them (`perfledger "
+            "activity explain`, or --explain-foreign) cannot let a formal stage pass when they "
+            f"exceed {100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs, since this Target's readiness "
+            "does not declare its metric immune to the host's load "
+            "(statistics.allow_explained_foreign_activity): measure again on a quieter machine"
+        ]
     return [
         f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
         "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
@@ -340,8 +362,13 @@ def resolution_warnings(resolution: float, target: Any, record: bool) -> list[st
         out.append(
             f"resolution {100 * resolution:.2f} % >= the Target's minimum effect "
             f"{100 * min_effect:.2f} %: no verdict can pass against it (a pass needs the CI's "
-            "lower end above max(minimum effect, resolution)); measure with more --runs or on a "
-            "quieter machine before recording it"
+            "lower end above max(minimum effect, resolution)); "
+            + (
+                "recorded as asked (--accept-resolution): a new `measure aa --record` with more "
+                "--runs, or on a quieter machine, replaces it"
+                if record
+                else "measure with more --runs or on a quieter machine before recording it"
+            )
         )
     previous = target.resolution
     if previous is not None:
@@ -675,7 +702,9 @@ def measure_workload(
     }
     if unenforced is not None:
         result["code_identity"] = {"enforced": False, "note": unenforced}
-    result["warnings"] = foreign_activity_warnings(body["pairs"], stage)
+    readiness = info["target"].readiness
+    allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
+    result["warnings"] = foreign_activity_warnings(body["pairs"], stage, allowed)
     from perfledger.kernels.subject_env import environment_warnings
 
     result["warnings"] += environment_warnings(  # code loaded from outside both subjects
@@ -708,7 +737,14 @@ def measure_workload(
         )
     lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
     lines += findings["findings"]
-    _answer(ctx, result, lines)
+    from perfledger.commands.cli.preview import verdict_preview
+
+    ledger = ctx.open()
+    try:  # per case: per-call medians, the improvement and its CI, as the verdict derives them
+        result["verdict_preview"], shown = verdict_preview(ledger, stage, body["target_id"], sid)
+    finally:
+        ledger.close()
+    _answer(ctx, result, lines + shown)
 
 
 def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
@@ -1220,7 +1256,8 @@ def measure_aa(
         )
         result.update(recorded=True, event_id=event.id, kind=event.kind)
     lines = [
-        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} repeats",
+        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} "
+        + ("A/A pairs" if cmd is not None else "A/A comparisons"),
         *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
         method_note,
     ]
@@ -1239,6 +1276,10 @@ for _command in (measure_kernel, measure_workload, measure_aa):
 from perfledger.commands.cli.serving import measure_serving  # noqa: E402
 
 measure_group.add_command(measure_serving)
+# `measure baseline`: the original's baseline measured, not typed (R4)
+from perfledger.commands.cli.measure_baseline import measure_baseline  # noqa: E402
+
+measure_group.add_command(measure_baseline)
 
 
 def commands() -> list[click.Command]:

@@ -139,8 +139,10 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
                 ledger.close()
         if ctx.json_mode:
             _emit(data)
-        else:
-            _emit(data, indent=2)
+        else:  # for people: perfledger.commands.cli.show
+            from perfledger.commands.cli.show import print_champion
+
+            print_champion(data)
         return
     if ctx.json_mode:
         _emit({"champions": _builtins(current)})
@@ -342,7 +344,12 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
     "--stop-reason", default=None, help="Why work stops (recorded as `not stated` when omitted)."
 )
 @click.option("--wall-used", type=float, default=None, help="Wall seconds used.")
-@click.option("--gpu-used", type=float, default=None, help="GPU seconds used.")
+@click.option(
+    "--gpu-used",
+    type=float,
+    default=None,
+    help="GPU seconds used (required unless the Target's GPU budget is 0).",
+)
 @click.option(
     "--feedback",
     default=None,
@@ -373,6 +380,7 @@ def handoff_record(
     """Record the handoff (R18) derived from the state, with the request's fields and the flags
     overriding it. A stop reason or feedback that neither a flag nor the request gives is recorded
     as `not stated` (never invented); a budget used beyond the Target's is warned about on stderr.
+    GPU seconds used are stated by --gpu-used, except on a Target whose GPU budget is 0 (0 then).
     Rules: R18."""
     ctx = _ctx(json_flag)
     from perfledger.commands.cli.workflow import read_request, submit
@@ -386,6 +394,8 @@ def handoff_record(
     _, handoff, resume = derived_handoff(ctx, tid)
     if wall_used is None:
         wall_used = resume.wall_used_s
+    if gpu_used is None and handoff.budget.gpu_s == 0:
+        gpu_used = 0.0  # a Target with no GPU budget declared its work uses none (a CPU session)
     body = handoff_request(handoff, gpu_used_s=gpu_used, wall_used_s=wall_used)
     body["stop_reason"] = f"{NOT_STATED} (the ledger shows: {handoff.stop_reason})"
     body["feedback"] = NOT_STATED

@@ -173,10 +173,11 @@ def command_of(op: str) -> str:
 def render(status: dict[str, Any]) -> None:
     """Print ``status`` (from :func:`session_status`) for people, with rich (no colour when
     stdout is not a terminal)."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=True)
+    from perfledger.commands.cli.show import people_console
+
+    console = people_console()  # piped: rows whole, not folded at 80 columns
     console.print(f"ledger {status['ledger']}  head {status['head'][:12]}")
     if not status["targets"]:
         console.print("no Target frozen")

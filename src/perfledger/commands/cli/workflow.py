@@ -37,6 +37,12 @@ COMMON_FLAGS = (
      "(sets closes; R15)."),
     ("--reason", "reason", "Why, in words (sets reason)."),
 )  # fmt: skip
+#: Operations whose request a measurement builds: the command that measures and records one.
+MEASURED_BY = {
+    "baseline.record": "perfledger measure baseline --target T --cmd CMD",
+    "resolution.record": "perfledger measure aa --target T --cmd CMD --record",
+    "samples.record": "perfledger measure workload --experiment E --stage STAGE --ref CMD --cand CMD",
+}
 #: Largest request accepted on the command line (bytes).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
@@ -164,9 +170,30 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
 
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
+        if event["kind"] == "ChampionSelected":  # who it is now, and what R13 asks next
+            p = event["payload"]
+            chosen = p.get("experiment_id") or "original"
+            click.echo(f"champion of {p['target_id']}: {chosen} (was {p.get('previous')})")
+            if p.get("experiment_id"):
+                click.echo(
+                    f"next (R13): its final audit against the original: `perfledger measure "
+                    f"workload --experiment {chosen} --stage final_audit ...`, then `perfledger "
+                    f"final-audit record --target {p['target_id']} --samples ID`"
+                )
+        if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
+            from perfledger.commands.cli.show import claim_lines
+
+            for line in claim_lines(event["payload"]):
+                click.echo(line)
         if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
             # baseline, resolution and samples must carry this id (R11): say it where it is made
             click.echo(f"environment_id {event['payload']['environment_id']}")
+            snap = (event["payload"].get("original") or {}).get("snapshot")
+            if snap:  # what measure's reference must be (R11)
+                click.echo(
+                    f"original's code: snapshot {snap['digest'][:16]}, {len(snap['files'])} "
+                    f"file(s) of {snap['subject']} (R11)"
+                )
 
 
 #: The ``--dry-run`` option of every write command.
@@ -213,16 +240,37 @@ def submit(
             artifacts=artifacts or None,
         )  # fmt: skip
     except BadRequest as exc:
+        flag = _flag_of_missing_field(exc.message)
+        if flag is not None:  # a field a flag sets: name the flag first
+            raise BadRequest(
+                exc.message,
+                hint=f"pass {flag[0]}: {flag[1]} (or the field in --request FILE; "
+                f"`perfledger schema {name}` shows every field)",
+            ) from None
         if not request_given and "invalid request" in exc.message:
+            measured = MEASURED_BY.get(name)
             raise BadRequest(
                 f"no --request given: {exc.message}",
-                hint=f"pass the request with --request FILE (or - for stdin); "
+                hint=(f"`{measured}` measures and records it; or " if measured else "")
+                + "pass the request with --request FILE (or - for stdin); "
                 f"`perfledger schema {name}` shows its fields",
             ) from None
         raise
     finally:
         ledger.close()
     _answer(ctx, operation, envelopes)
+
+
+def _flag_of_missing_field(message: str) -> tuple[str, str] | None:
+    """``(flag, help)`` of the :data:`COMMON_FLAGS` entry that sets the required field a
+    validation ``message`` says is missing (msgspec: ``Object missing required field
+    `expected_current```), or None."""
+    import re
+
+    found = re.search(r"missing required field `([A-Za-z_]+)`", message)
+    if found is None:
+        return None
+    return next(((f, h) for f, field, h in COMMON_FLAGS if field == found.group(1)), None)
 
 
 def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
@@ -384,11 +432,19 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     state = _state(ctx)
     if target_id is None:
-        _show(ctx, {"targets": {k: v for k, v in state.targets.items() if v.status == "current"}})
+        shown = {k: v for k, v in state.targets.items() if v.status == "current"}
+    elif target_id not in state.targets:
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger target show` lists them")
+    else:
+        shown = {target_id: state.targets[target_id]}
+    if not ctx.json_mode:  # for people: perfledger.commands.cli.show
+        import msgspec
+
+        from perfledger.commands.cli.show import print_targets
+
+        print_targets(msgspec.to_builtins(shown), msgspec.to_builtins(state.experiments))
         return
-    if target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
-    _show(ctx, {"target": state.targets[target_id]})
+    _show(ctx, {"targets": shown} if target_id is None else {"target": shown[target_id]})
 
 
 def _experiment_show(experiment_id: str, json_flag: bool) -> None:
@@ -399,6 +455,13 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
     if experiment is None:
         raise BadRequest(f"no experiment {experiment_id!r}")
     verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
+    if not ctx.json_mode:  # for people: perfledger.commands.cli.show
+        import msgspec
+
+        from perfledger.commands.cli.show import print_experiment
+
+        print_experiment(msgspec.to_builtins(experiment), msgspec.to_builtins(verdicts))
+        return
     _show(ctx, {"experiment": experiment, "verdicts": verdicts})
 
 

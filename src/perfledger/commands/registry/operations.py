@@ -357,8 +357,11 @@ def get_operation(name: str) -> Operation:
     try:
         return OPERATIONS[" ".join(name.split()).replace(" ", ".")]
     except KeyError:
+        # `schema supersede` for `target.supersede`: name the one operation with that verb
+        alike = [op for op in OPERATIONS if op.rsplit(".", 1)[-1] == name.strip()]
+        mean = f"did you mean {alike[0]}? " if len(alike) == 1 else ""
         raise BadRequest(
-            f"unknown operation {name!r}", hint="known: " + ", ".join(sorted(OPERATIONS))
+            f"unknown operation {name!r}", hint=mean + "known: " + ", ".join(sorted(OPERATIONS))
         ) from None
 
 
@@ -380,9 +383,22 @@ def decider(name: str) -> Any:
     return getattr(operation.decider_module(), operation.decider)
 
 
+#: Fields a caller sends that the CLI and the MCP server turn into others before the request is
+#: validated and recorded (:func:`perfledger.commands.cli.identity.readiness_edge` snapshots
+#: ``original.subject`` into ``original.snapshot``, R11). They are part of what a caller writes,
+#: so part of the schema it reads; the recorded request holds what they became.
+#: Operation -> ``$defs`` model -> field -> its JSON Schema.
+EDGE_FIELDS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
+    "readiness.record": {
+        "Original": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
+    },
+}
+
+
 def json_schema(name: str) -> dict[str, Any]:
     """Return the JSON Schema (draft 2020-12) of operation ``name``'s request: the request's own
-    object schema at the top, the models it nests under ``$defs``, every property described
+    object schema at the top, the models it nests under ``$defs``, the fields the CLI's edge
+    takes (:data:`EDGE_FIELDS`), every property described
     (:mod:`perfledger.commands.workflow.field_docs`)."""
     import msgspec
 
@@ -392,6 +408,8 @@ def json_schema(name: str) -> dict[str, Any]:
     schema = msgspec.json.schema(model)
     defs = schema.pop("$defs", {})
     root: dict[str, Any] = defs.pop(model.__name__)
+    for nested, fields in EDGE_FIELDS.get(get_operation(name).name, {}).items():
+        defs[nested]["properties"].update({k: dict(v) for k, v in fields.items()})
     # every field says what it means, with its unit and range (field_docs)
     return describe({**root, "$defs": defs} if defs else root)
 

@@ -893,7 +893,12 @@ def _verdict_samples(
     IntegrityError when the event the state names does not hold them."""
     view = state.samples.get(samples_id)
     if view is None:
-        raise BadRequest(f"unknown samples {samples_id!r}")
+        known = sorted(state.samples)[-5:]
+        raise BadRequest(
+            f"unknown samples {samples_id!r}",
+            hint=(f"recorded samples include {', '.join(known)}; " if known else "")
+            + "`perfledger measure workload --samples ID ...` records samples",
+        )
     if ctx.payload_of is None:
         raise BadRequest(
             "this decision reads recorded samples, and no ledger was given to read them from"
@@ -1228,11 +1233,19 @@ def decide_champion_select(
         raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
     verdict = state.verdicts.get(req.samples_id)
     if verdict is None:
-        raise refuse("R13", f"no verdict is recorded for samples {req.samples_id!r}")
+        raise refuse(
+            "R13",
+            f"no verdict is recorded for samples {req.samples_id!r}",
+            f"derive it first: `perfledger verdict record --samples {req.samples_id}`",
+        )
     if verdict.target_id != req.target_id:
         raise refuse("R13", "the verdict is not of the current Target")
     if verdict.stage != "target":
-        raise refuse("R13", f"a champion comes from a target-stage result, not a {verdict.stage}")
+        raise refuse(
+            "R13",
+            f"a champion comes from a target-stage result, not a {verdict.stage}",
+            rules.r13_target_stage_hint(state, verdict.experiment_id),
+        )
     if target.definition.diagnostic:
         raise refuse("R2", "a diagnostic Target never yields a workload-level champion")
     if target.diagnostic_only:
@@ -1253,10 +1266,18 @@ def decide_champion_select(
                 "is a local result, never a champion",
                 "record it: `perfledger local-result record --request FILE`",
             )
-        raise refuse("R13", f"the primary verdict is {verdict.status!r}, not pass")
+        raise refuse(
+            "R13",
+            f"the primary verdict is {verdict.status!r}, not pass",
+            f"`perfledger verdict explain {req.samples_id}` names the condition that decided it",
+        )
     holding = [g.metric for g in verdict.guardrails if g.status != "pass"]
     if holding:
-        raise refuse("R13", f"guardrails do not hold: {holding}")
+        raise refuse(
+            "R13",
+            f"guardrails do not hold: {holding}",
+            f"`perfledger verdict explain {req.samples_id}` shows each guardrail's figures",
+        )
     payload = ChampionSelected(
         target_id=req.target_id,
         decision="select",

@@ -281,6 +281,10 @@ FIELDS: dict[str, str] = {
 
 #: ``Model.field`` -> description, where the plain field name means something else.
 MODEL_FIELDS: dict[str, str] = {
+    "Original.subject": "The original's code directory (a path), put in the driver's {subject} "
+    "place: perfledger snapshots every file under it now and records original.snapshot (R11). "
+    "Give this, never snapshot.",
+    "ReviewRecord.subject": "What the review challenges: claim, rejection, stop or other.",
     "SubjectSnapshot.coverage": "subject: the snapshot holds every file under the subject "
     "directory (readiness from schema 2 on); absent: only the files inside the Target's scope.",
     "Provenance.source": "perfledger (measured by perfledger measure, with its raw table) or "

@@ -11,6 +11,7 @@ old ledgers re-decide exactly as they were recorded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -143,6 +144,11 @@ def r11_experiment_changed_paths(target: TargetView, req: rq.ExperimentCreate) -
             "R11",
             "candidate.changed_paths is needed: this Target's driver declares no {subject} "
             "place, so perfledger cannot compute them",
+            "state the paths the candidate changes, each inside the Target's scope "
+            f"{json.dumps(list(target.definition.scope))}: "
+            '"candidate": {"changed_paths": ["PATH", ...], ...}; or bind results to code: a '
+            "driver with a {subject} place and original.subject in the readiness of a "
+            "superseding Target",
         )
     assert isinstance(typed, list)
     rules.r11_paths_in_scope(typed, target.definition.scope)

@@ -509,6 +509,25 @@ def r13_current_champion(target: TargetView, expected: str) -> str:
     return current
 
 
+def r13_target_stage_hint(state: WorkflowState, experiment_id: str) -> str:
+    """R13: what to run when a champion was asked of a screen (or final-audit) result: select
+    the experiment's recorded target-stage result if one passed, else measure its target stage,
+    derive its verdict and select that."""
+    experiment = state.experiments.get(experiment_id)
+    targets = list(experiment.samples.get("target", ())) if experiment is not None else []
+    passed = [s for s in targets if s in state.verdicts and state.verdicts[s].status == "pass"]
+    if passed:
+        return f"select its passed target-stage result instead: --samples {passed[-1]}"
+    sid = f"{experiment_id}-target"
+    return (
+        f"measure {experiment_id}'s target stage against the current champion, with a monitor "
+        f"(`perfledger measure workload --experiment {experiment_id} --stage target --samples "
+        f"{sid} --ref CMD --cand CMD --monitor gpu|host`, or `measure kernel --stage target`), "
+        f"derive its verdict (`perfledger verdict record --samples {sid}`), then select "
+        f"--samples {sid} if it passed"
+    )
+
+
 def r14_no_pending_reconciliation(target: TargetView, what: str = "new experiment") -> None:
     """R14: an owed reconciliation (a target result outside its claim's interval, or a failed
     screen of a claim predicting at least the minimum effect) blocks ``what`` on the Target

@@ -1,0 +1,214 @@
+"""``perfledger measure baseline``: the original's baseline measured, not typed (R4).
+
+The original's command (for a Target whose readiness declares a ``{subject}`` place: the
+readiness driver with the original's code directory in it, checked against the snapshot
+readiness took, R11) is called ``--calls`` times on every case of the test set, on this
+machine (whose environment identity must be the readiness's, R11). Every value of the primary
+metric from a valid call becomes one baseline value, with its case and call id, and
+``baseline.record`` is appended with the calls' raw table attached (``baseline.json``). A call
+that fails, or whose own accuracy check fails, stops it: an original that fails its accuracy
+rule has no baseline (R5).
+
+Before this command, an agent had to run the original by hand and paste its values, its
+content hash and the environment id into a request.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.errors import BadRequest, MeasurementError
+
+#: The raw-table artifact attached to the baseline's event.
+BASELINE_ARTIFACT = "baseline.json"
+#: Calls of the original per case unless --calls says otherwise.
+DEFAULT_CALLS = 3
+
+
+@click.command("baseline")
+@click.option("--target", "target_id", required=True, help="The Target id.")
+@click.option(
+    "--cmd",
+    "cmd",
+    required=True,
+    help="The original's command (shell words; {case} carries the case): the readiness driver "
+    "with the original's code directory in its {subject} place.",
+)
+@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@click.option(
+    "--calls",
+    type=click.IntRange(min=1),
+    default=DEFAULT_CALLS,
+    help=f"Calls of the original per case (default {DEFAULT_CALLS}); every value of the "
+    "primary metric a call prints is one baseline value.",
+)
+@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
+@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
+@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+def measure_baseline(
+    target_id: str,
+    cmd: str,
+    cases: tuple[str, ...],
+    calls: int,
+    timeout_s: float,
+    actor: str | None,
+    idempotency_key: str | None,
+    dry_run: bool,
+    quiet: bool,
+    json_flag: bool,
+) -> None:
+    """Measure the original's baseline and record it (R4): CMD called --calls times on every
+    case, every value of the primary metric kept with its case and call id, in this machine's
+    environment (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
+    from perfledger.commands.cli import measure as m
+    from perfledger.commands.cli.identity import check_original_command
+    from perfledger.commands.workflow.rules import refuse
+
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        state = ledger.state()
+    finally:
+        ledger.close()
+    target = state.targets.get(target_id)
+    if target is None:
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists them")
+    readiness = target.readiness
+    if readiness is None:
+        raise refuse(
+            "R2", "the baseline is measured after readiness", "`perfledger readiness record`"
+        )
+    check_original_command(target, cmd)  # R11: the baseline runs the original's code
+    test_set = readiness.test_set
+    chosen = list(cases) or list(test_set.cases if test_set is not None else [])
+    if not chosen:
+        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+    m.check_cases(chosen, test_set, "--case")
+    env = m.environment_payload()
+    m.check_environment(env, {"readiness_environment_id": readiness.environment_id})
+    primary = target.definition.primary
+    rows, body = _measure(cmd, chosen, calls, timeout_s, quiet, primary.name)
+    body.update(
+        target_id=target_id,
+        original_hash=readiness.original.content_hash,
+        metric=primary.name,
+        unit=primary.unit,
+        environment_id=env["environment_id"],
+    )
+    result: dict[str, Any] = {"request": body} if dry_run else {}
+    per_case = _medians(body["cases"], body["values"])
+    result.update(values=len(body["values"]), per_case_median=per_case, unit=primary.unit)
+    lines = [
+        f"baseline {primary.name}: {len(body['values'])} value(s) from {calls} call(s) per case; "
+        "median per case: " + ", ".join(f"{c} {v:.4g} {primary.unit}" for c, v in per_case.items())
+    ]
+    if dry_run:
+        from perfledger.commands.registry.operations import preview
+
+        ledger = ctx.open()
+        try:  # decided, not appended: a refusal still exits 3
+            preview(ledger, "baseline.record", body, actor=m._actor(actor))
+        finally:
+            ledger.close()
+        m._answer(ctx, result, [*lines, "dry run: nothing appended"])
+        return
+    artifact = {"kind": "baseline", "environment": env, "table": rows, "command": cmd}
+    event = m._append(
+        ctx, "baseline.record", body, BASELINE_ARTIFACT, artifact, actor, idempotency_key
+    )
+    result.update(event_id=event.id, kind=event.kind)
+    nxt = (
+        f"next (R4): `perfledger measure aa --target {target_id} --cmd {shlex.quote(cmd)} --record`"
+    )
+    m._answer(ctx, result, [f"{event.kind} {event.id}", *lines, nxt])
+
+
+def _measure(
+    cmd: str, cases: list[str], calls: int, timeout_s: float, quiet: bool, metric: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Call ``cmd`` ``calls`` times per case. Returns (the raw table, ``{"values", "cases",
+    "call_ids"}``). Raises: BadRequest for a command that cannot be parsed; MeasurementError
+    for a failed call, a call whose accuracy check failed (R5) or one without ``metric``."""
+    from perfledger.commands.cli import measure as m
+    from perfledger.kernels import outputs
+    from perfledger.kernels.driver import Subject, run_call
+
+    try:
+        subject = Subject("original", shlex.split(cmd))
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command: {exc}") from None
+    # an {output} place gets a fresh private path per call, {seed} a fresh seed: as measure does
+    declares = outputs.declares_output(subject.argv)
+    seeded = declares or any(outputs.SEED_PLACEHOLDER in a for a in subject.argv)
+    rows: list[dict[str, Any]] = []
+    values: list[float] = []
+    of_case: list[str] = []
+    call_ids: list[str] = []
+    with m._progress(len(cases) * calls, "baseline calls", quiet) as advance:
+        for case in cases:
+            for k in range(calls):
+                place = outputs.OutputPlace() if declares else None
+                try:
+                    call = run_call(
+                        subject, case=case, call_id=f"baseline-{case}-{k}", timeout_s=timeout_s,
+                        output_path=None if place is None else place.path,
+                        seed=outputs.new_seed() if seeded else None,
+                    )  # fmt: skip
+                finally:  # read and removed once the call's processes are gone
+                    written = None if place is None else place.collect()
+                advance()
+                if written is not None and written.data is None:
+                    raise MeasurementError(
+                        f"the original wrote no readable output at its {{output}} place on case "
+                        f"{case!r} ({call.call_id}): {written.error}; nothing was recorded",
+                        hint="the command must write its output to the path it is given in "
+                        "place of {output} (or $PERFLEDGER_OUTPUT)",
+                    )
+                rows.append(call.to_json())
+                if not call.ok:
+                    raise MeasurementError(
+                        "a call of the original failed; nothing was recorded"
+                        + m.failed_call_text(call),
+                        hint="run the command by hand: it must print one JSON object with "
+                        "`correct` and `metrics`",
+                    )
+                if not call.correct:
+                    raise MeasurementError(
+                        f"the original failed its own accuracy check on case {case!r} "
+                        f"({call.call_id}); an original that fails has no baseline (R5); "
+                        "nothing was recorded"
+                    )
+                got = call.metrics.get(metric)
+                if not got:
+                    raise MeasurementError(
+                        f"the call {call.call_id} printed no {metric!r} metric (the Target's "
+                        f"primary); it printed {sorted(call.metrics)}; nothing was recorded"
+                    )
+                values += got
+                of_case += [case] * len(got)
+                call_ids += [f"{call.call_id}-{i}" for i in range(len(got))]
+    return rows, {"values": values, "cases": of_case, "call_ids": call_ids}
+
+
+def _medians(cases: list[str], values: list[float]) -> dict[str, float]:
+    """The median of ``values`` per case (in first-seen case order)."""
+    import statistics
+
+    grouped: dict[str, list[float]] = {}
+    for case, value in zip(cases, values, strict=True):
+        grouped.setdefault(case, []).append(value)
+    return {c: float(statistics.median(v)) for c, v in grouped.items()}
+
+
+__all__ = ["BASELINE_ARTIFACT", "measure_baseline"]

@@ -1,0 +1,303 @@
+"""Every ``*_s`` field holds seconds and every ``*_ms`` field milliseconds, in everything a CPU
+session shows or records: the CLI's JSON answers, the read models, every event and every JSON
+artifact (the samples' raw tables and monitor windows, the A/A table).
+
+The session runs a stand-in workload whose per-call times are known: each call sleeps
+``REPEATS`` times ``SLEEP_MS`` milliseconds (40 ms for the original, 20 ms for the candidate)
+and reports each sleep as ``wall_ms``. A figure in the wrong unit is off by a factor of 1,000
+from what the sleeps make it, which the bounds below tell apart. A field that no check knows
+fails the test, so a new ``*_s`` or ``*_ms`` field gets its check when it is added.
+
+A second test reads the recorded H200 session (``examples/recorded``): a CUDA-event time per
+call (``ref_s``, ``cand_s``) never exceeds the host's wall time of the same call (a value in
+milliseconds would, by a factor of ~1,000), and each comparison's median is one call's or one
+ABBA block's (two calls') time, as its ``medians_per`` says.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from subprocess_env import isolated_env, perfledger_command
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What one call of each subject sleeps per repeat (ms), and how many repeats a call makes.
+SLEEP_MS = {"orig": 40.0, "fast": 20.0}
+REPEATS = 2
+#: The per-call timeout given to `measure` (seconds).
+TIMEOUT_S = 30.0
+BUDGET = {"wall_s": 3600.0, "gpu_s": 0.0}
+#: A call's wall time: its sleeps plus a Python start-up, far below this on any host (seconds).
+CALL_MAX_S = 10.0
+BENCH = f"""\
+import json, os, time
+here = os.path.dirname(os.path.abspath(__file__))
+sleep_ms = float(open(os.path.join(here, "work.txt")).read())
+times = []
+for _ in range({REPEATS}):
+    t0 = time.perf_counter()
+    time.sleep(sleep_ms / 1e3)
+    times.append((time.perf_counter() - t0) * 1e3)
+print(json.dumps({{"correct": True, "metrics": {{"wall_ms": times}}}}))
+"""
+#: The interpreter that runs the workload (the readiness driver names it).
+PY = sys.executable
+EXPLAIN = "the workload sleeps; other processes cannot shorten a sleep"
+
+
+class Session:
+    """A ledger driven through the real CLI in ``root`` (JSON answers kept by step)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.env = {**isolated_env(root), "PERFLEDGER_ACTOR": "units-agent",
+                    "PERFLEDGER_DIR": str(root / "ledger")}  # fmt: skip
+        self.answers: dict[str, Any] = {}
+        self.timed: dict[str, float] = {}
+
+    def cli(self, name: str, *args: str, request: dict[str, Any] | None = None) -> Any:
+        argv = [*perfledger_command(), *args, "--json"]
+        if request is not None:
+            argv += ["--request", "-"]
+        t0 = time.monotonic()
+        done = subprocess.run(
+            argv, input=json.dumps(request) if request is not None else None, cwd=self.root,
+            env=self.env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        self.timed[name] = time.monotonic() - t0
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        self.answers[name] = json.loads(done.stdout)
+        return self.answers[name]
+
+    def measure(self, stage: str, *extra: str) -> Any:
+        return self.cli(
+            f"measure {stage}", "measure", "workload", "--experiment", "e1", "--stage", stage,
+            "--samples", f"e1-{stage}", "--pairs", "5", "--warmup", "1", "--timeout-s",
+            str(TIMEOUT_S), "--ref", f"{PY} work/orig/bench.py", "--cand",
+            f"{PY} work/fast/bench.py", "--quiet", *extra,
+        )  # fmt: skip
+
+
+def _run_session(root: Path) -> tuple[Session, float]:
+    """The whole session, Target to handoff; returns it and its wall seconds."""
+    for name, sleep in SLEEP_MS.items():
+        (root / "work" / name).mkdir(parents=True)
+        (root / "work" / name / "bench.py").write_text(BENCH)
+        (root / "work" / name / "work.txt").write_text(f"{sleep}\n")
+    s = Session(root)
+    t0 = time.monotonic()
+    subprocess.run([*perfledger_command(), "init", "ledger"], cwd=root, env=s.env, check=True,
+                   capture_output=True)  # fmt: skip
+    s.cli("target freeze", "target", "freeze", request={
+        "target_id": "t1", "title": "a sleep", "min_effect": 0.1, "scope": ["work.txt"],
+        "primary": {"name": "wall_ms", "unit": "ms", "direction": "lower_is_better",
+                    "statistic": "mean"},
+        "risk_boundary": "none", "budget": BUDGET})  # fmt: skip
+    env = s.cli("env", "env")
+    s.cli("readiness record", "readiness", "record", request={
+        "target_id": "t1", "original": {"content_hash": "sha256:orig", "subject": "work/orig"},
+        "test_set": {"hash": "sha256:one-case", "case_count": 1, "cases": ["one"]},
+        "accuracy_rule": "none: the workload only sleeps",
+        "driver": {"argv": [PY, "{subject}/bench.py"]},
+        "environment": env["readiness_environment"],
+        "statistics": {"min_pairs_per_case": 5, "allow_explained_foreign_activity": True}})  # fmt: skip
+    s.cli("metric-audit record", "metric-audit", "record", request={
+        "target_id": "t1", "metric": "wall_ms", "unit": "ms", "numerator": "one sleep (ms)",
+        "denominator": "one repeat", "source": "bench.py", "reconstructed": False,
+        "matches_target": True})  # fmt: skip
+    one = subprocess.run([PY, "work/orig/bench.py"], cwd=root, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    s.cli("baseline record", "baseline", "record", request={
+        "target_id": "t1", "original_hash": "sha256:orig", "metric": "wall_ms", "unit": "ms",
+        "values": json.loads(one.stdout)["metrics"]["wall_ms"] * 3,
+        "environment_id": env["environment_id"]})  # fmt: skip
+    s.cli("measure aa", "measure", "aa", "--target", "t1", "--cmd", f"{PY} work/orig/bench.py",
+          "--runs", "5", "--record", "--accept-resolution", "--timeout-s", str(TIMEOUT_S),
+          "--quiet")  # fmt: skip
+    s.cli("evidence add", "evidence", "add", request={
+        "evidence_id": "ev", "layer": "workload", "target_id": "t1",
+        "tool": {"name": "reading bench.py", "version": "1"},
+        "facts": [{"name": "sleep_share", "value": 1.0, "unit": "ratio"}]})  # fmt: skip
+    s.cli("experiment create", "experiment", "create", request={
+        "experiment_id": "e1", "target_id": "t1", "title": "sleep half as long",
+        "candidate": {"content_hash": "sha256:fast", "label": "work/fast"},
+        "claim": {"evidence": [
+            {"evidence_id": "ev", "applicability": "same_boundary", "used_for": "coverage"},
+            {"evidence_id": "ev", "applicability": "conservative_upper_bound",
+             "used_for": "local_speedup"}],
+            "scope": {"replaced_region": "the sleep", "shapes": ["one"],
+                      "execution_form": "time.sleep"},
+            "replacement_boundary": "one call", "coverage": 1.0, "local_speedup": 2.0,
+            "expected_improvement": {"low": 0.5, "high": 1.0}},
+        "preregistration": {"rejects": "implementation"}})  # fmt: skip
+    s.measure("screen", "--no-monitor")
+    s.cli("verdict screen", "verdict", "record", "--samples", "e1-screen")
+    s.measure("target", "--monitor", "host", "--explain-foreign", EXPLAIN)
+    s.cli("verdict target", "verdict", "record", "--samples", "e1-target")
+    s.cli("champion select", "champion", "select", "--target", "t1", "--samples", "e1-target",
+          "--expected-current", "original")  # fmt: skip
+    s.measure("final_audit", "--monitor", "host", "--explain-foreign", EXPLAIN)
+    s.cli("final-audit record", "final-audit", "record", "--target", "t1", "--samples",
+          "e1-final_audit")  # fmt: skip
+    s.cli("handoff record", "handoff", "record", "--target", "t1", "--stop-reason", "done",
+          "--gpu-used", "0", "--feedback", "none")  # fmt: skip
+    for name, args in {
+        "status": ("status",), "state": ("state",), "target show": ("target", "show"),
+        "experiment show": ("experiment", "show", "e1"), "champion show": ("champion", "show",
+        "t1"), "claims": ("claims",), "handoff": ("handoff",), "resume": ("resume",),
+        "verdict explain": ("verdict", "explain", "e1-target"), "log": ("log",),
+        "audit": ("audit",),
+    }.items():  # fmt: skip
+        s.cli(name, *args)
+    for event in s.answers["log"]["events"]:
+        eid = event["event_id"]
+        s.cli(f"event {eid[:12]}", "show", eid)
+        for artifact in s.cli(f"artifacts {eid[:12]}", "artifact", "list", eid)["artifacts"]:
+            if artifact["media_type"] == "application/json":
+                out = s.root / f"{eid[:12]}-{artifact['name']}"
+                s.cli(f"get {eid[:12]}", "artifact", "get", eid, artifact["name"], "-o", str(out))
+                s.answers[f"artifact {eid[:12]} {artifact['name']}"] = json.loads(out.read_text())
+    return s, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Session, float]:
+    return _run_session(tmp_path_factory.mktemp("units"))
+
+
+def _numbers(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
+    """Every number under ``node`` whose nearest key ends in ``_s`` or ``_ms``: (path of keys,
+    the dict that holds it, the number)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int | float) and key.endswith(("_s", "_ms")):
+                yield (*path, key), node, value
+            elif isinstance(value, list) and key.endswith(("_s", "_ms")):
+                for item in value:
+                    if isinstance(item, int | float) and not isinstance(item, bool):
+                        yield (*path, key), node, item
+            else:
+                yield from _numbers(value, (*path, key))
+    elif isinstance(node, list):
+        for item in node:
+            yield from _numbers(item, path)
+
+
+def _checks(s: Session, elapsed_s: float) -> dict[str, Callable[[tuple[str, ...], Any, Any], bool]]:
+    """What each field must hold, by its key (see the module docstring)."""
+    sleeps = sorted(SLEEP_MS.values())
+    call_min_s = REPEATS * sleeps[0] / 1e3
+    saving_s = REPEATS * (sleeps[1] - sleeps[0]) / 1e3  # 0.04 s per call
+    calls = [r["wall_s"] for k, a in s.answers.items() if k.startswith("artifact")
+             for r in a.get("table", ())]  # fmt: skip
+
+    def budget(path: tuple[str, ...], holder: Any, v: float) -> bool:
+        key = path[-1]
+        if "budget_used" in path or key.endswith("_used_s"):
+            if key.startswith("gpu"):
+                return v == 0.0
+            # events span the Target's freezing to the handoff: every measured call and more
+            return sum(calls) - 2.0 <= v <= elapsed_s
+        if "budget_left" in path or key.endswith("_left_s"):
+            return v == 0.0 if key.startswith("gpu") else BUDGET["wall_s"] - elapsed_s <= v
+        return key in BUDGET and v == BUDGET[key]
+
+    def span(path: tuple[str, ...], holder: Any, v: float) -> bool:
+        length = holder["end_s"] - holder["start_s"]
+        if not 0.0 <= length <= elapsed_s:
+            return False
+        if "wall_s" in holder:  # a raw-table row: the call's own span
+            return abs(length - holder["wall_s"]) <= 0.1 + 0.1 * holder["wall_s"]
+        return True
+
+    return {
+        "wall_ms": lambda p, h, v: 0.9 * sleeps[0] <= v <= 10 * sleeps[1],
+        "wall_s": lambda p, h, v: (
+            budget(p, h, v) if "budget" in "".join(p) else call_min_s <= v <= CALL_MAX_S
+        ),
+        "start_s": span,
+        "end_s": span,
+        "timeout_s": lambda p, h, v: v == TIMEOUT_S,
+        "reported_saving_s": lambda p, h, v: 0.5 * saving_s <= v <= 5 * saving_s,
+        # the wall clock of a call includes a Python start-up on each side: only its scale is
+        # certain (seconds: a value in milliseconds would be ~40)
+        "wall_saving_s": lambda p, h, v: -5 * saving_s <= v <= 10 * saving_s,
+        "excess_s": lambda p, h, v: abs(v) <= 10 * saving_s,
+        "excess_low_s": lambda p, h, v: abs(v) <= 10 * saving_s,
+        "resolution_s": lambda p, h, v: 0.0 <= v <= 10 * saving_s,
+        "tolerance_s": lambda p, h, v: 0.0 < v <= 10 * saving_s,
+        "gpu_s": budget,
+        "gpu_used_s": budget,
+        "wall_used_s": budget,
+        "gpu_left_s": budget,
+        "wall_left_s": budget,
+        "elapsed_s": lambda p, h, v: 0.0 < v <= s.timed["audit"],
+    }
+
+
+def test_every_seconds_and_milliseconds_field_holds_its_unit(
+    session: tuple[Session, float],
+) -> None:
+    s, elapsed_s = session
+    checks = _checks(s, elapsed_s)
+    unknown: set[str] = set()
+    wrong: list[str] = []
+    seen: set[str] = set()
+    for source, answer in s.answers.items():
+        for path, holder, value in _numbers(answer):
+            check = checks.get(path[-1])
+            if check is None:
+                unknown.add(f"{source}: {'.'.join(path)}")
+                continue
+            seen.add(path[-1])
+            if not check(path, holder, value):
+                wrong.append(f"{source}: {'.'.join(path)} = {value!r}")
+    assert not unknown, f"fields with no unit check (add one): {sorted(unknown)}"
+    assert not wrong, f"fields whose value is not in their unit: {wrong[:20]}"
+    # the session reached every kind of field the checks know (else a check tests nothing)
+    assert seen == set(checks), f"never seen: {sorted(set(checks) - seen)}"
+
+
+def test_recorded_gpu_sessions_event_times_are_seconds_and_medians_say_what_of(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    env = isolated_env(tmp_path)
+    subprocess.run(["git", "clone", "-q", "-b", "ledger",
+                    str(ROOT / "examples" / "recorded" / "session.bundle"), str(ledger)],
+                   env=env, check=True, capture_output=True)  # fmt: skip
+    run = [*perfledger_command(), "--ledger", str(ledger)]
+    log = subprocess.run([*run, "log", "--json"], env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    comparisons = 0
+    for event in json.loads(log.stdout)["events"]:
+        if event["kind"] not in ("SamplesRecorded", "ResolutionEstimated"):
+            continue
+        listed = subprocess.run([*run, "artifact", "list", event["event_id"], "--json"],
+                                env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        for artifact in json.loads(listed.stdout)["artifacts"]:
+            got = subprocess.run([*run, "artifact", "get", event["event_id"], artifact["name"]],
+                                 env=env, capture_output=True, text=True, check=True)  # fmt: skip
+            data = json.loads(got.stdout)
+            for group in data.get("cases") or data.get("comparisons") or ():
+                rows, stats = group["rows"], group["stats"]
+                for row in rows:
+                    assert 0 < row["ref_s"] <= row["ref_wall_s"] < 1.0, row
+                    assert 0 < row["cand_s"] <= row["cand_wall_s"] < 1.0, row
+                calls = 1 if stats.get("medians_per") == "call" else 2  # else an ABBA block
+                for side in ("ref", "cand"):
+                    per_call = statistics.median(r[f"{side}_s"] for r in rows)
+                    assert stats[f"{side}_median_s"] == pytest.approx(calls * per_call, rel=0.1)
+                comparisons += 1
+    assert comparisons >= 10
