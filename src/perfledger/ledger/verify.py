@@ -30,7 +30,7 @@ from binascii import unhexlify
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import blake3
 import msgspec
@@ -250,7 +250,6 @@ def verify_store(
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
-    chunk_work: ChunkWork | None = None,
 ) -> VerifyReport:
     """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
 
@@ -259,9 +258,6 @@ def verify_store(
         on_event: called with every verified event, in the total order (lamport, id), as a
             :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
         format_version: the storage format this code reads.
-        chunk_work: accepted for callers written for the former worker processes (see
-            :class:`ChunkWork`); verify runs in one process, where ``on_event`` does that
-            work, so it is not called.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
@@ -492,26 +488,6 @@ class _Pass2:
             return _decode_payload(envelope, self.format_version)
         except IntegrityError as exc:
             raise _named(exc, envelope.id, self.order[position]) from None
-
-
-@dataclass(frozen=True)
-class ChunkWork:
-    """Extra work a caller offered to verify's former worker processes (the auditor's replay
-    derived verdicts there). Verify now runs in one process, one path, where ``on_event``
-    already does this work, so verify never calls these; the type stays so that callers written
-    for the workers keep working, and can be dropped together with them.
-
-    Attributes:
-        run: called as ``run(datas, decode, args)`` on a chunk of checked ``event.json`` bytes.
-        args: called as each chunk was handed out.
-        take: called with each chunk's result (None when ``run`` failed).
-        before_fork: called before workers were forked.
-    """
-
-    run: Callable[[list[bytes], Callable[[bytes], RecordedEvent], Any], Any]
-    args: Callable[[], Any]
-    take: Callable[[Any], None]
-    before_fork: Callable[[], None] | None = None
 
 
 def _fail(message: str) -> IntegrityError:
