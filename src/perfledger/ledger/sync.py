@@ -321,7 +321,7 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
                 if store.set_head(local, remote_head):
                     return remote_head, "fast_forward", None
             else:
-                merge = store.write_sync_merge([local, remote_head])
+                merge = store.write_merge([local, remote_head])
                 if store.set_head(local, merge):
                     return merge, "merged", merge
         time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
