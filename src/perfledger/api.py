@@ -244,22 +244,24 @@ class Ledger:
     def log(self, limit: int | None = None) -> list[LogEntry]:
         """Return up to ``limit`` events, newest first (descending (lamport, id)); reads only
         the commits it shows (plus the frontier)."""
-        from perfledger.ledger.objects import commit_info
+        from datetime import UTC, datetime
+
+        from perfledger.ledger.objects import split_ident
 
         entries = []
-        for sha, commit in self.store.iter_recent(limit if limit is not None else 1 << 62):
-            info = commit_info(commit)
+        for sha, commit, event_id, lamport in self.store.iter_recent(
+            limit if limit is not None else 1 << 62
+        ):
             subject = commit.message.split(b"\n", 1)[0].decode("utf-8", "replace")
             actor = commit.author.rsplit(b" <", 1)[0].decode("utf-8", "replace")
-            from datetime import UTC, datetime
-
-            ts = datetime.fromtimestamp(commit.commit_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            seconds = split_ident(commit.committer)[1]
+            ts = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             entries.append(
                 LogEntry(
-                    event_id=info.event_id or "",
+                    event_id=event_id,
                     commit=sha.decode(),
                     kind=subject.split(":", 1)[0],
-                    lamport=info.lamport,
+                    lamport=lamport,
                     ts=ts,
                     actor=actor,
                     subject=subject,

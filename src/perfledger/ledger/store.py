@@ -63,11 +63,12 @@ from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
     EVENT_FILE,
-    RawCommit,
+    ParsedCommit,
     build_event_objects,
     build_merge_commit,
-    commit_info,
+    event_trailers,
     parse_commit,
+    split_ident,
 )
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader
@@ -523,48 +524,38 @@ class GitStore:
         except BadRequest as exc:
             raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
 
-    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, RawCommit]]:
-        """Yield up to ``limit`` event commits newest first (descending (lamport, id)) by walking
-        back from the head with a max-heap; reads only ``limit`` + frontier commits (looked up
-        in the packs' indexes in place: no index map is built, no dulwich needed)."""
+    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, ParsedCommit, str, int]]:
+        """Yield up to ``limit`` event commits newest first (descending (lamport, id)), each as
+        (hex sha, parsed commit, event id, Lamport clock), by walking back from the head with a
+        max-heap; reads only ``limit`` + frontier commits (looked up in the packs' indexes in
+        place: no index map is built, no dulwich needed)."""
         import heapq
 
-        head = self.read_head()
-        heap: list[tuple[int, str, bytes, RawCommit]] = []
+        heap: list[tuple[int, str, bytes, ParsedCommit, str, int]] = []
         seen: set[bytes] = set()
-        reader = ObjectReader(lambda: self.repo.object_store, self._objects_dir, sparse=True)
 
-        def push(sha: bytes) -> None:
+        def push(reader: ObjectReader, sha: bytes) -> None:
             if sha in seen:
                 return
             seen.add(sha)
-            type_num, raw = reader.read(bytes.fromhex(sha.decode()))
-            if type_num != 1:
-                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-            try:
-                commit = parse_commit(sha, raw)
-            except ValueError:
-                raise IntegrityError(
-                    f"commit {sha.decode()} is malformed", commit=sha.decode()
-                ) from None
-            info = commit_info(commit)
-            if info.event_id is None:  # merge commit: expand its parents
-                for parent in commit.parents:
-                    push(parent)
+            commit = parse_commit(sha, self._read_commit(reader, sha))
+            event_id, lamport, _ = event_trailers(commit.message)
+            parents = [p.hex().encode() for p in commit.parents]
+            if event_id is None:  # merge commit: expand its parents
+                for parent in parents:
+                    push(reader, parent)
                 return
-            heapq.heappush(heap, (-info.lamport, _neg_key(info.event_id), sha, commit))
+            heapq.heappush(heap, (-lamport, _neg_key(event_id), sha, commit, event_id, lamport))
 
-        try:
-            push(head)
+        with self._objects() as reader:
+            push(reader, self.read_head())
             produced = 0
             while heap and produced < limit:
-                _, _, sha, commit = heapq.heappop(heap)
-                yield sha, commit
+                _, _, sha, commit, event_id, lamport = heapq.heappop(heap)
+                yield sha, commit, event_id, lamport
                 produced += 1
                 for parent in commit.parents:
-                    push(parent)
-        finally:
-            reader.close()
+                    push(reader, parent.hex().encode())
 
     def read_artifact(self, event_id: str, name: str) -> bytes:
         """Return the checked bytes of artifact ``name`` of event ``event_id``.
@@ -1060,7 +1051,8 @@ class GitStore:
         heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
         with self._objects() as reader:
             seconds = max(
-                parse_commit(sha, self._read_commit(reader, sha)).commit_time for sha in parents
+                split_ident(parse_commit(sha, self._read_commit(reader, sha)).committer)[1]
+                for sha in parents
             )
         merge = build_merge_commit(parents, heads, actor, seconds)
         self._write_objects([EMPTY_TREE, merge], batch=False)

@@ -22,7 +22,7 @@ from perfledger.errors import IntegrityError
 from perfledger.events.kinds import RecordedEvent
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.gitobj import COMMIT, RawObject
-from perfledger.ledger.objects import is_decimal, parse_trailers
+from perfledger.ledger.objects import is_decimal, parse_commit, parse_trailers
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
@@ -37,7 +37,6 @@ from perfledger.ledger.verify import (
     check_commit,
     check_merge_joins,
     commit_facts,
-    parse_commit,
 )
 
 

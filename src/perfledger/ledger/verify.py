@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import time
-from binascii import unhexlify
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,9 +51,12 @@ from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
     EVENT_FILE,
+    ParsedCommit,
     actor_ident,
     is_decimal,
+    parse_commit,
     parse_trailers,
+    split_ident,
 )
 from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
@@ -63,24 +65,6 @@ _envelope_decoder = msgspec.json.Decoder(Envelope)
 #: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
 #: parses per event on ledgers up to this size, and bounds the memory on larger ones.
 PARSED_CACHE_MAX = 120_000
-
-
-class ParsedCommit(NamedTuple):
-    """A commit's header fields and message, as pass 1 and pass 2 of verify read them (a named
-    tuple: built ~100,000 times a verify).
-
-    Attributes:
-        tree: the tree's binary sha (20 bytes).
-        parents: the parents' binary shas.
-        author / committer: ``Name <email> seconds tz`` (bytes).
-        message: the commit message (bytes).
-    """
-
-    tree: bytes
-    parents: tuple[bytes, ...]
-    author: bytes
-    committer: bytes
-    message: bytes
 
 
 class CommitFacts(NamedTuple):
@@ -118,58 +102,6 @@ def commit_facts(commit: ParsedCommit, trailers: dict[str, str]) -> CommitFacts:
         trailers.get("Event-Id"),
         trailers.get("Lamport", ""),
         trailers.get("Idempotency-Key"),
-    )
-
-
-_COMMIT_FAST = re.compile(
-    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author ([^\n]*)\ncommitter ([^\n]*)\n\n"
-)
-
-
-def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
-    """Parse a commit's raw content (binary ``sha`` only names it in errors).
-
-    Raises: IntegrityError when it has no message or a malformed tree/parent line.
-    """
-    fast = _COMMIT_FAST.match(raw)
-    if fast is not None:  # the layout perfledger writes: one regex match
-        parents = fast.group(2)
-        tree, parents, author, committer = fast.groups()
-        return ParsedCommit(
-            unhexlify(tree),
-            (unhexlify(parents[7:47]),)
-            if len(parents) == 48
-            else tuple(unhexlify(parents[i + 7 : i + 47]) for i in range(0, len(parents), 48)),
-            author,
-            committer,
-            raw[fast.end() :],
-        )
-    header, sep, message = raw.partition(b"\n\n")
-    if not sep:
-        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
-    tree = b""
-    parent_list: list[bytes] = []
-    author = committer = b""
-    for line in header.split(b"\n"):
-        if line.startswith(b" "):
-            continue  # continuation of a multi-line header (e.g. a signature)
-        key, _, value = line.partition(b" ")
-        if key == b"tree":
-            tree = value
-        elif key == b"parent":
-            parent_list.append(value)
-        elif key == b"author":
-            author = value
-        elif key == b"committer":
-            committer = value
-    if len(tree) != 40 or any(len(p) != 40 for p in parent_list):
-        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
-    return ParsedCommit(
-        bytes.fromhex(tree.decode()),
-        tuple(bytes.fromhex(p.decode()) for p in parent_list),
-        author,
-        committer,
-        message,
     )
 
 
@@ -236,13 +168,6 @@ def _ts_seconds(ts: str) -> int:
     if minute > 59 or second > 59:
         raise _fail(f"timestamp {ts!r} is not a valid UTC time")
     return base + 60 * minute + second
-
-
-def _split_ident(value: bytes) -> tuple[bytes, int]:
-    """Split ``Name <email> 1700000000 +0000`` into (``Name <email>``, seconds)."""
-    ident, _, rest = value.rpartition(b"> ")
-    seconds, _, _tz = rest.partition(b" ")
-    return ident + b">", int(seconds) if seconds.isdigit() else -1
 
 
 def verify_store(
@@ -707,8 +632,8 @@ def _verify_event_content(
     seconds = _ts_seconds(envelope.ts)
     if seconds < 0 or not facts.author == facts.committer == b"%s %d +0000" % (expected, seconds):
         # not what perfledger writes: compare the parts (any time zone is accepted)
-        author, author_s = _split_ident(facts.author)
-        committer, committer_s = _split_ident(facts.committer)
+        author, author_s = split_ident(facts.author)
+        committer, committer_s = split_ident(facts.committer)
         if author != expected or committer != expected:
             raise _fail(f"author/committer do not match actor {envelope.actor!r}")
         if author_s != seconds or committer_s != seconds:
