@@ -10,8 +10,9 @@ so they cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +94,16 @@ class EventHeads:
                     continue
                 stack.extend(node.parents)
         return False
+
+
+#: The deterministic total order of events (SPEC.md section 2, Order): by ``(lamport, id)``.
+#: Every event's Lamport clock is one more than the largest of its parents' (checked by
+#: verify), so clocks strictly increase along every edge and this sort is a topological order;
+#: ties between concurrent events are broken by id (a content hash), never by wall-clock time
+#: or by who merged: any two machines holding the same DAG fold the same events in one order.
+T = TypeVar("T")
+
+
+def in_total_order(items: Iterable[tuple[int, str, T]]) -> list[T]:
+    """Sort ``(lamport, event_id, value)`` triples into the total order; return the values."""
+    return [value for _, _, value in sorted(items, key=lambda item: (item[0], item[1]))]

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import msgspec
 
+from perfledger.ledger.dag import in_total_order
 from perfledger.ledger.objects import event_trailers
-from perfledger.ledger.order import in_total_order
 
 
 class IndexEntry(msgspec.Struct, array_like=True):

@@ -25,7 +25,7 @@ from perfledger.ledger.base import (
     build_envelope,
     check_batch_keys,
 )
-from perfledger.ledger.order import in_total_order
+from perfledger.ledger.dag import in_total_order
 
 
 class MemoryStore:

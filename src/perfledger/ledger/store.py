@@ -53,12 +53,11 @@ from perfledger.ledger.base import (
     check_batch_keys,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.index import CommitIndex, IndexEntry, entry_from_raw
-from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,

@@ -47,8 +47,7 @@ from perfledger.ledger.changes import (
     record_pull,
 )
 from perfledger.ledger.dag import CommitNode
-from perfledger.ledger.durable import fsync_dir
-from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
+from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import ObjectReader
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
@@ -549,7 +548,7 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     config.set((b"core",), b"fsync", b"committed")
     config.write_to_path()
     target = add_remote(repo, name, url)
-    # the skeleton durable before its ref (see perfledger.ledger.initsync)
+    # the skeleton durable before its ref (see perfledger.ledger.durable)
     make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
     fetched = fetch(None, repo, target.url, [])
     if fetched.remote_head is None:

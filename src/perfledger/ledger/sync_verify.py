@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 
 from perfledger.errors import IntegrityError
 from perfledger.events.kinds import RecordedEvent
-from perfledger.ledger.dag import CommitNode, EventHeads
+from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
 from perfledger.ledger.gitobj import COMMIT, RawObject
 from perfledger.ledger.objects import is_decimal, parse_commit, parse_trailers
-from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
 # The per-commit and per-event checks are verify's own, so that a pull and a full verify can

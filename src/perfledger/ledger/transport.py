@@ -1,7 +1,7 @@
 """Talking to a git remote through dulwich's clients: errors mapped to
 :class:`RemoteError`, and the fetch of ``refs/heads/ledger`` with explicit wants (dulwich's
 porcelain fetch maps only ``refs/heads/*`` to its own names, GUIDE.md), its pack spooled to a
-temporary file in the derived directory and read into memory (:mod:`perfledger.ledger.packstream`):
+temporary file in the derived directory and read into memory (:func:`perfledger.ledger.reader.read_pack`):
 nothing is written to the object store here."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dulwich.repo import Repo
 
 from perfledger.errors import BadRequest, PerfledgerError
 from perfledger.ledger.layout import DERIVED_DIR
-from perfledger.ledger.packstream import read_pack
+from perfledger.ledger.reader import read_pack
 from perfledger.ledger.store import LEDGER_REF, GitStore
 
 

@@ -45,7 +45,7 @@ from perfledger.events.envelope import (
     validate_envelope_fields,
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
-from perfledger.ledger.dag import CommitNode, EventHeads
+from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
@@ -58,7 +58,6 @@ from perfledger.ledger.objects import (
     parse_trailers,
     split_ident,
 )
-from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
