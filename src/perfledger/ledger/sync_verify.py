@@ -20,23 +20,13 @@ from dataclasses import dataclass, field
 
 from perfledger.errors import IntegrityError
 from perfledger.events.kinds import RecordedEvent
-from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
-from perfledger.ledger.gitobj import COMMIT, RawObject
-from perfledger.ledger.objects import is_decimal, parse_commit, parse_trailers
+from perfledger.ledger.dag import CommitNode
+from perfledger.ledger.gitobj import RawObject
 from perfledger.ledger.reader import ObjectReader
 
-# The per-commit and per-event checks are verify's own, so that a pull and a full verify can
-# never disagree about what a valid event is.
-from perfledger.ledger.verify import (
-    CommitFacts,
-    _DagMismatch,
-    _decode_payload,
-    _named,
-    _verify_event,
-    check_commit,
-    check_merge_joins,
-    commit_facts,
-)
+# The per-commit and per-event checks are verify's own (CommitGraph), so that a pull and a
+# full verify can never disagree about what a valid event is.
+from perfledger.ledger.verify import CommitGraph
 
 
 class IncomingReader:
@@ -127,113 +117,32 @@ def verify_incoming(
     Raises: IntegrityError naming the first bad event or commit (nothing was written).
     """
     report = IncomingReport(tip=tip)
-    nodes: dict[bytes, CommitNode] = {}
-    commit_of: dict[str, bytes] = {}
-    parsed: dict[bytes, CommitFacts] = {}
-    new: list[bytes] = []
-    roots: list[bytes] = []
-
-    def local_node(sha: bytes) -> CommitNode:
-        """A local (already verified) commit's structure, read from git."""
-        node = nodes.get(sha)
-        if node is None:
-            _, raw = reader.read(sha, check=False)
-            commit = parse_commit(sha, raw)
-            trailers = parse_trailers(commit.message)
-            event_id = trailers.get("Event-Id")
-            lamport = trailers.get("Lamport", "0")
-            node = CommitNode(event_id, int(lamport) if is_decimal(lamport) else 0, commit.parents)
-            nodes[sha] = node
-            if event_id is not None:
-                commit_of.setdefault(event_id, sha)
-        return node
-
-    stack = [bytes.fromhex(tip.decode())]
-    while stack:
-        sha = stack.pop()
-        if sha in nodes:
-            continue
-        if not clone and is_local(sha.hex().encode()):
-            local_node(sha)
-            continue
-        type_num, raw = reader.read(sha)
-        if type_num != COMMIT:
-            raise IntegrityError(
-                f"{sha.hex()} is reachable as a commit but is not one", commit=sha.hex()
-            )
-        commit = parse_commit(sha, raw)
-        trailers = parse_trailers(commit.message)
-        parsed[sha] = commit_facts(commit, trailers)
-        if "Idempotency-Key" in trailers:
-            report.keys[sha.hex().encode()] = trailers["Idempotency-Key"]
-        check_commit(sha, commit, trailers)  # as verify checks it
-        event_id = trailers.get("Event-Id")
-        if event_id is None:
-            nodes[sha] = CommitNode(None, 0, commit.parents)
-            report.merges += 1
-        else:
-            if event_id in commit_of or (not clone and has_event(event_id)):
-                raise IntegrityError(
-                    f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
-                )
-            commit_of[event_id] = sha
-            nodes[sha] = CommitNode(event_id, int(trailers["Lamport"]), commit.parents)
-        if not commit.parents:
-            roots.append(sha)
-        new.append(sha)
-        stack.extend(commit.parents)
-    if clone and len(roots) != 1:
+    graph = CommitGraph(
+        reader,  # type: ignore[arg-type]  (the read interface of ObjectReader)
+        bytes.fromhex(tip.decode()),
+        is_local=None if clone else (lambda sha: is_local(sha.hex().encode())),
+        has_event=None if clone else has_event,
+    )
+    if clone and len(graph.roots) != 1:
         raise IntegrityError(
-            f"the remote ledger has {len(roots)} root commits; exactly one is allowed"
+            f"the remote ledger has {len(graph.roots)} root commits; exactly one is allowed"
         )
-    if not clone and roots:
+    if not clone and graph.roots:
         raise IntegrityError(
             "the remote holds a different ledger (its history has another root commit)",
-            commit=roots[0].hex(),
+            commit=graph.roots[0].hex(),
             hint="pull only from clones of this ledger",
         )
-
-    def node_of(sha: bytes) -> CommitNode:
-        return nodes[sha] if sha in nodes else local_node(sha)
-
-    def commit_for(event_id: str) -> bytes:
-        return commit_of[event_id]
-
-    dag = EventHeads(node_of, commit_for)
-    for sha in new:
-        if nodes[sha].event_id is None:
-            check_merge_joins(dag, sha, nodes[sha].parents)
-    order = in_total_order(
-        (nodes[sha].lamport, nodes[sha].event_id, (nodes[sha].lamport, nodes[sha].event_id, sha))
-        for sha in new
-        if nodes[sha].event_id is not None
-    )
-    root = roots[0] if clone else b""
-    for _lamport, event_id, sha in order:
-        assert event_id is not None
-        try:
-            envelope, _data = _verify_event(
-                reader,  # type: ignore[arg-type]  (same read interface as ObjectReader)
-                sha,
-                nodes[sha],
-                dag,
-                root,
-                parsed.pop(sha, None),
-            )
-            event = _decode_payload(envelope, format_version)
-        except _DagMismatch as exc:
-            raise _named(exc, event_id, sha) from None
-        except IntegrityError as exc:
-            raise _named(exc, event_id, sha) from None
-        report.events.append(event)
-    report.new_commits = [sha.hex().encode() for sha in new]
+    report.merges = graph.merges
+    report.keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
+    report.events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
+    report.new_commits = [sha.hex().encode() for sha in graph.walked]
     report.nodes = {
         sha.hex().encode(): CommitNode(
-            nodes[sha].event_id,
-            nodes[sha].lamport,
-            tuple(p.hex().encode() for p in nodes[sha].parents),
+            node.event_id, node.lamport, tuple(p.hex().encode() for p in node.parents)
         )
-        for sha in new
+        for sha in graph.walked
+        if (node := graph.nodes[sha])
     }
     return report
 

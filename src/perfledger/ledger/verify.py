@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -53,6 +53,7 @@ from perfledger.ledger.objects import (
     EVENT_FILE,
     ParsedCommit,
     actor_ident,
+    event_trailers,
     is_decimal,
     parse_commit,
     parse_trailers,
@@ -221,56 +222,152 @@ def _verify(
     on_event: Callable[[RecordedEvent], None] | None,
     format_version: int,
 ) -> None:
-    # ---- pass 1: the commit graph --------------------------------------------------------
-    nodes: dict[bytes, CommitNode] = {}
-    commit_of: dict[str, bytes] = {}
-    parsed: dict[bytes, CommitFacts] = {}
-    roots: list[bytes] = []
-    stack = [head]
-    while stack:
-        sha = stack.pop()
-        if sha in nodes:
-            continue
-        facts = _read_commit_facts(reader, sha)
-        if len(parsed) < PARSED_CACHE_MAX:  # pass 2 reuses it (bounded: see PARSED_CACHE_MAX)
-            parsed[sha] = facts
-        event_id = facts.event_id
-        parents = facts.parents
-        if event_id is None:
-            nodes[sha] = CommitNode(None, 0, parents)
-            report.merges += 1
-        else:
-            if event_id in commit_of:
-                raise IntegrityError(
-                    f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
-                )
-            commit_of[event_id] = sha
-            nodes[sha] = CommitNode(event_id, int(facts.lamport), parents)
-        if not parents:
-            roots.append(sha)
-        stack.extend(parents)
-    if len(roots) != 1:
-        raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
-
-    dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
-    for sha, node in nodes.items():
-        if node.event_id is None:
-            check_merge_joins(dag, sha, node.parents)
-    order = [
-        sha
-        for _l, _e, sha in in_total_order(
-            (node.lamport, node.event_id, (node.lamport, node.event_id, sha))
-            for sha, node in nodes.items()
-            if node.event_id
+    graph = CommitGraph(reader, head)
+    report.merges = graph.merges
+    if len(graph.roots) != 1:
+        raise IntegrityError(
+            f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
         )
-    ]
-    # ---- pass 2: every event, in the total order ------------------------------------------
-    checker = _Pass2(reader, nodes, dag, commit_of, roots[0], format_version, parsed, order)
-    for position in range(len(order)):
-        event = checker.decode(position, checker.check(position))
+    for event in graph.check_events(graph.roots[0], format_version):
         report.events += 1
         if on_event is not None:
             on_event(event)
+
+
+class CommitGraph:
+    """What verify and a pull's check of received commits (:mod:`perfledger.ledger.sync_verify`)
+    share, so that they can never disagree about what a valid event is.
+
+    Pass 1 (the constructor) walks the commits reachable from ``tip``, each read through the
+    checking reader and checked on its own (:func:`check_commit`), no event in two commits.
+    Commits for which ``is_local`` is true (a pull: reachable from the local head, verified when
+    written or pulled) are not walked; their structure is read from git when the DAG needs it.
+    Pass 2 (:meth:`check_events`) checks every walked event in the total order.
+
+    Args:
+        reader: the checking object reader (binary shas).
+        tip: the binary sha of the head to verify.
+        is_local: binary sha -> True for a commit already verified (None: none is).
+        has_event: event id -> True when a verified local commit carries it (None: none does).
+    Attributes:
+        nodes: binary sha -> :class:`CommitNode` (binary parents) of every commit met.
+        commit_of: event id -> binary commit sha.
+        walked: the commits walked and checked; roots: those of them without parents.
+        merges: walked merge commits. keys: binary sha -> Idempotency-Key of walked events.
+    Raises: IntegrityError naming the first bad commit (and the event it claims).
+    """
+
+    def __init__(
+        self,
+        reader: ObjectReader,
+        tip: bytes,
+        *,
+        is_local: Callable[[bytes], bool] | None = None,
+        has_event: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.reader = reader
+        self.nodes: dict[bytes, CommitNode] = {}
+        self.commit_of: dict[str, bytes] = {}
+        self.walked: list[bytes] = []
+        self.roots: list[bytes] = []
+        self.merges = 0
+        self.keys: dict[bytes, str] = {}
+        #: pass 1's parse, reused by pass 2 (bounded: see PARSED_CACHE_MAX)
+        self.parsed: dict[bytes, CommitFacts] = {}
+        stack = [tip]
+        while stack:
+            sha = stack.pop()
+            if sha in self.nodes:
+                continue
+            if is_local is not None and is_local(sha):
+                self.node(sha)
+                continue
+            facts = _read_commit_facts(reader, sha)
+            if len(self.parsed) < PARSED_CACHE_MAX:
+                self.parsed[sha] = facts
+            event_id, parents = facts.event_id, facts.parents
+            if event_id is None:
+                self.nodes[sha] = CommitNode(None, 0, parents)
+                self.merges += 1
+            else:
+                if event_id in self.commit_of or (has_event is not None and has_event(event_id)):
+                    raise IntegrityError(
+                        f"event {event_id} appears in two commits",
+                        event_id=event_id,
+                        commit=sha.hex(),
+                    )
+                self.commit_of[event_id] = sha
+                self.nodes[sha] = CommitNode(event_id, int(facts.lamport), parents)
+                if facts.idempotency_key is not None:
+                    self.keys[sha] = facts.idempotency_key
+            if not parents:
+                self.roots.append(sha)
+            self.walked.append(sha)
+            stack.extend(parents)
+        self.dag = EventHeads(self.node, self.commit_of.__getitem__)
+
+    def node(self, sha: bytes) -> CommitNode:
+        """The structure of commit ``sha``: a walked one's, else a verified local one's, read
+        from git (never from the derived index)."""
+        node = self.nodes.get(sha)
+        if node is None:
+            commit = parse_commit(sha, self.reader.read(sha, check=False)[1])
+            event_id, lamport, _ = event_trailers(commit.message)
+            node = self.nodes[sha] = CommitNode(event_id, max(lamport, 0), commit.parents)
+            if event_id is not None:
+                self.commit_of.setdefault(event_id, sha)
+        return node
+
+    def check_events(self, root: bytes, format_version: int) -> Iterator[RecordedEvent]:
+        """Pass 2: every walked merge joins divergent heads, then every walked event, in the
+        total order (lamport, id), is checked (:func:`_verify_event`) and decoded against its
+        kind's schema; yields each as a :class:`RecordedEvent`.
+
+        Args:
+            root: the binary sha of the ledger's root commit (b"" when none was walked).
+            format_version: the storage format this code reads.
+        Raises: IntegrityError naming the first bad event (and its commit).
+        """
+        for sha in self.walked:
+            node = self.nodes[sha]
+            if node.event_id is None:
+                check_merge_joins(self.dag, sha, node.parents)
+        order = in_total_order(
+            (node.lamport, node.event_id, sha)
+            for sha in self.walked
+            if (node := self.nodes[sha]).event_id is not None
+        )
+        for sha in order:
+            data = self._check_event(sha, root)
+            envelope = _envelope_decoder.decode(data)  # checked: cannot fail
+            try:
+                yield _decode_payload(envelope, format_version)
+            except IntegrityError as exc:
+                raise _named(exc, envelope.id, sha) from None
+
+    def _check_event(self, sha: bytes, root: bytes) -> bytes:
+        """Check the event commit ``sha`` but its schema; return its ``event.json`` bytes.
+        Raises: IntegrityError naming the event (and the commit)."""
+        event_id = self.nodes[sha].event_id
+        assert event_id is not None
+        try:
+            return _verify_event(
+                self.reader, sha, self.nodes[sha], self.dag, root, self.parsed.pop(sha, None)
+            )[1]
+        except _DagMismatch as exc:
+            # The event is placed wrongly relative to its parents. When a parent's own
+            # trailers disagree with its event.json (a forged Lamport trailer sorts it after
+            # this child), the parent is the tampered one: name it.
+            parent_commit = parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
+            for parent_id in self.dag.heads(parent_commit):
+                parent_sha = self.commit_of[parent_id]
+                try:
+                    _verify_event(self.reader, parent_sha, self.node(parent_sha), None, root)
+                except IntegrityError as parent_exc:
+                    raise _named(parent_exc, parent_id, parent_sha) from None
+            raise _named(exc, event_id, sha) from None
+        except IntegrityError as exc:
+            raise _named(exc, event_id, sha) from None
 
 
 def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
@@ -347,71 +444,6 @@ def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -
             "the other)",
             commit=sha.hex(),
         )
-
-
-class _Pass2:
-    """Pass 2's checks of one event, by its position in the total order.
-
-    :meth:`check` does everything but the payload's schema (git objects, canonical bytes, id,
-    trailers, identity, time, place in the DAG, artifacts) and returns ``event.json``'s bytes;
-    :meth:`decode` decodes them and checks the payload against its kind's schema.
-    """
-
-    def __init__(
-        self,
-        reader: ObjectReader,
-        nodes: dict[bytes, CommitNode],
-        dag: EventHeads,
-        commit_of: dict[str, bytes],
-        root: bytes,
-        format_version: int,
-        parsed: dict[bytes, CommitFacts],
-        order: list[bytes],
-    ) -> None:
-        self.reader = reader
-        self.nodes = nodes
-        self.dag = dag
-        self.commit_of = commit_of
-        self.root = root
-        self.format_version = format_version
-        self.parsed = parsed
-        self.order = order
-
-    def check(self, position: int) -> bytes:
-        """Check the event at ``position`` but its schema; return its ``event.json`` bytes.
-        Raises: IntegrityError naming the event (and the commit)."""
-        sha = self.order[position]
-        node = self.nodes[sha]
-        event_id = node.event_id
-        assert event_id is not None
-        try:
-            return _verify_event(
-                self.reader, sha, node, self.dag, self.root, self.parsed.pop(sha, None)
-            )[1]
-        except _DagMismatch as exc:
-            # The event is placed wrongly relative to its parents. When a parent's own
-            # trailers disagree with its event.json (a forged Lamport trailer sorts it after
-            # this child), the parent is the tampered one: name it.
-            parent_commit = parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
-            for parent_id in self.dag.heads(parent_commit):
-                parent_sha = self.commit_of[parent_id]
-                try:
-                    _verify_event(self.reader, parent_sha, self.nodes[parent_sha], None, self.root)
-                except IntegrityError as parent_exc:
-                    raise _named(parent_exc, parent_id, parent_sha) from None
-            raise _named(exc, event_id, sha) from None
-        except IntegrityError as exc:
-            raise _named(exc, event_id, sha) from None
-
-    def decode(self, position: int, data: bytes) -> RecordedEvent:
-        """Decode the checked ``event.json`` bytes of the event at ``position`` and check its
-        payload against its kind's schema (after upcasting).
-        Raises: IntegrityError naming the event."""
-        envelope = _envelope_decoder.decode(data)  # checked by check(): cannot fail
-        try:
-            return _decode_payload(envelope, self.format_version)
-        except IntegrityError as exc:
-            raise _named(exc, envelope.id, self.order[position]) from None
 
 
 def _fail(message: str) -> IntegrityError:
