@@ -8,7 +8,7 @@ Pull, step by step (nothing local changes until every step passed):
    fetch maps ``refs/heads/*`` to its own names, GUIDE.md), the pack spooled to a temporary file
    in the derived directory, its objects unpacked in memory (thin-pack bases read from the
    local store), each object's name computed from its content;
-2. verify the new commits only (:func:`perfledger.ledger.sync_verify.verify_incoming`): the local
+2. verify the new commits only (:func:`perfledger.ledger.verify.verify_incoming`): the local
    part was verified when it was written or pulled;
 3. refuse a rewritten remote: its head must descend from the last head seen from it (the
    tracking ref ``refs/remotes/<name>/ledger``);
@@ -46,19 +46,14 @@ from perfledger.ledger.changes import (
     last_pull,
     record_pull,
 )
-from perfledger.ledger.dag import CommitNode
+from perfledger.ledger.dag import CommitNode, descends_from
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import ObjectReader
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore
-from perfledger.ledger.sync_verify import (
-    IncomingReader,
-    IncomingReport,
-    descends_from,
-    verify_incoming,
-)
 from perfledger.ledger.transport import Fetched, RemoteError, client, fetch
+from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20

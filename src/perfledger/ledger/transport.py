@@ -1,14 +1,11 @@
 """Talking to a git remote through dulwich's clients: errors mapped to
 :class:`RemoteError`, and the fetch of ``refs/heads/ledger`` with explicit wants (dulwich's
-porcelain fetch maps only ``refs/heads/*`` to its own names, GUIDE.md), its pack spooled to a
-temporary file in the derived directory and read into memory (:func:`perfledger.ledger.reader.read_pack`):
-nothing is written to the object store here."""
+porcelain fetch maps only ``refs/heads/*`` to its own names, GUIDE.md), its pack received and
+read in memory (:func:`perfledger.ledger.reader.read_pack`): nothing is written to disk here."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +16,6 @@ from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.repo import Repo
 
 from perfledger.errors import BadRequest, PerfledgerError
-from perfledger.ledger.layout import DERIVED_DIR
 from perfledger.ledger.reader import read_pack
 from perfledger.ledger.store import LEDGER_REF, GitStore
 
@@ -88,27 +84,12 @@ def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]
         return list(store.commit_node(sha).parents)
 
     walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
-    tmp_dir = os.path.join(repo.controldir(), DERIVED_DIR)
-    os.makedirs(tmp_dir, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix="incoming-", suffix=".pack", dir=tmp_dir)
-    try:
-        with os.fdopen(fd, "w+b") as spool, client(url) as (remote, path):
-            remote.fetch_pack(path, determine_wants, walker, spool.write)
-            spool.flush()
-            size = spool.tell()
-        objects = _unpack(tmp_path, object_store) if size else {}
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_path)
+    # received in memory, as it is read anyway: a killed pull leaves no file behind
+    received = bytearray()
+    with client(url) as (remote, path):
+        remote.fetch_pack(path, determine_wants, walker, received.extend)
+    objects = read_pack(bytes(received), object_store.get_raw) if received else {}
     return Fetched(holder["head"], objects)
-
-
-def _unpack(pack_path: str, object_store: Any) -> dict[bytes, tuple[int, bytes]]:
-    """Resolve every object of a (possibly thin) pack: binary sha -> (type, content). Each
-    object's name is computed from its content; thin-pack bases come from the local store."""
-    with open(pack_path, "rb") as f:
-        data = f.read()
-    return read_pack(data, object_store.get_raw)
 
 
 __all__ = ["Fetched", "RemoteError", "client", "fetch"]

@@ -46,7 +46,7 @@ from perfledger.events.envelope import (
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
-from perfledger.ledger.gitobj import BLOB, COMMIT, TREE
+from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
@@ -235,7 +235,7 @@ def _verify(
 
 
 class CommitGraph:
-    """What verify and a pull's check of received commits (:mod:`perfledger.ledger.sync_verify`)
+    """What verify and a pull's check of received commits (:func:`verify_incoming`)
     share, so that they can never disagree about what a valid event is.
 
     Pass 1 (the constructor) walks the commits reachable from ``tip``, each read through the
@@ -391,7 +391,7 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
 
 
 def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
-    """Check what verify (and a pull, :mod:`perfledger.ledger.sync_verify`) checks of one
+    """Check what verify (and a pull, :func:`verify_incoming`) checks of one
     commit on its own: a merge has no ledger trailers, at least two parents and the empty
     tree; an event commit has a well-formed Event-Id and Lamport trailer and at most one parent.
 
@@ -725,3 +725,129 @@ def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:
     if isinstance(payload, LedgerInitialized) and payload.format_version != format_version:
         raise _fail(f"the ledger says format {payload.format_version}, expected {format_version}")
     return RecordedEvent(envelope, payload)
+
+
+# ------------------------------------------------------------------- commits received by a pull
+# Only the new commits are checked (those not reachable from the local head, which was verified
+# when it was written or pulled), exactly as a whole ledger is (CommitGraph). Where a new commit
+# stands on local ones, the local commits' structure is read from git (never from the derived
+# index). The received objects are held in memory (IncomingReader) until they pass; only then
+# are they written to the object store, so a refused pull leaves the ledger's files untouched.
+
+
+class IncomingReader:
+    """Objects received from a remote (held in memory, each already hashed from its content by
+    the pack reader) in front of the local store's :class:`ObjectReader`.
+
+    Args:
+        incoming: binary sha -> (git type number, content).
+        base: reader of the local object store, or None (a clone into an empty repository).
+    Attributes:
+        used: binary shas of the incoming objects read (what the verified commits reference).
+    """
+
+    def __init__(self, incoming: dict[bytes, tuple[int, bytes]], base: ObjectReader | None):
+        self.incoming = incoming
+        self.base = base
+        self.used: set[bytes] = set()
+
+    def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
+        """Return (type number, content) of binary ``sha``; IntegrityError when missing."""
+        hit = self.incoming.get(sha)
+        if hit is not None:
+            self.used.add(sha)
+            return hit
+        if self.base is None:
+            raise IntegrityError(
+                f"git object {sha.hex()} is missing from what the remote sent", commit=sha.hex()
+            )
+        return self.base.read(sha, check=check)
+
+    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
+        """As :meth:`ObjectReader.read_unchecked`."""
+        hit = self.incoming.get(sha)
+        if hit is not None:
+            return hit
+        return self.base.read_unchecked(sha) if self.base is not None else None
+
+    def used_objects(self) -> list[RawObject]:
+        """Return the incoming objects the verification read, as :class:`RawObject` s."""
+        incoming = self.incoming
+        return [RawObject(*incoming[sha], sha.hex().encode()) for sha in self.used]
+
+
+@dataclass
+class IncomingReport:
+    """What :func:`verify_incoming` checked.
+
+    Attributes:
+        tip: the remote head (hex bytes).
+        new_commits: hex shas of the commits that were not local (events and merges).
+        events: the new events, verified, in the total order (lamport, id).
+        merges: new merge commits.
+        objects: the received objects the new commits reference (what a pull stores).
+        nodes: hex sha -> :class:`CommitNode` (hex parents) of every new commit.
+        keys: hex sha -> the Idempotency-Key trailer of new event commits that carry one.
+    """
+
+    tip: bytes
+    new_commits: list[bytes] = field(default_factory=list)
+    events: list[RecordedEvent] = field(default_factory=list)
+    merges: int = 0
+    objects: list[RawObject] = field(default_factory=list)
+    nodes: dict[bytes, CommitNode] = field(default_factory=dict)
+    keys: dict[bytes, str] = field(default_factory=dict)
+
+
+def verify_incoming(
+    reader: IncomingReader,
+    tip: bytes,
+    *,
+    is_local: Callable[[bytes], bool],
+    has_event: Callable[[str], bool],
+    format_version: int,
+    clone: bool = False,
+) -> IncomingReport:
+    """Verify every commit reachable from ``tip`` that is not local.
+
+    Args:
+        reader: the incoming objects over the local store.
+        tip: the remote head, hex bytes.
+        is_local: hex commit sha -> True when it is reachable from the local head (verified).
+        has_event: event id -> True when the local ledger holds it (a remote commit carrying a
+            local event under another commit is refused: one event, one commit).
+        format_version: the storage format this code reads.
+        clone: True when there is no local ledger (the new commits must hold exactly one root);
+            otherwise no new commit may be a root (a remote of another ledger).
+    Returns: an :class:`IncomingReport`.
+    Raises: IntegrityError naming the first bad event or commit (nothing was written).
+    """
+    report = IncomingReport(tip=tip)
+    graph = CommitGraph(
+        reader,  # type: ignore[arg-type]  (the read interface of ObjectReader)
+        bytes.fromhex(tip.decode()),
+        is_local=None if clone else (lambda sha: is_local(sha.hex().encode())),
+        has_event=None if clone else has_event,
+    )
+    if clone and len(graph.roots) != 1:
+        raise IntegrityError(
+            f"the remote ledger has {len(graph.roots)} root commits; exactly one is allowed"
+        )
+    if not clone and graph.roots:
+        raise IntegrityError(
+            "the remote holds a different ledger (its history has another root commit)",
+            commit=graph.roots[0].hex(),
+            hint="pull only from clones of this ledger",
+        )
+    report.merges = graph.merges
+    report.keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
+    report.events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
+    report.new_commits = [sha.hex().encode() for sha in graph.walked]
+    report.nodes = {
+        sha.hex().encode(): CommitNode(
+            node.event_id, node.lamport, tuple(p.hex().encode() for p in node.parents)
+        )
+        for sha in graph.walked
+        if (node := graph.nodes[sha])
+    }
+    return report
