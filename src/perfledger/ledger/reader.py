@@ -409,7 +409,7 @@ def _malformed(message: str) -> IntegrityError:
 
 
 def read_pack(
-    data: bytes, external: Callable[[bytes], tuple[int, bytes]]
+    data: bytes | bytearray, external: Callable[[bytes], tuple[int, bytes]]
 ) -> dict[bytes, tuple[int, bytes]]:
     """Return every object of the pack ``data``: binary sha -> (type number, content).
 

@@ -88,7 +88,7 @@ def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]
     received = bytearray()
     with client(url) as (remote, path):
         remote.fetch_pack(path, determine_wants, walker, received.extend)
-    objects = read_pack(bytes(received), object_store.get_raw) if received else {}
+    objects = read_pack(received, object_store.get_raw) if received else {}
     return Fetched(holder["head"], objects)
 
 
