@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import _STORED_HEADER, inflate
+from perfledger.ledger.gitobj import _STORED_HEADER, HEADER_FORMATS, TYPE_NAMES, inflate
 from perfledger.ledger.packindex import MappedIndex, read_entries
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
 
-_TYPE_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
-_NAME_TYPES = {v: k for k, v in _TYPE_NAMES.items()}
+_NAME_TYPES = {v: k for k, v in TYPE_NAMES.items()}
 _OFS_DELTA, _REF_DELTA = 6, 7
 
 
@@ -243,7 +242,7 @@ class ObjectReader:
                         data += os.pread(fd, end + 4 - len(data), offset + len(data))
                     raw = data[pos + 7 : end]
                     type_num = (data[0] >> 4) & 0x07
-                    header = _HASH_HEADERS.get(type_num)
+                    header = HEADER_FORMATS.get(type_num)
                     if header is not None and data[end : end + 4] == zlib.adler32(raw).to_bytes(
                         4, "big"
                     ):
@@ -332,8 +331,6 @@ def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:
 
 #: The two length fields of a stored zlib block (``LEN``, ``NLEN``).
 _STORED_LENGTHS = struct.Struct("<HH")
-#: Object headers hashed with the content, by type number (``b"blob 12\0"``).
-_HASH_HEADERS = {1: b"commit %d\0", 2: b"tree %d\0", 3: b"blob %d\0", 4: b"tag %d\0"}
 
 
 def _entry_header(data: bytes, pos: int) -> tuple[int, int, int]:
@@ -355,11 +352,11 @@ def _entry_header(data: bytes, pos: int) -> tuple[int, int, int]:
 
 def _sha(type_num: int, raw: bytes) -> bytes:
     """The binary git name of an object of type ``type_num`` (1-4) with content ``raw``."""
-    return hashlib.sha1(_HASH_HEADERS[type_num] % len(raw) + raw).digest()
+    return hashlib.sha1(HEADER_FORMATS[type_num] % len(raw) + raw).digest()
 
 
 def _check_sha(sha: bytes, type_num: int, raw: bytes) -> None:
-    if type_num not in _HASH_HEADERS:
+    if type_num not in HEADER_FORMATS:
         raise IntegrityError(f"git object {sha.hex()} has unknown type {type_num}")
     digest = _sha(type_num, raw)
     if digest != sha:
@@ -451,7 +448,7 @@ def read_pack(
         elif type_num == _REF_DELTA:
             base = bytes(data[pos : pos + 20])
             pos += 20
-        elif type_num not in _TYPE_NAMES:
+        elif type_num not in TYPE_NAMES:
             raise _malformed(f"unknown entry type {type_num} at offset {offset}")
         inflater = zlib.decompressobj()
         window = size + (size // 16384 + 1) * 5 + 64
