@@ -58,6 +58,24 @@ class _Manifest(msgspec.Struct):
     sections: dict[str, str]
 
 
+def write_derived(path: str, *parts: bytes) -> None:
+    """Write a derived file: ``parts`` to a temporary file (named with this process's pid, which
+    gc reads), then renamed over ``path``, so a reader sees the old file or the new one; its
+    directory made if needed. Not fsynced: derived data, rebuilt if lost.
+    Raises: OSError (the temporary is removed)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            for part in parts:
+                f.write(part)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _path(derived_dir: str, name: str) -> str:
     return os.path.join(derived_dir, CACHE_DIR, f"{name}.msgpack")
 
@@ -108,19 +126,12 @@ def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
         if os.path.exists(path):
             os.utime(path)  # in use again: not garbage for a concurrent writer
             continue
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        write_derived(path, data)
     manifest = _Manifest(
         snapshot.head, snapshot.code_version, snapshot.count, snapshot.last_lamport,
         snapshot.last_id, names,
     )  # fmt: skip
-    path = _path(derived_dir, name)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(msgspec.msgpack.encode(manifest))
-    os.replace(tmp, path)
+    write_derived(_path(derived_dir, name), msgspec.msgpack.encode(manifest))
     _collect_sections(directory, name, set(names.values()))
 
 
@@ -164,12 +175,7 @@ def load_state_hash(derived_dir: str, name: str, head: str, code_version: str) -
 
 def save_state_hash(derived_dir: str, name: str, cached: StateHash) -> None:
     """Write the cached state hash atomically; errors are the caller's to ignore."""
-    path = _path(derived_dir, f"{name}.hash")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(msgspec.msgpack.encode(cached))
-    os.replace(tmp, path)
+    write_derived(_path(derived_dir, f"{name}.hash"), msgspec.msgpack.encode(cached))
 
 
 class _RenderKey(msgspec.Struct):
@@ -197,10 +203,5 @@ def load_rendering(derived_dir: str, name: str, head: str, code_version: str) ->
 def save_rendering(derived_dir: str, name: str, head: str, code_version: str, data: bytes) -> None:
     """Write the rendering ``data`` of ``head`` atomically (a key line, then the bytes); errors
     are the caller's to ignore."""
-    path = _path(derived_dir, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(msgspec.json.encode(_RenderKey(head, code_version, len(data))) + b"\n")
-        f.write(data)
-    os.replace(tmp, path)
+    key = msgspec.json.encode(_RenderKey(head, code_version, len(data))) + b"\n"
+    write_derived(_path(derived_dir, name), key, data)

@@ -14,6 +14,7 @@ import msgspec
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.envelope import Envelope
 from perfledger.ledger import layout
+from perfledger.ledger.cache import write_derived
 from perfledger.ledger.store import GitStore
 
 if TYPE_CHECKING:
@@ -49,13 +50,8 @@ def record_pull(store: GitStore, result: PullResult) -> None:
         result.action,
         datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
-    path = os.path.join(store.derived_dir, _LAST_PULL_FILE)
     with contextlib.suppress(OSError):
-        os.makedirs(store.derived_dir, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(msgspec.json.encode(record))
-        os.replace(tmp, path)
+        write_derived(os.path.join(store.derived_dir, _LAST_PULL_FILE), msgspec.json.encode(record))
 
 
 def last_pull(store: GitStore) -> LastPull | None:
