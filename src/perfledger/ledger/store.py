@@ -28,7 +28,7 @@ import random
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import blake3
 
@@ -41,7 +41,7 @@ from perfledger.errors import (
     resource_error,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
-from perfledger.events.kinds import LedgerInitialized, validate_payload
+from perfledger.events.kinds import LedgerInitialized
 from perfledger.ledger import layout
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
@@ -51,6 +51,7 @@ from perfledger.ledger.base import (
     HeadView,
     build_envelope,
     check_batch_keys,
+    idempotent_replay,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
@@ -713,37 +714,11 @@ class GitStore:
             _log.warning("packing the ledger's objects failed (will retry): %s", exc)
 
     def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
-        found: list[Envelope] = []
-        missing = 0
-        for draft in drafts:
-            key = draft.idempotency_key
-            event_id = self._index.keys.get(key) if key is not None else None
-            if event_id is None:
-                missing += 1
-                continue
-            envelope = self.get_event(event_id)
-            if envelope.kind != draft.kind or _canon(
-                envelope.request if draft.request is not None else envelope.payload
-            ) != _canon(
-                draft.request
-                if draft.request is not None
-                else validate_payload(draft.kind, draft.payload)[1]
-            ):
-                raise BadRequest(
-                    f"idempotency key {key!r} was already used for a different request "
-                    f"(event {event_id})",
-                    hint="use a new idempotency key for a new request",
-                )
-            found.append(envelope)
-        if not found:
-            return None
-        if missing:
-            raise BadRequest(
-                "part of this batch is already in the ledger under its idempotency keys and part "
-                "is not",
-                hint="retry the batch exactly as first sent, or send the missing events alone",
-            )
-        return found
+        def holder(key: str) -> Envelope | None:
+            event_id = self._index.keys.get(key)
+            return None if event_id is None else self.get_event(event_id)
+
+        return idempotent_replay(drafts, holder)
 
     def _build_chain(
         self,
@@ -1183,12 +1158,6 @@ def _neg_key(event_id: str) -> str:
 
 
 _REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")
-
-
-def _canon(value: Any) -> bytes:
-    from perfledger.events.canonical import canonical_bytes
-
-    return canonical_bytes(value)
 
 
 __all__ = ["FORMAT_VERSION", "LEDGER_REF", "GitStore"]
