@@ -1049,32 +1049,17 @@ class GitStore:
         current head), oldest first, when ``head`` descends from ``old_head`` through
         single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
         head = head or self.read_head()
-        if not self._index.loaded:
-            # a few commits are read from git (the usual case: this process's own appends,
-            # already known) rather than loading the whole index; a long walk loads it
-            walked = self._commits_since_unindexed(old_head, head)
-            if walked is not False:
-                return walked  # type: ignore[return-value]
-        self._catch_up(head)
+        # Without the index, a few commits are read from git (the usual case: this process's
+        # own appends, already known) rather than loading it; a long walk loads it.
+        unindexed = not self._index.loaded
+        if not unindexed:
+            self._catch_up(head)
         chain: list[bytes] = []
         sha = head
         while sha != old_head:
-            entry = self._index.commits.get(sha)
-            if entry is None or len(entry.parents) != 1 or entry.event_id is None:
-                return None
-            chain.append(sha)
-            sha = entry.parents[0]
-        chain.reverse()
-        return chain
-
-    def _commits_since_unindexed(self, old_head: bytes, head: bytes) -> list[bytes] | bool | None:
-        """:meth:`commits_since` by reading commits from git; False when the walk passes
-        ``_UNINDEXED_MAX`` commits (the caller loads the index instead)."""
-        chain: list[bytes] = []
-        sha = head
-        while sha != old_head:
-            if len(chain) >= _UNINDEXED_MAX:
-                return False
+            if unindexed and len(chain) >= _UNINDEXED_MAX:
+                self._catch_up(head)
+                return self.commits_since(old_head, head)
             entry = self._entry(sha)
             if len(entry.parents) != 1 or entry.event_id is None:
                 return None
