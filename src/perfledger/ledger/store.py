@@ -133,6 +133,18 @@ def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
     return values
 
 
+def write_ledger_config(repo: Repo, *, actor: str | None = None) -> None:
+    """Mark ``repo`` as a ledger in its config: ``perfledger.formatVersion``, ``core.fsync =
+    committed`` (so that git's own writes to it, a push say, are durable too) and, when given,
+    ``perfledger.actor`` (the CLI's default actor on this clone)."""
+    config = repo.get_config()
+    config.set((layout.CONFIG_SECTION,), b"formatVersion", str(FORMAT_VERSION).encode())
+    config.set((b"core",), b"fsync", b"committed")
+    if actor is not None:
+        config.set((layout.CONFIG_SECTION,), b"actor", actor.encode())
+    config.write_to_path()
+
+
 def _no_ledger_branch(path: str) -> NotALedger:
     return NotALedger(
         f"{path} is a git repository but not a ledger (no refs/heads/ledger)",
@@ -288,12 +300,7 @@ class GitStore:
             raise BadRequest(
                 f"{path} already holds a ledger", hint="use it, or choose another path"
             )
-        config = repo.get_config()
-        config.set((layout.CONFIG_SECTION,), b"formatVersion", str(FORMAT_VERSION).encode())
-        config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
-        if remember_actor:
-            config.set((layout.CONFIG_SECTION,), b"actor", actor.encode())
-        config.write_to_path()
+        write_ledger_config(repo, actor=actor if remember_actor else None)
         # the skeleton durable before the first event (its appends fsync nothing above it)
         make_repository_durable(repo.controldir(), os.path.dirname(created or path))
         store = cls(repo)

@@ -51,7 +51,7 @@ from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_re
 from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import ObjectReader
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
-from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore
+from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
 from perfledger.ledger.transport import Fetched, RemoteError, client, fetch
 from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
 
@@ -538,10 +538,7 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     started = time.perf_counter()
     repo = Repo.init_bare(path)
     repo.refs.set_symbolic_ref(b"HEAD", LEDGER_REF)
-    config = repo.get_config()
-    config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
-    config.set((b"core",), b"fsync", b"committed")
-    config.write_to_path()
+    write_ledger_config(repo)
     target = add_remote(repo, name, url)
     # the skeleton durable before its ref (see perfledger.ledger.durable)
     make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
