@@ -124,15 +124,6 @@ def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
     return None
 
 
-def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
-    """The ``[perfledger]`` keys (lower-cased) of a dulwich repository's own config."""
-    config = repo.get_config()
-    values: dict[bytes, bytes] = {}
-    with contextlib.suppress(KeyError):
-        values[b"formatversion"] = config.get((layout.CONFIG_SECTION,), b"formatVersion")
-    return values
-
-
 def write_ledger_config(repo: Repo, *, actor: str | None = None) -> None:
     """Mark ``repo`` as a ledger in its config: ``perfledger.formatVersion``, ``core.fsync =
     committed`` (so that git's own writes to it, a push say, are durable too) and, when given,
@@ -354,7 +345,11 @@ class GitStore:
         try:
             if LEDGER_REF not in repo.refs:
                 raise _no_ledger_branch(path)
-            _check_format(path, _perfledger_config(repo).get(b"formatversion"))
+            try:
+                version = repo.get_config().get((layout.CONFIG_SECTION,), b"formatVersion")
+            except KeyError:
+                version = None
+            _check_format(path, version)
         except NotALedger:
             repo.close()
             raise
