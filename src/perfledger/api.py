@@ -18,8 +18,14 @@ from perfledger.errors import BadRequest, NotALedger
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
-from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_snapshot
-from perfledger.ledger.lazy_state import LazyStruct, encode_fields
+from perfledger.ledger.cache import (
+    CACHE_FORMAT,
+    LazyStruct,
+    Snapshot,
+    encode_fields,
+    load_snapshot,
+    save_snapshot,
+)
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
@@ -286,7 +292,7 @@ class Ledger:
 
         The state is read-only for the caller (this ledger keeps folding new events into it).
         With ``lazy``, a state read from the cache may come back as a
-        :class:`~perfledger.ledger.lazy_state.LazyStruct` that decodes a field on first access
+        :class:`~perfledger.ledger.cache.LazyStruct` that decodes a field on first access
         (what a decider reads, not the whole state): for the deciders of a write.
         Sources, cheapest first: the state held in memory when the head moved linearly past it
         (appends in this process); the derived cache on disk when its key matches; the cache
