@@ -284,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
         "audit_events_per_s": round(n / audit["wall_s"]) if audit["wall_s"] else None,
         "audit_peak_rss_mib": round(audit["peak_rss_mib"], 1),
         # verdict derivations made by verify's worker processes / by the replay itself
-        "derived_in_workers": report.get("derived_in_workers"),
         "derived_here": report.get("derived_here"),
         "per_kind_ms": {
             kind: round(1000 * v["seconds"] / v["events"], 4)

@@ -18,8 +18,14 @@ from perfledger.errors import BadRequest, NotALedger
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
-from perfledger.ledger.cache import CACHE_FORMAT, Snapshot, load_snapshot, save_snapshot
-from perfledger.ledger.lazy_state import LazyStruct, encode_fields
+from perfledger.ledger.cache import (
+    CACHE_FORMAT,
+    LazyStruct,
+    Snapshot,
+    encode_fields,
+    load_snapshot,
+    save_snapshot,
+)
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
@@ -288,22 +294,24 @@ class Ledger:
     def log(self, limit: int | None = None) -> list[LogEntry]:
         """Return up to ``limit`` events, newest first (descending (lamport, id)); reads only
         the commits it shows (plus the frontier)."""
-        from perfledger.ledger.objects import commit_info
+        from datetime import UTC, datetime
+
+        from perfledger.ledger.objects import split_ident
 
         entries = []
-        for sha, commit in self.store.iter_recent(limit if limit is not None else 1 << 62):
-            info = commit_info(commit)
+        for sha, commit, event_id, lamport in self.store.iter_recent(
+            limit if limit is not None else 1 << 62
+        ):
             subject = commit.message.split(b"\n", 1)[0].decode("utf-8", "replace")
             actor = commit.author.rsplit(b" <", 1)[0].decode("utf-8", "replace")
-            from datetime import UTC, datetime
-
-            ts = datetime.fromtimestamp(commit.commit_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            seconds = split_ident(commit.committer)[1]
+            ts = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             entries.append(
                 LogEntry(
-                    event_id=info.event_id or "",
+                    event_id=event_id,
                     commit=sha.decode(),
                     kind=subject.split(":", 1)[0],
-                    lamport=info.lamport,
+                    lamport=lamport,
                     ts=ts,
                     actor=actor,
                     subject=subject,
@@ -328,7 +336,7 @@ class Ledger:
 
         The state is read-only for the caller (this ledger keeps folding new events into it).
         With ``lazy``, a state read from the cache may come back as a
-        :class:`~perfledger.ledger.lazy_state.LazyStruct` that decodes a field on first access
+        :class:`~perfledger.ledger.cache.LazyStruct` that decodes a field on first access
         (what a decider reads, not the whole state): for the deciders of a write.
         Sources, cheapest first: the state held in memory when the head moved linearly past it
         (appends in this process); the derived cache on disk when its key matches; the cache

@@ -210,8 +210,7 @@ def test_audit_is_independent_of_a_poisoned_cache(ready: Session) -> None:
     ready.passed("e1", CAND1, gain=0.0)
     honest = audit(ready.ledger)
     assert honest.ok
-    from perfledger.ledger.cache import load_snapshot, save_snapshot
-    from perfledger.ledger.lazy_state import encode_fields
+    from perfledger.ledger.cache import encode_fields, load_snapshot, save_snapshot
 
     ledger = ready.ledger
     ready.state()  # the state at the head ...

@@ -1,4 +1,4 @@
-"""Damage to the sectioned state cache (ledger/cache.py, ledger/lazy_state.py, api.py).
+"""Damage to the sectioned state cache (ledger/cache.py, api.py).
 
 The rule: derived data may only cost speed, never change an answer or fail a command. Each
 test damages the cache of a real git ledger on disk, then drives the real CLI as a subprocess.

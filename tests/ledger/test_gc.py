@@ -56,7 +56,7 @@ def test_names_on_disk_match_the_store() -> None:
 
 @pytest.mark.slow
 def test_gc_removes_what_killed_writers_and_a_killed_pull_left(tmp_path: Path) -> None:
-    """Writers SIGKILLed at random instants, a pull SIGKILLed while it spools its pack, and a
+    """Writers SIGKILLed at random instants, a pull SIGKILLed mid-way, and a
     writer's pack left without its index: gc removes all of it, `git count-objects -v` then
     counts no garbage, and the ledger verifies with every acknowledged event."""
     ledger_path = tmp_path / "ledger"
@@ -71,7 +71,7 @@ def test_gc_removes_what_killed_writers_and_a_killed_pull_left(tmp_path: Path) -
         for proc in procs:
             proc.kill()
             proc.wait()
-    # a pull killed while its pack is spooled into the derived directory
+    # a pull killed mid-way (it receives its pack in memory: nothing of it is left)
     remote = tmp_path / "remote"  # a clone that moves on
     origin, _ = perfledger.Ledger.clone(str(ledger_path), remote)
     with origin:
@@ -79,12 +79,9 @@ def test_gc_removes_what_killed_writers_and_a_killed_pull_left(tmp_path: Path) -
             origin.append_batch(_batch(500, f"remote {block} " + "x" * 300))
     derived = ledger_path / store.DERIVED_DIR
     pull = subprocess.Popen([str(PERFLEDGER), "--ledger", str(ledger_path), "pull", str(remote)])
-    deadline = time.monotonic() + 30
-    while not list(derived.glob("incoming-*.pack")) and time.monotonic() < deadline:
-        time.sleep(0.002)
+    time.sleep(0.5)
     pull.kill()
     pull.wait()
-    assert list(derived.glob("incoming-*.pack")), "the pull was not caught spooling its pack"
     # a writer killed between renaming its pack and its index (made here: that instant is
     # microseconds wide), and a packing temporary of a dead writer
     pack_dir = ledger_path / "objects" / "pack"

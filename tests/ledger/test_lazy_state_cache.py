@@ -1,5 +1,5 @@
 """The sectioned state cache and the field-by-field state it feeds the deciders
-(:mod:`perfledger.ledger.cache`, :mod:`perfledger.ledger.lazy_state`), on a real git ledger.
+(:mod:`perfledger.ledger.cache`), on a real git ledger.
 
 What must hold: a lazily read state is the state (same Struct once materialized, same
 ``state_hash``); a decision taken on it appends exactly what a decision on the fully decoded
@@ -23,7 +23,7 @@ from perfledger.commands.registry.operations import decider, stored_request, val
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import PerfledgerError
 from perfledger.ledger import cache
-from perfledger.ledger.lazy_state import LazyStruct, encode_fields
+from perfledger.ledger.cache import LazyStruct, encode_fields
 from perfledger.projections.ledger_state import state_hash
 from perfledger.projections.workflow import WorkflowState
 

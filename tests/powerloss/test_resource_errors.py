@@ -48,8 +48,9 @@ def test_resource_failure_of_append_and_pull_is_explained_and_changes_nothing(
     with perfledger.init(ledger_path, name="full") as ledger:
         ledger.append("NoteRecorded", {"text": "before", "tags": []}, actor="t")
         head = ledger.head()
-    remote = tmp_path / "remote"
-    with perfledger.init(remote, name="remote") as origin:
+    remote = tmp_path / "remote"  # a clone with an event to pull: the pull must write it
+    origin, _ = perfledger.Ledger.clone(str(ledger_path), remote)
+    with origin:
         origin.append("NoteRecorded", {"text": "remote", "tags": []}, actor="r")
     lazyfs.control(f"fault {fault}")
     try:

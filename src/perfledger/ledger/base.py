@@ -16,7 +16,12 @@ from typing import Any, NamedTuple, Protocol
 import blake3
 
 from perfledger.errors import BadRequest, CanonicalEncodingError
-from perfledger.events.canonical import canonical_encoder, check_canonical, to_canonical_value
+from perfledger.events.canonical import (
+    canonical_bytes,
+    canonical_encoder,
+    check_canonical,
+    to_canonical_value,
+)
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
     Envelope,
@@ -186,6 +191,50 @@ def check_batch_keys(drafts: Sequence[EventDraft]) -> None:
     keys = [d.idempotency_key for d in drafts if d.idempotency_key is not None]
     if len(keys) != len(set(keys)):
         raise BadRequest("a batch carries the same idempotency key twice")
+
+
+def idempotent_replay(
+    drafts: Sequence[EventDraft], holder: Callable[[str], Envelope | None]
+) -> list[Envelope] | None:
+    """The events already recorded under the drafts' idempotency keys (SPEC.md section 2), or
+    None when no draft's key is recorded (the drafts are then appended).
+
+    Args:
+        drafts: the drafts of one append or batch.
+        holder: idempotency key -> the event recorded under it, or None.
+    Raises: BadRequest when a key was used for a different request (kind, or the canonical
+        request or payload), or when part of the batch is recorded and part is not.
+    """
+    found: list[Envelope] = []
+    missing = 0
+    for draft in drafts:
+        key = draft.idempotency_key
+        envelope = holder(key) if key is not None else None
+        if envelope is None:
+            missing += 1
+            continue
+        stored = envelope.request if draft.request is not None else envelope.payload
+        offered = (
+            draft.request
+            if draft.request is not None
+            else validate_payload(draft.kind, draft.payload)[1]
+        )
+        if envelope.kind != draft.kind or canonical_bytes(stored) != canonical_bytes(offered):
+            raise BadRequest(
+                f"idempotency key {key!r} was already used for a different request "
+                f"(event {envelope.id})",
+                hint="use a new idempotency key for a new request",
+            )
+        found.append(envelope)
+    if not found:
+        return None
+    if missing:
+        raise BadRequest(
+            "part of this batch is already in the ledger under its idempotency keys and part "
+            "is not",
+            hint="retry the batch exactly as first sent, or send the missing events alone",
+        )
+    return found
 
 
 class EventStore(Protocol):

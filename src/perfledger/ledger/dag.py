@@ -10,8 +10,9 @@ so they cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +94,67 @@ class EventHeads:
                     continue
                 stack.extend(node.parents)
         return False
+
+
+#: The deterministic total order of events (SPEC.md section 2, Order): by ``(lamport, id)``.
+#: Every event's Lamport clock is one more than the largest of its parents' (checked by
+#: verify), so clocks strictly increase along every edge and this sort is a topological order;
+#: ties between concurrent events are broken by id (a content hash), never by wall-clock time
+#: or by who merged: any two machines holding the same DAG fold the same events in one order.
+T = TypeVar("T")
+
+
+def in_total_order(items: Iterable[tuple[int, str, T]]) -> list[T]:
+    """Sort ``(lamport, event_id, value)`` triples into the total order; return the values."""
+    return [value for _, _, value in sorted(items, key=lambda item: (item[0], item[1]))]
+
+
+def descends_from(node: Callable[[bytes], CommitNode], ancestor: bytes, tip: bytes) -> bool:
+    """True when commit ``ancestor`` is ``tip`` or one of its ancestors (hex bytes).
+
+    The walk back from ``tip`` stops below ``ancestor``'s Lamport clock: clocks strictly
+    increase along every edge of a verified ledger, so nothing there can reach it.
+
+    Args:
+        node: hex sha -> :class:`CommitNode` (parents as hex bytes).
+    """
+    if ancestor == tip:
+        return True
+    lamports: dict[bytes, int] = {}
+
+    def lamport(sha: bytes) -> int:
+        todo = [sha]
+        while todo:
+            current = todo[-1]
+            if current in lamports:
+                todo.pop()
+                continue
+            n = node(current)
+            if n.event_id is not None:
+                lamports[current] = n.lamport
+                todo.pop()
+                continue
+            missing = [p for p in n.parents if p not in lamports]
+            if missing:
+                todo.extend(missing)
+                continue
+            lamports[current] = max(lamports[p] for p in n.parents)
+            todo.pop()
+        return lamports[sha]
+
+    floor = lamport(ancestor)
+    stack, seen = [tip], set()
+    while stack:
+        sha = stack.pop()
+        if sha == ancestor:
+            return True
+        if sha in seen:
+            continue
+        seen.add(sha)
+        n = node(sha)
+        if n.event_id is not None and n.lamport <= floor:
+            continue
+        if n.event_id is None and lamport(sha) < floor:
+            continue
+        stack.extend(n.parents)
+    return False

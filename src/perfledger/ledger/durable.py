@@ -6,6 +6,11 @@ received a rename is fsynced after it. Objects are durable before the ref's lock
 the ref, and the ref's directory is fsynced before the append is acknowledged, so a crash at any
 instant (power loss included) leaves the old head or the new one. The claims and their tests are
 listed in ``docs/storage.md``.
+
+A new repository is made durable before its first event (:func:`make_repository_durable`):
+``git init`` through dulwich writes ``config``, ``HEAD`` and the ``objects/`` and ``refs/``
+directories without one fsync, and an append later fsyncs only its objects and the ref's own
+directory, not the directories above them (tests/powerloss).
 """
 
 from __future__ import annotations
@@ -23,3 +28,43 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def first_missing_ancestor(path: str) -> str | None:
+    """The topmost directory of ``path`` (itself included) that does not exist yet, or None
+    when ``path`` exists: what ``os.makedirs(path)`` is about to create."""
+    path = os.path.abspath(path)
+    missing = None
+    while not os.path.exists(path):
+        missing = path
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def make_repository_durable(controldir: str, top: str) -> None:
+    """fsync every file directly in ``controldir`` (``config``, ``HEAD``, ...), every directory
+    under it, then each directory from ``controldir``'s parent up to ``top`` (the parent of
+    the topmost directory the caller created, or of the repository's directory).
+
+    Raises: OSError from the filesystem (a full disk, say): the caller's init fails.
+    """
+    controldir = os.path.abspath(controldir)
+    top = os.path.abspath(top)
+    for name in os.listdir(controldir):
+        path = os.path.join(controldir, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    # children before parents: each directory's entries, then the entry naming it
+    for root, _dirs, _files in sorted(os.walk(controldir), key=lambda w: -len(w[0])):
+        fsync_dir(root)
+    directory = controldir
+    while directory != top and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+        fsync_dir(directory)

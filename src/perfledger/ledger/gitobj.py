@@ -25,11 +25,11 @@ from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.layout import TMP_INDEX_PREFIX, TMP_OBJECT_PREFIX, TMP_PACK_PREFIX
 from perfledger.ledger.packindex import encode_index
 
-#: git object type numbers (as in pack entries).
-COMMIT, TREE, BLOB = 1, 2, 3
-_TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
+#: git object type numbers (as in pack entries) and names.
+COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
+TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob", TAG: b"tag"}
 #: ``<type> <size>\0``, the header git hashes and stores before an object's content.
-_HEADER_FORMATS = {num: name + b" %d\0" for num, name in _TYPE_NAMES.items()}
+HEADER_FORMATS = {num: name + b" %d\0" for num, name in TYPE_NAMES.items()}
 #: Objects smaller than this (bytes) are stored uncompressed inside their zlib stream: setting up
 #: a deflate compressor costs ~20-50 µs here, more than writing the few hundred bytes of an
 #: envelope; larger objects (artifacts) are compressed at zlib's default level. Geometric pack
@@ -53,7 +53,7 @@ class RawObject(NamedTuple):
 
 def make_object(type_num: int, raw: bytes) -> RawObject:
     """Return the :class:`RawObject` of ``raw`` content of git type ``type_num``."""
-    sha = hashlib.sha1(_HEADER_FORMATS[type_num] % len(raw) + raw).hexdigest().encode()
+    sha = hashlib.sha1(HEADER_FORMATS[type_num] % len(raw) + raw).hexdigest().encode()
     return RawObject(type_num, raw, sha)
 
 
@@ -196,7 +196,7 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
         for obj in objects:
             hexsha = obj.id.decode()
             directory = objects_dir + sep + hexsha[:2]
-            data = deflate(_HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
+            data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
             # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed
             # here leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
             try:
@@ -207,7 +207,7 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
                 fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
             staged.append((tmp, directory + sep + hexsha[2:]))
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -225,7 +225,7 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
         fsync_dir(directory)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked)."""
     view = memoryview(data)
     while view:
@@ -293,7 +293,7 @@ def _write_durably(directory: str, prefix: str, final: str, parts: Sequence[byte
     try:
         try:
             for part in parts:
-                _write_all(fd, part)
+                write_all(fd, part)
             os.fsync(fd)
         finally:
             os.close(fd)

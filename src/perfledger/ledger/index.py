@@ -10,14 +10,13 @@ file's load and save.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Callable
 
 import msgspec
 
+from perfledger.ledger.cache import write_derived
+from perfledger.ledger.dag import in_total_order
 from perfledger.ledger.objects import event_trailers
-from perfledger.ledger.order import in_total_order
 
 
 class IndexEntry(msgspec.Struct, array_like=True):
@@ -216,18 +215,11 @@ class CommitIndex:
         Raises: OSError when the file cannot be written (callers suppress it)."""
         if self.head is None or self.unsaved == 0:
             return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         reachable = {sha: self.commits[sha] for sha in self.reachable}
-        payload = msgspec.msgpack.encode(_IndexFile(self.head, reachable, self.by_event, self.keys))
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(payload)
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_derived(
+            path,
+            msgspec.msgpack.encode(_IndexFile(self.head, reachable, self.by_event, self.keys)),
+        )
         self.unsaved = 0
 
 

@@ -13,9 +13,8 @@ from collections.abc import Iterator, Sequence
 import blake3
 
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError
-from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import Envelope
-from perfledger.events.kinds import LedgerInitialized, validate_payload
+from perfledger.events.kinds import LedgerInitialized
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
     OPTIMISTIC_ATTEMPTS,
@@ -24,8 +23,9 @@ from perfledger.ledger.base import (
     HeadView,
     build_envelope,
     check_batch_keys,
+    idempotent_replay,
 )
-from perfledger.ledger.order import in_total_order
+from perfledger.ledger.dag import in_total_order
 
 
 class MemoryStore:
@@ -110,31 +110,11 @@ class MemoryStore:
         return [item.envelope for item in built]
 
     def _replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
-        found: list[Envelope] = []
-        missing = 0
-        for draft in drafts:
-            event_id = self._keys.get(draft.idempotency_key) if draft.idempotency_key else None
-            if event_id is None:
-                missing += 1
-                continue
-            envelope = self._by_id[event_id]
-            stored = envelope.request if draft.request is not None else envelope.payload
-            offered = (
-                draft.request
-                if draft.request is not None
-                else validate_payload(draft.kind, draft.payload)[1]
-            )
-            if envelope.kind != draft.kind or canonical_bytes(stored) != canonical_bytes(offered):
-                raise BadRequest(
-                    f"idempotency key {draft.idempotency_key!r} was already used for a different "
-                    f"request (event {event_id})"
-                )
-            found.append(envelope)
-        if not found:
-            return None
-        if missing:
-            raise BadRequest("part of this batch is already in the ledger and part is not")
-        return found
+        def holder(key: str) -> Envelope | None:
+            event_id = self._keys.get(key)
+            return None if event_id is None else self._by_id[event_id]
+
+        return idempotent_replay(drafts, holder)
 
     def append(self, draft: EventDraft) -> Envelope:
         """Append one event (or return the existing one with the same idempotency key)."""

@@ -32,6 +32,7 @@ import fcntl
 import os
 import secrets
 
+from perfledger.ledger.gitobj import write_all
 from perfledger.ledger.layout import REF_LOCK_OWNER_PREFIX as OWNER_PREFIX
 from perfledger.ledger.layout import REF_LOCK_SUFFIX as LOCK_SUFFIX
 
@@ -177,7 +178,7 @@ def _create_lock(path: str, lock: str, content: bytes, owner_dir: str) -> RefLoc
         return _create_unmarked_lock(path, lock, content)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held until the lock is renamed or removed
-        _write_all(fd, content)
+        write_all(fd, content)
         os.fsync(fd)
         try:
             try:
@@ -214,18 +215,12 @@ def _create_unmarked_lock(path: str, lock: str, content: bytes) -> RefLock:
         raise RefLocked(lock) from None
     held = RefLock(path, fd, None)
     try:
-        _write_all(fd, content)
+        write_all(fd, content)
         os.fsync(fd)
     except BaseException:
         held.abort()
         raise
     return held
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def break_dead_lock(lock: str, owner_dir: str) -> bool:

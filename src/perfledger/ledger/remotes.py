@@ -16,6 +16,7 @@ import blake3
 from dulwich.repo import Repo
 
 from perfledger.errors import BadRequest
+from perfledger.ledger.layout import TRACKING_REF_FORMAT
 
 #: The remote ``push``/``pull``/``sync`` use when none is named (``clone`` creates it).
 DEFAULT_REMOTE = "origin"
@@ -38,7 +39,7 @@ class Remote:
 
 def tracking_ref(name: str) -> bytes:
     """Return the tracking ref of remote ``name``: ``refs/remotes/<name>/ledger``."""
-    return b"refs/remotes/" + name.encode() + b"/ledger"
+    return TRACKING_REF_FORMAT % name.encode()
 
 
 def _check_name(name: str) -> None:

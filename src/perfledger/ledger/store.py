@@ -27,10 +27,8 @@ import os
 import random
 import time
 import weakref
-import zlib
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import blake3
 
@@ -43,7 +41,7 @@ from perfledger.errors import (
     resource_error,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
-from perfledger.events.kinds import LedgerInitialized, validate_payload
+from perfledger.events.kinds import LedgerInitialized
 from perfledger.ledger import layout
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
@@ -53,26 +51,27 @@ from perfledger.ledger.base import (
     HeadView,
     build_envelope,
     check_batch_keys,
+    idempotent_replay,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.durable import fsync_dir
+from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.index import CommitIndex, IndexEntry, entry_from_raw
-from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
     EVENT_FILE,
-    RawCommit,
+    ParsedCommit,
     build_event_objects,
     build_merge_commit,
-    commit_info,
+    event_trailers,
     parse_commit,
+    split_ident,
 )
 from perfledger.ledger.packing import maybe_pack
-from perfledger.ledger.reader import ObjectReader, read_loose
+from perfledger.ledger.reader import ObjectReader
 from perfledger.ledger.refcas import (
     RefLocked,
     break_dead_lock,
@@ -110,10 +109,6 @@ _UNINDEXED_MAX = 64
 _INDEX_SAVE_FRACTION = 3
 
 
-def _now_seconds() -> int:
-    return int(datetime.now(UTC).timestamp())
-
-
 def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
     """The binary sha of entry ``name`` in raw tree content (``<mode> <name>\\0<20 bytes>``
     entries), or None when absent or the content is malformed."""
@@ -129,13 +124,16 @@ def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
     return None
 
 
-def _perfledger_config(repo: Repo) -> dict[bytes, bytes]:
-    """The ``[perfledger]`` keys (lower-cased) of a dulwich repository's own config."""
+def write_ledger_config(repo: Repo, *, actor: str | None = None) -> None:
+    """Mark ``repo`` as a ledger in its config: ``perfledger.formatVersion``, ``core.fsync =
+    committed`` (so that git's own writes to it, a push say, are durable too) and, when given,
+    ``perfledger.actor`` (the CLI's default actor on this clone)."""
     config = repo.get_config()
-    values: dict[bytes, bytes] = {}
-    with contextlib.suppress(KeyError):
-        values[b"formatversion"] = config.get((layout.CONFIG_SECTION,), b"formatVersion")
-    return values
+    config.set((layout.CONFIG_SECTION,), b"formatVersion", str(FORMAT_VERSION).encode())
+    config.set((b"core",), b"fsync", b"committed")
+    if actor is not None:
+        config.set((layout.CONFIG_SECTION,), b"actor", actor.encode())
+    config.write_to_path()
 
 
 def _no_ledger_branch(path: str) -> NotALedger:
@@ -293,12 +291,7 @@ class GitStore:
             raise BadRequest(
                 f"{path} already holds a ledger", hint="use it, or choose another path"
             )
-        config = repo.get_config()
-        config.set((layout.CONFIG_SECTION,), b"formatVersion", str(FORMAT_VERSION).encode())
-        config.set((b"core",), b"fsync", b"committed")  # git CLI writes (pushes) fsync too
-        if remember_actor:
-            config.set((layout.CONFIG_SECTION,), b"actor", actor.encode())
-        config.write_to_path()
+        write_ledger_config(repo, actor=actor if remember_actor else None)
         # the skeleton durable before the first event (its appends fsync nothing above it)
         make_repository_durable(repo.controldir(), os.path.dirname(created or path))
         store = cls(repo)
@@ -352,7 +345,11 @@ class GitStore:
         try:
             if LEDGER_REF not in repo.refs:
                 raise _no_ledger_branch(path)
-            _check_format(path, _perfledger_config(repo).get(b"formatversion"))
+            try:
+                version = repo.get_config().get((layout.CONFIG_SECTION,), b"formatVersion")
+            except KeyError:
+                version = None
+            _check_format(path, version)
         except NotALedger:
             repo.close()
             raise
@@ -406,27 +403,28 @@ class GitStore:
             )
         return head
 
-    def get_object(self, sha: bytes) -> RawObject:
-        """Return the git object ``sha``; retries once across a concurrent repack.
+    @contextlib.contextmanager
+    def _objects(self) -> Iterator[ObjectReader]:
+        """The reader every object read of the store goes through: the walk's bulk reader when
+        one is open, else a sparse one for the duration (pack indexes searched in place; dulwich
+        opened only for deltas and layouts it does not map). Every read is checked against its
+        name: a missing or rewritten object raises IntegrityError."""
+        if self._bulk is not None:
+            yield self._bulk
+            return
+        reader = self.object_reader(sparse=True)
+        try:
+            yield reader
+        finally:
+            reader.close()
 
-        Raises: IntegrityError when the object is missing.
-        """
-        from dulwich.errors import ChecksumMismatch, ObjectFormatException
-
-        store = self.repo.object_store
-        for attempt in range(2):
-            try:
-                return store[sha]
-            except KeyError:
-                if attempt == 0:
-                    store.packs  # noqa: B018  (rescans the pack directory: a concurrent merge moved it)
-            except (ChecksumMismatch, ObjectFormatException, zlib.error, ValueError) as exc:
-                raise IntegrityError(
-                    f"git object {sha.decode()} is corrupt: {exc}",
-                    commit=sha.decode(),
-                    hint="run `perfledger verify`; restore the ledger from a clone",
-                ) from None
-        raise IntegrityError(f"git object {sha.decode()} is missing", commit=sha.decode())
+    def _read_commit(self, reader: ObjectReader, sha: bytes, *, check: bool = True) -> bytes:
+        """The raw content of commit ``sha`` (hex bytes).
+        Raises: IntegrityError when it is missing, corrupt or not a commit."""
+        type_num, raw = reader.read(bytes.fromhex(sha.decode()), check=check)
+        if type_num != 1:
+            raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
+        return raw
 
     def head_view(self) -> HeadView:
         """Return the :class:`HeadView` at the current head (catching the index up first)."""
@@ -464,45 +462,8 @@ class GitStore:
 
         Raises: IntegrityError when the commit has no ``event.json``.
         """
-        data = self._read_event_json_loose(commit_sha)
-        if data is not None:
-            try:
-                return decode_envelope(data)
-            except BadRequest as exc:
-                raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
-        from dulwich.objects import Commit, Tree
-
-        commit = self.get_object(commit_sha)
-        assert isinstance(commit, Commit)
-        tree = self.get_object(commit.tree)
-        assert isinstance(tree, Tree)
-        try:
-            _, blob_sha = tree[EVENT_FILE]
-        except KeyError:
-            raise IntegrityError(
-                f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
-            ) from None
-        blob = self.get_object(blob_sha)
-        try:
-            return decode_envelope(blob.as_raw_string())
-        except BadRequest as exc:
-            raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
-
-    def _read_event_json_loose(self, commit_sha: bytes) -> bytes | None:
-        """``event.json`` of ``commit_sha`` when the commit, its tree and the blob are all loose
-        objects (recent appends; no dulwich needed), else None. Each object is checked against
-        its name. Raises: IntegrityError for a corrupt loose object."""
-        commit = read_loose(self._objects_dir, bytes.fromhex(commit_sha.decode()))
-        if commit is None or commit[0] != 1 or not commit[1].startswith(b"tree "):
-            return None
-        tree = read_loose(self._objects_dir, bytes.fromhex(commit[1][5:45].decode()))
-        if tree is None or tree[0] != 2:
-            return None
-        blob_sha = _tree_entry(tree[1], EVENT_FILE)
-        blob = read_loose(self._objects_dir, blob_sha) if blob_sha is not None else None
-        if blob is None or blob[0] != 3:
-            return None
-        return blob[1]
+        with self._objects() as reader:
+            return self._envelope_from(reader, commit_sha, check=True)
 
     def get_event(self, event_id: str) -> Envelope:
         """Return the event ``event_id`` (a full id or a unique prefix of at least 4 chars).
@@ -544,95 +505,81 @@ class GitStore:
         reader = self.object_reader()
         try:
             for sha in self.ordered_commits(head):
-                yield self._read_envelope_fast(reader, sha)
+                yield self._envelope_from(reader, sha, check=False)
         finally:
             reader.close()
 
-    def _read_envelope_fast(self, reader: ObjectReader, commit_sha: bytes) -> Envelope:
-        """Read an envelope through the bulk reader (no checks beyond git's; see verify)."""
-        _, raw = reader.read(bytes.fromhex(commit_sha.decode()), check=False)
-        tree_hex = raw[5:45]
-        _, tree_raw = reader.read(bytes.fromhex(tree_hex.decode()), check=False)
+    def _envelope_from(self, reader: ObjectReader, commit_sha: bytes, *, check: bool) -> Envelope:
+        """Read the envelope of ``commit_sha`` through ``reader`` (``check=False``: packed
+        objects not re-hashed; verify checks everything).
+        Raises: IntegrityError for a missing or malformed commit, tree or ``event.json``."""
+        raw = self._read_commit(reader, commit_sha, check=check)
+        _, tree_raw = reader.read(bytes.fromhex(raw[5:45].decode()), check=check)
         blob_sha = _tree_entry(tree_raw, EVENT_FILE)
-        if blob_sha is not None:
-            _, data = reader.read(blob_sha, check=False)
-            try:
-                return decode_envelope(data)
-            except BadRequest as exc:
-                raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
-        raise IntegrityError(
-            f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
-        )
+        if blob_sha is None:
+            raise IntegrityError(
+                f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
+            )
+        _, data = reader.read(blob_sha, check=check)
+        try:
+            return decode_envelope(data)
+        except BadRequest as exc:
+            raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
 
-    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, RawCommit]]:
-        """Yield up to ``limit`` event commits newest first (descending (lamport, id)) by walking
-        back from the head with a max-heap; reads only ``limit`` + frontier commits (looked up
-        in the packs' indexes in place: no index map is built, no dulwich needed)."""
+    def iter_recent(self, limit: int) -> Iterator[tuple[bytes, ParsedCommit, str, int]]:
+        """Yield up to ``limit`` event commits newest first (descending (lamport, id)), each as
+        (hex sha, parsed commit, event id, Lamport clock), by walking back from the head with a
+        max-heap; reads only ``limit`` + frontier commits (looked up in the packs' indexes in
+        place: no index map is built, no dulwich needed)."""
         import heapq
 
-        head = self.read_head()
-        heap: list[tuple[int, str, bytes, RawCommit]] = []
+        heap: list[tuple[int, str, bytes, ParsedCommit, str, int]] = []
         seen: set[bytes] = set()
-        reader = ObjectReader(lambda: self.repo.object_store, self._objects_dir, sparse=True)
 
-        def push(sha: bytes) -> None:
+        def push(reader: ObjectReader, sha: bytes) -> None:
             if sha in seen:
                 return
             seen.add(sha)
-            type_num, raw = reader.read(bytes.fromhex(sha.decode()))
-            if type_num != 1:
-                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-            try:
-                commit = parse_commit(sha, raw)
-            except ValueError:
-                raise IntegrityError(
-                    f"commit {sha.decode()} is malformed", commit=sha.decode()
-                ) from None
-            info = commit_info(commit)
-            if info.event_id is None:  # merge commit: expand its parents
-                for parent in commit.parents:
-                    push(parent)
+            commit = parse_commit(sha, self._read_commit(reader, sha))
+            event_id, lamport, _ = event_trailers(commit.message)
+            parents = [p.hex().encode() for p in commit.parents]
+            if event_id is None:  # merge commit: expand its parents
+                for parent in parents:
+                    push(reader, parent)
                 return
-            heapq.heappush(heap, (-info.lamport, _neg_key(info.event_id), sha, commit))
+            heapq.heappush(heap, (-lamport, _neg_key(event_id), sha, commit, event_id, lamport))
 
-        try:
-            push(head)
+        with self._objects() as reader:
+            push(reader, self.read_head())
             produced = 0
             while heap and produced < limit:
-                _, _, sha, commit = heapq.heappop(heap)
-                yield sha, commit
+                _, _, sha, commit, event_id, lamport = heapq.heappop(heap)
+                yield sha, commit, event_id, lamport
                 produced += 1
                 for parent in commit.parents:
-                    push(parent)
-        finally:
-            reader.close()
+                    push(reader, parent.hex().encode())
 
     def read_artifact(self, event_id: str, name: str) -> bytes:
         """Return the checked bytes of artifact ``name`` of event ``event_id``.
 
         Raises: BadRequest when the event has no such artifact; IntegrityError on a mismatch.
         """
-        from dulwich.objects import Commit, Tree
-
         commit_sha = self.event_commit(event_id)
-        envelope = self.read_envelope(commit_sha)
-        ref = envelope.artifacts.get(name)
-        if ref is None:
-            raise BadRequest(f"event {event_id} has no artifact {name!r}")
-        commit = self.get_object(commit_sha)
-        assert isinstance(commit, Commit)
-        tree = self.get_object(commit.tree)
-        assert isinstance(tree, Tree)
-        try:
-            _, art_tree_sha = tree[ARTIFACTS_DIR]
-            art_tree = self.get_object(art_tree_sha)
-            assert isinstance(art_tree, Tree)
-            _, blob_sha = art_tree[ref.blake3.encode()]
-        except KeyError:
-            raise IntegrityError(
-                f"event {event_id}: artifact {name!r} blob is missing", event_id=event_id
-            ) from None
-        data = self.get_object(blob_sha).as_raw_string()
+        with self._objects() as reader:
+            envelope = self._envelope_from(reader, commit_sha, check=True)
+            ref = envelope.artifacts.get(name)
+            if ref is None:
+                raise BadRequest(f"event {event_id} has no artifact {name!r}")
+            raw = self._read_commit(reader, commit_sha)
+            _, tree = reader.read(bytes.fromhex(raw[5:45].decode()))
+            art_tree_sha = _tree_entry(tree, ARTIFACTS_DIR)
+            art_tree = reader.read(art_tree_sha)[1] if art_tree_sha is not None else b""
+            blob_sha = _tree_entry(art_tree, ref.blake3.encode())
+            if blob_sha is None:
+                raise IntegrityError(
+                    f"event {event_id}: artifact {name!r} blob is missing", event_id=event_id
+                )
+            data = reader.read(blob_sha)[1]
         if len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
             raise IntegrityError(
                 f"event {event_id}: artifact {name!r} does not match its blake3 or size",
@@ -769,37 +716,11 @@ class GitStore:
             _log.warning("packing the ledger's objects failed (will retry): %s", exc)
 
     def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
-        found: list[Envelope] = []
-        missing = 0
-        for draft in drafts:
-            key = draft.idempotency_key
-            event_id = self._index.keys.get(key) if key is not None else None
-            if event_id is None:
-                missing += 1
-                continue
-            envelope = self.get_event(event_id)
-            if envelope.kind != draft.kind or _canon(
-                envelope.request if draft.request is not None else envelope.payload
-            ) != _canon(
-                draft.request
-                if draft.request is not None
-                else validate_payload(draft.kind, draft.payload)[1]
-            ):
-                raise BadRequest(
-                    f"idempotency key {key!r} was already used for a different request "
-                    f"(event {event_id})",
-                    hint="use a new idempotency key for a new request",
-                )
-            found.append(envelope)
-        if not found:
-            return None
-        if missing:
-            raise BadRequest(
-                "part of this batch is already in the ledger under its idempotency keys and part "
-                "is not",
-                hint="retry the batch exactly as first sent, or send the missing events alone",
-            )
-        return found
+        def holder(key: str) -> Envelope | None:
+            event_id = self._index.keys.get(key)
+            return None if event_id is None else self.get_event(event_id)
+
+        return idempotent_replay(drafts, holder)
 
     def _build_chain(
         self,
@@ -949,10 +870,11 @@ class GitStore:
         if head == current:
             return True
         try:
-            loose = read_loose(self._objects_dir, bytes.fromhex(head.decode()))
+            with self._objects() as reader:
+                self._read_commit(reader, head)
         except (IntegrityError, ValueError):
             return False
-        return loose is not None or head in self.repo.object_store
+        return True
 
     def _save_index(self) -> None:
         self._index.save(self._index_path())
@@ -967,13 +889,7 @@ class GitStore:
                 # catching up from a saved index: a short walk, for which loading every pack
                 # index (~70 ms on a 10,000-event ledger) costs more than it saves
                 self._bulk = self.object_reader(sparse=self._index.head is not None)
-            if self._bulk is not None:  # inside a long walk: the bulk reader is ~10x faster
-                type_num, raw = self._bulk.read(bytes.fromhex(sha.decode()), check=False)
-                if type_num != 1:
-                    raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-                entry = entry_from_raw(raw)
-            else:
-                entry = self._read_entry(sha)
+            entry = self._read_entry(sha)
             self._index.know(sha, entry)
         return entry
 
@@ -1000,22 +916,11 @@ class GitStore:
             self._rebuild(head)
 
     def _read_entry(self, sha: bytes) -> IndexEntry:
-        """Read commit ``sha`` (hex) from git into an index entry: from its loose file when it
-        has one (the usual case for a recent head; no dulwich needed), else through dulwich.
+        """Read commit ``sha`` (hex) from git into an index entry (inside a walk through its
+        bulk reader, packed objects not re-hashed: verify checks them).
         Raises: IntegrityError when it is missing, corrupt or not a commit."""
-        loose = read_loose(self._objects_dir, bytes.fromhex(sha.decode()))
-        if loose is None:
-            from dulwich.objects import Commit
-
-            commit = self.get_object(sha)
-            if not isinstance(commit, Commit):
-                raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-            info = commit_info(commit)
-            return IndexEntry(info.event_id, info.lamport, list(info.parents), info.idempotency_key)
-        type_num, raw = loose
-        if type_num != 1:
-            raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
-        return entry_from_raw(raw)
+        with self._objects() as reader:
+            return entry_from_raw(self._read_commit(reader, sha, check=self._bulk is None))
 
     def _check_index_at(self, head: bytes) -> None:
         """Cross-check the derived index against git where a new event takes its parents and
@@ -1107,9 +1012,11 @@ class GitStore:
         return envelopes, new_head
 
     def write_merge(self, commits: Sequence[bytes], *, actor: str = "perfledger") -> bytes:
-        """Write a merge commit joining ``commits`` (it carries no event) without moving the ref.
+        """Write the merge commit joining ``commits`` (hex bytes; it carries no event) without
+        moving the ref: sync's join after a pull, and tests that build divergent branches.
 
-        Parents are sorted so that a merge of the same heads is the same commit whoever makes it.
+        Deterministic (SPEC.md section 2, Sync): parents sorted, time = the latest commit time
+        of the parents, so two machines that join the same heads write the same commit.
         Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
         """
         parents = sorted(set(commits))
@@ -1118,10 +1025,15 @@ class GitStore:
         if not self._index.loaded:
             self._load_index()
         heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
-        seconds = max(_now_seconds(), 0)
+        with self._objects() as reader:
+            seconds = max(
+                split_ident(parse_commit(sha, self._read_commit(reader, sha)).committer)[1]
+                for sha in parents
+            )
         merge = build_merge_commit(parents, heads, actor, seconds)
         self._write_objects([EMPTY_TREE, merge], batch=False)
         self._index.commits[merge.id] = IndexEntry(None, 0, list(parents), None)
+        self._after_write([EMPTY_TREE, merge], False)
         return merge.id
 
     def set_head(self, expected: bytes, new: bytes) -> bool:
@@ -1139,32 +1051,17 @@ class GitStore:
         current head), oldest first, when ``head`` descends from ``old_head`` through
         single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
         head = head or self.read_head()
-        if not self._index.loaded:
-            # a few commits are read from git (the usual case: this process's own appends,
-            # already known) rather than loading the whole index; a long walk loads it
-            walked = self._commits_since_unindexed(old_head, head)
-            if walked is not False:
-                return walked  # type: ignore[return-value]
-        self._catch_up(head)
+        # Without the index, a few commits are read from git (the usual case: this process's
+        # own appends, already known) rather than loading it; a long walk loads it.
+        unindexed = not self._index.loaded
+        if not unindexed:
+            self._catch_up(head)
         chain: list[bytes] = []
         sha = head
         while sha != old_head:
-            entry = self._index.commits.get(sha)
-            if entry is None or len(entry.parents) != 1 or entry.event_id is None:
-                return None
-            chain.append(sha)
-            sha = entry.parents[0]
-        chain.reverse()
-        return chain
-
-    def _commits_since_unindexed(self, old_head: bytes, head: bytes) -> list[bytes] | bool | None:
-        """:meth:`commits_since` by reading commits from git; False when the walk passes
-        ``_UNINDEXED_MAX`` commits (the caller loads the index instead)."""
-        chain: list[bytes] = []
-        sha = head
-        while sha != old_head:
-            if len(chain) >= _UNINDEXED_MAX:
-                return False
+            if unindexed and len(chain) >= _UNINDEXED_MAX:
+                self._catch_up(head)
+                return self.commits_since(old_head, head)
             entry = self._entry(sha)
             if len(entry.parents) != 1 or entry.event_id is None:
                 return None
@@ -1201,33 +1098,6 @@ class GitStore:
         the current head)."""
         self._catch_up(head or self.read_head())
         return event_id in self._index.by_event
-
-    def write_sync_merge(self, commits: Sequence[bytes]) -> bytes:
-        """Write the merge commit that joins ``commits`` (hex bytes) after a pull, without
-        moving the ref: as :meth:`write_merge`, but deterministic (actor ``perfledger``, time =
-        the latest commit time of its parents), so two machines that join the same heads write
-        the same commit (SPEC.md section 2, Sync).
-
-        Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
-        """
-        from dulwich.objects import Commit
-
-        parents = sorted(set(commits))
-        if len(parents) < 2:
-            raise BadRequest("a merge joins at least two distinct commits")
-        if not self._index.loaded:
-            self._load_index()
-        heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
-        seconds = 0
-        for sha in parents:
-            commit = self.get_object(sha)
-            assert isinstance(commit, Commit)
-            seconds = max(seconds, commit.commit_time)
-        merge = build_merge_commit(parents, heads, "perfledger", seconds)
-        self._write_objects([EMPTY_TREE, merge], batch=False)
-        self._index.commits[merge.id] = IndexEntry(None, 0, list(parents), None)
-        self._after_write([EMPTY_TREE, merge], False)
-        return merge.id
 
     @contextlib.contextmanager
     def writers_lock(self) -> Iterator[None]:
@@ -1275,12 +1145,6 @@ def _neg_key(event_id: str) -> str:
 
 
 _REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")
-
-
-def _canon(value: Any) -> bytes:
-    from perfledger.events.canonical import canonical_bytes
-
-    return canonical_bytes(value)
 
 
 __all__ = ["FORMAT_VERSION", "LEDGER_REF", "GitStore"]

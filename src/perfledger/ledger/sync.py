@@ -1,14 +1,15 @@
-"""Sync with git remotes: clone, pull, push, sync (SPEC.md section 2, Sync).
+"""Sync with git remotes: clone, pull, push, sync (SPEC.md section 2, Sync), and the record of
+what the last pull brought (``perfledger resume``).
 
 Any remote dulwich speaks to works: a path, ``file://``, ``git://``, ``ssh://``, ``http(s)://``.
 
 Pull, step by step (nothing local changes until every step passed):
 
 1. fetch with an explicit ``determine_wants`` (only ``refs/heads/ledger``; dulwich's porcelain
-   fetch maps ``refs/heads/*`` to its own names, GUIDE.md), the pack spooled to a temporary file
-   in the derived directory, its objects unpacked in memory (thin-pack bases read from the
-   local store), each object's name computed from its content;
-2. verify the new commits only (:func:`perfledger.ledger.sync_verify.verify_incoming`): the local
+   fetch maps ``refs/heads/*`` to its own names, GUIDE.md), the pack received and its objects
+   unpacked in memory (thin-pack bases read from the local store), each object's name computed
+   from its content;
+2. verify the new commits only (:func:`perfledger.ledger.verify.verify_incoming`): the local
    part was verified when it was written or pulled;
 3. refuse a rewritten remote: its head must descend from the last head seen from it (the
    tracking ref ``refs/remotes/<name>/ledger``);
@@ -31,35 +32,29 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+from dulwich.client import get_transport_and_path
+from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.objects import parse_tree
 from dulwich.repo import Repo
 
-from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError
+from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, PerfledgerError
 from perfledger.events.envelope import Envelope
-from perfledger.ledger.changes import (
-    LastPull,
-    changes_since,
-    changes_since_last_pull,
-    last_pull,
-    record_pull,
-)
-from perfledger.ledger.dag import CommitNode
-from perfledger.ledger.durable import fsync_dir
-from perfledger.ledger.initsync import first_missing_ancestor, make_repository_durable
+from perfledger.ledger import layout
+from perfledger.ledger.cache import write_derived
+from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
+from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
-from perfledger.ledger.reader import ObjectReader
+from perfledger.ledger.reader import ObjectReader, read_pack
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
-from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore
-from perfledger.ledger.sync_verify import (
-    IncomingReader,
-    IncomingReport,
-    descends_from,
-    verify_incoming,
-)
-from perfledger.ledger.transport import Fetched, RemoteError, client, fetch
+from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
+from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
@@ -158,6 +153,165 @@ def _event_line(envelope: Envelope) -> dict[str, Any]:
         "actor": envelope.actor,
         "ts": envelope.ts,
     }
+
+
+# ------------------------------------------------------------------------------ transport
+# Talking to a git remote through dulwich's clients: errors mapped to RemoteError, and the fetch
+# of ``refs/heads/ledger`` with explicit wants (dulwich's porcelain fetch maps only
+# ``refs/heads/*`` to its own names, GUIDE.md), its pack received and read in memory
+# (:func:`perfledger.ledger.reader.read_pack`): nothing is written to disk there.
+
+
+class RemoteError(PerfledgerError):
+    """The remote could not be reached or read (exit 1): nothing changed locally."""
+
+    code = "remote"
+
+
+@contextlib.contextmanager
+def client(url: str) -> Iterator[tuple[Any, str]]:
+    """A dulwich client for ``url`` and the path on the remote; errors become
+    :class:`RemoteError`. Raises: BadRequest for a URL dulwich cannot use."""
+    try:
+        remote, path = get_transport_and_path(url)
+    except (ValueError, NotGitRepository) as exc:
+        raise BadRequest(f"cannot use remote URL {url!r}: {exc}") from None
+    try:
+        yield remote, path
+    except PerfledgerError:
+        raise
+    except (GitProtocolError, HangupException, NotGitRepository, OSError) as exc:
+        raise RemoteError(
+            f"remote {url} failed: {type(exc).__name__}: {exc}",
+            hint="check the URL and that the server is running; nothing changed locally",
+        ) from None
+    except Exception as exc:  # urllib3 / http errors and the like
+        if type(exc).__module__.startswith(("urllib3", "http", "dulwich")):
+            raise RemoteError(
+                f"remote {url} failed: {type(exc).__name__}: {exc}",
+                hint="check the URL and that the server is running; nothing changed locally",
+            ) from None
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            remote.close()
+
+
+@dataclass
+class Fetched:
+    """What a fetch brought: the remote's ledger head (None: no ledger branch) and the objects
+    received (binary sha -> (type, content)), each named from its content."""
+
+    remote_head: bytes | None
+    objects: dict[bytes, tuple[int, bytes]]
+
+
+def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]) -> Fetched:
+    """Fetch the remote's ledger branch: objects unpacked in memory, nothing written to the
+    object store. ``local_heads`` (hex) are offered as haves; ``store`` gives their parents
+    (None for a clone). Raises: RemoteError; IntegrityError for a malformed pack."""
+    holder: dict[str, bytes | None] = {"head": None}
+    object_store = repo.object_store
+
+    def determine_wants(refs: dict[bytes, bytes], depth: int | None = None) -> list[bytes]:
+        head = refs.get(LEDGER_REF)
+        holder["head"] = head
+        if head is None or head in object_store:
+            return []
+        return [head]
+
+    def parents(sha: bytes) -> list[bytes]:
+        if store is None:
+            return []
+        return list(store.commit_node(sha).parents)
+
+    walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
+    # received in memory, as it is read anyway: a killed pull leaves no file behind
+    received = bytearray()
+    with client(url) as (remote, path):
+        remote.fetch_pack(path, determine_wants, walker, received.extend)
+    objects = read_pack(received, object_store.get_raw) if received else {}
+    return Fetched(holder["head"], objects)
+
+
+# ------------------------------------------------------------------------------ last pull
+# What changed since the last local head (for ``perfledger resume`` and the ``pull`` summary):
+# the record of the last pull or clone that brought events, and the events reachable from one
+# head and not from another, in the total order.
+
+
+_LAST_PULL_FILE = layout.LAST_PULL_FILE
+
+
+class LastPull(msgspec.Struct):
+    """The record of the last pull or clone that brought events (derived data,
+    ``<gitdir>/perfledger/``; a pull that found nothing new leaves it as it was).
+
+    Attributes:
+        remote, url: where from; before, after: the local head around it (hex; before is empty
+        after a clone); action: as :attr:`PullResult.action`; at: UTC time (ISO 8601).
+    """
+
+    remote: str
+    url: str
+    before: str
+    after: str
+    action: str
+    at: str
+
+
+def record_pull(store: GitStore, result: PullResult) -> None:
+    """Write the record of a pull or clone that brought events (best effort: derived data)."""
+    record = LastPull(
+        result.remote,
+        result.url,
+        result.before,
+        result.after,
+        result.action,
+        datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    with contextlib.suppress(OSError):
+        write_derived(os.path.join(store.derived_dir, _LAST_PULL_FILE), msgspec.json.encode(record))
+
+
+def last_pull(store: GitStore) -> LastPull | None:
+    """Return the record of this ledger's last pull or clone, or None (never pulled)."""
+    try:
+        with open(os.path.join(store.derived_dir, _LAST_PULL_FILE), "rb") as f:
+            return msgspec.json.decode(f.read(), type=LastPull)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def changes_since(
+    store: GitStore, old_head: str | None, new_head: str | None = None
+) -> list[Envelope]:
+    """Return the events reachable from ``new_head`` (default: the current head) that are not
+    reachable from ``old_head`` (hex; None or empty: every event), in the total order
+    (lamport, id). This is "what changed since the last local head" after a pull (for
+    ``perfledger resume``: pass :attr:`LastPull.before`).
+
+    Raises: BadRequest when ``old_head`` is not a commit of this ledger.
+    """
+    head = (new_head or store.read_head().decode()).encode()
+    if old_head:
+        try:
+            store.commit_node(old_head.encode())
+        except IntegrityError:
+            raise BadRequest(f"{old_head} is not a commit of this ledger") from None
+    haves = [old_head.encode()] if old_head else []
+    nodes = [(store.commit_node(sha), sha) for sha in _commits_between(store, haves, [head])]
+    found = in_total_order((n.lamport, n.event_id, sha) for n, sha in nodes if n.event_id)
+    return [store.read_envelope(sha) for sha in found]
+
+
+def changes_since_last_pull(store: GitStore) -> tuple[LastPull | None, list[Envelope]]:
+    """Return (the last pull's record, the events new since the local head before it); the
+    events are empty when this ledger was never pulled or cloned."""
+    record = last_pull(store)
+    if record is None:
+        return None, []
+    return record, changes_since(store, record.before or None, record.after)
 
 
 # ------------------------------------------------------------------------------ pull
@@ -321,7 +475,7 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
                 if store.set_head(local, remote_head):
                     return remote_head, "fast_forward", None
             else:
-                merge = store.write_sync_merge([local, remote_head])
+                merge = store.write_merge([local, remote_head])
                 if store.set_head(local, merge):
                     return merge, "merged", merge
         time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
@@ -412,6 +566,28 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
     )
 
 
+def _commits_between(store: GitStore, haves: list[bytes], wants: list[bytes]) -> list[bytes]:
+    """The commits reachable from ``wants`` and not from ``haves`` (hex shas), as the walk meets
+    them (children before parents along each path)."""
+    known: set[bytes] = set()
+    stack = list(haves)
+    while stack:
+        sha = stack.pop()
+        if sha not in known:
+            known.add(sha)
+            stack.extend(store.commit_node(sha).parents)
+    commits: list[bytes] = []
+    stack, seen = list(wants), set()
+    while stack:
+        sha = stack.pop()
+        if sha in seen or sha in known:
+            continue
+        seen.add(sha)
+        commits.append(sha)
+        stack.extend(store.commit_node(sha).parents)
+    return commits
+
+
 def _pack_records(store: GitStore, wants: list[bytes], haves: list[bytes]) -> tuple[int, Any]:
     """The objects of the commits reachable from ``wants`` and not from ``haves`` (hex shas):
     each commit, its tree, ``event.json`` and artifacts (a merge: its empty tree), read through
@@ -423,23 +599,7 @@ def _pack_records(store: GitStore, wants: list[bytes], haves: list[bytes]) -> tu
     """
     from dulwich.pack import UnpackedObject
 
-    known: set[bytes] = set()
-    stack = list(haves)
-    while stack:
-        sha = stack.pop()
-        if sha in known:
-            continue
-        known.add(sha)
-        stack.extend(store.commit_node(sha).parents)
-    commits: list[bytes] = []
-    stack, seen = list(wants), set()
-    while stack:
-        sha = stack.pop()
-        if sha in seen or sha in known:
-            continue
-        seen.add(sha)
-        commits.append(sha)
-        stack.extend(store.commit_node(sha).parents)
+    commits = _commits_between(store, haves, wants)
     reader = ObjectReader(store.repo.object_store)
     records: list[Any] = []
     sent: set[bytes] = set()
@@ -544,12 +704,9 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     started = time.perf_counter()
     repo = Repo.init_bare(path)
     repo.refs.set_symbolic_ref(b"HEAD", LEDGER_REF)
-    config = repo.get_config()
-    config.set((b"perfledger",), b"formatVersion", str(FORMAT_VERSION).encode())
-    config.set((b"core",), b"fsync", b"committed")
-    config.write_to_path()
+    write_ledger_config(repo)
     target = add_remote(repo, name, url)
-    # the skeleton durable before its ref (see perfledger.ledger.initsync)
+    # the skeleton durable before its ref (see perfledger.ledger.durable)
     make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
     fetched = fetch(None, repo, target.url, [])
     if fetched.remote_head is None:

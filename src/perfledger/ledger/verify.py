@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import re
 import time
-from binascii import unhexlify
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import blake3
 import msgspec
@@ -46,41 +45,26 @@ from perfledger.events.envelope import (
     validate_envelope_fields,
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
-from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.gitobj import BLOB, COMMIT, TREE
+from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
+from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
 from perfledger.ledger.objects import (
     ARTIFACTS_DIR,
     EMPTY_TREE,
     EVENT_FILE,
+    ParsedCommit,
     actor_ident,
+    event_trailers,
     is_decimal,
+    parse_commit,
     parse_trailers,
+    split_ident,
 )
-from perfledger.ledger.order import in_total_order
 from perfledger.ledger.reader import ObjectReader
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 #: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
 #: parses per event on ledgers up to this size, and bounds the memory on larger ones.
 PARSED_CACHE_MAX = 120_000
-
-
-class ParsedCommit(NamedTuple):
-    """A commit's header fields and message, as pass 1 and pass 2 of verify read them (a named
-    tuple: built ~100,000 times a verify).
-
-    Attributes:
-        tree: the tree's binary sha (20 bytes).
-        parents: the parents' binary shas.
-        author / committer: ``Name <email> seconds tz`` (bytes).
-        message: the commit message (bytes).
-    """
-
-    tree: bytes
-    parents: tuple[bytes, ...]
-    author: bytes
-    committer: bytes
-    message: bytes
 
 
 class CommitFacts(NamedTuple):
@@ -118,58 +102,6 @@ def commit_facts(commit: ParsedCommit, trailers: dict[str, str]) -> CommitFacts:
         trailers.get("Event-Id"),
         trailers.get("Lamport", ""),
         trailers.get("Idempotency-Key"),
-    )
-
-
-_COMMIT_FAST = re.compile(
-    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author ([^\n]*)\ncommitter ([^\n]*)\n\n"
-)
-
-
-def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
-    """Parse a commit's raw content (binary ``sha`` only names it in errors).
-
-    Raises: IntegrityError when it has no message or a malformed tree/parent line.
-    """
-    fast = _COMMIT_FAST.match(raw)
-    if fast is not None:  # the layout perfledger writes: one regex match
-        parents = fast.group(2)
-        tree, parents, author, committer = fast.groups()
-        return ParsedCommit(
-            unhexlify(tree),
-            (unhexlify(parents[7:47]),)
-            if len(parents) == 48
-            else tuple(unhexlify(parents[i + 7 : i + 47]) for i in range(0, len(parents), 48)),
-            author,
-            committer,
-            raw[fast.end() :],
-        )
-    header, sep, message = raw.partition(b"\n\n")
-    if not sep:
-        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
-    tree = b""
-    parent_list: list[bytes] = []
-    author = committer = b""
-    for line in header.split(b"\n"):
-        if line.startswith(b" "):
-            continue  # continuation of a multi-line header (e.g. a signature)
-        key, _, value = line.partition(b" ")
-        if key == b"tree":
-            tree = value
-        elif key == b"parent":
-            parent_list.append(value)
-        elif key == b"author":
-            author = value
-        elif key == b"committer":
-            committer = value
-    if len(tree) != 40 or any(len(p) != 40 for p in parent_list):
-        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
-    return ParsedCommit(
-        bytes.fromhex(tree.decode()),
-        tuple(bytes.fromhex(p.decode()) for p in parent_list),
-        author,
-        committer,
-        message,
     )
 
 
@@ -238,19 +170,11 @@ def _ts_seconds(ts: str) -> int:
     return base + 60 * minute + second
 
 
-def _split_ident(value: bytes) -> tuple[bytes, int]:
-    """Split ``Name <email> 1700000000 +0000`` into (``Name <email>``, seconds)."""
-    ident, _, rest = value.rpartition(b"> ")
-    seconds, _, _tz = rest.partition(b" ")
-    return ident + b">", int(seconds) if seconds.isdigit() else -1
-
-
 def verify_store(
     store: object,
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
-    chunk_work: ChunkWork | None = None,
 ) -> VerifyReport:
     """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
 
@@ -259,9 +183,6 @@ def verify_store(
         on_event: called with every verified event, in the total order (lamport, id), as a
             :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
         format_version: the storage format this code reads.
-        chunk_work: accepted for callers written for the former worker processes (see
-            :class:`ChunkWork`); verify runs in one process, where ``on_event`` does that
-            work, so it is not called.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
@@ -301,56 +222,152 @@ def _verify(
     on_event: Callable[[RecordedEvent], None] | None,
     format_version: int,
 ) -> None:
-    # ---- pass 1: the commit graph --------------------------------------------------------
-    nodes: dict[bytes, CommitNode] = {}
-    commit_of: dict[str, bytes] = {}
-    parsed: dict[bytes, CommitFacts] = {}
-    roots: list[bytes] = []
-    stack = [head]
-    while stack:
-        sha = stack.pop()
-        if sha in nodes:
-            continue
-        facts = _read_commit_facts(reader, sha)
-        if len(parsed) < PARSED_CACHE_MAX:  # pass 2 reuses it (bounded: see PARSED_CACHE_MAX)
-            parsed[sha] = facts
-        event_id = facts.event_id
-        parents = facts.parents
-        if event_id is None:
-            nodes[sha] = CommitNode(None, 0, parents)
-            report.merges += 1
-        else:
-            if event_id in commit_of:
-                raise IntegrityError(
-                    f"event {event_id} appears in two commits", event_id=event_id, commit=sha.hex()
-                )
-            commit_of[event_id] = sha
-            nodes[sha] = CommitNode(event_id, int(facts.lamport), parents)
-        if not parents:
-            roots.append(sha)
-        stack.extend(parents)
-    if len(roots) != 1:
-        raise IntegrityError(f"the ledger has {len(roots)} root commits; exactly one is allowed")
-
-    dag = EventHeads(nodes.__getitem__, commit_of.__getitem__)
-    for sha, node in nodes.items():
-        if node.event_id is None:
-            check_merge_joins(dag, sha, node.parents)
-    order = [
-        sha
-        for _l, _e, sha in in_total_order(
-            (node.lamport, node.event_id, (node.lamport, node.event_id, sha))
-            for sha, node in nodes.items()
-            if node.event_id
+    graph = CommitGraph(reader, head)
+    report.merges = graph.merges
+    if len(graph.roots) != 1:
+        raise IntegrityError(
+            f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
         )
-    ]
-    # ---- pass 2: every event, in the total order ------------------------------------------
-    checker = _Pass2(reader, nodes, dag, commit_of, roots[0], format_version, parsed, order)
-    for position in range(len(order)):
-        event = checker.decode(position, checker.check(position))
+    for event in graph.check_events(graph.roots[0], format_version):
         report.events += 1
         if on_event is not None:
             on_event(event)
+
+
+class CommitGraph:
+    """What verify and a pull's check of received commits (:func:`verify_incoming`)
+    share, so that they can never disagree about what a valid event is.
+
+    Pass 1 (the constructor) walks the commits reachable from ``tip``, each read through the
+    checking reader and checked on its own (:func:`check_commit`), no event in two commits.
+    Commits for which ``is_local`` is true (a pull: reachable from the local head, verified when
+    written or pulled) are not walked; their structure is read from git when the DAG needs it.
+    Pass 2 (:meth:`check_events`) checks every walked event in the total order.
+
+    Args:
+        reader: the checking object reader (binary shas).
+        tip: the binary sha of the head to verify.
+        is_local: binary sha -> True for a commit already verified (None: none is).
+        has_event: event id -> True when a verified local commit carries it (None: none does).
+    Attributes:
+        nodes: binary sha -> :class:`CommitNode` (binary parents) of every commit met.
+        commit_of: event id -> binary commit sha.
+        walked: the commits walked and checked; roots: those of them without parents.
+        merges: walked merge commits. keys: binary sha -> Idempotency-Key of walked events.
+    Raises: IntegrityError naming the first bad commit (and the event it claims).
+    """
+
+    def __init__(
+        self,
+        reader: ObjectReader,
+        tip: bytes,
+        *,
+        is_local: Callable[[bytes], bool] | None = None,
+        has_event: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.reader = reader
+        self.nodes: dict[bytes, CommitNode] = {}
+        self.commit_of: dict[str, bytes] = {}
+        self.walked: list[bytes] = []
+        self.roots: list[bytes] = []
+        self.merges = 0
+        self.keys: dict[bytes, str] = {}
+        #: pass 1's parse, reused by pass 2 (bounded: see PARSED_CACHE_MAX)
+        self.parsed: dict[bytes, CommitFacts] = {}
+        stack = [tip]
+        while stack:
+            sha = stack.pop()
+            if sha in self.nodes:
+                continue
+            if is_local is not None and is_local(sha):
+                self.node(sha)
+                continue
+            facts = _read_commit_facts(reader, sha)
+            if len(self.parsed) < PARSED_CACHE_MAX:
+                self.parsed[sha] = facts
+            event_id, parents = facts.event_id, facts.parents
+            if event_id is None:
+                self.nodes[sha] = CommitNode(None, 0, parents)
+                self.merges += 1
+            else:
+                if event_id in self.commit_of or (has_event is not None and has_event(event_id)):
+                    raise IntegrityError(
+                        f"event {event_id} appears in two commits",
+                        event_id=event_id,
+                        commit=sha.hex(),
+                    )
+                self.commit_of[event_id] = sha
+                self.nodes[sha] = CommitNode(event_id, int(facts.lamport), parents)
+                if facts.idempotency_key is not None:
+                    self.keys[sha] = facts.idempotency_key
+            if not parents:
+                self.roots.append(sha)
+            self.walked.append(sha)
+            stack.extend(parents)
+        self.dag = EventHeads(self.node, self.commit_of.__getitem__)
+
+    def node(self, sha: bytes) -> CommitNode:
+        """The structure of commit ``sha``: a walked one's, else a verified local one's, read
+        from git (never from the derived index)."""
+        node = self.nodes.get(sha)
+        if node is None:
+            commit = parse_commit(sha, self.reader.read(sha, check=False)[1])
+            event_id, lamport, _ = event_trailers(commit.message)
+            node = self.nodes[sha] = CommitNode(event_id, max(lamport, 0), commit.parents)
+            if event_id is not None:
+                self.commit_of.setdefault(event_id, sha)
+        return node
+
+    def check_events(self, root: bytes, format_version: int) -> Iterator[RecordedEvent]:
+        """Pass 2: every walked merge joins divergent heads, then every walked event, in the
+        total order (lamport, id), is checked (:func:`_verify_event`) and decoded against its
+        kind's schema; yields each as a :class:`RecordedEvent`.
+
+        Args:
+            root: the binary sha of the ledger's root commit (b"" when none was walked).
+            format_version: the storage format this code reads.
+        Raises: IntegrityError naming the first bad event (and its commit).
+        """
+        for sha in self.walked:
+            node = self.nodes[sha]
+            if node.event_id is None:
+                check_merge_joins(self.dag, sha, node.parents)
+        order = in_total_order(
+            (node.lamport, node.event_id, sha)
+            for sha in self.walked
+            if (node := self.nodes[sha]).event_id is not None
+        )
+        for sha in order:
+            data = self._check_event(sha, root)
+            envelope = _envelope_decoder.decode(data)  # checked: cannot fail
+            try:
+                yield _decode_payload(envelope, format_version)
+            except IntegrityError as exc:
+                raise _named(exc, envelope.id, sha) from None
+
+    def _check_event(self, sha: bytes, root: bytes) -> bytes:
+        """Check the event commit ``sha`` but its schema; return its ``event.json`` bytes.
+        Raises: IntegrityError naming the event (and the commit)."""
+        event_id = self.nodes[sha].event_id
+        assert event_id is not None
+        try:
+            return _verify_event(
+                self.reader, sha, self.nodes[sha], self.dag, root, self.parsed.pop(sha, None)
+            )[1]
+        except _DagMismatch as exc:
+            # The event is placed wrongly relative to its parents. When a parent's own
+            # trailers disagree with its event.json (a forged Lamport trailer sorts it after
+            # this child), the parent is the tampered one: name it.
+            parent_commit = parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
+            for parent_id in self.dag.heads(parent_commit):
+                parent_sha = self.commit_of[parent_id]
+                try:
+                    _verify_event(self.reader, parent_sha, self.node(parent_sha), None, root)
+                except IntegrityError as parent_exc:
+                    raise _named(parent_exc, parent_id, parent_sha) from None
+            raise _named(exc, event_id, sha) from None
+        except IntegrityError as exc:
+            raise _named(exc, event_id, sha) from None
 
 
 def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
@@ -374,7 +391,7 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
 
 
 def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
-    """Check what verify (and a pull, :mod:`perfledger.ledger.sync_verify`) checks of one
+    """Check what verify (and a pull, :func:`verify_incoming`) checks of one
     commit on its own: a merge has no ledger trailers, at least two parents and the empty
     tree; an event commit has a well-formed Event-Id and Lamport trailer and at most one parent.
 
@@ -427,91 +444,6 @@ def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -
             "the other)",
             commit=sha.hex(),
         )
-
-
-class _Pass2:
-    """Pass 2's checks of one event, by its position in the total order.
-
-    :meth:`check` does everything but the payload's schema (git objects, canonical bytes, id,
-    trailers, identity, time, place in the DAG, artifacts) and returns ``event.json``'s bytes;
-    :meth:`decode` decodes them and checks the payload against its kind's schema.
-    """
-
-    def __init__(
-        self,
-        reader: ObjectReader,
-        nodes: dict[bytes, CommitNode],
-        dag: EventHeads,
-        commit_of: dict[str, bytes],
-        root: bytes,
-        format_version: int,
-        parsed: dict[bytes, CommitFacts],
-        order: list[bytes],
-    ) -> None:
-        self.reader = reader
-        self.nodes = nodes
-        self.dag = dag
-        self.commit_of = commit_of
-        self.root = root
-        self.format_version = format_version
-        self.parsed = parsed
-        self.order = order
-
-    def check(self, position: int) -> bytes:
-        """Check the event at ``position`` but its schema; return its ``event.json`` bytes.
-        Raises: IntegrityError naming the event (and the commit)."""
-        sha = self.order[position]
-        node = self.nodes[sha]
-        event_id = node.event_id
-        assert event_id is not None
-        try:
-            return _verify_event(
-                self.reader, sha, node, self.dag, self.root, self.parsed.pop(sha, None)
-            )[1]
-        except _DagMismatch as exc:
-            # The event is placed wrongly relative to its parents. When a parent's own
-            # trailers disagree with its event.json (a forged Lamport trailer sorts it after
-            # this child), the parent is the tampered one: name it.
-            parent_commit = parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
-            for parent_id in self.dag.heads(parent_commit):
-                parent_sha = self.commit_of[parent_id]
-                try:
-                    _verify_event(self.reader, parent_sha, self.nodes[parent_sha], None, self.root)
-                except IntegrityError as parent_exc:
-                    raise _named(parent_exc, parent_id, parent_sha) from None
-            raise _named(exc, event_id, sha) from None
-        except IntegrityError as exc:
-            raise _named(exc, event_id, sha) from None
-
-    def decode(self, position: int, data: bytes) -> RecordedEvent:
-        """Decode the checked ``event.json`` bytes of the event at ``position`` and check its
-        payload against its kind's schema (after upcasting).
-        Raises: IntegrityError naming the event."""
-        envelope = _envelope_decoder.decode(data)  # checked by check(): cannot fail
-        try:
-            return _decode_payload(envelope, self.format_version)
-        except IntegrityError as exc:
-            raise _named(exc, envelope.id, self.order[position]) from None
-
-
-@dataclass(frozen=True)
-class ChunkWork:
-    """Extra work a caller offered to verify's former worker processes (the auditor's replay
-    derived verdicts there). Verify now runs in one process, one path, where ``on_event``
-    already does this work, so verify never calls these; the type stays so that callers written
-    for the workers keep working, and can be dropped together with them.
-
-    Attributes:
-        run: called as ``run(datas, decode, args)`` on a chunk of checked ``event.json`` bytes.
-        args: called as each chunk was handed out.
-        take: called with each chunk's result (None when ``run`` failed).
-        before_fork: called before workers were forked.
-    """
-
-    run: Callable[[list[bytes], Callable[[bytes], RecordedEvent], Any], Any]
-    args: Callable[[], Any]
-    take: Callable[[Any], None]
-    before_fork: Callable[[], None] | None = None
 
 
 def _fail(message: str) -> IntegrityError:
@@ -731,8 +663,8 @@ def _verify_event_content(
     seconds = _ts_seconds(envelope.ts)
     if seconds < 0 or not facts.author == facts.committer == b"%s %d +0000" % (expected, seconds):
         # not what perfledger writes: compare the parts (any time zone is accepted)
-        author, author_s = _split_ident(facts.author)
-        committer, committer_s = _split_ident(facts.committer)
+        author, author_s = split_ident(facts.author)
+        committer, committer_s = split_ident(facts.committer)
         if author != expected or committer != expected:
             raise _fail(f"author/committer do not match actor {envelope.actor!r}")
         if author_s != seconds or committer_s != seconds:
@@ -793,3 +725,129 @@ def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:
     if isinstance(payload, LedgerInitialized) and payload.format_version != format_version:
         raise _fail(f"the ledger says format {payload.format_version}, expected {format_version}")
     return RecordedEvent(envelope, payload)
+
+
+# ------------------------------------------------------------------- commits received by a pull
+# Only the new commits are checked (those not reachable from the local head, which was verified
+# when it was written or pulled), exactly as a whole ledger is (CommitGraph). Where a new commit
+# stands on local ones, the local commits' structure is read from git (never from the derived
+# index). The received objects are held in memory (IncomingReader) until they pass; only then
+# are they written to the object store, so a refused pull leaves the ledger's files untouched.
+
+
+class IncomingReader:
+    """Objects received from a remote (held in memory, each already hashed from its content by
+    the pack reader) in front of the local store's :class:`ObjectReader`.
+
+    Args:
+        incoming: binary sha -> (git type number, content).
+        base: reader of the local object store, or None (a clone into an empty repository).
+    Attributes:
+        used: binary shas of the incoming objects read (what the verified commits reference).
+    """
+
+    def __init__(self, incoming: dict[bytes, tuple[int, bytes]], base: ObjectReader | None):
+        self.incoming = incoming
+        self.base = base
+        self.used: set[bytes] = set()
+
+    def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
+        """Return (type number, content) of binary ``sha``; IntegrityError when missing."""
+        hit = self.incoming.get(sha)
+        if hit is not None:
+            self.used.add(sha)
+            return hit
+        if self.base is None:
+            raise IntegrityError(
+                f"git object {sha.hex()} is missing from what the remote sent", commit=sha.hex()
+            )
+        return self.base.read(sha, check=check)
+
+    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
+        """As :meth:`ObjectReader.read_unchecked`."""
+        hit = self.incoming.get(sha)
+        if hit is not None:
+            return hit
+        return self.base.read_unchecked(sha) if self.base is not None else None
+
+    def used_objects(self) -> list[RawObject]:
+        """Return the incoming objects the verification read, as :class:`RawObject` s."""
+        incoming = self.incoming
+        return [RawObject(*incoming[sha], sha.hex().encode()) for sha in self.used]
+
+
+@dataclass
+class IncomingReport:
+    """What :func:`verify_incoming` checked.
+
+    Attributes:
+        tip: the remote head (hex bytes).
+        new_commits: hex shas of the commits that were not local (events and merges).
+        events: the new events, verified, in the total order (lamport, id).
+        merges: new merge commits.
+        objects: the received objects the new commits reference (what a pull stores).
+        nodes: hex sha -> :class:`CommitNode` (hex parents) of every new commit.
+        keys: hex sha -> the Idempotency-Key trailer of new event commits that carry one.
+    """
+
+    tip: bytes
+    new_commits: list[bytes] = field(default_factory=list)
+    events: list[RecordedEvent] = field(default_factory=list)
+    merges: int = 0
+    objects: list[RawObject] = field(default_factory=list)
+    nodes: dict[bytes, CommitNode] = field(default_factory=dict)
+    keys: dict[bytes, str] = field(default_factory=dict)
+
+
+def verify_incoming(
+    reader: IncomingReader,
+    tip: bytes,
+    *,
+    is_local: Callable[[bytes], bool],
+    has_event: Callable[[str], bool],
+    format_version: int,
+    clone: bool = False,
+) -> IncomingReport:
+    """Verify every commit reachable from ``tip`` that is not local.
+
+    Args:
+        reader: the incoming objects over the local store.
+        tip: the remote head, hex bytes.
+        is_local: hex commit sha -> True when it is reachable from the local head (verified).
+        has_event: event id -> True when the local ledger holds it (a remote commit carrying a
+            local event under another commit is refused: one event, one commit).
+        format_version: the storage format this code reads.
+        clone: True when there is no local ledger (the new commits must hold exactly one root);
+            otherwise no new commit may be a root (a remote of another ledger).
+    Returns: an :class:`IncomingReport`.
+    Raises: IntegrityError naming the first bad event or commit (nothing was written).
+    """
+    report = IncomingReport(tip=tip)
+    graph = CommitGraph(
+        reader,  # type: ignore[arg-type]  (the read interface of ObjectReader)
+        bytes.fromhex(tip.decode()),
+        is_local=None if clone else (lambda sha: is_local(sha.hex().encode())),
+        has_event=None if clone else has_event,
+    )
+    if clone and len(graph.roots) != 1:
+        raise IntegrityError(
+            f"the remote ledger has {len(graph.roots)} root commits; exactly one is allowed"
+        )
+    if not clone and graph.roots:
+        raise IntegrityError(
+            "the remote holds a different ledger (its history has another root commit)",
+            commit=graph.roots[0].hex(),
+            hint="pull only from clones of this ledger",
+        )
+    report.merges = graph.merges
+    report.keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
+    report.events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
+    report.new_commits = [sha.hex().encode() for sha in graph.walked]
+    report.nodes = {
+        sha.hex().encode(): CommitNode(
+            node.event_id, node.lamport, tuple(p.hex().encode() for p in node.parents)
+        )
+        for sha in graph.walked
+        if (node := graph.nodes[sha])
+    }
+    return report

@@ -13,11 +13,7 @@ From zero, independent of the derived cache and index, in one pass over git:
    from its samples (R12), every claim's figures (R7), every failure count (R5), so an event the
    rules would have refused, or whose derived content was forged, is a finding naming its event
    and rule. A decision recorded without its request is re-decided from a request rebuilt from
-   its payload (and noted). Where verify checks in worker processes, the workers also derive
-   the verdicts of the samples they meet (:func:`_derive_in_worker`, with the Target as this
-   process last folded it), so this process mostly re-decides verdicts with derivations made in
-   parallel; a derivation is used only for exactly the samples event and Target parameters it
-   was made from, else it is made here;
+   its payload (and noted);
 3. the state is folded (the workflow projection); an event the fold cannot place is a finding;
 4. evidence parsed from a report is re-derived from the attached raw report, re-parsed with
    the recorded tool and parser versions (R6, :mod:`perfledger.commands.audit.evidence`): a
@@ -119,8 +115,7 @@ class AuditReport:
         elapsed_s: wall time in seconds.
         per_kind: kind -> (events, seconds spent re-deciding and folding them), the replay's
             own cost per kind (verify's checks excluded).
-        derived_in_workers / derived_here: verdict and final-audit derivations (R12) made by
-            verify's worker processes in parallel / made by the replay itself.
+        derived_here: verdict and final-audit derivations (R12) the replay made.
         evidence_rederived: evidence events whose facts were re-derived from their attached
             raw report (R6); evidence_as_written: evidence recorded from a hand-written request,
             without a report to re-derive from, and the first :data:`AS_WRITTEN_IDS_MAX` of
@@ -136,7 +131,6 @@ class AuditReport:
     state_hash: str | None = None
     elapsed_s: float = 0.0
     per_kind: dict[str, list[float]] = field(default_factory=dict)
-    derived_in_workers: int = 0
     derived_here: int = 0
     evidence_rederived: int = 0
     evidence_as_written: int = 0
@@ -153,7 +147,6 @@ class AuditReport:
             "notes": list(self.notes),
             "state_hash": self.state_hash,
             "elapsed_s": round(self.elapsed_s, 6),
-            "derived_in_workers": self.derived_in_workers,
             "derived_here": self.derived_here,
             "evidence": {
                 "rederived": self.evidence_rederived,
@@ -273,10 +266,7 @@ class _Replay:
         #: event id -> verified payload of every SamplesRecorded (the state keeps samples
         #: without their pairs; a verdict's re-derivation reads them through ``payload_of``)
         self.samples_payloads: dict[str, Any] = {}
-        #: (samples event id, msgpack of the DerivationParams) -> derivation made by a worker
-        self.derived: dict[tuple[str, bytes], Any] = {}
         self.derived_here = 0
-        self.derived_in_workers = 0
         #: idempotency key -> the first event that carried it
         self.keys: dict[str, str] = {}
 
@@ -392,33 +382,12 @@ class _Replay:
         return recorded(self.store.get_event(event_id)).payload
 
     def _derive(self, samples_event: str, params: Any, samples: Any) -> Any:
-        """``DecisionContext.derive``: the derivation a worker made from exactly these samples
-        (event id) and parameters, else :func:`perfledger.commands.workflow.deciders.derive_samples`."""
-        found = self.derived.pop((samples_event, msgspec.msgpack.encode(params)), None)
-        if found is not None:
-            self.derived_in_workers += 1
-            return found
+        """``DecisionContext.derive``: :func:`perfledger.commands.workflow.deciders.derive_samples`
+        (``samples_event`` names the samples; the replay derives every verdict itself)."""
         from perfledger.commands.workflow.deciders import derive_samples
 
         self.derived_here += 1
         return derive_samples(params, samples)
-
-    def worker_args(self) -> dict[str, tuple[bytes, Any]]:
-        """:attr:`ChunkWork.args`: target id -> (key, DerivationParams) of every Target of the
-        state folded so far that has readiness and resolution recorded."""
-        from perfledger.commands.workflow.deciders import derivation_params
-
-        out: dict[str, tuple[bytes, Any]] = {}
-        for target_id, target in self.state.targets.items():
-            if target.readiness is not None and target.resolution is not None:
-                params = derivation_params(target)
-                out[target_id] = (msgspec.msgpack.encode(params), params)
-        return out
-
-    def take_derived(self, derived: dict[tuple[str, bytes], Any] | None) -> None:
-        """:attr:`ChunkWork.take`: keep a chunk's derivations until their verdicts come."""
-        if derived:
-            self.derived.update(derived)
 
     def _find(self, event: RecordedEvent, rule: str, message: str) -> None:
         envelope = event.envelope
@@ -552,42 +521,6 @@ def _r5_unlike_raw_table(store: Any, event: RecordedEvent) -> str | None:
     return f"its samples claim to be measured by perfledger, but {mismatch}"
 
 
-def _import_derivation_libraries() -> None:
-    """Import what a verdict's derivation needs (numpy, scipy.stats: ~1-2 s), once, before
-    verify forks its workers."""
-    import numpy  # noqa: F401
-    import scipy.stats  # noqa: F401
-
-
-def _derive_in_worker(
-    datas: list[bytes], decode: Any, params_by_target: dict[str, tuple[bytes, Any]]
-) -> dict[tuple[str, bytes], Any]:
-    """Worker (a :attr:`perfledger.ledger.verify.ChunkWork.run`): derive the verdicts (R12) of
-    every SamplesRecorded among ``datas`` whose Target is in ``params_by_target`` (target id ->
-    (key, DerivationParams)); returns (samples event id, key) -> derivation. Samples whose
-    derivation fails are left out: the replay then derives them itself and reports the failure."""
-    from perfledger.commands.workflow.deciders import derive_samples
-    from perfledger.events.workflow import SamplesRecorded
-
-    out: dict[tuple[str, bytes], Any] = {}
-    if not params_by_target:
-        return out
-    for data in datas:
-        if b"SamplesRecorded" not in data:
-            continue
-        event = decode(data)
-        samples = event.payload
-        entry = params_by_target.get(getattr(samples, "target_id", ""))
-        if not isinstance(samples, SamplesRecorded) or entry is None:
-            continue
-        key, params = entry
-        try:
-            out[(event.envelope.id, key)] = derive_samples(params, samples)
-        except (AssertionError, ValueError, TypeError, KeyError):
-            continue
-    return out
-
-
 def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
     """Say how a recorded payload differs from the decided one (the first differing fields)."""
     decided_b = msgspec.to_builtins(decided)
@@ -634,19 +567,10 @@ def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
     """Verify ``ledger`` with ``replay`` on every event; fill ``report``'s head, findings,
     state hash and ``ok``."""
     from perfledger.ledger.store import FORMAT_VERSION
-    from perfledger.ledger.verify import ChunkWork, verify_store
+    from perfledger.ledger.verify import verify_store
     from perfledger.projections.ledger_state import state_hash
 
-    work = ChunkWork(
-        run=_derive_in_worker,
-        args=replay.worker_args,
-        take=replay.take_derived,
-        before_fork=_import_derivation_libraries,
-    )
-    verified = verify_store(
-        ledger.store, on_event=replay, format_version=FORMAT_VERSION, chunk_work=work
-    )
-    report.derived_in_workers = replay.derived_in_workers
+    verified = verify_store(ledger.store, on_event=replay, format_version=FORMAT_VERSION)
     report.derived_here = replay.derived_here
     report.head = verified.head
     if not verified.ok:

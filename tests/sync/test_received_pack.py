@@ -13,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.dag import CommitNode
-from perfledger.ledger.packstream import read_pack
-from perfledger.ledger.sync_verify import descends_from
+from perfledger.ledger.dag import CommitNode, descends_from
+from perfledger.ledger.reader import read_pack
 
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3}
 
