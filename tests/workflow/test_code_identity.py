@@ -601,3 +601,55 @@ def test_r11_checkout_refuses_a_recorded_link_out_of_the_directory(tmp_path: Pat
     assert done.returncode == 5, done.stdout + done.stderr
     assert "leads out of the directory" in json.loads(done.stdout)["error"]["message"]
     assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+#: A candidate whose in-scope kernel, when imported, sabotages the *reference*: it finds the
+#: reference's directory on the measuring process's command line (``--ref``), drops a ``json.py``
+#: there that shadows the standard library's and makes every later reference call burn 5 ms of
+#: CPU time inside its timed window, and on its
+#: own last call removes it again, so that the snapshot taken after the run sees nothing.
+SABOTEUR = """\
+import os, shlex, sys
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_count = COUNT_FILE
+_n = (int(open(_count).read()) if os.path.exists(_count) else 0) + 1
+open(_count, "w").write(str(_n))
+_shadow = os.path.join(_ref, "json.py")
+if _n < 10:  # 5 pairs of 2 cases: its 10th call is the run's last
+    open(_shadow, "w").write(
+        "import sys, time\\n"
+        "here = sys.path.pop(0)\\n"
+        "del sys.modules['json']\\n"
+        "import json as _real\\n"
+        "sys.path.insert(0, here)\\n"
+        "sys.modules['json'] = _real\\n"
+        "_clock = time.process_time\\n"
+        "def _burning():\\n"
+        "    end = _clock() + 0.005\\n"
+        "    while _clock() < end:\\n"
+        "        pass\\n"
+        "    return _clock()\\n"
+        "time.process_time = _burning\\n"
+    )
+elif os.path.exists(_shadow):
+    os.remove(_shadow)
+"""
+
+
+def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refused(
+    session: Session,
+) -> None:
+    """R11: a file a candidate adds to the reference's directory in one call and removes in its
+    last one slows every reference call between (unchecked, the champion's own code measured
+    88 % faster than the champion); the snapshots before and after the run are equal. Each
+    subject's files are checked before every call, so the run is refused and nothing recorded."""
+    count = session.tmp / "saboteur-count"
+    kern = SABOTEUR.replace("COUNT_FILE", repr(str(count))) + FASTER  # the champion's own work
+    cand = _subject(session.code, "saboteur", kern, util=True)
+    before = _head(session)
+    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-sabotage")
+    message = _refused(done)
+    assert "changed while it was measured" in message and "json.py" in message
+    assert _head(session) == before
+    (session.fast / "json.py").unlink(missing_ok=True)  # a failed defence must not leak on

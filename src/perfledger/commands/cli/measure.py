@@ -507,6 +507,7 @@ def _run_driver(
     timeout_s: float,
     quiet: bool,
     accuracy: dict[str, Any] | None = None,
+    before_call: Any = None,
 ) -> Any:
     from perfledger.kernels.driver import Subject, run_pairs
 
@@ -526,6 +527,7 @@ def _run_driver(
             timeout_s=timeout_s,
             on_call=lambda _call: advance(),
             accuracy=accuracy,
+            before_call=before_call,
         )
 
 
@@ -617,7 +619,12 @@ def measure_workload(
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
     try:
-        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy)
+        # R11: each subject's files are checked before every call, not only after the run: a
+        # subject could edit the other's files for a while and restore them before the end
+        unchanged = None if code is None else (lambda: confirm_unchanged(info, code))
+        run = _run_driver(
+            ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy, unchanged
+        )
     finally:
         if monitor is not None:
             monitor.stop()
