@@ -653,3 +653,53 @@ def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refuse
     assert "changed while it was measured" in message and "json.py" in message
     assert _head(session) == before
     (session.fast / "json.py").unlink(missing_ok=True)  # a failed defence must not leak on
+
+
+#: A candidate whose in-scope kernel, when imported, writes a bytecode cache for the reference's
+#: ``src/kern.py`` into the reference's ``__pycache__``: stamped with the source's modification
+#: time and size, so Python loads it instead of the source, and compiled from the source plus a
+#: wrapper that burns 5 ms of CPU time inside every reference call's timed window. The snapshot
+#: skips ``__pycache__`` (the run writes it itself): no snapshot sees the change.
+PYC_SABOTEUR = """\
+import importlib.util, os, shlex
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_src = os.path.join(_ref, "src", "kern.py")
+_text = open(_src).read() + (
+    "\\nimport time as _t\\n_honest = sumsq\\n"
+    "def sumsq(n):\\n"
+    "    end = _t.process_time() + 0.005\\n"
+    "    while _t.process_time() < end:\\n"
+    "        pass\\n"
+    "    return _honest(n)\\n"
+)
+_stat = os.stat(_src)
+_pyc = importlib.util.cache_from_source(_src)
+os.makedirs(os.path.dirname(_pyc), exist_ok=True)
+with open(_pyc, "wb") as _out:
+    _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
+                                      _stat.st_size))
+"""
+
+
+def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
+    session: Session,
+) -> None:
+    """R11: the reference's bytecode caches are not in its snapshot, so a candidate that plants
+    a ``.pyc`` there would make the reference run code that no snapshot holds (unchecked, the
+    champion's own code measured about 85 % faster than the champion). The driver removes both
+    subjects' bytecode caches before every call and after the run: every call runs the
+    snapshotted source, the candidate doing the champion's work gains nothing, and no planted
+    cache is left behind."""
+    cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
+    try:
+        done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-pyc")
+        assert done.returncode == 0, done.stdout + done.stderr
+        verdict = session.ok("verdict", "record", "--samples", "e2-pyc", "--dry-run")
+        primary = verdict["events"][0]["payload"]["primary"]
+        assert primary["estimate"] < 0.5, primary  # the same work: no 85 % "gain"
+        assert not list(session.fast.rglob("*.pyc"))
+    finally:  # a failed defence must not leak into the other tests of the session
+        for cache in session.fast.rglob("__pycache__"):
+            shutil.rmtree(cache)

@@ -206,6 +206,17 @@ def measure_identity(
     return body, artifacts_of(ref, cand)
 
 
+def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
+    """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
+    call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
+    :func:`confirm_unchanged`. Raises: RuleRefused (R11) as that does."""
+    from perfledger.kernels.snapshot import remove_bytecode_caches
+
+    for role in ("reference", "candidate"):
+        remove_bytecode_caches(body[role]["subject"])
+    confirm_unchanged(info, body)
+
+
 def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """After the measurement: each subject's files are still those snapshotted before it
     (R11: a subject whose code changed while it was measured, by itself or by anyone, measured

@@ -37,7 +37,7 @@ from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import (
     check_original_command,
-    confirm_unchanged,
+    fresh_and_unchanged,
     measure_identity,
     refuse_unsnapshotted,
     unenforced_note,
@@ -620,8 +620,9 @@ def measure_workload(
         )
     try:
         # R11: each subject's files are checked before every call, not only after the run: a
-        # subject could edit the other's files for a while and restore them before the end
-        unchanged = None if code is None else (lambda: confirm_unchanged(info, code))
+        # subject could edit the other's files for a while and restore them before the end;
+        # bytecode caches (not in a snapshot) are removed, so no call runs a planted .pyc
+        unchanged = None if code is None else (lambda: fresh_and_unchanged(info, code))
         run = _run_driver(
             ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy, unchanged
         )
@@ -629,7 +630,7 @@ def measure_workload(
         if monitor is not None:
             monitor.stop()
     if code is not None:
-        confirm_unchanged(info, code)
+        fresh_and_unchanged(info, code)
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,
