@@ -29,6 +29,12 @@ The rule (method :data:`METHOD`), for each time-like metric (unit ``s``, ``ms``,
   even if wholly invented, would not be flagged: not verifiable at this resolution (shown, not
   blocking); else **consistent**.
 
+From :data:`METHOD_V2` on, in every pair of a case the two calls must report the same number of
+values of each time-like metric (the readiness driver fixes the repeats): a candidate that pads
+its list with values that never ran (``[t, t, t, 1e-4, 1e-4, 1e-4, 1e-4]``) keeps its reported
+total, so the wall clock sees nothing, while the median or mean of its values collapses. Pairs
+whose counts differ flag the case. Samples checked by :data:`METHOD` keep that rule.
+
 Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
 OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
 
@@ -48,11 +54,15 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
+
 from perfledger.events.workflow import WallCheck, WallCheckCase
 from perfledger.kernels.timing import UNITS_PER_SECOND
 
-#: The rule's version, recorded with every check.
+#: The rule's version, recorded with every check: ``wall_v1`` for samples recorded before the
+#: value-count rule (``SamplesRecorded`` schema 4 and before), :data:`METHOD_V2` from then on.
 METHOD = "wall_v1"
+METHOD_V2 = "wall_v2"
 #: Seconds per unit of a time-like metric.
 SECONDS_PER_UNIT = {unit: 1.0 / per_s for unit, per_s in UNITS_PER_SECOND.items()}
 #: Share of the reported saving that may be missing from the wall saving (systematic effects).
@@ -135,6 +145,7 @@ def check_pairs(
     pairs: Iterable[Any],
     units: Mapping[str, str],
     directions: Mapping[str, str] | None = None,
+    method: str = METHOD_V2,
 ) -> WallCheck | None:
     """Check the self-reported time-like metrics of recorded pairs against the driver's wall
     clock (the rule in the module docstring).
@@ -145,6 +156,8 @@ def check_pairs(
             ``samples.record`` request or a SamplesRecorded payload.
         units: metric name -> unit; metrics in ``s``, ``ms``, ``us``, ``µs``, ``ns`` are checked.
         directions: metric name -> ``lower_is_better`` (default) or ``higher_is_better``.
+        method: :data:`METHOD_V2` (default: value counts must match per pair) or :data:`METHOD`
+            (the rule samples recorded before it are re-checked by).
     Returns: the :class:`~perfledger.events.workflow.WallCheck`, or None when no call carries a
         driver wall time (samples not measured by the workload driver).
     Raises: ValueError when some calls carry a wall time and others do not.
@@ -193,7 +206,6 @@ def check_pairs(
                 by_case.setdefault(p.case, []).append(p)
         for case, case_pairs in by_case.items():
             c = _case_check(metric, case, case_pairs, scale, sign)
-            cases.append(c)
             if c.status == "flagged":
                 reasons.append(
                     f"case {case!r}, {metric}: the candidate reports saving "
@@ -201,8 +213,22 @@ def check_pairs(
                     f"{_ms(c.wall_saving_s)} (unseen {_ms(c.excess_s)}, lower bound "
                     f"{_ms(c.excess_low_s)} > tolerance {_ms(c.tolerance_s)})"
                 )
+            padded = [
+                p for p in case_pairs if len(p.ref.values[metric]) != len(p.cand.values[metric])
+            ]
+            if method == METHOD_V2 and padded:  # R12: the statistic moved, the total did not
+                c = msgspec.structs.replace(c, status="flagged")
+                p = padded[0]
+                reasons.append(
+                    f"case {case!r}, {metric}: the two calls of {len(padded)} of "
+                    f"{len(case_pairs)} pairs report different numbers of values (e.g. "
+                    f"{p.cand.call_id}: {len(p.cand.values[metric])}, {p.ref.call_id}: "
+                    f"{len(p.ref.values[metric])}): values the wall clock cannot tie to time "
+                    "spent move the statistic (report a fixed number of repeats per call)"
+                )
+            cases.append(c)
     return WallCheck(
-        method=METHOD,
+        method=method,
         flagged=bool(over) or any(c.status == "flagged" for c in cases),
         reasons=tuple(reasons[:20]),
         cases=tuple(cases),
