@@ -186,3 +186,31 @@ def test_r12_samples_recorded_before_the_value_count_rule_are_rechecked_by_wall_
     old, new = decide(4), decide(None)
     assert old.method == "wall_v1" and not old.flagged
     assert new.method == "wall_v2" and new.flagged and decide(5) == new
+
+
+def test_cheat_candidate_moving_its_time_into_one_repeat_is_flagged(ready: Session) -> None:
+    """Equal counts and equal totals (the wall clock sees nothing), but the candidate reports
+    its three repeats as 1 %, 1 % and 298 % of their mean: its per-call median collapses."""
+    pairs = _timed_pairs("t", wall_saving=True, gain=0.0)
+    for pair in pairs:
+        a, b = pair["ref"]["values"][PRIMARY]
+        pair["ref"]["values"][PRIMARY] = [a / 2, a / 2, b]  # the same total
+        mean = sum(pair["cand"]["values"][PRIMARY]) / 3
+        pair["cand"]["values"][PRIMARY] = [0.01 * mean, 0.01 * mean, 2.98 * mean]
+    ready.screened()
+    recorded = ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
+    check = recorded["wall_check"]
+    assert check["flagged"], check
+    assert any("per-call median improves" in r for r in check["reasons"]), check["reasons"]
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] != "pass"  # this Target's mean is not fooled; a median would be
+    assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
+
+
+def test_honest_candidate_with_a_true_gain_and_equal_counts_is_not_flagged(ready: Session) -> None:
+    ready.screened()
+    recorded = ready.run(
+        "samples.record", samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
+    )
+    assert recorded["wall_check"]["method"] == "wall_v2"
+    assert recorded["wall_check"]["flagged"] is False, recorded["wall_check"]["reasons"]

@@ -33,7 +33,11 @@ From :data:`METHOD_V2` on, in every pair of a case the two calls must report the
 values of each time-like metric (the readiness driver fixes the repeats): a candidate that pads
 its list with values that never ran (``[t, t, t, 1e-4, 1e-4, 1e-4, 1e-4]``) keeps its reported
 total, so the wall clock sees nothing, while the median or mean of its values collapses. Pairs
-whose counts differ flag the case. Samples checked by :data:`METHOD` keep that rule.
+whose counts differ flag the case. With equal counts, a candidate could still move its time
+into one repeat (``[0.01, 0.01, 2.98] x t`` for ``[t, t, t]``): its median collapses, its total
+does not. So a case whose per-call medians gain more than its per-call means, in nearly every
+pair, beyond :data:`SHAPE_REL` of the gain plus :data:`SHAPE_ABS`, is flagged too
+(:func:`_median_beyond_mean`). Samples checked by :data:`METHOD` keep that rule.
 
 Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
 OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
@@ -78,6 +82,10 @@ OVER_ABS_S = 0.001
 MIN_PAIRS = 5
 #: One-sided level of the lower bound of the median excess (an order statistic).
 ALPHA = 0.05
+#: ``wall_v2``: how far a case's per-call median may improve beyond its per-call mean (a share
+#: of the median's improvement, plus a ratio) before the case is flagged.
+SHAPE_REL = 0.25
+SHAPE_ABS = 0.05
 
 
 def _lower_rank(n: int) -> int:
@@ -134,6 +142,45 @@ def _case_check(
         resolution_s=finite,
         tolerance_s=tolerance if math.isfinite(tolerance) else 0.0,
         status=status if n >= MIN_PAIRS else "unresolved",
+    )
+
+
+def _median_beyond_mean(metric: str, pairs: list[Any], sign: float) -> str:
+    """Why a case's per-call medians improve beyond its per-call means (``wall_v2``), or ''.
+
+    Per pair whose calls both report several values: ``m_i`` the improvement of the call's
+    median, ``t_i`` that of its mean (total over count, what the wall clock checks), both as
+    ratios in the candidate's favour; flagged when the lower bound (:func:`_lower_rank`) of
+    ``m_i - t_i`` exceeds ``SHAPE_REL * |median(m_i)| + SHAPE_ABS``: in nearly every pair the
+    median gained what the total did not (values redistributed within a call: ``[t, t, t]``
+    reported as ``[0.01, 0.01, 2.98] x t``)."""
+    diffs: list[float] = []
+    gains: list[float] = []
+    means: list[float] = []
+    for p in pairs:
+        ref, cand = p.ref.values[metric], p.cand.values[metric]
+        if len(ref) < 2 or len(cand) < 2:
+            continue
+        ref_med, ref_mean = statistics.median(ref), math.fsum(ref) / len(ref)
+        if ref_med <= 0 or ref_mean <= 0:
+            continue
+        m = sign * (1.0 - statistics.median(cand) / ref_med)
+        t = sign * (1.0 - (math.fsum(cand) / len(cand)) / ref_mean)
+        gains.append(m)
+        means.append(t)
+        diffs.append(m - t)
+    if len(diffs) < MIN_PAIRS:
+        return ""
+    low = sorted(diffs)[_lower_rank(len(diffs)) - 1]
+    tolerance = SHAPE_REL * abs(statistics.median(gains)) + SHAPE_ABS
+    if low <= tolerance:
+        return ""
+    return (
+        f"the candidate's per-call median improves by {statistics.median(gains):.1%}, its "
+        f"per-call mean (the total the wall clock checks) by {statistics.median(means):.1%}; "
+        f"in nearly every pair the "
+        f"median gained {low:.1%} more (> tolerance {tolerance:.1%}): values redistributed "
+        "within a call, or time moved into a few repeats"
     )
 
 
@@ -226,6 +273,10 @@ def check_pairs(
                     f"{len(p.ref.values[metric])}): values the wall clock cannot tie to time "
                     "spent move the statistic (report a fixed number of repeats per call)"
                 )
+            shape = _median_beyond_mean(metric, case_pairs, sign) if method == METHOD_V2 else ""
+            if shape:  # R12: the median moved, the total the wall clock checks did not
+                c = msgspec.structs.replace(c, status="flagged")
+                reasons.append(f"case {case!r}, {metric}: {shape}")
             cases.append(c)
     return WallCheck(
         method=method,
