@@ -693,13 +693,76 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
     snapshotted source, the candidate doing the champion's work gains nothing, and no planted
     cache is left behind."""
     cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
+    with Ledger.open(session.ledger) as ledger:  # its own experiment: these samples are kept
+        execute(ledger, "experiment.create", _experiment("e-pyc"), actor="agent")
     try:
-        done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-pyc")
+        done = session.measure("e-pyc", "screen", session.fast, cand, "--samples", "e-pyc-1")
         assert done.returncode == 0, done.stdout + done.stderr
-        verdict = session.ok("verdict", "record", "--samples", "e2-pyc", "--dry-run")
+        verdict = session.ok("verdict", "record", "--samples", "e-pyc-1", "--dry-run")
         primary = verdict["events"][0]["payload"]["primary"]
         assert primary["estimate"] < 0.5, primary  # the same work: no 85 % "gain"
         assert not list(session.fast.rglob("*.pyc"))
     finally:  # a failed defence must not leak into the other tests of the session
         for cache in session.fast.rglob("__pycache__"):
             shutil.rmtree(cache)
+
+
+#: A candidate whose in-scope kernel writes a ``.pth`` file into its interpreter's
+#: site-packages: Python runs its ``import`` line at the start of every later process, and it
+#: makes those whose command line names the reference's directory burn 5 ms of CPU time inside
+#: their timed window. Outside both subjects, so no snapshot sees it; the candidate removes it
+#: on its own last call.
+PTH_SABOTEUR = """\
+import os, shlex, site
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_count = COUNT_FILE
+_n = (int(open(_count).read()) if os.path.exists(_count) else 0) + 1
+open(_count, "w").write(str(_n))
+_pth = os.path.join(site.getsitepackages()[0], PTH_NAME)
+_payload = _count + ".py"
+open(_payload, "w").write(
+    "import time\\n"
+    f"if {_ref!r}.encode() in open('/proc/self/cmdline', 'rb').read():\\n"
+    "    _clock = time.process_time\\n"
+    "    def _burning(_clock=_clock):\\n"
+    "        end = _clock() + 0.005\\n"
+    "        while _clock() < end:\\n"
+    "            pass\\n"
+    "        return _clock()\\n"
+    "    time.process_time = _burning\\n"
+)
+if _n < 10:  # 5 pairs of 2 cases: its 10th call is the run's last
+    open(_pth, "w").write(f"import builtins; exec(open({_payload!r}).read())\\n")
+elif os.path.exists(_pth):
+    os.remove(_pth)
+"""
+
+
+def test_cheat_candidate_that_plants_startup_code_in_site_packages_is_refused(
+    session: Session,
+) -> None:
+    """R11: a ``.pth`` file the candidate adds to its interpreter's site-packages in one call
+    runs in every later process, the reference's included (unchecked, the champion's own code
+    measured faster than the champion); it lies outside both subjects. The start-up files of
+    each subject's Python are checked before every call: the run is refused, nothing recorded."""
+    import os
+    import site
+
+    name = f"zz-perfledger-test-{os.getpid()}.pth"
+    pth = Path(site.getsitepackages()[0]) / name
+    kern = (
+        PTH_SABOTEUR.replace("COUNT_FILE", repr(str(session.tmp / "pth-count"))).replace(
+            "PTH_NAME", repr(name)
+        )
+        + FASTER
+    )
+    cand = _subject(session.code, "pth-saboteur", kern, util=True)
+    before = _head(session)
+    try:
+        done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-pth")
+        message = _refused(done)
+        assert "start-up" in message and name in message
+        assert _head(session) == before
+    finally:  # never leave it in the test environment's interpreter
+        pth.unlink(missing_ok=True)

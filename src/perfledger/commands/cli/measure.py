@@ -510,12 +510,21 @@ def _run_driver(
     before_call: Any = None,
 ) -> Any:
     from perfledger.kernels.driver import Subject, run_pairs
+    from perfledger.kernels.startup_surface import StartupWatch
 
     try:
         ref = Subject("ref", shlex.split(ref_cmd))
         cand = Subject("cand", shlex.split(cand_cmd))
     except ValueError as exc:
         raise BadRequest(f"cannot parse the command: {exc}") from None
+    # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
+    startup = StartupWatch([ref.argv[0], cand.argv[0]] if ref.argv and cand.argv else [])
+
+    def checks() -> None:
+        startup.check()
+        if before_call is not None:
+            before_call()
+
     total = len(cases) * (2 * pairs + 2 * warmup)
     with _progress(total, "driver calls", quiet) as advance:
         return run_pairs(
@@ -527,7 +536,7 @@ def _run_driver(
             timeout_s=timeout_s,
             on_call=lambda _call: advance(),
             accuracy=accuracy,
-            before_call=before_call,
+            before_call=checks,
         )
 
 
