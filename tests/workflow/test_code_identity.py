@@ -766,3 +766,34 @@ def test_cheat_candidate_that_plants_startup_code_in_site_packages_is_refused(
         assert _head(session) == before
     finally:  # never leave it in the test environment's interpreter
         pth.unlink(missing_ok=True)
+
+
+#: A candidate that rewrites a file of the reference in place with as many bytes and sets its
+#: modification time back (a cheap per-call check by size and time alone would miss it).
+IN_PLACE_EDITOR = """\
+import os, shlex
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_notes = os.path.join(_ref, "NOTES.md")
+_st = os.stat(_notes)
+_text = open(_notes).read()
+open(_notes, "w").write(_text.upper())
+os.utime(_notes, ns=(_st.st_atime_ns, _st.st_mtime_ns))
+"""
+
+
+def test_cheat_candidate_that_edits_a_reference_file_and_restores_its_time_is_refused(
+    session: Session,
+) -> None:
+    notes = session.fast / "NOTES.md"
+    original = notes.read_text()
+    cand = _subject(session.code, "in-place-editor", IN_PLACE_EDITOR + FASTER, util=True)
+    before = _head(session)
+    try:
+        message = _refused(
+            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-in-place")
+        )
+        assert "changed while it was measured" in message and "NOTES.md" in message
+        assert _head(session) == before
+    finally:
+        notes.write_text(original)

@@ -206,6 +206,50 @@ def measure_identity(
     return body, artifacts_of(ref, cand)
 
 
+class SubjectsWatch:
+    """Both subjects' files checked before every call of a run (R11), cheaply: each file's
+    ``lstat`` (mode, size, inode, modification and change times; a process cannot set a change
+    time back) is compared with the previous check, and only a difference re-takes the
+    snapshots (:func:`confirm_unchanged`, which names what changed). Bytecode caches are removed
+    first (:func:`fresh_and_unchanged`)."""
+
+    def __init__(self, info: dict[str, Any], body: dict[str, Any]) -> None:
+        """``body``: the samples' identity as :func:`measure_identity` made it."""
+        self.info, self.body = info, body
+        self.seen = self._stat()
+
+    def _stat(self) -> dict[str, tuple[int, ...]]:
+        from perfledger.kernels.snapshot import SKIPPED_DIRS
+
+        out: dict[str, tuple[int, ...]] = {}
+        paths: list[str] = []
+        for role in ("reference", "candidate"):
+            snap = self.body[role]
+            paths += list(snap.get("driver") or {})
+            for dirpath, dirnames, filenames in os.walk(snap["subject"]):
+                dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
+                paths += [os.path.join(dirpath, f) for f in filenames]
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                out[path] = ()
+                continue
+            out[path] = (st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        return out
+
+    def __call__(self) -> None:
+        """Raises: RuleRefused (R11) as :func:`confirm_unchanged`."""
+        from perfledger.kernels.snapshot import remove_bytecode_caches
+
+        for role in ("reference", "candidate"):
+            remove_bytecode_caches(self.body[role]["subject"])
+        now = self._stat()
+        if now != self.seen:  # something was touched: the snapshots say whether it changed
+            confirm_unchanged(self.info, self.body)
+            self.seen = now
+
+
 def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then

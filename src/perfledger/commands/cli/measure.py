@@ -36,6 +36,7 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import (
+    SubjectsWatch,
     check_original_command,
     fresh_and_unchanged,
     measure_identity,
@@ -631,7 +632,7 @@ def measure_workload(
         # R11: each subject's files are checked before every call, not only after the run: a
         # subject could edit the other's files for a while and restore them before the end;
         # bytecode caches (not in a snapshot) are removed, so no call runs a planted .pyc
-        unchanged = None if code is None else (lambda: fresh_and_unchanged(info, code))
+        unchanged = None if code is None else SubjectsWatch(info, code)
         run = _run_driver(
             ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy, unchanged
         )
