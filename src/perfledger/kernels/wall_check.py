@@ -37,7 +37,10 @@ whose counts differ flag the case. With equal counts, a candidate could still mo
 into one repeat (``[0.01, 0.01, 2.98] x t`` for ``[t, t, t]``): its median collapses, its total
 does not. So a case whose per-call medians gain more than its per-call means, in nearly every
 pair, beyond :data:`SHAPE_REL` of the gain plus :data:`SHAPE_ABS`, is flagged too
-(:func:`_median_beyond_mean`). Samples checked by :data:`METHOD` keep that rule.
+(:func:`_median_beyond_mean`). And the resolution's spread is the smaller of ``MAD(e)`` and ``sqrt(2) x`` the MAD of the
+reference's wall times: a candidate that adds random sleeps outside its timer widens ``MAD(e)``
+(with sleeps of ``U(0, 2r)`` a lie of ``r`` per call was never flagged, only "unresolved"), but
+it cannot widen the reference's spread. Samples checked by :data:`METHOD` keep that rule.
 
 Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
 OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
@@ -104,7 +107,7 @@ def _total_s(values: Iterable[float], scale: float) -> float:
 
 
 def _case_check(
-    metric: str, case: str, pairs: list[Any], scale: float, sign: float
+    metric: str, case: str, pairs: list[Any], scale: float, sign: float, method: str = METHOD
 ) -> WallCheckCase:
     reported = [
         _total_s(p.ref.values[metric], scale) - _total_s(p.cand.values[metric], scale)
@@ -121,6 +124,11 @@ def _case_check(
         e_low = -math.inf
     else:
         mad = statistics.median(abs(e - e_med) for e in excess)
+        if method == METHOD_V2:  # the candidate's own noise cannot widen what is "unresolved"
+            ref_wall = [p.ref.wall_s for p in pairs]
+            ref_med = statistics.median(ref_wall)
+            ref_mad = statistics.median(abs(w - ref_med) for w in ref_wall)
+            mad = min(mad, math.sqrt(2.0) * ref_mad)
         resolution = max(FLOOR_S, K * 1.2533 * 1.4826 * mad / math.sqrt(n))
         e_low = sorted(excess)[_lower_rank(n) - 1]
     tolerance = REL * abs(r_med) + resolution
@@ -252,7 +260,7 @@ def check_pairs(
             ):
                 by_case.setdefault(p.case, []).append(p)
         for case, case_pairs in by_case.items():
-            c = _case_check(metric, case, case_pairs, scale, sign)
+            c = _case_check(metric, case, case_pairs, scale, sign, method)
             if c.status == "flagged":
                 reasons.append(
                     f"case {case!r}, {metric}: the candidate reports saving "
