@@ -12,13 +12,24 @@ from pathlib import Path
 import pytest
 
 from perfledger.errors import RuleRefused
-from perfledger.kernels.startup_surface import StartupWatch, fingerprint, python_site_dirs
+from perfledger.kernels.startup_surface import (
+    StartupWatch,
+    fingerprint,
+    interpreter_of,
+    python_site_dirs,
+)
 
 
 def test_site_dirs_of_this_python_hold_its_site_packages_and_none_for_other_commands() -> None:
     dirs = python_site_dirs(sys.executable)
     assert os.path.abspath(site.getsitepackages()[0]) in dirs
     assert python_site_dirs("/bin/sh") == [] and python_site_dirs("bash") == []
+
+
+def test_the_interpreter_of_a_command_line_is_found_past_env() -> None:
+    assert interpreter_of(["env", "-i", "A=1", "python3", "run.py"]) == "python3"
+    assert interpreter_of(["/usr/bin/python3.11", "-m", "x"]) == "/usr/bin/python3.11"
+    assert interpreter_of([]) is None
 
 
 def test_added_changed_and_removed_startup_files_are_seen(tmp_path: Path) -> None:
@@ -41,7 +52,7 @@ def test_added_changed_and_removed_startup_files_are_seen(tmp_path: Path) -> Non
 
 
 def test_watch_refuses_a_pth_file_added_during_the_run() -> None:
-    watch = StartupWatch([sys.executable])
+    watch = StartupWatch([["env", "A=1", sys.executable, "run.py"], ["/bin/sh", "x.sh"]])
     watch.check()  # nothing changed
     planted = Path(site.getsitepackages()[0]) / f"zz-perfledger-watch-{os.getpid()}.pth"
     try:

@@ -17,8 +17,8 @@ call it compares what it found then (name, size, change and modification times o
 refuses the run (R11). The change time cannot be set back by a user process.
 
 Not covered: other files of installed packages (an edited ``numpy/__init__.py`` runs only in
-processes that import it), and subjects whose command is not a Python interpreter (a shell
-script that starts one). docs/code-identity.md states these limits.
+processes that import it), and subjects whose command is not a Python interpreter, directly or
+through ``env`` (a shell script that starts one). docs/code-identity.md states these limits.
 
 Imports: the standard library and :mod:`perfledger.errors` (SPEC.md section 1).
 """
@@ -70,6 +70,15 @@ def python_site_dirs(argv0: str) -> list[str]:
     return sorted({os.path.abspath(d) for d in dirs if isinstance(d, str)})
 
 
+def interpreter_of(argv: Sequence[str]) -> str | None:
+    """The program a command line runs, past ``env`` and its options and assignments
+    (``env -i X=1 python3 run.py`` -> ``python3``); None for an empty command."""
+    words = list(argv)
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return words[0] if words else None
+
+
 def _is_startup(name: str) -> bool:
     return name.endswith(".pth") or name.split(".")[0] in STARTUP_MODULES
 
@@ -103,11 +112,13 @@ def fingerprint(dirs: Sequence[str]) -> Fingerprint:
 class StartupWatch:
     """The start-up files of the subjects' interpreters as found when the run began (R11)."""
 
-    def __init__(self, argv0s: Sequence[str]) -> None:
-        """Find the start-up directories of each distinct ``argv0`` and fingerprint them."""
+    def __init__(self, argvs: Sequence[Sequence[str]]) -> None:
+        """Find the start-up directories of the interpreter of each command line
+        (:func:`interpreter_of`) and fingerprint them."""
         dirs: set[str] = set()
-        for argv0 in dict.fromkeys(argv0s):
-            dirs.update(python_site_dirs(argv0))
+        for program in dict.fromkeys(interpreter_of(a) for a in argvs):
+            if program is not None:
+                dirs.update(python_site_dirs(program))
         self.dirs = sorted(dirs)
         self.before = fingerprint(self.dirs)
 
@@ -138,5 +149,6 @@ __all__ = [
     "Fingerprint",
     "StartupWatch",
     "fingerprint",
+    "interpreter_of",
     "python_site_dirs",
 ]

@@ -519,7 +519,7 @@ def _run_driver(
     except ValueError as exc:
         raise BadRequest(f"cannot parse the command: {exc}") from None
     # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
-    startup = StartupWatch([ref.argv[0], cand.argv[0]] if ref.argv and cand.argv else [])
+    startup = StartupWatch([ref.argv, cand.argv])
 
     def checks() -> None:
         startup.check()
