@@ -13,6 +13,7 @@ import pytest
 
 from perfledger.errors import RuleRefused
 from perfledger.kernels.startup_surface import (
+    QUARANTINE_SUFFIX,
     StartupWatch,
     fingerprint,
     interpreter_of,
@@ -60,6 +61,11 @@ def test_watch_refuses_a_pth_file_added_during_the_run() -> None:
         with pytest.raises(RuleRefused) as info:
             watch.check()
         assert info.value.rule == "R11" and planted.name in info.value.message
+        # added during the run: moved aside, so Python no longer runs it in a later run
+        aside = Path(str(planted) + QUARANTINE_SUFFIX)
+        assert not planted.exists() and aside.read_text() == "# nothing to run\n"
+        assert str(aside) in info.value.message
     finally:
         planted.unlink(missing_ok=True)
-    watch.check()  # removed again: as it was
+        Path(str(planted) + QUARANTINE_SUFFIX).unlink(missing_ok=True)
+    watch.check()  # as it was

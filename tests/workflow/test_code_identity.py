@@ -764,8 +764,11 @@ def test_cheat_candidate_that_plants_startup_code_in_site_packages_is_refused(
         message = _refused(done)
         assert "start-up" in message and name in message
         assert _head(session) == before
+        # added during the refused run: moved aside, so it cannot act in the next run
+        assert "moved aside" in message and not pth.exists()
     finally:  # never leave it in the test environment's interpreter
         pth.unlink(missing_ok=True)
+        Path(str(pth) + ".perfledger-quarantine").unlink(missing_ok=True)
 
 
 #: A candidate that rewrites a file of the reference in place with as many bytes and sets its

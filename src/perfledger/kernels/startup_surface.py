@@ -36,6 +36,8 @@ from perfledger.errors import RuleRefused
 
 #: Module names Python imports at start-up from its path (``site``).
 STARTUP_MODULES = ("sitecustomize", "usercustomize")
+#: Suffix given to a start-up entry added during a refused run (Python ignores it then).
+QUARANTINE_SUFFIX = ".perfledger-quarantine"
 #: Seconds the interpreter may take to say where its start-up files are.
 QUERY_TIMEOUT_S = 30.0
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -133,17 +135,47 @@ class StartupWatch:
             f"{p} ({'added' if p not in self.before else 'removed' if p not in now else 'changed'})"
             for p in changed[:5]
         )
+        moved = self._quarantine([p for p in changed if p not in self.before])
         raise RuleRefused(
             f"R11: start-up files of the subjects' Python changed while measuring: {shown}. "
             "Code in them runs at the start of every later call, the other subject's "
-            "included, and no snapshot holds it; the samples were not recorded",
+            "included, and no snapshot holds it; the samples were not recorded"
+            + (f"; added during this run, so moved aside: {', '.join(moved)}" if moved else ""),
             rule="R11",
-            hint="remove what a subject wrote into its interpreter's site-packages (or "
-            "install nothing during a measurement), then measure again",
+            hint="restore what changed in the interpreter's site-packages (install nothing "
+            "during a measurement), then measure again",
         )
+
+    def _quarantine(self, added: list[str]) -> list[str]:
+        """Move start-up entries added during the run aside (``NAME`` ->
+        ``NAME.perfledger-quarantine``): Python no longer runs them, so a file left behind by a
+        refused run cannot act in the next run (whose watch would take it as found). Returns:
+        the new names; an entry that cannot be moved is left, and named in the refusal."""
+        moved: list[str] = []
+        for top in dict.fromkeys(self._top_entry(p) for p in added):
+            if top is None or not os.path.lexists(top):
+                continue
+            target = top + QUARANTINE_SUFFIX
+            if os.path.lexists(target):
+                continue  # never overwrite an earlier one
+            try:
+                os.rename(top, target)
+            except OSError:
+                continue
+            moved.append(target)
+        return moved
+
+    def _top_entry(self, path: str) -> str | None:
+        """The entry directly under a watched directory that holds ``path``."""
+        for directory in self.dirs:
+            rel = os.path.relpath(path, directory)
+            if not rel.startswith(os.pardir):
+                return os.path.join(directory, rel.split(os.sep)[0])
+        return None
 
 
 __all__ = [
+    "QUARANTINE_SUFFIX",
     "QUERY_TIMEOUT_S",
     "STARTUP_MODULES",
     "Fingerprint",
