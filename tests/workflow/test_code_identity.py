@@ -800,3 +800,31 @@ def test_cheat_candidate_that_edits_a_reference_file_and_restores_its_time_is_re
         assert _head(session) == before
     finally:
         notes.write_text(original)
+
+
+def test_bytecode_caches_survive_their_own_calls_and_not_the_other_subjects(
+    tmp_path: Path,
+) -> None:
+    """R11: caches are removed when the run begins; a subject's own compiled modules are kept
+    from one of its calls to the next (one compile per run), and a cache that changed during the
+    other subject's call (a planted ``.pyc``) is removed before the next call."""
+    from perfledger.commands.cli.identity import SubjectsWatch
+
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    for d in (ref, cand):
+        (d / "src" / "__pycache__").mkdir(parents=True)
+        (d / "src" / "kern.py").write_text("x = 1\n")
+    stale = ref / "src" / "__pycache__" / "kern.cpython-311.pyc"
+    stale.write_bytes(b"from before the run")
+    body = {"reference": {"subject": str(ref)}, "candidate": {"subject": str(cand)}}
+    watch = SubjectsWatch({}, body)  # info is read only when a snapshot file changes
+    assert not stale.exists()
+    watch("ref")
+    compiled = ref / "src" / "__pycache__" / "kern.cpython-311.pyc"
+    compiled.parent.mkdir(exist_ok=True)
+    compiled.write_bytes(b"the reference compiled this itself")
+    watch("cand")  # after the reference's own call: kept
+    assert compiled.read_bytes() == b"the reference compiled this itself"
+    compiled.write_bytes(b"planted during the candidate's call")
+    watch("ref")  # before the reference's next call: removed, it compiles its source again
+    assert not compiled.exists()

@@ -239,8 +239,10 @@ def remove_bytecode_caches(subject: str | Path) -> int:
 
     A snapshot skips them (the run writes them itself), so a ``.pyc`` planted there, stamped
     with its source's modification time and size, would run instead of the snapshotted source
-    and no snapshot would see it (a candidate planting one for the reference). The driver calls
-    this for both subjects before every call: each call compiles the source it snapshotted.
+    and no snapshot would see it (a candidate planting one for the reference). ``measure
+    workload`` calls this for both subjects when a run begins and ends, and for a subject whose
+    caches changed during the other subject's call
+    (:class:`perfledger.commands.cli.identity.SubjectsWatch`).
     Never follows a symbolic link (one named ``__pycache__`` is removed as a link); ``.git`` is
     not entered.
 

@@ -521,10 +521,10 @@ def _run_driver(
     # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
     startup = StartupWatch([ref.argv, cand.argv])
 
-    def checks() -> None:
+    def checks(label: str) -> None:
         startup.check()
         if before_call is not None:
-            before_call()
+            before_call(label)
 
     total = len(cases) * (2 * pairs + 2 * warmup)
     with _progress(total, "driver calls", quiet) as advance:
