@@ -217,3 +217,23 @@ def test_a_process_this_program_starts_during_a_call_is_not_ended_with_it() -> N
         finally:
             ours.kill()
             ours.wait()
+
+
+def test_cheat_noise_added_outside_the_timer_cannot_widen_the_resolution() -> None:
+    """A candidate doing the reference's work (0.050 s) reports 0.030 s and sleeps 0-40 ms after
+    its timer, a different time each call: under ``wall_v1`` the excess's own spread set the
+    resolution, so the 20 ms lie was only "unresolved"; ``wall_v2`` takes the smaller of that
+    spread and the reference's, which the candidate cannot widen, and flags it."""
+    ref_wall = [0.100, 0.101, 0.099, 0.1005, 0.0995, 0.1002]
+    sleeps = [0.0, 0.008, 0.016, 0.024, 0.032, 0.040]
+    pairs = _pairs(0.050, 0.030, ref_wall, [w + s for w, s in zip(ref_wall, sleeps, strict=True)])
+    old = check_pairs(pairs, {"t": "s"}, method="wall_v1")
+    assert old is not None and not old.flagged and old.cases[0].status == "unresolved"
+    new = check_pairs(pairs, {"t": "s"})
+    assert new is not None and new.flagged and new.cases[0].status == "flagged"
+    # an honest candidate with a true 20 ms saving and 0-5 ms of start-up noise: its wall clock
+    # shows the saving, and it is not flagged
+    honest = _pairs(
+        0.050, 0.030, ref_wall, [w - 0.020 + s / 8 for w, s in zip(ref_wall, sleeps, strict=True)]
+    )
+    assert not check_pairs(honest, {"t": "s"}).flagged

@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from test_measure_cli import _cli, _experiment, _record_resolution, _setup
+from test_measure_cli import SUMSQ, _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
@@ -143,3 +143,52 @@ def test_processes_left_behind_are_reported_when_measure_returns(tmp_path: Path)
     printed = _measure(ledger, tmp_path, "e1", "screen", _cmd("--work-s", "0.05"), lingering)
     assert "note processes: 5 call(s) left processes behind, ended with the call" in printed
     assert "cand-small-0 (1)" in printed and "ref-small" not in printed.split("note processes")[1]
+
+
+#: A candidate that does the reference's exact work (``sumsq.py``'s loop, three repeats) and
+#: reports it with its total intact, so the wall clock sees no saving to doubt: ``pad`` adds four
+#: values that never ran; ``shift`` reports the three repeats as 1 %, 1 % and 298 % of their mean.
+REPORT_LIAR = """
+import json, os, sys, time
+sys.path.insert(0, WORKLOADS)
+from sumsq import SIZES, sum_squares
+n = SIZES[os.environ.get("PERFLEDGER_CASE", "small")]
+times = []
+for _ in range(3):
+    start = time.perf_counter()
+    result = sum_squares(n, 0.0)
+    times.append((time.perf_counter() - start) * 1e3)
+mean = sum(times) / 3
+if sys.argv[1] == "pad":
+    times += [1e-4] * 4
+else:
+    times = [0.01 * mean, 0.01 * mean, 2.98 * mean]
+print(json.dumps({"correct": result == n * (n - 1) * (2 * n - 1) // 6,
+                  "metrics": {"time_ms": times}}))
+"""
+
+
+def test_cheat_candidate_whose_values_keep_their_total_but_not_their_median_is_flagged(
+    tmp_path: Path,
+) -> None:
+    """R12 (``wall_v2``): on the embedded workload, each liar's per-call median shows a gain of
+    about 97-100 % with its reported total, and so the wall clock, unchanged; each is flagged
+    when ``measure`` returns and its verdict cannot pass."""
+    ledger = tmp_path / "ledger"
+    _setup(ledger)  # median statistic, cases small and large
+    _record_resolution(ledger)
+    _experiment(ledger)
+    liar = tmp_path / "liar.py"
+    liar.write_text(f"WORKLOADS = {str(SUMSQ.parent)!r}\n" + REPORT_LIAR)
+    for k, mode in enumerate(["pad", "shift"], start=1):
+        printed = _cli(ledger, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+                       "screen", "--ref", shlex.join([sys.executable, str(SUMSQ), "--repeats", "3"]),
+                       "--cand", shlex.join([sys.executable, str(liar), mode]), "--pairs", "5", "--no-monitor",
+                       "--quiet").stdout  # fmt: skip
+        assert "FLAG wall clock" in printed, printed
+        reason = "different numbers of values" if mode == "pad" else "per-call median improves"
+        assert reason in printed, printed
+        verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples",
+                                  f"e1-screen-{k}", "--json").stdout)["payload"]  # fmt: skip
+        assert verdict["primary"]["estimate"] > 0.9  # what the reported values alone claim
+        assert any(n.startswith("R12: wall clock") for n in verdict["notes"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -221,3 +222,62 @@ def test_unreadable_output_and_object_arrays_are_mismatches() -> None:
     assert "reference's output is unreadable" in outputs.compare(
         buf.getvalue(), buf.getvalue(), "exact"
     )
+
+
+def _npy_header(shape: tuple[int, ...], payload: bytes = b"\0" * 32) -> bytes:
+    """An .npy file whose header declares ``shape`` (float64) but holds only ``payload``."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    return buf.getvalue() + payload
+
+
+def test_cheat_npy_header_declaring_a_huge_array_is_unreadable_not_a_crash() -> None:
+    # numpy allocates what the header declares before reading: 8 TiB, or 64 GiB it then
+    # cannot fill; the measuring process must not die (or swap) for a candidate's header
+    ref = _npy(np.zeros(4))
+    for shape in [(2**40,), (2**33,), (2**20, 2**20)]:
+        reason = outputs.compare(ref, _npy_header(shape), "exact")
+        assert "candidate's output is unreadable" in reason and "declares" in reason, reason
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("x.npy", _npy_header((2**40,)))
+    reference = io.BytesIO()
+    np.savez(reference, x=np.zeros(4))
+    reason = outputs.compare(reference.getvalue(), zipped.getvalue(), "exact")
+    assert "candidate's output is unreadable" in reason and "declares" in reason, reason
+    # an honest array is read as before
+    assert outputs.compare(ref, _npy(np.zeros(4)), "exact") == ""
+
+
+def test_cheat_json_integer_beyond_float_range_is_judged_not_a_crash() -> None:
+    huge = b"[" + b"9" * 400 + b"]"
+    other = b"[" + b"9" * 399 + b"8]"
+    assert outputs.compare(huge, huge, "exact") == ""
+    assert outputs.compare(huge, huge, "allclose", 1e-5, 0.0) == ""
+    assert "in the candidate" in outputs.compare(huge, other, "exact")
+    assert outputs.compare(huge, other, "allclose", 1e-5, 0.0) == ""  # relatively 1e-400 off
+    assert "in the candidate" in outputs.compare(huge, b"[1.0]", "allclose", 1e-5, 0.0)
+    assert "in the candidate" in outputs.compare(b"[1e308]", huge, "allclose", 1e-5, 0.0)
+
+
+def test_cheat_subject_writing_a_lying_npy_header_fails_its_calls_and_the_run_completes(
+    tmp_path: Path,
+) -> None:
+    liar = tmp_path / "liar.py"
+    liar.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_output_check import _npy_header\n"
+        "out = sys.argv[sys.argv.index('--out') + 1]\n"
+        "open(out + '.npy', 'wb').write(_npy_header((2**40,)))\n"
+        'print(\'{"correct": true, "metrics": {"time_ms": [1.0]}}\')\n'
+    )
+    run = run_pairs(
+        Subject("ref", _argv()), Subject("cand", [sys.executable, str(liar), "--out", "{output}"]),
+        cases=["a"], pairs_per_case=2, warmup_calls=0, timeout_s=60, accuracy=EXACT,
+    )  # fmt: skip
+    for pair in run.pairs:
+        assert pair.cand.self_correct is True and pair.cand.correct is False
+        assert "unreadable" in pair.cand.output["reason"] and pair.ref.correct

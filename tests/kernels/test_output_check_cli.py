@@ -292,7 +292,7 @@ def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path:
     assert result["accuracy_judged"]["by_perfledger"] == 10
     assert len(result["accuracy_judged"]["output_mismatches"]) == 5
     # the wall-clock check is the one samples.record derives (decided on the head, not appended)
-    assert result["wall_check"]["method"] == "wall_v1"
+    assert result["wall_check"]["method"] == "wall_v2"
     assert all(not p["cand"]["correct"] for p in result["request"]["pairs"])
     with Ledger.open(ledger) as opened:
         assert opened.head() == head

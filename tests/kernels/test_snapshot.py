@@ -14,7 +14,7 @@ import pytest
 
 from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.identity import differing_paths, subject_of, tree_digest
-from perfledger.kernels.snapshot import git_state, take_snapshot
+from perfledger.kernels.snapshot import git_state, remove_bytecode_caches, take_snapshot
 from subprocess_env import isolated_env
 
 
@@ -160,3 +160,23 @@ def test_snapshot_skips_git_and_bytecode_cache_directories(tmp_path: Path) -> No
     (root / "src" / "__pycache__" / "k.cpython-312.pyc").write_bytes(b"\x00")
     snap = take_snapshot("code", ["x"], lambda rel: True, tmp_path).snapshot
     assert sorted(snap.files) == ["README.md", "run.sh", "src/deep/d.py", "src/k.py"]
+
+
+def test_bytecode_caches_are_removed_without_following_links_or_entering_git(
+    tmp_path: Path,
+) -> None:
+    subject = tmp_path / "s"
+    (subject / "src" / "__pycache__").mkdir(parents=True)
+    (subject / "src" / "__pycache__" / "kern.cpython-312.pyc").write_bytes(b"planted")
+    (subject / "src" / "kern.py").write_text("x = 1\n")
+    (subject / ".git" / "__pycache__").mkdir(parents=True)  # git's own: never entered
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.pyc").write_bytes(b"not the subject's")
+    (subject / "lib").mkdir()
+    (subject / "lib" / "__pycache__").symlink_to(elsewhere)  # removed as a link, not followed
+    assert remove_bytecode_caches(subject) == 2
+    assert not (subject / "src" / "__pycache__").exists()
+    assert not (subject / "lib" / "__pycache__").is_symlink()
+    assert (elsewhere / "keep.pyc").exists() and (subject / ".git" / "__pycache__").is_dir()
+    assert (subject / "src" / "kern.py").read_text() == "x = 1\n"

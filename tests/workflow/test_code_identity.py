@@ -613,3 +613,230 @@ def test_r11_checkout_refuses_a_recorded_link_out_of_the_directory(tmp_path: Pat
     assert done.returncode == 5, done.stdout + done.stderr
     assert "leads out of the directory" in json.loads(done.stdout)["error"]["message"]
     assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+#: A candidate whose in-scope kernel, when imported, sabotages the *reference*: it finds the
+#: reference's directory on the measuring process's command line (``--ref``), drops a ``json.py``
+#: there that shadows the standard library's and makes every later reference call burn 5 ms of
+#: CPU time inside its timed window, and on its
+#: own last call removes it again, so that the snapshot taken after the run sees nothing.
+SABOTEUR = """\
+import os, shlex, sys
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_count = COUNT_FILE
+_n = (int(open(_count).read()) if os.path.exists(_count) else 0) + 1
+open(_count, "w").write(str(_n))
+_shadow = os.path.join(_ref, "json.py")
+if _n < 10:  # 5 pairs of 2 cases: its 10th call is the run's last
+    open(_shadow, "w").write(
+        "import sys, time\\n"
+        "here = sys.path.pop(0)\\n"
+        "del sys.modules['json']\\n"
+        "import json as _real\\n"
+        "sys.path.insert(0, here)\\n"
+        "sys.modules['json'] = _real\\n"
+        "_clock = time.process_time\\n"
+        "def _burning():\\n"
+        "    end = _clock() + 0.005\\n"
+        "    while _clock() < end:\\n"
+        "        pass\\n"
+        "    return _clock()\\n"
+        "time.process_time = _burning\\n"
+    )
+elif os.path.exists(_shadow):
+    os.remove(_shadow)
+"""
+
+
+def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refused(
+    session: Session,
+) -> None:
+    """R11: a file a candidate adds to the reference's directory in one call and removes in its
+    last one slows every reference call between (unchecked, the champion's own code measured
+    88 % faster than the champion); the snapshots before and after the run are equal. Each
+    subject's files are checked before every call, so the run is refused and nothing recorded."""
+    count = session.tmp / "saboteur-count"
+    kern = SABOTEUR.replace("COUNT_FILE", repr(str(count))) + FASTER  # the champion's own work
+    cand = _subject(session.code, "saboteur", kern, util=True)
+    before = _head(session)
+    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-sabotage")
+    message = _refused(done)
+    assert "changed while it was measured" in message and "json.py" in message
+    assert _head(session) == before
+    (session.fast / "json.py").unlink(missing_ok=True)  # a failed defence must not leak on
+
+
+#: A candidate whose in-scope kernel, when imported, writes a bytecode cache for the reference's
+#: ``src/kern.py`` into the reference's ``__pycache__``: stamped with the source's modification
+#: time and size, so Python loads it instead of the source, and compiled from the source plus a
+#: wrapper that burns 5 ms of CPU time inside every reference call's timed window. The snapshot
+#: skips ``__pycache__`` (the run writes it itself): no snapshot sees the change.
+PYC_SABOTEUR = """\
+import importlib.util, os, shlex
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_src = os.path.join(_ref, "src", "kern.py")
+_text = open(_src).read() + (
+    "\\nimport time as _t\\n_honest = sumsq\\n"
+    "def sumsq(n):\\n"
+    "    end = _t.process_time() + 0.005\\n"
+    "    while _t.process_time() < end:\\n"
+    "        pass\\n"
+    "    return _honest(n)\\n"
+)
+_stat = os.stat(_src)
+_pyc = importlib.util.cache_from_source(_src)
+os.makedirs(os.path.dirname(_pyc), exist_ok=True)
+with open(_pyc, "wb") as _out:
+    _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
+                                      _stat.st_size))
+"""
+
+
+def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
+    session: Session,
+) -> None:
+    """R11: the reference's bytecode caches are not in its snapshot, so a candidate that plants
+    a ``.pyc`` there would make the reference run code that no snapshot holds (unchecked, the
+    champion's own code measured about 85 % faster than the champion). The driver removes both
+    subjects' bytecode caches before every call and after the run: every call runs the
+    snapshotted source, the candidate doing the champion's work gains nothing, and no planted
+    cache is left behind."""
+    cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
+    with Ledger.open(session.ledger) as ledger:  # its own experiment: these samples are kept
+        execute(ledger, "experiment.create", _experiment("e-pyc"), actor="agent")
+    try:
+        done = session.measure("e-pyc", "screen", session.fast, cand, "--samples", "e-pyc-1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        verdict = session.ok("verdict", "record", "--samples", "e-pyc-1", "--dry-run")
+        primary = verdict["events"][0]["payload"]["primary"]
+        assert primary["estimate"] < 0.5, primary  # the same work: no 85 % "gain"
+        assert not list(session.fast.rglob("*.pyc"))
+    finally:  # a failed defence must not leak into the other tests of the session
+        for cache in session.fast.rglob("__pycache__"):
+            shutil.rmtree(cache)
+
+
+#: A candidate whose in-scope kernel writes a ``.pth`` file into its interpreter's
+#: site-packages: Python runs its ``import`` line at the start of every later process, and it
+#: makes those whose command line names the reference's directory burn 5 ms of CPU time inside
+#: their timed window. Outside both subjects, so no snapshot sees it; the candidate removes it
+#: on its own last call.
+PTH_SABOTEUR = """\
+import os, shlex, site
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_count = COUNT_FILE
+_n = (int(open(_count).read()) if os.path.exists(_count) else 0) + 1
+open(_count, "w").write(str(_n))
+_pth = os.path.join(site.getsitepackages()[0], PTH_NAME)
+_payload = _count + ".py"
+open(_payload, "w").write(
+    "import time\\n"
+    f"if {_ref!r}.encode() in open('/proc/self/cmdline', 'rb').read():\\n"
+    "    _clock = time.process_time\\n"
+    "    def _burning(_clock=_clock):\\n"
+    "        end = _clock() + 0.005\\n"
+    "        while _clock() < end:\\n"
+    "            pass\\n"
+    "        return _clock()\\n"
+    "    time.process_time = _burning\\n"
+)
+if _n < 10:  # 5 pairs of 2 cases: its 10th call is the run's last
+    open(_pth, "w").write(f"import builtins; exec(open({_payload!r}).read())\\n")
+elif os.path.exists(_pth):
+    os.remove(_pth)
+"""
+
+
+def test_cheat_candidate_that_plants_startup_code_in_site_packages_is_refused(
+    session: Session,
+) -> None:
+    """R11: a ``.pth`` file the candidate adds to its interpreter's site-packages in one call
+    runs in every later process, the reference's included (unchecked, the champion's own code
+    measured faster than the champion); it lies outside both subjects. The start-up files of
+    each subject's Python are checked before every call: the run is refused, nothing recorded."""
+    import os
+    import site
+
+    name = f"zz-perfledger-test-{os.getpid()}.pth"
+    pth = Path(site.getsitepackages()[0]) / name
+    kern = (
+        PTH_SABOTEUR.replace("COUNT_FILE", repr(str(session.tmp / "pth-count"))).replace(
+            "PTH_NAME", repr(name)
+        )
+        + FASTER
+    )
+    cand = _subject(session.code, "pth-saboteur", kern, util=True)
+    before = _head(session)
+    try:
+        done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-pth")
+        message = _refused(done)
+        assert "start-up" in message and name in message
+        assert _head(session) == before
+        # added during the refused run: moved aside, so it cannot act in the next run
+        assert "moved aside" in message and not pth.exists()
+    finally:  # never leave it in the test environment's interpreter
+        pth.unlink(missing_ok=True)
+        Path(str(pth) + ".perfledger-quarantine").unlink(missing_ok=True)
+
+
+#: A candidate that rewrites a file of the reference in place with as many bytes and sets its
+#: modification time back (a cheap per-call check by size and time alone would miss it).
+IN_PLACE_EDITOR = """\
+import os, shlex
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_notes = os.path.join(_ref, "NOTES.md")
+_st = os.stat(_notes)
+_text = open(_notes).read()
+open(_notes, "w").write(_text.upper())
+os.utime(_notes, ns=(_st.st_atime_ns, _st.st_mtime_ns))
+"""
+
+
+def test_cheat_candidate_that_edits_a_reference_file_and_restores_its_time_is_refused(
+    session: Session,
+) -> None:
+    notes = session.fast / "NOTES.md"
+    original = notes.read_text()
+    cand = _subject(session.code, "in-place-editor", IN_PLACE_EDITOR + FASTER, util=True)
+    before = _head(session)
+    try:
+        message = _refused(
+            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-in-place")
+        )
+        assert "changed while it was measured" in message and "NOTES.md" in message
+        assert _head(session) == before
+    finally:
+        notes.write_text(original)
+
+
+def test_bytecode_caches_survive_their_own_calls_and_not_the_other_subjects(
+    tmp_path: Path,
+) -> None:
+    """R11: caches are removed when the run begins; a subject's own compiled modules are kept
+    from one of its calls to the next (one compile per run), and a cache that changed during the
+    other subject's call (a planted ``.pyc``) is removed before the next call."""
+    from perfledger.commands.cli.identity import SubjectsWatch
+
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    for d in (ref, cand):
+        (d / "src" / "__pycache__").mkdir(parents=True)
+        (d / "src" / "kern.py").write_text("x = 1\n")
+    stale = ref / "src" / "__pycache__" / "kern.cpython-311.pyc"
+    stale.write_bytes(b"from before the run")
+    body = {"reference": {"subject": str(ref)}, "candidate": {"subject": str(cand)}}
+    watch = SubjectsWatch({}, body)  # info is read only when a snapshot file changes
+    assert not stale.exists()
+    watch("ref")
+    compiled = ref / "src" / "__pycache__" / "kern.cpython-311.pyc"
+    compiled.parent.mkdir(exist_ok=True)
+    compiled.write_bytes(b"the reference compiled this itself")
+    watch("cand")  # after the reference's own call: kept
+    assert compiled.read_bytes() == b"the reference compiled this itself"
+    compiled.write_bytes(b"planted during the candidate's call")
+    watch("ref")  # before the reference's next call: removed, it compiles its source again
+    assert not compiled.exists()

@@ -39,7 +39,7 @@ def test_r12_wall_clock_flag_makes_a_target_stage_inconclusive_and_r13_refuses_i
     body = samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=False))
     recorded = ready.run("samples.record", body)
     check = recorded["wall_check"]
-    assert check["method"] == "wall_v1" and check["flagged"]
+    assert check["method"] == "wall_v2" and check["flagged"]
     assert {c["status"] for c in check["cases"] if c["metric"] == PRIMARY} == {"flagged"}
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["primary"]["status"] == "pass"  # the reported numbers alone would pass
@@ -126,3 +126,91 @@ def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(ready: Session) ->
     ready.run("samples.record", honest)
     audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final-2"})
     assert audit["status"] == "pass"
+
+
+def _padded_pairs() -> list[dict[str, Any]]:
+    """The same work on both sides (the same values, the same wall time), the candidate's list
+    padded with four values that never ran: its reported total is unchanged (the wall clock
+    sees no saving to doubt), its median and mean collapse."""
+    pairs = _timed_pairs("t", wall_saving=True, gain=0.0)
+    for pair in pairs:
+        pair["cand"]["values"][PRIMARY] = pair["ref"]["values"][PRIMARY] + [1e-4] * 4
+    return pairs
+
+
+def test_cheat_candidate_padding_its_values_with_ones_that_never_ran_is_flagged(
+    ready: Session,
+) -> None:
+    ready.screened()
+    recorded = ready.run("samples.record", samples("e1-target", "target", pairs=_padded_pairs()))
+    check = recorded["wall_check"]
+    assert check["method"] == "wall_v2" and check["flagged"]
+    assert {c["status"] for c in check["cases"] if c["metric"] == PRIMARY} == {"flagged"}
+    assert any("different numbers of values" in r for r in check["reasons"])
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["primary"]["status"] == "pass"  # the padded median alone would pass
+    assert verdict["status"] == "inconclusive"
+    if verdict.get("contradicts_claim"):  # R14 owes a reconciliation first; not under test
+        ready.run("reconcile", {"experiment_id": "e1", "premise": "coverage", "explanation": "x",
+                                "corrected_model": {"description": "y"}})  # fmt: skip
+    error = ready.refused(
+        "champion.select",
+        {"target_id": "t1", "samples_id": "e1-target", "expected_current": "original"},
+        "R13",
+    )
+    assert "wall-clock check" in error.message
+
+
+def test_r12_samples_recorded_before_the_value_count_rule_are_rechecked_by_wall_v1(
+    ready: Session,
+) -> None:
+    """The auditor re-decides samples by the schema they were recorded under: schema 4 by
+    ``wall_v1`` (no value-count rule), schema 5 on by ``wall_v2``."""
+    import msgspec
+
+    from perfledger.commands.workflow import deciders
+    from perfledger.commands.workflow.requests import SamplesRecord
+
+    ready.screened()
+    state = ready.state()
+    request = msgspec.convert(samples("e1-target", "target", pairs=_padded_pairs()), SamplesRecord)
+
+    def decide(schema: int | None) -> Any:
+        ctx = deciders.DecisionContext(
+            op="samples.record", actor="agent", ts=ready.clock, payload_of=ready.ledger.payload,
+            schema=schema,
+        )  # fmt: skip
+        [draft] = deciders.decide_samples_record(state, request, ctx)
+        return draft.payload.wall_check
+
+    old, new = decide(4), decide(None)
+    assert old.method == "wall_v1" and not old.flagged
+    assert new.method == "wall_v2" and new.flagged and decide(5) == new
+
+
+def test_cheat_candidate_moving_its_time_into_one_repeat_is_flagged(ready: Session) -> None:
+    """Equal counts and equal totals (the wall clock sees nothing), but the candidate reports
+    its three repeats as 1 %, 1 % and 298 % of their mean: its per-call median collapses."""
+    pairs = _timed_pairs("t", wall_saving=True, gain=0.0)
+    for pair in pairs:
+        a, b = pair["ref"]["values"][PRIMARY]
+        pair["ref"]["values"][PRIMARY] = [a / 2, a / 2, b]  # the same total
+        mean = sum(pair["cand"]["values"][PRIMARY]) / 3
+        pair["cand"]["values"][PRIMARY] = [0.01 * mean, 0.01 * mean, 2.98 * mean]
+    ready.screened()
+    recorded = ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
+    check = recorded["wall_check"]
+    assert check["flagged"], check
+    assert any("per-call median improves" in r for r in check["reasons"]), check["reasons"]
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] != "pass"  # this Target's mean is not fooled; a median would be
+    assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
+
+
+def test_honest_candidate_with_a_true_gain_and_equal_counts_is_not_flagged(ready: Session) -> None:
+    ready.screened()
+    recorded = ready.run(
+        "samples.record", samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
+    )
+    assert recorded["wall_check"]["method"] == "wall_v2"
+    assert recorded["wall_check"]["flagged"] is False, recorded["wall_check"]["reasons"]

@@ -641,7 +641,8 @@ class WallCheck(_Part, kw_only=True):
     """Self-reported times checked against the workload driver's wall clock (SPEC.md section 5).
 
     Attributes:
-        method: the rule's version (``wall_v1``); old samples are re-checked by their own.
+        method: the rule's version (``wall_v1``, ``wall_v2``); old samples are re-checked by
+            their own.
         flagged: a case was flagged or a call reported more time than it took; a flagged
             formal stage cannot pass (R12) nor support a champion (R13).
         reasons: one line per flag, for people.
@@ -1070,6 +1071,11 @@ R5_BOUND_RAW_TABLE = 3
 #: Target whose readiness compares outputs must carry every call's output check (R5,
 #: :mod:`perfledger.commands.workflow.output_rules`).
 R5_JUDGED_OUTPUTS = 4
+#: The ``SamplesRecorded`` schema version from which the wall-clock check (``wall_v2``) flags a
+#: case where the two calls of a pair report different numbers of values of a time-like metric
+#: (R12: padding with values that never ran moves the statistic, not the reported total);
+#: samples recorded before are re-checked by ``wall_v1``.
+R12_WALL_VALUE_COUNTS = 5
 #: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
 #: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
 #: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
@@ -1098,7 +1104,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": R5_JUDGED_OUTPUTS,
+    "SamplesRecorded": R12_WALL_VALUE_COUNTS,
     "VerdictRecorded": PER_CASE_V2,
     "FinalAuditRecorded": R5_FINAL_AUDIT_ACCURACY,
     "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),

@@ -510,6 +510,7 @@ def run_pairs(
     warmup_calls: int = 1,
     on_call: Callable[[CallResult], None] | None = None,
     accuracy: Mapping[str, Any] | None = None,
+    before_call: Callable[[str], None] | None = None,
 ) -> DriverRun:
     """Run ``ref`` and ``cand`` interleaved in ABBA order over ``cases``.
 
@@ -527,6 +528,11 @@ def run_pairs(
         accuracy: the Target's accuracy rule (``compare``: ``exact`` or ``allclose``, ``rtol``,
             ``atol``), required when the subjects' argv declare ``{output}``: each pair's
             candidate output is judged against its reference's (module docstring).
+        before_call: called with the subject's label (``ref`` or ``cand``) before every call,
+            when no call's process is alive (R11: the caller checks that neither subject's
+            files changed since their snapshots; a subject that edits the other's files in one
+            call and restores them in its last would otherwise pass a check made after the run
+            alone); its errors propagate.
     Returns: the :class:`DriverRun`; failed calls are inside it, never raised.
     Raises: ValueError for bad arguments (one subject declaring ``{output}`` and the other
         not, or ``{output}`` without an accuracy rule that compares).
@@ -552,6 +558,8 @@ def run_pairs(
     kept: dict[str, bytes] = {}
 
     def call(label: str, case: str, tag: str, seed: str | None) -> tuple[CallResult, Any]:
+        if before_call is not None:
+            before_call(label)
         place = outputs.OutputPlace() if checked else None
         try:
             out = run_call(

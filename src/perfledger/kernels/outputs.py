@@ -183,16 +183,21 @@ def load(data: bytes) -> tuple[str, Any]:
     import numpy as np
 
     if data.startswith(b"\x93NUMPY"):
+        _check_npy_header(io.BytesIO(data), len(data))
         return "npy", np.load(io.BytesIO(data), allow_pickle=False)
     if data.startswith(b"PK\x03\x04") or data.startswith(b"PK\x05\x06"):
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as members:  # a small file can inflate hugely
                 inflated = sum(info.file_size for info in members.infolist())
-            if inflated > NPZ_MAX_INFLATED_BYTES:
-                raise ValueError(
-                    f".npz archive inflates to {inflated} bytes, more than the "
-                    f"{NPZ_MAX_INFLATED_BYTES} read"
-                )
+                if inflated > NPZ_MAX_INFLATED_BYTES:
+                    raise ValueError(
+                        f".npz archive inflates to {inflated} bytes, more than the "
+                        f"{NPZ_MAX_INFLATED_BYTES} read"
+                    )
+                for info in members.infolist():
+                    if info.filename.endswith(".npy"):
+                        with members.open(info) as member:
+                            _check_npy_header(member, info.file_size, info.filename)
             with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                 return "npz", {name: archive[name] for name in archive.files}
         except zipfile.BadZipFile as exc:
@@ -203,10 +208,36 @@ def load(data: bytes) -> tuple[str, Any]:
         raise ValueError(f"neither .npy, .npz nor JSON ({type(exc).__name__}: {exc})") from None
 
 
+def _check_npy_header(stream: Any, size: int, name: str = "") -> None:
+    """Refuse an ``.npy`` whose header declares more data than the file holds, before numpy
+    allocates it: numpy reserves the declared array first, so a few bytes declaring 2**40
+    elements would make the measuring process die of MemoryError (or swap). ``stream`` is at
+    the file's start; ``size`` is the file's length (bytes). Raises: ValueError."""
+    from numpy.lib import format as npformat
+
+    version = npformat.read_magic(stream)
+    if version == (1, 0):
+        shape, _fortran, dtype = npformat.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, _fortran, dtype = npformat.read_array_header_2_0(stream)
+    else:  # 3.0 (UTF-8 field names) has no public reader
+        shape, _fortran, dtype = npformat._read_array_header(stream, version)
+    if dtype.hasobject:
+        return  # numpy refuses it without pickle
+    declared = math.prod(shape) * dtype.itemsize
+    held = size - stream.tell()
+    if declared > held:
+        where = f"{name}: " if name else ""
+        raise ValueError(
+            f"{where}its header declares shape {shape} of {dtype} ({declared} bytes), the file "
+            f"holds {held} bytes"
+        )
+
+
 def _decode(data: bytes, who: str) -> tuple[str, Any]:
     try:
         return load(data)
-    except (ValueError, OSError, EOFError) as exc:  # numpy's errors for a torn file
+    except (ValueError, OSError, EOFError, MemoryError) as exc:  # numpy's for a torn file
         raise _Mismatch(f"the {who}'s output is unreadable: {exc}") from None
 
 
@@ -297,9 +328,29 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _close_as_fractions(ref: Any, cand: Any, tol: tuple[float, float] | None) -> bool:
+    """The rule on two JSON numbers one of which is an integer too large for a float: exactly
+    (as rationals, no rounding); NaN and infinities never equal such an integer."""
+    from fractions import Fraction
+
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (ref, cand)):
+        return False
+    if tol is None:
+        return bool(cand == ref)
+    diff = abs(Fraction(cand) - Fraction(ref))
+    return diff <= Fraction(tol[1]) + Fraction(tol[0]) * abs(Fraction(ref))
+
+
 def _json(ref: Any, cand: Any, tol: tuple[float, float] | None, where: str) -> None:
     if _number(ref) and _number(cand):
-        a, b = float(cand), float(ref)
+        try:
+            a, b = float(cand), float(ref)
+        except OverflowError:  # an integer beyond a float's range: compared as fractions
+            if not _close_as_fractions(ref, cand, tol):
+                raise _Mismatch(
+                    f"{where}: {cand!r} in the candidate, {ref!r} in the reference"
+                ) from None
+            return
         if math.isnan(a) or math.isnan(b):
             raise _Mismatch(f"{where}: NaN is never equal ({cand!r} vs {ref!r})")
         if math.isinf(b) or math.isinf(a):

@@ -26,6 +26,7 @@ anything under the directory is modified or untracked (``git status --porcelain`
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Callable, Sequence
@@ -233,4 +234,39 @@ def take_snapshot(
     return TakenSnapshot(snapshot=snapshot, blobs=blobs)
 
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "TakenSnapshot", "git_state", "take_snapshot"]
+def remove_bytecode_caches(subject: str | Path) -> int:
+    """Remove every ``__pycache__`` under a subject directory (R11).
+
+    A snapshot skips them (the run writes them itself), so a ``.pyc`` planted there, stamped
+    with its source's modification time and size, would run instead of the snapshotted source
+    and no snapshot would see it (a candidate planting one for the reference). ``measure
+    workload`` calls this for both subjects when a run begins and ends, and for a subject whose
+    caches changed during the other subject's call
+    (:class:`perfledger.commands.cli.identity.SubjectsWatch`).
+    Never follows a symbolic link (one named ``__pycache__`` is removed as a link); ``.git`` is
+    not entered.
+
+    Returns: the number of caches removed. Raises: OSError when one cannot be removed.
+    """
+    removed = 0
+    for dirpath, dirnames, _files in os.walk(subject):
+        for name in [d for d in dirnames if d in (".git", "__pycache__")]:
+            dirnames.remove(name)  # never walked into
+            if name == "__pycache__":
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    shutil.rmtree(path)
+                removed += 1
+    return removed
+
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_FILES",
+    "TakenSnapshot",
+    "git_state",
+    "remove_bytecode_caches",
+    "take_snapshot",
+]

@@ -29,6 +29,19 @@ The rule (method :data:`METHOD`), for each time-like metric (unit ``s``, ``ms``,
   even if wholly invented, would not be flagged: not verifiable at this resolution (shown, not
   blocking); else **consistent**.
 
+From :data:`METHOD_V2` on, in every pair of a case the two calls must report the same number of
+values of each time-like metric (the readiness driver fixes the repeats): a candidate that pads
+its list with values that never ran (``[t, t, t, 1e-4, 1e-4, 1e-4, 1e-4]``) keeps its reported
+total, so the wall clock sees nothing, while the median or mean of its values collapses. Pairs
+whose counts differ flag the case. With equal counts, a candidate could still move its time
+into one repeat (``[0.01, 0.01, 2.98] x t`` for ``[t, t, t]``): its median collapses, its total
+does not. So a case whose per-call medians gain more than its per-call means, in nearly every
+pair, beyond :data:`SHAPE_REL` of the gain plus :data:`SHAPE_ABS`, is flagged too
+(:func:`_median_beyond_mean`). And the resolution's spread is the smaller of ``MAD(e)`` and ``sqrt(2) x`` the MAD of the
+reference's wall times: a candidate that adds random sleeps outside its timer widens ``MAD(e)``
+(with sleeps of ``U(0, 2r)`` a lie of ``r`` per call was never flagged, only "unresolved"), but
+it cannot widen the reference's spread. Samples checked by :data:`METHOD` keep that rule.
+
 Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
 OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
 
@@ -48,11 +61,15 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
+
 from perfledger.events.workflow import WallCheck, WallCheckCase
 from perfledger.kernels.timing import UNITS_PER_SECOND
 
-#: The rule's version, recorded with every check.
+#: The rule's version, recorded with every check: ``wall_v1`` for samples recorded before the
+#: value-count rule (``SamplesRecorded`` schema 4 and before), :data:`METHOD_V2` from then on.
 METHOD = "wall_v1"
+METHOD_V2 = "wall_v2"
 #: Seconds per unit of a time-like metric.
 SECONDS_PER_UNIT = {unit: 1.0 / per_s for unit, per_s in UNITS_PER_SECOND.items()}
 #: Share of the reported saving that may be missing from the wall saving (systematic effects).
@@ -68,6 +85,10 @@ OVER_ABS_S = 0.001
 MIN_PAIRS = 5
 #: One-sided level of the lower bound of the median excess (an order statistic).
 ALPHA = 0.05
+#: ``wall_v2``: how far a case's per-call median may improve beyond its per-call mean (a share
+#: of the median's improvement, plus a ratio) before the case is flagged.
+SHAPE_REL = 0.25
+SHAPE_ABS = 0.05
 
 
 def _lower_rank(n: int) -> int:
@@ -86,7 +107,7 @@ def _total_s(values: Iterable[float], scale: float) -> float:
 
 
 def _case_check(
-    metric: str, case: str, pairs: list[Any], scale: float, sign: float
+    metric: str, case: str, pairs: list[Any], scale: float, sign: float, method: str = METHOD
 ) -> WallCheckCase:
     reported = [
         _total_s(p.ref.values[metric], scale) - _total_s(p.cand.values[metric], scale)
@@ -103,6 +124,11 @@ def _case_check(
         e_low = -math.inf
     else:
         mad = statistics.median(abs(e - e_med) for e in excess)
+        if method == METHOD_V2:  # the candidate's own noise cannot widen what is "unresolved"
+            ref_wall = [p.ref.wall_s for p in pairs]
+            ref_med = statistics.median(ref_wall)
+            ref_mad = statistics.median(abs(w - ref_med) for w in ref_wall)
+            mad = min(mad, math.sqrt(2.0) * ref_mad)
         resolution = max(FLOOR_S, K * 1.2533 * 1.4826 * mad / math.sqrt(n))
         e_low = sorted(excess)[_lower_rank(n) - 1]
     tolerance = REL * abs(r_med) + resolution
@@ -127,6 +153,45 @@ def _case_check(
     )
 
 
+def _median_beyond_mean(metric: str, pairs: list[Any], sign: float) -> str:
+    """Why a case's per-call medians improve beyond its per-call means (``wall_v2``), or ''.
+
+    Per pair whose calls both report several values: ``m_i`` the improvement of the call's
+    median, ``t_i`` that of its mean (total over count, what the wall clock checks), both as
+    ratios in the candidate's favour; flagged when the lower bound (:func:`_lower_rank`) of
+    ``m_i - t_i`` exceeds ``SHAPE_REL * |median(m_i)| + SHAPE_ABS``: in nearly every pair the
+    median gained what the total did not (values redistributed within a call: ``[t, t, t]``
+    reported as ``[0.01, 0.01, 2.98] x t``)."""
+    diffs: list[float] = []
+    gains: list[float] = []
+    means: list[float] = []
+    for p in pairs:
+        ref, cand = p.ref.values[metric], p.cand.values[metric]
+        if len(ref) < 2 or len(cand) < 2:
+            continue
+        ref_med, ref_mean = statistics.median(ref), math.fsum(ref) / len(ref)
+        if ref_med <= 0 or ref_mean <= 0:
+            continue
+        m = sign * (1.0 - statistics.median(cand) / ref_med)
+        t = sign * (1.0 - (math.fsum(cand) / len(cand)) / ref_mean)
+        gains.append(m)
+        means.append(t)
+        diffs.append(m - t)
+    if len(diffs) < MIN_PAIRS:
+        return ""
+    low = sorted(diffs)[_lower_rank(len(diffs)) - 1]
+    tolerance = SHAPE_REL * abs(statistics.median(gains)) + SHAPE_ABS
+    if low <= tolerance:
+        return ""
+    return (
+        f"the candidate's per-call median improves by {statistics.median(gains):.1%}, its "
+        f"per-call mean (the total the wall clock checks) by {statistics.median(means):.1%}; "
+        f"in nearly every pair the "
+        f"median gained {low:.1%} more (> tolerance {tolerance:.1%}): values redistributed "
+        "within a call, or time moved into a few repeats"
+    )
+
+
 def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:.3g} ms"
 
@@ -135,6 +200,7 @@ def check_pairs(
     pairs: Iterable[Any],
     units: Mapping[str, str],
     directions: Mapping[str, str] | None = None,
+    method: str = METHOD_V2,
 ) -> WallCheck | None:
     """Check the self-reported time-like metrics of recorded pairs against the driver's wall
     clock (the rule in the module docstring).
@@ -145,6 +211,8 @@ def check_pairs(
             ``samples.record`` request or a SamplesRecorded payload.
         units: metric name -> unit; metrics in ``s``, ``ms``, ``us``, ``µs``, ``ns`` are checked.
         directions: metric name -> ``lower_is_better`` (default) or ``higher_is_better``.
+        method: :data:`METHOD_V2` (default: value counts must match per pair) or :data:`METHOD`
+            (the rule samples recorded before it are re-checked by).
     Returns: the :class:`~perfledger.events.workflow.WallCheck`, or None when no call carries a
         driver wall time (samples not measured by the workload driver).
     Raises: ValueError when some calls carry a wall time and others do not.
@@ -192,8 +260,7 @@ def check_pairs(
             ):
                 by_case.setdefault(p.case, []).append(p)
         for case, case_pairs in by_case.items():
-            c = _case_check(metric, case, case_pairs, scale, sign)
-            cases.append(c)
+            c = _case_check(metric, case, case_pairs, scale, sign, method)
             if c.status == "flagged":
                 reasons.append(
                     f"case {case!r}, {metric}: the candidate reports saving "
@@ -201,8 +268,26 @@ def check_pairs(
                     f"{_ms(c.wall_saving_s)} (unseen {_ms(c.excess_s)}, lower bound "
                     f"{_ms(c.excess_low_s)} > tolerance {_ms(c.tolerance_s)})"
                 )
+            padded = [
+                p for p in case_pairs if len(p.ref.values[metric]) != len(p.cand.values[metric])
+            ]
+            if method == METHOD_V2 and padded:  # R12: the statistic moved, the total did not
+                c = msgspec.structs.replace(c, status="flagged")
+                p = padded[0]
+                reasons.append(
+                    f"case {case!r}, {metric}: the two calls of {len(padded)} of "
+                    f"{len(case_pairs)} pairs report different numbers of values (e.g. "
+                    f"{p.cand.call_id}: {len(p.cand.values[metric])}, {p.ref.call_id}: "
+                    f"{len(p.ref.values[metric])}): values the wall clock cannot tie to time "
+                    "spent move the statistic (report a fixed number of repeats per call)"
+                )
+            shape = _median_beyond_mean(metric, case_pairs, sign) if method == METHOD_V2 else ""
+            if shape:  # R12: the median moved, the total the wall clock checks did not
+                c = msgspec.structs.replace(c, status="flagged")
+                reasons.append(f"case {case!r}, {metric}: {shape}")
+            cases.append(c)
     return WallCheck(
-        method=METHOD,
+        method=method,
         flagged=bool(over) or any(c.status == "flagged" for c in cases),
         reasons=tuple(reasons[:20]),
         cases=tuple(cases),

@@ -14,7 +14,7 @@ import json
 import os
 import shlex
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import msgspec
@@ -211,6 +211,98 @@ def measure_identity(
         payload_of=operations.payload_reader(ledger),
     )
     return body, artifacts_of(ref, cand)
+
+
+class SubjectsWatch:
+    """Both subjects' files checked before every call of a run (R11), cheaply: each file's
+    ``lstat`` (mode, size, inode, modification and change times; a process cannot set a change
+    time back) is compared with the previous check, and only a difference re-takes the
+    snapshots (:func:`confirm_unchanged`, which names what changed).
+
+    Bytecode caches (``__pycache__``, not in a snapshot) are removed when the run begins; after
+    that, a subject's caches may change only during its own calls (it compiles its own modules).
+    Caches that changed during the other subject's call (a ``.pyc`` planted for them) are
+    removed before the next call, so every call runs the source its snapshot holds, and honest
+    subjects compile once per run, not once per call."""
+
+    #: The driver's subject label -> the identity's role.
+    ROLES: ClassVar[dict[str, str]] = {"ref": "reference", "cand": "candidate"}
+
+    def __init__(self, info: dict[str, Any], body: dict[str, Any]) -> None:
+        """``body``: the samples' identity as :func:`measure_identity` made it."""
+        from perfledger.kernels.snapshot import remove_bytecode_caches
+
+        self.info, self.body = info, body
+        for role in self.ROLES.values():
+            remove_bytecode_caches(body[role]["subject"])  # nothing planted before the run
+        self.caches = {role: self._caches(role) for role in self.ROLES.values()}
+        self.last: str | None = None
+        self.seen = self._stat()
+
+    def _caches(self, role: str) -> dict[str, tuple[int, ...]]:
+        """Every file in the subject's ``__pycache__`` directories with its lstat."""
+        out: dict[str, tuple[int, ...]] = {}
+        for dirpath, dirnames, filenames in os.walk(self.body[role]["subject"]):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+            if os.path.basename(dirpath) != "__pycache__":
+                continue
+            for name in filenames:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                out[os.path.join(dirpath, name)] = (
+                    st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+                )  # fmt: skip
+        return out
+
+    def _stat(self) -> dict[str, tuple[int, ...]]:
+        from perfledger.kernels.snapshot import SKIPPED_DIRS
+
+        out: dict[str, tuple[int, ...]] = {}
+        paths: list[str] = []
+        for role in self.ROLES.values():
+            snap = self.body[role]
+            paths += list(snap.get("driver") or {})
+            for dirpath, dirnames, filenames in os.walk(snap["subject"]):
+                dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
+                paths += [os.path.join(dirpath, f) for f in filenames]
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                out[path] = ()
+                continue
+            out[path] = (st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        return out
+
+    def __call__(self, label: str | None = None) -> None:
+        """Before the call of subject ``label`` (``ref`` or ``cand``). Raises: RuleRefused
+        (R11) as :func:`confirm_unchanged`."""
+        from perfledger.kernels.snapshot import remove_bytecode_caches
+
+        if self.last is not None:  # what the previous call compiled for itself
+            self.caches[self.last] = self._caches(self.last)
+        for role in self.ROLES.values():
+            if self._caches(role) != self.caches[role]:  # written during the other's call
+                remove_bytecode_caches(self.body[role]["subject"])
+                self.caches[role] = {}
+        now = self._stat()
+        if now != self.seen:  # something was touched: the snapshots say whether it changed
+            confirm_unchanged(self.info, self.body)
+            self.seen = now
+        self.last = self.ROLES.get(label or "")
+
+
+def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
+    """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
+    call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
+    :func:`confirm_unchanged`. Raises: RuleRefused (R11) as that does."""
+    from perfledger.kernels.snapshot import remove_bytecode_caches
+
+    for role in ("reference", "candidate"):
+        remove_bytecode_caches(body[role]["subject"])
+    confirm_unchanged(info, body)
 
 
 def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:

@@ -39,8 +39,9 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import (
+    SubjectsWatch,
     check_original_command,
-    confirm_unchanged,
+    fresh_and_unchanged,
     measure_identity,
     refuse_unsnapshotted,
     unenforced_note,
@@ -538,14 +539,24 @@ def _run_driver(
     timeout_s: float,
     quiet: bool,
     accuracy: dict[str, Any] | None = None,
+    before_call: Any = None,
 ) -> Any:
     from perfledger.kernels.driver import Subject, run_pairs
+    from perfledger.kernels.startup_surface import StartupWatch
 
     try:
         ref = Subject("ref", shlex.split(ref_cmd))
         cand = Subject("cand", shlex.split(cand_cmd))
     except ValueError as exc:
         raise BadRequest(f"cannot parse the command: {exc}") from None
+    # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
+    startup = StartupWatch([ref.argv, cand.argv])
+
+    def checks(label: str) -> None:
+        startup.check()
+        if before_call is not None:
+            before_call(label)
+
     total = len(cases) * (2 * pairs + 2 * warmup)
     with _progress(total, "driver calls", quiet) as advance:
         return run_pairs(
@@ -557,6 +568,7 @@ def _run_driver(
             timeout_s=timeout_s,
             on_call=lambda _call: advance(),
             accuracy=accuracy,
+            before_call=checks,
         )
 
 
@@ -648,12 +660,18 @@ def measure_workload(
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
     try:
-        run = _run_driver(ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy)
+        # R11: each subject's files are checked before every call, not only after the run: a
+        # subject could edit the other's files for a while and restore them before the end;
+        # bytecode caches (not in a snapshot) are removed, so no call runs a planted .pyc
+        unchanged = None if code is None else SubjectsWatch(info, code)
+        run = _run_driver(
+            ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy, unchanged
+        )
     finally:
         if monitor is not None:
             monitor.stop()
     if code is not None:
-        confirm_unchanged(info, code)
+        fresh_and_unchanged(info, code)
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,

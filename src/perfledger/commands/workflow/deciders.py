@@ -35,6 +35,7 @@ from perfledger.events.workflow import (
     R5_JUDGED_OUTPUTS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
+    R12_WALL_VALUE_COUNTS,
     R14_BLOCKS_CHAMPION,
     R14_STATED_INTERVAL,
     TAIL_STATISTICS,
@@ -602,7 +603,7 @@ def decide_samples_record(
         output_rules.check_samples(target.readiness, req)
     code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
     pairs = req.pairs
-    wall_check = _wall_check(target, req)
+    wall_check = _wall_check(target, req, ctx)
     body = dump(req)
     if code is not None:
         body["identity"] = msgspec.to_builtins(code)
@@ -627,13 +628,17 @@ def decide_samples_record(
     return _emit(ctx, payload)
 
 
-def _wall_check(target: TargetView, req: rq.SamplesRecord) -> Any:
+def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext) -> Any:
     """Self-reported times against the driver's wall clock (R12; rule and tolerance in
-    :mod:`perfledger.kernels.wall_check`); None for calls no driver timed."""
-    from perfledger.kernels.wall_check import check_pairs, directions_of
+    :mod:`perfledger.kernels.wall_check`, by the version the samples answer to); None for calls
+    no driver timed."""
+    from perfledger.kernels.wall_check import METHOD, METHOD_V2, check_pairs, directions_of
 
+    counts = rules_version(ctx, "SamplesRecorded") >= R12_WALL_VALUE_COUNTS
     try:
-        return check_pairs(req.pairs, req.units, directions_of(target.definition))
+        return check_pairs(
+            req.pairs, req.units, directions_of(target.definition), METHOD_V2 if counts else METHOD
+        )
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 

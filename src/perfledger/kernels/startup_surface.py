@@ -1,0 +1,186 @@
+"""The start-up files of a subject's Python interpreter, watched during a measurement (R11).
+
+Every Python process runs, before any of its own code, the ``import`` lines of the ``.pth``
+files in its site-packages and the ``sitecustomize`` / ``usercustomize`` modules on its path.
+Those files lie outside both subjects, so no snapshot holds them. A candidate that adds one in
+its own call runs code in every later call, the reference's included: it can slow only the
+processes whose command line names the reference's directory, then remove the file on its own
+last call. Measured on the workload of ``tests/workflow/test_code_identity.py``: the champion's own
+code measured 96 % faster than the champion, with nothing flagged.
+
+:class:`StartupWatch` finds those directories once per run for each subject whose command
+starts with a Python interpreter (``python``, ``python3``, ``python3.11``, ...). It asks the
+interpreter itself, once, before any call (``-S`` would hide a virtual environment's
+site-packages: Python finds those in ``site``). Before every
+call it compares what it found then (name, size, change and modification times of each
+``.pth``, ``sitecustomize*`` and ``usercustomize*`` entry) with what is there now. A change
+refuses the run (R11). The change time cannot be set back by a user process.
+
+Not covered: other files of installed packages (an edited ``numpy/__init__.py`` runs only in
+processes that import it), and subjects whose command is not a Python interpreter, directly or
+through ``env`` (a shell script that starts one). docs/code-identity.md states these limits.
+
+Imports: the standard library and :mod:`perfledger.errors` (SPEC.md section 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from perfledger.errors import RuleRefused
+
+#: Module names Python imports at start-up from its path (``site``).
+STARTUP_MODULES = ("sitecustomize", "usercustomize")
+#: Suffix given to a start-up entry added during a refused run (Python ignores it then).
+QUARANTINE_SUFFIX = ".perfledger-quarantine"
+#: Seconds the interpreter may take to say where its start-up files are.
+QUERY_TIMEOUT_S = 30.0
+_PYTHON = re.compile(r"python[0-9.]*")
+_QUERY = (
+    "import json, site, sys; "
+    "print(json.dumps([p for p in sys.path if p] + site.getsitepackages() "
+    "+ [site.getusersitepackages()]))"
+)
+
+#: path of a start-up file -> (size, ctime_ns, mtime_ns)
+Fingerprint = dict[str, tuple[int, int, int]]
+
+
+def python_site_dirs(argv0: str) -> list[str]:
+    """The directories where the interpreter ``argv0`` looks for start-up files (its path and
+    site-packages, the user's included); [] when ``argv0`` is not a Python interpreter or does
+    not answer (then nothing is watched for it)."""
+    if not _PYTHON.fullmatch(os.path.basename(argv0)):
+        return []
+    exe = shutil.which(argv0) or argv0
+    try:
+        done = subprocess.run(
+            [exe, "-c", _QUERY],
+            capture_output=True,
+            text=True,
+            timeout=QUERY_TIMEOUT_S,
+            check=False,
+        )
+        dirs = json.loads(done.stdout) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    return sorted({os.path.abspath(d) for d in dirs if isinstance(d, str)})
+
+
+def interpreter_of(argv: Sequence[str]) -> str | None:
+    """The program a command line runs, past ``env`` and its options and assignments
+    (``env -i X=1 python3 run.py`` -> ``python3``); None for an empty command."""
+    words = list(argv)
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return words[0] if words else None
+
+
+def _is_startup(name: str) -> bool:
+    return name.endswith(".pth") or name.split(".")[0] in STARTUP_MODULES
+
+
+def fingerprint(dirs: Sequence[str]) -> Fingerprint:
+    """The start-up files under ``dirs`` (``.pth``, ``sitecustomize*``, ``usercustomize*``; a
+    package of that name with every file in it), each with its size and change and modification
+    times (ns). A missing directory holds none."""
+    out: Fingerprint = {}
+    for directory in dirs:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if not _is_startup(entry.name):
+                continue
+            paths = [entry.path]
+            if entry.is_dir(follow_symlinks=False):
+                paths = [os.path.join(d, f) for d, _s, fs in os.walk(entry.path) for f in fs]
+                paths.append(entry.path)
+            for path in paths:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                out[path] = (st.st_size, st.st_ctime_ns, st.st_mtime_ns)
+    return out
+
+
+class StartupWatch:
+    """The start-up files of the subjects' interpreters as found when the run began (R11)."""
+
+    def __init__(self, argvs: Sequence[Sequence[str]]) -> None:
+        """Find the start-up directories of the interpreter of each command line
+        (:func:`interpreter_of`) and fingerprint them."""
+        dirs: set[str] = set()
+        for program in dict.fromkeys(interpreter_of(a) for a in argvs):
+            if program is not None:
+                dirs.update(python_site_dirs(program))
+        self.dirs = sorted(dirs)
+        self.before = fingerprint(self.dirs)
+
+    def check(self) -> None:
+        """Raises: RuleRefused (R11) naming the start-up files added, removed or changed since
+        the run began; nothing is recorded by the caller."""
+        now = fingerprint(self.dirs)
+        changed = sorted(p for p in set(now) | set(self.before) if now.get(p) != self.before.get(p))
+        if not changed:
+            return
+        shown = ", ".join(
+            f"{p} ({'added' if p not in self.before else 'removed' if p not in now else 'changed'})"
+            for p in changed[:5]
+        )
+        moved = self._quarantine([p for p in changed if p not in self.before])
+        raise RuleRefused(
+            f"R11: start-up files of the subjects' Python changed while measuring: {shown}. "
+            "Code in them runs at the start of every later call, the other subject's "
+            "included, and no snapshot holds it; the samples were not recorded"
+            + (f"; added during this run, so moved aside: {', '.join(moved)}" if moved else ""),
+            rule="R11",
+            hint="restore what changed in the interpreter's site-packages (install nothing "
+            "during a measurement), then measure again",
+        )
+
+    def _quarantine(self, added: list[str]) -> list[str]:
+        """Move start-up entries added during the run aside (``NAME`` ->
+        ``NAME.perfledger-quarantine``): Python no longer runs them, so a file left behind by a
+        refused run cannot act in the next run (whose watch would take it as found). Returns:
+        the new names; an entry that cannot be moved is left, and named in the refusal."""
+        moved: list[str] = []
+        for top in dict.fromkeys(self._top_entry(p) for p in added):
+            if top is None or not os.path.lexists(top):
+                continue
+            target = top + QUARANTINE_SUFFIX
+            if os.path.lexists(target):
+                continue  # never overwrite an earlier one
+            try:
+                os.rename(top, target)
+            except OSError:
+                continue
+            moved.append(target)
+        return moved
+
+    def _top_entry(self, path: str) -> str | None:
+        """The entry directly under a watched directory that holds ``path``."""
+        for directory in self.dirs:
+            rel = os.path.relpath(path, directory)
+            if not rel.startswith(os.pardir):
+                return os.path.join(directory, rel.split(os.sep)[0])
+        return None
+
+
+__all__ = [
+    "QUARANTINE_SUFFIX",
+    "QUERY_TIMEOUT_S",
+    "STARTUP_MODULES",
+    "Fingerprint",
+    "StartupWatch",
+    "fingerprint",
+    "interpreter_of",
+    "python_site_dirs",
+]
