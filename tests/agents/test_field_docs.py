@@ -61,7 +61,10 @@ def test_readiness_schema_takes_original_subject_and_the_cli_records_its_snapsho
     (code / "src" / "kernels").mkdir(parents=True)  # the example Target's scope: src/kernels/*
     (code / "bench.py").write_text("print('{}')\n")
     (code / "src" / "kernels" / "attn.cu").write_text("// the original kernel\n")
-    body = {**example("readiness.record"), "driver": {"argv": ["python", "{subject}/bench.py"]}}
+    body = {
+        **example("readiness.record"),
+        "driver": {"argv": ["python", "{subject}/bench.py", "{output}", "{seed}"]},
+    }
     body["original"] = {**body["original"], "subject": str(code)}
     # what an agent reads accepts what the CLI takes
     jsonschema.Draft202012Validator(schema).validate(body)

@@ -125,6 +125,9 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
                                       "none"]})  # fmt: skip
         out["handoff"] = (await _ok(s, "handoff", {"markdown": True}))["markdown"]
         out["status"] = await _ok(s, "status", {})
+        out["claims"] = await _ok(s, "claims", {"target_id": "t1"})
+        out["champion"] = await _ok(s, "champion", {"target_id": "t1"})
+        out["champions"] = await _ok(s, "champion", {})
         out["audit"] = await _ok(s, "cli", {"args": ["audit"]})
     return out
 
@@ -140,3 +143,7 @@ def test_a_cpu_session_from_target_to_handoff_through_the_mcp_server_only(tmp_pa
     (target,) = out["status"]["targets"]
     assert target["champion"] == "e1" and target["primary_achieved"] is True
     assert out["audit"]["ok"] is True
+    # the read-model tools answer (they once failed on a missing helper, a JSON-RPC error)
+    assert [c["experiment_id"] for c in out["claims"]["claims"]] == ["e1"]
+    assert out["champion"]["champion"] == "e1" and out["champion"]["lineage"]
+    assert [c["champion"] for c in out["champions"]["champions"]] == ["e1"]

@@ -67,7 +67,9 @@ def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path)
     assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
     assert c.stats is not None and 0.8 < c.stats.median_ratio < 1.25, c.stats
-    assert c.settings["isolation"] == "process" and c.settings["reveals"] >= 16
+    # one reveal after each pair of batches on the same seeds: two per ABBA block (the number of
+    # blocks depends on the stopping rule, which a loaded host reaches sooner by its time cap)
+    assert c.settings["isolation"] == "process" and c.settings["reveals"] >= 2 * c.stats.n >= 8
     assert c.ref is not None and c.cand is not None
     # per-call samples, paired on the same seeds, ABBA order by batch
     assert len(c.ref.samples_s) == len(c.cand.samples_s) == len(c.pair_orders)

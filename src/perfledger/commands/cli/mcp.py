@@ -200,6 +200,14 @@ class Tools:
         finally:
             ledger.close()
 
+    def _state(self) -> Any:
+        """The folded state at the head (a fresh read: another process may have appended)."""
+        ledger = self._open()
+        try:
+            return ledger.state()
+        finally:
+            ledger.close()
+
     def _read_claims(self, target_id: str | None = None) -> Any:
         import msgspec
 

@@ -241,13 +241,14 @@ def submit(
         )  # fmt: skip
     except BadRequest as exc:
         flag = _flag_of_missing_field(exc.message)
+        bare = not request_given and "invalid request" in exc.message
         if flag is not None:  # a field a flag sets: name the flag first
             raise BadRequest(
-                exc.message,
+                f"no --request given: {exc.message}" if bare else exc.message,
                 hint=f"pass {flag[0]}: {flag[1]} (or the field in --request FILE; "
                 f"`perfledger schema {name}` shows every field)",
             ) from None
-        if not request_given and "invalid request" in exc.message:
+        if bare:
             measured = MEASURED_BY.get(name)
             raise BadRequest(
                 f"no --request given: {exc.message}",
