@@ -107,16 +107,6 @@ def make_commit(
 
 
 _tmp_counter = 0
-#: this process's id, for temporary names (``getpid`` is a system call; reset in a forked child)
-_pid = os.getpid()
-
-
-def _reset_pid() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_reset_pid)
 
 
 def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
@@ -126,7 +116,7 @@ def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
     global _tmp_counter
     while True:
         _tmp_counter += 1
-        path = f"{directory}{os.sep}{prefix}{_pid}_{_tmp_counter}"
+        path = f"{directory}{os.sep}{prefix}{os.getpid()}_{_tmp_counter}"
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), path
         except FileExistsError:
