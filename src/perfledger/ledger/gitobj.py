@@ -32,8 +32,8 @@ TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob", TAG: b"tag"}
 HEADER_FORMATS = {num: name + b" %d\0" for num, name in TYPE_NAMES.items()}
 #: Objects smaller than this (bytes) are stored uncompressed inside their zlib stream: setting up
 #: a deflate compressor costs ~20-50 µs here, more than writing the few hundred bytes of an
-#: envelope; larger objects (artifacts) are compressed at zlib's default level. Geometric pack
-#: merges recompress everything later.
+#: envelope; larger objects (artifacts) are compressed at zlib's default level. Pack merges copy
+#: entries as they are; ``git gc`` compresses them, if wanted.
 STORE_BELOW_BYTES = 1024
 _FILE_MODE = b"100644"
 _DIR_MODE = b"40000"
