@@ -10,6 +10,7 @@ import pytest
 import perfledger.ledger.reader as reader_module
 from perfledger.api import Ledger
 from perfledger.ledger.base import Artifact, EventDraft
+from perfledger.ledger.packindex import IndexArrays
 from perfledger.ledger.reader import ObjectReader
 
 
@@ -66,10 +67,10 @@ def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
     still read (from the merged pack, through dulwich's rescan)."""
     ledger = _ledger(tmp_path / "l")
     head = ledger.head()
-    real = reader_module.read_entries
+    real = reader_module.read_index
     removed: list[str] = []
 
-    def read_then_vanish(path: str) -> tuple[list[bytes], list[int]] | None:
+    def read_then_vanish(path: str) -> IndexArrays | None:
         entries = real(path)
         if not removed:  # the first pack disappears right after its index was read
             base = path[: -len(".idx")]
@@ -77,7 +78,7 @@ def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
             removed.append(base)
         return entries
 
-    monkeypatch.setattr(reader_module, "read_entries", read_then_vanish)
+    monkeypatch.setattr(reader_module, "read_index", read_then_vanish)
     reader = ObjectReader(ledger.store.repo.object_store)
     reader.close()
     assert removed, "no pack was listed"

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.layout import TMP_INDEX_PREFIX, TMP_OBJECT_PREFIX, TMP_PACK_PREFIX
-from perfledger.ledger.packindex import encode_index
+from perfledger.ledger.packindex import IndexArrays, concat, encode_index, read_index
 
 #: git object type numbers (as in pack entries) and names.
 COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
@@ -32,8 +32,8 @@ TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob", TAG: b"tag"}
 HEADER_FORMATS = {num: name + b" %d\0" for num, name in TYPE_NAMES.items()}
 #: Objects smaller than this (bytes) are stored uncompressed inside their zlib stream: setting up
 #: a deflate compressor costs ~20-50 µs here, more than writing the few hundred bytes of an
-#: envelope; larger objects (artifacts) are compressed at zlib's default level. Geometric pack
-#: merges recompress everything later.
+#: envelope; larger objects (artifacts) are compressed at zlib's default level. Pack merges copy
+#: entries as they are; ``git gc`` compresses them, if wanted.
 STORE_BELOW_BYTES = 1024
 _FILE_MODE = b"100644"
 _DIR_MODE = b"40000"
@@ -107,16 +107,6 @@ def make_commit(
 
 
 _tmp_counter = 0
-#: this process's id, for temporary names (``getpid`` is a system call; reset in a forked child)
-_pid = os.getpid()
-
-
-def _reset_pid() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_reset_pid)
 
 
 def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
@@ -126,7 +116,7 @@ def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
     global _tmp_counter
     while True:
         _tmp_counter += 1
-        path = f"{directory}{os.sep}{prefix}{_pid}_{_tmp_counter}"
+        path = f"{directory}{os.sep}{prefix}{os.getpid()}_{_tmp_counter}"
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), path
         except FileExistsError:
@@ -309,7 +299,29 @@ _COPY_BLOCK_BYTES = 8 << 20
 
 
 class DeltaEntry(Exception):
-    """A pack holds delta entries, which :func:`copy_merge_packs` does not rewrite."""
+    """A pack holds delta entries (git's own ``gc`` wrote it), which :func:`copy_merge_packs`
+    does not rewrite: the offsets inside would change.
+
+    Attributes:
+        base: the pack's base path (without ``.pack``/``.idx``).
+    """
+
+    def __init__(self, base: str) -> None:
+        super().__init__(f"{base}.pack holds delta entries or an index perfledger does not read")
+        self.base = base
+
+
+def _holds_deltas(pack: str, index: IndexArrays) -> bool:
+    """Whether an entry of ``pack`` (its ``index`` read) is an ofs- or ref-delta (type 6, 7)."""
+    import mmap
+
+    import numpy as np
+
+    with open(pack, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        # the fancy index copies: no view of the map outlives it
+        firsts = np.frombuffer(data, dtype=np.uint8)[index.offsets.astype(np.int64)]
+    types = (firsts >> 4) & 0x07
+    return bool(((types == 6) | (types == 7)).any())
 
 
 def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
@@ -319,14 +331,12 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
     Args:
         pack_dir: the ``objects/pack`` directory.
         bases: the packs' base paths (without ``.pack``/``.idx``).
-    Raises: DeltaEntry when a pack holds a delta entry (offsets inside would change); the
-        caller then merges through dulwich, which resolves deltas.
+    Raises: DeltaEntry, before anything is written, naming a pack that holds a delta entry
+        (the caller merges the others).
     """
     import mmap
 
     import numpy as np
-
-    from perfledger.ledger.packindex import IndexArrays, concat, read_index
 
     # Read every index first: the header's object count is then known, so the pack's sha1 is
     # computed while copying (memory stays one block, not the whole pack). An object in two
@@ -334,8 +344,8 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
     plans: list[tuple[str, IndexArrays]] = []
     for base in bases:
         index = read_index(base + ".idx")
-        if index is None:
-            raise DeltaEntry(f"{base}.idx is not a version-2 index")
+        if index is None or _holds_deltas(base + ".pack", index):
+            raise DeltaEntry(base)
         plans.append((base, index.by_offset()))
     everything = concat([index for _, index in plans])
     _, first_seen = np.unique(everything.names, return_index=True)
@@ -366,9 +376,6 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
                 try:
                     end_of_data = len(data) - 20
                     starts = index.offsets.astype(np.int64)
-                    types = (np.frombuffer(view, dtype=np.uint8)[starts] >> 4) & 0x07
-                    if ((types == 6) | (types == 7)).any():
-                        raise DeltaEntry(f"{base}.pack holds delta entries")
                     first = int(starts[0])
                     if kept.all():  # the usual case: one block copy, offsets shifted
                         for at in range(first, end_of_data, _COPY_BLOCK_BYTES):

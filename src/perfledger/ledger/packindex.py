@@ -1,10 +1,9 @@
 """Git's version-2 pack index (``.idx``): the one codec of the format in perfledger.
 
 One layout writer (behind :func:`encode_index` for plain lists and :meth:`IndexArrays.encode`
-for a merge's numpy arrays) and one layout parser behind three
-readers: numpy arrays for merging packs and verify's scan (:func:`read_index`), plain lists for
-small indexes without importing numpy (:func:`read_entries`), and a memory-mapped binary search
-for a few lookups (:class:`MappedIndex`). The format is git's ``pack-format.txt``:
+for a merge's numpy arrays) and one layout parser behind two readers: the whole index as numpy
+arrays (:func:`read_index`: merging packs, verify's scan) and a memory-mapped binary search for a
+few lookups without importing numpy (:class:`MappedIndex`: a CLI decision). The format is git's ``pack-format.txt``:
 magic, version 2, a 256-entry fan-out table, the sorted names, their CRC-32s, their 31-bit
 offsets (the high bit pointing into a table of 64-bit offsets for packs over 2 GiB), the pack's
 checksum, the index's own checksum. Every test scenario checks the result with the real git.
@@ -170,29 +169,6 @@ def object_count(path: str) -> int | None:
     if len(head) < _NAMES_AT or head[:8] != _MAGIC:
         return None
     return int(struct.unpack_from(">L", head, _FANOUT_AT + 255 * 4)[0])
-
-
-def read_entries(path: str) -> tuple[list[bytes], list[int]] | None:
-    """(binary names, offsets) of the version-2 index at ``path``, sorted by name, as plain
-    lists (no numpy import: for small indexes); None when it is not a version-2 index.
-
-    Raises: OSError when the file cannot be read.
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    layout = _layout(data)
-    if layout is None:
-        return None
-    count = layout.count
-    small = struct.unpack_from(f">{count}L", data, layout.offsets_at)
-    names = [data[at : at + 20] for at in range(_NAMES_AT, layout.crcs_at, 20)]
-    offsets = [
-        struct.unpack_from(">Q", data, layout.large_at + 8 * (o & ~_LARGE_FLAG))[0]
-        if o & _LARGE_FLAG
-        else o
-        for o in small
-    ]
-    return names, offsets
 
 
 def read_index(path: str) -> IndexArrays | None:

@@ -11,7 +11,8 @@ appends as loose objects and a batch as one pack, then:
 2. when there are more than :data:`MAX_PACKS` packs, the smallest are merged geometrically (each
    remaining pack at least :data:`GEOMETRIC_FACTOR` times the sum of the smaller ones, as git's
    ``repack --geometric``), streaming objects so memory does not grow with the ledger; once the
-   merged pack is durable, the merged-away packs are deleted (index first).
+   merged pack is durable, the merged-away packs are deleted (index first). A pack holding
+   deltas (written by git's own ``gc``) is left out: git keeps it compact.
 
 Both run in the appending process, after its ref moved. Only one process packs at a time (a
 non-blocking ``flock``); the others skip. Readers are safe throughout: an object is always in
@@ -29,15 +30,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
 from perfledger.ledger.layout import CORRUPT_LOOSE_DIR, PACK_DIR, PACK_LOCK_FILE
 from perfledger.ledger.packindex import object_count
 from perfledger.ledger.reader import read_loose
 
-if TYPE_CHECKING:  # dulwich is imported where packing runs: appends that do not pack skip it
-    from dulwich.pack import UnpackedObject
-
+if TYPE_CHECKING:
     from perfledger.ledger.store import GitStore
 
 _log = logging.getLogger(__name__)
@@ -208,10 +206,16 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
     if split < 2:
         return 0
     group = [base for _, base in sized[:split]]
-    try:
-        merged = copy_merge_packs(pack_dir, group)
-    except DeltaEntry:
-        merged = _merge_through_dulwich(store, group)
+    while True:
+        try:
+            merged = copy_merge_packs(pack_dir, group)
+            break
+        except DeltaEntry as exc:
+            # git's own gc wrote it: git keeps it compact, perfledger merges the others
+            _log.info("%s: left out of the merge", exc)
+            group.remove(exc.base)
+            if len(group) < 2:
+                return 0
     for base in group:
         if os.path.abspath(base) == os.path.abspath(merged):
             continue
@@ -221,40 +225,6 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
     if store._repo is not None:
         store._repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
     return len(group)
-
-
-def _merge_through_dulwich(store: GitStore, group: list[str]) -> str:
-    """Merge packs that hold deltas (a git gc'd ledger): dulwich resolves and rewrites every
-    object, each once. Returns the merged pack's base path."""
-    from dulwich.pack import Pack, full_unpacked_object
-
-    packs = [Pack(base) for base in group]
-    try:
-        # An object can be in two packs (a writer killed between packing loose objects and
-        # deleting them; an object written loose again after it was packed): written once.
-        unique: set[bytes] = set()
-        for pack in packs:
-            unique.update(pack.index)  # hex shas
-
-        def records() -> Iterator[UnpackedObject]:
-            written: set[bytes] = set()
-            for pack in packs:
-                for obj in pack.iterobjects():
-                    if obj.id in written:
-                        continue
-                    written.add(obj.id)
-                    yield full_unpacked_object(obj)
-
-        object_store = store.repo.object_store
-        object_store.fsync_object_files = True
-        merged = object_store.add_pack_data(len(unique), records())
-    finally:
-        for pack in packs:
-            pack.close()
-    pack_dir = os.path.join(store._objects_dir, PACK_DIR)
-    fsync_dir(pack_dir)
-    assert merged is not None
-    return os.path.join(pack_dir, "pack-" + merged.name().decode())
 
 
 def pack_stats(store: GitStore) -> dict[str, int]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
 from perfledger.ledger.gitobj import _STORED_HEADER, HEADER_FORMATS, TYPE_NAMES, inflate
-from perfledger.ledger.packindex import MappedIndex, read_entries
+from perfledger.ledger.packindex import MappedIndex, read_index
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -42,26 +42,6 @@ DICT_INDEX_MAX = 1_500_000
 #: Bytes read at an entry's offset in one pread: the header and most envelopes fit (a pread
 #: of 4 KiB cost 6.3 µs here, of 512 bytes 2.3 µs; a larger entry takes a second pread).
 _FIRST_READ = 512
-
-
-#: Pack indexes larger than this (bytes; about 36,000 objects) are read with numpy
-#: (:func:`perfledger.ledger.packindex.read_index`: 0.17 s instead of 0.55 s for the 300,000
-#: objects of a 100,000-event ledger); smaller ones without importing it.
-_NUMPY_INDEX_MIN_BYTES = 1 << 20
-
-
-def _read_index(path: str) -> tuple[Any, Any] | None:
-    """(names, offsets) of the version-2 pack index at ``path``: lists for a small index, numpy
-    arrays (``S20``, ``uint64``) for a large one; None for a layout this reader does not map.
-
-    Raises: FileNotFoundError when the index is gone (merged away).
-    """
-    if os.path.getsize(path) > _NUMPY_INDEX_MIN_BYTES:
-        from perfledger.ledger.packindex import read_index
-
-        arrays = read_index(path)
-        return None if arrays is None else (arrays.names, arrays.offsets)
-    return read_entries(path)
 
 
 @dataclass
@@ -124,12 +104,12 @@ class ObjectReader:
                 self._open_sparse(base)
                 continue
             try:
-                entries = _read_index(base + ".idx")
+                entries = read_index(base + ".idx")
             except FileNotFoundError:
                 continue  # merged away by a concurrent writer: its objects are in the new pack
             if entries is None:
                 continue  # an index layout we do not map: dulwich serves those objects
-            indexes.append((base, *entries))
+            indexes.append((base, entries.names, entries.offsets))
         use_tables = sum(len(names) for _, names, _ in indexes) > DICT_INDEX_MAX
         for base, shas, offsets in indexes:
             # pread on a descriptor, not mmap: mapped pages of a large pack would count in the
@@ -143,21 +123,15 @@ class ObjectReader:
             number = len(self._packs)
             self._packs.append(_PackMap(base + ".pack", fd))
             if use_tables:
-                import numpy as np
-
-                self._tables.append(
-                    (number, np.asarray(shas, dtype="S20"), np.asarray(offsets, dtype=np.uint64))
-                )
+                self._tables.append((number, shas, offsets))
             else:
-                if not isinstance(shas, list):  # numpy arrays of a large index
-                    shas = shas.view(
-                        "V20"
-                    ).tolist()  # full 20 bytes (S20 items drop trailing zeros)
-                    offsets = (offsets | (number << _PACK_SHIFT)).tolist()
-                else:
-                    base_bits = number << _PACK_SHIFT
-                    offsets = [base_bits | offset for offset in offsets]
-                mapped = dict(zip(shas, offsets, strict=True))
+                mapped = dict(
+                    zip(
+                        shas.view("V20").tolist(),  # full 20 bytes (S20 items drop trailing zeros)
+                        (offsets | (number << _PACK_SHIFT)).tolist(),
+                        strict=True,
+                    )
+                )
                 mapped.update(self._where)  # an object in two packs: the first pack's copy
                 self._where = mapped
 

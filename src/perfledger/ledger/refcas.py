@@ -89,27 +89,13 @@ class RefLock:
         self._fd = fd
         self._owner = owner
 
-    def commit(self, dir_fd: int | None = None) -> bool:
-        """Rename the lock over the ref (atomic) and release it.
-
-        Args:
-            dir_fd: a descriptor open on the ref's directory: the rename is made inside that
-                very directory, so that fsyncing the same descriptor makes it durable.
-        Returns: True when the rename went through ``dir_fd``; False when it was made by path
-            (no ``dir_fd``, or ``dir_fd`` is no longer the ref's directory: the caller
-            reopens and fsyncs it). The rename is durable only after that directory fsync.
+    def commit(self) -> None:
+        """Rename the lock over the ref (atomic) and release it. The rename is durable only
+        once the caller has fsynced the ref's directory.
         Raises: OSError from the filesystem (the lock is removed, the ref left as it was).
         """
         try:
-            if dir_fd is not None:
-                name = os.path.basename(self.path)
-                try:
-                    os.replace(name + LOCK_SUFFIX, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                    return True
-                except FileNotFoundError:  # a removed directory: the lock is not in it
-                    pass
             os.replace(self.lock, self.path)
-            return False
         except BaseException:
             self.abort()
             raise

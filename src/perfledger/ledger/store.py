@@ -194,8 +194,6 @@ class GitStore:
         self._packs_written = 0
         self._lock_depth = 0
         self._lock_fd: int | None = None
-        #: the ref's directory, open for the store's life (see :meth:`_swap_ref`)
-        self._ref_dir_fd: int | None = None
         self._bulk: ObjectReader | None = None
         self._bulk_misses = 0
         self._in_bulk = False
@@ -364,10 +362,9 @@ class GitStore:
         if self._index.unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
             with contextlib.suppress(OSError):
                 self._save_index()
-        for fd in (self._lock_fd, self._ref_dir_fd):
-            if fd is not None:
-                os.close(fd)
-        self._lock_fd = self._ref_dir_fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
         self.close_repo()
         if self._release_guard is not None:  # last: gc may collect once every store is closed
             self._release_guard()  # a finalizer runs once: a second close does nothing
@@ -778,17 +775,11 @@ class GitStore:
         Raises: RefLocked when another process holds the ref's lock; OSError from the
             filesystem (the ref left as it was).
         """
-        if self._ref_dir_fd is None:  # kept open: spares an open and a close per append
-            self._ref_dir_fd = os.open(self._ref_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         held = lock_ref(self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir)
         if held is None:  # the ref moved since ``expected`` was read
             return False
-        if held.commit(self._ref_dir_fd):
-            os.fsync(self._ref_dir_fd)
-        else:  # renamed by path: the ref's directory was removed and made again
-            os.close(self._ref_dir_fd)
-            self._ref_dir_fd = None
-            fsync_dir(self._ref_dir)
+        held.commit()
+        fsync_dir(self._ref_dir)
         return True
 
     @contextlib.contextmanager
