@@ -284,7 +284,10 @@ def clock_check(
             time (a subject that makes its own overhead noisy cannot widen the limit further);
         overhead_share: ... and of this share of the smaller median excess (an overhead that
             differs a little from one process to another; a subject cannot raise the other
-            subject's excess, so it cannot widen this either).
+            subject's excess, so it cannot widen this either), also capped at
+            ``noise_cap_share`` x the smaller median call time: where the harness's overhead is
+            several times a call (copying and hashing a large output), a share of it uncapped
+            would let a subject report half its time unflagged.
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -310,8 +313,10 @@ def clock_check(
     limit = max(
         tolerance_s,
         tolerance_share * min(call.values()),
-        noise,
-        overhead_share * max(min(excess.values()), 0.0),
+        min(
+            max(noise, overhead_share * max(min(excess.values()), 0.0)),
+            noise_cap_share * min(call.values()),
+        ),
     )
     flags: list[str] = []
     for lb in labels:
