@@ -21,7 +21,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``tick_file``: a thread appends ``time.monotonic()`` to that file every 0.5 ms, all along;
 - ``helper_tick_file``: a helper process in a session of its own (``setsid``: out of the
   worker's process group) does the same, and writes its pid to that file + ``.pid``;
-- ``window_file``: appends the monotonic start and end of each run it serves.
+- ``window_file``: appends the monotonic start and end of each run it serves;
+- ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
 """
 
 from __future__ import annotations
@@ -121,6 +122,13 @@ def main() -> int:
             key = bytes.fromhex(request["key"])
             times, digests = [], []
             kept = []
+            if opts.get("flood_mb"):  # one reply line that never ends
+                out.write('{"times_s": [' + "1e-3, " * 10)
+                chunk = "1e-3, " * (1 << 18)
+                for _ in range(int(opts["flood_mb"] * (1 << 20) / len(chunk))):
+                    out.write(chunk)
+                out.flush()
+                time.sleep(60)
             if opts.get("sleep_in_run_s"):
                 time.sleep(float(opts["sleep_in_run_s"]))
             for seed in request["seeds"]:

@@ -192,6 +192,17 @@ def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 10
 
 
+def test_cheat_worker_flooding_one_reply_line_is_ended_before_it_fills_memory(
+    tmp_path: Path,
+) -> None:
+    # a reply line that never ends: the parent stops reading at its line limit, long before
+    # the batch's deadline, rather than buffer whatever the worker writes
+    t0 = time.monotonic()
+    with pytest.raises(MeasurementError, match="a reply line longer than"):
+        _compare(tmp_path, flood_mb=64)
+    assert time.monotonic() - t0 < 10
+
+
 def test_a_spec_the_worker_cannot_load_is_a_bad_request_with_the_loaders_message(
     tmp_path: Path,
 ) -> None:

@@ -23,7 +23,8 @@ Protocol (one JSON object a line on the child's stdin / stdout):
   optional, checked by the parent's ``verify(seed, output)``);
 - parent: ``{"op": "exit"}``; the child exits.
 
-A child that writes anything else, dies, or does not answer within ``timeout_s`` raises
+A child that writes anything else, a line longer than :data:`MAX_LINE_BYTES`, dies, or does
+not answer within ``timeout_s`` raises
 :class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select). The kernel
 harness's subjects run this way through :mod:`perfledger.kernels.subject_worker` and
 :mod:`perfledger.kernels.isolated` (their own protocol, on :meth:`SubjectProcess.request`, and
@@ -50,6 +51,9 @@ from perfledger.kernels.stats import PairedStats, paired_stats
 #: Default tolerances of :func:`clock_check` (seconds per call; share of a call's time).
 TOLERANCE_S = 50e-6
 TOLERANCE_SHARE = 0.05
+#: The longest reply line a subject process may send (bytes): replies are a few values per
+#: call; a subject that writes more is ended, not buffered until the parent runs out of memory.
+MAX_LINE_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,11 @@ class SubjectProcess:
                 code = self._proc.wait()
                 raise self._failed(f"subject {self.label!r} exited (code {code}) mid-batch")
             self._buffer += chunk
+            if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in self._buffer:
+                raise self._failed(
+                    f"subject {self.label!r} sent a reply line longer than "
+                    f"{MAX_LINE_BYTES >> 20} MiB"
+                )
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
@@ -412,6 +421,7 @@ def compare_isolated(
 
 __all__ = [
     "TOLERANCE_S",
+    "MAX_LINE_BYTES",
     "TOLERANCE_SHARE",
     "Batch",
     "ClockCheck",
