@@ -22,6 +22,9 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``helper_tick_file``: a helper process in a session of its own (``setsid``: out of the
   worker's process group) does the same, and writes its pid to that file + ``.pid``;
 - ``window_file``: appends the monotonic start and end of each run it serves;
+- ``resume_pid_file``: at the start of each run, continues (``SIGCONT``) the process whose
+  pid that file holds (the other worker's helper: the candidate's module-level code runs in
+  the reference's worker too when one spec file defines both subjects);
 - ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
 """
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -122,6 +126,9 @@ def main() -> int:
             key = bytes.fromhex(request["key"])
             times, digests = [], []
             kept = []
+            if opts.get("resume_pid_file") and os.path.exists(opts["resume_pid_file"]):
+                with open(opts["resume_pid_file"], encoding="utf-8") as f:
+                    os.kill(int(f.read()), signal.SIGCONT)
             if opts.get("flood_mb"):  # one reply line that never ends
                 out.write('{"times_s": [' + "1e-3, " * 10)
                 chunk = "1e-3, " * (1 << 18)

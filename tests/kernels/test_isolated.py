@@ -164,6 +164,36 @@ def test_the_idle_worker_and_its_helpers_are_stopped_while_the_other_runs_its_ba
             os.kill(pid, 0)
 
 
+def _ticks_inside(ticks: Path, windows: Path) -> tuple[int, int]:
+    """(ticks inside the windows, windows) of a tick file and a window file."""
+    times = np.array([float(t) for t in ticks.read_text().split()])
+    spans = [tuple(map(float, line.split())) for line in windows.read_text().splitlines()]
+    return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans)
+
+
+def test_cheat_helper_resumed_during_the_references_batches_is_flagged(tmp_path: Path) -> None:
+    # the candidate's helper is stopped with it, then continued by code of the candidate's
+    # running in the reference's worker (one spec file for both): it runs during the
+    # reference's timed batches, where it could take the CPU or the device from the reference
+    ticks, windows = tmp_path / "ticks", tmp_path / "windows"
+    reference = {"resume_pid_file": f"{ticks}.pid", "window_file": str(windows)}
+    c = _compare(tmp_path, reference, helper_tick_file=str(ticks))
+    inside, batches = _ticks_inside(ticks, windows)
+    assert inside > 3 * batches, (inside, batches)  # the attack worked: it ran there
+    assert not c.valid and "pause:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("was not stopped" in r for r in c.cand.recheck_failures)
+    assert c.ref is not None and not c.ref.recheck_failures
+
+
+def test_honest_candidate_with_a_helper_process_is_not_flagged(tmp_path: Path) -> None:
+    # its helper (a session of its own) is stopped during the reference's batches and stays so
+    ticks, windows = tmp_path / "ticks", tmp_path / "windows"
+    c = _compare(tmp_path, {"window_file": str(windows)}, helper_tick_file=str(ticks))
+    assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
+    inside, batches = _ticks_inside(ticks, windows)
+    assert inside <= batches, (inside, batches)
+
+
 def test_an_incorrect_candidate_is_not_timed(tmp_path: Path) -> None:
     c = _compare(tmp_path, incorrect=True)
     assert c.stats is None and c.cand is None and "cand_incorrect" in c.flags
