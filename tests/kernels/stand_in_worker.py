@@ -25,6 +25,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``resume_pid_file``: at the start of each run, continues (``SIGCONT``) the process whose
   pid that file holds (the other worker's helper: the candidate's module-level code runs in
   the reference's worker too when one spec file defines both subjects);
+- ``hello``: values that replace its ``hello`` reply's (a worker lying about the problem);
+- ``exit_after_batches``: exits after replying to that many ``run`` requests;
 - ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
 """
 
@@ -88,7 +90,7 @@ def main() -> int:
         helper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         with open(path + ".pid", "w", encoding="utf-8") as f:
             f.write(str(helper.pid))
-    calls = 0
+    calls = batches = 0
     kept: list[dict[str, np.ndarray]] = []
     last_seeds: list[int] = []
     out = sys.stdout
@@ -113,6 +115,7 @@ def main() -> int:
                     content_hash="sha256:" + "0" * 64,
                     identity=None,
                 )
+                reply.update(opts.get("hello", {}))
         elif op == "check":
             ok = not opts.get("incorrect")
             trials = [
@@ -176,6 +179,9 @@ def main() -> int:
             last_seeds = [int(s) for s in request["seeds"]]
         out.write(json.dumps(reply) + "\n")
         out.flush()
+        batches += op == "run"
+        if opts.get("exit_after_batches") and batches >= int(opts["exit_after_batches"]):
+            return 0
     return 0
 
 

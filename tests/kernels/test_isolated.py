@@ -214,6 +214,33 @@ def test_cheat_worker_that_dies_or_forges_protocol_lines_is_a_clear_error(
         _compare(tmp_path, **options)
 
 
+def test_cheat_worker_claiming_a_lax_tolerance_is_held_to_the_references(
+    tmp_path: Path,
+) -> None:
+    # the candidate's hello says any error passes; the parent cross-checks with the
+    # reference's tolerances (float32's default), so its outputs 1 % off are caught
+    c = _compare(tmp_path, wrong_every=2, hello={"tolerances": {"y": 1.0}})
+    assert not c.valid and "cross_check:candidate" in c.flags, c.flags
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("flops_per_call", 1e12), ("bytes_per_call", 1e9), ("outputs", {"y": [[128], "float32"]})],
+)
+def test_cheat_worker_lying_about_the_problem_is_a_clear_error(
+    tmp_path: Path, key: str, value: Any
+) -> None:
+    # fewer outputs to check, or more work per call (a higher rate, a ceiling to hide under):
+    # the two workers must agree on the problem's facts
+    with pytest.raises(MeasurementError, match=f"disagree on the problem's {key}"):
+        _compare(tmp_path, hello={key: value})
+
+
+def test_cheat_worker_that_exits_between_batches_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(MeasurementError, match=r"candidate.* (is gone|exited)"):
+        _compare(tmp_path, exit_after_batches=3)
+
+
 def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
     config = IsolationConfig(worker=CONFIG.worker, timeout_s=0.5)
     t0 = time.monotonic()
