@@ -302,6 +302,9 @@ _STOPPED_STATES = frozenset("TtZX")
 #: How long :meth:`_Run.alone` waits for the processes it stopped to stop (s), and the CPU
 #: time a process whose stop was still pending then may take to process it (ns).
 STOP_WAIT_S = 0.05
+#: ... and, after the batch, of one that runs no user code: a thread in uninterruptible sleep
+#: (``D``, inside the kernel) takes its stop when it leaves.
+_NO_USER_CODE_STATES = _STOPPED_STATES | {"D"}
 STRAGGLER_NS = 1_000_000
 #: SIGSTOP's bit in ``/proc/<pid>/status``'s pending-signal masks.
 _SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1) if hasattr(signal, "SIGSTOP") else 0
@@ -314,8 +317,9 @@ def _tasks(pid: int) -> list[str]:
         return []  # gone (or no /proc: nothing to check)
 
 
-def _is_stopped(pid: int) -> bool:
-    """Whether no thread of ``pid`` can run (stopped, traced, zombie; True when gone)."""
+def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
+    """Whether every thread of ``pid`` is in one of ``states`` (default: stopped, traced,
+    zombie, dead; True when it is gone)."""
     for tid in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
@@ -324,7 +328,7 @@ def _is_stopped(pid: int) -> bool:
             continue  # the thread ended
         # the state follows the command name, which is in parentheses and may hold any byte
         end = stat.rfind(b")")
-        if stat[end + 2 : end + 3].decode("ascii", "replace") not in _STOPPED_STATES:
+        if stat[end + 2 : end + 3].decode("ascii", "replace") not in states:
             return False
     return True
 
@@ -555,7 +559,7 @@ class _Run:
             cpu = _cpu_ns(pid)
             if cpu is None:
                 continue  # gone
-            continued = not _is_stopped(pid) and not _stop_pending(pid)
+            continued = not _is_stopped(pid, _NO_USER_CODE_STATES) and not _stop_pending(pid)
             took = cpu0 is not None and cpu - cpu0 > (0 if held else STRAGGLER_NS)
             if continued or took:
                 out.add(pid)
