@@ -25,6 +25,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``resume_pid_file``: at the start of each run, continues (``SIGCONT``) the process whose
   pid that file holds (the other worker's helper: the candidate's module-level code runs in
   the reference's worker too when one spec file defines both subjects);
+- ``restop_after_s``: with ``resume_pid_file``, stops that process again after that long (so
+  that it looks stopped when the batch ends);
 - ``hello``: values that replace its ``hello`` reply's (a worker lying about the problem);
 - ``exit_after_batches``: exits after replying to that many ``run`` requests;
 - ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
@@ -131,7 +133,11 @@ def main() -> int:
             kept = []
             if opts.get("resume_pid_file") and os.path.exists(opts["resume_pid_file"]):
                 with open(opts["resume_pid_file"], encoding="utf-8") as f:
-                    os.kill(int(f.read()), signal.SIGCONT)
+                    resumed = int(f.read())
+                os.kill(resumed, signal.SIGCONT)
+                if opts.get("restop_after_s"):
+                    time.sleep(float(opts["restop_after_s"]))
+                    os.kill(resumed, signal.SIGSTOP)
             if opts.get("flood_mb"):  # one reply line that never ends
                 out.write('{"times_s": [' + "1e-3, " * 10)
                 chunk = "1e-3, " * (1 << 18)

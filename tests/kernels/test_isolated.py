@@ -171,15 +171,20 @@ def _ticks_inside(ticks: Path, windows: Path) -> tuple[int, int]:
     return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans)
 
 
-def test_cheat_helper_resumed_during_the_references_batches_is_flagged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("restop_after_s", [0.0, 0.003])
+def test_cheat_helper_resumed_during_the_references_batches_is_flagged(
+    tmp_path: Path, restop_after_s: float
+) -> None:
     # the candidate's helper is stopped with it, then continued by code of the candidate's
     # running in the reference's worker (one spec file for both): it runs during the
-    # reference's timed batches, where it could take the CPU or the device from the reference
+    # reference's timed batches, where it could take the CPU or the device from the reference;
+    # stopped again before the batch ends, it looks stopped, but it took CPU time
     ticks, windows = tmp_path / "ticks", tmp_path / "windows"
-    reference = {"resume_pid_file": f"{ticks}.pid", "window_file": str(windows)}
+    reference = {"resume_pid_file": f"{ticks}.pid", "window_file": str(windows),
+                 "restop_after_s": restop_after_s}  # fmt: skip
     c = _compare(tmp_path, reference, helper_tick_file=str(ticks))
     inside, batches = _ticks_inside(ticks, windows)
-    assert inside > 3 * batches, (inside, batches)  # the attack worked: it ran there
+    assert inside > batches, (inside, batches)  # the attack worked: it ran there
     assert not c.valid and "pause:candidate" in c.flags, c.flags
     assert c.cand is not None and any("was not stopped" in r for r in c.cand.recheck_failures)
     assert c.ref is not None and not c.ref.recheck_failures
