@@ -29,6 +29,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   that it looks stopped when the batch ends);
 - ``hello``: values that replace its ``hello`` reply's (a worker lying about the problem);
 - ``exit_after_batches``: exits after replying to that many ``run`` requests;
+- ``reveal_as``: ``fifo`` (reveals a named pipe that nobody writes) or
+  ``link`` (a symbolic link to a file of the right outputs elsewhere);
 - ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
 """
 
@@ -173,6 +175,14 @@ def main() -> int:
                      "recheck_failures": [], "checked_calls": []}  # fmt: skip
         elif op == "reveal" and opts.get("refuse_reveal"):
             reply = {"error": {"type": "MeasurementError", "message": "not today"}}
+        elif op == "reveal" and opts.get("reveal_as") == "fifo":
+            os.mkfifo(request["path"])  # nobody will write it
+            reply = {"ok": True}
+        elif op == "reveal" and opts.get("reveal_as") == "link":
+            elsewhere = request["path"] + ".elsewhere.npz"
+            write_reveal(elsewhere, kept[int(request["index"])])
+            os.symlink(elsewhere, request["path"])
+            reply = {"ok": True}
         elif op == "reveal":
             y = kept[int(request["index"])][OUTPUT]
             if opts.get("lazy_commit"):  # the correct answer, made only now

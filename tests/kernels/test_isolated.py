@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -244,6 +245,30 @@ def test_cheat_worker_lying_about_the_problem_is_a_clear_error(
 def test_cheat_worker_that_exits_between_batches_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(MeasurementError, match=r"candidate.* (is gone|exited)"):
         _compare(tmp_path, exit_after_batches=3)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_cheat_worker_revealing_something_other_than_a_file_is_flagged(
+    tmp_path: Path, kind: str
+) -> None:
+    # a named pipe it never writes would block the parent's read with no deadline; a link
+    # could point the parent at any file: only a regular file the worker wrote is read
+    done: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            done["c"] = _compare(tmp_path, reveal_as=kind)
+        except BaseException as exc:  # reported below
+            done["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the parent is blocked reading the reveal"
+    c = done.get("c")
+    assert c is not None, done
+    assert not c.valid and "digest:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("regular file" in r for r in c.cand.recheck_failures)
 
 
 def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
