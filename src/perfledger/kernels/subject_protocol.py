@@ -32,7 +32,7 @@ import blake3
 import numpy as np
 
 from perfledger.kernels.harness import CorrectnessReport, TrialResult
-from perfledger.kernels.proctree import _libc
+from perfledger.kernels.proctree import set_dumpable  # re-exported: workers import it here
 
 #: The digest key's length (bytes): blake3's keyed mode takes 32.
 KEY_BYTES = 32
@@ -130,25 +130,6 @@ def read_reveal(path: str, expected: Mapping[str, tuple[Any, str]]) -> dict[str,
                 f"{np.dtype(dtype)}{list(shape)}"
             )
     return arrays
-
-
-#: ``prctl`` options (linux/prctl.h).
-_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
-
-
-def set_dumpable(on: bool) -> bool | None:
-    """Make this process dumpable or not (Linux ``prctl(PR_SET_DUMPABLE)``): a process that is
-    not cannot be traced, nor its memory read through ``/proc``, by other processes of the same
-    user without ``CAP_SYS_PTRACE`` (a subject could otherwise read the measuring process's
-    state, or write the other worker's). Returns: the previous setting, or None where ``prctl``
-    is unavailable (nothing changed)."""
-    libc = _libc()
-    if libc is None or not hasattr(libc, "prctl"):
-        return None
-    previous = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-    if previous < 0 or libc.prctl(_PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0) != 0:
-        return None
-    return bool(previous)
 
 
 def report_to_json(report: CorrectnessReport) -> dict[str, Any]:
