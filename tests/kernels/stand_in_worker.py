@@ -31,6 +31,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``exit_after_batches``: exits after replying to that many ``run`` requests;
 - ``reveal_as``: ``fifo`` (reveals a named pipe that nobody writes) or
   ``link`` (a symbolic link to a file of the right outputs elsewhere);
+- ``reach_file``: in its first run, opens the measuring process's memory
+  (``/proc/<parent>/mem``) for reading and writing and writes ``opened`` or the error there;
 - ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
 """
 
@@ -140,6 +142,14 @@ def main() -> int:
                 if opts.get("restop_after_s"):
                     time.sleep(float(opts["restop_after_s"]))
                     os.kill(resumed, signal.SIGSTOP)
+            if opts.get("reach_file") and not os.path.exists(opts["reach_file"]):
+                try:
+                    with open(f"/proc/{os.getppid()}/mem", "r+b"):
+                        reached = "opened"
+                except OSError as exc:
+                    reached = f"{type(exc).__name__}: {exc.strerror}"
+                with open(opts["reach_file"], "w", encoding="utf-8") as f:
+                    f.write(reached)
             if opts.get("flood_mb"):  # one reply line that never ends
                 out.write('{"times_s": [' + "1e-3, " * 10)
                 chunk = "1e-3, " * (1 << 18)

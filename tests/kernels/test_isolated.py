@@ -271,6 +271,14 @@ def test_cheat_worker_revealing_something_other_than_a_file_is_flagged(
     assert c.cand is not None and any("regular file" in r for r in c.cand.recheck_failures)
 
 
+def test_cheat_worker_cannot_open_the_measuring_processs_memory(tmp_path: Path) -> None:
+    # where the statistics and the parent's clock live; the parent is not dumpable, and a
+    # worker started by root runs without CAP_SYS_PTRACE, which would pass over that
+    reached = tmp_path / "reached"
+    _compare(tmp_path, reach_file=str(reached))
+    assert reached.read_text().startswith("PermissionError"), reached.read_text()
+
+
 def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
     config = IsolationConfig(worker=CONFIG.worker, timeout_s=0.5)
     t0 = time.monotonic()

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from perfledger.errors import MeasurementError
+from perfledger.kernels.proctree import drop_ptrace_capability
 from perfledger.kernels.stats import PairedStats, paired_stats
 
 #: Default tolerances of :func:`clock_check` (seconds per call; share of a call's time).
@@ -119,6 +120,8 @@ class SubjectProcess:
                     stderr=err,
                     env=env,
                     start_new_session=True,  # the child's signals and terminal are its own
+                    # even as root it cannot pass over the parent's being non-dumpable
+                    preexec_fn=drop_ptrace_capability,
                 )
         except OSError as exc:
             raise MeasurementError(f"subject {label!r} could not start: {exc}") from None
@@ -420,8 +423,8 @@ def compare_isolated(
 
 
 __all__ = [
-    "TOLERANCE_S",
     "MAX_LINE_BYTES",
+    "TOLERANCE_S",
     "TOLERANCE_SHARE",
     "Batch",
     "ClockCheck",

@@ -87,6 +87,21 @@ def set_dumpable(on: bool) -> bool | None:
     return bool(previous)
 
 
+#: ``prctl(PR_CAPBSET_DROP)`` and the capability it drops (linux/capability.h).
+_PR_CAPBSET_DROP, _CAP_SYS_PTRACE = 24, 19
+
+
+def drop_ptrace_capability() -> None:
+    """Drop ``CAP_SYS_PTRACE`` from this process's capability bounding set (Linux; nothing
+    where it cannot: an ordinary user has no such capability to drop). Run in a subject's
+    process before it executes the command (``preexec_fn``): a subject started by root then
+    holds no ``CAP_SYS_PTRACE`` after ``exec``, so it cannot pass over the measuring process's
+    being non-dumpable (:func:`undumpable`) to read or write its memory."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "prctl"):
+        libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
+
+
 @contextlib.contextmanager
 def undumpable() -> Iterator[None]:
     """This process not dumpable inside the block (:func:`set_dumpable`), as before after it."""
@@ -251,4 +266,11 @@ class CallTree:
         return len(ended)
 
 
-__all__ = ["CallTree", "process_table", "set_dumpable", "set_subreaper", "undumpable"]
+__all__ = [
+    "CallTree",
+    "drop_ptrace_capability",
+    "process_table",
+    "set_dumpable",
+    "set_subreaper",
+    "undumpable",
+]
