@@ -359,3 +359,30 @@ def test_a_process_made_undumpable_says_so_and_can_be_made_dumpable_again() -> N
         pytest.skip("no prctl here")
     # dumpable at start; not dumpable after the first call; dumpable again after the second
     assert out.stdout.split() == ["True", "False", "True"], out.stdout
+
+
+def test_cheat_spreading_its_reported_times_cannot_lift_an_implausible_rate_under_the_ceiling() -> (
+    None
+):
+    # batches of 4 calls of 1 ms (the sum the parent's clock bears out) at 1.2x the copy
+    # ceiling; reported as one call of 0.01 ms and three of 1.33 ms, the median call (1.33 ms)
+    # is under the ceiling
+    from perfledger.kernels.ceilings import Ceilings
+    from perfledger.kernels.isolated import _finish, _timing
+
+    ceilings = Ceilings(1e12, 1e15, 1e15, 1e14, "test")
+    facts = {"settings": {"overhead_s": 0.0}, "bytes_per_call": 1.2e9, "flops_per_call": None}
+    harness = {"side_work_s": 1.0, "side_work_share": 0.5, "plausibility_margin": 0.05}
+    skewed = _timing("cand")
+    skewed.samples_s = [1e-5, 1.33e-3, 1.33e-3, 1.33e-3] * 10
+    skewed.wall_s = skewed.span_s = list(skewed.samples_s)
+    with pytest.raises(MeasurementError, match="ceiling"):
+        _finish(skewed, facts, harness, ceilings, calls=4)
+    honest = _timing("ref")  # the same rate reported evenly is refused too
+    honest.samples_s = honest.wall_s = honest.span_s = [1e-3] * 40
+    with pytest.raises(MeasurementError, match="ceiling"):
+        _finish(honest, facts, harness, ceilings, calls=4)
+    slower = _timing("ref")  # and a plausible one passes: 0.6x the ceiling
+    slower.samples_s = slower.wall_s = slower.span_s = [2e-3] * 40
+    _finish(slower, facts, harness, ceilings, calls=4)
+    assert slower.figures["bandwidth_share"] == pytest.approx(0.6)
