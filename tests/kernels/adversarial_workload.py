@@ -17,6 +17,9 @@ Modes:
 - ``linger``: honest, but leaves a grandchild in its own session that appends to ``--heartbeat``
   every 20 ms for 30 s.
 - ``daemon``: honest, but leaves a double-forked daemon (``setsid`` in between) doing the same.
+- ``reach_driver``: honest, but first opens the driver's memory (``/proc/<parent>/mem``) for
+  reading and writing, where it could patch the driver's clock or samples; ``detail`` says
+  whether it could (``"opened"``) or the error.
 - ``hang_holding_stdout``: starts a grandchild in its own session that keeps stdout open for 30 s,
   then hangs itself.
 """
@@ -117,6 +120,15 @@ def main() -> int:
         )
         subprocess.run([sys.executable, "-c", daemon, args.heartbeat], check=True)
         times = _steps(work, steps)
+    elif mode == "reach_driver":
+        try:
+            with open(f"/proc/{os.getppid()}/mem", "r+b"):
+                reached = "opened"
+        except OSError as exc:
+            reached = f"{type(exc).__name__}: {exc.strerror}"
+        times = _steps(work, steps)
+        print(json.dumps({"correct": True, "metrics": {"time_ms": times}, "detail": reached}))
+        return 0
     elif mode == "hang_holding_stdout":
         _detached("import time; time.sleep(30)", stdout=sys.stdout)
         time.sleep(60)

@@ -21,7 +21,19 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``tick_file``: a thread appends ``time.monotonic()`` to that file every 0.5 ms, all along;
 - ``helper_tick_file``: a helper process in a session of its own (``setsid``: out of the
   worker's process group) does the same, and writes its pid to that file + ``.pid``;
-- ``window_file``: appends the monotonic start and end of each run it serves.
+- ``window_file``: appends the monotonic start and end of each run it serves;
+- ``resume_pid_file``: at the start of each run, continues (``SIGCONT``) the process whose
+  pid that file holds (the other worker's helper: the candidate's module-level code runs in
+  the reference's worker too when one spec file defines both subjects);
+- ``restop_after_s``: with ``resume_pid_file``, stops that process again after that long (so
+  that it looks stopped when the batch ends);
+- ``hello``: values that replace its ``hello`` reply's (a worker lying about the problem);
+- ``exit_after_batches``: exits after replying to that many ``run`` requests;
+- ``reveal_as``: ``fifo`` (reveals a named pipe that nobody writes) or
+  ``link`` (a symbolic link to a file of the right outputs elsewhere);
+- ``reach_file``: in its first run, opens the measuring process's memory
+  (``/proc/<parent>/mem``) for reading and writing and writes ``opened`` or the error there;
+- ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -83,7 +96,7 @@ def main() -> int:
         helper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         with open(path + ".pid", "w", encoding="utf-8") as f:
             f.write(str(helper.pid))
-    calls = 0
+    calls = batches = 0
     kept: list[dict[str, np.ndarray]] = []
     last_seeds: list[int] = []
     out = sys.stdout
@@ -108,6 +121,7 @@ def main() -> int:
                     content_hash="sha256:" + "0" * 64,
                     identity=None,
                 )
+                reply.update(opts.get("hello", {}))
         elif op == "check":
             ok = not opts.get("incorrect")
             trials = [
@@ -121,6 +135,28 @@ def main() -> int:
             key = bytes.fromhex(request["key"])
             times, digests = [], []
             kept = []
+            if opts.get("resume_pid_file") and os.path.exists(opts["resume_pid_file"]):
+                with open(opts["resume_pid_file"], encoding="utf-8") as f:
+                    resumed = int(f.read())
+                os.kill(resumed, signal.SIGCONT)
+                if opts.get("restop_after_s"):
+                    time.sleep(float(opts["restop_after_s"]))
+                    os.kill(resumed, signal.SIGSTOP)
+            if opts.get("reach_file") and not os.path.exists(opts["reach_file"]):
+                try:
+                    with open(f"/proc/{os.getppid()}/mem", "r+b"):
+                        reached = "opened"
+                except OSError as exc:
+                    reached = f"{type(exc).__name__}: {exc.strerror}"
+                with open(opts["reach_file"], "w", encoding="utf-8") as f:
+                    f.write(reached)
+            if opts.get("flood_mb"):  # one reply line that never ends
+                out.write('{"times_s": [' + "1e-3, " * 10)
+                chunk = "1e-3, " * (1 << 18)
+                for _ in range(int(opts["flood_mb"] * (1 << 20) / len(chunk))):
+                    out.write(chunk)
+                out.flush()
+                time.sleep(60)
             if opts.get("sleep_in_run_s"):
                 time.sleep(float(opts["sleep_in_run_s"]))
             for seed in request["seeds"]:
@@ -149,6 +185,14 @@ def main() -> int:
                      "recheck_failures": [], "checked_calls": []}  # fmt: skip
         elif op == "reveal" and opts.get("refuse_reveal"):
             reply = {"error": {"type": "MeasurementError", "message": "not today"}}
+        elif op == "reveal" and opts.get("reveal_as") == "fifo":
+            os.mkfifo(request["path"])  # nobody will write it
+            reply = {"ok": True}
+        elif op == "reveal" and opts.get("reveal_as") == "link":
+            elsewhere = request["path"] + ".elsewhere.npz"
+            write_reveal(elsewhere, kept[int(request["index"])])
+            os.symlink(elsewhere, request["path"])
+            reply = {"ok": True}
         elif op == "reveal":
             y = kept[int(request["index"])][OUTPUT]
             if opts.get("lazy_commit"):  # the correct answer, made only now
@@ -161,6 +205,9 @@ def main() -> int:
             last_seeds = [int(s) for s in request["seeds"]]
         out.write(json.dumps(reply) + "\n")
         out.flush()
+        batches += op == "run"
+        if opts.get("exit_after_batches") and batches >= int(opts["exit_after_batches"]):
+            return 0
     return 0
 
 

@@ -237,3 +237,14 @@ def test_cheat_noise_added_outside_the_timer_cannot_widen_the_resolution() -> No
         0.050, 0.030, ref_wall, [w - 0.020 + s / 8 for w, s in zip(ref_wall, sleeps, strict=True)]
     )
     assert not check_pairs(honest, {"t": "s"}).flagged
+
+
+def test_cheat_command_cannot_open_the_drivers_memory() -> None:
+    # the driver's clock and samples live in its memory: a command of the same user (or root:
+    # it runs without CAP_SYS_PTRACE) must not be able to open it (without a Yama ptrace
+    # policy, only the driver's being non-dumpable during the calls stands in the way)
+    argv = [*WORKLOAD, "--mode", "reach_driver", "--work-s", "0.02"]
+    run = run_pairs(Subject("ref", argv), Subject("cand", argv), cases=["a"], pairs_per_case=1,
+                    warmup_calls=0, timeout_s=30)  # fmt: skip
+    details = [c.detail for p in run.pairs for c in (p.ref, p.cand)]
+    assert len(details) == 2 and all("PermissionError" in str(d) for d in details), details

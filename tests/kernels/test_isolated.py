@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -166,6 +167,41 @@ def test_the_idle_worker_and_its_helpers_are_stopped_while_the_other_runs_its_ba
             os.kill(pid, 0)
 
 
+def _ticks_inside(ticks: Path, windows: Path) -> tuple[int, int]:
+    """(ticks inside the windows, windows) of a tick file and a window file."""
+    times = np.array([float(t) for t in ticks.read_text().split()])
+    spans = [tuple(map(float, line.split())) for line in windows.read_text().splitlines()]
+    return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans)
+
+
+@pytest.mark.parametrize("restop_after_s", [0.0, 0.003])
+def test_cheat_helper_resumed_during_the_references_batches_is_flagged(
+    tmp_path: Path, restop_after_s: float
+) -> None:
+    # the candidate's helper is stopped with it, then continued by code of the candidate's
+    # running in the reference's worker (one spec file for both): it runs during the
+    # reference's timed batches, where it could take the CPU or the device from the reference;
+    # stopped again before the batch ends, it looks stopped, but it took CPU time
+    ticks, windows = tmp_path / "ticks", tmp_path / "windows"
+    reference = {"resume_pid_file": f"{ticks}.pid", "window_file": str(windows),
+                 "restop_after_s": restop_after_s}  # fmt: skip
+    c = _compare(tmp_path, reference, helper_tick_file=str(ticks))
+    inside, batches = _ticks_inside(ticks, windows)
+    assert inside > batches, (inside, batches)  # the attack worked: it ran there
+    assert not c.valid and "pause:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("was not stopped" in r for r in c.cand.recheck_failures)
+    assert c.ref is not None and not c.ref.recheck_failures
+
+
+def test_honest_candidate_with_a_helper_process_is_not_flagged(tmp_path: Path) -> None:
+    # its helper (a session of its own) is stopped during the reference's batches and stays so
+    ticks, windows = tmp_path / "ticks", tmp_path / "windows"
+    c = _compare(tmp_path, {"window_file": str(windows)}, helper_tick_file=str(ticks))
+    assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
+    inside, batches = _ticks_inside(ticks, windows)
+    assert inside <= batches, (inside, batches)
+
+
 def test_an_incorrect_candidate_is_not_timed(tmp_path: Path) -> None:
     c = _compare(tmp_path, incorrect=True)
     assert c.stats is None and c.cand is None and "cand_incorrect" in c.flags
@@ -186,11 +222,81 @@ def test_cheat_worker_that_dies_or_forges_protocol_lines_is_a_clear_error(
         _compare(tmp_path, **options)
 
 
+def test_cheat_worker_claiming_a_lax_tolerance_is_held_to_the_references(
+    tmp_path: Path,
+) -> None:
+    # the candidate's hello says any error passes; the parent cross-checks with the
+    # reference's tolerances (float32's default), so its outputs 1 % off are caught
+    c = _compare(tmp_path, wrong_every=2, hello={"tolerances": {"y": 1.0}})
+    assert not c.valid and "cross_check:candidate" in c.flags, c.flags
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("flops_per_call", 1e12), ("bytes_per_call", 1e9), ("outputs", {"y": [[128], "float32"]})],
+)
+def test_cheat_worker_lying_about_the_problem_is_a_clear_error(
+    tmp_path: Path, key: str, value: Any
+) -> None:
+    # fewer outputs to check, or more work per call (a higher rate, a ceiling to hide under):
+    # the two workers must agree on the problem's facts
+    with pytest.raises(MeasurementError, match=f"disagree on the problem's {key}"):
+        _compare(tmp_path, hello={key: value})
+
+
+def test_cheat_worker_that_exits_between_batches_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(MeasurementError, match=r"candidate.* (is gone|exited)"):
+        _compare(tmp_path, exit_after_batches=3)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_cheat_worker_revealing_something_other_than_a_file_is_flagged(
+    tmp_path: Path, kind: str
+) -> None:
+    # a named pipe it never writes would block the parent's read with no deadline; a link
+    # could point the parent at any file: only a regular file the worker wrote is read
+    done: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            done["c"] = _compare(tmp_path, reveal_as=kind)
+        except BaseException as exc:  # reported below
+            done["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the parent is blocked reading the reveal"
+    c = done.get("c")
+    assert c is not None, done
+    assert not c.valid and "digest:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("regular file" in r for r in c.cand.recheck_failures)
+
+
+def test_cheat_worker_cannot_open_the_measuring_processs_memory(tmp_path: Path) -> None:
+    # where the statistics and the parent's clock live; the parent is not dumpable, and a
+    # worker started by root runs without CAP_SYS_PTRACE, which would pass over that
+    reached = tmp_path / "reached"
+    _compare(tmp_path, reach_file=str(reached))
+    assert reached.read_text().startswith("PermissionError"), reached.read_text()
+
+
 def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
     config = IsolationConfig(worker=CONFIG.worker, timeout_s=0.5)
     t0 = time.monotonic()
     with pytest.raises(MeasurementError, match=r"did not answer within 0\.5 s"):
         compare_spec(_spec(tmp_path, sleep_in_run_s=30), "small", config=config)
+    assert time.monotonic() - t0 < 10
+
+
+def test_cheat_worker_flooding_one_reply_line_is_ended_before_it_fills_memory(
+    tmp_path: Path,
+) -> None:
+    # a reply line that never ends: the parent stops reading at its line limit, long before
+    # the batch's deadline, rather than buffer whatever the worker writes
+    t0 = time.monotonic()
+    with pytest.raises(MeasurementError, match="a reply line longer than"):
+        _compare(tmp_path, flood_mb=64)
     assert time.monotonic() - t0 < 10
 
 
@@ -255,3 +361,30 @@ def test_a_process_made_undumpable_says_so_and_can_be_made_dumpable_again() -> N
         pytest.skip("no prctl here")
     # dumpable at start; not dumpable after the first call; dumpable again after the second
     assert out.stdout.split() == ["True", "False", "True"], out.stdout
+
+
+def test_cheat_spreading_its_reported_times_cannot_lift_an_implausible_rate_under_the_ceiling() -> (
+    None
+):
+    # batches of 4 calls of 1 ms (the sum the parent's clock bears out) at 1.2x the copy
+    # ceiling; reported as one call of 0.01 ms and three of 1.33 ms, the median call (1.33 ms)
+    # is under the ceiling
+    from perfledger.kernels.ceilings import Ceilings
+    from perfledger.kernels.isolated import _finish, _timing
+
+    ceilings = Ceilings(1e12, 1e15, 1e15, 1e14, "test")
+    facts = {"settings": {"overhead_s": 0.0}, "bytes_per_call": 1.2e9, "flops_per_call": None}
+    harness = {"side_work_s": 1.0, "side_work_share": 0.5, "plausibility_margin": 0.05}
+    skewed = _timing("cand")
+    skewed.samples_s = [1e-5, 1.33e-3, 1.33e-3, 1.33e-3] * 10
+    skewed.wall_s = skewed.span_s = list(skewed.samples_s)
+    with pytest.raises(MeasurementError, match="ceiling"):
+        _finish(skewed, facts, harness, ceilings, calls=4)
+    honest = _timing("ref")  # the same rate reported evenly is refused too
+    honest.samples_s = honest.wall_s = honest.span_s = [1e-3] * 40
+    with pytest.raises(MeasurementError, match="ceiling"):
+        _finish(honest, facts, harness, ceilings, calls=4)
+    slower = _timing("ref")  # and a plausible one passes: 0.6x the ceiling
+    slower.samples_s = slower.wall_s = slower.span_s = [2e-3] * 40
+    _finish(slower, facts, harness, ceilings, calls=4)
+    assert slower.figures["bandwidth_share"] == pytest.approx(0.6)

@@ -137,3 +137,39 @@ def test_clock_check_allows_for_overhead_noise_up_to_a_cap() -> None:
     loud = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 6e-4, 5e-3, 104)
     check = clock_check(loud, noise_sigmas=4.0)
     assert check.noise_s == pytest.approx(0.25 * 6e-4) and "clock:cand" in check.flags, check
+
+
+def _overhead_batches(label: str, report_s: float, took_s: float, overhead_s: float) -> list[Batch]:
+    """40 batches of 4 calls that took ``took_s`` each plus ``overhead_s`` per call inside the
+    parent's clock (a little noise), the subject reporting ``report_s`` per call."""
+    rng = np.random.default_rng(len(label))
+    return [
+        Batch(label, (1, 2, 3, 4), (report_s,) * 4, 4 * (took_s + overhead_s + rng.normal(0, 5e-6)))
+        for _ in range(40)
+    ]
+
+
+#: The isolated comparison's settings of the clock check.
+ISOLATED = {"noise_sigmas": 4.0, "overhead_share": 0.2}
+
+
+def test_cheat_hiding_time_under_a_large_harness_overhead_is_flagged() -> None:
+    # an 8 MiB-output kernel on the H200: 283 us calls, 885 us of the harness's own overhead
+    # per call (copy, hashing) inside the parent's clock; an allowance of 20 % of that overhead
+    # (177 us) would let a subject report 0.45x its time
+    ref = _overhead_batches("ref", 283e-6, 283e-6, 885e-6)
+    for share in (0.45, 0.6, 0.8):
+        cand = _overhead_batches("cand", share * 283e-6, 283e-6, 885e-6)
+        check = clock_check(ref + cand, **ISOLATED)
+        assert check.flags == ["clock:cand"], (share, check)
+        assert check.limit_s <= max(50e-6, 0.25 * share * 283e-6) + 1e-9, check
+
+
+def test_honest_subjects_with_a_large_harness_overhead_are_not_flagged() -> None:
+    ref = _overhead_batches("ref", 283e-6, 283e-6, 885e-6)
+    # the same subject in another process, whose overhead is 3 % higher (the H200's A/A
+    # showed 2.8 %), and a candidate truly 20 % faster
+    same = _overhead_batches("cand", 283e-6, 283e-6, 1.03 * 885e-6)
+    faster = _overhead_batches("cand", 0.8 * 283e-6, 0.8 * 283e-6, 885e-6)
+    assert clock_check(ref + same, **ISOLATED).flags == []
+    assert clock_check(ref + faster, **ISOLATED).flags == []

@@ -381,7 +381,7 @@ def run_call(
     Returns: the :class:`CallResult` (its output is read and judged by :func:`run_pairs`).
     Raises: ValueError for a non-positive timeout.
     """
-    from perfledger.kernels.proctree import CallTree
+    from perfledger.kernels.proctree import CallTree, drop_ptrace_capability, undumpable
 
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -395,7 +395,8 @@ def run_call(
     if seed is not None:
         argv = [a.replace(outputs.SEED_PLACEHOLDER, seed) for a in argv]
         env[outputs.SEED_ENV] = seed
-    with CallTree() as tree:
+    # not dumpable during the call: the command (same user) cannot write this process's clock
+    with undumpable(), CallTree() as tree:
         start = time.monotonic()
         end = start
 
@@ -427,6 +428,7 @@ def run_call(
                 env=env,
                 cwd=subject.cwd,
                 start_new_session=True,
+                preexec_fn=drop_ptrace_capability,  # even as root it cannot reach this process
             )
         except OSError as exc:
             end = time.monotonic()

@@ -27,7 +27,8 @@ in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it 
 ``clock:<role>`` / ``clock_exceeds_wall:<role>`` (reported times not borne out by this
 process's clock), ``digest:<role>`` (revealed bytes differ from the committed digest, or the
 reveal failed), ``cross_check:candidate`` (the candidate's revealed output differs from the
-reference's beyond the problem's tolerance), and the harness's own ``recheck:<subject>``,
+reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the idle worker's
+ran during the other worker's batch or reveal: :meth:`_Run.alone`), and the harness's own ``recheck:<subject>``,
 ``side_work:<subject>``, ``review_speedup``.
 """
 
@@ -295,6 +296,72 @@ def _sid(pid: int) -> int | None:
         return None
 
 
+#: Thread states (``/proc/<pid>/task/<tid>/stat``) of a thread that cannot run: stopped,
+#: stopped by a tracer, zombie, dead.
+_STOPPED_STATES = frozenset("TtZX")
+#: How long :meth:`_Run.alone` waits for the processes it stopped to stop (s), and the CPU
+#: time a process whose stop was still pending then may take to process it (ns).
+STOP_WAIT_S = 0.05
+#: ... and, after the batch, of one that runs no user code: a thread in uninterruptible sleep
+#: (``D``, inside the kernel) takes its stop when it leaves.
+_NO_USER_CODE_STATES = _STOPPED_STATES | {"D"}
+STRAGGLER_NS = 1_000_000
+#: SIGSTOP's bit in ``/proc/<pid>/status``'s pending-signal masks.
+_SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1) if hasattr(signal, "SIGSTOP") else 0
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone (or no /proc: nothing to check)
+
+
+def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
+    """Whether every thread of ``pid`` is in one of ``states`` (default: stopped, traced,
+    zombie, dead; True when it is gone)."""
+    for tid in _tasks(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        # the state follows the command name, which is in parentheses and may hold any byte
+        end = stat.rfind(b")")
+        if stat[end + 2 : end + 3].decode("ascii", "replace") not in states:
+            return False
+    return True
+
+
+def _stop_pending(pid: int) -> bool:
+    """Whether a SIGSTOP sent to ``pid`` is still pending (it has not run user code since:
+    a pending signal is taken on the way back to user space)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("ShdPnd:", "SigPnd:")) and (
+                    int(line.split()[1], 16) & _SIGSTOP_BIT
+                ):
+                    return True
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _cpu_ns(pid: int) -> int | None:
+    """CPU time of all of ``pid``'s threads so far (ns, ``/proc/<pid>/task/*/schedstat``);
+    None when it is gone or the kernel does not say."""
+    total, seen = 0, False
+    for tid in _tasks(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+                seen = True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total if seen else None
+
+
 def _tree_by_children(tree: CallTree, active: int) -> tuple[set[int], set[int]] | None:
     """What :meth:`CallTree.descendants` finds (processes started for the comparison), and the
     active worker's subtree, by walking children files from this process: a cost that grows with
@@ -356,9 +423,19 @@ def _finish(
     facts: dict[str, Any],
     harness: dict[str, Any],
     ceilings: Ceilings | None,
+    calls: int = 1,
 ) -> None:
-    """Median, side-work check and plausibility (as :meth:`Harness._finish`), on the reports."""
+    """Median, side-work check and plausibility (as :meth:`Harness._finish`), on the reports.
+
+    ``calls``: calls per batch. Plausibility is checked on the smaller of the median reported
+    call and the median of the batches' mean calls: the parent's clock bears out a batch's sum,
+    not how a subject spreads it over its calls (one tiny call and the rest larger would lift
+    the median above an implausible mean).
+    """
     timing.median_s = float(np.median(timing.samples_s))
+    samples = np.asarray(timing.samples_s)
+    whole = samples[: samples.size - samples.size % calls].reshape(-1, calls)
+    batch_mean_s = float(np.median(whole.mean(axis=1))) if whole.size else timing.median_s
     excess = float(np.median(np.asarray(timing.wall_s) - np.asarray(timing.span_s)))
     overhead = float(facts["settings"].get("overhead_s") or 0.0)
     limit = overhead + max(
@@ -366,7 +443,7 @@ def _finish(
     )
     timing.side_work = excess > limit
     timing.figures = check_plausible(
-        median_s=timing.median_s,
+        median_s=min(timing.median_s, batch_mean_s),
         bytes_per_call=facts.get("bytes_per_call"),
         flops_per_call=facts.get("flops_per_call"),
         ceilings=ceilings,
@@ -423,26 +500,40 @@ class _Run:
     def alone(self, label: str) -> Iterator[None]:
         """With ``stop_idle``: the worker ``label`` is the only one of the comparison's processes
         that runs inside the block (its batch, or its reveal: the other cannot race it to the
-        file or the device); the others are stopped before and continued after."""
+        file or the device); the others are stopped before and continued after, and checked
+        in between (:meth:`_ran`: one that ran flags ``pause:<idle role>``)."""
         if not self.config.stop_idle:
             yield
             return
-        idle = self.workers["B" if label == "A" else "A"]
+        idle_label = "B" if label == "A" else "A"
+        idle = self.workers[idle_label]
         idle.pause(True)
         stopped = self._stop_others(self.workers[label].proc.pid)
         try:
+            base = self._hold(stopped)
             yield
+            # a stop is a signal, not a guarantee: something may have continued a stopped
+            # process (code of the idle subject's running in the active worker), or a process
+            # forked just before the stop escaped it; checked before anything is continued
+            running = self._ran(self.workers[label].proc.pid, stopped, base)
+            if running:
+                role = ROLES[idle_label]
+                self._flag(
+                    f"pause:{role}",
+                    idle_label,
+                    f"pause: processes of the {role}'s worker ran during the other subject's "
+                    f"batch (was not stopped: pids {sorted(running)[:8]})",
+                )
         finally:
             idle.pause(False)
             for pid in stopped:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGCONT)
 
-    def _stop_others(self, active: int) -> set[int]:
-        """Stop every process started during the comparison except the active worker and its
-        descendants: the idle worker's descendants in other sessions and processes orphaned
-        into this one (a helper that called ``setsid`` or double-forked is still found, by
-        ancestry: :class:`~perfledger.kernels.proctree.CallTree`). Returns: their pids."""
+    def _others(self, active: int) -> set[int]:
+        """The processes started during the comparison, except the active worker and its
+        descendants (a helper that called ``setsid`` or double-forked is still found, by
+        ancestry: :class:`~perfledger.kernels.proctree.CallTree`)."""
         if self.tree is None:
             return set()
         found = _tree_by_children(self.tree, active)
@@ -452,8 +543,46 @@ class _Run:
             others = {p for p, state in self.tree.descendants(table).items() if state != "Z"}
         else:
             others, keep = found
+        return others - keep
+
+    def _hold(self, stopped: set[int]) -> dict[int, tuple[int | None, bool]]:
+        """Wait (at most :data:`STOP_WAIT_S`) until the processes just stopped have stopped.
+        Returns: pid -> (its CPU time now in ns, whether it had stopped)."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        waiting = set(stopped)
+        while waiting and time.monotonic() < deadline:
+            waiting = {p for p in waiting if not _is_stopped(p)}
+            if waiting:
+                time.sleep(1e-4)
+        return {p: (_cpu_ns(p), p not in waiting) for p in stopped}
+
+    def _ran(
+        self, active: int, stopped: set[int], base: dict[int, tuple[int | None, bool]]
+    ) -> set[int]:
+        """The processes held by :meth:`_stop_others` and :meth:`_hold` that ran since: one
+        that can run and has no stop pending (continued), one that took CPU time (beyond a
+        straggler's processing of its stop), and one that was not there (something that ran
+        made it; the active worker's own session left out: what it started is its own work,
+        inside the parent's clock)."""
+        out = set()
+        for pid, (cpu0, held) in base.items():
+            cpu = _cpu_ns(pid)
+            if cpu is None:
+                continue  # gone
+            continued = not _is_stopped(pid, _NO_USER_CODE_STATES) and not _stop_pending(pid)
+            took = cpu0 is not None and cpu - cpu0 > (0 if held else STRAGGLER_NS)
+            if continued or took:
+                out.add(pid)
+        active_sid = _sid(active)
+        out |= {p for p in self._others(active) - stopped if _sid(p) not in (active_sid, None)}
+        return out
+
+    def _stop_others(self, active: int) -> set[int]:
+        """Stop every process started during the comparison except the active worker and its
+        descendants (:meth:`_others`): the idle worker's descendants in other sessions and
+        processes orphaned into this one. Returns: their pids."""
         stopped = set()
-        for pid in others - keep:
+        for pid in self._others(active):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGSTOP)
                 stopped.add(pid)
@@ -634,7 +763,7 @@ def compare_workers(
             f"{clock.excess_s.get(ROLES['B' if label == 'A' else 'A'], math.nan):.3g} s)",
         )
     for label in "AB":
-        _finish(tim[label], facts[label], harness, ceilings)
+        _finish(tim[label], facts[label], harness, ceilings, calls)
         tim[label].recheck_failures += run.failures[label]
     stats = paired_stats(
         blocks["A"],

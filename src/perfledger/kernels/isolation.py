@@ -23,7 +23,8 @@ Protocol (one JSON object a line on the child's stdin / stdout):
   optional, checked by the parent's ``verify(seed, output)``);
 - parent: ``{"op": "exit"}``; the child exits.
 
-A child that writes anything else, dies, or does not answer within ``timeout_s`` raises
+A child that writes anything else, a line longer than :data:`MAX_LINE_BYTES`, dies, or does
+not answer within ``timeout_s`` raises
 :class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select). The kernel
 harness's subjects run this way through :mod:`perfledger.kernels.subject_worker` and
 :mod:`perfledger.kernels.isolated` (their own protocol, on :meth:`SubjectProcess.request`, and
@@ -45,11 +46,15 @@ from typing import Any
 import numpy as np
 
 from perfledger.errors import MeasurementError
+from perfledger.kernels.proctree import drop_ptrace_capability
 from perfledger.kernels.stats import PairedStats, paired_stats
 
 #: Default tolerances of :func:`clock_check` (seconds per call; share of a call's time).
 TOLERANCE_S = 50e-6
 TOLERANCE_SHARE = 0.05
+#: The longest reply line a subject process may send (bytes): replies are a few values per
+#: call; a subject that writes more is ended, not buffered until the parent runs out of memory.
+MAX_LINE_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ class SubjectProcess:
                     stderr=err,
                     env=env,
                     start_new_session=True,  # the child's signals and terminal are its own
+                    # even as root it cannot pass over the parent's being non-dumpable
+                    preexec_fn=drop_ptrace_capability,
                 )
         except OSError as exc:
             raise MeasurementError(f"subject {label!r} could not start: {exc}") from None
@@ -161,6 +168,11 @@ class SubjectProcess:
                 code = self._proc.wait()
                 raise self._failed(f"subject {self.label!r} exited (code {code}) mid-batch")
             self._buffer += chunk
+            if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in self._buffer:
+                raise self._failed(
+                    f"subject {self.label!r} sent a reply line longer than "
+                    f"{MAX_LINE_BYTES >> 20} MiB"
+                )
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
@@ -284,7 +296,10 @@ def clock_check(
             time (a subject that makes its own overhead noisy cannot widen the limit further);
         overhead_share: ... and of this share of the smaller median excess (an overhead that
             differs a little from one process to another; a subject cannot raise the other
-            subject's excess, so it cannot widen this either).
+            subject's excess, so it cannot widen this either), also capped at
+            ``noise_cap_share`` x the smaller median call time: where the harness's overhead is
+            several times a call (copying and hashing a large output), a share of it uncapped
+            would let a subject report half its time unflagged.
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -310,8 +325,10 @@ def clock_check(
     limit = max(
         tolerance_s,
         tolerance_share * min(call.values()),
-        noise,
-        overhead_share * max(min(excess.values()), 0.0),
+        min(
+            max(noise, overhead_share * max(min(excess.values()), 0.0)),
+            noise_cap_share * min(call.values()),
+        ),
     )
     flags: list[str] = []
     for lb in labels:
@@ -406,6 +423,7 @@ def compare_isolated(
 
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "TOLERANCE_S",
     "TOLERANCE_SHARE",
     "Batch",

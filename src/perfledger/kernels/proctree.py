@@ -31,7 +31,7 @@ import ctypes.util
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 #: ``prctl`` options (linux/prctl.h).
 PR_SET_CHILD_SUBREAPER = 36
@@ -66,6 +66,51 @@ def set_subreaper(on: bool) -> bool | None:
     if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
         return None
     return bool(previous.value)
+
+
+#: ``prctl`` options (linux/prctl.h).
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
+
+
+def set_dumpable(on: bool) -> bool | None:
+    """Make this process dumpable or not (Linux ``prctl(PR_SET_DUMPABLE)``): a process that is
+    not cannot be traced, nor its memory read or written through ``/proc``, by other processes
+    of the same user without ``CAP_SYS_PTRACE`` (a subject could otherwise patch the measuring
+    process's clock or samples, or the other worker). Returns: the previous setting, or None
+    where ``prctl`` is unavailable (nothing changed)."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "prctl"):
+        return None
+    previous = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    if previous < 0 or libc.prctl(_PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0) != 0:
+        return None
+    return bool(previous)
+
+
+#: ``prctl(PR_CAPBSET_DROP)`` and the capability it drops (linux/capability.h).
+_PR_CAPBSET_DROP, _CAP_SYS_PTRACE = 24, 19
+
+
+def drop_ptrace_capability() -> None:
+    """Drop ``CAP_SYS_PTRACE`` from this process's capability bounding set (Linux; nothing
+    where it cannot: an ordinary user has no such capability to drop). Run in a subject's
+    process before it executes the command (``preexec_fn``): a subject started by root then
+    holds no ``CAP_SYS_PTRACE`` after ``exec``, so it cannot pass over the measuring process's
+    being non-dumpable (:func:`undumpable`) to read or write its memory."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "prctl"):
+        libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def undumpable() -> Iterator[None]:
+    """This process not dumpable inside the block (:func:`set_dumpable`), as before after it."""
+    previous = set_dumpable(False)
+    try:
+        yield
+    finally:
+        if previous:
+            set_dumpable(True)
 
 
 def process_table() -> dict[int, tuple[int, str]]:
@@ -221,4 +266,11 @@ class CallTree:
         return len(ended)
 
 
-__all__ = ["CallTree", "process_table", "set_subreaper"]
+__all__ = [
+    "CallTree",
+    "drop_ptrace_capability",
+    "process_table",
+    "set_dumpable",
+    "set_subreaper",
+    "undumpable",
+]

@@ -19,7 +19,12 @@ NumPy and blake3 only (no CuPy): the parent recomputes digests on revealed bytes
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
+import stat
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,10 +32,12 @@ import blake3
 import numpy as np
 
 from perfledger.kernels.harness import CorrectnessReport, TrialResult
-from perfledger.kernels.proctree import _libc
+from perfledger.kernels.proctree import set_dumpable  # re-exported: workers import it here
 
 #: The digest key's length (bytes): blake3's keyed mode takes 32.
 KEY_BYTES = 32
+#: The most a ``.npy`` member of a reveal may hold beyond its array's bytes (its header).
+_NPY_HEADER_MAX = 1 << 16
 
 
 def combine_digests(parts: Sequence[tuple[str, str, Sequence[int], str]], key: bytes) -> str:
@@ -82,14 +89,37 @@ def read_reveal(path: str, expected: Mapping[str, tuple[Any, str]]) -> dict[str,
     """Read a revealed ``.npz`` (no pickles) and check it has exactly the ``expected`` outputs
     (name -> (shape, dtype)).
 
-    Raises: ValueError when the file is unreadable or the outputs' names, shapes or dtypes
-    differ.
+    The worker wrote ``path`` and may still run while it is read: only a regular file is
+    read (not a link, which could name any file; not a named pipe, whose reading would wait
+    on the worker with no deadline), and no member larger than its expected output (plus a
+    header) is decompressed.
+
+    Raises: ValueError when the file is not a regular file, is unreadable, or the outputs'
+    names, sizes, shapes or dtypes differ.
     """
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError, EOFError) as exc:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("the reveal is not a regular file: a symbolic link") from None
         raise ValueError(f"unreadable reveal: {exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("the reveal is not a regular file")
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                if set(data.files) != set(expected):
+                    raise ValueError(
+                        f"revealed outputs {sorted(data.files)}, expected {sorted(expected)}"
+                    )
+                for name, (shape, dtype) in expected.items():
+                    size = data.zip.getinfo(f"{name}.npy").file_size
+                    limit = np.dtype(dtype).itemsize * math.prod(shape) + _NPY_HEADER_MAX
+                    if size > limit:
+                        raise ValueError(f"revealed output {name!r} holds {size} bytes")
+                arrays = {name: data[name] for name in data.files}
+        except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"unreadable reveal: {exc}") from None
     if set(arrays) != set(expected):
         raise ValueError(f"revealed outputs {sorted(arrays)}, expected {sorted(expected)}")
     for name, (shape, dtype) in expected.items():
@@ -100,25 +130,6 @@ def read_reveal(path: str, expected: Mapping[str, tuple[Any, str]]) -> dict[str,
                 f"{np.dtype(dtype)}{list(shape)}"
             )
     return arrays
-
-
-#: ``prctl`` options (linux/prctl.h).
-_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
-
-
-def set_dumpable(on: bool) -> bool | None:
-    """Make this process dumpable or not (Linux ``prctl(PR_SET_DUMPABLE)``): a process that is
-    not cannot be traced, nor its memory read through ``/proc``, by other processes of the same
-    user without ``CAP_SYS_PTRACE`` (a subject could otherwise read the measuring process's
-    state, or write the other worker's). Returns: the previous setting, or None where ``prctl``
-    is unavailable (nothing changed)."""
-    libc = _libc()
-    if libc is None or not hasattr(libc, "prctl"):
-        return None
-    previous = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-    if previous < 0 or libc.prctl(_PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0) != 0:
-        return None
-    return bool(previous)
 
 
 def report_to_json(report: CorrectnessReport) -> dict[str, Any]:
