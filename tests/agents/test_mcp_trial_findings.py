@@ -1,0 +1,49 @@
+"""What a new agent driving a CPU session through ``perfledger mcp`` alone needed to be told:
+the R4 A/A refusal's figures and next steps, the driver's contract in the server's instructions
+and the readiness schema, shell hints translated to tool calls, and descriptions on every read
+tool's field."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from perfledger.commands.cli.measure import resolution_refusal
+from perfledger.errors import RuleRefused
+from perfledger.events.workflow import Budget, MetricSpec, TargetDefinition
+
+
+def _target(name: str = "wall_ms", unit: str = "ms") -> SimpleNamespace:
+    """A Target view with what the refusal reads: its definition (minimum effect 5 %)."""
+    definition = TargetDefinition(
+        target_id="t1", title="t", min_effect=0.05, scope=("src/**",), risk_boundary="none",
+        primary=MetricSpec(name=name, unit=unit, direction="lower_is_better"),
+        budget=Budget(wall_s=60.0, gpu_s=0.0),
+    )  # fmt: skip
+    return SimpleNamespace(definition=definition)
+
+
+def test_aa_refusal_states_runs_default_units_per_case_and_a_load_immune_metric() -> None:
+    """R4: the refusal gives the resolution per case in percent and as the recorded ratio, says
+    what --runs counts and its default, and on a loaded host with a wall-clock primary names the
+    process's CPU time with allow_explained_foreign_activity."""
+    with pytest.raises(RuleRefused) as refused:
+        resolution_refusal(0.08, {"small": 0.08, "large": 0.03}, _target(), False,
+                           runs=None, workload=True, load_per_cpu=2.0)  # fmt: skip
+    exc = refused.value
+    assert exc.rule == "R4"
+    assert "8.00 % (ratio 0.0800" in exc.message and "small 8.00 % (ratio 0.0800)" in exc.message
+    assert "large 3.00 % (ratio 0.0300)" in exc.message and "(ratio 0.0500)" in exc.message
+    assert "A/A ABBA pairs per case; default 10" in exc.hint and "--accept-resolution" in exc.hint
+    assert "CPU time" in exc.hint and "allow_explained_foreign_activity" in exc.hint
+    # a quiet host, or a CPU-time primary: no metric advice; a kernel spec: its own default
+    for target, load in ((_target(), 0.0), (_target("cpu_ms"), 2.0)):
+        with pytest.raises(RuleRefused) as quiet:
+            resolution_refusal(0.08, {"a": 0.08}, target, False, load_per_cpu=load)
+        assert "CPU time" not in quiet.value.hint
+    with pytest.raises(RuleRefused) as kernel:
+        resolution_refusal(0.08, {"a": 0.08}, _target(), False, runs=7, workload=False)
+    assert "comparisons per case; default 5, this A/A used 7" in kernel.value.hint
+    resolution_refusal(0.04, {"a": 0.04}, _target(), False)  # below the minimum effect: no refusal
+    resolution_refusal(0.08, {"a": 0.08}, _target(), True)  # --accept-resolution
