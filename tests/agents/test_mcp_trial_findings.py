@@ -47,3 +47,55 @@ def test_aa_refusal_states_runs_default_units_per_case_and_a_load_immune_metric(
     assert "comparisons per case; default 5, this A/A used 7" in kernel.value.hint
     resolution_refusal(0.04, {"a": 0.04}, _target(), False)  # below the minimum effect: no refusal
     resolution_refusal(0.08, {"a": 0.08}, _target(), True)  # --accept-resolution
+
+
+def test_mcp_instructions_and_readiness_schema_state_the_driver_contract_and_output_formats() -> (
+    None
+):
+    """The driver's stdout contract and the {output} formats (with what exact and allclose
+    compare) are where an MCP-only agent looks: the server's instructions and the readiness
+    request's driver and accuracy descriptions; the instructions name the host monitor and
+    --explain-foreign for a CPU workload's formal stages."""
+    from perfledger.commands.cli.mcp import INSTRUCTIONS
+    from perfledger.commands.registry.operations import json_schema
+
+    contract = '{"correct": bool, "metrics": {name: number | [numbers]}}'
+    formats = (".npy", ".npz", "JSON", "exact = same shape, dtype and values", "allclose")
+    properties = json_schema("readiness.record")["properties"]
+    for text in (INSTRUCTIONS, properties["driver"]["description"]):
+        assert contract in text and "$PERFLEDGER_CASE" in text
+    for text in (INSTRUCTIONS, properties["accuracy"]["description"]):
+        assert all(f in text for f in formats) and "atol + rtol * |ref|" in text
+    assert '"--monitor", "host"' in INSTRUCTIONS and '"--explain-foreign"' in INSTRUCTIONS
+
+
+def test_mcp_answers_name_the_tool_call_beside_each_shell_command() -> None:
+    """A hint, warning or message quoting a perfledger command gets the tool call beside it
+    (write tools with their flags as fields, read models as read tools, the rest as the cli
+    tool); a verdict's record command gets record_mcp; recorded payloads are not touched."""
+    from perfledger.commands.cli.mcp import tool_call, translate_hints
+
+    assert tool_call("perfledger verdict record --samples e1-screen-1") == (
+        'verdict_record {"samples_id": "e1-screen-1"}'
+    )
+    assert tool_call("perfledger activity explain --samples ID --request -") == (
+        'activity_explain {"samples_id": "ID", ...the request\'s fields}'
+    )
+    assert tool_call("perfledger status") == "status {}"
+    assert tool_call("perfledger champion show t1") == 'champion {"target_id": "t1"}'
+    assert tool_call("perfledger measure aa --target T --cmd CMD --record") == (
+        'cli {"args": ["measure", "aa", "--target", "T", "--cmd", "CMD", "--record"]}'
+    )
+    assert tool_call("git status") is None and tool_call("perfledger 'unclosed") is None
+    answer = {
+        "error": {"hint": "`perfledger status` lists them", "rule": None},
+        "warnings": ["explain it: `perfledger activity explain --samples S --request -` with"],
+        "explanation": {"record": "perfledger verdict record --samples S"},
+        "events": [{"payload": {"notes": "`perfledger status`"}}],
+    }
+    out = translate_hints(answer)
+    assert out["error"]["hint"] == "`perfledger status` (MCP: `status {}`) lists them"
+    assert '(MCP: `activity_explain {"samples_id": "S", ' in out["warnings"][0]
+    assert out["explanation"]["record"] == "perfledger verdict record --samples S"
+    assert out["explanation"]["record_mcp"] == 'verdict_record {"samples_id": "S"}'
+    assert out["events"] == answer["events"]

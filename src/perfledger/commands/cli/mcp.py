@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from typing import Any
 
 from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
 
 #: The server's name in the MCP handshake.
@@ -47,11 +50,15 @@ INSTRUCTIONS = (
     '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
     "experiment_create (R7-R10); samples through "
     '`cli` ["measure", "workload", "--experiment", E, "--stage", "screen"|"target"|'
-    '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages need "--monitor"); '
+    '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages (target, final_audit) '
+    'need a monitor: for a CPU workload pass "--monitor", "host", and "--explain-foreign", '
+    "TEXT when other processes' CPU use cannot move the metric; screens may pass "
+    '"--no-monitor"); '
     "verdict_record (R12); champion_select (R13); final_audit_record; "
     '`cli` ["handoff", "record", ...] (R18); `cli` ["audit"]. `schema` gives each request\'s '
     'JSON Schema (`cli` ["schema", OP, "--example"] a valid example). A refusal is a tool '
-    "error naming its rule and a hint; nothing was appended."
+    "error naming its rule and a hint; nothing was appended. The workload driver (readiness "
+    "driver; measure's --cmd/--ref/--cand): " + DRIVER_CONTRACT + " " + OUTPUT_FORMATS
 )
 
 #: The read tools: name -> (description, input schema).
@@ -296,6 +303,98 @@ class Tools:
         return answer
 
 
+#: Read commands of the CLI -> the read tool that answers them.
+READ_COMMANDS = {
+    "status": "status", "state": "state", "claims": "claims", "champion show": "champion",
+    "handoff": "handoff", "handoff show": "handoff", "target show": "status", "schema": "schema",
+}  # fmt: skip
+#: A read command's positional argument -> the read tool's field.
+_READ_POSITIONAL = {"champion": "target_id", "handoff": "target_id", "schema": "operation"}
+#: A command in backquotes in a hint, a warning or a message: ```perfledger verdict record ...```.
+_QUOTED = re.compile(r"`(perfledger [^`]+)`")
+#: Keys of an answer whose text may name a shell command (never a recorded payload's).
+_TEXT_KEYS = frozenset({"hint", "message", "warnings", "lines"})
+
+
+def tool_call(command: str) -> str | None:
+    """The MCP tool call that does what the shell ``command`` (``perfledger verdict record
+    --samples S``) does: ``verdict_record {"samples_id": "S"}`` for a write operation (its
+    common flags as request fields; ``--request -`` as "the request's fields"), ``status {}``
+    for a read model, else ``cli {"args": [...]}``. Returns None when ``command`` is not a
+    perfledger command line."""
+    from perfledger.commands.cli.workflow import COMMON_FLAGS
+    from perfledger.commands.registry.operations import OPERATIONS
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if len(words) < 2 or words[0] != "perfledger":
+        return None
+    words = [w for w in words[1:] if w != "--json"]
+    verbs = [w for w in words[:2] if not w.startswith("-")]
+    flag_fields = {flag: field for flag, field, _ in COMMON_FLAGS}
+    for n in (2, 1):
+        op = ".".join(verbs[:n])
+        if len(verbs) >= n and op in OPERATIONS:
+            fields: dict[str, str] = {}
+            rest, request = words[n:], False
+            while rest:
+                flag = rest.pop(0)
+                if flag == "--request" and rest:
+                    rest.pop(0)
+                    request = True
+                elif flag in flag_fields and rest:
+                    fields[flag_fields[flag]] = rest.pop(0)
+                else:  # a flag the tool has no field for: the cli tool runs it as it is
+                    return f"cli {json.dumps({'args': words})}"
+            body = json.dumps(fields)
+            if request:  # the request's own fields go beside the flags'
+                body = body[:-1] + (", " if fields else "") + "...the request's fields}"
+            return f"{tool_name(op)} {body}"
+        read = " ".join(verbs[:n])
+        if len(verbs) >= n and read in READ_COMMANDS:
+            tool = READ_COMMANDS[read]
+            rest = words[n:]
+            args: dict[str, str] = {}
+            if "--target" in rest[:-1]:
+                args["target_id"] = rest[rest.index("--target") + 1]
+            elif rest and not rest[0].startswith("-") and tool in _READ_POSITIONAL:
+                args[_READ_POSITIONAL[tool]] = rest[0]
+            return f"{tool} {json.dumps(args)}"
+    return f"cli {json.dumps({'args': words})}"
+
+
+def _with_tool_forms(text: str) -> str:
+    """``text`` with the tool call beside every quoted perfledger command in it."""
+
+    def beside(match: re.Match[str]) -> str:
+        call = tool_call(match.group(1))
+        return f"{match.group(0)} (MCP: `{call}`)" if call else match.group(0)
+
+    return _QUOTED.sub(beside, text)
+
+
+def translate_hints(answer: Any, key: str | None = None) -> Any:
+    """``answer`` (a CLI or tool answer, an error object) with the MCP tool form beside each
+    shell command quoted in its hints, messages and warnings, and a ``record_mcp`` beside each
+    ``record`` command (an MCP client has tools, not a shell); recorded payloads are left as
+    they are."""
+    if isinstance(answer, dict):
+        out = {
+            k: v if k in ("payload", "events") else translate_hints(v, k) for k, v in answer.items()
+        }
+        record = answer.get("record")
+        if isinstance(record, str) and (call := tool_call(record)) is not None:
+            out["record_mcp"] = call
+        return out
+    if isinstance(answer, list):
+        return [translate_hints(v, key) for v in answer]
+    if isinstance(answer, str) and key in _TEXT_KEYS and "`perfledger " in answer:
+        return _with_tool_forms(answer)
+    return answer
+
+
 class CliFailed(PerfledgerError):
     """A ``cli`` tool call whose command exited non-zero (its error object, rule and exit code
     carried over)."""
@@ -306,11 +405,11 @@ class CliFailed(PerfledgerError):
 def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
     """``(answer, is_error)`` of one tool call; a PerfledgerError becomes its error object."""
     try:
-        return tools.call(name, arguments), False
+        return translate_hints(tools.call(name, arguments)), False
     except PerfledgerError as exc:
         data = exc.to_json()
         data["error"]["exit_code"] = exc.exit_code  # type: ignore[index]
-        return data, True
+        return translate_hints(data), True
     except TypeError as exc:  # arguments a read tool does not take
         return BadRequest(f"{name}: {exc}").to_json(), True
 
