@@ -99,3 +99,8 @@ def test_mcp_answers_name_the_tool_call_beside_each_shell_command() -> None:
     assert out["explanation"]["record"] == "perfledger verdict record --samples S"
     assert out["explanation"]["record_mcp"] == 'verdict_record {"samples_id": "S"}'
     assert out["events"] == answer["events"]
+    # status's next step names its recommended command, and the tool form beside it
+    step = translate_hints({"command": "perfledger measure baseline --target t1 --cmd CMD"})
+    assert step["command_mcp"] == (
+        'cli {"args": ["measure", "baseline", "--target", "t1", "--cmd", "CMD"]}'
+    )

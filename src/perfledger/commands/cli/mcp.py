@@ -377,16 +377,17 @@ def _with_tool_forms(text: str) -> str:
 
 def translate_hints(answer: Any, key: str | None = None) -> Any:
     """``answer`` (a CLI or tool answer, an error object) with the MCP tool form beside each
-    shell command quoted in its hints, messages and warnings, and a ``record_mcp`` beside each
-    ``record`` command (an MCP client has tools, not a shell); recorded payloads are left as
+    shell command quoted in its hints, messages and warnings, and a ``record_mcp`` (``command_mcp``)
+    beside each ``record`` (``command``) command line (an MCP client has tools, not a shell); recorded payloads are left as
     they are."""
     if isinstance(answer, dict):
         out = {
             k: v if k in ("payload", "events") else translate_hints(v, k) for k, v in answer.items()
         }
-        record = answer.get("record")
-        if isinstance(record, str) and (call := tool_call(record)) is not None:
-            out["record_mcp"] = call
+        for name in ("record", "command"):  # a command line to run: its tool call beside it
+            line = answer.get(name)
+            if isinstance(line, str) and (call := tool_call(line)) is not None:
+                out[f"{name}_mcp"] = call
         return out
     if isinstance(answer, list):
         return [translate_hints(v, key) for v in answer]
