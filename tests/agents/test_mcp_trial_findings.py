@@ -5,6 +5,7 @@ tool's field."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -103,4 +104,38 @@ def test_mcp_answers_name_the_tool_call_beside_each_shell_command() -> None:
     step = translate_hints({"command": "perfledger measure baseline --target t1 --cmd CMD"})
     assert step["command_mcp"] == (
         'cli {"args": ["measure", "baseline", "--target", "t1", "--cmd", "CMD"]}'
+    )
+
+
+def test_r6_refusal_of_a_claim_without_coverage_evidence_names_the_used_for_values() -> None:
+    """R6: a numeric claim whose evidence backs local_speedup but not coverage is refused, and
+    the hint says each figure needs its own cited entry with a matching used_for, and the
+    values used_for takes."""
+    from perfledger.commands.workflow.rules import r6_bound_inputs
+
+    with pytest.raises(RuleRefused) as refused:
+        r6_bound_inputs([("ev1", "same_boundary", "local_speedup")], tail=False)
+    assert refused.value.rule == "R6" and "claim's coverage" in refused.value.message
+    hint = refused.value.hint
+    assert '"used_for": "coverage"' in hint and "coverage and local_speedup" in hint
+    assert all(v in hint for v in ("added_cost", "exposure", "context", "conservative_upper"))
+    r6_bound_inputs(  # both backed: accepted
+        [("ev1", "same_boundary", "local_speedup"), ("ev2", "same_boundary", "coverage")],
+        tail=False,
+    )
+
+
+def test_every_read_tool_field_has_a_description_and_schema_takes_a_tool_name(
+    tmp_path: Path,
+) -> None:
+    """The read tools' fields (target_id, markdown, operation, args, stdin) carry descriptions,
+    and the schema tool answers for a tool name as for an operation name."""
+    from perfledger.commands.cli.mcp import READ_TOOLS, Tools
+
+    for name, (_text, schema) in READ_TOOLS.items():
+        for field, spec in schema["properties"].items():
+            assert spec.get("description"), f"{name}.{field} has no description"
+    tools = Tools(str(tmp_path), "agent")
+    assert tools.call("schema", {"operation": "experiment_create"}) == tools.call(
+        "schema", {"operation": "experiment.create"}
     )

@@ -61,12 +61,17 @@ INSTRUCTIONS = (
     "driver; measure's --cmd/--ref/--cand): " + DRIVER_CONTRACT + " " + OUTPUT_FORMATS
 )
 
+#: The ``target_id`` field of the read tools.
+_TARGET_ID = {
+    "type": "string",
+    "description": "A Target's id (as target_freeze named it); absent: every current Target",
+}
 #: The read tools: name -> (description, input schema).
 READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "status": (
         "Where the session stands: each current Target, its readiness chain, the champion and "
         "its final audit, open experiments, obligations and the next decisions the rules accept.",
-        {"type": "object", "properties": {"target_id": {"type": "string"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID},
          "additionalProperties": False},
     ),
     "state": (
@@ -76,25 +81,30 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "claims": (
         "ROI claims against outcomes: f, s, bound, measured improvement with CI, prediction "
         "error, reconciliation (R7, R14).",
-        {"type": "object", "properties": {"target_id": {"type": "string"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID},
          "additionalProperties": False},
     ),
     "champion": (
         "The current champion of every Target (or of target_id, with its lineage) and its "
         "final-audit standing (R13).",
-        {"type": "object", "properties": {"target_id": {"type": "string"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID},
          "additionalProperties": False},
     ),
     "handoff": (
         "The handoff of R18 derived from the state (JSON; markdown: true for Markdown).",
-        {"type": "object", "properties": {"target_id": {"type": "string"},
-                                          "markdown": {"type": "boolean"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID,
+                                          "markdown": {"type": "boolean", "description":
+                                                       "true: the handoff as Markdown text "
+                                                       "({markdown}); false or absent: JSON "
+                                                       "({handoff})"}},
          "additionalProperties": False},
     ),
     "schema": (
         "The JSON Schema of an operation's request (operation: e.g. experiment.create), or the "
         "list of operations without one.",
-        {"type": "object", "properties": {"operation": {"type": "string"}},
+        {"type": "object", "properties": {"operation": {
+            "type": "string", "description": "An operation's name (experiment.create) or its "
+            "tool name (experiment_create); absent: the list of operations"}},
          "additionalProperties": False},
     ),
     "cli": (
@@ -103,7 +113,10 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         '"--cand", CMD, "--no-monitor"], ["env"], ["audit"], ["handoff", "record", "--target", '
         '"t1", "--gpu-used", "0", "--stop-reason", TEXT, "--feedback", "none"].',
         {"type": "object", "required": ["args"], "additionalProperties": False,
-         "properties": {"args": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+         "properties": {"args": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                 "description": "perfledger's arguments after `perfledger`, "
+                                 "one word per item (no shell: no quoting); --json and this "
+                                 "server's --ledger are added"},
                         "stdin": {"type": "string",
                                   "description": "text for the command's stdin (--request -)"}}},
     ),
@@ -268,7 +281,8 @@ class Tools:
 
         if operation is None:
             return {"operations": {tool_name(n): n for n in sorted(OPERATIONS)}}
-        return json_schema(get_operation(operation).name)
+        # the tool name (experiment_create) names the operation as well as its own name does
+        return json_schema(get_operation(self.writes.get(operation, operation)).name)
 
     def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
         argv = [sys.executable, "-m", "perfledger"]

@@ -204,7 +204,14 @@ def r6_bound_inputs(uses: Iterable[tuple[str, str, str]], tail: bool) -> None:
                     "R6",
                     f"no same_boundary or conservative_upper_bound evidence supports the "
                     f"claim's {needed}",
-                    "cite the evidence that measures it, or take the cheapest observation first",
+                    # name the field and its values: an agent reading only the schema cannot
+                    # guess that each figure needs its own cited entry
+                    "each of coverage and local_speedup needs its own entry in the claim's "
+                    'evidence, e.g. {"evidence_id": ID, "applicability": "same_boundary" or '
+                    f'"conservative_upper_bound", "used_for": "{needed}"}} (used_for: '
+                    "coverage, local_speedup, added_cost, exposure or context); cite the "
+                    "evidence that measures it (`perfledger evidence add` records it), or take "
+                    "the cheapest observation first",
                 )
 
 
