@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from wf_scenario import CAND1
 
 from perfledger.commands.cli.measure import resolution_refusal
 from perfledger.errors import RuleRefused
@@ -139,3 +141,29 @@ def test_every_read_tool_field_has_a_description_and_schema_takes_a_tool_name(
     assert tools.call("schema", {"operation": "experiment_create"}) == tools.call(
         "schema", {"operation": "experiment.create"}
     )
+
+
+def test_content_hash_descriptions_say_what_to_hash_and_what_binds_the_code() -> None:
+    """original.content_hash and candidate.content_hash say what to hash, that perfledger does
+    not recompute it, and that the snapshot binds the code (R11)."""
+    from perfledger.commands.registry.operations import json_schema
+
+    original = json_schema("readiness.record")["$defs"]["Original"]["properties"]
+    candidate = json_schema("experiment.create")["$defs"]["Candidate"]["properties"]
+    for spec in (original["content_hash"], candidate["content_hash"]):
+        text = spec["description"]
+        assert "does not recompute it" in text and "snapshot" in text and "R11" in text
+
+
+def test_a_second_verdict_on_the_same_samples_is_refused_by_r12_with_where_to_read_it(
+    ready: Any,
+) -> None:
+    """R12: the verdict of samples is derived once; recording it again is refused with the
+    rule and a hint naming how to read the recorded one, and nothing is appended."""
+    ready.passed("e1", CAND1, gain=0.2)
+    head = ready.ledger.head()
+    with pytest.raises(RuleRefused) as refused:
+        ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert refused.value.rule == "R12" and "already recorded" in refused.value.message
+    assert "`perfledger verdict explain e1-target`" in refused.value.hint
+    assert ready.ledger.head() == head

@@ -332,8 +332,15 @@ MODEL_FIELDS: dict[str, str] = {
     "Provenance.raw_table": "The attached raw per-call table's artifact name (e.g. samples.json).",
     "Reference.content_hash": "The reference's content hash: the original's or the champion's.",
     "Reference.experiment_id": "For a champion reference: its experiment id.",
-    "Candidate.content_hash": "The candidate's content hash, e.g. sha256:<hex>.",
-    "Original.content_hash": "The original's content hash, e.g. sha256:<hex>.",
+    "Candidate.content_hash": "The candidate's content hash, e.g. sha256:<hex> of its changed "
+    "source files or tree (your choice of hash, 8-200 characters; perfledger does not recompute "
+    "it): it names the candidate and must differ from the original's and the champion's (R11). "
+    "Where the readiness driver declares {subject}, the code measured is bound by perfledger's "
+    "own snapshot of the --cand code directory, checked against changed_paths (R11).",
+    "Original.content_hash": "The original's content hash, e.g. sha256:<hex> of its source file "
+    "or tree (your choice of hash, 8-200 characters; perfledger does not recompute it): it names "
+    "the original. When subject is given, perfledger's own snapshot of that directory (a blake3 "
+    "tree digest) is what binds the code every measurement runs (R11); the hash only names it.",
     "SamplesIdentity.candidate": "The candidate's snapshot.",
     "SamplesIdentity.reference": "The reference's snapshot.",
     "SamplesRecord.reference": "The reference: the original, or the current champion (R11).",

@@ -137,6 +137,24 @@ def r4_baseline_and_resolution(target: TargetView) -> None:
         )  # fmt: skip
 
 
+def r12_already_derived(samples_id: str, what: str) -> RuleRefused:
+    """R12: a verdict (``what``: "verdict" or "final audit") is derived once from its samples;
+    a second would assert again what the first derived (a retry with the same idempotency key
+    returns the first instead, SPEC.md section 2). Returns: the refusal to raise, its hint
+    naming how to read the one recorded."""
+    read = (
+        f"`perfledger verdict explain {samples_id}` or `perfledger status`"
+        if what == "verdict"
+        else "`perfledger champion show` or `perfledger status`"
+    )
+    return refuse(
+        "R12",
+        f"the {what} of samples {samples_id!r} is already recorded (a verdict is derived once "
+        "from its samples)",
+        f"read it: {read}; new samples (`perfledger measure workload`) get a verdict of their own",
+    )
+
+
 # ------------------------------------------------------------------------------------ R6, R7
 
 
