@@ -89,6 +89,7 @@ def test_mcp_answers_name_the_tool_call_beside_each_shell_command() -> None:
     assert tool_call("perfledger measure aa --target T --cmd CMD --record") == (
         'cli {"args": ["measure", "aa", "--target", "T", "--cmd", "CMD", "--record"]}'
     )
+    assert tool_call("perfledger --ledger L mcp") is None  # starting a server is no tool call
     assert tool_call("git status") is None and tool_call("perfledger 'unclosed") is None
     answer = {
         "error": {"hint": "`perfledger status` lists them", "rule": None},
@@ -167,3 +168,16 @@ def test_a_second_verdict_on_the_same_samples_is_refused_by_r12_with_where_to_re
     assert refused.value.rule == "R12" and "already recorded" in refused.value.message
     assert "`perfledger verdict explain e1-target`" in refused.value.hint
     assert ready.ledger.head() == head
+
+
+def test_init_through_the_cli_tool_says_it_made_a_bare_ledger_and_where(tmp_path: Path) -> None:
+    """``cli ["init"]`` (a real subprocess) answers with what it made of the server's ledger
+    path: a bare git repository holding the ledger, acted on by this server's tools."""
+    from perfledger.commands.cli.mcp import Tools
+
+    path = tmp_path / "ledger"
+    answer = Tools(str(path), "agent").call("cli", {"args": ["init"]})
+    assert answer["path"] == str(path)
+    assert answer["message"].startswith(f"made {path} a perfledger ledger: a bare git repository")
+    assert "this server's tools act on it" in answer["message"]
+    assert (path / "HEAD").is_file() and not (path / ".git").exists()

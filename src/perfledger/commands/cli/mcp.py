@@ -314,7 +314,34 @@ class Tools:
             exc.exit_code = done.returncode
             exc.code = (error or {}).get("code") or CliFailed.code
             raise exc
+        if args[0] == "init" and isinstance(answer, dict) and "path" in answer:
+            answer["message"] = self._init_message(answer["path"])
         return answer
+
+    def _init_message(self, path: str) -> str:
+        """What ``cli ["init"]`` made of ``path`` and whether this server's tools act on it (an
+        agent saw only hashes and could not tell a ledger from a work tree)."""
+        bare = os.path.isfile(os.path.join(path, "HEAD")) and not os.path.exists(
+            os.path.join(path, ".git")
+        )
+        what = (
+            "a bare git repository (no work tree: keep code and files elsewhere)"
+            if bare
+            else "the git repository there"
+        )
+        text = f"made {path} a perfledger ledger: {what}, its events on branch `ledger`"
+        try:
+            from perfledger.api import find_ledger_path
+
+            mine = os.path.realpath(find_ledger_path(self.ledger_path))
+        except PerfledgerError:
+            mine = None
+        if mine == os.path.realpath(path):
+            return text + "; this server's tools act on it: call `status` next"
+        return text + (
+            f"; this server acts on {mine or 'no ledger'}: start it with "
+            f"`perfledger --ledger {path} mcp` to use this one"
+        )
 
 
 #: Read commands of the CLI -> the read tool that answers them.
@@ -346,6 +373,8 @@ def tool_call(command: str) -> str | None:
     if len(words) < 2 or words[0] != "perfledger":
         return None
     words = [w for w in words[1:] if w != "--json"]
+    if words[0].startswith("-") or words[0] == "mcp":  # another ledger or server: not a call
+        return None
     verbs = [w for w in words[:2] if not w.startswith("-")]
     flag_fields = {flag: field for flag, field, _ in COMMON_FLAGS}
     for n in (2, 1):
