@@ -179,6 +179,12 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.2f} %"
 
 
+#: The command that records a handoff derived from the state (R18).
+HANDOFF_COMMAND = (
+    "perfledger handoff record --target T --gpu-used S --stop-reason TEXT --feedback TEXT"
+)
+
+
 def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     """The command line that makes ``decision`` (a NextDecision on ``target_id``): the
     measurement that records it where one does (``perfledger measure baseline --target t1 --cmd
@@ -187,9 +193,11 @@ def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS, MEASURED_BY
 
     op, request = decision.op, decision.request
-    if op in MEASURED_BY and request is None:
+    # the handoff's command derives the request from the state; the caller adds what it spent
+    made_by = {**MEASURED_BY, "handoff.record": HANDOFF_COMMAND}
+    if op in made_by and request is None:
         experiment = decision.about if decision.about in state.experiments else "E"
-        return MEASURED_BY[op].replace(" T ", f" {target_id} ").replace(" E ", f" {experiment} ")
+        return made_by[op].replace(" T ", f" {target_id} ").replace(" E ", f" {experiment} ")
     fields = dict(request) if request is not None else {}
     if request is None and "target_id" in FIELD_HINTS.get(op, ()):
         fields["target_id"] = target_id
