@@ -28,11 +28,12 @@ def test_status_of_a_ledger_without_target_says_to_freeze_one(tmp_path: Path) ->
         ledger.close()
     assert status["targets"] == []
     assert [d["op"] for d in status["next"]] == ["evidence.add", "target.freeze"]
+    assert status["next"][1]["command"] == "perfledger target freeze --request FILE"
     assert status["ledger"].endswith("l")
 
 
 def test_status_names_the_missing_readiness_step_as_the_next_decision(bare: Session) -> None:
-    from wf_scenario import target_freeze
+    from wf_scenario import metric_audit, readiness, target_freeze
 
     bare.run("target.freeze", target_freeze())
     (target,) = session_status(bare.ledger)["targets"]
@@ -40,6 +41,15 @@ def test_status_names_the_missing_readiness_step_as_the_next_decision(bare: Sess
         "readiness": False, "metric_audit": False, "baseline": False, "resolution": False,
     }  # fmt: skip
     assert _ops(target)[0] == "readiness.record"
+    commands = {d["op"]: d["command"] for d in target["next"]}
+    assert commands["readiness.record"] == "perfledger readiness record --target t1 --request FILE"
+    # a step a measurement records names the measurement, not the bare write
+    bare.run("readiness.record", readiness())
+    bare.run("metric-audit.record", metric_audit())
+    (target,) = session_status(bare.ledger)["targets"]
+    assert [d["command"] for d in target["next"]] == [
+        "perfledger measure baseline --target t1 --cmd CMD"
+    ]
     assert target["champion"] == "original" and target["final_audit"]["status"] == "none"
 
 
@@ -73,7 +83,9 @@ def test_status_cli_prints_one_screen_and_json(ready: Session) -> None:
     base = [sys.executable, "-m", "perfledger", "--ledger", ready.ledger.path, "status"]
     text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     assert "Target t1" in text and "champion e1; final audit none" in text
-    assert "perfledger samples record [e1]" in text
+    assert "perfledger measure workload --experiment e1 --stage STAGE" in text and "[e1]" in text
+    assert "perfledger handoff record --target t1 --gpu-used S --stop-reason TEXT" in text
+    assert "perfledger experiment create --target t1 --request FILE" in text
     data = json.loads(subprocess.run([*base, "--json"], capture_output=True, text=True,
                                      check=True).stdout)  # fmt: skip
     assert data["targets"][0]["champion"] == "e1"

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from typing import Any
 
 from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
 
 #: The server's name in the MCP handshake.
@@ -47,19 +50,28 @@ INSTRUCTIONS = (
     '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
     "experiment_create (R7-R10); samples through "
     '`cli` ["measure", "workload", "--experiment", E, "--stage", "screen"|"target"|'
-    '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages need "--monitor"); '
+    '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages (target, final_audit) '
+    'need a monitor: for a CPU workload pass "--monitor", "host", and "--explain-foreign", '
+    "TEXT when other processes' CPU use cannot move the metric; screens may pass "
+    '"--no-monitor"); '
     "verdict_record (R12); champion_select (R13); final_audit_record; "
     '`cli` ["handoff", "record", ...] (R18); `cli` ["audit"]. `schema` gives each request\'s '
     'JSON Schema (`cli` ["schema", OP, "--example"] a valid example). A refusal is a tool '
-    "error naming its rule and a hint; nothing was appended."
+    "error naming its rule and a hint; nothing was appended. The workload driver (readiness "
+    "driver; measure's --cmd/--ref/--cand): " + DRIVER_CONTRACT + " " + OUTPUT_FORMATS
 )
 
+#: The ``target_id`` field of the read tools.
+_TARGET_ID = {
+    "type": "string",
+    "description": "A Target's id (as target_freeze named it); absent: every current Target",
+}
 #: The read tools: name -> (description, input schema).
 READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "status": (
         "Where the session stands: each current Target, its readiness chain, the champion and "
         "its final audit, open experiments, obligations and the next decisions the rules accept.",
-        {"type": "object", "properties": {"target_id": {"type": "string"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID},
          "additionalProperties": False},
     ),
     "state": (
@@ -69,25 +81,30 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "claims": (
         "ROI claims against outcomes: f, s, bound, measured improvement with CI, prediction "
         "error, reconciliation (R7, R14).",
-        {"type": "object", "properties": {"target_id": {"type": "string"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID},
          "additionalProperties": False},
     ),
     "champion": (
         "The current champion of every Target (or of target_id, with its lineage) and its "
         "final-audit standing (R13).",
-        {"type": "object", "properties": {"target_id": {"type": "string"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID},
          "additionalProperties": False},
     ),
     "handoff": (
         "The handoff of R18 derived from the state (JSON; markdown: true for Markdown).",
-        {"type": "object", "properties": {"target_id": {"type": "string"},
-                                          "markdown": {"type": "boolean"}},
+        {"type": "object", "properties": {"target_id": _TARGET_ID,
+                                          "markdown": {"type": "boolean", "description":
+                                                       "true: the handoff as Markdown text "
+                                                       "({markdown}); false or absent: JSON "
+                                                       "({handoff})"}},
          "additionalProperties": False},
     ),
     "schema": (
         "The JSON Schema of an operation's request (operation: e.g. experiment.create), or the "
         "list of operations without one.",
-        {"type": "object", "properties": {"operation": {"type": "string"}},
+        {"type": "object", "properties": {"operation": {
+            "type": "string", "description": "An operation's name (experiment.create) or its "
+            "tool name (experiment_create); absent: the list of operations"}},
          "additionalProperties": False},
     ),
     "cli": (
@@ -96,7 +113,10 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         '"--cand", CMD, "--no-monitor"], ["env"], ["audit"], ["handoff", "record", "--target", '
         '"t1", "--gpu-used", "0", "--stop-reason", TEXT, "--feedback", "none"].',
         {"type": "object", "required": ["args"], "additionalProperties": False,
-         "properties": {"args": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+         "properties": {"args": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                 "description": "perfledger's arguments after `perfledger`, "
+                                 "one word per item (no shell: no quoting); --json and this "
+                                 "server's --ledger are added"},
                         "stdin": {"type": "string",
                                   "description": "text for the command's stdin (--request -)"}}},
     ),
@@ -261,7 +281,8 @@ class Tools:
 
         if operation is None:
             return {"operations": {tool_name(n): n for n in sorted(OPERATIONS)}}
-        return json_schema(get_operation(operation).name)
+        # the tool name (experiment_create) names the operation as well as its own name does
+        return json_schema(get_operation(self.writes.get(operation, operation)).name)
 
     def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
         argv = [sys.executable, "-m", "perfledger"]
@@ -293,7 +314,129 @@ class Tools:
             exc.exit_code = done.returncode
             exc.code = (error or {}).get("code") or CliFailed.code
             raise exc
+        if args[0] == "init" and isinstance(answer, dict) and "path" in answer:
+            answer["message"] = self._init_message(answer["path"])
         return answer
+
+    def _init_message(self, path: str) -> str:
+        """What ``cli ["init"]`` made of ``path`` and whether this server's tools act on it (an
+        agent saw only hashes and could not tell a ledger from a work tree)."""
+        bare = os.path.isfile(os.path.join(path, "HEAD")) and not os.path.exists(
+            os.path.join(path, ".git")
+        )
+        what = (
+            "a bare git repository (no work tree: keep code and files elsewhere)"
+            if bare
+            else "the git repository there"
+        )
+        text = f"made {path} a perfledger ledger: {what}, its events on branch `ledger`"
+        try:
+            from perfledger.api import find_ledger_path
+
+            mine = os.path.realpath(find_ledger_path(self.ledger_path))
+        except PerfledgerError:
+            mine = None
+        if mine == os.path.realpath(path):
+            return text + "; this server's tools act on it: call `status` next"
+        return text + (
+            f"; this server acts on {mine or 'no ledger'}: start it with "
+            f"`perfledger --ledger {path} mcp` to use this one"
+        )
+
+
+#: Read commands of the CLI -> the read tool that answers them.
+READ_COMMANDS = {
+    "status": "status", "state": "state", "claims": "claims", "champion show": "champion",
+    "handoff": "handoff", "handoff show": "handoff", "target show": "status", "schema": "schema",
+}  # fmt: skip
+#: A read command's positional argument -> the read tool's field.
+_READ_POSITIONAL = {"champion": "target_id", "handoff": "target_id", "schema": "operation"}
+#: A command in backquotes in a hint, a warning or a message: ```perfledger verdict record ...```.
+_QUOTED = re.compile(r"`(perfledger [^`]+)`")
+#: Keys of an answer whose text may name a shell command (never a recorded payload's).
+_TEXT_KEYS = frozenset({"hint", "message", "warnings", "lines"})
+
+
+def tool_call(command: str) -> str | None:
+    """The MCP tool call that does what the shell ``command`` (``perfledger verdict record
+    --samples S``) does: ``verdict_record {"samples_id": "S"}`` for a write operation (its
+    common flags as request fields; ``--request -`` as "the request's fields"), ``status {}``
+    for a read model, else ``cli {"args": [...]}``. Returns None when ``command`` is not a
+    perfledger command line."""
+    from perfledger.commands.cli.workflow import COMMON_FLAGS
+    from perfledger.commands.registry.operations import OPERATIONS
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if len(words) < 2 or words[0] != "perfledger":
+        return None
+    words = [w for w in words[1:] if w != "--json"]
+    if words[0].startswith("-") or words[0] == "mcp":  # another ledger or server: not a call
+        return None
+    verbs = [w for w in words[:2] if not w.startswith("-")]
+    flag_fields = {flag: field for flag, field, _ in COMMON_FLAGS}
+    for n in (2, 1):
+        op = ".".join(verbs[:n])
+        if len(verbs) >= n and op in OPERATIONS:
+            fields: dict[str, str] = {}
+            rest, request = words[n:], False
+            while rest:
+                flag = rest.pop(0)
+                if flag == "--request" and rest:
+                    rest.pop(0)
+                    request = True
+                elif flag in flag_fields and rest:
+                    fields[flag_fields[flag]] = rest.pop(0)
+                else:  # a flag the tool has no field for: the cli tool runs it as it is
+                    return f"cli {json.dumps({'args': words})}"
+            body = json.dumps(fields)
+            if request:  # the request's own fields go beside the flags'
+                body = body[:-1] + (", " if fields else "") + "...the request's fields}"
+            return f"{tool_name(op)} {body}"
+        read = " ".join(verbs[:n])
+        if len(verbs) >= n and read in READ_COMMANDS:
+            tool = READ_COMMANDS[read]
+            rest = words[n:]
+            args: dict[str, str] = {}
+            if "--target" in rest[:-1]:
+                args["target_id"] = rest[rest.index("--target") + 1]
+            elif rest and not rest[0].startswith("-") and tool in _READ_POSITIONAL:
+                args[_READ_POSITIONAL[tool]] = rest[0]
+            return f"{tool} {json.dumps(args)}"
+    return f"cli {json.dumps({'args': words})}"
+
+
+def _with_tool_forms(text: str) -> str:
+    """``text`` with the tool call beside every quoted perfledger command in it."""
+
+    def beside(match: re.Match[str]) -> str:
+        call = tool_call(match.group(1))
+        return f"{match.group(0)} (MCP: `{call}`)" if call else match.group(0)
+
+    return _QUOTED.sub(beside, text)
+
+
+def translate_hints(answer: Any, key: str | None = None) -> Any:
+    """``answer`` (a CLI or tool answer, an error object) with the MCP tool form beside each
+    shell command quoted in its hints, messages and warnings, and a ``record_mcp`` (``command_mcp``)
+    beside each ``record`` (``command``) command line (an MCP client has tools, not a shell); recorded payloads are left as
+    they are."""
+    if isinstance(answer, dict):
+        out = {
+            k: v if k in ("payload", "events") else translate_hints(v, k) for k, v in answer.items()
+        }
+        for name in ("record", "command"):  # a command line to run: its tool call beside it
+            line = answer.get(name)
+            if isinstance(line, str) and (call := tool_call(line)) is not None:
+                out[f"{name}_mcp"] = call
+        return out
+    if isinstance(answer, list):
+        return [translate_hints(v, key) for v in answer]
+    if isinstance(answer, str) and key in _TEXT_KEYS and "`perfledger " in answer:
+        return _with_tool_forms(answer)
+    return answer
 
 
 class CliFailed(PerfledgerError):
@@ -306,11 +449,11 @@ class CliFailed(PerfledgerError):
 def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
     """``(answer, is_error)`` of one tool call; a PerfledgerError becomes its error object."""
     try:
-        return tools.call(name, arguments), False
+        return translate_hints(tools.call(name, arguments)), False
     except PerfledgerError as exc:
         data = exc.to_json()
         data["error"]["exit_code"] = exc.exit_code  # type: ignore[index]
-        return data, True
+        return translate_hints(data), True
     except TypeError as exc:  # arguments a read tool does not take
         return BadRequest(f"{name}: {exc}").to_json(), True
 

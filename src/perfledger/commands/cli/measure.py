@@ -394,23 +394,61 @@ def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, An
     }
 
 
+#: The 1-minute load average per CPU at or above which R4's refusal calls the host loaded.
+LOADED_HOST = 0.5
+
+
 def resolution_refusal(
-    resolution: float, per_case: dict[str, float], target: Any, accept: bool
+    resolution: float,
+    per_case: dict[str, float],
+    target: Any,
+    accept: bool,
+    *,
+    runs: int | None = None,
+    workload: bool = True,
+    load_per_cpu: float | None = None,
 ) -> None:
     """R4, R12: refuse to record a resolution at or above the Target's minimum effect (no
     verdict could then pass) unless ``accept`` (``--accept-resolution``); the message carries
-    the figures (ratios shown in percent). Raises: RuleRefused (exit 3)."""
+    the figures (ratios, shown in percent and as the ratio recorded in ``resolution``).
+    ``runs``: the ``--runs`` used (None: the default); ``workload``: a ``--cmd`` A/A (else a
+    kernel spec's); ``load_per_cpu``: the host's 1-minute load average per CPU (None: read
+    now). Raises: RuleRefused (exit 3)."""
     min_effect = float(target.definition.min_effect)
     if accept or resolution < min_effect:
         return
-    cases = ", ".join(f"{c} {100 * r:.2f} %" for c, r in sorted(per_case.items()))
+    cases = ", ".join(f"{c} {100 * r:.2f} % (ratio {r:.4f})" for c, r in sorted(per_case.items()))
+    # what a "run" is, and its default, so the hint can be followed without reading --help
+    if workload:
+        what = f"--runs N (A/A ABBA pairs per case; default 10, this A/A used {runs or 10})"
+    else:
+        what = f"--runs N (A/A harness comparisons per case; default 5, this A/A used {runs or 5})"
+    hint = (
+        f"measure again with more {what}, or on a quieter machine, or pass "
+        "--accept-resolution to record it anyway (no verdict could pass against it)"
+    )
+    primary = target.definition.primary
+    if load_per_cpu is None:
+        import os
+
+        load_per_cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
+    wall_clock = primary.unit in UNITS_PER_SECOND and "cpu" not in primary.name.lower()
+    if workload and wall_clock and load_per_cpu >= LOADED_HOST:
+        # a wall-clock primary on a busy host: more runs rarely help, a load-immune metric does
+        hint += (
+            f"; the primary {primary.name!r} ({primary.unit}) is a wall-clock time and this host "
+            f"is loaded ({load_per_cpu:.2f} load per CPU): a metric the host's load cannot move, "
+            "such as the process's own CPU time (e.g. time.process_time() in the driver), on a "
+            "new Target (target supersede) with readiness "
+            "statistics.allow_explained_foreign_activity: true, resolves far smaller effects"
+        )
     raise rules.refuse(
         "R4",
-        f"the A/A resolution {100 * resolution:.2f} % (per case: {cases or 'n/a'}) is at or above "
-        f"the Target's minimum effect {100 * min_effect:.2f} %: an effect of the minimum size "
-        "could never pass (R12 needs the CI's lower end above both); nothing was recorded",
-        "measure with more --runs or on a quieter machine, or pass --accept-resolution to record "
-        "it anyway",
+        f"the A/A resolution {100 * resolution:.2f} % (ratio {resolution:.4f}; per case: "
+        f"{cases or 'n/a'}) is at or above the Target's minimum effect {100 * min_effect:.2f} % "
+        f"(ratio {min_effect:.4f}): an effect of the minimum size could never pass (R12 needs "
+        "the CI's lower end above both); nothing was recorded",
+        hint,
     )
 
 
@@ -1263,7 +1301,9 @@ def measure_aa(
         "recorded": False,
     }
     if record:
-        resolution_refusal(resolution, per_case, target, accept_resolution)
+        resolution_refusal(
+            resolution, per_case, target, accept_resolution, runs=runs, workload=cmd is not None
+        )
     result["warnings"] = resolution_warnings(resolution, target, record)
     if cmd is not None:
         result["warnings"] += aa_notes

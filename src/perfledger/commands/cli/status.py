@@ -12,6 +12,7 @@ runs the deciders dry on the head; nothing is appended).
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 #: Experiment statuses that close an experiment (it is no longer "open" in the status).
@@ -128,7 +129,10 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
         "primary_achieved": handoff.primary_achieved,
         "experiments": _experiments(state, target),
         "obligations": _obligations(state, target),
-        "next": [msgspec.to_builtins(d) for d in decisions],
+        "next": [
+            {**msgspec.to_builtins(d), "command": recommended_command(state, target_id, d)}
+            for d in decisions
+        ],
     }
 
 
@@ -155,14 +159,55 @@ def session_status(ledger: Any, target_id: str | None = None) -> dict[str, Any]:
     }
     if not state.targets:
         out["next"] = [
-            {"op": "evidence.add", "why": "profiler facts may come before a Target", "rule": "R6"},
-            {"op": "target.freeze", "why": "a Target comes before any experiment", "rule": "R1"},
+            {
+                "op": "evidence.add",
+                "why": "profiler facts may come before a Target",
+                "rule": "R6",
+                "command": "perfledger evidence add --request FILE",
+            },
+            {
+                "op": "target.freeze",
+                "why": "a Target comes before any experiment",
+                "rule": "R1",
+                "command": "perfledger target freeze --request FILE",
+            },
         ]
     return out
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.2f} %"
+
+
+#: The command that records a handoff derived from the state (R18).
+HANDOFF_COMMAND = (
+    "perfledger handoff record --target T --gpu-used S --stop-reason TEXT --feedback TEXT"
+)
+
+
+def recommended_command(state: Any, target_id: str, decision: Any) -> str:
+    """The command line that makes ``decision`` (a NextDecision on ``target_id``): the
+    measurement that records it where one does (``perfledger measure baseline --target t1 --cmd
+    CMD`` for ``baseline.record``, R4-R5), else the write with the common flags its request
+    takes and ``--request FILE`` for the fields the caller supplies."""
+    from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS, MEASURED_BY
+
+    op, request = decision.op, decision.request
+    # the handoff's command derives the request from the state; the caller adds what it spent
+    made_by = {**MEASURED_BY, "handoff.record": HANDOFF_COMMAND}
+    if op in made_by and request is None:
+        experiment = decision.about if decision.about in state.experiments else "E"
+        return made_by[op].replace(" T ", f" {target_id} ").replace(" E ", f" {experiment} ")
+    fields = dict(request) if request is not None else {}
+    if request is None and "target_id" in FIELD_HINTS.get(op, ()):
+        fields["target_id"] = target_id
+    words = ["perfledger", command_of(op)]
+    for flag, field, _ in COMMON_FLAGS:
+        if field in fields and isinstance(fields[field], str):
+            words += [flag, shlex.quote(fields.pop(field))]
+    if request is None or fields:  # fields only a request carries
+        words.append("--request FILE")
+    return " ".join(words)
 
 
 def command_of(op: str) -> str:
@@ -182,7 +227,7 @@ def render(status: dict[str, Any]) -> None:
     if not status["targets"]:
         console.print("no Target frozen")
         for d in status.get("next", []):
-            console.print(f"  next: perfledger {command_of(d['op'])}  ({d['rule']}) {d['why']}")
+            console.print(f"  next: {d['command']}  ({d['rule']}) {d['why']}")
         return
     for t in status["targets"]:
         console.print()
@@ -221,6 +266,6 @@ def render(status: dict[str, Any]) -> None:
         for d in t["next"]:
             about = f" [{d['about']}]" if d.get("about") else ""
             console.print(
-                f"    perfledger {command_of(d['op'])}{about}  ({d['rule']}) {d['why']}",
+                f"    {d['command']}{about}  ({d['rule']}) {d['why']}",
                 markup=False,
             )

@@ -969,7 +969,7 @@ def decide_verdict_record(
     if samples.stage == "final_audit":
         raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
     if req.samples_id in state.verdicts:
-        raise BadRequest(f"a verdict of {req.samples_id!r} is already recorded")
+        raise rules.r12_already_derived(req.samples_id, "verdict")
     experiment = state.experiments[samples.experiment_id]
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
@@ -1062,7 +1062,7 @@ def decide_final_audit_record(
     if target.champion is None or samples.experiment_id != target.champion:
         raise refuse("R13", "a final audit compares the current champion with the original")
     if req.samples_id in state.final_audits:
-        raise BadRequest(f"the final audit of {req.samples_id!r} is already recorded")
+        raise rules.r12_already_derived(req.samples_id, "final audit")
     primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
     explained, notes = rules.r17_explanations(state, samples.samples_id)
     if primary.status == "fail" or any(g.status == "fail" for g in guardrails):

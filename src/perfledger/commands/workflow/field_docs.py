@@ -13,6 +13,22 @@ from __future__ import annotations
 from typing import Any
 
 #: field -> description (units and ranges in words).
+#: What a workload driver prints (SPEC.md section 5, "Workload driver"): said where an agent
+#: that never reads ``measure workload --help`` looks (the readiness schema, the MCP server).
+DRIVER_CONTRACT = (
+    'Each call prints one JSON object on stdout: {"correct": bool, "metrics": {name: number | '
+    "[numbers]}} (metric values in the Target's units; a list: one value per repetition); "
+    "{case} in the argv and $PERFLEDGER_CASE carry the test case; a non-zero exit, a timeout, "
+    "NaN or anything else is a failed call."
+)
+#: The ``{output}`` file formats and what exact/allclose compare (:mod:`perfledger.kernels.outputs`).
+OUTPUT_FORMATS = (
+    "Each call writes its output to the {output} path as .npy (numpy.save), .npz "
+    "(numpy.savez: same array names on both sides) or JSON; the measuring process compares "
+    "the candidate's with the reference's of the same pair (same case and {seed}): exact = "
+    "same shape, dtype and values; allclose = same shape, |cand - ref| <= atol + rtol * |ref| "
+    "element-wise on numbers, everything else exactly; NaN never equal."
+)
 FIELDS: dict[str, str] = {
     # ids and hashes
     "target_id": "The Target's id (chosen at target.freeze): 1-128 characters of A-Z a-z 0-9 . _ : -.",
@@ -71,7 +87,7 @@ FIELDS: dict[str, str] = {
     "accuracy_rule": "The accuracy rule a call must pass, in words (R2, R5).",
     "driver": "The driver command: argv with {subject} (code directory), {case}, {output} (where "
     "each call writes its output) and {seed} (a fresh seed per pair) places, environment "
-    "variables, working directory (R2, R5, R11).",
+    "variables, working directory (R2, R5, R11). " + DRIVER_CONTRACT,
     "argv": "The command's words; {subject} marks the code directory's place, {case} the test "
     "case's, {output} the path each call writes its output to, {seed} the pair's seed.",
     "env": "Environment variables set for the driver (name -> value).",
@@ -316,8 +332,15 @@ MODEL_FIELDS: dict[str, str] = {
     "Provenance.raw_table": "The attached raw per-call table's artifact name (e.g. samples.json).",
     "Reference.content_hash": "The reference's content hash: the original's or the champion's.",
     "Reference.experiment_id": "For a champion reference: its experiment id.",
-    "Candidate.content_hash": "The candidate's content hash, e.g. sha256:<hex>.",
-    "Original.content_hash": "The original's content hash, e.g. sha256:<hex>.",
+    "Candidate.content_hash": "The candidate's content hash, e.g. sha256:<hex> of its changed "
+    "source files or tree (your choice of hash, 8-200 characters; perfledger does not recompute "
+    "it): it names the candidate and must differ from the original's and the champion's (R11). "
+    "Where the readiness driver declares {subject}, the code measured is bound by perfledger's "
+    "own snapshot of the --cand code directory, checked against changed_paths (R11).",
+    "Original.content_hash": "The original's content hash, e.g. sha256:<hex> of its source file "
+    "or tree (your choice of hash, 8-200 characters; perfledger does not recompute it): it names "
+    "the original. When subject is given, perfledger's own snapshot of that directory (a blake3 "
+    "tree digest) is what binds the code every measurement runs (R11); the hash only names it.",
     "SamplesIdentity.candidate": "The candidate's snapshot.",
     "SamplesIdentity.reference": "The reference's snapshot.",
     "SamplesRecord.reference": "The reference: the original, or the current champion (R11).",
@@ -369,7 +392,7 @@ MODEL_FIELDS: dict[str, str] = {
     "subject only.",
     "ReadinessRecord.accuracy": "How the measuring process judges a workload's outputs (R5): "
     'compare exact or allclose (the driver needs an {output} place), or "self_reported" when '
-    "outputs cannot be compared (the subject's own correct is all there is).",
+    "outputs cannot be compared (the subject's own correct is all there is). " + OUTPUT_FORMATS,
     "Accuracy.compare": "exact (same shape, dtype and values), allclose (|cand - ref| <= atol + "
     "rtol * |ref| element-wise) or self_reported; NaN is never equal.",
     "Accuracy.rtol": "Relative tolerance of allclose, a ratio in [0, 1] (1e-5 = 0.001 %); "

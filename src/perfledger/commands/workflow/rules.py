@@ -137,6 +137,24 @@ def r4_baseline_and_resolution(target: TargetView) -> None:
         )  # fmt: skip
 
 
+def r12_already_derived(samples_id: str, what: str) -> RuleRefused:
+    """R12: a verdict (``what``: "verdict" or "final audit") is derived once from its samples;
+    a second would assert again what the first derived (a retry with the same idempotency key
+    returns the first instead, SPEC.md section 2). Returns: the refusal to raise, its hint
+    naming how to read the one recorded."""
+    read = (
+        f"`perfledger verdict explain {samples_id}` or `perfledger status`"
+        if what == "verdict"
+        else "`perfledger champion show` or `perfledger status`"
+    )
+    return refuse(
+        "R12",
+        f"the {what} of samples {samples_id!r} is already recorded (a verdict is derived once "
+        "from its samples)",
+        f"read it: {read}; new samples (`perfledger measure workload`) get a verdict of their own",
+    )
+
+
 # ------------------------------------------------------------------------------------ R6, R7
 
 
@@ -204,7 +222,14 @@ def r6_bound_inputs(uses: Iterable[tuple[str, str, str]], tail: bool) -> None:
                     "R6",
                     f"no same_boundary or conservative_upper_bound evidence supports the "
                     f"claim's {needed}",
-                    "cite the evidence that measures it, or take the cheapest observation first",
+                    # name the field and its values: an agent reading only the schema cannot
+                    # guess that each figure needs its own cited entry
+                    "each of coverage and local_speedup needs its own entry in the claim's "
+                    'evidence, e.g. {"evidence_id": ID, "applicability": "same_boundary" or '
+                    f'"conservative_upper_bound", "used_for": "{needed}"}} (used_for: '
+                    "coverage, local_speedup, added_cost, exposure or context); cite the "
+                    "evidence that measures it (`perfledger evidence add` records it), or take "
+                    "the cheapest observation first",
                 )
 
 
