@@ -23,11 +23,18 @@ print(json.dumps({"correct": case != "bad",
 """
 
 
-def _setup(tmp_path: Path) -> tuple[Path, dict[str, str], Any]:
+def _setup(
+    tmp_path: Path,
+    bench: str = BENCH,
+    cases: tuple[str, ...] = ("small", "large", "bad"),
+    **readiness: Any,
+) -> tuple[Path, dict[str, str], Any]:
+    """A ledger with Target t1 ready (its original ``original/bench.py``); ``readiness`` fields
+    replace the defaults (driver, accuracy). Returns (ledger, env, cli)."""
     env = isolated_env(tmp_path)
     for name in ("original", "other"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "bench.py").write_text(BENCH + ("# other\n" if name == "other" else ""))
+        (tmp_path / name / "bench.py").write_text(bench + ("# other\n" if name == "other" else ""))
     ledger = tmp_path / "ledger"
 
     def cli(*args: str, request: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
@@ -46,10 +53,9 @@ def _setup(tmp_path: Path) -> tuple[Path, dict[str, str], Any]:
     readiness_env = json.loads(cli("env", "--json").stdout)["readiness_environment"]
     done = cli("readiness", "record", "--request", "-", request={
         "target_id": "t1", "original": {"content_hash": "sha256:original", "subject": "original"},
-        "test_set": {"hash": "sha256:cases-123", "case_count": 3,
-                     "cases": ["small", "large", "bad"]},
+        "test_set": {"hash": "sha256:cases-123", "case_count": len(cases), "cases": list(cases)},
         "accuracy_rule": "the bench's own", "environment": readiness_env,
-        "driver": {"argv": [sys.executable, "{subject}/bench.py"]}})  # fmt: skip
+        "driver": {"argv": [sys.executable, "{subject}/bench.py"]}, **readiness})  # fmt: skip
     assert done.returncode == 0, done.stderr
     return ledger, env, cli
 
@@ -109,42 +115,19 @@ print(json.dumps({"correct": True, "metrics": {"time_ms": [2.0]}}))
 def test_measure_baseline_gives_an_output_place_and_a_seed_and_refuses_a_silent_original(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "original").mkdir()
-    (tmp_path / "original" / "bench.py").write_text(BENCH_WITH_OUTPUT)
+    ledger, _, cli = _setup(
+        tmp_path, BENCH_WITH_OUTPUT, ("small", "mute"), accuracy={"compare": "exact"},
+        driver={"argv": [sys.executable, "{subject}/bench.py", "{output}"]},
+    )  # fmt: skip
     cmd = f"{sys.executable} original/bench.py {{output}}"
     args = ("measure", "baseline", "--target", "t1", "--cmd", cmd, "--quiet", "--calls", "2")
-    # a Target whose original writes outputs from the start
-    ledger2 = tmp_path / "ledger2"
-    env = isolated_env(tmp_path)
-
-    def cli2(*a: str, request: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*perfledger_command(), "--ledger", str(ledger2), *a],
-            input=json.dumps(request) if request is not None else None,
-            capture_output=True, text=True, env=env, cwd=tmp_path,
-        )  # fmt: skip
-
-    assert cli2("init", str(ledger2)).returncode == 0
-    cli2("target", "freeze", "--request", "-", request={
-        "target_id": "t1", "title": "t", "min_effect": 0.1, "scope": ["bench.py"],
-        "primary": {"name": "time_ms", "unit": "ms", "direction": "lower_is_better",
-                    "statistic": "mean"},
-        "risk_boundary": "none", "budget": {"wall_s": 600.0, "gpu_s": 0.0}})  # fmt: skip
-    readiness_env = json.loads(cli2("env", "--json").stdout)["readiness_environment"]
-    done = cli2("readiness", "record", "--request", "-", request={
-        "target_id": "t1", "original": {"content_hash": "sha256:original", "subject": "original"},
-        "test_set": {"hash": "sha256:cases-123", "case_count": 2, "cases": ["small", "mute"]},
-        "accuracy_rule": "outputs equal", "accuracy": {"compare": "exact"},
-        "environment": readiness_env,
-        "driver": {"argv": [sys.executable, "{subject}/bench.py", "{output}"]}})  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    head = subprocess.run(["git", "--git-dir", str(ledger2), "rev-parse", "refs/heads/ledger"],
+    head = subprocess.run(["git", "--git-dir", str(ledger), "rev-parse", "refs/heads/ledger"],
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert len(head.strip()) == 40
-    silent = cli2(*args, "--case", "mute")
+    silent = cli(*args, "--case", "mute")
     assert silent.returncode != 0 and "no readable output" in silent.stderr
-    assert subprocess.run(["git", "--git-dir", str(ledger2), "rev-parse", "refs/heads/ledger"],
+    assert subprocess.run(["git", "--git-dir", str(ledger), "rev-parse", "refs/heads/ledger"],
                           capture_output=True, text=True).stdout == head  # fmt: skip
-    done = cli2(*args, "--case", "small")
+    done = cli(*args, "--case", "small")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "{output}").exists()

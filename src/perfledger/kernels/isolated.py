@@ -54,7 +54,7 @@ from perfledger.kernels.ceilings import REVIEW_SPEEDUP, Ceilings, check_plausibl
 from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTiming
 from perfledger.kernels.isolation import TOLERANCE_S, TOLERANCE_SHARE, Batch, SubjectProcess
 from perfledger.kernels.isolation import clock_check as _clock_check
-from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table
+from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table, undumpable
 from perfledger.kernels.stats import paired_stats
 from perfledger.kernels.stopping import Stopper, StoppingRule
 from perfledger.kernels.subject_protocol import (
@@ -62,7 +62,6 @@ from perfledger.kernels.subject_protocol import (
     output_digest,
     read_reveal,
     report_from_json,
-    set_dumpable,
 )
 
 #: The worker command (the spec, role and case are appended).
@@ -806,16 +805,6 @@ def compare_workers(
     )  # fmt: skip
 
 
-@contextlib.contextmanager
-def _undumpable() -> Iterator[None]:
-    previous = set_dumpable(False)
-    try:
-        yield
-    finally:
-        if previous:
-            set_dumpable(True)
-
-
 def _memory_dir() -> str | None:
     """A memory-backed directory for revealed outputs where there is one (``/dev/shm``:
     outputs of hundreds of MiB are written and read back there at memory speed), else None
@@ -841,7 +830,7 @@ def compare_spec(
         tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
         tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
         CallTree() as tree,
-        _undumpable(),
+        undumpable(),
     ):
         workers: list[WorkerProcess] = []
         try:
