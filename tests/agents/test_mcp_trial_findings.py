@@ -181,3 +181,24 @@ def test_init_through_the_cli_tool_says_it_made_a_bare_ledger_and_where(tmp_path
     assert answer["message"].startswith(f"made {path} a perfledger ledger: a bare git repository")
     assert "this server's tools act on it" in answer["message"]
     assert (path / "HEAD").is_file() and not (path / ".git").exists()
+
+
+def test_a_server_started_beside_files_says_to_init_a_new_directory_and_then_acts_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second trial: the server was started in a directory holding the agent's code; `status`
+    said to run ``init`` there, which refuses a directory that is not empty, and the ledger made
+    in a new directory was not the one the server acted on."""
+    from perfledger.commands.cli.mcp import Tools
+    from perfledger.errors import PerfledgerError
+
+    (tmp_path / "work.py").write_text("print('code')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PERFLEDGER_DIR", raising=False)
+    tools = Tools(None, "agent")
+    with pytest.raises(PerfledgerError) as refused:
+        tools.call("status", {})
+    assert '["init", "ledger"]' in (refused.value.hint or "")
+    answer = tools.call("cli", {"args": ["init", "ledger"]})
+    assert "this server's tools act on it" in answer["message"]
+    assert tools.call("status", {})["targets"] == []

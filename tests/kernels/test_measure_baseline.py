@@ -131,3 +131,14 @@ def test_measure_baseline_gives_an_output_place_and_a_seed_and_refuses_a_silent_
     done = cli(*args, "--case", "small")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "{output}").exists()
+
+
+def test_a_command_that_still_holds_the_subject_placeholder_is_told_what_to_put_there(
+    tmp_path: Path,
+) -> None:
+    _ledger, _, cli = _setup(tmp_path)
+    cmd = f"{sys.executable} {{subject}}/bench.py"
+    done = cli("measure", "baseline", "--target", "t1", "--cmd", cmd, "--quiet", "--json")
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 2 and "{subject} placeholder" in error["message"]
+    assert "original" in error["hint"]

@@ -157,9 +157,15 @@ def take_snapshot(
     """
     base = Path(cwd) if cwd is not None else Path.cwd()
     root = (base / subject).resolve()
+    if "{subject}" in subject:  # the driver's argv copied as it is: the place is still empty
+        raise BadRequest(
+            "the command still holds the {subject} placeholder: put a code directory in its place",
+            hint="the original's directory for `measure baseline` and `measure aa` (the "
+            "readiness's original.subject), each subject's own for `measure workload --ref/--cand`",
+        )
     if not root.is_dir():
         raise BadRequest(
-            f"the subject {subject!r} is not a directory (from {str(base)!r})",
+            f"the subject {subject!r} is not a directory (relative to {str(base)!r})",
             hint="the readiness driver's {subject} place takes the directory of the code that "
             "runs, the root the Target's scope is relative to",
         )

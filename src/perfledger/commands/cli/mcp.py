@@ -151,7 +151,14 @@ class Tools:
             return Ledger.open(find_ledger_path(self.ledger_path))
         except PerfledgerError as exc:
             if exc.code == "not_a_ledger":  # the CLI's hint names a command this client lacks
-                exc.hint = 'create it with the `cli` tool, args ["init"]'
+                # init refuses a directory that is not empty: name a new one inside it then
+                here = self.ledger_path is not None or not os.listdir(os.getcwd())
+                exc.hint = (
+                    'create it with the `cli` tool, args ["init"]'
+                    if here
+                    else 'create one with the `cli` tool, args ["init", "ledger"] (a new '
+                    "directory: this one is not empty); this server then acts on it"
+                )
             raise
 
     def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
@@ -336,6 +343,9 @@ class Tools:
             mine = os.path.realpath(find_ledger_path(self.ledger_path))
         except PerfledgerError:
             mine = None
+        if mine is None:  # a server started where there was no ledger: it acts on this one
+            self.ledger_path = path
+            mine = os.path.realpath(path)
         if mine == os.path.realpath(path):
             return text + "; this server's tools act on it: call `status` next"
         return text + (
