@@ -388,3 +388,54 @@ def test_cheat_spreading_its_reported_times_cannot_lift_an_implausible_rate_unde
     slower.samples_s = slower.wall_s = slower.span_s = [2e-3] * 40
     _finish(slower, facts, harness, ceilings, calls=4)
     assert slower.figures["bandwidth_share"] == pytest.approx(0.6)
+
+
+def test_the_workers_gpu_contexts_are_the_comparisons_own_not_foreign_activity(
+    tmp_path: Path,
+) -> None:
+    """The monitor lists every process with a context on the GPU; the workers' contexts are the
+    comparison's own (R17): before, the monitor's own PIDs were the measuring process only, so
+    every window of every kernel comparison was flagged foreign. The source here lists this
+    process and its children as NVML lists GPU processes (NVML does not run here)."""
+    from perfledger.kernels.monitor import Monitor, Observation
+
+    def gpu_processes() -> tuple[int, ...]:
+        me = os.getpid()
+        kids: list[int] = []
+        for tid in os.listdir(f"/proc/{me}/task"):
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                kids += [int(p) for p in f.read().split()]
+        return (me, *kids)
+
+    def source() -> Observation:
+        return Observation(
+            t_s=time.monotonic(), sm_clock_mhz=1980, mem_clock_mhz=3201, clock_events=0,
+            power_w=300.0, energy_j=None, temperature_c=50, gpu_util_pct=0, mem_util_pct=0,
+            pids=gpu_processes(),
+        )  # fmt: skip
+
+    monitor = Monitor(source=source, hz=200).start()
+    try:
+        monitor.calibrate()
+        own = monitor.own_pids
+        c = compare_spec(_spec(tmp_path), "small", config=CONFIG, monitor=monitor)
+    finally:
+        monitor.stop()
+    assert monitor.own_pids == own  # the workers are the comparison's own only while it runs
+    assert c.monitor and all(w["observed"] for w in c.monitor)
+    foreign = [r for w in c.monitor for r in w["reasons"] if r.startswith("foreign_process")]
+    assert not foreign
+
+
+def test_a_worker_reply_holding_numpy_scalars_is_plain_json() -> None:
+    """A spec may write ``bytes_per_call=np.prod(shape) * 4``: ``hello`` replied with a NumPy
+    scalar, ``json.dumps`` raised and the worker died before its first batch."""
+    import io
+
+    import numpy as np
+
+    from perfledger.kernels.subject_worker import _reply
+
+    stream = io.StringIO()
+    _reply(stream, {"bytes": np.int64(3), "tol": np.float32(2.5), "shape": (np.int64(4),)})
+    assert json.loads(stream.getvalue()) == {"bytes": 3, "tol": 2.5, "shape": [4]}

@@ -565,11 +565,11 @@ class _Run:
         inside the parent's clock)."""
         out = set()
         for pid, (cpu0, held) in base.items():
-            cpu = _cpu_ns(pid)
-            if cpu is None:
-                continue  # gone
+            cpu = _cpu_ns(pid)  # None: gone, or no schedstat here (the state check still holds)
+            if cpu is None and not os.path.exists(f"/proc/{pid}"):
+                continue  # gone (a stopped process ends only when killed)
             continued = not _is_stopped(pid, _NO_USER_CODE_STATES) and not _stop_pending(pid)
-            took = cpu0 is not None and cpu - cpu0 > (0 if held else STRAGGLER_NS)
+            took = None not in (cpu, cpu0) and cpu - cpu0 > (0 if held else STRAGGLER_NS)
             if continued or took:
                 out.add(pid)
         active_sid = _sid(active)
@@ -681,6 +681,7 @@ def compare_workers(
     settings = {
         **fa["settings"],
         "inputs": "fresh",  # every call gets inputs made from a seed of its own
+        "ceilings": ceilings.to_json() if ceilings else None,  # what plausibility used
         "harness": {**harness, "batch": 2 * calls},
         "isolation": "process",
         "subjects": {
@@ -833,9 +834,12 @@ def compare_spec(
         undumpable(),
     ):
         workers: list[WorkerProcess] = []
+        own = getattr(monitor, "own_pids", None)
         try:
             for role, err in ((roles[0], "ref.err"), (roles[1], "cand.err")):
                 workers.append(WorkerProcess(role, spec_path, case, config, os.path.join(tmp, err)))
+            if own is not None:  # the workers' GPU contexts are the comparison's own (R17)
+                monitor.own_pids = own | {w.proc.pid for w in workers}
             return compare_workers(
                 *workers,
                 ceilings=ceilings,
@@ -845,6 +849,8 @@ def compare_spec(
                 tree=tree,
             )
         finally:
+            if own is not None:
+                monitor.own_pids = own
             for worker in workers:
                 worker.close()
             tree.end(include_root=False)  # whatever the workers left behind

@@ -78,7 +78,7 @@ def set_dumpable(on: bool) -> bool | None:
     of the same user without ``CAP_SYS_PTRACE`` (a subject could otherwise patch the measuring
     process's clock or samples, or the other worker). Returns: the previous setting, or None
     where ``prctl`` is unavailable (nothing changed)."""
-    libc = _libc()
+    libc = _LIBC
     if libc is None or not hasattr(libc, "prctl"):
         return None
     previous = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
@@ -97,9 +97,10 @@ def drop_ptrace_capability() -> None:
     process before it executes the command (``preexec_fn``): a subject started by root then
     holds no ``CAP_SYS_PTRACE`` after ``exec``, so it cannot pass over the measuring process's
     being non-dumpable (:func:`undumpable`) to read or write its memory."""
-    libc = _libc()
-    if libc is not None and hasattr(libc, "prctl"):
-        libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
+    # the libc found at import: find_library runs /sbin/ldconfig, a fork and exec in this
+    # forked child of a multithreaded parent, before the command's exec
+    if _LIBC is not None and hasattr(_LIBC, "prctl"):
+        _LIBC.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)
 
 
 @contextlib.contextmanager

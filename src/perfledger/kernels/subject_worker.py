@@ -39,8 +39,15 @@ from typing import IO, Any
 from perfledger.errors import BadRequest, PerfledgerError
 
 
+def _builtin(value: Any) -> Any:
+    """JSON for NumPy scalars a spec may hold (``bytes_per_call=np.prod(shape) * 4``)."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _reply(stream: IO[str], data: dict[str, Any]) -> None:
-    stream.write(json.dumps(data) + "\n")
+    stream.write(json.dumps(data, default=_builtin) + "\n")
     stream.flush()
 
 
