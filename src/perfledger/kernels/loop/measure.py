@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -428,19 +428,40 @@ class CudaBackend:
         strict parser refuses, e.g. ``byte/cycle``) and keep them via
         :func:`profile_from_ncu_csv`. ``ERR_NVGPUCTRPERM`` is a limitation with no metrics
         (R16)."""
+        target = ["perfledger.kernels.loop.ncu_target", str(kernel), str(self.reference),
+                  json.dumps(self.dims), self.entry]  # fmt: skip
+        return self.ncu_profile(
+            catalog,
+            target,
+            lambda csv, version: profile_from_ncu_csv(csv, version, catalog, self.entry),
+        )
+
+    def ncu_profile(
+        self,
+        catalog: Catalog,
+        target: list[str],
+        read: Callable[[Path, str], dict[str, Any]],
+        prepare: Callable[[], object] | None = None,
+    ) -> dict[str, Any]:
+        """Run ncu (raw page, base units, the catalog's metrics, ``--profile-from-start off``)
+        on ``python -m`` ``target`` (a module and its arguments) and return ``read(csv_path,
+        ncu_version)`` while the CSV exists; ``prepare()`` runs first, once ncu is found (a
+        build that must not happen inside ncu). No ncu: a profile with that limitation and no
+        metrics; ``ERR_NVGPUCTRPERM``: likewise (R16). Raises: BadRequest when ncu fails."""
         exe = self.ncu or shutil.which("ncu")
         version = self._ncu_version()
         if exe is None or version is None:
             return {"tool": "ncu", "tool_version": "unavailable", "metrics": {}, "units": {},
                     "limitations": ["ncu not found on PATH"]}  # fmt: skip
+        if prepare is not None:
+            prepare()
         with tempfile.TemporaryDirectory(prefix="perfledger-ncu-") as tmp:
             out_csv = Path(tmp) / "raw.csv"
             cmd = [
                 exe, "--csv", "--page", "raw", "--print-units", "base",
                 "--metrics", ",".join(cat.catalog_metric_names(catalog)),
                 "--profile-from-start", "off", "--clock-control", "none",
-                sys.executable, "-m", "perfledger.kernels.loop.ncu_target",
-                str(kernel), str(self.reference), json.dumps(self.dims), self.entry,
+                sys.executable, "-m", *target,
             ]  # fmt: skip
             env = {**os.environ, "LC_ALL": "C"}
             with out_csv.open("wb") as handle:
@@ -456,7 +477,7 @@ class CudaBackend:
                     f"ncu exited with {proc.returncode}",
                     hint=(proc.stderr.decode(errors="replace") + text)[-800:],
                 )
-            return profile_from_ncu_csv(out_csv, version, catalog, self.entry)
+            return read(out_csv, version)
 
 
 def profile_from_ncu_csv(

@@ -18,17 +18,10 @@ the metrics of every kernel that call launched. Times are milliseconds.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfledger.errors import BadRequest
-from perfledger.events import catalog as cat
 from perfledger.events.loop import Catalog
 from perfledger.kernels import solve as sv
 from perfledger.kernels.loop.measure import CudaBackend, profile_from_ncu_csv
@@ -161,35 +154,8 @@ class SolveBackend(CudaBackend):
         """Nsight Compute on one ``solve`` call (:mod:`perfledger.kernels.loop.solve_target`):
         the catalog's metrics of the kernels it launched (with several kernels, the metrics of
         the last one seen, and a limitation saying so)."""
-        exe = self.ncu or shutil.which("ncu")
-        version = self._ncu_version()
-        if exe is None or version is None:
-            return {"tool": "ncu", "tool_version": "unavailable", "metrics": {}, "units": {},
-                    "limitations": ["ncu not found on PATH"]}  # fmt: skip
-        self.subject(kernel)  # build outside ncu (and refuse a bad source before profiling)
-        with tempfile.TemporaryDirectory(prefix="perfledger-ncu-") as tmp:
-            out_csv = Path(tmp) / "raw.csv"
-            cmd = [
-                exe, "--csv", "--page", "raw", "--print-units", "base",
-                "--metrics", ",".join(cat.catalog_metric_names(catalog)),
-                "--profile-from-start", "off", "--clock-control", "none",
-                sys.executable, "-m", "perfledger.kernels.loop.solve_target",
-                str(kernel), str(self.reference), json.dumps(self.dims),
-            ]  # fmt: skip
-            env = {**os.environ, "LC_ALL": "C"}
-            with out_csv.open("wb") as handle:
-                proc = subprocess.run(
-                    cmd, stdout=handle, stderr=subprocess.PIPE, env=env, timeout=self.ncu_timeout_s
-                )
-            text = out_csv.read_text(errors="replace")
-            if "ERR_NVGPUCTRPERM" in text or b"ERR_NVGPUCTRPERM" in proc.stderr:
-                return {"tool": "ncu", "tool_version": version, "metrics": {}, "units": {},
-                        "limitations": ["ERR_NVGPUCTRPERM: no access to GPU performance counters"]}  # fmt: skip
-            if proc.returncode != 0:
-                raise BadRequest(
-                    f"ncu exited with {proc.returncode}",
-                    hint=(proc.stderr.decode(errors="replace") + text)[-800:],
-                )
+
+        def read(out_csv: Path, version: str) -> dict[str, Any]:
             # "" matches every kernel: solve's kernels have names of their own
             profile = profile_from_ncu_csv(out_csv, version, catalog, "")
             from perfledger.kernels.profilers.ncu import parse_ncu_csv
@@ -204,6 +170,11 @@ class SolveBackend(CudaBackend):
                     f"metrics are those of {names[-1]}"
                 )
             return profile
+
+        target = ["perfledger.kernels.loop.solve_target", str(kernel), str(self.reference),
+                  json.dumps(self.dims)]  # fmt: skip
+        # build outside ncu (and refuse a bad source before profiling)
+        return self.ncu_profile(catalog, target, read, prepare=lambda: self.subject(kernel))
 
 
 __all__ = [
