@@ -47,6 +47,7 @@ from perfledger.commands.cli.identity import (
     unenforced_note,
 )
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.kernels.spec_loader import load_spec
@@ -545,18 +546,10 @@ def workload_request(
                 verdict.to_request(explain_foreign) if explain_foreign else verdict.to_request()
             )
         pairs.append(pair)
-    body = {
-        "samples_id": samples_id,
-        "target_id": info["target_id"],
-        "experiment_id": experiment_id,
-        "stage": stage,
-        "reference": info["reference"],
-        "candidate_hash": info["candidate_hash"],
-        "test_set_hash": info["test_set_hash"],
-        "environment_id": environment_id,
-        "units": {name: unit for name, unit in units.items()},
-        "pairs": pairs,
-    }
+    body = samples_body(
+        info, samples_id=samples_id, experiment_id=experiment_id, stage=stage,
+        environment_id=environment_id, units=units, pairs=pairs,
+    )  # fmt: skip
     return body, windows
 
 
@@ -1033,18 +1026,10 @@ def measure_kernel(
             }
         )
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
-    body = {
-        "samples_id": sid,
-        "target_id": info["target_id"],
-        "experiment_id": experiment_id,
-        "stage": stage,
-        "reference": info["reference"],
-        "candidate_hash": info["candidate_hash"],
-        "test_set_hash": info["test_set_hash"],
-        "environment_id": env["environment_id"],
-        "units": {primary.name: primary.unit},
-        "pairs": pairs,
-    }
+    body = samples_body(
+        info, samples_id=sid, experiment_id=experiment_id, stage=stage,
+        environment_id=env["environment_id"], units={primary.name: primary.unit}, pairs=pairs,
+    )  # fmt: skip
     subjects = next(iter(comparisons.values())).settings["subjects"]
     body["provenance"] = measured_provenance(
         "kernel_harness_abba",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest
 
 #: Serving metrics a Target's metric can name (``--metric NAME=KIND``): per request (seconds)
@@ -168,18 +169,11 @@ def serving_request(
                     ),
                 }
             )
-    body = {
-        "samples_id": samples_id,
-        "target_id": info["target_id"],
-        "experiment_id": experiment_id,
-        "stage": stage,
-        "reference": info["reference"],
-        "candidate_hash": info["candidate_hash"],
-        "test_set_hash": info["test_set_hash"],
-        "environment_id": environment_id,
-        "units": {n: u for n, u in units.items() if any(n in q["ref"]["values"] for q in pairs)},
-        "pairs": pairs,
-    }
+    body = samples_body(
+        info, samples_id=samples_id, experiment_id=experiment_id, stage=stage,
+        environment_id=environment_id, pairs=pairs,
+        units={n: u for n, u in units.items() if any(n in q["ref"]["values"] for q in pairs)},
+    )  # fmt: skip
     return body, left_out
 
 
