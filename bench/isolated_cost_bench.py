@@ -79,9 +79,12 @@ def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
         h = Harness(problem, loaded["config"] or HarnessConfig())
         c = h.compare(loaded["reference"], loaded["candidate"])
     else:
-        from perfledger.kernels.isolated import compare_spec
+        from perfledger.kernels.isolated import IsolationConfig, compare_spec
 
-        c = compare_spec(str(spec), kind, roles=("reference", "reference"))
+        # "isolated": the default batches; "isolated-32": 32 calls a batch (fewer requests,
+        # stops and reveals per call)
+        config = IsolationConfig(calls_per_batch=32) if mode == "isolated-32" else IsolationConfig()
+        c = compare_spec(str(spec), kind, roles=("reference", "reference"), config=config)
     wall = time.perf_counter() - t0
     calls = len(c.ref.samples_s) if c.ref else 0
     return {
@@ -91,7 +94,8 @@ def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
         "wall_s": wall,
         "wall_s_per_call": wall / (2 * calls) if calls else None,
         "timed_gpu_s": (c.ref.gpu_s + c.cand.gpu_s) if c.ref and c.cand else None,
-        "clock_limit_s": (c.settings.get("clock") or {}).get("limit_s"),
+        # the reference's limit (an A/A: both subjects' are alike)
+        "clock_limit_s": ((c.settings.get("clock") or {}).get("limit_s") or {}).get("reference"),
         "call_median_s": c.stats.ref_median_s if c.stats else None,
     }
 
@@ -106,7 +110,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "spec.py"
         spec.write_text(SPECS[args.kind].format(n=args.n))
-        rows: dict[str, list[dict[str, Any]]] = {"in-process": [], "isolated": []}
+        rows: dict[str, list[dict[str, Any]]] = {
+            "in-process": [],
+            "isolated": [],
+            "isolated-32": [],
+        }
         for r in range(args.runs):
             for mode in rows:
                 row = one(mode, args.kind, args.n, spec)

@@ -328,7 +328,7 @@ def test_spec_facts_come_from_a_worker_that_ran_the_spec(tmp_path: Path) -> None
 def test_revealed_outputs_and_digests_round_trip(tmp_path: Path) -> None:
     y = np.arange(12, dtype=np.float32).reshape(3, 4)
     key = bytes(range(32))
-    path = str(tmp_path / "r.npz")
+    path = str(tmp_path / "r.bin")
     write_reveal(path, {"y": y})
     back = read_reveal(path, {"y": ((3, 4), "float32")})
     assert output_digest(back, key) == output_digest({"y": y}, key)
@@ -336,8 +336,18 @@ def test_revealed_outputs_and_digests_round_trip(tmp_path: Path) -> None:
     changed = y.copy()
     changed[2, 3] = np.nextafter(changed[2, 3], np.float32(100))
     assert output_digest({"y": changed}, key) != output_digest({"y": y}, key)
-    with pytest.raises(ValueError, match="expected float64"):
+    # exactly the outputs' bytes: a size for other shapes or dtypes, or any byte more, is refused
+    with pytest.raises(ValueError, match=r"holds 48 bytes.*y float64\[3, 4\] 96"):
         read_reveal(path, {"y": ((3, 4), "float64")})
+    with open(path, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ValueError, match="holds 49 bytes"):
+        read_reveal(path, {"y": ((3, 4), "float32")})
+    # two outputs: sorted by name, each of its own shape and dtype
+    two = {"b": np.arange(3, dtype=np.int64), "a": np.ones((2, 2), dtype=np.float16)}
+    write_reveal(path, two)
+    back = read_reveal(path, {"b": ((3,), "int64"), "a": ((2, 2), "float16")})
+    assert all(np.array_equal(back[k], two[k]) and back[k].dtype == two[k].dtype for k in two)
     with pytest.raises(ValueError, match="32 bytes"):
         output_digest({"y": y}, b"short")
 

@@ -92,6 +92,8 @@ def test_honest_aa_in_two_workers_is_valid_and_close_to_one(tmp_path: Path) -> N
     assert c.stats is not None and abs(c.stats.median_ratio - 1.0) < 0.02, c.stats
     assert c.settings["isolation"] == "process" and c.settings["reveals"] >= 4
     assert c.settings["digest"] == "device"  # the device BLAKE3 passed its self-test
+    # revealed outputs travel through CUDA IPC memory, checked on the device by this process
+    assert c.settings["isolation_settings"]["reveals_by"] == "ipc"
 
 
 def test_honest_memory_bound_aa_in_two_workers_is_valid(tmp_path: Path) -> None:
@@ -194,3 +196,28 @@ CANDIDATE = CallableSubject("forges-lines", _cheat)
     # the lines went to the worker's stderr: the comparison is the honest one
     assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
     assert c.stats is not None and abs(c.stats.median_ratio - 1.0) < 0.05, c.stats
+
+
+def test_cheat_candidate_that_reveals_another_calls_output_is_flagged(tmp_path: Path) -> None:
+    # every call computed honestly, but the reveal buffer gets the first call's (correct)
+    # output whatever call is drawn: not the bytes committed for the drawn call
+    c = _compare(
+        tmp_path,
+        """
+def _cheat(inputs, outputs):
+    if not _state["calls"]:
+        from perfledger.kernels import reveal_ipc
+        real, first = reveal_ipc.ExportedBuffer.fill, {}
+        def fill(self, arrays):
+            first.setdefault("outs", {k: v.copy() for k, v in arrays.items()})
+            real(self, first["outs"])
+        reveal_ipc.ExportedBuffer.fill = fill
+    _state["calls"] += 1
+    _good(inputs, outputs)
+
+CANDIDATE = CallableSubject("reveals-another-call", _cheat)
+""",
+    )
+    assert c.settings["isolation_settings"]["reveals_by"] == "ipc"
+    assert not c.valid and "digest:candidate" in c.flags, c.flags
+    assert c.ref is not None and not c.ref.recheck_failures

@@ -94,7 +94,7 @@ def test_clock_check_on_recorded_batches() -> None:
     liar = [Batch("cand", (1, 2), (5e-4, 5e-4), 2.2e-3) for _ in range(5)]
     check = clock_check(honest + liar)
     assert check.flags == ["clock:cand"]
-    assert check.excess_s["cand"] == pytest.approx(6e-4) and check.limit_s == pytest.approx(5e-5)
+    assert check.excess_s["cand"] == pytest.approx(6e-4) and check.limit_s["cand"] == pytest.approx(5e-5)
     assert clock_check([*honest, Batch("cand", (1, 2), (1e-3, 1e-3), 2.2e-3)]).flags == []
     with pytest.raises(ValueError, match="no batches"):
         clock_check([])
@@ -129,14 +129,14 @@ def test_clock_check_allows_for_overhead_noise_up_to_a_cap() -> None:
     honest = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 1e-3, 1.5e-4, 104)
     plain, noisy = clock_check(honest), clock_check(honest, noise_sigmas=4.0)
     assert plain.flags == ["clock:cand"] and noisy.flags == [], (plain, noisy)
-    assert 5e-5 < noisy.noise_s == noisy.limit_s < 2.5e-4
+    assert 5e-5 < noisy.noise_s == noisy.limit_s["cand"] < 2.5e-4
     # a subject reporting 70 % of its time is caught through the same noise
     liar = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 7e-4, 1.5e-4, 104)
     assert clock_check(liar, noise_sigmas=4.0).flags == ["clock:cand"]
     # a subject that makes its own overhead very noisy widens the limit to 25 % of a call only
     loud = _noisy("ref", 1e-3, 1.5e-4, 4) + _noisy("cand", 6e-4, 5e-3, 104)
     check = clock_check(loud, noise_sigmas=4.0)
-    assert check.noise_s == pytest.approx(0.25 * 6e-4) and "clock:cand" in check.flags, check
+    assert check.limit_s["cand"] == pytest.approx(0.25 * 6e-4) and "clock:cand" in check.flags
 
 
 def _overhead_batches(label: str, report_s: float, took_s: float, overhead_s: float) -> list[Batch]:
@@ -162,7 +162,7 @@ def test_cheat_hiding_time_under_a_large_harness_overhead_is_flagged() -> None:
         cand = _overhead_batches("cand", share * 283e-6, 283e-6, 885e-6)
         check = clock_check(ref + cand, **ISOLATED)
         assert check.flags == ["clock:cand"], (share, check)
-        assert check.limit_s <= max(50e-6, 0.25 * share * 283e-6) + 1e-9, check
+        assert check.limit_s["cand"] <= max(50e-6, 0.25 * share * 283e-6) + 1e-9, check
 
 
 def test_honest_subjects_with_a_large_harness_overhead_are_not_flagged() -> None:
@@ -173,3 +173,20 @@ def test_honest_subjects_with_a_large_harness_overhead_are_not_flagged() -> None
     faster = _overhead_batches("cand", 0.8 * 283e-6, 0.8 * 283e-6, 885e-6)
     assert clock_check(ref + same, **ISOLATED).flags == []
     assert clock_check(ref + faster, **ISOLATED).flags == []
+
+
+def test_a_much_faster_honest_candidate_does_not_flag_the_reference() -> None:
+    # from the H200: a 1.1 ms compute-bound reference against a 5 us candidate; the overhead
+    # after each call (hashing, inputs) was 61 us larger behind the long call (lower clocks).
+    # The reference could hide that much only as a share of its own calls, not the other's.
+    ref = _overhead_batches("ref", 1.116e-3, 1.116e-3, 746e-6)
+    cand = _overhead_batches("cand", 5.2e-6, 5.2e-6, 685e-6)
+    check = clock_check(ref + cand, **ISOLATED)
+    assert check.flags == [], check
+    # ... while a reference that reports half of its 1.1 ms is still caught
+    liar = _overhead_batches("ref", 0.558e-3, 1.116e-3, 746e-6)
+    assert clock_check(liar + cand, **ISOLATED).flags == ["clock:ref"]
+    # and the 5 us candidate may hide no more than the fixed tolerance beyond the reference's
+    # excess (here the gap of the two overheads, 61 us, plus 50 us)
+    hides = _overhead_batches("cand", 5.2e-6, 5.2e-6 + 120e-6, 685e-6)
+    assert clock_check(ref + hides, **ISOLATED).flags == ["clock:cand"]

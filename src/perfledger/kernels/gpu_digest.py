@@ -5,8 +5,9 @@ process draws which calls it reveals (:mod:`perfledger.kernels.isolated`). Copyi
 the host and hashing it there costs about 0.1-0.2 ns per byte; a memory-bound kernel moves its
 bytes some 50 times faster, so that copy would dominate every comparison. This module computes
 the same keyed BLAKE3 (the standard algorithm: 1 KiB chunks, one GPU thread per chunk, then one
-thread per parent node, level by level; the tree BLAKE3 defines is left-complete, which pairing
-adjacent nodes from the left and carrying an odd last node up gives) on the device, so the
+thread per parent node, level by level, the last levels in one block; the tree BLAKE3 defines
+is left-complete, which pairing adjacent nodes from the left and carrying an odd last node up
+gives) on the device, so the
 measuring process can check a revealed output with the ``blake3`` package.
 
 :data:`BLAKE3_SOURCE` compiles with NVRTC (CuPy); with ``-DPERFLEDGER_CPU`` it is plain C whose
@@ -135,6 +136,27 @@ extern "C" __global__ void b3_parents(const b3_u32* in, long long n, b3_u32* out
         for (int k = 0; k < 8; ++k) out[8 * i + k] = in[16 * i + k];
     }
 }
+/* The levels from n nodes (n <= one block's reach) to the root in one block of threads,
+   alternating between the two buffers a and b; the root's 8 words go to out. */
+extern "C" __global__ void b3_tail(b3_u32* a, b3_u32* b, long long n, const b3_u32* key,
+                                   b3_u32* out) {
+    b3_u32* src = a;
+    b3_u32* dst = b;
+    while (n > 1) {
+        long long m = (n + 1) / 2;
+        for (long long i = threadIdx.x; i < m; i += blockDim.x) {
+            if (2 * i + 1 < n) {
+                b3_parent(src + 16 * i, src + 16 * i + 8, key, n == 2, dst + 8 * i);
+            } else {
+                for (int k = 0; k < 8; ++k) dst[8 * i + k] = src[16 * i + k];
+            }
+        }
+        __syncthreads();  /* the level is complete before the next reads it */
+        b3_u32* t = src; src = dst; dst = t;
+        n = m;
+    }
+    if (threadIdx.x < 8) out[threadIdx.x] = src[threadIdx.x];
+}
 #else
 #include <stdlib.h>
 /* The same tree on the host, one node at a time (tests). */
@@ -167,8 +189,16 @@ def _kernel(name: str) -> Any:
         _kernels.update(
             b3_chunks=module.get_function("b3_chunks"),
             b3_parents=module.get_function("b3_parents"),
+            b3_tail=module.get_function("b3_tail"),
         )
     return _kernels[name]
+
+
+#: Levels of at most this many nodes are finished by one block (:func:`digest_into`): one
+#: launch instead of one per level, each launch costing more than the level's work.
+TAIL_NODES = 8192
+_THREADS = 128
+_TAIL_THREADS = 512
 
 
 def key_words(key: bytes) -> np.ndarray:
@@ -178,38 +208,62 @@ def key_words(key: bytes) -> np.ndarray:
     return np.asarray(struct.unpack("<8I", key), dtype=np.uint32)
 
 
+def digest_into(array: Any, key_device: Any, out: Any) -> None:
+    """Enqueue the keyed BLAKE3 of a contiguous CuPy array's bytes on the current stream; its
+    32 bytes land in ``out`` (a CuPy ``uint32`` array of 8 words, little-endian) when the stream
+    reaches them. No synchronisation: a worker digests every call of a batch this way and reads
+    all the digests with one copy (:mod:`perfledger.kernels.subject_worker`).
+
+    Args:
+        array: the data (C-contiguous, 4-byte aligned).
+        key_device: the key's 8 words on the device (:func:`key_words`, copied to the device).
+        out: where the 8 words of the digest go (device memory).
+    Raises: ValueError for a non-contiguous array or one whose data is not 4-byte aligned.
+    """
+    import cupy
+
+    if not array.flags.c_contiguous:
+        raise ValueError("the digest needs a C-contiguous array")
+    if array.data.ptr % 4:  # full blocks are read as words (CuPy allocates 256-byte aligned)
+        raise ValueError("the digest needs 4-byte aligned data")
+    data = array.reshape(-1).view(cupy.uint8)
+    nbytes = int(data.size)
+    n = max(1, (nbytes + 1023) // 1024)
+    cvs = cupy.empty(8 * n, dtype=cupy.uint32)
+    _kernel("b3_chunks")(
+        ((n + _THREADS - 1) // _THREADS,), (_THREADS,),
+        (data, np.int64(nbytes), key_device, cvs, np.int64(n), np.int32(n == 1)),
+    )  # fmt: skip
+    while n > TAIL_NODES:  # large outputs: the lower levels across the whole device
+        m = (n + 1) // 2
+        nxt = cupy.empty(8 * m, dtype=cupy.uint32)
+        _kernel("b3_parents")(
+            ((m + _THREADS - 1) // _THREADS,), (_THREADS,),
+            (cvs, np.int64(n), nxt, key_device, np.int32(n == 2)),
+        )  # fmt: skip
+        cvs, n = nxt, m
+    scratch = cupy.empty(8 * ((n + 1) // 2), dtype=cupy.uint32)
+    _kernel("b3_tail")((1,), (_TAIL_THREADS,), (cvs, scratch, np.int64(n), key_device, out))
+
+
+def words_hex(words: Any) -> str:
+    """The hex digest of 8 digest words (host array or sequence of ints)."""
+    return struct.pack("<8I", *(int(w) for w in words)).hex()
+
+
 def device_digest(array: Any, key: bytes) -> str:
     """Keyed BLAKE3 (hex, 32 bytes) of a contiguous CuPy array's bytes, computed on the current
-    stream; equal to ``blake3.blake3(bytes, key=key).hexdigest()``.
+    stream (:func:`digest_into`, then one copy back); equal to
+    ``blake3.blake3(bytes, key=key).hexdigest()``.
 
     Raises: ValueError for a non-contiguous array, one whose data is not 4-byte aligned, or a
     key that is not 32 bytes.
     """
     import cupy
 
-    if not array.flags.c_contiguous:
-        raise ValueError("device_digest needs a C-contiguous array")
-    if array.data.ptr % 4:  # full blocks are read as words (CuPy allocates 256-byte aligned)
-        raise ValueError("device_digest needs 4-byte aligned data")
-    data = array.reshape(-1).view(cupy.uint8)
-    nbytes = int(data.size)
-    n = max(1, (nbytes + 1023) // 1024)
-    words = cupy.asarray(key_words(key))
-    cvs = cupy.empty(8 * n, dtype=cupy.uint32)
-    threads = 128
-    _kernel("b3_chunks")(
-        ((n + threads - 1) // threads,), (threads,),
-        (data, np.int64(nbytes), words, cvs, np.int64(n), np.int32(n == 1)),
-    )  # fmt: skip
-    while n > 1:
-        m = (n + 1) // 2
-        nxt = cupy.empty(8 * m, dtype=cupy.uint32)
-        _kernel("b3_parents")(
-            ((m + threads - 1) // threads,), (threads,),
-            (cvs, np.int64(n), nxt, words, np.int32(n == 2)),
-        )  # fmt: skip
-        cvs, n = nxt, m
-    return struct.pack("<8I", *(int(w) for w in cvs[:8].get())).hex()
+    out = cupy.empty(8, dtype=cupy.uint32)
+    digest_into(array, cupy.asarray(key_words(key)), out)
+    return words_hex(out.get())
 
 
 def self_test(key: bytes = bytes(range(32))) -> bool:
@@ -218,7 +272,10 @@ def self_test(key: bytes = bytes(range(32))) -> bool:
     import cupy
 
     rng = np.random.default_rng(7)
-    for size in (0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 3 * 1024 + 5, 5 * 1024, 70_001):
+    sizes = (0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 3 * 1024 + 5, 5 * 1024, 70_001)
+    # ... and across the hand-over from whole-device levels to the one-block tail
+    tail = 1024 * TAIL_NODES
+    for size in (*sizes, tail, tail + 1, 2 * tail + 3 * 1024 + 7):
         host = rng.integers(0, 256, size=size, dtype=np.uint8)
         want = blake3.blake3(host.tobytes(), key=key).hexdigest()
         if device_digest(cupy.asarray(host), key) != want:
@@ -226,4 +283,12 @@ def self_test(key: bytes = bytes(range(32))) -> bool:
     return True
 
 
-__all__ = ["BLAKE3_SOURCE", "device_digest", "key_words", "self_test"]
+__all__ = [
+    "BLAKE3_SOURCE",
+    "TAIL_NODES",
+    "device_digest",
+    "digest_into",
+    "key_words",
+    "self_test",
+    "words_hex",
+]

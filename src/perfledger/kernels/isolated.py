@@ -55,6 +55,7 @@ from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTim
 from perfledger.kernels.isolation import TOLERANCE_S, TOLERANCE_SHARE, Batch, SubjectProcess
 from perfledger.kernels.isolation import clock_check as _clock_check
 from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table, undumpable
+from perfledger.kernels.reveal_ipc import MappedBuffer, device_output_digest, parent_ready
 from perfledger.kernels.stats import paired_stats
 from perfledger.kernels.stopping import Stopper, StoppingRule
 from perfledger.kernels.subject_protocol import (
@@ -233,6 +234,18 @@ class WorkerProcess:
         finally:
             if os.path.exists(path):
                 os.remove(path)
+
+    def reveal_mapped(self, index: int, mapped: Any) -> dict:
+        """Call ``index`` of the last batch's outputs through the worker's exported device buffer
+        (:class:`~perfledger.kernels.reveal_ipc.MappedBuffer`): device arrays of this process's
+        own. Raises: ValueError when the worker answers an error or the copy fails."""
+        reply, _ = self.proc.request({"op": "reveal", "index": index})
+        if reply.get("error") is not None:
+            raise ValueError(f"the worker refused: {str(reply['error'])[:300]}")
+        try:
+            return mapped.read()
+        except Exception as exc:  # a CUDA error reading the worker's memory
+            raise ValueError(f"the reveal buffer could not be read: {exc}"[:300]) from None
 
     def pause(self, stop: bool) -> None:
         """Stop (``SIGSTOP``) or continue (``SIGCONT``) the worker's process group."""
@@ -477,6 +490,28 @@ class _Run:
         self.reveals = 0
         self.revealed: list[list[int]] = []  # the call indices drawn, per pair of batches
         self.batches: list[Batch] = []
+        self.mapped: dict[str, Any] = {}  # label -> MappedBuffer where reveals go through IPC
+
+    def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
+        """Map both workers' exported reveal buffers where both offer one and this process can
+        check on the device (:mod:`perfledger.kernels.reveal_ipc`). Returns: ``"ipc"`` or
+        ``"file"`` (how reveals travel)."""
+        offers = {label: f.get("reveal_ipc") for label, f in facts.items()}
+        if not all(isinstance(o, dict) for o in offers.values()) or not parent_ready():
+            return "file"
+        try:
+            for label, offer in offers.items():
+                self.mapped[label] = MappedBuffer(offer, self.outputs)
+        except Exception:  # refused by the driver, or a malformed offer: files still work
+            self.close()
+            return "file"
+        return "ipc"
+
+    def close(self) -> None:
+        """Unmap the reveal buffers."""
+        for mapped in self.mapped.values():
+            mapped.close()
+        self.mapped = {}
 
     def seeds(self, n: int) -> tuple[list[int], bytes]:
         """Fresh call seeds and a digest key (hidden until the request is written)."""
@@ -606,14 +641,19 @@ class _Run:
             for label, reply in replies.items():
                 role = ROLES[label]
                 # a name nobody can guess, written and read while the other worker is stopped
-                path = os.path.join(self.reveal_dir, f"{role}-{secrets.token_hex(8)}.npz")
+                path = os.path.join(self.reveal_dir, f"{role}-{secrets.token_hex(8)}.bin")
                 try:
                     with self.alone(label):
-                        arrays = self.workers[label].reveal(index, path, self.outputs)
+                        if self.mapped:
+                            arrays = self.workers[label].reveal_mapped(index, self.mapped[label])
+                            digest = device_output_digest(arrays, reply.key)
+                        else:
+                            arrays = self.workers[label].reveal(index, path, self.outputs)
+                            digest = output_digest(arrays, reply.key)
                 except ValueError as exc:
                     self._flag(f"digest:{role}", label, f"call {first + index}: reveal: {exc}")
                     continue
-                if output_digest(arrays, reply.key) != reply.digests[index]:
+                if digest != reply.digests[index]:
                     self._flag(
                         f"digest:{role}",
                         label,
@@ -676,134 +716,138 @@ def compare_workers(
     calls = config.calls_per_batch or max(1, int(harness["batch"]) // 2)
     stopping = StoppingRule(**harness["stopping"])
     run = _Run(workers, fa, config, reveal_dir, tree)
-    reports = {label: w.check() for label, w in workers.items()}
-    flags: list[str] = [] if ceilings else ["no_ceilings"]
-    settings = {
-        **fa["settings"],
-        "inputs": "fresh",  # every call gets inputs made from a seed of its own
-        "ceilings": ceilings.to_json() if ceilings else None,  # what plausibility used
-        "harness": {**harness, "batch": 2 * calls},
-        "isolation": "process",
-        "subjects": {
-            role: {k: facts[label].get(k) for k in ("subject", "content_hash", "identity")}
-            for label, role in ROLES.items()
-        },
-        "isolation_settings": {
-            "calls_per_batch": calls,
-            "reveals_per_batch": config.reveals_per_batch,
-            "tolerance_s": config.tolerance_s,
-            "tolerance_share": config.tolerance_share,
-            "noise_sigmas": config.noise_sigmas,
-            "overhead_share": config.overhead_share,
-            "same_cpus": config.same_cpus,
-            "stop_idle": config.stop_idle,
-            "harness_batch": int(harness["batch"]),
-        },
-    }
-    if not (reports["A"].ok and reports["B"].ok):
-        flags += [f for label, f in (("A", "ref_incorrect"), ("B", "cand_incorrect"))
-                  if not reports[label].ok]  # fmt: skip
-        return Comparison(reports["A"], reports["B"], None, None, [], None, None, flags, settings)
-    # warm-up: batches on the path timed batches take, until enough calls and seconds
-    start = time.perf_counter()
-    n = 0
-    while n < int(harness["warmup_min"]) or time.perf_counter() - start < float(
-        harness["warmup_min_s"]
-    ):
-        seeds, key = run.seeds(calls)
-        for label in "AB":
-            run.batch(label, seeds, key, None)
-        n += calls
-    tim = {"A": _timing(fa["subject"]), "B": _timing(facts["B"]["subject"])}
-    orders: list[str] = []
-    blocks: dict[str, list[float]] = {"A": [], "B": []}
-    stopper = Stopper(stopping, logs=True)
-    windows: list[dict[str, Any]] = []
-    reason = None
-    k = 0  # calls of each subject so far
-    while reason is None:
-        block_start = time.monotonic()
-        sums = {"A": 0.0, "B": 0.0}
-        for order in ("AB", "BA"):
-            seeds, key = run.seeds(calls)
-            replies = {}
-            for label in order:
-                replies[label] = run.batch(label, seeds, key, k)
-                _absorb(tim[label], replies[label], k)
-                sums[label] += sum(replies[label].times_s)
-            run.reveal(replies, k)
-            orders += [order] * calls
-            k += calls
-        for label in "AB":
-            blocks[label].append(sums[label])
-        if monitor is not None:
-            windows.append(
-                {
-                    "pairs": [k - 2 * calls, k],
-                    **monitor.verdict(block_start, time.monotonic()).to_json(),
-                }
+    with contextlib.closing(run):  # the reveal buffers are unmapped on the way out
+        reports = {label: w.check() for label, w in workers.items()}
+        flags: list[str] = [] if ceilings else ["no_ceilings"]
+        settings = {
+            **fa["settings"],
+            "inputs": "fresh",  # every call gets inputs made from a seed of its own
+            "ceilings": ceilings.to_json() if ceilings else None,  # what plausibility used
+            "harness": {**harness, "batch": 2 * calls},
+            "isolation": "process",
+            "subjects": {
+                role: {k: facts[label].get(k) for k in ("subject", "content_hash", "identity")}
+                for label, role in ROLES.items()
+            },
+            "isolation_settings": {
+                "calls_per_batch": calls,
+                "reveals_per_batch": config.reveals_per_batch,
+                "tolerance_s": config.tolerance_s,
+                "tolerance_share": config.tolerance_share,
+                "noise_sigmas": config.noise_sigmas,
+                "overhead_share": config.overhead_share,
+                "same_cpus": config.same_cpus,
+                "stop_idle": config.stop_idle,
+                "harness_batch": int(harness["batch"]),
+                "reveals_by": run.map_reveals(facts),
+            },
+        }
+        if not (reports["A"].ok and reports["B"].ok):
+            flags += [f for label, f in (("A", "ref_incorrect"), ("B", "cand_incorrect"))
+                      if not reports[label].ok]  # fmt: skip
+            return Comparison(
+                reports["A"], reports["B"], None, None, [], None, None, flags, settings
             )
-        logs = np.log(np.asarray(blocks["B"]) / np.asarray(blocks["A"]))
-        reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
-    clock = _clock_check(
-        run.batches,
-        tolerance_s=config.tolerance_s,
-        tolerance_share=config.tolerance_share,
-        noise_sigmas=config.noise_sigmas,
-        overhead_share=config.overhead_share,
-    )
-    for flag in clock.flags:
-        label = "A" if flag.endswith(":reference") else "B"
-        run._flag(
-            flag,
-            label,
-            f"{flag}: median excess of the parent's wall time over the reported times "
-            f"{clock.excess_s[ROLES[label]]:.3g} s per call (limit of the difference "
-            f"{clock.limit_s:.3g} s; the other subject's "
-            f"{clock.excess_s.get(ROLES['B' if label == 'A' else 'A'], math.nan):.3g} s)",
+        # warm-up: batches on the path timed batches take, until enough calls and seconds
+        start = time.perf_counter()
+        n = 0
+        while n < int(harness["warmup_min"]) or time.perf_counter() - start < float(
+            harness["warmup_min_s"]
+        ):
+            seeds, key = run.seeds(calls)
+            for label in "AB":
+                run.batch(label, seeds, key, None)
+            n += calls
+        tim = {"A": _timing(fa["subject"]), "B": _timing(facts["B"]["subject"])}
+        orders: list[str] = []
+        blocks: dict[str, list[float]] = {"A": [], "B": []}
+        stopper = Stopper(stopping, logs=True)
+        windows: list[dict[str, Any]] = []
+        reason = None
+        k = 0  # calls of each subject so far
+        while reason is None:
+            block_start = time.monotonic()
+            sums = {"A": 0.0, "B": 0.0}
+            for order in ("AB", "BA"):
+                seeds, key = run.seeds(calls)
+                replies = {}
+                for label in order:
+                    replies[label] = run.batch(label, seeds, key, k)
+                    _absorb(tim[label], replies[label], k)
+                    sums[label] += sum(replies[label].times_s)
+                run.reveal(replies, k)
+                orders += [order] * calls
+                k += calls
+            for label in "AB":
+                blocks[label].append(sums[label])
+            if monitor is not None:
+                windows.append(
+                    {
+                        "pairs": [k - 2 * calls, k],
+                        **monitor.verdict(block_start, time.monotonic()).to_json(),
+                    }
+                )
+            logs = np.log(np.asarray(blocks["B"]) / np.asarray(blocks["A"]))
+            reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
+        clock = _clock_check(
+            run.batches,
+            tolerance_s=config.tolerance_s,
+            tolerance_share=config.tolerance_share,
+            noise_sigmas=config.noise_sigmas,
+            overhead_share=config.overhead_share,
         )
-    for label in "AB":
-        _finish(tim[label], facts[label], harness, ceilings, calls)
-        tim[label].recheck_failures += run.failures[label]
-    stats = paired_stats(
-        blocks["A"],
-        blocks["B"],
-        resamples=int(harness["resamples"]),
-        confidence=float(harness["confidence"]),
-        seed=seed & 0xFFFFFFFF,
-    )
-    stats = replace(
-        stats,
-        ref_median_s=float(np.median(tim["A"].samples_s)),
-        cand_median_s=float(np.median(tim["B"].samples_s)),
-        medians_per="call",
-    )
-    flags += run.flags
-    for label in "AB":
-        t = tim[label]
-        if t.side_work:
-            flags.append(f"side_work:{t.subject}")
-        if t.recheck_failures:
-            flags.append(f"recheck:{t.subject}")
-    if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
-        flags.append("review_speedup")
-    settings.update(
-        bootstrap_seed=seed,
-        revealed_calls=run.revealed,  # recorded only now, after every draw was made
-        harness_seed=harness_seed,
-        clock={
-            "excess_s": clock.excess_s,
-            "call_s": clock.call_s,
-            "limit_s": clock.limit_s,
-            "noise_s": clock.noise_s,
-        },
-        reveals=run.reveals,
-        batches=len(run.batches),
-    )
-    return Comparison(
-        reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
-        windows,
-    )  # fmt: skip
+        for flag in clock.flags:
+            label = "A" if flag.endswith(":reference") else "B"
+            run._flag(
+                flag,
+                label,
+                f"{flag}: median excess of the parent's wall time over the reported times "
+                f"{clock.excess_s[ROLES[label]]:.3g} s per call (limit of the difference "
+                f"{clock.limit_s[ROLES[label]]:.3g} s; the other subject's "
+                f"{clock.excess_s.get(ROLES['B' if label == 'A' else 'A'], math.nan):.3g} s)",
+            )
+        for label in "AB":
+            _finish(tim[label], facts[label], harness, ceilings, calls)
+            tim[label].recheck_failures += run.failures[label]
+        stats = paired_stats(
+            blocks["A"],
+            blocks["B"],
+            resamples=int(harness["resamples"]),
+            confidence=float(harness["confidence"]),
+            seed=seed & 0xFFFFFFFF,
+        )
+        stats = replace(
+            stats,
+            ref_median_s=float(np.median(tim["A"].samples_s)),
+            cand_median_s=float(np.median(tim["B"].samples_s)),
+            medians_per="call",
+        )
+        flags += run.flags
+        for label in "AB":
+            t = tim[label]
+            if t.side_work:
+                flags.append(f"side_work:{t.subject}")
+            if t.recheck_failures:
+                flags.append(f"recheck:{t.subject}")
+        if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
+            flags.append("review_speedup")
+        settings.update(
+            bootstrap_seed=seed,
+            revealed_calls=run.revealed,  # recorded only now, after every draw was made
+            harness_seed=harness_seed,
+            clock={
+                "excess_s": clock.excess_s,
+                "call_s": clock.call_s,
+                "limit_s": clock.limit_s,
+                "noise_s": clock.noise_s,
+            },
+            reveals=run.reveals,
+            batches=len(run.batches),
+        )
+        return Comparison(
+            reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
+            windows,
+        )  # fmt: skip
 
 
 def _memory_dir() -> str | None:

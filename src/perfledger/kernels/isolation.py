@@ -11,7 +11,7 @@ synchronised its device before replying) and checks the outputs itself.
 The parent's check (:func:`clock_check`): per batch, the parent's wall time beyond the reported
 times, per call, is the *excess*: harness overhead (inputs, flush, events, IPC), the same for any
 honest subject of one problem. A subject whose median excess is larger than the other subject's
-by more than ``max(tolerance_s, tolerance_share x the other's median call time)`` reported less
+by more than ``max(tolerance_s, tolerance_share x its own median call time)`` reported less
 time than it took (or did work it did not report): flagged ``clock:<label>``, and the
 comparison is invalid. A batch whose reported times add up to more than its wall time is
 impossible: flagged ``clock_exceeds_wall:<label>``.
@@ -260,15 +260,17 @@ class ClockCheck:
     Attributes:
         excess_s: label -> median excess per call over its batches (seconds).
         call_s: label -> median reported time per call (seconds).
-        limit_s: the largest allowed difference of excess (seconds).
+        limit_s: label -> the most that subject's median excess may exceed the other's
+            (seconds): each subject's limit scales with its own reported call time, since the
+            time it could hide is a share of its own calls.
         flags: ``clock:<label>`` / ``clock_exceeds_wall:<label>``; empty when consistent.
-        noise_s: the noise allowance in ``limit_s`` (``noise_sigmas`` x the standard error of
-            the difference of the median excesses, capped; 0 when not asked for).
+        noise_s: the noise allowance (``noise_sigmas`` x the standard error of the difference
+            of the median excesses, before the per-subject cap; 0 when not asked for).
     """
 
     excess_s: dict[str, float]
     call_s: dict[str, float]
-    limit_s: float
+    limit_s: dict[str, float]
     flags: list[str]
     noise_s: float = 0.0
 
@@ -286,20 +288,22 @@ def clock_check(
 
     Args:
         batches: every batch of the (one or two) subjects compared.
-        tolerance_s, tolerance_share: the allowed difference of median excess per call between
-            the subjects: the larger of ``tolerance_s`` and ``tolerance_share`` x the smaller
-            subject's median reported call time ...
+        tolerance_s, tolerance_share: how much a subject's median excess per call may exceed
+            the other's: the larger of ``tolerance_s`` and ``tolerance_share`` x the subject's
+            own median reported call time ...
         noise_sigmas: ... and, when > 0, of that many standard errors of the difference of the
             two median excesses (robust: from each subject's median absolute deviation over its
             batches), for overheads that vary from batch to batch (copies, hashing) ...
-        noise_cap_share: ... that allowance capped at this share of the smaller median call
-            time (a subject that makes its own overhead noisy cannot widen the limit further);
+        noise_cap_share: ... that allowance capped at this share of the subject's own median
+            call time (a subject that makes its own overhead noisy cannot widen its limit
+            further, and under-reporting its calls narrows it);
         overhead_share: ... and of this share of the smaller median excess (an overhead that
-            differs a little from one process to another; a subject cannot raise the other
-            subject's excess, so it cannot widen this either), also capped at
-            ``noise_cap_share`` x the smaller median call time: where the harness's overhead is
-            several times a call (copying and hashing a large output), a share of it uncapped
-            would let a subject report half its time unflagged.
+            differs a little from one process to another, or grows with a subject's own work:
+            a long compute-bound call leaves the clocks lower for the hashing after it; a
+            subject cannot raise the other subject's excess, so it cannot widen this either),
+            also capped at ``noise_cap_share`` x the subject's own median call time: where the
+            harness's overhead is several times a call (copying and hashing a large output), a
+            share of it uncapped would let a subject report half its time unflagged.
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -321,22 +325,24 @@ def clock_check(
             mad = float(np.median(np.abs(values - np.median(values))))
             # standard error of a median of n values of a normal of sd 1.4826 x MAD
             variance += (1.2533 * 1.4826 * mad) ** 2 / max(values.size, 1)
-        noise = min(noise_sigmas * float(np.sqrt(variance)), noise_cap_share * min(call.values()))
-    limit = max(
-        tolerance_s,
-        tolerance_share * min(call.values()),
-        min(
-            max(noise, overhead_share * max(min(excess.values()), 0.0)),
-            noise_cap_share * min(call.values()),
-        ),
-    )
+        noise = noise_sigmas * float(np.sqrt(variance))
+    shared = max(noise, overhead_share * max(min(excess.values()), 0.0))
+    # per subject: what it could hide is a share of its own calls
+    limit = {
+        lb: max(
+            tolerance_s,
+            tolerance_share * call[lb],
+            min(shared, noise_cap_share * call[lb]),
+        )
+        for lb in labels
+    }
     flags: list[str] = []
     for lb in labels:
         # a reported sum above the wall time is impossible, whatever the overhead
         if any(sum(b.reported_s) > b.wall_s for b in batches if b.subject == lb):
             flags.append(f"clock_exceeds_wall:{lb}")
         others = [excess[o] for o in labels if o != lb]
-        if others and excess[lb] - min(others) > limit:
+        if others and excess[lb] - min(others) > limit[lb]:
             flags.append(f"clock:{lb}")
     return ClockCheck(excess, call, limit, flags, noise)
 

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import stat
-import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,8 +35,6 @@ from perfledger.kernels.proctree import set_dumpable  # re-exported: workers imp
 
 #: The digest key's length (bytes): blake3's keyed mode takes 32.
 KEY_BYTES = 32
-#: The most a ``.npy`` member of a reveal may hold beyond its array's bytes (its header).
-_NPY_HEADER_MAX = 1 << 16
 
 
 def combine_digests(parts: Sequence[tuple[str, str, Sequence[int], str]], key: bytes) -> str:
@@ -80,55 +77,59 @@ def output_digest(arrays: Mapping[str, np.ndarray], key: bytes) -> str:
 
 
 def write_reveal(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write one call's outputs (name -> host array) as an uncompressed ``.npz``."""
+    """Write one call's outputs (name -> host array) to ``path``: each output's bytes in C
+    order, one after another, sorted by name (the reader knows every output's shape and dtype
+    from ``hello``, so the file needs no header; no archive to pack and unpack)."""
     with open(path, "wb") as f:
-        np.savez(f, **dict(arrays))
+        for name in sorted(arrays):
+            a = np.ascontiguousarray(arrays[name])
+            f.write(memoryview(a.reshape(-1).view(np.uint8)))
 
 
 def read_reveal(path: str, expected: Mapping[str, tuple[Any, str]]) -> dict[str, np.ndarray]:
-    """Read a revealed ``.npz`` (no pickles) and check it has exactly the ``expected`` outputs
-    (name -> (shape, dtype)).
+    """Read a reveal written by :func:`write_reveal`: the ``expected`` outputs (name -> (shape,
+    dtype)), in sorted name order, and nothing more.
 
     The worker wrote ``path`` and may still run while it is read: only a regular file is
     read (not a link, which could name any file; not a named pipe, whose reading would wait
-    on the worker with no deadline), and no member larger than its expected output (plus a
-    header) is decompressed.
+    on the worker with no deadline), and only when its size is exactly the outputs' bytes.
 
-    Raises: ValueError when the file is not a regular file, is unreadable, or the outputs'
-    names, sizes, shapes or dtypes differ.
+    Raises: ValueError when the file is not a regular file, is unreadable, or its size is not
+    the expected outputs' total.
     """
+    shapes = {
+        name: (tuple(int(n) for n in shape), np.dtype(dtype))
+        for name, (shape, dtype) in expected.items()
+    }
+    total = sum(dtype.itemsize * math.prod(shape) for shape, dtype in shapes.values())
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ValueError("the reveal is not a regular file: a symbolic link") from None
         raise ValueError(f"unreadable reveal: {exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ValueError("the reveal is not a regular file")
-        try:
-            with np.load(f, allow_pickle=False) as data:
-                if set(data.files) != set(expected):
-                    raise ValueError(
-                        f"revealed outputs {sorted(data.files)}, expected {sorted(expected)}"
-                    )
-                for name, (shape, dtype) in expected.items():
-                    size = data.zip.getinfo(f"{name}.npy").file_size
-                    limit = np.dtype(dtype).itemsize * math.prod(shape) + _NPY_HEADER_MAX
-                    if size > limit:
-                        raise ValueError(f"revealed output {name!r} holds {size} bytes")
-                arrays = {name: data[name] for name in data.files}
-        except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"unreadable reveal: {exc}") from None
-    if set(arrays) != set(expected):
-        raise ValueError(f"revealed outputs {sorted(arrays)}, expected {sorted(expected)}")
-    for name, (shape, dtype) in expected.items():
-        a = arrays[name]
-        if tuple(a.shape) != tuple(shape) or a.dtype != np.dtype(dtype):
+        if info.st_size != total:
             raise ValueError(
-                f"revealed output {name!r} is {a.dtype}{list(a.shape)}, expected "
-                f"{np.dtype(dtype)}{list(shape)}"
+                f"the reveal holds {info.st_size} bytes, the outputs "
+                f"{', '.join(f'{n} {d}{list(s)}' for n, (s, d) in sorted(shapes.items()))} "
+                f"{total}"
             )
+        arrays: dict[str, np.ndarray] = {}
+        for name in sorted(shapes):
+            shape, dtype = shapes[name]
+            a = np.empty(shape, dtype=dtype)
+            view = memoryview(a.reshape(-1).view(np.uint8))
+            got = 0
+            while got < view.nbytes:
+                n = f.readinto(view[got:])
+                if not n:  # shortened since fstat
+                    raise ValueError("unreadable reveal: the file ended early")
+                got += n
+            arrays[name] = a
     return arrays
 
 

@@ -17,7 +17,9 @@ JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / std
   (:func:`~perfledger.kernels.gpu_digest.device_digest`, when its self-test at ``hello``
   agreed with the ``blake3`` package) or after a copy to pinned host memory
   (:func:`~perfledger.kernels.subject_protocol.output_digest`): the same digest either way;
-- ``reveal {index, path}``: writes that call's outputs of the last batch to ``path`` (``.npz``).
+- ``reveal {index, path}``: writes that call's outputs of the last batch to ``path`` (raw bytes:
+  :func:`~perfledger.kernels.subject_protocol.write_reveal`); without ``path``, copies them into
+  the device buffer it exported at ``hello`` (``reveal_ipc``: :mod:`perfledger.kernels.reveal_ipc`).
 
 The protocol's stream is a private duplicate of the original stdout; file descriptor 1 and
 ``sys.stdout`` point at stderr before the spec is loaded, so whatever the subject prints (Python
@@ -77,6 +79,7 @@ class Worker:
         self._outs: list[dict[str, Any]] = []  # device outputs, one set per call of a batch
         self._slots: list[dict[str, Any]] = []  # pinned host copies, one dict per call slot
         self.kept: list[dict[str, Any]] = []
+        self._ipc: Any = None  # the exported reveal buffer (after hello, where IPC works)
         if case is not None:
             if case not in self.spec["problems"]:
                 raise BadRequest(f"the spec {spec_path!r} has no case {case!r}")
@@ -99,6 +102,7 @@ class Worker:
         self.harness = Harness(problem, config)
         self.harness._calibrate_overhead()  # recorded in the settings; the parent's side-work check
         self.device_digest = _device_digest_works()
+        self._ipc = _export_reveals(problem.outputs) if self.device_digest else None
         facts.update(
             case=self.case,
             problem=problem.name,
@@ -112,6 +116,7 @@ class Worker:
                 **self.harness.settings(),
                 "digest": "device" if self.device_digest else "host",
             },
+            reveal_ipc=self._ipc.offer() if self._ipc is not None else None,
             content_hash=subject.content_hash(),
             identity=subject.identity() if hasattr(subject, "identity") else None,
         )
@@ -125,7 +130,9 @@ class Worker:
 
     def run(self, seeds: list[int], key: str) -> dict[str, Any]:
         """One call per seed (module docstring); the outputs are kept until the next run."""
-        from perfledger.kernels.gpu_digest import device_digest
+        import cupy
+
+        from perfledger.kernels.gpu_digest import digest_into, key_words, words_hex
         from perfledger.kernels.harness import SubjectTiming, _PairInputs
         from perfledger.kernels.subject_protocol import combine_digests, output_digest
 
@@ -135,23 +142,36 @@ class Worker:
         self.kept = []
         timing = SubjectTiming(subject.name, [], [], [], [], 0.0, [], False)
         digests: list[str] = []
+        names = sorted(self._ring(0))
+        if self.device_digest:  # every call's digest words, read back once after the batch
+            key_device = cupy.asarray(key_words(key_bytes))
+            words = cupy.empty((len(seeds), len(names), 8), dtype=cupy.uint32)
         for k, seed in enumerate(seeds):
             pair = _PairInputs(h._make_inputs(int(seed)), int(seed))
             outs = self._ring(k)
             h._timed2(subject, outs, pair, k, timing)
             # after the call's timed window: commit to the bytes the parent may ask to see
             if self.device_digest:
-                parts = [
-                    (name, out.dtype.str, out.shape, device_digest(out, key_bytes))
-                    for name, out in outs.items()
-                ]
-                digests.append(combine_digests(parts, key_bytes))
+                with h.stream:  # ordered after the call, before the next call's inputs
+                    for j, name in enumerate(names):
+                        digest_into(outs[name], key_device, words[k, j])
             else:
                 host = self._host(k)
                 for name, out in outs.items():
                     out.get(out=host[name])
                 digests.append(output_digest(host, key_bytes))
             self.kept.append(outs)
+        if self.device_digest:
+            with h.stream:
+                got = words.get(stream=h.stream)
+            h.stream.synchronize()
+            for k in range(len(seeds)):
+                parts = [
+                    (name, self.kept[k][name].dtype.str, self.kept[k][name].shape,
+                     words_hex(got[k, j]))
+                    for j, name in enumerate(names)
+                ]  # fmt: skip
+                digests.append(combine_digests(parts, key_bytes))
         return {
             "times_s": timing.samples_s,
             "wall_s": timing.wall_s,
@@ -183,14 +203,38 @@ class Worker:
             )
         return self._slots[slot]
 
-    def reveal(self, index: int, path: str) -> dict[str, Any]:
-        """Write call ``index`` of the last batch's outputs to ``path``."""
+    def reveal(self, index: int, path: str | None) -> dict[str, Any]:
+        """Write call ``index`` of the last batch's outputs to ``path``, or (``path`` None)
+        copy them into the exported reveal buffer (:mod:`perfledger.kernels.reveal_ipc`)."""
         from perfledger.kernels.subject_protocol import write_reveal
 
         if not 0 <= index < len(self.kept):
             raise BadRequest(f"no call {index} in the last batch ({len(self.kept)} calls)")
-        write_reveal(path, {name: out.get() for name, out in self.kept[index].items()})
+        if path is None:
+            if self._ipc is None:
+                raise BadRequest("this worker offered no reveal buffer")
+            self._ipc.fill(self.kept[index])
+            return {"ok": True}
+        # pinned, so the copy runs at the bus's speed; the host path's slot already holds the
+        # call's outputs, the device path uses one slot for every reveal
+        host = self._host(0 if self.device_digest else index)
+        for name, out in self.kept[index].items():
+            out.get(out=host[name])
+        write_reveal(path, host)
         return {"ok": True}
+
+
+def _export_reveals(outputs: Any) -> Any:
+    """The reveal buffer exported for CUDA IPC, or None where the driver refuses (reveals then
+    go through files)."""
+    from perfledger.kernels.reveal_ipc import ExportedBuffer
+
+    try:
+        return ExportedBuffer(outputs)
+    except Exception as exc:
+        print(f"perfledger worker: no IPC reveal buffer ({exc}); reveals go through files",
+              file=sys.stderr)  # fmt: skip
+        return None
 
 
 def _device_digest_works() -> bool:
@@ -248,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             elif op == "run":
                 answer = worker.run([int(s) for s in request["seeds"]], str(request["key"]))
             elif op == "reveal":
-                answer = worker.reveal(int(request["index"]), str(request["path"]))
+                path = request.get("path")
+                answer = worker.reveal(int(request["index"]), None if path is None else str(path))
             else:
                 answer = _error(BadRequest(f"unknown op {op!r}"))
         except Exception as exc:  # the subject's failure, reported to the parent
