@@ -154,14 +154,21 @@ class WorkerProcess:
             argv += ["--case", case]
         self.role = role
         self.config = config
+        self.overhead_s = 0.0  # the worker's calibration of an empty call (after check)
         self.proc = SubjectProcess(role, argv, timeout_s=config.timeout_s, stderr_path=stderr_path)
         if config.same_cpus and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
             with contextlib.suppress(OSError):  # gone already: the first request says so
                 os.sched_setaffinity(self.proc.pid, cpus[: max(1, len(cpus) // 2)])
 
-    def _ask(self, message: dict[str, Any], timeout_s: float | None = None) -> tuple[dict, float]:
-        reply, wall = self.proc.request(message, timeout_s)
+    def _ask(
+        self, message: dict[str, Any], timeout_s: float | None = None, sent: float | None = None
+    ) -> tuple[dict, float]:
+        """Send ``message`` (unless it was sent at ``sent``) and read its reply; a reply that
+        is an error ends the worker and raises (BadRequest for a spec that does not load)."""
+        if sent is None:
+            sent = self.proc.send(message)
+        reply, wall = self.proc.receive(sent, timeout_s)
         error = reply.get("error")
         if error is not None:
             self.proc.close()
@@ -178,17 +185,28 @@ class WorkerProcess:
         self.proc.close()
         return MeasurementError(f"the {self.role} worker sent a malformed reply: {what}")
 
-    def hello(self, seed: int) -> dict[str, Any]:
-        """The problem's facts (:mod:`perfledger.kernels.subject_worker`)."""
-        reply, _ = self._ask({"op": "hello", "seed": seed}, self.config.start_timeout_s)
+    def hello(self, seed: int, sent: float | None = None) -> dict[str, Any]:
+        """The problem's facts (:mod:`perfledger.kernels.subject_worker`); ``sent``: the
+        request was already written (:meth:`ask_hello`) at that time."""
+        message = {"op": "hello", "seed": seed}
+        reply, _ = self._ask(message, self.config.start_timeout_s, sent)
         if not isinstance(reply.get("cases"), list):
             raise self._malformed("hello without a case list")
         return reply
 
+    def ask_hello(self, seed: int) -> float:
+        """Write ``hello`` without waiting (both workers set up at once: nothing in ``hello``
+        is timed). Returns: when it was written."""
+        return self.proc.send({"op": "hello", "seed": seed})
+
     def check(self) -> CorrectnessReport:
-        """The worker's correctness trials of its subject."""
+        """The worker's overhead calibration and correctness trials of its subject (the
+        calibration is kept in :attr:`overhead_s`)."""
         reply, _ = self._ask({"op": "check"}, self.config.start_timeout_s)
         try:
+            self.overhead_s = float(reply.get("overhead_s") or 0.0)
+            if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
+                raise ValueError(f"overhead {self.overhead_s}")
             return report_from_json(reply["report"])
         except (KeyError, TypeError, ValueError) as exc:
             raise self._malformed(f"correctness report ({exc})") from None
@@ -235,17 +253,25 @@ class WorkerProcess:
             if os.path.exists(path):
                 os.remove(path)
 
-    def reveal_mapped(self, index: int, mapped: Any) -> dict:
+    def reveal_mapped(self, index: int, mapped: Any, sent: float | None = None) -> dict:
         """Call ``index`` of the last batch's outputs through the worker's exported device buffer
         (:class:`~perfledger.kernels.reveal_ipc.MappedBuffer`): device arrays of this process's
-        own. Raises: ValueError when the worker answers an error or the copy fails."""
-        reply, _ = self.proc.request({"op": "reveal", "index": index})
+        own. ``sent``: the request was already written (:meth:`ask_reveal`) at that time.
+        Raises: ValueError when the worker answers an error or the copy fails."""
+        if sent is None:
+            sent = self.ask_reveal(index)
+        reply, _ = self.proc.receive(sent)
         if reply.get("error") is not None:
             raise ValueError(f"the worker refused: {str(reply['error'])[:300]}")
         try:
             return mapped.read()
         except Exception as exc:  # a CUDA error reading the worker's memory
             raise ValueError(f"the reveal buffer could not be read: {exc}"[:300]) from None
+
+    def ask_reveal(self, index: int) -> float:
+        """Write the request of :meth:`reveal_mapped` without waiting for the reply (both
+        workers fill their buffers at once). Returns: when it was written."""
+        return self.proc.send({"op": "reveal", "index": index})
 
     def pause(self, stop: bool) -> None:
         """Stop (``SIGSTOP``) or continue (``SIGCONT``) the worker's process group."""
@@ -638,18 +664,26 @@ class _Run:
         self.revealed.append(sorted(drawn))
         for index in sorted(drawn):
             revealed: dict[str, dict[str, np.ndarray]] = {}
+            # through IPC both workers fill their buffers at once, neither stopped: each buffer
+            # is its own worker's and is checked against that worker's commitment alone
+            sent = (
+                {label: self.workers[label].ask_reveal(index) for label in replies}
+                if self.mapped
+                else {}
+            )
             for label, reply in replies.items():
                 role = ROLES[label]
                 # a name nobody can guess, written and read while the other worker is stopped
                 path = os.path.join(self.reveal_dir, f"{role}-{secrets.token_hex(8)}.bin")
                 try:
-                    with self.alone(label):
-                        if self.mapped:
-                            arrays = self.workers[label].reveal_mapped(index, self.mapped[label])
-                            digest = device_output_digest(arrays, reply.key)
-                        else:
+                    if self.mapped:
+                        worker = self.workers[label]
+                        arrays = worker.reveal_mapped(index, self.mapped[label], sent[label])
+                        digest = device_output_digest(arrays, reply.key)
+                    else:
+                        with self.alone(label):
                             arrays = self.workers[label].reveal(index, path, self.outputs)
-                            digest = output_digest(arrays, reply.key)
+                        digest = output_digest(arrays, reply.key)
                 except ValueError as exc:
                     self._flag(f"digest:{role}", label, f"call {first + index}: reveal: {exc}")
                     continue
@@ -704,7 +738,8 @@ def compare_workers(
     seed = secrets.randbits(63)  # the bootstrap's
     harness_seed = secrets.randbits(63)  # the workers' (inputs of their correctness trials)
     workers = {"A": ref, "B": cand}
-    facts = {label: w.hello(harness_seed) for label, w in workers.items()}
+    sent = {label: w.ask_hello(harness_seed) for label, w in workers.items()}
+    facts = {label: w.hello(harness_seed, sent[label]) for label, w in workers.items()}
     for key in ("case", "outputs", "bytes_per_call", "flops_per_call", "flops_unit"):
         if facts["A"].get(key) != facts["B"].get(key):
             raise MeasurementError(
@@ -717,7 +752,11 @@ def compare_workers(
     stopping = StoppingRule(**harness["stopping"])
     run = _Run(workers, fa, config, reveal_dir, tree)
     with contextlib.closing(run):  # the reveal buffers are unmapped on the way out
-        reports = {label: w.check() for label, w in workers.items()}
+        reports = {}
+        for label, worker in workers.items():
+            with run.alone(label):  # its calibration of an empty call with the other stopped
+                reports[label] = worker.check()
+            facts[label]["settings"]["overhead_s"] = worker.overhead_s
         flags: list[str] = [] if ceilings else ["no_ceilings"]
         settings = {
             **fa["settings"],

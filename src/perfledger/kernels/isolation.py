@@ -188,6 +188,11 @@ class SubjectProcess:
         Raises: MeasurementError when the child is gone, late, or answers anything but one
             JSON object (the child is ended).
         """
+        return self.receive(self.send(message), timeout_s)
+
+    def send(self, message: dict[str, Any]) -> float:
+        """Write one request line (the first half of :meth:`request`). Returns: the parent's
+        clock when it was written. Raises: MeasurementError when the child is gone."""
         assert self._proc.stdin is not None
         line_out = json.dumps(message).encode() + b"\n"
         t0 = time.perf_counter()
@@ -196,6 +201,11 @@ class SubjectProcess:
             self._proc.stdin.flush()
         except OSError as exc:
             raise self._failed(f"subject {self.label!r} is gone: {exc}") from None
+        return t0
+
+    def receive(self, t0: float, timeout_s: float | None = None) -> tuple[dict[str, Any], float]:
+        """Read the reply to the request :meth:`send` wrote at ``t0`` (the second half of
+        :meth:`request`, which says what it returns and raises)."""
         line = self._readline(t0 + (self.timeout_s if timeout_s is None else timeout_s))
         wall = time.perf_counter() - t0  # the parent's own clock: nothing the child can touch
         try:

@@ -18,6 +18,7 @@ driver), :mod:`perfledger.kernels.isolated` falls back to reveals through files.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 from collections.abc import Mapping
@@ -155,10 +156,9 @@ class MappedBuffer:
 
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
-            try:
+            # already gone with a failed context: nothing left to release
+            with contextlib.suppress(Exception):
                 cupy.cuda.runtime.ipcCloseMemHandle(ptr)
-            except Exception:  # already gone with a failed context: nothing left to release
-                pass
 
 
 def device_output_digest(arrays: Mapping[str, Any], key: bytes) -> str:

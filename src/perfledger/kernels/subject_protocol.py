@@ -5,7 +5,7 @@ The parent (:mod:`perfledger.kernels.isolated`) and the worker
 (:mod:`perfledger.kernels.subject_worker`) speak JSON lines; the requests are
 
 - ``{"op": "hello", "seed": int}`` -> problem facts (:func:`perfledger.kernels.subject_worker`);
-- ``{"op": "check"}`` -> ``{"report": <CorrectnessReport as JSON>}``;
+- ``{"op": "check"}`` -> ``{"report": <CorrectnessReport as JSON>, "overhead_s": float}``;
 - ``{"op": "run", "seeds": [int, ...], "key": hex}`` -> per call ``times_s``, ``wall_s``,
   ``span_s``, ``digests``, and the batch's ``recheck_failures`` / ``checked_calls``;
 - ``{"op": "reveal", "index": int, "path": str}`` -> the call's outputs written to ``path``;

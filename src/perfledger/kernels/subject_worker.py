@@ -9,7 +9,8 @@ JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / std
 - ``hello {seed}``: the problem's facts (case names, bytes / FLOPs per call and their unit,
   outputs, tolerances, the harness's settings, the subject's content hash); without ``--case``
   only the case names (no GPU needed: how the measuring process lists a spec's cases);
-- ``check``: the harness's correctness trials of the subject;
+- ``check``: the harness's overhead calibration (an empty call's wall time beyond its event
+  time) and correctness trials of the subject;
 - ``run {seeds, key}``: one call per seed through the harness's protocol-2 call path
   (:meth:`Harness._timed2`: fresh inputs from the seed, L2 flush, CUDA events, a re-check drawn
   after the call), each call writing into output buffers of its own; after the call's timed
@@ -100,7 +101,6 @@ class Worker:
         subject = self.spec[self.role]
         config = replace(self.spec["config"] or HarnessConfig(), seed=seed)
         self.harness = Harness(problem, config)
-        self.harness._calibrate_overhead()  # recorded in the settings; the parent's side-work check
         self.device_digest = _device_digest_works()
         self._ipc = _export_reveals(problem.outputs) if self.device_digest else None
         facts.update(
@@ -126,7 +126,11 @@ class Worker:
         """The harness's correctness trials of the subject."""
         from perfledger.kernels.subject_protocol import report_to_json
 
-        return {"report": report_to_json(self.harness.check(self.spec[self.role]))}
+        # calibrated here, not at hello: the parent greets both workers at once and runs each
+        # check with the other stopped, so the calibration sees no other GPU work
+        overhead_s = self.harness._calibrate_overhead()
+        report = report_to_json(self.harness.check(self.spec[self.role]))
+        return {"report": report, "overhead_s": overhead_s}
 
     def run(self, seeds: list[int], key: str) -> dict[str, Any]:
         """One call per seed (module docstring); the outputs are kept until the next run."""
