@@ -70,6 +70,8 @@ def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
     """One A/A comparison; returns its figures."""
     from perfledger.kernels.harness import Harness, HarnessConfig
 
+    if mode == "do_bench":
+        return do_bench_aa(spec)
     t0 = time.perf_counter()
     if mode == "in-process":
         from perfledger.kernels.spec_loader import load_spec
@@ -100,6 +102,33 @@ def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
     }
 
 
+def _median(values: list[Any]) -> float:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else float("nan")
+
+
+def do_bench_aa(spec: Path) -> dict[str, Any]:
+    """One A/A estimate with ``triton.testing.do_bench`` (median, its defaults) of the spec's
+    reference on one input set: the ratio of two runs, and the wall time of both."""
+    from triton.testing import do_bench
+
+    from perfledger.kernels.harness import require_cupy
+    from perfledger.kernels.spec_loader import load_spec
+
+    cp = require_cupy()
+    loaded = load_spec(str(spec))
+    problem = next(iter(loaded["problems"].values()))
+    inputs = {k: cp.asarray(v) for k, v in problem.make_inputs(1).items()}
+    outs = {k: cp.empty(shape, dtype=dtype) for k, (shape, dtype) in problem.outputs.items()}
+    subject = loaded["reference"]
+    t0 = time.perf_counter()
+    a = float(do_bench(lambda: subject(inputs, outs), return_mode="median"))
+    b = float(do_bench(lambda: subject(inputs, outs), return_mode="median"))
+    wall = time.perf_counter() - t0
+    return {"valid": True, "flags": [], "ratio": b / a, "wall_s": wall, "wall_s_per_call": None,
+            "timed_gpu_s": None, "clock_limit_s": None, "call_median_s": a * 1e-3}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=sorted(SPECS), default="scale")
@@ -115,6 +144,12 @@ def main() -> int:
             "isolated": [],
             "isolated-32": [],
         }
+        try:
+            import triton.testing  # noqa: F401
+
+            rows["do_bench"] = []
+        except ImportError:
+            pass
         for r in range(args.runs):
             for mode in rows:
                 row = one(mode, args.kind, args.n, spec)
@@ -131,8 +166,8 @@ def main() -> int:
         ok = [x for x in got if x["ratio"] is not None and x["valid"]]
         spread = float(np.std([x["ratio"] for x in ok], ddof=1)) if len(ok) > 1 else float("nan")
         wall = statistics.median(x["wall_s"] for x in got)
-        per_call = statistics.median(x["wall_s_per_call"] for x in ok) if ok else float("nan")
-        gpu = statistics.median(x["timed_gpu_s"] for x in ok) if ok else float("nan")
+        per_call = _median([x["wall_s_per_call"] for x in ok])
+        gpu = _median([x["timed_gpu_s"] for x in ok])
         limits = [x["clock_limit_s"] for x in ok if x["clock_limit_s"] is not None]
         limit = 1e6 * statistics.median(limits) if limits else float("nan")
         print(f"{mode:12s} {wall:10.3f} {1e6 * per_call:12.1f} {gpu:7.3f} {spread:10.5f} "
