@@ -2,8 +2,9 @@
 PyTorch, Triton and host-launched CUDA subjects), on a real GPU (marked ``gpu``; each kind
 skipped with a reason where its tools are missing): the examples' torch-vs-Triton spec and the
 ``solve()`` JSON spec compared through ``compare_spec`` (this process never loads the specs),
-an A/A of each valid, and per kind a candidate that skips its work on most calls (its output
-buffer still holding an earlier answer) caught by the measuring process's reveals. Nothing is
+an A/A of each valid, and per kind a candidate that passes its correctness trials and then skips
+its work on most calls (its output buffer still holding an earlier answer) caught by the
+measuring process's reveals or the worker's re-checks. Nothing is
 mocked."""
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ SUBJECTS = ROOT / "examples" / "subjects"
 
 def _show(c: Comparison) -> Comparison:
     print(c.ref_correctness.subject, "vs", c.cand_correctness.subject, c.flags, c.stats)
+    for t in (c.ref, c.cand):
+        if t is not None and t.recheck_failures:
+            print("  ", t.subject, t.recheck_failures[:4])
     print("  reveals", c.settings.get("reveals"), c.settings["isolation_settings"]["reveals_by"])
     return c
 
@@ -67,8 +71,8 @@ def test_cheat_triton_subject_that_works_on_one_call_in_four_is_flagged(
         tmp_path,
         """
 def _lazy(inputs, outputs):
-    _state["calls"] += 1
-    if _state["calls"] % 4 == 1:
+    _state["calls"] += 1  # honest through the 5 correctness trials, then lazy
+    if _state["calls"] <= 5 or _state["calls"] % 4 == 1:
         triton_scale(inputs, outputs)
 
 CANDIDATE = TorchSubject("triton, one call in four", _lazy)
@@ -110,8 +114,8 @@ REFERENCE = _loaded["reference"]
 _real, _state = _loaded["candidate"], {{"calls": 0}}
 
 def _lazy(inputs, outputs):
-    _state["calls"] += 1
-    if _state["calls"] % 4 == 1:
+    _state["calls"] += 1  # honest through the 5 correctness trials, then lazy
+    if _state["calls"] <= 5 or _state["calls"] % 4 == 1:
         _real(inputs, outputs)
 
 CANDIDATE = CallableSubject("solve, one call in four", _lazy)

@@ -371,6 +371,29 @@ def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
     return True
 
 
+def _comm(pid: int) -> str:
+    """The process's command name (``/proc/<pid>/comm``), or ``?``."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()[:32] or "?"
+    except OSError:
+        return "?"
+
+
+def _states(pid: int) -> str:
+    """The states of ``pid``'s threads (``/proc/<pid>/task/<tid>/stat``), e.g. ``TTTS``."""
+    out = []
+    for tid in _tasks(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        end = stat.rfind(b")")
+        out.append(stat[end + 2 : end + 3].decode("ascii", "replace"))
+    return "".join(out) or "?"
+
+
 def _stop_pending(pid: int) -> bool:
     """Whether a SIGSTOP sent to ``pid`` is still pending (it has not run user code since:
     a pending signal is taken on the way back to user space)."""
@@ -582,7 +605,9 @@ class _Run:
                     f"pause:{role}",
                     idle_label,
                     f"pause: processes of the {role}'s worker ran during the other subject's "
-                    f"batch (was not stopped: pids {sorted(running)[:8]})",
+                    f"batch or check (was not stopped: "
+                    + "; ".join(f"pid {p} {why}" for p, why in sorted(running.items())[:8])
+                    + ")",
                 )
         finally:
             idle.pause(False)
@@ -618,13 +643,13 @@ class _Run:
 
     def _ran(
         self, active: int, stopped: set[int], base: dict[int, tuple[int | None, bool]]
-    ) -> set[int]:
+    ) -> dict[int, str]:
         """The processes held by :meth:`_stop_others` and :meth:`_hold` that ran since: one
         that can run and has no stop pending (continued), one that took CPU time (beyond a
         straggler's processing of its stop), and one that was not there (something that ran
         made it; the active worker's own session left out: what it started is its own work,
-        inside the parent's clock)."""
-        out = set()
+        inside the parent's clock). Returns: pid -> what it did (for the flag's reason)."""
+        out: dict[int, str] = {}
         for pid, (cpu0, held) in base.items():
             cpu = _cpu_ns(pid)  # None: gone, or no schedstat here (the state check still holds)
             if cpu is None and not os.path.exists(f"/proc/{pid}"):
@@ -632,9 +657,18 @@ class _Run:
             continued = not _is_stopped(pid, _NO_USER_CODE_STATES) and not _stop_pending(pid)
             took = None not in (cpu, cpu0) and cpu - cpu0 > (0 if held else STRAGGLER_NS)
             if continued or took:
-                out.add(pid)
+                what = [f"{_comm(pid)}"]
+                if continued:
+                    what.append(f"running (threads {_states(pid)})")
+                if took and cpu is not None and cpu0 is not None:
+                    what.append(f"took {(cpu - cpu0) / 1e6:.3g} ms of CPU")
+                if not held:
+                    what.append("its stop was slow")
+                out[pid] = ", ".join(what)
         active_sid = _sid(active)
-        out |= {p for p in self._others(active) - stopped if _sid(p) not in (active_sid, None)}
+        for pid in self._others(active) - stopped:
+            if _sid(pid) not in (active_sid, None):
+                out[pid] = f"{_comm(pid)}, started meanwhile outside the active worker's session"
         return out
 
     def _stop_others(self, active: int) -> set[int]:
