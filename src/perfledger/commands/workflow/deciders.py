@@ -37,6 +37,7 @@ from perfledger.events.workflow import (
     R7_COMPUTED_BOUND,
     R12_WALL_VALUE_COUNTS,
     R14_BLOCKS_CHAMPION,
+    R14_INFORMATIVE_INTERVAL,
     R14_STATED_INTERVAL,
     TAIL_STATISTICS,
     BaselineRecorded,
@@ -450,6 +451,8 @@ def decide_experiment_create(
         expected=(expected.low, expected.high) if expected else None,
         bound_optional=rules_version(ctx, "ExperimentCreated") >= R7_COMPUTED_BOUND,
     )
+    if rules_version(ctx, "ExperimentCreated") >= R14_INFORMATIVE_INTERVAL:
+        rules.r14_interval_informative(figures.predicted_low, figures.predicted_high)
     secondaries = {s.name for s in target.definition.secondaries}
     if req.serves_secondary is not None and req.serves_secondary not in secondaries:
         raise refuse(

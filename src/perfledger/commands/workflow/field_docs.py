@@ -399,7 +399,7 @@ MODEL_FIELDS: dict[str, str] = {
     "0 for exact.",
     "Accuracy.atol": "Absolute tolerance of allclose, in the output values' own unit, >= 0; 0 "
     "for exact.",
-    "OutputCheck.method": "The comparison rule's version (outputs_v1).",
+    "OutputCheck.method": "The comparison rule's version (outputs_v2; outputs_v1 before allclose held dtypes).",
     "OutputCheck.compare": "exact or allclose, as the readiness's accuracy says.",
     "OutputCheck.self_correct": "What the subject's own accuracy check said (its JSON correct).",
     "OutputCheck.blake3": "blake3 hex of the output file (64 hex characters); null when the "
