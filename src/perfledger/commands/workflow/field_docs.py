@@ -185,7 +185,8 @@ FIELDS: dict[str, str] = {
     "bound (R7).",
     "affected_share": "Share of requests affected, a ratio in (0, 1].",
     "critical_path": "Why the region is on the critical path, in words.",
-    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio: 0.1 = 1.1x).",
+    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio: 0.1 = 1.1x); "
+    ">= 0 when high > 0 (no loss inside a predicted gain), and 1 + high <= 4 (1 + low) (R14).",
     "high": "Upper end of the expected end-to-end improvement, speedup - 1 (a ratio); at most "
     "the bound - 1 (R7, R14).",
     "preregistration": "What a failure would reject (R9).",
