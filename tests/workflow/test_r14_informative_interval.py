@@ -10,7 +10,19 @@ from datetime import UTC, datetime
 
 import msgspec
 import pytest
-from wf_scenario import CAND1, T1, Session, experiment, samples
+from wf_scenario import (
+    CAND1,
+    T1,
+    Session,
+    baseline,
+    evidence,
+    experiment,
+    metric_audit,
+    readiness,
+    resolution,
+    samples,
+    target_freeze,
+)
 
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.registry import operations
@@ -135,3 +147,21 @@ def test_r14_audit_finds_a_wide_interval_written_around_the_decider(ready: Sessi
     assert planted.schema >= R14_INFORMATIVE_INTERVAL
     report = audit(ready.ledger)
     assert (planted.id, "R14") in {(f.event_id, f.rule) for f in report.findings}, report.findings
+
+
+def test_r14_a_tail_claim_without_a_bound_still_states_a_narrow_interval(bare: Session) -> None:
+    primary = {"name": "latency_ms", "unit": "ms", "direction": "lower_is_better",
+               "statistic": "p99"}  # fmt: skip
+    bare.run("target.freeze", target_freeze(primary=primary))
+    bare.run("evidence.add", evidence())
+    bare.run("readiness.record", readiness())
+    bare.run("metric-audit.record", metric_audit())
+    bare.run("baseline.record", baseline())
+    bare.run("resolution.record", resolution())
+    body = experiment()
+    del body["claim"]["stated_bound"]
+    body["claim"]["exposure"] = {"affected_share": 0.3, "critical_path": "prefill"}
+    body["claim"]["expected_improvement"] = {"low": 0.0, "high": 50.0}  # no bound caps it
+    assert "too wide" in bare.refused("experiment.create", body, "R14").message
+    body["claim"]["expected_improvement"] = {"low": 0.05, "high": 0.2}
+    assert bare.run("experiment.create", body)["figures"]["predicted_high"] == 0.2

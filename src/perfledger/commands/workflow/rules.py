@@ -588,7 +588,8 @@ def r14_interval_missing(claim: Any) -> tuple[str, str]:
         "reconciliation",
         f'add "expected_improvement": {{"low": LOW, "high": {upper}}} to the claim, in the '
         "bound's units (end-to-end speedup - 1: 0.25 = 1.25x); high may not exceed bound - 1"
-        + (f" = {upper}" if bound is not None else ""),
+        + (f" = {upper}" if bound is not None else "")
+        + f"; low >= 0 for a predicted gain and 1 + high <= {R14_MAX_SPAN:g} (1 + low)",
     )
 
 
