@@ -19,6 +19,8 @@ and reports that as ``time_ms``. Modes:
 - ``fifo``: puts a named pipe at the output path (a reader that opens it would wait for ever).
 - ``wrong_once``: honest, except on its ``--wrong-call``-th call (counted in ``--cache``), whose
   output is 1 % off while it claims correct.
+- ``downcast``: the right output stored as float16 (a precision downgrade whose values stay
+  within a 1 % tolerance of the reference's float64).
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def main() -> None:
         with open(args.cache, "w") as stream:
             stream.write(str(count))
         _write(args.out, right * (1.01 if count == args.wrong_call else 1.0), args.json)
+    elif args.mode == "downcast":
+        _write(args.out, right.astype(np.float16), args.json)
     elif args.mode != "nothing":
         raise SystemExit(f"unknown mode {args.mode}")
     took_ms = (time.perf_counter() - start) * 1e3

@@ -59,3 +59,25 @@ def test_r5_a_kernel_raw_table_bound_to_other_samples_is_found() -> None:
     unbound = json.dumps({k: v for k, v in json.loads(raw).items() if k != "binding"}).encode()
     assert "no binding" in (raw_table_mismatch(body, unbound, bound=True) or "")
     assert raw_table_mismatch(body, unbound, bound=False) is None  # an older schema: values only
+
+
+def test_r5_kernel_provenance_settings_must_be_the_raw_tables() -> None:
+    body, raw = _measured()
+    body["provenance"] = {"source": "perfledger", "protocol": "kernel_harness_abba",
+                          "settings": {"cases": ["a", "b"], "config": {"batch": 4},
+                                       "isolation": "process"},
+                          "raw_table": "samples.json"}  # fmt: skip
+    assert raw_table_mismatch(body, raw, bound=True, checks=True) is None
+    other = copy.deepcopy(body)
+    other["provenance"]["settings"]["config"] = {"batch": 2}
+    assert "harness config differs" in (
+        raw_table_mismatch(other, raw, bound=True, checks=True) or ""
+    )
+    other = copy.deepcopy(body)
+    other["provenance"]["settings"]["cases"] = ["a"]
+    assert "cases differ" in (raw_table_mismatch(other, raw, bound=True, checks=True) or "")
+    other = copy.deepcopy(body)
+    other["provenance"]["protocol"] = "workload_abba"  # a kernel table under another protocol
+    found = raw_table_mismatch(other, raw, bound=True, checks=True) or ""
+    assert "of kind 'kernel'" in found
+    assert raw_table_mismatch(other, raw, bound=True) is None  # older schemas: not checked

@@ -240,11 +240,33 @@ def test_r5_formal_samples_from_outside_are_refused_unless_readiness_allows_them
     measured = {**target, "provenance": {"source": "perfledger", "protocol": "workload_abba",
                                          "raw_table": "samples.json"}}  # fmt: skip
     assert "raw table 'samples.json'" in bare.refused("samples.record", measured, None).message
-    table = Artifact(json.dumps({"binding": binding_of(measured)}).encode(), "application/json")
+    kindless = Artifact(json.dumps({"binding": binding_of(measured)}).encode(), "application/json")
     unbound = Artifact(b'{"table": []}', "application/json")  # not bound to these samples
     with pytest.raises(RuleRefused, match="carries no binding"):
         execute(bare.ledger, "samples.record", measured, actor="agent",
                 artifacts={"samples.json": unbound})  # fmt: skip
+    with pytest.raises(RuleRefused, match="of kind None"):  # a table that re-derives nothing
+        execute(bare.ledger, "samples.record", measured, actor="agent",
+                artifacts={"samples.json": kindless})  # fmt: skip
+    # the driver's per-call table of these pairs (as `measure workload` writes it)
+    rows, windows = [], []
+    for n, pair in enumerate(measured["pairs"]):
+        if pair.get("monitor") is not None:
+            m = pair["monitor"]
+            windows.append({"call_ids": [pair["ref"]["call_id"], pair["cand"]["call_id"]],
+                            "observed": m.get("observed"), "reasons": m.get("flags", []),
+                            "foreign_activity": m.get("foreign_activity", False)})  # fmt: skip
+        for label in ("ref", "cand"):
+            side = pair[label]
+            side["wall_s"] = 1.0
+            rows.append({"subject": label, "pair": n, "warmup": False, "case": pair["case"],
+                         "call_id": side["call_id"], "ok": True, "correct": side["correct"],
+                         "metrics": side["values"], "wall_s": 1.0, "start_s": 2.0 * n,
+                         "end_s": 2.0 * n + 1.0})  # fmt: skip
+    measured["provenance"]["settings"] = {}
+    table = Artifact(json.dumps({"kind": "workload", "settings": {}, "table": rows,
+                                 "monitor": {"windows": windows},
+                                 "binding": binding_of(measured)}).encode(), "application/json")  # fmt: skip
     [event] = execute(bare.ledger, "samples.record", measured, actor="agent",
                       artifacts={"samples.json": table})  # fmt: skip
     assert event.payload["provenance"]["source"] == "perfledger"

@@ -554,7 +554,8 @@ class OutputCheck(_Part, kw_only=True):
     """A call's output as the measuring process judged it (R5; :mod:`perfledger.kernels.outputs`).
 
     Attributes:
-        method: the rule's version (``outputs_v1``); compare: ``exact`` or ``allclose``.
+        method: the rule's version (``outputs_v2``; ``outputs_v1`` before dtypes were held
+            under ``allclose``); compare: ``exact`` or ``allclose``.
         self_correct: what the subject's own check said.
         blake3: hex digest of the output file (None when there was none, or unreadable);
             size: its bytes.
@@ -1059,6 +1060,14 @@ R6_RECORDED_APPLICABILITY = 3
 #: within a relative :data:`perfledger.projections.amdahl.STATED_BOUND_REL_TOLERANCE` (1e-6);
 #: claims recorded under versions 1 and 2 keep the old rule (required, within 1e-9) (R7).
 R7_COMPUTED_BOUND = 3
+#: The ``ExperimentCreated`` schema version from which a claim's interval must be informative
+#: (R14, :func:`perfledger.commands.workflow.rules.r14_interval_informative`): a claim predicting
+#: a gain may not include a loss (``low >= 0``), and its upper end's speedup is at most
+#: :data:`R14_MAX_SPAN` times its lower end's; claims recorded under versions 1-3 keep the
+#: earlier rule (any non-empty interval up to the bound).
+R14_INFORMATIVE_INTERVAL = 4
+#: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
+R14_MAX_SPAN = 4.0
 #: The ``ReadinessRecorded`` schema version from which the original's snapshot must cover every
 #: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
 #: version 1 snapshotted the files inside the Target's scope only.
@@ -1076,6 +1085,12 @@ R5_JUDGED_OUTPUTS = 4
 #: (R12: padding with values that never ran moves the statistic, not the reported total);
 #: samples recorded before are re-checked by ``wall_v1``.
 R12_WALL_VALUE_COUNTS = 5
+#: The ``SamplesRecorded`` schema version from which measured samples must also agree with what
+#: their raw table's settings declare (R5, :mod:`perfledger.commands.workflow.raw_table`): the
+#: table's kind is its protocol's, the provenance's settings are the table's, every call's
+#: ``wall_s`` is carried (so the wall-clock check runs on it) and equals its row's, and each
+#: pair's monitor verdict is its window's; samples recorded before are checked as before.
+R5_DECLARED_CHECKS = 6
 #: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
 #: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
 #: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
@@ -1101,13 +1116,16 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 2 of ``ExperimentCreated`` and ``ChampionSelected`` carries R14's obligations
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
-#: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`).
+#: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`); version 4 requires an
+#: informative interval (:data:`R14_INFORMATIVE_INTERVAL`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": R12_WALL_VALUE_COUNTS,
+    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS),
     "VerdictRecorded": PER_CASE_V2,
     "FinalAuditRecorded": R5_FINAL_AUDIT_ACCURACY,
-    "ExperimentCreated": max(R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND),
+    "ExperimentCreated": max(
+        R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
+    ),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
     "ReadinessRecorded": R11_WHOLE_SUBJECT,
 }

@@ -21,9 +21,14 @@ Output formats (told apart by their first bytes, whatever the file is called):
 ``numpy.save(path, a)`` appends ``.npy`` to a path without it (and ``savez`` ``.npz``): the output
 is the file at the path, or else the one file ``path + ".npy" | ".npz" | ".json"``.
 
-The rule (:data:`METHOD`): ``exact``: same shape, same dtype, equal values; ``allclose``:
-same shape, ``|cand - ref| <= atol + rtol * |ref|`` element-wise (numpy's ``isclose``), on
-numbers; non-numeric arrays and JSON strings, booleans and nulls are compared exactly. NaN is
+The rule (:data:`METHOD`): the candidate's output has the reference's form: the same kind
+(``.npy``, ``.npz`` or JSON), for arrays the same names (``.npz``), shape and dtype (byte order
+and precision included: float16 where the reference wrote float32 is a mismatch, whatever the
+values), for JSON the same structure (containers, keys, lengths, value types). Then ``exact``:
+equal values; ``allclose``: ``|cand - ref| <= atol + rtol * |ref|`` element-wise (numpy's
+``isclose``), on numbers; non-numeric arrays and JSON strings, booleans and nulls are compared
+exactly. (:data:`METHOD_V1`, recorded before, let ``allclose`` compare numeric arrays of any
+dtype.) NaN is
 never equal to anything, NaN included; an infinity equals only the same infinity. Object arrays
 are never loaded (no pickle): such an output is unreadable.
 
@@ -59,8 +64,12 @@ SEED_PLACEHOLDER = "{seed}"
 #: Environment variables carrying the output path and the seed into every call.
 OUTPUT_ENV = "PERFLEDGER_OUTPUT"
 SEED_ENV = "PERFLEDGER_SEED"
-#: The comparison rule's version, recorded with every check.
-METHOD = "outputs_v1"
+#: The comparison rule's version, recorded with every check: ``outputs_v2`` holds ``allclose``
+#: arrays to the reference's dtype (byte order included) as ``exact`` always did; checks
+#: recorded as ``outputs_v1`` are re-made by that rule (``allclose`` took any numeric dtype).
+METHOD = "outputs_v2"
+#: The earlier rule: ``allclose`` compared numeric arrays of any dtype by value.
+METHOD_V1 = "outputs_v1"
 #: Largest output file read (bytes): a larger one is an incorrect call.
 OUTPUT_MAX_BYTES = 256 * 1024 * 1024
 #: Largest total size of the arrays in an ``.npz`` output once inflated (bytes).
@@ -248,18 +257,30 @@ class _Mismatch(Exception):
 # ------------------------------------------------------------------------------ comparing
 
 
-def compare(ref: bytes, cand: bytes, compare: str, rtol: float = 0.0, atol: float = 0.0) -> str:
+def compare(
+    ref: bytes,
+    cand: bytes,
+    compare: str,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    method: str = METHOD,
+) -> str:
     """Compare a candidate's output with its reference's (the rule in the module docstring).
 
     Args:
         ref, cand: the two outputs' bytes.
         compare: ``exact`` or ``allclose``.
         rtol, atol: the tolerances of ``allclose`` (ratios; units of the values), >= 0.
+        method: the rule's version (:data:`METHOD`, or :data:`METHOD_V1` for checks recorded
+            under it).
     Returns: '' when they match, else the reason, for people (the first differences).
-    Raises: ValueError for an unknown ``compare``.
+    Raises: ValueError for an unknown ``compare`` or ``method``.
     """
     if compare not in ("exact", "allclose"):
         raise ValueError(f"compare must be 'exact' or 'allclose', not {compare!r}")
+    if method not in (METHOD, METHOD_V1):
+        raise ValueError(f"unknown output comparison method {method!r}")
+    same_dtype = method != METHOD_V1
     try:
         ref_kind, ref_value = _decode(ref, "reference")
         cand_kind, cand_value = _decode(cand, "candidate")
@@ -267,7 +288,7 @@ def compare(ref: bytes, cand: bytes, compare: str, rtol: float = 0.0, atol: floa
             raise _Mismatch(f"the candidate wrote {cand_kind}, the reference {ref_kind}")
         tol = (rtol, atol) if compare == "allclose" else None
         if ref_kind == "npy":
-            _arrays(ref_value, cand_value, tol, "the array")
+            _arrays(ref_value, cand_value, tol, "the array", same_dtype)
         elif ref_kind == "npz":
             if sorted(ref_value) != sorted(cand_value):
                 raise _Mismatch(
@@ -275,7 +296,7 @@ def compare(ref: bytes, cand: bytes, compare: str, rtol: float = 0.0, atol: floa
                     f"{sorted(ref_value)} in the reference's"
                 )
             for name in sorted(ref_value):
-                _arrays(ref_value[name], cand_value[name], tol, f"array {name!r}")
+                _arrays(ref_value[name], cand_value[name], tol, f"array {name!r}", same_dtype)
         else:
             _json(ref_value, cand_value, tol, "$")
     except _Mismatch as exc:
@@ -285,7 +306,9 @@ def compare(ref: bytes, cand: bytes, compare: str, rtol: float = 0.0, atol: floa
     return ""
 
 
-def _arrays(ref: Any, cand: Any, tol: tuple[float, float] | None, where: str) -> None:
+def _arrays(
+    ref: Any, cand: Any, tol: tuple[float, float] | None, where: str, same_dtype: bool = True
+) -> None:
     import numpy as np
 
     if ref.shape != cand.shape:
@@ -293,6 +316,13 @@ def _arrays(ref: Any, cand: Any, tol: tuple[float, float] | None, where: str) ->
             f"{where}: shape {cand.shape} in the candidate, {ref.shape} in the reference"
         )
     numeric = all(np.issubdtype(a.dtype, np.number) and a.dtype.kind != "V" for a in (ref, cand))
+    # dtype.str names byte order and width ('<f4', '>f4', '<f2'): a precision downgrade or a
+    # byte-swapped copy is another output, even when its values round to the reference's
+    if (same_dtype or tol is None or not numeric) and ref.dtype.str != cand.dtype.str:
+        raise _Mismatch(
+            f"{where}: dtype {cand.dtype.str} ({cand.dtype}) in the candidate, {ref.dtype.str} "
+            f"({ref.dtype}) in the reference"
+        )
     if tol is None or not numeric:
         if ref.dtype != cand.dtype:
             raise _Mismatch(
@@ -384,31 +414,41 @@ def _json(ref: Any, cand: Any, tol: tuple[float, float] | None, where: str) -> N
         raise _Mismatch(f"{where}: {cand!r} in the candidate, {ref!r} in the reference")
 
 
-def judge_pair(ref: Output, cand: Output, compare_rule: str, rtol: float, atol: float) -> str:
+def judge_pair(
+    ref: Output, cand: Output, compare_rule: str, rtol: float, atol: float, method: str = METHOD
+) -> str:
     """Why the candidate's output of a pair is not accepted, or '' when it matches the
     reference's: the candidate's own output unusable, the reference's unusable (then the pair
-    has no verdict: the reference failed, R11), or the comparison's reason."""
+    has no verdict: the reference failed, R11), or the comparison's reason (by ``method``,
+    :func:`compare`)."""
     if cand.data is None:
         return f"output: {cand.error}"
     if ref.data is None:
         return f"output: the reference's output is unusable ({ref.error}): nothing to compare with"
     # compared even when the bytes are the same: a NaN in both is never equal
-    reason = compare(ref.data, cand.data, compare_rule, rtol, atol)
+    reason = compare(ref.data, cand.data, compare_rule, rtol, atol, method)
     return f"output: {reason}" if reason else ""
 
 
 def rejudge(
-    ref: bytes | None, cand: bytes | None, compare_rule: str, rtol: float, atol: float
+    ref: bytes | None,
+    cand: bytes | None,
+    compare_rule: str,
+    rtol: float,
+    atol: float,
+    method: str = METHOD,
 ) -> bool:
-    """An auditor's re-made comparison of two kept outputs: True when the candidate's matches."""
+    """An auditor's re-made comparison of two kept outputs, by the ``method`` they were judged
+    under: True when the candidate's matches. Raises: ValueError for an unknown method."""
     if ref is None or cand is None:
         return False
     mk = lambda data: Output(data, blake3.blake3(data).hexdigest(), len(data))  # noqa: E731
-    return judge_pair(mk(ref), mk(cand), compare_rule, rtol, atol) == ""
+    return judge_pair(mk(ref), mk(cand), compare_rule, rtol, atol, method) == ""
 
 
 __all__ = [
     "METHOD",
+    "METHOD_V1",
     "OUTPUT_ENV",
     "OUTPUT_MAX_BYTES",
     "OUTPUT_PLACEHOLDER",

@@ -295,15 +295,6 @@ def check_pairs(
     )
 
 
-def directions_of(definition: Any) -> dict[str, str]:
-    """Metric name -> direction of a Target's primary, guardrails and secondaries
-    (:class:`~perfledger.events.workflow.TargetDefinition`), for :func:`check_pairs`."""
-    out = {definition.primary.name: definition.primary.direction}
-    out.update({g.metric: g.direction for g in definition.guardrails})
-    out.update({s.name: s.direction for s in definition.secondaries})
-    return out
-
-
 def check_driver_run(
     run: Any, units: Mapping[str, str], directions: Mapping[str, str] | None = None
 ) -> WallCheck | None:
@@ -334,6 +325,5 @@ __all__ = [
     "SECONDS_PER_UNIT",
     "check_driver_run",
     "check_pairs",
-    "directions_of",
     "unresolved_cases",
 ]

@@ -4,8 +4,10 @@ accuracy checks in formal stages (R5). Pure functions of the state (SPEC.md sect
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from perfledger.events.workflow import FORMAL_STAGES, WallCheck
-from perfledger.projections.workflow import WorkflowState
+from perfledger.projections.workflow import ExperimentView, SamplesView, WorkflowState
 
 #: How a verdict note of the wall-clock check begins (R12); the deciders write it.
 WALL_CLOCK_NOTE = "R12: wall clock:"
@@ -20,10 +22,26 @@ def wall_clock_note(check: WallCheck | None) -> str | None:
     return f"{WALL_CLOCK_NOTE} self-reported times are not borne out by the driver's wall time: {reasons}"
 
 
+def formal_samples(
+    state: WorkflowState, experiment: ExperimentView
+) -> Iterator[tuple[str, str, SamplesView]]:
+    """``(stage, samples_id, view)`` of every formal-stage (target, final audit) samples of
+    ``experiment`` that the state holds, stage by stage in recorded order (R5, R13)."""
+    for stage in FORMAL_STAGES:
+        for samples_id in experiment.samples.get(stage, []):
+            view = state.samples.get(samples_id)
+            if view is not None:
+                yield stage, samples_id, view
+
+
 def experiment_flags(state: WorkflowState, experiment_id: str) -> list[str]:
     """The measurement flags of an experiment, one line each: its verdicts' wall-clock notes
     (``SAMPLES: NOTE``) and, per formal-stage samples where its candidate failed an accuracy
-    check that the reference passed, a disqualification line (R5, R13). Empty when none."""
+    check that the reference passed, a disqualification line (R5, R13). Empty when none.
+
+    Not :func:`perfledger.commands.workflow.measurement_rules.formal_findings` on purpose: a
+    projection reads no payloads, so it shows the verdicts' notes and the samples' failure counts
+    where the decider names each failed call and reads the samples' own wall-clock check."""
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
         return []
@@ -33,15 +51,19 @@ def experiment_flags(state: WorkflowState, experiment_id: str) -> list[str]:
         if verdict is None:
             continue
         out += [f"{samples_id}: {n}" for n in verdict.notes if n.startswith(WALL_CLOCK_NOTE)]
-    for stage in FORMAL_STAGES:
-        for samples_id in experiment.samples.get(stage, []):
-            view = state.samples.get(samples_id)
-            if view is not None and view.cand_failures:
-                out.append(
-                    f"{samples_id}: the candidate failed its accuracy check on "
-                    f"{view.cand_failures} call(s) of a formal stage: it cannot be champion (R5)"
-                )
+    for _stage, samples_id, view in formal_samples(state, experiment):
+        if view.cand_failures:
+            out.append(
+                f"{samples_id}: the candidate failed its accuracy check on "
+                f"{view.cand_failures} call(s) of a formal stage: it cannot be champion (R5)"
+            )
     return out
 
 
-__all__ = ["FORMAL_STAGES", "WALL_CLOCK_NOTE", "experiment_flags", "wall_clock_note"]
+__all__ = [
+    "FORMAL_STAGES",
+    "WALL_CLOCK_NOTE",
+    "experiment_flags",
+    "formal_samples",
+    "wall_clock_note",
+]

@@ -492,7 +492,11 @@ def _r5_unlike_raw_table(store: Any, event: RecordedEvent) -> str | None:
     (:func:`perfledger.commands.workflow.raw_table.raw_table_mismatch`); samples of schema
     :data:`~perfledger.commands.workflow.raw_table.BOUND_SCHEMA` or later must also be bound to it.
     Returns the finding's message, or None."""
-    from perfledger.commands.workflow.raw_table import BOUND_SCHEMA, raw_table_mismatch
+    from perfledger.commands.workflow.raw_table import (
+        BOUND_SCHEMA,
+        CHECKS_SCHEMA,
+        raw_table_mismatch,
+    )
 
     provenance = getattr(event.payload, "provenance", None)
     if event.envelope.kind != "SamplesRecorded" or provenance is None:
@@ -514,8 +518,9 @@ def _r5_unlike_raw_table(store: Any, event: RecordedEvent) -> str | None:
             return None
 
     mismatch = raw_table_mismatch(
-        msgspec.to_builtins(event.payload), raw, bound=bound, read_artifact=read
-    )
+        msgspec.to_builtins(event.payload), raw, bound=bound, read_artifact=read,
+        checks=(event.envelope.schema or 1) >= CHECKS_SCHEMA,
+    )  # fmt: skip
     if mismatch is None:
         return None
     return f"its samples claim to be measured by perfledger, but {mismatch}"

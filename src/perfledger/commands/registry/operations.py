@@ -659,7 +659,9 @@ def _refuse_unlike_raw_table(request: Any, raw: bytes, artifacts: Any = None) ->
         artifact = (artifacts or {}).get(name)
         return None if artifact is None else artifact.data
 
-    mismatch = raw_table_mismatch(msgspec.to_builtins(request), raw, bound=True, read_artifact=read)
+    mismatch = raw_table_mismatch(
+        msgspec.to_builtins(request), raw, bound=True, read_artifact=read, checks=True
+    )
     if mismatch is not None:
         raise rules.refuse(
             "R5",

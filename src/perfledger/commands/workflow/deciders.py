@@ -37,6 +37,7 @@ from perfledger.events.workflow import (
     R7_COMPUTED_BOUND,
     R12_WALL_VALUE_COUNTS,
     R14_BLOCKS_CHAMPION,
+    R14_INFORMATIVE_INTERVAL,
     R14_STATED_INTERVAL,
     TAIL_STATISTICS,
     BaselineRecorded,
@@ -450,6 +451,8 @@ def decide_experiment_create(
         expected=(expected.low, expected.high) if expected else None,
         bound_optional=rules_version(ctx, "ExperimentCreated") >= R7_COMPUTED_BOUND,
     )
+    if rules_version(ctx, "ExperimentCreated") >= R14_INFORMATIVE_INTERVAL:
+        rules.r14_interval_informative(figures.predicted_low, figures.predicted_high)
     secondaries = {s.name for s in target.definition.secondaries}
     if req.serves_secondary is not None and req.serves_secondary not in secondaries:
         raise refuse(
@@ -632,13 +635,12 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
     """Self-reported times against the driver's wall clock (R12; rule and tolerance in
     :mod:`perfledger.kernels.wall_check`, by the version the samples answer to); None for calls
     no driver timed."""
-    from perfledger.kernels.wall_check import METHOD, METHOD_V2, check_pairs, directions_of
+    from perfledger.kernels.wall_check import METHOD, METHOD_V2, check_pairs
 
     counts = rules_version(ctx, "SamplesRecorded") >= R12_WALL_VALUE_COUNTS
+    directions = {name: d for name, (_unit, d) in _target_metrics(target.definition).items()}
     try:
-        return check_pairs(
-            req.pairs, req.units, directions_of(target.definition), METHOD_V2 if counts else METHOD
-        )
+        return check_pairs(req.pairs, req.units, directions, METHOD_V2 if counts else METHOD)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 
@@ -732,20 +734,7 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
         resolution=params.resolution,
         **common,
     )
-    guardrails = []
-    for g in definition.guardrails:
-        g_pairs = _pairs(samples, g.metric)
-        if g_pairs is None:
-            guardrails.append(_unmeasured_guardrail(g.metric, g.allowed_regression))
-            continue
-        derived = derive_guardrail(
-            g.metric,
-            g_pairs,
-            direction=g.direction,
-            allowed_regression=g.allowed_regression,
-            **common,
-        )
-        guardrails.append(derived)
+    guardrails = _guardrails(definition, samples, derive_guardrail, common)
     secondaries = []
     for s in definition.secondaries:
         s_pairs = _pairs(samples, s.name)
@@ -759,6 +748,31 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
             )
         )
     return primary, guardrails, secondaries
+
+
+def _guardrails(
+    definition: TargetDefinition,
+    samples: SamplesRecorded,
+    derive: Callable[..., DerivedGuardrail],
+    common: dict[str, Any],
+) -> list[DerivedGuardrail]:
+    """Each guardrail's verdict by ``derive`` (pooled or per case, R12) with the ``common``
+    bootstrap settings; inconclusive where the samples do not hold its metric."""
+    out = []
+    for g in definition.guardrails:
+        g_pairs = _pairs(samples, g.metric)
+        out.append(
+            _unmeasured_guardrail(g.metric, g.allowed_regression)
+            if g_pairs is None
+            else derive(
+                g.metric,
+                g_pairs,
+                direction=g.direction,
+                allowed_regression=g.allowed_regression,
+                **common,
+            )
+        )
+    return out
 
 
 def _unmeasured_guardrail(metric: str, allowed_regression: float) -> DerivedGuardrail:
@@ -805,21 +819,7 @@ def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Deri
         method=params.method,
         **shared,
     )
-    guardrails = []
-    for g in definition.guardrails:
-        g_pairs = _pairs(samples, g.metric)
-        if g_pairs is None:
-            guardrails.append(_unmeasured_guardrail(g.metric, g.allowed_regression))
-            continue
-        guardrails.append(
-            derive_case_guardrail(
-                g.metric,
-                g_pairs,
-                direction=g.direction,
-                allowed_regression=g.allowed_regression,
-                **common,
-            )
-        )
+    guardrails = _guardrails(definition, samples, derive_case_guardrail, common)
     secondaries = []
     for s in definition.secondaries:
         s_pairs = _pairs(samples, s.name)

@@ -185,7 +185,8 @@ FIELDS: dict[str, str] = {
     "bound (R7).",
     "affected_share": "Share of requests affected, a ratio in (0, 1].",
     "critical_path": "Why the region is on the critical path, in words.",
-    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio: 0.1 = 1.1x).",
+    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio: 0.1 = 1.1x); "
+    ">= 0 when high > 0 (no loss inside a predicted gain), and 1 + high <= 4 (1 + low) (R14).",
     "high": "Upper end of the expected end-to-end improvement, speedup - 1 (a ratio); at most "
     "the bound - 1 (R7, R14).",
     "preregistration": "What a failure would reject (R9).",
@@ -399,7 +400,7 @@ MODEL_FIELDS: dict[str, str] = {
     "0 for exact.",
     "Accuracy.atol": "Absolute tolerance of allclose, in the output values' own unit, >= 0; 0 "
     "for exact.",
-    "OutputCheck.method": "The comparison rule's version (outputs_v1).",
+    "OutputCheck.method": "The comparison rule's version (outputs_v2; outputs_v1 before allclose held dtypes).",
     "OutputCheck.compare": "exact or allclose, as the readiness's accuracy says.",
     "OutputCheck.self_correct": "What the subject's own accuracy check said (its JSON correct).",
     "OutputCheck.blake3": "blake3 hex of the output file (64 hex characters); null when the "

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfledger.commands.workflow.rules import refuse
-from perfledger.projections.measurement_flags import FORMAL_STAGES
+from perfledger.projections.measurement_flags import FORMAL_STAGES, formal_samples
 from perfledger.projections.workflow import ExperimentView, WorkflowState
 
 #: Most call ids named in a refusal.
@@ -32,24 +32,20 @@ def formal_findings(
         failed its accuracy check (R5; a pair where only the reference failed is not one), and
         one line per samples whose wall-clock check is flagged.
     """
+    # the read models' twin (measurement_flags.experiment_flags) reads no payloads: it shows
+    # counts and verdict notes; a refusal names the calls and the samples' own wall check
     failed: list[str] = []
     flags: list[str] = []
-    for stage in FORMAL_STAGES:
-        for samples_id in experiment.samples.get(stage, []):
-            view = state.samples.get(samples_id)
-            if view is None:
-                continue
-            if payload_of is None:
-                failed += [f"{samples_id}: {view.cand_failures} call(s)"] * bool(view.cand_failures)
-                continue
-            samples = payload_of(view.event_id)
-            failed += [
-                f"{samples_id}/{p.cand.call_id}" for p in samples.pairs if not p.cand.correct
-            ]
-            check = getattr(samples, "wall_check", None)
-            if check is not None and check.flagged:
-                reason = check.reasons[0] if check.reasons else "flagged"
-                flags.append(f"{samples_id} ({stage}): {reason}")
+    for stage, samples_id, view in formal_samples(state, experiment):
+        if payload_of is None:
+            failed += [f"{samples_id}: {view.cand_failures} call(s)"] * bool(view.cand_failures)
+            continue
+        samples = payload_of(view.event_id)
+        failed += [f"{samples_id}/{p.cand.call_id}" for p in samples.pairs if not p.cand.correct]
+        check = getattr(samples, "wall_check", None)
+        if check is not None and check.flagged:
+            reason = check.reasons[0] if check.reasons else "flagged"
+            flags.append(f"{samples_id} ({stage}): {reason}")
     return failed, flags
 
 

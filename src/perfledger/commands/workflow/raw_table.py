@@ -25,6 +25,19 @@ From :data:`BOUND_SCHEMA` of ``SamplesRecorded`` on, the raw table also carries 
 that must equal the samples', so a table cannot be re-used for another stage or experiment.
 Events of an older schema are checked on their values only (their tables carry no binding).
 
+From :data:`CHECKS_SCHEMA` on (``checks=True``), what the table's settings declare holds too:
+the table's ``kind`` is the one its provenance's protocol writes (:data:`PROTOCOL_KINDS`; a
+table of no known kind re-derives nothing, so it is refused); the provenance's ``settings`` are
+the table's (workload: equal; kernel: its cases and harness config); every workload call carries
+its row's ``wall_s`` (a side without it would skip the wall-clock check, R12); each row's
+``wall_s`` is its ``end_s - start_s``; and each pair's monitor verdict (observed, foreign
+activity, flags) is the one the table's monitor window of its two calls holds (R17).
+
+What this proves, and what it does not: a table written by ``perfledger measure`` and samples
+edited afterwards disagree, and an auditor finds it. A library caller controls its own process:
+it can write a table and samples that agree with each other and were never measured. Provenance
+says which process claimed to measure; it is not a signature (docs/verdicts.md).
+
 Imports: the standard library and events (a commands helper; no ledger access).
 """
 
@@ -34,7 +47,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from perfledger.events.workflow import R5_BOUND_RAW_TABLE
+from perfledger.events.workflow import R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
 from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: Units of a time metric per second (the kernel harness's rows are in seconds: value_s * this).
@@ -43,6 +56,12 @@ _TIME_UNITS = UNITS_PER_SECOND
 BOUND_SCHEMA = R5_BOUND_RAW_TABLE
 #: The format of the binding written into the raw table.
 BINDING_FORMAT = 1
+#: The ``SamplesRecorded`` schema version from which the settings' declared checks hold.
+CHECKS_SCHEMA = R5_DECLARED_CHECKS
+#: The raw table's kind that each measuring protocol writes.
+PROTOCOL_KINDS = {"workload_abba": "workload", "kernel_harness_abba": "kernel"}
+#: Tolerance on a row's ``wall_s`` against its ``end_s - start_s`` (seconds; float rounding).
+_WALL_TOLERANCE_S = 1e-6
 
 
 def binding_of(samples: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +93,7 @@ def raw_table_mismatch(
     *,
     bound: bool,
     read_artifact: Callable[[str], bytes | None] | None = None,
+    checks: bool = False,
 ) -> str | None:
     """R5: how ``samples`` (JSON builtins of a request body or payload) differ from their raw
     table ``raw`` (the artifact's bytes), or None when the pairs are what the table holds.
@@ -85,6 +105,8 @@ def raw_table_mismatch(
             carry a binding equal to :func:`binding_of` the samples.
         read_artifact: artifact name -> its bytes (None when not attached), to re-make the
             comparison of kept outputs; None skips it.
+        checks: True for samples recorded under :data:`CHECKS_SCHEMA` or later: what the
+            table's settings declare holds too (module docstring).
     Returns: the first difference found, as a sentence; None when none.
     """
     try:
@@ -106,8 +128,12 @@ def raw_table_mismatch(
             return f"its raw table was measured for other samples ({shown})"
     kind = table.get("kind")
     try:
+        if checks:
+            found = _declared_mismatch(samples, table)
+            if found is not None:
+                return found
         if kind == "workload":
-            found = _workload_mismatch(samples, table.get("table"))
+            found = _workload_mismatch(samples, table.get("table"), strict_wall=checks)
             if found is None and read_artifact is not None:
                 return _outputs_mismatch(table, read_artifact)
             return found
@@ -118,8 +144,64 @@ def raw_table_mismatch(
     return None
 
 
+def _declared_mismatch(samples: dict[str, Any], table: dict[str, Any]) -> str | None:
+    """What the table's settings declare, against the samples (module docstring,
+    ``checks``); None when it all holds."""
+    provenance = samples.get("provenance") or {}
+    protocol = provenance.get("protocol")
+    kind = PROTOCOL_KINDS.get(str(protocol))
+    if kind is None:
+        return f"its protocol {protocol!r} is not one perfledger measures by ({sorted(PROTOCOL_KINDS)})"
+    if table.get("kind") != kind:
+        return f"its raw table is of kind {table.get('kind')!r}, the {protocol} protocol writes {kind!r}"
+    settings = provenance.get("settings") or {}
+    if kind == "workload":
+        # the provenance holds the settings as canonical JSON (keys sorted, no tuples)
+        if json.dumps(settings, sort_keys=True) != json.dumps(
+            table.get("settings"), sort_keys=True, default=str
+        ):
+            return "its provenance's settings differ from its raw table's"
+        return _monitor_mismatch(samples, table)
+    cases = table.get("cases") or []
+    if settings.get("cases") != sorted(str(c.get("case")) for c in cases):
+        return "its provenance's cases differ from its raw table's"
+    # `measure kernel` records the first case's harness config (cases may have their own)
+    first = ((cases[0].get("settings") or {}).get("harness")) if cases else None
+    if json.dumps(first, sort_keys=True) != json.dumps(settings.get("config"), sort_keys=True):
+        return "its provenance's harness config differs from its raw table's"
+    return None
+
+
+def _monitor_mismatch(samples: dict[str, Any], table: dict[str, Any]) -> str | None:
+    """R17: each workload pair's monitor verdict is its window's in the table (none without)."""
+    windows = {
+        tuple(w.get("call_ids") or ()): w
+        for w in ((table.get("monitor") or {}).get("windows") or [])
+    }
+    for i, pair in enumerate(samples.get("pairs") or []):
+        window = windows.get((pair["ref"]["call_id"], pair["cand"]["call_id"]))
+        monitor = pair.get("monitor")
+        if window is None and monitor is None:
+            continue
+        if window is None or monitor is None:
+            return f"pair {i}: a monitor verdict {'the table does not hold' if window is None else 'left out'}"
+        want = (
+            window.get("observed"),
+            window.get("foreign_activity"),
+            list(window.get("reasons") or ()),
+        )
+        got = (
+            monitor.get("observed"),
+            monitor.get("foreign_activity"),
+            list(monitor.get("flags") or ()),
+        )
+        if got != want:
+            return f"pair {i}: its monitor verdict differs from its window's in the raw table"
+    return None
+
+
 def _side_mismatch(
-    where: str, side: dict[str, Any], row: dict[str, Any], metrics: Any
+    where: str, side: dict[str, Any], row: dict[str, Any], metrics: Any, strict_wall: bool = False
 ) -> str | None:
     """Compare one recorded side with its call's row of the driver table."""
     if side.get("correct") != row.get("correct"):
@@ -132,8 +214,11 @@ def _side_mismatch(
     missing = sorted(n for n in row_metrics if n in metrics and n not in values)
     if missing:
         return f"{where}: the table's call has {missing}, which the pair leaves out"
-    if side.get("wall_s") is not None and side.get("wall_s") != row.get("wall_s"):
+    if (strict_wall or side.get("wall_s") is not None) and side.get("wall_s") != row.get("wall_s"):
+        # strict: a side without the driver's wall time would skip the wall-clock check (R12)
         return f"{where}: wall_s {side.get('wall_s')!r}, the table's call {row.get('wall_s')!r}"
+    if strict_wall and not _wall_consistent(row):
+        return f"{where}: the table's call has wall_s unlike its end_s - start_s"
     output = row.get("output")
     if output is not None or side.get("output") is not None:
         if output is None:
@@ -164,7 +249,7 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
         return "its raw table judged outputs but names no accuracy rule"
     import blake3
 
-    from perfledger.kernels.outputs import rejudge
+    from perfledger.kernels.outputs import METHOD_V1, rejudge
 
     for n, pair in sorted(rows.items()):
         if set(pair) != {"ref", "cand"}:
@@ -180,9 +265,15 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
             if blake3.blake3(blob).hexdigest() != k.get("blake3"):
                 return f"round {n}: its kept output {k['stored']!r} is not the output recorded"
             data.append(blob)
-        ok = rejudge(
-            data[0], data[1], rule["compare"], rule.get("rtol", 0.0), rule.get("atol", 0.0)
-        )
+        # re-made by the rule the table was judged under (outputs_v1 tables keep theirs)
+        method = ((table.get("settings") or {}).get("outputs") or {}).get("method", METHOD_V1)
+        try:
+            ok = rejudge(
+                data[0], data[1], rule["compare"], rule.get("rtol", 0.0), rule.get("atol", 0.0),
+                method,
+            )  # fmt: skip
+        except ValueError as exc:
+            return f"its raw table's outputs cannot be compared again: {exc}"
         if ok != bool(kept[1].get("ok")):
             return (
                 f"round {n}: the candidate's output, compared again with the reference's by "
@@ -192,7 +283,16 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
     return None
 
 
-def _workload_mismatch(samples: dict[str, Any], rows: Any) -> str | None:
+def _wall_consistent(row: dict[str, Any]) -> bool:
+    """A driver row's ``wall_s`` is its ``end_s - start_s`` (seconds), all three numbers."""
+    try:
+        wall, start, end = (float(row[k]) for k in ("wall_s", "start_s", "end_s"))
+    except (KeyError, TypeError, ValueError):
+        return False
+    return abs(wall - (end - start)) <= _WALL_TOLERANCE_S
+
+
+def _workload_mismatch(samples: dict[str, Any], rows: Any, strict_wall: bool = False) -> str | None:
     """Re-derive the pairs of a workload driver table (see the module docstring)."""
     if not isinstance(rows, list):
         return "its raw table (workload) has no per-call table"
@@ -226,7 +326,7 @@ def _workload_mismatch(samples: dict[str, Any], rows: Any) -> str | None:
                 return f"pair {i}: case {pair.get('case')!r}, the table's {row.get('case')!r}"
             if not row.get("ok"):
                 return f"pair {i}: the table's {label} call failed ({row.get('reason')})"
-            found = _side_mismatch(f"pair {i} {label}", pair[label], row, metrics)
+            found = _side_mismatch(f"pair {i} {label}", pair[label], row, metrics, strict_wall)
             if found:
                 return found
     for n in sorted(set(rounds) - set(used)):
@@ -279,4 +379,11 @@ def _kernel_mismatch(samples: dict[str, Any], cases: Any) -> str | None:
     return None
 
 
-__all__ = ["BINDING_FORMAT", "BOUND_SCHEMA", "binding_of", "raw_table_mismatch"]
+__all__ = [
+    "BINDING_FORMAT",
+    "BOUND_SCHEMA",
+    "CHECKS_SCHEMA",
+    "PROTOCOL_KINDS",
+    "binding_of",
+    "raw_table_mismatch",
+]

@@ -16,6 +16,7 @@ from typing import Any
 from perfledger.errors import RuleRefused
 from perfledger.events.workflow import (
     ORIGINAL,
+    R14_MAX_SPAN,
     TAIL_STATISTICS,
     ClaimFigures,
     Reference,
@@ -587,8 +588,45 @@ def r14_interval_missing(claim: Any) -> tuple[str, str]:
         "reconciliation",
         f'add "expected_improvement": {{"low": LOW, "high": {upper}}} to the claim, in the '
         "bound's units (end-to-end speedup - 1: 0.25 = 1.25x); high may not exceed bound - 1"
-        + (f" = {upper}" if bound is not None else ""),
+        + (f" = {upper}" if bound is not None else "")
+        + f"; low >= 0 for a predicted gain and 1 + high <= {R14_MAX_SPAN:g} (1 + low)",
     )
+
+
+def r14_interval_informative(low: float, high: float) -> None:
+    """R14 (``ExperimentCreated`` schema :data:`~perfledger.events.workflow.R14_INFORMATIVE_INTERVAL`
+    on): a claim's predicted interval ``[low, high]`` (end-to-end speedup - 1, ratios) must be
+    narrow enough that a wrong prediction shows: finite with ``low > -1``; a claim predicting a
+    gain (``high > 0``) may not include a loss (``low >= 0``); and the upper end's speedup is at
+    most :data:`~perfledger.events.workflow.R14_MAX_SPAN` times the lower end's
+    (``(1 + high) <= R14_MAX_SPAN * (1 + low)``). Any prediction can be stated so (a point
+    interval is accepted); a result outside it owes a reconciliation, not a penalty. The upper
+    end's cap by the claim's own bound is R7's (:func:`r7_claim_figures`).
+    Raises: RuleRefused (R14) with the narrowest change that is accepted."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= -1.0:
+        raise refuse(
+            "R14",
+            f"expected improvement interval [{low}, {high}] is not a prediction: both ends must "
+            "be finite, the lower end above -1 (a speedup above 0)",
+        )
+    floor = (1.0 + high) / R14_MAX_SPAN - 1.0  # lowest lower end the span allows
+    if high > 0.0:
+        floor = max(floor, 0.0)
+    if low < floor - 1e-12 * (1.0 + abs(floor)):
+        why = (
+            "a claim predicting a gain may not include a loss"
+            if high > 0.0 and low < 0.0
+            else f"its upper speedup {1 + high:.6g}x is more than {R14_MAX_SPAN:g} times its lower "
+            f"{1 + low:.6g}x"
+        )
+        raise refuse(
+            "R14",
+            f"expected improvement interval [{low:.6g}, {high:.6g}] is too wide to be "
+            f"contradicted ({why}): a claim states what it expects, so that a result outside it "
+            "owes a reconciliation",
+            f'state "low": {floor!r} or more with this high, or lower "high"; a result outside '
+            "the interval only asks for `perfledger reconcile`",
+        )
 
 
 def r17_explanations(state: WorkflowState, samples_id: str) -> tuple[set[int], list[str]]:
