@@ -94,7 +94,9 @@ def test_clock_check_on_recorded_batches() -> None:
     liar = [Batch("cand", (1, 2), (5e-4, 5e-4), 2.2e-3) for _ in range(5)]
     check = clock_check(honest + liar)
     assert check.flags == ["clock:cand"]
-    assert check.excess_s["cand"] == pytest.approx(6e-4) and check.limit_s["cand"] == pytest.approx(5e-5)
+    assert check.excess_s["cand"] == pytest.approx(6e-4) and check.limit_s["cand"] == pytest.approx(
+        5e-5
+    )
     assert clock_check([*honest, Batch("cand", (1, 2), (1e-3, 1e-3), 2.2e-3)]).flags == []
     with pytest.raises(ValueError, match="no batches"):
         clock_check([])
