@@ -28,6 +28,7 @@ retried when another machine pushed in between.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import shutil
@@ -102,19 +103,18 @@ class PullResult:
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready summary (events as id, kind, lamport, actor)."""
-        return {
-            "remote": self.remote,
-            "url": self.url,
-            "before": self.before,
-            "after": self.after,
-            "remote_head": self.remote_head,
-            "action": self.action,
-            "merge_commit": self.merge_commit,
-            "new_events": [_event_line(e) for e in self.new_events],
-            "fetched_objects": self.fetched_objects,
-            "elapsed_s": round(self.elapsed_s, 6),
-        }
+        """Return a JSON-ready summary (events as id, kind, lamport, actor, ts)."""
+        events = [
+            {"event_id": e.id, "kind": e.kind, "lamport": e.lamport, "actor": e.actor, "ts": e.ts}
+            for e in self.new_events
+        ]
+        return {**_fields(self), "new_events": events}
+
+
+def _fields(result: PullResult | PushResult) -> dict[str, Any]:
+    """A result's fields as a JSON-ready dict (``elapsed_s`` rounded to the microsecond)."""
+    data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    return {**data, "elapsed_s": round(result.elapsed_s, 6)}
 
 
 @dataclass
@@ -135,24 +135,7 @@ class PushResult:
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
-        return {
-            "remote": self.remote,
-            "url": self.url,
-            "before": self.before,
-            "after": self.after,
-            "pushed": self.pushed,
-            "elapsed_s": round(self.elapsed_s, 6),
-        }
-
-
-def _event_line(envelope: Envelope) -> dict[str, Any]:
-    return {
-        "event_id": envelope.id,
-        "kind": envelope.kind,
-        "lamport": envelope.lamport,
-        "actor": envelope.actor,
-        "ts": envelope.ts,
-    }
+        return _fields(self)
 
 
 # ------------------------------------------------------------------------------ transport
@@ -486,16 +469,6 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
     )
 
 
-def _store_node(store: GitStore) -> Any:
-    """hex sha -> CommitNode from the store (derived index, else the commit)."""
-
-    def node(sha: bytes) -> CommitNode:
-        n = store.commit_node(sha)
-        return CommitNode(n.event_id, n.lamport, tuple(n.parents))
-
-    return node
-
-
 # ------------------------------------------------------------------------------ push
 
 
@@ -514,7 +487,7 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
     target = resolve_remote(store.repo, remote)
     local = store.read_head()
     holder: dict[str, bytes | None] = {"before": None}
-    node = _store_node(store)
+    node = store.commit_node
     object_store = store.repo.object_store
 
     def update_refs(refs: dict[bytes, bytes]) -> dict[bytes, bytes]:
