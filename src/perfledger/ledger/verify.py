@@ -39,7 +39,6 @@ from perfledger.errors import BadRequest, IntegrityError, PerfledgerError
 from perfledger.events.canonical import canonical_encoder, integer_range_problem
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
-    TIMESTAMP_FORM,
     Envelope,
     is_valid_event_id,
     validate_envelope_fields,
@@ -144,30 +143,14 @@ class VerifyReport:
 _PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
 
 
-#: UTC hour (``YYYY-MM-DDTHH``) -> its seconds since the epoch: events of one hour share it.
-_HOUR_SECONDS: dict[str, int] = {}
-
-
 def _ts_seconds(ts: str) -> int:
     """Whole seconds since the epoch of an envelope timestamp (``validate_envelope_fields``
-    checked its form), as ``int(parse_ts(ts).timestamp())`` but ~4x faster.
-
-    Raises: IntegrityError when it is not a real time (month 13, minute 61).
+    checked its form). Raises: IntegrityError when it is not a real time (month 13, minute 61).
     """
-    hour = ts[:13]
-    base = _HOUR_SECONDS.get(hour)
-    if base is None:
-        try:
-            base = int(datetime.fromisoformat(hour + ":00:00+00:00").timestamp())
-        except ValueError:
-            raise _fail(f"timestamp {ts!r} is not a valid UTC time") from None
-        if len(_HOUR_SECONDS) > 100_000:
-            _HOUR_SECONDS.clear()
-        _HOUR_SECONDS[hour] = base
-    minute, second = int(ts[14:16]), int(ts[17:19])
-    if minute > 59 or second > 59:
-        raise _fail(f"timestamp {ts!r} is not a valid UTC time")
-    return base + 60 * minute + second
+    try:
+        return int(datetime.fromisoformat(ts).timestamp())
+    except ValueError:
+        raise _fail(f"timestamp {ts!r} is not a valid UTC time") from None
 
 
 def verify_store(
@@ -534,33 +517,10 @@ def _verify_event(
     problem = integer_range_problem(data)
     if problem is not None:
         raise _fail(f"event.json is not canonical JSON: {problem}")
-    # The id's, parents' and Lamport clock's form are implied by the id, DAG and clock checks
-    # below when those pass; on the common path (no artifacts, a known actor) they are checked
-    # only if one of those fails, and first, so the error is the one checking them first gives.
-    deferred = (
-        dag is not None
-        and envelope.schema >= 1
-        and not envelope.artifacts
-        and envelope.idempotency_key is None
-        and envelope.actor in _VALID_ACTORS
-        and TIMESTAMP_FORM.match(envelope.ts) is not None
-    )
-    if not deferred:
-        _check_envelope_fields(envelope)
-        if len(_VALID_ACTORS) < 10_000:
-            _VALID_ACTORS.add(envelope.actor)
-    try:
-        _verify_event_content(facts, envelope, data, tree_entries=entries, dag=dag, sha=sha,
-                              root=root, reader=reader)  # fmt: skip
-    except IntegrityError:
-        if deferred:
-            _check_envelope_fields(envelope)
-        raise
+    _check_envelope_fields(envelope)
+    _verify_event_content(facts, envelope, data, tree_entries=entries, dag=dag, sha=sha,
+                          root=root, reader=reader)  # fmt: skip
     return envelope, data
-
-
-#: Actors of envelopes whose fields passed ``validate_envelope_fields`` in this process.
-_VALID_ACTORS: set[str] = set()
 
 
 #: Git modes of a regular non-executable file and of a directory (a subtree).
