@@ -61,14 +61,11 @@ from perfledger.ledger.objects import (
 from perfledger.ledger.reader import ObjectReader
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
-#: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
-#: parses per event on ledgers up to this size, and bounds the memory on larger ones.
-PARSED_CACHE_MAX = 120_000
 
 
 class CommitFacts(NamedTuple):
-    """What verify checks of an event or merge commit once pass 1 has placed it: its header
-    fields, subject and perfledger trailers (a named tuple: one per commit, kept for pass 2).
+    """What verify checks of an event or merge commit: its header fields, subject and
+    perfledger trailers.
 
     Attributes:
         tree: the tree's binary sha (20 bytes).
@@ -178,14 +175,16 @@ def verify_store(
     try:
         head = store.read_head()
         report.head = head.decode()
-        _verify(
-            store,
-            reader,
-            bytes.fromhex(head.decode()),
-            report,
-            on_event,
-            format_version,
-        )
+        graph = CommitGraph(reader, bytes.fromhex(head.decode()))
+        report.merges = graph.merges
+        if len(graph.roots) != 1:
+            raise IntegrityError(
+                f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
+            )
+        for event in graph.check_events(graph.roots[0], format_version):
+            report.events += 1
+            if on_event is not None:
+                on_event(event)
         report.ok = True
     except IntegrityError as exc:
         report.error = exc
@@ -195,26 +194,6 @@ def verify_store(
         reader.close()
         report.elapsed_s = time.perf_counter() - started
     return report
-
-
-def _verify(
-    store: object,
-    reader: ObjectReader,
-    head: bytes,
-    report: VerifyReport,
-    on_event: Callable[[RecordedEvent], None] | None,
-    format_version: int,
-) -> None:
-    graph = CommitGraph(reader, head)
-    report.merges = graph.merges
-    if len(graph.roots) != 1:
-        raise IntegrityError(
-            f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
-        )
-    for event in graph.check_events(graph.roots[0], format_version):
-        report.events += 1
-        if on_event is not None:
-            on_event(event)
 
 
 class CommitGraph:
@@ -255,8 +234,6 @@ class CommitGraph:
         self.roots: list[bytes] = []
         self.merges = 0
         self.keys: dict[bytes, str] = {}
-        #: pass 1's parse, reused by pass 2 (bounded: see PARSED_CACHE_MAX)
-        self.parsed: dict[bytes, CommitFacts] = {}
         stack = [tip]
         while stack:
             sha = stack.pop()
@@ -266,8 +243,6 @@ class CommitGraph:
                 self.node(sha)
                 continue
             facts = _read_commit_facts(reader, sha)
-            if len(self.parsed) < PARSED_CACHE_MAX:
-                self.parsed[sha] = facts
             event_id, parents = facts.event_id, facts.parents
             if event_id is None:
                 self.nodes[sha] = CommitNode(None, 0, parents)
@@ -334,9 +309,7 @@ class CommitGraph:
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
-            return _verify_event(
-                self.reader, sha, self.nodes[sha], self.dag, root, self.parsed.pop(sha, None)
-            )[1]
+            return _verify_event(self.reader, sha, self.nodes[sha], self.dag, root)[1]
         except _DagMismatch as exc:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
@@ -464,15 +437,11 @@ def _verify_event(
     node: CommitNode,
     dag: EventHeads | None,
     root: bytes,
-    facts: CommitFacts | None = None,
 ) -> tuple[Envelope, bytes]:
     """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
-    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG;
-    ``facts`` are the commit's as pass 1 read them (None: read them again)."""
-    if facts is None:
-        _, raw = reader.read(sha, check=False)  # re-hashed in pass 1
-        commit = parse_commit(sha, raw)
-        facts = commit_facts(commit, parse_trailers(commit.message))
+    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
+    commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
+    facts = commit_facts(commit, parse_trailers(commit.message))
     type_num, tree_raw = reader.read(facts.tree)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")
