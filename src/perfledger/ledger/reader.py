@@ -54,33 +54,21 @@ class ObjectReader:
     """Random access to a repository's objects by binary sha, each checked against its sha.
 
     Args:
-        object_store: the dulwich disk object store of the ledger repository, or a callable
-            that opens it: it is then called only for what this reader does not handle itself
-            (deltas, alternates), so that reading recent, packed or loose objects needs no
-            dulwich.
-        objects_dir: the ``objects`` directory; required when ``object_store`` is a callable.
+        open_store: opens the dulwich disk object store of the ledger repository; called only
+            for what this reader does not handle itself (deltas, alternates), so that reading
+            recent, packed or loose objects needs no dulwich.
+        objects_dir: the ``objects`` directory.
         sparse: for a few reads (``perfledger log``): look objects up by binary search in each
             pack's memory-mapped index instead of loading every index into a map first (which
             costs ~0.5 µs an object: 0.15 s on a 100,000-event ledger).
     """
 
     def __init__(
-        self,
-        object_store: DiskObjectStore | Callable[[], DiskObjectStore],
-        objects_dir: str | None = None,
-        *,
-        sparse: bool = False,
+        self, open_store: Callable[[], DiskObjectStore], objects_dir: str, *, sparse: bool = False
     ) -> None:
-        if callable(object_store):
-            if objects_dir is None:
-                raise TypeError("objects_dir is required with an object store factory")
-            self._open_store: Callable[[], DiskObjectStore] | None = object_store
-            self._opened: DiskObjectStore | None = None
-            self._objects_dir = objects_dir
-        else:
-            self._open_store = None
-            self._opened = object_store
-            self._objects_dir = os.fspath(object_store.path)
+        self._open_store = open_store
+        self._opened: DiskObjectStore | None = None
+        self._objects_dir = objects_dir
         self._packs: list[_PackMap] = []
         # binary sha -> (pack number << 40) | offset, over every mapped pack (small ledgers), or
         # per pack a sorted numpy sha table searched in C (large ledgers: ~28 bytes an object
@@ -150,7 +138,6 @@ class ObjectReader:
 
     def _store(self) -> DiskObjectStore:
         if self._opened is None:
-            assert self._open_store is not None
             self._opened = self._open_store()
         return self._opened
 

@@ -52,7 +52,7 @@ from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
-from perfledger.ledger.reader import ObjectReader, read_pack
+from perfledger.ledger.reader import read_pack
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
 from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
@@ -360,8 +360,7 @@ def _verify_and_check(
 ) -> IncomingReport:
     """Verify the fetched commits and refuse a rewritten remote (report.objects: what to keep)."""
     assert fetched.remote_head is not None
-    repo_store = store.repo.object_store if store is not None else None
-    base = ObjectReader(repo_store) if repo_store is not None else None
+    base = store.object_reader() if store is not None else None
     try:
         reader = IncomingReader(fetched.objects, base)
         if store is None:
@@ -573,7 +572,7 @@ def _pack_records(store: GitStore, wants: list[bytes], haves: list[bytes]) -> tu
     from dulwich.pack import UnpackedObject
 
     commits = _commits_between(store, haves, wants)
-    reader = ObjectReader(store.repo.object_store)
+    reader = store.object_reader()
     records: list[Any] = []
     sent: set[bytes] = set()
 
