@@ -189,8 +189,6 @@ class GitStore:
         self._lock_depth = 0
         self._lock_fd: int | None = None
         self._bulk: ObjectReader | None = None
-        self._bulk_misses = 0
-        self._in_bulk = False
 
     @property
     def repo(self) -> Repo:
@@ -848,14 +846,8 @@ class GitStore:
 
     def _entry(self, sha: bytes) -> IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
-
         entry = self._index.commits.get(sha)
         if entry is None:
-            self._bulk_misses += 1
-            if self._bulk is None and self._bulk_misses > 64 and self._in_bulk:
-                # catching up from a saved index: a short walk, for which loading every pack
-                # index (~70 ms on a 10,000-event ledger) costs more than it saves
-                self._bulk = self.object_reader(sparse=self._index.head is not None)
             entry = self._read_entry(sha)
             self._index.know(sha, entry)
         return entry
@@ -927,20 +919,18 @@ class GitStore:
 
     @contextlib.contextmanager
     def _bulk_reading(self) -> Iterator[None]:
-        """Read commits through the bulk :class:`ObjectReader` for the duration (opened lazily
-        only when more than a few commits are missing from the index)."""
+        """Read commits through one :class:`ObjectReader` for the duration of a walk: pack
+        indexes searched in place when a saved index is caught up (a short walk), loaded whole
+        when it is rebuilt from nothing."""
         if self._bulk is not None:
             yield
             return
-        self._bulk_misses = 0
-        self._in_bulk = True
+        self._bulk = self.object_reader(sparse=self._index.head is not None)
         try:
             yield
         finally:
-            self._in_bulk = False
-            if self._bulk is not None:
-                self._bulk.close()
-                self._bulk = None
+            self._bulk.close()
+            self._bulk = None
 
     def _rebuild(self, head: bytes) -> None:
         """Recompute the reachable set and the event and key maps from ``head``."""
