@@ -1,8 +1,9 @@
 """Git's version-2 pack index (``.idx``): the one codec of the format in perfledger.
 
-One layout writer (:meth:`IndexArrays.encode`) and one layout parser behind two readers: the whole index as numpy
-arrays (:func:`read_index`: merging packs, verify's scan) and a memory-mapped binary search for a
-few lookups without importing numpy (:class:`MappedIndex`: a CLI decision). The format is git's ``pack-format.txt``:
+One layout writer (:meth:`IndexArrays.encode`) and one layout parser behind two readers: the
+whole index as numpy arrays (:func:`read_index`: merging packs, verify's scan) and a
+memory-mapped binary search for a few lookups without importing numpy (:class:`MappedIndex`: a
+CLI decision). The format is git's ``pack-format.txt``:
 magic, version 2, a 256-entry fan-out table, the sorted names, their CRC-32s, their 31-bit
 offsets (the high bit pointing into a table of 64-bit offsets for packs over 2 GiB), the pack's
 checksum, the index's own checksum. Every test scenario checks the result with the real git.

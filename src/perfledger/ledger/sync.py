@@ -363,24 +363,15 @@ def _verify_and_check(
     base = store.object_reader() if store is not None else None
     try:
         reader = IncomingReader(fetched.objects, base)
-        if store is None:
-            report = verify_incoming(
-                reader,
-                fetched.remote_head,
-                is_local=lambda sha: False,
-                has_event=lambda event_id: False,
-                format_version=FORMAT_VERSION,
-                clone=True,
-            )
-        else:
-            head = store.read_head()
-            report = verify_incoming(
-                reader,
-                fetched.remote_head,
-                is_local=lambda sha: store.reaches(sha, head),
-                has_event=lambda event_id: store.has_event(event_id, head),
-                format_version=FORMAT_VERSION,
-            )
+        head = store.read_head() if store is not None else b""
+        report = verify_incoming(
+            reader,
+            fetched.remote_head,
+            is_local=lambda sha: store is not None and store.reaches(sha, head),
+            has_event=lambda event_id: store is not None and store.has_event(event_id, head),
+            format_version=FORMAT_VERSION,
+            clone=store is None,
+        )
         objects = reader.used_objects()
         if report.merges:
             objects.append(EMPTY_TREE)
