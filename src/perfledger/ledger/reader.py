@@ -1,11 +1,12 @@
 """Reading git objects: the store's and verify's reads (:class:`ObjectReader`, every read
-checked against its name) and a received pack (:func:`read_pack`, for pull and clone).
+checked against its name) and a received pack (:func:`read_pack`, for pull and clone, through
+dulwich's pack reader).
 
 Why not dulwich's object store for this: its per-object path (a bisection with a Python callback
 per probe, a ``stat`` per lookup, a ``ShaFile`` per object) reads ~16,000 objects/s here, and a
-verify reads three objects per event. This reader maps each pack's index once into a dict, slices
-the memory-mapped pack, inflates with zlib and re-hashes every object so that a rewritten object
-is reported, not trusted. Delta-compressed entries (what ``git gc`` or a ``git clone`` of a
+verify reads three objects per event. This reader maps each pack's index once into a dict (or,
+for a few reads, searches it in place), reads entries with ``pread``, inflates them and re-hashes
+every object so that a rewritten object is reported, not trusted. Delta-compressed entries (what ``git gc`` or a ``git clone`` of a
 ledger produces) are resolved through dulwich, and so are objects in any layout this reader does
 not handle (alternates, pack index v1).
 """
