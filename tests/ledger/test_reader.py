@@ -11,7 +11,6 @@ import perfledger.ledger.reader as reader_module
 from perfledger.api import Ledger
 from perfledger.ledger.base import Artifact, EventDraft
 from perfledger.ledger.packindex import IndexArrays
-from perfledger.ledger.reader import ObjectReader
 
 
 def _ledger(path: Path) -> Ledger:
@@ -44,7 +43,7 @@ def test_tables_find_every_packed_object_and_nothing_else(
     absent sha (including one ending in NUL bytes, which numpy's S20 would strip) is not."""
     ledger = _ledger(tmp_path / "l")
     monkeypatch.setattr(reader_module, "DICT_INDEX_MAX", 0)
-    reader = ObjectReader(ledger.store.repo.object_store)
+    reader = ledger.store.object_reader()
     try:
         assert reader._tables, "the numpy layout was not used"
         for _number, shas, _offsets in reader._tables:
@@ -79,7 +78,7 @@ def test_a_pack_merged_away_while_the_reader_opens_is_skipped(
         return entries
 
     monkeypatch.setattr(reader_module, "read_index", read_then_vanish)
-    reader = ObjectReader(ledger.store.repo.object_store)
+    reader = ledger.store.object_reader()
     reader.close()
     assert removed, "no pack was listed"
     Path(tmp_path / "moved.pack").rename(removed[0] + ".pack")
@@ -91,8 +90,8 @@ def test_sparse_index_finds_every_packed_object_where_the_map_does(tmp_path: Pat
     """The in-place binary search of the packs' indexes (``sparse=True``, for ``log``) finds
     every packed object at the offset the full map gives, and nothing else."""
     ledger = _ledger(tmp_path / "l")
-    full = ObjectReader(ledger.store.repo.object_store)
-    sparse = ObjectReader(ledger.store.repo.object_store, sparse=True)
+    full = ledger.store.object_reader()
+    sparse = ledger.store.object_reader(sparse=True)
     try:
         assert full._where and sparse._sparse and not sparse._where
         for sha, where in full._where.items():

@@ -10,7 +10,6 @@ without reading every tree; ``verify`` checks them against the envelope.
 from __future__ import annotations
 
 import re
-from binascii import unhexlify
 from typing import NamedTuple
 
 from perfledger.errors import IntegrityError
@@ -165,29 +164,11 @@ class ParsedCommit(NamedTuple):
     message: bytes
 
 
-_COMMIT_FAST = re.compile(
-    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author ([^\n]*)\ncommitter ([^\n]*)\n\n"
-)
-
-
 def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
     """Parse a commit's raw content (binary ``sha`` only names it in errors).
 
     Raises: IntegrityError when it has no message or a malformed tree/parent line.
     """
-    fast = _COMMIT_FAST.match(raw)
-    if fast is not None:  # the layout perfledger writes: one regex match
-        parents = fast.group(2)
-        tree, parents, author, committer = fast.groups()
-        return ParsedCommit(
-            unhexlify(tree),
-            (unhexlify(parents[7:47]),)
-            if len(parents) == 48
-            else tuple(unhexlify(parents[i + 7 : i + 47]) for i in range(0, len(parents), 48)),
-            author,
-            committer,
-            raw[fast.end() :],
-        )
     header, sep, message = raw.partition(b"\n\n")
     if not sep:
         raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())

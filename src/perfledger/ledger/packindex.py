@@ -1,9 +1,9 @@
 """Git's version-2 pack index (``.idx``): the one codec of the format in perfledger.
 
-One layout writer (behind :func:`encode_index` for plain lists and :meth:`IndexArrays.encode`
-for a merge's numpy arrays) and one layout parser behind two readers: the whole index as numpy
-arrays (:func:`read_index`: merging packs, verify's scan) and a memory-mapped binary search for a
-few lookups without importing numpy (:class:`MappedIndex`: a CLI decision). The format is git's ``pack-format.txt``:
+One layout writer (:meth:`IndexArrays.encode`) and one layout parser behind two readers: the
+whole index as numpy arrays (:func:`read_index`: merging packs, verify's scan) and a
+memory-mapped binary search for a few lookups without importing numpy (:class:`MappedIndex`: a
+CLI decision). The format is git's ``pack-format.txt``:
 magic, version 2, a 256-entry fan-out table, the sorted names, their CRC-32s, their 31-bit
 offsets (the high bit pointing into a table of 64-bit offsets for packs over 2 GiB), the pack's
 checksum, the index's own checksum. Every test scenario checks the result with the real git.
@@ -60,9 +60,10 @@ class IndexArrays:
         return self.take(np.argsort(self.offsets, kind="stable"))
 
     def encode(self, pack_checksum: bytes) -> bytes:
-        """Return the bytes of the version-2 index of these entries (any order), through the
-        same layout writer as :func:`encode_index`, its columns built with numpy (a merge of
-        millions of objects: no Python object per entry)."""
+        """Return the bytes of the version-2 index of these entries (any order), its columns
+        built with numpy (a merge of millions of objects: no Python object per entry): magic,
+        fan-out table, names, CRCs, 31-bit offsets, 64-bit offsets, the pack's checksum, the
+        index's own checksum."""
         import numpy as np
 
         entries = self.by_name()
@@ -71,13 +72,21 @@ class IndexArrays:
         small = offsets.astype(">u4")
         if flagged.any():  # packs over 2 GiB: 64-bit offsets in a side table
             small[flagged] = _LARGE_FLAG | np.arange(int(flagged.sum()), dtype=np.uint32)
-        return _encode_columns(
-            entries.names.tobytes(),
-            entries.crcs.astype(">u4").tobytes(),
-            small.tobytes(),
-            offsets[flagged].astype(">u8").tobytes(),
-            pack_checksum,
+        names = entries.names.tobytes()
+        firsts = np.frombuffer(names, dtype=np.uint8)[::20]  # the first byte of every name
+        fanout = np.cumsum(np.bincount(firsts, minlength=256)).astype(">u4")
+        body = b"".join(
+            [
+                _MAGIC,
+                fanout.tobytes(),
+                names,
+                entries.crcs.astype(">u4").tobytes(),
+                small.tobytes(),
+                offsets[flagged].astype(">u8").tobytes(),
+                pack_checksum,
+            ]
         )
+        return body + hashlib.sha1(body).digest()
 
 
 def concat(parts: list[IndexArrays]) -> IndexArrays:
@@ -94,8 +103,8 @@ def concat(parts: list[IndexArrays]) -> IndexArrays:
 def encode_index(
     names: Sequence[bytes], offsets: Sequence[int], crcs: Sequence[int], pack_checksum: bytes
 ) -> bytes:
-    """Return the bytes of the version-2 index of a pack, from plain lists (no numpy import:
-    what a writer of a few thousand objects needs; :meth:`IndexArrays.encode` for a merge).
+    """Return the bytes of the version-2 index of a pack (:meth:`IndexArrays.encode` of plain
+    lists).
 
     Args:
         names: binary object names (20 bytes each), in any order.
@@ -103,40 +112,14 @@ def encode_index(
         crcs: the CRC-32 of each packed entry (header and zlib stream).
         pack_checksum: the pack's trailing sha1 (20 bytes).
     """
-    entries = sorted(zip(names, offsets, crcs, strict=True))
-    count = len(entries)
-    large: list[int] = []
-    small: list[int] = []
-    for _, offset, _ in entries:
-        if offset >= _LARGE_FLAG:  # packs over 2 GiB: 64-bit offsets in a side table
-            small.append(_LARGE_FLAG | len(large))
-            large.append(offset)
-        else:
-            small.append(offset)
-    return _encode_columns(
-        b"".join(name for name, _, _ in entries),
-        struct.pack(f">{count}L", *(crc for _, _, crc in entries)),
-        struct.pack(f">{count}L", *small),
-        struct.pack(f">{len(large)}Q", *large),
-        pack_checksum,
+    import numpy as np
+
+    arrays = IndexArrays(
+        np.array(names, dtype="S20"),
+        np.array(offsets, dtype=np.uint64),
+        np.array(crcs, dtype=np.uint32),
     )
-
-
-def _encode_columns(
-    names: bytes, crcs: bytes, small: bytes, large: bytes, pack_checksum: bytes
-) -> bytes:
-    """The index's bytes from its columns, already sorted by name and big-endian: the one
-    place the layout is written (magic, fan-out table, names, CRCs, 31-bit offsets, 64-bit
-    offsets, the pack's checksum, the index's own checksum)."""
-    firsts = names[::20]  # the first byte of every name, in order
-    fanout: list[int] = []
-    total = 0
-    for byte in range(256):
-        total += firsts.count(byte)
-        fanout.append(total)
-    body = b"".join([_MAGIC, struct.pack(">256L", *fanout), names, crcs, small, large])
-    body += pack_checksum
-    return body + hashlib.sha1(body).digest()
+    return arrays.encode(pack_checksum)
 
 
 class _Layout(NamedTuple):

@@ -1,11 +1,12 @@
 """Reading git objects: the store's and verify's reads (:class:`ObjectReader`, every read
-checked against its name) and a received pack (:func:`read_pack`, for pull and clone).
+checked against its name) and a received pack (:func:`read_pack`, for pull and clone, through
+dulwich's pack reader).
 
 Why not dulwich's object store for this: its per-object path (a bisection with a Python callback
 per probe, a ``stat`` per lookup, a ``ShaFile`` per object) reads ~16,000 objects/s here, and a
-verify reads three objects per event. This reader maps each pack's index once into a dict, slices
-the memory-mapped pack, inflates with zlib and re-hashes every object so that a rewritten object
-is reported, not trusted. Delta-compressed entries (what ``git gc`` or a ``git clone`` of a
+verify reads three objects per event. This reader maps each pack's index once into a dict (or,
+for a few reads, searches it in place), reads entries with ``pread``, inflates them and re-hashes
+every object so that a rewritten object is reported, not trusted. Delta-compressed entries (what ``git gc`` or a ``git clone`` of a
 ledger produces) are resolved through dulwich, and so are objects in any layout this reader does
 not handle (alternates, pack index v1).
 """
@@ -14,15 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
-import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import _STORED_HEADER, HEADER_FORMATS, TYPE_NAMES, inflate
+from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES, inflate
 from perfledger.ledger.packindex import MappedIndex, read_index
 
 if TYPE_CHECKING:
@@ -54,33 +55,21 @@ class ObjectReader:
     """Random access to a repository's objects by binary sha, each checked against its sha.
 
     Args:
-        object_store: the dulwich disk object store of the ledger repository, or a callable
-            that opens it: it is then called only for what this reader does not handle itself
-            (deltas, alternates), so that reading recent, packed or loose objects needs no
-            dulwich.
-        objects_dir: the ``objects`` directory; required when ``object_store`` is a callable.
+        open_store: opens the dulwich disk object store of the ledger repository; called only
+            for what this reader does not handle itself (deltas, alternates), so that reading
+            recent, packed or loose objects needs no dulwich.
+        objects_dir: the ``objects`` directory.
         sparse: for a few reads (``perfledger log``): look objects up by binary search in each
             pack's memory-mapped index instead of loading every index into a map first (which
             costs ~0.5 µs an object: 0.15 s on a 100,000-event ledger).
     """
 
     def __init__(
-        self,
-        object_store: DiskObjectStore | Callable[[], DiskObjectStore],
-        objects_dir: str | None = None,
-        *,
-        sparse: bool = False,
+        self, open_store: Callable[[], DiskObjectStore], objects_dir: str, *, sparse: bool = False
     ) -> None:
-        if callable(object_store):
-            if objects_dir is None:
-                raise TypeError("objects_dir is required with an object store factory")
-            self._open_store: Callable[[], DiskObjectStore] | None = object_store
-            self._opened: DiskObjectStore | None = None
-            self._objects_dir = objects_dir
-        else:
-            self._open_store = None
-            self._opened = object_store
-            self._objects_dir = os.fspath(object_store.path)
+        self._open_store = open_store
+        self._opened: DiskObjectStore | None = None
+        self._objects_dir = objects_dir
         self._packs: list[_PackMap] = []
         # binary sha -> (pack number << 40) | offset, over every mapped pack (small ledgers), or
         # per pack a sorted numpy sha table searched in C (large ledgers: ~28 bytes an object
@@ -150,7 +139,6 @@ class ObjectReader:
 
     def _store(self) -> DiskObjectStore:
         if self._opened is None:
-            assert self._open_store is not None
             self._opened = self._open_store()
         return self._opened
 
@@ -192,37 +180,6 @@ class ObjectReader:
         if where is not None:
             fd = self._packs[where >> _PACK_SHIFT].fd
             offset = where & _OFFSET_MASK
-            # the common entry, inline: a stored zlib block (what perfledger packs hold for
-            # small objects) read in one pread, its content checked against the name; anything
-            # else (a compressed stream, a delta, a damaged entry) takes _read_packed's path
-            data = os.pread(fd, _FIRST_READ, offset)
-            if len(data) > 16:
-                byte = data[0]
-                size = byte & 0x0F
-                pos, shift = 1, 4
-                while byte & 0x80 and pos < 6:
-                    byte = data[pos]
-                    size |= (byte & 0x7F) << shift
-                    shift += 7
-                    pos += 1
-                end = pos + 7 + size
-                if (
-                    not byte & 0x80
-                    and size <= 0xFFFF
-                    and data[pos : pos + 3] == _STORED_HEADER
-                    and data[pos + 3 : pos + 7] == _STORED_LENGTHS.pack(size, size ^ 0xFFFF)
-                ):
-                    if end + 4 > len(data):  # the rest of the block, exactly
-                        data += os.pread(fd, end + 4 - len(data), offset + len(data))
-                    raw = data[pos + 7 : end]
-                    type_num = (data[0] >> 4) & 0x07
-                    header = HEADER_FORMATS.get(type_num)
-                    if header is not None and data[end : end + 4] == zlib.adler32(raw).to_bytes(
-                        4, "big"
-                    ):
-                        if check and hashlib.sha1(header % size + raw).digest() != sha:
-                            _check_sha(sha, type_num, raw)  # raises, naming the object
-                        return type_num, raw
             try:
                 result = _read_packed(fd, offset)
             except IntegrityError as exc:
@@ -303,10 +260,6 @@ def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:
     return type_num, raw
 
 
-#: The two length fields of a stored zlib block (``LEN``, ``NLEN``).
-_STORED_LENGTHS = struct.Struct("<HH")
-
-
 def _entry_header(data: bytes, pos: int) -> tuple[int, int, int]:
     """(type number, inflated size, offset after the header) of the pack entry whose header
     (type and size, little-endian base-128, 4 bits first) starts at ``pos`` of ``data``.
@@ -366,118 +319,36 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
 
 
 # ---------------------------------------------------------------------------- a received pack
-# Reading a received pack stream into memory, deltas resolved (pull and clone). Why not
-# dulwich's ``DeltaChainIterator``: it builds an ``UnpackedObject`` per entry and inflates through
-# a Python read loop, ~15 µs an object here; a 10,000-event pull (30,000 objects) spent 2 s in
-# it. This walks the pack once (a header per entry, then its zlib stream, whose end ``zlib``
-# reports), resolves ``ofs-delta`` and ``ref-delta`` entries with dulwich's C ``apply_delta`` (a
-# thin pack's external bases come from ``external``), and names every object by hashing its
-# content, so nothing is trusted from the sender. The pack's trailing checksum is checked too.
-
-
-def _malformed(message: str) -> IntegrityError:
-    return IntegrityError(f"the remote sent a malformed pack: {message}")
 
 
 def read_pack(
     data: bytes | bytearray, external: Callable[[bytes], tuple[int, bytes]]
 ) -> dict[bytes, tuple[int, bytes]]:
-    """Return every object of the pack ``data``: binary sha -> (type number, content).
+    """Return every object of the received pack ``data`` (pull and clone): binary sha -> (type
+    number, content), deltas resolved, each object named by hashing its content (nothing is
+    trusted from the sender), through dulwich's pack reader; the trailing checksum is checked.
 
     Args:
         data: the whole pack (``PACK`` header to trailing SHA-1).
         external: binary sha -> (type, content) for a thin pack's bases held locally; raises
-            IntegrityError (or KeyError) when it has none.
+            KeyError when it has none.
     Raises: IntegrityError for a malformed pack, a bad checksum or an unresolvable delta.
     """
+    from dulwich.object_format import SHA1
+    from dulwich.pack import PackData, UnpackedObjectIterator
+
     if len(data) < 32 or data[:4] != b"PACK" or data[4:8] not in (b"\0\0\0\2", b"\0\0\0\3"):
-        raise _malformed("bad header")
-    if hashlib.sha1(memoryview(data)[:-20]).digest() != data[-20:]:
-        raise _malformed("its checksum does not match its content")
-    count = int.from_bytes(data[8:12], "big")
-    view = memoryview(data)
-    end = len(data) - 20
-    pos = 12
-    by_offset: dict[int, tuple[int, bytes]] = {}
+        raise IntegrityError("the remote sent a malformed pack: bad header")
     objects: dict[bytes, tuple[int, bytes]] = {}
-    pending: list[tuple[int, int, object, bytes]] = []  # (offset, kind, base ref, delta)
-    for _ in range(count):
-        offset = pos
-        if pos >= end:
-            raise _malformed("truncated")
-        try:
-            type_num, size, pos = _entry_header(data, pos)
-        except IndexError:
-            raise _malformed("truncated") from None
-        base: object = None
-        if type_num == _OFS_DELTA:
-            byte = data[pos]
-            pos += 1
-            distance = byte & 0x7F
-            while byte & 0x80:
-                byte = data[pos]
-                pos += 1
-                distance = ((distance + 1) << 7) | (byte & 0x7F)
-            base = offset - distance
-        elif type_num == _REF_DELTA:
-            base = bytes(data[pos : pos + 20])
-            pos += 20
-        elif type_num not in TYPE_NAMES:
-            raise _malformed(f"unknown entry type {type_num} at offset {offset}")
-        inflater = zlib.decompressobj()
-        window = size + (size // 16384 + 1) * 5 + 64
-        try:
-            raw = inflater.decompress(view[pos : min(pos + window, end)])
-        except zlib.error:
-            raise _malformed(f"entry at offset {offset} is not a valid zlib stream") from None
-        if not inflater.eof or len(raw) != size:
-            raise _malformed(f"entry at offset {offset} inflates to the wrong size")
-        pos = min(pos + window, end) - len(inflater.unused_data)
-        if base is None:
-            by_offset[offset] = (type_num, raw)
-        else:
-            pending.append((offset, type_num, base, raw))
-    if pos != end:
-        raise _malformed("trailing bytes after the last entry")
-    for type_num, raw in by_offset.values():
-        objects[_sha(type_num, raw)] = (type_num, raw)
-    # Resolve deltas; a base may itself be a delta later in the list: repeat until settled.
-    while pending:
-        unresolved: list[tuple[int, int, object, bytes]] = []
-        for offset, kind, base, delta in pending:
-            table: dict = by_offset if kind == _OFS_DELTA else objects  # type: ignore[type-arg]
-            found = table.get(base)
-            if found is None:
-                unresolved.append((offset, kind, base, delta))
-                continue
-            resolved = _apply(found, delta, offset)
-            by_offset[offset] = resolved
-            objects[_sha(*resolved)] = resolved
-        if len(unresolved) == len(pending):  # no progress: thin-pack bases held locally
-            still: list[tuple[int, int, object, bytes]] = []
-            for offset, kind, base, delta in unresolved:
-                if kind != _REF_DELTA:
-                    raise _malformed(f"delta at offset {offset} has no base in the pack")
-                try:
-                    found = external(base)  # type: ignore[arg-type]
-                except KeyError:
-                    raise _malformed(
-                        f"delta at offset {offset} is against {base.hex()}, "  # type: ignore[attr-defined]
-                        "which neither the pack nor this ledger holds"
-                    ) from None
-                resolved = _apply(found, delta, offset)
-                by_offset[offset] = resolved
-                objects[_sha(*resolved)] = resolved
-            unresolved = still
-        pending = unresolved
-    return objects
-
-
-def _apply(base: tuple[int, bytes], delta: bytes, offset: int) -> tuple[int, bytes]:
-    from dulwich.pack import apply_delta  # only a pull of a delta-compressed pack needs it
-
+    failure = ""
     try:
-        chunks = apply_delta(base[1], delta)
-    except Exception as exc:  # dulwich's ApplyDeltaError and C-level errors
-        raise _malformed(f"delta at offset {offset} does not apply: {exc}") from None
-    return base[0], chunks if isinstance(chunks, bytes) else b"".join(chunks)
+        pack = PackData.from_file(io.BytesIO(data), SHA1, len(data))
+        pack.check()
+        for entry in UnpackedObjectIterator.for_pack_data(pack, resolve_ext_ref=external):
+            raw = b"".join(entry.obj_chunks)
+            objects[_sha(entry.obj_type_num, raw)] = (entry.obj_type_num, raw)
+    except Exception as exc:  # dulwich's checksum, zlib, delta and unresolved-base errors
+        failure = f"{type(exc).__name__}: {exc}"
+    if failure:  # raised here, not in the handler: no traceback keeps dulwich's buffers alive
+        raise IntegrityError(f"the remote sent a malformed pack: {failure}")
+    return objects

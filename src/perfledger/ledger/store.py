@@ -102,10 +102,6 @@ _INDEX_SAVE_EVERY = 256
 #: would otherwise walk them again (a CLI decision on a 10,000-event ledger spent ~0.1 s walking
 #: ~90 unsaved commits), while one save costs ~30 ms.
 _INDEX_SAVE_AT_CLOSE = 64
-#: A process appends this many events, or walks this many commits, reading commits from git
-#: before it loads the whole derived index (see GitStore._attempt): a CLI command never loads
-#: it for an append; a long-running writer soon does, and then keeps and saves it.
-_UNINDEXED_MAX = 64
 _INDEX_SAVE_FRACTION = 3
 
 
@@ -188,15 +184,11 @@ class GitStore:
         # the derived index (perfledger.ledger.index)
         self._index = CommitIndex()
         self._dag = EventHeads(self._node, self._index.all_events.__getitem__)
-        # events appended by this process while the index was not loaded (see _attempt)
-        self._unindexed_appends = 0
         self._loose_written = 0
         self._packs_written = 0
         self._lock_depth = 0
         self._lock_fd: int | None = None
         self._bulk: ObjectReader | None = None
-        self._bulk_misses = 0
-        self._in_bulk = False
 
     @property
     def repo(self) -> Repo:
@@ -643,30 +635,19 @@ class GitStore:
     def _attempt(self, decide: Decide) -> list[Envelope] | None:
         """One read-decide-write-swap round; None when the compare-and-swap lost a race.
 
-        A new event takes its parents and Lamport clock from the head commit (and, for a merge,
-        the commits it joins), read from git: that needs no derived index. The index (every
-        event and idempotency key of the ledger, O(ledger) to load: ~45 ms of a CLI append on
-        10,000 events) is loaded only when a draft carries an idempotency key, when this
-        process already holds it, or once this process has appended ``_UNINDEXED_MAX`` events
-        without it (a long-running writer keeps it, and saves it)."""
+        The derived index is caught up to the head and cross-checked against git where the new
+        events take their parents and Lamport clock from (:meth:`_check_index_at`)."""
         head = self.read_head()
-        indexed = self._index.loaded or self._unindexed_appends >= _UNINDEXED_MAX
-        if indexed:
-            self._catch_up(head)
-            self._check_index_at(head)
+        self._catch_up(head)
+        self._check_index_at(head)
         view = HeadView(head.decode(), self._event_heads(head), self._lamport_of(head))
         drafts = list(decide(view))
         if not drafts:
             return []
         check_batch_keys(drafts)
-        if not indexed and any(d.idempotency_key is not None for d in drafts):
-            self._catch_up(head)  # a key is looked up in the whole ledger
-            self._check_index_at(head)
-            indexed = True
-        if indexed:
-            existing = self._idempotent_replay(drafts)
-            if existing is not None:
-                return existing
+        existing = self._idempotent_replay(drafts)
+        if existing is not None:
+            return existing
         envelopes, objects, new_head, entries = self._build_chain(
             head, drafts, view.event_heads, view.lamport
         )
@@ -674,22 +655,15 @@ class GitStore:
         self._write_objects(objects, batch=batch)
         if not self._compare_and_swap(head, new_head):
             return None
-        if indexed:
-            for sha, entry in entries:
-                self._index.add(sha, entry)
-            self._index.head = self._index.checked_head = new_head
-            self._index.unsaved += len(entries)
-            if self._index.unsaved >= max(
-                _INDEX_SAVE_EVERY, len(self._index.commits) // _INDEX_SAVE_FRACTION
-            ):
-                with contextlib.suppress(OSError):
-                    self._save_index()
-        else:
-            # facts about commits this process wrote (the next attempt reads its head from
-            # here); the saved index catches up by walking them when it is next loaded
-            for sha, entry in entries:
-                self._index.know(sha, entry)
-            self._unindexed_appends += len(entries)
+        for sha, entry in entries:
+            self._index.add(sha, entry)
+        self._index.head = self._index.checked_head = new_head
+        self._index.unsaved += len(entries)
+        if self._index.unsaved >= max(
+            _INDEX_SAVE_EVERY, len(self._index.commits) // _INDEX_SAVE_FRACTION
+        ):
+            with contextlib.suppress(OSError):
+                self._save_index()
         self._after_write(objects, batch)
         return envelopes
 
@@ -872,14 +846,8 @@ class GitStore:
 
     def _entry(self, sha: bytes) -> IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
-
         entry = self._index.commits.get(sha)
         if entry is None:
-            self._bulk_misses += 1
-            if self._bulk is None and self._bulk_misses > 64 and self._in_bulk:
-                # catching up from a saved index: a short walk, for which loading every pack
-                # index (~70 ms on a 10,000-event ledger) costs more than it saves
-                self._bulk = self.object_reader(sparse=self._index.head is not None)
             entry = self._read_entry(sha)
             self._index.know(sha, entry)
         return entry
@@ -951,20 +919,18 @@ class GitStore:
 
     @contextlib.contextmanager
     def _bulk_reading(self) -> Iterator[None]:
-        """Read commits through the bulk :class:`ObjectReader` for the duration (opened lazily
-        only when more than a few commits are missing from the index)."""
+        """Read commits through one :class:`ObjectReader` for the duration of a walk: pack
+        indexes searched in place when a saved index is caught up (a short walk), loaded whole
+        when it is rebuilt from nothing."""
         if self._bulk is not None:
             yield
             return
-        self._bulk_misses = 0
-        self._in_bulk = True
+        self._bulk = self.object_reader(sparse=self._index.head is not None)
         try:
             yield
         finally:
-            self._in_bulk = False
-            if self._bulk is not None:
-                self._bulk.close()
-                self._bulk = None
+            self._bulk.close()
+            self._bulk = None
 
     def _rebuild(self, head: bytes) -> None:
         """Recompute the reachable set and the event and key maps from ``head``."""
@@ -1042,17 +1008,10 @@ class GitStore:
         current head), oldest first, when ``head`` descends from ``old_head`` through
         single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
         head = head or self.read_head()
-        # Without the index, a few commits are read from git (the usual case: this process's
-        # own appends, already known) rather than loading it; a long walk loads it.
-        unindexed = not self._index.loaded
-        if not unindexed:
-            self._catch_up(head)
+        self._catch_up(head)
         chain: list[bytes] = []
         sha = head
         while sha != old_head:
-            if unindexed and len(chain) >= _UNINDEXED_MAX:
-                self._catch_up(head)
-                return self.commits_since(old_head, head)
             entry = self._entry(sha)
             if len(entry.parents) != 1 or entry.event_id is None:
                 return None

@@ -28,6 +28,7 @@ retried when another machine pushed in between.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import shutil
@@ -51,7 +52,7 @@ from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
-from perfledger.ledger.reader import ObjectReader, read_pack
+from perfledger.ledger.reader import read_pack
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
 from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
@@ -102,19 +103,18 @@ class PullResult:
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready summary (events as id, kind, lamport, actor)."""
-        return {
-            "remote": self.remote,
-            "url": self.url,
-            "before": self.before,
-            "after": self.after,
-            "remote_head": self.remote_head,
-            "action": self.action,
-            "merge_commit": self.merge_commit,
-            "new_events": [_event_line(e) for e in self.new_events],
-            "fetched_objects": self.fetched_objects,
-            "elapsed_s": round(self.elapsed_s, 6),
-        }
+        """Return a JSON-ready summary (events as id, kind, lamport, actor, ts)."""
+        events = [
+            {"event_id": e.id, "kind": e.kind, "lamport": e.lamport, "actor": e.actor, "ts": e.ts}
+            for e in self.new_events
+        ]
+        return {**_fields(self), "new_events": events}
+
+
+def _fields(result: PullResult | PushResult) -> dict[str, Any]:
+    """A result's fields as a JSON-ready dict (``elapsed_s`` rounded to the microsecond)."""
+    data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    return {**data, "elapsed_s": round(result.elapsed_s, 6)}
 
 
 @dataclass
@@ -135,24 +135,7 @@ class PushResult:
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
-        return {
-            "remote": self.remote,
-            "url": self.url,
-            "before": self.before,
-            "after": self.after,
-            "pushed": self.pushed,
-            "elapsed_s": round(self.elapsed_s, 6),
-        }
-
-
-def _event_line(envelope: Envelope) -> dict[str, Any]:
-    return {
-        "event_id": envelope.id,
-        "kind": envelope.kind,
-        "lamport": envelope.lamport,
-        "actor": envelope.actor,
-        "ts": envelope.ts,
-    }
+        return _fields(self)
 
 
 # ------------------------------------------------------------------------------ transport
@@ -377,28 +360,18 @@ def _verify_and_check(
 ) -> IncomingReport:
     """Verify the fetched commits and refuse a rewritten remote (report.objects: what to keep)."""
     assert fetched.remote_head is not None
-    repo_store = store.repo.object_store if store is not None else None
-    base = ObjectReader(repo_store) if repo_store is not None else None
+    base = store.object_reader() if store is not None else None
     try:
         reader = IncomingReader(fetched.objects, base)
-        if store is None:
-            report = verify_incoming(
-                reader,
-                fetched.remote_head,
-                is_local=lambda sha: False,
-                has_event=lambda event_id: False,
-                format_version=FORMAT_VERSION,
-                clone=True,
-            )
-        else:
-            head = store.read_head()
-            report = verify_incoming(
-                reader,
-                fetched.remote_head,
-                is_local=lambda sha: store.reaches(sha, head),
-                has_event=lambda event_id: store.has_event(event_id, head),
-                format_version=FORMAT_VERSION,
-            )
+        head = store.read_head() if store is not None else b""
+        report = verify_incoming(
+            reader,
+            fetched.remote_head,
+            is_local=lambda sha: store is not None and store.reaches(sha, head),
+            has_event=lambda event_id: store is not None and store.has_event(event_id, head),
+            format_version=FORMAT_VERSION,
+            clone=store is None,
+        )
         objects = reader.used_objects()
         if report.merges:
             objects.append(EMPTY_TREE)
@@ -486,16 +459,6 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
     )
 
 
-def _store_node(store: GitStore) -> Any:
-    """hex sha -> CommitNode from the store (derived index, else the commit)."""
-
-    def node(sha: bytes) -> CommitNode:
-        n = store.commit_node(sha)
-        return CommitNode(n.event_id, n.lamport, tuple(n.parents))
-
-    return node
-
-
 # ------------------------------------------------------------------------------ push
 
 
@@ -514,7 +477,7 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
     target = resolve_remote(store.repo, remote)
     local = store.read_head()
     holder: dict[str, bytes | None] = {"before": None}
-    node = _store_node(store)
+    node = store.commit_node
     object_store = store.repo.object_store
 
     def update_refs(refs: dict[bytes, bytes]) -> dict[bytes, bytes]:
@@ -600,7 +563,7 @@ def _pack_records(store: GitStore, wants: list[bytes], haves: list[bytes]) -> tu
     from dulwich.pack import UnpackedObject
 
     commits = _commits_between(store, haves, wants)
-    reader = ObjectReader(store.repo.object_store)
+    reader = store.object_reader()
     records: list[Any] = []
     sent: set[bytes] = set()
 

@@ -39,7 +39,6 @@ from perfledger.errors import BadRequest, IntegrityError, PerfledgerError
 from perfledger.events.canonical import canonical_encoder, integer_range_problem
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
-    TIMESTAMP_FORM,
     Envelope,
     is_valid_event_id,
     validate_envelope_fields,
@@ -62,14 +61,11 @@ from perfledger.ledger.objects import (
 from perfledger.ledger.reader import ObjectReader
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
-#: Commits whose pass-1 parse is kept for pass 2 (about 0.5 KiB each): saves a read and two
-#: parses per event on ledgers up to this size, and bounds the memory on larger ones.
-PARSED_CACHE_MAX = 120_000
 
 
 class CommitFacts(NamedTuple):
-    """What verify checks of an event or merge commit once pass 1 has placed it: its header
-    fields, subject and perfledger trailers (a named tuple: one per commit, kept for pass 2).
+    """What verify checks of an event or merge commit: its header fields, subject and
+    perfledger trailers.
 
     Attributes:
         tree: the tree's binary sha (20 bytes).
@@ -144,30 +140,14 @@ class VerifyReport:
 _PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
 
 
-#: UTC hour (``YYYY-MM-DDTHH``) -> its seconds since the epoch: events of one hour share it.
-_HOUR_SECONDS: dict[str, int] = {}
-
-
 def _ts_seconds(ts: str) -> int:
     """Whole seconds since the epoch of an envelope timestamp (``validate_envelope_fields``
-    checked its form), as ``int(parse_ts(ts).timestamp())`` but ~4x faster.
-
-    Raises: IntegrityError when it is not a real time (month 13, minute 61).
+    checked its form). Raises: IntegrityError when it is not a real time (month 13, minute 61).
     """
-    hour = ts[:13]
-    base = _HOUR_SECONDS.get(hour)
-    if base is None:
-        try:
-            base = int(datetime.fromisoformat(hour + ":00:00+00:00").timestamp())
-        except ValueError:
-            raise _fail(f"timestamp {ts!r} is not a valid UTC time") from None
-        if len(_HOUR_SECONDS) > 100_000:
-            _HOUR_SECONDS.clear()
-        _HOUR_SECONDS[hour] = base
-    minute, second = int(ts[14:16]), int(ts[17:19])
-    if minute > 59 or second > 59:
-        raise _fail(f"timestamp {ts!r} is not a valid UTC time")
-    return base + 60 * minute + second
+    try:
+        return int(datetime.fromisoformat(ts).timestamp())
+    except ValueError:
+        raise _fail(f"timestamp {ts!r} is not a valid UTC time") from None
 
 
 def verify_store(
@@ -195,14 +175,16 @@ def verify_store(
     try:
         head = store.read_head()
         report.head = head.decode()
-        _verify(
-            store,
-            reader,
-            bytes.fromhex(head.decode()),
-            report,
-            on_event,
-            format_version,
-        )
+        graph = CommitGraph(reader, bytes.fromhex(head.decode()))
+        report.merges = graph.merges
+        if len(graph.roots) != 1:
+            raise IntegrityError(
+                f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
+            )
+        for event in graph.check_events(graph.roots[0], format_version):
+            report.events += 1
+            if on_event is not None:
+                on_event(event)
         report.ok = True
     except IntegrityError as exc:
         report.error = exc
@@ -212,26 +194,6 @@ def verify_store(
         reader.close()
         report.elapsed_s = time.perf_counter() - started
     return report
-
-
-def _verify(
-    store: object,
-    reader: ObjectReader,
-    head: bytes,
-    report: VerifyReport,
-    on_event: Callable[[RecordedEvent], None] | None,
-    format_version: int,
-) -> None:
-    graph = CommitGraph(reader, head)
-    report.merges = graph.merges
-    if len(graph.roots) != 1:
-        raise IntegrityError(
-            f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
-        )
-    for event in graph.check_events(graph.roots[0], format_version):
-        report.events += 1
-        if on_event is not None:
-            on_event(event)
 
 
 class CommitGraph:
@@ -272,8 +234,6 @@ class CommitGraph:
         self.roots: list[bytes] = []
         self.merges = 0
         self.keys: dict[bytes, str] = {}
-        #: pass 1's parse, reused by pass 2 (bounded: see PARSED_CACHE_MAX)
-        self.parsed: dict[bytes, CommitFacts] = {}
         stack = [tip]
         while stack:
             sha = stack.pop()
@@ -283,8 +243,6 @@ class CommitGraph:
                 self.node(sha)
                 continue
             facts = _read_commit_facts(reader, sha)
-            if len(self.parsed) < PARSED_CACHE_MAX:
-                self.parsed[sha] = facts
             event_id, parents = facts.event_id, facts.parents
             if event_id is None:
                 self.nodes[sha] = CommitNode(None, 0, parents)
@@ -351,9 +309,7 @@ class CommitGraph:
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
-            return _verify_event(
-                self.reader, sha, self.nodes[sha], self.dag, root, self.parsed.pop(sha, None)
-            )[1]
+            return _verify_event(self.reader, sha, self.nodes[sha], self.dag, root)[1]
         except _DagMismatch as exc:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
@@ -481,15 +437,11 @@ def _verify_event(
     node: CommitNode,
     dag: EventHeads | None,
     root: bytes,
-    facts: CommitFacts | None = None,
 ) -> tuple[Envelope, bytes]:
     """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
-    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG;
-    ``facts`` are the commit's as pass 1 read them (None: read them again)."""
-    if facts is None:
-        _, raw = reader.read(sha, check=False)  # re-hashed in pass 1
-        commit = parse_commit(sha, raw)
-        facts = commit_facts(commit, parse_trailers(commit.message))
+    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
+    commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
+    facts = commit_facts(commit, parse_trailers(commit.message))
     type_num, tree_raw = reader.read(facts.tree)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")
@@ -534,33 +486,10 @@ def _verify_event(
     problem = integer_range_problem(data)
     if problem is not None:
         raise _fail(f"event.json is not canonical JSON: {problem}")
-    # The id's, parents' and Lamport clock's form are implied by the id, DAG and clock checks
-    # below when those pass; on the common path (no artifacts, a known actor) they are checked
-    # only if one of those fails, and first, so the error is the one checking them first gives.
-    deferred = (
-        dag is not None
-        and envelope.schema >= 1
-        and not envelope.artifacts
-        and envelope.idempotency_key is None
-        and envelope.actor in _VALID_ACTORS
-        and TIMESTAMP_FORM.match(envelope.ts) is not None
-    )
-    if not deferred:
-        _check_envelope_fields(envelope)
-        if len(_VALID_ACTORS) < 10_000:
-            _VALID_ACTORS.add(envelope.actor)
-    try:
-        _verify_event_content(facts, envelope, data, tree_entries=entries, dag=dag, sha=sha,
-                              root=root, reader=reader)  # fmt: skip
-    except IntegrityError:
-        if deferred:
-            _check_envelope_fields(envelope)
-        raise
+    _check_envelope_fields(envelope)
+    _verify_event_content(facts, envelope, data, tree_entries=entries, dag=dag, sha=sha,
+                          root=root, reader=reader)  # fmt: skip
     return envelope, data
-
-
-#: Actors of envelopes whose fields passed ``validate_envelope_fields`` in this process.
-_VALID_ACTORS: set[str] = set()
 
 
 #: Git modes of a regular non-executable file and of a directory (a subtree).
