@@ -137,6 +137,11 @@ class WorkerProcess:
         role: ``reference`` or ``candidate``.
         spec_path: the spec file; case: the case (None: only ``hello``'s case list works).
         config: the isolation settings; stderr_path: where the worker's stderr goes.
+        directory: the subject's own code directory (R11), or None. With one, the worker runs
+            there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
+            the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and keeps
+            its bytecode caches in ``pycache_dir`` (``PYTHONPYCACHEPREFIX``), never in the
+            subject directories, so no ``.pyc`` planted there by the other subject runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -147,13 +152,30 @@ class WorkerProcess:
         case: str | None,
         config: IsolationConfig,
         stderr_path: str | None = None,
+        *,
+        directory: str | None = None,
+        pycache_dir: str | None = None,
     ) -> None:
-        argv = [*config.worker, "--spec", spec_path, "--subject", role]
+        env = None
+        if directory is not None:
+            spec_path = os.path.join(os.path.abspath(directory), spec_path)
+            env = dict(os.environ)
+            if pycache_dir is not None:
+                env["PYTHONPYCACHEPREFIX"] = pycache_dir
+        subject = role if directory is None else "subject"
+        argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
             argv += ["--case", case]
         self.role = role
         self.config = config
-        self.proc = SubjectProcess(role, argv, timeout_s=config.timeout_s, stderr_path=stderr_path)
+        self.proc = SubjectProcess(
+            role,
+            argv,
+            timeout_s=config.timeout_s,
+            stderr_path=stderr_path,
+            env=env,
+            cwd=None if directory is None else os.path.abspath(directory),
+        )
         if config.same_cpus and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
             with contextlib.suppress(OSError):  # gone already: the first request says so
@@ -249,16 +271,27 @@ class WorkerProcess:
         self.proc.close()
 
 
-def spec_facts(spec_path: str, config: IsolationConfig = IsolationConfig()) -> dict[str, Any]:
-    """The spec's case names and whether it defines a candidate, from a worker (this process
-    never loads the spec).
+def spec_facts(
+    spec_path: str, config: IsolationConfig = IsolationConfig(), directory: str | None = None
+) -> dict[str, Any]:
+    """The spec's case names and whether it defines a candidate (a ``SUBJECT``), from a worker
+    (this process never loads the spec); ``directory``: the subject directory the spec lives in
+    (R11, :class:`WorkerProcess`), ``spec_path`` then relative to it.
 
-    Returns: ``{"cases": [...], "has_candidate": bool}``.
+    Returns: ``{"cases": [...], "has_candidate": bool, "has_subject": bool}``.
     Raises: BadRequest when the spec does not load (the loader's message); MeasurementError
     when the worker fails.
     """
     with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp:
-        worker = WorkerProcess("reference", spec_path, None, config, os.path.join(tmp, "err"))
+        worker = WorkerProcess(
+            "reference",
+            spec_path,
+            None,
+            config,
+            os.path.join(tmp, "err"),
+            directory=directory,
+            pycache_dir=os.path.join(tmp, "pycache"),
+        )
         try:
             return worker.hello(0)
         finally:
@@ -822,11 +855,15 @@ def compare_spec(
     monitor: Any = None,
     config: IsolationConfig = IsolationConfig(),
     roles: tuple[str, str] = ("reference", "candidate"),
+    directories: tuple[str, str] | None = None,
 ) -> Comparison:
     """Compare the spec's two subjects for ``case``, each in a worker of its own
     (:func:`compare_workers`); ``roles=("reference", "reference")`` is an A/A of the
-    reference (two workers, the same subject). The workers are ended on return or error; their
-    stderr goes to a private file whose last lines are quoted when a worker fails."""
+    reference (two workers, the same subject). With ``directories`` (reference's, candidate's:
+    code directories, R11), each worker runs in its own directory and loads the ``SUBJECT`` of
+    the spec ``spec_path`` relative to it (:class:`WorkerProcess`); an A/A passes the
+    original's directory twice. The workers are ended on return or error; their stderr goes to
+    a private file whose last lines are quoted when a worker fails."""
     with (
         tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
         tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
@@ -836,8 +873,19 @@ def compare_spec(
         workers: list[WorkerProcess] = []
         own = getattr(monitor, "own_pids", None)
         try:
-            for role, err in ((roles[0], "ref.err"), (roles[1], "cand.err")):
-                workers.append(WorkerProcess(role, spec_path, case, config, os.path.join(tmp, err)))
+            dirs = directories or (None, None)
+            for role, err, directory in zip(roles, ("ref", "cand"), dirs, strict=True):
+                workers.append(
+                    WorkerProcess(
+                        role,
+                        spec_path,
+                        case,
+                        config,
+                        os.path.join(tmp, err + ".err"),
+                        directory=directory,
+                        pycache_dir=os.path.join(tmp, err + ".pycache"),
+                    )
+                )
             if own is not None:  # the workers' GPU contexts are the comparison's own (R17)
                 monitor.own_pids = own | {w.proc.pid for w in workers}
             return compare_workers(

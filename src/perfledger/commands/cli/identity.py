@@ -186,15 +186,35 @@ def measure_identity(
     paths inside the scope, a final audit's candidate = the champion), so a refusal comes before
     anything is measured. Returns ``(identity request dict, artifacts)``, or ``(None, {})``
     under the old rule. Raises: RuleRefused (R11), BadRequest."""
+    from perfledger.commands.workflow import identity
+
+    target = info["target"]
+    if identity.original_snapshot(target) is None:
+        return None, {}
+    ref_subject = _subject(target, ref_cmd, "reference")
+    cand_subject = _subject(target, cand_cmd, "candidate")
+    return subjects_identity(ledger, info, ref_subject, cand_subject, stage, experiment_id)
+
+
+def subjects_identity(
+    ledger: Any,
+    info: dict[str, Any],
+    ref_subject: str,
+    cand_subject: str,
+    stage: str,
+    experiment_id: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Snapshot the two subject directories as the readiness driver runs them and run the R11
+    checks of :func:`measure_identity` on a snapshot Target (``measure workload``, ``measure
+    kernel --ref DIR --cand DIR``). Returns ``(identity request dict, artifacts)``. Raises:
+    RuleRefused (R11), BadRequest (a subject that is not a directory)."""
     from perfledger.commands.registry import operations
     from perfledger.commands.workflow import identity
     from perfledger.commands.workflow import requests as rq
 
     target = info["target"]
-    if identity.original_snapshot(target) is None:
-        return None, {}
-    ref = take_as_original(target, _subject(target, ref_cmd, "reference"))
-    cand = take_as_original(target, _subject(target, cand_cmd, "candidate"))
+    ref = take_as_original(target, ref_subject)
+    cand = take_as_original(target, cand_subject)
     body = {
         "reference": msgspec.to_builtins(ref.snapshot),
         "candidate": msgspec.to_builtins(cand.snapshot),
@@ -517,12 +537,14 @@ def commands() -> list[click.Command]:
 __all__ = [
     "champion_snapshot",
     "check_original_command",
+    "check_original_subject",
     "checkout",
     "commands",
     "measure_identity",
     "readiness_edge",
     "refuse_unsnapshotted",
     "resolve",
+    "subjects_identity",
 ]
 
 
@@ -531,16 +553,26 @@ def check_original_command(target: Any, cmd: str) -> None:
     subject in its place, and that subject's snapshot is the original's; refused naming the
     paths that differ otherwise, before anything runs. No-op under the old rule."""
     from perfledger.commands.workflow import identity
+
+    if identity.original_snapshot(target) is None:
+        return
+    check_original_subject(target, _subject(target, cmd, "A/A"), "A/A")
+
+
+def check_original_subject(target: Any, subject: str, role: str) -> None:
+    """The subject directory ``subject`` holds the original's code: its snapshot equals the one
+    readiness recorded (R11, R4), else refused naming the paths that differ. ``role`` names it
+    in the message. Raises: RuleRefused (R11), BadRequest (not a directory)."""
+    from perfledger.commands.workflow import identity
     from perfledger.commands.workflow.rules import refuse
 
     original = identity.original_snapshot(target)
-    if original is None:
-        return
-    taken = take_as_original(target, _subject(target, cmd, "A/A"))
+    assert original is not None
+    taken = take_as_original(target, subject)
     if taken.snapshot.digest != original.digest:
         raise refuse(
             "R11",
-            f"the A/A subject {taken.snapshot.subject!r} is not the original's code recorded at "
+            f"the {role} subject {taken.snapshot.subject!r} is not the original's code recorded at "
             f"readiness; {identity.describe_difference(original, taken.snapshot)}; nothing was "
             "measured",
             f"measure the original from {original.subject!r} "

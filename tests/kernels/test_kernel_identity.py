@@ -1,0 +1,302 @@
+"""Kernel subjects bound to code snapshots (R11, ``docs/code-identity.md`` "Kernel subjects"):
+``measure kernel --ref DIR --cand DIR`` and ``measure aa --dir DIR`` on a Target whose readiness
+driver is the spec's path in the subject directory. The refusals come before any worker starts
+(so they are tested here through the real CLI on a real ledger, without a GPU); the workers'
+directories through stand-in workers (tests/kernels/stand_in_worker.py); the whole recorded
+path on a GPU (marked ``gpu``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfledger.api import Ledger
+from perfledger.commands.cli.identity import readiness_edge
+from perfledger.commands.cli.measure import environment_payload
+from perfledger.commands.registry.operations import execute
+from perfledger.errors import BadRequest
+from perfledger.kernels.isolated import IsolationConfig, compare_spec
+from subprocess_env import isolated_env, perfledger_command
+
+ORIGINAL = "sha256:" + "0" * 16
+#: A kernel spec living in its subject directory: the scale kernel, whose extra work share is
+#: read (relative to the worker's cwd, the subject directory) from kernels/share.txt.
+SPEC = """
+from pathlib import Path
+
+from perfledger.kernels.examples import scale_problem, scale_subject
+from perfledger.kernels.harness import HarnessConfig
+from perfledger.kernels.stopping import StoppingRule
+
+N = 1 << 24
+SHARE = float(Path("kernels/share.txt").read_text())
+PROBLEMS = {"n16M": scale_problem(N)}
+SUBJECT = scale_subject(N, extra_share=SHARE, name=f"scale+{SHARE}")
+CONFIG = HarnessConfig(stopping=StoppingRule(min_gpu_s=0.3, max_gpu_s=3.0))
+"""
+
+
+def _subject(root: Path, name: str, share: str, spec: str = SPEC) -> Path:
+    d = root / name
+    (d / "kernels").mkdir(parents=True)
+    (d / "spec.py").write_text(spec)
+    (d / "kernels" / "share.txt").write_text(share)
+    return d
+
+
+class Bound:
+    """A ledger whose kernel Target's readiness snapshotted ``code/orig``, experiment e1, and a
+    CLI runner working in ``code``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = isolated_env(tmp)
+        self.ledger = tmp / "ledger"
+        self.code = tmp / "code"
+        self.orig = _subject(self.code, "orig", "0.0")
+        self.cand = _subject(self.code, "cand", "0.03")
+        env = environment_payload(tools=True)
+        with Ledger.init(self.ledger, name="kid", actor="agent") as ledger:
+            run = lambda op, body, **kw: execute(ledger, op, body, actor="agent", **kw)  # noqa: E731
+            run("target.freeze", {
+                "target_id": "t1", "title": "scale kernel", "min_effect": 0.01,
+                "primary": {"name": "kernel_time_us", "unit": "us",
+                            "direction": "lower_is_better", "statistic": "median"},
+                "scope": ["kernels/*"], "risk_boundary": "none",
+                "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
+            })  # fmt: skip
+            body, files = readiness_edge(ledger, {
+                "target_id": "t1",
+                "original": {"content_hash": ORIGINAL, "subject": str(self.orig)},
+                "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1, "cases": ["n16M"]},
+                "accuracy_rule": "the harness's tolerances",
+                "driver": {"argv": ["{subject}/spec.py"]},
+                "environment": env["readiness_environment"],
+            })  # fmt: skip
+            run("readiness.record", body, artifacts=files)
+            run("metric-audit.record", {
+                "target_id": "t1", "metric": "kernel_time_us", "numerator": "GPU time",
+                "denominator": "call", "unit": "us", "source": "harness", "reconstructed": False,
+                "matches_target": True,
+            })  # fmt: skip
+            run("baseline.record", {
+                "target_id": "t1", "original_hash": ORIGINAL, "metric": "kernel_time_us",
+                "unit": "us", "values": [100.0, 101.0, 99.0],
+                "environment_id": env["environment_id"],
+            })  # fmt: skip
+            run("resolution.record", {
+                "target_id": "t1", "resolution": 0.005, "repeats": 12, "notes": "fixed by the test",
+            })  # fmt: skip
+            run("evidence.add", {
+                "evidence_id": "ev1", "layer": "kernel", "tool": {"name": "manual", "version": "1"},
+                "facts": [{"name": "share", "value": 0.9, "unit": "ratio"}],
+            })  # fmt: skip
+            run("experiment.create", {
+                "experiment_id": "e1", "target_id": "t1", "title": "scale with less work",
+                "candidate": {"content_hash": "sha256:" + "1" * 16},
+                "claim": {
+                    "evidence": [
+                        {"evidence_id": "ev1", "applicability": "same_boundary",
+                         "used_for": "coverage"},
+                        {"evidence_id": "ev1", "applicability": "conservative_upper_bound",
+                         "used_for": "local_speedup"},
+                    ],
+                    "scope": {"replaced_region": "scale", "execution_form": "cuda"},
+                    "replacement_boundary": "the scale kernel", "coverage": 0.9,
+                    "local_speedup": 2.0, "stated_bound": 1.0 / (0.1 + 0.45),
+                    "expected_improvement": {"low": 0.0, "high": 1.0 / (0.1 + 0.45) - 1.0},
+                },
+                "preregistration": {"rejects": "implementation"},
+            })  # fmt: skip
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*perfledger_command(), "--ledger", str(self.ledger), *args, "--json"],
+            capture_output=True, text=True, env=self.env, cwd=self.code, timeout=600,
+        )  # fmt: skip
+
+    def kernel(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.cli("measure", "kernel", "--experiment", "e1", "--stage", "screen",
+                        "--quiet", *args)  # fmt: skip
+
+    def head(self) -> str:
+        return self.cli("log", "-n", "1").stdout
+
+
+@pytest.fixture
+def bound(tmp_path: Path) -> Bound:
+    return Bound(tmp_path)
+
+
+def _refused(done: subprocess.CompletedProcess[str], *names: str) -> dict[str, Any]:
+    assert done.returncode == 3, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["rule"] == "R11" and all(n in error["message"] for n in names), error
+    return dict(error)
+
+
+def test_r11_kernel_reference_directory_that_is_not_the_originals_is_refused(
+    bound: Bound,
+) -> None:
+    other = _subject(bound.code, "other", "0.01")
+    head = bound.head()
+    error = _refused(bound.kernel("--ref", str(other), "--cand", str(bound.cand)),
+                     "not the code of the original", "kernels/share.txt")  # fmt: skip
+    assert "perfledger checkout" in error["hint"]
+    assert bound.head() == head  # nothing recorded, no worker started
+
+
+def test_r11_kernel_candidate_changing_a_path_outside_the_scope_is_refused(bound: Bound) -> None:
+    edited = _subject(bound.code, "edited", "0.03", SPEC.replace("3.0))", "1.0))"))
+    _refused(bound.kernel("--ref", str(bound.orig), "--cand", str(edited)),
+             "outside the Target's modification scope", "spec.py")  # fmt: skip
+
+
+def test_r11_kernel_candidate_identical_to_the_original_is_refused(bound: Bound) -> None:
+    copy = bound.code / "copy"
+    shutil.copytree(bound.orig, copy)
+    _refused(bound.kernel("--ref", str(bound.orig), "--cand", str(copy)), "must differ")
+
+
+def test_r11_kernel_target_bound_to_code_needs_directories_not_one_spec(bound: Bound) -> None:
+    none = bound.kernel()
+    error = _refused(none, "binds samples to code snapshots")
+    assert "--ref DIR" in error["hint"] and "'spec.py'" in error["hint"]
+    spec = bound.kernel("--spec", str(bound.cand / "spec.py"), "--ref", str(bound.orig),
+                        "--cand", str(bound.cand))  # fmt: skip
+    assert (
+        spec.returncode == 2 and "leave --spec out" in json.loads(spec.stdout)["error"]["message"]
+    )
+
+
+def test_r11_kernel_aa_of_a_directory_that_is_not_the_originals_is_refused(bound: Bound) -> None:
+    done = bound.cli("measure", "aa", "--target", "t1", "--dir", str(bound.cand), "--quiet")
+    _refused(done, "not the original's code", "kernels/share.txt")
+    spec = bound.cli("measure", "aa", "--target", "t1", "--spec", str(bound.orig / "spec.py"))
+    assert spec.returncode == 2 and "--dir DIR" in json.loads(spec.stdout)["error"]["message"]
+
+
+def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
+    bound: Bound,
+) -> None:
+    """The identity ``measure kernel`` takes of two directories is what ``samples.record``
+    accepts; the recorded changed paths are derived from the snapshots (the experiment typed
+    none), and the snapshots' files travel with the event."""
+    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
+    from perfledger.commands.cli.measure import _context
+    from perfledger.commands.workflow.samples_body import samples_body
+
+    env = environment_payload(tools=True)  # as readiness recorded it
+    with Ledger.open(bound.ledger) as ledger:
+        info = _context(ledger, "e1", "screen")
+        subjects = bound_kernel_subjects(
+            ledger, info, None, str(bound.orig), str(bound.cand), "screen", "e1"
+        )
+        assert subjects is not None and subjects.spec == "spec.py"
+        assert subjects.directories == (str(bound.orig), str(bound.cand))
+        side = {"correct": True, "environment_id": env["environment_id"]}
+        pairs = [
+            {"case": "n16M", "same_process": True,
+             "ref": {**side, "call_id": f"b{i}", "values": {"kernel_time_us": [100.0 + i]}},
+             "cand": {**side, "call_id": f"b{i}", "values": {"kernel_time_us": [103.0 + i]}}}
+            for i in range(5)
+        ]  # fmt: skip
+        body = samples_body(info, samples_id="s1", experiment_id="e1", stage="screen",
+                            environment_id=env["environment_id"],
+                            units={"kernel_time_us": "us"}, pairs=pairs)  # fmt: skip
+        body["identity"] = subjects.identity
+        (event,) = execute(ledger, "samples.record", body, actor="agent",
+                           artifacts=subjects.artifacts)  # fmt: skip
+        identity = ledger.payload(event.id).identity
+        assert identity.changed_paths == ("kernels/share.txt",)
+        assert identity.candidate.argv == (f"{bound.cand}/spec.py",)
+    out = bound.code / "checked-out"
+    done = bound.cli("checkout", "s1:candidate", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / "kernels" / "share.txt").read_text() == "0.03"
+
+
+def test_r11_kernel_directories_on_a_target_without_a_subject_place_are_a_bad_request(
+    tmp_path: Path,
+) -> None:
+    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
+
+    class _Target:  # the one thing the check reads of an unbound Target
+        readiness = None
+        definition = type("D", (), {"target_id": "t0"})()
+
+    with pytest.raises(BadRequest, match="declares no \\{subject\\} place"):
+        bound_kernel_subjects(None, {"target": _Target()}, None, "a", "b", "screen", "e1")
+
+
+def test_r11_kernel_driver_that_is_not_a_spec_path_is_a_clear_error() -> None:
+    from perfledger.commands.cli.kernel_identity import kernel_spec
+
+    def target(argv: list[str]) -> Any:
+        driver = type("Dr", (), {"argv": argv, "cwd": None})()
+        return type("T", (), {"readiness": type("R", (), {"driver": driver})(),
+                              "definition": type("D", (), {"target_id": "t1"})()})()  # fmt: skip
+
+    assert kernel_spec(target(["{subject}/specs/scale.py"])) == "specs/scale.py"
+    for argv in (["python", "{subject}/bench.py"], ["{subject}/bench.sh"], ["spec.py"]):
+        with pytest.raises(BadRequest, match="not a kernel spec's path"):
+            kernel_spec(target(argv))
+
+
+STAND_IN = Path(__file__).with_name("stand_in_worker.py")
+
+
+def test_kernel_workers_run_each_subject_in_its_own_directory(tmp_path: Path) -> None:
+    """Each worker starts in its subject's directory and loads the spec there: the candidate's
+    directory holds less work, and each worker writes its windows to a file named relative to
+    its working directory."""
+    from test_isolated import CONFIG, HARNESS
+
+    def directory(name: str, work_k: int) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        spec = {"cases": ["small"], "harness": HARNESS,
+                "subject": {"work_k": work_k, "window_file": "windows.txt"}}  # fmt: skip
+        (d / "spec.json").write_text(json.dumps(spec))
+        return d
+
+    ref, cand = directory("ref", 120), directory("cand", 60)
+    c = compare_spec("spec.json", "small", config=CONFIG, directories=(str(ref), str(cand)))
+    assert c.valid and c.stats is not None and c.stats.direction() == "faster", c.flags
+    assert (ref / "windows.txt").read_text() and (cand / "windows.txt").read_text()
+    assert not (tmp_path / "windows.txt").exists()
+
+
+def test_kernel_worker_without_the_spec_in_its_directory_is_a_bad_request(tmp_path: Path) -> None:
+    from perfledger.kernels.isolated import spec_facts
+
+    (tmp_path / "ref").mkdir()
+    config = IsolationConfig(timeout_s=20.0)  # the real worker
+    with pytest.raises(BadRequest, match="no spec file"):
+        spec_facts("spec.py", config, directory=str(tmp_path / "ref"))
+
+
+@pytest.mark.gpu
+def test_measure_kernel_records_both_directories_snapshots_on_gpu(bound: Bound) -> None:
+    """The whole path on a GPU: an A/A of the original's directory, then the candidate's
+    directory against it, recorded with both snapshots and the computed changed paths."""
+    pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
+    aa = bound.cli("measure", "aa", "--target", "t1", "--dir", str(bound.orig), "--runs", "3",
+                   "--quiet")  # fmt: skip
+    assert aa.returncode == 0, aa.stdout + aa.stderr
+    done = bound.kernel("--ref", str(bound.orig), "--cand", str(bound.cand))
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    print("measure kernel:", json.dumps(data["stats"]), data["snapshots"])
+    assert data["kind"] == "SamplesRecorded" and data["stats"]["n16M"]["direction"] == "slower"
+    with Ledger.open(bound.ledger) as ledger:
+        samples = ledger.payload(ledger.state().samples[data["samples_id"]].event_id)
+    assert samples.identity.changed_paths == ("kernels/share.txt",)
+    assert samples.identity.reference.digest == data["snapshots"]["reference"]
+    # a candidate whose directory changed while measured would have been refused: unchanged
+    assert (bound.cand / "kernels" / "share.txt").read_text() == "0.03"
