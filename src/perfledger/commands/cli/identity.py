@@ -80,20 +80,11 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
     return out
 
 
-#: Endings of a driver word that names a script file (``bench.py``): the word a suggested
-#: driver puts in the code directory.
-_SCRIPT_ENDINGS = (".py", ".sh", ".js", ".rb", ".pl", ".lua", ".jl", ".R")
-
-
 def driver_with_subject(argv: Any) -> list[str]:
-    """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
-    naming a path (``dir/bench.py``) or a script (``bench.py``) with its directory replaced by
-    ``{subject}``; the argv with ``{subject}`` appended when no word names one."""
-    words = [str(w) for w in argv]
-    for i, word in enumerate(words):
-        if i > 0 and not word.startswith("-") and ("/" in word or word.endswith(_SCRIPT_ENDINGS)):
-            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[-1], *words[i + 1 :]]
-    return [*words, "{subject}"]
+    """:func:`perfledger.commands.workflow.identity.driver_with_subject` (imported when used)."""
+    from perfledger.commands.workflow.identity import driver_with_subject as suggest
+
+    return suggest(argv)
 
 
 def unenforced_note(target: Any) -> str | None:

@@ -1297,6 +1297,10 @@ def measure_aa(
         finally:
             if monitor is not None:
                 monitor.stop()
+        if kernel_dir is not None:  # R11: the A/A measured the original's code, still there
+            from perfledger.commands.cli.identity import check_original_subject
+
+            check_original_subject(target, kernel_dir, "A/A")
         figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
         per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
         resolution = max(per_case.values())
