@@ -300,3 +300,41 @@ def test_measure_kernel_records_both_directories_snapshots_on_gpu(bound: Bound) 
     assert samples.identity.reference.digest == data["snapshots"]["reference"]
     # a candidate whose directory changed while measured would have been refused: unchanged
     assert (bound.cand / "kernels" / "share.txt").read_text() == "0.03"
+
+
+def _plant_bytecode(directory: Path, module: str, text: str) -> None:
+    """Write a bytecode cache for ``directory/module.py`` compiled from ``text``, stamped with the
+    source's modification time and size, where Python looks for it (``__pycache__``): without a
+    private cache directory, an import loads it instead of the source."""
+    import importlib.util
+    import os
+    from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
+
+    src = directory / f"{module}.py"
+    st = os.stat(src)
+    pyc = Path(importlib.util.cache_from_source(str(src)))
+    pyc.parent.mkdir(parents=True, exist_ok=True)
+    code = compile(text, str(src), "exec")
+    pyc.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+
+
+def test_cheat_bytecode_planted_in_a_kernel_subjects_directory_is_not_loaded(
+    tmp_path: Path,
+) -> None:
+    """The real worker, started in a subject directory, imports the directory's modules from
+    their sources (its cwd is on ``sys.path``) and keeps its caches elsewhere: a ``.pyc`` that
+    another process planted in the directory's ``__pycache__`` is never loaded, and the worker
+    writes none there."""
+    from perfledger.kernels.isolated import spec_facts
+
+    d = tmp_path / "ref"
+    d.mkdir()
+    (d / "helper.py").write_text('CASES = ["real"]\n')
+    (d / "spec.py").write_text(
+        "from helper import CASES\nPROBLEMS = {c: object() for c in CASES}\nSUBJECT = object()\n"
+    )
+    _plant_bytecode(d, "helper", 'CASES = ["planted"]\n')
+    planted = sorted((d / "__pycache__").iterdir())
+    facts = spec_facts("spec.py", IsolationConfig(timeout_s=20.0), directory=str(d))
+    assert facts["cases"] == ["real"] and facts["has_subject"] is True
+    assert sorted((d / "__pycache__").iterdir()) == planted  # nothing written there
