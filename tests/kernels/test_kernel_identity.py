@@ -338,3 +338,39 @@ def test_cheat_bytecode_planted_in_a_kernel_subjects_directory_is_not_loaded(
     facts = spec_facts("spec.py", IsolationConfig(timeout_s=20.0), directory=str(d))
     assert facts["cases"] == ["real"] and facts["has_subject"] is True
     assert sorted((d / "__pycache__").iterdir()) == planted  # nothing written there
+
+
+def test_cheat_candidate_writing_into_the_references_directory_is_caught_before_the_next_batch(
+    tmp_path: Path,
+) -> None:
+    """``before_batch`` runs before every batch with both workers quiet: a check of the
+    reference's directory there (what ``measure kernel`` does with both snapshots) sees a file
+    the candidate's worker wrote into it during its batch, and what it raises ends the
+    comparison (the workers are ended)."""
+    from test_isolated import CONFIG, HARNESS
+
+    from perfledger.errors import RuleRefused
+    from perfledger.kernels.snapshot import take_snapshot
+
+    def directory(name: str, **opts: Any) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        spec = {"cases": ["small"], "harness": HARNESS, "subject": opts}
+        (d / "spec.json").write_text(json.dumps(spec))
+        return d
+
+    ref = directory("ref")
+    cand = directory("cand", window_file="../ref/planted.txt")
+    digest = take_snapshot("ref", [], lambda _: True, tmp_path).snapshot.digest
+    roles: list[str] = []
+
+    def before_batch(role: str) -> None:
+        roles.append(role)
+        if take_snapshot("ref", [], lambda _: True, tmp_path).snapshot.digest != digest:
+            raise RuleRefused("R11: the reference's files changed", rule="R11")
+
+    with pytest.raises(RuleRefused, match="reference's files changed"):
+        compare_spec("spec.json", "small", config=CONFIG, directories=(str(ref), str(cand)),
+                     before_batch=before_batch)  # fmt: skip
+    assert roles[:2] == ["reference", "candidate"] and len(roles) >= 3
+    assert (ref / "planted.txt").exists()

@@ -42,7 +42,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -510,6 +510,9 @@ class _Run:
         self.reveals = 0
         self.revealed: list[list[int]] = []  # the call indices drawn, per pair of batches
         self.batches: list[Batch] = []
+        #: called with the role before each batch, both workers quiet (R11: the code still
+        #: the code snapshotted; raises to end the comparison)
+        self.before_batch: Callable[[str], None] | None = None
 
     def seeds(self, n: int) -> tuple[list[int], bytes]:
         """Fresh call seeds and a digest key (hidden until the request is written)."""
@@ -520,6 +523,8 @@ class _Run:
     def batch(self, label: str, seeds: list[int], key: bytes, first: int | None) -> BatchReply:
         """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
         with self.alone(label):
+            if self.before_batch is not None:
+                self.before_batch(ROLES[label])
             reply = self.workers[label].run(seeds, key)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
@@ -677,6 +682,7 @@ def compare_workers(
     config: IsolationConfig = IsolationConfig(),
     reveal_dir: str,
     tree: CallTree | None = None,
+    before_batch: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Paired ABBA comparison of two started workers (module docstring).
 
@@ -689,6 +695,9 @@ def compare_workers(
         reveal_dir: a private directory for the revealed outputs.
         tree: the processes started since the workers (entered before they started): with
             ``stop_idle``, all of them but the active worker's are stopped during a batch.
+        before_batch: called with the role (``reference``/``candidate``) before each batch,
+            the idle worker stopped and the active one waiting for its request; what it raises
+            ends the comparison (R11: the subjects' files checked).
     Returns: the :class:`~perfledger.kernels.harness.Comparison` ``Harness.compare`` returns
         (per-call samples; ``settings["isolation"] == "process"``).
     Raises: MeasurementError when a worker fails, disagrees with the other on the problem, or a
@@ -709,6 +718,7 @@ def compare_workers(
     calls = config.calls_per_batch or max(1, int(harness["batch"]) // 2)
     stopping = StoppingRule(**harness["stopping"])
     run = _Run(workers, fa, config, reveal_dir, tree)
+    run.before_batch = before_batch
     reports = {label: w.check() for label, w in workers.items()}
     flags: list[str] = [] if ceilings else ["no_ceilings"]
     settings = {
@@ -856,14 +866,17 @@ def compare_spec(
     config: IsolationConfig = IsolationConfig(),
     roles: tuple[str, str] = ("reference", "candidate"),
     directories: tuple[str, str] | None = None,
+    before_batch: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Compare the spec's two subjects for ``case``, each in a worker of its own
     (:func:`compare_workers`); ``roles=("reference", "reference")`` is an A/A of the
     reference (two workers, the same subject). With ``directories`` (reference's, candidate's:
     code directories, R11), each worker runs in its own directory and loads the ``SUBJECT`` of
     the spec ``spec_path`` relative to it (:class:`WorkerProcess`); an A/A passes the
-    original's directory twice. The workers are ended on return or error; their stderr goes to
-    a private file whose last lines are quoted when a worker fails."""
+    original's directory twice; ``before_batch(role)`` runs before every batch with both
+    workers quiet (:func:`compare_workers`: the subjects' files checked, R11). The workers are
+    ended on return or error; their stderr goes to a private file whose last lines are quoted
+    when a worker fails."""
     with (
         tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
         tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
@@ -895,6 +908,7 @@ def compare_spec(
                 config=config,
                 reveal_dir=reveals,
                 tree=tree,
+                before_batch=before_batch,
             )
         finally:
             if own is not None:

@@ -989,11 +989,21 @@ def measure_kernel(
             monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
         with _progress(len(cases), "kernel comparisons", quiet) as advance:
             ceilings = _ceilings()
+            before_batch = None
             if bound is not None:  # R11: no bytecode planted before the run is loaded
                 fresh_and_unchanged(info, bound.identity)
+                watch = SubjectsWatch(info, bound.identity)
+                # both directories checked before every batch (lstat; a change re-takes the
+                # snapshots), not only after the case
+                before_batch = lambda _role: watch()  # noqa: E731
             for case in cases:
                 comparisons[case] = compare_spec(
-                    spec, case, ceilings=ceilings, monitor=monitor, directories=dirs
+                    spec,
+                    case,
+                    ceilings=ceilings,
+                    monitor=monitor,
+                    directories=dirs,
+                    before_batch=before_batch,
                 )
                 if bound is not None:  # R11: the code measured is the code snapshotted
                     fresh_and_unchanged(info, bound.identity)
