@@ -374,3 +374,23 @@ def test_cheat_candidate_writing_into_the_references_directory_is_caught_before_
                      before_batch=before_batch)  # fmt: skip
     assert roles[:2] == ["reference", "candidate"] and len(roles) >= 3
     assert (ref / "planted.txt").exists()
+
+
+def test_measure_kernel_says_that_a_spec_on_a_target_without_a_subject_place_is_unbound(
+    tmp_path: Path,
+) -> None:
+    from test_measure_cli import _cli, _experiment, _record_resolution, _setup
+
+    ledger = tmp_path / "ledger"
+    _setup(ledger)
+    _record_resolution(ledger)
+    _experiment(ledger)
+    spec = tmp_path / "spec.py"
+    spec.write_text("PROBLEMS = {'small': object()}\nREFERENCE = object()\nCANDIDATE = object()\n")
+    out = _cli(ledger, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage", "screen",
+               "--spec", str(spec), "--json", "--quiet", check=False)  # fmt: skip
+    assert "warning: R11 (code identity) is not enforced for Target 't1'" in out.stderr
+    assert '["{subject}/spec.py"]' in out.stderr and "--ref DIR --cand DIR" in out.stderr
+    dirs = _cli(ledger, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage", "screen",
+                "--ref", str(tmp_path), "--cand", str(tmp_path), "--json", check=False)  # fmt: skip
+    assert dirs.returncode == 2 and "declares no {subject} place" in dirs.stdout

@@ -123,6 +123,18 @@ def bound_kernel_subjects(
     return KernelSubjects(spec=spec, directories=dirs, identity=body, artifacts=artifacts)
 
 
+def unbound_note(target: Any) -> str:
+    """The warning ``measure kernel --spec`` prints on a Target under the old rule: the spec's
+    subjects are bound to no snapshot (R11 not enforced), and how to bind them."""
+    return (
+        f"R11 (code identity) is not enforced for Target {target.definition.target_id!r}: its "
+        "readiness declares no {subject} place, so the spec's subjects are bound only to the "
+        "content hash they report about themselves; record readiness of a superseding Target "
+        f"with a driver such as {EXAMPLE_DRIVER} and original.subject, then measure with "
+        "--ref DIR --cand DIR"
+    )
+
+
 def original_kernel_directory(target: Any, spec_path: str | None, directory: str | None) -> Any:
     """``measure aa`` of a kernel on a Target bound to code: the directory must hold the
     original's code (its snapshot equal to the one readiness recorded). Returns
@@ -153,4 +165,5 @@ __all__ = [
     "bound_kernel_subjects",
     "kernel_spec",
     "original_kernel_directory",
+    "unbound_note",
 ]

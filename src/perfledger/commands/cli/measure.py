@@ -951,7 +951,7 @@ def measure_kernel(
     Where the readiness bound the original to a snapshot (driver ["{subject}/spec.py"]), pass
     --ref DIR --cand DIR instead of --spec: each worker runs the SUBJECT of the spec in its own
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
-    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
+    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects, unbound_note
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -965,6 +965,9 @@ def measure_kernel(
         ledger.close()
     from perfledger.kernels.isolated import compare_spec, spec_facts
 
+    unenforced = None if bound is not None else unbound_note(info["target"])
+    if unenforced is not None:  # the old rule: say so before measuring
+        _warn([unenforced])
     # property 3: the spec (subject code) runs only in worker processes; this one asks them
     spec = bound.spec if bound is not None else spec_path or ""
     dirs = None if bound is None else bound.directories
@@ -1086,6 +1089,8 @@ def measure_kernel(
         "environment_id": env["environment_id"],
         "monitor": monitor_note,
     }
+    if unenforced is not None:
+        result["code_identity"] = {"enforced": False, "note": unenforced}
     if dry_run:
         result["request"] = body
         _answer(ctx, result, [json.dumps(result, indent=2, default=str)])
