@@ -243,6 +243,7 @@ def test_r11_kernel_driver_that_is_not_a_spec_path_is_a_clear_error() -> None:
                               "definition": type("D", (), {"target_id": "t1"})()})()  # fmt: skip
 
     assert kernel_spec(target(["{subject}/specs/scale.py"])) == "specs/scale.py"
+    assert kernel_spec(target(["{subject}/spec.json"])) == "spec.json"  # solve subjects
     for argv in (["python", "{subject}/bench.py"], ["{subject}/bench.sh"], ["spec.py"]):
         with pytest.raises(BadRequest, match="not a kernel spec's path"):
             kernel_spec(target(argv))
@@ -394,3 +395,24 @@ def test_measure_kernel_says_that_a_spec_on_a_target_without_a_subject_place_is_
     dirs = _cli(ledger, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage", "screen",
                 "--ref", str(tmp_path), "--cand", str(tmp_path), "--json", check=False)  # fmt: skip
     assert dirs.returncode == 2 and "declares no {subject} place" in dirs.stdout
+
+
+@pytest.mark.gpu
+def test_a_solve_json_spec_in_a_subject_directory_names_that_directorys_kernel(
+    tmp_path: Path,
+) -> None:
+    """A ``.json`` spec of host-launched ``solve`` subjects can be the driver too: in a subject
+    directory its ``reference`` source is that directory's kernel (loaded by the real worker,
+    nothing built; loading it needs CuPy)."""
+    pytest.importorskip("cupy", reason="a solve spec loads with CuPy")
+    from perfledger.kernels.isolated import spec_facts
+
+    solve = Path(__file__).resolve().parents[2] / "examples" / "subjects" / "solve"
+    d = tmp_path / "orig"
+    d.mkdir()
+    for name in ("ref.py", "scale_v0.cu"):
+        shutil.copy(solve / name, d / name)
+    spec = {"ref": "ref.py", "reference": "scale_v0.cu", "dims": {"n": 1024}, "case": "n1k"}
+    (d / "spec.json").write_text(json.dumps(spec))
+    facts = spec_facts("spec.json", IsolationConfig(timeout_s=20.0), directory=str(d))
+    assert facts["cases"] == ["n1k"] and facts["has_subject"] is True

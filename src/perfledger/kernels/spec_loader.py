@@ -28,7 +28,9 @@ def load_spec(path: str) -> dict[str, Any]:
     if path.endswith(".json"):
         from perfledger.kernels.solve import load_solve_spec
 
-        return load_solve_spec(path)
+        spec = load_solve_spec(path)
+        # in a subject directory (R11), the spec's "reference" source is that directory's kernel
+        return {**spec, "subject": spec["reference"]}
 
     try:
         namespace = runpy.run_path(path)

@@ -47,11 +47,13 @@ class KernelSubjects:
 
 def kernel_spec(target: Any) -> str:
     """The spec's path inside a subject directory, from the Target's readiness driver (one
-    word: ``{subject}/PATH.py``). Raises: BadRequest when the driver is not of that form."""
+    word: ``{subject}/PATH.py``, or ``.json`` for host-launched ``solve`` subjects, whose
+    ``reference`` source is then the directory's kernel). Raises: BadRequest when the driver
+    is not of that form."""
     argv = list(target.readiness.driver.argv)
     word = argv[0] if len(argv) == 1 else ""
     rel = word[len(SPEC_PREFIX) :] if word.startswith(SPEC_PREFIX) else ""
-    if not rel.endswith(".py") or SUBJECT_PLACEHOLDER in rel or rel.startswith("/"):
+    if not rel.endswith((".py", ".json")) or SUBJECT_PLACEHOLDER in rel or rel.startswith("/"):
         raise BadRequest(
             f"Target {target.definition.target_id!r}'s readiness driver {argv} is not a kernel "
             "spec's path in the subject directory",
