@@ -219,6 +219,8 @@ def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
     done = bound.cli("checkout", "s1:candidate", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     assert (out / "kernels" / "share.txt").read_text() == "0.03"
+    audit = bound.cli("audit")  # re-decided from a fresh process: the snapshots check again
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 def test_r11_kernel_directories_on_a_target_without_a_subject_place_are_a_bad_request(
