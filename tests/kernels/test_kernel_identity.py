@@ -397,6 +397,9 @@ def test_measure_kernel_says_that_a_spec_on_a_target_without_a_subject_place_is_
     dirs = _cli(ledger, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage", "screen",
                 "--ref", str(tmp_path), "--cand", str(tmp_path), "--json", check=False)  # fmt: skip
     assert dirs.returncode == 2 and "declares no {subject} place" in dirs.stdout
+    aa = _cli(ledger, tmp_path, "measure", "aa", "--target", "t1", "--dir", str(tmp_path),
+              "--json", check=False)  # fmt: skip
+    assert aa.returncode == 2 and "--dir names a code directory" in aa.stdout
 
 
 @pytest.mark.gpu
