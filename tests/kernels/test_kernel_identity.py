@@ -223,19 +223,6 @@ def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
-def test_r11_kernel_directories_on_a_target_without_a_subject_place_are_a_bad_request(
-    tmp_path: Path,
-) -> None:
-    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
-
-    class _Target:  # the one thing the check reads of an unbound Target
-        readiness = None
-        definition = type("D", (), {"target_id": "t0"})()
-
-    with pytest.raises(BadRequest, match="declares no \\{subject\\} place"):
-        bound_kernel_subjects(None, {"target": _Target()}, None, "a", "b", "screen", "e1")
-
-
 def test_r11_kernel_driver_that_is_not_a_spec_path_is_a_clear_error() -> None:
     from perfledger.commands.cli.kernel_identity import kernel_spec
 
