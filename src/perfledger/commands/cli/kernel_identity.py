@@ -9,8 +9,8 @@ directory (:class:`perfledger.kernels.isolated.WorkerProcess`), so the reference
 the original's (or the champion's) code and the candidate worker the candidate's. Both
 directories are snapshotted like a workload's subjects (:func:`perfledger.commands.cli.identity.
 subjects_identity`: every file under the directory, so the spec and what it reads), checked
-before anything runs and again after each case, and the snapshots travel with the samples as
-artifacts; the candidate's changed paths are computed from them.
+before anything runs, before every batch and after each case, and the snapshots travel with the
+samples as artifacts; the candidate's changed paths are computed from them.
 """
 
 from __future__ import annotations
