@@ -408,3 +408,38 @@ def test_a_solve_json_spec_in_a_subject_directory_names_that_directorys_kernel(
     (d / "spec.json").write_text(json.dumps(spec))
     facts = spec_facts("spec.json", IsolationConfig(timeout_s=20.0), directory=str(d))
     assert facts["cases"] == ["n1k"] and facts["has_subject"] is True
+
+
+def test_cheat_candidate_that_changes_the_references_file_and_restores_it_is_refused(
+    bound: Bound,
+) -> None:
+    """The kernel path's watch is strict: the reference's worker may have loaded (or compiled)
+    a file while the candidate's had changed it, so a file written during the run is refused
+    even when its content is back as snapshotted (its change time cannot be set back)."""
+    import os
+    import time
+
+    from perfledger.commands.cli.identity import SubjectsWatch
+    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
+    from perfledger.commands.cli.measure import _context
+    from perfledger.errors import RuleRefused
+
+    with Ledger.open(bound.ledger) as ledger:
+        info = _context(ledger, "e1", "screen")
+        subjects = bound_kernel_subjects(
+            ledger, info, None, str(bound.orig), str(bound.cand), "screen", "e1"
+        )
+    assert subjects is not None
+    share = bound.orig / "kernels" / "share.txt"
+    before = os.stat(share)
+    lenient = SubjectsWatch(info, subjects.identity)
+    watch = SubjectsWatch(info, subjects.identity, strict=True)
+    watch()  # nothing written yet
+    time.sleep(0.01)
+    share.write_text("0.5")  # what the reference would load
+    share.write_text("0.0")  # and back, with its modification time too
+    os.utime(share, ns=(before.st_atime_ns, before.st_mtime_ns))
+    lenient()  # content as snapshotted: the workload path's watch lets it pass
+    with pytest.raises(RuleRefused, match="written while they were measured") as caught:
+        watch()
+    assert caught.value.rule == "R11" and "share.txt" in caught.value.message

@@ -234,15 +234,21 @@ class SubjectsWatch:
     that, a subject's caches may change only during its own calls (it compiles its own modules).
     Caches that changed during the other subject's call (a ``.pyc`` planted for them) are
     removed before the next call, so every call runs the source its snapshot holds, and honest
-    subjects compile once per run, not once per call."""
+    subjects compile once per run, not once per call.
+
+    ``strict`` (the kernel path, whose workers load and run their code while the other worker
+    may be running: loading, correctness trials): any file written since the run began is
+    refused, even with its content restored, since the other subject may have run the changed
+    code in between; the change time tells, and no process can set it back."""
 
     #: The driver's subject label -> the identity's role.
     ROLES: ClassVar[dict[str, str]] = {"ref": "reference", "cand": "candidate"}
 
-    def __init__(self, info: dict[str, Any], body: dict[str, Any]) -> None:
+    def __init__(self, info: dict[str, Any], body: dict[str, Any], strict: bool = False) -> None:
         """``body``: the samples' identity as :func:`measure_identity` made it."""
         from perfledger.kernels.snapshot import remove_bytecode_caches
 
+        self.strict = strict
         self.info, self.body = info, body
         for role in self.ROLES.values():
             remove_bytecode_caches(body[role]["subject"])  # nothing planted before the run
@@ -299,6 +305,21 @@ class SubjectsWatch:
                 remove_bytecode_caches(self.body[role]["subject"])
                 self.caches[role] = {}
         now = self._stat()
+        if now != self.seen and self.strict:
+            from perfledger.commands.workflow.identity import NAMED_PATHS
+            from perfledger.commands.workflow.rules import refuse
+
+            touched = sorted(p for p in set(now) | set(self.seen) if now.get(p) != self.seen.get(p))
+            more = len(touched) - NAMED_PATHS
+            raise refuse(
+                "R11",
+                "files of the subjects were written while they were measured (their code may "
+                "have differed for a while, even where the content is back): "
+                + ", ".join(touched[:NAMED_PATHS])
+                + (f" and {more} more" if more > 0 else "")
+                + "; the samples were not recorded",
+                "a subject must not write into its own or the other's directory; measure again",
+            )
         if now != self.seen:  # something was touched: the snapshots say whether it changed
             confirm_unchanged(self.info, self.body)
             self.seen = now

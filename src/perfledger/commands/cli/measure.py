@@ -995,9 +995,9 @@ def measure_kernel(
             before_batch = None
             if bound is not None:  # R11: no bytecode planted before the run is loaded
                 fresh_and_unchanged(info, bound.identity)
-                watch = SubjectsWatch(info, bound.identity)
-                # both directories checked before every batch (lstat; a change re-takes the
-                # snapshots), not only after the case
+                watch = SubjectsWatch(info, bound.identity, strict=True)
+                # both directories checked before every batch (lstat: a file written since the
+                # run began is refused, restored or not), not only after the case
                 before_batch = lambda _role: watch()  # noqa: E731
             for case in cases:
                 comparisons[case] = compare_spec(
@@ -1009,6 +1009,7 @@ def measure_kernel(
                     before_batch=before_batch,
                 )
                 if bound is not None:  # R11: the code measured is the code snapshotted
+                    watch()
                     fresh_and_unchanged(info, bound.identity)
                 advance()
     finally:
