@@ -202,7 +202,10 @@ class GpuSession(_cpu.Session):
         })  # fmt: skip
         self.cli("readiness", "record", request={
             "target_id": TARGET,
-            "original": {"content_hash": content_hash("naive"), "label": "kernels/naive.cu"},
+            "original": {"content_hash": content_hash("naive"), "label": "kernels/naive.cu",
+                         # R11: this session's specs name both subjects in one file
+                         "unsnapshotted": "each spec file holds REFERENCE and CANDIDATE; "
+                                          "measure kernel --ref/--cand DIR would bind them"},
             "test_set": {"hash": "sha256:" + test_set, "case_count": len(CASES),
                          "cases": list(CASES)},
             "accuracy_rule": "harness: 5+ trials on fresh hidden-seed inputs, outputs poisoned "

@@ -46,7 +46,9 @@ def _setup(
             "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
         })  # fmt: skip
         run("readiness.record", {
-            "target_id": "t1", "original": {"content_hash": ORIGINAL},
+            "target_id": "t1",
+            # R11: one workload script for both subjects, told apart by options, not directories
+            "original": {"content_hash": ORIGINAL, "unsnapshotted": "one script, options differ"},
             "test_set": {"hash": "sha256:" + "a" * 16, "case_count": len(cases),
                          "cases": list(cases)},
             "accuracy_rule": "exact sum", "driver": {"argv": [sys.executable, str(SUMSQ)]},

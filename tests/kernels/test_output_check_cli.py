@@ -43,7 +43,9 @@ def _target(path: Path) -> dict[str, Any]:
 
 def _readiness(env: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {
-        "target_id": "t1", "original": {"content_hash": ORIGINAL},
+        "target_id": "t1",
+        # R11: one workload script for both subjects, told apart by options, not directories
+        "original": {"content_hash": ORIGINAL, "unsnapshotted": "one script, options differ"},
         "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1, "cases": ["small"]},
         "accuracy_rule": "the cumulative sum, exactly", "driver": {"argv": DRIVER},
         "environment": env["readiness_environment"],

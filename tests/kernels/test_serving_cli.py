@@ -60,7 +60,9 @@ def _setup(
             "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
         })  # fmt: skip
         run("readiness.record", {
-            "target_id": "t1", "original": {"content_hash": ORIGINAL},
+            "target_id": "t1",
+            # R11: the servers run outside perfledger, which measures their URLs
+            "original": {"content_hash": ORIGINAL, "unsnapshotted": "servers started elsewhere"},
             "test_set": {"hash": test_set_hash, "case_count": len(cases), "cases": list(cases)},
             "accuracy_rule": "server answers every request", "driver": {"argv": ["vllm", "serve"]},
             "environment": env["readiness_environment"],

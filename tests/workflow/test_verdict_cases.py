@@ -178,6 +178,8 @@ def _ready(bare: Session, primary: dict[str, Any] | None = None, **stats: Any) -
     bare.run("evidence.add", evidence())
     body = readiness()
     body["statistics"] = {**body["statistics"], **stats}
+    if not body["statistics"]["allow_outside_samples"]:  # R11: hand-written pairs, no code
+        body["original"] = {**body["original"], "unsnapshotted": "pairs written by the test"}
     bare.run("readiness.record", body)
     bare.run("metric-audit.record", metric_audit())
     bare.run("baseline.record", baseline())

@@ -170,6 +170,9 @@ class Original(_Part, kw_only=True):
     content_hash: str
     label: str = ""
     snapshot: Snapshot | msgspec.UnsetType = msgspec.UNSET
+    #: why the original's code cannot be snapshotted (a driver without a ``{subject}`` place,
+    #: from :data:`R11_SUBJECT_OWED`): results are not bound to code, and claims say so
+    unsnapshotted: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class TestSet(_Part, kw_only=True):
@@ -1072,6 +1075,12 @@ R14_MAX_SPAN = 4.0
 #: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
 #: version 1 snapshotted the files inside the Target's scope only.
 R11_WHOLE_SUBJECT = 2
+#: The ``ReadinessRecorded`` schema version from which a readiness whose formal stages take only
+#: samples perfledger measured (not diagnostic, ``allow_outside_samples`` false) must declare the
+#: driver's ``{subject}`` place, or say why the code cannot be snapshotted
+#: (``original.unsnapshotted``, shown as narrowing the claims); readiness recorded before keeps
+#: the old rule (typed ``changed_paths``, R11).
+R11_SUBJECT_OWED = 3
 #: The ``SamplesRecorded`` schema version from which measured samples must match their raw table
 #: re-derived and bound to them (samples id, stage, ...; R5, :mod:`perfledger.commands.workflow.raw_table`).
 R5_BOUND_RAW_TABLE = 3
@@ -1118,7 +1127,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`); version 4 requires an
 #: informative interval (:data:`R14_INFORMATIVE_INTERVAL`).
-#: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`).
+#: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
+#: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS),
     "VerdictRecorded": PER_CASE_V2,
@@ -1127,7 +1137,7 @@ SCHEMA_VERSIONS = {
         R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
     ),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
-    "ReadinessRecorded": R11_WHOLE_SUBJECT,
+    "ReadinessRecorded": R11_SUBJECT_OWED,
 }
 
 for _type, _summary in _SUMMARIES.items():

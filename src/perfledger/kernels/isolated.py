@@ -42,7 +42,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -146,6 +146,11 @@ class WorkerProcess:
         role: ``reference`` or ``candidate``.
         spec_path: the spec file; case: the case (None: only ``hello``'s case list works).
         config: the isolation settings; stderr_path: where the worker's stderr goes.
+        directory: the subject's own code directory (R11), or None. With one, the worker runs
+            there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
+            the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and keeps
+            its bytecode caches in ``pycache_dir`` (``PYTHONPYCACHEPREFIX``), never in the
+            subject directories, so no ``.pyc`` planted there by the other subject runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -156,14 +161,31 @@ class WorkerProcess:
         case: str | None,
         config: IsolationConfig,
         stderr_path: str | None = None,
+        *,
+        directory: str | None = None,
+        pycache_dir: str | None = None,
     ) -> None:
-        argv = [*config.worker, "--spec", spec_path, "--subject", role]
+        env = None
+        if directory is not None:
+            spec_path = os.path.join(os.path.abspath(directory), spec_path)
+            env = dict(os.environ)
+            if pycache_dir is not None:
+                env["PYTHONPYCACHEPREFIX"] = pycache_dir
+        subject = role if directory is None else "subject"
+        argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
             argv += ["--case", case]
         self.role = role
         self.config = config
         self.overhead_s = 0.0  # the worker's calibration of an empty call (after check)
-        self.proc = SubjectProcess(role, argv, timeout_s=config.timeout_s, stderr_path=stderr_path)
+        self.proc = SubjectProcess(
+            role,
+            argv,
+            timeout_s=config.timeout_s,
+            stderr_path=stderr_path,
+            env=env,
+            cwd=None if directory is None else os.path.abspath(directory),
+        )
         if config.same_cpus and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
             with contextlib.suppress(OSError):  # gone already: the first request says so
@@ -307,16 +329,27 @@ class WorkerProcess:
         self.proc.close()
 
 
-def spec_facts(spec_path: str, config: IsolationConfig = IsolationConfig()) -> dict[str, Any]:
-    """The spec's case names and whether it defines a candidate, from a worker (this process
-    never loads the spec).
+def spec_facts(
+    spec_path: str, config: IsolationConfig = IsolationConfig(), directory: str | None = None
+) -> dict[str, Any]:
+    """The spec's case names and whether it defines a candidate (a ``SUBJECT``), from a worker
+    (this process never loads the spec); ``directory``: the subject directory the spec lives in
+    (R11, :class:`WorkerProcess`), ``spec_path`` then relative to it.
 
-    Returns: ``{"cases": [...], "has_candidate": bool}``.
+    Returns: ``{"cases": [...], "has_candidate": bool, "has_subject": bool}``.
     Raises: BadRequest when the spec does not load (the loader's message); MeasurementError
     when the worker fails.
     """
     with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp:
-        worker = WorkerProcess("reference", spec_path, None, config, os.path.join(tmp, "err"))
+        worker = WorkerProcess(
+            "reference",
+            spec_path,
+            None,
+            config,
+            os.path.join(tmp, "err"),
+            directory=directory,
+            pycache_dir=os.path.join(tmp, "pycache"),
+        )
         try:
             return worker.hello(0)
         finally:
@@ -559,6 +592,9 @@ class _Run:
         self.revealed: list[list[int]] = []  # the call indices drawn, per pair of batches
         self.batches: list[Batch] = []
         self.mapped: dict[str, Any] = {}  # label -> MappedBuffer where reveals go through IPC
+        #: called with the role before each batch, both workers quiet (R11: the code still
+        #: the code snapshotted; raises to end the comparison)
+        self.before_batch: Callable[[str], None] | None = None
 
     def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
         """Map both workers' exported reveal buffers where both offer one and this process can
@@ -591,6 +627,8 @@ class _Run:
         """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
         warm = [secrets.randbits(63) for _ in range(self.config.warm_calls_per_batch)]
         with self.alone(label):
+            if self.before_batch is not None:
+                self.before_batch(ROLES[label])
             reply = self.workers[label].run(seeds, key, warm)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
@@ -778,6 +816,7 @@ def compare_workers(
     config: IsolationConfig = IsolationConfig(),
     reveal_dir: str,
     tree: CallTree | None = None,
+    before_batch: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Paired ABBA comparison of two started workers (module docstring).
 
@@ -790,6 +829,9 @@ def compare_workers(
         reveal_dir: a private directory for the revealed outputs.
         tree: the processes started since the workers (entered before they started): with
             ``stop_idle``, all of them but the active worker's are stopped during a batch.
+        before_batch: called with the role (``reference``/``candidate``) before each batch,
+            the idle worker stopped and the active one waiting for its request; what it raises
+            ends the comparison (R11: the subjects' files checked).
     Returns: the :class:`~perfledger.kernels.harness.Comparison` ``Harness.compare`` returns
         (per-call samples; ``settings["isolation"] == "process"``).
     Raises: MeasurementError when a worker fails, disagrees with the other on the problem, or a
@@ -811,6 +853,7 @@ def compare_workers(
     calls = config.calls_per_batch or max(1, int(harness["batch"]) // 2)
     stopping = StoppingRule(**harness["stopping"])
     run = _Run(workers, fa, config, reveal_dir, tree)
+    run.before_batch = before_batch
     with contextlib.closing(run):  # the reveal buffers are unmapped on the way out
         reports = {}
         for label, worker in workers.items():
@@ -966,11 +1009,18 @@ def compare_spec(
     monitor: Any = None,
     config: IsolationConfig = IsolationConfig(),
     roles: tuple[str, str] = ("reference", "candidate"),
+    directories: tuple[str, str] | None = None,
+    before_batch: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Compare the spec's two subjects for ``case``, each in a worker of its own
     (:func:`compare_workers`); ``roles=("reference", "reference")`` is an A/A of the
-    reference (two workers, the same subject). The workers are ended on return or error; their
-    stderr goes to a private file whose last lines are quoted when a worker fails."""
+    reference (two workers, the same subject). With ``directories`` (reference's, candidate's:
+    code directories, R11), each worker runs in its own directory and loads the ``SUBJECT`` of
+    the spec ``spec_path`` relative to it (:class:`WorkerProcess`); an A/A passes the
+    original's directory twice; ``before_batch(role)`` runs before every batch with both
+    workers quiet (:func:`compare_workers`: the subjects' files checked, R11). The workers are
+    ended on return or error; their stderr goes to a private file whose last lines are quoted
+    when a worker fails."""
     with (
         tempfile.TemporaryDirectory(prefix="perfledger-isolated-") as tmp,
         tempfile.TemporaryDirectory(prefix="perfledger-reveal-", dir=_memory_dir()) as reveals,
@@ -980,8 +1030,19 @@ def compare_spec(
         workers: list[WorkerProcess] = []
         own = getattr(monitor, "own_pids", None)
         try:
-            for role, err in ((roles[0], "ref.err"), (roles[1], "cand.err")):
-                workers.append(WorkerProcess(role, spec_path, case, config, os.path.join(tmp, err)))
+            dirs = directories or (None, None)
+            for role, err, directory in zip(roles, ("ref", "cand"), dirs, strict=True):
+                workers.append(
+                    WorkerProcess(
+                        role,
+                        spec_path,
+                        case,
+                        config,
+                        os.path.join(tmp, err + ".err"),
+                        directory=directory,
+                        pycache_dir=os.path.join(tmp, err + ".pycache"),
+                    )
+                )
             if own is not None:  # the workers' GPU contexts are the comparison's own (R17)
                 monitor.own_pids = own | {w.proc.pid for w in workers}
             return compare_workers(
@@ -991,6 +1052,7 @@ def compare_spec(
                 config=config,
                 reveal_dir=reveals,
                 tree=tree,
+                before_batch=before_batch,
             )
         finally:
             if own is not None:

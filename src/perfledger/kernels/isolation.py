@@ -96,6 +96,7 @@ class SubjectProcess:
         env: the child's environment (None: inherited).
         stderr_path: a file the child's stderr goes to (None: inherited); its last lines are
             quoted when the child fails.
+        cwd: the child's working directory (None: this process's).
     Raises: MeasurementError when the command cannot start.
     """
 
@@ -107,6 +108,7 @@ class SubjectProcess:
         timeout_s: float = 60.0,
         env: dict[str, str] | None = None,
         stderr_path: str | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.label = label
         self.timeout_s = timeout_s
@@ -119,6 +121,7 @@ class SubjectProcess:
                     stdout=subprocess.PIPE,
                     stderr=err,
                     env=env,
+                    cwd=cwd,
                     start_new_session=True,  # the child's signals and terminal are its own
                     # even as root it cannot pass over the parent's being non-dumpable
                     preexec_fn=drop_ptrace_capability,

@@ -1,6 +1,7 @@
 """Loading a kernel spec (``perfledger measure kernel|aa --spec``): a Python file that defines
 ``PROBLEMS`` (case -> :class:`~perfledger.kernels.harness.Problem`) or ``PROBLEM``,
-``REFERENCE`` and ``CANDIDATE`` (subjects) and optional ``CONFIG``
+``REFERENCE`` and ``CANDIDATE`` (subjects), or ``SUBJECT`` (the one subject of a spec that lives
+in a code directory of its own, R11: ``measure kernel --ref DIR --cand DIR``), and optional ``CONFIG``
 (:class:`~perfledger.kernels.harness.HarnessConfig`), or a ``.json`` spec of host-launched
 ``solve`` subjects.
 
@@ -18,7 +19,8 @@ from perfledger.errors import BadRequest
 
 def load_spec(path: str) -> dict[str, Any]:
     """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
-    ``CANDIDATE`` (subjects), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
+    ``CANDIDATE`` (subjects) or ``SUBJECT`` (a spec in a subject directory: the code of that
+    directory), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
     host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
     Raises BadRequest."""
     import runpy
@@ -26,7 +28,9 @@ def load_spec(path: str) -> dict[str, Any]:
     if path.endswith(".json"):
         from perfledger.kernels.solve import load_solve_spec
 
-        return load_solve_spec(path)
+        spec = load_solve_spec(path)
+        # in a subject directory (R11), the spec's "reference" source is that directory's kernel
+        return {**spec, "subject": spec["reference"]}
 
     try:
         namespace = runpy.run_path(path)
@@ -47,14 +51,17 @@ def load_spec(path: str) -> dict[str, Any]:
     problems = namespace.get("PROBLEMS")
     if problems is None and "PROBLEM" in namespace:
         problems = {"default": namespace["PROBLEM"]}
-    if not isinstance(problems, dict) or not problems or "REFERENCE" not in namespace:
+    has_subject = "REFERENCE" in namespace or "SUBJECT" in namespace
+    if not isinstance(problems, dict) or not problems or not has_subject:
         raise BadRequest(
-            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE)"
+            f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE), "
+            "or SUBJECT (a spec in a subject directory)"
         )
     return {
         "problems": problems,
-        "reference": namespace["REFERENCE"],
+        "reference": namespace.get("REFERENCE"),
         "candidate": namespace.get("CANDIDATE"),
+        "subject": namespace.get("SUBJECT"),
         "config": namespace.get("CONFIG"),
     }
 

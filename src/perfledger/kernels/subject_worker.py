@@ -1,6 +1,6 @@
 """A subject worker: one kernel subject in a process of its own (SPEC.md section 5, property 3).
 
-``python -m perfledger.kernels.subject_worker --spec PATH --subject reference|candidate
+``python -m perfledger.kernels.subject_worker --spec PATH --subject reference|candidate|subject
 [--case CASE]`` loads the spec (:func:`perfledger.kernels.spec_loader.load_spec`: the spec's
 code, and so the subject's, runs here and never in the measuring process), builds a
 :class:`~perfledger.kernels.harness.Harness` for the case with this one subject, and answers the
@@ -93,6 +93,7 @@ class Worker:
         facts: dict[str, Any] = {
             "cases": list(self.spec["problems"]),
             "has_candidate": self.spec.get("candidate") is not None,
+            "has_subject": self.spec.get("subject") is not None,
         }
         if self.case is None:
             return facts
@@ -268,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     """Serve the protocol until ``exit`` or end of input. Returns the exit status."""
     parser = argparse.ArgumentParser(prog="perfledger.kernels.subject_worker")
     parser.add_argument("--spec", required=True)
-    parser.add_argument("--subject", choices=("reference", "candidate"), required=True)
+    # ``subject``: the SUBJECT of a spec in a code directory of its own (R11, the worker's cwd)
+    parser.add_argument("--subject", choices=("reference", "candidate", "subject"), required=True)
     parser.add_argument("--case", default=None)
     args = parser.parse_args(argv)
     # The protocol's stream: a duplicate of stdout; fd 1 and sys.stdout now go to stderr, so the

@@ -286,6 +286,12 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
             + " (R2: claims hold only for the parts of the environment that were recorded; on a "
             "CPU-only run the GPU fields are expected to be missing)"
         )
+    # stated at readiness (R11): nothing binds the results to the code that ran
+    if target.readiness is not None and isinstance(target.readiness.original.unsnapshotted, str):
+        out.append(
+            "code not snapshotted (R11): results are not bound to the code that ran (the "
+            f"readiness says: {target.readiness.original.unsnapshotted})"
+        )
     if target.diagnostic_only:
         out.append("results are diagnostic only: the metric audit found a mismatch (R3)")
     # dissent a reviewer kept and no later review resolved (recorded, never judged)

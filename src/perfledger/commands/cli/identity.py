@@ -80,20 +80,11 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
     return out
 
 
-#: Endings of a driver word that names a script file (``bench.py``): the word a suggested
-#: driver puts in the code directory.
-_SCRIPT_ENDINGS = (".py", ".sh", ".js", ".rb", ".pl", ".lua", ".jl", ".R")
-
-
 def driver_with_subject(argv: Any) -> list[str]:
-    """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
-    naming a path (``dir/bench.py``) or a script (``bench.py``) with its directory replaced by
-    ``{subject}``; the argv with ``{subject}`` appended when no word names one."""
-    words = [str(w) for w in argv]
-    for i, word in enumerate(words):
-        if i > 0 and not word.startswith("-") and ("/" in word or word.endswith(_SCRIPT_ENDINGS)):
-            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[-1], *words[i + 1 :]]
-    return [*words, "{subject}"]
+    """:func:`perfledger.commands.workflow.identity.driver_with_subject` (imported when used)."""
+    from perfledger.commands.workflow.identity import driver_with_subject as suggest
+
+    return suggest(argv)
 
 
 def unenforced_note(target: Any) -> str | None:
@@ -186,15 +177,35 @@ def measure_identity(
     paths inside the scope, a final audit's candidate = the champion), so a refusal comes before
     anything is measured. Returns ``(identity request dict, artifacts)``, or ``(None, {})``
     under the old rule. Raises: RuleRefused (R11), BadRequest."""
+    from perfledger.commands.workflow import identity
+
+    target = info["target"]
+    if identity.original_snapshot(target) is None:
+        return None, {}
+    ref_subject = _subject(target, ref_cmd, "reference")
+    cand_subject = _subject(target, cand_cmd, "candidate")
+    return subjects_identity(ledger, info, ref_subject, cand_subject, stage, experiment_id)
+
+
+def subjects_identity(
+    ledger: Any,
+    info: dict[str, Any],
+    ref_subject: str,
+    cand_subject: str,
+    stage: str,
+    experiment_id: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Snapshot the two subject directories as the readiness driver runs them and run the R11
+    checks of :func:`measure_identity` on a snapshot Target (``measure workload``, ``measure
+    kernel --ref DIR --cand DIR``). Returns ``(identity request dict, artifacts)``. Raises:
+    RuleRefused (R11), BadRequest (a subject that is not a directory)."""
     from perfledger.commands.registry import operations
     from perfledger.commands.workflow import identity
     from perfledger.commands.workflow import requests as rq
 
     target = info["target"]
-    if identity.original_snapshot(target) is None:
-        return None, {}
-    ref = take_as_original(target, _subject(target, ref_cmd, "reference"))
-    cand = take_as_original(target, _subject(target, cand_cmd, "candidate"))
+    ref = take_as_original(target, ref_subject)
+    cand = take_as_original(target, cand_subject)
     body = {
         "reference": msgspec.to_builtins(ref.snapshot),
         "candidate": msgspec.to_builtins(cand.snapshot),
@@ -223,15 +234,21 @@ class SubjectsWatch:
     that, a subject's caches may change only during its own calls (it compiles its own modules).
     Caches that changed during the other subject's call (a ``.pyc`` planted for them) are
     removed before the next call, so every call runs the source its snapshot holds, and honest
-    subjects compile once per run, not once per call."""
+    subjects compile once per run, not once per call.
+
+    ``strict`` (the kernel path, whose workers load and run their code while the other worker
+    may be running: loading, correctness trials): any file written since the run began is
+    refused, even with its content restored, since the other subject may have run the changed
+    code in between; the change time tells, and no process can set it back."""
 
     #: The driver's subject label -> the identity's role.
     ROLES: ClassVar[dict[str, str]] = {"ref": "reference", "cand": "candidate"}
 
-    def __init__(self, info: dict[str, Any], body: dict[str, Any]) -> None:
+    def __init__(self, info: dict[str, Any], body: dict[str, Any], strict: bool = False) -> None:
         """``body``: the samples' identity as :func:`measure_identity` made it."""
         from perfledger.kernels.snapshot import remove_bytecode_caches
 
+        self.strict = strict
         self.info, self.body = info, body
         for role in self.ROLES.values():
             remove_bytecode_caches(body[role]["subject"])  # nothing planted before the run
@@ -288,6 +305,21 @@ class SubjectsWatch:
                 remove_bytecode_caches(self.body[role]["subject"])
                 self.caches[role] = {}
         now = self._stat()
+        if now != self.seen and self.strict:
+            from perfledger.commands.workflow.identity import NAMED_PATHS
+            from perfledger.commands.workflow.rules import refuse
+
+            touched = sorted(p for p in set(now) | set(self.seen) if now.get(p) != self.seen.get(p))
+            more = len(touched) - NAMED_PATHS
+            raise refuse(
+                "R11",
+                "files of the subjects were written while they were measured (their code may "
+                "have differed for a while, even where the content is back): "
+                + ", ".join(touched[:NAMED_PATHS])
+                + (f" and {more} more" if more > 0 else "")
+                + "; the samples were not recorded",
+                "a subject must not write into its own or the other's directory; measure again",
+            )
         if now != self.seen:  # something was touched: the snapshots say whether it changed
             confirm_unchanged(self.info, self.body)
             self.seen = now
@@ -517,12 +549,14 @@ def commands() -> list[click.Command]:
 __all__ = [
     "champion_snapshot",
     "check_original_command",
+    "check_original_subject",
     "checkout",
     "commands",
     "measure_identity",
     "readiness_edge",
     "refuse_unsnapshotted",
     "resolve",
+    "subjects_identity",
 ]
 
 
@@ -531,16 +565,26 @@ def check_original_command(target: Any, cmd: str) -> None:
     subject in its place, and that subject's snapshot is the original's; refused naming the
     paths that differ otherwise, before anything runs. No-op under the old rule."""
     from perfledger.commands.workflow import identity
+
+    if identity.original_snapshot(target) is None:
+        return
+    check_original_subject(target, _subject(target, cmd, "A/A"), "A/A")
+
+
+def check_original_subject(target: Any, subject: str, role: str) -> None:
+    """The subject directory ``subject`` holds the original's code: its snapshot equals the one
+    readiness recorded (R11, R4), else refused naming the paths that differ. ``role`` names it
+    in the message. Raises: RuleRefused (R11), BadRequest (not a directory)."""
+    from perfledger.commands.workflow import identity
     from perfledger.commands.workflow.rules import refuse
 
     original = identity.original_snapshot(target)
-    if original is None:
-        return
-    taken = take_as_original(target, _subject(target, cmd, "A/A"))
+    assert original is not None
+    taken = take_as_original(target, subject)
     if taken.snapshot.digest != original.digest:
         raise refuse(
             "R11",
-            f"the A/A subject {taken.snapshot.subject!r} is not the original's code recorded at "
+            f"the {role} subject {taken.snapshot.subject!r} is not the original's code recorded at "
             f"readiness; {identity.describe_difference(original, taken.snapshot)}; nothing was "
             "measured",
             f"measure the original from {original.subject!r} "

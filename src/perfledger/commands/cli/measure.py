@@ -43,7 +43,6 @@ from perfledger.commands.cli.identity import (
     check_original_command,
     fresh_and_unchanged,
     measure_identity,
-    refuse_unsnapshotted,
     unenforced_note,
 )
 from perfledger.commands.workflow import rules
@@ -924,7 +923,13 @@ def _ceilings() -> Any:
 @click.command("kernel")
 @_with_common
 @click.option(
-    "--spec", "spec_path", required=True, help="Python file: PROBLEMS, REFERENCE, CANDIDATE."
+    "--spec", "spec_path", default=None, help="Python file: PROBLEMS, REFERENCE, CANDIDATE."
+)
+@click.option(
+    "--ref", "ref_dir", default=None, help="Code directory of the reference (R11, bound Target)."
+)
+@click.option(
+    "--cand", "cand_dir", default=None, help="Code directory of the candidate (R11, bound Target)."
 )
 def measure_kernel(
     experiment_id: str,
@@ -936,25 +941,45 @@ def measure_kernel(
     idempotency_key: str | None,
     quiet: bool,
     json_flag: bool,
-    spec_path: str,
+    spec_path: str | None,
+    ref_dir: str | None,
+    cand_dir: str | None,
 ) -> None:
     """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
     timing, stopping, plausibility), each subject in a worker process of its own, and record
-    SamplesRecorded; one recorded pair per ABBA block (one monitor window)."""
+    SamplesRecorded; one recorded pair per ABBA block (one monitor window).
+    Where the readiness bound the original to a snapshot (driver ["{subject}/spec.py"]), pass
+    --ref DIR --cand DIR instead of --spec: each worker runs the SUBJECT of the spec in its own
+    directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
+    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects, unbound_note
+
     ctx = _ctx(json_flag)
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
+        # R11: both code directories snapshotted and checked before anything runs
+        bound = bound_kernel_subjects(
+            ledger, info, spec_path, ref_dir, cand_dir, stage, experiment_id
+        )
     finally:
         ledger.close()
-    refuse_unsnapshotted(info["target"], "measure kernel")
     from perfledger.kernels.isolated import compare_spec, spec_facts
 
+    unenforced = None if bound is not None else unbound_note(info["target"])
+    if unenforced is not None:  # the old rule: say so before measuring
+        _warn([unenforced])
     # property 3: the spec (subject code) runs only in worker processes; this one asks them
-    facts = spec_facts(spec_path)
-    if not facts["has_candidate"]:
+    spec = bound.spec if bound is not None else spec_path or ""
+    dirs = None if bound is None else bound.directories
+    facts = spec_facts(spec, directory=None if dirs is None else dirs[0])
+    if bound is None and not facts["has_candidate"]:
         raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
-    cases = check_cases(facts["cases"], info["test_set"], f"the spec {spec_path!r}")
+    if bound is not None and not facts.get("has_subject"):
+        raise BadRequest(
+            f"the spec {spec!r} in {ref_dir!r} defines no SUBJECT",
+            hint="a spec in a subject directory defines PROBLEMS and SUBJECT (its code)",
+        )
+    cases = check_cases(facts["cases"], info["test_set"], f"the spec {spec!r}")
     primary = info["primary"]
     scale = _time_scale(primary.unit)
     env = environment_payload()
@@ -967,10 +992,25 @@ def measure_kernel(
             monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
         with _progress(len(cases), "kernel comparisons", quiet) as advance:
             ceilings = _ceilings()
+            before_batch = None
+            if bound is not None:  # R11: no bytecode planted before the run is loaded
+                fresh_and_unchanged(info, bound.identity)
+                watch = SubjectsWatch(info, bound.identity, strict=True)
+                # both directories checked before every batch (lstat: a file written since the
+                # run began is refused, restored or not), not only after the case
+                before_batch = lambda _role: watch()  # noqa: E731
             for case in cases:
                 comparisons[case] = compare_spec(
-                    spec_path, case, ceilings=ceilings, monitor=monitor
+                    spec,
+                    case,
+                    ceilings=ceilings,
+                    monitor=monitor,
+                    directories=dirs,
+                    before_batch=before_batch,
                 )
+                if bound is not None:  # R11: the code measured is the code snapshotted
+                    watch()
+                    fresh_and_unchanged(info, bound.identity)
                 advance()
     finally:
         if monitor is not None:
@@ -1031,6 +1071,8 @@ def measure_kernel(
         environment_id=env["environment_id"], units={primary.name: primary.unit}, pairs=pairs,
     )  # fmt: skip
     subjects = next(iter(comparisons.values())).settings["subjects"]
+    if bound is not None:
+        body["identity"] = bound.identity
     body["provenance"] = measured_provenance(
         "kernel_harness_abba",
         {
@@ -1048,6 +1090,8 @@ def measure_kernel(
         "environment_id": env["environment_id"],
         "monitor": monitor_note,
     }
+    if unenforced is not None:
+        result["code_identity"] = {"enforced": False, "note": unenforced}
     if dry_run:
         result["request"] = body
         _answer(ctx, result, [json.dumps(result, indent=2, default=str)])
@@ -1062,9 +1106,19 @@ def measure_kernel(
     for role in ("reference", "candidate"):  # a built subject's library hash, flags, sources
         if subjects[role].get("identity") is not None:
             artifact[f"{role}_identity"] = subjects[role]["identity"]
-    event = _append(ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key)
+    code_files = {} if bound is None else bound.artifacts  # the snapshots' files (R11)
+    event = _append(
+        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
+    )
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}"]
+    if bound is not None:
+        digests = {r: bound.identity[r]["digest"] for r in ("reference", "candidate")}
+        result["snapshots"] = digests
+        lines.append(
+            f"snapshots: reference {digests['reference'][:16]}, candidate "
+            f"{digests['candidate'][:16]}"
+        )
     for case, s in stats.items():
         if s:
             lines.append(
@@ -1087,6 +1141,9 @@ def measure_kernel(
 @click.option("--target", "target_id", required=True, help="The Target id.")
 @click.option("--cmd", "cmd", default=None, help="The original's workload command.")
 @click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
+@click.option(
+    "--dir", "kernel_dir", default=None, help="The original's code directory (kernel, R11)."
+)
 @click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
 @click.option(
     "--runs",
@@ -1114,6 +1171,7 @@ def measure_aa(
     target_id: str,
     cmd: str | None,
     spec_path: str | None,
+    kernel_dir: str | None,
     cases: tuple[str, ...],
     runs: int | None,
     timeout_s: float,
@@ -1127,10 +1185,14 @@ def measure_aa(
     """Measure the resolution: the original against itself under the same protocol, on every
     case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per
     case, and for the Target the aggregate a verdict derives (workload) or the largest case
-    (kernel spec)."""
+    (kernel spec). On a kernel Target bound to code, --dir DIR (the original's directory)
+    replaces --spec: two workers run the SUBJECT of its spec (R11)."""
     ctx = _ctx(json_flag)
-    if (cmd is None) == (spec_path is None):
-        raise BadRequest("pass exactly one of --cmd (a workload) or --spec (a kernel spec)")
+    if [cmd, spec_path, kernel_dir].count(None) != 2:
+        raise BadRequest(
+            "pass exactly one of --cmd (a workload), --spec (a kernel spec) or --dir (the "
+            "original's code directory of a kernel Target bound to code)"
+        )
     ledger = ctx.open()
     try:
         state = ledger.state()
@@ -1210,12 +1272,17 @@ def measure_aa(
             f"{primary.statistic} per case, {aggregation} across cases"
         )
     else:
+        from perfledger.commands.cli.kernel_identity import original_kernel_directory
         from perfledger.kernels.harness import resolution_from_aa
         from perfledger.kernels.isolated import compare_spec, spec_facts
 
-        refuse_unsnapshotted(target, "measure aa --spec")
+        # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
+        bound = original_kernel_directory(target, spec_path, kernel_dir)
+        aa_spec = bound[0] if bound is not None else spec_path or ""
+        aa_dirs = None if bound is None else (bound[1], bound[1])
         # the same protocol as `measure kernel` (R4): the reference in two workers of its own
-        problems = list(spec_facts(spec_path or "")["cases"])
+        facts = spec_facts(aa_spec, directory=None if aa_dirs is None else aa_dirs[0])
+        problems = list(facts["cases"])
         if cases:
             unknown = sorted(set(cases) - set(problems), key=str)
             if unknown:
@@ -1234,17 +1301,22 @@ def measure_aa(
                     for _ in range(n):
                         comps_by_case[case].append(
                             compare_spec(
-                                spec_path or "",
+                                aa_spec,
                                 case,
                                 ceilings=ceilings,
                                 monitor=monitor,
                                 roles=("reference", "reference"),
+                                directories=aa_dirs,
                             )
                         )
                         advance()
         finally:
             if monitor is not None:
                 monitor.stop()
+        if kernel_dir is not None:  # R11: the A/A measured the original's code, still there
+            from perfledger.commands.cli.identity import check_original_subject
+
+            check_original_subject(target, kernel_dir, "A/A")
         figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
         per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
         resolution = max(per_case.values())

@@ -157,7 +157,12 @@ def _readiness_lines(r: Mapping[str, Any] | None) -> list[Any]:
     known = ", ".join(f"{k} {v}" for k, v in env.items() if v) or "none known"
     out = [
         f"  original {_escape(original.get('label') or '-')} {_escape(original.get('content_hash'))}"
-        + (f"; code snapshot {_short(snap.get('digest'))}" if snap else ""),
+        + (f"; code snapshot {_short(snap.get('digest'))}" if snap else "")
+        + (
+            f"; code not snapshotted (R11): {_escape(original['unsnapshotted'])}"
+            if original.get("unsnapshotted")
+            else ""
+        ),
         f"  test set: {test_set.get('case_count')} case(s) "
         f"({_escape(', '.join(test_set.get('cases') or ()) or '-')}), "
         f"hash {_escape(test_set.get('hash'))}, supplied by {_escape(test_set.get('supplied_by'))}",

@@ -211,7 +211,8 @@ FIELDS: dict[str, str] = {
     "foreign_activity": "Whether foreign activity overlapped the window (R17).",
     "explained": "Why foreign activity cannot affect the metric (R17), or null.",
     "flags": "The monitor's flags.",
-    "identity": "Both subjects' snapshots, taken by `perfledger measure workload` (R11).",
+    "identity": "Both subjects' snapshots, taken by `perfledger measure workload` or `measure "
+    "kernel --ref DIR --cand DIR` (R11).",
     "files": "Path -> file entry (blake3, size, mode).",
     "size": "Size in bytes (>= 0).",
     "mode": "git file mode: 100644, 100755 or 120000.",
@@ -301,6 +302,10 @@ MODEL_FIELDS: dict[str, str] = {
     "Original.subject": "The original's code directory (a path), put in the driver's {subject} "
     "place: perfledger snapshots every file under it now and records original.snapshot (R11). "
     "Give this, never snapshot.",
+    "Original.unsnapshotted": "Only where the driver cannot declare a {subject} place: why the "
+    "code cannot be snapshotted. Results are then not bound to code (R11); the handoff says so. "
+    "From readiness schema 3, a driver without the place needs this (unless outside samples are "
+    "allowed).",
     "ReviewRecord.subject": "What the review challenges: claim, rejection, stop or other.",
     "SubjectSnapshot.coverage": "subject: the snapshot holds every file under the subject "
     "directory (readiness from schema 2 on); absent: only the files inside the Target's scope.",

@@ -31,7 +31,7 @@ from perfledger.events.identity import (
     substitute,
     tree_digest,
 )
-from perfledger.events.workflow import R11_WHOLE_SUBJECT
+from perfledger.events.workflow import R11_SUBJECT_OWED, R11_WHOLE_SUBJECT
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 #: How many differing paths a refusal names before it says "and N more".
@@ -90,6 +90,7 @@ def r11_readiness_snapshot(
     the subject; a snapshot without a declared place is refused."""
     has_place = req.driver is not None and declares_subject(req.driver.argv)
     given = req.original.snapshot is not msgspec.UNSET
+    unsnapshotted = req.original.unsnapshotted is not msgspec.UNSET
     if not has_place:
         if given:
             raise refuse(
@@ -97,7 +98,15 @@ def r11_readiness_snapshot(
                 "the original carries a snapshot but the driver declares no {subject} place",
                 "put {subject} in the driver's argv where the code's directory goes",
             )
+        r11_subject_owed(target, req, version)
         return
+    if unsnapshotted:
+        raise refuse(
+            "R11",
+            "original.unsnapshotted says the code cannot be snapshotted, but the driver declares "
+            "a {subject} place: the original is snapshotted",
+            "leave original.unsnapshotted out and pass original.subject",
+        )
     if not given:
         raise refuse(
             "R2",
@@ -123,6 +132,45 @@ def r11_readiness_snapshot(
             f"scope {list(scope)}",
             "the scope's globs are relative to the subject directory",
         )
+
+
+#: Endings of a driver word that names a script file (``bench.py``): the word a suggested
+#: driver puts in the code directory.
+_SCRIPT_ENDINGS = (".py", ".sh", ".js", ".rb", ".pl", ".lua", ".jl", ".R")
+
+
+def driver_with_subject(argv: Any) -> list[str]:
+    """A suggestion for a driver ``argv`` that declares no ``{subject}`` place: the first word
+    naming a path (``dir/bench.py``) or a script (``bench.py``) with its directory replaced by
+    ``{subject}``; the argv with ``{subject}`` appended when no word names one."""
+    words = [str(w) for w in argv]
+    for i, word in enumerate(words):
+        if i > 0 and not word.startswith("-") and ("/" in word or word.endswith(_SCRIPT_ENDINGS)):
+            return [*words[:i], "{subject}/" + word.rsplit("/", 1)[-1], *words[i + 1 :]]
+    return [*words, "{subject}"]
+
+
+def r11_subject_owed(target: TargetView, req: rq.ReadinessRecord, version: int) -> None:
+    """R11 at readiness, from ``ReadinessRecorded`` schema :data:`R11_SUBJECT_OWED`: a readiness
+    without a ``{subject}`` place, of a Target whose formal stages take only samples perfledger
+    measured (not diagnostic, ``statistics.allow_outside_samples`` false), must say why the code
+    cannot be snapshotted (``original.unsnapshotted``); else it is refused with the driver
+    rewritten to hold the place. Readiness recorded before keeps the old rule."""
+    if version < R11_SUBJECT_OWED or req.original.unsnapshotted is not msgspec.UNSET:
+        return
+    if target.definition.diagnostic or req.statistics.allow_outside_samples or req.driver is None:
+        return
+    suggestion = driver_with_subject(req.driver.argv)
+    raise refuse(
+        "R11",
+        "the readiness driver declares no {subject} place: results of this Target would not be "
+        "bound to the code that ran (the reference's and the candidate's code unchecked, "
+        "changed paths typed)",
+        f"put {{subject}} where the code's directory goes (e.g. {json.dumps(suggestion)}; a "
+        'kernel spec: ["{subject}/spec.py"]) and pass original.subject (the original\'s '
+        "directory); or, where the code cannot be snapshotted, say why in "
+        "original.unsnapshotted (claims then say that results are not bound to code)",
+    )
 
 
 def r11_experiment_changed_paths(target: TargetView, req: rq.ExperimentCreate) -> None:
@@ -348,11 +396,13 @@ def r11_check_identity(
 __all__ = [
     "check_snapshot",
     "describe_difference",
+    "driver_with_subject",
     "original_snapshot",
     "r11_check_identity",
     "r11_experiment_changed_paths",
     "r11_readiness_snapshot",
     "r11_samples_identity",
+    "r11_subject_owed",
     "subject_snapshot",
     "unattached_files",
 ]

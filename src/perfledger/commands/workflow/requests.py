@@ -181,6 +181,8 @@ class Original(Request, kw_only=True):
     content_hash: Hash
     label: OptText = ""
     snapshot: SubjectSnapshot | msgspec.UnsetType = msgspec.UNSET
+    #: why the code cannot be snapshotted, where the driver declares no ``{subject}`` place (R11)
+    unsnapshotted: Text | msgspec.UnsetType = msgspec.UNSET
 
 
 class TestSet(Request, kw_only=True):
