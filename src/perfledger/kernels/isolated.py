@@ -79,10 +79,6 @@ class IsolationConfig:
         calls_per_batch: calls in one request to a worker (None: half the harness's ``batch``,
             so that one ABBA block has ``batch`` calls of each subject, as many as one stopping
             check of the in-process harness).
-        warm_calls_per_batch: untimed calls (fresh inputs of their own) at the start of each
-            batch: the first call after the other worker's batch pays the switch between the
-            two processes' GPU contexts, which for a call of tens of microseconds is a large,
-            varying share. Their reported times count in the clock check, not in the samples.
         reveals_per_batch: calls of each pair of batches (same seeds) whose outputs both workers
             reveal (drawn after the replies). A subject that returns wrong outputs on a share
             ``q`` of its calls escapes ``b`` batch pairs with probability about
@@ -101,7 +97,6 @@ class IsolationConfig:
     """
 
     calls_per_batch: int | None = None
-    warm_calls_per_batch: int = 1
     reveals_per_batch: int = 1
     start_timeout_s: float = 900.0
     timeout_s: float = 300.0
@@ -118,8 +113,6 @@ class IsolationConfig:
             raise ValueError("calls_per_batch must be >= 1")
         if self.reveals_per_batch < 1:
             raise ValueError("reveals_per_batch must be >= 1")
-        if self.warm_calls_per_batch < 0:
-            raise ValueError("warm_calls_per_batch must be >= 0")
 
 
 @dataclass
@@ -135,7 +128,6 @@ class BatchReply:
     parent_wall_s: float
     seeds: list[int] = field(default_factory=list)
     key: bytes = b""
-    warm_s: list[float] = field(default_factory=list)
 
 
 class WorkerProcess:
@@ -241,21 +233,11 @@ class WorkerProcess:
         except (KeyError, TypeError, ValueError) as exc:
             raise self._malformed(f"correctness report ({exc})") from None
 
-    def run(self, seeds: Sequence[int], key: bytes, warm: Sequence[int] = ()) -> BatchReply:
-        """One untimed call per ``warm`` seed, then one call per seed; the reply checked for
-        shape (times finite and positive, one 64-hex-digit digest per call; a worker that
-        reports no warm-up times has them counted as zero). Raises: MeasurementError."""
-        message: dict[str, Any] = {"op": "run", "seeds": [int(s) for s in seeds], "key": key.hex()}
-        if warm:
-            message["warm"] = [int(s) for s in warm]
-        reply, wall = self._ask(message)
+    def run(self, seeds: Sequence[int], key: bytes) -> BatchReply:
+        """One call per seed; the reply checked for shape (times finite and positive, one
+        64-hex-digit digest per call). Raises: MeasurementError."""
+        reply, wall = self._ask({"op": "run", "seeds": [int(s) for s in seeds], "key": key.hex()})
         n = len(seeds)
-        try:
-            warm_s = [float(t) for t in reply.get("warm_s", [])]
-        except (TypeError, ValueError) as exc:
-            raise self._malformed(f"run ({exc})") from None
-        if len(warm_s) > len(warm) or not all(math.isfinite(t) and t >= 0 for t in warm_s):
-            raise self._malformed(f"{len(warm_s)} warm-up times for {len(warm)} calls")
         try:
             out = BatchReply(
                 [float(t) for t in reply["times_s"]],
@@ -267,7 +249,6 @@ class WorkerProcess:
                 wall,
                 [int(s) for s in seeds],
                 key,
-                warm_s,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise self._malformed(f"run ({exc})") from None
@@ -625,21 +606,14 @@ class _Run:
 
     def batch(self, label: str, seeds: list[int], key: bytes, first: int | None) -> BatchReply:
         """One worker's batch; ``first`` is the index of its first timed call (None: warm-up)."""
-        warm = [secrets.randbits(63) for _ in range(self.config.warm_calls_per_batch)]
         with self.alone(label):
             if self.before_batch is not None:
                 self.before_batch(ROLES[label])
-            reply = self.workers[label].run(seeds, key, warm)
+            reply = self.workers[label].run(seeds, key)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
-        # the warm-up calls' reported times are inside the parent's clock: they count there
         self.batches.append(
-            Batch(
-                ROLES[label],
-                tuple(warm[: len(reply.warm_s)] + seeds),
-                tuple(reply.warm_s + reply.times_s),
-                reply.parent_wall_s,
-            )
+            Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
         )
         return reply
 
@@ -873,7 +847,6 @@ def compare_workers(
             },
             "isolation_settings": {
                 "calls_per_batch": calls,
-                "warm_calls_per_batch": config.warm_calls_per_batch,
                 "reveals_per_batch": config.reveals_per_batch,
                 "tolerance_s": config.tolerance_s,
                 "tolerance_share": config.tolerance_share,

@@ -6,9 +6,8 @@ The parent (:mod:`perfledger.kernels.isolated`) and the worker
 
 - ``{"op": "hello", "seed": int}`` -> problem facts (:func:`perfledger.kernels.subject_worker`);
 - ``{"op": "check"}`` -> ``{"report": <CorrectnessReport as JSON>, "overhead_s": float}``;
-- ``{"op": "run", "seeds": [int, ...], "key": hex, "warm": [int, ...]}`` -> ``warm_s`` (the
-  untimed warm-up calls' event times), per call ``times_s``, ``wall_s``, ``span_s``,
-  ``digests``, and the batch's ``recheck_failures`` / ``checked_calls``;
+- ``{"op": "run", "seeds": [int, ...], "key": hex}`` -> per call ``times_s``, ``wall_s``,
+  ``span_s``, ``digests``, and the batch's ``recheck_failures`` / ``checked_calls``;
 - ``{"op": "reveal", "index": int, "path": str}`` -> the call's outputs written to ``path``;
 - ``{"op": "exit"}``.
 

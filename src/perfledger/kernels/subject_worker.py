@@ -11,7 +11,7 @@ JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / std
   only the case names (no GPU needed: how the measuring process lists a spec's cases);
 - ``check``: the harness's overhead calibration (an empty call's wall time beyond its event
   time) and correctness trials of the subject;
-- ``run {seeds, key, warm}``: an untimed call per ``warm`` seed, then one call per seed through the harness's protocol-2 call path
+- ``run {seeds, key}``: one call per seed through the harness's protocol-2 call path
   (:meth:`Harness._timed2`: fresh inputs from the seed, L2 flush, CUDA events, a re-check drawn
   after the call), each call writing into output buffers of its own; after the call's timed
   window its outputs are digested, keyed by ``key``, on the device
@@ -81,7 +81,6 @@ class Worker:
         self._slots: list[dict[str, Any]] = []  # pinned host copies, one dict per call slot
         self.kept: list[dict[str, Any]] = []
         self._ipc: Any = None  # the exported reveal buffer (after hello, where IPC works)
-        self._warm: Any = None  # the output buffers of untimed warm-up calls
         if case is not None:
             if case not in self.spec["problems"]:
                 raise BadRequest(f"the spec {spec_path!r} has no case {case!r}")
@@ -134,10 +133,8 @@ class Worker:
         report = report_to_json(self.harness.check(self.spec[self.role]))
         return {"report": report, "overhead_s": overhead_s}
 
-    def run(self, seeds: list[int], key: str, warm: list[int] | None = None) -> dict[str, Any]:
-        """One untimed call per ``warm`` seed (into buffers of their own, neither digested nor
-        kept), then one call per seed (module docstring); the outputs are kept until the next
-        run."""
+    def run(self, seeds: list[int], key: str) -> dict[str, Any]:
+        """One call per seed (module docstring); the outputs are kept until the next run."""
         import cupy
 
         from perfledger.kernels.gpu_digest import digest_into, key_words, words_hex
@@ -151,12 +148,6 @@ class Worker:
         timing = SubjectTiming(subject.name, [], [], [], [], 0.0, [], False)
         digests: list[str] = []
         names = sorted(self._ring(0))
-        warm_s = []
-        for seed in warm or []:
-            if self._warm is None:
-                self._warm = h._new_outputs()
-            pair = _PairInputs(h._make_inputs(int(seed)), int(seed))
-            warm_s.append(float(h._call(subject, self._warm, pair).gpu_s))
         if self.device_digest:  # every call's digest words, read back once after the batch
             key_device = cupy.asarray(key_words(key_bytes))
             words = cupy.empty((len(seeds), len(names), 8), dtype=cupy.uint32)
@@ -187,7 +178,6 @@ class Worker:
                 ]  # fmt: skip
                 digests.append(combine_digests(parts, key_bytes))
         return {
-            "warm_s": warm_s,
             "times_s": timing.samples_s,
             "wall_s": timing.wall_s,
             "span_s": timing.span_s,
@@ -306,11 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             elif op == "check":
                 answer = worker.check()
             elif op == "run":
-                answer = worker.run(
-                    [int(s) for s in request["seeds"]],
-                    str(request["key"]),
-                    [int(s) for s in request.get("warm", [])],
-                )
+                answer = worker.run([int(s) for s in request["seeds"]], str(request["key"]))
             elif op == "reveal":
                 path = request.get("path")
                 answer = worker.reveal(int(request["index"]), None if path is None else str(path))
