@@ -120,6 +120,17 @@ def test_cheat_worker_whose_reveals_differ_from_its_commitments_is_flagged(
     assert c.stats is not None and c.stats.median_ratio < 0.5  # it was "faster"
 
 
+def test_cross_check_allows_two_honest_answers_twice_the_tolerance_apart(tmp_path: Path) -> None:
+    # a candidate 1 % off the reference's answer on every call: each of the two may be within
+    # a 0.6 % tolerance of the exact answer, so they may be 1.2 % apart; not under 0.4 %
+    for tolerance, flagged in ((0.006, False), (0.004, True)):
+        folder = tmp_path / str(tolerance)
+        folder.mkdir()
+        hello = {"tolerances": {"y": tolerance}}
+        c = _compare(folder, {"hello": hello}, wrong_every=1, hello=hello)
+        assert ("cross_check:candidate" in c.flags) is flagged, (tolerance, c.flags)
+
+
 def test_cheat_worker_that_refuses_to_reveal_is_flagged_not_an_error(tmp_path: Path) -> None:
     # refusing (rather than being caught) must not turn a flag into a measurement that failed
     c = _compare(tmp_path, refuse_reveal=True)
@@ -449,3 +460,16 @@ def test_a_worker_reply_holding_numpy_scalars_is_plain_json() -> None:
     stream = io.StringIO()
     _reply(stream, {"bytes": np.int64(3), "tol": np.float32(2.5), "shape": (np.int64(4),)})
     assert json.loads(stream.getvalue()) == {"bytes": 3, "tol": 2.5, "shape": [4]}
+
+
+def test_a_spec_asking_for_protocol_1_is_refused_by_the_real_worker(tmp_path: Path) -> None:
+    # the worker runs protocol 2's call path only: a spec's protocol=1 must not be ignored
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "from perfledger.kernels.harness import HarnessConfig\n"
+        "PROBLEMS = {'x': object()}\nREFERENCE = object()\nCANDIDATE = object()\n"
+        "CONFIG = HarnessConfig(protocol=1)\n"
+    )
+    with pytest.raises(BadRequest, match="protocol 1") as info:
+        compare_spec(str(spec), "x")
+    assert "Harness.compare" in info.value.hint

@@ -1013,18 +1013,30 @@ def abba_blocks(a_s: Sequence[float], b_s: Sequence[float]) -> tuple[np.ndarray,
 
 def resolution_from_aa(comparisons: Sequence[Comparison]) -> dict[str, float]:
     """The measurement resolution from A/A comparisons (R4): the largest distance of a CI end
-    from a ratio of 1 over the runs, and the spread (stdev) of their median ratios.
+    from a ratio of 1 over the valid runs, and the spread (stdev) of their median ratios. An
+    invalid comparison (:attr:`Comparison.valid`: incorrect, side work, a clock, digest,
+    cross-check or pause flag) is left out: its figures do not measure the protocol's noise.
 
-    Returns: ``{"resolution": ratio, "spread": ratio, "repeats": n}``.
-    Raises: ValueError when no comparison has statistics.
+    Returns: ``{"resolution": ratio, "spread": ratio, "repeats": n valid, "excluded": n}``.
+    Raises: ValueError when no comparison is valid (the message names their flags).
     """
-    stats = [c.stats for c in comparisons if c.stats is not None]
-    if not stats:
-        raise ValueError("no A/A comparison produced statistics")
+    valid = [c for c in comparisons if c.valid and c.stats is not None]
+    if not valid:
+        flags = sorted({f for c in comparisons for f in c.flags} - {"no_ceilings"})
+        raise ValueError(
+            f"none of the {len(comparisons)} A/A comparisons is valid (flags: "
+            f"{', '.join(flags) or 'none; no statistics'})"
+        )
+    stats = [c.stats for c in valid if c.stats is not None]
     reach = max(max(abs(1.0 - s.ci_low), abs(s.ci_high - 1.0)) for s in stats)
     ratios = [s.median_ratio for s in stats]
     spread = float(np.std(ratios, ddof=1)) if len(ratios) > 1 else 0.0
-    return {"resolution": float(reach), "spread": spread, "repeats": float(len(stats))}
+    return {
+        "resolution": float(reach),
+        "spread": spread,
+        "repeats": float(len(stats)),
+        "excluded": float(len(comparisons) - len(valid)),
+    }
 
 
 __all__ = [

@@ -101,6 +101,13 @@ class Worker:
         problem = self.spec["problems"][self.case]
         subject = self.spec[self.role]
         config = replace(self.spec["config"] or HarnessConfig(), seed=seed)
+        if config.protocol != 2:  # workers run protocol 2's call path only
+            raise BadRequest(
+                f"the spec's CONFIG asks for protocol {config.protocol}: subjects in worker "
+                "processes are measured by protocol 2 only",
+                hint="remove protocol= from the spec's HarnessConfig (protocol 1 remains for "
+                "the in-process library path, Harness.compare)",
+            )
         self.harness = Harness(problem, config)
         self.device_digest = _device_digest_works()
         self._ipc = _export_reveals(problem.outputs) if self.device_digest else None

@@ -1317,7 +1317,20 @@ def measure_aa(
             from perfledger.commands.cli.identity import check_original_subject
 
             check_original_subject(target, kernel_dir, "A/A")
-        figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
+        try:  # R4: invalid A/A comparisons are left out, and said so
+            figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
+        except ValueError as exc:
+            raise MeasurementError(
+                f"the A/A measured no resolution: {exc}",
+                hint="measure again on an idle GPU; the flags say what went wrong "
+                "(docs/kernel-harness.md)",
+            ) from None
+        aa_notes = [
+            f"case {c}: {int(f['excluded'])} of {int(f['excluded'] + f['repeats'])} A/A "
+            "comparisons were invalid and left out (their flags are in the artifact)"
+            for c, f in figures_by_case.items()
+            if f["excluded"]
+        ]
         per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
         resolution = max(per_case.values())
         repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
@@ -1362,8 +1375,7 @@ def measure_aa(
             resolution, per_case, target, accept_resolution, runs=runs, workload=cmd is not None
         )
     result["warnings"] = resolution_warnings(resolution, target, record)
-    if cmd is not None:
-        result["warnings"] += aa_notes
+    result["warnings"] += aa_notes
     _warn(result["warnings"])
     if record:
         event = _append(
