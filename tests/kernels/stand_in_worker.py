@@ -33,7 +33,11 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   ``link`` (a symbolic link to a file of the right outputs elsewhere);
 - ``reach_file``: in its first run, opens the measuring process's memory
   (``/proc/<parent>/mem``) for reading and writing and writes ``opened`` or the error there;
-- ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
+- ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits;
+- ``shift_report``: moves hidden time between batches: its first three ``run``s and every other one after
+  report the whole time since the request arrived (little excess over the parent's clock),
+  the others that factor of the time they measured (a large excess), so most of its batches
+  look clean while every ABBA block holds one under-reported batch.
 """
 
 from __future__ import annotations
@@ -132,6 +136,7 @@ def main() -> int:
             reply = {"report": {"subject": args.subject, "ok": ok, "trials": trials}}
         elif op == "run":
             started = time.monotonic()
+            arrived = time.perf_counter()
             key = bytes.fromhex(request["key"])
             times, digests = [], []
             kept = []
@@ -178,6 +183,12 @@ def main() -> int:
                 times.append(took * float(opts.get("report_factor", 1.0)))
                 digests.append(output_digest({OUTPUT: y}, key))
                 kept.append({OUTPUT: y})
+            if opts.get("shift_report"):
+                if batches < 3 or batches % 2 == 1:  # all the time since the request, spread
+                    whole = (time.perf_counter() - arrived) * 0.99
+                    times = [whole / len(times)] * len(times)
+                else:
+                    times = [t * float(opts["shift_report"]) for t in times]
             if opts.get("window_file"):
                 with open(opts["window_file"], "a", encoding="utf-8") as f:
                     f.write(f"{started} {time.monotonic()}\n")

@@ -101,6 +101,16 @@ def test_cheat_worker_reporting_a_tenth_of_its_time_is_flagged(tmp_path: Path) -
     assert not c.valid and "clock:candidate" in c.flags, c.flags
 
 
+def test_cheat_worker_moving_hidden_time_between_its_batches_is_flagged(tmp_path: Path) -> None:
+    # one batch of each ABBA block reports a tenth of its time, the other (and the warm-up)
+    # all the time since its request: most of its batches look clean to a median over batches,
+    # yet every block, and so the statistic, is under-reported
+    c = _compare(tmp_path, shift_report=0.1)
+    assert c.stats is not None and c.stats.median_ratio < 0.8, c.stats  # what it reported
+    assert not c.valid and "clock:candidate" in c.flags, (c.flags, c.settings["clock"])
+    assert "clock:reference" not in c.flags
+
+
 def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
     tmp_path: Path,
 ) -> None:
