@@ -6,8 +6,10 @@ committed, and the candidate's outputs against the reference's. CPU only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -333,6 +335,31 @@ def test_spec_facts_come_from_a_worker_that_ran_the_spec(tmp_path: Path) -> None
     facts = spec_facts(str(spec))
     assert facts["cases"] == ["small", "large"] and facts["has_candidate"] is False
     assert int(marker.read_text()) != os.getpid()
+
+
+def test_cheat_helper_started_while_the_spec_is_read_does_not_outlive_it(tmp_path: Path) -> None:
+    # the spec's module-level code (the candidate's too, when one spec defines both) runs first
+    # in the worker that reads the spec's facts, before the comparison's process tree exists: a
+    # helper it leaves in a session of its own would run, never stopped, during the reference's
+    # timed batches (taking the CPU or the device from it)
+    pid_file = tmp_path / "helper.pid"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import pathlib, subprocess, sys\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "                          start_new_session=True)\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(helper.pid))\n"
+        "PROBLEMS = {'small': object()}\nREFERENCE = object()\nCANDIDATE = object()\n"
+    )
+    facts = spec_facts(str(spec))
+    assert facts["has_candidate"] is True
+    pid = int(pid_file.read_text())
+    try:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_revealed_outputs_and_digests_round_trip(tmp_path: Path) -> None:

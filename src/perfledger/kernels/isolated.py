@@ -318,11 +318,16 @@ def spec_facts(
     (this process never loads the spec); ``directory``: the subject directory the spec lives in
     (R11, :class:`WorkerProcess`), ``spec_path`` then relative to it.
 
+    The worker and every process it started are ended on return.
+
     Returns: ``{"cases": [...], "has_candidate": bool, "has_subject": bool}``.
     Raises: BadRequest when the spec does not load (the loader's message); MeasurementError
     when the worker fails.
     """
-    with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp:
+    # the spec's code runs in the worker: whatever it starts (a helper in a session of its
+    # own) is found through the tree and ended with it, or it would run, never stopped,
+    # during the comparison's batches
+    with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp, CallTree() as tree:
         worker = WorkerProcess(
             "reference",
             spec_path,
@@ -336,6 +341,7 @@ def spec_facts(
             return worker.hello(0)
         finally:
             worker.close()
+            tree.end(include_root=False)
 
 
 def _children_of(pid: int) -> list[int] | None:
