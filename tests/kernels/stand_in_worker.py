@@ -37,7 +37,10 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``shift_report``: moves hidden time between batches: its first three ``run``s and every other one after
   report the whole time since the request arrived (little excess over the parent's clock),
   the others that factor of the time they measured (a large excess), so most of its batches
-  look clean while every ABBA block holds one under-reported batch.
+  look clean while every ABBA block holds one under-reported batch;
+- ``lower_other``: in its first run, lowers the scheduling of every thread of the other
+  worker (its sibling: nice 19, ``SCHED_BATCH``), which runs its batches slower then;
+- ``sched_file``: appends its main thread's nice and scheduling policy at each run.
 """
 
 from __future__ import annotations
@@ -77,6 +80,28 @@ def _tick(path: str) -> None:
         while True:
             f.write(f"{time.monotonic()}\n")
             time.sleep(0.0005)
+
+
+def _siblings() -> list[int]:
+    """The other children of this process's parent (the other worker)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == os.getppid():
+            out.append(int(entry))
+    return out
+
+
+def _lower(pid: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.setpriority(os.PRIO_PROCESS, int(tid), 19)
+        os.sched_setscheduler(int(tid), os.SCHED_BATCH, os.sched_param(0))
 
 
 def main() -> int:
@@ -147,6 +172,12 @@ def main() -> int:
                 if opts.get("restop_after_s"):
                     time.sleep(float(opts["restop_after_s"]))
                     os.kill(resumed, signal.SIGSTOP)
+            if opts.get("lower_other") and batches == 0:
+                for pid in _siblings():
+                    _lower(pid)
+            if opts.get("sched_file"):
+                with open(opts["sched_file"], "a", encoding="utf-8") as f:
+                    f.write(f"{os.getpriority(os.PRIO_PROCESS, 0)} {os.sched_getscheduler(0)}\n")
             if opts.get("reach_file") and not os.path.exists(opts["reach_file"]):
                 try:
                     with open(f"/proc/{os.getppid()}/mem", "r+b"):

@@ -113,6 +113,19 @@ def test_cheat_worker_moving_hidden_time_between_its_batches_is_flagged(tmp_path
     assert "clock:reference" not in c.flags
 
 
+def test_cheat_worker_lowering_the_other_workers_scheduling_is_flagged(tmp_path: Path) -> None:
+    # same user: the candidate's code may renice the reference's threads or give them a lower
+    # scheduling policy (a process stopped still takes it), so that the reference's batches run
+    # slower on a busy host, its reports honest against the parent's clock
+    seen = tmp_path / "sched"
+    c = _compare(tmp_path, {"sched_file": str(seen)}, lower_other=True)
+    runs = [tuple(map(int, line.split())) for line in seen.read_text().splitlines()]
+    assert (19, os.SCHED_BATCH) in runs, runs  # the attack worked: the reference ran lowered
+    assert not c.valid and "sched:reference" in c.flags, c.flags
+    assert "sched:candidate" not in c.flags
+    assert c.ref is not None and any("nice 19" in r for r in c.ref.recheck_failures)
+
+
 def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
     tmp_path: Path,
 ) -> None:

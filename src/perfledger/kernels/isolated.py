@@ -29,7 +29,9 @@ in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it 
 process's clock), ``digest:<role>`` (revealed bytes differ from the committed digest, or the
 reveal failed), ``cross_check:candidate`` (the candidate's revealed output differs from the
 reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the idle worker's
-ran during the other worker's batch or reveal: :meth:`_Run.alone`), and the harness's own ``recheck:<subject>``,
+ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<role>`` (a thread
+of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`), and
+the harness's own ``recheck:<subject>``,
 ``side_work:<subject>``, ``review_speedup``.
 """
 
@@ -388,6 +390,15 @@ STRAGGLER_NS = 1_000_000
 _SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1) if hasattr(signal, "SIGSTOP") else 0
 
 
+def _sched_of(tid: int) -> tuple[int, int] | None:
+    """A thread's nice value and scheduling policy (0: this thread); None when it is gone or
+    the platform does not say."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
+    except (OSError, AttributeError):
+        return None
+
+
 def _tasks(pid: int) -> list[str]:
     try:
         return os.listdir(f"/proc/{pid}/task")
@@ -595,6 +606,8 @@ class _Run:
         #: called with the role before each batch, both workers quiet (R11: the code still
         #: the code snapshotted; raises to end the comparison)
         self.before_batch: Callable[[str], None] | None = None
+        #: the scheduling the workers inherited from this process (nice, policy)
+        self.sched = _sched_of(0)
 
     def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
         """Map both workers' exported reveal buffers where both offer one and this process can
@@ -628,6 +641,7 @@ class _Run:
         with self.alone(label):
             if self.before_batch is not None:
                 self.before_batch(ROLES[label])
+            self._check_sched(label)
             reply = self.workers[label].run(seeds, key)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
@@ -635,6 +649,29 @@ class _Run:
             Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
         )
         return reply
+
+    def _check_sched(self, label: str) -> None:
+        """Flag ``sched:<role>`` when a thread of the worker about to run its batch has a
+        higher nice value or another scheduling policy than the workers inherited: a process of
+        the same user (the other subject's code, or the candidate's code run in the reference's
+        worker when one spec defines both) may lower another's scheduling, which then runs its
+        batches slower, its reports honest against this process's clock."""
+        if self.sched is None or f"sched:{ROLES[label]}" in self.flags:
+            return
+        nice, policy = self.sched
+        lowered = []
+        for tid in _tasks(self.workers[label].proc.pid):
+            got = _sched_of(int(tid))
+            if got is not None and (got[0] > nice or got[1] != policy):
+                lowered.append(f"thread {tid} nice {got[0]}, policy {got[1]}")
+        if lowered:
+            role = ROLES[label]
+            self._flag(
+                f"sched:{role}",
+                label,
+                f"sched: the {role}'s worker runs with a lower scheduling than it started with "
+                f"(nice {nice}, policy {policy}): " + "; ".join(lowered[:4]),
+            )
 
     @contextlib.contextmanager
     def alone(self, label: str) -> Iterator[None]:
