@@ -40,7 +40,9 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   look clean while every ABBA block holds one under-reported batch;
 - ``lower_other``: in its first run, lowers the scheduling of every thread of the other
   worker (its sibling: nice 19, ``SCHED_BATCH``), which runs its batches slower then;
-- ``sched_file``: appends its main thread's nice and scheduling policy at each run.
+- ``sched_file``: appends its main thread's nice and scheduling policy at each run;
+- ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
+  interpreter's site-packages: code there runs at the start of every later Python process).
 """
 
 from __future__ import annotations
@@ -172,6 +174,9 @@ def main() -> int:
                 if opts.get("restop_after_s"):
                     time.sleep(float(opts["restop_after_s"]))
                     os.kill(resumed, signal.SIGSTOP)
+            if opts.get("plant_file") and batches == 0:
+                with open(opts["plant_file"], "w", encoding="utf-8") as f:
+                    f.write("# a start-up file: its import lines run in every later Python\n")
             if opts.get("lower_other") and batches == 0:
                 for pid in _siblings():
                     _lower(pid)

@@ -443,3 +443,31 @@ def test_cheat_candidate_that_changes_the_references_file_and_restores_it_is_ref
     with pytest.raises(RuleRefused, match="written while they were measured") as caught:
         watch()
     assert caught.value.rule == "R11" and "share.txt" in caught.value.message
+
+
+def test_cheat_candidate_adding_a_python_startup_file_is_refused_before_the_next_batch(
+    tmp_path: Path,
+) -> None:
+    """A worker that adds a ``.pth`` to its interpreter's site-packages runs code at the start
+    of every later worker (the next case's reference worker included) and no snapshot holds
+    it: the checks ``measure kernel`` runs before every batch refuse the run (R11) and move
+    the file aside."""
+    import os
+    import site
+
+    from test_isolated import CONFIG, _spec
+
+    from perfledger.commands.cli.kernel_identity import kernel_batch_checks
+    from perfledger.errors import RuleRefused
+
+    planted = Path(site.getsitepackages()[0]) / f"zz-perfledger-cheat-{os.getpid()}.pth"
+    spec = _spec(tmp_path, None, plant_file=str(planted))
+    checks = kernel_batch_checks(lambda: None, CONFIG.worker)
+    try:
+        with pytest.raises(RuleRefused, match="start-up files") as refused:
+            compare_spec(spec, "small", config=CONFIG, before_batch=checks)
+        assert refused.value.rule == "R11"
+        assert not planted.exists()  # moved aside: later Pythons do not run it
+    finally:
+        for path in planted.parent.glob(planted.name + "*"):
+            path.unlink()
