@@ -70,6 +70,9 @@ from perfledger.kernels.subject_protocol import (
 
 #: The worker command (the spec, role and case are appended).
 WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
+#: The workers' bytecode cache prefix in subject directories: a path that no process can
+#: create (under a device file), so Python neither reads nor writes ``.pyc`` files there.
+NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
 #: The two roles, and their labels in the ABBA schedule.
 ROLES = {"A": "reference", "B": "candidate"}
 
@@ -143,9 +146,10 @@ class WorkerProcess:
         config: the isolation settings; stderr_path: where the worker's stderr goes.
         directory: the subject's own code directory (R11), or None. With one, the worker runs
             there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
-            the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and keeps
-            its bytecode caches in ``pycache_dir`` (``PYTHONPYCACHEPREFIX``), never in the
-            subject directories, so no ``.pyc`` planted there by the other subject runs.
+            the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and
+            neither reads nor writes bytecode caches (:data:`NO_BYTECODE`): no ``.pyc`` that
+            the other subject planted, in the subject directories or in a cache directory of
+            the worker's, runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -158,14 +162,13 @@ class WorkerProcess:
         stderr_path: str | None = None,
         *,
         directory: str | None = None,
-        pycache_dir: str | None = None,
     ) -> None:
         env = None
         if directory is not None:
             spec_path = os.path.join(os.path.abspath(directory), spec_path)
-            env = dict(os.environ)
-            if pycache_dir is not None:
-                env["PYTHONPYCACHEPREFIX"] = pycache_dir
+            # every module compiled from its source: a cache directory of the worker's own
+            # (same user) could be found and written by the other worker before a lazy import
+            env = dict(os.environ, PYTHONPYCACHEPREFIX=NO_BYTECODE, PYTHONDONTWRITEBYTECODE="1")
         subject = role if directory is None else "subject"
         argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
@@ -337,7 +340,6 @@ def spec_facts(
             config,
             os.path.join(tmp, "err"),
             directory=directory,
-            pycache_dir=os.path.join(tmp, "pycache"),
         )
         try:
             return worker.hello(0)
@@ -1082,7 +1084,6 @@ def compare_spec(
                         config,
                         os.path.join(tmp, err + ".err"),
                         directory=directory,
-                        pycache_dir=os.path.join(tmp, err + ".pycache"),
                     )
                 )
             if own is not None:  # the workers' GPU contexts are the comparison's own (R17)
