@@ -40,6 +40,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   look clean while every ABBA block holds one under-reported batch;
 - ``lower_other``: in its first run, lowers the scheduling of every thread of the other
   worker (its sibling: nice 19, ``SCHED_BATCH``), which runs its batches slower then;
+- ``lower_parent``: in its first run, gives the measuring process's main thread the
+  ``SCHED_BATCH`` policy (slower to wake up and read replies);
 - ``sched_file``: appends its main thread's nice and scheduling policy at each run;
 - ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
   interpreter's site-packages: code there runs at the start of every later Python process).
@@ -177,6 +179,8 @@ def main() -> int:
             if opts.get("plant_file") and batches == 0:
                 with open(opts["plant_file"], "w", encoding="utf-8") as f:
                     f.write("# a start-up file: its import lines run in every later Python\n")
+            if opts.get("lower_parent") and batches == 0:
+                os.sched_setscheduler(os.getppid(), os.SCHED_BATCH, os.sched_param(0))
             if opts.get("lower_other") and batches == 0:
                 for pid in _siblings():
                     _lower(pid)

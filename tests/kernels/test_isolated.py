@@ -126,6 +126,20 @@ def test_cheat_worker_lowering_the_other_workers_scheduling_is_flagged(tmp_path:
     assert c.ref is not None and any("nice 19" in r for r in c.ref.recheck_failures)
 
 
+def test_cheat_worker_lowering_the_measuring_processs_scheduling_is_flagged(
+    tmp_path: Path,
+) -> None:
+    # a measuring process slower to wake up and read replies widens both subjects' overheads,
+    # and with them the clock check's allowance for hidden time
+    try:
+        c = _compare(tmp_path, lower_parent=True)
+        assert os.sched_getscheduler(0) == os.SCHED_BATCH  # the attack worked
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    assert not c.valid and "sched:measuring" in c.flags, c.flags
+    assert "sched:reference" not in c.flags and "sched:candidate" not in c.flags
+
+
 def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
     tmp_path: Path,
 ) -> None:

@@ -30,8 +30,8 @@ process's clock), ``digest:<role>`` (revealed bytes differ from the committed di
 reveal failed), ``cross_check:candidate`` (the candidate's revealed output differs from the
 reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the idle worker's
 ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<role>`` (a thread
-of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`), and
-the harness's own ``recheck:<subject>``,
+of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`;
+``sched:measuring`` for this process's), and the harness's own ``recheck:<subject>``,
 ``side_work:<subject>``, ``review_speedup``.
 """
 
@@ -657,10 +657,22 @@ class _Run:
         higher nice value or another scheduling policy than the workers inherited: a process of
         the same user (the other subject's code, or the candidate's code run in the reference's
         worker when one spec defines both) may lower another's scheduling, which then runs its
-        batches slower, its reports honest against this process's clock."""
-        if self.sched is None or f"sched:{ROLES[label]}" in self.flags:
+        batches slower, its reports honest against this process's clock. ``sched:measuring``
+        when this process's main thread was lowered so."""
+        if self.sched is None:
             return
         nice, policy = self.sched
+        mine = _sched_of(os.getpid())  # this process's main thread: its clock's overhead
+        if (
+            mine is not None
+            and (mine[0] > nice or mine[1] != policy)
+            and ("sched:measuring" not in self.flags)
+        ):
+            # slower to wake and read replies, it widens both overheads and with them the
+            # clock check's noise allowance (up to its cap); either worker may have done it
+            self.flags.append("sched:measuring")
+        if f"sched:{ROLES[label]}" in self.flags:
+            return
         lowered = []
         for tid in _tasks(self.workers[label].proc.pid):
             got = _sched_of(int(tid))
