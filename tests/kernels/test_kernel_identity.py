@@ -529,3 +529,23 @@ def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
         thread.join()
     assert planted  # the attack found the worker's temporary directory
     assert facts["cases"] == ["real"], planted
+
+
+def test_kernel_workers_in_subject_directories_keep_compiled_kernels_in_memory(
+    tmp_path: Path,
+) -> None:
+    """CuPy's kernel cache and the CUDA driver's JIT cache are files the other subject (same
+    user) could write under the key of this subject's kernel: a worker in a subject directory
+    keeps CuPy's in memory and the driver's off (the spec sees its worker's environment)."""
+    from perfledger.kernels.isolated import spec_facts
+
+    d = tmp_path / "ref"
+    d.mkdir()
+    (d / "spec.py").write_text(
+        "import os\n"
+        "PROBLEMS = {os.environ.get(k, 'unset'): object()\n"
+        "            for k in ('CUPY_CACHE_IN_MEMORY', 'CUDA_CACHE_DISABLE')}\n"
+        "SUBJECT = object()\n"
+    )
+    facts = spec_facts("spec.py", IsolationConfig(timeout_s=30.0), directory=str(d))
+    assert facts["cases"] == ["1"], facts["cases"]  # both set to 1

@@ -73,6 +73,8 @@ WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
 #: The workers' bytecode cache prefix in subject directories: a path that no process can
 #: create (under a device file), so Python neither reads nor writes ``.pyc`` files there.
 NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
+#: ... and their compiled-kernel caches: in memory only (CuPy), none (the CUDA driver's JIT).
+NO_KERNEL_CACHE = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
 #: The two roles, and their labels in the ABBA schedule.
 ROLES = {"A": "reference", "B": "candidate"}
 
@@ -147,9 +149,9 @@ class WorkerProcess:
         directory: the subject's own code directory (R11), or None. With one, the worker runs
             there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
             the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and
-            neither reads nor writes bytecode caches (:data:`NO_BYTECODE`): no ``.pyc`` that
-            the other subject planted, in the subject directories or in a cache directory of
-            the worker's, runs.
+            neither reads nor writes bytecode caches (:data:`NO_BYTECODE`) nor compiled-kernel
+            caches on disk (:data:`NO_KERNEL_CACHE`): no ``.pyc`` or binary that the other
+            subject planted, in the subject directories or in a cache directory, runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -167,8 +169,11 @@ class WorkerProcess:
         if directory is not None:
             spec_path = os.path.join(os.path.abspath(directory), spec_path)
             # every module compiled from its source: a cache directory of the worker's own
-            # (same user) could be found and written by the other worker before a lazy import
+            # (same user) could be found and written by the other worker before a lazy import;
+            # so every kernel (CuPy's on-disk cache, the driver's JIT cache: the other subject
+            # could plant a slower binary under the key of this one's kernel)
             env = dict(os.environ, PYTHONPYCACHEPREFIX=NO_BYTECODE, PYTHONDONTWRITEBYTECODE="1")
+            env.update(NO_KERNEL_CACHE)
         subject = role if directory is None else "subject"
         argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
