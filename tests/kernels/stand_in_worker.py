@@ -33,7 +33,18 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   ``link`` (a symbolic link to a file of the right outputs elsewhere);
 - ``reach_file``: in its first run, opens the measuring process's memory
   (``/proc/<parent>/mem``) for reading and writing and writes ``opened`` or the error there;
-- ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits.
+- ``flood_mb``: answers ``run`` with that many MiB of one unfinished JSON line, then waits;
+- ``shift_report``: moves hidden time between batches: its first three ``run``s and every other one after
+  report the whole time since the request arrived (little excess over the parent's clock),
+  the others that factor of the time they measured (a large excess), so most of its batches
+  look clean while every ABBA block holds one under-reported batch;
+- ``lower_other``: in its first run, lowers the scheduling of every thread of the other
+  worker (its sibling: nice 19, ``SCHED_BATCH``), which runs its batches slower then;
+- ``lower_parent``: in its first run, gives the measuring process's main thread the
+  ``SCHED_BATCH`` policy (slower to wake up and read replies);
+- ``sched_file``: appends its main thread's nice and scheduling policy at each run;
+- ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
+  interpreter's site-packages: code there runs at the start of every later Python process).
 """
 
 from __future__ import annotations
@@ -73,6 +84,28 @@ def _tick(path: str) -> None:
         while True:
             f.write(f"{time.monotonic()}\n")
             time.sleep(0.0005)
+
+
+def _siblings() -> list[int]:
+    """The other children of this process's parent (the other worker)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == os.getppid():
+            out.append(int(entry))
+    return out
+
+
+def _lower(pid: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.setpriority(os.PRIO_PROCESS, int(tid), 19)
+        os.sched_setscheduler(int(tid), os.SCHED_BATCH, os.sched_param(0))
 
 
 def main() -> int:
@@ -132,6 +165,7 @@ def main() -> int:
             reply = {"report": {"subject": args.subject, "ok": ok, "trials": trials}}
         elif op == "run":
             started = time.monotonic()
+            arrived = time.perf_counter()
             key = bytes.fromhex(request["key"])
             times, digests = [], []
             kept = []
@@ -142,6 +176,17 @@ def main() -> int:
                 if opts.get("restop_after_s"):
                     time.sleep(float(opts["restop_after_s"]))
                     os.kill(resumed, signal.SIGSTOP)
+            if opts.get("plant_file") and batches == 0:
+                with open(opts["plant_file"], "w", encoding="utf-8") as f:
+                    f.write("# a start-up file: its import lines run in every later Python\n")
+            if opts.get("lower_parent") and batches == 0:
+                os.sched_setscheduler(os.getppid(), os.SCHED_BATCH, os.sched_param(0))
+            if opts.get("lower_other") and batches == 0:
+                for pid in _siblings():
+                    _lower(pid)
+            if opts.get("sched_file"):
+                with open(opts["sched_file"], "a", encoding="utf-8") as f:
+                    f.write(f"{os.getpriority(os.PRIO_PROCESS, 0)} {os.sched_getscheduler(0)}\n")
             if opts.get("reach_file") and not os.path.exists(opts["reach_file"]):
                 try:
                     with open(f"/proc/{os.getppid()}/mem", "r+b"):
@@ -178,6 +223,12 @@ def main() -> int:
                 times.append(took * float(opts.get("report_factor", 1.0)))
                 digests.append(output_digest({OUTPUT: y}, key))
                 kept.append({OUTPUT: y})
+            if opts.get("shift_report"):
+                if batches < 3 or batches % 2 == 1:  # all the time since the request, spread
+                    whole = (time.perf_counter() - arrived) * 0.99
+                    times = [whole / len(times)] * len(times)
+                else:
+                    times = [t * float(opts["shift_report"]) for t in times]
             if opts.get("window_file"):
                 with open(opts["window_file"], "a", encoding="utf-8") as f:
                     f.write(f"{started} {time.monotonic()}\n")

@@ -6,8 +6,10 @@ committed, and the candidate's outputs against the reference's. CPU only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -99,6 +101,43 @@ def test_cheat_worker_reporting_half_its_time_is_flagged_and_made_incorrect(
 def test_cheat_worker_reporting_a_tenth_of_its_time_is_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path, report_factor=0.1)
     assert not c.valid and "clock:candidate" in c.flags, c.flags
+
+
+def test_cheat_worker_moving_hidden_time_between_its_batches_is_flagged(tmp_path: Path) -> None:
+    # one batch of each ABBA block reports a tenth of its time, the other (and the warm-up)
+    # all the time since its request: most of its batches look clean to a median over batches,
+    # yet every block, and so the statistic, is under-reported
+    c = _compare(tmp_path, shift_report=0.1)
+    assert c.stats is not None and c.stats.median_ratio < 0.8, c.stats  # what it reported
+    assert not c.valid and "clock:candidate" in c.flags, (c.flags, c.settings["clock"])
+    assert "clock:reference" not in c.flags
+
+
+def test_cheat_worker_lowering_the_other_workers_scheduling_is_flagged(tmp_path: Path) -> None:
+    # same user: the candidate's code may renice the reference's threads or give them a lower
+    # scheduling policy (a process stopped still takes it), so that the reference's batches run
+    # slower on a busy host, its reports honest against the parent's clock
+    seen = tmp_path / "sched"
+    c = _compare(tmp_path, {"sched_file": str(seen)}, lower_other=True)
+    runs = [tuple(map(int, line.split())) for line in seen.read_text().splitlines()]
+    assert (19, os.SCHED_BATCH) in runs, runs  # the attack worked: the reference ran lowered
+    assert not c.valid and "sched:reference" in c.flags, c.flags
+    assert "sched:candidate" not in c.flags
+    assert c.ref is not None and any("nice 19" in r for r in c.ref.recheck_failures)
+
+
+def test_cheat_worker_lowering_the_measuring_processs_scheduling_is_flagged(
+    tmp_path: Path,
+) -> None:
+    # a measuring process slower to wake up and read replies widens both subjects' overheads,
+    # and with them the clock check's allowance for hidden time
+    try:
+        c = _compare(tmp_path, lower_parent=True)
+        assert os.sched_getscheduler(0) == os.SCHED_BATCH  # the attack worked
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    assert not c.valid and "sched:measuring" in c.flags, c.flags
+    assert "sched:reference" not in c.flags and "sched:candidate" not in c.flags
 
 
 def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
@@ -334,6 +373,31 @@ def test_spec_facts_come_from_a_worker_that_ran_the_spec(tmp_path: Path) -> None
     facts = spec_facts(str(spec))
     assert facts["cases"] == ["small", "large"] and facts["has_candidate"] is False
     assert int(marker.read_text()) != os.getpid()
+
+
+def test_cheat_helper_started_while_the_spec_is_read_does_not_outlive_it(tmp_path: Path) -> None:
+    # the spec's module-level code (the candidate's too, when one spec defines both) runs first
+    # in the worker that reads the spec's facts, before the comparison's process tree exists: a
+    # helper it leaves in a session of its own would run, never stopped, during the reference's
+    # timed batches (taking the CPU or the device from it)
+    pid_file = tmp_path / "helper.pid"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import pathlib, subprocess, sys\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "                          start_new_session=True)\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(helper.pid))\n"
+        "PROBLEMS = {'small': object()}\nREFERENCE = object()\nCANDIDATE = object()\n"
+    )
+    facts = spec_facts(str(spec))
+    assert facts["has_candidate"] is True
+    pid = int(pid_file.read_text())
+    try:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_revealed_outputs_and_digests_round_trip(tmp_path: Path) -> None:

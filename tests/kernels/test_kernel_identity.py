@@ -443,3 +443,109 @@ def test_cheat_candidate_that_changes_the_references_file_and_restores_it_is_ref
     with pytest.raises(RuleRefused, match="written while they were measured") as caught:
         watch()
     assert caught.value.rule == "R11" and "share.txt" in caught.value.message
+
+
+def test_cheat_candidate_adding_a_python_startup_file_is_refused_before_the_next_batch(
+    tmp_path: Path,
+) -> None:
+    """A worker that adds a ``.pth`` to its interpreter's site-packages runs code at the start
+    of every later worker (the next case's reference worker included) and no snapshot holds
+    it: the checks ``measure kernel`` runs before every batch refuse the run (R11) and move
+    the file aside."""
+    import os
+    import site
+
+    from test_isolated import CONFIG, _spec
+
+    from perfledger.commands.cli.kernel_identity import kernel_batch_checks
+    from perfledger.errors import RuleRefused
+
+    planted = Path(site.getsitepackages()[0]) / f"zz-perfledger-cheat-{os.getpid()}.pth"
+    spec = _spec(tmp_path, None, plant_file=str(planted))
+    checks = kernel_batch_checks(lambda: None, CONFIG.worker)
+    try:
+        with pytest.raises(RuleRefused, match="start-up files") as refused:
+            compare_spec(spec, "small", config=CONFIG, before_batch=checks)
+        assert refused.value.rule == "R11"
+        assert not planted.exists()  # moved aside: later Pythons do not run it
+    finally:
+        for path in planted.parent.glob(planted.name + "*"):
+            path.unlink()
+
+
+def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers keep no bytecode cache another process can write: a process of the same user
+    (the other subject's worker) that finds where a worker caches bytecode and plants a
+    ``.pyc`` there for a module the worker imports later (lazily: the subject's, or a library's)
+    would run its code in that worker. Here the reference's spec imports ``helper`` only after
+    the planting process is done."""
+    import importlib.util
+    import os
+    import tempfile
+    import threading
+    import time
+    from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
+
+    from perfledger.kernels.isolated import spec_facts
+
+    temp = tmp_path / "temp"  # the measuring process's temporary files: none of others' here
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    d = tmp_path / "ref"
+    d.mkdir()
+    (d / "helper.py").write_text('CASES = ["real"]\n')
+    (d / "spec.py").write_text(
+        "import pathlib, time\n"
+        "while not pathlib.Path('go').exists():\n    time.sleep(0.01)\n"
+        "from helper import CASES\nPROBLEMS = {c: object() for c in CASES}\nSUBJECT = object()\n"
+    )
+    src = d / "helper.py"
+    st = os.stat(src)
+    pyc = _code_to_timestamp_pyc(
+        compile('CASES = ["planted"]\n', str(src), "exec"), int(st.st_mtime), st.st_size
+    )
+    name = Path(importlib.util.cache_from_source(str(src))).name
+    planted: list[str] = []
+
+    def plant() -> None:  # the other worker's code: every place a worker might read bytecode
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and not planted:
+            for work in temp.iterdir():
+                for cache in ("pycache", "ref.pycache", "cand.pycache"):
+                    target = Path(str(work / cache) + str(d)) / name  # PYTHONPYCACHEPREFIX's
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(pyc)
+                    planted.append(str(target))
+            time.sleep(0.02)
+        (d / "go").write_text("")
+
+    thread = threading.Thread(target=plant)
+    thread.start()
+    try:
+        facts = spec_facts("spec.py", IsolationConfig(timeout_s=30.0), directory=str(d))
+    finally:
+        thread.join()
+    assert planted  # the attack found the worker's temporary directory
+    assert facts["cases"] == ["real"], planted
+
+
+def test_kernel_workers_in_subject_directories_keep_compiled_kernels_in_memory(
+    tmp_path: Path,
+) -> None:
+    """CuPy's kernel cache and the CUDA driver's JIT cache are files the other subject (same
+    user) could write under the key of this subject's kernel: a worker in a subject directory
+    keeps CuPy's in memory and the driver's off (the spec sees its worker's environment)."""
+    from perfledger.kernels.isolated import spec_facts
+
+    d = tmp_path / "ref"
+    d.mkdir()
+    (d / "spec.py").write_text(
+        "import os\n"
+        "PROBLEMS = {os.environ.get(k, 'unset'): object()\n"
+        "            for k in ('CUPY_CACHE_IN_MEMORY', 'CUDA_CACHE_DISABLE')}\n"
+        "SUBJECT = object()\n"
+    )
+    facts = spec_facts("spec.py", IsolationConfig(timeout_s=30.0), directory=str(d))
+    assert facts["cases"] == ["1"], facts["cases"]  # both set to 1

@@ -424,13 +424,15 @@ class Comparison:
     @property
     def valid(self) -> bool:
         """Both correct, timed, no re-check failure, no side work, and (isolated comparisons,
-        :mod:`perfledger.kernels.isolated`) no clock, digest, cross-check or pause flag."""
+        :mod:`perfledger.kernels.isolated`) no clock, digest, cross-check, pause or sched flag."""
         return (
             self.ref_correctness.ok
             and self.cand_correctness.ok
             and self.stats is not None
             and not any(
-                f.startswith(("side_work", "recheck", "clock", "digest", "cross_check", "pause"))
+                f.startswith(
+                    ("side_work", "recheck", "clock", "digest", "cross_check", "pause", "sched")
+                )
                 for f in self.flags
             )
         )

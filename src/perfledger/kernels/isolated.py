@@ -8,7 +8,8 @@ What runs where:
   harness's correctness trials and timed calls of its one subject, and reports per call an event
   time, its own re-check and a keyed digest of the call's outputs;
 - this process (which never imports the spec) draws the seeds, orders the batches, times each
-  batch with its own monotonic clock (request written -> reply read), checks the reports
+  batch with its own monotonic clock (request written -> reply read), checks the reports of
+  each subject's two batches of an ABBA block together, the unit of the statistic
   (:func:`perfledger.kernels.isolation.clock_check`), has both workers reveal calls it draws
   after the batch, checks each revealed output against the committed digest and the candidate's
   against the reference's for the same seed, and computes the statistics, the stopping rule and
@@ -28,7 +29,9 @@ in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it 
 process's clock), ``digest:<role>`` (revealed bytes differ from the committed digest, or the
 reveal failed), ``cross_check:candidate`` (the candidate's revealed output differs from the
 reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the idle worker's
-ran during the other worker's batch or reveal: :meth:`_Run.alone`), and the harness's own ``recheck:<subject>``,
+ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<role>`` (a thread
+of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`;
+``sched:measuring`` for this process's), and the harness's own ``recheck:<subject>``,
 ``side_work:<subject>``, ``review_speedup``.
 """
 
@@ -67,6 +70,11 @@ from perfledger.kernels.subject_protocol import (
 
 #: The worker command (the spec, role and case are appended).
 WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
+#: The workers' bytecode cache prefix in subject directories: a path that no process can
+#: create (under a device file), so Python neither reads nor writes ``.pyc`` files there.
+NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
+#: ... and their compiled-kernel caches: in memory only (CuPy), none (the CUDA driver's JIT).
+NO_KERNEL_CACHE = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
 #: The two roles, and their labels in the ABBA schedule.
 ROLES = {"A": "reference", "B": "candidate"}
 
@@ -140,9 +148,10 @@ class WorkerProcess:
         config: the isolation settings; stderr_path: where the worker's stderr goes.
         directory: the subject's own code directory (R11), or None. With one, the worker runs
             there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
-            the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and keeps
-            its bytecode caches in ``pycache_dir`` (``PYTHONPYCACHEPREFIX``), never in the
-            subject directories, so no ``.pyc`` planted there by the other subject runs.
+            the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and
+            neither reads nor writes bytecode caches (:data:`NO_BYTECODE`) nor compiled-kernel
+            caches on disk (:data:`NO_KERNEL_CACHE`): no ``.pyc`` or binary that the other
+            subject planted, in the subject directories or in a cache directory, runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -155,14 +164,16 @@ class WorkerProcess:
         stderr_path: str | None = None,
         *,
         directory: str | None = None,
-        pycache_dir: str | None = None,
     ) -> None:
         env = None
         if directory is not None:
             spec_path = os.path.join(os.path.abspath(directory), spec_path)
-            env = dict(os.environ)
-            if pycache_dir is not None:
-                env["PYTHONPYCACHEPREFIX"] = pycache_dir
+            # every module compiled from its source: a cache directory of the worker's own
+            # (same user) could be found and written by the other worker before a lazy import;
+            # so every kernel (CuPy's on-disk cache, the driver's JIT cache: the other subject
+            # could plant a slower binary under the key of this one's kernel)
+            env = dict(os.environ, PYTHONPYCACHEPREFIX=NO_BYTECODE, PYTHONDONTWRITEBYTECODE="1")
+            env.update(NO_KERNEL_CACHE)
         subject = role if directory is None else "subject"
         argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
@@ -317,11 +328,16 @@ def spec_facts(
     (this process never loads the spec); ``directory``: the subject directory the spec lives in
     (R11, :class:`WorkerProcess`), ``spec_path`` then relative to it.
 
+    The worker and every process it started are ended on return.
+
     Returns: ``{"cases": [...], "has_candidate": bool, "has_subject": bool}``.
     Raises: BadRequest when the spec does not load (the loader's message); MeasurementError
     when the worker fails.
     """
-    with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp:
+    # the spec's code runs in the worker: whatever it starts (a helper in a session of its
+    # own) is found through the tree and ended with it, or it would run, never stopped,
+    # during the comparison's batches
+    with tempfile.TemporaryDirectory(prefix="perfledger-worker-") as tmp, CallTree() as tree:
         worker = WorkerProcess(
             "reference",
             spec_path,
@@ -329,12 +345,12 @@ def spec_facts(
             config,
             os.path.join(tmp, "err"),
             directory=directory,
-            pycache_dir=os.path.join(tmp, "pycache"),
         )
         try:
             return worker.hello(0)
         finally:
             worker.close()
+            tree.end(include_root=False)
 
 
 def _children_of(pid: int) -> list[int] | None:
@@ -379,6 +395,15 @@ _NO_USER_CODE_STATES = _STOPPED_STATES | {"D"}
 STRAGGLER_NS = 1_000_000
 #: SIGSTOP's bit in ``/proc/<pid>/status``'s pending-signal masks.
 _SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1) if hasattr(signal, "SIGSTOP") else 0
+
+
+def _sched_of(tid: int) -> tuple[int, int] | None:
+    """A thread's nice value and scheduling policy (0: this thread); None when it is gone or
+    the platform does not say."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
+    except (OSError, AttributeError):
+        return None
 
 
 def _tasks(pid: int) -> list[str]:
@@ -500,6 +525,18 @@ def _compare_outputs(cand: np.ndarray, ref: np.ndarray, tolerance: float | None)
     return correctness.compare(cand, ref, tolerance=tolerance)
 
 
+def _block_batch(role: str, parts: Sequence[BatchReply]) -> Batch:
+    """One subject's batches of one ABBA block as one :class:`Batch` (seeds and reported times
+    in order, the parent's wall times summed): what :func:`clock_check` compares, so that time
+    moved from one batch of a block to another still counts against the block."""
+    return Batch(
+        role,
+        tuple(s for p in parts for s in p.seeds),
+        tuple(t for p in parts for t in p.times_s),
+        sum(p.parent_wall_s for p in parts),
+    )
+
+
 def _timing(name: str) -> SubjectTiming:
     return SubjectTiming(name, [], [], [], [], 0.0, [], False)
 
@@ -578,6 +615,8 @@ class _Run:
         #: called with the role before each batch, both workers quiet (R11: the code still
         #: the code snapshotted; raises to end the comparison)
         self.before_batch: Callable[[str], None] | None = None
+        #: the scheduling the workers inherited from this process (nice, policy)
+        self.sched = _sched_of(0)
 
     def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
         """Map both workers' exported reveal buffers where both offer one and this process can
@@ -611,6 +650,7 @@ class _Run:
         with self.alone(label):
             if self.before_batch is not None:
                 self.before_batch(ROLES[label])
+            self._check_sched(label)
             reply = self.workers[label].run(seeds, key)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
@@ -618,6 +658,41 @@ class _Run:
             Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
         )
         return reply
+
+    def _check_sched(self, label: str) -> None:
+        """Flag ``sched:<role>`` when a thread of the worker about to run its batch has a
+        higher nice value or another scheduling policy than the workers inherited: a process of
+        the same user (the other subject's code, or the candidate's code run in the reference's
+        worker when one spec defines both) may lower another's scheduling, which then runs its
+        batches slower, its reports honest against this process's clock. ``sched:measuring``
+        when this process's main thread was lowered so."""
+        if self.sched is None:
+            return
+        nice, policy = self.sched
+        mine = _sched_of(os.getpid())  # this process's main thread: its clock's overhead
+        if (
+            mine is not None
+            and (mine[0] > nice or mine[1] != policy)
+            and ("sched:measuring" not in self.flags)
+        ):
+            # slower to wake and read replies, it widens both overheads and with them the
+            # clock check's noise allowance (up to its cap); either worker may have done it
+            self.flags.append("sched:measuring")
+        if f"sched:{ROLES[label]}" in self.flags:
+            return
+        lowered = []
+        for tid in _tasks(self.workers[label].proc.pid):
+            got = _sched_of(int(tid))
+            if got is not None and (got[0] > nice or got[1] != policy):
+                lowered.append(f"thread {tid} nice {got[0]}, policy {got[1]}")
+        if lowered:
+            role = ROLES[label]
+            self._flag(
+                f"sched:{role}",
+                label,
+                f"sched: the {role}'s worker runs with a lower scheduling than it started with "
+                f"(nice {nice}, policy {policy}): " + "; ".join(lowered[:4]),
+            )
 
     @contextlib.contextmanager
     def alone(self, label: str) -> Iterator[None]:
@@ -891,9 +966,11 @@ def compare_workers(
         windows: list[dict[str, Any]] = []
         reason = None
         k = 0  # calls of each subject so far
+        block_batches: list[Batch] = []  # one per subject and ABBA block (the clock check's)
         while reason is None:
             block_start = time.monotonic()
             sums = {"A": 0.0, "B": 0.0}
+            parts: dict[str, list[BatchReply]] = {"A": [], "B": []}
             for order in ("AB", "BA"):
                 seeds, key = run.seeds(calls)
                 replies = {}
@@ -901,11 +978,13 @@ def compare_workers(
                     replies[label] = run.batch(label, seeds, key, k)
                     _absorb(tim[label], replies[label], k)
                     sums[label] += sum(replies[label].times_s)
+                    parts[label].append(replies[label])
                 run.reveal(replies, k)
                 orders += [order] * calls
                 k += calls
             for label in "AB":
                 blocks[label].append(sums[label])
+                block_batches.append(_block_batch(ROLES[label], parts[label]))
             if monitor is not None:
                 windows.append(
                     {
@@ -915,14 +994,22 @@ def compare_workers(
                 )
             logs = np.log(np.asarray(blocks["B"]) / np.asarray(blocks["A"]))
             reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
+        # per ABBA block, the unit the statistic is made of: a median over single batches let a
+        # subject report all its time in most batches and hide time in one batch of every
+        # block (every block under-reported, most batches clean)
         clock = _clock_check(
-            run.batches,
+            block_batches,
             tolerance_s=config.tolerance_s,
             tolerance_share=config.tolerance_share,
             noise_sigmas=config.noise_sigmas,
             overhead_share=config.overhead_share,
         )
-        for flag in clock.flags:
+        clock_flags = list(clock.flags)
+        for batch in run.batches:  # every batch, warm-up too: a sum above its wall is impossible
+            over = f"clock_exceeds_wall:{batch.subject}"
+            if sum(batch.reported_s) > batch.wall_s and over not in clock_flags:
+                clock_flags.append(over)
+        for flag in clock_flags:
             label = "A" if flag.endswith(":reference") else "B"
             run._flag(
                 flag,
@@ -962,6 +1049,7 @@ def compare_workers(
             revealed_calls=run.revealed,  # recorded only now, after every draw was made
             harness_seed=harness_seed,
             clock={
+                "per": "abba_block",  # the excesses are medians over blocks, not batches
                 "excess_s": clock.excess_s,
                 "call_s": clock.call_s,
                 "limit_s": clock.limit_s,
@@ -1023,7 +1111,6 @@ def compare_spec(
                         config,
                         os.path.join(tmp, err + ".err"),
                         directory=directory,
-                        pycache_dir=os.path.join(tmp, err + ".pycache"),
                     )
                 )
             if own is not None:  # the workers' GPU contexts are the comparison's own (R17)

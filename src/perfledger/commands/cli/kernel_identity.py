@@ -16,6 +16,7 @@ samples as artifacts; the candidate's changed paths are computed from them.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,34 @@ def bound_kernel_subjects(
     return KernelSubjects(spec=spec, directories=dirs, identity=body, artifacts=artifacts)
 
 
+def kernel_batch_checks(
+    watch: Callable[[], None], worker_argv: Sequence[str] | None = None
+) -> Callable[[str], None]:
+    """The R11 check ``measure kernel`` runs before every batch of a bound comparison (both
+    workers quiet): the start-up files of the workers' Python (``.pth``, ``sitecustomize``:
+    :class:`~perfledger.kernels.startup_surface.StartupWatch`) unchanged since the run began,
+    then ``watch`` (both subject directories, strict). A candidate worker that adds a ``.pth``
+    runs code at the start of every later worker, the next case's reference worker included,
+    and no snapshot holds it.
+
+    Args:
+        watch: the subjects' files check (raises RuleRefused).
+        worker_argv: the workers' command (None: :data:`perfledger.kernels.isolated.WORKER`).
+    Returns: ``check(role)``, which raises RuleRefused (R11) on a change (an added start-up
+        entry is moved aside).
+    """
+    from perfledger.kernels.isolated import WORKER
+    from perfledger.kernels.startup_surface import StartupWatch
+
+    startup = StartupWatch([list(WORKER if worker_argv is None else worker_argv)])
+
+    def check(_role: str) -> None:
+        startup.check()
+        watch()
+
+    return check
+
+
 def unbound_note(target: Any) -> str:
     """The warning ``measure kernel --spec`` prints on a Target under the old rule: the spec's
     subjects are bound to no snapshot (R11 not enforced), and how to bind them."""
@@ -165,6 +194,7 @@ def original_kernel_directory(target: Any, spec_path: str | None, directory: str
 __all__ = [
     "KernelSubjects",
     "bound_kernel_subjects",
+    "kernel_batch_checks",
     "kernel_spec",
     "original_kernel_directory",
     "unbound_note",

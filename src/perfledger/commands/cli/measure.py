@@ -951,7 +951,11 @@ def measure_kernel(
     Where the readiness bound the original to a snapshot (driver ["{subject}/spec.py"]), pass
     --ref DIR --cand DIR instead of --spec: each worker runs the SUBJECT of the spec in its own
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
-    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects, unbound_note
+    from perfledger.commands.cli.kernel_identity import (
+        bound_kernel_subjects,
+        kernel_batch_checks,
+        unbound_note,
+    )
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -997,8 +1001,9 @@ def measure_kernel(
                 fresh_and_unchanged(info, bound.identity)
                 watch = SubjectsWatch(info, bound.identity, strict=True)
                 # both directories checked before every batch (lstat: a file written since the
-                # run began is refused, restored or not), not only after the case
-                before_batch = lambda _role: watch()  # noqa: E731
+                # run began is refused, restored or not), not only after the case, and the
+                # workers' Python start-up files
+                before_batch = kernel_batch_checks(watch)
             for case in cases:
                 comparisons[case] = compare_spec(
                     spec,
