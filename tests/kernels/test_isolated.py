@@ -98,6 +98,21 @@ def test_cheat_worker_reporting_half_its_time_is_flagged_and_made_incorrect(
     assert c.ref is not None and not c.ref.recheck_failures
 
 
+def test_a_larger_excess_of_the_reference_cannot_favour_the_candidate_and_is_not_flagged(
+    tmp_path: Path,
+) -> None:
+    # a reference reporting 60 % of its time looks faster: the same subject as candidate then
+    # looks slower. Only the candidate's larger excess can hide a lie in its favour; the
+    # reference's larger excess is also what an honest reference of long compute-bound calls
+    # shows against a much faster candidate (seen on the H200), so it is not flagged
+    c = _compare(tmp_path, {"report_factor": 0.6})
+    assert not [f for f in c.flags if f.startswith("clock")], (c.flags, c.settings["clock"])
+    assert c.stats is not None and c.stats.direction() == "slower", c.stats
+    assert (
+        c.settings["clock"]["excess_s"]["reference"] > c.settings["clock"]["excess_s"]["candidate"]
+    )
+
+
 def test_cheat_worker_reporting_a_tenth_of_its_time_is_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path, report_factor=0.1)
     assert not c.valid and "clock:candidate" in c.flags, c.flags

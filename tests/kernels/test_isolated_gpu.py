@@ -170,10 +170,9 @@ CANDIDATE = CallableSubject("patches-its-checks", _cheat)
     assert c.cand_correctness.ok  # its own process's checks were made to pass ...
     assert not c.valid and "cross_check:candidate" in c.flags, c.flags  # ... not the parent's
     assert c.cand is not None and any("against the reference" in r for r in c.cand.recheck_failures)
-    # the reference is not flagged for its outputs; against a candidate 200x "faster" its
-    # clock check may be (its excess grows with its own long calls: a false flag that makes
-    # the comparison invalid, never a pass; docs/kernel-harness.md, Limits)
-    assert c.ref is not None and not [r for r in c.ref.recheck_failures if "clock" not in r]
+    # nor is the reference flagged, although its excess per call grows with its own long
+    # calls against a candidate 200x "faster" (only the candidate's larger excess is checked)
+    assert c.ref is not None and not c.ref.recheck_failures
 
 
 def test_cheat_candidate_that_writes_forged_protocol_lines_to_stdout_changes_nothing(

@@ -296,6 +296,7 @@ def clock_check(
     noise_sigmas: float = 0.0,
     noise_cap_share: float = 0.25,
     overhead_share: float = 0.0,
+    suspects: Sequence[str] | None = None,
 ) -> ClockCheck:
     """Check reported times against the parent's wall time (module docstring), property 3.
 
@@ -317,6 +318,11 @@ def clock_check(
             also capped at ``noise_cap_share`` x the subject's own median call time: where the
             harness's overhead is several times a call (copying and hashing a large output), a
             share of it uncapped would let a subject report half its time unflagged.
+        suspects: the labels checked for a larger excess (None: every label). A comparison
+            whose subjects are not equally suspect checks only the one a lie could favour:
+            a larger excess of the candidate is the mark of every lie that helps it (it
+            under-reports, or the reference over-reports); a larger excess of the reference
+            can only make the candidate look slower.
     Returns: :class:`ClockCheck`.
     Raises: ValueError without batches.
     """
@@ -355,7 +361,8 @@ def clock_check(
         if any(sum(b.reported_s) > b.wall_s for b in batches if b.subject == lb):
             flags.append(f"clock_exceeds_wall:{lb}")
         others = [excess[o] for o in labels if o != lb]
-        if others and excess[lb] - min(others) > limit[lb]:
+        suspect = suspects is None or lb in suspects
+        if suspect and others and excess[lb] - min(others) > limit[lb]:
             flags.append(f"clock:{lb}")
     return ClockCheck(excess, call, limit, flags, noise)
 
