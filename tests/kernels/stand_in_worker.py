@@ -42,6 +42,9 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   worker (its sibling: nice 19, ``SCHED_BATCH``), which runs its batches slower then;
 - ``lower_parent``: in its first run, gives the measuring process's main thread the
   ``SCHED_BATCH`` policy (slower to wake up and read replies);
+- ``lower_at_hello``: at ``hello`` (as a spec's module-level code would, before any batch),
+  renices the measuring process's main thread and every thread of the other worker to 19
+  (the policy left as it is);
 - ``sched_file``: appends its main thread's nice and scheduling policy at each run;
 - ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
   interpreter's site-packages: code there runs at the start of every later Python process).
@@ -139,6 +142,11 @@ def main() -> int:
         if op == "exit":
             return 0
         if op == "hello":
+            if opts.get("lower_at_hello"):
+                os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)
+                for pid in _siblings():
+                    for tid in os.listdir(f"/proc/{pid}/task"):
+                        os.setpriority(os.PRIO_PROCESS, int(tid), 19)
             reply: dict[str, Any] = {"cases": spec["cases"], "has_candidate": True}
             if args.case is not None:
                 reply.update(

@@ -41,6 +41,7 @@ import contextlib
 import math
 import os
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -75,6 +76,9 @@ WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
 NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
 #: ... and their compiled-kernel caches: in memory only (CuPy), none (the CUDA driver's JIT).
 NO_KERNEL_CACHE = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
+#: The environment variable of :func:`perfledger.kernels.solve.build_solve`'s library cache
+#: (``solve.CACHE_ENV``; named here so that this process does not import the solve module).
+SOLVE_CACHE_ENV = "PERFLEDGER_SOLVE_CACHE"
 #: The two roles, and their labels in the ABBA schedule.
 ROLES = {"A": "reference", "B": "candidate"}
 
@@ -150,8 +154,10 @@ class WorkerProcess:
             there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
             the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and
             neither reads nor writes bytecode caches (:data:`NO_BYTECODE`) nor compiled-kernel
-            caches on disk (:data:`NO_KERNEL_CACHE`): no ``.pyc`` or binary that the other
-            subject planted, in the subject directories or in a cache directory, runs.
+            caches on disk (:data:`NO_KERNEL_CACHE`), and builds its ``solve()`` libraries in
+            a fresh directory of its own (:data:`SOLVE_CACHE_ENV`, removed on :meth:`close`): no
+            ``.pyc`` or binary that the other subject planted, in the subject directories or in
+            a cache directory, runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -166,6 +172,7 @@ class WorkerProcess:
         directory: str | None = None,
     ) -> None:
         env = None
+        self._solve_cache: str | None = None
         if directory is not None:
             spec_path = os.path.join(os.path.abspath(directory), spec_path)
             # every module compiled from its source: a cache directory of the worker's own
@@ -174,6 +181,11 @@ class WorkerProcess:
             # could plant a slower binary under the key of this one's kernel)
             env = dict(os.environ, PYTHONPYCACHEPREFIX=NO_BYTECODE, PYTHONDONTWRITEBYTECODE="1")
             env.update(NO_KERNEL_CACHE)
+            # and every solve() library built for this worker alone: the shared cache
+            # (~/.cache/perfledger/solve) is keyed by the sources, which the other subject can
+            # read, so it could leave a slower library there for a later reference worker
+            self._solve_cache = tempfile.mkdtemp(prefix="perfledger-solve-")
+            env[SOLVE_CACHE_ENV] = self._solve_cache
         subject = role if directory is None else "subject"
         argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
@@ -181,14 +193,21 @@ class WorkerProcess:
         self.role = role
         self.config = config
         self.overhead_s = 0.0  # the worker's calibration of an empty call (after check)
-        self.proc = SubjectProcess(
-            role,
-            argv,
-            timeout_s=config.timeout_s,
-            stderr_path=stderr_path,
-            env=env,
-            cwd=None if directory is None else os.path.abspath(directory),
-        )
+        # the scheduling it inherits (nice, policy), taken before any subject code runs: the
+        # spec's module-level code could renice this process before the first batch
+        self.sched = _sched_of(0)
+        try:
+            self.proc = SubjectProcess(
+                role,
+                argv,
+                timeout_s=config.timeout_s,
+                stderr_path=stderr_path,
+                env=env,
+                cwd=None if directory is None else os.path.abspath(directory),
+            )
+        except BaseException:
+            self._remove_solve_cache()
+            raise
         if config.same_cpus and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
             with contextlib.suppress(OSError):  # gone already: the first request says so
@@ -316,9 +335,15 @@ class WorkerProcess:
             os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
     def close(self) -> None:
-        """Ask the worker to exit (ended after a second)."""
+        """Ask the worker to exit (ended after a second); remove its solve() library cache."""
         self.pause(False)
         self.proc.close()
+        self._remove_solve_cache()
+
+    def _remove_solve_cache(self) -> None:
+        if self._solve_cache is not None:
+            shutil.rmtree(self._solve_cache, ignore_errors=True)
+            self._solve_cache = None
 
 
 def spec_facts(
@@ -615,8 +640,11 @@ class _Run:
         #: called with the role before each batch, both workers quiet (R11: the code still
         #: the code snapshotted; raises to end the comparison)
         self.before_batch: Callable[[str], None] | None = None
-        #: the scheduling the workers inherited from this process (nice, policy)
-        self.sched = _sched_of(0)
+        #: the scheduling the workers inherited from this process (nice, policy), as it was
+        #: before either started: taken now, after their specs loaded, it could already be
+        #: lowered (this process's and the other worker's) and hide both from the check
+        inherited = [s for w in workers.values() if (s := getattr(w, "sched", None)) is not None]
+        self.sched = (min(s[0] for s in inherited), inherited[0][1]) if inherited else _sched_of(0)
 
     def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
         """Map both workers' exported reveal buffers where both offer one and this process can
