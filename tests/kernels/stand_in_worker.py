@@ -45,6 +45,8 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``lower_at_hello``: at ``hello`` (as a spec's module-level code would, before any batch),
   renices the measuring process's main thread and every thread of the other worker to 19
   (the policy left as it is);
+- ``lower_autogroup``: in its first run, sets the other worker's autogroup nice value to 19
+  (``/proc/<pid>/autogroup``: with autogroups on, the CPU is shared between sessions by it);
 - ``sched_file``: appends its main thread's nice and scheduling policy at each run;
 - ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
   interpreter's site-packages: code there runs at the start of every later Python process).
@@ -192,6 +194,10 @@ def main() -> int:
             if opts.get("lower_other") and batches == 0:
                 for pid in _siblings():
                     _lower(pid)
+            if opts.get("lower_autogroup") and batches == 0:
+                for pid in _siblings():
+                    with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as f:
+                        f.write("19")
             if opts.get("sched_file"):
                 with open(opts["sched_file"], "a", encoding="utf-8") as f:
                     f.write(f"{os.getpriority(os.PRIO_PROCESS, 0)} {os.sched_getscheduler(0)}\n")

@@ -140,6 +140,19 @@ def test_cheat_worker_lowering_the_measuring_processs_scheduling_is_flagged(
     assert "sched:reference" not in c.flags and "sched:candidate" not in c.flags
 
 
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/autogroup"), reason="a kernel without autogroups"
+)
+def test_cheat_worker_lowering_the_other_workers_autogroup_is_flagged(tmp_path: Path) -> None:
+    # each worker leads a session of its own, so (autogroups on) an autogroup of its own: the
+    # CPU is shared between sessions by the autogroup's nice value, which the threads' nice
+    # values do not show
+    c = _compare(tmp_path, lower_autogroup=True)
+    assert not c.valid and "sched:reference" in c.flags, c.flags
+    assert "sched:candidate" not in c.flags
+    assert c.ref is not None and any("autogroup nice 19" in r for r in c.ref.recheck_failures)
+
+
 def test_cheat_worker_lowering_scheduling_before_the_first_batch_is_flagged(
     tmp_path: Path,
 ) -> None:

@@ -431,6 +431,17 @@ def _sched_of(tid: int) -> tuple[int, int] | None:
         return None
 
 
+def _autogroup_nice(pid: int) -> int | None:
+    """The nice value of ``pid``'s autogroup (``/proc/<pid>/autogroup``: ``/autogroup-N nice
+    K``); None where the kernel has no autogroups or the process is gone. With autogroups on,
+    the CPU is shared between sessions by this value, not by the threads' own nice values."""
+    try:
+        with open(f"/proc/{pid}/autogroup", encoding="ascii", errors="replace") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _tasks(pid: int) -> list[str]:
     try:
         return os.listdir(f"/proc/{pid}/task")
@@ -689,7 +700,8 @@ class _Run:
 
     def _check_sched(self, label: str) -> None:
         """Flag ``sched:<role>`` when a thread of the worker about to run its batch has a
-        higher nice value or another scheduling policy than the workers inherited: a process of
+        higher nice value or another scheduling policy than the workers inherited, or its
+        session's autogroup a nice value above 0 (:func:`_autogroup_nice`): a process of
         the same user (the other subject's code, or the candidate's code run in the reference's
         worker when one spec defines both) may lower another's scheduling, which then runs its
         batches slower, its reports honest against this process's clock. ``sched:measuring``
@@ -713,6 +725,11 @@ class _Run:
             got = _sched_of(int(tid))
             if got is not None and (got[0] > nice or got[1] != policy):
                 lowered.append(f"thread {tid} nice {got[0]}, policy {got[1]}")
+        # the worker leads a session of its own, whose new autogroup starts at nice 0; the
+        # owner may raise it (until the worker makes itself undumpable)
+        group = _autogroup_nice(self.workers[label].proc.pid)
+        if group is not None and group > 0:
+            lowered.append(f"autogroup nice {group}")
         if lowered:
             role = ROLES[label]
             self._flag(
