@@ -532,31 +532,35 @@ def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
     assert facts["cases"] == ["real"], planted
 
 
-def test_kernel_workers_in_subject_directories_build_solve_libraries_in_a_fresh_directory(
+def test_kernel_workers_in_subject_directories_build_kernels_in_fresh_directories(
     tmp_path: Path,
 ) -> None:
-    """solve()'s library cache is keyed by the sources, which the other subject (same user) can
-    read: a worker in a subject directory builds in a directory of its own, empty when it
-    starts, different for every worker, removed when the worker ends."""
+    """solve()'s library cache, Triton's and TorchInductor's are keyed by the sources, which the
+    other subject (same user) can read: a worker in a subject directory builds in directories of
+    its own, empty when it starts, different for every worker, removed when the worker ends."""
     from perfledger.kernels import solve
     from perfledger.kernels.isolated import spec_facts
 
+    names = [solve.CACHE_ENV, "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"]
     d = tmp_path / "ref"
     d.mkdir()
     (d / "spec.py").write_text(
         "import os\n"
-        f"p = os.environ.get({solve.CACHE_ENV!r}, 'unset')\n"
-        "PROBLEMS = {p + '|' + str(os.path.isdir(p) and not os.listdir(p)): object()}\n"
+        f"ps = [os.environ.get(k, 'unset') for k in {names!r}]\n"
+        "PROBLEMS = {p + '|' + str(os.path.isdir(p) and not os.listdir(p)): object()\n"
+        "            for p in ps}\n"
         "SUBJECT = object()\n"
     )
-    seen = []
+    seen: list[str] = []
     for _ in range(2):
         facts = spec_facts("spec.py", IsolationConfig(timeout_s=30.0), directory=str(d))
-        path, empty = facts["cases"][0].rsplit("|", 1)
-        assert empty == "True", facts["cases"]  # a directory, fresh
-        assert not os.path.exists(path)  # removed with the worker
-        seen.append(path)
-    assert seen[0] != seen[1] and str(solve._cache_dir()) not in seen, seen
+        assert len(facts["cases"]) == len(names), facts["cases"]  # three directories
+        for case in facts["cases"]:
+            path, empty = case.rsplit("|", 1)
+            assert empty == "True", facts["cases"]  # a directory, fresh
+            assert not os.path.exists(path)  # removed with the worker
+            seen.append(path)
+    assert len(set(seen)) == len(seen) and str(solve._cache_dir()) not in seen, seen
 
 
 def test_kernel_workers_in_subject_directories_keep_compiled_kernels_in_memory(

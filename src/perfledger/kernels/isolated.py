@@ -76,9 +76,15 @@ WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
 NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
 #: ... and their compiled-kernel caches: in memory only (CuPy), none (the CUDA driver's JIT).
 NO_KERNEL_CACHE = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
-#: The environment variable of :func:`perfledger.kernels.solve.build_solve`'s library cache
-#: (``solve.CACHE_ENV``; named here so that this process does not import the solve module).
-SOLVE_CACHE_ENV = "PERFLEDGER_SOLVE_CACHE"
+#: ... and the compiled-kernel caches that are files, by their environment variables: each
+#: worker in a subject directory gets fresh, empty ones of its own (:class:`WorkerProcess`):
+#: :func:`perfledger.kernels.solve.build_solve`'s libraries (``solve.CACHE_ENV``, named here so
+#: that this process does not import the solve module), Triton's and TorchInductor's.
+BUILD_CACHE_ENV = {
+    "PERFLEDGER_SOLVE_CACHE": "solve",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+}
 #: The two roles, and their labels in the ABBA schedule.
 ROLES = {"A": "reference", "B": "candidate"}
 
@@ -154,8 +160,9 @@ class WorkerProcess:
             there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
             the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and
             neither reads nor writes bytecode caches (:data:`NO_BYTECODE`) nor compiled-kernel
-            caches on disk (:data:`NO_KERNEL_CACHE`), and builds its ``solve()`` libraries in
-            a fresh directory of its own (:data:`SOLVE_CACHE_ENV`, removed on :meth:`close`): no
+            caches on disk (:data:`NO_KERNEL_CACHE`), and builds its ``solve()`` libraries and
+            Triton / TorchInductor kernels in fresh directories of its own
+            (:data:`BUILD_CACHE_ENV`, removed on :meth:`close`): no
             ``.pyc`` or binary that the other subject planted, in the subject directories or in
             a cache directory, runs.
     Raises: MeasurementError when the worker cannot start.
@@ -172,7 +179,7 @@ class WorkerProcess:
         directory: str | None = None,
     ) -> None:
         env = None
-        self._solve_cache: str | None = None
+        self._build_dir: str | None = None
         if directory is not None:
             spec_path = os.path.join(os.path.abspath(directory), spec_path)
             # every module compiled from its source: a cache directory of the worker's own
@@ -181,11 +188,14 @@ class WorkerProcess:
             # could plant a slower binary under the key of this one's kernel)
             env = dict(os.environ, PYTHONPYCACHEPREFIX=NO_BYTECODE, PYTHONDONTWRITEBYTECODE="1")
             env.update(NO_KERNEL_CACHE)
-            # and every solve() library built for this worker alone: the shared cache
-            # (~/.cache/perfledger/solve) is keyed by the sources, which the other subject can
-            # read, so it could leave a slower library there for a later reference worker
-            self._solve_cache = tempfile.mkdtemp(prefix="perfledger-solve-")
-            env[SOLVE_CACHE_ENV] = self._solve_cache
+            # and every solve() library and Triton / TorchInductor kernel built for this worker
+            # alone: the shared caches (~/.cache/perfledger/solve, ~/.triton/cache, ...) are
+            # keyed by the sources, which the other subject can read, so it could leave a slower
+            # binary there for a later reference worker
+            self._build_dir = tempfile.mkdtemp(prefix="perfledger-builds-")
+            for name, sub in BUILD_CACHE_ENV.items():
+                env[name] = os.path.join(self._build_dir, sub)
+                os.mkdir(env[name])
         subject = role if directory is None else "subject"
         argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
@@ -206,7 +216,7 @@ class WorkerProcess:
                 cwd=None if directory is None else os.path.abspath(directory),
             )
         except BaseException:
-            self._remove_solve_cache()
+            self._remove_build_dir()
             raise
         if config.same_cpus and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
@@ -335,15 +345,15 @@ class WorkerProcess:
             os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
     def close(self) -> None:
-        """Ask the worker to exit (ended after a second); remove its solve() library cache."""
+        """Ask the worker to exit (ended after a second); remove its build caches."""
         self.pause(False)
         self.proc.close()
-        self._remove_solve_cache()
+        self._remove_build_dir()
 
-    def _remove_solve_cache(self) -> None:
-        if self._solve_cache is not None:
-            shutil.rmtree(self._solve_cache, ignore_errors=True)
-            self._solve_cache = None
+    def _remove_build_dir(self) -> None:
+        if self._build_dir is not None:
+            shutil.rmtree(self._build_dir, ignore_errors=True)
+            self._build_dir = None
 
 
 def spec_facts(
