@@ -42,6 +42,11 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   worker (its sibling: nice 19, ``SCHED_BATCH``), which runs its batches slower then;
 - ``lower_parent``: in its first run, gives the measuring process's main thread the
   ``SCHED_BATCH`` policy (slower to wake up and read replies);
+- ``lower_at_hello``: at ``hello`` (as a spec's module-level code would, before any batch),
+  renices the measuring process's main thread and every thread of the other worker to 19
+  (the policy left as it is);
+- ``lower_autogroup``: in its first run, sets the other worker's autogroup nice value to 19
+  (``/proc/<pid>/autogroup``: with autogroups on, the CPU is shared between sessions by it);
 - ``sched_file``: appends its main thread's nice and scheduling policy at each run;
 - ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
   interpreter's site-packages: code there runs at the start of every later Python process).
@@ -139,6 +144,11 @@ def main() -> int:
         if op == "exit":
             return 0
         if op == "hello":
+            if opts.get("lower_at_hello"):
+                os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)
+                for pid in _siblings():
+                    for tid in os.listdir(f"/proc/{pid}/task"):
+                        os.setpriority(os.PRIO_PROCESS, int(tid), 19)
             reply: dict[str, Any] = {"cases": spec["cases"], "has_candidate": True}
             if args.case is not None:
                 reply.update(
@@ -184,6 +194,10 @@ def main() -> int:
             if opts.get("lower_other") and batches == 0:
                 for pid in _siblings():
                     _lower(pid)
+            if opts.get("lower_autogroup") and batches == 0:
+                for pid in _siblings():
+                    with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as f:
+                        f.write("19")
             if opts.get("sched_file"):
                 with open(opts["sched_file"], "a", encoding="utf-8") as f:
                     f.write(f"{os.getpriority(os.PRIO_PROCESS, 0)} {os.sched_getscheduler(0)}\n")

@@ -155,6 +155,44 @@ def test_cheat_worker_lowering_the_measuring_processs_scheduling_is_flagged(
     assert "sched:reference" not in c.flags and "sched:candidate" not in c.flags
 
 
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/autogroup"), reason="a kernel without autogroups"
+)
+def test_cheat_worker_lowering_the_other_workers_autogroup_is_flagged(tmp_path: Path) -> None:
+    # each worker leads a session of its own, so (autogroups on) an autogroup of its own: the
+    # CPU is shared between sessions by the autogroup's nice value, which the threads' nice
+    # values do not show
+    c = _compare(tmp_path, lower_autogroup=True)
+    assert not c.valid and "sched:reference" in c.flags, c.flags
+    assert "sched:candidate" not in c.flags
+    assert c.ref is not None and any("autogroup nice 19" in r for r in c.ref.recheck_failures)
+
+
+def test_cheat_worker_lowering_scheduling_before_the_first_batch_is_flagged(
+    tmp_path: Path,
+) -> None:
+    # the spec's module-level code (or hello) runs before the comparison's first batch: a
+    # candidate that renices the measuring process and the reference's threads to 19 then must
+    # not make nice 19 the baseline the checks compare with. Run in a child process: an
+    # unprivileged process cannot take its nice value back down.
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "from pathlib import Path; import test_isolated as t; "
+        f"c = t._compare(Path({str(tmp_path)!r}), {{'sched_file': {str(tmp_path / 'ref')!r}}}, "
+        "lower_at_hello=True); "
+        "print(json.dumps(c.flags))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    flags = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = (tmp_path / "ref").read_text().split("\n")
+    assert runs[0].split()[0] == "19", runs  # the attack worked: the reference ran reniced
+    assert "sched:reference" in flags and "sched:measuring" in flags, flags
+    assert "sched:candidate" not in flags
+
+
 def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
     tmp_path: Path,
 ) -> None:

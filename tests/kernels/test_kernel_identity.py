@@ -8,6 +8,7 @@ path on a GPU (marked ``gpu``)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -529,6 +530,37 @@ def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
         thread.join()
     assert planted  # the attack found the worker's temporary directory
     assert facts["cases"] == ["real"], planted
+
+
+def test_kernel_workers_in_subject_directories_build_kernels_in_fresh_directories(
+    tmp_path: Path,
+) -> None:
+    """solve()'s library cache, Triton's and TorchInductor's are keyed by the sources, which the
+    other subject (same user) can read: a worker in a subject directory builds in directories of
+    its own, empty when it starts, different for every worker, removed when the worker ends."""
+    from perfledger.kernels import solve
+    from perfledger.kernels.isolated import spec_facts
+
+    names = [solve.CACHE_ENV, "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"]
+    d = tmp_path / "ref"
+    d.mkdir()
+    (d / "spec.py").write_text(
+        "import os\n"
+        f"ps = [os.environ.get(k, 'unset') for k in {names!r}]\n"
+        "PROBLEMS = {p + '|' + str(os.path.isdir(p) and not os.listdir(p)): object()\n"
+        "            for p in ps}\n"
+        "SUBJECT = object()\n"
+    )
+    seen: list[str] = []
+    for _ in range(2):
+        facts = spec_facts("spec.py", IsolationConfig(timeout_s=30.0), directory=str(d))
+        assert len(facts["cases"]) == len(names), facts["cases"]  # three directories
+        for case in facts["cases"]:
+            path, empty = case.rsplit("|", 1)
+            assert empty == "True", facts["cases"]  # a directory, fresh
+            assert not os.path.exists(path)  # removed with the worker
+            seen.append(path)
+    assert len(set(seen)) == len(seen) and str(solve._cache_dir()) not in seen, seen
 
 
 def test_kernel_workers_in_subject_directories_keep_compiled_kernels_in_memory(

@@ -41,6 +41,7 @@ import contextlib
 import math
 import os
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -75,6 +76,15 @@ WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
 NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
 #: ... and their compiled-kernel caches: in memory only (CuPy), none (the CUDA driver's JIT).
 NO_KERNEL_CACHE = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
+#: ... and the compiled-kernel caches that are files, by their environment variables: each
+#: worker in a subject directory gets fresh, empty ones of its own (:class:`WorkerProcess`):
+#: :func:`perfledger.kernels.solve.build_solve`'s libraries (``solve.CACHE_ENV``, named here so
+#: that this process does not import the solve module), Triton's and TorchInductor's.
+BUILD_CACHE_ENV = {
+    "PERFLEDGER_SOLVE_CACHE": "solve",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+}
 #: The two roles, and their labels in the ABBA schedule.
 ROLES = {"A": "reference", "B": "candidate"}
 
@@ -150,8 +160,11 @@ class WorkerProcess:
             there (its cwd, so ``sys.path[0]`` and relative paths are the directory's), loads
             the spec's ``SUBJECT`` (``spec_path`` is then relative to the directory) and
             neither reads nor writes bytecode caches (:data:`NO_BYTECODE`) nor compiled-kernel
-            caches on disk (:data:`NO_KERNEL_CACHE`): no ``.pyc`` or binary that the other
-            subject planted, in the subject directories or in a cache directory, runs.
+            caches on disk (:data:`NO_KERNEL_CACHE`), and builds its ``solve()`` libraries and
+            Triton / TorchInductor kernels in fresh directories of its own
+            (:data:`BUILD_CACHE_ENV`, removed on :meth:`close`): no
+            ``.pyc`` or binary that the other subject planted, in the subject directories or in
+            a cache directory, runs.
     Raises: MeasurementError when the worker cannot start.
     """
 
@@ -166,6 +179,7 @@ class WorkerProcess:
         directory: str | None = None,
     ) -> None:
         env = None
+        self._build_dir: str | None = None
         if directory is not None:
             spec_path = os.path.join(os.path.abspath(directory), spec_path)
             # every module compiled from its source: a cache directory of the worker's own
@@ -174,6 +188,14 @@ class WorkerProcess:
             # could plant a slower binary under the key of this one's kernel)
             env = dict(os.environ, PYTHONPYCACHEPREFIX=NO_BYTECODE, PYTHONDONTWRITEBYTECODE="1")
             env.update(NO_KERNEL_CACHE)
+            # and every solve() library and Triton / TorchInductor kernel built for this worker
+            # alone: the shared caches (~/.cache/perfledger/solve, ~/.triton/cache, ...) are
+            # keyed by the sources, which the other subject can read, so it could leave a slower
+            # binary there for a later reference worker
+            self._build_dir = tempfile.mkdtemp(prefix="perfledger-builds-")
+            for name, sub in BUILD_CACHE_ENV.items():
+                env[name] = os.path.join(self._build_dir, sub)
+                os.mkdir(env[name])
         subject = role if directory is None else "subject"
         argv = [*config.worker, "--spec", spec_path, "--subject", subject]
         if case is not None:
@@ -181,14 +203,21 @@ class WorkerProcess:
         self.role = role
         self.config = config
         self.overhead_s = 0.0  # the worker's calibration of an empty call (after check)
-        self.proc = SubjectProcess(
-            role,
-            argv,
-            timeout_s=config.timeout_s,
-            stderr_path=stderr_path,
-            env=env,
-            cwd=None if directory is None else os.path.abspath(directory),
-        )
+        # the scheduling it inherits (nice, policy), taken before any subject code runs: the
+        # spec's module-level code could renice this process before the first batch
+        self.sched = _sched_of(0)
+        try:
+            self.proc = SubjectProcess(
+                role,
+                argv,
+                timeout_s=config.timeout_s,
+                stderr_path=stderr_path,
+                env=env,
+                cwd=None if directory is None else os.path.abspath(directory),
+            )
+        except BaseException:
+            self._remove_build_dir()
+            raise
         if config.same_cpus and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
             with contextlib.suppress(OSError):  # gone already: the first request says so
@@ -316,9 +345,15 @@ class WorkerProcess:
             os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
     def close(self) -> None:
-        """Ask the worker to exit (ended after a second)."""
+        """Ask the worker to exit (ended after a second); remove its build caches."""
         self.pause(False)
         self.proc.close()
+        self._remove_build_dir()
+
+    def _remove_build_dir(self) -> None:
+        if self._build_dir is not None:
+            shutil.rmtree(self._build_dir, ignore_errors=True)
+            self._build_dir = None
 
 
 def spec_facts(
@@ -403,6 +438,17 @@ def _sched_of(tid: int) -> tuple[int, int] | None:
     try:
         return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
     except (OSError, AttributeError):
+        return None
+
+
+def _autogroup_nice(pid: int) -> int | None:
+    """The nice value of ``pid``'s autogroup (``/proc/<pid>/autogroup``: ``/autogroup-N nice
+    K``); None where the kernel has no autogroups or the process is gone. With autogroups on,
+    the CPU is shared between sessions by this value, not by the threads' own nice values."""
+    try:
+        with open(f"/proc/{pid}/autogroup", encoding="ascii", errors="replace") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -615,8 +661,11 @@ class _Run:
         #: called with the role before each batch, both workers quiet (R11: the code still
         #: the code snapshotted; raises to end the comparison)
         self.before_batch: Callable[[str], None] | None = None
-        #: the scheduling the workers inherited from this process (nice, policy)
-        self.sched = _sched_of(0)
+        #: the scheduling the workers inherited from this process (nice, policy), as it was
+        #: before either started: taken now, after their specs loaded, it could already be
+        #: lowered (this process's and the other worker's) and hide both from the check
+        inherited = [s for w in workers.values() if (s := getattr(w, "sched", None)) is not None]
+        self.sched = (min(s[0] for s in inherited), inherited[0][1]) if inherited else _sched_of(0)
 
     def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
         """Map both workers' exported reveal buffers where both offer one and this process can
@@ -661,7 +710,8 @@ class _Run:
 
     def _check_sched(self, label: str) -> None:
         """Flag ``sched:<role>`` when a thread of the worker about to run its batch has a
-        higher nice value or another scheduling policy than the workers inherited: a process of
+        higher nice value or another scheduling policy than the workers inherited, or its
+        session's autogroup a nice value above 0 (:func:`_autogroup_nice`): a process of
         the same user (the other subject's code, or the candidate's code run in the reference's
         worker when one spec defines both) may lower another's scheduling, which then runs its
         batches slower, its reports honest against this process's clock. ``sched:measuring``
@@ -685,6 +735,11 @@ class _Run:
             got = _sched_of(int(tid))
             if got is not None and (got[0] > nice or got[1] != policy):
                 lowered.append(f"thread {tid} nice {got[0]}, policy {got[1]}")
+        # the worker leads a session of its own, whose new autogroup starts at nice 0; the
+        # owner may raise it (until the worker makes itself undumpable)
+        group = _autogroup_nice(self.workers[label].proc.pid)
+        if group is not None and group > 0:
+            lowered.append(f"autogroup nice {group}")
         if lowered:
             role = ROLES[label]
             self._flag(

@@ -73,8 +73,13 @@ class ExportedBuffer:
         self.layout, self.nbytes = layout(outputs)
         # its own allocation (not the pool's), so the handle maps exactly this buffer
         self.ptr = int(cupy.cuda.runtime.malloc(self.nbytes))
+        try:
+            self.handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(self.ptr))
+        except Exception:
+            # no export: the worker reveals through files, without this buffer for its life
+            cupy.cuda.runtime.free(self.ptr)
+            raise
         self.buffer = _device_bytes(self.ptr, self.nbytes, self)
-        self.handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(self.ptr))
 
     def offer(self) -> dict[str, Any]:
         """What ``hello`` tells the measuring process: the handle (hex) and the size."""
