@@ -8,14 +8,9 @@ import os
 
 import numpy as np
 import pytest
+from cuda_device import require_cuda_device
 
-cupy = pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
-try:
-    _GPUS = cupy.cuda.runtime.getDeviceCount()
-except Exception as exc:  # no driver
-    pytest.skip(f"no usable CUDA device: {exc}", allow_module_level=True)
-if _GPUS < 1:
-    pytest.skip("no CUDA device", allow_module_level=True)
+cupy = require_cuda_device()
 
 from perfledger.errors import MeasurementError  # noqa: E402
 from perfledger.kernels.ceilings import Ceilings, check_plausible  # noqa: E402

@@ -10,14 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cuda_device import require_cuda_device
 
-cupy = pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
-try:
-    _GPUS = cupy.cuda.runtime.getDeviceCount()
-except Exception as exc:  # no driver
-    pytest.skip(f"no usable CUDA device: {exc}", allow_module_level=True)
-if _GPUS < 1:
-    pytest.skip("no CUDA device", allow_module_level=True)
+cupy = require_cuda_device()
 
 import time  # noqa: E402
 

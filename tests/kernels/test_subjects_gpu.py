@@ -13,14 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cuda_device import require_cuda_device
 
-cupy = pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
-try:
-    _GPUS = cupy.cuda.runtime.getDeviceCount()
-except Exception as exc:  # no driver
-    pytest.skip(f"no usable CUDA device: {exc}", allow_module_level=True)
-if _GPUS < 1:
-    pytest.skip("no CUDA device", allow_module_level=True)
+cupy = require_cuda_device()
 
 from perfledger.kernels import solve as sv  # noqa: E402
 from perfledger.kernels.examples import scale_problem, scale_subject  # noqa: E402

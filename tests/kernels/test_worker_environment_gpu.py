@@ -13,16 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from cuda_device import require_cuda_device
 
-cupy = pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
+cupy = require_cuda_device()
 pytest.importorskip("torch", reason="the torch / Triton subject needs torch")
 pytest.importorskip("triton", reason="the torch / Triton subject needs Triton")
-try:
-    _GPUS = cupy.cuda.runtime.getDeviceCount()
-except Exception as exc:  # no driver
-    pytest.skip(f"no usable CUDA device: {exc}", allow_module_level=True)
-if _GPUS < 1:
-    pytest.skip("no CUDA device", allow_module_level=True)
 
 from perfledger.kernels.isolated import IsolationConfig, compare_spec, spec_facts  # noqa: E402
 
