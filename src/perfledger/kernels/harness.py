@@ -62,7 +62,7 @@ import inspect
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -972,13 +972,7 @@ class Harness:
             medians_per="call",
         )
         flags += self._inputs_intact()
-        for label, t in tim.items():
-            if t.side_work:
-                flags.append(f"side_work:{subjects[label].name}")
-            if t.recheck_failures:
-                flags.append(f"recheck:{subjects[label].name}")
-        if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
-            flags.append("review_speedup")
+        flags += timing_flags(tim.values(), stats.median_ratio)
         return Comparison(
             ref_report,
             cand_report,
@@ -996,6 +990,21 @@ class Harness:
         """An A/A comparison of ``subject`` against itself (separate output buffers), under the
         same protocol: its CI width is the measurement's resolution (R4)."""
         return self.compare(subject, subject)
+
+
+def timing_flags(timings: Iterable[SubjectTiming], median_ratio: float) -> list[str]:
+    """The flags a comparison's timings raise: ``side_work:<subject>`` and
+    ``recheck:<subject>`` per subject, and ``review_speedup`` for a median ratio beyond
+    :data:`~perfledger.kernels.ceilings.REVIEW_SPEEDUP` either way (SPEC.md section 5)."""
+    flags = []
+    for t in timings:
+        if t.side_work:
+            flags.append(f"side_work:{t.subject}")
+        if t.recheck_failures:
+            flags.append(f"recheck:{t.subject}")
+    if median_ratio < 1.0 / REVIEW_SPEEDUP or median_ratio > REVIEW_SPEEDUP:
+        flags.append("review_speedup")
+    return flags
 
 
 def abba_blocks(a_s: Sequence[float], b_s: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -1056,4 +1065,5 @@ __all__ = [
     "abba_blocks",
     "require_cupy",
     "resolution_from_aa",
+    "timing_flags",
 ]

@@ -54,8 +54,8 @@ import numpy as np
 
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels import correctness
-from perfledger.kernels.ceilings import REVIEW_SPEEDUP, Ceilings, check_plausible
-from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTiming
+from perfledger.kernels.ceilings import Ceilings, check_plausible
+from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTiming, timing_flags
 from perfledger.kernels.isolation import TOLERANCE_S, TOLERANCE_SHARE, Batch, SubjectProcess
 from perfledger.kernels.isolation import clock_check as _clock_check
 from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table, undumpable
@@ -459,9 +459,9 @@ def _tasks(pid: int) -> list[str]:
         return []  # gone (or no /proc: nothing to check)
 
 
-def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
-    """Whether every thread of ``pid`` is in one of ``states`` (default: stopped, traced,
-    zombie, dead; True when it is gone)."""
+def _thread_states(pid: int) -> Iterator[str]:
+    """The state letter of each of ``pid``'s threads (``/proc/<pid>/task/<tid>/stat``; none
+    when it is gone), read one thread at a time."""
     for tid in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
@@ -470,9 +470,13 @@ def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
             continue  # the thread ended
         # the state follows the command name, which is in parentheses and may hold any byte
         end = stat.rfind(b")")
-        if stat[end + 2 : end + 3].decode("ascii", "replace") not in states:
-            return False
-    return True
+        yield stat[end + 2 : end + 3].decode("ascii", "replace")
+
+
+def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
+    """Whether every thread of ``pid`` is in one of ``states`` (default: stopped, traced,
+    zombie, dead; True when it is gone)."""
+    return all(state in states for state in _thread_states(pid))
 
 
 def _comm(pid: int) -> str:
@@ -485,17 +489,8 @@ def _comm(pid: int) -> str:
 
 
 def _states(pid: int) -> str:
-    """The states of ``pid``'s threads (``/proc/<pid>/task/<tid>/stat``), e.g. ``TTTS``."""
-    out = []
-    for tid in _tasks(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        end = stat.rfind(b")")
-        out.append(stat[end + 2 : end + 3].decode("ascii", "replace"))
-    return "".join(out) or "?"
+    """The states of ``pid``'s threads, e.g. ``TTTS`` (``?`` when it is gone)."""
+    return "".join(_thread_states(pid)) or "?"
 
 
 def _stop_pending(pid: int) -> bool:
@@ -1095,14 +1090,7 @@ def compare_workers(
             medians_per="call",
         )
         flags += run.flags
-        for label in "AB":
-            t = tim[label]
-            if t.side_work:
-                flags.append(f"side_work:{t.subject}")
-            if t.recheck_failures:
-                flags.append(f"recheck:{t.subject}")
-        if stats.median_ratio < 1.0 / REVIEW_SPEEDUP or stats.median_ratio > REVIEW_SPEEDUP:
-            flags.append("review_speedup")
+        flags += timing_flags((tim["A"], tim["B"]), stats.median_ratio)
         settings.update(
             bootstrap_seed=seed,
             revealed_calls=run.revealed,  # recorded only now, after every draw was made
