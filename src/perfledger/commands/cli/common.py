@@ -61,6 +61,14 @@ def fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
 json_option = click.option(
     "--json", "json_flag", is_flag=True, help="Answer with one JSON object on stdout."
 )
+#: ``--actor`` of a command that records (the default is resolved by the ledger's context).
+actor_option = click.option(
+    "--actor",
+    default=None,
+    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+)
+#: ``--idempotency-key`` of a command that records.
+idempotency_option = click.option("--idempotency-key", default=None, help="Retry-safe key.")
 
 
 def command_context(json_flag: bool) -> Context:

@@ -35,9 +35,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import (
     SubjectsWatch,
     check_original_command,
@@ -470,12 +470,8 @@ _common = [
     click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
     click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
     click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
-    click.option(
-        "--actor",
-        default=None,
-        help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-    ),
-    click.option("--idempotency-key", default=None, help="Retry-safe key."),
+    actor_option,
+    idempotency_option,
     click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
     _json,
 ]
@@ -1164,12 +1160,8 @@ def measure_kernel(
     help="Record a resolution at or above the minimum effect (refused otherwise: no verdict "
     "could pass).",
 )
-@click.option(
-    "--actor",
-    default=None,
-    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@actor_option
+@idempotency_option
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 @_json
 def measure_aa(

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, idempotency_option
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.errors import BadRequest, MeasurementError
 
@@ -47,12 +48,8 @@ DEFAULT_CALLS = 3
     "primary metric a call prints is one baseline value.",
 )
 @click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@actor_option
+@idempotency_option
 @click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 @click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
