@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -177,9 +178,11 @@ def device_output_digest(arrays: Mapping[str, Any], key: bytes) -> str:
     return combine_digests(parts, key)
 
 
+@functools.cache
 def parent_ready() -> bool:
     """Whether this (the measuring) process can check reveals on the device: CuPy works and its
-    device BLAKE3 equals the ``blake3`` package."""
+    device BLAKE3 equals the ``blake3`` package (tested once per process: ``measure aa`` runs
+    several comparisons)."""
     try:
         from perfledger.kernels.gpu_digest import self_test
 
