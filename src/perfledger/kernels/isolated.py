@@ -522,6 +522,21 @@ def _cpu_ns(pid: int) -> int | None:
     return total if seen else None
 
 
+def _settled_cpu_ns(pid: int, deadline: float) -> int | None:
+    """:func:`_cpu_ns` of a process that was just stopped, once it no longer changes: a thread
+    shows the stopped state before it leaves the CPU, and the slice it was running is counted
+    only when it leaves (read early, that slice looks like CPU time taken while stopped). Read
+    until two reads 0.1 ms apart agree, or ``deadline`` (the last read then)."""
+    cpu = _cpu_ns(pid)
+    while time.monotonic() < deadline:
+        time.sleep(1e-4)
+        again = _cpu_ns(pid)
+        if again == cpu:
+            break
+        cpu = again
+    return cpu
+
+
 def _tree_by_children(tree: CallTree, active: int) -> tuple[set[int], set[int]] | None:
     """What :meth:`CallTree.descendants` finds (processes started for the comparison), and the
     active worker's subtree, by walking children files from this process: a cost that grows with
@@ -804,7 +819,7 @@ class _Run:
             waiting = {p for p in waiting if not _is_stopped(p)}
             if waiting:
                 time.sleep(1e-4)
-        return {p: (_cpu_ns(p), p not in waiting) for p in stopped}
+        return {p: (_settled_cpu_ns(p, deadline), p not in waiting) for p in stopped}
 
     def _ran(
         self, active: int, stopped: set[int], base: dict[int, tuple[int | None, bool]]
