@@ -10,8 +10,10 @@ Per kernel and tool (perfledger's paired harness, ``triton.testing.do_bench`` me
 ``torch.utils.benchmark.Timer.blocked_autorange`` median): the spread (stdev) of ``--runs`` A/A
 ratio estimates, the mean A/B ratio and its distance from the ground truth (one long paired
 perfledger run), wall seconds per estimate, and the efficiency (A/A spread)^2 x seconds per
-estimate. NVIDIA's nvbench bindings are not driven here: no ``cuda-bench`` wheel is installable
-from the package registries these machines reach.
+estimate. NVIDIA's nvbench through its Python bindings (``cuda-bench``, carried as a wheel;
+``bench/nvbench_tool.py``) where they load: its cold GPU mean per call, with its default stopping
+criterion, over ``--nvbench-runs`` runs; and, for each kernel, perfledger's median call beside
+nvbench's cold time.
 
 Usage: ``python bench/subjects_bench.py [--runs 10] [--quick] [--kernels a,b] [--json OUT.json]``. Needs CuPy,
 torch with CUDA; triton optional (its rows say "not available" otherwise). Not run before it was
@@ -146,6 +148,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, 4 runs")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--nvbench-runs", type=int, default=3)
     parser.add_argument(
         "--kernels", default="elementwise,tiny,gemm", help="comma-separated subset to run"
     )
@@ -201,6 +204,31 @@ def main() -> int:
             rows["do_bench"] = summarize(got["aa"], got["ab"], got["s_per_estimate"], truth)
         except ImportError:
             rows["do_bench"] = {"not_available": 1.0}
+        import nvbench_tool
+
+        why = nvbench_tool.available()
+        if why is None:
+            cold: list[float] = []
+
+            def nvbench_once(
+                f: Callable[[], None], fa: Any = k["fa"], cold: list[float] = cold
+            ) -> float:
+                got = nvbench_tool.cold_time_s(f)
+                if f is fa:
+                    cold.append(got["cold_mean_s"])
+                return float(got["cold_mean_s"])
+
+            got = tool_runs(nvbench_once, k["fa"], k["fb"], min(runs, args.nvbench_runs),
+                            torch.cuda.synchronize)  # fmt: skip
+            rows["nvbench"] = summarize(got["aa"], got["ab"], got["s_per_estimate"], truth)
+            ours = statistics.median(r["ref_call_median_s"] for r in valid_aa)
+            rows["nvbench"]["cold_mean_s"] = statistics.median(cold)
+            rows["nvbench"]["perfledger_call_median_s"] = ours
+            _p(f"  perfledger median call {ours * 1e6:.2f} us, nvbench cold mean "
+               f"{statistics.median(cold) * 1e6:.2f} us: {ours / statistics.median(cold):.3f}x")  # fmt: skip
+        else:
+            _p(f"  {why}")
+            rows["nvbench"] = {"not_available": 1.0}
         from torch.utils.benchmark import Timer
 
         def autorange(f: Callable[[], None]) -> float:

@@ -261,6 +261,10 @@ class HarnessConfig:
             this (seconds) or ``side_work_share`` of the event time, flags side work.
         side_work_share: see ``side_work_s``.
         scrub_pool: poison the CuPy memory pool's free memory before each correctness call.
+        hold_stream: hold the stream under test from the flush to the start event until the
+            call is queued (:class:`~perfledger.kernels.timing.StreamHold`): the host's launch
+            latency stays out of the event time, and no other stream's kernel runs before the
+            start event. Recorded in the settings as ``stream_hold`` (``on`` or why not).
         resamples, confidence: bootstrap settings of the paired statistics.
         seed: the hidden seed (None: drawn from :mod:`secrets`; recorded in the results).
         plausibility_margin: allowed excess over a ceiling (ratio).
@@ -285,6 +289,7 @@ class HarnessConfig:
     side_work_s: float = 50e-6
     side_work_share: float = 0.5
     scrub_pool: bool = True
+    hold_stream: bool = True
     resamples: int = 10_000
     confidence: float = 0.95
     seed: int | None = None
@@ -510,7 +515,7 @@ class Harness:
         from perfledger.kernels.timing import EventTimer, L2Flusher
 
         self.flusher = L2Flusher(l2_bytes, config.flush_factor) if config.flush_l2 else None
-        self.timer = EventTimer(self.stream, self.flusher)
+        self.timer = EventTimer(self.stream, self.flusher, hold=config.hold_stream)
         self._sets: list[Arrays] = []
         self._refs: list[Arrays] = []
         self._hashes: list[Arrays] = []
@@ -827,6 +832,7 @@ class Harness:
             "l2_bytes": self.l2_bytes,
             "flush_bytes": self.flusher.nbytes if self.flusher else 0,
             "overhead_s": self._overhead_s,
+            "stream_hold": self.timer.hold_off or "on",
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
             "inputs": (
                 "rotated" if self.config.protocol == 1 else "fresh" if self._fresh() else "pooled"

@@ -3,6 +3,10 @@ stream under test, a device-wide synchronize before the end event is read, the h
 each sample checked against event time, and an L2 flush (a buffer of at least twice the L2 size
 written) queued before the start event of each cold sample.
 
+The stream under test is held (:class:`StreamHold`) from the flush to the start event until
+the call's work is queued, so that the time the host takes to launch it is never inside the
+event time, and no other stream's kernel runs while the stream is held.
+
 Needs CuPy (imported on use). Times are seconds.
 """
 
@@ -47,6 +51,114 @@ class L2Flusher:
         self._buf.fill(self._value)
 
 
+#: The hold kernel (:class:`StreamHold`). One block per SM, each with the most dynamic shared
+#: memory a block may have, so that while it waits no block of any other kernel fits on any SM
+#: (every block also takes the SM's per-block reserve). ``host`` is mapped host memory:
+#: ``host[0]`` the release word (the host writes the token), ``host[1]`` the resident word
+#: (written by the last block to arrive), ``host[2]`` the timed-out word.
+HOLD_SOURCE = r"""
+extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned int token,
+                                           unsigned int* arrived,
+                                           unsigned long long timeout_ns) {
+  extern __shared__ unsigned char hog[];
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
+    host[1] = token;
+    __threadfence_system();
+  }
+  while (host[0] != token) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > timeout_ns) {
+      host[2] = token;
+      __threadfence_system();
+      break;
+    }
+  }
+  if (token == 0u) hog[0] = 0;  // never true: keeps the shared memory declared in use
+}
+"""
+#: The longest the hold waits for its release (seconds): a liveness bound only (a subject that
+#: waits on its own stream during a call would otherwise wait for ever). A hold that times out
+#: marks its sample, and after :data:`HOLD_GIVE_UP` of them the timer stops holding.
+HOLD_TIMEOUT_S = 0.25
+#: Timed-out holds after which a timer stops holding (recorded in :attr:`EventTimer.hold_off`).
+HOLD_GIVE_UP = 2
+
+
+class StreamHold:
+    """Holds a stream (nvbench's "blocking kernel", made exclusive) while the host queues a
+    call's work, then releases it.
+
+    :meth:`queue` launches the hold kernel on the current stream; :meth:`wait_resident` returns
+    once every block of it is resident, i.e. once every SM is taken by it and no other kernel
+    runs; :meth:`release` lets it end. The work queued on the stream between the two then runs
+    back to back, however slowly the host queued it, and work queued on other streams meanwhile
+    waits for the release (it cannot run unseen before the start event).
+
+    Raises RuntimeError at construction when the hold does not work on this device (its
+    self-test: a released hold must report itself resident through mapped host memory).
+    """
+
+    def __init__(self) -> None:
+        import cupy
+        import numpy as np
+
+        device = cupy.cuda.Device()
+        attrs = device.attributes
+        self.blocks = int(attrs["MultiProcessorCount"])
+        self.shared_bytes = int(attrs["MaxSharedMemoryPerBlockOptin"])
+        self._kernel = cupy.RawKernel(HOLD_SOURCE, "perfledger_hold")
+        self._kernel.max_dynamic_shared_size_bytes = self.shared_bytes
+        self._pinned = cupy.cuda.alloc_pinned_memory(4 * 4)
+        self._words = np.frombuffer(self._pinned, dtype=np.uint32, count=4)
+        self._words[:] = 0
+        self._arrived = cupy.zeros(1, dtype=cupy.uint32)
+        self._token = 0
+        self._timeout_ns = np.uint64(int(HOLD_TIMEOUT_S * 1e9))
+        # self-test: released before it starts, the hold must still say it was resident
+        token = self.queue(released=True)
+        cupy.cuda.runtime.deviceSynchronize()
+        if int(self._words[1]) != token:
+            raise RuntimeError("the stream hold kernel cannot reach mapped host memory here")
+
+    def queue(self, released: bool = False) -> int:
+        """Queue the hold on the current stream; returns its token."""
+        import numpy as np
+
+        self._token = (self._token % 0xFFFFFFFE) + 1
+        if released:
+            self._words[0] = self._token
+        self._arrived.fill(0)
+        self._kernel(
+            (self.blocks,),
+            (1,),
+            (np.uint64(self._pinned.ptr), np.uint32(self._token), self._arrived,
+             self._timeout_ns),
+            shared_mem=self.shared_bytes,
+        )  # fmt: skip
+        return self._token
+
+    def wait_resident(self, token: int, deadline_s: float = HOLD_TIMEOUT_S) -> bool:
+        """Wait (spinning, at most ``deadline_s``) until the hold ``token`` holds every SM.
+        Returns False when it did not in time (the GPU busy with other work, or the hold
+        already timed out)."""
+        end = time.perf_counter() + deadline_s
+        while int(self._words[1]) != token:
+            if int(self._words[2]) == token or time.perf_counter() > end:
+                return False
+        return True
+
+    def release(self, token: int) -> None:
+        """Let the hold ``token`` end."""
+        self._words[0] = token
+
+    def timed_out(self, token: int) -> bool:
+        """Whether the hold ``token`` ended by its timeout rather than its release (read after
+        the stream completed)."""
+        return int(self._words[2]) == token
+
+
 @dataclass(frozen=True)
 class Sample:
     """One timed call.
@@ -57,12 +169,15 @@ class Sample:
         wall_s: host wall time from before the flush was queued to after the device-wide
             synchronize (seconds).
         input_set: which rotated input set was used.
+        held: the stream was held while the call was queued (:class:`StreamHold`): False
+            without a hold, or when it was not resident before the call or timed out.
     """
 
     gpu_s: float
     span_s: float
     wall_s: float
     input_set: int
+    held: bool = False
 
     @property
     def excess_s(self) -> float:
@@ -72,13 +187,31 @@ class Sample:
 
 class EventTimer:
     """Times one call on ``stream`` with three events (before flush, start, end) and a
-    device-wide synchronize before reading them."""
+    device-wide synchronize before reading them.
 
-    def __init__(self, stream: Any, flusher: L2Flusher | None) -> None:
+    With ``hold`` the stream is held (:class:`StreamHold`) between the flush and the start
+    event until the call has returned: the event time is then the call's GPU work alone, not
+    the host's launch latency (which, after the process was idle, can be several times a small
+    kernel), and no other stream's work runs before the start event unseen. A subject that
+    waits on its own stream during a call would wait for the hold: the hold times out, the
+    sample says so, and after :data:`HOLD_GIVE_UP` such samples the timer stops holding
+    (:attr:`hold_off` says why).
+    """
+
+    def __init__(self, stream: Any, flusher: L2Flusher | None, hold: bool = False) -> None:
         import cupy
 
         self.stream = stream
         self.flusher = flusher
+        self.hold: StreamHold | None = None
+        #: why the timer does not hold the stream (None while it does)
+        self.hold_off: str | None = None if hold else "not asked"
+        self._timeouts = 0
+        if hold:
+            try:
+                self.hold = StreamHold()
+            except Exception as exc:  # no opt-in shared memory, no mapped memory: time without
+                self.hold_off = f"the stream hold does not work here: {exc}"
         self._e0 = cupy.cuda.Event()
         self._e1 = cupy.cuda.Event()
         self._e2 = cupy.cuda.Event()
@@ -97,6 +230,7 @@ class EventTimer:
         the flush and the start event: it is inside ``span_s`` (so the wall-time check accounts
         for it) and outside ``gpu_s``.
         """
+        hold = self.hold
         with self.stream:
             t0 = time.perf_counter()
             self._e0.record(self.stream)
@@ -104,14 +238,41 @@ class EventTimer:
                 before()
             if self.flusher is not None:
                 self.flusher.flush()
+            token = hold.queue() if hold is not None else 0
             self._e1.record(self.stream)
-            call()
-            self._e2.record(self.stream)
+            # the call is queued only once the hold owns every SM (the flush done): work it puts
+            # on other streams cannot run before the start event
+            resident = hold.wait_resident(token) if hold is not None else False
+            try:
+                call()
+                self._e2.record(self.stream)
+            finally:
+                if hold is not None:
+                    hold.release(token)
             self._sync()
             t1 = time.perf_counter()
+        held = resident and hold is not None and not hold.timed_out(token)
+        if hold is not None and resident and not held:
+            self._timeouts += 1
+            if self._timeouts >= HOLD_GIVE_UP:
+                self.hold = None
+                self.hold_off = (
+                    f"{self._timeouts} holds timed out after {HOLD_TIMEOUT_S} s: the subject "
+                    "waits on its stream during a call, or takes that long to queue it"
+                )
         gpu_ms = self._elapsed(self._e1, self._e2)
         span_ms = self._elapsed(self._e0, self._e2)
-        return Sample(gpu_ms / 1e3, span_ms / 1e3, t1 - t0, input_set)
+        return Sample(gpu_ms / 1e3, span_ms / 1e3, t1 - t0, input_set, held)
 
 
-__all__ = ["FALLBACK_FLUSH_BYTES", "FLUSH_FACTOR", "EventTimer", "L2Flusher", "Sample"]
+__all__ = [
+    "FALLBACK_FLUSH_BYTES",
+    "FLUSH_FACTOR",
+    "HOLD_GIVE_UP",
+    "HOLD_SOURCE",
+    "HOLD_TIMEOUT_S",
+    "EventTimer",
+    "L2Flusher",
+    "Sample",
+    "StreamHold",
+]
