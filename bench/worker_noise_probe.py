@@ -78,6 +78,7 @@ def main() -> int:
                 calls = int(c.settings["isolation_settings"]["calls_per_batch"])
             s = _summary(c, calls)
             s.update(mode=mode, run=run, wall_s=time.perf_counter() - t0)
+            s["stream_hold"] = {k: c.settings.get(k) for k in ("stream_hold", "stream_hold_counts")}
             results.append(s)
             short = {k: v for k, v in s.items() if k not in ("ref_s", "cand_s")}
             print(json.dumps(short), flush=True)

@@ -833,6 +833,7 @@ class Harness:
             "flush_bytes": self.flusher.nbytes if self.flusher else 0,
             "overhead_s": self._overhead_s,
             "stream_hold": self.timer.hold_off or "on",
+            "stream_hold_counts": dict(self.timer.hold_counts),
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
             "inputs": (
                 "rotated" if self.config.protocol == 1 else "fresh" if self._fresh() else "pooled"

@@ -203,6 +203,7 @@ class WorkerProcess:
         self.role = role
         self.config = config
         self.overhead_s = 0.0  # the worker's calibration of an empty call (after check)
+        self.stream_hold: dict[str, Any] | None = None  # as the last batch's reply said
         # the scheduling it inherits (nice, policy), taken before any subject code runs: the
         # spec's module-level code could renice this process before the first batch
         self.sched = _sched_of(0)
@@ -278,6 +279,8 @@ class WorkerProcess:
         64-hex-digit digest per call). Raises: MeasurementError."""
         reply, wall = self._ask({"op": "run", "seeds": [int(s) for s in seeds], "key": key.hex()})
         n = len(seeds)
+        hold = reply.get("stream_hold")
+        self.stream_hold = hold if isinstance(hold, dict) else None
         try:
             out = BatchReply(
                 [float(t) for t in reply["times_s"]],
@@ -1119,6 +1122,8 @@ def compare_workers(
             },
             reveals=run.reveals,
             batches=len(run.batches),
+            # each worker's own account of its stream holds (a statement, not a check)
+            stream_hold={ROLES[label]: w.stream_hold for label, w in run.workers.items()},
         )
         return Comparison(
             reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,

@@ -191,6 +191,7 @@ class Worker:
             "digests": digests,
             "recheck_failures": timing.recheck_failures,
             "checked_calls": timing.checked_calls,
+            "stream_hold": {"state": h.timer.hold_off or "on", **h.timer.hold_counts},
         }
 
     def _ring(self, slot: int) -> dict[str, Any]:

@@ -207,6 +207,14 @@ class EventTimer:
         #: why the timer does not hold the stream (None while it does)
         self.hold_off: str | None = None if hold else "not asked"
         self._timeouts = 0
+        #: how the holds went: calls held, holds not resident in time, holds timed out, and
+        #: the host's seconds spent waiting for residency
+        self.hold_counts: dict[str, float] = {
+            "held": 0,
+            "not_resident": 0,
+            "timed_out": 0,
+            "resident_wait_s": 0.0,
+        }
         if hold:
             try:
                 self.hold = StreamHold()
@@ -242,7 +250,9 @@ class EventTimer:
             self._e1.record(self.stream)
             # the call is queued only once the hold owns every SM (the flush done): work it puts
             # on other streams cannot run before the start event
+            t_wait = time.perf_counter()
             resident = hold.wait_resident(token) if hold is not None else False
+            self.hold_counts["resident_wait_s"] += time.perf_counter() - t_wait
             try:
                 call()
                 self._e2.record(self.stream)
@@ -252,6 +262,9 @@ class EventTimer:
             self._sync()
             t1 = time.perf_counter()
         held = resident and hold is not None and not hold.timed_out(token)
+        if hold is not None:
+            key = "held" if held else "timed_out" if resident else "not_resident"
+            self.hold_counts[key] += 1
         if hold is not None and resident and not held:
             self._timeouts += 1
             if self._timeouts >= HOLD_GIVE_UP:
