@@ -13,10 +13,10 @@ JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / std
   time) and correctness trials of the subject;
 - ``run {seeds, key}``: one call per seed through the harness's protocol-2 call path
   (:meth:`Harness._timed2`: fresh inputs from the seed, L2 flush, CUDA events, a re-check drawn
-  after the call), each call writing into output buffers of its own; after the call's timed
-  window its outputs are digested, keyed by ``key``, on the device
+  after the call), each call writing into output buffers of its own; once the batch's calls are
+  done every call's outputs are digested, keyed by ``key``, on the device
   (:func:`~perfledger.kernels.gpu_digest.device_digest`, when its self-test at ``hello``
-  agreed with the ``blake3`` package) or after a copy to pinned host memory
+  agreed with the ``blake3`` package), or after each call following a copy to pinned host memory
   (:func:`~perfledger.kernels.subject_protocol.output_digest`): the same digest either way;
 - ``reveal {index, path}``: writes that call's outputs of the last batch to ``path`` (raw bytes:
   :func:`~perfledger.kernels.subject_protocol.write_reveal`); without ``path``, copies them into
@@ -162,19 +162,21 @@ class Worker:
             pair = _PairInputs(h._make_inputs(int(seed)), int(seed))
             outs = self._ring(k)
             h._timed2(subject, outs, pair, k, timing)
-            # after the call's timed window: commit to the bytes the parent may ask to see
-            if self.device_digest:
-                with h.stream:  # ordered after the call, before the next call's inputs
-                    for j, name in enumerate(names):
-                        digest_into(outs[name], key_device, words[k, j])
-            else:
+            if not self.device_digest:
                 host = self._host(k)
                 for name, out in outs.items():
                     out.get(out=host[name])
                 digests.append(output_digest(host, key_bytes))
             self.kept.append(outs)
         if self.device_digest:
+            # Every call's outputs stay in buffers of their own until the next batch, so the
+            # digests are made once the batch's calls are done: queued after each call, they
+            # were work the next call's stream hold waited for. Subject code runs in this
+            # process either way; the parent's clock bounds the batch's work as a whole.
             with h.stream:
+                for k, outs in enumerate(self.kept):
+                    for j, name in enumerate(names):
+                        digest_into(outs[name], key_device, words[k, j])
                 got = words.get(stream=h.stream)
             h.stream.synchronize()
             for k in range(len(seeds)):
