@@ -8,6 +8,7 @@ import json
 import subprocess
 from typing import Any
 
+import click
 import pytest
 
 
@@ -24,11 +25,59 @@ def test_schema_without_operation_lists_the_operations(cli: Any) -> None:
 @pytest.mark.parametrize(
     "command",
     [("init",), ("note",), ("target", "freeze"), ("handoff", "record"), ("measure", "aa"),
-     ("evidence", "add"), ("resolve",)],
+     ("evidence", "add"), ("resolve",), ("triage",), ("mcp",), ("loop", "setup")],
 )  # fmt: skip
 def test_actor_help_states_one_default(cli: Any, command: tuple[str, ...]) -> None:
     text = " ".join(cli(*command, "--help").stdout.split())
-    assert "(default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)" in text
+    assert (
+        "(default: $PERFLEDGER_ACTOR, else the clone's perfledger.actor set by `init --actor`, "
+        "else $USER, else $LOGNAME, else this process's user; an empty name is refused)"
+    ) in text
+
+
+def _leaf_commands() -> list[tuple[str, click.Command]]:
+    """Every command of the CLI (groups opened, lazily loaded ones included), by its path."""
+    from perfledger.commands.cli.app import cli as root
+
+    found: list[tuple[str, click.Command]] = []
+
+    def walk(command: click.Command, path: str, ctx: click.Context) -> None:
+        if not isinstance(command, click.Group):
+            found.append((path, command))
+            return
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
+            walk(sub, f"{path} {name}".strip(), click.Context(sub, parent=ctx, info_name=name))
+
+    walk(root, "", click.Context(root, info_name="perfledger"))
+    return found
+
+
+def _option(command: click.Command, flag: str) -> click.Option | None:
+    return next((p for p in command.params if isinstance(p, click.Option) and flag in p.opts), None)
+
+
+def test_every_writing_command_declares_actor_and_idempotency_key_the_same_way() -> None:
+    from perfledger.commands.cli.common import ACTOR_HELP, IDEMPOTENCY_HELP
+
+    actors = idempotent = 0
+    for path, command in _leaf_commands():
+        actor = _option(command, "--actor")
+        key = _option(command, "--idempotency-key")
+        if key is not None:
+            idempotent += 1
+            assert actor is not None, f"{path}: --idempotency-key without --actor"
+            assert key.help == IDEMPOTENCY_HELP, path
+            assert (key.default, key.envvar, key.required, key.opts) == (
+                None, None, False, ["--idempotency-key"]), path  # fmt: skip
+        if actor is not None:
+            actors += 1
+            assert actor.help is not None and actor.help.startswith(ACTOR_HELP), path
+            assert (actor.default, actor.envvar, actor.required, actor.opts) == (
+                None, None, False, ["--actor"]), path  # fmt: skip
+    # Every write operation, the measure commands and a few others: not a walk that found none.
+    assert actors >= 30 and idempotent >= 25, (actors, idempotent)
 
 
 def _config_actor(ledger: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

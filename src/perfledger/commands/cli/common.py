@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
@@ -61,14 +62,45 @@ def fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
 json_option = click.option(
     "--json", "json_flag", is_flag=True, help="Answer with one JSON object on stdout."
 )
-#: ``--actor`` of a command that records (the default is resolved by the ledger's context).
-actor_option = click.option(
-    "--actor",
-    default=None,
-    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+#: The help of ``--actor``, the same on every command that writes (see :func:`resolve_actor`).
+ACTOR_HELP = (
+    "Who records: the name every event this command appends carries as its actor "
+    "(default: $PERFLEDGER_ACTOR, else the clone's perfledger.actor set by `init --actor`, "
+    "else $USER, else $LOGNAME, else this process's user; an empty name is refused)."
 )
-#: ``--idempotency-key`` of a command that records.
-idempotency_option = click.option("--idempotency-key", default=None, help="Retry-safe key.")
+#: The help of ``--idempotency-key``, the same on every command that writes (SPEC.md section 2,
+#: idempotency; ``idempotent_replay`` in ``ledger/base.py``).
+IDEMPOTENCY_HELP = (
+    "Retry-safe key: a retry of the same request with this key answers with the event it first "
+    "appended and appends nothing (the key reused for another request is refused)."
+)
+#: Declarations and settings of the two options, one source for the decorators and the
+#: parameter objects below (click offers no way to make one from the other).
+_ACTOR_DECLS = ["--actor"]
+_IDEMPOTENCY_DECLS = ["--idempotency-key"]
+
+
+def actor_option_noting(note: str) -> Callable[[Any], Any]:
+    """``--actor`` (:data:`ACTOR_HELP`) as a decorator, with ``note`` added to its help: for a
+    command whose actor does more than name who records (``init`` remembers it)."""
+    return click.option(*_ACTOR_DECLS, default=None, help=f"{ACTOR_HELP} {note}".strip())
+
+
+def actor_param() -> click.Option:
+    """``--actor`` as a parameter object, for a command built from a list of parameters."""
+    return click.Option(_ACTOR_DECLS, default=None, help=ACTOR_HELP)
+
+
+def idempotency_param() -> click.Option:
+    """``--idempotency-key`` as a parameter object, for a command built from a list of
+    parameters."""
+    return click.Option(_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
+
+
+#: ``--actor`` of every command that writes (the value goes through :func:`resolve_actor`).
+actor_option = actor_option_noting("")
+#: ``--idempotency-key`` of every command that writes.
+idempotency_option = click.option(*_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
 
 
 def command_context(json_flag: bool) -> Context:

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, idempotency_option
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest, EvidenceError
@@ -155,12 +156,8 @@ _common = [
     click.option("--graph/--no-graph", default=None, help="Whether the work ran in a CUDA graph."),
     click.option("--description", default=None, help="One line about the evidence."),
     click.option("--target", "target_id", default=None, help="The Target id (sets target_id)."),
-    click.option("--idempotency-key", default=None, help="Retry-safe key."),
-    click.option(
-        "--actor",
-        default=None,
-        help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-    ),
+    idempotency_option,
+    actor_option,
     click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object."),
 ]
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
 #: The artifact a recorded query attaches.
@@ -294,7 +294,7 @@ def knowledge() -> None:
     help="With --record: the layer the question was about (default kernel).",
 )
 @click.option("--target", "target_id", default=None, help="With --record: the Target id.")
-@click.option("--actor", default=None, help="With --record: who records.")
+@actor_option
 @click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[str, ...],
           dtype: str | None, libraries: tuple[str, ...], card_dirs: tuple[str, ...],

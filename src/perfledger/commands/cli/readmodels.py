@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
@@ -356,12 +356,8 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
     help="Friction and feedback (or `none`); recorded as `not stated` when omitted.",
 )
 @click.option("--question", "questions", multiple=True, help="An unresolved question (repeatable).")
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
+@idempotency_option
+@actor_option
 @click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
 @_json
 def handoff_record(

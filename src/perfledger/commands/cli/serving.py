@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, idempotency_option
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
@@ -189,8 +190,8 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
 )
 @click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing.")
-@click.option("--actor", default=None, help="Who records.")
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@actor_option
+@idempotency_option
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 def measure_serving(**kw: Any) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import to_json_text
 
 #: Events listed by name in the text summary of a pull (all of them are in ``--json``).
 SUMMARY_EVENTS = 10
@@ -298,12 +298,8 @@ def sync(remote: str | None, json_flag: bool) -> None:
 @click.option("--conflict", "conflict_id", default=None, help="The conflict id (sets conflict_id).")
 @click.option("--keep", default=None, help="What stands (one of the conflict's options).")
 @click.option("--reason", default=None, help="Why.")
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
+@idempotency_option
+@actor_option
 @click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
 @_json
 def resolve(

@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_param, idempotency_param, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.registry.operations import OPERATIONS, Operation
 from perfledger.errors import BadRequest
 
@@ -327,12 +327,8 @@ def _write_command(operation: Operation) -> click.Command:
             help="The closed JSON request (a file, or - for stdin). "
             f"Schema: `perfledger schema {operation.name}`.",
         ),
-        click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
-        click.Option(
-            ["--actor"],
-            default=None,
-            help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-        ),
+        idempotency_param(),
+        actor_param(),
         click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
         click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP),
     ]
