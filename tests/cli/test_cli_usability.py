@@ -35,15 +35,17 @@ def test_actor_help_states_one_default(cli: Any, command: tuple[str, ...]) -> No
     ) in text
 
 
-def _leaf_commands() -> list[tuple[str, click.Command]]:
-    """Every command of the CLI (groups opened, lazily loaded ones included), by its path."""
+def _commands() -> list[tuple[str, click.Command]]:
+    """Every command and subgroup of the CLI (lazily loaded ones included, not the top group),
+    by its path."""
     from perfledger.commands.cli.app import cli as root
 
     found: list[tuple[str, click.Command]] = []
 
     def walk(command: click.Command, path: str, ctx: click.Context) -> None:
-        if not isinstance(command, click.Group):
+        if path:
             found.append((path, command))
+        if not isinstance(command, click.Group):
             return
         for name in command.list_commands(ctx):
             sub = command.get_command(ctx, name)
@@ -62,7 +64,7 @@ def test_every_writing_command_declares_actor_and_idempotency_key_the_same_way()
     from perfledger.commands.cli.common import ACTOR_HELP, IDEMPOTENCY_HELP
 
     actors = idempotent = 0
-    for path, command in _leaf_commands():
+    for path, command in _commands():
         actor = _option(command, "--actor")
         key = _option(command, "--idempotency-key")
         if key is not None:
@@ -194,3 +196,17 @@ def test_init_with_a_bad_or_empty_actor_creates_nothing(cli: Any, tmp_path: Any)
         error = json.loads(done.stdout)["error"]
         assert done.returncode == 2 and len(error["message"]) < 300, error
         assert not path.exists()
+
+
+def test_every_command_declares_json_the_same_way() -> None:
+    from perfledger.commands.cli.common import JSON_HELP
+
+    answering = 0
+    for path, command in _commands():
+        option = _option(command, "--json")
+        if option is not None:
+            answering += 1
+            assert (option.name, option.is_flag, option.help) == ("json_flag", True, JSON_HELP), (
+                path
+            )
+    assert answering >= 60, answering  # nearly every command answers in JSON

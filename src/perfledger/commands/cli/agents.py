@@ -14,9 +14,8 @@ import click
 
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
 def _shared() -> Any:

@@ -59,9 +59,18 @@ def fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
-json_option = click.option(
-    "--json", "json_flag", is_flag=True, help="Answer with one JSON object on stdout."
-)
+#: The help of a command's ``--json`` (the group's own ``perfledger --json`` is another option).
+JSON_HELP = "Answer with one JSON object on stdout."
+#: ``--json`` of every command that answers (sets the ``json_flag`` parameter).
+json_option = click.option("--json", "json_flag", is_flag=True, help=JSON_HELP)
+
+
+def json_param() -> click.Option:
+    """``--json`` (:data:`JSON_HELP`) as a parameter object, for a command built from a list of
+    parameters."""
+    return click.Option(["--json", "json_flag"], is_flag=True, help=JSON_HELP)
+
+
 #: The help of ``--actor``, the same on every command that writes (see :func:`resolve_actor`).
 ACTOR_HELP = (
     "Who records: the name every event this command appends carries as its actor "

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option
+from perfledger.commands.cli.common import actor_option, idempotency_option, json_option
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest, EvidenceError
@@ -158,7 +158,7 @@ _common = [
     click.option("--target", "target_id", default=None, help="The Target id (sets target_id)."),
     idempotency_option,
     actor_option,
-    click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object."),
+    json_option,
 ]
 
 
@@ -360,7 +360,7 @@ def _evidence_events(ctx: Any) -> list[Any]:
 
 
 @click.command("list")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def _list(json_flag: bool) -> None:
     """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
     ctx = _ctx(json_flag)
@@ -391,7 +391,7 @@ def _list(json_flag: bool) -> None:
 
 @click.command("show")
 @click.argument("evidence_id")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
     import msgspec

@@ -29,10 +29,10 @@ import click
 
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest
 
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 _run_opt = click.option("--run", "run_id", required=True, help="The run id.")
 #: Paired interleaved blocks per comparison for workload subjects (R12 needs at least 5).
 DEFAULT_PAIRS = 8

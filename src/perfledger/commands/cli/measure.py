@@ -37,6 +37,7 @@ import click
 
 from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.identity import (
     SubjectsWatch,
@@ -61,9 +62,6 @@ RESOLUTION_ARTIFACT = "resolution.json"
 def _emit(data: object) -> None:
 
     click.echo(to_json_text(data))
-
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
 # ------------------------------------------------------------------------------------ env

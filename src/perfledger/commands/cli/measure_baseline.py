@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option
+from perfledger.commands.cli.common import actor_option, idempotency_option, json_option
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.errors import BadRequest, MeasurementError
 
@@ -52,7 +52,7 @@ DEFAULT_CALLS = 3
 @idempotency_option
 @click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def measure_baseline(
     target_id: str,
     cmd: str,

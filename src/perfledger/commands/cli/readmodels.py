@@ -19,14 +19,19 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
+from perfledger.commands.cli.common import (
+    actor_option,
+    idempotency_option,
+    json_param,
+    to_json_text,
+)
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.errors import BadRequest
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
 
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 _target = click.option("--target", "target_id", default=None, help="The Target id.")
 
 
@@ -525,7 +530,7 @@ def install(cli: click.Group) -> None:
         "or record it (`handoff record`).",
         params=[
             click.Option(["--target", "target_id"], default=None, help="The Target id."),
-            click.Option(["--json", "json_flag"], is_flag=True, help="Answer with JSON."),
+            json_param(),
             click.Option(["--md", "md_flag"], is_flag=True, help="Answer with Markdown."),
         ],
         callback=_handoff_group_callback,

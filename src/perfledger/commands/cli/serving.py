@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option
+from perfledger.commands.cli.common import actor_option, idempotency_option, json_option
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
@@ -193,7 +193,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 @actor_option
 @idempotency_option
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def measure_serving(**kw: Any) -> None:
     """Load OpenAI-compatible endpoints (streaming) in interleaved ABBA windows and report
     per-request TTFT, time per output token, end-to-end latency and throughput, p50/p95/p99 with

@@ -17,6 +17,7 @@ import click
 
 from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 
 #: Events listed by name in the text summary of a pull (all of them are in ``--json``).
 SUMMARY_EVENTS = 10
@@ -30,9 +31,6 @@ def _shared() -> Any:
 
 def _emit(data: object) -> None:
     click.echo(to_json_text(data))
-
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
 @click.group("remote")

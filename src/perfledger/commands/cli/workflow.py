@@ -19,8 +19,9 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_param, idempotency_param, to_json_text
+from perfledger.commands.cli.common import actor_param, idempotency_param, json_param, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry.operations import OPERATIONS, Operation
 from perfledger.errors import BadRequest
@@ -329,7 +330,7 @@ def _write_command(operation: Operation) -> click.Command:
         ),
         idempotency_param(),
         actor_param(),
-        click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
+        json_param(),
         click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP),
     ]
 
@@ -553,7 +554,6 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     click.echo(to_json_text(json_schema(operation), indent=2))
 
 
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 _target_opt = click.option("--target", "target_id", default=None, help="The Target id.")
 
 
