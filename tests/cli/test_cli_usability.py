@@ -5,6 +5,7 @@ states the same default, and ``init --actor`` is remembered as the clone's defau
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from typing import Any
 
@@ -210,3 +211,44 @@ def test_every_command_declares_json_the_same_way() -> None:
                 path
             )
     assert answering >= 60, answering  # nearly every command answers in JSON
+
+
+def test_every_command_taking_a_request_declares_request_and_dry_run_the_same_way() -> None:
+    from perfledger.commands.cli.common import DRY_RUN_HELP
+    from perfledger.commands.registry.operations import OPERATIONS
+
+    deciding = 0
+    for path, command in _commands():
+        request = _option(command, "--request")
+        if request is None:
+            continue
+        deciding += 1
+        schema = re.fullmatch(
+            r"The closed JSON request \(a file, or - for stdin; schema: `perfledger schema "
+            r"([a-z.-]+)`\)(; .+)?\.",
+            request.help or "",
+        )
+        assert schema is not None and schema.group(1) in OPERATIONS, (path, request.help)
+        assert (request.name, request.metavar) == ("request_source", "FILE|-"), path
+        dry_run = _option(command, "--dry-run")
+        assert dry_run is not None and dry_run.help == DRY_RUN_HELP, path
+        target = _option(command, "--target")
+        if target is not None and path != "handoff record":  # handoff: the Target it derives
+            assert target.help == "The Target id (sets target_id).", path
+    assert deciding >= 20, deciding
+
+
+@pytest.mark.parametrize("flag", ["--target", "--case", "--timeout-s", "--quiet"])
+def test_measure_commands_that_run_the_targets_calls_declare_their_options_the_same_way(
+    flag: str,
+) -> None:
+    commands = dict(_commands())
+    declared = set()
+    found = 0
+    for path in ("measure aa", "measure baseline", "measure workload"):
+        option = _option(commands[path], flag)
+        if option is not None:  # workload takes no --target: the experiment names it
+            found += 1
+            declared.add((option.name, option.help, option.default, option.required,
+                          option.multiple, repr(option.type)))  # fmt: skip
+    assert found >= 2 and len(declared) == 1, declared

@@ -112,6 +112,89 @@ actor_option = actor_option_noting("")
 idempotency_option = click.option(*_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
 
 
+#: The help of ``--dry-run`` on a command that decides a request (``preview``, then the answer
+#: of :func:`perfledger.commands.cli.workflow._answer_dry_run`); the measure commands' differs.
+DRY_RUN_HELP = (
+    "Validate and decide on the current head, show the event(s) it would append, append "
+    "nothing (a refusal still exits 3)."
+)
+#: ``--dry-run`` of every command that decides a request.
+dry_run_option = click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+
+
+def dry_run_param() -> click.Option:
+    """``--dry-run`` (:data:`DRY_RUN_HELP`) as a parameter object, for a command built from a
+    list of parameters."""
+    return click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP)
+
+
+def request_help(operation: str, note: str = "") -> str:
+    """The help of ``--request`` for ``operation`` (e.g. ``target.freeze``), with ``note`` (what
+    else the command does with it) after the schema it names."""
+    tail = f"; {note}" if note else ""
+    return (
+        f"The closed JSON request (a file, or - for stdin; schema: `perfledger schema "
+        f"{operation}`){tail}."
+    )
+
+
+def request_option(operation: str, note: str = "") -> Callable[[Any], Any]:
+    """``--request FILE|-`` of a command that records ``operation``, as a decorator (the value
+    lands in the ``request_source`` parameter)."""
+    return click.option(
+        "--request",
+        "request_source",
+        metavar="FILE|-",
+        default=None,
+        help=request_help(operation, note),
+    )
+
+
+def request_param(operation: str) -> click.Option:
+    """``--request FILE|-`` of ``operation`` as a parameter object, for a command built from a
+    list of parameters."""
+    return click.Option(
+        ["--request", "request_source"],
+        metavar="FILE|-",
+        default=None,
+        help=request_help(operation),
+    )
+
+
+#: ``--target`` of a read command: which Target to show (each command says what it does without).
+target_option = click.option("--target", "target_id", default=None, help="The Target id.")
+
+
+def target_param() -> click.Option:
+    """``--target`` of a read command as a parameter object, for a command built from a list of
+    parameters."""
+    return click.Option(["--target", "target_id"], default=None, help="The Target id.")
+
+
+#: The help of ``--target`` on a command that records: it sets the request's ``target_id``.
+TARGET_FIELD_HELP = "The Target id (sets target_id)."
+#: ``--target`` of a command that records a request with a ``target_id`` field.
+target_field_option = click.option("--target", "target_id", default=None, help=TARGET_FIELD_HELP)
+
+
+#: Options of the measure commands that run the Target's calls (aa, baseline, workload).
+#: ``--target`` of a measurement: required, the Target whose readiness says what to run.
+measured_target_option = click.option("--target", "target_id", required=True, help="The Target id.")
+#: ``--case`` (repeatable): which of the readiness's test cases to run.
+cases_option = click.option(
+    "--case", "cases", multiple=True, help="Test cases (default: the readiness's)."
+)
+#: ``--timeout-s``: the limit on one call of a measured command.
+call_timeout_option = click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0.001),
+    default=600.0,
+    help="Seconds one call may run (default 600).",
+)
+#: ``--quiet``: no progress bar (the answer on stdout is the same).
+quiet_option = click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+
+
 def command_context(json_flag: bool) -> Context:
     """The current command's :class:`Context`, switched to JSON answers by ``--json``."""
     ctx = click.get_current_context().find_object(Context)
