@@ -191,6 +191,10 @@ call_timeout_option = click.option(
     default=600.0,
     help="Seconds one call may run (default 600).",
 )
+#: ``--dry-run`` of a measurement that records samples or evidence (workload, kernel, serving).
+measure_dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Measure and print the request; append nothing."
+)
 #: ``--quiet``: no progress bar (the answer on stdout is the same).
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 

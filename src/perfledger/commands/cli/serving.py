@@ -26,7 +26,12 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option, json_option
+from perfledger.commands.cli.common import (
+    actor_option,
+    idempotency_option,
+    json_option,
+    measure_dry_run_option,
+)
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
@@ -189,7 +194,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 @click.option(
     "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
 )
-@click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing.")
+@measure_dry_run_option
 @actor_option
 @idempotency_option
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
