@@ -5,9 +5,11 @@ states the same default, and ``init --actor`` is remembered as the clone's defau
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from typing import Any
 
+import click
 import pytest
 
 
@@ -24,11 +26,61 @@ def test_schema_without_operation_lists_the_operations(cli: Any) -> None:
 @pytest.mark.parametrize(
     "command",
     [("init",), ("note",), ("target", "freeze"), ("handoff", "record"), ("measure", "aa"),
-     ("evidence", "add"), ("resolve",)],
+     ("evidence", "add"), ("resolve",), ("triage",), ("mcp",), ("loop", "setup")],
 )  # fmt: skip
 def test_actor_help_states_one_default(cli: Any, command: tuple[str, ...]) -> None:
     text = " ".join(cli(*command, "--help").stdout.split())
-    assert "(default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER)" in text
+    assert (
+        "(default: $PERFLEDGER_ACTOR, else the clone's perfledger.actor set by `init --actor`, "
+        "else $USER, else $LOGNAME, else this process's user; an empty name is refused)"
+    ) in text
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    """Every command and subgroup of the CLI (lazily loaded ones included, not the top group),
+    by its path."""
+    from perfledger.commands.cli.app import cli as root
+
+    found: list[tuple[str, click.Command]] = []
+
+    def walk(command: click.Command, path: str, ctx: click.Context) -> None:
+        if path:
+            found.append((path, command))
+        if not isinstance(command, click.Group):
+            return
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
+            walk(sub, f"{path} {name}".strip(), click.Context(sub, parent=ctx, info_name=name))
+
+    walk(root, "", click.Context(root, info_name="perfledger"))
+    return found
+
+
+def _option(command: click.Command, flag: str) -> click.Option | None:
+    return next((p for p in command.params if isinstance(p, click.Option) and flag in p.opts), None)
+
+
+def test_every_writing_command_declares_actor_and_idempotency_key_the_same_way() -> None:
+    from perfledger.commands.cli.common import ACTOR_HELP, IDEMPOTENCY_HELP
+
+    actors = idempotent = 0
+    for path, command in _commands():
+        actor = _option(command, "--actor")
+        key = _option(command, "--idempotency-key")
+        if key is not None:
+            idempotent += 1
+            assert actor is not None, f"{path}: --idempotency-key without --actor"
+            assert key.help == IDEMPOTENCY_HELP, path
+            assert (key.default, key.envvar, key.required, key.opts) == (
+                None, None, False, ["--idempotency-key"]), path  # fmt: skip
+        if actor is not None:
+            actors += 1
+            assert actor.help is not None and actor.help.startswith(ACTOR_HELP), path
+            assert (actor.default, actor.envvar, actor.required, actor.opts) == (
+                None, None, False, ["--actor"]), path  # fmt: skip
+    # Every write operation, the measure commands and a few others: not a walk that found none.
+    assert actors >= 30 and idempotent >= 25, (actors, idempotent)
 
 
 def _config_actor(ledger: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -145,3 +197,58 @@ def test_init_with_a_bad_or_empty_actor_creates_nothing(cli: Any, tmp_path: Any)
         error = json.loads(done.stdout)["error"]
         assert done.returncode == 2 and len(error["message"]) < 300, error
         assert not path.exists()
+
+
+def test_every_command_declares_json_the_same_way() -> None:
+    from perfledger.commands.cli.common import JSON_HELP
+
+    answering = 0
+    for path, command in _commands():
+        option = _option(command, "--json")
+        if option is not None:
+            answering += 1
+            assert (option.name, option.is_flag, option.help) == ("json_flag", True, JSON_HELP), (
+                path
+            )
+    assert answering >= 60, answering  # nearly every command answers in JSON
+
+
+def test_every_command_taking_a_request_declares_request_and_dry_run_the_same_way() -> None:
+    from perfledger.commands.cli.common import DRY_RUN_HELP
+    from perfledger.commands.registry.operations import OPERATIONS
+
+    deciding = 0
+    for path, command in _commands():
+        request = _option(command, "--request")
+        if request is None:
+            continue
+        deciding += 1
+        schema = re.fullmatch(
+            r"The closed JSON request \(a file, or - for stdin; schema: `perfledger schema "
+            r"([a-z.-]+)`\)(; .+)?\.",
+            request.help or "",
+        )
+        assert schema is not None and schema.group(1) in OPERATIONS, (path, request.help)
+        assert (request.name, request.metavar) == ("request_source", "FILE|-"), path
+        dry_run = _option(command, "--dry-run")
+        assert dry_run is not None and dry_run.help == DRY_RUN_HELP, path
+        target = _option(command, "--target")
+        if target is not None and path != "handoff record":  # handoff: the Target it derives
+            assert target.help == "The Target id (sets target_id).", path
+    assert deciding >= 20, deciding
+
+
+@pytest.mark.parametrize("flag", ["--target", "--case", "--timeout-s", "--quiet"])
+def test_measure_commands_that_run_the_targets_calls_declare_their_options_the_same_way(
+    flag: str,
+) -> None:
+    commands = dict(_commands())
+    declared = set()
+    found = 0
+    for path in ("measure aa", "measure baseline", "measure workload"):
+        option = _option(commands[path], flag)
+        if option is not None:  # workload takes no --target: the experiment names it
+            found += 1
+            declared.add((option.name, option.help, option.default, option.required,
+                          option.multiple, repr(option.type)))  # fmt: skip
+    assert found >= 2 and len(declared) == 1, declared

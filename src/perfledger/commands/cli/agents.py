@@ -12,11 +12,10 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
 def _shared() -> Any:
@@ -92,12 +91,7 @@ def skill_install(directory: str, json_flag: bool) -> None:
 
 
 @click.command("mcp")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who decides the server's writes (default: $PERFLEDGER_ACTOR, else perfledger.actor, "
-    "else $USER).",
-)
+@actor_option
 def mcp_command(actor: str | None) -> None:
     """Serve perfledger over MCP on stdin/stdout (needs `pip install 'perfledger[mcp]'`): one
     tool per write operation (input schema: the request's JSON Schema; result: the CLI's JSON

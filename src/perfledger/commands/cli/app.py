@@ -19,6 +19,9 @@ import click
 from perfledger import __version__
 from perfledger.commands.cli.common import (
     Context,
+    actor_option,
+    actor_option_noting,
+    idempotency_option,
     json_option,
     rate_text,
     to_json_text,
@@ -96,12 +99,9 @@ def cli(click_ctx: click.Context, ledger: str | None, json_mode: bool) -> None:
 @cli.command()
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--name", default=None, help="The ledger's name (default: the directory name).")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who creates it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER); "
-    "--actor is also remembered in this clone's git config as perfledger.actor, the actor of "
-    "later commands that name none.",
+@actor_option_noting(
+    "Here the root event's actor; --actor is also remembered in this clone's git config as "
+    "perfledger.actor, the actor of later commands that name none."
 )
 @json_option
 def init(path: str | None, name: str | None, actor: str | None, json_flag: bool) -> None:
@@ -266,12 +266,8 @@ def state(json_flag: bool) -> None:
 @cli.command()
 @click.argument("text")
 @click.option("--tag", "tags", multiple=True, help="A label (repeatable).")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who writes it (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
-@click.option("--idempotency-key", default=None, help="Retry-safe key: a repeat returns the first.")
+@actor_option
+@idempotency_option
 @json_option
 def note(
     text: str,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
@@ -58,17 +59,144 @@ def fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
-json_option = click.option(
-    "--json", "json_flag", is_flag=True, help="Answer with one JSON object on stdout."
+#: The help of a command's ``--json`` (the group's own ``perfledger --json`` is another option).
+JSON_HELP = "Answer with one JSON object on stdout."
+#: ``--json`` of every command that answers (sets the ``json_flag`` parameter).
+json_option = click.option("--json", "json_flag", is_flag=True, help=JSON_HELP)
+
+
+def json_param() -> click.Option:
+    """``--json`` (:data:`JSON_HELP`) as a parameter object, for a command built from a list of
+    parameters."""
+    return click.Option(["--json", "json_flag"], is_flag=True, help=JSON_HELP)
+
+
+#: The help of ``--actor``, the same on every command that writes (see :func:`resolve_actor`).
+ACTOR_HELP = (
+    "Who records: the name every event this command appends carries as its actor "
+    "(default: $PERFLEDGER_ACTOR, else the clone's perfledger.actor set by `init --actor`, "
+    "else $USER, else $LOGNAME, else this process's user; an empty name is refused)."
 )
-#: ``--actor`` of a command that records (the default is resolved by the ledger's context).
-actor_option = click.option(
-    "--actor",
-    default=None,
-    help="Who records (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
+#: The help of ``--idempotency-key``, the same on every command that writes (SPEC.md section 2,
+#: idempotency; ``idempotent_replay`` in ``ledger/base.py``).
+IDEMPOTENCY_HELP = (
+    "Retry-safe key: a retry of the same request with this key answers with the event it first "
+    "appended and appends nothing (the key reused for another request is refused)."
 )
-#: ``--idempotency-key`` of a command that records.
-idempotency_option = click.option("--idempotency-key", default=None, help="Retry-safe key.")
+#: Declarations and settings of the two options, one source for the decorators and the
+#: parameter objects below (click offers no way to make one from the other).
+_ACTOR_DECLS = ["--actor"]
+_IDEMPOTENCY_DECLS = ["--idempotency-key"]
+
+
+def actor_option_noting(note: str) -> Callable[[Any], Any]:
+    """``--actor`` (:data:`ACTOR_HELP`) as a decorator, with ``note`` added to its help: for a
+    command whose actor does more than name who records (``init`` remembers it)."""
+    return click.option(*_ACTOR_DECLS, default=None, help=f"{ACTOR_HELP} {note}".strip())
+
+
+def actor_param() -> click.Option:
+    """``--actor`` as a parameter object, for a command built from a list of parameters."""
+    return click.Option(_ACTOR_DECLS, default=None, help=ACTOR_HELP)
+
+
+def idempotency_param() -> click.Option:
+    """``--idempotency-key`` as a parameter object, for a command built from a list of
+    parameters."""
+    return click.Option(_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
+
+
+#: ``--actor`` of every command that writes (the value goes through :func:`resolve_actor`).
+actor_option = actor_option_noting("")
+#: ``--idempotency-key`` of every command that writes.
+idempotency_option = click.option(*_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
+
+
+#: The help of ``--dry-run`` on a command that decides a request (``preview``, then the answer
+#: of :func:`perfledger.commands.cli.workflow._answer_dry_run`); the measure commands' differs.
+DRY_RUN_HELP = (
+    "Validate and decide on the current head, show the event(s) it would append, append "
+    "nothing (a refusal still exits 3)."
+)
+#: ``--dry-run`` of every command that decides a request.
+dry_run_option = click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+
+
+def dry_run_param() -> click.Option:
+    """``--dry-run`` (:data:`DRY_RUN_HELP`) as a parameter object, for a command built from a
+    list of parameters."""
+    return click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP)
+
+
+def request_help(operation: str, note: str = "") -> str:
+    """The help of ``--request`` for ``operation`` (e.g. ``target.freeze``), with ``note`` (what
+    else the command does with it) after the schema it names."""
+    tail = f"; {note}" if note else ""
+    return (
+        f"The closed JSON request (a file, or - for stdin; schema: `perfledger schema "
+        f"{operation}`){tail}."
+    )
+
+
+def request_option(operation: str, note: str = "") -> Callable[[Any], Any]:
+    """``--request FILE|-`` of a command that records ``operation``, as a decorator (the value
+    lands in the ``request_source`` parameter)."""
+    return click.option(
+        "--request",
+        "request_source",
+        metavar="FILE|-",
+        default=None,
+        help=request_help(operation, note),
+    )
+
+
+def request_param(operation: str) -> click.Option:
+    """``--request FILE|-`` of ``operation`` as a parameter object, for a command built from a
+    list of parameters."""
+    return click.Option(
+        ["--request", "request_source"],
+        metavar="FILE|-",
+        default=None,
+        help=request_help(operation),
+    )
+
+
+#: ``--target`` of a read command: which Target to show (each command says what it does without).
+target_option = click.option("--target", "target_id", default=None, help="The Target id.")
+
+
+def target_param() -> click.Option:
+    """``--target`` of a read command as a parameter object, for a command built from a list of
+    parameters."""
+    return click.Option(["--target", "target_id"], default=None, help="The Target id.")
+
+
+#: The help of ``--target`` on a command that records: it sets the request's ``target_id``.
+TARGET_FIELD_HELP = "The Target id (sets target_id)."
+#: ``--target`` of a command that records a request with a ``target_id`` field.
+target_field_option = click.option("--target", "target_id", default=None, help=TARGET_FIELD_HELP)
+
+
+#: Options of the measure commands that run the Target's calls (aa, baseline, workload).
+#: ``--target`` of a measurement: required, the Target whose readiness says what to run.
+measured_target_option = click.option("--target", "target_id", required=True, help="The Target id.")
+#: ``--case`` (repeatable): which of the readiness's test cases to run.
+cases_option = click.option(
+    "--case", "cases", multiple=True, help="Test cases (default: the readiness's)."
+)
+#: ``--timeout-s``: the limit on one call of a measured command.
+call_timeout_option = click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0.001),
+    default=600.0,
+    help="Seconds one call may run (default 600).",
+)
+#: ``--dry-run`` of a measurement that records samples or evidence (workload, kernel, serving).
+measure_dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Measure and print the request; append nothing."
+)
+#: ``--quiet``: no progress bar (the answer on stdout is the same).
+quiet_option = click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 
 
 def command_context(json_flag: bool) -> Context:

@@ -21,6 +21,14 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import (
+    actor_option,
+    dry_run_option,
+    idempotency_option,
+    json_option,
+    request_option,
+    target_field_option,
+)
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest, EvidenceError
@@ -154,14 +162,10 @@ _common = [
     click.option("--shapes", default=None, help="The real shapes the report measured (text)."),
     click.option("--graph/--no-graph", default=None, help="Whether the work ran in a CUDA graph."),
     click.option("--description", default=None, help="One line about the evidence."),
-    click.option("--target", "target_id", default=None, help="The Target id (sets target_id)."),
-    click.option("--idempotency-key", default=None, help="Retry-safe key."),
-    click.option(
-        "--actor",
-        default=None,
-        help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-    ),
-    click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object."),
+    target_field_option,
+    idempotency_option,
+    actor_option,
+    json_option,
 ]
 
 
@@ -173,13 +177,9 @@ def _with_common(func: Any) -> Any:
 
 def _add_command(generic: click.Command) -> click.Command:
     @click.command("add")
-    @click.option(
-        "--request",
-        "request_source",
-        metavar="FILE|-",
-        default=None,
-        help="The closed JSON request (schema: `perfledger schema evidence.add`); with --kind, "
-        "only the context fields (evidence_id, layer, applicability, target_id, ...).",
+    @request_option(
+        "evidence.add",
+        "with --kind, only the context fields (evidence_id, layer, applicability, target_id, ...)",
     )
     @click.option(
         "--kind",
@@ -198,11 +198,7 @@ def _add_command(generic: click.Command) -> click.Command:
     @click.option("--binary", default=None, help="sass: the binary that was dumped (hashed).")
     @click.option("--binary-hash", default=None, help="sass: ALGO:HEX of the dumped binary.")
     @click.option("--ncu", "ncu_path", default=None, help="ncu executable (for .ncu-rep).")
-    @click.option(
-        "--dry-run",
-        is_flag=True,
-        help="Validate and decide, show the event it would append, append nothing.",
-    )
+    @dry_run_option
     @_with_common
     def add(
         request_source: str | None,
@@ -363,7 +359,7 @@ def _evidence_events(ctx: Any) -> list[Any]:
 
 
 @click.command("list")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def _list(json_flag: bool) -> None:
     """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
     ctx = _ctx(json_flag)
@@ -394,7 +390,7 @@ def _list(json_flag: bool) -> None:
 
 @click.command("show")
 @click.argument("evidence_id")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
     import msgspec

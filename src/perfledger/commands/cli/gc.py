@@ -8,11 +8,12 @@ from __future__ import annotations
 import click
 
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option
 
 
 @click.command("gc")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def gc(dry_run: bool, json_flag: bool) -> None:
     """Remove the garbage of killed writers and pulls (temporary objects and packs, a pack
     without its index, a pull's spooled pack), never a file a live writer is writing. Lock

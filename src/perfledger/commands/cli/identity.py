@@ -20,7 +20,7 @@ import click
 import msgspec
 
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.common import json_option, to_json_text
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.identity import (
     COVERAGE_SUBJECT,
@@ -515,7 +515,7 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
 @click.command("checkout")
 @click.argument("snapshot")
 @click.argument("directory")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
     """Write a recorded subject's files (SNAPSHOT: a tree digest or prefix, SAMPLES[:reference],
     TARGET:original, or an experiment id) into DIRECTORY, byte for byte (R11)."""

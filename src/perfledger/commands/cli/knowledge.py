@@ -22,9 +22,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, json_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
 #: The artifact a recorded query attaches.
@@ -294,8 +294,8 @@ def knowledge() -> None:
     help="With --record: the layer the question was about (default kernel).",
 )
 @click.option("--target", "target_id", default=None, help="With --record: the Target id.")
-@click.option("--actor", default=None, help="With --record: who records.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@actor_option
+@json_option
 def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[str, ...],
           dtype: str | None, libraries: tuple[str, ...], card_dirs: tuple[str, ...],
           no_shipped: bool, evidence_id: str | None, layer: str, target_id: str | None,
@@ -337,7 +337,7 @@ def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[st
 
 @knowledge.command("check")
 @click.argument("directories", nargs=-1)
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def check(directories: tuple[str, ...], json_flag: bool) -> None:
     """Validate the shipped cards and those of each DIRECTORY (exit 2 naming a bad card's file
     and field)."""
@@ -353,7 +353,7 @@ def check(directories: tuple[str, ...], json_flag: bool) -> None:
 @knowledge.command("show")
 @click.argument("card_id")
 @click.option("--cards", "card_dirs", multiple=True, metavar="DIR", help="More cards (repeatable).")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def show(card_id: str, card_dirs: tuple[str, ...], json_flag: bool) -> None:
     """Print one card (TOML fields as JSON) and where it was read from."""
     import msgspec

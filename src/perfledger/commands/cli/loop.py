@@ -27,18 +27,13 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 _run_opt = click.option("--run", "run_id", required=True, help="The run id.")
-_actor_opt = click.option(
-    "--actor",
-    default=None,
-    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
 #: Paired interleaved blocks per comparison for workload subjects (R12 needs at least 5).
 DEFAULT_PAIRS = 8
 
@@ -161,7 +156,7 @@ def _record_profile(
 @click.option("--catalog", "catalog_path", default=None, help="A user method catalog (TOML).")
 @click.option("--sm-arch", default=None, help="The architecture (default: the device's; "
               "required for a stand-in).")  # fmt: skip
-@_actor_opt
+@actor_option
 @_json
 def setup_cmd(
     run_id: str | None, baseline: str, ref_path: str, dims: str, iterations: int, ncu_num: int,
@@ -350,7 +345,7 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
 @click.option("--analysis", "analysis_path", required=True, help="analysis.md.")
 @click.option("--pairs", type=int, default=DEFAULT_PAIRS, show_default=True,
               help="Paired blocks for a workload subject (the GPU harness stops by its rule).")  # fmt: skip
-@_actor_opt
+@actor_option
 @_json
 def close_iter_cmd(
     run_id: str, iteration: int, kernel: str, methods_path: str, analysis_path: str, pairs: int,
@@ -454,7 +449,7 @@ def close_iter_cmd(
 @click.option("--pairs", type=int, default=DEFAULT_PAIRS, show_default=True)
 @click.option("--stop-reason", default="", help="Why the run stops (needed before its last "
               "planned iteration).")  # fmt: skip
-@_actor_opt
+@actor_option
 @_json
 def finalize_cmd(
     run_id: str, out: str, pairs: int, stop_reason: str, actor: str | None, json_flag: bool

@@ -35,8 +35,18 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option, to_json_text
+from perfledger.commands.cli.common import (
+    actor_option,
+    call_timeout_option,
+    cases_option,
+    idempotency_option,
+    measure_dry_run_option,
+    measured_target_option,
+    quiet_option,
+    to_json_text,
+)
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.identity import (
     SubjectsWatch,
@@ -61,9 +71,6 @@ RESOLUTION_ARTIFACT = "resolution.json"
 def _emit(data: object) -> None:
 
     click.echo(to_json_text(data))
-
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
 # ------------------------------------------------------------------------------------ env
@@ -469,10 +476,10 @@ _common = [
     ),
     click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
     click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
-    click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing."),
+    measure_dry_run_option,
     actor_option,
     idempotency_option,
-    click.option("--quiet", is_flag=True, help="No progress bar on stderr."),
+    quiet_option,
     _json,
 ]
 
@@ -602,10 +609,10 @@ def _run_driver(
 @_with_common
 @click.option("--ref", "ref_cmd", required=True, help="The reference's command (shell words).")
 @click.option("--cand", "cand_cmd", required=True, help="The candidate's command (shell words).")
-@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@cases_option
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Pairs per case.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, help="Warm-up calls per case.")
-@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@call_timeout_option
 @click.option(
     "--unit", "unit_flags", multiple=True, help="NAME=UNIT of a metric not in the Target."
 )
@@ -1139,20 +1146,20 @@ def measure_kernel(
 
 
 @click.command("aa")
-@click.option("--target", "target_id", required=True, help="The Target id.")
+@measured_target_option
 @click.option("--cmd", "cmd", default=None, help="The original's workload command.")
 @click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
 @click.option(
     "--dir", "kernel_dir", default=None, help="The original's code directory (kernel, R11)."
 )
-@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@cases_option
 @click.option(
     "--runs",
     type=click.IntRange(min=2),
     default=None,
     help="Workload: A/A pairs per case (default 10). Kernel: A/A comparisons (default 5).",
 )
-@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@call_timeout_option
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
 @click.option(
     "--accept-resolution",
@@ -1162,7 +1169,7 @@ def measure_kernel(
 )
 @actor_option
 @idempotency_option
-@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+@quiet_option
 @_json
 def measure_aa(
     target_id: str,

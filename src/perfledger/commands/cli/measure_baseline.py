@@ -20,7 +20,15 @@ from typing import Any
 
 import click
 
-from perfledger.commands.cli.common import actor_option, idempotency_option
+from perfledger.commands.cli.common import (
+    actor_option,
+    call_timeout_option,
+    cases_option,
+    idempotency_option,
+    json_option,
+    measured_target_option,
+    quiet_option,
+)
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.errors import BadRequest, MeasurementError
 
@@ -31,7 +39,7 @@ DEFAULT_CALLS = 3
 
 
 @click.command("baseline")
-@click.option("--target", "target_id", required=True, help="The Target id.")
+@measured_target_option
 @click.option(
     "--cmd",
     "cmd",
@@ -39,7 +47,7 @@ DEFAULT_CALLS = 3
     help="The original's command (shell words; {case} carries the case): the readiness driver "
     "with the original's code directory in its {subject} place.",
 )
-@click.option("--case", "cases", multiple=True, help="Test cases (default: the readiness's).")
+@cases_option
 @click.option(
     "--calls",
     type=click.IntRange(min=1),
@@ -47,12 +55,12 @@ DEFAULT_CALLS = 3
     help=f"Calls of the original per case (default {DEFAULT_CALLS}); every value of the "
     "primary metric a call prints is one baseline value.",
 )
-@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=600.0, help="Per call.")
+@call_timeout_option
 @actor_option
 @idempotency_option
 @click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
-@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@quiet_option
+@json_option
 def measure_baseline(
     target_id: str,
     cmd: str,

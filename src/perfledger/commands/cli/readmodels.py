@@ -19,15 +19,22 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import (
+    actor_option,
+    dry_run_option,
+    idempotency_option,
+    json_param,
+    request_option,
+    target_param,
+    to_json_text,
+)
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.common import json_option as _json
+from perfledger.commands.cli.common import target_option as _target
 from perfledger.errors import BadRequest
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
-_target = click.option("--target", "target_id", default=None, help="The Target id.")
 
 
 def _emit(data: object, indent: int = 0) -> None:
@@ -336,9 +343,7 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
 
 
 @click.command("record")
-@click.option("--request", "request_source", metavar="FILE|-", default=None,
-              help="Fields that override the derived handoff (schema: `perfledger schema "
-              "handoff.record`).")  # fmt: skip
+@request_option("handoff.record", "its fields override the derived handoff")
 @_target
 @click.option(
     "--stop-reason", default=None, help="Why work stops (recorded as `not stated` when omitted)."
@@ -356,13 +361,9 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
     help="Friction and feedback (or `none`); recorded as `not stated` when omitted.",
 )
 @click.option("--question", "questions", multiple=True, help="An unresolved question (repeatable).")
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
-@click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
+@idempotency_option
+@actor_option
+@dry_run_option
 @_json
 def handoff_record(
     request_source: str | None,
@@ -528,8 +529,8 @@ def install(cli: click.Group) -> None:
         help="Print the handoff of R18 derived from the state (Markdown by default, --json), "
         "or record it (`handoff record`).",
         params=[
-            click.Option(["--target", "target_id"], default=None, help="The Target id."),
-            click.Option(["--json", "json_flag"], is_flag=True, help="Answer with JSON."),
+            target_param(),
+            json_param(),
             click.Option(["--md", "md_flag"], is_flag=True, help="Answer with Markdown."),
         ],
         callback=_handoff_group_callback,

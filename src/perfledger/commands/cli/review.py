@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.common import json_option, to_json_text
 
 GROUP_HELP = (
     "Record a reviewer's challenge to a claim, rejection or stop, the response and whether "
@@ -45,7 +45,7 @@ def _rows(state: Any, unresolved_only: bool, target_id: str | None) -> list[dict
 @click.command("list")
 @click.option("--unresolved", is_flag=True, help="Only dissent that no later review resolved.")
 @click.option("--target", "target_id", default=None, help="Only reviews of this Target.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def review_list(unresolved: bool, target_id: str | None, json_flag: bool) -> None:
     """List recorded reviews (reviewer, model family, subject, dissent, resolved by)."""
 

@@ -26,6 +26,12 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import (
+    actor_option,
+    idempotency_option,
+    json_option,
+    measure_dry_run_option,
+)
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
@@ -188,11 +194,11 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 @click.option(
     "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
 )
-@click.option("--dry-run", is_flag=True, help="Measure and print the request; append nothing.")
-@click.option("--actor", default=None, help="Who records.")
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
+@measure_dry_run_option
+@actor_option
+@idempotency_option
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@json_option
 def measure_serving(**kw: Any) -> None:
     """Load OpenAI-compatible endpoints (streaming) in interleaved ABBA windows and report
     per-request TTFT, time per output token, end-to-end latency and throughput, p50/p95/p99 with

@@ -15,8 +15,16 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import (
+    actor_option,
+    dry_run_option,
+    idempotency_option,
+    request_option,
+    target_field_option,
+    to_json_text,
+)
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.common import json_option as _json
 
 #: Events listed by name in the text summary of a pull (all of them are in ``--json``).
 SUMMARY_EVENTS = 10
@@ -30,9 +38,6 @@ def _shared() -> Any:
 
 def _emit(data: object) -> None:
     click.echo(to_json_text(data))
-
-
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
 
 
 @click.group("remote")
@@ -287,24 +292,14 @@ def sync(remote: str | None, json_flag: bool) -> None:
 
 
 @click.command("resolve")
-@click.option(
-    "--request",
-    "request_source",
-    metavar="FILE|-",
-    default=None,
-    help="The closed JSON request (schema: `perfledger schema conflict.resolve`).",
-)
-@click.option("--target", "target_id", default=None, help="The Target id (sets target_id).")
+@request_option("conflict.resolve")
+@target_field_option
 @click.option("--conflict", "conflict_id", default=None, help="The conflict id (sets conflict_id).")
 @click.option("--keep", default=None, help="What stands (one of the conflict's options).")
 @click.option("--reason", default=None, help="Why.")
-@click.option("--idempotency-key", default=None, help="Retry-safe key.")
-@click.option(
-    "--actor",
-    default=None,
-    help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-)
-@click.option("--dry-run", is_flag=True, help="Decide and show the event, append nothing.")
+@idempotency_option
+@actor_option
+@dry_run_option
 @_json
 def resolve(
     request_source: str | None,

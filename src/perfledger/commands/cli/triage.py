@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import actor_option, json_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 
 _NAME_CHARS = 70
 
@@ -128,8 +128,8 @@ def _record(answer: dict[str, Any], inputs: dict[str, tuple[bytes, str]], *, evi
 @click.option("--of-target", is_flag=True,
               help="The trace is of the Target's workload: applicability same_boundary "
               "(else diagnostic).")  # fmt: skip
-@click.option("--actor", default=None, help="Who records (default: $PERFLEDGER_ACTOR, ...).")
-@click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
+@actor_option
+@json_option
 def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
            denominator: str, evidence_id: str | None, target_id: str | None, of_target: bool,
            actor: str | None, json_flag: bool) -> None:  # fmt: skip

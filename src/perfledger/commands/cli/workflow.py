@@ -19,15 +19,25 @@ from typing import Any
 
 import click
 
+from perfledger.commands.cli.common import (
+    TARGET_FIELD_HELP,
+    actor_param,
+    dry_run_param,
+    idempotency_param,
+    json_param,
+    request_param,
+    target_option,
+    to_json_text,
+)
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.registry.operations import OPERATIONS, Operation
 from perfledger.errors import BadRequest
 
 #: Request fields that flags may set, per flag: (flag, field, help).
 COMMON_FLAGS = (
-    ("--target", "target_id", "The Target id (sets target_id)."),
+    ("--target", "target_id", TARGET_FIELD_HELP),
     ("--experiment", "experiment_id", "The experiment id (sets experiment_id)."),
     ("--samples", "samples_id", "The samples id (sets samples_id)."),
     ("--expected-current", "expected_current",
@@ -196,13 +206,6 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
                 )
 
 
-#: The ``--dry-run`` option of every write command.
-DRY_RUN_HELP = (
-    "Validate and decide on the current head, show the event(s) it would append, append "
-    "nothing (a refusal still exits 3)."
-)
-
-
 def submit(
     ctx: Any,
     name: str,
@@ -320,21 +323,11 @@ def _explanation(event: dict[str, Any]) -> dict[str, Any]:
 
 def _write_command(operation: Operation) -> click.Command:
     params: list[click.Parameter] = [
-        click.Option(
-            ["--request", "request_source"],
-            metavar="FILE|-",
-            default=None,
-            help="The closed JSON request (a file, or - for stdin). "
-            f"Schema: `perfledger schema {operation.name}`.",
-        ),
-        click.Option(["--idempotency-key"], default=None, help="Retry-safe key."),
-        click.Option(
-            ["--actor"],
-            default=None,
-            help="Who decides (default: $PERFLEDGER_ACTOR, else perfledger.actor, else $USER).",
-        ),
-        click.Option(["--json", "json_flag"], is_flag=True, help="Answer with one JSON object."),
-        click.Option(["--dry-run"], is_flag=True, help=DRY_RUN_HELP),
+        request_param(operation.name),
+        idempotency_param(),
+        actor_param(),
+        json_param(),
+        dry_run_param(),
     ]
 
     fields = set(FIELD_HINTS.get(operation.name, ()))
@@ -557,10 +550,6 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     click.echo(to_json_text(json_schema(operation), indent=2))
 
 
-_json = click.option("--json", "json_flag", is_flag=True, help="Answer with one JSON object.")
-_target_opt = click.option("--target", "target_id", default=None, help="The Target id.")
-
-
 #: One line per group for ``perfledger --help`` (SPEC.md section 4 names the rules).
 GROUP_HELP = {
     "target": "Freeze, supersede or show the optimization Target (R1).",
@@ -607,7 +596,7 @@ def commands() -> list[click.Command]:
     groups["experiment"].add_command(
         click.command("show")(_json(click.argument("experiment_id")(_experiment_show)))
     )
-    groups["experiment"].add_command(click.command("list")(_json(_target_opt(_experiment_list))))
+    groups["experiment"].add_command(click.command("list")(_json(target_option(_experiment_list))))
     groups["champion"].add_command(
         click.command("show")(_json(click.argument("target_id")(_champion_show)))
     )
