@@ -1,7 +1,9 @@
 """The stream hold of the event timer (:class:`perfledger.kernels.timing.StreamHold`), on a real
-GPU (marked ``gpu``): the host's launch latency stays out of the event time, work a subject puts
-on another stream cannot run before the start event unseen, and a subject that waits on its own
-stream during a call turns the hold off with a reason instead of hanging. Nothing is mocked."""
+GPU (marked ``gpu``): the host's launch latency stays out of the event time within the hold's
+budget (a late first launch), host time beyond the budget is in it (a subject cannot work on the
+host for free), work a subject puts on another stream cannot run before the start event unseen,
+and a subject that waits on its own stream during a call costs at most its allowance instead of
+hanging. Nothing is mocked."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from cuda_device import require_cuda_device
 
 cupy = require_cuda_device()
 
-from perfledger.kernels.timing import HOLD_GIVE_UP, EventTimer, L2Flusher  # noqa: E402
+from perfledger.kernels.timing import HOLD_CAP_S, EventTimer, L2Flusher  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -35,7 +37,7 @@ def _median_gpu_s(timer: EventTimer, call, n: int = 15) -> float:
     return statistics.median(timer.time(call).gpu_s for _ in range(n))
 
 
-def test_stream_hold_keeps_the_hosts_launch_latency_out_of_the_event_time() -> None:
+def test_stream_hold_keeps_a_late_launch_out_of_the_event_time_within_its_budget() -> None:
     held, plain = _timers()
     x = cupy.random.random(N, dtype=cupy.float32)
     y = cupy.empty_like(x)
@@ -43,17 +45,27 @@ def test_stream_hold_keeps_the_hosts_launch_latency_out_of_the_event_time() -> N
     def kernel() -> None:
         cupy.multiply(x, 2.0, out=y)
 
-    def slow_host() -> None:  # a subject whose host side takes 2 ms before it launches
-        time.sleep(0.002)
-        cupy.multiply(x, 2.0, out=y)
+    def late(host_s: float):
+        def call() -> None:  # a subject whose host side takes a while before it launches
+            time.sleep(host_s)
+            cupy.multiply(x, 2.0, out=y)
+
+        return call
 
     alone = _median_gpu_s(held, kernel)
-    lingering_held = _median_gpu_s(held, slow_host)
-    lingering_plain = _median_gpu_s(plain, slow_host)
-    print(f"kernel {alone * 1e6:.1f} us; after 2 ms of host: held "
-          f"{lingering_held * 1e6:.1f} us, not held {lingering_plain * 1e6:.1f} us")  # fmt: skip
-    assert lingering_plain > 1.5e-3  # without the hold the host's 2 ms are in the event time
-    assert lingering_held < 1.3 * alone + 5e-6
+    firsts = []  # the first call after an idle spell: the budget is full
+    for _ in range(9):
+        held.budgets.clear()
+        firsts.append(held.time(late(HOLD_CAP_S / 2)).gpu_s)
+    first = statistics.median(firsts)
+    steady_held = _median_gpu_s(held, late(0.002))
+    steady_plain = _median_gpu_s(plain, late(0.002))
+    print(f"kernel {alone * 1e6:.1f} us; first call {HOLD_CAP_S / 2 * 1e6:.0f} us late: held "
+          f"{first * 1e6:.1f} us; every call 2 ms late: held {steady_held * 1e6:.1f} us, "
+          f"not held {steady_plain * 1e6:.1f} us")  # fmt: skip
+    assert first < 1.3 * alone + 5e-6  # within the budget: out of the event time
+    assert steady_plain > 1.5e-3
+    assert steady_held > 1.5e-3  # beyond the budget the host's time is in the event time
 
 
 def test_cheat_work_on_another_stream_queued_while_the_stream_is_held_is_not_hidden() -> None:
@@ -85,22 +97,22 @@ def test_cheat_work_on_another_stream_queued_while_the_stream_is_held_is_not_hid
     print(f"honest {work * 1e6:.1f} us; cheat event time "
           f"{statistics.median(s.gpu_s for s in samples) * 1e6:.1f} us, event time + excess "
           f"{statistics.median(shown) * 1e6:.1f} us")  # fmt: skip
-    assert all(s.held for s in samples)
     assert statistics.median(shown) > 0.8 * work
 
 
-def test_a_subject_that_waits_on_its_stream_turns_the_hold_off_with_a_reason() -> None:
+def test_a_subject_that_waits_on_its_stream_costs_at_most_its_allowance_per_call() -> None:
     held, _ = _timers()
     x = cupy.random.random(1 << 20, dtype=cupy.float32)
     y = cupy.empty_like(x)
 
     def waits() -> None:
         cupy.multiply(x, 2.0, out=y)
-        cupy.cuda.get_current_stream().synchronize()  # waits for the hold: it times out
+        cupy.cuda.get_current_stream().synchronize()  # waits for the hold's allowance to end
 
-    samples = [held.time(waits) for _ in range(HOLD_GIVE_UP + 2)]
-    print(held.hold_off, [s.held for s in samples])
+    samples = [held.time(waits) for _ in range(8)]
+    print(held.hold_counts, [round(s.wall_s * 1e6) for s in samples])
     assert not any(s.held for s in samples)
-    assert held.hold is None and held.hold_off and "timed out" in held.hold_off
-    assert samples[-1].wall_s < 0.1  # no hold any more: no wait
+    assert held.hold is not None  # still holding: each such call costs its allowance only
+    assert held.hold_counts["timed_out"] >= 8
+    assert max(s.wall_s for s in samples) < 0.05
     assert cupy.allclose(y, 2 * x)

@@ -73,6 +73,7 @@ from perfledger.kernels import correctness
 from perfledger.kernels.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
 from perfledger.kernels.stats import PairedStats, paired_stats
 from perfledger.kernels.stopping import Stopper, StoppingRule
+from perfledger.kernels.timing import HOLD_CAP_S, HOLD_PER_CALL_S
 
 Arrays = dict[str, Any]
 
@@ -697,7 +698,9 @@ class Harness:
             for subject, outs in subjects:
                 s = n % len(self._sets)
                 self.timer.time(
-                    lambda subject=subject, outs=outs, s=s: subject(self._sets[s], outs[s]), s
+                    lambda subject=subject, outs=outs, s=s: subject(self._sets[s], outs[s]),
+                    s,
+                    owner=subject,
                 )
             n += 1
 
@@ -718,7 +721,7 @@ class Harness:
             with self.stream:
                 for out in outs[s].values():
                     correctness.poison(out)
-        sample = self.timer.time(lambda: subject(self._sets[s], outs[s]), s)
+        sample = self.timer.time(lambda: subject(self._sets[s], outs[s]), s, owner=subject)
         timing.samples_s.append(sample.gpu_s)
         timing.wall_s.append(sample.wall_s)
         timing.span_s.append(sample.span_s)
@@ -773,7 +776,10 @@ class Harness:
                 correctness.poison(out)
 
         return self.timer.time(
-            lambda: subject(pair.inputs, outs), pair.token, before if poison else None
+            lambda: subject(pair.inputs, outs),
+            pair.token,
+            before if poison else None,
+            owner=subject,
         )
 
     def _timed2(
@@ -834,6 +840,7 @@ class Harness:
             "overhead_s": self._overhead_s,
             "stream_hold": self.timer.hold_off or "on",
             "stream_hold_counts": dict(self.timer.hold_counts),
+            "stream_hold_budget_s": {"per_call": HOLD_PER_CALL_S, "cap": HOLD_CAP_S},
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
             "inputs": (
                 "rotated" if self.config.protocol == 1 else "fresh" if self._fresh() else "pooled"
@@ -857,7 +864,7 @@ class Harness:
             outs = [self._new_outputs() for _ in self._sets]
             self._warmup([(subject, outs)])
             while reason is None:
-                self.timer.time(lambda: subject(self._sets[0], outs[0]))  # re-warm (see compare)
+                self.timer.time(lambda: subject(self._sets[0], outs[0]), owner=subject)  # re-warm
                 for _ in range(self.config.batch):
                     self._timed(subject, outs, k, timing)
                     k += 1
@@ -933,7 +940,8 @@ class Harness:
             for label, pool in (("B", pools[1]), ("A", pools[0])):
                 if pair is None:
                     self.timer.time(
-                        lambda subject=subjects[label], pool=pool: subject(self._sets[0], pool[0])
+                        lambda subject=subjects[label], pool=pool: subject(self._sets[0], pool[0]),
+                        owner=subjects[label],
                     )
                 else:
                     self._call(subjects[label], pool[0], pair)

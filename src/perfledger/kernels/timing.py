@@ -3,9 +3,10 @@ stream under test, a device-wide synchronize before the end event is read, the h
 each sample checked against event time, and an L2 flush (a buffer of at least twice the L2 size
 written) queued before the start event of each cold sample.
 
-The stream under test is held (:class:`StreamHold`) from the flush to the start event until
-the call's work is queued, so that the time the host takes to launch it is never inside the
-event time, and no other stream's kernel runs while the stream is held.
+The stream under test is held (:class:`StreamHold`) from the flush to the start event while the
+call's work is queued, within a budget of host time (:class:`HoldBudget`), so that the time the
+host takes to launch it is not inside the event time, and no other stream's kernel of the process
+runs while the stream is held.
 
 Needs CuPy (imported on use). Times are seconds.
 """
@@ -78,12 +79,54 @@ extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned
   if (token == 0u) hog[0] = 0;  // never true: keeps the shared memory declared in use
 }
 """
-#: The longest the hold waits for its release (seconds): a liveness bound only (a subject that
-#: waits on its own stream during a call would otherwise wait for ever). A hold that times out
-#: marks its sample, and after :data:`HOLD_GIVE_UP` of them the timer stops holding.
-HOLD_TIMEOUT_S = 0.25
-#: Timed-out holds after which a timer stops holding (recorded in :attr:`EventTimer.hold_off`).
+#: Host time a hold may keep out of the event time (:class:`HoldBudget`): this much a call on
+#: average (seconds) ...
+HOLD_PER_CALL_S = 25e-6
+#: ... and at most this much saved up for one call (seconds): the first call after the process was
+#: idle (a worker woken for its batch) takes far longer to launch than the next ones.
+HOLD_CAP_S = 400e-6
+#: Added to each hold's allowance on the device (seconds): its clock starts when its block starts,
+#: a little before the host sees it resident.
+HOLD_SLACK_S = 15e-6
+#: The longest the host waits for a hold to own every SM (seconds): the GPU work queued before it
+#: (inputs, flush) must finish first. A bound on waiting, not a safety argument.
+RESIDENT_WAIT_S = 0.25
+#: Holds not resident in time after which a timer stops holding (another process or stream keeps
+#: SMs busy; each such call cost :data:`RESIDENT_WAIT_S`).
 HOLD_GIVE_UP = 2
+
+
+class HoldBudget:
+    """A token bucket of host time that stream holds may keep out of the event time.
+
+    Held, the GPU waits while the host queues a call: time the host spends there is in no event
+    time. That is what keeps launch latency out of a kernel's time, and it is also time in which a
+    subject could work on the host or the copy engines unseen. So each hold may last only what the
+    bucket grants (:meth:`grant`, refilled by ``per_call_s`` before every call up to ``cap_s``);
+    host time beyond it is inside the event time, as without a hold. Over ``n`` calls the host time
+    kept out is at most ``cap_s + n x (per_call_s + slack)`` (``slack``: :data:`HOLD_SLACK_S`).
+
+    Args:
+        per_call_s: refill per call (seconds, >= 0).
+        cap_s: the most saved up (seconds, >= per_call_s); the bucket starts full.
+    Raises: ValueError for a negative refill or a cap below it.
+    """
+
+    def __init__(self, per_call_s: float = HOLD_PER_CALL_S, cap_s: float = HOLD_CAP_S) -> None:
+        if per_call_s < 0 or cap_s < per_call_s:
+            raise ValueError("the hold budget needs 0 <= per_call_s <= cap_s")
+        self.per_call_s = per_call_s
+        self.cap_s = cap_s
+        self.left_s = cap_s
+
+    def grant(self) -> float:
+        """Refill for one call and return what this call's hold may last (seconds)."""
+        self.left_s = min(self.cap_s, self.left_s + self.per_call_s)
+        return self.left_s
+
+    def spend(self, held_s: float) -> None:
+        """Take the host time the hold just kept out (seconds; what exceeded the grant was not)."""
+        self.left_s = max(0.0, self.left_s - max(0.0, held_s))
 
 
 class StreamHold:
@@ -91,10 +134,11 @@ class StreamHold:
     call's work, then releases it.
 
     :meth:`queue` launches the hold kernel on the current stream; :meth:`wait_resident` returns
-    once every block of it is resident, i.e. once every SM is taken by it and no other kernel
-    runs; :meth:`release` lets it end. The work queued on the stream between the two then runs
-    back to back, however slowly the host queued it, and work queued on other streams meanwhile
-    waits for the release (it cannot run unseen before the start event).
+    once every block of it is resident, i.e. once every SM of this context is taken by it and no
+    other kernel of this process runs; :meth:`release` lets it end, and so does its allowance
+    running out. The work queued on the stream meanwhile then runs back to back, and kernels
+    queued on other streams meanwhile wait for the hold's end. Copy engines and the host are not
+    held: what they do meanwhile is bounded by the allowance (:class:`HoldBudget`).
 
     Raises RuntimeError at construction when the hold does not work on this device (its
     self-test: a released hold must report itself resident through mapped host memory).
@@ -115,15 +159,15 @@ class StreamHold:
         self._words[:] = 0
         self._arrived = cupy.zeros(1, dtype=cupy.uint32)
         self._token = 0
-        self._timeout_ns = np.uint64(int(HOLD_TIMEOUT_S * 1e9))
         # self-test: released before it starts, the hold must still say it was resident
         token = self.queue(released=True)
         cupy.cuda.runtime.deviceSynchronize()
         if int(self._words[1]) != token:
             raise RuntimeError("the stream hold kernel cannot reach mapped host memory here")
 
-    def queue(self, released: bool = False) -> int:
-        """Queue the hold on the current stream; returns its token."""
+    def queue(self, allowance_s: float = RESIDENT_WAIT_S, released: bool = False) -> int:
+        """Queue the hold on the current stream, to end at the latest ``allowance_s`` after its
+        blocks start; returns its token."""
         import numpy as np
 
         self._token = (self._token % 0xFFFFFFFE) + 1
@@ -134,18 +178,19 @@ class StreamHold:
             (self.blocks,),
             (1,),
             (np.uint64(self._pinned.ptr), np.uint32(self._token), self._arrived,
-             self._timeout_ns),
+             np.uint64(int(allowance_s * 1e9))),
             shared_mem=self.shared_bytes,
         )  # fmt: skip
         return self._token
 
-    def wait_resident(self, token: int, deadline_s: float = HOLD_TIMEOUT_S) -> bool:
-        """Wait (spinning, at most ``deadline_s``) until the hold ``token`` holds every SM.
-        Returns False when it did not in time (the GPU busy with other work, or the hold
-        already timed out)."""
+    def wait_resident(self, token: int, deadline_s: float = RESIDENT_WAIT_S) -> bool:
+        """Wait (spinning, at most ``deadline_s``) until every block of the hold ``token`` has
+        started (each block bumps the count when it starts, so this comes even when the hold
+        has already run out). Returns False when it did not in time (the GPU busy with other
+        work)."""
         end = time.perf_counter() + deadline_s
         while int(self._words[1]) != token:
-            if int(self._words[2]) == token or time.perf_counter() > end:
+            if time.perf_counter() > end:
                 return False
         return True
 
@@ -154,8 +199,8 @@ class StreamHold:
         self._words[0] = token
 
     def timed_out(self, token: int) -> bool:
-        """Whether the hold ``token`` ended by its timeout rather than its release (read after
-        the stream completed)."""
+        """Whether the hold ``token`` ended because its allowance ran out rather than by its
+        release (read after the stream completed)."""
         return int(self._words[2]) == token
 
 
@@ -190,12 +235,14 @@ class EventTimer:
     device-wide synchronize before reading them.
 
     With ``hold`` the stream is held (:class:`StreamHold`) between the flush and the start
-    event until the call has returned: the event time is then the call's GPU work alone, not
-    the host's launch latency (which, after the process was idle, can be several times a small
-    kernel), and no other stream's work runs before the start event unseen. A subject that
-    waits on its own stream during a call would wait for the hold: the hold times out, the
-    sample says so, and after :data:`HOLD_GIVE_UP` such samples the timer stops holding
-    (:attr:`hold_off` says why).
+    event while the call is queued, for as long as :class:`HoldBudget` allows: the event time is
+    then the call's GPU work, not the host's launch latency (which, after the process was idle,
+    can be several times a small kernel), and no other stream's kernel runs before the start
+    event unseen. Host time beyond the allowance is inside the event time, as without a hold: a
+    subject cannot work on the host for free. A subject that waits on its own stream during a
+    call waits for the hold's allowance to run out (the sample says it was not held). After
+    :data:`HOLD_GIVE_UP` holds that did not own the SMs within :data:`RESIDENT_WAIT_S`, the timer
+    stops holding (:attr:`hold_off` says why).
     """
 
     def __init__(self, stream: Any, flusher: L2Flusher | None, hold: bool = False) -> None:
@@ -206,9 +253,12 @@ class EventTimer:
         self.hold: StreamHold | None = None
         #: why the timer does not hold the stream (None while it does)
         self.hold_off: str | None = None if hold else "not asked"
-        self._timeouts = 0
-        #: how the holds went: calls held, holds not resident in time, holds timed out, and
-        #: the host's seconds spent waiting for residency
+        self._not_resident = 0
+        #: one budget per subject (``owner``), so that one subject's host time cannot use up
+        #: the other's
+        self.budgets: dict[int, HoldBudget] = {}
+        #: how the holds went: calls held to their release, holds not resident in time, holds
+        #: whose allowance ran out first, and the host's seconds spent waiting for residency
         self.hold_counts: dict[str, float] = {
             "held": 0,
             "not_resident": 0,
@@ -231,14 +281,18 @@ class EventTimer:
         call: Callable[[], None],
         input_set: int = 0,
         before: Callable[[], None] | None = None,
+        owner: object = None,
     ) -> Sample:
         """Time ``call()`` (which launches its work on the current stream = ``stream``).
 
         ``before`` (e.g. poisoning the call's outputs) is queued after the first event and before
         the flush and the start event: it is inside ``span_s`` (so the wall-time check accounts
-        for it) and outside ``gpu_s``.
+        for it) and outside ``gpu_s``. ``owner`` (the subject) selects the hold budget: each
+        subject has its own.
         """
         hold = self.hold
+        budget = self.budgets.setdefault(id(owner), HoldBudget())
+        resident = False
         with self.stream:
             t0 = time.perf_counter()
             self._e0.record(self.stream)
@@ -246,33 +300,37 @@ class EventTimer:
                 before()
             if self.flusher is not None:
                 self.flusher.flush()
-            token = hold.queue() if hold is not None else 0
+            token = hold.queue(budget.grant() + HOLD_SLACK_S) if hold is not None else 0
             self._e1.record(self.stream)
-            # the call is queued only once the hold owns every SM (the flush done): work it puts
-            # on other streams cannot run before the start event
             t_wait = time.perf_counter()
-            resident = hold.wait_resident(token) if hold is not None else False
-            self.hold_counts["resident_wait_s"] += time.perf_counter() - t_wait
             try:
+                # the call is queued only once the hold owns every SM (the flush done): kernels
+                # it puts on other streams cannot run before the start event
+                if hold is not None:
+                    resident = hold.wait_resident(token)
+                t_resident = time.perf_counter()
+                self.hold_counts["resident_wait_s"] += t_resident - t_wait
                 call()
                 self._e2.record(self.stream)
             finally:
                 if hold is not None:
                     hold.release(token)
+                    if resident:
+                        budget.spend(time.perf_counter() - t_resident)
             self._sync()
             t1 = time.perf_counter()
         held = resident and hold is not None and not hold.timed_out(token)
         if hold is not None:
             key = "held" if held else "timed_out" if resident else "not_resident"
             self.hold_counts[key] += 1
-        if hold is not None and resident and not held:
-            self._timeouts += 1
-            if self._timeouts >= HOLD_GIVE_UP:
-                self.hold = None
-                self.hold_off = (
-                    f"{self._timeouts} holds timed out after {HOLD_TIMEOUT_S} s: the subject "
-                    "waits on its stream during a call, or takes that long to queue it"
-                )
+            if not resident:
+                self._not_resident += 1
+                if self._not_resident >= HOLD_GIVE_UP:
+                    self.hold = None
+                    self.hold_off = (
+                        f"{self._not_resident} holds did not own every SM within "
+                        f"{RESIDENT_WAIT_S} s: other work keeps the GPU busy"
+                    )
         gpu_ms = self._elapsed(self._e1, self._e2)
         span_ms = self._elapsed(self._e0, self._e2)
         return Sample(gpu_ms / 1e3, span_ms / 1e3, t1 - t0, input_set, held)
@@ -281,10 +339,14 @@ class EventTimer:
 __all__ = [
     "FALLBACK_FLUSH_BYTES",
     "FLUSH_FACTOR",
+    "HOLD_CAP_S",
     "HOLD_GIVE_UP",
+    "HOLD_PER_CALL_S",
+    "HOLD_SLACK_S",
     "HOLD_SOURCE",
-    "HOLD_TIMEOUT_S",
+    "RESIDENT_WAIT_S",
     "EventTimer",
+    "HoldBudget",
     "L2Flusher",
     "Sample",
     "StreamHold",
