@@ -50,14 +50,9 @@ _FANOUT = re.compile(r"^[0-9a-f]{2}$")
 
 @dataclass
 class GcReport:
-    """What :func:`collect` did.
-
-    Attributes:
-        removed: paths removed (or that would be, with ``dry_run``).
-        removed_bytes: their total size, in bytes.
-        kept: (path, why) for garbage-like files left alone.
-        guard_held: whether gc held the open guard (no perfledger process had the ledger open).
-    """
+    """What :func:`collect` did: paths ``removed`` (or that would be, with ``dry_run``), their
+    size in bytes, (path, why) ``kept`` for garbage-like files left alone, and whether gc held
+    the open guard (no perfledger process had the ledger open)."""
 
     removed: list[str] = field(default_factory=list)
     removed_bytes: int = 0
@@ -95,17 +90,11 @@ def hold_open_guard(controldir: str) -> int | None:
 
 
 @contextlib.contextmanager
-def _exclusive_guard(controldir: str) -> Iterator[bool]:
-    """Hold the open guard exclusively if no store has the ledger open; yields whether it did."""
-    derived = os.path.join(controldir, DERIVED_DIR)
-    try:
-        os.makedirs(derived, exist_ok=True)
-        fd = os.open(
-            os.path.join(derived, GUARD_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
-        )
-    except OSError:
-        yield False
-        return
+def try_flock(path: str) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created, with its directory) while it is free;
+    yields whether it was taken. Raises: OSError when the file cannot be created."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -201,7 +190,11 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
             elif _PID_SUFFIX_TEMP.search(name):
                 _pid_named(path, report, dry_run, unnamed)
         dirs.sort()
-    with _exclusive_guard(controldir) as held:
+    with contextlib.ExitStack() as stack:
+        try:  # exclusive: no store has the ledger open
+            held = stack.enter_context(try_flock(os.path.join(derived, GUARD_FILE)))
+        except OSError:
+            held = False
         report.guard_held = held
         held_open = _files_held_open() if held and unnamed else set()
         for path in unnamed:
@@ -268,4 +261,4 @@ def _lock_files(controldir: str) -> list[str]:
     return locks
 
 
-__all__ = ["GcReport", "collect", "collect_dead_temporaries", "hold_open_guard"]
+__all__ = ["GcReport", "collect", "collect_dead_temporaries", "hold_open_guard", "try_flock"]
