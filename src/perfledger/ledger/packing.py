@@ -30,7 +30,7 @@ from perfledger.errors import IntegrityError
 from perfledger.ledger.gc import try_flock
 from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
 from perfledger.ledger.layout import CORRUPT_LOOSE_DIR, PACK_DIR, PACK_LOCK_FILE
-from perfledger.ledger.packindex import object_count
+from perfledger.ledger.packindex import object_count, pack_bases
 from perfledger.ledger.reader import read_loose
 
 if TYPE_CHECKING:
@@ -50,7 +50,6 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
     """Pack loose objects and merge packs when thresholds are crossed, given the loose
     objects and packs this writer wrote since it last packed (any new pack makes it count the
     packs on disk).
-
     Returns: the new (loose_written, packs_written): reset after the work is done, unchanged when
         another process holds the packing lock (tried again on the next append).
     """
@@ -139,20 +138,6 @@ def _geometric_split(sizes: list[int]) -> int:
         total += sizes[split]
         split += 1
     return split
-
-
-def pack_bases(pack_dir: str) -> list[str]:
-    """The base paths (without ``.pack``) of the complete packs in ``pack_dir`` (both
-    ``.pack`` and ``.idx``: the index is written last), sorted by name."""
-    try:
-        names = set(os.listdir(pack_dir))
-    except FileNotFoundError:
-        return []
-    return [
-        os.path.join(pack_dir, name[: -len(".idx")])
-        for name in sorted(names)
-        if name.endswith(".idx") and name[: -len(".idx")] + ".pack" in names
-    ]
 
 
 def merge_packs(store: GitStore, *, force: bool = False) -> int:

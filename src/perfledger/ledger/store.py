@@ -1,13 +1,6 @@
-"""The git-backed event store (SPEC.md section 2), through dulwich.
-
-Layout of a ledger repository:
-
-- ``refs/heads/ledger``: the tip of the event DAG. Each event is one commit (see
-  :mod:`perfledger.ledger.objects`); merge commits join divergent heads and carry no event.
-- ``config``: ``perfledger.formatVersion`` is checked before anything else is read, so a ledger
-  written in an unknown format fails early with its own error.
-- ``<gitdir>/perfledger/``: derived data only (the commit index, the state cache, the packing
-  lock). Deleting it changes nothing but speed; ``verify`` never reads it.
+"""The git-backed event store (SPEC.md section 2). Names on disk: :mod:`perfledger.ledger.layout`;
+an event as git objects: :mod:`perfledger.ledger.objects`. The format version in the config is
+checked before anything else is read.
 
 Append protocol: build the objects, write them durably (loose objects, or one pack for a batch;
 each file fsynced before its rename, then its directory), then compare-and-swap the ref from the
@@ -76,7 +69,6 @@ from perfledger.ledger.refcas import (
     RefLocked,
     break_dead_lock,
     lock_ref,
-    read_loose_ref,
     read_ref,
     remove_dead_owner_names,
 )
@@ -159,24 +151,18 @@ class GitStore:
         self._repo: Repo | None = None
         self._finalizer: weakref.finalize | None = None
         if isinstance(repo, GitLocation):
-            location = repo
-            self.path = location.path
-            self.controldir = location.controldir
-            self._repo_path = location.path
+            self.path, self.controldir = repo.path, repo.controldir
         else:
             self._adopt(repo)
             self.path = repo.path
             # a linked work tree keeps its objects and refs in the main repository's git dir
             self.controldir = repo.commondir()
-            self._repo_path = repo.path
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
-        #: gc's open guard, held shared until close (or until this store is garbage collected):
-        #: gc then leaves this store's files alone
+        # gc's open guard, held shared until close (or until the store is collected)
         guard = hold_open_guard(self.controldir)
         self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
         self._objects_dir = os.path.join(self.controldir, "objects")
-        self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
-        self._ref_dir = os.path.dirname(self._ref_path)
+        self._ref_dir = os.path.dirname(os.path.join(self.controldir, os.fsdecode(LEDGER_REF)))
         self._index_file = os.path.join(self.derived_dir, layout.INDEX_FILE)
         # the derived index (perfledger.ledger.index)
         self._index = CommitIndex()
@@ -193,7 +179,7 @@ class GitStore:
         if self._repo is None:
             from dulwich.repo import Repo
 
-            self._adopt(Repo(self._repo_path))
+            self._adopt(Repo(self.path))
         assert self._repo is not None
         return self._repo
 
@@ -230,7 +216,6 @@ class GitStore:
         existing git repository) and append the root ``LedgerInitialized`` event named ``name``
         (default: the directory's name) by ``actor``; ``remember_actor`` also writes ``actor``
         to the config as ``perfledger.actor`` (the CLI's default actor on this clone).
-
         Returns: the opened store.
         Raises: BadRequest when ``path`` already holds a ledger or is not usable, or ``actor`` is
             not a valid actor (checked before anything is created); ResourceError.
@@ -295,7 +280,6 @@ class GitStore:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GitStore:
         """Open the ledger at ``path`` (a git repository with ``refs/heads/ledger``).
-
         Raises: NotALedger naming the path when it is not a git repository, has no ledger
             branch, or was written in an unknown format version.
         """
@@ -359,13 +343,10 @@ class GitStore:
 
     def read_head(self) -> bytes:
         """Return the current commit sha (hex bytes) of ``refs/heads/ledger``.
-
         Raises: NotALedger when the ref has disappeared.
         """
         try:
-            head = read_loose_ref(self._ref_path)
-            if head is None:
-                head = read_ref(self.controldir, LEDGER_REF)
+            head = read_ref(self.controldir, LEDGER_REF)
         except OSError as exc:
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger is unreadable: {exc}",
@@ -410,7 +391,6 @@ class GitStore:
 
     def event_commit(self, event_id: str) -> bytes:
         """Return the commit sha of ``event_id``.
-
         Raises: BadRequest when no event with that id (or unique id prefix) exists.
         """
         self._catch_up(self.read_head())
@@ -433,8 +413,7 @@ class GitStore:
         raise BadRequest(f"no event {event_id[:80]!r} in this ledger")
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
-        """Read and decode the envelope stored in ``commit_sha`` (no hash checks; see verify).
-
+        """Read and decode the envelope stored in ``commit_sha``, each object checked.
         Raises: IntegrityError when the commit has no ``event.json``.
         """
         with self._objects() as reader:
@@ -442,7 +421,6 @@ class GitStore:
 
     def get_event(self, event_id: str) -> Envelope:
         """Return the event ``event_id`` (a full id or a unique prefix of at least 4 chars).
-
         Raises: BadRequest when absent or ambiguous.
         """
         envelope = self.read_envelope(self.event_commit(event_id))
@@ -456,15 +434,14 @@ class GitStore:
         several (concurrent branches, merged), the first in the total order
         (:meth:`CommitIndex.mark_reachable`)."""
         self._catch_up(self.read_head())
-        event_id = self._index.keys.get(key)
-        return None if event_id is None else self.get_event(event_id)
+        return self._recorded(key)
 
     def ordered_commits(self, head: bytes | None = None) -> list[bytes]:
         """Return the event commits reachable from ``head`` (default: the current head), in the
         total order (lamport, id)."""
         head = head or self.read_head()
         self._catch_up(head)
-        return self._index.ordered(head)
+        return self._index.ordered()
 
     def iter_events(self, head: bytes | None = None) -> Iterator[Envelope]:
         """Yield every event reachable from ``head`` (default: the current head) in the total
@@ -512,7 +489,9 @@ class GitStore:
                 for parent in parents:
                     push(reader, parent)
                 return
-            heapq.heappush(heap, (-lamport, _neg_key(event_id), sha, commit, event_id, lamport))
+            # a max-heap of (lamport, id): both keys negated (the id's hex digits reversed)
+            key = event_id.translate(_REVERSE_HEX)
+            heapq.heappush(heap, (-lamport, key, sha, commit, event_id, lamport))
 
         with self._objects() as reader:
             push(reader, self.read_head())
@@ -526,7 +505,6 @@ class GitStore:
 
     def read_artifact(self, event_id: str, name: str) -> bytes:
         """Return the checked bytes of artifact ``name`` of event ``event_id``.
-
         Raises: BadRequest when the event has no such artifact; IntegrityError on a mismatch.
         """
         commit_sha = self.event_commit(event_id)
@@ -556,7 +534,6 @@ class GitStore:
 
     def append(self, draft: EventDraft) -> Envelope:
         """Append one event durably; see :meth:`transact`.
-
         Returns: the appended envelope, or the existing one with the same idempotency key.
         Raises: BadRequest for a malformed draft; ConcurrentAppend when retries are exhausted.
         """
@@ -574,7 +551,6 @@ class GitStore:
         moves by compare-and-swap from the head ``decide`` saw; on a lost race ``decide`` runs
         again on the new head. Drafts whose idempotency keys are all recorded return the
         recorded events (:func:`perfledger.ledger.base.idempotent_replay`).
-
         Returns: the envelopes appended (or found), in draft order.
         Raises: BadRequest for malformed drafts; ConcurrentAppend after ``max_attempts`` lost
             races, or when another program (git) held the ref's lock too long; ResourceError
@@ -613,14 +589,11 @@ class GitStore:
         if not drafts:
             return []
         check_batch_keys(drafts)
-        existing = self._idempotent_replay(drafts)
+        existing = idempotent_replay(drafts, self._recorded)
         if existing is not None:
             return existing
-        envelopes, objects, new_head, entries = self._build_chain(
-            head, drafts, view.event_heads, view.lamport
-        )
-        batch = len(drafts) >= PACK_BATCH_THRESHOLD
-        self._write_objects(objects, batch=batch)
+        envelopes, objects, new_head, entries = self._build_chain(head, drafts)
+        self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
         if not self._compare_and_swap(head, new_head):
             return None
         for sha, entry in entries:
@@ -630,17 +603,13 @@ class GitStore:
         if self._index.unsaved >= max(_INDEX_SAVE_EVERY, len(self._index.commits) // 3):
             with contextlib.suppress(OSError):
                 self._save_index()
-        self._after_write(objects, batch)
+        self._pack_if_due()
         return envelopes
 
-    def _after_write(self, objects: list[RawObject], batch: bool) -> None:
-        """Count what was written and pack or merge when a threshold is crossed. Runs after
-        the ref moved: a packing failure is logged and retried later, never reported as a
-        failed append (a caller retrying without an idempotency key would duplicate it)."""
-        if batch:
-            self._packs_written += 1
-        else:
-            self._loose_written += len(objects)
+    def _pack_if_due(self) -> None:
+        """Pack or merge when a threshold is crossed. Runs after the ref moved: a packing
+        failure is logged and retried later, never reported as a failed append (a caller
+        retrying without an idempotency key would duplicate it)."""
         try:
             self._loose_written, self._packs_written = maybe_pack(
                 self, self._loose_written, self._packs_written
@@ -648,27 +617,17 @@ class GitStore:
         except Exception as exc:  # see the docstring
             _log.warning("packing the ledger's objects failed (will retry): %s", exc)
 
-    def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
-        def holder(key: str) -> Envelope | None:
-            event_id = self._index.keys.get(key)
-            return None if event_id is None else self.get_event(event_id)
-
-        return idempotent_replay(drafts, holder)
+    def _recorded(self, key: str) -> Envelope | None:
+        """The event the caught-up index records under idempotency key ``key``, or None."""
+        event_id = self._index.keys.get(key)
+        return None if event_id is None else self.get_event(event_id)
 
     def _build_chain(
-        self,
-        head: bytes,
-        drafts: list[EventDraft],
-        parents: tuple[str, ...] | None = None,
-        lamport: int | None = None,
+        self, head: bytes, drafts: list[EventDraft]
     ) -> tuple[list[Envelope], list[RawObject], bytes, list[tuple[bytes, IndexEntry]]]:
-        """Build the envelopes and git objects of ``drafts`` chained on commit ``head``, whose
-        event heads and Lamport clock are ``parents`` and ``lamport`` (looked up when None).
+        """Build the envelopes and git objects of ``drafts`` chained on commit ``head``.
         Returns (envelopes, objects, the last commit, index entries)."""
-        if parents is None:
-            parents = self._dag.heads(head)
-        if lamport is None:
-            lamport = self._dag.lamport(head)
+        parents, lamport = self._dag.heads(head), self._dag.lamport(head)
         parent_commit = head
         envelopes: list[Envelope] = []
         objects: list[RawObject] = []
@@ -691,12 +650,15 @@ class GitStore:
         return envelopes, objects, parent_commit, entries
 
     def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
-        """Write ``objects`` durably: one pack for a batch, loose objects otherwise.
+        """Write ``objects`` durably: one pack for a batch, loose objects otherwise (counted
+        for :meth:`_pack_if_due`).
         Raises: OSError from the filesystem (nothing is renamed into place half-written)."""
         if batch:
             write_pack(os.path.join(self._objects_dir, layout.PACK_DIR), objects)
+            self._packs_written += 1
         else:
             write_loose(self._objects_dir, objects)
+            self._loose_written += len(objects)
 
     def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
         """Compare-and-swap the ledger ref durably (:mod:`refcas`, then the ref's directory
@@ -741,7 +703,6 @@ class GitStore:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
         lost race. A dead perfledger writer's ref lock is removed (:func:`break_dead_lock`);
         another program's is waited for, at most :data:`REF_LOCK_WAIT_S`.
-
         Raises: ConcurrentAppend naming the lock when another program held it all that time.
         """
         with self._append_lock():
@@ -846,7 +807,8 @@ class GitStore:
 
     def _drop_index(self) -> None:
         """Forget every derived entry (in memory and on disk)."""
-        self._index.clear()
+        self._index = CommitIndex()
+        self._index.loaded = True  # empty: rebuilt from the commits
         self._dag = EventHeads(self._node, self._index.all_events.__getitem__)
         with contextlib.suppress(OSError):
             os.unlink(self._index_file)
@@ -885,9 +847,8 @@ class GitStore:
         self._ensure_index()
         self._entry(parent_commit)  # structure only: the maps of visible events stay as they are
         envelopes, objects, new_head, entries = self._build_chain(parent_commit, list(drafts))
-        batch = len(drafts) >= PACK_BATCH_THRESHOLD
-        self._write_objects(objects, batch=batch)
-        self._after_write(objects, batch)
+        self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
+        self._pack_if_due()
         for sha, entry in entries:  # visible once the ref reaches them (set_head)
             self._index.know(sha, entry)
         return envelopes, new_head
@@ -910,12 +871,11 @@ class GitStore:
         merge = build_merge_commit(parents, heads, actor, seconds)
         self._write_objects([EMPTY_TREE, merge], batch=False)
         self._index.commits[merge.id] = IndexEntry(None, 0, list(parents), None)
-        self._after_write([EMPTY_TREE, merge], False)
+        self._pack_if_due()
         return merge.id
 
     def set_head(self, expected: bytes, new: bytes) -> bool:
         """Compare-and-swap the ledger ref from ``expected`` to ``new`` (sync and tests).
-
         Returns: False on a lost race (the ref no longer points at ``expected``).
         """
         ok = self._compare_and_swap(expected, new)
@@ -971,16 +931,14 @@ class GitStore:
         with self._append_lock():
             yield
 
-    def index_commits(
-        self, commits: Sequence[tuple[bytes, str | None, int, Sequence[bytes], str | None]]
-    ) -> None:
-        """Record the structure of verified ``commits`` (hex sha, event id or None, lamport,
-        parents, idempotency key) in the derived index, without making their events visible."""
+    def index_commits(self, nodes: dict[bytes, CommitNode], keys: dict[bytes, str]) -> None:
+        """Record the structure of verified commits (hex sha -> node, and -> idempotency key)
+        in the derived index, without making their events visible."""
         self._ensure_index()
-        for sha, event_id, lamport, parents, key in commits:
-            if sha in self._index.commits:
-                continue
-            self._index.know(sha, IndexEntry(event_id, lamport, list(parents), key))
+        for sha, node in nodes.items():
+            if sha not in self._index.commits:
+                entry = IndexEntry(node.event_id, node.lamport, list(node.parents), keys.get(sha))
+                self._index.know(sha, entry)
 
     def adopt_objects(self, objects: Sequence[RawObject]) -> None:
         """Store verified objects received from a remote as one new pack, then keep the pack
@@ -989,15 +947,7 @@ class GitStore:
             return
         self._write_objects(list(objects), batch=True)
         self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
-        try:
-            self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)
-        except Exception as exc:  # committed already: see _after_write
-            _log.warning("packing the ledger's objects failed (will retry): %s", exc)
-
-
-def _neg_key(event_id: str) -> str:
-    """Map an event id to a string that sorts in the reverse order (for a max-heap)."""
-    return event_id.translate(_REVERSE_HEX)
+        self._pack_if_due()
 
 
 _REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")

@@ -1,28 +1,21 @@
 """Sync with git remotes: clone, pull, push, sync (SPEC.md section 2, Sync), and the record of
-what the last pull brought (``perfledger resume``).
-
-Any remote dulwich speaks to works: a path, ``file://``, ``git://``, ``ssh://``, ``http(s)://``.
+what the last pull brought (``perfledger resume``). Any remote dulwich speaks to works.
 
 Pull, step by step (nothing local changes until every step passed):
 
-1. fetch with an explicit ``determine_wants`` (only ``refs/heads/ledger``; dulwich's porcelain
-   fetch maps ``refs/heads/*`` to its own names, GUIDE.md), the pack received and its objects
-   unpacked in memory (thin-pack bases read from the local store), each object's name computed
-   from its content;
-2. verify the new commits only (:func:`perfledger.ledger.verify.verify_incoming`): the local
-   part was verified when it was written or pulled;
+1. fetch ``refs/heads/ledger`` with an explicit ``determine_wants`` (dulwich's porcelain fetch
+   maps ``refs/heads/*`` to its own names, GUIDE.md); the pack is read in memory, each object
+   named from its content (thin-pack bases read from the local store);
+2. verify the new commits only (:func:`perfledger.ledger.verify.verify_incoming`);
 3. refuse a rewritten remote: its head must descend from the last head seen from it (the
    tracking ref ``refs/remotes/<name>/ledger``);
-4. write the verified objects as one pack (kept a pack: never exploded into loose objects; the
-   pack count stays bounded by :mod:`perfledger.ledger.packing`), move the tracking ref by
-   compare-and-swap, then the ledger ref: a fast-forward, or a merge commit with both heads as
-   parents and no event (deterministic: the same heads give the same commit on any machine).
-   A lost race against a local append is retried on the new local head. Nothing is rebased,
-   rewritten or force-pushed.
+4. write the verified objects as one pack, move the tracking ref by compare-and-swap, then the
+   ledger ref: a fast-forward, or a deterministic merge commit with both heads as parents and
+   no event; a lost race against a local append is retried. Nothing is rebased or forced.
 
-Push refuses a non-fast-forward (pull first); the remote's receive-pack moves its ref only from
-the value we saw, so a concurrent push makes ours fail cleanly. ``sync`` = pull, then push,
-retried when another machine pushed in between.
+Push refuses a non-fast-forward (pull first); the remote moves its ref only from the value we
+saw, so a concurrent push makes ours fail cleanly. ``sync`` = pull, then push, retried when
+another machine pushed in between.
 """
 
 from __future__ import annotations
@@ -53,6 +46,7 @@ from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import read_pack
+from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
 from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
@@ -270,17 +264,9 @@ def changes_since_last_pull(store: GitStore) -> tuple[LastPull | None, list[Enve
 # ------------------------------------------------------------------------------ pull
 
 
-def _read_ref(repo: Repo, ref: bytes) -> bytes | None:
-    try:
-        return repo.refs[ref]
-    except KeyError:
-        return None
-
-
 def pull(store: GitStore, remote: str | None = None) -> PullResult:
     """Fetch the ledger of ``remote`` (a configured name, default ``origin``, a URL or a
     path), verify what is new, and join it to the local head.
-
     Returns: a :class:`PullResult`.
     Raises: BadRequest for an unknown remote or one without a ledger branch; RemoteError;
         IntegrityError naming the first bad event; RemoteRewritten; ConcurrentAppend when local
@@ -290,7 +276,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     target = resolve_remote(store.repo, remote)
     repo = store.repo
     before = store.read_head()
-    last_seen = _read_ref(repo, target.tracking_ref)
+    last_seen = read_ref(store.controldir, target.tracking_ref)
     fetched = fetch(store, repo, target.url, [before] + ([last_seen] if last_seen else []))
     remote_head = fetched.remote_head
     if remote_head is None:
@@ -301,7 +287,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     report = _verify_and_check(store, target, fetched, last_seen)
     if report.new_commits:
         store.adopt_objects(report.objects)
-        _index(store, report)
+        store.index_commits(report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
     after, action, merge = _join(store, remote_head, _node_function(store, report))
     result = PullResult(
@@ -314,8 +300,8 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
         merge_commit=merge.decode() if merge else None,
         new_events=[e.envelope for e in report.events] if action != "up_to_date" else [],
         fetched_objects=len(fetched.objects),
+        elapsed_s=time.perf_counter() - started,
     )
-    result.elapsed_s = time.perf_counter() - started
     if action != "up_to_date":  # keep the record of the last pull that brought something
         record_pull(store, result)
     return result
@@ -373,16 +359,6 @@ def _node_function(store: GitStore | None, report: IncomingReport) -> Any:
     return node
 
 
-def _index(store: GitStore, report: IncomingReport) -> None:
-    """Seed the store's derived index with the verified commits' structure."""
-    store.index_commits(
-        [
-            (sha, node.event_id, node.lamport, node.parents, report.keys.get(sha))
-            for sha, node in report.nodes.items()
-        ]
-    )
-
-
 def _move_tracking_ref(repo: Repo, target: Remote, last_seen: bytes | None, head: bytes) -> None:
     """Compare-and-swap the tracking ref from ``last_seen`` to ``head``."""
     if last_seen == head:
@@ -430,7 +406,6 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
 
 def push(store: GitStore, remote: str | None = None) -> PushResult:
     """Push the local ledger head to ``remote`` (as :func:`pull`), fast-forward only.
-
     Returns: a :class:`PushResult`.
     Raises: NonFastForward when the remote holds events not pulled yet, or another push moved
         its ref during ours; RemoteError when it cannot be reached. Never forces.
@@ -475,7 +450,7 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
             )
         pushed = True
     with contextlib.suppress(Exception):
-        last_seen = _read_ref(store.repo, target.tracking_ref)
+        last_seen = read_ref(store.controldir, target.tracking_ref)
         if last_seen is None:
             store.repo.refs.add_if_new(target.tracking_ref, local)
         elif last_seen != local and descends_from(node, last_seen, local):
@@ -569,7 +544,6 @@ def sync(
     store: GitStore, remote: str | None = None, *, attempts: int = SYNC_ATTEMPTS
 ) -> SyncResult:
     """Pull, then push; when another machine pushed in between, pull and push again.
-
     Returns: a :class:`SyncResult`. Raises: as :func:`pull` and :func:`push`; ConcurrentAppend
         when ``attempts`` rounds all lost the race.
     """
@@ -595,7 +569,6 @@ def clone(
 ) -> tuple[GitStore, PullResult]:
     """Clone the ledger at ``url`` into a new bare repository at ``path``, verified end to end
     before the ledger ref is written; ``url`` becomes remote ``name``.
-
     Returns: (the opened store, a :class:`PullResult` with action ``cloned``).
     Raises: BadRequest when ``path`` is not empty or the remote has no ledger; RemoteError;
         IntegrityError (nothing is left at ``path``).
@@ -636,7 +609,7 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     report = _verify_and_check(None, target, fetched, None)
     store = GitStore(repo)
     store.adopt_objects(report.objects)
-    _index(store, report)
+    store.index_commits(report.nodes, report.keys)
     _move_tracking_ref(repo, target, None, fetched.remote_head)
     if not repo.refs.add_if_new(LEDGER_REF, fetched.remote_head):
         raise ConcurrentAppend(f"another process created {path}'s ledger during the clone")

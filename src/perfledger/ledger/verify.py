@@ -112,20 +112,17 @@ def verify_store(
     """Verify the ledger of a :class:`perfledger.ledger.store.GitStore` (typed loosely: no
     import cycle) end to end, in the format ``format_version``; ``on_event`` gets every
     verified event (payload upcast and decoded) in the total order.
-
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
 
     assert isinstance(store, GitStore)
     started = time.perf_counter()
-    head = b""
     report = VerifyReport(ok=False, head="")
     reader = store.object_reader()
     try:
-        head = store.read_head()
-        report.head = head.decode()
-        graph = CommitGraph(reader, bytes.fromhex(head.decode()))
+        report.head = store.read_head().decode()
+        graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
         if len(graph.roots) != 1:
             raise IntegrityError(
@@ -230,20 +227,19 @@ class CommitGraph:
             if (node := self.nodes[sha]).event_id is not None
         )
         for sha in order:
-            data = self._check_event(sha, root)
-            envelope = _envelope_decoder.decode(data)  # checked: cannot fail
+            envelope = self._check_event(sha, root)
             try:
                 yield _decode_payload(envelope, format_version)
             except IntegrityError as exc:
                 raise _named(exc, envelope.id, sha) from None
 
-    def _check_event(self, sha: bytes, root: bytes) -> bytes:
-        """Check the event commit ``sha`` but its schema; return its ``event.json`` bytes.
+    def _check_event(self, sha: bytes, root: bytes) -> Envelope:
+        """Check the event commit ``sha`` but its schema; return its envelope.
         Raises: IntegrityError naming the event (and the commit)."""
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
-            return _verify_event(self.reader, sha, self.nodes[sha], self.dag, root)[1]
+            return _verify_event(self.reader, sha, self.dag, root)
         except _DagMismatch as exc:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
@@ -252,7 +248,7 @@ class CommitGraph:
             for parent_id in self.dag.heads(parent_commit):
                 parent_sha = self.commit_of[parent_id]
                 try:
-                    _verify_event(self.reader, parent_sha, self.node(parent_sha), None, root)
+                    _verify_event(self.reader, parent_sha, None, root)
                 except IntegrityError as parent_exc:
                     raise _named(parent_exc, parent_id, parent_sha) from None
             raise _named(exc, event_id, sha) from None
@@ -263,7 +259,6 @@ class CommitGraph:
 def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[str, str]]:
     """Read the commit ``sha`` through the checking reader, check it on its own
     (:func:`check_commit`) and return it with its trailers.
-
     Raises: IntegrityError naming the commit (and the event it claims, where readable).
     """
     try:
@@ -358,14 +353,10 @@ def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -
 
 
 def _verify_event(
-    reader: ObjectReader,
-    sha: bytes,
-    node: CommitNode,
-    dag: EventHeads | None,
-    root: bytes,
-) -> tuple[Envelope, bytes]:
-    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
-    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
+    reader: ObjectReader, sha: bytes, dag: EventHeads | None, root: bytes
+) -> Envelope:
+    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`) and
+    return its envelope. ``dag`` None skips its place in the DAG."""
     commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
     trailers = parse_trailers(commit.message)
     type_num, tree_raw = reader.read(commit.tree)
@@ -416,9 +407,9 @@ def _verify_event(
         validate_envelope_fields(envelope)
     except BadRequest as exc:
         raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
-    _verify_event_content(commit, trailers, envelope, data, tree_entries=entries, dag=dag,
+    _verify_event_content(commit, trailers, envelope, data, entries=entries, dag=dag,
                           sha=sha, root=root, reader=reader)  # fmt: skip
-    return envelope, data
+    return envelope
 
 
 #: Git modes of a regular non-executable file and of a directory (a subtree).
@@ -471,7 +462,7 @@ def _verify_event_content(
     envelope: Envelope,
     data: bytes,
     *,
-    tree_entries: dict[bytes, tuple[int, bytes]],
+    entries: dict[bytes, tuple[int, bytes]],
     dag: EventHeads | None,
     sha: bytes,
     root: bytes,
@@ -479,7 +470,6 @@ def _verify_event_content(
 ) -> None:
     """The checks of :func:`_verify_event` after the envelope's fields: content id, trailers,
     identity and time, place in the DAG, artifacts. Raises: IntegrityError."""
-    entries = tree_entries
     # In canonical bytes the id is the top-level key right after "artifacts" (keys are sorted and
     # no other key precedes it structurally with a string value): cut it out to get the bytes
     # the id was computed over.
@@ -515,12 +505,10 @@ def _verify_event_content(
             raise _fail("commit time does not match the event timestamp")
 
     # place in the DAG (skipped when re-checking a parent's own content: dag is None)
-    if dag is None:
-        pass
-    elif sha == root:
+    if dag is not None and sha == root:
         if envelope.parents or envelope.lamport != 1 or envelope.kind != "LedgerInitialized":
             raise _fail("the root must be LedgerInitialized with no parents and Lamport 1")
-    else:
+    elif dag is not None:
         if envelope.kind == "LedgerInitialized":
             raise _fail("LedgerInitialized appears again after the root")
         parent_commit = commit.parents[0]
@@ -638,7 +626,6 @@ def verify_incoming(
     """Verify every commit reachable from ``tip`` (hex) that is not local (``is_local``: hex
     sha -> reachable from the local head; ``has_event``: the local ledger holds that event id).
     With ``clone`` the new commits must hold exactly one root; otherwise none may be a root.
-
     Returns: an :class:`IncomingReport`.
     Raises: IntegrityError naming the first bad event or commit (nothing was written).
     """
