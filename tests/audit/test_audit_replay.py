@@ -324,7 +324,7 @@ def test_audit_finds_an_idempotency_key_reused_on_a_linear_history(
         ledger.append("NoteRecorded", {"text": "b", "tags": []}, actor="t")
         again = ledger.append("NoteRecorded", note, actor="t", idempotency_key="k1")
         assert again.id == first.id  # the store's check: no second event
-        monkeypatch.setattr(ledger.store, "_idempotent_replay", lambda drafts: None)
+        monkeypatch.setattr(ledger.store, "_recorded", lambda key: None)
         reused = ledger.store.append(
             EventDraft("NoteRecorded", {"text": "c", "tags": []}, "tampered-tool",
                        idempotency_key="k1")

@@ -42,12 +42,7 @@ OPTIMISTIC_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class Artifact:
-    """A file to attach to an event.
-
-    Attributes:
-        data: the file's bytes.
-        media_type: IANA media type (``text/plain``, ``application/json``, ...).
-    """
+    """A file to attach to an event: its bytes and IANA media type (``text/plain``, ...)."""
 
     data: bytes
     media_type: str = "application/octet-stream"
@@ -55,18 +50,10 @@ class Artifact:
 
 @dataclass(frozen=True)
 class EventDraft:
-    """An event before it is placed in the DAG: what the caller decided.
-
-    Attributes:
-        kind: registered event kind.
-        payload: the payload (the kind's Struct or builtins), validated against its schema.
-        actor: who appends it.
-        request: the closed request as received (builtins), or None.
-        idempotency_key: the caller's key; an event with the same key already in the ledger is
-            returned instead of appending again.
-        artifacts: logical name -> :class:`Artifact`.
-        ts: the event time (aware datetime); defaults to now (UTC) at append time.
-    """
+    """An event before it is placed in the DAG: its registered ``kind``, ``payload`` (the
+    kind's Struct or builtins), ``actor``, the ``request`` as received (builtins) or None, the
+    caller's ``idempotency_key``, ``artifacts`` (name -> :class:`Artifact`) and ``ts`` (an
+    aware datetime; default: now, UTC)."""
 
     kind: str
     payload: Any
@@ -79,15 +66,9 @@ class EventDraft:
 
 @dataclass(frozen=True)
 class HeadView:
-    """What a decision sees of the ledger at one head.
-
-    Attributes:
-        head: opaque head token (git: the commit hex sha), None for an empty ledger.
-        event_heads: ids of the events at the tips of the DAG (sorted).
-        lamport: the largest Lamport clock among ``event_heads`` (0 for an empty ledger).
-    (The number of events is :meth:`EventStore.count`: a git store knows it only from its
-    whole index, which an append does not need.)
-    """
+    """What a decision sees of the ledger at one head: an opaque ``head`` token (git: the
+    commit hex sha), the sorted ids of the events at the DAG's tips, and the largest Lamport
+    clock among them."""
 
     head: str | None
     event_heads: tuple[str, ...]
@@ -99,17 +80,9 @@ Decide = Callable[[HeadView], Sequence[EventDraft]]
 
 
 class BuiltEvent(NamedTuple):
-    """An envelope placed in the DAG, with the bytes git will store (a named tuple: one is made
-    per appended event, in half the time of a frozen dataclass).
-
-    Attributes:
-        envelope: the complete envelope (decoded back from ``data``, so it equals what a reader
-            of the ledger will see).
-        data: the canonical bytes of ``event.json``.
-        blobs: blake3 hex -> artifact bytes.
-        seconds: the event time in whole seconds since the epoch (the commit time).
-        summary: one-line summary of the payload for the commit message.
-    """
+    """An envelope placed in the DAG (decoded back from ``data``, as a reader will see it),
+    the canonical bytes of ``event.json``, artifact ``blobs`` (blake3 hex -> bytes), the
+    event time in whole seconds (the commit time) and a one-line summary for the message."""
 
     envelope: Envelope
     data: bytes
@@ -119,11 +92,8 @@ class BuiltEvent(NamedTuple):
 
 
 def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> BuiltEvent:
-    """Turn a draft into a complete envelope placed after ``parents`` at Lamport ``lamport``.
-
-    The value is checked and canonicalised once; its id is the blake3 of the domain prefix and
-    the canonical bytes without ``id`` (:func:`perfledger.events.envelope.compute_event_id`).
-
+    """Turn a draft into a complete envelope placed after ``parents`` at Lamport ``lamport``,
+    its id the blake3 of the domain prefix and the canonical bytes without ``id``.
     Returns: a :class:`BuiltEvent`.
     Raises: BadRequest for a payload that does not fit its schema or a malformed field;
         CanonicalEncodingError (a BadRequest) for NaN/Inf anywhere.
@@ -196,12 +166,8 @@ def check_batch_keys(drafts: Sequence[EventDraft]) -> None:
 def idempotent_replay(
     drafts: Sequence[EventDraft], holder: Callable[[str], Envelope | None]
 ) -> list[Envelope] | None:
-    """The events already recorded under the drafts' idempotency keys (SPEC.md section 2), or
-    None when no draft's key is recorded (the drafts are then appended).
-
-    Args:
-        drafts: the drafts of one append or batch.
-        holder: idempotency key -> the event recorded under it, or None.
+    """The events already recorded under the drafts' idempotency keys (``holder``: key -> the
+    event, or None), or None when no draft's key is recorded (SPEC.md section 2).
     Raises: BadRequest when a key was used for a different request (kind, or the canonical
         request or payload), or when part of the batch is recorded and part is not.
     """

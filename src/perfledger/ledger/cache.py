@@ -29,17 +29,9 @@ SECTION_GRACE_S = 10.0
 
 
 class Snapshot(msgspec.Struct):
-    """A cached projection state.
-
-    Attributes:
-        head: the commit sha (hex) the state was folded up to.
-        code_version: perfledger version, cache format and projection version, joined.
-        count: number of events folded.
-        last_lamport: Lamport clock of the last folded event.
-        last_id: id of the last folded event.
-        sections: the state's fields, each msgpack-encoded on its own (field encode name ->
-            bytes; see :func:`encode_fields`).
-    """
+    """A cached projection state: the ``head`` (hex) it was folded up to, its ``code_version``
+    (perfledger, cache format and projection versions), the events folded and the last one's
+    Lamport clock and id, and ``sections`` (:func:`encode_fields`)."""
 
     head: str
     code_version: str
@@ -90,9 +82,7 @@ def _section_name(name: str, data: bytes) -> str:
 
 def load_snapshot(derived_dir: str, name: str, code_version: str) -> Snapshot | None:
     """Return the snapshot of projection ``name`` if it exists, matches ``code_version`` and
-    every section file it names is present and holds the bytes its name hashes (a section cut
-    short by a crash, emptied, or swapped for another file is caught here, before anything is
-    decoded); None otherwise (a cache miss)."""
+    every section file it names holds the bytes its name hashes; None otherwise (a miss)."""
     directory = os.path.join(derived_dir, CACHE_DIR)
     try:
         with open(_path(derived_dir, name), "rb") as f:
@@ -108,17 +98,13 @@ def load_snapshot(derived_dir: str, name: str, code_version: str) -> Snapshot | 
             sections[field] = data
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return Snapshot(
-        manifest.head, manifest.code_version, manifest.count, manifest.last_lamport,
-        manifest.last_id, sections,
-    )  # fmt: skip
+    return Snapshot(*msgspec.structs.astuple(manifest)[:-1], sections)
 
 
 def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
-    """Write the snapshot: each section file that does not exist yet (temp file + rename), then
-    the manifest (temp file + rename: readers see the old snapshot or the new one), then remove
-    section files no manifest names any more (older than :data:`SECTION_GRACE_S`). Errors are
-    the caller's to ignore: a cache that cannot be written only costs speed."""
+    """Write the section files that do not exist yet, then the manifest (readers see the old
+    snapshot or the new one), then remove unnamed section files older than
+    :data:`SECTION_GRACE_S`. Raises: OSError (the caller ignores it: derived data)."""
     directory = os.path.join(derived_dir, CACHE_DIR)
     os.makedirs(directory, exist_ok=True)
     names = {}
@@ -129,10 +115,7 @@ def save_snapshot(derived_dir: str, name: str, snapshot: Snapshot) -> None:
             os.utime(path)  # in use again: not garbage for a concurrent writer
             continue
         write_derived(path, data)
-    manifest = _Manifest(
-        snapshot.head, snapshot.code_version, snapshot.count, snapshot.last_lamport,
-        snapshot.last_id, names,
-    )  # fmt: skip
+    manifest = _Manifest(*msgspec.structs.astuple(snapshot)[:-1], names)
     write_derived(_path(derived_dir, name), msgspec.msgpack.encode(manifest))
     _collect_sections(directory, name, set(names.values()))
 
@@ -210,14 +193,9 @@ def save_rendering(derived_dir: str, name: str, head: str, code_version: str, da
 
 
 # ------------------------------------------------------------------ a state decoded field by field
-# The cache holds a projection's state one field per section (encode_fields). On a large ledger,
-# decoding all of it dominated a workflow decision through the CLI (a 10,000-event session:
-# 6.8 MB, ~0.13 s), while a decider reads a few of its maps (``evidence.add`` reads ``evidence``
-# and ``targets``, never ``verdicts``). LazyStruct holds the sections' bytes, decodes a field on
-# first access, and encodes again only the fields that were accessed: an untouched field goes
-# back to the cache byte for byte (the same content-addressed file, not written again). It is a
-# cache-reading device only: Ledger.state_at hands it to the deciders (``lazy=True``) and
-# materializes it for every other caller; verify and audit never read the cache.
+# A decider reads a few of the state's maps, and decoding all of a large state dominated a CLI
+# decision: LazyStruct decodes a field on first access and encodes again only those, so an
+# untouched field goes back to the cache byte for byte. Ledger.state_at hands it to deciders.
 
 
 @functools.cache
@@ -242,13 +220,9 @@ def encode_fields(state: Any) -> dict[str, bytes]:
 
 
 class LazyStruct:
-    """A ``struct_type`` instance read from its sections (:func:`encode_fields`), field by field.
-
-    Attribute reads decode that field on first access (later reads return the same object, so
-    in-place updates by a fold stick); attribute writes replace the field; a field without a
-    section takes its default. :meth:`encode_fields` returns the sections of the current value;
-    :meth:`materialize` returns the Struct itself. Only fields of ``struct_type`` are attributes.
-
+    """A ``struct_type`` instance read from its sections (:func:`encode_fields`): a field is
+    decoded on first access (later reads return the same object), a write replaces it, a field
+    without a section takes its default.
     Raises: msgspec.DecodeError / ValidationError at first access of a malformed section;
     AttributeError for a name that is not a field.
     """

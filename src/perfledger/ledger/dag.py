@@ -17,13 +17,8 @@ from typing import TypeVar
 
 @dataclass(frozen=True, slots=True)
 class CommitNode:
-    """What the DAG needs of one commit.
-
-    Attributes:
-        event_id: the event it carries, None for a merge commit.
-        lamport: the event's Lamport clock (0 for a merge commit).
-        parents: parent commit shas.
-    """
+    """What the DAG needs of one commit: its event id and Lamport clock (None and 0 for a
+    merge commit) and its parent commit shas."""
 
     event_id: str | None
     lamport: int
@@ -32,12 +27,8 @@ class CommitNode:
 
 @dataclass
 class EventHeads:
-    """Memoised event heads and Lamport clocks of commits.
-
-    Args:
-        node: commit sha -> :class:`CommitNode` (raises KeyError for an unknown commit).
-        commit_of: event id -> commit sha.
-    """
+    """Memoised event heads and Lamport clocks of commits, given ``node`` (sha ->
+    :class:`CommitNode`) and ``commit_of`` (event id -> sha)."""
 
     node: Callable[[bytes], CommitNode]
     commit_of: Callable[[str], bytes]
@@ -70,11 +61,8 @@ class EventHeads:
         return cached
 
     def _dominated(self, event_id: str, others: set[str]) -> bool:
-        """True when ``event_id`` is an ancestor of another event in ``others``.
-
-        The walk back from each other event stops below the target's Lamport clock: nothing
-        there can be the target, since clocks strictly increase along edges.
-        """
+        """True when ``event_id`` is an ancestor of another event in ``others`` (each walk
+        stops below its Lamport clock: clocks strictly increase along edges)."""
         target = self.commit_of(event_id)
         floor = self.node(target).lamport
         for other in others:
@@ -110,14 +98,8 @@ def in_total_order(items: Iterable[tuple[int, str, T]]) -> list[T]:
 
 
 def descends_from(node: Callable[[bytes], CommitNode], ancestor: bytes, tip: bytes) -> bool:
-    """True when commit ``ancestor`` is ``tip`` or one of its ancestors (hex bytes).
-
-    The walk back from ``tip`` stops below ``ancestor``'s Lamport clock: clocks strictly
-    increase along every edge of a verified ledger, so nothing there can reach it.
-
-    Args:
-        node: hex sha -> :class:`CommitNode` (parents as hex bytes).
-    """
+    """True when commit ``ancestor`` is ``tip`` or one of its ancestors (hex bytes; ``node``:
+    sha -> :class:`CommitNode`); the walk stops below ``ancestor``'s Lamport clock."""
     if ancestor == tip:
         return True
     lamports: dict[bytes, int] = {}

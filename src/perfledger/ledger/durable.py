@@ -8,9 +8,7 @@ instant (power loss included) leaves the old head or the new one. The claims and
 listed in ``docs/storage.md``.
 
 A new repository is made durable before its first event (:func:`make_repository_durable`):
-``git init`` through dulwich writes ``config``, ``HEAD`` and the ``objects/`` and ``refs/``
-directories without one fsync, and an append later fsyncs only its objects and the ref's own
-directory, not the directories above them (tests/powerloss).
+dulwich's init fsyncs nothing, and an append fsyncs only its objects' and ref's directories.
 """
 
 from __future__ import annotations
@@ -20,10 +18,13 @@ import os
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """fsync the directory ``path`` so that renames and creations inside it are durable.
-
     Raises: OSError from the operating system (a missing directory, for instance).
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    _fsync(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+def _fsync(path: str | os.PathLike[str], flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
@@ -48,7 +49,6 @@ def make_repository_durable(controldir: str, top: str) -> None:
     """fsync every file directly in ``controldir`` (``config``, ``HEAD``, ...), every directory
     under it, then each directory from ``controldir``'s parent up to ``top`` (the parent of
     the topmost directory the caller created, or of the repository's directory).
-
     Raises: OSError from the filesystem (a full disk, say): the caller's init fails.
     """
     controldir = os.path.abspath(controldir)
@@ -56,11 +56,7 @@ def make_repository_durable(controldir: str, top: str) -> None:
     for name in os.listdir(controldir):
         path = os.path.join(controldir, name)
         if os.path.isfile(path) and not os.path.islink(path):
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync(path, os.O_RDONLY | os.O_CLOEXEC)
     # children before parents: each directory's entries, then the entry naming it
     for root, _dirs, _files in sorted(os.walk(controldir), key=lambda w: -len(w[0])):
         fsync_dir(root)

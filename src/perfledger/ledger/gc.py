@@ -8,15 +8,12 @@ that no live process is still writing it (never by a file's age):
   ``objects/pack/tmp_pack_<pid>_<n>`` and ``tmp_idx_<pid>_<n>``, ``perfledger/**/*.<pid>.tmp``:
   removed when no process has that pid (a live one, even an unrelated process that reuses the
   pid, keeps them);
-- files whose writer cannot be named: a ``.pack`` without its ``.idx`` (killed between the two
-  renames) or an ``.idx`` without its ``.pack``, other ``tmp_*`` files in ``objects/pack``
-  (dulwich's), ``objects/pack/*.lock`` (dulwich's ``GitFile`` writing a pack; git makes none
-  there), a pull's spooled ``perfledger/incoming-*.pack``, merged-away packs waiting in
-  ``perfledger/retired-packs/``: removed only while gc holds the *open guard* exclusively, and
-  no process on this machine holds the file open (``/proc``: a git process writing its own).
-  Every open store holds that guard (``perfledger/gc.lock``) shared, by ``flock``, from open to
-  close; the kernel drops a killed process's flock, so an exclusive hold proves that no
-  perfledger process has the ledger open, and no store can open until gc is done.
+- files whose writer cannot be named: half a pack (``.pack`` or ``.idx`` alone), other
+  ``tmp_*`` files and ``*.lock`` in ``objects/pack`` (dulwich's), a pull's spooled
+  ``perfledger/incoming-*.pack``, ``perfledger/retired-packs/``: removed only while gc holds
+  the *open guard* (``perfledger/gc.lock``, which every open store holds shared by ``flock``)
+  exclusively (the kernel drops a dead holder's flock: no store is open), and no process on
+  this machine holds the file open (``/proc``).
 
 Other lock files (``*.lock`` under ``refs/``, ``packed-refs.lock``, ``config.lock``) are never removed:
 a git process may hold one, and git's locks carry no owner. gc lists them.
@@ -40,8 +37,8 @@ from perfledger.ledger import layout
 #: The derived directory (``<gitdir>/perfledger``) and the open guard inside it.
 DERIVED_DIR = layout.DERIVED_DIR
 GUARD_FILE = layout.GC_GUARD_FILE
-#: Directories under the derived one whose whole content is garbage once no store is open.
-_RETIRED_DIRS = (layout.LEGACY_RETIRED_PACKS_DIR,)
+#: A directory under the derived one whose whole content is garbage once no store is open.
+_RETIRED_DIR = layout.LEGACY_RETIRED_PACKS_DIR
 #: Temporaries named after their writer's pid (gitobj's ``_create_tmp``; cache and index files).
 _PID_TEMP = re.compile(r"^tmp_(?:obj|pack|idx)_(\d+)_\d+$")
 _PID_SUFFIX_TEMP = re.compile(r"\.(\d+)\.tmp$")
@@ -50,14 +47,9 @@ _FANOUT = re.compile(r"^[0-9a-f]{2}$")
 
 @dataclass
 class GcReport:
-    """What :func:`collect` did.
-
-    Attributes:
-        removed: paths removed (or that would be, with ``dry_run``).
-        removed_bytes: their total size, in bytes.
-        kept: (path, why) for garbage-like files left alone.
-        guard_held: whether gc held the open guard (no perfledger process had the ledger open).
-    """
+    """What :func:`collect` did: paths ``removed`` (or that would be, with ``dry_run``), their
+    size in bytes, (path, why) ``kept`` for garbage-like files left alone, and whether gc held
+    the open guard (no perfledger process had the ledger open)."""
 
     removed: list[str] = field(default_factory=list)
     removed_bytes: int = 0
@@ -95,17 +87,11 @@ def hold_open_guard(controldir: str) -> int | None:
 
 
 @contextlib.contextmanager
-def _exclusive_guard(controldir: str) -> Iterator[bool]:
-    """Hold the open guard exclusively if no store has the ledger open; yields whether it did."""
-    derived = os.path.join(controldir, DERIVED_DIR)
-    try:
-        os.makedirs(derived, exist_ok=True)
-        fd = os.open(
-            os.path.join(derived, GUARD_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
-        )
-    except OSError:
-        yield False
-        return
+def try_flock(path: str) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created, with its directory) while it is free;
+    yields whether it was taken. Raises: OSError when the file cannot be created."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -126,7 +112,7 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -163,7 +149,6 @@ def collect_dead_temporaries(pack_dir: str) -> int:
 def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
     """Remove what killed writers and pulls left in the git directory ``controldir`` (see the
     module docstring); with ``dry_run`` only report it.
-
     Returns: a :class:`GcReport`. Raises: OSError when a directory cannot be listed or a file
     cannot be removed (a read-only filesystem, say): what was removed before stays removed,
     which changes nothing but space.
@@ -193,7 +178,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
             unnamed.append(path)
     # the derived directory: pid-named cache files, a pull's spool, retired packs
     for root, dirs, files in os.walk(derived):
-        retired = any(os.path.relpath(root, derived).split(os.sep)[0] == d for d in _RETIRED_DIRS)
+        retired = os.path.relpath(root, derived).split(os.sep)[0] == _RETIRED_DIR
         for name in files:
             path = os.path.join(root, name)
             if retired or (root == derived and name.startswith("incoming-")):
@@ -201,7 +186,11 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
             elif _PID_SUFFIX_TEMP.search(name):
                 _pid_named(path, report, dry_run, unnamed)
         dirs.sort()
-    with _exclusive_guard(controldir) as held:
+    with contextlib.ExitStack() as stack:
+        try:  # exclusive: no store has the ledger open
+            held = stack.enter_context(try_flock(os.path.join(derived, GUARD_FILE)))
+        except OSError:
+            held = False
         report.guard_held = held
         held_open = _files_held_open() if held and unnamed else set()
         for path in unnamed:
@@ -212,9 +201,8 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
             else:
                 _remove(path, report, dry_run)
         if held and not dry_run:
-            for name in _RETIRED_DIRS:  # the emptied directories themselves
-                with contextlib.suppress(OSError):
-                    shutil.rmtree(os.path.join(derived, name))
+            with contextlib.suppress(OSError):  # the emptied directory itself
+                shutil.rmtree(os.path.join(derived, _RETIRED_DIR))
     for lock in _lock_files(controldir):
         report.kept.append((lock, "a lock file: a git process may hold it"))
     return report
@@ -268,4 +256,4 @@ def _lock_files(controldir: str) -> list[str]:
     return locks
 
 
-__all__ = ["GcReport", "collect", "collect_dead_temporaries", "hold_open_guard"]
+__all__ = ["GcReport", "collect", "collect_dead_temporaries", "hold_open_guard", "try_flock"]

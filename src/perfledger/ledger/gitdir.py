@@ -21,13 +21,7 @@ _SECTION = re.compile(rb"^\s*\[([^\]]*)\]\s*(?:[;#].*)?$")
 
 
 class GitLocation(NamedTuple):
-    """Where a repository lives.
-
-    Attributes:
-        path: the path the caller named (the work tree, or the git directory when bare).
-        controldir: the git directory (``objects/``, ``refs/``, ``config``).
-        bare: True for a bare repository.
-    """
+    """Where a repository lives: the ``path`` the caller named, its git directory, bare?"""
 
     path: str
     controldir: str
@@ -35,13 +29,9 @@ class GitLocation(NamedTuple):
 
 
 def find_controldir(path: str) -> GitLocation | None:
-    """Return where the repository at ``path`` keeps its git directory, or None when ``path``
-    is not one of the two plain layouts (the caller then asks dulwich, which also reports a
-    path that is no repository at all).
-
-    Mirrors ``dulwich.repo.Repo``'s discovery: ``path/.git/objects`` makes a work tree;
-    ``path/objects`` and ``path/refs`` make a bare repository.
-    """
+    """Return where the repository at ``path`` keeps its git directory, as dulwich's
+    discovery does (``path/.git/objects``: a work tree; ``path/objects`` and ``path/refs``: bare);
+    None for any other layout (the caller then asks dulwich)."""
     dotgit = os.path.join(path, ".git")
     if os.path.isdir(os.path.join(dotgit, "objects")):
         location = GitLocation(path, dotgit, False)
@@ -56,12 +46,10 @@ def find_controldir(path: str) -> GitLocation | None:
 
 def read_section(controldir: str, section: bytes) -> dict[bytes, bytes] | None:
     """Return the keys of ``[section]`` (no subsection) in the repository's ``config`` file,
-    lower-cased, each with its last value (git's rule for a single-valued key); an empty dict
-    when the file or the section is absent.
-
-    Returns None when the file holds anything this reader does not interpret exactly as git
-    does (``[include]``/``[includeIf]``, a quoted or escaped value, a continuation line, an entry
-    outside any section): the caller then reads the config through dulwich.
+    lower-cased, each with its last value (git's rule); an empty dict when the file or the
+    section is absent; None when the file holds anything this reader does not read exactly as
+    git does (includes, quoting, escapes, continuations, an entry outside a section): the
+    caller then asks dulwich.
     Raises: OSError other than a missing file.
     """
     try:

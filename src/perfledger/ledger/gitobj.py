@@ -1,10 +1,9 @@
 """Writing git objects fast: raw blob/tree/commit bytes, loose object files and packs.
 
-Why not dulwich's writers: building ``Tree``/``Commit`` objects and ``write_pack_objects`` cost
-about 350 µs per event (object re-serialisation, a zlib compressor per object, repeated sha
-computation), which capped batched appends at ~2,000 events/s. The formats written here are git's
-own, small and fixed (loose objects, pack v2, index v2 through :mod:`perfledger.ledger.packindex`);
-every test scenario checks the result with ``git fsck --strict --full``.
+Why not dulwich's writers: their per-object work (``Tree``/``Commit`` objects, a zlib compressor
+per object) capped batched appends far below the goal. The formats are git's own, small and
+fixed (loose objects, pack v2, index v2 through :mod:`perfledger.ledger.packindex`); the tests
+check the result with ``git fsck --strict --full``.
 
 Durability: every file is fsynced before it is renamed into place, and its directory after
 (:mod:`perfledger.ledger.durable`), so an object is on disk before any ref can point at it.
@@ -30,21 +29,15 @@ COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
 TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob", TAG: b"tag"}
 #: ``<type> <size>\0``, the header git hashes and stores before an object's content.
 HEADER_FORMATS = {num: name + b" %d\0" for num, name in TYPE_NAMES.items()}
-#: Objects smaller than this (bytes) are stored uncompressed inside their zlib stream: setting up
-#: a deflate compressor costs ~20-50 µs here, more than writing the few hundred bytes of an
-#: envelope; larger objects (artifacts) are compressed at zlib's default level. Pack merges copy
-#: entries as they are; ``git gc`` compresses them, if wanted.
+#: Objects smaller than this (bytes) are stored uncompressed inside their zlib stream (setting up
+#: a compressor costs more than writing an envelope); larger ones are compressed.
 STORE_BELOW_BYTES = 1024
 _FILE_MODE = b"100644"
 _DIR_MODE = b"40000"
 
 
 class RawObject(NamedTuple):
-    """A git object as its type number, its content (without header) and its hex sha (bytes).
-
-    A named tuple, immutable and hashable: three are made per appended event, and a tuple is
-    made in half the time of a frozen dataclass (whose ``__init__`` sets each field through
-    ``object.__setattr__``)."""
+    """A git object as its type number, its content (without header) and its hex sha (bytes)."""
 
     type_num: int
     raw: bytes
@@ -65,13 +58,8 @@ def make_blob(data: bytes) -> RawObject:
 def make_tree(
     files: Sequence[tuple[bytes, bytes]], dirs: Sequence[tuple[bytes, bytes]] = ()
 ) -> RawObject:
-    """Return a tree of regular files and subtrees.
-
-    Args:
-        files: (name, blob hex sha) pairs.
-        dirs: (name, tree hex sha) pairs.
-    Entries are sorted as git sorts them (a directory name compares as if it ended in ``/``).
-    """
+    """Return a tree of regular ``files`` and subtrees ``dirs`` ((name, hex sha) pairs),
+    sorted as git sorts them (a directory name compares as if it ended in ``/``)."""
     if not dirs and len(files) == 1:  # an event without artifacts: nothing to sort
         name, sha = files[0]
         return make_object(TREE, b"100644 " + name + b"\0" + bytes.fromhex(sha.decode()))
@@ -124,13 +112,9 @@ def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
 
 
 def deflate(data: bytes) -> bytes:
-    """Return ``data`` as a zlib stream (stored for small data, compressed otherwise).
-
-    Small data is framed by hand as one stored deflate block (RFC 1950/1951: the zlib header
-    ``18 19``, a final stored block of ``len`` and its complement, the bytes, their Adler-32):
-    for short data, byte for byte what ``zlib.compressobj(0, DEFLATED, 9, 1)`` writes, without
-    setting up a compressor per object (20-50 µs each here).
-    """
+    """Return ``data`` as a zlib stream: below :data:`STORE_BELOW_BYTES` one stored deflate
+    block framed by hand (RFC 1950/1951; byte for byte what ``zlib.compressobj(0, DEFLATED, 9,
+    1)`` writes), compressed otherwise."""
     size = len(data)
     if size < STORE_BELOW_BYTES:
         return b"".join(
@@ -149,12 +133,9 @@ _STORED_HEADER = b"\x18\x19\x01"
 
 
 def inflate(stream: bytes, size: int) -> bytes:
-    """Return the ``size`` bytes a zlib ``stream`` holds (bytes after the stream are ignored).
-
-    What :func:`deflate` writes for small data (one stored block) is unframed directly, its
-    Adler-32 checked, without setting up a zlib decompressor (~5 µs each, three per event read);
-    anything else goes through zlib. The caller still checks the length and the object's sha.
-    Raises: zlib.error for a stream zlib cannot inflate.
+    """Return the ``size`` bytes a zlib ``stream`` holds (bytes after it are ignored): one
+    stored block (:func:`deflate`) unframed directly, its Adler-32 checked; anything else
+    through zlib. Raises: zlib.error for a stream zlib cannot inflate.
     """
     if (
         stream[:3] == _STORED_HEADER
@@ -168,16 +149,10 @@ def inflate(stream: bytes, size: int) -> bytes:
 
 
 def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
-    """Write loose objects durably: each to a temporary file, fsynced, then renamed into place
-    once every one is written; then every directory that received a rename is fsynced.
-
-    Args:
-        objects_dir: the repository's ``objects`` directory.
-        objects: the objects; one that already exists is replaced by the same bytes
-            (content-addressed: same name, same content), which is harmless and spares two
-            ``stat`` calls per object on the append path.
-    Raises: OSError from the filesystem (a full disk, say); temporary files are removed, and
-        nothing is renamed into place unless every object was written.
+    """Write loose objects under ``objects_dir`` durably: each to a temporary file, fsynced,
+    renamed into place once every one is written (one that exists is replaced by the same
+    bytes); then every directory that received a rename is fsynced.
+    Raises: OSError from the filesystem; temporaries are removed, nothing renamed in part.
     """
     sep = os.sep
     staged: list[tuple[str, str]] = []  # (temporary path, final path)
@@ -187,8 +162,7 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
             hexsha = obj.id.decode()
             directory = objects_dir + sep + hexsha[:2]
             data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
-            # A unique temporary name, as git does (never ``<sha>.lock``): a writer killed
-            # here leaves a ``tmp_obj_*`` file that git fsck ignores and that blocks nobody.
+            # a unique temporary name, as git does: one left by a killed writer blocks nobody
             try:
                 fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
             except FileNotFoundError:  # the first object under this fan-out directory
@@ -240,11 +214,9 @@ def _entry_header(type_num: int, size: int) -> bytes:
 
 
 def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
-    """Write ``objects`` durably as one pack (v2, no deltas) and its index (v2).
-
-    The ``.pack`` is written first and the ``.idx`` last, each fsynced before its rename, then
-    the directory: git and dulwich see a pack only once its index exists, so a crash never
-    exposes half a pack. Duplicate objects are written once. Returns the pack's base path.
+    """Write ``objects`` (duplicates once) durably as one pack (v2, no deltas) and its index
+    (v2): the ``.pack`` first and the ``.idx`` last (readers see a pack once its index exists),
+    each fsynced before its rename, then the directory. Returns the pack's base path.
     Raises: OSError from the filesystem (temporary files are removed).
     """
     seen: set[bytes] = set()
@@ -299,12 +271,8 @@ _COPY_BLOCK_BYTES = 8 << 20
 
 
 class DeltaEntry(Exception):
-    """A pack holds delta entries (git's own ``gc`` wrote it), which :func:`copy_merge_packs`
-    does not rewrite: the offsets inside would change.
-
-    Attributes:
-        base: the pack's base path (without ``.pack``/``.idx``).
-    """
+    """The pack at ``base`` (path without ``.pack``) holds delta entries (git's ``gc`` wrote
+    it), which :func:`copy_merge_packs` does not rewrite: the offsets inside would change."""
 
     def __init__(self, base: str) -> None:
         super().__init__(f"{base}.pack holds delta entries or an index perfledger does not read")
@@ -325,14 +293,9 @@ def _holds_deltas(pack: str, index: IndexArrays) -> bool:
 
 
 def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
-    """Merge packs into one by copying their compressed entries verbatim (as git reuses packed
-    objects), each object once; durably, pack before index. Returns the new base path.
-
-    Args:
-        pack_dir: the ``objects/pack`` directory.
-        bases: the packs' base paths (without ``.pack``/``.idx``).
-    Raises: DeltaEntry, before anything is written, naming a pack that holds a delta entry
-        (the caller merges the others).
+    """Merge the packs ``bases`` (paths without ``.pack``) of ``pack_dir`` into one by copying
+    their compressed entries verbatim, each object once; durably, pack before index.
+    Returns: the new base path. Raises: DeltaEntry, before anything is written.
     """
     import mmap
 

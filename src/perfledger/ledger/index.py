@@ -48,13 +48,10 @@ def entry_from_raw(raw: bytes) -> IndexEntry:
 
 
 class CommitIndex:
-    """The maps a store keeps about its commits (shas are hex bytes).
-
-    ``commits`` holds every commit read or written (structure only; it may include branches
-    not yet merged); ``reachable``, ``by_event`` and ``keys`` describe exactly the commits
-    reachable from ``head``, whose events are visible. ``all_events`` maps the event id of
-    every known commit (reachable or not) to its commit.
-    """
+    """The maps a store keeps about its commits (hex shas): ``commits`` holds every commit
+    read or written (branches not yet merged too); ``reachable``, ``by_event`` and ``keys``
+    describe exactly the commits reachable from ``head``, whose events are visible;
+    ``all_events`` maps the event id of every known commit to it."""
 
     def __init__(self) -> None:
         """An empty index, not yet loaded from disk."""
@@ -85,12 +82,9 @@ class CommitIndex:
         self.mark_reachable(sha)
 
     def mark_reachable(self, sha: bytes) -> None:
-        """Make the known commit ``sha`` visible: its event, and its idempotency key.
-
-        A key carried by several events (used on concurrent branches, then merged) answers
-        with the one first in the total order, the smallest (lamport, id): a function of the
-        DAG alone, whatever order a walk met them in (SPEC.md section 2, idempotency).
-        """
+        """Make the known commit ``sha`` visible: its event, and its idempotency key. A key
+        carried by several events (concurrent branches, merged) answers with the first in the
+        total order, whatever order a walk met them in (SPEC.md section 2, idempotency)."""
         entry = self.commits[sha]
         self.reachable.add(sha)
         if entry.event_id is None:
@@ -156,34 +150,14 @@ class CommitIndex:
         self.head = head
         self.unsaved += 1
 
-    def ordered(self, head: bytes) -> list[bytes]:
-        """The event commits reachable from ``head`` (already indexed) in the total order.
-
-        Walks from ``head``: the index may also hold commits that are not (or no longer)
-        reachable from it (a branch built but not yet merged, a ref moved by hand)."""
-        reachable: list[tuple[int, str, bytes]] = []
-        stack, seen = [head], set()
-        while stack:
-            sha = stack.pop()
-            if sha in seen:
-                continue
-            seen.add(sha)
-            entry = self.commits[sha]
-            if entry.event_id is not None:
-                reachable.append((entry.lamport, entry.event_id, sha))
-            stack.extend(entry.parents)
-        return in_total_order(reachable)
-
-    def clear(self) -> None:
-        """Forget every entry (in memory; the caller removes the file)."""
-        self.commits.clear()
-        self.reachable.clear()
-        self.by_event.clear()
-        self.keys.clear()
-        self.all_events.clear()
-        self.head = None
-        self.checked_head = None
-        self.loaded = True
+    def ordered(self) -> list[bytes]:
+        """The event commits reachable from :attr:`head` in the total order."""
+        commits = self.commits
+        return in_total_order(
+            (entry.lamport, entry.event_id, sha)
+            for sha in self.reachable
+            if (entry := commits[sha]).event_id is not None
+        )
 
     def load(self, path: str, head_exists: Callable[[bytes], bool]) -> None:
         """Load the saved index from ``path`` when it is readable, self-consistent, and its
@@ -209,9 +183,7 @@ class CommitIndex:
         self.unsaved = 0
 
     def save(self, path: str) -> None:
-        """Write the reachable part of the index to ``path`` (via a temporary file and a
-        rename: a reader sees the old file or the new one). Not fsynced: derived data.
-
+        """Write the reachable part of the index to ``path`` (:func:`write_derived`).
         Raises: OSError when the file cannot be written (callers suppress it)."""
         if self.head is None or self.unsaved == 0:
             return

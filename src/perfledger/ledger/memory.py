@@ -29,11 +29,8 @@ from perfledger.ledger.dag import in_total_order
 
 
 class MemoryStore:
-    """A linear event log in memory, head = the id of the last event.
-
-    Args:
-        name: the ledger name written in the root ``LedgerInitialized``.
-    """
+    """A linear event log in memory, head = the id of the last event; ``name`` is written in
+    the root ``LedgerInitialized``."""
 
     def __init__(self, name: str = "memory") -> None:
         self._lock = threading.RLock()
@@ -66,10 +63,8 @@ class MemoryStore:
     def transact(
         self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
     ) -> list[Envelope]:
-        """Run ``decide`` on the head and append its drafts atomically; re-decide on a lost race.
-
-        Same idempotency rules as :meth:`perfledger.ledger.store.GitStore.transact`.
-        """
+        """Run ``decide`` on the head and append its drafts atomically; re-decide on a lost race
+        (as :meth:`perfledger.ledger.store.GitStore.transact`)."""
         for attempt in range(max_attempts):
             # As the git store does: optimistic first, then decide and commit under the lock, so
             # that a writer losing race after race (10 threads on a loaded machine) progresses.
@@ -89,7 +84,7 @@ class MemoryStore:
         if not drafts:
             return []
         check_batch_keys(drafts)
-        existing = self._replay(drafts)
+        existing = idempotent_replay(drafts, self.find_by_idempotency_key)
         if existing is not None:
             return existing
         parents, lamport = view.event_heads, view.lamport
@@ -108,13 +103,6 @@ class MemoryStore:
                 return None  # a concurrent writer appended the same key: replay on retry
             self._commit(built)
         return [item.envelope for item in built]
-
-    def _replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
-        def holder(key: str) -> Envelope | None:
-            event_id = self._keys.get(key)
-            return None if event_id is None else self._by_id[event_id]
-
-        return idempotent_replay(drafts, holder)
 
     def append(self, draft: EventDraft) -> Envelope:
         """Append one event (or return the existing one with the same idempotency key)."""

@@ -24,19 +24,16 @@ EVENT_FILE = layout.EVENT_FILE
 ARTIFACTS_DIR = layout.ARTIFACTS_DIR
 #: Email written for every actor: git wants one, perfledger identifies actors by name only.
 ACTOR_EMAIL = b"perfledger"
+#: Characters of a payload's summary kept in a commit's subject.
 _SUMMARY_MAX = 100
 
 
-def summary_line(kind: str, summary: str) -> str:
-    """Return ``<kind>: <summary>`` on one line, the summary cut to ~100 characters."""
-    summary = " ".join(summary.split())[:_SUMMARY_MAX]
-    return f"{kind}: {summary}" if summary else kind
-
-
 def commit_message(envelope: Envelope, summary: str = "") -> bytes:
-    """Return the commit message of ``envelope`` with its trailers."""
+    """Return the commit message of ``envelope``: ``<kind>: <summary>`` on one line (the summary
+    cut short), a blank line, its trailers."""
+    summary = " ".join(summary.split())[:_SUMMARY_MAX]
     lines = [
-        summary_line(envelope.kind, summary),
+        f"{envelope.kind}: {summary}" if summary else envelope.kind,
         "",
         f"Event-Id: {envelope.id}",
         f"Lamport: {envelope.lamport}",
@@ -44,13 +41,6 @@ def commit_message(envelope: Envelope, summary: str = "") -> bytes:
     if envelope.idempotency_key is not None:
         lines.append(f"Idempotency-Key: {envelope.idempotency_key}")
     return ("\n".join(lines) + "\n").encode("utf-8")
-
-
-def merge_message(parent_heads: tuple[str, ...]) -> bytes:
-    """Return the message of a merge commit (it carries no event and no trailers)."""
-    return (
-        "Merge divergent ledger heads\n\n" + "\n".join(f"Joins: {h}" for h in parent_heads) + "\n"
-    ).encode()
 
 
 def actor_ident(actor: str) -> bytes:
@@ -61,24 +51,8 @@ def actor_ident(actor: str) -> bytes:
 def build_event_objects(
     built: BuiltEvent, parent_commits: list[bytes]
 ) -> tuple[RawObject, list[RawObject]]:
-    """Build the blob(s), tree(s) and commit of one event.
-
-    Args:
-        built: the placed event with its canonical bytes and artifact blobs.
-        parent_commits: the commit shas (hex bytes) the event is appended on.
-    Returns: (the commit, every object to write, commit last).
-    """
-    tree, objects = build_event_tree(built)
-    commit = build_event_commit(built, tree.id, parent_commits)
-    objects.append(commit)
-    return commit, objects
-
-
-def build_event_tree(built: BuiltEvent) -> tuple[RawObject, list[RawObject]]:
-    """Build the blob(s) and tree(s) of one event, which depend on nothing but the event.
-
-    Returns: (its root tree, every blob and tree to write, the root tree last).
-    """
+    """Build the blob(s), tree(s) and commit of one event on ``parent_commits`` (hex shas).
+    Returns: (the commit, every object to write, commit last)."""
     event_blob = make_blob(built.data)
     objects = [event_blob]
     dirs: list[tuple[bytes, bytes]] = []
@@ -92,21 +66,12 @@ def build_event_tree(built: BuiltEvent) -> tuple[RawObject, list[RawObject]]:
         objects.append(art_tree)
         dirs.append((ARTIFACTS_DIR, art_tree.id))
     tree = make_tree([(EVENT_FILE, event_blob.id)], dirs)
-    objects.append(tree)
-    return tree, objects
-
-
-def build_event_commit(built: BuiltEvent, tree: bytes, parent_commits: list[bytes]) -> RawObject:
-    """Build the commit of one event whose root tree is ``tree`` (hex sha, bytes), appended on
-    ``parent_commits`` (hex shas): what chains the events' commits together."""
     envelope = built.envelope
-    return make_commit(
-        tree,
-        parent_commits,
-        actor_ident(envelope.actor),
-        built.seconds,
-        commit_message(envelope, built.summary),
-    )
+    who = actor_ident(envelope.actor)
+    message = commit_message(envelope, built.summary)
+    commit = make_commit(tree.id, parent_commits, who, built.seconds, message)
+    objects += [tree, commit]
+    return commit, objects
 
 
 #: The sha of git's empty tree, which every merge commit points at.
@@ -116,10 +81,11 @@ EMPTY_TREE = make_tree([])
 def build_merge_commit(
     parent_commits: list[bytes], parent_heads: tuple[str, ...], actor: str, seconds: int
 ) -> RawObject:
-    """Build a merge commit joining ``parent_commits``; it carries no event (empty tree)."""
-    return make_commit(
-        EMPTY_TREE.id, parent_commits, actor_ident(actor), seconds, merge_message(parent_heads)
-    )
+    """Build a merge commit joining ``parent_commits``: the empty tree, no trailers, a
+    ``Joins:`` line per event head."""
+    joins = "".join(f"\nJoins: {h}" for h in parent_heads)
+    message = f"Merge divergent ledger heads\n{joins}\n".encode()
+    return make_commit(EMPTY_TREE.id, parent_commits, actor_ident(actor), seconds, message)
 
 
 _TRAILER_LINE = re.compile(rb"^(Event-Id|Lamport|Idempotency-Key): (.+)$", re.MULTILINE)
@@ -147,15 +113,8 @@ def parse_trailers(message: bytes) -> dict[str, str]:
 
 
 class ParsedCommit(NamedTuple):
-    """A commit's header fields and message, as pass 1 and pass 2 of verify read them (a named
-    tuple: built ~100,000 times a verify).
-
-    Attributes:
-        tree: the tree's binary sha (20 bytes).
-        parents: the parents' binary shas.
-        author / committer: ``Name <email> seconds tz`` (bytes).
-        message: the commit message (bytes).
-    """
+    """A commit's header fields (binary tree and parent shas, ``Name <email> seconds tz``
+    author and committer) and its message."""
 
     tree: bytes
     parents: tuple[bytes, ...]
@@ -166,7 +125,6 @@ class ParsedCommit(NamedTuple):
 
 def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
     """Parse a commit's raw content (binary ``sha`` only names it in errors).
-
     Raises: IntegrityError when it has no message or a malformed tree/parent line.
     """
     header, sep, message = raw.partition(b"\n\n")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,14 +30,9 @@ _LARGE_FLAG = 0x80000000
 
 @dataclass(frozen=True)
 class IndexArrays:
-    """The entries of one pack, index ``i`` describing one object.
-
-    Attributes:
-        names: binary object names, dtype ``S20`` (a numpy ``S20`` item drops trailing zero
-            bytes when read one at a time: use ``names.tobytes()`` for exact names).
-        offsets: byte offsets of the entries in the pack, dtype uint64.
-        crcs: CRC-32 of each packed entry (header and zlib stream), dtype uint32.
-    """
+    """The entries of one pack: binary ``names`` (``S20``: an item drops trailing zero bytes,
+    use ``names.tobytes()``), byte ``offsets`` in the pack (uint64), and the CRC-32 of each
+    packed entry (uint32)."""
 
     names: np.ndarray
     offsets: np.ndarray
@@ -44,7 +40,6 @@ class IndexArrays:
 
     def take(self, order: np.ndarray) -> IndexArrays:
         """Return the entries at the positions ``order`` (an integer array), in that order."""
-
         return IndexArrays(self.names[order], self.offsets[order], self.crcs[order])
 
     def by_name(self) -> IndexArrays:
@@ -60,10 +55,8 @@ class IndexArrays:
         return self.take(np.argsort(self.offsets, kind="stable"))
 
     def encode(self, pack_checksum: bytes) -> bytes:
-        """Return the bytes of the version-2 index of these entries (any order), its columns
-        built with numpy (a merge of millions of objects: no Python object per entry): magic,
-        fan-out table, names, CRCs, 31-bit offsets, 64-bit offsets, the pack's checksum, the
-        index's own checksum."""
+        """Return the bytes of the version-2 index of these entries (any order), built with
+        numpy (no Python object per entry)."""
         import numpy as np
 
         entries = self.by_name()
@@ -103,15 +96,7 @@ def concat(parts: list[IndexArrays]) -> IndexArrays:
 def encode_index(
     names: Sequence[bytes], offsets: Sequence[int], crcs: Sequence[int], pack_checksum: bytes
 ) -> bytes:
-    """Return the bytes of the version-2 index of a pack (:meth:`IndexArrays.encode` of plain
-    lists).
-
-    Args:
-        names: binary object names (20 bytes each), in any order.
-        offsets: the byte offset of each object's entry in the pack.
-        crcs: the CRC-32 of each packed entry (header and zlib stream).
-        pack_checksum: the pack's trailing sha1 (20 bytes).
-    """
+    """:meth:`IndexArrays.encode` of plain lists (binary names, byte offsets, CRC-32s)."""
     import numpy as np
 
     arrays = IndexArrays(
@@ -120,6 +105,20 @@ def encode_index(
         np.array(crcs, dtype=np.uint32),
     )
     return arrays.encode(pack_checksum)
+
+
+def pack_bases(pack_dir: str) -> list[str]:
+    """The base paths (without ``.pack``) of the complete packs in ``pack_dir`` (both
+    ``.pack`` and ``.idx``: the index is written last), sorted by name."""
+    try:
+        names = set(os.listdir(pack_dir))
+    except FileNotFoundError:
+        return []
+    return [
+        os.path.join(pack_dir, name[: -len(".idx")])
+        for name in sorted(names)
+        if name.endswith(".idx") and name[: -len(".idx")] + ".pack" in names
+    ]
 
 
 class _Layout(NamedTuple):
@@ -157,7 +156,6 @@ def object_count(path: str) -> int | None:
 def read_index(path: str) -> IndexArrays | None:
     """Read the version-2 index at ``path`` (entries sorted by name) as numpy arrays; None when
     the file is not a well-formed version-2 index (dulwich serves those packs).
-
     Raises: OSError when the file cannot be read.
     """
     import numpy as np

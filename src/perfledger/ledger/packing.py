@@ -1,8 +1,6 @@
-"""Keeping the number of git packs bounded however many events are appended.
-
-Why: dulwich writes one pack per ``add_objects`` call; a pack per append left 3,000 packs after
-3,000 events and reads collapsed to 44 events/s (GUIDE.md pitfalls). perfledger writes single
-appends as loose objects and a batch as one pack, then:
+"""Keeping the number of git packs bounded however many events are appended (a pack per
+append makes reads collapse: GUIDE.md pitfalls). Single appends are written as loose objects
+and a batch as one pack, then:
 
 1. when a writer has left :data:`LOOSE_PACK_THRESHOLD` loose objects, they are packed into one
    pack (fsynced), then the loose files are deleted. Deleting a loose object that is already in
@@ -22,7 +20,6 @@ at least one durable place, and a reader that misses an object rescans the pack 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import re
@@ -30,9 +27,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from perfledger.errors import IntegrityError
+from perfledger.ledger.gc import try_flock
 from perfledger.ledger.gitobj import DeltaEntry, RawObject, copy_merge_packs, write_pack
 from perfledger.ledger.layout import CORRUPT_LOOSE_DIR, PACK_DIR, PACK_LOCK_FILE
-from perfledger.ledger.packindex import object_count
+from perfledger.ledger.packindex import object_count, pack_bases
 from perfledger.ledger.reader import read_loose
 
 if TYPE_CHECKING:
@@ -49,56 +47,28 @@ GEOMETRIC_FACTOR = 2
 
 
 def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple[int, int]:
-    """Pack loose objects and merge packs when thresholds are crossed.
-
-    Args:
-        store: the git store.
-        loose_written: loose objects this writer has written since it last packed.
-        packs_written: packs this writer has written (batches, pulls) since it last looked.
+    """Pack loose objects and merge packs when thresholds are crossed, given the loose
+    objects and packs this writer wrote since it last packed (any new pack makes it count the
+    packs on disk).
     Returns: the new (loose_written, packs_written): reset after the work is done, unchanged when
-        another process holds the packing lock (it will be tried again on the next append).
-
-    Every new pack makes it count the packs on disk (one directory listing): counting only this
-    writer's packs let the total reach twice :data:`MAX_PACKS` before a merge.
+        another process holds the packing lock (tried again on the next append).
     """
     if loose_written < LOOSE_PACK_THRESHOLD and packs_written == 0:
         return loose_written, packs_written
-    with _try_lock(store) as locked:
+    with try_flock(os.path.join(store.derived_dir, PACK_LOCK_FILE)) as locked:
         if not locked:
             return loose_written, packs_written
         packed = loose_written >= LOOSE_PACK_THRESHOLD
         if packed:
             pack_loose(store)
         merge_packs(store)
-    # loose objects not packed yet still count towards the next packing (a writer that mixes
-    # batches with single appends used to restart from 0 at each batch, and never packed)
+    # loose objects not packed yet still count towards the next packing
     return (0 if packed else loose_written), 0
 
 
-@contextlib.contextmanager
-def _try_lock(store: GitStore) -> Iterator[bool]:
-    os.makedirs(store.derived_dir, exist_ok=True)
-    fd = os.open(os.path.join(store.derived_dir, PACK_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
-
-
 def pack_loose(store: GitStore) -> int:
-    """Move every loose object into one new fsynced pack, then delete the loose files; returns
-    how many were packed.
-
-    Loose objects are listed and read here (each inflated and checked against its name by
-    :func:`perfledger.ledger.reader.read_loose`), not through dulwich, whose per-object parse
-    cost about 0.35 ms. A corrupt loose object is moved aside (see :func:`_loose_objects`),
-    not packed.
-    """
+    """Move every loose object (each checked against its name; a corrupt one is moved aside)
+    into one new fsynced pack, then delete the loose files; returns how many were packed."""
     objects_dir = store._objects_dir
     objects: list[RawObject] = []
     files: list[str] = []
@@ -122,14 +92,11 @@ def _loose_objects(
     objects_dir: str, corrupt_dir: str
 ) -> Iterator[tuple[str, bytes, tuple[int, bytes]]]:
     """Yield (path, binary sha, (type number, content)) for every loose object under
-    ``objects_dir``, each read back and checked; a file that disappears meanwhile (packed by
-    another writer) is skipped.
+    ``objects_dir``, each read back and checked; a file that disappears meanwhile is skipped.
 
-    A file that does not hold the object it is named after is moved into ``corrupt_dir`` (kept
-    as evidence) with a warning, and the rest is packed: a power loss between renaming a
-    rewritten loose file into place and its data reaching the disk leaves such a file, which
-    no ref can reach (refs move only after their objects are durable). Were one reachable
-    (tampering), ``verify`` reports its event either way."""
+    A file that does not hold the object it is named after (a power loss right after renaming
+    a rewritten loose file leaves one, unreachable) is moved into ``corrupt_dir`` as evidence
+    with a warning; were one reachable, ``verify`` reports its event."""
     try:
         fanout = os.listdir(objects_dir)
     except FileNotFoundError:
@@ -171,21 +138,6 @@ def _geometric_split(sizes: list[int]) -> int:
         total += sizes[split]
         split += 1
     return split
-
-
-def pack_bases(pack_dir: str) -> list[str]:
-    """The base paths (without ``.pack``) of the complete packs in ``pack_dir``: those with
-    both a ``.pack`` and an ``.idx`` (an index is written last, so a pack without one is a
-    writer's unfinished work). Sorted by name."""
-    try:
-        names = set(os.listdir(pack_dir))
-    except FileNotFoundError:
-        return []
-    return [
-        os.path.join(pack_dir, name[: -len(".idx")])
-        for name in sorted(names)
-        if name.endswith(".idx") and name[: -len(".idx")] + ".pack" in names
-    ]
 
 
 def merge_packs(store: GitStore, *, force: bool = False) -> int:

@@ -2,13 +2,12 @@
 checked against its name) and a received pack (:func:`read_pack`, for pull and clone, through
 dulwich's pack reader).
 
-Why not dulwich's object store for this: its per-object path (a bisection with a Python callback
-per probe, a ``stat`` per lookup, a ``ShaFile`` per object) reads ~16,000 objects/s here, and a
-verify reads three objects per event. This reader maps each pack's index once into a dict (or,
-for a few reads, searches it in place), reads entries with ``pread``, inflates them and re-hashes
-every object so that a rewritten object is reported, not trusted. Delta-compressed entries (what ``git gc`` or a ``git clone`` of a
-ledger produces) are resolved through dulwich, and so are objects in any layout this reader does
-not handle (alternates, pack index v1).
+Why not dulwich's object store: its per-object path (a Python callback per bisection probe, a
+``ShaFile`` per object) is too slow for a verify, which reads three objects per event. This
+reader maps each pack's index once into a dict (or, for a few reads, searches it in place),
+reads entries with ``pread`` and re-hashes every object, so a rewritten object is reported, not
+trusted. Delta entries (``git gc``, ``git clone``) and layouts it does not map (alternates, index
+v1) are read through dulwich.
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import io
 import os
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
 from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES, inflate
-from perfledger.ledger.packindex import MappedIndex, read_index
+from perfledger.ledger.packindex import MappedIndex, pack_bases, read_index
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -40,29 +38,16 @@ _OFFSET_MASK = (1 << _PACK_SHIFT) - 1
 #: Up to this many packed objects the reader maps shas with a dict (fastest); above it, with
 #: sorted numpy tables (a 1,000,000-event ledger holds about 3,000,000 objects).
 DICT_INDEX_MAX = 1_500_000
-#: Bytes read at an entry's offset in one pread: the header and most envelopes fit (a pread
-#: of 4 KiB cost 6.3 µs here, of 512 bytes 2.3 µs; a larger entry takes a second pread).
+#: Bytes read at an entry's offset in one pread: the header and most envelopes fit (a larger
+#: entry takes a second pread).
 _FIRST_READ = 512
 
 
-@dataclass
-class _PackMap:
-    path: str
-    fd: int
-
-
 class ObjectReader:
-    """Random access to a repository's objects by binary sha, each checked against its sha.
-
-    Args:
-        open_store: opens the dulwich disk object store of the ledger repository; called only
-            for what this reader does not handle itself (deltas, alternates), so that reading
-            recent, packed or loose objects needs no dulwich.
-        objects_dir: the ``objects`` directory.
-        sparse: for a few reads (``perfledger log``): look objects up by binary search in each
-            pack's memory-mapped index instead of loading every index into a map first (which
-            costs ~0.5 µs an object: 0.15 s on a 100,000-event ledger).
-    """
+    """Random access to the objects under ``objects_dir`` by binary sha, each checked against
+    its sha. ``open_store`` opens the dulwich object store, only for what this reader does not
+    read itself; ``sparse``, for a few reads, searches each pack's mapped index in place
+    instead of loading every index into a map first."""
 
     def __init__(
         self, open_store: Callable[[], DiskObjectStore], objects_dir: str, *, sparse: bool = False
@@ -70,25 +55,15 @@ class ObjectReader:
         self._open_store = open_store
         self._opened: DiskObjectStore | None = None
         self._objects_dir = objects_dir
-        self._packs: list[_PackMap] = []
+        self._packs: list[int] = []  # open descriptors of the packs
         # binary sha -> (pack number << 40) | offset, over every mapped pack (small ledgers), or
         # per pack a sorted numpy sha table searched in C (large ledgers: ~28 bytes an object
         # instead of ~110 for a dict entry).
         self._where: dict[bytes, int] = {}
         self._tables: list[tuple[int, Any, Any]] = []
         self._sparse: list[tuple[int, MappedIndex]] = []
-        pack_dir = os.path.join(self._objects_dir, "pack")
-        try:
-            names = sorted(os.listdir(pack_dir))
-        except FileNotFoundError:
-            names = []
         indexes: list[tuple[str, Any, Any]] = []  # (base, names, offsets)
-        for name in names:
-            if not name.endswith(".idx"):
-                continue
-            base = os.path.join(pack_dir, name[:-4])
-            if not os.path.exists(base + ".pack"):
-                continue
+        for base in pack_bases(os.path.join(self._objects_dir, "pack")):
             if sparse:
                 self._open_sparse(base)
                 continue
@@ -110,7 +85,7 @@ class ObjectReader:
                 # dulwich, which rescans the pack directory
                 continue
             number = len(self._packs)
-            self._packs.append(_PackMap(base + ".pack", fd))
+            self._packs.append(fd)
             if use_tables:
                 self._tables.append((number, shas, offsets))
             else:
@@ -134,7 +109,7 @@ class ObjectReader:
             os.close(fd)
             return  # an index layout we do not map: dulwich serves those objects
         number = len(self._packs)
-        self._packs.append(_PackMap(base + ".pack", fd))
+        self._packs.append(fd)
         self._sparse.append((number, index))
 
     def _store(self) -> DiskObjectStore:
@@ -144,9 +119,9 @@ class ObjectReader:
 
     def close(self) -> None:
         """Close the packs."""
-        for pack in self._packs:
+        for fd in self._packs:
             with contextlib.suppress(OSError):
-                os.close(pack.fd)
+                os.close(fd)
         self._packs.clear()
         for _, index in self._sparse:
             index.close()
@@ -167,18 +142,15 @@ class ObjectReader:
         return None
 
     def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
-        """Return (type number, content) of the object with binary ``sha`` (20 bytes).
-
-        ``check=False`` skips re-hashing a packed object already checked by this reader.
-
-        Raises: IntegrityError when the object is missing or its content does not hash to its
-            name (a rewritten object).
+        """Return (type number, content) of the object with binary ``sha`` (``check=False``:
+        a packed object is not re-hashed).
+        Raises: IntegrityError when the object is missing or does not hash to its name.
         """
         where = self._where.get(sha)
         if where is None:
             where = self._locate(sha)
         if where is not None:
-            fd = self._packs[where >> _PACK_SHIFT].fd
+            fd = self._packs[where >> _PACK_SHIFT]
             offset = where & _OFFSET_MASK
             try:
                 result = _read_packed(fd, offset)
@@ -194,7 +166,7 @@ class ObjectReader:
                 return result
             # a delta entry: dulwich resolves it below
         else:
-            loose = self._read_loose(sha)
+            loose = read_loose(self._objects_dir, sha)
             if loose is not None:
                 return loose
         failure = ""
@@ -219,22 +191,15 @@ class ObjectReader:
         where = self._locate(sha)
         try:
             if where is not None:
-                return _read_packed(self._packs[where >> _PACK_SHIFT].fd, where & _OFFSET_MASK)
-            hexsha = sha.hex()
-            with open(os.path.join(self._objects_dir, hexsha[:2], hexsha[2:]), "rb") as f:
-                header, _, raw = zlib.decompress(f.read()).partition(b"\0")
-            return _NAME_TYPES.get(header.partition(b" ")[0], 0), raw
+                return _read_packed(self._packs[where >> _PACK_SHIFT], where & _OFFSET_MASK)
+            return read_loose(self._objects_dir, sha, check=False)
         except (OSError, zlib.error, IntegrityError):
             return None
 
-    def _read_loose(self, sha: bytes) -> tuple[int, bytes] | None:
-        return read_loose(self._objects_dir, sha)
 
-
-def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:
+def read_loose(objects_dir: str, sha: bytes, *, check: bool = True) -> tuple[int, bytes] | None:
     """Return (type number, content) of the loose object with binary ``sha`` under
-    ``objects_dir``, checked against its name; None when it is not stored loose.
-
+    ``objects_dir``, checked against its name unless not ``check``; None when not stored loose.
     Raises: IntegrityError for a file that is not a valid zlib stream, has a malformed header,
         or does not hash to its name.
     """
@@ -256,7 +221,8 @@ def read_loose(objects_dir: str, sha: bytes) -> tuple[int, bytes] | None:
     type_num = _NAME_TYPES.get(type_name)
     if type_num is None or not length.isdigit() or int(length) != len(raw):
         raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
-    _check_sha(sha, type_num, raw)
+    if check:
+        _check_sha(sha, type_num, raw)
     return type_num, raw
 
 
@@ -324,14 +290,9 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
 def read_pack(
     data: bytes | bytearray, external: Callable[[bytes], tuple[int, bytes]]
 ) -> dict[bytes, tuple[int, bytes]]:
-    """Return every object of the received pack ``data`` (pull and clone): binary sha -> (type
-    number, content), deltas resolved, each object named by hashing its content (nothing is
-    trusted from the sender), through dulwich's pack reader; the trailing checksum is checked.
-
-    Args:
-        data: the whole pack (``PACK`` header to trailing SHA-1).
-        external: binary sha -> (type, content) for a thin pack's bases held locally; raises
-            KeyError when it has none.
+    """Return every object of the received pack ``data`` (pull and clone) through dulwich's
+    pack reader: binary sha -> (type number, content), deltas resolved (``external``: a thin
+    pack's local bases, KeyError when absent), each named by hashing its content.
     Raises: IntegrityError for a malformed pack, a bad checksum or an unresolvable delta.
     """
     from dulwich.object_format import SHA1

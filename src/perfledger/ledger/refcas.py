@@ -5,24 +5,15 @@ holding the lock, compares, renames the lock over the ref; the caller then fsync
 directory. A git CLI or dulwich writer sees the same lock and backs off, as this module does on
 theirs.
 
-Whose lock is it? A lock left by a killed perfledger writer must be recovered, and a lock that
-another program (git) holds must never be broken (SPEC.md section 2). Age tells neither: git can
-hold a lock for seconds (``git update-ref --stdin`` between ``prepare`` and ``commit``). So a
-perfledger writer marks its lock by what it holds, not by when it made it:
-
-1. it creates the lock's content under an *owner name* of its own in ``owner_dir`` (derived
-   data, same filesystem), takes an ``flock`` on that file and fsyncs it;
-2. it links that file to ``<ref>.lock`` (``link(2)`` fails on an existing name: exclusive, as
-   ``O_EXCL`` is), so the lock is never visible without its mark;
-3. after the rename over the ref (or an abort) it removes the owner name and closes the file,
-   which releases the flock.
-
-A lock whose file is also linked under an owner name is perfledger's; if its flock is free, the
-writer that made it is dead (the kernel releases an flock when its holder dies), and the lock is
-removed (:func:`break_dead_lock`). Any other lock is another program's: the caller waits for it,
-bounded, and reports it. Where the filesystem has no hard links the lock is created with
-``O_EXCL`` directly and is unmarked: a writer killed while holding it leaves a lock that is
-reported, never broken, like git's own stale locks.
+Whose lock is it? A killed perfledger writer's lock must be recovered, and another program's
+(git can hold one for seconds) never broken (SPEC.md section 2); age tells neither. So a writer
+marks its lock by what it holds: it writes the lock's content under an *owner name* of its own
+in ``owner_dir`` (same filesystem), holding an ``flock`` on it, fsyncs it, then links it to
+``<ref>.lock`` (``link(2)`` is exclusive, as ``O_EXCL`` is); after the rename over the ref (or
+an abort) it removes the owner name and closes the file. A lock also linked under an owner name
+whose flock is free was left by a dead writer (the kernel releases a dead holder's flock) and is
+removed (:func:`break_dead_lock`); any other lock is waited for, bounded, and reported. Without
+hard links the lock is made with ``O_EXCL`` directly, unmarked: reported if left, never broken.
 """
 
 from __future__ import annotations
@@ -49,12 +40,13 @@ class RefLocked(Exception):
 def read_ref(git_dir: str, name: bytes) -> bytes | None:
     """Return the value of ref ``name`` (a hex sha as bytes, or a ``ref: ...`` line), from its
     loose file, else from ``packed-refs``; None when the ref does not exist.
-
     Raises: OSError from the filesystem other than a missing file.
     """
-    value = read_loose_ref(git_dir + os.sep + os.fsdecode(name))
-    if value is not None:
-        return value
+    try:
+        with open(git_dir + os.sep + os.fsdecode(name), "rb") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        pass
     try:
         with open(os.path.join(git_dir, "packed-refs"), "rb") as f:
             for line in f:
@@ -68,20 +60,8 @@ def read_ref(git_dir: str, name: bytes) -> bytes | None:
     return None
 
 
-def read_loose_ref(path: str) -> bytes | None:
-    """The stripped content of a loose ref file; None when there is none."""
-    try:
-        with open(path, "rb") as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
-
-
 class RefLock:
-    """A held ``<ref>.lock`` that holds the new value, durably; :meth:`commit` publishes it.
-
-    Create with :func:`lock_ref`.
-    """
+    """A held ``<ref>.lock`` holding the new value, durably (:func:`lock_ref` makes it)."""
 
     def __init__(self, path: str, fd: int, owner: str | None) -> None:
         self.path = path
@@ -122,15 +102,8 @@ class RefLock:
 def lock_ref(
     git_dir: str, name: bytes, expected: bytes | None, new: bytes, *, owner_dir: str
 ) -> RefLock | None:
-    """Take ``<ref>.lock`` for ref ``name`` holding ``new`` (fsynced), and check that the ref
-    holds ``expected``.
-
-    Args:
-        git_dir: the repository's git directory.
-        name: the ref (``refs/heads/ledger``).
-        expected: the value the ref must hold (hex sha bytes), or None for "absent".
-        new: the new value (hex sha bytes).
-        owner_dir: where the lock's owner name is made (same filesystem as ``git_dir``).
+    """Take ``<ref>.lock`` of ref ``name`` in ``git_dir`` holding ``new`` (fsynced; its owner
+    name made in ``owner_dir``), and check that the ref holds ``expected`` (None: absent).
     Returns: the held lock, or None when the ref holds another value (nothing changed).
     Raises: RefLocked when ``<ref>.lock`` exists; OSError from the filesystem (the lock is
         removed, the ref left as it was).
@@ -139,9 +112,7 @@ def lock_ref(
     lock = path + LOCK_SUFFIX
     held = _create_lock(path, lock, new + b"\n", owner_dir)
     try:
-        current = read_loose_ref(path)
-        if current is None:
-            current = read_ref(git_dir, name)
+        current = read_ref(git_dir, name)
     except BaseException:
         held.abort()
         raise
@@ -210,15 +181,9 @@ def _create_unmarked_lock(path: str, lock: str, content: bytes) -> RefLock:
 
 
 def break_dead_lock(lock: str, owner_dir: str) -> bool:
-    """Remove ``lock`` when a perfledger writer that has died left it (its file is linked
-    under an owner name in ``owner_dir`` and nobody holds that file's flock).
-
-    Call it holding the writers' append lock (``GitStore.writers_lock``), as
-    ``GitStore._compare_and_swap`` does.
-
-    Returns: True when the lock is gone (removed here, or released meanwhile); False when it
-        is held: by a live perfledger writer, or by another program (git), whose lock is
-        never broken.
+    """Remove ``lock`` when a dead perfledger writer left it (its file is linked under an
+    owner name in ``owner_dir`` and its flock is free). Call it holding the writers' lock.
+    Returns: True when the lock is gone; False when a live writer or another program holds it.
     Raises: OSError from the filesystem other than a missing file.
     """
     try:
@@ -261,11 +226,9 @@ def _owner_name(st: os.stat_result, owner_dir: str) -> str | None:
 
 
 def remove_dead_owner_names(owner_dir: str, lock: str) -> int:
-    """Remove the owner names that killed writers left in ``owner_dir`` (their flock is free),
-    except the one of ``lock`` (the ref lock; :func:`break_dead_lock` removes both); a live
-    writer's is kept. Call it holding the writers' append lock (``GitStore.writers_lock``): a
-    writer takes its owner name's flock just after creating it, under that lock. Returns: how
-    many were removed. Raises: OSError from the filesystem."""
+    """Remove the owner names that killed writers left in ``owner_dir`` (flock free), except
+    that of ``lock``; call it holding the writers' lock. Returns: how many were removed.
+    Raises: OSError from the filesystem."""
     try:
         names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
     except FileNotFoundError:

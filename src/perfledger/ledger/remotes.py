@@ -77,7 +77,6 @@ def list_remotes(repo: Repo) -> dict[str, str]:
 def add_remote(repo: Repo, name: str, url: str) -> Remote:
     """Configure remote ``name`` at ``url`` (a path, ``file://``, ``git://``, ``ssh://``,
     ``http(s)://``). A relative path is stored absolute.
-
     Raises: BadRequest for an invalid name, an empty URL, or a name already configured.
     """
     _check_name(name)
@@ -88,23 +87,24 @@ def add_remote(repo: Repo, name: str, url: str) -> Remote:
             f"remote {name!r} already exists",
             hint=f"remove it first: perfledger remote remove {name}",
         )
-    if not url.startswith(_URL_SCHEMES) and "://" not in url and not _scp_like(url):
-        url = os.path.abspath(url)
+    url = _absolute(url)
     config = repo.get_config()
     config.set((b"remote", name.encode()), b"url", url.encode())
     config.write_to_path()
     return Remote(name, url)
 
 
-def _scp_like(url: str) -> bool:
-    """``user@host:path`` (ssh), as git reads it."""
+def _absolute(url: str) -> str:
+    """``url``, a relative path made absolute (a URL, or ``user@host:path`` as git reads it
+    for ssh, as it is)."""
     head, sep, _ = url.partition(":")
-    return bool(sep) and "/" not in head and len(head) > 1
+    if "://" in url or (sep and "/" not in head and len(head) > 1):
+        return url
+    return os.path.abspath(url)
 
 
 def remove_remote(repo: Repo, name: str) -> None:
     """Forget remote ``name`` and its tracking ref.
-
     Raises: BadRequest when no such remote is configured.
     """
     if name not in list_remotes(repo):
@@ -120,7 +120,6 @@ def remove_remote(repo: Repo, name: str) -> None:
 def resolve_remote(repo: Repo, remote: str | None) -> Remote:
     """Return the :class:`Remote` named ``remote`` (default ``origin``), or a URL/path used
     directly (tracked under ``url-<blake3 of the URL>``).
-
     Raises: BadRequest when ``remote`` is neither a configured name nor a URL or path.
     """
     remote = remote or DEFAULT_REMOTE
@@ -128,9 +127,7 @@ def resolve_remote(repo: Repo, remote: str | None) -> Remote:
     if remote in configured:
         return Remote(remote, configured[remote])
     if looks_like_url(remote):
-        url = remote
-        if "://" not in url and not _scp_like(url):
-            url = os.path.abspath(url)
+        url = _absolute(remote)
         return Remote("url-" + blake3.blake3(url.encode()).hexdigest()[:16], url)
     raise BadRequest(
         f"no remote {remote!r}",

@@ -1,13 +1,6 @@
-"""The git-backed event store (SPEC.md section 2), through dulwich.
-
-Layout of a ledger repository:
-
-- ``refs/heads/ledger``: the tip of the event DAG. Each event is one commit (see
-  :mod:`perfledger.ledger.objects`); merge commits join divergent heads and carry no event.
-- ``config``: ``perfledger.formatVersion`` is checked before anything else is read, so a ledger
-  written in an unknown format fails early with its own error.
-- ``<gitdir>/perfledger/``: derived data only (the commit index, the state cache, the packing
-  lock). Deleting it changes nothing but speed; ``verify`` never reads it.
+"""The git-backed event store (SPEC.md section 2). Names on disk: :mod:`perfledger.ledger.layout`;
+an event as git objects: :mod:`perfledger.ledger.objects`. The format version in the config is
+checked before anything else is read.
 
 Append protocol: build the objects, write them durably (loose objects, or one pack for a batch;
 each file fsynced before its rename, then its directory), then compare-and-swap the ref from the
@@ -76,7 +69,6 @@ from perfledger.ledger.refcas import (
     RefLocked,
     break_dead_lock,
     lock_ref,
-    read_loose_ref,
     read_ref,
     remove_dead_owner_names,
 )
@@ -94,15 +86,12 @@ PACK_BATCH_THRESHOLD = 8
 REF_LOCK_WAIT_S = 2.0
 _log = logging.getLogger("perfledger")
 #: The derived index is saved (besides at close) once this many commits were indexed since the
-#: last save, or a third of the index if more: saving costs O(ledger), and a fixed interval
-#: made a long run of batched appends quadratic. A writer killed before saving loses speed only
-#: (the next open walks the unsaved commits).
+#: last save, or a third of the index if more (a save costs O(ledger): a fixed interval made
+#: long runs of batches quadratic). A writer killed before saving loses speed only.
 _INDEX_SAVE_EVERY = 256
-#: At close the index is saved once it lags the head by this many commits: every later command
-#: would otherwise walk them again (a CLI decision on a 10,000-event ledger spent ~0.1 s walking
-#: ~90 unsaved commits), while one save costs ~30 ms.
+#: At close the index is saved once it lags the head by this many commits (every later
+#: command would walk them again).
 _INDEX_SAVE_AT_CLOSE = 64
-_INDEX_SAVE_FRACTION = 3
 
 
 def _tree_entry(tree: bytes, name: bytes) -> bytes | None:
@@ -157,30 +146,24 @@ class GitStore:
     """
 
     def __init__(self, repo: Repo | GitLocation) -> None:
-        """Use an open dulwich ``Repo``, or a :class:`GitLocation` (the repository is then
-        opened through dulwich on first use of :attr:`repo`). The format version is checked
-        by :meth:`open` before this runs."""
+        """Use an open dulwich ``Repo``, or a :class:`GitLocation` (opened through dulwich on
+        first use of :attr:`repo`); :meth:`open` checked the format version."""
         self._repo: Repo | None = None
         self._finalizer: weakref.finalize | None = None
         if isinstance(repo, GitLocation):
-            location = repo
-            self.path = location.path
-            self.controldir = location.controldir
-            self._repo_path = location.path
+            self.path, self.controldir = repo.path, repo.controldir
         else:
             self._adopt(repo)
             self.path = repo.path
             # a linked work tree keeps its objects and refs in the main repository's git dir
             self.controldir = repo.commondir()
-            self._repo_path = repo.path
         self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
-        #: gc's open guard, held shared until close (or until this store is garbage collected):
-        #: gc then leaves this store's files alone
+        # gc's open guard, held shared until close (or until the store is collected)
         guard = hold_open_guard(self.controldir)
         self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
         self._objects_dir = os.path.join(self.controldir, "objects")
-        self._ref_path = os.path.join(self.controldir, os.fsdecode(LEDGER_REF))
-        self._ref_dir = os.path.dirname(self._ref_path)
+        self._ref_dir = os.path.dirname(os.path.join(self.controldir, os.fsdecode(LEDGER_REF)))
+        self._index_file = os.path.join(self.derived_dir, layout.INDEX_FILE)
         # the derived index (perfledger.ledger.index)
         self._index = CommitIndex()
         self._dag = EventHeads(self._node, self._index.all_events.__getitem__)
@@ -196,20 +179,18 @@ class GitStore:
         if self._repo is None:
             from dulwich.repo import Repo
 
-            self._adopt(Repo(self._repo_path))
+            self._adopt(Repo(self.path))
         assert self._repo is not None
         return self._repo
 
     def _adopt(self, repo: Repo) -> None:
         self._repo = repo
-        # Close the repository's packs when the store is collected or at interpreter exit, so
-        # that a caller who forgets close() gets no noise from dulwich's finalizers.
+        # closed when the store is collected or at exit: no noise from dulwich's finalizers
         self._finalizer = weakref.finalize(self, repo.close)
 
     def object_reader(self, *, sparse: bool = False) -> ObjectReader:
-        """A bulk :class:`ObjectReader` of this ledger's objects (dulwich opened only for what
-        it does not read itself); ``sparse`` for a few hundred reads (pack indexes searched in
-        place, not loaded). Close it after use."""
+        """A bulk :class:`ObjectReader` of this ledger's objects (``sparse``: for a few hundred
+        reads). Close it after use."""
         return ObjectReader(lambda: self.repo.object_store, self._objects_dir, sparse=sparse)
 
     def close_repo(self) -> None:
@@ -231,19 +212,13 @@ class GitStore:
         bare: bool = True,
         remember_actor: bool = False,
     ) -> GitStore:
-        """Create a ledger at ``path`` (a new bare repository, or an existing git repository)
-        and append the root ``LedgerInitialized`` event.
-
-        Args:
-            path: directory; created when missing.
-            name: the ledger's name (default: the directory's name).
-            actor: who creates it.
-            bare: create a bare repository when ``path`` is not one yet.
-            remember_actor: also write ``actor`` to the repository's config as
-                ``perfledger.actor`` (the CLI's default actor on this clone).
+        """Create a ledger at ``path`` (a new repository, bare unless ``bare`` is False, or an
+        existing git repository) and append the root ``LedgerInitialized`` event named ``name``
+        (default: the directory's name) by ``actor``; ``remember_actor`` also writes ``actor``
+        to the config as ``perfledger.actor`` (the CLI's default actor on this clone).
         Returns: the opened store.
         Raises: BadRequest when ``path`` already holds a ledger or is not usable, or ``actor`` is
-            not a valid actor (checked before anything is created).
+            not a valid actor (checked before anything is created); ResourceError.
         """
         path = os.fspath(path)
         validate_draft_fields(actor, None, {})  # before anything is created on disk
@@ -305,7 +280,6 @@ class GitStore:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GitStore:
         """Open the ledger at ``path`` (a git repository with ``refs/heads/ledger``).
-
         Raises: NotALedger naming the path when it is not a git repository, has no ledger
             branch, or was written in an unknown format version.
         """
@@ -347,11 +321,9 @@ class GitStore:
 
     def close(self) -> None:
         """Save the derived index if it lags the head by at least ``_INDEX_SAVE_AT_CLOSE``
-        commits (or none is saved yet), and release the repository's files.
-
-        A few new commits are not worth rewriting the whole index (O(ledger): ~30 ms of a CLI
-        append on 10,000 events): the next open walks them from the saved head instead."""
-        if self._index.unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_path()):
+        commits (or none is saved yet: a few are cheaper to walk again than to save), and
+        release the repository's files."""
+        if self._index.unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_file):
             with contextlib.suppress(OSError):
                 self._save_index()
         if self._lock_fd is not None:
@@ -371,13 +343,10 @@ class GitStore:
 
     def read_head(self) -> bytes:
         """Return the current commit sha (hex bytes) of ``refs/heads/ledger``.
-
         Raises: NotALedger when the ref has disappeared.
         """
         try:
-            head = read_loose_ref(self._ref_path)
-            if head is None:
-                head = read_ref(self.controldir, LEDGER_REF)
+            head = read_ref(self.controldir, LEDGER_REF)
         except OSError as exc:
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger is unreadable: {exc}",
@@ -395,9 +364,7 @@ class GitStore:
     @contextlib.contextmanager
     def _objects(self) -> Iterator[ObjectReader]:
         """The reader every object read of the store goes through: the walk's bulk reader when
-        one is open, else a sparse one for the duration (pack indexes searched in place; dulwich
-        opened only for deltas and layouts it does not map). Every read is checked against its
-        name: a missing or rewritten object raises IntegrityError."""
+        one is open, else a sparse one for the duration."""
         if self._bulk is not None:
             yield self._bulk
             return
@@ -419,12 +386,11 @@ class GitStore:
         """Return the :class:`HeadView` at the current head (catching the index up first)."""
         head = self.read_head()
         self._catch_up(head)
-        heads = self._event_heads(head)
-        return HeadView(head.decode(), heads, self._lamport_of(head))
+        heads = self._dag.heads(head)
+        return HeadView(head.decode(), heads, self._dag.lamport(head))
 
     def event_commit(self, event_id: str) -> bytes:
         """Return the commit sha of ``event_id``.
-
         Raises: BadRequest when no event with that id (or unique id prefix) exists.
         """
         self._catch_up(self.read_head())
@@ -447,8 +413,7 @@ class GitStore:
         raise BadRequest(f"no event {event_id[:80]!r} in this ledger")
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
-        """Read and decode the envelope stored in ``commit_sha`` (no hash checks; see verify).
-
+        """Read and decode the envelope stored in ``commit_sha``, each object checked.
         Raises: IntegrityError when the commit has no ``event.json``.
         """
         with self._objects() as reader:
@@ -456,7 +421,6 @@ class GitStore:
 
     def get_event(self, event_id: str) -> Envelope:
         """Return the event ``event_id`` (a full id or a unique prefix of at least 4 chars).
-
         Raises: BadRequest when absent or ambiguous.
         """
         envelope = self.read_envelope(self.event_commit(event_id))
@@ -466,31 +430,22 @@ class GitStore:
         return envelope
 
     def find_by_idempotency_key(self, key: str) -> Envelope | None:
-        """Return the event carrying idempotency key ``key``, or None (SPEC.md section 2).
-
-        Idempotency is a function of the DAG: when several events carry ``key`` (two clones
-        used it on concurrent branches, later merged), the answer is the one first in the
-        deterministic total order, the smallest (lamport, id), on every clone, with or
-        without the derived index; ``perfledger audit`` reports the others as findings.
-        """
+        """Return the event carrying idempotency key ``key``, or None (SPEC.md section 2): of
+        several (concurrent branches, merged), the first in the total order
+        (:meth:`CommitIndex.mark_reachable`)."""
         self._catch_up(self.read_head())
-        event_id = self._index.keys.get(key)
-        return None if event_id is None else self.get_event(event_id)
+        return self._recorded(key)
 
     def ordered_commits(self, head: bytes | None = None) -> list[bytes]:
         """Return the event commits reachable from ``head`` (default: the current head), in the
         total order (lamport, id)."""
         head = head or self.read_head()
         self._catch_up(head)
-        return self._index.ordered(head)
+        return self._index.ordered()
 
     def iter_events(self, head: bytes | None = None) -> Iterator[Envelope]:
-        """Yield every event reachable from ``head`` (default: the current head) in the
-        deterministic total order: by (lamport, id).
-
-        Lamport clocks strictly increase along every edge (checked by verify), so this order is
-        topological; ties between concurrent events are broken by id, never by wall-clock time.
-        """
+        """Yield every event reachable from ``head`` (default: the current head) in the total
+        order (lamport, id) (:func:`perfledger.ledger.dag.in_total_order`)."""
         reader = self.object_reader()
         try:
             for sha in self.ordered_commits(head):
@@ -499,8 +454,7 @@ class GitStore:
             reader.close()
 
     def _envelope_from(self, reader: ObjectReader, commit_sha: bytes, *, check: bool) -> Envelope:
-        """Read the envelope of ``commit_sha`` through ``reader`` (``check=False``: packed
-        objects not re-hashed; verify checks everything).
+        """Read the envelope of ``commit_sha`` through ``reader`` (``check``: re-hash objects).
         Raises: IntegrityError for a missing or malformed commit, tree or ``event.json``."""
         raw = self._read_commit(reader, commit_sha, check=check)
         _, tree_raw = reader.read(bytes.fromhex(raw[5:45].decode()), check=check)
@@ -516,10 +470,9 @@ class GitStore:
             raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
 
     def iter_recent(self, limit: int) -> Iterator[tuple[bytes, ParsedCommit, str, int]]:
-        """Yield up to ``limit`` event commits newest first (descending (lamport, id)), each as
-        (hex sha, parsed commit, event id, Lamport clock), by walking back from the head with a
-        max-heap; reads only ``limit`` + frontier commits (looked up in the packs' indexes in
-        place: no index map is built, no dulwich needed)."""
+        """Yield up to ``limit`` event commits newest first (descending (lamport, id)) as (hex
+        sha, parsed commit, event id, Lamport clock), walking back from the head with a
+        max-heap: reads only ``limit`` + frontier commits."""
         import heapq
 
         heap: list[tuple[int, str, bytes, ParsedCommit, str, int]] = []
@@ -536,7 +489,9 @@ class GitStore:
                 for parent in parents:
                     push(reader, parent)
                 return
-            heapq.heappush(heap, (-lamport, _neg_key(event_id), sha, commit, event_id, lamport))
+            # a max-heap of (lamport, id): both keys negated (the id's hex digits reversed)
+            key = event_id.translate(_REVERSE_HEX)
+            heapq.heappush(heap, (-lamport, key, sha, commit, event_id, lamport))
 
         with self._objects() as reader:
             push(reader, self.read_head())
@@ -550,7 +505,6 @@ class GitStore:
 
     def read_artifact(self, event_id: str, name: str) -> bytes:
         """Return the checked bytes of artifact ``name`` of event ``event_id``.
-
         Raises: BadRequest when the event has no such artifact; IntegrityError on a mismatch.
         """
         commit_sha = self.event_commit(event_id)
@@ -580,7 +534,6 @@ class GitStore:
 
     def append(self, draft: EventDraft) -> Envelope:
         """Append one event durably; see :meth:`transact`.
-
         Returns: the appended envelope, or the existing one with the same idempotency key.
         Raises: BadRequest for a malformed draft; ConcurrentAppend when retries are exhausted.
         """
@@ -594,16 +547,10 @@ class GitStore:
     def transact(
         self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
     ) -> list[Envelope]:
-        """Run ``decide`` on the current head and append what it returns, atomically.
-
-        The ref moves by compare-and-swap from the head ``decide`` saw; on a lost race (another
-        writer moved it) ``decide`` runs again on the new head, after a short randomized
-        backoff.
-
-        Idempotency: when every draft carries an idempotency key already in the ledger, the
-        existing events are returned and nothing is appended (as KurrentDB does). A key reused
-        for a different request, or a batch only partly present, is a BadRequest.
-
+        """Run ``decide`` on the current head and append what it returns, atomically: the ref
+        moves by compare-and-swap from the head ``decide`` saw; on a lost race ``decide`` runs
+        again on the new head. Drafts whose idempotency keys are all recorded return the
+        recorded events (:func:`perfledger.ledger.base.idempotent_replay`).
         Returns: the envelopes appended (or found), in draft order.
         Raises: BadRequest for malformed drafts; ConcurrentAppend after ``max_attempts`` lost
             races, or when another program (git) held the ref's lock too long; ResourceError
@@ -633,52 +580,36 @@ class GitStore:
         )
 
     def _attempt(self, decide: Decide) -> list[Envelope] | None:
-        """One read-decide-write-swap round; None when the compare-and-swap lost a race.
-
-        The derived index is caught up to the head and cross-checked against git where the new
-        events take their parents and Lamport clock from (:meth:`_check_index_at`)."""
+        """One read-decide-write-swap round; None when the compare-and-swap lost a race."""
         head = self.read_head()
         self._catch_up(head)
         self._check_index_at(head)
-        view = HeadView(head.decode(), self._event_heads(head), self._lamport_of(head))
+        view = HeadView(head.decode(), self._dag.heads(head), self._dag.lamport(head))
         drafts = list(decide(view))
         if not drafts:
             return []
         check_batch_keys(drafts)
-        existing = self._idempotent_replay(drafts)
+        existing = idempotent_replay(drafts, self._recorded)
         if existing is not None:
             return existing
-        envelopes, objects, new_head, entries = self._build_chain(
-            head, drafts, view.event_heads, view.lamport
-        )
-        batch = len(drafts) >= PACK_BATCH_THRESHOLD
-        self._write_objects(objects, batch=batch)
+        envelopes, objects, new_head, entries = self._build_chain(head, drafts)
+        self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
         if not self._compare_and_swap(head, new_head):
             return None
         for sha, entry in entries:
             self._index.add(sha, entry)
         self._index.head = self._index.checked_head = new_head
         self._index.unsaved += len(entries)
-        if self._index.unsaved >= max(
-            _INDEX_SAVE_EVERY, len(self._index.commits) // _INDEX_SAVE_FRACTION
-        ):
+        if self._index.unsaved >= max(_INDEX_SAVE_EVERY, len(self._index.commits) // 3):
             with contextlib.suppress(OSError):
                 self._save_index()
-        self._after_write(objects, batch)
+        self._pack_if_due()
         return envelopes
 
-    def _after_write(self, objects: list[RawObject], batch: bool) -> None:
-        """Keep packing bounded: count loose objects written, and packs written by batches,
-        and pack or merge in this process when a threshold is crossed.
-
-        Runs after the ref moved: the append is committed, so a packing failure (a full disk,
-        say) is logged and retried on a later append, never reported as a failed append (a
-        caller retrying without an idempotency key would duplicate the event).
-        """
-        if batch:
-            self._packs_written += 1
-        else:
-            self._loose_written += len(objects)
+    def _pack_if_due(self) -> None:
+        """Pack or merge when a threshold is crossed. Runs after the ref moved: a packing
+        failure is logged and retried later, never reported as a failed append (a caller
+        retrying without an idempotency key would duplicate it)."""
         try:
             self._loose_written, self._packs_written = maybe_pack(
                 self, self._loose_written, self._packs_written
@@ -686,27 +617,17 @@ class GitStore:
         except Exception as exc:  # see the docstring
             _log.warning("packing the ledger's objects failed (will retry): %s", exc)
 
-    def _idempotent_replay(self, drafts: list[EventDraft]) -> list[Envelope] | None:
-        def holder(key: str) -> Envelope | None:
-            event_id = self._index.keys.get(key)
-            return None if event_id is None else self.get_event(event_id)
-
-        return idempotent_replay(drafts, holder)
+    def _recorded(self, key: str) -> Envelope | None:
+        """The event the caught-up index records under idempotency key ``key``, or None."""
+        event_id = self._index.keys.get(key)
+        return None if event_id is None else self.get_event(event_id)
 
     def _build_chain(
-        self,
-        head: bytes,
-        drafts: list[EventDraft],
-        parents: tuple[str, ...] | None = None,
-        lamport: int | None = None,
+        self, head: bytes, drafts: list[EventDraft]
     ) -> tuple[list[Envelope], list[RawObject], bytes, list[tuple[bytes, IndexEntry]]]:
-        """Build the envelopes and git objects of ``drafts`` chained on commit ``head``, whose
-        event heads and Lamport clock are ``parents`` and ``lamport`` (looked up when None).
+        """Build the envelopes and git objects of ``drafts`` chained on commit ``head``.
         Returns (envelopes, objects, the last commit, index entries)."""
-        if parents is None:
-            parents = self._event_heads(head)
-        if lamport is None:
-            lamport = self._lamport_of(head)
+        parents, lamport = self._dag.heads(head), self._dag.lamport(head)
         parent_commit = head
         envelopes: list[Envelope] = []
         objects: list[RawObject] = []
@@ -729,25 +650,20 @@ class GitStore:
         return envelopes, objects, parent_commit, entries
 
     def _write_objects(self, objects: Sequence[RawObject], *, batch: bool) -> None:
-        """Write ``objects`` durably: one pack for a batch, loose objects otherwise (each file
-        fsynced before its rename, then its directory: :mod:`perfledger.ledger.durable`).
-
-        An object that is already packed may be written loose again (a shared artifact); the
-        next pack merge keeps one copy.
+        """Write ``objects`` durably: one pack for a batch, loose objects otherwise (counted
+        for :meth:`_pack_if_due`).
         Raises: OSError from the filesystem (nothing is renamed into place half-written)."""
         if batch:
             write_pack(os.path.join(self._objects_dir, layout.PACK_DIR), objects)
+            self._packs_written += 1
         else:
             write_loose(self._objects_dir, objects)
+            self._loose_written += len(objects)
 
     def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
-        """Compare-and-swap the ledger ref durably; False when it no longer holds ``expected``.
-
-        Order: the lock made with the new value (fsynced), the ref compared, the lock renamed
-        over the ref, the ref's directory fsynced. The objects were fsynced when written, so
-        the ref never points at an object that a crash could lose.
-        Raises: RefLocked when another process holds the ref's lock; OSError from the
-            filesystem (the ref left as it was).
+        """Compare-and-swap the ledger ref durably (:mod:`refcas`, then the ref's directory
+        fsynced); False when it no longer holds ``expected``.
+        Raises: RefLocked when another process holds the ref's lock; OSError (ref unchanged).
         """
         held = lock_ref(self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir)
         if held is None:  # the ref moved since ``expected`` was read
@@ -785,13 +701,8 @@ class GitStore:
 
     def _compare_and_swap(self, expected: bytes | None, new: bytes) -> bool:
         """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
-        lost race (the ref holds another value).
-
-        A ref lock left by a perfledger writer that died is removed and the swap tried again
-        (recognised by its owner name and free flock, never by its age: :mod:`refcas`). A lock
-        held by another program (git) is never broken: the swap waits for it to go, at most
-        :data:`REF_LOCK_WAIT_S`, then gives up.
-
+        lost race. A dead perfledger writer's ref lock is removed (:func:`break_dead_lock`);
+        another program's is waited for, at most :data:`REF_LOCK_WAIT_S`.
         Raises: ConcurrentAppend naming the lock when another program held it all that time.
         """
         with self._append_lock():
@@ -820,11 +731,9 @@ class GitStore:
 
     # ------------------------------------------------------------------ derived index
 
-    def _index_path(self) -> str:
-        return os.path.join(self.derived_dir, layout.INDEX_FILE)
-
-    def _load_index(self) -> None:
-        self._index.load(self._index_path(), self._head_exists)
+    def _ensure_index(self) -> None:
+        if not self._index.loaded:
+            self._index.load(self._index_file, self._head_exists)
 
     def _head_exists(self, head: bytes) -> bool:
         """True when commit ``head`` (hex) is the current head (no read needed), a loose
@@ -842,7 +751,7 @@ class GitStore:
         return True
 
     def _save_index(self) -> None:
-        self._index.save(self._index_path())
+        self._index.save(self._index_file)
 
     def _entry(self, sha: bytes) -> IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
@@ -853,14 +762,9 @@ class GitStore:
         return entry
 
     def _catch_up(self, head: bytes) -> None:
-        """Make the event maps describe exactly the commits reachable from ``head``.
-
-        The usual case (the ref moved forward) walks only the new commits, down to the previous
-        head. When the ref moved anywhere else (reset, rewritten by hand), the maps are rebuilt
-        so that an event no longer reachable is never visible.
-        """
-        if not self._index.loaded:
-            self._load_index()
+        """Make the event maps describe exactly the commits reachable from ``head``: walk the
+        new commits when the ref moved forward, else rebuild the maps."""
+        self._ensure_index()
         if head == self._index.head:
             return
         previous = self._index.head
@@ -868,28 +772,19 @@ class GitStore:
             self._rebuild(head)
             return
         with self._bulk_reading():
-            self._walk_new(head, previous)
-
-    def _walk_new(self, head: bytes, previous: bytes | None) -> None:
-        if not self._index.walk_new(head, previous, self._entry):
-            self._rebuild(head)
+            if not self._index.walk_new(head, previous, self._entry):
+                self._rebuild(head)
 
     def _read_entry(self, sha: bytes) -> IndexEntry:
-        """Read commit ``sha`` (hex) from git into an index entry (inside a walk through its
-        bulk reader, packed objects not re-hashed: verify checks them).
+        """Read commit ``sha`` (hex) into an index entry (not re-hashed inside a walk).
         Raises: IntegrityError when it is missing, corrupt or not a commit."""
         with self._objects() as reader:
             return entry_from_raw(self._read_commit(reader, sha, check=self._bulk is None))
 
     def _check_index_at(self, head: bytes) -> None:
         """Cross-check the derived index against git where a new event takes its parents and
-        Lamport clock from: the head commit and, for a merge, the commits it joins. A derived
-        index that disagrees (edited, or stale in a way the key did not catch) is discarded and
-        rebuilt from the commits, so that derived data never changes what is written.
-
-        Once per head per process: a head this store wrote itself, or already checked, is
-        known to match."""
-
+        Lamport clock from (the head and, for a merge, the commits it joins); one that
+        disagrees is rebuilt, so derived data never changes what is written. Once per head."""
         if head == self._index.checked_head:
             return
         todo = [head]
@@ -912,16 +807,16 @@ class GitStore:
 
     def _drop_index(self) -> None:
         """Forget every derived entry (in memory and on disk)."""
-        self._index.clear()
+        self._index = CommitIndex()
+        self._index.loaded = True  # empty: rebuilt from the commits
         self._dag = EventHeads(self._node, self._index.all_events.__getitem__)
         with contextlib.suppress(OSError):
-            os.unlink(self._index_path())
+            os.unlink(self._index_file)
 
     @contextlib.contextmanager
     def _bulk_reading(self) -> Iterator[None]:
-        """Read commits through one :class:`ObjectReader` for the duration of a walk: pack
-        indexes searched in place when a saved index is caught up (a short walk), loaded whole
-        when it is rebuilt from nothing."""
+        """Read commits through one :class:`ObjectReader` for a walk (sparse when a saved
+        index is only caught up)."""
         if self._bulk is not None:
             yield
             return
@@ -941,47 +836,33 @@ class GitStore:
         entry = self._entry(sha)
         return CommitNode(entry.event_id, entry.lamport, tuple(entry.parents))
 
-    def _event_heads(self, sha: bytes) -> tuple[str, ...]:
-        return self._dag.heads(sha)
-
-    def _lamport_of(self, sha: bytes) -> int:
-        return self._dag.lamport(sha)
-
     # ------------------------------------------------------------------ low level (tests, sync)
 
     def build_on(
         self, parent_commit: bytes, drafts: Sequence[EventDraft]
     ) -> tuple[list[Envelope], bytes]:
         """Write ``drafts`` as a chain of event commits on ``parent_commit`` without moving the
-        ledger ref (for sync, and for tests that build divergent branches).
-
-        Returns: (the envelopes, the last commit sha). Raises: as :meth:`transact`.
+        ledger ref. Returns: (the envelopes, the last commit sha). Raises: as :meth:`transact`.
         """
-        if not self._index.loaded:
-            self._load_index()
+        self._ensure_index()
         self._entry(parent_commit)  # structure only: the maps of visible events stay as they are
         envelopes, objects, new_head, entries = self._build_chain(parent_commit, list(drafts))
-        batch = len(drafts) >= PACK_BATCH_THRESHOLD
-        self._write_objects(objects, batch=batch)
-        self._after_write(objects, batch)
+        self._write_objects(objects, batch=len(drafts) >= PACK_BATCH_THRESHOLD)
+        self._pack_if_due()
         for sha, entry in entries:  # visible once the ref reaches them (set_head)
             self._index.know(sha, entry)
         return envelopes, new_head
 
     def write_merge(self, commits: Sequence[bytes], *, actor: str = "perfledger") -> bytes:
-        """Write the merge commit joining ``commits`` (hex bytes; it carries no event) without
-        moving the ref: sync's join after a pull, and tests that build divergent branches.
-
-        Deterministic (SPEC.md section 2, Sync): parents sorted, time = the latest commit time
-        of the parents, so two machines that join the same heads write the same commit.
+        """Write the merge commit joining ``commits`` (hex bytes) without moving the ref.
+        Deterministic (SPEC.md section 2, Sync): parents sorted, time = their latest commit time.
         Returns: the merge commit sha. Raises: BadRequest for fewer than two distinct commits.
         """
         parents = sorted(set(commits))
         if len(parents) < 2:
             raise BadRequest("a merge joins at least two distinct commits")
-        if not self._index.loaded:
-            self._load_index()
-        heads = tuple(sorted({h for sha in parents for h in self._event_heads(sha)}))
+        self._ensure_index()
+        heads = tuple(sorted({h for sha in parents for h in self._dag.heads(sha)}))
         with self._objects() as reader:
             seconds = max(
                 split_ident(parse_commit(sha, self._read_commit(reader, sha)).committer)[1]
@@ -990,12 +871,11 @@ class GitStore:
         merge = build_merge_commit(parents, heads, actor, seconds)
         self._write_objects([EMPTY_TREE, merge], batch=False)
         self._index.commits[merge.id] = IndexEntry(None, 0, list(parents), None)
-        self._after_write([EMPTY_TREE, merge], False)
+        self._pack_if_due()
         return merge.id
 
     def set_head(self, expected: bytes, new: bytes) -> bool:
         """Compare-and-swap the ledger ref from ``expected`` to ``new`` (sync and tests).
-
         Returns: False on a lost race (the ref no longer points at ``expected``).
         """
         ok = self._compare_and_swap(expected, new)
@@ -1004,9 +884,8 @@ class GitStore:
         return ok
 
     def commits_since(self, old_head: bytes, head: bytes | None = None) -> list[bytes] | None:
-        """Return the event commits between ``old_head`` (exclusive) and ``head`` (default: the
-        current head), oldest first, when ``head`` descends from ``old_head`` through
-        single-parent commits only; None otherwise (a merge on the way, or not an ancestor)."""
+        """Return the event commits after ``old_head`` up to ``head`` (default: the current
+        head), oldest first, when they are a chain of event commits; None otherwise."""
         head = head or self.read_head()
         self._catch_up(head)
         chain: list[bytes] = []
@@ -1028,13 +907,9 @@ class GitStore:
     # ------------------------------------------------------------------ sync support
 
     def commit_node(self, sha: bytes) -> CommitNode:
-        """Return the structure of commit ``sha`` (hex bytes): its event id (None for a merge),
-        Lamport clock (0 for a merge) and parents, from the derived index or else the commit.
-
-        Raises: IntegrityError when the commit is missing or is not a commit.
-        """
-        if not self._index.loaded:
-            self._load_index()
+        """Return the :class:`CommitNode` of commit ``sha`` (hex bytes), from the derived index
+        or else the commit. Raises: IntegrityError when it is missing or not a commit."""
+        self._ensure_index()
         return self._node(sha)
 
     def reaches(self, sha: bytes, head: bytes | None = None) -> bool:
@@ -1056,42 +931,23 @@ class GitStore:
         with self._append_lock():
             yield
 
-    def index_commits(
-        self, commits: Sequence[tuple[bytes, str | None, int, Sequence[bytes], str | None]]
-    ) -> None:
-        """Record the structure of verified commits in the derived index, without making their
-        events visible (that happens when the ref reaches them, as for :meth:`build_on`): saves
-        re-reading each pulled commit from git when the ref moves.
-
-        Args:
-            commits: (sha, event id or None for a merge, lamport, parents, idempotency key),
-                shas as hex bytes.
-        """
-        if not self._index.loaded:
-            self._load_index()
-        for sha, event_id, lamport, parents, key in commits:
-            if sha in self._index.commits:
-                continue
-            self._index.know(sha, IndexEntry(event_id, lamport, list(parents), key))
+    def index_commits(self, nodes: dict[bytes, CommitNode], keys: dict[bytes, str]) -> None:
+        """Record the structure of verified commits (hex sha -> node, and -> idempotency key)
+        in the derived index, without making their events visible."""
+        self._ensure_index()
+        for sha, node in nodes.items():
+            if sha not in self._index.commits:
+                entry = IndexEntry(node.event_id, node.lamport, list(node.parents), keys.get(sha))
+                self._index.know(sha, entry)
 
     def adopt_objects(self, objects: Sequence[RawObject]) -> None:
-        """Store verified objects received from a remote as one new pack (never as loose
-        objects), then keep the pack count bounded (:func:`perfledger.ledger.packing.maybe_pack`).
-        Nothing refers to them until a ref moves, so a crash leaves only unreachable objects.
-        """
+        """Store verified objects received from a remote as one new pack, then keep the pack
+        count bounded. Nothing refers to them until a ref moves."""
         if not objects:
             return
         self._write_objects(list(objects), batch=True)
         self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
-        try:
-            self._loose_written, self._packs_written = maybe_pack(self, self._loose_written, 10**6)
-        except Exception as exc:  # committed already: see _after_write
-            _log.warning("packing the ledger's objects failed (will retry): %s", exc)
-
-
-def _neg_key(event_id: str) -> str:
-    """Map an event id to a string that sorts in the reverse order (for a max-heap)."""
-    return event_id.translate(_REVERSE_HEX)
+        self._pack_if_due()
 
 
 _REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")

@@ -1,28 +1,21 @@
 """Sync with git remotes: clone, pull, push, sync (SPEC.md section 2, Sync), and the record of
-what the last pull brought (``perfledger resume``).
-
-Any remote dulwich speaks to works: a path, ``file://``, ``git://``, ``ssh://``, ``http(s)://``.
+what the last pull brought (``perfledger resume``). Any remote dulwich speaks to works.
 
 Pull, step by step (nothing local changes until every step passed):
 
-1. fetch with an explicit ``determine_wants`` (only ``refs/heads/ledger``; dulwich's porcelain
-   fetch maps ``refs/heads/*`` to its own names, GUIDE.md), the pack received and its objects
-   unpacked in memory (thin-pack bases read from the local store), each object's name computed
-   from its content;
-2. verify the new commits only (:func:`perfledger.ledger.verify.verify_incoming`): the local
-   part was verified when it was written or pulled;
+1. fetch ``refs/heads/ledger`` with an explicit ``determine_wants`` (dulwich's porcelain fetch
+   maps ``refs/heads/*`` to its own names, GUIDE.md); the pack is read in memory, each object
+   named from its content (thin-pack bases read from the local store);
+2. verify the new commits only (:func:`perfledger.ledger.verify.verify_incoming`);
 3. refuse a rewritten remote: its head must descend from the last head seen from it (the
    tracking ref ``refs/remotes/<name>/ledger``);
-4. write the verified objects as one pack (kept a pack: never exploded into loose objects; the
-   pack count stays bounded by :mod:`perfledger.ledger.packing`), move the tracking ref by
-   compare-and-swap, then the ledger ref: a fast-forward, or a merge commit with both heads as
-   parents and no event (deterministic: the same heads give the same commit on any machine).
-   A lost race against a local append is retried on the new local head. Nothing is rebased,
-   rewritten or force-pushed.
+4. write the verified objects as one pack, move the tracking ref by compare-and-swap, then the
+   ledger ref: a fast-forward, or a deterministic merge commit with both heads as parents and
+   no event; a lost race against a local append is retried. Nothing is rebased or forced.
 
-Push refuses a non-fast-forward (pull first); the remote's receive-pack moves its ref only from
-the value we saw, so a concurrent push makes ours fail cleanly. ``sync`` = pull, then push,
-retried when another machine pushed in between.
+Push refuses a non-fast-forward (pull first); the remote moves its ref only from the value we
+saw, so a concurrent push makes ours fail cleanly. ``sync`` = pull, then push, retried when
+another machine pushed in between.
 """
 
 from __future__ import annotations
@@ -53,6 +46,7 @@ from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
 from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import read_pack
+from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
 from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
@@ -79,17 +73,9 @@ class NonFastForward(ConcurrentAppend):
 
 @dataclass
 class PullResult:
-    """What a pull did.
-
-    Attributes:
-        remote: the remote's name; url: its URL.
-        before: the local head before the pull; after: the local head after it (hex).
-        remote_head: the remote's head (hex; None when it has no ledger branch).
-        action: ``up_to_date``, ``fast_forward`` or ``merged``.
-        merge_commit: the merge commit written (``merged`` only).
-        new_events: the events new to this ledger, verified, in the total order.
-        fetched_objects: objects received; elapsed_s: wall time in seconds.
-    """
+    """What a pull did: the local heads ``before`` and ``after`` it and the remote's (hex),
+    ``action`` (``up_to_date``, ``fast_forward``, ``merged`` or ``cloned``), the merge commit
+    written, the new events (verified, in the total order), objects received, wall time (s)."""
 
     remote: str
     url: str
@@ -119,12 +105,8 @@ def _fields(result: PullResult | PushResult) -> dict[str, Any]:
 
 @dataclass
 class PushResult:
-    """What a push did: ``pushed`` False when the remote already had our head.
-
-    Attributes:
-        remote, url: the remote; before: its head before (None when it had no ledger branch);
-        after: its head now (hex); elapsed_s: wall time in seconds.
-    """
+    """What a push did: the remote's head ``before`` (None: no ledger branch) and ``after``
+    (hex), ``pushed`` False when it already had our head, wall time in seconds."""
 
     remote: str
     url: str
@@ -139,10 +121,6 @@ class PushResult:
 
 
 # ------------------------------------------------------------------------------ transport
-# Talking to a git remote through dulwich's clients: errors mapped to RemoteError, and the fetch
-# of ``refs/heads/ledger`` with explicit wants (dulwich's porcelain fetch maps only
-# ``refs/heads/*`` to its own names, GUIDE.md), its pack received and read in memory
-# (:func:`perfledger.ledger.reader.read_pack`): nothing is written to disk there.
 
 
 class RemoteError(PerfledgerError):
@@ -163,18 +141,16 @@ def client(url: str) -> Iterator[tuple[Any, str]]:
         yield remote, path
     except PerfledgerError:
         raise
-    except (GitProtocolError, HangupException, NotGitRepository, OSError) as exc:
+    except Exception as exc:
+        transport = (GitProtocolError, HangupException, NotGitRepository, OSError)
+        if not isinstance(exc, transport) and not type(exc).__module__.startswith(
+            ("urllib3", "http", "dulwich")  # urllib3 / http errors and the like
+        ):
+            raise
         raise RemoteError(
             f"remote {url} failed: {type(exc).__name__}: {exc}",
             hint="check the URL and that the server is running; nothing changed locally",
         ) from None
-    except Exception as exc:  # urllib3 / http errors and the like
-        if type(exc).__module__.startswith(("urllib3", "http", "dulwich")):
-            raise RemoteError(
-                f"remote {url} failed: {type(exc).__name__}: {exc}",
-                hint="check the URL and that the server is running; nothing changed locally",
-            ) from None
-        raise
     finally:
         with contextlib.suppress(Exception):
             remote.close()
@@ -218,22 +194,11 @@ def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]
 
 
 # ------------------------------------------------------------------------------ last pull
-# What changed since the last local head (for ``perfledger resume`` and the ``pull`` summary):
-# the record of the last pull or clone that brought events, and the events reachable from one
-# head and not from another, in the total order.
-
-
-_LAST_PULL_FILE = layout.LAST_PULL_FILE
 
 
 class LastPull(msgspec.Struct):
-    """The record of the last pull or clone that brought events (derived data,
-    ``<gitdir>/perfledger/``; a pull that found nothing new leaves it as it was).
-
-    Attributes:
-        remote, url: where from; before, after: the local head around it (hex; before is empty
-        after a clone); action: as :attr:`PullResult.action`; at: UTC time (ISO 8601).
-    """
+    """The record of the last pull or clone that brought events (derived data): where from,
+    the local heads around it (hex; ``before`` empty after a clone), its action, UTC time."""
 
     remote: str
     url: str
@@ -254,13 +219,15 @@ def record_pull(store: GitStore, result: PullResult) -> None:
         datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     with contextlib.suppress(OSError):
-        write_derived(os.path.join(store.derived_dir, _LAST_PULL_FILE), msgspec.json.encode(record))
+        write_derived(
+            os.path.join(store.derived_dir, layout.LAST_PULL_FILE), msgspec.json.encode(record)
+        )
 
 
 def last_pull(store: GitStore) -> LastPull | None:
     """Return the record of this ledger's last pull or clone, or None (never pulled)."""
     try:
-        with open(os.path.join(store.derived_dir, _LAST_PULL_FILE), "rb") as f:
+        with open(os.path.join(store.derived_dir, layout.LAST_PULL_FILE), "rb") as f:
             return msgspec.json.decode(f.read(), type=LastPull)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
@@ -269,11 +236,8 @@ def last_pull(store: GitStore) -> LastPull | None:
 def changes_since(
     store: GitStore, old_head: str | None, new_head: str | None = None
 ) -> list[Envelope]:
-    """Return the events reachable from ``new_head`` (default: the current head) that are not
-    reachable from ``old_head`` (hex; None or empty: every event), in the total order
-    (lamport, id). This is "what changed since the last local head" after a pull (for
-    ``perfledger resume``: pass :attr:`LastPull.before`).
-
+    """Return the events reachable from ``new_head`` (default: the current head) and not
+    from ``old_head`` (hex; None or empty: every event), in the total order.
     Raises: BadRequest when ``old_head`` is not a commit of this ledger.
     """
     head = (new_head or store.read_head().decode()).encode()
@@ -300,31 +264,19 @@ def changes_since_last_pull(store: GitStore) -> tuple[LastPull | None, list[Enve
 # ------------------------------------------------------------------------------ pull
 
 
-def _read_ref(repo: Repo, ref: bytes) -> bytes | None:
-    try:
-        return repo.refs[ref]
-    except KeyError:
-        return None
-
-
 def pull(store: GitStore, remote: str | None = None) -> PullResult:
-    """Fetch the remote's ledger, verify what is new, and join it to the local head.
-
-    Args:
-        store: the local ledger.
-        remote: a configured remote name (default ``origin``), a URL or a path.
-    Returns: a :class:`PullResult` (``new_events``: the events new to this ledger).
-    Raises: BadRequest for an unknown remote or one without a ledger branch; RemoteError when
-        it cannot be reached; IntegrityError naming the first bad event (a tampered remote);
-        RemoteRewritten when its history no longer holds the last head seen from it;
-        ConcurrentAppend when local appends kept winning the race. In every failing case the
-        local ledger (refs and object files) is unchanged.
+    """Fetch the ledger of ``remote`` (a configured name, default ``origin``, a URL or a
+    path), verify what is new, and join it to the local head.
+    Returns: a :class:`PullResult`.
+    Raises: BadRequest for an unknown remote or one without a ledger branch; RemoteError;
+        IntegrityError naming the first bad event; RemoteRewritten; ConcurrentAppend when local
+        appends kept winning the race. On failure the local refs and objects are unchanged.
     """
     started = time.perf_counter()
     target = resolve_remote(store.repo, remote)
     repo = store.repo
     before = store.read_head()
-    last_seen = _read_ref(repo, target.tracking_ref)
+    last_seen = read_ref(store.controldir, target.tracking_ref)
     fetched = fetch(store, repo, target.url, [before] + ([last_seen] if last_seen else []))
     remote_head = fetched.remote_head
     if remote_head is None:
@@ -335,7 +287,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     report = _verify_and_check(store, target, fetched, last_seen)
     if report.new_commits:
         store.adopt_objects(report.objects)
-        _index(store, report)
+        store.index_commits(report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
     after, action, merge = _join(store, remote_head, _node_function(store, report))
     result = PullResult(
@@ -348,8 +300,8 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
         merge_commit=merge.decode() if merge else None,
         new_events=[e.envelope for e in report.events] if action != "up_to_date" else [],
         fetched_objects=len(fetched.objects),
+        elapsed_s=time.perf_counter() - started,
     )
-    result.elapsed_s = time.perf_counter() - started
     if action != "up_to_date":  # keep the record of the last pull that brought something
         record_pull(store, result)
     return result
@@ -407,16 +359,6 @@ def _node_function(store: GitStore | None, report: IncomingReport) -> Any:
     return node
 
 
-def _index(store: GitStore, report: IncomingReport) -> None:
-    """Seed the store's derived index with the verified commits' structure."""
-    store.index_commits(
-        [
-            (sha, node.event_id, node.lamport, node.parents, report.keys.get(sha))
-            for sha, node in report.nodes.items()
-        ]
-    )
-
-
 def _move_tracking_ref(repo: Repo, target: Remote, last_seen: bytes | None, head: bytes) -> None:
     """Compare-and-swap the tracking ref from ``last_seen`` to ``head``."""
     if last_seen == head:
@@ -463,15 +405,10 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
 
 
 def push(store: GitStore, remote: str | None = None) -> PushResult:
-    """Push the local ledger head to the remote's ``refs/heads/ledger`` (fast-forward only).
-
-    Args:
-        store: the local ledger.
-        remote: a configured remote name (default ``origin``), a URL or a path.
+    """Push the local ledger head to ``remote`` (as :func:`pull`), fast-forward only.
     Returns: a :class:`PushResult`.
-    Raises: NonFastForward when the remote holds events not pulled yet (pull first), or when
-        another push moved the remote's ref during ours; RemoteError when it cannot be reached
-        or refuses the update. Never forces.
+    Raises: NonFastForward when the remote holds events not pulled yet, or another push moved
+        its ref during ours; RemoteError when it cannot be reached. Never forces.
     """
     started = time.perf_counter()
     target = resolve_remote(store.repo, remote)
@@ -513,7 +450,7 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
             )
         pushed = True
     with contextlib.suppress(Exception):
-        last_seen = _read_ref(store.repo, target.tracking_ref)
+        last_seen = read_ref(store.controldir, target.tracking_ref)
         if last_seen is None:
             store.repo.refs.add_if_new(target.tracking_ref, local)
         elif last_seen != local and descends_from(node, last_seen, local):
@@ -552,14 +489,9 @@ def _commits_between(store: GitStore, haves: list[bytes], wants: list[bytes]) ->
 
 
 def _pack_records(store: GitStore, wants: list[bytes], haves: list[bytes]) -> tuple[int, Any]:
-    """The objects of the commits reachable from ``wants`` and not from ``haves`` (hex shas):
-    each commit, its tree, ``event.json`` and artifacts (a merge: its empty tree), read through
-    the bulk :class:`ObjectReader`; as dulwich pack records, without deltas.
-
-    Why not dulwich's ``generate_pack_data``: its object walk parses every commit and tree as
-    ``ShaFile`` s and looks each up through the pack index in Python; a 10,000-event push spent
-    most of 27 s there.
-    """
+    """The objects of the commits reachable from ``wants`` and not from ``haves`` (hex shas),
+    read through the bulk :class:`ObjectReader`, as dulwich pack records without deltas
+    (dulwich's ``generate_pack_data`` parses every object in Python: far slower)."""
     from dulwich.pack import UnpackedObject
 
     commits = _commits_between(store, haves, wants)
@@ -612,7 +544,6 @@ def sync(
     store: GitStore, remote: str | None = None, *, attempts: int = SYNC_ATTEMPTS
 ) -> SyncResult:
     """Pull, then push; when another machine pushed in between, pull and push again.
-
     Returns: a :class:`SyncResult`. Raises: as :func:`pull` and :func:`push`; ConcurrentAppend
         when ``attempts`` rounds all lost the race.
     """
@@ -638,9 +569,9 @@ def clone(
 ) -> tuple[GitStore, PullResult]:
     """Clone the ledger at ``url`` into a new bare repository at ``path``, verified end to end
     before the ledger ref is written; ``url`` becomes remote ``name``.
-
-    Returns: (the opened store, what was fetched: ``action`` ``cloned``). Raises: BadRequest when ``path`` exists and is not empty, or the
-        remote has no ledger; RemoteError; IntegrityError (nothing is left at ``path``).
+    Returns: (the opened store, a :class:`PullResult` with action ``cloned``).
+    Raises: BadRequest when ``path`` is not empty or the remote has no ledger; RemoteError;
+        IntegrityError (nothing is left at ``path``).
     """
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
@@ -678,7 +609,7 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     report = _verify_and_check(None, target, fetched, None)
     store = GitStore(repo)
     store.adopt_objects(report.objects)
-    _index(store, report)
+    store.index_commits(report.nodes, report.keys)
     _move_tracking_ref(repo, target, None, fetched.remote_head)
     if not repo.refs.add_if_new(LEDGER_REF, fetched.remote_head):
         raise ConcurrentAppend(f"another process created {path}'s ledger during the clone")

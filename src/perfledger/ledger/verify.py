@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
 
 import blake3
 import msgspec
@@ -63,56 +62,10 @@ from perfledger.ledger.reader import ObjectReader
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 
 
-class CommitFacts(NamedTuple):
-    """What verify checks of an event or merge commit: its header fields, subject and
-    perfledger trailers.
-
-    Attributes:
-        tree: the tree's binary sha (20 bytes).
-        parents: the parents' binary shas.
-        author / committer: ``Name <email> seconds tz`` (bytes).
-        subject: the message's first line (bytes).
-        event_id: the ``Event-Id`` trailer (None for a merge commit).
-        lamport: the ``Lamport`` trailer's text, digits only ("" for a merge commit).
-        idempotency_key: the ``Idempotency-Key`` trailer, or None.
-    """
-
-    tree: bytes
-    parents: tuple[bytes, ...]
-    author: bytes
-    committer: bytes
-    subject: bytes
-    event_id: str | None
-    lamport: str
-    idempotency_key: str | None
-
-
-def commit_facts(commit: ParsedCommit, trailers: dict[str, str]) -> CommitFacts:
-    """The :class:`CommitFacts` of a parsed commit and its trailers (checked by the caller)."""
-    return CommitFacts(
-        commit.tree,
-        commit.parents,
-        commit.author,
-        commit.committer,
-        commit.message.split(b"\n", 1)[0],
-        trailers.get("Event-Id"),
-        trailers.get("Lamport", ""),
-        trailers.get("Idempotency-Key"),
-    )
-
-
 @dataclass
 class VerifyReport:
-    """The outcome of :func:`verify_store`.
-
-    Attributes:
-        ok: True when every check passed.
-        head: the verified head commit (hex).
-        events: events verified (all of them when ok).
-        merges: merge commits seen.
-        error: the first failure, None when ok.
-        elapsed_s: wall time of the verification in seconds.
-    """
+    """The outcome of :func:`verify_store`: ``ok``, the verified ``head`` (hex), the events
+    verified and merge commits seen, the first failure (``error``), the wall time in seconds."""
 
     ok: bool
     head: str
@@ -156,26 +109,20 @@ def verify_store(
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
 ) -> VerifyReport:
-    """Verify the ledger held by a :class:`perfledger.ledger.store.GitStore` end to end.
-
-    Args:
-        store: the git store (typed loosely to avoid an import cycle).
-        on_event: called with every verified event, in the total order (lamport, id), as a
-            :class:`RecordedEvent` (the stored envelope and its payload upcast and decoded).
-        format_version: the storage format this code reads.
+    """Verify the ledger of a :class:`perfledger.ledger.store.GitStore` (typed loosely: no
+    import cycle) end to end, in the format ``format_version``; ``on_event`` gets every
+    verified event (payload upcast and decoded) in the total order.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     from perfledger.ledger.store import GitStore
 
     assert isinstance(store, GitStore)
     started = time.perf_counter()
-    head = b""
     report = VerifyReport(ok=False, head="")
     reader = store.object_reader()
     try:
-        head = store.read_head()
-        report.head = head.decode()
-        graph = CommitGraph(reader, bytes.fromhex(head.decode()))
+        report.head = store.read_head().decode()
+        graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
         if len(graph.roots) != 1:
             raise IntegrityError(
@@ -197,25 +144,15 @@ def verify_store(
 
 
 class CommitGraph:
-    """What verify and a pull's check of received commits (:func:`verify_incoming`)
-    share, so that they can never disagree about what a valid event is.
+    """The two passes verify and a pull (:func:`verify_incoming`) share, so that they never
+    disagree about what a valid event is (shas binary).
 
-    Pass 1 (the constructor) walks the commits reachable from ``tip``, each read through the
-    checking reader and checked on its own (:func:`check_commit`), no event in two commits.
-    Commits for which ``is_local`` is true (a pull: reachable from the local head, verified when
-    written or pulled) are not walked; their structure is read from git when the DAG needs it.
-    Pass 2 (:meth:`check_events`) checks every walked event in the total order.
-
-    Args:
-        reader: the checking object reader (binary shas).
-        tip: the binary sha of the head to verify.
-        is_local: binary sha -> True for a commit already verified (None: none is).
-        has_event: event id -> True when a verified local commit carries it (None: none does).
-    Attributes:
-        nodes: binary sha -> :class:`CommitNode` (binary parents) of every commit met.
-        commit_of: event id -> binary commit sha.
-        walked: the commits walked and checked; roots: those of them without parents.
-        merges: walked merge commits. keys: binary sha -> Idempotency-Key of walked events.
+    Pass 1 (the constructor) walks the commits reachable from ``tip``, each checked on its own
+    (:func:`check_commit`), no event in two commits; commits for which ``is_local`` is true
+    (already verified) are not walked, and ``has_event`` names events a local commit carries.
+    Pass 2 (:meth:`check_events`) checks every walked event in the total order. Attributes:
+    ``nodes`` (sha -> :class:`CommitNode`), ``commit_of`` (event id -> sha), ``walked``,
+    ``roots``, ``merges``, ``keys`` (sha -> Idempotency-Key).
     Raises: IntegrityError naming the first bad commit (and the event it claims).
     """
 
@@ -242,8 +179,8 @@ class CommitGraph:
             if is_local is not None and is_local(sha):
                 self.node(sha)
                 continue
-            facts = _read_commit_facts(reader, sha)
-            event_id, parents = facts.event_id, facts.parents
+            commit, trailers = _read_commit(reader, sha)
+            event_id, parents = trailers.get("Event-Id"), commit.parents
             if event_id is None:
                 self.nodes[sha] = CommitNode(None, 0, parents)
                 self.merges += 1
@@ -255,9 +192,9 @@ class CommitGraph:
                         commit=sha.hex(),
                     )
                 self.commit_of[event_id] = sha
-                self.nodes[sha] = CommitNode(event_id, int(facts.lamport), parents)
-                if facts.idempotency_key is not None:
-                    self.keys[sha] = facts.idempotency_key
+                self.nodes[sha] = CommitNode(event_id, int(trailers["Lamport"]), parents)
+                if "Idempotency-Key" in trailers:
+                    self.keys[sha] = trailers["Idempotency-Key"]
             if not parents:
                 self.roots.append(sha)
             self.walked.append(sha)
@@ -277,15 +214,9 @@ class CommitGraph:
         return node
 
     def check_events(self, root: bytes, format_version: int) -> Iterator[RecordedEvent]:
-        """Pass 2: every walked merge joins divergent heads, then every walked event, in the
-        total order (lamport, id), is checked (:func:`_verify_event`) and decoded against its
-        kind's schema; yields each as a :class:`RecordedEvent`.
-
-        Args:
-            root: the binary sha of the ledger's root commit (b"" when none was walked).
-            format_version: the storage format this code reads.
-        Raises: IntegrityError naming the first bad event (and its commit).
-        """
+        """Pass 2: check that every walked merge joins divergent heads, then check and decode
+        every walked event in the total order and yield it; ``root`` is the root commit (b""
+        when none was walked). Raises: IntegrityError naming the first bad event."""
         for sha in self.walked:
             node = self.nodes[sha]
             if node.event_id is None:
@@ -296,20 +227,19 @@ class CommitGraph:
             if (node := self.nodes[sha]).event_id is not None
         )
         for sha in order:
-            data = self._check_event(sha, root)
-            envelope = _envelope_decoder.decode(data)  # checked: cannot fail
+            envelope = self._check_event(sha, root)
             try:
                 yield _decode_payload(envelope, format_version)
             except IntegrityError as exc:
                 raise _named(exc, envelope.id, sha) from None
 
-    def _check_event(self, sha: bytes, root: bytes) -> bytes:
-        """Check the event commit ``sha`` but its schema; return its ``event.json`` bytes.
+    def _check_event(self, sha: bytes, root: bytes) -> Envelope:
+        """Check the event commit ``sha`` but its schema; return its envelope.
         Raises: IntegrityError naming the event (and the commit)."""
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
-            return _verify_event(self.reader, sha, self.nodes[sha], self.dag, root)[1]
+            return _verify_event(self.reader, sha, self.dag, root)
         except _DagMismatch as exc:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
@@ -318,7 +248,7 @@ class CommitGraph:
             for parent_id in self.dag.heads(parent_commit):
                 parent_sha = self.commit_of[parent_id]
                 try:
-                    _verify_event(self.reader, parent_sha, self.node(parent_sha), None, root)
+                    _verify_event(self.reader, parent_sha, None, root)
                 except IntegrityError as parent_exc:
                     raise _named(parent_exc, parent_id, parent_sha) from None
             raise _named(exc, event_id, sha) from None
@@ -326,10 +256,9 @@ class CommitGraph:
             raise _named(exc, event_id, sha) from None
 
 
-def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
-    """Read the commit ``sha`` through the checking reader and check what pass 1 checks of one
-    commit on its own.
-
+def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[str, str]]:
+    """Read the commit ``sha`` through the checking reader, check it on its own
+    (:func:`check_commit`) and return it with its trailers.
     Raises: IntegrityError naming the commit (and the event it claims, where readable).
     """
     try:
@@ -343,16 +272,13 @@ def _read_commit_facts(reader: ObjectReader, sha: bytes) -> CommitFacts:
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
     check_commit(sha, commit, trailers)
-    return commit_facts(commit, trailers)
+    return commit, trailers
 
 
 def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
-    """Check what verify (and a pull, :func:`verify_incoming`) checks of one
-    commit on its own: a merge has no ledger trailers, at least two parents and the empty
-    tree; an event commit has a well-formed Event-Id and Lamport trailer and at most one parent.
-
-    Raises: IntegrityError naming the commit (binary ``sha``) and the event it claims.
-    """
+    """Check one commit on its own: a merge has no ledger trailers, at least two parents and
+    the empty tree; an event commit has well-formed Event-Id and Lamport trailers and at most
+    one parent. Raises: IntegrityError naming the commit (binary ``sha``) and its event."""
     event_id = trailers.get("Event-Id")
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
@@ -386,12 +312,8 @@ def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> 
 
 
 def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
-    """Check that merge commit ``sha`` joins divergent heads (SPEC.md section 2): its parents
-    are distinct and it stands on at least two events, neither an ancestor of the other (a
-    merge whose one side descends from the other joins nothing and is not what sync writes).
-
-    Raises: IntegrityError naming the commit.
-    """
+    """Check that merge commit ``sha`` joins divergent heads (SPEC.md section 2): distinct
+    parents, at least two event heads. Raises: IntegrityError naming the commit."""
     if len(set(parents)) != len(parents):
         raise IntegrityError(f"merge commit {sha.hex()} lists a parent twice", commit=sha.hex())
     if len(dag.heads(sha)) < 2:
@@ -415,10 +337,9 @@ def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
     message = exc.message
     if event_id not in message:
         message = f"event {event_id} (commit {sha.hex()}): {message}"
-    named = IntegrityError(
+    return IntegrityError(
         message, hint=exc.hint, event_id=exc.event_id or event_id, commit=exc.commit or sha.hex()
     )
-    return named
 
 
 def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -> IntegrityError:
@@ -432,17 +353,13 @@ def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -
 
 
 def _verify_event(
-    reader: ObjectReader,
-    sha: bytes,
-    node: CommitNode,
-    dag: EventHeads | None,
-    root: bytes,
-) -> tuple[Envelope, bytes]:
-    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`);
-    return its envelope and ``event.json`` bytes. ``dag`` None skips its place in the DAG."""
+    reader: ObjectReader, sha: bytes, dag: EventHeads | None, root: bytes
+) -> Envelope:
+    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`) and
+    return its envelope. ``dag`` None skips its place in the DAG."""
     commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
-    facts = commit_facts(commit, parse_trailers(commit.message))
-    type_num, tree_raw = reader.read(facts.tree)
+    trailers = parse_trailers(commit.message)
+    type_num, tree_raw = reader.read(commit.tree)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")
     if len(tree_raw) == len(_PLAIN_TREE_PREFIX) + 20 and tree_raw.startswith(_PLAIN_TREE_PREFIX):
@@ -486,10 +403,13 @@ def _verify_event(
     problem = integer_range_problem(data)
     if problem is not None:
         raise _fail(f"event.json is not canonical JSON: {problem}")
-    _check_envelope_fields(envelope)
-    _verify_event_content(facts, envelope, data, tree_entries=entries, dag=dag, sha=sha,
-                          root=root, reader=reader)  # fmt: skip
-    return envelope, data
+    try:
+        validate_envelope_fields(envelope)
+    except BadRequest as exc:
+        raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
+    _verify_event_content(commit, trailers, envelope, data, entries=entries, dag=dag,
+                          sha=sha, root=root, reader=reader)  # fmt: skip
+    return envelope
 
 
 #: Git modes of a regular non-executable file and of a directory (a subtree).
@@ -500,11 +420,8 @@ _BLAKE3_NAME = re.compile(rb"[0-9a-f]{64}")
 
 
 def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
-    """Parse a tree object strictly: name -> (mode, binary sha).
-
-    Raises: IntegrityError (``where`` names the tree) for any malformed entry (a zero-padded
-    mode, a truncated entry), a name that appears twice, or entries out of git's order.
-    """
+    """Parse a tree object strictly: name -> (mode, binary sha). Raises: IntegrityError
+    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order."""
     try:
         parsed = [
             (name, (mode, bytes.fromhex(h.decode())))
@@ -523,13 +440,10 @@ def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
 
 
 def artifact_entries(raw: bytes) -> dict[str, bytes]:
-    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary).
-
-    Only regular, non-executable files (mode 100644) named by a blake3 (64 lowercase hex
-    digits) are allowed: a symlink (120000), an executable (100755) or a subtree would check out
-    as something else than the bytes the event declares (SPEC.md section 2).
-    Raises: IntegrityError for anything else, or a malformed tree (see :func:`_tree_entries`).
-    """
+    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary). Only
+    regular non-executable files (100644) named by a blake3 are allowed: anything else would
+    check out as other bytes than the event declares (SPEC.md section 2).
+    Raises: IntegrityError for anything else, or a malformed tree."""
     art: dict[str, bytes] = {}
     for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
         if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
@@ -542,20 +456,13 @@ def artifact_entries(raw: bytes) -> dict[str, bytes]:
     return art
 
 
-def _check_envelope_fields(envelope: Envelope) -> None:
-    """``validate_envelope_fields`` as a verify failure. Raises: IntegrityError."""
-    try:
-        validate_envelope_fields(envelope)
-    except BadRequest as exc:
-        raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
-
-
 def _verify_event_content(
-    facts: CommitFacts,
+    commit: ParsedCommit,
+    trailers: dict[str, str],
     envelope: Envelope,
     data: bytes,
     *,
-    tree_entries: dict[bytes, tuple[int, bytes]],
+    entries: dict[bytes, tuple[int, bytes]],
     dag: EventHeads | None,
     sha: bytes,
     root: bytes,
@@ -563,7 +470,6 @@ def _verify_event_content(
 ) -> None:
     """The checks of :func:`_verify_event` after the envelope's fields: content id, trailers,
     identity and time, place in the DAG, artifacts. Raises: IntegrityError."""
-    entries = tree_entries
     # In canonical bytes the id is the top-level key right after "artifacts" (keys are sorted and
     # no other key precedes it structurally with a string value): cut it out to get the bytes
     # the id was computed over.
@@ -577,38 +483,35 @@ def _verify_event_content(
         raise _fail(f"its content hashes to {computed}, not to its id {envelope.id}")
 
     # trailers, identity, time
-    if facts.event_id != envelope.id:
+    if trailers.get("Event-Id") != envelope.id:
         raise _fail("the Event-Id trailer does not match event.json")
-    if facts.lamport != str(envelope.lamport):
-        raise _fail(
-            f"the Lamport trailer says {facts.lamport or None}, event.json says {envelope.lamport}"
-        )
-    if facts.idempotency_key != envelope.idempotency_key:
+    lamport = trailers.get("Lamport")
+    if lamport != str(envelope.lamport):
+        raise _fail(f"the Lamport trailer says {lamport}, event.json says {envelope.lamport}")
+    if trailers.get("Idempotency-Key") != envelope.idempotency_key:
         raise _fail("the Idempotency-Key trailer does not match event.json")
-    first_line = facts.subject.decode("utf-8", "replace")
+    first_line = commit.message.split(b"\n", 1)[0].decode("utf-8", "replace")
     if first_line != envelope.kind and not first_line.startswith(envelope.kind + ": "):
         raise _fail(f"the commit subject {first_line!r} does not name kind {envelope.kind}")
     expected = actor_ident(envelope.actor)
     seconds = _ts_seconds(envelope.ts)
-    if seconds < 0 or not facts.author == facts.committer == b"%s %d +0000" % (expected, seconds):
+    if seconds < 0 or not commit.author == commit.committer == b"%s %d +0000" % (expected, seconds):
         # not what perfledger writes: compare the parts (any time zone is accepted)
-        author, author_s = split_ident(facts.author)
-        committer, committer_s = split_ident(facts.committer)
+        author, author_s = split_ident(commit.author)
+        committer, committer_s = split_ident(commit.committer)
         if author != expected or committer != expected:
             raise _fail(f"author/committer do not match actor {envelope.actor!r}")
         if author_s != seconds or committer_s != seconds:
             raise _fail("commit time does not match the event timestamp")
 
     # place in the DAG (skipped when re-checking a parent's own content: dag is None)
-    if dag is None:
-        pass
-    elif sha == root:
+    if dag is not None and sha == root:
         if envelope.parents or envelope.lamport != 1 or envelope.kind != "LedgerInitialized":
             raise _fail("the root must be LedgerInitialized with no parents and Lamport 1")
-    else:
+    elif dag is not None:
         if envelope.kind == "LedgerInitialized":
             raise _fail("LedgerInitialized appears again after the root")
-        parent_commit = facts.parents[0]
+        parent_commit = commit.parents[0]
         heads = dag.heads(parent_commit)
         if envelope.parents != heads:
             raise _DagMismatch(
@@ -657,23 +560,14 @@ def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:
 
 
 # ------------------------------------------------------------------- commits received by a pull
-# Only the new commits are checked (those not reachable from the local head, which was verified
-# when it was written or pulled), exactly as a whole ledger is (CommitGraph). Where a new commit
-# stands on local ones, the local commits' structure is read from git (never from the derived
-# index). The received objects are held in memory (IncomingReader) until they pass; only then
-# are they written to the object store, so a refused pull leaves the ledger's files untouched.
+# Only the new commits are checked, as a whole ledger is (CommitGraph); the received objects stay
+# in memory (IncomingReader) until they pass, so a refused pull leaves the ledger untouched.
 
 
 class IncomingReader:
-    """Objects received from a remote (held in memory, each already hashed from its content by
-    the pack reader) in front of the local store's :class:`ObjectReader`.
-
-    Args:
-        incoming: binary sha -> (git type number, content).
-        base: reader of the local object store, or None (a clone into an empty repository).
-    Attributes:
-        used: binary shas of the incoming objects read (what the verified commits reference).
-    """
+    """Objects received from a remote (binary sha -> (type, content), named from their
+    content) in front of the local ``base`` reader (None for a clone); ``used`` collects the
+    incoming shas read (what the verified commits reference)."""
 
     def __init__(self, incoming: dict[bytes, tuple[int, bytes]], base: ObjectReader | None):
         self.incoming = incoming
@@ -707,17 +601,9 @@ class IncomingReader:
 
 @dataclass
 class IncomingReport:
-    """What :func:`verify_incoming` checked.
-
-    Attributes:
-        tip: the remote head (hex bytes).
-        new_commits: hex shas of the commits that were not local (events and merges).
-        events: the new events, verified, in the total order (lamport, id).
-        merges: new merge commits.
-        objects: the received objects the new commits reference (what a pull stores).
-        nodes: hex sha -> :class:`CommitNode` (hex parents) of every new commit.
-        keys: hex sha -> the Idempotency-Key trailer of new event commits that carry one.
-    """
+    """What :func:`verify_incoming` checked (shas hex bytes): the remote ``tip``, the new
+    commits, their events (verified, in the total order), merges, ``objects`` (what a pull
+    stores), ``nodes`` (sha -> :class:`CommitNode`) and ``keys`` (sha -> Idempotency-Key)."""
 
     tip: bytes
     new_commits: list[bytes] = field(default_factory=list)
@@ -737,17 +623,9 @@ def verify_incoming(
     format_version: int,
     clone: bool = False,
 ) -> IncomingReport:
-    """Verify every commit reachable from ``tip`` that is not local.
-
-    Args:
-        reader: the incoming objects over the local store.
-        tip: the remote head, hex bytes.
-        is_local: hex commit sha -> True when it is reachable from the local head (verified).
-        has_event: event id -> True when the local ledger holds it (a remote commit carrying a
-            local event under another commit is refused: one event, one commit).
-        format_version: the storage format this code reads.
-        clone: True when there is no local ledger (the new commits must hold exactly one root);
-            otherwise no new commit may be a root (a remote of another ledger).
+    """Verify every commit reachable from ``tip`` (hex) that is not local (``is_local``: hex
+    sha -> reachable from the local head; ``has_event``: the local ledger holds that event id).
+    With ``clone`` the new commits must hold exactly one root; otherwise none may be a root.
     Returns: an :class:`IncomingReport`.
     Raises: IntegrityError naming the first bad event or commit (nothing was written).
     """
