@@ -81,13 +81,13 @@ extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned
 """
 #: Host time a hold may keep out of the event time (:class:`HoldBudget`): this much a call on
 #: average (seconds) ...
-HOLD_PER_CALL_S = 25e-6
+HOLD_PER_CALL_S = 40e-6
 #: ... and at most this much saved up for one call (seconds): the first call after the process was
 #: idle (a worker woken for its batch) takes far longer to launch than the next ones.
 HOLD_CAP_S = 400e-6
 #: Added to each hold's allowance on the device (seconds): its clock starts when its block starts,
 #: a little before the host sees it resident.
-HOLD_SLACK_S = 15e-6
+HOLD_SLACK_S = 10e-6
 #: The longest the host waits for a hold to own every SM (seconds): the GPU work queued before it
 #: (inputs, flush) must finish first. A bound on waiting, not a safety argument.
 RESIDENT_WAIT_S = 0.25
