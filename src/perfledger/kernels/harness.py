@@ -262,10 +262,13 @@ class HarnessConfig:
             this (seconds) or ``side_work_share`` of the event time, flags side work.
         side_work_share: see ``side_work_s``.
         scrub_pool: poison the CuPy memory pool's free memory before each correctness call.
-        hold_stream: hold the stream under test from the flush to the start event until the
-            call is queued (:class:`~perfledger.kernels.timing.StreamHold`): the host's launch
-            latency stays out of the event time, and no other stream's kernel runs before the
-            start event. Recorded in the settings as ``stream_hold`` (``on`` or why not).
+        hold_stream: hold the stream under test from the flush to the start event while the
+            call is queued, within a budget of host time per subject
+            (:class:`~perfledger.kernels.timing.StreamHold`, :class:`~perfledger.kernels.timing.
+            HoldBudget`): the host's launch latency stays out of the event time, and no other
+            stream's kernel runs before the start event. Recorded in the settings as
+            ``stream_hold`` (``on`` or why not), ``stream_hold_counts`` and
+            ``stream_hold_budget_s``.
         resamples, confidence: bootstrap settings of the paired statistics.
         seed: the hidden seed (None: drawn from :mod:`secrets`; recorded in the results).
         plausibility_margin: allowed excess over a ceiling (ratio).
