@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.kernels.proctree import process_table
 from perfledger.kernels.subject_protocol import output_digest, write_reveal
 
 OUTPUT = "y"
@@ -93,18 +94,8 @@ def _tick(path: str) -> None:
 
 def _siblings() -> list[int]:
     """The other children of this process's parent (the other worker)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == os.getppid():
-            out.append(int(entry))
-    return out
+    parent, me = os.getppid(), os.getpid()
+    return [pid for pid, (ppid, _) in process_table().items() if ppid == parent and pid != me]
 
 
 def _lower(pid: int) -> None:
