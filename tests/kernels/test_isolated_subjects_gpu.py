@@ -79,6 +79,31 @@ CANDIDATE = TorchSubject("triton, one call in four", _lazy)
     assert c.ref is not None and not c.ref.recheck_failures
 
 
+def test_cheat_host_work_while_the_stream_is_held_is_flagged_by_the_parents_clock(
+    triton_ok, tmp_path: Path
+) -> None:
+    """A candidate that spends 300 us of host time in every call before it launches (work the
+    host or the copy engines could do while the stream is held, in no event time) shows that
+    time as excess on the measuring process's wall clock, beyond the reference's."""
+    spec = _torch_spec(
+        tmp_path,
+        """
+import time
+
+def _host_first(inputs, outputs):
+    end = time.perf_counter() + 300e-6
+    while time.perf_counter() < end:
+        pass
+    triton_scale(inputs, outputs)
+
+CANDIDATE = TorchSubject("triton after 300 us on the host", _host_first)
+""",
+    )
+    c = _show(compare_spec(spec, "n16M"))
+    assert "clock:candidate" in c.flags and not c.valid, c.flags
+    print("clock", c.settings.get("clock"))
+
+
 @pytest.fixture(scope="module")
 def nvcc_ok() -> None:
     if shutil.which("nvcc") is None:

@@ -1,9 +1,10 @@
 """The stream hold of the event timer (:class:`perfledger.kernels.timing.StreamHold`), on a real
-GPU (marked ``gpu``): the host's launch latency stays out of the event time within the hold's
-budget (a late first launch), host time beyond the budget is in it (a subject cannot work on the
-host for free), work a subject puts on another stream cannot run before the start event unseen,
-and a subject that waits on its own stream during a call costs at most its allowance instead of
-hanging. Nothing is mocked."""
+GPU (marked ``gpu``): the host's launch latency stays out of the event time up to the hold's
+limit (``HOLD_MAX_S``), host time beyond it is in it, work a subject puts on another stream
+cannot run before the start event unseen, and a subject that waits on its own stream during a
+call costs at most the hold's limit instead of hanging. (What a hold keeps out is checked in
+workers by the measuring process's clock: ``test_isolated_subjects_gpu.py``.) Nothing is
+mocked."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from cuda_device import require_cuda_device
 
 cupy = require_cuda_device()
 
-from perfledger.kernels.timing import HOLD_CAP_S, EventTimer, L2Flusher  # noqa: E402
+from perfledger.kernels.timing import HOLD_MAX_S, EventTimer, L2Flusher  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +38,7 @@ def _median_gpu_s(timer: EventTimer, call, n: int = 15) -> float:
     return statistics.median(timer.time(call).gpu_s for _ in range(n))
 
 
-def test_stream_hold_keeps_a_late_launch_out_of_the_event_time_within_its_budget() -> None:
+def test_stream_hold_keeps_a_late_launch_out_of_the_event_time_up_to_its_limit() -> None:
     held, plain = _timers()
     x = cupy.random.random(N, dtype=cupy.float32)
     y = cupy.empty_like(x)
@@ -47,25 +48,23 @@ def test_stream_hold_keeps_a_late_launch_out_of_the_event_time_within_its_budget
 
     def late(host_s: float):
         def call() -> None:  # a subject whose host side takes a while before it launches
-            time.sleep(host_s)
+            end = time.perf_counter() + host_s
+            while time.perf_counter() < end:
+                pass
             cupy.multiply(x, 2.0, out=y)
 
         return call
 
     alone = _median_gpu_s(held, kernel)
-    firsts = []  # the first call after an idle spell: the budget is full
-    for _ in range(9):
-        held.budgets.clear()
-        firsts.append(held.time(late(HOLD_CAP_S / 2)).gpu_s)
-    first = statistics.median(firsts)
-    steady_held = _median_gpu_s(held, late(0.002))
-    steady_plain = _median_gpu_s(plain, late(0.002))
-    print(f"kernel {alone * 1e6:.1f} us; first call {HOLD_CAP_S / 2 * 1e6:.0f} us late: held "
-          f"{first * 1e6:.1f} us; every call 2 ms late: held {steady_held * 1e6:.1f} us, "
-          f"not held {steady_plain * 1e6:.1f} us")  # fmt: skip
-    assert first < 1.3 * alone + 5e-6  # within the budget: out of the event time
-    assert steady_plain > 1.5e-3
-    assert steady_held > 1.5e-3  # beyond the budget the host's time is in the event time
+    within = _median_gpu_s(held, late(HOLD_MAX_S / 3))
+    within_plain = _median_gpu_s(plain, late(HOLD_MAX_S / 3))
+    beyond = _median_gpu_s(held, late(3 * HOLD_MAX_S))
+    print(f"kernel {alone * 1e6:.1f} us; {HOLD_MAX_S / 3 * 1e6:.0f} us late: held "
+          f"{within * 1e6:.1f} us, not held {within_plain * 1e6:.1f} us; "
+          f"{3 * HOLD_MAX_S * 1e6:.0f} us late: held {beyond * 1e6:.1f} us")  # fmt: skip
+    assert within < 1.3 * alone + 5e-6  # within the limit: out of the event time
+    assert within_plain > HOLD_MAX_S / 3
+    assert beyond > 1.5 * HOLD_MAX_S  # beyond the limit the host's time is in the event time
 
 
 def test_cheat_work_on_another_stream_queued_while_the_stream_is_held_is_not_hidden() -> None:
@@ -100,19 +99,19 @@ def test_cheat_work_on_another_stream_queued_while_the_stream_is_held_is_not_hid
     assert statistics.median(shown) > 0.8 * work
 
 
-def test_a_subject_that_waits_on_its_stream_costs_at_most_its_allowance_per_call() -> None:
+def test_a_subject_that_waits_on_its_stream_costs_at_most_the_holds_limit_per_call() -> None:
     held, _ = _timers()
     x = cupy.random.random(1 << 20, dtype=cupy.float32)
     y = cupy.empty_like(x)
 
     def waits() -> None:
         cupy.multiply(x, 2.0, out=y)
-        cupy.cuda.get_current_stream().synchronize()  # waits for the hold's allowance to end
+        cupy.cuda.get_current_stream().synchronize()  # waits for the hold to run out
 
     samples = [held.time(waits) for _ in range(8)]
     print(held.hold_counts, [round(s.wall_s * 1e6) for s in samples])
     assert not any(s.held for s in samples)
-    assert held.hold is not None  # still holding: each such call costs its allowance only
+    assert held.hold is not None  # still holding: each such call costs the hold's limit only
     assert held.hold_counts["timed_out"] >= 8
-    assert max(s.wall_s for s in samples) < 0.05
+    assert max(s.wall_s for s in samples) < HOLD_MAX_S + 0.01
     assert cupy.allclose(y, 2 * x)

@@ -73,7 +73,7 @@ from perfledger.kernels import correctness
 from perfledger.kernels.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
 from perfledger.kernels.stats import PairedStats, paired_stats
 from perfledger.kernels.stopping import Stopper, StoppingRule
-from perfledger.kernels.timing import HOLD_CAP_S, HOLD_PER_CALL_S
+from perfledger.kernels.timing import HOLD_MAX_S
 
 Arrays = dict[str, Any]
 
@@ -263,12 +263,11 @@ class HarnessConfig:
         side_work_share: see ``side_work_s``.
         scrub_pool: poison the CuPy memory pool's free memory before each correctness call.
         hold_stream: hold the stream under test from the flush to the start event while the
-            call is queued, within a budget of host time per subject
-            (:class:`~perfledger.kernels.timing.StreamHold`, :class:`~perfledger.kernels.timing.
-            HoldBudget`): the host's launch latency stays out of the event time, and no other
-            stream's kernel runs before the start event. Recorded in the settings as
-            ``stream_hold`` (``on`` or why not), ``stream_hold_counts`` and
-            ``stream_hold_budget_s``.
+            call is queued, at most ``HOLD_MAX_S`` a call
+            (:class:`~perfledger.kernels.timing.StreamHold`): the host's launch latency stays
+            out of the event time, and no other stream's kernel runs before the start event.
+            Recorded in the settings as ``stream_hold`` (``on`` or why not),
+            ``stream_hold_counts`` and ``stream_hold_max_s``.
         resamples, confidence: bootstrap settings of the paired statistics.
         seed: the hidden seed (None: drawn from :mod:`secrets`; recorded in the results).
         plausibility_margin: allowed excess over a ceiling (ratio).
@@ -703,7 +702,6 @@ class Harness:
                 self.timer.time(
                     lambda subject=subject, outs=outs, s=s: subject(self._sets[s], outs[s]),
                     s,
-                    owner=subject,
                 )
             n += 1
 
@@ -724,7 +722,7 @@ class Harness:
             with self.stream:
                 for out in outs[s].values():
                     correctness.poison(out)
-        sample = self.timer.time(lambda: subject(self._sets[s], outs[s]), s, owner=subject)
+        sample = self.timer.time(lambda: subject(self._sets[s], outs[s]), s)
         timing.samples_s.append(sample.gpu_s)
         timing.wall_s.append(sample.wall_s)
         timing.span_s.append(sample.span_s)
@@ -782,7 +780,6 @@ class Harness:
             lambda: subject(pair.inputs, outs),
             pair.token,
             before if poison else None,
-            owner=subject,
         )
 
     def _timed2(
@@ -843,7 +840,7 @@ class Harness:
             "overhead_s": self._overhead_s,
             "stream_hold": self.timer.hold_off or "on",
             "stream_hold_counts": dict(self.timer.hold_counts),
-            "stream_hold_budget_s": {"per_call": HOLD_PER_CALL_S, "cap": HOLD_CAP_S},
+            "stream_hold_max_s": HOLD_MAX_S,
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
             "inputs": (
                 "rotated" if self.config.protocol == 1 else "fresh" if self._fresh() else "pooled"
@@ -867,7 +864,7 @@ class Harness:
             outs = [self._new_outputs() for _ in self._sets]
             self._warmup([(subject, outs)])
             while reason is None:
-                self.timer.time(lambda: subject(self._sets[0], outs[0]), owner=subject)  # re-warm
+                self.timer.time(lambda: subject(self._sets[0], outs[0]))  # re-warm
                 for _ in range(self.config.batch):
                     self._timed(subject, outs, k, timing)
                     k += 1
@@ -944,7 +941,6 @@ class Harness:
                 if pair is None:
                     self.timer.time(
                         lambda subject=subjects[label], pool=pool: subject(self._sets[0], pool[0]),
-                        owner=subjects[label],
                     )
                 else:
                     self._call(subjects[label], pool[0], pair)

@@ -4,9 +4,9 @@ each sample checked against event time, and an L2 flush (a buffer of at least tw
 written) queued before the start event of each cold sample.
 
 The stream under test is held (:class:`StreamHold`) from the flush to the start event while the
-call's work is queued, within a budget of host time (:class:`HoldBudget`), so that the time the
-host takes to launch it is not inside the event time, and no other stream's kernel of the process
-runs while the stream is held.
+call's work is queued (at most :data:`HOLD_MAX_S`), so that the time the host takes to launch it
+is not inside the event time, and no other stream's kernel of the process runs while the stream
+is held.
 
 Needs CuPy (imported on use). Times are seconds.
 """
@@ -79,54 +79,19 @@ extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned
   if (token == 0u) hog[0] = 0;  // never true: keeps the shared memory declared in use
 }
 """
-#: Host time a hold may keep out of the event time (:class:`HoldBudget`): this much a call on
-#: average (seconds) ...
-HOLD_PER_CALL_S = 40e-6
-#: ... and at most this much saved up for one call (seconds): the first call after the process was
-#: idle (a worker woken for its batch) takes far longer to launch than the next ones.
-HOLD_CAP_S = 400e-6
-#: Added to each hold's allowance on the device (seconds): its clock starts when its block starts,
-#: a little before the host sees it resident.
-HOLD_SLACK_S = 10e-6
+#: The longest one hold lasts after its blocks start (seconds). It ends a hold that a subject's
+#: own wait on its stream would otherwise keep forever (a synchronize, a ``cudaFree``, a module
+#: loaded lazily), and covers the first launch of a worker woken for its batch. What a hold keeps
+#: out of the event time is host time, which a subject could use: in workers, the measuring
+#: process's clock check bounds it (it is wall time that no reported time covers, so a candidate
+#: that holds longer than the reference is flagged ``clock:candidate``).
+HOLD_MAX_S = 1e-3
 #: The longest the host waits for a hold to own every SM (seconds): the GPU work queued before it
 #: (inputs, flush) must finish first. A bound on waiting, not a safety argument.
 RESIDENT_WAIT_S = 0.25
 #: Holds not resident in time after which a timer stops holding (another process or stream keeps
 #: SMs busy; each such call cost :data:`RESIDENT_WAIT_S`).
 HOLD_GIVE_UP = 2
-
-
-class HoldBudget:
-    """A token bucket of host time that stream holds may keep out of the event time.
-
-    Held, the GPU waits while the host queues a call: time the host spends there is in no event
-    time. That is what keeps launch latency out of a kernel's time, and it is also time in which a
-    subject could work on the host or the copy engines unseen. So each hold may last only what the
-    bucket grants (:meth:`grant`, refilled by ``per_call_s`` before every call up to ``cap_s``);
-    host time beyond it is inside the event time, as without a hold. Over ``n`` calls the host time
-    kept out is at most ``cap_s + n x (per_call_s + slack)`` (``slack``: :data:`HOLD_SLACK_S`).
-
-    Args:
-        per_call_s: refill per call (seconds, >= 0).
-        cap_s: the most saved up (seconds, >= per_call_s); the bucket starts full.
-    Raises: ValueError for a negative refill or a cap below it.
-    """
-
-    def __init__(self, per_call_s: float = HOLD_PER_CALL_S, cap_s: float = HOLD_CAP_S) -> None:
-        if per_call_s < 0 or cap_s < per_call_s:
-            raise ValueError("the hold budget needs 0 <= per_call_s <= cap_s")
-        self.per_call_s = per_call_s
-        self.cap_s = cap_s
-        self.left_s = cap_s
-
-    def grant(self) -> float:
-        """Refill for one call and return what this call's hold may last (seconds)."""
-        self.left_s = min(self.cap_s, self.left_s + self.per_call_s)
-        return self.left_s
-
-    def spend(self, held_s: float) -> None:
-        """Take the host time the hold just kept out (seconds; what exceeded the grant was not)."""
-        self.left_s = max(0.0, self.left_s - max(0.0, held_s))
 
 
 class StreamHold:
@@ -138,7 +103,8 @@ class StreamHold:
     other kernel of this process runs; :meth:`release` lets it end, and so does its allowance
     running out. The work queued on the stream meanwhile then runs back to back, and kernels
     queued on other streams meanwhile wait for the hold's end. Copy engines and the host are not
-    held: what they do meanwhile is bounded by the allowance (:class:`HoldBudget`).
+    held: what they do meanwhile is host time that no event covers (in workers, the measuring
+    process's clock check compares it between the subjects).
 
     Raises RuntimeError at construction when the hold does not work on this device (its
     self-test: a released hold must report itself resident through mapped host memory).
@@ -165,7 +131,7 @@ class StreamHold:
         if int(self._words[1]) != token:
             raise RuntimeError("the stream hold kernel cannot reach mapped host memory here")
 
-    def queue(self, allowance_s: float = RESIDENT_WAIT_S, released: bool = False) -> int:
+    def queue(self, allowance_s: float = HOLD_MAX_S, released: bool = False) -> int:
         """Queue the hold on the current stream, to end at the latest ``allowance_s`` after its
         blocks start; returns its token."""
         import numpy as np
@@ -235,12 +201,13 @@ class EventTimer:
     device-wide synchronize before reading them.
 
     With ``hold`` the stream is held (:class:`StreamHold`) between the flush and the start
-    event while the call is queued, for as long as :class:`HoldBudget` allows: the event time is
-    then the call's GPU work, not the host's launch latency (which, after the process was idle,
-    can be several times a small kernel), and no other stream's kernel runs before the start
-    event unseen. Host time beyond the allowance is inside the event time, as without a hold: a
-    subject cannot work on the host for free. A subject that waits on its own stream during a
-    call waits for the hold's allowance to run out (the sample says it was not held). After
+    event while the call is queued, at most :data:`HOLD_MAX_S`: the event time is then the
+    call's GPU work, not the host's launch latency (which, after the process was idle, can be
+    several times a small kernel), and no other stream's kernel runs before the start event
+    unseen. Host time beyond that is inside the event time, as without a hold. The host time a
+    hold keeps out is in ``span_s`` and the wall time, not in ``gpu_s``: in workers the
+    measuring process's clock check sees it. A subject that waits on its own stream during a
+    call waits for the hold to run out (the sample says it was not held). After
     :data:`HOLD_GIVE_UP` holds that did not own the SMs within :data:`RESIDENT_WAIT_S`, the timer
     stops holding (:attr:`hold_off` says why).
     """
@@ -254,9 +221,6 @@ class EventTimer:
         #: why the timer does not hold the stream (None while it does)
         self.hold_off: str | None = None if hold else "not asked"
         self._not_resident = 0
-        #: one budget per subject (``owner``), so that one subject's host time cannot use up
-        #: the other's
-        self.budgets: dict[int, HoldBudget] = {}
         #: how the holds went: calls held to their release, holds not resident in time, holds
         #: whose allowance ran out first, and the host's seconds spent waiting for residency
         self.hold_counts: dict[str, float] = {
@@ -281,17 +245,14 @@ class EventTimer:
         call: Callable[[], None],
         input_set: int = 0,
         before: Callable[[], None] | None = None,
-        owner: object = None,
     ) -> Sample:
         """Time ``call()`` (which launches its work on the current stream = ``stream``).
 
         ``before`` (e.g. poisoning the call's outputs) is queued after the first event and before
         the flush and the start event: it is inside ``span_s`` (so the wall-time check accounts
-        for it) and outside ``gpu_s``. ``owner`` (the subject) selects the hold budget: each
-        subject has its own.
+        for it) and outside ``gpu_s``.
         """
         hold = self.hold
-        budget = self.budgets.setdefault(id(owner), HoldBudget())
         resident = False
         with self.stream:
             t0 = time.perf_counter()
@@ -300,7 +261,7 @@ class EventTimer:
                 before()
             if self.flusher is not None:
                 self.flusher.flush()
-            token = hold.queue(budget.grant() + HOLD_SLACK_S) if hold is not None else 0
+            token = hold.queue() if hold is not None else 0
             self._e1.record(self.stream)
             t_wait = time.perf_counter()
             try:
@@ -315,8 +276,6 @@ class EventTimer:
             finally:
                 if hold is not None:
                     hold.release(token)
-                    if resident:
-                        budget.spend(time.perf_counter() - t_resident)
             self._sync()
             t1 = time.perf_counter()
         held = resident and hold is not None and not hold.timed_out(token)
@@ -339,14 +298,11 @@ class EventTimer:
 __all__ = [
     "FALLBACK_FLUSH_BYTES",
     "FLUSH_FACTOR",
-    "HOLD_CAP_S",
     "HOLD_GIVE_UP",
-    "HOLD_PER_CALL_S",
-    "HOLD_SLACK_S",
+    "HOLD_MAX_S",
     "HOLD_SOURCE",
     "RESIDENT_WAIT_S",
     "EventTimer",
-    "HoldBudget",
     "L2Flusher",
     "Sample",
     "StreamHold",
