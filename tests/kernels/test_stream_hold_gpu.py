@@ -63,7 +63,7 @@ def test_stream_hold_keeps_a_late_launch_out_of_the_event_time_up_to_its_limit()
           f"{within * 1e6:.1f} us, not held {within_plain * 1e6:.1f} us; "
           f"{3 * HOLD_MAX_S * 1e6:.0f} us late: held {beyond * 1e6:.1f} us")  # fmt: skip
     assert within < 1.3 * alone + 5e-6  # within the limit: out of the event time
-    assert within_plain > HOLD_MAX_S / 3
+    assert within_plain > alone + HOLD_MAX_S / 6  # not held, the host's delay is in it
     assert beyond > 1.5 * HOLD_MAX_S  # beyond the limit the host's time is in the event time
 
 
