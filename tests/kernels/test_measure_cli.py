@@ -339,3 +339,32 @@ def test_measure_kernel_on_gpu(tmp_path: Path) -> None:
         )
         raw = json.loads(ledger.artifact(data["event_id"], "samples.json"))
     assert raw["kind"] == "kernel" and raw["cases"][0]["rows"]
+
+
+@pytest.mark.gpu
+def test_cheat_raised_ceilings_in_the_cache_are_measured_again_in_a_formal_stage(
+    tmp_path: Path,
+) -> None:
+    """The ceilings cache is a file a subject's worker (same user) can write: raised ceilings
+    would switch the plausibility check off. An exploration stage reads it; a formal stage
+    measures the ceilings again and rewrites it."""
+    pytest.importorskip("cupy", reason="the kernel harness needs CuPy")
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path, primary="kernel_time_us", primary_unit="us", cases=("n16M",))
+    spec = str(ROOT / "examples" / "kernels" / "scale_spec.py")
+    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--spec", spec, "--runs", "3",
+         "--record", "--accept-resolution", "--json", "--quiet")  # fmt: skip
+    _experiment(ledger_path)
+    _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage", "screen",
+         "--spec", spec, "--json", "--quiet")  # fmt: skip
+    (cache,) = (tmp_path / ".cache" / "perfledger" / "ceilings").glob("*.json")
+    honest = json.loads(cache.read_text())
+    raised = dict(honest, copy_bytes_per_s=honest["copy_bytes_per_s"] * 1000)
+    raised["unit_flops_per_s"] = {k: v and v * 1000 for k, v in honest["unit_flops_per_s"].items()}
+    cache.write_text(json.dumps(raised))
+    out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
+               "target", "--spec", spec, "--json", "--quiet", check=False)  # fmt: skip
+    print("target:", out.returncode, out.stdout[-600:], out.stderr[-600:])
+    now = json.loads(cache.read_text())
+    assert now["copy_bytes_per_s"] < 2 * honest["copy_bytes_per_s"]
+    assert now["unit_flops_per_s"]["tensor_fp16"] < 2 * honest["unit_flops_per_s"]["tensor_fp16"]

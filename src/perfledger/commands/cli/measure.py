@@ -913,14 +913,17 @@ def _time_scale(unit: str) -> float:
     return TIME_UNITS[unit]
 
 
-def _ceilings() -> Any:
-    """This environment's measured ceilings (measured once per environment, then cached)."""
+def _ceilings(remeasure: bool = False) -> Any:
+    """This environment's measured ceilings (measured once per environment, then cached).
+
+    ``remeasure``: measure them now, whatever the cache holds (a formal stage: the cache is a
+    file a subject's worker, running as the same user, could have raised)."""
     from perfledger.kernels.ceilings import load_or_measure
     from perfledger.kernels.env import collect
     from perfledger.kernels.harness import require_cupy
 
     require_cupy()
-    return load_or_measure(collect(tools=False).identity())
+    return load_or_measure(collect(tools=False).identity(), remeasure=remeasure)
 
 
 @click.command("kernel")
@@ -998,7 +1001,7 @@ def measure_kernel(
             idle = monitor.idle_check()
             monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
         with _progress(len(cases), "kernel comparisons", quiet) as advance:
-            ceilings = _ceilings()
+            ceilings = _ceilings(remeasure=stage in FORMAL_STAGES)
             before_batch = None
             if bound is not None:  # R11: no bytecode planted before the run is loaded
                 fresh_and_unchanged(info, bound.identity)
