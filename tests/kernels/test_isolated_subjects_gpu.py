@@ -83,8 +83,9 @@ def test_cheat_host_work_while_the_stream_is_held_is_flagged_by_the_parents_cloc
     triton_ok, tmp_path: Path
 ) -> None:
     """A candidate that spends 300 us of host time in every call before it launches (work the
-    host or the copy engines could do while the stream is held, in no event time) shows that
-    time as excess on the measuring process's wall clock, beyond the reference's."""
+    host or the copy engines could do while the stream is held, in no event time) gains
+    nothing: a hold lasts at most HOLD_MAX_S, and what it kept out is excess on the measuring
+    process's wall clock, beyond the reference's."""
     spec = _torch_spec(
         tmp_path,
         """
@@ -100,8 +101,10 @@ CANDIDATE = TorchSubject("triton after 300 us on the host", _host_first)
 """,
     )
     c = _show(compare_spec(spec, "n16M"))
-    assert "clock:candidate" in c.flags and not c.valid, c.flags
-    print("clock", c.settings.get("clock"))
+    print("clock", c.settings.get("clock"), c.settings.get("stream_hold"))
+    # the honest Triton kernel is as fast as torch.mul: with 300 us of host work a call the
+    # candidate is flagged, or the host time is in its event times (a hold lasts HOLD_MAX_S)
+    assert not c.valid or (c.stats is not None and c.stats.median_ratio > 1.2), c.flags
 
 
 @pytest.fixture(scope="module")

@@ -56,10 +56,10 @@ def test_stream_hold_keeps_a_late_launch_out_of_the_event_time_up_to_its_limit()
         return call
 
     alone = _median_gpu_s(held, kernel)
-    within = _median_gpu_s(held, late(HOLD_MAX_S / 3))
-    within_plain = _median_gpu_s(plain, late(HOLD_MAX_S / 3))
+    within = _median_gpu_s(held, late(0.6 * HOLD_MAX_S))
+    within_plain = _median_gpu_s(plain, late(0.6 * HOLD_MAX_S))
     beyond = _median_gpu_s(held, late(3 * HOLD_MAX_S))
-    print(f"kernel {alone * 1e6:.1f} us; {HOLD_MAX_S / 3 * 1e6:.0f} us late: held "
+    print(f"kernel {alone * 1e6:.1f} us; {0.6 * HOLD_MAX_S * 1e6:.0f} us late: held "
           f"{within * 1e6:.1f} us, not held {within_plain * 1e6:.1f} us; "
           f"{3 * HOLD_MAX_S * 1e6:.0f} us late: held {beyond * 1e6:.1f} us")  # fmt: skip
     assert within < 1.3 * alone + 5e-6  # within the limit: out of the event time

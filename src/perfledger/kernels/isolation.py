@@ -314,7 +314,8 @@ def clock_check(
         overhead_share: ... and of this share of the smaller median excess (an overhead that
             differs a little from one process to another, or grows with a subject's own work:
             a long compute-bound call leaves the clocks lower for the hashing after it; a
-            subject cannot raise the other subject's excess, so it cannot widen this either),
+            subject can raise the other's excess only through GPU work left queued when it was
+            stopped, which the docs' limits name),
             also capped at ``noise_cap_share`` x the subject's own median call time: where the
             harness's overhead is several times a call (copying and hashing a large output), a
             share of it uncapped would let a subject report half its time unflagged.
