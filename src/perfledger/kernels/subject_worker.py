@@ -158,10 +158,6 @@ class Worker:
         if self.device_digest:  # every call's digest words, read back once after the batch
             key_device = cupy.asarray(key_words(key_bytes))
             words = cupy.empty((len(seeds), len(names), 8), dtype=cupy.uint32)
-        # a worker continued for its batch is slow to launch at first (cold caches, the
-        # driver's threads): one empty call through the timer, not the subject, wakes that path
-        # so that the first call's launch fits in its stream hold (HOLD_MAX_S)
-        h.timer.time(lambda: None)
         for k, seed in enumerate(seeds):
             pair = _PairInputs(h._make_inputs(int(seed)), int(seed))
             outs = self._ring(k)
