@@ -150,41 +150,21 @@ def inflate(stream: bytes, size: int) -> bytes:
 
 def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
     """Write loose objects under ``objects_dir`` durably: each to a temporary file, fsynced,
-    renamed into place once every one is written (one that exists is replaced by the same
-    bytes); then every directory that received a rename is fsynced.
-    Raises: OSError from the filesystem; temporaries are removed, nothing renamed in part.
+    renamed into place (one that exists is replaced by the same bytes); then every directory
+    that received a rename is fsynced. Raises: OSError from the filesystem (the temporary is
+    removed; objects renamed before it are unreachable until a ref points at them).
     """
-    sep = os.sep
-    staged: list[tuple[str, str]] = []  # (temporary path, final path)
     touched: set[str] = set()
-    try:
-        for obj in objects:
-            hexsha = obj.id.decode()
-            directory = objects_dir + sep + hexsha[:2]
-            data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
-            # a unique temporary name, as git does: one left by a killed writer blocks nobody
-            try:
-                fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
-            except FileNotFoundError:  # the first object under this fan-out directory
-                os.makedirs(directory, exist_ok=True)
-                touched.add(objects_dir)
-                fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
-            staged.append((tmp, directory + sep + hexsha[2:]))
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for index, (tmp, final) in enumerate(staged):
-            os.replace(tmp, final)
-            touched.add(os.path.dirname(final))
-            staged[index] = ("", final)
-    except BaseException:
-        for tmp, _ in staged:
-            if tmp:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        raise
+    for obj in objects:
+        hexsha = obj.id.decode()
+        directory = objects_dir + os.sep + hexsha[:2]
+        data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
+        final = directory + os.sep + hexsha[2:]
+        if directory not in touched and not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)  # the first object under this fan-out
+            touched.add(objects_dir)
+        _write_durably(directory, TMP_OBJECT_PREFIX, final, [data])
+        touched.add(directory)
     for directory in sorted(touched, reverse=True):  # fan-out directories before objects/
         fsync_dir(directory)
 

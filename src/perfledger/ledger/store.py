@@ -65,13 +65,7 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader
-from perfledger.ledger.refcas import (
-    RefLocked,
-    break_dead_lock,
-    lock_ref,
-    read_ref,
-    remove_dead_owner_names,
-)
+from perfledger.ledger.refcas import RefLocked, break_dead_lock, lock_ref, read_ref
 
 if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
     from dulwich.repo import Repo
@@ -714,8 +708,6 @@ class GitStore:
                     lock = exc.lock
                 # we hold the append lock, so no live perfledger writer is inside a swap
                 if break_dead_lock(lock, self.derived_dir):
-                    with contextlib.suppress(OSError):
-                        remove_dead_owner_names(self.derived_dir, lock)
                     continue
                 now = time.monotonic()
                 if deadline is None:

@@ -44,12 +44,11 @@ from perfledger.ledger import layout
 from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
-from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import read_pack
 from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
-from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
+from perfledger.ledger.verify import IncomingReport, verify_incoming
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
@@ -285,7 +284,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
             hint="push to it first: perfledger push " + target.name,
         )
     report = _verify_and_check(store, target, fetched, last_seen)
-    if report.new_commits:
+    if report.nodes:
         store.adopt_objects(report.objects)
         store.index_commits(report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
@@ -314,20 +313,15 @@ def _verify_and_check(
     assert fetched.remote_head is not None
     base = store.object_reader() if store is not None else None
     try:
-        reader = IncomingReader(fetched.objects, base)
         head = store.read_head() if store is not None else b""
         report = verify_incoming(
-            reader,
+            fetched.objects,
+            base,
             fetched.remote_head,
             is_local=lambda sha: store is not None and store.reaches(sha, head),
             has_event=lambda event_id: store is not None and store.has_event(event_id, head),
             format_version=FORMAT_VERSION,
-            clone=store is None,
         )
-        objects = reader.used_objects()
-        if report.merges:
-            objects.append(EMPTY_TREE)
-        report.objects = objects
         if last_seen is not None and last_seen != fetched.remote_head:
             node = _node_function(store, report)
             if not descends_from(node, last_seen, fetched.remote_head):
@@ -584,13 +578,9 @@ def clone(
     except BaseException:
         if created:
             shutil.rmtree(path, ignore_errors=True)
-        else:
-            for entry in os.listdir(path):
-                full = os.path.join(path, entry)
-                if os.path.isdir(full):
-                    shutil.rmtree(full, ignore_errors=True)
-                else:
-                    os.unlink(full)
+        else:  # empty the directory the caller gave
+            for entry in os.scandir(path):
+                (shutil.rmtree if entry.is_dir(follow_symlinks=False) else os.unlink)(entry.path)
         raise
 
 

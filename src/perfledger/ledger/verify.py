@@ -593,43 +593,37 @@ class IncomingReader:
             return hit
         return self.base.read_unchecked(sha) if self.base is not None else None
 
-    def used_objects(self) -> list[RawObject]:
-        """Return the incoming objects the verification read, as :class:`RawObject` s."""
-        incoming = self.incoming
-        return [RawObject(*incoming[sha], sha.hex().encode()) for sha in self.used]
-
 
 @dataclass
 class IncomingReport:
-    """What :func:`verify_incoming` checked (shas hex bytes): the remote ``tip``, the new
-    commits, their events (verified, in the total order), merges, ``objects`` (what a pull
-    stores), ``nodes`` (sha -> :class:`CommitNode`) and ``keys`` (sha -> Idempotency-Key)."""
+    """What :func:`verify_incoming` checked (shas hex bytes): the new events (verified, in the
+    total order), ``objects`` (what a pull stores), ``nodes`` (new commit ->
+    :class:`CommitNode`) and ``keys`` (new commit -> Idempotency-Key)."""
 
-    tip: bytes
-    new_commits: list[bytes] = field(default_factory=list)
-    events: list[RecordedEvent] = field(default_factory=list)
-    merges: int = 0
-    objects: list[RawObject] = field(default_factory=list)
-    nodes: dict[bytes, CommitNode] = field(default_factory=dict)
-    keys: dict[bytes, str] = field(default_factory=dict)
+    events: list[RecordedEvent]
+    objects: list[RawObject]
+    nodes: dict[bytes, CommitNode]
+    keys: dict[bytes, str]
 
 
 def verify_incoming(
-    reader: IncomingReader,
+    incoming: dict[bytes, tuple[int, bytes]],
+    base: ObjectReader | None,
     tip: bytes,
     *,
     is_local: Callable[[bytes], bool],
     has_event: Callable[[str], bool],
     format_version: int,
-    clone: bool = False,
 ) -> IncomingReport:
-    """Verify every commit reachable from ``tip`` (hex) that is not local (``is_local``: hex
-    sha -> reachable from the local head; ``has_event``: the local ledger holds that event id).
-    With ``clone`` the new commits must hold exactly one root; otherwise none may be a root.
-    Returns: an :class:`IncomingReport`.
+    """Verify every commit reachable from ``tip`` (hex) that is not local, reading the
+    ``incoming`` objects (binary sha -> (type, content)) in front of the local ``base`` reader
+    (``is_local``: hex sha -> reachable from the local head; ``has_event``: the local ledger
+    holds that event id). For a clone (``base`` None) the new commits must hold exactly one
+    root; otherwise none may be a root.
     Raises: IntegrityError naming the first bad event or commit (nothing was written).
     """
-    report = IncomingReport(tip=tip)
+    clone = base is None
+    reader = IncomingReader(incoming, base)
     graph = CommitGraph(
         reader,  # type: ignore[arg-type]  (the read interface of ObjectReader)
         bytes.fromhex(tip.decode()),
@@ -646,15 +640,16 @@ def verify_incoming(
             commit=graph.roots[0].hex(),
             hint="pull only from clones of this ledger",
         )
-    report.merges = graph.merges
-    report.keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
-    report.events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
-    report.new_commits = [sha.hex().encode() for sha in graph.walked]
-    report.nodes = {
+    events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
+    objects = [RawObject(*incoming[sha], sha.hex().encode()) for sha in reader.used]
+    if graph.merges:
+        objects.append(EMPTY_TREE)
+    nodes = {
         sha.hex().encode(): CommitNode(
             node.event_id, node.lamport, tuple(p.hex().encode() for p in node.parents)
         )
         for sha in graph.walked
         if (node := graph.nodes[sha])
     }
-    return report
+    keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
+    return IncomingReport(events, objects, nodes, keys)
