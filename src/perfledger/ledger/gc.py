@@ -34,11 +34,6 @@ from dataclasses import dataclass, field
 
 from perfledger.ledger import layout
 
-#: The derived directory (``<gitdir>/perfledger``) and the open guard inside it.
-DERIVED_DIR = layout.DERIVED_DIR
-GUARD_FILE = layout.GC_GUARD_FILE
-#: A directory under the derived one whose whole content is garbage once no store is open.
-_RETIRED_DIR = layout.LEGACY_RETIRED_PACKS_DIR
 #: Temporaries named after their writer's pid (gitobj's ``_create_tmp``; cache and index files).
 _PID_TEMP = re.compile(r"^tmp_(?:obj|pack|idx)_(\d+)_\d+$")
 _PID_SUFFIX_TEMP = re.compile(r"\.(\d+)\.tmp$")
@@ -70,11 +65,13 @@ def hold_open_guard(controldir: str) -> int | None:
     """Take the open guard shared (every store, from open to close) and return its descriptor,
     to be closed at close; None where it cannot be created (a read-only ledger: nothing there
     to collect concurrently either). Blocks while gc holds it exclusively (a moment)."""
-    derived = os.path.join(controldir, DERIVED_DIR)
+    derived = os.path.join(controldir, layout.DERIVED_DIR)
     try:
         os.makedirs(derived, exist_ok=True)
         fd = os.open(
-            os.path.join(derived, GUARD_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+            os.path.join(derived, layout.GC_GUARD_FILE),
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+            0o644,
         )
     except OSError:
         return None
@@ -156,11 +153,13 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
     report = GcReport()
     objects = os.path.join(controldir, "objects")
     pack_dir = os.path.join(objects, "pack")
-    derived = os.path.join(controldir, DERIVED_DIR)
+    derived = os.path.join(controldir, layout.DERIVED_DIR)
+    retired_dir = os.path.join(derived, layout.LEGACY_RETIRED_PACKS_DIR)
     unnamed: list[str] = []  # garbage whose writer cannot be named: needs the guard
 
     # loose temporaries: objects/tmp_obj_* and objects/??/tmp_obj_*
-    for directory in [objects, *_subdirs(objects, _FANOUT)]:
+    fanout = [os.path.join(objects, n) for n in _listdir(objects) if _FANOUT.match(n)]
+    for directory in [objects, *fanout]:
         for name in _listdir(directory):
             if name.startswith("tmp_"):
                 _pid_named(os.path.join(directory, name), report, dry_run, unnamed)
@@ -178,7 +177,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
             unnamed.append(path)
     # the derived directory: pid-named cache files, a pull's spool, retired packs
     for root, dirs, files in os.walk(derived):
-        retired = os.path.relpath(root, derived).split(os.sep)[0] == _RETIRED_DIR
+        retired = os.path.relpath(root, retired_dir).split(os.sep)[0] != os.pardir
         for name in files:
             path = os.path.join(root, name)
             if retired or (root == derived and name.startswith("incoming-")):
@@ -188,7 +187,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
         dirs.sort()
     with contextlib.ExitStack() as stack:
         try:  # exclusive: no store has the ledger open
-            held = stack.enter_context(try_flock(os.path.join(derived, GUARD_FILE)))
+            held = stack.enter_context(try_flock(os.path.join(derived, layout.GC_GUARD_FILE)))
         except OSError:
             held = False
         report.guard_held = held
@@ -202,7 +201,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
                 _remove(path, report, dry_run)
         if held and not dry_run:
             with contextlib.suppress(OSError):  # the emptied directory itself
-                shutil.rmtree(os.path.join(derived, _RETIRED_DIR))
+                shutil.rmtree(retired_dir)
     for lock in _lock_files(controldir):
         report.kept.append((lock, "a lock file: a git process may hold it"))
     return report
@@ -239,10 +238,6 @@ def _listdir(directory: str) -> list[str]:
         return sorted(os.listdir(directory))
     except FileNotFoundError:
         return []
-
-
-def _subdirs(directory: str, pattern: re.Pattern[str]) -> list[str]:
-    return [os.path.join(directory, n) for n in _listdir(directory) if pattern.match(n)]
 
 
 def _lock_files(controldir: str) -> list[str]:

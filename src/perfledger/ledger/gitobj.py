@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.layout import TMP_INDEX_PREFIX, TMP_OBJECT_PREFIX, TMP_PACK_PREFIX
-from perfledger.ledger.packindex import IndexArrays, concat, encode_index, read_index
+from perfledger.ledger.packindex import IndexArrays, concat, read_index
 
 #: git object type numbers (as in pack entries) and names.
 COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
@@ -221,9 +221,12 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
     os.makedirs(pack_dir, exist_ok=True)
     base = os.path.join(pack_dir, "pack-" + checksum.hex())
     _write_durably(pack_dir, TMP_PACK_PREFIX, base + ".pack", [body, checksum])
-    _write_durably(
-        pack_dir, TMP_INDEX_PREFIX, base + ".idx", [encode_index(names, offsets, crcs, checksum)]
+    import numpy as np
+
+    index = IndexArrays(
+        np.array(names, dtype="S20"), np.array(offsets, dtype=np.uint64), np.array(crcs, np.uint32)
     )
+    _write_durably(pack_dir, TMP_INDEX_PREFIX, base + ".idx", [index.encode(checksum)])
     fsync_dir(pack_dir)
     return base
 
@@ -289,7 +292,10 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
         index = read_index(base + ".idx")
         if index is None or _holds_deltas(base + ".pack", index):
             raise DeltaEntry(base)
-        plans.append((base, index.by_offset()))
+        order = np.argsort(index.offsets, kind="stable")  # pack order
+        plans.append(
+            (base, IndexArrays(index.names[order], index.offsets[order], index.crcs[order]))
+        )
     everything = concat([index for _, index in plans])
     _, first_seen = np.unique(everything.names, return_index=True)
     keep = np.zeros(len(everything.names), dtype=bool)

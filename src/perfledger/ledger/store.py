@@ -187,13 +187,6 @@ class GitStore:
         reads). Close it after use."""
         return ObjectReader(lambda: self.repo.object_store, self._objects_dir, sparse=sparse)
 
-    def close_repo(self) -> None:
-        """Release the dulwich repository's files, if it was opened (reopened on next use)."""
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
-        self._repo = None
-
     # ------------------------------------------------------------------ opening
 
     @classmethod
@@ -319,11 +312,14 @@ class GitStore:
         release the repository's files."""
         if self._index.unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_file):
             with contextlib.suppress(OSError):
-                self._save_index()
+                self._index.save(self._index_file)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-        self.close_repo()
+        if self._finalizer is not None:  # dulwich's files (the repo reopens on next use)
+            self._finalizer()
+            self._finalizer = None
+        self._repo = None
         if self._release_guard is not None:  # last: gc may collect once every store is closed
             self._release_guard()  # a finalizer runs once: a second close does nothing
 
@@ -450,9 +446,7 @@ class GitStore:
     def _envelope_from(self, reader: ObjectReader, commit_sha: bytes, *, check: bool) -> Envelope:
         """Read the envelope of ``commit_sha`` through ``reader`` (``check``: re-hash objects).
         Raises: IntegrityError for a missing or malformed commit, tree or ``event.json``."""
-        raw = self._read_commit(reader, commit_sha, check=check)
-        _, tree_raw = reader.read(bytes.fromhex(raw[5:45].decode()), check=check)
-        blob_sha = _tree_entry(tree_raw, EVENT_FILE)
+        blob_sha = _tree_entry(self._tree_of(reader, commit_sha, check), EVENT_FILE)
         if blob_sha is None:
             raise IntegrityError(
                 f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
@@ -462,6 +456,11 @@ class GitStore:
             return decode_envelope(data)
         except BadRequest as exc:
             raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+
+    def _tree_of(self, reader: ObjectReader, commit_sha: bytes, check: bool) -> bytes:
+        """The raw tree of commit ``commit_sha``. Raises: IntegrityError (as :meth:`read`)."""
+        raw = self._read_commit(reader, commit_sha, check=check)
+        return reader.read(bytes.fromhex(raw[5:45].decode()), check=check)[1]
 
     def iter_recent(self, limit: int) -> Iterator[tuple[bytes, ParsedCommit, str, int]]:
         """Yield up to ``limit`` event commits newest first (descending (lamport, id)) as (hex
@@ -507,9 +506,7 @@ class GitStore:
             ref = envelope.artifacts.get(name)
             if ref is None:
                 raise BadRequest(f"event {event_id} has no artifact {name!r}")
-            raw = self._read_commit(reader, commit_sha)
-            _, tree = reader.read(bytes.fromhex(raw[5:45].decode()))
-            art_tree_sha = _tree_entry(tree, ARTIFACTS_DIR)
+            art_tree_sha = _tree_entry(self._tree_of(reader, commit_sha, True), ARTIFACTS_DIR)
             art_tree = reader.read(art_tree_sha)[1] if art_tree_sha is not None else b""
             blob_sha = _tree_entry(art_tree, ref.blake3.encode())
             if blob_sha is None:
@@ -555,7 +552,7 @@ class GitStore:
             # Optimistic first; after a few lost races, decide and write while holding the
             # writers' lock, so that a writer under heavy contention is guaranteed to progress.
             pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
-            with self._append_lock() if pessimistic else contextlib.nullcontext():
+            with self.writers_lock() if pessimistic else contextlib.nullcontext():
                 try:
                     result = self._attempt(decide)
                 except OSError as exc:
@@ -596,7 +593,7 @@ class GitStore:
         self._index.unsaved += len(entries)
         if self._index.unsaved >= max(_INDEX_SAVE_EVERY, len(self._index.commits) // 3):
             with contextlib.suppress(OSError):
-                self._save_index()
+                self._index.save(self._index_file)
         self._pack_if_due()
         return envelopes
 
@@ -667,12 +664,12 @@ class GitStore:
         return True
 
     @contextlib.contextmanager
-    def _append_lock(self) -> Iterator[None]:
-        """Hold the writers' advisory ``flock`` (re-entrant within this store).
-
-        The kernel releases it when a writer dies, so a ref lock file found while holding it
-        belongs to a dead perfledger writer or to a git process.
-        """
+    def writers_lock(self) -> Iterator[None]:
+        """Hold the writers' advisory ``flock`` (re-entrant within this store): every ref swap
+        holds it, and so does a read-decide-swap sequence that must not lose the race forever
+        (a pessimistic :meth:`transact` round, a pull joining a remote head). The kernel
+        releases it when a writer dies, so a ref lock file found while holding it belongs to a
+        dead perfledger writer or to a git process."""
         if self._lock_depth:
             self._lock_depth += 1
             try:
@@ -699,7 +696,7 @@ class GitStore:
         another program's is waited for, at most :data:`REF_LOCK_WAIT_S`.
         Raises: ConcurrentAppend naming the lock when another program held it all that time.
         """
-        with self._append_lock():
+        with self.writers_lock():
             deadline: float | None = None
             while True:
                 try:
@@ -741,9 +738,6 @@ class GitStore:
         except (IntegrityError, ValueError):
             return False
         return True
-
-    def _save_index(self) -> None:
-        self._index.save(self._index_file)
 
     def _entry(self, sha: bytes) -> IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
@@ -915,13 +909,6 @@ class GitStore:
         the current head)."""
         self._catch_up(head or self.read_head())
         return event_id in self._index.by_event
-
-    @contextlib.contextmanager
-    def writers_lock(self) -> Iterator[None]:
-        """Hold the writers' lock (re-entrant) so that a read-decide-swap sequence outside
-        :meth:`transact` (a pull joining a remote head) cannot lose the race forever."""
-        with self._append_lock():
-            yield
 
     def index_commits(self, nodes: dict[bytes, CommitNode], keys: dict[bytes, str]) -> None:
         """Record the structure of verified commits (hex sha -> node, and -> idempotency key)
