@@ -458,7 +458,7 @@ class GitStore:
             raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
 
     def _tree_of(self, reader: ObjectReader, commit_sha: bytes, check: bool) -> bytes:
-        """The raw tree of commit ``commit_sha``. Raises: IntegrityError (as :meth:`read`)."""
+        """The raw tree of commit ``commit_sha``. Raises: IntegrityError (missing, corrupt)."""
         raw = self._read_commit(reader, commit_sha, check=check)
         return reader.read(bytes.fromhex(raw[5:45].decode()), check=check)[1]
 
@@ -910,23 +910,21 @@ class GitStore:
         self._catch_up(head or self.read_head())
         return event_id in self._index.by_event
 
-    def index_commits(self, nodes: dict[bytes, CommitNode], keys: dict[bytes, str]) -> None:
-        """Record the structure of verified commits (hex sha -> node, and -> idempotency key)
-        in the derived index, without making their events visible."""
+    def adopt(
+        self, objects: Sequence[RawObject], nodes: dict[bytes, CommitNode], keys: dict[bytes, str]
+    ) -> None:
+        """Store verified objects received from a remote as one new pack (then keep the pack
+        count bounded), and record their commits' structure (hex sha -> node, and -> key) in
+        the derived index. Nothing refers to them, and no event is visible, until a ref moves."""
+        if objects:
+            self._write_objects(list(objects), batch=True)
+            self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
+            self._pack_if_due()
         self._ensure_index()
         for sha, node in nodes.items():
             if sha not in self._index.commits:
                 entry = IndexEntry(node.event_id, node.lamport, list(node.parents), keys.get(sha))
                 self._index.know(sha, entry)
-
-    def adopt_objects(self, objects: Sequence[RawObject]) -> None:
-        """Store verified objects received from a remote as one new pack, then keep the pack
-        count bounded. Nothing refers to them until a ref moves."""
-        if not objects:
-            return
-        self._write_objects(list(objects), batch=True)
-        self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
-        self._pack_if_due()
 
 
 _REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")

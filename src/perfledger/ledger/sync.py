@@ -285,8 +285,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
         )
     report = _verify_and_check(store, target, fetched, last_seen)
     if report.nodes:
-        store.adopt_objects(report.objects)
-        store.index_commits(report.nodes, report.keys)
+        store.adopt(report.objects, report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
     after, action, merge = _join(store, remote_head, _node_function(store, report))
     result = PullResult(
@@ -598,8 +597,7 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
         raise BadRequest(f"{url} holds no ledger (no refs/heads/ledger)")
     report = _verify_and_check(None, target, fetched, None)
     store = GitStore(repo)
-    store.adopt_objects(report.objects)
-    store.index_commits(report.nodes, report.keys)
+    store.adopt(report.objects, report.nodes, report.keys)
     _move_tracking_ref(repo, target, None, fetched.remote_head)
     if not repo.refs.add_if_new(LEDGER_REF, fetched.remote_head):
         raise ConcurrentAppend(f"another process created {path}'s ledger during the clone")

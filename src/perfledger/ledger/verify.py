@@ -91,6 +91,11 @@ class VerifyReport:
 
 
 _PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
+#: Git modes of a regular non-executable file and of a directory (a subtree).
+_REGULAR_FILE = 0o100644
+_DIRECTORY = 0o040000
+#: An artifact's name in ``artifacts/``: its blake3, 64 lowercase hex digits.
+_BLAKE3_NAME = re.compile(rb"[0-9a-f]{64}")
 
 
 def _ts_seconds(ts: str) -> int:
@@ -407,69 +412,6 @@ def _verify_event(
         validate_envelope_fields(envelope)
     except BadRequest as exc:
         raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
-    _verify_event_content(commit, trailers, envelope, data, entries=entries, dag=dag,
-                          sha=sha, root=root, reader=reader)  # fmt: skip
-    return envelope
-
-
-#: Git modes of a regular non-executable file and of a directory (a subtree).
-_REGULAR_FILE = 0o100644
-_DIRECTORY = 0o040000
-#: An artifact's name in ``artifacts/``: its blake3, 64 lowercase hex digits.
-_BLAKE3_NAME = re.compile(rb"[0-9a-f]{64}")
-
-
-def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
-    """Parse a tree object strictly: name -> (mode, binary sha). Raises: IntegrityError
-    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order."""
-    try:
-        parsed = [
-            (name, (mode, bytes.fromhex(h.decode())))
-            for name, mode, h in parse_tree(raw, 20, strict=True)
-        ]
-    except (ObjectFormatException, ValueError) as exc:
-        raise _fail(f"{where} is malformed: {exc}") from None
-    entries = dict(parsed)
-    if len(entries) != len(parsed):
-        raise _fail(f"{where} is malformed: it lists a name twice")
-    # git's order: by name, a subtree's name compared as if it ended in "/"
-    keys = [name + b"/" if mode == _DIRECTORY else name for name, (mode, _) in parsed]
-    if keys != sorted(keys):
-        raise _fail(f"{where} is malformed: its entries are not in git's order")
-    return entries
-
-
-def artifact_entries(raw: bytes) -> dict[str, bytes]:
-    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary). Only
-    regular non-executable files (100644) named by a blake3 are allowed: anything else would
-    check out as other bytes than the event declares (SPEC.md section 2).
-    Raises: IntegrityError for anything else, or a malformed tree."""
-    art: dict[str, bytes] = {}
-    for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
-        if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
-            raise _fail(
-                f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
-                "only regular non-executable files (mode 100644) named by their blake3 "
-                "are allowed"
-            )
-        art[name.decode()] = blob_sha
-    return art
-
-
-def _verify_event_content(
-    commit: ParsedCommit,
-    trailers: dict[str, str],
-    envelope: Envelope,
-    data: bytes,
-    *,
-    entries: dict[bytes, tuple[int, bytes]],
-    dag: EventHeads | None,
-    sha: bytes,
-    root: bytes,
-    reader: ObjectReader,
-) -> None:
-    """The checks of :func:`_verify_event` after the envelope's fields: content id, trailers,
-    identity and time, place in the DAG, artifacts. Raises: IntegrityError."""
     # In canonical bytes the id is the top-level key right after "artifacts" (keys are sorted and
     # no other key precedes it structurally with a string value): cut it out to get the bytes
     # the id was computed over.
@@ -547,6 +489,44 @@ def _verify_event_content(
                 or blake3.blake3(blob).hexdigest() != digest
             ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
+    return envelope
+
+
+def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
+    """Parse a tree object strictly: name -> (mode, binary sha). Raises: IntegrityError
+    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order."""
+    try:
+        parsed = [
+            (name, (mode, bytes.fromhex(h.decode())))
+            for name, mode, h in parse_tree(raw, 20, strict=True)
+        ]
+    except (ObjectFormatException, ValueError) as exc:
+        raise _fail(f"{where} is malformed: {exc}") from None
+    entries = dict(parsed)
+    if len(entries) != len(parsed):
+        raise _fail(f"{where} is malformed: it lists a name twice")
+    # git's order: by name, a subtree's name compared as if it ended in "/"
+    keys = [name + b"/" if mode == _DIRECTORY else name for name, (mode, _) in parsed]
+    if keys != sorted(keys):
+        raise _fail(f"{where} is malformed: its entries are not in git's order")
+    return entries
+
+
+def artifact_entries(raw: bytes) -> dict[str, bytes]:
+    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary). Only
+    regular non-executable files (100644) named by a blake3 are allowed: anything else would
+    check out as other bytes than the event declares (SPEC.md section 2).
+    Raises: IntegrityError for anything else, or a malformed tree."""
+    art: dict[str, bytes] = {}
+    for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
+        if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
+            raise _fail(
+                f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
+                "only regular non-executable files (mode 100644) named by their blake3 "
+                "are allowed"
+            )
+        art[name.decode()] = blob_sha
+    return art
 
 
 def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:
