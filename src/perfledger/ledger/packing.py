@@ -67,15 +67,27 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
 
 
 def pack_loose(store: GitStore) -> int:
-    """Move every loose object (each checked against its name; a corrupt one is moved aside)
-    into one new fsynced pack, then delete the loose files; returns how many were packed."""
+    """Move every loose object into one new fsynced pack, then delete the loose files; returns
+    how many were packed. Each is read back and checked against its name: a file that does not
+    hold the object it is named after (a power loss right after renaming a rewritten loose file
+    leaves one, unreachable) is moved into ``perfledger/corrupt-loose/`` as evidence, with a
+    warning; were one reachable, ``verify`` reports its event."""
     objects_dir = store._objects_dir
     objects: list[RawObject] = []
     files: list[str] = []
     corrupt_dir = os.path.join(store.derived_dir, CORRUPT_LOOSE_DIR)
-    for path, sha, found in _loose_objects(objects_dir, corrupt_dir):
-        objects.append(RawObject(*found, sha.hex().encode()))
-        files.append(path)
+    for path, hexsha in _loose_files(objects_dir):
+        try:
+            found = read_loose(objects_dir, bytes.fromhex(hexsha))
+        except IntegrityError as exc:
+            os.makedirs(corrupt_dir, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, os.path.join(corrupt_dir, hexsha))
+                _log.warning("%s; moved to %s", exc, corrupt_dir)
+            continue
+        if found is not None:  # None: it disappeared meanwhile
+            objects.append(RawObject(*found, hexsha.encode()))
+            files.append(path)
     if not objects:
         return 0
     write_pack(os.path.join(objects_dir, PACK_DIR), objects)
@@ -88,42 +100,24 @@ def pack_loose(store: GitStore) -> int:
 _HEX_NAME = re.compile(r"[0-9a-f]{2}|[0-9a-f]{38}")
 
 
-def _loose_objects(
-    objects_dir: str, corrupt_dir: str
-) -> Iterator[tuple[str, bytes, tuple[int, bytes]]]:
-    """Yield (path, binary sha, (type number, content)) for every loose object under
-    ``objects_dir``, each read back and checked; a file that disappears meanwhile is skipped.
-
-    A file that does not hold the object it is named after (a power loss right after renaming
-    a rewritten loose file leaves one, unreachable) is moved into ``corrupt_dir`` as evidence
-    with a warning; were one reachable, ``verify`` reports its event."""
+def _loose_files(objects_dir: str) -> Iterator[tuple[str, str]]:
+    """Yield (path, hex sha) of every loose object file under ``objects_dir``, in sha order
+    (not temporaries, ``pack/`` or ``info/``)."""
     try:
         fanout = os.listdir(objects_dir)
     except FileNotFoundError:
         return
     for prefix in sorted(fanout):
         if len(prefix) != 2 or not _HEX_NAME.fullmatch(prefix):
-            continue  # pack/, info/ and anything that is not a loose-object directory
+            continue
         directory = objects_dir + os.sep + prefix
         try:
             names = os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             continue
         for name in sorted(names):
-            if len(name) != 38 or not _HEX_NAME.fullmatch(name):
-                continue  # temporary files of a concurrent writer
-            sha = bytes.fromhex(prefix + name)
-            path = directory + os.sep + name
-            try:
-                found = read_loose(objects_dir, sha)
-            except IntegrityError as exc:
-                os.makedirs(corrupt_dir, exist_ok=True)
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(path, os.path.join(corrupt_dir, prefix + name))
-                    _log.warning("%s; moved to %s", exc, corrupt_dir)
-                continue
-            if found is not None:
-                yield path, sha, found
+            if len(name) == 38 and _HEX_NAME.fullmatch(name):
+                yield directory + os.sep + name, prefix + name
 
 
 def _geometric_split(sizes: list[int]) -> int:
@@ -182,12 +176,5 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
 def pack_stats(store: GitStore) -> dict[str, int]:
     """Return ``{"packs": n, "loose": m}``: the complete packs and the loose objects in the
     ledger's object directory."""
-    objects_dir = store._objects_dir
-    loose = 0
-    with contextlib.suppress(FileNotFoundError):
-        for prefix in os.listdir(objects_dir):
-            if len(prefix) == 2 and _HEX_NAME.fullmatch(prefix):
-                with contextlib.suppress(NotADirectoryError, FileNotFoundError):
-                    names = os.listdir(os.path.join(objects_dir, prefix))
-                    loose += sum(1 for n in names if len(n) == 38 and _HEX_NAME.fullmatch(n))
-    return {"packs": len(pack_bases(os.path.join(objects_dir, PACK_DIR))), "loose": loose}
+    packs = len(pack_bases(os.path.join(store._objects_dir, PACK_DIR)))
+    return {"packs": packs, "loose": sum(1 for _ in _loose_files(store._objects_dir))}

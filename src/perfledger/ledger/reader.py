@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
 from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES, inflate
-from perfledger.ledger.packindex import MappedIndex, pack_bases, read_index
+from perfledger.ledger.packindex import IndexArrays, MappedIndex, pack_bases, read_index
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -62,60 +62,37 @@ class ObjectReader:
         self._where: dict[bytes, int] = {}
         self._tables: list[tuple[int, Any, Any]] = []
         self._sparse: list[tuple[int, MappedIndex]] = []
-        indexes: list[tuple[str, Any, Any]] = []  # (base, names, offsets)
+        indexes: list[tuple[int, IndexArrays]] = []  # (pack number, its index)
         for base in pack_bases(os.path.join(self._objects_dir, "pack")):
-            if sparse:
-                self._open_sparse(base)
-                continue
-            try:
-                entries = read_index(base + ".idx")
-            except FileNotFoundError:
-                continue  # merged away by a concurrent writer: its objects are in the new pack
-            if entries is None:
-                continue  # an index layout we do not map: dulwich serves those objects
-            indexes.append((base, entries.names, entries.offsets))
-        use_tables = sum(len(names) for _, names, _ in indexes) > DICT_INDEX_MAX
-        for base, shas, offsets in indexes:
             # pread on a descriptor, not mmap: mapped pages of a large pack would count in the
-            # process's resident memory although the page cache holds them anyway.
+            # process's resident memory although the page cache holds them anyway
             try:
+                index = MappedIndex.open(base + ".idx") if sparse else read_index(base + ".idx")
                 fd = os.open(base + ".pack", os.O_RDONLY)
             except FileNotFoundError:
-                # merged away between listing and opening; lookups of its objects fall back to
-                # dulwich, which rescans the pack directory
+                continue  # merged away by a concurrent writer: dulwich rescans, finds the new pack
+            if index is None:  # an index layout we do not map: dulwich serves those objects
+                os.close(fd)
                 continue
-            number = len(self._packs)
             self._packs.append(fd)
+            if isinstance(index, MappedIndex):
+                self._sparse.append((len(self._packs) - 1, index))
+            else:
+                indexes.append((len(self._packs) - 1, index))
+        use_tables = sum(len(index.names) for _, index in indexes) > DICT_INDEX_MAX
+        for number, index in indexes:
             if use_tables:
-                self._tables.append((number, shas, offsets))
+                self._tables.append((number, index.names, index.offsets))
             else:
                 mapped = dict(
                     zip(
-                        shas.view("V20").tolist(),  # full 20 bytes (S20 items drop trailing zeros)
-                        (offsets | (number << _PACK_SHIFT)).tolist(),
+                        index.names.view("V20").tolist(),  # all 20 bytes (S20 drops trailing 0s)
+                        (index.offsets | (number << _PACK_SHIFT)).tolist(),
                         strict=True,
                     )
                 )
                 mapped.update(self._where)  # an object in two packs: the first pack's copy
                 self._where = mapped
-
-    def _open_sparse(self, base: str) -> None:
-        try:
-            index = MappedIndex.open(base + ".idx")
-            fd = os.open(base + ".pack", os.O_RDONLY)
-        except FileNotFoundError:
-            return  # merged away meanwhile: dulwich finds its objects in the new pack
-        if index is None:
-            os.close(fd)
-            return  # an index layout we do not map: dulwich serves those objects
-        number = len(self._packs)
-        self._packs.append(fd)
-        self._sparse.append((number, index))
-
-    def _store(self) -> DiskObjectStore:
-        if self._opened is None:
-            self._opened = self._open_store()
-        return self._opened
 
     def close(self) -> None:
         """Close the packs."""
@@ -128,13 +105,13 @@ class ObjectReader:
         self._sparse.clear()
 
     def _locate(self, sha: bytes) -> int | None:
+        where = self._where.get(sha)
+        if where is not None:
+            return where
         for number, index in self._sparse:
             offset = index.find(sha)
             if offset is not None:
                 return (number << _PACK_SHIFT) | offset
-        where = self._where.get(sha)
-        if where is not None or not self._tables:
-            return where
         for number, shas, offsets in self._tables:
             i = int(shas.searchsorted(sha))
             if i < len(shas) and shas[i : i + 1].tobytes() == sha:
@@ -146,9 +123,7 @@ class ObjectReader:
         a packed object is not re-hashed).
         Raises: IntegrityError when the object is missing or does not hash to its name.
         """
-        where = self._where.get(sha)
-        if where is None:
-            where = self._locate(sha)
+        where = self._locate(sha)
         if where is not None:
             fd = self._packs[where >> _PACK_SHIFT]
             offset = where & _OFFSET_MASK
@@ -170,8 +145,10 @@ class ObjectReader:
             if loose is not None:
                 return loose
         failure = ""
+        if self._opened is None:
+            self._opened = self._open_store()
         try:
-            type_num, raw = self._store().get_raw(sha)
+            type_num, raw = self._opened.get_raw(sha)
         except KeyError:
             raise IntegrityError(f"git object {sha.hex()} is missing", commit=sha.hex()) from None
         except Exception as exc:  # dulwich meeting a damaged entry (zlib, delta, buffer errors)
