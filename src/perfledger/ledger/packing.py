@@ -47,12 +47,9 @@ GEOMETRIC_FACTOR = 2
 
 
 def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple[int, int]:
-    """Pack loose objects and merge packs when thresholds are crossed, given the loose
-    objects and packs this writer wrote since it last packed (any new pack makes it count the
-    packs on disk).
-    Returns: the new (loose_written, packs_written): reset after the work is done, unchanged when
-        another process holds the packing lock (tried again on the next append).
-    """
+    """Pack and merge when a threshold is crossed, given the loose objects and packs this
+    writer wrote since it last packed. Returns: the new counts: reset once the work is done,
+    unchanged when another process holds the packing lock (tried again on the next append)."""
     if loose_written < LOOSE_PACK_THRESHOLD and packs_written == 0:
         return loose_written, packs_written
     with try_flock(os.path.join(store.derived_dir, PACK_LOCK_FILE)) as locked:
@@ -67,11 +64,9 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
 
 
 def pack_loose(store: GitStore) -> int:
-    """Move every loose object into one new fsynced pack, then delete the loose files; returns
-    how many were packed. Each is read back and checked against its name: a file that does not
-    hold the object it is named after (a power loss right after renaming a rewritten loose file
-    leaves one, unreachable) is moved into ``perfledger/corrupt-loose/`` as evidence, with a
-    warning; were one reachable, ``verify`` reports its event."""
+    """Pack every loose object (step 1); returns how many. A file that does not hold the object
+    it is named after (a power loss right after renaming a rewritten loose file leaves one,
+    unreachable) is moved into ``perfledger/corrupt-loose/`` as evidence, with a warning."""
     objects_dir = store._objects_dir
     objects: list[RawObject] = []
     files: list[str] = []
@@ -136,10 +131,7 @@ def _geometric_split(sizes: list[int]) -> int:
 
 def merge_packs(store: GitStore, *, force: bool = False) -> int:
     """Merge packs geometrically when there are more than :data:`MAX_PACKS` (or all of them when
-    ``force``); returns the number of packs merged (0 when nothing was done).
-
-    The merged pack is durable before any merged-away pack is deleted (its index first, so
-    that no reader sees a pack without one)."""
+    ``force``); returns the number of packs merged (0 when nothing was done)."""
     pack_dir = os.path.join(store._objects_dir, PACK_DIR)
     sized: list[tuple[int, str]] = []
     for base in pack_bases(pack_dir):

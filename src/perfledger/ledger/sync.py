@@ -155,19 +155,15 @@ def client(url: str) -> Iterator[tuple[Any, str]]:
             remote.close()
 
 
-@dataclass
-class Fetched:
-    """What a fetch brought: the remote's ledger head (None: no ledger branch) and the objects
-    received (binary sha -> (type, content)), each named from its content."""
-
-    remote_head: bytes | None
-    objects: dict[bytes, tuple[int, bytes]]
-
-
-def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]) -> Fetched:
+def fetch(
+    store: GitStore | None, repo: Repo, target: Remote, local_heads: list[bytes]
+) -> tuple[bytes, dict[bytes, tuple[int, bytes]]]:
     """Fetch the remote's ledger branch: objects unpacked in memory, nothing written to the
     object store. ``local_heads`` (hex) are offered as haves; ``store`` gives their parents
-    (None for a clone). Raises: RemoteError; IntegrityError for a malformed pack."""
+    (None for a clone). Returns: (the remote's ledger head, the objects received: binary sha
+    -> (type, content), each named from its content).
+    Raises: BadRequest when the remote has no ledger branch; RemoteError; IntegrityError for
+        a malformed pack."""
     holder: dict[str, bytes | None] = {"head": None}
     object_store = repo.object_store
 
@@ -186,10 +182,14 @@ def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]
     walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
     # received in memory, as it is read anyway: a killed pull leaves no file behind
     received = bytearray()
-    with client(url) as (remote, path):
+    with client(target.url) as (remote, path):
         remote.fetch_pack(path, determine_wants, walker, received.extend)
-    objects = read_pack(received, object_store.get_raw) if received else {}
-    return Fetched(holder["head"], objects)
+    if holder["head"] is None:
+        raise BadRequest(
+            f"remote {target.name} ({target.url}) has no ledger branch (refs/heads/ledger)",
+            hint=f"push a ledger to it first: perfledger push {target.name}",
+        )
+    return holder["head"], read_pack(received, object_store.get_raw) if received else {}
 
 
 # ------------------------------------------------------------------------------ last pull
@@ -276,14 +276,8 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     repo = store.repo
     before = store.read_head()
     last_seen = read_ref(store.controldir, target.tracking_ref)
-    fetched = fetch(store, repo, target.url, [before] + ([last_seen] if last_seen else []))
-    remote_head = fetched.remote_head
-    if remote_head is None:
-        raise BadRequest(
-            f"remote {target.name} ({target.url}) has no ledger branch (refs/heads/ledger)",
-            hint="push to it first: perfledger push " + target.name,
-        )
-    report = _verify_and_check(store, target, fetched, last_seen)
+    remote_head, objects = fetch(store, repo, target, [before] + ([last_seen] if last_seen else []))
+    report = _verify_and_check(store, target, remote_head, objects, last_seen)
     if report.nodes:
         store.adopt(report.objects, report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
@@ -297,7 +291,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
         action=action,
         merge_commit=merge.decode() if merge else None,
         new_events=[e.envelope for e in report.events] if action != "up_to_date" else [],
-        fetched_objects=len(fetched.objects),
+        fetched_objects=len(objects),
         elapsed_s=time.perf_counter() - started,
     )
     if action != "up_to_date":  # keep the record of the last pull that brought something
@@ -306,29 +300,32 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
 
 
 def _verify_and_check(
-    store: GitStore | None, target: Remote, fetched: Fetched, last_seen: bytes | None
+    store: GitStore | None,
+    target: Remote,
+    remote_head: bytes,
+    objects: dict[bytes, tuple[int, bytes]],
+    last_seen: bytes | None,
 ) -> IncomingReport:
     """Verify the fetched commits and refuse a rewritten remote (report.objects: what to keep)."""
-    assert fetched.remote_head is not None
     base = store.object_reader() if store is not None else None
     try:
         head = store.read_head() if store is not None else b""
         report = verify_incoming(
-            fetched.objects,
+            objects,
             base,
-            fetched.remote_head,
+            remote_head,
             is_local=lambda sha: store is not None and store.reaches(sha, head),
             has_event=lambda event_id: store is not None and store.has_event(event_id, head),
             format_version=FORMAT_VERSION,
         )
-        if last_seen is not None and last_seen != fetched.remote_head:
+        if last_seen is not None and last_seen != remote_head:
             node = _node_function(store, report)
-            if not descends_from(node, last_seen, fetched.remote_head):
+            if not descends_from(node, last_seen, remote_head):
                 raise RemoteRewritten(
                     f"remote {target.name} ({target.url}) was rewritten: its ledger head "
-                    f"{fetched.remote_head.decode()} does not contain {last_seen.decode()}, the "
+                    f"{remote_head.decode()} does not contain {last_seen.decode()}, the "
                     "last head seen from it",
-                    commit=fetched.remote_head.decode(),
+                    commit=remote_head.decode(),
                     hint="nothing changed locally; find out who force-pushed, and restore the "
                     "remote by pushing from a clone that has the full history",
                 )
@@ -591,26 +588,23 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     target = add_remote(repo, name, url)
     # the skeleton durable before its ref (see perfledger.ledger.durable)
     make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
-    fetched = fetch(None, repo, target.url, [])
-    if fetched.remote_head is None:
-        repo.close()
-        raise BadRequest(f"{url} holds no ledger (no refs/heads/ledger)")
-    report = _verify_and_check(None, target, fetched, None)
+    remote_head, objects = fetch(None, repo, target, [])
+    report = _verify_and_check(None, target, remote_head, objects, None)
     store = GitStore(repo)
     store.adopt(report.objects, report.nodes, report.keys)
-    _move_tracking_ref(repo, target, None, fetched.remote_head)
-    if not repo.refs.add_if_new(LEDGER_REF, fetched.remote_head):
+    _move_tracking_ref(repo, target, None, remote_head)
+    if not repo.refs.add_if_new(LEDGER_REF, remote_head):
         raise ConcurrentAppend(f"another process created {path}'s ledger during the clone")
     fsync_dir(os.path.dirname(repo.refs.refpath(LEDGER_REF)))
     result = PullResult(
         remote=name,
         url=target.url,
         before="",
-        after=fetched.remote_head.decode(),
-        remote_head=fetched.remote_head.decode(),
+        after=remote_head.decode(),
+        remote_head=remote_head.decode(),
         action="cloned",
         new_events=[e.envelope for e in report.events],
-        fetched_objects=len(fetched.objects),
+        fetched_objects=len(objects),
         elapsed_s=time.perf_counter() - started,
     )
     record_pull(store, result)
