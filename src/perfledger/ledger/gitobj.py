@@ -114,7 +114,7 @@ def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
 def deflate(data: bytes) -> bytes:
     """Return ``data`` as a zlib stream: below :data:`STORE_BELOW_BYTES` one stored deflate
     block framed by hand (RFC 1950/1951; byte for byte what ``zlib.compressobj(0, DEFLATED, 9,
-    1)`` writes), compressed otherwise."""
+    1)`` writes; setting up a compressor costs more), compressed otherwise. Any zlib reads it."""
     size = len(data)
     if size < STORE_BELOW_BYTES:
         return b"".join(
@@ -130,22 +130,6 @@ def deflate(data: bytes) -> bytes:
 
 #: zlib header (deflate, 512-byte window, fastest-level flag) and a final stored block's header.
 _STORED_HEADER = b"\x18\x19\x01"
-
-
-def inflate(stream: bytes, size: int) -> bytes:
-    """Return the ``size`` bytes a zlib ``stream`` holds (bytes after it are ignored): one
-    stored block (:func:`deflate`) unframed directly, its Adler-32 checked; anything else
-    through zlib. Raises: zlib.error for a stream zlib cannot inflate.
-    """
-    if (
-        stream[:3] == _STORED_HEADER
-        and stream[3:7] == struct.pack("<HH", size, size ^ 0xFFFF)
-        and len(stream) >= size + 11
-    ):
-        raw = stream[7 : 7 + size]
-        if stream[7 + size : 11 + size] == zlib.adler32(raw).to_bytes(4, "big"):
-            return raw
-    return zlib.decompress(stream, 15, size or 1)
 
 
 def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:

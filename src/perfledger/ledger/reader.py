@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES, inflate
+from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES
 from perfledger.ledger.packindex import IndexArrays, MappedIndex, pack_bases, read_index
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
     window = size + (size // 16384 + 1) * 5 + 64
     stream = data[pos:] if pos + window <= len(data) else os.pread(fd, window, offset + pos)
     try:
-        raw = inflate(stream, size)
+        raw = zlib.decompress(stream, 15, size or 1)
     except zlib.error:
         raise IntegrityError(f"pack entry at offset {offset} is not a valid zlib stream") from None
     if len(raw) != size:
