@@ -630,12 +630,8 @@ class GitStore:
             commit, objs = build_event_objects(built, [parent_commit])
             objects.extend(objs)
             envelopes.append(envelope)
-            entries.append(
-                (
-                    commit.id,
-                    IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key),
-                )
-            )
+            entry = IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key)
+            entries.append((commit.id, entry))
             parents = (envelope.id,)
             parent_commit = commit.id
         return envelopes, objects, parent_commit, entries
@@ -651,18 +647,6 @@ class GitStore:
             write_loose(self._objects_dir, objects)
             self._loose_written += len(objects)
 
-    def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
-        """Compare-and-swap the ledger ref durably (:mod:`refcas`, then the ref's directory
-        fsynced); False when it no longer holds ``expected``.
-        Raises: RefLocked when another process holds the ref's lock; OSError (ref unchanged).
-        """
-        held = lock_ref(self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir)
-        if held is None:  # the ref moved since ``expected`` was read
-            return False
-        held.commit()
-        fsync_dir(self._ref_dir)
-        return True
-
     @contextlib.contextmanager
     def writers_lock(self) -> Iterator[None]:
         """Hold the writers' advisory ``flock`` (re-entrant within this store): every ref swap
@@ -670,37 +654,41 @@ class GitStore:
         (a pessimistic :meth:`transact` round, a pull joining a remote head). The kernel
         releases it when a writer dies, so a ref lock file found while holding it belongs to a
         dead perfledger writer or to a git process."""
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
         if self._lock_fd is None:  # opened once, kept for the store's life
             os.makedirs(self.derived_dir, exist_ok=True)
             path = os.path.join(self.derived_dir, layout.APPEND_LOCK_FILE)
             self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fd = self._lock_fd
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._lock_depth = 1
+        if not self._lock_depth:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        self._lock_depth += 1
         try:
             yield
         finally:
-            self._lock_depth = 0
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._lock_depth -= 1
+            if not self._lock_depth:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _compare_and_swap(self, expected: bytes | None, new: bytes) -> bool:
-        """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
-        lost race. A dead perfledger writer's ref lock is removed (:func:`break_dead_lock`);
-        another program's is waited for, at most :data:`REF_LOCK_WAIT_S`.
-        Raises: ConcurrentAppend naming the lock when another program held it all that time.
+        """Move the ledger ref from ``expected`` to ``new`` durably (:mod:`refcas`, then the
+        ref's directory fsynced) under the writers' lock; False on a lost race. A dead
+        perfledger writer's ref lock is removed (:func:`break_dead_lock`); another program's
+        is waited for, at most :data:`REF_LOCK_WAIT_S`.
+        Raises: ConcurrentAppend naming the lock when another program held it all that time;
+            OSError (the ref unchanged).
         """
         with self.writers_lock():
             deadline: float | None = None
             while True:
                 try:
-                    return self._swap_ref(expected, new)
+                    held = lock_ref(
+                        self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir
+                    )
+                    if held is None:  # the ref moved since ``expected`` was read
+                        return False
+                    held.commit()
+                    fsync_dir(self._ref_dir)
+                    return True
                 except RefLocked as exc:
                     lock = exc.lock
                 # we hold the append lock, so no live perfledger writer is inside a swap

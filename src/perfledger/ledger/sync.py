@@ -429,29 +429,23 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
 
     with client(target.url) as (remote_client, path):
         result = remote_client.send_pack(path, update_refs, generate_pack_data)
-    if holder["before"] == local:
-        pushed = False
-    else:
-        status = (result.ref_status or {}).get(LEDGER_REF)
-        if status is not None:
-            raise NonFastForward(
-                f"remote {target.name} refused the update of refs/heads/ledger: {status}",
-                hint="another machine pushed meanwhile: pull, then push (perfledger sync)",
-            )
-        pushed = True
-    with contextlib.suppress(Exception):
-        last_seen = read_ref(store.controldir, target.tracking_ref)
-        if last_seen is None:
-            store.repo.refs.add_if_new(target.tracking_ref, local)
-        elif last_seen != local and descends_from(node, last_seen, local):
-            store.repo.refs.set_if_equals(target.tracking_ref, last_seen, local)
     before = holder["before"]
+    status = (result.ref_status or {}).get(LEDGER_REF)
+    if before != local and status is not None:
+        raise NonFastForward(
+            f"remote {target.name} refused the update of refs/heads/ledger: {status}",
+            hint="another machine pushed meanwhile: pull, then push (perfledger sync)",
+        )
+    with contextlib.suppress(Exception):  # the tracking ref only ever moves forward
+        last_seen = read_ref(store.controldir, target.tracking_ref)
+        if last_seen is None or descends_from(node, last_seen, local):
+            _move_tracking_ref(store.repo, target, last_seen, local)
     return PushResult(
         remote=target.name,
         url=target.url,
         before=before.decode() if before else None,
         after=local.decode(),
-        pushed=pushed,
+        pushed=before != local,
         elapsed_s=time.perf_counter() - started,
     )
 

@@ -153,7 +153,7 @@ class CommitGraph:
     disagree about what a valid event is (shas binary).
 
     Pass 1 (the constructor) walks the commits reachable from ``tip``, each checked on its own
-    (:func:`check_commit`), no event in two commits; commits for which ``is_local`` is true
+    (:func:`_read_commit`), no event in two commits; commits for which ``is_local`` is true
     (already verified) are not walked, and ``has_event`` names events a local commit carries.
     Pass 2 (:meth:`check_events`) checks every walked event in the total order. Attributes:
     ``nodes`` (sha -> :class:`CommitNode`), ``commit_of`` (event id -> sha), ``walked``,
@@ -262,9 +262,10 @@ class CommitGraph:
 
 
 def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[str, str]]:
-    """Read the commit ``sha`` through the checking reader, check it on its own
-    (:func:`check_commit`) and return it with its trailers.
-    Raises: IntegrityError naming the commit (and the event it claims, where readable).
+    """Read the commit ``sha`` through the checking reader, check it on its own (a merge has
+    no ledger trailers, at least two parents and the empty tree; an event commit has
+    well-formed Event-Id and Lamport trailers and at most one parent) and return it with its
+    trailers. Raises: IntegrityError naming the commit (and the event it claims, if readable).
     """
     try:
         type_num, raw = reader.read(sha)
@@ -276,14 +277,6 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
         )
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
-    check_commit(sha, commit, trailers)
-    return commit, trailers
-
-
-def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
-    """Check one commit on its own: a merge has no ledger trailers, at least two parents and
-    the empty tree; an event commit has well-formed Event-Id and Lamport trailers and at most
-    one parent. Raises: IntegrityError naming the commit (binary ``sha``) and its event."""
     event_id = trailers.get("Event-Id")
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
@@ -314,6 +307,7 @@ def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> 
                 commit=sha.hex(),
                 event_id=event_id,
             )
+    return commit, trailers
 
 
 def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
