@@ -713,13 +713,7 @@ class GitStore:
             self._index.load(self._index_file, self._head_exists)
 
     def _head_exists(self, head: bytes) -> bool:
-        """True when commit ``head`` (hex) is the current head (no read needed), a loose
-        object, or (looked up through dulwich) a packed one."""
-        current: bytes | None = None
-        with contextlib.suppress(OSError):
-            current = read_ref(self.controldir, LEDGER_REF)
-        if head == current:
-            return True
+        """True when commit ``head`` (hex) is in the object store."""
         try:
             with self._objects() as reader:
                 self._read_commit(reader, head)
@@ -742,12 +736,12 @@ class GitStore:
         if head == self._index.head:
             return
         previous = self._index.head
-        if head in self._index.reachable:  # moved back or sideways inside what we knew
-            self._rebuild(head)
-            return
         with self._bulk_reading():
-            if not self._index.walk_new(head, previous, self._entry):
-                self._rebuild(head)
+            # moved back or sideways inside what we knew, or forward from elsewhere: rebuild
+            if head in self._index.reachable or not self._index.walk_new(
+                head, previous, self._entry
+            ):
+                self._index.rebuild(head, self._entry)
 
     def _read_entry(self, sha: bytes) -> IndexEntry:
         """Read commit ``sha`` (hex) into an index entry (not re-hashed inside a walk).
@@ -800,11 +794,6 @@ class GitStore:
         finally:
             self._bulk.close()
             self._bulk = None
-
-    def _rebuild(self, head: bytes) -> None:
-        """Recompute the reachable set and the event and key maps from ``head``."""
-        with self._bulk_reading():
-            self._index.rebuild(head, self._entry)
 
     def _node(self, sha: bytes) -> CommitNode:
         entry = self._entry(sha)
