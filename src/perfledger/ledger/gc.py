@@ -1,25 +1,16 @@
-"""Reclaiming what killed writers and pulls leave behind (``perfledger gc``).
+"""Reclaiming what killed writers and pulls leave behind (``perfledger gc``; docs/storage.md, gc).
+Whether a live process may still be writing a file is never decided by its age:
 
-A writer killed mid-append, or a pull killed mid-fetch, leaves files that no ref reaches and that
-nothing else deletes (never a broken ledger: SPEC.md section 2). What is garbage, and how gc knows
-that no live process is still writing it (never by a file's age):
+- temporaries named after their writer's pid (``tmp_obj_<pid>_<n>``, ``tmp_pack_<pid>_<n>``,
+  ``tmp_idx_<pid>_<n>``, ``perfledger/**/*.<pid>.tmp``) are removed when no process has that pid;
+- files whose writer cannot be named (half a pack, other ``tmp_*`` and ``*.lock`` files in
+  ``objects/pack``, older versions' ``perfledger/incoming-*.pack`` and ``retired-packs/``) only
+  while gc holds the *open guard* (``perfledger/gc.lock``, held shared by every open store)
+  exclusively, and no process on this machine holds the file open (``/proc``);
+- git's lock files (under ``refs/``, ``packed-refs.lock``, ``config.lock``) are listed, never
+  removed: they carry no owner.
 
-- temporaries whose name carries their writer's pid: ``objects/??/tmp_obj_<pid>_<n>``,
-  ``objects/pack/tmp_pack_<pid>_<n>`` and ``tmp_idx_<pid>_<n>``, ``perfledger/**/*.<pid>.tmp``:
-  removed when no process has that pid (a live one, even an unrelated process that reuses the
-  pid, keeps them);
-- files whose writer cannot be named: half a pack (``.pack`` or ``.idx`` alone), other
-  ``tmp_*`` files and ``*.lock`` in ``objects/pack`` (dulwich's), a pull's spooled
-  ``perfledger/incoming-*.pack``, ``perfledger/retired-packs/``: removed only while gc holds
-  the *open guard* (``perfledger/gc.lock``, which every open store holds shared by ``flock``)
-  exclusively (the kernel drops a dead holder's flock: no store is open), and no process on
-  this machine holds the file open (``/proc``).
-
-Other lock files (``*.lock`` under ``refs/``, ``packed-refs.lock``, ``config.lock``) are never removed:
-a git process may hold one, and git's locks carry no owner. gc lists them.
-
-The next writer does the cheap part (:func:`collect_dead_temporaries`): the pid-named
-temporaries of ``objects/pack``, one directory listing.
+The next writer does the cheap part (:func:`collect_dead_temporaries`).
 """
 
 from __future__ import annotations

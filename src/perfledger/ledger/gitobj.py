@@ -1,12 +1,9 @@
-"""Writing git objects fast: raw blob/tree/commit bytes, loose object files and packs.
+"""Writing git objects fast: raw blob/tree/commit bytes, loose object files and packs, durably
+(each file fsynced before its rename, then its directory: :mod:`perfledger.ledger.durable`).
 
 Why not dulwich's writers: their per-object work (``Tree``/``Commit`` objects, a zlib compressor
-per object) capped batched appends far below the goal. The formats are git's own, small and
-fixed (loose objects, pack v2, index v2 through :mod:`perfledger.ledger.packindex`); the tests
-check the result with ``git fsck --strict --full``.
-
-Durability: every file is fsynced before it is renamed into place, and its directory after
-(:mod:`perfledger.ledger.durable`), so an object is on disk before any ref can point at it.
+per object) capped batched appends far below the goal. The formats are git's own (loose objects,
+pack v2, index v2 through :mod:`perfledger.ledger.packindex`), checked by ``git fsck``.
 """
 
 from __future__ import annotations

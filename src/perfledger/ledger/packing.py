@@ -1,20 +1,15 @@
-"""Keeping the number of git packs bounded however many events are appended (a pack per
-append makes reads collapse: GUIDE.md pitfalls). Single appends are written as loose objects
-and a batch as one pack, then:
+"""Keeping the number of git packs bounded however many events are appended (a pack per append
+makes reads collapse: GUIDE.md pitfalls; docs/storage.md, Packing and claim 7). Single appends
+write loose objects and a batch one pack, then, in the appending process after its ref moved:
 
-1. when a writer has left :data:`LOOSE_PACK_THRESHOLD` loose objects, they are packed into one
-   pack (fsynced), then the loose files are deleted. Deleting a loose object that is already in
-   a durable pack is always safe to interrupt; one left behind is packed again and
-   deduplicated by the next merge;
-2. when there are more than :data:`MAX_PACKS` packs, the smallest are merged geometrically (each
-   remaining pack at least :data:`GEOMETRIC_FACTOR` times the sum of the smaller ones, as git's
-   ``repack --geometric``), streaming objects so memory does not grow with the ledger; once the
-   merged pack is durable, the merged-away packs are deleted (index first). A pack holding
-   deltas (written by git's own ``gc``) is left out: git keeps it compact.
+1. a writer that has left :data:`LOOSE_PACK_THRESHOLD` loose objects packs them into one durable
+   pack, then deletes them (one left behind by a kill is packed again, deduplicated on merge);
+2. more than :data:`MAX_PACKS` packs are merged geometrically (as git's ``repack --geometric``),
+   streaming entries, the merged-away packs deleted (index first) once the merged one is
+   durable. A pack holding deltas (git's own ``gc`` wrote it) is left out: git keeps it compact.
 
-Both run in the appending process, after its ref moved. Only one process packs at a time (a
-non-blocking ``flock``); the others skip. Readers are safe throughout: an object is always in
-at least one durable place, and a reader that misses an object rescans the pack directory.
+One process packs at a time (a non-blocking ``flock``); an object is always in at least one
+durable place, and a reader that misses one rescans the pack directory.
 """
 
 from __future__ import annotations

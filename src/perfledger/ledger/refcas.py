@@ -1,19 +1,14 @@
-"""Compare-and-swap of a loose git ref with git's lock-file protocol (``lockfile.c``).
+"""Compare-and-swap of a loose git ref with git's lock-file protocol (``lockfile.c``): create
+``<ref>.lock`` exclusively holding the new value (fsynced), read and compare the ref, rename the
+lock over it; the caller fsyncs the ref's directory. git and dulwich back off on our lock as we
+do on theirs.
 
-A swap creates ``<ref>.lock`` exclusively, holding the new value (fsynced), reads the ref while
-holding the lock, compares, renames the lock over the ref; the caller then fsyncs the ref's
-directory. A git CLI or dulwich writer sees the same lock and backs off, as this module does on
-theirs.
-
-Whose lock is it? A killed perfledger writer's lock must be recovered, and another program's
-(git can hold one for seconds) never broken (SPEC.md section 2); age tells neither. So a writer
-marks its lock by what it holds: it writes the lock's content under an *owner name* of its own
-in ``owner_dir`` (same filesystem), holding an ``flock`` on it, fsyncs it, then links it to
-``<ref>.lock`` (``link(2)`` is exclusive, as ``O_EXCL`` is); after the rename over the ref (or
-an abort) it removes the owner name and closes the file. A lock also linked under an owner name
-whose flock is free was left by a dead writer (the kernel releases a dead holder's flock) and is
-removed (:func:`break_dead_lock`); any other lock is waited for, bounded, and reported. Without
-hard links the lock is made with ``O_EXCL`` directly, unmarked: reported if left, never broken.
+Whose lock is it? Age tells nothing (git can hold one for seconds), so a writer marks its lock:
+the content is written under an *owner name* of its own in ``owner_dir``, flocked, fsynced, then
+hard-linked to ``<ref>.lock`` (``link(2)`` is exclusive). A lock linked to an owner name whose
+flock is free was left by a dead writer and is removed (:func:`break_dead_lock`); any other lock
+(git's; an unmarked one where there are no hard links) is never broken. docs/storage.md, claims
+5 and 6.
 """
 
 from __future__ import annotations

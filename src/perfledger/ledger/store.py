@@ -1,14 +1,11 @@
-"""The git-backed event store (SPEC.md section 2). Names on disk: :mod:`perfledger.ledger.layout`;
-an event as git objects: :mod:`perfledger.ledger.objects`. The format version in the config is
-checked before anything else is read.
+"""The git-backed event store (SPEC.md section 2; docs/storage.md). Names on disk:
+:mod:`perfledger.ledger.layout`; an event as git objects: :mod:`perfledger.ledger.objects`.
 
-Append protocol: build the objects, write them durably (loose objects, or one pack for a batch;
-each file fsynced before its rename, then its directory), then compare-and-swap the ref from the
-head the decision was made on to the new commit (:mod:`perfledger.ledger.refcas`), then fsync
-the ref's directory. A crash at any instant leaves the old head or the new one: objects without
-a ref pointing at them are unreachable garbage, never a broken ledger. A lost race re-runs the
-decision on the new head. Packing (:mod:`perfledger.ledger.packing`) runs in the appending
-process, after the ref moved, when a threshold is crossed.
+Append: build the objects, write them durably (loose, or one pack for a batch), compare-and-swap
+the ref from the head the decision was made on (:mod:`perfledger.ledger.refcas`), fsync the
+ref's directory. A crash leaves the old head or the new one (unreachable objects are garbage,
+never a broken ledger); a lost race re-runs the decision on the new head. Packing
+(:mod:`perfledger.ledger.packing`) runs after the ref moved.
 """
 
 from __future__ import annotations
