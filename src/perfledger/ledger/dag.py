@@ -61,27 +61,12 @@ class EventHeads:
         return cached
 
     def _dominated(self, event_id: str, others: set[str]) -> bool:
-        """True when ``event_id`` is an ancestor of another event in ``others`` (each walk
-        stops below its Lamport clock: clocks strictly increase along edges)."""
+        """True when ``event_id`` is an ancestor of another event in ``others``."""
         target = self.commit_of(event_id)
-        floor = self.node(target).lamport
-        for other in others:
-            if other == event_id:
-                continue
-            stack = [self.commit_of(other)]
-            seen: set[bytes] = set()
-            while stack:
-                sha = stack.pop()
-                if sha == target:
-                    return True
-                if sha in seen:
-                    continue
-                seen.add(sha)
-                node = self.node(sha)
-                if node.event_id is not None and node.lamport <= floor:
-                    continue
-                stack.extend(node.parents)
-        return False
+        return any(
+            other != event_id and descends_from(self.node, target, self.commit_of(other))
+            for other in others
+        )
 
 
 #: The deterministic total order of events (SPEC.md section 2, Order): by ``(lamport, id)``.
