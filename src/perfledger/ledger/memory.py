@@ -8,7 +8,7 @@ processes. Artifacts are checked on read like the git store's.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import blake3
 
@@ -20,6 +20,7 @@ from perfledger.ledger.base import (
     OPTIMISTIC_ATTEMPTS,
     Decide,
     EventDraft,
+    EventStore,
     HeadView,
     build_envelope,
     check_batch_keys,
@@ -28,7 +29,7 @@ from perfledger.ledger.base import (
 from perfledger.ledger.dag import in_total_order
 
 
-class MemoryStore:
+class MemoryStore(EventStore):
     """A linear event log in memory, head = the id of the last event; ``name`` is written in
     the root ``LedgerInitialized``."""
 
@@ -103,15 +104,6 @@ class MemoryStore:
                 return None  # a concurrent writer appended the same key: replay on retry
             self._commit(built)
         return [item.envelope for item in built]
-
-    def append(self, draft: EventDraft) -> Envelope:
-        """Append one event (or return the existing one with the same idempotency key)."""
-        return self.transact(lambda view: [draft])[0]
-
-    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
-        """Append events atomically: all or none."""
-        drafts = list(drafts)
-        return self.transact(lambda view: drafts)
 
     def iter_events(self) -> Iterator[Envelope]:
         """Yield every event in the total order (lamport, id)."""

@@ -38,6 +38,7 @@ from perfledger.ledger.base import (
     OPTIMISTIC_ATTEMPTS,
     Decide,
     EventDraft,
+    EventStore,
     HeadView,
     build_envelope,
     check_batch_keys,
@@ -129,7 +130,7 @@ def _check_format(path: str, version: bytes | None) -> None:
         )
 
 
-class GitStore:
+class GitStore(EventStore):
     """The on-disk event store: one git repository, events on ``refs/heads/ledger``.
 
     Use :meth:`init` to create a ledger and :meth:`open` to open one. Instances are not
@@ -519,18 +520,6 @@ class GitStore:
         return data
 
     # ------------------------------------------------------------------ appending
-
-    def append(self, draft: EventDraft) -> Envelope:
-        """Append one event durably; see :meth:`transact`.
-        Returns: the appended envelope, or the existing one with the same idempotency key.
-        Raises: BadRequest for a malformed draft; ConcurrentAppend when retries are exhausted.
-        """
-        return self.transact(lambda view: [draft])[0]
-
-    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
-        """Append ``drafts`` atomically (one commit each, one ref update): all or none."""
-        drafts = list(drafts)
-        return self.transact(lambda view: drafts)
 
     def transact(
         self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
