@@ -14,14 +14,10 @@ from typing import NamedTuple
 
 from perfledger.errors import IntegrityError
 from perfledger.events.envelope import Envelope
-from perfledger.ledger import layout
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
+from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
 
-#: Name of the envelope blob in each event commit's tree.
-EVENT_FILE = layout.EVENT_FILE
-#: Name of the subtree that holds artifact blobs, each named by its blake3 hex.
-ARTIFACTS_DIR = layout.ARTIFACTS_DIR
 #: Email written for every actor: git wants one, perfledger identifies actors by name only.
 ACTOR_EMAIL = b"perfledger"
 #: Characters of a payload's summary kept in a commit's subject.

@@ -51,9 +51,7 @@ from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.index import CommitIndex, IndexEntry, entry_from_raw
 from perfledger.ledger.objects import (
-    ARTIFACTS_DIR,
     EMPTY_TREE,
-    EVENT_FILE,
     ParsedCommit,
     build_event_objects,
     build_merge_commit,
@@ -70,7 +68,6 @@ if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does
 
 LEDGER_REF = layout.LEDGER_REF
 FORMAT_VERSION = layout.FORMAT_VERSION
-DERIVED_DIR = layout.DERIVED_DIR
 #: Batches of at least this many events are written as one pack instead of loose objects.
 PACK_BATCH_THRESHOLD = 8
 #: How long an append waits for a ref lock that another program (git) holds before it reports
@@ -149,7 +146,7 @@ class GitStore(EventStore):
             self.path = repo.path
             # a linked work tree keeps its objects and refs in the main repository's git dir
             self.controldir = repo.commondir()
-        self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
+        self.derived_dir = os.path.join(self.controldir, layout.DERIVED_DIR)
         # gc's open guard, held shared until close (or until the store is collected)
         guard = hold_open_guard(self.controldir)
         self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
@@ -444,7 +441,7 @@ class GitStore(EventStore):
     def _envelope_from(self, reader: ObjectReader, commit_sha: bytes, *, check: bool) -> Envelope:
         """Read the envelope of ``commit_sha`` through ``reader`` (``check``: re-hash objects).
         Raises: IntegrityError for a missing or malformed commit, tree or ``event.json``."""
-        blob_sha = _tree_entry(self._tree_of(reader, commit_sha, check), EVENT_FILE)
+        blob_sha = _tree_entry(self._tree_of(reader, commit_sha, check), layout.EVENT_FILE)
         if blob_sha is None:
             raise IntegrityError(
                 f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
@@ -504,7 +501,9 @@ class GitStore(EventStore):
             ref = envelope.artifacts.get(name)
             if ref is None:
                 raise BadRequest(f"event {event_id} has no artifact {name!r}")
-            art_tree_sha = _tree_entry(self._tree_of(reader, commit_sha, True), ARTIFACTS_DIR)
+            art_tree_sha = _tree_entry(
+                self._tree_of(reader, commit_sha, True), layout.ARTIFACTS_DIR
+            )
             art_tree = reader.read(art_tree_sha)[1] if art_tree_sha is not None else b""
             blob_sha = _tree_entry(art_tree, ref.blake3.encode())
             if blob_sha is None:

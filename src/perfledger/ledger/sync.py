@@ -209,18 +209,11 @@ class LastPull(msgspec.Struct):
 
 def record_pull(store: GitStore, result: PullResult) -> None:
     """Write the record of a pull or clone that brought events (best effort: derived data)."""
-    record = LastPull(
-        result.remote,
-        result.url,
-        result.before,
-        result.after,
-        result.action,
-        datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record = LastPull(result.remote, result.url, result.before, result.after, result.action, at)
+    path = os.path.join(store.derived_dir, layout.LAST_PULL_FILE)
     with contextlib.suppress(OSError):
-        write_derived(
-            os.path.join(store.derived_dir, layout.LAST_PULL_FILE), msgspec.json.encode(record)
-        )
+        write_derived(path, msgspec.json.encode(record))
 
 
 def last_pull(store: GitStore) -> LastPull | None:

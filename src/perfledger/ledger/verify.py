@@ -45,10 +45,9 @@ from perfledger.events.envelope import (
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
+from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
 from perfledger.ledger.objects import (
-    ARTIFACTS_DIR,
     EMPTY_TREE,
-    EVENT_FILE,
     ParsedCommit,
     actor_ident,
     event_trailers,
