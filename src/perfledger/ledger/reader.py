@@ -120,7 +120,8 @@ class ObjectReader:
 
     def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
         """Return (type number, content) of the object with binary ``sha`` (``check=False``:
-        a packed object is not re-hashed).
+        a packed or loose object is not re-hashed: a walk, or naming what a rewritten object
+        claims to be).
         Raises: IntegrityError when the object is missing or does not hash to its name.
         """
         where = self._locate(sha)
@@ -141,7 +142,7 @@ class ObjectReader:
                 return result
             # a delta entry: dulwich resolves it below
         else:
-            loose = read_loose(self._objects_dir, sha)
+            loose = read_loose(self._objects_dir, sha, check=check)
             if loose is not None:
                 return loose
         failure = ""
@@ -161,17 +162,6 @@ class ObjectReader:
             )
         _check_sha(sha, type_num, raw)
         return type_num, raw
-
-    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
-        """Return an object's (type, content) without checking it against its name, or None
-        when it cannot be read at all: for naming what a rewritten object claims to be."""
-        where = self._locate(sha)
-        try:
-            if where is not None:
-                return _read_packed(self._packs[where >> _PACK_SHIFT], where & _OFFSET_MASK)
-            return read_loose(self._objects_dir, sha, check=False)
-        except (OSError, zlib.error, IntegrityError):
-            return None
 
 
 def read_loose(objects_dir: str, sha: bytes, *, check: bool = True) -> tuple[int, bytes] | None:

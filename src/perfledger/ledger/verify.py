@@ -342,12 +342,12 @@ def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
 
 def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -> IntegrityError:
     """Name the event a corrupt commit claims to carry (its Event-Id trailer), if readable."""
-    content = reader.read_unchecked(sha)
-    if content is not None:
-        event_id = parse_trailers(content[1].partition(b"\n\n")[2]).get("Event-Id")
-        if event_id is not None:
-            return _named(exc, event_id, sha)
-    return exc
+    try:
+        content = reader.read(sha, check=False)[1]
+    except IntegrityError:
+        return exc
+    event_id = parse_trailers(content.partition(b"\n\n")[2]).get("Event-Id")
+    return exc if event_id is None else _named(exc, event_id, sha)
 
 
 def _verify_event(
@@ -558,13 +558,6 @@ class IncomingReader:
                 f"git object {sha.hex()} is missing from what the remote sent", commit=sha.hex()
             )
         return self.base.read(sha, check=check)
-
-    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
-        """As :meth:`ObjectReader.read_unchecked`."""
-        hit = self.incoming.get(sha)
-        if hit is not None:
-            return hit
-        return self.base.read_unchecked(sha) if self.base is not None else None
 
 
 @dataclass
