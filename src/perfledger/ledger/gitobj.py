@@ -159,10 +159,6 @@ def write_all(fd: int, data: bytes) -> None:
 
 def _entry_header(type_num: int, size: int) -> bytes:
     """Return a pack entry's header: type and size, little-endian base-128 (4 bits first)."""
-    if size < 0x800:  # an envelope, tree or commit: at most two bytes
-        if size < 0x10:
-            return bytes(((type_num << 4) | size,))
-        return bytes((0x80 | (type_num << 4) | (size & 0x0F), size >> 4))
     byte = (type_num << 4) | (size & 0x0F)
     size >>= 4
     out = bytearray()
