@@ -115,7 +115,3 @@ class MemoryStore(EventStore):
     def count(self) -> int:
         """Number of events."""
         return len(self._events)
-
-    def corrupt_artifact_for_tests(self, digest: str, data: bytes) -> None:
-        """Replace an artifact's bytes (contract tests check that reads then fail)."""
-        self._blobs[digest] = data

@@ -24,12 +24,8 @@ from perfledger.ledger.layout import REF_LOCK_SUFFIX as LOCK_SUFFIX
 
 
 class RefLocked(Exception):
-    """``<ref>.lock`` exists: another writer holds it (a lost race, git, or a dead writer)."""
-
-    def __init__(self, lock: str) -> None:
-        super().__init__(lock)
-        #: the lock file's path
-        self.lock = lock
+    """``<ref>.lock`` (the argument, its path) exists: another writer holds it (a lost race,
+    git, or a dead writer)."""
 
 
 def read_ref(git_dir: str, name: bytes) -> bytes | None:

@@ -675,7 +675,7 @@ class GitStore(EventStore):
                     fsync_dir(self._ref_dir)
                     return True
                 except RefLocked as exc:
-                    lock = exc.lock
+                    (lock,) = exc.args
                 # we hold the append lock, so no live perfledger writer is inside a swap
                 if break_dead_lock(lock, self.derived_dir):
                     continue
