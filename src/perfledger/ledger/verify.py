@@ -221,10 +221,20 @@ class CommitGraph:
         """Pass 2: check that every walked merge joins divergent heads, then check and decode
         every walked event in the total order and yield it; ``root`` is the root commit (b""
         when none was walked). Raises: IntegrityError naming the first bad event."""
-        for sha in self.walked:
-            node = self.nodes[sha]
-            if node.event_id is None:
-                check_merge_joins(self.dag, sha, node.parents)
+        for sha in self.walked:  # every merge joins divergent heads (SPEC.md section 2)
+            parents = self.nodes[sha].parents
+            if self.nodes[sha].event_id is not None:
+                continue
+            if len(set(parents)) != len(parents):
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} lists a parent twice", commit=sha.hex()
+                )
+            if len(self.dag.heads(sha)) < 2:
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} joins no divergent heads (one side already "
+                    "contains the other)",
+                    commit=sha.hex(),
+                )
         order = in_total_order(
             (node.lamport, node.event_id, sha)
             for sha in self.walked
@@ -307,19 +317,6 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
                 event_id=event_id,
             )
     return commit, trailers
-
-
-def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
-    """Check that merge commit ``sha`` joins divergent heads (SPEC.md section 2): distinct
-    parents, at least two event heads. Raises: IntegrityError naming the commit."""
-    if len(set(parents)) != len(parents):
-        raise IntegrityError(f"merge commit {sha.hex()} lists a parent twice", commit=sha.hex())
-    if len(dag.heads(sha)) < 2:
-        raise IntegrityError(
-            f"merge commit {sha.hex()} joins no divergent heads (one side already contains "
-            "the other)",
-            commit=sha.hex(),
-        )
 
 
 def _fail(message: str) -> IntegrityError:
