@@ -56,14 +56,10 @@ def hold_open_guard(controldir: str) -> int | None:
     """Take the open guard shared (every store, from open to close) and return its descriptor,
     to be closed at close; None where it cannot be created (a read-only ledger: nothing there
     to collect concurrently either). Blocks while gc holds it exclusively (a moment)."""
-    derived = os.path.join(controldir, layout.DERIVED_DIR)
+    path = os.path.join(controldir, layout.DERIVED_DIR, layout.GC_GUARD_FILE)
     try:
-        os.makedirs(derived, exist_ok=True)
-        fd = os.open(
-            os.path.join(derived, layout.GC_GUARD_FILE),
-            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-            0o644,
-        )
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
         return None
     try:

@@ -41,6 +41,7 @@ from dulwich.repo import Repo
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, PerfledgerError
 from perfledger.events.envelope import Envelope
 from perfledger.ledger import layout
+from perfledger.ledger.base import OPTIMISTIC_ATTEMPTS
 from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
@@ -52,10 +53,9 @@ from perfledger.ledger.verify import IncomingReport, verify_incoming
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
-#: Local compare-and-swap attempts when moving the ledger ref after a pull ...
+#: Local compare-and-swap attempts when moving the ledger ref after a pull (the first
+#: :data:`~perfledger.ledger.base.OPTIMISTIC_ATTEMPTS` optimistic, the rest under the writers' lock).
 LOCAL_ATTEMPTS = 50
-#: ... the first few optimistic, the rest under the writers' lock.
-OPTIMISTIC_JOINS = 3
 
 
 class RemoteRewritten(IntegrityError):
@@ -364,7 +364,7 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
     Returns (new head, action, merge commit or None)."""
     for attempt in range(LOCAL_ATTEMPTS):
         # optimistic first; after a few lost races, under the writers' lock (as transact does)
-        pessimistic = attempt >= OPTIMISTIC_JOINS
+        pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
         with store.writers_lock() if pessimistic else contextlib.nullcontext():
             local = store.read_head()
             if local == remote_head or store.reaches(remote_head, local):
