@@ -73,21 +73,9 @@ def make_commit(
     tree: bytes, parents: Sequence[bytes], who: bytes, seconds: int, message: bytes
 ) -> RawObject:
     """Return a commit object (author = committer = ``who``, time ``seconds`` UTC)."""
-    stamp = b"%s %d +0000\n" % (who, seconds)
-    raw = b"".join(
-        [
-            b"tree ",
-            tree,
-            b"\n",
-            *[b"parent " + p + b"\n" for p in parents],
-            b"author ",
-            stamp,
-            b"committer ",
-            stamp,
-            b"\n",
-            message,
-        ]
-    )
+    stamp = b"%s %d +0000" % (who, seconds)
+    parent_lines = b"".join(b"parent %s\n" % parent for parent in parents)
+    raw = b"tree %s\n%sauthor %s\ncommitter %s\n\n%s" % (tree, parent_lines, stamp, stamp, message)
     return make_object(COMMIT, raw)
 
 
@@ -114,14 +102,8 @@ def deflate(data: bytes) -> bytes:
     1)`` writes; setting up a compressor costs more), compressed otherwise. Any zlib reads it."""
     size = len(data)
     if size < STORE_BELOW_BYTES:
-        return b"".join(
-            [
-                _STORED_HEADER,
-                struct.pack("<HH", size, size ^ 0xFFFF),
-                data,
-                struct.pack(">I", zlib.adler32(data)),
-            ]
-        )
+        header = _STORED_HEADER + struct.pack("<HH", size, size ^ 0xFFFF)
+        return header + data + struct.pack(">I", zlib.adler32(data))
     return zlib.compress(data)
 
 

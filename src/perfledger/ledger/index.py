@@ -76,9 +76,7 @@ class CommitIndex:
 
     def add(self, sha: bytes, entry: IndexEntry) -> None:
         """Record a commit that is reachable from the ledger ref (its event becomes visible)."""
-        self.commits[sha] = IndexEntry(
-            entry.event_id, entry.lamport, list(entry.parents), entry.key
-        )
+        self.know(sha, entry)
         self.mark_reachable(sha)
 
     def mark_reachable(self, sha: bytes) -> None:

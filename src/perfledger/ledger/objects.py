@@ -94,11 +94,8 @@ def is_decimal(text: str) -> bool:
 
 
 def parse_trailers(message: bytes) -> dict[str, str]:
-    """Return the perfledger trailers of a commit message (last paragraph only).
-
-    A trailer that appears twice keeps its first value; ``verify`` reports the mismatch it
-    causes.
-    """
+    """Return the perfledger trailers of a commit message (last paragraph only); a trailer
+    that appears twice keeps its first value (``verify`` reports the mismatch it causes)."""
     cut = message.rstrip(b"\n").rfind(b"\n\n")
     if cut < 0:
         return {}
