@@ -123,10 +123,12 @@ def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
         directory = objects_dir + os.sep + hexsha[:2]
         data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
         final = directory + os.sep + hexsha[2:]
-        if directory not in touched and not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)  # the first object under this fan-out
+        try:
+            _write_durably(directory, TMP_OBJECT_PREFIX, final, [data])
+        except FileNotFoundError:  # the first object under this fan-out directory
+            os.makedirs(directory, exist_ok=True)
             touched.add(objects_dir)
-        _write_durably(directory, TMP_OBJECT_PREFIX, final, [data])
+            _write_durably(directory, TMP_OBJECT_PREFIX, final, [data])
         touched.add(directory)
     for directory in sorted(touched, reverse=True):  # fan-out directories before objects/
         fsync_dir(directory)

@@ -197,8 +197,8 @@ class GitStore(EventStore):
         """Create a ledger at ``path`` (a new repository, bare unless ``bare`` is False, or an
         existing git repository) and append the root ``LedgerInitialized`` event named ``name``
         (default: the directory's name) by ``actor``; ``remember_actor`` also writes ``actor``
-        to the config as ``perfledger.actor`` (the CLI's default actor on this clone).
-        Returns: the opened store.
+        to the config as ``perfledger.actor`` (the CLI's default actor on this clone); returns
+        the opened store.
         Raises: BadRequest when ``path`` already holds a ledger or is not usable, or ``actor`` is
             not a valid actor (checked before anything is created); ResourceError.
         """
@@ -249,12 +249,11 @@ class GitStore(EventStore):
             actor=actor,
         )
         built = build_envelope(draft, (), 1)
-        envelope = built.envelope
         commit, objects = build_event_objects(built, [])
         store._write_objects(objects, batch=False)
         if not store._compare_and_swap(None, commit.id):
             raise ConcurrentAppend(f"another process initialised {path} at the same time")
-        store._index.add(commit.id, IndexEntry(envelope.id, 1, [], None))
+        store._index.add(commit.id, IndexEntry(built.envelope.id, 1, [], None))
         store._index.head = commit.id
         store._index.loaded = True
         return store

@@ -114,9 +114,7 @@ class PushResult:
     pushed: bool
     elapsed_s: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready dict."""
-        return _fields(self)
+    to_json = _fields
 
 
 # ------------------------------------------------------------------------------ transport
@@ -168,16 +166,11 @@ def fetch(
     object_store = repo.object_store
 
     def determine_wants(refs: dict[bytes, bytes], depth: int | None = None) -> list[bytes]:
-        head = refs.get(LEDGER_REF)
-        holder["head"] = head
-        if head is None or head in object_store:
-            return []
-        return [head]
+        holder["head"] = head = refs.get(LEDGER_REF)
+        return [] if head is None or head in object_store else [head]
 
-    def parents(sha: bytes) -> list[bytes]:
-        if store is None:
-            return []
-        return list(store.commit_node(sha).parents)
+    def parents(sha: bytes) -> list[bytes]:  # of a local head (a clone offers none)
+        return list(store.commit_node(sha).parents) if store is not None else []
 
     walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
     # received in memory, as it is read anyway: a killed pull leaves no file behind

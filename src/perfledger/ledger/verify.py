@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import blake3
 import msgspec
@@ -57,6 +58,9 @@ from perfledger.ledger.objects import (
     split_ident,
 )
 from perfledger.ledger.reader import ObjectReader
+
+if TYPE_CHECKING:
+    from perfledger.ledger.store import GitStore
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 
@@ -108,19 +112,15 @@ def _ts_seconds(ts: str) -> int:
 
 
 def verify_store(
-    store: object,
+    store: GitStore,
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
 ) -> VerifyReport:
-    """Verify the ledger of a :class:`perfledger.ledger.store.GitStore` (typed loosely: no
-    import cycle) end to end, in the format ``format_version``; ``on_event`` gets every
-    verified event (payload upcast and decoded) in the total order.
+    """Verify the ledger of ``store`` end to end, in the format ``format_version``;
+    ``on_event`` gets every verified event (payload upcast and decoded) in the total order.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
-    from perfledger.ledger.store import GitStore
-
-    assert isinstance(store, GitStore)
     started = time.perf_counter()
     report = VerifyReport(ok=False, head="")
     reader = store.object_reader()
