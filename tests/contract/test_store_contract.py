@@ -343,7 +343,7 @@ class TestMemoryStore(StoreContract):
 
     def corrupt_artifact(self, store: Any, envelope: Envelope, name: str, data: bytes) -> None:
         """Swap the bytes kept under the artifact's digest."""
-        store.corrupt_artifact_for_tests(envelope.artifacts[name].blake3, data)
+        store._blobs[envelope.artifacts[name].blake3] = data
 
     @staticmethod
     def _run_threads(count: int, work: Callable[[int], Any]) -> list[Any]:

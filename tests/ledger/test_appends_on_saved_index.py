@@ -14,7 +14,7 @@ from perfledger.ledger.base import EventDraft
 def _ledger_with_saved_index(path: Path, note: Callable[..., EventDraft]) -> None:
     with Ledger.init(path, name="fast", actor="t") as ledger:
         ledger.store.append_batch([note(f"n{i}") for i in range(300)])
-        ledger.store._save_index()
+        ledger.store._index.save(ledger.store._index_file)
 
 
 def test_appends_in_a_new_process_chain_on_the_head_and_the_saved_index_catches_up(

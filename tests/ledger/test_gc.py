@@ -17,7 +17,7 @@ import pytest
 
 import perfledger
 from perfledger.ledger import gc as gc_module
-from perfledger.ledger import layout, store
+from perfledger.ledger import layout
 from perfledger.ledger.base import EventDraft
 
 PERFLEDGER = Path(sys.executable).with_name("perfledger")
@@ -49,11 +49,6 @@ def _batch(n: int, text: str) -> list[EventDraft]:
             for i in range(n)]  # fmt: skip
 
 
-def test_names_on_disk_match_the_store() -> None:
-    assert gc_module.DERIVED_DIR == store.DERIVED_DIR == layout.DERIVED_DIR
-    assert gc_module.GUARD_FILE == layout.GC_GUARD_FILE
-
-
 @pytest.mark.slow
 def test_gc_removes_what_killed_writers_and_a_killed_pull_left(tmp_path: Path) -> None:
     """Writers SIGKILLed at random instants, a pull SIGKILLed mid-way, and a
@@ -77,7 +72,7 @@ def test_gc_removes_what_killed_writers_and_a_killed_pull_left(tmp_path: Path) -
     with origin:
         for block in range(20):
             origin.append_batch(_batch(500, f"remote {block} " + "x" * 300))
-    derived = ledger_path / store.DERIVED_DIR
+    derived = ledger_path / layout.DERIVED_DIR
     pull = subprocess.Popen([str(PERFLEDGER), "--ledger", str(ledger_path), "pull", str(remote)])
     time.sleep(0.5)
     pull.kill()
@@ -121,7 +116,7 @@ def test_gc_leaves_alone_what_a_live_writer_may_be_writing(tmp_path: Path) -> No
     pack_dir = ledger_path / "objects" / "pack"
     orphan = pack_dir / ("pack-" + "1" * 40 + ".pack")
     shutil.copy(next(pack_dir.glob("pack-*.pack")), orphan)
-    spool = ledger_path / store.DERIVED_DIR / "incoming-abc.pack"
+    spool = ledger_path / layout.DERIVED_DIR / "incoming-abc.pack"
     spool.write_bytes(b"PACK")
     dead = pack_dir / f"tmp_pack_{_dead_pid()}_7"
     dead.write_bytes(b"PACK")

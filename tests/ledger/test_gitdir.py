@@ -25,10 +25,10 @@ def _git(*args: str | Path) -> str:
 def test_bare_and_work_tree_layouts_are_found(tmp_path: Path) -> None:
     bare = tmp_path / "bare.git"
     _git("init", "-q", "--bare", bare)
-    assert find_controldir(str(bare)) == (str(bare), str(bare), True)
+    assert find_controldir(str(bare)) == (str(bare), str(bare))
     tree = tmp_path / "tree"
     _git("init", "-q", tree)
-    assert find_controldir(str(tree)) == (str(tree), str(tree / ".git"), False)
+    assert find_controldir(str(tree)) == (str(tree), str(tree / ".git"))
     assert find_controldir(str(tmp_path / "missing")) is None
     assert find_controldir(str(tmp_path)) is None
 

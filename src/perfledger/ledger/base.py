@@ -204,7 +204,8 @@ def idempotent_replay(
 
 
 class EventStore(Protocol):
-    """The storage contract both stores satisfy (see ``tests/contract``)."""
+    """The storage contract both stores satisfy (see ``tests/contract``); both subclass it for
+    :meth:`append` and :meth:`append_batch`."""
 
     def head_view(self) -> HeadView:
         """Return the view at the current head."""
@@ -218,12 +219,14 @@ class EventStore(Protocol):
         ...
 
     def append(self, draft: EventDraft) -> Envelope:
-        """Append one event (or return the existing one with the same idempotency key)."""
-        ...
+        """Append one event (:meth:`transact`); returns it, or the recorded one with the same
+        idempotency key."""
+        return self.transact(lambda view: [draft])[0]
 
     def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
-        """Append events atomically: all or none."""
-        ...
+        """Append ``drafts`` atomically (one commit each, one head move): all or none."""
+        drafts = list(drafts)
+        return self.transact(lambda view: drafts)
 
     def iter_events(self) -> Iterator[Envelope]:
         """Yield every event in the deterministic total order (lamport, id)."""

@@ -28,27 +28,27 @@ CACHE_FORMAT = 2
 SECTION_GRACE_S = 10.0
 
 
-class Snapshot(msgspec.Struct):
-    """A cached projection state: the ``head`` (hex) it was folded up to, its ``code_version``
-    (perfledger, cache format and projection versions), the events folded and the last one's
-    Lamport clock and id, and ``sections`` (:func:`encode_fields`)."""
+class _Key(msgspec.Struct):
+    """What a snapshot was folded from: the ``head`` (hex), its ``code_version`` (perfledger,
+    cache format and projection versions), the events folded and the last one's Lamport clock
+    and id."""
 
     head: str
     code_version: str
     count: int
     last_lamport: int
     last_id: str
+
+
+class Snapshot(_Key):
+    """A cached projection state: its key and ``sections`` (:func:`encode_fields`)."""
+
     sections: dict[str, bytes]
 
 
-class _Manifest(msgspec.Struct):
+class _Manifest(_Key):
     """What ``<name>.msgpack`` holds: the snapshot's key and, per field, its section file."""
 
-    head: str
-    code_version: str
-    count: int
-    last_lamport: int
-    last_id: str
     sections: dict[str, str]
 
 
@@ -251,10 +251,6 @@ class LazyStruct:
             raise AttributeError(f"{self._struct_type.__name__} has no field {name!r}")
         self._raw.pop(fields[name].encode_name, None)
         object.__setattr__(self, name, value)
-
-    def decoded_fields(self) -> list[str]:
-        """The fields decoded (or assigned) so far, in declaration order."""
-        return [name for name in _fields(self._struct_type) if name in self.__dict__]
 
     def encode_fields(self) -> dict[str, bytes]:
         """The sections of the current value: untouched fields as the bytes they came from,

@@ -61,27 +61,12 @@ class EventHeads:
         return cached
 
     def _dominated(self, event_id: str, others: set[str]) -> bool:
-        """True when ``event_id`` is an ancestor of another event in ``others`` (each walk
-        stops below its Lamport clock: clocks strictly increase along edges)."""
+        """True when ``event_id`` is an ancestor of another event in ``others``."""
         target = self.commit_of(event_id)
-        floor = self.node(target).lamport
-        for other in others:
-            if other == event_id:
-                continue
-            stack = [self.commit_of(other)]
-            seen: set[bytes] = set()
-            while stack:
-                sha = stack.pop()
-                if sha == target:
-                    return True
-                if sha in seen:
-                    continue
-                seen.add(sha)
-                node = self.node(sha)
-                if node.event_id is not None and node.lamport <= floor:
-                    continue
-                stack.extend(node.parents)
-        return False
+        return any(
+            other != event_id and descends_from(self.node, target, self.commit_of(other))
+            for other in others
+        )
 
 
 #: The deterministic total order of events (SPEC.md section 2, Order): by ``(lamport, id)``.
@@ -100,31 +85,7 @@ def in_total_order(items: Iterable[tuple[int, str, T]]) -> list[T]:
 def descends_from(node: Callable[[bytes], CommitNode], ancestor: bytes, tip: bytes) -> bool:
     """True when commit ``ancestor`` is ``tip`` or one of its ancestors (hex bytes; ``node``:
     sha -> :class:`CommitNode`); the walk stops below ``ancestor``'s Lamport clock."""
-    if ancestor == tip:
-        return True
-    lamports: dict[bytes, int] = {}
-
-    def lamport(sha: bytes) -> int:
-        todo = [sha]
-        while todo:
-            current = todo[-1]
-            if current in lamports:
-                todo.pop()
-                continue
-            n = node(current)
-            if n.event_id is not None:
-                lamports[current] = n.lamport
-                todo.pop()
-                continue
-            missing = [p for p in n.parents if p not in lamports]
-            if missing:
-                todo.extend(missing)
-                continue
-            lamports[current] = max(lamports[p] for p in n.parents)
-            todo.pop()
-        return lamports[sha]
-
-    floor = lamport(ancestor)
+    floor = EventHeads(node, {}.__getitem__).lamport(ancestor)  # (no event lookup needed)
     stack, seen = [tip], set()
     while stack:
         sha = stack.pop()
@@ -134,9 +95,6 @@ def descends_from(node: Callable[[bytes], CommitNode], ancestor: bytes, tip: byt
             continue
         seen.add(sha)
         n = node(sha)
-        if n.event_id is not None and n.lamport <= floor:
-            continue
-        if n.event_id is None and lamport(sha) < floor:
-            continue
-        stack.extend(n.parents)
+        if n.event_id is None or n.lamport > floor:  # clocks strictly increase along edges
+            stack.extend(n.parents)
     return False

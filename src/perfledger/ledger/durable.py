@@ -1,14 +1,7 @@
-"""Durability: how an acknowledged append reaches the disk (SPEC.md section 2).
-
-One method, the portable one: every file perfledger writes (a loose object, a pack and its
-index, the ref's lock) is fsynced before it is renamed into place, and every directory that
-received a rename is fsynced after it. Objects are durable before the ref's lock is renamed over
-the ref, and the ref's directory is fsynced before the append is acknowledged, so a crash at any
-instant (power loss included) leaves the old head or the new one. The claims and their tests are
-listed in ``docs/storage.md``.
-
-A new repository is made durable before its first event (:func:`make_repository_durable`):
-dulwich's init fsyncs nothing, and an append fsyncs only its objects' and ref's directories.
+"""Flushing directories and a new repository (the durability claims: docs/storage.md). Every
+file perfledger writes is fsynced before its rename and its directory after it, so a crash at any
+instant leaves the old head or the new one; a new repository is made durable before its first
+event (:func:`make_repository_durable`: dulwich's init fsyncs nothing).
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
-"""Reclaiming what killed writers and pulls leave behind (``perfledger gc``).
+"""Reclaiming what killed writers and pulls leave behind (``perfledger gc``; docs/storage.md, gc).
+Whether a live process may still be writing a file is never decided by its age:
 
-A writer killed mid-append, or a pull killed mid-fetch, leaves files that no ref reaches and that
-nothing else deletes (never a broken ledger: SPEC.md section 2). What is garbage, and how gc knows
-that no live process is still writing it (never by a file's age):
+- temporaries named after their writer's pid (``tmp_obj_<pid>_<n>``, ``tmp_pack_<pid>_<n>``,
+  ``tmp_idx_<pid>_<n>``, ``perfledger/**/*.<pid>.tmp``) are removed when no process has that pid;
+- files whose writer cannot be named (half a pack, other ``tmp_*`` and ``*.lock`` files in
+  ``objects/pack``, older versions' ``perfledger/incoming-*.pack`` and ``retired-packs/``) only
+  while gc holds the *open guard* (``perfledger/gc.lock``, held shared by every open store)
+  exclusively, and no process on this machine holds the file open (``/proc``);
+- git's lock files (under ``refs/``, ``packed-refs.lock``, ``config.lock``) are listed, never
+  removed: they carry no owner.
 
-- temporaries whose name carries their writer's pid: ``objects/??/tmp_obj_<pid>_<n>``,
-  ``objects/pack/tmp_pack_<pid>_<n>`` and ``tmp_idx_<pid>_<n>``, ``perfledger/**/*.<pid>.tmp``:
-  removed when no process has that pid (a live one, even an unrelated process that reuses the
-  pid, keeps them);
-- files whose writer cannot be named: half a pack (``.pack`` or ``.idx`` alone), other
-  ``tmp_*`` files and ``*.lock`` in ``objects/pack`` (dulwich's), a pull's spooled
-  ``perfledger/incoming-*.pack``, ``perfledger/retired-packs/``: removed only while gc holds
-  the *open guard* (``perfledger/gc.lock``, which every open store holds shared by ``flock``)
-  exclusively (the kernel drops a dead holder's flock: no store is open), and no process on
-  this machine holds the file open (``/proc``).
-
-Other lock files (``*.lock`` under ``refs/``, ``packed-refs.lock``, ``config.lock``) are never removed:
-a git process may hold one, and git's locks carry no owner. gc lists them.
-
-The next writer does the cheap part (:func:`collect_dead_temporaries`): the pid-named
-temporaries of ``objects/pack``, one directory listing.
+The next writer does the cheap part (:func:`collect_dead_temporaries`).
 """
 
 from __future__ import annotations
@@ -34,11 +25,6 @@ from dataclasses import dataclass, field
 
 from perfledger.ledger import layout
 
-#: The derived directory (``<gitdir>/perfledger``) and the open guard inside it.
-DERIVED_DIR = layout.DERIVED_DIR
-GUARD_FILE = layout.GC_GUARD_FILE
-#: A directory under the derived one whose whole content is garbage once no store is open.
-_RETIRED_DIR = layout.LEGACY_RETIRED_PACKS_DIR
 #: Temporaries named after their writer's pid (gitobj's ``_create_tmp``; cache and index files).
 _PID_TEMP = re.compile(r"^tmp_(?:obj|pack|idx)_(\d+)_\d+$")
 _PID_SUFFIX_TEMP = re.compile(r"\.(\d+)\.tmp$")
@@ -70,12 +56,10 @@ def hold_open_guard(controldir: str) -> int | None:
     """Take the open guard shared (every store, from open to close) and return its descriptor,
     to be closed at close; None where it cannot be created (a read-only ledger: nothing there
     to collect concurrently either). Blocks while gc holds it exclusively (a moment)."""
-    derived = os.path.join(controldir, DERIVED_DIR)
+    path = os.path.join(controldir, layout.DERIVED_DIR, layout.GC_GUARD_FILE)
     try:
-        os.makedirs(derived, exist_ok=True)
-        fd = os.open(
-            os.path.join(derived, GUARD_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
-        )
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
         return None
     try:
@@ -156,11 +140,13 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
     report = GcReport()
     objects = os.path.join(controldir, "objects")
     pack_dir = os.path.join(objects, "pack")
-    derived = os.path.join(controldir, DERIVED_DIR)
+    derived = os.path.join(controldir, layout.DERIVED_DIR)
+    retired_dir = os.path.join(derived, layout.LEGACY_RETIRED_PACKS_DIR)
     unnamed: list[str] = []  # garbage whose writer cannot be named: needs the guard
 
     # loose temporaries: objects/tmp_obj_* and objects/??/tmp_obj_*
-    for directory in [objects, *_subdirs(objects, _FANOUT)]:
+    fanout = [os.path.join(objects, n) for n in _listdir(objects) if _FANOUT.match(n)]
+    for directory in [objects, *fanout]:
         for name in _listdir(directory):
             if name.startswith("tmp_"):
                 _pid_named(os.path.join(directory, name), report, dry_run, unnamed)
@@ -178,7 +164,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
             unnamed.append(path)
     # the derived directory: pid-named cache files, a pull's spool, retired packs
     for root, dirs, files in os.walk(derived):
-        retired = os.path.relpath(root, derived).split(os.sep)[0] == _RETIRED_DIR
+        retired = os.path.relpath(root, retired_dir).split(os.sep)[0] != os.pardir
         for name in files:
             path = os.path.join(root, name)
             if retired or (root == derived and name.startswith("incoming-")):
@@ -188,7 +174,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
         dirs.sort()
     with contextlib.ExitStack() as stack:
         try:  # exclusive: no store has the ledger open
-            held = stack.enter_context(try_flock(os.path.join(derived, GUARD_FILE)))
+            held = stack.enter_context(try_flock(os.path.join(derived, layout.GC_GUARD_FILE)))
         except OSError:
             held = False
         report.guard_held = held
@@ -202,7 +188,7 @@ def collect(controldir: str, *, dry_run: bool = False) -> GcReport:
                 _remove(path, report, dry_run)
         if held and not dry_run:
             with contextlib.suppress(OSError):  # the emptied directory itself
-                shutil.rmtree(os.path.join(derived, _RETIRED_DIR))
+                shutil.rmtree(retired_dir)
     for lock in _lock_files(controldir):
         report.kept.append((lock, "a lock file: a git process may hold it"))
     return report
@@ -239,10 +225,6 @@ def _listdir(directory: str) -> list[str]:
         return sorted(os.listdir(directory))
     except FileNotFoundError:
         return []
-
-
-def _subdirs(directory: str, pattern: re.Pattern[str]) -> list[str]:
-    return [os.path.join(directory, n) for n in _listdir(directory) if pattern.match(n)]
 
 
 def _lock_files(controldir: str) -> list[str]:

@@ -21,11 +21,10 @@ _SECTION = re.compile(rb"^\s*\[([^\]]*)\]\s*(?:[;#].*)?$")
 
 
 class GitLocation(NamedTuple):
-    """Where a repository lives: the ``path`` the caller named, its git directory, bare?"""
+    """Where a repository lives: the ``path`` the caller named and its git directory."""
 
     path: str
     controldir: str
-    bare: bool
 
 
 def find_controldir(path: str) -> GitLocation | None:
@@ -34,9 +33,9 @@ def find_controldir(path: str) -> GitLocation | None:
     None for any other layout (the caller then asks dulwich)."""
     dotgit = os.path.join(path, ".git")
     if os.path.isdir(os.path.join(dotgit, "objects")):
-        location = GitLocation(path, dotgit, False)
+        location = GitLocation(path, dotgit)
     elif os.path.isdir(os.path.join(path, "objects")) and os.path.isdir(os.path.join(path, "refs")):
-        location = GitLocation(path, path, True)
+        location = GitLocation(path, path)
     else:
         return None
     if os.path.exists(os.path.join(location.controldir, "commondir")):

@@ -1,12 +1,9 @@
-"""Writing git objects fast: raw blob/tree/commit bytes, loose object files and packs.
+"""Writing git objects fast: raw blob/tree/commit bytes, loose object files and packs, durably
+(each file fsynced before its rename, then its directory: :mod:`perfledger.ledger.durable`).
 
 Why not dulwich's writers: their per-object work (``Tree``/``Commit`` objects, a zlib compressor
-per object) capped batched appends far below the goal. The formats are git's own, small and
-fixed (loose objects, pack v2, index v2 through :mod:`perfledger.ledger.packindex`); the tests
-check the result with ``git fsck --strict --full``.
-
-Durability: every file is fsynced before it is renamed into place, and its directory after
-(:mod:`perfledger.ledger.durable`), so an object is on disk before any ref can point at it.
+per object) capped batched appends far below the goal. The formats are git's own (loose objects,
+pack v2, index v2 through :mod:`perfledger.ledger.packindex`), checked by ``git fsck``.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from typing import NamedTuple
 
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.layout import TMP_INDEX_PREFIX, TMP_OBJECT_PREFIX, TMP_PACK_PREFIX
-from perfledger.ledger.packindex import IndexArrays, concat, encode_index, read_index
+from perfledger.ledger.packindex import IndexArrays, concat, read_index
 
 #: git object type numbers (as in pack entries) and names.
 COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
@@ -76,21 +73,9 @@ def make_commit(
     tree: bytes, parents: Sequence[bytes], who: bytes, seconds: int, message: bytes
 ) -> RawObject:
     """Return a commit object (author = committer = ``who``, time ``seconds`` UTC)."""
-    stamp = b"%s %d +0000\n" % (who, seconds)
-    raw = b"".join(
-        [
-            b"tree ",
-            tree,
-            b"\n",
-            *[b"parent " + p + b"\n" for p in parents],
-            b"author ",
-            stamp,
-            b"committer ",
-            stamp,
-            b"\n",
-            message,
-        ]
-    )
+    stamp = b"%s %d +0000" % (who, seconds)
+    parent_lines = b"".join(b"parent %s\n" % parent for parent in parents)
+    raw = b"tree %s\n%sauthor %s\ncommitter %s\n\n%s" % (tree, parent_lines, stamp, stamp, message)
     return make_object(COMMIT, raw)
 
 
@@ -114,17 +99,11 @@ def _create_tmp(directory: str, prefix: str) -> tuple[int, str]:
 def deflate(data: bytes) -> bytes:
     """Return ``data`` as a zlib stream: below :data:`STORE_BELOW_BYTES` one stored deflate
     block framed by hand (RFC 1950/1951; byte for byte what ``zlib.compressobj(0, DEFLATED, 9,
-    1)`` writes), compressed otherwise."""
+    1)`` writes; setting up a compressor costs more), compressed otherwise. Any zlib reads it."""
     size = len(data)
     if size < STORE_BELOW_BYTES:
-        return b"".join(
-            [
-                _STORED_HEADER,
-                struct.pack("<HH", size, size ^ 0xFFFF),
-                data,
-                struct.pack(">I", zlib.adler32(data)),
-            ]
-        )
+        header = _STORED_HEADER + struct.pack("<HH", size, size ^ 0xFFFF)
+        return header + data + struct.pack(">I", zlib.adler32(data))
     return zlib.compress(data)
 
 
@@ -132,59 +111,25 @@ def deflate(data: bytes) -> bytes:
 _STORED_HEADER = b"\x18\x19\x01"
 
 
-def inflate(stream: bytes, size: int) -> bytes:
-    """Return the ``size`` bytes a zlib ``stream`` holds (bytes after it are ignored): one
-    stored block (:func:`deflate`) unframed directly, its Adler-32 checked; anything else
-    through zlib. Raises: zlib.error for a stream zlib cannot inflate.
-    """
-    if (
-        stream[:3] == _STORED_HEADER
-        and stream[3:7] == struct.pack("<HH", size, size ^ 0xFFFF)
-        and len(stream) >= size + 11
-    ):
-        raw = stream[7 : 7 + size]
-        if stream[7 + size : 11 + size] == zlib.adler32(raw).to_bytes(4, "big"):
-            return raw
-    return zlib.decompress(stream, 15, size or 1)
-
-
 def write_loose(objects_dir: str, objects: Sequence[RawObject]) -> None:
     """Write loose objects under ``objects_dir`` durably: each to a temporary file, fsynced,
-    renamed into place once every one is written (one that exists is replaced by the same
-    bytes); then every directory that received a rename is fsynced.
-    Raises: OSError from the filesystem; temporaries are removed, nothing renamed in part.
+    renamed into place (one that exists is replaced by the same bytes); then every directory
+    that received a rename is fsynced. Raises: OSError from the filesystem (the temporary is
+    removed; objects renamed before it are unreachable until a ref points at them).
     """
-    sep = os.sep
-    staged: list[tuple[str, str]] = []  # (temporary path, final path)
     touched: set[str] = set()
-    try:
-        for obj in objects:
-            hexsha = obj.id.decode()
-            directory = objects_dir + sep + hexsha[:2]
-            data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
-            # a unique temporary name, as git does: one left by a killed writer blocks nobody
-            try:
-                fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
-            except FileNotFoundError:  # the first object under this fan-out directory
-                os.makedirs(directory, exist_ok=True)
-                touched.add(objects_dir)
-                fd, tmp = _create_tmp(directory, TMP_OBJECT_PREFIX)
-            staged.append((tmp, directory + sep + hexsha[2:]))
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for index, (tmp, final) in enumerate(staged):
-            os.replace(tmp, final)
-            touched.add(os.path.dirname(final))
-            staged[index] = ("", final)
-    except BaseException:
-        for tmp, _ in staged:
-            if tmp:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        raise
+    for obj in objects:
+        hexsha = obj.id.decode()
+        directory = objects_dir + os.sep + hexsha[:2]
+        data = deflate(HEADER_FORMATS[obj.type_num] % len(obj.raw) + obj.raw)
+        final = directory + os.sep + hexsha[2:]
+        try:
+            _write_durably(directory, TMP_OBJECT_PREFIX, final, [data])
+        except FileNotFoundError:  # the first object under this fan-out directory
+            os.makedirs(directory, exist_ok=True)
+            touched.add(objects_dir)
+            _write_durably(directory, TMP_OBJECT_PREFIX, final, [data])
+        touched.add(directory)
     for directory in sorted(touched, reverse=True):  # fan-out directories before objects/
         fsync_dir(directory)
 
@@ -198,10 +143,6 @@ def write_all(fd: int, data: bytes) -> None:
 
 def _entry_header(type_num: int, size: int) -> bytes:
     """Return a pack entry's header: type and size, little-endian base-128 (4 bits first)."""
-    if size < 0x800:  # an envelope, tree or commit: at most two bytes
-        if size < 0x10:
-            return bytes(((type_num << 4) | size,))
-        return bytes((0x80 | (type_num << 4) | (size & 0x0F), size >> 4))
     byte = (type_num << 4) | (size & 0x0F)
     size >>= 4
     out = bytearray()
@@ -241,9 +182,12 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
     os.makedirs(pack_dir, exist_ok=True)
     base = os.path.join(pack_dir, "pack-" + checksum.hex())
     _write_durably(pack_dir, TMP_PACK_PREFIX, base + ".pack", [body, checksum])
-    _write_durably(
-        pack_dir, TMP_INDEX_PREFIX, base + ".idx", [encode_index(names, offsets, crcs, checksum)]
+    import numpy as np
+
+    index = IndexArrays(
+        np.array(names, dtype="S20"), np.array(offsets, dtype=np.uint64), np.array(crcs, np.uint32)
     )
+    _write_durably(pack_dir, TMP_INDEX_PREFIX, base + ".idx", [index.encode(checksum)])
     fsync_dir(pack_dir)
     return base
 
@@ -309,7 +253,10 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
         index = read_index(base + ".idx")
         if index is None or _holds_deltas(base + ".pack", index):
             raise DeltaEntry(base)
-        plans.append((base, index.by_offset()))
+        order = np.argsort(index.offsets, kind="stable")  # pack order
+        plans.append(
+            (base, IndexArrays(index.names[order], index.offsets[order], index.crcs[order]))
+        )
     everything = concat([index for _, index in plans])
     _, first_seen = np.unique(everything.names, return_index=True)
     keep = np.zeros(len(everything.names), dtype=bool)

@@ -76,9 +76,7 @@ class CommitIndex:
 
     def add(self, sha: bytes, entry: IndexEntry) -> None:
         """Record a commit that is reachable from the ledger ref (its event becomes visible)."""
-        self.commits[sha] = IndexEntry(
-            entry.event_id, entry.lamport, list(entry.parents), entry.key
-        )
+        self.know(sha, entry)
         self.mark_reachable(sha)
 
     def mark_reachable(self, sha: bytes) -> None:
@@ -139,16 +137,7 @@ class CommitIndex:
         self.reachable.clear()
         self.by_event.clear()
         self.keys.clear()
-        stack = [head]
-        while stack:
-            sha = stack.pop()
-            if sha in self.reachable:
-                continue
-            entry = self._known(sha, entry_of)
-            self.mark_reachable(sha)
-            stack.extend(entry.parents)
-        self.head = head
-        self.unsaved += 1
+        self.walk_new(head, None, entry_of)
 
     def ordered(self) -> list[bytes]:
         """The event commits reachable from :attr:`head` in the total order."""

@@ -1,25 +1,24 @@
 """An in-memory event store with the same contract as the git store (``tests/contract``).
 
-For tests and for deciders exercised without I/O. Thread-safe: appends compare-and-swap the head
-under a lock, and a lost race re-runs the decision, exactly as the git store does across
-processes. Artifacts are checked on read like the git store's.
+For tests and for deciders exercised without I/O. Thread-safe: a decision and its append run
+under one lock. Artifacts are checked on read like the git store's.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import blake3
 
-from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError
+from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import LedgerInitialized
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
-    OPTIMISTIC_ATTEMPTS,
     Decide,
     EventDraft,
+    EventStore,
     HeadView,
     build_envelope,
     check_batch_keys,
@@ -28,7 +27,7 @@ from perfledger.ledger.base import (
 from perfledger.ledger.dag import in_total_order
 
 
-class MemoryStore:
+class MemoryStore(EventStore):
     """A linear event log in memory, head = the id of the last event; ``name`` is written in
     the root ``LedgerInitialized``."""
 
@@ -63,55 +62,26 @@ class MemoryStore:
     def transact(
         self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
     ) -> list[Envelope]:
-        """Run ``decide`` on the head and append its drafts atomically; re-decide on a lost race
-        (as :meth:`perfledger.ledger.store.GitStore.transact`)."""
-        for attempt in range(max_attempts):
-            # As the git store does: optimistic first, then decide and commit under the lock, so
-            # that a writer losing race after race (10 threads on a loaded machine) progresses.
-            if attempt >= OPTIMISTIC_ATTEMPTS:
-                with self._lock:
-                    result = self._attempt(decide)
-            else:
-                result = self._attempt(decide)
-            if result is not None:
-                return result
-        raise ConcurrentAppend(f"could not append after {max_attempts} attempts")
-
-    def _attempt(self, decide: Decide) -> list[Envelope] | None:
-        """One decide-build-commit round; None when another writer moved the head first."""
-        view = self.head_view()
-        drafts = list(decide(view))
-        if not drafts:
-            return []
-        check_batch_keys(drafts)
-        existing = idempotent_replay(drafts, self.find_by_idempotency_key)
-        if existing is not None:
-            return existing
-        parents, lamport = view.event_heads, view.lamport
-        built = []
-        for draft in drafts:
-            lamport += 1
-            item = build_envelope(draft, parents, lamport)
-            built.append(item)
-            parents = (item.envelope.id,)
+        """Run ``decide`` on the head and append its drafts atomically. It runs under the
+        store's lock: no other writer of this process can move the head meanwhile, so no race
+        is lost (``max_attempts``, the protocol's, is never reached)."""
         with self._lock:
-            if self._events[-1].id != view.head:
-                return None  # lost the race: decide again on the new head
-            if any(
-                d.idempotency_key is not None and d.idempotency_key in self._keys for d in drafts
-            ):
-                return None  # a concurrent writer appended the same key: replay on retry
+            view = self.head_view()
+            drafts = list(decide(view))
+            if not drafts:
+                return []
+            check_batch_keys(drafts)
+            existing = idempotent_replay(drafts, self.find_by_idempotency_key)
+            if existing is not None:
+                return existing
+            parents, lamport = view.event_heads, view.lamport
+            built = []
+            for draft in drafts:
+                lamport += 1
+                built.append(build_envelope(draft, parents, lamport))
+                parents = (built[-1].envelope.id,)
             self._commit(built)
         return [item.envelope for item in built]
-
-    def append(self, draft: EventDraft) -> Envelope:
-        """Append one event (or return the existing one with the same idempotency key)."""
-        return self.transact(lambda view: [draft])[0]
-
-    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
-        """Append events atomically: all or none."""
-        drafts = list(drafts)
-        return self.transact(lambda view: drafts)
 
     def iter_events(self) -> Iterator[Envelope]:
         """Yield every event in the total order (lamport, id)."""
@@ -145,7 +115,3 @@ class MemoryStore:
     def count(self) -> int:
         """Number of events."""
         return len(self._events)
-
-    def corrupt_artifact_for_tests(self, digest: str, data: bytes) -> None:
-        """Replace an artifact's bytes (contract tests check that reads then fail)."""
-        self._blobs[digest] = data

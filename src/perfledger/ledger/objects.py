@@ -14,14 +14,10 @@ from typing import NamedTuple
 
 from perfledger.errors import IntegrityError
 from perfledger.events.envelope import Envelope
-from perfledger.ledger import layout
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
+from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
 
-#: Name of the envelope blob in each event commit's tree.
-EVENT_FILE = layout.EVENT_FILE
-#: Name of the subtree that holds artifact blobs, each named by its blake3 hex.
-ARTIFACTS_DIR = layout.ARTIFACTS_DIR
 #: Email written for every actor: git wants one, perfledger identifies actors by name only.
 ACTOR_EMAIL = b"perfledger"
 #: Characters of a payload's summary kept in a commit's subject.
@@ -98,11 +94,8 @@ def is_decimal(text: str) -> bool:
 
 
 def parse_trailers(message: bytes) -> dict[str, str]:
-    """Return the perfledger trailers of a commit message (last paragraph only).
-
-    A trailer that appears twice keeps its first value; ``verify`` reports the mismatch it
-    causes.
-    """
+    """Return the perfledger trailers of a commit message (last paragraph only); a trailer
+    that appears twice keeps its first value (``verify`` reports the mismatch it causes)."""
     cut = message.rstrip(b"\n").rfind(b"\n\n")
     if cut < 0:
         return {}

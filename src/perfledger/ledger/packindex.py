@@ -15,7 +15,6 @@ import hashlib
 import mmap
 import os
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -38,34 +37,18 @@ class IndexArrays:
     offsets: np.ndarray
     crcs: np.ndarray
 
-    def take(self, order: np.ndarray) -> IndexArrays:
-        """Return the entries at the positions ``order`` (an integer array), in that order."""
-        return IndexArrays(self.names[order], self.offsets[order], self.crcs[order])
-
-    def by_name(self) -> IndexArrays:
-        """Return the entries sorted by name (the order an index stores them in)."""
-        import numpy as np
-
-        return self.take(np.argsort(self.names, kind="stable"))
-
-    def by_offset(self) -> IndexArrays:
-        """Return the entries in pack order."""
-        import numpy as np
-
-        return self.take(np.argsort(self.offsets, kind="stable"))
-
     def encode(self, pack_checksum: bytes) -> bytes:
         """Return the bytes of the version-2 index of these entries (any order), built with
         numpy (no Python object per entry)."""
         import numpy as np
 
-        entries = self.by_name()
-        offsets = entries.offsets
+        order = np.argsort(self.names, kind="stable")
+        offsets = self.offsets[order]
         flagged = offsets >= _LARGE_FLAG
         small = offsets.astype(">u4")
         if flagged.any():  # packs over 2 GiB: 64-bit offsets in a side table
             small[flagged] = _LARGE_FLAG | np.arange(int(flagged.sum()), dtype=np.uint32)
-        names = entries.names.tobytes()
+        names = self.names[order].tobytes()
         firsts = np.frombuffer(names, dtype=np.uint8)[::20]  # the first byte of every name
         fanout = np.cumsum(np.bincount(firsts, minlength=256)).astype(">u4")
         body = b"".join(
@@ -73,7 +56,7 @@ class IndexArrays:
                 _MAGIC,
                 fanout.tobytes(),
                 names,
-                entries.crcs.astype(">u4").tobytes(),
+                self.crcs[order].astype(">u4").tobytes(),
                 small.tobytes(),
                 offsets[flagged].astype(">u8").tobytes(),
                 pack_checksum,
@@ -91,20 +74,6 @@ def concat(parts: list[IndexArrays]) -> IndexArrays:
         np.concatenate([p.offsets for p in parts]),
         np.concatenate([p.crcs for p in parts]),
     )
-
-
-def encode_index(
-    names: Sequence[bytes], offsets: Sequence[int], crcs: Sequence[int], pack_checksum: bytes
-) -> bytes:
-    """:meth:`IndexArrays.encode` of plain lists (binary names, byte offsets, CRC-32s)."""
-    import numpy as np
-
-    arrays = IndexArrays(
-        np.array(names, dtype="S20"),
-        np.array(offsets, dtype=np.uint64),
-        np.array(crcs, dtype=np.uint32),
-    )
-    return arrays.encode(pack_checksum)
 
 
 def pack_bases(pack_dir: str) -> list[str]:

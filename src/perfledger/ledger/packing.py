@@ -1,20 +1,15 @@
-"""Keeping the number of git packs bounded however many events are appended (a pack per
-append makes reads collapse: GUIDE.md pitfalls). Single appends are written as loose objects
-and a batch as one pack, then:
+"""Keeping the number of git packs bounded however many events are appended (a pack per append
+makes reads collapse: GUIDE.md pitfalls; docs/storage.md, Packing and claim 7). Single appends
+write loose objects and a batch one pack, then, in the appending process after its ref moved:
 
-1. when a writer has left :data:`LOOSE_PACK_THRESHOLD` loose objects, they are packed into one
-   pack (fsynced), then the loose files are deleted. Deleting a loose object that is already in
-   a durable pack is always safe to interrupt; one left behind is packed again and
-   deduplicated by the next merge;
-2. when there are more than :data:`MAX_PACKS` packs, the smallest are merged geometrically (each
-   remaining pack at least :data:`GEOMETRIC_FACTOR` times the sum of the smaller ones, as git's
-   ``repack --geometric``), streaming objects so memory does not grow with the ledger; once the
-   merged pack is durable, the merged-away packs are deleted (index first). A pack holding
-   deltas (written by git's own ``gc``) is left out: git keeps it compact.
+1. a writer that has left :data:`LOOSE_PACK_THRESHOLD` loose objects packs them into one durable
+   pack, then deletes them (one left behind by a kill is packed again, deduplicated on merge);
+2. more than :data:`MAX_PACKS` packs are merged geometrically (as git's ``repack --geometric``),
+   streaming entries, the merged-away packs deleted (index first) once the merged one is
+   durable. A pack holding deltas (git's own ``gc`` wrote it) is left out: git keeps it compact.
 
-Both run in the appending process, after its ref moved. Only one process packs at a time (a
-non-blocking ``flock``); the others skip. Readers are safe throughout: an object is always in
-at least one durable place, and a reader that misses an object rescans the pack directory.
+One process packs at a time (a non-blocking ``flock``); an object is always in at least one
+durable place, and a reader that misses one rescans the pack directory.
 """
 
 from __future__ import annotations
@@ -47,12 +42,9 @@ GEOMETRIC_FACTOR = 2
 
 
 def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple[int, int]:
-    """Pack loose objects and merge packs when thresholds are crossed, given the loose
-    objects and packs this writer wrote since it last packed (any new pack makes it count the
-    packs on disk).
-    Returns: the new (loose_written, packs_written): reset after the work is done, unchanged when
-        another process holds the packing lock (tried again on the next append).
-    """
+    """Pack and merge when a threshold is crossed, given the loose objects and packs this
+    writer wrote since it last packed. Returns: the new counts: reset once the work is done,
+    unchanged when another process holds the packing lock (tried again on the next append)."""
     if loose_written < LOOSE_PACK_THRESHOLD and packs_written == 0:
         return loose_written, packs_written
     with try_flock(os.path.join(store.derived_dir, PACK_LOCK_FILE)) as locked:
@@ -67,15 +59,25 @@ def maybe_pack(store: GitStore, loose_written: int, packs_written: int) -> tuple
 
 
 def pack_loose(store: GitStore) -> int:
-    """Move every loose object (each checked against its name; a corrupt one is moved aside)
-    into one new fsynced pack, then delete the loose files; returns how many were packed."""
+    """Pack every loose object (step 1); returns how many. A file that does not hold the object
+    it is named after (a power loss right after renaming a rewritten loose file leaves one,
+    unreachable) is moved into ``perfledger/corrupt-loose/`` as evidence, with a warning."""
     objects_dir = store._objects_dir
     objects: list[RawObject] = []
     files: list[str] = []
     corrupt_dir = os.path.join(store.derived_dir, CORRUPT_LOOSE_DIR)
-    for path, sha, found in _loose_objects(objects_dir, corrupt_dir):
-        objects.append(RawObject(*found, sha.hex().encode()))
-        files.append(path)
+    for path, hexsha in _loose_files(objects_dir):
+        try:
+            found = read_loose(objects_dir, bytes.fromhex(hexsha))
+        except IntegrityError as exc:
+            os.makedirs(corrupt_dir, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, os.path.join(corrupt_dir, hexsha))
+                _log.warning("%s; moved to %s", exc, corrupt_dir)
+            continue
+        if found is not None:  # None: it disappeared meanwhile
+            objects.append(RawObject(*found, hexsha.encode()))
+            files.append(path)
     if not objects:
         return 0
     write_pack(os.path.join(objects_dir, PACK_DIR), objects)
@@ -88,42 +90,24 @@ def pack_loose(store: GitStore) -> int:
 _HEX_NAME = re.compile(r"[0-9a-f]{2}|[0-9a-f]{38}")
 
 
-def _loose_objects(
-    objects_dir: str, corrupt_dir: str
-) -> Iterator[tuple[str, bytes, tuple[int, bytes]]]:
-    """Yield (path, binary sha, (type number, content)) for every loose object under
-    ``objects_dir``, each read back and checked; a file that disappears meanwhile is skipped.
-
-    A file that does not hold the object it is named after (a power loss right after renaming
-    a rewritten loose file leaves one, unreachable) is moved into ``corrupt_dir`` as evidence
-    with a warning; were one reachable, ``verify`` reports its event."""
+def _loose_files(objects_dir: str) -> Iterator[tuple[str, str]]:
+    """Yield (path, hex sha) of every loose object file under ``objects_dir``, in sha order
+    (not temporaries, ``pack/`` or ``info/``)."""
     try:
         fanout = os.listdir(objects_dir)
     except FileNotFoundError:
         return
     for prefix in sorted(fanout):
         if len(prefix) != 2 or not _HEX_NAME.fullmatch(prefix):
-            continue  # pack/, info/ and anything that is not a loose-object directory
+            continue
         directory = objects_dir + os.sep + prefix
         try:
             names = os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             continue
         for name in sorted(names):
-            if len(name) != 38 or not _HEX_NAME.fullmatch(name):
-                continue  # temporary files of a concurrent writer
-            sha = bytes.fromhex(prefix + name)
-            path = directory + os.sep + name
-            try:
-                found = read_loose(objects_dir, sha)
-            except IntegrityError as exc:
-                os.makedirs(corrupt_dir, exist_ok=True)
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(path, os.path.join(corrupt_dir, prefix + name))
-                    _log.warning("%s; moved to %s", exc, corrupt_dir)
-                continue
-            if found is not None:
-                yield path, sha, found
+            if len(name) == 38 and _HEX_NAME.fullmatch(name):
+                yield directory + os.sep + name, prefix + name
 
 
 def _geometric_split(sizes: list[int]) -> int:
@@ -142,10 +126,7 @@ def _geometric_split(sizes: list[int]) -> int:
 
 def merge_packs(store: GitStore, *, force: bool = False) -> int:
     """Merge packs geometrically when there are more than :data:`MAX_PACKS` (or all of them when
-    ``force``); returns the number of packs merged (0 when nothing was done).
-
-    The merged pack is durable before any merged-away pack is deleted (its index first, so
-    that no reader sees a pack without one)."""
+    ``force``); returns the number of packs merged (0 when nothing was done)."""
     pack_dir = os.path.join(store._objects_dir, PACK_DIR)
     sized: list[tuple[int, str]] = []
     for base in pack_bases(pack_dir):
@@ -182,12 +163,5 @@ def merge_packs(store: GitStore, *, force: bool = False) -> int:
 def pack_stats(store: GitStore) -> dict[str, int]:
     """Return ``{"packs": n, "loose": m}``: the complete packs and the loose objects in the
     ledger's object directory."""
-    objects_dir = store._objects_dir
-    loose = 0
-    with contextlib.suppress(FileNotFoundError):
-        for prefix in os.listdir(objects_dir):
-            if len(prefix) == 2 and _HEX_NAME.fullmatch(prefix):
-                with contextlib.suppress(NotADirectoryError, FileNotFoundError):
-                    names = os.listdir(os.path.join(objects_dir, prefix))
-                    loose += sum(1 for n in names if len(n) == 38 and _HEX_NAME.fullmatch(n))
-    return {"packs": len(pack_bases(os.path.join(objects_dir, PACK_DIR))), "loose": loose}
+    packs = len(pack_bases(os.path.join(store._objects_dir, PACK_DIR)))
+    return {"packs": packs, "loose": sum(1 for _ in _loose_files(store._objects_dir))}

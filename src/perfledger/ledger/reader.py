@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
-from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES, inflate
-from perfledger.ledger.packindex import MappedIndex, pack_bases, read_index
+from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES
+from perfledger.ledger.packindex import IndexArrays, MappedIndex, pack_bases, read_index
 
 if TYPE_CHECKING:
     from dulwich.object_store import DiskObjectStore
@@ -62,60 +62,37 @@ class ObjectReader:
         self._where: dict[bytes, int] = {}
         self._tables: list[tuple[int, Any, Any]] = []
         self._sparse: list[tuple[int, MappedIndex]] = []
-        indexes: list[tuple[str, Any, Any]] = []  # (base, names, offsets)
+        indexes: list[tuple[int, IndexArrays]] = []  # (pack number, its index)
         for base in pack_bases(os.path.join(self._objects_dir, "pack")):
-            if sparse:
-                self._open_sparse(base)
-                continue
-            try:
-                entries = read_index(base + ".idx")
-            except FileNotFoundError:
-                continue  # merged away by a concurrent writer: its objects are in the new pack
-            if entries is None:
-                continue  # an index layout we do not map: dulwich serves those objects
-            indexes.append((base, entries.names, entries.offsets))
-        use_tables = sum(len(names) for _, names, _ in indexes) > DICT_INDEX_MAX
-        for base, shas, offsets in indexes:
             # pread on a descriptor, not mmap: mapped pages of a large pack would count in the
-            # process's resident memory although the page cache holds them anyway.
+            # process's resident memory although the page cache holds them anyway
             try:
+                index = MappedIndex.open(base + ".idx") if sparse else read_index(base + ".idx")
                 fd = os.open(base + ".pack", os.O_RDONLY)
             except FileNotFoundError:
-                # merged away between listing and opening; lookups of its objects fall back to
-                # dulwich, which rescans the pack directory
+                continue  # merged away by a concurrent writer: dulwich rescans, finds the new pack
+            if index is None:  # an index layout we do not map: dulwich serves those objects
+                os.close(fd)
                 continue
-            number = len(self._packs)
             self._packs.append(fd)
+            if isinstance(index, MappedIndex):
+                self._sparse.append((len(self._packs) - 1, index))
+            else:
+                indexes.append((len(self._packs) - 1, index))
+        use_tables = sum(len(index.names) for _, index in indexes) > DICT_INDEX_MAX
+        for number, index in indexes:
             if use_tables:
-                self._tables.append((number, shas, offsets))
+                self._tables.append((number, index.names, index.offsets))
             else:
                 mapped = dict(
                     zip(
-                        shas.view("V20").tolist(),  # full 20 bytes (S20 items drop trailing zeros)
-                        (offsets | (number << _PACK_SHIFT)).tolist(),
+                        index.names.view("V20").tolist(),  # all 20 bytes (S20 drops trailing 0s)
+                        (index.offsets | (number << _PACK_SHIFT)).tolist(),
                         strict=True,
                     )
                 )
                 mapped.update(self._where)  # an object in two packs: the first pack's copy
                 self._where = mapped
-
-    def _open_sparse(self, base: str) -> None:
-        try:
-            index = MappedIndex.open(base + ".idx")
-            fd = os.open(base + ".pack", os.O_RDONLY)
-        except FileNotFoundError:
-            return  # merged away meanwhile: dulwich finds its objects in the new pack
-        if index is None:
-            os.close(fd)
-            return  # an index layout we do not map: dulwich serves those objects
-        number = len(self._packs)
-        self._packs.append(fd)
-        self._sparse.append((number, index))
-
-    def _store(self) -> DiskObjectStore:
-        if self._opened is None:
-            self._opened = self._open_store()
-        return self._opened
 
     def close(self) -> None:
         """Close the packs."""
@@ -128,13 +105,13 @@ class ObjectReader:
         self._sparse.clear()
 
     def _locate(self, sha: bytes) -> int | None:
+        where = self._where.get(sha)
+        if where is not None:
+            return where
         for number, index in self._sparse:
             offset = index.find(sha)
             if offset is not None:
                 return (number << _PACK_SHIFT) | offset
-        where = self._where.get(sha)
-        if where is not None or not self._tables:
-            return where
         for number, shas, offsets in self._tables:
             i = int(shas.searchsorted(sha))
             if i < len(shas) and shas[i : i + 1].tobytes() == sha:
@@ -143,12 +120,11 @@ class ObjectReader:
 
     def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
         """Return (type number, content) of the object with binary ``sha`` (``check=False``:
-        a packed object is not re-hashed).
+        a packed or loose object is not re-hashed: a walk, or naming what a rewritten object
+        claims to be).
         Raises: IntegrityError when the object is missing or does not hash to its name.
         """
-        where = self._where.get(sha)
-        if where is None:
-            where = self._locate(sha)
+        where = self._locate(sha)
         if where is not None:
             fd = self._packs[where >> _PACK_SHIFT]
             offset = where & _OFFSET_MASK
@@ -166,12 +142,14 @@ class ObjectReader:
                 return result
             # a delta entry: dulwich resolves it below
         else:
-            loose = read_loose(self._objects_dir, sha)
+            loose = read_loose(self._objects_dir, sha, check=check)
             if loose is not None:
                 return loose
         failure = ""
+        if self._opened is None:
+            self._opened = self._open_store()
         try:
-            type_num, raw = self._store().get_raw(sha)
+            type_num, raw = self._opened.get_raw(sha)
         except KeyError:
             raise IntegrityError(f"git object {sha.hex()} is missing", commit=sha.hex()) from None
         except Exception as exc:  # dulwich meeting a damaged entry (zlib, delta, buffer errors)
@@ -184,17 +162,6 @@ class ObjectReader:
             )
         _check_sha(sha, type_num, raw)
         return type_num, raw
-
-    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
-        """Return an object's (type, content) without checking it against its name, or None
-        when it cannot be read at all: for naming what a rewritten object claims to be."""
-        where = self._locate(sha)
-        try:
-            if where is not None:
-                return _read_packed(self._packs[where >> _PACK_SHIFT], where & _OFFSET_MASK)
-            return read_loose(self._objects_dir, sha, check=False)
-        except (OSError, zlib.error, IntegrityError):
-            return None
 
 
 def read_loose(objects_dir: str, sha: bytes, *, check: bool = True) -> tuple[int, bytes] | None:
@@ -276,7 +243,7 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
     window = size + (size // 16384 + 1) * 5 + 64
     stream = data[pos:] if pos + window <= len(data) else os.pread(fd, window, offset + pos)
     try:
-        raw = inflate(stream, size)
+        raw = zlib.decompress(stream, 15, size or 1)
     except zlib.error:
         raise IntegrityError(f"pack entry at offset {offset} is not a valid zlib stream") from None
     if len(raw) != size:

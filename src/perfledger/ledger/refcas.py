@@ -1,19 +1,14 @@
-"""Compare-and-swap of a loose git ref with git's lock-file protocol (``lockfile.c``).
+"""Compare-and-swap of a loose git ref with git's lock-file protocol (``lockfile.c``): create
+``<ref>.lock`` exclusively holding the new value (fsynced), read and compare the ref, rename the
+lock over it; the caller fsyncs the ref's directory. git and dulwich back off on our lock as we
+do on theirs.
 
-A swap creates ``<ref>.lock`` exclusively, holding the new value (fsynced), reads the ref while
-holding the lock, compares, renames the lock over the ref; the caller then fsyncs the ref's
-directory. A git CLI or dulwich writer sees the same lock and backs off, as this module does on
-theirs.
-
-Whose lock is it? A killed perfledger writer's lock must be recovered, and another program's
-(git can hold one for seconds) never broken (SPEC.md section 2); age tells neither. So a writer
-marks its lock by what it holds: it writes the lock's content under an *owner name* of its own
-in ``owner_dir`` (same filesystem), holding an ``flock`` on it, fsyncs it, then links it to
-``<ref>.lock`` (``link(2)`` is exclusive, as ``O_EXCL`` is); after the rename over the ref (or
-an abort) it removes the owner name and closes the file. A lock also linked under an owner name
-whose flock is free was left by a dead writer (the kernel releases a dead holder's flock) and is
-removed (:func:`break_dead_lock`); any other lock is waited for, bounded, and reported. Without
-hard links the lock is made with ``O_EXCL`` directly, unmarked: reported if left, never broken.
+Whose lock is it? Age tells nothing (git can hold one for seconds), so a writer marks its lock:
+the content is written under an *owner name* of its own in ``owner_dir``, flocked, fsynced, then
+hard-linked to ``<ref>.lock`` (``link(2)`` is exclusive). A lock linked to an owner name whose
+flock is free was left by a dead writer and is removed (:func:`break_dead_lock`); any other lock
+(git's; an unmarked one where there are no hard links) is never broken. docs/storage.md, claims
+5 and 6.
 """
 
 from __future__ import annotations
@@ -29,12 +24,8 @@ from perfledger.ledger.layout import REF_LOCK_SUFFIX as LOCK_SUFFIX
 
 
 class RefLocked(Exception):
-    """``<ref>.lock`` exists: another writer holds it (a lost race, git, or a dead writer)."""
-
-    def __init__(self, lock: str) -> None:
-        super().__init__(lock)
-        #: the lock file's path
-        self.lock = lock
+    """``<ref>.lock`` (the argument, its path) exists: another writer holds it (a lost race,
+    git, or a dead writer)."""
 
 
 def read_ref(git_dir: str, name: bytes) -> bytes | None:
@@ -181,64 +172,17 @@ def _create_unmarked_lock(path: str, lock: str, content: bytes) -> RefLock:
 
 
 def break_dead_lock(lock: str, owner_dir: str) -> bool:
-    """Remove ``lock`` when a dead perfledger writer left it (its file is linked under an
-    owner name in ``owner_dir`` and its flock is free). Call it holding the writers' lock.
+    """Remove the owner names in ``owner_dir`` whose flock is free (their writers are dead),
+    and ``lock`` when it is linked under one of them. Call it holding the writers' lock.
     Returns: True when the lock is gone; False when a live writer or another program holds it.
     Raises: OSError from the filesystem other than a missing file.
     """
     try:
-        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True
-    try:
-        st = os.fstat(fd)
-        owner = _owner_name(st, owner_dir) if st.st_nlink >= 2 else None
-        if owner is None:
-            return False  # not made by perfledger: another program's
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # its writer is alive
-        # the writer is dead; the name still refers to its file (nothing else can take an
-        # existing lock name, and only a dead writer's leftover is removed here)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(owner)
-        return True
-    finally:
-        os.close(fd)
-
-
-def _owner_name(st: os.stat_result, owner_dir: str) -> str | None:
-    """The owner name in ``owner_dir`` of the file described by ``st``, or None."""
-    try:
-        names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
-    except FileNotFoundError:
-        return None
-    for name in names:
-        candidate = os.path.join(owner_dir, name)
-        with contextlib.suppress(FileNotFoundError):
-            other = os.stat(candidate)
-            if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-                return candidate
-    return None
-
-
-def remove_dead_owner_names(owner_dir: str, lock: str) -> int:
-    """Remove the owner names that killed writers left in ``owner_dir`` (flock free), except
-    that of ``lock``; call it holding the writers' lock. Returns: how many were removed.
-    Raises: OSError from the filesystem."""
-    try:
-        names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
-    except FileNotFoundError:
-        return 0
-    try:
         held = os.stat(lock)
-        lock_id = (held.st_dev, held.st_ino)
+        names = [n for n in os.listdir(owner_dir) if n.startswith(OWNER_PREFIX)]
     except FileNotFoundError:
-        lock_id = None
-    removed = 0
+        return not os.path.exists(lock)
+    broken = False
     for name in names:
         path = os.path.join(owner_dir, name)
         try:
@@ -246,16 +190,17 @@ def remove_dead_owner_names(owner_dir: str, lock: str) -> int:
         except FileNotFoundError:
             continue
         try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == lock_id:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live writer's
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # its writer is dead; a lock linked to its file is still that writer's (nothing
+            # else can take an existing lock name)
+            if os.path.samestat(os.fstat(fd), held):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
+                broken = True
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-                removed += 1
+        except BlockingIOError:
+            pass  # a live writer's
         finally:
             os.close(fd)
-    return removed
+    return broken

@@ -50,16 +50,6 @@ def _check_name(name: str) -> None:
         )
 
 
-def looks_like_url(text: str) -> bool:
-    """True when ``text`` is a URL or a path rather than a remote name."""
-    return (
-        text.startswith(_URL_SCHEMES)
-        or "/" in text
-        or text.startswith(".")
-        or (":" in text and not text.startswith(":"))
-    )
-
-
 def list_remotes(repo: Repo) -> dict[str, str]:
     """Return ``{name: url}`` of the configured remotes, sorted by name."""
     config = repo.get_config()
@@ -126,7 +116,8 @@ def resolve_remote(repo: Repo, remote: str | None) -> Remote:
     configured = list_remotes(repo)
     if remote in configured:
         return Remote(remote, configured[remote])
-    if looks_like_url(remote):
+    url_or_path = remote.startswith((*_URL_SCHEMES, ".")) or "/" in remote
+    if url_or_path or (":" in remote and not remote.startswith(":")):
         url = _absolute(remote)
         return Remote("url-" + blake3.blake3(url.encode()).hexdigest()[:16], url)
     raise BadRequest(
@@ -140,7 +131,6 @@ __all__ = [
     "Remote",
     "add_remote",
     "list_remotes",
-    "looks_like_url",
     "remove_remote",
     "resolve_remote",
     "tracking_ref",

@@ -1,14 +1,11 @@
-"""The git-backed event store (SPEC.md section 2). Names on disk: :mod:`perfledger.ledger.layout`;
-an event as git objects: :mod:`perfledger.ledger.objects`. The format version in the config is
-checked before anything else is read.
+"""The git-backed event store (SPEC.md section 2; docs/storage.md). Names on disk:
+:mod:`perfledger.ledger.layout`; an event as git objects: :mod:`perfledger.ledger.objects`.
 
-Append protocol: build the objects, write them durably (loose objects, or one pack for a batch;
-each file fsynced before its rename, then its directory), then compare-and-swap the ref from the
-head the decision was made on to the new commit (:mod:`perfledger.ledger.refcas`), then fsync
-the ref's directory. A crash at any instant leaves the old head or the new one: objects without
-a ref pointing at them are unreachable garbage, never a broken ledger. A lost race re-runs the
-decision on the new head. Packing (:mod:`perfledger.ledger.packing`) runs in the appending
-process, after the ref moved, when a threshold is crossed.
+Append: build the objects, write them durably (loose, or one pack for a batch), compare-and-swap
+the ref from the head the decision was made on (:mod:`perfledger.ledger.refcas`), fsync the
+ref's directory. A crash leaves the old head or the new one (unreachable objects are garbage,
+never a broken ledger); a lost race re-runs the decision on the new head. Packing
+(:mod:`perfledger.ledger.packing`) runs after the ref moved.
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ from perfledger.ledger.base import (
     OPTIMISTIC_ATTEMPTS,
     Decide,
     EventDraft,
+    EventStore,
     HeadView,
     build_envelope,
     check_batch_keys,
@@ -53,9 +51,7 @@ from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.index import CommitIndex, IndexEntry, entry_from_raw
 from perfledger.ledger.objects import (
-    ARTIFACTS_DIR,
     EMPTY_TREE,
-    EVENT_FILE,
     ParsedCommit,
     build_event_objects,
     build_merge_commit,
@@ -65,20 +61,13 @@ from perfledger.ledger.objects import (
 )
 from perfledger.ledger.packing import maybe_pack
 from perfledger.ledger.reader import ObjectReader
-from perfledger.ledger.refcas import (
-    RefLocked,
-    break_dead_lock,
-    lock_ref,
-    read_ref,
-    remove_dead_owner_names,
-)
+from perfledger.ledger.refcas import RefLocked, break_dead_lock, lock_ref, read_ref
 
 if TYPE_CHECKING:  # dulwich is imported where it is used: opening a ledger does not need it
     from dulwich.repo import Repo
 
 LEDGER_REF = layout.LEDGER_REF
 FORMAT_VERSION = layout.FORMAT_VERSION
-DERIVED_DIR = layout.DERIVED_DIR
 #: Batches of at least this many events are written as one pack instead of loose objects.
 PACK_BATCH_THRESHOLD = 8
 #: How long an append waits for a ref lock that another program (git) holds before it reports
@@ -138,7 +127,7 @@ def _check_format(path: str, version: bytes | None) -> None:
         )
 
 
-class GitStore:
+class GitStore(EventStore):
     """The on-disk event store: one git repository, events on ``refs/heads/ledger``.
 
     Use :meth:`init` to create a ledger and :meth:`open` to open one. Instances are not
@@ -157,7 +146,7 @@ class GitStore:
             self.path = repo.path
             # a linked work tree keeps its objects and refs in the main repository's git dir
             self.controldir = repo.commondir()
-        self.derived_dir = os.path.join(self.controldir, DERIVED_DIR)
+        self.derived_dir = os.path.join(self.controldir, layout.DERIVED_DIR)
         # gc's open guard, held shared until close (or until the store is collected)
         guard = hold_open_guard(self.controldir)
         self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
@@ -193,13 +182,6 @@ class GitStore:
         reads). Close it after use."""
         return ObjectReader(lambda: self.repo.object_store, self._objects_dir, sparse=sparse)
 
-    def close_repo(self) -> None:
-        """Release the dulwich repository's files, if it was opened (reopened on next use)."""
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
-        self._repo = None
-
     # ------------------------------------------------------------------ opening
 
     @classmethod
@@ -215,8 +197,8 @@ class GitStore:
         """Create a ledger at ``path`` (a new repository, bare unless ``bare`` is False, or an
         existing git repository) and append the root ``LedgerInitialized`` event named ``name``
         (default: the directory's name) by ``actor``; ``remember_actor`` also writes ``actor``
-        to the config as ``perfledger.actor`` (the CLI's default actor on this clone).
-        Returns: the opened store.
+        to the config as ``perfledger.actor`` (the CLI's default actor on this clone); returns
+        the opened store.
         Raises: BadRequest when ``path`` already holds a ledger or is not usable, or ``actor`` is
             not a valid actor (checked before anything is created); ResourceError.
         """
@@ -267,12 +249,11 @@ class GitStore:
             actor=actor,
         )
         built = build_envelope(draft, (), 1)
-        envelope = built.envelope
         commit, objects = build_event_objects(built, [])
         store._write_objects(objects, batch=False)
         if not store._compare_and_swap(None, commit.id):
             raise ConcurrentAppend(f"another process initialised {path} at the same time")
-        store._index.add(commit.id, IndexEntry(envelope.id, 1, [], None))
+        store._index.add(commit.id, IndexEntry(built.envelope.id, 1, [], None))
         store._index.head = commit.id
         store._index.loaded = True
         return store
@@ -325,11 +306,14 @@ class GitStore:
         release the repository's files."""
         if self._index.unsaved >= _INDEX_SAVE_AT_CLOSE or not os.path.exists(self._index_file):
             with contextlib.suppress(OSError):
-                self._save_index()
+                self._index.save(self._index_file)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-        self.close_repo()
+        if self._finalizer is not None:  # dulwich's files (the repo reopens on next use)
+            self._finalizer()
+            self._finalizer = None
+        self._repo = None
         if self._release_guard is not None:  # last: gc may collect once every store is closed
             self._release_guard()  # a finalizer runs once: a second close does nothing
 
@@ -456,9 +440,7 @@ class GitStore:
     def _envelope_from(self, reader: ObjectReader, commit_sha: bytes, *, check: bool) -> Envelope:
         """Read the envelope of ``commit_sha`` through ``reader`` (``check``: re-hash objects).
         Raises: IntegrityError for a missing or malformed commit, tree or ``event.json``."""
-        raw = self._read_commit(reader, commit_sha, check=check)
-        _, tree_raw = reader.read(bytes.fromhex(raw[5:45].decode()), check=check)
-        blob_sha = _tree_entry(tree_raw, EVENT_FILE)
+        blob_sha = _tree_entry(self._tree_of(reader, commit_sha, check), layout.EVENT_FILE)
         if blob_sha is None:
             raise IntegrityError(
                 f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
@@ -468,6 +450,11 @@ class GitStore:
             return decode_envelope(data)
         except BadRequest as exc:
             raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+
+    def _tree_of(self, reader: ObjectReader, commit_sha: bytes, check: bool) -> bytes:
+        """The raw tree of commit ``commit_sha``. Raises: IntegrityError (missing, corrupt)."""
+        raw = self._read_commit(reader, commit_sha, check=check)
+        return reader.read(bytes.fromhex(raw[5:45].decode()), check=check)[1]
 
     def iter_recent(self, limit: int) -> Iterator[tuple[bytes, ParsedCommit, str, int]]:
         """Yield up to ``limit`` event commits newest first (descending (lamport, id)) as (hex
@@ -513,9 +500,9 @@ class GitStore:
             ref = envelope.artifacts.get(name)
             if ref is None:
                 raise BadRequest(f"event {event_id} has no artifact {name!r}")
-            raw = self._read_commit(reader, commit_sha)
-            _, tree = reader.read(bytes.fromhex(raw[5:45].decode()))
-            art_tree_sha = _tree_entry(tree, ARTIFACTS_DIR)
+            art_tree_sha = _tree_entry(
+                self._tree_of(reader, commit_sha, True), layout.ARTIFACTS_DIR
+            )
             art_tree = reader.read(art_tree_sha)[1] if art_tree_sha is not None else b""
             blob_sha = _tree_entry(art_tree, ref.blake3.encode())
             if blob_sha is None:
@@ -531,18 +518,6 @@ class GitStore:
         return data
 
     # ------------------------------------------------------------------ appending
-
-    def append(self, draft: EventDraft) -> Envelope:
-        """Append one event durably; see :meth:`transact`.
-        Returns: the appended envelope, or the existing one with the same idempotency key.
-        Raises: BadRequest for a malformed draft; ConcurrentAppend when retries are exhausted.
-        """
-        return self.transact(lambda view: [draft])[0]
-
-    def append_batch(self, drafts: Sequence[EventDraft]) -> list[Envelope]:
-        """Append ``drafts`` atomically (one commit each, one ref update): all or none."""
-        drafts = list(drafts)
-        return self.transact(lambda view: drafts)
 
     def transact(
         self, decide: Decide, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -561,7 +536,7 @@ class GitStore:
             # Optimistic first; after a few lost races, decide and write while holding the
             # writers' lock, so that a writer under heavy contention is guaranteed to progress.
             pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
-            with self._append_lock() if pessimistic else contextlib.nullcontext():
+            with self.writers_lock() if pessimistic else contextlib.nullcontext():
                 try:
                     result = self._attempt(decide)
                 except OSError as exc:
@@ -602,7 +577,7 @@ class GitStore:
         self._index.unsaved += len(entries)
         if self._index.unsaved >= max(_INDEX_SAVE_EVERY, len(self._index.commits) // 3):
             with contextlib.suppress(OSError):
-                self._save_index()
+                self._index.save(self._index_file)
         self._pack_if_due()
         return envelopes
 
@@ -639,12 +614,8 @@ class GitStore:
             commit, objs = build_event_objects(built, [parent_commit])
             objects.extend(objs)
             envelopes.append(envelope)
-            entries.append(
-                (
-                    commit.id,
-                    IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key),
-                )
-            )
+            entry = IndexEntry(envelope.id, lamport, [parent_commit], envelope.idempotency_key)
+            entries.append((commit.id, entry))
             parents = (envelope.id,)
             parent_commit = commit.id
         return envelopes, objects, parent_commit, entries
@@ -660,62 +631,52 @@ class GitStore:
             write_loose(self._objects_dir, objects)
             self._loose_written += len(objects)
 
-    def _swap_ref(self, expected: bytes | None, new: bytes) -> bool:
-        """Compare-and-swap the ledger ref durably (:mod:`refcas`, then the ref's directory
-        fsynced); False when it no longer holds ``expected``.
-        Raises: RefLocked when another process holds the ref's lock; OSError (ref unchanged).
-        """
-        held = lock_ref(self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir)
-        if held is None:  # the ref moved since ``expected`` was read
-            return False
-        held.commit()
-        fsync_dir(self._ref_dir)
-        return True
-
     @contextlib.contextmanager
-    def _append_lock(self) -> Iterator[None]:
-        """Hold the writers' advisory ``flock`` (re-entrant within this store).
-
-        The kernel releases it when a writer dies, so a ref lock file found while holding it
-        belongs to a dead perfledger writer or to a git process.
-        """
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
+    def writers_lock(self) -> Iterator[None]:
+        """Hold the writers' advisory ``flock`` (re-entrant within this store): every ref swap
+        holds it, and so does a read-decide-swap sequence that must not lose the race forever
+        (a pessimistic :meth:`transact` round, a pull joining a remote head). The kernel
+        releases it when a writer dies, so a ref lock file found while holding it belongs to a
+        dead perfledger writer or to a git process."""
         if self._lock_fd is None:  # opened once, kept for the store's life
             os.makedirs(self.derived_dir, exist_ok=True)
             path = os.path.join(self.derived_dir, layout.APPEND_LOCK_FILE)
             self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fd = self._lock_fd
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._lock_depth = 1
+        if not self._lock_depth:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        self._lock_depth += 1
         try:
             yield
         finally:
-            self._lock_depth = 0
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._lock_depth -= 1
+            if not self._lock_depth:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _compare_and_swap(self, expected: bytes | None, new: bytes) -> bool:
-        """Move the ledger ref from ``expected`` to ``new`` under the append lock; False on a
-        lost race. A dead perfledger writer's ref lock is removed (:func:`break_dead_lock`);
-        another program's is waited for, at most :data:`REF_LOCK_WAIT_S`.
-        Raises: ConcurrentAppend naming the lock when another program held it all that time.
+        """Move the ledger ref from ``expected`` to ``new`` durably (:mod:`refcas`, then the
+        ref's directory fsynced) under the writers' lock; False on a lost race. A dead
+        perfledger writer's ref lock is removed (:func:`break_dead_lock`); another program's
+        is waited for, at most :data:`REF_LOCK_WAIT_S`.
+        Raises: ConcurrentAppend naming the lock when another program held it all that time;
+            OSError (the ref unchanged).
         """
-        with self._append_lock():
+        with self.writers_lock():
             deadline: float | None = None
             while True:
                 try:
-                    return self._swap_ref(expected, new)
+                    held = lock_ref(
+                        self.controldir, LEDGER_REF, expected, new, owner_dir=self.derived_dir
+                    )
+                    if held is None:  # the ref moved since ``expected`` was read
+                        return False
+                    held.commit()
+                    fsync_dir(self._ref_dir)
+                    return True
                 except RefLocked as exc:
-                    lock = exc.lock
+                    (lock,) = exc.args
                 # we hold the append lock, so no live perfledger writer is inside a swap
                 if break_dead_lock(lock, self.derived_dir):
-                    with contextlib.suppress(OSError):
-                        remove_dead_owner_names(self.derived_dir, lock)
                     continue
                 now = time.monotonic()
                 if deadline is None:
@@ -736,22 +697,13 @@ class GitStore:
             self._index.load(self._index_file, self._head_exists)
 
     def _head_exists(self, head: bytes) -> bool:
-        """True when commit ``head`` (hex) is the current head (no read needed), a loose
-        object, or (looked up through dulwich) a packed one."""
-        current: bytes | None = None
-        with contextlib.suppress(OSError):
-            current = read_ref(self.controldir, LEDGER_REF)
-        if head == current:
-            return True
+        """True when commit ``head`` (hex) is in the object store."""
         try:
             with self._objects() as reader:
                 self._read_commit(reader, head)
         except (IntegrityError, ValueError):
             return False
         return True
-
-    def _save_index(self) -> None:
-        self._index.save(self._index_file)
 
     def _entry(self, sha: bytes) -> IndexEntry:
         """Return the index entry of commit ``sha``, reading the commit when it is not known."""
@@ -768,12 +720,12 @@ class GitStore:
         if head == self._index.head:
             return
         previous = self._index.head
-        if head in self._index.reachable:  # moved back or sideways inside what we knew
-            self._rebuild(head)
-            return
         with self._bulk_reading():
-            if not self._index.walk_new(head, previous, self._entry):
-                self._rebuild(head)
+            # moved back or sideways inside what we knew, or forward from elsewhere: rebuild
+            if head in self._index.reachable or not self._index.walk_new(
+                head, previous, self._entry
+            ):
+                self._index.rebuild(head, self._entry)
 
     def _read_entry(self, sha: bytes) -> IndexEntry:
         """Read commit ``sha`` (hex) into an index entry (not re-hashed inside a walk).
@@ -826,11 +778,6 @@ class GitStore:
         finally:
             self._bulk.close()
             self._bulk = None
-
-    def _rebuild(self, head: bytes) -> None:
-        """Recompute the reachable set and the event and key maps from ``head``."""
-        with self._bulk_reading():
-            self._index.rebuild(head, self._entry)
 
     def _node(self, sha: bytes) -> CommitNode:
         entry = self._entry(sha)
@@ -924,30 +871,21 @@ class GitStore:
         self._catch_up(head or self.read_head())
         return event_id in self._index.by_event
 
-    @contextlib.contextmanager
-    def writers_lock(self) -> Iterator[None]:
-        """Hold the writers' lock (re-entrant) so that a read-decide-swap sequence outside
-        :meth:`transact` (a pull joining a remote head) cannot lose the race forever."""
-        with self._append_lock():
-            yield
-
-    def index_commits(self, nodes: dict[bytes, CommitNode], keys: dict[bytes, str]) -> None:
-        """Record the structure of verified commits (hex sha -> node, and -> idempotency key)
-        in the derived index, without making their events visible."""
+    def adopt(
+        self, objects: Sequence[RawObject], nodes: dict[bytes, CommitNode], keys: dict[bytes, str]
+    ) -> None:
+        """Store verified objects received from a remote as one new pack (then keep the pack
+        count bounded), and record their commits' structure (hex sha -> node, and -> key) in
+        the derived index. Nothing refers to them, and no event is visible, until a ref moves."""
+        if objects:
+            self._write_objects(list(objects), batch=True)
+            self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
+            self._pack_if_due()
         self._ensure_index()
         for sha, node in nodes.items():
             if sha not in self._index.commits:
                 entry = IndexEntry(node.event_id, node.lamport, list(node.parents), keys.get(sha))
                 self._index.know(sha, entry)
-
-    def adopt_objects(self, objects: Sequence[RawObject]) -> None:
-        """Store verified objects received from a remote as one new pack, then keep the pack
-        count bounded. Nothing refers to them until a ref moves."""
-        if not objects:
-            return
-        self._write_objects(list(objects), batch=True)
-        self.repo.object_store.packs  # noqa: B018  (dulwich rescans the pack directory)
-        self._pack_if_due()
 
 
 _REVERSE_HEX = str.maketrans("0123456789abcdef", "fedcba9876543210")

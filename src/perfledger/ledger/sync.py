@@ -41,22 +41,21 @@ from dulwich.repo import Repo
 from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, PerfledgerError
 from perfledger.events.envelope import Envelope
 from perfledger.ledger import layout
+from perfledger.ledger.base import OPTIMISTIC_ATTEMPTS
 from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
-from perfledger.ledger.objects import EMPTY_TREE
 from perfledger.ledger.reader import read_pack
 from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
-from perfledger.ledger.verify import IncomingReader, IncomingReport, verify_incoming
+from perfledger.ledger.verify import IncomingReport, verify_incoming
 
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
-#: Local compare-and-swap attempts when moving the ledger ref after a pull ...
+#: Local compare-and-swap attempts when moving the ledger ref after a pull (the first
+#: :data:`~perfledger.ledger.base.OPTIMISTIC_ATTEMPTS` optimistic, the rest under the writers' lock).
 LOCAL_ATTEMPTS = 50
-#: ... the first few optimistic, the rest under the writers' lock.
-OPTIMISTIC_JOINS = 3
 
 
 class RemoteRewritten(IntegrityError):
@@ -115,9 +114,7 @@ class PushResult:
     pushed: bool
     elapsed_s: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready dict."""
-        return _fields(self)
+    to_json = _fields
 
 
 # ------------------------------------------------------------------------------ transport
@@ -156,41 +153,36 @@ def client(url: str) -> Iterator[tuple[Any, str]]:
             remote.close()
 
 
-@dataclass
-class Fetched:
-    """What a fetch brought: the remote's ledger head (None: no ledger branch) and the objects
-    received (binary sha -> (type, content)), each named from its content."""
-
-    remote_head: bytes | None
-    objects: dict[bytes, tuple[int, bytes]]
-
-
-def fetch(store: GitStore | None, repo: Repo, url: str, local_heads: list[bytes]) -> Fetched:
+def fetch(
+    store: GitStore | None, repo: Repo, target: Remote, local_heads: list[bytes]
+) -> tuple[bytes, dict[bytes, tuple[int, bytes]]]:
     """Fetch the remote's ledger branch: objects unpacked in memory, nothing written to the
     object store. ``local_heads`` (hex) are offered as haves; ``store`` gives their parents
-    (None for a clone). Raises: RemoteError; IntegrityError for a malformed pack."""
+    (None for a clone). Returns: (the remote's ledger head, the objects received: binary sha
+    -> (type, content), each named from its content).
+    Raises: BadRequest when the remote has no ledger branch; RemoteError; IntegrityError for
+        a malformed pack."""
     holder: dict[str, bytes | None] = {"head": None}
     object_store = repo.object_store
 
     def determine_wants(refs: dict[bytes, bytes], depth: int | None = None) -> list[bytes]:
-        head = refs.get(LEDGER_REF)
-        holder["head"] = head
-        if head is None or head in object_store:
-            return []
-        return [head]
+        holder["head"] = head = refs.get(LEDGER_REF)
+        return [] if head is None or head in object_store else [head]
 
-    def parents(sha: bytes) -> list[bytes]:
-        if store is None:
-            return []
-        return list(store.commit_node(sha).parents)
+    def parents(sha: bytes) -> list[bytes]:  # of a local head (a clone offers none)
+        return list(store.commit_node(sha).parents) if store is not None else []
 
     walker = ObjectStoreGraphWalker([h for h in local_heads if h in object_store], parents)
     # received in memory, as it is read anyway: a killed pull leaves no file behind
     received = bytearray()
-    with client(url) as (remote, path):
+    with client(target.url) as (remote, path):
         remote.fetch_pack(path, determine_wants, walker, received.extend)
-    objects = read_pack(received, object_store.get_raw) if received else {}
-    return Fetched(holder["head"], objects)
+    if holder["head"] is None:
+        raise BadRequest(
+            f"remote {target.name} ({target.url}) has no ledger branch (refs/heads/ledger)",
+            hint=f"push a ledger to it first: perfledger push {target.name}",
+        )
+    return holder["head"], read_pack(received, object_store.get_raw) if received else {}
 
 
 # ------------------------------------------------------------------------------ last pull
@@ -210,18 +202,11 @@ class LastPull(msgspec.Struct):
 
 def record_pull(store: GitStore, result: PullResult) -> None:
     """Write the record of a pull or clone that brought events (best effort: derived data)."""
-    record = LastPull(
-        result.remote,
-        result.url,
-        result.before,
-        result.after,
-        result.action,
-        datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record = LastPull(result.remote, result.url, result.before, result.after, result.action, at)
+    path = os.path.join(store.derived_dir, layout.LAST_PULL_FILE)
     with contextlib.suppress(OSError):
-        write_derived(
-            os.path.join(store.derived_dir, layout.LAST_PULL_FILE), msgspec.json.encode(record)
-        )
+        write_derived(path, msgspec.json.encode(record))
 
 
 def last_pull(store: GitStore) -> LastPull | None:
@@ -277,17 +262,10 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
     repo = store.repo
     before = store.read_head()
     last_seen = read_ref(store.controldir, target.tracking_ref)
-    fetched = fetch(store, repo, target.url, [before] + ([last_seen] if last_seen else []))
-    remote_head = fetched.remote_head
-    if remote_head is None:
-        raise BadRequest(
-            f"remote {target.name} ({target.url}) has no ledger branch (refs/heads/ledger)",
-            hint="push to it first: perfledger push " + target.name,
-        )
-    report = _verify_and_check(store, target, fetched, last_seen)
-    if report.new_commits:
-        store.adopt_objects(report.objects)
-        store.index_commits(report.nodes, report.keys)
+    remote_head, objects = fetch(store, repo, target, [before] + ([last_seen] if last_seen else []))
+    report = _verify_and_check(store, target, remote_head, objects, last_seen)
+    if report.nodes:
+        store.adopt(report.objects, report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
     after, action, merge = _join(store, remote_head, _node_function(store, report))
     result = PullResult(
@@ -299,7 +277,7 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
         action=action,
         merge_commit=merge.decode() if merge else None,
         new_events=[e.envelope for e in report.events] if action != "up_to_date" else [],
-        fetched_objects=len(fetched.objects),
+        fetched_objects=len(objects),
         elapsed_s=time.perf_counter() - started,
     )
     if action != "up_to_date":  # keep the record of the last pull that brought something
@@ -308,34 +286,32 @@ def pull(store: GitStore, remote: str | None = None) -> PullResult:
 
 
 def _verify_and_check(
-    store: GitStore | None, target: Remote, fetched: Fetched, last_seen: bytes | None
+    store: GitStore | None,
+    target: Remote,
+    remote_head: bytes,
+    objects: dict[bytes, tuple[int, bytes]],
+    last_seen: bytes | None,
 ) -> IncomingReport:
     """Verify the fetched commits and refuse a rewritten remote (report.objects: what to keep)."""
-    assert fetched.remote_head is not None
     base = store.object_reader() if store is not None else None
     try:
-        reader = IncomingReader(fetched.objects, base)
         head = store.read_head() if store is not None else b""
         report = verify_incoming(
-            reader,
-            fetched.remote_head,
+            objects,
+            base,
+            remote_head,
             is_local=lambda sha: store is not None and store.reaches(sha, head),
             has_event=lambda event_id: store is not None and store.has_event(event_id, head),
             format_version=FORMAT_VERSION,
-            clone=store is None,
         )
-        objects = reader.used_objects()
-        if report.merges:
-            objects.append(EMPTY_TREE)
-        report.objects = objects
-        if last_seen is not None and last_seen != fetched.remote_head:
+        if last_seen is not None and last_seen != remote_head:
             node = _node_function(store, report)
-            if not descends_from(node, last_seen, fetched.remote_head):
+            if not descends_from(node, last_seen, remote_head):
                 raise RemoteRewritten(
                     f"remote {target.name} ({target.url}) was rewritten: its ledger head "
-                    f"{fetched.remote_head.decode()} does not contain {last_seen.decode()}, the "
+                    f"{remote_head.decode()} does not contain {last_seen.decode()}, the "
                     "last head seen from it",
-                    commit=fetched.remote_head.decode(),
+                    commit=remote_head.decode(),
                     hint="nothing changed locally; find out who force-pushed, and restore the "
                     "remote by pushing from a clone that has the full history",
                 )
@@ -381,7 +357,7 @@ def _join(store: GitStore, remote_head: bytes, node: Any) -> tuple[bytes, str, b
     Returns (new head, action, merge commit or None)."""
     for attempt in range(LOCAL_ATTEMPTS):
         # optimistic first; after a few lost races, under the writers' lock (as transact does)
-        pessimistic = attempt >= OPTIMISTIC_JOINS
+        pessimistic = attempt >= OPTIMISTIC_ATTEMPTS
         with store.writers_lock() if pessimistic else contextlib.nullcontext():
             local = store.read_head()
             if local == remote_head or store.reaches(remote_head, local):
@@ -439,29 +415,23 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
 
     with client(target.url) as (remote_client, path):
         result = remote_client.send_pack(path, update_refs, generate_pack_data)
-    if holder["before"] == local:
-        pushed = False
-    else:
-        status = (result.ref_status or {}).get(LEDGER_REF)
-        if status is not None:
-            raise NonFastForward(
-                f"remote {target.name} refused the update of refs/heads/ledger: {status}",
-                hint="another machine pushed meanwhile: pull, then push (perfledger sync)",
-            )
-        pushed = True
-    with contextlib.suppress(Exception):
-        last_seen = read_ref(store.controldir, target.tracking_ref)
-        if last_seen is None:
-            store.repo.refs.add_if_new(target.tracking_ref, local)
-        elif last_seen != local and descends_from(node, last_seen, local):
-            store.repo.refs.set_if_equals(target.tracking_ref, last_seen, local)
     before = holder["before"]
+    status = (result.ref_status or {}).get(LEDGER_REF)
+    if before != local and status is not None:
+        raise NonFastForward(
+            f"remote {target.name} refused the update of refs/heads/ledger: {status}",
+            hint="another machine pushed meanwhile: pull, then push (perfledger sync)",
+        )
+    with contextlib.suppress(Exception):  # the tracking ref only ever moves forward
+        last_seen = read_ref(store.controldir, target.tracking_ref)
+        if last_seen is None or descends_from(node, last_seen, local):
+            _move_tracking_ref(store.repo, target, last_seen, local)
     return PushResult(
         remote=target.name,
         url=target.url,
         before=before.decode() if before else None,
         after=local.decode(),
-        pushed=pushed,
+        pushed=before != local,
         elapsed_s=time.perf_counter() - started,
     )
 
@@ -584,13 +554,9 @@ def clone(
     except BaseException:
         if created:
             shutil.rmtree(path, ignore_errors=True)
-        else:
-            for entry in os.listdir(path):
-                full = os.path.join(path, entry)
-                if os.path.isdir(full):
-                    shutil.rmtree(full, ignore_errors=True)
-                else:
-                    os.unlink(full)
+        else:  # empty the directory the caller gave
+            for entry in os.scandir(path):
+                (shutil.rmtree if entry.is_dir(follow_symlinks=False) else os.unlink)(entry.path)
         raise
 
 
@@ -602,27 +568,23 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     target = add_remote(repo, name, url)
     # the skeleton durable before its ref (see perfledger.ledger.durable)
     make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
-    fetched = fetch(None, repo, target.url, [])
-    if fetched.remote_head is None:
-        repo.close()
-        raise BadRequest(f"{url} holds no ledger (no refs/heads/ledger)")
-    report = _verify_and_check(None, target, fetched, None)
+    remote_head, objects = fetch(None, repo, target, [])
+    report = _verify_and_check(None, target, remote_head, objects, None)
     store = GitStore(repo)
-    store.adopt_objects(report.objects)
-    store.index_commits(report.nodes, report.keys)
-    _move_tracking_ref(repo, target, None, fetched.remote_head)
-    if not repo.refs.add_if_new(LEDGER_REF, fetched.remote_head):
+    store.adopt(report.objects, report.nodes, report.keys)
+    _move_tracking_ref(repo, target, None, remote_head)
+    if not repo.refs.add_if_new(LEDGER_REF, remote_head):
         raise ConcurrentAppend(f"another process created {path}'s ledger during the clone")
     fsync_dir(os.path.dirname(repo.refs.refpath(LEDGER_REF)))
     result = PullResult(
         remote=name,
         url=target.url,
         before="",
-        after=fetched.remote_head.decode(),
-        remote_head=fetched.remote_head.decode(),
+        after=remote_head.decode(),
+        remote_head=remote_head.decode(),
         action="cloned",
         new_events=[e.envelope for e in report.events],
-        fetched_objects=len(fetched.objects),
+        fetched_objects=len(objects),
         elapsed_s=time.perf_counter() - started,
     )
     record_pull(store, result)

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import blake3
 import msgspec
@@ -45,10 +46,9 @@ from perfledger.events.envelope import (
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
+from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
 from perfledger.ledger.objects import (
-    ARTIFACTS_DIR,
     EMPTY_TREE,
-    EVENT_FILE,
     ParsedCommit,
     actor_ident,
     event_trailers,
@@ -58,6 +58,9 @@ from perfledger.ledger.objects import (
     split_ident,
 )
 from perfledger.ledger.reader import ObjectReader
+
+if TYPE_CHECKING:
+    from perfledger.ledger.store import GitStore
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 
@@ -91,6 +94,11 @@ class VerifyReport:
 
 
 _PLAIN_TREE_PREFIX = b"100644 " + EVENT_FILE + b"\0"
+#: Git modes of a regular non-executable file and of a directory (a subtree).
+_REGULAR_FILE = 0o100644
+_DIRECTORY = 0o040000
+#: An artifact's name in ``artifacts/``: its blake3, 64 lowercase hex digits.
+_BLAKE3_NAME = re.compile(rb"[0-9a-f]{64}")
 
 
 def _ts_seconds(ts: str) -> int:
@@ -104,19 +112,15 @@ def _ts_seconds(ts: str) -> int:
 
 
 def verify_store(
-    store: object,
+    store: GitStore,
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     format_version: int,
 ) -> VerifyReport:
-    """Verify the ledger of a :class:`perfledger.ledger.store.GitStore` (typed loosely: no
-    import cycle) end to end, in the format ``format_version``; ``on_event`` gets every
-    verified event (payload upcast and decoded) in the total order.
+    """Verify the ledger of ``store`` end to end, in the format ``format_version``;
+    ``on_event`` gets every verified event (payload upcast and decoded) in the total order.
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
-    from perfledger.ledger.store import GitStore
-
-    assert isinstance(store, GitStore)
     started = time.perf_counter()
     report = VerifyReport(ok=False, head="")
     reader = store.object_reader()
@@ -148,7 +152,7 @@ class CommitGraph:
     disagree about what a valid event is (shas binary).
 
     Pass 1 (the constructor) walks the commits reachable from ``tip``, each checked on its own
-    (:func:`check_commit`), no event in two commits; commits for which ``is_local`` is true
+    (:func:`_read_commit`), no event in two commits; commits for which ``is_local`` is true
     (already verified) are not walked, and ``has_event`` names events a local commit carries.
     Pass 2 (:meth:`check_events`) checks every walked event in the total order. Attributes:
     ``nodes`` (sha -> :class:`CommitNode`), ``commit_of`` (event id -> sha), ``walked``,
@@ -217,10 +221,20 @@ class CommitGraph:
         """Pass 2: check that every walked merge joins divergent heads, then check and decode
         every walked event in the total order and yield it; ``root`` is the root commit (b""
         when none was walked). Raises: IntegrityError naming the first bad event."""
-        for sha in self.walked:
-            node = self.nodes[sha]
-            if node.event_id is None:
-                check_merge_joins(self.dag, sha, node.parents)
+        for sha in self.walked:  # every merge joins divergent heads (SPEC.md section 2)
+            parents = self.nodes[sha].parents
+            if self.nodes[sha].event_id is not None:
+                continue
+            if len(set(parents)) != len(parents):
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} lists a parent twice", commit=sha.hex()
+                )
+            if len(self.dag.heads(sha)) < 2:
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} joins no divergent heads (one side already "
+                    "contains the other)",
+                    commit=sha.hex(),
+                )
         order = in_total_order(
             (node.lamport, node.event_id, sha)
             for sha in self.walked
@@ -257,9 +271,10 @@ class CommitGraph:
 
 
 def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[str, str]]:
-    """Read the commit ``sha`` through the checking reader, check it on its own
-    (:func:`check_commit`) and return it with its trailers.
-    Raises: IntegrityError naming the commit (and the event it claims, where readable).
+    """Read the commit ``sha`` through the checking reader, check it on its own (a merge has
+    no ledger trailers, at least two parents and the empty tree; an event commit has
+    well-formed Event-Id and Lamport trailers and at most one parent) and return it with its
+    trailers. Raises: IntegrityError naming the commit (and the event it claims, if readable).
     """
     try:
         type_num, raw = reader.read(sha)
@@ -271,14 +286,6 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
         )
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
-    check_commit(sha, commit, trailers)
-    return commit, trailers
-
-
-def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> None:
-    """Check one commit on its own: a merge has no ledger trailers, at least two parents and
-    the empty tree; an event commit has well-formed Event-Id and Lamport trailers and at most
-    one parent. Raises: IntegrityError naming the commit (binary ``sha``) and its event."""
     event_id = trailers.get("Event-Id")
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
@@ -309,19 +316,7 @@ def check_commit(sha: bytes, commit: ParsedCommit, trailers: dict[str, str]) -> 
                 commit=sha.hex(),
                 event_id=event_id,
             )
-
-
-def check_merge_joins(dag: EventHeads, sha: bytes, parents: tuple[bytes, ...]) -> None:
-    """Check that merge commit ``sha`` joins divergent heads (SPEC.md section 2): distinct
-    parents, at least two event heads. Raises: IntegrityError naming the commit."""
-    if len(set(parents)) != len(parents):
-        raise IntegrityError(f"merge commit {sha.hex()} lists a parent twice", commit=sha.hex())
-    if len(dag.heads(sha)) < 2:
-        raise IntegrityError(
-            f"merge commit {sha.hex()} joins no divergent heads (one side already contains "
-            "the other)",
-            commit=sha.hex(),
-        )
+    return commit, trailers
 
 
 def _fail(message: str) -> IntegrityError:
@@ -344,12 +339,12 @@ def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
 
 def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -> IntegrityError:
     """Name the event a corrupt commit claims to carry (its Event-Id trailer), if readable."""
-    content = reader.read_unchecked(sha)
-    if content is not None:
-        event_id = parse_trailers(content[1].partition(b"\n\n")[2]).get("Event-Id")
-        if event_id is not None:
-            return _named(exc, event_id, sha)
-    return exc
+    try:
+        content = reader.read(sha, check=False)[1]
+    except IntegrityError:
+        return exc
+    event_id = parse_trailers(content.partition(b"\n\n")[2]).get("Event-Id")
+    return exc if event_id is None else _named(exc, event_id, sha)
 
 
 def _verify_event(
@@ -407,69 +402,6 @@ def _verify_event(
         validate_envelope_fields(envelope)
     except BadRequest as exc:
         raise _fail(f"event.json is not a valid envelope: {exc.message}") from None
-    _verify_event_content(commit, trailers, envelope, data, entries=entries, dag=dag,
-                          sha=sha, root=root, reader=reader)  # fmt: skip
-    return envelope
-
-
-#: Git modes of a regular non-executable file and of a directory (a subtree).
-_REGULAR_FILE = 0o100644
-_DIRECTORY = 0o040000
-#: An artifact's name in ``artifacts/``: its blake3, 64 lowercase hex digits.
-_BLAKE3_NAME = re.compile(rb"[0-9a-f]{64}")
-
-
-def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
-    """Parse a tree object strictly: name -> (mode, binary sha). Raises: IntegrityError
-    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order."""
-    try:
-        parsed = [
-            (name, (mode, bytes.fromhex(h.decode())))
-            for name, mode, h in parse_tree(raw, 20, strict=True)
-        ]
-    except (ObjectFormatException, ValueError) as exc:
-        raise _fail(f"{where} is malformed: {exc}") from None
-    entries = dict(parsed)
-    if len(entries) != len(parsed):
-        raise _fail(f"{where} is malformed: it lists a name twice")
-    # git's order: by name, a subtree's name compared as if it ended in "/"
-    keys = [name + b"/" if mode == _DIRECTORY else name for name, (mode, _) in parsed]
-    if keys != sorted(keys):
-        raise _fail(f"{where} is malformed: its entries are not in git's order")
-    return entries
-
-
-def artifact_entries(raw: bytes) -> dict[str, bytes]:
-    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary). Only
-    regular non-executable files (100644) named by a blake3 are allowed: anything else would
-    check out as other bytes than the event declares (SPEC.md section 2).
-    Raises: IntegrityError for anything else, or a malformed tree."""
-    art: dict[str, bytes] = {}
-    for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
-        if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
-            raise _fail(
-                f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
-                "only regular non-executable files (mode 100644) named by their blake3 "
-                "are allowed"
-            )
-        art[name.decode()] = blob_sha
-    return art
-
-
-def _verify_event_content(
-    commit: ParsedCommit,
-    trailers: dict[str, str],
-    envelope: Envelope,
-    data: bytes,
-    *,
-    entries: dict[bytes, tuple[int, bytes]],
-    dag: EventHeads | None,
-    sha: bytes,
-    root: bytes,
-    reader: ObjectReader,
-) -> None:
-    """The checks of :func:`_verify_event` after the envelope's fields: content id, trailers,
-    identity and time, place in the DAG, artifacts. Raises: IntegrityError."""
     # In canonical bytes the id is the top-level key right after "artifacts" (keys are sorted and
     # no other key precedes it structurally with a string value): cut it out to get the bytes
     # the id was computed over.
@@ -547,6 +479,44 @@ def _verify_event_content(
                 or blake3.blake3(blob).hexdigest() != digest
             ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
+    return envelope
+
+
+def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
+    """Parse a tree object strictly: name -> (mode, binary sha). Raises: IntegrityError
+    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order."""
+    try:
+        parsed = [
+            (name, (mode, bytes.fromhex(h.decode())))
+            for name, mode, h in parse_tree(raw, 20, strict=True)
+        ]
+    except (ObjectFormatException, ValueError) as exc:
+        raise _fail(f"{where} is malformed: {exc}") from None
+    entries = dict(parsed)
+    if len(entries) != len(parsed):
+        raise _fail(f"{where} is malformed: it lists a name twice")
+    # git's order: by name, a subtree's name compared as if it ended in "/"
+    keys = [name + b"/" if mode == _DIRECTORY else name for name, (mode, _) in parsed]
+    if keys != sorted(keys):
+        raise _fail(f"{where} is malformed: its entries are not in git's order")
+    return entries
+
+
+def artifact_entries(raw: bytes) -> dict[str, bytes]:
+    """Parse an event's ``artifacts/`` tree: blake3 hex name -> blob sha (binary). Only
+    regular non-executable files (100644) named by a blake3 are allowed: anything else would
+    check out as other bytes than the event declares (SPEC.md section 2).
+    Raises: IntegrityError for anything else, or a malformed tree."""
+    art: dict[str, bytes] = {}
+    for name, (mode, blob_sha) in _tree_entries(raw, "artifacts/").items():
+        if mode != _REGULAR_FILE or _BLAKE3_NAME.fullmatch(name) is None:
+            raise _fail(
+                f"artifacts/ holds {name.decode(errors='replace')!r} with mode {mode:o}; "
+                "only regular non-executable files (mode 100644) named by their blake3 "
+                "are allowed"
+            )
+        art[name.decode()] = blob_sha
+    return art
 
 
 def _decode_payload(envelope: Envelope, format_version: int) -> RecordedEvent:
@@ -586,50 +556,37 @@ class IncomingReader:
             )
         return self.base.read(sha, check=check)
 
-    def read_unchecked(self, sha: bytes) -> tuple[int, bytes] | None:
-        """As :meth:`ObjectReader.read_unchecked`."""
-        hit = self.incoming.get(sha)
-        if hit is not None:
-            return hit
-        return self.base.read_unchecked(sha) if self.base is not None else None
-
-    def used_objects(self) -> list[RawObject]:
-        """Return the incoming objects the verification read, as :class:`RawObject` s."""
-        incoming = self.incoming
-        return [RawObject(*incoming[sha], sha.hex().encode()) for sha in self.used]
-
 
 @dataclass
 class IncomingReport:
-    """What :func:`verify_incoming` checked (shas hex bytes): the remote ``tip``, the new
-    commits, their events (verified, in the total order), merges, ``objects`` (what a pull
-    stores), ``nodes`` (sha -> :class:`CommitNode`) and ``keys`` (sha -> Idempotency-Key)."""
+    """What :func:`verify_incoming` checked (shas hex bytes): the new events (verified, in the
+    total order), ``objects`` (what a pull stores), ``nodes`` (new commit ->
+    :class:`CommitNode`) and ``keys`` (new commit -> Idempotency-Key)."""
 
-    tip: bytes
-    new_commits: list[bytes] = field(default_factory=list)
-    events: list[RecordedEvent] = field(default_factory=list)
-    merges: int = 0
-    objects: list[RawObject] = field(default_factory=list)
-    nodes: dict[bytes, CommitNode] = field(default_factory=dict)
-    keys: dict[bytes, str] = field(default_factory=dict)
+    events: list[RecordedEvent]
+    objects: list[RawObject]
+    nodes: dict[bytes, CommitNode]
+    keys: dict[bytes, str]
 
 
 def verify_incoming(
-    reader: IncomingReader,
+    incoming: dict[bytes, tuple[int, bytes]],
+    base: ObjectReader | None,
     tip: bytes,
     *,
     is_local: Callable[[bytes], bool],
     has_event: Callable[[str], bool],
     format_version: int,
-    clone: bool = False,
 ) -> IncomingReport:
-    """Verify every commit reachable from ``tip`` (hex) that is not local (``is_local``: hex
-    sha -> reachable from the local head; ``has_event``: the local ledger holds that event id).
-    With ``clone`` the new commits must hold exactly one root; otherwise none may be a root.
-    Returns: an :class:`IncomingReport`.
+    """Verify every commit reachable from ``tip`` (hex) that is not local, reading the
+    ``incoming`` objects (binary sha -> (type, content)) in front of the local ``base`` reader
+    (``is_local``: hex sha -> reachable from the local head; ``has_event``: the local ledger
+    holds that event id). For a clone (``base`` None) the new commits must hold exactly one
+    root; otherwise none may be a root.
     Raises: IntegrityError naming the first bad event or commit (nothing was written).
     """
-    report = IncomingReport(tip=tip)
+    clone = base is None
+    reader = IncomingReader(incoming, base)
     graph = CommitGraph(
         reader,  # type: ignore[arg-type]  (the read interface of ObjectReader)
         bytes.fromhex(tip.decode()),
@@ -646,15 +603,16 @@ def verify_incoming(
             commit=graph.roots[0].hex(),
             hint="pull only from clones of this ledger",
         )
-    report.merges = graph.merges
-    report.keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
-    report.events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
-    report.new_commits = [sha.hex().encode() for sha in graph.walked]
-    report.nodes = {
+    events = list(graph.check_events(graph.roots[0] if clone else b"", format_version))
+    objects = [RawObject(*incoming[sha], sha.hex().encode()) for sha in reader.used]
+    if graph.merges:
+        objects.append(EMPTY_TREE)
+    nodes = {
         sha.hex().encode(): CommitNode(
             node.event_id, node.lamport, tuple(p.hex().encode() for p in node.parents)
         )
         for sha in graph.walked
         if (node := graph.nodes[sha])
     }
-    return report
+    keys = {sha.hex().encode(): key for sha, key in graph.keys.items()}
+    return IncomingReport(events, objects, nodes, keys)
