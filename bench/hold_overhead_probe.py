@@ -8,6 +8,9 @@ subject's kernel runs right after it. If the switch of the SMs' shared-memory co
 between the two, or the hold's release, landed inside the event time, the held median would
 exceed the one without a hold by about that much on a kernel of a few microseconds.
 
+``--parts`` first times the parts of a call's preparation on their own: the L2 flush (event
+time), and the host's wait from queuing a stream hold to seeing it resident on an idle stream.
+
 Run on a GPU machine::
 
     python bench/hold_overhead_probe.py --kernel tiny --rounds 3
@@ -24,6 +27,41 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def _parts(repeats: int = 21) -> None:
+    """Print the median event time of one L2 flush and the median host wait for a bare hold."""
+    import time
+
+    import cupy
+
+    from perfledger.kernels.timing import L2Flusher, StreamHold
+
+    l2 = int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
+    flusher = L2Flusher(l2)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    flush_ms, wait_us = [], []
+    with stream:
+        hold = StreamHold()
+        for _ in range(repeats):
+            start.record(stream)
+            flusher.flush()
+            end.record(stream)
+            end.synchronize()
+            flush_ms.append(cupy.cuda.get_elapsed_time(start, end))
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            token = hold.queue()
+            resident = hold.wait_resident(token)
+            wait_us.append((time.perf_counter() - t0) * 1e6 if resident else float("nan"))
+            hold.release(token)
+            stream.synchronize()
+    gb = flusher.nbytes / 1e9
+    flush = statistics.median(flush_ms)
+    print(f"L2 {l2 / 2**20:.0f} MiB, flush {flusher.nbytes / 2**20:.0f} MiB: {flush * 1e3:.1f} us "
+          f"({gb / (flush / 1e3):.0f} GB/s); bare hold queued to seen resident: "
+          f"{statistics.median(wait_us):.1f} us (median of {repeats})", flush=True)  # fmt: skip
+
+
 def main() -> int:
     """Run the probe; print one line per measurement and a summary (and write ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,7 +69,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--nvbench", action="store_true", help="one nvbench run beside it")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--parts", action="store_true", help="time the flush and a bare hold")
     args = parser.parse_args()
+    if args.parts:
+        _parts()
     import torch
 
     import subjects_bench
