@@ -73,6 +73,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.parts:
         _parts()
+    if args.rounds < 1:
+        return 0
     import torch
 
     import subjects_bench
