@@ -32,8 +32,9 @@ def _parts(repeats: int = 21) -> None:
     import time
 
     import cupy
+    import numpy as np
 
-    from perfledger.kernels.timing import L2Flusher, StreamHold
+    from perfledger.kernels.timing import HOLD_SOURCE, L2Flusher, StreamHold
 
     l2 = int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
     flusher = L2Flusher(l2)
@@ -55,6 +56,28 @@ def _parts(repeats: int = 21) -> None:
             wait_us.append((time.perf_counter() - t0) * 1e6 if resident else float("nan"))
             hold.release(token)
             stream.synchronize()
+        # where the wait goes: the same hold kernel without its shared memory, and one block
+        hold_kernel = cupy.RawKernel(HOLD_SOURCE, "perfledger_hold")
+        words = hold._words
+        for label, blocks, smem in (("no shared memory", hold.blocks, 0), ("one block", 1, 0)):
+            waits = []
+            for i in range(repeats):
+                token = 0x7000 + i + (0 if smem else 0x100 * blocks)
+                hold._arrived.fill(0)
+                t0 = time.perf_counter()
+                hold_kernel(
+                    (blocks,), (1,),
+                    (np.uint64(hold._pinned.ptr), np.uint32(token), hold._arrived,
+                     np.uint64(1_000_000)),
+                    shared_mem=smem,
+                )  # fmt: skip
+                while int(words[1]) != token and time.perf_counter() - t0 < 0.25:
+                    pass
+                waits.append((time.perf_counter() - t0) * 1e6)
+                words[0] = token
+                stream.synchronize()
+            print(f"  hold kernel, {label}: queued to seen resident "
+                  f"{statistics.median(waits):.1f} us", flush=True)  # fmt: skip
     gb = flusher.nbytes / 1e9
     flush = statistics.median(flush_ms)
     print(f"L2 {l2 / 2**20:.0f} MiB, flush {flusher.nbytes / 2**20:.0f} MiB: {flush * 1e3:.1f} us "
