@@ -56,33 +56,47 @@ class L2Flusher:
 #: memory a block may have, so that while it waits no block of any other kernel fits on any SM
 #: (every block also takes the SM's per-block reserve). ``host`` is mapped host memory:
 #: ``host[0]`` the release word (the host writes the token), ``host[1]`` the resident word
-#: (written by the last block to arrive), ``host[2]`` the timed-out word.
+#: (written by the last block to arrive), ``host[2]`` the timed-out word. ``dev`` is device
+#: memory: ``dev[0]`` counts the blocks that started, ``dev[1]`` passes the release on. Only block
+#: 0 reads the release word over the bus; the others wait on ``dev[1]``: with every block reading
+#: mapped host memory, the host saw the hold resident about ten times later than with one reader
+#: (``bench/hold_overhead_probe.py --parts``), time the hold then ran idle in every call.
 HOLD_SOURCE = r"""
 extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned int token,
-                                           unsigned int* arrived,
+                                           unsigned int* dev,
                                            unsigned long long timeout_ns) {
   extern __shared__ unsigned char hog[];
+  volatile unsigned int* passed = dev + 1;
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
+  if (atomicAdd(dev, 1u) == gridDim.x - 1) {
     host[1] = token;
     __threadfence_system();
   }
-  while (host[0] != token) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > timeout_ns) {
-      host[2] = token;
-      __threadfence_system();
-      break;
+  if (blockIdx.x == 0) {
+    while (host[0] != token) {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      if (now - start > timeout_ns) {
+        host[2] = token;
+        __threadfence_system();
+        break;
+      }
+    }
+    *passed = token;
+    __threadfence();
+  } else {
+    while (*passed != token) {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      if (now - start > timeout_ns) break;
     }
   }
   if (token == 0u) hog[0] = 0;  // never true: keeps the shared memory declared in use
 }
 """
-#: The longest one hold lasts after its blocks start (seconds), enforced on the device. Above the
-#: host side of an honest call launched from Python (on the H200 a ``torch.mul`` subject's took
-#: longer than 150 us inside the hold), it also ends a hold that a subject's own wait on its stream
-#: would otherwise keep (a synchronize, a ``cudaFree``). Host time a hold keeps out of the event
+#: The longest one hold lasts after its blocks start (seconds), enforced on the device. Well above
+#: the host side of an honest call launched from Python (``held_host_s`` in the hold counts), it
+#: also ends a hold that a subject's own wait on its stream would otherwise keep (a synchronize, a
+#: ``cudaFree``). Host time a hold keeps out of the event
 #: time is time a subject could use on the host or the copy engines: at most this much a call, and,
 #: in workers, on the measuring process's wall clock in no reported time (the clock check compares
 #: it with the reference's).
@@ -124,7 +138,7 @@ class StreamHold:
         self._pinned = cupy.cuda.alloc_pinned_memory(4 * 4)
         self._words = np.frombuffer(self._pinned, dtype=np.uint32, count=4)
         self._words[:] = 0
-        self._arrived = cupy.zeros(1, dtype=cupy.uint32)
+        self._arrived = cupy.zeros(2, dtype=cupy.uint32)  # dev[0], dev[1]
         self._token = 0
         # self-test: released before it starts, the hold must still say it was resident
         token = self.queue(released=True)
