@@ -49,7 +49,9 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
   (``/proc/<pid>/autogroup``: with autogroups on, the CPU is shared between sessions by it);
 - ``sched_file``: appends its main thread's nice and scheduling policy at each run;
 - ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
-  interpreter's site-packages: code there runs at the start of every later Python process).
+  interpreter's site-packages: code there runs at the start of every later Python process);
+- ``stream_hold``: the ``stream_hold`` statement of its run replies (the real worker's: its
+  timer's hold state and counts).
 """
 
 from __future__ import annotations
@@ -239,6 +241,8 @@ def main() -> int:
                     f.write(f"{started} {time.monotonic()}\n")
             reply = {"times_s": times, "wall_s": times, "span_s": times, "digests": digests,
                      "recheck_failures": [], "checked_calls": []}  # fmt: skip
+            if opts.get("stream_hold"):
+                reply["stream_hold"] = opts["stream_hold"]
         elif op == "reveal" and opts.get("refuse_reveal"):
             reply = {"error": {"type": "MeasurementError", "message": "not today"}}
         elif op == "reveal" and opts.get("reveal_as") == "fifo":

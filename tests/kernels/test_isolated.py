@@ -590,3 +590,30 @@ def test_a_spec_asking_for_protocol_1_is_refused_by_the_real_worker(tmp_path: Pa
     with pytest.raises(BadRequest, match="protocol 1") as info:
         compare_spec(str(spec), "x")
     assert "Harness.compare" in info.value.hint
+
+
+HELD = {"state": "on", "held": 10, "not_resident": 0, "timed_out": 0}
+GAVE_UP = {"state": "2 holds did not own every SM within 0.25 s: other work keeps the GPU busy",
+           "held": 2, "not_resident": 2, "timed_out": 0}  # fmt: skip
+
+
+def test_cheat_reference_timed_without_its_stream_hold_against_a_held_candidate_is_flagged(
+    tmp_path: Path,
+) -> None:
+    """GPU work a candidate leaves queued can keep the reference's holds from owning the SMs
+    until its timer gives up: the reference's launch latency is then in its event times and the
+    candidate's is not. The states differ: the comparison is flagged, whatever the times say."""
+    c = _compare(tmp_path, {"stream_hold": GAVE_UP}, stream_hold=HELD)
+    assert not c.valid and "stream_hold:reference" in c.flags, c.flags
+    assert c.ref is not None and any("stream_hold:reference" in r for r in c.ref.recheck_failures)
+    assert c.settings["stream_hold"]["reference"]["state"] == GAVE_UP["state"]
+
+
+def test_subjects_timed_alike_with_or_without_their_holds_are_not_flagged_for_it(
+    tmp_path: Path,
+) -> None:
+    both_off = _compare(tmp_path, {"stream_hold": GAVE_UP}, stream_hold=GAVE_UP)
+    assert "stream_hold:reference" not in both_off.flags and both_off.valid, both_off.flags
+    # the candidate without its hold can only look slower: recorded, not flagged
+    cand_off = _compare(tmp_path, {"stream_hold": HELD}, stream_hold=GAVE_UP)
+    assert not any(f.startswith("stream_hold") for f in cand_off.flags), cand_off.flags

@@ -31,7 +31,8 @@ reveal failed), ``cross_check:candidate`` (the candidate's revealed output diffe
 reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the idle worker's
 ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<role>`` (a thread
 of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`;
-``sched:measuring`` for this process's), and the harness's own ``recheck:<subject>``,
+``sched:measuring`` for this process's), ``stream_hold:reference`` (the reference's worker timed
+without its stream hold while the candidate's held), and the harness's own ``recheck:<subject>``,
 ``side_work:<subject>``, ``review_speedup``.
 """
 
@@ -1091,6 +1092,18 @@ def compare_workers(
                 f"{clock.limit_s[ROLES[label]]:.3g} s; the other subject's "
                 f"{clock.excess_s.get(ROLES['B' if label == 'A' else 'A'], math.nan):.3g} s)",
             )
+        held = _hold_states(run.workers)
+        if held.get("A") not in (None, "on") and held.get("B") == "on":
+            # the reference's launch latency in its event times, the candidate's kept out: a
+            # bias toward "faster" that the candidate can cause (GPU work it left queued keeps
+            # the reference's holds from owning the SMs until its timer gives up)
+            run._flag(
+                "stream_hold:reference",
+                "A",
+                f"stream_hold:reference: the reference was timed without its stream hold "
+                f"({held['A']}) while the candidate's held: their launch latencies were not "
+                "measured alike",
+            )
         for label in "AB":
             _finish(tim[label], facts[label], harness, ceilings, calls)
             tim[label].recheck_failures += run.failures[label]
@@ -1129,6 +1142,16 @@ def compare_workers(
             reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
             windows,
         )  # fmt: skip
+
+
+def _hold_states(workers: dict[str, WorkerProcess]) -> dict[str, str | None]:
+    """Each worker's stream-hold state as its last batch reply stated it (``on``, why not, or
+    None when it said nothing)."""
+    states: dict[str, str | None] = {}
+    for label, worker in workers.items():
+        state = (worker.stream_hold or {}).get("state")
+        states[label] = state if isinstance(state, str) else None
+    return states
 
 
 def _memory_dir() -> str | None:
