@@ -4,8 +4,8 @@ lock over it; the caller fsyncs the ref's directory. git and dulwich back off on
 do on theirs.
 
 Whose lock is it? Age tells nothing (git can hold one for seconds), so a writer marks its lock:
-the content is written under an *owner name* of its own in ``owner_dir``, flocked, fsynced, then
-hard-linked to ``<ref>.lock`` (``link(2)`` is exclusive). A lock linked to an owner name whose
+the content is written under an *owner name* of its own in ``owner_dir``, flocked, fsynced (the
+name too), then hard-linked to ``<ref>.lock`` (``link(2)`` is exclusive). A lock linked to an owner name whose
 flock is free was left by a dead writer and is removed (:func:`break_dead_lock`); any other lock
 (git's; an unmarked one where there are no hard links) is never broken. docs/storage.md, claims
 5 and 6.
@@ -18,6 +18,7 @@ import fcntl
 import os
 import secrets
 
+from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gitobj import write_all
 from perfledger.ledger.layout import REF_LOCK_OWNER_PREFIX as OWNER_PREFIX
 from perfledger.ledger.layout import REF_LOCK_SUFFIX as LOCK_SUFFIX
@@ -128,6 +129,10 @@ def _create_lock(path: str, lock: str, content: bytes, owner_dir: str) -> RefLoc
         fcntl.flock(fd, fcntl.LOCK_EX)  # held until the lock is renamed or removed
         write_all(fd, content)
         os.fsync(fd)
+        # the owner name durable before the lock's: a power loss can keep the lock's directory
+        # entry (written back on its own) and drop an unsynced owner name, leaving a lock that
+        # looks like another program's and is never broken
+        fsync_dir(owner_dir)
         try:
             try:
                 os.link(owner, lock)
