@@ -63,11 +63,11 @@ def _parts(repeats: int = 21) -> None:
             waits = []
             for i in range(repeats):
                 token = 0x7000 + i + (0 if smem else 0x100 * blocks)
-                hold._arrived.fill(0)
+                hold._dev.fill(0)
                 t0 = time.perf_counter()
                 hold_kernel(
                     (blocks,), (1,),
-                    (np.uint64(hold._pinned.ptr), np.uint32(token), hold._arrived,
+                    (np.uint64(hold._pinned.ptr), np.uint32(token), hold._dev,
                      np.uint64(1_000_000)),
                     shared_mem=smem,
                 )  # fmt: skip

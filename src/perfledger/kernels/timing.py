@@ -96,10 +96,9 @@ extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned
 #: The longest one hold lasts after its blocks start (seconds), enforced on the device. Well above
 #: the host side of an honest call launched from Python (``held_host_s`` in the hold counts), it
 #: also ends a hold that a subject's own wait on its stream would otherwise keep (a synchronize, a
-#: ``cudaFree``). Host time a hold keeps out of the event
-#: time is time a subject could use on the host or the copy engines: at most this much a call, and,
-#: in workers, on the measuring process's wall clock in no reported time (the clock check compares
-#: it with the reference's).
+#: ``cudaFree``). Host time a hold keeps out of the event time is time a subject could use on the
+#: host or the copy engines: at most this much a call, and, in workers, on the measuring process's
+#: wall clock in no reported time (the clock check compares it with the reference's).
 HOLD_MAX_S = 1e-3
 #: The longest the host waits for a hold to own every SM (seconds): the GPU work queued before it
 #: (inputs, flush) must finish first. A bound on waiting, not a safety argument.
@@ -138,7 +137,7 @@ class StreamHold:
         self._pinned = cupy.cuda.alloc_pinned_memory(4 * 4)
         self._words = np.frombuffer(self._pinned, dtype=np.uint32, count=4)
         self._words[:] = 0
-        self._arrived = cupy.zeros(2, dtype=cupy.uint32)  # dev[0], dev[1]
+        self._dev = cupy.zeros(2, dtype=cupy.uint32)  # the kernel's dev[0], dev[1]
         self._token = 0
         # self-test: released before it starts, the hold must still say it was resident
         token = self.queue(released=True)
@@ -154,11 +153,11 @@ class StreamHold:
         self._token = (self._token % 0xFFFFFFFE) + 1
         if released:
             self._words[0] = self._token
-        self._arrived.fill(0)
+        self._dev.fill(0)
         self._kernel(
             (self.blocks,),
             (1,),
-            (np.uint64(self._pinned.ptr), np.uint32(self._token), self._arrived,
+            (np.uint64(self._pinned.ptr), np.uint32(self._token), self._dev,
              np.uint64(int(allowance_s * 1e9))),
             shared_mem=self.shared_bytes,
         )  # fmt: skip
