@@ -1,5 +1,6 @@
 """What running subjects in worker processes of their own costs (property 3 of SPEC.md section 5):
-A/A comparisons of one kernel in-process (``Harness.compare``, the baseline) and isolated
+A/A comparisons of one kernel in-process under the first round's protocol (``before``: input sets
+rotated, no stream hold), in-process under today's (``Harness.compare``) and isolated
 (``perfledger.kernels.isolated.compare_spec``, the reference in two workers), rounds
 interleaved, under the default stopping rule; and the per-call price of the output digest at
 the kernel's output size: keyed BLAKE3 on the device (what a worker uses), and the host path it
@@ -17,6 +18,7 @@ seconds (the statistical efficiency at equal precision), and, isolated, the cloc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -73,12 +75,15 @@ def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
     if mode == "do_bench":
         return do_bench_aa(spec)
     t0 = time.perf_counter()
-    if mode == "in-process":
+    if mode in ("before", "in-process"):
         from perfledger.kernels.spec_loader import load_spec
 
         loaded = load_spec(str(spec))
         problem = next(iter(loaded["problems"].values()))
-        h = Harness(problem, loaded["config"] or HarnessConfig())
+        config = loaded["config"] or HarnessConfig()
+        if mode == "before":  # the first round's protocol: inputs rotated, no stream hold
+            config = dataclasses.replace(config, protocol=1, hold_stream=False)
+        h = Harness(problem, config)
         c = h.compare(loaded["reference"], loaded["candidate"])
     else:
         from perfledger.kernels.isolated import IsolationConfig, compare_spec
@@ -140,6 +145,7 @@ def main() -> int:
         spec = Path(tmp) / "spec.py"
         spec.write_text(SPECS[args.kind].format(n=args.n))
         rows: dict[str, list[dict[str, Any]]] = {
+            "before": [],
             "in-process": [],
             "isolated": [],
             "isolated-32": [],
