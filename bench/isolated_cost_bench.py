@@ -12,7 +12,8 @@ Needs CuPy and a GPU. Run on the device::
 
 Prints one table: per mode, the median wall seconds per comparison, wall microseconds per timed
 call (of either subject), timed GPU seconds, the A/A spread of the median ratios, spread^2 x
-seconds (the statistical efficiency at equal precision), and, isolated, the clock check's limit.
+seconds (the statistical efficiency at equal precision), the RMS error of the A/A ratios from 1
+(bias included) and its square x seconds, and, isolated, the clock check's limit.
 """
 
 from __future__ import annotations
@@ -166,20 +167,25 @@ def main() -> int:
           f"blake3 {1e3 * cost['device_s']:.3f} ms (used), or copy to pinned "
           f"{1e3 * cost['copy_s']:.3f} ms + host blake3 {1e3 * cost['blake3_s']:.3f} ms")  # fmt: skip
     print(f"{'mode':12s} {'wall s/cmp':>10s} {'wall us/call':>12s} {'GPU s':>7s} "
-          f"{'A/A spread':>10s} {'spread^2*s':>10s} {'clock limit us':>14s} {'invalid':>7s}")  # fmt: skip
+          f"{'A/A spread':>10s} {'spread^2*s':>10s} {'A/A RMS':>8s} {'RMS^2*s':>9s} "
+          f"{'clock limit us':>14s} {'invalid':>7s}")  # fmt: skip
     summary: dict[str, Any] = {"digest": cost, "kind": args.kind, "n": args.n}
     for mode, got in rows.items():
         ok = [x for x in got if x["ratio"] is not None and x["valid"]]
         spread = float(np.std([x["ratio"] for x in ok], ddof=1)) if len(ok) > 1 else float("nan")
+        # the error of an A/A from 1, bias included (a tool whose second run of the same kernel
+        # always reads slower has a small spread and a large error)
+        rms = float(np.sqrt(np.mean([(x["ratio"] - 1) ** 2 for x in ok]))) if ok else float("nan")
         wall = statistics.median(x["wall_s"] for x in got)
         per_call = _median([x["wall_s_per_call"] for x in ok])
         gpu = _median([x["timed_gpu_s"] for x in ok])
         limits = [x["clock_limit_s"] for x in ok if x["clock_limit_s"] is not None]
         limit = 1e6 * statistics.median(limits) if limits else float("nan")
         print(f"{mode:12s} {wall:10.3f} {1e6 * per_call:12.1f} {gpu:7.3f} {spread:10.5f} "
-              f"{spread**2 * wall:10.3e} {limit:14.1f} {len(got) - len(ok):7d}")  # fmt: skip
+              f"{spread**2 * wall:10.3e} {rms:8.5f} {rms**2 * wall:9.2e} {limit:14.1f} "
+              f"{len(got) - len(ok):7d}")  # fmt: skip
         summary[mode] = {"runs": got, "wall_s": wall, "wall_s_per_call": per_call,
-                         "aa_spread": spread, "timed_gpu_s": gpu}  # fmt: skip
+                         "aa_spread": spread, "aa_rms_error": rms, "timed_gpu_s": gpu}  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
     return 0
