@@ -7,8 +7,8 @@ Needs CuPy and a GPU. Run on the device::
 
     python bench/isolated_profile.py --kind iterate --n 2097152 --out /tmp/prof
 
-Prints the phases and the 25 most expensive functions of each process (cumulative, then own time); the raw
-profiles are written under ``--out``.
+Prints the phases and the 25 most expensive functions of each process (by cumulative time, then
+by own time); the raw profiles are written under ``--out``.
 """
 
 from __future__ import annotations

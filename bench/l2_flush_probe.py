@@ -1,11 +1,12 @@
 """Ways to evict the L2 cache, timed side by side, each checked that it still evicts.
 
-For each flush (CuPy ``fill`` of a uint32 buffer: the harness's flush; ``cudaMemsetAsync``; a
-kernel of 16-byte stores; a kernel of 16-byte loads), over a buffer of 2x the L2 size: the
-median event time of one flush, and the median event time of a pointer chase (one thread, dependent loads over 128-byte lines of a
-16 MiB buffer in random order) right after it, the chase having just run once (its lines warm).
-A flush that evicts leaves the chase at DRAM latency per step; one that does not leaves it at
-L2 latency, as with no flush at all.
+For each flush over a buffer of 2x the L2 size (CuPy ``fill`` of a uint32 buffer, the harness's
+flush until it became a ``cudaMemsetAsync``; ``cudaMemsetAsync``, its flush now; a kernel of
+16-byte stores; a kernel of 16-byte loads): the median event time of one flush, and the median
+event time of a pointer chase right after it (one thread, dependent loads over 128-byte lines of
+a 16 MiB buffer in random order), the chase having just run once (its lines warm). A flush that
+evicts leaves the chase at DRAM latency per step; one that does not leaves it at L2 latency, as
+with no flush at all.
 
 Needs CuPy and a GPU. Run on the device::
 
@@ -117,8 +118,9 @@ def main() -> None:
             probe_us.append(cupy.cuda.get_elapsed_time(events[1], events[2]) * 1e3)
         f, p = statistics.median(flush_us), statistics.median(probe_us)
         gbs = nbytes / (f * 1e-6) / 1e9 if flush is not None else float("nan")
-        print(f"{name:24s} flush {f:8.1f} us ({gbs:6.0f} GB/s)  chase after {p:7.1f} us ({p * 1e3 / steps:5.0f} ns a step)",
-              flush=True)  # fmt: skip
+        step_ns = p * 1e3 / steps
+        print(f"{name:24s} flush {f:8.1f} us ({gbs:6.0f} GB/s)  chase after {p:7.1f} us "
+              f"({step_ns:5.0f} ns a step)", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
