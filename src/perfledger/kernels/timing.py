@@ -67,7 +67,7 @@ class L2Flusher:
 #: (written by the last block to arrive), ``host[2]`` the timed-out word. ``dev`` is device
 #: memory: ``dev[0]`` counts the blocks that started, ``dev[1]`` passes the release on. Only block
 #: 0 reads the release word over the bus; the others wait on ``dev[1]``: with every block reading
-#: mapped host memory, the host saw the hold resident about ten times later than with one reader
+#: mapped host memory, the host saw the hold resident far later than with one reader
 #: (``bench/hold_overhead_probe.py --parts``), time the hold then ran idle in every call.
 HOLD_SOURCE = r"""
 extern "C" __global__ void perfledger_hold(volatile unsigned int* host, unsigned int token,
