@@ -21,7 +21,9 @@ Control: writing a command to the virtual file ``/.lazyfs`` in the mount (hidden
   a file whose name starts with it; ``fault none`` ends it. Reads keep working.
 - ``sync``: everything becomes durable (``sync(1)``).
 
-A clean unmount makes everything durable (as ``umount`` does) unless it follows a crash.
+A clean unmount makes everything durable (as ``umount`` does) unless it follows a crash. Hard
+links stay one inode across a crash and a remount, and ``stat`` shows each inode's own number
+(``use_ino``), so code that compares two names' inodes works here as on a real filesystem.
 Everything is in memory: the ledgers of the tests are a few MB. One thread serves every request
 (``-s``), so each operation is atomic with respect to the others.
 """
@@ -84,6 +86,7 @@ class LazyFS:
 
     def __init__(self, backing: str) -> None:
         self.backing = backing
+        self._loaded: dict[tuple[int, int], Node] = {}  # a hard-linked file loads as one node
         self.root = self._load(backing)
         self.handles: dict[int, Node] = {}
         self.next_fh = 10
@@ -95,7 +98,11 @@ class LazyFS:
 
     def _load(self, path: str) -> Node:
         st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) in self._loaded:
+            return self._loaded[st.st_dev, st.st_ino]
         node = Node(st.st_mode)
+        if not stat.S_ISDIR(st.st_mode):
+            self._loaded[st.st_dev, st.st_ino] = node
         if stat.S_ISDIR(st.st_mode):
             node.nlink = 2
             for name in os.listdir(path):
@@ -114,19 +121,26 @@ class LazyFS:
         """Replace ``BACKING`` with the durable state (written beside it, then swapped)."""
         staging = self.backing.rstrip("/") + ".staging"
         shutil.rmtree(staging, ignore_errors=True)
-        self._save_node(self.root, staging)
+        self._save_node(self.root, staging, {})
         old = self.backing.rstrip("/") + ".old"
         shutil.rmtree(old, ignore_errors=True)
         os.rename(self.backing, old)
         os.rename(staging, self.backing)
         shutil.rmtree(old, ignore_errors=True)
 
-    def _save_node(self, node: Node, path: str) -> None:
+    def _save_node(self, node: Node, path: str, saved: dict[int, str]) -> None:
+        # ``saved``: the path each file node was first saved at; its other names are hard links
         if node.is_dir:
             os.mkdir(path)
             for name, child in node.durable_entries.items():
-                self._save_node(child, os.path.join(path, name))
-        elif stat.S_ISLNK(node.mode):
+                self._save_node(child, os.path.join(path, name), saved)
+            os.chmod(path, stat.S_IMODE(node.mode))
+            return
+        if node.ino in saved:
+            os.link(saved[node.ino], path)
+            return
+        saved[node.ino] = path
+        if stat.S_ISLNK(node.mode):
             os.symlink(node.target, path)
         else:
             with open(path, "wb") as f:
@@ -247,9 +261,14 @@ class LazyFS:
         return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 20, "f_bfree": 1 << 19,
                 "f_bavail": 1 << 19, "f_files": 1 << 20, "f_ffree": 1 << 19, "f_namemax": 255}  # fmt: skip
 
-    def readdir(self, path: str, fh: int) -> list[str]:
+    def readdir(self, path: str, fh: int) -> list[tuple[str, dict[str, int], int]]:
         self._check()
-        return [".", "..", *self._node(path, fh).entries]
+        node = self._node(path, fh)
+        # with use_ino an entry needs its inode number: glibc skips entries of inode 0
+        return [
+            (name, {"st_mode": child.mode, "st_ino": child.ino}, 0)
+            for name, child in [(".", node), ("..", node), *node.entries.items()]
+        ]
 
     def opendir(self, path: str) -> int:
         self._check()
@@ -455,6 +474,7 @@ def main() -> None:
         foreground=True,
         nothreads=True,
         hard_remove=True,  # an unlinked open file stays a handle, not a .fuse_hidden entry
+        use_ino=True,  # stat shows a node's own inode number: hard links compare equal
         attr_timeout=0,
         entry_timeout=0,
         negative_timeout=0,

@@ -6,8 +6,8 @@ processes append through the public API and the CLI and record each acknowledged
 file outside the mount; the power goes at a random instant (the seed is printed: rerun with
 ``PERFLEDGER_POWERLOSS_SEED``), optionally with a random part of the unsynced writes written back
 anyway. After the remount every acknowledged event is there, ``perfledger verify`` passes,
-``git fsck --strict --full`` is clean, a later append works (SPEC.md section 2), and after
-``perfledger gc`` ``git count-objects -v`` counts no garbage.
+``git fsck --strict --full`` is clean, a later append works and removes a dead writer's ref lock
+(SPEC.md section 2), and after ``perfledger gc`` ``git count-objects -v`` counts no garbage.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from lazymount import LazyMount
 
 import perfledger
 from perfledger.ledger.base import EventDraft
+from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.layout import (
     DERIVED_DIR,
     LEDGER_REF,
     REF_LOCK_OWNER_PREFIX,
     REF_LOCK_SUFFIX,
 )
+from perfledger.ledger.refcas import break_dead_lock, lock_ref
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +83,8 @@ def _check_ledger(ledger_path: Path, acked: list[str]) -> set[str]:
     with perfledger.open(ledger_path) as ledger:
         after = ledger.append("NoteRecorded", {"text": "after the power", "tags": []}, actor="t")
         present.add(after.id)
+    # the append removed a dead writer's ref lock, if the power cut left one
+    assert not (ledger_path / (LEDGER_REF.decode() + REF_LOCK_SUFFIX)).exists()
     # what the killed processes left is reclaimed: git counts no garbage after `perfledger gc`
     gc = subprocess.run(
         [str(PERFLEDGER), "--ledger", str(ledger_path), "gc", "--json"],
@@ -108,25 +112,22 @@ def _power_cut(
     mount.remount()
 
 
-def _recover_ref_lock(ledger_path: Path) -> bool:
-    """After a power cut: a ref lock that survived (its directory written back) must carry its
-    dead writer's owner name, made durable before the lock was linked (storage claim 6). On a
-    real filesystem the two names are one inode and the next writer removes them itself
-    (``tests/git/test_ref_lock.py``); lazyfs, a FUSE filesystem of paths, shows them as two
-    files, so the test removes them as that writer would. Returns whether there was a lock."""
+def _check_ref_lock(ledger_path: Path) -> bool:
+    """After a power cut: a ref lock that survived (its directory written back) must be linked
+    to its dead writer's owner name (storage claim 6), so that the next writer removes it at
+    once (:func:`_check_ledger`'s append does, and checks it did). Returns whether there was
+    a lock."""
     lock = ledger_path / (LEDGER_REF.decode() + REF_LOCK_SUFFIX)
     if not lock.exists():
         return False
-    content = lock.read_bytes()
     owners = [
         owner
         for owner in (ledger_path / DERIVED_DIR).glob(REF_LOCK_OWNER_PREFIX + "*")
-        if owner.read_bytes() == content
+        if os.path.samestat(owner.stat(), lock.stat())
     ]
-    assert owners, f"a ref lock survived the power cut without its owner name: {content!r}"
-    lock.unlink()
-    for owner in owners:
-        owner.unlink()
+    assert owners, (
+        f"a ref lock survived the power cut without its owner name: {lock.read_bytes()!r}"
+    )
     return True
 
 
@@ -162,7 +163,7 @@ def test_acknowledged_appends_and_batches_survive_power_loss(
         time.sleep(rng.uniform(1.0, 3.0))
         before = len(_acked(acks))
         _power_cut(lazyfs, procs, rng.randrange(1 << 30), rng.choice([0.0, 0.5]))
-        _recover_ref_lock(ledger_path)
+        _check_ref_lock(ledger_path)
         acked = _acked(acks) + _cli_ids(cli_acks)
         assert len(_acked(acks)) > before or before > 0, "the writers acknowledged nothing"
         _check_ledger(ledger_path, acked)
@@ -224,7 +225,7 @@ def test_pull_cut_by_power_loss_leaves_old_or_new_head(lazyfs: LazyMount, tmp_pa
         time.sleep(rng.uniform(0.1, 0.7))
         finished = pull.poll() is not None
         _power_cut(lazyfs, [pull], rng.randrange(1 << 30), rng.choice([0.0, 0.5]))
-        _recover_ref_lock(local)
+        _check_ref_lock(local)
         present = _check_ledger(local, own)
         print(f"pull {attempt}: finished before the cut: {finished}, "
               f"remote events here: {len(remote_ids & present)} of {len(remote_ids)}")  # fmt: skip
@@ -233,3 +234,59 @@ def test_pull_cut_by_power_loss_leaves_old_or_new_head(lazyfs: LazyMount, tmp_pa
         present = {event.envelope.id for event in ledger.events()}
     assert remote_ids <= present
     _check_ledger(local, own)
+
+
+_PROBE_REF = b"refs/heads/probe"
+_HOLDER = """
+import sys, time
+from perfledger.ledger.refcas import lock_ref
+lock_ref(sys.argv[1], sys.argv[2].encode(), None, b"1" * 40, owner_dir=sys.argv[3])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("release", ["commit", "abort", "dead writer's lock broken"])
+def test_a_ref_lock_is_never_left_without_its_owner_name_by_a_power_loss(
+    lazyfs: LazyMount, release: str
+) -> None:
+    """Storage claim 6, each way a ref lock goes: a lock whose directory entry was written back
+    (as a crash's write-back may do), then committed, aborted, or (its writer killed) broken by
+    the next writer; then another writer makes its own owner name durable (an fsync of the
+    owner names' directory) and the power goes. A lock left by that crash must still be linked
+    to an owner name, else no writer would ever break it. (Seed 263491600 of the test above
+    found the broken-lock case: the owner name's removal was made durable before the lock's.)"""
+    git_dir = lazyfs.path / "ledger"
+    perfledger.init(git_dir, name="locks").close()
+    owner_dir = str(git_dir / DERIVED_DIR)
+    lock = str(git_dir / _PROBE_REF.decode()) + REF_LOCK_SUFFIX
+    if release == "dead writer's lock broken":
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(git_dir), _PROBE_REF.decode(), owner_dir],
+            stdout=subprocess.PIPE, env=_env(),
+        )  # fmt: skip
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        lazyfs.control("sync")
+        holder.kill()
+        holder.wait()
+        assert break_dead_lock(lock, owner_dir)
+    else:
+        held = lock_ref(str(git_dir), _PROBE_REF, None, b"1" * 40, owner_dir=owner_dir)
+        assert held is not None
+        lazyfs.control("sync")
+        if release == "commit":
+            held.commit()
+        else:
+            held.abort()  # as when the ref had moved since it was read
+    assert not os.path.exists(lock)
+    fsync_dir(owner_dir)  # the next writer's owner name made durable
+    lazyfs.crash()
+    lazyfs.remount()
+    if os.path.exists(lock):
+        owners = [
+            name
+            for name in os.listdir(owner_dir)
+            if name.startswith(REF_LOCK_OWNER_PREFIX)
+            and os.path.samestat(os.stat(os.path.join(owner_dir, name)), os.stat(lock))
+        ]
+        assert owners, "the power loss left a ref lock without its owner name"

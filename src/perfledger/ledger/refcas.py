@@ -9,6 +9,11 @@ name too), then hard-linked to ``<ref>.lock`` (``link(2)`` is exclusive). A lock
 flock is free was left by a dead writer and is removed (:func:`break_dead_lock`); any other lock
 (git's; an unmarked one where there are no hard links) is never broken. docs/storage.md, claims
 5 and 6.
+
+The order that keeps a lock marked across a power loss: the owner name is durable before the
+lock name is linked, and it is removed only once the lock name's removal is durable (its
+directory fsynced). A filesystem may write back the two directories in either order, so without
+the second half a crash could keep the lock and lose its owner name: a lock never broken.
 """
 
 from __future__ import annotations
@@ -62,30 +67,42 @@ class RefLock:
         self._owner = owner
 
     def commit(self) -> None:
-        """Rename the lock over the ref (atomic) and release it. The rename is durable only
-        once the caller has fsynced the ref's directory.
-        Raises: OSError from the filesystem (the lock is removed, the ref left as it was).
+        """Rename the lock over the ref (atomic), fsync the ref's directory (the new value is
+        durable when this returns), and release the lock.
+        Raises: OSError from the filesystem: before the rename, the lock is removed and the ref
+            left as it was; from the fsync, the ref may hold either value after a power loss
+            and the owner name stays (harmless; the next dead-lock sweep removes it).
         """
         try:
             os.replace(self.lock, self.path)
         except BaseException:
             self.abort()
             raise
-        finally:
-            self._release()
+        try:
+            fsync_dir(os.path.dirname(self.path))
+        except BaseException:
+            self._release(lock_gone_durably=False)
+            raise
+        self._release(lock_gone_durably=True)
 
     def abort(self) -> None:
-        """Remove the lock without touching the ref."""
+        """Remove the lock without touching the ref (its removal fsynced before the owner
+        name goes; when that fsync fails the owner name stays)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.lock)
-        self._release()
+        try:
+            fsync_dir(os.path.dirname(self.lock))
+        except OSError:
+            self._release(lock_gone_durably=False)
+            return
+        self._release(lock_gone_durably=True)
 
-    def _release(self) -> None:
-        # the owner name goes only after the lock name: a lock is never seen unmarked
-        if self._owner is not None:
+    def _release(self, *, lock_gone_durably: bool) -> None:
+        # the owner name goes only once the lock name's removal is durable (module docstring)
+        if self._owner is not None and lock_gone_durably:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._owner)
-            self._owner = None
+        self._owner = None
         if self._fd >= 0:
             os.close(self._fd)  # releases the flock
             self._fd = -1
@@ -201,6 +218,8 @@ def break_dead_lock(lock: str, owner_dir: str) -> bool:
             if os.path.samestat(os.fstat(fd), held):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(lock)
+                # durable before the owner name goes (module docstring)
+                fsync_dir(os.path.dirname(lock))
                 broken = True
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

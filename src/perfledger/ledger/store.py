@@ -45,7 +45,7 @@ from perfledger.ledger.base import (
     idempotent_replay,
 )
 from perfledger.ledger.dag import CommitNode, EventHeads
-from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
+from perfledger.ledger.durable import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.gc import hold_open_guard
 from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
@@ -151,7 +151,6 @@ class GitStore(EventStore):
         guard = hold_open_guard(self.controldir)
         self._release_guard = weakref.finalize(self, os.close, guard) if guard is not None else None
         self._objects_dir = os.path.join(self.controldir, "objects")
-        self._ref_dir = os.path.dirname(os.path.join(self.controldir, os.fsdecode(LEDGER_REF)))
         self._index_file = os.path.join(self.derived_dir, layout.INDEX_FILE)
         # the derived index (perfledger.ledger.index)
         self._index = CommitIndex()
@@ -670,8 +669,7 @@ class GitStore(EventStore):
                     )
                     if held is None:  # the ref moved since ``expected`` was read
                         return False
-                    held.commit()
-                    fsync_dir(self._ref_dir)
+                    held.commit()  # durable: it fsyncs the ref's directory
                     return True
                 except RefLocked as exc:
                     (lock,) = exc.args
