@@ -159,6 +159,13 @@ def main() -> int:
     parser.add_argument(
         "--kernels", default="elementwise,tiny,gemm", help="comma-separated subset to run"
     )
+    parser.add_argument(
+        "--truth-runs",
+        type=int,
+        default=1,
+        help="ground-truth runs, one before the tools and the rest after them (their mean is "
+        "the truth; their spread says whether the quantity itself drifts between runs)",
+    )
     args = parser.parse_args()
     runs = 4 if args.quick else args.runs
     import torch
@@ -190,10 +197,18 @@ def main() -> int:
             _p(f"  ground truth invalid: {truth_runs[0]}")
             results[name] = {"truth": truth_runs[0]}
             continue
-        truth = truth_runs[0]["ratio"]
         h = Harness(k["problem"], config)
         aa_runs = run_perfledger(h, k["a"], k["a"], runs, "perfledger A/A")
         ab_runs = run_perfledger(h, k["a"], k["b"], runs, "perfledger A/B")
+        if args.truth_runs > 1:
+            truth_runs += run_perfledger(
+                Harness(k["problem"], HarnessConfig(stopping=long_rule)),
+                k["a"], k["b"], args.truth_runs - 1, "truth (after)",
+            )  # fmt: skip
+        truths = [r["ratio"] for r in truth_runs if "ratio" in r]
+        truth = sum(truths) / len(truths)
+        if len(truths) > 1:
+            _p(f"  truth runs: {', '.join(f'{t:.5f}' for t in truths)}; mean {truth:.5f}")
         valid_aa = [r for r in aa_runs if "ratio" in r]
         valid_ab = [r for r in ab_runs if "ratio" in r]
         if len(valid_aa) < 2 or not valid_ab:
