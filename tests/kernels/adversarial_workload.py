@@ -22,6 +22,12 @@ Modes:
   whether it could (``"opened"``) or the error.
 - ``hang_holding_stdout``: starts a grandchild in its own session that keeps stdout open for 30 s,
   then hangs itself.
+- ``count_more``: honest work, but counts twice the work it did (``--metric rate``: twice the
+  tokens, and so twice the rate).
+
+With ``--metric rate`` a call reports a rate instead of times: ``tokens_per_s`` per step
+(``--tokens`` per call, shared evenly by the steps, over each step's reported time) and
+``tokens``, the work of each step; a mode that scales its times scales its rates inversely.
 """
 
 from __future__ import annotations
@@ -78,9 +84,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--report-scale", type=float, default=0.01)
     parser.add_argument("--heartbeat", default="")
+    parser.add_argument("--metric", choices=["time", "rate"], default="time")
+    parser.add_argument("--tokens", type=float, default=1000.0)
     args = parser.parse_args()
     mode, work, steps = args.mode, args.work_s, args.steps
-    if mode == "honest":
+    counted = 1.0  # the share of its work a call says it did
+    if mode in ("honest", "count_more"):
+        counted = 2.0 if mode == "count_more" else 1.0
         times = _steps(work, steps)
     elif mode == "scaled":
         times = [t * args.report_scale for t in _steps(work, steps)]
@@ -136,7 +146,14 @@ def main() -> int:
     else:
         print(f"unknown mode {mode!r}", file=sys.stderr)
         return 2
-    print(json.dumps({"correct": True, "metrics": {"time_ms": times}, "detail": {"mode": mode}}))
+    metrics: dict[str, list[float]] = {"time_ms": times}
+    if args.metric == "rate":
+        per_step = counted * args.tokens / len(times)
+        metrics = {
+            "tokens_per_s": [per_step / (t / 1e3) for t in times],
+            "tokens": [per_step] * len(times),
+        }
+    print(json.dumps({"correct": True, "metrics": metrics, "detail": {"mode": mode}}))
     sys.stdout.flush()
     return 0
 

@@ -17,7 +17,12 @@ import pytest
 from perfledger.events.workflow import WallCheck
 from perfledger.kernels.driver import Subject, run_call, run_pairs
 from perfledger.kernels.proctree import CallTree, process_table, set_subreaper
-from perfledger.kernels.wall_check import check_driver_run, check_pairs
+from perfledger.kernels.wall_check import (
+    check_driver_run,
+    check_pairs,
+    rate_seconds,
+    unchecked_rates,
+)
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter
 WORKLOAD = [sys.executable, "-S", str(Path(__file__).resolve().parent / "adversarial_workload.py")]
@@ -69,6 +74,95 @@ def test_aa_comparison_is_not_flagged() -> None:
     check = _compare([])
     assert not check.flagged and check.cases[0].status in {"unresolved", "consistent"}
     assert check.over_wall_calls == ()
+
+
+# ---------------------------------------------------------------- rates (tokens/s)
+
+RATE_UNITS = {"tokens_per_s": "tokens/s", "tokens": "tokens"}
+RATE_DIRECTIONS = {"tokens_per_s": "higher_is_better"}
+
+
+def _compare_rate(cand: list[str], work: dict[str, str] | None, work_s: float = 0.5) -> WallCheck:
+    """As :func:`_compare`, both subjects reporting ``tokens_per_s`` and ``tokens``; ``work``:
+    the Target's rate -> work metric (None: the rate has none)."""
+    run = run_pairs(
+        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "rate"]),
+        Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "rate", *cand]),
+        cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
+    )  # fmt: skip
+    assert not run.failed_calls, [(c.call_id, c.message, c.stderr_tail) for c in run.failed_calls]
+    check = check_driver_run(run, RATE_UNITS, RATE_DIRECTIONS, work)
+    assert check is not None
+    return check
+
+
+def test_cheat_same_work_reporting_a_hundred_times_its_rate_is_flagged() -> None:
+    check = _compare_rate(
+        ["--mode", "scaled", "--report-scale", "0.01"], {"tokens_per_s": "tokens"}
+    )
+    assert check.flagged
+    (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
+    assert case.status == "flagged" and case.reported_saving_s > 0.4
+    assert abs(case.wall_saving_s) < 0.1  # the time its rate implies it saved, never seen
+
+
+def test_cheat_rate_over_more_work_than_it_did_is_flagged() -> None:
+    """Twice the tokens and twice the rate: the time it implies is honest, the work is not the
+    reference's."""
+    check = _compare_rate(["--mode", "count_more"], {"tokens_per_s": "tokens"})
+    assert check.flagged
+    assert any("the same case is the same work" in r for r in check.reasons)
+
+
+def test_really_faster_candidate_reporting_a_rate_is_not_flagged() -> None:
+    check = _compare_rate([], {"tokens_per_s": "tokens"}, work_s=0.25)
+    assert not check.flagged
+    (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
+    assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_rate_without_a_work_metric_is_not_checked_and_named_as_such() -> None:
+    """The limit, shown: with no work metric an inflated rate has no time to check."""
+    check = _compare_rate(["--mode", "scaled", "--report-scale", "0.01"], None)
+    assert not check.flagged and not any(c.metric == "tokens_per_s" for c in check.cases)
+    assert unchecked_rates(RATE_UNITS, {}) == ["tokens_per_s"]
+    assert unchecked_rates(RATE_UNITS, {"tokens_per_s": "tokens"}) == []
+
+
+def test_rate_units_name_their_time_denominator() -> None:
+    assert rate_seconds("tokens/s") == 1.0 and rate_seconds("items/ms") == 1e-3
+    assert rate_seconds("GB/us") == 1e-6
+    for unit in ("ms", "tokens", "/s", "tokens/min", "ratio"):
+        assert rate_seconds(unit) is None, unit
+
+
+def _rate_pairs(cand_rate: float, cand_work: list[float], n: int = 5) -> list[SimpleNamespace]:
+    """Recorded pairs: the reference does 100 tokens at 100 tokens/s in 1 s of wall; the
+    candidate reports ``cand_rate`` over ``cand_work`` in 0.5 s of wall."""
+
+    def side(call: str, rate: float, work: list[float], wall: float) -> SimpleNamespace:
+        values = {"tps": [rate], **({"tok": work} if work else {})}
+        return SimpleNamespace(call_id=call, correct=True, values=values, wall_s=wall)
+
+    return [
+        SimpleNamespace(
+            case="a",
+            ref=side(f"r{i}", 100.0, [100.0], 1.0 + 0.001 * i),
+            cand=side(f"c{i}", cand_rate, cand_work, 0.5 + 0.001 * i),
+        )
+        for i in range(n)
+    ]
+
+
+def test_rate_reported_without_its_work_in_a_call_flags_the_case() -> None:
+    units = {"tps": "tokens/s", "tok": "tokens"}
+    honest = check_pairs(_rate_pairs(200.0, [100.0]), units, {"tps": "higher_is_better"},
+                         work_metrics={"tps": "tok"})  # fmt: skip
+    assert honest is not None and not honest.flagged
+    missing = check_pairs(_rate_pairs(200.0, []), units, {"tps": "higher_is_better"},
+                          work_metrics={"tps": "tok"})  # fmt: skip
+    assert missing is not None and missing.flagged
+    assert any("cannot be turned into" in r for r in missing.reasons)
 
 
 # ---------------------------------------------------------------- work outside the timed region

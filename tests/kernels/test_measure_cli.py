@@ -30,18 +30,22 @@ def _setup(
     primary: str = "time_ms",
     cases: tuple[str, ...] = ("small", "large"),
     statistics: dict[str, Any] | None = None,
+    direction: str = "lower_is_better",
+    work_metric: str = "",
 ) -> dict[str, Any]:
-    """A ledger with a Target (lower-is-better time), readiness carrying this machine's
-    environment, a test set of ``cases`` and ``statistics`` (the defaults when None), a metric
-    audit and a baseline; no resolution yet."""
+    """A ledger with a Target (lower-is-better time unless told otherwise; ``work_metric``
+    for a rate), readiness carrying this machine's environment, a test set of ``cases`` and
+    ``statistics`` (the defaults when None), a metric audit and a baseline; no resolution
+    yet."""
     env = environment_payload(tools=True)
     ledger = Ledger.init(path, name="m", actor="agent")
     try:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
         run("target.freeze", {
             "target_id": "t1", "title": "sum of squares",
-            "primary": {"name": primary, "unit": primary_unit, "direction": "lower_is_better",
-                        "statistic": "median"},
+            "primary": {"name": primary, "unit": primary_unit, "direction": direction,
+                        "statistic": "median",
+                        **({"work_metric": work_metric} if work_metric else {})},
             "min_effect": 0.05, "scope": ["src/*"], "risk_boundary": "none",
             "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
         })  # fmt: skip

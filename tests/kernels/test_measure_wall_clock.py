@@ -11,10 +11,12 @@ import shlex
 import sys
 from pathlib import Path
 
+import pytest
 from test_measure_cli import SUMSQ, _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
+from perfledger.errors import BadRequest
 
 WORKLOAD = Path(__file__).resolve().parent / "adversarial_workload.py"
 CAND2 = "sha256:" + "2" * 16
@@ -192,3 +194,52 @@ def test_cheat_candidate_whose_values_keep_their_total_but_not_their_median_is_f
                                   f"e1-screen-{k}", "--json").stdout)["payload"]  # fmt: skip
         assert verdict["primary"]["estimate"] > 0.9  # what the reported values alone claim
         assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
+
+
+def test_cheat_inflated_rate_is_flagged_through_measure_when_the_target_names_its_work(
+    tmp_path: Path,
+) -> None:
+    """A tokens/s primary whose Target names ``tokens`` as its work: a candidate doing the
+    reference's work and reporting 100 times its rate is flagged when ``measure`` returns, the
+    verdict cannot pass (R12), and the ledger audits clean (the check re-derived)."""
+    ledger = tmp_path / "ledger"
+    _setup(ledger, cases=("small",), primary="tokens_per_s", primary_unit="tokens/s",
+           direction="higher_is_better", work_metric="tokens",
+           statistics={"allow_explained_foreign_activity": True})  # fmt: skip
+    _record_resolution(ledger)
+    _experiment(ledger)
+    ref = _cmd("--work-s", "0.5", "--metric", "rate")
+    cheat = _cmd(
+        "--work-s", "0.5", "--metric", "rate", "--mode", "scaled", "--report-scale", "0.01"
+    )
+    _measure(ledger, tmp_path, "e1", "screen", ref, cheat)
+    printed = _measure(ledger, tmp_path, "e1", "target", ref, cheat)
+    assert "FLAG wall clock" in printed and "tokens_per_s" in printed
+    with Ledger.open(ledger) as opened:
+        samples = opened.payload(opened.state().samples["e1-target-1"].event_id)
+    assert samples.units["tokens"] == "tokens"  # the work, recorded for the auditor
+    assert samples.wall_check is not None and samples.wall_check.flagged
+    answer = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
+                             "--json").stdout)  # fmt: skip
+    assert answer["payload"]["primary"]["status"] == "pass"  # what the rate alone would say
+    assert answer["payload"]["status"] == "inconclusive"
+    audit = json.loads(_cli(ledger, tmp_path, "audit", "--json").stdout)
+    assert audit["ok"] is True and audit["findings"] == []
+
+
+def test_rate_without_a_work_metric_is_noted_as_unchecked_when_measure_returns(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    _setup(ledger, cases=("small",), primary="tokens_per_s", primary_unit="tokens/s",
+           direction="higher_is_better")  # fmt: skip
+    _record_resolution(ledger)
+    _experiment(ledger)
+    ref = _cmd("--work-s", "0.2", "--metric", "rate")
+    printed = _measure(ledger, tmp_path, "e1", "screen", ref, ref)
+    assert "note wall clock: tokens_per_s is a rate" in printed and "no work_metric" in printed
+
+
+def test_work_metric_on_a_time_metric_is_refused_at_freeze(tmp_path: Path) -> None:
+    with pytest.raises(BadRequest, match="only a rate over time has one"):
+        _setup(tmp_path / "ledger", work_metric="tokens")

@@ -87,6 +87,10 @@ class MetricSpec(_Part, kw_only=True):
     unit: str
     direction: Direction
     statistic: Statistic = "median"
+    #: for a rate (``tokens/s``): the metric, reported with every call, counting its work
+    #: (``tokens``); the wall-clock check turns the rate into time with it (R12)
+    #: (absent when none: payloads recorded before it encode as they did)
+    work_metric: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class Guardrail(_Part, kw_only=True):
@@ -96,6 +100,7 @@ class Guardrail(_Part, kw_only=True):
     unit: str
     direction: Direction
     allowed_regression: float
+    work_metric: str | msgspec.UnsetType = msgspec.UNSET  # as MetricSpec.work_metric
 
 
 class Secondary(_Part, kw_only=True):
@@ -106,6 +111,7 @@ class Secondary(_Part, kw_only=True):
     unit: str
     direction: Direction
     threshold: float
+    work_metric: str | msgspec.UnsetType = msgspec.UNSET  # as MetricSpec.work_metric
 
 
 class Budget(_Part, kw_only=True):

@@ -42,6 +42,15 @@ reference's wall times: a candidate that adds random sleeps outside its timer wi
 (with sleeps of ``U(0, 2r)`` a lie of ``r`` per call was never flagged, only "unresolved"), but
 it cannot widen the reference's spread. Samples checked by :data:`METHOD` keep that rule.
 
+A *rate* (unit ``<work>/<time unit>``: ``tokens/s``, ``items/ms``) is checked too where its
+Target names the metric that counts its work (``work_metric``, reported with every call: the
+tokens a call generated): each value becomes time, ``work / rate`` (a list of rates is one per
+repeat, with a work value per repeat or one for all), lower is better, and the rule above
+applies to that time. Both calls of a pair must count the same work (the same case is the same
+work): a candidate that counts more work than the reference, or reports a rate without its
+work, flags the case. A rate without a declared work metric has no known amount of work to turn
+it into time: it is not checked (``unchecked_rates`` names it).
+
 Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
 OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
 
@@ -196,11 +205,94 @@ def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:.3g} ms"
 
 
+def rate_seconds(unit: str) -> float | None:
+    """Seconds per unit of a rate's time denominator: ``tokens/s`` -> 1.0, ``items/ms`` ->
+    0.001; None when ``unit`` is not ``<work>/<s|ms|us|µs|ns>``."""
+    work, sep, per = unit.rpartition("/")
+    if not sep or not work.strip():
+        return None
+    return SECONDS_PER_UNIT.get(per.strip())
+
+
+#: Relative difference of two calls' counted work beyond which they did not do the same work.
+WORK_REL = 1e-9
+
+
+def _rate_as_time(
+    pairs: list[Any], units: Mapping[str, str], work_metrics: Mapping[str, str]
+) -> tuple[list[Any], dict[str, str], set[str], list[str]]:
+    """The pairs with each checked rate's values replaced by the time they imply (seconds:
+    ``work / rate`` per repeat); the units that view has; the rates whose case is flagged for
+    their work (``(metric, case)`` as ``"metric\0case"``); and the reasons."""
+    from types import SimpleNamespace
+
+    rates: dict[str, tuple[str, float]] = {}
+    for m, w in work_metrics.items():
+        per_s = rate_seconds(units[m]) if m in units and w else None
+        if per_s is not None:
+            rates[m] = (w, per_s)
+    view_units = dict(units)
+    for m in rates:
+        view_units[m] = "s"
+    flagged: set[str] = set()
+    reasons: list[str] = []
+    out = []
+    for p in pairs:
+        sides = {}
+        for label in ("ref", "cand"):
+            side = getattr(p, label)
+            values = dict(side.values)
+            for m, (w, per_s) in rates.items():
+                rate = values.pop(m, None)
+                if not rate:
+                    continue
+                work = side.values.get(w) or []
+                if len(work) not in (1, len(rate)):
+                    if side.correct:
+                        flagged.add(f"{m}\0{p.case}")
+                        reasons.append(
+                            f"case {p.case!r}, {m}: call {side.call_id} reports "
+                            f"{len(rate)} rate value(s) and {len(work)} of its work {w!r} "
+                            "(one per repeat, or one for all): the rate cannot be turned into "
+                            "the time the wall clock checks"
+                        )
+                    continue
+                per_repeat = list(work) if len(work) == len(rate) else list(work) * len(rate)
+                values[m] = [done / r * per_s for done, r in zip(per_repeat, rate, strict=True)]
+            sides[label] = SimpleNamespace(
+                call_id=side.call_id, correct=side.correct, values=values, wall_s=side.wall_s
+            )
+        if p.ref.correct and p.cand.correct:
+            for m, (w, _per_s) in rates.items():
+                if not (p.ref.values.get(m) and p.cand.values.get(m)):
+                    continue
+                ref_work = math.fsum(p.ref.values.get(w) or [])
+                cand_work = math.fsum(p.cand.values.get(w) or [])
+                if abs(cand_work - ref_work) > WORK_REL * max(abs(ref_work), 1e-300):
+                    flagged.add(f"{m}\0{p.case}")
+                    reasons.append(
+                        f"case {p.case!r}, {m}: call {p.cand.call_id} counts {cand_work:g} "
+                        f"{w!r}, the reference's call {p.ref.call_id} {ref_work:g}: the same case "
+                        "is the same work, so the two rates are not comparable"
+                    )
+        out.append(SimpleNamespace(case=p.case, ref=sides["ref"], cand=sides["cand"]))
+    return out, view_units, flagged, reasons
+
+
+def unchecked_rates(units: Mapping[str, str], work_metrics: Mapping[str, str]) -> list[str]:
+    """The rate metrics of ``units`` (``<work>/<time unit>``) that no work metric turns into
+    time: the wall-clock check cannot see through them (docs/measurement.md)."""
+    return sorted(
+        m for m, u in units.items() if rate_seconds(u) is not None and not work_metrics.get(m)
+    )
+
+
 def check_pairs(
     pairs: Iterable[Any],
     units: Mapping[str, str],
     directions: Mapping[str, str] | None = None,
     method: str = METHOD_V2,
+    work_metrics: Mapping[str, str] | None = None,
 ) -> WallCheck | None:
     """Check the self-reported time-like metrics of recorded pairs against the driver's wall
     clock (the rule in the module docstring).
@@ -213,6 +305,8 @@ def check_pairs(
         directions: metric name -> ``lower_is_better`` (default) or ``higher_is_better``.
         method: :data:`METHOD_V2` (default: value counts must match per pair) or :data:`METHOD`
             (the rule samples recorded before it are re-checked by).
+        work_metrics: rate metric -> the metric counting its work (the Target's
+            ``work_metric``): those rates are checked as the time they imply.
     Returns: the :class:`~perfledger.events.workflow.WallCheck`, or None when no call carries a
         driver wall time (samples not measured by the workload driver).
     Raises: ValueError when some calls carry a wall time and others do not.
@@ -225,9 +319,15 @@ def check_pairs(
         raise ValueError(
             "some calls carry the driver's wall time (wall_s) and others do not: record all or none"
         )
-    directions = directions or {}
+    directions = dict(directions or {})
     over: list[str] = []
     reasons: list[str] = []
+    work_flagged: set[str] = set()
+    if work_metrics:
+        pairs, units, work_flagged, reasons = _rate_as_time(pairs, units, work_metrics)
+        for m in work_metrics:
+            if units.get(m) == "s":
+                directions[m] = "lower_is_better"  # a time now, whatever the rate's direction
     for p in pairs:
         for side in (p.ref, p.cand):
             # each time-like metric is a view of the call's time: the largest must fit in it
@@ -285,7 +385,19 @@ def check_pairs(
             if shape:  # R12: the median moved, the total the wall clock checks did not
                 c = msgspec.structs.replace(c, status="flagged")
                 reasons.append(f"case {case!r}, {metric}: {shape}")
+            if f"{metric}\0{case}" in work_flagged:  # R12: a rate over different work
+                c = msgspec.structs.replace(c, status="flagged")
             cases.append(c)
+    for key in sorted(work_flagged):  # a flagged case with no pair left to check
+        metric, case = key.split("\0")
+        if not any(c.metric == metric and c.case == case for c in cases):
+            cases.append(
+                WallCheckCase(
+                    metric=metric, case=case, n_pairs=0, reported_saving_s=0.0,
+                    wall_saving_s=0.0, excess_s=0.0, excess_low_s=0.0, resolution_s=0.0,
+                    tolerance_s=0.0, status="flagged",
+                )
+            )  # fmt: skip
     return WallCheck(
         method=method,
         flagged=bool(over) or any(c.status == "flagged" for c in cases),
@@ -296,7 +408,10 @@ def check_pairs(
 
 
 def check_driver_run(
-    run: Any, units: Mapping[str, str], directions: Mapping[str, str] | None = None
+    run: Any,
+    units: Mapping[str, str],
+    directions: Mapping[str, str] | None = None,
+    work_metrics: Mapping[str, str] | None = None,
 ) -> WallCheck | None:
     """:func:`check_pairs` of a :class:`perfledger.kernels.driver.DriverRun`: its usable pairs
     (both calls well formed), each call's metrics as its values and its ``wall_s``."""
@@ -312,7 +427,7 @@ def check_driver_run(
         for p in run.pairs
         if p.usable
     ]
-    return check_pairs(pairs, units, directions)
+    return check_pairs(pairs, units, directions, work_metrics=work_metrics)
 
 
 def unresolved_cases(check: WallCheck | None) -> list[WallCheckCase]:
@@ -325,5 +440,7 @@ __all__ = [
     "SECONDS_PER_UNIT",
     "check_driver_run",
     "check_pairs",
+    "rate_seconds",
+    "unchecked_rates",
     "unresolved_cases",
 ]

@@ -244,6 +244,19 @@ def _target_units(target: Any) -> dict[str, str]:
     return units
 
 
+def _work_units(target: Any) -> dict[str, str]:
+    """The work metrics the Target's rates name (R12's wall-clock check of rates), each in the
+    rate's work unit (``tokens`` of ``tokens/s``): recorded with the samples so the check (and
+    the auditor) can turn each rate into time."""
+    from perfledger.commands.workflow.deciders import work_metrics
+
+    units = _target_units(target)
+    return {
+        work: units[rate].rpartition("/")[0].strip()
+        for rate, work in work_metrics(target.definition).items()
+    }
+
+
 def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in pairs:
@@ -681,7 +694,11 @@ def measure_workload(
         raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
     check_cases(chosen, info["test_set"], "--case")
     n_pairs = pairs or max(5, info["min_pairs"])
-    units = {**_target_units(info["target"]), **_parse_units(unit_flags)}
+    units = {
+        **_work_units(info["target"]),
+        **_target_units(info["target"]),
+        **_parse_units(unit_flags),
+    }
     env = environment_payload()
     check_environment(env, info)
     monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
@@ -765,7 +782,7 @@ def measure_workload(
     if dry_run:
         # the decider's own wall-clock check, decided on the head and not appended
         wall_check, refusal = _previewed_wall_check(ctx, body, actor)
-        findings = measurement_findings(body, stage, run, wall_check)
+        findings = measurement_findings(body, stage, run, wall_check, info["target"])
         findings["findings"] += [f"note dry run: {refusal}"] if refusal else []
         result.update(findings)
         result["request"] = body
@@ -776,7 +793,9 @@ def measure_workload(
         ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, extra
     )
     # what samples.record derived and recorded is what is shown: one wall-clock check
-    findings = measurement_findings(body, stage, run, _recorded_wall_check(event.payload))
+    findings = measurement_findings(
+        body, stage, run, _recorded_wall_check(event.payload), info["target"]
+    )
     result.update(findings)
     result.update(event_id=event.id, kind=event.kind)
     lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
@@ -826,7 +845,11 @@ def _recorded_wall_check(payload: Any) -> Any:
 
 
 def measurement_findings(
-    body: dict[str, Any], stage: str, run: Any = None, wall_check: Any = None
+    body: dict[str, Any],
+    stage: str,
+    run: Any = None,
+    wall_check: Any = None,
+    target: Any = None,
 ) -> dict[str, Any]:
     """What the measurement found suspicious, for people and agents, when ``measure`` returns
     (SPEC.md section 5): the wall-clock check of self-reported times as ``samples.record``
@@ -835,7 +858,8 @@ def measurement_findings(
     computed once, by the decider, :mod:`perfledger.kernels.wall_check`), the
     candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
     outputs, or the subject alone) and, given the driver ``run``, the calls that left
-    processes behind (ended with the call). Returns: ``{"wall_check", "candidate_failed_calls",
+    processes behind (ended with the call); given the ``target``, the rates no work metric
+    turns into time (not checked against the wall clock). Returns: ``{"wall_check", "candidate_failed_calls",
     "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts
     with ``FLAG`` when it blocks a pass or a champion, ``note`` otherwise."""
     import msgspec
@@ -867,6 +891,16 @@ def measurement_findings(
         if not check.flagged:
             checked = sum(1 for c in check.cases if c.status == "consistent")
             lines.append(f"wall clock: {checked} case(s) consistent, none flagged")
+        if target is not None:
+            from perfledger.commands.workflow.deciders import work_metrics
+            from perfledger.kernels.wall_check import unchecked_rates
+
+            for name in unchecked_rates(body["units"], work_metrics(target.definition)):
+                lines.append(
+                    f"note wall clock: {name} is a rate ({body['units'][name]}) and the Target "
+                    "names no work_metric for it: not checked against the driver's wall clock "
+                    "(docs/measurement.md)"
+                )
     failed = [p["cand"]["call_id"] for p in body["pairs"] if not p["cand"]["correct"]]
     if failed:
         shown = ", ".join(failed[:8]) + (" ..." if len(failed) > 8 else "")

@@ -166,6 +166,14 @@ def environment_id(environment: dict[str, Any]) -> str:
     return blake3.blake3(ENVIRONMENT_ID_DOMAIN + canonical_bytes(normal)).hexdigest()
 
 
+def work_metrics(definition: TargetDefinition) -> dict[str, str]:
+    """Rate metric -> the metric counting its work, as the Target declares them (R12)."""
+    parts = [(definition.primary.name, definition.primary.work_metric)]
+    parts += [(g.metric, g.work_metric) for g in definition.guardrails]
+    parts += [(s.name, s.work_metric) for s in definition.secondaries]
+    return {name: work for name, work in parts if isinstance(work, str) and work}
+
+
 def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
     """Metric name -> (unit, direction) for the primary, guardrails and secondaries."""
     out = {definition.primary.name: (definition.primary.unit, definition.primary.direction)}
@@ -194,6 +202,37 @@ def _check_definition(req: rq.TargetFreeze) -> None:
     guards = [g.metric for g in req.guardrails]
     if len(set(guards)) != len(guards):
         raise BadRequest("guardrail metrics must be distinct")
+    _check_work_metrics(req)
+
+
+def _check_work_metrics(req: rq.TargetFreeze) -> None:
+    """A ``work_metric`` names what a rate divides (R12's wall-clock check of rates): only a
+    rate over time has one, and it is another metric, not a declared time or rate."""
+    from perfledger.kernels.wall_check import SECONDS_PER_UNIT, rate_seconds
+
+    declared = {req.primary.name: req.primary.unit}
+    declared |= {g.metric: g.unit for g in req.guardrails}
+    declared |= {s.name: s.unit for s in req.secondaries}
+    metrics = [(req.primary.name, req.primary.unit, req.primary.work_metric)]
+    metrics += [(g.metric, g.unit, g.work_metric) for g in req.guardrails]
+    metrics += [(s.name, s.unit, s.work_metric) for s in req.secondaries]
+    for name, unit, work in metrics:
+        if not isinstance(work, str):
+            continue
+        if rate_seconds(unit) is None:
+            raise BadRequest(
+                f"metric {name!r} in {unit!r} names a work_metric, but only a rate over time "
+                "has one",
+                hint="a rate's unit is <work>/<s|ms|us|ns>, e.g. tokens/s",
+            )
+        other = declared.get(work)
+        if work == name or (
+            other is not None and (other in SECONDS_PER_UNIT or rate_seconds(other) is not None)
+        ):
+            raise BadRequest(
+                f"metric {name!r}: its work_metric {work!r} must count work (tokens, items), "
+                "not be itself or a declared time or rate"
+            )
 
 
 def decide_target_freeze(
@@ -640,7 +679,13 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
     counts = rules_version(ctx, "SamplesRecorded") >= R12_WALL_VALUE_COUNTS
     directions = {name: d for name, (_unit, d) in _target_metrics(target.definition).items()}
     try:
-        return check_pairs(req.pairs, req.units, directions, METHOD_V2 if counts else METHOD)
+        return check_pairs(
+            req.pairs,
+            req.units,
+            directions,
+            METHOD_V2 if counts else METHOD,
+            work_metrics=work_metrics(target.definition),
+        )
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 

@@ -376,6 +376,14 @@ MODEL_FIELDS: dict[str, str] = {
     "ParamModel.name": "The parameter's name.",
     "Secondary.name": "The secondary metric's name.",
     "MetricSpec.name": "The metric's name, as the driver reports it (e.g. time_ms).",
+    "MetricSpec.work_metric": "For a rate (unit <work>/s, e.g. tokens/s): the metric the "
+    "command reports with every call counting the work the rate divides (e.g. tokens); the "
+    "wall-clock check turns the rate into time with it and flags a pair whose calls count "
+    "different work (R12). Empty: the rate is not checked against the wall clock.",
+    "Guardrail.work_metric": "For a rate guardrail: the metric counting its work, as "
+    "MetricSpec.work_metric.",
+    "Secondary.work_metric": "For a rate secondary: the metric counting its work, as "
+    "MetricSpec.work_metric.",
     "SkippedModel.reason": "Why it was not chosen: the reason code (R24).",
     "SkippedModel.method": "The method skipped.",
     "TimingModel.stop_reason": "Why sampling stopped.",

@@ -76,12 +76,14 @@ def dump(request: Struct) -> dict[str, Any]:
 
 
 class MetricSpec(Request, kw_only=True):
-    """A metric: name, unit (``ms``, ``tokens/s``), direction and statistic."""
+    """A metric: name, unit (``ms``, ``tokens/s``), direction and statistic; for a rate, the
+    metric counting its work (the wall-clock check turns the rate into time with it, R12)."""
 
     name: Name
     unit: Name
     direction: Direction
     statistic: Statistic = "median"
+    work_metric: Name | msgspec.UnsetType = msgspec.UNSET
 
 
 class Guardrail(Request, kw_only=True):
@@ -91,6 +93,7 @@ class Guardrail(Request, kw_only=True):
     unit: Name
     direction: Direction
     allowed_regression: NonNegative
+    work_metric: Name | msgspec.UnsetType = msgspec.UNSET
 
 
 class Secondary(Request, kw_only=True):
@@ -100,6 +103,7 @@ class Secondary(Request, kw_only=True):
     unit: Name
     direction: Direction
     threshold: Positive
+    work_metric: Name | msgspec.UnsetType = msgspec.UNSET
 
 
 class Budget(Request, kw_only=True):
