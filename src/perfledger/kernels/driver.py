@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from perfledger.kernels.driver_guard import DriverGuard
 from perfledger.kernels.subject_env import influencing_environment
 
 #: Environment variable carrying the test case's name into each call.
@@ -537,7 +538,9 @@ def run_pairs(
             alone); its errors propagate.
     Returns: the :class:`DriverRun`; failed calls are inside it, never raised.
     Raises: ValueError for bad arguments (one subject declaring ``{output}`` and the other
-        not, or ``{output}`` without an accuracy rule that compares).
+        not, or ``{output}`` without an accuracy rule that compares); MeasurementError when
+        this process's scheduling (affinity, nice, policy, timer slack, limits, cgroup)
+        changed between calls (:mod:`perfledger.kernels.driver_guard`): a subject lowered it.
     """
     if not cases or len(set(cases)) != len(cases):
         raise ValueError("cases must be non-empty and distinct")
@@ -558,8 +561,14 @@ def run_pairs(
         )
     seeded = checked or any(outputs.SEED_PLACEHOLDER in a for s in (ref, cand) for a in s.argv)
     kept: dict[str, bytes] = {}
+    # R11: every call inherits this process's scheduling; a subject must not lower it for the
+    # other's calls (kernels.driver_guard)
+    guard = DriverGuard()
+    last: list[str | None] = [None]
 
     def call(label: str, case: str, tag: str, seed: str | None) -> tuple[CallResult, Any]:
+        guard.check(last[0])
+        last[0] = f"{label}-{case}-{tag}"
         if before_call is not None:
             before_call(label)
         place = outputs.OutputPlace() if checked else None
@@ -612,6 +621,7 @@ def run_pairs(
         for case in cases:
             done = run_round(order, case, str(k), keep=True)
             pairs.append(PairResult(case, k, order, done["ref"], done["cand"]))
+    guard.check(last[0])
     settings = {
         "protocol": "workload_abba",
         "cases": list(cases),

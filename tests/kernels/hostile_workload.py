@@ -1,0 +1,107 @@
+"""A workload command in the driver's protocol that attacks the *other* subject's calls through
+the driver (and its honest form), for the driver's hostile-review tests. The work is sleeping
+(``--work-s`` seconds per call); the metric is ``time_ms``. Every call reports, in ``detail``,
+the scheduling it was started with (CPU affinity, nice value, timer slack, soft file limit), so a
+test sees what the other subject's calls inherited.
+
+Modes:
+
+- ``honest``: the work, reported honestly.
+- ``tamper_driver``: honest work, then lowers the scheduling of its parent, the driver, which
+  every later call inherits: CPU affinity cut to one CPU, nice raised to 10, timer slack raised
+  to 50 ms (root only), soft file limit lowered to 64. At its start it restores its own
+  affinity, nice and file limit where it can, so only the other subject's calls are slowed.
+- ``print_twice``: prints a fast result, then the honest one.
+- ``stderr_only``: prints its result on stderr only.
+- ``partial``: prints half of a JSON object and exits 0.
+- ``huge_line``: prints a 40 MB line of digits, then nothing else, and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import sys
+import time
+
+
+def _timerslack_ns(pid: int | str = "self") -> int | None:
+    try:
+        with open(f"/proc/{pid}/timerslack_ns", encoding="ascii") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _sched() -> dict[str, object]:
+    return {
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "timerslack_ns": _timerslack_ns(),
+        "nofile_soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    }
+
+
+def _work(work_s: float) -> list[float]:
+    start = time.perf_counter()
+    time.sleep(work_s)
+    return [(time.perf_counter() - start) * 1e3]
+
+
+def _tamper_parent() -> None:
+    """Lower the driver's scheduling; every later call it starts inherits it."""
+    parent = os.getppid()
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(parent, cpus[:1])
+    os.setpriority(os.PRIO_PROCESS, parent, 10)
+    with contextlib.suppress(OSError), open(f"/proc/{parent}/timerslack_ns", "w") as f:
+        f.write("50000000")  # needs CAP_SYS_NICE
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.prlimit(parent, resource.RLIMIT_NOFILE, (64, hard))
+
+
+def _restore_self() -> None:
+    """Undo, for this process, what an earlier call of its own did to the driver."""
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    with contextlib.suppress(OSError):  # an unprivileged process cannot lower its nice value
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    with contextlib.suppress(OSError), open("/proc/self/timerslack_ns", "w") as f:
+        f.write("50000")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+
+
+def main() -> int:
+    """Run one call in the chosen mode (module docstring)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", default="honest")
+    ap.add_argument("--work-s", type=float, default=0.2)
+    args = ap.parse_args()
+    if args.mode == "tamper_driver":
+        _restore_self()
+    seen = _sched()
+    times = _work(args.work_s)
+    result = {"correct": True, "metrics": {"time_ms": times}, "detail": seen}
+    if args.mode == "tamper_driver":
+        _tamper_parent()
+    elif args.mode == "print_twice":
+        print(json.dumps({"correct": True, "metrics": {"time_ms": [t / 100 for t in times]}}))
+    elif args.mode == "stderr_only":
+        print(json.dumps(result), file=sys.stderr)
+        return 0
+    elif args.mode == "partial":
+        sys.stdout.write(json.dumps(result)[: len(json.dumps(result)) // 2])
+        return 0
+    elif args.mode == "huge_line":
+        sys.stdout.write("1" * 40_000_000)
+        return 0
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The workload driver against commands that attack the *other* subject's calls or the driver's
+parsing (SPEC.md section 5, "Workload driver"; R11: both subjects under the same conditions).
+Real processes and a real ledger, no mocks; each cheat has an honest control beside it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_measure_cli import _cli, _experiment, _record_resolution, _setup
+
+from perfledger.api import Ledger
+from perfledger.errors import MeasurementError
+from perfledger.kernels import driver_guard
+from perfledger.kernels.driver import Subject, run_pairs
+
+HOSTILE = [sys.executable, "-S", str(Path(__file__).resolve().parent / "hostile_workload.py")]
+
+
+@pytest.fixture
+def own_scheduling() -> Iterator[driver_guard.Scheduling]:
+    """This test process's scheduling, put back after the test whatever a subject did to it
+    (a failing test must not leave pytest pinned to one CPU at nice 10)."""
+    before = driver_guard.Scheduling.now()
+    yield before
+    driver_guard._restore(before)
+
+
+def _run(cand_mode: str, pairs: int = 4) -> list:
+    work = [*HOSTILE, "--work-s", "0.05"]
+    run = run_pairs(
+        Subject("ref", work), Subject("cand", [*work, "--mode", cand_mode]), cases=["a"],
+        pairs_per_case=pairs, warmup_calls=0, timeout_s=30,
+    )  # fmt: skip
+    return [c for p in run.pairs for c in (p.ref, p.cand)]
+
+
+def test_cheat_candidate_lowering_the_drivers_scheduling_for_the_references_calls_is_refused(
+    own_scheduling: driver_guard.Scheduling,
+) -> None:
+    # the candidate pins the driver to one CPU, raises its nice value, its timer slack and
+    # lowers its file limit as it exits: every later reference call would inherit them
+    with pytest.raises(MeasurementError) as caught:
+        _run("tamper_driver")
+    message = caught.value.message
+    assert "after call cand-a-0" in message and "nice 0 -> 10" in message
+    assert "RLIMIT_NOFILE" in message and "(restored)" in message
+    # the driver's own scheduling is put back: nothing it starts later inherits the change
+    assert driver_guard.Scheduling.now() == own_scheduling
+
+
+def test_honest_subjects_run_under_the_drivers_own_scheduling(
+    own_scheduling: driver_guard.Scheduling,
+) -> None:
+    calls = _run("honest")
+    assert all(c.ok for c in calls)
+    for c in calls:  # every call, either subject, saw the scheduling the driver started with
+        assert c.detail["affinity"] == list(own_scheduling.affinity or ())
+        assert c.detail["nice"] == own_scheduling.nice
+        assert c.detail["nofile_soft"] == dict(own_scheduling.rlimits)["RLIMIT_NOFILE"][0]
+    assert driver_guard.Scheduling.now() == own_scheduling
+
+
+def _measure_cli(tmp: Path, cand_mode: str) -> tuple[object, Path]:
+    ledger = tmp / "ledger"
+    _setup(ledger, cases=("small",))
+    _record_resolution(ledger)
+    _experiment(ledger)
+    ref, cand = (
+        shlex.join([*HOSTILE, "--work-s", "0.05"]),
+        shlex.join([*HOSTILE, "--work-s", "0.05", "--mode", cand_mode]),
+    )
+    proc = _cli(ledger, tmp, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+                "--ref", ref, "--cand", cand, "--case", "small", "--pairs", "5", "--warmup", "0",
+                "--quiet", "--no-monitor", "--json", check=False)  # fmt: skip
+    return proc, ledger
+
+
+def test_cheat_candidate_lowering_the_drivers_scheduling_records_nothing(tmp_path: Path) -> None:
+    proc, ledger = _measure_cli(tmp_path, "tamper_driver")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # type: ignore[attr-defined]
+    assert "Traceback" not in proc.stderr  # type: ignore[attr-defined]
+    error = json.loads(proc.stdout)["error"]  # type: ignore[attr-defined]
+    assert error["code"] == "measurement_error" and "scheduling changed" in error["message"]
+    with Ledger.open(ledger) as opened:
+        assert opened.state().samples == {}
