@@ -15,6 +15,11 @@ Modes:
 - ``stderr_only``: prints its result on stderr only.
 - ``partial``: prints half of a JSON object and exits 0.
 - ``huge_line``: prints a 40 MB line of digits, then nothing else, and exits 0.
+- ``jitter``: honest work of a random ``work_s x U(0.5, 1.5)`` (the noise of a real workload).
+- ``censor_slow``: the same jittered work, but a call slower than ``--censor-above x work_s``
+  exits 1 (or, with
+  ``--how omit``, reports another metric in place of ``time_ms``; with ``--how partial``,
+  prints half its JSON object and exits 0): only its fast calls give a result.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import resource
 import sys
 import time
@@ -47,7 +53,7 @@ def _sched() -> dict[str, object]:
 
 def _work(work_s: float) -> list[float]:
     start = time.perf_counter()
-    time.sleep(work_s)
+    time.sleep(max(work_s, 0.0))
     return [(time.perf_counter() - start) * 1e3]
 
 
@@ -80,7 +86,22 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", default="honest")
     ap.add_argument("--work-s", type=float, default=0.2)
+    ap.add_argument("--how", default="exit")
+    ap.add_argument("--censor-above", type=float, default=1.0)
     args = ap.parse_args()
+    if args.mode in ("jitter", "censor_slow"):
+        drawn = args.work_s * random.uniform(0.5, 1.5)
+        times = _work(drawn)
+        if args.mode == "censor_slow" and drawn > args.censor_above * args.work_s:
+            if args.how == "exit":
+                return 1
+            if args.how == "omit":
+                print(json.dumps({"correct": True, "metrics": {"other_ms": times}}))
+                return 0
+            sys.stdout.write('{"correct": true, "metrics": {"time_ms": [')
+            return 0
+        print(json.dumps({"correct": True, "metrics": {"time_ms": times}}))
+        return 0
     if args.mode == "tamper_driver":
         _restore_self()
     seen = _sched()

@@ -88,3 +88,60 @@ def test_cheat_candidate_lowering_the_drivers_scheduling_records_nothing(tmp_pat
     assert error["code"] == "measurement_error" and "scheduling changed" in error["message"]
     with Ledger.open(ledger) as opened:
         assert opened.state().samples == {}
+
+
+# ---------------------------------------------------------------- calls a candidate chooses to drop
+
+
+def _session(tmp: Path) -> Path:
+    ledger = tmp / "ledger"
+    # about the failed-call rule: a loaded host's explained foreign activity is acceptable
+    _setup(ledger, cases=("small",), statistics={"allow_explained_foreign_activity": True})
+    _record_resolution(ledger)
+    _experiment(ledger)
+    return ledger
+
+
+def _stage(ledger: Path, tmp: Path, stage: str, cand: list[str]) -> object:
+    work = [*HOSTILE, "--work-s", "0.1", "--mode", "jitter"]
+    monitor = ["--no-monitor"] if stage == "screen" else [
+        "--monitor", "host", "--explain-foreign", "other tenants of a shared CI host"]  # fmt: skip
+    return _cli(ledger, tmp, "measure", "workload", "--experiment", "e1", "--stage", stage,
+                "--ref", shlex.join(work), "--cand", shlex.join([*HOSTILE, "--work-s", "0.1", *cand]),
+                "--case", "small", "--pairs", "5", "--warmup", "0", "--quiet", *monitor,
+                check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["exit", "omit", "partial"])
+def test_cheat_candidate_failing_its_slow_calls_cannot_record_a_target_stage(
+    tmp_path: Path, how: str
+) -> None:
+    # the candidate does the reference's jittered work and gives no result (exit 1, another
+    # metric, half a JSON object) whenever its own call was slow: only its fast calls would count
+    ledger = _session(tmp_path)
+    cand = ["--mode", "censor_slow", "--how", how, "--censor-above", "0.6"]  # ~90 % of calls
+    screen = _stage(ledger, tmp_path, "screen", cand)
+    assert screen.returncode in (0, 1), screen.stderr  # type: ignore[attr-defined]
+    if screen.returncode == 0:  # a screen keeps what it can and says what it dropped
+        assert "note failed calls" in screen.stderr  # type: ignore[attr-defined]
+    with Ledger.open(ledger) as opened:
+        before = set(opened.state().samples)
+    target = _stage(ledger, tmp_path, "target", cand)
+    assert target.returncode == 1, target.stdout + target.stderr  # type: ignore[attr-defined]
+    assert "Traceback" not in target.stderr  # type: ignore[attr-defined]
+    assert "the candidate's call failed in" in target.stderr  # type: ignore[attr-defined]
+    with Ledger.open(ledger) as opened:
+        assert set(opened.state().samples) == before  # nothing recorded
+
+
+def test_candidate_whose_every_call_gives_a_result_records_its_target_stage(
+    tmp_path: Path,
+) -> None:
+    ledger = _session(tmp_path)
+    honest = ["--mode", "jitter"]
+    assert _stage(ledger, tmp_path, "screen", honest).returncode == 0  # type: ignore[attr-defined]
+    target = _stage(ledger, tmp_path, "target", honest)
+    assert target.returncode == 0, target.stdout + target.stderr  # type: ignore[attr-defined]
+    assert "note failed calls" not in target.stderr  # type: ignore[attr-defined]
+    with Ledger.open(ledger) as opened:
+        assert "e1-target-1" in opened.state().samples

@@ -720,6 +720,12 @@ def measure_workload(
     failed = [
         {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
     ]
+    from perfledger.commands.cli.censored import refuse_censored_formal_stage
+
+    # R5/R12: a round dropped for the candidate's failed call is a round it chose not to count
+    censored = refuse_censored_formal_stage(
+        run, info["primary"].name, stage, stage in FORMAL_STAGES
+    )
     if not body["pairs"]:
         raise MeasurementError(
             f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
@@ -761,6 +767,7 @@ def measure_workload(
     result["warnings"] += environment_warnings(  # code loaded from outside both subjects
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
     )
+    result["warnings"] += censored
     _warn(result["warnings"])
     if dry_run:
         # the decider's own wall-clock check, decided on the head and not appended
