@@ -15,6 +15,7 @@ Modes:
 - ``stderr_only``: prints its result on stderr only.
 - ``partial``: prints half of a JSON object and exits 0.
 - ``huge_line``: prints a 40 MB line of digits, then nothing else, and exits 0.
+- ``bigint``: reports its time as a JSON integer of 401 digits (beyond float range).
 - ``jitter``: honest work of a random ``work_s x U(0.5, 1.5)`` (the noise of a real workload).
 - ``censor_slow``: the same jittered work, but a call slower than ``--censor-above x work_s``
   exits 1 (or, with
@@ -116,6 +117,9 @@ def main() -> int:
         return 0
     elif args.mode == "partial":
         sys.stdout.write(json.dumps(result)[: len(json.dumps(result)) // 2])
+        return 0
+    elif args.mode == "bigint":
+        print('{"correct": true, "metrics": {"time_ms": 1' + "0" * 400 + "}}")
         return 0
     elif args.mode == "huge_line":
         sys.stdout.write("1" * 40_000_000)

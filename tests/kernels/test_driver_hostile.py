@@ -145,3 +145,16 @@ def test_candidate_whose_every_call_gives_a_result_records_its_target_stage(
     assert "note failed calls" not in target.stderr  # type: ignore[attr-defined]
     with Ledger.open(ledger) as opened:
         assert "e1-target-1" in opened.state().samples
+
+
+# ---------------------------------------------------------------- what a call prints
+
+
+def test_cheat_metric_beyond_float_range_is_a_failed_call_not_a_crash() -> None:
+    # json reads a 401-digit integer as an int; float() of it raised OverflowError out of the
+    # driver, losing the whole run ("unexpected OverflowError")
+    calls = _run("bigint", pairs=2)
+    cand = [c for c in calls if c.subject == "cand"]
+    assert all(not c.ok and c.reason == "non_finite" for c in cand)
+    assert "beyond float range" in cand[0].message
+    assert all(c.ok for c in calls if c.subject == "ref")  # the honest control beside it

@@ -271,7 +271,10 @@ def parse_output(stdout: str) -> tuple[bool, dict[str, list[float]], Any, str | 
                 "bad_shape",
                 f"metric {name!r} must be a number or a list of numbers",
             )
-        floats = [float(v) for v in values]
+        try:
+            floats = [float(v) for v in values]
+        except OverflowError:  # a JSON integer beyond float range (10**400)
+            return False, {}, None, "non_finite", f"metric {name!r} has a value beyond float range"
         if not all(math.isfinite(v) for v in floats):
             return False, {}, None, "non_finite", f"metric {name!r} has a NaN or infinite value"
         if not all(v > 0 for v in floats):
