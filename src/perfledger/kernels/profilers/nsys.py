@@ -277,7 +277,10 @@ def parse_nsys_stats_csv(
     report = ProfileReport("nsys", match.group(1), "nsys-stats-kern-sum", layer="workload")
     try:
         lines = text_lines(stream, source=label)
+        first = True
         for line in lines:
+            if first:  # a UTF-8 byte order mark (an editor's save) is not content
+                line, first = line.removeprefix("\ufeff"), False
             row = next(csv.reader([line]), [])
             if tuple(row) == KERN_SUM_HEADER:
                 break
@@ -297,6 +300,22 @@ def parse_nsys_stats_csv(
             kname = row[8]
             if not kname or count != int(count) or count < 1 or not low <= med <= high:
                 raise EvidenceError(f"{where}: inconsistent kernel summary for {kname[:80]!r}")
+            # the other columns agree too, or one of them is a wrong number, not a guess: no
+            # negative time, the mean inside [min, max], the total the mean times the count
+            # (nsys rounds the mean to 0.1 ns), a share of time in [0, 100] %
+            if (
+                low < 0
+                or not low <= avg <= high
+                or not 0.0 <= pct <= 100.0
+                or abs(total - avg * count) > 0.5 * count + 1e-9 * total
+            ):
+                raise EvidenceError(
+                    f"{where}: inconsistent kernel summary for {kname[:80]!r}: total {total:g}, "
+                    f"instances {count:g}, mean {avg:g}, min {low:g}, max {high:g} ns, "
+                    f"{pct:g} % of time"
+                )
+            if kname in report.kernels:
+                raise EvidenceError(f"{where}: kernel {kname[:80]!r} has a second row")
             index = len(report.kernels)
             kernel = report.kernel(kname)
             kernel.launches = int(count)
