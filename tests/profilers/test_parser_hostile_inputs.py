@@ -174,3 +174,40 @@ def test_nsys_stats_kernel_with_a_second_row_is_refused() -> None:
 def test_nsys_stats_with_a_byte_order_mark_parses_as_without() -> None:
     plain, marked = _nsys(_stats()), _nsys(BOM + _stats())
     assert marked.duration_summaries == plain.duration_summaries  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- PyTorch trace
+
+
+def _trace(field: str, text: str) -> bytes:
+    """The fixture trace with its first kernel event's ``field`` written as ``text`` (JSON)."""
+    import json
+
+    trace = json.loads((FIXTURES / "torch_trace.json").read_text())
+    kernel = next(e for e in trace["traceEvents"] if e.get("cat") == "kernel")
+    kernel[field] = 424242.5
+    return json.dumps(trace).encode().replace(b"424242.5", text.encode(), 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "text"),
+    [("dur", "1e300"), ("dur", "1.5e308"), ("ts", "1e300"), ("ts", "-1e20"), ("dur", "1e999"),
+     ("dur", "1" + "0" * 400)],
+)  # fmt: skip
+def test_torch_trace_time_beyond_a_traces_range_is_refused_not_a_crash(
+    field: str, text: str
+) -> None:
+    # each raised OverflowError (round(inf), int64 conversion, float() of a huge integer)
+    from perfledger.kernels.profilers.torch_trace import parse_torch_trace
+
+    with pytest.raises(EvidenceError) as caught:
+        parse_torch_trace(io.BytesIO(_trace(field, text)), name="trace.json")
+    assert caught.value.message.startswith("trace.json: event ")
+    assert field in caught.value.message and "beyond" in caught.value.message
+
+
+def test_torch_trace_time_within_range_is_read() -> None:
+    from perfledger.kernels.profilers.torch_trace import parse_torch_trace
+
+    report = parse_torch_trace(io.BytesIO(_trace("dur", "12.5")), name="trace.json")
+    assert any(k.durations.counts[12500] for k in report.kernels.values())
