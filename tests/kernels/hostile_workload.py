@@ -16,6 +16,12 @@ Modes:
 - ``partial``: prints half of a JSON object and exits 0.
 - ``huge_line``: prints a 40 MB line of digits, then nothing else, and exits 0.
 - ``bigint``: reports its time as a JSON integer of 401 digits (beyond float range).
+- ``stop_watcher``: not a subject: a process started before the measurement that, for
+  ``--work-s`` seconds, finds every process whose command line holds ``--tag`` and, 0.1 s
+  after it first saw it, stops it for 0.1 s once (``SIGSTOP``, then ``SIGCONT``), using
+  almost no CPU.
+- ``busy``: honest CPU work (``work_s`` seconds of this process's CPU time), reported as the
+  wall time it took: a stop lengthens it, as it would any CPU-bound workload.
 - ``jitter``: honest work of a random ``work_s x U(0.5, 1.5)`` (the noise of a real workload).
 - ``censor_slow``: the same jittered work, but a call slower than ``--censor-above x work_s``
   exits 1 (or, with
@@ -82,6 +88,34 @@ def _restore_self() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
 
 
+def _stop_watcher(tag: str, seconds: float) -> None:
+    """Stop each process whose command line holds ``tag`` for 0.1 s, once."""
+    import signal
+
+    done: set[int] = set()
+    seen: dict[int, float] = {}
+    needle = tag.encode()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in done or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if needle not in f.read().split(b"\0"):
+                        continue
+                # once its start-up is over: inside the timed work
+                if time.monotonic() - seen.setdefault(int(entry), time.monotonic()) < 0.1:
+                    continue
+                os.kill(int(entry), signal.SIGSTOP)
+                time.sleep(0.1)
+                os.kill(int(entry), signal.SIGCONT)
+            except OSError:
+                continue
+            done.add(int(entry))
+        time.sleep(0.005)
+
+
 def main() -> int:
     """Run one call in the chosen mode (module docstring)."""
     ap = argparse.ArgumentParser()
@@ -89,7 +123,18 @@ def main() -> int:
     ap.add_argument("--work-s", type=float, default=0.2)
     ap.add_argument("--how", default="exit")
     ap.add_argument("--censor-above", type=float, default=1.0)
+    ap.add_argument("--tag", default="")
     args = ap.parse_args()
+    if args.mode == "stop_watcher":
+        _stop_watcher(args.tag, args.work_s)
+        return 0
+    if args.mode == "busy":
+        start, cpu_end = time.perf_counter(), time.process_time() + args.work_s
+        while time.process_time() < cpu_end:
+            pass
+        elapsed = [(time.perf_counter() - start) * 1e3]
+        print(json.dumps({"correct": True, "metrics": {"time_ms": elapsed}}))
+        return 0
     if args.mode in ("jitter", "censor_slow"):
         drawn = args.work_s * random.uniform(0.5, 1.5)
         times = _work(drawn)

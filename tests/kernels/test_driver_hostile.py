@@ -158,3 +158,37 @@ def test_cheat_metric_beyond_float_range_is_a_failed_call_not_a_crash() -> None:
     assert all(not c.ok and c.reason == "non_finite" for c in cand)
     assert "beyond float range" in cand[0].message
     assert all(c.ok for c in calls if c.subject == "ref")  # the honest control beside it
+
+
+# ---------------------------------------------------------------- a process outside the run
+
+
+def _with_watcher(tag: str) -> list:
+    """5 pairs of honest CPU-bound work while a process started before the run (so in no
+    call's tree) stops, for 0.1 s each, the calls whose command line holds ``tag``."""
+    import subprocess
+
+    watcher = subprocess.Popen([*HOSTILE, "--mode", "stop_watcher", "--tag", tag, "--work-s", "60"])
+    try:
+        busy = [*HOSTILE, "--mode", "busy", "--work-s", "0.1"]
+        run = run_pairs(
+            Subject("ref", [*busy, "--tag", "ref-marker"]), Subject("cand", busy), cases=["a"],
+            pairs_per_case=5, warmup_calls=0, timeout_s=30,
+        )  # fmt: skip
+    finally:
+        watcher.kill()
+        watcher.wait()
+    return [c for p in run.pairs for c in (p.ref, p.cand)]
+
+
+def test_cheat_process_outside_the_run_stopping_the_references_calls_is_refused() -> None:
+    # unchecked: the identical candidate measured 26 % faster, the wall clock consistent
+    with pytest.raises(MeasurementError) as caught:
+        _with_watcher("ref-marker")
+    message = caught.value.message
+    assert message.startswith("call ref-a-0: another process stopped") and "SIGSTOP" in message
+
+
+def test_calls_no_process_stops_are_not_taken_for_interference() -> None:
+    calls = _with_watcher("a-tag-no-call-has")
+    assert all(c.ok for c in calls), [(c.call_id, c.message) for c in calls]
