@@ -24,9 +24,13 @@ Modes:
   wall time it took: a stop lengthens it, as it would any CPU-bound workload.
 - ``jitter``: honest work of a random ``work_s x U(0.5, 1.5)`` (the noise of a real workload).
 - ``censor_slow``: the same jittered work, but a call slower than ``--censor-above x work_s``
-  exits 1 (or, with
-  ``--how omit``, reports another metric in place of ``time_ms``; with ``--how partial``,
-  prints half its JSON object and exits 0): only its fast calls give a result.
+  exits 1 (or, with ``--how omit``, reports another metric in place of ``time_ms``; with
+  ``--how partial``, prints half its JSON object and exits 0): only its fast calls give a
+  result. With ``--how sabotage`` it reports every call, but after a slow one it hides the
+  ``--input`` file (puts it back when its next call starts), so the reference's call that
+  follows fails and takes the round, the candidate's slow call with it, out of the samples.
+
+``jitter`` and ``censor_slow`` read ``--input`` first where it is given, and exit 1 without it.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ def main() -> int:
     ap.add_argument("--how", default="exit")
     ap.add_argument("--censor-above", type=float, default=1.0)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--input", default="")
     args = ap.parse_args()
     if args.mode == "stop_watcher":
         _stop_watcher(args.tag, args.work_s)
@@ -136,16 +141,25 @@ def main() -> int:
         print(json.dumps({"correct": True, "metrics": {"time_ms": elapsed}}))
         return 0
     if args.mode in ("jitter", "censor_slow"):
+        hidden = args.input + ".hidden"
+        if args.how == "sabotage" and os.path.exists(hidden):
+            os.replace(hidden, args.input)
+        if args.input:
+            with open(args.input, encoding="utf-8") as f:  # honest: fails without it
+                f.read()
         drawn = args.work_s * random.uniform(0.5, 1.5)
         times = _work(drawn)
         if args.mode == "censor_slow" and drawn > args.censor_above * args.work_s:
-            if args.how == "exit":
+            if args.how == "sabotage":
+                os.replace(args.input, hidden)
+            elif args.how == "exit":
                 return 1
-            if args.how == "omit":
+            elif args.how == "omit":
                 print(json.dumps({"correct": True, "metrics": {"other_ms": times}}))
                 return 0
-            sys.stdout.write('{"correct": true, "metrics": {"time_ms": [')
-            return 0
+            else:
+                sys.stdout.write('{"correct": true, "metrics": {"time_ms": [')
+                return 0
         print(json.dumps({"correct": True, "metrics": {"time_ms": times}}))
         return 0
     if args.mode == "tamper_driver":

@@ -102,8 +102,10 @@ def _session(tmp: Path) -> Path:
     return ledger
 
 
-def _stage(ledger: Path, tmp: Path, stage: str, cand: list[str]) -> object:
-    work = [*HOSTILE, "--work-s", "0.1", "--mode", "jitter"]
+def _stage(
+    ledger: Path, tmp: Path, stage: str, cand: list[str], ref: tuple[str, ...] | list[str] = ()
+) -> object:
+    work = [*HOSTILE, "--work-s", "0.1", "--mode", "jitter", *ref]
     monitor = ["--no-monitor"] if stage == "screen" else [
         "--monitor", "host", "--explain-foreign", "other tenants of a shared CI host"]  # fmt: skip
     return _cli(ledger, tmp, "measure", "workload", "--experiment", "e1", "--stage", stage,
@@ -129,9 +131,31 @@ def test_cheat_candidate_failing_its_slow_calls_cannot_record_a_target_stage(
     target = _stage(ledger, tmp_path, "target", cand)
     assert target.returncode == 1, target.stdout + target.stderr  # type: ignore[attr-defined]
     assert "Traceback" not in target.stderr  # type: ignore[attr-defined]
-    assert "the candidate's call failed in" in target.stderr  # type: ignore[attr-defined]
+    assert "gave no 'time_ms'" in target.stderr  # type: ignore[attr-defined]
+    assert "cand-small-" in target.stderr  # type: ignore[attr-defined]
     with Ledger.open(ledger) as opened:
         assert set(opened.state().samples) == before  # nothing recorded
+
+
+def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_target_stage(
+    tmp_path: Path,
+) -> None:
+    # after a slow call of its own, the candidate hides the input file the reference reads
+    # (and puts it back when its next call starts): the reference's next call fails, and the
+    # round with the candidate's slow call was dropped as "the reference's failure"
+    ledger = _session(tmp_path)
+    data = tmp_path / "input.txt"
+    data.write_text("the workload's input")
+    cand = ["--mode", "censor_slow", "--how", "sabotage", "--censor-above", "0.6",
+            "--input", str(data)]  # fmt: skip
+    target = _stage(ledger, tmp_path, "target", cand, ["--input", str(data)])
+    assert target.returncode == 1, target.stdout + target.stderr  # type: ignore[attr-defined]
+    # the reference's own traceback (its input was hidden) is shown as its stderr; none of ours
+    assert "its stderr (last lines):" in target.stderr  # type: ignore[attr-defined]
+    assert "perfledger/" not in target.stderr  # type: ignore[attr-defined]
+    assert "gave no 'time_ms'" in target.stderr and "ref-small-" in target.stderr  # type: ignore[attr-defined]
+    with Ledger.open(ledger) as opened:
+        assert "e1-target-1" not in opened.state().samples
 
 
 def test_candidate_whose_every_call_gives_a_result_records_its_target_stage(

@@ -1,17 +1,23 @@
-"""Rounds a candidate's failed call would silently drop from a formal stage (R5, R12; SPEC.md
-section 5, "Workload driver").
+"""Rounds a failed call would silently drop from a formal stage (R5, R11, R12; SPEC.md section
+5, "Workload driver").
 
-A samples pair needs both calls' values, so a round whose candidate call failed (non-zero exit,
+A samples pair needs both calls' values, so a round in which either call failed (non-zero exit,
 timeout, no JSON, a partial object) or left out the primary metric is not recorded. Left to that,
-a candidate chooses which of its calls count: one that exits 1 (or omits the metric) whenever its
-own timer says the call was slow keeps only its fast calls. Measured here: an identical
-candidate whose work varies +-50 % per call and which failed its slower half showed 26 %
-"faster" in a target stage (5 of 12 pairs kept), every kept time honest, so the wall clock had
-nothing to doubt. A formal stage is therefore not recorded when the candidate's call failed in a
-round where the reference's call gave the primary metric; a screen keeps the rounds it can and
-says which were dropped.
+a candidate chooses which of its calls count:
 
-A round where the reference's call failed stays the reference's failure (R11) and is dropped.
+- one that exits 1 (or omits the metric) whenever its own timer says the call was slow keeps
+  only its fast calls. Measured here: an identical candidate whose work varies +-50 % per call
+  and which failed its slower half showed 26 % "faster" in a target stage (5 of 12 pairs kept),
+  every kept time honest, so the wall clock had nothing to doubt;
+- one that, after a slow call of its own, hides a file the reference reads (and puts it back
+  when its next call starts) makes the reference's next call fail, and the round with its slow
+  call is dropped as "the reference's failure": 25 % "faster" in a screen, measured the same way.
+
+So a formal stage (target, final audit) is recorded only when every paired round gave the
+primary metric from both calls; otherwise ``measure`` records nothing and names the calls. A
+screen keeps the rounds it can and says which were dropped. Who failed is named; a reference's
+failure still never counts against the candidate (R5, R11): it only stops the stage being
+recorded, as any incomplete formal stage.
 """
 
 from __future__ import annotations
@@ -24,36 +30,38 @@ from perfledger.errors import MeasurementError
 _NAMED = 8
 
 
-def censored_candidate_calls(run: Any, primary: str) -> list[str]:
-    """Candidate calls whose round the samples cannot hold because of the candidate alone.
+def unrecorded_rounds(run: Any, primary: str) -> list[str]:
+    """Paired rounds (warm-up excluded) the samples cannot hold, one phrase each.
 
     Args:
         run: a :class:`perfledger.kernels.driver.DriverRun`.
         primary: the Target's primary metric name.
-    Returns: ``"<call_id> (<why>)"`` for every paired round (warm-up excluded) whose reference
-        call gave ``primary`` and whose candidate call failed or did not give it.
+    Returns: ``"<call_id> (<why>)"`` for each call of a paired round that failed or did not give
+        ``primary``, in run order (both calls where both did).
     """
     out = []
     for p in run.pairs:
-        if not (p.ref.ok and primary in p.ref.metrics):
-            continue
-        if not p.cand.ok:
-            out.append(f"{p.cand.call_id} ({p.cand.reason}: {p.cand.message})")
-        elif primary not in p.cand.metrics:
-            out.append(f"{p.cand.call_id} (no {primary!r} in its metrics)")
+        for call in (p.ref, p.cand):
+            if not call.ok:
+                out.append(f"{call.call_id} ({call.reason}: {call.message})")
+            elif primary not in call.metrics:
+                out.append(f"{call.call_id} (no {primary!r} in its metrics)")
     return out
 
 
-def refuse_censored_formal_stage(run: Any, primary: str, stage: str, formal: bool) -> list[str]:
-    """Stop a formal stage whose candidate failed a call the reference did not (module docstring).
+def refuse_censored_formal_stage(
+    run: Any, primary: str, stage: str, formal: bool, detail: str = ""
+) -> list[str]:
+    """Stop a formal stage with a round that cannot be recorded (module docstring).
 
     Args:
         run: the driver run; primary: the primary metric; stage: its name (for messages);
-        formal: whether ``stage`` is formal (target, final audit).
+        formal: whether ``stage`` is formal (target, final audit); detail: appended to the
+        error (the first failed call's stderr).
     Returns: the note lines for a screen (empty when nothing was dropped).
-    Raises: MeasurementError (exit 1, nothing recorded) in a formal stage with such a call.
+    Raises: MeasurementError (exit 1, nothing recorded) in a formal stage with such a round.
     """
-    calls = censored_candidate_calls(run, primary)
+    calls = unrecorded_rounds(run, primary)
     if not calls:
         return []
     shown = "; ".join(calls[:_NAMED]) + (
@@ -61,17 +69,17 @@ def refuse_censored_formal_stage(run: Any, primary: str, stage: str, formal: boo
     )
     if formal:
         raise MeasurementError(
-            f"the candidate's call failed in {len(calls)} round(s) of this {stage} stage where "
-            f"the reference's gave {primary!r}: {shown}. Those rounds cannot be recorded, and "
-            "dropping them would let a candidate keep only the calls it chose (R5, R12); "
-            "nothing was recorded",
-            hint="fix the candidate so that every call gives a result, then measure again",
+            f"{len(calls)} call(s) of this {stage} stage gave no {primary!r}: {shown}. Their "
+            "rounds cannot be recorded, and dropping them would let a candidate choose which "
+            "of its calls count (failing its slow ones, or making the reference's call after "
+            f"them fail) (R5, R12); nothing was recorded{detail}",
+            hint="make every call of both subjects give a result (run them by hand), then "
+            "measure again; a reference's failure does not count against the candidate",
         )
     return [
-        f"note failed calls: {len(calls)} round(s) dropped because the candidate's call failed "
-        f"where the reference's did not ({shown}); a target stage with such a call is not "
-        "recorded"
+        f"note failed calls: {len(calls)} call(s) gave no {primary!r} and their rounds were "
+        f"dropped ({shown}); a target or final-audit stage with such a round is not recorded"
     ]
 
 
-__all__ = ["censored_candidate_calls", "refuse_censored_formal_stage"]
+__all__ = ["refuse_censored_formal_stage", "unrecorded_rounds"]

@@ -722,9 +722,10 @@ def measure_workload(
     ]
     from perfledger.commands.cli.censored import refuse_censored_formal_stage
 
-    # R5/R12: a round dropped for the candidate's failed call is a round it chose not to count
+    # R5/R12: a formal stage drops no round: a dropped round is one a candidate chose to drop
+    first = failed_call_text(run.failed_calls[0]) if run.failed_calls else ""
     censored = refuse_censored_formal_stage(
-        run, info["primary"].name, stage, stage in FORMAL_STAGES
+        run, info["primary"].name, stage, stage in FORMAL_STAGES, first
     )
     if not body["pairs"]:
         raise MeasurementError(
