@@ -211,3 +211,31 @@ def test_torch_trace_time_within_range_is_read() -> None:
 
     report = parse_torch_trace(io.BytesIO(_trace("dur", "12.5")), name="trace.json")
     assert any(k.durations.counts[12500] for k in report.kernels.values())
+
+
+# ---------------------------------------------------------------- nsys SQLite export
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("end", "9223372036854775807"), ("gridX", "'x'"), ("blockY", "0"), ("deviceId", "'x'"),
+     ("streamId", "-1")],
+)  # fmt: skip
+def test_nsys_kernel_row_not_as_nsys_writes_it_is_refused_naming_the_row(
+    tmp_path: Path, column: str, value: str
+) -> None:
+    # SQLite keeps what a column is given: each was read (a 292-year kernel, a grid of 'x')
+    import shutil
+    import sqlite3
+
+    from perfledger.kernels.profilers.nsys import parse_nsys_sqlite
+
+    path = tmp_path / "edited.sqlite"
+    shutil.copy(FIXTURES / "nsys_synthetic.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {column} = {value} WHERE rowid = 1")
+    conn.close()
+    with pytest.raises(EvidenceError) as caught:
+        parse_nsys_sqlite(path)
+    assert caught.value.message.startswith(f"{path}: kernel row 1 is not as nsys writes it")
+    assert len(parse_nsys_sqlite(FIXTURES / "nsys_synthetic.sqlite").kernels) == 2  # control
