@@ -239,3 +239,28 @@ def test_nsys_kernel_row_not_as_nsys_writes_it_is_refused_naming_the_row(
         parse_nsys_sqlite(path)
     assert caught.value.message.startswith(f"{path}: kernel row 1 is not as nsys writes it")
     assert len(parse_nsys_sqlite(FIXTURES / "nsys_synthetic.sqlite").kernels) == 2  # control
+
+
+# ---------------------------------------------------------------- ptxas
+
+
+@pytest.mark.parametrize(
+    ("pattern", "replacement", "message"),
+    [
+        (r"Used \d+ registers", "Used 1" + "0" * 400 + " registers", "beyond float range"),
+        (r"\d+ bytes stack frame", "1" + "0" * 400 + " bytes stack frame", "beyond float range"),
+        (r"Used \d+ registers", "Used ١٢ registers", "unknown resource item"),
+    ],
+)
+def test_ptxas_count_beyond_float_range_or_in_other_digits_is_refused_naming_its_line(
+    pattern: str, replacement: str, message: str
+) -> None:
+    # float() made the 401-digit count inf and read the Arabic-Indic digits as 12
+    import re
+
+    from perfledger.kernels.profilers.compiler import parse_ptxas
+
+    text = re.sub(pattern, replacement, (FIXTURES / "ptxas_v.txt").read_text(), count=1)
+    with pytest.raises(EvidenceError) as caught:
+        parse_ptxas(io.BytesIO(text.encode()), tool_version="13.0.88", name="ptxas.txt")
+    assert caught.value.message.startswith("ptxas.txt: line ") and message in caught.value.message
