@@ -264,3 +264,14 @@ def test_ptxas_count_beyond_float_range_or_in_other_digits_is_refused_naming_its
     with pytest.raises(EvidenceError) as caught:
         parse_ptxas(io.BytesIO(text.encode()), tool_version="13.0.88", name="ptxas.txt")
     assert caught.value.message.startswith("ptxas.txt: line ") and message in caught.value.message
+
+
+def test_ptxas_output_with_a_byte_order_mark_parses_as_without() -> None:
+    from perfledger.kernels.profilers.compiler import parse_ptxas
+
+    text = (FIXTURES / "ptxas_v.txt").read_bytes()
+    plain = parse_ptxas(io.BytesIO(text), tool_version="13.0.88")
+    marked = parse_ptxas(io.BytesIO(BOM + text), tool_version="13.0.88")  # was "not a ptxas line"
+    assert {k: v.metrics.keys() for k, v in marked.kernels.items()} == {
+        k: v.metrics.keys() for k, v in plain.kernels.items()
+    }
