@@ -156,8 +156,8 @@ def open_binary(path: str | Path) -> BinaryIO:
 
 def text_lines(stream: BinaryIO, *, source: str, chunk_bytes: int = 1 << 20) -> Iterator[str]:
     """Yield the lines of a UTF-8 text stream (a leading byte order mark dropped), split at
-    newlines only (each keeps its ``\\n``;
-    a ``\\r`` stays in its line, as the csv module expects), reading ``chunk_bytes`` at a time.
+    newlines only (each keeps its ``\\n``; a ``\\r`` stays in its line, as the csv module
+    expects), reading ``chunk_bytes`` at a time.
 
     Raises: EvidenceError for a NUL byte (a binary file), invalid UTF-8, or a damaged gzip
     stream."""
