@@ -22,6 +22,10 @@ Modes:
   almost no CPU.
 - ``busy``: honest CPU work (``work_s`` seconds of this process's CPU time), reported as the
   wall time it took: a stop lengthens it, as it would any CPU-bound workload.
+- ``tmux_server``: honest, but first starts a detached tmux session (a server that
+  daemonizes, on its own socket ``--tag``) that appends to ``--input`` every 20 ms for 6 s.
+- ``ignore_term``: ignores SIGTERM, starts a child in its own session that ignores it too and
+  appends to ``--input`` every 20 ms, then sleeps 30 s.
 - ``jitter``: honest work of a random ``work_s x U(0.5, 1.5)`` (the noise of a real workload).
 - ``censor_slow``: the same jittered work, but a call slower than ``--censor-above x work_s``
   exits 1 (or, with ``--how omit``, reports another metric in place of ``time_ms``; with
@@ -133,6 +137,19 @@ def main() -> int:
     if args.mode == "stop_watcher":
         _stop_watcher(args.tag, args.work_s)
         return 0
+    if args.mode in ("tmux_server", "ignore_term"):
+        import signal
+        import subprocess
+
+        beat = f"for i in $(seq 300); do echo . >> {args.input}; sleep 0.02; done"
+        if args.mode == "tmux_server":
+            subprocess.run(
+                ["tmux", "-L", args.tag, "new-session", "-d", "sh", "-c", beat], check=True
+            )
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            subprocess.Popen(["sh", "-c", f"trap '' TERM; {beat}"], start_new_session=True)
+            time.sleep(30)
     if args.mode == "busy":
         start, cpu_end = time.perf_counter(), time.process_time() + args.work_s
         while time.process_time() < cpu_end:

@@ -5,8 +5,11 @@ Real processes and a real ledger, no mocks; each cheat has an honest control bes
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from test_measure_cli import _cli, _experiment, _record_resolution, _setup
 from perfledger.api import Ledger
 from perfledger.errors import MeasurementError
 from perfledger.kernels import driver_guard
-from perfledger.kernels.driver import Subject, run_pairs
+from perfledger.kernels.driver import Subject, run_call, run_pairs
 
 HOSTILE = [sys.executable, "-S", str(Path(__file__).resolve().parent / "hostile_workload.py")]
 
@@ -216,3 +219,35 @@ def test_cheat_process_outside_the_run_stopping_the_references_calls_is_refused(
 def test_calls_no_process_stops_are_not_taken_for_interference() -> None:
     calls = _with_watcher("a-tag-no-call-has")
     assert all(c.ok for c in calls), [(c.call_id, c.message) for c in calls]
+
+
+# ---------------------------------------------------------------- processes that outlive a call
+
+
+def _grows(path: Path, after_s: float = 0.3) -> bool:
+    size = path.stat().st_size if path.exists() else 0
+    time.sleep(after_s)
+    return (path.stat().st_size if path.exists() else 0) > size
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_cheat_server_daemonized_by_tmux_is_ended_with_its_call(tmp_path: Path) -> None:
+    # a long-lived server started by one call, which a later call could talk to over its socket
+    beat = tmp_path / "beat"
+    call = run_call(
+        Subject("cand", [*HOSTILE, "--mode", "tmux_server", "--input", str(beat), "--tag",
+                         f"perfledger-test-{os.getpid()}", "--work-s", "0.05"]),
+        case="a", call_id="cand-a-0", timeout_s=30,
+    )  # fmt: skip
+    assert call.ok and call.ended_descendants >= 1
+    assert not _grows(beat)
+
+
+def test_timeout_ends_a_command_and_a_child_that_ignore_sigterm(tmp_path: Path) -> None:
+    beat = tmp_path / "beat"
+    call = run_call(
+        Subject("cand", [*HOSTILE, "--mode", "ignore_term", "--input", str(beat)]),
+        case="a", call_id="cand-a-0", timeout_s=1.0,
+    )  # fmt: skip
+    assert call.reason == "timeout" and call.wall_s < 2.5 and call.ended_descendants >= 1
+    assert not _grows(beat)
