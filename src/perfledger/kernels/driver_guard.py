@@ -7,9 +7,10 @@ the driver's user, and Linux lets a process of the same user change most of thes
 process*: ``sched_setaffinity(ppid, ...)``, ``setpriority(PRIO_PROCESS, ppid, 19)``,
 ``sched_setscheduler(ppid, SCHED_IDLE)``, ``prlimit(ppid, ...)``, and with ``CAP_SYS_NICE`` a
 write to ``/proc/<ppid>/timerslack_ns``. A candidate that did so as it exited slowed every later
-call of the reference (one CPU, nice 10, 50 ms of timer slack: each 0.1 s sleep of an honest
-reference took 0.17 s), restored its own scheduling as it started, and so reported honest times
-that the wall clock confirmed: a saving the wall check cannot doubt.
+call of the reference (one CPU, nice 10, 50 ms of timer slack: with the same 0.1 s of sleeping
+work, the reference's calls took 0.17-0.18 s of wall time and the candidate's 0.13 s), restored
+its own scheduling as it started, and so reported honest times that the wall clock confirmed: a
+saving the wall check cannot doubt.
 
 :class:`DriverGuard` takes the driver's scheduling when a run starts and, before every call (and
 after the last), compares it again. A change is undone where the process may undo it, and the
