@@ -197,7 +197,7 @@ def _with_watcher(tag: str) -> list:
 
     watcher = subprocess.Popen([*HOSTILE, "--mode", "stop_watcher", "--tag", tag, "--work-s", "60"])
     try:
-        busy = [*HOSTILE, "--mode", "busy", "--work-s", "0.1"]
+        busy = [*HOSTILE, "--mode", "busy", "--work-s", "0.2"]
         run = run_pairs(
             Subject("ref", [*busy, "--tag", "ref-marker"]), Subject("cand", busy), cases=["a"],
             pairs_per_case=5, warmup_calls=0, timeout_s=30,
@@ -213,7 +213,9 @@ def test_cheat_process_outside_the_run_stopping_the_references_calls_is_refused(
     with pytest.raises(MeasurementError) as caught:
         _with_watcher("ref-marker")
     message = caught.value.message
-    assert message.startswith("call ref-a-0: another process stopped") and "SIGSTOP" in message
+    # the watcher stops a call 0.1 s after it first sees it: a call may end before that
+    assert message.startswith("call ref-a-") and "another process stopped" in message
+    assert "SIGSTOP" in message
 
 
 def test_calls_no_process_stops_are_not_taken_for_interference() -> None:
