@@ -51,6 +51,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from perfledger.kernels.driver_guard import DriverGuard
+from perfledger.kernels.interference import POLL_S as STOP_POLL_S
+from perfledger.kernels.interference import StopWatch
 from perfledger.kernels.subject_env import influencing_environment
 
 #: Environment variable carrying the test case's name into each call.
@@ -66,6 +69,7 @@ FAILURE_REASONS = (
     "bad_shape",  # JSON object without a boolean `correct` or a valid `metrics` object
     "non_finite",  # a metric value is NaN or +-Infinity
     "non_positive",  # a metric value is zero or negative
+    "interfered",  # another process stopped or traced the command (kernels.interference)
 )
 #: Most characters of stdout/stderr kept per call (the tail).
 TAIL_CHARS = 2_000
@@ -270,7 +274,10 @@ def parse_output(stdout: str) -> tuple[bool, dict[str, list[float]], Any, str | 
                 "bad_shape",
                 f"metric {name!r} must be a number or a list of numbers",
             )
-        floats = [float(v) for v in values]
+        try:
+            floats = [float(v) for v in values]
+        except OverflowError:  # a JSON integer beyond float range (10**400)
+            return False, {}, None, "non_finite", f"metric {name!r} has a value beyond float range"
         if not all(math.isfinite(v) for v in floats):
             return False, {}, None, "non_finite", f"metric {name!r} has a NaN or infinite value"
         if not all(v > 0 for v in floats):
@@ -435,16 +442,18 @@ def run_call(
             return result(reason="spawn_error", message=f"cannot start {argv[0]!r}: {exc}")
         tree.watch(proc.pid)
         streams = _Streams(proc)
+        stops = StopWatch(proc.pid)  # R11: stopped by a process outside the call?
         deadline = start + timeout_s
         timed_out = False
         try:
             while True:
                 now = time.monotonic()
+                stops.poll()
                 if now >= deadline:
                     timed_out = proc.poll() is None
                     break
                 # without a pidfd, poll for the exit every 10 ms
-                step = deadline - now if streams.pidfd is not None else min(deadline - now, 0.01)
+                step = min(deadline - now, STOP_POLL_S if streams.pidfd is not None else 0.01)
                 if streams.wait(step) or proc.poll() is not None:
                     break
             end = time.monotonic()
@@ -459,6 +468,15 @@ def run_call(
         finally:
             streams.close(proc)
     tails = {"stdout_tail": _tail(streams.text("out")), "stderr_tail": _tail(streams.text("err"))}
+    if stops.found:
+        return result(
+            reason="interfered",
+            message=f"another process stopped or traced the command during the call "
+            f"({stops.message}); its time is not its own",
+            returncode=None if timed_out else proc.returncode,
+            ended_descendants=ended,
+            **tails,
+        )
     if timed_out:
         return result(
             reason="timeout",
@@ -537,7 +555,11 @@ def run_pairs(
             alone); its errors propagate.
     Returns: the :class:`DriverRun`; failed calls are inside it, never raised.
     Raises: ValueError for bad arguments (one subject declaring ``{output}`` and the other
-        not, or ``{output}`` without an accuracy rule that compares).
+        not, or ``{output}`` without an accuracy rule that compares); MeasurementError when
+        this process's scheduling (affinity, nice, policy, timer slack, limits, cgroup)
+        changed between calls (:mod:`perfledger.kernels.driver_guard`): a subject lowered it;
+        MeasurementError when a call's command was stopped or traced by another process
+        (:mod:`perfledger.kernels.interference`).
     """
     if not cases or len(set(cases)) != len(cases):
         raise ValueError("cases must be non-empty and distinct")
@@ -558,8 +580,14 @@ def run_pairs(
         )
     seeded = checked or any(outputs.SEED_PLACEHOLDER in a for s in (ref, cand) for a in s.argv)
     kept: dict[str, bytes] = {}
+    # R11: every call inherits this process's scheduling; a subject must not lower it for the
+    # other's calls (kernels.driver_guard)
+    guard = DriverGuard()
+    last: list[str | None] = [None]
 
     def call(label: str, case: str, tag: str, seed: str | None) -> tuple[CallResult, Any]:
+        guard.check(last[0])
+        last[0] = f"{label}-{case}-{tag}"
         if before_call is not None:
             before_call(label)
         place = outputs.OutputPlace() if checked else None
@@ -570,6 +598,15 @@ def run_pairs(
             )  # fmt: skip
         finally:  # read and removed once the call's processes are gone, even when interrupted
             written = None if place is None else place.collect()
+        if out.reason == "interfered":  # R11: a process outside the run slowed this call
+            from perfledger.errors import MeasurementError
+
+            raise MeasurementError(
+                f"call {out.call_id}: {out.message}. A process outside the measurement can "
+                "slow one subject's calls this way; nothing from this run was recorded",
+                hint="find the process (ps -ef) and stop it, or end a debugger attached to "
+                "the calls, then measure again",
+            )
         if on_call is not None:
             on_call(out)
         return out, written
@@ -612,6 +649,7 @@ def run_pairs(
         for case in cases:
             done = run_round(order, case, str(k), keep=True)
             pairs.append(PairResult(case, k, order, done["ref"], done["cand"]))
+    guard.check(last[0])
     settings = {
         "protocol": "workload_abba",
         "cases": list(cases),

@@ -737,6 +737,13 @@ def measure_workload(
     failed = [
         {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
     ]
+    from perfledger.commands.cli.censored import refuse_censored_formal_stage
+
+    # R5/R12: a formal stage drops no round: a dropped round is one a candidate chose to drop
+    first = failed_call_text(run.failed_calls[0]) if run.failed_calls else ""
+    censored = refuse_censored_formal_stage(
+        run, info["primary"].name, stage, stage in FORMAL_STAGES, first
+    )
     if not body["pairs"]:
         raise MeasurementError(
             f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
@@ -778,6 +785,7 @@ def measure_workload(
     result["warnings"] += environment_warnings(  # code loaded from outside both subjects
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
     )
+    result["warnings"] += censored
     _warn(result["warnings"])
     if dry_run:
         # the decider's own wall-clock check, decided on the head and not appended

@@ -62,10 +62,12 @@ for _count in ("cycle", "inst", "sector", "warp", "block", "thread", "request", 
     UNITS.setdefault(_count + "/s", (_count + "/s", 1.0))
     UNITS.setdefault(_count + "/second", (_count + "/s", 1.0))  # cycle/second stays hz
 
-_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+# re.ASCII: `\d` alone also matches other scripts' digits ('١٢٣'), which float() reads and no
+# profiler prints (the raw page's pyarrow path refuses them; both paths must agree)
+_PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", re.ASCII)
 #: The only digit grouping accepted: ',' thousands with '.' decimals (the en_US pattern that ncu
 #: prints under such a locale). Any other pattern is refused.
-_GROUPED = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_GROUPED = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", re.ASCII)
 #: Grouping policies: "none" (LC_ALL=C, what `evidence ncu` captures) or "en_US".
 GROUPINGS = ("none", "en_US")
 
@@ -112,6 +114,33 @@ def parse_number(text: str, *, where: str, grouping: str = "none") -> float:
     return value
 
 
+def to_base(value: float, factor: float, *, where: str, text: str, unit: str) -> float:
+    """``value`` (finite, in ``unit``) times ``factor``: the value in the base unit.
+
+    Raises: EvidenceError naming ``where`` when the product is not finite: a value within
+    float range in its own unit can overflow in the base unit (``1e300`` s is ``inf`` ns),
+    which would otherwise be recorded as infinity, silently."""
+    scaled = value * factor
+    if not math.isfinite(scaled):
+        raise EvidenceError(
+            f"{where}: value {text[:60]!r} {unit} is beyond float range in the base unit"
+        )
+    return scaled
+
+
+def non_finite_statistic(report: ProfileReport) -> str | None:
+    """The first ``kernel metric`` of ``report`` whose sum, minimum or maximum over launches is
+    not finite (values each finite whose sum overflows, or an overflow a parser did not check
+    value by value); None when every statistic is finite."""
+    for name, kernel in report.kernels.items():
+        for key, stat in kernel.metrics.items():
+            if stat.count and not all(
+                math.isfinite(v) for v in (stat.total, stat.minimum, stat.maximum)
+            ):
+                return f"{name} {key} ({stat.unit})"
+    return None
+
+
 def open_binary(path: str | Path) -> BinaryIO:
     """Open a report for streaming reads, transparently un-gzipping ``.gz`` content (detected by
     its magic bytes, not its name). Raises: EvidenceError when the file cannot be opened."""
@@ -126,12 +155,14 @@ def open_binary(path: str | Path) -> BinaryIO:
 
 
 def text_lines(stream: BinaryIO, *, source: str, chunk_bytes: int = 1 << 20) -> Iterator[str]:
-    """Yield the lines of a UTF-8 text stream, split at newlines only (each keeps its ``\\n``;
-    a ``\\r`` stays in its line, as the csv module expects), reading ``chunk_bytes`` at a time.
+    """Yield the lines of a UTF-8 text stream (a leading byte order mark dropped), split at
+    newlines only (each keeps its ``\\n``; a ``\\r`` stays in its line, as the csv module
+    expects), reading ``chunk_bytes`` at a time.
 
     Raises: EvidenceError for a NUL byte (a binary file), invalid UTF-8, or a damaged gzip
     stream."""
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    # utf-8-sig: a byte order mark at the start (an editor's save) is not content
+    decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
     pending = ""
     offset = 0
     while True:

@@ -9,6 +9,7 @@ what the listing of that binary shows.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -17,22 +18,24 @@ from typing import BinaryIO
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import ProfileReport, open_binary, text_lines
 
-_NVCC_VERSION = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
-_PTXAS = re.compile(r"ptxas (info|warning|error)\s*: (.*)")
-_COMPILING = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+[a-z]?)'")
-_FUNC_PROPS = re.compile(r"Function properties for (\S+)")
-_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_GMEM = re.compile(r"(\d+) bytes gmem(?:, (\d+) bytes cmem\[(\d+)\])?")
-_COMPILE_TIME = re.compile(r"Compile time = [\d.]+ ms")
+_NVCC_VERSION = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", re.ASCII)
+_PTXAS = re.compile(r"ptxas (info|warning|error)\s*: (.*)", re.ASCII)
+_COMPILING = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+[a-z]?)'", re.ASCII)
+_FUNC_PROPS = re.compile(r"Function properties for (\S+)", re.ASCII)
+_PROPS = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", re.ASCII
+)
+_GMEM = re.compile(r"(\d+) bytes gmem(?:, (\d+) bytes cmem\[(\d+)\])?", re.ASCII)
+_COMPILE_TIME = re.compile(r"Compile time = [\d.]+ ms", re.ASCII)
 _USED_ITEMS = (
-    (re.compile(r"Used (\d+) registers"), "registers", "register/thread"),
-    (re.compile(r"used (\d+) barriers"), "barriers", ""),
-    (re.compile(r"(\d+) bytes smem"), "smem", "byte"),
-    (re.compile(r"(\d+) bytes lmem"), "lmem", "byte"),
-    (re.compile(r"(\d+) bytes cmem\[(\d+)\]"), "cmem", "byte"),
-    (re.compile(r"(\d+) textures"), "textures", ""),
-    (re.compile(r"(\d+) samplers"), "samplers", ""),
-    (re.compile(r"(\d+) surfaces"), "surfaces", ""),
+    (re.compile(r"Used (\d+) registers", re.ASCII), "registers", "register/thread"),
+    (re.compile(r"used (\d+) barriers", re.ASCII), "barriers", ""),
+    (re.compile(r"(\d+) bytes smem", re.ASCII), "smem", "byte"),
+    (re.compile(r"(\d+) bytes lmem", re.ASCII), "lmem", "byte"),
+    (re.compile(r"(\d+) bytes cmem\[(\d+)\]", re.ASCII), "cmem", "byte"),
+    (re.compile(r"(\d+) textures", re.ASCII), "textures", ""),
+    (re.compile(r"(\d+) samplers", re.ASCII), "samplers", ""),
+    (re.compile(r"(\d+) surfaces", re.ASCII), "surfaces", ""),
 )
 
 
@@ -90,7 +93,7 @@ def parse_ptxas(
                     for key, value in zip(
                         ("stack", "spill_stores", "spill_loads"), match.groups(), strict=False
                     ):
-                        _put(report, current, key, float(value), "byte")
+                        _put(report, current, key, float(value), "byte", where)
                 props_for = None
                 continue
             match = _PTXAS.fullmatch(line)
@@ -113,7 +116,7 @@ def parse_ptxas(
                     for pattern, key, unit in _USED_ITEMS:
                         if m := pattern.fullmatch(item):
                             suffix = f"[{m.group(2)}]" if key == "cmem" else ""
-                            _put(report, current, key + suffix, float(m.group(1)), unit)
+                            _put(report, current, key + suffix, float(m.group(1)), unit, where)
                             break
                     else:
                         raise EvidenceError(f"{where}: unknown resource item {item!r}")
@@ -131,17 +134,24 @@ def parse_ptxas(
     return report
 
 
-def _put(report: ProfileReport, kernel: str, key: str, value: float, unit: str) -> None:
+def _put(
+    report: ProfileReport, kernel: str, key: str, value: float, unit: str, where: str = ""
+) -> None:
     from perfledger.kernels.profilers.common import MetricStat
+
+    if not math.isfinite(value):  # float() of a 400-digit count is inf
+        raise EvidenceError(f"{where or kernel}: {key} {value} is beyond float range")
 
     stat = report.kernel(kernel).metrics.setdefault(key, MetricStat(unit))
     stat.count, stat.total, stat.minimum, stat.maximum = 1, value, value, value
 
 
-_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* 0x[0-9a-f]{16} \*/")
-_ENCODING = re.compile(r"/\* 0x[0-9a-f]{16} \*/")
-_HEADER_KV = re.compile(r"(arch|code version|host|compile_size|ptxasOptions|identifier)\s*=.*")
-_OPCODE = re.compile(r"(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* 0x[0-9a-f]{16} \*/", re.ASCII)
+_ENCODING = re.compile(r"/\* 0x[0-9a-f]{16} \*/", re.ASCII)
+_HEADER_KV = re.compile(
+    r"(arch|code version|host|compile_size|ptxasOptions|identifier)\s*=.*", re.ASCII
+)
+_OPCODE = re.compile(r"(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.ASCII)
 
 
 def parse_sass(

@@ -42,8 +42,10 @@ from perfledger.kernels.profilers.common import (
     MetricStat,
     ProfileReport,
     base_unit,
+    non_finite_statistic,
     open_binary,
     parse_number,
+    to_base,
 )
 
 DETAILS = (
@@ -89,9 +91,9 @@ TEXT_METRICS = frozenset({
 })  # fmt: skip
 #: Values that mean "the tool has no value for this metric" (recorded as missing, not zero).
 MISSING = frozenset({"no data", "n/a", "N/A"})
-_SHAPE = re.compile(r"\(\d+, \d+, \d+\)")
-_INT = re.compile(r"\d+")
-_CC = re.compile(r"\d+\.\d+")
+_SHAPE = re.compile(r"\(\d+, \d+, \d+\)", re.ASCII)
+_INT = re.compile(r"\d+", re.ASCII)
+_CC = re.compile(r"\d+\.\d+", re.ASCII)
 _METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_.]*")
 _VERSION = re.compile(r"Version (\d{4})\.(\d+)\.(\d+)(?:\.(\d+))?")
 _RULE_TYPES = frozenset({"OPT", "INF", "WRN", "ERR"})
@@ -147,10 +149,17 @@ def parse_ncu_csv(
     label = name or (str(source) if isinstance(source, (str, Path)) else "ncu report")
     stream = open_binary(source) if isinstance(source, (str, Path)) else source
     try:
-        return _parse(LineReader(stream, label), version, grouping, label)
+        report = _parse(LineReader(stream, label), version, grouping, label)
     finally:
         if isinstance(source, (str, Path)):
             stream.close()
+    overflow = non_finite_statistic(report)
+    if overflow is not None:
+        raise EvidenceError(
+            f"{label}: {overflow}: a value or the sum over launches is beyond float range "
+            "in the base unit; no profiler reports such a value"
+        )
+    return report
 
 
 def _parse(lines: LineReader, version: str, grouping: str, label: str) -> ProfileReport:
@@ -159,6 +168,8 @@ def _parse(lines: LineReader, version: str, grouping: str, label: str) -> Profil
     header_line = ""
     for line in lines:
         stripped = line.rstrip("\r\n")
+        if lines.lineno == 1:  # a UTF-8 byte order mark (an editor's save) is not content
+            stripped = stripped.removeprefix("\ufeff")
         if stripped.startswith(('"ID",', '"Process ID",')):
             header = _one_row(stripped, label, lines.lineno)
             header_line = stripped
@@ -187,9 +198,9 @@ def _parse(lines: LineReader, version: str, grouping: str, label: str) -> Profil
     else:
         try:
             rows = csv.reader(_table_lines(lines, limitations, header_line, label), strict=True)
-            parser.run(rows, report, grouping, label, lines.lineno)
+            parser.run(rows, report, grouping, label, lines)
         except csv.Error as exc:
-            raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
+            raise EvidenceError(f"{label}: line {lines.lineno}: malformed CSV ({exc})") from None
     report.limitations.extend(limitations)
     return report
 
@@ -402,7 +413,12 @@ class _Layout:
     layout = ""
 
     def run(
-        self, rows: Iterable[list[str]], report: ProfileReport, grouping: str, label: str, line: int
+        self,
+        rows: Iterable[list[str]],
+        report: ProfileReport,
+        grouping: str,
+        label: str,
+        lines: LineReader,
     ) -> None:
         raise NotImplementedError
 
@@ -457,10 +473,11 @@ def _value(
             pass
         else:
             if value - value == 0.0 and text.isascii() and text.strip() == text:
-                return value * factor, base, None
+                return to_base(value, factor, where=where, text=text, unit=unit), base, None
     if unit == "" and metric in TEXT_METRICS:
         return None, base, text
-    return parse_number(text, where=where, grouping=grouping) * factor, base, None
+    value = parse_number(text, where=where, grouping=grouping)
+    return to_base(value, factor, where=where, text=text, unit=unit), base, None
 
 
 def _check(pattern: re.Pattern[str], text: str, what: str, where: str) -> str:
@@ -478,14 +495,19 @@ class _Details(_Layout):
         )
 
     def run(
-        self, rows: Iterable[list[str]], report: ProfileReport, grouping: str, label: str, line: int
+        self,
+        rows: Iterable[list[str]],
+        report: ProfileReport,
+        grouping: str,
+        label: str,
+        lines: LineReader,
     ) -> None:
         width = len(DETAILS_OLD) if self.old else len(DETAILS)
         seen_ids: set[int] = set()
         current: int | None = None
         n = 0
         for n, row in enumerate(rows, start=1):
-            where = f"{label}: record {n}"
+            where = f"{label}: line {lines.lineno} (record {n})"  # the record's last line
             if not row:
                 continue
             is_rule = self.rules and len(row) == width + len(RULES) and row[width - 3] == ""
@@ -587,7 +609,12 @@ class _Summary(_Layout):
         self.layout = "ncu-summary-per-gpu" if per_gpu else "ncu-summary-per-kernel"
 
     def run(
-        self, rows: Iterable[list[str]], report: ProfileReport, grouping: str, label: str, line: int
+        self,
+        rows: Iterable[list[str]],
+        report: ProfileReport,
+        grouping: str,
+        label: str,
+        lines: LineReader,
     ) -> None:
         width = len(SUMMARY_KERNEL)
         buffer: list[str] = []
@@ -606,7 +633,8 @@ class _Summary(_Layout):
                     continue
                 record, buffer = buffer[:width], buffer[width:]
                 records += 1
-                self._record(record, report, grouping, f"{label}: summary record {records}")
+                where = f"{label}: line {lines.lineno} (summary record {records})"
+                self._record(record, report, grouping, where)
         if stray and buffer == [""]:
             buffer.clear()
         if buffer or stray:

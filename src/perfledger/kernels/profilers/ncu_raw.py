@@ -494,9 +494,11 @@ class RawPage:
         scaled = np.empty((rows, len(indexes)))
         at = 0
         for a, b, values in done:
-            np.multiply(
-                values.reshape(b - a, rows).T, self.factors[a:b], out=scaled[:, at : at + b - a]
-            )
+            with np.errstate(over="ignore"):  # an overflow is refused after the page is read
+                np.multiply(
+                    values.reshape(b - a, rows).T, self.factors[a:b],
+                    out=scaled[:, at : at + b - a],
+                )  # fmt: skip
             at += b - a
         return indexes.astype(np.int64), scaled
 
@@ -525,7 +527,8 @@ class RawPage:
         text = ~(missing | numbers | bad)
         bad |= text & ~text_ok
         text &= text_ok
-        values = values.reshape(len(careful), rows) * self.factors[careful][:, None]
+        with np.errstate(over="ignore"):  # an overflow is refused after the page is read
+            values = values.reshape(len(careful), rows) * self.factors[careful][:, None]
         masks = [m.reshape(len(careful), rows) for m in (numbers, missing, text, bad)]
         return {
             i: _Cells(texts[j], values[j], *(m[j] for m in masks)) for j, i in enumerate(careful)

@@ -37,6 +37,8 @@ KERN_SUM_HEADER = (
     "StdDev (ns)", "Name",
 )  # fmt: skip
 _SCHEMA = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+#: Longest kernel duration read (2^61 ns, about 73 years): sums stay exact in int64.
+MAX_DURATION_NS = 2**61
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -115,6 +117,24 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
     ).fetchone()[0]
     if bad:
         raise EvidenceError(f"{label}: {bad} kernel rows with non-integer or reversed start/end")
+    # a kernel's time, shape, device and stream as nsys writes them, or the row is refused:
+    # SQLite keeps whatever a column is given ('x' as a grid, a duration of 292 years)
+    shapes = " OR ".join(
+        f"typeof({c}) != 'integer' OR {c} < {0 if c in ('deviceId', 'streamId') else 1}"
+        for c in KERNEL_COLUMNS
+        if c not in ("start", "end", "demangledName")
+    )
+    odd = conn.execute(
+        f"SELECT rowid, start, end, deviceId, streamId, gridX, gridY, gridZ, blockX, blockY, "
+        f"blockZ FROM {KERNEL_TABLE} WHERE end - start >= {MAX_DURATION_NS} OR {shapes} LIMIT 1"
+    ).fetchone()
+    if odd is not None:
+        raise EvidenceError(
+            f"{label}: kernel row {odd[0]} is not as nsys writes it (a duration below "
+            f"{MAX_DURATION_NS} ns, positive integer grid and block sizes, non-negative "
+            f"integer device and stream): start, end, device, stream, grid, block = "
+            f"{', '.join(repr(v) for v in odd[1:])}"[:600]
+        )
     orphan = conn.execute(
         f"SELECT count(*) FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.demangledName "
         "WHERE s.value IS NULL"
@@ -277,7 +297,10 @@ def parse_nsys_stats_csv(
     report = ProfileReport("nsys", match.group(1), "nsys-stats-kern-sum", layer="workload")
     try:
         lines = text_lines(stream, source=label)
+        first = True
         for line in lines:
+            if first:  # a UTF-8 byte order mark (an editor's save) is not content
+                line, first = line.removeprefix("\ufeff"), False
             row = next(csv.reader([line]), [])
             if tuple(row) == KERN_SUM_HEADER:
                 break
@@ -297,6 +320,22 @@ def parse_nsys_stats_csv(
             kname = row[8]
             if not kname or count != int(count) or count < 1 or not low <= med <= high:
                 raise EvidenceError(f"{where}: inconsistent kernel summary for {kname[:80]!r}")
+            # the other columns agree too, or one of them is a wrong number, not a guess: no
+            # negative time, the mean inside [min, max], the total the mean times the count
+            # (nsys rounds the mean to 0.1 ns), a share of time in [0, 100] %
+            if (
+                low < 0
+                or not low <= avg <= high
+                or not 0.0 <= pct <= 100.0
+                or abs(total - avg * count) > 0.5 * count + 1e-9 * total
+            ):
+                raise EvidenceError(
+                    f"{where}: inconsistent kernel summary for {kname[:80]!r}: total {total:g}, "
+                    f"instances {count:g}, mean {avg:g}, min {low:g}, max {high:g} ns, "
+                    f"{pct:g} % of time"
+                )
+            if kname in report.kernels:
+                raise EvidenceError(f"{where}: kernel {kname[:80]!r} has a second row")
             index = len(report.kernels)
             kernel = report.kernel(kname)
             kernel.launches = int(count)

@@ -150,10 +150,18 @@ class _Stream:
             return value
 
 
+#: Largest |time| in ns a trace may hold (about 73 years): starts, ends and sums stay exact in
+#: int64; a ts or dur beyond it is refused, not an OverflowError (the fast path's bound too).
+_MAX_NS = 2.0**61
+
+
 def _number(value: Any, what: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise EvidenceError(f"{where}: {what} {value!r} is not a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range
+        raise EvidenceError(f"{where}: {what} {str(value)[:40]}... is beyond float range") from None
 
 
 def _shape(value: Any, what: str, where: str) -> str:
@@ -468,6 +476,11 @@ def _record(
     where: str,
 ) -> None:
     """Account one complete event (``ts``/``dur`` in microseconds) in ns."""
+    for what, value in (("ts", ts_us), ("dur", dur_us)):
+        if not abs(value * 1000) < _MAX_NS:  # inf too
+            raise EvidenceError(
+                f"{where}: {what} {value!r} us is beyond the range of a trace (2^61 ns)"
+            )
     start = round(ts_us * 1000)
     dur = round(dur_us * 1000)
     if dur < 0:
@@ -651,11 +664,12 @@ def _batch_columns(
         flags = np.fromiter(map(_COMPLETE.get, phases, _FALSE), dtype=bool, count=len(phases))
         positions = np.flatnonzero(flags).tolist()
         picked = list(map(events.__getitem__, positions))
-    ts = np.array(list(map(_TS, picked)), dtype=np.float64) * 1000.0  # None -> nan
-    dur = np.array(list(map(_DUR, picked)), dtype=np.float64) * 1000.0
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond the bound: read one by one
+        ts = np.array(list(map(_TS, picked)), dtype=np.float64) * 1000.0  # None -> nan
+        dur = np.array(list(map(_DUR, picked)), dtype=np.float64) * 1000.0
     # exact in int64: each start and end, and the batch's sum of durations; nan (a missing ts
     # or dur) fails these comparisons too
-    if not (np.abs(ts) < 2.0**61).all() or not (np.abs(dur) < 2.0**61 / len(picked)).all():
+    if not (np.abs(ts) < _MAX_NS).all() or not (np.abs(dur) < _MAX_NS / len(picked)).all():
         return False
     start = np.rint(ts).astype(np.int64)
     dur_ns = np.rint(dur).astype(np.int64)
