@@ -342,3 +342,27 @@ def test_cheat_command_cannot_open_the_drivers_memory() -> None:
                     warmup_calls=0, timeout_s=30)  # fmt: skip
     details = [c.detail for p in run.pairs for c in (p.ref, p.cand)]
     assert len(details) == 2 and all("PermissionError" in str(d) for d in details), details
+
+
+def test_work_counted_once_for_all_repeats_or_per_repeat_compares_equal() -> None:
+    """The reference reports one work value for its 4 repeats, the candidate one per repeat:
+    the same work either way, no flag; the candidate counting each repeat as the whole is
+    four times the work, flagged."""
+
+    def side(call: str, rate: float, work: list[float], wall: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            call_id=call, correct=True, values={"tps": [rate] * 4, "tok": work}, wall_s=wall
+        )
+
+    def pairs(cand_work: list[float]) -> list[SimpleNamespace]:
+        return [
+            SimpleNamespace(case="a", ref=side(f"r{i}", 100.0, [25.0], 1.0 + 0.001 * i),
+                            cand=side(f"c{i}", 200.0, cand_work, 0.5 + 0.001 * i))
+            for i in range(5)
+        ]  # fmt: skip
+
+    units, directions = {"tps": "tokens/s", "tok": "tokens"}, {"tps": "higher_is_better"}
+    same = check_pairs(pairs([25.0] * 4), units, directions, work_metrics={"tps": "tok"})
+    assert same is not None and not same.flagged, same
+    more = check_pairs(pairs([100.0] * 4), units, directions, work_metrics={"tps": "tok"})
+    assert more is not None and more.flagged

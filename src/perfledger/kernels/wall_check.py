@@ -266,8 +266,8 @@ def _rate_as_time(
             for m, (w, _per_s) in rates.items():
                 if not (p.ref.values.get(m) and p.cand.values.get(m)):
                     continue
-                ref_work = math.fsum(p.ref.values.get(w) or [])
-                cand_work = math.fsum(p.cand.values.get(w) or [])
+                ref_work = _counted_work(p.ref.values, m, w)
+                cand_work = _counted_work(p.cand.values, m, w)
                 if abs(cand_work - ref_work) > WORK_REL * max(abs(ref_work), 1e-300):
                     flagged.add(f"{m}\0{p.case}")
                     reasons.append(
@@ -277,6 +277,14 @@ def _rate_as_time(
                     )
         out.append(SimpleNamespace(case=p.case, ref=sides["ref"], cand=sides["cand"]))
     return out, view_units, flagged, reasons
+
+
+def _counted_work(values: Mapping[str, Any], rate: str, work: str) -> float:
+    """A call's whole work: its work values summed over its repeats (one value for all
+    repeats counts once per repeat), so two calls reporting it in either form compare."""
+    done = list(values.get(work) or [])
+    repeats = len(values.get(rate) or [])
+    return math.fsum(done * repeats if len(done) == 1 else done)
 
 
 def unchecked_rates(units: Mapping[str, str], work_metrics: Mapping[str, str]) -> list[str]:
