@@ -16,7 +16,9 @@ Checked, in this order, stopping at the first failure (reported with the event a
    clock is one more than theirs (so clocks strictly increase along every edge); author and
    commit time match actor and timestamp; the payload decodes against its kind's schema (after
    upcasting); every artifact blob matches its blake3 and size, and nothing else is attached;
-   the root is the only ``LedgerInitialized`` and names this format version.
+   the root is the only ``LedgerInitialized`` and names this format version; the commit
+   message is exactly what perfledger writes for the event (its subject summarises the
+   payload; nothing but the trailers follows).
 
 Never reads the derived cache or index. Each verified envelope is passed to ``on_event`` in the
 total order, so a caller can fold the state while verifying (one pass).
@@ -43,7 +45,7 @@ from perfledger.events.envelope import (
     is_valid_event_id,
     validate_envelope_fields,
 )
-from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
+from perfledger.events.kinds import LedgerInitialized, RecordedEvent, get_kind, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
 from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
@@ -51,6 +53,7 @@ from perfledger.ledger.objects import (
     EMPTY_TREE,
     ParsedCommit,
     actor_ident,
+    commit_message,
     event_trailers,
     is_decimal,
     parse_commit,
@@ -241,15 +244,17 @@ class CommitGraph:
             if (node := self.nodes[sha]).event_id is not None
         )
         for sha in order:
-            envelope = self._check_event(sha, root)
+            envelope, message = self._check_event(sha, root)
             try:
-                yield _decode_payload(envelope, format_version)
+                event = _decode_payload(envelope, format_version)
+                _check_message(message, event)
             except IntegrityError as exc:
                 raise _named(exc, envelope.id, sha) from None
+            yield event
 
-    def _check_event(self, sha: bytes, root: bytes) -> Envelope:
-        """Check the event commit ``sha`` but its schema; return its envelope.
-        Raises: IntegrityError naming the event (and the commit)."""
+    def _check_event(self, sha: bytes, root: bytes) -> tuple[Envelope, bytes]:
+        """Check the event commit ``sha`` but its schema and subject; return its envelope and
+        its commit message. Raises: IntegrityError naming the event (and the commit)."""
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
@@ -330,7 +335,7 @@ class _DagMismatch(IntegrityError):
 def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
     """Return an IntegrityError naming the event and its commit (message and fields)."""
     message = exc.message
-    if event_id not in message:
+    if not message.startswith(f"event {event_id}"):  # an id quoted later does not name it
         message = f"event {event_id} (commit {sha.hex()}): {message}"
     return IntegrityError(
         message, hint=exc.hint, event_id=exc.event_id or event_id, commit=exc.commit or sha.hex()
@@ -349,9 +354,10 @@ def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -
 
 def _verify_event(
     reader: ObjectReader, sha: bytes, dag: EventHeads | None, root: bytes
-) -> Envelope:
-    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`) and
-    return its envelope. ``dag`` None skips its place in the DAG."""
+) -> tuple[Envelope, bytes]:
+    """Check one event commit (all but its payload's schema, :func:`_decode_payload`, and its
+    subject, :func:`_check_message`) and return its envelope and commit message. ``dag`` None
+    skips its place in the DAG."""
     commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
     trailers = parse_trailers(commit.message)
     type_num, tree_raw = reader.read(commit.tree)
@@ -479,7 +485,43 @@ def _verify_event(
                 or blake3.blake3(blob).hexdigest() != digest
             ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
-    return envelope
+    return envelope, commit.message
+
+
+def _check_message(message: bytes, event: RecordedEvent) -> None:
+    """The commit message must be what perfledger writes for the event: its subject, the
+    kind and the summary of its payload (by this version's summary or one an earlier version
+    wrote), then its trailers, nothing else. The message is outside the hashed event but
+    ``git log`` and ``perfledger log`` show it, so a subject saying ``pass`` over an
+    inconclusive verdict, or a paragraph added to it, must not verify.
+    Raises: IntegrityError saying which part differs."""
+    envelope = event.envelope
+    spec = get_kind(envelope.kind)
+    expected = b""
+    for summarize in (spec.summary, *spec.legacy_summaries):
+        try:
+            summary = summarize(event.payload)
+        except Exception:  # a summary that fails was written as the bare kind (ledger.base)
+            summary = ""
+        written = commit_message(envelope, summary)
+        if written == message:
+            return
+        expected = expected or written
+    got_subject, _, got_rest = message.partition(b"\n")
+    want_subject, _, want_rest = expected.partition(b"\n")
+    if got_subject != want_subject:
+        raise _fail(
+            f"its commit subject {got_subject.decode('utf-8', 'replace')!r} does not say what "
+            f"the event records ({want_subject.decode('utf-8', 'replace')!r}); the subject is "
+            "not covered by the event id, so it was written by something other than perfledger"
+        )
+    trailers = want_rest[1:]
+    extra = got_rest[: -len(trailers)] if got_rest.endswith(trailers) else got_rest
+    raise _fail(
+        "its commit message holds more than the event's subject and trailers "
+        f"({extra.strip().decode('utf-8', 'replace')[:200]!r}); the message is not covered by "
+        "the event id, so that text was written by something other than perfledger"
+    )
 
 
 def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:

@@ -22,7 +22,11 @@ From zero, independent of the derived cache and index, in one pass over git:
    belongs to the first in the total order, the event every clone answers a retry with; each
    later holder is a finding (rule ``idempotency``), on a linear history or on a concurrent
    branch alike, never an integrity failure;
-6. the final ``state_hash``.
+6. rule versions (:mod:`perfledger.commands.audit.schema_floor`): an event recorded under a
+   schema version below what its ancestors show was written by no perfledger (versions only
+   rise along the DAG); it is an integrity finding naming the ancestor, since its lowered
+   version would have it re-checked by an older, weaker rule;
+7. the final ``state_hash``.
 
 Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
 recorded samples with numpy/scipy only.
@@ -269,6 +273,8 @@ class _Replay:
         self.derived_here = 0
         #: idempotency key -> the first event that carried it
         self.keys: dict[str, str] = {}
+        #: event id -> the rule versions it and its ancestors show (schema_floor.Floor)
+        self.floors: dict[str, Any] = {}
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -280,6 +286,7 @@ class _Replay:
     def _replay(self, event: RecordedEvent) -> None:
         envelope = event.envelope
         count = self._ancestor_count(envelope.id, tuple(envelope.parents))
+        self._check_schema_floor(event)
         key = envelope.idempotency_key
         if key is not None:
             # events come in the total order, so the first holder of a key is the event every
@@ -318,6 +325,26 @@ class _Replay:
             self._find(event, "fold", f"the projection cannot place it: {anomaly}")
         self.seen += 1
         self.report.events += 1
+
+    def _check_schema_floor(self, event: RecordedEvent) -> None:
+        """Rule versions only rise along the DAG (:mod:`perfledger.commands.audit.schema_floor`):
+        an event recorded under a version below what its ancestors show had its version lowered,
+        so that an older, weaker rule would re-check it."""
+        from perfledger.commands.audit import schema_floor
+
+        envelope = event.envelope
+        floor = schema_floor.merge(self.floors[p] for p in envelope.parents)
+        schema = envelope.schema or 1
+        shown = schema_floor.check(floor, envelope.kind, schema)
+        if shown is not None:
+            self._find(event, "integrity", f"it is recorded under {envelope.kind} schema "
+                       f"{schema}, but event {shown.event_id} before it ({shown.kind} schema "
+                       f"{shown.schema}) was written by a perfledger that records {envelope.kind} "
+                       f"under schema {shown.version} or later, and no perfledger writes an "
+                       "older rule version after a newer one: its version was lowered, so the "
+                       "older, weaker rule would re-check it; treat the history as rewritten "
+                       "and compare its head with a copy you trust")  # fmt: skip
+        self.floors[envelope.id] = schema_floor.after(floor, envelope.id, envelope.kind, schema)
 
     def _rederive_evidence(self, event: RecordedEvent) -> None:
         """R6: facts parsed from a report must be what the attached report yields, re-parsed
@@ -470,6 +497,12 @@ class _Replay:
         if r5 is not None:
             self._find(event, "R5", r5)
             return
+        decided = msgspec.to_builtins(drafts[0].payload)
+        if kind == "SamplesRecorded" and all(  # only its code identity differs (R11)
+            recorded_payload.get(k) == decided.get(k) for k in set(recorded_payload) | set(decided)
+            if k != "identity"
+        ):  # fmt: skip
+            rule = "R11"
         self._find(event, rule, _difference(kind, recorded_payload, drafts[0].payload))
 
 
@@ -538,6 +571,13 @@ def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
             f": recorded status {recorded.get('status')!r}, derived from its samples "
             f"{decided_b.get('status')!r}"
         )
+    elif kind == "SamplesRecorded" and "identity" in fields:  # R11: derived, never typed
+        paths = [(p.get("identity") or {}).get("changed_paths") for p in (recorded, decided_b)]
+        if paths[0] != paths[1]:
+            detail = (
+                f": recorded changed paths {paths[0]}, derived from its two code snapshots "
+                f"{paths[1]}"
+            )
     return (
         f"its recorded content differs from what its request decides against the state before "
         f"it (fields {fields[:6]}){detail}"

@@ -1,0 +1,212 @@
+"""Planted-defect ledgers: a real ledger whose history is rewritten with git plumbing
+(``tests/audit/forge.py``: every id, trailer, parent and Lamport clock recomputed, so that
+``git fsck --strict --full`` passes), then checked through the real CLI, on the ledger itself and
+on the auditor's ``git clone`` over ``git daemon``: the defect is reported (exit 5, the event
+named, what is wrong), never passed.
+
+Classes covered here (others are in ``test_audit_replay.py``, ``tests/git/test_tamper.py``,
+``test_verify_forged_commits.py``, ``test_verify_tree_entries.py``):
+
+- a rule version lowered (the event's ``schema``), so that an older, weaker rule would re-check
+  a forged decision;
+- a commit message that says something the event does not (a subject over the payload, a
+  paragraph added): outside the hashed event, but what ``git log`` and ``perfledger log`` show.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import forge
+import pytest
+from rm_session import scripted_ledger
+
+from perfledger.commands.audit import schema_floor
+from perfledger.events.workflow import SCHEMA_VERSIONS
+from subprocess_env import isolated_env, perfledger_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sync"))
+from gitservers import git_daemon
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scripted session's ledger (real decide + append into git), made once."""
+    return scripted_ledger(tmp_path_factory.mktemp("pristine") / "ledger.git")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Path:
+    """The directory ``git daemon`` serves; each test forges its copy there."""
+    path = tmp_path / "served"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment without user git config or PERFLEDGER_* variables."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return isolated_env(home)
+
+
+@pytest.fixture
+def daemon(served: Path, env: dict[str, str]) -> Iterator[str]:
+    """A real ``git daemon`` on 127.0.0.1 serving :func:`served`."""
+    with git_daemon(str(served), env) as prefix:
+        yield prefix
+
+
+def _copy(pristine: Path, served: Path) -> Path:
+    target = served / "forged.git"
+    subprocess.run(["cp", "-a", str(pristine), str(target)], check=True)
+    return target
+
+
+def _cli(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*perfledger_command(), *map(str, args)], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def _auditors_clone(daemon: str, tmp_path: Path, env: dict[str, str]) -> Path:
+    """The auditor's path: a bare ``git clone`` of the served ledger over ``git://``."""
+    clone = tmp_path / "auditor.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", "--branch", "ledger",
+                    f"{daemon}/forged.git", str(clone)], env=env, check=True)  # fmt: skip
+    return clone
+
+
+def _audit(env: dict[str, str], ledger: Path) -> tuple[int, dict]:
+    proc = _cli(env, "--ledger", ledger, "audit", "--json")
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_forger_rewrites_history_byte_for_byte(pristine: Path, served: Path) -> None:
+    """The forger writes what perfledger writes: an unedited rewrite is the same head, so what
+    the tests below plant differs from a real ledger only where they edit it."""
+    ledger = _copy(pristine, served)
+    head = forge.git(ledger, "rev-parse", forge.REF)
+    forge.write_history(ledger, forge.read_history(ledger))
+    assert forge.git(ledger, "rev-parse", forge.REF) == head
+
+
+def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
+    pristine: Path, served: Path, daemon: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A ChampionSelected rewritten to schema 1 (R14's obligations do not block it, the rule
+    before R14_BLOCKS_CHAMPION) after events written by a perfledger that records schema 2:
+    verify passes (the hashes are consistent), audit names the event and the one that shows
+    the newer code."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "ChampionSelected", experiment_id="e1")
+    assert events[i].envelope["schema"] == 2
+    events[i].envelope["schema"] = 1
+    ids = forge.write_history(ledger, events)
+    forge.fsck(ledger)
+    for where in (ledger, _auditors_clone(daemon, tmp_path, env)):
+        assert _cli(env, "--ledger", where, "verify").returncode == 0
+        code, report = _audit(env, where)
+        assert code == 5 and not report["ok"], report
+        found = [(f["event_id"], f["rule"]) for f in report["findings"]]
+        assert found == [(ids[i], "integrity")], report["findings"]
+        message = report["findings"][0]["message"]
+        assert "ChampionSelected schema 1" in message and "lowered" in message
+        assert ids.index(message.split("but event ")[1].split(" ")[0]) < i  # an ancestor
+        assert "schema 2 or later" in message
+
+
+def test_planted_samples_schema_downgrade_names_an_earlier_event_of_newer_code(
+    pristine: Path, served: Path, env: dict[str, str]
+) -> None:
+    """Samples lowered to schema 2 (no raw-table binding, R5) after events whose perfledger
+    records samples under schema 6: a finding naming the samples and such an earlier event."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "SamplesRecorded", samples_id="e2-target")
+    events[i].envelope["schema"] = 2
+    ids = forge.write_history(ledger, events)
+    forge.fsck(ledger)
+    code, report = _audit(env, ledger)
+    assert code == 5
+    mine = [f for f in report["findings"] if f["event_id"] == ids[i] and f["rule"] == "integrity"]
+    assert mine, report["findings"]
+    message = mine[0]["message"]
+    assert "SamplesRecorded schema 2" in message and "schema 6 or later" in message
+    assert ids.index(message.split("but event ")[1].split(" ")[0]) < i
+
+
+def test_every_current_rule_version_says_what_it_implies() -> None:
+    """A version bump must add its row to ``schema_floor.IMPLIES`` (else a downgrade of the
+    other kinds written by the same code goes unseen), and no row may ask for more than this
+    code writes (else an honest ledger would be a finding)."""
+    for kind, version in SCHEMA_VERSIONS.items():
+        assert (kind, version) in schema_floor.IMPLIES, (kind, version)
+    for (kind, version), implied in schema_floor.IMPLIES.items():
+        assert version <= SCHEMA_VERSIONS[kind]
+        for other, floor in implied.items():
+            assert floor <= SCHEMA_VERSIONS.get(other, 1), (kind, version, other)
+
+
+def test_forged_commit_subject_over_an_inconclusive_verdict_fails_verify(
+    pristine: Path, served: Path, daemon: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A verdict's commit subject rewritten to say ``pass`` (the event says ``fail``): what
+    ``git log`` and ``perfledger log`` show is bound to the event, so verify fails naming it,
+    on the ledger, on a git clone and on ``perfledger clone``."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "VerdictRecorded", samples_id="e2-target")
+    assert events[i].payload["status"] != "pass"
+    events[i].subject = "VerdictRecorded: e2-target: pass"
+    ids = forge.write_history(ledger, events)
+    forge.fsck(ledger)
+    for where in (ledger, _auditors_clone(daemon, tmp_path, env)):
+        proc = _cli(env, "--ledger", where, "verify", "--json")
+        assert proc.returncode == 5, proc.stdout + proc.stderr
+        error = json.loads(proc.stdout)["error"]
+        assert ids[i] in error["message"]
+        assert "'VerdictRecorded: e2-target: pass' does not say" in error["message"]
+        code, report = _audit(env, where)
+        assert code == 5 and report["findings"][0]["event_id"] == ids[i]
+    proc = _cli(env, "clone", f"{daemon}/forged.git", tmp_path / "pl-clone")
+    assert proc.returncode == 5 and ids[i] in proc.stderr + proc.stdout
+
+
+def test_forged_paragraph_in_a_commit_message_fails_verify(
+    pristine: Path, served: Path, env: dict[str, str]
+) -> None:
+    """A paragraph added between a champion's subject and its trailers."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "ChampionSelected", experiment_id="e1")
+    events[i].commit_body = "Reviewed-by: the performance board"
+    ids = forge.write_history(ledger, events)
+    forge.fsck(ledger)
+    proc = _cli(env, "--ledger", ledger, "verify")
+    assert proc.returncode == 5
+    assert f"event {ids[i]}" in proc.stderr and "Reviewed-by: the performance board" in proc.stderr
+
+
+def test_commit_subject_of_an_earlier_summary_still_verifies(
+    pristine: Path, served: Path, env: dict[str, str]
+) -> None:
+    """Ledgers written before a kind's summary changed keep verifying: a TargetFrozen subject in
+    the earlier form (``min effect 0.1``, now ``min effect 10 %``), as the recorded H200
+    session has it."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "TargetFrozen")
+    target = events[i].payload["target"]
+    events[i].subject = (f"TargetFrozen: {target['target_id']}: {target['primary']['name']} "
+                         f"({target['primary']['statistic']}, min effect {target['min_effect']:g})")  # fmt: skip
+    forge.write_history(ledger, events)
+    proc = _cli(env, "--ledger", ledger, "verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
