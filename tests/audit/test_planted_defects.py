@@ -210,3 +210,25 @@ def test_commit_subject_of_an_earlier_summary_still_verifies(
     forge.write_history(ledger, events)
     proc = _cli(env, "--ledger", ledger, "verify")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_planted_head_on_another_branch_tells_the_auditor_how_to_audit_the_clone(
+    pristine: Path, served: Path, daemon: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The served repository's HEAD names another branch (an older head, say), so a plain
+    ``git clone`` checks that out and has the ledger only as ``origin/ledger``: the CLI says so
+    and how to audit the ledger (exit 2), instead of suggesting ``perfledger init``; following
+    the hint audits it."""
+    ledger = _copy(pristine, served)
+    forge.git(ledger, "branch", "older", f"{forge.REF}~3")
+    forge.git(ledger, "symbolic-ref", "HEAD", "refs/heads/older")
+    clone = tmp_path / "plain-clone"
+    subprocess.run(["git", "clone", "--quiet", f"{daemon}/forged.git", str(clone)], env=env,
+                   check=True)  # fmt: skip
+    proc = _cli(env, "--ledger", clone, "audit")
+    assert proc.returncode == 2
+    assert "remote 'origin' has one" in proc.stderr and "perfledger init" not in proc.stderr
+    assert f"git -C {clone} branch ledger origin/ledger" in proc.stderr
+    subprocess.run(["git", "-C", str(clone), "branch", "ledger", "origin/ledger"], env=env,
+                   check=True)  # fmt: skip
+    assert _cli(env, "--ledger", clone, "audit").returncode == 0
