@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import forge
@@ -232,3 +232,69 @@ def test_planted_head_on_another_branch_tells_the_auditor_how_to_audit_the_clone
     subprocess.run(["git", "-C", str(clone), "branch", "ledger", "origin/ledger"], env=env,
                    check=True)  # fmt: skip
     assert _cli(env, "--ledger", clone, "audit").returncode == 0
+
+
+def _rewrite_commit(ledger: Path, index: int, edit: Callable[[bytes, bytes], bytes]) -> str:
+    """Rewrite the commit of the ``index``-th event with ``edit(header, message) -> raw`` and
+    re-chain every later commit onto it (their events are untouched: only the commit objects
+    change); returns the rewritten commit's sha."""
+    repo = forge.git_dir(ledger)
+    shas = forge.git(repo, "rev-list", "--reverse", forge.REF).split()
+    parent = ""
+    rewritten = ""
+    for k, sha in enumerate(shas[index:]):
+        raw = subprocess.run(["git", f"--git-dir={repo}", "cat-file", "commit", sha],
+                             capture_output=True, check=True).stdout  # fmt: skip
+        header, _, message = raw.partition(b"\n\n")
+        if parent:
+            header = header.replace(header.split(b"\n")[1], b"parent " + parent.encode(), 1)
+        raw = edit(header, message) if k == 0 else header + b"\n\n" + message
+        parent = forge.git(repo, "hash-object", "-t", "commit", "-w", "--stdin", data=raw)
+        rewritten = rewritten or parent
+    forge.git(repo, "update-ref", forge.REF, parent)
+    return rewritten
+
+
+def test_forged_encoding_header_on_an_event_commit_fails_verify(
+    pristine: Path, served: Path, env: dict[str, str]
+) -> None:
+    """An ``encoding`` header (git re-reads the message in that encoding when showing it) on a
+    champion's commit: outside the hashed event, so verify refuses any header perfledger does
+    not write, naming the event."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "ChampionSelected", experiment_id="e1")
+    _rewrite_commit(ledger, i, lambda header, message: header + b"\nencoding ISO-8859-1\n\n"
+                    + message)  # fmt: skip
+    forge.fsck(ledger)
+    proc = _cli(env, "--ledger", ledger, "verify")
+    assert proc.returncode == 5
+    assert events[i].envelope["id"] in proc.stderr and "['encoding']" in proc.stderr
+
+
+def test_forged_merge_message_fails_verify(
+    pristine: Path, served: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Two clones each append a note, a pull joins them with a merge commit; the merge's message
+    is then rewritten (``Merge: final audit approved by the board``). Merges carry no event, so
+    verify checks their message is the one perfledger writes for the heads they join."""
+    ledger = _copy(pristine, served)
+    other = tmp_path / "other"
+    assert _cli(env, "clone", ledger, other).returncode == 0
+    assert _cli(env, "--ledger", other, "note", "from the other clone").returncode == 0
+    assert _cli(env, "--ledger", ledger, "note", "meanwhile").returncode == 0
+    assert _cli(env, "--ledger", ledger, "pull", other).returncode == 0
+    assert _cli(env, "--ledger", ledger, "verify").returncode == 0
+    repo = forge.git_dir(ledger)
+    merge = forge.git(repo, "rev-parse", forge.REF)
+    raw = subprocess.run(["git", f"--git-dir={repo}", "cat-file", "commit", merge],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    assert raw.count(b"\nparent ") == 2 and b"Joins: " in raw
+    header = raw.partition(b"\n\n")[0]
+    forged = forge.git(repo, "hash-object", "-t", "commit", "-w", "--stdin",
+                       data=header + b"\n\nMerge: final audit approved by the board\n")  # fmt: skip
+    forge.git(repo, "update-ref", forge.REF, forged)
+    forge.fsck(ledger)
+    proc = _cli(env, "--ledger", ledger, "verify")
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert f"merge commit {forged}" in proc.stderr and "approved by the board" in proc.stderr

@@ -18,7 +18,8 @@ Checked, in this order, stopping at the first failure (reported with the event a
    upcasting); every artifact blob matches its blake3 and size, and nothing else is attached;
    the root is the only ``LedgerInitialized`` and names this format version; the commit
    message is exactly what perfledger writes for the event (its subject summarises the
-   payload; nothing but the trailers follows).
+   payload; nothing but the trailers follows); no commit has a header perfledger does not write,
+   and a merge's message names exactly the event heads it joins.
 
 Never reads the derived cache or index. Each verified envelope is passed to ``on_event`` in the
 total order, so a caller can fold the state while verifying (one pass).
@@ -238,6 +239,17 @@ class CommitGraph:
                     "contains the other)",
                     commit=sha.hex(),
                 )
+            # its message names the heads it joins, and nothing else (git log shows it)
+            joins = sorted({h for parent in parents for h in self.dag.heads(parent)})
+            message = parse_commit(sha, self.reader.read(sha, check=False)[1]).message
+            if message != _merge_message(joins):
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} has the message "
+                    f"{message.decode('utf-8', 'replace')[:200]!r}; perfledger writes "
+                    f"{_merge_message(joins).decode()!r} on a merge of these heads, and the "
+                    "message is covered by no event id",
+                    commit=sha.hex(),
+                )
         order = in_total_order(
             (node.lamport, node.event_id, sha)
             for sha in self.walked
@@ -292,6 +304,17 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
     event_id = trailers.get("Event-Id")
+    unexpected = _unexpected_headers(raw)
+    if unexpected:
+        # outside the hashed event, yet git shows them (an encoding re-reads the message, a
+        # signature claims a signer): perfledger writes none
+        claimed = f"event {event_id} (commit {sha.hex()})" if event_id else f"commit {sha.hex()}"
+        raise IntegrityError(
+            f"{claimed} has commit header(s) {unexpected} that perfledger never writes (only "
+            "tree, parent, author and committer)",
+            commit=sha.hex(),
+            event_id=event_id if event_id and is_valid_event_id(event_id) else None,
+        )
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
             raise IntegrityError(
@@ -322,6 +345,24 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
                 event_id=event_id,
             )
     return commit, trailers
+
+
+#: The only commit headers perfledger writes, in git's order.
+_HEADERS = (b"tree", b"parent", b"author", b"committer")
+
+
+def _unexpected_headers(raw: bytes) -> list[str]:
+    """The header names of commit ``raw`` other than :data:`_HEADERS` (each once, in order)."""
+    header = raw.partition(b"\n\n")[0]
+    names = [line.partition(b" ")[0] for line in header.split(b"\n") if not line.startswith(b" ")]
+    return list(dict.fromkeys(n.decode("utf-8", "replace") for n in names if n not in _HEADERS))
+
+
+def _merge_message(heads: list[str]) -> bytes:
+    """The message perfledger writes on a merge joining the event ``heads`` (sorted)."""
+    return (
+        "Merge divergent ledger heads\n" + "".join(f"\nJoins: {h}" for h in heads) + "\n"
+    ).encode()
 
 
 def _fail(message: str) -> IntegrityError:
