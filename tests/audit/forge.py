@@ -191,3 +191,33 @@ def find(events: list[Event], kind: str, **payload: Any) -> int:
             and all(e.payload.get(k) == v for k, v in payload.items())]  # fmt: skip
     assert len(hits) == 1, (kind, payload, hits)
     return hits[0]
+
+
+def branch_and_merge(ledger: Path, fork: int, envelope: dict[str, Any], subject: str) -> str:
+    """Append ``envelope`` (NoteRecorded or a decision, no artifacts) on a side branch forked
+    after the ``fork``-th event of the linear history, and join it to the head with the merge
+    commit perfledger writes (``Joins:`` the two event heads). Sets the envelope's parents,
+    Lamport clock and id; returns its id."""
+    from datetime import datetime
+
+    repo = git_dir(ledger)
+    shas = git(repo, "rev-list", "--reverse", REF).split()
+    base = json.loads(git(repo, "cat-file", "blob", f"{shas[fork]}:event.json"))
+    head = json.loads(git(repo, "cat-file", "blob", f"{shas[-1]}:event.json"))
+    envelope["parents"] = [base["id"]]
+    envelope["lamport"] = base["lamport"] + 1
+    envelope["id"] = event_id(envelope)
+    blob = _write_blob(repo, canonical(envelope))
+    tree = git(repo, "mktree", data=f"100644 blob {blob}\tevent.json\n".encode())
+    seconds = int(datetime.fromisoformat(envelope["ts"]).timestamp())
+    who = {"GIT_AUTHOR_NAME": envelope["actor"], "GIT_AUTHOR_EMAIL": "perfledger",
+           "GIT_COMMITTER_NAME": envelope["actor"], "GIT_COMMITTER_EMAIL": "perfledger",
+           "GIT_AUTHOR_DATE": f"{seconds} +0000", "GIT_COMMITTER_DATE": f"{seconds} +0000"}  # fmt: skip
+    message = f"{subject}\n\nEvent-Id: {envelope['id']}\nLamport: {envelope['lamport']}\n"
+    side = git(repo, "commit-tree", tree, "-p", shas[fork], data=message.encode(), env=who)
+    joins = "".join(f"\nJoins: {h}" for h in sorted([head["id"], envelope["id"]]))
+    parents = [arg for p in sorted([shas[-1], side]) for arg in ("-p", p)]
+    merge = git(repo, "commit-tree", git(repo, "mktree", data=b""), *parents,
+                data=f"Merge divergent ledger heads\n{joins}\n".encode(), env=who)  # fmt: skip
+    git(repo, "update-ref", REF, merge)
+    return str(envelope["id"])

@@ -298,3 +298,53 @@ def test_forged_merge_message_fails_verify(
     proc = _cli(env, "--ledger", ledger, "verify")
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert f"merge commit {forged}" in proc.stderr and "approved by the board" in proc.stderr
+
+
+def test_forged_commit_index_does_not_change_what_audit_finds(
+    pristine: Path, served: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A champion of e2 (whose target verdict failed) forged on a side branch and merged; then
+    the derived commit index in the ledger's directory is forged to place that event at another
+    commit. The audit re-checks the event against the state of its verified ancestors, read
+    from git, so its findings on the ledger are those on a fresh clone (which has no derived
+    data): the derived index chooses nothing."""
+    import msgspec
+
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    template = events[forge.find(events, "ChampionSelected", experiment_id="e1")].envelope
+    created = events[forge.find(events, "ExperimentCreated", experiment_id="e2")].payload
+    fork = forge.find(events, "VerdictRecorded", samples_id="e2-target")
+    assert events[fork].payload["status"] == "fail"
+    envelope = json.loads(json.dumps(template))
+    envelope["payload"].update(experiment_id="e2", samples_id="e2-target", previous="e1",
+                               candidate_hash=created["candidate"]["content_hash"])  # fmt: skip
+    envelope["request"]["body"].update(samples_id="e2-target", expected_current="e1")
+    envelope["ts"] = events[fork].envelope["ts"]
+    # sorted after the main line's next event, so that the replay meets it with a non-ancestor
+    # already folded and re-checks it against the state of its own ancestors
+    envelope["parents"] = [events[fork].envelope["id"]]
+    envelope["lamport"] = events[fork].envelope["lamport"] + 1
+    for attempt in range(1000):
+        envelope["payload"]["reason"] = envelope["request"]["body"]["reason"] = f"r{attempt}"
+        if forge.event_id(envelope) > events[fork + 1].envelope["id"]:
+            break
+    forged = forge.branch_and_merge(ledger, fork, envelope, "ChampionSelected: t1: e2 (select)")
+    forge.fsck(ledger)
+    assert _cli(env, "--ledger", ledger, "verify").returncode == 0
+    index = forge.git_dir(ledger) / "perfledger" / "index-v3.msgpack"
+    index.unlink(missing_ok=True)  # saved again at the current head by the next command
+    assert _cli(env, "--ledger", ledger, "state", "--json").returncode == 0
+    data = msgspec.msgpack.decode(index.read_bytes())
+    assert data["head"].decode() == forge.git(ledger, "rev-parse", forge.REF)
+    elsewhere = data["by_event"][template["id"]]  # the main line's champion commit
+    data["by_event"][forged] = elsewhere
+    index.write_bytes(msgspec.msgpack.encode(data))
+    clone = tmp_path / "fresh.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(ledger), str(clone)], check=True)
+    code, report = _audit(env, ledger)
+    clone_code, clone_report = _audit(env, clone)
+    assert code == clone_code == 5
+    assert report["findings"] == clone_report["findings"]
+    assert [f["event_id"] for f in report["findings"]] == [forged]
+    assert report["findings"][0]["rule"] in ("R13", "R14"), report["findings"]

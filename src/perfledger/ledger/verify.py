@@ -119,10 +119,13 @@ def verify_store(
     store: GitStore,
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
+    on_graph: Callable[[CommitGraph], None] | None = None,
     format_version: int,
 ) -> VerifyReport:
     """Verify the ledger of ``store`` end to end, in the format ``format_version``;
-    ``on_event`` gets every verified event (payload upcast and decoded) in the total order.
+    ``on_event`` gets every verified event (payload upcast and decoded) in the total order;
+    ``on_graph`` gets the walked :class:`CommitGraph` before the first event (its
+    ``commit_of`` maps each event id to its commit, from git, never from derived data).
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     started = time.perf_counter()
@@ -132,6 +135,8 @@ def verify_store(
         report.head = store.read_head().decode()
         graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
+        if on_graph is not None:
+            on_graph(graph)
         if len(graph.roots) != 1:
             raise IntegrityError(
                 f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"

@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
+from perfledger.errors import BadRequest, IntegrityError, PerfledgerError, RuleRefused
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import parse_ts
 from perfledger.events.kinds import RecordedEvent
@@ -275,6 +275,11 @@ class _Replay:
         self.keys: dict[str, str] = {}
         #: event id -> the rule versions it and its ancestors show (schema_floor.Floor)
         self.floors: dict[str, Any] = {}
+        #: event id -> its commit (binary sha) as verify walked it from the ref, and its place
+        #: in the total order: earlier events are read through these, never through the
+        #: store's derived index (a forged index must not choose what a decision is checked on)
+        self.commit_of: dict[str, bytes] = {}
+        self.position: dict[str, int] = {}
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -310,11 +315,12 @@ class _Replay:
             self.report.decisions += 1
             before = self.state if count == self.seen else self._state_before(event)
             if before.event_count != count:
-                # the store's derived index placed the event elsewhere than the verified DAG
-                self._find(event, "integrity", f"the commit index folds {before.event_count} "
-                           f"events before it; its verified ancestry has {count}")  # fmt: skip
+                # the fold of its verified ancestors lost or gained events (git changed under us)
+                self._find(event, "integrity", f"the state before it folds {before.event_count} "
+                           f"events; its verified ancestry has {count}")  # fmt: skip
                 return
             self._redecide(before, event)
+        self.position[envelope.id] = self.seen
         if envelope.kind == "SamplesRecorded":
             self.samples_payloads[envelope.id] = event.payload
         elif envelope.kind == "EvidenceRecorded":
@@ -387,26 +393,47 @@ class _Replay:
         return count
 
     def _state_before(self, event: RecordedEvent) -> Any:
-        """The state its author saw: the fold of the events its commit was appended on (read
-        from git through the store's commit index, never from the state cache; the caller checks
-        the fold's event count against the verified ancestry)."""
+        """The state its author saw: the fold, in the total order, of its ancestors in the
+        verified DAG, each read from git at the commit verify walked (never through the store's
+        derived index or the state cache; the caller checks the fold's event count)."""
+        ancestors: set[str] = set()
+        stack = list(self.parents[event.envelope.id])
+        while stack:
+            current = stack.pop()
+            if current not in ancestors:
+                ancestors.add(current)
+                stack.extend(self.parents[current])
         from perfledger.events.kinds import recorded
 
-        commit = self.store.event_commit(event.id)
-        parent_commit = self.store.repo[commit].parents[0]
+        ordered = sorted(ancestors, key=self.position.__getitem__)
         state = self.projection.initial()
-        for envelope in self.store.iter_events(parent_commit):
+        commits = (self.commit_of[event_id].hex().encode() for event_id in ordered)
+        for event_id, envelope in zip(ordered, self.store.read_envelopes(commits), strict=True):
+            if envelope.id != event_id:  # verify read this event there: git changed under us
+                raise IntegrityError(f"commit {self.commit_of[event_id].hex()} no longer "
+                                     f"holds event {event_id}")  # fmt: skip
             state = self.projection.evolve(state, recorded(envelope))
         return state
 
+    def _read(self, event_id: str) -> RecordedEvent:
+        """An earlier event, read again from its verified commit (its id re-checked)."""
+        from perfledger.events.kinds import recorded
+
+        envelope = self.store.read_envelope(self.commit_of[event_id].hex().encode())
+        if envelope.id != event_id:  # verify checked this commit's event: git changed under us
+            raise IntegrityError(f"commit {self.commit_of[event_id].hex()} no longer holds "
+                                 f"event {event_id}")  # fmt: skip
+        return recorded(envelope)
+
     def _payload_of(self, event_id: str) -> Any:
-        """The verified payload of an earlier event (samples are kept; others read from git)."""
+        """The verified payload of an earlier event (samples are kept; others read from git
+        at their verified commit). Raises: BadRequest for an event not before this one."""
         payload = self.samples_payloads.get(event_id)
         if payload is not None:
             return payload
-        from perfledger.events.kinds import recorded
-
-        return recorded(self.store.get_event(event_id)).payload
+        if event_id not in self.position:
+            raise BadRequest(f"no event {event_id[:80]!r} before this one in this ledger")
+        return self._read(event_id).payload
 
     def _derive(self, samples_event: str, params: Any, samples: Any) -> Any:
         """``DecisionContext.derive``: :func:`perfledger.commands.workflow.deciders.derive_samples`
@@ -615,7 +642,12 @@ def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
     from perfledger.ledger.verify import verify_store
     from perfledger.projections.ledger_state import state_hash
 
-    verified = verify_store(ledger.store, on_event=replay, format_version=FORMAT_VERSION)
+    def keep_commits(graph: Any) -> None:
+        replay.commit_of = graph.commit_of
+
+    verified = verify_store(
+        ledger.store, on_event=replay, on_graph=keep_commits, format_version=FORMAT_VERSION
+    )
     report.derived_here = replay.derived_here
     report.head = verified.head
     if not verified.ok:
