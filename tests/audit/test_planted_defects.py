@@ -348,3 +348,30 @@ def test_forged_commit_index_does_not_change_what_audit_finds(
     assert report["findings"] == clone_report["findings"]
     assert [f["event_id"] for f in report["findings"]] == [forged]
     assert report["findings"][0]["rule"] in ("R13", "R14"), report["findings"]
+
+
+def test_planted_replace_ref_that_git_log_shows_fails_verify(
+    pristine: Path, served: Path, env: dict[str, str]
+) -> None:
+    """``git replace`` substitutes a verdict's commit with one whose subject and event.json say
+    ``pass``: every git tool in the ledger's directory shows the replacement (git fsck passes),
+    while perfledger reads the real objects. verify refuses the repository, saying how to
+    remove the replacement; once removed it verifies."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, "VerdictRecorded", samples_id="e2-target")
+    repo = forge.git_dir(ledger)
+    commit = forge.git(repo, "rev-list", "--reverse", forge.REF).split()[i]
+    raw = subprocess.run(["git", f"--git-dir={repo}", "cat-file", "commit", commit],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    fake = forge.git(repo, "hash-object", "-t", "commit", "-w", "--stdin",
+                     data=raw.replace(b": fail\n", b": pass\n"))  # fmt: skip
+    forge.git(repo, "replace", commit, fake)
+    forge.fsck(ledger)
+    assert "VerdictRecorded: e2-target: pass" in forge.git(repo, "log", "--format=%s", forge.REF)
+    proc = _cli(env, "--ledger", ledger, "verify")
+    assert proc.returncode == 5
+    assert commit in proc.stderr and f"git replace -d {commit}" in proc.stderr
+    assert _audit(env, ledger)[0] == 5
+    forge.git(repo, "replace", "-d", commit)
+    assert _cli(env, "--ledger", ledger, "verify").returncode == 0

@@ -2,7 +2,8 @@
 
 Checked, in this order, stopping at the first failure (reported with the event and the reason):
 
-1. the format version in the repository config; the ledger ref exists;
+1. the format version in the repository config; the ledger ref exists; git shows the
+   repository's own objects (no ``refs/replace/``, no ``info/grafts``);
 2. every commit reachable from the head: a commit, its trailers well formed; merge commits
    carry no event (no trailers, at least two parents, the empty tree); event commits have at
    most one parent; exactly one root;
@@ -27,6 +28,8 @@ total order, so a caller can fold the state while verifying (one pass).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -133,6 +136,7 @@ def verify_store(
     reader = store.object_reader()
     try:
         report.head = store.read_head().decode()
+        _refuse_substitutions(store.controldir)
         graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
         if on_graph is not None:
@@ -154,6 +158,37 @@ def verify_store(
         reader.close()
         report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def _refuse_substitutions(controldir: str) -> None:
+    """Refuse a repository in which git shows other objects than it holds: ``refs/replace/``
+    (``git replace``) and ``info/grafts`` make ``git log``, ``git show`` and every git tool
+    substitute commits (a verdict's subject, an event.json), while perfledger verifies the
+    objects themselves. perfledger writes neither; a clone does not fetch them.
+    Raises: IntegrityError naming what substitutes and how to remove it."""
+    replaced: list[str] = []
+    for _root, _dirs, files in os.walk(os.path.join(controldir, "refs", "replace")):
+        replaced += [name for name in files if not name.endswith(".lock")]
+    with contextlib.suppress(OSError), open(os.path.join(controldir, "packed-refs"), "rb") as f:
+        for line in f.read().splitlines():
+            ref = line.partition(b" ")[2]
+            if ref.startswith(b"refs/replace/"):
+                replaced.append(ref[len(b"refs/replace/") :].decode(errors="replace"))
+    if replaced:
+        raise IntegrityError(
+            f"git replaces commit(s) {sorted(replaced)[:5]} of this repository with others "
+            "(refs/replace/): git log and git show display the replacements, not the ledger "
+            "that perfledger verifies",
+            commit=sorted(replaced)[0],
+            hint=f"inspect with `git replace -l`; remove with `git replace -d {sorted(replaced)[0]}`"
+            " (a clone does not carry them)",
+        )
+    if os.path.exists(os.path.join(controldir, "info", "grafts")):
+        raise IntegrityError(
+            "the repository has info/grafts: git shows other parents than the ledger's commits "
+            "hold",
+            hint="remove info/grafts (perfledger never writes it; a clone does not carry it)",
+        )
 
 
 class CommitGraph:
