@@ -375,3 +375,17 @@ def test_planted_replace_ref_that_git_log_shows_fails_verify(
     assert _audit(env, ledger)[0] == 5
     forge.git(repo, "replace", "-d", commit)
     assert _cli(env, "--ledger", ledger, "verify").returncode == 0
+
+
+def test_forged_verdict_field_is_named_with_both_values_not_an_equal_status() -> None:
+    """A verdict whose status is right but another field was forged (its samples' provenance
+    relabelled): the finding says that field's recorded and decided values, not
+    ``recorded status 'pass', derived from its samples 'pass'``."""
+    from perfledger.commands.audit.replay import _difference
+
+    recorded = {"status": "pass", "samples_provenance": "perfledger"}
+    message = _difference(
+        "VerdictRecorded", recorded, {**recorded, "samples_provenance": "outside"}
+    )
+    assert "recorded samples_provenance 'perfledger', decided 'outside'" in message
+    assert "recorded status" not in message

@@ -593,10 +593,17 @@ def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
         k for k in set(recorded) | set(decided_b) if recorded.get(k) != decided_b.get(k)
     )
     detail = ""
-    if kind in ("VerdictRecorded", "FinalAuditRecorded"):
+    if kind in ("VerdictRecorded", "FinalAuditRecorded") and "status" in fields:
         detail = (
             f": recorded status {recorded.get('status')!r}, derived from its samples "
             f"{decided_b.get('status')!r}"
+        )
+    elif fields and all(  # the first differing field, when short: both values
+        len(repr(v)) <= 80 for v in (recorded.get(fields[0]), decided_b.get(fields[0]))
+    ):
+        detail = (
+            f": recorded {fields[0]} {recorded.get(fields[0])!r}, decided "
+            f"{decided_b.get(fields[0])!r}"
         )
     elif kind == "SamplesRecorded" and "identity" in fields:  # R11: derived, never typed
         paths = [(p.get("identity") or {}).get("changed_paths") for p in (recorded, decided_b)]
