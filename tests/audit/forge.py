@@ -221,3 +221,16 @@ def branch_and_merge(ledger: Path, fork: int, envelope: dict[str, Any], subject:
                 data=f"Merge divergent ledger heads\n{joins}\n".encode(), env=who)  # fmt: skip
     git(repo, "update-ref", REF, merge)
     return str(envelope["id"])
+
+
+def resubject(event: Event) -> None:
+    """Set the event's commit subject to the one perfledger writes for its (edited) payload,
+    as a careful forger would (verify binds the subject to the payload)."""
+    from perfledger.events.envelope import decode_envelope
+    from perfledger.events.kinds import get_kind, upcast
+
+    envelope = decode_envelope(canonical(event.envelope))
+    summary = get_kind(envelope.kind).summary(upcast(envelope.kind, envelope.schema,
+                                                     envelope.payload))  # fmt: skip
+    summary = " ".join(summary.split())[:100]
+    event.subject = f"{envelope.kind}: {summary}" if summary else envelope.kind
