@@ -389,3 +389,38 @@ def test_forged_verdict_field_is_named_with_both_values_not_an_equal_status() ->
     )
     assert "recorded samples_provenance 'perfledger', decided 'outside'" in message
     assert "recorded status" not in message
+
+
+@pytest.mark.parametrize(
+    ("moved", "before", "rule"),
+    [
+        (("ChampionSelected", {"experiment_id": "e1"}), ("VerdictRecorded", {"samples_id": "e1-target"}), "R13"),
+        (("VerdictRecorded", {"samples_id": "e2-target"}), ("SamplesRecorded", {"samples_id": "e2-target"}), "R12"),
+    ],
+)  # fmt: skip
+def test_planted_event_moved_before_what_it_rests_on_is_found_on_a_git_clone(
+    pristine: Path,
+    served: Path,
+    daemon: str,
+    tmp_path: Path,
+    env: dict[str, str],
+    moved: tuple[str, dict],
+    before: tuple[str, dict],
+    rule: str,
+) -> None:
+    """An event moved earlier in the middle of the history, every later parent, Lamport clock
+    and id recomputed (verify passes): re-decided against the state before its new place, it
+    breaks its rule, on the auditor's git clone too."""
+    ledger = _copy(pristine, served)
+    events = forge.read_history(ledger)
+    i = forge.find(events, moved[0], **moved[1])
+    j = forge.find(events, before[0], **before[1])
+    assert j < i
+    events.insert(j, events.pop(i))
+    ids = forge.write_history(ledger, events)
+    forge.fsck(ledger)
+    clone = _auditors_clone(daemon, tmp_path, env)
+    assert _cli(env, "--ledger", clone, "verify").returncode == 0
+    code, report = _audit(env, clone)
+    assert code == 5
+    assert (ids[j], rule) in [(f["event_id"], f["rule"]) for f in report["findings"]], report
