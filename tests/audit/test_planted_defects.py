@@ -424,3 +424,31 @@ def test_planted_event_moved_before_what_it_rests_on_is_found_on_a_git_clone(
     code, report = _audit(env, clone)
     assert code == 5
     assert (ids[j], rule) in [(f["event_id"], f["rule"]) for f in report["findings"]], report
+
+
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [(["--depth", "3"], "shallow git clone"), (["--filter=blob:none"], "partial git clone")],
+)
+def test_planted_incomplete_auditors_clone_is_named_not_reported_as_a_missing_object(
+    pristine: Path,
+    served: Path,
+    daemon: str,
+    tmp_path: Path,
+    env: dict[str, str],
+    how: list[str],
+    says: str,
+) -> None:
+    """An auditor's shallow (``--depth``) or partial (``--filter``) git clone of an untouched
+    ledger lacks objects; verify and audit say which kind of clone it is and how to clone whole
+    (exit 5), never ``git object ... is missing`` as if the ledger were damaged."""
+    ledger = _copy(pristine, served)
+    forge.git(ledger, "config", "uploadpack.allowFilter", "true")
+    clone = tmp_path / "incomplete.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", "--branch", "ledger", *how,
+                    f"{daemon}/forged.git", str(clone)], env=env, check=True)  # fmt: skip
+    proc = _cli(env, "--ledger", clone, "verify")
+    assert proc.returncode == 5 and says in proc.stderr, proc.stderr
+    assert "without --" in proc.stderr and "is missing" not in proc.stderr
+    code, report = _audit(env, clone)
+    assert code == 5 and says in report["findings"][0]["message"]

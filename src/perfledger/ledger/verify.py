@@ -3,7 +3,8 @@
 Checked, in this order, stopping at the first failure (reported with the event and the reason):
 
 1. the format version in the repository config; the ledger ref exists; git shows the
-   repository's own objects (no ``refs/replace/``, no ``info/grafts``);
+   repository's own objects (no ``refs/replace/``, no ``info/grafts``) and all of them (not a
+   shallow or partial clone);
 2. every commit reachable from the head: a commit, its trailers well formed; merge commits
    carry no event (no trailers, at least two parents, the empty tree); event commits have at
    most one parent; exactly one root;
@@ -137,6 +138,7 @@ def verify_store(
     try:
         report.head = store.read_head().decode()
         _refuse_substitutions(store.controldir)
+        _refuse_incomplete_clone(store.controldir)
         graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
         if on_graph is not None:
@@ -189,6 +191,26 @@ def _refuse_substitutions(controldir: str) -> None:
             "hold",
             hint="remove info/grafts (perfledger never writes it; a clone does not carry it)",
         )
+
+
+def _refuse_incomplete_clone(controldir: str) -> None:
+    """Refuse a shallow or partial git clone, whose missing history or blobs would read as a
+    damaged ledger. Raises: IntegrityError saying which and how to clone whole."""
+    if os.path.exists(os.path.join(controldir, "shallow")):
+        raise IntegrityError(
+            "this is a shallow git clone (git clone --depth): its history stops before the "
+            "ledger's root, so it cannot be verified",
+            hint="clone the whole ledger (git clone --branch ledger URL, without --depth), or "
+            "run `git fetch --unshallow` in it",
+        )
+    with contextlib.suppress(OSError), open(os.path.join(controldir, "config"), "rb") as f:
+        config = f.read().lower().replace(b" ", b"").replace(b"\t", b"")
+        if b"promisor=true" in config or b"partialclone=" in config:
+            raise IntegrityError(
+                "this is a partial git clone (git clone --filter): objects the ledger holds "
+                "were left on the server, so it cannot be verified",
+                hint="clone the whole ledger (git clone --branch ledger URL, without --filter)",
+            )
 
 
 class CommitGraph:
