@@ -105,6 +105,17 @@ def _with_id(envelope: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     return envelope, canonical_bytes(envelope)
 
 
+def _subject(data: bytes) -> bytes:
+    """The commit subject perfledger writes for the event ``data`` (canonical JSON)."""
+    from perfledger.events.envelope import decode_envelope
+    from perfledger.events.kinds import get_kind, upcast
+    from perfledger.ledger.objects import commit_message
+
+    envelope = decode_envelope(data)
+    payload = upcast(envelope.kind, envelope.schema, envelope.payload)
+    return commit_message(envelope, get_kind(envelope.kind).summary(payload)).split(b"\n")[0]
+
+
 def _set_entry(
     env: dict[str, str], repo: Path, tree: str, name: bytes, mode: bytes, sha: str | None
 ) -> str:
@@ -178,6 +189,9 @@ def _forge(
         if is_target and drop_artifacts:
             new_tree = _set_entry(env, repo, new_tree, b"artifacts", b"040000", None)
         raw = raw.replace(tree.encode(), new_tree.encode(), 1)
+        if is_target:  # the subject summarises the payload (verify binds it): say the edit
+            head, _, message = raw.partition(b"\n\n")
+            raw = head + b"\n\n" + _subject(data) + message[message.index(b"\n") :]
         raw = raw.replace(f"Event-Id: {old_id}".encode(), f"Event-Id: {envelope['id']}".encode())
         old_parent = raw[raw.index(b"\nparent ") + 8 :][:40]
         raw = raw.replace(b"parent " + old_parent, b"parent " + str(new_parent).encode(), 1)

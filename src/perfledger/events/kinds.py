@@ -31,6 +31,8 @@ class KindSpec:
         upcasters: ``{v: f}`` where ``f`` lifts a version-``v`` payload to version ``v + 1``;
             one for every ``v`` in ``1 .. version-1``.
         summary: one-line summary of a payload for the commit message (no newline).
+        legacy_summaries: summaries earlier perfledger versions wrote; ``verify`` accepts a
+            commit subject made by any of them or by ``summary``, and no other.
     """
 
     kind: str
@@ -38,6 +40,7 @@ class KindSpec:
     payload_type: type[msgspec.Struct]
     upcasters: Mapping[int, Upcaster] = field(default_factory=dict)
     summary: Callable[[Any], str] = lambda payload: ""
+    legacy_summaries: tuple[Callable[[Any], str], ...] = ()
 
     def __post_init__(self) -> None:
         missing = [v for v in range(1, self.version) if v not in self.upcasters]

@@ -16,6 +16,7 @@ part of this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -1146,10 +1147,21 @@ SCHEMA_VERSIONS = {
     "ReadinessRecorded": R11_SUBJECT_OWED,
 }
 
+#: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).
+_LEGACY_SUMMARIES: dict[type, tuple[Callable[[Any], str], ...]] = {
+    TargetFrozen: (
+        lambda p: (
+            f"{p.target.target_id}: {p.target.primary.name} "
+            f"({p.target.primary.statistic}, min effect {p.target.min_effect:g})"
+        ),
+    ),
+}
+
 for _type, _summary in _SUMMARIES.items():
     _version = SCHEMA_VERSIONS.get(_type.__name__, 1)
     _upcasters = {v: _same_payload for v in range(1, _version)}
-    register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary))
+    register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary,
+                           legacy_summaries=_LEGACY_SUMMARIES.get(_type, ())))  # fmt: skip
 
 #: Kinds that record a decision: appended only through their operation's decider
 #: (:mod:`perfledger.commands.registry.operations`), never through the raw ``Ledger.append``.

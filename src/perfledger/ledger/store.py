@@ -17,7 +17,7 @@ import os
 import random
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import blake3
@@ -110,7 +110,27 @@ def write_ledger_config(repo: Repo, *, actor: str | None = None) -> None:
     config.write_to_path()
 
 
-def _no_ledger_branch(path: str) -> NotALedger:
+def _no_ledger_branch(path: str, controldir: str | os.PathLike[str]) -> NotALedger:
+    """The error for a repository without the ledger branch; when it holds a remote's ledger
+    branch (a plain ``git clone`` of a ledger whose HEAD names another branch), the hint says
+    how to audit it."""
+    remotes = os.path.join(controldir, "refs", "remotes")
+    tracked: list[str] = []
+    with contextlib.suppress(OSError):
+        tracked += sorted(r for r in os.listdir(remotes)
+                          if os.path.isfile(os.path.join(remotes, r, "ledger")))  # fmt: skip
+    with contextlib.suppress(OSError), open(os.path.join(controldir, "packed-refs"), "rb") as f:
+        for line in f.read().splitlines():  # "<sha> refs/remotes/<name>/ledger"
+            ref = line.partition(b" ")[2].decode(errors="replace").split("/")
+            if len(ref) == 4 and ref[:2] == ["refs", "remotes"] and ref[3] == "ledger":
+                tracked.append(ref[2])
+    if tracked:
+        return NotALedger(
+            f"{path} is a git clone but has no ledger branch (refs/heads/ledger); its remote "
+            f"{tracked[0]!r} has one",
+            hint=f"create it: `git -C {path} branch ledger {tracked[0]}/ledger` (or clone with "
+            "`git clone --branch ledger URL`), then run the command again",
+        )
     return NotALedger(
         f"{path} is a git repository but not a ledger (no refs/heads/ledger)",
         hint="create one with `perfledger init PATH`",
@@ -269,7 +289,7 @@ class GitStore(EventStore):
         if location is None or config is None:
             return cls._open_through_dulwich(path)
         if read_ref(location.controldir, LEDGER_REF) is None:
-            raise _no_ledger_branch(path)
+            raise _no_ledger_branch(path, location.controldir)
         _check_format(path, config.get(b"formatversion"))
         return cls(location)
 
@@ -288,7 +308,7 @@ class GitStore(EventStore):
             ) from None
         try:
             if LEDGER_REF not in repo.refs:
-                raise _no_ledger_branch(path)
+                raise _no_ledger_branch(path, repo.controldir())
             try:
                 version = repo.get_config().get((layout.CONFIG_SECTION,), b"formatVersion")
             except KeyError:
@@ -401,6 +421,15 @@ class GitStore(EventStore):
         """
         with self._objects() as reader:
             return self._envelope_from(reader, commit_sha, check=True)
+
+    def read_envelopes(self, commit_shas: Iterable[bytes]) -> Iterator[Envelope]:
+        """The envelopes of ``commit_shas`` (hex bytes), in that order, read through one
+        reader without re-hashing the objects: for a caller that verified them in this pass
+        (the audit's fold of an event's ancestors). Raises: IntegrityError as
+        :meth:`read_envelope`."""
+        with self._objects() as reader:
+            for sha in commit_shas:
+                yield self._envelope_from(reader, sha, check=False)
 
     def get_event(self, event_id: str) -> Envelope:
         """Return the event ``event_id`` (a full id or a unique prefix of at least 4 chars).

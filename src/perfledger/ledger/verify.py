@@ -2,7 +2,9 @@
 
 Checked, in this order, stopping at the first failure (reported with the event and the reason):
 
-1. the format version in the repository config; the ledger ref exists;
+1. the format version in the repository config; the ledger ref exists; git shows the
+   repository's own objects (no ``refs/replace/``, no ``info/grafts``) and all of them (not a
+   shallow or partial clone);
 2. every commit reachable from the head: a commit, its trailers well formed; merge commits
    carry no event (no trailers, at least two parents, the empty tree); event commits have at
    most one parent; exactly one root;
@@ -16,7 +18,10 @@ Checked, in this order, stopping at the first failure (reported with the event a
    clock is one more than theirs (so clocks strictly increase along every edge); author and
    commit time match actor and timestamp; the payload decodes against its kind's schema (after
    upcasting); every artifact blob matches its blake3 and size, and nothing else is attached;
-   the root is the only ``LedgerInitialized`` and names this format version.
+   the root is the only ``LedgerInitialized`` and names this format version; the commit
+   message is exactly what perfledger writes for the event (its subject summarises the
+   payload; nothing but the trailers follows); no commit has a header perfledger does not write,
+   and a merge's message names exactly the event heads it joins.
 
 Never reads the derived cache or index. Each verified envelope is passed to ``on_event`` in the
 total order, so a caller can fold the state while verifying (one pass).
@@ -24,6 +29,8 @@ total order, so a caller can fold the state while verifying (one pass).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +50,7 @@ from perfledger.events.envelope import (
     is_valid_event_id,
     validate_envelope_fields,
 )
-from perfledger.events.kinds import LedgerInitialized, RecordedEvent, upcast
+from perfledger.events.kinds import LedgerInitialized, RecordedEvent, get_kind, upcast
 from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
 from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
@@ -51,6 +58,7 @@ from perfledger.ledger.objects import (
     EMPTY_TREE,
     ParsedCommit,
     actor_ident,
+    commit_message,
     event_trailers,
     is_decimal,
     parse_commit,
@@ -115,10 +123,13 @@ def verify_store(
     store: GitStore,
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
+    on_graph: Callable[[CommitGraph], None] | None = None,
     format_version: int,
 ) -> VerifyReport:
     """Verify the ledger of ``store`` end to end, in the format ``format_version``;
-    ``on_event`` gets every verified event (payload upcast and decoded) in the total order.
+    ``on_event`` gets every verified event (payload upcast and decoded) in the total order;
+    ``on_graph`` gets the walked :class:`CommitGraph` before the first event (its
+    ``commit_of`` maps each event id to its commit, from git, never from derived data).
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
     """
     started = time.perf_counter()
@@ -126,8 +137,12 @@ def verify_store(
     reader = store.object_reader()
     try:
         report.head = store.read_head().decode()
+        _refuse_substitutions(store.controldir)
+        _refuse_incomplete_clone(store.controldir)
         graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
+        if on_graph is not None:
+            on_graph(graph)
         if len(graph.roots) != 1:
             raise IntegrityError(
                 f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
@@ -145,6 +160,57 @@ def verify_store(
         reader.close()
         report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def _refuse_substitutions(controldir: str) -> None:
+    """Refuse a repository in which git shows other objects than it holds: ``refs/replace/``
+    (``git replace``) and ``info/grafts`` make ``git log``, ``git show`` and every git tool
+    substitute commits (a verdict's subject, an event.json), while perfledger verifies the
+    objects themselves. perfledger writes neither; a clone does not fetch them.
+    Raises: IntegrityError naming what substitutes and how to remove it."""
+    replaced: list[str] = []
+    for _root, _dirs, files in os.walk(os.path.join(controldir, "refs", "replace")):
+        replaced += [name for name in files if not name.endswith(".lock")]
+    with contextlib.suppress(OSError), open(os.path.join(controldir, "packed-refs"), "rb") as f:
+        for line in f.read().splitlines():
+            ref = line.partition(b" ")[2]
+            if ref.startswith(b"refs/replace/"):
+                replaced.append(ref[len(b"refs/replace/") :].decode(errors="replace"))
+    if replaced:
+        raise IntegrityError(
+            f"git replaces commit(s) {sorted(replaced)[:5]} of this repository with others "
+            "(refs/replace/): git log and git show display the replacements, not the ledger "
+            "that perfledger verifies",
+            commit=sorted(replaced)[0],
+            hint=f"inspect with `git replace -l`; remove with `git replace -d {sorted(replaced)[0]}`"
+            " (a clone does not carry them)",
+        )
+    if os.path.exists(os.path.join(controldir, "info", "grafts")):
+        raise IntegrityError(
+            "the repository has info/grafts: git shows other parents than the ledger's commits "
+            "hold",
+            hint="remove info/grafts (perfledger never writes it; a clone does not carry it)",
+        )
+
+
+def _refuse_incomplete_clone(controldir: str) -> None:
+    """Refuse a shallow or partial git clone, whose missing history or blobs would read as a
+    damaged ledger. Raises: IntegrityError saying which and how to clone whole."""
+    if os.path.exists(os.path.join(controldir, "shallow")):
+        raise IntegrityError(
+            "this is a shallow git clone (git clone --depth): its history stops before the "
+            "ledger's root, so it cannot be verified",
+            hint="clone the whole ledger (git clone --branch ledger URL, without --depth), or "
+            "run `git fetch --unshallow` in it",
+        )
+    with contextlib.suppress(OSError), open(os.path.join(controldir, "config"), "rb") as f:
+        config = f.read().lower().replace(b" ", b"").replace(b"\t", b"")
+        if b"promisor=true" in config or b"partialclone=" in config:
+            raise IntegrityError(
+                "this is a partial git clone (git clone --filter): objects the ledger holds "
+                "were left on the server, so it cannot be verified",
+                hint="clone the whole ledger (git clone --branch ledger URL, without --filter)",
+            )
 
 
 class CommitGraph:
@@ -235,21 +301,34 @@ class CommitGraph:
                     "contains the other)",
                     commit=sha.hex(),
                 )
+            # its message names the heads it joins, and nothing else (git log shows it)
+            joins = sorted({h for parent in parents for h in self.dag.heads(parent)})
+            message = parse_commit(sha, self.reader.read(sha, check=False)[1]).message
+            if message != _merge_message(joins):
+                raise IntegrityError(
+                    f"merge commit {sha.hex()} has the message "
+                    f"{message.decode('utf-8', 'replace')[:200]!r}; perfledger writes "
+                    f"{_merge_message(joins).decode()!r} on a merge of these heads, and the "
+                    "message is covered by no event id",
+                    commit=sha.hex(),
+                )
         order = in_total_order(
             (node.lamport, node.event_id, sha)
             for sha in self.walked
             if (node := self.nodes[sha]).event_id is not None
         )
         for sha in order:
-            envelope = self._check_event(sha, root)
+            envelope, message = self._check_event(sha, root)
             try:
-                yield _decode_payload(envelope, format_version)
+                event = _decode_payload(envelope, format_version)
+                _check_message(message, event)
             except IntegrityError as exc:
                 raise _named(exc, envelope.id, sha) from None
+            yield event
 
-    def _check_event(self, sha: bytes, root: bytes) -> Envelope:
-        """Check the event commit ``sha`` but its schema; return its envelope.
-        Raises: IntegrityError naming the event (and the commit)."""
+    def _check_event(self, sha: bytes, root: bytes) -> tuple[Envelope, bytes]:
+        """Check the event commit ``sha`` but its schema and subject; return its envelope and
+        its commit message. Raises: IntegrityError naming the event (and the commit)."""
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
@@ -287,6 +366,17 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
     commit = parse_commit(sha, raw)
     trailers = parse_trailers(commit.message)
     event_id = trailers.get("Event-Id")
+    unexpected = _unexpected_headers(raw)
+    if unexpected:
+        # outside the hashed event, yet git shows them (an encoding re-reads the message, a
+        # signature claims a signer): perfledger writes none
+        claimed = f"event {event_id} (commit {sha.hex()})" if event_id else f"commit {sha.hex()}"
+        raise IntegrityError(
+            f"{claimed} has commit header(s) {unexpected} that perfledger never writes (only "
+            "tree, parent, author and committer)",
+            commit=sha.hex(),
+            event_id=event_id if event_id and is_valid_event_id(event_id) else None,
+        )
     if event_id is None:
         if "Lamport" in trailers or "Idempotency-Key" in trailers:
             raise IntegrityError(
@@ -319,6 +409,24 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
     return commit, trailers
 
 
+#: The only commit headers perfledger writes, in git's order.
+_HEADERS = (b"tree", b"parent", b"author", b"committer")
+
+
+def _unexpected_headers(raw: bytes) -> list[str]:
+    """The header names of commit ``raw`` other than :data:`_HEADERS` (each once, in order)."""
+    header = raw.partition(b"\n\n")[0]
+    names = [line.partition(b" ")[0] for line in header.split(b"\n") if not line.startswith(b" ")]
+    return list(dict.fromkeys(n.decode("utf-8", "replace") for n in names if n not in _HEADERS))
+
+
+def _merge_message(heads: list[str]) -> bytes:
+    """The message perfledger writes on a merge joining the event ``heads`` (sorted)."""
+    return (
+        "Merge divergent ledger heads\n" + "".join(f"\nJoins: {h}" for h in heads) + "\n"
+    ).encode()
+
+
 def _fail(message: str) -> IntegrityError:
     return IntegrityError(message)
 
@@ -330,7 +438,7 @@ class _DagMismatch(IntegrityError):
 def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
     """Return an IntegrityError naming the event and its commit (message and fields)."""
     message = exc.message
-    if event_id not in message:
+    if not message.startswith(f"event {event_id}"):  # an id quoted later does not name it
         message = f"event {event_id} (commit {sha.hex()}): {message}"
     return IntegrityError(
         message, hint=exc.hint, event_id=exc.event_id or event_id, commit=exc.commit or sha.hex()
@@ -349,9 +457,10 @@ def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -
 
 def _verify_event(
     reader: ObjectReader, sha: bytes, dag: EventHeads | None, root: bytes
-) -> Envelope:
-    """Check one event commit (all but its payload's schema: see :func:`_decode_payload`) and
-    return its envelope. ``dag`` None skips its place in the DAG."""
+) -> tuple[Envelope, bytes]:
+    """Check one event commit (all but its payload's schema, :func:`_decode_payload`, and its
+    subject, :func:`_check_message`) and return its envelope and commit message. ``dag`` None
+    skips its place in the DAG."""
     commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
     trailers = parse_trailers(commit.message)
     type_num, tree_raw = reader.read(commit.tree)
@@ -479,7 +588,43 @@ def _verify_event(
                 or blake3.blake3(blob).hexdigest() != digest
             ):
                 raise _fail(f"artifact {digest} does not match its blake3 or size")
-    return envelope
+    return envelope, commit.message
+
+
+def _check_message(message: bytes, event: RecordedEvent) -> None:
+    """The commit message must be what perfledger writes for the event: its subject, the
+    kind and the summary of its payload (by this version's summary or one an earlier version
+    wrote), then its trailers, nothing else. The message is outside the hashed event but
+    ``git log`` and ``perfledger log`` show it, so a subject saying ``pass`` over an
+    inconclusive verdict, or a paragraph added to it, must not verify.
+    Raises: IntegrityError saying which part differs."""
+    envelope = event.envelope
+    spec = get_kind(envelope.kind)
+    expected = b""
+    for summarize in (spec.summary, *spec.legacy_summaries):
+        try:
+            summary = summarize(event.payload)
+        except Exception:  # a summary that fails was written as the bare kind (ledger.base)
+            summary = ""
+        written = commit_message(envelope, summary)
+        if written == message:
+            return
+        expected = expected or written
+    got_subject, _, got_rest = message.partition(b"\n")
+    want_subject, _, want_rest = expected.partition(b"\n")
+    if got_subject != want_subject:
+        raise _fail(
+            f"its commit subject {got_subject.decode('utf-8', 'replace')!r} does not say what "
+            f"the event records ({want_subject.decode('utf-8', 'replace')!r}); the subject is "
+            "not covered by the event id, so it was written by something other than perfledger"
+        )
+    trailers = want_rest[1:]
+    extra = got_rest[: -len(trailers)] if got_rest.endswith(trailers) else got_rest
+    raise _fail(
+        "its commit message holds more than the event's subject and trailers "
+        f"({extra.strip().decode('utf-8', 'replace')[:200]!r}); the message is not covered by "
+        "the event id, so that text was written by something other than perfledger"
+    )
 
 
 def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:

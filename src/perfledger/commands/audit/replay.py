@@ -22,7 +22,11 @@ From zero, independent of the derived cache and index, in one pass over git:
    belongs to the first in the total order, the event every clone answers a retry with; each
    later holder is a finding (rule ``idempotency``), on a linear history or on a concurrent
    branch alike, never an integrity failure;
-6. the final ``state_hash``.
+6. rule versions (:mod:`perfledger.commands.audit.schema_floor`): an event recorded under a
+   schema version below what its ancestors show was written by no perfledger (versions only
+   rise along the DAG); it is an integrity finding naming the ancestor, since its lowered
+   version would have it re-checked by an older, weaker rule;
+7. the final ``state_hash``.
 
 Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
 recorded samples with numpy/scipy only.
@@ -37,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
+from perfledger.errors import BadRequest, IntegrityError, PerfledgerError, RuleRefused
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import parse_ts
 from perfledger.events.kinds import RecordedEvent
@@ -269,6 +273,13 @@ class _Replay:
         self.derived_here = 0
         #: idempotency key -> the first event that carried it
         self.keys: dict[str, str] = {}
+        #: event id -> the rule versions it and its ancestors show (schema_floor.Floor)
+        self.floors: dict[str, Any] = {}
+        #: event id -> its commit (binary sha) as verify walked it from the ref, and its place
+        #: in the total order: earlier events are read through these, never through the
+        #: store's derived index (a forged index must not choose what a decision is checked on)
+        self.commit_of: dict[str, bytes] = {}
+        self.position: dict[str, int] = {}
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -280,6 +291,7 @@ class _Replay:
     def _replay(self, event: RecordedEvent) -> None:
         envelope = event.envelope
         count = self._ancestor_count(envelope.id, tuple(envelope.parents))
+        self._check_schema_floor(event)
         key = envelope.idempotency_key
         if key is not None:
             # events come in the total order, so the first holder of a key is the event every
@@ -303,11 +315,12 @@ class _Replay:
             self.report.decisions += 1
             before = self.state if count == self.seen else self._state_before(event)
             if before.event_count != count:
-                # the store's derived index placed the event elsewhere than the verified DAG
-                self._find(event, "integrity", f"the commit index folds {before.event_count} "
-                           f"events before it; its verified ancestry has {count}")  # fmt: skip
+                # the fold of its verified ancestors lost or gained events (git changed under us)
+                self._find(event, "integrity", f"the state before it folds {before.event_count} "
+                           f"events; its verified ancestry has {count}")  # fmt: skip
                 return
             self._redecide(before, event)
+        self.position[envelope.id] = self.seen
         if envelope.kind == "SamplesRecorded":
             self.samples_payloads[envelope.id] = event.payload
         elif envelope.kind == "EvidenceRecorded":
@@ -318,6 +331,26 @@ class _Replay:
             self._find(event, "fold", f"the projection cannot place it: {anomaly}")
         self.seen += 1
         self.report.events += 1
+
+    def _check_schema_floor(self, event: RecordedEvent) -> None:
+        """Rule versions only rise along the DAG (:mod:`perfledger.commands.audit.schema_floor`):
+        an event recorded under a version below what its ancestors show had its version lowered,
+        so that an older, weaker rule would re-check it."""
+        from perfledger.commands.audit import schema_floor
+
+        envelope = event.envelope
+        floor = schema_floor.merge(self.floors[p] for p in envelope.parents)
+        schema = envelope.schema or 1
+        shown = schema_floor.check(floor, envelope.kind, schema)
+        if shown is not None:
+            self._find(event, "integrity", f"it is recorded under {envelope.kind} schema "
+                       f"{schema}, but event {shown.event_id} before it ({shown.kind} schema "
+                       f"{shown.schema}) was written by a perfledger that records {envelope.kind} "
+                       f"under schema {shown.version} or later, and no perfledger writes an "
+                       "older rule version after a newer one: its version was lowered, so the "
+                       "older, weaker rule would re-check it; treat the history as rewritten "
+                       "and compare its head with a copy you trust")  # fmt: skip
+        self.floors[envelope.id] = schema_floor.after(floor, envelope.id, envelope.kind, schema)
 
     def _rederive_evidence(self, event: RecordedEvent) -> None:
         """R6: facts parsed from a report must be what the attached report yields, re-parsed
@@ -360,26 +393,47 @@ class _Replay:
         return count
 
     def _state_before(self, event: RecordedEvent) -> Any:
-        """The state its author saw: the fold of the events its commit was appended on (read
-        from git through the store's commit index, never from the state cache; the caller checks
-        the fold's event count against the verified ancestry)."""
+        """The state its author saw: the fold, in the total order, of its ancestors in the
+        verified DAG, each read from git at the commit verify walked (never through the store's
+        derived index or the state cache; the caller checks the fold's event count)."""
+        ancestors: set[str] = set()
+        stack = list(self.parents[event.envelope.id])
+        while stack:
+            current = stack.pop()
+            if current not in ancestors:
+                ancestors.add(current)
+                stack.extend(self.parents[current])
         from perfledger.events.kinds import recorded
 
-        commit = self.store.event_commit(event.id)
-        parent_commit = self.store.repo[commit].parents[0]
+        ordered = sorted(ancestors, key=self.position.__getitem__)
         state = self.projection.initial()
-        for envelope in self.store.iter_events(parent_commit):
+        commits = (self.commit_of[event_id].hex().encode() for event_id in ordered)
+        for event_id, envelope in zip(ordered, self.store.read_envelopes(commits), strict=True):
+            if envelope.id != event_id:  # verify read this event there: git changed under us
+                raise IntegrityError(f"commit {self.commit_of[event_id].hex()} no longer "
+                                     f"holds event {event_id}")  # fmt: skip
             state = self.projection.evolve(state, recorded(envelope))
         return state
 
+    def _read(self, event_id: str) -> RecordedEvent:
+        """An earlier event, read again from its verified commit (its id re-checked)."""
+        from perfledger.events.kinds import recorded
+
+        envelope = self.store.read_envelope(self.commit_of[event_id].hex().encode())
+        if envelope.id != event_id:  # verify checked this commit's event: git changed under us
+            raise IntegrityError(f"commit {self.commit_of[event_id].hex()} no longer holds "
+                                 f"event {event_id}")  # fmt: skip
+        return recorded(envelope)
+
     def _payload_of(self, event_id: str) -> Any:
-        """The verified payload of an earlier event (samples are kept; others read from git)."""
+        """The verified payload of an earlier event (samples are kept; others read from git
+        at their verified commit). Raises: BadRequest for an event not before this one."""
         payload = self.samples_payloads.get(event_id)
         if payload is not None:
             return payload
-        from perfledger.events.kinds import recorded
-
-        return recorded(self.store.get_event(event_id)).payload
+        if event_id not in self.position:
+            raise BadRequest(f"no event {event_id[:80]!r} before this one in this ledger")
+        return self._read(event_id).payload
 
     def _derive(self, samples_event: str, params: Any, samples: Any) -> Any:
         """``DecisionContext.derive``: :func:`perfledger.commands.workflow.deciders.derive_samples`
@@ -470,6 +524,12 @@ class _Replay:
         if r5 is not None:
             self._find(event, "R5", r5)
             return
+        decided = msgspec.to_builtins(drafts[0].payload)
+        if kind == "SamplesRecorded" and all(  # only its code identity differs (R11)
+            recorded_payload.get(k) == decided.get(k) for k in set(recorded_payload) | set(decided)
+            if k != "identity"
+        ):  # fmt: skip
+            rule = "R11"
         self._find(event, rule, _difference(kind, recorded_payload, drafts[0].payload))
 
 
@@ -533,11 +593,25 @@ def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
         k for k in set(recorded) | set(decided_b) if recorded.get(k) != decided_b.get(k)
     )
     detail = ""
-    if kind in ("VerdictRecorded", "FinalAuditRecorded"):
+    if kind in ("VerdictRecorded", "FinalAuditRecorded") and "status" in fields:
         detail = (
             f": recorded status {recorded.get('status')!r}, derived from its samples "
             f"{decided_b.get('status')!r}"
         )
+    elif fields and all(  # the first differing field, when short: both values
+        len(repr(v)) <= 80 for v in (recorded.get(fields[0]), decided_b.get(fields[0]))
+    ):
+        detail = (
+            f": recorded {fields[0]} {recorded.get(fields[0])!r}, decided "
+            f"{decided_b.get(fields[0])!r}"
+        )
+    elif kind == "SamplesRecorded" and "identity" in fields:  # R11: derived, never typed
+        paths = [(p.get("identity") or {}).get("changed_paths") for p in (recorded, decided_b)]
+        if paths[0] != paths[1]:
+            detail = (
+                f": recorded changed paths {paths[0]}, derived from its two code snapshots "
+                f"{paths[1]}"
+            )
     return (
         f"its recorded content differs from what its request decides against the state before "
         f"it (fields {fields[:6]}){detail}"
@@ -575,7 +649,12 @@ def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
     from perfledger.ledger.verify import verify_store
     from perfledger.projections.ledger_state import state_hash
 
-    verified = verify_store(ledger.store, on_event=replay, format_version=FORMAT_VERSION)
+    def keep_commits(graph: Any) -> None:
+        replay.commit_of = graph.commit_of
+
+    verified = verify_store(
+        ledger.store, on_event=replay, on_graph=keep_commits, format_version=FORMAT_VERSION
+    )
     report.derived_here = replay.derived_here
     report.head = verified.head
     if not verified.ok:

@@ -1,0 +1,126 @@
+"""Rule versions that can only rise (SPEC.md section 2; the versioned rules of
+:data:`perfledger.events.workflow.SCHEMA_VERSIONS`).
+
+An event's ``schema`` tells the auditor which version of its rule to re-decide it by (a
+``ChampionSelected`` of schema 1 is not blocked by an owed reconciliation, R14; a
+``SamplesRecorded`` of schema 2 need not be bound to its raw table, R5). The schema is inside the
+hashed envelope, but someone who rewrites history recomputes the hashes: lowering it would make
+the auditor apply the older, weaker rule to a forged decision.
+
+No honest writer lowers it. An append always records its kind's current version, and a
+perfledger that meets an event of a version newer than it knows refuses to read the ledger
+(:func:`perfledger.events.kinds.upcast`), so it cannot decide anything after it. Hence, along
+every path of the DAG, the code that wrote an event is at least as new as the code that wrote
+each of its ancestors, and an event of kind ``K`` recorded under schema ``v`` shows that its
+writer recorded every kind at least at the version that kind had in *every* perfledger release
+that knew ``K`` at ``v`` (:data:`IMPLIES`). An event whose schema is below what its ancestors
+show is a finding naming the ancestor that shows it.
+
+Limit: a versioned event with no versioned event before it (the first ``ReadinessRecorded`` of
+a ledger, say) shows nothing to compare with; lowering its version is not detectable here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: (kind, schema) -> the smallest version of each other kind in every perfledger commit whose
+#: code records ``kind`` at ``schema`` or later (computed from the repository's history of
+#: ``events/workflow.py``: the element-wise minimum over all those commits, so the table holds
+#: whatever order parallel branches merged in). A version missing here (added later) implies
+#: only itself: add its row when bumping a version (a test checks every current version has one).
+IMPLIES: dict[tuple[str, int], dict[str, int]] = {
+    ("ChampionSelected", 2): {"ExperimentCreated": 2, "FinalAuditRecorded": 2,
+                              "SamplesRecorded": 2, "VerdictRecorded": 2},
+    ("ExperimentCreated", 2): {"ChampionSelected": 2, "FinalAuditRecorded": 2,
+                               "SamplesRecorded": 2, "VerdictRecorded": 2},
+    ("ExperimentCreated", 3): {"ChampionSelected": 2, "FinalAuditRecorded": 2,
+                               "SamplesRecorded": 2, "VerdictRecorded": 2},
+    ("ExperimentCreated", 4): {"ChampionSelected": 2, "FinalAuditRecorded": 4,
+                               "ReadinessRecorded": 2, "SamplesRecorded": 6, "VerdictRecorded": 3},
+    ("FinalAuditRecorded", 2): {"SamplesRecorded": 2, "VerdictRecorded": 2},
+    ("FinalAuditRecorded", 3): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                                "SamplesRecorded": 2, "VerdictRecorded": 3},
+    ("FinalAuditRecorded", 4): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                                "ReadinessRecorded": 2, "SamplesRecorded": 4,
+                                "VerdictRecorded": 3},
+    ("ReadinessRecorded", 2): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                               "FinalAuditRecorded": 2, "SamplesRecorded": 2,
+                               "VerdictRecorded": 2},
+    ("ReadinessRecorded", 3): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                               "FinalAuditRecorded": 4, "SamplesRecorded": 5,
+                               "VerdictRecorded": 3},
+    ("SamplesRecorded", 2): {"FinalAuditRecorded": 2, "VerdictRecorded": 2},
+    ("SamplesRecorded", 3): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                             "FinalAuditRecorded": 2, "VerdictRecorded": 2},
+    ("SamplesRecorded", 4): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                             "FinalAuditRecorded": 3, "ReadinessRecorded": 2,
+                             "VerdictRecorded": 3},
+    ("SamplesRecorded", 5): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                             "FinalAuditRecorded": 4, "ReadinessRecorded": 2,
+                             "VerdictRecorded": 3},
+    ("SamplesRecorded", 6): {"ChampionSelected": 2, "ExperimentCreated": 4,
+                             "FinalAuditRecorded": 4, "ReadinessRecorded": 2,
+                             "VerdictRecorded": 3},
+    ("VerdictRecorded", 2): {"FinalAuditRecorded": 2, "SamplesRecorded": 2},
+    ("VerdictRecorded", 3): {"ChampionSelected": 2, "ExperimentCreated": 3,
+                             "FinalAuditRecorded": 3, "SamplesRecorded": 2},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What an ancestor shows of its writer's code: ``version`` of some kind at least, because
+    event ``event_id`` (of ``kind``, recorded under ``schema``) was written by it."""
+
+    version: int
+    event_id: str
+    kind: str
+    schema: int
+
+
+#: kind -> the highest version the events up to some point show (the shared empty floor).
+Floor = dict[str, Shown]
+EMPTY: Floor = {}
+
+
+def merge(floors: Iterable[Floor]) -> Floor:
+    """The element-wise highest of ``floors`` (an event's parents'); shares the object when
+    one holds them all (a linear history costs no copy)."""
+    merged: Floor | None = None
+    for floor in floors:
+        if merged is None:
+            merged = floor
+            continue
+        if floor is merged:
+            continue
+        higher = {k: s for k, s in floor.items() if s.version > merged.get(k, _NONE).version}
+        if higher:
+            merged = {**merged, **higher}
+    return EMPTY if merged is None else merged
+
+
+def check(floor: Floor, kind: str, schema: int) -> Shown | None:
+    """The ancestor showing that ``kind`` should be recorded under a version above ``schema``,
+    or None when ``schema`` is at or above what ``floor`` shows."""
+    shown = floor.get(kind)
+    return shown if shown is not None and schema < shown.version else None
+
+
+def after(floor: Floor, event_id: str, kind: str, schema: int) -> Floor:
+    """The floor of the events descending from ``event_id`` (``kind`` recorded under
+    ``schema``), given ``floor``, its ancestors'. Unchanged (the same object) when it shows
+    nothing new."""
+    if schema <= 1:
+        return floor
+    implied = {kind: schema, **IMPLIES.get((kind, schema), {})}
+    higher = {
+        k: Shown(v, event_id, kind, schema)
+        for k, v in implied.items()
+        if v > floor.get(k, _NONE).version
+    }
+    return {**floor, **higher} if higher else floor
+
+
+_NONE = Shown(1, "", "", 1)
