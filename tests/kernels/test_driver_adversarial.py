@@ -82,16 +82,23 @@ RATE_UNITS = {"tokens_per_s": "tokens/s", "tokens": "tokens"}
 RATE_DIRECTIONS = {"tokens_per_s": "higher_is_better"}
 
 
-def _compare_rate(cand: list[str], work: dict[str, str] | None, work_s: float = 0.5) -> WallCheck:
+def _compare_rate(
+    cand: list[str],
+    work: dict[str, str] | None,
+    work_s: float = 0.5,
+    ref: tuple[str, ...] = (),
+    directions: dict[str, str] = RATE_DIRECTIONS,
+) -> WallCheck:
     """As :func:`_compare`, both subjects reporting ``tokens_per_s`` and ``tokens``; ``work``:
-    the Target's rate -> work metric (None: the rate has none)."""
+    the Target's rate -> work metric (None: the rate has none); ``ref``: the reference's extra
+    arguments."""
     run = run_pairs(
-        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "rate"]),
+        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "rate", *ref]),
         Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "rate", *cand]),
         cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
     )  # fmt: skip
     assert not run.failed_calls, [(c.call_id, c.message, c.stderr_tail) for c in run.failed_calls]
-    check = check_driver_run(run, RATE_UNITS, RATE_DIRECTIONS, work)
+    check = check_driver_run(run, RATE_UNITS, directions, work)
     assert check is not None
     return check
 
@@ -119,6 +126,46 @@ def test_really_faster_candidate_reporting_a_rate_is_not_flagged() -> None:
     assert not check.flagged
     (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
     assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_cheat_rate_with_work_moved_between_its_repeats_is_flagged() -> None:
+    """The same total work and time, but most of the last repeat's tokens counted in the
+    others: their rates (and the median the verdict takes) rise by a third; the time the rates
+    imply and the total work stay honest."""
+    check = _compare_rate(["--mode", "move_work"], {"tokens_per_s": "tokens"})
+    assert check.flagged and any("median" in r for r in check.reasons), check
+
+
+def test_cheat_rate_with_time_moved_onto_its_smallest_repeat_is_flagged() -> None:
+    """Repeats of 1, 10 and 100 units of work (both subjects): the candidate reports half the
+    time of the two larger ones and the rest on the smallest, doubling the median rate; its
+    time's median gets worse, so only the rates' median shows it."""
+    uneven = ["--weights", "1,10,100"]
+    check = _compare_rate(["--mode", "shift_time", *uneven], {"tokens_per_s": "tokens"},
+                          ref=uneven)  # fmt: skip
+    assert check.flagged and any("median" in r for r in check.reasons), check
+
+
+def test_honest_faster_rate_with_uneven_work_per_repeat_is_not_flagged() -> None:
+    uneven = ["--weights", "1,10,100"]
+    check = _compare_rate(uneven, {"tokens_per_s": "tokens"}, work_s=0.25, ref=uneven)
+    assert not check.flagged, check.reasons
+    (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
+    assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged() -> None:
+    """A Target whose rate is lower-is-better: the candidate does the same work and reports a
+    rate a sixth lower (a fifth more time than it spent, within its wall time: both subjects
+    spend 0.3 s untimed first)."""
+    lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.3")
+    cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.2", *setup],
+                          {"tokens_per_s": "tokens"}, directions=lower, ref=setup)  # fmt: skip
+    assert cheat.flagged and cheat.over_wall_calls == (), cheat
+    # honest control: really more work per call (a lower rate, its favour) is consistent
+    honest = _compare_rate([*setup], {"tokens_per_s": "tokens"}, work_s=0.75, directions=lower,
+                           ref=setup)  # fmt: skip
+    assert not honest.flagged, honest.reasons
 
 
 def test_rate_without_a_work_metric_is_not_checked_and_named_as_such() -> None:

@@ -178,11 +178,12 @@ def _median_beyond_mean(metric: str, pairs: list[Any], sign: float) -> str:
         ref, cand = p.ref.values[metric], p.cand.values[metric]
         if len(ref) < 2 or len(cand) < 2:
             continue
-        ref_med, ref_mean = statistics.median(ref), math.fsum(ref) / len(ref)
-        if ref_med <= 0 or ref_mean <= 0:
+        ref_med, ref_mean = _median_and_mean(p.ref, metric)
+        cand_med, cand_mean = _median_and_mean(p.cand, metric)
+        if min(ref_med, ref_mean, cand_med, cand_mean) <= 0:
             continue
-        m = sign * (1.0 - statistics.median(cand) / ref_med)
-        t = sign * (1.0 - (math.fsum(cand) / len(cand)) / ref_mean)
+        m = sign * (1.0 - cand_med / ref_med)
+        t = sign * (1.0 - cand_mean / ref_mean)
         gains.append(m)
         means.append(t)
         diffs.append(m - t)
@@ -199,6 +200,19 @@ def _median_beyond_mean(metric: str, pairs: list[Any], sign: float) -> str:
         f"median gained {low:.1%} more (> tolerance {tolerance:.1%}): values redistributed "
         "within a call, or time moved into a few repeats"
     )
+
+
+def _median_and_mean(side: Any, metric: str) -> tuple[float, float]:
+    """A call's median and mean of ``metric`` as time per repeat. For a rate checked as time
+    (:func:`_rate_as_time` leaves them in ``side.shape``) they are those of its time per unit
+    of work: ``1 / median(rate)``, the median the verdict takes, and ``total time / total
+    work``, what the wall clock checks; the two views agree when every repeat does the same
+    work, and only the rate's shows time or work moved between repeats of unequal work."""
+    shape = getattr(side, "shape", {}).get(metric)
+    if shape is not None:
+        return shape
+    values = side.values[metric]
+    return statistics.median(values), math.fsum(values) / len(values)
 
 
 def _ms(seconds: float) -> str:
@@ -242,6 +256,7 @@ def _rate_as_time(
         for label in ("ref", "cand"):
             side = getattr(p, label)
             values = dict(side.values)
+            shape: dict[str, tuple[float, float]] = {}
             for m, (w, per_s) in rates.items():
                 rate = values.pop(m, None)
                 if not rate:
@@ -258,10 +273,21 @@ def _rate_as_time(
                         )
                     continue
                 per_repeat = list(work) if len(work) == len(rate) else list(work) * len(rate)
+                if min(rate) <= 0 or min(per_repeat) < 0 or not sum(per_repeat) > 0:
+                    if side.correct:  # no time to check: a zero rate, work below zero
+                        flagged.add(f"{m}\0{p.case}")
+                        reasons.append(
+                            f"case {p.case!r}, {m}: call {side.call_id} reports a rate that is "
+                            f"not positive or work {w!r} below zero: no time to check"
+                        )
+                    continue
                 values[m] = [done / r * per_s for done, r in zip(per_repeat, rate, strict=True)]
+                # R12: the verdict takes the rate's median; the wall clock sees total time
+                shape[m] = (per_s / statistics.median(rate), math.fsum(values[m]) / sum(per_repeat))
             sides[label] = SimpleNamespace(
-                call_id=side.call_id, correct=side.correct, values=values, wall_s=side.wall_s
-            )
+                call_id=side.call_id, correct=side.correct, values=values, wall_s=side.wall_s,
+                shape=shape,
+            )  # fmt: skip
         if p.ref.correct and p.cand.correct:
             for m, (w, _per_s) in rates.items():
                 if not (p.ref.values.get(m) and p.cand.values.get(m)):
@@ -334,8 +360,9 @@ def check_pairs(
     if work_metrics:
         pairs, units, work_flagged, reasons = _rate_as_time(pairs, units, work_metrics)
         for m in work_metrics:
-            if units.get(m) == "s":
-                directions[m] = "lower_is_better"  # a time now, whatever the rate's direction
+            if units.get(m) == "s":  # a time now: the rate's favour, inverted
+                rate_lower = directions.get(m) == "lower_is_better"
+                directions[m] = "higher_is_better" if rate_lower else "lower_is_better"
     for p in pairs:
         for side in (p.ref, p.cand):
             # each time-like metric is a view of the call's time: the largest must fit in it
