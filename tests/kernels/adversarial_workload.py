@@ -34,7 +34,9 @@ With ``--metric rate`` a call reports a rate instead of times: ``tokens_per_s`` 
 (``--tokens`` per call, shared by the steps in proportion to ``--weights``, evenly by default,
 over each step's reported time) and ``tokens``, the work of each step; a mode that scales its
 times scales its rates inversely. A step's sleep is its share of ``--work-s`` by the same weights.
-``--setup-s``: seconds of untimed work before any step (as loading a model).
+``--setup-s``: seconds of untimed work before any step (as loading a model). With ``--metric
+per_token`` it reports ``ms_per_token`` per step (each step's reported time over its tokens)
+and ``tokens``.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--report-scale", type=float, default=0.01)
     parser.add_argument("--heartbeat", default="")
-    parser.add_argument("--metric", choices=["time", "rate"], default="time")
+    parser.add_argument("--metric", choices=["time", "rate", "per_token"], default="time")
     parser.add_argument("--tokens", type=float, default=1000.0)
     parser.add_argument("--weights", default="", help="per-step work, e.g. 1,10,100")
     parser.add_argument("--setup-s", type=float, default=0.0, help="untimed work first")
@@ -170,6 +172,12 @@ def main() -> int:
             tokens = [t + moved / (steps - 1) for t in tokens[:-1]] + [tokens[-1] - moved]
         metrics = {
             "tokens_per_s": [n / (t / 1e3) for n, t in zip(tokens, times, strict=True)],
+            "tokens": tokens,
+        }
+    elif args.metric == "per_token":
+        tokens = [counted * args.tokens * w / sum(weights) for w in weights]
+        metrics = {
+            "ms_per_token": [t / n for n, t in zip(tokens, times, strict=True)],
             "tokens": tokens,
         }
     print(json.dumps({"correct": True, "metrics": metrics, "detail": {"mode": mode}}))

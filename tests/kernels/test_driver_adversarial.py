@@ -21,7 +21,9 @@ from perfledger.kernels.wall_check import (
     check_driver_run,
     check_pairs,
     rate_seconds,
+    time_per_work_seconds,
     unchecked_rates,
+    work_unit,
 )
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter
@@ -166,6 +168,46 @@ def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged()
     honest = _compare_rate([*setup], {"tokens_per_s": "tokens"}, work_s=0.75, directions=lower,
                            ref=setup)  # fmt: skip
     assert not honest.flagged, honest.reasons
+
+
+def _compare_per_token(cand: list[str], work_s: float = 0.5) -> WallCheck:
+    """The reference and ``cand`` reporting ``ms_per_token`` (a time per unit of work) and
+    ``tokens``, the Target naming ``tokens`` as its work."""
+    run = run_pairs(
+        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "per_token"]),
+        Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "per_token", *cand]),
+        cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
+    )  # fmt: skip
+    assert not run.failed_calls, [(c.call_id, c.message, c.stderr_tail) for c in run.failed_calls]
+    units = {"ms_per_token": "ms/tokens", "tokens": "tokens"}
+    check = check_driver_run(run, units, {"ms_per_token": "lower_is_better"},
+                             {"ms_per_token": "tokens"})  # fmt: skip
+    assert check is not None
+    return check
+
+
+def test_cheat_time_per_token_reporting_a_hundredth_of_its_time_is_flagged() -> None:
+    """``ms/token`` (the inverse of a rate) was neither checked nor noted as unchecked."""
+    check = _compare_per_token(["--mode", "scaled", "--report-scale", "0.01"])
+    assert check.flagged, check
+    (case,) = [c for c in check.cases if c.metric == "ms_per_token"]
+    assert case.status == "flagged" and case.reported_saving_s > 0.4
+
+
+def test_honest_faster_time_per_token_is_consistent() -> None:
+    check = _compare_per_token([], work_s=0.25)
+    assert not check.flagged, check.reasons
+    (case,) = [c for c in check.cases if c.metric == "ms_per_token"]
+    assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_time_per_work_units_name_their_time_numerator_and_are_noted_when_unchecked() -> None:
+    assert time_per_work_seconds("ms/token") == 1e-3 and time_per_work_seconds("s/GB") == 1.0
+    for unit in ("tokens/s", "ms", "ms/s", "ms/", "min/token"):
+        assert time_per_work_seconds(unit) is None, unit
+    assert work_unit("ms/token") == "token" and work_unit("tokens/s") == "tokens"
+    assert unchecked_rates({"lat": "ms/token", "t": "ms"}, {}) == ["lat"]
+    assert unchecked_rates({"lat": "ms/token"}, {"lat": "tokens"}) == []
 
 
 def test_rate_without_a_work_metric_is_not_checked_and_named_as_such() -> None:
