@@ -157,6 +157,7 @@ def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_ta
     assert "its stderr (last lines):" in target.stderr  # type: ignore[attr-defined]
     assert "perfledger/" not in target.stderr  # type: ignore[attr-defined]
     assert "gave no 'time_ms'" in target.stderr and "ref-small-" in target.stderr  # type: ignore[attr-defined]
+    assert "(the reference's: " in target.stderr  # type: ignore[attr-defined]  # whose to fix
     with Ledger.open(ledger) as opened:
         assert "e1-target-1" not in opened.state().samples
 
