@@ -26,6 +26,8 @@ Modes:
   tokens, and so twice the rate).
 - ``move_work`` (``--metric rate``): honest work and times, but 99 % of its last step's tokens
   counted in its other steps (the same total): those steps' rates rise, the total time does not.
+- ``nudge``: honest work, but one step reports ``1 + 0.06 x (steps - 1)`` times its time and
+  the others 0.94 times theirs: the same total, the median 6 % lower.
 - ``shift_time`` (``--metric rate``): honest work, but every step after the first reports half
   its time and the first step the rest (the same total): with ``--weights 1,10,100`` the two
   larger steps' rates double and the median with them.
@@ -104,9 +106,12 @@ def main() -> int:
     weights = [float(w) for w in args.weights.split(",")] if args.weights else [1.0] * steps
     steps = len(weights)
     counted = 1.0  # the share of its work a call says it did
-    if mode in ("honest", "count_more", "move_work", "shift_time"):
+    if mode in ("honest", "count_more", "move_work", "shift_time", "nudge"):
         counted = 2.0 if mode == "count_more" else 1.0
         times = _steps(work, steps, weights)
+        if mode == "nudge":  # the same total, the median 6 % lower
+            scale = [1.0 + 0.06 * (steps - 1)] + [0.94] * (steps - 1)
+            times = [t * k for t, k in zip(sorted(times), scale, strict=True)]
         if mode == "shift_time":
             moved = sum(t / 2 for t in times[1:])
             times = [times[0] + moved, *(t / 2 for t in times[1:])]

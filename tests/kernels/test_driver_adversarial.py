@@ -66,6 +66,16 @@ def test_cheat_reporting_half_of_its_time_is_flagged() -> None:
     assert check.flagged
 
 
+def test_median_moved_six_percent_within_a_call_is_within_the_stated_tolerance() -> None:
+    """The limit, shown (docs/measurement.md): the median-against-mean rule allows a median to
+    gain 0.05 + a quarter of its gain beyond the mean, so an identical candidate moving its
+    time between its 3 repeats (the same total, the median 6 % lower) is not flagged. If the
+    rule is tightened, this test fails: update the documented limit."""
+    three = ["--steps", "3"]
+    check = _compare(["--mode", "nudge", *three], ref=three, work_s=0.3)
+    assert not check.flagged, check.reasons
+
+
 def test_really_faster_candidate_is_not_flagged() -> None:
     check = _compare(["--work-s", "0.25"])  # half the work: saves ~0.25 s of wall per call
     assert not check.flagged and check.cases[0].status == "consistent"
