@@ -24,10 +24,21 @@ Modes:
   then hangs itself.
 - ``count_more``: honest work, but counts twice the work it did (``--metric rate``: twice the
   tokens, and so twice the rate).
+- ``move_work`` (``--metric rate``): honest work and times, but 99 % of its last step's tokens
+  counted in its other steps (the same total): those steps' rates rise, the total time does not.
+- ``nudge``: honest work, but one step reports ``1 + 0.06 x (steps - 1)`` times its time and
+  the others 0.94 times theirs: the same total, the median 6 % lower.
+- ``shift_time`` (``--metric rate``): honest work, but every step after the first reports half
+  its time and the first step the rest (the same total): with ``--weights 1,10,100`` the two
+  larger steps' rates double and the median with them.
 
 With ``--metric rate`` a call reports a rate instead of times: ``tokens_per_s`` per step
-(``--tokens`` per call, shared evenly by the steps, over each step's reported time) and
-``tokens``, the work of each step; a mode that scales its times scales its rates inversely.
+(``--tokens`` per call, shared by the steps in proportion to ``--weights``, evenly by default,
+over each step's reported time) and ``tokens``, the work of each step; a mode that scales its
+times scales its rates inversely. A step's sleep is its share of ``--work-s`` by the same weights.
+``--setup-s``: seconds of untimed work before any step (as loading a model). With ``--metric
+per_token`` it reports ``ms_per_token`` per step (each step's reported time over its tokens)
+and ``tokens``.
 """
 
 from __future__ import annotations
@@ -48,11 +59,12 @@ HEARTBEAT = (
 )
 
 
-def _steps(work_s: float, steps: int) -> list[float]:
+def _steps(work_s: float, steps: int, weights: list[float] | None = None) -> list[float]:
     out = []
-    for _ in range(steps):
+    shares = [w / sum(weights) for w in weights] if weights else [1.0 / steps] * steps
+    for share in shares:
         start = time.perf_counter()
-        time.sleep(work_s / steps)
+        time.sleep(work_s * share)
         out.append((time.perf_counter() - start) * 1e3)
     return out
 
@@ -84,14 +96,25 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--report-scale", type=float, default=0.01)
     parser.add_argument("--heartbeat", default="")
-    parser.add_argument("--metric", choices=["time", "rate"], default="time")
+    parser.add_argument("--metric", choices=["time", "rate", "per_token"], default="time")
     parser.add_argument("--tokens", type=float, default=1000.0)
+    parser.add_argument("--weights", default="", help="per-step work, e.g. 1,10,100")
+    parser.add_argument("--setup-s", type=float, default=0.0, help="untimed work first")
     args = parser.parse_args()
+    time.sleep(args.setup_s)  # as loading a model: outside every timed step
     mode, work, steps = args.mode, args.work_s, args.steps
+    weights = [float(w) for w in args.weights.split(",")] if args.weights else [1.0] * steps
+    steps = len(weights)
     counted = 1.0  # the share of its work a call says it did
-    if mode in ("honest", "count_more"):
+    if mode in ("honest", "count_more", "move_work", "shift_time", "nudge"):
         counted = 2.0 if mode == "count_more" else 1.0
-        times = _steps(work, steps)
+        times = _steps(work, steps, weights)
+        if mode == "nudge":  # the same total, the median 6 % lower
+            scale = [1.0 + 0.06 * (steps - 1)] + [0.94] * (steps - 1)
+            times = [t * k for t, k in zip(sorted(times), scale, strict=True)]
+        if mode == "shift_time":
+            moved = sum(t / 2 for t in times[1:])
+            times = [times[0] + moved, *(t / 2 for t in times[1:])]
     elif mode == "scaled":
         times = [t * args.report_scale for t in _steps(work, steps)]
     elif mode == "fast_half":
@@ -148,10 +171,19 @@ def main() -> int:
         return 2
     metrics: dict[str, list[float]] = {"time_ms": times}
     if args.metric == "rate":
-        per_step = counted * args.tokens / len(times)
+        tokens = [counted * args.tokens * w / sum(weights) for w in weights]
+        if mode == "move_work":
+            moved = 0.99 * tokens[-1]
+            tokens = [t + moved / (steps - 1) for t in tokens[:-1]] + [tokens[-1] - moved]
         metrics = {
-            "tokens_per_s": [per_step / (t / 1e3) for t in times],
-            "tokens": [per_step] * len(times),
+            "tokens_per_s": [n / (t / 1e3) for n, t in zip(tokens, times, strict=True)],
+            "tokens": tokens,
+        }
+    elif args.metric == "per_token":
+        tokens = [counted * args.tokens * w / sum(weights) for w in weights]
+        metrics = {
+            "ms_per_token": [t / n for n, t in zip(tokens, times, strict=True)],
+            "tokens": tokens,
         }
     print(json.dumps({"correct": True, "metrics": metrics, "detail": {"mode": mode}}))
     sys.stdout.flush()

@@ -19,7 +19,7 @@ Modes:
 - ``stop_watcher``: not a subject: a process started before the measurement that, for
   ``--work-s`` seconds, finds every process whose command line holds ``--tag`` and, 0.1 s
   after it first saw it, stops it for 0.1 s once (``SIGSTOP``, then ``SIGCONT``), using
-  almost no CPU.
+  almost no CPU. With ``--stop-parent`` it stops the process's parent (the driver) instead.
 - ``busy``: honest CPU work (``work_s`` seconds of this process's CPU time), reported as the
   wall time it took: a stop lengthens it, as it would any CPU-bound workload.
 - ``tmux_server``: honest, but first starts a detached tmux session (a server that
@@ -96,8 +96,9 @@ def _restore_self() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
 
 
-def _stop_watcher(tag: str, seconds: float) -> None:
-    """Stop each process whose command line holds ``tag`` for 0.1 s, once."""
+def _stop_watcher(tag: str, seconds: float, parent: bool = False) -> None:
+    """Stop each process whose command line holds ``tag`` (with ``parent``: its parent, the
+    driver) for 0.1 s, once."""
     import signal
 
     done: set[int] = set()
@@ -115,9 +116,14 @@ def _stop_watcher(tag: str, seconds: float) -> None:
                 # once its start-up is over: inside the timed work
                 if time.monotonic() - seen.setdefault(int(entry), time.monotonic()) < 0.1:
                     continue
-                os.kill(int(entry), signal.SIGSTOP)
+                victim = int(entry)
+                if parent:
+                    with open(f"/proc/{entry}/stat", "rb") as f:
+                        stat = f.read()
+                    victim = int(stat[stat.rfind(b")") + 2 :].split()[1])
+                os.kill(victim, signal.SIGSTOP)
                 time.sleep(0.1)
-                os.kill(int(entry), signal.SIGCONT)
+                os.kill(victim, signal.SIGCONT)
             except OSError:
                 continue
             done.add(int(entry))
@@ -133,9 +139,10 @@ def main() -> int:
     ap.add_argument("--censor-above", type=float, default=1.0)
     ap.add_argument("--tag", default="")
     ap.add_argument("--input", default="")
+    ap.add_argument("--stop-parent", action="store_true")
     args = ap.parse_args()
     if args.mode == "stop_watcher":
-        _stop_watcher(args.tag, args.work_s)
+        _stop_watcher(args.tag, args.work_s, args.stop_parent)
         return 0
     if args.mode in ("tmux_server", "ignore_term"):
         import signal

@@ -21,7 +21,9 @@ from perfledger.kernels.wall_check import (
     check_driver_run,
     check_pairs,
     rate_seconds,
+    time_per_work_seconds,
     unchecked_rates,
+    work_unit,
 )
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter
@@ -64,6 +66,16 @@ def test_cheat_reporting_half_of_its_time_is_flagged() -> None:
     assert check.flagged
 
 
+def test_median_moved_six_percent_within_a_call_is_within_the_stated_tolerance() -> None:
+    """The limit, shown (docs/measurement.md): the median-against-mean rule allows a median to
+    gain 0.05 + a quarter of its gain beyond the mean, so an identical candidate moving its
+    time between its 3 repeats (the same total, the median 6 % lower) is not flagged. If the
+    rule is tightened, this test fails: update the documented limit."""
+    three = ["--steps", "3"]
+    check = _compare(["--mode", "nudge", *three], ref=three, work_s=0.3)
+    assert not check.flagged, check.reasons
+
+
 def test_really_faster_candidate_is_not_flagged() -> None:
     check = _compare(["--work-s", "0.25"])  # half the work: saves ~0.25 s of wall per call
     assert not check.flagged and check.cases[0].status == "consistent"
@@ -82,16 +94,23 @@ RATE_UNITS = {"tokens_per_s": "tokens/s", "tokens": "tokens"}
 RATE_DIRECTIONS = {"tokens_per_s": "higher_is_better"}
 
 
-def _compare_rate(cand: list[str], work: dict[str, str] | None, work_s: float = 0.5) -> WallCheck:
+def _compare_rate(
+    cand: list[str],
+    work: dict[str, str] | None,
+    work_s: float = 0.5,
+    ref: tuple[str, ...] = (),
+    directions: dict[str, str] = RATE_DIRECTIONS,
+) -> WallCheck:
     """As :func:`_compare`, both subjects reporting ``tokens_per_s`` and ``tokens``; ``work``:
-    the Target's rate -> work metric (None: the rate has none)."""
+    the Target's rate -> work metric (None: the rate has none); ``ref``: the reference's extra
+    arguments."""
     run = run_pairs(
-        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "rate"]),
+        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "rate", *ref]),
         Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "rate", *cand]),
         cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
     )  # fmt: skip
     assert not run.failed_calls, [(c.call_id, c.message, c.stderr_tail) for c in run.failed_calls]
-    check = check_driver_run(run, RATE_UNITS, RATE_DIRECTIONS, work)
+    check = check_driver_run(run, RATE_UNITS, directions, work)
     assert check is not None
     return check
 
@@ -119,6 +138,86 @@ def test_really_faster_candidate_reporting_a_rate_is_not_flagged() -> None:
     assert not check.flagged
     (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
     assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_cheat_rate_with_work_moved_between_its_repeats_is_flagged() -> None:
+    """The same total work and time, but most of the last repeat's tokens counted in the
+    others: their rates (and the median the verdict takes) rise by a third; the time the rates
+    imply and the total work stay honest."""
+    check = _compare_rate(["--mode", "move_work"], {"tokens_per_s": "tokens"})
+    assert check.flagged and any("median" in r for r in check.reasons), check
+
+
+def test_cheat_rate_with_time_moved_onto_its_smallest_repeat_is_flagged() -> None:
+    """Repeats of 1, 10 and 100 units of work (both subjects): the candidate reports half the
+    time of the two larger ones and the rest on the smallest, doubling the median rate; its
+    time's median gets worse, so only the rates' median shows it."""
+    uneven = ["--weights", "1,10,100"]
+    check = _compare_rate(["--mode", "shift_time", *uneven], {"tokens_per_s": "tokens"},
+                          ref=uneven)  # fmt: skip
+    assert check.flagged and any("median" in r for r in check.reasons), check
+
+
+def test_honest_faster_rate_with_uneven_work_per_repeat_is_not_flagged() -> None:
+    uneven = ["--weights", "1,10,100"]
+    check = _compare_rate(uneven, {"tokens_per_s": "tokens"}, work_s=0.25, ref=uneven)
+    assert not check.flagged, check.reasons
+    (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
+    assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged() -> None:
+    """A Target whose rate is lower-is-better: the candidate does the same work and reports a
+    rate a sixth lower (a fifth more time than it spent, within its wall time: both subjects
+    spend 0.3 s untimed first)."""
+    lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.3")
+    cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.2", *setup],
+                          {"tokens_per_s": "tokens"}, directions=lower, ref=setup)  # fmt: skip
+    assert cheat.flagged and cheat.over_wall_calls == (), cheat
+    # honest control: really more work per call (a lower rate, its favour) is consistent
+    honest = _compare_rate([*setup], {"tokens_per_s": "tokens"}, work_s=0.75, directions=lower,
+                           ref=setup)  # fmt: skip
+    assert not honest.flagged, honest.reasons
+
+
+def _compare_per_token(cand: list[str], work_s: float = 0.5) -> WallCheck:
+    """The reference and ``cand`` reporting ``ms_per_token`` (a time per unit of work) and
+    ``tokens``, the Target naming ``tokens`` as its work."""
+    run = run_pairs(
+        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "per_token"]),
+        Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "per_token", *cand]),
+        cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
+    )  # fmt: skip
+    assert not run.failed_calls, [(c.call_id, c.message, c.stderr_tail) for c in run.failed_calls]
+    units = {"ms_per_token": "ms/tokens", "tokens": "tokens"}
+    check = check_driver_run(run, units, {"ms_per_token": "lower_is_better"},
+                             {"ms_per_token": "tokens"})  # fmt: skip
+    assert check is not None
+    return check
+
+
+def test_cheat_time_per_token_reporting_a_hundredth_of_its_time_is_flagged() -> None:
+    """``ms/token`` (the inverse of a rate) was neither checked nor noted as unchecked."""
+    check = _compare_per_token(["--mode", "scaled", "--report-scale", "0.01"])
+    assert check.flagged, check
+    (case,) = [c for c in check.cases if c.metric == "ms_per_token"]
+    assert case.status == "flagged" and case.reported_saving_s > 0.4
+
+
+def test_honest_faster_time_per_token_is_consistent() -> None:
+    check = _compare_per_token([], work_s=0.25)
+    assert not check.flagged, check.reasons
+    (case,) = [c for c in check.cases if c.metric == "ms_per_token"]
+    assert case.status == "consistent" and case.wall_saving_s > 0.1
+
+
+def test_time_per_work_units_name_their_time_numerator_and_are_noted_when_unchecked() -> None:
+    assert time_per_work_seconds("ms/token") == 1e-3 and time_per_work_seconds("s/GB") == 1.0
+    for unit in ("tokens/s", "ms", "ms/s", "ms/", "min/token"):
+        assert time_per_work_seconds(unit) is None, unit
+    assert work_unit("ms/token") == "token" and work_unit("tokens/s") == "tokens"
+    assert unchecked_rates({"lat": "ms/token", "t": "ms"}, {}) == ["lat"]
+    assert unchecked_rates({"lat": "ms/token"}, {"lat": "tokens"}) == []
 
 
 def test_rate_without_a_work_metric_is_not_checked_and_named_as_such() -> None:

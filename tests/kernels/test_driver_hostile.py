@@ -157,6 +157,7 @@ def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_ta
     assert "its stderr (last lines):" in target.stderr  # type: ignore[attr-defined]
     assert "perfledger/" not in target.stderr  # type: ignore[attr-defined]
     assert "gave no 'time_ms'" in target.stderr and "ref-small-" in target.stderr  # type: ignore[attr-defined]
+    assert "(the reference's: " in target.stderr  # type: ignore[attr-defined]  # whose to fix
     with Ledger.open(ledger) as opened:
         assert "e1-target-1" not in opened.state().samples
 
@@ -190,16 +191,22 @@ def test_cheat_metric_beyond_float_range_is_a_failed_call_not_a_crash() -> None:
 # ---------------------------------------------------------------- a process outside the run
 
 
-def _with_watcher(tag: str) -> list:
+def _with_watcher(tag: str, shell: bool = False, parent: bool = False) -> list:
     """5 pairs of honest CPU-bound work while a process started before the run (so in no
-    call's tree) stops, for 0.1 s each, the calls whose command line holds ``tag``."""
+    call's tree) stops, for 0.1 s each, the calls whose command line holds ``tag`` (with
+    ``parent``: the driver during them); with ``shell``, each command is a shell running the
+    work as its child."""
     import subprocess
 
-    watcher = subprocess.Popen([*HOSTILE, "--mode", "stop_watcher", "--tag", tag, "--work-s", "60"])
+    watcher = subprocess.Popen([*HOSTILE, "--mode", "stop_watcher", "--tag", tag, "--work-s", "60",
+                                *(["--stop-parent"] if parent else [])])  # fmt: skip
     try:
         busy = [*HOSTILE, "--mode", "busy", "--work-s", "0.2"]
+        ref, cand = [*busy, "--tag", "ref-marker"], busy
+        if shell:  # `; exit $?` keeps the shell as the parent: the work is its child
+            ref, cand = (["sh", "-c", shlex.join(a) + "; exit $?"] for a in (ref, cand))
         run = run_pairs(
-            Subject("ref", [*busy, "--tag", "ref-marker"]), Subject("cand", busy), cases=["a"],
+            Subject("ref", ref), Subject("cand", cand), cases=["a"],
             pairs_per_case=5, warmup_calls=0, timeout_s=30,
         )  # fmt: skip
     finally:
@@ -253,3 +260,86 @@ def test_timeout_ends_a_command_and_a_child_that_ignore_sigterm(tmp_path: Path) 
     )  # fmt: skip
     assert call.reason == "timeout" and call.wall_s < 2.5 and call.ended_descendants >= 1
     assert not _grows(beat)
+
+
+def test_cheat_process_outside_the_run_stopping_the_child_of_the_references_shell_is_refused() -> (
+    None
+):
+    # unchecked before: only the command itself (the shell) was watched, not the work below it
+    with pytest.raises(MeasurementError) as caught:
+        _with_watcher("ref-marker", shell=True)
+    message = caught.value.message
+    assert message.startswith("call ref-a-") and "below it stopped" in message, message
+
+
+def test_cheat_process_outside_the_run_stopping_the_driver_during_a_reference_call_is_refused() -> (
+    None
+):
+    # a driver stopped as a call ends sees the exit late: that call's wall time grows
+    with pytest.raises(MeasurementError) as caught:
+        _with_watcher("ref-marker", parent=True)
+    message = caught.value.message
+    assert message.startswith("call ref-a-") and "driver itself was stopped" in message, message
+
+
+def test_honest_shell_commands_no_process_stops_are_not_taken_for_interference() -> None:
+    calls = _with_watcher("a-tag-no-call-has", shell=True)
+    assert all(c.ok for c in calls), [(c.call_id, c.message) for c in calls]
+
+
+# ---------------------------------------------------------------- honest commands, no false alarm
+
+_REPORT = (
+    "import json, time\n"
+    "start = time.perf_counter(); time.sleep(0.05)\n"
+    "print(json.dumps({'correct': True, 'metrics': "
+    "{'time_ms': [1e3 * (time.perf_counter() - start)]}}))\n"
+)
+_OWN_SCHEDULING = (
+    "import os, resource\n"
+    "os.nice(5); os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+    "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))\n"
+)
+_POOL = (
+    "import multiprocessing as mp\n"
+    "if __name__ == '__main__':\n"
+    "    with mp.get_context('fork').Pool(2) as pool: pool.map(abs, range(100))\n"
+)
+_SESSION = (  # the command leads a session already: a child leaves it, as a server's would
+    "import os, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid(); os.setpgid(0, 0); time.sleep(0.02); os._exit(0)\n"
+    "os.wait()\n"
+)
+_PY = [sys.executable, "-S", "-c"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param([*_PY, _OWN_SCHEDULING + _REPORT], id="changes-its-own-scheduling"),
+        pytest.param(["nice", "-n", "5", *_PY, _REPORT], id="under-nice"),
+        pytest.param(["taskset", "-c", "0", *_PY, _REPORT], id="under-taskset"),
+        pytest.param(["sh", "-c", shlex.join([*_PY, _REPORT]) + "; exit $?"], id="shell-child"),
+        pytest.param([*_PY, _POOL + _REPORT], id="multiprocessing-pool"),
+        pytest.param([*_PY, _SESSION + _REPORT], id="own-session"),
+        pytest.param(
+            ["strace", "-f", "-qq", "-o", os.devnull, *_PY, _REPORT], id="under-its-own-strace"
+        ),
+    ],
+)
+def test_honest_command_changing_only_itself_runs_without_a_driver_defence_firing(
+    argv: list[str],
+) -> None:
+    """Only the driver's own scheduling and stops by processes outside the call matter: a
+    command that renices, pins or limits itself, starts children, workers or a session of its
+    own, or traces its own children, runs through every call."""
+    if argv[0] in ("nice", "taskset", "strace") and shutil.which(argv[0]) is None:
+        pytest.skip(f"{argv[0]} is not installed")
+    run = run_pairs(Subject("ref", argv), Subject("cand", argv), cases=["a"], pairs_per_case=2,
+                    warmup_calls=0, timeout_s=30)  # fmt: skip
+    calls = [c for p in run.pairs for c in (p.ref, p.cand)]
+    assert len(calls) == 4 and all(c.ok for c in calls), [
+        (c.call_id, c.reason, c.message, c.stderr_tail) for c in calls
+    ]

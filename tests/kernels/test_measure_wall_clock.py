@@ -241,5 +241,14 @@ def test_rate_without_a_work_metric_is_noted_as_unchecked_when_measure_returns(
 
 
 def test_work_metric_on_a_time_metric_is_refused_at_freeze(tmp_path: Path) -> None:
-    with pytest.raises(BadRequest, match="only a rate over time has one"):
+    with pytest.raises(BadRequest, match="only a rate over time"):
         _setup(tmp_path / "ledger", work_metric="tokens")
+
+
+def test_work_metric_on_a_time_per_work_metric_is_accepted_at_freeze(tmp_path: Path) -> None:
+    """``ms/tokens`` (a time per unit of work) takes a work metric, as a rate does."""
+    _setup(tmp_path / "ledger", primary="ms_per_token", primary_unit="ms/tokens",
+           work_metric="tokens")  # fmt: skip
+    with Ledger.open(tmp_path / "ledger") as opened:
+        (target,) = opened.state().targets.values()
+        assert target.definition.primary.work_metric == "tokens"

@@ -53,7 +53,7 @@ from typing import Any
 
 from perfledger.kernels.driver_guard import DriverGuard
 from perfledger.kernels.interference import POLL_S as STOP_POLL_S
-from perfledger.kernels.interference import StopWatch
+from perfledger.kernels.interference import TREE_POLL_S, StopWatch
 from perfledger.kernels.subject_env import influencing_environment
 
 #: Environment variable carrying the test case's name into each call.
@@ -445,18 +445,23 @@ def run_call(
         stops = StopWatch(proc.pid)  # R11: stopped by a process outside the call?
         deadline = start + timeout_s
         timed_out = False
+        tree_due = start + TREE_POLL_S
         try:
-            while True:
-                now = time.monotonic()
-                stops.poll()
-                if now >= deadline:
-                    timed_out = proc.poll() is None
-                    break
-                # without a pidfd, poll for the exit every 10 ms
-                step = min(deadline - now, STOP_POLL_S if streams.pidfd is not None else 0.01)
-                if streams.wait(step) or proc.poll() is not None:
-                    break
-            end = time.monotonic()
+            with stops:  # the driver's own stops too (a SIGCONT handler while it waits)
+                while True:
+                    now = time.monotonic()
+                    stops.poll()
+                    if now >= tree_due:  # the processes below the command: no waitid for them
+                        stops.poll_tree(tree.descendants())
+                        tree_due = now + TREE_POLL_S
+                    if now >= deadline:
+                        timed_out = proc.poll() is None
+                        break
+                    # without a pidfd, poll for the exit every 10 ms
+                    step = min(deadline - now, STOP_POLL_S if streams.pidfd is not None else 0.01)
+                    if streams.wait(step) or proc.poll() is not None:
+                        break
+                end = time.monotonic()
             ended = tree.end(include_root=timed_out)
             proc.wait()
             streams.drain(DRAIN_S)

@@ -48,8 +48,9 @@ tokens a call generated): each value becomes time, ``work / rate`` (a list of ra
 repeat, with a work value per repeat or one for all), lower is better, and the rule above
 applies to that time. Both calls of a pair must count the same work (the same case is the same
 work): a candidate that counts more work than the reference, or reports a rate without its
-work, flags the case. A rate without a declared work metric has no known amount of work to turn
-it into time: it is not checked (``unchecked_rates`` names it).
+work, flags the case. A time per unit of work (``ms/token``) with a work metric is checked the
+same way, its time being ``work x value``. A rate without a declared work metric has no known
+amount of work to turn it into time: it is not checked (``unchecked_rates`` names it).
 
 Besides, a call whose reported total exceeds its own wall time (``> wall_s * (1 + OVER_REL) +
 OVER_ABS_S``) reports time it cannot have spent: flagged, whoever the subject.
@@ -178,11 +179,12 @@ def _median_beyond_mean(metric: str, pairs: list[Any], sign: float) -> str:
         ref, cand = p.ref.values[metric], p.cand.values[metric]
         if len(ref) < 2 or len(cand) < 2:
             continue
-        ref_med, ref_mean = statistics.median(ref), math.fsum(ref) / len(ref)
-        if ref_med <= 0 or ref_mean <= 0:
+        ref_med, ref_mean = _median_and_mean(p.ref, metric)
+        cand_med, cand_mean = _median_and_mean(p.cand, metric)
+        if min(ref_med, ref_mean, cand_med, cand_mean) <= 0:
             continue
-        m = sign * (1.0 - statistics.median(cand) / ref_med)
-        t = sign * (1.0 - (math.fsum(cand) / len(cand)) / ref_mean)
+        m = sign * (1.0 - cand_med / ref_med)
+        t = sign * (1.0 - cand_mean / ref_mean)
         gains.append(m)
         means.append(t)
         diffs.append(m - t)
@@ -201,6 +203,19 @@ def _median_beyond_mean(metric: str, pairs: list[Any], sign: float) -> str:
     )
 
 
+def _median_and_mean(side: Any, metric: str) -> tuple[float, float]:
+    """A call's median and mean of ``metric`` as time per repeat. For a rate checked as time
+    (:func:`_rate_as_time` leaves them in ``side.shape``) they are those of its time per unit
+    of work: ``1 / median(rate)``, the median the verdict takes, and ``total time / total
+    work``, what the wall clock checks; the two views agree when every repeat does the same
+    work, and only the rate's shows time or work moved between repeats of unequal work."""
+    shape = getattr(side, "shape", {}).get(metric)
+    if shape is not None:
+        return shape
+    values = side.values[metric]
+    return statistics.median(values), math.fsum(values) / len(values)
+
+
 def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:.3g} ms"
 
@@ -214,21 +229,48 @@ def rate_seconds(unit: str) -> float | None:
     return SECONDS_PER_UNIT.get(per.strip())
 
 
+def time_per_work_seconds(unit: str) -> float | None:
+    """Seconds per unit of the time numerator of a time per unit of work (the inverse of a
+    rate): ``ms/token`` -> 0.001; None when ``unit`` is not ``<s|ms|us|µs|ns>/<work>`` (a time
+    over a time is a ratio)."""
+    per, sep, work = unit.partition("/")
+    work = work.strip()
+    if not sep or not work or work in SECONDS_PER_UNIT:
+        return None
+    return SECONDS_PER_UNIT.get(per.strip())
+
+
+def work_unit(unit: str) -> str | None:
+    """The work of a rate or a time per work: ``tokens/s`` and ``ms/tokens`` -> ``tokens``;
+    None for any other unit."""
+    if rate_seconds(unit) is not None:
+        return unit.rpartition("/")[0].strip()
+    if time_per_work_seconds(unit) is not None:
+        return unit.partition("/")[2].strip()
+    return None
+
+
 #: Relative difference of two calls' counted work beyond which they did not do the same work.
 WORK_REL = 1e-9
 
 
 def _rate_as_time(
     pairs: list[Any], units: Mapping[str, str], work_metrics: Mapping[str, str]
-) -> tuple[list[Any], dict[str, str], set[str], list[str]]:
+) -> tuple[list[Any], dict[str, str], set[str], list[str], set[str]]:
     """The pairs with each checked rate's values replaced by the time they imply (seconds:
-    ``work / rate`` per repeat); the units that view has; the rates whose case is flagged for
-    their work (``(metric, case)`` as ``"metric\0case"``); and the reasons."""
+    ``work / rate`` per repeat, ``work x value`` for a time per work); the units that view has;
+    the rates whose case is flagged for their work (``(metric, case)`` as ``"metric\0case"``);
+    the reasons; and which of the rates are times per work."""
     from types import SimpleNamespace
 
     rates: dict[str, tuple[str, float]] = {}
+    inverse: set[str] = set()  # a time per unit of work (ms/token): value x work is time
     for m, w in work_metrics.items():
-        per_s = rate_seconds(units[m]) if m in units and w else None
+        if m not in units or not w:
+            continue
+        per_s = rate_seconds(units[m])
+        if per_s is None and (per_s := time_per_work_seconds(units[m])) is not None:
+            inverse.add(m)
         if per_s is not None:
             rates[m] = (w, per_s)
     view_units = dict(units)
@@ -242,6 +284,7 @@ def _rate_as_time(
         for label in ("ref", "cand"):
             side = getattr(p, label)
             values = dict(side.values)
+            shape: dict[str, tuple[float, float]] = {}
             for m, (w, per_s) in rates.items():
                 rate = values.pop(m, None)
                 if not rate:
@@ -258,10 +301,27 @@ def _rate_as_time(
                         )
                     continue
                 per_repeat = list(work) if len(work) == len(rate) else list(work) * len(rate)
-                values[m] = [done / r * per_s for done, r in zip(per_repeat, rate, strict=True)]
+                if min(rate) <= 0 or min(per_repeat) < 0 or not sum(per_repeat) > 0:
+                    if side.correct:  # no time to check: a zero rate, work below zero
+                        flagged.add(f"{m}\0{p.case}")
+                        reasons.append(
+                            f"case {p.case!r}, {m}: call {side.call_id} reports a rate that is "
+                            f"not positive or work {w!r} below zero: no time to check"
+                        )
+                    continue
+                pairs_ = zip(per_repeat, rate, strict=True)
+                if m in inverse:
+                    values[m] = [done * v * per_s for done, v in pairs_]
+                    median = statistics.median(rate) * per_s
+                else:
+                    values[m] = [done / r * per_s for done, r in pairs_]
+                    median = per_s / statistics.median(rate)
+                # R12: the verdict takes the rate's median; the wall clock sees total time
+                shape[m] = (median, math.fsum(values[m]) / sum(per_repeat))
             sides[label] = SimpleNamespace(
-                call_id=side.call_id, correct=side.correct, values=values, wall_s=side.wall_s
-            )
+                call_id=side.call_id, correct=side.correct, values=values, wall_s=side.wall_s,
+                shape=shape,
+            )  # fmt: skip
         if p.ref.correct and p.cand.correct:
             for m, (w, _per_s) in rates.items():
                 if not (p.ref.values.get(m) and p.cand.values.get(m)):
@@ -276,7 +336,7 @@ def _rate_as_time(
                         "is the same work, so the two rates are not comparable"
                     )
         out.append(SimpleNamespace(case=p.case, ref=sides["ref"], cand=sides["cand"]))
-    return out, view_units, flagged, reasons
+    return out, view_units, flagged, reasons, inverse
 
 
 def _counted_work(values: Mapping[str, Any], rate: str, work: str) -> float:
@@ -288,10 +348,11 @@ def _counted_work(values: Mapping[str, Any], rate: str, work: str) -> float:
 
 
 def unchecked_rates(units: Mapping[str, str], work_metrics: Mapping[str, str]) -> list[str]:
-    """The rate metrics of ``units`` (``<work>/<time unit>``) that no work metric turns into
-    time: the wall-clock check cannot see through them (docs/measurement.md)."""
+    """The rate metrics of ``units`` (``<work>/<time unit>``, or a time per work
+    ``<time unit>/<work>``) that no work metric turns into time: the wall-clock check cannot
+    see through them (docs/measurement.md)."""
     return sorted(
-        m for m, u in units.items() if rate_seconds(u) is not None and not work_metrics.get(m)
+        m for m, u in units.items() if work_unit(u) is not None and not work_metrics.get(m)
     )
 
 
@@ -332,10 +393,11 @@ def check_pairs(
     reasons: list[str] = []
     work_flagged: set[str] = set()
     if work_metrics:
-        pairs, units, work_flagged, reasons = _rate_as_time(pairs, units, work_metrics)
+        pairs, units, work_flagged, reasons, inverse = _rate_as_time(pairs, units, work_metrics)
         for m in work_metrics:
-            if units.get(m) == "s":
-                directions[m] = "lower_is_better"  # a time now, whatever the rate's direction
+            if units.get(m) == "s" and m not in inverse:  # a time now: the rate's favour, inverted
+                rate_lower = directions.get(m) == "lower_is_better"
+                directions[m] = "higher_is_better" if rate_lower else "lower_is_better"
     for p in pairs:
         for side in (p.ref, p.cand):
             # each time-like metric is a view of the call's time: the largest must fit in it
@@ -449,6 +511,8 @@ __all__ = [
     "check_driver_run",
     "check_pairs",
     "rate_seconds",
+    "time_per_work_seconds",
     "unchecked_rates",
     "unresolved_cases",
+    "work_unit",
 ]

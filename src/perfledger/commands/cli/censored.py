@@ -67,9 +67,12 @@ def refuse_censored_formal_stage(
     shown = "; ".join(calls[:_NAMED]) + (
         f" and {len(calls) - _NAMED} more" if len(calls) > _NAMED else ""
     )
+    # whose calls: a flaky reference is the operator's to fix, a failing candidate the agent's
+    ref_n = sum(1 for p in run.pairs if not p.ref.ok or primary not in p.ref.metrics)
+    whose = f" (the reference's: {ref_n}, the candidate's: {len(calls) - ref_n})"
     if formal:
         raise MeasurementError(
-            f"{len(calls)} call(s) of this {stage} stage gave no {primary!r}: {shown}. Their "
+            f"{len(calls)} call(s) of this {stage} stage gave no {primary!r}{whose}: {shown}. Their "
             "rounds cannot be recorded, and dropping them would let a candidate choose which "
             "of its calls count (failing its slow ones, or making the reference's call after "
             f"them fail) (R5, R12); nothing was recorded{detail}",

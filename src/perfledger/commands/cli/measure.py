@@ -249,10 +249,11 @@ def _work_units(target: Any) -> dict[str, str]:
     rate's work unit (``tokens`` of ``tokens/s``): recorded with the samples so the check (and
     the auditor) can turn each rate into time."""
     from perfledger.commands.workflow.deciders import work_metrics
+    from perfledger.kernels.wall_check import work_unit
 
     units = _target_units(target)
     return {
-        work: units[rate].rpartition("/")[0].strip()
+        work: work_unit(units[rate]) or units[rate]
         for rate, work in work_metrics(target.definition).items()
     }
 

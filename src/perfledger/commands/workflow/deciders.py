@@ -208,7 +208,7 @@ def _check_definition(req: rq.TargetFreeze) -> None:
 def _check_work_metrics(req: rq.TargetFreeze) -> None:
     """A ``work_metric`` names what a rate divides (R12's wall-clock check of rates): only a
     rate over time has one, and it is another metric, not a declared time or rate."""
-    from perfledger.kernels.wall_check import SECONDS_PER_UNIT, rate_seconds
+    from perfledger.kernels.wall_check import SECONDS_PER_UNIT, work_unit
 
     declared = {req.primary.name: req.primary.unit}
     declared |= {g.metric: g.unit for g in req.guardrails}
@@ -219,15 +219,16 @@ def _check_work_metrics(req: rq.TargetFreeze) -> None:
     for name, unit, work in metrics:
         if not isinstance(work, str):
             continue
-        if rate_seconds(unit) is None:
+        if work_unit(unit) is None:
             raise BadRequest(
                 f"metric {name!r} in {unit!r} names a work_metric, but only a rate over time "
-                "has one",
-                hint="a rate's unit is <work>/<s|ms|us|ns>, e.g. tokens/s",
+                "(or a time per unit of work) has one",
+                hint="a rate's unit is <work>/<s|ms|us|ns>, e.g. tokens/s; a time per work's "
+                "<s|ms|us|ns>/<work>, e.g. ms/token",
             )
         other = declared.get(work)
         if work == name or (
-            other is not None and (other in SECONDS_PER_UNIT or rate_seconds(other) is not None)
+            other is not None and (other in SECONDS_PER_UNIT or work_unit(other) is not None)
         ):
             raise BadRequest(
                 f"metric {name!r}: its work_metric {work!r} must count work (tokens, items), "

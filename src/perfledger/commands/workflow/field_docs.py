@@ -376,7 +376,8 @@ MODEL_FIELDS: dict[str, str] = {
     "ParamModel.name": "The parameter's name.",
     "Secondary.name": "The secondary metric's name.",
     "MetricSpec.name": "The metric's name, as the driver reports it (e.g. time_ms).",
-    "MetricSpec.work_metric": "For a rate (unit <work>/s, e.g. tokens/s): the metric the "
+    "MetricSpec.work_metric": "For a rate (unit <work>/s, e.g. tokens/s) or a time per unit "
+    "of work (ms/token): the metric the "
     "command reports with every call counting the work the rate divides (e.g. tokens); the "
     "wall-clock check turns the rate into time with it and flags a pair whose calls count "
     "different work (R12). Empty: the rate is not checked against the wall clock.",
