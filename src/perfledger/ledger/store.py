@@ -114,16 +114,17 @@ def _no_ledger_branch(path: str, controldir: str | os.PathLike[str]) -> NotALedg
     """The error for a repository without the ledger branch; when it holds a remote's ledger
     branch (a plain ``git clone`` of a ledger whose HEAD names another branch), the hint says
     how to audit it."""
-    remotes = os.path.join(controldir, "refs", "remotes")
+    from dulwich.refs import DiskRefsContainer
+
     tracked: list[str] = []
-    with contextlib.suppress(OSError):
-        tracked += sorted(r for r in os.listdir(remotes)
-                          if os.path.isfile(os.path.join(remotes, r, "ledger")))  # fmt: skip
-    with contextlib.suppress(OSError), open(os.path.join(controldir, "packed-refs"), "rb") as f:
-        for line in f.read().splitlines():  # "<sha> refs/remotes/<name>/ledger"
-            ref = line.partition(b" ")[2].decode(errors="replace").split("/")
-            if len(ref) == 4 and ref[:2] == ["refs", "remotes"] and ref[3] == "ledger":
-                tracked.append(ref[2])
+    with contextlib.suppress(OSError):  # loose and packed refs: "<remote>/ledger"
+        remotes = DiskRefsContainer(os.fspath(controldir)).keys(base=b"refs/remotes")
+        tracked = sorted(
+            name.decode(errors="replace")
+            for ref in remotes
+            for name, sep, branch in [ref.partition(b"/")]
+            if sep and branch == b"ledger"
+        )
     if tracked:
         return NotALedger(
             f"{path} is a git clone but has no ledger branch (refs/heads/ledger); its remote "

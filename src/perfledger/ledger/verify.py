@@ -168,14 +168,12 @@ def _refuse_substitutions(controldir: str) -> None:
     substitute commits (a verdict's subject, an event.json), while perfledger verifies the
     objects themselves. perfledger writes neither; a clone does not fetch them.
     Raises: IntegrityError naming what substitutes and how to remove it."""
+    from dulwich.refs import DiskRefsContainer
+
     replaced: list[str] = []
-    for _root, _dirs, files in os.walk(os.path.join(controldir, "refs", "replace")):
-        replaced += [name for name in files if not name.endswith(".lock")]
-    with contextlib.suppress(OSError), open(os.path.join(controldir, "packed-refs"), "rb") as f:
-        for line in f.read().splitlines():
-            ref = line.partition(b" ")[2]
-            if ref.startswith(b"refs/replace/"):
-                replaced.append(ref[len(b"refs/replace/") :].decode(errors="replace"))
+    with contextlib.suppress(OSError):  # loose and packed refs
+        keys = DiskRefsContainer(controldir).keys(base=b"refs/replace")
+        replaced = [key.decode(errors="replace") for key in keys]
     if replaced:
         raise IntegrityError(
             f"git replaces commit(s) {sorted(replaced)[:5]} of this repository with others "
