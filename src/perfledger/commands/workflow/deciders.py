@@ -166,12 +166,25 @@ def environment_id(environment: dict[str, Any]) -> str:
     return blake3.blake3(ENVIRONMENT_ID_DOMAIN + canonical_bytes(normal)).hexdigest()
 
 
+def _declared_metrics(definition: Any) -> list[tuple[str, str, Any]]:
+    """``(name, unit, work_metric)`` of the primary, each guardrail and each secondary, in that
+    order, of a :class:`TargetDefinition` or a ``target.freeze`` request (``work_metric``
+    UNSET where none is named)."""
+    primary = definition.primary
+    return [
+        (primary.name, primary.unit, primary.work_metric),
+        *((g.metric, g.unit, g.work_metric) for g in definition.guardrails),
+        *((s.name, s.unit, s.work_metric) for s in definition.secondaries),
+    ]
+
+
 def work_metrics(definition: TargetDefinition) -> dict[str, str]:
     """Rate metric -> the metric counting its work, as the Target declares them (R12)."""
-    parts = [(definition.primary.name, definition.primary.work_metric)]
-    parts += [(g.metric, g.work_metric) for g in definition.guardrails]
-    parts += [(s.name, s.work_metric) for s in definition.secondaries]
-    return {name: work for name, work in parts if isinstance(work, str) and work}
+    return {
+        name: work
+        for name, _unit, work in _declared_metrics(definition)
+        if isinstance(work, str) and work
+    }
 
 
 def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
@@ -210,12 +223,8 @@ def _check_work_metrics(req: rq.TargetFreeze) -> None:
     rate over time has one, and it is another metric, not a declared time or rate."""
     from perfledger.kernels.wall_check import SECONDS_PER_UNIT, work_unit
 
-    declared = {req.primary.name: req.primary.unit}
-    declared |= {g.metric: g.unit for g in req.guardrails}
-    declared |= {s.name: s.unit for s in req.secondaries}
-    metrics = [(req.primary.name, req.primary.unit, req.primary.work_metric)]
-    metrics += [(g.metric, g.unit, g.work_metric) for g in req.guardrails]
-    metrics += [(s.name, s.unit, s.work_metric) for s in req.secondaries]
+    metrics = _declared_metrics(req)
+    declared = {name: unit for name, unit, _work in metrics}
     for name, unit, work in metrics:
         if not isinstance(work, str):
             continue
