@@ -232,6 +232,8 @@ def main() -> int:
         import nvbench_tool
 
         why = nvbench_tool.available()
+        if why is None and args.nvbench_runs < 1:
+            why = "nvbench: not run (--nvbench-runs 0)"
         if why is None:
             nv = [nvbench_tool.run_variants(name, args.quick) for _ in range(args.nvbench_runs)]
             rows["nvbench"] = summarize(

@@ -1381,6 +1381,12 @@ def measure_aa(
             for c, f in figures_by_case.items()
             if f["excluded"]
         ]
+        aa_notes += [
+            f"case {c}: one valid A/A comparison: the bias of a pair of workers (R4's prediction "
+            "bound) is unmeasured; run `measure aa --runs 5` or more"
+            for c, f in figures_by_case.items()
+            if f["repeats"] < 2
+        ]
         per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
         resolution = max(per_case.values())
         repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
@@ -1400,10 +1406,14 @@ def measure_aa(
                 for case, comps in comps_by_case.items()
             },
         )
-        spreads = ", ".join(f"{c} {f['spread']:.5f}" for c, f in figures_by_case.items())
+        spreads = ", ".join(
+            f"{c} {f['spread']:.5f} (CI reach {f['reach']:.5f}, next-pair bound {f['bound']:.5f})"
+            for c, f in figures_by_case.items()
+        )
         method_note = (
-            f"kernel A/A: {repeats} harness comparisons over {len(problems)} case(s), "
-            f"spread {spreads}"
+            f"kernel A/A: {repeats} harness comparisons (a fresh pair of workers each) over "
+            f"{len(problems)} case(s); resolution = max(CI reach, 95 % prediction bound of the "
+            f"next pair's ratio); spread {spreads}"
         )
     body = {
         "target_id": target_id,
