@@ -1117,6 +1117,17 @@ R5_FINAL_AUDIT_ACCURACY = 4
 #: passing even when explained (R17); events recorded under version 2 are re-derived by
 #: ``per_case/v1`` and the earlier R17 rule.
 PER_CASE_V2 = 3
+#: The ``VerdictRecorded`` schema version (:data:`R12_EVERY_CASE_FINAL_AUDIT` for
+#: ``FinalAuditRecorded``) from which a formal stage (target, final audit) whose samples leave out
+#: a case of the Target's test set cannot pass (R12: a case that was not measured cannot be
+#: outvoted either); events recorded before are re-derived without it.
+R12_EVERY_CASE = 4
+R12_EVERY_CASE_FINAL_AUDIT = 5
+#: The ``ReadinessRecorded`` schema version from which a readiness may not change the Target's
+#: statistical requirements once samples of the Target are recorded (R2, R12: the rules a verdict
+#: is judged by are declared before the data is seen); readiness recorded before is re-checked
+#: without it.
+R2_STATISTICS_FROZEN = 4
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1138,13 +1149,13 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS),
-    "VerdictRecorded": PER_CASE_V2,
-    "FinalAuditRecorded": R5_FINAL_AUDIT_ACCURACY,
+    "VerdictRecorded": R12_EVERY_CASE,
+    "FinalAuditRecorded": R12_EVERY_CASE_FINAL_AUDIT,
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
     ),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
-    "ReadinessRecorded": R11_SUBJECT_OWED,
+    "ReadinessRecorded": R2_STATISTICS_FROZEN,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

@@ -25,6 +25,9 @@ The conditions, in the order they are checked (the first that applies decided):
 ``wall_clock``
     R12: the driver's wall clock does not bear out the self-reported times (the derivation
     alone was pass);
+``missing_cases``
+    R12: a formal stage whose samples leave out a case of the Target's test set (the derivation
+    of the cases measured alone was pass);
 ``stale``
     R11: the reference is no longer the current champion;
 ``screen``
@@ -61,6 +64,7 @@ CONDITIONS = (
     "foreign_share",
     "foreign_activity",
     "wall_clock",
+    "missing_cases",
     "stale",
     "screen",
     "pass",
@@ -82,6 +86,9 @@ LOSING = "case(s) lost more than the minimum effect"
 #: How the R17 note starts when foreign activity on too many pairs of a formal stage kept it
 #: from passing although explained (:mod:`perfledger.commands.workflow.foreign_share`).
 FOREIGN_SHARE = "R17: foreign activity touched"
+#: How the R12 note starts when a formal stage's samples left out a case of the test set
+#: (:mod:`perfledger.commands.workflow.verdict_guards`).
+MISSING_CASES = "R12: the samples leave out test case(s)"
 
 
 def pct(ratio: float | None) -> str:
@@ -138,6 +145,9 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     elif wall is not None and status == "inconclusive" and derived == "pass":
         condition = "wall_clock"
         reason = f"{wall}; without it the derivation was pass ({ci})"
+    elif _note(notes, MISSING_CASES) is not None and status == "inconclusive" and derived == "pass":
+        condition = "missing_cases"
+        reason = f"{_note(notes, MISSING_CASES)}; the cases measured alone passed ({ci})"
     elif payload.get("stale") and status == "inconclusive" and derived != "inconclusive":
         condition = "stale"
         reason = f"R11: the reference is no longer the current champion (stale); {ci}"

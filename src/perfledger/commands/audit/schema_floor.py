@@ -66,6 +66,15 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
     ("VerdictRecorded", 2): {"FinalAuditRecorded": 2, "SamplesRecorded": 2},
     ("VerdictRecorded", 3): {"ChampionSelected": 2, "ExperimentCreated": 3,
                              "FinalAuditRecorded": 3, "SamplesRecorded": 2},
+    ("FinalAuditRecorded", 5): {"ChampionSelected": 2, "ExperimentCreated": 4,
+                                "ReadinessRecorded": 3, "SamplesRecorded": 6,
+                                "VerdictRecorded": 3},
+    ("ReadinessRecorded", 4): {"ChampionSelected": 2, "ExperimentCreated": 4,
+                               "FinalAuditRecorded": 4, "SamplesRecorded": 6,
+                               "VerdictRecorded": 3},
+    ("VerdictRecorded", 4): {"ChampionSelected": 2, "ExperimentCreated": 4,
+                             "FinalAuditRecorded": 4, "ReadinessRecorded": 3,
+                             "SamplesRecorded": 6},
 }  # fmt: skip
 
 

@@ -25,16 +25,20 @@ from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.rules import refuse
+from perfledger.commands.workflow.verdict_guards import r2_statistics_frozen, r12_every_case
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
     PER_CASE_V2,
+    R2_STATISTICS_FROZEN,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
+    R12_EVERY_CASE,
+    R12_EVERY_CASE_FINAL_AUDIT,
     R12_WALL_VALUE_COUNTS,
     R14_BLOCKS_CHAMPION,
     R14_INFORMATIVE_INTERVAL,
@@ -276,6 +280,8 @@ def decide_readiness_record(
     (missing lineage recorded as missing) and statistical requirements (>= 5 pairs per case)."""
     target = rules.r1_target_current(state, req.target_id)
     rules.r2_min_pairs(req.statistics.min_pairs_per_case)
+    if rules_version(ctx, "ReadinessRecorded") >= R2_STATISTICS_FROZEN:
+        r2_statistics_frozen(state, target, msgspec.convert(dump(req.statistics), Statistics))
     unknown_reports = sorted({r for r in req.reports if r not in state.evidence})
     if unknown_reports:
         raise refuse("R2", f"readiness binds unknown reports {unknown_reports}")
@@ -1040,6 +1046,8 @@ def decide_verdict_record(
     if not ctx.recorded_before("VerdictRecorded", PER_CASE_V2):
         status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
+    if rules_version(ctx, "VerdictRecorded") >= R12_EVERY_CASE:
+        status = r12_every_case(target, samples, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -1132,6 +1140,8 @@ def decide_final_audit_record(
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
         status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
     status = _wall_clock_rule(samples, status, notes)
+    if rules_version(ctx, "FinalAuditRecorded") >= R12_EVERY_CASE_FINAL_AUDIT:
+        status = r12_every_case(target, samples, status, notes)
     if (
         rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
         and samples.cand_failures

@@ -1,0 +1,92 @@
+"""Rules that keep a formal stage's verdict honest about what it judged (R12, R2).
+
+- **Every case of the test set** (R12, from ``VerdictRecorded`` schema
+  :data:`~perfledger.events.workflow.R12_EVERY_CASE` and ``FinalAuditRecorded`` schema
+  :data:`~perfledger.events.workflow.R12_EVERY_CASE_FINAL_AUDIT`): a formal stage (target, final
+  audit) whose samples leave out a case of the Target's test set cannot pass. A per-case verdict
+  aggregates the cases it was given; a candidate that is faster on one case and slower on
+  another would otherwise pass by measuring only the first.
+- **Statistics declared before the data** (R2, from ``ReadinessRecorded`` schema
+  :data:`~perfledger.events.workflow.R2_STATISTICS_FROZEN`): once samples of a Target are
+  recorded, a new readiness may not change its statistical requirements (pairs per case,
+  confidence, resamples, aggregation, per-case regressions, outside samples, explained foreign
+  activity). A verdict reads the readiness current when it is derived; without this rule an
+  agent could look at its samples, then allow the per-case regression that blocked its pass.
+
+Imports: events and the workflow projection's state (a commands helper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from perfledger.commands.workflow.rules import refuse
+from perfledger.events.workflow import SamplesRecorded, Statistics, TestSet
+from perfledger.projections.verdict_explain import MISSING_CASES
+from perfledger.projections.workflow import TargetView, WorkflowState
+
+#: Stages whose result can support a decision (R11): only they must cover the whole test set.
+FORMAL_STAGES = ("target", "final_audit")
+
+
+def missing_cases(test_set: TestSet, measured: Iterable[str]) -> list[str]:
+    """The test set's cases that ``measured`` (the samples' case names) leaves out (R12).
+
+    Where the test set names its cases, the names not measured, sorted; where it names none,
+    ``["<N unnamed case(s)>"]`` when fewer than ``case_count`` distinct cases were measured.
+    Empty when every case is measured."""
+    seen = set(measured)
+    if test_set.cases:
+        return sorted(c for c in test_set.cases if c not in seen)
+    short = test_set.case_count - len(seen)
+    return [f"<{short} unnamed case(s)>"] if short > 0 else []
+
+
+def r12_every_case(
+    target: TargetView, samples: SamplesRecorded, status: str, notes: list[str]
+) -> str:
+    """R12: a formal stage whose samples leave out a case of the Target's test set cannot pass:
+    ``pass`` becomes ``inconclusive``; the missing cases are noted whatever the status (a
+    screen may measure a subset: it never passes anyway). Returns: the status."""
+    readiness = target.readiness
+    if samples.stage not in FORMAL_STAGES or readiness is None or readiness.test_set is None:
+        return status
+    missing = missing_cases(readiness.test_set, (p.case for p in samples.pairs))
+    if not missing:
+        return status
+    notes.append(
+        f"{MISSING_CASES} {missing} of the Target's test set ({readiness.test_set.case_count} "
+        f"cases): a {samples.stage} stage that did not measure every case cannot pass (measure "
+        "them all: `perfledger measure workload` without --case)"
+    )
+    return "inconclusive" if status == "pass" else status
+
+
+def r2_statistics_frozen(state: WorkflowState, target: TargetView, statistics: Statistics) -> None:
+    """R2: once samples of ``target`` are recorded, a readiness may not change its statistical
+    requirements (``statistics``, the new readiness's) from those in force.
+
+    Raises: RuleRefused (R2) naming the changed fields and the samples already recorded."""
+    current = target.readiness
+    if current is None:
+        return
+    recorded = sorted(
+        s.samples_id for s in state.samples.values() if s.target_id == target.definition.target_id
+    )
+    if not recorded:
+        return
+    old = msgspec.to_builtins(current.statistics)
+    new = msgspec.to_builtins(statistics)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if changed:
+        shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed)
+        raise refuse(
+            "R2",
+            f"Target {target.definition.target_id!r} already has samples "
+            f"({', '.join(recorded[:3])}{', ...' if len(recorded) > 3 else ''}); its statistical "
+            f"requirements are declared before the data is seen and cannot change ({shown})",
+            "record the readiness with the statistics in force, or freeze a new Target "
+            "(`perfledger target supersede`) whose readiness declares the new ones",
+        )

@@ -1,0 +1,190 @@
+"""A formal stage is judged on the whole test set, by statistics declared before the data (R12,
+R2; :mod:`perfledger.commands.workflow.verdict_guards`): attacks on a real ledger through the
+deciders, honest controls beside them, and the re-decision of events recorded under the rules
+before these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from wf_scenario import (
+    CAND2,
+    CASES,
+    TEST_SET_HASH,
+    Session,
+    experiment,
+    make_pairs,
+    readiness,
+    samples,
+)
+
+from perfledger.commands.workflow import deciders
+from perfledger.commands.workflow.requests import (
+    FinalAuditRecord,
+    ReadinessRecord,
+    VerdictRecord,
+)
+from perfledger.commands.workflow.verdict_guards import missing_cases
+from perfledger.events.workflow import (
+    PER_CASE_V2,
+    R5_FINAL_AUDIT_ACCURACY,
+    R11_SUBJECT_OWED,
+)
+from perfledger.events.workflow import TestSet as CaseSet
+from perfledger.projections.verdict_explain import explain_verdict
+
+
+def _ctx(session: Session, op: str, schema: int | None) -> deciders.DecisionContext:
+    """A decision context as a new request (``schema`` None) or as the auditor re-decides an
+    event recorded under ``schema``."""
+    return deciders.DecisionContext(
+        op=op, actor="agent", ts=session.clock, payload_of=session.ledger.payload, schema=schema
+    )
+
+
+def _one_case_target(
+    session: Session, samples_id: str = "e1-target", stage: str = "target", **over: Any
+) -> None:
+    """Record ``stage`` samples that measure only case ``small`` (20 % better) of the test set's
+    two cases (``over``: other arguments of :func:`wf_scenario.samples`)."""
+    pairs = make_pairs(0.2, cases=("small",), tag=samples_id)
+    session.run("samples.record", samples(samples_id, stage, pairs=pairs, **over))
+
+
+# ------------------------------------------------------------------------ every case (R12)
+
+
+def test_cheat_target_stage_measuring_only_the_winning_case_cannot_pass(ready: Session) -> None:
+    ready.screened()
+    _one_case_target(ready)
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    # the derivation of what was measured passes; the stage does not
+    assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
+    assert any("leave out test case(s) ['large']" in n for n in verdict["notes"])
+    assert explain_verdict(verdict)["condition"] == "missing_cases"
+    refusal = ready.refused(
+        "champion.select",
+        {"target_id": "t1", "samples_id": "e1-target", "expected_current": "original"},
+        "R13",
+    )
+    assert "not pass" in refusal.message
+
+
+def test_r12_a_target_stage_measuring_every_case_still_passes(ready: Session) -> None:
+    assert ready.passed()["status"] == "pass"
+    assert ready.champion()["decision"] == "select"
+
+
+def test_cheat_final_audit_leaving_out_a_case_cannot_pass(ready: Session) -> None:
+    ready.passed()
+    ready.champion()
+    _one_case_target(ready, "e1-final", "final_audit")
+    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
+    assert audit["primary"]["status"] == "pass" and audit["status"] == "inconclusive"
+    assert any("leave out test case(s) ['large']" in n for n in audit["notes"])
+
+
+def test_r12_a_screen_may_measure_some_cases_and_is_told_which_it_left_out(
+    ready: Session,
+) -> None:
+    ready.run("experiment.create", experiment())
+    pairs = make_pairs(-0.3, cases=("small",), tag="s")
+    ready.run("samples.record", samples("e1-screen", "screen", pairs=pairs))
+    verdict = ready.run("verdict.record", {"samples_id": "e1-screen"})
+    # a screen can still reject on the cases it measured (R11)
+    assert verdict["status"] == "fail"
+    assert not any("leave out" in n for n in verdict["notes"])
+
+
+def test_missing_cases_names_the_unmeasured_cases_or_counts_unnamed_ones() -> None:
+    named = CaseSet(hash=TEST_SET_HASH, case_count=2, cases=CASES)
+    assert missing_cases(named, ["small", "small"]) == ["large"]
+    assert missing_cases(named, ["large", "small"]) == []
+    unnamed = CaseSet(hash=TEST_SET_HASH, case_count=3)
+    assert missing_cases(unnamed, ["a", "b"]) == ["<1 unnamed case(s)>"]
+    assert missing_cases(unnamed, ["a", "b", "c"]) == []
+
+
+def test_r12_verdicts_and_final_audits_recorded_before_the_rule_are_re_derived_without_it(
+    ready: Session,
+) -> None:
+    ready.screened()
+    _one_case_target(ready)
+    state = ready.state()
+    request = VerdictRecord(samples_id="e1-target")
+    [old] = deciders.decide_verdict_record(
+        state, request, _ctx(ready, "verdict.record", PER_CASE_V2)
+    )
+    assert old.payload.status == "pass"
+    ready.run("verdict.record", {"samples_id": "e1-target"})
+    # a final audit of a champion chosen when the rule did not exist yet
+    ready.passed("e2", candidate=CAND2)
+    ready.champion("e2")
+    _one_case_target(ready, "e2-final", "final_audit", experiment_id="e2", candidate=CAND2)
+    ready_state = ready.state()
+    audit_req = FinalAuditRecord(target_id="t1", samples_id="e2-final")
+    ctx = _ctx(ready, "final-audit.record", R5_FINAL_AUDIT_ACCURACY)
+    [old_audit] = deciders.decide_final_audit_record(ready_state, audit_req, ctx)
+    assert old_audit.payload.status == "pass"
+
+
+# --------------------------------------------------------- statistics before the data (R2)
+
+
+def _allow_regression() -> dict[str, Any]:
+    body = readiness()
+    body["statistics"] = {**body["statistics"], "allow_case_regression": True}
+    return body
+
+
+def _losing_case_samples(session: Session) -> None:
+    """Target samples: ``small`` 40 % better, ``large`` 8 % worse in every call."""
+    session.screened()
+    pairs = make_pairs(0.4, cases=("small",), tag="t") + make_pairs(
+        -0.08, cases=("large",), tag="u"
+    )
+    session.run("samples.record", samples("e1-target", "target", pairs=pairs))
+
+
+def test_cheat_allowing_a_case_regression_after_seeing_the_samples_is_refused(
+    ready: Session,
+) -> None:
+    _losing_case_samples(ready)
+    refusal = ready.refused("readiness.record", _allow_regression(), "R2")
+    assert "allow_case_regression: False -> True" in refusal.message
+    assert "e1-target" in refusal.message
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] != "pass" and verdict["primary"]["blocking"] == ["large"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"aggregation": "total"}, {"confidence": 0.6}, {"allow_outside_samples": False}],
+)
+def test_cheat_changing_any_statistic_after_samples_is_refused(
+    ready: Session, change: dict[str, Any]
+) -> None:
+    ready.screened()  # screen samples are data too
+    body = readiness()
+    body["statistics"] = {**body["statistics"], **change}
+    ready.refused("readiness.record", body, "R2")
+
+
+def test_r2_statistics_may_change_before_any_samples_and_stay_the_same_after(
+    ready: Session,
+) -> None:
+    ready.run("readiness.record", _allow_regression())  # no samples yet
+    _losing_case_samples(ready)
+    ready.run("readiness.record", _allow_regression())  # the same statistics: accepted
+    assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
+
+
+def test_r2_readiness_recorded_before_the_rule_is_re_decided_without_it(ready: Session) -> None:
+    _losing_case_samples(ready)
+    import msgspec
+
+    request = msgspec.convert(_allow_regression(), ReadinessRecord)
+    ctx = _ctx(ready, "readiness.record", R11_SUBJECT_OWED)
+    [draft] = deciders.decide_readiness_record(ready.state(), request, ctx)
+    assert draft.payload.statistics.allow_case_regression
