@@ -188,3 +188,17 @@ def test_r2_readiness_recorded_before_the_rule_is_re_decided_without_it(ready: S
     ctx = _ctx(ready, "readiness.record", R11_SUBJECT_OWED)
     [draft] = deciders.decide_readiness_record(ready.state(), request, ctx)
     assert draft.payload.statistics.allow_case_regression
+
+
+def test_cheat_narrowing_the_test_set_after_measuring_one_case_cannot_pass(
+    ready: Session,
+) -> None:
+    ready.screened()
+    _one_case_target(ready)
+    body = readiness()
+    body["test_set"] = {"hash": "sha256:" + "b" * 16, "case_count": 1, "cases": ["small"]}
+    ready.run("readiness.record", body)  # statistics unchanged: accepted
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
+    assert any("measured another test set" in n for n in verdict["notes"])
+    assert explain_verdict(verdict)["condition"] == "missing_cases"

@@ -26,8 +26,8 @@ The conditions, in the order they are checked (the first that applies decided):
     R12: the driver's wall clock does not bear out the self-reported times (the derivation
     alone was pass);
 ``missing_cases``
-    R12: a formal stage whose samples leave out a case of the Target's test set (the derivation
-    of the cases measured alone was pass);
+    R12: a formal stage whose samples leave out a case of the Target's test set, or measured
+    another test set (the derivation of what was measured alone was pass);
 ``stale``
     R11: the reference is no longer the current champion;
 ``screen``
@@ -86,9 +86,9 @@ LOSING = "case(s) lost more than the minimum effect"
 #: How the R17 note starts when foreign activity on too many pairs of a formal stage kept it
 #: from passing although explained (:mod:`perfledger.commands.workflow.foreign_share`).
 FOREIGN_SHARE = "R17: foreign activity touched"
-#: How the R12 note starts when a formal stage's samples left out a case of the test set
-#: (:mod:`perfledger.commands.workflow.verdict_guards`).
-MISSING_CASES = "R12: the samples leave out test case(s)"
+#: How the R12 note starts when a formal stage's samples left out a case of the test set, or
+#: measured another test set (:mod:`perfledger.commands.workflow.verdict_guards`).
+MISSING_CASES = "R12: not the Target's whole test set"
 
 
 def pct(ratio: float | None) -> str:

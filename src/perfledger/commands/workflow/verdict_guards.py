@@ -5,7 +5,9 @@
   :data:`~perfledger.events.workflow.R12_EVERY_CASE_FINAL_AUDIT`): a formal stage (target, final
   audit) whose samples leave out a case of the Target's test set cannot pass. A per-case verdict
   aggregates the cases it was given; a candidate that is faster on one case and slower on
-  another would otherwise pass by measuring only the first.
+  another would otherwise pass by measuring only the first. Samples of another test set than
+  the readiness's current one (re-recorded after them, narrowed to the winning case) cannot
+  pass either.
 - **Statistics declared before the data** (R2, from ``ReadinessRecorded`` schema
   :data:`~perfledger.events.workflow.R2_STATISTICS_FROZEN`): once samples of a Target are
   recorded, a new readiness may not change its statistical requirements (pairs per case,
@@ -47,19 +49,29 @@ def missing_cases(test_set: TestSet, measured: Iterable[str]) -> list[str]:
 def r12_every_case(
     target: TargetView, samples: SamplesRecorded, status: str, notes: list[str]
 ) -> str:
-    """R12: a formal stage whose samples leave out a case of the Target's test set cannot pass:
-    ``pass`` becomes ``inconclusive``; the missing cases are noted whatever the status (a
-    screen may measure a subset: it never passes anyway). Returns: the status."""
+    """R12: a formal stage whose samples leave out a case of the Target's test set, or measured
+    another test set than the readiness's current one, cannot pass: ``pass`` becomes
+    ``inconclusive``, and why is noted whatever the status (screens are not held to it: they
+    may measure a subset and never pass anyway). Returns: the status."""
     readiness = target.readiness
     if samples.stage not in FORMAL_STAGES or readiness is None or readiness.test_set is None:
         return status
+    if samples.test_set_hash != readiness.test_set.hash:
+        # the readiness was re-recorded with another test set after these samples: they were
+        # measured on a test set the Target no longer names (a narrowed one hides a case)
+        notes.append(
+            f"{MISSING_CASES}: these {samples.stage} samples measured another test set "
+            f"({samples.test_set_hash}) than the Target's current one "
+            f"({readiness.test_set.hash}): they cannot pass"
+        )
+        return "inconclusive" if status == "pass" else status
     missing = missing_cases(readiness.test_set, (p.case for p in samples.pairs))
     if not missing:
         return status
     notes.append(
-        f"{MISSING_CASES} {missing} of the Target's test set ({readiness.test_set.case_count} "
-        f"cases): a {samples.stage} stage that did not measure every case cannot pass (measure "
-        "them all: `perfledger measure workload` without --case)"
+        f"{MISSING_CASES}: the samples leave out test case(s) {missing} of its "
+        f"{readiness.test_set.case_count}; a {samples.stage} stage that did not measure every "
+        "case cannot pass (measure them all: `perfledger measure workload` without --case)"
     )
     return "inconclusive" if status == "pass" else status
 
