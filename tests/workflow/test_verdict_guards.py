@@ -16,6 +16,7 @@ from wf_scenario import (
     experiment,
     make_pairs,
     readiness,
+    resolution,
     samples,
 )
 
@@ -202,3 +203,60 @@ def test_cheat_narrowing_the_test_set_after_measuring_one_case_cannot_pass(
     assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
     assert any("measured another test set" in n for n in verdict["notes"])
     assert explain_verdict(verdict)["condition"] == "missing_cases"
+
+
+# ------------------------------------------------------ the resolution after the data (R4)
+
+
+def _below_resolution_target(session: Session) -> None:
+    """A measured resolution of 10 % (case ``large``: 15 %), then target samples about 8 %
+    better: above the 5 % minimum effect, below the resolution (inconclusive)."""
+    per_case = {"small": 0.1, "large": 0.15}
+    session.run("resolution.record", resolution(resolution=0.10, per_case=per_case))
+    session.screened()
+    session.run("samples.record", samples("e1-target", "target", gain=0.08))
+
+
+def test_cheat_lowering_the_resolution_after_seeing_the_samples_is_refused(
+    ready: Session,
+) -> None:
+    _below_resolution_target(ready)
+    refusal = ready.refused("resolution.record", resolution(resolution=0.01), "R4")
+    assert "10.00 % -> 1.00 %" in refusal.message and "e1-target" in refusal.message
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "inconclusive"
+    assert explain_verdict(verdict)["condition"] == "below_resolution"
+
+
+def test_cheat_lowering_one_cases_resolution_after_samples_is_refused(ready: Session) -> None:
+    _below_resolution_target(ready)
+    lowered = resolution(resolution=0.10, per_case={"small": 0.1, "large": 0.001})
+    assert (
+        "case large 15.00 % -> 0.10 %" in ready.refused("resolution.record", lowered, "R4").message
+    )
+    # a case the new record leaves out would fall back to the Target's (lower) resolution
+    dropped = resolution(resolution=0.10, per_case={"small": 0.1})
+    ready.refused("resolution.record", dropped, "R4")
+
+
+def test_r4_a_resolution_may_be_raised_after_samples_and_lowered_before_any(
+    ready: Session,
+) -> None:
+    ready.run("resolution.record", resolution(resolution=0.005))  # no samples yet: lower is fine
+    _below_resolution_target(ready)
+    raised = resolution(resolution=0.12, per_case={"small": 0.12, "large": 0.15})
+    assert ready.run("resolution.record", raised)["resolution"] == 0.12
+
+
+def test_r4_a_resolution_recorded_before_the_rule_is_re_decided_without_it(
+    ready: Session,
+) -> None:
+    import msgspec
+
+    from perfledger.commands.workflow.requests import ResolutionRecord
+
+    _below_resolution_target(ready)
+    request = msgspec.convert(resolution(resolution=0.01), ResolutionRecord)
+    ctx = _ctx(ready, "resolution.record", 1)
+    [draft] = deciders.decide_resolution_record(ready.state(), request, ctx)
+    assert draft.payload.resolution == 0.01

@@ -1128,6 +1128,11 @@ R12_EVERY_CASE_FINAL_AUDIT = 5
 #: is judged by are declared before the data is seen); readiness recorded before is re-checked
 #: without it.
 R2_STATISTICS_FROZEN = 4
+#: The ``ResolutionEstimated`` schema version from which a resolution recorded once samples of
+#: the Target exist may not be lower than the one in force, for the Target or any case (R4: a
+#: resolution chosen after seeing a CI is not a measurement); resolutions recorded before are
+#: re-checked without it.
+R4_RESOLUTION_NOT_LOWERED = 2
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1156,6 +1161,7 @@ SCHEMA_VERSIONS = {
     ),
     "ChampionSelected": R14_BLOCKS_CHAMPION,
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
+    "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

@@ -25,7 +25,11 @@ from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.rules import refuse
-from perfledger.commands.workflow.verdict_guards import r2_statistics_frozen, r12_every_case
+from perfledger.commands.workflow.verdict_guards import (
+    r2_statistics_frozen,
+    r4_resolution_not_lowered,
+    r12_every_case,
+)
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import (
@@ -33,6 +37,7 @@ from perfledger.events.workflow import (
     ORIGINAL,
     PER_CASE_V2,
     R2_STATISTICS_FROZEN,
+    R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
     R6_RECORDED_APPLICABILITY,
@@ -398,6 +403,8 @@ def decide_resolution_record(
         raise refuse("R4", "record the original's baseline before its measurement resolution")
     if req.repeats < 2:
         raise refuse("R4", "a resolution needs at least 2 repeated original samples")
+    if rules_version(ctx, "ResolutionEstimated") >= R4_RESOLUTION_NOT_LOWERED:
+        r4_resolution_not_lowered(state, target, req.resolution, req.per_case)
     return _emit(ctx, _build(ResolutionEstimated, dump(req)))
 
 

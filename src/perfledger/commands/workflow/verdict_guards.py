@@ -14,13 +14,19 @@
   confidence, resamples, aggregation, per-case regressions, outside samples, explained foreign
   activity). A verdict reads the readiness current when it is derived; without this rule an
   agent could look at its samples, then allow the per-case regression that blocked its pass.
+- **No resolution lowered after the data** (R4, from ``ResolutionEstimated`` schema
+  :data:`~perfledger.events.workflow.R4_RESOLUTION_NOT_LOWERED`): once samples of a Target are
+  recorded, a new resolution may not be lower than the one in force (the Target's or any
+  case's). A verdict judges against the latest resolution; without this rule a CI just below
+  the measured resolution became a pass by recording a smaller one (by hand, or by re-running
+  `measure aa` until one came out small).
 
 Imports: events and the workflow projection's state (a commands helper).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -76,6 +82,47 @@ def r12_every_case(
     return "inconclusive" if status == "pass" else status
 
 
+def _samples_of(state: WorkflowState, target: TargetView) -> list[str]:
+    """The ids of the samples recorded for ``target``, sorted."""
+    target_id = target.definition.target_id
+    return sorted(s.samples_id for s in state.samples.values() if s.target_id == target_id)
+
+
+def _named(ids: list[str]) -> str:
+    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+
+
+def r4_resolution_not_lowered(
+    state: WorkflowState, target: TargetView, resolution: float, per_case: Mapping[str, float]
+) -> None:
+    """R4: once samples of ``target`` are recorded, a new resolution (``resolution`` and
+    ``per_case``, ratios) may not be lower than the one in force: neither the Target's nor any
+    case's (a case it leaves out would fall back to the Target's own, so it counts at that).
+    Raising it stays allowed (it can only make a pass harder).
+
+    Raises: RuleRefused (R4) with the figures and the samples already recorded."""
+    current = target.resolution
+    recorded = _samples_of(state, target)
+    if current is None or not recorded:
+        return
+    lowered = []
+    if resolution < current.resolution:
+        lowered.append(f"the Target's {100 * current.resolution:.2f} % -> {100 * resolution:.2f} %")
+    for case, old in sorted(current.per_case.items()):
+        new = per_case.get(case, resolution)
+        if new < old:
+            lowered.append(f"case {case} {100 * old:.2f} % -> {100 * new:.2f} %")
+    if lowered:
+        raise refuse(
+            "R4",
+            f"Target {target.definition.target_id!r} already has samples ({_named(recorded)}); "
+            f"a resolution recorded after them cannot be lower than the one in force "
+            f"({'; '.join(lowered)}): one chosen after seeing a CI is not a measurement",
+            "keep the resolution in force (a higher one may be recorded), or freeze a new "
+            "Target (`perfledger target supersede`) and measure its A/A before its samples",
+        )
+
+
 def r2_statistics_frozen(state: WorkflowState, target: TargetView, statistics: Statistics) -> None:
     """R2: once samples of ``target`` are recorded, a readiness may not change its statistical
     requirements (``statistics``, the new readiness's) from those in force.
@@ -84,9 +131,7 @@ def r2_statistics_frozen(state: WorkflowState, target: TargetView, statistics: S
     current = target.readiness
     if current is None:
         return
-    recorded = sorted(
-        s.samples_id for s in state.samples.values() if s.target_id == target.definition.target_id
-    )
+    recorded = _samples_of(state, target)
     if not recorded:
         return
     old = msgspec.to_builtins(current.statistics)
@@ -97,7 +142,7 @@ def r2_statistics_frozen(state: WorkflowState, target: TargetView, statistics: S
         raise refuse(
             "R2",
             f"Target {target.definition.target_id!r} already has samples "
-            f"({', '.join(recorded[:3])}{', ...' if len(recorded) > 3 else ''}); its statistical "
+            f"({_named(recorded)}); its statistical "
             f"requirements are declared before the data is seen and cannot change ({shown})",
             "record the readiness with the statistics in force, or freeze a new Target "
             "(`perfledger target supersede`) whose readiness declares the new ones",
