@@ -404,6 +404,20 @@ def test_r4_aa_resolution_is_per_case_and_the_aggregates_noise() -> None:
         aa_resolution([*pairs, Pair("lonely", (1.0,), (1.0,))], direction="lower_is_better")
 
 
+def test_cheat_tail_resolution_from_too_few_values_is_refused_not_taken_from_the_median() -> None:
+    """A p99 Target's A/A with 20 values per call and 5 pairs (100 per subject, 1,000 needed):
+    the median of such calls barely moves (±1 %), their 99th percentile does (one value in 20 is
+    up to 3x), so the median's noise would understate the resolution a p99 verdict needs."""
+    pairs = []
+    for i in range(5):
+        body = [10.0 * (1 + 0.001 * k) for k in range(19)]
+        pairs.append(Pair("c", (*body, 10.0 * (1 + 0.4 * i)), (*body, 10.0 * (3 - 0.4 * i))))
+    median, _ = aa_resolution(pairs, direction="lower_is_better", resamples=2000)
+    assert median < 0.01
+    with pytest.raises(ValueError, match="too few per-request values for p99"):
+        aa_resolution(pairs, direction="lower_is_better", statistic="p99", resamples=2000)
+
+
 def test_r12_verdict_text_shows_every_case_and_each_guardrails_decision() -> None:
     """The text a verdict prints: the deciding condition, a line per case with the absolute
     per-call figures original -> candidate and their CIs, a line per guardrail."""

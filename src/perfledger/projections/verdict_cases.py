@@ -595,17 +595,25 @@ def aa_resolution(
     Args:
         pairs: A/A pairs (``ref`` and ``cand`` are two calls of the original); invalid ones are
             left out; every case needs at least 2 valid pairs.
-        direction, statistic, aggregation, resamples, confidence: as the Target declares them (a
-            tail statistic without enough values per case falls back to the median).
+        direction, statistic, aggregation, resamples, confidence: as the Target declares them; a
+            tail statistic needs as many per-request values per case as its verdict
+            (:func:`tail_min_values`): the median's noise would understate a tail's.
     Returns: ``(resolution, per_case)``: each case's resolution is the largest distance of its
         improvement CI's ends from 0 (ratio); the Target's is that of the aggregate CI (for
         ``every_case``, the largest per-case one).
-    Raises: ValueError for a case with fewer than 2 valid pairs or non-positive values.
+    Raises: ValueError for a case with fewer than 2 valid pairs or non-positive values, or a
+        tail statistic without enough per-request values in a case (R4, R12).
     """
     import numpy as np
 
-    if tail_support_problems(pairs, statistic):
-        statistic = "median"
+    short_tail = tail_support_problems(pairs, statistic)
+    if short_tail:
+        # R4: the resolution of a tail verdict is the tail's noise; the median's (the fallback
+        # before) is far smaller and let a tail CI clear a resolution it did not measure
+        raise ValueError(
+            f"too few per-request values for {statistic}: {'; '.join(short_tail)}; measure "
+            "more A/A pairs (--runs) or calls that report every request's value"
+        )
     by_case, _ = _group(pairs)
     short = sorted(c for c, v in by_case.items() if len(v) < 2)
     if not by_case or short:
