@@ -260,3 +260,18 @@ def test_r4_a_resolution_recorded_before_the_rule_is_re_decided_without_it(
     ctx = _ctx(ready, "resolution.record", 1)
     [draft] = deciders.decide_resolution_record(ready.state(), request, ctx)
     assert draft.payload.resolution == 0.01
+
+
+def test_cheat_verdict_rewritten_to_the_schema_before_the_every_case_rule_is_found() -> None:
+    """A forger who rewrites a verdict to ``VerdictRecorded`` schema 3 (re-decided without the
+    every-case rule) leaves it below what the Target's readiness (schema 4, same code) shows:
+    the auditor's schema floor names that readiness."""
+    from perfledger.commands.audit import schema_floor
+    from perfledger.events.workflow import R2_STATISTICS_FROZEN, R12_EVERY_CASE
+
+    floor = schema_floor.after(schema_floor.EMPTY, "ev-ready", "ReadinessRecorded", 4)
+    assert R2_STATISTICS_FROZEN == 4
+    shown = schema_floor.check(floor, "VerdictRecorded", R12_EVERY_CASE - 1)
+    assert shown is not None and shown.event_id == "ev-ready"
+    assert schema_floor.check(floor, "VerdictRecorded", R12_EVERY_CASE) is None
+    assert schema_floor.check(floor, "FinalAuditRecorded", 4) is not None
