@@ -194,12 +194,26 @@ def test_r2_readiness_recorded_before_the_rule_is_re_decided_without_it(ready: S
 def test_cheat_narrowing_the_test_set_after_measuring_one_case_cannot_pass(
     ready: Session,
 ) -> None:
+    """A readiness narrowed to the winning case is refused after samples (R2); one appended on a
+    concurrent branch and merged (the R2 check ran where there were no samples) leaves samples
+    of a test set the Target no longer names: they cannot pass either (R12)."""
+    import msgspec
+
     ready.screened()
     _one_case_target(ready)
     body = readiness()
     body["test_set"] = {"hash": "sha256:" + "b" * 16, "case_count": 1, "cases": ["small"]}
-    ready.run("readiness.record", body)  # statistics unchanged: accepted
-    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert "test_set.hash" in ready.refused("readiness.record", body, "R2").message
+    state = ready.state()
+    target = state.targets["t1"]
+    assert target.readiness is not None
+    narrowed = msgspec.structs.replace(
+        target.readiness, test_set=msgspec.convert(body["test_set"], CaseSet)
+    )
+    state.targets["t1"] = msgspec.structs.replace(target, readiness=narrowed)
+    request = VerdictRecord(samples_id="e1-target")
+    [draft] = deciders.decide_verdict_record(state, request, _ctx(ready, "verdict.record", None))
+    verdict = msgspec.to_builtins(draft.payload)
     assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
     assert any("measured another test set" in n for n in verdict["notes"])
     assert explain_verdict(verdict)["condition"] == "missing_cases"
@@ -275,3 +289,16 @@ def test_cheat_verdict_rewritten_to_the_schema_before_the_every_case_rule_is_fou
     assert shown is not None and shown.event_id == "ev-ready"
     assert schema_floor.check(floor, "VerdictRecorded", R12_EVERY_CASE) is None
     assert schema_floor.check(floor, "FinalAuditRecorded", 4) is not None
+
+
+def test_cheat_narrowing_the_test_set_under_the_same_hash_after_samples_is_refused(
+    ready: Session,
+) -> None:
+    ready.screened()
+    _one_case_target(ready)
+    body = readiness()
+    body["test_set"] = {"hash": TEST_SET_HASH, "case_count": 1, "cases": ["small"]}
+    refusal = ready.refused("readiness.record", body, "R2")
+    assert "test_set" in refusal.message
+    verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "inconclusive"

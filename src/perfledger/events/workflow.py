@@ -1124,9 +1124,9 @@ PER_CASE_V2 = 3
 R12_EVERY_CASE = 4
 R12_EVERY_CASE_FINAL_AUDIT = 5
 #: The ``ReadinessRecorded`` schema version from which a readiness may not change the Target's
-#: statistical requirements once samples of the Target are recorded (R2, R12: the rules a verdict
-#: is judged by are declared before the data is seen); readiness recorded before is re-checked
-#: without it.
+#: statistical requirements or test set once samples of the Target are recorded (R2, R12: the
+#: rules a verdict is judged by are declared before the data is seen); readiness recorded before
+#: is re-checked without it.
 R2_STATISTICS_FROZEN = 4
 #: The ``ResolutionEstimated`` schema version from which a resolution recorded once samples of
 #: the Target exist may not be lower than the one in force, for the Target or any case (R4: a

@@ -26,7 +26,7 @@ from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
-    r2_statistics_frozen,
+    r2_declared_before_data,
     r4_resolution_not_lowered,
     r12_every_case,
 )
@@ -286,7 +286,8 @@ def decide_readiness_record(
     target = rules.r1_target_current(state, req.target_id)
     rules.r2_min_pairs(req.statistics.min_pairs_per_case)
     if rules_version(ctx, "ReadinessRecorded") >= R2_STATISTICS_FROZEN:
-        r2_statistics_frozen(state, target, msgspec.convert(dump(req.statistics), Statistics))
+        test_set = None if req.test_set is None else dump(req.test_set)
+        r2_declared_before_data(state, target, dump(req.statistics), test_set)
     unknown_reports = sorted({r for r in req.reports if r not in state.evidence})
     if unknown_reports:
         raise refuse("R2", f"readiness binds unknown reports {unknown_reports}")

@@ -8,12 +8,13 @@
   another would otherwise pass by measuring only the first. Samples of another test set than
   the readiness's current one (re-recorded after them, narrowed to the winning case) cannot
   pass either.
-- **Statistics declared before the data** (R2, from ``ReadinessRecorded`` schema
+- **Statistics and test set declared before the data** (R2, from ``ReadinessRecorded`` schema
   :data:`~perfledger.events.workflow.R2_STATISTICS_FROZEN`): once samples of a Target are
   recorded, a new readiness may not change its statistical requirements (pairs per case,
   confidence, resamples, aggregation, per-case regressions, outside samples, explained foreign
-  activity). A verdict reads the readiness current when it is derived; without this rule an
-  agent could look at its samples, then allow the per-case regression that blocked its pass.
+  activity) or its test set (hash, case count, case names). A verdict reads the readiness
+  current when it is derived; without this rule an agent could look at its samples, then allow
+  the per-case regression that blocked its pass, or drop the case it lost from the test set.
 - **No resolution lowered after the data** (R4, from ``ResolutionEstimated`` schema
   :data:`~perfledger.events.workflow.R4_RESOLUTION_NOT_LOWERED`): once samples of a Target are
   recorded, a new resolution may not be lower than the one in force (the Target's or any
@@ -27,6 +28,7 @@ Imports: events and the workflow projection's state (a commands helper).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -123,9 +125,16 @@ def r4_resolution_not_lowered(
         )
 
 
-def r2_statistics_frozen(state: WorkflowState, target: TargetView, statistics: Statistics) -> None:
+def r2_declared_before_data(
+    state: WorkflowState,
+    target: TargetView,
+    statistics: Mapping[str, Any],
+    test_set: Mapping[str, Any] | None,
+) -> None:
     """R2: once samples of ``target`` are recorded, a readiness may not change its statistical
-    requirements (``statistics``, the new readiness's) from those in force.
+    requirements or its test set from those in force (``statistics`` and ``test_set``: the new
+    readiness's, as JSON builtins; the test set's hash alone is a string the user supplies, so
+    its case names and count are compared too).
 
     Raises: RuleRefused (R2) naming the changed fields and the samples already recorded."""
     current = target.readiness
@@ -134,16 +143,28 @@ def r2_statistics_frozen(state: WorkflowState, target: TargetView, statistics: S
     recorded = _samples_of(state, target)
     if not recorded:
         return
-    old = msgspec.to_builtins(current.statistics)
-    new = msgspec.to_builtins(statistics)
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    changed: list[str] = []
+    for name, old_part, new_part in (
+        ("statistics", current.statistics, msgspec.convert(dict(statistics), Statistics)),
+        (
+            "test_set",
+            current.test_set,
+            None if test_set is None else msgspec.convert(dict(test_set), TestSet),
+        ),
+    ):
+        old = msgspec.to_builtins(old_part) if old_part is not None else {}
+        new = msgspec.to_builtins(new_part) if new_part is not None else {}
+        changed += [
+            f"{name}.{k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(old.keys() | new.keys())
+            if old.get(k) != new.get(k)
+        ]
     if changed:
-        shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed)
         raise refuse(
             "R2",
-            f"Target {target.definition.target_id!r} already has samples "
-            f"({_named(recorded)}); its statistical "
-            f"requirements are declared before the data is seen and cannot change ({shown})",
-            "record the readiness with the statistics in force, or freeze a new Target "
-            "(`perfledger target supersede`) whose readiness declares the new ones",
+            f"Target {target.definition.target_id!r} already has samples ({_named(recorded)}); "
+            "its statistical requirements and test set are declared before the data is seen and "
+            f"cannot change ({', '.join(changed)})",
+            "record the readiness with the statistics and test set in force, or freeze a new "
+            "Target (`perfledger target supersede`) whose readiness declares the new ones",
         )
