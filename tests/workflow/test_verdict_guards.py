@@ -253,6 +253,15 @@ def test_cheat_lowering_one_cases_resolution_after_samples_is_refused(ready: Ses
     ready.refused("resolution.record", dropped, "R4")
 
 
+def test_r4_a_longer_aa_may_lower_the_resolution_after_samples(ready: Session) -> None:
+    _below_resolution_target(ready)  # in force: 20 repeats
+    longer = resolution(resolution=0.01, repeats=40, per_case={"small": 0.01, "large": 0.01})
+    assert ready.run("resolution.record", longer)["resolution"] == 0.01
+    # and the next, at those 40 repeats, may not lower it again
+    again = resolution(resolution=0.005, repeats=40, per_case={"small": 0.005, "large": 0.005})
+    assert "40 repeats" in ready.refused("resolution.record", again, "R4").message
+
+
 def test_r4_a_resolution_may_be_raised_after_samples_and_lowered_before_any(
     ready: Session,
 ) -> None:

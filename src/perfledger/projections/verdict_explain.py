@@ -187,7 +187,7 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
         condition = "below_resolution"
         reason = (
             f"CI lower end {pct(low)} clears the minimum effect {pct(min_effect)} but not the "
-            f"A/A resolution {pct(resolution)}: a tighter resolution (a longer `measure aa`) "
+            f"A/A resolution {pct(resolution)}: a tighter resolution (a longer `measure aa`: more --runs) "
             "or more pairs could decide it"
         )
     return {

@@ -405,7 +405,7 @@ def decide_resolution_record(
     if req.repeats < 2:
         raise refuse("R4", "a resolution needs at least 2 repeated original samples")
     if rules_version(ctx, "ResolutionEstimated") >= R4_RESOLUTION_NOT_LOWERED:
-        r4_resolution_not_lowered(state, target, req.resolution, req.per_case)
+        r4_resolution_not_lowered(state, target, req.resolution, req.per_case, req.repeats)
     return _emit(ctx, _build(ResolutionEstimated, dump(req)))
 
 

@@ -18,9 +18,9 @@
 - **No resolution lowered after the data** (R4, from ``ResolutionEstimated`` schema
   :data:`~perfledger.events.workflow.R4_RESOLUTION_NOT_LOWERED`): once samples of a Target are
   recorded, a new resolution may not be lower than the one in force (the Target's or any
-  case's). A verdict judges against the latest resolution; without this rule a CI just below
-  the measured resolution became a pass by recording a smaller one (by hand, or by re-running
-  `measure aa` until one came out small).
+  case's) unless it comes from a longer A/A (more repeats). A verdict judges against the latest
+  resolution; without this rule a CI just below the measured resolution became a pass by
+  recording a smaller one (by hand, or by re-running `measure aa` until one came out small).
 
 Imports: events and the workflow projection's state (a commands helper).
 """
@@ -95,17 +95,23 @@ def _named(ids: list[str]) -> str:
 
 
 def r4_resolution_not_lowered(
-    state: WorkflowState, target: TargetView, resolution: float, per_case: Mapping[str, float]
+    state: WorkflowState,
+    target: TargetView,
+    resolution: float,
+    per_case: Mapping[str, float],
+    repeats: int,
 ) -> None:
     """R4: once samples of ``target`` are recorded, a new resolution (``resolution`` and
-    ``per_case``, ratios) may not be lower than the one in force: neither the Target's nor any
-    case's (a case it leaves out would fall back to the Target's own, so it counts at that).
+    ``per_case``, ratios) may not be lower than the one in force, neither the Target's nor any
+    case's (a case it leaves out would fall back to the Target's own, so it counts at that),
+    unless it comes from a longer A/A (more ``repeats`` than the one in force: more pairs
+    tighten an A/A honestly; the same A/A run again until it comes out small does not).
     Raising it stays allowed (it can only make a pass harder).
 
     Raises: RuleRefused (R4) with the figures and the samples already recorded."""
     current = target.resolution
     recorded = _samples_of(state, target)
-    if current is None or not recorded:
+    if current is None or not recorded or repeats > current.repeats:
         return
     lowered = []
     if resolution < current.resolution:
@@ -118,10 +124,13 @@ def r4_resolution_not_lowered(
         raise refuse(
             "R4",
             f"Target {target.definition.target_id!r} already has samples ({_named(recorded)}); "
-            f"a resolution recorded after them cannot be lower than the one in force "
-            f"({'; '.join(lowered)}): one chosen after seeing a CI is not a measurement",
-            "keep the resolution in force (a higher one may be recorded), or freeze a new "
-            "Target (`perfledger target supersede`) and measure its A/A before its samples",
+            f"a resolution recorded after them from an A/A no longer than the one in force "
+            f"({current.repeats} repeats; this one {repeats}) cannot be lower "
+            f"({'; '.join(lowered)}): the same A/A re-run until it comes out small is not a "
+            "measurement",
+            f"measure a longer A/A (`measure aa --runs` giving more than {current.repeats} "
+            "repeats), keep the resolution in force, or freeze a new Target (`perfledger target "
+            "supersede`)",
         )
 
 
