@@ -1119,8 +1119,9 @@ R5_FINAL_AUDIT_ACCURACY = 4
 PER_CASE_V2 = 3
 #: The ``VerdictRecorded`` schema version (:data:`R12_EVERY_CASE_FINAL_AUDIT` for
 #: ``FinalAuditRecorded``) from which a formal stage (target, final audit) whose samples leave out
-#: a case of the Target's test set cannot pass (R12: a case that was not measured cannot be
-#: outvoted either); events recorded before are re-derived without it.
+#: a case of the Target's test set, or measured a test set the readiness no longer names, cannot
+#: pass (R12: a case that was not measured cannot be outvoted either); events recorded before
+#: are re-derived without it.
 R12_EVERY_CASE = 4
 R12_EVERY_CASE_FINAL_AUDIT = 5
 #: The ``ReadinessRecorded`` schema version from which a readiness may not change the Target's
@@ -1129,9 +1130,9 @@ R12_EVERY_CASE_FINAL_AUDIT = 5
 #: is re-checked without it.
 R2_STATISTICS_FROZEN = 4
 #: The ``ResolutionEstimated`` schema version from which a resolution recorded once samples of
-#: the Target exist may not be lower than the one in force, for the Target or any case (R4: a
-#: resolution chosen after seeing a CI is not a measurement); resolutions recorded before are
-#: re-checked without it.
+#: the Target exist may not be lower than the one in force, for the Target or any case, unless
+#: it comes from a longer A/A (more repeats; R4: the same A/A re-run after seeing a CI until it
+#: comes out small is not a measurement); resolutions recorded before are re-checked without it.
 R4_RESOLUTION_NOT_LOWERED = 2
 
 
