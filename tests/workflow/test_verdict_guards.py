@@ -13,11 +13,15 @@ from wf_scenario import (
     CASES,
     TEST_SET_HASH,
     Session,
+    baseline,
+    evidence,
     experiment,
     make_pairs,
+    metric_audit,
     readiness,
     resolution,
     samples,
+    target_freeze,
 )
 
 from perfledger.commands.workflow import deciders
@@ -105,6 +109,38 @@ def test_missing_cases_names_the_unmeasured_cases_or_counts_unnamed_ones() -> No
     unnamed = CaseSet(hash=TEST_SET_HASH, case_count=3)
     assert missing_cases(unnamed, ["a", "b"]) == ["<1 unnamed case(s)>"]
     assert missing_cases(unnamed, ["a", "b", "c"]) == []
+
+
+def test_missing_cases_of_an_unnamed_test_set_are_the_ones_its_aa_measured() -> None:
+    unnamed = CaseSet(hash=TEST_SET_HASH, case_count=2)
+    # `small` measured twice, under a second name: two distinct names, one case left out
+    assert missing_cases(unnamed, ["small", "small-again"], known=["small", "large"]) == ["large"]
+    assert missing_cases(unnamed, ["small", "large"], known=["small", "large"]) == []
+    assert missing_cases(unnamed, ["x"], known=["small"]) == ["small"]
+
+
+def test_cheat_renaming_a_winning_case_in_an_unnamed_test_set_cannot_pass(bare: Session) -> None:
+    """The test set names no cases (only its count, 2); the A/A measured ``small`` and ``large``.
+    Target samples of ``small`` twice, the second time named ``small-again``, leave ``large``
+    out although they have two distinct case names."""
+    bare.run("target.freeze", target_freeze())
+    bare.run("evidence.add", evidence())
+    body = readiness()
+    body["test_set"] = {"hash": TEST_SET_HASH, "case_count": 2}
+    bare.run("readiness.record", body)
+    bare.run("metric-audit.record", metric_audit())
+    bare.run("baseline.record", baseline())
+    per_case = {"small": 0.01, "large": 0.01}
+    bare.run("resolution.record", resolution(per_case=per_case))
+    bare.screened()
+    pairs = make_pairs(0.2, cases=("small",), tag="a")
+    again = make_pairs(0.2, cases=("small",), tag="b")
+    for pair in again:
+        pair["case"] = "small-again"
+    bare.run("samples.record", samples("e1-target", "target", pairs=pairs + again))
+    verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
+    assert any("leave out test case(s) ['large']" in n for n in verdict["notes"])
 
 
 def test_r12_verdicts_and_final_audits_recorded_before_the_rule_are_re_derived_without_it(

@@ -41,17 +41,22 @@ from perfledger.projections.workflow import TargetView, WorkflowState
 FORMAL_STAGES = ("target", "final_audit")
 
 
-def missing_cases(test_set: TestSet, measured: Iterable[str]) -> list[str]:
+def missing_cases(
+    test_set: TestSet, measured: Iterable[str], known: Iterable[str] = ()
+) -> list[str]:
     """The test set's cases that ``measured`` (the samples' case names) leaves out (R12).
 
-    Where the test set names its cases, the names not measured, sorted; where it names none,
-    ``["<N unnamed case(s)>"]`` when fewer than ``case_count`` distinct cases were measured.
-    Empty when every case is measured."""
+    Where the test set names its cases, the names not measured, sorted. Where it names none,
+    the ``known`` names (the cases the Target's A/A and baseline measured) not measured, then
+    ``"<N unnamed case(s)>"`` for what still falls short of ``case_count`` distinct cases. A
+    test set without names cannot tell a case measured twice under two names from two cases:
+    the known names are what binds them. Empty when every case is measured."""
     seen = set(measured)
     if test_set.cases:
         return sorted(c for c in test_set.cases if c not in seen)
-    short = test_set.case_count - len(seen)
-    return [f"<{short} unnamed case(s)>"] if short > 0 else []
+    named = sorted(set(known) - seen)
+    short = test_set.case_count - len(seen) - len(named)
+    return named + ([f"<{short} unnamed case(s)>"] if short > 0 else [])
 
 
 def r12_every_case(
@@ -73,7 +78,11 @@ def r12_every_case(
             f"({readiness.test_set.hash}): they cannot pass"
         )
         return "inconclusive" if status == "pass" else status
-    missing = missing_cases(readiness.test_set, (p.case for p in samples.pairs))
+    # an unnamed test set's cases are the ones the Target's A/A and baseline measured (R4)
+    known = set(target.resolution.per_case) if target.resolution is not None else set()
+    if target.baseline is not None:
+        known |= set(target.baseline.per_case_median)
+    missing = missing_cases(readiness.test_set, (p.case for p in samples.pairs), known)
     if not missing:
         return status
     notes.append(
