@@ -63,6 +63,8 @@ REQUEST_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 TAIL_MIN_REQUESTS: dict[str, int] = {"p95": 40, "p99": 200}
 #: Largest request set read (lines).
 MAX_REQUESTS = 1_000_000
+#: Bytes of a failed answer's body kept for its error (the rest is never read).
+ERROR_BODY_BYTES = 4096
 
 Phase = Literal["warmup", "steady", "cooldown"]
 
@@ -349,10 +351,14 @@ async def _send(
             endpoint.url(config.api),
             json=body,
             timeout=aiohttp.ClientTimeout(total=config.timeout_s),
+            # a redirect would measure (and send the user's test set to) a server other than
+            # the one the record names: a 3xx is a failed request like any other status
+            allow_redirects=False,
         ) as resp:
             if resp.status != 200:
-                text = (await resp.text())[:200]
-                rec.error = f"http_{resp.status}: {text}"
+                # a bounded prefix: an error body may be huge or never end
+                text = (await resp.content.read(ERROR_BODY_BYTES)).decode("utf-8", "replace")
+                rec.error = f"http_{resp.status}: {text[:200]}"
                 return
             async for raw in resp.content:
                 line = raw.decode("utf-8", "replace").strip()
@@ -409,6 +415,14 @@ async def _send(
         rec.error = (
             f"usage_mismatch: the server reported {usage} completion tokens for {chunks} "
             f"content chunks (max_tokens {request.max_tokens})"
+        )
+        return
+    if usage is None and chunks > request.max_tokens:
+        # without usage the chunks are the token count: a server that splits its tokens into
+        # more chunks than max_tokens allows would count more tokens than it produced
+        rec.error = (
+            f"usage_mismatch: {chunks} content chunks without a usage count, more than "
+            f"max_tokens {request.max_tokens}"
         )
         return
     rec.output_tokens, rec.tokens_source = (usage, "usage") if usage else (chunks, "chunks")

@@ -1,0 +1,119 @@
+"""Attacks on the serving load (:mod:`perfledger.kernels.serving`) by the server under test:
+each test runs the real client against a real hostile server on 127.0.0.1
+(``serving_hostile.py``, aiohttp.web, in its own process) that tries to get better recorded
+figures than it earns, or to hang the client, and checks that the record does not believe it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from serving_hostile import hostile
+
+from perfledger.commands.workflow.serving_record import evidence_request
+from perfledger.kernels import serving as sv
+from perfledger.kernels.serving_stats import analyze
+
+
+def _requests(tmp_path: Path, n: int = 12, tokens: int = 8) -> tuple[list[Any], str]:
+    path = tmp_path / "testset.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
+                        "max_tokens": tokens}) + "\n"
+            for i in range(n)
+        )
+    )  # fmt: skip
+    return sv.load_request_set(path)
+
+
+def _config(**kw: Any) -> sv.LoadConfig:
+    base: dict[str, Any] = dict(
+        mode="closed", concurrency=2, steady_requests=4, warmup_requests=2, cooldown_requests=2,
+        pairs=1,
+    )  # fmt: skip
+    return sv.LoadConfig(**{**base, **kw})
+
+
+def test_cheat_a_failing_answer_whose_body_never_ends_does_not_hold_the_client(
+    tmp_path: Path,
+) -> None:
+    """An HTTP 500 whose body never ends: the client reads a bounded prefix of it and moves on,
+    instead of buffering it without limit until the request's timeout."""
+    requests, digest = _requests(tmp_path, n=4)
+    config = _config(steady_requests=2, warmup_requests=0, cooldown_requests=0, timeout_s=20.0)
+    with hostile() as url:
+        t0 = time.monotonic()
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/error_forever/v1", "m"),
+            requests, digest, config,
+        )  # fmt: skip
+        elapsed_s = time.monotonic() - t0
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert all(not r.ok and r.error.startswith("http_500") for r in cand), cand  # type: ignore[union-attr]
+    assert elapsed_s < 10.0  # not the 20 s timeout per request
+
+
+def test_cheat_more_content_chunks_than_max_tokens_without_usage_fails_the_request(
+    tmp_path: Path,
+) -> None:
+    """A server that splits each token into two chunks and sends no usage would count twice
+    the tokens it produced and halve its time per output token; more content chunks than
+    ``max_tokens`` is impossible for an honest server (each chunk carries at least one token)."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/split_no_usage/v1", "m"),
+            requests, digest, _config(),
+        )  # fmt: skip
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert cand and all(
+        not r.ok and r.error.startswith("usage_mismatch") and r.tpot_s is None  # type: ignore[union-attr]
+        for r in cand
+    ), [(r.output_tokens, r.error) for r in cand]
+    assert all(r.ok and r.output_tokens == 8 for r in run.requests if r.subject == "ref")
+
+
+def test_cheat_a_candidate_that_redirects_to_another_server_is_not_measured_as_that_server(
+    tmp_path: Path,
+) -> None:
+    """A redirect sends the request (the user's test set) to a server other than the one the
+    record names, and records that server's figures under the candidate's URL."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/redirect/v1", "m"),
+            requests, digest, _config(),
+        )  # fmt: skip
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert cand and all(not r.ok and r.error.startswith("http_307") for r in cand), cand  # type: ignore[union-attr]
+    assert all(r.ok for r in run.requests if r.subject == "ref")
+
+
+def test_cheat_a_candidate_that_fails_a_request_in_its_slow_windows_gets_no_finding(
+    tmp_path: Path,
+) -> None:
+    """A failed steady request leaves its window pair out of the comparison; a candidate that
+    fails one request in each window where it is slow (10x the reference) and is fast (0.5x) in
+    the others would be compared on its fast windows only and found faster. The pairs left out
+    for failures make the finding inconclusive and are a limitation of the evidence."""
+    requests, digest = _requests(tmp_path, n=32)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/selective/v1", "m"),
+            requests, digest, _config(pairs=4),
+        )  # fmt: skip
+    failed = [r for r in run.requests if not r.ok]
+    assert failed and {r.pair for r in failed} == {1, 3}, failed
+    report = analyze(run, min_effect=0.05, resamples=500)
+    ttft = report["summary"]["ttft_s"]["p50"]
+    assert ttft["pairs"] == 2 and ttft["ratio"] < 0.8  # the fast windows alone
+    assert ttft["finding"] == "inconclusive", ttft
+    assert ttft["pairs_failed"] == 2
+    body = evidence_request(
+        report, evidence_id="e1", target_id=None, applicability="diagnostic", description="",
+        interference_windows=[], monitor_note="host",
+    )  # fmt: skip
+    assert any("failed" in x for x in body["limitations"]), body["limitations"]
