@@ -13,6 +13,8 @@ behaviour B:
 - ``split_no_usage``: each token streamed as two content chunks, no usage chunk (twice as many
   "tokens" as ``max_tokens`` in the same time);
 - ``redirect``: HTTP 307 to the ``fast`` route (a candidate measured as another server);
+- ``short_claims_full``: streams half of ``max_tokens`` and reports ``max_tokens`` in its
+  usage (an answer that ends early, counted as a full one);
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
   first token) in even blocks; slow (200 ms) in odd blocks, where it also fails the block's
   fourth request (HTTP 500) so that the window's pair is left out of the comparison.
@@ -54,7 +56,13 @@ COUNTS: dict[str, int] = {}
 
 
 async def _stream(
-    request: web.Request, tokens: int, ttft_s: float, *, split: bool = False, usage: bool = True
+    request: web.Request,
+    tokens: int,
+    ttft_s: float,
+    *,
+    split: bool = False,
+    usage: bool = True,
+    claimed: int | None = None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
@@ -71,7 +79,7 @@ async def _stream(
         for piece in pieces:
             await send({"choices": [{"index": 0, "delta": {"content": piece}}]})
     if usage:
-        await send({"choices": [], "usage": {"completion_tokens": tokens}})
+        await send({"choices": [], "usage": {"completion_tokens": claimed or tokens}})
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp
@@ -88,6 +96,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return await _stream(request, tokens, 0.002)
     if behaviour == "split_no_usage":
         return await _stream(request, tokens, 0.02, split=True, usage=False)
+    if behaviour == "short_claims_full":
+        return await _stream(request, tokens // 2, 0.02, claimed=tokens)
     if behaviour == "redirect":
         raise web.HTTPTemporaryRedirect("/fast/v1/chat/completions")
     if behaviour == "selective":

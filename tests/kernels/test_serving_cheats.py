@@ -117,3 +117,43 @@ def test_cheat_a_candidate_that_fails_a_request_in_its_slow_windows_gets_no_find
         interference_windows=[], monitor_note="host",
     )  # fmt: skip
     assert any("failed" in x for x in body["limitations"]), body["limitations"]
+
+
+def test_cheat_a_tail_quantile_of_too_few_requests_is_not_recorded_as_evidence(
+    tmp_path: Path,
+) -> None:
+    """A p99 of 4 steady requests a window is their largest, not a p99: recorded as evidence it
+    would claim a tail the run never saw (R7, R12)."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        endpoint = sv.Endpoint(f"{url}/honest/v1", "m")
+        run = sv.run_serving(endpoint, endpoint, requests, digest, _config(pairs=2))
+    body = evidence_request(
+        analyze(run, resamples=200), evidence_id="e1", target_id=None,
+        applicability="diagnostic", description="", interference_windows=[], monitor_note="host",
+    )  # fmt: skip
+    names = [f["name"] for f in body["facts"]]
+    assert "ref.ttft.p50" in names and "cand_over_ref.ttft.p50" in names
+    assert not [n for n in names if n.endswith((".p95", ".p99"))], names
+    assert any(x.startswith("p95, p99 left out") for x in body["limitations"])
+
+
+def test_cheat_an_answer_that_ends_early_but_reports_full_usage_is_not_compared(
+    tmp_path: Path,
+) -> None:
+    """A candidate that streams half the tokens and reports ``max_tokens`` in its usage passes
+    the per-request count check (a chunk may carry several tokens) and the pair's token check,
+    and ends sooner without being faster; the text it sent is half the reference's."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/short_claims_full/v1", "m"),
+            requests, digest, _config(pairs=2),
+        )  # fmt: skip
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert all(r.ok and r.output_tokens == 8 for r in cand)  # the claim is believable alone
+    report = analyze(run, resamples=200)
+    assert report["usable_pairs"] == 0, [p["reasons"] for p in report["pairs"]]
+    assert all(
+        any(x.startswith("output_text_differs:") for x in p["reasons"]) for p in report["pairs"]
+    )

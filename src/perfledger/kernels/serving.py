@@ -29,8 +29,10 @@ The protocol, each part overridable and recorded in :meth:`ServingRun.settings`:
   over its own span; a request overlapping foreign activity carries the monitor's reasons, and the
   merged spans of such requests are the run's interference windows.
 - **Same work**: the server's token count is checked (at least one token per content chunk, at
-  most ``max_tokens``; else the request fails ``usage_mismatch``); ``ignore_eos`` asks servers
-  that know it to run every answer to ``max_tokens``.
+  most ``max_tokens``; without a usage count, at most ``max_tokens`` content chunks; else the
+  request fails ``usage_mismatch``); the bytes of content received are kept (``output_bytes``),
+  so a token count the text does not bear out shows in the pair's comparison;
+  ``ignore_eos`` asks servers that know it to run every answer to ``max_tokens``.
 
 The statistics (quantiles with bootstrap CIs, pair ratios, drift, tail exposure) are in
 :mod:`perfledger.kernels.serving_stats`.
@@ -276,6 +278,9 @@ class RequestRecord:
     e2e_s: float | None = None
     output_tokens: int = 0
     tokens_source: str = ""
+    #: UTF-8 bytes of the content received: what the client saw of the work, whatever the
+    #: server says of its token count
+    output_bytes: int = 0
     ok: bool = False
     error: str | None = None
     interference: list[str] = field(default_factory=list)
@@ -344,6 +349,7 @@ async def _send(
     rec.start_s = time.monotonic()
     first: float | None = None
     chunks = 0
+    text_bytes = 0
     usage: int | None = None
     done = False
     try:
@@ -390,6 +396,7 @@ async def _send(
                     text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
                     if text:
                         chunks += 1
+                        text_bytes += len(str(text).encode("utf-8", "replace"))
                         if first is None:
                             first = time.monotonic()
     except TimeoutError:
@@ -426,6 +433,7 @@ async def _send(
         )
         return
     rec.output_tokens, rec.tokens_source = (usage, "usage") if usage else (chunks, "chunks")
+    rec.output_bytes = text_bytes
     rec.ok = True
     rec.ttft_s = first - rec.start_s
     rec.e2e_s = rec.end_s - rec.start_s

@@ -7,8 +7,8 @@ through ``samples.record`` like ``measure workload``:
   ``case``): each subject's values are its steady requests' per-request
   TTFT / time per output token / end-to-end latency (in the Target's unit), so a verdict can take
   a median or a tail of them (R12), or the window's throughput (one value);
-- a window pair with a drifting window, or whose subjects produced output token totals that
-  differ over the same requests, is left out of the request (kept, with its reason, in the
+- a window pair with a drifting window, or whose subjects produced output token totals (or
+  output text) that differ over the same requests, is left out of the request (kept, with its reason, in the
   artifact): it supports no verdict;
 - a subject with failed steady requests in its window is recorded ``correct: false`` (R5);
 - each pair carries the monitor's account of its two windows, with the requests that overlapped
