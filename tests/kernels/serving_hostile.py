@@ -15,6 +15,8 @@ behaviour B:
 - ``redirect``: HTTP 307 to the ``fast`` route (a candidate measured as another server);
 - ``short_claims_full``: streams half of ``max_tokens`` and reports ``max_tokens`` in its
   usage (an answer that ends early, counted as a full one);
+- ``cold_connections``: the first request on each new connection takes 300 ms to its first
+  token (connection set-up, per-connection state), later ones 20 ms;
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
   first token) in even blocks; slow (200 ms) in odd blocks, where it also fails the block's
   fourth request (HTTP 500) so that the window's pair is left out of the comparison.
@@ -53,6 +55,8 @@ def hostile() -> Iterator[str]:
 
 #: Requests begun, per behaviour.
 COUNTS: dict[str, int] = {}
+#: Connections (their transports' ids) that have carried a request.
+CONNECTIONS: set[int] = set()
 
 
 async def _stream(
@@ -98,6 +102,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return await _stream(request, tokens, 0.02, split=True, usage=False)
     if behaviour == "short_claims_full":
         return await _stream(request, tokens // 2, 0.02, claimed=tokens)
+    if behaviour == "cold_connections":
+        fresh = id(request.transport) not in CONNECTIONS
+        CONNECTIONS.add(id(request.transport))
+        return await _stream(request, tokens, 0.3 if fresh else 0.02)
     if behaviour == "redirect":
         raise web.HTTPTemporaryRedirect("/fast/v1/chat/completions")
     if behaviour == "selective":

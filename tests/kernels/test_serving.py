@@ -64,12 +64,13 @@ def test_candidate_with_a_shorter_time_to_first_token_is_found_faster(tmp_path: 
     exposure = report["pairs"][0]["tail_exposure"]["ttft_s"]
     assert exposure["cand_share_above"] < exposure["ref_share_above"] + 0.05
     for w in report["windows"]:
-        assert w["requests"] == {"warmup": 5, "steady": 30, "cooldown": 5}
+        # one warm-up and one cool-down request per worker (8) by default
+        assert w["requests"] == {"warmup": 8, "steady": 30, "cooldown": 8}
         assert w["failed"] == 0 and w["requests_per_s"] > 0 and w["output_tokens_per_s"] > 0
         q = w["quantiles"]["ttft_s"]["p95"]
         assert q["ci_low_s"] <= q["value_s"] <= q["ci_high_s"] and not q["enough_for_tail"]
     rows = [r for r in run.requests if r.ok]
-    assert len(rows) == 8 * 40 and all(
+    assert len(rows) == 8 * 46 and all(
         r.output_tokens == 8 and r.tokens_source == "usage" for r in rows
     )
     assert all(r.ttft_s >= 0.03 and r.tpot_s > 0.003 for r in rows)  # type: ignore[operator]
@@ -92,8 +93,8 @@ def test_a_step_in_latency_mid_run_is_drift_and_its_windows_support_no_verdict(
     tmp_path: Path,
 ) -> None:
     requests, digest = _request_set(tmp_path)
-    # 8 windows of 40 requests; from the 201st request on (windows 5-7) the server is 60 % slower
-    config = {"seed": 5, "profiles": {"a": BASE}, "step_after": 200, "step_factor": 1.6}
+    # 8 windows of 46 requests; from the 231st request on (windows 5-7) the server is 60 % slower
+    config = {"seed": 5, "profiles": {"a": BASE}, "step_after": 230, "step_factor": 1.6}
     with standin(config) as url:
         endpoint = sv.Endpoint(f"{url}/a/v1", "m")
         run = sv.run_serving(endpoint, endpoint, requests, digest, _closed())
@@ -251,11 +252,11 @@ def test_completions_api_streams_text_chunks(tmp_path: Path) -> None:
     )
     requests, digest = sv.load_request_set(path, "completions")
     config = sv.LoadConfig(mode="closed", concurrency=2, steady_requests=4, pairs=1, api="completions",
-                           warmup_requests=1, cooldown_requests=1)  # fmt: skip
+                           warmup_requests=2, cooldown_requests=2)  # fmt: skip
     with standin({"seed": 10, "profiles": {"a": BASE}}) as url:
         run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), None, requests, digest, config)
     assert all(r.ok and r.output_tokens == 3 for r in run.requests)
-    assert [r.phase for r in run.requests] == ["warmup"] + ["steady"] * 4 + ["cooldown"]
+    assert [r.phase for r in run.requests] == ["warmup"] * 2 + ["steady"] * 4 + ["cooldown"] * 2
 
 
 @pytest.mark.parametrize(

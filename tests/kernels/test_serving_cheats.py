@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from serving_hostile import hostile
 
 from perfledger.commands.workflow.serving_record import evidence_request
+from perfledger.errors import BadRequest
 from perfledger.kernels import serving as sv
 from perfledger.kernels.serving_stats import analyze
 
@@ -43,7 +45,8 @@ def test_cheat_a_failing_answer_whose_body_never_ends_does_not_hold_the_client(
     """An HTTP 500 whose body never ends: the client reads a bounded prefix of it and moves on,
     instead of buffering it without limit until the request's timeout."""
     requests, digest = _requests(tmp_path, n=4)
-    config = _config(steady_requests=2, warmup_requests=0, cooldown_requests=0, timeout_s=20.0)
+    config = _config(concurrency=1, steady_requests=2, warmup_requests=1, cooldown_requests=1,
+                     timeout_s=20.0)  # fmt: skip
     with hostile() as url:
         t0 = time.monotonic()
         run = sv.run_serving(
@@ -157,3 +160,24 @@ def test_cheat_an_answer_that_ends_early_but_reports_full_usage_is_not_compared(
     assert all(
         any(x.startswith("output_text_differs:") for x in p["reasons"]) for p in report["pairs"]
     )
+
+
+def test_cheat_connection_set_up_does_not_land_in_the_steady_state(tmp_path: Path) -> None:
+    """Closed loop, 8 workers: each worker's first request opens a connection to a server that
+    is cold on it (300 ms to the first token, 20 ms after). With fewer warm-up requests than
+    workers, some of those first requests were steady samples: a subject restarted or cold
+    before its windows had its tail inflated. The warm-up is at least one request per worker
+    (the default), and fewer is refused."""
+    requests, digest = _requests(tmp_path, n=40)
+    config = sv.LoadConfig(mode="closed", concurrency=8, steady_requests=16, pairs=1)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/cold_connections/v1", "m"), None, requests, digest, config
+        )
+    first_on_connection = [r for r in run.requests if r.ttft_s and r.ttft_s > 0.25]
+    assert len(first_on_connection) == 8  # one per worker
+    assert all(r.phase == "warmup" for r in first_on_connection), first_on_connection
+    with pytest.raises(BadRequest, match="warm-up"):
+        sv.LoadConfig(mode="closed", concurrency=8, warmup_requests=5).check()
+    with pytest.raises(BadRequest, match="cool-down"):
+        sv.LoadConfig(mode="closed", concurrency=8, warmup_requests=8, cooldown_requests=5).check()

@@ -147,7 +147,8 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
         assert "host_monitor" in pair.monitor.flags
         if pair.monitor.foreign_activity:
             assert pair.monitor.explained == "the stand-in server and other CI jobs"
-    assert artifact["kind"] == "serving" and len(artifact["requests"]) == 14 * 30
+    # 14 windows of 8 warm-up (one per worker), 20 steady and 8 cool-down requests
+    assert artifact["kind"] == "serving" and len(artifact["requests"]) == 14 * 36
     assert artifact["monitor"]["source"] == "host" and artifact["monitor"]["settings"]["hz"] > 0
     assert json.loads((tmp_path / "raw.json").read_text())["report"]["drift"]["metric"] == "ttft_s"
     verdict = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", data["samples_id"],

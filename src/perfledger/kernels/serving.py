@@ -18,7 +18,8 @@ The protocol, each part overridable and recorded in :meth:`ServingRun.settings`:
   starts. In each window, by dispatch order, the first ``warmup_requests`` are the warm-up phase
   (queues and caches filling), the last ``cooldown_requests`` the cool-down phase (the load
   draining: they see less contention), the rest the steady state; only steady requests are
-  samples.
+  samples. In the closed loop each phase holds at least one request per worker, so every steady
+  request runs at full concurrency on a warm connection.
 - **Per request** (streaming): TTFT (send to first content chunk), time per output token
   (``(e2e - ttft) / (tokens - 1)``; undefined for one token), end-to-end latency, output tokens
   (the server's ``usage.completion_tokens`` where it sends it, else the content chunks). A request
@@ -65,6 +66,9 @@ REQUEST_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 TAIL_MIN_REQUESTS: dict[str, int] = {"p95": 40, "p99": 200}
 #: Largest request set read (lines).
 MAX_REQUESTS = 1_000_000
+#: Fewest warm-up and cool-down requests a window by default (closed loop: at least one per
+#: worker, see :meth:`LoadConfig.check`).
+MIN_PHASE_REQUESTS = 5
 #: Bytes of a failed answer's body kept for its error (the rest is never read).
 ERROR_BODY_BYTES = 4096
 
@@ -210,6 +214,8 @@ class LoadConfig:
         concurrency: closed loop: requests in flight (>= 1).
         steady_requests: steady-state requests per window (>= 2).
         warmup_requests, cooldown_requests: per window, before and after the steady ones.
+            None (the default): 5, and in the closed loop at least ``concurrency``
+            (:data:`MIN_PHASE_REQUESTS`).
         pairs: window pairs (ABBA); with one subject, the number of its windows.
         seed: seeds the shuffle of the request set and the arrival gaps.
         timeout_s: per request, seconds.
@@ -222,16 +228,28 @@ class LoadConfig:
     rate_rps: float | None = None
     concurrency: int | None = None
     steady_requests: int = 40
-    warmup_requests: int = 5
-    cooldown_requests: int = 5
+    warmup_requests: int | None = None
+    cooldown_requests: int | None = None
     pairs: int = 5
     seed: int = 0
     timeout_s: float = 60.0
     api: Literal["chat", "completions"] = "chat"
     ignore_eos: bool = False
 
+    def __post_init__(self) -> None:
+        # closed loop: each worker's first request opens its connection and meets a cold
+        # server, and each worker's last one runs while the load drains; with at least one
+        # warm-up and one cool-down request per worker, every steady request runs at full
+        # concurrency on a warm connection
+        floor = max(MIN_PHASE_REQUESTS, self.concurrency or 0) if self.mode == "closed" else 5
+        for name in ("warmup_requests", "cooldown_requests"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, floor)
+
     def check(self) -> None:
-        """Raise BadRequest for an impossible configuration."""
+        """Raise BadRequest for an impossible configuration, or a closed loop with fewer
+        warm-up or cool-down requests than workers (steady samples would then include a
+        worker's first request, on a new connection, or its last, under a draining load)."""
         if self.mode == "poisson" and not (self.rate_rps and self.rate_rps > 0):
             raise BadRequest("open-loop (poisson) load needs a rate > 0 requests/s (--rate)")
         if self.mode == "closed" and not (self.concurrency and self.concurrency >= 1):
@@ -240,15 +258,26 @@ class LoadConfig:
             raise BadRequest(f"unknown load mode {self.mode!r}: poisson or closed")
         if self.steady_requests < 2 or self.pairs < 1:
             raise BadRequest("a window needs at least 2 steady requests, a run at least 1 pair")
-        if self.warmup_requests < 0 or self.cooldown_requests < 0 or self.timeout_s <= 0:
+        warmup, cooldown = self.warmup_requests or 0, self.cooldown_requests or 0
+        if warmup < 0 or cooldown < 0 or self.timeout_s <= 0:
             raise BadRequest("warm-up and cool-down counts are >= 0, the timeout > 0")
+        if self.mode == "closed" and min(warmup, cooldown) < (self.concurrency or 0):
+            phase = "warm-up" if warmup < (self.concurrency or 0) else "cool-down"
+            raise BadRequest(
+                f"a closed loop of {self.concurrency} workers needs at least {self.concurrency} "
+                f"{phase} requests a window (one per worker), not {min(warmup, cooldown)}: "
+                "otherwise steady samples include a worker's first request (a new connection, "
+                "a cold server) or its last (the load draining)",
+                hint=f"pass --warmup and --cooldown {self.concurrency} or more (or leave them "
+                "out: the default is max(5, concurrency))",
+            )
         if self.api not in ("chat", "completions"):
             raise BadRequest(f"unknown API {self.api!r}: chat or completions")
 
     @property
     def window_requests(self) -> int:
         """Requests sent per window (warm-up + steady + cool-down)."""
-        return self.warmup_requests + self.steady_requests + self.cooldown_requests
+        return (self.warmup_requests or 0) + self.steady_requests + (self.cooldown_requests or 0)
 
 
 # ------------------------------------------------------------------------------ records
@@ -281,6 +310,9 @@ class RequestRecord:
     #: UTF-8 bytes of the content received: what the client saw of the work, whatever the
     #: server says of its token count
     output_bytes: int = 0
+    #: content chunks received (a chunk carries one token or more; many tokens per chunk on
+    #: average is a token count the client did not see arrive)
+    content_chunks: int = 0
     ok: bool = False
     error: str | None = None
     interference: list[str] = field(default_factory=list)
@@ -433,7 +465,7 @@ async def _send(
         )
         return
     rec.output_tokens, rec.tokens_source = (usage, "usage") if usage else (chunks, "chunks")
-    rec.output_bytes = text_bytes
+    rec.output_bytes, rec.content_chunks = text_bytes, chunks
     rec.ok = True
     rec.ttft_s = first - rec.start_s
     rec.e2e_s = rec.end_s - rec.start_s
@@ -483,9 +515,10 @@ async def _prepare(session: Any, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def _phase(dispatch: int, config: LoadConfig) -> Phase:
-    if dispatch < config.warmup_requests:
+    warmup = config.warmup_requests or 0
+    if dispatch < warmup:
         return "warmup"
-    if dispatch >= config.warmup_requests + config.steady_requests:
+    if dispatch >= warmup + config.steady_requests:
         return "cooldown"
     return "steady"
 

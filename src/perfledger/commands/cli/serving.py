@@ -138,10 +138,10 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
               help="Closed loop: requests in flight.")  # fmt: skip
 @click.option("--pairs", type=click.IntRange(min=1), default=5, help="Window pairs (ABBA).")
 @click.option("--steady", type=click.IntRange(min=2), default=40, help="Steady requests a window.")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, help="Warm-up requests a window.")
-@click.option(
-    "--cooldown", type=click.IntRange(min=0), default=5, help="Cool-down requests a window."
-)
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
+              help="Warm-up requests a window (default 5; closed loop: at least --concurrency).")  # fmt: skip
+@click.option("--cooldown", type=click.IntRange(min=0), default=None,
+              help="Cool-down requests a window (default 5; closed loop: at least --concurrency).")  # fmt: skip
 @click.option("--seed", type=int, default=0, help="Seeds the request order and the arrivals.")
 @click.option(
     "--ignore-eos",
