@@ -16,7 +16,10 @@ behaviour B:
 - ``short_claims_full``: streams half of ``max_tokens`` and reports ``max_tokens`` in its
   usage (an answer that ends early, counted as a full one);
 - ``cold_connections``: the first request on each new connection takes 300 ms to its first
-  token (connection set-up, per-connection state), later ones 20 ms;
+  token (connection set-up, per-connection state) and answers ``coldN`` tokens, later ones
+  20 ms and ``tN``;
+- ``choices_not_a_list``: a chunk whose ``choices`` is a number;
+- ``deep_json``: a chunk of 50,000 nested JSON arrays (deeper than a recursive decoder goes);
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
   first token) in even blocks; slow (200 ms) in odd blocks, where it also fails the block's
   fourth request (HTTP 500) so that the window's pair is left out of the comparison.
@@ -67,6 +70,7 @@ async def _stream(
     split: bool = False,
     usage: bool = True,
     claimed: int | None = None,
+    word: str = "t",
 ) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
@@ -79,7 +83,7 @@ async def _stream(
     for i in range(tokens):
         if i:
             await asyncio.sleep(0.002)
-        pieces = [f"t{i}", " "] if split else [f"t{i} "]
+        pieces = [f"{word}{i}", " "] if split else [f"{word}{i} "]
         for piece in pieces:
             await send({"choices": [{"index": 0, "delta": {"content": piece}}]})
     if usage:
@@ -105,7 +109,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
     if behaviour == "cold_connections":
         fresh = id(request.transport) not in CONNECTIONS
         CONNECTIONS.add(id(request.transport))
-        return await _stream(request, tokens, 0.3 if fresh else 0.02)
+        return await _stream(request, tokens, 0.3 if fresh else 0.02, word="cold" if fresh else "t")
+    if behaviour in ("choices_not_a_list", "deep_json"):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        line = '{"choices": 5}' if behaviour == "choices_not_a_list" else "[" * 50_000
+        await resp.write(f"data: {line}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
     if behaviour == "redirect":
         raise web.HTTPTemporaryRedirect("/fast/v1/chat/completions")
     if behaviour == "selective":

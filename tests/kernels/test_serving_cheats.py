@@ -174,10 +174,28 @@ def test_cheat_connection_set_up_does_not_land_in_the_steady_state(tmp_path: Pat
         run = sv.run_serving(
             sv.Endpoint(f"{url}/cold_connections/v1", "m"), None, requests, digest, config
         )
-    first_on_connection = [r for r in run.requests if r.ttft_s and r.ttft_s > 0.25]
+    # the server's answers on a new connection are "cold0 cold1 ...": 6 bytes a token, not 3
+    first_on_connection = [r for r in run.requests if r.output_bytes == 8 * 6]
     assert len(first_on_connection) == 8  # one per worker
     assert all(r.phase == "warmup" for r in first_on_connection), first_on_connection
     with pytest.raises(BadRequest, match="warm-up"):
         sv.LoadConfig(mode="closed", concurrency=8, warmup_requests=5).check()
     with pytest.raises(BadRequest, match="cool-down"):
         sv.LoadConfig(mode="closed", concurrency=8, warmup_requests=8, cooldown_requests=5).check()
+
+
+@pytest.mark.parametrize("behaviour", ["choices_not_a_list", "deep_json"])
+def test_cheat_a_malformed_chunk_fails_its_request_and_does_not_crash_the_run(
+    tmp_path: Path, behaviour: str
+) -> None:
+    """A chunk whose ``choices`` is not a list, or JSON nested deeper than the decoder's
+    recursion: the request fails ``bad_chunk`` and the run goes on (no traceback)."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/{behaviour}/v1", "m"),
+            requests, digest, _config(),
+        )  # fmt: skip
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert cand and all(not r.ok and r.error.startswith("bad_chunk") for r in cand), cand  # type: ignore[union-attr]
+    assert all(r.ok for r in run.requests if r.subject == "ref")

@@ -44,7 +44,6 @@ Imports: aiohttp, numpy, msgspec, blake3; of perfledger, only :mod:`perfledger.e
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -89,6 +88,28 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     messages: list[_Message] | None = None
     id: str | None = None
     case: str | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None  # chat
+    text: str | None = None  # completions
+
+
+class _Usage(msgspec.Struct):
+    completion_tokens: int | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """The fields of a streamed chunk the client reads (others are ignored); a chunk of
+    another shape fails its request ``bad_chunk``."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
 
 
 @dataclass(frozen=True)
@@ -407,28 +428,22 @@ async def _send(
                     done = True
                     break
                 try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    rec.error = f"bad_chunk: {data[:120]}"
+                    chunk = msgspec.json.decode(data, type=_Chunk)
+                    if chunk.error:
+                        error = msgspec.json.encode(chunk.error).decode()
+                        rec.error = f"server_error: {error[:200]}"
+                        return
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+                    # not JSON, not a chunk's shape, or nested deeper than a decoder goes
+                    rec.error = f"bad_chunk: {type(exc).__name__}: {str(exc)[:80]}: {data[:120]}"
                     return
-                if not isinstance(chunk, dict):
-                    rec.error = f"bad_chunk: {data[:120]}"
-                    return
-                if chunk.get("error"):
-                    rec.error = f"server_error: {json.dumps(chunk['error'])[:200]}"
-                    return
-                if isinstance(chunk.get("usage"), dict):
-                    tokens = chunk["usage"].get("completion_tokens")
-                    if isinstance(tokens, int) and tokens >= 0:
-                        usage = tokens
-                for choice in chunk.get("choices") or []:
-                    if not isinstance(choice, dict):
-                        continue
-                    delta = choice.get("delta")
-                    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+                if chunk.usage is not None and chunk.usage.completion_tokens is not None:
+                    usage = chunk.usage.completion_tokens
+                for choice in chunk.choices or []:
+                    text = choice.delta.content if choice.delta is not None else choice.text
                     if text:
                         chunks += 1
-                        text_bytes += len(str(text).encode("utf-8", "replace"))
+                        text_bytes += len(text.encode("utf-8", "replace"))
                         if first is None:
                             first = time.monotonic()
     except TimeoutError:
