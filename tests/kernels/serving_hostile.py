@@ -20,6 +20,7 @@ behaviour B:
   20 ms and ``tN``;
 - ``choices_not_a_list``: a chunk whose ``choices`` is a number;
 - ``deep_json``: a chunk of 50,000 nested JSON arrays (deeper than a recursive decoder goes);
+- ``hang``: sends its headers and then nothing, ever;
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
   first token) in even blocks; slow (200 ms) in odd blocks, where it also fails the block's
   fourth request (HTTP 500) so that the window's pair is left out of the comparison.
@@ -118,6 +119,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+    if behaviour == "hang":
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.Event().wait()
     if behaviour == "redirect":
         raise web.HTTPTemporaryRedirect("/fast/v1/chat/completions")
     if behaviour == "selective":

@@ -110,7 +110,8 @@ def test_cheat_a_candidate_that_fails_a_request_in_its_slow_windows_gets_no_find
         )  # fmt: skip
     failed = [r for r in run.requests if not r.ok]
     assert failed and {r.pair for r in failed} == {1, 3}, failed
-    report = analyze(run, min_effect=0.05, resamples=500)
+    # the candidate's fast and slow windows differ by design: drift is not what is tested here
+    report = analyze(run, min_effect=0.05, resamples=500, drift_threshold=100.0)
     ttft = report["summary"]["ttft_s"]["p50"]
     assert ttft["pairs"] == 2 and ttft["ratio"] < 0.8  # the fast windows alone
     assert ttft["finding"] == "inconclusive", ttft
@@ -131,8 +132,11 @@ def test_cheat_a_tail_quantile_of_too_few_requests_is_not_recorded_as_evidence(
     with hostile() as url:
         endpoint = sv.Endpoint(f"{url}/honest/v1", "m")
         run = sv.run_serving(endpoint, endpoint, requests, digest, _config(pairs=2))
+    report = analyze(run, resamples=200)
+    assert report["summary"]["ttft_s"]["p99"]["finding"] == "too_few_requests"
+    assert report["summary"]["ttft_s"]["p50"]["finding"] != "too_few_requests"
     body = evidence_request(
-        analyze(run, resamples=200), evidence_id="e1", target_id=None,
+        report, evidence_id="e1", target_id=None,
         applicability="diagnostic", description="", interference_windows=[], monitor_note="host",
     )  # fmt: skip
     names = [f["name"] for f in body["facts"]]
@@ -199,3 +203,27 @@ def test_cheat_a_malformed_chunk_fails_its_request_and_does_not_crash_the_run(
     cand = [r for r in run.requests if r.subject == "cand"]
     assert cand and all(not r.ok and r.error.startswith("bad_chunk") for r in cand), cand  # type: ignore[union-attr]
     assert all(r.ok for r in run.requests if r.subject == "ref")
+
+
+def test_cheat_a_server_that_never_answers_holds_a_window_for_one_timeout(
+    tmp_path: Path,
+) -> None:
+    """A candidate that sends its headers and then nothing would hold the run for every
+    request's timeout (here 6 requests a window, one at a time: 12 s a window); after the
+    first timeout the window's other requests are not sent, and recorded failed."""
+    requests, digest = _requests(tmp_path)
+    config = _config(concurrency=1, steady_requests=4, warmup_requests=1, cooldown_requests=1,
+                     pairs=2, timeout_s=2.0)  # fmt: skip
+    with hostile() as url:
+        t0 = time.monotonic()
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/hang/v1", "m"),
+            requests, digest, config,
+        )  # fmt: skip
+        elapsed_s = time.monotonic() - t0
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert cand and not any(r.ok for r in cand)
+    assert all(r.error.startswith(("timeout", "abandoned")) for r in cand), cand  # type: ignore[union-attr]
+    assert all(r.ok for r in run.requests if r.subject == "ref")
+    assert elapsed_s < 12.0, elapsed_s  # two candidate windows of ~2 s, not of 12 s
+    assert analyze(run, resamples=200)["usable_pairs"] == 0

@@ -547,15 +547,30 @@ async def _window(
     recs: list[RequestRecord],
 ) -> None:
     """Run one window: open loop at ``offsets`` (seconds from the window's start), or closed
-    loop with ``config.concurrency`` workers; returns when every request has ended."""
+    loop with ``config.concurrency`` workers; returns when every request has ended.
+
+    Once a request timed out, no further request of the window is sent (each is recorded
+    failed, ``abandoned``): the window's pair is void anyway (a failed steady request), and a
+    server that never answers would otherwise hold the run for every request's timeout."""
+    timed_out: list[RequestRecord] = []
+
+    async def send(i: int) -> None:
+        if timed_out:
+            recs[i].start_s = recs[i].end_s = time.monotonic()
+            recs[i].error = f"abandoned: request {timed_out[0].request_id} of the window timed out"
+            return
+        await _send(session, endpoint, batch[i], config, recs[i])
+        if recs[i].error is not None and recs[i].error.startswith("timeout"):
+            timed_out.append(recs[i])
+
     if offsets is not None:
         t0 = time.monotonic()
         tasks = []
-        for request, offset, rec in zip(batch, offsets, recs, strict=True):
+        for i, offset in enumerate(offsets):
             delay = t0 + offset - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_send(session, endpoint, request, config, rec)))
+            tasks.append(asyncio.create_task(send(i)))
         await asyncio.gather(*tasks)
         return
     queue = list(range(len(batch)))
@@ -563,8 +578,7 @@ async def _window(
 
     async def worker() -> None:
         while queue:
-            i = queue.pop()
-            await _send(session, endpoint, batch[i], config, recs[i])
+            await send(queue.pop())
 
     await asyncio.gather(*(worker() for _ in range(config.concurrency or 1)))
 

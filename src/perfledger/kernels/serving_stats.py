@@ -20,7 +20,7 @@ recorded in its answer:
   :data:`TOKENS_TOLERANCE` apart, or output text (bytes) more than :data:`TEXT_TOLERANCE`
   apart, over the same requests is not compared.
 - **Tails** (R7, R12): a tail quantile (p95, p99) needs at least :data:`TAIL_MIN_REQUESTS` steady
-  requests per window; the exposure of the tail (the share of the candidate's requests above the
+  requests per window (with fewer, its summary's ``finding`` is ``too_few_requests``); the exposure of the tail (the share of the candidate's requests above the
   reference's quantile in each pair) is reported, and no numeric bound is derived from it.
 
 Imports: numpy, scipy (the drift test); of perfledger, :mod:`perfledger.errors` and
@@ -341,13 +341,24 @@ def analyze(
                 pick = rng.integers(0, len(have), size=(resamples, len(have)))
                 combined = np.exp(logs[pick, np.arange(resamples)[:, None]].mean(axis=1))
                 lo, hi = _ci(combined, confidence)
+                # a p95/p99 of fewer requests than it needs is not that tail (R7, R12)
+                enough = all(
+                    windows_out[i]["quantiles"][metric][name]["enough_for_tail"]
+                    for pair in have
+                    for i in pair
+                )
+                finding = _finding(lo, hi, min_effect)
+                if not enough:
+                    finding = "too_few_requests"
+                elif failed_pairs:
+                    finding = "inconclusive"
                 summary[metric][name] = {
                     "ratio": point,
                     "ci_low": lo,
                     "ci_high": hi,
                     "pairs": len(have),
                     "pairs_failed": failed_pairs,
-                    "finding": "inconclusive" if failed_pairs else _finding(lo, hi, min_effect),
+                    "finding": finding,
                 }
     drifting = [i for i, d in drift.items() if d["drifting"]]
     return {
