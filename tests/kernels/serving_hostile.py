@@ -19,6 +19,7 @@ behaviour B:
   token (connection set-up, per-connection state) and answers ``coldN`` tokens, later ones
   20 ms and ``tN``;
 - ``choices_not_a_list``: a chunk whose ``choices`` is a number;
+- ``long_line``: a ``data:`` line of 1 MiB (longer than the client reads as one line);
 - ``deep_json``: a chunk of 50,000 nested JSON arrays (deeper than a recursive decoder goes);
 - ``hang``: sends its headers and then nothing, ever;
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
@@ -111,10 +112,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
         fresh = id(request.transport) not in CONNECTIONS
         CONNECTIONS.add(id(request.transport))
         return await _stream(request, tokens, 0.3 if fresh else 0.02, word="cold" if fresh else "t")
-    if behaviour in ("choices_not_a_list", "deep_json"):
+    if behaviour in ("choices_not_a_list", "deep_json", "long_line"):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        line = '{"choices": 5}' if behaviour == "choices_not_a_list" else "[" * 50_000
+        line = {
+            "choices_not_a_list": '{"choices": 5}',
+            "deep_json": "[" * 50_000,
+            "long_line": "0" * (1 << 20),
+        }[behaviour]
         await resp.write(f"data: {line}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

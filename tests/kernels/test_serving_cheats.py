@@ -188,12 +188,16 @@ def test_cheat_connection_set_up_does_not_land_in_the_steady_state(tmp_path: Pat
         sv.LoadConfig(mode="closed", concurrency=8, warmup_requests=8, cooldown_requests=5).check()
 
 
-@pytest.mark.parametrize("behaviour", ["choices_not_a_list", "deep_json"])
+@pytest.mark.parametrize(
+    ("behaviour", "error"),
+    [("choices_not_a_list", "bad_chunk"), ("deep_json", "bad_chunk"), ("long_line", "bad_stream")],
+)
 def test_cheat_a_malformed_chunk_fails_its_request_and_does_not_crash_the_run(
-    tmp_path: Path, behaviour: str
+    tmp_path: Path, behaviour: str, error: str
 ) -> None:
-    """A chunk whose ``choices`` is not a list, or JSON nested deeper than the decoder's
-    recursion: the request fails ``bad_chunk`` and the run goes on (no traceback)."""
+    """A chunk whose ``choices`` is not a list, JSON nested deeper than the decoder's
+    recursion, a line longer than the client reads: the request fails and the run goes on
+    (no traceback)."""
     requests, digest = _requests(tmp_path)
     with hostile() as url:
         run = sv.run_serving(
@@ -201,7 +205,7 @@ def test_cheat_a_malformed_chunk_fails_its_request_and_does_not_crash_the_run(
             requests, digest, _config(),
         )  # fmt: skip
     cand = [r for r in run.requests if r.subject == "cand"]
-    assert cand and all(not r.ok and r.error.startswith("bad_chunk") for r in cand), cand  # type: ignore[union-attr]
+    assert cand and all(not r.ok and r.error.startswith(error) for r in cand), cand  # type: ignore[union-attr]
     assert all(r.ok for r in run.requests if r.subject == "ref")
 
 

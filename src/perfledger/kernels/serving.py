@@ -395,6 +395,7 @@ async def _send(
 ) -> None:
     """Send one streaming request and fill ``rec`` (never raises for a server's failure)."""
     import aiohttp
+    from aiohttp.http_exceptions import HttpProcessingError
 
     body = request.body(config.api, endpoint.model)
     if config.ignore_eos:
@@ -452,7 +453,9 @@ async def _send(
     except aiohttp.ClientError as exc:
         rec.error = f"connection: {type(exc).__name__}: {exc}"[:240]
         return
-    except ValueError as exc:  # a line over aiohttp's limit, undecodable bytes
+    except (ValueError, HttpProcessingError) as exc:
+        # a line over aiohttp's limit (LineTooLong is neither a ClientError nor a ValueError),
+        # undecodable bytes
         rec.error = f"bad_stream: {type(exc).__name__}: {exc}"[:240]
         return
     finally:
