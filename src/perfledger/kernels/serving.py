@@ -21,8 +21,10 @@ The protocol, each part overridable and recorded in :meth:`ServingRun.settings`:
   samples. In the closed loop each phase holds at least one request per worker, so every steady
   request runs at full concurrency on a warm connection.
 - **Per request** (streaming): TTFT (send to first content chunk), time per output token
-  (``(e2e - ttft) / (tokens - 1)``; undefined for one token), end-to-end latency, output tokens
-  (the server's ``usage.completion_tokens`` where it sends it, else the content chunks). A request
+  (``(e2e - ttft) / (tokens - 1)``; undefined for one token), end-to-end latency (send to the
+  end of the answer, read to its end after ``data: [DONE]`` so its connection is reused),
+  output tokens (the server's ``usage.completion_tokens`` where it sends it, else the content
+  chunks; checked, see "Same work"). A request
   that fails (HTTP status, error chunk, no ``[DONE]``, no token, timeout) is kept with its reason.
 - **Open loop health**: latencies run from the actual send; each window reports how late the
   generator sent requests after their scheduled arrivals (``dispatch_lag_s_max``).
@@ -421,13 +423,18 @@ async def _send(
                 rec.error = f"http_{resp.status}: {text[:200]}"
                 return
             async for raw in resp.content:
+                if done:
+                    # read on to the end of the answer: released unread, its connection would
+                    # be closed and the worker's next request would pay a new one (as the
+                    # answer's time: a server gains nothing by ending late)
+                    continue
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
                     continue  # blank separators, ``: keep-alive`` comments, ``event:`` fields
                 data = line[5:].strip()
                 if data == "[DONE]":
                     done = True
-                    break
+                    continue
                 try:
                     chunk = msgspec.json.decode(data, type=_Chunk)
                     if chunk.error:
