@@ -21,6 +21,8 @@ behaviour B:
 - ``choices_not_a_list``: a chunk whose ``choices`` is a number;
 - ``long_line``: a ``data:`` line of 1 MiB (longer than the client reads as one line);
 - ``deep_json``: a chunk of 50,000 nested JSON arrays (deeper than a recursive decoder goes);
+- ``memo``: remembers the prompts it answered: 40 ms to the first token of a new one, 2 ms of
+  one seen before (an answer cache: it profits from the run repeating its requests);
 - ``hang``: sends its headers and then nothing, ever;
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
   first token) in even blocks; slow (200 ms) in odd blocks, where it also fails the block's
@@ -60,6 +62,8 @@ def hostile() -> Iterator[str]:
 
 #: Requests begun, per behaviour.
 COUNTS: dict[str, int] = {}
+#: Prompts the ``memo`` behaviour answered.
+SEEN: set[str] = set()
 #: Connections (their transports' ids) that have carried a request.
 CONNECTIONS: set[int] = set()
 
@@ -124,6 +128,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+    if behaviour == "memo":
+        key = json.dumps(body.get("messages") or body.get("prompt"))
+        seen = key in SEEN
+        SEEN.add(key)
+        return await _stream(request, tokens, 0.002 if seen else 0.04)
     if behaviour == "hang":
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)

@@ -29,7 +29,8 @@ from perfledger.kernels.serving_stats import analyze
 STATIONARY_THRESHOLD = 0.2
 
 
-def _request_set(tmp_path: Path, n: int = 60, tokens: int = 8) -> tuple[list[Any], str]:
+def _request_set(tmp_path: Path, n: int = 184, tokens: int = 8) -> tuple[list[Any], str]:
+    # 184: what ``_closed()`` sends each subject (4 pairs x 46), none twice
     path = tmp_path / "testset.jsonl"
     lines = [
         json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
@@ -203,7 +204,7 @@ def test_r17_requests_overlapping_foreign_activity_are_marked(tmp_path: Path) ->
 
 
 def test_failed_requests_are_kept_with_their_reason_and_void_their_pair(tmp_path: Path) -> None:
-    requests, digest = _request_set(tmp_path, n=20)
+    requests, digest = _request_set(tmp_path)
     with standin({"seed": 8, "profiles": {"a": BASE, "bad": {**BASE, "fail": True}}}) as url:
         ref = sv.Endpoint(f"{url}/a/v1", "m")
         run = sv.run_serving(ref, sv.Endpoint(f"{url}/bad/v1", "m"), requests, digest,
@@ -347,7 +348,7 @@ def test_two_configurations_behind_one_url_are_switched_before_each_window(
 
 
 def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: Path) -> None:
-    requests, digest = _request_set(tmp_path, n=20)
+    requests, digest = _request_set(tmp_path, n=44)
     liar = {**BASE, "usage_factor": 2}  # claims 16 tokens for 8 sent: half the time per token
     with standin({"seed": 13, "profiles": {"a": BASE, "liar": liar}}) as url:
         run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/liar/v1", "m"),
@@ -361,7 +362,7 @@ def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: P
 def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
     tmp_path: Path,
 ) -> None:
-    requests, digest = _request_set(tmp_path, n=20)
+    requests, digest = _request_set(tmp_path, n=44)
     short = {**BASE, "stop_after": 4}  # ends after 4 of 8 tokens: shorter e2e, not faster
     with standin({"seed": 14, "profiles": {"a": BASE, "short": short}}) as url:
         ref, cand = sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/short/v1", "m")

@@ -19,7 +19,7 @@ from perfledger.kernels import serving as sv
 from perfledger.kernels.serving_stats import analyze
 
 
-def _requests(tmp_path: Path, n: int = 12, tokens: int = 8) -> tuple[list[Any], str]:
+def _requests(tmp_path: Path, n: int = 40, tokens: int = 8) -> tuple[list[Any], str]:
     path = tmp_path / "testset.jsonl"
     path.write_text(
         "".join(
@@ -231,3 +231,21 @@ def test_cheat_a_server_that_never_answers_holds_a_window_for_one_timeout(
     assert all(r.ok for r in run.requests if r.subject == "ref")
     assert elapsed_s < 12.0, elapsed_s  # two candidate windows of ~2 s, not of 12 s
     assert analyze(run, resamples=200)["usable_pairs"] == 0
+
+
+def test_cheat_a_server_that_remembers_answers_gains_nothing_from_repeated_requests(
+    tmp_path: Path,
+) -> None:
+    """A candidate that answers a prompt it has seen from memory (2 ms to the first token, 40 ms
+    for a new one; the reference takes 20 ms for every one) was found faster when the run cycled
+    a 12-line set through 4 pairs of 8-request windows. A run that would send a subject one
+    request twice is refused; over a set large enough, the candidate is found slower, as it is."""
+    small, small_digest = _requests(tmp_path, n=12)
+    with hostile() as url:
+        ref, cand = sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/memo/v1", "m")
+        with pytest.raises(BadRequest, match="request set holds 12"):
+            sv.run_serving(ref, cand, small, small_digest, _config(pairs=4))
+        large, digest = _requests(tmp_path, n=32)
+        run = sv.run_serving(ref, cand, large, digest, _config(pairs=4))
+    report = analyze(run, min_effect=0.05, resamples=500, drift_threshold=100.0)
+    assert report["summary"]["ttft_s"]["p50"]["finding"] == "higher", report["summary"]["ttft_s"]

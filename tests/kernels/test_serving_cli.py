@@ -34,7 +34,7 @@ def _testset(tmp: Path) -> tuple[Path, str]:
     path.write_text(
         "".join(
             json.dumps({"messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 6}) + "\n"
-            for i in range(50)
+            for i in range(252)  # what --pairs 7 at 8 workers sends a subject (7 x 36)
         )
     )
     return path, "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
@@ -315,7 +315,7 @@ def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Pat
     testset.write_text(
         "".join(
             json.dumps({"case": case, "prompt": f"{case} {i}", "max_tokens": tokens}) + "\n"
-            for i in range(30)
+            for i in range(54)  # 108 lines: what --pairs 3 at 8 workers sends a subject
             for case, tokens in (("short", 3), ("long", 9))
         )
     )

@@ -360,6 +360,7 @@ def run_measure_serving(**kw: Any) -> None:
             raise BadRequest(f"evidence {kw['evidence_id']!r} is already recorded")
         if kw["evidence_target"] is not None:
             rules.r1_target_frozen(state, kw["evidence_target"])
+    sv.check_request_set(requests, config)
     env = m.environment_payload(tools=False)
     if info is not None:
         m.check_environment(env, info)
