@@ -21,6 +21,8 @@ behaviour B:
 - ``choices_not_a_list``: a chunk whose ``choices`` is a number;
 - ``long_line``: a ``data:`` line of 1 MiB (longer than the client reads as one line);
 - ``deep_json``: a chunk of 50,000 nested JSON arrays (deeper than a recursive decoder goes);
+- ``dup_choices``: streams half of ``max_tokens``, each token twice (as choices 0 and 1 of one
+  chunk), no usage: the count and the text of a full answer;
 - ``memo``: remembers the prompts it answered: 40 ms to the first token of a new one, 2 ms of
   one seen before (an answer cache: it profits from the run repeating its requests);
 - ``hang``: sends its headers and then nothing, ever;
@@ -125,6 +127,18 @@ async def completions(request: web.Request) -> web.StreamResponse:
             "long_line": "0" * (1 << 20),
         }[behaviour]
         await resp.write(f"data: {line}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+    if behaviour == "dup_choices":
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(0.02)
+        for i in range(tokens // 2):
+            piece = {"content": f"t{i} "}
+            choices = [{"index": 0, "delta": piece}, {"index": 1, "delta": piece}]
+            await resp.write(f"data: {json.dumps({'choices': choices})}\n\n".encode())
+            await asyncio.sleep(0.002)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

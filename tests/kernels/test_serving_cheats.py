@@ -249,3 +249,17 @@ def test_cheat_a_server_that_remembers_answers_gains_nothing_from_repeated_reque
         run = sv.run_serving(ref, cand, large, digest, _config(pairs=4))
     report = analyze(run, min_effect=0.05, resamples=500, drift_threshold=100.0)
     assert report["summary"]["ttft_s"]["p50"]["finding"] == "higher", report["summary"]["ttft_s"]
+
+
+def test_cheat_a_second_choice_does_not_count_as_output(tmp_path: Path) -> None:
+    """One answer was asked for (``n`` = 1); a server that streams half the tokens, each twice as
+    choices 0 and 1, would show the token count and the text size of a full answer."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/dup_choices/v1", "m"),
+            requests, digest, _config(),
+        )  # fmt: skip
+    cand = [r for r in run.requests if r.subject == "cand"]
+    assert cand and all(not r.ok and "choice" in r.error for r in cand), cand  # type: ignore[operator]
+    assert analyze(run, resamples=200)["usable_pairs"] == 0

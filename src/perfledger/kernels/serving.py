@@ -98,6 +98,7 @@ class _Delta(msgspec.Struct):
 
 
 class _Choice(msgspec.Struct):
+    index: int = 0
     delta: _Delta | None = None  # chat
     text: str | None = None  # completions
 
@@ -449,6 +450,11 @@ async def _send(
                 if chunk.usage is not None and chunk.usage.completion_tokens is not None:
                     usage = chunk.usage.completion_tokens
                 for choice in chunk.choices or []:
+                    if choice.index != 0:
+                        # one answer was asked for: a second choice would add tokens and text
+                        # the answer does not have
+                        rec.error = f"bad_chunk: a choice with index {choice.index} (n = 1)"
+                        return
                     text = choice.delta.content if choice.delta is not None else choice.text
                     if text:
                         chunks += 1
