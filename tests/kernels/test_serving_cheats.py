@@ -263,3 +263,18 @@ def test_cheat_a_second_choice_does_not_count_as_output(tmp_path: Path) -> None:
     cand = [r for r in run.requests if r.subject == "cand"]
     assert cand and all(not r.ok and "choice" in r.error for r in cand), cand  # type: ignore[operator]
     assert analyze(run, resamples=200)["usable_pairs"] == 0
+
+
+def test_cheat_one_window_pair_gives_no_finding(tmp_path: Path) -> None:
+    """With one usable window pair the summary's bootstrap cannot resample pairs: its CI is the
+    spread of requests inside two windows, blind to how windows differ, and a difference of one
+    pair would be reported (and recorded as evidence) as a finding."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/fast/v1", "m"),
+            requests, digest, _config(pairs=1),
+        )  # fmt: skip
+    ttft = analyze(run, min_effect=0.05, resamples=500)["summary"]["ttft_s"]["p50"]
+    assert ttft["pairs"] == 1 and ttft["ratio"] < 0.5  # the fast server is ~10x faster
+    assert ttft["finding"] == "too_few_pairs", ttft

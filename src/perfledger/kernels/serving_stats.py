@@ -7,7 +7,8 @@ recorded in its answer:
   of the steady requests).
 - **Per window pair**: the candidate/reference ratio of each quantile with its bootstrap CI; over
   all usable pairs, the geometric mean of the per-pair ratios with a two-stage bootstrap CI
-  (pairs resampled, and requests within each window).
+  (pairs resampled, and requests within each window); one usable pair gives no finding
+  (``too_few_pairs``).
 - **Drift** (nonstationarity of the steady state, :func:`drift_check`): each window of a subject
   is compared with that subject's other steady windows pooled: a two-sided Mann-Whitney U test on
   the drift metric (default TTFT) at ``alpha`` Bonferroni-corrected over all windows tested, and
@@ -51,6 +52,9 @@ DEFAULT_RESAMPLES = 2_000
 #: Largest relative difference of the two subjects' output tokens over a window pair's steady
 #: requests (the same requests) for the pair to be compared.
 TOKENS_TOLERANCE = 0.02
+#: Fewest usable window pairs a summary needs for a finding: with one, the bootstrap cannot
+#: resample pairs, and its CI sees the requests of two windows only, not how windows differ.
+MIN_PAIRS_FOR_FINDING = 2
 #: Largest relative difference of the two subjects' output text (UTF-8 bytes of content) over a
 #: window pair's steady requests for the pair to be compared. A server's token count cannot be
 #: checked without its tokenizer (a chunk may carry several tokens), but the text can: an answer
@@ -348,7 +352,9 @@ def analyze(
                     for i in pair
                 )
                 finding = _finding(lo, hi, min_effect)
-                if not enough:
+                if len(have) < MIN_PAIRS_FOR_FINDING:
+                    finding = "too_few_pairs"
+                elif not enough:
                     finding = "too_few_requests"
                 elif failed_pairs:
                     finding = "inconclusive"
@@ -415,6 +421,7 @@ __all__ = [
     "DEFAULT_RESAMPLES",
     "DRIFT_ALPHA",
     "DRIFT_THRESHOLD",
+    "MIN_PAIRS_FOR_FINDING",
     "TEXT_TOLERANCE",
     "TOKENS_TOLERANCE",
     "analyze",
