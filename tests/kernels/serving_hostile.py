@@ -26,6 +26,9 @@ behaviour B:
 - ``memo``: remembers the prompts it answered: 40 ms to the first token of a new one, 2 ms of
   one seen before (an answer cache: it profits from the run repeating its requests);
 - ``hang``: sends its headers and then nothing, ever;
+- ``drifts_where_slow``: by blocks of 10 requests, fast (10 ms to the first token) in its first
+  three blocks, 30 times slower in the fourth: a window made to look like drift, so that its
+  pair is left out;
 - ``selective``: by blocks of 8 requests (one window of the tests' load), fast (10 ms to the
   first token) in even blocks; slow (200 ms) in odd blocks, where it also fails the block's
   fourth request (HTTP 500) so that the window's pair is left out of the comparison.
@@ -153,6 +156,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await asyncio.Event().wait()
     if behaviour == "redirect":
         raise web.HTTPTemporaryRedirect("/fast/v1/chat/completions")
+    if behaviour == "drifts_where_slow":
+        count = COUNTS[behaviour] = COUNTS.get(behaviour, 0) + 1
+        return await _stream(request, tokens, 0.3 if (count - 1) // 10 == 3 else 0.01)
     if behaviour == "selective":
         count = COUNTS[behaviour] = COUNTS.get(behaviour, 0) + 1
         block, position = divmod(count - 1, 8)

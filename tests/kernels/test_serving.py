@@ -341,7 +341,7 @@ def test_two_configurations_behind_one_url_are_switched_before_each_window(
         broken = sv.Endpoint(live, "m", before=(sys.executable, "-c", "raise SystemExit(3)"))
         with pytest.raises(MeasurementError, match="exited 3"):
             sv.run_serving(broken, None, requests, digest, _closed(pairs=1))
-    report = analyze(run, min_effect=0.05)
+    report = analyze(run, min_effect=0.05, drift_threshold=STATIONARY_THRESHOLD)
     assert report["summary"]["ttft_s"]["p50"]["finding"] == "lower"
     assert all(w["prepared"]["ready_after_s"] >= 0 for w in report["windows"])
     assert run.settings()["endpoints"]["cand"]["before"][-1] == url

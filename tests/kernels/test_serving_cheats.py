@@ -115,7 +115,7 @@ def test_cheat_a_candidate_that_fails_a_request_in_its_slow_windows_gets_no_find
     ttft = report["summary"]["ttft_s"]["p50"]
     assert ttft["pairs"] == 2 and ttft["ratio"] < 0.8  # the fast windows alone
     assert ttft["finding"] == "inconclusive", ttft
-    assert ttft["pairs_failed"] == 2
+    assert ttft["pairs_left_out"] == 2
     body = evidence_request(
         report, evidence_id="e1", target_id=None, applicability="diagnostic", description="",
         interference_windows=[], monitor_note="host",
@@ -278,3 +278,65 @@ def test_cheat_one_window_pair_gives_no_finding(tmp_path: Path) -> None:
     ttft = analyze(run, min_effect=0.05, resamples=500)["summary"]["ttft_s"]["p50"]
     assert ttft["pairs"] == 1 and ttft["ratio"] < 0.5  # the fast server is ~10x faster
     assert ttft["finding"] == "too_few_pairs", ttft
+
+
+def test_cheat_a_candidate_that_drifts_where_slow_gets_no_finding(tmp_path: Path) -> None:
+    """A window pair with a drifting window is left out; a candidate that is fast (0.5x the
+    reference) in three windows and 15x slower in the fourth makes that window drift and would be
+    compared on the other three (found faster, though over all four it is not). Any pair left
+    out for drift makes the findings inconclusive."""
+    requests, digest = _requests(tmp_path)
+    with hostile() as url:
+        run = sv.run_serving(
+            sv.Endpoint(f"{url}/honest/v1", "m"), sv.Endpoint(f"{url}/drifts_where_slow/v1", "m"),
+            requests, digest, _config(pairs=4, steady_requests=6),
+        )  # fmt: skip
+    report = analyze(run, min_effect=0.05, resamples=500)
+    by_pair = {p["pair"]: p for p in report["pairs"]}
+    assert "drift:cand" in by_pair[3]["reasons"], by_pair[3]
+    ttft = report["summary"]["ttft_s"]["p50"]
+    assert ttft["ratio"] < 0.8 and ttft["finding"] == "inconclusive", ttft
+    assert ttft["pairs_left_out"] >= 1
+
+
+def test_cheat_a_formal_stage_is_not_recorded_on_the_pairs_left_after_drift(
+    tmp_path: Path,
+) -> None:
+    """The candidate that drifts where it is slow, measured for a formal stage (target) through
+    the CLI: recording the three pairs left would give a verdict on windows the candidate chose;
+    the run is refused (R12) and nothing is recorded."""
+    from test_serving_cli import _cli, _setup
+
+    path = tmp_path / "testset.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 6}) + "\n"
+            for i in range(40)
+        )
+    )
+    import blake3
+
+    ledger_path = tmp_path / "ledger"
+    # serving samples carry no measured provenance yet: a formal stage takes them as outside
+    # samples, which this readiness allows
+    _setup(ledger_path, "blake3:" + blake3.blake3(path.read_bytes()).hexdigest(),
+           readiness_statistics={"allow_outside_samples": True})  # fmt: skip
+    with hostile() as url:
+        common = ["--concurrency", "2", "--warmup", "2", "--cooldown", "2", "--steady", "6",
+                  "--pairs", "4", "--experiment", "e1", "--quiet", "--json"]  # fmt: skip
+        screen = _cli(ledger_path, tmp_path, "measure", "serving", "--ref-url",
+                      f"{url}/honest/v1", "--cand-url", f"{url}/fast/v1", "--requests",
+                      str(path), *common, "--stage", "screen", "--no-monitor")  # fmt: skip
+        assert screen.returncode == 0, screen.stdout + screen.stderr
+        verdict = _cli(ledger_path, tmp_path, "verdict", "record", "--samples",
+                       json.loads(screen.stdout)["samples_id"], "--json")  # fmt: skip
+        assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+        proc = _cli(ledger_path, tmp_path, "measure", "serving", "--ref-url", f"{url}/honest/v1",
+                    "--cand-url", f"{url}/drifts_where_slow/v1", "--requests", str(path),
+                    "--concurrency", "2", "--warmup", "2", "--cooldown", "2", "--steady", "6",
+                    "--pairs", "4", "--experiment", "e1", "--stage", "target", "--monitor",
+                    "host", "--explain-foreign", "the servers under test", "--quiet",
+                    "--json")  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["rule"] == "R12" and "left out" in error["message"], error

@@ -41,7 +41,11 @@ def _testset(tmp: Path) -> tuple[Path, str]:
 
 
 def _setup(
-    path: Path, test_set_hash: str, statistic: str = "median", cases: tuple[str, ...] = ("chat",)
+    path: Path,
+    test_set_hash: str,
+    statistic: str = "median",
+    cases: tuple[str, ...] = ("chat",),
+    readiness_statistics: dict[str, Any] | None = None,
 ) -> None:
     """A ledger ready for samples: Target (TTFT in ms, lower is better), readiness with this
     machine's environment and the request set's hash, metric audit, baseline, resolution and an
@@ -66,6 +70,7 @@ def _setup(
             "test_set": {"hash": test_set_hash, "case_count": len(cases), "cases": list(cases)},
             "accuracy_rule": "server answers every request", "driver": {"argv": ["vllm", "serve"]},
             "environment": env["readiness_environment"],
+            **({"statistics": readiness_statistics} if readiness_statistics else {}),
         })  # fmt: skip
         run("metric-audit.record", {
             "target_id": "t1", "metric": "ttft_ms", "numerator": "first token time",
@@ -253,6 +258,7 @@ def test_measure_serving_records_the_report_as_service_evidence(tmp_path: Path) 
     with standin({"seed": 23, "profiles": {"a": BASE, "b": {**BASE, "ttft_s": 0.04}}}) as url:
         args = ["measure", "serving", "--ref-url", f"{url}/a/v1", "--cand-url", f"{url}/b/v1",
                 "--requests", str(testset), "--concurrency", "8", "--pairs", "3", "--steady", "20",
+                "--drift-threshold", "0.2",
                 "--no-monitor", "--quiet", "--json", "--evidence", "serving-ab", "--target", "t1"]  # fmt: skip
         proc = _cli(ledger_path, tmp_path, *args)
         again = _cli(ledger_path, tmp_path, *args)  # refused before any request is sent
@@ -286,7 +292,8 @@ def test_measure_serving_switches_one_server_between_two_configurations(tmp_path
         proc = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url",
                     f"{url}/live/v1", "--before-ref", switch("a"), "--before-cand", switch("b"),
                     "--requests", str(testset), "--concurrency", "8", "--pairs", "4", "--steady",
-                    "20", "--quiet", "--json", "--min-effect", "0.05")  # fmt: skip
+                    "20", "--drift-threshold", "0.2", "--quiet", "--json", "--min-effect",
+                    "0.05")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["summary"]["ttft_s"]["p50"]["finding"] == "lower"

@@ -14,9 +14,10 @@ recorded in its answer:
   the drift metric (default TTFT) at ``alpha`` Bonferroni-corrected over all windows tested, and
   the relative shift of the window's median from the pooled median above ``threshold``. A window
   that passes both is *drifting*; a pair with a drifting window supports no verdict.
-- **Failures**: a pair with a failed steady request is not compared; where any pair was left
-  out for failures, every ``finding`` is ``inconclusive`` (a subject that fails a request in its
-  slow windows would otherwise choose which windows are compared).
+- **Pairs left out**: a pair with a failed steady request, a drifting window or unequal work
+  is not compared; where any pair was left out, every ``finding`` is ``inconclusive`` (a
+  subject that fails a request, or slows down hard, in its slow windows would otherwise choose
+  which windows are compared).
 - **Same work**: a pair whose subjects produced output token totals more than
   :data:`TOKENS_TOLERANCE` apart, or output text (bytes) more than :data:`TEXT_TOLERANCE`
   apart, over the same requests is not compared.
@@ -310,12 +311,10 @@ def analyze(
             pairs_out.append(entry)
             if not reasons:
                 usable.append((ref_w.index, cand_w.index))
-    # a subject decides which of its windows fail: pairs left out for failed requests would let
-    # it choose the windows compared (fail one request where slow), so their presence leaves no
-    # finding but "inconclusive"
-    failed_pairs = sum(
-        1 for p in pairs_out if any(r.startswith("failed_requests:") for r in p["reasons"])
-    )
+    # a subject decides which of its windows fail, drift or answer short: pairs left out for
+    # such reasons would let it choose the windows compared (fail one request, or slow down
+    # hard, where it is slow), so any pair left out leaves no finding but "inconclusive"
+    left_out = len(pairs_out) - len(usable)
     summary: dict[str, Any] = {}
     if usable:
         for metric in REQUEST_METRICS:
@@ -356,14 +355,14 @@ def analyze(
                     finding = "too_few_pairs"
                 elif not enough:
                     finding = "too_few_requests"
-                elif failed_pairs:
+                elif left_out:
                     finding = "inconclusive"
                 summary[metric][name] = {
                     "ratio": point,
                     "ci_low": lo,
                     "ci_high": hi,
                     "pairs": len(have),
-                    "pairs_failed": failed_pairs,
+                    "pairs_left_out": left_out,
                     "finding": finding,
                 }
     drifting = [i for i, d in drift.items() if d["drifting"]]
