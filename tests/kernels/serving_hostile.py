@@ -19,6 +19,8 @@ behaviour B:
   token (connection set-up, per-connection state) and answers ``coldN`` tokens, later ones
   20 ms and ``tN``;
 - ``choices_not_a_list``: a chunk whose ``choices`` is a number;
+- ``error_object``: half the tokens, then a top-level error object (``"object": "error"``, the
+  form of vLLM's errors) instead of the rest, then ``data: [DONE]``;
 - ``long_line``: a ``data:`` line of 1 MiB (longer than the client reads as one line);
 - ``deep_json``: a chunk of 50,000 nested JSON arrays (deeper than a recursive decoder goes);
 - ``dup_choices``: streams half of ``max_tokens``, each token twice (as choices 0 and 1 of one
@@ -130,6 +132,17 @@ async def completions(request: web.Request) -> web.StreamResponse:
             "long_line": "0" * (1 << 20),
         }[behaviour]
         await resp.write(f"data: {line}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+    if behaviour == "error_object":
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(tokens // 2):
+            piece = {"choices": [{"index": 0, "delta": {"content": f"t{i} "}}]}
+            await resp.write(f"data: {json.dumps(piece)}\n\n".encode())
+        error = {"object": "error", "message": "out of memory", "type": "InternalServerError"}
+        await resp.write(f"data: {json.dumps(error)}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

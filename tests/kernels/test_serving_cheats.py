@@ -190,14 +190,19 @@ def test_cheat_connection_set_up_does_not_land_in_the_steady_state(tmp_path: Pat
 
 @pytest.mark.parametrize(
     ("behaviour", "error"),
-    [("choices_not_a_list", "bad_chunk"), ("deep_json", "bad_chunk"), ("long_line", "bad_stream")],
+    [
+        ("choices_not_a_list", "bad_chunk"),
+        ("deep_json", "bad_chunk"),
+        ("long_line", "bad_stream"),
+        ("error_object", "server_error"),
+    ],
 )
 def test_cheat_a_malformed_chunk_fails_its_request_and_does_not_crash_the_run(
     tmp_path: Path, behaviour: str, error: str
 ) -> None:
     """A chunk whose ``choices`` is not a list, JSON nested deeper than the decoder's
-    recursion, a line longer than the client reads: the request fails and the run goes on
-    (no traceback)."""
+    recursion, a line longer than the client reads, an error object in mid-stream (the answer
+    so far would pass for a short one): the request fails and the run goes on (no traceback)."""
     requests, digest = _requests(tmp_path)
     with hostile() as url:
         run = sv.run_serving(

@@ -114,6 +114,10 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
+    #: ``chat.completion.chunk`` or ``text_completion``; ``error`` for an error object sent
+    #: in place of a chunk (vLLM's form)
+    object: str | None = None
+    message: Any = None
 
 
 @dataclass(frozen=True)
@@ -439,8 +443,9 @@ async def _send(
                     continue
                 try:
                     chunk = msgspec.json.decode(data, type=_Chunk)
-                    if chunk.error:
-                        error = msgspec.json.encode(chunk.error).decode()
+                    if chunk.error or chunk.object == "error":
+                        # an error ends the answer: what came before is not a short answer
+                        error = msgspec.json.encode(chunk.error or chunk.message).decode()
                         rec.error = f"server_error: {error[:200]}"
                         return
                 except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
