@@ -29,7 +29,8 @@ from perfledger.kernels.serving_stats import analyze
 STATIONARY_THRESHOLD = 0.2
 
 
-def _request_set(tmp_path: Path, n: int = 60, tokens: int = 8) -> tuple[list[Any], str]:
+def _request_set(tmp_path: Path, n: int = 184, tokens: int = 8) -> tuple[list[Any], str]:
+    # 184: what ``_closed()`` sends each subject (4 pairs x 46), none twice
     path = tmp_path / "testset.jsonl"
     lines = [
         json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
@@ -64,12 +65,13 @@ def test_candidate_with_a_shorter_time_to_first_token_is_found_faster(tmp_path: 
     exposure = report["pairs"][0]["tail_exposure"]["ttft_s"]
     assert exposure["cand_share_above"] < exposure["ref_share_above"] + 0.05
     for w in report["windows"]:
-        assert w["requests"] == {"warmup": 5, "steady": 30, "cooldown": 5}
+        # one warm-up and one cool-down request per worker (8) by default
+        assert w["requests"] == {"warmup": 8, "steady": 30, "cooldown": 8}
         assert w["failed"] == 0 and w["requests_per_s"] > 0 and w["output_tokens_per_s"] > 0
         q = w["quantiles"]["ttft_s"]["p95"]
         assert q["ci_low_s"] <= q["value_s"] <= q["ci_high_s"] and not q["enough_for_tail"]
     rows = [r for r in run.requests if r.ok]
-    assert len(rows) == 8 * 40 and all(
+    assert len(rows) == 8 * 46 and all(
         r.output_tokens == 8 and r.tokens_source == "usage" for r in rows
     )
     assert all(r.ttft_s >= 0.03 and r.tpot_s > 0.003 for r in rows)  # type: ignore[operator]
@@ -92,8 +94,8 @@ def test_a_step_in_latency_mid_run_is_drift_and_its_windows_support_no_verdict(
     tmp_path: Path,
 ) -> None:
     requests, digest = _request_set(tmp_path)
-    # 8 windows of 40 requests; from the 201st request on (windows 5-7) the server is 60 % slower
-    config = {"seed": 5, "profiles": {"a": BASE}, "step_after": 200, "step_factor": 1.6}
+    # 8 windows of 46 requests; from the 231st request on (windows 5-7) the server is 60 % slower
+    config = {"seed": 5, "profiles": {"a": BASE}, "step_after": 230, "step_factor": 1.6}
     with standin(config) as url:
         endpoint = sv.Endpoint(f"{url}/a/v1", "m")
         run = sv.run_serving(endpoint, endpoint, requests, digest, _closed())
@@ -202,7 +204,7 @@ def test_r17_requests_overlapping_foreign_activity_are_marked(tmp_path: Path) ->
 
 
 def test_failed_requests_are_kept_with_their_reason_and_void_their_pair(tmp_path: Path) -> None:
-    requests, digest = _request_set(tmp_path, n=20)
+    requests, digest = _request_set(tmp_path)
     with standin({"seed": 8, "profiles": {"a": BASE, "bad": {**BASE, "fail": True}}}) as url:
         ref = sv.Endpoint(f"{url}/a/v1", "m")
         run = sv.run_serving(ref, sv.Endpoint(f"{url}/bad/v1", "m"), requests, digest,
@@ -251,11 +253,11 @@ def test_completions_api_streams_text_chunks(tmp_path: Path) -> None:
     )
     requests, digest = sv.load_request_set(path, "completions")
     config = sv.LoadConfig(mode="closed", concurrency=2, steady_requests=4, pairs=1, api="completions",
-                           warmup_requests=1, cooldown_requests=1)  # fmt: skip
+                           warmup_requests=2, cooldown_requests=2)  # fmt: skip
     with standin({"seed": 10, "profiles": {"a": BASE}}) as url:
         run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), None, requests, digest, config)
     assert all(r.ok and r.output_tokens == 3 for r in run.requests)
-    assert [r.phase for r in run.requests] == ["warmup"] + ["steady"] * 4 + ["cooldown"]
+    assert [r.phase for r in run.requests] == ["warmup"] * 2 + ["steady"] * 4 + ["cooldown"] * 2
 
 
 @pytest.mark.parametrize(
@@ -339,14 +341,14 @@ def test_two_configurations_behind_one_url_are_switched_before_each_window(
         broken = sv.Endpoint(live, "m", before=(sys.executable, "-c", "raise SystemExit(3)"))
         with pytest.raises(MeasurementError, match="exited 3"):
             sv.run_serving(broken, None, requests, digest, _closed(pairs=1))
-    report = analyze(run, min_effect=0.05)
+    report = analyze(run, min_effect=0.05, drift_threshold=STATIONARY_THRESHOLD)
     assert report["summary"]["ttft_s"]["p50"]["finding"] == "lower"
     assert all(w["prepared"]["ready_after_s"] >= 0 for w in report["windows"])
     assert run.settings()["endpoints"]["cand"]["before"][-1] == url
 
 
 def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: Path) -> None:
-    requests, digest = _request_set(tmp_path, n=20)
+    requests, digest = _request_set(tmp_path, n=44)
     liar = {**BASE, "usage_factor": 2}  # claims 16 tokens for 8 sent: half the time per token
     with standin({"seed": 13, "profiles": {"a": BASE, "liar": liar}}) as url:
         run = sv.run_serving(sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/liar/v1", "m"),
@@ -360,7 +362,7 @@ def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: P
 def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
     tmp_path: Path,
 ) -> None:
-    requests, digest = _request_set(tmp_path, n=20)
+    requests, digest = _request_set(tmp_path, n=44)
     short = {**BASE, "stop_after": 4}  # ends after 4 of 8 tokens: shorter e2e, not faster
     with standin({"seed": 14, "profiles": {"a": BASE, "short": short}}) as url:
         ref, cand = sv.Endpoint(f"{url}/a/v1", "m"), sv.Endpoint(f"{url}/short/v1", "m")

@@ -34,14 +34,18 @@ def _testset(tmp: Path) -> tuple[Path, str]:
     path.write_text(
         "".join(
             json.dumps({"messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 6}) + "\n"
-            for i in range(50)
+            for i in range(252)  # what --pairs 7 at 8 workers sends a subject (7 x 36)
         )
     )
     return path, "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
 
 
 def _setup(
-    path: Path, test_set_hash: str, statistic: str = "median", cases: tuple[str, ...] = ("chat",)
+    path: Path,
+    test_set_hash: str,
+    statistic: str = "median",
+    cases: tuple[str, ...] = ("chat",),
+    readiness_statistics: dict[str, Any] | None = None,
 ) -> None:
     """A ledger ready for samples: Target (TTFT in ms, lower is better), readiness with this
     machine's environment and the request set's hash, metric audit, baseline, resolution and an
@@ -66,6 +70,7 @@ def _setup(
             "test_set": {"hash": test_set_hash, "case_count": len(cases), "cases": list(cases)},
             "accuracy_rule": "server answers every request", "driver": {"argv": ["vllm", "serve"]},
             "environment": env["readiness_environment"],
+            **({"statistics": readiness_statistics} if readiness_statistics else {}),
         })  # fmt: skip
         run("metric-audit.record", {
             "target_id": "t1", "metric": "ttft_ms", "numerator": "first token time",
@@ -147,7 +152,8 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
         assert "host_monitor" in pair.monitor.flags
         if pair.monitor.foreign_activity:
             assert pair.monitor.explained == "the stand-in server and other CI jobs"
-    assert artifact["kind"] == "serving" and len(artifact["requests"]) == 14 * 30
+    # 14 windows of 8 warm-up (one per worker), 20 steady and 8 cool-down requests
+    assert artifact["kind"] == "serving" and len(artifact["requests"]) == 14 * 36
     assert artifact["monitor"]["source"] == "host" and artifact["monitor"]["settings"]["hz"] > 0
     assert json.loads((tmp_path / "raw.json").read_text())["report"]["drift"]["metric"] == "ttft_s"
     verdict = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", data["samples_id"],
@@ -252,6 +258,7 @@ def test_measure_serving_records_the_report_as_service_evidence(tmp_path: Path) 
     with standin({"seed": 23, "profiles": {"a": BASE, "b": {**BASE, "ttft_s": 0.04}}}) as url:
         args = ["measure", "serving", "--ref-url", f"{url}/a/v1", "--cand-url", f"{url}/b/v1",
                 "--requests", str(testset), "--concurrency", "8", "--pairs", "3", "--steady", "20",
+                "--drift-threshold", "0.2",
                 "--no-monitor", "--quiet", "--json", "--evidence", "serving-ab", "--target", "t1"]  # fmt: skip
         proc = _cli(ledger_path, tmp_path, *args)
         again = _cli(ledger_path, tmp_path, *args)  # refused before any request is sent
@@ -285,7 +292,8 @@ def test_measure_serving_switches_one_server_between_two_configurations(tmp_path
         proc = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url",
                     f"{url}/live/v1", "--before-ref", switch("a"), "--before-cand", switch("b"),
                     "--requests", str(testset), "--concurrency", "8", "--pairs", "4", "--steady",
-                    "20", "--quiet", "--json", "--min-effect", "0.05")  # fmt: skip
+                    "20", "--drift-threshold", "0.2", "--quiet", "--json", "--min-effect",
+                    "0.05")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["summary"]["ttft_s"]["p50"]["finding"] == "lower"
@@ -314,7 +322,7 @@ def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Pat
     testset.write_text(
         "".join(
             json.dumps({"case": case, "prompt": f"{case} {i}", "max_tokens": tokens}) + "\n"
-            for i in range(30)
+            for i in range(54)  # 108 lines: what --pairs 3 at 8 workers sends a subject
             for case, tokens in (("short", 3), ("long", 9))
         )
     )

@@ -7,16 +7,22 @@ recorded in its answer:
   of the steady requests).
 - **Per window pair**: the candidate/reference ratio of each quantile with its bootstrap CI; over
   all usable pairs, the geometric mean of the per-pair ratios with a two-stage bootstrap CI
-  (pairs resampled, and requests within each window).
+  (pairs resampled, and requests within each window); one usable pair gives no finding
+  (``too_few_pairs``).
 - **Drift** (nonstationarity of the steady state, :func:`drift_check`): each window of a subject
   is compared with that subject's other steady windows pooled: a two-sided Mann-Whitney U test on
   the drift metric (default TTFT) at ``alpha`` Bonferroni-corrected over all windows tested, and
   the relative shift of the window's median from the pooled median above ``threshold``. A window
   that passes both is *drifting*; a pair with a drifting window supports no verdict.
+- **Pairs left out**: a pair with a failed steady request, a drifting window or unequal work
+  is not compared; where any pair was left out, every ``finding`` is ``inconclusive`` (a
+  subject that fails a request, or slows down hard, in its slow windows would otherwise choose
+  which windows are compared).
 - **Same work**: a pair whose subjects produced output token totals more than
-  :data:`TOKENS_TOLERANCE` apart over the same requests is not compared.
+  :data:`TOKENS_TOLERANCE` apart, or output text (bytes) more than :data:`TEXT_TOLERANCE`
+  apart, over the same requests is not compared.
 - **Tails** (R7, R12): a tail quantile (p95, p99) needs at least :data:`TAIL_MIN_REQUESTS` steady
-  requests per window; the exposure of the tail (the share of the candidate's requests above the
+  requests per window (with fewer, its summary's ``finding`` is ``too_few_requests``); the exposure of the tail (the share of the candidate's requests above the
   reference's quantile in each pair) is reported, and no numeric bound is derived from it.
 
 Imports: numpy, scipy (the drift test); of perfledger, :mod:`perfledger.errors` and
@@ -47,6 +53,15 @@ DEFAULT_RESAMPLES = 2_000
 #: Largest relative difference of the two subjects' output tokens over a window pair's steady
 #: requests (the same requests) for the pair to be compared.
 TOKENS_TOLERANCE = 0.02
+#: Fewest usable window pairs a summary needs for a finding: with one, the bootstrap cannot
+#: resample pairs, and its CI sees the requests of two windows only, not how windows differ.
+MIN_PAIRS_FOR_FINDING = 2
+#: Largest relative difference of the two subjects' output text (UTF-8 bytes of content) over a
+#: window pair's steady requests for the pair to be compared. A server's token count cannot be
+#: checked without its tokenizer (a chunk may carry several tokens), but the text can: an answer
+#: cut short and reported as full is short of text. The same model's answers to the same
+#: requests differ in length by chance; over a window's requests far less than this.
+TEXT_TOLERANCE = 0.10
 
 
 def window_monitor(run: ServingRun, window: WindowRecord, monitor: Any | None) -> dict[str, Any]:
@@ -194,6 +209,7 @@ def analyze(
             "requests_per_s": len(ok) / span if span > 0 else None,
             "output_tokens_per_s": sum(r.output_tokens for r in ok) / span if span > 0 else None,
             "output_tokens": sum(r.output_tokens for r in ok),
+            "output_bytes": sum(r.output_bytes for r in ok),
             # open loop: how late the generator sent requests after their scheduled arrival
             # (a late generator under-loads the server and hides queueing)
             "dispatch_lag_s_max": max(
@@ -264,6 +280,10 @@ def analyze(
             cand_tokens = windows_out[cand_w.index]["output_tokens"]
             if ref_tokens and abs(cand_tokens / ref_tokens - 1.0) > TOKENS_TOLERANCE:
                 reasons.append(f"output_tokens_differ:{cand_tokens}/{ref_tokens}")
+            ref_bytes = windows_out[ref_w.index]["output_bytes"]
+            cand_bytes = windows_out[cand_w.index]["output_bytes"]
+            if ref_bytes and abs(cand_bytes / ref_bytes - 1.0) > TEXT_TOLERANCE:
+                reasons.append(f"output_text_differs:{cand_bytes}/{ref_bytes}")
             ratios: dict[str, dict[str, Any]] = {}
             for metric in REQUEST_METRICS:
                 ratios[metric] = {}
@@ -291,6 +311,10 @@ def analyze(
             pairs_out.append(entry)
             if not reasons:
                 usable.append((ref_w.index, cand_w.index))
+    # a subject decides which of its windows fail, drift or answer short: pairs left out for
+    # such reasons would let it choose the windows compared (fail one request, or slow down
+    # hard, where it is slow), so any pair left out leaves no finding but "inconclusive"
+    left_out = len(pairs_out) - len(usable)
     summary: dict[str, Any] = {}
     if usable:
         for metric in REQUEST_METRICS:
@@ -320,12 +344,26 @@ def analyze(
                 pick = rng.integers(0, len(have), size=(resamples, len(have)))
                 combined = np.exp(logs[pick, np.arange(resamples)[:, None]].mean(axis=1))
                 lo, hi = _ci(combined, confidence)
+                # a p95/p99 of fewer requests than it needs is not that tail (R7, R12)
+                enough = all(
+                    windows_out[i]["quantiles"][metric][name]["enough_for_tail"]
+                    for pair in have
+                    for i in pair
+                )
+                finding = _finding(lo, hi, min_effect)
+                if len(have) < MIN_PAIRS_FOR_FINDING:
+                    finding = "too_few_pairs"
+                elif not enough:
+                    finding = "too_few_requests"
+                elif left_out:
+                    finding = "inconclusive"
                 summary[metric][name] = {
                     "ratio": point,
                     "ci_low": lo,
                     "ci_high": hi,
                     "pairs": len(have),
-                    "finding": _finding(lo, hi, min_effect),
+                    "pairs_left_out": left_out,
+                    "finding": finding,
                 }
     drifting = [i for i, d in drift.items() if d["drifting"]]
     return {
@@ -382,6 +420,8 @@ __all__ = [
     "DEFAULT_RESAMPLES",
     "DRIFT_ALPHA",
     "DRIFT_THRESHOLD",
+    "MIN_PAIRS_FOR_FINDING",
+    "TEXT_TOLERANCE",
     "TOKENS_TOLERANCE",
     "analyze",
     "drift_check",

@@ -7,9 +7,10 @@ through ``samples.record`` like ``measure workload``:
   ``case``): each subject's values are its steady requests' per-request
   TTFT / time per output token / end-to-end latency (in the Target's unit), so a verdict can take
   a median or a tail of them (R12), or the window's throughput (one value);
-- a window pair with a drifting window, or whose subjects produced output token totals that
-  differ over the same requests, is left out of the request (kept, with its reason, in the
-  artifact): it supports no verdict;
+- a window pair with a drifting window, or whose subjects produced output token totals (or
+  output text) that differ over the same requests, is left out of the request (kept, with its
+  reason, in the artifact): it supports no verdict; at a formal stage (target, final audit) any
+  such pair refuses the recording (R12: a subject would choose the pairs its verdict rests on);
 - a subject with failed steady requests in its window is recorded ``correct: false`` (R5);
 - each pair carries the monitor's account of its two windows, with the requests that overlapped
   foreign activity counted in its flags (R17).
@@ -43,6 +44,9 @@ from perfledger.commands.workflow.serving_record import (
 )
 from perfledger.errors import BadRequest, MeasurementError
 
+#: Reasons a window pair is left out of the recorded samples that its subjects control (drift,
+#: unequal work): a formal stage with any is refused (R12).
+VOIDING_REASONS = ("drift:", "output_tokens_differ:", "output_text_differs:")
 #: Open loop: a send later than this after its scheduled arrival is warned about (seconds).
 DISPATCH_LAG_WARN_S = 0.05
 
@@ -138,10 +142,10 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
               help="Closed loop: requests in flight.")  # fmt: skip
 @click.option("--pairs", type=click.IntRange(min=1), default=5, help="Window pairs (ABBA).")
 @click.option("--steady", type=click.IntRange(min=2), default=40, help="Steady requests a window.")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, help="Warm-up requests a window.")
-@click.option(
-    "--cooldown", type=click.IntRange(min=0), default=5, help="Cool-down requests a window."
-)
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
+              help="Warm-up requests a window (default 5; closed loop: at least --concurrency).")  # fmt: skip
+@click.option("--cooldown", type=click.IntRange(min=0), default=None,
+              help="Cool-down requests a window (default 5; closed loop: at least --concurrency).")  # fmt: skip
 @click.option("--seed", type=int, default=0, help="Seeds the request order and the arrivals.")
 @click.option(
     "--ignore-eos",
@@ -360,6 +364,7 @@ def run_measure_serving(**kw: Any) -> None:
             raise BadRequest(f"evidence {kw['evidence_id']!r} is already recorded")
         if kw["evidence_target"] is not None:
             rules.r1_target_frozen(state, kw["evidence_target"])
+    sv.check_request_set(requests, config)
     env = m.environment_payload(tools=False)
     if info is not None:
         m.check_environment(env, info)
@@ -502,6 +507,17 @@ def run_measure_serving(**kw: Any) -> None:
         explain_foreign=kw["explain_foreign"],
     )
     result.update(samples_id=sid, pairs_recorded=len(body["pairs"]), pairs_left_out=left_out)
+    voided = [x for x in left_out if any(r.startswith(VOIDING_REASONS) for r in x["reasons"])]
+    if voided and stage != "screen":
+        # a subject chooses which of its windows drift or answer short: a formal verdict on the
+        # pairs left would rest on windows it picked (slowing down hard where it is slow)
+        raise rules.refuse(
+            "R12",
+            f"{len(voided)} window pairs were left out ({voided[0]['reasons'][0]}, ...): a "
+            f"formal ({stage}) stage's verdict rests on every window pair measured; nothing "
+            "was recorded",
+            "measure again on a steady server (the report's windows: --raw FILE)",
+        )
     if not body["pairs"]:
         raise MeasurementError(
             f"no window pair can be recorded: {left_out}",

@@ -133,7 +133,11 @@ def serving_request(
     for p in report["pairs"]:
         ref_w, cand_w = windows[p["ref_window"]], windows[p["cand_window"]]
         ref_rw, cand_rw = report["windows"][ref_w.index], report["windows"][cand_w.index]
-        voided = [r for r in p["reasons"] if r.startswith(("drift:", "output_tokens_differ:"))]
+        voided = [
+            r
+            for r in p["reasons"]
+            if r.startswith(("drift:", "output_tokens_differ:", "output_text_differs:"))
+        ]
         for name in cases or [None]:
             label = {"pair": p["pair"], "case": name or case}
             if voided:
@@ -191,17 +195,33 @@ def evidence_request(
     version, a unit on every fact). Facts: per subject, the median over its windows of each
     metric's p50/p95/p99 (ms) and of its throughput; with two subjects, the cand/ref ratio of
     each quantile over usable pairs with its CI ends; counts of drifting windows, failed and
-    interfered requests. Drift, interference and a missing monitor are also limitations."""
+    interfered requests. A tail quantile (p95, p99) is left out where a window has fewer steady
+    requests than it needs (R7, R12). Drift, interference, failed requests, tails left out and
+    a missing monitor are also limitations."""
     from statistics import median
 
     from perfledger import __version__
+    from perfledger.kernels.serving import TAIL_MIN_REQUESTS
 
     facts: list[dict[str, Any]] = []
+    # a tail quantile of fewer steady requests than it needs (R7, R12) is not that quantile:
+    # recorded, a p99 of 40 requests would pass for a tail it never saw
+    short_tails = sorted(
+        {
+            name
+            for w in report["windows"]
+            for by_q in w["quantiles"].values()
+            for name, q in by_q.items()
+            if q and not q["enough_for_tail"]
+        }
+    )
     subjects = sorted({w["subject"] for w in report["windows"]}, reverse=True)  # ref first
     for subject in subjects:
         ws = [w for w in report["windows"] if w["subject"] == subject]
         for metric, by_q in ws[0]["quantiles"].items():
             for name in by_q:
+                if name in short_tails:
+                    continue
                 values = [
                     w["quantiles"][metric][name]["value_s"]
                     for w in ws
@@ -219,7 +239,7 @@ def evidence_request(
                 facts.append({"name": f"{subject}.{rate}", "value": median(values), "unit": unit})
     for metric, by_q in report["summary"].items():
         for name, s in by_q.items():
-            if s:
+            if s and name not in short_tails:
                 base = f"cand_over_ref.{metric.removesuffix('_s')}.{name}"
                 note = f"{s['pairs']} usable window pairs: {s['finding']}"
                 for suffix, key in (("", "ratio"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
@@ -234,6 +254,17 @@ def evidence_request(
          "unit": "count"},
     ]  # fmt: skip
     limitations = []
+    if report["failed_requests"]:
+        # a failed request is in no quantile: left out, it would shorten the tail it belongs to
+        limitations.append(
+            f"{report['failed_requests']} requests failed: they are in no quantile, and window "
+            "pairs with failed steady requests are in no ratio (findings inconclusive)"
+        )
+    if short_tails:
+        limitations.append(
+            f"{', '.join(short_tails)} left out: a window has fewer steady requests than "
+            f"{', '.join(str(TAIL_MIN_REQUESTS[q]) for q in short_tails)} (--steady)"
+        )
     if drifting:
         limitations.append(f"drift between steady windows: {drifting}")
     if interference_windows:
