@@ -33,12 +33,9 @@ from typing import Any
 import msgspec
 
 from perfledger.commands.workflow.rules import refuse
-from perfledger.events.workflow import SamplesRecorded, Statistics, TestSet
+from perfledger.events.workflow import FORMAL_STAGES, SamplesRecorded, Statistics, TestSet
 from perfledger.projections.verdict_explain import MISSING_CASES
 from perfledger.projections.workflow import TargetView, WorkflowState
-
-#: Stages whose result can support a decision (R11): only they must cover the whole test set.
-FORMAL_STAGES = ("target", "final_audit")
 
 
 def missing_cases(
