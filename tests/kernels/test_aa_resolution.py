@@ -97,3 +97,20 @@ def test_r4_resolution_is_never_below_the_ci_reach_or_the_bound(medians: list[fl
     assert got["resolution"] == max(got["reach"], got["bound"]) >= 0.0
     if len(medians) < 2:
         assert got["bound"] == 0.0
+
+
+def test_r4_recording_a_kernel_case_with_one_valid_aa_comparison_is_refused() -> None:
+    from perfledger.commands.cli.measure import kernel_aa_pairs_check
+    from perfledger.errors import RuleRefused
+    from perfledger.kernels.harness import resolution_from_aa
+
+    short = resolution_from_aa([_narrow(0.99), _aa((0.9, 1.1), ["pause:candidate"], 1.0)])
+    enough = resolution_from_aa([_narrow(0.99), _narrow(1.004)])
+    with pytest.raises(RuleRefused) as refused:
+        kernel_aa_pairs_check({"a": enough, "b": short}, record=True)
+    assert refused.value.rule == "R4" and "['b']" in str(refused.value)
+    assert "invalid: {'b': 1}" in str(refused.value) and "--runs 5" in refused.value.hint
+    # measured without --record: the short case is only noted
+    notes = kernel_aa_pairs_check({"a": enough, "b": short}, record=False)
+    assert len(notes) == 1 and notes[0].startswith("case b: one valid A/A comparison")
+    assert kernel_aa_pairs_check({"a": enough}, record=True) == []

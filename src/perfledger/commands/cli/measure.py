@@ -419,19 +419,35 @@ def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, An
 LOADED_HOST = 0.5
 
 
-def _one_pair_refusal(why: str) -> Exception:
+def kernel_aa_pairs_check(figures_by_case: dict[str, dict[str, float]], record: bool) -> list[str]:
     """R4: a kernel spec's resolution is not recorded from fewer than two valid A/A comparisons
-    per case: each comparison is one pair of workers, whose own bias only the spread of several
-    pairs bounds (:func:`perfledger.kernels.harness.resolution_from_aa`). Returns the
-    RuleRefused (exit 3) to raise."""
-    return rules.refuse(
-        "R4",
-        f"a kernel spec's A/A resolution needs at least 2 valid A/A comparisons per case ({why}): "
-        "each runs on a fresh pair of worker processes, whose own bias one comparison's CI does "
-        "not show; the resolution bounds the next pair's from the spread of several",
-        hint="measure again (`--runs 5`, the default, or more) on an idle GPU (an invalid "
-        "comparison's flags say what went wrong: docs/kernel-harness.md); nothing was recorded",
-    )
+    in any case: each comparison is one pair of workers, whose own bias only the spread of
+    several pairs bounds (:func:`perfledger.kernels.harness.resolution_from_aa`).
+
+    Args:
+        figures_by_case: case -> :func:`~perfledger.kernels.harness.resolution_from_aa`'s
+            figures (``repeats``: valid comparisons, ``excluded``: invalid ones).
+        record: ``--record`` was asked (else the short cases are only noted).
+    Returns: a note per short case (nothing recorded: the resolution's bound is missing).
+    Raises: RuleRefused (R4, exit 3) when recording with a short case; nothing is appended.
+    """
+    short = sorted(c for c, f in figures_by_case.items() if f["repeats"] < 2)
+    if record and short:
+        invalid = {c: int(figures_by_case[c]["excluded"]) for c in short}
+        raise rules.refuse(
+            "R4",
+            "a kernel spec's A/A resolution needs at least 2 valid A/A comparisons per case "
+            f"(one valid in case(s) {short}; invalid: {invalid}): each runs on a fresh pair of "
+            "worker processes, whose own bias one comparison's CI does not show; the "
+            "resolution bounds the next pair's from the spread of several",
+            hint="measure again (`--runs 5`, the default, or more) on an idle GPU (an invalid "
+            "comparison's flags say what went wrong: docs/kernel-harness.md); nothing was recorded",
+        )
+    return [
+        f"case {c}: one valid A/A comparison: the bias of a pair of workers (R4's prediction "
+        "bound) is unmeasured; run `measure aa --runs 5` or more"
+        for c in short
+    ]
 
 
 def resolution_refusal(
@@ -1396,15 +1412,7 @@ def measure_aa(
             for c, f in figures_by_case.items()
             if f["excluded"]
         ]
-        one_pair = sorted(c for c, f in figures_by_case.items() if f["repeats"] < 2)
-        if record and one_pair:
-            invalid = {c: int(figures_by_case[c]["excluded"]) for c in one_pair}
-            raise _one_pair_refusal(f"one valid in case(s) {one_pair}; invalid: {invalid}")
-        aa_notes += [
-            f"case {c}: one valid A/A comparison: the bias of a pair of workers (R4's prediction "
-            "bound) is unmeasured; run `measure aa --runs 5` or more"
-            for c in one_pair
-        ]
+        aa_notes += kernel_aa_pairs_check(figures_by_case, record)
         per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
         resolution = max(per_case.values())
         repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
