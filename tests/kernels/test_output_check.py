@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfledger.kernels import outputs
-from perfledger.kernels.driver import DriverRun, Subject, run_pairs
+from perfledger.kernels.workload import outputs
+from perfledger.kernels.workload.driver import DriverRun, Subject, run_pairs
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"
 EXACT = {"compare": "exact"}

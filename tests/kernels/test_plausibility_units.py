@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels.ceilings import FLOP_UNITS, Ceilings, check_plausible
-from perfledger.kernels.harness import HarnessConfig, Problem
+from perfledger.kernels.cuda.ceilings import FLOP_UNITS, Ceilings, check_plausible
+from perfledger.kernels.harness.harness import HarnessConfig, Problem
 from perfledger.kernels.stats import paired_stats
 
 #: An H200's figures: 4 TB/s copy, 67 TFLOP/s fp32 and 34 fp64 on CUDA cores, 730 fp16 and

@@ -238,7 +238,7 @@ class Accuracy(_Part, kw_only=True):
     """How a workload's outputs are judged (R5; SPEC.md section 5, "Workload driver"):
     ``compare`` ``exact`` or ``allclose`` (the measuring process compares each candidate output
     with the reference's of the same pair: ``|cand - ref| <= atol + rtol * |ref|``, NaN never
-    equal; :mod:`perfledger.kernels.outputs`), or ``self_reported`` (outputs cannot be compared:
+    equal; :mod:`perfledger.kernels.workload.outputs`), or ``self_reported`` (outputs cannot be compared:
     the subject's own ``correct`` is all there is). ``rtol``: a ratio; ``atol``: in the output's
     units."""
 
@@ -561,7 +561,7 @@ class Monitor(_Part, kw_only=True):
 
 
 class OutputCheck(_Part, kw_only=True):
-    """A call's output as the measuring process judged it (R5; :mod:`perfledger.kernels.outputs`).
+    """A call's output as the measuring process judged it (R5; :mod:`perfledger.kernels.workload.outputs`).
 
     Attributes:
         method: the rule's version (``outputs_v2``; ``outputs_v1`` before dtypes were held

@@ -1,5 +1,5 @@
 """Statistics of a serving run (SPEC.md section 5 "Serving workloads"; R7, R12, R17): what
-:func:`analyze` derives from a :class:`~perfledger.kernels.serving.ServingRun`, each setting
+:func:`analyze` derives from a :class:`~perfledger.kernels.serving.serving.ServingRun`, each setting
 recorded in its answer:
 
 - **Per window**: p50/p95/p99 of each metric with a seeded percentile bootstrap CI (requests
@@ -26,7 +26,7 @@ recorded in its answer:
   reference's quantile in each pair) is reported, and no numeric bound is derived from it.
 
 Imports: numpy, scipy (the drift test); of perfledger, :mod:`perfledger.errors` and
-:mod:`perfledger.kernels.serving`.
+:mod:`perfledger.kernels.serving.serving`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels.serving import (
+from perfledger.kernels.serving.serving import (
     QUANTILES,
     REQUEST_METRICS,
     TAIL_MIN_REQUESTS,

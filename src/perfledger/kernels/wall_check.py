@@ -3,7 +3,7 @@
 derives it, the auditor re-derives it.
 
 A workload command reports its own times; the driver times every call itself
-(:attr:`perfledger.kernels.driver.CallResult.wall_s`, from before the command starts to when its
+(:attr:`perfledger.kernels.workload.driver.CallResult.wall_s`, from before the command starts to when its
 exit is seen, a clock the command cannot reach). Whatever a command reports, the time it saves
 must be spent less on the wall: a candidate that is really faster saves wall time too, one that
 reports less time than it spends does not.
@@ -74,7 +74,7 @@ from typing import Any
 import msgspec
 
 from perfledger.events.workflow import WallCheck, WallCheckCase
-from perfledger.kernels.timing import UNITS_PER_SECOND
+from perfledger.kernels.cuda.timing import UNITS_PER_SECOND
 
 #: The rule's version, recorded with every check: ``wall_v1`` for samples recorded before the
 #: value-count rule (``SamplesRecorded`` schema 4 and before), :data:`METHOD_V2` from then on.
@@ -483,7 +483,7 @@ def check_driver_run(
     directions: Mapping[str, str] | None = None,
     work_metrics: Mapping[str, str] | None = None,
 ) -> WallCheck | None:
-    """:func:`check_pairs` of a :class:`perfledger.kernels.driver.DriverRun`: its usable pairs
+    """:func:`check_pairs` of a :class:`perfledger.kernels.workload.driver.DriverRun`: its usable pairs
     (both calls well formed), each call's metrics as its values and its ``wall_s``."""
     from types import SimpleNamespace
 

@@ -1,7 +1,7 @@
 """Code identity at the command edge (R11): snapshots taken for ``readiness record`` and
 ``measure workload``, the champion's snapshot for the read models, and ``perfledger checkout``.
 
-Taking a snapshot reads files (:mod:`perfledger.kernels.snapshot`); the rules it must satisfy are
+Taking a snapshot reads files (:mod:`perfledger.kernels.workload.snapshot`); the rules it must satisfy are
 the pure checks of :mod:`perfledger.commands.workflow.identity`, which the deciders run again on the
 recorded request (and an auditor on replay). The files' bytes are attached to the event as
 artifacts named ``file-<blake3 hex>`` (stored once per content), so ``checkout`` can write a
@@ -47,9 +47,9 @@ def take(target_scope: Any, driver: Any, subject: str, *, whole: bool = True) ->
     """Snapshot ``subject`` as the readiness ``driver`` (its argv with ``{subject}`` and its
     optional cwd; a Driver Struct or its dict) runs it, taking every file under it (``whole``)
     or, for a Target whose original was snapshotted before that rule, the files inside
-    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`.
+    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.workload.snapshot.TakenSnapshot`.
     Raises: BadRequest, RuleRefused (R11: a symbolic link out of the subject)."""
-    from perfledger.kernels.snapshot import take_snapshot
+    from perfledger.kernels.workload.snapshot import take_snapshot
 
     fields = driver if isinstance(driver, dict) else msgspec.to_builtins(driver)
     argv = substitute([str(w) for w in fields["argv"]], subject)
@@ -246,7 +246,7 @@ class SubjectsWatch:
 
     def __init__(self, info: dict[str, Any], body: dict[str, Any], strict: bool = False) -> None:
         """``body``: the samples' identity as :func:`measure_identity` made it."""
-        from perfledger.kernels.snapshot import remove_bytecode_caches
+        from perfledger.kernels.workload.snapshot import remove_bytecode_caches
 
         self.strict = strict
         self.info, self.body = info, body
@@ -274,7 +274,7 @@ class SubjectsWatch:
         return out
 
     def _stat(self) -> dict[str, tuple[int, ...]]:
-        from perfledger.kernels.snapshot import SKIPPED_DIRS
+        from perfledger.kernels.workload.snapshot import SKIPPED_DIRS
 
         out: dict[str, tuple[int, ...]] = {}
         paths: list[str] = []
@@ -296,7 +296,7 @@ class SubjectsWatch:
     def __call__(self, label: str | None = None) -> None:
         """Before the call of subject ``label`` (``ref`` or ``cand``). Raises: RuleRefused
         (R11) as :func:`confirm_unchanged`."""
-        from perfledger.kernels.snapshot import remove_bytecode_caches
+        from perfledger.kernels.workload.snapshot import remove_bytecode_caches
 
         if self.last is not None:  # what the previous call compiled for itself
             self.caches[self.last] = self._caches(self.last)
@@ -330,7 +330,7 @@ def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
     :func:`confirm_unchanged`. Raises: RuleRefused (R11) as that does."""
-    from perfledger.kernels.snapshot import remove_bytecode_caches
+    from perfledger.kernels.workload.snapshot import remove_bytecode_caches
 
     for role in ("reference", "candidate"):
         remove_bytecode_caches(body[role]["subject"])

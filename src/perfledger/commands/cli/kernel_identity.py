@@ -5,7 +5,7 @@ The design (``docs/code-identity.md``, "Kernel subjects"): a kernel Target's rea
 the spec's path with the subject's place, one word such as ``["{subject}/spec.py"]``. Each
 version of the code is a directory holding its own copy of the spec, which defines ``PROBLEMS``
 and ``SUBJECT`` (the kernel of that directory). Each subject's worker process runs in its own
-directory (:class:`perfledger.kernels.isolated.WorkerProcess`), so the reference worker loads
+directory (:class:`perfledger.kernels.isolation.isolated.WorkerProcess`), so the reference worker loads
 the original's (or the champion's) code and the candidate worker the candidate's. Both
 directories are snapshotted like a workload's subjects (:func:`perfledger.commands.cli.identity.
 subjects_identity`: every file under the directory, so the spec and what it reads), checked
@@ -131,19 +131,19 @@ def kernel_batch_checks(
 ) -> Callable[[str], None]:
     """The R11 check ``measure kernel`` runs before every batch of a bound comparison (both
     workers quiet): the start-up files of the workers' Python (``.pth``, ``sitecustomize``:
-    :class:`~perfledger.kernels.startup_surface.StartupWatch`) unchanged since the run began,
+    :class:`~perfledger.kernels.workload.startup_surface.StartupWatch`) unchanged since the run began,
     then ``watch`` (both subject directories, strict). A candidate worker that adds a ``.pth``
     runs code at the start of every later worker, the next case's reference worker included,
     and no snapshot holds it.
 
     Args:
         watch: the subjects' files check (raises RuleRefused).
-        worker_argv: the workers' command (None: :data:`perfledger.kernels.isolated.WORKER`).
+        worker_argv: the workers' command (None: :data:`perfledger.kernels.isolation.isolated.WORKER`).
     Returns: ``check(role)``, which raises RuleRefused (R11) on a change (an added start-up
         entry is moved aside).
     """
-    from perfledger.kernels.isolated import WORKER
-    from perfledger.kernels.startup_surface import StartupWatch
+    from perfledger.kernels.isolation.isolated import WORKER
+    from perfledger.kernels.workload.startup_surface import StartupWatch
 
     startup = StartupWatch([list(WORKER if worker_argv is None else worker_argv)])
 

@@ -6,13 +6,13 @@ append what it measured through the ordinary operations (``samples.record``,
 - ``env`` prints the environment identity; its ``readiness_environment`` is what
   ``readiness.record`` should carry, so that ``environment_id`` matches the samples' (R11).
 - ``measure workload`` runs a reference and a candidate command in ABBA order
-  (:mod:`perfledger.kernels.driver`) and records one pair per round and case: correctness and
+  (:mod:`perfledger.kernels.workload.driver`) and records one pair per round and case: correctness and
   metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
   (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
   in the raw table.
 - ``measure kernel`` compares the ``REFERENCE`` and ``CANDIDATE`` of a spec file (``PROBLEMS``
   or ``PROBLEM``, optional ``CONFIG``) per case, each subject in a worker process of its own
-  (:func:`perfledger.kernels.isolated.compare_spec`; this process never loads the spec, and
+  (:func:`perfledger.kernels.isolation.isolated.compare_spec`; this process never loads the spec, and
   checks the workers' reports against its own clock and their revealed outputs); each ABBA
   block (one monitor window) becomes one recorded pair whose values are the block's per-call
   times, in the Target's primary unit (s, ms, us or ns) (``same_process: true``: one harness
@@ -59,8 +59,8 @@ from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import FORMAL_STAGES
-from perfledger.kernels.spec_loader import load_spec
-from perfledger.kernels.timing import UNITS_PER_SECOND
+from perfledger.kernels.cuda.timing import UNITS_PER_SECOND
+from perfledger.kernels.subjects.spec_loader import load_spec
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
 TIME_UNITS = UNITS_PER_SECOND
@@ -139,17 +139,17 @@ def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None
 
 def _start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
     """A started monitor, or (None, why not). ``source``: ``gpu`` (NVML) or ``host`` (the host's
-    CPU counters, :mod:`perfledger.kernels.hostmonitor`, for CPU workloads)."""
+    CPU counters, :mod:`perfledger.kernels.monitor.hostmonitor`, for CPU workloads)."""
     if not enabled:
         return None, "disabled by --no-monitor"
     if source == "host":
-        from perfledger.kernels.hostmonitor import HostMonitor
+        from perfledger.kernels.monitor.hostmonitor import HostMonitor
 
         try:
             return HostMonitor().start(), None
         except RuntimeError as exc:
             return None, f"host monitor unavailable: {exc}"
-    from perfledger.kernels.monitor import Monitor
+    from perfledger.kernels.monitor.monitor import Monitor
 
     try:
         monitor = Monitor().start()
@@ -316,7 +316,7 @@ def failed_call_text(call: Any, tail_lines: int = 8) -> str:
     """Describe a failed driver call for an error message: ``; first: CALL_ID: REASON: MESSAGE``
     and, when the call wrote to stderr, the last ``tail_lines`` lines of it (the cause, e.g. a
     Python traceback of the workload, is usually there). ``call`` is a
-    :class:`perfledger.kernels.driver.CallResult`."""
+    :class:`perfledger.kernels.workload.driver.CallResult`."""
     text = f"; first: {call.call_id}: {call.reason}: {call.message}"
     tail = (getattr(call, "stderr_tail", "") or "").rstrip()
     if tail:
@@ -422,10 +422,10 @@ LOADED_HOST = 0.5
 def kernel_aa_pairs_check(figures_by_case: dict[str, dict[str, float]], record: bool) -> list[str]:
     """R4: a kernel spec's resolution is not recorded from fewer than two valid A/A comparisons
     in any case: each comparison is one pair of workers, whose own bias only the spread of
-    several pairs bounds (:func:`perfledger.kernels.harness.resolution_from_aa`).
+    several pairs bounds (:func:`perfledger.kernels.harness.harness.resolution_from_aa`).
 
     Args:
-        figures_by_case: case -> :func:`~perfledger.kernels.harness.resolution_from_aa`'s
+        figures_by_case: case -> :func:`~perfledger.kernels.harness.harness.resolution_from_aa`'s
             figures (``repeats``: valid comparisons, ``excluded``: invalid ones).
         record: ``--record`` was asked (else the short cases are only noted).
     Returns: a note per short case (nothing recorded: the resolution's bound is missing).
@@ -619,8 +619,8 @@ def _run_driver(
     accuracy: dict[str, Any] | None = None,
     before_call: Any = None,
 ) -> Any:
-    from perfledger.kernels.driver import Subject, run_pairs
-    from perfledger.kernels.startup_surface import StartupWatch
+    from perfledger.kernels.workload.driver import Subject, run_pairs
+    from perfledger.kernels.workload.startup_surface import StartupWatch
 
     try:
         ref = Subject("ref", shlex.split(ref_cmd))
@@ -812,7 +812,7 @@ def measure_workload(
     readiness = info["target"].readiness
     allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage, allowed)
-    from perfledger.kernels.subject_env import environment_warnings
+    from perfledger.kernels.workload.subject_env import environment_warnings
 
     result["warnings"] += environment_warnings(  # code loaded from outside both subjects
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
@@ -992,9 +992,9 @@ def _ceilings(remeasure: bool = False) -> Any:
 
     ``remeasure``: measure them now, whatever the cache holds (a formal stage: the cache is a
     file a subject's worker, running as the same user, could have raised)."""
-    from perfledger.kernels.ceilings import load_or_measure
+    from perfledger.kernels.cuda.ceilings import load_or_measure
     from perfledger.kernels.env import collect
-    from perfledger.kernels.harness import require_cupy
+    from perfledger.kernels.harness.harness import require_cupy
 
     require_cupy()
     return load_or_measure(collect(tools=False).identity(), remeasure=remeasure)
@@ -1047,7 +1047,7 @@ def measure_kernel(
         )
     finally:
         ledger.close()
-    from perfledger.kernels.isolated import compare_spec, spec_facts
+    from perfledger.kernels.isolation.isolated import compare_spec, spec_facts
 
     unenforced = None if bound is not None else unbound_note(info["target"])
     if unenforced is not None:  # the old rule: say so before measuring
@@ -1354,8 +1354,8 @@ def measure_aa(
         )
     else:
         from perfledger.commands.cli.kernel_identity import original_kernel_directory
-        from perfledger.kernels.harness import resolution_from_aa
-        from perfledger.kernels.isolated import compare_spec, spec_facts
+        from perfledger.kernels.harness.harness import resolution_from_aa
+        from perfledger.kernels.isolation.isolated import compare_spec, spec_facts
 
         # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
         bound = original_kernel_directory(target, spec_path, kernel_dir)

@@ -146,8 +146,8 @@ def _measure(
     "call_ids"}``). Raises: BadRequest for a command that cannot be parsed; MeasurementError
     for a failed call, a call whose accuracy check failed (R5) or one without ``metric``."""
     from perfledger.commands.cli import measure as m
-    from perfledger.kernels import outputs
-    from perfledger.kernels.driver import Subject, run_call
+    from perfledger.kernels.workload import outputs
+    from perfledger.kernels.workload.driver import Subject, run_call
 
     try:
         subject = Subject("original", shlex.split(cmd))

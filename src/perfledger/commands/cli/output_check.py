@@ -14,7 +14,7 @@ import click
 from perfledger.commands.workflow.output_rules import compared, declares_output
 from perfledger.errors import BadRequest
 
-#: The driver's per-pair seed placeholder (:data:`perfledger.kernels.outputs.SEED_PLACEHOLDER`).
+#: The driver's per-pair seed placeholder (:data:`perfledger.kernels.workload.outputs.SEED_PLACEHOLDER`).
 SEED_PLACEHOLDER = "{seed}"
 
 #: The keys of a call's output check recorded in the samples (``OutputCheck``).
@@ -49,7 +49,7 @@ def accuracy_for(target: Any, commands: dict[str, str]) -> dict[str, Any] | None
 
 def recorded_output(call: Any) -> dict[str, Any] | None:
     """A driver call's output check as a samples request records it, or None when the driver
-    judged no output (``call``: :class:`perfledger.kernels.driver.CallResult`)."""
+    judged no output (``call``: :class:`perfledger.kernels.workload.driver.CallResult`)."""
     if call.output is None:
         return None
     return {

@@ -1,6 +1,6 @@
 """``perfledger measure serving`` (SPEC.md section 5 "Serving workloads"; R2, R5, R7, R11, R12,
 R17): a paired, monitored load against OpenAI-compatible HTTP endpoints
-(:mod:`perfledger.kernels.serving`), reported, and with ``--experiment``/``--stage`` recorded
+(:mod:`perfledger.kernels.serving.serving`), reported, and with ``--experiment``/``--stage`` recorded
 through ``samples.record`` like ``measure workload``:
 
 - one recorded pair per window pair (and test case, where the request lines name their
@@ -221,8 +221,8 @@ def run_measure_serving(**kw: Any) -> None:
     from perfledger.commands.cli import measure as m
     from perfledger.commands.cli.identity import refuse_unsnapshotted
     from perfledger.commands.workflow import rules
-    from perfledger.kernels import serving as sv
     from perfledger.kernels import serving_stats as st
+    from perfledger.kernels.serving import serving as sv
 
     ctx = _ctx(kw["json_flag"])
     recording = kw["experiment_id"] is not None

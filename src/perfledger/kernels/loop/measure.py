@@ -4,7 +4,7 @@ comparison and profiles of one kernel file, producing the numbers that the loop'
 Two backends, one interface (:class:`Backend`):
 
 - :class:`WorkloadBackend` (the CPU stand-in, no GPU): the kernel is measured through the
-  workload driver (:mod:`perfledger.kernels.driver`): a command template (``{kernel}``,
+  workload driver (:mod:`perfledger.kernels.workload.driver`): a command template (``{kernel}``,
   ``{ref}``, ``{dims}``, ``{entry}`` placeholders) that prints one JSON object per call, with the
   mode in ``$PERFLEDGER_LOOP_MODE`` (``check``, ``time`` or ``profile``). Paired timing is the
   driver's ABBA interleaving. A profile call puts ``{"tool", "version", "metrics", "units",
@@ -98,7 +98,7 @@ class WorkloadBackend:
     kind: str = field(default="workload", init=False)
 
     def _subject(self, label: str, kernel: Path, mode: str) -> Any:
-        from perfledger.kernels.driver import Subject
+        from perfledger.kernels.workload.driver import Subject
 
         values = {
             "{kernel}": str(kernel),
@@ -114,7 +114,7 @@ class WorkloadBackend:
         return Subject(label, argv, env={MODE_ENV: mode}, cwd=self.cwd)
 
     def _call(self, kernel: Path, mode: str) -> Any:
-        from perfledger.kernels.driver import run_call
+        from perfledger.kernels.workload.driver import run_call
 
         result = run_call(
             self._subject("cand", kernel, mode), case="dims", call_id=f"{mode}-1",
@@ -169,9 +169,9 @@ class WorkloadBackend:
         return None
 
     def compare(self, best: Path, cand: Path, pairs: int) -> tuple[list[dict[str, Any]], bool, str]:
-        """ABBA pairs through :func:`perfledger.kernels.driver.run_pairs`; a pair whose calls
+        """ABBA pairs through :func:`perfledger.kernels.workload.driver.run_pairs`; a pair whose calls
         failed or were incorrect is left out (R5); any incorrect candidate call is reported."""
-        from perfledger.kernels.driver import run_pairs
+        from perfledger.kernels.workload.driver import run_pairs
 
         run = run_pairs(
             self._subject("ref", best, "time"), self._subject("cand", cand, "time"),
@@ -263,7 +263,7 @@ class CudaBackend:
         if self._harness is None:
             import numpy as np
 
-            from perfledger.kernels import harness as h
+            from perfledger.kernels.harness import harness as h
 
             ref = self._module()
             dims = dict(self.dims)
@@ -274,7 +274,7 @@ class CudaBackend:
                 outputs=ref.outputs(dims),
                 bytes_per_call=ref.bytes_per_call(dims) if hasattr(ref, "bytes_per_call") else None,
             )
-            from perfledger.kernels.stopping import StoppingRule
+            from perfledger.kernels.harness.stopping import StoppingRule
 
             config = h.HarnessConfig(stopping=StoppingRule(max_gpu_s=self.max_gpu_s))
             self._harness = h.Harness(problem, config)
@@ -285,7 +285,7 @@ class CudaBackend:
         outputs, integers from dims as int32), launch from its directive."""
         import numpy as np
 
-        from perfledger.kernels import harness as h
+        from perfledger.kernels.harness import harness as h
         from perfledger.kernels.loop.preflight import eval_launch, parse_cuda_entry, parse_launch
 
         source = kernel.read_text()
@@ -365,7 +365,7 @@ class CudaBackend:
 
     def time_reference(self) -> dict[str, Any] | None:
         """The reference (a CuPy function) timed as a callable subject writing the outputs."""
-        from perfledger.kernels import harness as h
+        from perfledger.kernels.harness import harness as h
 
         ref = self._module()
         dims = self.dims
@@ -387,7 +387,7 @@ class CudaBackend:
 
     def compare(self, best: Path, cand: Path, pairs: int) -> tuple[list[dict[str, Any]], bool, str]:
         """The harness's paired ABBA comparison (each pair one cold sample per subject)."""
-        from perfledger.kernels.harness import abba_blocks
+        from perfledger.kernels.harness.harness import abba_blocks
 
         comparison = self.harness().compare(self.subject(best), self.subject(cand))
         if comparison.ref is None or comparison.cand is None:

@@ -1,7 +1,7 @@
 """The kernel-iteration loop on the seed playbook's standalone contract: a ``.cu`` exporting the
 host function ``extern "C" void solve(...)`` (any number of kernels launched on the stream it is
 given), ``ref.py`` with ``reference(**kwargs)`` and the argument spec (``ARGS``, or ``SHAPES``
-with the signature), and the dims JSON (:mod:`perfledger.kernels.solve`).
+with the signature), and the dims JSON (:mod:`perfledger.kernels.subjects.solve`).
 
 A Python baseline defining ``def solve(...)`` on torch tensors (a torch operator, a Triton
 kernel's launcher) follows the same contract (the stream parameter left out: torch's current
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from perfledger.events.loop import Catalog
-from perfledger.kernels import solve as sv
 from perfledger.kernels.loop.measure import CudaBackend, profile_from_ncu_csv
 from perfledger.kernels.loop.preflight import EntryPoint
+from perfledger.kernels.subjects import solve as sv
 
 
 def is_solve_source(source: str, entry: str | None) -> bool:
@@ -64,7 +64,7 @@ def preflight(
     """
     ref = sv.load_ref(ref_path)
     if python:
-        from perfledger.kernels.torch_subject import check_python_solve
+        from perfledger.kernels.subjects.torch_subject import check_python_solve
 
         spec = sv.resolve_spec(ref, None)
         check_python_solve(source, spec)
@@ -109,8 +109,8 @@ class SolveBackend(CudaBackend):
     def harness(self) -> Any:
         """The harness of ``ref.py``'s problem (built once)."""
         if self._harness is None:
-            from perfledger.kernels import harness as h
-            from perfledger.kernels.stopping import StoppingRule
+            from perfledger.kernels.harness import harness as h
+            from perfledger.kernels.harness.stopping import StoppingRule
 
             ref, spec = self._contract()
             problem = sv.solve_problem(ref, self.dims, spec, name=f"{self.reference.stem}")
@@ -123,7 +123,7 @@ class SolveBackend(CudaBackend):
         ``.py`` (torch or Triton) run as a torch subject."""
         _, spec = self._contract()
         if kernel.suffix == ".py":
-            from perfledger.kernels.torch_subject import python_solve_subject
+            from perfledger.kernels.subjects.torch_subject import python_solve_subject
 
             return python_solve_subject(kernel, spec, self.dims)
         return sv.solve_subject(kernel, spec, self.dims, arch=self.arch)
@@ -131,7 +131,7 @@ class SolveBackend(CudaBackend):
     def time_reference(self) -> dict[str, Any] | None:
         """The reference timed as a subject writing the outputs (None when it cannot run on the
         device, e.g. a NumPy reference)."""
-        from perfledger.kernels import harness as h
+        from perfledger.kernels.harness import harness as h
 
         problem = self.harness().problem
 

@@ -1,6 +1,6 @@
 """A background thread that takes an observation ``hz`` times per second and keeps them all: the
-sampling loop shared by the GPU monitor (:class:`perfledger.kernels.monitor.Monitor`, NVML) and
-the host monitor (:class:`perfledger.kernels.hostmonitor.HostMonitor`, ``/proc/stat``).
+sampling loop shared by the GPU monitor (:class:`perfledger.kernels.monitor.monitor.Monitor`, NVML) and
+the host monitor (:class:`perfledger.kernels.monitor.hostmonitor.HostMonitor`, ``/proc/stat``).
 
 Imports: standard library only (kernels imports events at most, SPEC.md section 1).
 """

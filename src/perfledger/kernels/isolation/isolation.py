@@ -26,8 +26,8 @@ Protocol (one JSON object a line on the child's stdin / stdout):
 A child that writes anything else, a line longer than :data:`MAX_LINE_BYTES`, dies, or does
 not answer within ``timeout_s`` raises
 :class:`~perfledger.errors.MeasurementError`. CPU only (subprocess, select). The kernel
-harness's subjects run this way through :mod:`perfledger.kernels.subject_worker` and
-:mod:`perfledger.kernels.isolated` (their own protocol, on :meth:`SubjectProcess.request`, and
+harness's subjects run this way through :mod:`perfledger.kernels.isolation.subject_worker` and
+:mod:`perfledger.kernels.isolation.isolated` (their own protocol, on :meth:`SubjectProcess.request`, and
 this module's :func:`clock_check`).
 """
 
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels.proctree import drop_ptrace_capability
+from perfledger.kernels.proc import drop_ptrace_capability
 from perfledger.kernels.stats import PairedStats, paired_stats
 
 #: Default tolerances of :func:`clock_check` (seconds per call; share of a call's time).

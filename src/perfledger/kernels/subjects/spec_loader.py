@@ -1,12 +1,12 @@
 """Loading a kernel spec (``perfledger measure kernel|aa --spec``): a Python file that defines
-``PROBLEMS`` (case -> :class:`~perfledger.kernels.harness.Problem`) or ``PROBLEM``,
+``PROBLEMS`` (case -> :class:`~perfledger.kernels.harness.harness.Problem`) or ``PROBLEM``,
 ``REFERENCE`` and ``CANDIDATE`` (subjects), or ``SUBJECT`` (the one subject of a spec that lives
 in a code directory of its own, R11: ``measure kernel --ref DIR --cand DIR``), and optional ``CONFIG``
-(:class:`~perfledger.kernels.harness.HarnessConfig`), or a ``.json`` spec of host-launched
+(:class:`~perfledger.kernels.harness.harness.HarnessConfig`), or a ``.json`` spec of host-launched
 ``solve`` subjects.
 
 Loading a Python spec *runs* it (subject code): under property 3 of SPEC.md section 5 only a
-subject worker (:mod:`perfledger.kernels.subject_worker`) calls :func:`load_spec`; the measuring
+subject worker (:mod:`perfledger.kernels.isolation.subject_worker`) calls :func:`load_spec`; the measuring
 process asks a worker instead. The in-process library path (``Harness.compare``) may call it.
 """
 
@@ -21,12 +21,12 @@ def load_spec(path: str) -> dict[str, Any]:
     """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
     ``CANDIDATE`` (subjects) or ``SUBJECT`` (a spec in a subject directory: the code of that
     directory), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
-    host-launched ``solve`` subjects (:func:`perfledger.kernels.solve.load_solve_spec`).
+    host-launched ``solve`` subjects (:func:`perfledger.kernels.subjects.solve.load_solve_spec`).
     Raises BadRequest."""
     import runpy
 
     if path.endswith(".json"):
-        from perfledger.kernels.solve import load_solve_spec
+        from perfledger.kernels.subjects.solve import load_solve_spec
 
         spec = load_solve_spec(path)
         # in a subject directory (R11), the spec's "reference" source is that directory's kernel

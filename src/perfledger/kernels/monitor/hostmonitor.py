@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from perfledger.kernels.sampler import PeriodicSampler
+from perfledger.kernels.monitor.sampler import PeriodicSampler
 
 #: The host's CPU counters (Linux).
 PROC_STAT = "/proc/stat"
@@ -131,7 +131,7 @@ class HostMonitor(PeriodicSampler[HostObservation]):
     """A background thread reading the host's CPU counters at ``hz`` (see the module docstring).
 
     The interface matches what ``perfledger measure workload`` uses of the GPU
-    :class:`~perfledger.kernels.monitor.Monitor`: :meth:`start`, :meth:`stop`, :meth:`calibrate`,
+    :class:`~perfledger.kernels.monitor.monitor.Monitor`: :meth:`start`, :meth:`stop`, :meth:`calibrate`,
     :meth:`verdict`, :meth:`settings`, :meth:`observations`.
 
     Args:

@@ -1,10 +1,10 @@
 """What the measuring process and a subject worker share (SPEC.md section 5, property 3): the
 keyed digest of a call's outputs, the reveal file format and the codec of correctness reports.
 
-The parent (:mod:`perfledger.kernels.isolated`) and the worker
-(:mod:`perfledger.kernels.subject_worker`) speak JSON lines; the requests are
+The parent (:mod:`perfledger.kernels.isolation.isolated`) and the worker
+(:mod:`perfledger.kernels.isolation.subject_worker`) speak JSON lines; the requests are
 
-- ``{"op": "hello", "seed": int}`` -> problem facts (:func:`perfledger.kernels.subject_worker`);
+- ``{"op": "hello", "seed": int}`` -> problem facts (:func:`perfledger.kernels.isolation.subject_worker`);
 - ``{"op": "check"}`` -> ``{"report": <CorrectnessReport as JSON>, "overhead_s": float}``;
 - ``{"op": "run", "seeds": [int, ...], "key": hex}`` -> per call ``times_s``, ``wall_s``,
   ``span_s``, ``digests``, and the batch's ``recheck_failures`` / ``checked_calls``;
@@ -30,8 +30,8 @@ from typing import Any
 import blake3
 import numpy as np
 
-from perfledger.kernels.harness import CorrectnessReport, TrialResult
-from perfledger.kernels.proctree import set_dumpable  # re-exported: workers import it here
+from perfledger.kernels.harness.harness import CorrectnessReport, TrialResult
+from perfledger.kernels.proc import set_dumpable  # re-exported: workers import it here
 
 #: The digest key's length (bytes): blake3's keyed mode takes 32.
 KEY_BYTES = 32
@@ -58,7 +58,7 @@ def output_digest(arrays: Mapping[str, np.ndarray], key: bytes) -> str:
     cryptographic hash, so a subject cannot reveal bytes other than the ones it committed to,
     even knowing the key; keyed per batch, so a digest cannot be computed before the batch's
     request arrives. A worker computes the same digest on the device
-    (:func:`perfledger.kernels.gpu_digest.device_digest` per output).
+    (:func:`perfledger.kernels.cuda.gpu_digest.device_digest` per output).
 
     Args:
         arrays: output name -> host array.

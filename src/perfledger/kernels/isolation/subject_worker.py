@@ -1,10 +1,10 @@
 """A subject worker: one kernel subject in a process of its own (SPEC.md section 5, property 3).
 
-``python -m perfledger.kernels.subject_worker --spec PATH --subject reference|candidate|subject
-[--case CASE]`` loads the spec (:func:`perfledger.kernels.spec_loader.load_spec`: the spec's
+``python -m perfledger.kernels.isolation.subject_worker --spec PATH --subject reference|candidate|subject
+[--case CASE]`` loads the spec (:func:`perfledger.kernels.subjects.spec_loader.load_spec`: the spec's
 code, and so the subject's, runs here and never in the measuring process), builds a
-:class:`~perfledger.kernels.harness.Harness` for the case with this one subject, and answers the
-JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / stdout:
+:class:`~perfledger.kernels.harness.harness.Harness` for the case with this one subject, and answers the
+JSON-lines requests of :mod:`perfledger.kernels.isolation.subject_protocol` on stdin / stdout:
 
 - ``hello {seed}``: the problem's facts (case names, bytes / FLOPs per call and their unit,
   outputs, tolerances, the harness's settings, the subject's content hash); without ``--case``
@@ -15,19 +15,19 @@ JSON-lines requests of :mod:`perfledger.kernels.subject_protocol` on stdin / std
   (:meth:`Harness._timed2`: fresh inputs from the seed, L2 flush, CUDA events, a re-check drawn
   after the call), each call writing into output buffers of its own; once the batch's calls are
   done every call's outputs are digested, keyed by ``key``, on the device
-  (:func:`~perfledger.kernels.gpu_digest.device_digest`, when its self-test at ``hello``
+  (:func:`~perfledger.kernels.cuda.gpu_digest.device_digest`, when its self-test at ``hello``
   agreed with the ``blake3`` package), or after each call following a copy to pinned host memory
-  (:func:`~perfledger.kernels.subject_protocol.output_digest`): the same digest either way;
+  (:func:`~perfledger.kernels.isolation.subject_protocol.output_digest`): the same digest either way;
 - ``reveal {index, path}``: writes that call's outputs of the last batch to ``path`` (raw bytes:
-  :func:`~perfledger.kernels.subject_protocol.write_reveal`); without ``path``, copies them into
-  the device buffer it exported at ``hello`` (``reveal_ipc``: :mod:`perfledger.kernels.reveal_ipc`).
+  :func:`~perfledger.kernels.isolation.subject_protocol.write_reveal`); without ``path``, copies them into
+  the device buffer it exported at ``hello`` (``reveal_ipc``: :mod:`perfledger.kernels.isolation.reveal_ipc`).
 
 The protocol's stream is a private duplicate of the original stdout; file descriptor 1 and
 ``sys.stdout`` point at stderr before the spec is loaded, so whatever the subject prints (Python
 or C) cannot land in the stream by accident. A subject that goes looking for the duplicate can
 write to it, as it can patch this module: what it reports is untrusted, and the measuring
 process checks it against its own clock and the revealed outputs
-(:mod:`perfledger.kernels.isolated`).
+(:mod:`perfledger.kernels.isolation.isolated`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Worker:
     """
 
     def __init__(self, spec_path: str, role: str, case: str | None) -> None:
-        from perfledger.kernels.spec_loader import load_spec
+        from perfledger.kernels.subjects.spec_loader import load_spec
 
         self.spec = load_spec(spec_path)
         self.role = role
@@ -96,7 +96,7 @@ class Worker:
         }
         if self.case is None:
             return facts
-        from perfledger.kernels.harness import Harness, HarnessConfig
+        from perfledger.kernels.harness.harness import Harness, HarnessConfig
 
         problem = self.spec["problems"][self.case]
         subject = self.spec[self.role]
@@ -132,7 +132,7 @@ class Worker:
 
     def check(self) -> dict[str, Any]:
         """The harness's correctness trials of the subject."""
-        from perfledger.kernels.subject_protocol import report_to_json
+        from perfledger.kernels.isolation.subject_protocol import report_to_json
 
         # calibrated here, not at hello: the parent greets both workers at once and runs each
         # check with the other stopped, so the calibration sees no other GPU work
@@ -144,9 +144,9 @@ class Worker:
         """One call per seed (module docstring); the outputs are kept until the next run."""
         import cupy
 
-        from perfledger.kernels.gpu_digest import digest_into, key_words, words_hex
-        from perfledger.kernels.harness import SubjectTiming, _PairInputs
-        from perfledger.kernels.subject_protocol import combine_digests, output_digest
+        from perfledger.kernels.cuda.gpu_digest import digest_into, key_words, words_hex
+        from perfledger.kernels.harness.harness import SubjectTiming, _PairInputs
+        from perfledger.kernels.isolation.subject_protocol import combine_digests, output_digest
 
         h = self.harness
         subject = self.spec[self.role]
@@ -220,8 +220,8 @@ class Worker:
 
     def reveal(self, index: int, path: str | None) -> dict[str, Any]:
         """Write call ``index`` of the last batch's outputs to ``path``, or (``path`` None)
-        copy them into the exported reveal buffer (:mod:`perfledger.kernels.reveal_ipc`)."""
-        from perfledger.kernels.subject_protocol import write_reveal
+        copy them into the exported reveal buffer (:mod:`perfledger.kernels.isolation.reveal_ipc`)."""
+        from perfledger.kernels.isolation.subject_protocol import write_reveal
 
         if not 0 <= index < len(self.kept):
             raise BadRequest(f"no call {index} in the last batch ({len(self.kept)} calls)")
@@ -242,7 +242,7 @@ class Worker:
 def _export_reveals(outputs: Any) -> Any:
     """The reveal buffer exported for CUDA IPC, or None where the driver refuses (reveals then
     go through files)."""
-    from perfledger.kernels.reveal_ipc import ExportedBuffer
+    from perfledger.kernels.isolation.reveal_ipc import ExportedBuffer
 
     try:
         return ExportedBuffer(outputs)
@@ -255,7 +255,7 @@ def _export_reveals(outputs: Any) -> Any:
 def _device_digest_works() -> bool:
     """Whether the device BLAKE3 compiles and equals the ``blake3`` package here (else the
     outputs are copied to the host and hashed there: slower, the same digest)."""
-    from perfledger.kernels.gpu_digest import self_test
+    from perfledger.kernels.cuda.gpu_digest import self_test
 
     try:
         return self_test()
@@ -267,7 +267,7 @@ def _device_digest_works() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the protocol until ``exit`` or end of input. Returns the exit status."""
-    parser = argparse.ArgumentParser(prog="perfledger.kernels.subject_worker")
+    parser = argparse.ArgumentParser(prog="perfledger.kernels.isolation.subject_worker")
     parser.add_argument("--spec", required=True)
     # ``subject``: the SUBJECT of a spec in a code directory of its own (R11, the worker's cwd)
     parser.add_argument("--subject", choices=("reference", "candidate", "subject"), required=True)
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     # subject's prints cannot reach the stream.
     sys.stdout.flush()
     # not dumpable: the other worker's subject (same user) cannot trace or write this process
-    from perfledger.kernels.subject_protocol import set_dumpable
+    from perfledger.kernels.isolation.subject_protocol import set_dumpable
 
     set_dumpable(False)
     stream = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")

@@ -11,7 +11,7 @@ stream), is then timed by the harness's events; work put on another stream is si
 the harness catches as for CuPy subjects. CuPy and torch subjects of one problem can be compared
 with each other.
 
-:func:`torch_problem` builds a :class:`~perfledger.kernels.harness.Problem` whose inputs and
+:func:`torch_problem` builds a :class:`~perfledger.kernels.harness.harness.Problem` whose inputs and
 reference are made with torch (run on the harness's stream, converted to CuPy by DLPack).
 
 Needs torch with CUDA (``pip install 'perfledger[torch]'``), imported on use.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels.harness import CallableSubject, Problem, Subject
+from perfledger.kernels.harness.harness import CallableSubject, Problem, Subject
 
 Tensors = dict[str, Any]
 #: Conversions kept per subject (arrays of the last few pairs): converting costs microseconds
@@ -181,7 +181,7 @@ def python_solve_subject(
 ) -> TorchSubject:
     """A Python file defining ``solve(...)`` on torch tensors (e.g. a Triton kernel's launcher)
     as a :class:`TorchSubject`: ``solve`` is called with the buffers of the argument spec
-    (:class:`perfledger.kernels.solve.ArgSpec`) as tensors and its scalars from ``dims``, by
+    (:class:`perfledger.kernels.subjects.solve.ArgSpec`) as tensors and its scalars from ``dims``, by
     name; the spec's stream parameter is not passed (torch's current stream is the harness's).
     The file's text identifies the subject.
 
@@ -251,11 +251,11 @@ def check_python_solve(text: str, spec: Any) -> None:
 
 def torch_uniform(shape: tuple[int, ...], seed: int, dtype: str = "float32") -> Any:
     """A torch tensor of values uniform in [-1, 1) from the counter-based generator of
-    :func:`perfledger.kernels.examples.uniform` (deterministic in ``seed``, made on the current
+    :func:`perfledger.kernels.harness.examples.uniform` (deterministic in ``seed``, made on the current
     CuPy stream at memory speed), reshaped to ``shape``."""
     import math
 
-    from perfledger.kernels.examples import uniform
+    from perfledger.kernels.harness.examples import uniform
 
     return as_torch(uniform(math.prod(shape), seed, dtype).reshape(shape))
 

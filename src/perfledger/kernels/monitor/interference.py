@@ -43,22 +43,13 @@ import signal
 import threading
 from typing import Any
 
+from perfledger.kernels.proc import tracer_pid
+
 #: How often the driver asks about its child's stops while a call runs (seconds).
 POLL_S = 0.02
 #: How often it reads the state of the processes below the command (seconds): a walk of
 #: ``/proc`` each time (about 1 ms with 75 processes here).
 TREE_POLL_S = 0.1
-
-
-def _tracer(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 class StopWatch:
@@ -87,20 +78,20 @@ class StopWatch:
                 self._note("continued after a stop")
             elif info.si_code == getattr(os, "CLD_TRAPPED", -1):
                 self._note("stopped by a tracer")
-        tracer = _tracer(self.pid)
+        tracer = tracer_pid(self.pid)
         if tracer:
             self._note(f"traced by process {tracer}")
 
     def poll_tree(self, states: dict[int, str]) -> None:
         """Look once at the processes below the command: ``states`` maps each pid to its state
-        letter (:meth:`perfledger.kernels.proctree.CallTree.descendants`). A stopped one
+        letter (:meth:`perfledger.kernels.proc.CallTree.descendants`). A stopped one
         (``T``) is noted; a traced one only where its tracer is not a process of the call (a
         command may run its own tracer). Never raises."""
         call = {self.pid, *states}
         for pid, state in states.items():
             if state == "T":
                 self._note(f"process {pid} below it stopped")
-            tracer = _tracer(pid) if state != "Z" else 0
+            tracer = tracer_pid(pid) if state != "Z" else 0
             if tracer and tracer not in call:
                 self._note(f"process {pid} below it traced by process {tracer}")
 

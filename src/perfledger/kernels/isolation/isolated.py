@@ -4,13 +4,13 @@ the times the workers report against its own clock, and checks their outputs its
 
 What runs where:
 
-- each subject worker (:mod:`perfledger.kernels.subject_worker`) loads the spec, runs the
+- each subject worker (:mod:`perfledger.kernels.isolation.subject_worker`) loads the spec, runs the
   harness's correctness trials and timed calls of its one subject, and reports per call an event
   time, its own re-check and a keyed digest of the call's outputs;
 - this process (which never imports the spec) draws the seeds, orders the batches, times each
   batch with its own monotonic clock (request written -> reply read), checks the reports of
   each subject's two batches of an ABBA block together, the unit of the statistic
-  (:func:`perfledger.kernels.isolation.clock_check`), has both workers reveal calls it draws
+  (:func:`perfledger.kernels.isolation.isolation.clock_check`), has both workers reveal calls it draws
   after the batch, checks each revealed output against the committed digest and the candidate's
   against the reference's for the same seed, and computes the statistics, the stopping rule and
   plausibility.
@@ -23,7 +23,7 @@ subjects' summed times; the stopping rule runs on the blocks. After each pair of
 same seeds, ``reveals_per_batch`` call indices are drawn (from this process's hidden seed, after
 both replies), and both workers write those calls' outputs.
 
-Flags (each makes :attr:`~perfledger.kernels.harness.Comparison.valid` false and puts a reason
+Flags (each makes :attr:`~perfledger.kernels.harness.harness.Comparison.valid` false and puts a reason
 in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it as incorrect):
 ``clock:candidate`` / ``clock_exceeds_wall:<role>`` (reported times not borne out by this
 process's clock), ``digest:<role>`` (revealed bytes differ from the committed digest, or the
@@ -54,24 +54,51 @@ from typing import Any
 import numpy as np
 
 from perfledger.errors import BadRequest, MeasurementError
-from perfledger.kernels import correctness
-from perfledger.kernels.ceilings import Ceilings, check_plausible
-from perfledger.kernels.harness import Comparison, CorrectnessReport, SubjectTiming, timing_flags
-from perfledger.kernels.isolation import TOLERANCE_S, TOLERANCE_SHARE, Batch, SubjectProcess
-from perfledger.kernels.isolation import clock_check as _clock_check
-from perfledger.kernels.proctree import CallTree, _children, _subtree, process_table, undumpable
-from perfledger.kernels.reveal_ipc import MappedBuffer, device_output_digest, parent_ready
-from perfledger.kernels.stats import paired_stats
-from perfledger.kernels.stopping import Stopper, StoppingRule
-from perfledger.kernels.subject_protocol import (
+from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible
+from perfledger.kernels.harness.harness import (
+    Comparison,
+    CorrectnessReport,
+    SubjectTiming,
+    correctness,
+    timing_flags,
+)
+from perfledger.kernels.harness.stopping import Stopper, StoppingRule
+from perfledger.kernels.isolation.isolation import (
+    TOLERANCE_S,
+    TOLERANCE_SHARE,
+    Batch,
+    SubjectProcess,
+)
+from perfledger.kernels.isolation.isolation import clock_check as _clock_check
+from perfledger.kernels.isolation.reveal_ipc import MappedBuffer, device_output_digest, parent_ready
+from perfledger.kernels.isolation.subject_protocol import (
     KEY_BYTES,
     output_digest,
     read_reveal,
     report_from_json,
 )
+from perfledger.kernels.proc import (
+    STOPPED_STATES,
+    CallTree,
+    autogroup_nice,
+    children_by_parent,
+    children_of,
+    comm,
+    cpu_ns,
+    is_stopped,
+    process_table,
+    sched_of,
+    session_of,
+    states_text,
+    stop_pending,
+    subtree,
+    thread_ids,
+    undumpable,
+)
+from perfledger.kernels.stats import paired_stats
 
 #: The worker command (the spec, role and case are appended).
-WORKER = (sys.executable, "-m", "perfledger.kernels.subject_worker")
+WORKER = (sys.executable, "-m", "perfledger.kernels.isolation.subject_worker")
 #: The workers' bytecode cache prefix in subject directories: a path that no process can
 #: create (under a device file), so Python neither reads nor writes ``.pyc`` files there.
 NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
@@ -79,7 +106,7 @@ NO_BYTECODE = os.path.join(os.devnull, "perfledger-no-bytecode")
 NO_KERNEL_CACHE = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
 #: ... and the compiled-kernel caches that are files, by their environment variables: each
 #: worker in a subject directory gets fresh, empty ones of its own (:class:`WorkerProcess`):
-#: :func:`perfledger.kernels.solve.build_solve`'s libraries (``solve.CACHE_ENV``, named here so
+#: :func:`perfledger.kernels.subjects.solve.build_solve`'s libraries (``solve.CACHE_ENV``, named here so
 #: that this process does not import the solve module), Triton's and TorchInductor's.
 BUILD_CACHE_ENV = {
     "PERFLEDGER_SOLVE_CACHE": "solve",
@@ -105,7 +132,7 @@ class IsolationConfig:
         start_timeout_s: the most loading the spec, ``hello`` and correctness may take (s).
         timeout_s: the most one batch or reveal may take (s).
         tolerance_s, tolerance_share, noise_sigmas, overhead_share: of
-            :func:`perfledger.kernels.isolation.clock_check` (the overhead inside the parent's
+            :func:`perfledger.kernels.isolation.isolation.clock_check` (the overhead inside the parent's
             clock, inputs, re-checks, copying and hashing every call's outputs, varies from
             batch to batch and a little from one process to the other).
         same_cpus: pin both workers to the same CPUs (the first half of this process's), so
@@ -151,7 +178,7 @@ class BatchReply:
 
 class WorkerProcess:
     """One subject worker, spoken to by the protocol of
-    :mod:`perfledger.kernels.subject_protocol`.
+    :mod:`perfledger.kernels.isolation.subject_protocol`.
 
     Args:
         role: ``reference`` or ``candidate``.
@@ -207,7 +234,7 @@ class WorkerProcess:
         self.stream_hold: dict[str, Any] | None = None  # as the last batch's reply said
         # the scheduling it inherits (nice, policy), taken before any subject code runs: the
         # spec's module-level code could renice this process before the first batch
-        self.sched = _sched_of(0)
+        self.sched = sched_of(0)
         try:
             self.proc = SubjectProcess(
                 role,
@@ -250,7 +277,7 @@ class WorkerProcess:
         return MeasurementError(f"the {self.role} worker sent a malformed reply: {what}")
 
     def hello(self, seed: int, sent: float | None = None) -> dict[str, Any]:
-        """The problem's facts (:mod:`perfledger.kernels.subject_worker`); ``sent``: the
+        """The problem's facts (:mod:`perfledger.kernels.isolation.subject_worker`); ``sent``: the
         request was already written (:meth:`ask_hello`) at that time."""
         message = {"op": "hello", "seed": seed}
         reply, _ = self._ask(message, self.config.start_timeout_s, sent)
@@ -321,7 +348,7 @@ class WorkerProcess:
 
     def reveal_mapped(self, index: int, mapped: Any, sent: float | None = None) -> dict:
         """Call ``index`` of the last batch's outputs through the worker's exported device buffer
-        (:class:`~perfledger.kernels.reveal_ipc.MappedBuffer`): device arrays of this process's
+        (:class:`~perfledger.kernels.isolation.reveal_ipc.MappedBuffer`): device arrays of this process's
         own. ``sent``: the request was already written (:meth:`ask_reveal`) at that time.
         Raises: ValueError when the worker answers an error or the copy fails."""
         if sent is None:
@@ -392,149 +419,24 @@ def spec_facts(
             tree.end(include_root=False)
 
 
-def _children_of(pid: int) -> list[int] | None:
-    """``pid``'s children from ``/proc/<pid>/task/<tid>/children`` (every thread's), [] when it
-    is gone, None where the kernel has no such files."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return []
-    except OSError:
-        return None
-    out: list[int] = []
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                out += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
-                continue  # the thread ended meanwhile
-            return None  # a kernel without the children files
-        except OSError:
-            continue
-    return out
-
-
-def _sid(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except OSError:  # gone
-        return None
-
-
-#: Thread states (``/proc/<pid>/task/<tid>/stat``) of a thread that cannot run: stopped,
-#: stopped by a tracer, zombie, dead.
-_STOPPED_STATES = frozenset("TtZX")
 #: How long :meth:`_Run.alone` waits for the processes it stopped to stop (s), and the CPU
 #: time a process whose stop was still pending then may take to process it (ns).
 STOP_WAIT_S = 0.05
 #: ... and, after the batch, of one that runs no user code: a thread in uninterruptible sleep
 #: (``D``, inside the kernel) takes its stop when it leaves.
-_NO_USER_CODE_STATES = _STOPPED_STATES | {"D"}
+_NO_USER_CODE_STATES = STOPPED_STATES | {"D"}
 STRAGGLER_NS = 1_000_000
-#: SIGSTOP's bit in ``/proc/<pid>/status``'s pending-signal masks.
-_SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1) if hasattr(signal, "SIGSTOP") else 0
-
-
-def _sched_of(tid: int) -> tuple[int, int] | None:
-    """A thread's nice value and scheduling policy (0: this thread); None when it is gone or
-    the platform does not say."""
-    try:
-        return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
-    except (OSError, AttributeError):
-        return None
-
-
-def _autogroup_nice(pid: int) -> int | None:
-    """The nice value of ``pid``'s autogroup (``/proc/<pid>/autogroup``: ``/autogroup-N nice
-    K``); None where the kernel has no autogroups or the process is gone. With autogroups on,
-    the CPU is shared between sessions by this value, not by the threads' own nice values."""
-    try:
-        with open(f"/proc/{pid}/autogroup", encoding="ascii", errors="replace") as f:
-            return int(f.read().split()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _tasks(pid: int) -> list[str]:
-    try:
-        return os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []  # gone (or no /proc: nothing to check)
-
-
-def _thread_states(pid: int) -> Iterator[str]:
-    """The state letter of each of ``pid``'s threads (``/proc/<pid>/task/<tid>/stat``; none
-    when it is gone), read one thread at a time."""
-    for tid in _tasks(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # the thread ended
-        # the state follows the command name, which is in parentheses and may hold any byte
-        end = stat.rfind(b")")
-        yield stat[end + 2 : end + 3].decode("ascii", "replace")
-
-
-def _is_stopped(pid: int, states: frozenset[str] = _STOPPED_STATES) -> bool:
-    """Whether every thread of ``pid`` is in one of ``states`` (default: stopped, traced,
-    zombie, dead; True when it is gone)."""
-    return all(state in states for state in _thread_states(pid))
-
-
-def _comm(pid: int) -> str:
-    """The process's command name (``/proc/<pid>/comm``), or ``?``."""
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            return f.read().strip()[:32] or "?"
-    except OSError:
-        return "?"
-
-
-def _states(pid: int) -> str:
-    """The states of ``pid``'s threads, e.g. ``TTTS`` (``?`` when it is gone)."""
-    return "".join(_thread_states(pid)) or "?"
-
-
-def _stop_pending(pid: int) -> bool:
-    """Whether a SIGSTOP sent to ``pid`` is still pending (it has not run user code since:
-    a pending signal is taken on the way back to user space)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(("ShdPnd:", "SigPnd:")) and (
-                    int(line.split()[1], 16) & _SIGSTOP_BIT
-                ):
-                    return True
-    except (OSError, ValueError):
-        pass
-    return False
-
-
-def _cpu_ns(pid: int) -> int | None:
-    """CPU time of all of ``pid``'s threads so far (ns, ``/proc/<pid>/task/*/schedstat``);
-    None when it is gone or the kernel does not say."""
-    total, seen = 0, False
-    for tid in _tasks(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                total += int(f.read().split()[0])
-                seen = True
-        except (OSError, ValueError, IndexError):
-            continue
-    return total if seen else None
 
 
 def _settled_cpu_ns(pid: int, deadline: float) -> int | None:
-    """:func:`_cpu_ns` of a process that was just stopped, once it no longer changes: a thread
+    """:func:`cpu_ns` of a process that was just stopped, once it no longer changes: a thread
     shows the stopped state before it leaves the CPU, and the slice it was running is counted
     only when it leaves (read early, that slice looks like CPU time taken while stopped). Read
     until two reads 0.1 ms apart agree, or ``deadline`` (the last read then)."""
-    cpu = _cpu_ns(pid)
+    cpu = cpu_ns(pid)
     while time.monotonic() < deadline:
         time.sleep(1e-4)
-        again = _cpu_ns(pid)
+        again = cpu_ns(pid)
         if again == cpu:
             break
         cpu = again
@@ -545,10 +447,12 @@ def _tree_by_children(tree: CallTree, active: int) -> tuple[set[int], set[int]] 
     """What :meth:`CallTree.descendants` finds (processes started for the comparison), and the
     active worker's subtree, by walking children files from this process: a cost that grows with
     the comparison's processes, not with every process on the host. None without those files."""
-    mine = _children_of(tree.me)
+    mine = children_of(tree.me)
     if mine is None:
         return None
-    roots = [p for p in mine if p not in tree._before and _sid(p) not in (tree._my_session, None)]
+    roots = [
+        p for p in mine if p not in tree._before and session_of(p) not in (tree._my_session, None)
+    ]
     seen: dict[int, int | None] = {}  # pid -> the root it was found under
     stack = [(p, p) for p in roots]
     while stack:
@@ -556,7 +460,7 @@ def _tree_by_children(tree: CallTree, active: int) -> tuple[set[int], set[int]] 
         if pid in seen:
             continue
         seen[pid] = root
-        kids = _children_of(pid)
+        kids = children_of(pid)
         if kids is None:
             return None
         stack += [(k, root) for k in kids]
@@ -572,7 +476,7 @@ DEVICE_COMPARE_MIN = 1 << 20
 
 
 def _compare_outputs(cand: np.ndarray, ref: np.ndarray, tolerance: float | None) -> Any:
-    """:func:`perfledger.kernels.correctness.compare` of two revealed outputs (host arrays):
+    """:func:`perfledger.kernels.harness.correctness.compare` of two revealed outputs (host arrays):
     on this process's GPU for large ones when CuPy is usable (this process runs no subject
     code; the subjects are stopped or idle between batches), else on the host."""
     if cand.size >= DEVICE_COMPARE_MIN:
@@ -679,11 +583,11 @@ class _Run:
         #: before either started: taken now, after their specs loaded, it could already be
         #: lowered (this process's and the other worker's) and hide both from the check
         inherited = [s for w in workers.values() if (s := getattr(w, "sched", None)) is not None]
-        self.sched = (min(s[0] for s in inherited), inherited[0][1]) if inherited else _sched_of(0)
+        self.sched = (min(s[0] for s in inherited), inherited[0][1]) if inherited else sched_of(0)
 
     def map_reveals(self, facts: dict[str, dict[str, Any]]) -> str:
         """Map both workers' exported reveal buffers where both offer one and this process can
-        check on the device (:mod:`perfledger.kernels.reveal_ipc`). Returns: ``"ipc"`` or
+        check on the device (:mod:`perfledger.kernels.isolation.reveal_ipc`). Returns: ``"ipc"`` or
         ``"file"`` (how reveals travel)."""
         offers = {label: f.get("reveal_ipc") for label, f in facts.items()}
         if not all(isinstance(o, dict) for o in offers.values()) or not parent_ready():
@@ -725,7 +629,7 @@ class _Run:
     def _check_sched(self, label: str) -> None:
         """Flag ``sched:<role>`` when a thread of the worker about to run its batch has a
         higher nice value or another scheduling policy than the workers inherited, or its
-        session's autogroup a nice value above 0 (:func:`_autogroup_nice`): a process of
+        session's autogroup a nice value above 0 (:func:`autogroup_nice`): a process of
         the same user (the other subject's code, or the candidate's code run in the reference's
         worker when one spec defines both) may lower another's scheduling, which then runs its
         batches slower, its reports honest against this process's clock. ``sched:measuring``
@@ -733,7 +637,7 @@ class _Run:
         if self.sched is None:
             return
         nice, policy = self.sched
-        mine = _sched_of(os.getpid())  # this process's main thread: its clock's overhead
+        mine = sched_of(os.getpid())  # this process's main thread: its clock's overhead
         if (
             mine is not None
             and (mine[0] > nice or mine[1] != policy)
@@ -745,13 +649,13 @@ class _Run:
         if f"sched:{ROLES[label]}" in self.flags:
             return
         lowered = []
-        for tid in _tasks(self.workers[label].proc.pid):
-            got = _sched_of(int(tid))
+        for tid in thread_ids(self.workers[label].proc.pid):
+            got = sched_of(int(tid))
             if got is not None and (got[0] > nice or got[1] != policy):
                 lowered.append(f"thread {tid} nice {got[0]}, policy {got[1]}")
         # the worker leads a session of its own, whose new autogroup starts at nice 0; the
         # owner may raise it (until the worker makes itself undumpable)
-        group = _autogroup_nice(self.workers[label].proc.pid)
+        group = autogroup_nice(self.workers[label].proc.pid)
         if group is not None and group > 0:
             lowered.append(f"autogroup nice {group}")
         if lowered:
@@ -802,13 +706,13 @@ class _Run:
     def _others(self, active: int) -> set[int]:
         """The processes started during the comparison, except the active worker and its
         descendants (a helper that called ``setsid`` or double-forked is still found, by
-        ancestry: :class:`~perfledger.kernels.proctree.CallTree`)."""
+        ancestry: :class:`~perfledger.kernels.proc.CallTree`)."""
         if self.tree is None:
             return set()
         found = _tree_by_children(self.tree, active)
         if found is None:  # no /proc/<pid>/task/<tid>/children here: walk the whole table
             table = process_table()
-            keep = _subtree([active], _children(table))
+            keep = subtree([active], children_by_parent(table))
             others = {p for p, state in self.tree.descendants(table).items() if state != "Z"}
         else:
             others, keep = found
@@ -820,7 +724,7 @@ class _Run:
         deadline = time.monotonic() + STOP_WAIT_S
         waiting = set(stopped)
         while waiting and time.monotonic() < deadline:
-            waiting = {p for p in waiting if not _is_stopped(p)}
+            waiting = {p for p in waiting if not is_stopped(p)}
             if waiting:
                 time.sleep(1e-4)
         return {p: (_settled_cpu_ns(p, deadline), p not in waiting) for p in stopped}
@@ -835,24 +739,24 @@ class _Run:
         inside the parent's clock). Returns: pid -> what it did (for the flag's reason)."""
         out: dict[int, str] = {}
         for pid, (cpu0, held) in base.items():
-            cpu = _cpu_ns(pid)  # None: gone, or no schedstat here (the state check still holds)
+            cpu = cpu_ns(pid)  # None: gone, or no schedstat here (the state check still holds)
             if cpu is None and not os.path.exists(f"/proc/{pid}"):
                 continue  # gone (a stopped process ends only when killed)
-            continued = not _is_stopped(pid, _NO_USER_CODE_STATES) and not _stop_pending(pid)
+            continued = not is_stopped(pid, _NO_USER_CODE_STATES) and not stop_pending(pid)
             took = None not in (cpu, cpu0) and cpu - cpu0 > (0 if held else STRAGGLER_NS)
             if continued or took:
-                what = [f"{_comm(pid)}"]
+                what = [f"{comm(pid)}"]
                 if continued:
-                    what.append(f"running (threads {_states(pid)})")
+                    what.append(f"running (threads {states_text(pid)})")
                 if took and cpu is not None and cpu0 is not None:
                     what.append(f"took {(cpu - cpu0) / 1e6:.3g} ms of CPU")
                 if not held:
                     what.append("its stop was slow")
                 out[pid] = ", ".join(what)
-        active_sid = _sid(active)
+        active_sid = session_of(active)
         for pid in self._others(active) - stopped:
-            if _sid(pid) not in (active_sid, None):
-                out[pid] = f"{_comm(pid)}, started meanwhile outside the active worker's session"
+            if session_of(pid) not in (active_sid, None):
+                out[pid] = f"{comm(pid)}, started meanwhile outside the active worker's session"
         return out
 
     def _stop_others(self, active: int) -> set[int]:
@@ -951,7 +855,7 @@ def compare_workers(
     Args:
         ref, cand: the workers (not yet greeted).
         ceilings: the environment's ceilings (None: unchecked, flagged ``no_ceilings``).
-        monitor: a started :class:`~perfledger.kernels.monitor.Monitor` (optional): one window
+        monitor: a started :class:`~perfledger.kernels.monitor.monitor.Monitor` (optional): one window
             per ABBA block.
         config: the isolation settings.
         reveal_dir: a private directory for the revealed outputs.
@@ -960,7 +864,7 @@ def compare_workers(
         before_batch: called with the role (``reference``/``candidate``) before each batch,
             the idle worker stopped and the active one waiting for its request; what it raises
             ends the comparison (R11: the subjects' files checked).
-    Returns: the :class:`~perfledger.kernels.harness.Comparison` ``Harness.compare`` returns
+    Returns: the :class:`~perfledger.kernels.harness.harness.Comparison` ``Harness.compare`` returns
         (per-call samples; ``settings["isolation"] == "process"``).
     Raises: MeasurementError when a worker fails, disagrees with the other on the problem, or a
         figure is implausible; BadRequest when a spec does not load.

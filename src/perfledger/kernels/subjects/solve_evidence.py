@@ -1,4 +1,4 @@
-"""Compiler evidence of a built ``solve()`` library (:mod:`perfledger.kernels.solve`): the
+"""Compiler evidence of a built ``solve()`` library (:mod:`perfledger.kernels.subjects.solve`): the
 ``ptxas -v`` report of its build and the ``cuobjdump --dump-sass`` listing of the very library
 measured, parsed by :mod:`perfledger.kernels.profilers.compiler` and bound to the library's
 blake3 hash.
@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from perfledger.kernels.solve import SolveBuild
+from perfledger.kernels.subjects.solve import SolveBuild
 
 
 def compiler_evidence(

@@ -9,8 +9,8 @@ and calls it through :mod:`ctypes` with device pointers and the harness's ``cuda
 (:class:`SolveSubject`).
 
 The signature comes from a declared *argument spec* (:func:`parse_arg_spec`, in
-:mod:`perfledger.kernels.solve_args` with the signature checks; compiler evidence in
-:mod:`perfledger.kernels.solve_evidence`), e.g. for
+:mod:`perfledger.kernels.subjects.solve_args` with the signature checks; compiler evidence in
+:mod:`perfledger.kernels.subjects.solve_evidence`), e.g. for
 ``solve(const float* x, float* y, int n, cudaStream_t stream)``::
 
     {"args": [["x", "in", "float32*", ["n"]], ["y", "out", "float32*", ["n"]],
@@ -53,9 +53,9 @@ from typing import Any
 import blake3
 
 from perfledger.errors import BadRequest, MeasurementError
-from perfledger.kernels.ceilings import FLOP_UNITS
-from perfledger.kernels.harness import Subject
-from perfledger.kernels.solve_args import (
+from perfledger.kernels.cuda.ceilings import FLOP_UNITS
+from perfledger.kernels.harness.harness import Subject
+from perfledger.kernels.subjects.solve_args import (
     ENTRY,
     SCALAR_TYPES,
     ArgSpec,
@@ -67,7 +67,7 @@ from perfledger.kernels.solve_args import (
     parse_solve_signature,
     spec_from_signature,
 )
-from perfledger.kernels.torch_subject import as_cupy, as_torch
+from perfledger.kernels.subjects.torch_subject import as_cupy, as_torch
 
 #: nvcc flags of every build (besides ``-arch``, includes and the user's extra flags).
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
@@ -113,7 +113,7 @@ def device_arch() -> str:
 
     Raises: MeasurementError without CuPy or a device.
     """
-    from perfledger.kernels.harness import require_cupy
+    from perfledger.kernels.harness.harness import require_cupy
 
     cupy = require_cupy()
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
@@ -516,7 +516,7 @@ def _on_torch_stream(arrays: str) -> Any:
 
     if arrays != "torch":
         return contextlib.nullcontext()
-    from perfledger.kernels.torch_subject import harness_stream
+    from perfledger.kernels.subjects.torch_subject import harness_stream
 
     return harness_stream()
 
@@ -532,7 +532,7 @@ def default_make_inputs(spec: ArgSpec, dims: Mapping[str, Any]) -> Callable[[int
     def make(seed: int) -> dict[str, Any]:
         import math
 
-        from perfledger.kernels.examples import uniform
+        from perfledger.kernels.harness.examples import uniform
 
         made: dict[str, Any] = {}
         for arg in spec.inputs:
@@ -562,7 +562,7 @@ def solve_problem(
     *,
     name: str | None = None,
 ) -> Any:
-    """The harness :class:`~perfledger.kernels.harness.Problem` of a ``ref.py`` and dims:
+    """The harness :class:`~perfledger.kernels.harness.harness.Problem` of a ``ref.py`` and dims:
     inputs from ``ref.make_inputs(seed, **dims)`` (or :func:`default_make_inputs`), checked
     against the spec's dtypes and shapes; outputs as the spec declares; the reference called as
     ``reference(**inputs, **dims)`` (and the output buffers, zeroed, that it names as
@@ -570,7 +570,7 @@ def solve_problem(
 
     Raises: BadRequest for dims that do not fit the spec.
     """
-    from perfledger.kernels.harness import Problem
+    from perfledger.kernels.harness.harness import Problem
 
     module = ref if isinstance(ref, RefModule) else load_ref(ref)
     dims = dict(dims)
@@ -709,7 +709,7 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
     the argument spec against both sources' signatures, the dims) before anything is built.
 
     Returns: ``{"problems": {case: Problem}, "reference", "candidate": SolveSubject,
-    "config": None}`` (the shape of ``perfledger.kernels.spec_loader.load_spec``'s answer).
+    "config": None}`` (the shape of ``perfledger.kernels.subjects.spec_loader.load_spec``'s answer).
     Raises: BadRequest for anything malformed (nothing is built or run then).
     """
     import json
@@ -796,9 +796,9 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
 
 
 def compiler_evidence(build: SolveBuild, out_dir: str | Path, **options: Any) -> dict[str, Any]:
-    """:func:`perfledger.kernels.solve_evidence.compiler_evidence` (ptxas and SASS facts of the
+    """:func:`perfledger.kernels.subjects.solve_evidence.compiler_evidence` (ptxas and SASS facts of the
     very library measured, bound to its hash)."""
-    from perfledger.kernels.solve_evidence import compiler_evidence as collect
+    from perfledger.kernels.subjects.solve_evidence import compiler_evidence as collect
 
     return collect(build, out_dir, **options)
 

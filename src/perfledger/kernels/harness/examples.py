@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from perfledger.kernels.harness import CallableSubject, Problem, RawKernelSubject
+from perfledger.kernels.harness.harness import CallableSubject, Problem, RawKernelSubject
 
 #: CUDA source of the scale kernel; ``extra`` more elements are written to ``scratch``.
 SCALE_SOURCE = r"""

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from perfledger.kernels.sampler import PeriodicSampler
+from perfledger.kernels.monitor.sampler import PeriodicSampler
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*; same values as the older
 #: nvmlClocksThrottleReason* names).

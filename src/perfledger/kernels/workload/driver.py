@@ -16,7 +16,7 @@ Where a subject's argv holds ``{output}``, every call gets a fresh private path 
 ``$PERFLEDGER_OUTPUT``) and must write its output to it; ``{seed}`` (and ``$PERFLEDGER_SEED``)
 is a fresh unpredictable seed per pair, the same for both calls of the pair, which the command
 may use to draw its inputs. The driver then judges the candidate's output against the
-reference's of the same pair by the Target's accuracy rule (:mod:`perfledger.kernels.outputs`):
+reference's of the same pair by the Target's accuracy rule (:mod:`perfledger.kernels.workload.outputs`):
 a call is ``correct`` only when its own check *and* that comparison hold; ``self_correct`` keeps
 what the command said, ``output`` what it wrote and how it was judged.
 
@@ -35,7 +35,7 @@ Public API (stable; the kernel-iteration loop builds on it): :class:`Subject`, :
 :func:`run_pairs`, :data:`FAILURE_REASONS`, :data:`CASE_ENV`. A subject is told its case, never
 its role (reference or candidate): a subject that knew it could behave differently as either.
 The environment that can change how a subject runs is recorded in :attr:`DriverRun.settings`
-(``environment``, :mod:`perfledger.kernels.subject_env`).
+(``environment``, :mod:`perfledger.kernels.workload.subject_env`).
 
 Imports: standard library only (kernels imports events at most, SPEC.md section 1).
 """
@@ -51,10 +51,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from perfledger.kernels.driver_guard import DriverGuard
-from perfledger.kernels.interference import POLL_S as STOP_POLL_S
-from perfledger.kernels.interference import TREE_POLL_S, StopWatch
-from perfledger.kernels.subject_env import influencing_environment
+from perfledger.kernels.monitor.interference import POLL_S as STOP_POLL_S
+from perfledger.kernels.monitor.interference import TREE_POLL_S, StopWatch
+from perfledger.kernels.workload.driver_guard import DriverGuard
+from perfledger.kernels.workload.subject_env import influencing_environment
 
 #: Environment variable carrying the test case's name into each call.
 CASE_ENV = "PERFLEDGER_CASE"
@@ -69,7 +69,7 @@ FAILURE_REASONS = (
     "bad_shape",  # JSON object without a boolean `correct` or a valid `metrics` object
     "non_finite",  # a metric value is NaN or +-Infinity
     "non_positive",  # a metric value is zero or negative
-    "interfered",  # another process stopped or traced the command (kernels.interference)
+    "interfered",  # another process stopped or traced the command (kernels.monitor.interference)
 )
 #: Most characters of stdout/stderr kept per call (the tail).
 TAIL_CHARS = 2_000
@@ -193,7 +193,7 @@ class DriverRun:
         warmup: warm-up calls (not paired, not part of any verdict).
         settings: the protocol settings used (recorded in the samples' metadata).
         outputs: artifact name -> bytes of the outputs small enough to keep
-            (:data:`perfledger.kernels.outputs.STORE_MAX_BYTES`), paired calls only.
+            (:data:`perfledger.kernels.workload.outputs.STORE_MAX_BYTES`), paired calls only.
     """
 
     pairs: list[PairResult]
@@ -369,7 +369,7 @@ def run_call(
     """Run ``subject`` once on ``case`` and parse its output (never raises for a bad command).
 
     Every process the call starts is ended by the time this returns, whatever session or process
-    group it moved to (:class:`perfledger.kernels.proctree.CallTree`): on timeout, the command and
+    group it moved to (:class:`perfledger.kernels.proc.CallTree`): on timeout, the command and
     all its descendants are killed at ``timeout_s``; when the command exits, descendants it left
     behind are killed at once (they could otherwise work during the other subject's call) and
     counted in :attr:`CallResult.ended_descendants`. The pipes are read with a deadline only:
@@ -388,11 +388,11 @@ def run_call(
     Returns: the :class:`CallResult` (its output is read and judged by :func:`run_pairs`).
     Raises: ValueError for a non-positive timeout.
     """
-    from perfledger.kernels.proctree import CallTree, drop_ptrace_capability, undumpable
+    from perfledger.kernels.proc import CallTree, drop_ptrace_capability, undumpable
 
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-    from perfledger.kernels import outputs
+    from perfledger.kernels.workload import outputs
 
     argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
     env = {**os.environ, **subject.env, CASE_ENV: case}  # the case, never the role
@@ -562,15 +562,15 @@ def run_pairs(
     Raises: ValueError for bad arguments (one subject declaring ``{output}`` and the other
         not, or ``{output}`` without an accuracy rule that compares); MeasurementError when
         this process's scheduling (affinity, nice, policy, timer slack, limits, cgroup)
-        changed between calls (:mod:`perfledger.kernels.driver_guard`): a subject lowered it;
+        changed between calls (:mod:`perfledger.kernels.workload.driver_guard`): a subject lowered it;
         MeasurementError when a call's command was stopped or traced by another process
-        (:mod:`perfledger.kernels.interference`).
+        (:mod:`perfledger.kernels.monitor.interference`).
     """
     if not cases or len(set(cases)) != len(cases):
         raise ValueError("cases must be non-empty and distinct")
     if pairs_per_case < 1 or warmup_calls < 0:
         raise ValueError("pairs_per_case must be >= 1 and warmup_calls >= 0")
-    from perfledger.kernels import outputs
+    from perfledger.kernels.workload import outputs
 
     subjects = {"ref": ref, "cand": cand}
     declared = [outputs.declares_output(s.argv) for s in (ref, cand)]
@@ -586,7 +586,7 @@ def run_pairs(
     seeded = checked or any(outputs.SEED_PLACEHOLDER in a for s in (ref, cand) for a in s.argv)
     kept: dict[str, bytes] = {}
     # R11: every call inherits this process's scheduling; a subject must not lower it for the
-    # other's calls (kernels.driver_guard)
+    # other's calls (kernels.workload.driver_guard)
     guard = DriverGuard()
     last: list[str | None] = [None]
 

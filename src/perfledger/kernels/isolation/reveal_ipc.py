@@ -5,7 +5,7 @@ device. No copy to the host and back: revealing a 64 MiB output costs a device c
 through a file.
 
 Why this is safe against a worker that lies: the measuring process hashes the bytes it copied
-(with its own :mod:`~perfledger.kernels.gpu_digest`, self-tested in this process) and compares
+(with its own :mod:`~perfledger.kernels.cuda.gpu_digest`, self-tested in this process) and compares
 that digest with the one the worker committed before the call was drawn. A worker whose GPU
 work still writes the buffer while it is read, or which exported a handle to other memory, can
 only make the copied bytes differ from its commitment (flagged ``digest:``), never make
@@ -13,7 +13,7 @@ committed wrong bytes pass: that would need a BLAKE3 collision. A handle to an a
 smaller than the outputs is refused before anything is read (``cuMemGetAddressRange``).
 
 Where any step is unavailable (no CuPy or no device in the measuring process, IPC refused by the
-driver), :mod:`perfledger.kernels.isolated` falls back to reveals through files.
+driver), :mod:`perfledger.kernels.isolation.isolated` falls back to reveals through files.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from perfledger.kernels.subject_protocol import KEY_BYTES, combine_digests
+from perfledger.kernels.isolation.subject_protocol import KEY_BYTES, combine_digests
 
 #: Outputs in a reveal buffer: name -> (byte offset, shape, dtype), in sorted name order.
 Layout = dict[str, tuple[int, tuple[int, ...], np.dtype]]
@@ -168,9 +168,9 @@ class MappedBuffer:
 
 
 def device_output_digest(arrays: Mapping[str, Any], key: bytes) -> str:
-    """:func:`perfledger.kernels.subject_protocol.output_digest` of device arrays, computed on
+    """:func:`perfledger.kernels.isolation.subject_protocol.output_digest` of device arrays, computed on
     the device (the same digest). Raises: ValueError for a key of another length."""
-    from perfledger.kernels.gpu_digest import device_digest
+    from perfledger.kernels.cuda.gpu_digest import device_digest
 
     if len(key) != KEY_BYTES:
         raise ValueError(f"the digest key must be {KEY_BYTES} bytes")
@@ -184,7 +184,7 @@ def parent_ready() -> bool:
     device BLAKE3 equals the ``blake3`` package (tested once per process: ``measure aa`` runs
     several comparisons)."""
     try:
-        from perfledger.kernels.gpu_digest import self_test
+        from perfledger.kernels.cuda.gpu_digest import self_test
 
         return bool(self_test())
     except Exception:  # no CuPy, no device, no compiler: reveals go through files

@@ -1,7 +1,7 @@
 """Keyed BLAKE3 of a device array's bytes, computed on the GPU (SPEC.md section 5, property 3).
 
 A subject worker commits to every call's outputs with a keyed digest before the measuring
-process draws which calls it reveals (:mod:`perfledger.kernels.isolated`). Copying each output to
+process draws which calls it reveals (:mod:`perfledger.kernels.isolation.isolated`). Copying each output to
 the host and hashing it there costs about 0.1-0.2 ns per byte; a memory-bound kernel moves its
 bytes some 50 times faster, so that copy would dominate every comparison. This module computes
 the same keyed BLAKE3 (the standard algorithm: 1 KiB chunks, one GPU thread per chunk, then one
@@ -212,7 +212,7 @@ def digest_into(array: Any, key_device: Any, out: Any) -> None:
     """Enqueue the keyed BLAKE3 of a contiguous CuPy array's bytes on the current stream; its
     32 bytes land in ``out`` (a CuPy ``uint32`` array of 8 words, little-endian) when the stream
     reaches them. No synchronisation: a worker digests every call of a batch this way and reads
-    all the digests with one copy (:mod:`perfledger.kernels.subject_worker`).
+    all the digests with one copy (:mod:`perfledger.kernels.isolation.subject_worker`).
 
     Args:
         array: the data (C-contiguous, 4-byte aligned).

@@ -1,5 +1,5 @@
 """The declared signature of a host-launched ``solve()`` subject (SPEC.md section 5,
-"Subjects"; used by :mod:`perfledger.kernels.solve`): the argument spec (buffers with their roles,
+"Subjects"; used by :mod:`perfledger.kernels.subjects.solve`): the argument spec (buffers with their roles,
 element types and shapes in dims, scalars from the dims, the stream), its shape expressions, and
 the ``extern "C" void solve(...)`` signature parsed from a CUDA source and checked against the
 spec (through ctypes a mismatch would be a crash or silent garbage). Pure Python: unit-tested on

@@ -20,6 +20,9 @@ request to a daemon that already ran, ``systemd-run``, ``ssh``), and processes i
 namespace. Where ``prctl`` is unavailable (not Linux), only processes still in the command's own
 tree are found.
 
+It is also the one reader of per-process ``/proc`` facts for the isolation and the driver's
+watch (children, sessions, thread states, CPU time, scheduling, autogroups, tracers).
+
 Imports: standard library only (kernels imports events at most, SPEC.md section 1).
 """
 
@@ -137,25 +140,24 @@ def process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
-def _session_of(pid: int) -> int | None:
-    """The session id of ``pid`` (``/proc/<pid>/stat``), or None when it is gone."""
+def session_of(pid: int) -> int | None:
+    """The session id of ``pid``, or None when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+        return os.getsid(pid)
+    except OSError:  # gone
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[3]) if len(fields) >= 4 else None
 
 
-def _children(table: dict[int, tuple[int, str]]) -> dict[int, list[int]]:
+def children_by_parent(table: dict[int, tuple[int, str]]) -> dict[int, list[int]]:
+    """Parent pid -> its children's pids, from a :func:`process_table`."""
     out: dict[int, list[int]] = {}
     for pid, (ppid, _state) in table.items():
         out.setdefault(ppid, []).append(pid)
     return out
 
 
-def _subtree(roots: Iterable[int], children: dict[int, list[int]]) -> set[int]:
+def subtree(roots: Iterable[int], children: dict[int, list[int]]) -> set[int]:
+    """``roots`` and all their descendants in ``children`` (:func:`children_by_parent`)."""
     seen: set[int] = set()
     stack = list(roots)
     while stack:
@@ -188,7 +190,7 @@ class CallTree:
 
     def __enter__(self) -> CallTree:
         self._previous = set_subreaper(True)
-        self._before = set(_children(process_table()).get(self.me, ()))
+        self._before = set(children_by_parent(process_table()).get(self.me, ()))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -209,16 +211,16 @@ class CallTree:
         command's descendants and the processes re-parented to this one since the call began
         (and theirs), outside this process's own session. Zombies are included (state ``Z``)."""
         table = process_table() if table is None else table
-        children = _children(table)
+        children = children_by_parent(table)
         orphans = [
             p
             for p in children.get(self.me, ())
-            if p not in self._before and p != self.root and _session_of(p) != self._my_session
+            if p not in self._before and p != self.root and session_of(p) != self._my_session
         ]
         roots = list(orphans)
         if self.root is not None:
             roots += children.get(self.root, ())
-        return {pid: table[pid][1] for pid in _subtree(roots, children) if pid in table}
+        return {pid: table[pid][1] for pid in subtree(roots, children) if pid in table}
 
     def _reap(self, table: dict[int, tuple[int, str]]) -> None:
         for pid, (ppid, state) in table.items():
@@ -227,7 +229,7 @@ class CallTree:
                 and state == "Z"
                 and pid not in self._before
                 and pid != self.root
-                and _session_of(pid) != self._my_session
+                and session_of(pid) != self._my_session
             ):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
@@ -275,3 +277,137 @@ __all__ = [
     "set_subreaper",
     "undumpable",
 ]
+
+
+def children_of(pid: int) -> list[int] | None:
+    """``pid``'s children from ``/proc/<pid>/task/<tid>/children`` (every thread's), [] when it
+    is gone, None where the kernel has no such files."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None  # a kernel without the children files
+        except OSError:
+            continue
+    return out
+
+
+#: Thread states (``/proc/<pid>/task/<tid>/stat``) of a thread that cannot run: stopped,
+#: stopped by a tracer, zombie, dead.
+STOPPED_STATES = frozenset("TtZX")
+#: SIGSTOP's bit in ``/proc/<pid>/status``'s pending-signal masks.
+_SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1) if hasattr(signal, "SIGSTOP") else 0
+
+
+def sched_of(tid: int) -> tuple[int, int] | None:
+    """A thread's nice value and scheduling policy (0: this thread); None when it is gone or
+    the platform does not say."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
+    except (OSError, AttributeError):
+        return None
+
+
+def autogroup_nice(pid: int) -> int | None:
+    """The nice value of ``pid``'s autogroup (``/proc/<pid>/autogroup``: ``/autogroup-N nice
+    K``); None where the kernel has no autogroups or the process is gone. With autogroups on,
+    the CPU is shared between sessions by this value, not by the threads' own nice values."""
+    try:
+        with open(f"/proc/{pid}/autogroup", encoding="ascii", errors="replace") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def thread_ids(pid: int) -> list[str]:
+    """The thread ids of ``pid`` (``/proc/<pid>/task``), as text; [] when it is gone."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone (or no /proc: nothing to check)
+
+
+def thread_states(pid: int) -> Iterator[str]:
+    """The state letter of each of ``pid``'s threads (``/proc/<pid>/task/<tid>/stat``; none
+    when it is gone), read one thread at a time."""
+    for tid in thread_ids(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        # the state follows the command name, which is in parentheses and may hold any byte
+        end = stat.rfind(b")")
+        yield stat[end + 2 : end + 3].decode("ascii", "replace")
+
+
+def is_stopped(pid: int, states: frozenset[str] = STOPPED_STATES) -> bool:
+    """Whether every thread of ``pid`` is in one of ``states`` (default: stopped, traced,
+    zombie, dead; True when it is gone)."""
+    return all(state in states for state in thread_states(pid))
+
+
+def comm(pid: int) -> str:
+    """The process's command name (``/proc/<pid>/comm``), or ``?``."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()[:32] or "?"
+    except OSError:
+        return "?"
+
+
+def states_text(pid: int) -> str:
+    """The states of ``pid``'s threads, e.g. ``TTTS`` (``?`` when it is gone)."""
+    return "".join(thread_states(pid)) or "?"
+
+
+def stop_pending(pid: int) -> bool:
+    """Whether a SIGSTOP sent to ``pid`` is still pending (it has not run user code since:
+    a pending signal is taken on the way back to user space)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("ShdPnd:", "SigPnd:")) and (
+                    int(line.split()[1], 16) & _SIGSTOP_BIT
+                ):
+                    return True
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def cpu_ns(pid: int) -> int | None:
+    """CPU time of all of ``pid``'s threads so far (ns, ``/proc/<pid>/task/*/schedstat``);
+    None when it is gone or the kernel does not say."""
+    total, seen = 0, False
+    for tid in thread_ids(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+                seen = True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total if seen else None
+
+
+def tracer_pid(pid: int) -> int:
+    """The pid of the process tracing ``pid`` (``TracerPid`` in ``/proc/<pid>/status``), 0 when
+    none traces it or it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

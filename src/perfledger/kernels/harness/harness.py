@@ -33,7 +33,7 @@ What the harness does, each step against a known way of gaming a benchmark:
    outputs against the reference) is drawn from the hidden seed after the call, so a subject
    can neither tell checked calls apart nor profit from remembering inputs; the first protocol
    rotated four input sets and poisoned and re-checked every ``recheck_every``-th call.
-3. Stopping: :mod:`perfledger.kernels.stopping` (>= 10 samples and 0.5 s GPU time; relative stdev
+3. Stopping: :mod:`perfledger.kernels.harness.stopping` (>= 10 samples and 0.5 s GPU time; relative stdev
    < 0.5 % or settled noise; 15 s cap per subject); the reason is recorded.
 4. Paired comparison (:meth:`Harness.compare`): both subjects in one process, interleaved ABBA
    (pair ``k`` runs the reference first when ``k`` is even), both on the same input set within a
@@ -48,8 +48,8 @@ What the harness does, each step against a known way of gaming a benchmark:
 :meth:`Harness.compare` runs both subjects in the calling process: the library path and the
 benchmarks' baseline, *not* isolated (a Python subject can read and patch the harness there).
 ``perfledger measure kernel`` runs each subject's calls through this same harness inside a
-worker process of its own (:mod:`perfledger.kernels.subject_worker`) and compares them from a
-process that never runs subject code (:mod:`perfledger.kernels.isolated`, property 3).
+worker process of its own (:mod:`perfledger.kernels.isolation.subject_worker`) and compares them from a
+process that never runs subject code (:mod:`perfledger.kernels.isolation.isolated`, property 3).
 
 Every setting is a field of :class:`HarnessConfig` and is returned in the results' ``settings``.
 Needs CuPy and a CUDA GPU (imported on use). Times are seconds.
@@ -69,11 +69,11 @@ from typing import Any
 import numpy as np
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels import correctness
-from perfledger.kernels.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
+from perfledger.kernels.cuda.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
+from perfledger.kernels.cuda.timing import HOLD_MAX_S
+from perfledger.kernels.harness import correctness
+from perfledger.kernels.harness.stopping import Stopper, StoppingRule
 from perfledger.kernels.stats import PairedStats, paired_stats
-from perfledger.kernels.stopping import Stopper, StoppingRule
-from perfledger.kernels.timing import HOLD_MAX_S
 
 Arrays = dict[str, Any]
 
@@ -116,7 +116,7 @@ class Problem:
         tolerances: per-output relative-L2 tolerance overriding the dtype default.
         reference_float64: give the reference float64 copies of floating inputs.
         flops_unit: the unit that does the declared FLOPs (one of
-            :data:`~perfledger.kernels.ceilings.FLOP_UNITS`, e.g. ``cuda_fp32`` for CUDA-core
+            :data:`~perfledger.kernels.cuda.ceilings.FLOP_UNITS`, e.g. ``cuda_fp32`` for CUDA-core
             float32 arithmetic, ``tensor_fp16`` for a tensor-core matrix product); the FLOP
             rate is checked against that unit's measured ceiling. None: against the fastest
             unit measured (the check of the first protocol).
@@ -264,7 +264,7 @@ class HarnessConfig:
         scrub_pool: poison the CuPy memory pool's free memory before each correctness call.
         hold_stream: hold the stream under test from the flush to the start event while the
             call is queued, at most ``HOLD_MAX_S`` a call
-            (:class:`~perfledger.kernels.timing.StreamHold`): the host's launch latency stays
+            (:class:`~perfledger.kernels.cuda.timing.StreamHold`): the host's launch latency stays
             out of the event time, and no other stream's kernel runs before the start event.
             Recorded in the settings as ``stream_hold`` (``on`` or why not),
             ``stream_hold_counts`` and ``stream_hold_max_s``.
@@ -432,7 +432,7 @@ class Comparison:
     @property
     def valid(self) -> bool:
         """Both correct, timed, no re-check failure, no side work, and (isolated comparisons,
-        :mod:`perfledger.kernels.isolated`) no clock, digest, cross-check, pause or sched flag."""
+        :mod:`perfledger.kernels.isolation.isolated`) no clock, digest, cross-check, pause or sched flag."""
         return (
             self.ref_correctness.ok
             and self.cand_correctness.ok
@@ -489,7 +489,7 @@ class Harness:
         ceilings: the environment's measured ceilings (None: plausibility unchecked, and a
             ``no_ceilings`` flag is recorded).
         l2_bytes: the L2 size (None: read from the device).
-        monitor: a started :class:`~perfledger.kernels.monitor.Monitor` (optional): each batch's
+        monitor: a started :class:`~perfledger.kernels.monitor.monitor.Monitor` (optional): each batch's
             window gets its contamination verdict (R17).
     Raises: MeasurementError without CuPy or a GPU.
     """
@@ -515,7 +515,7 @@ class Harness:
             l2_bytes = int(props["l2CacheSize"])
         self.l2_bytes = l2_bytes
         self.stream = cp.cuda.Stream(non_blocking=True)
-        from perfledger.kernels.timing import EventTimer, L2Flusher
+        from perfledger.kernels.cuda.timing import EventTimer, L2Flusher
 
         self.flusher = L2Flusher(l2_bytes, config.flush_factor) if config.flush_l2 else None
         self.timer = EventTimer(self.stream, self.flusher, hold=config.hold_stream)
@@ -1009,7 +1009,7 @@ class Harness:
 def timing_flags(timings: Iterable[SubjectTiming], median_ratio: float) -> list[str]:
     """The flags a comparison's timings raise: ``side_work:<subject>`` and
     ``recheck:<subject>`` per subject, and ``review_speedup`` for a median ratio beyond
-    :data:`~perfledger.kernels.ceilings.REVIEW_SPEEDUP` either way (SPEC.md section 5)."""
+    :data:`~perfledger.kernels.cuda.ceilings.REVIEW_SPEEDUP` either way (SPEC.md section 5)."""
     flags = []
     for t in timings:
         if t.side_work:
