@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 
 def _aa(ci: tuple[float, float], flags: list[str], median: float = 1.0) -> Any:
+    from perfledger.derive.stats import PairedStats
     from perfledger.kernels.harness.harness import Comparison, CorrectnessReport
-    from perfledger.kernels.stats import PairedStats
 
     ok = CorrectnessReport("s", True, ())
     stats = PairedStats(12, median, ci[0], ci[1], 0.95, 10_000, 0.5, 1e-3, 1e-3, 1e-3, 0)

@@ -14,16 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from perfledger.derive.units import rate_seconds, time_per_work_seconds, work_unit
+from perfledger.derive.wall_check import check_driver_run, check_pairs, unchecked_rates
 from perfledger.events.workflow import WallCheck
 from perfledger.kernels.proc import CallTree, process_table, set_subreaper
-from perfledger.kernels.wall_check import (
-    check_driver_run,
-    check_pairs,
-    rate_seconds,
-    time_per_work_seconds,
-    unchecked_rates,
-    work_unit,
-)
 from perfledger.kernels.workload.driver import Subject, run_call, run_pairs
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter

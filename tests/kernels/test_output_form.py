@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfledger.kernels.workload import outputs
+from perfledger.derive import outputs
 from perfledger.kernels.workload.driver import Subject, run_pairs
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"

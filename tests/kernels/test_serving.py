@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from serving_standin import BASE, standin
 
+from perfledger.derive.serving_stats import analyze
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.monitor.hostmonitor import HostMonitor
 from perfledger.kernels.serving import serving as sv
-from perfledger.kernels.serving_stats import analyze
 
 #: The drift threshold of the tests whose ground truth is "no drift": on this project's shared
 #: 2-core machine, CPU contention alone moves a window's median TTFT by up to ~10 % (measured: a

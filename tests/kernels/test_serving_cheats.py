@@ -14,9 +14,9 @@ import pytest
 from serving_hostile import hostile
 
 from perfledger.commands.workflow.serving_record import evidence_request
+from perfledger.derive.serving_stats import analyze
 from perfledger.errors import BadRequest
 from perfledger.kernels.serving import serving as sv
-from perfledger.kernels.serving_stats import analyze
 
 
 def _requests(tmp_path: Path, n: int = 40, tokens: int = 8) -> tuple[list[Any], str]:

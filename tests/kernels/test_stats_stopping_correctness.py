@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfledger.derive.stats import bootstrap_median_ci, log_ratios, paired_stats, timer_quantum
 from perfledger.kernels.harness import correctness
 from perfledger.kernels.harness.stopping import Stopper, StoppingRule, relative_noise
-from perfledger.kernels.stats import bootstrap_median_ci, log_ratios, paired_stats, timer_quantum
 
 
 def test_paired_stats_finds_a_known_ratio() -> None:

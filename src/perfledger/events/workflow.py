@@ -561,7 +561,7 @@ class Monitor(_Part, kw_only=True):
 
 
 class OutputCheck(_Part, kw_only=True):
-    """A call's output as the measuring process judged it (R5; :mod:`perfledger.kernels.workload.outputs`).
+    """A call's output as the measuring process judged it (R5; :mod:`perfledger.derive.outputs`).
 
     Attributes:
         method: the rule's version (``outputs_v2``; ``outputs_v1`` before dtypes were held
@@ -619,7 +619,7 @@ class Reference(_Part, kw_only=True):
 
 class WallCheckCase(_Part, kw_only=True):
     """The wall-clock check of one time-like metric on one test case (R5, R12; rule in
-    :mod:`perfledger.kernels.wall_check`). All figures in seconds per call, medians over the
+    :mod:`perfledger.derive.wall_check`). All figures in seconds per call, medians over the
     case's valid pairs.
 
     Attributes:

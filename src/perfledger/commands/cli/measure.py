@@ -57,9 +57,9 @@ from perfledger.commands.cli.identity import (
 )
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.samples_body import samples_body
+from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import FORMAL_STAGES
-from perfledger.kernels.cuda.timing import UNITS_PER_SECOND
 from perfledger.kernels.subjects.spec_loader import load_spec
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -249,7 +249,7 @@ def _work_units(target: Any) -> dict[str, str]:
     rate's work unit (``tokens`` of ``tokens/s``): recorded with the samples so the check (and
     the auditor) can turn each rate into time."""
     from perfledger.commands.workflow.deciders import work_metrics
-    from perfledger.kernels.wall_check import work_unit
+    from perfledger.derive.units import work_unit
 
     units = _target_units(target)
     return {
@@ -895,7 +895,7 @@ def measurement_findings(
     (SPEC.md section 5): the wall-clock check of self-reported times as ``samples.record``
     derived it (``wall_check``: the decided payload's
     :class:`~perfledger.events.workflow.WallCheck`, None where no driver timed the calls;
-    computed once, by the decider, :mod:`perfledger.kernels.wall_check`), the
+    computed once, by the decider, :mod:`perfledger.derive.wall_check`), the
     candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
     outputs, or the subject alone) and, given the driver ``run``, the calls that left
     processes behind (ended with the call); given the ``target``, the rates no work metric
@@ -904,7 +904,7 @@ def measurement_findings(
     with ``FLAG`` when it blocks a pass or a champion, ``note`` otherwise."""
     import msgspec
 
-    from perfledger.kernels.wall_check import unresolved_cases
+    from perfledger.derive.wall_check import unresolved_cases
 
     check = wall_check
     lines: list[str] = []
@@ -933,7 +933,7 @@ def measurement_findings(
             lines.append(f"wall clock: {checked} case(s) consistent, none flagged")
         if target is not None:
             from perfledger.commands.workflow.deciders import work_metrics
-            from perfledger.kernels.wall_check import unchecked_rates
+            from perfledger.derive.wall_check import unchecked_rates
 
             for name in unchecked_rates(body["units"], work_metrics(target.definition)):
                 lines.append(

@@ -221,7 +221,7 @@ def run_measure_serving(**kw: Any) -> None:
     from perfledger.commands.cli import measure as m
     from perfledger.commands.cli.identity import refuse_unsnapshotted
     from perfledger.commands.workflow import rules
-    from perfledger.kernels import serving_stats as st
+    from perfledger.derive import serving_stats as st
     from perfledger.kernels.serving import serving as sv
 
     ctx = _ctx(kw["json_flag"])

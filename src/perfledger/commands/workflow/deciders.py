@@ -230,7 +230,7 @@ def _check_definition(req: rq.TargetFreeze) -> None:
 def _check_work_metrics(req: rq.TargetFreeze) -> None:
     """A ``work_metric`` names what a rate divides (R12's wall-clock check of rates): only a
     rate over time has one, and it is another metric, not a declared time or rate."""
-    from perfledger.kernels.wall_check import SECONDS_PER_UNIT, work_unit
+    from perfledger.derive.units import SECONDS_PER_UNIT, work_unit
 
     metrics = _declared_metrics(req)
     declared = {name: unit for name, unit, _work in metrics}
@@ -696,9 +696,9 @@ def decide_samples_record(
 
 def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext) -> Any:
     """Self-reported times against the driver's wall clock (R12; rule and tolerance in
-    :mod:`perfledger.kernels.wall_check`, by the version the samples answer to); None for calls
+    :mod:`perfledger.derive.wall_check`, by the version the samples answer to); None for calls
     no driver timed."""
-    from perfledger.kernels.wall_check import METHOD, METHOD_V2, check_pairs
+    from perfledger.derive.wall_check import METHOD, METHOD_V2, check_pairs
 
     counts = rules_version(ctx, "SamplesRecorded") >= R12_WALL_VALUE_COUNTS
     directions = {name: d for name, (_unit, d) in _target_metrics(target.definition).items()}
@@ -1005,7 +1005,7 @@ def _r14_screen_owes(
 
 def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> str:
     """R12: samples whose self-reported times the driver's wall clock does not bear out
-    (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
+    (:mod:`perfledger.derive.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
     the flag is noted whatever the status. Returns: the status."""
     from perfledger.projections.measurement_flags import wall_clock_note
 

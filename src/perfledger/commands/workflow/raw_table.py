@@ -47,8 +47,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.events.workflow import R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
-from perfledger.kernels.cuda.timing import UNITS_PER_SECOND
 
 #: Units of a time metric per second (the kernel harness's rows are in seconds: value_s * this).
 _TIME_UNITS = UNITS_PER_SECOND
@@ -249,7 +249,7 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
         return "its raw table judged outputs but names no accuracy rule"
     import blake3
 
-    from perfledger.kernels.workload.outputs import METHOD_V1, rejudge
+    from perfledger.derive.outputs import METHOD_V1, rejudge
 
     for n, pair in sorted(rows.items()):
         if set(pair) != {"ref", "cand"}:

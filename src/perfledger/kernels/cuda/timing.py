@@ -18,9 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-#: Units of a time-like metric per second (``value_in_unit = seconds * UNITS_PER_SECOND[unit]``).
-UNITS_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
-
 #: Default flush size as a multiple of the L2 size (SPEC.md: at least 2x).
 FLUSH_FACTOR = 2.0
 #: Flush size when the L2 size is unknown (bytes): larger than any current GPU's L2 x 2.

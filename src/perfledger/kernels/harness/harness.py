@@ -39,7 +39,7 @@ What the harness does, each step against a known way of gaming a benchmark:
    (pair ``k`` runs the reference first when ``k`` is even), both on the same input set within a
    pair, output buffers swapped between the subjects at every pair; statistic: the log ratio of
    each ABBA block (two pairs: order and buffer placement cancel, :func:`abba_blocks`); median ratio with a seeded bootstrap CI and a Wilcoxon
-   p-value (:mod:`perfledger.kernels.stats`). An A/A comparison (:meth:`Harness.aa`) of a subject
+   p-value (:mod:`perfledger.derive.stats`). An A/A comparison (:meth:`Harness.aa`) of a subject
    against itself gives the measurement resolution.
 5. Plausibility: achieved bandwidth / FLOP rate above the measured ceiling (the FLOP ceiling of
    the unit the problem declares, ``Problem.flops_unit``) is refused
@@ -68,12 +68,12 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.derive.stats import PairedStats, paired_stats
 from perfledger.errors import MeasurementError
 from perfledger.kernels.cuda.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
 from perfledger.kernels.cuda.timing import HOLD_MAX_S
 from perfledger.kernels.harness import correctness
 from perfledger.kernels.harness.stopping import Stopper, StoppingRule
-from perfledger.kernels.stats import PairedStats, paired_stats
 
 Arrays = dict[str, Any]
 

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.derive.stats import paired_stats
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible
 from perfledger.kernels.harness.harness import (
@@ -95,7 +96,6 @@ from perfledger.kernels.proc import (
     thread_ids,
     undumpable,
 )
-from perfledger.kernels.stats import paired_stats
 
 #: The worker command (the spec, role and case are appended).
 WORKER = (sys.executable, "-m", "perfledger.kernels.isolation.subject_worker")

@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.derive.stats import PairedStats, paired_stats
 from perfledger.errors import MeasurementError
 from perfledger.kernels.proc import drop_ptrace_capability
-from perfledger.kernels.stats import PairedStats, paired_stats
 
 #: Default tolerances of :func:`clock_check` (seconds per call; share of a call's time).
 TOLERANCE_S = 50e-6

@@ -39,7 +39,7 @@ The protocol, each part overridable and recorded in :meth:`ServingRun.settings`:
   ``ignore_eos`` asks servers that know it to run every answer to ``max_tokens``.
 
 The statistics (quantiles with bootstrap CIs, pair ratios, drift, tail exposure) are in
-:mod:`perfledger.kernels.serving_stats`.
+:mod:`perfledger.derive.serving_stats`.
 
 Imports: aiohttp, numpy, msgspec, blake3; of perfledger, only :mod:`perfledger.errors`.
 """
@@ -57,15 +57,9 @@ import blake3
 import msgspec
 import numpy as np
 
+from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS
 from perfledger.errors import BadRequest, MeasurementError
 
-#: Quantiles reported for every per-request metric.
-QUANTILES: dict[str, float] = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
-#: Per-request metrics (seconds), in report order.
-REQUEST_METRICS = ("ttft_s", "tpot_s", "e2e_s")
-#: Steady requests a window needs before its tail quantile means anything (two expected
-#: requests beyond the quantile, ``2 / (1 - q)``); fewer is refused for a tail primary (R12).
-TAIL_MIN_REQUESTS: dict[str, int] = {"p95": 40, "p99": 200}
 #: Largest request set read (lines).
 MAX_REQUESTS = 1_000_000
 #: Fewest warm-up and cool-down requests a window by default (closed loop: at least one per
@@ -753,9 +747,6 @@ def mark_interference(run: ServingRun, monitor: Any) -> list[dict[str, Any]]:
 
 
 __all__ = [
-    "QUANTILES",
-    "REQUEST_METRICS",
-    "TAIL_MIN_REQUESTS",
     "Endpoint",
     "LoadConfig",
     "RequestRecord",

@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from perfledger.derive import outputs as derive_outputs
 from perfledger.kernels.monitor.interference import POLL_S as STOP_POLL_S
 from perfledger.kernels.monitor.interference import TREE_POLL_S, StopWatch
 from perfledger.kernels.workload.driver_guard import DriverGuard
@@ -193,7 +194,7 @@ class DriverRun:
         warmup: warm-up calls (not paired, not part of any verdict).
         settings: the protocol settings used (recorded in the samples' metadata).
         outputs: artifact name -> bytes of the outputs small enough to keep
-            (:data:`perfledger.kernels.workload.outputs.STORE_MAX_BYTES`), paired calls only.
+            (:data:`perfledger.derive.outputs.STORE_MAX_BYTES`), paired calls only.
     """
 
     pairs: list[PairResult]
@@ -620,7 +621,7 @@ def run_pairs(
         """The call with its output judged: correct only when both checks hold (R5)."""
         record = {
             **written.to_json(), "ok": not reason, "reason": reason,
-            "method": outputs.METHOD, "compare": rule["compare"],
+            "method": derive_outputs.METHOD, "compare": rule["compare"],
         }  # fmt: skip
         if keep and record["stored"] is not None:
             kept[record["stored"]] = written.data
@@ -635,7 +636,7 @@ def run_pairs(
             return {label: result for label, (result, _w) in done.items()}
         (ref_call, ref_out), (cand_call, cand_out) = done["ref"], done["cand"]
         ref_reason = "" if ref_out.data is not None else f"output: {ref_out.error}"
-        cand_reason = outputs.judge_pair(
+        cand_reason = derive_outputs.judge_pair(
             ref_out, cand_out, rule["compare"], float(rule.get("rtol", 0.0)),
             float(rule.get("atol", 0.0)),
         )  # fmt: skip
@@ -669,8 +670,8 @@ def run_pairs(
     }
     if checked:  # who judged correctness, by which rule (R5)
         settings["outputs"] = {
-            "method": outputs.METHOD, "accuracy": rule, "seeded": seeded,
-            "store_max_bytes": outputs.STORE_MAX_BYTES,
+            "method": derive_outputs.METHOD, "accuracy": rule, "seeded": seeded,
+            "store_max_bytes": derive_outputs.STORE_MAX_BYTES,
         }  # fmt: skip
     return DriverRun(pairs, warmup, settings, kept)
 

@@ -26,25 +26,29 @@ recorded in its answer:
   reference's quantile in each pair) is reported, and no numeric bound is derived from it.
 
 Imports: numpy, scipy (the drift test); of perfledger, :mod:`perfledger.errors` and
-:mod:`perfledger.kernels.serving.serving`.
+the run's records
+(:mod:`perfledger.kernels.serving.serving`) by their attributes only.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels.serving.serving import (
-    QUANTILES,
-    REQUEST_METRICS,
-    TAIL_MIN_REQUESTS,
-    RequestRecord,
-    ServingRun,
-    WindowRecord,
-)
+
+if TYPE_CHECKING:  # the serving client's records, read here by attribute only
+    from perfledger.kernels.serving.serving import RequestRecord, ServingRun, WindowRecord
+
+#: Quantiles reported for every per-request metric.
+QUANTILES: dict[str, float] = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+#: Per-request metrics (seconds), in report order.
+REQUEST_METRICS = ("ttft_s", "tpot_s", "e2e_s")
+#: Steady requests a window needs before its tail quantile means anything (two expected
+#: requests beyond the quantile, ``2 / (1 - q)``); fewer is refused for a tail primary (R12).
+TAIL_MIN_REQUESTS: dict[str, int] = {"p95": 40, "p99": 200}
 
 #: Defaults of the drift check.
 DRIFT_ALPHA = 0.01

@@ -73,15 +73,13 @@ from typing import Any
 
 import msgspec
 
+from perfledger.derive.units import SECONDS_PER_UNIT, rate_seconds, time_per_work_seconds, work_unit
 from perfledger.events.workflow import WallCheck, WallCheckCase
-from perfledger.kernels.cuda.timing import UNITS_PER_SECOND
 
 #: The rule's version, recorded with every check: ``wall_v1`` for samples recorded before the
 #: value-count rule (``SamplesRecorded`` schema 4 and before), :data:`METHOD_V2` from then on.
 METHOD = "wall_v1"
 METHOD_V2 = "wall_v2"
-#: Seconds per unit of a time-like metric.
-SECONDS_PER_UNIT = {unit: 1.0 / per_s for unit, per_s in UNITS_PER_SECOND.items()}
 #: Share of the reported saving that may be missing from the wall saving (systematic effects).
 REL = 0.25
 #: Standard errors of the median excess that the wall clock cannot resolve.
@@ -218,36 +216,6 @@ def _median_and_mean(side: Any, metric: str) -> tuple[float, float]:
 
 def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:.3g} ms"
-
-
-def rate_seconds(unit: str) -> float | None:
-    """Seconds per unit of a rate's time denominator: ``tokens/s`` -> 1.0, ``items/ms`` ->
-    0.001; None when ``unit`` is not ``<work>/<s|ms|us|µs|ns>``."""
-    work, sep, per = unit.rpartition("/")
-    if not sep or not work.strip():
-        return None
-    return SECONDS_PER_UNIT.get(per.strip())
-
-
-def time_per_work_seconds(unit: str) -> float | None:
-    """Seconds per unit of the time numerator of a time per unit of work (the inverse of a
-    rate): ``ms/token`` -> 0.001; None when ``unit`` is not ``<s|ms|us|µs|ns>/<work>`` (a time
-    over a time is a ratio)."""
-    per, sep, work = unit.partition("/")
-    work = work.strip()
-    if not sep or not work or work in SECONDS_PER_UNIT:
-        return None
-    return SECONDS_PER_UNIT.get(per.strip())
-
-
-def work_unit(unit: str) -> str | None:
-    """The work of a rate or a time per work: ``tokens/s`` and ``ms/tokens`` -> ``tokens``;
-    None for any other unit."""
-    if rate_seconds(unit) is not None:
-        return unit.rpartition("/")[0].strip()
-    if time_per_work_seconds(unit) is not None:
-        return unit.partition("/")[2].strip()
-    return None
 
 
 #: Relative difference of two calls' counted work beyond which they did not do the same work.
@@ -507,12 +475,8 @@ def unresolved_cases(check: WallCheck | None) -> list[WallCheckCase]:
 
 __all__ = [
     "METHOD",
-    "SECONDS_PER_UNIT",
     "check_driver_run",
     "check_pairs",
-    "rate_seconds",
-    "time_per_work_seconds",
     "unchecked_rates",
     "unresolved_cases",
-    "work_unit",
 ]
