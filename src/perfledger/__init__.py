@@ -3,8 +3,7 @@
 ``perfledger.open(path)`` returns a :class:`perfledger.api.Ledger`.
 """
 
-__version__ = "0.1.0"
-
+from perfledger._version import __version__
 
 __all__ = ["Ledger", "__version__", "find_ledger_path", "init", "open"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from perfledger import __version__
+from perfledger._version import __version__
 from perfledger.errors import BadRequest, NotALedger
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
@@ -527,7 +527,7 @@ class Ledger:
 
 def _refuse_decision_kinds(kinds: Sequence[str]) -> None:
     """BadRequest when a workflow decision would bypass its decider (the rules R1-R18)."""
-    from perfledger.events.workflow import DECISION_KINDS
+    from perfledger.events.vocabulary import DECISION_KINDS
 
     if DECISION_KINDS.isdisjoint(kinds):
         return

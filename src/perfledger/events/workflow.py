@@ -22,7 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from perfledger.events.identity import SamplesIdentity, Snapshot
-from perfledger.events.kinds import KindSpec, register_kind
+from perfledger.events.kindspec import KindSpec, register_kind
 
 Direction = Literal["lower_is_better", "higher_is_better"]
 #: The primary metric's statistic; ``p95``/``p99`` are tail statistics (R7: no numeric bound).
@@ -1181,19 +1181,6 @@ for _type, _summary in _SUMMARIES.items():
     register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary,
                            legacy_summaries=_LEGACY_SUMMARIES.get(_type, ())))  # fmt: skip
 
-#: Kinds that record a decision: appended only through their operation's decider
-#: (:mod:`perfledger.commands.registry.operations`), never through the raw ``Ledger.append``.
-DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)
-
-# The kernel-iteration loop's kinds (R19-R25) live in their own module, which registers them on
-# import; named here statically so that importing either module first works.
-from perfledger.events import loop as _loop  # noqa: E402, F401
-
-DECISION_KINDS = DECISION_KINDS | {
-    "RunSetUp", "ProfileRecorded", "AttemptRecorded", "IterationClosed", "RunFinalized"
-}  # fmt: skip
-
-# Review records (research and review, never judged) live in their own module too.
-from perfledger.events import review as _review  # noqa: E402, F401
-
-DECISION_KINDS = DECISION_KINDS | {"ReviewRecorded"}
+#: The workflow's kinds that record a decision (all of them, with the loop's and the review's:
+#: :data:`perfledger.events.vocabulary.DECISION_KINDS`).
+WORKFLOW_DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)

@@ -5,7 +5,7 @@ From zero, independent of the derived cache and index, in one pass over git:
 1. everything ``verify`` checks (:func:`perfledger.ledger.verify.verify_store`: hashes, trailers,
    parents, Lamport clocks, schemas, artifacts); its per-event callback drives the rest, so git is
    read once;
-2. every recorded decision (the kinds of :data:`perfledger.events.workflow.DECISION_KINDS`) is
+2. every recorded decision (the kinds of :data:`perfledger.events.vocabulary.DECISION_KINDS`) is
    re-decided: its stored request ``{"op", "body"}`` is validated again and run through the
    operation's pure decider against the state *before* it (the state its author saw: for an event
    on a concurrent branch, the fold of its own ancestors), and the decided payload must equal the
@@ -249,7 +249,7 @@ class _Replay:
     """The per-event work of the audit, fed by verify's callback in the total order."""
 
     def __init__(self, store: Any, report: AuditReport) -> None:
-        from perfledger.events.workflow import DECISION_KINDS
+        from perfledger.events.vocabulary import DECISION_KINDS
         from perfledger.projections.base import DEFAULT_PROJECTION
 
         self.store = store

@@ -18,12 +18,6 @@ from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 
 
-def _shared() -> Any:
-    from perfledger.commands.cli import app as cli
-
-    return cli
-
-
 def _emit(data: object) -> None:
     click.echo(to_json_text(data))
 
@@ -186,10 +180,4 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
         click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {envelope.id[:12]})")
 
 
-def register(group: click.Group) -> None:
-    """Add ``status``, ``skill``, ``mcp`` and ``artifact`` to the ``perfledger`` group."""
-    for command in (status_command, skill_group, mcp_command, artifact_group):
-        group.add_command(command)
-
-
-__all__ = ["register"]
+__all__ = ["artifact_group", "mcp_command", "skill_group", "status_command"]

@@ -212,6 +212,11 @@ def command_context(json_flag: bool) -> Context:
 RATE_MIN_EVENTS = 1_000
 
 
+def signed_pct_text(value: float | None) -> str:
+    """A ratio as a signed percentage (``0.0123`` -> ``+1.23%``), ``-`` for None."""
+    return "-" if value is None else f"{value * 100:+.2f}%"
+
+
 def rate_text(events: int, elapsed_s: float) -> str:
     """`` (N events/s)`` for a verify or audit answer, or nothing for a small ledger (fewer than
     :data:`RATE_MIN_EVENTS` events), where the time is mostly imports and start-up."""

@@ -541,17 +541,11 @@ def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
         )
 
 
-def commands() -> list[click.Command]:
-    """The click commands this module adds to ``perfledger``: ``checkout``."""
-    return [checkout_command]
-
-
 __all__ = [
     "champion_snapshot",
     "check_original_command",
     "check_original_subject",
     "checkout",
-    "commands",
     "measure_identity",
     "readiness_edge",
     "refuse_unsnapshotted",

@@ -201,7 +201,7 @@ def _record(data: dict[str, Any], *, evidence_id: str, layer: str, target_id: st
     """Append the answer as diagnostic evidence (R6); returns the event summary."""
     import blake3
 
-    from perfledger import __version__
+    from perfledger._version import __version__
     from perfledger.commands.registry import operations
     from perfledger.ledger.base import Artifact
 

@@ -476,7 +476,7 @@ def build_server(ledger_path: str | None, actor: str) -> Any:
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    from perfledger import __version__
+    from perfledger._version import __version__
 
     tools = Tools(ledger_path, actor)
     listing = [

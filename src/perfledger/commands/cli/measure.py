@@ -1479,25 +1479,4 @@ def measure_aa(
     _answer(ctx, result, lines)
 
 
-measure_group = click.Group(
-    "measure",
-    help="Measure under the protocol of docs/SPEC.md section 5 and record the samples (R4, R5, R11, R17).",
-)
-for _command in (measure_kernel, measure_workload, measure_aa):
-    measure_group.add_command(_command)
-# `measure serving` lives in its own module (docs/serving.md)
-from perfledger.commands.cli.serving import measure_serving  # noqa: E402
-
-measure_group.add_command(measure_serving)
-# `measure baseline`: the original's baseline measured, not typed (R4)
-from perfledger.commands.cli.measure_baseline import measure_baseline  # noqa: E402
-
-measure_group.add_command(measure_baseline)
-
-
-def commands() -> list[click.Command]:
-    """The click commands this module adds to ``perfledger``: ``env`` and ``measure``."""
-    return [env_command, measure_group]
-
-
-__all__ = ["commands", "environment_payload", "load_spec", "workload_request"]
+__all__ = ["env_command", "environment_payload", "load_spec", "workload_request"]

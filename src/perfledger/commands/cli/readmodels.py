@@ -25,12 +25,14 @@ from perfledger.commands.cli.common import (
     idempotency_option,
     json_param,
     request_option,
+    signed_pct_text,
     target_param,
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
+from perfledger.commands.cli.handoff_request import handoff_request
 from perfledger.errors import BadRequest
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
@@ -60,10 +62,6 @@ def _fmt(value: float | None, spec: str = ".4g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.2f}%"
-
-
 # ----------------------------------------------------------------------------- claims
 
 
@@ -91,14 +89,16 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     for r in rows:
         m = r.measured
         measured = (
-            f"{_pct(m.estimate)} ({_pct(m.ci_low)}..{_pct(m.ci_high)})" if m is not None else "-"
+            f"{signed_pct_text(m.estimate)} ({signed_pct_text(m.ci_low)}..{signed_pct_text(m.ci_high)})"
+            if m is not None
+            else "-"
         )
         owed = "owed, " + ("recorded" if r.reconciled else "MISSING") if r.reconciliation_owed else (
             "recorded" if r.reconciled else "-"
         )  # fmt: skip
         click.echo(
             f"{r.experiment_id:<12} {_fmt(r.coverage):>6} {_fmt(r.local_speedup):>6} "
-            f"{_fmt(r.stated_bound):>7} {_fmt(r.recomputed_bound):>7} {_pct(r.min_effect):>6} "
+            f"{_fmt(r.stated_bound):>7} {_fmt(r.recomputed_bound):>7} {signed_pct_text(r.min_effect):>6} "
             f"{measured:<28} {_fmt(m.speedup if m else None):>8} "
             f"{_fmt(r.prediction_error, '+.3f'):>8}  {owed}"
         )
@@ -178,8 +178,8 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
         audits = ", ".join(f"{a.samples_id} {a.status}" for a in s.final_audits) or "none"
         click.echo(
             f"  -> {s.champion} [{s.decision}] event {s.event_id[:12]} samples {s.samples_id or '-'}"
-            f" verdict {s.verdict_status or '-'} {_pct(s.estimate)} "
-            f"({_pct(s.ci_low)}..{_pct(s.ci_high)}) vs {s.reference or '-'}; "
+            f" verdict {s.verdict_status or '-'} {signed_pct_text(s.estimate)} "
+            f"({signed_pct_text(s.ci_low)}..{signed_pct_text(s.ci_high)}) vs {s.reference or '-'}; "
             f"evidence {s.claim_evidence or '-'}; final audits: {audits}"
         )
 
@@ -276,47 +276,6 @@ def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None
         _emit({"handoff": _builtins(handoff)})
     else:
         click.echo(render_markdown(handoff), nl=False)
-
-
-def handoff_request(
-    handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None
-) -> dict[str, Any]:
-    """Map a derived handoff to a ``handoff.record`` request body (R18), with the seconds used.
-
-    GPU time is never known to the ledger, so ``gpu_used_s`` must be given; ``wall_used_s``
-    defaults to the span of the event timestamps.
-    Raises: BadRequest when either is unknown.
-    """
-    b = handoff.budget
-    wall, gpu = wall_used_s, gpu_used_s
-    if wall is None or gpu is None:
-        raise BadRequest(
-            "the budget used is not known to the ledger: GPU seconds are stated by the agent",
-            hint="pass --gpu-used SECONDS (and --wall-used SECONDS), or a request with budget_used",
-        )
-    gains = [
-        f"{g.experiment_id} {g.stage} {g.samples_id}: {g.status}, improvement "
-        f"{_pct(g.estimate)} (CI {_pct(g.ci_low)}..{_pct(g.ci_high)})"
-        for g in handoff.gains
-    ]
-    return {
-        "target_id": handoff.target_id,
-        "primary_achieved": handoff.primary_achieved,
-        "champion": handoff.champion,
-        "key_evidence": list(handoff.key_evidence),
-        "gains": gains,
-        "local_results": [r.result_id for r in handoff.local_results],
-        "rejected": [
-            {"experiment_id": r.experiment_id, "closes": r.closes} for r in handoff.rejected
-        ],
-        "prediction_corrections": sorted({c.experiment_id for c in handoff.prediction_corrections}),
-        "unresolved_questions": list(handoff.unresolved_questions),
-        "stop_reason": handoff.stop_reason,
-        "budget_used": {"wall_s": wall, "gpu_s": gpu},
-        "budget_left": {"wall_s": max(0.0, b.wall_s - wall), "gpu_s": max(0.0, b.gpu_s - gpu)},
-        "resume_needs": list(handoff.resume_needs),
-        "feedback": handoff.feedback,
-    }
 
 
 #: What ``handoff record`` records for a stop reason or feedback the agent did not give (R18:
@@ -549,4 +508,4 @@ def _handoff_group_callback(target_id: str | None, json_flag: bool, md_flag: boo
         _handoff_show(target_id, json_flag, md_flag)
 
 
-__all__ = ["READMODEL_COMMANDS", "derived_handoff", "handoff_request", "install", "resume_context"]
+__all__ = ["READMODEL_COMMANDS", "derived_handoff", "install", "resume_context"]

@@ -346,7 +346,7 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
     """
     from perfledger.errors import BadRequest
     from perfledger.events.kinds import get_kind
-    from perfledger.events.workflow import DECISION_KINDS
+    from perfledger.events.vocabulary import DECISION_KINDS
 
     state = ledger.state()
     if target_id is not None and target_id not in state.targets:

@@ -30,12 +30,6 @@ from perfledger.commands.cli.common import json_option as _json
 SUMMARY_EVENTS = 10
 
 
-def _shared() -> Any:
-    from perfledger.commands.cli import app as cli
-
-    return cli
-
-
 def _emit(data: object) -> None:
     click.echo(to_json_text(data))
 
@@ -324,10 +318,4 @@ def resolve(
            dry_run=dry_run)  # fmt: skip
 
 
-def register(group: click.Group) -> None:
-    """Add the sync commands to the ``perfledger`` group."""
-    for command in (remote_group, clone, pull, push, sync, resolve):
-        group.add_command(command)
-
-
-__all__ = ["register"]
+__all__ = ["clone", "pull", "push", "remote_group", "resolve", "sync"]

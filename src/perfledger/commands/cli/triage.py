@@ -165,6 +165,4 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
                    f"as event {recorded['event_id']}")  # fmt: skip
 
 
-def register(cli: click.Group) -> None:
-    """Add ``perfledger triage`` to ``cli``."""
-    cli.add_command(triage)
+__all__ = ["triage"]

@@ -200,7 +200,7 @@ def evidence_request(
     a missing monitor are also limitations."""
     from statistics import median
 
-    from perfledger import __version__
+    from perfledger._version import __version__
     from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS
 
     facts: list[dict[str, Any]] = []

@@ -795,14 +795,6 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
     }
 
 
-def compiler_evidence(build: SolveBuild, out_dir: str | Path, **options: Any) -> dict[str, Any]:
-    """:func:`perfledger.kernels.subjects.solve_evidence.compiler_evidence` (ptxas and SASS facts of the
-    very library measured, bound to its hash)."""
-    from perfledger.kernels.subjects.solve_evidence import compiler_evidence as collect
-
-    return collect(build, out_dir, **options)
-
-
 __all__ = [
     "BASE_FLAGS",
     "ENTRY",
@@ -813,7 +805,6 @@ __all__ = [
     "SolveSubject",
     "build_solve",
     "check_signature",
-    "compiler_evidence",
     "cutlass_include_dirs",
     "data_ptr",
     "default_make_inputs",
