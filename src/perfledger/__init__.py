@@ -15,7 +15,7 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> object:
     # Lazy: `import perfledger` stays cheap for the CLI; the library API loads on first use.
     if name in {"open", "init", "Ledger", "find_ledger_path"}:
-        from perfledger import api
+        from perfledger import api  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
         return getattr(api, name)
     raise AttributeError(name)

@@ -35,6 +35,7 @@ import json
 import math
 import zipfile
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import blake3
@@ -96,7 +97,7 @@ def load(data: bytes) -> tuple[str, Any]:
     """Decode an output's bytes: ``("npy", array)``, ``("npz", {name: array})`` or
     ``("json", value)``, by the first bytes. Raises: ValueError when it is none of them (or an
     object array, which would need pickle)."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     if data.startswith(b"\x93NUMPY"):
         _check_npy_header(io.BytesIO(data), len(data))
@@ -129,7 +130,7 @@ def _check_npy_header(stream: Any, size: int, name: str = "") -> None:
     allocates it: numpy reserves the declared array first, so a few bytes declaring 2**40
     elements would make the measuring process die of MemoryError (or swap). ``stream`` is at
     the file's start; ``size`` is the file's length (bytes). Raises: ValueError."""
-    from numpy.lib import format as npformat
+    from numpy.lib import format as npformat  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     version = npformat.read_magic(stream)
     if version == (1, 0):
@@ -216,7 +217,7 @@ def compare(
 def _arrays(
     ref: Any, cand: Any, tol: tuple[float, float] | None, where: str, same_dtype: bool = True
 ) -> None:
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     if ref.shape != cand.shape:
         raise _Mismatch(
@@ -268,7 +269,6 @@ def _number(value: Any) -> bool:
 def _close_as_fractions(ref: Any, cand: Any, tol: tuple[float, float] | None) -> bool:
     """The rule on two JSON numbers one of which is an integer too large for a float: exactly
     (as rationals, no rounding); NaN and infinities never equal such an integer."""
-    from fractions import Fraction
 
     if any(isinstance(v, float) and not math.isfinite(v) for v in (ref, cand)):
         return False

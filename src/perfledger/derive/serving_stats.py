@@ -118,7 +118,7 @@ def drift_check(
     subject's other windows pooled: two-sided Mann-Whitney U p-value below ``alpha / m`` (m =
     windows tested) and relative median shift ``|median_w / median_others - 1|`` above
     ``threshold``. Returns: window index -> ``{tested, median_s, shift, p, drifting}``."""
-    from scipy.stats import mannwhitneyu
+    from scipy.stats import mannwhitneyu  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
 
     out: dict[int, dict[str, Any]] = {}
     by_subject: dict[str, list[WindowRecord]] = {}

@@ -192,7 +192,7 @@ def paired_stats(
     p: float | None = None
     nonzero = logs[logs != 0.0]
     if nonzero.size >= 2:
-        from scipy.stats import wilcoxon
+        from scipy.stats import wilcoxon  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
 
         p = float(wilcoxon(nonzero).pvalue)
     return PairedStats(

@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -229,7 +230,6 @@ def _rate_as_time(
     ``work / rate`` per repeat, ``work x value`` for a time per work); the units that view has;
     the rates whose case is flagged for their work (``(metric, case)`` as ``"metric\0case"``);
     the reasons; and which of the rates are times per work."""
-    from types import SimpleNamespace
 
     rates: dict[str, tuple[str, float]] = {}
     inverse: set[str] = set()  # a time per unit of work (ms/token): value x work is time
@@ -453,7 +453,6 @@ def check_driver_run(
 ) -> WallCheck | None:
     """:func:`check_pairs` of a :class:`perfledger.kernels.workload.driver.DriverRun`: its usable pairs
     (both calls well formed), each call's metrics as its values and its ``wall_s``."""
-    from types import SimpleNamespace
 
     def side(call: Any) -> Any:
         return SimpleNamespace(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import blake3
 import msgspec
 
 from perfledger.errors import BadRequest, IntegrityError
@@ -25,8 +26,7 @@ def _ensure_workflow_kinds() -> None:
     global _WORKFLOW_LOADED
     if not _WORKFLOW_LOADED:
         _WORKFLOW_LOADED = True
-        # kept off `perfledger log`'s start-up path: the vocabularies are most of events/
-        import perfledger.events.vocabulary  # noqa: F401  (registers on import)
+        import perfledger.events.vocabulary  # noqa: F401, PLC0415 (registers the kinds; off `perfledger log`'s start-up path)
 
 
 def get_kind(kind: str) -> KindSpec:
@@ -53,7 +53,6 @@ def registered_kinds() -> dict[str, KindSpec]:
 def kinds_fingerprint() -> str:
     """Return a short hash of every registered kind and its schema version: part of the state
     cache key, so that a new schema version or kind invalidates cached folds."""
-    import blake3
 
     _ensure_workflow_kinds()
     text = ";".join(f"{k}={spec.version}" for k, spec in sorted(_REGISTRY.items()))

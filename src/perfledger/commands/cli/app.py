@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from perfledger._version import __version__
+from perfledger.commands.cli.command_help import COMMAND_HELP
 from perfledger.commands.cli.common import (
     Context,
     actor_option,
@@ -80,9 +81,16 @@ class LazyGroup(click.Group):
     """A group whose subcommands named in ``lazy_subcommands`` (name -> ``"module:attribute"``)
     are imported when used or listed (click's documented lazy-loading pattern)."""
 
-    def __init__(self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        lazy_subcommands: dict[str, str] | None = None,
+        lazy_help: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
+        self.lazy_help = dict(lazy_help or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
@@ -91,6 +99,20 @@ class LazyGroup(click.Group):
         if cmd_name in self.lazy_subcommands and cmd_name not in self.commands:
             self.add_command(self._load(cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's listing of the subcommands, with the help of one not yet imported read from
+        ``lazy_help`` (``perfledger --help`` then imports no command module)."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            if name not in self.commands and name in self.lazy_help:
+                rows.append((name, click.Command(name, help=self.lazy_help[name])))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
     def _load(self, cmd_name: str) -> click.Command:
         module_name, _, attribute = self.lazy_subcommands[cmd_name].partition(":")
@@ -104,6 +126,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy_subcommands=LAZY_COMMANDS,
+    lazy_help=COMMAND_HELP,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="New here: `perfledger skill --print` is the workflow step by step; `perfledger "
     "init DIR` makes a ledger; `perfledger status` says where a session stands and what the "
@@ -137,7 +160,7 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
     """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
     a new bare git repository, or an existing one, with the root event."""
     ctx = _ctx(json_flag)
-    from perfledger.api import LEDGER_ENV, Ledger
+    from perfledger.api import LEDGER_ENV, Ledger  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
     target = path or ctx.ledger_path or os.environ.get(LEDGER_ENV) or os.getcwd()
     ledger = Ledger.init(target, name=name, actor=_actor(actor), remember_actor=actor is not None)
@@ -160,7 +183,7 @@ def _use_hint(path: str) -> list[str]:
     """How later commands find the ledger just made at ``path``, when a plain ``perfledger
     status`` run here would not (no --ledger, no $PERFLEDGER_DIR naming it, not the repository
     around the current directory); then what to run first."""
-    from perfledger.api import LEDGER_ENV, find_ledger_path
+    from perfledger.api import LEDGER_ENV, find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
     ctx = click.get_current_context().find_object(Context)
     try:
@@ -206,7 +229,7 @@ def show(event_id: str, json_flag: bool) -> None:
     event). A ledger commit's git sha (or prefix) shows the event that commit carries; a merge
     commit carries none."""
     ctx = _ctx(json_flag)
-    import msgspec
+    import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
     commit = None
     ledger = ctx.open()
@@ -218,7 +241,7 @@ def show(event_id: str, json_flag: bool) -> None:
         except AmbiguousId:
             raise  # several events: never read as a commit sha instead
         except BadRequest as exc:
-            from perfledger.commands.workflow.commit_lookup import find_commit
+            from perfledger.commands.workflow.commit_lookup import find_commit  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             commit = find_commit(ledger.store, event_id)
             if commit is None:
@@ -278,7 +301,7 @@ def verify(json_flag: bool) -> None:
 def state(json_flag: bool) -> None:
     """Print the folded state at the current head (from the derived cache when it is fresh)."""
     ctx = _ctx(json_flag)
-    import msgspec
+    import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
     ledger = ctx.open()
     try:

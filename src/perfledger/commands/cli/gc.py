@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import click
 
+from perfledger.api import find_ledger_path
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
+from perfledger.errors import NotALedger
+from perfledger.ledger.gc import collect
+from perfledger.ledger.gitdir import find_controldir
 
 
 @click.command("gc")
@@ -18,10 +22,6 @@ def gc(dry_run: bool, json_flag: bool) -> None:
     """Remove the garbage of killed writers and pulls (temporary objects and packs, a pack
     without its index, a pull's spooled pack), never a file a live writer is writing. Lock
     files are listed, never removed (a git process may hold one)."""
-    from perfledger.api import find_ledger_path
-    from perfledger.errors import NotALedger
-    from perfledger.ledger.gc import collect
-    from perfledger.ledger.gitdir import find_controldir
 
     ctx = _ctx(json_flag)
     path = find_ledger_path(ctx.ledger_path)

@@ -20,8 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfledger.commands.cli.identity import check_original_subject, subjects_identity
+from perfledger.commands.workflow import identity
+from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
 from perfledger.events.identity import SUBJECT_PLACEHOLDER
+from perfledger.kernels.workload.startup_surface import StartupWatch
 
 #: How a kernel Target's readiness driver starts: the spec lies in the subject directory.
 SPEC_PREFIX = SUBJECT_PLACEHOLDER + "/"
@@ -89,9 +93,6 @@ def bound_kernel_subjects(
     snapshot). Raises: RuleRefused (R11) for a mismatch or missing directories on a bound
     Target; BadRequest for ``--spec`` on a bound Target, directories on an unbound one, or a
     driver that is not a spec's path."""
-    from perfledger.commands.cli.identity import subjects_identity
-    from perfledger.commands.workflow import identity
-    from perfledger.commands.workflow.rules import refuse
 
     target = info["target"]
     if identity.original_snapshot(target) is None:
@@ -142,8 +143,7 @@ def kernel_batch_checks(
     Returns: ``check(role)``, which raises RuleRefused (R11) on a change (an added start-up
         entry is moved aside).
     """
-    from perfledger.kernels.isolation.isolated import WORKER
-    from perfledger.kernels.workload.startup_surface import StartupWatch
+    from perfledger.kernels.isolation.isolated import WORKER  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
     startup = StartupWatch([list(WORKER if worker_argv is None else worker_argv)])
 
@@ -171,8 +171,6 @@ def original_kernel_directory(target: Any, spec_path: str | None, directory: str
     original's code (its snapshot equal to the one readiness recorded). Returns
     ``(spec relative to the directory, absolute directory)``, or None under the old rule.
     Raises: RuleRefused (R11), BadRequest (the options do not fit the Target's rule)."""
-    from perfledger.commands.cli.identity import check_original_subject
-    from perfledger.commands.workflow import identity
 
     if identity.original_snapshot(target) is None:
         if directory is not None:

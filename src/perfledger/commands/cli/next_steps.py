@@ -24,7 +24,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfledger.commands.cli.handoff_request import handoff_request
+from perfledger.commands.registry import operations
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
 from perfledger.projections.handoff import NextDecision, next_decisions
 from perfledger.projections.workflow import TargetView, WorkflowState
@@ -51,8 +53,6 @@ def dry_decide(
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
     """
-    from perfledger.commands.registry import operations
-    from perfledger.commands.workflow.deciders import DecisionContext
 
     ctx = DecisionContext(
         op=op,

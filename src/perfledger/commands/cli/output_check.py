@@ -13,6 +13,7 @@ import click
 
 from perfledger.commands.workflow.output_rules import compared, declares_output
 from perfledger.errors import BadRequest
+from perfledger.ledger.base import Artifact
 
 #: The driver's per-pair seed placeholder (:data:`perfledger.kernels.workload.outputs.SEED_PLACEHOLDER`).
 SEED_PLACEHOLDER = "{seed}"
@@ -61,7 +62,6 @@ def recorded_output(call: Any) -> dict[str, Any] | None:
 def output_artifacts(run: Any) -> dict[str, Any]:
     """The kept outputs of a driver run as artifacts (name -> Artifact), attached to the samples
     so an auditor can compare them again."""
-    from perfledger.ledger.base import Artifact
 
     return {name: Artifact(data, "application/octet-stream") for name, data in run.outputs.items()}
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from perfledger.api import Ledger
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -46,7 +47,7 @@ def remote_group() -> None:
 def remote_add(name: str, url: str, json_flag: bool) -> None:
     """Add remote NAME at URL (a path, file://, git://, ssh://, http(s)://)."""
     ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import add_remote
+    from perfledger.ledger.remotes import add_remote  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
 
     ledger = ctx.open()
     try:
@@ -64,7 +65,7 @@ def remote_add(name: str, url: str, json_flag: bool) -> None:
 def remote_list(json_flag: bool) -> None:
     """List the remotes with the last ledger head seen from each."""
     ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import list_remotes, tracking_ref
+    from perfledger.ledger.remotes import list_remotes, tracking_ref  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
 
     ledger = ctx.open()
     try:
@@ -90,7 +91,7 @@ def remote_list(json_flag: bool) -> None:
 def remote_remove(name: str, json_flag: bool) -> None:
     """Remove remote NAME and its tracking ref (the ledger's events stay)."""
     ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import remove_remote
+    from perfledger.ledger.remotes import remove_remote  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
 
     ledger = ctx.open()
     try:
@@ -191,7 +192,6 @@ def clone(url: str, path: str | None, remote: str, json_flag: bool) -> None:
     """Clone the ledger at URL into PATH (a new bare repository; default: the URL's last part),
     verifying every event before the ledger ref is written."""
     ctx = _ctx(json_flag)
-    from perfledger.api import Ledger
 
     if path is None:
         base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
@@ -309,7 +309,7 @@ def resolve(
     """Record which side of a conflict stands (`perfledger state` lists open conflicts); the
     same operation as `perfledger conflict resolve`."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.workflow import read_request, submit
+    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415 (off `perfledger remote list`'s start-up path)
 
     body = read_request(request_source)
     fields = {"target_id": target_id, "conflict_id": conflict_id, "keep": keep, "reason": reason}

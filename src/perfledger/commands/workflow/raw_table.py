@@ -47,6 +47,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import blake3
+
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.events.workflow import R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
 
@@ -247,9 +249,8 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
         return None
     if not isinstance(rule, dict):
         return "its raw table judged outputs but names no accuracy rule"
-    import blake3
 
-    from perfledger.derive.outputs import METHOD_V1, rejudge
+    from perfledger.derive.outputs import METHOD_V1, rejudge  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
 
     for n, pair in sorted(rows.items()):
         if set(pair) != {"ref", "cand"}:

@@ -7,8 +7,10 @@ Target's metric names a serving metric (:func:`metric_kind`). Pure: no I/O.
 
 from __future__ import annotations
 
+from statistics import median
 from typing import Any
 
+from perfledger._version import __version__
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest
 
@@ -125,7 +127,7 @@ def serving_request(
     monitor's account of both windows (R17). For a ``tail`` primary, a case with fewer steady
     requests in a window than :data:`perfledger.derive.serving_stats.TAIL_MIN_REQUESTS` asks is
     left out. Returns ``(body, left_out)``: the pairs not recorded, with why."""
-    from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS
+    from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
 
     windows = {w.index: w for w in run.windows}
     primary = info["primary"].name
@@ -198,10 +200,8 @@ def evidence_request(
     interfered requests. A tail quantile (p95, p99) is left out where a window has fewer steady
     requests than it needs (R7, R12). Drift, interference, failed requests, tails left out and
     a missing monitor are also limitations."""
-    from statistics import median
 
-    from perfledger._version import __version__
-    from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS
+    from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
 
     facts: list[dict[str, Any]] = []
     # a tail quantile of fewer steady requests than it needs (R7, R12) is not that quantile:

@@ -111,7 +111,7 @@ class Ceilings:
 
 
 def _median_time_s(call: Any, repeats: int) -> float:
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(3):
@@ -128,7 +128,7 @@ def _median_time_s(call: Any, repeats: int) -> float:
 
 
 def _best_time_s(call: Any, repeats: int) -> float:
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     call()
@@ -145,7 +145,7 @@ def _best_time_s(call: Any, repeats: int) -> float:
 def _cuda_core_rates() -> dict[str, float]:
     """CUDA-core FMA rates (FLOP/s, an FMA = 2 FLOP), the best of several launches: a ceiling is
     the most the unit was seen to do."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     blocks, threads = int(props["multiProcessorCount"]) * 16, 256
@@ -169,7 +169,7 @@ def _torch_tensor_rates() -> dict[str, float]:
     """Tensor-core bf16, tf32 and fp8 matrix-product rates through PyTorch (FLOP/s); empty
     without PyTorch, each unit absent where it fails (no fp8 on the device, ...)."""
     try:
-        import torch
+        import torch  # noqa: PLC0415 (torch: optional, torch subjects only)
     except ImportError:
         return {}
     if not torch.cuda.is_available():
@@ -219,7 +219,7 @@ def measure_ceilings(environment_identity: str) -> Ceilings:
     Raises: MeasurementError when CuPy or a GPU is missing.
     """
     try:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
     except ImportError as exc:
         raise MeasurementError(f"ceilings need CuPy and a GPU: {exc}") from None
     src = cupy.ones(COPY_BYTES // 4, dtype=cupy.float32)

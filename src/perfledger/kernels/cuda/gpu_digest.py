@@ -182,7 +182,7 @@ _kernels: dict[str, Any] = {}
 
 
 def _kernel(name: str) -> Any:
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     if not _kernels:
         module = cupy.RawModule(code=BLAKE3_SOURCE, options=("-std=c++17",))
@@ -220,7 +220,7 @@ def digest_into(array: Any, key_device: Any, out: Any) -> None:
         out: where the 8 words of the digest go (device memory).
     Raises: ValueError for a non-contiguous array or one whose data is not 4-byte aligned.
     """
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     if not array.flags.c_contiguous:
         raise ValueError("the digest needs a C-contiguous array")
@@ -259,7 +259,7 @@ def device_digest(array: Any, key: bytes) -> str:
     Raises: ValueError for a non-contiguous array, one whose data is not 4-byte aligned, or a
     key that is not 32 bytes.
     """
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     out = cupy.empty(8, dtype=cupy.uint32)
     digest_into(array, cupy.asarray(key_words(key)), out)
@@ -269,7 +269,7 @@ def device_digest(array: Any, key: bytes) -> str:
 def self_test(key: bytes = bytes(range(32))) -> bool:
     """Whether :func:`device_digest` equals the ``blake3`` package on buffers of assorted sizes
     (empty, inside one block, one chunk, odd chunk counts, a partial last chunk)."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     rng = np.random.default_rng(7)
     sizes = (0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 3 * 1024 + 5, 5 * 1024, 70_001)

@@ -38,7 +38,7 @@ class L2Flusher:
     """
 
     def __init__(self, l2_bytes: int | None, factor: float = FLUSH_FACTOR) -> None:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         if factor < 2.0:
             raise ValueError("the L2 flush must write at least twice the L2 size")
@@ -49,7 +49,7 @@ class L2Flusher:
 
     def flush(self) -> None:
         """Queue the flush on the current stream (a changing value, so no write is elided)."""
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         self._value = self._value % 255 + 1
         cupy.cuda.runtime.memsetAsync(
@@ -130,8 +130,8 @@ class StreamHold:
     """
 
     def __init__(self) -> None:
-        import cupy
-        import numpy as np
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
+        import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
         device = cupy.cuda.Device()
         attrs = device.attributes
@@ -153,7 +153,7 @@ class StreamHold:
     def queue(self, allowance_s: float = HOLD_MAX_S, released: bool = False) -> int:
         """Queue the hold on the current stream, to end at the latest ``allowance_s`` after its
         blocks start; returns its token."""
-        import numpy as np
+        import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
         self._token = (self._token % 0xFFFFFFFE) + 1
         if released:
@@ -232,7 +232,7 @@ class EventTimer:
     """
 
     def __init__(self, stream: Any, flusher: L2Flusher | None, hold: bool = False) -> None:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         self.stream = stream
         self.flusher = flusher

@@ -42,7 +42,7 @@ def tolerance_for(dtype: Any) -> float:
 
 def _xp(array: Any) -> Any:
     try:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         return cupy.get_array_module(array)
     except ImportError:
@@ -104,7 +104,7 @@ _fused_kernel: Any = None
 def _fused_check(output: Any, reference: Any, tol: float) -> Check:
     """:func:`compare` of a float32 CuPy output in one pass over the data (the general path
     makes several float64 temporaries: it cost milliseconds per re-check of a large output)."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     global _fused_kernel
     if _fused_kernel is None:

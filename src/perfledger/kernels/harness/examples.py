@@ -70,7 +70,7 @@ _normal_kernel: Any = None
 def normal(n: int, seed: int, dtype: Any = "float32") -> Any:
     """``n`` standard-normal values (CuPy array of ``dtype``) from a counter-based generator:
     deterministic in ``seed`` (an int), one memory-bound write on the current stream."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     global _normal_kernel
     if _normal_kernel is None:
@@ -95,7 +95,7 @@ _uniform_kernel: Any = None
 def uniform(n: int, seed: int, dtype: Any = "float32") -> Any:
     """``n`` values uniform in [-1, 1) (CuPy array of ``dtype``) from a counter-based hash:
     deterministic in ``seed`` (an int), one memory-bound write on the current stream."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     global _uniform_kernel
     if _uniform_kernel is None:
@@ -210,7 +210,7 @@ def _grid(n: int, sms: int = 132) -> tuple[int, ...]:
 def scale_subject(n: int, extra_share: float = 0.0, name: str | None = None) -> RawKernelSubject:
     """The scale kernel over ``n`` elements, doing ``extra_share`` more work (e.g. 0.02 = 2 %
     more elements, written to a scratch buffer)."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     extra = round(n * extra_share)
     scratch = cupy.empty(max(extra, 1), dtype=cupy.float32)
@@ -246,7 +246,7 @@ def copy_subject(n: int) -> RawKernelSubject:
 
 def copyto_subject() -> CallableSubject:
     """``cupy.copyto(y, x)`` as a subject."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     def run(inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         cupy.copyto(outputs["y"], inputs["x"])

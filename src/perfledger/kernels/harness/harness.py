@@ -71,7 +71,7 @@ import numpy as np
 from perfledger.derive.stats import PairedStats, paired_stats
 from perfledger.errors import MeasurementError
 from perfledger.kernels.cuda.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
-from perfledger.kernels.cuda.timing import HOLD_MAX_S
+from perfledger.kernels.cuda.timing import HOLD_MAX_S, EventTimer, L2Flusher
 from perfledger.kernels.harness import correctness
 from perfledger.kernels.harness.stopping import Stopper, StoppingRule
 
@@ -84,7 +84,7 @@ def require_cupy() -> Any:
     Returns: the ``cupy`` module. Raises: MeasurementError naming what is missing.
     """
     try:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
     except ImportError as exc:
         raise MeasurementError(
             f"the kernel harness needs CuPy: {exc}", hint="pip install 'perfledger[gpu]'"
@@ -198,7 +198,7 @@ class RawKernelSubject(Subject):
     def kernel(self) -> Any:
         """The compiled kernel (compiled once, on first use)."""
         if self._kernel is None:
-            import cupy
+            import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
             module = cupy.RawModule(code=self.source, options=self.options)
             self._kernel = module.get_function(self.entry)
@@ -515,7 +515,6 @@ class Harness:
             l2_bytes = int(props["l2CacheSize"])
         self.l2_bytes = l2_bytes
         self.stream = cp.cuda.Stream(non_blocking=True)
-        from perfledger.kernels.cuda.timing import EventTimer, L2Flusher
 
         self.flusher = L2Flusher(l2_bytes, config.flush_factor) if config.flush_l2 else None
         self.timer = EventTimer(self.stream, self.flusher, hold=config.hold_stream)
@@ -1088,7 +1087,7 @@ def aa_prediction_bound(log_ratios: np.ndarray, confidence: float = 0.95) -> flo
     distance from 1: ``exp(|mean| + t((1 + confidence) / 2, n - 1) * stdev * sqrt(1 + 1/n)) - 1``
     (the normal model's prediction interval; R4). 0.0 with fewer than 2 values (no spread to
     measure: :func:`resolution_from_aa` then has only the CI reach)."""
-    from scipy import stats as sps
+    from scipy import stats as sps  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
 
     values = np.asarray(log_ratios, dtype=np.float64)
     n = int(values.size)

@@ -481,7 +481,7 @@ def _compare_outputs(cand: np.ndarray, ref: np.ndarray, tolerance: float | None)
     code; the subjects are stopped or idle between batches), else on the host."""
     if cand.size >= DEVICE_COMPARE_MIN:
         try:
-            import cupy
+            import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
             return correctness.compare(cupy.asarray(cand), cupy.asarray(ref), tolerance=tolerance)
         except Exception:  # no CuPy or no device here: the host path gives the same answer

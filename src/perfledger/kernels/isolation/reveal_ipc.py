@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.kernels.cuda.gpu_digest import device_digest, self_test
 from perfledger.kernels.isolation.subject_protocol import KEY_BYTES, combine_digests
 
 #: Outputs in a reveal buffer: name -> (byte offset, shape, dtype), in sorted name order.
@@ -53,7 +54,7 @@ def layout(outputs: Mapping[str, tuple[Any, Any]]) -> tuple[Layout, int]:
 
 def _device_bytes(ptr: int, nbytes: int, owner: Any) -> Any:
     """A CuPy ``uint8`` array over ``nbytes`` of device memory at ``ptr`` (not owned)."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     memory = cupy.cuda.UnownedMemory(ptr, nbytes, owner)
     return cupy.ndarray((nbytes,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
@@ -69,7 +70,7 @@ class ExportedBuffer:
     """
 
     def __init__(self, outputs: Mapping[str, tuple[Any, Any]]) -> None:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         self.layout, self.nbytes = layout(outputs)
         # its own allocation (not the pool's), so the handle maps exactly this buffer
@@ -88,7 +89,7 @@ class ExportedBuffer:
 
     def fill(self, arrays: Mapping[str, Any]) -> None:
         """Copy one call's outputs (name -> CuPy array) into the buffer and wait for the copy."""
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         for name, (offset, _shape, _dtype) in self.layout.items():
             src = cupy.ascontiguousarray(arrays[name]).reshape(-1).view(cupy.uint8)
@@ -122,7 +123,7 @@ class MappedBuffer:
     """
 
     def __init__(self, offer: Mapping[str, Any], outputs: Mapping[str, tuple[Any, Any]]) -> None:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         self.layout, self.nbytes = layout(outputs)
         if int(offer.get("bytes", -1)) != self.nbytes:
@@ -146,7 +147,7 @@ class MappedBuffer:
     def read(self) -> dict[str, Any]:
         """A copy, in this process's own device memory, of the outputs now in the buffer
         (name -> CuPy array of the output's shape and dtype)."""
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         own = self.buffer.copy()
         cupy.cuda.runtime.deviceSynchronize()
@@ -158,7 +159,7 @@ class MappedBuffer:
 
     def close(self) -> None:
         """Unmap the buffer (once)."""
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
@@ -170,7 +171,6 @@ class MappedBuffer:
 def device_output_digest(arrays: Mapping[str, Any], key: bytes) -> str:
     """:func:`perfledger.kernels.isolation.subject_protocol.output_digest` of device arrays, computed on
     the device (the same digest). Raises: ValueError for a key of another length."""
-    from perfledger.kernels.cuda.gpu_digest import device_digest
 
     if len(key) != KEY_BYTES:
         raise ValueError(f"the digest key must be {KEY_BYTES} bytes")
@@ -184,8 +184,6 @@ def parent_ready() -> bool:
     device BLAKE3 equals the ``blake3`` package (tested once per process: ``measure aa`` runs
     several comparisons)."""
     try:
-        from perfledger.kernels.cuda.gpu_digest import self_test
-
         return bool(self_test())
     except Exception:  # no CuPy, no device, no compiler: reveals go through files
         return False

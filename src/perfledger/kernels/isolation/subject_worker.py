@@ -40,6 +40,17 @@ from dataclasses import replace
 from typing import IO, Any
 
 from perfledger.errors import BadRequest, PerfledgerError
+from perfledger.kernels.cuda.gpu_digest import digest_into, key_words, self_test, words_hex
+from perfledger.kernels.harness.harness import Harness, HarnessConfig, SubjectTiming, _PairInputs
+from perfledger.kernels.isolation.reveal_ipc import ExportedBuffer
+from perfledger.kernels.isolation.subject_protocol import (
+    combine_digests,
+    output_digest,
+    report_to_json,
+    set_dumpable,
+    write_reveal,
+)
+from perfledger.kernels.subjects.spec_loader import load_spec
 
 
 def _builtin(value: Any) -> Any:
@@ -71,7 +82,6 @@ class Worker:
     """
 
     def __init__(self, spec_path: str, role: str, case: str | None) -> None:
-        from perfledger.kernels.subjects.spec_loader import load_spec
 
         self.spec = load_spec(spec_path)
         self.role = role
@@ -96,7 +106,6 @@ class Worker:
         }
         if self.case is None:
             return facts
-        from perfledger.kernels.harness.harness import Harness, HarnessConfig
 
         problem = self.spec["problems"][self.case]
         subject = self.spec[self.role]
@@ -132,7 +141,6 @@ class Worker:
 
     def check(self) -> dict[str, Any]:
         """The harness's correctness trials of the subject."""
-        from perfledger.kernels.isolation.subject_protocol import report_to_json
 
         # calibrated here, not at hello: the parent greets both workers at once and runs each
         # check with the other stopped, so the calibration sees no other GPU work
@@ -142,11 +150,7 @@ class Worker:
 
     def run(self, seeds: list[int], key: str) -> dict[str, Any]:
         """One call per seed (module docstring); the outputs are kept until the next run."""
-        import cupy
-
-        from perfledger.kernels.cuda.gpu_digest import digest_into, key_words, words_hex
-        from perfledger.kernels.harness.harness import SubjectTiming, _PairInputs
-        from perfledger.kernels.isolation.subject_protocol import combine_digests, output_digest
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         h = self.harness
         subject = self.spec[self.role]
@@ -208,7 +212,7 @@ class Worker:
         """Pinned host arrays for the outputs of call ``slot`` of a batch (allocated once: a
         copy into fresh pageable memory page-faults, and its time varies from call to call)."""
         while len(self._slots) <= slot:
-            import cupyx
+            import cupyx  # noqa: PLC0415 (CuPy: optional, GPU only)
 
             self._slots.append(
                 {
@@ -221,7 +225,6 @@ class Worker:
     def reveal(self, index: int, path: str | None) -> dict[str, Any]:
         """Write call ``index`` of the last batch's outputs to ``path``, or (``path`` None)
         copy them into the exported reveal buffer (:mod:`perfledger.kernels.isolation.reveal_ipc`)."""
-        from perfledger.kernels.isolation.subject_protocol import write_reveal
 
         if not 0 <= index < len(self.kept):
             raise BadRequest(f"no call {index} in the last batch ({len(self.kept)} calls)")
@@ -242,7 +245,6 @@ class Worker:
 def _export_reveals(outputs: Any) -> Any:
     """The reveal buffer exported for CUDA IPC, or None where the driver refuses (reveals then
     go through files)."""
-    from perfledger.kernels.isolation.reveal_ipc import ExportedBuffer
 
     try:
         return ExportedBuffer(outputs)
@@ -255,7 +257,6 @@ def _export_reveals(outputs: Any) -> Any:
 def _device_digest_works() -> bool:
     """Whether the device BLAKE3 compiles and equals the ``blake3`` package here (else the
     outputs are copied to the host and hashed there: slower, the same digest)."""
-    from perfledger.kernels.cuda.gpu_digest import self_test
 
     try:
         return self_test()
@@ -277,7 +278,6 @@ def main(argv: list[str] | None = None) -> int:
     # subject's prints cannot reach the stream.
     sys.stdout.flush()
     # not dumpable: the other worker's subject (same user) cannot trace or write this process
-    from perfledger.kernels.isolation.subject_protocol import set_dumpable
 
     set_dumpable(False)
     stream = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")

@@ -217,7 +217,7 @@ class NvmlSource:
 
     def __init__(self, index: int = 0) -> None:
         try:
-            import pynvml
+            import pynvml  # noqa: PLC0415 (NVML: optional)
         except ImportError as exc:
             raise RuntimeError(f"pynvml not importable (install nvidia-ml-py): {exc}") from None
         try:

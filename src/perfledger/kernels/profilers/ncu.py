@@ -176,7 +176,7 @@ def _parse(lines: LineReader, version: str, grouping: str, label: str) -> Profil
     report = ProfileReport("ncu", version, parser.layout)
     report.attributes["grouping"] = grouping
     if isinstance(parser, _Raw):
-        from perfledger.kernels.profilers.ncu_raw import RawPage
+        from perfledger.kernels.profilers.ncu_raw import RawPage  # noqa: PLC0415 (numpy via perfledger.kernels.profilers.ncu_raw)
 
         page = RawPage(parser.metrics, old=parser.old, label=label, report=report,
                        grouping=grouping, limitations=limitations)  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers.capture import export_command
 from perfledger.kernels.profilers.common import ProfileReport, base_unit, parse_number, to_base
 
 DETAILS = (
@@ -46,7 +47,6 @@ NCU_REP_MAGIC = b"NVR\x00"
 def binary_report(label: str) -> EvidenceError:
     """The error for a binary ``.ncu-rep`` given where a CSV export was expected, with the
     command that exports it."""
-    from perfledger.kernels.profilers.capture import export_command
 
     return EvidenceError(
         f"{label}: a binary Nsight Compute report (.ncu-rep), not a CSV export",

@@ -396,8 +396,8 @@ async def _send(
     rec: RequestRecord,
 ) -> None:
     """Send one streaming request and fill ``rec`` (never raises for a server's failure)."""
-    import aiohttp
-    from aiohttp.http_exceptions import HttpProcessingError
+    import aiohttp  # noqa: PLC0415 (aiohttp: heavy, serving only)
+    from aiohttp.http_exceptions import HttpProcessingError  # noqa: PLC0415 (aiohttp: heavy, serving only)
 
     body = request.body(config.api, endpoint.model)
     if config.ignore_eos:
@@ -508,7 +508,7 @@ async def _prepare(session: Any, endpoint: Endpoint) -> dict[str, Any]:
     """Run the subject's ``before`` command and wait until its server answers ``GET
     {base}/models`` with 200. Returns what happened (recorded with the window).
     Raises: MeasurementError when the command fails or the server is not ready in time."""
-    import aiohttp
+    import aiohttp  # noqa: PLC0415 (aiohttp: heavy, serving only)
 
     if endpoint.before is None:
         return {}
@@ -668,7 +668,7 @@ def run_serving(
     windows: list[WindowRecord] = []
 
     async def main() -> None:
-        import aiohttp
+        import aiohttp  # noqa: PLC0415 (aiohttp: heavy, serving only)
 
         for index, (pair, subject) in enumerate(schedule(len(endpoints), config.pairs)):
             # a session (connection pool) per window: no connection outlives a window, so a

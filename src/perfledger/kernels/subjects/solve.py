@@ -36,15 +36,19 @@ CPU.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import inspect
+import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +58,9 @@ import blake3
 
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.cuda.ceilings import FLOP_UNITS
-from perfledger.kernels.harness.harness import Subject
+from perfledger.kernels.harness.examples import uniform
+from perfledger.kernels.harness.harness import Problem, Subject, require_cupy
+from perfledger.kernels.profilers.compiler import parse_nvcc_version
 from perfledger.kernels.subjects.solve_args import (
     ENTRY,
     SCALAR_TYPES,
@@ -67,7 +73,7 @@ from perfledger.kernels.subjects.solve_args import (
     parse_solve_signature,
     spec_from_signature,
 )
-from perfledger.kernels.subjects.torch_subject import as_cupy, as_torch
+from perfledger.kernels.subjects.torch_subject import as_cupy, as_torch, harness_stream
 
 #: nvcc flags of every build (besides ``-arch``, includes and the user's extra flags).
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
@@ -113,7 +119,6 @@ def device_arch() -> str:
 
     Raises: MeasurementError without CuPy or a device.
     """
-    from perfledger.kernels.harness.harness import require_cupy
 
     cupy = require_cupy()
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
@@ -138,7 +143,6 @@ def file_hash(path: Path) -> str:
 
 
 def _nvcc_version(nvcc: str) -> str:
-    from perfledger.kernels.profilers.compiler import parse_nvcc_version
 
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
@@ -302,7 +306,7 @@ def data_ptr(array: Any) -> int:
 
 def current_stream_ptr() -> int:
     """The current CuPy stream's ``cudaStream_t`` (the harness runs subjects under its own)."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     return int(cupy.cuda.get_current_stream().ptr)
 
@@ -512,11 +516,9 @@ def _convert_in(arrays: str) -> Callable[[Any], Any]:
 
 def _on_torch_stream(arrays: str) -> Any:
     """A context manager running torch work on the current CuPy stream (nothing for others)."""
-    import contextlib
 
     if arrays != "torch":
         return contextlib.nullcontext()
-    from perfledger.kernels.subjects.torch_subject import harness_stream
 
     return harness_stream()
 
@@ -525,14 +527,10 @@ def default_make_inputs(spec: ArgSpec, dims: Mapping[str, Any]) -> Callable[[int
     """Inputs from a counter-based hash on the device, one stream of values per buffer (each
     varies with the seed): floats uniform in [-1, 1), integers in [-64, 64) (unsigned: [0, 64)),
     bools half true."""
-    import zlib
 
     shapes = spec.shapes(dims)
 
     def make(seed: int) -> dict[str, Any]:
-        import math
-
-        from perfledger.kernels.harness.examples import uniform
 
         made: dict[str, Any] = {}
         for arg in spec.inputs:
@@ -570,7 +568,6 @@ def solve_problem(
 
     Raises: BadRequest for dims that do not fit the spec.
     """
-    from perfledger.kernels.harness.harness import Problem
 
     module = ref if isinstance(ref, RefModule) else load_ref(ref)
     dims = dict(dims)
@@ -604,7 +601,7 @@ def solve_problem(
     given_outputs = [a for a in spec.outputs if a.name in named]
 
     def reference(inputs: dict[str, Any]) -> dict[str, Any]:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         with _on_torch_stream(module.arrays):
             buffers = {
@@ -712,7 +709,6 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
     "config": None}`` (the shape of ``perfledger.kernels.subjects.spec_loader.load_spec``'s answer).
     Raises: BadRequest for anything malformed (nothing is built or run then).
     """
-    import json
 
     file = Path(path)
     try:

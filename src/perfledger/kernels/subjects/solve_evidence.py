@@ -11,6 +11,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers.compiler import parse_ptxas, parse_sass
+from perfledger.kernels.profilers.evidence import report_facts
 from perfledger.kernels.subjects.solve import SolveBuild
 
 
@@ -26,9 +29,6 @@ def compiler_evidence(
     Returns: ``{"library_blake3", "files": {kind: path}, "facts": {kind: [fact dicts]},
     "record": {kind: argv}, "limitations": [...]}``.
     """
-    from perfledger.errors import EvidenceError
-    from perfledger.kernels.profilers.compiler import parse_ptxas, parse_sass
-    from perfledger.kernels.profilers.evidence import report_facts
 
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ process asks a worker instead. The in-process library path (``Harness.compare``)
 
 from __future__ import annotations
 
+import runpy
 from typing import Any
 
 from perfledger.errors import BadRequest
@@ -23,10 +24,9 @@ def load_spec(path: str) -> dict[str, Any]:
     directory), optional ``CONFIG`` (HarnessConfig); or a ``.json`` spec of
     host-launched ``solve`` subjects (:func:`perfledger.kernels.subjects.solve.load_solve_spec`).
     Raises BadRequest."""
-    import runpy
 
     if path.endswith(".json"):
-        from perfledger.kernels.subjects.solve import load_solve_spec
+        from perfledger.kernels.subjects.solve import load_solve_spec  # noqa: PLC0415 (numpy via perfledger.kernels.subjects.solve)
 
         spec = load_solve_spec(path)
         # in a subject directory (R11), the spec's "reference" source is that directory's kernel

@@ -19,14 +19,22 @@ Needs torch with CUDA (``pip install 'perfledger[torch]'``), imported on use.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import hashlib
+import importlib.util
+import math
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfledger.errors import MeasurementError
+import blake3
+
+from perfledger.errors import BadRequest, MeasurementError
+from perfledger.kernels.harness.examples import uniform
 from perfledger.kernels.harness.harness import CallableSubject, Problem, Subject
 
 Tensors = dict[str, Any]
@@ -43,7 +51,7 @@ def require_torch() -> Any:
     Returns: the ``torch`` module. Raises: MeasurementError naming what is missing.
     """
     try:
-        import torch
+        import torch  # noqa: PLC0415 (torch: optional, torch subjects only)
     except ImportError as exc:
         raise MeasurementError(
             f"torch subjects need PyTorch: {exc}", hint="pip install 'perfledger[torch]'"
@@ -54,7 +62,7 @@ def require_torch() -> Any:
 
 
 def _external_stream(ptr: int) -> Any:
-    import torch
+    import torch  # noqa: PLC0415 (torch: optional, torch subjects only)
 
     stream = _streams.get(ptr)
     if stream is None:
@@ -70,8 +78,8 @@ def harness_stream() -> Iterator[Any]:
 
     Yields: the torch stream.
     """
-    import cupy
-    import torch
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
+    import torch  # noqa: PLC0415 (torch: optional, torch subjects only)
 
     ptr = int(cupy.cuda.get_current_stream().ptr)
     if ptr == 0:  # CuPy's legacy default stream: torch's default stream is the same one
@@ -85,7 +93,7 @@ def harness_stream() -> Iterator[Any]:
 def as_torch(array: Any) -> Any:
     """A torch tensor aliasing ``array`` (CuPy or any DLPack producer; no copy). Call it under
     :func:`harness_stream` so that no cross-stream synchronisation is queued."""
-    import torch
+    import torch  # noqa: PLC0415 (torch: optional, torch subjects only)
 
     return torch.from_dlpack(array)
 
@@ -93,7 +101,7 @@ def as_torch(array: Any) -> Any:
 def as_cupy(tensor: Any) -> Any:
     """A CuPy array aliasing a torch CUDA tensor (DLPack, no copy); other values through
     ``cupy.asarray``."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
     if type(tensor).__module__.startswith("torch"):
         return cupy.from_dlpack(tensor.detach())
@@ -141,7 +149,6 @@ class TorchSubject(Subject):
 
     def content_hash(self) -> str:
         """``sha256:<hex>`` of ``source`` or of ``fn``'s source text."""
-        import hashlib
 
         if self.source is not None:
             return "sha256:" + hashlib.sha256(self.source.encode()).hexdigest()
@@ -188,12 +195,6 @@ def python_solve_subject(
     Raises: BadRequest when the file does not load, defines no ``solve``, or ``solve``'s
     parameters are not the spec's (stream aside).
     """
-    import importlib.util
-    import sys
-
-    import blake3
-
-    from perfledger.errors import BadRequest
 
     file = Path(path)
     text = file.read_text(encoding="utf-8")
@@ -226,9 +227,6 @@ def check_python_solve(text: str, spec: Any) -> None:
 
     Raises: BadRequest naming the difference.
     """
-    import ast
-
-    from perfledger.errors import BadRequest
 
     try:
         tree = ast.parse(text)
@@ -253,9 +251,6 @@ def torch_uniform(shape: tuple[int, ...], seed: int, dtype: str = "float32") -> 
     """A torch tensor of values uniform in [-1, 1) from the counter-based generator of
     :func:`perfledger.kernels.harness.examples.uniform` (deterministic in ``seed``, made on the current
     CuPy stream at memory speed), reshaped to ``shape``."""
-    import math
-
-    from perfledger.kernels.harness.examples import uniform
 
     return as_torch(uniform(math.prod(shape), seed, dtype).reshape(shape))
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import selectors
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,8 +53,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from perfledger.derive import outputs as derive_outputs
+from perfledger.errors import MeasurementError
 from perfledger.kernels.monitor.interference import POLL_S as STOP_POLL_S
 from perfledger.kernels.monitor.interference import TREE_POLL_S, StopWatch
+from perfledger.kernels.proc import CallTree, drop_ptrace_capability, undumpable
+from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver_guard import DriverGuard
 from perfledger.kernels.workload.subject_env import influencing_environment
 
@@ -298,7 +302,6 @@ class _Streams:
     """The command's stdout and stderr, read without blocking until end-of-file or a deadline."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        import selectors
 
         self.data = {"out": bytearray(), "err": bytearray()}
         self.selector = selectors.DefaultSelector()
@@ -389,11 +392,9 @@ def run_call(
     Returns: the :class:`CallResult` (its output is read and judged by :func:`run_pairs`).
     Raises: ValueError for a non-positive timeout.
     """
-    from perfledger.kernels.proc import CallTree, drop_ptrace_capability, undumpable
 
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-    from perfledger.kernels.workload import outputs
 
     argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
     env = {**os.environ, **subject.env, CASE_ENV: case}  # the case, never the role
@@ -571,7 +572,6 @@ def run_pairs(
         raise ValueError("cases must be non-empty and distinct")
     if pairs_per_case < 1 or warmup_calls < 0:
         raise ValueError("pairs_per_case must be >= 1 and warmup_calls >= 0")
-    from perfledger.kernels.workload import outputs
 
     subjects = {"ref": ref, "cand": cand}
     declared = [outputs.declares_output(s.argv) for s in (ref, cand)]
@@ -605,8 +605,6 @@ def run_pairs(
         finally:  # read and removed once the call's processes are gone, even when interrupted
             written = None if place is None else place.collect()
         if out.reason == "interfered":  # R11: a process outside the run slowed this call
-            from perfledger.errors import MeasurementError
-
             raise MeasurementError(
                 f"call {out.call_id}: {out.message}. A process outside the measurement can "
                 "slow one subject's calls this way; nothing from this run was recorded",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 
@@ -91,8 +92,6 @@ def read_output(path: str) -> Output:
     except OSError as exc:
         return Output(None, None, None, f"the output cannot be opened ({exc.strerror})")
     try:
-        import stat
-
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return Output(None, None, None, "the output is not a regular file")
