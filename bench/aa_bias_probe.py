@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 SPEC = """
-from perfledger.kernels.examples import scale_problem, scale_subject
-from perfledger.kernels.harness import HarnessConfig
-from perfledger.kernels.stopping import StoppingRule
+from perfledger.kernels.harness.examples import scale_problem, scale_subject
+from perfledger.kernels.harness.harness import HarnessConfig
+from perfledger.kernels.harness.stopping import StoppingRule
 PROBLEMS = {"scale": scale_problem(%(n)d)}
 REFERENCE = scale_subject(%(n)d)
 CANDIDATE = scale_subject(%(n)d, name="again")
@@ -39,7 +39,7 @@ def _first_vs_rest(samples: list[float], calls: int) -> tuple[float, float]:
 
 def main() -> None:
     """Print one line per comparison and variant."""
-    from perfledger.kernels.isolated import IsolationConfig, compare_spec
+    from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=4)

@@ -1,5 +1,5 @@
 """How much room the parent's clock check needs for honest subjects (property 3 of SPEC.md
-section 5): isolated comparisons (``perfledger.kernels.isolated.compare_spec``) of honest pairs,
+section 5): isolated comparisons (``perfledger.kernels.isolation.isolated.compare_spec``) of honest pairs,
 A/A and true differences, of several kinds and sizes, and per comparison what the check saw.
 
 Per comparison it prints each subject's median reported call time, the median excess of the
@@ -26,30 +26,30 @@ from pathlib import Path
 PAIRS = {
     # name: (spec text, case)
     "scale 2^16 A/A": (
-        "from perfledger.kernels.examples import scale_problem as P, scale_subject as S\n"
+        "from perfledger.kernels.harness.examples import scale_problem as P, scale_subject as S\n"
         "PROBLEMS = {'s': P(1 << 16)}\nREFERENCE = S(1 << 16)\nCANDIDATE = S(1 << 16, name='b')\n",
         "s",
     ),
     "scale 2^24 +2 %": (
-        "from perfledger.kernels.examples import scale_problem as P, scale_subject as S\n"
+        "from perfledger.kernels.harness.examples import scale_problem as P, scale_subject as S\n"
         "PROBLEMS = {'s': P(1 << 24)}\nREFERENCE = S(1 << 24)\n"
         "CANDIDATE = S(1 << 24, extra_share=0.02, name='b')\n",
         "s",
     ),
     "iterate 2^18 A/A": (
-        "from perfledger.kernels.examples import iterate_problem as P, iterate_subject as S\n"
+        "from perfledger.kernels.harness.examples import iterate_problem as P, iterate_subject as S\n"
         "PROBLEMS = {'i': P(1 << 18, 2048)}\nREFERENCE = S(1 << 18, 2048)\n"
         "CANDIDATE = S(1 << 18, 2048, name='b')\n",
         "i",
     ),
     "iterate 2^21 A/A": (
-        "from perfledger.kernels.examples import iterate_problem as P, iterate_subject as S\n"
+        "from perfledger.kernels.harness.examples import iterate_problem as P, iterate_subject as S\n"
         "PROBLEMS = {'i': P(1 << 21, 2048)}\nREFERENCE = S(1 << 21, 2048)\n"
         "CANDIDATE = S(1 << 21, 2048, name='b')\n",
         "i",
     ),
     "copy 2^26 raw vs cupy.copyto": (
-        "from perfledger.kernels.examples import copy_problem as P, copy_subject as S, "
+        "from perfledger.kernels.harness.examples import copy_problem as P, copy_subject as S, "
         "copyto_subject as C\n"
         "PROBLEMS = {'c': P(1 << 26)}\nREFERENCE = S(1 << 26)\nCANDIDATE = C()\n",
         "c",
@@ -58,8 +58,8 @@ PAIRS = {
 TORCH_SPEC = Path(__file__).resolve().parent.parent / "examples/subjects/torch_triton_spec.py"
 # a raw kernel against torch.mul: two kinds of subject, two host sides, the same work
 RAW_VS_TORCH = """import torch
-from perfledger.kernels.examples import scale_problem as P, scale_subject as S
-from perfledger.kernels.torch_subject import TorchSubject
+from perfledger.kernels.harness.examples import scale_problem as P, scale_subject as S
+from perfledger.kernels.subjects.torch_subject import TorchSubject
 
 
 def torch_scale(inputs, outputs):
@@ -81,7 +81,7 @@ def main() -> int:
     ap.add_argument("--torch", action="store_true", help="add torch.mul vs Triton")
     args = ap.parse_args()
 
-    from perfledger.kernels.isolated import IsolationConfig, compare_spec
+    from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec
 
     config = IsolationConfig()
     print(

@@ -45,7 +45,7 @@ def bench_copy(
 ) -> None:
     import cupy
 
-    from perfledger.kernels.examples import copy_problem, copy_subject, copyto_subject
+    from perfledger.kernels.harness.examples import copy_problem, copy_subject, copyto_subject
 
     h = harness_cls(copy_problem(n), config, ceilings=ceilings)
     kernel = h.measure(copy_subject(n))
@@ -130,8 +130,8 @@ def bench_cost(n: int, runs: int, resamples: int, ceilings: Any) -> dict[str, An
     """A/A comparisons of the scale kernel under each protocol variant, rounds interleaved."""
     from dataclasses import replace
 
-    from perfledger.kernels.examples import scale_problem, scale_subject
-    from perfledger.kernels.harness import Harness, HarnessConfig
+    from perfledger.kernels.harness.examples import scale_problem, scale_subject
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
 
     base = HarnessConfig(resamples=resamples)
     subject = scale_subject(n)
@@ -239,11 +239,11 @@ def main() -> int:
     t_start = time.perf_counter()
     import cupy
 
-    from perfledger.kernels.ceilings import measure_ceilings
+    from perfledger.kernels.cuda.ceilings import measure_ceilings
     from perfledger.kernels.env import collect
-    from perfledger.kernels.examples import scale_problem, scale_subject
-    from perfledger.kernels.harness import Harness, HarnessConfig
-    from perfledger.kernels.monitor import Monitor
+    from perfledger.kernels.harness.examples import scale_problem, scale_subject
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
+    from perfledger.kernels.monitor.monitor import Monitor
 
     env = collect()
     results: dict[str, Any] = {"environment": env.to_json()}

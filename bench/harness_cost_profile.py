@@ -20,8 +20,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1 << 26)
     args = parser.parse_args()
-    from perfledger.kernels.examples import scale_problem, scale_subject
-    from perfledger.kernels.harness import Harness, HarnessConfig
+    from perfledger.kernels.harness.examples import scale_problem, scale_subject
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
 
     subject = scale_subject(args.n)
     base = HarnessConfig(resamples=4000)

@@ -34,7 +34,7 @@ def _parts(repeats: int = 21) -> None:
     import cupy
     import numpy as np
 
-    from perfledger.kernels.timing import HOLD_SOURCE, L2Flusher, StreamHold
+    from perfledger.kernels.cuda.timing import HOLD_SOURCE, L2Flusher, StreamHold
 
     l2 = int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
     flusher = L2Flusher(l2)
@@ -101,8 +101,8 @@ def main() -> int:
     import torch
 
     import subjects_bench
-    from perfledger.kernels.harness import Harness, HarnessConfig
-    from perfledger.kernels.stopping import StoppingRule
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
+    from perfledger.kernels.harness.stopping import StoppingRule
 
     k = subjects_bench.kernels(torch, quick=False)[args.kernel]
     scale = k.get("gpu_s_scale", 1.0)

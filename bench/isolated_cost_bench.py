@@ -1,7 +1,7 @@
 """What running subjects in worker processes of their own costs (property 3 of SPEC.md section 5):
 A/A comparisons of one kernel in-process under the first round's protocol (``before``: input sets
 rotated, no stream hold), in-process under today's (``Harness.compare``) and isolated
-(``perfledger.kernels.isolated.compare_spec``, the reference in two workers), rounds
+(``perfledger.kernels.isolation.isolated.compare_spec``, the reference in two workers), rounds
 interleaved, under the default stopping rule; and the per-call price of the output digest at
 the kernel's output size: keyed BLAKE3 on the device (what a worker uses), and the host path it
 falls back to (copy into pinned memory + keyed blake3).
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 SPECS = {
-    "scale": "from perfledger.kernels.examples import scale_problem as P, scale_subject as S\n"
+    "scale": "from perfledger.kernels.harness.examples import scale_problem as P, scale_subject as S\n"
     "PROBLEMS = {{'scale': P({n})}}\nREFERENCE = S({n})\nCANDIDATE = S({n}, name='again')\n",
-    "iterate": "from perfledger.kernels.examples import iterate_problem as P, iterate_subject as S\n"
+    "iterate": "from perfledger.kernels.harness.examples import iterate_problem as P, iterate_subject as S\n"
     "PROBLEMS = {{'iterate': P({n}, 2048)}}\nREFERENCE = S({n}, 2048)\n"
     "CANDIDATE = S({n}, 2048, name='again')\n",
 }
@@ -44,8 +44,8 @@ def digest_cost(nbytes: int, repeats: int = 20) -> dict[str, float]:
     import cupy
     import cupyx
 
-    from perfledger.kernels.gpu_digest import device_digest
-    from perfledger.kernels.subject_protocol import output_digest
+    from perfledger.kernels.cuda.gpu_digest import device_digest
+    from perfledger.kernels.isolation.subject_protocol import output_digest
 
     out = cupy.ones(nbytes // 4, dtype=cupy.float32)
     host = cupyx.empty_pinned(out.shape, dtype=out.dtype)
@@ -71,13 +71,13 @@ def digest_cost(nbytes: int, repeats: int = 20) -> dict[str, float]:
 
 def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
     """One A/A comparison; returns its figures."""
-    from perfledger.kernels.harness import Harness, HarnessConfig
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
 
     if mode == "do_bench":
         return do_bench_aa(spec)
     t0 = time.perf_counter()
     if mode in ("before", "in-process"):
-        from perfledger.kernels.spec_loader import load_spec
+        from perfledger.kernels.subjects.spec_loader import load_spec
 
         loaded = load_spec(str(spec))
         problem = next(iter(loaded["problems"].values()))
@@ -87,7 +87,7 @@ def one(mode: str, kind: str, n: int, spec: Path) -> dict[str, Any]:
         h = Harness(problem, config)
         c = h.compare(loaded["reference"], loaded["candidate"])
     else:
-        from perfledger.kernels.isolated import IsolationConfig, compare_spec
+        from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec
 
         # "isolated": the default batches; "isolated-32": 32 calls a batch (fewer requests,
         # stops and reveals per call)
@@ -118,8 +118,8 @@ def do_bench_aa(spec: Path) -> dict[str, Any]:
     reference on one input set: the ratio of two runs, and the wall time of both."""
     from triton.testing import do_bench
 
-    from perfledger.kernels.harness import require_cupy
-    from perfledger.kernels.spec_loader import load_spec
+    from perfledger.kernels.harness.harness import require_cupy
+    from perfledger.kernels.subjects.spec_loader import load_spec
 
     cp = require_cupy()
     loaded = load_spec(str(spec))

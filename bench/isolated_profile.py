@@ -26,7 +26,7 @@ from typing import Any
 
 WRAPPER = """
 import cProfile, os, sys
-from perfledger.kernels import subject_worker
+from perfledger.kernels.isolation import subject_worker
 out, argv = sys.argv[1], sys.argv[2:]
 profile = cProfile.Profile()
 profile.enable()
@@ -51,7 +51,7 @@ def main() -> int:
     """Run the profile; returns the exit status."""
     sys.path.insert(0, str(Path(__file__).parent))
     from isolated_cost_bench import SPECS  # the same specs as the cost benchmark
-    from perfledger.kernels import isolated
+    from perfledger.kernels.isolation import isolated
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=sorted(SPECS), default="iterate")

@@ -45,7 +45,7 @@ def _p(text: str = "") -> None:
 def kernels(torch: Any, quick: bool) -> dict[str, dict[str, Any]]:
     """Per kernel: the problem, the two torch subjects (A, B = A + 2 % of the work again) and
     plain closures of the same work on fixed tensors for the other tools."""
-    from perfledger.kernels.torch_subject import TorchSubject, torch_problem, torch_uniform
+    from perfledger.kernels.subjects.torch_subject import TorchSubject, torch_problem, torch_uniform
 
     out: dict[str, dict[str, Any]] = {}
     for name, n in (("elementwise", 1 << (24 if quick else 26)), ("tiny", 1 << 15)):
@@ -170,8 +170,8 @@ def main() -> int:
     runs = 4 if args.quick else args.runs
     import torch
 
-    from perfledger.kernels.harness import Harness, HarnessConfig
-    from perfledger.kernels.stopping import StoppingRule
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
+    from perfledger.kernels.harness.stopping import StoppingRule
 
     if not torch.cuda.is_available():
         _p("torch sees no CUDA device")

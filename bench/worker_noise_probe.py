@@ -50,9 +50,9 @@ def _summary(c: Any, calls: int) -> dict[str, Any]:
 
 def main() -> int:
     """Run the probe; returns the exit status."""
-    from perfledger.kernels.harness import Harness, HarnessConfig
-    from perfledger.kernels.isolated import IsolationConfig, compare_spec
-    from perfledger.kernels.spec_loader import load_spec
+    from perfledger.kernels.harness.harness import Harness, HarnessConfig
+    from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec
+    from perfledger.kernels.subjects.spec_loader import load_spec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True)

@@ -34,7 +34,7 @@ def baseline(name: str) -> dict[str, object]:
     """GPU times of kernel ``name`` per case and its achieved bandwidth against the ceiling."""
     from cupyx.profiler import benchmark
 
-    from perfledger.kernels.ceilings import load_or_measure
+    from perfledger.kernels.cuda.ceilings import load_or_measure
     from perfledger.kernels.env import collect
 
     fn = _kernel(name)

@@ -45,7 +45,7 @@ def launch(name: str, rows: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def problem(rows: int, cols: int) -> Any:
     """The harness problem: ``y = softmax(x, axis=1)`` over float32 ``x`` (rows, cols); inputs
     from the harness's hidden seeds; reference in float64 (reference_float64)."""
-    from perfledger.kernels.harness import Problem
+    from perfledger.kernels.harness.harness import Problem
 
     def make_inputs(seed: int) -> dict[str, Any]:
         import cupy
@@ -80,7 +80,7 @@ def subject(name: str) -> Any:
     """The harness subject of kernel ``name``; its launch shape follows the case's rows."""
     import numpy as np
 
-    from perfledger.kernels.harness import RawKernelSubject
+    from perfledger.kernels.harness.harness import RawKernelSubject
 
     def grid(inputs: dict[str, Any], outputs: dict[str, Any]) -> tuple[int, ...]:
         return launch(name, inputs["x"].shape[0])[0]
@@ -105,8 +105,8 @@ def spec_text(reference: str, candidate: str | None) -> str:
         "import sys",
         f"sys.path.insert(0, {str(HERE)!r})",
         "from softmax_kernels import problems, subject",
-        "from perfledger.kernels.harness import HarnessConfig",
-        "from perfledger.kernels.stopping import StoppingRule",
+        "from perfledger.kernels.harness.harness import HarnessConfig",
+        "from perfledger.kernels.harness.stopping import StoppingRule",
         "PROBLEMS = problems()",
         f"REFERENCE = subject({reference!r})",
         "CONFIG = HarnessConfig(stopping=StoppingRule(min_samples=96, min_gpu_s=0.2, max_gpu_s=3.0))",

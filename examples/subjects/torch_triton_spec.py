@@ -2,7 +2,7 @@
 reference a PyTorch operator (``torch.mul`` on the harness's stream), the candidate a Triton
 kernel launched through the PyTorch path (Triton launches on torch's current stream, which the
 harness sets to its own). Inputs and the reference come from the CuPy problem of
-``perfledger.kernels.examples``: torch subjects see the same buffers through DLPack (no copy).
+``perfledger.kernels.harness.examples``: torch subjects see the same buffers through DLPack (no copy).
 
 Needs CuPy, torch with CUDA and triton (loaded by the command on a GPU machine).
 """
@@ -11,10 +11,10 @@ import torch
 import triton
 import triton.language as tl
 
-from perfledger.kernels.examples import scale_problem
-from perfledger.kernels.harness import HarnessConfig
-from perfledger.kernels.stopping import StoppingRule
-from perfledger.kernels.torch_subject import TorchSubject
+from perfledger.kernels.harness.examples import scale_problem
+from perfledger.kernels.harness.harness import HarnessConfig
+from perfledger.kernels.harness.stopping import StoppingRule
+from perfledger.kernels.subjects.torch_subject import TorchSubject
 
 N = 1 << 24
 BLOCK = 1024

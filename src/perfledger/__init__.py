@@ -3,8 +3,7 @@
 ``perfledger.open(path)`` returns a :class:`perfledger.api.Ledger`.
 """
 
-__version__ = "0.1.0"
-
+from perfledger._version import __version__
 
 __all__ = ["Ledger", "__version__", "find_ledger_path", "init", "open"]
 
@@ -16,7 +15,7 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> object:
     # Lazy: `import perfledger` stays cheap for the CLI; the library API loads on first use.
     if name in {"open", "init", "Ledger", "find_ledger_path"}:
-        from perfledger import api
+        from perfledger import api  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
         return getattr(api, name)
     raise AttributeError(name)

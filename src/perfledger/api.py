@@ -9,11 +9,13 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from perfledger import __version__
+from perfledger._version import __version__
 from perfledger.errors import BadRequest, NotALedger
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
@@ -22,10 +24,17 @@ from perfledger.ledger.cache import (
     CACHE_FORMAT,
     LazyStruct,
     Snapshot,
+    StateHash,
     encode_fields,
+    load_rendering,
     load_snapshot,
+    load_state_hash,
+    save_rendering,
     save_snapshot,
+    save_state_hash,
 )
+from perfledger.ledger.gc import collect_dead_temporaries
+from perfledger.ledger.objects import split_ident
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
@@ -51,8 +60,8 @@ def find_ledger_path(explicit: str | os.PathLike[str] | None = None, cwd: str | 
     from_env = os.environ.get(LEDGER_ENV)
     if from_env:
         return from_env
-    from dulwich.errors import NotGitRepository
-    from dulwich.repo import Repo
+    from dulwich.errors import NotGitRepository  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
+    from dulwich.repo import Repo  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
     start = cwd or os.getcwd()
     try:
@@ -160,7 +169,7 @@ class Ledger:
     def projection(self) -> Projection:
         """The projection :meth:`state` folds (imported on first use: ``log`` never needs it)."""
         if self._projection is None:
-            from perfledger.projections.base import DEFAULT_PROJECTION
+            from perfledger.projections.base import DEFAULT_PROJECTION  # noqa: PLC0415 (off `perfledger evidence list`'s start-up path)
 
             self._projection = DEFAULT_PROJECTION
         return self._projection
@@ -255,7 +264,6 @@ class Ledger:
         writers' temporaries in ``objects/pack`` (one directory listing)."""
         if not self._tidied:
             self._tidied = True
-            from perfledger.ledger.gc import collect_dead_temporaries
 
             collect_dead_temporaries(os.path.join(self.store.controldir, "objects", "pack"))
 
@@ -283,8 +291,6 @@ class Ledger:
         """Return the payload of event ``event_id`` decoded as its kind's current Struct (old
         schema versions upcast). Raises: BadRequest for an unknown id; IntegrityError for a
         payload that does not fit its schema."""
-        from perfledger.events.kinds import recorded
-
         return recorded(self.get(event_id)).payload
 
     def artifact(self, event_id: str, name: str) -> bytes:
@@ -294,9 +300,6 @@ class Ledger:
     def log(self, limit: int | None = None) -> list[LogEntry]:
         """Return up to ``limit`` events, newest first (descending (lamport, id)); reads only
         the commits it shows (plus the frontier)."""
-        from datetime import UTC, datetime
-
-        from perfledger.ledger.objects import split_ident
 
         entries = []
         for sha, commit, event_id, lamport in self.store.iter_recent(
@@ -420,7 +423,6 @@ class Ledger:
         version): a warm call reads it back instead of decoding the snapshot and encoding the
         state again, which cost most of a call on a large ledger. Never used by verify/audit.
         """
-        from perfledger.ledger.cache import load_rendering, save_rendering
 
         head = head or self.head()
         derived, name = self.store.derived_dir, f"{self.projection.name}.state-json"
@@ -444,8 +446,7 @@ class Ledger:
         Cached beside the state snapshot (derived data: ``verify`` and ``audit`` recompute it
         from zero): hashing a large state costs seconds, and it changes only with the head.
         """
-        from perfledger.ledger.cache import StateHash, load_state_hash, save_state_hash
-        from perfledger.projections.ledger_state import state_hash
+        from perfledger.projections.ledger_state import state_hash  # noqa: PLC0415 (off `perfledger evidence list`'s start-up path)
 
         derived, name, version = self.store.derived_dir, self.projection.name, self._code_version()
         cached = load_state_hash(derived, name, head, version)
@@ -467,8 +468,8 @@ class Ledger:
         def on_event(event: RecordedEvent) -> None:
             holder[0] = self.projection.evolve(holder[0], event)
 
-        from perfledger.ledger.verify import verify_store
-        from perfledger.projections.ledger_state import state_hash
+        from perfledger.ledger.verify import verify_store  # noqa: PLC0415 (dulwich via perfledger.ledger.verify)
+        from perfledger.projections.ledger_state import state_hash  # noqa: PLC0415 (off `perfledger evidence list`'s start-up path)
 
         report = verify_store(self.store, on_event=on_event, format_version=FORMAT_VERSION)
         if report.ok:
@@ -484,50 +485,45 @@ class Ledger:
         """Clone the ledger at ``url`` (a path, ``file://``, ``git://``, ``ssh://``,
         ``http(s)://``) into a new bare repository at ``path``, verified before its ref is
         written; see :func:`perfledger.ledger.sync.clone`. Returns (the ledger, what came)."""
-        from perfledger.ledger.sync import clone
-
-        store, result = clone(url, path, name=remote)
+        store, result = _ledger_sync().clone(url, path, name=remote)
         return cls(store), result
 
     def pull(self, remote: str | None = None) -> PullResult:
         """Fetch, verify and join the remote's events (fast-forward or a merge commit that
         carries no event); see :func:`perfledger.ledger.sync.pull` for the errors."""
-        from perfledger.ledger.sync import pull
-
-        return pull(self.store, remote)
+        return _ledger_sync().pull(self.store, remote)
 
     def push(self, remote: str | None = None) -> PushResult:
         """Push the head to the remote, fast-forward only (NonFastForward: pull first); see
         :func:`perfledger.ledger.sync.push`."""
-        from perfledger.ledger.sync import push
-
-        return push(self.store, remote)
+        return _ledger_sync().push(self.store, remote)
 
     def sync(self, remote: str | None = None) -> SyncResult:
         """Pull then push, retried when another machine pushed in between; see
         :func:`perfledger.ledger.sync.sync`."""
-        from perfledger.ledger.sync import sync
-
-        return sync(self.store, remote)
+        return _ledger_sync().sync(self.store, remote)
 
     def changes_since(self, old_head: str | None, new_head: str | None = None) -> list[Envelope]:
         """The events reachable from ``new_head`` (default: the head) and not from ``old_head``
         (hex; None: all), in the total order; see :func:`perfledger.ledger.sync.changes_since`."""
-        from perfledger.ledger.sync import changes_since
-
-        return changes_since(self.store, old_head, new_head)
+        return _ledger_sync().changes_since(self.store, old_head, new_head)
 
     def changes_since_last_pull(self) -> tuple[LastPull | None, list[Envelope]]:
         """(the last pull's record, the events it brought that were not in the local head
         before it); (None, []) when never pulled. For ``perfledger resume``."""
-        from perfledger.ledger.sync import changes_since_last_pull
+        return _ledger_sync().changes_since_last_pull(self.store)
 
-        return changes_since_last_pull(self.store)
+
+def _ledger_sync() -> ModuleType:
+    """:mod:`perfledger.ledger.sync`, imported on first use."""
+    from perfledger.ledger import sync  # noqa: PLC0415 (dulwich via perfledger.ledger.sync)
+
+    return sync
 
 
 def _refuse_decision_kinds(kinds: Sequence[str]) -> None:
     """BadRequest when a workflow decision would bypass its decider (the rules R1-R18)."""
-    from perfledger.events.workflow import DECISION_KINDS
+    from perfledger.events.vocabulary import DECISION_KINDS  # noqa: PLC0415 (off `perfledger show`'s start-up path)
 
     if DECISION_KINDS.isdisjoint(kinds):
         return

@@ -1,5 +1,5 @@
 """A stand-in subject process for the isolation tests (CPU): answers the JSON-lines protocol of
-:mod:`perfledger.kernels.isolation`, doing ``--work-k`` thousand steps of arithmetic per call
+:mod:`perfledger.kernels.isolation.isolation`, doing ``--work-k`` thousand steps of arithmetic per call
 (a fixed amount of CPU work: on a loaded machine its time stretches the same way for every
 subject) and returning ``answer(seed)`` as each call's output.
 

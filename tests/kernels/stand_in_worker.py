@@ -1,5 +1,5 @@
 """A stand-in subject worker for the isolated-comparison tests (CPU, NumPy): speaks the protocol
-of :mod:`perfledger.kernels.subject_protocol` like :mod:`perfledger.kernels.subject_worker`, with
+of :mod:`perfledger.kernels.isolation.subject_protocol` like :mod:`perfledger.kernels.isolation.subject_worker`, with
 ``--spec`` a JSON file instead of a kernel spec::
 
     {"cases": ["small"], "harness": {...settings...},
@@ -68,8 +68,8 @@ from typing import Any
 
 import numpy as np
 
-from perfledger.kernels.proctree import process_table
-from perfledger.kernels.subject_protocol import output_digest, write_reveal
+from perfledger.kernels.isolation.subject_protocol import output_digest, write_reveal
+from perfledger.kernels.proc import process_table
 
 OUTPUT = "y"
 SIZE = 256

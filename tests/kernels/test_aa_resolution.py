@@ -1,5 +1,5 @@
 """R4's resolution from A/A comparisons of the kernel harness: only valid comparisons count
-(:func:`perfledger.kernels.harness.resolution_from_aa`). CPU only: the comparisons are built
+(:func:`perfledger.kernels.harness.harness.resolution_from_aa`). CPU only: the comparisons are built
 from their parts."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 
 def _aa(ci: tuple[float, float], flags: list[str], median: float = 1.0) -> Any:
-    from perfledger.kernels.harness import Comparison, CorrectnessReport
-    from perfledger.kernels.stats import PairedStats
+    from perfledger.derive.stats import PairedStats
+    from perfledger.kernels.harness.harness import Comparison, CorrectnessReport
 
     ok = CorrectnessReport("s", True, ())
     stats = PairedStats(12, median, ci[0], ci[1], 0.95, 10_000, 0.5, 1e-3, 1e-3, 1e-3, 0)
@@ -23,7 +23,7 @@ def _aa(ci: tuple[float, float], flags: list[str], median: float = 1.0) -> Any:
 
 
 def test_r4_resolution_leaves_out_invalid_aa_comparisons_and_says_how_many() -> None:
-    from perfledger.kernels.harness import resolution_from_aa
+    from perfledger.kernels.harness.harness import resolution_from_aa
 
     good = [_aa((0.999, 1.001), ["no_ceilings"]), _aa((0.998, 1.0015), [])]
     # a flagged run (here narrow: would have made the resolution smaller) does not count
@@ -42,7 +42,7 @@ def _narrow(median: float, half: float = 0.0004) -> Any:
 
 
 def test_r4_resolution_bounds_the_bias_of_the_next_pair_of_workers_not_only_the_ci_ends() -> None:
-    from perfledger.kernels.harness import resolution_from_aa
+    from perfledger.kernels.harness.harness import resolution_from_aa
 
     # the A/A ratios five fresh pairs of workers gave for a memory-bound 15 us kernel on an H200
     medians = [1.0076, 0.99682, 0.99287, 0.98598, 0.99611]
@@ -57,7 +57,7 @@ def test_r4_resolution_bounds_the_bias_of_the_next_pair_of_workers_not_only_the_
 
 
 def test_r4_one_valid_aa_has_no_bound_and_its_resolution_is_the_ci_reach() -> None:
-    from perfledger.kernels.harness import resolution_from_aa
+    from perfledger.kernels.harness.harness import resolution_from_aa
 
     got = resolution_from_aa([_narrow(0.99), _aa((0.9, 1.1), ["pause:candidate"], 1.0)])
     assert got["bound"] == 0.0 and got["repeats"] == 1
@@ -69,7 +69,7 @@ def _false_pass_rate(rule: str, trials: int = 4000, n: int = 5, sigma: float = 0
     CI half-width 0.04 %) passes as an improvement (its CI's upper end below 1 - resolution)
     against the resolution of ``n`` earlier A/A comparisons: ``rule`` ``new`` (the resolution
     now) or ``reach`` (the largest CI end alone, as before)."""
-    from perfledger.kernels.harness import resolution_from_aa
+    from perfledger.kernels.harness.harness import resolution_from_aa
 
     rng = np.random.default_rng(20261202)
     passes = 0
@@ -91,7 +91,7 @@ def test_r4_an_aa_of_a_fresh_pair_passes_against_the_resolution_at_most_about_on
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0.9, 1.1), min_size=1, max_size=9))
 def test_r4_resolution_is_never_below_the_ci_reach_or_the_bound(medians: list[float]) -> None:
-    from perfledger.kernels.harness import resolution_from_aa
+    from perfledger.kernels.harness.harness import resolution_from_aa
 
     got = resolution_from_aa([_narrow(m) for m in medians])
     assert got["resolution"] == max(got["reach"], got["bound"]) >= 0.0
@@ -102,7 +102,7 @@ def test_r4_resolution_is_never_below_the_ci_reach_or_the_bound(medians: list[fl
 def test_r4_recording_a_kernel_case_with_one_valid_aa_comparison_is_refused() -> None:
     from perfledger.commands.cli.measure import kernel_aa_pairs_check
     from perfledger.errors import RuleRefused
-    from perfledger.kernels.harness import resolution_from_aa
+    from perfledger.kernels.harness.harness import resolution_from_aa
 
     short = resolution_from_aa([_narrow(0.99), _aa((0.9, 1.1), ["pause:candidate"], 1.0)])
     enough = resolution_from_aa([_narrow(0.99), _narrow(1.004)])

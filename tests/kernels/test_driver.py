@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfledger.kernels.driver import (
+from perfledger.kernels.workload.driver import (
     FAILURE_REASONS,
     Subject,
     abba_order,

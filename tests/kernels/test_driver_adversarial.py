@@ -14,17 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from perfledger.derive.units import rate_seconds, time_per_work_seconds, work_unit
+from perfledger.derive.wall_check import check_driver_run, check_pairs, unchecked_rates
 from perfledger.events.workflow import WallCheck
-from perfledger.kernels.driver import Subject, run_call, run_pairs
-from perfledger.kernels.proctree import CallTree, process_table, set_subreaper
-from perfledger.kernels.wall_check import (
-    check_driver_run,
-    check_pairs,
-    rate_seconds,
-    time_per_work_seconds,
-    unchecked_rates,
-    work_unit,
-)
+from perfledger.kernels.proc import CallTree, process_table, set_subreaper
+from perfledger.kernels.workload.driver import Subject, run_call, run_pairs
 
 # -S: no site-packages to import, so less start-up work for a loaded host to jitter
 WORKLOAD = [sys.executable, "-S", str(Path(__file__).resolve().parent / "adversarial_workload.py")]

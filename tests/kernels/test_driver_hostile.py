@@ -18,8 +18,8 @@ from test_measure_cli import _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
 from perfledger.errors import MeasurementError
-from perfledger.kernels import driver_guard
-from perfledger.kernels.driver import Subject, run_call, run_pairs
+from perfledger.kernels.workload import driver_guard
+from perfledger.kernels.workload.driver import Subject, run_call, run_pairs
 
 HOSTILE = [sys.executable, "-S", str(Path(__file__).resolve().parent / "hostile_workload.py")]
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 from perfledger.kernels.env import Environment, collect
-from perfledger.kernels.monitor import Monitor, Observation, Thresholds, window_verdict
+from perfledger.kernels.monitor.monitor import Monitor, Observation, Thresholds, window_verdict
 from subprocess_env import perfledger_command as perfledger_cli
 
 

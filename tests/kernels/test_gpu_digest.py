@@ -1,4 +1,4 @@
-"""The device BLAKE3 of :mod:`perfledger.kernels.gpu_digest` on the CPU: its source compiled as
+"""The device BLAKE3 of :mod:`perfledger.kernels.cuda.gpu_digest` on the CPU: its source compiled as
 host C (``-DPERFLEDGER_CPU``: the same chunk, parent and compression functions, the same tree)
 and compared with the ``blake3`` package, keyed, on sizes that exercise every path (empty,
 partial blocks, partial chunks, odd node counts at several levels). Needs a C compiler (skipped
@@ -15,7 +15,7 @@ import blake3
 import numpy as np
 import pytest
 
-from perfledger.kernels.gpu_digest import BLAKE3_SOURCE, key_words
+from perfledger.kernels.cuda.gpu_digest import BLAKE3_SOURCE, key_words
 
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 

@@ -26,15 +26,15 @@ from cuda_device import require_cuda_device
 cupy = require_cuda_device()
 
 from perfledger.errors import MeasurementError  # noqa: E402
-from perfledger.kernels.ceilings import Ceilings, check_plausible  # noqa: E402
-from perfledger.kernels.examples import iterate_problem, iterate_subject  # noqa: E402
-from perfledger.kernels.harness import (  # noqa: E402
+from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible  # noqa: E402
+from perfledger.kernels.harness.examples import iterate_problem, iterate_subject  # noqa: E402
+from perfledger.kernels.harness.harness import (  # noqa: E402
     CallableSubject,
     Comparison,
     Harness,
     HarnessConfig,
 )
-from perfledger.kernels.stopping import StoppingRule  # noqa: E402
+from perfledger.kernels.harness.stopping import StoppingRule  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -174,7 +174,7 @@ def test_cheat_memoizing_outputs_by_input_content() -> None:
 
 @pytest.fixture(scope="module")
 def ceilings() -> Ceilings:
-    from perfledger.kernels.ceilings import measure_ceilings
+    from perfledger.kernels.cuda.ceilings import measure_ceilings
 
     c = measure_ceilings("test")
     print("ceilings by unit (TFLOP/s):", {k: v / 1e12 for k, v in c.unit_flops_per_s.items()})
@@ -225,7 +225,7 @@ def test_cheat_doing_fewer_flops_than_declared_is_refused(
 
 
 def test_one_pass_check_agrees_with_the_general_check() -> None:
-    from perfledger.kernels.correctness import compare
+    from perfledger.kernels.harness.correctness import compare
 
     ref = cupy.asarray(np.random.default_rng(2).standard_normal(1 << 20))
     near = (ref * (1 + 1e-6)).astype(cupy.float32)

@@ -13,10 +13,10 @@ from cuda_device import require_cuda_device
 cupy = require_cuda_device()
 
 from perfledger.errors import MeasurementError  # noqa: E402
-from perfledger.kernels.ceilings import Ceilings, check_plausible  # noqa: E402
-from perfledger.kernels.examples import scale_problem, scale_subject  # noqa: E402
-from perfledger.kernels.harness import CallableSubject, Harness, HarnessConfig  # noqa: E402
-from perfledger.kernels.stopping import StoppingRule  # noqa: E402
+from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible  # noqa: E402
+from perfledger.kernels.harness.examples import scale_problem, scale_subject  # noqa: E402
+from perfledger.kernels.harness.harness import CallableSubject, Harness, HarnessConfig  # noqa: E402
+from perfledger.kernels.harness.stopping import StoppingRule  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -160,7 +160,7 @@ def test_a_subject_declaring_less_work_than_it_skips_is_refused() -> None:
     # declares 10x the bytes it moves: the achieved figure is above the real ceiling
     from dataclasses import replace
 
-    from perfledger.kernels.ceilings import measure_ceilings
+    from perfledger.kernels.cuda.ceilings import measure_ceilings
 
     ceilings = measure_ceilings("test")
     problem = replace(scale_problem(N), bytes_per_call=80 * N)
@@ -172,7 +172,7 @@ def test_a_subject_declaring_less_work_than_it_skips_is_refused() -> None:
 
 def test_environment_and_monitor_on_the_gpu() -> None:
     from perfledger.kernels.env import collect
-    from perfledger.kernels.monitor import Monitor
+    from perfledger.kernels.monitor.monitor import Monitor
 
     env = collect()
     assert env.has_gpu and env.sm_count and env.l2_bytes and env.driver_version

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfledger.kernels.hostmonitor import (
+from perfledger.kernels.monitor.hostmonitor import (
     HostMonitor,
     HostObservation,
     HostThresholds,

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from perfledger.errors import BadRequest, MeasurementError
-from perfledger.kernels.harness import Comparison
-from perfledger.kernels.isolated import IsolationConfig, compare_spec, spec_facts
-from perfledger.kernels.subject_protocol import (
+from perfledger.kernels.harness.harness import Comparison
+from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec, spec_facts
+from perfledger.kernels.isolation.subject_protocol import (
     output_digest,
     read_reveal,
     report_from_json,
@@ -490,7 +490,7 @@ def test_a_report_that_claims_ok_with_a_failed_trial_is_not_ok() -> None:
 
 def test_a_process_made_undumpable_says_so_and_can_be_made_dumpable_again() -> None:
     code = (
-        "from perfledger.kernels.subject_protocol import set_dumpable as s\n"
+        "from perfledger.kernels.isolation.subject_protocol import set_dumpable as s\n"
         "first = s(False); second = s(True); third = s(True)\n"
         "print(first, second, third)\n"
     )
@@ -507,8 +507,8 @@ def test_cheat_spreading_its_reported_times_cannot_lift_an_implausible_rate_unde
     # batches of 4 calls of 1 ms (the sum the parent's clock bears out) at 1.2x the copy
     # ceiling; reported as one call of 0.01 ms and three of 1.33 ms, the median call (1.33 ms)
     # is under the ceiling
-    from perfledger.kernels.ceilings import Ceilings
-    from perfledger.kernels.isolated import _finish, _timing
+    from perfledger.kernels.cuda.ceilings import Ceilings
+    from perfledger.kernels.isolation.isolated import _finish, _timing
 
     ceilings = Ceilings(1e12, 1e15, 1e15, 1e14, "test")
     facts = {"settings": {"overhead_s": 0.0}, "bytes_per_call": 1.2e9, "flops_per_call": None}
@@ -535,7 +535,7 @@ def test_the_workers_gpu_contexts_are_the_comparisons_own_not_foreign_activity(
     comparison's own (R17): before, the monitor's own PIDs were the measuring process only, so
     every window of every kernel comparison was flagged foreign. The source here lists this
     process and its children as NVML lists GPU processes (NVML does not run here)."""
-    from perfledger.kernels.monitor import Monitor, Observation
+    from perfledger.kernels.monitor.monitor import Monitor, Observation
 
     def gpu_processes() -> tuple[int, ...]:
         me = os.getpid()
@@ -572,7 +572,7 @@ def test_a_worker_reply_holding_numpy_scalars_is_plain_json() -> None:
 
     import numpy as np
 
-    from perfledger.kernels.subject_worker import _reply
+    from perfledger.kernels.isolation.subject_worker import _reply
 
     stream = io.StringIO()
     _reply(stream, {"bytes": np.int64(3), "tol": np.float32(2.5), "shape": (np.int64(4),)})
@@ -583,7 +583,7 @@ def test_a_spec_asking_for_protocol_1_is_refused_by_the_real_worker(tmp_path: Pa
     # the worker runs protocol 2's call path only: a spec's protocol=1 must not be ignored
     spec = tmp_path / "spec.py"
     spec.write_text(
-        "from perfledger.kernels.harness import HarnessConfig\n"
+        "from perfledger.kernels.harness.harness import HarnessConfig\n"
         "PROBLEMS = {'x': object()}\nREFERENCE = object()\nCANDIDATE = object()\n"
         "CONFIG = HarnessConfig(protocol=1)\n"
     )

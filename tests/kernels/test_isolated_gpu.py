@@ -2,7 +2,7 @@
 marked ``gpu``, skipped without CuPy or a GPU): adversarial candidates that patch, in their own
 process, CuPy's event timing, the harness's timer, its correctness check and the statistics, or
 write forged protocol lines to stdout, each next to honest controls. Nothing is mocked: real
-workers (``python -m perfledger.kernels.subject_worker``) running real CUDA kernels; this
+workers (``python -m perfledger.kernels.isolation.subject_worker``) running real CUDA kernels; this
 process never loads the specs."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import time  # noqa: E402
 import blake3  # noqa: E402
 import numpy as np  # noqa: E402
 
-from perfledger.kernels.gpu_digest import device_digest, self_test  # noqa: E402
-from perfledger.kernels.harness import Comparison  # noqa: E402
-from perfledger.kernels.isolated import compare_spec  # noqa: E402
+from perfledger.kernels.cuda.gpu_digest import device_digest, self_test  # noqa: E402
+from perfledger.kernels.harness.harness import Comparison  # noqa: E402
+from perfledger.kernels.isolation.isolated import compare_spec  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -34,10 +34,10 @@ HEADER = """
 import os, sys, dataclasses
 import cupy
 import numpy as np
-from perfledger.kernels.examples import iterate_problem, iterate_subject
-from perfledger.kernels.examples import scale_problem, scale_subject
-from perfledger.kernels.harness import CallableSubject, HarnessConfig
-from perfledger.kernels.stopping import StoppingRule
+from perfledger.kernels.harness.examples import iterate_problem, iterate_subject
+from perfledger.kernels.harness.examples import scale_problem, scale_subject
+from perfledger.kernels.harness.harness import CallableSubject, HarnessConfig
+from perfledger.kernels.harness.stopping import StoppingRule
 
 N, K = 1 << 21, 1 << 13
 PROBLEMS = {"iterate": iterate_problem(N, K)}
@@ -117,7 +117,7 @@ def test_cheat_candidate_that_halves_cupys_event_times_is_flagged(tmp_path: Path
         """
 def _cheat(inputs, outputs):
     if not _state["calls"]:
-        from perfledger.kernels import timing
+        from perfledger.kernels.cuda import timing
         real = cupy.cuda.get_elapsed_time
         cupy.cuda.get_elapsed_time = lambda a, b: real(a, b) / 2
         try:
@@ -149,7 +149,9 @@ def test_cheat_candidate_that_patches_its_checks_and_statistics_and_computes_gar
         """
 def _cheat(inputs, outputs):
     if not _state["calls"]:
-        from perfledger.kernels import correctness, harness, stats
+        from perfledger.kernels.harness import correctness
+        from perfledger.kernels.harness import harness
+        from perfledger.derive import stats
         ok = correctness.Check(True, 0.0, 1.0, None)
         correctness.compare = lambda *args, **kwargs: ok
         harness.Harness._check_outputs = lambda self, outs, refs: ([], {})
@@ -203,7 +205,7 @@ def test_cheat_candidate_that_reveals_another_calls_output_is_flagged(tmp_path: 
         """
 def _cheat(inputs, outputs):
     if not _state["calls"]:
-        from perfledger.kernels import reveal_ipc
+        from perfledger.kernels.isolation import reveal_ipc
         real, first = reveal_ipc.ExportedBuffer.fill, {}
         def fill(self, arrays):
             first.setdefault("outs", {k: v.copy() for k, v in arrays.items()})

@@ -17,8 +17,8 @@ from cuda_device import require_cuda_device
 
 cupy = require_cuda_device()
 
-from perfledger.kernels.harness import Comparison  # noqa: E402
-from perfledger.kernels.isolated import compare_spec  # noqa: E402
+from perfledger.kernels.harness.harness import Comparison  # noqa: E402
+from perfledger.kernels.isolation.isolated import compare_spec  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -129,8 +129,8 @@ def test_cheat_solve_subject_that_works_on_one_call_in_four_is_flagged(
     spec = tmp_path / "spec.py"
     spec.write_text(
         f"""
-from perfledger.kernels import solve as sv
-from perfledger.kernels.harness import CallableSubject
+from perfledger.kernels.subjects import solve as sv
+from perfledger.kernels.harness.harness import CallableSubject
 _loaded = sv.load_solve_spec({str(SUBJECTS / "solve" / "spec.json")!r})
 PROBLEMS = _loaded["problems"]
 REFERENCE = _loaded["reference"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from perfledger.errors import MeasurementError
-from perfledger.kernels.isolation import (
+from perfledger.kernels.isolation.isolation import (
     Batch,
     IsolatedComparison,
     SubjectProcess,

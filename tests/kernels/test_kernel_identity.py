@@ -21,7 +21,7 @@ from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import BadRequest
-from perfledger.kernels.isolated import IsolationConfig, compare_spec
+from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec
 from subprocess_env import isolated_env, perfledger_command
 
 ORIGINAL = "sha256:" + "0" * 16
@@ -30,9 +30,9 @@ ORIGINAL = "sha256:" + "0" * 16
 SPEC = """
 from pathlib import Path
 
-from perfledger.kernels.examples import scale_problem, scale_subject
-from perfledger.kernels.harness import HarnessConfig
-from perfledger.kernels.stopping import StoppingRule
+from perfledger.kernels.harness.examples import scale_problem, scale_subject
+from perfledger.kernels.harness.harness import HarnessConfig
+from perfledger.kernels.harness.stopping import StoppingRule
 
 N = 1 << 24
 SHARE = float(Path("kernels/share.txt").read_text())
@@ -264,7 +264,7 @@ def test_kernel_workers_run_each_subject_in_its_own_directory(tmp_path: Path) ->
 
 
 def test_kernel_worker_without_the_spec_in_its_directory_is_a_bad_request(tmp_path: Path) -> None:
-    from perfledger.kernels.isolated import spec_facts
+    from perfledger.kernels.isolation.isolated import spec_facts
 
     (tmp_path / "ref").mkdir()
     config = IsolationConfig(timeout_s=20.0)  # the real worker
@@ -316,7 +316,7 @@ def test_cheat_bytecode_planted_in_a_kernel_subjects_directory_is_not_loaded(
     their sources (its cwd is on ``sys.path``) and keeps its caches elsewhere: a ``.pyc`` that
     another process planted in the directory's ``__pycache__`` is never loaded, and the worker
     writes none there."""
-    from perfledger.kernels.isolated import spec_facts
+    from perfledger.kernels.isolation.isolated import spec_facts
 
     d = tmp_path / "ref"
     d.mkdir()
@@ -341,7 +341,7 @@ def test_cheat_candidate_writing_into_the_references_directory_is_caught_before_
     from test_isolated import CONFIG, HARNESS
 
     from perfledger.errors import RuleRefused
-    from perfledger.kernels.snapshot import take_snapshot
+    from perfledger.kernels.workload.snapshot import take_snapshot
 
     def directory(name: str, **opts: Any) -> Path:
         d = tmp_path / name
@@ -398,7 +398,7 @@ def test_a_solve_json_spec_in_a_subject_directory_names_that_directorys_kernel(
     directory its ``reference`` source is that directory's kernel (loaded by the real worker,
     nothing built; loading it needs CuPy)."""
     pytest.importorskip("cupy", reason="a solve spec loads with CuPy")
-    from perfledger.kernels.isolated import spec_facts
+    from perfledger.kernels.isolation.isolated import spec_facts
 
     solve = Path(__file__).resolve().parents[2] / "examples" / "subjects" / "solve"
     d = tmp_path / "orig"
@@ -489,7 +489,7 @@ def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
     import time
     from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
 
-    from perfledger.kernels.isolated import spec_facts
+    from perfledger.kernels.isolation.isolated import spec_facts
 
     temp = tmp_path / "temp"  # the measuring process's temporary files: none of others' here
     temp.mkdir()
@@ -538,8 +538,8 @@ def test_kernel_workers_in_subject_directories_build_kernels_in_fresh_directorie
     """solve()'s library cache, Triton's and TorchInductor's are keyed by the sources, which the
     other subject (same user) can read: a worker in a subject directory builds in directories of
     its own, empty when it starts, different for every worker, removed when the worker ends."""
-    from perfledger.kernels import solve
-    from perfledger.kernels.isolated import spec_facts
+    from perfledger.kernels.isolation.isolated import spec_facts
+    from perfledger.kernels.subjects import solve
 
     names = [solve.CACHE_ENV, "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"]
     d = tmp_path / "ref"
@@ -569,7 +569,7 @@ def test_kernel_workers_in_subject_directories_keep_compiled_kernels_in_memory(
     """CuPy's kernel cache and the CUDA driver's JIT cache are files the other subject (same
     user) could write under the key of this subject's kernel: a worker in a subject directory
     keeps CuPy's in memory and the driver's off (the spec sees its worker's environment)."""
-    from perfledger.kernels.isolated import spec_facts
+    from perfledger.kernels.isolation.isolated import spec_facts
 
     d = tmp_path / "ref"
     d.mkdir()

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfledger.kernels import outputs
-from perfledger.kernels.driver import DriverRun, Subject, run_pairs
+from perfledger.derive import outputs as derive_outputs
+from perfledger.kernels.workload import outputs
+from perfledger.kernels.workload.driver import DriverRun, Subject, run_pairs
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"
 EXACT = {"compare": "exact"}
@@ -131,7 +132,7 @@ def test_honest_candidate_with_identical_output_is_correct_and_small_outputs_are
     run = _run([], accuracy=EXACT)
     assert all(p.ref.correct and p.cand.correct for p in run.pairs)
     out = run.pairs[0].cand.output
-    assert out["method"] == outputs.METHOD and out["compare"] == "exact"
+    assert out["method"] == derive_outputs.METHOD and out["compare"] == "exact"
     assert out["blake3"] == run.pairs[0].ref.output["blake3"] and out["size"] > 8000
     assert out["stored"] in run.outputs  # 8 kB: kept for an auditor
     assert run.settings["outputs"]["accuracy"] == EXACT
@@ -171,18 +172,22 @@ def test_one_subject_declaring_output_and_the_other_not_is_refused() -> None:
 def test_nan_is_never_equal_to_nan() -> None:
     a = _npy(np.array([1.0, np.nan]))
     b = _npy(np.array([1.0, np.nan]))
-    assert "differ" in outputs.compare(a, b, "exact")
-    assert "differ" in outputs.compare(a, b, "allclose", rtol=1.0, atol=1.0)
-    assert "NaN is never equal" in outputs.compare(b"[NaN]", b"[NaN]", "exact")
+    assert "differ" in derive_outputs.compare(a, b, "exact")
+    assert "differ" in derive_outputs.compare(a, b, "allclose", rtol=1.0, atol=1.0)
+    assert "NaN is never equal" in derive_outputs.compare(b"[NaN]", b"[NaN]", "exact")
 
 
 def test_exact_needs_the_same_shape_dtype_and_json_types() -> None:
-    assert "shape" in outputs.compare(_npy(np.zeros(3)), _npy(np.zeros(4)), "exact")
-    assert "dtype" in outputs.compare(_npy(np.zeros(3)), _npy(np.zeros(3, np.float32)), "exact")
-    assert outputs.compare(b'{"a": [1, 2.5]}', b'{"a": [1, 2.5]}', "exact") == ""
-    assert "bool in the candidate" in outputs.compare(b"[1]", b"[true]", "exact")
-    assert "keys" in outputs.compare(b'{"a": 1}', b'{"b": 1}', "exact")
-    assert "inf" not in outputs.compare(_npy(np.array([np.inf])), _npy(np.array([np.inf])), "exact")
+    assert "shape" in derive_outputs.compare(_npy(np.zeros(3)), _npy(np.zeros(4)), "exact")
+    assert "dtype" in derive_outputs.compare(
+        _npy(np.zeros(3)), _npy(np.zeros(3, np.float32)), "exact"
+    )
+    assert derive_outputs.compare(b'{"a": [1, 2.5]}', b'{"a": [1, 2.5]}', "exact") == ""
+    assert "bool in the candidate" in derive_outputs.compare(b"[1]", b"[true]", "exact")
+    assert "keys" in derive_outputs.compare(b'{"a": 1}', b'{"b": 1}', "exact")
+    assert "inf" not in derive_outputs.compare(
+        _npy(np.array([np.inf])), _npy(np.array([np.inf])), "exact"
+    )
 
 
 def test_npz_archives_compare_every_named_array() -> None:
@@ -192,9 +197,9 @@ def test_npz_archives_compare_every_named_array() -> None:
         return buf.getvalue()
 
     ref = npz(x=np.arange(3.0), y=np.ones(2))
-    assert outputs.compare(ref, npz(x=np.arange(3.0), y=np.ones(2)), "exact") == ""
-    assert "array 'y'" in outputs.compare(ref, npz(x=np.arange(3.0), y=np.zeros(2)), "exact")
-    assert "arrays" in outputs.compare(ref, npz(x=np.arange(3.0)), "exact")
+    assert derive_outputs.compare(ref, npz(x=np.arange(3.0), y=np.ones(2)), "exact") == ""
+    assert "array 'y'" in derive_outputs.compare(ref, npz(x=np.arange(3.0), y=np.zeros(2)), "exact")
+    assert "arrays" in derive_outputs.compare(ref, npz(x=np.arange(3.0)), "exact")
 
 
 def test_npz_that_inflates_beyond_the_limit_and_deep_json_are_unreadable(
@@ -202,24 +207,24 @@ def test_npz_that_inflates_beyond_the_limit_and_deep_json_are_unreadable(
 ) -> None:
     buf = io.BytesIO()
     np.savez_compressed(buf, x=np.zeros(100_000))  # ~1 kB on disk, 800 kB inflated
-    monkeypatch.setattr(outputs, "NPZ_MAX_INFLATED_BYTES", 100_000)
-    assert "inflates to" in outputs.compare(buf.getvalue(), buf.getvalue(), "exact")
+    monkeypatch.setattr(derive_outputs, "NPZ_MAX_INFLATED_BYTES", 100_000)
+    assert "inflates to" in derive_outputs.compare(buf.getvalue(), buf.getvalue(), "exact")
     deep = b"[" * 100_000 + b"]" * 100_000
-    assert "unreadable" in outputs.compare(deep, deep, "exact")
+    assert "unreadable" in derive_outputs.compare(deep, deep, "exact")
 
 
 def test_identical_outputs_holding_nan_do_not_match() -> None:
-    same = outputs.Output(_npy(np.array([np.nan])), "ab" * 32, 136)
-    assert "differ" in outputs.judge_pair(same, same, "allclose", 1e-3, 1e-3)
+    same = derive_outputs.Output(_npy(np.array([np.nan])), "ab" * 32, 136)
+    assert "differ" in derive_outputs.judge_pair(same, same, "allclose", 1e-3, 1e-3)
 
 
 def test_unreadable_output_and_object_arrays_are_mismatches() -> None:
-    assert "candidate's output is unreadable" in outputs.compare(
+    assert "candidate's output is unreadable" in derive_outputs.compare(
         _npy(np.zeros(2)), b"\x00garbage", "exact"
     )
     buf = io.BytesIO()
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)  # would need pickle
-    assert "reference's output is unreadable" in outputs.compare(
+    assert "reference's output is unreadable" in derive_outputs.compare(
         buf.getvalue(), buf.getvalue(), "exact"
     )
 
@@ -238,28 +243,28 @@ def test_cheat_npy_header_declaring_a_huge_array_is_unreadable_not_a_crash() -> 
     # cannot fill; the measuring process must not die (or swap) for a candidate's header
     ref = _npy(np.zeros(4))
     for shape in [(2**40,), (2**33,), (2**20, 2**20)]:
-        reason = outputs.compare(ref, _npy_header(shape), "exact")
+        reason = derive_outputs.compare(ref, _npy_header(shape), "exact")
         assert "candidate's output is unreadable" in reason and "declares" in reason, reason
     zipped = io.BytesIO()
     with zipfile.ZipFile(zipped, "w") as archive:
         archive.writestr("x.npy", _npy_header((2**40,)))
     reference = io.BytesIO()
     np.savez(reference, x=np.zeros(4))
-    reason = outputs.compare(reference.getvalue(), zipped.getvalue(), "exact")
+    reason = derive_outputs.compare(reference.getvalue(), zipped.getvalue(), "exact")
     assert "candidate's output is unreadable" in reason and "declares" in reason, reason
     # an honest array is read as before
-    assert outputs.compare(ref, _npy(np.zeros(4)), "exact") == ""
+    assert derive_outputs.compare(ref, _npy(np.zeros(4)), "exact") == ""
 
 
 def test_cheat_json_integer_beyond_float_range_is_judged_not_a_crash() -> None:
     huge = b"[" + b"9" * 400 + b"]"
     other = b"[" + b"9" * 399 + b"8]"
-    assert outputs.compare(huge, huge, "exact") == ""
-    assert outputs.compare(huge, huge, "allclose", 1e-5, 0.0) == ""
-    assert "in the candidate" in outputs.compare(huge, other, "exact")
-    assert outputs.compare(huge, other, "allclose", 1e-5, 0.0) == ""  # relatively 1e-400 off
-    assert "in the candidate" in outputs.compare(huge, b"[1.0]", "allclose", 1e-5, 0.0)
-    assert "in the candidate" in outputs.compare(b"[1e308]", huge, "allclose", 1e-5, 0.0)
+    assert derive_outputs.compare(huge, huge, "exact") == ""
+    assert derive_outputs.compare(huge, huge, "allclose", 1e-5, 0.0) == ""
+    assert "in the candidate" in derive_outputs.compare(huge, other, "exact")
+    assert derive_outputs.compare(huge, other, "allclose", 1e-5, 0.0) == ""  # relatively 1e-400 off
+    assert "in the candidate" in derive_outputs.compare(huge, b"[1.0]", "allclose", 1e-5, 0.0)
+    assert "in the candidate" in derive_outputs.compare(b"[1e308]", huge, "allclose", 1e-5, 0.0)
 
 
 def test_cheat_subject_writing_a_lying_npy_header_fails_its_calls_and_the_run_completes(

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfledger.kernels import outputs
-from perfledger.kernels.driver import Subject, run_pairs
+from perfledger.derive import outputs
+from perfledger.kernels.workload.driver import Subject, run_pairs
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"
 LOOSE = {"compare": "allclose", "rtol": 1e-2, "atol": 1e-2}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from perfledger.derive.stats import paired_stats
 from perfledger.errors import MeasurementError
-from perfledger.kernels.ceilings import FLOP_UNITS, Ceilings, check_plausible
-from perfledger.kernels.harness import HarnessConfig, Problem
-from perfledger.kernels.stats import paired_stats
+from perfledger.kernels.cuda.ceilings import FLOP_UNITS, Ceilings, check_plausible
+from perfledger.kernels.harness.harness import HarnessConfig, Problem
 
 #: An H200's figures: 4 TB/s copy, 67 TFLOP/s fp32 and 34 fp64 on CUDA cores, 730 fp16 and
 #: 1450 fp8 on tensor cores.

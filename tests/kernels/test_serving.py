@@ -1,4 +1,4 @@
-"""The serving load (:mod:`perfledger.kernels.serving`) against a real stand-in OpenAI-compatible
+"""The serving load (:mod:`perfledger.kernels.serving.serving`) against a real stand-in OpenAI-compatible
 server on 127.0.0.1 (``serving_standin.py``, aiohttp.web, in its own process) whose latency
 distribution, drift and failures each test sets, so that what is detected is checked against
 known ground truth: a candidate with a 20 % shorter time to first token is found faster, the same
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from serving_standin import BASE, standin
 
+from perfledger.derive.serving_stats import analyze
 from perfledger.errors import BadRequest, MeasurementError
-from perfledger.kernels import serving as sv
-from perfledger.kernels.hostmonitor import HostMonitor
-from perfledger.kernels.serving_stats import analyze
+from perfledger.kernels.monitor.hostmonitor import HostMonitor
+from perfledger.kernels.serving import serving as sv
 
 #: The drift threshold of the tests whose ground truth is "no drift": on this project's shared
 #: 2-core machine, CPU contention alone moves a window's median TTFT by up to ~10 % (measured: a
@@ -384,7 +384,7 @@ def test_r17_the_gpu_monitor_marks_requests_that_overlap_a_foreign_gpu_process(
     """The NVML monitor's path, with its source scripted (no GPU here): the server's process is
     on the GPU from the start (calibrated as the server's own); a foreign process appears
     during window 2 only."""
-    from perfledger.kernels.monitor import Monitor, Observation
+    from perfledger.kernels.monitor.monitor import Monitor, Observation
 
     requests, digest = _request_set(tmp_path)
     foreign = {"on": False}

@@ -1,4 +1,4 @@
-"""Attacks on the serving load (:mod:`perfledger.kernels.serving`) by the server under test:
+"""Attacks on the serving load (:mod:`perfledger.kernels.serving.serving`) by the server under test:
 each test runs the real client against a real hostile server on 127.0.0.1
 (``serving_hostile.py``, aiohttp.web, in its own process) that tries to get better recorded
 figures than it earns, or to hang the client, and checks that the record does not believe it."""
@@ -14,9 +14,9 @@ import pytest
 from serving_hostile import hostile
 
 from perfledger.commands.workflow.serving_record import evidence_request
+from perfledger.derive.serving_stats import analyze
 from perfledger.errors import BadRequest
-from perfledger.kernels import serving as sv
-from perfledger.kernels.serving_stats import analyze
+from perfledger.kernels.serving import serving as sv
 
 
 def _requests(tmp_path: Path, n: int = 40, tokens: int = 8) -> tuple[list[Any], str]:

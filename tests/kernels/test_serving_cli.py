@@ -308,7 +308,7 @@ def test_measure_serving_switches_one_server_between_two_configurations(tmp_path
 
 
 def _nvml_opens() -> bool:
-    from perfledger.kernels.monitor import NvmlSource
+    from perfledger.kernels.monitor.monitor import NvmlSource
 
     try:
         NvmlSource().close()

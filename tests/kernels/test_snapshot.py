@@ -1,4 +1,4 @@
-"""Taking a subject's snapshot from disk (R11, :mod:`perfledger.kernels.snapshot`) and the pure
+"""Taking a subject's snapshot from disk (R11, :mod:`perfledger.kernels.workload.snapshot`) and the pure
 parts it rests on (:mod:`perfledger.events.identity`): the rule for what is taken, the tree
 digest, git commit and dirty flag from a real git work tree, and the driver-template match."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.identity import differing_paths, subject_of, tree_digest
-from perfledger.kernels.snapshot import git_state, remove_bytecode_caches, take_snapshot
+from perfledger.kernels.workload.snapshot import git_state, remove_bytecode_caches, take_snapshot
 from subprocess_env import isolated_env
 
 

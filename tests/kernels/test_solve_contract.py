@@ -1,4 +1,4 @@
-"""Host-launched ``solve()`` subjects on the CPU (kernels/solve.py): the declared argument spec
+"""Host-launched ``solve()`` subjects on the CPU (kernels/subjects/solve.py): the declared argument spec
 and its refusals, the signature parsed from the source and checked against the spec, the
 ``ref.py`` contract, the nvcc command line, and a real host-only ``.cu`` built by the real nvcc
 into a shared library and called through ctypes (skipped where nvcc is absent). GPU behaviour is
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from perfledger.errors import BadRequest
-from perfledger.kernels import solve as sv
-from perfledger.kernels import solve_args
+from perfledger.kernels.subjects import solve as sv
+from perfledger.kernels.subjects import solve_args
 
 SPEC = {
     "args": [
@@ -364,7 +364,7 @@ def test_a_problem_from_ref_py_declares_work_from_the_dims_and_refuses_a_broken_
 def test_a_python_solve_whose_parameters_are_not_the_spec_s_is_refused(
     text: str, message: str
 ) -> None:
-    from perfledger.kernels.torch_subject import check_python_solve
+    from perfledger.kernels.subjects.torch_subject import check_python_solve
 
     with pytest.raises(BadRequest) as caught:
         check_python_solve(text, sv.parse_arg_spec(SPEC))
@@ -374,7 +374,7 @@ def test_a_python_solve_whose_parameters_are_not_the_spec_s_is_refused(
 def test_a_python_solve_subject_is_identified_by_its_text_and_a_broken_one_refused(
     tmp_path: Path,
 ) -> None:
-    from perfledger.kernels.torch_subject import python_solve_subject
+    from perfledger.kernels.subjects.torch_subject import python_solve_subject
 
     good = tmp_path / "good.py"
     good.write_text("CALLS = []\ndef solve(x, y, n):\n    CALLS.append(n)\n")

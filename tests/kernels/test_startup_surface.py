@@ -1,5 +1,5 @@
 """The start-up files of a subject's Python watched during a measurement (R11,
-:mod:`perfledger.kernels.startup_surface`): real interpreters, real files."""
+:mod:`perfledger.kernels.workload.startup_surface`): real interpreters, real files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfledger.errors import RuleRefused
-from perfledger.kernels.startup_surface import (
+from perfledger.kernels.workload.startup_surface import (
     QUARANTINE_SUFFIX,
     StartupWatch,
     fingerprint,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfledger.kernels import correctness
-from perfledger.kernels.stats import bootstrap_median_ci, log_ratios, paired_stats, timer_quantum
-from perfledger.kernels.stopping import Stopper, StoppingRule, relative_noise
+from perfledger.derive.stats import bootstrap_median_ci, log_ratios, paired_stats, timer_quantum
+from perfledger.kernels.harness import correctness
+from perfledger.kernels.harness.stopping import Stopper, StoppingRule, relative_noise
 
 
 def test_paired_stats_finds_a_known_ratio() -> None:
@@ -120,7 +120,7 @@ def test_poison_and_hash() -> None:
 
 
 def test_abba_blocks_cancel_a_constant_order_effect() -> None:
-    from perfledger.kernels.harness import abba_blocks
+    from perfledger.kernels.harness.harness import abba_blocks
 
     # pairs alternate AB / BA; whoever runs second is 1 % slower (an order effect), A == B
     a = [1.00 if k % 2 == 0 else 1.01 for k in range(20)]

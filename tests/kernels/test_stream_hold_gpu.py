@@ -1,4 +1,4 @@
-"""The stream hold of the event timer (:class:`perfledger.kernels.timing.StreamHold`), on a real
+"""The stream hold of the event timer (:class:`perfledger.kernels.cuda.timing.StreamHold`), on a real
 GPU (marked ``gpu``): the host's launch latency stays out of the event time up to the hold's
 limit (``HOLD_MAX_S``), host time beyond it is in it, work a subject puts on another stream
 cannot run before the start event unseen, and a subject that waits on its own stream during a
@@ -16,7 +16,7 @@ from cuda_device import require_cuda_device
 
 cupy = require_cuda_device()
 
-from perfledger.kernels.timing import HOLD_MAX_S, EventTimer, L2Flusher  # noqa: E402
+from perfledger.kernels.cuda.timing import HOLD_MAX_S, EventTimer, L2Flusher  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfledger.kernels.driver import Subject, run_pairs
-from perfledger.kernels.subject_env import (
+from perfledger.kernels.workload.driver import Subject, run_pairs
+from perfledger.kernels.workload.subject_env import (
     environment_warnings,
     foreign_paths,
     influencing_environment,

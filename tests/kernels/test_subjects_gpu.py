@@ -17,16 +17,16 @@ from cuda_device import require_cuda_device
 
 cupy = require_cuda_device()
 
-from perfledger.kernels import solve as sv  # noqa: E402
-from perfledger.kernels.examples import scale_problem, scale_subject  # noqa: E402
-from perfledger.kernels.harness import (  # noqa: E402
+from perfledger.kernels.harness.examples import scale_problem, scale_subject  # noqa: E402
+from perfledger.kernels.harness.harness import (  # noqa: E402
     CallableSubject,
     Comparison,
     Harness,
     HarnessConfig,
     Problem,
 )
-from perfledger.kernels.stopping import StoppingRule  # noqa: E402
+from perfledger.kernels.harness.stopping import StoppingRule  # noqa: E402
+from perfledger.kernels.subjects import solve as sv  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -210,7 +210,7 @@ def torch() -> Any:
 
 
 def _torch_scale(torch: Any, extra: bool = False) -> Any:
-    from perfledger.kernels.torch_subject import TorchSubject
+    from perfledger.kernels.subjects.torch_subject import TorchSubject
 
     def run(i: dict[str, Any], o: dict[str, Any]) -> None:
         torch.mul(i["x"], 2.0, out=o["y"])
@@ -230,7 +230,7 @@ def test_torch_subject_is_correct_and_compares_with_a_cupy_kernel(torch) -> None
 
 
 def test_torch_problem_inputs_and_reference_made_with_torch(torch) -> None:
-    from perfledger.kernels.torch_subject import torch_problem, torch_uniform
+    from perfledger.kernels.subjects.torch_subject import torch_problem, torch_uniform
 
     problem = torch_problem(
         "torch-scale",
@@ -244,7 +244,7 @@ def test_torch_problem_inputs_and_reference_made_with_torch(torch) -> None:
 
 
 def test_cheat_torch_subject_on_a_side_stream(torch) -> None:
-    from perfledger.kernels.torch_subject import TorchSubject
+    from perfledger.kernels.subjects.torch_subject import TorchSubject
 
     side = torch.cuda.Stream()
 
@@ -258,7 +258,7 @@ def test_cheat_torch_subject_on_a_side_stream(torch) -> None:
 
 
 def test_cheat_torch_subject_that_remembers_its_first_answer(torch) -> None:
-    from perfledger.kernels.torch_subject import TorchSubject
+    from perfledger.kernels.subjects.torch_subject import TorchSubject
 
     memo: dict[str, Any] = {}
 
@@ -293,7 +293,7 @@ def _triton_subject(
     ``repeat`` of them (honest extra work)."""
     import triton
 
-    from perfledger.kernels.torch_subject import TorchSubject
+    from perfledger.kernels.subjects.torch_subject import TorchSubject
 
     kernel, block = spec["scale_kernel"], spec["BLOCK"]
 
@@ -355,7 +355,7 @@ def test_a_triton_solve_and_a_cuda_solve_compare_on_one_contract(solve_contract,
     """``scale_triton.py``'s ``def solve(x, y, n)`` and ``scale_v0.cu``'s ``solve`` on the same
     ``ref.py``: both correct, one valid comparison."""
     pytest.importorskip("triton", reason="Triton subjects need triton")
-    from perfledger.kernels.torch_subject import python_solve_subject
+    from perfledger.kernels.subjects.torch_subject import python_solve_subject
 
     triton_solve = python_solve_subject(SOLVE / "scale_triton.py", solve_contract[1], {"n": N})
     c = _solve_harness(solve_contract).compare(
@@ -365,7 +365,7 @@ def test_a_triton_solve_and_a_cuda_solve_compare_on_one_contract(solve_contract,
 
 
 def test_torch_sees_the_harness_buffers_without_a_copy(torch) -> None:
-    from perfledger.kernels.torch_subject import as_cupy, as_torch
+    from perfledger.kernels.subjects.torch_subject import as_cupy, as_torch
 
     array = cupy.arange(16, dtype=cupy.float32)
     tensor = as_torch(array)

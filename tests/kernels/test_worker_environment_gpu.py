@@ -4,7 +4,7 @@ cache in memory, the driver's JIT cache off, fresh build directories for Triton 
 TorchInductor) must let real torch / Triton subjects load and run, and the checks made before
 every batch (threads' nice values and policies, the autogroup, the pause check) must not flag
 the threads that CUDA, torch and Triton start themselves. Nothing is mocked: real workers
-(``python -m perfledger.kernels.subject_worker``) running real kernels."""
+(``python -m perfledger.kernels.isolation.subject_worker``) running real kernels."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ cupy = require_cuda_device()
 pytest.importorskip("torch", reason="the torch / Triton subject needs torch")
 pytest.importorskip("triton", reason="the torch / Triton subject needs Triton")
 
-from perfledger.kernels.isolated import IsolationConfig, compare_spec, spec_facts  # noqa: E402
+from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec, spec_facts  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def test_honest_torch_and_triton_workers_in_subject_directories_are_not_flagged(
     tmp_path: Path,
 ) -> None:
     """An A/A of the Triton subject, each worker in the subject directory with the environment
-    of :class:`~perfledger.kernels.isolated.WorkerProcess`: valid, no ``sched:`` or ``pause:``
+    of :class:`~perfledger.kernels.isolation.isolated.WorkerProcess`: valid, no ``sched:`` or ``pause:``
     flag (CUDA's, torch's and Triton's own threads keep the worker's scheduling), nothing
     written into the directory; the start-up cost without bytecode or kernel caches printed."""
     d = tmp_path / "subject"

@@ -29,7 +29,7 @@ def _gpu_reason() -> str | None:
     except Exception as exc:  # no CuPy, no driver
         return f"no CuPy/CUDA: {exc}"
     try:
-        import perfledger.kernels.harness  # noqa: F401
+        import perfledger.kernels.harness.harness  # noqa: F401
     except ImportError as exc:
         return f"the kernel harness is not installed: {exc}"
     if shutil.which("ncu") is None:

@@ -94,7 +94,7 @@ def test_a_global_kernel_baseline_still_takes_the_launch_directive_path(
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 def test_the_solve_examples_match_their_spec_and_compile(tmp_path: Path) -> None:
-    from perfledger.kernels import solve as sv
+    from perfledger.kernels.subjects import solve as sv
 
     ref = sv.load_ref(SOLVE / "ref.py")
     for name in ("scale_v0.cu", "scale_v1.cu"):
@@ -107,10 +107,11 @@ def test_the_solve_examples_match_their_spec_and_compile(tmp_path: Path) -> None
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 def test_ptxas_evidence_of_the_built_library_is_kept_with_its_hash(tmp_path: Path) -> None:
-    from perfledger.kernels import solve as sv
+    from perfledger.kernels.subjects import solve as sv
+    from perfledger.kernels.subjects.solve_evidence import compiler_evidence
 
     build = sv.build_solve(SOLVE / "scale_v1.cu", arch="sm_90", cache_dir=tmp_path / "cache")
-    found = sv.compiler_evidence(build, tmp_path / "evidence", cuobjdump="/nonexistent/cuobjdump")
+    found = compiler_evidence(build, tmp_path / "evidence", cuobjdump="/nonexistent/cuobjdump")
     assert found["library_blake3"] == build.library_blake3
     registers = [f for f in found["facts"]["ptxas"] if f["name"].endswith(".registers")]
     assert len(registers) == 2 and all(f["value"] > 0 for f in registers)  # the two kernels
@@ -123,10 +124,11 @@ def test_ptxas_evidence_of_the_built_library_is_kept_with_its_hash(tmp_path: Pat
     reason="needs nvcc and cuobjdump on PATH",
 )
 def test_sass_evidence_is_the_listing_of_the_very_library_built(tmp_path: Path) -> None:
-    from perfledger.kernels import solve as sv
+    from perfledger.kernels.subjects import solve as sv
+    from perfledger.kernels.subjects.solve_evidence import compiler_evidence
 
     build = sv.build_solve(SOLVE / "scale_v1.cu", arch="sm_90", cache_dir=tmp_path / "cache")
-    found = sv.compiler_evidence(build, tmp_path / "evidence")
+    found = compiler_evidence(build, tmp_path / "evidence")
     assert found["limitations"] == [], found["limitations"]
     assert found["facts"]["sass"]
     listing = Path(found["files"]["sass"]).read_text()

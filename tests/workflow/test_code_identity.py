@@ -537,7 +537,7 @@ def test_snapshot_decisions_recorded_without_request_rebuild_a_valid_request(
 def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_path: Path) -> None:
     from perfledger.commands.workflow import identity
     from perfledger.commands.workflow import requests as rq
-    from perfledger.kernels.snapshot import take_snapshot
+    from perfledger.kernels.workload.snapshot import take_snapshot
 
     code = _subject(tmp_path, "orig", LOOP)
     scope_only = take_snapshot(

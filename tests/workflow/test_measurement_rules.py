@@ -10,7 +10,7 @@ from typing import Any
 from wf_scenario import PRIMARY, Session, experiment, make_pairs, samples
 
 #: The primary's values are scaled to ~0.5 s per value so that savings exceed the wall clock's
-#: resolution (``perfledger.kernels.wall_check.FLOOR_S``).
+#: resolution (``perfledger.derive.wall_check.FLOOR_S``).
 SCALE = 50.0
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from perfledger.api import Ledger
 from perfledger.errors import BadRequest
-from perfledger.events.workflow import DECISION_KINDS
+from perfledger.events.vocabulary import DECISION_KINDS
 from perfledger.ledger.base import EventDraft
 
 

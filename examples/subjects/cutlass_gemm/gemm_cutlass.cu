@@ -1,6 +1,6 @@
 // A CUTLASS (2.x device API) float32 GEMM behind the solve() contract: C = A B, row-major,
 // on the stream it is given. Headers from the nvidia-cutlass pip package
-// (perfledger.kernels.solve.cutlass_include_dirs; "cutlass": true in spec.json).
+// (perfledger.kernels.subjects.solve.cutlass_include_dirs; "cutlass": true in spec.json).
 #include <cuda_runtime.h>
 #include <cutlass/gemm/device/gemm.h>
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import cupy
 
-from perfledger.kernels import solve
-from perfledger.kernels.harness import CallableSubject, HarnessConfig
-from perfledger.kernels.stopping import StoppingRule
+from perfledger.kernels.harness.harness import CallableSubject, HarnessConfig
+from perfledger.kernels.harness.stopping import StoppingRule
+from perfledger.kernels.subjects import solve
 
 HERE = Path(__file__).resolve().parent
 DIMS = {"M": 2048, "N": 2048, "K": 2048}

@@ -1,6 +1,6 @@
 """Reference of the host-launched ``solve`` example: ``y = 2 x`` over ``n`` float32 elements.
 
-The standalone contract (perfledger.kernels.solve): ``reference(**kwargs)`` gets the inputs
+The standalone contract (perfledger.kernels.subjects.solve): ``reference(**kwargs)`` gets the inputs
 (float64 copies, CuPy arrays) and the dims by name and returns the outputs; ``ARGS`` declares
 ``solve``'s parameters in order (buffers with their shapes in dims, scalars from the dims, the
 stream); ``bytes_per_call`` lets the harness check bandwidth plausibility.

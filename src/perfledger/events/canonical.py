@@ -9,8 +9,10 @@ format version.
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 import re
+import uuid
 from typing import Any
 
 import msgspec
@@ -25,9 +27,6 @@ def _refused_types() -> tuple[type, ...]:
     needed by commands that never encode)."""
     global _REFUSED_TYPES
     if not _REFUSED_TYPES:
-        import decimal
-        import uuid
-
         _REFUSED_TYPES = (
             bytes, bytearray, memoryview, datetime.datetime, datetime.date, datetime.time,
             datetime.timedelta, uuid.UUID, decimal.Decimal,

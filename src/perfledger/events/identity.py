@@ -15,7 +15,7 @@ code, the root the Target's modification scope (path globs) is relative to. Its 
 - ``git``: where the subject lives in a git work tree, its commit and whether it is dirty.
 
 This module is pure (no file system): the digest and the comparisons an auditor re-runs. Taking a
-snapshot from disk is :mod:`perfledger.kernels.snapshot`; the rules are
+snapshot from disk is :mod:`perfledger.kernels.workload.snapshot`; the rules are
 :mod:`perfledger.commands.workflow.identity`.
 """
 

@@ -7,70 +7,26 @@ was stored) still verifies while projections see only current-version payloads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+import blake3
 import msgspec
 
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.envelope import Envelope
+from perfledger.events.kindspec import _REGISTRY, KindSpec, register_kind
 
-#: An upcaster turns a payload of version ``v`` (builtins) into one of version ``v + 1``.
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class KindSpec:
-    """The registration of one event kind.
-
-    Attributes:
-        kind: the kind's name, e.g. ``LedgerInitialized``.
-        version: the current schema version (>= 1).
-        payload_type: the frozen msgspec Struct the current payload decodes into.
-        upcasters: ``{v: f}`` where ``f`` lifts a version-``v`` payload to version ``v + 1``;
-            one for every ``v`` in ``1 .. version-1``.
-        summary: one-line summary of a payload for the commit message (no newline).
-        legacy_summaries: summaries earlier perfledger versions wrote; ``verify`` accepts a
-            commit subject made by any of them or by ``summary``, and no other.
-    """
-
-    kind: str
-    version: int
-    payload_type: type[msgspec.Struct]
-    upcasters: Mapping[int, Upcaster] = field(default_factory=dict)
-    summary: Callable[[Any], str] = lambda payload: ""
-    legacy_summaries: tuple[Callable[[Any], str], ...] = ()
-
-    def __post_init__(self) -> None:
-        missing = [v for v in range(1, self.version) if v not in self.upcasters]
-        if missing:
-            raise ValueError(f"kind {self.kind}: no upcaster from schema version(s) {missing}")
-
-
-_REGISTRY: dict[str, KindSpec] = {}
 _WORKFLOW_LOADED = False
 
 
 def _ensure_workflow_kinds() -> None:
-    """Register the workflow's kinds (:mod:`perfledger.events.workflow`) on first use: commands
-    that never decode a workflow payload (``log``, ``--version``) do not pay for importing them."""
+    """Register the workflow's, the loop's and the review's kinds (:mod:`perfledger.events.vocabulary`)
+    on first use: commands that never decode a workflow payload (``log``, ``--version``) do not
+    pay for importing them."""
     global _WORKFLOW_LOADED
     if not _WORKFLOW_LOADED:
         _WORKFLOW_LOADED = True
-        import perfledger.events.workflow  # noqa: F401  (registers on import)
-
-
-def register_kind(spec: KindSpec) -> KindSpec:
-    """Register ``spec`` (idempotent for the same spec); returns it.
-
-    Raises: ValueError when another spec is already registered under the same kind.
-    """
-    existing = _REGISTRY.get(spec.kind)
-    if existing is not None and existing != spec:
-        raise ValueError(f"kind {spec.kind} is already registered differently")
-    _REGISTRY[spec.kind] = spec
-    return spec
+        import perfledger.events.vocabulary  # noqa: F401, PLC0415 (registers the kinds; off `perfledger log`'s start-up path)
 
 
 def get_kind(kind: str) -> KindSpec:
@@ -97,7 +53,6 @@ def registered_kinds() -> dict[str, KindSpec]:
 def kinds_fingerprint() -> str:
     """Return a short hash of every registered kind and its schema version: part of the state
     cache key, so that a new schema version or kind invalidates cached folds."""
-    import blake3
 
     _ensure_workflow_kinds()
     text = ";".join(f"{k}={spec.version}" for k, spec in sorted(_REGISTRY.items()))

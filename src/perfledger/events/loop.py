@@ -23,7 +23,7 @@ from typing import Literal
 
 import msgspec
 
-from perfledger.events.kinds import KindSpec, register_kind
+from perfledger.events.kindspec import KindSpec, register_kind
 from perfledger.events.workflow import DerivedVerdict
 
 #: The three axes of the loop, in the order a selection lists them (R19).

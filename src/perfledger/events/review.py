@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from perfledger.events.kinds import KindSpec, register_kind
+from perfledger.events.kindspec import KindSpec, register_kind
 
 #: What a review challenges, and the event kind each names (``other``: any recorded event).
 ReviewSubject = Literal["claim", "rejection", "stop", "other"]

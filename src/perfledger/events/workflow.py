@@ -22,7 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from perfledger.events.identity import SamplesIdentity, Snapshot
-from perfledger.events.kinds import KindSpec, register_kind
+from perfledger.events.kindspec import KindSpec, register_kind
 
 Direction = Literal["lower_is_better", "higher_is_better"]
 #: The primary metric's statistic; ``p95``/``p99`` are tail statistics (R7: no numeric bound).
@@ -238,7 +238,7 @@ class Accuracy(_Part, kw_only=True):
     """How a workload's outputs are judged (R5; SPEC.md section 5, "Workload driver"):
     ``compare`` ``exact`` or ``allclose`` (the measuring process compares each candidate output
     with the reference's of the same pair: ``|cand - ref| <= atol + rtol * |ref|``, NaN never
-    equal; :mod:`perfledger.kernels.outputs`), or ``self_reported`` (outputs cannot be compared:
+    equal; :mod:`perfledger.kernels.workload.outputs`), or ``self_reported`` (outputs cannot be compared:
     the subject's own ``correct`` is all there is). ``rtol``: a ratio; ``atol``: in the output's
     units."""
 
@@ -561,7 +561,7 @@ class Monitor(_Part, kw_only=True):
 
 
 class OutputCheck(_Part, kw_only=True):
-    """A call's output as the measuring process judged it (R5; :mod:`perfledger.kernels.outputs`).
+    """A call's output as the measuring process judged it (R5; :mod:`perfledger.derive.outputs`).
 
     Attributes:
         method: the rule's version (``outputs_v2``; ``outputs_v1`` before dtypes were held
@@ -619,7 +619,7 @@ class Reference(_Part, kw_only=True):
 
 class WallCheckCase(_Part, kw_only=True):
     """The wall-clock check of one time-like metric on one test case (R5, R12; rule in
-    :mod:`perfledger.kernels.wall_check`). All figures in seconds per call, medians over the
+    :mod:`perfledger.derive.wall_check`). All figures in seconds per call, medians over the
     case's valid pairs.
 
     Attributes:
@@ -1181,19 +1181,6 @@ for _type, _summary in _SUMMARIES.items():
     register_kind(KindSpec(_type.__name__, _version, _type, _upcasters, summary=_summary,
                            legacy_summaries=_LEGACY_SUMMARIES.get(_type, ())))  # fmt: skip
 
-#: Kinds that record a decision: appended only through their operation's decider
-#: (:mod:`perfledger.commands.registry.operations`), never through the raw ``Ledger.append``.
-DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)
-
-# The kernel-iteration loop's kinds (R19-R25) live in their own module, which registers them on
-# import; named here statically so that importing either module first works.
-from perfledger.events import loop as _loop  # noqa: E402, F401
-
-DECISION_KINDS = DECISION_KINDS | {
-    "RunSetUp", "ProfileRecorded", "AttemptRecorded", "IterationClosed", "RunFinalized"
-}  # fmt: skip
-
-# Review records (research and review, never judged) live in their own module too.
-from perfledger.events import review as _review  # noqa: E402, F401
-
-DECISION_KINDS = DECISION_KINDS | {"ReviewRecorded"}
+#: The workflow's kinds that record a decision (all of them, with the loop's and the review's:
+#: :data:`perfledger.events.vocabulary.DECISION_KINDS`).
+WORKFLOW_DECISION_KINDS = frozenset(_type.__name__ for _type in _SUMMARIES)

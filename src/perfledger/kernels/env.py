@@ -152,7 +152,7 @@ def _text(value: Any) -> str:
 
 def _read_nvml(index: int, out: dict[str, Any], errors: dict[str, str]) -> None:
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415 (NVML: optional)
     except ImportError as exc:
         errors["nvml"] = f"pynvml not importable (install nvidia-ml-py): {exc}"
         return
@@ -204,7 +204,7 @@ def _read_nvml(index: int, out: dict[str, Any], errors: dict[str, str]) -> None:
 
 def _read_cupy(index: int, out: dict[str, Any], errors: dict[str, str]) -> None:
     try:
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
     except ImportError as exc:
         errors["cupy"] = f"CuPy not importable: {exc}"
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import mmap
 import os
 import struct
 import zlib
@@ -182,7 +183,7 @@ def write_pack(pack_dir: str, objects: Sequence[RawObject]) -> str:
     os.makedirs(pack_dir, exist_ok=True)
     base = os.path.join(pack_dir, "pack-" + checksum.hex())
     _write_durably(pack_dir, TMP_PACK_PREFIX, base + ".pack", [body, checksum])
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     index = IndexArrays(
         np.array(names, dtype="S20"), np.array(offsets, dtype=np.uint64), np.array(crcs, np.uint32)
@@ -225,9 +226,8 @@ class DeltaEntry(Exception):
 
 def _holds_deltas(pack: str, index: IndexArrays) -> bool:
     """Whether an entry of ``pack`` (its ``index`` read) is an ofs- or ref-delta (type 6, 7)."""
-    import mmap
 
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     with open(pack, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         # the fancy index copies: no view of the map outlives it
@@ -241,9 +241,8 @@ def copy_merge_packs(pack_dir: str, bases: Sequence[str]) -> str:
     their compressed entries verbatim, each object once; durably, pack before index.
     Returns: the new base path. Raises: DeltaEntry, before anything is written.
     """
-    import mmap
 
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     # Read every index first: the header's object count is then known, so the pack's sha1 is
     # computed while copying (memory stays one block, not the whole pack). An object in two

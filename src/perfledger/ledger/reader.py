@@ -262,8 +262,8 @@ def read_pack(
     pack's local bases, KeyError when absent), each named by hashing its content.
     Raises: IntegrityError for a malformed pack, a bad checksum or an unresolvable delta.
     """
-    from dulwich.object_format import SHA1
-    from dulwich.pack import PackData, UnpackedObjectIterator
+    from dulwich.object_format import SHA1  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
+    from dulwich.pack import PackData, UnpackedObjectIterator  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
     if len(data) < 32 or data[:4] != b"PACK" or data[4:8] not in (b"\0\0\0\2", b"\0\0\0\3"):
         raise IntegrityError("the remote sent a malformed pack: bad header")

@@ -114,7 +114,7 @@ def _no_ledger_branch(path: str, controldir: str | os.PathLike[str]) -> NotALedg
     """The error for a repository without the ledger branch; when it holds a remote's ledger
     branch (a plain ``git clone`` of a ledger whose HEAD names another branch), the hint says
     how to audit it."""
-    from dulwich.refs import DiskRefsContainer
+    from dulwich.refs import DiskRefsContainer  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
     tracked: list[str] = []
     with contextlib.suppress(OSError):  # loose and packed refs: "<remote>/ledger"
@@ -186,7 +186,7 @@ class GitStore(EventStore):
     def repo(self) -> Repo:
         """The dulwich repository, opened on first use (sync, packing, object reads)."""
         if self._repo is None:
-            from dulwich.repo import Repo
+            from dulwich.repo import Repo  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
             self._adopt(Repo(self.path))
         assert self._repo is not None
@@ -239,8 +239,8 @@ class GitStore(EventStore):
     def _init(
         cls, path: str, *, name: str | None, actor: str, bare: bool, remember_actor: bool
     ) -> GitStore:
-        from dulwich.errors import NotGitRepository
-        from dulwich.repo import Repo
+        from dulwich.errors import NotGitRepository  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
+        from dulwich.repo import Repo  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
         created = first_missing_ancestor(path)
         try:
@@ -297,8 +297,8 @@ class GitStore(EventStore):
     @classmethod
     def _open_through_dulwich(cls, path: str) -> GitStore:
         """:meth:`open` for the layouts :func:`find_controldir` leaves to dulwich."""
-        from dulwich.errors import NotGitRepository
-        from dulwich.repo import Repo
+        from dulwich.errors import NotGitRepository  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
+        from dulwich.repo import Repo  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
         try:
             repo = Repo(path)
@@ -489,7 +489,7 @@ class GitStore(EventStore):
         """Yield up to ``limit`` event commits newest first (descending (lamport, id)) as (hex
         sha, parsed commit, event id, Lamport clock), walking back from the head with a
         max-heap: reads only ``limit`` + frontier commits."""
-        import heapq
+        import heapq  # noqa: PLC0415 (heapq: off `perfledger experiment list`'s start-up path)
 
         heap: list[tuple[int, str, bytes, ParsedCommit, str, int]] = []
         seen: set[bytes] = set()

@@ -168,7 +168,7 @@ def _refuse_substitutions(controldir: str) -> None:
     substitute commits (a verdict's subject, an event.json), while perfledger verifies the
     objects themselves. perfledger writes neither; a clone does not fetch them.
     Raises: IntegrityError naming what substitutes and how to remove it."""
-    from dulwich.refs import DiskRefsContainer
+    from dulwich.refs import DiskRefsContainer  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
     replaced: list[str] = []
     with contextlib.suppress(OSError):  # loose and packed refs

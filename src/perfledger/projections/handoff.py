@@ -303,7 +303,7 @@ def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
     """When ``experiment_id``'s last target-stage verdict was inconclusive only because its CI's
     lower end did not clear the A/A resolution (it cleared the minimum effect), say so with its
     figures (:func:`perfledger.projections.verdict_explain.explain_verdict`); else None."""
-    from perfledger.projections.verdict_explain import explain_verdict, pct
+    from perfledger.projections.verdict_explain import explain_verdict, pct  # noqa: PLC0415 (off `perfledger resume`'s start-up path)
 
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
@@ -326,7 +326,7 @@ def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
 
 def _gain_details(g: Gain) -> list[str]:
     """Per-case figures (R12) and the outside-samples mark (R5) of a gain, one line each."""
-    from perfledger.projections.verdict_explain import case_line, provenance_text
+    from perfledger.projections.verdict_explain import case_line, provenance_text  # noqa: PLC0415 (off `perfledger resume`'s start-up path)
 
     lines = [case_line(msgspec.to_builtins(c), g.unit) for c in g.cases]
     marked = provenance_text(g.samples_provenance)

@@ -135,7 +135,7 @@ def stratified_bootstrap(
         seed: PCG64 seed.
     Returns: the median of all values and the (low, high) percentile interval.
     """
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
     rng = np.random.Generator(np.random.PCG64(seed))
     cases = sorted(by_case)
@@ -168,7 +168,7 @@ def wilcoxon_p(values: Sequence[float]) -> float | None:
     nonzero = [v for v in values if v != 0.0]
     if len(nonzero) < 2:
         return None
-    from scipy.stats import wilcoxon
+    from scipy.stats import wilcoxon  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
 
     return _round(float(wilcoxon(nonzero).pvalue))
 

@@ -28,6 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfledger.errors import EvidenceError
+from perfledger.kernels.profilers.evidence import (
+    PARSER_VERSION,
+    PARSER_VERSIONS,
+    boundary,
+    kind_of_layout,
+    kinds_of_tool,
+    reparse_report,
+    report_facts,
+    report_limitations,
+)
 
 #: The artifact holding the raw report, and the CSV an ``.ncu-rep`` was exported to and parsed.
 REPORT = "report"
@@ -66,13 +76,6 @@ def rederive_evidence(
         (a layout) without attaching it, or parsed by a parser version or layout this
         perfledger does not have, is a finding (rule R6), never skipped.
     """
-    from perfledger.kernels.profilers.evidence import (
-        PARSER_VERSION,
-        PARSER_VERSIONS,
-        kind_of_layout,
-        kinds_of_tool,
-        reparse_report,
-    )
 
     capture = payload.capture
     report_ref = artifacts.get(REPORT)
@@ -155,7 +158,6 @@ def rederive_evidence(
 def _differences(payload: Any, report: Any, parser: str) -> list[str]:
     """Names of the recorded fields that differ from those derived from ``report`` by the
     parser version ``parser`` the event was recorded under."""
-    from perfledger.kernels.profilers.evidence import boundary, report_facts, report_limitations
 
     derived = report_facts(report, parser=parser)
     derived_facts = [(f["name"], f["value"], f["unit"], f["note"]) for f in derived]
@@ -194,7 +196,7 @@ def _differences(payload: Any, report: Any, parser: str) -> list[str]:
 def _triage_check(payload: Any, artifacts: dict[str, Any], read: Callable[[str], bytes]) -> Any:
     """Re-derive a recorded ``perfledger triage`` (R6): same tables and facts from the attached
     trace, mapping trace and known-path file; another triage version is a finding."""
-    from perfledger.kernels.triage.record import TRIAGE_VERSION, recheck
+    from perfledger.kernels.triage.record import TRIAGE_VERSION, recheck  # noqa: PLC0415 (sqlite3 via perfledger.kernels.triage.record)
 
     if payload.tool.version.split(" ", 1)[0] != TRIAGE_VERSION:
         return EvidenceCheck(

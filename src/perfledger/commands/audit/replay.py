@@ -5,7 +5,7 @@ From zero, independent of the derived cache and index, in one pass over git:
 1. everything ``verify`` checks (:func:`perfledger.ledger.verify.verify_store`: hashes, trailers,
    parents, Lamport clocks, schemas, artifacts); its per-event callback drives the rest, so git is
    read once;
-2. every recorded decision (the kinds of :data:`perfledger.events.workflow.DECISION_KINDS`) is
+2. every recorded decision (the kinds of :data:`perfledger.events.vocabulary.DECISION_KINDS`) is
    re-decided: its stored request ``{"op", "body"}`` is validated again and run through the
    operation's pure decider against the state *before* it (the state its author saw: for an event
    on a concurrent branch, the fold of its own ancestors), and the decided payload must equal the
@@ -41,10 +41,21 @@ from typing import Any
 
 import msgspec
 
+from perfledger.commands.audit import schema_floor
+from perfledger.commands.audit.evidence import rederive_evidence
+from perfledger.commands.registry import operations
+from perfledger.commands.registry.operations import OPERATIONS
+from perfledger.commands.workflow.deciders import DecisionContext, derive_samples
+from perfledger.commands.workflow.identity import unattached_files
+from perfledger.commands.workflow.raw_table import BOUND_SCHEMA, CHECKS_SCHEMA, raw_table_mismatch
 from perfledger.errors import BadRequest, IntegrityError, PerfledgerError, RuleRefused
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import parse_ts
-from perfledger.events.kinds import RecordedEvent
+from perfledger.events.kinds import RecordedEvent, recorded
+from perfledger.events.vocabulary import DECISION_KINDS
+from perfledger.ledger.store import FORMAT_VERSION
+from perfledger.projections.base import DEFAULT_PROJECTION
+from perfledger.projections.ledger_state import state_hash
 
 #: The rule a decision's recorded content answers to when it differs from what its request
 #: decides (the most specific rule deriving that content).
@@ -170,7 +181,6 @@ class AuditReport:
 def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Rebuild ``(op, body)`` from a recorded payload for a decision stored without its request:
     the payload minus its derived fields (those a decider computes)."""
-    from perfledger.commands.registry.operations import OPERATIONS
 
     op = next(o.name for o in OPERATIONS.values() if o.kind == kind)
     p = dict(payload)
@@ -249,8 +259,6 @@ class _Replay:
     """The per-event work of the audit, fed by verify's callback in the total order."""
 
     def __init__(self, store: Any, report: AuditReport) -> None:
-        from perfledger.events.workflow import DECISION_KINDS
-        from perfledger.projections.base import DEFAULT_PROJECTION
 
         self.store = store
         self.report = report
@@ -261,8 +269,6 @@ class _Replay:
         self.ancestors: dict[str, int] = {}
         self.parents: dict[str, tuple[str, ...]] = {}
         self.seen = 0
-        from perfledger.commands.registry import operations
-        from perfledger.commands.workflow.deciders import DecisionContext
 
         self.operations = operations
         self.context = DecisionContext
@@ -336,7 +342,6 @@ class _Replay:
         """Rule versions only rise along the DAG (:mod:`perfledger.commands.audit.schema_floor`):
         an event recorded under a version below what its ancestors show had its version lowered,
         so that an older, weaker rule would re-check it."""
-        from perfledger.commands.audit import schema_floor
 
         envelope = event.envelope
         floor = schema_floor.merge(self.floors[p] for p in envelope.parents)
@@ -355,7 +360,6 @@ class _Replay:
     def _rederive_evidence(self, event: RecordedEvent) -> None:
         """R6: facts parsed from a report must be what the attached report yields, re-parsed
         (:mod:`perfledger.commands.audit.evidence`); a mismatch is an integrity finding."""
-        from perfledger.commands.audit.evidence import rederive_evidence
 
         envelope = event.envelope
         check = rederive_evidence(
@@ -403,7 +407,6 @@ class _Replay:
             if current not in ancestors:
                 ancestors.add(current)
                 stack.extend(self.parents[current])
-        from perfledger.events.kinds import recorded
 
         ordered = sorted(ancestors, key=self.position.__getitem__)
         state = self.projection.initial()
@@ -417,7 +420,6 @@ class _Replay:
 
     def _read(self, event_id: str) -> RecordedEvent:
         """An earlier event, read again from its verified commit (its id re-checked)."""
-        from perfledger.events.kinds import recorded
 
         envelope = self.store.read_envelope(self.commit_of[event_id].hex().encode())
         if envelope.id != event_id:  # verify checked this commit's event: git changed under us
@@ -438,7 +440,6 @@ class _Replay:
     def _derive(self, samples_event: str, params: Any, samples: Any) -> Any:
         """``DecisionContext.derive``: :func:`perfledger.commands.workflow.deciders.derive_samples`
         (``samples_event`` names the samples; the replay derives every verdict itself)."""
-        from perfledger.commands.workflow.deciders import derive_samples
 
         self.derived_here += 1
         return derive_samples(params, samples)
@@ -462,8 +463,6 @@ class _Replay:
                 self._find(event, "R5", unlike)
         rule = KIND_RULE.get(kind, "request")
         if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
-            from perfledger.commands.workflow.identity import unattached_files
-
             missing = unattached_files(event.payload, envelope.artifacts)
             if missing:
                 self._find(event, "R11", f"snapshot files not attached to the event: {missing}")
@@ -552,11 +551,6 @@ def _r5_unlike_raw_table(store: Any, event: RecordedEvent) -> str | None:
     (:func:`perfledger.commands.workflow.raw_table.raw_table_mismatch`); samples of schema
     :data:`~perfledger.commands.workflow.raw_table.BOUND_SCHEMA` or later must also be bound to it.
     Returns the finding's message, or None."""
-    from perfledger.commands.workflow.raw_table import (
-        BOUND_SCHEMA,
-        CHECKS_SCHEMA,
-        raw_table_mismatch,
-    )
 
     provenance = getattr(event.payload, "provenance", None)
     if event.envelope.kind != "SamplesRecorded" or provenance is None:
@@ -645,9 +639,7 @@ def audit(ledger: Any) -> AuditReport:
 def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
     """Verify ``ledger`` with ``replay`` on every event; fill ``report``'s head, findings,
     state hash and ``ok``."""
-    from perfledger.ledger.store import FORMAT_VERSION
-    from perfledger.ledger.verify import verify_store
-    from perfledger.projections.ledger_state import state_hash
+    from perfledger.ledger.verify import verify_store  # noqa: PLC0415 (dulwich via perfledger.ledger.verify)
 
     def keep_commits(graph: Any) -> None:
         replay.commit_of = graph.commit_of

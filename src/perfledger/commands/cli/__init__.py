@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfledger.commands.cli.app import main
+
 
 def __getattr__(name: str) -> Any:
     """Return :func:`perfledger.commands.cli.app.main` for ``main`` (installs whose console script
     still names ``perfledger.commands.cli:main``); AttributeError otherwise."""
     if name == "main":
-        from perfledger.commands.cli.app import main
-
         return main
     raise AttributeError(name)

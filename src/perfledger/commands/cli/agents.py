@@ -16,12 +16,8 @@ from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-
-
-def _shared() -> Any:
-    from perfledger.commands.cli import app as cli
-
-    return cli
+from perfledger.commands.cli.status import render, session_status
+from perfledger.errors import BadRequest
 
 
 def _emit(data: object) -> None:
@@ -37,7 +33,6 @@ def status_command(target_id: str | None, json_flag: bool) -> None:
     owed, conflicts, stale results) and the next decisions the rules accept now (each run dry
     through its decider; nothing is appended)."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.status import render, session_status
 
     ledger = ctx.open()
     try:
@@ -61,7 +56,7 @@ def skill_group(click_ctx: click.Context, print_flag: bool) -> None:
     if not print_flag:
         click.echo(click_ctx.get_help())
         return
-    from perfledger.skill import read
+    from perfledger.skill import read  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     click.echo(read(), nl=False)
 
@@ -73,8 +68,7 @@ def skill_install(directory: str, json_flag: bool) -> None:
     """Write the skill to DIRECTORY/perfledger/ (SKILL.md and references/), replacing an earlier
     copy of its files."""
     ctx = _ctx(json_flag)
-    from perfledger.errors import BadRequest
-    from perfledger.skill import install
+    from perfledger.skill import install  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     try:
         written = install(directory)
@@ -98,7 +92,7 @@ def mcp_command(actor: str | None) -> None:
     answer; a refusal is a tool error with its rule and hint), the read models (status, state,
     claims, champion, handoff, schema) and `cli` (any other command, e.g. measure workload) as
     tools. The ledger is --ledger, else $PERFLEDGER_DIR, else the enclosing repository."""
-    from perfledger.commands.cli.mcp import serve
+    from perfledger.commands.cli.mcp import serve  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     ctx = _ctx(False)
     serve(ctx.ledger_path, _actor(actor))
@@ -154,7 +148,6 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
     FILE, after checking its blake3 and size (exit 5 on a mismatch). With --json (and -o):
     ``{"event_id", "name", "path", "size"}``."""
     ctx = _ctx(json_flag)
-    from perfledger.errors import BadRequest
 
     if ctx.json_mode and output is None:
         raise BadRequest("--json needs -o FILE (the artifact's bytes are not JSON)")
@@ -186,10 +179,4 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
         click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {envelope.id[:12]})")
 
 
-def register(group: click.Group) -> None:
-    """Add ``status``, ``skill``, ``mcp`` and ``artifact`` to the ``perfledger`` group."""
-    for command in (status_command, skill_group, mcp_command, artifact_group):
-        group.add_command(command)
-
-
-__all__ = ["register"]
+__all__ = ["artifact_group", "mcp_command", "skill_group", "status_command"]

@@ -11,12 +11,15 @@ Heavy modules (dulwich, the store) are imported inside the commands that need th
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from typing import Any
 
 import click
 
-from perfledger import __version__
+from perfledger._version import __version__
+from perfledger.commands.cli.command_help import COMMAND_HELP
 from perfledger.commands.cli.common import (
     Context,
     actor_option,
@@ -45,36 +48,85 @@ WORKFLOW_COMMANDS = frozenset(
 
 #: Names of the read models' top-level commands (checked against readmodels_cli).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
-#: Names of the measurement commands, loaded from measure_cli on first use.
-MEASURE_COMMANDS = frozenset({"env", "measure"})
-#: ``perfledger checkout`` (R11 code identity), loaded with the measurement commands.
-IDENTITY_COMMANDS = frozenset({"checkout"})
 
 
-class _LedgerGroup(click.Group):
-    """The top-level group: workflow commands are imported only when one is used or listed."""
+#: Commands loaded on first use, click's lazy-subcommand pattern: name -> ``"module:attribute"``.
+#: The attribute is the click command, or (the workflow's commands, generated from the operation
+#: registry) a function returning every such command by name. ``perfledger log`` and
+#: ``--version`` import none of these modules.
+LAZY_COMMANDS: dict[str, str] = {
+    **{name: "perfledger.commands.cli.workflow_commands:workflow_commands"
+       for name in WORKFLOW_COMMANDS | READMODEL_COMMANDS},
+    "loop": "perfledger.commands.cli.loop:loop",
+    "knowledge": "perfledger.commands.cli.knowledge:knowledge",
+    "env": "perfledger.commands.cli.measure:env_command",
+    "measure": "perfledger.commands.cli.measure_group:measure_group",
+    "checkout": "perfledger.commands.cli.identity:checkout_command",
+    "remote": "perfledger.commands.cli.sync:remote_group",
+    "clone": "perfledger.commands.cli.sync:clone",
+    "pull": "perfledger.commands.cli.sync:pull",
+    "push": "perfledger.commands.cli.sync:push",
+    "sync": "perfledger.commands.cli.sync:sync",
+    "resolve": "perfledger.commands.cli.sync:resolve",
+    "gc": "perfledger.commands.cli.gc:gc",
+    "triage": "perfledger.commands.cli.triage:triage",
+    "status": "perfledger.commands.cli.agents:status_command",
+    "skill": "perfledger.commands.cli.agents:skill_group",
+    "mcp": "perfledger.commands.cli.agents:mcp_command",
+    "artifact": "perfledger.commands.cli.agents:artifact_group",
+}  # fmt: skip
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in WORKFLOW_COMMANDS or cmd_name in READMODEL_COMMANDS:
-            _load_workflow_commands()
-        if cmd_name == "loop":
-            _load_loop_command()
-        if cmd_name == "knowledge":
-            _load_knowledge_command()
-        if cmd_name in MEASURE_COMMANDS or cmd_name in IDENTITY_COMMANDS:
-            _load_measure_commands()
-        return super().get_command(ctx, cmd_name)
+
+class LazyGroup(click.Group):
+    """A group whose subcommands named in ``lazy_subcommands`` (name -> ``"module:attribute"``)
+    are imported when used or listed (click's documented lazy-loading pattern)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        lazy_subcommands: dict[str, str] | None = None,
+        lazy_help: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = dict(lazy_subcommands or {})
+        self.lazy_help = dict(lazy_help or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        _load_workflow_commands()
-        _load_loop_command()
-        _load_knowledge_command()
-        _load_measure_commands()
-        return super().list_commands(ctx)
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_subcommands and cmd_name not in self.commands:
+            self.add_command(self._load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's listing of the subcommands, with the help of one not yet imported read from
+        ``lazy_help`` (``perfledger --help`` then imports no command module)."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            if name not in self.commands and name in self.lazy_help:
+                rows.append((name, click.Command(name, help=self.lazy_help[name])))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+    def _load(self, cmd_name: str) -> click.Command:
+        module_name, _, attribute = self.lazy_subcommands[cmd_name].partition(":")
+        found = getattr(importlib.import_module(module_name), attribute)
+        command = found if isinstance(found, click.Command) else found()[cmd_name]
+        if not isinstance(command, click.Command):  # a wrong table entry: a bug, said plainly
+            raise TypeError(f"{self.lazy_subcommands[cmd_name]} is not a click command")
+        return command
 
 
 @click.group(
-    cls=_LedgerGroup,
+    cls=LazyGroup,
+    lazy_subcommands=LAZY_COMMANDS,
+    lazy_help=COMMAND_HELP,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="New here: `perfledger skill --print` is the workflow step by step; `perfledger "
     "init DIR` makes a ledger; `perfledger status` says where a session stands and what the "
@@ -108,7 +160,7 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
     """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
     a new bare git repository, or an existing one, with the root event."""
     ctx = _ctx(json_flag)
-    from perfledger.api import LEDGER_ENV, Ledger
+    from perfledger.api import LEDGER_ENV, Ledger  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
     target = path or ctx.ledger_path or os.environ.get(LEDGER_ENV) or os.getcwd()
     ledger = Ledger.init(target, name=name, actor=_actor(actor), remember_actor=actor is not None)
@@ -131,7 +183,7 @@ def _use_hint(path: str) -> list[str]:
     """How later commands find the ledger just made at ``path``, when a plain ``perfledger
     status`` run here would not (no --ledger, no $PERFLEDGER_DIR naming it, not the repository
     around the current directory); then what to run first."""
-    from perfledger.api import LEDGER_ENV, find_ledger_path
+    from perfledger.api import LEDGER_ENV, find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
     ctx = click.get_current_context().find_object(Context)
     try:
@@ -177,7 +229,7 @@ def show(event_id: str, json_flag: bool) -> None:
     event). A ledger commit's git sha (or prefix) shows the event that commit carries; a merge
     commit carries none."""
     ctx = _ctx(json_flag)
-    import msgspec
+    import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
     commit = None
     ledger = ctx.open()
@@ -189,7 +241,7 @@ def show(event_id: str, json_flag: bool) -> None:
         except AmbiguousId:
             raise  # several events: never read as a commit sha instead
         except BadRequest as exc:
-            from perfledger.commands.workflow.commit_lookup import find_commit
+            from perfledger.commands.workflow.commit_lookup import find_commit  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             commit = find_commit(ledger.store, event_id)
             if commit is None:
@@ -249,7 +301,7 @@ def verify(json_flag: bool) -> None:
 def state(json_flag: bool) -> None:
     """Print the folded state at the current head (from the derived cache when it is fresh)."""
     ctx = _ctx(json_flag)
-    import msgspec
+    import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
     ledger = ctx.open()
     try:
@@ -332,81 +384,3 @@ def main(argv: list[str] | None = None) -> None:
                 hint="rerun with PERFLEDGER_DEBUG=1 for a traceback, and report it",
             ),
         )
-
-
-# The optimization workflow's groups load on first use: `perfledger log` and
-# `perfledger --version` do not import the operations, requests and deciders.
-_workflow_loaded = False
-
-
-def _load_workflow_commands() -> None:
-    global _workflow_loaded
-    if not _workflow_loaded:
-        _workflow_loaded = True
-        from perfledger.commands.cli.workflow import commands
-
-        for command in commands():
-            cli.add_command(command)
-        from perfledger.commands.cli.evidence import extend
-
-        extend(cli)  # evidence add --kind, evidence ncu|list|show
-        from perfledger.commands.cli.readmodels import install
-
-        install(cli)  # claims, champion show|lineage, rejected, handoff, resume, audit, report
-        from perfledger.commands.cli.review import extend as extend_review
-
-        extend_review(cli)  # review list
-
-
-def _load_loop_command() -> None:
-    """Add ``perfledger loop`` (the kernel-iteration loop, R19-R25) on first use."""
-    if "loop" not in cli.commands:
-        from perfledger.commands.cli.loop import loop
-
-        cli.add_command(loop)
-
-
-def _load_knowledge_command() -> None:
-    """Add ``perfledger knowledge`` (offline knowledge cards) on first use."""
-    if "knowledge" not in cli.commands:
-        from perfledger.commands.cli.knowledge import knowledge
-
-        cli.add_command(knowledge)
-
-
-_measure_loaded = False
-
-
-def _load_measure_commands() -> None:
-    global _measure_loaded
-    if not _measure_loaded:
-        _measure_loaded = True
-        from perfledger.commands.cli.measure import commands
-
-        for command in commands():
-            cli.add_command(command)
-        from perfledger.commands.cli.identity import commands as identity_commands
-
-        for command in identity_commands():
-            cli.add_command(command)
-
-
-# Sync: remote, clone, pull, push, sync, resolve. The module imports only click.
-from perfledger.commands.cli.sync import register as _register_sync  # noqa: E402
-
-_register_sync(cli)
-
-# gc: the garbage of killed writers and pulls. The module imports only click.
-from perfledger.commands.cli.gc import register as _register_gc  # noqa: E402
-
-_register_gc(cli)
-
-# triage: hotspot tables from a profiler trace. The module imports only click.
-from perfledger.commands.cli.triage import register as _register_triage  # noqa: E402
-
-_register_triage(cli)
-
-# status, skill, mcp, artifact (agents, SPEC.md section 6). The module imports only click.
-from perfledger.commands.cli.agents import register as _register_agents  # noqa: E402
-
-_register_agents(cli)

@@ -34,7 +34,7 @@ def unrecorded_rounds(run: Any, primary: str) -> list[str]:
     """Paired rounds (warm-up excluded) the samples cannot hold, one phrase each.
 
     Args:
-        run: a :class:`perfledger.kernels.driver.DriverRun`.
+        run: a :class:`perfledger.kernels.workload.driver.DriverRun`.
         primary: the Target's primary metric name.
     Returns: ``"<call_id> (<why>)"`` for each call of a paired round that failed or did not give
         ``primary``, in run order (both calls where both did).

@@ -25,14 +25,14 @@ class Context:
 
     def open(self) -> Any:
         """Open the ledger named by ``--ledger``, ``$PERFLEDGER_DIR`` or the enclosing repo."""
-        from perfledger.api import Ledger, find_ledger_path
+        from perfledger.api import Ledger, find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
         return Ledger.open(find_ledger_path(self.ledger_path))
 
 
 def to_json_text(data: object, indent: int = 0) -> str:
     """Encode ``data`` as JSON text with sorted keys (UTF-8, compact unless ``indent``)."""
-    import msgspec
+    import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
     raw = msgspec.json.encode(data, order="sorted")
     if indent:
@@ -212,6 +212,11 @@ def command_context(json_flag: bool) -> Context:
 RATE_MIN_EVENTS = 1_000
 
 
+def signed_pct_text(value: float | None) -> str:
+    """A ratio as a signed percentage (``0.0123`` -> ``+1.23%``), ``-`` for None."""
+    return "-" if value is None else f"{value * 100:+.2f}%"
+
+
 def rate_text(events: int, elapsed_s: float) -> str:
     """`` (N events/s)`` for a verify or audit answer, or nothing for a small ledger (fewer than
     :data:`RATE_MIN_EVENTS` events), where the time is mostly imports and start-up."""
@@ -251,7 +256,7 @@ def _os_user() -> str | None:
     """The login name of this process's user from the system's user database, or None (a
     container user without a passwd entry)."""
     try:
-        import pwd
+        import pwd  # noqa: PLC0415 (pwd: imported where its failure is caught)
 
         return pwd.getpwuid(os.getuid()).pw_name or None
     except (ImportError, KeyError, OSError):
@@ -261,8 +266,8 @@ def _os_user() -> str | None:
 def _remembered_actor() -> str | None:
     """The ``perfledger.actor`` git config of the ledger this command works on (written by
     ``init --actor``; local to the clone, like git's ``user.name``), or None."""
-    from perfledger.api import find_ledger_path
-    from perfledger.ledger.gitdir import find_controldir, read_section
+    from perfledger.api import find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
+    from perfledger.ledger.gitdir import find_controldir, read_section  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
     click_ctx = click.get_current_context(silent=True)
     ctx = click_ctx.find_object(Context) if click_ctx is not None else None

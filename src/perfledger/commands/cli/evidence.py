@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
+from perfledger.commands.cli import workflow as workflow_cli
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -31,6 +33,7 @@ from perfledger.commands.cli.common import (
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.registry import operations
 from perfledger.errors import BadRequest, EvidenceError
 
 _MEDIA = {
@@ -47,7 +50,6 @@ _CONTEXT_FIELDS = ("evidence_id", "layer", "applicability", "target_id", "descri
 
 
 def _shared() -> Any:
-    from perfledger.commands.cli import workflow as workflow_cli
 
     return workflow_cli
 
@@ -80,11 +82,10 @@ def _record(
     exit_status: int | None = None,
     dry_run: bool = False,
 ) -> None:
-    import blake3
+    import blake3  # noqa: PLC0415 (blake3: off `perfledger schema`'s start-up path)
 
-    from perfledger.commands.registry import operations
-    from perfledger.kernels.profilers.evidence import evidence_request
-    from perfledger.ledger.base import Artifact
+    from perfledger.kernels.profilers.evidence import evidence_request  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.ledger.base import Artifact  # noqa: PLC0415 (off `perfledger schema`'s start-up path)
 
     report_bytes = raw["report"][0]
     body = evidence_request(
@@ -127,8 +128,6 @@ def _record(
         return
     payload = envelopes[0].payload
     if not isinstance(payload, dict):
-        import msgspec
-
         payload = msgspec.to_builtins(payload)
     click.echo(
         f"{len(payload['facts'])} facts, {len(report.kernels)} kernel(s), layout {report.layout}, "
@@ -247,15 +246,15 @@ def _add_command(generic: click.Command) -> click.Command:
                 "target_id": target_id,
             },
         )  # fmt: skip
-        from perfledger.kernels.profilers.evidence import file_hash, parse_report
+        from perfledger.kernels.profilers.evidence import file_hash, parse_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         options: dict[str, Any] = {"tool_version": tool_version, "grouping": grouping}
         if kind == "sass":
             options["binary_hash"] = file_hash(binary) if binary else (binary_hash or "")
         raw = {"report": (_read(report), _MEDIA[kind])}
         if kind == "ncu" and report.endswith(".ncu-rep"):
-            from perfledger.kernels.profilers.capture import export_ncu_rep
-            from perfledger.kernels.profilers.ncu import parse_ncu_csv
+            from perfledger.kernels.profilers.capture import export_ncu_rep  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+            from perfledger.kernels.profilers.ncu import parse_ncu_csv  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             csv_bytes, version_text = export_ncu_rep(report, ncu=ncu_path)
             parsed = parse_ncu_csv(
@@ -312,8 +311,8 @@ def _ncu_command(
 ) -> None:
     """Profile COMMAND with Nsight Compute (--csv, base units, LC_ALL=C, --clock-control none)
     and record the facts, ncu's version, the command and its exit status (R6, R16)."""
-    from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu
-    from perfledger.kernels.profilers.ncu import parse_ncu_csv
+    from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.kernels.profilers.ncu import parse_ncu_csv  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     context = _context(
@@ -393,7 +392,6 @@ def _list(json_flag: bool) -> None:
 @json_option
 def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
-    import msgspec
 
     ctx = _ctx(json_flag)
     for event in _evidence_events(ctx):

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import click
 
+from perfledger.api import find_ledger_path
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.common import json_option
+from perfledger.commands.cli.common import json_option, to_json_text
+from perfledger.errors import NotALedger
+from perfledger.ledger.gc import collect
+from perfledger.ledger.gitdir import find_controldir
 
 
 @click.command("gc")
@@ -18,11 +22,6 @@ def gc(dry_run: bool, json_flag: bool) -> None:
     """Remove the garbage of killed writers and pulls (temporary objects and packs, a pack
     without its index, a pull's spooled pack), never a file a live writer is writing. Lock
     files are listed, never removed (a git process may hold one)."""
-    from perfledger.api import find_ledger_path
-    from perfledger.commands.cli import app as cli
-    from perfledger.errors import NotALedger
-    from perfledger.ledger.gc import collect
-    from perfledger.ledger.gitdir import find_controldir
 
     ctx = _ctx(json_flag)
     path = find_ledger_path(ctx.ledger_path)
@@ -31,7 +30,7 @@ def gc(dry_run: bool, json_flag: bool) -> None:
         raise NotALedger(f"{path} is not a ledger (not a git repository)")
     report = collect(location.controldir, dry_run=dry_run)
     if ctx.json_mode:
-        click.echo(cli.to_json_text({"dry_run": dry_run, **report.to_json()}))
+        click.echo(to_json_text({"dry_run": dry_run, **report.to_json()}))
         return
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(report.removed)} files ({report.removed_bytes} bytes)")
@@ -41,9 +40,4 @@ def gc(dry_run: bool, json_flag: bool) -> None:
         click.echo(f"kept {kept}: {why}")
 
 
-def register(group: click.Group) -> None:
-    """Add ``gc`` to the ``perfledger`` group."""
-    group.add_command(gc)
-
-
-__all__ = ["gc", "register"]
+__all__ = ["gc"]

@@ -1,7 +1,7 @@
 """Code identity at the command edge (R11): snapshots taken for ``readiness record`` and
 ``measure workload``, the champion's snapshot for the read models, and ``perfledger checkout``.
 
-Taking a snapshot reads files (:mod:`perfledger.kernels.snapshot`); the rules it must satisfy are
+Taking a snapshot reads files (:mod:`perfledger.kernels.workload.snapshot`); the rules it must satisfy are
 the pure checks of :mod:`perfledger.commands.workflow.identity`, which the deciders run again on the
 recorded request (and an auditor on replay). The files' bytes are attached to the event as
 artifacts named ``file-<blake3 hex>`` (stored once per content), so ``checkout`` can write a
@@ -21,6 +21,12 @@ import msgspec
 
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
+from perfledger.commands.registry import operations
+from perfledger.commands.workflow import identity
+from perfledger.commands.workflow import requests as rq
+from perfledger.commands.workflow.identity import NAMED_PATHS
+from perfledger.commands.workflow.identity import driver_with_subject as suggest
+from perfledger.commands.workflow.rules import path_in_scope, refuse
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.identity import (
     COVERAGE_SUBJECT,
@@ -31,13 +37,13 @@ from perfledger.events.identity import (
     subject_of,
     substitute,
 )
+from perfledger.ledger.base import Artifact
 
 #: Where ``perfledger checkout`` writes nothing: a directory that exists and is not empty.
 CHECKOUT_HINT = "pass a new (or empty) directory"
 
 
 def _in_scope(scope: Any) -> Any:
-    from perfledger.commands.workflow.rules import path_in_scope
 
     globs = list(scope)
     return lambda rel: any(path_in_scope(rel, g) for g in globs)
@@ -47,9 +53,9 @@ def take(target_scope: Any, driver: Any, subject: str, *, whole: bool = True) ->
     """Snapshot ``subject`` as the readiness ``driver`` (its argv with ``{subject}`` and its
     optional cwd; a Driver Struct or its dict) runs it, taking every file under it (``whole``)
     or, for a Target whose original was snapshotted before that rule, the files inside
-    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.snapshot.TakenSnapshot`.
+    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.workload.snapshot.TakenSnapshot`.
     Raises: BadRequest, RuleRefused (R11: a symbolic link out of the subject)."""
-    from perfledger.kernels.snapshot import take_snapshot
+    from perfledger.kernels.workload.snapshot import take_snapshot  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     fields = driver if isinstance(driver, dict) else msgspec.to_builtins(driver)
     argv = substitute([str(w) for w in fields["argv"]], subject)
@@ -62,7 +68,6 @@ def take_as_original(target: Any, subject: str) -> Any:
     """:func:`take` of ``subject`` for a snapshot Target, covering what the original's snapshot
     covers (every file under the subject, or the scope's files for an original recorded
     before that rule), so the two compare."""
-    from perfledger.commands.workflow import identity
 
     original = identity.original_snapshot(target)
     whole = original is None or original.coverage == COVERAGE_SUBJECT
@@ -71,7 +76,6 @@ def take_as_original(target: Any, subject: str) -> Any:
 
 def artifacts_of(*taken: Any) -> dict[str, Any]:
     """The artifacts holding the files of snapshots: ``file-<blake3>`` -> Artifact."""
-    from perfledger.ledger.base import Artifact
 
     out: dict[str, Any] = {}
     for t in taken:
@@ -82,7 +86,6 @@ def artifacts_of(*taken: Any) -> dict[str, Any]:
 
 def driver_with_subject(argv: Any) -> list[str]:
     """:func:`perfledger.commands.workflow.identity.driver_with_subject` (imported when used)."""
-    from perfledger.commands.workflow.identity import driver_with_subject as suggest
 
     return suggest(argv)
 
@@ -149,7 +152,6 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def _subject(target: Any, command: str, role: str) -> str:
-    from perfledger.commands.workflow.rules import refuse
 
     driver = target.readiness.driver
     try:
@@ -177,7 +179,6 @@ def measure_identity(
     paths inside the scope, a final audit's candidate = the champion), so a refusal comes before
     anything is measured. Returns ``(identity request dict, artifacts)``, or ``(None, {})``
     under the old rule. Raises: RuleRefused (R11), BadRequest."""
-    from perfledger.commands.workflow import identity
 
     target = info["target"]
     if identity.original_snapshot(target) is None:
@@ -199,9 +200,6 @@ def subjects_identity(
     checks of :func:`measure_identity` on a snapshot Target (``measure workload``, ``measure
     kernel --ref DIR --cand DIR``). Returns ``(identity request dict, artifacts)``. Raises:
     RuleRefused (R11), BadRequest (a subject that is not a directory)."""
-    from perfledger.commands.registry import operations
-    from perfledger.commands.workflow import identity
-    from perfledger.commands.workflow import requests as rq
 
     target = info["target"]
     ref = take_as_original(target, ref_subject)
@@ -246,7 +244,7 @@ class SubjectsWatch:
 
     def __init__(self, info: dict[str, Any], body: dict[str, Any], strict: bool = False) -> None:
         """``body``: the samples' identity as :func:`measure_identity` made it."""
-        from perfledger.kernels.snapshot import remove_bytecode_caches
+        from perfledger.kernels.workload.snapshot import remove_bytecode_caches  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
         self.strict = strict
         self.info, self.body = info, body
@@ -274,7 +272,7 @@ class SubjectsWatch:
         return out
 
     def _stat(self) -> dict[str, tuple[int, ...]]:
-        from perfledger.kernels.snapshot import SKIPPED_DIRS
+        from perfledger.kernels.workload.snapshot import SKIPPED_DIRS  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
         out: dict[str, tuple[int, ...]] = {}
         paths: list[str] = []
@@ -296,7 +294,7 @@ class SubjectsWatch:
     def __call__(self, label: str | None = None) -> None:
         """Before the call of subject ``label`` (``ref`` or ``cand``). Raises: RuleRefused
         (R11) as :func:`confirm_unchanged`."""
-        from perfledger.kernels.snapshot import remove_bytecode_caches
+        from perfledger.kernels.workload.snapshot import remove_bytecode_caches  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
         if self.last is not None:  # what the previous call compiled for itself
             self.caches[self.last] = self._caches(self.last)
@@ -306,9 +304,6 @@ class SubjectsWatch:
                 self.caches[role] = {}
         now = self._stat()
         if now != self.seen and self.strict:
-            from perfledger.commands.workflow.identity import NAMED_PATHS
-            from perfledger.commands.workflow.rules import refuse
-
             touched = sorted(p for p in set(now) | set(self.seen) if now.get(p) != self.seen.get(p))
             more = len(touched) - NAMED_PATHS
             raise refuse(
@@ -330,7 +325,7 @@ def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
     :func:`confirm_unchanged`. Raises: RuleRefused (R11) as that does."""
-    from perfledger.kernels.snapshot import remove_bytecode_caches
+    from perfledger.kernels.workload.snapshot import remove_bytecode_caches  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     for role in ("reference", "candidate"):
         remove_bytecode_caches(body[role]["subject"])
@@ -342,8 +337,6 @@ def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     (R11: a subject whose code changed while it was measured, by itself or by anyone, measured
     code that no snapshot holds). Raises: RuleRefused (R11) naming the subject and the paths
     that changed; nothing is recorded."""
-    from perfledger.commands.workflow import identity
-    from perfledger.commands.workflow.rules import refuse
 
     target = info["target"]
     for role in ("reference", "candidate"):
@@ -367,8 +360,6 @@ def champion_snapshot(ledger: Any, state: Any, target: Any) -> dict[str, Any] | 
     """The current champion's (or the original's) snapshot of ``target`` as JSON: ``digest``,
     ``subject``, ``git``, ``files`` (count) and ``checkout`` (the command that writes its files),
     or None when none was recorded (a Target under the old rule)."""
-    from perfledger.commands.registry import operations
-    from perfledger.commands.workflow import identity
 
     snap = identity.subject_snapshot(
         state, target, target.champion, operations.payload_reader(ledger)
@@ -541,17 +532,11 @@ def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
         )
 
 
-def commands() -> list[click.Command]:
-    """The click commands this module adds to ``perfledger``: ``checkout``."""
-    return [checkout_command]
-
-
 __all__ = [
     "champion_snapshot",
     "check_original_command",
     "check_original_subject",
     "checkout",
-    "commands",
     "measure_identity",
     "readiness_edge",
     "refuse_unsnapshotted",
@@ -564,7 +549,6 @@ def check_original_command(target: Any, cmd: str) -> None:
     """``measure aa`` under snapshots (R11, R4): the A/A command is the readiness driver with a
     subject in its place, and that subject's snapshot is the original's; refused naming the
     paths that differ otherwise, before anything runs. No-op under the old rule."""
-    from perfledger.commands.workflow import identity
 
     if identity.original_snapshot(target) is None:
         return
@@ -575,8 +559,6 @@ def check_original_subject(target: Any, subject: str, role: str) -> None:
     """The subject directory ``subject`` holds the original's code: its snapshot equals the one
     readiness recorded (R11, R4), else refused naming the paths that differ. ``role`` names it
     in the message. Raises: RuleRefused (R11), BadRequest (not a directory)."""
-    from perfledger.commands.workflow import identity
-    from perfledger.commands.workflow.rules import refuse
 
     original = identity.original_snapshot(target)
     assert original is not None
@@ -595,8 +577,6 @@ def check_original_subject(target: Any, subject: str, role: str) -> None:
 def refuse_unsnapshotted(target: Any, command: str) -> None:
     """Refuse (R11) a measurement command that takes no snapshots on a Target whose readiness
     recorded the original's (its samples would be refused after measuring)."""
-    from perfledger.commands.workflow import identity
-    from perfledger.commands.workflow.rules import refuse
 
     if identity.original_snapshot(target) is not None:
         raise refuse(

@@ -5,7 +5,7 @@ The design (``docs/code-identity.md``, "Kernel subjects"): a kernel Target's rea
 the spec's path with the subject's place, one word such as ``["{subject}/spec.py"]``. Each
 version of the code is a directory holding its own copy of the spec, which defines ``PROBLEMS``
 and ``SUBJECT`` (the kernel of that directory). Each subject's worker process runs in its own
-directory (:class:`perfledger.kernels.isolated.WorkerProcess`), so the reference worker loads
+directory (:class:`perfledger.kernels.isolation.isolated.WorkerProcess`), so the reference worker loads
 the original's (or the champion's) code and the candidate worker the candidate's. Both
 directories are snapshotted like a workload's subjects (:func:`perfledger.commands.cli.identity.
 subjects_identity`: every file under the directory, so the spec and what it reads), checked
@@ -20,8 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfledger.commands.cli.identity import check_original_subject, subjects_identity
+from perfledger.commands.workflow import identity
+from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
 from perfledger.events.identity import SUBJECT_PLACEHOLDER
+from perfledger.kernels.workload.startup_surface import StartupWatch
 
 #: How a kernel Target's readiness driver starts: the spec lies in the subject directory.
 SPEC_PREFIX = SUBJECT_PLACEHOLDER + "/"
@@ -89,9 +93,6 @@ def bound_kernel_subjects(
     snapshot). Raises: RuleRefused (R11) for a mismatch or missing directories on a bound
     Target; BadRequest for ``--spec`` on a bound Target, directories on an unbound one, or a
     driver that is not a spec's path."""
-    from perfledger.commands.cli.identity import subjects_identity
-    from perfledger.commands.workflow import identity
-    from perfledger.commands.workflow.rules import refuse
 
     target = info["target"]
     if identity.original_snapshot(target) is None:
@@ -131,19 +132,18 @@ def kernel_batch_checks(
 ) -> Callable[[str], None]:
     """The R11 check ``measure kernel`` runs before every batch of a bound comparison (both
     workers quiet): the start-up files of the workers' Python (``.pth``, ``sitecustomize``:
-    :class:`~perfledger.kernels.startup_surface.StartupWatch`) unchanged since the run began,
+    :class:`~perfledger.kernels.workload.startup_surface.StartupWatch`) unchanged since the run began,
     then ``watch`` (both subject directories, strict). A candidate worker that adds a ``.pth``
     runs code at the start of every later worker, the next case's reference worker included,
     and no snapshot holds it.
 
     Args:
         watch: the subjects' files check (raises RuleRefused).
-        worker_argv: the workers' command (None: :data:`perfledger.kernels.isolated.WORKER`).
+        worker_argv: the workers' command (None: :data:`perfledger.kernels.isolation.isolated.WORKER`).
     Returns: ``check(role)``, which raises RuleRefused (R11) on a change (an added start-up
         entry is moved aside).
     """
-    from perfledger.kernels.isolated import WORKER
-    from perfledger.kernels.startup_surface import StartupWatch
+    from perfledger.kernels.isolation.isolated import WORKER  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
     startup = StartupWatch([list(WORKER if worker_argv is None else worker_argv)])
 
@@ -171,8 +171,6 @@ def original_kernel_directory(target: Any, spec_path: str | None, directory: str
     original's code (its snapshot equal to the one readiness recorded). Returns
     ``(spec relative to the directory, absolute directory)``, or None under the old rule.
     Raises: RuleRefused (R11), BadRequest (the options do not fit the Target's rule)."""
-    from perfledger.commands.cli.identity import check_original_subject
-    from perfledger.commands.workflow import identity
 
     if identity.original_snapshot(target) is None:
         if directory is not None:

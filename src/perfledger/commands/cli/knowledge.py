@@ -16,16 +16,25 @@ Card files are read here; the shipped cards are package data (``perfledger/knowl
 from __future__ import annotations
 
 import json
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import blake3
 import click
+import msgspec
 
+from perfledger._version import __version__
 from perfledger.commands.cli.common import actor_option, json_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.registry import operations
 from perfledger.errors import BadRequest
+from perfledger.knowledge import matching
+from perfledger.knowledge.cards import check_unique, parse_card
+from perfledger.knowledge.matching import EMPTY_BLOCKS_NOTHING, STATUS_ORDER
+from perfledger.ledger.base import Artifact
 
 #: The artifact a recorded query attaches.
 ARTIFACT = "knowledge-query.json"
@@ -79,9 +88,6 @@ def load_cards(directories: tuple[str, ...], *, shipped: bool = True) -> tuple[l
     Raises: CardError for a bad card (naming the file and field) or a repeated id; BadRequest
         for a missing directory.
     """
-    import blake3
-
-    from perfledger.knowledge.cards import check_unique, parse_card
 
     texts = shipped_card_texts() if shipped else []
     for directory in directories:
@@ -98,7 +104,6 @@ def read_env(path: str) -> dict[str, Any]:
     """Read ``perfledger env --json``'s object from ``path`` (``-``: stdin).
 
     Raises: BadRequest when it is not readable, not JSON or not an object."""
-    import sys
 
     text = sys.stdin.read(MAX_FILE_BYTES + 1) if path == "-" else _read_text(Path(path), "--env")
     try:
@@ -132,9 +137,6 @@ def answer(
     digest: str,
 ) -> dict[str, Any]:
     """The query's answer as JSON builtins: query, environment facts, counts, results, note."""
-    import msgspec
-
-    from perfledger.knowledge.matching import EMPTY_BLOCKS_NOTHING, STATUS_ORDER
 
     results = []
     for m in matches:
@@ -199,11 +201,6 @@ def render_text(data: dict[str, Any]) -> str:
 def _record(data: dict[str, Any], *, evidence_id: str, layer: str, target_id: str | None,
             actor: str | None, json_mode: bool) -> dict[str, Any]:  # fmt: skip
     """Append the answer as diagnostic evidence (R6); returns the event summary."""
-    import blake3
-
-    from perfledger import __version__
-    from perfledger.commands.registry import operations
-    from perfledger.ledger.base import Artifact
 
     raw = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
     q = data["query"]
@@ -303,7 +300,6 @@ def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[st
     """List the cards matching the terms as compatible, related or incompatible with the
     environment, with the exact differences. It never decides, and an empty result blocks
     nothing."""
-    from perfledger.knowledge import matching
 
     ctx = _ctx(json_flag)
     libs = _libraries(libraries)
@@ -356,7 +352,6 @@ def check(directories: tuple[str, ...], json_flag: bool) -> None:
 @json_option
 def show(card_id: str, card_dirs: tuple[str, ...], json_flag: bool) -> None:
     """Print one card (TOML fields as JSON) and where it was read from."""
-    import msgspec
 
     ctx = _ctx(json_flag)
     cards, _ = load_cards(card_dirs)

@@ -26,12 +26,24 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.loop import deciders as loop_deciders
+from perfledger.commands.loop import rules as loop_rules
+from perfledger.commands.loop.requests import AxisSelectionModel
+from perfledger.commands.registry.operations import condense, execute
+from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
+from perfledger.events import catalog as cat
+from perfledger.events.catalog import content_hash
+from perfledger.kernels.loop import preflight as pf
+from perfledger.kernels.loop.measure import CudaBackend, WorkloadBackend
+from perfledger.projections.loop import input_profile, next_attempt
+from perfledger.projections.loop_summary import render_summary
 
 _run_opt = click.option("--run", "run_id", required=True, help="The run id.")
 #: Paired interleaved blocks per comparison for workload subjects (R12 needs at least 5).
@@ -64,7 +76,6 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def _execute(ledger: Any, op: str, body: dict[str, Any], actor: str) -> list[Any]:
-    from perfledger.commands.registry.operations import execute
 
     return execute(ledger, op, body, actor=actor)
 
@@ -107,8 +118,7 @@ def _materialize(ledger: Any, run: Any, workdir: Path) -> dict[str, Path]:
 
 
 def _backend(setup: Any, reference: Path, cwd: str | None = None) -> Any:
-    from perfledger.kernels.loop.measure import CudaBackend, WorkloadBackend
-    from perfledger.kernels.loop.solve import SolveBackend, is_solve_run
+    from perfledger.kernels.loop.solve import SolveBackend, is_solve_run  # noqa: PLC0415 (numpy via perfledger.kernels.loop.solve)
 
     if is_solve_run(setup):  # the standalone contract: extern "C" void solve(...)
         baseline = reference.parent.parent / "baseline" / setup.baseline.name  # _materialize's
@@ -165,8 +175,6 @@ def setup_cmd(
 ) -> None:  # fmt: skip
     """Set up a run: preflight, environment, baseline correctness and timing, RunSetUp, and the
     input profile of iteration 1 (R16, R23)."""
-    from perfledger.events import catalog as cat
-    from perfledger.kernels.loop import preflight as pf
 
     ctx = _ctx(json_flag)
     who = _actor(actor)
@@ -185,7 +193,7 @@ def setup_cmd(
     is_cuda = baseline.endswith((".cu", ".cuh"))
     ref_names = pf.parse_reference_names(ref_text)
     launch: dict[str, str] = {}
-    from perfledger.kernels.loop import solve as loop_solve
+    from perfledger.kernels.loop import solve as loop_solve  # noqa: PLC0415 (numpy via perfledger.kernels.loop.solve)
 
     is_python_solve = (
         not is_cuda and driver is None and loop_solve.is_python_solve_source(baseline_text)
@@ -223,7 +231,6 @@ def setup_cmd(
             for path, text in ((base_path, baseline_text), (ref_file, ref_text)):
                 path.parent.mkdir(parents=True)
                 path.write_text(text, encoding="utf-8")
-            from perfledger.kernels.loop.measure import CudaBackend, WorkloadBackend
 
             backend: Any
             if is_solve:
@@ -242,8 +249,6 @@ def setup_cmd(
                 )
                 arch = sm_arch
             if arch not in catalog.architectures:
-                from perfledger.commands.workflow.rules import refuse
-
                 raise refuse("R23", f"{arch} is not in the catalog's feature map")
             environment, limitations = backend.environment()
             _say(ctx, "checking the baseline's correctness ...")
@@ -312,12 +317,6 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
 
     Raises: BadRequest for a malformed methods.json or a wrong run/iteration; RuleRefused with
         the rule for a selection the deciders would refuse."""
-    import msgspec
-
-    from perfledger.commands.loop import deciders as loop_deciders
-    from perfledger.commands.loop import rules as loop_rules
-    from perfledger.commands.loop.requests import AxisSelectionModel
-    from perfledger.commands.registry.operations import condense
 
     if not isinstance(methods, dict):
         raise BadRequest("methods.json must be an object: axis -> {chosen, skipped}")
@@ -353,8 +352,6 @@ def close_iter_cmd(
 ) -> None:  # fmt: skip
     """Close an iteration: R19-R24 checked first, then correctness (R25 attempts), the
     candidate's profile, paired timing against the best, IterationClosed."""
-    from perfledger.events.catalog import content_hash
-    from perfledger.projections.loop import next_attempt
 
     ctx = _ctx(json_flag)
     who = _actor(actor)
@@ -455,7 +452,6 @@ def finalize_cmd(
     run_id: str, out: str, pairs: int, stop_reason: str, actor: str | None, json_flag: bool
 ) -> None:
     """Finalize a run: baseline vs best paired again, RunFinalized, summary.md."""
-    from perfledger.projections.loop_summary import render_summary
 
     ctx = _ctx(json_flag)
     who = _actor(actor)
@@ -495,9 +491,6 @@ def finalize_cmd(
 def state_cmd(run_id: str, json_flag: bool) -> None:
     """Show a run's state: best kernel, next iteration, selected and ineffective methods,
     profiles, iterations (the derived replacement of state.json)."""
-    import msgspec
-
-    from perfledger.projections.loop import input_profile
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -536,7 +529,6 @@ def state_cmd(run_id: str, json_flag: bool) -> None:
 @click.option("--out", default=None, help="Write to this file instead of stdout.")
 def summary_cmd(run_id: str, out: str | None) -> None:
     """Render a run's summary.md from the ledger (the same text finalize wrote)."""
-    from perfledger.projections.loop_summary import render_summary
 
     ctx = _ctx(False)
     ledger = ctx.open()
@@ -560,8 +552,6 @@ def propose_cmd(
 ) -> None:
     """Propose methods.json for an iteration by strict priority from the recorded input profile
     (each skipped method with a reason R24 accepts), and a draft analysis."""
-    from perfledger.commands.loop import deciders as loop_deciders
-    from perfledger.commands.loop import rules as loop_rules
 
     ctx = _ctx(False)
     ledger = ctx.open()

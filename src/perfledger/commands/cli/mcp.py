@@ -27,9 +27,23 @@ import subprocess
 import sys
 from typing import Any
 
+import mcp_types as types
+import msgspec
+
+from perfledger._version import __version__
+from perfledger.api import Ledger, find_ledger_path
 from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.identity import readiness_edge
+from perfledger.commands.cli.readmodels import resume_context
+from perfledger.commands.cli.status import session_status
+from perfledger.commands.cli.workflow import COMMON_FLAGS, _explanation
+from perfledger.commands.registry import operations
+from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
+from perfledger.projections.champions import current_champions, lineage
+from perfledger.projections.claims import claims
+from perfledger.projections.handoff import default_target, derive_handoff, render_markdown
 
 #: The server's name in the MCP handshake.
 SERVER_NAME = "perfledger"
@@ -130,7 +144,6 @@ def tool_name(operation: str) -> str:
 
 def _write_tools() -> dict[str, str]:
     """Tool name -> operation name, for every write operation."""
-    from perfledger.commands.registry.operations import OPERATIONS
 
     return {tool_name(name): name for name in OPERATIONS}
 
@@ -145,7 +158,6 @@ class Tools:
         self.writes = _write_tools()
 
     def _open(self) -> Any:
-        from perfledger.api import Ledger, find_ledger_path
 
         try:
             return Ledger.open(find_ledger_path(self.ledger_path))
@@ -163,7 +175,6 @@ class Tools:
 
     def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(name, description, input schema)`` of every tool: writes first, then reads."""
-        from perfledger.commands.registry.operations import OPERATIONS, json_schema
 
         out = []
         for name, op in self.writes.items():
@@ -186,17 +197,11 @@ class Tools:
         return handler(**arguments)
 
     def _write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        import msgspec
-
-        from perfledger.commands.cli.workflow import _explanation
-        from perfledger.commands.registry import operations
 
         ledger = self._open()
         artifacts: dict[str, Any] = {}
         try:
             if op == "readiness.record":  # original.subject -> its snapshot (R11), as the CLI
-                from perfledger.commands.cli.identity import readiness_edge
-
                 body, artifacts = readiness_edge(ledger, body)
             envelopes = operations.execute(
                 ledger, op, body, actor=self.actor, artifacts=artifacts or None
@@ -212,7 +217,6 @@ class Tools:
         return {"op": op, **first, **_explanation(first), "events": events}
 
     def _read_status(self, target_id: str | None = None) -> Any:
-        from perfledger.commands.cli.status import session_status
 
         ledger = self._open()
         try:
@@ -236,9 +240,6 @@ class Tools:
             ledger.close()
 
     def _read_claims(self, target_id: str | None = None) -> Any:
-        import msgspec
-
-        from perfledger.projections.claims import claims
 
         state = self._state()
         if target_id is not None and target_id not in state.targets:
@@ -246,9 +247,6 @@ class Tools:
         return {"claims": msgspec.to_builtins(claims(state, target_id))}
 
     def _read_champion(self, target_id: str | None = None) -> Any:
-        import msgspec
-
-        from perfledger.projections.champions import current_champions, lineage
 
         state = self._state()
         current = current_champions(state)
@@ -263,10 +261,6 @@ class Tools:
         }
 
     def _read_handoff(self, target_id: str | None = None, markdown: bool = False) -> Any:
-        import msgspec
-
-        from perfledger.commands.cli.readmodels import resume_context
-        from perfledger.projections.handoff import default_target, derive_handoff, render_markdown
 
         ledger = self._open()
         try:
@@ -284,7 +278,6 @@ class Tools:
         return {"handoff": msgspec.to_builtins(handoff)}
 
     def _read_schema(self, operation: str | None = None) -> Any:
-        from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 
         if operation is None:
             return {"operations": {tool_name(n): n for n in sorted(OPERATIONS)}}
@@ -338,8 +331,6 @@ class Tools:
         )
         text = f"made {path} a perfledger ledger: {what}, its events on branch `ledger`"
         try:
-            from perfledger.api import find_ledger_path
-
             mine = os.path.realpath(find_ledger_path(self.ledger_path))
         except PerfledgerError:
             mine = None
@@ -373,8 +364,6 @@ def tool_call(command: str) -> str | None:
     common flags as request fields; ``--request -`` as "the request's fields"), ``status {}``
     for a read model, else ``cli {"args": [...]}``. Returns None when ``command`` is not a
     perfledger command line."""
-    from perfledger.commands.cli.workflow import COMMON_FLAGS
-    from perfledger.commands.registry.operations import OPERATIONS
 
     try:
         words = shlex.split(command)
@@ -472,11 +461,8 @@ def build_server(ledger_path: str | None, actor: str) -> Any:
     """The MCP low-level ``Server`` with perfledger's tools (see the module docstring).
 
     Raises: ImportError when the ``mcp`` SDK is not installed."""
-    import anyio
-    import mcp_types as types
-    from mcp.server.lowlevel import Server
-
-    from perfledger import __version__
+    import anyio  # noqa: PLC0415 (the MCP SDK's runtime: optional (perfledger[mcp]))
+    from mcp.server.lowlevel import Server  # noqa: PLC0415 (the MCP SDK: optional (perfledger[mcp]))
 
     tools = Tools(ledger_path, actor)
     listing = [
@@ -511,8 +497,8 @@ def serve(ledger_path: str | None, actor: str) -> None:
 
     Raises: BadRequest (exit 2) when the ``mcp`` SDK is not installed."""
     try:
-        import anyio
-        from mcp.server.stdio import stdio_server
+        import anyio  # noqa: PLC0415 (the MCP SDK's runtime: optional (perfledger[mcp]))
+        from mcp.server.stdio import stdio_server  # noqa: PLC0415 (the MCP SDK: optional (perfledger[mcp]))
     except ImportError:
         raise BadRequest(
             "perfledger mcp needs the MCP SDK", hint="pip install 'perfledger[mcp]'"

@@ -6,13 +6,13 @@ append what it measured through the ordinary operations (``samples.record``,
 - ``env`` prints the environment identity; its ``readiness_environment`` is what
   ``readiness.record`` should carry, so that ``environment_id`` matches the samples' (R11).
 - ``measure workload`` runs a reference and a candidate command in ABBA order
-  (:mod:`perfledger.kernels.driver`) and records one pair per round and case: correctness and
+  (:mod:`perfledger.kernels.workload.driver`) and records one pair per round and case: correctness and
   metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
   (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
   in the raw table.
 - ``measure kernel`` compares the ``REFERENCE`` and ``CANDIDATE`` of a spec file (``PROBLEMS``
   or ``PROBLEM``, optional ``CONFIG``) per case, each subject in a worker process of its own
-  (:func:`perfledger.kernels.isolated.compare_spec`; this process never loads the spec, and
+  (:func:`perfledger.kernels.isolation.isolated.compare_spec`; this process never loads the spec, and
   checks the workers' reports against its own clock and their revealed outputs); each ABBA
   block (one monitor window) becomes one recorded pair whose values are the block's per-call
   times, in the Target's primary unit (s, ms, us or ns) (``same_process: true``: one harness
@@ -28,13 +28,16 @@ Progress goes to stderr (rich); ``--json`` prints one object on stdout.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
+import msgspec
 
+from perfledger.commands.cli.censored import refuse_censored_formal_stage
 from perfledger.commands.cli.common import (
     actor_option,
     call_timeout_option,
@@ -51,16 +54,45 @@ from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.identity import (
     SubjectsWatch,
     check_original_command,
+    check_original_subject,
     fresh_and_unchanged,
     measure_identity,
     unenforced_note,
 )
+from perfledger.commands.cli.kernel_identity import (
+    bound_kernel_subjects,
+    kernel_batch_checks,
+    original_kernel_directory,
+    unbound_note,
+)
+from perfledger.commands.cli.output_check import (
+    accuracy_for,
+    judged_findings,
+    output_artifacts,
+    recorded_output,
+)
+from perfledger.commands.cli.preview import verdict_preview
+from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.deciders import environment_id, work_metrics
+from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+from perfledger.commands.workflow.raw_table import binding_of
+from perfledger.commands.workflow.requests import Name
 from perfledger.commands.workflow.samples_body import samples_body
-from perfledger.errors import BadRequest, MeasurementError
-from perfledger.events.workflow import FORMAL_STAGES
-from perfledger.kernels.spec_loader import load_spec
-from perfledger.kernels.timing import UNITS_PER_SECOND
+from perfledger.derive.units import UNITS_PER_SECOND, work_unit
+from perfledger.derive.wall_check import unchecked_rates, unresolved_cases
+from perfledger.errors import BadRequest, MeasurementError, PerfledgerError
+from perfledger.events.workflow import FORMAL_STAGES, WallCheck
+from perfledger.kernels.env import collect
+from perfledger.kernels.monitor.hostmonitor import HostMonitor
+from perfledger.kernels.monitor.monitor import Monitor
+from perfledger.kernels.subjects.spec_loader import load_spec
+from perfledger.kernels.workload.driver import Subject, run_pairs
+from perfledger.kernels.workload.startup_surface import StartupWatch
+from perfledger.kernels.workload.subject_env import environment_warnings
+from perfledger.ledger.base import Artifact
+from perfledger.projections.verdict_cases import aa_resolution
+from perfledger.projections.verdicts import Pair
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
 TIME_UNITS = UNITS_PER_SECOND
@@ -80,8 +112,6 @@ def environment_payload(device: int = 0, tools: bool = True) -> dict[str, Any]:
     """The environment identity as JSON: every field, ``identity``, ``missing``,
     ``readiness_environment`` (the ``environment`` of a readiness request) and the
     ``environment_id`` that readiness derives from it (R2, R11)."""
-    from perfledger.commands.workflow.deciders import environment_id
-    from perfledger.kernels.env import collect
 
     env = collect(device, tools=tools)
     readiness = env.readiness_environment()
@@ -122,8 +152,8 @@ def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None
     if quiet:
         yield lambda: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.console import Console  # noqa: PLC0415 (rich: heavy, only when printing for people)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     with Progress(
         "[progress.description]{task.description}",
@@ -139,17 +169,14 @@ def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None
 
 def _start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
     """A started monitor, or (None, why not). ``source``: ``gpu`` (NVML) or ``host`` (the host's
-    CPU counters, :mod:`perfledger.kernels.hostmonitor`, for CPU workloads)."""
+    CPU counters, :mod:`perfledger.kernels.monitor.hostmonitor`, for CPU workloads)."""
     if not enabled:
         return None, "disabled by --no-monitor"
     if source == "host":
-        from perfledger.kernels.hostmonitor import HostMonitor
-
         try:
             return HostMonitor().start(), None
         except RuntimeError as exc:
             return None, f"host monitor unavailable: {exc}"
-    from perfledger.kernels.monitor import Monitor
 
     try:
         monitor = Monitor().start()
@@ -202,9 +229,6 @@ def check_cases(cases: Any, test_set: Any, source: str) -> list[str]:
     samples request can hold (a non-empty string of at most 200 characters; BadRequest), and
     each a case of the Target's test set where it names them (R11, :func:`rules.
     r11_cases_in_test_set`). Returns: the case names, in order."""
-    import msgspec
-
-    from perfledger.commands.workflow.requests import Name
 
     names = list(cases)
     for case in names:
@@ -248,8 +272,6 @@ def _work_units(target: Any) -> dict[str, str]:
     """The work metrics the Target's rates name (R12's wall-clock check of rates), each in the
     rate's work unit (``tokens`` of ``tokens/s``): recorded with the samples so the check (and
     the auditor) can turn each rate into time."""
-    from perfledger.commands.workflow.deciders import work_metrics
-    from perfledger.kernels.wall_check import work_unit
 
     units = _target_units(target)
     return {
@@ -269,7 +291,6 @@ def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def _artifact(data: dict[str, Any]) -> Any:
-    from perfledger.ledger.base import Artifact
 
     return Artifact(json.dumps(data, sort_keys=True, default=str).encode(), "application/json")
 
@@ -284,8 +305,6 @@ def _append(
     idempotency_key: str | None,
     extra: dict[str, Any] | None = None,
 ) -> Any:
-    from perfledger.commands.registry.operations import execute
-    from perfledger.commands.workflow.raw_table import binding_of
 
     if op == "samples.record":  # R5: the raw table names the samples it was measured for
         artifact = {**artifact, "binding": binding_of(body)}
@@ -316,7 +335,7 @@ def failed_call_text(call: Any, tail_lines: int = 8) -> str:
     """Describe a failed driver call for an error message: ``; first: CALL_ID: REASON: MESSAGE``
     and, when the call wrote to stderr, the last ``tail_lines`` lines of it (the cause, e.g. a
     Python traceback of the workload, is usually there). ``call`` is a
-    :class:`perfledger.kernels.driver.CallResult`."""
+    :class:`perfledger.kernels.workload.driver.CallResult`."""
     text = f"; first: {call.call_id}: {call.reason}: {call.message}"
     tail = (getattr(call, "stderr_tail", "") or "").rstrip()
     if tail:
@@ -342,8 +361,6 @@ def foreign_activity_warnings(
     pairs lets nothing pass unless the readiness ``allowed`` it
     (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
     Returns: zero or one warning line."""
-    from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
-    from perfledger.events.workflow import FORMAL_STAGES
 
     indices = [
         i
@@ -422,10 +439,10 @@ LOADED_HOST = 0.5
 def kernel_aa_pairs_check(figures_by_case: dict[str, dict[str, float]], record: bool) -> list[str]:
     """R4: a kernel spec's resolution is not recorded from fewer than two valid A/A comparisons
     in any case: each comparison is one pair of workers, whose own bias only the spread of
-    several pairs bounds (:func:`perfledger.kernels.harness.resolution_from_aa`).
+    several pairs bounds (:func:`perfledger.kernels.harness.harness.resolution_from_aa`).
 
     Args:
-        figures_by_case: case -> :func:`~perfledger.kernels.harness.resolution_from_aa`'s
+        figures_by_case: case -> :func:`~perfledger.kernels.harness.harness.resolution_from_aa`'s
             figures (``repeats``: valid comparisons, ``excluded``: invalid ones).
         record: ``--record`` was asked (else the short cases are only noted).
     Returns: a note per short case (nothing recorded: the resolution's bound is missing).
@@ -481,8 +498,6 @@ def resolution_refusal(
     )
     primary = target.definition.primary
     if load_per_cpu is None:
-        import os
-
         load_per_cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
     wall_clock = primary.unit in UNITS_PER_SECOND and "cpu" not in primary.name.lower()
     if workload and wall_clock and load_per_cpu >= LOADED_HOST:
@@ -602,7 +617,6 @@ def workload_request(
 
 def _judged(call: Any) -> dict[str, Any]:
     """``{"output": ...}`` where the driver judged the call's output (R5), else ``{}``."""
-    from perfledger.commands.cli.output_check import recorded_output
 
     output = recorded_output(call)
     return {} if output is None else {"output": output}
@@ -619,8 +633,6 @@ def _run_driver(
     accuracy: dict[str, Any] | None = None,
     before_call: Any = None,
 ) -> Any:
-    from perfledger.kernels.driver import Subject, run_pairs
-    from perfledger.kernels.startup_surface import StartupWatch
 
     try:
         ref = Subject("ref", shlex.split(ref_cmd))
@@ -714,7 +726,6 @@ def measure_workload(
         code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
         ledger.close()
-    from perfledger.commands.cli.output_check import accuracy_for, output_artifacts
 
     # R5: where the readiness compares outputs, perfledger judges them, not the subject
     accuracy = accuracy_for(info["target"], {"--ref": ref_cmd, "--cand": cand_cmd})
@@ -769,7 +780,6 @@ def measure_workload(
     failed = [
         {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
     ]
-    from perfledger.commands.cli.censored import refuse_censored_formal_stage
 
     # R5/R12: a formal stage drops no round: a dropped round is one a candidate chose to drop
     first = failed_call_text(run.failed_calls[0]) if run.failed_calls else ""
@@ -812,7 +822,6 @@ def measure_workload(
     readiness = info["target"].readiness
     allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
     result["warnings"] = foreign_activity_warnings(body["pairs"], stage, allowed)
-    from perfledger.kernels.subject_env import environment_warnings
 
     result["warnings"] += environment_warnings(  # code loaded from outside both subjects
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
@@ -847,7 +856,6 @@ def measure_workload(
         )
     lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
     lines += findings["findings"]
-    from perfledger.commands.cli.preview import verdict_preview
 
     ledger = ctx.open()
     try:  # per case: per-call medians, the improvement and its CI, as the verdict derives them
@@ -860,8 +868,6 @@ def measure_workload(
 def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
     """The wall-clock check ``samples.record`` would derive for ``body`` on the current head
     (nothing appended) and ``""``; or ``(None, why)`` when the decision would be refused."""
-    from perfledger.commands.registry.operations import preview
-    from perfledger.errors import PerfledgerError
 
     ledger = ctx.open()
     try:
@@ -876,9 +882,6 @@ def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> 
 
 def _recorded_wall_check(payload: Any) -> Any:
     """The WallCheck of a decided SamplesRecorded payload (a Struct, or its builtins), or None."""
-    import msgspec
-
-    from perfledger.events.workflow import WallCheck
 
     check = payload.get("wall_check") if isinstance(payload, dict) else payload.wall_check
     return msgspec.convert(check, WallCheck) if isinstance(check, dict) else check
@@ -895,16 +898,13 @@ def measurement_findings(
     (SPEC.md section 5): the wall-clock check of self-reported times as ``samples.record``
     derived it (``wall_check``: the decided payload's
     :class:`~perfledger.events.workflow.WallCheck`, None where no driver timed the calls;
-    computed once, by the decider, :mod:`perfledger.kernels.wall_check`), the
+    computed once, by the decider, :mod:`perfledger.derive.wall_check`), the
     candidate's failed accuracy checks (R5), who judged correctness (perfledger comparing
     outputs, or the subject alone) and, given the driver ``run``, the calls that left
     processes behind (ended with the call); given the ``target``, the rates no work metric
     turns into time (not checked against the wall clock). Returns: ``{"wall_check", "candidate_failed_calls",
     "accuracy_judged", "left_processes": {call_id: n}, "findings": [lines]}``; a line starts
     with ``FLAG`` when it blocks a pass or a champion, ``note`` otherwise."""
-    import msgspec
-
-    from perfledger.kernels.wall_check import unresolved_cases
 
     check = wall_check
     lines: list[str] = []
@@ -932,9 +932,6 @@ def measurement_findings(
             checked = sum(1 for c in check.cases if c.status == "consistent")
             lines.append(f"wall clock: {checked} case(s) consistent, none flagged")
         if target is not None:
-            from perfledger.commands.workflow.deciders import work_metrics
-            from perfledger.kernels.wall_check import unchecked_rates
-
             for name in unchecked_rates(body["units"], work_metrics(target.definition)):
                 lines.append(
                     f"note wall clock: {name} is a rate ({body['units'][name]}) and the Target "
@@ -952,7 +949,6 @@ def measurement_findings(
         lines.append(
             f"{'FLAG' if formal else 'note'} accuracy: the candidate failed its check on {len(failed)} call(s) ({shown}); it {what}"
         )
-    from perfledger.commands.cli.output_check import judged_findings
 
     judged, judged_lines = judged_findings(body)  # R5: who judged correctness
     lines += judged_lines
@@ -992,9 +988,8 @@ def _ceilings(remeasure: bool = False) -> Any:
 
     ``remeasure``: measure them now, whatever the cache holds (a formal stage: the cache is a
     file a subject's worker, running as the same user, could have raised)."""
-    from perfledger.kernels.ceilings import load_or_measure
-    from perfledger.kernels.env import collect
-    from perfledger.kernels.harness import require_cupy
+    from perfledger.kernels.cuda.ceilings import load_or_measure  # noqa: PLC0415 (numpy via perfledger.kernels.cuda.ceilings)
+    from perfledger.kernels.harness.harness import require_cupy  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
 
     require_cupy()
     return load_or_measure(collect(tools=False).identity(), remeasure=remeasure)
@@ -1031,11 +1026,6 @@ def measure_kernel(
     Where the readiness bound the original to a snapshot (driver ["{subject}/spec.py"]), pass
     --ref DIR --cand DIR instead of --spec: each worker runs the SUBJECT of the spec in its own
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
-    from perfledger.commands.cli.kernel_identity import (
-        bound_kernel_subjects,
-        kernel_batch_checks,
-        unbound_note,
-    )
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -1047,7 +1037,7 @@ def measure_kernel(
         )
     finally:
         ledger.close()
-    from perfledger.kernels.isolated import compare_spec, spec_facts
+    from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
     unenforced = None if bound is not None else unbound_note(info["target"])
     if unenforced is not None:  # the old rule: say so before measuring
@@ -1288,15 +1278,12 @@ def measure_aa(
     aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
     if cmd is not None:
         check_original_command(target, cmd)  # R11: the A/A runs the original's code
-        from perfledger.commands.cli.output_check import accuracy_for
 
         accuracy = accuracy_for(target, {"--cmd": cmd})
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
         check_cases(chosen, test_set, "--case")
-        from perfledger.projections.verdict_cases import aa_resolution
-        from perfledger.projections.verdicts import Pair
 
         run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet, accuracy)
         valid = [
@@ -1353,9 +1340,8 @@ def measure_aa(
             f"{primary.statistic} per case, {aggregation} across cases"
         )
     else:
-        from perfledger.commands.cli.kernel_identity import original_kernel_directory
-        from perfledger.kernels.harness import resolution_from_aa
-        from perfledger.kernels.isolated import compare_spec, spec_facts
+        from perfledger.kernels.harness.harness import resolution_from_aa  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
+        from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
         # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
         bound = original_kernel_directory(target, spec_path, kernel_dir)
@@ -1395,8 +1381,6 @@ def measure_aa(
             if monitor is not None:
                 monitor.stop()
         if kernel_dir is not None:  # R11: the A/A measured the original's code, still there
-            from perfledger.commands.cli.identity import check_original_subject
-
             check_original_subject(target, kernel_dir, "A/A")
         try:  # R4: invalid A/A comparisons are left out, and said so
             figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
@@ -1479,25 +1463,4 @@ def measure_aa(
     _answer(ctx, result, lines)
 
 
-measure_group = click.Group(
-    "measure",
-    help="Measure under the protocol of docs/SPEC.md section 5 and record the samples (R4, R5, R11, R17).",
-)
-for _command in (measure_kernel, measure_workload, measure_aa):
-    measure_group.add_command(_command)
-# `measure serving` lives in its own module (docs/serving.md)
-from perfledger.commands.cli.serving import measure_serving  # noqa: E402
-
-measure_group.add_command(measure_serving)
-# `measure baseline`: the original's baseline measured, not typed (R4)
-from perfledger.commands.cli.measure_baseline import measure_baseline  # noqa: E402
-
-measure_group.add_command(measure_baseline)
-
-
-def commands() -> list[click.Command]:
-    """The click commands this module adds to ``perfledger``: ``env`` and ``measure``."""
-    return [env_command, measure_group]
-
-
-__all__ = ["commands", "environment_payload", "load_spec", "workload_request"]
+__all__ = ["env_command", "environment_payload", "load_spec", "workload_request"]

@@ -16,10 +16,12 @@ content hash and the environment id into a request.
 from __future__ import annotations
 
 import shlex
+import statistics
 from typing import Any
 
 import click
 
+from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
     call_timeout_option,
@@ -30,7 +32,12 @@ from perfledger.commands.cli.common import (
     quiet_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.identity import check_original_command
+from perfledger.commands.registry.operations import preview
+from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest, MeasurementError
+from perfledger.kernels.workload import outputs
+from perfledger.kernels.workload.driver import Subject, run_call
 
 #: The raw-table artifact attached to the baseline's event.
 BASELINE_ARTIFACT = "baseline.json"
@@ -76,9 +83,6 @@ def measure_baseline(
     """Measure the original's baseline and record it (R4): CMD called --calls times on every
     case, every value of the primary metric kept with its case and call id, in this machine's
     environment (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
-    from perfledger.commands.cli import measure as m
-    from perfledger.commands.cli.identity import check_original_command
-    from perfledger.commands.workflow.rules import refuse
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -119,8 +123,6 @@ def measure_baseline(
         "median per case: " + ", ".join(f"{c} {v:.4g} {primary.unit}" for c, v in per_case.items())
     ]
     if dry_run:
-        from perfledger.commands.registry.operations import preview
-
         ledger = ctx.open()
         try:  # decided, not appended: a refusal still exits 3
             preview(ledger, "baseline.record", body, actor=m._actor(actor))
@@ -145,9 +147,6 @@ def _measure(
     """Call ``cmd`` ``calls`` times per case. Returns (the raw table, ``{"values", "cases",
     "call_ids"}``). Raises: BadRequest for a command that cannot be parsed; MeasurementError
     for a failed call, a call whose accuracy check failed (R5) or one without ``metric``."""
-    from perfledger.commands.cli import measure as m
-    from perfledger.kernels import outputs
-    from perfledger.kernels.driver import Subject, run_call
 
     try:
         subject = Subject("original", shlex.split(cmd))
@@ -208,7 +207,6 @@ def _measure(
 
 def _medians(cases: list[str], values: list[float]) -> dict[str, float]:
     """The median of ``values`` per case (in first-seen case order)."""
-    import statistics
 
     grouped: dict[str, list[float]] = {}
     for case, value in zip(cases, values, strict=True):

@@ -23,7 +23,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from perfledger.commands.cli.handoff_request import handoff_request
+from perfledger.commands.registry import operations
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
 from perfledger.projections.handoff import NextDecision, next_decisions
 from perfledger.projections.workflow import TargetView, WorkflowState
@@ -50,8 +53,6 @@ def dry_decide(
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
     """
-    from perfledger.commands.registry import operations
-    from perfledger.commands.workflow.deciders import DecisionContext
 
     ctx = DecisionContext(
         op=op,
@@ -87,8 +88,6 @@ def _probe(state: WorkflowState, d: NextDecision, handoff: Any) -> dict[str, Any
         return {"experiment_id": d.about, "premise": "scope", "explanation": PLACEHOLDER,
                 "corrected_model": {"description": PLACEHOLDER}}  # fmt: skip
     if d.op == "handoff.record" and handoff is not None:
-        from perfledger.commands.cli.readmodels import handoff_request
-
         return handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
     return None
 

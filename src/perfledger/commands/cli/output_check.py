@@ -13,8 +13,9 @@ import click
 
 from perfledger.commands.workflow.output_rules import compared, declares_output
 from perfledger.errors import BadRequest
+from perfledger.ledger.base import Artifact
 
-#: The driver's per-pair seed placeholder (:data:`perfledger.kernels.outputs.SEED_PLACEHOLDER`).
+#: The driver's per-pair seed placeholder (:data:`perfledger.kernels.workload.outputs.SEED_PLACEHOLDER`).
 SEED_PLACEHOLDER = "{seed}"
 
 #: The keys of a call's output check recorded in the samples (``OutputCheck``).
@@ -49,7 +50,7 @@ def accuracy_for(target: Any, commands: dict[str, str]) -> dict[str, Any] | None
 
 def recorded_output(call: Any) -> dict[str, Any] | None:
     """A driver call's output check as a samples request records it, or None when the driver
-    judged no output (``call``: :class:`perfledger.kernels.driver.CallResult`)."""
+    judged no output (``call``: :class:`perfledger.kernels.workload.driver.CallResult`)."""
     if call.output is None:
         return None
     return {
@@ -61,7 +62,6 @@ def recorded_output(call: Any) -> dict[str, Any] | None:
 def output_artifacts(run: Any) -> dict[str, Any]:
     """The kept outputs of a driver run as artifacts (name -> Artifact), attached to the samples
     so an auditor can compare them again."""
-    from perfledger.ledger.base import Artifact
 
     return {name: Artifact(data, "application/octet-stream") for name, data in run.outputs.items()}
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from perfledger.commands.registry import operations
 from perfledger.errors import PerfledgerError
+from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
 
 #: Who the preview's dry decision is made as (nothing is appended, nothing carries it).
 PREVIEW_ACTOR = "perfledger-preview"
@@ -37,10 +41,6 @@ def verdict_preview(
     command that records it), or None when the rules refuse it now (the lines then say why,
     e.g. an owed reconciliation, R14); never raises for a refusal.
     """
-    import msgspec
-
-    from perfledger.commands.registry import operations
-    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
 
     op, body = verdict_request(stage, target_id, samples_id)
     command = f"perfledger {op.replace('.', ' ')} --samples {samples_id}" + (

@@ -18,19 +18,24 @@ import sys
 from typing import Any
 
 import click
+import msgspec
 
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
     idempotency_option,
     json_param,
+    rate_text,
     request_option,
+    signed_pct_text,
     target_param,
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
+from perfledger.commands.cli.handoff_request import handoff_request
+from perfledger.commands.cli.workflow import read_request, submit
 from perfledger.errors import BadRequest
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
@@ -43,7 +48,6 @@ def _emit(data: object, indent: int = 0) -> None:
 
 
 def _builtins(data: Any) -> Any:
-    import msgspec
 
     return msgspec.to_builtins(data)
 
@@ -60,10 +64,6 @@ def _fmt(value: float | None, spec: str = ".4g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.2f}%"
-
-
 # ----------------------------------------------------------------------------- claims
 
 
@@ -74,7 +74,7 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     """ROI claims vs outcomes: coverage, local speedup, stated and recomputed Amdahl bound,
     minimum effect, measured effect with its CI, prediction error, reconciliation (R7, R14)."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.claims import claims
+    from perfledger.projections.claims import claims  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state = _state(ctx)
     if target_id is not None and target_id not in state.targets:
@@ -91,14 +91,16 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     for r in rows:
         m = r.measured
         measured = (
-            f"{_pct(m.estimate)} ({_pct(m.ci_low)}..{_pct(m.ci_high)})" if m is not None else "-"
+            f"{signed_pct_text(m.estimate)} ({signed_pct_text(m.ci_low)}..{signed_pct_text(m.ci_high)})"
+            if m is not None
+            else "-"
         )
         owed = "owed, " + ("recorded" if r.reconciled else "MISSING") if r.reconciliation_owed else (
             "recorded" if r.reconciled else "-"
         )  # fmt: skip
         click.echo(
             f"{r.experiment_id:<12} {_fmt(r.coverage):>6} {_fmt(r.local_speedup):>6} "
-            f"{_fmt(r.stated_bound):>7} {_fmt(r.recomputed_bound):>7} {_pct(r.min_effect):>6} "
+            f"{_fmt(r.stated_bound):>7} {_fmt(r.recomputed_bound):>7} {signed_pct_text(r.min_effect):>6} "
             f"{measured:<28} {_fmt(m.speedup if m else None):>8} "
             f"{_fmt(r.prediction_error, '+.3f'):>8}  {owed}"
         )
@@ -110,9 +112,8 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
 
 def _measured_details(m: Any) -> list[str]:
     """Per-case figures (R12) and the outside-samples mark (R5) under a claims row."""
-    import msgspec
 
-    from perfledger.projections.verdict_explain import case_line, provenance_text
+    from perfledger.projections.verdict_explain import case_line, provenance_text  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     if m is None:
         return []
@@ -127,7 +128,7 @@ def _measured_details(m: Any) -> list[str]:
 def _champion_show(target_id: str | None, json_flag: bool) -> None:
     """Show the current champion of every Target (or of TARGET_ID, with its lineage) (R13)."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.champions import current_champions, lineage
+    from perfledger.projections.champions import current_champions, lineage  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state = _state(ctx)
     current = current_champions(state)
@@ -137,7 +138,7 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
             raise BadRequest(f"no Target {target_id!r}")
         data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
         if target_id in state.targets:  # the champion's code and how to get it (R11)
-            from perfledger.commands.cli.identity import champion_snapshot
+            from perfledger.commands.cli.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             ledger = ctx.open()
             try:
@@ -147,7 +148,7 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
         if ctx.json_mode:
             _emit(data)
         else:  # for people: perfledger.commands.cli.show
-            from perfledger.commands.cli.show import print_champion
+            from perfledger.commands.cli.show import print_champion  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             print_champion(data)
         return
@@ -164,7 +165,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
     """The chain of champions of TARGET_ID with the evidence behind each: experiment, samples,
     verdict, final audit (R13)."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.champions import lineage
+    from perfledger.projections.champions import lineage  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state = _state(ctx)
     if target_id not in state.targets:
@@ -178,8 +179,8 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
         audits = ", ".join(f"{a.samples_id} {a.status}" for a in s.final_audits) or "none"
         click.echo(
             f"  -> {s.champion} [{s.decision}] event {s.event_id[:12]} samples {s.samples_id or '-'}"
-            f" verdict {s.verdict_status or '-'} {_pct(s.estimate)} "
-            f"({_pct(s.ci_low)}..{_pct(s.ci_high)}) vs {s.reference or '-'}; "
+            f" verdict {s.verdict_status or '-'} {signed_pct_text(s.estimate)} "
+            f"({signed_pct_text(s.ci_low)}..{signed_pct_text(s.ci_high)}) vs {s.reference or '-'}; "
             f"evidence {s.claim_evidence or '-'}; final audits: {audits}"
         )
 
@@ -193,7 +194,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 def rejected_command(target_id: str | None, json_flag: bool) -> None:
     """Rejected directions, the scope each closed (R15) and why."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.rejections import rejected
+    from perfledger.projections.rejections import rejected  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     rows = rejected(_state(ctx), target_id)
     if ctx.json_mode:
@@ -214,8 +215,8 @@ def rejected_command(target_id: str | None, json_flag: bool) -> None:
 def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
     """Gather what a handoff needs from outside the state: head, remotes (from the repository
     config), artifacts, and the wall seconds from the Target's freezing to the newest event."""
-    from perfledger.events.envelope import parse_ts
-    from perfledger.projections.handoff import ResumeContext
+    from perfledger.events.envelope import parse_ts  # noqa: PLC0415 (off `perfledger schema`'s start-up path)
+    from perfledger.projections.handoff import ResumeContext  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     remotes: dict[str, str] = {}
     config = ledger.store.repo.get_config()
@@ -234,7 +235,7 @@ def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
     wall = None
     if last_ts is not None:
         wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
-    from perfledger.commands.cli.identity import champion_snapshot
+    from perfledger.commands.cli.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return ResumeContext(
         head=ledger.head(),
@@ -250,7 +251,7 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
     """Return (state, :class:`~perfledger.projections.handoff.Handoff`, its
     :class:`~perfledger.projections.handoff.ResumeContext`) of ``target_id`` (default: the most
     recently frozen current Target). Raises: BadRequest without a Target."""
-    from perfledger.projections.handoff import default_target, derive_handoff
+    from perfledger.projections.handoff import default_target, derive_handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:
@@ -269,54 +270,13 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
     ctx = _ctx(json_flag)
-    from perfledger.projections.handoff import render_markdown
+    from perfledger.projections.handoff import render_markdown  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     _, handoff, _ = derived_handoff(ctx, target_id)
     if ctx.json_mode and not md_flag:
         _emit({"handoff": _builtins(handoff)})
     else:
         click.echo(render_markdown(handoff), nl=False)
-
-
-def handoff_request(
-    handoff: Any, *, gpu_used_s: float | None, wall_used_s: float | None
-) -> dict[str, Any]:
-    """Map a derived handoff to a ``handoff.record`` request body (R18), with the seconds used.
-
-    GPU time is never known to the ledger, so ``gpu_used_s`` must be given; ``wall_used_s``
-    defaults to the span of the event timestamps.
-    Raises: BadRequest when either is unknown.
-    """
-    b = handoff.budget
-    wall, gpu = wall_used_s, gpu_used_s
-    if wall is None or gpu is None:
-        raise BadRequest(
-            "the budget used is not known to the ledger: GPU seconds are stated by the agent",
-            hint="pass --gpu-used SECONDS (and --wall-used SECONDS), or a request with budget_used",
-        )
-    gains = [
-        f"{g.experiment_id} {g.stage} {g.samples_id}: {g.status}, improvement "
-        f"{_pct(g.estimate)} (CI {_pct(g.ci_low)}..{_pct(g.ci_high)})"
-        for g in handoff.gains
-    ]
-    return {
-        "target_id": handoff.target_id,
-        "primary_achieved": handoff.primary_achieved,
-        "champion": handoff.champion,
-        "key_evidence": list(handoff.key_evidence),
-        "gains": gains,
-        "local_results": [r.result_id for r in handoff.local_results],
-        "rejected": [
-            {"experiment_id": r.experiment_id, "closes": r.closes} for r in handoff.rejected
-        ],
-        "prediction_corrections": sorted({c.experiment_id for c in handoff.prediction_corrections}),
-        "unresolved_questions": list(handoff.unresolved_questions),
-        "stop_reason": handoff.stop_reason,
-        "budget_used": {"wall_s": wall, "gpu_s": gpu},
-        "budget_left": {"wall_s": max(0.0, b.wall_s - wall), "gpu_s": max(0.0, b.gpu_s - gpu)},
-        "resume_needs": list(handoff.resume_needs),
-        "feedback": handoff.feedback,
-    }
 
 
 #: What ``handoff record`` records for a stop reason or feedback the agent did not give (R18:
@@ -384,7 +344,6 @@ def handoff_record(
     GPU seconds used are stated by --gpu-used, except on a Target whose GPU budget is 0 (0 then).
     Rules: R18."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.workflow import read_request, submit
 
     override = read_request(request_source)
     tid = target_id or override.get("target_id")
@@ -420,8 +379,8 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     """Print the handoff for the current head and the next decisions the rules allow: each one
     offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.next_steps import allowed_decisions
-    from perfledger.projections.handoff import render_markdown
+    from perfledger.commands.cli.next_steps import allowed_decisions  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.projections.handoff import render_markdown  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state, handoff, _ = derived_handoff(ctx, target_id)
     ledger = ctx.open()
@@ -445,7 +404,7 @@ def audit_command(json_flag: bool) -> None:
     every verdict re-derived from its samples, every request re-decided against the state
     before it. Exit 0 when clean, 5 with the findings (each naming its event and rule)."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.audit.replay import audit
+    from perfledger.commands.audit.replay import audit  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:
@@ -455,8 +414,6 @@ def audit_command(json_flag: bool) -> None:
     if ctx.json_mode:
         _emit(report.to_json())
     else:
-        from perfledger.commands.cli.common import rate_text
-
         status = "ok" if report.ok else f"{len(report.findings)} finding(s)"
         click.echo(
             f"{status}: {report.events} events replayed, {report.decisions} decisions re-decided "
@@ -489,7 +446,7 @@ def report_command(html_path: str, target_id: str | None, json_flag: bool) -> No
     """Write one self-contained HTML page (no network; plots inline): target and status, a
     timeline of decisions, claims vs outcomes, and plots made with matplotlib."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.report import build_report
+    from perfledger.commands.cli.report import build_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:
@@ -549,4 +506,4 @@ def _handoff_group_callback(target_id: str | None, json_flag: bool, md_flag: boo
         _handoff_show(target_id, json_flag, md_flag)
 
 
-__all__ = ["READMODEL_COMMANDS", "derived_handoff", "handoff_request", "install", "resume_context"]
+__all__ = ["READMODEL_COMMANDS", "derived_handoff", "install", "resume_context"]

@@ -22,7 +22,20 @@ import base64
 import html
 import io
 import os
+from datetime import datetime
 from typing import Any
+
+import msgspec
+
+from perfledger.errors import BadRequest
+from perfledger.events.kinds import get_kind
+from perfledger.events.vocabulary import DECISION_KINDS
+from perfledger.projections.champions import final_audit_standing
+from perfledger.projections.claims import claims, improvement_to_speedup
+from perfledger.projections.handoff import default_target
+from perfledger.projections.rejections import rejected
+from perfledger.projections.verdict_explain import case_line, provenance_text
+from perfledger.projections.verdicts import Pair, improvements
 
 #: At most this many decisions are listed in the timeline (the newest ones).
 TIMELINE_LIMIT = 500
@@ -44,7 +57,7 @@ def _num(value: float | None, spec: str = ".4g") -> str:
 
 def _png(figure: Any) -> str:
     """Render a matplotlib figure as a base64 PNG ``data:`` URI and close it."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: optional, plots only)
 
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
@@ -53,10 +66,10 @@ def _png(figure: Any) -> str:
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib: optional, plots only)
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: optional, plots only)
 
     return plt
 
@@ -68,7 +81,6 @@ def pair_improvements(state: Any, samples_id: str, payload_of: Any) -> list[floa
     """The per-pair improvements (ratios, R12) of ``samples_id``'s primary metric, valid pairs
     only (R5); the pairs are read from the samples' event (``payload_of``: event id ->
     payload)."""
-    from perfledger.projections.verdicts import Pair, improvements
 
     samples = payload_of(state.samples[samples_id].event_id)
     target = state.targets[samples.target_id].definition
@@ -89,7 +101,6 @@ def champion_progress(
 ) -> list[tuple[str, str, float]]:
     """(time, champion, cumulative speedup vs the original) after each lineage step of
     ``target_id``; starts at the Target's freezing with the original at 1.0."""
-    from perfledger.projections.claims import improvement_to_speedup
 
     target = state.targets[target_id]
     points = [(times.get(target.frozen_event, ""), "original", 1.0)]
@@ -152,7 +163,6 @@ def plot_champions(points: list[tuple[str, str, float]]) -> str | None:
     """Plot 2: the champion's end-to-end speedup vs the original over time."""
     if len(points) < 2:
         return None
-    from datetime import datetime
 
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.0, 3.4))
@@ -250,9 +260,6 @@ def _claims_table(rows: list[Any]) -> str:
 def _measured_details(m: Any) -> list[str]:
     """Per-case figures (R12: absolute per-call statistic, original -> candidate, with CIs) and
     the outside-samples mark (R5) under a claims row."""
-    import msgspec
-
-    from perfledger.projections.verdict_explain import case_line, provenance_text
 
     if m is None:
         return []
@@ -287,9 +294,6 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
                 times: dict[str, str], head: str, payload_of: Any) -> tuple[str, int]:  # fmt: skip
     """Render the page; returns (HTML text, number of plot images). ``payload_of`` reads a
     recorded event's payload by id (the samples' pairs)."""
-    from perfledger.projections.claims import claims
-    from perfledger.projections.handoff import default_target
-    from perfledger.projections.rejections import rejected
 
     tid = target_id or default_target(state)
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>perfledger report"
@@ -298,8 +302,6 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
         parts.append("<h1>perfledger report</h1><p>No Target is frozen in this ledger yet.</p>")
         rows: list[Any] = []
     else:
-        from perfledger.projections.champions import final_audit_standing
-
         target = state.targets[tid]
         d = target.definition
         achieved = target.champion is not None and target.final_audit_status == "pass"
@@ -344,9 +346,6 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
     Returns: ``{"path", "bytes", "plots"}``. Raises: BadRequest for an unknown Target or an
     unwritable path.
     """
-    from perfledger.errors import BadRequest
-    from perfledger.events.kinds import get_kind
-    from perfledger.events.workflow import DECISION_KINDS
 
     state = ledger.state()
     if target_id is not None and target_id not in state.targets:

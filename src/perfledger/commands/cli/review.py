@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import msgspec
 
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
@@ -18,9 +19,8 @@ GROUP_HELP = (
 
 
 def _rows(state: Any, unresolved_only: bool, target_id: str | None) -> list[dict[str, Any]]:
-    import msgspec
 
-    from perfledger.projections.reviews import unresolved_dissent
+    from perfledger.projections.reviews import unresolved_dissent  # noqa: PLC0415 (off `perfledger evidence list`'s start-up path)
 
     views = (
         unresolved_dissent(state.reviews, target_id)

@@ -1,6 +1,6 @@
 """``perfledger measure serving`` (SPEC.md section 5 "Serving workloads"; R2, R5, R7, R11, R12,
 R17): a paired, monitored load against OpenAI-compatible HTTP endpoints
-(:mod:`perfledger.kernels.serving`), reported, and with ``--experiment``/``--stage`` recorded
+(:mod:`perfledger.kernels.serving.serving`), reported, and with ``--experiment``/``--stage`` recorded
 through ``samples.record`` like ``measure workload``:
 
 - one recorded pair per window pair (and test case, where the request lines name their
@@ -22,11 +22,13 @@ as the artifact ``samples.json`` (``kind: serving``). Docs: ``docs/serving.md``.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
 import click
 
+from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
     idempotency_option,
@@ -34,6 +36,8 @@ from perfledger.commands.cli.common import (
     measure_dry_run_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.identity import refuse_unsnapshotted
+from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
     PER_WINDOW_KINDS,
@@ -73,7 +77,6 @@ def _words(command: str | None) -> tuple[str, ...] | None:
     """A ``--before-*`` command split into argv (BadRequest when it cannot be parsed)."""
     if command is None:
         return None
-    import shlex
 
     try:
         words = tuple(shlex.split(command))
@@ -218,11 +221,8 @@ def measure_serving(**kw: Any) -> None:
 def run_measure_serving(**kw: Any) -> None:
     """The body of ``measure serving`` (see its help); every check that can fail runs before any
     request is sent. Raises: BadRequest, RuleRefused (R2, R11, R12, R17), MeasurementError."""
-    from perfledger.commands.cli import measure as m
-    from perfledger.commands.cli.identity import refuse_unsnapshotted
-    from perfledger.commands.workflow import rules
-    from perfledger.kernels import serving as sv
-    from perfledger.kernels import serving_stats as st
+    from perfledger.derive import serving_stats as st  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
+    from perfledger.kernels.serving import serving as sv  # noqa: PLC0415 (numpy via perfledger.kernels.serving.serving)
 
     ctx = _ctx(kw["json_flag"])
     recording = kw["experiment_id"] is not None

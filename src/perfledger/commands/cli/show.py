@@ -24,7 +24,7 @@ PIPED_WIDTH = 240
 def people_console() -> Any:
     """A rich console for people: no highlighting; :data:`PIPED_WIDTH` columns when stdout is
     not a terminal (so that rows stay whole in a pipe or a captured answer)."""
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     # highlight off: rich would colour numbers and paths in ways that mean nothing here
     console = Console(highlight=False, soft_wrap=True)
@@ -34,7 +34,7 @@ def people_console() -> Any:
 
 
 def _table(*columns: str) -> Any:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     table = Table(box=None, padding=(0, 2), show_edge=False, pad_edge=False)
     for column in columns:
@@ -50,7 +50,7 @@ def _row(table: Any, *cells: str) -> None:
 
 def _indent(renderable: Any, n: int = 4) -> Any:
     """``renderable`` shifted right by ``n`` columns (tables under their heading line)."""
-    from rich.padding import Padding
+    from rich.padding import Padding  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     return Padding(renderable, (0, 0, 0, n), expand=False)
 
@@ -87,7 +87,7 @@ def _metric(m: Mapping[str, Any]) -> str:
 
 
 def _escape(text: object) -> str:
-    from rich.markup import escape
+    from rich.markup import escape  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     return escape(str(text))
 

@@ -15,6 +15,17 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import msgspec
+
+from perfledger.commands.cli.next_steps import allowed_decisions
+from perfledger.commands.cli.readmodels import resume_context
+from perfledger.commands.cli.show import people_console
+from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS, MEASURED_BY
+from perfledger.commands.workflow.rules import is_current_reference
+from perfledger.errors import BadRequest
+from perfledger.projections.champions import final_audit_standing
+from perfledger.projections.handoff import derive_handoff
+
 #: Experiment statuses that close an experiment (it is no longer "open" in the status).
 CLOSED_STATUSES = frozenset({"rejected", "champion"})
 
@@ -48,7 +59,6 @@ def _experiments(state: Any, target: Any) -> list[dict[str, Any]]:
 def _obligations(state: Any, target: Any) -> list[dict[str, Any]]:
     """What blocks decisions on ``target``: owed reconciliations (R14), unresolved conflicts and
     passed target-stage results whose reference is no longer current (R11 stale)."""
-    from perfledger.commands.workflow.rules import is_current_reference
 
     tid = target.definition.target_id
     out: list[dict[str, Any]] = []
@@ -98,12 +108,6 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
     """The status of one Target as a JSON-able dict (see the module docstring).
 
     Raises: KeyError for an unknown Target."""
-    import msgspec
-
-    from perfledger.commands.cli.next_steps import allowed_decisions
-    from perfledger.commands.cli.readmodels import resume_context
-    from perfledger.projections.champions import final_audit_standing
-    from perfledger.projections.handoff import derive_handoff
 
     target = state.targets[target_id]
     standing = final_audit_standing(state, target)
@@ -142,7 +146,6 @@ def session_status(ledger: Any, target_id: str | None = None) -> dict[str, Any]:
     Target, ``next`` says to freeze one (R1).
 
     Raises: BadRequest for an unknown ``target_id``."""
-    from perfledger.errors import BadRequest
 
     state = ledger.state()
     if target_id is not None and target_id not in state.targets:
@@ -190,7 +193,6 @@ def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     measurement that records it where one does (``perfledger measure baseline --target t1 --cmd
     CMD`` for ``baseline.record``, R4-R5), else the write with the common flags its request
     takes and ``--request FILE`` for the fields the caller supplies."""
-    from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS, MEASURED_BY
 
     op, request = decision.op, decision.request
     # the handoff's command derives the request from the state; the caller adds what it spent
@@ -218,9 +220,7 @@ def command_of(op: str) -> str:
 def render(status: dict[str, Any]) -> None:
     """Print ``status`` (from :func:`session_status`) for people, with rich (no colour when
     stdout is not a terminal)."""
-    from rich.table import Table
-
-    from perfledger.commands.cli.show import people_console
+    from rich.table import Table  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     console = people_console()  # piped: rows whole, not folded at 80 columns
     console.print(f"ledger {status['ledger']}  head {status['head'][:12]}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from perfledger.api import Ledger
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -28,12 +29,6 @@ from perfledger.commands.cli.common import json_option as _json
 
 #: Events listed by name in the text summary of a pull (all of them are in ``--json``).
 SUMMARY_EVENTS = 10
-
-
-def _shared() -> Any:
-    from perfledger.commands.cli import app as cli
-
-    return cli
 
 
 def _emit(data: object) -> None:
@@ -52,7 +47,7 @@ def remote_group() -> None:
 def remote_add(name: str, url: str, json_flag: bool) -> None:
     """Add remote NAME at URL (a path, file://, git://, ssh://, http(s)://)."""
     ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import add_remote
+    from perfledger.ledger.remotes import add_remote  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
 
     ledger = ctx.open()
     try:
@@ -70,7 +65,7 @@ def remote_add(name: str, url: str, json_flag: bool) -> None:
 def remote_list(json_flag: bool) -> None:
     """List the remotes with the last ledger head seen from each."""
     ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import list_remotes, tracking_ref
+    from perfledger.ledger.remotes import list_remotes, tracking_ref  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
 
     ledger = ctx.open()
     try:
@@ -96,7 +91,7 @@ def remote_list(json_flag: bool) -> None:
 def remote_remove(name: str, json_flag: bool) -> None:
     """Remove remote NAME and its tracking ref (the ledger's events stay)."""
     ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import remove_remote
+    from perfledger.ledger.remotes import remove_remote  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
 
     ledger = ctx.open()
     try:
@@ -197,7 +192,6 @@ def clone(url: str, path: str | None, remote: str, json_flag: bool) -> None:
     """Clone the ledger at URL into PATH (a new bare repository; default: the URL's last part),
     verifying every event before the ledger ref is written."""
     ctx = _ctx(json_flag)
-    from perfledger.api import Ledger
 
     if path is None:
         base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
@@ -315,7 +309,7 @@ def resolve(
     """Record which side of a conflict stands (`perfledger state` lists open conflicts); the
     same operation as `perfledger conflict resolve`."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.workflow import read_request, submit
+    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415 (off `perfledger remote list`'s start-up path)
 
     body = read_request(request_source)
     fields = {"target_id": target_id, "conflict_id": conflict_id, "keep": keep, "reason": reason}
@@ -324,10 +318,4 @@ def resolve(
            dry_run=dry_run)  # fmt: skip
 
 
-def register(group: click.Group) -> None:
-    """Add the sync commands to the ``perfledger`` group."""
-    for command in (remote_group, clone, pull, push, sync, resolve):
-        group.add_command(command)
-
-
-__all__ = ["register"]
+__all__ = ["clone", "pull", "push", "remote_group", "resolve", "sync"]

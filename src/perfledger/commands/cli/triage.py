@@ -18,6 +18,9 @@ import click
 from perfledger.commands.cli.common import actor_option, json_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.registry import operations
+from perfledger.errors import BadRequest
+from perfledger.ledger.base import Artifact
 
 _NAME_CHARS = 70
 
@@ -31,8 +34,8 @@ def _pct(value: float | None) -> str:
 
 
 def _render(answer: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415 (rich: heavy, only when printing for people)
+    from rich.table import Table  # noqa: PLC0415 (rich: heavy, only when printing for people)
 
     console = Console(width=max(Console().width, 160))
     src, den = answer["source"], answer["denominators"]
@@ -91,9 +94,7 @@ def _record(answer: dict[str, Any], inputs: dict[str, tuple[bytes, str]], *, evi
             of_target: bool, target_id: str | None, actor: str | None,
             json_mode: bool) -> dict[str, Any]:  # fmt: skip
     """Append the triage as evidence with its inputs and answer attached (R6)."""
-    from perfledger.commands.registry import operations
-    from perfledger.kernels.triage.record import ANSWER, REPORT, encode_answer, evidence_body
-    from perfledger.ledger.base import Artifact
+    from perfledger.kernels.triage.record import ANSWER, REPORT, encode_answer, evidence_body  # noqa: PLC0415 (sqlite3 via perfledger.kernels.triage.record)
 
     body = evidence_body(answer, inputs[REPORT][0], evidence_id=evidence_id,
                          of_target=of_target, target_id=target_id)  # fmt: skip
@@ -143,8 +144,7 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
       perfledger triage graph_on.json --mapping graph_off.json --record tri-1 \\
           --target T1 --of-target
     """
-    from perfledger.errors import BadRequest
-    from perfledger.kernels.triage.record import run_triage
+    from perfledger.kernels.triage.record import run_triage  # noqa: PLC0415 (sqlite3 via perfledger.kernels.triage.record)
 
     if (target_id is not None or of_target) and evidence_id is None:
         raise BadRequest("--target and --of-target describe a recorded triage: add --record ID")
@@ -165,6 +165,4 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
                    f"as event {recorded['event_id']}")  # fmt: skip
 
 
-def register(cli: click.Group) -> None:
-    """Add ``perfledger triage`` to ``cli``."""
-    cli.add_command(triage)
+__all__ = ["triage"]

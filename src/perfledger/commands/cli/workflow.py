@@ -14,10 +14,13 @@ load inside the commands that need them. :func:`commands` returns the click comm
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from typing import Any
 
 import click
+import msgspec
 
 from perfledger.commands.cli.common import (
     TARGET_FIELD_HELP,
@@ -32,7 +35,8 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry.operations import OPERATIONS, Operation
+from perfledger.commands.registry import operations
+from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
 from perfledger.errors import BadRequest
 
 #: Request fields that flags may set, per flag: (flag, field, help).
@@ -132,7 +136,6 @@ def read_request(source: str | None) -> dict[str, Any]:
         raise BadRequest(f"cannot read the request {source!r}: {exc.strerror}") from None
     if len(data) > MAX_REQUEST_BYTES:
         raise BadRequest(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
-    import json
 
     made, constant, number = _number_hooks()
     try:
@@ -155,7 +158,6 @@ def read_request(source: str | None) -> dict[str, Any]:
 
 
 def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
-    import msgspec
 
     events = [
         {
@@ -176,7 +178,7 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
         if event["kind"] in ("VerdictRecorded", "FinalAuditRecorded"):
-            from perfledger.projections.verdict_explain import verdict_lines
+            from perfledger.projections.verdict_explain import verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
@@ -191,7 +193,7 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
                     f"final-audit record --target {p['target_id']} --samples ID`"
                 )
         if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
-            from perfledger.commands.cli.show import claim_lines
+            from perfledger.commands.cli.show import claim_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             for line in claim_lines(event["payload"]):
                 click.echo(line)
@@ -219,15 +221,14 @@ def submit(
     """Decide and append one request of operation ``name`` (with ``dry_run``: decide and show,
     append nothing) and answer; ``request_given`` False adds a hint to pass ``--request`` to a
     request found invalid. Raises: BadRequest (2), RuleRefused (3), ConcurrentAppend (4)."""
-    from perfledger.commands.registry import operations
 
     operation = operations.get_operation(name)
     ledger = ctx.open()
     artifacts: dict[str, Any] = {}
     try:
         if name == "readiness.record":  # original.subject -> its snapshot (R11)
-            from perfledger.commands.cli.identity import readiness_edge
-            from perfledger.commands.cli.output_check import warn_readiness
+            from perfledger.commands.cli.identity import readiness_edge  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+            from perfledger.commands.cli.output_check import warn_readiness  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             warn_readiness(body)  # R5: correctness judged by the subject alone
 
@@ -269,7 +270,6 @@ def _flag_of_missing_field(message: str) -> tuple[str, str] | None:
     """``(flag, help)`` of the :data:`COMMON_FLAGS` entry that sets the required field a
     validation ``message`` says is missing (msgspec: ``Object missing required field
     `expected_current```), or None."""
-    import re
 
     found = re.search(r"missing required field `([A-Za-z_]+)`", message)
     if found is None:
@@ -281,7 +281,6 @@ def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
     """The answer of ``--dry-run``: the event(s) the request would append now, or the existing
     event an already used idempotency key would return; nothing appended (``{"op", "dry_run":
     true, "appended": false, "events": [{"kind", "payload", "existing_event_id"?}]}``)."""
-    import msgspec
 
     events = []
     for d in drafts:
@@ -302,7 +301,7 @@ def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
         status = event["payload"].get("status")
         click.echo(f"would append {event['kind']}" + (f"  status={status}" if status else ""))
         if event["kind"] == "VerdictRecorded":
-            from perfledger.projections.verdict_explain import verdict_lines
+            from perfledger.projections.verdict_explain import verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
@@ -316,7 +315,7 @@ def _explanation(event: dict[str, Any]) -> dict[str, Any]:
     never inside, the recorded payload. Empty for other events."""
     if event.get("kind") != "VerdictRecorded":
         return {}
-    from perfledger.projections.verdict_explain import explain_verdict
+    from perfledger.projections.verdict_explain import explain_verdict  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return {"explanation": explain_verdict(event["payload"])}
 
@@ -412,7 +411,6 @@ def _state(ctx: Any) -> Any:
 
 
 def _show(ctx: Any, data: Any) -> None:
-    import msgspec
 
     builtins = msgspec.to_builtins(data)
     if ctx.json_mode:
@@ -432,9 +430,7 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
     else:
         shown = {target_id: state.targets[target_id]}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        import msgspec
-
-        from perfledger.commands.cli.show import print_targets
+        from perfledger.commands.cli.show import print_targets  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         print_targets(msgspec.to_builtins(shown), msgspec.to_builtins(state.experiments))
         return
@@ -450,9 +446,7 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
         raise BadRequest(f"no experiment {experiment_id!r}")
     verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        import msgspec
-
-        from perfledger.commands.cli.show import print_experiment
+        from perfledger.commands.cli.show import print_experiment  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         print_experiment(msgspec.to_builtins(experiment), msgspec.to_builtins(verdicts))
         return
@@ -483,7 +477,7 @@ def _experiment_list(target_id: str | None, json_flag: bool) -> None:
 
 def _champion_show(target_id: str, json_flag: bool) -> None:
     """Show a Target's champion (``original`` when none) and its lineage."""
-    from perfledger.projections.champions import final_audit_standing
+    from perfledger.projections.champions import final_audit_standing  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     state = _state(ctx)
@@ -505,9 +499,8 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
     """Explain the recorded verdict (or final audit) of SAMPLES_ID: the condition that decided
     it, the estimate, CI and threshold, every case's absolute per-call figures (original ->
     candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
-    import msgspec
 
-    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
+    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     state = _state(ctx)
@@ -529,12 +522,11 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     """Print the JSON Schema of OPERATION's request (e.g. ``experiment.create``), or with
     ``--example`` a valid example request; without OPERATION, list the operations (``--json``:
     ``{"operations": [...]}``)."""
-    from perfledger.commands.registry.operations import json_schema
 
     if example:
         if operation is None:
             raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
-        from perfledger.commands.registry.request_examples import example as example_of
+        from perfledger.commands.registry.request_examples import example as example_of  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         click.echo(to_json_text(example_of(operation), indent=2))
         return

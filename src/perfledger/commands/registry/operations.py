@@ -22,10 +22,12 @@ import functools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from perfledger.errors import BadRequest
 
@@ -37,42 +39,42 @@ if TYPE_CHECKING:
 
 def _workflow_requests() -> ModuleType:
     """The workflow's request models (imported on first use: msgspec Structs)."""
-    from perfledger.commands.workflow import requests
+    from perfledger.commands.workflow import requests  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return requests
 
 
 def _workflow_deciders() -> ModuleType:
     """The workflow's deciders (R1-R18), imported on first use."""
-    from perfledger.commands.workflow import deciders
+    from perfledger.commands.workflow import deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return deciders
 
 
 def _activity_deciders() -> ModuleType:
     """The decider of ``activity.explain`` (R17)."""
-    from perfledger.commands.workflow import activity
+    from perfledger.commands.workflow import activity  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return activity
 
 
 def _review_deciders() -> ModuleType:
     """The decider of ``review.record``."""
-    from perfledger.commands.workflow import review_deciders
+    from perfledger.commands.workflow import review_deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return review_deciders
 
 
 def _loop_requests() -> ModuleType:
     """The kernel-iteration loop's request models (R19-R25)."""
-    from perfledger.commands.loop import requests
+    from perfledger.commands.loop import requests  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return requests
 
 
 def _loop_deciders() -> ModuleType:
     """The kernel-iteration loop's deciders (R19-R25)."""
-    from perfledger.commands.loop import deciders
+    from perfledger.commands.loop import deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return deciders
 
@@ -400,9 +402,8 @@ def json_schema(name: str) -> dict[str, Any]:
     object schema at the top, the models it nests under ``$defs``, the fields the CLI's edge
     takes (:data:`EDGE_FIELDS`), every property described
     (:mod:`perfledger.commands.workflow.field_docs`)."""
-    import msgspec
 
-    from perfledger.commands.workflow.field_docs import describe
+    from perfledger.commands.workflow.field_docs import describe  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     model = request_model(name)
     schema = msgspec.json.schema(model)
@@ -441,7 +442,7 @@ def condense(exc: Exception, body: Any = None) -> str:
         message = f"{value} is not a finite number (NaN and ±Infinity are refused)"
     pattern = _PATTERN.search(message)
     if pattern is not None:
-        from perfledger.commands.workflow.requests import PATTERN_WORDS
+        from perfledger.commands.workflow.requests import PATTERN_WORDS  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         words = PATTERN_WORDS.get(pattern.group("regex").replace("\\\\", "\\"))
         if words is not None:
@@ -471,7 +472,6 @@ def validate(name: str, body: Any) -> Any:
     Returns: the request model instance.
     Raises: BadRequest naming the first invalid field (never a traceback).
     """
-    import msgspec
 
     model = request_model(name)
     if not isinstance(body, dict):
@@ -489,7 +489,7 @@ def validate(name: str, body: Any) -> Any:
 
 def stored_request(name: str, request: Any) -> dict[str, Any]:
     """The envelope's ``request``: ``{"op": name, "body": the validated body as JSON}``."""
-    from perfledger.commands.workflow.requests import dump
+    from perfledger.commands.workflow.requests import dump  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     try:
         return {"op": name, "body": dump(request)}
@@ -548,7 +548,7 @@ def _prepare(
     either the event already appended under ``idempotency_key`` for this same request, or
     ``(request, DecisionContext)`` (the event time read once, here at the edge).
     Raises: BadRequest for an invalid request or a key used for another request."""
-    from perfledger.commands.workflow.deciders import DecisionContext
+    from perfledger.commands.workflow.deciders import DecisionContext  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     request = validate(name, body)
     stored = stored_request(name, request)
@@ -571,7 +571,7 @@ def _idempotent_event(
 ) -> Envelope | None:
     """The event already appended under ``idempotency_key`` for this same request, or None
     when the key is unused. Raises: BadRequest when the key was used for another request."""
-    from perfledger.events.canonical import canonical_bytes
+    from perfledger.events.canonical import canonical_bytes  # noqa: PLC0415 (off `perfledger schema`'s start-up path)
 
     if idempotency_key is None:
         return None
@@ -638,8 +638,6 @@ def execute(
     def decide_at(view: Any) -> list[Any]:
         drafts = run(ledger.state_at(view.head, lazy=True), request, ctx)
         if artifacts:
-            from dataclasses import replace
-
             drafts = [replace(d, artifacts={**d.artifacts, **artifacts}) for d in drafts]
         return drafts
 
@@ -650,10 +648,9 @@ def _refuse_unlike_raw_table(request: Any, raw: bytes, artifacts: Any = None) ->
     """R5: measured samples must be what their attached raw table holds, bound to these samples,
     kept outputs compared again (:mod:`perfledger.commands.workflow.raw_table`; ``artifacts``:
     name -> Artifact). Raises: RuleRefused (exit 3)."""
-    import msgspec
 
-    from perfledger.commands.workflow import rules
-    from perfledger.commands.workflow.raw_table import raw_table_mismatch
+    from perfledger.commands.workflow import rules  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.commands.workflow.raw_table import raw_table_mismatch  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     def read(name: str) -> bytes | None:
         artifact = (artifacts or {}).get(name)

@@ -15,6 +15,8 @@ import json
 from importlib import resources
 from typing import Any
 
+from perfledger.commands.registry.operations import get_operation, json_schema
+
 #: The package folder of the curated examples (``OP.json``).
 EXAMPLES_PACKAGE = "perfledger.skill"
 EXAMPLES_DIR = "examples"
@@ -37,7 +39,6 @@ def example(op: str) -> dict[str, Any]:
     """A valid request of operation ``op`` (curated, else built from its schema).
 
     Raises: BadRequest for an unknown operation."""
-    from perfledger.commands.registry.operations import get_operation, json_schema
 
     name = get_operation(op).name
     found = curated(name)

@@ -32,6 +32,7 @@ from perfledger.commands.workflow.verdict_guards import (
 )
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.canonical import canonical_bytes
+from perfledger.events.kinds import get_kind
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
@@ -78,13 +79,15 @@ from perfledger.events.workflow import (
 )
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
+from perfledger.projections.measurement_flags import wall_clock_note
+from perfledger.projections.verdicts import Pair, derive_guardrail, derive_verdict
 from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
 
 
 def _median(values: Any) -> float:
     """``statistics.median``, imported on first use: ``statistics`` (with ``fractions`` and
     ``decimal``) cost ~10 ms of every CLI decision that never takes a median."""
-    import statistics
+    import statistics  # noqa: PLC0415 (statistics: off `perfledger status`'s start-up path)
 
     return statistics.median(values)
 
@@ -140,7 +143,6 @@ def rules_version(ctx: DecisionContext, kind: str) -> int:
     (:attr:`DecisionContext.schema`), else the current one (versioned rules, e.g. R14)."""
     if ctx.schema is not None:
         return ctx.schema
-    from perfledger.events.kinds import get_kind
 
     return get_kind(kind).version
 
@@ -230,7 +232,7 @@ def _check_definition(req: rq.TargetFreeze) -> None:
 def _check_work_metrics(req: rq.TargetFreeze) -> None:
     """A ``work_metric`` names what a rate divides (R12's wall-clock check of rates): only a
     rate over time has one, and it is another metric, not a declared time or rate."""
-    from perfledger.kernels.wall_check import SECONDS_PER_UNIT, work_unit
+    from perfledger.derive.units import SECONDS_PER_UNIT, work_unit  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     metrics = _declared_metrics(req)
     declared = {name: unit for name, unit, _work in metrics}
@@ -696,9 +698,9 @@ def decide_samples_record(
 
 def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext) -> Any:
     """Self-reported times against the driver's wall clock (R12; rule and tolerance in
-    :mod:`perfledger.kernels.wall_check`, by the version the samples answer to); None for calls
+    :mod:`perfledger.derive.wall_check`, by the version the samples answer to); None for calls
     no driver timed."""
-    from perfledger.kernels.wall_check import METHOD, METHOD_V2, check_pairs
+    from perfledger.derive.wall_check import METHOD, METHOD_V2, check_pairs  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     counts = rules_version(ctx, "SamplesRecorded") >= R12_WALL_VALUE_COUNTS
     directions = {name: d for name, (_unit, d) in _target_metrics(target.definition).items()}
@@ -720,7 +722,6 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
 def _pairs(samples: SamplesRecorded, metric: str) -> list[Any] | None:
     """The R12 pairs of ``metric`` (None when a subject lacks it); invalid when either subject
     failed its accuracy check (R5)."""
-    from perfledger.projections.verdicts import Pair
 
     out = []
     for p in samples.pairs:
@@ -783,7 +784,6 @@ def derive_samples(params: DerivationParams, samples: SamplesRecorded) -> Derive
         :func:`perfledger.projections.verdicts.improvements`); AssertionError when the samples
         lack the primary metric (``samples.record`` refuses that).
     """
-    from perfledger.projections.verdicts import derive_guardrail, derive_verdict
 
     if not params.pooled:
         return _derive_per_case(params, samples)
@@ -862,7 +862,7 @@ def _unmeasured_guardrail(metric: str, allowed_regression: float) -> DerivedGuar
 def _derive_per_case(params: DerivationParams, samples: SamplesRecorded) -> Derived:
     """:func:`derive_samples` per test case with the Target's statistic and aggregation (R12;
     :mod:`perfledger.projections.verdict_cases`)."""
-    from perfledger.projections.verdict_cases import derive_case_guardrail, derive_case_verdict
+    from perfledger.projections.verdict_cases import derive_case_guardrail, derive_case_verdict  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     definition = params.definition
     stats = params.statistics
@@ -919,7 +919,7 @@ def _samples_marks(
 def _tail_refusal(target: TargetView, samples: SamplesRecorded) -> None:
     """R12: a tail primary (p95, p99) needs enough per-request values per case and subject;
     refused (nothing recorded) otherwise."""
-    from perfledger.projections.verdict_cases import tail_min_values, tail_support_problems
+    from perfledger.projections.verdict_cases import tail_min_values, tail_support_problems  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     statistic = target.definition.primary.statistic
     pairs = _pairs(samples, target.definition.primary.name)
@@ -1005,9 +1005,8 @@ def _r14_screen_owes(
 
 def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> str:
     """R12: samples whose self-reported times the driver's wall clock does not bear out
-    (:mod:`perfledger.kernels.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
+    (:mod:`perfledger.derive.wall_check`) cannot pass: ``pass`` becomes ``inconclusive``, and
     the flag is noted whatever the status. Returns: the status."""
-    from perfledger.projections.measurement_flags import wall_clock_note
 
     note = wall_clock_note(samples.wall_check)
     if note is None:

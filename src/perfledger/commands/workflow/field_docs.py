@@ -21,7 +21,7 @@ DRIVER_CONTRACT = (
     "{case} in the argv and $PERFLEDGER_CASE carry the test case; a non-zero exit, a timeout, "
     "NaN or anything else is a failed call."
 )
-#: The ``{output}`` file formats and what exact/allclose compare (:mod:`perfledger.kernels.outputs`).
+#: The ``{output}`` file formats and what exact/allclose compare (:mod:`perfledger.derive.outputs`).
 OUTPUT_FORMATS = (
     "Each call writes its output to the {output} path as .npy (numpy.save), .npz "
     "(numpy.savez: same array names on both sides) or JSON; the measuring process compares "

@@ -1,5 +1,5 @@
 """R11 code identity: the checks the deciders run on snapshots (pure; the snapshots are taken at
-the edge by :mod:`perfledger.kernels.snapshot`, the digest is :mod:`perfledger.events.identity`).
+the edge by :mod:`perfledger.kernels.workload.snapshot`, the digest is :mod:`perfledger.events.identity`).
 
 The rule is versioned by the Target's readiness: a readiness whose driver declares a
 ``{subject}`` place records the original's snapshot, and from then on every samples event of the

@@ -1,6 +1,6 @@
 """Rules on what a measurement found (R5, R13): a candidate that failed its accuracy check on any
 call of a formal stage, or whose formal-stage samples the driver's wall clock flagged
-(:mod:`perfledger.kernels.wall_check`), cannot support a champion, whatever its other pairs say.
+(:mod:`perfledger.derive.wall_check`), cannot support a champion, whatever its other pairs say.
 The reference's failures stay the reference's (R11): they never count against the candidate.
 """
 

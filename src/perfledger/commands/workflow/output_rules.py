@@ -25,7 +25,7 @@ import msgspec
 from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
 
-#: Placeholders of the driver's argv (as in :mod:`perfledger.kernels.outputs`, which commands
+#: Placeholders of the driver's argv (as in :mod:`perfledger.kernels.workload.outputs`, which commands
 #: may not import at decision time: kernels pull numpy).
 OUTPUT_PLACEHOLDER = "{output}"
 #: The comparisons the measuring process makes.

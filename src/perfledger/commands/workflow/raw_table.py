@@ -4,7 +4,7 @@
 The raw table is re-read and the recorded pairs are re-derived from it, the way
 :mod:`perfledger.commands.cli.measure` built them:
 
-- ``kind: workload`` (the driver's per-call table, :meth:`perfledger.kernels.driver.DriverRun.table`):
+- ``kind: workload`` (the driver's per-call table, :meth:`perfledger.kernels.workload.driver.DriverRun.table`):
   every recorded pair is one paired (non warm-up) round of the table, in run order; each side's
   case, correctness, ``wall_s`` and values equal its call's row; a round whose calls both
   produced a result may be left out only when it lacks a metric that every recorded pair has
@@ -14,7 +14,7 @@ The raw table is re-read and the recorded pairs are re-derived from it, the way
   samples.
 - ``kind: serving``: the binding only (below).
 
-Where the driver judged the calls' outputs (``{output}``, :mod:`perfledger.kernels.outputs`),
+Where the driver judged the calls' outputs (``{output}``, :mod:`perfledger.kernels.workload.outputs`),
 each side's ``output`` check equals its row's, and the row's ``correct`` is its own check
 (``self_correct``) and the output check together; given the event's artifacts, the comparison
 of every pair whose two outputs were kept (small ones) is made again by the table's accuracy
@@ -47,8 +47,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import blake3
+
+from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.events.workflow import R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
-from perfledger.kernels.timing import UNITS_PER_SECOND
 
 #: Units of a time metric per second (the kernel harness's rows are in seconds: value_s * this).
 _TIME_UNITS = UNITS_PER_SECOND
@@ -247,9 +249,8 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
         return None
     if not isinstance(rule, dict):
         return "its raw table judged outputs but names no accuracy rule"
-    import blake3
 
-    from perfledger.kernels.outputs import METHOD_V1, rejudge
+    from perfledger.derive.outputs import METHOD_V1, rejudge  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
 
     for n, pair in sorted(rows.items()):
         if set(pair) != {"ref", "cand"}:

@@ -1,14 +1,16 @@
 """The requests that ``perfledger measure serving`` records (R2, R5, R6, R11, R12, R17), built
-from a :class:`~perfledger.kernels.serving.ServingRun` and its analysis
-(:func:`perfledger.kernels.serving_stats.analyze`): the ``samples.record`` body
+from a :class:`~perfledger.kernels.serving.serving.ServingRun` and its analysis
+(:func:`perfledger.derive.serving_stats.analyze`): the ``samples.record`` body
 (:func:`serving_request`) and the ``evidence.add`` body (:func:`evidence_request`), and how a
 Target's metric names a serving metric (:func:`metric_kind`). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from statistics import median
 from typing import Any
 
+from perfledger._version import __version__
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest
 
@@ -123,9 +125,9 @@ def serving_request(
     unequal work (R12), per-request values of each subject (see the module docstring),
     ``correct`` false for a subject with failed steady requests of that case (R5), the
     monitor's account of both windows (R17). For a ``tail`` primary, a case with fewer steady
-    requests in a window than :data:`perfledger.kernels.serving.TAIL_MIN_REQUESTS` asks is
+    requests in a window than :data:`perfledger.derive.serving_stats.TAIL_MIN_REQUESTS` asks is
     left out. Returns ``(body, left_out)``: the pairs not recorded, with why."""
-    from perfledger.kernels.serving import TAIL_MIN_REQUESTS
+    from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
 
     windows = {w.index: w for w in run.windows}
     primary = info["primary"].name
@@ -198,10 +200,8 @@ def evidence_request(
     interfered requests. A tail quantile (p95, p99) is left out where a window has fewer steady
     requests than it needs (R7, R12). Drift, interference, failed requests, tails left out and
     a missing monitor are also limitations."""
-    from statistics import median
 
-    from perfledger import __version__
-    from perfledger.kernels.serving import TAIL_MIN_REQUESTS
+    from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
 
     facts: list[dict[str, Any]] = []
     # a tail quantile of fewer steady requests than it needs (R7, R12) is not that quantile:

@@ -4,7 +4,7 @@ comparison and profiles of one kernel file, producing the numbers that the loop'
 Two backends, one interface (:class:`Backend`):
 
 - :class:`WorkloadBackend` (the CPU stand-in, no GPU): the kernel is measured through the
-  workload driver (:mod:`perfledger.kernels.driver`): a command template (``{kernel}``,
+  workload driver (:mod:`perfledger.kernels.workload.driver`): a command template (``{kernel}``,
   ``{ref}``, ``{dims}``, ``{entry}`` placeholders) that prints one JSON object per call, with the
   mode in ``$PERFLEDGER_LOOP_MODE`` (``check``, ``time`` or ``profile``). Paired timing is the
   driver's ABBA interleaving. A profile call puts ``{"tool", "version", "metrics", "units",
@@ -21,6 +21,7 @@ Times in the results are milliseconds. Nothing here appends to a ledger.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -33,9 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from perfledger.errors import BadRequest
+from perfledger.errors import BadRequest, EvidenceError
 from perfledger.events import catalog as cat
 from perfledger.events.loop import Catalog
+from perfledger.kernels.env import VOLATILE_FIELDS, collect
+from perfledger.kernels.loop.preflight import eval_launch, parse_cuda_entry, parse_launch
+from perfledger.kernels.profilers.ncu import parse_ncu_csv, parse_version
+from perfledger.kernels.workload.driver import Subject, run_call, run_pairs
 
 #: Environment variable telling a workload stand-in what to do.
 MODE_ENV = "PERFLEDGER_LOOP_MODE"
@@ -98,7 +103,6 @@ class WorkloadBackend:
     kind: str = field(default="workload", init=False)
 
     def _subject(self, label: str, kernel: Path, mode: str) -> Any:
-        from perfledger.kernels.driver import Subject
 
         values = {
             "{kernel}": str(kernel),
@@ -114,8 +118,6 @@ class WorkloadBackend:
         return Subject(label, argv, env={MODE_ENV: mode}, cwd=self.cwd)
 
     def _call(self, kernel: Path, mode: str) -> Any:
-        from perfledger.kernels.driver import run_call
-
         result = run_call(
             self._subject("cand", kernel, mode), case="dims", call_id=f"{mode}-1",
             timeout_s=self.timeout_s,
@@ -169,9 +171,8 @@ class WorkloadBackend:
         return None
 
     def compare(self, best: Path, cand: Path, pairs: int) -> tuple[list[dict[str, Any]], bool, str]:
-        """ABBA pairs through :func:`perfledger.kernels.driver.run_pairs`; a pair whose calls
+        """ABBA pairs through :func:`perfledger.kernels.workload.driver.run_pairs`; a pair whose calls
         failed or were incorrect is left out (R5); any incorrect candidate call is reported."""
-        from perfledger.kernels.driver import run_pairs
 
         run = run_pairs(
             self._subject("ref", best, "time"), self._subject("cand", cand, "time"),
@@ -249,7 +250,6 @@ class CudaBackend:
     _harness: Any = field(default=None, init=False, repr=False)
 
     def _module(self) -> Any:
-        import importlib.util
 
         spec = importlib.util.spec_from_file_location("perfledger_loop_ref", self.reference)
         if spec is None or spec.loader is None:
@@ -261,9 +261,9 @@ class CudaBackend:
     def harness(self) -> Any:
         """The harness for this problem (built once)."""
         if self._harness is None:
-            import numpy as np
+            import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
-            from perfledger.kernels import harness as h
+            from perfledger.kernels.harness import harness as h  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
 
             ref = self._module()
             dims = dict(self.dims)
@@ -274,7 +274,7 @@ class CudaBackend:
                 outputs=ref.outputs(dims),
                 bytes_per_call=ref.bytes_per_call(dims) if hasattr(ref, "bytes_per_call") else None,
             )
-            from perfledger.kernels.stopping import StoppingRule
+            from perfledger.kernels.harness.stopping import StoppingRule  # noqa: PLC0415 (numpy via perfledger.kernels.harness.stopping)
 
             config = h.HarnessConfig(stopping=StoppingRule(max_gpu_s=self.max_gpu_s))
             self._harness = h.Harness(problem, config)
@@ -283,10 +283,9 @@ class CudaBackend:
     def subject(self, kernel: Path) -> Any:
         """A harness subject for ``kernel``: parameters bound by name (arrays from inputs and
         outputs, integers from dims as int32), launch from its directive."""
-        import numpy as np
+        import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
 
-        from perfledger.kernels import harness as h
-        from perfledger.kernels.loop.preflight import eval_launch, parse_cuda_entry, parse_launch
+        from perfledger.kernels.harness import harness as h  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
 
         source = kernel.read_text()
         entry = parse_cuda_entry(source, self.entry)
@@ -316,7 +315,6 @@ class CudaBackend:
         """The environment identity of :func:`perfledger.kernels.env.collect` (GPU, UUID,
         compute capability, driver, CUDA, CuPy, nvcc, ncu, host), flattened to strings; missing
         items are None and listed as a limitation."""
-        from perfledger.kernels.env import VOLATILE_FIELDS, collect
 
         found = collect()
         env: dict[str, str | None] = {
@@ -333,7 +331,7 @@ class CudaBackend:
 
     def sm_arch(self) -> str:
         """``sm_XY`` of the current device."""
-        import cupy
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
         return f"sm_{props['major']}{props['minor']}"
@@ -365,7 +363,7 @@ class CudaBackend:
 
     def time_reference(self) -> dict[str, Any] | None:
         """The reference (a CuPy function) timed as a callable subject writing the outputs."""
-        from perfledger.kernels import harness as h
+        from perfledger.kernels.harness import harness as h  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
 
         ref = self._module()
         dims = self.dims
@@ -387,7 +385,7 @@ class CudaBackend:
 
     def compare(self, best: Path, cand: Path, pairs: int) -> tuple[list[dict[str, Any]], bool, str]:
         """The harness's paired ABBA comparison (each pair one cold sample per subject)."""
-        from perfledger.kernels.harness import abba_blocks
+        from perfledger.kernels.harness.harness import abba_blocks  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
 
         comparison = self.harness().compare(self.subject(best), self.subject(cand))
         if comparison.ref is None or comparison.cand is None:
@@ -415,7 +413,6 @@ class CudaBackend:
             out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return None
-        from perfledger.kernels.profilers.ncu import parse_version
 
         try:
             return parse_version(out.stdout)
@@ -492,8 +489,6 @@ def profile_from_ncu_csv(
 
     Returns: ``{"tool", "tool_version", "metrics", "units", "limitations"}``.
     """
-    from perfledger.errors import EvidenceError
-    from perfledger.kernels.profilers.ncu import parse_ncu_csv
 
     try:
         report = parse_ncu_csv(path, tool_version=version, grouping=grouping, name="ncu raw page")

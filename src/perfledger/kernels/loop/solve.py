@@ -1,7 +1,7 @@
 """The kernel-iteration loop on the seed playbook's standalone contract: a ``.cu`` exporting the
 host function ``extern "C" void solve(...)`` (any number of kernels launched on the stream it is
 given), ``ref.py`` with ``reference(**kwargs)`` and the argument spec (``ARGS``, or ``SHAPES``
-with the signature), and the dims JSON (:mod:`perfledger.kernels.solve`).
+with the signature), and the dims JSON (:mod:`perfledger.kernels.subjects.solve`).
 
 A Python baseline defining ``def solve(...)`` on torch tensors (a torch operator, a Triton
 kernel's launcher) follows the same contract (the stream parameter left out: torch's current
@@ -17,15 +17,20 @@ the metrics of every kernel that call launched. Times are milliseconds.
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfledger.events.loop import Catalog
-from perfledger.kernels import solve as sv
+from perfledger.kernels.harness import harness as h
+from perfledger.kernels.harness.stopping import StoppingRule
 from perfledger.kernels.loop.measure import CudaBackend, profile_from_ncu_csv
 from perfledger.kernels.loop.preflight import EntryPoint
+from perfledger.kernels.profilers.ncu import parse_ncu_csv
+from perfledger.kernels.subjects import solve as sv
+from perfledger.kernels.subjects.torch_subject import check_python_solve, python_solve_subject
 
 
 def is_solve_source(source: str, entry: str | None) -> bool:
@@ -37,7 +42,6 @@ def is_solve_source(source: str, entry: str | None) -> bool:
 def is_python_solve_source(source: str) -> bool:
     """True when a Python baseline defines a top-level ``def solve(...)`` (a torch or Triton
     subject on the same contract) rather than being a workload stand-in."""
-    import ast
 
     try:
         tree = ast.parse(source)
@@ -64,8 +68,6 @@ def preflight(
     """
     ref = sv.load_ref(ref_path)
     if python:
-        from perfledger.kernels.torch_subject import check_python_solve
-
         spec = sv.resolve_spec(ref, None)
         check_python_solve(source, spec)
     else:
@@ -109,9 +111,6 @@ class SolveBackend(CudaBackend):
     def harness(self) -> Any:
         """The harness of ``ref.py``'s problem (built once)."""
         if self._harness is None:
-            from perfledger.kernels import harness as h
-            from perfledger.kernels.stopping import StoppingRule
-
             ref, spec = self._contract()
             problem = sv.solve_problem(ref, self.dims, spec, name=f"{self.reference.stem}")
             config = h.HarnessConfig(stopping=StoppingRule(max_gpu_s=self.max_gpu_s))
@@ -123,15 +122,12 @@ class SolveBackend(CudaBackend):
         ``.py`` (torch or Triton) run as a torch subject."""
         _, spec = self._contract()
         if kernel.suffix == ".py":
-            from perfledger.kernels.torch_subject import python_solve_subject
-
             return python_solve_subject(kernel, spec, self.dims)
         return sv.solve_subject(kernel, spec, self.dims, arch=self.arch)
 
     def time_reference(self) -> dict[str, Any] | None:
         """The reference timed as a subject writing the outputs (None when it cannot run on the
         device, e.g. a NumPy reference)."""
-        from perfledger.kernels import harness as h
 
         problem = self.harness().problem
 
@@ -158,7 +154,6 @@ class SolveBackend(CudaBackend):
         def read(out_csv: Path, version: str) -> dict[str, Any]:
             # "" matches every kernel: solve's kernels have names of their own
             profile = profile_from_ncu_csv(out_csv, version, catalog, "")
-            from perfledger.kernels.profilers.ncu import parse_ncu_csv
 
             try:
                 names = list(parse_ncu_csv(out_csv, tool_version=version).kernels)

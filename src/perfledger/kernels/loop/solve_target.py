@@ -12,14 +12,15 @@ import json
 import sys
 from pathlib import Path
 
+from perfledger.kernels.loop.ncu_target import _profiler_range
+
 
 def main(argv: list[str]) -> int:
     """Build ``KERNEL.cu``, make inputs and outputs from ``REF.py``, call ``solve`` once inside
     the profiler range; returns the exit status."""
-    import cupy
+    import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
-    from perfledger.kernels.loop.ncu_target import _profiler_range
-    from perfledger.kernels.loop.solve import SolveBackend
+    from perfledger.kernels.loop.solve import SolveBackend  # noqa: PLC0415 (numpy via perfledger.kernels.loop.solve)
 
     kernel, reference, dims_json = argv
     dims = json.loads(dims_json)

@@ -9,6 +9,7 @@ the exact argv and the exit status. perfledger never changes clocks or counter p
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -132,7 +133,6 @@ def export_ncu_rep(path: str | Path, *, ncu: str | None = None) -> tuple[bytes, 
 def export_command(path: str | Path) -> str:
     """The shell command that exports the ``.ncu-rep`` at ``path`` to the CSV perfledger reads
     (``--page details``, base units, ``LC_ALL=C``), for a hint where ncu is not installed."""
-    import shlex
 
     name = str(path)
     target = (name[: -len(".ncu-rep")] if name.endswith(".ncu-rep") else name) + ".csv"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from perfledger.errors import EvidenceError
-from perfledger.kernels.profilers.common import ProfileReport, open_binary, text_lines
+from perfledger.kernels.profilers.common import MetricStat, ProfileReport, open_binary, text_lines
 
 _NVCC_VERSION = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", re.ASCII)
 _PTXAS = re.compile(r"ptxas (info|warning|error)\s*: (.*)", re.ASCII)
@@ -137,7 +137,6 @@ def parse_ptxas(
 def _put(
     report: ProfileReport, kernel: str, key: str, value: float, unit: str, where: str = ""
 ) -> None:
-    from perfledger.kernels.profilers.common import MetricStat
 
     if not math.isfinite(value):  # float() of a 400-digit count is inf
         raise EvidenceError(f"{where or kernel}: {key} {value} is beyond float range")

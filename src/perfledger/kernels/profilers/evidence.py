@@ -11,6 +11,8 @@ module builds data only; it never appends (SPEC.md section 1: kernels produce pa
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,6 @@ def reparse_report(
 
     Raises: EvidenceError when ``data`` does not parse as a ``kind`` report.
     """
-    import os
-    import tempfile
 
     options: dict[str, Any] = {"tool_version": tool_version or None}
     if kind == "ncu":
@@ -136,27 +136,27 @@ def parse_report(kind: str, path: str | Path, **options: Any) -> ProfileReport:
         return str(version)
 
     if kind == "ncu":
-        from perfledger.kernels.profilers.ncu import parse_ncu_csv
+        from perfledger.kernels.profilers.ncu import parse_ncu_csv  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
 
         return parse_ncu_csv(path, tool_version=need(), grouping=options.get("grouping", "none"))
     if kind == "nsys":
-        from perfledger.kernels.profilers.nsys import parse_nsys_sqlite
+        from perfledger.kernels.profilers.nsys import parse_nsys_sqlite  # noqa: PLC0415 (sqlite3 via perfledger.kernels.profilers.nsys)
 
         return parse_nsys_sqlite(path)
     if kind == "nsys-stats":
-        from perfledger.kernels.profilers.nsys import parse_nsys_stats_csv
+        from perfledger.kernels.profilers.nsys import parse_nsys_stats_csv  # noqa: PLC0415 (sqlite3 via perfledger.kernels.profilers.nsys)
 
         return parse_nsys_stats_csv(path, tool_version=need())
     if kind == "torch":
-        from perfledger.kernels.profilers.torch_trace import parse_torch_trace
+        from perfledger.kernels.profilers.torch_trace import parse_torch_trace  # noqa: PLC0415 (numpy via perfledger.kernels.profilers.torch_trace)
 
         return parse_torch_trace(path, torch_version=version)
     if kind == "ptxas":
-        from perfledger.kernels.profilers.compiler import parse_ptxas
+        from perfledger.kernels.profilers.compiler import parse_ptxas  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
 
         return parse_ptxas(path, tool_version=need())
     if kind == "sass":
-        from perfledger.kernels.profilers.compiler import parse_sass
+        from perfledger.kernels.profilers.compiler import parse_sass  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
 
         return parse_sass(path, tool_version=need(), binary_hash=options.get("binary_hash", ""))
     raise EvidenceError(f"unknown report kind {kind!r}", hint="kinds: " + ", ".join(KINDS))

@@ -20,7 +20,7 @@ file, on every path:
   this module does not know which one did.
 - *Values.* Each metric cell is a number (:data:`PLAIN`, or :data:`GROUPED` with
   ``grouping="en_US"``; finite), a missing value (``no data``, ``n/a``), a text value (only in the
-  unitless :data:`~perfledger.kernels.profilers.ncu.TEXT_METRICS`) or an error. Columns that have
+  unitless :data:`~perfledger.kernels.profilers.ncu_csv.TEXT_METRICS`) or an error. Columns that have
   held only numbers so far are converted together by one ``pc.cast`` to float64 (pyarrow's parser
   accepts a superset of :data:`PLAIN`: a leading ``+`` and non-finite spellings, both refused
   here); a column whose cells are not all plain numbers is classified cell by cell with RE2
@@ -28,7 +28,7 @@ file, on every path:
 - *Launch columns.* ID (decimal digits, never twice), non-empty kernel name, stream, block and
   grid shapes, CC: the patterns of :mod:`~perfledger.kernels.profilers.ncu`.
 - *Errors* name the first bad launch row in file order and, for a value, its metric (the
-  messages of :func:`~perfledger.kernels.profilers.ncu._value`).
+  messages of :func:`~perfledger.kernels.profilers.ncu_csv.metric_value`).
 
 Statistics per kernel and metric (R6: in base units): launches with a number (``count``), their
 sum (``total``, added in file order, so bit-identical to adding row by row), ``minimum`` and
@@ -44,7 +44,7 @@ import itertools
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -53,9 +53,19 @@ import pyarrow.csv as pacsv
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import MetricStat, ProfileReport, base_unit
-
-if TYPE_CHECKING:
-    from perfledger.kernels.profilers.ncu import LineReader
+from perfledger.kernels.profilers.ncu_csv import (
+    RAW_PREFIX,
+    RAW_PREFIX_OLD,
+    TABLE_NOISE,
+    TEXT_METRICS,
+    LineReader,
+    duplicated_header,
+    metric_value,
+    note_compute_capability,
+    one_row,
+    preamble,
+    table_lines,
+)
 
 #: Bytes of whole lines read, checked and tokenised at a time (the page's memory bound).
 CHUNK_BYTES = 4 << 20
@@ -71,7 +81,7 @@ _SHAPE = re.compile(r"\([0-9]+, [0-9]+, [0-9]+\)")
 _INT = re.compile(r"[0-9]+")
 _CC = re.compile(r"[0-9]+\.[0-9]+")
 _QUOTE, _NEWLINE, _CR = 34, 10, 13
-_MISSING = pa.array(["no data", "n/a", "N/A"])  # ncu.MISSING: no value, recorded as missing
+_MISSING = pa.array(["no data", "n/a", "N/A"])  # ncu_csv.MISSING: no value, recorded as missing
 
 
 class _Cells(NamedTuple):
@@ -258,7 +268,6 @@ class RawPage:
         grouping: str,
         limitations: list[str],
     ) -> None:
-        from perfledger.kernels.profilers.ncu import TEXT_METRICS
 
         self.metrics = metrics
         self.old = old
@@ -283,14 +292,13 @@ class RawPage:
 
         Raises: EvidenceError for a missing or malformed units row, an unknown unit, a page
         without launch rows, or any launch row that is malformed (see the module docstring)."""
-        from perfledger.kernels.profilers.ncu import TABLE_NOISE, _one_row, _preamble
 
         units: list[str] | None = None
         for line in lines:
             if line.startswith(TABLE_NOISE):
-                _preamble(line.rstrip("\r\n"), self.limitations)
+                preamble(line.rstrip("\r\n"), self.limitations)
                 continue
-            units = _one_row(line.rstrip("\r\n"), self.label, lines.lineno)
+            units = one_row(line.rstrip("\r\n"), self.label, lines.lineno)
             break
         prefix, label = self.prefix, self.label
         if units is None or len(units) != self.width or any(units[:prefix]):
@@ -339,9 +347,8 @@ class RawPage:
     def _exact(self, chunks: Iterator[bytes], lines: LineReader) -> Iterator[pa.Array]:
         """The csv module's records of the remaining chunks, in batches of
         :data:`EXACT_ROWS` (``==PROF==``-style lines skipped, ``==ERROR==`` kept)."""
-        from perfledger.kernels.profilers.ncu import _table_lines
 
-        text = _table_lines(lines.decoded(chunks), self.limitations, self.header_line, self.label)
+        text = table_lines(lines.decoded(chunks), self.limitations, self.header_line, self.label)
         batch: list[list[str]] = []
         records = csv.reader(text, strict=True)
         while True:
@@ -424,8 +431,6 @@ class RawPage:
                 kernel, value = divmod(pair, len(distinct))
                 getattr(report.kernels[names[kernel]], attr).add(distinct[value])
         if not self.old:
-            from perfledger.kernels.profilers.ncu import note_compute_capability
-
             report.attributes.setdefault("compute_capability", launch[10][0].as_py())
             pairs = zip(launch[9].to_pylist(), launch[10].to_pylist(), strict=True)
             for device, cc in dict.fromkeys(pairs):
@@ -513,7 +518,7 @@ class RawPage:
         missing = pc.is_in(joined, value_set=_MISSING).to_numpy(zero_copy_only=False)
         number = pc.match_substring_regex(joined, PLAIN)
         digits = joined
-        if self.grouping == "en_US":  # a text metric keeps "1,234" as text (ncu._value)
+        if self.grouping == "en_US":  # a text metric keeps "1,234" as text (ncu_csv.metric_value)
             grouped = pc.and_(
                 pc.match_substring_regex(joined, GROUPED), pa.array(~text_ok, pa.bool_())
             )
@@ -542,8 +547,6 @@ class RawPage:
         block, grid or CC out of ncu's format, a metric value that is not accepted."""
         rows = len(launch[0])
         if pc.any(pc.equal(launch[0], "ID")).as_py():
-            from perfledger.kernels.profilers.ncu import duplicated_header
-
             raise duplicated_header(self.label, 0)  # a second export appended to the first
         id_ok = pc.match_substring_regex(launch[0], _DIGITS).to_numpy(zero_copy_only=False)
         ids = np.zeros(rows, dtype=np.int64)
@@ -593,12 +596,11 @@ class RawPage:
             if mask is not None and mask[k]:
                 text = launch[column][k].as_py()
                 raise EvidenceError(f"{where}: {what} {text[:80]!r} is not in ncu's format")
-        from perfledger.kernels.profilers.ncu import _value
 
         for i in sorted(cells):
             if cells[i].bad[k]:
                 metric, text = self.metrics[i], cells[i].texts[k].as_py()
-                _value(
+                metric_value(
                     metric, self.units[self.prefix + i], text, self.grouping, f"{where} {metric}"
                 )
                 raise EvidenceError(f"{where} {metric}: value {text[:60]!r} is not accepted")
@@ -639,7 +641,6 @@ class RawPage:
         return f"{self.label}: launch row {self.n + k + 1}"
 
     def _column(self, index: int) -> str:
-        from perfledger.kernels.profilers.ncu import RAW_PREFIX, RAW_PREFIX_OLD
 
         return (
             (RAW_PREFIX_OLD if self.old else RAW_PREFIX)[index]

@@ -32,6 +32,7 @@ import msgspec
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.common import ProfileReport, open_binary, read_head
+from perfledger.kernels.profilers.nsys import KERNEL_TABLE, parse_nsys_sqlite
 
 #: Category aliases of 2021-era Kineto traces (``Kernel``, ``Runtime``, ``Operator``).
 _CATEGORY = {
@@ -206,7 +207,7 @@ def _enclose(
 
 
 def _read_torch(path: str | Path) -> TraceLaunches:
-    from perfledger.kernels.profilers.torch_trace import parse_torch_trace
+    from perfledger.kernels.profilers.torch_trace import parse_torch_trace  # noqa: PLC0415 (numpy via perfledger.kernels.profilers.torch_trace)
 
     report = parse_torch_trace(path)
     with open_binary(path) as stream:
@@ -316,7 +317,6 @@ def _shape(value: Any) -> str:
 
 
 def _read_nsys(path: str | Path) -> TraceLaunches:
-    from perfledger.kernels.profilers.nsys import KERNEL_TABLE, parse_nsys_sqlite
 
     report = parse_nsys_sqlite(path)
     uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import blake3
+
 from perfledger.errors import BadRequest, EvidenceError
 from perfledger.kernels.triage.launches import read_launches
 from perfledger.kernels.triage.paths import load_known_paths
@@ -148,7 +150,6 @@ def evidence_body(
     Raises: BadRequest for ``of_target`` without a Target, or more than
         :data:`MAX_RECORDED_HOTSPOTS` hotspots.
     """
-    import blake3
 
     if of_target and target_id is None:
         raise BadRequest("--of-target needs --target T: the Target whose workload was traced")
@@ -206,7 +207,6 @@ def recheck(
     Returns: None when the attached inputs yield the recorded answer and facts, else what
         differs (a finding).
     """
-    import blake3
 
     if ANSWER not in names or REPORT not in names:
         return f"it attaches no {ANSWER} or no {REPORT}: the triage cannot be re-derived"

@@ -1,0 +1,1 @@
+"""CUDA-side primitives: the GPU digest, CUDA-event timing, roofline ceilings."""

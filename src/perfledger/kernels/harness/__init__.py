@@ -1,0 +1,1 @@
+"""The kernel harness: timing protocol, correctness checks, stopping rules, examples."""

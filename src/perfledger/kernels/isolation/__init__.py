@@ -1,0 +1,1 @@
+"""Subject isolation: the worker process, its protocol, and the reveal channel."""

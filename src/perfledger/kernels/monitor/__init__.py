@@ -1,0 +1,1 @@
+"""Monitors: GPU and host sampling and interference detection during a measurement."""

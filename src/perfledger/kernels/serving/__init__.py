@@ -1,0 +1,1 @@
+"""The serving client: an HTTP load generator against an OpenAI-compatible endpoint."""

@@ -1,0 +1,1 @@
+"""Subjects: solve() targets, their arguments and evidence, torch subjects, spec loading."""

@@ -1,0 +1,1 @@
+"""Workloads measured as processes: the driver, its guard, outputs, start-up surface, snapshots, environment."""
