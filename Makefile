@@ -16,9 +16,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/python examples/run_demo.py
 
+# Byte-compile the package first: with PYTHONDONTWRITEBYTECODE set (some shells and CI runners
+# set it) every `perfledger` process the tests start would compile every module it imports from
+# source again; compileall writes the caches whatever that variable says.
 test: $(STAMP)
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

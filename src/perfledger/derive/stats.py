@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.derive.signed_rank import signed_rank_p
+
 #: Default bootstrap resamples and confidence (SPEC.md section 4, R12).
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_CONFIDENCE = 0.95
@@ -192,9 +194,7 @@ def paired_stats(
     p: float | None = None
     nonzero = logs[logs != 0.0]
     if nonzero.size >= 2:
-        from scipy.stats import wilcoxon  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
-
-        p = float(wilcoxon(nonzero).pvalue)
+        p = signed_rank_p(nonzero)
     return PairedStats(
         n=int(logs.size),
         median_ratio=math.exp(float(np.median(logs))),

@@ -32,6 +32,7 @@ from typing import Literal
 import blake3
 import msgspec
 
+from perfledger.derive.signed_rank import signed_rank_p
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.workflow import DerivedGuardrail, DerivedVerdict
 
@@ -164,13 +165,10 @@ def stratified_bootstrap(
 
 def wilcoxon_p(values: Sequence[float]) -> float | None:
     """Two-sided Wilcoxon signed-rank p-value of ``values`` against 0; None when undefined
-    (fewer than two non-zero values)."""
-    nonzero = [v for v in values if v != 0.0]
-    if len(nonzero) < 2:
-        return None
-    from scipy.stats import wilcoxon  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
-
-    return _round(float(wilcoxon(nonzero).pvalue))
+    (fewer than two non-zero values). Computed as ``scipy.stats.wilcoxon`` does, without
+    importing it (:mod:`perfledger.derive.signed_rank`)."""
+    p = signed_rank_p(values)
+    return None if p is None else _round(p)
 
 
 def derive_verdict(
