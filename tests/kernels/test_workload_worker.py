@@ -237,15 +237,14 @@ serve(lambda: None, call)
 """,
     )
     try:
-        result = run(ref, cand, pairs_per_case=4)
-    except WorkerFailed as exc:  # its thread worked after `done`
+        result = run(ref, cand, pairs_per_case=4, cases=["large"])
+    except WorkerFailed as exc:  # its thread's work after `done` was seen
         assert exc.reason == "idle_cpu", exc.message
         return
-    # a call whose output was there in time did its work inside the clock (the thread held
-    # the GIL before `done` could be sent): no call is both judged right and fast
+    # the output is read the moment `done` is: a call whose output was there did its work
+    # inside the clock (its thread held the GIL before `done` went out)
     for r, c in result.pairs():
         assert not c["correct"] or c["wall_s"] > 0.5 * r["wall_s"], (r["wall_s"], c["wall_s"])
-    assert not all(c["correct"] for c in cand_rows(result))
 
 
 def test_cheat_works_between_calls_is_refused(tmp_path: Path) -> None:
@@ -457,3 +456,77 @@ def test_whole_command_exit_status_invalidates(tmp_path: Path) -> None:
     with pytest.raises(WorkerFailed) as caught:
         run(ref, cand, mode="command")
     assert caught.value.reason == "exit_status" and "boom" in caught.value.message
+
+
+#: A candidate whose thread watches the temporary directory for the reference's output of the
+#: pair (same seed) and hands it back at once when its own call comes.
+WATCHER = (
+    WORK
+    + """
+import glob, os, tempfile, threading
+from perfledger.subject import serve
+seen = {}
+def watch():
+    while True:
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), "perfledger-out-*", "output*")):
+            try:
+                seen["last"] = open(path).read()
+            except OSError:
+                pass
+        time.sleep(0.002)
+def call(state, case, seed, output):
+    copied = seen.pop("last", None)
+    with open(output, "w") as f:
+        f.write(copied if copied else "0.5")    # never computes: a copy, or a guess
+serve(lambda: threading.Thread(target=watch, daemon=True).start(), call)
+"""
+)
+
+
+def test_cheat_idle_worker_copying_the_references_output_is_stopped(tmp_path: Path) -> None:
+    """In a pair whose reference runs first, an idle candidate could copy the reference's
+    output as it is written. The idle worker is stopped (SIGSTOP) during the other's call: it
+    copies nothing, and every call it answers is wrong."""
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", WATCHER)
+    try:
+        result = run(ref, cand, pairs_per_case=4)
+    except WorkerFailed as exc:  # its watcher's CPU after `done` is flagged instead
+        assert exc.reason == "idle_cpu", exc.message
+        return
+    assert not any(c["correct"] for c in cand_rows(result)), [
+        c["output"] for c in cand_rows(result)
+    ]
+
+
+def test_cheat_double_forked_daemon_is_ended_before_every_call(tmp_path: Path) -> None:
+    """A worker that leaves a daemon behind (double fork, new session): re-parented to the
+    measuring process, it is killed before the next call, and counted."""
+    ref = script(tmp_path, "ref", HONEST)
+    marker = tmp_path / "daemon-alive"
+    cand = script(
+        tmp_path,
+        "cand",
+        WORK
+        + f"""
+import os
+from perfledger.subject import serve
+def setup():
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                open({str(marker)!r}, "w").write(str(time.time()))
+                time.sleep(0.05)
+        os._exit(0)
+def call(state, case, seed, output):
+    with open(output, "w") as f:
+        json.dump(work(case, seed), f)
+serve(setup, call)
+""",
+    )
+    result = run(ref, cand)
+    assert result.settings["ended_orphans"] >= 1
+    stamp = marker.read_text() if marker.exists() else None
+    time.sleep(0.3)
+    assert (marker.read_text() if marker.exists() else None) == stamp  # nothing writes it now

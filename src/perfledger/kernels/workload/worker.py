@@ -28,6 +28,11 @@ and cannot break the protocol::
   stdout and stderr: the comparison is invalid, nothing of it is recorded. So does an idle
   worker that used more CPU during the other subject's call than :func:`idle_cpu_limit_s`
   allows (work hidden between calls, or slowing the other subject).
+- **The idle worker is stopped**: during a subject's call the other subject's worker (its whole
+  process tree) is stopped with SIGSTOP and continued before its own call, outside the clock; a
+  process a worker left to be re-parented to the measuring process (a double-forked daemon) is
+  killed before every call (``settings.ended_orphans``). An idle worker cannot watch for the
+  other subject's output, slow its calls or work off its own clock.
 - **No results carried across calls**: a worker whose reference output does not change with the
   seed (a fixed test set, found by :func:`run_pairs`' probe, not declared) could hand back a
   remembered output; then every pair gets fresh worker processes (``fresh_worker``).
@@ -168,6 +173,29 @@ def tree_cpu_ns(pid: int) -> int:
     return total
 
 
+def _end_orphans(keep: set[int]) -> int:
+    """Kill this process's children that are not workers: processes a worker started and
+    left to be re-parented here (this process is a subreaper during a run, so a double-forked
+    daemon comes back to it). Such a process outside every worker's tree could watch for the
+    other subject's outputs while its worker is stopped. ``keep``: the workers and the children
+    this process had before the run. Returns: how many were ended."""
+    me = os.getpid()
+    my_session = os.getsid(0)
+    ended = 0
+    for pid in _children_of(me):
+        if pid in keep:
+            continue
+        try:
+            if os.getsid(pid) == my_session:
+                continue  # started by this program (another thread), not by a subject
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            ended += 1
+        except (ProcessLookupError, PermissionError, ChildProcessError):
+            continue
+    return ended
+
+
 # ---------------------------------------------------------------------------- one worker
 
 
@@ -191,6 +219,8 @@ class Timing:
         start_s, end_s: ``time.perf_counter()`` at both ends (seconds, CLOCK_MONOTONIC on Linux,
             the monitors' clock).
         reported: what the subject reported itself (name -> number), labelled ``reported``.
+        output: the call's :class:`~perfledger.kernels.outputs.Output`, read as ``done`` came
+            (None when the caller reads it).
     """
 
     wall_s: float
@@ -198,6 +228,7 @@ class Timing:
     start_s: float
     end_s: float
     reported: dict[str, float] = field(default_factory=dict)
+    output: Any = None
 
 
 class Worker:
@@ -231,7 +262,8 @@ class Worker:
         self.stderr_path = self.stdout_path[:-4] + ".err"
         self._next_id = 0
         self._buffer = b""
-        self._done_cpu: int | None = None  # the tree's CPU time when the last `done` came
+        #: (the worker's own CPU clock at the last `done`, its other processes' CPU time then)
+        self._done_cpu: tuple[int, int] | None = None
         self._done_wall = 0.0
         calls_r, self._calls_w = os.pipe()
         self._answers_r, answers_w = os.pipe()
@@ -338,7 +370,10 @@ class Worker:
         late, work hidden between calls) or work slowing the other subject's calls."""
         if self._done_cpu is None:
             return
-        used = max(tree_cpu_ns(self.pid) - self._done_cpu, 0) / 1e9
+        root_done, others_done = self._done_cpu
+        tree, root = tree_cpu_ns(self.pid), _process_cpu_ns(self.pid)
+        # the worker's own threads since `done`, its other processes since they were read
+        used = (max(root - root_done, 0) + max(tree - root - others_done, 0)) / 1e9
         limit = idle_cpu_limit_s(self._done_wall)
         if used > limit:
             self._fail(
@@ -348,8 +383,16 @@ class Worker:
                 "must not work between its calls",
             )
 
-    def call(self, case: str, seed: int, output_path: str) -> Timing:
-        """Run one timed call (module docstring). Returns: the :class:`Timing`.
+    def call(
+        self,
+        case: str,
+        seed: int,
+        output_path: str,
+        collect: Callable[[], outputs.Output] | None = None,
+    ) -> Timing:
+        """Run one timed call (module docstring); ``collect`` reads the output the moment
+        ``done`` is read (before anything else: an output written after ``done`` is missing),
+        kept as :attr:`Timing.output`. Returns: the :class:`Timing`.
         Raises: WorkerFailed (the worker is ended)."""
         self._unasked()
         self._quiet()
@@ -366,8 +409,11 @@ class Worker:
             self._fail("died", f"the worker cannot be sent its call: {exc}")
         answer = self._read(t0 / 1e9 + self.timeout_s, f"call {n}")
         t1 = time.perf_counter_ns()
+        root_done = _process_cpu_ns(self.pid)  # work after `done` is counted from here
+        written = collect() if collect is not None else None
         cpu1 = tree_cpu_ns(self.pid)
-        self._done_cpu, self._done_wall = cpu1, (t1 - t0) / 1e9
+        self._done_cpu = (root_done, cpu1 - _process_cpu_ns(self.pid))
+        self._done_wall = (t1 - t0) / 1e9
         if answer.get("op") != "done":
             self._fail("protocol", f"answered {json.dumps(answer)[:200]} to call {n}")
         if answer.get("id") != n or isinstance(answer.get("id"), bool):
@@ -387,11 +433,36 @@ class Worker:
             start_s=t0 / 1e9,
             end_s=t1 / 1e9,
             reported={str(k): float(v) for k, v in reported.items()},
+            output=written,
         )
 
     def cpu_ns(self) -> int:
         """The worker's process tree's CPU time so far (ns, :func:`tree_cpu_ns`)."""
         return tree_cpu_ns(self.pid)
+
+    def _tree(self) -> list[int]:
+        """The worker and its live descendants (pids)."""
+        seen: list[int] = []
+        todo = [self.pid]
+        while todo:
+            p = todo.pop()
+            if p not in seen:
+                seen.append(p)
+                todo += _children_of(p)
+        return seen
+
+    def pause(self) -> None:
+        """Stop the worker's whole process tree (SIGSTOP) while the other subject's call runs:
+        an idle worker cannot watch for the other's output, slow it, or work off its clock."""
+        for pid in self._tree():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue the worker's process tree (SIGCONT) before its own call."""
+        for pid in self._tree():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
 
     def close(self) -> None:
         """Check nothing more was sent, ask the worker to exit, and end it and its processes.
@@ -561,6 +632,12 @@ class WorkerRun:
         """The raw per-call table (JSON builtins)."""
         return self.rows
 
+    @property
+    def failed_calls(self) -> list[dict[str, Any]]:
+        """Always empty: under the worker protocol a failed call invalidates the run
+        (:class:`WorkerFailed`); a wrong output is an incorrect call, not a failed one."""
+        return []
+
     def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """``(ref row, cand row)`` of every paired round, in run order."""
         by_round: dict[int, dict[str, dict[str, Any]]] = {}
@@ -632,6 +709,12 @@ def run_pairs(
     workers: dict[str, Worker] = {}
     fresh = {"on": fresh_worker, "reason": "asked for" if fresh_worker else ""}
 
+    ended = {"orphans": 0}
+    children_before = set(_children_of(os.getpid()))
+
+    def workers_pids() -> list[int]:
+        return [w.pid for w in workers.values()]
+
     def worker(label: str) -> Worker:
         if label not in workers:
             if before_call is not None:
@@ -647,12 +730,19 @@ def run_pairs(
 
     def one_call(label: str, case: str, seed: int, tag: str) -> tuple[Timing, outputs.Output]:
         place = outputs.OutputPlace()
+        written = None
         try:
             if mode == "worker":
                 w = worker(label)
                 if before_call is not None:
                     before_call(label)
-                timing = w.call(case, seed, place.path)
+                other = workers.get("cand" if label == "ref" else "ref")
+                if other is not None:
+                    other.pause()  # stopped for the whole of this call
+                ended["orphans"] += _end_orphans(set(workers_pids()) | children_before)
+                w.resume()
+                timing = w.call(case, seed, place.path, collect=place.collect)
+                written = timing.output
             else:
                 if before_call is not None:
                     before_call(label)
@@ -662,7 +752,8 @@ def run_pairs(
                     cwd=s.cwd, timeout_s=timeout_s,
                 )  # fmt: skip
         finally:
-            written = place.collect()  # read and removed before anything else runs
+            if written is None:  # read and removed before anything else runs
+                written = place.collect()
         return timing, written
 
     def row(label: str, case: str, tag: str, seed: int, timing: Timing, written: Any,
@@ -748,6 +839,7 @@ def run_pairs(
         "timeout_s": timeout_s,
         "fresh_worker": bool(fresh["on"]),
         "fresh_reason": fresh["reason"],
+        "ended_orphans": ended["orphans"],
         "ref_argv": list(ref.argv),
         "cand_argv": list(cand.argv),
         "idle_cpu": {"floor_s": IDLE_CPU_FLOOR_S, "share": IDLE_CPU_SHARE},
