@@ -471,6 +471,7 @@ class Worker:
             if self._proc.poll() is None:
                 self._unasked()
                 self._quiet()
+                self.resume()  # a stopped worker could not read its exit
                 with contextlib.suppress(OSError):
                     os.write(self._calls_w, b'{"op": "exit"}\n')
         finally:
