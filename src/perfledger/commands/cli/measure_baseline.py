@@ -31,6 +31,7 @@ from perfledger.commands.cli.common import (
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.errors import BadRequest, MeasurementError
+from perfledger.events.workflow import OBSERVED_METRICS
 
 #: The raw-table artifact attached to the baseline's event.
 BASELINE_ARTIFACT = "baseline.json"
@@ -103,7 +104,16 @@ def measure_baseline(
     env = m.environment_payload()
     m.check_environment(env, {"readiness_environment_id": readiness.environment_id})
     primary = target.definition.primary
-    rows, body = _measure(cmd, chosen, calls, timeout_s, quiet, primary.name)
+    if primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
+        from perfledger.app.measure_workload import measure_original
+
+        with m._progress(len(chosen) * calls, "baseline calls", quiet) as advance:
+            rows, body = measure_original(
+                cmd, cases=chosen, calls=calls, metric=primary.name, unit=primary.unit,
+                timeout_s=timeout_s, on_call=advance,
+            )  # fmt: skip
+    else:
+        rows, body = _measure(cmd, chosen, calls, timeout_s, quiet, primary.name)
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,
