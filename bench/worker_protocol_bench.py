@@ -54,20 +54,16 @@ def _median(values: list[float]) -> float:
 
 
 def overhead(calls: int, n: int, tmp: Path) -> dict[str, float]:
-    """Bare loop against the worker protocol for one function size ``n`` (items summed)."""
+    """Bare loop against the worker protocol for one function size ``n`` (items summed), the
+    two interleaved call by call so that both see the same load on a shared host; medians and
+    minimums (on a loaded host the minimum is the cost without waiting for a core)."""
     from perfledger.kernels import outputs
     from perfledger.kernels.workload.worker import Worker, new_seed
 
     namespace: dict[str, object] = {}
     exec(FUNCTION, namespace)  # the same source the worker runs
     call = namespace["call"]
-    bare = []
     place = tmp / "bare-output"
-    for _ in range(calls):
-        seed = new_seed()
-        t0 = time.perf_counter_ns()
-        call(n, "c", seed, str(place))  # type: ignore[operator]
-        bare.append((time.perf_counter_ns() - t0) / 1e9)
     script = tmp / f"worker_{n}.py"
     script.write_text(
         FUNCTION
@@ -76,9 +72,13 @@ def overhead(calls: int, n: int, tmp: Path) -> dict[str, float]:
         serve(lambda: {n}, call)
         """)
     )
-    protocol, whole = [], []
+    bare, protocol, whole = [], [], []
     with Worker("ref", [sys.executable, str(script)]) as worker:
         for _ in range(calls):
+            seed = new_seed()
+            t0 = time.perf_counter_ns()
+            call(n, "c", seed, str(place))  # type: ignore[operator]
+            bare.append((time.perf_counter_ns() - t0) / 1e9)
             t0 = time.perf_counter_ns()
             out = outputs.OutputPlace()
             timing = worker.call("c", new_seed(), out.path, collect=out.collect)
@@ -94,6 +94,9 @@ def overhead(calls: int, n: int, tmp: Path) -> dict[str, float]:
         "protocol_call_s": p,
         "overhead_s": p - b,
         "overhead_share": (p - b) / b,
+        "bare_min_s": min(bare),
+        "protocol_min_s": min(protocol),
+        "overhead_min_s": min(protocol) - min(bare),
         "whole_call_s": _median(whole),
     }
 
@@ -163,21 +166,25 @@ def main() -> int:
                                   "load_1min": os.getloadavg()[0]}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
-        print("1. per-call overhead (medians)")
+        print("1. per-call overhead (bare and protocol calls interleaved; median, then minimum)")
         print(f"{'items':>8} {'bare':>10} {'protocol':>10} {'overhead':>10} {'share':>8} "
-              f"{'whole':>10}")  # fmt: skip
+              f"{'min bare':>10} {'min prot.':>10} {'min ovh.':>10} {'whole':>10}")  # fmt: skip
         rows = []
         for n in (100, 20_000):
             row = overhead(args.calls, n, tmp)
             rows.append(row)
             print(f"{n:>8} {1e6 * row['bare_call_s']:>8.1f}us {1e6 * row['protocol_call_s']:>8.1f}us "
                   f"{1e6 * row['overhead_s']:>8.1f}us {100 * row['overhead_share']:>7.2f}% "
+                  f"{1e6 * row['bare_min_s']:>8.1f}us {1e6 * row['protocol_min_s']:>8.1f}us "
+                  f"{1e6 * row['overhead_min_s']:>8.1f}us "
                   f"{1e6 * row['whole_call_s']:>8.1f}us")  # fmt: skip
         figures["overhead"] = rows
-        worst = max(r["overhead_s"] for r in rows)
-        long_share = rows[-1]["overhead_share"]
+        # judged on the minimums: on a shared host the medians hold the waits for a core,
+        # which the interleaving spreads over both sides but does not remove
+        worst = max(r["overhead_min_s"] for r in rows)
+        long_share = rows[-1]["overhead_min_s"] / rows[-1]["bare_min_s"]
         verdict = "PASS" if worst <= 50e-6 or long_share <= 0.02 else "MISS"
-        print(f"   goal <= 50 us per call or <= 2 % of a ~5 ms call: {verdict}")
+        print(f"   goal <= 50 us per call or <= 2 % of a ~5 ms call (minimums): {verdict}")
         print(f"\n2. A/A on the CPU session's workload ({args.pairs} pairs per case, 2 cases)")
         worker = aa_worker(args.pairs, tmp)
         fresh = aa_worker(args.pairs, tmp, fresh=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from wf_scenario import evidence, experiment
 
 from perfledger.api import Ledger
 from perfledger.app.context import environment_payload
@@ -85,26 +86,10 @@ def _setup(path: Path, bench: Path, primary: str = "wall_time") -> dict[str, Any
         })  # fmt: skip
         run("resolution.record", {"target_id": "t1", "resolution": 0.02, "repeats": 12,
                                   "notes": "fixed by the test"})  # fmt: skip
-        run("evidence.add", {
-            "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},
-            "facts": [{"name": "share", "value": 0.9, "unit": "ratio"}],
-        })  # fmt: skip
-        run("experiment.create", {
-            "experiment_id": "e1", "target_id": "t1", "title": "fewer loops",
-            "candidate": {"content_hash": CAND, "changed_paths": ["src/loop.py"]},
-            "claim": {
-                "evidence": [
-                    {"evidence_id": "ev1", "applicability": "same_boundary", "used_for": "coverage"},
-                    {"evidence_id": "ev1", "applicability": "conservative_upper_bound",
-                     "used_for": "local_speedup"},
-                ],
-                "scope": {"replaced_region": "loop", "execution_form": "python"},
-                "replacement_boundary": "the loop", "coverage": 0.9, "local_speedup": 2.0,
-                "stated_bound": 1.0 / (0.1 + 0.45),
-                "expected_improvement": {"low": 0.0, "high": 1.0 / (0.1 + 0.45) - 1.0},
-            },
-            "preregistration": {"rejects": "implementation"},
-        })  # fmt: skip
+        run("evidence.add", evidence())
+        created = experiment("e1", candidate=CAND)
+        created["candidate"]["changed_paths"] = ["src/loop.py"]
+        run("experiment.create", created)
     return env
 
 
@@ -141,7 +126,7 @@ def test_records_observed_samples_that_audit_clean_and_derive_a_verdict(
     tmp_path: Path, bench: Path
 ) -> None:
     path = tmp_path / "ledger"
-    _setup(path, bench)
+    _setup(path, bench, primary="cpu_time")  # the kernel's accounting: no waits for a core
     with Ledger.open(path) as ledger:
         result = measure_workload(
             ledger, _request(bench, ("--loops", "60000"), ("--loops", "3000"))
@@ -151,12 +136,14 @@ def test_records_observed_samples_that_audit_clean_and_derive_a_verdict(
         payload = ledger.payload(result.event_id)
         assert payload.provenance.protocol == "worker/v1"
         assert payload.wall_check is None  # its values are perfledger's clock
-        for pair in payload.pairs:
-            assert set(pair.ref.values) == {"wall_time"}
-            assert pair.ref.values["wall_time"][0] == pytest.approx(pair.ref.wall_s * 1e3)
-            assert pair.cand.correct and pair.cand.output.ok
         raw = json.loads(ledger.artifact(result.event_id, "samples.json"))
         assert raw["kind"] == "worker" and raw["binding"]["samples_id"] == "e1-screen-1"
+        rows = {row["call_id"]: row for row in raw["table"]}
+        for pair in payload.pairs:
+            assert set(pair.ref.values) == {"cpu_time"}
+            cpu_s = rows[pair.ref.call_id]["cpu_s"]
+            assert pair.ref.values["cpu_time"][0] == pytest.approx(cpu_s * 1e3)
+            assert pair.cand.correct and pair.cand.output.ok
     verdict = _cli(path, tmp_path, "verdict", "record", "--samples", "e1-screen-1", "--json")
     assert verdict.returncode == 0, verdict.stderr
     primary = json.loads(verdict.stdout)["payload"]["primary"]
