@@ -300,3 +300,17 @@ def test_cli_measure_workload_runs_the_worker_protocol_for_an_observed_target(
     answer = json.loads(done.stdout)
     assert answer["protocol"] == "worker/v1" and answer["pairs_recorded"] == 5
     assert answer["verdict_preview"] is not None
+
+
+def test_whole_command_protocol_records_one_process_per_call(tmp_path: Path, bench: Path) -> None:
+    """``protocol: command``: the same subject run as one process per call (``serve`` makes
+    one call from the environment), timed from spawn to exit; the audit re-derives it."""
+    path = tmp_path / "ledger"
+    _setup(path, bench)
+    with Ledger.open(path) as ledger:
+        result = measure_workload(ledger, _request(bench, protocol="command"))
+        assert result.protocol == "command/v1" and result.pairs_recorded == 5
+        raw = json.loads(ledger.artifact(result.event_id, "samples.json"))
+        assert raw["settings"]["mode"] == "command"
+    audit = _cli(path, tmp_path, "audit", "--json")
+    assert json.loads(audit.stdout)["ok"] is True, audit.stdout
