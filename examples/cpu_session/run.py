@@ -1,5 +1,10 @@
 """The CPU session's workload: row softmax of a fixed test set, in the workload driver's protocol.
 
+Under perfledger's worker protocol (``$PERFLEDGER_WORKER_FDS`` set: ``measure workload``,
+``measure baseline`` and ``measure aa`` of a Target whose primary perfledger observes), this
+process is a worker (:func:`serve_worker`): perfledger owns the clock, the inputs' seed and the
+judgement of every output. The self-timed mode below is kept for the other modes and by hand.
+
 One call = one subject on one case: import the implementation (``--code DIR``: the code
 directory's ``softmax.py``, how the session's subjects run; ``--impl NAME``: ``impls/NAME.py``),
 check it against an extended-precision reference (R5: a wrong answer is reported as
@@ -81,6 +86,35 @@ def make_input(case: str) -> np.ndarray:
     logits times the case's scale)."""
     rows, cols, seed, scale = CASES[case]
     return np.random.default_rng(seed).standard_normal((rows, cols)) * scale
+
+
+def perturbed(base: np.ndarray, seed: int) -> np.ndarray:
+    """The inputs of one worker-protocol call: the case's fixed input with its rows permuted
+    and its logits scaled (by 0.5 to 1.5) as ``seed`` says, so no call can hand back an output
+    it remembers, at the cost of a copy (drawing fresh normals cost more than a call's work)."""
+    rng = np.random.default_rng(seed)
+    x = base[rng.permutation(base.shape[0])]
+    x *= rng.uniform(0.5, 1.5)
+    return x
+
+
+def serve_worker(impl: str, code: str | None) -> None:
+    """Speak perfledger's worker protocol (docs/measurement.md, "Workload worker protocol"):
+    import the implementation and make the cases' fixed inputs once, then for each call
+    perturb the case's input by the call's seed (:func:`perturbed`), run ``softmax`` and save
+    its output where perfledger says; perfledger times the call with its own clock, reads the
+    CPU time from the kernel and compares the output with the reference's of the pair."""
+    from perfledger.subject import serve
+
+    def setup() -> tuple[ModuleType, dict[str, np.ndarray]]:
+        return load(impl, code), {case: make_input(case) for case in CASES}
+
+    def call(state: tuple[ModuleType, dict[str, np.ndarray]], case: str, seed: int,
+             output: str) -> None:  # fmt: skip
+        module, bases = state
+        np.save(output, np.asarray(module.softmax(perturbed(bases[case], seed))))
+
+    serve(setup, call)
 
 
 def reference(x: np.ndarray) -> np.ndarray:
@@ -226,6 +260,9 @@ def main() -> int:
     parser.add_argument("--memory", metavar="IMPL")
     parser.add_argument("--out", metavar="PATH", help="write the checked output here (.npy)")
     args = parser.parse_args()
+    if os.environ.get("PERFLEDGER_WORKER_FDS"):  # started by perfledger as a worker
+        serve_worker(args.impl, args.code)
+        return 0
     if args.test_set:
         result: dict[str, object] = test_set()
     elif args.hash:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,16 +19,39 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from perfledger.skill import read
-
 REF = "python3 work/original/bench.py {case}"
 CAND = "python3 work/fast/bench.py {case}"
 EXPLAIN = "cpu_ms is the process's own CPU time"
 
 
+#: The toy workload's two code directories and a ledger: a self-timed command that reports its
+#: own `cpu_ms` (the skill's workload before it moved to the worker protocol), so this session
+#: keeps exercising the self-timed path of a Target whose primary the subject reports.
+WORKSPACE = """
+mkdir -p work/original work/fast
+cat > work/original/bench.py <<'EOF'
+import json, sys, time
+sys.path.insert(0, sys.path[0])
+from work import total
+n = {"small": 100_000, "large": 400_000}[sys.argv[1]]
+data = list(range(n))
+times = []
+for _ in range(5):
+    t0 = time.process_time()
+    got = total(data)
+    times.append((time.process_time() - t0) * 1e3)
+print(json.dumps({"correct": got == n * (n - 1) // 2, "metrics": {"cpu_ms": times}}))
+EOF
+cp work/original/bench.py work/fast/bench.py
+printf 'def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n' > work/original/work.py
+printf 'def total(xs):\n    return sum(xs)\n' > work/fast/work.py
+perfledger init ledger
+"""
+
+
 def _workspace(tmp_path: Path) -> None:
-    """The skill's first block: the toy workload's two code directories (and a ledger)."""
-    block = re.findall(r"```sh\n(.*?)```", read(), flags=re.S)[0]
+    """The toy workload's two code directories (and a ledger)."""
+    block = WORKSPACE
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, check=True,
                    capture_output=True)  # fmt: skip

@@ -37,6 +37,12 @@ ALLOWED: dict[str, set[str]] = {
     "commands.registry": {
         "commands.workflow", "commands.loop", "projections", "derive", "events", "ledger.base",
     },
+    # the application layer: use cases composing the store, the deciders and kernels; never an
+    # adapter (the click CLI, the MCP server)
+    "app": {
+        "commands.workflow", "commands.loop", "commands.registry", "commands.audit",
+        "projections", "derive", "events", "ledger", "kernels", "knowledge", "api",
+    },
 }  # fmt: skip
 #: Layers that may import every other one: the auditor and the adapters.
 TOP = {"commands.audit", "commands.cli", "api", "perfledger", "__main__", "skill"}

@@ -1107,6 +1107,28 @@ R12_WALL_VALUE_COUNTS = 5
 #: ``wall_s`` is carried (so the wall-clock check runs on it) and equals its row's, and each
 #: pair's monitor verdict is its window's; samples recorded before are checked as before.
 R5_DECLARED_CHECKS = 6
+#: The ``SamplesRecorded`` schema version from which observed metrics are perfledger's alone
+#: (R5, R12; SPEC.md section 5, "Workload worker protocol"): samples of a Target whose primary
+#: is an observed metric (:data:`OBSERVED_METRICS`) must be measured by an observing protocol
+#: (:data:`OBSERVING_PROTOCOLS`: perfledger's clock and the kernel's CPU accounting of every
+#: call, every output judged); samples measured otherwise carry no value of an observed metric
+#: (a subject cannot report one); an observed metric's unit is a time unit; and samples of an
+#: observing protocol carry no wall-clock check (their values are the clock). Samples recorded
+#: before are checked as before.
+R5_OBSERVED_METRICS = 7
+#: The ``TargetFrozen`` and ``TargetSuperseded`` schema version from which every metric of a
+#: Target is in a unit of the closed vocabulary (:mod:`perfledger.events.units`; R1): an
+#: unknown spelling of a time unit took the metric out of the wall-clock check (R12). Targets
+#: frozen before are checked as before.
+R1_KNOWN_UNITS = 2
+#: Observed metrics (name -> the per-call figure of the raw table, seconds): perfledger's own
+#: monotonic clock of the call and the kernel's CPU accounting of the subject's process tree.
+OBSERVED_METRICS = {"wall_time": "wall_s", "cpu_time": "cpu_s"}
+#: The units an observed metric may be recorded in (times).
+OBSERVED_UNITS = ("s", "ms", "us", "µs", "ns")
+#: Provenance protocols in which perfledger observes every call (``perfledger measure workload
+#: --protocol worker|command``).
+OBSERVING_PROTOCOLS = ("worker/v1", "command/v1")
 #: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
 #: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
 #: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
@@ -1154,7 +1176,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS),
+    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R5_OBSERVED_METRICS),
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": R12_EVERY_CASE_FINAL_AUDIT,
     "ExperimentCreated": max(
@@ -1163,6 +1185,8 @@ SCHEMA_VERSIONS = {
     "ChampionSelected": R14_BLOCKS_CHAMPION,
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
+    "TargetFrozen": R1_KNOWN_UNITS,
+    "TargetSuperseded": R1_KNOWN_UNITS,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

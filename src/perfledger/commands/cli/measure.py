@@ -37,6 +37,20 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.context import (
+    SAMPLES_ARTIFACT,
+    check_cases,
+    check_environment,
+    environment_payload,
+    foreign_activity_warnings,
+    measured_provenance,
+    raw_table,
+)
+from perfledger.app.context import default_samples_id as _default_samples_id
+from perfledger.app.context import experiment_context as _context
+from perfledger.app.context import start_monitor as _start_monitor
+from perfledger.app.measure_workload import IdentityEdge, MeasureWorkload, observed_aa
+from perfledger.app.measure_workload import measure_workload as measure
 from perfledger.commands.cli.censored import refuse_censored_formal_stage
 from perfledger.commands.cli.common import (
     actor_option,
@@ -74,18 +88,14 @@ from perfledger.commands.cli.output_check import (
 from perfledger.commands.cli.preview import verdict_preview
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
-from perfledger.commands.workflow.deciders import environment_id, work_metrics
-from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+from perfledger.commands.workflow.deciders import work_metrics
 from perfledger.commands.workflow.raw_table import binding_of
-from perfledger.commands.workflow.requests import Name
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.derive.units import UNITS_PER_SECOND, work_unit
 from perfledger.derive.wall_check import unchecked_rates, unresolved_cases
 from perfledger.errors import BadRequest, MeasurementError, PerfledgerError
-from perfledger.events.workflow import FORMAL_STAGES, WallCheck
+from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, WallCheck
 from perfledger.kernels.env import collect
-from perfledger.kernels.monitor.hostmonitor import HostMonitor
-from perfledger.kernels.monitor.monitor import Monitor
 from perfledger.kernels.subjects.spec_loader import load_spec
 from perfledger.kernels.workload.driver import Subject, run_pairs
 from perfledger.kernels.workload.startup_surface import StartupWatch
@@ -96,7 +106,6 @@ from perfledger.projections.verdicts import Pair
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
 TIME_UNITS = UNITS_PER_SECOND
-SAMPLES_ARTIFACT = "samples.json"
 RESOLUTION_ARTIFACT = "resolution.json"
 
 
@@ -106,20 +115,6 @@ def _emit(data: object) -> None:
 
 
 # ------------------------------------------------------------------------------------ env
-
-
-def environment_payload(device: int = 0, tools: bool = True) -> dict[str, Any]:
-    """The environment identity as JSON: every field, ``identity``, ``missing``,
-    ``readiness_environment`` (the ``environment`` of a readiness request) and the
-    ``environment_id`` that readiness derives from it (R2, R11)."""
-
-    env = collect(device, tools=tools)
-    readiness = env.readiness_environment()
-    return {
-        **env.to_json(),
-        "readiness_environment": readiness,
-        "environment_id": environment_id(readiness),
-    }
 
 
 @click.command("env")
@@ -165,97 +160,6 @@ def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda: bar.advance(task)
-
-
-def _start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
-    """A started monitor, or (None, why not). ``source``: ``gpu`` (NVML) or ``host`` (the host's
-    CPU counters, :mod:`perfledger.kernels.monitor.hostmonitor`, for CPU workloads)."""
-    if not enabled:
-        return None, "disabled by --no-monitor"
-    if source == "host":
-        try:
-            return HostMonitor().start(), None
-        except RuntimeError as exc:
-            return None, f"host monitor unavailable: {exc}"
-
-    try:
-        monitor = Monitor().start()
-    except RuntimeError as exc:
-        return None, str(exc)
-    monitor.calibrate()
-    return monitor, None
-
-
-def _context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
-    """What a samples request needs from the state: Target, readiness, reference, candidate."""
-    state = ledger.state()
-    experiment = state.experiments.get(experiment_id)
-    if experiment is None:
-        raise BadRequest(
-            f"unknown experiment {experiment_id!r}",
-            hint="`perfledger experiment list` lists them; `perfledger experiment create` makes one",
-        )
-    target_id = experiment.created.target_id
-    target = state.targets.get(target_id)
-    if target is None or target.readiness is None or target.readiness.test_set is None:
-        raise BadRequest(
-            f"Target {target_id!r} has no readiness with a test set (R2)",
-            hint="record readiness first (`perfledger readiness record`)",
-        )
-    if stage == "final_audit":
-        reference = {"kind": "original", "content_hash": target.readiness.original.content_hash}
-    else:
-        current = rules.current_reference(state, target)
-        reference = {"kind": current.kind, "content_hash": current.content_hash}
-        if current.experiment_id is not None:
-            reference["experiment_id"] = current.experiment_id
-    return {
-        "state": state,
-        "target": target,
-        "target_id": target_id,
-        "reference": reference,
-        "candidate_hash": experiment.created.candidate.content_hash,
-        "test_set_hash": target.readiness.test_set.hash,
-        "cases": list(target.readiness.test_set.cases),
-        "test_set": target.readiness.test_set,
-        "primary": target.definition.primary,
-        "readiness_environment_id": target.readiness.environment_id,
-        "min_pairs": target.readiness.statistics.min_pairs_per_case,
-    }
-
-
-def check_cases(cases: Any, test_set: Any, source: str) -> list[str]:
-    """The cases a measurement will record, checked before anything runs: each a name a
-    samples request can hold (a non-empty string of at most 200 characters; BadRequest), and
-    each a case of the Target's test set where it names them (R11, :func:`rules.
-    r11_cases_in_test_set`). Returns: the case names, in order."""
-
-    names = list(cases)
-    for case in names:
-        try:
-            msgspec.convert(case, Name)
-        except msgspec.ValidationError as exc:
-            raise BadRequest(
-                f"case {case!r} of {source} is not a valid case name: {exc}",
-                hint="case names are non-empty strings of at most 200 characters",
-            ) from None
-    if test_set is not None:
-        rules.r11_cases_in_test_set(names, test_set, source)
-    return names
-
-
-def check_environment(env: dict[str, Any], info: dict[str, Any]) -> None:
-    """R11 before anything runs: this machine's environment identity is the one the Target's
-    readiness recorded (the samples would be refused after the measurement otherwise)."""
-    if env["environment_id"] != info["readiness_environment_id"]:
-        raise rules.refuse(
-            "R11",
-            "this machine's environment differs from the one the Target's readiness recorded; "
-            "nothing was measured",
-            f"readiness recorded environment_id {info['readiness_environment_id']}, this machine "
-            f"is {env['environment_id']} (`perfledger env` shows its fields): measure where "
-            "readiness was recorded, or supersede the Target with readiness from this machine",
-        )
 
 
 def _target_units(target: Any) -> dict[str, str]:
@@ -351,45 +255,6 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {text}", err=True)
 
 
-def foreign_activity_warnings(
-    pairs: list[dict[str, Any]], stage: str, allowed: bool = False
-) -> list[str]:
-    """Warnings about the samples' windows before they are recorded (R17): the pairs (request
-    dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
-    make every verdict on these samples ``inconclusive``; at a formal stage, an explanation of
-    more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of the
-    pairs lets nothing pass unless the readiness ``allowed`` it
-    (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
-    Returns: zero or one warning line."""
-
-    indices = [
-        i
-        for i, p in enumerate(pairs)
-        if (p.get("monitor") or {}).get("foreign_activity")
-        and rules.is_unknown((p.get("monitor") or {}).get("explained"))
-    ]
-    if not indices:
-        return []
-    if stage in FORMAL_STAGES and not allowed and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
-        return [
-            f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
-            "activity (other processes' CPU or GPU use above the monitor's threshold): the "
-            "verdict on these samples will be inconclusive (R17). Explaining them (`perfledger "
-            "activity explain`, or --explain-foreign) cannot let a formal stage pass when they "
-            f"exceed {100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs, since this Target's readiness "
-            "does not declare its metric immune to the host's load "
-            "(statistics.allow_explained_foreign_activity): measure again on a quieter machine"
-        ]
-    return [
-        f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
-        "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
-        "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
-        "explain it before the verdict: `perfledger activity explain --samples ID --request -` "
-        f'with {{"pairs": {indices[:50]}, "explanation": "..."}} (or measure again with '
-        "--explain-foreign TEXT); otherwise measure on a quieter machine"
-    ]
-
-
 def resolution_warnings(resolution: float, target: Any, record: bool) -> list[str]:
     """Warnings about an A/A resolution (R4, R12) for ``target`` (a TargetView): a resolution at
     or above the Target's minimum effect lets no verdict pass (the threshold is
@@ -418,18 +283,6 @@ def resolution_warnings(resolution: float, target: Any, record: bool) -> list[st
             f"{previous.repeats} repeats; verdicts use the latest recorded resolution"
         )
     return out
-
-
-def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The ``provenance`` of samples this module measured (R5): the protocol, its settings (as
-    JSON, keys sorted) and the raw per-call table attached as :data:`SAMPLES_ARTIFACT`."""
-    canonical = json.loads(json.dumps(settings, sort_keys=True, default=str))
-    return {
-        "source": "perfledger",
-        "protocol": protocol,
-        "settings": canonical,
-        "raw_table": SAMPLES_ARTIFACT,
-    }
 
 
 #: The 1-minute load average per CPU at or above which R4's refusal calls the host loaded.
@@ -517,13 +370,6 @@ def resolution_refusal(
         "the CI's lower end above both); nothing was recorded",
         hint,
     )
-
-
-def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
-    n = 1
-    while f"{experiment_id}-{stage}-{n}" in state.samples:
-        n += 1
-    return f"{experiment_id}-{stage}-{n}"
 
 
 _common = [
@@ -687,6 +533,21 @@ def _run_driver(
     help="Host monitor: the explanation recorded on windows where other processes used the "
     "CPU (R17); without it such windows make the verdict inconclusive.",
 )
+@click.option(
+    "--protocol",
+    type=click.Choice(["worker", "command", "self"]),
+    default=None,
+    help="worker: perfledger times every call and judges every output (the subject speaks the "
+    "worker protocol); command: one process per call, timed from spawn to exit; self: the "
+    "self-timed driver of Targets whose primary the subject reports. Default: worker for a "
+    "Target whose primary is observed (wall_time, cpu_time), else self.",
+)
+@click.option(
+    "--fresh-worker",
+    is_flag=True,
+    help="A fresh worker per pair (the default wherever the reference's outputs do not follow "
+    "the seed).",
+)
 def measure_workload(
     experiment_id: str,
     stage: str,
@@ -706,6 +567,8 @@ def measure_workload(
     unit_flags: tuple[str, ...],
     monitor_source: str,
     explain_foreign: str | None,
+    protocol: str | None,
+    fresh_worker: bool,
 ) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
@@ -722,6 +585,18 @@ def measure_workload(
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
+        if _observing(info["target"], protocol):  # the application layer's use case
+            request = MeasureWorkload(
+                experiment_id=experiment_id, stage=stage, ref=ref_cmd, cand=cand_cmd,  # type: ignore[arg-type]
+                protocol=protocol or "worker", cases=cases, pairs=pairs, warmup=warmup,  # type: ignore[arg-type]
+                timeout_s=timeout_s, fresh_worker=fresh_worker,
+                monitor="none" if no_monitor else monitor_source,  # type: ignore[arg-type]
+                explain_foreign=explain_foreign, samples_id=samples_id, dry_run=dry_run,
+                actor=_actor(actor),
+                idempotency_key=idempotency_key,
+            )  # fmt: skip
+            _measure_observed(ctx, ledger, request, quiet, unit_flags)
+            return
         # R11: both subjects snapshotted and checked before anything runs
         code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
     finally:
@@ -798,17 +673,7 @@ def measure_workload(
     if code is not None:
         body["identity"] = code
     body["provenance"] = measured_provenance("workload_abba", run.settings)
-    artifact = {
-        "kind": "workload",
-        "table": run.table(),
-        "settings": run.settings,
-        "environment": env,
-        "monitor": {
-            "windows": windows,
-            "note": monitor_note,
-            "settings": monitor.settings() if monitor else None,
-        },
-    }
+    artifact = raw_table("workload", run, env, windows, monitor_note, monitor)
     result: dict[str, Any] = {
         "samples_id": sid,
         "pairs_recorded": len(body["pairs"]),
@@ -863,6 +728,49 @@ def measure_workload(
     finally:
         ledger.close()
     _answer(ctx, result, lines + shown)
+
+
+def _observing(target: Any, protocol: str | None) -> bool:
+    """True when ``measure workload`` runs under the worker or command protocol: asked for, or
+    by default for a Target whose primary perfledger observes (``wall_time``, ``cpu_time``)."""
+
+    if protocol is None:
+        return target.definition.primary.name in OBSERVED_METRICS
+    return protocol != "self"
+
+
+def _measure_observed(
+    ctx: Any,
+    ledger: Any,
+    request: Any,
+    quiet: bool,
+    unit_flags: tuple[str, ...],
+) -> None:
+    """The adapter of :func:`perfledger.app.measure_workload.measure_workload`: call it on the
+    open ``ledger`` and render its answer (text, or ``--json``)."""
+
+    if unit_flags:
+        raise BadRequest(
+            "--unit belongs to the self-timed protocol: under the worker protocol perfledger "
+            "observes every figure it records (wall_time, cpu_time)"
+        )
+    edge = IdentityEdge(measure_identity, SubjectsWatch, fresh_and_unchanged)
+    calls = 2 * len(request.cases or ["?"]) * (request.pairs or 5)
+    with _progress(calls, "worker calls", quiet) as advance:
+        result = measure(ledger, request, identity=edge, on_call=lambda _row: advance())
+    _warn(result.warnings)
+    answer = msgspec.to_builtins(result)
+    lines = [f"samples {result.samples_id}: {result.pairs_recorded} pairs ({result.protocol})"]
+    if result.event_id is not None:
+        lines.insert(0, f"{result.kind} {result.event_id}")
+        answer["verdict_preview"], shown = verdict_preview(
+            ledger, request.stage, ledger.state().samples[result.samples_id].target_id,
+            result.samples_id,
+        )  # fmt: skip
+        lines += result.findings + shown
+    else:
+        lines = [json.dumps(result.request, indent=2), *result.findings]
+    _answer(ctx, answer, lines)
 
 
 def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
@@ -1285,30 +1193,39 @@ def measure_aa(
             raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
         check_cases(chosen, test_set, "--case")
 
-        run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet, accuracy)
-        valid = [
-            Pair(p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name]))
-            for p in run.pairs
-            if p.usable
-            and p.ref.correct
-            and p.cand.correct
-            and p.ref.metrics.get(primary.name)
-            and p.cand.metrics.get(primary.name)
-        ]
+        if _observing(target, None):  # perfledger's own figures, the worker protocol
+            with _progress(2 * len(chosen) * (runs or 10), "A/A calls", quiet) as advance:
+                valid, aa_notes, run = observed_aa(
+                    cmd, target=target, cases=chosen, runs=runs or 10, timeout_s=timeout_s,
+                    on_call=lambda _row: advance(),
+                )  # fmt: skip
+        else:
+            run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet, accuracy)
+            valid = [
+                Pair(
+                    p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name])
+                )
+                for p in run.pairs
+                if p.usable
+                and p.ref.correct
+                and p.cand.correct
+                and p.ref.metrics.get(primary.name)
+                and p.cand.metrics.get(primary.name)
+            ]
+            # R5: the original against itself on the same seed must give matching outputs
+            unequal = [p.cand for p in run.pairs if p.cand.output and not p.cand.output["ok"]]
+            aa_notes = (
+                [
+                    f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed "
+                    f"differ ({unequal[0].call_id}: {unequal[0].output['reason']}); its accuracy "
+                    "rule is too strict for a workload that is not deterministic (allclose with a "
+                    "tolerance), or it does not draw its inputs from {seed} alone"
+                ]
+                if unequal
+                else []
+            )
         counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
         short = {c: n for c, n in counts.items() if n < 2}
-        # R5: the original against itself on the same seed must give matching outputs
-        unequal = [p.cand for p in run.pairs if p.cand.output and not p.cand.output["ok"]]
-        aa_notes = (
-            [
-                f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed "
-                f"differ ({unequal[0].call_id}: {unequal[0].output['reason']}); its accuracy "
-                "rule is too strict for a workload that is not deterministic (allclose with a "
-                "tolerance), or it does not draw its inputs from {seed} alone"
-            ]
-            if unequal
-            else []
-        )
         if short:
             raise MeasurementError(
                 f"A/A needs at least 2 valid pairs in every case, got {short}",

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from perfledger.app.measure_workload import measure_original
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -36,6 +37,7 @@ from perfledger.commands.cli.identity import check_original_command
 from perfledger.commands.registry.operations import preview
 from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest, MeasurementError
+from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver import Subject, run_call
 
@@ -107,7 +109,14 @@ def measure_baseline(
     env = m.environment_payload()
     m.check_environment(env, {"readiness_environment_id": readiness.environment_id})
     primary = target.definition.primary
-    rows, body = _measure(cmd, chosen, calls, timeout_s, quiet, primary.name)
+    if primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
+        with m._progress(len(chosen) * calls, "baseline calls", quiet) as advance:
+            rows, body = measure_original(
+                cmd, cases=chosen, calls=calls, metric=primary.name, unit=primary.unit,
+                timeout_s=timeout_s, on_call=advance,
+            )  # fmt: skip
+    else:
+        rows, body = _measure(cmd, chosen, calls, timeout_s, quiet, primary.name)
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,

@@ -20,7 +20,13 @@ from typing import Any
 import blake3
 import msgspec
 
-from perfledger.commands.workflow import identity, measurement_rules, output_rules, rules
+from perfledger.commands.workflow import (
+    identity,
+    measurement_rules,
+    observed_rules,
+    output_rules,
+    rules,
+)
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
@@ -33,14 +39,17 @@ from perfledger.commands.workflow.verdict_guards import (
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.kinds import get_kind
+from perfledger.events.units import known_unit, vocabulary
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     ORIGINAL,
     PER_CASE_V2,
+    R1_KNOWN_UNITS,
     R2_STATISTICS_FROZEN,
     R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
+    R5_OBSERVED_METRICS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
     R12_EVERY_CASE,
@@ -211,8 +220,16 @@ def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
 # ---------------------------------------------------------------------------------- targets
 
 
-def _check_definition(req: rq.TargetFreeze) -> None:
+def _check_definition(req: rq.TargetFreeze, known_units: bool = False) -> None:
     rules.r1_scope_relative(req.scope)
+    if known_units:  # R1: a unit perfledger has no entry for cannot be checked
+        for name, unit, _work in _declared_metrics(req):
+            if not known_unit(unit):
+                raise BadRequest(
+                    f"metric {name!r}: unit {unit!r} is not one perfledger knows; known: "
+                    f"{vocabulary()}",
+                    hint="spell milliseconds ms, microseconds us, a rate <work>/<time> (tokens/s)",
+                )
     if req.primary.direction == "lower_is_better" and req.min_effect >= 1.0:
         raise refuse(
             "R1",
@@ -261,7 +278,7 @@ def decide_target_freeze(
 ) -> list[EventDraft]:
     """``target.freeze`` (R1): freeze a new Target; an existing id is refused (never changes)."""
     rules.r1_target_id_free(state, req.target_id)
-    _check_definition(req)
+    _check_definition(req, rules_version(ctx, "TargetFrozen") >= R1_KNOWN_UNITS)
     definition = _build(TargetDefinition, dump(req))
     return _emit(ctx, TargetFrozen(target=definition))
 
@@ -272,7 +289,7 @@ def decide_target_supersede(
     """``target.supersede`` (R1): a new Target replaces the current one, which stays frozen."""
     rules.r1_target_current(state, req.target_id)
     rules.r1_target_id_free(state, req.new_target.target_id)
-    _check_definition(req.new_target)
+    _check_definition(req.new_target, rules_version(ctx, "TargetSuperseded") >= R1_KNOWN_UNITS)
     new = _build(TargetDefinition, dump(req.new_target))
     return _emit(ctx, TargetSuperseded(target_id=req.target_id, reason=req.reason, new_target=new))
 
@@ -669,6 +686,8 @@ def decide_samples_record(
     _samples_common(target, req)
     if rules_version(ctx, "SamplesRecorded") >= R5_JUDGED_OUTPUTS:  # R5: outputs judged
         output_rules.check_samples(target.readiness, req)
+    if rules_version(ctx, "SamplesRecorded") >= R5_OBSERVED_METRICS:  # R5: observed is ours
+        observed_rules.check_samples(target.definition, req)
     code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
     pairs = req.pairs
     wall_check = _wall_check(target, req, ctx)
@@ -702,7 +721,10 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
     no driver timed."""
     from perfledger.derive.wall_check import METHOD, METHOD_V2, check_pairs  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
-    counts = rules_version(ctx, "SamplesRecorded") >= R12_WALL_VALUE_COUNTS
+    version = rules_version(ctx, "SamplesRecorded")
+    if version >= R5_OBSERVED_METRICS and observed_rules.observing(req):
+        return None  # its values are perfledger's own clock: no self-reported time to check
+    counts = version >= R12_WALL_VALUE_COUNTS
     directions = {name: d for name, (_unit, d) in _target_metrics(target.definition).items()}
     try:
         return check_pairs(

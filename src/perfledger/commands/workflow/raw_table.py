@@ -12,6 +12,10 @@ The raw table is re-read and the recorded pairs are re-derived from it, the way
 - ``kind: kernel`` (per case, the harness's per-pair rows): the recorded pairs are every batch
   of every case, in order; each side's values are the batch's per-pair times in the unit of the
   samples.
+- ``kind: worker`` (the worker or command protocol's per-call table,
+  :mod:`perfledger.kernels.workload.worker`): as ``workload``, and every call's metrics are the
+  observed ones only (``wall_time``, ``cpu_time``), each its row's ``wall_s`` or ``cpu_s`` in the
+  samples' unit, and every paired call's output was judged.
 - ``kind: serving``: the binding only (below).
 
 Where the driver judged the calls' outputs (``{output}``, :mod:`perfledger.kernels.workload.outputs`),
@@ -50,7 +54,7 @@ from typing import Any
 import blake3
 
 from perfledger.derive.units import UNITS_PER_SECOND
-from perfledger.events.workflow import R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
+from perfledger.events.workflow import OBSERVED_METRICS, R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
 
 #: Units of a time metric per second (the kernel harness's rows are in seconds: value_s * this).
 _TIME_UNITS = UNITS_PER_SECOND
@@ -61,7 +65,12 @@ BINDING_FORMAT = 1
 #: The ``SamplesRecorded`` schema version from which the settings' declared checks hold.
 CHECKS_SCHEMA = R5_DECLARED_CHECKS
 #: The raw table's kind that each measuring protocol writes.
-PROTOCOL_KINDS = {"workload_abba": "workload", "kernel_harness_abba": "kernel"}
+PROTOCOL_KINDS = {
+    "workload_abba": "workload",
+    "kernel_harness_abba": "kernel",
+    "worker/v1": "worker",
+    "command/v1": "worker",
+}
 #: Tolerance on a row's ``wall_s`` against its ``end_s - start_s`` (seconds; float rounding).
 _WALL_TOLERANCE_S = 1e-6
 
@@ -139,6 +148,12 @@ def raw_table_mismatch(
             if found is None and read_artifact is not None:
                 return _outputs_mismatch(table, read_artifact)
             return found
+        if kind == "worker":
+            found = _workload_mismatch(samples, table.get("table"), strict_wall=True)
+            found = found or _observed_mismatch(samples, table.get("table"))
+            if found is None and read_artifact is not None:
+                return _outputs_mismatch(table, read_artifact)
+            return found
         if kind == "kernel":
             return _kernel_mismatch(samples, table.get("cases"))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -157,7 +172,7 @@ def _declared_mismatch(samples: dict[str, Any], table: dict[str, Any]) -> str | 
     if table.get("kind") != kind:
         return f"its raw table is of kind {table.get('kind')!r}, the {protocol} protocol writes {kind!r}"
     settings = provenance.get("settings") or {}
-    if kind == "workload":
+    if kind in ("workload", "worker"):
         # the provenance holds the settings as canonical JSON (keys sorted, no tuples)
         if json.dumps(settings, sort_keys=True) != json.dumps(
             table.get("settings"), sort_keys=True, default=str
@@ -339,6 +354,34 @@ def _workload_mismatch(samples: dict[str, Any], rows: Any, strict_wall: bool = F
                     f"its raw table's round {n} ({r['ref'].get('case')!r}) produced results in "
                     "both calls but is not among the pairs"
                 )
+    return None
+
+
+def _observed_mismatch(samples: dict[str, Any], rows: Any) -> str | None:
+    """A worker table's rows (:mod:`perfledger.kernels.workload.worker`): every call's metrics
+    are the observed ones only, each derived from the row's own ``wall_s`` or ``cpu_s`` in the
+    samples' unit; every call's output was judged (R5)."""
+    units = samples.get("units") or {}
+    for row in rows:
+        metrics = row.get("metrics") or {}
+        extra = sorted(set(metrics) - set(OBSERVED_METRICS))
+        if extra:
+            return f"call {row.get('call_id')!r}: metrics {extra} that perfledger did not observe"
+        for name, source in OBSERVED_METRICS.items():
+            if name not in units:
+                continue
+            scale = _TIME_UNITS.get(units[name])
+            figure = row.get(source)
+            if scale is None or not isinstance(figure, int | float) or isinstance(figure, bool):
+                return f"call {row.get('call_id')!r}: no {source} to derive {name!r} from"
+            want = [float(figure) * scale]
+            if [float(v) for v in metrics.get(name, [])] != want:
+                return (
+                    f"call {row.get('call_id')!r}: {name} {metrics.get(name)!r} is not its "
+                    f"{source} {figure!r} in {units[name]}"
+                )
+        if not row.get("warmup") and row.get("output") is None:
+            return f"call {row.get('call_id')!r}: its output was not judged"
     return None
 
 

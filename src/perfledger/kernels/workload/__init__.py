@@ -1,1 +1,1 @@
-"""Workloads measured as processes: the driver, its guard, outputs, start-up surface, snapshots, environment."""
+"""The workload path: perfledger runs a subject as processes (the worker protocol, whole commands, the self-timed driver), owns the clock, the inputs and every output; snapshots, start-up surface, environment."""

@@ -1,0 +1,223 @@
+"""What every measuring use case reads before it measures (SPEC.md section 5; R2, R11, R17):
+the experiment's context from the ledger's state, the environment identity of this machine,
+the cases to measure, the monitor, and the provenance measured samples carry.
+
+Each function raises the refusal that recording would raise, so a use case calls them before
+anything runs. Imports: the commands' rules and deciders, kernels, errors (no adapter).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.deciders import environment_id
+from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+from perfledger.commands.workflow.requests import Name
+from perfledger.errors import BadRequest
+from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.kernels.env import collect
+from perfledger.kernels.monitor.hostmonitor import HostMonitor
+from perfledger.kernels.monitor.monitor import Monitor
+
+#: The raw per-call table's artifact name on measured samples.
+SAMPLES_ARTIFACT = "samples.json"
+
+
+def environment_payload(device: int = 0, tools: bool = True) -> dict[str, Any]:
+    """The environment identity as JSON: every field, ``identity``, ``missing``,
+    ``readiness_environment`` (the ``environment`` of a readiness request) and the
+    ``environment_id`` that readiness derives from it (R2, R11)."""
+
+    env = collect(device, tools=tools)
+    readiness = env.readiness_environment()
+    return {
+        **env.to_json(),
+        "readiness_environment": readiness,
+        "environment_id": environment_id(readiness),
+    }
+
+
+def start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
+    """A started monitor, or (None, why not). ``source``: ``gpu`` (NVML) or ``host`` (the host's
+    CPU counters, :mod:`perfledger.kernels.monitor.hostmonitor`, for CPU workloads)."""
+    if not enabled:
+        return None, "disabled by --no-monitor"
+    if source == "host":
+        try:
+            return HostMonitor().start(), None
+        except RuntimeError as exc:
+            return None, f"host monitor unavailable: {exc}"
+
+    try:
+        monitor = Monitor().start()
+    except RuntimeError as exc:
+        return None, str(exc)
+    monitor.calibrate()
+    return monitor, None
+
+
+def experiment_context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
+    """What a samples request needs from the state: Target, readiness, reference, candidate."""
+    state = ledger.state()
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        raise BadRequest(
+            f"unknown experiment {experiment_id!r}",
+            hint="`perfledger experiment list` lists them; `perfledger experiment create` makes one",
+        )
+    target_id = experiment.created.target_id
+    target = state.targets.get(target_id)
+    if target is None or target.readiness is None or target.readiness.test_set is None:
+        raise BadRequest(
+            f"Target {target_id!r} has no readiness with a test set (R2)",
+            hint="record readiness first (`perfledger readiness record`)",
+        )
+    if stage == "final_audit":
+        reference = {"kind": "original", "content_hash": target.readiness.original.content_hash}
+    else:
+        current = rules.current_reference(state, target)
+        reference = {"kind": current.kind, "content_hash": current.content_hash}
+        if current.experiment_id is not None:
+            reference["experiment_id"] = current.experiment_id
+    return {
+        "state": state,
+        "target": target,
+        "target_id": target_id,
+        "reference": reference,
+        "candidate_hash": experiment.created.candidate.content_hash,
+        "test_set_hash": target.readiness.test_set.hash,
+        "cases": list(target.readiness.test_set.cases),
+        "test_set": target.readiness.test_set,
+        "primary": target.definition.primary,
+        "readiness_environment_id": target.readiness.environment_id,
+        "min_pairs": target.readiness.statistics.min_pairs_per_case,
+    }
+
+
+def check_cases(cases: Any, test_set: Any, source: str) -> list[str]:
+    """The cases a measurement will record, checked before anything runs: each a name a
+    samples request can hold (a non-empty string of at most 200 characters; BadRequest), and
+    each a case of the Target's test set where it names them (R11, :func:`rules.
+    r11_cases_in_test_set`). Returns: the case names, in order."""
+
+    names = list(cases)
+    for case in names:
+        try:
+            msgspec.convert(case, Name)
+        except msgspec.ValidationError as exc:
+            raise BadRequest(
+                f"case {case!r} of {source} is not a valid case name: {exc}",
+                hint="case names are non-empty strings of at most 200 characters",
+            ) from None
+    if test_set is not None:
+        rules.r11_cases_in_test_set(names, test_set, source)
+    return names
+
+
+def check_environment(env: dict[str, Any], info: dict[str, Any]) -> None:
+    """R11 before anything runs: this machine's environment identity is the one the Target's
+    readiness recorded (the samples would be refused after the measurement otherwise)."""
+    if env["environment_id"] != info["readiness_environment_id"]:
+        raise rules.refuse(
+            "R11",
+            "this machine's environment differs from the one the Target's readiness recorded; "
+            "nothing was measured",
+            f"readiness recorded environment_id {info['readiness_environment_id']}, this machine "
+            f"is {env['environment_id']} (`perfledger env` shows its fields): measure where "
+            "readiness was recorded, or supersede the Target with readiness from this machine",
+        )
+
+
+def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``provenance`` of samples this module measured (R5): the protocol, its settings (as
+    JSON, keys sorted) and the raw per-call table attached as :data:`SAMPLES_ARTIFACT`."""
+    canonical = json.loads(json.dumps(settings, sort_keys=True, default=str))
+    return {
+        "source": "perfledger",
+        "protocol": protocol,
+        "settings": canonical,
+        "raw_table": SAMPLES_ARTIFACT,
+    }
+
+
+def default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
+    n = 1
+    while f"{experiment_id}-{stage}-{n}" in state.samples:
+        n += 1
+    return f"{experiment_id}-{stage}-{n}"
+
+
+def foreign_activity_warnings(
+    pairs: list[dict[str, Any]], stage: str, allowed: bool = False
+) -> list[str]:
+    """Warnings about the samples' windows before they are recorded (R17): the pairs (request
+    dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
+    make every verdict on these samples ``inconclusive``; at a formal stage, an explanation of
+    more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of the
+    pairs lets nothing pass unless the readiness ``allowed`` it
+    (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
+    Returns: zero or one warning line."""
+
+    indices = [
+        i
+        for i, p in enumerate(pairs)
+        if (p.get("monitor") or {}).get("foreign_activity")
+        and rules.is_unknown((p.get("monitor") or {}).get("explained"))
+    ]
+    if not indices:
+        return []
+    if stage in FORMAL_STAGES and not allowed and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
+        return [
+            f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+            "activity (other processes' CPU or GPU use above the monitor's threshold): the "
+            "verdict on these samples will be inconclusive (R17). Explaining them (`perfledger "
+            "activity explain`, or --explain-foreign) cannot let a formal stage pass when they "
+            f"exceed {100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs, since this Target's readiness "
+            "does not declare its metric immune to the host's load "
+            "(statistics.allow_explained_foreign_activity): measure again on a quieter machine"
+        ]
+    return [
+        f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
+        "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
+        "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
+        "explain it before the verdict: `perfledger activity explain --samples ID --request -` "
+        f'with {{"pairs": {indices[:50]}, "explanation": "..."}} (or measure again with '
+        "--explain-foreign TEXT); otherwise measure on a quieter machine"
+    ]
+
+
+def raw_table(
+    kind: str, run: Any, env: dict[str, Any], windows: list[Any], note: str | None, monitor: Any
+) -> dict[str, Any]:
+    """The raw per-call table attached to measured samples as :data:`SAMPLES_ARTIFACT` (R5):
+    its ``kind`` (``workload``, ``worker``), the run's rows and settings, the environment and
+    the monitor's windows of the pairs."""
+    return {
+        "kind": kind,
+        "table": run.table(),
+        "settings": run.settings,
+        "environment": env,
+        "monitor": {
+            "windows": windows,
+            "note": note,
+            "settings": monitor.settings() if monitor else None,
+        },
+    }
+
+
+__all__ = [
+    "SAMPLES_ARTIFACT",
+    "check_cases",
+    "check_environment",
+    "default_samples_id",
+    "environment_payload",
+    "experiment_context",
+    "foreign_activity_warnings",
+    "measured_provenance",
+    "raw_table",
+    "start_monitor",
+]

@@ -1,0 +1,569 @@
+"""Measure a workload comparison under the worker (or whole-command) protocol and record it
+(SPEC.md section 5, "Workload worker protocol"; R2, R5, R11, R12, R17).
+
+:func:`measure_workload` is the use case behind ``perfledger measure workload --protocol
+worker|command``; the CLI parses into :class:`MeasureWorkload`, calls it and renders the
+:class:`MeasuredWorkload`. In order:
+
+1. everything that recording would refuse is checked *before* anything runs: the experiment's
+   context, a Target whose primary is an observed metric (``wall_time``/``cpu_time``, R5), a
+   readiness that compares outputs (every output is judged), the subjects' code identity
+   (R11), the cases, this machine's environment (R11), the monitor of a formal stage (R17),
+   and the ``samples.record`` decision itself, previewed on a stand-in of the samples with the
+   same shape (stage order, reference, obligations: whatever the deciders refuse);
+2. the pairs run under :func:`perfledger.kernels.workload.worker.run_pairs`: perfledger's clock,
+   the kernel's CPU accounting, a fresh seed per pair drawn when it starts, every output judged
+   against the reference's; a worker that fails the protocol makes the comparison invalid
+   (MeasurementError, nothing recorded);
+3. the samples body (observed values only) and its raw table (kind ``worker``, protocol
+   ``worker/v1`` or ``command/v1``, from which ``samples.record`` and ``perfledger audit``
+   re-derive every pair, :mod:`perfledger.commands.workflow.raw_table`) are appended through
+   the operation registry.
+
+Code identity (R11) is taken at the edge by functions the caller passes (:class:`IdentityEdge`;
+the CLI's are :mod:`perfledger.commands.cli.identity`'s): they read the subjects' files, and
+their home is being reworked (issue 34's code identity), so this module does not import them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from perfledger.app.context import (
+    SAMPLES_ARTIFACT,
+    check_cases,
+    check_environment,
+    default_samples_id,
+    environment_payload,
+    experiment_context,
+    foreign_activity_warnings,
+    measured_provenance,
+    raw_table,
+    start_monitor,
+)
+from perfledger.commands.registry.operations import execute, preview
+from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.output_rules import compared
+from perfledger.commands.workflow.raw_table import binding_of
+from perfledger.commands.workflow.requests import OutputCheck
+from perfledger.commands.workflow.samples_body import samples_body
+from perfledger.errors import BadRequest, MeasurementError
+from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, OBSERVED_UNITS
+from perfledger.kernels.workload import outputs
+from perfledger.kernels.workload.startup_surface import (
+    StartupWatch,
+)
+from perfledger.kernels.workload.worker import (
+    Worker,
+    WorkerSubject,
+    new_seed,
+    observed_values,
+    run_pairs,
+)
+from perfledger.ledger.base import Artifact
+from perfledger.projections.verdicts import Pair
+
+
+class MeasureWorkload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A request to measure one stage of an experiment under the worker protocol.
+
+    Attributes:
+        experiment_id: the experiment.
+        stage: ``screen``, ``target`` or ``final_audit``.
+        ref, cand: the reference's and the candidate's commands (shell words): the readiness
+            driver with each subject's directory in its ``{subject}`` place.
+        protocol: ``worker`` (one process per subject speaking the worker protocol) or
+            ``command`` (one process per call, timed from spawn to exit).
+        cases: the cases to measure (empty: the readiness's test set).
+        pairs: pairs per case (None: the readiness's minimum, at least 5).
+        warmup: warm-up rounds per case (not recorded).
+        timeout_s: the most one call (or a worker's start-up) may take, seconds.
+        fresh_worker: a fresh worker per pair even where the reference's outputs follow the seed.
+        monitor: ``gpu`` (NVML), ``host`` (the host's CPU counters) or ``none`` (screens only).
+        explain_foreign: host monitor only: the explanation recorded on windows where other
+            processes used the CPU (R17), as the self-timed path records it.
+        samples_id: the samples' id (None: ``E-STAGE-N``).
+        dry_run: measure and decide, append nothing.
+        actor: who records.
+        idempotency_key: a retry-safe key for the append.
+    """
+
+    experiment_id: str
+    stage: Literal["screen", "target", "final_audit"]
+    ref: str
+    cand: str
+    protocol: Literal["worker", "command"] = "worker"
+    cases: tuple[str, ...] = ()
+    pairs: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
+    warmup: Annotated[int, msgspec.Meta(ge=0, le=100)] = 1
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 600.0
+    fresh_worker: bool = False
+    monitor: Literal["gpu", "host", "none"] = "gpu"
+    explain_foreign: str | None = None
+    samples_id: str | None = None
+    dry_run: bool = False
+    actor: str
+    idempotency_key: str | None = None
+
+
+class CaseFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """Per case: medians over the recorded pairs (seconds) and the candidate's failed calls."""
+
+    ref_wall_s: float
+    cand_wall_s: float
+    ref_cpu_s: float
+    cand_cpu_s: float
+    cand_incorrect: int
+    #: medians of what the subjects reported themselves (name -> value), never deciding
+    reported: dict[str, dict[str, float]] = {}
+
+
+class MeasuredWorkload(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`measure_workload` measured and recorded.
+
+    Attributes:
+        samples_id: the samples' id.
+        protocol: ``worker/v1`` or ``command/v1``.
+        pairs_recorded: pairs in the samples.
+        fresh_worker: whether every pair had fresh workers, and ``fresh_reason`` why.
+        environment_id: this machine's environment identity.
+        monitor: the monitor's source, None without one.
+        cases: per-case figures (:class:`CaseFigures`).
+        warnings: what the caller should say before anything else.
+        findings: lines for people: ``FLAG`` blocks a pass or a champion, ``note`` does not.
+        event_id, kind: the appended event (None on a dry run).
+        request: the ``samples.record`` body on a dry run (None otherwise).
+        snapshots: role -> snapshot digest, where the code was snapshotted (R11).
+    """
+
+    samples_id: str
+    protocol: str
+    pairs_recorded: int
+    fresh_worker: bool
+    fresh_reason: str
+    environment_id: str
+    monitor: str | None
+    cases: dict[str, CaseFigures]
+    warnings: list[str] = []
+    findings: list[str] = []
+    event_id: str | None = None
+    kind: str | None = None
+    request: dict[str, Any] | None = None
+    snapshots: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class IdentityEdge:
+    """Code identity at the edge (R11), passed by the caller.
+
+    Attributes:
+        snapshot: ``(ledger, info, ref_cmd, cand_cmd, stage, experiment_id) -> (identity or
+            None, artifacts)``: both subjects snapshotted and checked before anything runs.
+        watch: ``(info, identity) -> check(label)``: called before every call (files unchanged).
+        confirm: ``(info, identity) -> None``: after the run (files unchanged).
+    """
+
+    snapshot: Callable[..., tuple[dict[str, Any] | None, dict[str, Any]]]
+    watch: Callable[[dict[str, Any], dict[str, Any]], Callable[[str], None]]
+    confirm: Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+def observed_units(target: Any) -> dict[str, str]:
+    """The Target's observed metrics (primary, guardrails, secondaries named in
+    :data:`~perfledger.events.workflow.OBSERVED_METRICS`) -> unit. Raises: BadRequest when the
+    primary is not observed, or an observed metric is not in a time unit."""
+    d = target.definition
+    units = {d.primary.name: d.primary.unit}
+    units.update({g.metric: g.unit for g in d.guardrails})
+    units.update({s.name: s.unit for s in d.secondaries})
+    if d.primary.name not in OBSERVED_METRICS:
+        raise BadRequest(
+            f"the worker protocol observes {sorted(OBSERVED_METRICS)}; Target "
+            f"{d.target_id!r}'s primary {d.primary.name!r} is a figure the subject reports; "
+            "nothing was measured",
+            hint="measure this Target with `--protocol self` (the self-timed driver), or "
+            'supersede it with an observed primary: {"name": "wall_time", "unit": "ms", ...}',
+        )
+    observed = {name: unit for name, unit in units.items() if name in OBSERVED_METRICS}
+    for name, unit in observed.items():
+        if unit not in OBSERVED_UNITS:
+            raise BadRequest(
+                f"observed metric {name!r} is a time; its unit {unit!r} is not one of "
+                f"{list(OBSERVED_UNITS)}"
+            )
+    return observed
+
+
+def _stand_in(info: dict[str, Any], request: MeasureWorkload, cases: list[str], n_pairs: int,
+              units: dict[str, str], environment_id: str, code: dict[str, Any] | None,
+              monitored: bool, accuracy: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """A samples body of the shape the run will record (values 1.0, every call correct,
+    observed, judged), for previewing the decision before anything is measured."""
+    output = {"method": "outputs_v2", "compare": accuracy["compare"], "self_correct": True,
+              "blake3": None, "size": None, "ok": True, "reason": ""}  # fmt: skip
+    pairs = []
+    for k in range(n_pairs):
+        for case in cases:
+            side = {"correct": True, "values": {m: [1.0] for m in units},
+                    "environment_id": environment_id, "wall_s": 1.0, "output": output}  # fmt: skip
+            pairs.append({
+                "case": case, "same_process": False,
+                "ref": {"call_id": f"ref-{case}-{k}", **side},
+                "cand": {"call_id": f"cand-{case}-{k}", **side},
+                **({"monitor": {"observed": True, "foreign_activity": False, "explained": None,
+                                "flags": []}} if monitored else {}),
+            })  # fmt: skip
+    body = samples_body(
+        info, samples_id=request.samples_id or "stand-in", experiment_id=request.experiment_id,
+        stage=request.stage, environment_id=environment_id, units=units, pairs=pairs,
+    )  # fmt: skip
+    if code is not None:
+        body["identity"] = code
+    body["provenance"] = {"source": "perfledger", "protocol": f"{request.protocol}/v1",
+                          "settings": {}, "raw_table": SAMPLES_ARTIFACT}  # fmt: skip
+    return body
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def _case_figures(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, CaseFigures]:
+    out: dict[str, CaseFigures] = {}
+    for case in dict.fromkeys(r["case"] for r, _c in pairs):
+        rows = [(r, c) for r, c in pairs if r["case"] == case]
+        reported: dict[str, dict[str, float]] = {}
+        for label, index in (("ref", 0), ("cand", 1)):
+            names = {n for p in rows for n in p[index]["reported"]}
+            for name in sorted(names):
+                values = [p[index]["reported"][name] for p in rows if name in p[index]["reported"]]
+                reported.setdefault(label, {})[name] = _median(values)
+        out[case] = CaseFigures(
+            ref_wall_s=_median([r["wall_s"] for r, _c in rows]),
+            cand_wall_s=_median([c["wall_s"] for _r, c in rows]),
+            ref_cpu_s=_median([r["cpu_s"] for r, _c in rows]),
+            cand_cpu_s=_median([c["cpu_s"] for _r, c in rows]),
+            cand_incorrect=sum(1 for _r, c in rows if not c["correct"]),
+            reported=reported,
+        )
+    return out
+
+
+#: The fields of a recorded output check that the per-call row holds (``self_correct`` aside).
+_OUTPUT_FIELDS = tuple(
+    f.name for f in msgspec.structs.fields(OutputCheck) if f.name != "self_correct"
+)
+
+
+def _side(row: dict[str, Any], environment_id: str) -> dict[str, Any]:
+    """One recorded side of a pair from its call's row (values: the observed metrics)."""
+    return {
+        "call_id": row["call_id"],
+        "correct": row["correct"],
+        "values": row["metrics"],
+        "environment_id": environment_id,
+        "wall_s": row["wall_s"],
+        "output": {
+            **{k: row["output"].get(k) for k in _OUTPUT_FIELDS},
+            "self_correct": row["self_correct"],
+        },
+    }
+
+
+def measure_workload(
+    ledger: Any,
+    request: MeasureWorkload,
+    *,
+    identity: IdentityEdge | None = None,
+    on_call: Callable[[dict[str, Any]], None] | None = None,
+) -> MeasuredWorkload:
+    """Measure and record one stage under the worker protocol (module docstring).
+
+    Args:
+        ledger: the open ledger.
+        request: the :class:`MeasureWorkload`.
+        identity: code identity at the edge (:class:`IdentityEdge`); required where the Target's
+            readiness snapshotted the original (R11).
+        on_call: called with each per-call row as it is made (progress).
+    Returns: the :class:`MeasuredWorkload`.
+    Raises: BadRequest (exit 2) and RuleRefused (exit 3) before anything runs;
+        MeasurementError (exit 1) when a worker fails the protocol (nothing recorded);
+        RuleRefused when the subjects' files changed during the run (R11).
+    """
+
+    # 1. every refusal before anything runs
+    info = experiment_context(ledger, request.experiment_id, request.stage)
+    target = info["target"]
+    units = observed_units(target)
+    accuracy = compared(target.readiness)
+    if accuracy is None:
+        raise BadRequest(
+            "the worker protocol judges every call's output against the reference's, and the "
+            "Target's readiness compares none; nothing was measured",
+            hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and '
+            "a driver that declares {output}",
+        )
+    if request.explain_foreign is not None and request.monitor != "host":
+        raise BadRequest("explain_foreign applies to the host monitor (monitor host)")
+    try:
+        argvs = {"ref": shlex.split(request.ref), "cand": shlex.split(request.cand)}
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command: {exc}") from None
+    if not argvs["ref"] or not argvs["cand"]:
+        raise BadRequest("--ref and --cand must each name a command")
+    code, code_files = None, {}
+    if identity is not None:
+        code, code_files = identity.snapshot(
+            ledger, info, request.ref, request.cand, request.stage, request.experiment_id
+        )
+    elif target.readiness.original.snapshot is not msgspec.UNSET:
+        raise BadRequest("this Target's readiness snapshotted the original: pass `identity`")
+    cases = list(request.cases) or info["cases"]
+    if not cases:
+        raise BadRequest("no test cases: pass cases or name them in the readiness's test set")
+    check_cases(cases, info["test_set"], "cases")
+    n_pairs = request.pairs or max(5, info["min_pairs"])
+    env = environment_payload()
+    check_environment(env, info)
+    stand_in = _stand_in(info, request, cases, n_pairs, units, env["environment_id"], code,
+                         request.stage in FORMAL_STAGES, accuracy)  # fmt: skip
+    preview(ledger, "samples.record", stand_in, actor=request.actor)  # what the deciders refuse
+    monitor, monitor_note = start_monitor(request.monitor != "none", request.monitor)
+    if monitor is None and request.stage in FORMAL_STAGES:
+        raise rules.refuse(
+            "R17",
+            f"a formal ({request.stage}) stage needs the monitor over every sample window, and "
+            f"it is not running: {monitor_note}; nothing was measured",
+            "on a machine without a GPU, measure a CPU workload with monitor host",
+        )
+
+    # 2. the run
+    startup = StartupWatch(list(argvs.values()))
+    watch = None if code is None or identity is None else identity.watch(info, code)
+
+    def before_call(label: str) -> None:
+        startup.check()  # R11: the subjects' Python start-up files unchanged
+        if watch is not None:
+            watch(label)
+
+    try:
+        run = run_pairs(
+            WorkerSubject("ref", argvs["ref"]), WorkerSubject("cand", argvs["cand"]),
+            cases=cases, pairs_per_case=n_pairs, accuracy=accuracy, units=units,
+            mode=request.protocol, warmup_calls=request.warmup, timeout_s=request.timeout_s,
+            fresh_worker=request.fresh_worker, on_call=on_call, before_call=before_call,
+        )  # fmt: skip
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    if code is not None and identity is not None:
+        identity.confirm(info, code)
+
+    # 3. the samples and their raw table
+    sid = request.samples_id or default_samples_id(request.experiment_id, request.stage,
+                                                    info["state"])  # fmt: skip
+    pairs, windows = [], []
+    for r, c in run.pairs():
+        pair: dict[str, Any] = {
+            "case": r["case"], "same_process": False,
+            "ref": _side(r, env["environment_id"]), "cand": _side(c, env["environment_id"]),
+        }  # fmt: skip
+        if monitor is not None:
+            verdict = monitor.verdict(min(r["start_s"], c["start_s"]), max(r["end_s"], c["end_s"]))
+            windows.append({"call_ids": [r["call_id"], c["call_id"]], **verdict.to_json()})
+            pair["monitor"] = (
+                verdict.to_request(request.explain_foreign)
+                if request.explain_foreign
+                else verdict.to_request()
+            )
+        pairs.append(pair)
+    body = samples_body(
+        info, samples_id=sid, experiment_id=request.experiment_id, stage=request.stage,
+        environment_id=env["environment_id"], units=units, pairs=pairs,
+    )  # fmt: skip
+    if code is not None:
+        body["identity"] = code
+    body["provenance"] = measured_provenance(run.settings["protocol"], run.settings)
+    table = {
+        **raw_table("worker", run, env, windows, monitor_note, monitor),
+        "binding": binding_of(body),
+    }
+    figures = _case_figures(run.pairs())
+    findings = _findings(figures, request.stage, run.settings)
+    readiness = target.readiness
+    warnings = foreign_activity_warnings(
+        pairs, request.stage, bool(readiness.statistics.allow_explained_foreign_activity)
+    )
+    result = {
+        "samples_id": sid, "protocol": run.settings["protocol"], "pairs_recorded": len(pairs),
+        "fresh_worker": run.settings["fresh_worker"], "fresh_reason": run.settings["fresh_reason"],
+        "environment_id": env["environment_id"],
+        "monitor": None if monitor is None else request.monitor, "cases": figures,
+        "warnings": warnings, "findings": findings,
+        "snapshots": None if code is None else {
+            role: code[role]["digest"] for role in ("reference", "candidate")},
+    }  # fmt: skip
+    if request.dry_run:
+        preview(ledger, "samples.record", body, actor=request.actor)
+        return MeasuredWorkload(**result, request=body)
+    artifacts = {
+        SAMPLES_ARTIFACT: Artifact(
+            json.dumps(table, sort_keys=True, default=str).encode(), "application/json"
+        ),
+        **code_files,
+        **{name: Artifact(data, "application/octet-stream") for name, data in run.outputs.items()},
+    }
+    envelopes = execute(
+        ledger, "samples.record", body, actor=request.actor,
+        idempotency_key=request.idempotency_key, artifacts=artifacts,
+    )  # fmt: skip
+    return MeasuredWorkload(**result, event_id=envelopes[0].id, kind=envelopes[0].kind)
+
+
+def _findings(figures: dict[str, CaseFigures], stage: str, settings: dict[str, Any]) -> list[str]:
+    lines = []
+    failed = sum(f.cand_incorrect for f in figures.values())
+    if failed:
+        what = "cannot support a champion (R5, R13)" if stage in FORMAL_STAGES else "has no "
+        what += "" if stage in FORMAL_STAGES else "performance meaning on those calls (R5)"
+        lines.append(
+            f"{'FLAG' if stage in FORMAL_STAGES else 'note'} accuracy: the candidate's output "
+            f"differed from the reference's on {failed} call(s); it {what}"
+        )
+    if settings["fresh_worker"]:
+        lines.append(f"note workers: a fresh worker per pair ({settings['fresh_reason']})")
+    for case, f in figures.items():
+        lines.append(
+            f"case {case}: wall {1e3 * f.ref_wall_s:.3f} -> {1e3 * f.cand_wall_s:.3f} ms, cpu "
+            f"{1e3 * f.ref_cpu_s:.3f} -> {1e3 * f.cand_cpu_s:.3f} ms (medians, perfledger's clock "
+            "and the kernel's accounting)"
+        )
+        if f.reported:
+            lines.append(f"  reported by the subjects (decides nothing): {f.reported}")
+    return lines
+
+
+def measure_original(
+    command: str,
+    *,
+    cases: list[str],
+    calls: int,
+    metric: str,
+    unit: str,
+    timeout_s: float = 600.0,
+    on_call: Callable[[], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
+    """The original's baseline of an observed metric (R4): one worker of ``command`` (the
+    readiness driver with the original's directory in its ``{subject}`` place), ``calls`` timed
+    calls per case, each with a fresh seed and output place; values from perfledger's clock or
+    the kernel's CPU accounting, never from the subject.
+
+    Returns: ``(rows, {"values", "cases", "call_ids"})`` (rows: one per call, seconds).
+    Raises: BadRequest for a command that cannot be parsed; MeasurementError when the worker
+        fails the protocol or a call writes no readable output (nothing is recorded).
+    """
+
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command: {exc}") from None
+    rows: list[dict[str, Any]] = []
+    body: dict[str, list[Any]] = {"values": [], "cases": [], "call_ids": []}
+    with Worker("original", argv, timeout_s=timeout_s) as worker:
+        for case in cases:
+            for k in range(calls):
+                place = outputs.OutputPlace()
+                written = None
+                try:
+                    timing = worker.call(case, new_seed(), place.path, collect=place.collect)
+                    written = timing.output
+                finally:
+                    if written is None:
+                        written = place.collect()
+                if written.data is None:
+                    raise MeasurementError(
+                        f"the original wrote no readable output on case {case!r} (call {k}): "
+                        f"{written.error}; nothing was recorded"
+                    )
+                figures = {"wall_s": timing.wall_s, "cpu_s": timing.cpu_s}
+                value = observed_values(figures, {metric: unit})[metric][0]
+                call_id = f"baseline-{case}-{k}"
+                rows.append({"call_id": call_id, "case": case, **figures,
+                             "start_s": timing.start_s, "end_s": timing.end_s,
+                             "reported": timing.reported, "output": written.to_json()})  # fmt: skip
+                body["values"].append(value)
+                body["cases"].append(case)
+                body["call_ids"].append(call_id)
+                if on_call is not None:
+                    on_call()
+        worker.close()
+    return rows, body
+
+
+def observed_aa(
+    command: str,
+    *,
+    target: Any,
+    cases: list[str],
+    runs: int,
+    timeout_s: float = 600.0,
+    on_call: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[list[Any], list[str], Any]:
+    """The original against itself under the worker protocol (R4's A/A of an observed
+    primary): ``runs`` ABBA pairs per case, every output judged against the other's of the pair.
+
+    Returns: ``(valid pairs as projections.verdicts.Pair, notes, the WorkerRun)``; a pair whose
+    outputs differ is left out and said so (a workload that is not deterministic on one seed).
+    Raises: BadRequest (no accuracy rule that compares, a primary that is not observed);
+        MeasurementError when a worker fails the protocol.
+    """
+
+    units = observed_units(target)
+    accuracy = compared(target.readiness)
+    if accuracy is None:
+        raise BadRequest("the worker protocol's A/A judges outputs: the readiness compares none")
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise BadRequest(f"cannot parse the command: {exc}") from None
+    run = run_pairs(
+        WorkerSubject("ref", argv), WorkerSubject("cand", argv), cases=cases,
+        pairs_per_case=runs, accuracy=accuracy, units=units, timeout_s=timeout_s,
+        on_call=on_call,
+    )  # fmt: skip
+    metric = target.definition.primary.name
+    valid = [
+        Pair(r["case"], tuple(r["metrics"][metric]), tuple(c["metrics"][metric]))
+        for r, c in run.pairs()
+        if r["correct"] and c["correct"]
+    ]
+    unequal = [c for r, c in run.pairs() if r["correct"] and not c["correct"]]
+    notes = (
+        [
+            f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed differ "
+            f"({unequal[0]['call_id']}: {unequal[0]['output']['reason']})"
+        ]
+        if unequal
+        else []
+    )
+    return valid, notes, run
+
+
+__all__ = [
+    "CaseFigures",
+    "IdentityEdge",
+    "MeasureWorkload",
+    "MeasuredWorkload",
+    "measure_original",
+    "measure_workload",
+    "observed_aa",
+    "observed_units",
+]

@@ -1,0 +1,873 @@
+"""The worker protocol: perfledger owns the clock, the inputs and every output of a workload
+call (SPEC.md section 5, "Workload worker protocol"; R5, R11, R12).
+
+A subject process (the readiness driver's argv with ``{subject}`` filled) starts, does its
+setup and says it is ready; then, for each timed call, the parent sends the call and times it
+with its own monotonic clock until the subject answers that the output is written. One JSON
+object a line, over a pipe pair of its own whose descriptors the child finds in
+:data:`FDS_ENV` (``"CALLS_FD,ANSWERS_FD"``), never over stdout: a subject's prints go to a file
+and cannot break the protocol::
+
+    child:  {"op": "ready", "protocol": "perfledger-worker/1"}
+    parent: {"op": "call", "id": 3, "case": "wide", "seed": 8236..., "output": "/tmp/.../output"}
+    child:  {"op": "done", "id": 3}                       (optionally "reported": {name: number})
+    parent: {"op": "exit"}
+
+- The **seed** is drawn from the OS's random source (:func:`secrets.randbits`) when a pair's
+  first call starts, and the same for both calls of the pair; the **output** place is fresh and
+  private per call (:class:`perfledger.derive.outputs.OutputPlace`), read and removed as soon as
+  ``done`` arrives. Every output is judged against the reference's of the same pair (R5).
+- The **clock** (:func:`time.perf_counter_ns`) starts just before the call is written and stops
+  when its ``done`` is read: ``wall_s``. The subject's **CPU time** (``cpu_s``) is the kernel's
+  accounting of its whole process tree (:func:`tree_cpu_ns`), read before and after the call,
+  never the subject's word. A ``reported`` object is kept, labelled as reported, and decides
+  nothing.
+- A worker that cannot start, dies, does not answer within its limit, or answers out of
+  protocol (not JSON, a wrong id, an unknown op, a second answer, a line longer than
+  :data:`MAX_LINE_BYTES`) raises :class:`WorkerFailed` with the reason and the tails of its
+  stdout and stderr: the comparison is invalid, nothing of it is recorded. So does an idle
+  worker that used more CPU during the other subject's call than :func:`idle_cpu_limit_s`
+  allows (work hidden between calls, or slowing the other subject).
+- **The idle worker is stopped**: during a subject's call the other subject's worker (its whole
+  process tree) is stopped with SIGSTOP and continued before its own call, outside the clock; a
+  process a worker left to be re-parented to the measuring process (a double-forked daemon) is
+  killed before every call (``settings.ended_orphans``). An idle worker cannot watch for the
+  other subject's output, slow its calls or work off its own clock.
+- **No results carried across calls**: a worker whose reference output does not change with the
+  seed (a fixed test set, found by :func:`run_pairs`' probe, not declared) could hand back a
+  remembered output; then every pair gets fresh worker processes (``fresh_worker``).
+- **Whole-command mode** (:class:`CommandSubject`) for commands that cannot speak the protocol:
+  one process per call, timed from spawn to exit by the parent, CPU time from ``os.wait4``'s
+  resource usage; ``{case}``, ``{seed}`` and ``{output}`` in its argv.
+
+The per-call table (:meth:`WorkerRun.table`) has the workload driver's row shape (``subject``,
+``case``, ``call_id``, ``ok``, ``correct``, ``metrics``, ``wall_s``, ``start_s``, ``end_s``,
+``output``, ``self_correct``, ``pair``, ``warmup``) plus ``cpu_s``, ``idle_cpu_s``, ``seed`` and
+``reported``; ``metrics`` holds the observed metrics (:data:`OBSERVED_METRICS`) in the units
+asked for, derived from ``wall_s`` and ``cpu_s`` (:func:`observed_values`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfledger.derive import outputs as output_rules
+from perfledger.errors import MeasurementError
+from perfledger.derive.units import UNITS_PER_SECOND
+from perfledger.kernels.proc import CallTree, drop_ptrace_capability
+from perfledger.kernels.workload import outputs
+from perfledger.kernels.workload.subject_env import influencing_environment
+
+#: The protocol's name and version, said by the subject in its ``ready`` line.
+PROTOCOL = "perfledger-worker/1"
+#: The environment variable naming the child's two descriptors: ``"CALLS_FD,ANSWERS_FD"``.
+FDS_ENV = "PERFLEDGER_WORKER_FDS"
+#: The longest answer line a subject may send (bytes): an answer is a few fields.
+MAX_LINE_BYTES = 64 * 1024
+#: Observed metrics a Target may name (metric -> the call's figure, seconds): perfledger's own
+#: clock of the call and the kernel's CPU accounting of the subject's process tree.
+OBSERVED_METRICS = {"wall_time": "wall_s", "cpu_time": "cpu_s"}
+#: Protocol ids written in the samples' provenance (``worker/v1``, ``command/v1``).
+WORKER_PROTOCOL_ID = "worker/v1"
+COMMAND_PROTOCOL_ID = "command/v1"
+#: Characters of a subject's stdout/stderr quoted when it fails.
+TAIL_CHARS = 2_000
+#: A worker may use this much CPU after answering ``done``, until its next call (seconds) ...
+IDLE_CPU_FLOOR_S = 0.01
+#: ... or this share of that call's wall time, whichever is larger.
+IDLE_CPU_SHARE = 0.1
+#: Why a worker failed (:attr:`WorkerFailed.reason`).
+FAILURE_REASONS = ("spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status")
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class WorkerFailed(MeasurementError):
+    """A subject process failed the protocol; the comparison is invalid (nothing recorded).
+
+    Attributes:
+        reason: one of :data:`FAILURE_REASONS`.
+        label: the subject (``ref`` or ``cand``).
+    """
+
+    def __init__(self, label: str, reason: str, message: str, hint: str | None = None) -> None:
+        super().__init__(
+            f"subject {label!r}: {message}; the comparison is invalid and nothing was recorded",
+            hint=hint or "run the subject by hand with the same command; its stderr is quoted",
+        )
+        self.reason = reason
+        self.label = label
+
+
+def idle_cpu_limit_s(call_wall_s: float) -> float:
+    """The most CPU time (seconds) a worker may use after answering ``done`` to a call of
+    ``call_wall_s`` seconds, until its next call or its exit: :data:`IDLE_CPU_FLOOR_S` or :data:`IDLE_CPU_SHARE` of the call."""
+    return max(IDLE_CPU_FLOOR_S, IDLE_CPU_SHARE * call_wall_s)
+
+
+# ---------------------------------------------------------------------------- CPU accounting
+
+
+def _process_cpu_ns(pid: int) -> int:
+    """CPU time of process ``pid``'s whole thread group (ns), from the kernel's per-process CPU
+    clock (Linux: ``clockid = (~pid << 3) | 2``, CPUCLOCK_SCHED of the process); 0 when gone."""
+    try:
+        return time.clock_gettime_ns((~pid << 3) | 2)
+    except (OSError, OverflowError):
+        return 0
+
+
+def _children_of(pid: int) -> list[int]:
+    """The live children of ``pid`` (every thread's ``/proc/PID/task/TID/children``)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found += [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _reaped_children_ns(pid: int) -> int:
+    """CPU time of the children ``pid`` has waited for (``cutime + cstime`` of its stat, ns)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return (int(fields[13]) + int(fields[14])) * 1_000_000_000 // _CLOCK_TICKS
+    except (IndexError, ValueError):
+        return 0
+
+
+def tree_cpu_ns(pid: int) -> int:
+    """CPU time of ``pid``'s process tree (ns), read from the kernel: every live process's own
+    clock (:func:`_process_cpu_ns`, all its threads) plus what each has reaped of its children
+    (clock-tick resolution). The subject cannot reach this figure."""
+    total = 0
+    seen: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _process_cpu_ns(p) + _reaped_children_ns(p)
+        todo += _children_of(p)
+    return total
+
+
+def _end_orphans(keep: set[int]) -> int:
+    """Kill this process's children that are not workers: processes a worker started and
+    left to be re-parented here (this process is a subreaper during a run, so a double-forked
+    daemon comes back to it). Such a process outside every worker's tree could watch for the
+    other subject's outputs while its worker is stopped. ``keep``: the workers and the children
+    this process had before the run. Returns: how many were ended."""
+    me = os.getpid()
+    my_session = os.getsid(0)
+    ended = 0
+    for pid in _children_of(me):
+        if pid in keep:
+            continue
+        try:
+            if os.getsid(pid) == my_session:
+                continue  # started by this program (another thread), not by a subject
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            ended += 1
+        except (ProcessLookupError, PermissionError, ChildProcessError):
+            continue
+    return ended
+
+
+# ---------------------------------------------------------------------------- one worker
+
+
+def _tail_of(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_CHARS))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the parent observed of one call.
+
+    Attributes:
+        wall_s: perfledger's clock, call written to ``done`` read (seconds).
+        cpu_s: the subject's process tree's CPU time over the call, from the kernel (seconds).
+        start_s, end_s: ``time.perf_counter()`` at both ends (seconds, CLOCK_MONOTONIC on Linux,
+            the monitors' clock).
+        reported: what the subject reported itself (name -> number), labelled ``reported``.
+        output: the call's :class:`~perfledger.derive.output_rules.Output`, read as ``done`` came
+            (None when the caller reads it).
+    """
+
+    wall_s: float
+    cpu_s: float
+    start_s: float
+    end_s: float
+    reported: dict[str, float] = field(default_factory=dict)
+    output: Any = None
+
+
+class Worker:
+    """One subject process speaking the worker protocol (module docstring).
+
+    Args:
+        label: ``ref`` or ``cand`` (never told to the subject).
+        argv: the command (no ``{case}``, ``{seed}`` or ``{output}``: those come with each call).
+        env: the child's whole environment (None: this process's).
+        cwd: its working directory.
+        timeout_s: the most a call (and the start-up until ``ready``) may take (seconds).
+        log_dir: where its stdout and stderr files go (a private temporary directory if None).
+    Raises: WorkerFailed when it cannot start, or does not say ``ready`` within ``timeout_s``.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_s: float = 600.0,
+        log_dir: str | None = None,
+    ) -> None:
+        self.label = label
+        self.timeout_s = timeout_s
+        self._own_dir = log_dir is None
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix="perfledger-worker-")
+        self.stdout_path = os.path.join(self.log_dir, f"{label}-{os.getpid()}-{id(self)}.out")
+        self.stderr_path = self.stdout_path[:-4] + ".err"
+        self._next_id = 0
+        self._buffer = b""
+        #: (the worker's own CPU clock at the last `done`, its other processes' CPU time then)
+        self._done_cpu: tuple[int, int] | None = None
+        self._done_wall = 0.0
+        calls_r, self._calls_w = os.pipe()
+        self._answers_r, answers_w = os.pipe()
+        child_env = dict(os.environ if env is None else env)
+        child_env[FDS_ENV] = f"{calls_r},{answers_w}"
+        try:
+            with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+                self._proc = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=child_env,
+                    cwd=cwd,
+                    pass_fds=(calls_r, answers_w),
+                    start_new_session=True,  # its signals and terminal are its own
+                    preexec_fn=drop_ptrace_capability,  # cannot reach the parent's clock
+                )
+        except OSError as exc:
+            for fd in (calls_r, answers_w, self._calls_w, self._answers_r):
+                os.close(fd)
+            raise WorkerFailed(label, "spawn", f"cannot start {argv[0]!r}: {exc}") from None
+        os.close(calls_r)
+        os.close(answers_w)
+        self.pid = self._proc.pid
+        ready = self._read(time.perf_counter() + timeout_s, "its ready line")
+        if ready.get("op") != "ready" or ready.get("protocol") != PROTOCOL:
+            self._fail(
+                "protocol",
+                f"its first line must be {{'op': 'ready', 'protocol': {PROTOCOL!r}}}, "
+                f"not {json.dumps(ready)[:200]}",
+            )
+
+    # -- failures ------------------------------------------------------------------------
+
+    def tails(self) -> str:
+        """The last lines the subject wrote to stdout and stderr, for an error message."""
+        parts = []
+        for name, path in (("stdout", self.stdout_path), ("stderr", self.stderr_path)):
+            text = _tail_of(path)
+            if text:
+                shown = "\n".join(text.splitlines()[-8:])
+                parts.append(f"its {name} ends:\n{shown}")
+        return ("; " + "\n".join(parts)) if parts else ""
+
+    def _fail(self, reason: str, message: str) -> None:
+        tails = self.tails()
+        self.kill()
+        raise WorkerFailed(self.label, reason, message + tails)
+
+    # -- lines ---------------------------------------------------------------------------
+
+    def _read(self, deadline: float, what: str) -> dict[str, Any]:
+        """Read one answer line before ``deadline`` (perf_counter seconds)."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                self._fail("timeout", f"no answer ({what}) within {self.timeout_s:g} s")
+            ready, _, _ = select.select([self._answers_r], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._answers_r, 65536)
+            if not chunk:
+                code = self._proc.poll()
+                if code is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        code = self._proc.wait(timeout=0.2)
+                self._fail("died", f"the worker closed its answers or exited (code {code}) "
+                           f"while perfledger waited for {what}")  # fmt: skip
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in self._buffer[:MAX_LINE_BYTES]:
+                self._fail("protocol", f"an answer line longer than {MAX_LINE_BYTES} bytes")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        if len(line) > MAX_LINE_BYTES:
+            self._fail("protocol", f"an answer line longer than {MAX_LINE_BYTES} bytes")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            self._fail("protocol", f"an answer that is not a JSON object: {line[:200]!r}")
+        return message  # type: ignore[return-value]
+
+    def _unasked(self) -> None:
+        """Fail when the worker sent anything nobody asked for (a second answer)."""
+        if self._buffer.strip():
+            self._fail("protocol", f"an answer nobody asked for: {self._buffer[:200]!r}")
+        while True:
+            ready, _, _ = select.select([self._answers_r], [], [], 0)
+            if not ready:
+                return
+            chunk = os.read(self._answers_r, 65536)
+            if not chunk:
+                code = self._proc.poll()
+                self._fail("died", f"the worker exited between calls (code {code})")
+            if chunk.strip():
+                self._fail("protocol", f"an answer nobody asked for: {chunk[:200]!r}")
+
+    # -- the call ------------------------------------------------------------------------
+
+    def _quiet(self) -> None:
+        """Fail when the worker used more CPU since its last ``done`` than
+        :func:`idle_cpu_limit_s` of that call allows: work after answering (an output written
+        late, work hidden between calls) or work slowing the other subject's calls."""
+        if self._done_cpu is None:
+            return
+        root_done, others_done = self._done_cpu
+        tree, root = tree_cpu_ns(self.pid), _process_cpu_ns(self.pid)
+        # the worker's own threads since `done`, its other processes since they were read
+        used = (max(root - root_done, 0) + max(tree - root - others_done, 0)) / 1e9
+        limit = idle_cpu_limit_s(self._done_wall)
+        if used > limit:
+            self._fail(
+                "idle_cpu",
+                f"used {used:.4f} s of CPU after answering `done` to call {self._next_id} "
+                f"(at most {limit:.4f} s allowed, for a call of {self._done_wall:.4f} s): a worker "
+                "must not work between its calls",
+            )
+
+    def call(
+        self,
+        case: str,
+        seed: int,
+        output_path: str,
+        collect: Callable[[], output_rules.Output] | None = None,
+    ) -> Timing:
+        """Run one timed call (module docstring); ``collect`` reads the output the moment
+        ``done`` is read (before anything else: an output written after ``done`` is missing),
+        kept as :attr:`Timing.output`. Returns: the :class:`Timing`.
+        Raises: WorkerFailed (the worker is ended)."""
+        self._unasked()
+        self._quiet()
+        self._next_id += 1
+        n = self._next_id
+        line = json.dumps(
+            {"op": "call", "id": n, "case": case, "seed": seed, "output": output_path}
+        ).encode()
+        cpu0 = tree_cpu_ns(self.pid)
+        t0 = time.perf_counter_ns()
+        try:
+            os.write(self._calls_w, line + b"\n")
+        except OSError as exc:
+            self._fail("died", f"the worker cannot be sent its call: {exc}")
+        answer = self._read(t0 / 1e9 + self.timeout_s, f"call {n}")
+        t1 = time.perf_counter_ns()
+        root_done = _process_cpu_ns(self.pid)  # work after `done` is counted from here
+        written = collect() if collect is not None else None
+        cpu1 = tree_cpu_ns(self.pid)
+        self._done_cpu = (root_done, cpu1 - _process_cpu_ns(self.pid))
+        self._done_wall = (t1 - t0) / 1e9
+        if answer.get("op") != "done":
+            self._fail("protocol", f"answered {json.dumps(answer)[:200]} to call {n}")
+        if answer.get("id") != n or isinstance(answer.get("id"), bool):
+            self._fail("protocol", f"answered id {answer.get('id')!r} to call {n}")
+        unknown = sorted(set(answer) - {"op", "id", "reported"})
+        if unknown:
+            self._fail("protocol", f"unknown fields {unknown} in its answer to call {n}")
+        reported = answer.get("reported") or {}
+        if not isinstance(reported, dict) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            for k, v in reported.items()
+        ):
+            self._fail("protocol", f"`reported` must map names to numbers (call {n})")
+        return Timing(
+            wall_s=(t1 - t0) / 1e9,
+            cpu_s=max(cpu1 - cpu0, 0) / 1e9,
+            start_s=t0 / 1e9,
+            end_s=t1 / 1e9,
+            reported={str(k): float(v) for k, v in reported.items()},
+            output=written,
+        )
+
+    def cpu_ns(self) -> int:
+        """The worker's process tree's CPU time so far (ns, :func:`tree_cpu_ns`)."""
+        return tree_cpu_ns(self.pid)
+
+    def _tree(self) -> list[int]:
+        """The worker and its live descendants (pids)."""
+        seen: list[int] = []
+        todo = [self.pid]
+        while todo:
+            p = todo.pop()
+            if p not in seen:
+                seen.append(p)
+                todo += _children_of(p)
+        return seen
+
+    def pause(self) -> None:
+        """Stop the worker's whole process tree (SIGSTOP) while the other subject's call runs:
+        an idle worker cannot watch for the other's output, slow it, or work off its clock."""
+        for pid in self._tree():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue the worker's process tree (SIGCONT) before its own call."""
+        for pid in self._tree():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        """Check nothing more was sent, ask the worker to exit, and end it and its processes.
+        Raises: WorkerFailed for an answer nobody asked for."""
+        try:
+            if self._proc.poll() is None:
+                self._unasked()
+                self._quiet()
+                self.resume()  # a stopped worker could not read its exit
+                with contextlib.suppress(OSError):
+                    os.write(self._calls_w, b'{"op": "exit"}\n')
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """End the worker's process group at once and close the pipes (idempotent)."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=0.5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self._proc.wait()
+        for fd in (self._calls_w, self._answers_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._calls_w = self._answers_r = -1
+        if self._own_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+# ---------------------------------------------------------------------------- whole command
+
+
+def _fill(argv: Sequence[str], case: str, seed: int, output_path: str) -> list[str]:
+    return [
+        a.replace("{case}", case)
+        .replace(outputs.SEED_PLACEHOLDER, str(seed))
+        .replace(outputs.OUTPUT_PLACEHOLDER, output_path)
+        for a in argv
+    ]
+
+
+def run_command(
+    label: str,
+    argv: Sequence[str],
+    *,
+    case: str,
+    seed: int,
+    output_path: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    timeout_s: float = 600.0,
+) -> Timing:
+    """Whole-command mode: one process for one call, timed by the parent from spawn to exit
+    (as hyperfine does), its CPU time from ``os.wait4``'s resource usage (the process and the
+    children it waited for). ``{case}``, ``{seed}`` and ``{output}`` in ``argv`` (and
+    ``$PERFLEDGER_CASE``, ``$PERFLEDGER_SEED``, ``$PERFLEDGER_OUTPUT``) carry the call.
+
+    Returns: the :class:`Timing`. Raises: WorkerFailed when it cannot start, runs past
+    ``timeout_s`` (it and its processes are killed) or exits non-zero."""
+    child_env = dict(os.environ if env is None else env)
+    child_env.update(
+        {"PERFLEDGER_CASE": case, outputs.SEED_ENV: str(seed), outputs.OUTPUT_ENV: output_path}
+    )
+    words = _fill(argv, case, seed, output_path)
+    log = tempfile.mkdtemp(prefix="perfledger-cmd-")
+    out_path, err_path = os.path.join(log, "out"), os.path.join(log, "err")
+    try:
+        with CallTree() as tree, open(out_path, "wb") as out, open(err_path, "wb") as err:
+            t0 = time.perf_counter_ns()
+            try:
+                proc = subprocess.Popen(
+                    words, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
+                    cwd=cwd, start_new_session=True, preexec_fn=drop_ptrace_capability,
+                )  # fmt: skip
+            except OSError as exc:
+                raise WorkerFailed(label, "spawn", f"cannot start {words[0]!r}: {exc}") from None
+            tree.watch(proc.pid)
+            pidfd = os.pidfd_open(proc.pid)
+            try:
+                ready, _, _ = select.select([pidfd], [], [], timeout_s)
+            finally:
+                os.close(pidfd)
+            if not ready:
+                tree.end(include_root=True)
+                proc.wait()
+                raise WorkerFailed(label, "timeout", f"no exit within {timeout_s:g} s")
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            t1 = time.perf_counter_ns()
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+            tree.end(include_root=False)
+        if proc.returncode != 0:
+            tails = "; ".join(
+                f"its {n} ends:\n{_tail_of(p)}" for n, p in (("stdout", out_path),
+                                                            ("stderr", err_path)) if _tail_of(p)
+            )  # fmt: skip
+            raise WorkerFailed(
+                label, "exit_status", f"exited with status {proc.returncode}"
+                + (f"; {tails}" if tails else ""),
+            )  # fmt: skip
+    finally:
+        shutil.rmtree(log, ignore_errors=True)
+    return Timing(
+        wall_s=(t1 - t0) / 1e9,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        start_s=t0 / 1e9,
+        end_s=t1 / 1e9,
+    )
+
+
+# ---------------------------------------------------------------------------- pairs
+
+
+@dataclass(frozen=True)
+class WorkerSubject:
+    """A subject of :func:`run_pairs`: its label, command, environment and directory."""
+
+    label: str
+    argv: Sequence[str]
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+
+
+def observed_values(timing: Mapping[str, Any], units: Mapping[str, str]) -> dict[str, list[float]]:
+    """The observed metrics of one call (:data:`OBSERVED_METRICS` named in ``units``, each in
+    its time unit): ``{"wall_time": [wall_s * units-per-second]}``. ``timing`` holds ``wall_s``
+    and ``cpu_s`` (seconds). Raises: ValueError for an observed metric in a unit that is not a
+    time (``s``, ``ms``, ``us``, ``µs``, ``ns``)."""
+    values: dict[str, list[float]] = {}
+    for name, source in OBSERVED_METRICS.items():
+        if name not in units:
+            continue
+        scale = UNITS_PER_SECOND.get(units[name])
+        if scale is None:
+            raise ValueError(
+                f"observed metric {name!r} is a time; its unit {units[name]!r} is not one of "
+                f"{sorted(UNITS_PER_SECOND)}"
+            )
+        values[name] = [float(timing[source]) * scale]
+    return values
+
+
+@dataclass
+class WorkerRun:
+    """The result of :func:`run_pairs`.
+
+    Attributes:
+        rows: every call, in run order (the per-call table's rows, :meth:`table`).
+        settings: the protocol's settings (recorded in the samples' provenance).
+        outputs: artifact name -> bytes of the kept (small) outputs of paired calls.
+    """
+
+    rows: list[dict[str, Any]]
+    settings: dict[str, Any]
+    outputs: dict[str, bytes] = field(default_factory=dict)
+
+    def table(self) -> list[dict[str, Any]]:
+        """The raw per-call table (JSON builtins)."""
+        return self.rows
+
+    @property
+    def failed_calls(self) -> list[dict[str, Any]]:
+        """Always empty: under the worker protocol a failed call invalidates the run
+        (:class:`WorkerFailed`); a wrong output is an incorrect call, not a failed one."""
+        return []
+
+    def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """``(ref row, cand row)`` of every paired round, in run order."""
+        by_round: dict[int, dict[str, dict[str, Any]]] = {}
+        for row in self.rows:
+            if not row["warmup"]:
+                by_round.setdefault(int(row["pair"]), {})[row["subject"]] = row
+        return [(r["ref"], r["cand"]) for _n, r in sorted(by_round.items())]
+
+
+def new_seed() -> int:
+    """A fresh 63-bit seed from the OS's random source, drawn when a pair starts."""
+    return secrets.randbits(63)
+
+
+def run_pairs(
+    ref: WorkerSubject,
+    cand: WorkerSubject,
+    *,
+    cases: Sequence[str],
+    pairs_per_case: int,
+    accuracy: Mapping[str, Any],
+    units: Mapping[str, str],
+    mode: str = "worker",
+    warmup_calls: int = 1,
+    timeout_s: float = 600.0,
+    fresh_worker: bool = False,
+    on_call: Callable[[dict[str, Any]], None] | None = None,
+    before_call: Callable[[str], None] | None = None,
+) -> WorkerRun:
+    """Run ``ref`` and ``cand`` in interleaved ABBA pairs over ``cases`` under the worker
+    protocol (``mode="worker"``) or one process per call (``mode="command"``), judging every
+    output against the reference's of its pair (R5).
+
+    In worker mode, each subject's worker first answers two probe calls per case with different
+    seeds (warm-up rows, ``probe: true``): where the reference's two outputs of a case are the
+    same bytes, its inputs do not come from the seed, a worker could hand back a remembered
+    output, and every pair gets fresh workers (``settings.fresh_worker``, with the reason).
+
+    Args:
+        ref, cand: the subjects.
+        cases: test cases (non-empty, distinct).
+        pairs_per_case: pairs per case (>= 1).
+        accuracy: the readiness's rule (``compare``: ``exact`` or ``allclose``, ``rtol``, ``atol``).
+        units: metric -> unit of the samples: the observed metrics named there fill each row's
+            ``metrics`` (:func:`observed_values`).
+        mode: ``worker`` or ``command``.
+        warmup_calls: warm-up rounds per case (>= 0), ABBA, not paired.
+        timeout_s: the most one call (and a worker's start-up) may take (seconds).
+        fresh_worker: a fresh worker per pair whatever the probe finds.
+        on_call: called with each row as it is made.
+        before_call: called with the label before every call and worker start (R11 checks).
+    Returns: the :class:`WorkerRun`.
+    Raises: ValueError for bad arguments; WorkerFailed when a subject fails the protocol, an
+        worker used CPU after its ``done``, or a call fails (the run is invalid).
+    """
+    if not cases or len(set(cases)) != len(cases):
+        raise ValueError("cases must be non-empty and distinct")
+    if pairs_per_case < 1 or warmup_calls < 0:
+        raise ValueError("pairs_per_case must be >= 1 and warmup_calls >= 0")
+    if mode not in ("worker", "command"):
+        raise ValueError(f"mode must be 'worker' or 'command', not {mode!r}")
+    if accuracy.get("compare") not in ("exact", "allclose"):
+        raise ValueError("every output is judged: the accuracy rule must be exact or allclose")
+    rule = dict(accuracy)
+    rtol, atol = float(rule.get("rtol", 0.0)), float(rule.get("atol", 0.0))
+    subjects = {"ref": ref, "cand": cand}
+    rows: list[dict[str, Any]] = []
+    kept: dict[str, bytes] = {}
+    workers: dict[str, Worker] = {}
+    fresh = {"on": fresh_worker, "reason": "asked for" if fresh_worker else ""}
+
+    ended = {"orphans": 0}
+    children_before = set(_children_of(os.getpid()))
+
+    def workers_pids() -> list[int]:
+        return [w.pid for w in workers.values()]
+
+    def worker(label: str) -> Worker:
+        if label not in workers:
+            if before_call is not None:
+                before_call(label)
+            s = subjects[label]
+            workers[label] = Worker(label, s.argv, env=s.env, cwd=s.cwd, timeout_s=timeout_s)
+        return workers[label]
+
+    def retire(label: str) -> None:
+        w = workers.pop(label, None)
+        if w is not None:
+            w.close()
+
+    def one_call(label: str, case: str, seed: int, tag: str) -> tuple[Timing, output_rules.Output]:
+        place = outputs.OutputPlace()
+        written = None
+        try:
+            if mode == "worker":
+                w = worker(label)
+                if before_call is not None:
+                    before_call(label)
+                other = workers.get("cand" if label == "ref" else "ref")
+                if other is not None:
+                    other.pause()  # stopped for the whole of this call
+                ended["orphans"] += _end_orphans(set(workers_pids()) | children_before)
+                w.resume()
+                timing = w.call(case, seed, place.path, collect=place.collect)
+                written = timing.output
+            else:
+                if before_call is not None:
+                    before_call(label)
+                s = subjects[label]
+                timing = run_command(
+                    label, s.argv, case=case, seed=seed, output_path=place.path, env=s.env,
+                    cwd=s.cwd, timeout_s=timeout_s,
+                )  # fmt: skip
+        finally:
+            if written is None:  # read and removed before anything else runs
+                written = place.collect()
+        return timing, written
+
+    def row(label: str, case: str, tag: str, seed: int, timing: Timing, written: Any,
+            reason: str, pair: int | None, warmup: bool, probe: bool = False) -> dict[str, Any]:  # fmt: skip
+        record = {
+            **written.to_json(), "ok": not reason, "reason": reason,
+            "method": output_rules.METHOD, "compare": rule["compare"],
+        }  # fmt: skip
+        if not warmup and record["stored"] is not None:
+            kept[record["stored"]] = written.data
+        figures = {"wall_s": timing.wall_s, "cpu_s": timing.cpu_s}
+        out = {
+            "subject": label, "case": case, "call_id": f"{label}-{case}-{tag}", "ok": True,
+            "correct": not reason, "self_correct": True, "metrics": observed_values(figures, units),
+            "reason": None, "message": "", "returncode": None, "start_s": timing.start_s,
+            "end_s": timing.end_s, "wall_s": timing.wall_s, "cpu_s": timing.cpu_s,
+            "seed": str(seed), "reported": timing.reported, "output": record,
+            "warmup": warmup, "pair": pair, "probe": probe,
+        }  # fmt: skip
+        rows.append(out)
+        if on_call is not None:
+            on_call(out)
+        return out
+
+    def run_round(order: tuple[str, str], case: str, tag: str, pair: int | None) -> None:
+        seed = new_seed()  # drawn now: no subject can know it before its call
+        done = {label: one_call(label, case, seed, tag) for label in order}
+        if fresh["on"]:
+            for label in order:
+                retire(label)
+        (_rt, ref_out), (_ct, cand_out) = done["ref"], done["cand"]
+        reasons = {
+            "ref": "" if ref_out.data is not None else f"output: {ref_out.error}",
+            "cand": output_rules.judge_pair(ref_out, cand_out, rule["compare"], rtol, atol),
+        }
+        for label in order:
+            timing, written = done[label]
+            row(label, case, tag, seed, timing, written, reasons[label], pair, pair is None)
+
+    order_of = [("ref", "cand") if k % 2 == 0 else ("cand", "ref") for k in range(pairs_per_case)]
+    with CallTree() as tree:
+        try:
+            if mode == "worker" and not fresh["on"]:
+                # the probe: do the reference's outputs follow the seed? (observed, not declared)
+                for case in cases:
+                    digests = []
+                    for p in range(2):
+                        seed = new_seed()
+                        timing, written = one_call("ref", case, seed, f"p{p}")
+                        row("ref", case, f"p{p}", seed, timing, written, "" if written.data
+                            is not None else f"output: {written.error}", None, True, True)  # fmt: skip
+                        digests.append(written.blake3)
+                    if digests[0] is not None and digests[0] == digests[1]:
+                        fresh["on"] = True
+                        fresh["reason"] = (
+                            f"the reference's outputs of case {case!r} did not change with the "
+                            "seed: a worker could hand back a remembered output"
+                        )
+                        retire("ref")
+            for w in range(warmup_calls):
+                for case in cases:
+                    run_round(order_of[w % 2] if order_of else ("ref", "cand"), case, f"w{w}",
+                              None)  # fmt: skip
+            n = 0
+            for k, order in enumerate(order_of):
+                for case in cases:
+                    run_round(order, case, str(k), n)
+                    n += 1
+            for label in list(workers):
+                retire(label)
+        finally:
+            for w in list(workers.values()):
+                w.kill()
+            tree.end(include_root=False)  # what the workers left behind, re-parented here
+
+    settings = {
+        "protocol": WORKER_PROTOCOL_ID if mode == "worker" else COMMAND_PROTOCOL_ID,
+        "mode": mode,
+        "cases": list(cases),
+        "pairs_per_case": pairs_per_case,
+        "warmup_calls": warmup_calls,
+        "timeout_s": timeout_s,
+        "fresh_worker": bool(fresh["on"]),
+        "fresh_reason": fresh["reason"],
+        "ended_orphans": ended["orphans"],
+        "ref_argv": list(ref.argv),
+        "cand_argv": list(cand.argv),
+        "idle_cpu": {"floor_s": IDLE_CPU_FLOOR_S, "share": IDLE_CPU_SHARE},
+        "observed": {k: v for k, v in OBSERVED_METRICS.items() if k in units},
+        "environment": influencing_environment(),
+        "outputs": {
+            "method": output_rules.METHOD, "accuracy": rule, "seeded": True,
+            "store_max_bytes": output_rules.STORE_MAX_BYTES,
+        },
+    }  # fmt: skip
+    return WorkerRun(rows, settings, kept)
+
+
+__all__ = [
+    "COMMAND_PROTOCOL_ID",
+    "FDS_ENV",
+    "MAX_LINE_BYTES",
+    "OBSERVED_METRICS",
+    "PROTOCOL",
+    "WORKER_PROTOCOL_ID",
+    "Timing",
+    "Worker",
+    "WorkerFailed",
+    "WorkerRun",
+    "WorkerSubject",
+    "idle_cpu_limit_s",
+    "new_seed",
+    "observed_values",
+    "run_command",
+    "run_pairs",
+    "tree_cpu_ns",
+]

@@ -1,0 +1,84 @@
+"""The subject side of perfledger's worker protocol, for Python subjects (docs/measurement.md,
+"Workload worker protocol").
+
+A subject's ``bench.py``::
+
+    from perfledger.subject import serve
+
+    def setup():                      # once per worker: imports, loading the model, ...
+        return {"weights": load()}
+
+    def call(state, case, seed, output):   # one timed call: make the inputs from `seed`,
+        x = make_input(case, seed)         # compute, write the output to `output`
+        numpy.save(output, run(state, x))
+
+    serve(setup, call)
+
+perfledger starts the process, waits for its ``ready`` line, then sends each call and times it
+with its own clock until ``done`` comes back; it judges every output itself. ``call`` may return
+a mapping of name -> number: sent as ``reported`` (labelled as self-reported; it decides
+nothing). Without the protocol's descriptors in the environment (whole-command mode, or a run by
+hand), :func:`serve` makes one call from ``$PERFLEDGER_CASE``, ``$PERFLEDGER_SEED`` and
+``$PERFLEDGER_OUTPUT`` and returns.
+
+Imports: the standard library only (this runs inside the subject's process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: Must match :data:`perfledger.kernels.workload.worker.PROTOCOL` and ``FDS_ENV``.
+PROTOCOL = "perfledger-worker/1"
+FDS_ENV = "PERFLEDGER_WORKER_FDS"
+
+
+def serve(
+    setup: Callable[[], Any],
+    call: Callable[[Any, str, int, str], Mapping[str, float] | None],
+) -> None:
+    """Run ``setup()`` once, then answer perfledger's calls until it says ``exit``.
+
+    Args:
+        setup: makes the worker's state (anything), before the ``ready`` line.
+        call: ``call(state, case, seed, output_path)`` does one unit of work on the inputs made
+            from ``seed`` and writes the output at ``output_path`` (``numpy.save``, ``numpy.savez``
+            or JSON); may return ``{name: number}``, sent as ``reported``.
+    Raises: whatever ``setup`` or ``call`` raise (the worker then exits and perfledger reports
+        its stderr); ValueError for a malformed message from the parent.
+    """
+    fds = os.environ.get(FDS_ENV)
+    state = setup()
+    if not fds:  # one call, from the environment (whole-command mode or by hand)
+        call(
+            state,
+            os.environ.get("PERFLEDGER_CASE", ""),
+            int(os.environ.get("PERFLEDGER_SEED", "0")),
+            os.environ["PERFLEDGER_OUTPUT"],
+        )
+        return
+    calls_fd, answers_fd = (int(x) for x in fds.split(","))
+    with os.fdopen(calls_fd, "rb") as calls, os.fdopen(answers_fd, "wb", buffering=0) as answers:
+
+        def say(message: dict[str, Any]) -> None:
+            answers.write(json.dumps(message).encode() + b"\n")
+
+        say({"op": "ready", "protocol": PROTOCOL})
+        for line in calls:
+            message = json.loads(line)
+            op = message.get("op")
+            if op == "exit":
+                return
+            if op != "call":
+                raise ValueError(f"unknown message from perfledger: {message!r}")
+            reported = call(state, message["case"], int(message["seed"]), message["output"])
+            answer: dict[str, Any] = {"op": "done", "id": message["id"]}
+            if reported:
+                answer["reported"] = {str(k): float(v) for k, v in reported.items()}
+            say(answer)
+
+
+__all__ = ["FDS_ENV", "PROTOCOL", "serve"]
