@@ -10,6 +10,7 @@ audit must re-parse the attached report and exit 5 with an integrity finding nam
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -70,17 +71,27 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {**isolated_env(tmp_path / "home"), "PERFLEDGER_ACTOR": "tester"}
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, env: dict[str, str]) -> Path:
+@pytest.fixture(scope="module")
+def recorded_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ledger with one parsed report of each of four kinds, then a note (so that the forged
-    events have descendants to re-chain)."""
-    path = tmp_path / "ledger"
-    assert _pl(env, path.parent, "init", str(path)).returncode == 0
+    events have descendants to re-chain), recorded once per module through the CLI."""
+    root = tmp_path_factory.mktemp("evidence")
+    env = {**isolated_env(root / "home"), "PERFLEDGER_ACTOR": "tester"}
+    path = root / "ledger"
+    assert _pl(env, root, "init", str(path)).returncode == 0
     for evidence_id, (kind, name, extra) in RECORDED.items():
         proc = _pl(env, path, "evidence", "add", "--kind", kind, str(FIXTURES / name),
                    "--evidence-id", evidence_id, *extra)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     assert _pl(env, path, "note", "after the evidence").returncode == 0
+    return path
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, recorded_ledger: Path) -> Path:
+    """A copy of :func:`recorded_ledger` of the test's own (tests forge events in it)."""
+    path = tmp_path / "ledger"
+    shutil.copytree(recorded_ledger, path, symlinks=True)
     return path
 
 
