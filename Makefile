@@ -2,12 +2,22 @@
 #   make demo  - set up .venv, run a whole optimization session through the CLI (the GPU session
 #                when a GPU and CuPy are present, else the CPU one) and audit it
 #   make test  - set up .venv with the dev extras and run the whole test suite
+# and, for development, make test-fast: the same suite less its tests marked slow or gpu (unit,
+# property, contract, every rule test, the fast docs), to run after every change.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The suite starts the `perfledger` CLI as a subprocess thousands of times; where the environment
+# sets PYTHONDONTWRITEBYTECODE, each start compiled the whole package again. The test targets run
+# with Python's default: bytecode cached in `__pycache__` beside the sources (git ignores it).
+# Their temporary files (every test's ledgers) go to /dev/shm where there is one: a ledger fsyncs
+# about ten times per event, and no test needs a disk under it (power loss is simulated by FUSE).
+TEST_TMPDIR := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) \
+	$(BIN)/python -m pytest
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,16 +25,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The demo's CLI calls read byte-compiled modules even where PYTHONDONTWRITEBYTECODE is set
+# (compileall writes the caches whatever that variable says).
 demo: $(STAMP)
 	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/python examples/run_demo.py
 
-# Byte-compile the package first: with PYTHONDONTWRITEBYTECODE set (some shells and CI runners
-# set it) every `perfledger` process the tests start would compile every module it imports from
-# source again; compileall writes the caches whatever that variable says.
 test: $(STAMP)
-	$(BIN)/python -m compileall -q src >/dev/null
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -q
+
+test-fast: $(STAMP)
+	$(PYTEST) -q -m "not slow and not gpu"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

@@ -105,8 +105,16 @@ def test_every_block_says_what_it_is(page: str) -> None:
             assert page in test.read_text(), f"{block.run_by} does not read {page}"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if any(
-    b.language in RUN and b.not_run is None and not b.run_by for b in blocks(p))])  # fmt: skip
+#: Pages whose blocks run a whole session through the CLI (seconds): `make test-fast` leaves
+#: them to `make test` (marked slow); the other pages' blocks run in both.
+SLOW_PAGES = {"workflow.md"}
+
+
+@pytest.mark.parametrize("page", [
+    pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p
+    for p in PAGES
+    if any(b.language in RUN and b.not_run is None and not b.run_by for b in blocks(p))
+])  # fmt: skip
 def test_page_blocks_run(page: str, tmp_path: Path) -> None:
     """The page's blocks succeed, in order, in one shell, and print what the page says."""
     for name in LINKED:

@@ -51,6 +51,7 @@ def test_every_numeric_request_field_states_its_unit_or_range(op: str) -> None:
     assert not vague, vague
 
 
+@pytest.mark.slow
 def test_readiness_schema_takes_original_subject_and_the_cli_records_its_snapshot(
     tmp_path: Path,
 ) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from wf_scenario import CAND1, Session
 
 from perfledger.commands.cli.readmodels import resume_context
@@ -24,6 +25,7 @@ def _cli(ledger: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_champion_select_takes_every_required_field_as_a_flag(ready: Session) -> None:
     ready.passed("e1", CAND1, gain=0.2)
     path = ready.ledger.path
@@ -35,6 +37,7 @@ def test_champion_select_takes_every_required_field_as_a_flag(ready: Session) ->
     assert json.loads(done.stdout)["payload"]["experiment_id"] == "e1"
 
 
+@pytest.mark.slow
 def test_handoff_resume_steps_use_perfledger_clone_and_it_works(
     ready: Session, tmp_path: Path
 ) -> None:
@@ -62,6 +65,7 @@ def test_reject_takes_its_common_fields_as_flags(ready: Session) -> None:
     assert payload["closes"] == "implementation" and payload["reason"].startswith("slower")
 
 
+@pytest.mark.slow
 def test_init_says_how_to_reach_the_new_ledger_and_a_command_beside_it_names_it(
     tmp_path: Path,
 ) -> None:
@@ -99,6 +103,7 @@ def test_handoff_record_of_a_target_without_gpu_budget_needs_no_gpu_used(bare: S
     assert payload["budget_used"]["gpu_s"] == 0.0 and payload["budget_left"]["gpu_s"] == 0.0
 
 
+@pytest.mark.slow
 def test_champion_select_without_expected_current_names_the_flag_then_says_what_is_next(
     ready: Session,
 ) -> None:
@@ -148,6 +153,7 @@ def test_top_help_names_where_to_start_and_those_commands_work(tmp_path: Path) -
     assert skill.returncode == 0 and skill.stdout.startswith("---\nname: perfledger")
 
 
+@pytest.mark.slow
 def test_unknown_ids_and_a_measured_request_without_request_say_what_to_run(
     ready: Session,
 ) -> None:

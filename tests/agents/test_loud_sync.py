@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from wf_scenario import Session
 
 from perfledger.api import Ledger
@@ -41,6 +42,7 @@ def _two_clones_with_rival_champions(tmp_path: Path) -> tuple[Path, Path, Path]:
     return origin, clones[0], clones[1]
 
 
+@pytest.mark.slow
 def test_a_pull_that_creates_a_conflict_names_it_and_exits_6(tmp_path: Path) -> None:
     _, a, b = _two_clones_with_rival_champions(tmp_path)
     pushed = _cli(a, "push")
@@ -68,6 +70,7 @@ def test_a_pull_that_creates_a_conflict_names_it_and_exits_6(tmp_path: Path) -> 
     assert _cli(b, "sync").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_sync_that_creates_a_conflict_says_so_on_stderr_and_exits_6(tmp_path: Path) -> None:
     _, a, b = _two_clones_with_rival_champions(tmp_path)
     assert _cli(a, "sync").returncode == 0

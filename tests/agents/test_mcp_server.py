@@ -53,6 +53,7 @@ async def _session(ledger: Path, steps: Any) -> Any:
         return await steps(session)
 
 
+@pytest.mark.slow
 def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_path: Path) -> None:
     Ledger.init(tmp_path / "ledger", name="mcp", actor="setup").close()
 
@@ -124,6 +125,7 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
     assert "mcp-agent" in actors  # the server's writes carry the actor it was started with
 
 
+@pytest.mark.slow
 def test_mcp_instructions_name_init_and_measure_aa_and_a_missing_ledger_is_made_by_them(
     tmp_path: Path,
 ) -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from wf_scenario import CAND1, CAND2, Session
 
 from perfledger.api import Ledger
@@ -77,6 +78,7 @@ def test_status_flags_a_passed_result_made_stale_by_a_newer_champion(ready: Sess
     assert "samples.record" in _ops(target)  # final-audit samples of the champion
 
 
+@pytest.mark.slow
 def test_status_cli_prints_one_screen_and_json(ready: Session) -> None:
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")

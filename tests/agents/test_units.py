@@ -29,6 +29,9 @@ import pytest
 
 from subprocess_env import isolated_env, perfledger_command
 
+#: One session of real processes (calls that sleep, measured end to end) for every test.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 #: What one call of each subject sleeps per repeat (ms), and how many repeats a call makes.
 SLEEP_MS = {"orig": 40.0, "fast": 20.0}

@@ -38,6 +38,7 @@ def _forge_verdict(session: Session, samples_id: str) -> str:
     return envelope.id
 
 
+@pytest.mark.slow
 def test_audit_derives_each_verdict_once_and_reports_the_forged_one(
     ready: Session, note: Any
 ) -> None:

@@ -10,6 +10,7 @@ audit must re-parse the attached report and exit 5 with an integrity finding nam
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -70,17 +71,27 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {**isolated_env(tmp_path / "home"), "PERFLEDGER_ACTOR": "tester"}
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, env: dict[str, str]) -> Path:
+@pytest.fixture(scope="module")
+def recorded_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ledger with one parsed report of each of four kinds, then a note (so that the forged
-    events have descendants to re-chain)."""
-    path = tmp_path / "ledger"
-    assert _pl(env, path.parent, "init", str(path)).returncode == 0
+    events have descendants to re-chain), recorded once per module through the CLI."""
+    root = tmp_path_factory.mktemp("evidence")
+    env = {**isolated_env(root / "home"), "PERFLEDGER_ACTOR": "tester"}
+    path = root / "ledger"
+    assert _pl(env, root, "init", str(path)).returncode == 0
     for evidence_id, (kind, name, extra) in RECORDED.items():
         proc = _pl(env, path, "evidence", "add", "--kind", kind, str(FIXTURES / name),
                    "--evidence-id", evidence_id, *extra)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     assert _pl(env, path, "note", "after the evidence").returncode == 0
+    return path
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, recorded_ledger: Path) -> Path:
+    """A copy of :func:`recorded_ledger` of the test's own (tests forge events in it)."""
+    path = tmp_path / "ledger"
+    shutil.copytree(recorded_ledger, path, symlinks=True)
     return path
 
 
@@ -227,6 +238,7 @@ def _assert_integrity_finding(env: dict[str, str], ledger: Path, event_id: str) 
 # ----------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_parsed_evidence_of_every_kind_re_derives_clean(ledger: Path, env: dict[str, str]) -> None:
     """Untouched, every recorded report re-parses to its recorded facts: audit is clean, with
     no note (each was recorded under this parser version)."""
@@ -237,6 +249,7 @@ def test_parsed_evidence_of_every_kind_re_derives_clean(ledger: Path, env: dict[
     assert shown["evidence"]["capture"]["parser"] == PARSER_VERSION
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evidence_id", ["ncu-d", "nsys-q", "nsys-2022"])
 def test_evidence_recorded_under_parser_version_1_re_derives_by_that_version(
     ledger: Path, env: dict[str, str], evidence_id: str
@@ -272,6 +285,7 @@ def test_evidence_recorded_under_parser_version_1_re_derives_by_that_version(
     assert "facts" in message or "limitations" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evidence_id", list(RECORDED))
 def test_edited_fact_with_recomputed_ids_is_an_integrity_finding(
     ledger: Path, env: dict[str, str], evidence_id: str
@@ -289,6 +303,7 @@ def test_edited_fact_with_recomputed_ids_is_an_integrity_finding(
     assert "facts" in message and "R6" in message
 
 
+@pytest.mark.slow
 def test_added_limitation_is_an_integrity_finding(ledger: Path, env: dict[str, str]) -> None:
     """Facts intact, a limitation added (payload and request): the report yields none."""
 
@@ -300,6 +315,7 @@ def test_added_limitation_is_an_integrity_finding(ledger: Path, env: dict[str, s
     assert "limitations" in _assert_integrity_finding(env, ledger, forged)
 
 
+@pytest.mark.slow
 def test_tool_version_the_report_contradicts_is_an_integrity_finding(
     ledger: Path, env: dict[str, str]
 ) -> None:
@@ -314,6 +330,7 @@ def test_tool_version_the_report_contradicts_is_an_integrity_finding(
     assert "tool" in _assert_integrity_finding(env, ledger, forged)
 
 
+@pytest.mark.slow
 def test_swapped_report_is_an_integrity_finding(ledger: Path, env: dict[str, str]) -> None:
     """The attached report replaced by another real ncu report (artifact manifest updated,
     ids recomputed), the recorded report hash left as it was: the hashes disagree."""
@@ -323,6 +340,7 @@ def test_swapped_report_is_an_integrity_finding(ledger: Path, env: dict[str, str
     assert "report_hash" in message and "swapped" in message
 
 
+@pytest.mark.slow
 def test_swapped_report_with_its_hash_updated_is_an_integrity_finding(
     ledger: Path, env: dict[str, str]
 ) -> None:
@@ -341,6 +359,7 @@ def test_swapped_report_with_its_hash_updated_is_an_integrity_finding(
     assert "facts" in message
 
 
+@pytest.mark.slow
 def test_report_swapped_for_one_that_does_not_parse_is_an_integrity_finding(
     ledger: Path, env: dict[str, str]
 ) -> None:
@@ -358,6 +377,7 @@ def test_report_swapped_for_one_that_does_not_parse_is_an_integrity_finding(
     assert "no longer parses" in message
 
 
+@pytest.mark.slow
 def test_evidence_claiming_an_unknown_parser_version_is_a_finding(
     ledger: Path, env: dict[str, str]
 ) -> None:
@@ -378,6 +398,7 @@ def test_evidence_claiming_an_unknown_parser_version_is_a_finding(
     assert "version 99" in finding["message"]
 
 
+@pytest.mark.slow
 def test_edited_facts_with_the_capture_removed_are_still_re_derived(
     ledger: Path, env: dict[str, str]
 ) -> None:
@@ -393,6 +414,7 @@ def test_edited_facts_with_the_capture_removed_are_still_re_derived(
     assert "facts" in _assert_integrity_finding(env, ledger, forged)
 
 
+@pytest.mark.slow
 def test_parsed_evidence_without_its_report_is_a_finding(ledger: Path, env: dict[str, str]) -> None:
     """The report artifact removed (manifest and tree), facts edited, the layout kept: facts
     claimed as parsed with nothing to re-derive them from are a finding (rule R6)."""
@@ -411,6 +433,7 @@ def test_parsed_evidence_without_its_report_is_a_finding(ledger: Path, env: dict
     assert "attaches no report" in finding["message"]
 
 
+@pytest.mark.slow
 def test_audit_lists_evidence_recorded_as_written(
     ledger: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -437,6 +460,7 @@ def test_audit_lists_evidence_recorded_as_written(
     }
 
 
+@pytest.mark.slow
 def test_ncu_capture_that_exited_non_zero_re_derives_clean(
     tmp_path: Path, ledger: Path, env: dict[str, str]
 ) -> None:

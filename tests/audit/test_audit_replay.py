@@ -61,6 +61,7 @@ def with_request(request: pytest.FixtureRequest) -> bool:
     return request.param == "with-request"
 
 
+@pytest.mark.slow
 def test_clean_scripted_session_audits_ok_with_verifys_state_hash(tmp_path: Path) -> None:
     path = scripted_ledger(tmp_path / "ledger")
     with Ledger.open(path) as ledger:
@@ -261,6 +262,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_audit_cli_on_a_fresh_git_clone(tmp_path: Path) -> None:
     """An auditor clones the ledger with the real git CLI and audits it: exit 0 and the same
     state_hash; after a planted defect, exit 5 with the finding in JSON (no traceback)."""

@@ -5,6 +5,7 @@ compares its bytes (R12), so a faster derivation may not change one bit on any i
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def _bits(interval: Interval) -> tuple[bytes, ...]:
     return tuple(np.float64(v).tobytes() for v in (interval.estimate, interval.low, interval.high))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     cases=_cases,

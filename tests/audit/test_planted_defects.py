@@ -88,6 +88,7 @@ def _audit(env: dict[str, str], ledger: Path) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_forger_rewrites_history_byte_for_byte(pristine: Path, served: Path) -> None:
     """The forger writes what perfledger writes: an unedited rewrite is the same head, so what
     the tests below plant differs from a real ledger only where they edit it."""
@@ -97,6 +98,7 @@ def test_forger_rewrites_history_byte_for_byte(pristine: Path, served: Path) -> 
     assert forge.git(ledger, "rev-parse", forge.REF) == head
 
 
+@pytest.mark.slow
 def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
     pristine: Path, served: Path, daemon: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -123,6 +125,7 @@ def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
         assert "schema 2 or later" in message
 
 
+@pytest.mark.slow
 def test_planted_samples_schema_downgrade_names_an_earlier_event_of_newer_code(
     pristine: Path, served: Path, env: dict[str, str]
 ) -> None:
@@ -156,6 +159,7 @@ def test_every_current_rule_version_says_what_it_implies() -> None:
             assert floor <= SCHEMA_VERSIONS.get(other, 1), (kind, version, other)
 
 
+@pytest.mark.slow
 def test_forged_commit_subject_over_an_inconclusive_verdict_fails_verify(
     pristine: Path, served: Path, daemon: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -181,6 +185,7 @@ def test_forged_commit_subject_over_an_inconclusive_verdict_fails_verify(
     assert proc.returncode == 5 and ids[i] in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_forged_paragraph_in_a_commit_message_fails_verify(
     pristine: Path, served: Path, env: dict[str, str]
 ) -> None:
@@ -196,6 +201,7 @@ def test_forged_paragraph_in_a_commit_message_fails_verify(
     assert f"event {ids[i]}" in proc.stderr and "Reviewed-by: the performance board" in proc.stderr
 
 
+@pytest.mark.slow
 def test_commit_subject_of_an_earlier_summary_still_verifies(
     pristine: Path, served: Path, env: dict[str, str]
 ) -> None:
@@ -213,6 +219,7 @@ def test_commit_subject_of_an_earlier_summary_still_verifies(
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_planted_head_on_another_branch_tells_the_auditor_how_to_audit_the_clone(
     pristine: Path, served: Path, daemon: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -256,6 +263,7 @@ def _rewrite_commit(ledger: Path, index: int, edit: Callable[[bytes, bytes], byt
     return rewritten
 
 
+@pytest.mark.slow
 def test_forged_encoding_header_on_an_event_commit_fails_verify(
     pristine: Path, served: Path, env: dict[str, str]
 ) -> None:
@@ -273,6 +281,7 @@ def test_forged_encoding_header_on_an_event_commit_fails_verify(
     assert events[i].envelope["id"] in proc.stderr and "['encoding']" in proc.stderr
 
 
+@pytest.mark.slow
 def test_forged_merge_message_fails_verify(
     pristine: Path, served: Path, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -301,6 +310,7 @@ def test_forged_merge_message_fails_verify(
     assert f"merge commit {forged}" in proc.stderr and "approved by the board" in proc.stderr
 
 
+@pytest.mark.slow
 def test_forged_commit_index_does_not_change_what_audit_finds(
     pristine: Path, served: Path, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -351,6 +361,7 @@ def test_forged_commit_index_does_not_change_what_audit_finds(
     assert report["findings"][0]["rule"] in ("R13", "R14"), report["findings"]
 
 
+@pytest.mark.slow
 def test_planted_replace_ref_that_git_log_shows_fails_verify(
     pristine: Path, served: Path, env: dict[str, str]
 ) -> None:
@@ -392,6 +403,7 @@ def test_forged_verdict_field_is_named_with_both_values_not_an_equal_status() ->
     assert "recorded status" not in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("moved", "before", "rule"),
     [
@@ -427,6 +439,7 @@ def test_planted_event_moved_before_what_it_rests_on_is_found_on_a_git_clone(
     assert (ids[j], rule) in [(f["event_id"], f["rule"]) for f in report["findings"]], report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "says"),
     [(["--depth", "3"], "shallow git clone"), (["--filter=blob:none"], "partial git clone")],

@@ -86,6 +86,7 @@ def test_version(cli: Cli, cli_env: dict[str, str]) -> None:
     assert module.returncode == 0 and module.stdout == proc.stdout
 
 
+@pytest.mark.slow
 def test_init_creates_a_bare_ledger_with_one_root(
     tmp_path: Path, cli: Cli, git_cli: Git, parse_json: ParseJson
 ) -> None:
@@ -117,6 +118,7 @@ def test_init_creates_a_bare_ledger_with_one_root(
     assert state["state"]["name"] == "named" and state["state"]["event_count"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("json_mode", [False, True], ids=["text", "json"])
 def test_init_on_an_existing_ledger_exits_2_and_changes_nothing(
     cli_ledger: CliLedger, cli: Cli, parse_json: ParseJson, json_mode: bool
@@ -149,6 +151,7 @@ def test_init_in_a_non_empty_plain_directory_exits_2(tmp_path: Path, cli: Cli) -
 # ----------------------------------------------------------------------------- reading
 
 
+@pytest.mark.slow
 def test_log_lists_events_newest_first(
     cli_ledger: CliLedger, cli: Cli, git_cli: Git, parse_json: ParseJson
 ) -> None:
@@ -181,6 +184,7 @@ def test_log_lists_events_newest_first(
     )
 
 
+@pytest.mark.slow
 def test_show_by_id_and_by_prefix(cli_ledger: CliLedger, cli: Cli, parse_json: ParseJson) -> None:
     """``show ID`` and ``show PREFIX`` (4 or more characters) show the same event."""
     target = cli_ledger.notes[1]
@@ -197,6 +201,7 @@ def test_show_by_id_and_by_prefix(cli_ledger: CliLedger, cli: Cli, parse_json: P
     assert text.returncode == 0 and parse_json(text.stdout) == event
 
 
+@pytest.mark.slow
 def test_show_unknown_or_too_short_prefix_exits_2(
     cli_ledger: CliLedger, cli: Cli, parse_json: ParseJson
 ) -> None:
@@ -212,6 +217,7 @@ def test_show_unknown_or_too_short_prefix_exits_2(
         assert query in _assert_json_error(proc, parse_json, "bad_request")["message"]
 
 
+@pytest.mark.slow
 def test_show_ambiguous_prefix_exits_2(tmp_path: Path, cli: Cli, parse_json: ParseJson) -> None:
     """A 4-character prefix shared by two events is ambiguous: exit 2, even when it also
     starts exactly one commit's sha (``show`` never reads an ambiguous event prefix as a commit:
@@ -257,6 +263,7 @@ def test_show_ambiguous_prefix_exits_2(tmp_path: Path, cli: Cli, parse_json: Par
     assert shown.returncode == 0 and parse_json(shown.stdout)["event"]["id"] == clash[0]
 
 
+@pytest.mark.slow
 def test_verify_and_state_agree(
     cli_ledger: CliLedger, cli: Cli, git_cli: Git, parse_json: ParseJson
 ) -> None:
@@ -283,6 +290,7 @@ def test_verify_and_state_agree(
 # ----------------------------------------------------------------------------- writing
 
 
+@pytest.mark.slow
 def test_note_with_idempotency_key_is_appended_once(
     cli_ledger: CliLedger, cli: Cli, git_cli: Git, parse_json: ParseJson
 ) -> None:
@@ -329,6 +337,7 @@ def _root_of(cli: Cli, parse_json: ParseJson, **kwargs: Any) -> str:
     return parse_json(proc.stdout)["events"][-1]["event_id"]
 
 
+@pytest.mark.slow
 def test_discovery_order_ledger_flag_then_env_then_cwd(
     tmp_path: Path, cli: Cli, parse_json: ParseJson
 ) -> None:
@@ -351,6 +360,7 @@ def test_discovery_order_ledger_flag_then_env_then_cwd(
     assert parse_json(proc.stdout)["events"][-1]["event_id"] == roots["flag"]
 
 
+@pytest.mark.slow
 def test_discovery_from_a_subdirectory_of_a_working_repository(
     tmp_path: Path, cli: Cli, git_cli: Git, parse_json: ParseJson
 ) -> None:
@@ -406,6 +416,7 @@ NOT_A_LEDGER = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "source"), NOT_A_LEDGER, ids=[f"{k}-{s}" for k, s in NOT_A_LEDGER]
 )
@@ -476,6 +487,7 @@ def test_bad_flags_exit_2_without_traceback(
     assert git_cli("-C", cli_ledger.path, "rev-parse", "ledger") == head
 
 
+@pytest.mark.slow
 def test_integrity_failure_exits_5_with_one_json_object(
     cli_ledger: CliLedger, cli: Cli, git_cli: Git, parse_json: ParseJson
 ) -> None:

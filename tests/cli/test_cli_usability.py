@@ -13,6 +13,7 @@ import click
 import pytest
 
 
+@pytest.mark.slow
 def test_schema_without_operation_lists_the_operations(cli: Any) -> None:
     done = cli("schema")
     assert done.returncode == 0, done.stderr
@@ -88,6 +89,7 @@ def _config_actor(ledger: str, env: dict[str, str]) -> subprocess.CompletedProce
                           capture_output=True, text=True, env=env)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_init_actor_is_remembered_as_the_default_actor(
     cli: Any, cli_env: dict[str, str], tmp_path: Any
 ) -> None:
@@ -126,6 +128,7 @@ def test_rate_is_shown_only_where_it_means_something() -> None:
     assert rate_text(5_000, 0.0) == ""
 
 
+@pytest.mark.slow
 def test_dry_run_decides_and_appends_nothing(
     cli: Any, cli_env: dict[str, str], tmp_path: Any
 ) -> None:
@@ -159,6 +162,7 @@ def test_dry_run_decides_and_appends_nothing(
     )
 
 
+@pytest.mark.slow
 def test_dry_run_with_a_used_idempotency_key_names_the_existing_event(
     cli: Any, cli_env: dict[str, str], tmp_path: Any
 ) -> None:
@@ -190,6 +194,7 @@ def test_a_write_without_request_says_to_pass_one(cli: Any, cli_env: dict[str, s
     assert "--request FILE" in error["hint"]
 
 
+@pytest.mark.slow
 def test_init_with_a_bad_or_empty_actor_creates_nothing(cli: Any, tmp_path: Any) -> None:
     for actor in ("bad\nname", "", "x" * 5000):
         path = tmp_path / f"ledger-{len(actor)}"

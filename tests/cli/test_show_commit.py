@@ -8,7 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 
+
+@pytest.mark.slow
 def test_show_commit_sha_shows_the_event_it_carries(cli: Any, git_cli: Any, tmp_path: Path) -> None:
     ledger = tmp_path / "l.git"
     assert cli("init", ledger).returncode == 0
@@ -23,6 +26,7 @@ def test_show_commit_sha_shows_the_event_it_carries(cli: Any, git_cli: Any, tmp_
     assert data["commit"] == commit and data["event"]["id"] == event_id
 
 
+@pytest.mark.slow
 def test_show_merge_commit_says_it_carries_no_event(cli: Any, git_cli: Any, tmp_path: Path) -> None:
     shared, laptop = tmp_path / "shared.git", tmp_path / "laptop"
     assert cli("init", shared).returncode == 0
@@ -39,6 +43,7 @@ def test_show_merge_commit_says_it_carries_no_event(cli: Any, git_cli: Any, tmp_
     assert "parents" in error["hint"]
 
 
+@pytest.mark.slow
 def test_show_unknown_id_has_a_hint(cli: Any, tmp_path: Path) -> None:
     ledger = tmp_path / "l.git"
     assert cli("init", ledger).returncode == 0

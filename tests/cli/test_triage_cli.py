@@ -37,6 +37,7 @@ def _events(cli: Any, ledger: Path) -> int:
     return json.loads(done.stdout)["events"]
 
 
+@pytest.mark.slow
 def test_record_of_target_is_same_boundary_evidence_that_audits_clean(
     cli: Any, ledger: Path, tmp_path: Path
 ) -> None:
@@ -60,6 +61,7 @@ def test_record_of_target_is_same_boundary_evidence_that_audits_clean(
     assert audit["ok"] is True and audit["evidence"]["rederived"] == 1
 
 
+@pytest.mark.slow
 def test_record_without_of_target_is_diagnostic(cli: Any, ledger: Path) -> None:
     done = cli("--ledger", ledger, "triage", F / "nsys_triage.sqlite", "--record", "tri-n",
                "--denominator", "span")  # fmt: skip
@@ -71,6 +73,7 @@ def test_record_without_of_target_is_diagnostic(cli: Any, ledger: Path) -> None:
     assert again.returncode == 2 and "already recorded" in again.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("content", "known_paths", "message"),
     [
@@ -98,6 +101,7 @@ def test_bad_input_is_refused_and_changes_nothing(
     assert _events(cli, ledger) == before
 
 
+@pytest.mark.slow
 def test_of_target_without_target_and_unknown_target_are_refused(cli: Any, ledger: Path) -> None:
     before = _events(cli, ledger)
     no_target = cli("--ledger", ledger, "triage", F / "forward_graph_off.json", "--record", "x",
@@ -109,6 +113,7 @@ def test_of_target_without_target_and_unknown_target_are_refused(cli: Any, ledge
     assert _events(cli, ledger) == before
 
 
+@pytest.mark.slow
 def test_the_docs_example_runs(tmp_path: Path) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "docs" / "triage.md").read_text(), flags=re.S)
     script = next(b for b in blocks if "perfledger triage" in b).replace("/tmp/", f"{tmp_path}/")

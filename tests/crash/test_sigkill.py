@@ -301,6 +301,7 @@ def _describe_errors(errors: list[tuple[str, str]], writers: dict[str, Writer]) 
 # ---------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_sigkill_appender_50_times_loses_no_acknowledged_event(
     ledger_path: Path, tmp_path: Path
 ) -> None:
@@ -401,6 +402,7 @@ CRASH_POINTS = [
 BEFORE_REF_MOVES = {"before_cas", "in_ref_lock", "in_loose_write"}
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_old_head_or_new_head(ledger_path: Path, tmp_path: Path) -> None:
     """SIGKILL at exact points of an append (objects written but ref not moved, inside the ref
     lock, right after the ref moved, in the middle of packing and of a pack merge) leaves the ref
@@ -455,6 +457,7 @@ def test_killed_writer_leaves_old_head_or_new_head(ledger_path: Path, tmp_path: 
     git_fsck_clean(ledger_path)
 
 
+@pytest.mark.slow
 def test_two_writers_one_repeatedly_killed_survivor_loses_nothing(
     ledger_path: Path, tmp_path: Path
 ) -> None:
@@ -565,6 +568,7 @@ def test_loose_object_lock_of_killed_writer_does_not_block_the_same_blob(
     git_fsck_clean(ledger_path)
 
 
+@pytest.mark.slow
 def test_objects_left_in_two_packs_by_a_killed_packer_are_merged_once(
     ledger_path: Path, tmp_path: Path
 ) -> None:

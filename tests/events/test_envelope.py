@@ -149,6 +149,7 @@ _json = st.recursive(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     request=_json,

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from perfledger.api import Ledger
 from subprocess_env import isolated_env, perfledger_command
 
@@ -28,6 +30,7 @@ def _pl(ledger: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
     env = isolated_env(tmp_path)
     workdir = tmp_path / "session"

@@ -10,6 +10,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from subprocess_env import isolated_env, perfledger_command
 
 RECORDED = Path(__file__).resolve().parents[2] / "examples" / "recorded"
@@ -35,6 +37,7 @@ def _pl(ledger: Path, env: dict[str, str], *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_recorded_gpu_session_audits_on_a_clone_without_gpu(tmp_path: Path) -> None:
     env = isolated_env(tmp_path)
     env["CUDA_VISIBLE_DEVICES"] = ""  # nothing here may need the GPU

@@ -9,6 +9,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from perfledger.commands.registry.request_examples import example
 from subprocess_env import isolated_env, perfledger_command
 
@@ -24,6 +26,7 @@ def _pl(ledger: Path, env: dict[str, str], *args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Path) -> None:
     env = isolated_env(tmp_path)
     ledger = tmp_path / "ledger"

@@ -267,6 +267,7 @@ def test_git_log_merge_commits_carry_no_event(scenario: Scenario, git_run: GitRu
     assert int(total) == scenario.events + scenario.merges
 
 
+@pytest.mark.slow
 def test_artifacts_are_blobs_named_by_blake3(scenario: Scenario, git_run: GitRun) -> None:
     """Each event tree holds event.json and artifacts/<blake3 of the blob's bytes>, nothing else;
     every declared artifact is present with its size."""
@@ -297,6 +298,7 @@ def test_artifacts_are_blobs_named_by_blake3(scenario: Scenario, git_run: GitRun
 COPIED = ["artifacts", "merges", "packing"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", COPIED, indirect=True)
 @pytest.mark.parametrize(
     "how",
@@ -341,6 +343,7 @@ def _delta_count(git_run: GitRun, repo: Path) -> int:
     return deltas
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", COPIED, indirect=True)
 def test_git_gc_aggressive_copy_verifies_and_accepts_appends(
     scenario: Scenario,
@@ -368,6 +371,7 @@ def test_git_gc_aggressive_copy_verifies_and_accepts_appends(
     assert_fsck_clean(copy)
 
 
+@pytest.mark.slow
 def test_non_bare_clone_resumes_work(
     tmp_path: Path,
     git_run: GitRun,

@@ -59,6 +59,7 @@ class GitRefTransaction:
         return self.proc.returncode, err.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_ref_lock_of_a_live_git_process_is_waited_for_then_reported_never_broken(
     tmp_path: Path, perfledger_run: CliRun, subprocess_env: dict[str, str]
 ) -> None:

@@ -312,6 +312,7 @@ def test_event_blob_byte_changed_in_place_in_pack(
     assert_refused(packed.path, packed.ids[MIDDLE])
 
 
+@pytest.mark.slow
 def test_event_blob_byte_changed_by_rewriting_history_packed(
     packed: Built, git_run: GitRun, assert_refused: Callable[..., dict[str, Any]]
 ) -> None:
@@ -340,6 +341,7 @@ def _flip_subject_byte(content: bytes) -> bytes:
     return content[:start] + b"N" + content[start + 1 :]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["commit", "tree"])
 def test_commit_or_tree_object_changed_in_place_loose(
     loose: Built,
@@ -375,6 +377,7 @@ def _artifact_blob(git_run: GitRun, built: Built) -> tuple[str, str]:
     raise AssertionError("no kernel artifact")
 
 
+@pytest.mark.slow
 def test_artifact_blob_changed_in_place_loose(
     loose: Built, git_run: GitRun, assert_refused: Callable[..., dict[str, Any]]
 ) -> None:
@@ -385,6 +388,7 @@ def test_artifact_blob_changed_in_place_loose(
     assert_refused(loose.path, loose.ids[ARTIFACT_EVENT], text=True)
 
 
+@pytest.mark.slow
 def test_artifact_blob_replaced_by_rewriting_history_packed(
     packed: Built, git_run: GitRun, assert_refused: Callable[..., dict[str, Any]]
 ) -> None:
@@ -411,6 +415,7 @@ def test_artifact_blob_replaced_by_rewriting_history_packed(
 # ----------------------------------------------------------------------------- (c) (d) parents
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["loose", "packed"])
 def test_commit_forged_onto_a_side_branch(
     layout: str,
@@ -438,6 +443,7 @@ def test_commit_forged_onto_a_side_branch(
     assert_refused(built.path, built.ids[MIDDLE], text=layout == "loose")
 
 
+@pytest.mark.slow
 def test_commit_forged_with_a_second_parent(
     loose: Built, git_run: GitRun, assert_refused: Callable[..., dict[str, Any]]
 ) -> None:
@@ -459,6 +465,7 @@ def test_commit_forged_with_a_second_parent(
     assert_refused(loose.path, loose.ids[MIDDLE], text=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["loose", "packed"])
 def test_event_dropped_from_the_middle(
     layout: str,
@@ -507,6 +514,7 @@ def test_root_dropped(
 # ----------------------------------------------------------------------------- (e) Lamport
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("index", "delta"),
     [(MIDDLE, 5), (MIDDLE, -1), (-1, 1)],
@@ -589,6 +597,7 @@ def _garble_cache(path: Path) -> None:
             Path(root, name).write_bytes(b"\x00garbage\xff" * 7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["deleted", "garbage", "forged"])
 def test_derived_cache_never_changes_verify(
     how: str,
@@ -656,6 +665,7 @@ def test_untampered_ledgers_verify(loose: Built, packed: Built) -> None:
     assert _verifies(loose.path) and _verifies(packed.path)
 
 
+@pytest.mark.slow
 def test_envelope_with_a_malformed_parent_id_names_the_field(
     packed: Built, git_run: GitRun, assert_refused: Callable[..., dict[str, Any]]
 ) -> None:

@@ -208,6 +208,7 @@ def test_artifact_with_a_mode_other_than_a_regular_file_is_refused(
     assert "mode" in str(error["message"])
 
 
+@pytest.mark.slow
 def test_artifact_tree_with_a_zero_padded_mode_is_an_integrity_failure(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -218,6 +219,7 @@ def test_artifact_tree_with_a_zero_padded_mode_is_an_integrity_failure(
     assert "malformed" in str(error["message"])
 
 
+@pytest.mark.slow
 def test_artifact_with_a_non_utf8_name_is_an_integrity_failure(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -231,6 +233,7 @@ def test_artifact_with_a_non_utf8_name_is_an_integrity_failure(
     _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
 
 
+@pytest.mark.slow
 def test_artifact_listed_twice_is_an_integrity_failure(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -239,6 +242,7 @@ def test_artifact_listed_twice_is_an_integrity_failure(
     _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
 
 
+@pytest.mark.slow
 def test_artifacts_out_of_git_order_are_an_integrity_failure(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -248,6 +252,7 @@ def test_artifacts_out_of_git_order_are_an_integrity_failure(
     assert "order" in str(error["message"])
 
 
+@pytest.mark.slow
 def test_artifact_in_a_subdirectory_is_refused(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -270,6 +275,7 @@ def _top_edit(
     return edit
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "mode"),
     [
@@ -296,6 +302,7 @@ def test_event_tree_with_a_wrong_or_malformed_mode_is_an_integrity_failure(
     _assert_refused(perfledger_run, built.path, built.ids[ARTIFACT_EVENT])
 
 
+@pytest.mark.slow
 def test_event_tree_with_an_extra_non_utf8_entry_is_an_integrity_failure(
     built: Built, git_run: GitRun, perfledger_run: CliRun
 ) -> None:
@@ -330,6 +337,7 @@ def _forge_head_request(git_run: GitRun, built: Built, literal: bytes) -> str:
     return new_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "literal", [b"18446744073709551616", b"-9223372036854775809", b"123456789012345678901234"]
 )
@@ -376,6 +384,7 @@ _BLAKE3 = st.binary(min_size=8, max_size=8).map(lambda b: blake3.blake3(b).hexdi
 _NAMES = st.one_of(_BLAKE3, st.binary(min_size=1, max_size=70).filter(lambda b: b"\0" not in b))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.tuples(_MODES, _NAMES), min_size=1, max_size=4))
 def test_artifacts_tree_accepts_only_regular_files_named_by_blake3(

@@ -22,6 +22,7 @@ def _aa(ci: tuple[float, float], flags: list[str], median: float = 1.0) -> Any:
     return Comparison(ok, ok, None, None, [], stats, "ci", flags, {})
 
 
+@pytest.mark.slow
 def test_r4_resolution_leaves_out_invalid_aa_comparisons_and_says_how_many() -> None:
     from perfledger.kernels.harness.harness import resolution_from_aa
 
@@ -81,6 +82,7 @@ def _false_pass_rate(rule: str, trials: int = 4000, n: int = 5, sigma: float = 0
     return passes / trials
 
 
+@pytest.mark.slow
 def test_r4_an_aa_of_a_fresh_pair_passes_against_the_resolution_at_most_about_once_in_40() -> None:
     # the largest of five earlier biases is exceeded on the favourable side about once in 12
     assert _false_pass_rate("reach") > 0.06

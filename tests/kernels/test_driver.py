@@ -106,6 +106,7 @@ def test_parse_output_takes_the_last_line_after_logs() -> None:
     assert parse_output(text)[:2] == (False, {"ms": [2.0, 3.0]})
 
 
+@pytest.mark.slow
 @given(
     st.dictionaries(
         st.text(min_size=1, max_size=8), st.floats(min_value=1e-9, max_value=1e9), min_size=1
@@ -129,6 +130,7 @@ def test_abba_order_balances_who_runs_first(rounds: int) -> None:
         assert order[k] == ("ref", "cand") and order[k + 1] == ("cand", "ref")
 
 
+@pytest.mark.slow
 def test_run_pairs_interleaves_abba_across_cases(sumsq_argv: list[str]) -> None:
     seen: list[tuple[str, str]] = []
     # 5x the work, median of 3 repeats per call: a 1-2 ms call with twice the work flipped 3 of

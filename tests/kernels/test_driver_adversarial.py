@@ -42,6 +42,7 @@ def _compare(cand: list[str], ref: list[str] | None = None, work_s: float = 0.5)
 # ---------------------------------------------------------------- under-reporting its own time
 
 
+@pytest.mark.slow
 def test_cheat_same_work_reporting_a_hundredth_of_its_time_is_flagged() -> None:
     check = _compare(["--mode", "scaled", "--report-scale", "0.01"])
     assert check.flagged and check.cases[0].status == "flagged"
@@ -50,16 +51,19 @@ def test_cheat_same_work_reporting_a_hundredth_of_its_time_is_flagged() -> None:
     assert "wall clock saw" in check.reasons[0]
 
 
+@pytest.mark.slow
 def test_cheat_reporting_only_the_fast_half_of_its_samples_is_flagged() -> None:
     check = _compare(["--mode", "fast_half"])
     assert check.flagged and check.cases[0].status == "flagged"
 
 
+@pytest.mark.slow
 def test_cheat_reporting_half_of_its_time_is_flagged() -> None:
     check = _compare(["--mode", "scaled", "--report-scale", "0.5"], work_s=1.0)
     assert check.flagged
 
 
+@pytest.mark.slow
 def test_median_moved_six_percent_within_a_call_is_within_the_stated_tolerance() -> None:
     """The limit, shown (docs/measurement.md): the median-against-mean rule allows a median to
     gain 0.05 + a quarter of its gain beyond the mean, so an identical candidate moving its
@@ -70,12 +74,14 @@ def test_median_moved_six_percent_within_a_call_is_within_the_stated_tolerance()
     assert not check.flagged, check.reasons
 
 
+@pytest.mark.slow
 def test_really_faster_candidate_is_not_flagged() -> None:
     check = _compare(["--work-s", "0.25"])  # half the work: saves ~0.25 s of wall per call
     assert not check.flagged and check.cases[0].status == "consistent"
     assert check.cases[0].wall_saving_s > 0.1
 
 
+@pytest.mark.slow
 def test_aa_comparison_is_not_flagged() -> None:
     check = _compare([])
     assert not check.flagged and check.cases[0].status in {"unresolved", "consistent"}
@@ -109,6 +115,7 @@ def _compare_rate(
     return check
 
 
+@pytest.mark.slow
 def test_cheat_same_work_reporting_a_hundred_times_its_rate_is_flagged() -> None:
     check = _compare_rate(
         ["--mode", "scaled", "--report-scale", "0.01"], {"tokens_per_s": "tokens"}
@@ -119,6 +126,7 @@ def test_cheat_same_work_reporting_a_hundred_times_its_rate_is_flagged() -> None
     assert abs(case.wall_saving_s) < 0.1  # the time its rate implies it saved, never seen
 
 
+@pytest.mark.slow
 def test_cheat_rate_over_more_work_than_it_did_is_flagged() -> None:
     """Twice the tokens and twice the rate: the time it implies is honest, the work is not the
     reference's."""
@@ -127,6 +135,7 @@ def test_cheat_rate_over_more_work_than_it_did_is_flagged() -> None:
     assert any("the same case is the same work" in r for r in check.reasons)
 
 
+@pytest.mark.slow
 def test_really_faster_candidate_reporting_a_rate_is_not_flagged() -> None:
     check = _compare_rate([], {"tokens_per_s": "tokens"}, work_s=0.25)
     assert not check.flagged
@@ -134,6 +143,7 @@ def test_really_faster_candidate_reporting_a_rate_is_not_flagged() -> None:
     assert case.status == "consistent" and case.wall_saving_s > 0.1
 
 
+@pytest.mark.slow
 def test_cheat_rate_with_work_moved_between_its_repeats_is_flagged() -> None:
     """The same total work and time, but most of the last repeat's tokens counted in the
     others: their rates (and the median the verdict takes) rise by a third; the time the rates
@@ -142,6 +152,7 @@ def test_cheat_rate_with_work_moved_between_its_repeats_is_flagged() -> None:
     assert check.flagged and any("median" in r for r in check.reasons), check
 
 
+@pytest.mark.slow
 def test_cheat_rate_with_time_moved_onto_its_smallest_repeat_is_flagged() -> None:
     """Repeats of 1, 10 and 100 units of work (both subjects): the candidate reports half the
     time of the two larger ones and the rest on the smallest, doubling the median rate; its
@@ -152,6 +163,7 @@ def test_cheat_rate_with_time_moved_onto_its_smallest_repeat_is_flagged() -> Non
     assert check.flagged and any("median" in r for r in check.reasons), check
 
 
+@pytest.mark.slow
 def test_honest_faster_rate_with_uneven_work_per_repeat_is_not_flagged() -> None:
     uneven = ["--weights", "1,10,100"]
     check = _compare_rate(uneven, {"tokens_per_s": "tokens"}, work_s=0.25, ref=uneven)
@@ -160,6 +172,7 @@ def test_honest_faster_rate_with_uneven_work_per_repeat_is_not_flagged() -> None
     assert case.status == "consistent" and case.wall_saving_s > 0.1
 
 
+@pytest.mark.slow
 def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged() -> None:
     """A Target whose rate is lower-is-better: the candidate does the same work and reports a
     rate a sixth lower (a fifth more time than it spent, within its wall time: both subjects
@@ -190,6 +203,7 @@ def _compare_per_token(cand: list[str], work_s: float = 0.5) -> WallCheck:
     return check
 
 
+@pytest.mark.slow
 def test_cheat_time_per_token_reporting_a_hundredth_of_its_time_is_flagged() -> None:
     """``ms/token`` (the inverse of a rate) was neither checked nor noted as unchecked."""
     check = _compare_per_token(["--mode", "scaled", "--report-scale", "0.01"])
@@ -198,6 +212,7 @@ def test_cheat_time_per_token_reporting_a_hundredth_of_its_time_is_flagged() -> 
     assert case.status == "flagged" and case.reported_saving_s > 0.4
 
 
+@pytest.mark.slow
 def test_honest_faster_time_per_token_is_consistent() -> None:
     check = _compare_per_token([], work_s=0.25)
     assert not check.flagged, check.reasons
@@ -214,6 +229,7 @@ def test_time_per_work_units_name_their_time_numerator_and_are_noted_when_unchec
     assert unchecked_rates({"lat": "ms/token"}, {"lat": "tokens"}) == []
 
 
+@pytest.mark.slow
 def test_rate_without_a_work_metric_is_not_checked_and_named_as_such() -> None:
     """The limit, shown: with no work metric an inflated rate has no time to check."""
     check = _compare_rate(["--mode", "scaled", "--report-scale", "0.01"], None)
@@ -261,22 +277,26 @@ def test_rate_reported_without_its_work_in_a_call_flags_the_case() -> None:
 # ---------------------------------------------------------------- work outside the timed region
 
 
+@pytest.mark.slow
 def test_cheat_work_in_a_detached_grandchild_outside_the_timer_is_flagged() -> None:
     check = _compare(["--mode", "untimed_grandchild"])
     assert check.flagged and check.cases[0].status == "flagged"
 
 
+@pytest.mark.slow
 def test_cheat_plausible_time_reported_while_a_detached_grandchild_works_is_flagged() -> None:
     check = _compare(["--mode", "detached_worker"])
     assert check.flagged
     assert check.over_wall_calls and all(c.startswith("cand-") for c in check.over_wall_calls)
 
 
+@pytest.mark.slow
 def test_cheat_work_done_before_the_timer_starts_is_flagged() -> None:
     check = _compare(["--mode", "precompute"])
     assert check.flagged and check.cases[0].status == "flagged"
 
 
+@pytest.mark.slow
 def test_cheat_reporting_more_time_than_the_call_took_is_flagged() -> None:
     check = _compare(["--mode", "over_wall"], work_s=0.1)
     assert check.flagged
@@ -361,6 +381,7 @@ def test_command_whose_children_finish_first_leaves_nothing_to_end(tmp_path: Pat
     assert out.ok and out.ended_descendants == 0
 
 
+@pytest.mark.slow
 def test_timeout_ends_a_grandchild_in_its_own_session_holding_stdout() -> None:
     argv = [*WORKLOAD, "--mode", "hang_holding_stdout"]
     for k in range(2):

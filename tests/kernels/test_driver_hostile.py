@@ -56,6 +56,7 @@ def test_cheat_candidate_lowering_the_drivers_scheduling_for_the_references_call
     assert driver_guard.Scheduling.now() == own_scheduling
 
 
+@pytest.mark.slow
 def test_honest_subjects_run_under_the_drivers_own_scheduling(
     own_scheduling: driver_guard.Scheduling,
 ) -> None:
@@ -83,6 +84,7 @@ def _measure_cli(tmp: Path, cand_mode: str) -> tuple[object, Path]:
     return proc, ledger
 
 
+@pytest.mark.slow
 def test_cheat_candidate_lowering_the_drivers_scheduling_records_nothing(tmp_path: Path) -> None:
     proc, ledger = _measure_cli(tmp_path, "tamper_driver")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # type: ignore[attr-defined]
@@ -117,6 +119,7 @@ def _stage(
                 check=False)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "omit", "partial"])
 def test_cheat_candidate_failing_its_slow_calls_cannot_record_a_target_stage(
     tmp_path: Path, how: str
@@ -140,6 +143,7 @@ def test_cheat_candidate_failing_its_slow_calls_cannot_record_a_target_stage(
         assert set(opened.state().samples) == before  # nothing recorded
 
 
+@pytest.mark.slow
 def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_target_stage(
     tmp_path: Path,
 ) -> None:
@@ -162,6 +166,7 @@ def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_ta
         assert "e1-target-1" not in opened.state().samples
 
 
+@pytest.mark.slow
 def test_candidate_whose_every_call_gives_a_result_records_its_target_stage(
     tmp_path: Path,
 ) -> None:
@@ -215,6 +220,7 @@ def _with_watcher(tag: str, shell: bool = False, parent: bool = False) -> list:
     return [c for p in run.pairs for c in (p.ref, p.cand)]
 
 
+@pytest.mark.slow
 def test_cheat_process_outside_the_run_stopping_the_references_calls_is_refused() -> None:
     # unchecked: the identical candidate measured 26 % faster, the wall clock consistent
     with pytest.raises(MeasurementError) as caught:
@@ -225,6 +231,7 @@ def test_cheat_process_outside_the_run_stopping_the_references_calls_is_refused(
     assert "SIGSTOP" in message
 
 
+@pytest.mark.slow
 def test_calls_no_process_stops_are_not_taken_for_interference() -> None:
     calls = _with_watcher("a-tag-no-call-has")
     assert all(c.ok for c in calls), [(c.call_id, c.message) for c in calls]
@@ -262,6 +269,7 @@ def test_timeout_ends_a_command_and_a_child_that_ignore_sigterm(tmp_path: Path) 
     assert not _grows(beat)
 
 
+@pytest.mark.slow
 def test_cheat_process_outside_the_run_stopping_the_child_of_the_references_shell_is_refused() -> (
     None
 ):
@@ -272,6 +280,7 @@ def test_cheat_process_outside_the_run_stopping_the_child_of_the_references_shel
     assert message.startswith("call ref-a-") and "below it stopped" in message, message
 
 
+@pytest.mark.slow
 def test_cheat_process_outside_the_run_stopping_the_driver_during_a_reference_call_is_refused() -> (
     None
 ):
@@ -282,6 +291,7 @@ def test_cheat_process_outside_the_run_stopping_the_driver_during_a_reference_ca
     assert message.startswith("call ref-a-") and "driver itself was stopped" in message, message
 
 
+@pytest.mark.slow
 def test_honest_shell_commands_no_process_stops_are_not_taken_for_interference() -> None:
     calls = _with_watcher("a-tag-no-call-has", shell=True)
     assert all(c.ok for c in calls), [(c.call_id, c.message) for c in calls]
@@ -315,6 +325,7 @@ _SESSION = (  # the command leads a session already: a child leaves it, as a ser
 _PY = [sys.executable, "-S", "-c"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [

@@ -66,6 +66,7 @@ def _compare(tmp_path: Path, reference: dict[str, Any] | None = None, **cand: An
     return compare_spec(_spec(tmp_path, reference, **cand), "small", config=CONFIG)
 
 
+@pytest.mark.slow
 def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path)
     assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
@@ -81,12 +82,14 @@ def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
     assert not c.ref.recheck_failures and not c.cand.recheck_failures
 
 
+@pytest.mark.slow
 def test_honest_true_difference_is_detected_and_not_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path, work_k=120)
     assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
     assert c.stats is not None and c.stats.ci_low > 1.4 and c.stats.direction() == "slower"
 
 
+@pytest.mark.slow
 def test_cheat_worker_reporting_half_its_time_is_flagged_and_made_incorrect(
     tmp_path: Path,
 ) -> None:
@@ -98,6 +101,7 @@ def test_cheat_worker_reporting_half_its_time_is_flagged_and_made_incorrect(
     assert c.ref is not None and not c.ref.recheck_failures
 
 
+@pytest.mark.slow
 def test_a_larger_excess_of_the_reference_cannot_favour_the_candidate_and_is_not_flagged(
     tmp_path: Path,
 ) -> None:
@@ -113,11 +117,13 @@ def test_a_larger_excess_of_the_reference_cannot_favour_the_candidate_and_is_not
     )
 
 
+@pytest.mark.slow
 def test_cheat_worker_reporting_a_tenth_of_its_time_is_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path, report_factor=0.1)
     assert not c.valid and "clock:candidate" in c.flags, c.flags
 
 
+@pytest.mark.slow
 def test_cheat_worker_moving_hidden_time_between_its_batches_is_flagged(tmp_path: Path) -> None:
     # one batch of each ABBA block reports a tenth of its time, the other (and the warm-up)
     # all the time since its request: most of its batches look clean to a median over batches,
@@ -128,6 +134,7 @@ def test_cheat_worker_moving_hidden_time_between_its_batches_is_flagged(tmp_path
     assert "clock:reference" not in c.flags
 
 
+@pytest.mark.slow
 def test_cheat_worker_lowering_the_other_workers_scheduling_is_flagged(tmp_path: Path) -> None:
     # same user: the candidate's code may renice the reference's threads or give them a lower
     # scheduling policy (a process stopped still takes it), so that the reference's batches run
@@ -141,6 +148,7 @@ def test_cheat_worker_lowering_the_other_workers_scheduling_is_flagged(tmp_path:
     assert c.ref is not None and any("nice 19" in r for r in c.ref.recheck_failures)
 
 
+@pytest.mark.slow
 def test_cheat_worker_lowering_the_measuring_processs_scheduling_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -155,6 +163,7 @@ def test_cheat_worker_lowering_the_measuring_processs_scheduling_is_flagged(
     assert "sched:reference" not in c.flags and "sched:candidate" not in c.flags
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.path.exists("/proc/self/autogroup"), reason="a kernel without autogroups"
 )
@@ -168,6 +177,7 @@ def test_cheat_worker_lowering_the_other_workers_autogroup_is_flagged(tmp_path: 
     assert c.ref is not None and any("autogroup nice 19" in r for r in c.ref.recheck_failures)
 
 
+@pytest.mark.slow
 def test_cheat_worker_lowering_scheduling_before_the_first_batch_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -193,6 +203,7 @@ def test_cheat_worker_lowering_scheduling_before_the_first_batch_is_flagged(
     assert "sched:candidate" not in flags
 
 
+@pytest.mark.slow
 def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -201,6 +212,7 @@ def test_cheat_reference_worker_reporting_more_time_than_passed_is_flagged(
     assert c.ref is not None and c.ref.recheck_failures
 
 
+@pytest.mark.slow
 def test_cheat_worker_whose_reveals_differ_from_its_commitments_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -212,6 +224,7 @@ def test_cheat_worker_whose_reveals_differ_from_its_commitments_is_flagged(
     assert c.stats is not None and c.stats.median_ratio < 0.5  # it was "faster"
 
 
+@pytest.mark.slow
 def test_cross_check_allows_two_honest_answers_twice_the_tolerance_apart(tmp_path: Path) -> None:
     # a candidate 1 % off the reference's answer on every call: each of the two may be within
     # a 0.6 % tolerance of the exact answer, so they may be 1.2 % apart; not under 0.4 %
@@ -223,6 +236,7 @@ def test_cross_check_allows_two_honest_answers_twice_the_tolerance_apart(tmp_pat
         assert ("cross_check:candidate" in c.flags) is flagged, (tolerance, c.flags)
 
 
+@pytest.mark.slow
 def test_cheat_worker_that_refuses_to_reveal_is_flagged_not_an_error(tmp_path: Path) -> None:
     # refusing (rather than being caught) must not turn a flag into a measurement that failed
     c = _compare(tmp_path, refuse_reveal=True)
@@ -230,6 +244,7 @@ def test_cheat_worker_that_refuses_to_reveal_is_flagged_not_an_error(tmp_path: P
     assert c.cand is not None and any("refused" in r for r in c.cand.recheck_failures)
 
 
+@pytest.mark.slow
 def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -251,6 +266,7 @@ def _idle_ticks(tmp_path: Path, stop_idle: bool, option: str) -> tuple[int, int,
     return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans), ticks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["tick_file", "helper_tick_file"])
 def test_the_idle_worker_and_its_helpers_are_stopped_while_the_other_runs_its_batch(
     tmp_path: Path, option: str
@@ -277,6 +293,7 @@ def _ticks_inside(ticks: Path, windows: Path) -> tuple[int, int]:
     return sum(int(((times > a) & (times < b)).sum()) for a, b in spans), len(spans)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("restop_after_s", [0.0, 0.003])
 def test_cheat_helper_resumed_during_the_references_batches_is_flagged(
     tmp_path: Path, restop_after_s: float
@@ -296,6 +313,7 @@ def test_cheat_helper_resumed_during_the_references_batches_is_flagged(
     assert c.ref is not None and not c.ref.recheck_failures
 
 
+@pytest.mark.slow
 def test_honest_candidate_with_a_helper_process_is_not_flagged(tmp_path: Path) -> None:
     # its helper (a session of its own) is stopped during the reference's batches and stays so
     ticks, windows = tmp_path / "ticks", tmp_path / "windows"
@@ -305,12 +323,14 @@ def test_honest_candidate_with_a_helper_process_is_not_flagged(tmp_path: Path) -
     assert inside <= batches, (inside, batches)
 
 
+@pytest.mark.slow
 def test_an_incorrect_candidate_is_not_timed(tmp_path: Path) -> None:
     c = _compare(tmp_path, incorrect=True)
     assert c.stats is None and c.cand is None and "cand_incorrect" in c.flags
     assert not c.cand_correctness.ok and c.ref_correctness.ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -325,6 +345,7 @@ def test_cheat_worker_that_dies_or_forges_protocol_lines_is_a_clear_error(
         _compare(tmp_path, **options)
 
 
+@pytest.mark.slow
 def test_cheat_worker_claiming_a_lax_tolerance_is_held_to_the_references(
     tmp_path: Path,
 ) -> None:
@@ -334,6 +355,7 @@ def test_cheat_worker_claiming_a_lax_tolerance_is_held_to_the_references(
     assert not c.valid and "cross_check:candidate" in c.flags, c.flags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("key", "value"),
     [("flops_per_call", 1e12), ("bytes_per_call", 1e9), ("outputs", {"y": [[128], "float32"]})],
@@ -347,11 +369,13 @@ def test_cheat_worker_lying_about_the_problem_is_a_clear_error(
         _compare(tmp_path, hello={key: value})
 
 
+@pytest.mark.slow
 def test_cheat_worker_that_exits_between_batches_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(MeasurementError, match=r"candidate.* (is gone|exited)"):
         _compare(tmp_path, exit_after_batches=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "link"])
 def test_cheat_worker_revealing_something_other_than_a_file_is_flagged(
     tmp_path: Path, kind: str
@@ -376,6 +400,7 @@ def test_cheat_worker_revealing_something_other_than_a_file_is_flagged(
     assert c.cand is not None and any("regular file" in r for r in c.cand.recheck_failures)
 
 
+@pytest.mark.slow
 def test_cheat_worker_cannot_open_the_measuring_processs_memory(tmp_path: Path) -> None:
     # where the statistics and the parent's clock live; the parent is not dumpable, and a
     # worker started by root runs without CAP_SYS_PTRACE, which would pass over that
@@ -384,6 +409,7 @@ def test_cheat_worker_cannot_open_the_measuring_processs_memory(tmp_path: Path) 
     assert reached.read_text().startswith("PermissionError"), reached.read_text()
 
 
+@pytest.mark.slow
 def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
     config = IsolationConfig(worker=CONFIG.worker, timeout_s=0.5)
     t0 = time.monotonic()
@@ -392,6 +418,7 @@ def test_a_worker_that_hangs_is_ended_at_its_deadline(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.slow
 def test_cheat_worker_flooding_one_reply_line_is_ended_before_it_fills_memory(
     tmp_path: Path,
 ) -> None:
@@ -528,6 +555,7 @@ def test_cheat_spreading_its_reported_times_cannot_lift_an_implausible_rate_unde
     assert slower.figures["bandwidth_share"] == pytest.approx(0.6)
 
 
+@pytest.mark.slow
 def test_the_workers_gpu_contexts_are_the_comparisons_own_not_foreign_activity(
     tmp_path: Path,
 ) -> None:
@@ -579,6 +607,7 @@ def test_a_worker_reply_holding_numpy_scalars_is_plain_json() -> None:
     assert json.loads(stream.getvalue()) == {"bytes": 3, "tol": 2.5, "shape": [4]}
 
 
+@pytest.mark.slow
 def test_a_spec_asking_for_protocol_1_is_refused_by_the_real_worker(tmp_path: Path) -> None:
     # the worker runs protocol 2's call path only: a spec's protocol=1 must not be ignored
     spec = tmp_path / "spec.py"
@@ -597,6 +626,7 @@ GAVE_UP = {"state": "2 holds did not own every SM within 0.25 s: other work keep
            "held": 2, "not_resident": 2, "timed_out": 0}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cheat_reference_timed_without_its_stream_hold_against_a_held_candidate_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -609,6 +639,7 @@ def test_cheat_reference_timed_without_its_stream_hold_against_a_held_candidate_
     assert c.settings["stream_hold"]["reference"]["state"] == GAVE_UP["state"]
 
 
+@pytest.mark.slow
 def test_subjects_timed_alike_with_or_without_their_holds_are_not_flagged_for_it(
     tmp_path: Path,
 ) -> None:

@@ -46,6 +46,7 @@ def _compare(ref: SubjectProcess, cand: SubjectProcess) -> IsolatedComparison:
         )
 
 
+@pytest.mark.slow
 def test_honest_aa_is_valid_and_not_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand"))
     assert c.valid and c.flags == [], (c.flags, c.clock)
@@ -53,35 +54,41 @@ def test_honest_aa_is_valid_and_not_flagged() -> None:
     assert c.orders[:2] == ["AB", "BA"] and len(c.batches) == 24
 
 
+@pytest.mark.slow
 def test_honest_true_difference_is_detected_and_not_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand", work_k=2 * WORK_K))
     assert c.valid, (c.flags, c.clock)
     assert c.stats.ci_low > 1.4 and c.stats.direction() == "slower", c.stats
 
 
+@pytest.mark.slow
 def test_cheat_subject_reporting_a_tenth_of_its_time_is_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand", "--report-factor", "0.1"))
     assert not c.valid and "clock:cand" in c.flags, (c.flags, c.clock)
     assert c.stats.median_ratio < 0.2  # what the false reports alone would have recorded
 
 
+@pytest.mark.slow
 def test_cheat_subject_reporting_half_its_time_is_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand", "--report-factor", "0.5"))
     assert not c.valid and "clock:cand" in c.flags, (c.flags, c.clock)
     assert "clock:ref" not in c.flags
 
 
+@pytest.mark.slow
 def test_cheat_subject_reporting_a_constant_tiny_time_is_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand", "--report-s", "1e-6"))
     assert "clock:cand" in c.flags, (c.flags, c.clock)
 
 
+@pytest.mark.slow
 def test_cheat_subject_reporting_more_time_than_passed_is_flagged() -> None:
     # e.g. a reference process made to look slow: reports longer than the parent's batch took
     c = _compare(_subject("ref", "--report-s", "1.0"), _subject("cand"))
     assert "clock_exceeds_wall:ref" in c.flags, (c.flags, c.clock)
 
 
+@pytest.mark.slow
 def test_cheat_subject_with_wrong_outputs_on_some_calls_is_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand", "--wrong-every", "7"))
     assert not c.valid and c.flags == ["output:cand"], c.flags
@@ -102,6 +109,7 @@ def test_clock_check_on_recorded_batches() -> None:
         clock_check([])
 
 
+@pytest.mark.slow
 def test_a_subject_process_that_dies_or_hangs_is_a_clear_error() -> None:
     dead = SubjectProcess("dead", [sys.executable, "-c", "import sys; sys.stdin.readline()"])
     with dead, pytest.raises(MeasurementError, match="exited"):

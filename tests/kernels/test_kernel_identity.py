@@ -242,6 +242,7 @@ def test_r11_kernel_driver_that_is_not_a_spec_path_is_a_clear_error() -> None:
 STAND_IN = Path(__file__).with_name("stand_in_worker.py")
 
 
+@pytest.mark.slow
 def test_kernel_workers_run_each_subject_in_its_own_directory(tmp_path: Path) -> None:
     """Each worker starts in its subject's directory and loads the spec there: the candidate's
     directory holds less work, and each worker writes its windows to a file named relative to
@@ -263,6 +264,7 @@ def test_kernel_workers_run_each_subject_in_its_own_directory(tmp_path: Path) ->
     assert not (tmp_path / "windows.txt").exists()
 
 
+@pytest.mark.slow
 def test_kernel_worker_without_the_spec_in_its_directory_is_a_bad_request(tmp_path: Path) -> None:
     from perfledger.kernels.isolation.isolated import spec_facts
 
@@ -309,6 +311,7 @@ def _plant_bytecode(directory: Path, module: str, text: str) -> None:
     pyc.write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
 
 
+@pytest.mark.slow
 def test_cheat_bytecode_planted_in_a_kernel_subjects_directory_is_not_loaded(
     tmp_path: Path,
 ) -> None:
@@ -331,6 +334,7 @@ def test_cheat_bytecode_planted_in_a_kernel_subjects_directory_is_not_loaded(
     assert sorted((d / "__pycache__").iterdir()) == planted  # nothing written there
 
 
+@pytest.mark.slow
 def test_cheat_candidate_writing_into_the_references_directory_is_caught_before_the_next_batch(
     tmp_path: Path,
 ) -> None:
@@ -367,6 +371,7 @@ def test_cheat_candidate_writing_into_the_references_directory_is_caught_before_
     assert (ref / "planted.txt").exists()
 
 
+@pytest.mark.slow
 def test_measure_kernel_says_that_a_spec_on_a_target_without_a_subject_place_is_unbound(
     tmp_path: Path,
 ) -> None:
@@ -446,6 +451,7 @@ def test_cheat_candidate_that_changes_the_references_file_and_restores_it_is_ref
     assert caught.value.rule == "R11" and "share.txt" in caught.value.message
 
 
+@pytest.mark.slow
 def test_cheat_candidate_adding_a_python_startup_file_is_refused_before_the_next_batch(
     tmp_path: Path,
 ) -> None:
@@ -474,6 +480,7 @@ def test_cheat_candidate_adding_a_python_startup_file_is_refused_before_the_next
             path.unlink()
 
 
+@pytest.mark.slow
 def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -532,6 +539,7 @@ def test_cheat_bytecode_planted_in_the_workers_own_cache_is_not_loaded(
     assert facts["cases"] == ["real"], planted
 
 
+@pytest.mark.slow
 def test_kernel_workers_in_subject_directories_build_kernels_in_fresh_directories(
     tmp_path: Path,
 ) -> None:
@@ -563,6 +571,7 @@ def test_kernel_workers_in_subject_directories_build_kernels_in_fresh_directorie
     assert len(set(seen)) == len(seen) and str(solve._cache_dir()) not in seen, seen
 
 
+@pytest.mark.slow
 def test_kernel_workers_in_subject_directories_keep_compiled_kernels_in_memory(
     tmp_path: Path,
 ) -> None:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from perfledger.api import Ledger
 from subprocess_env import isolated_env, perfledger_command
 
@@ -60,6 +62,7 @@ def _setup(
     return ledger, env, cli
 
 
+@pytest.mark.slow
 def test_measure_baseline_records_every_value_with_its_case_and_the_raw_table(
     tmp_path: Path,
 ) -> None:
@@ -85,6 +88,7 @@ def test_measure_baseline_records_every_value_with_its_case_and_the_raw_table(
     assert cli("audit").returncode == 0  # the auditor re-decides it from the recorded request
 
 
+@pytest.mark.slow
 def test_r11_r5_measure_baseline_of_other_code_or_a_failing_original_records_nothing(
     tmp_path: Path,
 ) -> None:
@@ -112,6 +116,7 @@ print(json.dumps({"correct": True, "metrics": {"time_ms": [2.0]}}))
 """
 
 
+@pytest.mark.slow
 def test_measure_baseline_gives_an_output_place_and_a_seed_and_refuses_a_silent_original(
     tmp_path: Path,
 ) -> None:
@@ -133,6 +138,7 @@ def test_measure_baseline_gives_an_output_place_and_a_seed_and_refuses_a_silent_
     assert not (tmp_path / "{output}").exists()
 
 
+@pytest.mark.slow
 def test_a_command_that_still_holds_the_subject_placeholder_is_told_what_to_put_there(
     tmp_path: Path,
 ) -> None:

@@ -128,6 +128,7 @@ def _cmd(*extra: str) -> str:
     return " ".join([sys.executable, str(SUMSQ), "--repeats", "2", *extra])
 
 
+@pytest.mark.slow
 def test_r4_measure_aa_records_the_resolution(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
@@ -142,6 +143,7 @@ def test_r4_measure_aa_records_the_resolution(tmp_path: Path) -> None:
         assert ledger.state().targets["t1"].resolution is not None
 
 
+@pytest.mark.slow
 def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
@@ -174,6 +176,7 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
     assert json.loads(verdict.stdout)["kind"] == "VerdictRecorded"
 
 
+@pytest.mark.slow
 def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
@@ -198,6 +201,7 @@ def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path
     assert samples.cand_failures == len(samples.pairs) == 10
 
 
+@pytest.mark.slow
 def test_r17_formal_stage_without_monitor_is_refused(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
@@ -212,6 +216,7 @@ def test_r17_formal_stage_without_monitor_is_refused(tmp_path: Path) -> None:
     assert json.loads(target.stdout)["error"]["rule"] == "R17"
 
 
+@pytest.mark.slow
 def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
@@ -246,6 +251,7 @@ def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) 
     assert len(artifact["monitor"]["windows"]) == 10
 
 
+@pytest.mark.slow
 def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     pytest.importorskip("click")
     try:
@@ -278,6 +284,7 @@ def _refused_r11(proc: subprocess.CompletedProcess[str], *names: str) -> str:
     return str(error["message"])
 
 
+@pytest.mark.slow
 def test_r11_kernel_spec_cases_outside_the_test_set_are_refused_before_measuring(
     tmp_path: Path,
 ) -> None:

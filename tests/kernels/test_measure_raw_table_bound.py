@@ -76,6 +76,7 @@ def _plant(ledger: Path, body: dict[str, Any], arts: dict[str, Artifact]) -> str
         return opened.store.append(draft).id
 
 
+@pytest.mark.slow
 def test_r5_refuses_forged_samples_carrying_the_raw_table_of_other_samples(
     tmp_path: Path,
 ) -> None:
@@ -92,6 +93,7 @@ def test_r5_refuses_forged_samples_carrying_the_raw_table_of_other_samples(
         assert opened.store.count() == before
 
 
+@pytest.mark.slow
 def test_r5_refuses_a_raw_table_reused_for_another_stage(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     moved = {**body, "samples_id": "e1-target", "stage": "target"}
@@ -100,6 +102,7 @@ def test_r5_refuses_a_raw_table_reused_for_another_stage(tmp_path: Path) -> None
     assert refused.value.rule == "R5" and "stage: table 'screen'" in refused.value.message
 
 
+@pytest.mark.slow
 def test_r5_refuses_values_unlike_the_raw_table_even_with_a_rebound_table(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     table = json.loads(arts["samples.json"].data)
@@ -120,6 +123,7 @@ def test_r5_refuses_values_unlike_the_raw_table_even_with_a_rebound_table(tmp_pa
         execute(opened, "samples.record", honest, actor="agent", artifacts=rebound)
 
 
+@pytest.mark.slow
 def test_r5_audit_finds_planted_samples_unlike_their_raw_table(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     table = json.loads(arts["samples.json"].data)

@@ -78,6 +78,7 @@ def _measure(path: Path, tmp: Path, experiment: str, stage: str, ref: str, cand:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     # this test is about the wall-clock rule; a loaded test host's foreign activity (explained
@@ -135,6 +136,7 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     assert champion["champions"][0]["champion"] == "e1"  # unchanged
 
 
+@pytest.mark.slow
 def test_processes_left_behind_are_reported_when_measure_returns(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     _setup(ledger, cases=("small",))
@@ -170,6 +172,7 @@ print(json.dumps({"correct": result == n * (n - 1) * (2 * n - 1) // 6,
 """
 
 
+@pytest.mark.slow
 def test_cheat_candidate_whose_values_keep_their_total_but_not_their_median_is_flagged(
     tmp_path: Path,
 ) -> None:
@@ -196,6 +199,7 @@ def test_cheat_candidate_whose_values_keep_their_total_but_not_their_median_is_f
         assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
 
 
+@pytest.mark.slow
 def test_cheat_inflated_rate_is_flagged_through_measure_when_the_target_names_its_work(
     tmp_path: Path,
 ) -> None:
@@ -227,6 +231,7 @@ def test_cheat_inflated_rate_is_flagged_through_measure_when_the_target_names_it
     assert audit["ok"] is True and audit["findings"] == []
 
 
+@pytest.mark.slow
 def test_rate_without_a_work_metric_is_noted_as_unchecked_when_measure_returns(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_measure_cli import _cli, _cmd, _experiment, _record_resolution, _setup
 
 NOISY = """
@@ -28,6 +29,7 @@ def _spinners(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
@@ -58,6 +60,7 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
     assert "R17" not in explained.stderr and "foreign" not in explained.stderr
 
 
+@pytest.mark.slow
 def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_its_figures(
     tmp_path: Path,
 ) -> None:
@@ -91,6 +94,7 @@ def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_i
     assert "recorded earlier for Target 't1'" in superseded and "from 10 repeats" in superseded
 
 
+@pytest.mark.slow
 def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> None:
     """A workload whose every call fails: the error names the first failed call and shows the
     tail of its stderr (the cause), not a Python dict repr; nothing is appended."""
@@ -111,6 +115,7 @@ def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> 
     assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
 
 
+@pytest.mark.slow
 def test_measure_workload_answers_with_the_verdict_its_samples_derive_per_case(
     tmp_path: Path,
 ) -> None:

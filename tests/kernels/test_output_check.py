@@ -46,6 +46,7 @@ def _npy(value: np.ndarray) -> bytes:
 # ---------------------------------------------------------------- cheats
 
 
+@pytest.mark.slow
 def test_cheat_candidate_that_claims_correct_with_wrong_output_is_incorrect() -> None:
     run = _run(["--mode", "wrong"])
     for pair in run.pairs:
@@ -56,12 +57,14 @@ def test_cheat_candidate_that_claims_correct_with_wrong_output_is_incorrect() ->
         assert pair.ref.correct and pair.ref.output["ok"]  # the reference is not blamed
 
 
+@pytest.mark.slow
 def test_cheat_int_subclass_eq_always_true_is_caught() -> None:
     run = _run(["--mode", "int_eq"], accuracy={"compare": "allclose", "rtol": 1e-6, "atol": 0.0})
     assert all(p.cand.self_correct is True and p.cand.correct is False for p in run.pairs)
     assert "within rtol=1e-06" in run.pairs[0].cand.output["reason"]
 
 
+@pytest.mark.slow
 def test_cheat_candidate_writing_the_reference_output_file_of_an_earlier_call(
     tmp_path: Path,
 ) -> None:
@@ -87,12 +90,14 @@ def test_an_output_place_is_private_fresh_and_removed_once_read() -> None:
     assert "wrote no output" in second.collect().error and not Path(second.directory).exists()
 
 
+@pytest.mark.slow
 def test_cheat_candidate_writing_no_output_is_incorrect() -> None:
     run = _run(["--mode", "nothing"])
     assert all(not p.cand.correct for p in run.pairs)
     assert "wrote no output" in run.pairs[0].cand.output["reason"]
 
 
+@pytest.mark.slow
 def test_output_larger_than_the_limit_is_an_incorrect_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -102,6 +107,7 @@ def test_output_larger_than_the_limit_is_an_incorrect_call(
     assert not run.pairs[0].cand.correct and "more than the" in run.pairs[0].cand.output["reason"]
 
 
+@pytest.mark.slow
 def test_cheat_named_pipe_at_the_output_path_is_incorrect_and_does_not_block() -> None:
     started = time.monotonic()
     run = _run(["--mode", "fifo"], pairs=1)
@@ -118,6 +124,7 @@ def test_output_symlink_is_not_followed(tmp_path: Path) -> None:
     assert read.data is None and "cannot be opened" in read.error
 
 
+@pytest.mark.slow
 def test_reference_without_output_is_the_references_failure() -> None:
     run = _run([], ref=["--mode", "nothing"], pairs=1)
     pair = run.pairs[0]
@@ -128,6 +135,7 @@ def test_reference_without_output_is_the_references_failure() -> None:
 # ---------------------------------------------------------------- honest controls
 
 
+@pytest.mark.slow
 def test_honest_candidate_with_identical_output_is_correct_and_small_outputs_are_kept() -> None:
     run = _run([], accuracy=EXACT)
     assert all(p.ref.correct and p.cand.correct for p in run.pairs)
@@ -138,6 +146,7 @@ def test_honest_candidate_with_identical_output_is_correct_and_small_outputs_are
     assert run.settings["outputs"]["accuracy"] == EXACT
 
 
+@pytest.mark.slow
 def test_output_within_tolerance_passes_allclose_but_not_exact() -> None:
     close = _run(["--mode", "noise"], accuracy={"compare": "allclose", "rtol": 1e-6, "atol": 0})
     assert all(p.cand.correct for p in close.pairs)
@@ -145,12 +154,14 @@ def test_output_within_tolerance_passes_allclose_but_not_exact() -> None:
     assert not exact.pairs[0].cand.correct
 
 
+@pytest.mark.slow
 def test_real_regression_with_correct_output_is_still_measured() -> None:
     run = _run(["--work-s", "0.25"], ref=["--work-s", "0.05"])
     assert all(p.cand.correct for p in run.pairs)
     assert all(p.cand.metrics["time_ms"][0] > p.ref.metrics["time_ms"][0] + 100 for p in run.pairs)
 
 
+@pytest.mark.slow
 def test_json_outputs_are_compared_by_the_rule() -> None:
     run = _run(["--json"], ref=["--json"], pairs=1)
     assert run.pairs[0].cand.correct
@@ -267,6 +278,7 @@ def test_cheat_json_integer_beyond_float_range_is_judged_not_a_crash() -> None:
     assert "in the candidate" in derive_outputs.compare(b"[1e308]", huge, "allclose", 1e-5, 0.0)
 
 
+@pytest.mark.slow
 def test_cheat_subject_writing_a_lying_npy_header_fails_its_calls_and_the_run_completes(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from test_measure_cli import ORIGINAL, _cli, _experiment, _record_resolution
 from test_measure_wall_clock import _reconcile
 
@@ -93,6 +94,7 @@ def _select(tmp: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_measure_workload_judges_outputs_records_them_and_a_wrong_final_audit_fails(
     tmp_path: Path,
 ) -> None:
@@ -133,6 +135,7 @@ def test_measure_workload_judges_outputs_records_them_and_a_wrong_final_audit_fa
     assert audit["ok"] is True and audit["findings"] == []
 
 
+@pytest.mark.slow
 def test_formal_stage_with_one_output_mismatch_cannot_support_a_champion(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     _ready(ledger)
@@ -161,6 +164,7 @@ def test_formal_stage_with_one_output_mismatch_cannot_support_a_champion(tmp_pat
     assert audit["ok"] is True and audit["findings"] == []
 
 
+@pytest.mark.slow
 def test_malformed_accuracy_rule_in_readiness_is_a_bad_request_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
@@ -193,6 +197,7 @@ def test_malformed_accuracy_rule_in_readiness_is_a_bad_request_and_changes_nothi
         assert opened.state().targets["t1"].readiness is None
 
 
+@pytest.mark.slow
 def test_readiness_judged_by_the_subject_alone_is_warned_about_not_refused(
     tmp_path: Path,
 ) -> None:
@@ -282,6 +287,7 @@ def test_raw_table_whose_call_claims_correct_despite_its_output_check_is_a_misma
     assert found is not None and "only when its own check and its output check hold" in found
 
 
+@pytest.mark.slow
 def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     _ready(ledger)
@@ -300,6 +306,7 @@ def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path:
         assert opened.head() == head
 
 
+@pytest.mark.slow
 def test_measure_aa_says_when_the_originals_outputs_differ_from_its_own(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     _ready(ledger)

@@ -79,6 +79,7 @@ def test_checks_recorded_under_outputs_v1_are_rejudged_by_their_own_rule() -> No
         outputs.compare(ref, cand, "allclose", method="outputs_v0")
 
 
+@pytest.mark.slow
 def test_a_candidate_writing_float16_fails_its_accuracy_check_through_the_driver() -> None:
     argv = [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "{seed}", "--case",
             "{case}", "--work-s", "0"]  # fmt: skip

@@ -29,6 +29,7 @@ def _reference() -> str:
     return f"{sys.executable} {SUMSQ} --repeats 3 --extra-work 9.0"
 
 
+@pytest.mark.slow
 def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     tmp_path: Path,
 ) -> None:
@@ -79,6 +80,7 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     assert "case large: " in page.read_text() and "case small: " in page.read_text()
 
 
+@pytest.mark.slow
 def test_r5_samples_recorded_from_outside_are_refused_at_a_formal_stage_and_marked(
     tmp_path: Path,
 ) -> None:

@@ -41,6 +41,7 @@ def _renamed(body: dict[str, Any], arts: dict[str, Artifact], table: dict[str, A
     return {**copy.deepcopy(body), "samples_id": "e1-screen-b"}, {**arts, "samples.json": data}
 
 
+@pytest.mark.slow
 def test_r5_measured_calls_without_the_drivers_wall_time_are_refused(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     forged, rebound = _renamed(body, arts)
@@ -53,6 +54,7 @@ def test_r5_measured_calls_without_the_drivers_wall_time_are_refused(tmp_path: P
         execute(opened, "samples.record", honest, actor="agent", artifacts=rebound)
 
 
+@pytest.mark.slow
 def test_r5_provenance_settings_unlike_the_raw_tables_are_refused(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     forged, rebound = _renamed(body, arts)
@@ -60,6 +62,7 @@ def test_r5_provenance_settings_unlike_the_raw_tables_are_refused(tmp_path: Path
     assert "settings differ" in _refused(ledger, forged, rebound)
 
 
+@pytest.mark.slow
 def test_r5_a_raw_table_of_no_known_kind_or_another_protocol_is_refused(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     table = json.loads(arts["samples.json"].data)
@@ -71,6 +74,7 @@ def test_r5_a_raw_table_of_no_known_kind_or_another_protocol_is_refused(tmp_path
     assert "not one perfledger measures by" in _refused(ledger, forged, rebound)
 
 
+@pytest.mark.slow
 def test_r5_a_pair_monitor_verdict_the_raw_table_does_not_hold_is_refused(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)  # measured with --no-monitor: no windows
     forged, rebound = _renamed(body, arts)
@@ -78,6 +82,7 @@ def test_r5_a_pair_monitor_verdict_the_raw_table_does_not_hold_is_refused(tmp_pa
     assert "pair 0: a monitor verdict the table does not hold" in _refused(ledger, forged, rebound)
 
 
+@pytest.mark.slow
 def test_r5_audit_finds_planted_samples_without_the_drivers_wall_time(tmp_path: Path) -> None:
     ledger, body, arts = _screened(tmp_path)
     forged, rebound = _renamed(body, arts)

@@ -45,6 +45,7 @@ def _closed(pairs: int = 4, steady: int = 30, **kw: Any) -> sv.LoadConfig:
     return sv.LoadConfig(mode="closed", concurrency=8, steady_requests=steady, pairs=pairs, **kw)
 
 
+@pytest.mark.slow
 def test_candidate_with_a_shorter_time_to_first_token_is_found_faster(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path)
     fast = {**BASE, "ttft_s": 0.04}  # ground truth: 20 % shorter TTFT, same decode speed
@@ -77,6 +78,7 @@ def test_candidate_with_a_shorter_time_to_first_token_is_found_faster(tmp_path: 
     assert all(r.ttft_s >= 0.03 and r.tpot_s > 0.003 for r in rows)  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_the_same_server_twice_is_not_flagged(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path)
     with standin({"seed": 4, "profiles": {"a": BASE}}) as url:
@@ -90,6 +92,7 @@ def test_the_same_server_twice_is_not_flagged(tmp_path: Path) -> None:
     assert not report["drift"]["detected"], report["drift"]
 
 
+@pytest.mark.slow
 def test_a_step_in_latency_mid_run_is_drift_and_its_windows_support_no_verdict(
     tmp_path: Path,
 ) -> None:
@@ -114,6 +117,7 @@ def test_a_step_in_latency_mid_run_is_drift_and_its_windows_support_no_verdict(
     assert report["usable_pairs"] == 4 - len(unusable)
 
 
+@pytest.mark.slow
 def test_a_stationary_single_endpoint_shows_no_drift(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path)
     with standin({"seed": 6, "profiles": {"a": BASE}}) as url:
@@ -203,6 +207,7 @@ def test_r17_requests_overlapping_foreign_activity_are_marked(tmp_path: Path) ->
     assert report["interference_requests"] == sum(1 for r in run.requests if r.interference)
 
 
+@pytest.mark.slow
 def test_failed_requests_are_kept_with_their_reason_and_void_their_pair(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path)
     with standin({"seed": 8, "profiles": {"a": BASE, "bad": {**BASE, "fail": True}}}) as url:
@@ -220,6 +225,7 @@ def test_failed_requests_are_kept_with_their_reason_and_void_their_pair(tmp_path
     assert report["summary"] == {}
 
 
+@pytest.mark.slow
 def test_open_loop_arrivals_are_seeded_and_the_same_for_both_subjects(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path, tokens=2)
     config = sv.LoadConfig(mode="poisson", rate_rps=200.0, steady_requests=10, pairs=2, seed=11,
@@ -320,6 +326,7 @@ def test_an_impossible_load_is_refused(config: sv.LoadConfig) -> None:
         config.check()
 
 
+@pytest.mark.slow
 def test_two_configurations_behind_one_url_are_switched_before_each_window(
     tmp_path: Path,
 ) -> None:
@@ -347,6 +354,7 @@ def test_two_configurations_behind_one_url_are_switched_before_each_window(
     assert run.settings()["endpoints"]["cand"]["before"][-1] == url
 
 
+@pytest.mark.slow
 def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path, n=44)
     liar = {**BASE, "usage_factor": 2}  # claims 16 tokens for 8 sent: half the time per token
@@ -359,6 +367,7 @@ def test_a_server_that_overstates_its_token_count_fails_its_requests(tmp_path: P
     assert analyze(run)["usable_pairs"] == 0
 
 
+@pytest.mark.slow
 def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
     tmp_path: Path,
 ) -> None:

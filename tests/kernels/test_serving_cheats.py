@@ -59,6 +59,7 @@ def test_cheat_a_failing_answer_whose_body_never_ends_does_not_hold_the_client(
     assert elapsed_s < 10.0  # not the 20 s timeout per request
 
 
+@pytest.mark.slow
 def test_cheat_more_content_chunks_than_max_tokens_without_usage_fails_the_request(
     tmp_path: Path,
 ) -> None:
@@ -95,6 +96,7 @@ def test_cheat_a_candidate_that_redirects_to_another_server_is_not_measured_as_t
     assert all(r.ok for r in run.requests if r.subject == "ref")
 
 
+@pytest.mark.slow
 def test_cheat_a_candidate_that_fails_a_request_in_its_slow_windows_gets_no_finding(
     tmp_path: Path,
 ) -> None:
@@ -123,6 +125,7 @@ def test_cheat_a_candidate_that_fails_a_request_in_its_slow_windows_gets_no_find
     assert any("failed" in x for x in body["limitations"]), body["limitations"]
 
 
+@pytest.mark.slow
 def test_cheat_a_tail_quantile_of_too_few_requests_is_not_recorded_as_evidence(
     tmp_path: Path,
 ) -> None:
@@ -145,6 +148,7 @@ def test_cheat_a_tail_quantile_of_too_few_requests_is_not_recorded_as_evidence(
     assert any(x.startswith("p95, p99 left out") for x in body["limitations"])
 
 
+@pytest.mark.slow
 def test_cheat_an_answer_that_ends_early_but_reports_full_usage_is_not_compared(
     tmp_path: Path,
 ) -> None:
@@ -188,6 +192,7 @@ def test_cheat_connection_set_up_does_not_land_in_the_steady_state(tmp_path: Pat
         sv.LoadConfig(mode="closed", concurrency=8, warmup_requests=8, cooldown_requests=5).check()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("behaviour", "error"),
     [
@@ -214,6 +219,7 @@ def test_cheat_a_malformed_chunk_fails_its_request_and_does_not_crash_the_run(
     assert all(r.ok for r in run.requests if r.subject == "ref")
 
 
+@pytest.mark.slow
 def test_cheat_a_server_that_never_answers_holds_a_window_for_one_timeout(
     tmp_path: Path,
 ) -> None:
@@ -238,6 +244,7 @@ def test_cheat_a_server_that_never_answers_holds_a_window_for_one_timeout(
     assert analyze(run, resamples=200)["usable_pairs"] == 0
 
 
+@pytest.mark.slow
 def test_cheat_a_server_that_remembers_answers_gains_nothing_from_repeated_requests(
     tmp_path: Path,
 ) -> None:
@@ -256,6 +263,7 @@ def test_cheat_a_server_that_remembers_answers_gains_nothing_from_repeated_reque
     assert report["summary"]["ttft_s"]["p50"]["finding"] == "higher", report["summary"]["ttft_s"]
 
 
+@pytest.mark.slow
 def test_cheat_a_second_choice_does_not_count_as_output(tmp_path: Path) -> None:
     """One answer was asked for (``n`` = 1); a server that streams half the tokens, each twice as
     choices 0 and 1, would show the token count and the text size of a full answer."""
@@ -270,6 +278,7 @@ def test_cheat_a_second_choice_does_not_count_as_output(tmp_path: Path) -> None:
     assert analyze(run, resamples=200)["usable_pairs"] == 0
 
 
+@pytest.mark.slow
 def test_cheat_one_window_pair_gives_no_finding(tmp_path: Path) -> None:
     """With one usable window pair the summary's bootstrap cannot resample pairs: its CI is the
     spread of requests inside two windows, blind to how windows differ, and a difference of one
@@ -285,6 +294,7 @@ def test_cheat_one_window_pair_gives_no_finding(tmp_path: Path) -> None:
     assert ttft["finding"] == "too_few_pairs", ttft
 
 
+@pytest.mark.slow
 def test_cheat_a_candidate_that_drifts_where_slow_gets_no_finding(tmp_path: Path) -> None:
     """A window pair with a drifting window is left out; a candidate that is fast (0.5x the
     reference) in three windows and 15x slower in the fourth makes that window drift and would be
@@ -304,6 +314,7 @@ def test_cheat_a_candidate_that_drifts_where_slow_gets_no_finding(tmp_path: Path
     assert ttft["pairs_left_out"] >= 1
 
 
+@pytest.mark.slow
 def test_cheat_a_formal_stage_is_not_recorded_on_the_pairs_left_after_drift(
     tmp_path: Path,
 ) -> None:

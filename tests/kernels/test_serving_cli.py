@@ -120,6 +120,7 @@ def _cli(path: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: Path) -> None:
     testset, digest = _testset(tmp_path)
     ledger_path = tmp_path / "ledger"
@@ -164,6 +165,7 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
     assert primary["n_pairs"] == data["pairs_recorded"] and 0.08 < primary["estimate"] < 0.3
 
 
+@pytest.mark.slow
 def test_measure_serving_without_a_ledger_target_reports_only(tmp_path: Path) -> None:
     testset, _digest = _testset(tmp_path)
     with standin({"seed": 22, "profiles": {"a": BASE}}) as url:
@@ -210,6 +212,7 @@ def test_r17_a_formal_stage_refuses_to_run_without_the_monitor(tmp_path: Path) -
     assert json.loads(proc.stdout)["error"]["rule"] == "R17"
 
 
+@pytest.mark.slow
 def test_measure_serving_refuses_bad_flags_with_exit_2(tmp_path: Path) -> None:
     testset, _digest = _testset(tmp_path)
     both = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url", DEAD_URL,
@@ -225,6 +228,7 @@ def test_measure_serving_refuses_bad_flags_with_exit_2(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_measure_serving_reports_a_server_that_is_down(tmp_path: Path) -> None:
     testset, _digest = _testset(tmp_path)
     proc = _cli(tmp_path / "none", tmp_path, "measure", "serving", "--ref-url", DEAD_URL,
@@ -251,6 +255,7 @@ def test_an_unknown_serving_metric_kind_is_refused() -> None:
         metric_kind("x", {"x": "joules"})
 
 
+@pytest.mark.slow
 def test_measure_serving_records_the_report_as_service_evidence(tmp_path: Path) -> None:
     testset, digest = _testset(tmp_path)
     ledger_path = tmp_path / "ledger"
@@ -278,6 +283,7 @@ def test_measure_serving_records_the_report_as_service_evidence(tmp_path: Path) 
     assert any("monitor" in x for x in payload.limitations)
 
 
+@pytest.mark.slow
 def test_measure_serving_switches_one_server_between_two_configurations(tmp_path: Path) -> None:
     testset, _digest = _testset(tmp_path)
     with standin({"seed": 24, "profiles": {"a": BASE, "b": {**BASE, "ttft_s": 0.04}}}) as url:
@@ -317,6 +323,7 @@ def _nvml_opens() -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Path) -> None:
     testset = tmp_path / "cases.jsonl"
     testset.write_text(

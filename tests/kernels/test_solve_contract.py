@@ -251,6 +251,7 @@ def test_a_json_spec_breaking_the_contract_is_refused_before_anything_is_built(
 # ------------------------------------------------------------------------- a real build
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_a_host_only_solve_is_built_by_nvcc_and_called_through_ctypes(tmp_path: Path) -> None:
     source = tmp_path / "double.cu"
@@ -283,6 +284,7 @@ def test_a_host_only_solve_is_built_by_nvcc_and_called_through_ctypes(tmp_path: 
     assert changed.content_hash() != subject.content_hash()
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_a_library_without_an_unmangled_solve_is_refused(tmp_path: Path) -> None:
     source = tmp_path / "mangled.cu"
@@ -293,6 +295,7 @@ def test_a_library_without_an_unmangled_solve_is_refused(tmp_path: Path) -> None
         sv.SolveSubject("mangled", build, sv.parse_arg_spec(SPEC), {"n": 1})
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_a_source_that_does_not_compile_is_a_bad_request_with_nvcc_s_message(
     tmp_path: Path,

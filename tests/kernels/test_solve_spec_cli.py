@@ -55,6 +55,7 @@ def _head(path: Path) -> list[str]:
         ledger.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "knowledge.md"
 
 
+@pytest.mark.slow
 def test_knowledge_page_shell_blocks_run(tmp_path: Path) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), flags=re.S)
     assert len(blocks) == 3

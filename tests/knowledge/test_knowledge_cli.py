@@ -57,6 +57,7 @@ def env_files(tmp_path: Path, env: dict[str, str]) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 def test_query_against_two_environments_names_the_differences(
     env: dict[str, str], env_files: dict[str, Path]
 ) -> None:
@@ -74,6 +75,7 @@ def test_query_against_two_environments_names_the_differences(
     assert next(r for r in h200["results"] if r["id"] == "hopper.tma")["status"] == "compatible"
 
 
+@pytest.mark.slow
 def test_query_on_this_machine_leaves_unknown_fields_related(
     env: dict[str, str], env_files: dict[str, Path]
 ) -> None:
@@ -92,6 +94,7 @@ def test_an_empty_result_says_it_blocks_nothing(env: dict[str, str]) -> None:
     assert "no card matched" in done.stdout and "blocks nothing" in done.stdout
 
 
+@pytest.mark.slow
 def test_user_cards_join_the_shipped_ones_and_a_bad_one_is_exit_2(
     tmp_path: Path, env: dict[str, str], env_files: dict[str, Path]
 ) -> None:
@@ -134,6 +137,7 @@ def test_an_env_file_of_the_wrong_shape_is_exit_2(tmp_path: Path, env: dict[str,
         assert done.returncode == 2 and needle in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_record_appends_diagnostic_evidence_with_the_answer_attached(
     tmp_path: Path, env: dict[str, str], env_files: dict[str, Path]
 ) -> None:
@@ -161,6 +165,7 @@ def test_record_appends_diagnostic_evidence_with_the_answer_attached(
     assert again.returncode == 2 and "already recorded" in again.stderr
 
 
+@pytest.mark.slow
 def test_check_and_show(env: dict[str, str]) -> None:
     check = _run(env, "knowledge", "check", "--json")
     assert check.returncode == 0 and json.loads(check.stdout)["cards"] >= 30

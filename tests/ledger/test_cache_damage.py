@@ -64,6 +64,7 @@ def _fold_json(ledger_path: Path, tmp: Path) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
 def test_a_damaged_section_file_is_a_miss_not_a_failed_command(
     ledger_path: Path, tmp_path: Path, damage: str
@@ -85,6 +86,7 @@ def test_a_damaged_section_file_is_a_miss_not_a_failed_command(
     assert json.loads(state.stdout) == _fold_json(ledger_path, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_section_file_holding_other_valid_bytes_does_not_change_a_decision(
     ledger_path: Path, tmp_path: Path
 ) -> None:

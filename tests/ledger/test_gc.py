@@ -170,6 +170,7 @@ def test_gc_outside_a_repository_is_a_bad_request(tmp_path: Path) -> None:
     assert answer.returncode == 2 and "not a ledger" in answer.stderr
 
 
+@pytest.mark.slow
 def test_storage_doc_gc_block_runs(tmp_path: Path) -> None:
     """The gc example of docs/storage.md runs as written (its /tmp paths moved here)."""
     doc = (Path(__file__).parents[2] / "docs" / "storage.md").read_text()

@@ -138,6 +138,7 @@ def dags(draw: st.DrawFn) -> tuple[list[list[EventDraft]], EventDraft, Plan, Pla
     return branches, final, draw(plans), draw(plans)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(dags())
 def test_order_and_state_hash_independent_of_write_order(

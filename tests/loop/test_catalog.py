@@ -82,6 +82,7 @@ def test_malformed_toml_is_a_bad_request() -> None:
 _OPS = ["<", "<=", ">", ">="]
 
 
+@pytest.mark.slow
 @given(
     value=st.floats(-1e6, 1e6, allow_nan=False),
     threshold=st.floats(-1e6, 1e6, allow_nan=False),
@@ -96,6 +97,7 @@ def test_evaluate_matches_the_comparison(value: float, threshold: float, op: str
     assert cat.evaluate(catalog, condition, {}) is None
 
 
+@pytest.mark.slow
 @given(sectors=st.floats(0, 1e9), requests=st.floats(0, 1e6))
 def test_derived_metric_is_a_ratio_or_none(sectors: float, requests: float) -> None:
     catalog, _, _ = cat.load_default_catalog()

@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from loop_paths import CPU_EXAMPLE, answer
 
 
@@ -18,6 +19,7 @@ def _head(ledger: Path) -> str:
     ).stdout.strip()  # fmt: skip
 
 
+@pytest.mark.slow
 def test_refused_selection_changes_nothing_and_names_its_rule(loop_cli, tmp_path: Path) -> None:
     driver = f"python3 {CPU_EXAMPLE / 'subject.py'} {{kernel}} {{ref}} {{dims}} {{entry}}"
     answer(

@@ -11,6 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from loop_paths import CPU_EXAMPLE, answer
 
 DIMS = '{"M": 64, "N": 256}'
@@ -27,6 +28,7 @@ def _close(loop_cli, iteration: int, kernel: str) -> dict:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cpu_loop_end_to_end(loop_cli, tmp_path: Path) -> None:
     driver = f"python3 {CPU_EXAMPLE / 'subject.py'} {{kernel}} {{ref}} {{dims}} {{entry}}"
     setup = answer(

@@ -24,6 +24,7 @@ def _head(ledger: Path) -> str:
     ).stdout  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dims", "ref_text", "message"),
     [
@@ -51,6 +52,7 @@ def test_a_broken_solve_contract_is_refused_before_anything_runs(
     assert _head(loop_cli.ledger) == before
 
 
+@pytest.mark.slow
 def test_a_python_solve_baseline_whose_parameters_differ_from_the_spec_is_refused(
     loop_cli, tmp_path: Path
 ) -> None:
@@ -76,6 +78,7 @@ def test_the_triton_example_matches_the_spec_without_its_stream() -> None:
     assert not is_python_solve_source("def kernel(x):\n    pass\n")  # a workload stand-in
 
 
+@pytest.mark.slow
 def test_a_global_kernel_baseline_still_takes_the_launch_directive_path(
     loop_cli, tmp_path: Path
 ) -> None:
@@ -92,6 +95,7 @@ def test_a_global_kernel_baseline_still_takes_the_launch_directive_path(
     assert "no launch directive" in json.loads(proc.stdout)["error"]["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 def test_the_solve_examples_match_their_spec_and_compile(tmp_path: Path) -> None:
     from perfledger.kernels.subjects import solve as sv
@@ -105,6 +109,7 @@ def test_the_solve_examples_match_their_spec_and_compile(tmp_path: Path) -> None
     assert spec.shapes({"n": 10}) == {"x": (10,), "y": (10,)}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 def test_ptxas_evidence_of_the_built_library_is_kept_with_its_hash(tmp_path: Path) -> None:
     from perfledger.kernels.subjects import solve as sv
@@ -137,6 +142,7 @@ def test_sass_evidence_is_the_listing_of_the_very_library_built(tmp_path: Path) 
                                              build.nvcc_version]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_valid_solve_contract_on_a_machine_without_a_gpu_says_so_without_a_traceback(
     loop_cli,
 ) -> None:

@@ -59,6 +59,7 @@ def ledger(tmp_path: Path, env: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_every_kind_becomes_one_event_with_its_raw_report(
     ledger: Path, env: dict[str, str]
 ) -> None:
@@ -213,6 +214,7 @@ def _replay_ncu(tmp_path: Path) -> Path:
     return bindir
 
 
+@pytest.mark.slow
 def test_evidence_ncu_records_command_version_and_status(
     ledger: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -271,6 +273,7 @@ def test_evidence_ncu_on_a_real_gpu(ledger: Path, env: dict[str, str], tmp_path:
     assert payload["facts"] or payload["limitations"]
 
 
+@pytest.mark.slow
 def test_plain_request_path_still_works(ledger: Path, env: dict[str, str]) -> None:
     request = ledger.parent / "req.json"
     request.write_text(
@@ -305,6 +308,7 @@ def test_old_payload_without_new_fields_still_decodes() -> None:
     assert struct.applicability is None and struct.boundary is None and struct.capture is None
 
 
+@pytest.mark.slow
 def test_ncu_rep_without_ncu_is_refused_with_the_export_command(
     ledger: Path, env: dict[str, str], tmp_path: Path
 ) -> None:

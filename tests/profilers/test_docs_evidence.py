@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,6 +21,7 @@ def _block(language: str, needle: str) -> str:
     return next(b for b in blocks if needle in b)
 
 
+@pytest.mark.slow
 def test_profilers_doc_evidence_block_runs(tmp_path: Path) -> None:
     script = _block("sh", "evidence add --kind").replace("/tmp/", f"{tmp_path}/")
     script = script.replace("F=tests/fixtures/profilers", f"F={ROOT}/tests/fixtures/profilers")

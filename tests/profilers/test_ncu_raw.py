@@ -99,6 +99,7 @@ def _both(data: bytes, monkeypatch: pytest.MonkeyPatch, chunk: int = 16_000) -> 
     return outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [raw_page, raw_page_mixed])
 def test_pyarrow_path_equals_the_csv_path(make: object, monkeypatch: pytest.MonkeyPatch) -> None:
     data = make(80)  # type: ignore[operator]  # 320 launch rows: about 25 chunks
@@ -122,6 +123,7 @@ def test_pyarrow_path_equals_the_csv_path(make: object, monkeypatch: pytest.Monk
         assert saxpy.metrics[metric].missing > 0
 
 
+@pytest.mark.slow
 def test_statistics_are_the_row_by_row_statistics() -> None:
     """count, total (added one by one in file order), min, max (Python's: the first of equal
     values), missing, as MetricStat.add gives them launch by launch."""
@@ -165,6 +167,7 @@ def test_reduce_over_rows_adds_in_row_order() -> None:
     assert np.add.reduce(np.asfortranarray(values), axis=0).tolist() != expected  # pairwise
 
 
+@pytest.mark.slow
 def test_bad_launch_columns_in_a_later_chunk_name_their_row() -> None:
     data = raw_page(80).decode().splitlines(keepends=True)
     fields = _fields(data[260])  # launch row 259
@@ -182,6 +185,7 @@ def test_bad_launch_columns_in_a_later_chunk_name_their_row() -> None:
         _parse("".join(data).encode())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
@@ -230,6 +234,7 @@ def test_negative_zero_is_read_as_float_reads_it() -> None:
     assert any(str(k.metrics[metric].minimum) == "-0.0" for k in report.kernels.values())
 
 
+@pytest.mark.slow
 def test_structure_that_only_the_csv_module_reads_the_same_way(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -283,6 +288,7 @@ def test_truncated_and_binary_pages_are_refused() -> None:
         _parse(data.replace(b"NVIDIA H200", b"NVIDIA \xff200", 3))
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(rnd=st.randoms(use_true_random=False))
 def test_mutated_pages_are_refused_or_read_as_the_csv_path_reads_them(
@@ -301,6 +307,7 @@ def test_mutated_pages_are_refused_or_read_as_the_csv_path_reads_them(
 _FIELD = st.text(alphabet='ab,"\n\r 1.+', max_size=5)
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(
     st.lists(st.lists(_FIELD, min_size=3, max_size=3), min_size=1, max_size=4),
@@ -339,6 +346,7 @@ def test_simple_line_check_agrees_with_the_csv_module(
     assert got == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(
     st.one_of(
@@ -363,6 +371,7 @@ def test_pyarrow_cast_accepts_exactly_the_plain_numbers(text: str) -> None:
         assert got is None, text
 
 
+@pytest.mark.slow
 def test_gzip_page_reads_as_the_plain_page(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """A gzip-compressed page (read through GzipFile.readinto) in several chunks."""
     import gzip
@@ -379,6 +388,7 @@ def test_gzip_page_reads_as_the_plain_page(tmp_path, monkeypatch: pytest.MonkeyP
         ncu.parse_ncu_csv(tmp_path / "cut.csv.gz", tool_version=NCU_VERSION)
 
 
+@pytest.mark.slow
 def test_older_raw_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """The raw page of ncu 2019.x-2022.1 (8 launch columns with Kernel Time, no block, grid,
     device or CC), built from the real page: the same statistics, streams from column 7."""

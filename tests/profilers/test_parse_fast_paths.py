@@ -41,6 +41,7 @@ def _parse_trace(data: bytes) -> dict:
     return golden.canonical(torch_trace.parse_torch_trace(io.BytesIO(data)))
 
 
+@pytest.mark.slow
 def test_torch_batch_path_equals_the_event_path(monkeypatch: pytest.MonkeyPatch) -> None:
     data = _trace(400)  # several 1 MiB batches, two devices
     assert len(data) > 3 * torch_trace.BATCH_CHARS
@@ -51,6 +52,7 @@ def test_torch_batch_path_equals_the_event_path(monkeypatch: pytest.MonkeyPatch)
     assert sum(k["launches"] for k in fast["kernels"]) == 400 * 12
 
 
+@pytest.mark.slow
 def test_torch_bad_kernel_in_a_later_batch_is_refused() -> None:
     data = json.loads(_trace(400))
     kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
@@ -95,6 +97,7 @@ class _HeapBusy:
         return 0 if self.start is None else self.busy + self.end - self.start
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=120),

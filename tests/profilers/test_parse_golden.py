@@ -21,6 +21,7 @@ def test_fixture_parse_matches_the_golden_file(name: str) -> None:
     assert got == EXPECTED[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(golden.CASES))
 def test_mutated_fixture_outcomes_match_the_golden_file(name: str) -> None:
     data = (golden.FIXTURES / name).read_bytes()

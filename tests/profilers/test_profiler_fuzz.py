@@ -89,6 +89,7 @@ def _check(parse: Callable[[io.BytesIO], object], data: bytes) -> None:
         assert exc.message and exc.exit_code == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_mutated_reports_parse_or_are_refused(name: str) -> None:
     file_name, parse = PARSERS[name]

@@ -86,6 +86,7 @@ def test_2021_trace_without_device_properties_is_identified_by_its_cuda_calls() 
         _parse(runtime_free)
 
 
+@pytest.mark.slow
 def test_legacy_trace_reads_the_same_in_small_chunks() -> None:
     """The fast (batched) and slow (event by event) paths map the old names alike."""
     raw = gzip.decompress(V100_2021.read_bytes())

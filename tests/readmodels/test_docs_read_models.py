@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rm_session import scripted_ledger
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "workflow.md"
 
 
+@pytest.mark.slow
 def test_workflow_doc_read_model_block_runs(tmp_path: Path) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), flags=re.S)
     block = next(b for b in blocks if "perfledger audit" in b)

@@ -21,6 +21,9 @@ from rm_session import scripted_ledger
 from perfledger.api import Ledger
 from perfledger.commands.audit.replay import audit
 
+#: Every test reads one scripted ledger built through the CLI (seconds): left to `make test`.
+pytestmark = pytest.mark.slow
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("PERFLEDGER_UPDATE_GOLDEN") == "1"
 

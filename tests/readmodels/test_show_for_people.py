@@ -12,6 +12,9 @@ import pytest
 from rm_session import scripted_ledger
 from test_readmodels_golden import run
 
+#: Every test reads one scripted ledger built through the CLI (seconds): left to `make test`.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:

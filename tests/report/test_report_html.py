@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 from rm_session import scripted_ledger
 
+#: Every test reads one scripted ledger built through the CLI (seconds): left to `make test`.
+pytestmark = pytest.mark.slow
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from wf_scenario import T1, Session, experiment, samples, target_freeze
 
 from perfledger.api import Ledger
@@ -34,6 +35,7 @@ def _champion_conflict(state: Any) -> Any:
     return conflict
 
 
+@pytest.mark.slow
 def test_two_champions_chosen_concurrently_conflict_until_resolved_whichever_merges_first(
     tmp_path: Path, served: Path, daemon: str, cli: Any
 ) -> None:

@@ -105,6 +105,7 @@ def test_push_is_fast_forward_only(tmp_path: Path, served: Path, daemon: str) ->
             ledger.close()
 
 
+@pytest.mark.slow
 def test_pull_of_a_force_pushed_remote_is_refused_and_changes_nothing(
     tmp_path: Path, served: Path, daemon: str, git: Any, cli: Any
 ) -> None:
@@ -177,6 +178,7 @@ def _tamper_last_event(git: Any, repo: Path, tmp_path: Path) -> str:
     return str(envelope["id"])
 
 
+@pytest.mark.slow
 def test_pull_of_a_tampered_event_is_refused_naming_it_and_changes_nothing(
     tmp_path: Path, served: Path, daemon: str, git: Any, cli: Any
 ) -> None:

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "sync.md"
 
 
+@pytest.mark.slow
 def test_sync_doc_walkthrough_runs(tmp_path: Path) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), flags=re.S)
     block = next(b for b in blocks if "perfledger clone" in b)

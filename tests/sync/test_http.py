@@ -21,6 +21,7 @@ def http(served: Path, env: dict[str, str]) -> Any:
         yield prefix
 
 
+@pytest.mark.slow
 def test_clone_pull_and_push_over_smart_http(
     tmp_path: Path, served: Path, http: str, cli: Any, git: Any
 ) -> None:

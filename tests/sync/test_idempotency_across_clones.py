@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: The retried key, and each clone's note text under it.
 KEY = "retry-1"
 TEXTS = {"a": "from clone a", "b": "from clone b"}
@@ -56,6 +58,7 @@ def _answers(cli: Any, ledger: Path) -> dict[str, tuple[int, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_retried_key_answers_the_same_on_every_clone_cache_or_not(tmp_path: Path, cli: Any) -> None:
     """After the merge, a retry returns the event first in the total order on both writers'
     clones and on a fresh clone (exit 0), and the other content is refused (exit 2, naming the
@@ -78,6 +81,7 @@ def test_retried_key_answers_the_same_on_every_clone_cache_or_not(tmp_path: Path
         assert cli("--ledger", path, "--json", "log").stdout == heads[name]  # nothing appended
 
 
+@pytest.mark.slow
 def test_audit_reports_the_key_used_on_concurrent_branches_and_verify_stays_clean(
     tmp_path: Path, cli: Any
 ) -> None:

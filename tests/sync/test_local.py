@@ -74,6 +74,7 @@ def test_merge_commits_are_deterministic_and_carry_no_event(tmp_path: Path, git:
             ledger.close()
 
 
+@pytest.mark.slow
 def test_remote_add_list_remove_and_pull_summary(tmp_path: Path, cli: Any, git: Any) -> None:
     origin = Ledger.init(tmp_path / "origin.git", actor="alice")
     other = Ledger.init(tmp_path / "mine", actor="me")

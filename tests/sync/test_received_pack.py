@@ -120,6 +120,7 @@ def _dags(draw: st.DrawFn) -> dict[bytes, CommitNode]:
     return nodes
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(_dags(), st.data())
 def test_descends_from_agrees_with_a_full_walk(nodes: dict[bytes, CommitNode], data: Any) -> None:

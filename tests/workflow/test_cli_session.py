@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from wf_scenario import (
     CAND1,
     CAND2,
@@ -61,6 +62,7 @@ class Cli:
         return self("state")["head"]
 
 
+@pytest.mark.slow
 def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     subprocess.run(
@@ -161,6 +163,7 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     assert json.loads(schema.stdout)["additionalProperties"] is False
 
 
+@pytest.mark.slow
 def test_cli_errors_are_json_objects_with_exit_codes(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     subprocess.run(

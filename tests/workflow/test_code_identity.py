@@ -30,6 +30,9 @@ from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
 from subprocess_env import isolated_env, perfledger_command
 
+#: Every test reads one module session of real measurements (three stages of a workload).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPLAIN = "other tenants of a shared test host; the metric is this process's own CPU time"
 

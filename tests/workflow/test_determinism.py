@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from wf_scenario import Session
 
 from perfledger.api import Ledger
@@ -39,6 +40,7 @@ def _redecide(ledger: Ledger, kind: str) -> tuple[bytes, bytes]:
     return canonical_bytes(envelope.payload), canonical_bytes(draft.payload)
 
 
+@pytest.mark.slow
 def test_same_samples_give_byte_identical_verdicts(tmp_path: Path) -> None:
     first, verdict_a = _session(tmp_path / "a")
     second, verdict_b = _session(tmp_path / "b")

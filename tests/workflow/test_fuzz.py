@@ -215,6 +215,7 @@ def test_every_operation_has_a_fuzz_base() -> None:
     assert set(BASES) == set(OPERATIONS)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("PERFLEDGER_FUZZ_EXAMPLES", "2500")),
     deadline=None,
@@ -244,6 +245,7 @@ def test_negative_or_excessive_coverage_is_refused_by_r7(
     assert info.value.rule == "R7" and fuzz_ledger.head() == head
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("PERFLEDGER_CLI_FUZZ_EXAMPLES", "25")),
           deadline=None, suppress_health_check=list(HealthCheck))  # fmt: skip
 @given(
@@ -271,6 +273,7 @@ def test_fuzzed_requests_through_the_cli(fuzz_ledger: Ledger, case: tuple[str, A
         assert again.head() == head
 
 
+@pytest.mark.slow
 def test_fuzz_examples_exercise_every_mutation(tmp_path: Path) -> None:
     seen: set[str] = set()
 

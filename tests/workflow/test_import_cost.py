@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from perfledger.api import Ledger
 
 PROBE = """
@@ -30,6 +32,7 @@ assert not heavy, heavy
 HEAVY = "numpy scipy pydantic pyarrow"
 
 
+@pytest.mark.slow
 def test_state_and_writes_do_not_import_numpy_or_scipy(tmp_path: Path) -> None:
     path = tmp_path / "ledger"
     Ledger.init(path, name="lazy", actor="a").close()

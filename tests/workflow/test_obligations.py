@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
 from perfledger.commands.audit.replay import audit
@@ -262,6 +263,7 @@ def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -
     assert row.measured is not None and row.measured.samples_id == "e1-target"
 
 
+@pytest.mark.slow
 def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) -> None:
     _busy_target_samples(ready, (2,))
     ready.ledger.close()  # the CLI opens the ledger itself

@@ -126,6 +126,7 @@ def test_a_resolved_review_cannot_be_resolved_again(claimed: tuple[Any, str]) ->
     assert "was resolved by 'r2'" in error.message
 
 
+@pytest.mark.slow
 def test_review_cli_end_to_end_with_handoff_list_and_audit(tmp_path: Path) -> None:
     env = isolated_env(tmp_path)
     ledger = tmp_path / "ledger.git"

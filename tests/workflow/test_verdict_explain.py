@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from wf_scenario import Session, experiment, resolution, samples
 
 from perfledger.commands.audit.replay import audit
@@ -111,6 +112,7 @@ def _screen_payload(session: Session) -> dict:
     return msgspec.to_builtins(session.state().verdicts["e1-screen"])
 
 
+@pytest.mark.slow
 def test_cli_verdict_record_prints_the_deciding_condition(ready: Session, tmp_path: Path) -> None:
     """Text mode prints status, estimate and CI in percent, the threshold and the reason;
     --json adds an ``explanation`` beside (not inside) the recorded payload."""

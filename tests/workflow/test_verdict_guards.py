@@ -119,6 +119,7 @@ def test_missing_cases_of_an_unnamed_test_set_are_the_ones_its_aa_measured() -> 
     assert missing_cases(unnamed, ["x"], known=["small"]) == ["small"]
 
 
+@pytest.mark.slow
 def test_cheat_renaming_a_winning_case_in_an_unnamed_test_set_cannot_pass(bare: Session) -> None:
     """The test set names no cases (only its count, 2); the A/A measured ``small`` and ``large``.
     Target samples of ``small`` twice, the second time named ``small-again``, leave ``large``
@@ -184,6 +185,7 @@ def _losing_case_samples(session: Session) -> None:
     session.run("samples.record", samples("e1-target", "target", pairs=pairs))
 
 
+@pytest.mark.slow
 def test_cheat_allowing_a_case_regression_after_seeing_the_samples_is_refused(
     ready: Session,
 ) -> None:

@@ -5,6 +5,7 @@ change a single bit of a CI or an estimate."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ def _reference_bootstrap(
     return Interval(_round(float(np.median(pooled))), _round(float(low)), _round(float(high)))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values=_values)
 def test_median_is_numpys(values: list[float]) -> None:
