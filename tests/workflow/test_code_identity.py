@@ -347,8 +347,13 @@ def test_r11_code_changed_while_measured_refuses_the_samples(session: Session) -
     cand = _subject(session.code, "fast-self-writing", writer + FASTER, util=True)
     before = _head(session)
     done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-self")
-    message = _refused(done)
-    assert "changed while it was measured" in message and "src/trace.txt" in message
+    # it runs from perfledger's read-only copy: the write fails (its calls fail), or, as root
+    # (whom file modes do not stop), is found in the copy before the next call
+    if done.returncode != 3:
+        assert "Permission denied" in done.stdout + done.stderr, done.stdout + done.stderr
+    else:
+        message = _refused(done)
+        assert "while it was measured" in message and "src/trace.txt" in message
     assert _head(session) == before
 
 
@@ -669,16 +674,17 @@ def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refuse
 
 #: A candidate whose in-scope kernel, when imported, writes a bytecode cache for the reference's
 #: ``src/kern.py`` into the reference's ``__pycache__``: stamped with the source's modification
-#: time and size, so Python loads it instead of the source, and compiled from the source plus a
-#: wrapper that burns 5 ms of CPU time inside every reference call's timed window. The snapshot
-#: skips ``__pycache__`` (the run writes it itself): no snapshot sees the change.
+#: time and size, so Python would load it instead of the source, and compiled from the
+#: champion's source (which the candidate knows without reading any file) plus a wrapper that
+#: burns 5 ms of CPU time inside every reference call's timed window. The snapshot skips
+#: ``__pycache__`` (the run writes it itself): no snapshot sees the change.
 PYC_SABOTEUR = """\
 import importlib.util, os, shlex
 from importlib._bootstrap_external import _code_to_timestamp_pyc
 _words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
 _ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
 _src = os.path.join(_ref, "src", "kern.py")
-_text = open(_src).read() + (
+_text = CHAMPION + (
     "\\nimport time as _t\\n_honest = sumsq\\n"
     "def sumsq(n):\\n"
     "    end = _t.process_time() + 0.005\\n"
@@ -692,7 +698,7 @@ os.makedirs(os.path.dirname(_pyc), exist_ok=True)
 with open(_pyc, "wb") as _out:
     _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
                                       _stat.st_size))
-"""
+""".replace("CHAMPION", repr(FASTER))
 
 
 def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
@@ -700,10 +706,10 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
 ) -> None:
     """R11: the reference's bytecode caches are not in its snapshot, so a candidate that plants
     a ``.pyc`` there would make the reference run code that no snapshot holds (unchecked, the
-    champion's own code measured about 85 % faster than the champion). The driver removes both
-    subjects' bytecode caches before every call and after the run: every call runs the
-    snapshotted source, the candidate doing the champion's work gains nothing, and no planted
-    cache is left behind."""
+    champion's own code measured about 85 % faster than the champion). Every call runs from
+    perfledger's copy of its snapshot with a bytecode cache of its own: the planted cache is
+    never loaded, the candidate doing the champion's work gains nothing, and the caches of the
+    subject's directory are removed after the run."""
     cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
     with Ledger.open(session.ledger) as ledger:  # its own experiment: these samples are kept
         execute(ledger, "experiment.create", _experiment("e-pyc"), actor="agent")
@@ -717,6 +723,112 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
     finally:  # a failed defence must not leak into the other tests of the session
         for cache in session.fast.rglob("__pycache__"):
             shutil.rmtree(cache)
+
+
+#: The same, aimed at the copy the reference runs from: the candidate finds the other
+#: ``perfledger-subject-*`` directory beside its own (listing a directory opens no file) and
+#: plants the ``.pyc`` in that copy's private bytecode cache, where the reference's Python
+#: would look for it.
+PRIVATE_PYC_SABOTEUR = """\
+import glob, importlib.util, os, sys
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+_mine = os.environ["PERFLEDGER_SUBJECT_ROOT"]
+for _root in glob.glob(os.path.join(os.path.dirname(_mine), "perfledger-subject-*")):
+    _src = os.path.join(_root, "subject", "src", "kern.py")
+    if _root == _mine or not os.path.exists(_src):
+        continue
+    _text = CHAMPION + "\\nimport time as _t\\n_honest = sumsq\\n" + (
+        "def sumsq(n):\\n"
+        "    end = _t.process_time() + 0.005\\n"
+        "    while _t.process_time() < end:\\n"
+        "        pass\\n"
+        "    return _honest(n)\\n"
+    )
+    _stat = os.stat(_src)
+    _saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(_root, "pycache")
+    try:
+        _pyc = importlib.util.cache_from_source(_src)
+    finally:
+        sys.pycache_prefix = _saved
+    os.makedirs(os.path.dirname(_pyc), exist_ok=True)
+    with open(_pyc, "wb") as _out:
+        _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
+                                          _stat.st_size))
+""".replace("CHAMPION", repr(FASTER))
+
+
+def test_cheat_candidate_that_plants_bytecode_in_the_references_private_cache_is_refused(
+    session: Session,
+) -> None:
+    """R11: each subject's bytecode cache is its own; one that changed outside its own calls
+    (here: a ``.pyc`` the candidate planted in the reference's) refuses the run before the
+    reference's next call, and nothing is recorded."""
+    cand = _subject(session.code, "private-pyc", PRIVATE_PYC_SABOTEUR + FASTER, util=True)
+    before = _head(session)
+    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-private-pyc")
+    message = _refused(done)
+    assert "private bytecode cache" in message and "kern.cpython" in message, message
+    assert "reference" in message and _head(session) == before
+
+
+#: A candidate that rewrites a file of the reference's read-only copy (making it writable
+#: first, which the same user may) and puts the content and modes back on its next call.
+COPY_EDITOR = """\
+import glob, os
+_mine = os.environ["PERFLEDGER_SUBJECT_ROOT"]
+for _root in glob.glob(os.path.join(os.path.dirname(_mine), "perfledger-subject-*")):
+    _notes = os.path.join(_root, "subject", "NOTES.md")
+    if _root == _mine or not os.path.exists(_notes):
+        continue
+    _dir = os.path.dirname(_notes)
+    os.chmod(_dir, 0o755)
+    os.chmod(_notes, 0o644)
+    with open(_notes, "a") as _out:
+        _out.write(" ")
+    os.chmod(_notes, 0o444)
+    os.chmod(_dir, 0o555)
+"""
+
+
+def test_cheat_candidate_that_edits_the_references_copy_is_refused(session: Session) -> None:
+    """R11: perfledger's copies are read-only, and the same user can make them writable again;
+    the change time of what it touched tells (no process can set it back), so the run is
+    refused before the reference's next call, naming the file."""
+    cand = _subject(session.code, "copy-editor", COPY_EDITOR + FASTER, util=True)
+    before = _head(session)
+    message = _refused(
+        session.measure("e2", "screen", session.fast, cand, "--samples", "e2-copy-editor")
+    )
+    assert "read-only copy the reference runs from" in message and "NOTES.md" in message
+    assert _head(session) == before
+
+
+#: A candidate that imports a helper module from outside every subject (beside the measuring
+#: directory), so the code that runs is in no snapshot.
+OUTSIDE_HELPER = """\
+import sys
+sys.path.insert(0, HELPERS)
+from fast_helper import sumsq
+"""
+
+
+def test_cheat_candidate_that_imports_a_module_from_outside_its_subject_is_refused(
+    session: Session,
+) -> None:
+    """R11: a call that reads a file outside its copy, the interpreter and its site-packages
+    (perfledger's bootstrap reports every file a Python process opens) is refused naming it:
+    the code in it is in no snapshot. Its honest control is every run of this session."""
+    helpers = session.tmp / "helpers"
+    helpers.mkdir(exist_ok=True)
+    (helpers / "fast_helper.py").write_text(UTIL.replace("closed_form", "sumsq"))
+    kern = OUTSIDE_HELPER.replace("HELPERS", repr(str(helpers)))
+    cand = _subject(session.code, "outside-helper", kern, util=True)
+    before = _head(session)
+    message = _refused(
+        session.measure("e2", "screen", session.fast, cand, "--samples", "e2-outside-helper")
+    )
+    assert "read files outside its snapshot" in message and "fast_helper.py" in message
+    assert "candidate" in message and _head(session) == before
 
 
 #: A candidate whose in-scope kernel writes a ``.pth`` file into its interpreter's

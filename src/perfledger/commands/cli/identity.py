@@ -326,6 +326,54 @@ class SubjectsWatch:
         self.last = self.ROLES.get(label or "")
 
 
+class SubjectCopies:
+    """Both subjects' read-only copies for one ``measure workload`` run (R11,
+    :mod:`perfledger.kernels.workload.subject_copy`): ``copies`` and ``argvs`` (the readiness
+    driver with each copy in its ``{subject}`` place) by label, ``roots`` (label -> private
+    directory), ``settings`` (recorded with the samples: each copy's snapshot digest) and
+    ``guard`` (called before every call and after the run)."""
+
+    def __init__(self, copies: dict[str, Any], argvs: dict[str, list[str]], guard: Any) -> None:
+        self.copies, self.argvs, self.guard = copies, argvs, guard
+        self.roots = {label: c.root for label, c in copies.items()}
+        self.settings = {"subject_copies": {label: c.digest for label, c in copies.items()}}
+
+    def close(self) -> None:
+        """Remove both copies."""
+        for copy in self.copies.values():
+            copy.close()
+
+
+def subject_copies(target: Any, body: dict[str, Any], files: dict[str, Any]) -> SubjectCopies:
+    """Make the read-only copies of both subjects of ``body`` (the samples' identity, as
+    :func:`measure_identity` made it) from ``files`` (its ``file-<blake3>`` artifacts), each
+    checked against its digest. Raises: IntegrityError (bytes that are not the snapshot's)."""
+    from perfledger.kernels.workload.subject_copy import CopyGuard, prepare_subject
+
+    blobs = {
+        name.removeprefix("file-"): artifact.data
+        for name, artifact in files.items()
+        if name.startswith("file-")
+    }
+    template = target.readiness.driver.argv
+    copies: dict[str, Any] = {}
+    try:
+        for label, role in SubjectsWatch.ROLES.items():
+            snap = msgspec.convert(body[role], Snapshot)
+            copies[label] = prepare_subject(snap, blobs, label=label)
+        argvs = {label: substitute(template, c.path) for label, c in copies.items()}
+        drivers = [
+            *body["reference"].get("driver", {}),
+            *body["candidate"].get("driver", {}),
+        ]
+        guard = CopyGuard(copies, argvs, drivers)
+    except BaseException:
+        for copy in copies.values():
+            copy.close()
+        raise
+    return SubjectCopies(copies, argvs, guard)
+
+
 def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
@@ -547,6 +595,7 @@ def commands() -> list[click.Command]:
 
 
 __all__ = [
+    "SubjectCopies",
     "champion_snapshot",
     "check_original_command",
     "check_original_subject",
@@ -556,6 +605,7 @@ __all__ = [
     "readiness_edge",
     "refuse_unsnapshotted",
     "resolve",
+    "subject_copies",
     "subjects_identity",
 ]
 

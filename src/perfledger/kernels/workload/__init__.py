@@ -1,0 +1,1 @@
+"""The workload path: what perfledger does around each call of a measured subject."""
