@@ -127,7 +127,7 @@ def test_planted_samples_schema_downgrade_names_an_earlier_event_of_newer_code(
     pristine: Path, served: Path, env: dict[str, str]
 ) -> None:
     """Samples lowered to schema 2 (no raw-table binding, R5) after events whose perfledger
-    records samples under schema 6: a finding naming the samples and such an earlier event."""
+    records samples under the current schema: a finding naming the samples and such an earlier event."""
     ledger = _copy(pristine, served)
     events = forge.read_history(ledger)
     i = forge.find(events, "SamplesRecorded", samples_id="e2-target")
@@ -139,7 +139,8 @@ def test_planted_samples_schema_downgrade_names_an_earlier_event_of_newer_code(
     mine = [f for f in report["findings"] if f["event_id"] == ids[i] and f["rule"] == "integrity"]
     assert mine, report["findings"]
     message = mine[0]["message"]
-    assert "SamplesRecorded schema 2" in message and "schema 6 or later" in message
+    current = SCHEMA_VERSIONS["SamplesRecorded"]  # what the earlier samples were recorded under
+    assert "SamplesRecorded schema 2" in message and f"schema {current} or later" in message
     assert ids.index(message.split("but event ")[1].split(" ")[0]) < i
 
 

@@ -952,3 +952,44 @@ def test_bytecode_caches_survive_their_own_calls_and_not_the_other_subjects(
     compiled.write_bytes(b"planted during the candidate's call")
     watch("ref")  # before the reference's next call: removed, it compiles its source again
     assert not compiled.exists()
+
+
+def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments(
+    session: Session,
+) -> None:
+    """R11 (SamplesRecorded schema 7): the honest samples name the copies their calls ran from
+    (their own snapshots) and both subjects' full call environments, equal; requests whose
+    environments differ, or that name other copies, are refused by the rule an auditor
+    re-runs."""
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow import requests as rq
+    from perfledger.events.workflow import R11_CALLS_FROM_COPIES
+
+    payload = _samples(session, "e1-screen")
+    settings = payload.provenance.settings
+    code = payload.identity
+    assert settings["subject_copies"] == {
+        "ref": code.reference.digest, "cand": code.candidate.digest
+    }  # fmt: skip
+    env = settings["call_environment"]
+    assert (
+        env["ref"] == env["cand"] and "PATH" in env["ref"] and "PYTHONPYCACHEPREFIX" in env["ref"]
+    )
+    with Ledger.open(session.ledger) as ledger:
+        event = ledger.state().samples["e1-screen"].event_id
+        assert ledger.get(event).schema >= R11_CALLS_FROM_COPIES
+    body = msgspec.to_builtins(payload)
+    for key in ("kind", "ref_failures", "cand_failures", "unexplained_activity", "wall_check"):
+        body.pop(key, None)
+    body["identity"].pop("changed_paths")
+    identity.r11_calls_from_copies(msgspec.convert(body, rq.SamplesRecord), code)  # honest
+    forged = json.loads(json.dumps(body))
+    forged["provenance"]["settings"]["call_environment"]["cand"]["FAST_PATH"] = "blake3:00"
+    with pytest.raises(RuleRefused) as caught:
+        identity.r11_calls_from_copies(msgspec.convert(forged, rq.SamplesRecord), code)
+    assert caught.value.rule == "R11" and "FAST_PATH" in caught.value.message
+    elsewhere = json.loads(json.dumps(body))
+    elsewhere["provenance"]["settings"].pop("subject_copies")
+    with pytest.raises(RuleRefused) as caught:
+        identity.r11_calls_from_copies(msgspec.convert(elsewhere, rq.SamplesRecord), code)
+    assert "did not run from copies" in caught.value.message

@@ -1107,6 +1107,13 @@ R12_WALL_VALUE_COUNTS = 5
 #: ``wall_s`` is carried (so the wall-clock check runs on it) and equals its row's, and each
 #: pair's monitor verdict is its window's; samples recorded before are checked as before.
 R5_DECLARED_CHECKS = 6
+#: The ``SamplesRecorded`` schema version from which samples the workload driver measured for a
+#: Target bound to code carry, in their provenance's settings, the snapshot digests of the
+#: read-only copies every call ran from (equal to the samples' snapshots) and both subjects'
+#: full call environments (every variable's name and its value's hash), which must be equal
+#: (R11, :func:`perfledger.commands.workflow.identity.r11_calls_from_copies`); samples recorded
+#: before are decided without it.
+R11_CALLS_FROM_COPIES = 7
 #: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
 #: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
 #: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
@@ -1154,7 +1161,7 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS),
+    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R11_CALLS_FROM_COPIES),
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": R12_EVERY_CASE_FINAL_AUDIT,
     "ExperimentCreated": max(
