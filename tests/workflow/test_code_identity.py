@@ -993,3 +993,35 @@ def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments
     with pytest.raises(RuleRefused) as caught:
         identity.r11_calls_from_copies(msgspec.convert(elsewhere, rq.SamplesRecord), code)
     assert "did not run from copies" in caught.value.message
+
+
+#: A candidate that, on each call, adds a module to its interpreter's site-packages and removes
+#: it again (as one that patches an installed package for a while would): site-packages is no
+#: subject's, and reads from there are allowed.
+SITE_WRITER = """\
+import os, site
+_path = os.path.join(site.getsitepackages()[0], MODULE_NAME)
+open(_path, "w").write("SLOW = True\\n")
+os.remove(_path)
+"""
+
+
+def test_cheat_candidate_that_writes_into_site_packages_is_refused(session: Session) -> None:
+    """R11: the Python installation (interpreter, standard library, site-packages, editable
+    installs) is covered by the environment identity's digest; a file written there during the
+    run, even removed again, refuses the run (its directory's change time tells)."""
+    import os
+    import site
+
+    name = f"zz_perfledger_test_{os.getpid()}.py"
+    kern = SITE_WRITER.replace("MODULE_NAME", repr(name)) + FASTER
+    cand = _subject(session.code, "site-writer", kern, util=True)
+    before = _head(session)
+    try:
+        message = _refused(
+            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-site-writer")
+        )
+        assert "Python installation" in message and "not recorded" in message
+        assert _head(session) == before
+    finally:
+        (Path(site.getsitepackages()[0]) / name).unlink(missing_ok=True)

@@ -235,6 +235,29 @@ def check_environment(env: dict[str, Any], info: dict[str, Any]) -> None:
         )
 
 
+def check_installation_unchanged(env: dict[str, Any]) -> None:
+    """R11 after a run: no file of the Python installation the environment identity covers
+    (interpreter, standard library, site-packages, editable installs' sources) was written
+    since ``env`` was collected, even with its content put back (change times tell). A subject
+    that edits an installed module can change how the other subject's calls run, and no
+    snapshot holds it. Raises: RuleRefused (R11); nothing is recorded by the caller."""
+    stamp = env.get("python_tree_stamp")
+    if not stamp:
+        return
+    from perfledger.kernels.python_tree import python_tree
+
+    if python_tree().stamp != stamp:
+        raise rules.refuse(
+            "R11",
+            "files of the Python installation (interpreter, standard library, site-packages, "
+            "editable installs' sources) were written while the subjects were measured: code "
+            "that no snapshot holds could have run in either subject's calls; the samples were "
+            "not recorded",
+            "install nothing during a measurement and keep subjects from writing there "
+            "(`perfledger env` shows the installation's digest, python_tree); measure again",
+        )
+
+
 def _target_units(target: Any) -> dict[str, str]:
     d = target.definition
     units = {d.primary.name: d.primary.unit}
@@ -775,6 +798,7 @@ def measure_workload(
             copies.close()
     if code is not None:
         fresh_and_unchanged(info, code)
+    check_installation_unchanged(env)  # R11: an installed module edited during the run
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,
