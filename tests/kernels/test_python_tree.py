@@ -79,12 +79,16 @@ def test_r11_the_environment_identity_covers_the_installation(tmp_path: Path) ->
     assert any(role.startswith("site") for role in roots)
 
 
-def test_cheat_a_file_added_and_removed_again_changes_the_stamp(tmp_path: Path) -> None:
+def test_cheat_a_file_added_changes_the_stamp_and_a_compiled_cache_does_not(
+    tmp_path: Path,
+) -> None:
     cache = str(tmp_path / "cache" / "tree.msgpack")
     roots = _install(tmp_path / "a")
     before = python_tree(roots, cache=cache)
-    planted = tmp_path / "a" / "site" / "sitecustomize_helper.py"
+    (tmp_path / "a" / "site" / "__pycache__").mkdir()  # what an honest import writes
+    (tmp_path / "a" / "site" / "__pycache__" / "numpy.cpython-311.pyc").write_bytes(b"c")
+    assert python_tree(roots, cache=cache).stamp == before.stamp
+    planted = tmp_path / "a" / "site" / "helper.py"
     planted.write_text("import time\n")
-    planted.unlink()
     after = python_tree(roots, cache=cache)
-    assert after.digest == before.digest and after.stamp != before.stamp
+    assert after.digest != before.digest and after.stamp != before.stamp

@@ -995,33 +995,39 @@ def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments
     assert "did not run from copies" in caught.value.message
 
 
-#: A candidate that, on each call, adds a module to its interpreter's site-packages and removes
-#: it again (as one that patches an installed package for a while would): site-packages is no
-#: subject's, and reads from there are allowed.
-SITE_WRITER = """\
-import os, site
-_path = os.path.join(site.getsitepackages()[0], MODULE_NAME)
-open(_path, "w").write("SLOW = True\\n")
-os.remove(_path)
+#: A candidate that rewrites a module of its interpreter's site-packages for a while and puts
+#: its content and modification time back (as one that patches an installed package the
+#: reference imports would): site-packages is no subject's, and reads from there are allowed.
+SITE_EDITOR = """\
+import os
+_path = MODULE_PATH
+_st = os.stat(_path)
+_text = open(_path).read()
+open(_path, "w").write(_text.replace("1", "2"))
+open(_path, "w").write(_text)
+os.utime(_path, ns=(_st.st_atime_ns, _st.st_mtime_ns))
 """
 
 
-def test_cheat_candidate_that_writes_into_site_packages_is_refused(session: Session) -> None:
+def test_cheat_candidate_that_edits_site_packages_and_puts_it_back_is_refused(
+    session: Session,
+) -> None:
     """R11: the Python installation (interpreter, standard library, site-packages, editable
-    installs) is covered by the environment identity's digest; a file written there during the
-    run, even removed again, refuses the run (its directory's change time tells)."""
+    installs) is covered by the environment identity's digest; a file of it written during the
+    run, even put back with its old time, refuses the run (its change time tells)."""
     import os
     import site
 
-    name = f"zz_perfledger_test_{os.getpid()}.py"
-    kern = SITE_WRITER.replace("MODULE_NAME", repr(name)) + FASTER
-    cand = _subject(session.code, "site-writer", kern, util=True)
+    module = Path(site.getsitepackages()[0]) / f"zz_perfledger_test_{os.getpid()}.py"
+    module.write_text("VALUE = 1\n")  # installed before the run
+    kern = SITE_EDITOR.replace("MODULE_PATH", repr(str(module))) + FASTER
+    cand = _subject(session.code, "site-editor", kern, util=True)
     before = _head(session)
     try:
         message = _refused(
-            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-site-writer")
+            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-site-editor")
         )
         assert "Python installation" in message and "not recorded" in message
         assert _head(session) == before
     finally:
-        (Path(site.getsitepackages()[0]) / name).unlink(missing_ok=True)
+        module.unlink(missing_ok=True)

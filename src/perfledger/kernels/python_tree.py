@@ -66,9 +66,10 @@ class PythonTree:
         seconds: wall time it took.
         roots: role -> directory (or file) covered.
         stamp: blake3 hex over every file's name, size, modification and change times and
-            inode, and every directory's times and inode: it changes whenever any file is
-            written, added or removed, even when the content is put back (no process can set a
-            change time back).
+            inode, and every directory's entries (bytecode caches left out): it changes
+            whenever a file is written, even with its content put back (no process can set a
+            change time back), added or removed; not for a file added and removed again
+            between two stamps.
     """
 
     digest: str
@@ -136,7 +137,7 @@ def installation_roots() -> dict[str, str]:
 
 def _files(roots: dict[str, str], dirs: list[str] | None = None) -> dict[str, str]:
     """Role-relative name -> absolute path of every file to hash (and, into ``dirs``, every
-    directory walked). A directory that is another root, or a ``site-packages`` directory that
+    directory walked with its entries). A directory that is another root, or a ``site-packages`` directory that
     is not one, is not entered."""
     others = set(roots.values())
     out: dict[str, str] = {}
@@ -145,8 +146,9 @@ def _files(roots: dict[str, str], dirs: list[str] | None = None) -> dict[str, st
             out[role] = top
             continue
         for dirpath, dirnames, filenames in os.walk(top):
-            if dirs is not None:
-                dirs.append(dirpath)
+            if dirs is not None:  # its entries, the caches the runs write left out
+                names = sorted(n for n in (*dirnames, *filenames) if n not in SKIPPED_DIRS)
+                dirs.append("\0".join((dirpath, *names)))
             dirnames[:] = sorted(
                 d
                 for d in dirnames
@@ -238,11 +240,8 @@ def python_tree(roots: dict[str, str] | None = None, *, cache: str | None = None
     stamp = blake3.blake3(TREE_DOMAIN + b"stamp\0")
     for path in sorted(fresh):
         stamp.update(f"{path}\0{fresh[path][:4]}\n".encode("utf-8", "surrogateescape"))
-    for path in walked:  # a file added and removed again leaves its directory's times changed
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            line = f"{path}/\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n"
-            stamp.update(line.encode("utf-8", "surrogateescape"))
+    for listing in walked:  # a file added (or removed), whatever its name
+        stamp.update(listing.encode("utf-8", "surrogateescape") + b"\n")
     for name in sorted(entries):
         mode, digest = entries[name]
         kind = "l" if stat.S_ISLNK(mode) else "x" if mode & 0o111 else "f"
