@@ -37,7 +37,7 @@ its role (reference or candidate): a subject that knew it could behave different
 The environment that can change how a subject runs is recorded in :attr:`DriverRun.settings`
 (``environment``, :mod:`perfledger.kernels.subject_env`).
 
-Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+Imports: the standard library, errors, events and kernels (SPEC.md section 1).
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from perfledger.errors import RuleRefused
+from perfledger.events.identity import environment_difference
 from perfledger.kernels.driver_guard import DriverGuard
 from perfledger.kernels.interference import POLL_S as STOP_POLL_S
 from perfledger.kernels.interference import TREE_POLL_S, StopWatch
@@ -703,9 +705,6 @@ def _same_environment(
 ) -> None:
     """R11 before any call: the two subjects' calls get the same environment (hashes as
     recorded), apart from their private directories; else refused naming the variables."""
-    from perfledger.errors import RuleRefused
-    from perfledger.events.identity import environment_difference
-
     differ = environment_difference(ref_env, cand_env)
     if ref.cwd != cand.cwd:
         differ.append("(working directory)")

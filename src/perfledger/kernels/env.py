@@ -30,6 +30,7 @@ from typing import Any
 import blake3
 
 from perfledger.events.canonical import canonical_bytes
+from perfledger.kernels.python_tree import python_tree
 
 #: Domain prefix of the identity hash (changing the field set changes the version; v2 added
 #: ``python_tree``).
@@ -309,8 +310,6 @@ def collect(device_index: int = 0, *, tools: bool = True, tree: bool = True) -> 
     out["python"] = f"{platform.python_implementation()} {sys.version.split()[0]}"
     out["container"] = container_hints()
     if tree:
-        from perfledger.kernels.python_tree import python_tree
-
         tree_now = python_tree()
         out["python_tree"], out["python_tree_stamp"] = tree_now.digest, tree_now.stamp
     else:

@@ -30,7 +30,8 @@ dynamic loader), subjects whose processes are not Python, and a Python subject w
 defeat the hook from inside its own process (it runs in that process). Subjects run as the same
 user as perfledger: read-only modes stop mistakes, the change-time check finds the rest.
 
-Imports: the standard library, :mod:`perfledger.errors` and events (SPEC.md section 1).
+Imports: the standard library, blake3, :mod:`perfledger.errors`, events and
+:mod:`perfledger.kernels.startup_surface` (SPEC.md section 1).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import blake3
 
 from perfledger.errors import IntegrityError, RuleRefused
 from perfledger.events.identity import Snapshot
+from perfledger.kernels.startup_surface import interpreter_of, is_python_program
 
 #: The variable naming the file the bootstrap reports to.
 REPORT_ENV = "PERFLEDGER_BOOT_REPORT"
@@ -343,8 +345,6 @@ def _write(snapshot: Snapshot, blobs: Mapping[str, bytes], copy: SubjectCopy) ->
 def is_python(argv: Sequence[str]) -> bool:
     """Whether a command line runs a Python interpreter (``python``, ``python3.11``, ... past
     ``env``): its calls must run the bootstrap."""
-    from perfledger.kernels.startup_surface import interpreter_of, is_python_program
-
     program = interpreter_of(argv)
     return program is not None and is_python_program(program)
 
