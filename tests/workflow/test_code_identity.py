@@ -678,27 +678,37 @@ def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refuse
 #: champion's source (which the candidate knows without reading any file) plus a wrapper that
 #: burns 5 ms of CPU time inside every reference call's timed window. The snapshot skips
 #: ``__pycache__`` (the run writes it itself): no snapshot sees the change.
-PYC_SABOTEUR = """\
+#: The champion's source plus a wrapper that burns 5 ms of CPU time inside every call's timed
+#: window: what a planted ``.pyc`` of the reference's ``src/kern.py`` holds.
+SLOWED_CHAMPION = FASTER + (
+    "\nimport time as _t\n_honest = sumsq\n"
+    "def sumsq(n):\n"
+    "    end = _t.process_time() + 0.005\n"
+    "    while _t.process_time() < end:\n"
+    "        pass\n"
+    "    return _honest(n)\n"
+)
+#: Writes the compiled ``SLOWED_CHAMPION`` as the cache of ``_src`` at ``_pyc``, stamped with
+#: the source's modification time and size (so Python would load it instead of the source).
+PLANT_PYC = """\
+os.makedirs(os.path.dirname(_pyc), exist_ok=True)
+with open(_pyc, "wb") as _out:
+    _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
+                                      _stat.st_size))
+"""
+PYC_SABOTEUR = (
+    """\
 import importlib.util, os, shlex
 from importlib._bootstrap_external import _code_to_timestamp_pyc
 _words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
 _ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
 _src = os.path.join(_ref, "src", "kern.py")
-_text = CHAMPION + (
-    "\\nimport time as _t\\n_honest = sumsq\\n"
-    "def sumsq(n):\\n"
-    "    end = _t.process_time() + 0.005\\n"
-    "    while _t.process_time() < end:\\n"
-    "        pass\\n"
-    "    return _honest(n)\\n"
-)
+_text = SLOWED
 _stat = os.stat(_src)
 _pyc = importlib.util.cache_from_source(_src)
-os.makedirs(os.path.dirname(_pyc), exist_ok=True)
-with open(_pyc, "wb") as _out:
-    _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
-                                      _stat.st_size))
-""".replace("CHAMPION", repr(FASTER))
+""".replace("SLOWED", repr(SLOWED_CHAMPION))
+    + PLANT_PYC
+)
 
 
 def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
@@ -729,7 +739,8 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
 #: ``perfledger-subject-*`` directory beside its own (listing a directory opens no file) and
 #: plants the ``.pyc`` in that copy's private bytecode cache, where the reference's Python
 #: would look for it.
-PRIVATE_PYC_SABOTEUR = """\
+PRIVATE_PYC_SABOTEUR = (
+    """\
 import glob, importlib.util, os, sys
 from importlib._bootstrap_external import _code_to_timestamp_pyc
 _mine = os.environ["PERFLEDGER_SUBJECT_ROOT"]
@@ -737,24 +748,16 @@ for _root in glob.glob(os.path.join(os.path.dirname(_mine), "perfledger-subject-
     _src = os.path.join(_root, "subject", "src", "kern.py")
     if _root == _mine or not os.path.exists(_src):
         continue
-    _text = CHAMPION + "\\nimport time as _t\\n_honest = sumsq\\n" + (
-        "def sumsq(n):\\n"
-        "    end = _t.process_time() + 0.005\\n"
-        "    while _t.process_time() < end:\\n"
-        "        pass\\n"
-        "    return _honest(n)\\n"
-    )
+    _text = SLOWED
     _stat = os.stat(_src)
     _saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(_root, "pycache")
     try:
         _pyc = importlib.util.cache_from_source(_src)
     finally:
         sys.pycache_prefix = _saved
-    os.makedirs(os.path.dirname(_pyc), exist_ok=True)
-    with open(_pyc, "wb") as _out:
-        _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
-                                          _stat.st_size))
-""".replace("CHAMPION", repr(FASTER))
+""".replace("SLOWED", repr(SLOWED_CHAMPION))
+    + "".join("    " + line + "\n" for line in PLANT_PYC.splitlines())
+)
 
 
 def test_cheat_candidate_that_plants_bytecode_in_the_references_private_cache_is_refused(

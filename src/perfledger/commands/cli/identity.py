@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, ClassVar
 
 import click
@@ -31,6 +31,7 @@ from perfledger.events.identity import (
     subject_of,
     substitute,
 )
+from perfledger.kernels.workload.subject_copy import link_inside, safe_relative
 
 #: Where ``perfledger checkout`` writes nothing: a directory that exists and is not empty.
 CHECKOUT_HINT = "pass a new (or empty) directory"
@@ -489,24 +490,11 @@ def resolve(ledger: Any, name: str) -> tuple[str, str, Snapshot]:
     )
 
 
-def _safe_relative(path: str) -> PurePosixPath:
-    rel = PurePosixPath(path)
-    if rel.is_absolute() or any(part in ("", ".", "..") for part in path.split("/")):
-        raise IntegrityError(f"the snapshot holds a path that would leave the directory: {path!r}")
-    return rel
-
-
 def _safe_link(path: str, text: str) -> None:
     """A recorded symbolic link ``path -> text`` stays inside the directory written (R11: links
     out of a subject are refused when snapshotted; a snapshot recorded before may hold one).
     Raises: IntegrityError."""
-    parts = [*PurePosixPath(path).parent.parts, *text.split("/")]
-    depth = 0
-    for part in parts:
-        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
-        if depth < 0:
-            break
-    if text.startswith("/") or depth < 0:
+    if not link_inside(path, text):
         raise IntegrityError(
             f"the snapshot's symbolic link {path!r} -> {text!r} leads out of the directory; "
             "nothing was written",
@@ -525,7 +513,7 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
     out = Path(directory)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadRequest(f"{directory!r} exists and is not an empty directory", hint=CHECKOUT_HINT)
-    paths = {p: _safe_relative(p) for p in snap.files}
+    paths = {p: safe_relative(p) for p in snap.files}
     blobs = {}
     for path, entry in snap.files.items():
         data = ledger.artifact(event_id, file_artifact_name(entry.blake3))

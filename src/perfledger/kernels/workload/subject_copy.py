@@ -151,16 +151,18 @@ _perfledger_chain()
 '''
 
 
-def _safe(rel: str) -> PurePosixPath:
-    """``rel`` as a relative path that stays inside the copy. Raises: IntegrityError."""
+def safe_relative(rel: str) -> PurePosixPath:
+    """A snapshot's path ``rel`` as a relative path that stays inside the directory it is
+    written to (a copy, a checkout). Raises: IntegrityError."""
     path = PurePosixPath(rel)
     if path.is_absolute() or any(part in ("", ".", "..") for part in rel.split("/")):
-        raise IntegrityError(f"the snapshot holds a path that would leave its copy: {rel!r}")
+        raise IntegrityError(f"the snapshot holds a path that would leave the directory: {rel!r}")
     return path
 
 
-def _link_inside(rel: str, text: str) -> bool:
-    """Whether the symbolic link ``rel -> text`` resolves inside the copy (R11)."""
+def link_inside(rel: str, text: str) -> bool:
+    """Whether a snapshot's symbolic link ``rel -> text`` resolves inside the directory it is
+    written to (R11: links out of a subject are refused when snapshotted)."""
     depth = 0
     for part in [*PurePosixPath(rel).parent.parts, *text.split("/")]:
         depth += -1 if part == ".." else 0 if part in ("", ".") else 1
@@ -306,7 +308,7 @@ def _write(snapshot: Snapshot, blobs: Mapping[str, bytes], copy: SubjectCopy) ->
     base.mkdir()
     links = []
     for rel, entry in sorted(snapshot.files.items()):
-        target = base.joinpath(*_safe(rel).parts)
+        target = base.joinpath(*safe_relative(rel).parts)
         data = blobs.get(entry.blake3)
         if (
             data is None
@@ -320,7 +322,7 @@ def _write(snapshot: Snapshot, blobs: Mapping[str, bytes], copy: SubjectCopy) ->
         target.parent.mkdir(parents=True, exist_ok=True)
         if entry.mode == "120000":
             text = os.fsdecode(data)
-            if not _link_inside(rel, text):
+            if not link_inside(rel, text):
                 raise IntegrityError(f"the snapshot's link {rel!r} -> {text!r} leaves its copy")
             links.append((target, text))
             continue
@@ -445,5 +447,7 @@ __all__ = [
     "CopyGuard",
     "SubjectCopy",
     "is_python",
+    "link_inside",
     "prepare_subject",
+    "safe_relative",
 ]
