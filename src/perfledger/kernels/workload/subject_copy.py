@@ -25,6 +25,20 @@ before opened nothing outside those roots except the driver files of the snapsho
 outside is refused, naming it; for a Python subject a call whose bootstrap did not run is
 refused too). Any finding raises :class:`~perfledger.errors.RuleRefused` (R11).
 
+Use (a call launcher; ``measure workload`` does this in
+:func:`perfledger.commands.cli.identity.subject_copies`)::
+
+    copy = prepare_subject(snapshot, blobs, label="ref")   # blobs: blake3 hex -> bytes
+    argv = substitute(driver_argv, copy.path)              # {subject} -> the copy
+    env = {**os.environ, **copy.env}                       # the same for both subjects
+    guard = CopyGuard({"ref": ref_copy, "cand": cand_copy}, {"ref": argv, "cand": ...})
+    guard("ref")  # before each call of that subject ... then guard(None) after the last
+    copy.close()
+
+The samples record ``subject_copies`` (label -> ``copy.digest``) and ``call_environment``
+(:func:`perfledger.kernels.subject_env.call_environment` of each subject's environment, with
+``copy.root`` as its private directory) in their provenance's settings (R11, schema 7).
+
 What it cannot see: files opened by native code (``ctypes``, a C extension's ``fopen``, the
 dynamic loader), subjects whose processes are not Python, and a Python subject written to
 defeat the hook from inside its own process (it runs in that process). Subjects run as the same
