@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
+
+#: One cache of the Python installation's file digests for every test process (the
+#: environment identity hashes the installation; an isolated HOME would hash it cold each time).
+SHARED_CACHE = Path(tempfile.gettempdir()) / f"perfledger-test-cache-{os.getuid()}"
 
 
 def perfledger_command() -> list[str]:
@@ -23,5 +28,6 @@ def isolated_env(home: Path) -> dict[str, str]:
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_TERMINAL_PROMPT="0",
+        PERFLEDGER_CACHE_DIR=str(SHARED_CACHE),
     )
     return env

@@ -180,3 +180,23 @@ def test_bytecode_caches_are_removed_without_following_links_or_entering_git(
     assert not (subject / "lib" / "__pycache__").is_symlink()
     assert (elsewhere / "keep.pyc").exists() and (subject / ".git" / "__pycache__").is_dir()
     assert (subject / "src" / "kern.py").read_text() == "x = 1\n"
+
+
+def test_cheat_a_driver_named_by_an_absolute_path_outside_the_subject_is_refused(
+    tmp_path: Path,
+) -> None:
+    """R11: a file the command names by an absolute path outside the subject would run
+    without being in any snapshot (its digest would not change when it does): refused naming
+    it. The interpreter's installation is the environment's (the honest control)."""
+    import sys
+
+    code = _tree(tmp_path / "code")
+    shared = tmp_path / "shared" / "bench.py"
+    shared.parent.mkdir()
+    shared.write_text("print('{}')\n")
+    with pytest.raises(RuleRefused) as caught:
+        take_snapshot("code", [sys.executable, str(shared), "{output}"], _in_src, tmp_path)
+    assert caught.value.rule == "R11" and str(shared) in caught.value.message
+    # the same file named by a relative path is snapshotted as a driver file
+    taken = take_snapshot("code", [sys.executable, "shared/bench.py"], _in_src, tmp_path)
+    assert list(taken.snapshot.driver) == ["shared/bench.py"] and code.is_dir()

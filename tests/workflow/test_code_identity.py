@@ -350,8 +350,13 @@ def test_r11_code_changed_while_measured_refuses_the_samples(session: Session) -
     cand = _subject(session.code, "fast-self-writing", writer + FASTER, util=True)
     before = _head(session)
     done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-self")
-    message = _refused(done)
-    assert "changed while it was measured" in message and "src/trace.txt" in message
+    # it runs from perfledger's read-only copy: the write fails (its calls fail), or, as root
+    # (whom file modes do not stop), is found in the copy before the next call
+    if done.returncode != 3:
+        assert "Permission denied" in done.stdout + done.stderr, done.stdout + done.stderr
+    else:
+        message = _refused(done)
+        assert "while it was measured" in message and "src/trace.txt" in message
     assert _head(session) == before
 
 
@@ -672,30 +677,41 @@ def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refuse
 
 #: A candidate whose in-scope kernel, when imported, writes a bytecode cache for the reference's
 #: ``src/kern.py`` into the reference's ``__pycache__``: stamped with the source's modification
-#: time and size, so Python loads it instead of the source, and compiled from the source plus a
-#: wrapper that burns 5 ms of CPU time inside every reference call's timed window. The snapshot
-#: skips ``__pycache__`` (the run writes it itself): no snapshot sees the change.
-PYC_SABOTEUR = """\
-import importlib.util, os, shlex
-from importlib._bootstrap_external import _code_to_timestamp_pyc
-_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
-_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
-_src = os.path.join(_ref, "src", "kern.py")
-_text = open(_src).read() + (
-    "\\nimport time as _t\\n_honest = sumsq\\n"
-    "def sumsq(n):\\n"
-    "    end = _t.process_time() + 0.005\\n"
-    "    while _t.process_time() < end:\\n"
-    "        pass\\n"
-    "    return _honest(n)\\n"
+#: time and size, so Python would load it instead of the source, and compiled from the
+#: champion's source (which the candidate knows without reading any file) plus a wrapper that
+#: burns 5 ms of CPU time inside every reference call's timed window. The snapshot skips
+#: ``__pycache__`` (the run writes it itself): no snapshot sees the change.
+#: The champion's source plus a wrapper that burns 5 ms of CPU time inside every call's timed
+#: window: what a planted ``.pyc`` of the reference's ``src/kern.py`` holds.
+SLOWED_CHAMPION = FASTER + (
+    "\nimport time as _t\n_honest = sumsq\n"
+    "def sumsq(n):\n"
+    "    end = _t.process_time() + 0.005\n"
+    "    while _t.process_time() < end:\n"
+    "        pass\n"
+    "    return _honest(n)\n"
 )
-_stat = os.stat(_src)
-_pyc = importlib.util.cache_from_source(_src)
+#: Writes the compiled ``SLOWED_CHAMPION`` as the cache of ``_src`` at ``_pyc``, stamped with
+#: the source's modification time and size (so Python would load it instead of the source).
+PLANT_PYC = """\
 os.makedirs(os.path.dirname(_pyc), exist_ok=True)
 with open(_pyc, "wb") as _out:
     _out.write(_code_to_timestamp_pyc(compile(_text, _src, "exec"), int(_stat.st_mtime),
                                       _stat.st_size))
 """
+PYC_SABOTEUR = (
+    """\
+import importlib.util, os, shlex
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_src = os.path.join(_ref, "src", "kern.py")
+_text = SLOWED
+_stat = os.stat(_src)
+_pyc = importlib.util.cache_from_source(_src)
+""".replace("SLOWED", repr(SLOWED_CHAMPION))
+    + PLANT_PYC
+)
 
 
 def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
@@ -703,10 +719,10 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
 ) -> None:
     """R11: the reference's bytecode caches are not in its snapshot, so a candidate that plants
     a ``.pyc`` there would make the reference run code that no snapshot holds (unchecked, the
-    champion's own code measured about 85 % faster than the champion). The driver removes both
-    subjects' bytecode caches before every call and after the run: every call runs the
-    snapshotted source, the candidate doing the champion's work gains nothing, and no planted
-    cache is left behind."""
+    champion's own code measured about 85 % faster than the champion). Every call runs from
+    perfledger's copy of its snapshot with a bytecode cache of its own: the planted cache is
+    never loaded, the candidate doing the champion's work gains nothing, and the caches of the
+    subject's directory are removed after the run."""
     cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
     with Ledger.open(session.ledger) as ledger:  # its own experiment: these samples are kept
         execute(ledger, "experiment.create", _experiment("e-pyc"), actor="agent")
@@ -720,6 +736,105 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
     finally:  # a failed defence must not leak into the other tests of the session
         for cache in session.fast.rglob("__pycache__"):
             shutil.rmtree(cache)
+
+
+#: The same, aimed at the copy the reference runs from: the candidate finds the other
+#: ``perfledger-subject-*`` directory beside its own (listing a directory opens no file) and
+#: plants the ``.pyc`` in that copy's private bytecode cache, where the reference's Python
+#: would look for it.
+PRIVATE_PYC_SABOTEUR = (
+    """\
+import glob, importlib.util, os, sys
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+_mine = os.environ["PERFLEDGER_SUBJECT_ROOT"]
+for _root in glob.glob(os.path.join(os.path.dirname(_mine), "perfledger-subject-*")):
+    _src = os.path.join(_root, "subject", "src", "kern.py")
+    if _root == _mine or not os.path.exists(_src):
+        continue
+    _text = SLOWED
+    _stat = os.stat(_src)
+    _saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(_root, "pycache")
+    try:
+        _pyc = importlib.util.cache_from_source(_src)
+    finally:
+        sys.pycache_prefix = _saved
+""".replace("SLOWED", repr(SLOWED_CHAMPION))
+    + "".join("    " + line + "\n" for line in PLANT_PYC.splitlines())
+)
+
+
+def test_cheat_candidate_that_plants_bytecode_in_the_references_private_cache_is_refused(
+    session: Session,
+) -> None:
+    """R11: each subject's bytecode cache is its own; one that changed outside its own calls
+    (here: a ``.pyc`` the candidate planted in the reference's) refuses the run before the
+    reference's next call, and nothing is recorded."""
+    cand = _subject(session.code, "private-pyc", PRIVATE_PYC_SABOTEUR + FASTER, util=True)
+    before = _head(session)
+    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-private-pyc")
+    message = _refused(done)
+    assert "private bytecode cache" in message and "kern.cpython" in message, message
+    assert "reference" in message and _head(session) == before
+
+
+#: A candidate that rewrites a file of the reference's read-only copy (making it writable
+#: first, which the same user may) and puts the content and modes back on its next call.
+COPY_EDITOR = """\
+import glob, os
+_mine = os.environ["PERFLEDGER_SUBJECT_ROOT"]
+for _root in glob.glob(os.path.join(os.path.dirname(_mine), "perfledger-subject-*")):
+    _notes = os.path.join(_root, "subject", "NOTES.md")
+    if _root == _mine or not os.path.exists(_notes):
+        continue
+    _dir = os.path.dirname(_notes)
+    os.chmod(_dir, 0o755)
+    os.chmod(_notes, 0o644)
+    with open(_notes, "a") as _out:
+        _out.write(" ")
+    os.chmod(_notes, 0o444)
+    os.chmod(_dir, 0o555)
+"""
+
+
+def test_cheat_candidate_that_edits_the_references_copy_is_refused(session: Session) -> None:
+    """R11: perfledger's copies are read-only, and the same user can make them writable again;
+    the change time of what it touched tells (no process can set it back), so the run is
+    refused before the reference's next call, naming the file."""
+    cand = _subject(session.code, "copy-editor", COPY_EDITOR + FASTER, util=True)
+    before = _head(session)
+    message = _refused(
+        session.measure("e2", "screen", session.fast, cand, "--samples", "e2-copy-editor")
+    )
+    assert "read-only copy the reference runs from" in message and "NOTES.md" in message
+    assert _head(session) == before
+
+
+#: A candidate that imports a helper module from outside every subject (beside the measuring
+#: directory), so the code that runs is in no snapshot.
+OUTSIDE_HELPER = """\
+import sys
+sys.path.insert(0, HELPERS)
+from fast_helper import sumsq
+"""
+
+
+def test_cheat_candidate_that_imports_a_module_from_outside_its_subject_is_refused(
+    session: Session,
+) -> None:
+    """R11: a call that reads a file outside its copy, the interpreter and its site-packages
+    (perfledger's bootstrap reports every file a Python process opens) is refused naming it:
+    the code in it is in no snapshot. Its honest control is every run of this session."""
+    helpers = session.tmp / "helpers"
+    helpers.mkdir(exist_ok=True)
+    (helpers / "fast_helper.py").write_text(UTIL.replace("closed_form", "sumsq"))
+    kern = OUTSIDE_HELPER.replace("HELPERS", repr(str(helpers)))
+    cand = _subject(session.code, "outside-helper", kern, util=True)
+    before = _head(session)
+    message = _refused(
+        session.measure("e2", "screen", session.fast, cand, "--samples", "e2-outside-helper")
+    )
+    assert "read files outside its snapshot" in message and "fast_helper.py" in message
+    assert "candidate" in message and _head(session) == before
 
 
 #: A candidate whose in-scope kernel writes a ``.pth`` file into its interpreter's
@@ -843,3 +958,82 @@ def test_bytecode_caches_survive_their_own_calls_and_not_the_other_subjects(
     compiled.write_bytes(b"planted during the candidate's call")
     watch("ref")  # before the reference's next call: removed, it compiles its source again
     assert not compiled.exists()
+
+
+def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments(
+    session: Session,
+) -> None:
+    """R11 (SamplesRecorded schema 7): the honest samples name the copies their calls ran from
+    (their own snapshots) and both subjects' full call environments, equal; requests whose
+    environments differ, or that name other copies, are refused by the rule an auditor
+    re-runs."""
+    from perfledger.commands.workflow import identity
+    from perfledger.commands.workflow import requests as rq
+    from perfledger.events.workflow import R11_CALLS_FROM_COPIES
+
+    payload = _samples(session, "e1-screen")
+    settings = payload.provenance.settings
+    code = payload.identity
+    assert settings["subject_copies"] == {
+        "ref": code.reference.digest, "cand": code.candidate.digest
+    }  # fmt: skip
+    env = settings["call_environment"]
+    assert (
+        env["ref"] == env["cand"] and "PATH" in env["ref"] and "PYTHONPYCACHEPREFIX" in env["ref"]
+    )
+    with Ledger.open(session.ledger) as ledger:
+        event = ledger.state().samples["e1-screen"].event_id
+        assert ledger.get(event).schema >= R11_CALLS_FROM_COPIES
+    body = msgspec.to_builtins(payload)
+    for key in ("kind", "ref_failures", "cand_failures", "unexplained_activity", "wall_check"):
+        body.pop(key, None)
+    body["identity"].pop("changed_paths")
+    identity.r11_calls_from_copies(msgspec.convert(body, rq.SamplesRecord), code)  # honest
+    forged = json.loads(json.dumps(body))
+    forged["provenance"]["settings"]["call_environment"]["cand"]["FAST_PATH"] = "blake3:00"
+    with pytest.raises(RuleRefused) as caught:
+        identity.r11_calls_from_copies(msgspec.convert(forged, rq.SamplesRecord), code)
+    assert caught.value.rule == "R11" and "FAST_PATH" in caught.value.message
+    elsewhere = json.loads(json.dumps(body))
+    elsewhere["provenance"]["settings"].pop("subject_copies")
+    with pytest.raises(RuleRefused) as caught:
+        identity.r11_calls_from_copies(msgspec.convert(elsewhere, rq.SamplesRecord), code)
+    assert "did not run from copies" in caught.value.message
+
+
+#: A candidate that rewrites a module of its interpreter's site-packages for a while and puts
+#: its content and modification time back (as one that patches an installed package the
+#: reference imports would): site-packages is no subject's, and reads from there are allowed.
+SITE_EDITOR = """\
+import os
+_path = MODULE_PATH
+_st = os.stat(_path)
+_text = open(_path).read()
+open(_path, "w").write(_text.replace("1", "2"))
+open(_path, "w").write(_text)
+os.utime(_path, ns=(_st.st_atime_ns, _st.st_mtime_ns))
+"""
+
+
+def test_cheat_candidate_that_edits_site_packages_and_puts_it_back_is_refused(
+    session: Session,
+) -> None:
+    """R11: the Python installation (interpreter, standard library, site-packages, editable
+    installs) is covered by the environment identity's digest; a file of it written during the
+    run, even put back with its old time, refuses the run (its change time tells)."""
+    import os
+    import site
+
+    module = Path(site.getsitepackages()[0]) / f"zz_perfledger_test_{os.getpid()}.py"
+    module.write_text("VALUE = 1\n")  # installed before the run
+    kern = SITE_EDITOR.replace("MODULE_PATH", repr(str(module))) + FASTER
+    cand = _subject(session.code, "site-editor", kern, util=True)
+    before = _head(session)
+    try:
+        message = _refused(
+            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-site-editor")
+        )
+        assert "Python installation" in message and "not recorded" in message
+        assert _head(session) == before
+    finally:
+        module.unlink(missing_ok=True)

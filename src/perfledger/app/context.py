@@ -22,6 +22,7 @@ from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.kernels.env import collect
 from perfledger.kernels.monitor.hostmonitor import HostMonitor
 from perfledger.kernels.monitor.monitor import Monitor
+from perfledger.kernels.python_tree import python_tree
 
 #: The raw per-call table's artifact name on measured samples.
 SAMPLES_ARTIFACT = "samples.json"
@@ -209,10 +210,32 @@ def raw_table(
     }
 
 
+def check_installation_unchanged(env: dict[str, Any]) -> None:
+    """R11 after a run: no file of the Python installation the environment identity covers
+    (interpreter, standard library, site-packages, editable installs' sources) was written
+    since ``env`` was collected, even with its content put back (change times tell). A subject
+    that edits an installed module can change how the other subject's calls run, and no
+    snapshot holds it. Raises: RuleRefused (R11); nothing is recorded by the caller."""
+    stamp = env.get("python_tree_stamp")
+    if not stamp:
+        return
+    if python_tree().stamp != stamp:
+        raise rules.refuse(
+            "R11",
+            "files of the Python installation (interpreter, standard library, site-packages, "
+            "editable installs' sources) were written while the subjects were measured: code "
+            "that no snapshot holds could have run in either subject's calls; the samples were "
+            "not recorded",
+            "install nothing during a measurement and keep subjects from writing there "
+            "(`perfledger env` shows the installation's digest, python_tree); measure again",
+        )
+
+
 __all__ = [
     "SAMPLES_ARTIFACT",
     "check_cases",
     "check_environment",
+    "check_installation_unchanged",
     "default_samples_id",
     "environment_payload",
     "experiment_context",

@@ -136,6 +136,12 @@ def subject_of(template: Sequence[str], argv: Sequence[str]) -> str | None:
     return subject
 
 
+def environment_difference(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
+    """The variables whose recorded values (hashes) differ between two subjects' call
+    environments, or that only one of them has, sorted (R11: empty for a fair pair)."""
+    return sorted(name for name in set(a) | set(b) if a.get(name) != b.get(name))
+
+
 def file_artifact_name(blake3_hex: str) -> str:
     """The artifact name under which a snapshot file's bytes are attached to its event."""
     return FILE_ARTIFACT_PREFIX + blake3_hex
@@ -151,6 +157,7 @@ __all__ = [
     "Snapshot",
     "declares_subject",
     "differing_paths",
+    "environment_difference",
     "file_artifact_name",
     "subject_of",
     "substitute",

@@ -1129,6 +1129,13 @@ OBSERVED_UNITS = ("s", "ms", "us", "µs", "ns")
 #: Provenance protocols in which perfledger observes every call (``perfledger measure workload
 #: --protocol worker|command``).
 OBSERVING_PROTOCOLS = ("worker/v1", "command/v1")
+#: The ``SamplesRecorded`` schema version from which samples the workload driver measured for a
+#: Target bound to code carry, in their provenance's settings, the snapshot digests of the
+#: read-only copies every call ran from (equal to the samples' snapshots) and both subjects'
+#: full call environments (every variable's name and its value's hash), which must be equal
+#: (R11, :func:`perfledger.commands.workflow.identity.r11_calls_from_copies`); samples recorded
+#: before are decided without it.
+R11_CALLS_FROM_COPIES = 8
 #: The ``FinalAuditRecorded`` schema version from which a champion that failed its accuracy
 #: check on any call of its final audit fails it (R5, R13: a correctness failure of the candidate
 #: in a formal stage is disqualifying); final audits recorded before are re-derived without it.
@@ -1176,7 +1183,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R5_OBSERVED_METRICS),
+    "SamplesRecorded": max(
+        R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R5_OBSERVED_METRICS, R11_CALLS_FROM_COPIES
+    ),
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": R12_EVERY_CASE_FINAL_AUDIT,
     "ExperimentCreated": max(

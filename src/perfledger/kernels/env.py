@@ -30,11 +30,15 @@ from typing import Any
 import blake3
 
 from perfledger.events.canonical import canonical_bytes
+from perfledger.kernels.python_tree import python_tree
 
-#: Domain prefix of the identity hash (changing the field set changes the version).
-IDENTITY_DOMAIN = b"perfledger-env-identity-v1\x00"
+#: Domain prefix of the identity hash (changing the field set changes the version; v2 added
+#: ``python_tree``).
+IDENTITY_DOMAIN = b"perfledger-env-identity-v2\x00"
 #: Fields excluded from the identity: readings that change while the environment does not.
-VOLATILE_FIELDS = frozenset({"sm_clock_mhz_at_rest", "mem_clock_mhz_at_rest", "collected_by"})
+VOLATILE_FIELDS = frozenset(
+    {"sm_clock_mhz_at_rest", "mem_clock_mhz_at_rest", "collected_by", "python_tree_stamp"}
+)
 #: Seconds allowed for one ``--version`` call of a tool.
 TOOL_TIMEOUT_S = 20.0
 
@@ -60,6 +64,12 @@ class Environment:
         sm_clock_mhz_at_rest, mem_clock_mhz_at_rest: clocks when collected (volatile).
         persistence_mode, mig_mode: NVML modes (True = enabled).
         cpu, os, python: host CPU model, OS/kernel, Python version.
+        python_tree: blake3 digest of the Python installation's files (interpreter, standard
+            library, site-packages, editable installs' sources;
+            :func:`perfledger.kernels.python_tree.python_tree`), so an edited installed package
+            is another environment (R11).
+        python_tree_stamp: the installation's files' sizes, times and inodes when collected
+            (volatile: ``measure`` compares it after the run, R11).
         container: container hints (``docker``, ``podman``, ``kubernetes``, ``firecracker``...)
             joined by ``,``; None when none was seen (not proof that there is none).
         device_index: which device these fields describe.
@@ -86,6 +96,8 @@ class Environment:
     cpu: str | None = None
     os: str | None = None
     python: str | None = None
+    python_tree: str | None = None
+    python_tree_stamp: str | None = None
     container: str | None = None
     device_index: int = 0
     collected_by: str = "perfledger.kernels.env"
@@ -97,7 +109,8 @@ class Environment:
         return sorted(
             f.name
             for f in fields(self)
-            if f.name not in {"errors", "collected_by"} and getattr(self, f.name) is None
+            if f.name not in {"errors", "collected_by", "python_tree_stamp"}
+            and getattr(self, f.name) is None
         )
 
     @property
@@ -266,12 +279,14 @@ def container_hints() -> str | None:
     return ",".join(hints) or None
 
 
-def collect(device_index: int = 0, *, tools: bool = True) -> Environment:
+def collect(device_index: int = 0, *, tools: bool = True, tree: bool = True) -> Environment:
     """Collect the environment identity of GPU ``device_index`` and the host.
 
     Args:
         device_index: the CUDA/NVML device index.
         tools: also run ``nvcc --version`` and ``ncu --version`` (a few hundred ms).
+        tree: also hash the Python installation (``python_tree``; cached per file, so only the
+            first collection on a machine reads every file).
     Returns: the :class:`Environment`; never raises for a missing GPU, library or tool (the
         fields are None and ``errors`` says why).
     """
@@ -294,6 +309,11 @@ def collect(device_index: int = 0, *, tools: bool = True) -> Environment:
     out["os"] = f"{platform.system()} {platform.release()}"
     out["python"] = f"{platform.python_implementation()} {sys.version.split()[0]}"
     out["container"] = container_hints()
+    if tree:
+        tree_now = python_tree()
+        out["python_tree"], out["python_tree_stamp"] = tree_now.digest, tree_now.stamp
+    else:
+        errors["python_tree"] = "not collected (tree=False)"
     return Environment(device_index=device_index, errors=errors, **out)
 
 

@@ -90,6 +90,10 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
     ("VerdictRecorded", 4): {"ChampionSelected": 2, "ExperimentCreated": 4,
                              "FinalAuditRecorded": 5, "ReadinessRecorded": 4,
                              "SamplesRecorded": 6},
+    ("SamplesRecorded", 8): {"ChampionSelected": 2, "ExperimentCreated": 4,
+                             "FinalAuditRecorded": 5, "ReadinessRecorded": 4,
+                             "ResolutionEstimated": 2, "TargetFrozen": 2,
+                             "TargetSuperseded": 2, "VerdictRecorded": 4},
 }  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, ClassVar
 
 import click
@@ -36,6 +36,12 @@ from perfledger.events.identity import (
     file_artifact_name,
     subject_of,
     substitute,
+)
+from perfledger.kernels.workload.subject_copy import (
+    CopyGuard,
+    link_inside,
+    prepare_subject,
+    safe_relative,
 )
 from perfledger.ledger.base import Artifact
 
@@ -321,6 +327,53 @@ class SubjectsWatch:
         self.last = self.ROLES.get(label or "")
 
 
+class SubjectCopies:
+    """Both subjects' read-only copies for one ``measure workload`` run (R11,
+    :mod:`perfledger.kernels.workload.subject_copy`): ``copies`` and ``argvs`` (the readiness
+    driver with each copy in its ``{subject}`` place) by label, ``roots`` (label -> private
+    directory), ``settings`` (recorded with the samples: each copy's snapshot digest) and
+    ``guard`` (called before every call and after the run)."""
+
+    def __init__(self, copies: dict[str, Any], argvs: dict[str, list[str]], guard: Any) -> None:
+        self.copies, self.argvs, self.guard = copies, argvs, guard
+        self.roots = {label: c.root for label, c in copies.items()}
+        self.settings = {"subject_copies": {label: c.digest for label, c in copies.items()}}
+
+    def close(self) -> None:
+        """Remove both copies."""
+        for copy in self.copies.values():
+            copy.close()
+
+
+def subject_copies(target: Any, body: dict[str, Any], files: dict[str, Any]) -> SubjectCopies:
+    """Make the read-only copies of both subjects of ``body`` (the samples' identity, as
+    :func:`measure_identity` made it) from ``files`` (its ``file-<blake3>`` artifacts), each
+    checked against its digest. Raises: IntegrityError (bytes that are not the snapshot's)."""
+
+    blobs = {
+        name.removeprefix("file-"): artifact.data
+        for name, artifact in files.items()
+        if name.startswith("file-")
+    }
+    template = target.readiness.driver.argv
+    copies: dict[str, Any] = {}
+    try:
+        for label, role in SubjectsWatch.ROLES.items():
+            snap = msgspec.convert(body[role], Snapshot)
+            copies[label] = prepare_subject(snap, blobs, label=label)
+        argvs = {label: substitute(template, c.path) for label, c in copies.items()}
+        drivers = [
+            *body["reference"].get("driver", {}),
+            *body["candidate"].get("driver", {}),
+        ]
+        guard = CopyGuard(copies, argvs, drivers)
+    except BaseException:
+        for copy in copies.values():
+            copy.close()
+        raise
+    return SubjectCopies(copies, argvs, guard)
+
+
 def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
@@ -432,24 +485,11 @@ def resolve(ledger: Any, name: str) -> tuple[str, str, Snapshot]:
     )
 
 
-def _safe_relative(path: str) -> PurePosixPath:
-    rel = PurePosixPath(path)
-    if rel.is_absolute() or any(part in ("", ".", "..") for part in path.split("/")):
-        raise IntegrityError(f"the snapshot holds a path that would leave the directory: {path!r}")
-    return rel
-
-
 def _safe_link(path: str, text: str) -> None:
     """A recorded symbolic link ``path -> text`` stays inside the directory written (R11: links
     out of a subject are refused when snapshotted; a snapshot recorded before may hold one).
     Raises: IntegrityError."""
-    parts = [*PurePosixPath(path).parent.parts, *text.split("/")]
-    depth = 0
-    for part in parts:
-        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
-        if depth < 0:
-            break
-    if text.startswith("/") or depth < 0:
+    if not link_inside(path, text):
         raise IntegrityError(
             f"the snapshot's symbolic link {path!r} -> {text!r} leads out of the directory; "
             "nothing was written",
@@ -468,7 +508,7 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
     out = Path(directory)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadRequest(f"{directory!r} exists and is not an empty directory", hint=CHECKOUT_HINT)
-    paths = {p: _safe_relative(p) for p in snap.files}
+    paths = {p: safe_relative(p) for p in snap.files}
     blobs = {}
     for path, entry in snap.files.items():
         data = ledger.artifact(event_id, file_artifact_name(entry.blake3))
@@ -533,6 +573,7 @@ def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
 
 
 __all__ = [
+    "SubjectCopies",
     "champion_snapshot",
     "check_original_command",
     "check_original_subject",
@@ -541,6 +582,7 @@ __all__ = [
     "readiness_edge",
     "refuse_unsnapshotted",
     "resolve",
+    "subject_copies",
     "subjects_identity",
 ]
 

@@ -41,6 +41,7 @@ from perfledger.app.context import (
     SAMPLES_ARTIFACT,
     check_cases,
     check_environment,
+    check_installation_unchanged,
     environment_payload,
     foreign_activity_warnings,
     measured_provenance,
@@ -71,6 +72,7 @@ from perfledger.commands.cli.identity import (
     check_original_subject,
     fresh_and_unchanged,
     measure_identity,
+    subject_copies,
     unenforced_note,
 )
 from perfledger.commands.cli.kernel_identity import (
@@ -478,11 +480,19 @@ def _run_driver(
     quiet: bool,
     accuracy: dict[str, Any] | None = None,
     before_call: Any = None,
+    copies: Any = None,
 ) -> Any:
+    """Run the driver on the two commands; with ``copies`` (:func:`subject_copies`, a snapshot
+    Target), each subject runs from its read-only copy instead, guarded before every call and
+    after the run (R11, :class:`perfledger.kernels.workload.subject_copy.CopyGuard`)."""
 
     try:
-        ref = Subject("ref", shlex.split(ref_cmd))
-        cand = Subject("cand", shlex.split(cand_cmd))
+        if copies is None:
+            ref = Subject("ref", shlex.split(ref_cmd))
+            cand = Subject("cand", shlex.split(cand_cmd))
+        else:
+            ref = Subject("ref", copies.argvs["ref"], env=copies.copies["ref"].env)
+            cand = Subject("cand", copies.argvs["cand"], env=copies.copies["cand"].env)
     except ValueError as exc:
         raise BadRequest(f"cannot parse the command: {exc}") from None
     # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
@@ -492,10 +502,12 @@ def _run_driver(
         startup.check()
         if before_call is not None:
             before_call(label)
+        if copies is not None:
+            copies.guard(label)
 
     total = len(cases) * (2 * pairs + 2 * warmup)
     with _progress(total, "driver calls", quiet) as advance:
-        return run_pairs(
+        run = run_pairs(
             ref,
             cand,
             cases=cases,
@@ -505,7 +517,12 @@ def _run_driver(
             on_call=lambda _call: advance(),
             accuracy=accuracy,
             before_call=checks,
+            subject_roots=None if copies is None else copies.roots,
+            extra_settings=None if copies is None else copies.settings,
         )
+    if copies is not None:
+        copies.guard(None)  # the last call's report and both copies, after the run
+    return run
 
 
 @click.command("workload")
@@ -627,19 +644,25 @@ def measure_workload(
             f"running: {monitor_note}; nothing was measured",
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
+    copies = None
     try:
-        # R11: each subject's files are checked before every call, not only after the run: a
-        # subject could edit the other's files for a while and restore them before the end;
-        # bytecode caches (not in a snapshot) are removed, so no call runs a planted .pyc
+        # R11: each call runs from a read-only copy of its subject's snapshot, with its own
+        # bytecode cache; the subjects' directories are checked before every call too: a
+        # subject could edit the other's files for a while and restore them before the end
+        copies = None if code is None else subject_copies(info["target"], code, code_files)
         unchanged = None if code is None else SubjectsWatch(info, code)
         run = _run_driver(
-            ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy, unchanged
-        )
+            ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s, quiet, accuracy, unchanged,
+            copies,
+        )  # fmt: skip
     finally:
         if monitor is not None:
             monitor.stop()
+        if copies is not None:
+            copies.close()
     if code is not None:
         fresh_and_unchanged(info, code)
+    check_installation_unchanged(env)  # R11: an installed module edited during the run
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,

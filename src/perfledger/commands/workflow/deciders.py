@@ -52,6 +52,7 @@ from perfledger.events.workflow import (
     R5_OBSERVED_METRICS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
+    R11_CALLS_FROM_COPIES,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_WALL_VALUE_COUNTS,
@@ -689,6 +690,8 @@ def decide_samples_record(
     if rules_version(ctx, "SamplesRecorded") >= R5_OBSERVED_METRICS:  # R5: observed is ours
         observed_rules.check_samples(target.definition, req)
     code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
+    if rules_version(ctx, "SamplesRecorded") >= R11_CALLS_FROM_COPIES:  # R11: copies, same env
+        identity.r11_calls_from_copies(req, code)
     pairs = req.pairs
     wall_check = _wall_check(target, req, ctx)
     body = dump(req)

@@ -27,6 +27,7 @@ from perfledger.events.identity import (
     Snapshot,
     declares_subject,
     differing_paths,
+    environment_difference,
     file_artifact_name,
     substitute,
     tree_digest,
@@ -292,6 +293,55 @@ def r11_samples_identity(
         experiment_id=req.experiment_id,
         payload_of=payload_of,
     )
+
+
+#: The provenance protocol whose calls run from perfledger's copies (``measure workload``).
+_COPIED_PROTOCOL = "workload_abba"
+
+
+def r11_calls_from_copies(req: rq.SamplesRecord, code: SamplesIdentity | None) -> None:
+    """R11 (``SamplesRecorded`` from :data:`~perfledger.events.workflow.R11_CALLS_FROM_COPIES`):
+    samples the workload driver measured for a Target bound to code name, in their provenance's
+    settings, the snapshot digests of the copies their calls ran from (``subject_copies``: the
+    samples' own snapshots) and both subjects' call environments (``call_environment``: every
+    variable's name and its value's hash), which are equal. Samples of another protocol, from
+    outside, or of a Target under the old rule are not concerned. Raises: RuleRefused (R11)
+    naming what is missing or the variables that differ."""
+    provenance = req.provenance
+    if code is None or provenance is None or provenance.source != "perfledger":
+        return
+    if provenance.protocol != _COPIED_PROTOCOL:
+        return
+    settings = provenance.settings or {}
+    copies = settings.get("subject_copies")
+    want = {"ref": code.reference.digest, "cand": code.candidate.digest}
+    if copies != want:
+        raise refuse(
+            "R11",
+            "the samples' calls did not run from copies of their snapshots (their provenance's "
+            f"subject_copies is {copies!r}, the snapshots are {want!r})",
+            "measure with `perfledger measure workload`, which runs each call from its copy",
+        )
+    environment = settings.get("call_environment")
+    if not isinstance(environment, dict) or not all(
+        isinstance(environment.get(label), dict) and environment.get(label)
+        for label in ("ref", "cand")
+    ):
+        raise refuse(
+            "R11",
+            "the samples do not record their calls' environments (provenance settings "
+            "call_environment: ref and cand)",
+            "measure with `perfledger measure workload`, which records them",
+        )
+    differ = environment_difference(environment["ref"], environment["cand"])
+    if differ:
+        raise refuse(
+            "R11",
+            "the reference's and the candidate's calls ran with different environments: "
+            + ", ".join(differ[:NAMED_PATHS])
+            + (f" and {len(differ) - NAMED_PATHS} more" if len(differ) > NAMED_PATHS else ""),
+            "give both subjects the same environment and measure again",
+        )
 
 
 def r11_check_identity(

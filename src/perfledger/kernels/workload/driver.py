@@ -37,7 +37,7 @@ its role (reference or candidate): a subject that knew it could behave different
 The environment that can change how a subject runs is recorded in :attr:`DriverRun.settings`
 (``environment``, :mod:`perfledger.kernels.workload.subject_env`).
 
-Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+Imports: the standard library, errors, events and kernels (SPEC.md section 1).
 """
 
 from __future__ import annotations
@@ -53,13 +53,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from perfledger.derive import outputs as derive_outputs
-from perfledger.errors import MeasurementError
+from perfledger.errors import MeasurementError, RuleRefused
+from perfledger.events.identity import environment_difference
 from perfledger.kernels.monitor.interference import POLL_S as STOP_POLL_S
 from perfledger.kernels.monitor.interference import TREE_POLL_S, StopWatch
 from perfledger.kernels.proc import CallTree, drop_ptrace_capability, undumpable
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver_guard import DriverGuard
-from perfledger.kernels.workload.subject_env import influencing_environment
+from perfledger.kernels.workload.subject_env import call_environment, influencing_environment
 
 #: Environment variable carrying the test case's name into each call.
 CASE_ENV = "PERFLEDGER_CASE"
@@ -538,6 +539,8 @@ def run_pairs(
     on_call: Callable[[CallResult], None] | None = None,
     accuracy: Mapping[str, Any] | None = None,
     before_call: Callable[[str], None] | None = None,
+    subject_roots: Mapping[str, str] | None = None,
+    extra_settings: Mapping[str, Any] | None = None,
 ) -> DriverRun:
     """Run ``ref`` and ``cand`` interleaved in ABBA order over ``cases``.
 
@@ -560,13 +563,22 @@ def run_pairs(
             files changed since their snapshots; a subject that edits the other's files in one
             call and restores them in its last would otherwise pass a check made after the run
             alone); its errors propagate.
-    Returns: the :class:`DriverRun`; failed calls are inside it, never raised.
+        subject_roots: label -> the private directory of the subject's copy
+            (:mod:`perfledger.kernels.workload.subject_copy`), which its environment's values
+            may hold where the other's hold its own (R11).
+        extra_settings: more entries for :attr:`DriverRun.settings` (recorded with the samples).
+    Returns: the :class:`DriverRun`; failed calls are inside it, never raised. Its settings
+        carry ``call_environment``: each subject's full environment, every variable's name and
+        the hash of its value (:func:`perfledger.kernels.workload.subject_env.call_environment`), and the
+        names of the variables set per call (``per_call``).
     Raises: ValueError for bad arguments (one subject declaring ``{output}`` and the other
         not, or ``{output}`` without an accuracy rule that compares); MeasurementError when
         this process's scheduling (affinity, nice, policy, timer slack, limits, cgroup)
         changed between calls (:mod:`perfledger.kernels.workload.driver_guard`): a subject lowered it;
         MeasurementError when a call's command was stopped or traced by another process
-        (:mod:`perfledger.kernels.monitor.interference`).
+        (:mod:`perfledger.kernels.monitor.interference`); RuleRefused (R11), before any call, when the
+        two subjects' environments differ other than by their private directories, naming the
+        variables.
     """
     if not cases or len(set(cases)) != len(cases):
         raise ValueError("cases must be non-empty and distinct")
@@ -585,6 +597,12 @@ def run_pairs(
             "(compare: exact or allclose)"
         )
     seeded = checked or any(outputs.SEED_PLACEHOLDER in a for s in (ref, cand) for a in s.argv)
+    roots = dict(subject_roots or {})
+    environments = {
+        label: call_environment({**os.environ, **s.env}, roots.get(label))
+        for label, s in (("ref", ref), ("cand", cand))
+    }
+    _same_environment(environments["ref"], environments["cand"], ref, cand)
     kept: dict[str, bytes] = {}
     # R11: every call inherits this process's scheduling; a subject must not lower it for the
     # other's calls (kernels.workload.driver_guard)
@@ -665,6 +683,12 @@ def run_pairs(
         # what can change how the subjects run, for an auditor to see (R11)
         "environment": influencing_environment(),
         "subject_env": {"ref": dict(ref.env), "cand": dict(cand.env)},
+        # R11: the full environment of every call (names, values' hashes), the same for both
+        "call_environment": {
+            **environments,
+            "per_call": [CASE_ENV, outputs.OUTPUT_ENV, outputs.SEED_ENV],
+        },
+        **dict(extra_settings or {}),
     }
     if checked:  # who judged correctness, by which rule (R5)
         settings["outputs"] = {
@@ -672,6 +696,24 @@ def run_pairs(
             "store_max_bytes": derive_outputs.STORE_MAX_BYTES,
         }  # fmt: skip
     return DriverRun(pairs, warmup, settings, kept)
+
+
+def _same_environment(
+    ref_env: Mapping[str, str], cand_env: Mapping[str, str], ref: Subject, cand: Subject
+) -> None:
+    """R11 before any call: the two subjects' calls get the same environment (hashes as
+    recorded), apart from their private directories; else refused naming the variables."""
+    differ = environment_difference(ref_env, cand_env)
+    if ref.cwd != cand.cwd:
+        differ.append("(working directory)")
+    if differ:
+        raise RuleRefused(
+            "R11: the reference's and the candidate's calls would run with different "
+            f"environments: {', '.join(differ)}; a variable set for one subject alone can "
+            "change how it runs without any file of it differing, so nothing was measured",
+            rule="R11",
+            hint="give both subjects the same environment (only their own directories differ)",
+        )
 
 
 __all__ = [

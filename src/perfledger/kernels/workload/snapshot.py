@@ -15,7 +15,9 @@ The rule for "what a subject reads" is deliberately simple and stated in ``docs/
 - every word of the command line that names an existing file, by a relative path or by any path
   under the subject directory (``--opt=PATH`` counts as ``PATH``), is taken too: under the subject
   directory with its path relative to it (whatever the scope says), elsewhere in ``driver`` with
-  the path as named;
+  the path as named; a file named by an absolute path outside the subject is refused (R11), unless
+  it lies in the interpreter's installation or the system's (:data:`SYSTEM_PREFIXES`: the
+  interpreter itself, ``/usr/bin/env``), which the environment covers;
 - regular files are read as bytes.
 
 Where the subject directory lies in a git work tree, ``git`` records HEAD's commit and whether
@@ -29,6 +31,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +110,25 @@ def _check_link(path: Path, rel: str, root: Path, subject: str) -> None:
             hint="copy the file into the subject directory (or make the link relative, to a "
             "file inside it)",
         )
+
+
+#: Where an installed program or library lives (the interpreter's prefixes are added): a
+#: command word naming a file there by an absolute path is the environment's, not a driver.
+SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/dev/", "/proc/")
+
+
+def _installed(path: Path) -> bool:
+    """Whether ``path`` (absolute) lies in the interpreter's installation or the system's
+    (:data:`SYSTEM_PREFIXES`), where the environment identity, not a snapshot, covers it."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    text = str(path)
+    resolved = str(path.resolve())
+    for candidate in (text, resolved):
+        if candidate.startswith(SYSTEM_PREFIXES):
+            return True
+        if any(candidate.startswith(p.rstrip("/") + "/") for p in prefixes if p):
+            return True
+    return False
 
 
 def git_state(root: Path) -> GitState | None:
@@ -228,6 +250,15 @@ def take_snapshot(
             add(inside, path.resolve())
         elif not Path(named).is_absolute():
             driver[named] = _entry(path, blobs)
+        elif not _installed(path):
+            raise RuleRefused(
+                f"R11: the command names {named!r}, a file outside the subject {subject!r} by "
+                "an absolute path: it would run (or be read) without being in the snapshot; "
+                "nothing was measured or recorded",
+                rule="R11",
+                hint="move it into the subject directory, or name it by a path relative to the "
+                "driver's working directory (then it is snapshotted as a driver file)",
+            )
     snapshot = Snapshot(
         subject=subject,
         argv=tuple(argv),

@@ -51,11 +51,17 @@ _QUERY = (
 Fingerprint = dict[str, tuple[int, int, int]]
 
 
+def is_python_program(argv0: str) -> bool:
+    """Whether the program ``argv0`` is a Python interpreter by its name (``python``,
+    ``python3``, ``python3.11``, a path to one)."""
+    return _PYTHON.fullmatch(os.path.basename(argv0)) is not None
+
+
 def python_site_dirs(argv0: str) -> list[str]:
     """The directories where the interpreter ``argv0`` looks for start-up files (its path and
     site-packages, the user's included); [] when ``argv0`` is not a Python interpreter or does
     not answer (then nothing is watched for it)."""
-    if not _PYTHON.fullmatch(os.path.basename(argv0)):
+    if not is_python_program(argv0):
         return []
     exe = shutil.which(argv0) or argv0
     try:
@@ -182,5 +188,6 @@ __all__ = [
     "StartupWatch",
     "fingerprint",
     "interpreter_of",
+    "is_python_program",
     "python_site_dirs",
 ]

@@ -14,9 +14,12 @@ Imports: the standard library and events (kernels imports events at most, SPEC.m
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import blake3
 
 from perfledger.events.workflow import FORMAL_STAGES
 
@@ -87,6 +90,34 @@ def influencing_environment(environ: Mapping[str, str] | None = None) -> dict[st
     }
 
 
+#: What a subject's private directory becomes in the recorded values (R11): the two subjects'
+#: environments then compare equal where they differ by that directory alone.
+SUBJECT_ROOT_TOKEN = "{subject_root}"
+#: The key of the hashes of secret variables' values: drawn once per process, never recorded,
+#: so the two subjects' values compare within a run and a recorded hash reveals nothing.
+_SECRET_KEY = secrets.token_bytes(32)
+
+
+def call_environment(environ: Mapping[str, str], subject_root: str | None = None) -> dict[str, str]:
+    """The full environment of a subject's calls as recorded with its samples (R11): every
+    variable's name -> ``blake3:<hex>`` of its value, where every occurrence of the subject's
+    private directory ``subject_root`` (its copy, bytecode cache, bootstrap) is replaced by
+    :data:`SUBJECT_ROOT_TOKEN` first. Variables whose names hold a :data:`SECRET_MARKERS` part
+    get ``keyed:<hex>``, a hash keyed by a per-process secret: equal values compare equal
+    within a run, and no recorded hash can be tested against guesses. Sorted by name."""
+    out: dict[str, str] = {}
+    for name in sorted(environ):
+        value = environ[name]
+        if subject_root:
+            value = value.replace(subject_root, SUBJECT_ROOT_TOKEN)
+        data = value.encode("utf-8", "surrogateescape")
+        if any(marker in name.upper() for marker in SECRET_MARKERS):
+            out[name] = "keyed:" + blake3.blake3(data, key=_SECRET_KEY).hexdigest()
+        else:
+            out[name] = "blake3:" + blake3.blake3(data).hexdigest()
+    return out
+
+
 def _inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
@@ -148,6 +179,8 @@ __all__ = [
     "INFLUENCING_PREFIXES",
     "PATH_VARIABLES",
     "SECRET_MARKERS",
+    "SUBJECT_ROOT_TOKEN",
+    "call_environment",
     "environment_warnings",
     "foreign_paths",
     "influencing_environment",

@@ -64,8 +64,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfledger.derive import outputs as output_rules
-from perfledger.errors import MeasurementError
 from perfledger.derive.units import UNITS_PER_SECOND
+from perfledger.errors import MeasurementError
 from perfledger.kernels.proc import CallTree, drop_ptrace_capability
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.subject_env import influencing_environment
