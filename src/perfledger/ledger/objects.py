@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from perfledger.errors import IntegrityError
 from perfledger.events.envelope import Envelope
+from perfledger.events.limits import LEDGER_LIMITS_HINT, MAX_COMMIT_BYTES, MAX_PARENTS
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
 from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
@@ -117,12 +118,21 @@ class ParsedCommit(NamedTuple):
 
 
 def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
-    """Parse a commit's raw content (binary ``sha`` only names it in errors).
-    Raises: IntegrityError when it has no message or a malformed tree/parent line.
+    """Parse a commit's raw content (``sha``, binary or hex bytes, only names it in errors).
+    Raises: IntegrityError when it has no message or a malformed tree/parent line, or is
+        outside the storage format's limits (size, parents).
     """
+    name = sha.decode() if len(sha) == 40 else sha.hex()
+    if len(raw) > MAX_COMMIT_BYTES:
+        raise IntegrityError(
+            f"commit {name} is {len(raw)} bytes, outside the storage format's limits "
+            f"(at most {MAX_COMMIT_BYTES})",
+            commit=name,
+            hint=LEDGER_LIMITS_HINT,
+        )
     header, sep, message = raw.partition(b"\n\n")
     if not sep:
-        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
+        raise IntegrityError(f"commit {name} has no message", commit=name)
     tree = b""
     parent_list: list[bytes] = []
     author = committer = b""
@@ -138,8 +148,15 @@ def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
             author = value
         elif key == b"committer":
             committer = value
+    if len(parent_list) > MAX_PARENTS:
+        raise IntegrityError(
+            f"commit {name} has {len(parent_list)} parents, outside the storage format's "
+            f"limits (at most {MAX_PARENTS})",
+            commit=name,
+            hint=LEDGER_LIMITS_HINT,
+        )
     if len(tree) != 40 or any(len(p) != 40 for p in parent_list):
-        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
+        raise IntegrityError(f"commit {name} has a malformed header", commit=name)
     return ParsedCommit(
         bytes.fromhex(tree.decode()),
         tuple(bytes.fromhex(p.decode()) for p in parent_list),

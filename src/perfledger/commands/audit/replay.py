@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from perfledger.errors import BadRequest, IntegrityError, PerfledgerError, RuleRefused
+from perfledger.errors import BadRequest, IntegrityError, NewerLedger, PerfledgerError, RuleRefused
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import parse_ts
 from perfledger.events.kinds import RecordedEvent
@@ -660,7 +660,10 @@ def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
     if not verified.ok:
         error = verified.error
         assert error is not None
-        report.findings.append(Finding(error.event_id or "", "", 0, "integrity", error.message))
+        # a ledger written by a newer perfledger is not an integrity failure: its own rule,
+        # which the CLI answers with exit 7 (SPEC.md section 6)
+        rule = "newer_ledger" if isinstance(error, NewerLedger) else "integrity"
+        report.findings.append(Finding(error.event_id or "", "", 0, rule, error.message))
     else:
         report.state_hash = state_hash(replay.state)
     report.ok = verified.ok and not report.findings
