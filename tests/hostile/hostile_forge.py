@@ -92,6 +92,23 @@ def forge_event(
     return event_id, commit
 
 
+def run_cli(home: Path, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """Run the perfledger console script (the venv's) with ``args`` in an isolated environment
+    (``home`` as HOME); asserts that no traceback reached its output."""
+    from subprocess_env import isolated_env, perfledger_command
+
+    proc = subprocess.run(
+        [*perfledger_command(), *map(os.fspath, args)],
+        env=isolated_env(home),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    return proc
+
+
 def nested(depth: int, leaf: bytes = b"0") -> bytes:
     """JSON of ``depth`` nested arrays around ``leaf`` (``[[[0]]]`` for depth 3)."""
     return b"[" * depth + leaf + b"]" * depth

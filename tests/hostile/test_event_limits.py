@@ -6,12 +6,10 @@ never a traceback; an event just inside them reads; the writer refuses an event 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from hostile_forge import forge_event, git, nested
+from hostile_forge import forge_event, git, nested, run_cli
 
 from perfledger.api import Ledger
 from perfledger.errors import BadRequest
@@ -23,7 +21,6 @@ from perfledger.events.limits import (
     shape_problem,
 )
 from perfledger.ledger.base import EventDraft
-from subprocess_env import isolated_env, perfledger_command
 
 NOTE = {"text": "deep", "tags": []}
 #: name -> the raw JSON of a forged request just past one limit (the request is level 2)
@@ -41,19 +38,6 @@ INSIDE = {
     "string-at-limit": b'"' + b"x" * MAX_STRING_CHARS + b'"',
     "integer-2^64-1": str(2**64 - 1).encode(),
 }
-
-
-def _run(tmp: Path, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [*perfledger_command(), *map(os.fspath, args)],
-        env=isolated_env(tmp),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +58,7 @@ def test_an_event_past_the_limits_is_an_integrity_failure_naming_it(
     tmp_path: Path, ledgers: dict[str, tuple[Path, str]], name: str, command: str
 ) -> None:
     path, event_id = ledgers[name]
-    proc = _run(tmp_path, "--ledger", path, command)
+    proc = run_cli(tmp_path, "--ledger", path, command)
     assert proc.returncode == 5, proc.stdout + proc.stderr
     said = proc.stdout + proc.stderr
     assert "limits" in said, said
@@ -89,7 +73,7 @@ def test_an_event_just_inside_the_limits_verifies(
     tmp_path: Path, ledgers: dict[str, tuple[Path, str]], name: str
 ) -> None:
     path, _ = ledgers[name]
-    proc = _run(tmp_path, "--ledger", path, "verify")
+    proc = run_cli(tmp_path, "--ledger", path, "verify")
     assert proc.returncode == 0, proc.stderr
 
 
@@ -100,14 +84,14 @@ def test_a_pull_or_clone_of_a_forged_deep_event_is_refused_and_moves_nothing(
     remote = tmp_path / "remote"
     Ledger.init(remote, name="r", actor="t").close()
     local = tmp_path / "local"
-    assert _run(tmp_path, "clone", remote, local).returncode == 0
+    assert run_cli(tmp_path, "clone", remote, local).returncode == 0
     before = git(local, "rev-parse", "refs/heads/ledger")
     event_id, _ = forge_event(remote, request_json=nested(1000))
     if how == "clone":
-        proc = _run(tmp_path, "clone", remote, tmp_path / "second")
+        proc = run_cli(tmp_path, "clone", remote, tmp_path / "second")
         assert not (tmp_path / "second" / "refs" / "heads" / "ledger").exists()
     else:
-        proc = _run(tmp_path, "--ledger", local, "pull")
+        proc = run_cli(tmp_path, "--ledger", local, "pull")
         assert git(local, "rev-parse", "refs/heads/ledger") == before
     assert proc.returncode == 5, proc.stderr
     assert event_id in proc.stderr and "limits" in proc.stderr
@@ -126,7 +110,7 @@ def test_a_commit_with_more_parents_than_the_limit_is_an_integrity_failure(
     merge = git(path, "hash-object", "-t", "commit", "-w", "--stdin", data=raw.encode()).decode()
     git(path, "update-ref", "refs/heads/ledger", merge, head)
     for command in ("verify", "state", "log"):
-        proc = _run(tmp_path, "--ledger", path, command)
+        proc = run_cli(tmp_path, "--ledger", path, command)
         assert proc.returncode == 5, (command, proc.stderr)
         assert "parents" in proc.stderr and merge in proc.stderr
 

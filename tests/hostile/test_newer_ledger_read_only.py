@@ -9,19 +9,16 @@ ledger gets past the check."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from hostile_forge import forge_event, git
+from hostile_forge import forge_event, git, run_cli
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.mcp import Tools
 from perfledger.commands.registry.operations import OPERATIONS
 from perfledger.commands.registry.request_examples import example
 from perfledger.errors import NewerLedger
-from subprocess_env import isolated_env, perfledger_command
 
 NEWER = {"unknown-kind": {"kind": "KindFromTheFuture"}, "newer-schema": {"schema": 99}}
 
@@ -37,19 +34,6 @@ def newer(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 def _head(path: Path) -> bytes:
     return git(path, "rev-parse", "refs/heads/ledger")
-
-
-def _cli(tmp: Path, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [*perfledger_command(), *map(os.fspath, args)],
-        env=isolated_env(tmp),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    return proc
 
 
 def _assert_newer_message(text: str) -> None:
@@ -89,7 +73,7 @@ def test_every_operation_is_refused_through_the_cli_with_exit_7(
     for op, words in sorted(commands.items()):
         request = tmp_path / f"{op}.json"
         request.write_text(json.dumps(example(op)))
-        proc = _cli(tmp_path, "--ledger", newer, *words, "--request", request, "--actor", "a")
+        proc = run_cli(tmp_path, "--ledger", newer, *words, "--request", request, "--actor", "a")
         assert proc.returncode == 7, (op, proc.stdout, proc.stderr)
         _assert_newer_message(proc.stderr)
         assert _head(newer) == before, op
@@ -121,7 +105,7 @@ def test_the_library_and_note_are_refused(newer: Path, tmp_path: Path) -> None:
         ):
             with pytest.raises(NewerLedger):
                 write()
-    proc = _cli(tmp_path, "--ledger", newer, "note", "hello")
+    proc = run_cli(tmp_path, "--ledger", newer, "note", "hello")
     assert proc.returncode == 7, proc.stderr
     _assert_newer_message(proc.stderr)
     assert _head(newer) == before
@@ -129,7 +113,7 @@ def test_the_library_and_note_are_refused(newer: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["state", "verify", "audit"])
 def test_readers_answer_exit_7_not_5(newer: Path, tmp_path: Path, command: str) -> None:
-    proc = _cli(tmp_path, "--ledger", newer, command)
+    proc = run_cli(tmp_path, "--ledger", newer, command)
     assert proc.returncode == 7, proc.stdout + proc.stderr
     _assert_newer_message(proc.stdout + proc.stderr)
 
@@ -138,7 +122,7 @@ def test_control_a_readable_ledger_takes_a_note(tmp_path: Path) -> None:
     path = tmp_path / "ok"
     Ledger.init(path, name="ok", actor="t").close()
     forge_event(path)  # a forged but readable event: the check is about versions, not forgery
-    assert _cli(tmp_path, "--ledger", path, "note", "hello").returncode == 0
+    assert run_cli(tmp_path, "--ledger", path, "note", "hello").returncode == 0
 
 
 def test_a_newer_format_version_in_the_config_is_exit_7(tmp_path: Path) -> None:
@@ -146,7 +130,7 @@ def test_a_newer_format_version_in_the_config_is_exit_7(tmp_path: Path) -> None:
     Ledger.init(path, name="fmt", actor="t").close()
     git(path, "config", "perfledger.formatVersion", "2")
     for command in (["note", "x"], ["state"]):
-        proc = _cli(tmp_path, "--ledger", path, *command)
+        proc = run_cli(tmp_path, "--ledger", path, *command)
         assert proc.returncode == 7, proc.stderr
         assert "format 2" in proc.stderr and "upgrade perfledger" in proc.stderr
 
@@ -157,19 +141,19 @@ def test_a_mixed_version_team_pull_sync_clone_refuse_push_waits_gc_works(tmp_pat
     pull (exit 4, as for any remote ahead); gc touches no event and runs."""
     remote, local = tmp_path / "remote", tmp_path / "local"
     Ledger.init(remote, name="team", actor="t").close()
-    assert _cli(tmp_path, "clone", remote, local).returncode == 0
+    assert run_cli(tmp_path, "clone", remote, local).returncode == 0
     event_id, _ = forge_event(remote, schema=99)
-    assert _cli(tmp_path, "--ledger", local, "note", "mine").returncode == 0
+    assert run_cli(tmp_path, "--ledger", local, "note", "mine").returncode == 0
     before = _head(local)
     for command in ("pull", "sync"):
-        proc = _cli(tmp_path, "--ledger", local, command)
+        proc = run_cli(tmp_path, "--ledger", local, command)
         assert proc.returncode == 7, (command, proc.stderr)
         assert event_id in proc.stderr and "nothing was pulled" in proc.stderr
         assert "upgrade perfledger" in proc.stderr
         assert _head(local) == before
-    clone = _cli(tmp_path, "clone", remote, tmp_path / "second")
+    clone = run_cli(tmp_path, "clone", remote, tmp_path / "second")
     assert clone.returncode == 7 and not (tmp_path / "second" / "refs/heads/ledger").exists()
-    assert _cli(tmp_path, "--ledger", local, "push").returncode == 4
-    assert _cli(tmp_path, "--ledger", local, "note", "still mine").returncode == 0
-    assert _cli(tmp_path, "--ledger", local, "gc").returncode == 0
-    assert _cli(tmp_path, "--ledger", local, "verify").returncode == 0
+    assert run_cli(tmp_path, "--ledger", local, "push").returncode == 4
+    assert run_cli(tmp_path, "--ledger", local, "note", "still mine").returncode == 0
+    assert run_cli(tmp_path, "--ledger", local, "gc").returncode == 0
+    assert run_cli(tmp_path, "--ledger", local, "verify").returncode == 0

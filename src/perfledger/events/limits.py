@@ -52,8 +52,9 @@ MAX_TREE_BYTES = 2 * 1024 * 1024
 MAX_REF_NAME_BYTES = 1024
 #: Largest loose ref file in bytes (a sha or a ``ref: <name>`` line).
 MAX_REF_FILE_BYTES = MAX_REF_NAME_BYTES + 16
-#: Largest request a command or an MCP tool reads (a ``--request`` file, stdin), in bytes.
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Largest request a command reads (a ``--request`` file, stdin), in bytes: a request is stored
+#: in its event, so no larger one could be appended.
+MAX_REQUEST_BYTES = MAX_EVENT_BYTES
 
 #: The hint of an IntegrityError for a ledger that holds something outside these limits.
 LEDGER_LIMITS_HINT = (

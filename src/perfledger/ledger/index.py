@@ -14,11 +14,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from perfledger.errors import IntegrityError
-from perfledger.events.limits import LEDGER_LIMITS_HINT, MAX_COMMIT_BYTES, MAX_PARENTS
 from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import in_total_order
-from perfledger.ledger.objects import event_trailers
+from perfledger.ledger.objects import check_commit_limits, event_trailers
 
 
 class IndexEntry(msgspec.Struct, array_like=True):
@@ -47,13 +45,7 @@ def entry_from_raw(raw: bytes, sha: str = "") -> IndexEntry:
     Raises: IntegrityError for a commit outside the storage format's limits (size, parents)."""
     header, _, message = raw.partition(b"\n\n")
     parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
-    if len(raw) > MAX_COMMIT_BYTES or len(parents) > MAX_PARENTS:
-        raise IntegrityError(
-            f"commit {sha} has {len(parents)} parents in {len(raw)} bytes, outside the storage "
-            f"format's limits (at most {MAX_PARENTS} parents, {MAX_COMMIT_BYTES} bytes)",
-            commit=sha or None,
-            hint=LEDGER_LIMITS_HINT,
-        )
+    check_commit_limits(sha, len(raw), len(parents))
     event_id, lamport, key = event_trailers(message)
     return IndexEntry(event_id, lamport, parents, key)
 
