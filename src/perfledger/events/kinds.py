@@ -13,7 +13,6 @@ from typing import Any
 
 import msgspec
 
-from perfledger import __version__
 from perfledger.errors import BadRequest, IntegrityError, NewerLedger
 from perfledger.events.envelope import Envelope
 
@@ -200,7 +199,14 @@ UPGRADE_HINT = (
 
 
 def _version() -> str:
-    return __version__
+    """This perfledger's version, for the message of a NewerLedger (read from the installed
+    distribution: the events layer imports nothing above it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("perfledger")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 # --- kinds of the ledger core ------------------------------------------------------------
