@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from perfledger._version import __version__
-from perfledger.errors import BadRequest, NotALedger
+from perfledger.errors import BadRequest, NotALedger, PerfledgerError
 from perfledger.events.envelope import Envelope
 from perfledger.events.kinds import RecordedEvent, kinds_fingerprint, recorded
 from perfledger.ledger.base import Artifact, Decide, EventDraft
@@ -35,6 +35,7 @@ from perfledger.ledger.cache import (
 )
 from perfledger.ledger.gc import collect_dead_temporaries
 from perfledger.ledger.objects import split_ident
+from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
@@ -96,27 +97,23 @@ def ledgers_below(directory: str) -> list[str]:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)[:_BELOW_MAX_ENTRIES]
     except OSError:
         return []
-    branch = os.path.join("refs", "heads", "ledger")
     out = []
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):
             continue
         for gitdir in (entry.path, os.path.join(entry.path, ".git")):
-            if os.path.isfile(os.path.join(gitdir, "HEAD")) and (
-                os.path.isfile(os.path.join(gitdir, branch))
-                or _packed_ref(os.path.join(gitdir, "packed-refs"), "refs/heads/ledger")
-            ):
+            if os.path.isfile(os.path.join(gitdir, "HEAD")) and _has_ledger_branch(gitdir):
                 out.append(entry.name)
                 break
     return out
 
 
-def _packed_ref(path: str, ref: str) -> bool:
-    """Whether git's ``packed-refs`` file at ``path`` lists ``ref``."""
+def _has_ledger_branch(gitdir: str) -> bool:
+    """Whether the git directory ``gitdir`` has the ``ledger`` branch, loose or in
+    ``packed-refs`` (read by the store's one ref reader, bounded; any failure: no)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return any(line.rstrip("\n").endswith(" " + ref) for line in handle)
-    except OSError:
+        return read_ref(gitdir, b"refs/heads/ledger") is not None
+    except (OSError, PerfledgerError):
         return False
 
 
@@ -231,9 +228,11 @@ class Ledger:
         (:func:`perfledger.commands.registry.operations.execute`, or the CLI).
 
         Raises: BadRequest for a malformed payload or field, or for a decision kind;
-            ConcurrentAppend when compare-and-swap retries are exhausted.
+            ConcurrentAppend when compare-and-swap retries are exhausted; NewerLedger (exit 7)
+            when the ledger holds an event this perfledger cannot read (read-only for it).
         """
         _refuse_decision_kinds([kind])
+        self._refuse_if_unreadable()
         self._tidy_once()
         return self.store.append(
             EventDraft(kind, payload, actor, request, idempotency_key, dict(artifacts or {}))
@@ -243,6 +242,7 @@ class Ledger:
         """Append drafts atomically (all or none); see :meth:`GitStore.append_batch`. Decision
         kinds are refused as in :meth:`append`."""
         _refuse_decision_kinds([draft.kind for draft in drafts])
+        self._refuse_if_unreadable()
         self._tidy_once()
         return self.store.append_batch(drafts)
 
@@ -253,11 +253,20 @@ class Ledger:
         it at once, so that the state cache written at :meth:`close` is at the new head: the
         next command then starts from it instead of reading these events back and folding
         them itself."""
+        self._refuse_if_unreadable()
         self._tidy_once()
         envelopes = self.store.transact(decide)
         if envelopes and self._memo is not None:
             self._fold_forward(self._memo, self.head())
         return envelopes
+
+    def _refuse_if_unreadable(self) -> None:
+        """Refuse to write a ledger this perfledger cannot fully read (SPEC.md section 6): one
+        holding an event of a kind it does not know or of a newer schema version is read-only
+        for it, so that no writer appends on top of what its rules could not see. Folds the
+        state at the head (from the cache, cheap when warm), which reads every event.
+        Raises: NewerLedger (exit 7) naming the event, its kind and version."""
+        self.state_at(self.head(), lazy=True)
 
     def _tidy_once(self) -> None:
         """The cheap part of ``perfledger gc``, once per opened ledger that writes: the dead

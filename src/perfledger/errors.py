@@ -4,7 +4,8 @@ Every error a user can cause is a :class:`PerfledgerError`; the CLI maps it to a
 place (:func:`exit_code_for`) and prints its message and hint, never a traceback.
 
 Exit codes: 0 done, 2 bad request, 3 refused by a rule, 4 concurrent-append conflict that retries
-could not settle, 5 integrity failure, 1 anything else.
+could not settle, 5 integrity failure, 6 a pull or sync that left a conflict to resolve, 7 a
+ledger written by a newer perfledger (read-only for this one), 1 anything else.
 """
 
 from __future__ import annotations
@@ -121,6 +122,50 @@ class IntegrityError(PerfledgerError):
         err["event_id"] = self.event_id
         err["commit"] = self.commit
         return data
+
+
+class NewerLedger(IntegrityError):
+    """The ledger holds an event this perfledger cannot read: a kind it does not know or a
+    schema version newer than it knows, written by a newer perfledger (exit 7, code
+    ``newer_ledger``). Such a ledger is read-only for this version: every writer refuses it
+    (SPEC.md section 6), and so do the readers that fold or verify the events. An
+    :class:`IntegrityError` subclass, so that a reader's ``except IntegrityError`` still stops.
+
+    Attributes:
+        kind: the event kind, unknown or of a newer schema.
+        schema: its schema version as recorded.
+    """
+
+    code = "newer_ledger"
+    exit_code = 7
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str = "",
+        kind: str = "",
+        schema: int = 0,
+        event_id: str | None = None,
+        commit: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint, event_id=event_id, commit=commit)
+        self.kind = kind
+        self.schema = schema
+
+    def naming(self, event_id: str, commit: str | None = None) -> NewerLedger:
+        """The same error naming ``event_id`` (and its ``commit``) in its message and fields."""
+        message = self.message
+        if event_id not in message:
+            message = f"event {event_id}: {message}"
+        return NewerLedger(
+            message,
+            hint=self.hint,
+            kind=self.kind,
+            schema=self.schema,
+            event_id=self.event_id or event_id,
+            commit=self.commit or commit,
+        )
 
 
 class MeasurementError(PerfledgerError):

@@ -174,8 +174,9 @@ def test_unknown_kind_is_reported(git_ledger: Ledger, use_kind: Use) -> None:
 
 
 def test_unknown_kind_fails_cli_verify(git_ledger: Ledger, use_kind: Use) -> None:
-    """A real ``perfledger verify`` process (which never registered the test kind) exits 5 with
-    one JSON error naming the kind and the event."""
+    """A real ``perfledger verify`` process (which never registered the test kind) exits 7 (a
+    ledger written by a newer perfledger, not an integrity failure) with one JSON error naming
+    the kind and the event."""
     use_kind(SPEC_V1)
     event = git_ledger.append(KIND, {"label": "w", "size_mm": 1}, actor="tester")
     proc = subprocess.run(
@@ -185,10 +186,10 @@ def test_unknown_kind_fails_cli_verify(git_ledger: Ledger, use_kind: Use) -> Non
         timeout=60,
         check=False,
     )
-    assert proc.returncode == 5, proc.stderr
+    assert proc.returncode == 7, proc.stderr
     answer = json.loads(proc.stdout)
     assert answer["ok"] is False
-    assert answer["error"]["code"] == "integrity"
+    assert answer["error"]["code"] == "newer_ledger"
     assert KIND in answer["error"]["message"]
     assert answer["error"]["event_id"] == event.id
     assert "Traceback" not in proc.stderr

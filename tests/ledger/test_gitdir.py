@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfledger.api import Ledger
-from perfledger.errors import NotALedger
+from perfledger.errors import NewerLedger, NotALedger
 from perfledger.ledger.gitdir import find_controldir, read_section
 from perfledger.ledger.store import GitStore
 
@@ -86,14 +86,19 @@ def test_read_section_matches_git_or_declines(
 
 
 def test_open_refuses_a_future_format_through_either_path(tmp_path: Path) -> None:
+    """A newer storage format is a ledger written by a newer perfledger (exit 7), not "not a
+    ledger"; an unknown older one stays NotALedger."""
     path = tmp_path / "l"
     Ledger.init(path, actor="t").close()
     _git("--git-dir", path, "config", "perfledger.formatVersion", "99")
-    with pytest.raises(NotALedger, match="format 99"):
+    with pytest.raises(NewerLedger, match="format 99"):
         GitStore.open(path)
     _git("--git-dir", path, "config", "--add", "include.path", "/nonexistent")  # -> dulwich
     assert read_section(str(path), b"perfledger") is None
-    with pytest.raises(NotALedger, match="format 99"):
+    with pytest.raises(NewerLedger, match="format 99"):
+        GitStore.open(path)
+    _git("--git-dir", path, "config", "perfledger.formatVersion", "zero")
+    with pytest.raises(NotALedger, match="format zero"):
         GitStore.open(path)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from perfledger.errors import CanonicalEncodingError
+from perfledger.events.limits import INT_MAX, INT_MIN
 
 _REFUSED_TYPES: tuple[type, ...] = ()
 
@@ -34,8 +35,8 @@ def _refused_types() -> tuple[type, ...]:
     return _REFUSED_TYPES
 
 
-_INT_MIN = -(2**63)
-_INT_MAX = 2**64 - 1
+_INT_MIN = INT_MIN  # the storage format's limits (events.limits)
+_INT_MAX = INT_MAX
 #: The msgspec encoder of canonical JSON (keys sorted); feed it checked builtins only.
 canonical_encoder = msgspec.json.Encoder(order="sorted")
 _decoder = msgspec.json.Decoder()
@@ -166,7 +167,7 @@ def is_canonical(data: bytes) -> bool:
     """
     try:
         return canonical_bytes(_decoder.decode(data)) == data
-    except (msgspec.DecodeError, CanonicalEncodingError):
+    except (msgspec.DecodeError, CanonicalEncodingError, RecursionError):
         return False
 
 

@@ -16,6 +16,14 @@ import msgspec
 
 from perfledger.errors import BadRequest, CanonicalEncodingError
 from perfledger.events.canonical import canonical_bytes, to_canonical_value
+from perfledger.events.limits import (
+    MAX_ARTIFACTS,
+    MAX_DEPTH,
+    MAX_PARENTS,
+    bytes_within_shape,
+    event_size_problem,
+    shape_problem,
+)
 
 #: Domain-separation prefix hashed before the canonical bytes of an event.
 EVENT_ID_DOMAIN = b"perfledger/event/v1\x00"
@@ -193,14 +201,42 @@ def encode_envelope(envelope: Envelope) -> bytes:
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    """Decode ``event.json`` bytes strictly into an :class:`Envelope`.
+    """Decode ``event.json`` bytes strictly into an :class:`Envelope`, within the storage
+    format's limits (:mod:`perfledger.events.limits`).
 
-    Raises: BadRequest when the bytes are not valid JSON of the envelope's shape.
+    Raises: BadRequest when the bytes are not valid JSON of the envelope's shape or are outside
+        the limits (a reader of a ledger turns it into an IntegrityError naming the commit).
     """
+    problem = event_size_problem(len(data))
+    if problem is not None:
+        raise BadRequest(f"event.json is outside the storage format's limits: {problem}")
     try:
-        return _envelope_decoder.decode(data)
+        envelope = _envelope_decoder.decode(data)
+    except RecursionError:  # msgspec's own guard, far above MAX_DEPTH
+        raise BadRequest(
+            f"event.json is outside the storage format's limits: it nests deeper than "
+            f"{MAX_DEPTH} levels"
+        ) from None
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"event.json does not decode as an envelope: {exc}") from exc
+        raise BadRequest(f"event.json does not decode as an envelope: {exc}") from None
+    problem = envelope_shape_problem(data, envelope)
+    if problem is not None:
+        raise BadRequest(f"event.json is outside the storage format's limits: {problem}")
+    return envelope
+
+
+def envelope_shape_problem(data: bytes, envelope: Envelope) -> str | None:
+    """Why the decoded ``envelope`` (from ``data``, its ``event.json``) is outside the storage
+    format's shape limits (parents, artifacts, depth, strings, containers), or None. Fast when
+    the bytes alone prove it within them (:func:`~perfledger.events.limits.bytes_within_shape`).
+    """
+    if len(envelope.parents) > MAX_PARENTS:
+        return f"$.parents: {len(envelope.parents)} parents (at most {MAX_PARENTS})"
+    if len(envelope.artifacts) > MAX_ARTIFACTS:
+        return f"$.artifacts: {len(envelope.artifacts)} artifacts (at most {MAX_ARTIFACTS})"
+    if bytes_within_shape(data):
+        return None
+    return shape_problem(envelope)
 
 
 def is_valid_event_id(value: str) -> bool:
@@ -218,6 +254,7 @@ __all__ = [
     "compute_event_id",
     "decode_envelope",
     "encode_envelope",
+    "envelope_shape_problem",
     "format_ts",
     "is_valid_event_id",
     "parse_ts",

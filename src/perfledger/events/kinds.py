@@ -12,7 +12,8 @@ from typing import Any
 import blake3
 import msgspec
 
-from perfledger.errors import BadRequest, IntegrityError
+from perfledger._version import __version__
+from perfledger.errors import BadRequest, IntegrityError, NewerLedger
 from perfledger.events.envelope import Envelope
 from perfledger.events.kindspec import _REGISTRY, KindSpec, register_kind
 
@@ -88,14 +89,21 @@ def upcast(kind: str, schema: int, payload: dict[str, Any]) -> Any:
     _ensure_workflow_kinds()
     spec = _REGISTRY.get(kind)
     if spec is None:
-        raise IntegrityError(
-            f"unknown event kind {kind!r}",
-            hint="it may have been written by a newer perfledger; upgrade and retry",
+        raise NewerLedger(
+            f"unknown event kind {kind!r} (this is perfledger {_version()}): a newer perfledger "
+            "wrote it; the ledger is read-only here until you upgrade perfledger",
+            hint=UPGRADE_HINT,
+            kind=kind,
+            schema=schema,
         )
     if schema > spec.version:
-        raise IntegrityError(
-            f"{kind} schema version {schema} is newer than this perfledger knows ({spec.version})",
-            hint="upgrade perfledger",
+        raise NewerLedger(
+            f"{kind} schema version {schema} is newer than this perfledger knows "
+            f"({spec.version}) (this is perfledger {_version()}): a newer perfledger wrote it; "
+            "the ledger is read-only here until you upgrade perfledger",
+            hint=UPGRADE_HINT,
+            kind=kind,
+            schema=schema,
         )
     data = payload
     for version in range(schema, spec.version):
@@ -130,8 +138,25 @@ class RecordedEvent(msgspec.Struct, frozen=True):
 
 
 def recorded(envelope: Envelope) -> RecordedEvent:
-    """Upcast and decode ``envelope``'s payload; raises IntegrityError as :func:`upcast`."""
-    return RecordedEvent(envelope, upcast(envelope.kind, envelope.schema, envelope.payload))
+    """Upcast and decode ``envelope``'s payload; raises IntegrityError as :func:`upcast`
+    (NewerLedger naming the event)."""
+    try:
+        return RecordedEvent(envelope, upcast(envelope.kind, envelope.schema, envelope.payload))
+    except NewerLedger as exc:
+        raise exc.naming(envelope.id) from None
+
+
+#: What to do about a ledger written by a newer perfledger (NewerLedger's hint).
+UPGRADE_HINT = (
+    "upgrade perfledger (pip install --upgrade perfledger) to the version that wrote it; until "
+    "then every command that writes refuses this ledger (exit 7), and `perfledger log` still "
+    "lists its events"
+)
+
+
+def _version() -> str:
+    """This perfledger's version, for the message of a NewerLedger."""
+    return __version__
 
 
 # --- kinds of the ledger core ------------------------------------------------------------

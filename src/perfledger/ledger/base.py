@@ -30,6 +30,7 @@ from perfledger.events.envelope import (
     validate_draft_fields,
 )
 from perfledger.events.kinds import get_kind, validate_payload
+from perfledger.events.limits import MAX_ARTIFACTS, shape_problem
 
 #: The kind of the one root event every ledger starts with.
 ROOT_KIND = "LedgerInitialized"
@@ -104,6 +105,23 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
             f"{ROOT_KIND} is the root event; a ledger has exactly one",
             hint="create a new ledger with `perfledger init` instead",
         )
+    # the storage format's limits first: a value nested past them would exhaust the
+    # recursion of the converters below (RecursionError), and a reader would refuse the event
+    problem = (
+        shape_problem(draft.payload, "$.payload", 2)
+        or shape_problem(draft.request, "$.request", 2)
+        or (
+            f"{len(draft.artifacts)} artifacts (at most {MAX_ARTIFACTS})"
+            if len(draft.artifacts) > MAX_ARTIFACTS
+            else None
+        )
+    )
+    if problem is not None:
+        raise BadRequest(
+            f"the event is outside the storage format's limits: {problem}",
+            hint="docs/storage.md, Limits: keep requests and payloads within them (large data "
+            "belongs in an artifact)",
+        )
     struct, payload = validate_payload(draft.kind, draft.payload)
     refs: dict[str, dict[str, Any]] = {}
     blobs: dict[str, bytes] = {}
@@ -148,7 +166,11 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
         raise CanonicalEncodingError(
             f"text is not valid Unicode (lone surrogate at position {exc.start})"
         ) from None
-    envelope = decode_envelope(data)
+    try:
+        envelope = decode_envelope(data)  # what every reader will decode, limits included
+    except BadRequest as exc:
+        exc.hint = exc.hint or "docs/storage.md, Limits: large data belongs in an artifact"
+        raise
     try:
         summary = spec.summary(struct)
     except Exception:  # a summary is decoration: it must never block an append

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,25 +40,56 @@ class EventHeads:
         node = self.node(sha)
         if node.event_id is not None:
             return (node.event_id,)
-        cached = self._heads.get(sha)
-        if cached is None:
-            candidates: set[str] = set()
-            for parent in node.parents:
-                candidates.update(self.heads(parent))
-            cached = tuple(sorted(c for c in candidates if not self._dominated(c, candidates)))
-            self._heads[sha] = cached
-        return cached
+        if sha not in self._heads:
+            for merge in self._merges_below(sha, self._heads):
+                candidates: set[str] = set()
+                for parent in self.node(merge).parents:
+                    parent_node = self.node(parent)
+                    if parent_node.event_id is not None:
+                        candidates.add(parent_node.event_id)
+                    else:
+                        candidates.update(self._heads[parent])
+                self._heads[merge] = tuple(
+                    sorted(c for c in candidates if not self._dominated(c, candidates))
+                )
+        return self._heads[sha]
 
     def lamport(self, sha: bytes) -> int:
         """Return the largest Lamport clock of the events commit ``sha`` stands on."""
         node = self.node(sha)
         if node.event_id is not None:
             return node.lamport
-        cached = self._lamport.get(sha)
-        if cached is None:
-            cached = max((self.lamport(p) for p in node.parents), default=0)
-            self._lamport[sha] = cached
-        return cached
+        if sha not in self._lamport:
+            for merge in self._merges_below(sha, self._lamport):
+                self._lamport[merge] = max(
+                    (
+                        n.lamport if (n := self.node(p)).event_id is not None else self._lamport[p]
+                        for p in self.node(merge).parents
+                    ),
+                    default=0,
+                )
+        return self._lamport[sha]
+
+    def _merges_below(self, sha: bytes, done: dict[bytes, Any]) -> list[bytes]:
+        """The merge commits from merge ``sha`` down through merges only, not yet in ``done``,
+        each after every merge parent of it (post-order, without recursion: a forged chain of
+        merges of any length is walked on the heap)."""
+        order: list[bytes] = []
+        seen: set[bytes] = set()
+        stack: list[tuple[bytes, bool]] = [(sha, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if expanded:
+                order.append(current)
+                continue
+            if current in seen or current in done:
+                continue
+            seen.add(current)
+            stack.append((current, True))
+            for parent in self.node(current).parents:
+                if parent not in seen and parent not in done and self.node(parent).event_id is None:
+                    stack.append((parent, False))
+        return order
 
     def _dominated(self, event_id: str, others: set[str]) -> bool:
         """True when ``event_id`` is an ancestor of another event in ``others``."""

@@ -11,9 +11,12 @@ None, and the caller opens the repository through dulwich, which handles them al
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import NamedTuple
+
+from perfledger.errors import IntegrityError
 
 #: A config line ``key = value`` with a plain value (no quotes, escapes or continuations).
 _PLAIN_ENTRY = re.compile(rb"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*([^\"\\;#]*?))?\s*(?:[;#].*)?$")
@@ -79,3 +82,24 @@ def read_section(controldir: str, section: bytes) -> dict[bytes, bytes] | None:
             return None
         values[entry.group(1).lower()] = entry.group(2) if entry.group(2) is not None else b"true"
     return values
+
+
+def refuse_incomplete_clone(controldir: str) -> None:
+    """Refuse a shallow or partial git clone, whose missing history or blobs would read as a
+    damaged ledger (``verify``, and every command when it opens the ledger). Raises:
+    IntegrityError saying which and how to clone whole."""
+    if os.path.exists(os.path.join(controldir, "shallow")):
+        raise IntegrityError(
+            "this is a shallow git clone (git clone --depth): its history stops before the "
+            "ledger's root, so it cannot be read or verified",
+            hint="clone the whole ledger (git clone --branch ledger URL, without --depth), or "
+            "run `git fetch --unshallow` in it",
+        )
+    with contextlib.suppress(OSError), open(os.path.join(controldir, "config"), "rb") as f:
+        config = f.read().lower().replace(b" ", b"").replace(b"\t", b"")
+        if b"promisor=true" in config or b"partialclone=" in config:
+            raise IntegrityError(
+                "this is a partial git clone (git clone --filter): objects the ledger holds "
+                "were left on the server, so it cannot be read or verified",
+                hint="clone the whole ledger (git clone --branch ledger URL, without --filter)",
+            )

@@ -16,7 +16,7 @@ import msgspec
 
 from perfledger.ledger.cache import write_derived
 from perfledger.ledger.dag import in_total_order
-from perfledger.ledger.objects import event_trailers
+from perfledger.ledger.objects import check_commit_limits, event_trailers
 
 
 class IndexEntry(msgspec.Struct, array_like=True):
@@ -39,10 +39,13 @@ class _IndexFile(msgspec.Struct):
     keys: dict[str, str]
 
 
-def entry_from_raw(raw: bytes) -> IndexEntry:
-    """The index entry of a commit from its raw content (header, blank line, message)."""
+def entry_from_raw(raw: bytes, sha: str = "") -> IndexEntry:
+    """The index entry of commit ``sha`` (hex, for errors) from its raw content (header, blank
+    line, message).
+    Raises: IntegrityError for a commit outside the storage format's limits (size, parents)."""
     header, _, message = raw.partition(b"\n\n")
     parents = [line[7:] for line in header.split(b"\n") if line.startswith(b"parent ")]
+    check_commit_limits(sha, len(raw), len(parents))
     event_id, lamport, key = event_trailers(message)
     return IndexEntry(event_id, lamport, parents, key)
 

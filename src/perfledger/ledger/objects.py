@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from perfledger.errors import IntegrityError
 from perfledger.events.envelope import Envelope
+from perfledger.events.limits import LEDGER_LIMITS_HINT, MAX_COMMIT_BYTES, MAX_PARENTS
 from perfledger.ledger.base import BuiltEvent
 from perfledger.ledger.gitobj import RawObject, make_blob, make_commit, make_tree
 from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
@@ -116,13 +117,29 @@ class ParsedCommit(NamedTuple):
     message: bytes
 
 
+def check_commit_limits(name: str, size: int, parents: int) -> None:
+    """Refuse commit ``name`` (hex) of ``size`` bytes with ``parents`` parents when it is outside
+    the storage format's limits (events.limits: ``MAX_COMMIT_BYTES``, ``MAX_PARENTS``).
+    Raises: IntegrityError naming the commit, with the hint for a forged ledger."""
+    if size > MAX_COMMIT_BYTES or parents > MAX_PARENTS:
+        raise IntegrityError(
+            f"commit {name} has {parents} parents in {size} bytes, outside the storage format's "
+            f"limits (at most {MAX_PARENTS} parents and {MAX_COMMIT_BYTES} bytes)",
+            commit=name,
+            hint=LEDGER_LIMITS_HINT,
+        )
+
+
 def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
-    """Parse a commit's raw content (binary ``sha`` only names it in errors).
-    Raises: IntegrityError when it has no message or a malformed tree/parent line.
+    """Parse a commit's raw content (``sha``, binary or hex bytes, only names it in errors).
+    Raises: IntegrityError when it has no message or a malformed tree/parent line, or is
+        outside the storage format's limits (size, parents).
     """
+    name = sha.decode() if len(sha) == 40 else sha.hex()
+    check_commit_limits(name, len(raw), 0)
     header, sep, message = raw.partition(b"\n\n")
     if not sep:
-        raise IntegrityError(f"commit {sha.hex()} has no message", commit=sha.hex())
+        raise IntegrityError(f"commit {name} has no message", commit=name)
     tree = b""
     parent_list: list[bytes] = []
     author = committer = b""
@@ -138,8 +155,9 @@ def parse_commit(sha: bytes, raw: bytes) -> ParsedCommit:
             author = value
         elif key == b"committer":
             committer = value
+    check_commit_limits(name, len(raw), len(parent_list))
     if len(tree) != 40 or any(len(p) != 40 for p in parent_list):
-        raise IntegrityError(f"commit {sha.hex()} has a malformed header", commit=sha.hex())
+        raise IntegrityError(f"commit {name} has a malformed header", commit=name)
     return ParsedCommit(
         bytes.fromhex(tree.decode()),
         tuple(bytes.fromhex(p.decode()) for p in parent_list),

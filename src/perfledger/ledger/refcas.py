@@ -23,6 +23,8 @@ import fcntl
 import os
 import secrets
 
+from perfledger.errors import IntegrityError
+from perfledger.events.limits import MAX_REF_FILE_BYTES, MAX_REF_NAME_BYTES
 from perfledger.ledger.durable import fsync_dir
 from perfledger.ledger.gitobj import write_all
 from perfledger.ledger.layout import REF_LOCK_OWNER_PREFIX as OWNER_PREFIX
@@ -36,17 +38,38 @@ class RefLocked(Exception):
 
 def read_ref(git_dir: str, name: bytes) -> bytes | None:
     """Return the value of ref ``name`` (a hex sha as bytes, or a ``ref: ...`` line), from its
-    loose file, else from ``packed-refs``; None when the ref does not exist.
-    Raises: OSError from the filesystem other than a missing file.
+    loose file, else from ``packed-refs``; None when the ref does not exist. Reads at most
+    ``MAX_REF_FILE_BYTES`` of a loose ref and one line of ``packed-refs`` at a time.
+    Raises: IntegrityError for a loose ref larger than any git writes; OSError from the
+        filesystem other than a missing file.
     """
     try:
         with open(git_dir + os.sep + os.fsdecode(name), "rb") as f:
-            return f.read().strip()
+            value = f.read(MAX_REF_FILE_BYTES + 1)
     except FileNotFoundError:
-        pass
+        return packed_ref(git_dir, name)
+    if len(value) > MAX_REF_FILE_BYTES:
+        raise IntegrityError(
+            f"ref {os.fsdecode(name)} in {git_dir} holds more than {MAX_REF_FILE_BYTES} bytes; "
+            "git writes a sha or a `ref:` line",
+            hint="the repository was damaged or forged: restore the ref from a clone",
+        )
+    return value.strip()
+
+
+def packed_ref(git_dir: str, name: bytes) -> bytes | None:
+    """The value of ref ``name`` in ``git_dir``'s ``packed-refs`` (a hex sha), or None when the
+    file or the ref is absent. Reads one line at a time, each at most ``MAX_REF_NAME_BYTES``
+    plus a sha (a longer line names no ref perfledger reads, and is skipped unread).
+    Raises: OSError from the filesystem other than a missing file."""
+    limit = MAX_REF_NAME_BYTES + 128
     try:
         with open(os.path.join(git_dir, "packed-refs"), "rb") as f:
-            for line in f:
+            while line := f.readline(limit):
+                if not line.endswith(b"\n") and len(line) == limit:
+                    while (rest := f.readline(limit)) and not rest.endswith(b"\n"):
+                        pass  # the rest of an overlong line
+                    continue
                 if line.startswith((b"#", b"^")):
                     continue
                 sha, _, ref = line.rstrip(b"\n").partition(b" ")

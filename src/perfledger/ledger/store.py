@@ -11,6 +11,7 @@ never a broken ledger); a lost race re-runs the decision on the new head. Packin
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -27,11 +28,13 @@ from perfledger.errors import (
     BadRequest,
     ConcurrentAppend,
     IntegrityError,
+    NewerLedger,
     NotALedger,
     resource_error,
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
-from perfledger.events.kinds import LedgerInitialized
+from perfledger.events.kinds import UPGRADE_HINT, LedgerInitialized
+from perfledger.events.limits import LEDGER_LIMITS_HINT
 from perfledger.ledger import layout
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
@@ -47,7 +50,12 @@ from perfledger.ledger.base import (
 from perfledger.ledger.dag import CommitNode, EventHeads
 from perfledger.ledger.durable import first_missing_ancestor, make_repository_durable
 from perfledger.ledger.gc import hold_open_guard
-from perfledger.ledger.gitdir import GitLocation, find_controldir, read_section
+from perfledger.ledger.gitdir import (
+    GitLocation,
+    find_controldir,
+    read_section,
+    refuse_incomplete_clone,
+)
 from perfledger.ledger.gitobj import RawObject, write_loose, write_pack
 from perfledger.ledger.index import CommitIndex, IndexEntry, entry_from_raw
 from perfledger.ledger.objects import (
@@ -141,10 +149,34 @@ def _no_ledger_branch(path: str, controldir: str | os.PathLike[str]) -> NotALedg
 def _check_format(path: str, version: bytes | None) -> None:
     """Refuse a ledger written in another storage format (checked before anything is read)."""
     if version is not None and version != str(FORMAT_VERSION).encode():
+        if version.isdigit() and int(version) > FORMAT_VERSION:  # a newer perfledger's ledger
+            raise NewerLedger(
+                f"{path} uses ledger format {version.decode()}, newer than this perfledger "
+                f"reads ({FORMAT_VERSION}): a newer perfledger wrote it",
+                hint=UPGRADE_HINT,
+            )
         raise NotALedger(
             f"{path} uses ledger format {version.decode(errors='replace')}, this perfledger "
             f"reads format {FORMAT_VERSION}",
             hint="upgrade perfledger",
+        )
+
+
+def _refuse_object_format(repo: Repo, path: str) -> None:
+    """Refuse a repository whose objects are not named by SHA-1 (``git init
+    --object-format=sha256``): every ledger object is a SHA-1 object (docs/storage.md), and
+    writing them into such a repository would leave objects git cannot read.
+    Raises: BadRequest (exit 2), nothing written."""
+    try:
+        object_format = repo.get_config().get((b"extensions",), b"objectformat")
+    except KeyError:
+        return
+    if object_format.lower() != b"sha1":
+        raise BadRequest(
+            f"{path} is a git repository with object format "
+            f"{object_format.decode(errors='replace')}; a ledger's objects are SHA-1",
+            hint="run `perfledger init` on a new directory (it makes its own repository), or "
+            "on a repository made by a plain `git init`",
         )
 
 
@@ -258,6 +290,7 @@ class GitStore(EventStore):
             raise BadRequest(
                 f"{path} already holds a ledger", hint="use it, or choose another path"
             )
+        _refuse_object_format(repo, path)
         write_ledger_config(repo, actor=actor if remember_actor else None)
         # the skeleton durable before the first event (its appends fsync nothing above it)
         make_repository_durable(repo.controldir(), os.path.dirname(created or path))
@@ -292,6 +325,7 @@ class GitStore(EventStore):
         if read_ref(location.controldir, LEDGER_REF) is None:
             raise _no_ledger_branch(path, location.controldir)
         _check_format(path, config.get(b"formatversion"))
+        refuse_incomplete_clone(location.controldir)  # else "object missing" further on
         return cls(location)
 
     @classmethod
@@ -303,6 +337,11 @@ class GitStore(EventStore):
         try:
             repo = Repo(path)
         except (NotGitRepository, FileNotFoundError, NotADirectoryError):
+            if os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
+                # not "not a ledger": perfledger may not look (docs/workflow.md, surroundings)
+                denied = resource_error(PermissionError(errno.EACCES, "denied", path))
+                assert denied is not None
+                raise denied from None
             raise NotALedger(
                 f"{path} is not a ledger (not a git repository)",
                 hint="create one with `perfledger init PATH`, or pass --ledger",
@@ -315,7 +354,8 @@ class GitStore(EventStore):
             except KeyError:
                 version = None
             _check_format(path, version)
-        except NotALedger:
+            refuse_incomplete_clone(repo.commondir())
+        except (NotALedger, IntegrityError):
             repo.close()
             raise
         return cls(repo)
@@ -478,7 +518,11 @@ class GitStore(EventStore):
         try:
             return decode_envelope(data)
         except BadRequest as exc:
-            raise IntegrityError(exc.message, commit=commit_sha.decode()) from None
+            raise IntegrityError(
+                f"commit {commit_sha.decode()}: {exc.message}",
+                commit=commit_sha.decode(),
+                hint=LEDGER_LIMITS_HINT if "limits" in exc.message else exc.hint,
+            ) from None
 
     def _tree_of(self, reader: ObjectReader, commit_sha: bytes, check: bool) -> bytes:
         """The raw tree of commit ``commit_sha``. Raises: IntegrityError (missing, corrupt)."""
@@ -759,7 +803,9 @@ class GitStore(EventStore):
         """Read commit ``sha`` (hex) into an index entry (not re-hashed inside a walk).
         Raises: IntegrityError when it is missing, corrupt or not a commit."""
         with self._objects() as reader:
-            return entry_from_raw(self._read_commit(reader, sha, check=self._bulk is None))
+            return entry_from_raw(
+                self._read_commit(reader, sha, check=self._bulk is None), sha.decode()
+            )
 
     def _check_index_at(self, head: bytes) -> None:
         """Cross-check the derived index against git where a new event takes its parents and

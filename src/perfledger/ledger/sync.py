@@ -38,7 +38,14 @@ from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.objects import parse_tree
 from dulwich.repo import Repo
 
-from perfledger.errors import BadRequest, ConcurrentAppend, IntegrityError, PerfledgerError
+from perfledger import __version__
+from perfledger.errors import (
+    BadRequest,
+    ConcurrentAppend,
+    IntegrityError,
+    NewerLedger,
+    PerfledgerError,
+)
 from perfledger.events.envelope import Envelope
 from perfledger.ledger import layout
 from perfledger.ledger.base import OPTIMISTIC_ATTEMPTS
@@ -296,14 +303,29 @@ def _verify_and_check(
     base = store.object_reader() if store is not None else None
     try:
         head = store.read_head() if store is not None else b""
-        report = verify_incoming(
-            objects,
-            base,
-            remote_head,
-            is_local=lambda sha: store is not None and store.reaches(sha, head),
-            has_event=lambda event_id: store is not None and store.has_event(event_id, head),
-            format_version=FORMAT_VERSION,
-        )
+        try:
+            report = verify_incoming(
+                objects,
+                base,
+                remote_head,
+                is_local=lambda sha: store is not None and store.reaches(sha, head),
+                has_event=lambda event_id: store is not None and store.has_event(event_id, head),
+                format_version=FORMAT_VERSION,
+            )
+        except NewerLedger as exc:  # a mixed-version team: nothing is brought in (docs/sync.md)
+            raise NewerLedger(
+                f"remote {target.name} ({target.url}) holds event {exc.event_id} ({exc.kind}, "
+                f"schema version {exc.schema}), written by a newer perfledger than this one "
+                f"({__version__}): nothing was pulled and this ledger is unchanged; upgrade "
+                "perfledger to pull it",
+                hint="upgrade perfledger (pip install --upgrade perfledger) to the version that "
+                "wrote them, then pull again; until then this ledger takes new events as before, "
+                "and a push waits for the pull",
+                kind=exc.kind,
+                schema=exc.schema,
+                event_id=exc.event_id,
+                commit=exc.commit,
+            ) from None
         if last_seen is not None and last_seen != remote_head:
             node = _node_function(store, report)
             if not descends_from(node, last_seen, remote_head):

@@ -42,16 +42,24 @@ import blake3
 import msgspec
 from dulwich.objects import ObjectFormatException, parse_tree
 
-from perfledger.errors import BadRequest, IntegrityError, PerfledgerError
+from perfledger.errors import BadRequest, IntegrityError, NewerLedger, PerfledgerError
 from perfledger.events.canonical import canonical_encoder, integer_range_problem
 from perfledger.events.envelope import (
     EVENT_ID_DOMAIN,
     Envelope,
+    envelope_shape_problem,
     is_valid_event_id,
     validate_envelope_fields,
 )
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, get_kind, upcast
+from perfledger.events.limits import (
+    LEDGER_LIMITS_HINT,
+    MAX_DEPTH,
+    MAX_TREE_BYTES,
+    event_size_problem,
+)
 from perfledger.ledger.dag import CommitNode, EventHeads, in_total_order
+from perfledger.ledger.gitdir import refuse_incomplete_clone
 from perfledger.ledger.gitobj import BLOB, COMMIT, TREE, RawObject
 from perfledger.ledger.layout import ARTIFACTS_DIR, EVENT_FILE
 from perfledger.ledger.objects import (
@@ -138,7 +146,7 @@ def verify_store(
     try:
         report.head = store.read_head().decode()
         _refuse_substitutions(store.controldir)
-        _refuse_incomplete_clone(store.controldir)
+        refuse_incomplete_clone(store.controldir)
         graph = CommitGraph(reader, bytes.fromhex(report.head))
         report.merges = graph.merges
         if on_graph is not None:
@@ -189,26 +197,6 @@ def _refuse_substitutions(controldir: str) -> None:
             "hold",
             hint="remove info/grafts (perfledger never writes it; a clone does not carry it)",
         )
-
-
-def _refuse_incomplete_clone(controldir: str) -> None:
-    """Refuse a shallow or partial git clone, whose missing history or blobs would read as a
-    damaged ledger. Raises: IntegrityError saying which and how to clone whole."""
-    if os.path.exists(os.path.join(controldir, "shallow")):
-        raise IntegrityError(
-            "this is a shallow git clone (git clone --depth): its history stops before the "
-            "ledger's root, so it cannot be verified",
-            hint="clone the whole ledger (git clone --branch ledger URL, without --depth), or "
-            "run `git fetch --unshallow` in it",
-        )
-    with contextlib.suppress(OSError), open(os.path.join(controldir, "config"), "rb") as f:
-        config = f.read().lower().replace(b" ", b"").replace(b"\t", b"")
-        if b"promisor=true" in config or b"partialclone=" in config:
-            raise IntegrityError(
-                "this is a partial git clone (git clone --filter): objects the ledger holds "
-                "were left on the server, so it cannot be verified",
-                hint="clone the whole ledger (git clone --branch ledger URL, without --filter)",
-            )
 
 
 class CommitGraph:
@@ -429,12 +417,22 @@ def _fail(message: str) -> IntegrityError:
     return IntegrityError(message)
 
 
+def _beyond_limits(problem: str) -> IntegrityError:
+    """The failure of an object outside the storage format's limits (events.limits)."""
+    return IntegrityError(
+        f"event.json is outside the storage format's limits: {problem}", hint=LEDGER_LIMITS_HINT
+    )
+
+
 class _DagMismatch(IntegrityError):
     """An event's parents or Lamport clock do not match the commits it was appended on."""
 
 
 def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
-    """Return an IntegrityError naming the event and its commit (message and fields)."""
+    """Return an IntegrityError naming the event and its commit (message and fields); a
+    NewerLedger stays one (exit 7, not 5)."""
+    if isinstance(exc, NewerLedger):
+        return exc.naming(event_id, sha.hex())
     message = exc.message
     if not message.startswith(f"event {event_id}"):  # an id quoted later does not name it
         message = f"event {event_id} (commit {sha.hex()}): {message}"
@@ -490,10 +488,18 @@ def _verify_event(
     # canonical bytes and content id. JSON has no NaN/Infinity literals, so a typed decode
     # followed by a canonical re-encode that gives back the same bytes, and integers within the
     # 64-bit range, prove the bytes canonical.
+    problem = event_size_problem(len(data))
+    if problem is not None:
+        raise _beyond_limits(problem)
     try:
         envelope = _envelope_decoder.decode(data)
+    except RecursionError:  # msgspec's own guard, far above MAX_DEPTH
+        raise _beyond_limits(f"it nests deeper than {MAX_DEPTH} levels") from None
     except msgspec.DecodeError as exc:
         raise _fail(f"event.json is not a valid envelope: {exc}") from None
+    problem = envelope_shape_problem(data, envelope)
+    if problem is not None:
+        raise _beyond_limits(problem)
     try:
         reencoded = canonical_encoder.encode(envelope)
     except UnicodeEncodeError:
@@ -504,7 +510,7 @@ def _verify_event(
     # and is_canonical() enforce is checked here too
     problem = integer_range_problem(data)
     if problem is not None:
-        raise _fail(f"event.json is not canonical JSON: {problem}")
+        raise _beyond_limits(problem)
     try:
         validate_envelope_fields(envelope)
     except BadRequest as exc:
@@ -627,7 +633,14 @@ def _check_message(message: bytes, event: RecordedEvent) -> None:
 
 def _tree_entries(raw: bytes, where: str) -> dict[bytes, tuple[int, bytes]]:
     """Parse a tree object strictly: name -> (mode, binary sha). Raises: IntegrityError
-    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order."""
+    (``where`` names the tree) for a malformed entry, a name twice, or entries out of order,
+    or a tree larger than the storage format's limit."""
+    if len(raw) > MAX_TREE_BYTES:
+        raise IntegrityError(
+            f"{where} is {len(raw)} bytes, outside the storage format's limits (at most "
+            f"{MAX_TREE_BYTES})",
+            hint=LEDGER_LIMITS_HINT,
+        )
     try:
         parsed = [
             (name, (mode, bytes.fromhex(h.decode())))

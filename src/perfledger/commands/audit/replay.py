@@ -48,7 +48,7 @@ from perfledger.commands.registry.operations import OPERATIONS
 from perfledger.commands.workflow.deciders import DecisionContext, derive_samples
 from perfledger.commands.workflow.identity import unattached_files
 from perfledger.commands.workflow.raw_table import BOUND_SCHEMA, CHECKS_SCHEMA, raw_table_mismatch
-from perfledger.errors import BadRequest, IntegrityError, PerfledgerError, RuleRefused
+from perfledger.errors import BadRequest, IntegrityError, NewerLedger, PerfledgerError, RuleRefused
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import parse_ts
 from perfledger.events.kinds import RecordedEvent, recorded
@@ -652,7 +652,10 @@ def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
     if not verified.ok:
         error = verified.error
         assert error is not None
-        report.findings.append(Finding(error.event_id or "", "", 0, "integrity", error.message))
+        # a ledger written by a newer perfledger is not an integrity failure: its own rule,
+        # which the CLI answers with exit 7 (SPEC.md section 6)
+        rule = "newer_ledger" if isinstance(error, NewerLedger) else "integrity"
+        report.findings.append(Finding(error.event_id or "", "", 0, rule, error.message))
     else:
         report.state_hash = state_hash(replay.state)
     report.ok = verified.ok and not report.findings

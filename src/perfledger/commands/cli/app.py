@@ -1,7 +1,8 @@
 """The ``perfledger`` command line: a thin skin over :mod:`perfledger.api` (SPEC.md section 6).
 
 Exit codes: 0 done, 2 bad request, 3 refused by a rule, 4 concurrent-append conflict, 5 integrity
-failure, 1 anything else. With ``--json`` every answer is one JSON object on stdout and an error is
+failure, 6 a pull or sync that left a conflict, 7 a ledger written by a newer perfledger, 1
+anything else. With ``--json`` every answer is one JSON object on stdout and an error is
 ``{"error": {"code", "rule", "message", "hint"}}``. No traceback reaches a user for a bad input
 (``PERFLEDGER_DEBUG=1`` shows one for an unexpected failure).
 
@@ -91,6 +92,12 @@ class LazyGroup(click.Group):
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
         self.lazy_help = dict(lazy_help or {})
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _PipeClosed() from None  # past click's EPIPE handler, to main
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
@@ -289,11 +296,12 @@ def verify(json_flag: bool) -> None:
         click.echo(f"state_hash  {report.extra['state_hash']}")
     else:
         assert report.error is not None
-        click.echo(f"perfledger: integrity failure: {report.error.message}", err=True)
+        label = "error" if report.error.exit_code == 7 else "integrity failure"
+        click.echo(f"perfledger: {label}: {report.error.message}", err=True)
         if report.error.hint:
             click.echo(f"hint: {report.error.hint}", err=True)
-    if not report.ok:
-        sys.exit(5)
+    if not report.ok:  # 5, or 7 for a ledger written by a newer perfledger
+        sys.exit(report.error.exit_code if report.error is not None else 5)
 
 
 @cli.command()
@@ -349,9 +357,41 @@ def note(
         click.echo(envelope.id)
 
 
+class _PipeClosed(Exception):
+    """Stdout's reader went away (``perfledger log | head -1``). Not an OSError, so that click's
+    own EPIPE handling (exit 1) does not take it."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``perfledger`` console script: runs the CLI, maps every
-    :class:`PerfledgerError` to its exit code and message, and keeps tracebacks away from users."""
+    :class:`PerfledgerError` to its exit code and message, and keeps tracebacks away from users.
+    A closed pipe on stdout ends any command quietly with exit 0: the reader has what it
+    wanted (``perfledger log | head -1``); an append that completed stays appended."""
+    closed = False
+    try:
+        _main(argv)
+        code: int | str | None = 0
+    except SystemExit as exc:
+        code = exc.code
+        # click turns an EPIPE it meets itself (printing help) into exit 1 and pacifies stdout
+        closed = type(sys.stdout).__name__ == "_PacifyFlushWrapper"
+    except (_PipeClosed, BrokenPipeError):
+        code, closed = 0, True
+    try:
+        sys.stdout.flush()  # what is still buffered: the usual place a closed pipe shows
+    except BrokenPipeError:
+        closed = True
+    if closed:
+        # nothing more reaches the reader, and Python's flush at exit must not complain
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(0)
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None) -> None:
+    """:func:`main` without the closed-pipe handling."""
     args = argv if argv is not None else sys.argv[1:]
     json_requested = "--json" in args
     if not args:  # a bare `perfledger` shows the help, as git does
@@ -371,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted; the ledger is unchanged unless an append had completed", err=True)
         sys.exit(130)
+    except (_PipeClosed, BrokenPipeError):
+        raise  # main ends quietly
     except Exception as exc:  # an unexpected failure: say so without a traceback
         if os.environ.get("PERFLEDGER_DEBUG"):
             raise

@@ -430,8 +430,8 @@ def audit_command(json_flag: bool) -> None:
             )
         click.echo(f"head        {report.head}")
         click.echo(f"state_hash  {report.state_hash or '-'}")
-    if not report.ok:
-        sys.exit(5)
+    if not report.ok:  # 7: written by a newer perfledger, else 5 (SPEC.md section 6)
+        sys.exit(7 if any(f.rule == "newer_ledger" for f in report.findings) else 5)
 
 
 # ----------------------------------------------------------------------------- report

@@ -38,6 +38,7 @@ from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
 from perfledger.errors import BadRequest
+from perfledger.events import limits
 
 #: Request fields that flags may set, per flag: (flag, field, help).
 COMMON_FLAGS = (
@@ -57,8 +58,8 @@ MEASURED_BY = {
     "resolution.record": "perfledger measure aa --target T --cmd CMD --record",
     "samples.record": "perfledger measure workload --experiment E --stage STAGE --ref CMD --cand CMD",
 }
-#: Largest request accepted on the command line (bytes).
-MAX_REQUEST_BYTES = 256 * 1024 * 1024
+#: Largest request accepted on the command line (bytes): the storage format's (events.limits).
+MAX_REQUEST_BYTES = limits.MAX_REQUEST_BYTES
 
 
 def _emit(data: object) -> None:
@@ -144,6 +145,11 @@ def read_request(source: str | None) -> dict[str, Any]:
         )
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"the request is not valid JSON: {exc}") from None
+    # the storage format's limits (the body is level 3 of its event: request.body), before
+    # any walk below recurses through it
+    problem = limits.shape_problem(body, "$", 3)
+    if problem is not None:
+        raise BadRequest(f"the request is outside the storage format's limits: {problem}")
     if made:
         found = _first_non_finite(body)
         if found is not None:
