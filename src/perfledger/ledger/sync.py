@@ -38,7 +38,7 @@ from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.objects import parse_tree
 from dulwich.repo import Repo
 
-from perfledger import __version__
+from perfledger._version import __version__
 from perfledger.errors import (
     BadRequest,
     ConcurrentAppend,

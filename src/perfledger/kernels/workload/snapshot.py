@@ -115,6 +115,9 @@ def _check_link(path: Path, rel: str, root: Path, subject: str) -> None:
 #: Where an installed program or library lives (the interpreter's prefixes are added): a
 #: command word naming a file there by an absolute path is the environment's, not a driver.
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/dev/", "/proc/")
+#: Places under :data:`SYSTEM_PREFIXES` that any process may write (shared-memory and message
+#: queue file systems): a driver or module there is the subject's, not the system's.
+WRITABLE_SYSTEM_PREFIXES = ("/dev/shm/", "/dev/mqueue/")
 
 
 def _installed(path: Path) -> bool:
@@ -124,7 +127,9 @@ def _installed(path: Path) -> bool:
     text = str(path)
     resolved = str(path.resolve())
     for candidate in (text, resolved):
-        if candidate.startswith(SYSTEM_PREFIXES):
+        if candidate.startswith(SYSTEM_PREFIXES) and not candidate.startswith(
+            WRITABLE_SYSTEM_PREFIXES
+        ):
             return True
         if any(candidate.startswith(p.rstrip("/") + "/") for p in prefixes if p):
             return True

@@ -92,7 +92,7 @@ def _perfledger_boot():
         return
     write, fspath, fsdecode = os.write, os.fspath, os.fsdecode
     abspath, realpath = os.path.abspath, os.path.realpath
-    roots = {os.environ.get("PERFLEDGER_SUBJECT_ROOT") or "", "/dev", "/proc", "/sys",
+    roots = {os.environ.get("PERFLEDGER_SUBJECT_ROOT") or "",
              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     roots.update(sysconfig.get_paths().values())
     output = os.environ.get("PERFLEDGER_OUTPUT")
@@ -104,6 +104,8 @@ def _perfledger_boot():
             prefixes.add(abspath(root).rstrip("/") + "/")
             prefixes.add(realpath(root).rstrip("/") + "/")
     prefixes = tuple(sorted(prefixes))
+    system = ("/dev/", "/proc/", "/sys/")
+    writable = ("/dev/shm/", "/dev/mqueue/")
     seen = set()
 
     def note(path):
@@ -119,10 +121,11 @@ def _perfledger_boot():
         if full in seen:
             return
         seen.add(full)
-        if (full + "/").startswith(prefixes):
-            return
         real = realpath(full)
-        if (real + "/").startswith(prefixes):
+        if (full + "/").startswith(prefixes) or (real + "/").startswith(prefixes):
+            return
+        # the system's devices and kernel files, but not /dev/shm: anyone may write there
+        if (real + "/").startswith(system) and not (real + "/").startswith(writable):
             return
         write(fd, (repr(real) + "\\n").encode("utf-8", "surrogateescape"))
 
