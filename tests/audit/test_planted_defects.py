@@ -107,7 +107,7 @@ def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
     ledger = _copy(pristine, served)
     events = forge.read_history(ledger)
     i = forge.find(events, "ChampionSelected", experiment_id="e1")
-    assert events[i].envelope["schema"] == 2
+    assert events[i].envelope["schema"] == SCHEMA_VERSIONS["ChampionSelected"]
     events[i].envelope["schema"] = 1
     ids = forge.write_history(ledger, events)
     forge.fsck(ledger)
@@ -120,7 +120,7 @@ def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
         message = report["findings"][0]["message"]
         assert "ChampionSelected schema 1" in message and "lowered" in message
         assert ids.index(message.split("but event ")[1].split(" ")[0]) < i  # an ancestor
-        assert "schema 2 or later" in message
+        assert f"schema {SCHEMA_VERSIONS['ChampionSelected']} or later" in message
 
 
 def test_planted_samples_schema_downgrade_names_an_earlier_event_of_newer_code(
@@ -139,7 +139,8 @@ def test_planted_samples_schema_downgrade_names_an_earlier_event_of_newer_code(
     mine = [f for f in report["findings"] if f["event_id"] == ids[i] and f["rule"] == "integrity"]
     assert mine, report["findings"]
     message = mine[0]["message"]
-    assert "SamplesRecorded schema 2" in message and "schema 6 or later" in message
+    newest = SCHEMA_VERSIONS["SamplesRecorded"]
+    assert "SamplesRecorded schema 2" in message and f"schema {newest} or later" in message
     assert ids.index(message.split("but event ")[1].split(" ")[0]) < i
 
 
@@ -394,7 +395,8 @@ def test_forged_verdict_field_is_named_with_both_values_not_an_equal_status() ->
 @pytest.mark.parametrize(
     ("moved", "before", "rule"),
     [
-        (("ChampionSelected", {"experiment_id": "e1"}), ("VerdictRecorded", {"samples_id": "e1-target"}), "R13"),
+        # R14 (ChampionSelected schema 3): its target samples have no verdict before it
+        (("ChampionSelected", {"experiment_id": "e1"}), ("VerdictRecorded", {"samples_id": "e1-target"}), "R14"),
         (("VerdictRecorded", {"samples_id": "e2-target"}), ("SamplesRecorded", {"samples_id": "e2-target"}), "R12"),
     ],
 )  # fmt: skip

@@ -67,28 +67,23 @@ def test_r13_final_audit_belongs_to_the_champion_it_audited(ready: Session) -> N
     assert derive_handoff(state, T1, ResumeContext(head="x")).primary_achieved is True
 
 
-def test_r13_restore_original_needs_the_current_champions_own_failed_audit(
+def test_r13_a_failed_final_audit_already_restored_what_restore_original_would(
     ready: Session,
 ) -> None:
+    # from FinalAuditRecorded schema 6 the failed audit demotes e1 itself (R13): the original is
+    # current again, so there is nothing left for `restore_original` to restore
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")
     ready.run("samples.record", samples("e1-final", "final_audit", gain=-0.05))
-    assert (
-        ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})["status"]
-        == "fail"
-    )
-    ready.run("experiment.create", experiment("e2", candidate=CAND2))
-    for stage in ("screen", "target"):
-        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
-        ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
-    ready.champion("e2", expected="e1")
-    # e1's failed audit is not e2's: restoring the original needs e2's own failed audit
-    ready.refused(
+    audit = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
+    assert audit["status"] == "fail"
+    assert current_champions(ready.state())[0].champion == "original"
+    error = ready.refused(
         "champion.select",
-        {"target_id": T1, "decision": "restore_original", "expected_current": "e2"},
+        {"target_id": T1, "decision": "restore_original", "expected_current": "original"},
         "R13",
     )
+    assert "already the champion" in error.message
 
 
 # ------------------------------------------------------------------------------------ R14

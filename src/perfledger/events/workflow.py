@@ -994,6 +994,26 @@ class ActivityExplained(_Payload, kw_only=True):
     explained_by: str
 
 
+class FormalRunStarted(_Payload, kw_only=True):
+    """A formal-stage measurement is about to start (R14): appended before anything of a target
+    or final-audit stage is measured, so that a run which never records its samples (killed,
+    crashed, abandoned after a look at its figures) stays in the ledger and counts as failed.
+
+    Attributes:
+        target_id, experiment_id: the experiment measured.
+        stage: ``target`` or ``final_audit`` (:data:`FORMAL_STAGES`).
+        samples_id: the samples the run will record; no other run or samples may take it.
+        protocol: the measuring protocol (``workload_abba``, ``kernel_harness_abba``,
+            ``serving``, ...), as its samples' provenance will name it.
+    """
+
+    target_id: str
+    experiment_id: str
+    stage: Stage
+    samples_id: str
+    protocol: str
+
+
 class ConflictResolved(_Payload, kw_only=True):
     """An explicit resolution of a conflict between concurrent decisions (SPEC.md section 2)."""
 
@@ -1025,6 +1045,7 @@ WorkflowPayload = (
     | HandoffRecorded
     | ConflictResolved
     | ActivityExplained
+    | FormalRunStarted
 )
 
 _SUMMARIES = {
@@ -1051,6 +1072,7 @@ _SUMMARIES = {
     HandoffRecorded: lambda p: f"{p.target_id}: achieved={p.primary_achieved}",
     ConflictResolved: lambda p: f"{p.target_id}/{p.conflict_id}: keep {p.keep}",
     ActivityExplained: lambda p: f"{p.samples_id}: pairs {list(p.pairs)} explained",
+    FormalRunStarted: lambda p: f"{p.samples_id} ({p.stage} of {p.experiment_id}) started",
 }
 
 #: The ``ExperimentCreated`` schema version from which every claim states its expected
@@ -1134,6 +1156,23 @@ R2_STATISTICS_FROZEN = 4
 #: it comes from a longer A/A (more repeats; R4: the same A/A re-run after seeing a CI until it
 #: comes out small is not a measurement); resolutions recorded before are re-checked without it.
 R4_RESOLUTION_NOT_LOWERED = 2
+#: The ``SamplesRecorded`` schema version from which R14 applies to what was measured, not to
+#: what was recorded: formal-stage samples measured by perfledger must be those of a
+#: ``FormalRunStarted`` (a formal stage has no dry run), and an experiment's formal-stage samples
+#: (or started run) of a stage must have their verdict (target) or final audit before it records
+#: another of that stage (:func:`perfledger.commands.workflow.formal_runs.r14_judged_before_next`);
+#: samples recorded before are re-checked without it.
+R14_MEASURED_OBLIGATION = 7
+#: The ``ChampionSelected`` schema version from which no champion is selected on a Target while
+#: a target-stage result of it (samples, or a started run that never recorded them) has no
+#: verdict (R14), nor an experiment whose champion a failed final audit demoted (R13);
+#: selections recorded before are re-checked without it.
+R14_UNJUDGED_BLOCKS_CHAMPION = 3
+#: The ``FinalAuditRecorded`` schema version from which a failed final audit demotes its
+#: champion: the champion before it (or the original) is current again, and the demoted
+#: experiment never becomes champion again (R13); final audits recorded before leave the
+#: champion in place (a later passing audit replaced a failed one).
+R13_FAILED_AUDIT_DEMOTES = 6
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1153,14 +1192,18 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: informative interval (:data:`R14_INFORMATIVE_INTERVAL`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
+#: Version 7 of ``SamplesRecorded`` and 3 of ``ChampionSelected`` make R14 apply to what was
+#: measured (:data:`R14_MEASURED_OBLIGATION`, :data:`R14_UNJUDGED_BLOCKS_CHAMPION`); version 6
+#: of ``FinalAuditRecorded`` demotes a champion whose final audit failed
+#: (:data:`R13_FAILED_AUDIT_DEMOTES`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS),
+    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R14_MEASURED_OBLIGATION),
     "VerdictRecorded": R12_EVERY_CASE,
-    "FinalAuditRecorded": R12_EVERY_CASE_FINAL_AUDIT,
+    "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
     ),
-    "ChampionSelected": R14_BLOCKS_CHAMPION,
+    "ChampionSelected": max(R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
 }

@@ -78,6 +78,15 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
     ("VerdictRecorded", 4): {"ChampionSelected": 2, "ExperimentCreated": 4,
                              "FinalAuditRecorded": 5, "ReadinessRecorded": 4,
                              "SamplesRecorded": 6},
+    ("SamplesRecorded", 7): {"ChampionSelected": 3, "ExperimentCreated": 4,
+                             "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                             "ResolutionEstimated": 2, "VerdictRecorded": 4},
+    ("ChampionSelected", 3): {"ExperimentCreated": 4, "FinalAuditRecorded": 6,
+                              "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                              "SamplesRecorded": 7, "VerdictRecorded": 4},
+    ("FinalAuditRecorded", 6): {"ChampionSelected": 3, "ExperimentCreated": 4,
+                                "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                                "SamplesRecorded": 7, "VerdictRecorded": 4},
 }  # fmt: skip
 
 

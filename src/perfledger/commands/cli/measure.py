@@ -505,10 +505,46 @@ def resolution_refusal(
 
 
 def _default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
+    from perfledger.projections.workflow import formal_runs
+
+    taken = formal_runs(state)  # a started run's id is taken even without its samples (R14)
     n = 1
-    while f"{experiment_id}-{stage}-{n}" in state.samples:
+    while (
+        f"{experiment_id}-{stage}-{n}" in state.samples or f"{experiment_id}-{stage}-{n}" in taken
+    ):
         n += 1
     return f"{experiment_id}-{stage}-{n}"
+
+
+def refuse_formal_dry_run(stage: str, dry_run: bool) -> None:
+    """R14: a formal stage has no dry run (a look at its figures before deciding to record them
+    is a run the ledger must see). Raises: RuleRefused (R14) for ``--dry-run`` of one."""
+    if dry_run and stage in FORMAL_STAGES:
+        raise rules.refuse(
+            "R14",
+            f"a formal ({stage}) stage has no dry run: its start is recorded before anything is "
+            "measured, and a run that records no samples counts as failed",
+            "try the commands with --stage screen --dry-run; measure the formal stage for real",
+        )
+
+
+def start_formal_run(
+    ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
+) -> None:
+    """R14: append the ``FormalRunStarted`` of a formal stage (nothing for a screen) before
+    anything is measured; refused (RuleRefused, nothing measured) where the experiment may not
+    measure that stage now, e.g. an earlier result of it has no verdict."""
+    if stage not in FORMAL_STAGES:
+        return
+    from perfledger.commands.registry.operations import execute
+
+    body = {"experiment_id": experiment_id, "stage": stage, "samples_id": samples_id,
+            "protocol": protocol}  # fmt: skip
+    ledger = ctx.open()
+    try:
+        execute(ledger, "formal-run.start", body, actor=_actor(actor))
+    finally:
+        ledger.close()
 
 
 _common = [
@@ -705,6 +741,7 @@ def measure_workload(
     docs/code-identity.md).
     """
     ctx = _ctx(json_flag)
+    refuse_formal_dry_run(stage, dry_run)
     if explain_foreign is not None and monitor_source != "host":
         raise BadRequest("--explain-foreign applies to the host monitor (--monitor host)")
     ledger = ctx.open()
@@ -741,6 +778,13 @@ def measure_workload(
             f"running: {monitor_note}; nothing was measured",
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    try:
+        start_formal_run(ctx, experiment_id, stage, sid, "workload_abba", actor)
+    except BaseException:
+        if monitor is not None:
+            monitor.stop()
+        raise
     try:
         # R11: each subject's files are checked before every call, not only after the run: a
         # subject could edit the other's files for a while and restore them before the end;
@@ -754,7 +798,6 @@ def measure_workload(
             monitor.stop()
     if code is not None:
         fresh_and_unchanged(info, code)
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,
         info,
@@ -1038,6 +1081,7 @@ def measure_kernel(
     )
 
     ctx = _ctx(json_flag)
+    refuse_formal_dry_run(stage, dry_run)
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
@@ -1068,6 +1112,8 @@ def measure_kernel(
     scale = _time_scale(primary.unit)
     env = environment_payload()
     check_environment(env, info)
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    start_formal_run(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
     monitor, monitor_note = _start_monitor(not no_monitor)
     comparisons = {}
     try:
@@ -1150,7 +1196,6 @@ def measure_kernel(
                 "monitor": c.monitor,
             }
         )
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body = samples_body(
         info, samples_id=sid, experiment_id=experiment_id, stage=stage,
         environment_id=env["environment_id"], units={primary.name: primary.unit}, pairs=pairs,

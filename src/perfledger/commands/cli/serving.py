@@ -34,6 +34,7 @@ from perfledger.commands.cli.common import (
     measure_dry_run_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.workflow.formal_runs import OUTSIDE_PROTOCOL
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
     PER_WINDOW_KINDS,
@@ -280,6 +281,7 @@ def run_measure_serving(**kw: Any) -> None:
     cases: list[str] | None = None
     stage = kw["stage"]
     if recording:
+        m.refuse_formal_dry_run(stage, kw["dry_run"])
         ledger = ctx.open()
         try:
             info = m._context(ledger, kw["experiment_id"], stage)
@@ -380,6 +382,15 @@ def run_measure_serving(**kw: Any) -> None:
         warnings.append(f"no monitor: {monitor_note}")
     elif monitor is not None and monitor_note:
         warnings.append(monitor_note)
+    sid = ""
+    if info is not None:
+        sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
+        try:  # R14: a formal stage's start is recorded before anything is measured
+            m.start_formal_run(ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"])
+        except BaseException:
+            if monitor is not None:
+                monitor.stop()
+            raise
     n_windows = config.pairs * (2 if cand else 1)
     try:
         with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:
@@ -490,7 +501,6 @@ def run_measure_serving(**kw: Any) -> None:
         m._answer(ctx, result, lines)
         return
     assert info is not None
-    sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
     body, left_out = serving_request(
         run,
         report,

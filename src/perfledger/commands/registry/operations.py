@@ -56,6 +56,13 @@ def _activity_deciders() -> ModuleType:
     return activity
 
 
+def _formal_run_deciders() -> ModuleType:
+    """The decider of ``formal-run.start`` (R14)."""
+    from perfledger.commands.workflow import formal_run_start
+
+    return formal_run_start
+
+
 def _review_deciders() -> ModuleType:
     """The decider of ``review.record``."""
     from perfledger.commands.workflow import review_deciders
@@ -315,6 +322,17 @@ OPERATIONS: dict[str, Operation] = {
             "R17",
             "Explain foreign activity in sample windows after the samples, before the verdict.",
             decider_module=_activity_deciders,
+        ),
+        Operation(
+            "formal-run.start",
+            "formal-run",
+            "start",
+            "FormalRunStarted",
+            "FormalRunStart",
+            "decide_formal_run_start",
+            "R2 R3 R4 R8 R11 R13 R14 R15",
+            "Record the start of a formal-stage measurement (perfledger measure does, first).",
+            decider_module=_formal_run_deciders,
         ),
     )
 }

@@ -725,6 +725,17 @@ class ActivityExplain(Request, kw_only=True):
     explained_by: Name | None = None
 
 
+class FormalRunStart(Request, kw_only=True):
+    """``formal-run.start`` (R14): a formal-stage (``target``, ``final_audit``) measurement of
+    ``experiment_id`` is about to record ``samples_id`` with ``protocol``; appended by
+    ``perfledger measure`` before anything is measured (a formal stage has no dry run)."""
+
+    experiment_id: Id
+    stage: Literal["target", "final_audit"]
+    samples_id: Id
+    protocol: Name
+
+
 class ConflictResolve(Request, kw_only=True):
     """``conflict.resolve``: keep one side of a conflict (SPEC.md section 2)."""
 
