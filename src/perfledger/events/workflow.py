@@ -137,6 +137,11 @@ class TargetDefinition(_Part, kw_only=True):
         budget: wall and GPU seconds allowed.
         host_advice_only: host changes are advice only (R16; default yes).
         diagnostic: a diagnostic Target binds reports only, never a workload claim (R2).
+        plausible_ratio: the widest candidate/reference ratio of the primary (a ratio > 1,
+            either way: 10 flags a case measured more than 10x faster or slower) that is
+            plausible (R12); a case beyond it is flagged on its samples and blocks champion
+            selection until another actor's review explains it. Absent (not null) when not
+            declared: :data:`DEFAULT_PLAUSIBLE_RATIO`.
     """
 
     target_id: str
@@ -150,6 +155,11 @@ class TargetDefinition(_Part, kw_only=True):
     budget: Budget
     host_advice_only: bool = True
     diagnostic: bool = False
+    plausible_ratio: float | msgspec.UnsetType = msgspec.UNSET
+
+
+#: The plausible bound of a measured ratio when the Target declares none (R12): 10x either way.
+DEFAULT_PLAUSIBLE_RATIO = 10.0
 
 
 class TargetFrozen(_Payload, kw_only=True):
@@ -694,6 +704,9 @@ class SamplesRecorded(_Payload, kw_only=True):
         wall_check: derived: self-reported times against the driver's wall clock, where the
             pairs carry the driver's wall times (None otherwise, and for samples recorded
             before the check existed).
+        implausible: derived (schema :data:`R12_PLAUSIBLE_RATIO` on): test case -> the median
+            per-pair candidate/reference ratio of the primary, for each case beyond the
+            Target's plausible ratio either way; absent when none is.
     """
 
     samples_id: str
@@ -714,6 +727,7 @@ class SamplesRecorded(_Payload, kw_only=True):
 
     #: None only in samples recorded before provenance was kept (schema 1)
     provenance: Provenance | None = None
+    implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- verdicts (R12)
@@ -1173,6 +1187,14 @@ R14_UNJUDGED_BLOCKS_CHAMPION = 3
 #: experiment never becomes champion again (R13); final audits recorded before leave the
 #: champion in place (a later passing audit replaced a failed one).
 R13_FAILED_AUDIT_DEMOTES = 6
+#: The ``SamplesRecorded`` schema version from which samples carry ``implausible`` (R12): the
+#: cases whose measured candidate/reference ratio of the primary lies beyond the Target's
+#: plausible ratio (default :data:`DEFAULT_PLAUSIBLE_RATIO`) either way.
+R12_PLAUSIBLE_RATIO = 8
+#: The ``ChampionSelected`` schema version from which a result resting on implausible samples
+#: (:data:`R12_PLAUSIBLE_RATIO`) is not selected until a review by an actor other than the
+#: experiment's creator and the samples' recorder, on the samples' event, explains it (R12).
+R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1195,15 +1217,21 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: Version 7 of ``SamplesRecorded`` and 3 of ``ChampionSelected`` make R14 apply to what was
 #: measured (:data:`R14_MEASURED_OBLIGATION`, :data:`R14_UNJUDGED_BLOCKS_CHAMPION`); version 6
 #: of ``FinalAuditRecorded`` demotes a champion whose final audit failed
-#: (:data:`R13_FAILED_AUDIT_DEMOTES`).
+#: (:data:`R13_FAILED_AUDIT_DEMOTES`). Version 8 of ``SamplesRecorded`` and 4 of
+#: ``ChampionSelected`` flag and block implausible ratios (:data:`R12_PLAUSIBLE_RATIO`,
+#: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`).
 SCHEMA_VERSIONS = {
-    "SamplesRecorded": max(R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R14_MEASURED_OBLIGATION),
+    "SamplesRecorded": max(
+        R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R14_MEASURED_OBLIGATION, R12_PLAUSIBLE_RATIO
+    ),
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
     ),
-    "ChampionSelected": max(R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION),
+    "ChampionSelected": max(
+        R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
+    ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
 }

@@ -216,6 +216,9 @@ class SamplesView(msgspec.Struct, kw_only=True):
     ref_failures: int
     cand_failures: int
     unexplained_activity: int
+    #: test case -> measured ratio beyond the Target's plausible bound (R12, samples of schema
+    #: 8 on); unset (not encoded, so older states hash as before) when none is
+    implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 class WorkflowState(LedgerState, kw_only=True):
@@ -389,6 +392,7 @@ def _on_samples(state: WorkflowState, event: RecordedEvent, p: SamplesRecorded) 
         ref_failures=p.ref_failures,
         cand_failures=p.cand_failures,
         unexplained_activity=p.unexplained_activity,
+        implausible=p.implausible,
     )
     experiment.samples.setdefault(p.stage, []).append(p.samples_id)
     if p.stage != "final_audit":

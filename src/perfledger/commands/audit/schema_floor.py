@@ -87,6 +87,12 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
     ("FinalAuditRecorded", 6): {"ChampionSelected": 3, "ExperimentCreated": 4,
                                 "ReadinessRecorded": 4, "ResolutionEstimated": 2,
                                 "SamplesRecorded": 7, "VerdictRecorded": 4},
+    ("SamplesRecorded", 8): {"ChampionSelected": 4, "ExperimentCreated": 4,
+                             "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                             "ResolutionEstimated": 2, "VerdictRecorded": 4},
+    ("ChampionSelected", 4): {"ExperimentCreated": 4, "FinalAuditRecorded": 6,
+                              "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                              "SamplesRecorded": 8, "VerdictRecorded": 4},
 }  # fmt: skip
 
 

@@ -118,6 +118,9 @@ def _measured_details(m: Any) -> list[str]:
         return []
     lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
     marked = provenance_text(m.samples_provenance)
+    if not isinstance(m.implausible, msgspec.UnsetType):  # R12: flagged, shown with the claim
+        lines += [f"FLAG implausible ratio: case {case} measured {ratio:.4g}x (R12)"
+                  for case, ratio in m.implausible.items()]  # fmt: skip
     return lines + ([marked] if marked else [])
 
 

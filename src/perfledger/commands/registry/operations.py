@@ -580,6 +580,7 @@ def _prepare(
         idempotency_key=idempotency_key,
         request=stored,
         payload_of=payload_reader(ledger),
+        actor_of=lambda event_id: ledger.get(event_id).actor,
     )
     return request, ctx
 

@@ -25,6 +25,7 @@ from perfledger.commands.workflow import (
     identity,
     measurement_rules,
     output_rules,
+    plausibility,
     rules,
 )
 from perfledger.commands.workflow import requests as rq
@@ -51,6 +52,8 @@ from perfledger.events.workflow import (
     R7_COMPUTED_BOUND,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
+    R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_PLAUSIBLE_RATIO,
     R12_WALL_VALUE_COUNTS,
     R13_FAILED_AUDIT_DEMOTES,
     R14_BLOCKS_CHAMPION,
@@ -135,6 +138,9 @@ class DecisionContext:
             replay), None for a new decision: an event recorded under an older version is
             re-decided by that version's rule (``SCHEMA_VERSIONS`` in
             :mod:`perfledger.events.workflow`).
+        actor_of: who appended a recorded event (its envelope's ``actor``), by event id, where
+            a rule asks who decided (R12: a review by another actor); None where unknown (a
+            dry run), and such rules then see no other actor.
     """
 
     op: str
@@ -145,6 +151,7 @@ class DecisionContext:
     payload_of: Callable[[str], Any] | None = None
     derive: Callable[[str, DerivationParams, SamplesRecorded], Derived] | None = None
     schema: int | None = None
+    actor_of: Callable[[str], str] | None = None
 
     def recorded_before(self, kind: str, version: int) -> bool:
         """Whether this re-decides an event of ``kind`` recorded under a schema older than
@@ -710,9 +717,19 @@ def decide_samples_record(
                 and rules.is_unknown(p.monitor.explained)
             ),
             "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
+            **_implausible(target, req, ctx),
         },
     )
     return _emit(ctx, payload)
+
+
+def _implausible(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext) -> dict[str, Any]:
+    """``{"implausible": {case: ratio}}`` for cases beyond the Target's plausible ratio (R12,
+    schema :data:`~perfledger.events.workflow.R12_PLAUSIBLE_RATIO` on), else ``{}``."""
+    if rules_version(ctx, "SamplesRecorded") < R12_PLAUSIBLE_RATIO:
+        return {}
+    cases = plausibility.implausible_cases(target.definition, req.pairs)
+    return {"implausible": cases} if cases else {}
 
 
 def _r14_measured_obligation(
@@ -1389,6 +1406,14 @@ def decide_champion_select(
     samples = state.samples.get(req.samples_id)
     if samples is None:  # R14: a run that recorded no samples was judged failed
         raise refuse("R13", f"the target run {req.samples_id!r} recorded no samples: it failed")
+    if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
+        creator = state.experiments[verdict.experiment_id].event_id
+        interested = (
+            set()
+            if ctx.actor_of is None
+            else {ctx.actor_of(creator), ctx.actor_of(samples.event_id), ctx.actor}
+        )
+        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of)
     if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
         raise refuse("R11", "the result's reference is no longer the current champion: it is stale")
     experiment = state.experiments[verdict.experiment_id]

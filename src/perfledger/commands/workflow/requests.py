@@ -128,6 +128,9 @@ class TargetFreeze(Request, kw_only=True):
     budget: Budget
     host_advice_only: bool = True
     diagnostic: bool = False
+    #: R12: the widest plausible candidate/reference ratio of the primary, either way (> 1;
+    #: absent: 10)
+    plausible_ratio: Annotated[float, Meta(gt=1.0, le=1e6)] | msgspec.UnsetType = msgspec.UNSET
 
 
 class TargetSupersede(Request, kw_only=True):
