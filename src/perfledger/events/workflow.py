@@ -997,7 +997,10 @@ class ActivityExplained(_Payload, kw_only=True):
         pairs: indices (0-based, into the samples' pairs) of the windows explained; each
             overlapped foreign activity that was unexplained when the samples were recorded.
         explanation: why the activity does not matter to the performance attribution.
-        explained_by: who explains it (the request's, else the deciding actor).
+        explained_by: who explains it (the request's, else the deciding actor; from schema
+            :data:`R17_EXPLAINED_BY_REVIEW`, derived: the actor who appended the review).
+        review_id: the ``ReviewRecorded`` that is the evidence (schema
+            :data:`R17_EXPLAINED_BY_REVIEW` on; absent before).
     """
 
     samples_id: str
@@ -1006,6 +1009,7 @@ class ActivityExplained(_Payload, kw_only=True):
     pairs: tuple[int, ...]
     explanation: str
     explained_by: str
+    review_id: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class FormalRunStarted(_Payload, kw_only=True):
@@ -1195,6 +1199,11 @@ R12_PLAUSIBLE_RATIO = 8
 #: (:data:`R12_PLAUSIBLE_RATIO`) is not selected until a review by an actor other than the
 #: experiment's creator and the samples' recorder, on the samples' event, explains it (R12).
 R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
+#: The ``ActivityExplained`` schema version from which foreign activity is explained only by
+#: evidence (R17): a ``ReviewRecorded`` on the samples' event, dissent settled, appended by an
+#: actor other than the experiment's creator, the samples' recorder and the one explaining;
+#: explanations recorded before keep their typed meaning.
+R17_EXPLAINED_BY_REVIEW = 2
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1219,7 +1228,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: of ``FinalAuditRecorded`` demotes a champion whose final audit failed
 #: (:data:`R13_FAILED_AUDIT_DEMOTES`). Version 8 of ``SamplesRecorded`` and 4 of
 #: ``ChampionSelected`` flag and block implausible ratios (:data:`R12_PLAUSIBLE_RATIO`,
-#: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`).
+#: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`). Version 2 of ``ActivityExplained`` takes a review
+#: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R14_MEASURED_OBLIGATION, R12_PLAUSIBLE_RATIO
@@ -1234,6 +1244,7 @@ SCHEMA_VERSIONS = {
     ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
+    "ActivityExplained": R17_EXPLAINED_BY_REVIEW,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

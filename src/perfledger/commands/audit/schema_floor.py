@@ -93,6 +93,10 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
     ("ChampionSelected", 4): {"ExperimentCreated": 4, "FinalAuditRecorded": 6,
                               "ReadinessRecorded": 4, "ResolutionEstimated": 2,
                               "SamplesRecorded": 8, "VerdictRecorded": 4},
+    ("ActivityExplained", 2): {"ChampionSelected": 4, "ExperimentCreated": 4,
+                               "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                               "ResolutionEstimated": 2, "SamplesRecorded": 8,
+                               "VerdictRecorded": 4},
 }  # fmt: skip
 
 

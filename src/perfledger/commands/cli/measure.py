@@ -368,8 +368,9 @@ def foreign_activity_warnings(
         "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
         "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
         "explain it before the verdict: `perfledger activity explain --samples ID --request -` "
-        f'with {{"pairs": {indices[:50]}, "explanation": "..."}} (or measure again with '
-        "--explain-foreign TEXT); otherwise measure on a quieter machine"
+        f'with {{"pairs": {indices[:50]}, "explanation": "...", "review_id": "..."}}, citing a '
+        "review of the samples by an actor other than you (`perfledger review record`), or "
+        "measure again with --explain-foreign TEXT; otherwise measure on a quieter machine"
     ]
 
 

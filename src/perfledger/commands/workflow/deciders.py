@@ -31,6 +31,7 @@ from perfledger.commands.workflow import (
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
+from perfledger.commands.workflow.review_evidence import interested_actors
 from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
     r2_declared_before_data,
@@ -1408,11 +1409,7 @@ def decide_champion_select(
         raise refuse("R13", f"the target run {req.samples_id!r} recorded no samples: it failed")
     if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
         creator = state.experiments[verdict.experiment_id].event_id
-        interested = (
-            set()
-            if ctx.actor_of is None
-            else {ctx.actor_of(creator), ctx.actor_of(samples.event_id), ctx.actor}
-        )
+        interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
         plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of)
     if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
         raise refuse("R11", "the result's reference is no longer the current champion: it is stale")

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from perfledger.commands.workflow.review_evidence import settling_review
 from perfledger.commands.workflow.rules import refuse
 from perfledger.events.workflow import DEFAULT_PLAUSIBLE_RATIO, TargetDefinition
 from perfledger.projections.workflow import SamplesView, WorkflowState
@@ -66,14 +67,8 @@ def r12_plausible_or_reviewed(
     actor outside ``interested`` (the experiment's creator, the samples' recorder) on the
     samples' event, its dissent settled, explains them. Raises: RuleRefused (R12)."""
     cases = flagged(samples)
-    if not cases:
+    if not cases or settling_review(state, samples.event_id, interested, actor_of) is not None:
         return
-    for view in state.reviews.reviews.values():
-        review = view.review
-        if review.subject_event != samples.event_id or review.dissent_remains:
-            continue
-        if actor_of is not None and actor_of(view.event_id) not in interested:
-            return
     shown = ", ".join(f"{case} {ratio:.4g}x" for case, ratio in cases.items())
     raise refuse(
         "R12",

@@ -726,6 +726,8 @@ class ActivityExplain(Request, kw_only=True):
     ]
     explanation: Text
     explained_by: Name | None = None
+    #: R17 (ActivityExplained schema 2): the review by another actor that is the evidence
+    review_id: Id | None = None
 
 
 class FormalRunStart(Request, kw_only=True):
