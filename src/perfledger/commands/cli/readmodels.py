@@ -112,15 +112,17 @@ def _measured_details(m: Any) -> list[str]:
     """Per-case figures (R12) and the outside-samples mark (R5) under a claims row."""
     import msgspec
 
-    from perfledger.projections.verdict_explain import case_line, provenance_text
+    from perfledger.projections.verdict_explain import (
+        case_line,
+        implausible_lines,
+        provenance_text,
+    )
 
     if m is None:
         return []
     lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
+    lines += implausible_lines(m.implausible)
     marked = provenance_text(m.samples_provenance)
-    if not isinstance(m.implausible, msgspec.UnsetType):  # R12: flagged, shown with the claim
-        lines += [f"FLAG implausible ratio: case {case} measured {ratio:.4g}x (R12)"
-                  for case, ratio in m.implausible.items()]  # fmt: skip
     return lines + ([marked] if marked else [])
 
 
