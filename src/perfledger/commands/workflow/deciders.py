@@ -1407,10 +1407,6 @@ def decide_champion_select(
     samples = state.samples.get(req.samples_id)
     if samples is None:  # R14: a run that recorded no samples was judged failed
         raise refuse("R13", f"the target run {req.samples_id!r} recorded no samples: it failed")
-    if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
-        creator = state.experiments[verdict.experiment_id].event_id
-        interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
-        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of)
     if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
         raise refuse("R11", "the result's reference is no longer the current champion: it is stale")
     experiment = state.experiments[verdict.experiment_id]
@@ -1438,6 +1434,10 @@ def decide_champion_select(
             f"guardrails do not hold: {holding}",
             f"`perfledger verdict explain {req.samples_id}` shows each guardrail's figures",
         )
+    if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
+        creator = state.experiments[verdict.experiment_id].event_id
+        interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
+        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of)
     payload = ChampionSelected(
         target_id=req.target_id,
         decision="select",
