@@ -301,6 +301,12 @@ class GpuSession(_cpu.Session):
                 rejected[exp] = "implementation"
                 continue
             if self.measure_kernel(exp, "target", ref, exp) is None:
+                # R14: a target run that started and recorded no samples counts as failed and
+                # owes its verdict (no run was started when the refusal came before measuring)
+                failed = self.cli("verdict", "record", request={"samples_id": f"{exp}-target"},
+                                  allow_fail=True)  # fmt: skip
+                if "error" not in failed:
+                    verdicts[f"{exp}-target"] = failed["payload"]["status"]
                 self.reject(
                     exp,
                     "implementation",
@@ -327,14 +333,19 @@ class GpuSession(_cpu.Session):
                 rejected[exp] = "implementation"
 
         champion = self.current_champion()
-        if champion != "original" and self.measure_kernel(
-            champion, "final_audit", "original", champion
-        ):
-            fa = self.cli("final-audit", "record", request={
+        if champion != "original":
+            measured = self.measure_kernel(champion, "final_audit", "original", champion)
+            # a refused final-audit run that started recorded no samples: it fails (R14) and
+            # demotes the champion (R13); one refused before measuring started no run
+            fa = self.cli("final-audit", "record", allow_fail=measured is None, request={
                 "target_id": TARGET, "samples_id": f"{champion}-final_audit"})  # fmt: skip
-            summary["final_audit"] = fa["payload"]["status"]
-            self.figures[f"{champion}-final_audit"]["verdict"] = fa["payload"].get("primary")
-            self.say(f"  final audit {summary['final_audit']} against the original")
+            if "payload" in fa:
+                summary["final_audit"] = fa["payload"]["status"]
+                if measured is not None:
+                    self.figures[f"{champion}-final_audit"]["verdict"] = fa["payload"].get(
+                        "primary"
+                    )
+                self.say(f"  final audit {summary['final_audit']} against the original")
         wall = time.monotonic() - started
         self.cli("handoff", "record", "--target", TARGET, "--stop-reason",
                  "the planned kernels were measured", "--wall-used", f"{wall:.1f}",

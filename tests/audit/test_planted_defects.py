@@ -109,7 +109,7 @@ def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
     ledger = _copy(pristine, served)
     events = forge.read_history(ledger)
     i = forge.find(events, "ChampionSelected", experiment_id="e1")
-    assert events[i].envelope["schema"] == 2
+    assert events[i].envelope["schema"] == SCHEMA_VERSIONS["ChampionSelected"]
     events[i].envelope["schema"] = 1
     ids = forge.write_history(ledger, events)
     forge.fsck(ledger)
@@ -122,7 +122,7 @@ def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
         message = report["findings"][0]["message"]
         assert "ChampionSelected schema 1" in message and "lowered" in message
         assert ids.index(message.split("but event ")[1].split(" ")[0]) < i  # an ancestor
-        assert "schema 2 or later" in message
+        assert f"schema {SCHEMA_VERSIONS['ChampionSelected']} or later" in message
 
 
 @pytest.mark.slow
@@ -407,7 +407,8 @@ def test_forged_verdict_field_is_named_with_both_values_not_an_equal_status() ->
 @pytest.mark.parametrize(
     ("moved", "before", "rule"),
     [
-        (("ChampionSelected", {"experiment_id": "e1"}), ("VerdictRecorded", {"samples_id": "e1-target"}), "R13"),
+        # R14 (ChampionSelected schema 3): its target samples have no verdict before it
+        (("ChampionSelected", {"experiment_id": "e1"}), ("VerdictRecorded", {"samples_id": "e1-target"}), "R14"),
         (("VerdictRecorded", {"samples_id": "e2-target"}), ("SamplesRecorded", {"samples_id": "e2-target"}), "R12"),
     ],
 )  # fmt: skip

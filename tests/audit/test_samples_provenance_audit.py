@@ -35,7 +35,8 @@ def test_r5_audit_finds_measured_samples_without_their_raw_table(ready: Session)
     forged = _plant(ready, payload, {})
     report = audit(ready.ledger)
     found = [f for f in report.findings if f.event_id == forged]
-    assert [f.rule for f in found] == ["R5"], [f.to_json() for f in report.findings]
+    # R14 too: measured target samples of no started formal run (SamplesRecorded schema 7)
+    assert [f.rule for f in found] == ["R5", "R14"], [f.to_json() for f in report.findings]
     assert "raw table 'samples.json'" in found[0].message and not report.ok
 
 
@@ -53,5 +54,6 @@ def test_r5_audit_finds_measured_samples_whose_raw_table_re_derives_nothing(
     planted = _plant(ready, payload, {"samples.json": table})
     report = audit(ready.ledger)
     found = [f for f in report.findings if f.event_id == planted]
-    assert [f.rule for f in found] == ["R5"], [f.to_json() for f in report.findings]
+    # R14 too: measured target samples of no started formal run (SamplesRecorded schema 7)
+    assert [f.rule for f in found] == ["R5", "R14"], [f.to_json() for f in report.findings]
     assert "of kind None" in found[0].message

@@ -119,6 +119,12 @@ def _stage(
                 check=False)  # fmt: skip
 
 
+def _honest_screen(ledger: Path, tmp: Path) -> None:
+    """A screen of honest calls (the target stage's formal run needs one first, R11/R14)."""
+    done = _stage(ledger, tmp, "screen", ["--mode", "jitter"])
+    assert done.returncode == 0, done.stderr  # type: ignore[attr-defined]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "omit", "partial"])
 def test_cheat_candidate_failing_its_slow_calls_cannot_record_a_target_stage(
@@ -132,6 +138,8 @@ def test_cheat_candidate_failing_its_slow_calls_cannot_record_a_target_stage(
     assert screen.returncode in (0, 1), screen.stderr  # type: ignore[attr-defined]
     if screen.returncode == 0:  # a screen keeps what it can and says what it dropped
         assert "note failed calls" in screen.stderr  # type: ignore[attr-defined]
+    else:  # R14: a formal run starts only after a screen (recorded here by honest calls)
+        _honest_screen(ledger, tmp_path)
     with Ledger.open(ledger) as opened:
         before = set(opened.state().samples)
     target = _stage(ledger, tmp_path, "target", cand)
@@ -155,6 +163,7 @@ def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_ta
     data.write_text("the workload's input")
     cand = ["--mode", "censor_slow", "--how", "sabotage", "--censor-above", "0.6",
             "--input", str(data)]  # fmt: skip
+    _honest_screen(ledger, tmp_path)  # R14: a formal run starts only after a screen
     target = _stage(ledger, tmp_path, "target", cand, ["--input", str(data)])
     assert target.returncode == 1, target.stdout + target.stderr  # type: ignore[attr-defined]
     # the reference's own traceback (its input was hidden) is shown as its stderr; none of ours

@@ -42,6 +42,9 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
         done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
                     "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
                     "--monitor", "host", "--json", "--quiet")  # fmt: skip
+        # R14: a target result owes its verdict before the experiment measures the stage again
+        _cli(ledger_path, tmp_path, "verdict", "record", "--samples",
+             json.loads(done.stdout)["samples_id"], "--json")  # fmt: skip
         explained = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
                          "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
                          "--monitor", "host", "--explain-foreign", "cpu_ms is own CPU time",

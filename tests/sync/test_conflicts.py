@@ -199,3 +199,43 @@ def _evidence(evidence_id: str) -> dict[str, Any]:
     from wf_scenario import evidence
 
     return evidence(evidence_id)
+
+
+def test_r14_a_champion_selected_while_a_reconciliation_was_owed_elsewhere_conflicts(
+    tmp_path: Path,
+) -> None:
+    origin = Ledger.init(tmp_path / "origin.git", name="wf", actor="agent")
+    session = Session(origin).ready()
+    session.passed("e2", "sha256:" + "2" * 64)
+    session.screened("e1")
+    origin.close()
+    a, b = _sessions(tmp_path, str(tmp_path / "origin.git"), ("a", "b"))
+    try:
+        # a: e1's target result contradicts its claim (a loss): a reconciliation is owed
+        a.run("samples.record", samples("e1-target", "target", experiment_id="e1", gain=-0.1))
+        assert a.run("verdict.record", {"samples_id": "e1-target"})["contradicts_claim"]
+        # b, concurrently, has not seen it and selects e2 (its event sorts after a's verdict)
+        b.run("evidence.add", _evidence("ev-2"))
+        b.run("evidence.add", _evidence("ev-3"))
+        b.champion("e2")
+        a.ledger.sync()
+        b.ledger.sync()
+        a.ledger.pull()
+        state = a.state()
+        (conflict,) = state.conflicts.values()
+        assert conflict.kind == "owed_champion" and conflict.options == ["original", "e2"]
+        assert state.targets[T1].champion is None  # not applied until resolved
+        # it blocks champion decisions, and keeping e2 is a selection: R14 holds until reconciled
+        keep_e2 = {"target_id": T1, "conflict_id": conflict.conflict_id, "keep": "e2",
+                   "reason": "e2 passed"}  # fmt: skip
+        a.refused("conflict.resolve", keep_e2, "R14")
+        a.run("reconcile", {"experiment_id": "e1", "premise": "coverage", "explanation": "x",
+                            "corrected_model": {"description": "f was 0.1", "coverage": 0.1}})  # fmt: skip
+        a.run("conflict.resolve", keep_e2)
+        assert a.state().targets[T1].champion == "e2"
+        a.ledger.sync()
+        b.ledger.pull()
+        assert a.ledger.state_hash() == b.ledger.state_hash()
+    finally:
+        a.ledger.close()
+        b.ledger.close()

@@ -105,6 +105,8 @@ BASES["review.record"] = {
     "subject_event": "0" * 64, "challenge": "c", "response": "r", "dissent_remains": True,
     "resolves": ["rv-0"],
 }  # fmt: skip
+BASES["formal-run.start"] = {"experiment_id": "e-fuzz", "stage": "target",
+                              "samples_id": "e-fuzz-target-1", "protocol": "workload_abba"}  # fmt: skip
 #: Maps whose keys are data, not field names (an extra key there is not an unknown field).
 FREE_MAPS = {"values", "units", "env"}
 MUTATIONS = ("extra", "drop", "wrong_type", "nan", "huge", "unicode_id", "not_object")

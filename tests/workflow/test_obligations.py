@@ -19,8 +19,10 @@ from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, 
 
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.cli.next_steps import allowed_decisions
-from perfledger.commands.registry.operations import validate
+from perfledger.commands.registry.operations import decider, execute, validate
+from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.commands.workflow.requests import dump
+from perfledger.events.workflow import R17_EXPLAINED_BY_REVIEW
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
@@ -68,28 +70,23 @@ def test_r13_final_audit_belongs_to_the_champion_it_audited(ready: Session) -> N
     assert derive_handoff(state, T1, ResumeContext(head="x")).primary_achieved is True
 
 
-def test_r13_restore_original_needs_the_current_champions_own_failed_audit(
+def test_r13_a_failed_final_audit_already_restored_what_restore_original_would(
     ready: Session,
 ) -> None:
+    # from FinalAuditRecorded schema 6 the failed audit demotes e1 itself (R13): the original is
+    # current again, so there is nothing left for `restore_original` to restore
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")
     ready.run("samples.record", samples("e1-final", "final_audit", gain=-0.05))
-    assert (
-        ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})["status"]
-        == "fail"
-    )
-    ready.run("experiment.create", experiment("e2", candidate=CAND2))
-    for stage in ("screen", "target"):
-        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
-        ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
-    ready.champion("e2", expected="e1")
-    # e1's failed audit is not e2's: restoring the original needs e2's own failed audit
-    ready.refused(
+    audit = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
+    assert audit["status"] == "fail"
+    assert current_champions(ready.state())[0].champion == "original"
+    error = ready.refused(
         "champion.select",
-        {"target_id": T1, "decision": "restore_original", "expected_current": "e2"},
+        {"target_id": T1, "decision": "restore_original", "expected_current": "original"},
         "R13",
     )
+    assert "already the champion" in error.message
 
 
 # ------------------------------------------------------------------------------------ R14
@@ -205,15 +202,28 @@ def _busy_target_samples(ready: Session, busy_pairs: tuple[int, ...]) -> None:
     ready.run("samples.record", body)
 
 
+def _reviewed(session: Session, samples_id: str, actor: str = "reviewer-b",
+              dissent: bool = False) -> str:  # fmt: skip
+    """A review of ``samples_id``'s event appended by ``actor``; returns its id (R17 evidence)."""
+    review_id = f"rv-{actor.replace(' ', '-')}-{samples_id}"
+    body = {"review_id": review_id, "reviewer": actor, "model_family": "human",
+            "subject": "other", "subject_event": session.state().samples[samples_id].event_id,
+            "challenge": "what was the other activity?", "response": "a job on another GPU",
+            "dissent_remains": dissent}  # fmt: skip
+    execute(session.ledger, "review.record", body, actor=actor)
+    return review_id
+
+
 def test_r17_foreign_activity_explained_after_the_samples_clears_the_attribution(
     ready: Session,
 ) -> None:
     _busy_target_samples(ready, (1, 4))
     assert ("activity.explain", "e1-target") in _offered(ready)  # before the verdict
     explain = {"samples_id": "e1-target", "pairs": [1, 4],
-               "explanation": "a backup job on GPU 1; GPU 0 clocks stayed at 1980 MHz"}  # fmt: skip
+               "explanation": "a backup job on GPU 1; GPU 0 clocks stayed at 1980 MHz",
+               "review_id": _reviewed(ready, "e1-target")}  # fmt: skip
     recorded = ready.run("activity.explain", explain)
-    assert recorded["pairs"] == [1, 4] and recorded["explained_by"] == "agent"
+    assert recorded["pairs"] == [1, 4] and recorded["explained_by"] == "reviewer-b"
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "pass"
     assert any("backup job on GPU 1" in n and n.startswith("R17") for n in verdict["notes"])
@@ -226,21 +236,23 @@ def test_r17_only_unexplained_windows_before_the_verdict_can_be_explained(
 ) -> None:
     _busy_target_samples(ready, (1, 4))
     why = "a backup job on GPU 1"
+    review = _reviewed(ready, "e1-target")
     ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [0],
-                                       "explanation": why}, None)  # fmt: skip
+                                       "explanation": why, "review_id": review}, None)  # fmt: skip
     ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [99],
-                                       "explanation": why}, None)  # fmt: skip
+                                       "explanation": why, "review_id": review}, None)  # fmt: skip
     ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [1],
-                                       "explanation": "unknown"}, "R17")  # fmt: skip
-    ready.run("activity.explain", {"samples_id": "e1-target", "pairs": [1], "explanation": why})
+                                       "explanation": "unknown", "review_id": review}, "R17")  # fmt: skip
+    ready.run("activity.explain", {"samples_id": "e1-target", "pairs": [1], "explanation": why,
+                                   "review_id": review})  # fmt: skip
     ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [1],
-                                       "explanation": why}, None)  # fmt: skip
+                                       "explanation": why, "review_id": review}, None)  # fmt: skip
     # pair 4 is still unexplained: the attribution stays inconclusive
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "inconclusive"
     assert any("1 pair(s) overlap unexplained" in n for n in verdict["notes"])
     ready.refused("activity.explain", {"samples_id": "e1-target", "pairs": [4],
-                                       "explanation": why}, "R17")  # fmt: skip
+                                       "explanation": why, "review_id": review}, "R17")  # fmt: skip
 
 
 def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -> None:
@@ -252,7 +264,7 @@ def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -
     ready.run("samples.record", body)
     ready.run("activity.explain", {"samples_id": "e1-final", "pairs": [3],
                                    "explanation": "power cap set by the site for all jobs",
-                                   "explained_by": "site admin"})  # fmt: skip
+                                   "review_id": _reviewed(ready, "e1-final", "site admin")})  # fmt: skip
     final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert final["status"] == "pass"
     assert any("by site admin: power cap" in n for n in final["notes"])
@@ -266,6 +278,7 @@ def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -
 @pytest.mark.slow
 def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) -> None:
     _busy_target_samples(ready, (2,))
+    review = _reviewed(ready, "e1-target")
     ready.ledger.close()  # the CLI opens the ledger itself
     env = isolated_env(tmp_path / "home")
     path = str(tmp_path / "ledger")
@@ -274,7 +287,8 @@ def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) ->
         return subprocess.run([*perfledger_command(), "--ledger", path, *args, "--json"],
                               input=stdin, capture_output=True, text=True, env=env, check=False)  # fmt: skip
 
-    body = json.dumps({"pairs": [2], "explanation": "nightly backup on GPU 1"})
+    body = json.dumps({"pairs": [2], "explanation": "nightly backup on GPU 1",
+                       "review_id": review})  # fmt: skip
     done = cli("activity", "explain", "--samples", "e1-target", "--request", "-", stdin=body)
     assert done.returncode == 0, done.stdout + done.stderr
     done = cli("verdict", "record", "--samples", "e1-target", "--request", "-", stdin="{}")
@@ -282,6 +296,34 @@ def test_r17_activity_explain_through_the_cli(ready: Session, tmp_path: Path) ->
     assert "nightly backup on GPU 1" in done.stdout
     done = cli("activity", "explain", "--samples", "e1-target", "--request", "-", stdin=body)
     assert done.returncode == 3 and json.loads(done.stdout)["error"]["rule"] == "R17"
+
+
+def test_cheat_the_agent_explaining_foreign_activity_away_itself_is_refused(
+    ready: Session,
+) -> None:
+    _busy_target_samples(ready, (1, 4))
+    typed = {"samples_id": "e1-target", "pairs": [1, 4], "explanation": "nothing that matters"}
+    assert "only by evidence" in ready.refused("activity.explain", typed, "R17").message
+    ready.refused("activity.explain", {**typed, "explained_by": "site admin"}, "R17")
+    own = _reviewed(ready, "e1-target", actor="agent")  # the experiment's own agent
+    ready.refused("activity.explain", {**typed, "review_id": own}, "R17")
+    dissenting = _reviewed(ready, "e1-target", actor="reviewer-c", dissent=True)
+    ready.refused("activity.explain", {**typed, "review_id": dissenting}, "R17")
+    assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "inconclusive"
+
+
+def test_r17_typed_explanations_recorded_before_the_rule_re_decide_as_before(
+    ready: Session,
+) -> None:
+    _busy_target_samples(ready, (1, 4))
+    typed = {"samples_id": "e1-target", "pairs": [1, 4], "explanation": "a backup job on GPU 1"}
+    ctx = DecisionContext(
+        op="activity.explain", actor="agent", ts=ready.clock,
+        request={"op": "activity.explain", "body": typed}, payload_of=ready.ledger.payload,
+        schema=R17_EXPLAINED_BY_REVIEW - 1,
+    )  # fmt: skip
+    [draft] = decider("activity.explain")(ready.state(), validate("activity.explain", typed), ctx)
+    assert draft.payload.explained_by == "agent"
 
 
 # ------------------------------------------------------------------------------------ resume

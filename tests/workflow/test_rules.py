@@ -471,8 +471,9 @@ def test_r13_restore_original_only_after_a_failed_final_audit(ready: Session) ->
     ready.run("samples.record", samples("e1-final", "final_audit", gain=-0.05))
     audit = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert audit["status"] == "fail"
-    assert ready.run("champion.select", restore)["decision"] == "restore_original"
+    # from FinalAuditRecorded schema 6 the failed audit itself restores the original (R13)
     assert ready.state().targets[T1].champion is None
+    ready.refused("champion.select", {**restore, "expected_current": "original"}, "R13")
 
 
 def test_r13_concurrent_champions_are_a_conflict_until_resolved(ready: Session) -> None:

@@ -269,6 +269,9 @@ def test_r5_formal_samples_from_outside_are_refused_unless_readiness_allows_them
     table = Artifact(json.dumps({"kind": "workload", "settings": {}, "table": rows,
                                  "monitor": {"windows": windows},
                                  "binding": binding_of(measured)}).encode(), "application/json")  # fmt: skip
+    # R14: measured formal samples are those of a started run
+    bare.run("formal-run.start", {"experiment_id": "e1", "stage": "target",
+                                  "samples_id": "e1-target", "protocol": "workload_abba"})  # fmt: skip
     [event] = execute(bare.ledger, "samples.record", measured, actor="agent",
                       artifacts={"samples.json": table})  # fmt: skip
     assert event.payload["provenance"]["source"] == "perfledger"

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.deciders import environment_id
 from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
@@ -23,6 +24,7 @@ from perfledger.kernels.env import collect
 from perfledger.kernels.monitor.hostmonitor import HostMonitor
 from perfledger.kernels.monitor.monitor import Monitor
 from perfledger.kernels.python_tree import python_tree
+from perfledger.projections.workflow import formal_runs
 
 #: The raw per-call table's artifact name on measured samples.
 SAMPLES_ARTIFACT = "samples.json"
@@ -146,10 +148,40 @@ def measured_provenance(protocol: str, settings: dict[str, Any]) -> dict[str, An
 
 
 def default_samples_id(experiment_id: str, stage: str, state: Any) -> str:
+    """``E-STAGE-N``, the first N that no samples and no started formal run of the ledger take
+    (a started run's id is taken even without its samples, R14)."""
+    taken = formal_runs(state)
     n = 1
-    while f"{experiment_id}-{stage}-{n}" in state.samples:
+    while (
+        f"{experiment_id}-{stage}-{n}" in state.samples or f"{experiment_id}-{stage}-{n}" in taken
+    ):
         n += 1
     return f"{experiment_id}-{stage}-{n}"
+
+
+def refuse_formal_dry_run(stage: str, dry_run: bool) -> None:
+    """R14: a formal stage has no dry run (a look at its figures before deciding to record them
+    is a run the ledger must see). Raises: RuleRefused (R14) for ``dry_run`` of one."""
+    if dry_run and stage in FORMAL_STAGES:
+        raise rules.refuse(
+            "R14",
+            f"a formal ({stage}) stage has no dry run: its start is recorded before anything is "
+            "measured, and a run that records no samples counts as failed",
+            "try the commands with --stage screen --dry-run; measure the formal stage for real",
+        )
+
+
+def start_formal_run(
+    ledger: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str
+) -> None:
+    """R14: append the ``FormalRunStarted`` of a formal stage (nothing for a screen) before
+    anything is measured. Raises: RuleRefused (nothing appended, nothing measured) where the
+    experiment may not measure that stage now, e.g. an earlier result of it has no verdict."""
+    if stage not in FORMAL_STAGES:
+        return
+    body = {"experiment_id": experiment_id, "stage": stage, "samples_id": samples_id,
+            "protocol": protocol}  # fmt: skip
+    execute(ledger, "formal-run.start", body, actor=actor)
 
 
 def foreign_activity_warnings(
@@ -242,5 +274,7 @@ __all__ = [
     "foreign_activity_warnings",
     "measured_provenance",
     "raw_table",
+    "refuse_formal_dry_run",
+    "start_formal_run",
     "start_monitor",
 ]

@@ -45,6 +45,8 @@ from perfledger.app.context import (
     foreign_activity_warnings,
     measured_provenance,
     raw_table,
+    refuse_formal_dry_run,
+    start_formal_run,
     start_monitor,
 )
 from perfledger.commands.registry.operations import execute, preview
@@ -333,9 +335,21 @@ def measure_workload(
     n_pairs = request.pairs or max(5, info["min_pairs"])
     env = environment_payload()
     check_environment(env, info)
+    refuse_formal_dry_run(request.stage, request.dry_run)  # R14: a formal stage has no dry run
+    formal = request.stage in FORMAL_STAGES
+    sid = request.samples_id or default_samples_id(request.experiment_id, request.stage,
+                                                    info["state"])  # fmt: skip
     stand_in = _stand_in(info, request, cases, n_pairs, units, env["environment_id"], code,
-                         request.stage in FORMAL_STAGES, accuracy)  # fmt: skip
-    preview(ledger, "samples.record", stand_in, actor=request.actor)  # what the deciders refuse
+                         formal, accuracy)  # fmt: skip
+    stand_in["samples_id"] = sid
+    protocol = f"{request.protocol}/v1"
+    if formal:  # what starting the run would refuse (an earlier result without its verdict)
+        preview(ledger, "formal-run.start", {"experiment_id": request.experiment_id,
+                "stage": request.stage, "samples_id": sid, "protocol": protocol},
+                actor=request.actor)  # fmt: skip
+    # what the deciders refuse of the samples, as those of the run about to start (R14)
+    preview(ledger, "samples.record", stand_in, actor=request.actor,
+            starting_run=sid if formal else None)  # fmt: skip
     monitor, monitor_note = start_monitor(request.monitor != "none", request.monitor)
     if monitor is None and request.stage in FORMAL_STAGES:
         raise rules.refuse(
@@ -345,7 +359,14 @@ def measure_workload(
             "on a machine without a GPU, measure a CPU workload with monitor host",
         )
 
-    # 2. the run
+    # 2. the run, its start recorded first (R14: a run that records no samples counts as failed)
+    try:
+        start_formal_run(ledger, request.experiment_id, request.stage, sid, protocol,
+                         request.actor)  # fmt: skip
+    except BaseException:
+        if monitor is not None:
+            monitor.stop()
+        raise
     startup = StartupWatch(list(argvs.values()))
     watch = None if code is None or identity is None else identity.watch(info, code)
 
@@ -368,8 +389,6 @@ def measure_workload(
         identity.confirm(info, code)
 
     # 3. the samples and their raw table
-    sid = request.samples_id or default_samples_id(request.experiment_id, request.stage,
-                                                    info["state"])  # fmt: skip
     pairs, windows = [], []
     for r, c in run.pairs():
         pair: dict[str, Any] = {

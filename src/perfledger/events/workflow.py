@@ -137,6 +137,11 @@ class TargetDefinition(_Part, kw_only=True):
         budget: wall and GPU seconds allowed.
         host_advice_only: host changes are advice only (R16; default yes).
         diagnostic: a diagnostic Target binds reports only, never a workload claim (R2).
+        plausible_ratio: the widest candidate/reference ratio of the primary (a ratio > 1,
+            either way: 10 flags a case measured more than 10x faster or slower) that is
+            plausible (R12); a case beyond it is flagged on its samples and blocks champion
+            selection until another actor's review explains it. Absent (not null) when not
+            declared: :data:`DEFAULT_PLAUSIBLE_RATIO`.
     """
 
     target_id: str
@@ -150,6 +155,11 @@ class TargetDefinition(_Part, kw_only=True):
     budget: Budget
     host_advice_only: bool = True
     diagnostic: bool = False
+    plausible_ratio: float | msgspec.UnsetType = msgspec.UNSET
+
+
+#: The plausible bound of a measured ratio when the Target declares none (R12): 10x either way.
+DEFAULT_PLAUSIBLE_RATIO = 10.0
 
 
 class TargetFrozen(_Payload, kw_only=True):
@@ -694,6 +704,9 @@ class SamplesRecorded(_Payload, kw_only=True):
         wall_check: derived: self-reported times against the driver's wall clock, where the
             pairs carry the driver's wall times (None otherwise, and for samples recorded
             before the check existed).
+        implausible: derived (schema :data:`R12_PLAUSIBLE_RATIO` on): test case -> the median
+            per-pair candidate/reference ratio of the primary, for each case beyond the
+            Target's plausible ratio either way; absent when none is.
     """
 
     samples_id: str
@@ -714,6 +727,7 @@ class SamplesRecorded(_Payload, kw_only=True):
 
     #: None only in samples recorded before provenance was kept (schema 1)
     provenance: Provenance | None = None
+    implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- verdicts (R12)
@@ -983,7 +997,10 @@ class ActivityExplained(_Payload, kw_only=True):
         pairs: indices (0-based, into the samples' pairs) of the windows explained; each
             overlapped foreign activity that was unexplained when the samples were recorded.
         explanation: why the activity does not matter to the performance attribution.
-        explained_by: who explains it (the request's, else the deciding actor).
+        explained_by: who explains it (the request's, else the deciding actor; from schema
+            :data:`R17_EXPLAINED_BY_REVIEW`, derived: the actor who appended the review).
+        review_id: the ``ReviewRecorded`` that is the evidence (schema
+            :data:`R17_EXPLAINED_BY_REVIEW` on; absent before).
     """
 
     samples_id: str
@@ -992,6 +1009,27 @@ class ActivityExplained(_Payload, kw_only=True):
     pairs: tuple[int, ...]
     explanation: str
     explained_by: str
+    review_id: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class FormalRunStarted(_Payload, kw_only=True):
+    """A formal-stage measurement is about to start (R14): appended before anything of a target
+    or final-audit stage is measured, so that a run which never records its samples (killed,
+    crashed, abandoned after a look at its figures) stays in the ledger and counts as failed.
+
+    Attributes:
+        target_id, experiment_id: the experiment measured.
+        stage: ``target`` or ``final_audit`` (:data:`FORMAL_STAGES`).
+        samples_id: the samples the run will record; no other run or samples may take it.
+        protocol: the measuring protocol (``workload_abba``, ``kernel_harness_abba``,
+            ``serving``, ...), as its samples' provenance will name it.
+    """
+
+    target_id: str
+    experiment_id: str
+    stage: Stage
+    samples_id: str
+    protocol: str
 
 
 class ConflictResolved(_Payload, kw_only=True):
@@ -1025,6 +1063,7 @@ WorkflowPayload = (
     | HandoffRecorded
     | ConflictResolved
     | ActivityExplained
+    | FormalRunStarted
 )
 
 _SUMMARIES = {
@@ -1051,6 +1090,7 @@ _SUMMARIES = {
     HandoffRecorded: lambda p: f"{p.target_id}: achieved={p.primary_achieved}",
     ConflictResolved: lambda p: f"{p.target_id}/{p.conflict_id}: keep {p.keep}",
     ActivityExplained: lambda p: f"{p.samples_id}: pairs {list(p.pairs)} explained",
+    FormalRunStarted: lambda p: f"{p.samples_id} ({p.stage} of {p.experiment_id}) started",
 }
 
 #: The ``ExperimentCreated`` schema version from which every claim states its expected
@@ -1163,6 +1203,36 @@ R2_STATISTICS_FROZEN = 4
 #: it comes from a longer A/A (more repeats; R4: the same A/A re-run after seeing a CI until it
 #: comes out small is not a measurement); resolutions recorded before are re-checked without it.
 R4_RESOLUTION_NOT_LOWERED = 2
+#: The ``SamplesRecorded`` schema version from which R14 applies to what was measured, not to
+#: what was recorded: formal-stage samples measured by perfledger must be those of a
+#: ``FormalRunStarted`` (a formal stage has no dry run), and an experiment's formal-stage samples
+#: (or started run) of a stage must have their verdict (target) or final audit before it records
+#: another of that stage (:func:`perfledger.commands.workflow.formal_runs.r14_judged_before_next`);
+#: samples recorded before are re-checked without it.
+R14_MEASURED_OBLIGATION = 9
+#: The ``ChampionSelected`` schema version from which no champion is selected on a Target while
+#: a target-stage result of it (samples, or a started run that never recorded them) has no
+#: verdict (R14), nor an experiment whose champion a failed final audit demoted (R13);
+#: selections recorded before are re-checked without it.
+R14_UNJUDGED_BLOCKS_CHAMPION = 3
+#: The ``FinalAuditRecorded`` schema version from which a failed final audit demotes its
+#: champion: the champion before it (or the original) is current again, and the demoted
+#: experiment never becomes champion again (R13); final audits recorded before leave the
+#: champion in place (a later passing audit replaced a failed one).
+R13_FAILED_AUDIT_DEMOTES = 6
+#: The ``SamplesRecorded`` schema version from which samples carry ``implausible`` (R12): the
+#: cases whose measured candidate/reference ratio of the primary lies beyond the Target's
+#: plausible ratio (default :data:`DEFAULT_PLAUSIBLE_RATIO`) either way.
+R12_PLAUSIBLE_RATIO = 10
+#: The ``ChampionSelected`` schema version from which a result resting on implausible samples
+#: (:data:`R12_PLAUSIBLE_RATIO`) is not selected until a review by an actor other than the
+#: experiment's creator and the samples' recorder, on the samples' event, explains it (R12).
+R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
+#: The ``ActivityExplained`` schema version from which foreign activity is explained only by
+#: evidence (R17): a ``ReviewRecorded`` on the samples' event, dissent settled, appended by an
+#: actor other than the experiment's creator, the samples' recorder and the one explaining;
+#: explanations recorded before keep their typed meaning.
+R17_EXPLAINED_BY_REVIEW = 2
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1182,20 +1252,35 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: informative interval (:data:`R14_INFORMATIVE_INTERVAL`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
+#: Version 9 of ``SamplesRecorded`` and 3 of ``ChampionSelected`` make R14 apply to what was
+#: measured (:data:`R14_MEASURED_OBLIGATION`, :data:`R14_UNJUDGED_BLOCKS_CHAMPION`); version 6
+#: of ``FinalAuditRecorded`` demotes a champion whose final audit failed
+#: (:data:`R13_FAILED_AUDIT_DEMOTES`). Version 10 of ``SamplesRecorded`` and 4 of
+#: ``ChampionSelected`` flag and block implausible ratios (:data:`R12_PLAUSIBLE_RATIO`,
+#: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`). Version 2 of ``ActivityExplained`` takes a review
+#: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
-        R12_WALL_VALUE_COUNTS, R5_DECLARED_CHECKS, R5_OBSERVED_METRICS, R11_CALLS_FROM_COPIES
+        R12_WALL_VALUE_COUNTS,
+        R5_DECLARED_CHECKS,
+        R5_OBSERVED_METRICS,
+        R11_CALLS_FROM_COPIES,
+        R14_MEASURED_OBLIGATION,
+        R12_PLAUSIBLE_RATIO,
     ),
     "VerdictRecorded": R12_EVERY_CASE,
-    "FinalAuditRecorded": R12_EVERY_CASE_FINAL_AUDIT,
+    "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
     ),
-    "ChampionSelected": R14_BLOCKS_CHAMPION,
+    "ChampionSelected": max(
+        R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
+    ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
     "TargetFrozen": R1_KNOWN_UNITS,
     "TargetSuperseded": R1_KNOWN_UNITS,
+    "ActivityExplained": R17_EXPLAINED_BY_REVIEW,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

@@ -216,7 +216,12 @@ def encode_fields(state: Any) -> dict[str, bytes]:
     if isinstance(state, LazyStruct):
         return state.encode_fields()
     encode = msgspec.msgpack.encode
-    return {f.encode_name: encode(getattr(state, f.name)) for f in msgspec.structs.fields(state)}
+    # an unset field (msgspec.UNSET) has no section: read back, it takes its default again
+    return {
+        f.encode_name: encode(value)
+        for f in msgspec.structs.fields(state)
+        if (value := getattr(state, f.name)) is not msgspec.UNSET
+    }
 
 
 class LazyStruct:
@@ -258,7 +263,8 @@ class LazyStruct:
         out: dict[str, bytes] = {}
         for name, info in _fields(self._struct_type).items():
             if name in self.__dict__:
-                out[info.encode_name] = msgspec.msgpack.encode(self.__dict__[name])
+                if self.__dict__[name] is not msgspec.UNSET:
+                    out[info.encode_name] = msgspec.msgpack.encode(self.__dict__[name])
             elif info.encode_name in self._raw:
                 out[info.encode_name] = self._raw[info.encode_name]
         return out

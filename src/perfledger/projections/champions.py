@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL
-from perfledger.projections.workflow import TargetView, WorkflowState
+from perfledger.projections.workflow import CHAMPION_CONFLICTS, TargetView, WorkflowState
 
 
 class FinalAuditStanding(msgspec.Struct, kw_only=True):
@@ -104,7 +104,9 @@ class LineageStep(msgspec.Struct, kw_only=True):
 
     Attributes:
         index: position in the Target's lineage (0 = first decision).
-        decision: ``select``, ``restore_original`` or ``conflict_resolution``.
+        decision: ``select``, ``restore_original``, ``conflict_resolution`` or ``demotion``
+            (R13: a failed final audit demoted ``demoted``; ``champion`` is current again and
+            ``samples_id`` names the failed audit's samples).
         champion: the experiment chosen, or ``original``.
         event_id: the deciding event.
         title, candidate_hash: the experiment's title and candidate (None for ``original``).
@@ -134,6 +136,7 @@ class LineageStep(msgspec.Struct, kw_only=True):
     guardrails: dict[str, str] = msgspec.field(default_factory=dict)
     claim_evidence: list[str] = msgspec.field(default_factory=list)
     final_audits: list[FinalAuditRef] = msgspec.field(default_factory=list)
+    demoted: str | None = None
 
 
 def current_champions(state: WorkflowState) -> list[CurrentChampion]:
@@ -144,7 +147,7 @@ def current_champions(state: WorkflowState) -> list[CurrentChampion]:
         conflicts = [
             c.conflict_id
             for c in state.conflicts.values()
-            if c.target_id == target_id and c.kind == "champion" and c.resolved_by is None
+            if c.target_id == target_id and c.kind in CHAMPION_CONFLICTS and c.resolved_by is None
         ]
         standing = final_audit_standing(state, target)
         out.append(
@@ -191,6 +194,9 @@ def lineage(state: WorkflowState, target_id: str) -> list[LineageStep]:
                 if audit.champion == entry.champion and audit.target_id == target_id
             ]
         step.samples_id = entry.samples_id
+        failed = state.final_audits.get(entry.samples_id or "")
+        if entry.decision == "demotion" and failed is not None:
+            step.demoted = failed.champion
         verdict = state.verdicts.get(entry.samples_id or "")
         if verdict is not None:
             step.verdict_status = verdict.status

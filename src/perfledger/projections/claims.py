@@ -48,6 +48,9 @@ class Measured(msgspec.Struct, kw_only=True):
             ``unit``) and the case's improvement; empty for verdicts derived by the pooled rule.
         samples_provenance: ``outside`` for samples recorded from outside perfledger (R5),
             ``perfledger`` for measured ones, None for verdicts recorded before it was kept.
+        implausible: test case -> measured candidate/reference ratio beyond the Target's
+            plausible bound (R12: no champion until another actor's review explains it);
+            absent when none is.
     """
 
     samples_id: str
@@ -64,6 +67,7 @@ class Measured(msgspec.Struct, kw_only=True):
     cases: list[DerivedCase] = []
     unit: str | None = None
     samples_provenance: str | None = None
+    implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ClaimRow(msgspec.Struct, kw_only=True):
@@ -134,8 +138,9 @@ def _latest_verdict(state: WorkflowState, experiment: ExperimentView) -> Verdict
     return None
 
 
-def _measured(verdict: VerdictRecorded) -> Measured:
+def _measured(state: WorkflowState, verdict: VerdictRecorded) -> Measured:
     p = verdict.primary
+    samples = state.samples.get(verdict.samples_id)
     return Measured(
         samples_id=verdict.samples_id,
         stage=verdict.stage,
@@ -151,6 +156,7 @@ def _measured(verdict: VerdictRecorded) -> Measured:
         cases=list(p.cases),
         unit=verdict.unit,
         samples_provenance=verdict.samples_provenance,
+        implausible=samples.implausible if samples is not None else msgspec.UNSET,
     )
 
 
@@ -183,7 +189,7 @@ def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
                 claim.stated_bound, recomputed
             )
     verdict = _latest_verdict(state, experiment)
-    measured = _measured(verdict) if verdict is not None else None
+    measured = _measured(state, verdict) if verdict is not None else None
     bound = recomputed if recomputed is not None else figures.bound
     error = None
     if measured is not None and measured.speedup is not None and bound is not None:

@@ -26,7 +26,12 @@ from perfledger.projections.champions import FinalAuditStanding, final_audit_sta
 from perfledger.projections.claims import improvement_to_speedup
 from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.reviews import dissent_line, settled_dissent, unresolved_dissent
-from perfledger.projections.workflow import TargetView, WorkflowState
+from perfledger.projections.workflow import (
+    TargetView,
+    WorkflowState,
+    formal_runs,
+    unfinished_runs,
+)
 
 
 class ResumeContext(msgspec.Struct, kw_only=True):
@@ -524,7 +529,8 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
         unaudited = [
             s for s in (champion.samples.get("final_audit", []) if champion else [])
             if s not in state.final_audits
-        ]  # fmt: skip
+        ] + [s for s in unfinished_runs(state, target.champion)
+             if formal_runs(state)[s].stage == "final_audit"]  # fmt: skip
         if target.final_audit_status is None and unaudited:
             out.append(NextDecision(op="final-audit.record", why=f"final-audit samples "
                                     f"{unaudited[-1]} of champion {target.champion} have no "
@@ -562,6 +568,12 @@ def _experiment_next(
         for s in experiment.samples.get(stage, [])
         if s not in state.verdicts
     ]
+    for run in unfinished_runs(state, experiment_id):  # R14: a run without samples failed
+        if formal_runs(state)[run].stage == "target":
+            return [NextDecision(op="verdict.record", why=f"target run {run} of {experiment_id} "
+                                 "started but recorded no samples: it counts as failed and owes "
+                                 "its verdict before the next target run or any champion",
+                                 rule="R14", about=run, request={"samples_id": run})]  # fmt: skip
     if unjudged:
         out = []
         view = state.samples[unjudged[0]]

@@ -237,6 +237,18 @@ def provenance_text(source: str | None) -> str | None:
     return None
 
 
+def implausible_lines(implausible: Any) -> list[str]:
+    """How readers flag samples' implausible ratios (R12): one line per case (``implausible``:
+    case -> candidate/reference ratio; unset or empty: none)."""
+    if not isinstance(implausible, dict):
+        return []
+    return [
+        f"FLAG implausible ratio: case {case} measured {ratio:.4g}x its reference (R12: no "
+        "champion until another actor's review explains it)"
+        for case, ratio in implausible.items()
+    ]
+
+
 def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
     """The text lines ``verdict record`` prints under its event line: status with the deciding
     condition, the estimate and CI in percent, the threshold used, then the recorded notes."""

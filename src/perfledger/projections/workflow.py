@@ -23,6 +23,8 @@ import msgspec
 from perfledger.events.kinds import RecordedEvent
 from perfledger.events.workflow import (
     ORIGINAL,
+    R13_FAILED_AUDIT_DEMOTES,
+    R14_UNJUDGED_BLOCKS_CHAMPION,
     ActivityExplained,
     BaselineRecorded,
     CandidateRejected,
@@ -31,6 +33,7 @@ from perfledger.events.workflow import (
     EvidenceRecorded,
     ExperimentCreated,
     FinalAuditRecorded,
+    FormalRunStarted,
     HandoffRecorded,
     HostAdviceRecorded,
     LocalResultRecorded,
@@ -56,7 +59,8 @@ from perfledger.projections.ledger_state import LedgerState
 #: 3: supersession and reconciliation conflicts (from sync), Target status ``contested``.
 #: 4: a final audit belongs to the champion it audited (R13); screens and ``ActivityExplained``
 #: owe or clear obligations (R14, R17).
-PROJECTION_VERSION = 4
+#: 5: started formal runs (R14) and champions demoted by a failed final audit (R13).
+PROJECTION_VERSION = 5
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -132,6 +136,10 @@ class TargetView(msgspec.Struct, kw_only=True):
     final_audit: str | None = None
     final_audit_status: str | None = None
     latest_final_audit: str | None = None
+    #: experiments whose champion a failed final audit demoted (R13, from
+    #: :data:`~perfledger.events.workflow.R13_FAILED_AUDIT_DEMOTES`): never champion again;
+    #: unset (not encoded, so older states hash as before) until the first demotion
+    demoted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ExperimentView(msgspec.Struct, kw_only=True):
@@ -160,6 +168,9 @@ class Conflict(msgspec.Struct, kw_only=True):
         conflict_id: the first 16 hex characters of the later event's id.
         target_id: the Target concerned.
         kind: ``champion`` (two selections from the same previous champion),
+            ``owed_champion`` (a champion selected, from ``ChampionSelected`` schema 3, while
+            a result of its Target owed a reconciliation on another machine, R14: the
+            selection is not applied; options are the champion in place and the one selected),
             ``supersession`` (two supersessions of one Target: options are the two new Target
             ids), ``reconciliation`` (an experiment created on a Target whose contradicted
             result was pending reconciliation on another machine, R14: options are the
@@ -205,6 +216,9 @@ class SamplesView(msgspec.Struct, kw_only=True):
     ref_failures: int
     cand_failures: int
     unexplained_activity: int
+    #: test case -> measured ratio beyond the Target's plausible bound (R12, samples of schema
+    #: 8 on); unset (not encoded, so older states hash as before) when none is
+    implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 class WorkflowState(LedgerState, kw_only=True):
@@ -233,6 +247,9 @@ class WorkflowState(LedgerState, kw_only=True):
     reviews: review_projection.ReviewState = msgspec.field(
         default_factory=review_projection.ReviewState
     )
+    #: samples id -> the formal run started to record it (R14, ``FormalRunStarted``); unset
+    #: (not encoded, so ledgers without one hash as before) until the first run starts.
+    formal_runs: dict[str, FormalRunStarted] | msgspec.UnsetType = msgspec.UNSET
 
 
 def initial_state() -> WorkflowState:
@@ -240,13 +257,68 @@ def initial_state() -> WorkflowState:
     return WorkflowState()
 
 
-def open_conflicts(state: WorkflowState, target_id: str, kind: str) -> list[Conflict]:
-    """Return the unresolved conflicts of ``kind`` on ``target_id`` (they block decisions)."""
+def open_conflicts(
+    state: WorkflowState, target_id: str, kind: str | tuple[str, ...]
+) -> list[Conflict]:
+    """Return the unresolved conflicts of ``kind`` (one, or any of several) on ``target_id``
+    (they block decisions)."""
+    kinds = (kind,) if isinstance(kind, str) else kind
     return [
         c
         for c in state.conflicts.values()
-        if c.target_id == target_id and c.kind == kind and c.resolved_by is None
+        if c.target_id == target_id and c.kind in kinds and c.resolved_by is None
     ]
+
+
+def formal_runs(state: WorkflowState) -> dict[str, FormalRunStarted]:
+    """The started formal runs by samples id (R14), empty when none started."""
+    runs = state.formal_runs
+    return {} if isinstance(runs, msgspec.UnsetType) else runs
+
+
+def demoted(target: TargetView) -> list[str]:
+    """The experiments of ``target`` whose champion a failed final audit demoted (R13)."""
+    return [] if isinstance(target.demoted, msgspec.UnsetType) else target.demoted
+
+
+def is_judged(state: WorkflowState, samples_id: str) -> bool:
+    """Whether formal samples (or a started run) ``samples_id`` have their verdict or final
+    audit (R14)."""
+    return samples_id in state.verdicts or samples_id in state.final_audits
+
+
+def unfinished_runs(state: WorkflowState, experiment_id: str | None = None) -> list[str]:
+    """Samples ids of started formal runs that recorded no samples and have no verdict yet
+    (R14: such a run, killed or crashed, counts as failed and owes its verdict), in order."""
+    return [
+        sid
+        for sid, run in formal_runs(state).items()
+        if sid not in state.samples
+        and not is_judged(state, sid)
+        and (experiment_id is None or run.experiment_id == experiment_id)
+    ]
+
+
+def unjudged_formal(
+    state: WorkflowState, target_id: str, stage: str, experiment_id: str | None = None
+) -> list[str]:
+    """Samples ids of ``stage`` (``target`` or ``final_audit``) results of ``target_id`` (of
+    ``experiment_id`` when given) without their verdict or final audit: recorded samples and
+    started runs that recorded none (R14), in order."""
+    recorded = [
+        s.samples_id
+        for s in state.samples.values()
+        if s.target_id == target_id
+        and s.stage == stage
+        and (experiment_id is None or s.experiment_id == experiment_id)
+        and not is_judged(state, s.samples_id)
+    ]
+    started = [
+        sid
+        for sid in unfinished_runs(state, experiment_id)
+        if formal_runs(state)[sid].target_id == target_id and formal_runs(state)[sid].stage == stage
+    ]
+    return recorded + started
 
 
 def _anomaly(state: WorkflowState, event: RecordedEvent, what: str) -> None:
@@ -320,6 +392,7 @@ def _on_samples(state: WorkflowState, event: RecordedEvent, p: SamplesRecorded) 
         ref_failures=p.ref_failures,
         cand_failures=p.cand_failures,
         unexplained_activity=p.unexplained_activity,
+        implausible=p.implausible,
     )
     experiment.samples.setdefault(p.stage, []).append(p.samples_id)
     if p.stage != "final_audit":
@@ -372,6 +445,22 @@ def _on_champion(state: WorkflowState, event: RecordedEvent, p: ChampionSelected
             event_ids=[target.lineage[-1].event_id if target.lineage else "", event.id],
         )
         return
+    if (
+        p.decision == "select"
+        and target.pending
+        and event.envelope.schema >= R14_UNJUDGED_BLOCKS_CHAMPION
+    ):
+        # Selected on a machine that had not seen a result owing a reconciliation (R14: the
+        # decider refuses it locally, so only a sync gets here): not applied until resolved.
+        conflict_id = event.id[:16]
+        state.conflicts[conflict_id] = Conflict(
+            conflict_id=conflict_id,
+            target_id=p.target_id,
+            kind=OWED_CHAMPION,
+            options=[current, chosen or ORIGINAL],
+            event_ids=[event.id],
+        )
+        return
     _set_champion(state, target, chosen, p.samples_id, event.id, p.decision)
 
 
@@ -402,6 +491,45 @@ def _set_champion(
     )
 
 
+def _champion_before(target: TargetView, champion: str, skip: set[str]) -> str | None:
+    """The champion that was current when ``champion`` was (last) selected, passing over those
+    in ``skip`` (demoted ones): None for the original (R13)."""
+    index = max(
+        (
+            i
+            for i, e in enumerate(target.lineage)
+            if e.champion == champion and e.decision != "demotion"
+        ),
+        default=0,
+    )
+    for entry in reversed(target.lineage[:index]):
+        if entry.champion == ORIGINAL:
+            return None
+        if entry.champion not in skip:
+            return entry.champion
+    return None
+
+
+def _demote(
+    state: WorkflowState, target: TargetView, audit: FinalAuditRecorded, event_id: str
+) -> None:
+    """A failed final audit demotes its champion (R13, schema
+    :data:`~perfledger.events.workflow.R13_FAILED_AUDIT_DEMOTES` on): the champion before it
+    (or the original) is current again with its own final audit, if it had one; the failed
+    audit stays, and the lineage shows the demotion (its samples are the failed audit's)."""
+    failed = audit.champion
+    target.demoted = [*demoted(target), failed]
+    back = _champion_before(target, failed, set(target.demoted))
+    _set_champion(state, target, back, audit.samples_id, event_id, "demotion")
+    experiment = state.experiments.get(failed)
+    if experiment is not None:
+        experiment.status = "failed"
+    own = [a for a in state.final_audits.values() if back is not None and a.champion == back]
+    if own:  # the restored champion's own latest final audit speaks for it again
+        target.final_audit = own[-1].samples_id
+        target.final_audit_status = own[-1].status
+
+
 def _reconciliation_conflict(
     state: WorkflowState, event: RecordedEvent, target: TargetView, experiment_id: str
 ) -> None:
@@ -422,6 +550,12 @@ def _reconciliation_conflict(
 
 #: The option of a ``reconciliation`` conflict that withdraws the concurrent experiment.
 WITHDRAW = "withdraw"
+#: The kind of conflict of a champion selected, on another machine, while a reconciliation was
+#: owed on its Target (R14); options: the champion in place, the one selected.
+OWED_CHAMPION = "owed_champion"
+#: Conflict kinds that block champion decisions until resolved, and whose resolution may
+#: change the champion.
+CHAMPION_CONFLICTS = ("champion", OWED_CHAMPION)
 
 
 def _resolve_supersession(state: WorkflowState, conflict: Conflict, keep: str) -> None:
@@ -457,7 +591,7 @@ def _on_conflict_resolved(state: WorkflowState, event: RecordedEvent, p: Conflic
             if withdrawn is not None and withdrawn.status != "champion":
                 withdrawn.status = "rejected"
         return
-    if conflict.kind == "champion" and p.keep != (target.champion or ORIGINAL):
+    if conflict.kind in CHAMPION_CONFLICTS and p.keep != (target.champion or ORIGINAL):
         keep = None if p.keep == ORIGINAL else p.keep
         samples = None
         if keep is not None:
@@ -508,6 +642,13 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
         _on_champion(state, event, p)
     elif isinstance(p, ConflictResolved):
         _on_conflict_resolved(state, event, p)
+    elif isinstance(p, FormalRunStarted):
+        if p.samples_id in formal_runs(state) or p.samples_id in state.samples:
+            _anomaly(state, event, f"samples id {p.samples_id!r} already taken")
+        else:
+            runs = formal_runs(state)
+            state.formal_runs = runs  # set once: an unset field is a fresh empty dict
+            runs[p.samples_id] = p
     else:
         _evolve_target_facts(state, event, p)
     return state
@@ -554,6 +695,8 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
         if p.champion == (target.champion or ORIGINAL):
             target.final_audit = p.samples_id
             target.final_audit_status = p.status
+            if p.status == "fail" and event.envelope.schema >= R13_FAILED_AUDIT_DEMOTES:
+                _demote(state, target, p, event.id)
     elif isinstance(p, HandoffRecorded):
         state.handoffs.append(p)
     elif isinstance(p, ActivityExplained):

@@ -437,6 +437,13 @@ class _Replay:
             raise BadRequest(f"no event {event_id[:80]!r} before this one in this ledger")
         return self._read(event_id).payload
 
+    def _actor_of(self, event_id: str) -> str:
+        """``DecisionContext.actor_of``: who appended an earlier event. Raises: BadRequest for
+        an event not before this one."""
+        if event_id not in self.position:
+            raise BadRequest(f"no event {event_id[:80]!r} before this one in this ledger")
+        return self._read(event_id).envelope.actor
+
     def _derive(self, samples_event: str, params: Any, samples: Any) -> Any:
         """``DecisionContext.derive``: :func:`perfledger.commands.workflow.deciders.derive_samples`
         (``samples_event`` names the samples; the replay derives every verdict itself)."""
@@ -487,6 +494,7 @@ class _Replay:
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
                 payload_of=self._payload_of, derive=self._derive, schema=envelope.schema,
+                actor_of=self._actor_of,
             )  # fmt: skip
             decide = self.deciders.get(op)
             if decide is None:

@@ -94,6 +94,27 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                              "FinalAuditRecorded": 5, "ReadinessRecorded": 4,
                              "ResolutionEstimated": 2, "TargetFrozen": 2,
                              "TargetSuperseded": 2, "VerdictRecorded": 4},
+    # the obligations and plausibility rules were numbered 7 and 8 on their branch, before the
+    # worker protocol (7) and the copies (8) took those numbers: 9 and 10 here
+    ("SamplesRecorded", 9): {"ChampionSelected": 3, "ExperimentCreated": 4,
+                             "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                             "ResolutionEstimated": 2, "VerdictRecorded": 4},
+    ("ChampionSelected", 3): {"ExperimentCreated": 4, "FinalAuditRecorded": 6,
+                              "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                              "SamplesRecorded": 7, "VerdictRecorded": 4},
+    ("FinalAuditRecorded", 6): {"ChampionSelected": 3, "ExperimentCreated": 4,
+                                "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                                "SamplesRecorded": 7, "VerdictRecorded": 4},
+    ("SamplesRecorded", 10): {"ChampionSelected": 4, "ExperimentCreated": 4,
+                              "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                              "ResolutionEstimated": 2, "VerdictRecorded": 4},
+    ("ChampionSelected", 4): {"ExperimentCreated": 4, "FinalAuditRecorded": 6,
+                              "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                              "SamplesRecorded": 8, "VerdictRecorded": 4},
+    ("ActivityExplained", 2): {"ChampionSelected": 4, "ExperimentCreated": 4,
+                               "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                               "ResolutionEstimated": 2, "SamplesRecorded": 8,
+                               "VerdictRecorded": 4},
 }  # fmt: skip
 
 

@@ -43,6 +43,7 @@ WORKFLOW_COMMANDS = frozenset(
         "baseline", "champion", "conflict", "evidence", "experiment", "final-audit", "handoff",
         "host-advice", "local-result", "metric-audit", "readiness", "reconcile", "reject",
         "resolution", "samples", "schema", "target", "upstream-check", "verdict", "review",
+        "formal-run",
     }
 )  # fmt: skip
 

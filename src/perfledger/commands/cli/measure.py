@@ -46,6 +46,8 @@ from perfledger.app.context import (
     foreign_activity_warnings,
     measured_provenance,
     raw_table,
+    refuse_formal_dry_run,
+    start_formal_run,
 )
 from perfledger.app.context import default_samples_id as _default_samples_id
 from perfledger.app.context import experiment_context as _context
@@ -374,6 +376,17 @@ def resolution_refusal(
     )
 
 
+def _start_formal_run(
+    ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
+) -> None:
+    """:func:`perfledger.app.context.start_formal_run` on the command's ledger (R14)."""
+    ledger = ctx.open()
+    try:
+        start_formal_run(ledger, experiment_id, stage, samples_id, protocol, _actor(actor))
+    finally:
+        ledger.close()
+
+
 _common = [
     click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
     click.option(
@@ -597,6 +610,7 @@ def measure_workload(
     docs/code-identity.md).
     """
     ctx = _ctx(json_flag)
+    refuse_formal_dry_run(stage, dry_run)
     if explain_foreign is not None and monitor_source != "host":
         raise BadRequest("--explain-foreign applies to the host monitor (--monitor host)")
     ledger = ctx.open()
@@ -644,6 +658,13 @@ def measure_workload(
             f"running: {monitor_note}; nothing was measured",
             "on a machine without a GPU, measure a CPU workload with --monitor host",
         )
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    try:
+        _start_formal_run(ctx, experiment_id, stage, sid, "workload_abba", actor)
+    except BaseException:
+        if monitor is not None:
+            monitor.stop()
+        raise
     copies = None
     try:
         # R11: each call runs from a read-only copy of its subject's snapshot, with its own
@@ -663,7 +684,6 @@ def measure_workload(
     if code is not None:
         fresh_and_unchanged(info, code)
     check_installation_unchanged(env)  # R11: an installed module edited during the run
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body, windows = workload_request(
         run,
         info,
@@ -959,6 +979,7 @@ def measure_kernel(
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
 
     ctx = _ctx(json_flag)
+    refuse_formal_dry_run(stage, dry_run)
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
@@ -989,6 +1010,8 @@ def measure_kernel(
     scale = _time_scale(primary.unit)
     env = environment_payload()
     check_environment(env, info)
+    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    _start_formal_run(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
     monitor, monitor_note = _start_monitor(not no_monitor)
     comparisons = {}
     try:
@@ -1071,7 +1094,6 @@ def measure_kernel(
                 "monitor": c.monitor,
             }
         )
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     body = samples_body(
         info, samples_id=sid, experiment_id=experiment_id, stage=stage,
         environment_id=env["environment_id"], units={primary.name: primary.unit}, pairs=pairs,

@@ -34,7 +34,7 @@ from perfledger.projections.champions import final_audit_standing
 from perfledger.projections.claims import claims, improvement_to_speedup
 from perfledger.projections.handoff import default_target
 from perfledger.projections.rejections import rejected
-from perfledger.projections.verdict_explain import case_line, provenance_text
+from perfledger.projections.verdict_explain import case_line, implausible_lines, provenance_text
 from perfledger.projections.verdicts import Pair, improvements
 
 #: At most this many decisions are listed in the timeline (the newest ones).
@@ -118,8 +118,8 @@ def champion_progress(
                 else "original"
             )
             value = level.get(ref or "original", 1.0) * (step or 1.0)
-        else:
-            value = points[-1][2]
+        else:  # a demotion (R13) restores the level of the champion current again
+            value = level.get(entry.champion, points[-1][2])
         level[entry.champion] = value
         points.append((times.get(entry.event_id, ""), entry.champion, value))
     return points
@@ -131,7 +131,9 @@ def champion_progress(
 def plot_distributions(state: Any, rows: list[Any], payload_of: Any) -> str | None:
     """Plot 1: paired improvements per experiment, with CI and the minimum-effect line."""
     data = [
-        (r, pair_improvements(state, r.measured.samples_id, payload_of)) for r in rows if r.measured
+        (r, pair_improvements(state, r.measured.samples_id, payload_of))
+        for r in rows
+        if r.measured and r.measured.samples_id in state.samples  # R14: a run without samples
     ]
     data = [(r, values) for r, values in data if values][-MAX_DISTRIBUTIONS:]
     if not data:
@@ -264,6 +266,7 @@ def _measured_details(m: Any) -> list[str]:
     if m is None:
         return []
     lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
+    lines += implausible_lines(m.implausible)
     marked = provenance_text(m.samples_provenance)
     return lines + ([marked] if marked else [])
 

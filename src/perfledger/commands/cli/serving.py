@@ -38,6 +38,7 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.identity import refuse_unsnapshotted
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.formal_runs import OUTSIDE_PROTOCOL
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
     PER_WINDOW_KINDS,
@@ -222,7 +223,7 @@ def run_measure_serving(**kw: Any) -> None:
     """The body of ``measure serving`` (see its help); every check that can fail runs before any
     request is sent. Raises: BadRequest, RuleRefused (R2, R11, R12, R17), MeasurementError."""
     from perfledger.derive import serving_stats as st  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
-    from perfledger.kernels.serving import serving as sv  # noqa: PLC0415 (numpy via perfledger.kernels.serving.serving)
+    from perfledger.kernels.serving.serving import serving as sv  # noqa: PLC0415 (numpy via perfledger.kernels.serving.serving)
 
     ctx = _ctx(kw["json_flag"])
     recording = kw["experiment_id"] is not None
@@ -280,6 +281,7 @@ def run_measure_serving(**kw: Any) -> None:
     cases: list[str] | None = None
     stage = kw["stage"]
     if recording:
+        m.refuse_formal_dry_run(stage, kw["dry_run"])
         ledger = ctx.open()
         try:
             info = m._context(ledger, kw["experiment_id"], stage)
@@ -380,6 +382,15 @@ def run_measure_serving(**kw: Any) -> None:
         warnings.append(f"no monitor: {monitor_note}")
     elif monitor is not None and monitor_note:
         warnings.append(monitor_note)
+    sid = ""
+    if info is not None:
+        sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
+        try:  # R14: a formal stage's start is recorded before anything is measured
+            m.start_formal_run(ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"])
+        except BaseException:
+            if monitor is not None:
+                monitor.stop()
+            raise
     n_windows = config.pairs * (2 if cand else 1)
     try:
         with m._progress(n_windows, "serving windows", kw["quiet"]) as advance:
@@ -490,7 +501,6 @@ def run_measure_serving(**kw: Any) -> None:
         m._answer(ctx, result, lines)
         return
     assert info is not None
-    sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
     body, left_out = serving_request(
         run,
         report,

@@ -77,7 +77,7 @@ def _obligations(state: Any, target: Any) -> list[dict[str, Any]]:
             out.append(
                 {
                     "kind": "conflict",
-                    "rule": "R13" if conflict.kind == "champion" else "R1",
+                    "rule": {"champion": "R13", "owed_champion": "R14"}.get(conflict.kind, "R1"),
                     "about": conflict.conflict_id,
                     "text": f"{conflict.kind} conflict {conflict.conflict_id} between "
                     f"{' and '.join(conflict.options)} blocks {conflict.kind} decisions: "

@@ -402,6 +402,7 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
     "conflict.resolve": ("target_id", "reason"),
     "activity.explain": ("samples_id",),
     "target.freeze": ("target_id",),
+    "formal-run.start": ("experiment_id", "samples_id"),
 }
 
 

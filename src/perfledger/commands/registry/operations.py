@@ -58,6 +58,13 @@ def _activity_deciders() -> ModuleType:
     return activity
 
 
+def _formal_run_deciders() -> ModuleType:
+    """The decider of ``formal-run.start`` (R14)."""
+    from perfledger.commands.workflow import formal_run_start  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+    return formal_run_start
+
+
 def _review_deciders() -> ModuleType:
     """The decider of ``review.record``."""
     from perfledger.commands.workflow import review_deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
@@ -318,6 +325,17 @@ OPERATIONS: dict[str, Operation] = {
             "Explain foreign activity in sample windows after the samples, before the verdict.",
             decider_module=_activity_deciders,
         ),
+        Operation(
+            "formal-run.start",
+            "formal-run",
+            "start",
+            "FormalRunStarted",
+            "FormalRunStart",
+            "decide_formal_run_start",
+            "R2 R3 R4 R8 R11 R13 R14 R15",
+            "Record the start of a formal-stage measurement (perfledger measure does, first).",
+            decider_module=_formal_run_deciders,
+        ),
     )
 }
 
@@ -519,9 +537,12 @@ def preview(
     actor: str,
     idempotency_key: str | None = None,
     now: datetime | None = None,
+    starting_run: str | None = None,
 ) -> list[Any]:
     """Validate and decide ``body`` on the current head without appending: what
-    :func:`execute` would do now (a dry run).
+    :func:`execute` would do now (a dry run). ``starting_run``: the samples id of a formal run
+    the caller will start before it measures (R14; see
+    :attr:`~perfledger.commands.workflow.deciders.DecisionContext.starting_run`).
 
     Returns: the drafts (:class:`~perfledger.ledger.base.EventDraft`), payloads as decided; or,
         when ``idempotency_key`` is already in the ledger for this same request, the existing
@@ -533,6 +554,8 @@ def preview(
     if not isinstance(prepared, tuple):
         return [prepared]
     request, ctx = prepared
+    if starting_run is not None:
+        ctx = replace(ctx, starting_run=starting_run)
     return list(decider(name)(ledger.state_at(ledger.head(), lazy=True), request, ctx))
 
 
@@ -562,6 +585,7 @@ def _prepare(
         idempotency_key=idempotency_key,
         request=stored,
         payload_of=payload_reader(ledger),
+        actor_of=lambda event_id: ledger.get(event_id).actor,
     )
     return request, ctx
 

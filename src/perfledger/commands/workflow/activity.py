@@ -15,10 +15,16 @@ from __future__ import annotations
 
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow import rules
-from perfledger.commands.workflow.deciders import DecisionContext, _emit, _verdict_samples
+from perfledger.commands.workflow.deciders import (
+    DecisionContext,
+    _emit,
+    _verdict_samples,
+    rules_version,
+)
+from perfledger.commands.workflow.review_evidence import interested_actors, settling_review
 from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
-from perfledger.events.workflow import ActivityExplained
+from perfledger.events.workflow import R17_EXPLAINED_BY_REVIEW, ActivityExplained
 from perfledger.ledger.base import EventDraft
 from perfledger.projections.workflow import WorkflowState
 
@@ -34,7 +40,7 @@ def decide_activity_explain(
         RuleRefused (R17) once the samples' verdict or final audit is recorded, or for an
         explanation that says nothing.
     """
-    samples, _, _ = _verdict_samples(state, req.samples_id, ctx)
+    samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if req.samples_id in state.verdicts or req.samples_id in state.final_audits:
         raise refuse(
             "R17",
@@ -58,12 +64,49 @@ def decide_activity_explain(
             raise BadRequest(f"pair {index} of {req.samples_id!r} saw no foreign activity")
         if not rules.is_unknown(monitor.explained) or index in already:
             raise BadRequest(f"the foreign activity of pair {index} is already explained")
+    evidence: dict[str, str] = {"explained_by": req.explained_by or ctx.actor}
+    if rules_version(ctx, "ActivityExplained") >= R17_EXPLAINED_BY_REVIEW:
+        evidence = _r17_review_evidence(state, req, ctx, samples_event)
     payload = ActivityExplained(
         samples_id=samples.samples_id,
         target_id=samples.target_id,
         experiment_id=samples.experiment_id,
         pairs=tuple(req.pairs),
         explanation=req.explanation,
-        explained_by=req.explained_by or ctx.actor,
+        **evidence,
     )
     return _emit(ctx, payload)
+
+
+def _r17_review_evidence(
+    state: WorkflowState, req: rq.ActivityExplain, ctx: DecisionContext, samples_event: str
+) -> dict[str, str]:
+    """R17 (schema :data:`~perfledger.events.workflow.R17_EXPLAINED_BY_REVIEW` on): the
+    explanation's evidence is review ``req.review_id`` of the samples' event, dissent settled,
+    appended by an actor other than the experiment's creator, the samples' recorder and the one
+    explaining; returns ``explained_by`` (that actor) and ``review_id``. Raises: RuleRefused
+    (R17) otherwise, a typed ``explained_by`` included."""
+    experiment = state.experiments[state.samples[req.samples_id].experiment_id]
+    interested = interested_actors(ctx.actor_of, ctx.actor, experiment.event_id, samples_event)
+    hint = (
+        "a reviewer other than the experiment's agent records `perfledger review record` "
+        f'(--actor NAME) with "subject": "other", "subject_event": "{samples_event}", '
+        '"dissent_remains": false; then explain citing its "review_id"'
+    )
+    if req.explained_by is not None:
+        raise refuse("R17", "who explains is the review's appender, never a typed name", hint)
+    if req.review_id is None:
+        raise refuse(
+            "R17",
+            "foreign activity is explained only by evidence: a review by another actor",
+            hint,
+        )
+    review = settling_review(state, samples_event, interested, ctx.actor_of, req.review_id)
+    if review is None or ctx.actor_of is None:
+        raise refuse(
+            "R17",
+            f"review {req.review_id!r} is not a settled review of samples {req.samples_id!r} "
+            f"by an actor other than {sorted(interested)}",
+            hint,
+        )
+    return {"explained_by": ctx.actor_of(review.event_id), "review_id": req.review_id}

@@ -21,15 +21,18 @@ import blake3
 import msgspec
 
 from perfledger.commands.workflow import (
+    formal_runs,
     identity,
     measurement_rules,
     observed_rules,
     output_rules,
+    plausibility,
     rules,
 )
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
+from perfledger.commands.workflow.review_evidence import interested_actors
 from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
     r2_declared_before_data,
@@ -42,6 +45,7 @@ from perfledger.events.kinds import get_kind
 from perfledger.events.units import known_unit, vocabulary
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
+    FORMAL_STAGES,
     ORIGINAL,
     PER_CASE_V2,
     R1_KNOWN_UNITS,
@@ -55,10 +59,15 @@ from perfledger.events.workflow import (
     R11_CALLS_FROM_COPIES,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
+    R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_PLAUSIBLE_RATIO,
     R12_WALL_VALUE_COUNTS,
+    R13_FAILED_AUDIT_DEMOTES,
     R14_BLOCKS_CHAMPION,
     R14_INFORMATIVE_INTERVAL,
+    R14_MEASURED_OBLIGATION,
     R14_STATED_INTERVAL,
+    R14_UNJUDGED_BLOCKS_CHAMPION,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -91,7 +100,14 @@ from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.measurement_flags import wall_clock_note
 from perfledger.projections.verdicts import Pair, derive_guardrail, derive_verdict
-from perfledger.projections.workflow import TargetView, WorkflowState, open_conflicts
+from perfledger.projections.workflow import (
+    CHAMPION_CONFLICTS,
+    OWED_CHAMPION,
+    TargetView,
+    WorkflowState,
+    open_conflicts,
+)
+from perfledger.projections.workflow import formal_runs as started_runs
 
 
 def _median(values: Any) -> float:
@@ -131,6 +147,12 @@ class DecisionContext:
             replay), None for a new decision: an event recorded under an older version is
             re-decided by that version's rule (``SCHEMA_VERSIONS`` in
             :mod:`perfledger.events.workflow`).
+        starting_run: the samples id of the formal run that the measuring use case asking for
+            this preview will start before it measures (R14): its samples are previewed as that
+            run's; never set when recording.
+        actor_of: who appended a recorded event (its envelope's ``actor``), by event id, where
+            a rule asks who decided (R12: a review by another actor); None where unknown (a
+            dry run), and such rules then see no other actor.
     """
 
     op: str
@@ -141,6 +163,8 @@ class DecisionContext:
     payload_of: Callable[[str], Any] | None = None
     derive: Callable[[str, DerivationParams, SamplesRecorded], Derived] | None = None
     schema: int | None = None
+    actor_of: Callable[[str], str] | None = None
+    starting_run: str | None = None
 
     def recorded_before(self, kind: str, version: int) -> bool:
         """Whether this re-decides an event of ``kind`` recorded under a schema older than
@@ -663,6 +687,8 @@ def decide_samples_record(
         raise refuse("R11", "a candidate must differ from its reference")
     reference = msgspec.convert(dump(req.reference), Reference)
     if req.stage == "final_audit":
+        if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
+            formal_runs.r13_not_demoted(target, req.experiment_id)
         if target.champion != req.experiment_id:
             raise refuse(
                 "R11", "a final audit measures the current champion (this experiment is not it)"
@@ -684,6 +710,8 @@ def decide_samples_record(
             if experiment.status == "screen_failed":
                 raise refuse("R11", "the screen rejected this experiment")
             rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+    if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
+        _r14_measured_obligation(state, target, req, ctx)
     _samples_common(target, req)
     if rules_version(ctx, "SamplesRecorded") >= R5_JUDGED_OUTPUTS:  # R5: outputs judged
         output_rules.check_samples(target.readiness, req)
@@ -713,9 +741,42 @@ def decide_samples_record(
                 and rules.is_unknown(p.monitor.explained)
             ),
             "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
+            **_implausible(target, req, ctx),
         },
     )
     return _emit(ctx, payload)
+
+
+def _implausible(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext) -> dict[str, Any]:
+    """``{"implausible": {case: ratio}}`` for cases beyond the Target's plausible ratio (R12,
+    schema :data:`~perfledger.events.workflow.R12_PLAUSIBLE_RATIO` on), else ``{}``."""
+    if rules_version(ctx, "SamplesRecorded") < R12_PLAUSIBLE_RATIO:
+        return {}
+    cases = plausibility.implausible_cases(target.definition, req.pairs)
+    return {"implausible": cases} if cases else {}
+
+
+def _r14_measured_obligation(
+    state: WorkflowState, target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext
+) -> None:
+    """R14 on what was measured (:mod:`perfledger.commands.workflow.formal_runs`): formal samples
+    follow the verdicts of the experiment's earlier results of their stage; measured ones (and
+    any taking a started run's id) are that started run's, with its protocol."""
+    measured = req.provenance is not None and req.provenance.source != "outside"
+    if req.stage in FORMAL_STAGES:
+        formal_runs.r14_judged_before_next(
+            state, target.definition.target_id, req.experiment_id, req.stage, req.samples_id
+        )
+    if (req.stage in FORMAL_STAGES and measured) or req.samples_id in started_runs(state):
+        # the run's protocol, or (serving's windows, recorded as outside samples) ``outside``
+        given = req.provenance
+        protocol = (
+            given.protocol if given is not None and measured else formal_runs.OUTSIDE_PROTOCOL
+        )
+        if ctx.starting_run != req.samples_id:  # a preview before the run's start is appended
+            formal_runs.r14_measured_samples_started(
+                state, req.samples_id, req.experiment_id, req.stage, protocol
+            )
 
 
 def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext) -> Any:
@@ -1058,11 +1119,14 @@ def decide_verdict_record(
     (R11). A target result whose CI lies outside the claim's predicted interval is flagged
     ``contradicts_claim`` and must be reconciled before the next experiment (R14).
     """
+    if req.samples_id in state.verdicts:
+        raise rules.r12_already_derived(req.samples_id, "verdict")
+    run = formal_runs.unfinished_run(state, req.samples_id, "target")
+    if run is not None:  # R14: a started run that recorded no samples counts as failed
+        return _emit(ctx, formal_runs.failed_run_verdict(state, run, req.claimed_status))
     samples, target, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage == "final_audit":
         raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
-    if req.samples_id in state.verdicts:
-        raise rules.r12_already_derived(req.samples_id, "verdict")
     experiment = state.experiments[samples.experiment_id]
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
@@ -1149,11 +1213,19 @@ def decide_final_audit_record(
     fails or a guardrail fails, or (schema 4 on) the champion failed its accuracy check on any
     call (R5), else ``inconclusive``."""
     target = rules.r1_target_current(state, req.target_id)
+    run = formal_runs.unfinished_run(state, req.samples_id, "final_audit")
+    if run is not None and req.samples_id not in state.final_audits:
+        # R14: a started final-audit run that recorded no samples counts as failed
+        if run.target_id != req.target_id or target.champion != run.experiment_id:
+            raise refuse("R13", "a final audit compares the current champion with the original")
+        return _emit(ctx, formal_runs.failed_run_final_audit(state, run, req.claimed_status))
     samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage != "final_audit" or samples.target_id != req.target_id:
         raise refuse(
             "R11", f"samples {req.samples_id!r} are not final-audit samples of this Target"
         )
+    if rules_version(ctx, "FinalAuditRecorded") >= R13_FAILED_AUDIT_DEMOTES:
+        formal_runs.r13_not_demoted(target, samples.experiment_id)
     if target.champion is None or samples.experiment_id != target.champion:
         raise refuse("R13", "a final audit compares the current champion with the original")
     if req.samples_id in state.final_audits:
@@ -1310,7 +1382,7 @@ def decide_champion_select(
     verdict of the current Target with every guardrail holding; compare-and-swap against the
     champion the caller saw; ``restore_original`` only after a failed final audit."""
     target = rules.r1_target_current(state, req.target_id)
-    if open_conflicts(state, req.target_id, "champion"):
+    if open_conflicts(state, req.target_id, CHAMPION_CONFLICTS):
         raise refuse(
             "R13",
             f"Target {req.target_id!r} has an unresolved champion conflict",
@@ -1331,6 +1403,8 @@ def decide_champion_select(
         return _emit(ctx, payload)
     if rules_version(ctx, "ChampionSelected") >= R14_BLOCKS_CHAMPION:
         rules.r14_no_pending_reconciliation(target, "champion selection")
+    if rules_version(ctx, "ChampionSelected") >= R14_UNJUDGED_BLOCKS_CHAMPION:
+        formal_runs.r14_no_unjudged_target_results(state, req.target_id)
     if req.samples_id is None:
         raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
     verdict = state.verdicts.get(req.samples_id)
@@ -1352,7 +1426,11 @@ def decide_champion_select(
         raise refuse("R2", "a diagnostic Target never yields a workload-level champion")
     if target.diagnostic_only:
         raise refuse("R3", "the metric audit found the metric does not match: diagnostic only")
-    samples = state.samples[req.samples_id]
+    if rules_version(ctx, "ChampionSelected") >= R14_UNJUDGED_BLOCKS_CHAMPION:
+        formal_runs.r13_not_demoted(target, verdict.experiment_id)
+    samples = state.samples.get(req.samples_id)
+    if samples is None:  # R14: a run that recorded no samples was judged failed
+        raise refuse("R13", f"the target run {req.samples_id!r} recorded no samples: it failed")
     if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
         raise refuse("R11", "the result's reference is no longer the current champion: it is stale")
     experiment = state.experiments[verdict.experiment_id]
@@ -1380,6 +1458,10 @@ def decide_champion_select(
             f"guardrails do not hold: {holding}",
             f"`perfledger verdict explain {req.samples_id}` shows each guardrail's figures",
         )
+    if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
+        creator = state.experiments[verdict.experiment_id].event_id
+        interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
+        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of)
     payload = ChampionSelected(
         target_id=req.target_id,
         decision="select",
@@ -1477,6 +1559,10 @@ def decide_conflict_resolve(
         raise BadRequest(f"conflict {req.conflict_id!r} is already resolved")
     if req.keep not in conflict.options:
         raise BadRequest(f"keep must be one of {conflict.options}")
+    if conflict.kind == OWED_CHAMPION and req.keep != conflict.options[0]:
+        # R14: keeping the champion selected elsewhere is a champion selection
+        target = rules.r1_target_current(state, req.target_id)
+        rules.r14_no_pending_reconciliation(target, "champion kept from this conflict")
     payload = ConflictResolved(
         target_id=req.target_id, conflict_id=req.conflict_id, keep=req.keep, reason=req.reason
     )

@@ -65,6 +65,9 @@ FIELDS: dict[str, str] = {
     "host_advice_only": "Host changes are advice only, never applied by the tool (R16); default true.",
     "diagnostic": "A diagnostic Target binds existing reports only and never yields a "
     "workload-level claim (R2); default false.",
+    "plausible_ratio": "The widest plausible candidate/reference ratio of the primary, either "
+    "way (> 1; default 10): a case measured beyond it is flagged and blocks champion selection "
+    "until another actor's review explains it (R12).",
     "new_target": "The new Target's full definition (a target.freeze request).",
     "reason": "Why, in words.",
     "name": "A name (1-200 characters).",
@@ -242,7 +245,8 @@ FIELDS: dict[str, str] = {
     "advice": "The advice, in words (never applied by the tool, R16).",
     "applied": "Must stay false: perfledger never applies host changes (R16).",
     "keep": "Which side stands: one of the conflict's options.",
-    "explained_by": "Who explains the activity.",
+    "explained_by": "Who explains the activity (ActivityExplained schema 1 only; from schema 2 it "
+    "is derived: the appender of the review cited, R17).",
     # handoff
     "primary_achieved": "Whether the current champion's own final audit passed (R18).",
     "champion": "The current champion: an experiment id or original.",
@@ -334,6 +338,11 @@ MODEL_FIELDS: dict[str, str] = {
     "SamplesRecord.provenance": "Where the samples come from (R5): set by perfledger measure; "
     "absent or outside for samples recorded from outside perfledger.",
     "Provenance.protocol": "The measuring protocol (e.g. workload_abba).",
+    "ActivityExplain.review_id": "The review of the samples' event, dissent settled, by an actor "
+    "other than the experiment's creator, the samples' recorder and you: the evidence (R17).",
+    "FormalRunStart.protocol": "The protocol the run measures with, as its samples' provenance "
+    "will name it (workload_abba, kernel_harness_abba; `outside` for samples recorded as "
+    "outside, e.g. measure serving's) (R14).",
     "Provenance.settings": "The protocol's settings: name -> value.",
     "Provenance.raw_table": "The attached raw per-call table's artifact name (e.g. samples.json).",
     "Reference.content_hash": "The reference's content hash: the original's or the champion's.",

@@ -128,6 +128,9 @@ class TargetFreeze(Request, kw_only=True):
     budget: Budget
     host_advice_only: bool = True
     diagnostic: bool = False
+    #: R12: the widest plausible candidate/reference ratio of the primary, either way (> 1;
+    #: absent: 10)
+    plausible_ratio: Annotated[float, Meta(gt=1.0, le=1e6)] | msgspec.UnsetType = msgspec.UNSET
 
 
 class TargetSupersede(Request, kw_only=True):
@@ -723,6 +726,19 @@ class ActivityExplain(Request, kw_only=True):
     ]
     explanation: Text
     explained_by: Name | None = None
+    #: R17 (ActivityExplained schema 2): the review by another actor that is the evidence
+    review_id: Id | None = None
+
+
+class FormalRunStart(Request, kw_only=True):
+    """``formal-run.start`` (R14): a formal-stage (``target``, ``final_audit``) measurement of
+    ``experiment_id`` is about to record ``samples_id`` with ``protocol``; appended by
+    ``perfledger measure`` before anything is measured (a formal stage has no dry run)."""
+
+    experiment_id: Id
+    stage: Literal["target", "final_audit"]
+    samples_id: Id
+    protocol: Name
 
 
 class ConflictResolve(Request, kw_only=True):

@@ -1,0 +1,106 @@
+"""A measured ratio beyond the Target's plausible bound (SPEC.md R12,
+:mod:`perfledger.commands.workflow.plausibility`): flagged on the samples (derived, so the
+auditor re-derives it), shown with the claim, and no champion until a review by another actor
+explains it; the agent that wants the result cannot explain it itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from wf_scenario import CAND1, T1, Session, experiment, samples
+
+from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry import operations
+from perfledger.commands.registry.operations import execute
+from perfledger.commands.workflow.deciders import DecisionContext
+from perfledger.events.workflow import R12_IMPLAUSIBLE_BLOCKS_CHAMPION
+from perfledger.projections.claims import claims
+
+#: A 20x gain (improvement 0.95 of a lower-is-better latency): beyond the default 10x bound.
+TWENTY_X = 0.95
+SELECT = {"target_id": T1, "samples_id": "e1-target", "expected_current": "original"}
+
+
+def _big_claim(session: Session) -> None:
+    """e1 claims 19x-31x end to end (f=0.999, s=1000), screened with a 20x measurement."""
+    body = experiment("e1", candidate=CAND1)
+    claim = body["claim"]
+    claim.update(coverage=0.999, local_speedup=1000.0)
+    del claim["stated_bound"]
+    claim["expected_improvement"] = {"low": 18.0, "high": 30.0}
+    session.run("experiment.create", body)
+    session.run("samples.record", samples("e1-screen", "screen", gain=TWENTY_X))
+    session.run("verdict.record", {"samples_id": "e1-screen"})
+
+
+def _target(session: Session) -> Any:
+    session.run("samples.record", samples("e1-target", "target", gain=TWENTY_X))
+    return session.run("verdict.record", {"samples_id": "e1-target"})
+
+
+def _review(session: Session, actor: str, dissent: bool = False) -> None:
+    event_id = session.state().samples["e1-target"].event_id
+    body = {"review_id": f"rv-{actor}", "reviewer": actor, "model_family": "human",
+            "subject": "other", "subject_event": event_id,
+            "challenge": "20x on a decode step: is work skipped?",
+            "response": "the kernel was replaced by a table lookup that is exact for this model",
+            "dissent_remains": dissent}  # fmt: skip
+    execute(session.ledger, "review.record", body, actor=actor)
+
+
+def test_r12_a_ratio_beyond_the_plausible_bound_is_flagged_and_blocks_the_champion(
+    ready: Session,
+) -> None:
+    _big_claim(ready)
+    assert _target(ready)["status"] == "pass"
+    state = ready.state()
+    flagged = state.samples["e1-target"].implausible
+    assert set(flagged) == {"small", "large"} and all(r < 0.1 for r in flagged.values())
+    (row,) = [c for c in claims(state) if c.experiment_id == "e1"]
+    assert row.measured is not None and set(row.measured.implausible) == {"small", "large"}
+    error = ready.refused("champion.select", SELECT, "R12")
+    assert "plausible" in error.message and state.samples["e1-target"].event_id in error.hint
+    # another actor's review, its dissent settled, explains it
+    _review(ready, "reviewer-b")
+    assert ready.champion("e1")["experiment_id"] == "e1"
+    report = audit(ready.ledger)
+    assert report.ok, report.findings
+
+
+def test_cheat_the_agent_explaining_its_own_implausible_gain_is_refused(ready: Session) -> None:
+    _big_claim(ready)
+    _target(ready)
+    _review(ready, "agent")  # the experiment's creator and the samples' recorder
+    ready.refused("champion.select", SELECT, "R12")
+    _review(ready, "reviewer-c", dissent=True)  # another actor who still disagrees
+    ready.refused("champion.select", SELECT, "R12")
+
+
+def test_r12_a_target_may_declare_a_wider_plausible_bound(bare: Session) -> None:
+    from wf_scenario import baseline, evidence, metric_audit, readiness, resolution, target_freeze
+
+    bare.run("target.freeze", target_freeze(plausible_ratio=50.0))
+    for op, body in (("evidence.add", evidence()), ("readiness.record", readiness()),
+                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
+                     ("resolution.record", resolution())):  # fmt: skip
+        bare.run(op, body)
+    _big_claim(bare)
+    _target(bare)
+    assert isinstance(bare.state().samples["e1-target"].implausible, msgspec.UnsetType)
+    assert bare.champion("e1")["experiment_id"] == "e1"
+
+
+def test_r12_selections_recorded_before_the_rule_re_decide_as_before(ready: Session) -> None:
+    _big_claim(ready)
+    _target(ready)
+    ctx = DecisionContext(
+        op="champion.select", actor="auditor", ts=datetime(2026, 1, 2, tzinfo=UTC),
+        request={"op": "champion.select", "body": SELECT}, payload_of=ready.ledger.payload,
+        schema=R12_IMPLAUSIBLE_BLOCKS_CHAMPION - 1,
+        actor_of=lambda event_id: ready.ledger.get(event_id).actor,
+    )  # fmt: skip
+    operations.decider("champion.select")(
+        ready.state(), operations.validate("champion.select", SELECT), ctx
+    )
