@@ -48,6 +48,7 @@ COMMAND_HELP: dict[str, str] = {
         "Print the handoff of R18 derived from the state (Markdown by default, --json), or record"
         " it (`handoff record`)."
     ),
+    "formal-run": ("formal-run commands."),
     "host-advice": ("Record host changes as advice; never applied (R16)."),
     "knowledge": ("Offline knowledge cards: query them against an environment (never decides)."),
     "local-result": ("Record a secondary-only gain with its scenario (R13)."),

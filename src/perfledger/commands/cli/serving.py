@@ -223,7 +223,7 @@ def run_measure_serving(**kw: Any) -> None:
     """The body of ``measure serving`` (see its help); every check that can fail runs before any
     request is sent. Raises: BadRequest, RuleRefused (R2, R11, R12, R17), MeasurementError."""
     from perfledger.derive import serving_stats as st  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
-    from perfledger.kernels.serving.serving import serving as sv  # noqa: PLC0415 (numpy via perfledger.kernels.serving.serving)
+    from perfledger.kernels.serving import serving as sv  # noqa: PLC0415 (numpy via perfledger.kernels.serving.serving)
 
     ctx = _ctx(kw["json_flag"])
     recording = kw["experiment_id"] is not None
