@@ -22,6 +22,7 @@ from profiler_golden import FIXTURES, NCU_VERSION, canonical, mutate
 
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers import ncu, ncu_raw
+from perfledger.kernels.profilers.common import base_unit
 
 _PLAIN = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _RAW = (FIXTURES / "ncu_raw.csv").read_text().splitlines(keepends=True)
@@ -135,7 +136,7 @@ def test_statistics_are_the_row_by_row_statistics() -> None:
     for row in rows[2:]:
         for i in range(11, len(header)):
             text = row[i]
-            base, factor = ncu.base_unit(units[i], where="")
+            base, factor = base_unit(units[i], where="")
             if text == "no data":
                 value = None
             elif _PLAIN.fullmatch(text):
