@@ -270,10 +270,19 @@ def call(state, case, seed, output):
 serve(lambda: [], call)
 """,
     )
-    with pytest.raises(WorkerFailed) as caught:
-        # how much CPU a spinning thread gets between `done` and the stop depends on the host's
-        # load: every pair is another chance for it to show (the check fails on the first)
-        run(ref, cand, pairs_per_case=12)
+    # Under run_pairs the idle worker is stopped (SIGSTOP) while the other subject's call runs,
+    # so its spinner gets only the moments between `done` and the stop, too few on a loaded
+    # host to show every time. Here the worker is left running between its two calls, as it
+    # would be if it could escape the stop: the parent's CPU reading of its tree finds the work.
+    del ref
+    worker = Worker("cand", cand.argv, timeout_s=10.0)
+    try:
+        worker.call("small", 1, str(tmp_path / "out-1"))
+        time.sleep(0.3)  # the spinner runs: more than IDLE_CPU_FLOOR_S of CPU after `done`
+        with pytest.raises(WorkerFailed) as caught:
+            worker.call("small", 2, str(tmp_path / "out-2"))
+    finally:
+        worker.close()
     assert caught.value.reason == "idle_cpu"
     assert "must not work between its calls" in caught.value.message
 

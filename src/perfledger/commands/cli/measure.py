@@ -376,7 +376,7 @@ def resolution_refusal(
     )
 
 
-def _start_formal_run(
+def start_formal_run_of_command(
     ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
 ) -> None:
     """:func:`perfledger.app.context.start_formal_run` on the command's ledger (R14)."""
@@ -660,7 +660,7 @@ def measure_workload(
         )
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
     try:
-        _start_formal_run(ctx, experiment_id, stage, sid, "workload_abba", actor)
+        start_formal_run_of_command(ctx, experiment_id, stage, sid, "workload_abba", actor)
     except BaseException:
         if monitor is not None:
             monitor.stop()
@@ -1011,7 +1011,7 @@ def measure_kernel(
     env = environment_payload()
     check_environment(env, info)
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
-    _start_formal_run(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
+    start_formal_run_of_command(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
     monitor, monitor_note = _start_monitor(not no_monitor)
     comparisons = {}
     try:

@@ -386,7 +386,9 @@ def run_measure_serving(**kw: Any) -> None:
     if info is not None:
         sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
         try:  # R14: a formal stage's start is recorded before anything is measured
-            m.start_formal_run(ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"])
+            m.start_formal_run_of_command(
+                ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"]
+            )
         except BaseException:
             if monitor is not None:
                 monitor.stop()

@@ -12,7 +12,6 @@ the agent that wants the result.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,6 +21,17 @@ from perfledger.commands.workflow.review_evidence import settling_review
 from perfledger.commands.workflow.rules import refuse
 from perfledger.events.workflow import DEFAULT_PLAUSIBLE_RATIO, TargetDefinition
 from perfledger.projections.workflow import SamplesView, WorkflowState
+
+
+def _median(values: list[float] | tuple[float, ...]) -> float:
+    """The median (the middle value, or the mean of the two middle ones), without the standard
+    library's ``statistics`` (whose import is off the write commands' start-up path).
+    Raises: ValueError for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def plausible_ratio(definition: TargetDefinition) -> float:
@@ -39,13 +49,11 @@ def implausible_cases(definition: TargetDefinition, pairs: Iterable[Any]) -> dic
     for pair in pairs:
         ref, cand = pair.ref.values.get(name), pair.cand.values.get(name)
         if ref and cand:
-            ratios.setdefault(pair.case, []).append(
-                statistics.median(cand) / statistics.median(ref)
-            )
+            ratios.setdefault(pair.case, []).append(_median(cand) / _median(ref))
     bound = plausible_ratio(definition)
     out = {}
     for case, values in sorted(ratios.items()):
-        ratio = statistics.median(values)
+        ratio = _median(values)
         if ratio > bound or ratio < 1.0 / bound:
             out[case] = ratio
     return out
