@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import ModuleType
@@ -39,8 +39,9 @@ from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.store import FORMAT_VERSION, GitStore
 
 if TYPE_CHECKING:
+    from perfledger.ledger.checkpoints import CheckpointPolicy
     from perfledger.ledger.sync import LastPull, PullResult, PushResult, SyncResult
-    from perfledger.ledger.verify import VerifyReport
+    from perfledger.ledger.verify import CommitGraph, VerifyReport
     from perfledger.projections.base import Projection
 
 #: Environment variable naming the ledger when ``--ledger`` is not given.
@@ -468,9 +469,10 @@ class Ledger:
 
     # -- verification ------------------------------------------------------------------------
 
-    def verify(self) -> VerifyReport:
+    def verify(self, *, on_graph: Callable[[CommitGraph], None] | None = None) -> VerifyReport:
         """Verify the whole ledger from zero (never the cache) and fold it on the way; the
-        report's ``extra`` holds ``state_hash`` when it passed."""
+        report's ``extra`` holds ``state_hash`` when it passed. ``on_graph`` gets the verified
+        commit graph (see :func:`perfledger.ledger.verify.verify_store`)."""
         state = self.projection.initial()
         holder = [state]
 
@@ -480,7 +482,9 @@ class Ledger:
         from perfledger.ledger.verify import verify_store  # noqa: PLC0415 (dulwich via perfledger.ledger.verify)
         from perfledger.projections.ledger_state import state_hash  # noqa: PLC0415 (off `perfledger evidence list`'s start-up path)
 
-        report = verify_store(self.store, on_event=on_event, format_version=FORMAT_VERSION)
+        report = verify_store(
+            self.store, on_event=on_event, on_graph=on_graph, format_version=FORMAT_VERSION
+        )
         if report.ok:
             report.extra["state_hash"] = state_hash(holder[0])
         return report
@@ -489,28 +493,39 @@ class Ledger:
 
     @classmethod
     def clone(
-        cls, url: str, path: str | os.PathLike[str], *, remote: str = "origin"
+        cls,
+        url: str,
+        path: str | os.PathLike[str],
+        *,
+        remote: str = "origin",
+        policy: CheckpointPolicy | None = None,
     ) -> tuple[Ledger, PullResult]:
         """Clone the ledger at ``url`` (a path, ``file://``, ``git://``, ``ssh://``,
-        ``http(s)://``) into a new bare repository at ``path``, verified before its ref is
-        written; see :func:`perfledger.ledger.sync.clone`. Returns (the ledger, what came)."""
-        store, result = _ledger_sync().clone(url, path, name=remote)
+        ``http(s)://``) into a new bare repository at ``path``, verified (its checkpoints
+        against ``policy`` too) before its ref is written; see
+        :func:`perfledger.ledger.sync.clone`. Returns (the ledger, what came)."""
+        store, result = _ledger_sync().clone(url, path, name=remote, policy=policy)
         return cls(store), result
 
-    def pull(self, remote: str | None = None) -> PullResult:
+    def pull(
+        self, remote: str | None = None, *, policy: CheckpointPolicy | None = None
+    ) -> PullResult:
         """Fetch, verify and join the remote's events (fast-forward or a merge commit that
-        carries no event); see :func:`perfledger.ledger.sync.pull` for the errors."""
-        return _ledger_sync().pull(self.store, remote)
+        carries no event) and checkpoints (checked against ``policy``: docs/checkpoints.md);
+        see :func:`perfledger.ledger.sync.pull` for the errors."""
+        return _ledger_sync().pull(self.store, remote, policy=policy)
 
     def push(self, remote: str | None = None) -> PushResult:
         """Push the head to the remote, fast-forward only (NonFastForward: pull first); see
         :func:`perfledger.ledger.sync.push`."""
         return _ledger_sync().push(self.store, remote)
 
-    def sync(self, remote: str | None = None) -> SyncResult:
-        """Pull then push, retried when another machine pushed in between; see
-        :func:`perfledger.ledger.sync.sync`."""
-        return _ledger_sync().sync(self.store, remote)
+    def sync(
+        self, remote: str | None = None, *, policy: CheckpointPolicy | None = None
+    ) -> SyncResult:
+        """Pull (its checkpoints checked against ``policy``) then push, retried when another
+        machine pushed in between; see :func:`perfledger.ledger.sync.sync`."""
+        return _ledger_sync().sync(self.store, remote, policy=policy)
 
     def changes_since(self, old_head: str | None, new_head: str | None = None) -> list[Envelope]:
         """The events reachable from ``new_head`` (default: the head) and not from ``old_head``

@@ -50,14 +50,26 @@ from perfledger.events.envelope import Envelope
 from perfledger.ledger import layout
 from perfledger.ledger.base import OPTIMISTIC_ATTEMPTS
 from perfledger.ledger.cache import write_derived
+from perfledger.ledger.checkpoints import (
+    CheckpointPolicy,
+    SignedTag,
+    check,
+    published,
+    read_trusted,
+    ref_of,
+    tag_object,
+)
 from perfledger.ledger.dag import CommitNode, descends_from, in_total_order
 from perfledger.ledger.durable import first_missing_ancestor, fsync_dir, make_repository_durable
+from perfledger.ledger.gitobj import RawObject, write_loose
 from perfledger.ledger.reader import read_pack
 from perfledger.ledger.refcas import read_ref
 from perfledger.ledger.remotes import DEFAULT_REMOTE, Remote, add_remote, resolve_remote
 from perfledger.ledger.store import FORMAT_VERSION, LEDGER_REF, GitStore, write_ledger_config
 from perfledger.ledger.verify import IncomingReport, verify_incoming
 
+#: The ref namespace of checkpoints and witness co-signatures that pull, push and clone carry.
+CHECKPOINT_NAMESPACE = b"refs/perfledger/"
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
 #: Local compare-and-swap attempts when moving the ledger ref after a pull (the first
@@ -112,7 +124,8 @@ def _fields(result: PullResult | PushResult) -> dict[str, Any]:
 @dataclass
 class PushResult:
     """What a push did: the remote's head ``before`` (None: no ledger branch) and ``after``
-    (hex), ``pushed`` False when it already had our head, wall time in seconds."""
+    (hex), ``pushed`` False when it already had our head, wall time in seconds, and the
+    checkpoint and witness tags (hex) the remote lacked and received."""
 
     remote: str
     url: str
@@ -120,6 +133,7 @@ class PushResult:
     after: str
     pushed: bool
     elapsed_s: float = 0.0
+    tags_pushed: list[str] = field(default_factory=list)
 
     to_json = _fields
 
@@ -161,12 +175,17 @@ def client(url: str) -> Iterator[tuple[Any, str]]:
 
 
 def fetch(
-    store: GitStore | None, repo: Repo, target: Remote, local_heads: list[bytes]
+    store: GitStore | None,
+    repo: Repo,
+    target: Remote,
+    local_heads: list[bytes],
+    tag_refs: dict[bytes, bytes] | None = None,
 ) -> tuple[bytes, dict[bytes, tuple[int, bytes]]]:
-    """Fetch the remote's ledger branch: objects unpacked in memory, nothing written to the
-    object store. ``local_heads`` (hex) are offered as haves; ``store`` gives their parents
-    (None for a clone). Returns: (the remote's ledger head, the objects received: binary sha
-    -> (type, content), each named from its content).
+    """Fetch the remote's ledger branch and its checkpoint and witness tags: objects unpacked
+    in memory, nothing written to the object store. ``local_heads`` (hex) are offered as haves;
+    ``store`` gives their parents (None for a clone); ``tag_refs`` receives the remote's refs
+    under ``refs/perfledger/`` (name -> hex sha). Returns: (the remote's ledger head, the
+    objects received: binary sha -> (type, content), each named from its content).
     Raises: BadRequest when the remote has no ledger branch; RemoteError; IntegrityError for
         a malformed pack."""
     holder: dict[str, bytes | None] = {"head": None}
@@ -174,7 +193,11 @@ def fetch(
 
     def determine_wants(refs: dict[bytes, bytes], depth: int | None = None) -> list[bytes]:
         holder["head"] = head = refs.get(LEDGER_REF)
-        return [] if head is None or head in object_store else [head]
+        tags = {r: v for r, v in refs.items() if r.startswith(CHECKPOINT_NAMESPACE)}
+        if tag_refs is not None:
+            tag_refs.update(tags)
+        wants = [] if head is None or head in object_store else [head]
+        return wants + sorted({v for v in tags.values() if v not in object_store})
 
     def parents(sha: bytes) -> list[bytes]:  # of a local head (a clone offers none)
         return list(store.commit_node(sha).parents) if store is not None else []
@@ -256,25 +279,36 @@ def changes_since_last_pull(store: GitStore) -> tuple[LastPull | None, list[Enve
 # ------------------------------------------------------------------------------ pull
 
 
-def pull(store: GitStore, remote: str | None = None) -> PullResult:
+def pull(
+    store: GitStore, remote: str | None = None, *, policy: CheckpointPolicy | None = None
+) -> PullResult:
     """Fetch the ledger of ``remote`` (a configured name, default ``origin``, a URL or a
-    path), verify what is new, and join it to the local head.
+    path), verify what is new, check its checkpoints (and ``policy``: signers, a witness's
+    copies, required signers, distance), and join it to the local head.
     Returns: a :class:`PullResult`.
     Raises: BadRequest for an unknown remote or one without a ledger branch; RemoteError;
-        IntegrityError naming the first bad event; RemoteRewritten; ConcurrentAppend when local
-        appends kept winning the race. On failure the local refs and objects are unchanged.
+        IntegrityError naming the first bad event or checkpoint; RemoteRewritten;
+        ConcurrentAppend when local appends kept winning the race. On failure the local refs
+        and objects are unchanged.
     """
     started = time.perf_counter()
     target = resolve_remote(store.repo, remote)
     repo = store.repo
     before = store.read_head()
     last_seen = read_ref(store.controldir, target.tracking_ref)
-    remote_head, objects = fetch(store, repo, target, [before] + ([last_seen] if last_seen else []))
+    tag_refs: dict[bytes, bytes] = {}
+    remote_head, objects = fetch(
+        store, repo, target, [before] + ([last_seen] if last_seen else []), tag_refs
+    )
     report = _verify_and_check(store, target, remote_head, objects, last_seen)
+    new_tags = _check_checkpoints(
+        store, target, _node_function(store, report), remote_head, objects, tag_refs, policy
+    )
     if report.nodes:
         store.adopt(report.objects, report.nodes, report.keys)
     _move_tracking_ref(repo, target, last_seen, remote_head)
     after, action, merge = _join(store, remote_head, _node_function(store, report))
+    publish_tags(repo, new_tags)
     result = PullResult(
         remote=target.name,
         url=target.url,
@@ -341,6 +375,85 @@ def _verify_and_check(
         if base is not None:
             base.close()
     return report
+
+
+def local_tags(store: GitStore) -> dict[str, SignedTag]:
+    """The checkpoint and witness tags this ledger publishes (checked: see
+    :func:`perfledger.ledger.checkpoints.published`)."""
+    refs = {
+        CHECKPOINT_NAMESPACE + k: v
+        for k, v in store.repo.refs.as_dict(CHECKPOINT_NAMESPACE).items()
+    }
+    if not refs:
+        return {}
+    reader = store.object_reader()
+    try:
+        return published(refs, reader.read)
+    finally:
+        reader.close()
+
+
+def _check_checkpoints(
+    store: GitStore | None,
+    target: Remote,
+    node: Any,
+    remote_head: bytes,
+    objects: dict[bytes, tuple[int, bytes]],
+    tag_refs: dict[bytes, bytes],
+    policy: CheckpointPolicy | None,
+) -> list[SignedTag]:
+    """Check the remote's checkpoints with this ledger's and the policy's trusted ones
+    against the remote's history (SPEC.md section 2, Checkpoints). Returns: the remote's tags
+    this ledger lacks. Raises: IntegrityError naming the remote and the checkpoint."""
+    policy = policy or CheckpointPolicy()
+    base = store.object_reader() if store is not None else None
+
+    def read(binary: bytes) -> tuple[int, bytes]:
+        hit = objects.get(binary)
+        if hit is not None or base is None:
+            if hit is None:
+                raise IntegrityError(f"the remote did not send tag {binary.hex()}")
+            return hit
+        return base.read(binary)
+
+    try:
+        remote_tags = published(tag_refs, read)
+    except IntegrityError as exc:
+        raise _from_remote(exc, target) from None
+    finally:
+        if base is not None:
+            base.close()
+    mine = local_tags(store) if store is not None else {}
+    trusted = read_trusted(policy.trusted_dir) if policy.trusted_dir else {}
+    tags = {**mine, **trusted, **remote_tags}
+    if tags or policy.demands:
+        optional = frozenset(mine) - set(remote_tags) - set(trusted)
+        try:
+            check(tags, node, remote_head, policy, optional=optional)
+        except IntegrityError as exc:
+            raise _from_remote(exc, target) from None
+    return [t for sha, t in remote_tags.items() if sha not in mine]
+
+
+def _from_remote(exc: IntegrityError, target: Remote) -> IntegrityError:
+    """``exc`` with the remote named and the promise that nothing changed."""
+    return IntegrityError(
+        f"remote {target.name} ({target.url}) refused: {exc.message}; nothing was pulled and "
+        "this ledger is unchanged",
+        hint=exc.hint,
+        commit=exc.commit,
+        event_id=exc.event_id,
+    )
+
+
+def publish_tags(repo: Repo, tags: list[SignedTag]) -> None:
+    """Write checked tags (loose objects, fsynced) and create their refs; an existing ref is
+    never moved (its name is its value)."""
+    if not tags:
+        return
+    write_loose(os.path.join(repo.controldir(), "objects"), [tag_object(t.raw) for t in tags])
+    for tag in sorted(tags, key=lambda t: t.is_witness):  # checkpoints before their witnesses
+        repo.refs.add_if_new(ref_of(tag), tag.sha.encode())
 
 
 def _node_function(store: GitStore | None, report: IncomingReport) -> Any:
@@ -414,12 +527,19 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
     holder: dict[str, bytes | None] = {"before": None}
     node = store.commit_node
     object_store = store.repo.object_store
+    tags = {t.sha.encode(): t for t in local_tags(store).values()}
+    sent_tags: list[str] = []
+    remote_tags: set[bytes] = set()
 
     def update_refs(refs: dict[bytes, bytes]) -> dict[bytes, bytes]:
         current = refs.get(LEDGER_REF)
         holder["before"] = current
+        remote_tags.update(v for r, v in refs.items() if r.startswith(CHECKPOINT_NAMESPACE))
+        # a checkpoint ref is only ever created: one the remote has is left as it is
+        updates = {ref_of(t): sha for sha, t in tags.items() if ref_of(t) not in refs}
+        sent_tags[:] = sorted(sha.decode() for sha in updates.values())
         if current == local:
-            return {}
+            return updates
         if current is not None and (
             current not in object_store or not descends_from(node, current, local)
         ):
@@ -428,12 +548,14 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
                 f"(its head {current.decode()})",
                 hint=f"pull first (perfledger pull {target.name}), or use perfledger sync",
             )
-        return {LEDGER_REF: local}
+        return {LEDGER_REF: local, **updates}
 
     def generate_pack_data(
         have: Any, want: Any, *, ofs_delta: bool = False, progress: Any = None
     ) -> Any:
-        return _pack_records(store, list(want), [h for h in have if h in object_store])
+        haves = [h for h in have if h in object_store and h not in remote_tags]
+        extra = [tag_object(tags[w].raw) for w in want if w in tags]
+        return _pack_records(store, [w for w in want if w not in tags], haves, extra)
 
     with client(target.url) as (remote_client, path):
         result = remote_client.send_pack(path, update_refs, generate_pack_data)
@@ -455,6 +577,7 @@ def push(store: GitStore, remote: str | None = None) -> PushResult:
         after=local.decode(),
         pushed=before != local,
         elapsed_s=time.perf_counter() - started,
+        tags_pushed=sent_tags,
     )
 
 
@@ -480,15 +603,22 @@ def _commits_between(store: GitStore, haves: list[bytes], wants: list[bytes]) ->
     return commits
 
 
-def _pack_records(store: GitStore, wants: list[bytes], haves: list[bytes]) -> tuple[int, Any]:
+def _pack_records(
+    store: GitStore, wants: list[bytes], haves: list[bytes], extra: list[RawObject]
+) -> tuple[int, Any]:
     """The objects of the commits reachable from ``wants`` and not from ``haves`` (hex shas),
+    and the ``extra`` objects (checkpoint tags),
     read through the bulk :class:`ObjectReader`, as dulwich pack records without deltas
     (dulwich's ``generate_pack_data`` parses every object in Python: far slower)."""
     from dulwich.pack import UnpackedObject  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
     commits = _commits_between(store, haves, wants)
     reader = store.object_reader()
-    records: list[Any] = []
+    records: list[Any] = [
+        UnpackedObject(o.type_num, delta_base=None, crc32=None, decomp_chunks=[o.raw],
+                       sha=bytes.fromhex(o.id.decode()))
+        for o in extra
+    ]  # fmt: skip
     sent: set[bytes] = set()
 
     def add(binary: bytes) -> tuple[int, bytes]:
@@ -533,14 +663,18 @@ class SyncResult:
 
 
 def sync(
-    store: GitStore, remote: str | None = None, *, attempts: int = SYNC_ATTEMPTS
+    store: GitStore,
+    remote: str | None = None,
+    *,
+    attempts: int = SYNC_ATTEMPTS,
+    policy: CheckpointPolicy | None = None,
 ) -> SyncResult:
     """Pull, then push; when another machine pushed in between, pull and push again.
     Returns: a :class:`SyncResult`. Raises: as :func:`pull` and :func:`push`; ConcurrentAppend
         when ``attempts`` rounds all lost the race.
     """
     for attempt in range(attempts):
-        pulled = pull(store, remote)
+        pulled = pull(store, remote, policy=policy)
         try:
             pushed = push(store, remote)
         except NonFastForward:
@@ -557,10 +691,15 @@ def sync(
 
 
 def clone(
-    url: str, path: str | os.PathLike[str], *, name: str = DEFAULT_REMOTE
+    url: str,
+    path: str | os.PathLike[str],
+    *,
+    name: str = DEFAULT_REMOTE,
+    policy: CheckpointPolicy | None = None,
 ) -> tuple[GitStore, PullResult]:
     """Clone the ledger at ``url`` into a new bare repository at ``path``, verified end to end
-    before the ledger ref is written; ``url`` becomes remote ``name``.
+    (its checkpoints too, against ``policy``) before the ledger ref is written; ``url`` becomes
+    remote ``name``.
     Returns: (the opened store, a :class:`PullResult` with action ``cloned``).
     Raises: BadRequest when ``path`` is not empty or the remote has no ledger; RemoteError;
         IntegrityError (nothing is left at ``path``).
@@ -572,7 +711,7 @@ def clone(
     created_top = first_missing_ancestor(path)
     os.makedirs(path, exist_ok=True)
     try:
-        return _clone(url, path, name, created_top)
+        return _clone(url, path, name, created_top, policy)
     except BaseException:
         if created:
             shutil.rmtree(path, ignore_errors=True)
@@ -582,7 +721,9 @@ def clone(
         raise
 
 
-def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[GitStore, PullResult]:
+def _clone(
+    url: str, path: str, name: str, created_top: str | None, policy: CheckpointPolicy | None
+) -> tuple[GitStore, PullResult]:
     started = time.perf_counter()
     repo = Repo.init_bare(path)
     repo.refs.set_symbolic_ref(b"HEAD", LEDGER_REF)
@@ -590,14 +731,19 @@ def _clone(url: str, path: str, name: str, created_top: str | None) -> tuple[Git
     target = add_remote(repo, name, url)
     # the skeleton durable before its ref (see perfledger.ledger.durable)
     make_repository_durable(repo.controldir(), os.path.dirname(created_top or path))
-    remote_head, objects = fetch(None, repo, target, [])
+    tag_refs: dict[bytes, bytes] = {}
+    remote_head, objects = fetch(None, repo, target, [], tag_refs)
     report = _verify_and_check(None, target, remote_head, objects, None)
+    tags = _check_checkpoints(
+        None, target, _node_function(None, report), remote_head, objects, tag_refs, policy
+    )
     store = GitStore(repo)
     store.adopt(report.objects, report.nodes, report.keys)
     _move_tracking_ref(repo, target, None, remote_head)
     if not repo.refs.add_if_new(LEDGER_REF, remote_head):
         raise ConcurrentAppend(f"another process created {path}'s ledger during the clone")
     fsync_dir(os.path.dirname(repo.refs.refpath(LEDGER_REF)))
+    publish_tags(repo, tags)
     result = PullResult(
         remote=name,
         url=target.url,

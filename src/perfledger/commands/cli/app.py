@@ -25,6 +25,9 @@ from perfledger.commands.cli.common import (
     Context,
     actor_option,
     actor_option_noting,
+    checkpoint_policy,
+    checkpoint_policy_options,
+    checkpoints_text,
     idempotency_option,
     json_option,
     rate_text,
@@ -76,6 +79,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "skill": "perfledger.commands.cli.agents:skill_group",
     "mcp": "perfledger.commands.cli.agents:mcp_command",
     "artifact": "perfledger.commands.cli.agents:artifact_group",
+    "checkpoint": "perfledger.commands.cli.checkpoint:checkpoint_group",
 }  # fmt: skip
 
 
@@ -276,14 +280,26 @@ def show(event_id: str, json_flag: bool) -> None:
 
 
 @cli.command()
+@checkpoint_policy_options
 @json_option
-def verify(json_flag: bool) -> None:
+def verify(
+    signers_file: str | None,
+    trusted_dir: str | None,
+    require_signers: tuple[str, ...],
+    max_unsigned_events: int | None,
+    json_flag: bool,
+) -> None:
     """Verify the whole ledger from zero (hashes, trailers, parents, Lamport clocks, schemas,
-    artifacts) and print its state_hash. Exit 5 naming the first bad event."""
+    artifacts) and its signed checkpoints, and print its state_hash. Exit 5 naming the first
+    bad event or checkpoint. With --signers every checkpoint's signature is checked
+    (docs/checkpoints.md)."""
     ctx = _ctx(json_flag)
+    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
+    from perfledger.app.checkpoints import verify as verify_ledger  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
+
     ledger = ctx.open()
     try:
-        report = ledger.verify()
+        report = verify_ledger(ledger, policy)
     finally:
         ledger.close()
     if ctx.json_mode:
@@ -295,6 +311,8 @@ def verify(json_flag: bool) -> None:
         )
         click.echo(f"head        {report.head}")
         click.echo(f"state_hash  {report.extra['state_hash']}")
+        if "checkpoints" in report.extra:
+            click.echo(checkpoints_text(report.extra["checkpoints"]))
     else:
         assert report.error is not None
         label = "error" if report.error.exit_code == 7 else "integrity failure"

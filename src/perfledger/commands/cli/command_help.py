@@ -18,6 +18,10 @@ COMMAND_HELP: dict[str, str] = {
     ),
     "baseline": ("Record the original's baseline before any candidate (R4)."),
     "champion": ("Select or show the champion of a Target (R13)."),
+    "checkpoint": (
+        "Sign checkpoints of the ledger with SSH keys and co-sign them as a witness; git "
+        "verify-tag checks each (docs/checkpoints.md)."
+    ),
     "checkout": (
         "Write a recorded subject's files (SNAPSHOT: a tree digest or prefix, "
         "SAMPLES[:reference], TARGET:original, or an experiment id) into DIRECTORY, byte for byte"

@@ -199,6 +199,54 @@ measure_dry_run_option = click.option(
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 
 
+def checkpoint_policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--signers``, ``--trust``, ``--require-signer`` (repeatable) and
+    ``--max-unsigned-events``: what a reader demands of a ledger's signed checkpoints
+    (docs/checkpoints.md); the command receives them as ``checkpoint_policy`` (a dict for
+    :func:`checkpoint_policy`)."""
+    options = [
+        click.option("--signers", "signers_file", type=click.Path(dir_okay=False), default=None,
+                     help="git's allowed-signers file: check every checkpoint's signature."),
+        click.option("--trust", "trusted_dir", type=click.Path(file_okay=False), default=None,
+                     help="A witness's directory of copies: the history must extend each."),
+        click.option("--require-signer", "require_signers", multiple=True,
+                     help="A signer (a name in --signers) who must have signed or witnessed the "
+                     "last checkpoint (repeatable)."),
+        click.option("--max-unsigned-events", type=click.IntRange(min=0), default=None,
+                     help="How many events the head may hold past the last checkpoint."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def checkpoint_policy(
+    signers_file: str | None,
+    trusted_dir: str | None,
+    require_signers: tuple[str, ...],
+    max_unsigned_events: int | None,
+) -> Any:
+    """The :class:`~perfledger.ledger.checkpoints.CheckpointPolicy` of the options above.
+    Raises: BadRequest for --trust or --require-signer without --signers."""
+    from perfledger.ledger.checkpoints import CheckpointPolicy  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
+
+    return CheckpointPolicy(signers_file, trusted_dir, tuple(require_signers), max_unsigned_events)
+
+
+def checkpoints_text(report: Any) -> str:
+    """One line on a ledger's checkpoints (``report``: a CheckpointReport's JSON)."""
+    found = report["checkpoints"]
+    if not found:
+        return "checkpoints none"
+    last = found[-1]
+    signers = ", ".join(last["signers"]) or "signatures not checked (--signers FILE)"
+    return (
+        f"checkpoints {len(found)}; the last: {last['events']} events at {last['head'][:12]} "
+        f"(tag {last['tag'][:12]}), signed by {signers}; the head holds "
+        f"{report['unsigned_events']} events past it"
+    )
+
+
 def command_context(json_flag: bool) -> Context:
     """The current command's :class:`Context`, switched to JSON answers by ``--json``."""
     ctx = click.get_current_context().find_object(Context)

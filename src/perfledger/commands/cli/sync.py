@@ -18,6 +18,8 @@ import click
 from perfledger.api import Ledger
 from perfledger.commands.cli.common import (
     actor_option,
+    checkpoint_policy,
+    checkpoint_policy_options,
     dry_run_option,
     idempotency_option,
     request_option,
@@ -187,16 +189,27 @@ def _say_conflicts(conflicts: list[dict[str, Any]]) -> None:
 @click.argument("url")
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--origin", "remote", default="origin", help="Name of the remote (default origin).")
+@checkpoint_policy_options
 @_json
-def clone(url: str, path: str | None, remote: str, json_flag: bool) -> None:
+def clone(
+    url: str,
+    path: str | None,
+    remote: str,
+    signers_file: str | None,
+    trusted_dir: str | None,
+    require_signers: tuple[str, ...],
+    max_unsigned_events: int | None,
+    json_flag: bool,
+) -> None:
     """Clone the ledger at URL into PATH (a new bare repository; default: the URL's last part),
     verifying every event before the ledger ref is written."""
     ctx = _ctx(json_flag)
+    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
 
     if path is None:
         base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
         path = base if base.endswith(".git") else (base or "ledger") + ".git"
-    ledger, result = Ledger.clone(url, path, remote=remote)
+    ledger, result = Ledger.clone(url, path, remote=remote, policy=policy)
     ledger.close()
     if ctx.json_mode:
         _emit({"path": os.path.abspath(path), **result.to_json()})
@@ -207,18 +220,29 @@ def clone(url: str, path: str | None, remote: str, json_flag: bool) -> None:
 
 @click.command("pull")
 @click.argument("remote", required=False)
+@checkpoint_policy_options
 @_json
-def pull(remote: str | None, json_flag: bool) -> None:
+def pull(
+    remote: str | None,
+    signers_file: str | None,
+    trusted_dir: str | None,
+    require_signers: tuple[str, ...],
+    max_unsigned_events: int | None,
+    json_flag: bool,
+) -> None:
     """Fetch REMOTE's ledger (default origin), verify every new event, and join it: a
     fast-forward, or a merge commit that carries no event. A rewritten or tampered remote is
     refused and nothing changes locally. Exit 6 when the merge joined concurrent decisions the
     rules forbid together (e.g. two champion selections): the conflict is named with what it
-    blocks and the `perfledger resolve` command."""
+    blocks and the `perfledger resolve` command. A remote whose signed checkpoints fail (with
+    --signers: their signatures; --trust DIR: a witness's copies the history must extend;
+    --require-signer, --max-unsigned-events) is refused, exit 5 (docs/checkpoints.md)."""
     ctx = _ctx(json_flag)
+    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
     ledger = ctx.open()
     try:
         before = _open_conflicts(ledger)
-        result = ledger.pull(remote)
+        result = ledger.pull(remote, policy=policy)
         conflicts = _new_conflicts(before, ledger) if result.new_events else []
         path = os.path.abspath(ledger.path)
     finally:
@@ -257,16 +281,25 @@ def push(remote: str | None, json_flag: bool) -> None:
 
 @click.command("sync")
 @click.argument("remote", required=False)
+@checkpoint_policy_options
 @_json
-def sync(remote: str | None, json_flag: bool) -> None:
+def sync(
+    remote: str | None,
+    signers_file: str | None,
+    trusted_dir: str | None,
+    require_signers: tuple[str, ...],
+    max_unsigned_events: int | None,
+    json_flag: bool,
+) -> None:
     """Pull then push REMOTE (default origin); pulled again and pushed again when another
     machine pushed in between. Exit 6 when the pull joined concurrent decisions the rules forbid
     together: the conflict is named with what it blocks and the `perfledger resolve` command."""
     ctx = _ctx(json_flag)
+    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
     ledger = ctx.open()
     try:
         before = _open_conflicts(ledger)
-        result = ledger.sync(remote)
+        result = ledger.sync(remote, policy=policy)
         conflicts = _new_conflicts(before, ledger) if result.pull.new_events else []
         path = os.path.abspath(ledger.path)
     finally:

@@ -1,0 +1,96 @@
+"""SSH signatures as git makes and checks them (``gpg.format=ssh``), through OpenSSH's own
+``ssh-keygen -Y sign`` / ``-Y find-principals`` / ``-Y verify``: the program git itself calls,
+so a signature perfledger writes is one ``git verify-tag`` accepts, and no cryptography is
+written here. The namespace is git's (``git``); the signers file is git's
+``gpg.ssh.allowedSignersFile`` format (``principal keytype key``, one a line).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+from perfledger.errors import BadRequest, IntegrityError
+
+#: The signature namespace git uses for commits and tags (``ssh-keygen -n``).
+NAMESPACE = "git"
+#: Wall-clock limit of one ssh-keygen call, seconds (it signs or checks a few hundred bytes).
+SSH_KEYGEN_TIMEOUT_S = 30
+SIGNATURE_BEGIN = b"-----BEGIN SSH SIGNATURE-----"
+
+
+def _ssh_keygen() -> str:
+    """The path of ``ssh-keygen``. Raises: BadRequest when OpenSSH is not installed."""
+    path = shutil.which("ssh-keygen")
+    if path is None:
+        raise BadRequest(
+            "ssh-keygen (OpenSSH) is not installed: it signs and checks checkpoints",
+            hint="install OpenSSH's client tools (e.g. apt-get install openssh-client)",
+        )
+    return path
+
+
+def sign(payload: bytes, key_path: str) -> bytes:
+    """Sign ``payload`` with the private SSH key at ``key_path`` in git's namespace.
+    Returns: the armored signature (``-----BEGIN SSH SIGNATURE-----`` ... END, newline-ended).
+    Raises: BadRequest when the key is missing or ssh-keygen refuses it (a passphrase-protected
+        key needs an ssh-agent, as for git).
+    """
+    if not os.path.isfile(key_path):
+        raise BadRequest(f"no SSH key at {key_path}", hint="pass --key PATH to a private key")
+    done = subprocess.run(
+        [_ssh_keygen(), "-Y", "sign", "-q", "-f", key_path, "-n", NAMESPACE],
+        input=payload,
+        capture_output=True,
+        check=False,
+        timeout=SSH_KEYGEN_TIMEOUT_S,
+    )
+    if done.returncode != 0 or not done.stdout.startswith(SIGNATURE_BEGIN):
+        raise BadRequest(
+            f"ssh-keygen could not sign with {key_path}: "
+            f"{done.stderr.decode(errors='replace').strip()}",
+            hint="use an unencrypted key file, or a key loaded in ssh-agent",
+        )
+    return done.stdout
+
+
+def signer(payload: bytes, signature: bytes, signers_file: str, *, what: str) -> str:
+    """Check ``signature`` over ``payload`` against the allowed signers in ``signers_file``.
+    Returns: the principal (the name in the file) whose key made it.
+    Raises: IntegrityError naming ``what`` when the key is not in the file or the signature
+        does not verify (a forged or altered payload); BadRequest when the file is missing.
+    """
+    if not os.path.isfile(signers_file):
+        raise BadRequest(f"no allowed-signers file at {signers_file}")
+    with tempfile.NamedTemporaryFile(prefix="perfledger-sig-") as sig:
+        sig.write(signature)
+        sig.flush()
+        found = subprocess.run(
+            [_ssh_keygen(), "-Y", "find-principals", "-s", sig.name, "-f", signers_file],
+            capture_output=True,
+            check=False,
+            timeout=SSH_KEYGEN_TIMEOUT_S,
+        )
+        principals = found.stdout.decode(errors="replace").split()
+        if found.returncode != 0 or not principals:
+            raise IntegrityError(
+                f"{what} is signed by a key that is not in {signers_file}",
+                hint="add the signer's public key to the allowed-signers file if you trust it",
+            )
+        checked = subprocess.run(
+            [_ssh_keygen(), "-Y", "verify", "-f", signers_file, "-I", principals[0],
+             "-n", NAMESPACE, "-s", sig.name],
+            input=payload,
+            capture_output=True,
+            check=False,
+            timeout=SSH_KEYGEN_TIMEOUT_S,
+        )  # fmt: skip
+    if checked.returncode != 0:
+        raise IntegrityError(
+            f"{what}: the signature of {principals[0]} does not verify (forged, or the signed "
+            "content was altered)",
+            hint="the checkpoint cannot be trusted: find out who wrote it",
+        )
+    return principals[0]
