@@ -38,6 +38,7 @@ LINKED = ("tests", "examples", "schemas", "bench")
 EXPECT_STDOUT: dict[str, list[str]] = {
     "workflow.md": ["True 2 ", "e1", "t1"],
     "agents.md": ["name: perfledger"],
+    "checkpoints.md": ["signed by alice, witness; the head holds 0 events past it"],
 }
 EXPECT_FILES: dict[str, dict[str, str]] = {
     "workflow.md": {"target.schema.json": "min_effect"},
