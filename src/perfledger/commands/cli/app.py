@@ -28,6 +28,7 @@ from perfledger.commands.cli.common import (
     checkpoint_policy,
     checkpoint_policy_options,
     checkpoints_text,
+    exit_verify_failure,
     idempotency_option,
     json_option,
     rate_text,
@@ -282,19 +283,13 @@ def show(event_id: str, json_flag: bool) -> None:
 @cli.command()
 @checkpoint_policy_options
 @json_option
-def verify(
-    signers_file: str | None,
-    trusted_dir: str | None,
-    require_signers: tuple[str, ...],
-    max_unsigned_events: int | None,
-    json_flag: bool,
-) -> None:
+def verify(checkpoint_options: tuple[Any, ...], json_flag: bool) -> None:
     """Verify the whole ledger from zero (hashes, trailers, parents, Lamport clocks, schemas,
     artifacts) and its signed checkpoints, and print its state_hash. Exit 5 naming the first
     bad event or checkpoint. With --signers every checkpoint's signature is checked
     (docs/checkpoints.md)."""
     ctx = _ctx(json_flag)
-    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
+    policy = checkpoint_policy(checkpoint_options)
     from perfledger.app.checkpoints import verify as verify_ledger  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
     ledger = ctx.open()
@@ -302,25 +297,19 @@ def verify(
         report = verify_ledger(ledger, policy)
     finally:
         ledger.close()
+    if not report.ok:  # 5, or 7 for a ledger written by a newer perfledger
+        exit_verify_failure(ctx, report)
     if ctx.json_mode:
         _emit_json(report.to_json())
-    elif report.ok:
-        click.echo(
-            f"ok: {report.events} events, {report.merges} merges verified in "
-            f"{report.elapsed_s:.2f} s{rate_text(report.events, report.elapsed_s)}"
-        )
-        click.echo(f"head        {report.head}")
-        click.echo(f"state_hash  {report.extra['state_hash']}")
-        if "checkpoints" in report.extra:
-            click.echo(checkpoints_text(report.extra["checkpoints"]))
-    else:
-        assert report.error is not None
-        label = "error" if report.error.exit_code == 7 else "integrity failure"
-        click.echo(f"perfledger: {label}: {report.error.message}", err=True)
-        if report.error.hint:
-            click.echo(f"hint: {report.error.hint}", err=True)
-    if not report.ok:  # 5, or 7 for a ledger written by a newer perfledger
-        sys.exit(report.error.exit_code if report.error is not None else 5)
+        return
+    click.echo(
+        f"ok: {report.events} events, {report.merges} merges verified in "
+        f"{report.elapsed_s:.2f} s{rate_text(report.events, report.elapsed_s)}"
+    )
+    click.echo(f"head        {report.head}")
+    click.echo(f"state_hash  {report.extra['state_hash']}")
+    if "checkpoints" in report.extra:
+        click.echo(checkpoints_text(report.extra["checkpoints"]))
 
 
 @cli.command()

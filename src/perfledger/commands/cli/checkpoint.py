@@ -4,7 +4,7 @@ the checkpoints (docs/checkpoints.md). A thin skin over :mod:`perfledger.app.che
 from __future__ import annotations
 
 import os
-import sys
+from typing import Any
 
 import click
 
@@ -14,6 +14,7 @@ from perfledger.commands.cli.common import (
     checkpoint_policy_options,
     checkpoints_text,
     emit_json,
+    exit_verify_failure,
     resolve_actor,
 )
 from perfledger.commands.cli.common import command_context as _ctx
@@ -110,17 +111,11 @@ def witness(
 @checkpoint_group.command("list")
 @checkpoint_policy_options
 @_json
-def list_checkpoints(
-    signers_file: str | None,
-    trusted_dir: str | None,
-    require_signers: tuple[str, ...],
-    max_unsigned_events: int | None,
-    json_flag: bool,
-) -> None:
+def list_checkpoints(checkpoint_options: tuple[Any, ...], json_flag: bool) -> None:
     """Verify the ledger and list its checkpoints in the order they extend each other, with who
     signed and witnessed each (with --signers). Exit 5 as `perfledger verify`."""
     ctx = _ctx(json_flag)
-    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
+    policy = checkpoint_policy(checkpoint_options)
     from perfledger.app.checkpoints import verify  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
     ledger = ctx.open()
@@ -130,14 +125,7 @@ def list_checkpoints(
         ledger.close()
     found = report.extra.get("checkpoints", {"checkpoints": [], "unsigned_events": None})
     if not report.ok:
-        assert report.error is not None
-        if ctx.json_mode:
-            emit_json(report.to_json())
-        else:
-            click.echo(f"perfledger: integrity failure: {report.error.message}", err=True)
-            if report.error.hint:
-                click.echo(f"hint: {report.error.hint}", err=True)
-        sys.exit(report.error.exit_code)
+        exit_verify_failure(ctx, report)
     if ctx.json_mode:
         emit_json(found)
         return

@@ -6,6 +6,7 @@ module keeps a forwarding copy of these functions.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -202,8 +203,21 @@ quiet_option = click.option("--quiet", is_flag=True, help="No progress bar on st
 def checkpoint_policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--signers``, ``--trust``, ``--require-signer`` (repeatable) and
     ``--max-unsigned-events``: what a reader demands of a ledger's signed checkpoints
-    (docs/checkpoints.md); the command receives them as ``checkpoint_policy`` (a dict for
-    :func:`checkpoint_policy`)."""
+    (docs/checkpoints.md). The command receives them as one ``checkpoint_options`` tuple, for
+    :func:`checkpoint_policy`."""
+
+    @functools.wraps(func)
+    def command(
+        *args: Any,
+        signers_file: str | None,
+        trusted_dir: str | None,
+        require_signers: tuple[str, ...],
+        max_unsigned_events: int | None,
+        **kwargs: Any,
+    ) -> Any:
+        options = (signers_file, trusted_dir, tuple(require_signers), max_unsigned_events)
+        return func(*args, checkpoint_options=options, **kwargs)
+
     options = [
         click.option("--signers", "signers_file", type=click.Path(dir_okay=False), default=None,
                      help="git's allowed-signers file: check every checkpoint's signature."),
@@ -216,21 +230,30 @@ def checkpoint_policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="How many events the head may hold past the last checkpoint."),
     ]  # fmt: skip
     for option in reversed(options):
-        func = option(func)
-    return func
+        command = option(command)
+    return command
 
 
-def checkpoint_policy(
-    signers_file: str | None,
-    trusted_dir: str | None,
-    require_signers: tuple[str, ...],
-    max_unsigned_events: int | None,
-) -> Any:
+def checkpoint_policy(options: tuple[Any, ...]) -> Any:
     """The :class:`~perfledger.ledger.checkpoints.CheckpointPolicy` of the options above.
     Raises: BadRequest for --trust or --require-signer without --signers."""
     from perfledger.ledger.checkpoints import CheckpointPolicy  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
-    return CheckpointPolicy(signers_file, trusted_dir, tuple(require_signers), max_unsigned_events)
+    return CheckpointPolicy(*options)
+
+
+def exit_verify_failure(ctx: Context, report: Any) -> NoReturn:
+    """Render a failed verification (``report``: a VerifyReport) and exit with its error's
+    code (5, or 7 for a ledger written by a newer perfledger)."""
+    error = report.error
+    if ctx.json_mode:
+        emit_json(report.to_json())
+    elif error is not None:
+        label = "error" if error.exit_code == 7 else "integrity failure"
+        click.echo(f"perfledger: {label}: {error.message}", err=True)
+        if error.hint:
+            click.echo(f"hint: {error.hint}", err=True)
+    sys.exit(error.exit_code if error is not None else 5)
 
 
 def checkpoints_text(report: Any) -> str:

@@ -195,16 +195,13 @@ def clone(
     url: str,
     path: str | None,
     remote: str,
-    signers_file: str | None,
-    trusted_dir: str | None,
-    require_signers: tuple[str, ...],
-    max_unsigned_events: int | None,
+    checkpoint_options: tuple[Any, ...],
     json_flag: bool,
 ) -> None:
     """Clone the ledger at URL into PATH (a new bare repository; default: the URL's last part),
     verifying every event before the ledger ref is written."""
     ctx = _ctx(json_flag)
-    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
+    policy = checkpoint_policy(checkpoint_options)
 
     if path is None:
         base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
@@ -224,10 +221,7 @@ def clone(
 @_json
 def pull(
     remote: str | None,
-    signers_file: str | None,
-    trusted_dir: str | None,
-    require_signers: tuple[str, ...],
-    max_unsigned_events: int | None,
+    checkpoint_options: tuple[Any, ...],
     json_flag: bool,
 ) -> None:
     """Fetch REMOTE's ledger (default origin), verify every new event, and join it: a
@@ -238,7 +232,7 @@ def pull(
     --signers: their signatures; --trust DIR: a witness's copies the history must extend;
     --require-signer, --max-unsigned-events) is refused, exit 5 (docs/checkpoints.md)."""
     ctx = _ctx(json_flag)
-    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
+    policy = checkpoint_policy(checkpoint_options)
     ledger = ctx.open()
     try:
         before = _open_conflicts(ledger)
@@ -285,17 +279,14 @@ def push(remote: str | None, json_flag: bool) -> None:
 @_json
 def sync(
     remote: str | None,
-    signers_file: str | None,
-    trusted_dir: str | None,
-    require_signers: tuple[str, ...],
-    max_unsigned_events: int | None,
+    checkpoint_options: tuple[Any, ...],
     json_flag: bool,
 ) -> None:
     """Pull then push REMOTE (default origin); pulled again and pushed again when another
     machine pushed in between. Exit 6 when the pull joined concurrent decisions the rules forbid
     together: the conflict is named with what it blocks and the `perfledger resolve` command."""
     ctx = _ctx(json_flag)
-    policy = checkpoint_policy(signers_file, trusted_dir, require_signers, max_unsigned_events)
+    policy = checkpoint_policy(checkpoint_options)
     ledger = ctx.open()
     try:
         before = _open_conflicts(ledger)
