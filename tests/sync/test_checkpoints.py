@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synchelpers import snapshot
+from synchelpers import fsck_clean, snapshot
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH")
 
@@ -122,6 +122,7 @@ def test_checkpoint_is_an_ssh_signed_git_tag_that_git_verify_tag_and_a_git_clone
     origin, signers = world["origin"], world["signers"]
     (checkpoint,), (witness,) = _refs(git, origin, "checkpoints"), _refs(git, origin, "witnesses")
     assert _verify_tag(git, origin, signers, checkpoint).returncode == 0
+    fsck_clean(git, origin)
     assert (
         'Good "git" signature for witness'
         in _verify_tag(git, origin, signers, witness).stderr.decode()
@@ -208,13 +209,19 @@ def test_forged_signature_and_lying_count_or_digest_are_refused(
                           root / "alice"), "replay of its commit gives 3 events"),
         "digest": (_signed(_flip_digest(_payload(raw)), root / "alice"),
                    "replay of its commit gives"),
+        # a second signature appended (git verifies the last one): mallory's, over alice's tag
+        "appended": (_signed(raw, root / "mallory"), "not in"),
+        # unsigned bytes after alice's signature
+        "trailing": (raw + b"Event-Count: 2\n", "carries no SSH signature"),
     }  # fmt: skip
     for name, (forged, needle) in cases.items():
         origin = _copy(world, tmp_path / name, "origin")["origin"]
         sha = _publish(git, origin, forged)
         _refused(cli("--ledger", origin, "verify", "--signers", signers), needle, sha[:12])
-        if name == "forged":
+        if name in ("forged", "appended"):
             assert _verify_tag(git, origin, signers, sha).returncode != 0  # git agrees
+        if name == "trailing":  # git verifies the signed part and ignores what follows it
+            assert _verify_tag(git, origin, signers, sha).returncode == 0
     _ok(cli("--ledger", world["origin"], "verify", "--signers", signers))  # the honest one
 
 

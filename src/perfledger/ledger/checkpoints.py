@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.ledger.dag import CommitNode
 from perfledger.ledger.gitobj import TAG, RawObject, make_object
-from perfledger.ledger.sshsig import SIGNATURE_BEGIN, signer
+from perfledger.ledger.sshsig import SIGNATURE_BEGIN, SIGNATURE_END, signers
 
 CHECKPOINT_REF_PREFIX = b"refs/perfledger/checkpoints/"
 WITNESS_REF_PREFIX = b"refs/perfledger/witnesses/"
@@ -38,6 +38,8 @@ CHECKPOINT_MARK = "Perfledger-Checkpoint"
 WITNESS_MARK = "Perfledger-Witness"
 TAG_FORMAT_VERSION = "1"
 DIGEST_PREFIX = "sha256:"
+#: The largest checkpoint or witness tag read (bytes): perfledger writes well under 2 KiB.
+MAX_TAG_BYTES = 64 * 1024
 #: A witness's copy: ``<tag sha>.tag`` holding the tag object's content (no git header).
 TRUST_SUFFIX = ".tag"
 
@@ -115,8 +117,15 @@ def parse_tag(sha: str, raw: bytes) -> SignedTag:
     """Parse a checkpoint or witness tag object's content ``raw`` (``sha``: its hex name).
     Raises: IntegrityError when it is unsigned, malformed, of an unknown format version, or
         its trailers disagree with its headers."""
-    start = raw.find(b"\n" + SIGNATURE_BEGIN)
-    if start < 0:
+    if len(raw) > MAX_TAG_BYTES:
+        raise IntegrityError(
+            f"tag {sha} under refs/perfledger/ holds {len(raw)} bytes; a checkpoint is under "
+            f"{MAX_TAG_BYTES}"
+        )
+    # the last signature line, as git's parse_signed_buffer takes it: the signed payload is then
+    # exactly what git verify-tag checks
+    start = raw.rfind(b"\n" + SIGNATURE_BEGIN)
+    if start < 0 or not raw.endswith(SIGNATURE_END + b"\n"):
         raise IntegrityError(f"tag {sha} under refs/perfledger/ carries no SSH signature")
     payload, signature = raw[: start + 1], raw[start + 1 :]
     header, _, message = payload.partition(b"\n\n")
@@ -343,8 +352,8 @@ def check(
     signed_by: dict[str, set[str]] = {sha: set() for sha in tags}
     if policy.signers_file:
         for tag in tags.values():
-            name = signer(tag.payload, tag.signature, policy.signers_file, what=tag.describe())
-            signed_by[tag.target if tag.is_witness else tag.sha].add(name)
+            names = signers(tag.payload, tag.signature, policy.signers_file, what=tag.describe())
+            signed_by[tag.target if tag.is_witness else tag.sha].update(names)
     checkpoints = {sha: t for sha, t in tags.items() if not t.is_witness}
     for tag in tags.values():
         if not tag.is_witness:

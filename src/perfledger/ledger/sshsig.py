@@ -19,6 +19,7 @@ NAMESPACE = "git"
 #: Wall-clock limit of one ssh-keygen call, seconds (it signs or checks a few hundred bytes).
 SSH_KEYGEN_TIMEOUT_S = 30
 SIGNATURE_BEGIN = b"-----BEGIN SSH SIGNATURE-----"
+SIGNATURE_END = b"-----END SSH SIGNATURE-----"
 
 
 def _ssh_keygen() -> str:
@@ -56,9 +57,10 @@ def sign(payload: bytes, key_path: str) -> bytes:
     return done.stdout
 
 
-def signer(payload: bytes, signature: bytes, signers_file: str, *, what: str) -> str:
+def signers(payload: bytes, signature: bytes, signers_file: str, *, what: str) -> list[str]:
     """Check ``signature`` over ``payload`` against the allowed signers in ``signers_file``.
-    Returns: the principal (the name in the file) whose key made it.
+    Returns: the principals (names in the file) listed with the key that made it, for which
+        the signature verifies (a key listed under two names speaks for both).
     Raises: IntegrityError naming ``what`` when the key is not in the file or the signature
         does not verify (a forged or altered payload); BadRequest when the file is missing.
     """
@@ -79,18 +81,24 @@ def signer(payload: bytes, signature: bytes, signers_file: str, *, what: str) ->
                 f"{what} is signed by a key that is not in {signers_file}",
                 hint="add the signer's public key to the allowed-signers file if you trust it",
             )
-        checked = subprocess.run(
-            [_ssh_keygen(), "-Y", "verify", "-f", signers_file, "-I", principals[0],
-             "-n", NAMESPACE, "-s", sig.name],
-            input=payload,
-            capture_output=True,
-            check=False,
-            timeout=SSH_KEYGEN_TIMEOUT_S,
-        )  # fmt: skip
-    if checked.returncode != 0:
+        good = [p for p in principals if _verifies(payload, sig.name, signers_file, p)]
+    if not good:
         raise IntegrityError(
             f"{what}: the signature of {principals[0]} does not verify (forged, or the signed "
             "content was altered)",
             hint="the checkpoint cannot be trusted: find out who wrote it",
         )
-    return principals[0]
+    return good
+
+
+def _verifies(payload: bytes, sig_path: str, signers_file: str, principal: str) -> bool:
+    """True when ``ssh-keygen -Y verify`` accepts the signature for ``principal``."""
+    checked = subprocess.run(
+        [_ssh_keygen(), "-Y", "verify", "-f", signers_file, "-I", principal, "-n", NAMESPACE,
+         "-s", sig_path],
+        input=payload,
+        capture_output=True,
+        check=False,
+        timeout=SSH_KEYGEN_TIMEOUT_S,
+    )  # fmt: skip
+    return checked.returncode == 0
