@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.ledger.dag import CommitNode
 from perfledger.ledger.gitobj import TAG, RawObject, make_object
+from perfledger.ledger.layout import CHECKPOINT_REF_PREFIX, WITNESS_REF_PREFIX
 from perfledger.ledger.sshsig import SIGNATURE_BEGIN, SIGNATURE_END, signers
 
-CHECKPOINT_REF_PREFIX = b"refs/perfledger/checkpoints/"
-WITNESS_REF_PREFIX = b"refs/perfledger/witnesses/"
 #: The trailer that marks a checkpoint tag, and its format version (checked first).
 CHECKPOINT_MARK = "Perfledger-Checkpoint"
 WITNESS_MARK = "Perfledger-Witness"

@@ -12,6 +12,9 @@ never reads it).
       refs/heads/ledger          LEDGER_REF: the tip of the event DAG
       refs/heads/ledger.lock     git's lock-file protocol (REF_LOCK_SUFFIX)
       refs/remotes/<r>/ledger    tracking refs of sync (TRACKING_REF_FORMAT)
+      refs/perfledger/checkpoints/<sha>  signed checkpoint tags (CHECKPOINT_REF_PREFIX; the
+                                 name is the tag's sha: created, never moved; checkpoints.py)
+      refs/perfledger/witnesses/<sha>    witness co-signatures (WITNESS_REF_PREFIX)
       objects/xx/...             loose objects (temporary names: TMP_OBJECT_PREFIX)
       objects/pack/pack-*.pack   PACK_DIR: packs and their .idx (temporary: TMP_PACK_PREFIX, ...)
       perfledger/                DERIVED_DIR
@@ -39,6 +42,9 @@ CONFIG_SECTION = b"perfledger"
 REF_LOCK_SUFFIX = ".lock"
 #: ``%`` the remote's name.
 TRACKING_REF_FORMAT = b"refs/remotes/%s/ledger"
+#: Signed checkpoint and witness tags, each ref named by its tag's sha (checkpoints.py).
+CHECKPOINT_REF_PREFIX = b"refs/perfledger/checkpoints/"
+WITNESS_REF_PREFIX = b"refs/perfledger/witnesses/"
 
 DERIVED_DIR = "perfledger"
 APPEND_LOCK_FILE = "append.lock"

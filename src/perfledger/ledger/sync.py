@@ -51,6 +51,8 @@ from perfledger.ledger import layout
 from perfledger.ledger.base import OPTIMISTIC_ATTEMPTS
 from perfledger.ledger.cache import write_derived
 from perfledger.ledger.checkpoints import (
+    CHECKPOINT_REF_PREFIX,
+    WITNESS_REF_PREFIX,
     CheckpointPolicy,
     SignedTag,
     check,
@@ -70,6 +72,7 @@ from perfledger.ledger.verify import IncomingReport, verify_incoming
 
 #: The ref namespace of checkpoints and witness co-signatures that pull, push and clone carry.
 CHECKPOINT_NAMESPACE = b"refs/perfledger/"
+TAG_PREFIXES = (CHECKPOINT_REF_PREFIX, WITNESS_REF_PREFIX)
 #: Pushes retried by :func:`sync` when another machine pushed between our pull and our push.
 SYNC_ATTEMPTS = 20
 #: Local compare-and-swap attempts when moving the ledger ref after a pull (the first
@@ -193,7 +196,7 @@ def fetch(
 
     def determine_wants(refs: dict[bytes, bytes], depth: int | None = None) -> list[bytes]:
         holder["head"] = head = refs.get(LEDGER_REF)
-        tags = {r: v for r, v in refs.items() if r.startswith(CHECKPOINT_NAMESPACE)}
+        tags = {r: v for r, v in refs.items() if r.startswith(TAG_PREFIXES)}
         if tag_refs is not None:
             tag_refs.update(tags)
         wants = [] if head is None or head in object_store else [head]
