@@ -292,3 +292,39 @@ def test_checkpoints_that_fork_are_refused_and_the_head_may_not_run_too_far(
     _ok(cli("--ledger", clean["origin"], "note", "origin's", "--actor", "alice"))
     _ok(cli("--ledger", clean["bob"], "sync", "--signers", signers))
     _ok(cli("--ledger", clean["origin"], "verify", "--signers", signers))
+
+
+def test_checkpoints_travel_over_a_git_daemon_and_git_fetch_carries_them(
+    world: dict[str, Path], git: Run, cli: Run, tmp_path: Path, served: Path, daemon: str
+) -> None:
+    shutil.copytree(world["origin"], served / "origin.git", symlinks=True)
+    url = f"{daemon}/origin.git"
+    bob = tmp_path / "bob.git"
+    _ok(cli("clone", url, bob, "--signers", world["signers"], "--require-signer", "witness"))
+    assert len(_refs(git, bob, "checkpoints")) == len(_refs(git, bob, "witnesses")) == 1
+    _ok(cli("--ledger", bob, "note", "over the wire", "--actor", "bob"))
+    _ok(cli("--ledger", bob, "checkpoint", "sign", "--key", world["root"] / "alice"))
+    _ok(cli("--ledger", bob, "sync"))  # receive-pack takes the new tag and its ref
+    assert sorted(_refs(git, served / "origin.git", "checkpoints")) == sorted(
+        _refs(git, bob, "checkpoints")
+    )
+    fsck_clean(git, served / "origin.git")
+    # plain git fetches the namespace over the same daemon; git verifies what it fetched
+    plain = tmp_path / "plain.git"
+    git("init", "-q", "--bare", plain)
+    git("-C", plain, "fetch", "-q", url, "+refs/perfledger/*:refs/perfledger/*")
+    for sha in _refs(git, plain, "checkpoints") + _refs(git, plain, "witnesses"):
+        assert _verify_tag(git, plain, world["signers"], sha).returncode == 0
+
+
+def test_checkpoint_list_names_signers_and_demands_without_signers_are_bad_requests(
+    world: dict[str, Path], cli: Run
+) -> None:
+    listed = _ok(cli("--ledger", world["origin"], "checkpoint", "list", "--signers",
+                     world["signers"], "--json"))  # fmt: skip
+    assert '"signers":["alice","witness"]' in listed and '"unsigned_events":0' in listed
+    proc = cli("--ledger", world["origin"], "verify", "--require-signer", "witness")
+    assert proc.returncode == 2 and "need --signers" in proc.stderr, proc.stderr
+    proc = cli("--ledger", world["origin"], "checkpoint", "witness", "--key",
+               world["root"] / "nokey", "--signers", world["signers"], "--copy", "x")  # fmt: skip
+    assert proc.returncode == 2 and "no SSH key" in proc.stderr, proc.stderr
