@@ -469,7 +469,8 @@ class _Replay:
             if unlike is not None:
                 self._find(event, "R5", unlike)
         rule = KIND_RULE.get(kind, "request")
-        if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
+        # R11: snapshots travel whole
+        if kind in ("ReadinessRecorded", "ExperimentCreated", "SamplesRecorded"):
             missing = unattached_files(event.payload, envelope.artifacts)
             if missing:
                 self._find(event, "R11", f"snapshot files not attached to the event: {missing}")

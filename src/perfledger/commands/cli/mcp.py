@@ -7,7 +7,8 @@ A thin skin over the same library calls as the CLI:
   name with ``.`` and ``-`` as ``_``); its input schema is the request's JSON Schema
   (:func:`perfledger.commands.registry.operations.json_schema`) and its result the CLI's ``--json``
   answer (``{"op", "event_id", "kind", "lamport", "payload", "events"}``). ``readiness_record``
-  snapshots ``original.subject`` as the CLI does (R11);
+  snapshots ``original.subject`` and ``experiment_create`` ``candidate.subject`` as the CLI
+  does (R11);
 - read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
 - ``cli``: any other ``perfledger`` command (``measure workload``, ``env``, ``audit``,
   ``handoff record``...) run as a subprocess on the same ledger with ``--json``.
@@ -32,6 +33,7 @@ import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
+from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.cli.readmodels import resume_context
@@ -203,6 +205,8 @@ class Tools:
         try:
             if op == "readiness.record":  # original.subject -> its snapshot (R11), as the CLI
                 body, artifacts = readiness_edge(ledger, body)
+            if op == "experiment.create":  # candidate.subject -> its snapshot (R11), as the CLI
+                body, artifacts = candidate_edge(ledger, body)
             envelopes = operations.execute(
                 ledger, op, body, actor=self.actor, artifacts=artifacts or None
             )

@@ -412,6 +412,10 @@ EDGE_FIELDS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
     "readiness.record": {
         "Original": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
     },
+    # :func:`perfledger.app.snapshots.candidate_edge`: candidate.subject -> candidate.snapshot
+    "experiment.create": {
+        "Candidate": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
+    },
 }
 
 
