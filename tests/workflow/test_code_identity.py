@@ -372,10 +372,9 @@ def test_r11_code_changed_while_measured_refuses_the_samples(session: Session) -
         "import os\nopen(os.path.join(os.path.dirname(__file__), 'trace.txt'), 'a').write('x')\n"
     )
     cand = _subject(session.code, "fast-self-writing", writer + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
-    done = session.measure(
-        _own_experiment(session, cand), "screen", session.fast, cand, "--samples", "e2-self"
-    )
+    done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-self")
     # it runs from perfledger's read-only copy: the write fails (its calls fail), or, as root
     # (whom file modes do not stop), is found in the copy before the next call
     if done.returncode != 3:
@@ -457,7 +456,8 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
             body.pop(derived, None)
         body["samples_id"] = "forged"
         body["experiment_id"] = "e2"
-        body["reference"] = {"kind": "champion", "content_hash": "sha256:e1-" + "0" * 16,
+        champion_hash = ledger.state().experiments["e1"].created.candidate.content_hash
+        body["reference"] = {"kind": "champion", "content_hash": champion_hash,
                              "experiment_id": "e1"}  # fmt: skip
         ident = body["identity"]
         ident.pop("changed_paths")
@@ -693,10 +693,9 @@ def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refuse
     count = session.tmp / "saboteur-count"
     kern = SABOTEUR.replace("COUNT_FILE", repr(str(count))) + FASTER  # the champion's own work
     cand = _subject(session.code, "saboteur", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
-    done = session.measure(
-        _own_experiment(session, cand), "screen", session.fast, cand, "--samples", "e2-sabotage"
-    )
+    done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-sabotage")
     message = _refused(done)
     assert "changed while it was measured" in message and "json.py" in message
     assert _head(session) == before
@@ -798,10 +797,9 @@ def test_cheat_candidate_that_plants_bytecode_in_the_references_private_cache_is
     (here: a ``.pyc`` the candidate planted in the reference's) refuses the run before the
     reference's next call, and nothing is recorded."""
     cand = _subject(session.code, "private-pyc", PRIVATE_PYC_SABOTEUR + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
-    done = session.measure(
-        _own_experiment(session, cand), "screen", session.fast, cand, "--samples", "e2-private-pyc"
-    )
+    done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-private-pyc")
     message = _refused(done)
     assert "private bytecode cache" in message and "kern.cpython" in message, message
     assert "reference" in message and _head(session) == before
@@ -831,10 +829,11 @@ def test_cheat_candidate_that_edits_the_references_copy_is_refused(session: Sess
     the change time of what it touched tells (no process can set it back), so the run is
     refused before the reference's next call, naming the file."""
     cand = _subject(session.code, "copy-editor", COPY_EDITOR + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     message = _refused(
         session.measure(
-            _own_experiment(session, cand),
+            exp,
             "screen",
             session.fast,
             cand,
@@ -866,10 +865,11 @@ def test_cheat_candidate_that_imports_a_module_from_outside_its_subject_is_refus
     (helpers / "fast_helper.py").write_text(UTIL.replace("closed_form", "sumsq"))
     kern = OUTSIDE_HELPER.replace("HELPERS", repr(str(helpers)))
     cand = _subject(session.code, "outside-helper", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     message = _refused(
         session.measure(
-            _own_experiment(session, cand),
+            exp,
             "screen",
             session.fast,
             cand,
@@ -932,11 +932,10 @@ def test_cheat_candidate_that_plants_startup_code_in_site_packages_is_refused(
         + FASTER
     )
     cand = _subject(session.code, "pth-saboteur", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     try:
-        done = session.measure(
-            _own_experiment(session, cand), "screen", session.fast, cand, "--samples", "e2-pth"
-        )
+        done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-pth")
         message = _refused(done)
         assert "start-up" in message and name in message
         assert _head(session) == before
@@ -967,11 +966,12 @@ def test_cheat_candidate_that_edits_a_reference_file_and_restores_its_time_is_re
     notes = session.fast / "NOTES.md"
     original = notes.read_text()
     cand = _subject(session.code, "in-place-editor", IN_PLACE_EDITOR + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     try:
         message = _refused(
             session.measure(
-                _own_experiment(session, cand),
+                exp,
                 "screen",
                 session.fast,
                 cand,
@@ -1081,11 +1081,12 @@ def test_cheat_candidate_that_edits_site_packages_and_puts_it_back_is_refused(
     module.write_text("VALUE = 1\n")  # installed before the run
     kern = SITE_EDITOR.replace("MODULE_PATH", repr(str(module))) + FASTER
     cand = _subject(session.code, "site-editor", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     try:
         message = _refused(
             session.measure(
-                _own_experiment(session, cand),
+                exp,
                 "screen",
                 session.fast,
                 cand,

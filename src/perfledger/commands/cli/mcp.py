@@ -64,14 +64,17 @@ INSTRUCTIONS = (
     "values measured elsewhere); "
     'the A/A resolution (R4): `cli` ["measure", "aa", "--target", T, "--cmd", CMD, '
     '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
-    "experiment_create (R7-R10); samples through "
+    "experiment_create (R7-R10; candidate.subject: the candidate's code directory, which "
+    "perfledger hashes, R11); samples through "
     '`cli` ["measure", "workload", "--experiment", E, "--stage", "screen"|"target"|'
     '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages (target, final_audit) '
     'need a monitor: for a CPU workload pass "--monitor", "host", and "--explain-foreign", '
     "TEXT when other processes' CPU use cannot move the metric; screens may pass "
     '"--no-monitor"); '
     "verdict_record (R12); champion_select (R13); final_audit_record; "
-    '`cli` ["handoff", "record", ...] (R18); `cli` ["audit"]. `schema` gives each request\'s '
+    '`cli` ["handoff", "record", ...] or handoff_record with target_id, budget_used, '
+    "stop_reason and feedback: perfledger fills the rest from the ledger (R18); "
+    '`cli` ["audit"]. `schema` gives each request\'s '
     'JSON Schema (`cli` ["schema", OP, "--example"] a valid example). A refusal is a tool '
     "error naming its rule and a hint; nothing was appended. The workload driver (readiness "
     "driver; measure's --cmd/--ref/--cand): " + DRIVER_CONTRACT + " " + OUTPUT_FORMATS

@@ -702,9 +702,20 @@ def decide_samples_record(
     rules.r4_baseline_and_resolution(target)
     assert target.resolution is not None and target.readiness is not None
     if req.candidate_hash != experiment.created.candidate.content_hash:
-        raise refuse("R11", "the samples' candidate is not the experiment's candidate")
+        raise refuse(
+            "R11",
+            "the samples' candidate is not the experiment's candidate",
+            f"candidate_hash is the experiment's candidate.content_hash "
+            f"({experiment.created.candidate.content_hash}); `perfledger measure workload` "
+            "fills it",
+        )
     if req.candidate_hash == req.reference.content_hash:
-        raise refuse("R11", "a candidate must differ from its reference")
+        raise refuse(
+            "R11",
+            "a candidate must differ from its reference",
+            "the reference is the current champion (or the original); measure another "
+            "experiment's candidate, or create an experiment for changed code",
+        )
     reference = msgspec.convert(dump(req.reference), Reference)
     if req.stage == "final_audit":
         if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:

@@ -212,6 +212,19 @@ def computed_hash(snap: Snapshot) -> str:
     return COMPUTED_HASH_PREFIX + snap.digest
 
 
+def _driver_unchanged(original: Snapshot, *snaps: Snapshot) -> None:
+    """R11: the driver files outside the subject are those recorded at readiness in every one of
+    ``snaps``. Raises: RuleRefused naming the files that differ."""
+    for snap in snaps:
+        drifted = differing_paths(original.driver, snap.driver)
+        if drifted:
+            raise refuse(
+                "R11",
+                f"the driver's files differ from those recorded at readiness: {_named(drifted)}",
+                "restore the readiness driver, or record new readiness",
+            )
+
+
 def no_subject_directory(target: TargetView) -> Exception:
     """The refusal (R11) of a candidate directory named for a Target without a subject
     directory (its readiness driver declares no ``{subject}`` place)."""
@@ -302,13 +315,7 @@ def r11_experiment_candidate(
             f"`perfledger checkout {reference.digest} DIR`), then create the experiment naming "
             "that directory as candidate.subject",
         )
-    drifted = differing_paths(original.driver, snap.driver)
-    if drifted:
-        raise refuse(
-            "R11",
-            f"the driver's files differ from those recorded at readiness: {_named(drifted)}",
-            "restore the readiness driver, or record new readiness",
-        )
+    _driver_unchanged(original, snap)
     changed = differing_paths(reference.files, snap.files)
     rules.r11_paths_in_scope(changed, target.definition.scope)
     return {
@@ -552,15 +559,7 @@ def r11_check_identity(
                 f"{audited.digest[:16]}; {describe_difference(audited, cand)}",
                 f"`perfledger checkout {audited.digest} DIR` gives the champion's files",
             )
-    drifted = differing_paths(original.driver, cand.driver) or differing_paths(
-        original.driver, ref.driver
-    )
-    if drifted:
-        raise refuse(
-            "R11",
-            f"the driver's files differ from those recorded at readiness: {_named(drifted)}",
-            "restore the readiness driver, or record new readiness",
-        )
+    _driver_unchanged(original, cand, ref)
     changed = differing_paths(ref.files, cand.files)
     if not changed:
         raise refuse(
