@@ -83,6 +83,10 @@ def test_r18_handoff_inflating_a_champion_figure_is_refused(audited: Session) ->
                 "ci_low": verdict.ci_low, "ci_high": verdict.ci_high}  # fmt: skip
     error = audited.refused("handoff.record", {**MINIMAL, "figures": [inflated]}, "R18")
     assert "is not the recorded verdict's" in error.message
+    # a screen's figure is no gain of the champion (screens never pass)
+    screen = {"samples_id": "e1-screen", "estimate": 0.2}
+    error = audited.refused("handoff.record", {**MINIMAL, "figures": [screen]}, "R18")
+    assert "not a gain of the champion" in error.message
     # honest control: the recorded figures, as any rendering rounds them, are accepted
     stated = {"samples_id": "e1-target", "estimate": round(verdict.estimate, 3)}
     assert audited.run("handoff.record", {**MINIMAL, "figures": [stated]})["figures"]
