@@ -316,7 +316,7 @@ class Session:
         e1 = self.cli("experiment", "create", request={
             "experiment_id": "e1", "target_id": TARGET,
             "title": "reuse scipy.special.softmax along the rows (one vectorized call)",
-            "candidate": {"content_hash": self.workload("--hash", "scipy_reuse")["content_hash"],
+            "candidate": {"subject": str(self.subject("scipy_reuse")),
                           "label": "impls/scipy_reuse.py"},
             "approach": "reuse",
             "new_component": {"component_kind": "kernel",
@@ -396,7 +396,7 @@ class Session:
         self.cli("experiment", "create", request={
             "experiment_id": "e2", "target_id": TARGET,
             "title": "in place: one output buffer, no full-size temporaries",
-            "candidate": {"content_hash": self.workload("--hash", "inplace")["content_hash"],
+            "candidate": {"subject": str(self.subject("inplace")),
                           "label": "impls/inplace.py"},
             "approach": "new",
             "new_component": {"component_kind": "kernel",
@@ -426,7 +426,7 @@ class Session:
         self.cli("experiment", "create", request={
             "experiment_id": "e3", "target_id": TARGET,
             "title": "compute in float32 (half the bytes), cast back to float64",
-            "candidate": {"content_hash": self.workload("--hash", "float32")["content_hash"],
+            "candidate": {"subject": str(self.subject("float32")),
                           "label": "impls/float32.py"},
             "claim": {
                 "evidence": [

@@ -113,7 +113,7 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
             "facts": [{"name": "share", "value": 1.0, "unit": "ratio"}]})  # fmt: skip
         created = await _ok(s, "experiment_create", {
             "experiment_id": "e1", "target_id": "t1", "title": "builtin sum()",
-            "candidate": {"content_hash": "sha256:fast-code"},
+            "candidate": {"subject": "work/fast"},
             "claim": {"evidence": [
                 {"evidence_id": "ev", "applicability": "same_boundary", "used_for": "coverage"},
                 {"evidence_id": "ev", "applicability": "conservative_upper_bound",

@@ -145,15 +145,18 @@ def test_every_read_tool_field_has_a_description_and_schema_takes_a_tool_name(
 
 
 def test_content_hash_descriptions_say_what_to_hash_and_what_binds_the_code() -> None:
-    """original.content_hash and candidate.content_hash say what to hash, that perfledger does
-    not recompute it, and that the snapshot binds the code (R11)."""
+    """original.content_hash says what to hash, that perfledger does not recompute it, and that
+    the snapshot binds the code (R11); candidate.content_hash says perfledger computes it from
+    candidate.subject where the Target is bound to code, and is declared elsewhere."""
     from perfledger.commands.registry.operations import json_schema
 
     original = json_schema("readiness.record")["$defs"]["Original"]["properties"]
     candidate = json_schema("experiment.create")["$defs"]["Candidate"]["properties"]
-    for spec in (original["content_hash"], candidate["content_hash"]):
-        text = spec["description"]
-        assert "does not recompute it" in text and "snapshot" in text and "R11" in text
+    text = original["content_hash"]["description"]
+    assert "does not recompute it" in text and "snapshot" in text and "R11" in text
+    text = candidate["content_hash"]["description"]
+    assert "perfledger computes it from candidate.subject" in text and "declared" in text
+    assert "snapshots every file" in candidate["subject"]["description"]
 
 
 def test_a_second_verdict_on_the_same_samples_is_refused_by_r12_with_where_to_read_it(

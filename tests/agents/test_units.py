@@ -132,7 +132,7 @@ def _run_session(root: Path) -> tuple[Session, float]:
         "facts": [{"name": "sleep_share", "value": 1.0, "unit": "ratio"}]})  # fmt: skip
     s.cli("experiment create", "experiment", "create", request={
         "experiment_id": "e1", "target_id": "t1", "title": "sleep half as long",
-        "candidate": {"content_hash": "sha256:fast", "label": "work/fast"},
+        "candidate": {"subject": "work/fast", "label": "work/fast"},
         "claim": {"evidence": [
             {"evidence_id": "ev", "applicability": "same_boundary", "used_for": "coverage"},
             {"evidence_id": "ev", "applicability": "conservative_upper_bound",

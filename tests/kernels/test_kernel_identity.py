@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from perfledger.api import Ledger
+from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
@@ -97,9 +98,9 @@ class Bound:
                 "evidence_id": "ev1", "layer": "kernel", "tool": {"name": "manual", "version": "1"},
                 "facts": [{"name": "share", "value": 0.9, "unit": "ratio"}],
             })  # fmt: skip
-            run("experiment.create", {
+            body, files = candidate_edge(ledger, {
                 "experiment_id": "e1", "target_id": "t1", "title": "scale with less work",
-                "candidate": {"content_hash": "sha256:" + "1" * 16},
+                "candidate": {"subject": str(self.cand)},
                 "claim": {
                     "evidence": [
                         {"evidence_id": "ev1", "applicability": "same_boundary",
@@ -114,6 +115,7 @@ class Bound:
                 },
                 "preregistration": {"rejects": "implementation"},
             })  # fmt: skip
+            run("experiment.create", body, artifacts=files)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

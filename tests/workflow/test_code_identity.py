@@ -25,6 +25,7 @@ import msgspec
 import pytest
 
 from perfledger.api import Ledger
+from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
@@ -152,8 +153,14 @@ def _claim() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _experiment(exp: str, typed_paths: list[str] | None = None) -> dict[str, Any]:
+def _experiment(
+    exp: str, typed_paths: list[str] | None = None, subject: Path | None = None
+) -> dict[str, Any]:
+    """An ``experiment.create`` body: the candidate's directory (``subject``, snapshotted at
+    creation, R11) or, for the refusals and the old rule, a typed hash."""
     candidate: dict[str, Any] = {"content_hash": f"sha256:{exp}-{'0' * 16}", "label": exp}
+    if subject is not None:
+        candidate = {"subject": str(subject), "label": exp}
     if typed_paths is not None:
         candidate["changed_paths"] = typed_paths
     return {
@@ -161,6 +168,21 @@ def _experiment(exp: str, typed_paths: list[str] | None = None) -> dict[str, Any
         "candidate": candidate, "claim": _claim(),
         "preregistration": {"rejects": "implementation"},
     }  # fmt: skip
+
+
+def _create(ledger: Ledger, exp: str, subject: Path) -> None:
+    """``experiment create`` as the CLI runs it: the candidate's directory snapshotted first."""
+    body, files = candidate_edge(ledger, _experiment(exp, subject=subject))
+    execute(ledger, "experiment.create", body, actor="agent", artifacts=files)
+
+
+def _own_experiment(s: Session, cand: Path) -> str:
+    """A new experiment whose candidate is ``cand`` (an experiment measures the code it was
+    created for, R11); returns its id."""
+    exp = f"e-{cand.name}"
+    with Ledger.open(s.ledger) as ledger:
+        _create(ledger, exp, cand)
+    return exp
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +231,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},
             "facts": [{"name": "share", "value": 0.95, "unit": "ratio"}],
         })  # fmt: skip
-        run("experiment.create", _experiment("e1"))
+        _create(ledger, "e1", s.fast)  # type: ignore[attr-defined]
     s.screen = s.measure("e1", "screen", orig, s.fast)  # type: ignore[attr-defined]
     assert s.screen.returncode == 0, s.screen.stdout + s.screen.stderr  # type: ignore[attr-defined]
     s.ok("verdict", "record", request={"samples_id": "e1-screen"})
@@ -229,8 +251,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
     done = s.measure("e1", "final_audit", orig, s.fast)
     assert done.returncode == 0, done.stdout + done.stderr
     s.ok("final-audit", "record", request={"target_id": "t1", "samples_id": "e1-final_audit"})
+    # e2: open against champion e1, its own code (a kernel beside the champion's)
+    s.e2 = _subject(s.code, "fast-e2", FASTER + "\n# e2\n", util=True)  # type: ignore[attr-defined]
     with Ledger.open(s.ledger) as ledger:
-        execute(ledger, "experiment.create", _experiment("e2"), actor="agent")
+        _create(ledger, "e2", s.e2)  # type: ignore[attr-defined]
     return s
 
 
@@ -348,8 +372,9 @@ def test_r11_code_changed_while_measured_refuses_the_samples(session: Session) -
         "import os\nopen(os.path.join(os.path.dirname(__file__), 'trace.txt'), 'a').write('x')\n"
     )
     cand = _subject(session.code, "fast-self-writing", writer + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
-    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-self")
+    done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-self")
     # it runs from perfledger's read-only copy: the write fails (its calls fail), or, as root
     # (whom file modes do not stop), is found in the copy before the next call
     if done.returncode != 3:
@@ -431,7 +456,8 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
             body.pop(derived, None)
         body["samples_id"] = "forged"
         body["experiment_id"] = "e2"
-        body["reference"] = {"kind": "champion", "content_hash": "sha256:e1-" + "0" * 16,
+        champion_hash = ledger.state().experiments["e1"].created.candidate.content_hash
+        body["reference"] = {"kind": "champion", "content_hash": champion_hash,
                              "experiment_id": "e1"}  # fmt: skip
         ident = body["identity"]
         ident.pop("changed_paths")
@@ -440,7 +466,7 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
         forged["files"] = {**forged["files"]}
         forged["files"]["src/kern.py"] = {**forged["files"]["src/kern.py"], "size": 1}
         ident["candidate"] = forged  # ... and a candidate whose digest no longer matches
-        body["candidate_hash"] = "sha256:e2-" + "0" * 16
+        body["candidate_hash"] = ledger.state().experiments["e2"].created.candidate.content_hash
         from perfledger.errors import BadRequest
 
         with pytest.raises(BadRequest) as caught:
@@ -503,9 +529,9 @@ def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> 
 
 
 def test_r11_an_experiment_keeps_one_candidate_across_stages(session: Session) -> None:
-    with Ledger.open(session.ledger) as ledger:
-        execute(ledger, "experiment.create", _experiment("e3"), actor="agent")
     first = _subject(session.code, "fast-e3", FASTER.replace("n // 4", "n // 5"), util=True)
+    with Ledger.open(session.ledger) as ledger:
+        _create(ledger, "e3", first)
     done = session.measure("e3", "screen", session.fast, first)
     assert done.returncode == 0, done.stdout + done.stderr
     other = _subject(session.code, "fast-e3-other", FASTER.replace("n // 4", "n // 6"), util=True)
@@ -667,8 +693,9 @@ def test_cheat_candidate_that_edits_the_references_files_between_calls_is_refuse
     count = session.tmp / "saboteur-count"
     kern = SABOTEUR.replace("COUNT_FILE", repr(str(count))) + FASTER  # the champion's own work
     cand = _subject(session.code, "saboteur", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
-    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-sabotage")
+    done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-sabotage")
     message = _refused(done)
     assert "changed while it was measured" in message and "json.py" in message
     assert _head(session) == before
@@ -725,7 +752,7 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
     subject's directory are removed after the run."""
     cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
     with Ledger.open(session.ledger) as ledger:  # its own experiment: these samples are kept
-        execute(ledger, "experiment.create", _experiment("e-pyc"), actor="agent")
+        _create(ledger, "e-pyc", cand)
     try:
         done = session.measure("e-pyc", "screen", session.fast, cand, "--samples", "e-pyc-1")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -770,8 +797,9 @@ def test_cheat_candidate_that_plants_bytecode_in_the_references_private_cache_is
     (here: a ``.pyc`` the candidate planted in the reference's) refuses the run before the
     reference's next call, and nothing is recorded."""
     cand = _subject(session.code, "private-pyc", PRIVATE_PYC_SABOTEUR + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
-    done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-private-pyc")
+    done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-private-pyc")
     message = _refused(done)
     assert "private bytecode cache" in message and "kern.cpython" in message, message
     assert "reference" in message and _head(session) == before
@@ -801,9 +829,17 @@ def test_cheat_candidate_that_edits_the_references_copy_is_refused(session: Sess
     the change time of what it touched tells (no process can set it back), so the run is
     refused before the reference's next call, naming the file."""
     cand = _subject(session.code, "copy-editor", COPY_EDITOR + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     message = _refused(
-        session.measure("e2", "screen", session.fast, cand, "--samples", "e2-copy-editor")
+        session.measure(
+            exp,
+            "screen",
+            session.fast,
+            cand,
+            "--samples",
+            "e2-copy-editor",
+        )
     )
     assert "read-only copy the reference runs from" in message and "NOTES.md" in message
     assert _head(session) == before
@@ -829,9 +865,17 @@ def test_cheat_candidate_that_imports_a_module_from_outside_its_subject_is_refus
     (helpers / "fast_helper.py").write_text(UTIL.replace("closed_form", "sumsq"))
     kern = OUTSIDE_HELPER.replace("HELPERS", repr(str(helpers)))
     cand = _subject(session.code, "outside-helper", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     message = _refused(
-        session.measure("e2", "screen", session.fast, cand, "--samples", "e2-outside-helper")
+        session.measure(
+            exp,
+            "screen",
+            session.fast,
+            cand,
+            "--samples",
+            "e2-outside-helper",
+        )
     )
     assert "read files outside its snapshot" in message and "fast_helper.py" in message
     assert "candidate" in message and _head(session) == before
@@ -888,9 +932,10 @@ def test_cheat_candidate_that_plants_startup_code_in_site_packages_is_refused(
         + FASTER
     )
     cand = _subject(session.code, "pth-saboteur", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     try:
-        done = session.measure("e2", "screen", session.fast, cand, "--samples", "e2-pth")
+        done = session.measure(exp, "screen", session.fast, cand, "--samples", "e2-pth")
         message = _refused(done)
         assert "start-up" in message and name in message
         assert _head(session) == before
@@ -921,10 +966,18 @@ def test_cheat_candidate_that_edits_a_reference_file_and_restores_its_time_is_re
     notes = session.fast / "NOTES.md"
     original = notes.read_text()
     cand = _subject(session.code, "in-place-editor", IN_PLACE_EDITOR + FASTER, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     try:
         message = _refused(
-            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-in-place")
+            session.measure(
+                exp,
+                "screen",
+                session.fast,
+                cand,
+                "--samples",
+                "e2-in-place",
+            )
         )
         assert "changed while it was measured" in message and "NOTES.md" in message
         assert _head(session) == before
@@ -1028,10 +1081,18 @@ def test_cheat_candidate_that_edits_site_packages_and_puts_it_back_is_refused(
     module.write_text("VALUE = 1\n")  # installed before the run
     kern = SITE_EDITOR.replace("MODULE_PATH", repr(str(module))) + FASTER
     cand = _subject(session.code, "site-editor", kern, util=True)
+    exp = _own_experiment(session, cand)  # appended before the head is taken
     before = _head(session)
     try:
         message = _refused(
-            session.measure("e2", "screen", session.fast, cand, "--samples", "e2-site-editor")
+            session.measure(
+                exp,
+                "screen",
+                session.fast,
+                cand,
+                "--samples",
+                "e2-site-editor",
+            )
         )
         assert "Python installation" in message and "not recorded" in message
         assert _head(session) == before

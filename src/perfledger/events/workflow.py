@@ -497,11 +497,24 @@ class Preregistration(_Part, kw_only=True):
 
 
 class Candidate(_Part, kw_only=True):
-    """The candidate's identity and the paths it changes (each inside the Target's scope, R11)."""
+    """The candidate's identity and the paths it changes (each inside the Target's scope, R11).
+
+    Attributes:
+        content_hash: from ``ExperimentCreated`` schema :data:`R11_CANDIDATE_SNAPSHOT` on a
+            Target bound to code, computed: ``blake3:`` and the snapshot's tree digest; else the
+            typed value (``content_hash_source`` ``declared``).
+        changed_paths: typed (old rule), or computed against the reference at creation.
+        snapshot: the candidate directory's snapshot, taken at ``experiment create`` (schema
+            :data:`R11_CANDIDATE_SNAPSHOT` on a Target bound to code); absent otherwise.
+        content_hash_source: ``computed`` (from the snapshot) or ``declared`` (typed, proving
+            nothing); absent on experiments created before schema :data:`R11_CANDIDATE_SNAPSHOT`.
+    """
 
     content_hash: str
     label: str = ""
     changed_paths: tuple[str, ...] = ()
+    snapshot: Snapshot | msgspec.UnsetType = msgspec.UNSET
+    content_hash_source: Literal["computed", "declared"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class NewComponent(_Part, kw_only=True):
@@ -968,8 +981,27 @@ class RejectedDirection(_Part, kw_only=True):
     closes: Scope
 
 
+class GainFigure(_Part, kw_only=True):
+    """A figure of the champion's gain on the primary as its verdict (or final audit) recorded
+    it (R18; ratios of improvement; ``unit``: the primary's)."""
+
+    experiment_id: str
+    samples_id: str
+    stage: str
+    status: str
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    unit: str | None = None
+
+
 class HandoffRecorded(_Payload, kw_only=True):
-    """A handoff (R18)."""
+    """A handoff (R18). From schema :data:`R18_LEDGER_FILLED` on, everything the ledger knows
+    is filled by the decider from the state, and a stated list must agree with it: ``champion``,
+    ``primary_achieved``, ``local_results``, ``rejected``, ``prediction_corrections``; the
+    champion's gain ``figures`` with their CIs, the ``owed`` obligations and the
+    ``open_experiments`` are derived (absent before); ``gains``, ``unresolved_questions``,
+    ``stop_reason``, ``resume_needs`` and ``feedback`` are the agent's free text (no figures)."""
 
     target_id: str
     primary_achieved: bool
@@ -985,6 +1017,9 @@ class HandoffRecorded(_Payload, kw_only=True):
     budget_left: Budget
     resume_needs: tuple[str, ...]
     feedback: str
+    figures: tuple[GainFigure, ...] | msgspec.UnsetType = msgspec.UNSET
+    owed: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    open_experiments: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ActivityExplained(_Payload, kw_only=True):
@@ -1116,6 +1151,19 @@ R7_COMPUTED_BOUND = 3
 #: :data:`R14_MAX_SPAN` times its lower end's; claims recorded under versions 1-3 keep the
 #: earlier rule (any non-empty interval up to the bound).
 R14_INFORMATIVE_INTERVAL = 4
+#: The ``ExperimentCreated`` schema version from which, on a Target bound to code (its readiness
+#: recorded the original's snapshot), the candidate's directory is named at creation
+#: (``candidate.subject``) and snapshotted there: its content hash is computed (``blake3:`` and
+#: the tree digest; a typed one must equal it), it must differ from the reference's code, its
+#: changed paths lie inside the scope, and every later samples event measures that snapshot. On
+#: a Target without a subject directory the typed hash is recorded as ``declared`` (R11).
+#: Experiments created before keep the typed hash.
+R11_CANDIDATE_SNAPSHOT = 6
+#: The ``HandoffRecorded`` schema version from which the decider fills what the ledger knows
+#: (champion, achieved, gain figures with CIs, local results, rejections, reconciliations, owed
+#: obligations, open experiments) and refuses a handoff whose lists contradict it, or whose free
+#: text states a figure (R18); handoffs recorded before keep the old checks.
+R18_LEDGER_FILLED = 3
 #: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
 R14_MAX_SPAN = 4.0
 #: The ``ReadinessRecorded`` schema version from which the original's snapshot must cover every
@@ -1249,7 +1297,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`); version 4 requires an
-#: informative interval (:data:`R14_INFORMATIVE_INTERVAL`).
+#: informative interval (:data:`R14_INFORMATIVE_INTERVAL`); version 6 snapshots the candidate's
+#: directory at creation (:data:`R11_CANDIDATE_SNAPSHOT`). Version 3 of ``HandoffRecorded`` is
+#: filled and checked from the ledger (:data:`R18_LEDGER_FILLED`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 #: Version 9 of ``SamplesRecorded`` and 3 of ``ChampionSelected`` make R14 apply to what was
@@ -1271,8 +1321,12 @@ SCHEMA_VERSIONS = {
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
     "ExperimentCreated": max(
-        R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
+        R6_RECORDED_APPLICABILITY,
+        R7_COMPUTED_BOUND,
+        R14_INFORMATIVE_INTERVAL,
+        R11_CANDIDATE_SNAPSHOT,
     ),
+    "HandoffRecorded": R18_LEDGER_FILLED,
     "ChampionSelected": max(
         R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
     ),

@@ -205,7 +205,9 @@ def _last_handoff(state: WorkflowState, target_id: str) -> HandoffRecorded | Non
     return recorded[-1] if recorded else None
 
 
-def _gains(state: WorkflowState, target: TargetView) -> list[Gain]:
+def derived_gains(state: WorkflowState, target: TargetView) -> list[Gain]:
+    """The current champion's gains on the primary: its target-stage verdict and its final
+    audits, each with the figures (ratios) and CI as recorded (R18)."""
     out = []
     champion = target.champion
     if champion is None:
@@ -415,7 +417,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         experiment = state.experiments.get(target.champion)
         if experiment is not None:
             key += sorted({e.evidence_id for e in experiment.created.claim.evidence})
-    gains = _gains(state, target)
+    gains = derived_gains(state, target)
     key += [g.samples_id for g in gains]
     questions = unresolved(state, target)
     if last is not None:

@@ -191,6 +191,7 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
         "ExperimentCreated": ("figures",),
         "SamplesRecorded": ("ref_failures", "cand_failures", "unexplained_activity", "wall_check"),
         "CandidateRejected": ("target_id",),
+        "HandoffRecorded": ("figures", "owed", "open_experiments"),
     }
     for name in drop.get(kind, ()):
         p.pop(name, None)
@@ -203,6 +204,11 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
         and not candidate.get("changed_paths")
     ):  # computed from snapshots, never typed
         p["candidate"] = {k: v for k, v in candidate.items() if k != "changed_paths"}
+    source = candidate.get("content_hash_source") if isinstance(candidate, dict) else None
+    if kind == "ExperimentCreated" and source is not None:
+        # R11 (schema 6): the source is derived, and computed paths are never typed
+        derived = {"content_hash_source", *(["changed_paths"] if source == "computed" else [])}
+        p["candidate"] = {k: v for k, v in p["candidate"].items() if k not in derived}
     if kind == "TargetFrozen":
         p = dict(payload.get("target") or {})
     elif kind == "VerdictRecorded":
@@ -469,7 +475,8 @@ class _Replay:
             if unlike is not None:
                 self._find(event, "R5", unlike)
         rule = KIND_RULE.get(kind, "request")
-        if kind in ("ReadinessRecorded", "SamplesRecorded"):  # R11: snapshots travel whole
+        # R11: snapshots travel whole
+        if kind in ("ReadinessRecorded", "ExperimentCreated", "SamplesRecorded"):
             missing = unattached_files(event.payload, envelope.artifacts)
             if missing:
                 self._find(event, "R11", f"snapshot files not attached to the event: {missing}")

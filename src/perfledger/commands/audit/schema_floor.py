@@ -115,6 +115,17 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                                "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
                                "ResolutionEstimated": 2, "SamplesRecorded": 8,
                                "VerdictRecorded": 4},
+    # the candidate snapshotted at creation and the handoff filled from the ledger (issue 38)
+    ("ExperimentCreated", 6): {"ActivityExplained": 2, "ChampionSelected": 4,
+                               "FinalAuditRecorded": 6, "HandoffRecorded": 3,
+                               "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                               "SamplesRecorded": 10, "TargetFrozen": 2, "TargetSuperseded": 2,
+                               "VerdictRecorded": 4},
+    ("HandoffRecorded", 3): {"ActivityExplained": 2, "ChampionSelected": 4,
+                             "ExperimentCreated": 6, "FinalAuditRecorded": 6,
+                             "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                             "SamplesRecorded": 10, "TargetFrozen": 2, "TargetSuperseded": 2,
+                             "VerdictRecorded": 4},
 }  # fmt: skip
 
 

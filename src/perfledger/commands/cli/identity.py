@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import click
 import msgspec
 
+from perfledger.app.snapshots import artifacts_of, take, take_as_original
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
 from perfledger.commands.registry import operations
@@ -26,10 +27,9 @@ from perfledger.commands.workflow import identity
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.identity import NAMED_PATHS
 from perfledger.commands.workflow.identity import driver_with_subject as suggest
-from perfledger.commands.workflow.rules import path_in_scope, refuse
+from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest, IntegrityError
 from perfledger.events.identity import (
-    COVERAGE_SUBJECT,
     SamplesIdentity,
     Snapshot,
     declares_subject,
@@ -43,51 +43,9 @@ from perfledger.kernels.workload.subject_copy import (
     prepare_subject,
     safe_relative,
 )
-from perfledger.ledger.base import Artifact
 
 #: Where ``perfledger checkout`` writes nothing: a directory that exists and is not empty.
 CHECKOUT_HINT = "pass a new (or empty) directory"
-
-
-def _in_scope(scope: Any) -> Any:
-
-    globs = list(scope)
-    return lambda rel: any(path_in_scope(rel, g) for g in globs)
-
-
-def take(target_scope: Any, driver: Any, subject: str, *, whole: bool = True) -> Any:
-    """Snapshot ``subject`` as the readiness ``driver`` (its argv with ``{subject}`` and its
-    optional cwd; a Driver Struct or its dict) runs it, taking every file under it (``whole``)
-    or, for a Target whose original was snapshotted before that rule, the files inside
-    ``target_scope`` (globs). Returns a :class:`~perfledger.kernels.workload.snapshot.TakenSnapshot`.
-    Raises: BadRequest, RuleRefused (R11: a symbolic link out of the subject)."""
-    from perfledger.kernels.workload.snapshot import take_snapshot  # noqa: PLC0415 (off `perfledger status`'s start-up path)
-
-    fields = driver if isinstance(driver, dict) else msgspec.to_builtins(driver)
-    argv = substitute([str(w) for w in fields["argv"]], subject)
-    return take_snapshot(
-        subject, argv, _in_scope(target_scope), fields.get("cwd") or None, whole=whole
-    )
-
-
-def take_as_original(target: Any, subject: str) -> Any:
-    """:func:`take` of ``subject`` for a snapshot Target, covering what the original's snapshot
-    covers (every file under the subject, or the scope's files for an original recorded
-    before that rule), so the two compare."""
-
-    original = identity.original_snapshot(target)
-    whole = original is None or original.coverage == COVERAGE_SUBJECT
-    return take(target.definition.scope, target.readiness.driver, subject, whole=whole)
-
-
-def artifacts_of(*taken: Any) -> dict[str, Any]:
-    """The artifacts holding the files of snapshots: ``file-<blake3>`` -> Artifact."""
-
-    out: dict[str, Any] = {}
-    for t in taken:
-        for digest, data in t.blobs.items():
-            out[file_artifact_name(digest)] = Artifact(data, "application/octet-stream")
-    return out
 
 
 def driver_with_subject(argv: Any) -> list[str]:
@@ -434,12 +392,15 @@ def champion_snapshot(ledger: Any, state: Any, target: Any) -> dict[str, Any] | 
 
 def _recorded_snapshots(ledger: Any) -> list[tuple[str, str, Snapshot]]:
     """Every snapshot in the ledger: (label, event id, snapshot), in the ledger's order; the
-    label is ``TARGET:original``, ``SAMPLES:reference`` or ``SAMPLES:candidate``."""
+    label is ``TARGET:original``, ``EXPERIMENT:created`` (the candidate snapshotted at
+    ``experiment create``), ``SAMPLES:reference`` or ``SAMPLES:candidate``."""
     out: list[tuple[str, str, Snapshot]] = []
     for event in ledger.events():
         p = event.payload
         if event.kind == "ReadinessRecorded" and isinstance(p.original.snapshot, Snapshot):
             out.append((f"{p.target_id}:original", event.id, p.original.snapshot))
+        elif event.kind == "ExperimentCreated" and isinstance(p.candidate.snapshot, Snapshot):
+            out.append((f"{p.experiment_id}:created", event.id, p.candidate.snapshot))
         elif event.kind == "SamplesRecorded" and isinstance(p.identity, SamplesIdentity):
             out.append((f"{p.samples_id}:reference", event.id, p.identity.reference))
             out.append((f"{p.samples_id}:candidate", event.id, p.identity.candidate))

@@ -7,7 +7,8 @@ A thin skin over the same library calls as the CLI:
   name with ``.`` and ``-`` as ``_``); its input schema is the request's JSON Schema
   (:func:`perfledger.commands.registry.operations.json_schema`) and its result the CLI's ``--json``
   answer (``{"op", "event_id", "kind", "lamport", "payload", "events"}``). ``readiness_record``
-  snapshots ``original.subject`` as the CLI does (R11);
+  snapshots ``original.subject`` and ``experiment_create`` ``candidate.subject`` as the CLI
+  does (R11);
 - read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
 - ``cli``: any other ``perfledger`` command (``measure workload``, ``env``, ``audit``,
   ``handoff record``...) run as a subprocess on the same ledger with ``--json``.
@@ -32,6 +33,7 @@ import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
+from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.cli.readmodels import resume_context
@@ -62,14 +64,17 @@ INSTRUCTIONS = (
     "values measured elsewhere); "
     'the A/A resolution (R4): `cli` ["measure", "aa", "--target", T, "--cmd", CMD, '
     '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
-    "experiment_create (R7-R10); samples through "
+    "experiment_create (R7-R10; candidate.subject: the candidate's code directory, which "
+    "perfledger hashes, R11); samples through "
     '`cli` ["measure", "workload", "--experiment", E, "--stage", "screen"|"target"|'
     '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages (target, final_audit) '
     'need a monitor: for a CPU workload pass "--monitor", "host", and "--explain-foreign", '
     "TEXT when other processes' CPU use cannot move the metric; screens may pass "
     '"--no-monitor"); '
     "verdict_record (R12); champion_select (R13); final_audit_record; "
-    '`cli` ["handoff", "record", ...] (R18); `cli` ["audit"]. `schema` gives each request\'s '
+    '`cli` ["handoff", "record", ...] or handoff_record with target_id, budget_used, '
+    "stop_reason and feedback: perfledger fills the rest from the ledger (R18); "
+    '`cli` ["audit"]. `schema` gives each request\'s '
     'JSON Schema (`cli` ["schema", OP, "--example"] a valid example). A refusal is a tool '
     "error naming its rule and a hint; nothing was appended. The workload driver (readiness "
     "driver; measure's --cmd/--ref/--cand): " + DRIVER_CONTRACT + " " + OUTPUT_FORMATS
@@ -203,6 +208,8 @@ class Tools:
         try:
             if op == "readiness.record":  # original.subject -> its snapshot (R11), as the CLI
                 body, artifacts = readiness_edge(ledger, body)
+            if op == "experiment.create":  # candidate.subject -> its snapshot (R11), as the CLI
+                body, artifacts = candidate_edge(ledger, body)
             envelopes = operations.execute(
                 ledger, op, body, actor=self.actor, artifacts=artifacts or None
             )

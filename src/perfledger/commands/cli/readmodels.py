@@ -325,6 +325,11 @@ def budget_warnings(budget: Any, used: Any) -> list[str]:
     help="Friction and feedback (or `none`); recorded as `not stated` when omitted.",
 )
 @click.option("--question", "questions", multiple=True, help="An unresolved question (repeatable).")
+@click.option(
+    "--example",
+    is_flag=True,
+    help="Print the minimal request (what only you state; perfledger fills the rest) and exit.",
+)
 @idempotency_option
 @actor_option
 @dry_run_option
@@ -337,16 +342,24 @@ def handoff_record(
     gpu_used: float | None,
     feedback: str | None,
     questions: tuple[str, ...],
+    example: bool,
     idempotency_key: str | None,
     actor: str | None,
     dry_run: bool,
     json_flag: bool,
 ) -> None:
-    """Record the handoff (R18) derived from the state, with the request's fields and the flags
-    overriding it. A stop reason or feedback that neither a flag nor the request gives is recorded
-    as `not stated` (never invented); a budget used beyond the Target's is warned about on stderr.
-    GPU seconds used are stated by --gpu-used, except on a Target whose GPU budget is 0 (0 then).
-    Rules: R18."""
+    """Record the handoff (R18): perfledger fills what the ledger knows (champion, achieved, the
+    gains' figures with CIs, local results, rejections, reconciliations, owed obligations, open
+    experiments) and refuses a request whose lists contradict it; the request's fields and the
+    flags state the rest. A stop reason or feedback that neither a flag nor the request gives is
+    recorded as `not stated` (never invented); a budget used beyond the Target's is warned about
+    on stderr. GPU seconds used are stated by --gpu-used, except on a Target whose GPU budget is
+    0 (0 then). Rules: R18."""
+    if example:
+        from perfledger.commands.registry.request_examples import example as example_of  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+        click.echo(to_json_text(example_of("handoff.record"), indent=2))
+        return
     ctx = _ctx(json_flag)
 
     override = read_request(request_source)

@@ -323,7 +323,7 @@ def experiment_lines(experiment: Mapping[str, Any], verdicts: Mapping[str, Any])
         f"{_escape(c['target_id'])}: {_escape(c['title'])}",
         f"  stage {experiment['stage']}; status [bold]{experiment['status']}[/bold]; approach "
         f"{c.get('approach')}; candidate {_escape(c['candidate'].get('label') or '-')} "
-        f"{_escape(c['candidate'].get('content_hash'))}",
+        f"{_escape(c['candidate'].get('content_hash'))}{_hash_source(c['candidate'])}",
         *(f"  {_escape(line)}" for line in claim_lines(c)),
         f"  a failure would reject its {c['preregistration'].get('rejects')} (R9)",
     ]
@@ -346,6 +346,17 @@ def experiment_lines(experiment: Mapping[str, Any], verdicts: Mapping[str, Any])
             f"  rejected: closes {rejection.get('closes')} (R15): {_escape(rejection.get('reason'))}"
         )
     return out
+
+
+def _hash_source(candidate: dict[str, Any]) -> str:
+    """How the candidate's content hash was obtained (R11, ``ExperimentCreated`` schema 6):
+    `` (computed from DIR)`` or `` (declared: typed, not computed)``; empty before."""
+    source = candidate.get("content_hash_source")
+    if source == "computed":
+        return f" (computed from {_escape((candidate.get('snapshot') or {}).get('subject', '?'))})"
+    if source == "declared":
+        return " (declared: typed, not computed)"
+    return ""
 
 
 def print_experiment(experiment: Mapping[str, Any], verdicts: Mapping[str, Any]) -> None:

@@ -239,6 +239,10 @@ def submit(
             warn_readiness(body)  # R5: correctness judged by the subject alone
 
             body, artifacts = readiness_edge(ledger, body)
+        if name == "experiment.create":  # candidate.subject -> its snapshot (R11)
+            from perfledger.app.snapshots import candidate_edge  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+            body, artifacts = candidate_edge(ledger, body)
         if dry_run:
             drafts = operations.preview(
                 ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key

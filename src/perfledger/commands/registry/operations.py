@@ -212,7 +212,8 @@ OPERATIONS: dict[str, Operation] = {
             "ExperimentCreate",
             "decide_experiment_create",
             "R1 R2 R4 R6 R7 R8 R9 R10 R11 R14",
-            "Create an experiment with its opportunity claim and preregistration.",
+            "Create an experiment with its opportunity claim and preregistration; "
+            "candidate.subject names the candidate's directory, which perfledger hashes (R11).",
         ),
         Operation(
             "samples.record",
@@ -302,7 +303,9 @@ OPERATIONS: dict[str, Operation] = {
             "HandoffRecord",
             "decide_handoff_record",
             "R18",
-            "Record a handoff.",
+            "Record a handoff: state target_id, budget_used, stop_reason and feedback; "
+            "perfledger fills the champion, gain figures, rejections and the other lists from "
+            "the ledger (stated lists must match it).",
         ),
         Operation(
             "conflict.resolve",
@@ -411,6 +414,10 @@ def decider(name: str) -> Any:
 EDGE_FIELDS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
     "readiness.record": {
         "Original": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
+    },
+    # :func:`perfledger.app.snapshots.candidate_edge`: candidate.subject -> candidate.snapshot
+    "experiment.create": {
+        "Candidate": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
     },
 }
 

@@ -22,6 +22,7 @@ import msgspec
 
 from perfledger.commands.workflow import (
     formal_runs,
+    handoff_rules,
     identity,
     measurement_rules,
     observed_rules,
@@ -57,6 +58,7 @@ from perfledger.events.workflow import (
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
     R11_CALLS_FROM_COPIES,
+    R11_CANDIDATE_SNAPSHOT,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
@@ -68,6 +70,7 @@ from perfledger.events.workflow import (
     R14_MEASURED_OBLIGATION,
     R14_STATED_INTERVAL,
     R14_UNJUDGED_BLOCKS_CHAMPION,
+    R18_LEDGER_FILLED,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -522,12 +525,26 @@ def decide_experiment_create(
     )
     readiness = target.readiness
     assert readiness is not None and target.resolution is not None
-    if req.candidate.content_hash in (
+    identity.r11_experiment_changed_paths(target, req)
+    computed = rules_version(ctx, "ExperimentCreated") >= R11_CANDIDATE_SNAPSHOT
+    candidate = (
+        identity.r11_experiment_candidate(state, target, req, ctx.payload_of) if computed else {}
+    )
+    typed_hash = candidate.get("content_hash", req.candidate.content_hash)
+    if candidate.get("content_hash_source") != "computed" and typed_hash in (
         readiness.original.content_hash,
         target.champion_hash,
     ):
-        raise refuse("R11", "the candidate does not differ from its reference")
-    identity.r11_experiment_changed_paths(target, req)
+        same = (
+            "the original's" if typed_hash == readiness.original.content_hash else "the champion's"
+        )
+        raise refuse(
+            "R11",
+            f"the candidate does not differ from its reference: its content_hash "
+            f"{typed_hash!r} is {same}",
+            "give the candidate's own content hash (of its code, e.g. its git commit), not the "
+            "reference's; a Target bound to code computes it from candidate.subject",
+        )
     rules.r10_upstream_checked(
         state,
         req.new_component.upstream_check_id if req.new_component else None,
@@ -567,7 +584,10 @@ def decide_experiment_create(
             f"{req.serves_secondary!r} is not a pre-declared secondary of Target "
             f"{req.target_id!r} ({sorted(secondaries)})",
         )
-    payload = _build(ExperimentCreated, {**dump(req), "figures": figures})
+    body = dump(req)
+    if candidate:  # R11: the candidate as perfledger computed (or recorded as declared) it
+        body["candidate"] = {**body["candidate"], **msgspec.to_builtins(candidate)}
+    payload = _build(ExperimentCreated, {**body, "figures": figures})
     return _emit(ctx, payload)
 
 
@@ -682,9 +702,20 @@ def decide_samples_record(
     rules.r4_baseline_and_resolution(target)
     assert target.resolution is not None and target.readiness is not None
     if req.candidate_hash != experiment.created.candidate.content_hash:
-        raise refuse("R11", "the samples' candidate is not the experiment's candidate")
+        raise refuse(
+            "R11",
+            "the samples' candidate is not the experiment's candidate",
+            f"candidate_hash is the experiment's candidate.content_hash "
+            f"({experiment.created.candidate.content_hash}); `perfledger measure workload` "
+            "fills it",
+        )
     if req.candidate_hash == req.reference.content_hash:
-        raise refuse("R11", "a candidate must differ from its reference")
+        raise refuse(
+            "R11",
+            "a candidate must differ from its reference",
+            "the reference is the current champion (or the original); measure another "
+            "experiment's candidate, or create an experiment for changed code",
+        )
     reference = msgspec.convert(dump(req.reference), Reference)
     if req.stage == "final_audit":
         if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
@@ -1499,6 +1530,17 @@ def decide_handoff_record(
     local result, rejection (with its scope) and reconciliation of the Target, known evidence,
     budget used + left = budget, and what resuming needs."""
     target = rules.r1_target_frozen(state, req.target_id)
+    if rules_version(ctx, "HandoffRecorded") >= R18_LEDGER_FILLED:
+        # R18: what the ledger knows is filled from it, a stated list checked against it
+        body = handoff_rules.r18_filled(state, target, req)
+        _r18_budget(target, body["budget_used"], body["budget_left"])
+        if not body["resume_needs"]:
+            raise refuse(
+                "R18",
+                "say what is needed to resume (resume_needs)",
+                "leave resume_needs out: perfledger fills the ledger's part",
+            )
+        return _emit(ctx, _build(HandoffRecorded, body))
     tid = req.target_id
     champion = target.champion or ORIGINAL
     if req.champion != champion:
@@ -1536,16 +1578,23 @@ def decide_handoff_record(
         raise refuse("R18", f"key evidence {unknown} is neither recorded evidence nor samples")
     if not req.resume_needs:
         raise refuse("R18", "say what is needed to resume (resume_needs)")
+    _r18_budget(target, dump(req.budget_used), dump(req.budget_left))
+    return _emit(ctx, _build(HandoffRecorded, dump(req)))
+
+
+def _r18_budget(target: TargetView, used: dict[str, float], left: dict[str, float]) -> None:
+    """R18: budget used + left = the Target's budget, per field (seconds), within
+    :data:`BUDGET_TOLERANCE`; a used beyond the budget leaves 0. Raises: RuleRefused."""
     budget = target.definition.budget
     for field in ("wall_s", "gpu_s"):
         total = getattr(budget, field)
-        used, left = getattr(req.budget_used, field), getattr(req.budget_left, field)
-        if abs(left - max(0.0, total - used)) > BUDGET_TOLERANCE * max(1.0, total):
+        if abs(left[field] - max(0.0, total - used[field])) > BUDGET_TOLERANCE * max(1.0, total):
             raise refuse(
                 "R18",
-                f"budget {field}: used {used} and left {left} do not add up to the Target's {total}",
+                f"budget {field}: used {used[field]} and left {left[field]} do not add up to "
+                f"the Target's {total}",
+                "leave budget_left out: perfledger computes it from budget_used",
             )
-    return _emit(ctx, _build(HandoffRecorded, dump(req)))
 
 
 def decide_conflict_resolve(

@@ -248,18 +248,25 @@ FIELDS: dict[str, str] = {
     "explained_by": "Who explains the activity (ActivityExplained schema 1 only; from schema 2 it "
     "is derived: the appender of the review cited, R17).",
     # handoff
-    "primary_achieved": "Whether the current champion's own final audit passed (R18).",
+    "primary_achieved": "Whether the current champion's own final audit passed (R18); leave it "
+    "out: perfledger fills it, and a stated value must be the ledger's.",
     "champion": "The current champion: an experiment id or original.",
-    "key_evidence": "Evidence and samples ids behind the champion.",
-    "gains": "The champion's gains with CIs, in words.",
-    "local_results": "Local result ids (secondary-only gains, R13).",
+    "key_evidence": "Evidence and samples ids behind the champion (filled when left out; each "
+    "must be recorded).",
+    "gains": "What only you know about the gains, in words, without figures: the figures with "
+    "their CIs are filled from the recorded verdicts (figures) (R18).",
+    "local_results": "Local result ids (secondary-only gains, R13); leave it out: perfledger "
+    "fills it, and a stated list must be the ledger's exactly.",
     "rejected": "Rejected directions with what each closed (R15).",
-    "prediction_corrections": "Experiments whose predictions were reconciled (R14).",
+    "prediction_corrections": "Experiments whose predictions were reconciled (R14); leave it "
+    "out: perfledger fills it, and a stated list must be the ledger's exactly.",
     "unresolved_questions": "Questions still open.",
     "stop_reason": "Why work stops.",
     "budget_used": "Budget used: wall_s and gpu_s, seconds.",
-    "budget_left": "Budget left: wall_s and gpu_s, seconds.",
-    "resume_needs": "What resuming needs (perfledger clone, head, artifacts).",
+    "budget_left": "Budget left: wall_s and gpu_s, seconds; filled from the Target's budget "
+    "and budget_used when left out.",
+    "resume_needs": "What resuming needs (perfledger clone, head, artifacts); filled when left "
+    "out.",
     "feedback": "Friction and feedback, or none.",
     # kernel-iteration loop (R19-R25)
     "subject_kind": "cuda (a kernel) or workload.",
@@ -347,11 +354,11 @@ MODEL_FIELDS: dict[str, str] = {
     "Provenance.raw_table": "The attached raw per-call table's artifact name (e.g. samples.json).",
     "Reference.content_hash": "The reference's content hash: the original's or the champion's.",
     "Reference.experiment_id": "For a champion reference: its experiment id.",
-    "Candidate.content_hash": "The candidate's content hash, e.g. sha256:<hex> of its changed "
-    "source files or tree (your choice of hash, 8-200 characters; perfledger does not recompute "
-    "it): it names the candidate and must differ from the original's and the champion's (R11). "
-    "Where the readiness driver declares {subject}, the code measured is bound by perfledger's "
-    "own snapshot of the --cand code directory, checked against changed_paths (R11).",
+    "Candidate.content_hash": "Leave it out where the Target is bound to code (its readiness "
+    "driver declares {subject}): perfledger computes it from candidate.subject (blake3:<tree "
+    "digest>), and a typed value must equal it. On a Target without a subject directory, the "
+    "candidate's content hash you type (e.g. git:<commit>), recorded as declared; it must "
+    "differ from the original's and the champion's (R11).",
     "Original.content_hash": "The original's content hash, e.g. sha256:<hex> of its source file "
     "or tree (your choice of hash, 8-200 characters; perfledger does not recompute it): it names "
     "the original. When subject is given, perfledger's own snapshot of that directory (a blake3 "
@@ -452,7 +459,20 @@ MODEL_FIELDS: dict[str, str] = {
     "OpportunityClaim.scope": "The candidate's scope: replaced region, real shapes, execution "
     "form (R7).",
     "TargetFreeze.scope": FIELDS["scope"],
-    "HandoffRecord.champion": "The champion handed off: an experiment id or original.",
+    "HandoffRecord.champion": "The champion handed off: an experiment id or original; leave it "
+    "out: perfledger fills it, and a stated one must be the ledger's (R18).",
+    "HandoffRecord.figures": "The champion's gain figures as you state them (samples id, "
+    "estimate, CI): each must be its recorded verdict's (R18); leave them out: perfledger fills "
+    "them.",
+    "GainFigure.samples_id": "The samples whose verdict (or final audit) gave the figure.",
+    "GainFigure.estimate": "The improvement, a ratio (0.2 = 20 %), as the verdict recorded it.",
+    "GainFigure.ci_low": "The CI's lower end, a ratio, as the verdict recorded it.",
+    "GainFigure.ci_high": "The CI's upper end, a ratio, as the verdict recorded it.",
+    "Candidate.subject": "The candidate's code directory (a path), put in the readiness "
+    "driver's {subject} place: perfledger snapshots every file under it now, computes the "
+    "content hash and changed paths, and records candidate.snapshot (R11). Give this, never "
+    "snapshot. Only for a Target whose readiness driver declares {subject}.",
+    "Candidate.snapshot": "The snapshot perfledger took of candidate.subject (R11); not typed.",
     "HandoffRecord.target_id": "The Target handed off.",
     "Preregistration.rejects": "What a failure would reject: implementation, integration or "
     "mechanism (R9).",

@@ -203,6 +203,141 @@ def r11_experiment_changed_paths(target: TargetView, req: rq.ExperimentCreate) -
     rules.r11_paths_in_scope(typed, target.definition.scope)
 
 
+#: The prefix of a content hash perfledger computed from a snapshot (``blake3:<tree digest>``).
+COMPUTED_HASH_PREFIX = "blake3:"
+
+
+def computed_hash(snap: Snapshot) -> str:
+    """The content hash perfledger records for a snapshot: ``blake3:`` and its tree digest."""
+    return COMPUTED_HASH_PREFIX + snap.digest
+
+
+def _driver_unchanged(original: Snapshot, *snaps: Snapshot) -> None:
+    """R11: the driver files outside the subject are those recorded at readiness in every one of
+    ``snaps``. Raises: RuleRefused naming the files that differ."""
+    for snap in snaps:
+        drifted = differing_paths(original.driver, snap.driver)
+        if drifted:
+            raise refuse(
+                "R11",
+                f"the driver's files differ from those recorded at readiness: {_named(drifted)}",
+                "restore the readiness driver, or record new readiness",
+            )
+
+
+def no_subject_directory(target: TargetView) -> Exception:
+    """The refusal (R11) of a candidate directory named for a Target without a subject
+    directory (its readiness driver declares no ``{subject}`` place)."""
+    return refuse(
+        "R11",
+        "candidate.subject names a directory, but Target "
+        f"{target.definition.target_id!r} has no subject directory (its readiness driver "
+        "declares no {subject} place): perfledger cannot bind the candidate's code",
+        "leave candidate.subject out and type candidate.content_hash (recorded as declared); "
+        "or bind results to code: a superseding Target whose readiness driver has a {subject} "
+        "place and names original.subject",
+    )
+
+
+def r11_experiment_candidate(
+    state: WorkflowState,
+    target: TargetView,
+    req: rq.ExperimentCreate,
+    payload_of: Callable[[str], Any] | None,
+) -> dict[str, Any]:
+    """R11 at ``experiment create`` from ``ExperimentCreated`` schema
+    :data:`~perfledger.events.workflow.R11_CANDIDATE_SNAPSHOT`: the candidate's identity to
+    record (the ``candidate`` of the payload, as builtins).
+
+    On a Target bound to code (its readiness recorded the original's snapshot) the request
+    carries the candidate directory's snapshot (``candidate.subject``, snapshotted by the
+    application layer): it is consistent and of the readiness driver; its content hash is
+    computed (a typed one must equal it); it differs from the current reference's code (the
+    champion's, else the original's); its changed paths against that reference lie inside the
+    scope and are recorded. On a Target without a subject directory the typed ``content_hash``
+    is recorded as ``declared``. Raises: RuleRefused (R11), BadRequest (an inconsistent snapshot).
+    """
+    cand = req.candidate
+    typed = None if cand.content_hash is msgspec.UNSET else cand.content_hash
+    original = original_snapshot(target)
+    out: dict[str, Any] = {"label": cand.label}
+    if original is None:
+        if cand.snapshot is not msgspec.UNSET:
+            raise no_subject_directory(target)
+        if typed is None:
+            raise refuse(
+                "R11",
+                "candidate.content_hash is needed: Target "
+                f"{target.definition.target_id!r} has no subject directory, so perfledger "
+                "cannot compute it",
+                "type the candidate's content hash (e.g. its git commit as "
+                '"git:<sha>"); it is recorded and shown as declared',
+            )
+        return {**out, "content_hash": typed, "content_hash_source": "declared"}
+    if cand.snapshot is msgspec.UNSET:
+        raise refuse(
+            "R11",
+            "name the candidate's directory: Target "
+            f"{target.definition.target_id!r} is bound to code, so perfledger snapshots the "
+            "candidate at creation and computes its content hash (a typed hash proves nothing)",
+            '"candidate": {"subject": "DIR", ...}: the directory of the candidate\'s code, '
+            "put in the readiness driver's {subject} place; a copy of the original's code is "
+            f"written by `perfledger checkout {original.digest} DIR`",
+        )
+    assert target.readiness is not None and target.readiness.driver is not None
+    snap = _as_snapshot(cand.snapshot)
+    check_snapshot(snap, target.readiness.driver.argv, "candidate")
+    if snap.coverage != original.coverage:
+        raise refuse(
+            "R11",
+            "the candidate's snapshot does not cover what the original's covers "
+            f"({snap.coverage!r} vs {original.coverage!r})",
+            "pass candidate.subject to `perfledger experiment create`, which snapshots it",
+        )
+    computed = computed_hash(snap)
+    if typed is not None and typed != computed:
+        raise refuse(
+            "R11",
+            f"candidate.content_hash {typed!r} is not the hash of the candidate's directory "
+            f"{snap.subject!r}: perfledger computed {computed}",
+            "leave candidate.content_hash out (perfledger computes it), or pass the computed value",
+        )
+    champion = target.champion
+    reference = subject_snapshot(state, target, champion, payload_of) or original
+    what = "the original" if champion is None else f"champion {champion!r}"
+    if snap.digest in (reference.digest, original.digest):
+        same = what if snap.digest == reference.digest else "the original"
+        raise refuse(
+            "R11",
+            f"the candidate's directory {snap.subject!r} holds the same code as {same} "
+            f"(snapshot {snap.digest[:16]}): a candidate must differ from its reference",
+            "make the change in the candidate's directory first (start from a copy: "
+            f"`perfledger checkout {reference.digest} DIR`), then create the experiment naming "
+            "that directory as candidate.subject",
+        )
+    _driver_unchanged(original, snap)
+    changed = differing_paths(reference.files, snap.files)
+    rules.r11_paths_in_scope(changed, target.definition.scope)
+    return {
+        **out,
+        "content_hash": computed,
+        "content_hash_source": "computed",
+        "changed_paths": changed,
+        "snapshot": snap,
+    }
+
+
+def created_candidate(state: WorkflowState, experiment_id: str) -> Snapshot | None:
+    """The candidate snapshot ``experiment create`` recorded for ``experiment_id`` (schema
+    :data:`~perfledger.events.workflow.R11_CANDIDATE_SNAPSHOT` on a Target bound to code), or
+    None (an experiment created before, or of a Target without a subject directory)."""
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        return None
+    snap = experiment.created.candidate.snapshot
+    return snap if isinstance(snap, Snapshot) else None
+
+
 def subject_snapshot(
     state: WorkflowState,
     target: TargetView,
@@ -246,14 +381,15 @@ def _first_candidate(
 
 
 def unattached_files(payload: Any, artifacts: Mapping[str, Any]) -> list[str]:
-    """The snapshot files of a ReadinessRecorded or SamplesRecorded ``payload`` whose bytes are
+    """The snapshot files of a ReadinessRecorded, ExperimentCreated or SamplesRecorded ``payload`` whose bytes are
     not attached to its event (``artifacts``: name -> ArtifactRef with ``blake3`` and ``size``)
     as ``file-<blake3>``: a snapshot that ``checkout`` could not reproduce (R11). Returns the
     paths, sorted; empty for events without snapshots."""
     snaps: list[Snapshot] = []
-    original = getattr(getattr(payload, "original", None), "snapshot", msgspec.UNSET)
-    if isinstance(original, Snapshot):
-        snaps.append(original)
+    for holder in ("original", "candidate"):  # readiness's original, experiment's candidate
+        snap = getattr(getattr(payload, holder, None), "snapshot", msgspec.UNSET)
+        if isinstance(snap, Snapshot):
+            snaps.append(snap)
     identity = getattr(payload, "identity", msgspec.UNSET)
     if isinstance(identity, SamplesIdentity):
         snaps += [identity.reference, identity.candidate]
@@ -423,32 +559,42 @@ def r11_check_identity(
                 f"{audited.digest[:16]}; {describe_difference(audited, cand)}",
                 f"`perfledger checkout {audited.digest} DIR` gives the champion's files",
             )
-    drifted = differing_paths(original.driver, cand.driver) or differing_paths(
-        original.driver, ref.driver
-    )
-    if drifted:
-        raise refuse(
-            "R11",
-            f"the driver's files differ from those recorded at readiness: {_named(drifted)}",
-            "restore the readiness driver, or record new readiness",
-        )
+    _driver_unchanged(original, cand, ref)
     changed = differing_paths(ref.files, cand.files)
     if not changed:
         raise refuse(
             "R11",
             f"a candidate must differ from its reference: both snapshots hold the same files "
             f"(digest {ref.digest[:16]})",
+            "pass the candidate's own directory as --cand (the one named at `experiment "
+            "create`), and the reference's as --ref",
         )
     rules.r11_paths_in_scope(changed, target.definition.scope)
+    # last: the checks above name what is wrong with the code itself
+    created = created_candidate(state, experiment_id)
+    if created is not None and cand.digest != created.digest:
+        raise refuse(
+            "R11",
+            f"experiment {experiment_id!r} was created for the code snapshotted at "
+            f"`experiment create` ({created.digest[:16]}); the candidate measured now "
+            f"({cand.digest[:16]}) differs: {describe_difference(created, cand)}",
+            f"measure the candidate from {created.subject!r} as it was (`perfledger checkout "
+            f"{created.digest} DIR` writes it); changed code is a new experiment",
+        )
     return SamplesIdentity(reference=ref, candidate=cand, changed_paths=tuple(changed))
 
 
 __all__ = [
+    "COMPUTED_HASH_PREFIX",
     "check_snapshot",
+    "computed_hash",
+    "created_candidate",
     "describe_difference",
     "driver_with_subject",
+    "no_subject_directory",
     "original_snapshot",
     "r11_check_identity",
+    "r11_experiment_candidate",
     "r11_experiment_changed_paths",
     "r11_readiness_snapshot",
     "r11_samples_identity",

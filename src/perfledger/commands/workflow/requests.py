@@ -476,15 +476,19 @@ class Preregistration(Request, kw_only=True):
 
 
 class Candidate(Request, kw_only=True):
-    """The candidate's content hash, label and changed paths (R11: inside the Target's scope).
-    ``changed_paths`` only for a Target whose driver declares no ``{subject}`` place: otherwise
-    perfledger computes them from the snapshots and a typed list is refused."""
+    """The candidate (R11). On a Target bound to code (its driver declares a ``{subject}``
+    place), the caller names the candidate's directory (``subject``, which ``experiment create``
+    replaces by its ``snapshot``): perfledger computes the content hash and changed paths, and a
+    typed ``content_hash`` is at most checked against the computed one. On a Target without a
+    subject directory, ``content_hash`` and ``changed_paths`` (inside the Target's scope) are
+    typed and recorded as declared."""
 
-    content_hash: Hash
+    content_hash: Hash | msgspec.UnsetType = msgspec.UNSET
     label: OptText = ""
     changed_paths: (
         Annotated[list[Name], Meta(min_length=1, max_length=_MAX_ITEMS)] | msgspec.UnsetType
     ) = msgspec.UNSET
+    snapshot: SubjectSnapshot | msgspec.UnsetType = msgspec.UNSET
 
 
 class NewComponent(Request, kw_only=True):
@@ -695,22 +699,48 @@ class RejectedDirection(Request, kw_only=True):
     closes: Scope
 
 
+class GainFigure(Request, kw_only=True):
+    """A figure of the champion's gain as stated by the caller: checked against the recorded
+    verdict (or final audit) of ``samples_id`` (R18; improvement ratios, 0.2 = 20 %)."""
+
+    samples_id: Id
+    estimate: Number | None = None
+    ci_low: Number | None = None
+    ci_high: Number | None = None
+
+
+_Ids = Annotated[list[Id], Meta(max_length=_MAX_ITEMS)]
+_Texts = Annotated[list[Text], Meta(max_length=_MAX_ITEMS)]
+
+
 class HandoffRecord(Request, kw_only=True):
-    """``handoff.record`` (R18): every field of a handoff; ``feedback`` may be ``none``."""
+    """``handoff.record`` (R18). What the ledger knows is filled by perfledger when left out
+    (``champion``, ``primary_achieved``, ``key_evidence``, ``local_results``, ``rejected``,
+    ``prediction_corrections``, ``figures``, ``budget_left``, ``resume_needs``) and checked
+    against the ledger when stated; ``gains``, ``unresolved_questions``, ``stop_reason`` and
+    ``feedback`` (may be ``none``) are what only the caller knows, free text without figures.
+    Minimal request: ``target_id``, ``budget_used``, ``stop_reason``, ``feedback``."""
 
     target_id: Id
-    primary_achieved: bool
-    champion: Id
-    key_evidence: Annotated[list[Name], Meta(max_length=_MAX_ITEMS)]
-    gains: Annotated[list[Text], Meta(max_length=_MAX_ITEMS)]
-    local_results: Annotated[list[Id], Meta(max_length=_MAX_ITEMS)]
-    rejected: Annotated[list[RejectedDirection], Meta(max_length=_MAX_ITEMS)]
-    prediction_corrections: Annotated[list[Id], Meta(max_length=_MAX_ITEMS)]
-    unresolved_questions: Annotated[list[Text], Meta(max_length=_MAX_ITEMS)]
+    primary_achieved: bool | msgspec.UnsetType = msgspec.UNSET
+    champion: Id | msgspec.UnsetType = msgspec.UNSET
+    key_evidence: Annotated[list[Name], Meta(max_length=_MAX_ITEMS)] | msgspec.UnsetType = (
+        msgspec.UNSET
+    )
+    gains: _Texts = []
+    figures: Annotated[list[GainFigure], Meta(max_length=_MAX_ITEMS)] | msgspec.UnsetType = (
+        msgspec.UNSET
+    )
+    local_results: _Ids | msgspec.UnsetType = msgspec.UNSET
+    rejected: Annotated[list[RejectedDirection], Meta(max_length=_MAX_ITEMS)] | (
+        msgspec.UnsetType
+    ) = msgspec.UNSET
+    prediction_corrections: _Ids | msgspec.UnsetType = msgspec.UNSET
+    unresolved_questions: _Texts = []
     stop_reason: Text
     budget_used: Budget
-    budget_left: Budget
-    resume_needs: Annotated[list[Text], Meta(max_length=_MAX_ITEMS)]
+    budget_left: Budget | msgspec.UnsetType = msgspec.UNSET
+    resume_needs: _Texts | msgspec.UnsetType = msgspec.UNSET
     feedback: Text
 
 
