@@ -256,6 +256,52 @@ def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
     assert c.ref is not None and not c.ref.recheck_failures
 
 
+def test_cheat_skipping_one_call_in_ten_is_caught_by_the_sized_reveals(tmp_path: Path) -> None:
+    # a wrong output (honestly committed) on one call in ten: with one reveal a pair of 4-call
+    # batches it escaped a run this short with probability ~(3/4)^(calls/10); the sized reveals
+    # check every call of a run shorter than 688 calls
+    c = _compare(tmp_path, wrong_every=10)
+    plan = c.settings["reveal_plan"]
+    assert plan["reveals_per_pair"] == 4 and plan["escape_bound"] == 0.0, plan
+    assert plan["timed_calls"] <= 688 and not plan["exact_digests"]
+    assert not c.valid and "cross_check:candidate" in c.flags, c.flags
+    assert c.settings["reveals"] == plan["timed_calls"]  # every timed call, each once
+    # the honest control with the same reveals: valid, unflagged
+    (tmp_path / "honest").mkdir()
+    honest = _compare(tmp_path / "honest")
+    assert honest.valid and honest.settings["reveal_plan"]["escape_bound"] == 0.0, honest.flags
+
+
+def test_cheat_skipping_calls_under_an_exact_rule_is_caught_by_every_calls_digest(
+    tmp_path: Path,
+) -> None:
+    # under the Target's exact accuracy rule each call's digest (same seeds, same key) must equal
+    # the reference's: every wrong call is seen, with only the floor of one reveal a pair
+    exact = {"compare": "exact", "rtol": 0.0, "atol": 0.0}
+    spec = _spec(tmp_path, wrong_every=10)
+    c = compare_spec(spec, "small", config=CONFIG, accuracy=exact)
+    plan = c.settings["reveal_plan"]
+    assert plan["exact_digests"] and plan["reveals_per_pair"] == 1, plan
+    assert not c.valid and "cross_check:candidate" in c.flags, c.flags
+    assert c.cand is not None
+    assert any("digests differ, exact accuracy rule" in r for r in c.cand.recheck_failures)
+    assert c.settings["accuracy"] == exact
+    # the control: an honest candidate under the same rule is valid and unflagged
+    (tmp_path / "honest").mkdir()
+    honest = compare_spec(_spec(tmp_path / "honest"), "small", config=CONFIG, accuracy=exact)
+    assert honest.valid and "cross_check:candidate" not in honest.flags, honest.flags
+
+
+def test_an_allclose_rule_judges_the_revealed_outputs_element_wise(tmp_path: Path) -> None:
+    # outputs 1 % off on every call: within an allclose rule of rtol 2 %, beyond one of 0.5 %
+    for rtol, flagged in ((0.02, False), (0.005, True)):
+        folder = tmp_path / str(rtol)
+        folder.mkdir()
+        rule = {"compare": "allclose", "rtol": rtol, "atol": 0.0}
+        c = compare_spec(_spec(folder, wrong_every=1), "small", config=CONFIG, accuracy=rule)
+        assert ("cross_check:candidate" in c.flags) is flagged, (rtol, c.flags)
+
+
 def _idle_ticks(tmp_path: Path, stop_idle: bool, option: str) -> tuple[int, int, Path]:
     """(ticks of the candidate's ticker inside the reference's batches, batches, tick file)."""
     ticks, windows = tmp_path / f"{option}{stop_idle}", tmp_path / f"windows{option}{stop_idle}"

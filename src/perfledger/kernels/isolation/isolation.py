@@ -34,6 +34,7 @@ this module's :func:`clock_check`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import subprocess
@@ -266,6 +267,77 @@ class SubjectProcess:
         self.close()
 
 
+#: Hole 3 of issue 36 (docs/kernel-harness.md, "Reveals"): the share of its timed calls a
+#: subject may skip (no work, a wrong output committed) ...
+REVEAL_SKIP_SHARE = 0.01
+#: ... and the most probability it may have of escaping every reveal.
+REVEAL_ESCAPE = 0.001
+
+
+def _skipped(calls: int, skip_share: float) -> int:
+    """The calls a subject skipping ``skip_share`` of ``calls`` skips: at least one (skipping
+    fewer than one call is skipping none)."""
+    return max(1, math.ceil(skip_share * calls - 1e-9))
+
+
+def reveal_sample_size(
+    calls: int, skip_share: float = REVEAL_SKIP_SHARE, escape: float = REVEAL_ESCAPE
+) -> int:
+    """How many of a run's ``calls`` to check, drawn uniformly without replacement, so that a
+    subject skipping ``skip_share`` of them escapes with probability at most ``escape``.
+
+    With ``m = skip_share x n`` bad calls among ``n`` and ``k`` drawn, the escape probability is
+    ``C(n - m, k) / C(n, k) <= (1 - skip_share)^k``, so ``k = ceil(ln escape / ln(1 -
+    skip_share))`` is enough for every ``n``: 688 for 1 % and 0.001. A run of at most that many
+    calls checks every call (``min(calls, k)``).
+
+    Raises: ValueError unless ``0 < skip_share < 1`` and ``0 < escape < 1``.
+    """
+    if not (0.0 < skip_share < 1.0 and 0.0 < escape < 1.0):
+        raise ValueError("skip_share and escape must be in (0, 1)")
+    k = math.ceil(math.log(escape) / math.log1p(-skip_share) - 1e-9)
+    return max(0, min(int(calls), k))
+
+
+def reveals_per_pair(
+    calls_per_batch: int,
+    planned_calls: int,
+    skip_share: float = REVEAL_SKIP_SHARE,
+    escape: float = REVEAL_ESCAPE,
+) -> int:
+    """Calls to reveal of each pair of batches (``calls_per_batch`` calls on the same seeds,
+    ``r`` indices drawn without replacement after both replies) so that a subject skipping
+    ``skip_share`` of a run of at least ``planned_calls`` calls escapes with probability at
+    most ``escape``.
+
+    A batch holding ``j`` skipped calls escapes its draw with probability ``C(c - r, j) / C(c,
+    j) <= (1 - r/c)^j``, and draws are independent, so ``m`` skipped calls escape with at most
+    ``(1 - r/c)^m`` however they are spread (:func:`escape_bound`). Every call is revealed
+    (``r = c``) when the plan is no longer than :func:`reveal_sample_size`'s ``k``; else ``r =
+    ceil(c x (1 - escape^(1/m)))`` with ``m`` the skipped calls of ``planned_calls``, at least 1.
+
+    Raises: ValueError for ``calls_per_batch < 1`` or shares outside (0, 1).
+    """
+    if calls_per_batch < 1:
+        raise ValueError("calls_per_batch must be >= 1")
+    if reveal_sample_size(planned_calls, skip_share, escape) >= planned_calls:
+        return calls_per_batch  # a run no longer than the sample size: every call
+    share = 1.0 - escape ** (1.0 / _skipped(planned_calls, skip_share))
+    return min(calls_per_batch, max(1, math.ceil(share * calls_per_batch - 1e-9)))
+
+
+def escape_bound(
+    calls: int, calls_per_batch: int, reveals: int, skip_share: float = REVEAL_SKIP_SHARE
+) -> float:
+    """The most probability that a subject which skipped ``skip_share`` of ``calls`` timed calls
+    escaped every reveal, ``reveals`` drawn per pair of batches of ``calls_per_batch`` calls:
+    ``(1 - reveals / calls_per_batch)^m`` (:func:`reveals_per_pair`); 1.0 for a run of no calls."""
+    if calls <= 0:
+        return 1.0
+    share = min(1.0, reveals / calls_per_batch)
+    return (1.0 - share) ** _skipped(calls, skip_share)
+
+
 @dataclass(frozen=True)
 class ClockCheck:
     """The parent's check of two subjects' reported times against its own clock.
@@ -451,6 +523,8 @@ def compare_isolated(
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "REVEAL_ESCAPE",
+    "REVEAL_SKIP_SHARE",
     "TOLERANCE_S",
     "TOLERANCE_SHARE",
     "Batch",
@@ -459,4 +533,7 @@ __all__ = [
     "SubjectProcess",
     "clock_check",
     "compare_isolated",
+    "escape_bound",
+    "reveal_sample_size",
+    "reveals_per_pair",
 ]
