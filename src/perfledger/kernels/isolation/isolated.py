@@ -20,8 +20,10 @@ The schedule: correctness of both; warm-up batches (alternating, until ``warmup_
 seeds ``s1``, the candidate's batch on ``s1``, the candidate's on ``s2``, the reference's on
 ``s2`` (so order cancels within a block); the block's statistic is the log ratio of the
 subjects' summed times; the stopping rule runs on the blocks. After each pair of batches on the
-same seeds, ``reveals_per_batch`` call indices are drawn (from this process's hidden seed, after
-both replies), and both workers write those calls' outputs.
+same seeds, call indices are drawn (from :mod:`secrets`, after both replies; at least
+``reveals_per_batch``, as many as :func:`perfledger.kernels.isolation.reveals_per_pair` says a run of the
+planned length needs), and both workers write those calls' outputs; under an ``exact`` accuracy
+rule every call's digest is compared with the reference's too.
 
 Flags (each makes :attr:`~perfledger.kernels.harness.harness.Comparison.valid` false and puts a reason
 in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it as incorrect):
@@ -32,7 +34,9 @@ reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the 
 ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<role>`` (a thread
 of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`;
 ``sched:measuring`` for this process's), ``stream_hold:reference`` (the reference's worker timed
-without its stream hold while the candidate's held), and the harness's own ``recheck:<subject>``,
+without its stream hold while the candidate's held), ``persisting_l2:<role>`` (that worker's
+context held a persisting L2 carve-out, whose lines survive the flush), and the harness's own
+``recheck:<subject>``,
 ``side_work:<subject>``, ``review_speedup``.
 """
 
