@@ -338,6 +338,73 @@ def escape_bound(
     return (1.0 - share) ** _skipped(calls, skip_share)
 
 
+#: The verdict note of a claimed saving the parent's clock cannot confirm (issue 36, hole 1):
+#: a comparison that carries it supports no pass (docs/kernel-harness.md, "What the parent's
+#: clock can confirm").
+NOT_CONFIRMABLE = "not confirmable by the parent's clock"
+
+
+@dataclass(frozen=True)
+class ClockConfirmation:
+    """Whether the parent's clock can confirm a candidate's claimed saving (:func:`clock_confirms`).
+
+    Attributes:
+        confirmable: the claimed saving per call exceeds what the clock cannot see per call.
+        saving_s: the claimed saving per call (the reference's median reported call minus the
+            candidate's; seconds; <= 0 when the candidate claims none).
+        resolution_s: the most per call the parent's clock cannot see (seconds).
+        note: :data:`NOT_CONFIRMABLE` and the figures when not confirmable, else None.
+    """
+
+    confirmable: bool
+    saving_s: float
+    resolution_s: float
+    note: str | None = None
+
+
+def clock_confirms(
+    ref_call_s: float, cand_call_s: float, limit_s: float, calls_per_batch: int = 1,
+    clock_tick_s: float = 0.0,
+) -> ClockConfirmation:  # fmt: skip
+    """Whether the parent's own clock can confirm that the candidate saves what it reports
+    (issue 36, hole 1; docs/kernel-harness.md, "What the parent's clock can confirm").
+
+    The candidate reports its own times; the parent bounds them with its wall time per batch.
+    A candidate may under-report, unseen, up to the clock check's limit per call (``limit_s``:
+    :attr:`ClockCheck.limit_s` of the candidate), and the batch clock cannot resolve less than
+    its tick over a batch (``clock_tick_s / calls_per_batch`` per call). A claimed saving per
+    call (``ref_call_s - cand_call_s``) no larger than the larger of the two could be nothing
+    but an under-report: it is not confirmable, and the note says so (a verdict carrying it is
+    not a pass). A candidate that claims no saving needs no confirmation (confirmable).
+
+    Args:
+        ref_call_s, cand_call_s: median reported seconds per call of each subject (> 0).
+        limit_s: the clock check's limit for the candidate, seconds per call (>= 0).
+        calls_per_batch: calls in one batch the parent times (>= 1).
+        clock_tick_s: the parent's clock's resolution (seconds, >= 0; ``time.get_clock_info
+            ("monotonic").resolution``).
+    Raises: ValueError for a call time that is not finite and positive, a negative limit or
+        tick, or ``calls_per_batch < 1``.
+    """
+    if not all(math.isfinite(t) and t > 0 for t in (ref_call_s, cand_call_s)):
+        raise ValueError("call times must be finite and positive")
+    if not (math.isfinite(limit_s) and limit_s >= 0 and math.isfinite(clock_tick_s)
+            and clock_tick_s >= 0):  # fmt: skip
+        raise ValueError("limit_s and clock_tick_s must be finite and >= 0")
+    if calls_per_batch < 1:
+        raise ValueError("calls_per_batch must be >= 1")
+    saving = ref_call_s - cand_call_s
+    resolution = max(limit_s, clock_tick_s / calls_per_batch)
+    if saving <= 0 or saving > resolution:
+        return ClockConfirmation(True, saving, resolution)
+    note = (
+        f"{NOT_CONFIRMABLE}: a claimed saving of {saving * 1e6:.3g} us per call "
+        f"({saving / ref_call_s:.1%} of the reference's call) is within the {resolution * 1e6:.3g}"
+        " us per call the parent's clock cannot see (the candidate's own report may be all of it)"
+    )
+    return ClockConfirmation(False, saving, resolution, note)
+
+
 @dataclass(frozen=True)
 class ClockCheck:
     """The parent's check of two subjects' reported times against its own clock.
@@ -523,15 +590,18 @@ def compare_isolated(
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "NOT_CONFIRMABLE",
     "REVEAL_ESCAPE",
     "REVEAL_SKIP_SHARE",
     "TOLERANCE_S",
     "TOLERANCE_SHARE",
     "Batch",
     "ClockCheck",
+    "ClockConfirmation",
     "IsolatedComparison",
     "SubjectProcess",
     "clock_check",
+    "clock_confirms",
     "compare_isolated",
     "escape_bound",
     "reveal_sample_size",
