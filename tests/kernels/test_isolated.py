@@ -302,6 +302,30 @@ def test_an_allclose_rule_judges_the_revealed_outputs_element_wise(tmp_path: Pat
         assert ("cross_check:candidate" in c.flags) is flagged, (rtol, c.flags)
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"bytes": 16 << 20, "found": 0, "max_bytes": 0},  # a carve-out after its setup
+        {"bytes": 0, "found": 3, "max_bytes": 16 << 20},  # found (and cleared) before calls
+        {"bytes": "many"},  # a statement that does not parse is not believed
+    ],
+)
+def test_cheat_worker_holding_a_persisting_l2_carve_out_is_flagged(
+    tmp_path: Path, statement: dict[str, Any]
+) -> None:
+    # lines marked persisting survive a flush that writes a buffer: a subject whose worker
+    # says its context held a carve-out (after setup, or before a call's flush) is refused
+    c = _compare(tmp_path, persisting_l2=statement)
+    assert not c.valid and "persisting_l2:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("carve-out" in r for r in c.cand.recheck_failures)
+    assert c.settings["persisting_l2"]["candidate"] == statement
+    # the control: a worker stating no carve-out is not flagged
+    (tmp_path / "honest").mkdir()
+    none = {"bytes": 0, "found": 0, "max_bytes": 0, "available": True}
+    honest = _compare(tmp_path / "honest", persisting_l2=none)
+    assert honest.valid and not any(f.startswith("persisting_l2") for f in honest.flags)
+
+
 def _idle_ticks(tmp_path: Path, stop_idle: bool, option: str) -> tuple[int, int, Path]:
     """(ticks of the candidate's ticker inside the reference's batches, batches, tick file)."""
     ticks, windows = tmp_path / f"{option}{stop_idle}", tmp_path / f"windows{option}{stop_idle}"

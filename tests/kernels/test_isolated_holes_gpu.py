@@ -191,6 +191,9 @@ def test_cheat_candidate_setting_a_persisting_carve_out_is_flagged_and_control_i
     assert not c.valid and "persisting_l2:candidate" in c.flags, c.flags
     assert c.cand is not None and any("carve-out" in r for r in c.cand.recheck_failures)
     assert "persisting_l2:reference" not in c.flags
+    assert (c.settings["persisting_l2"]["candidate"] or {}).get("bytes", 0) > 0 or (
+        c.settings["persisting_l2"]["candidate"] or {}
+    ).get("found", 0) > 0
     (tmp_path / "honest").mkdir()
     honest = _compare(
         tmp_path / "honest", "table", head + f'CANDIDATE = table_subject({n}, False, "again")\n'

@@ -599,6 +599,8 @@ class _Run:
         self.accuracy = accuracy
         #: calls revealed per pair of batches (sized after the warm-up: :meth:`plan_reveals`)
         self.reveals_per_pair = config.reveals_per_batch
+        #: each worker's latest persisting L2 statement (:meth:`check_persisting`)
+        self.persisting: dict[str, dict[str, Any]] = {}
         self.tree = tree
         self.facts = facts
         self.config = config
@@ -813,6 +815,8 @@ class _Run:
         buffer, so its calls would not start cold (issue 36, hole 4). Each flush clears the
         carve-out first (:class:`~perfledger.kernels.cuda.timing.PersistingL2`); the subject that set
         one is refused all the same (its own worker's statement, like its times)."""
+        if statement:
+            self.persisting[label] = statement  # the latest, recorded with the settings
         if not statement or f"persisting_l2:{ROLES[label]}" in self.flags:
             return
         try:
@@ -1170,6 +1174,8 @@ def compare_workers(
                 and run.accuracy.get("compare") == "exact",
             },
             accuracy=run.accuracy,
+            # each worker's own statement of the persisting L2 carve-outs its flushes cleared
+            persisting_l2={ROLES[label]: run.persisting.get(label) for label in "AB"},
             harness_seed=harness_seed,
             clock={
                 "per": "abba_block",  # the excesses are medians over blocks, not batches
