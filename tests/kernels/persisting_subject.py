@@ -9,8 +9,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from perfledger.kernels.examples import uniform
-from perfledger.kernels.harness import CallableSubject, Problem
+from perfledger.kernels.harness.examples import uniform
+from perfledger.kernels.harness.harness import CallableSubject, Problem
 
 #: ``cuda.h``: ``CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW``, ``CU_LIMIT_PERSISTING_L2_CACHE_SIZE``
 #: and the ``CUaccessProperty`` values.

@@ -1,5 +1,5 @@
 """Hole 1 of issue 36, its first step: whether the parent's clock can confirm a claimed saving
-(:func:`perfledger.kernels.isolation.clock_confirms`; docs/kernel-harness.md, "What the parent's
+(:func:`perfledger.derive.isolation_checks.clock_confirms`; docs/kernel-harness.md, "What the parent's
 clock can confirm"). Pure, CPU only."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfledger.kernels.isolation import NOT_CONFIRMABLE, clock_confirms
+from perfledger.derive.isolation_checks import NOT_CONFIRMABLE, clock_confirms
 
 US = 1e-6
 

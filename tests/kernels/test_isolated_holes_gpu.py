@@ -16,12 +16,12 @@ cupy = require_cuda_device()
 
 from persisting_subject import table_problem, table_subject  # noqa: E402
 
-from perfledger.kernels import correctness  # noqa: E402
-from perfledger.kernels.examples import ALPHA, scale_problem  # noqa: E402
-from perfledger.kernels.harness import CallableSubject, Comparison, Harness, HarnessConfig  # noqa: E402
-from perfledger.kernels.isolated import IsolationConfig, compare_spec  # noqa: E402
-from perfledger.kernels.stopping import StoppingRule  # noqa: E402
-from perfledger.kernels.timing import PersistingL2  # noqa: E402
+from perfledger.kernels.cuda.timing import PersistingL2  # noqa: E402
+from perfledger.kernels.harness import correctness  # noqa: E402
+from perfledger.kernels.harness.examples import ALPHA, scale_problem  # noqa: E402
+from perfledger.kernels.harness.harness import CallableSubject, Comparison, Harness, HarnessConfig  # noqa: E402
+from perfledger.kernels.harness.stopping import StoppingRule  # noqa: E402
+from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -30,10 +30,10 @@ HEADER = f"""
 import sys, dataclasses
 sys.path.insert(0, {str(HERE)!r})
 import cupy
-from perfledger.kernels.examples import ALPHA, iterate_problem, iterate_subject
-from perfledger.kernels.examples import scale_problem, scale_subject
-from perfledger.kernels.harness import CallableSubject, HarnessConfig
-from perfledger.kernels.stopping import StoppingRule
+from perfledger.kernels.harness.examples import ALPHA, iterate_problem, iterate_subject
+from perfledger.kernels.harness.examples import scale_problem, scale_subject
+from perfledger.kernels.harness.harness import CallableSubject, HarnessConfig
+from perfledger.kernels.harness.stopping import StoppingRule
 from persisting_subject import table_problem, table_subject
 
 N, K = 1 << 21, 1 << 13

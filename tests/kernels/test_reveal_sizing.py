@@ -1,5 +1,5 @@
 """Hole 3 of issue 36: how many calls the measuring process reveals
-(:func:`perfledger.kernels.isolation.isolation.reveal_sample_size`, :func:`reveals_per_pair`,
+(:func:`perfledger.derive.isolation_checks.reveal_sample_size`, :func:`reveals_per_pair`,
 :func:`escape_bound`; docs/kernel-harness.md, "Reveals"). Pure, CPU only: a subject that skips
 1 % of its timed calls escapes every reveal with probability at most 0.001."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfledger.kernels.isolation.isolation import (
+from perfledger.derive.isolation_checks import (
     REVEAL_ESCAPE,
     REVEAL_SKIP_SHARE,
     escape_bound,

@@ -21,7 +21,7 @@ seeds ``s1``, the candidate's batch on ``s1``, the candidate's on ``s2``, the re
 ``s2`` (so order cancels within a block); the block's statistic is the log ratio of the
 subjects' summed times; the stopping rule runs on the blocks. After each pair of batches on the
 same seeds, call indices are drawn (from :mod:`secrets`, after both replies; at least
-``reveals_per_batch``, as many as :func:`perfledger.kernels.isolation.reveals_per_pair` says a run of the
+``reveals_per_batch``, as many as :func:`perfledger.derive.isolation_checks.reveals_per_pair` says a run of the
 planned length needs), and both workers write those calls' outputs; under an ``exact`` accuracy
 rule every call's digest is compared with the reference's too.
 
@@ -57,6 +57,12 @@ from typing import Any
 
 import numpy as np
 
+from perfledger.derive.isolation_checks import (
+    REVEAL_ESCAPE,
+    REVEAL_SKIP_SHARE,
+    escape_bound,
+    reveals_per_pair,
+)
 from perfledger.derive.stats import paired_stats
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible
@@ -69,14 +75,10 @@ from perfledger.kernels.harness.harness import (
 )
 from perfledger.kernels.harness.stopping import Stopper, StoppingRule
 from perfledger.kernels.isolation.isolation import (
-    REVEAL_ESCAPE,
-    REVEAL_SKIP_SHARE,
     TOLERANCE_S,
     TOLERANCE_SHARE,
     Batch,
     SubjectProcess,
-    escape_bound,
-    reveals_per_pair,
 )
 from perfledger.kernels.isolation.isolation import clock_check as _clock_check
 from perfledger.kernels.isolation.reveal_ipc import MappedBuffer, device_output_digest, parent_ready
@@ -135,7 +137,7 @@ class IsolationConfig:
             check of the in-process harness).
         reveals_per_batch: the fewest calls of each pair of batches (same seeds) whose outputs
             both workers reveal (drawn after the replies). More are revealed where the run is
-            short: :func:`~perfledger.kernels.isolation.isolation.reveals_per_pair` sizes the draws so
+            short: :func:`~perfledger.derive.isolation_checks.reveals_per_pair` sizes the draws so
             that a subject skipping ``reveal_skip_share`` of its timed calls escapes every
             reveal with probability at most ``reveal_escape`` (every call of a run of at most
             688 calls), and the run does not stop on noise before that bound holds. Under an
@@ -933,7 +935,7 @@ class _Run:
 
     def plan_reveals(self, calls: int, planned_calls: int) -> None:
         """Size the reveals of each pair of batches of ``calls`` calls for a run of at least
-        ``planned_calls`` calls (:func:`~perfledger.kernels.isolation.isolation.reveals_per_pair`; never
+        ``planned_calls`` calls (:func:`~perfledger.derive.isolation_checks.reveals_per_pair`; never
         fewer than ``reveals_per_batch``). Under an ``exact`` rule every digest is compared
         already (:meth:`_exact_digests`): the fewest reveals then."""
         floor = min(calls, self.config.reveals_per_batch)
