@@ -2,7 +2,9 @@
 CuPy or a device), each cheat next to an honest control: a candidate returning float16 for a
 float32 reference (hole 5: the tolerance follows the reference), one skipping 1 call in 10 with
 its own checks patched (hole 3: the sized reveals), and one keeping its table in L2 through the
-flush with a persisting carve-out (hole 4, part). Real workers, real kernels, nothing mocked."""
+flush with a persisting carve-out (hole 4, part), and one scaling its own reported times on a
+short kernel (hole 1: a saving the parent's clock cannot confirm is not a pass). Real workers,
+real kernels, nothing mocked."""
 
 from __future__ import annotations
 
@@ -200,3 +202,48 @@ def test_cheat_candidate_setting_a_persisting_carve_out_is_flagged_and_control_i
     )
     assert not any(f.startswith("persisting_l2") for f in honest.flags), honest.flags
     assert honest.valid, honest.flags
+
+
+# ------------------------------------------------ hole 1: what the parent's clock can confirm
+
+#: A candidate that scales its worker's own event times by a factor (issue 36's H100 attack:
+#: 0.6x of an 18 us kernel was recorded valid at ratio 0.600 before the rule).
+SCALED = """
+def _scaled(inputs, outputs):
+    if not _state["calls"]:
+        from perfledger.kernels.cuda import timing
+        real_time = timing.EventTimer.time
+        def scaled(self, *args, **kwargs):
+            s = real_time(self, *args, **kwargs)
+            return dataclasses.replace(s, gpu_s=s.gpu_s * FACTOR, span_s=s.span_s * FACTOR)
+        timing.EventTimer.time = scaled
+    _state["calls"] += 1
+    _real(inputs, outputs)
+CANDIDATE = CallableSubject("reports-a-share", _scaled)
+"""
+
+
+@pytest.mark.parametrize(("n", "factor"), [(1 << 22, 0.6), (1 << 24, 0.85)])
+def test_cheat_candidate_scaling_its_own_times_on_a_short_kernel_is_not_a_pass(
+    tmp_path: Path, n: int, factor: float
+) -> None:
+    # short scale kernels (tens of us to about 100 us a call): the under-report per call is
+    # below the clock check's 50 us floor, so only the confirmation rule can refuse it
+    body = (
+        f'PROBLEMS = {{"scale": scale_problem({n})}}\nREFERENCE = scale_subject({n})\n'
+        f'_real = scale_subject({n}, name="again")\nFACTOR = {factor}\n' + SCALED
+    )
+    c = _compare(tmp_path, "scale", body)
+    print(f"  confirmation {c.settings['clock'].get('confirmation')}")
+    assert c.stats is not None and c.stats.direction() == "faster", c.stats  # its claim
+    assert not c.valid, (c.flags, c.settings["clock"])
+    assert "clock_unconfirmed:candidate" in c.flags or "clock:candidate" in c.flags, c.flags
+
+
+def test_honest_saving_beyond_the_clocks_limit_is_confirmed_on_the_device(tmp_path: Path) -> None:
+    # the control: the same answer in half the steps (~0.3 ms saved a call, far above 50 us)
+    c = _compare(
+        tmp_path, "iterate", 'CANDIDATE = iterate_subject(N, K, shortcut=2, name="half-steps")\n'
+    )
+    confirmation = c.settings["clock"]["confirmation"]
+    assert c.valid and confirmation is not None and confirmation["confirmable"], c.flags

@@ -1163,6 +1163,10 @@ def measure_kernel(
                 f"FLAG {case}: {', '.join(found)} (a subject flagged by a re-check, the clock, "
                 "a digest or the cross-check is recorded as incorrect in every pair: R5)"
             )
+        confirmation = c.settings.get("clock", {}).get("confirmation")
+        if confirmation is not None and not confirmation["confirmable"]:
+            # issue 36, hole 1: why a "faster" statistic is not a pass
+            lines.append(f"{case}: {confirmation['note']}; not a pass")
     _answer(ctx, result, lines)
 
 

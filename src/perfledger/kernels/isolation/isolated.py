@@ -35,9 +35,11 @@ ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<rol
 of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`;
 ``sched:measuring`` for this process's), ``stream_hold:reference`` (the reference's worker timed
 without its stream hold while the candidate's held), ``persisting_l2:<role>`` (that worker's
-context held a persisting L2 carve-out, whose lines survive the flush), and the harness's own
-``recheck:<subject>``,
-``side_work:<subject>``, ``review_speedup``.
+context held a persisting L2 carve-out, whose lines survive the flush),
+``clock_unconfirmed:candidate`` (the statistic says faster, but the saving per call is
+within what this process's clock cannot see: all of it may be the candidate's under-report;
+:func:`~perfledger.derive.isolation_checks.clock_confirms`, never in an A/A), and the harness's
+own ``recheck:<subject>``, ``side_work:<subject>``, ``review_speedup``.
 """
 
 from __future__ import annotations
@@ -52,18 +54,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from perfledger.derive.isolation_checks import (
+    NOT_CONFIRMABLE,
     REVEAL_ESCAPE,
     REVEAL_SKIP_SHARE,
+    ClockConfirmation,
+    clock_confirms,
     escape_bound,
     reveals_per_pair,
 )
-from perfledger.derive.stats import paired_stats
+from perfledger.derive.stats import PairedStats, paired_stats
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible
 from perfledger.kernels.harness.harness import (
@@ -78,6 +83,7 @@ from perfledger.kernels.isolation.isolation import (
     TOLERANCE_S,
     TOLERANCE_SHARE,
     Batch,
+    ClockCheck,
     SubjectProcess,
 )
 from perfledger.kernels.isolation.isolation import clock_check as _clock_check
@@ -226,6 +232,7 @@ class WorkerProcess:
         *,
         directory: str | None = None,
     ) -> None:
+        self.role = role  # the spec's subject this worker runs (an A/A runs the reference twice)
         env = None
         self._build_dir: str | None = None
         if directory is not None:
@@ -1162,6 +1169,11 @@ def compare_workers(
             cand_median_s=float(np.median(tim["B"].samples_s)),
             medians_per="call",
         )
+        confirmation = _confirm_saving(stats, clock, calls, aa=ref.role == cand.role)
+        if confirmation is not None and not confirmation.confirmable:
+            # hole 1: what the candidate saved may be all under-report; not a pass
+            run.flags.append(UNCONFIRMED)
+            tim["B"].recheck_failures.append(f"{UNCONFIRMED}: {confirmation.note}")
         flags += run.flags
         flags += timing_flags((tim["A"], tim["B"]), stats.median_ratio)
         settings.update(
@@ -1185,6 +1197,8 @@ def compare_workers(
                 "call_s": clock.call_s,
                 "limit_s": clock.limit_s,
                 "noise_s": clock.noise_s,
+                # whether this clock confirms the candidate's claimed saving (None: none claimed)
+                "confirmation": None if confirmation is None else asdict(confirmation),
             },
             reveals=run.reveals,
             batches=len(run.batches),
@@ -1195,6 +1209,37 @@ def compare_workers(
             reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
             windows,
         )  # fmt: skip
+
+
+#: The flag of a claimed saving the parent's clock cannot confirm (issue 36, hole 1;
+#: :func:`~perfledger.derive.isolation_checks.clock_confirms`).
+UNCONFIRMED = "clock_unconfirmed:candidate"
+
+
+def _confirm_saving(
+    stats: PairedStats, clock: ClockCheck, calls: int, *, aa: bool
+) -> ClockConfirmation | None:
+    """Whether the parent's clock confirms the saving the candidate's reports claim (issue 36,
+    hole 1; docs/kernel-harness.md, "What the parent's clock can confirm"): None where nothing
+    is claimed (the statistic's CI not wholly below 1) or in an A/A (both workers run the
+    reference: an A/A claims nothing, and leaving its "faster" runs out would narrow its
+    resolution). ``stats``: the comparison's, medians per call; ``clock``: its clock check;
+    ``calls``: calls per batch. A limit the clock check could not set confirms nothing."""
+    if aa or stats.direction() != "faster":
+        return None
+    limit = clock.limit_s.get("candidate", math.nan)
+    if not math.isfinite(limit):
+        return ClockConfirmation(
+            False, stats.ref_median_s - stats.cand_median_s, math.inf,
+            f"{NOT_CONFIRMABLE}: the clock check set no limit for the candidate",
+        )  # fmt: skip
+    return clock_confirms(
+        stats.ref_median_s,
+        stats.cand_median_s,
+        limit,
+        calls_per_batch=calls,
+        clock_tick_s=time.get_clock_info("perf_counter").resolution,  # the batches' clock
+    )
 
 
 def _planned_calls(calls: int, rule: StoppingRule, warm: dict[str, list[float]]) -> int:
