@@ -1,6 +1,7 @@
-"""Hole 1 of issue 36, its first step: whether the parent's clock can confirm a claimed saving
-(:func:`perfledger.derive.isolation_checks.clock_confirms`; docs/kernel-harness.md, "What the parent's
-clock can confirm"). Pure, CPU only."""
+"""Hole 1 of issue 36: whether the parent's clock can confirm a claimed saving
+(:func:`perfledger.derive.isolation_checks.clock_confirms`; docs/kernel-harness.md, "What the
+parent's clock can confirm"). Pure, CPU only; the isolated comparison applies it
+(tests/kernels/test_isolated.py)."""
 
 from __future__ import annotations
 

@@ -368,9 +368,12 @@ def test_honest_saving_larger_than_the_clock_can_miss_is_confirmed_and_valid(
 
 
 def _stats(ref_s: float, cand_s: float, ci: tuple[float, float]) -> PairedStats:
-    return PairedStats(n=8, median_ratio=cand_s / ref_s, ci_low=ci[0], ci_high=ci[1],
-                       confidence=0.95, resamples=100, wilcoxon_p=None, log_ratio_std=0.01,
-                       ref_median_s=ref_s, cand_median_s=cand_s, seed=0, medians_per="call")  # fmt: skip
+    """Per-call statistics claiming ``cand_s`` against ``ref_s`` with the CI ``ci``."""
+    return PairedStats(
+        n=8, median_ratio=cand_s / ref_s, ci_low=ci[0], ci_high=ci[1], confidence=0.95,
+        resamples=100, wilcoxon_p=None, log_ratio_std=0.01, ref_median_s=ref_s,
+        cand_median_s=cand_s, seed=0, medians_per="call",
+    )  # fmt: skip
 
 
 def test_a_saving_within_the_clocks_limit_is_never_confirmed_whoever_made_it() -> None:

@@ -21,7 +21,12 @@ from persisting_subject import table_problem, table_subject  # noqa: E402
 from perfledger.kernels.cuda.timing import PersistingL2  # noqa: E402
 from perfledger.kernels.harness import correctness  # noqa: E402
 from perfledger.kernels.harness.examples import ALPHA, scale_problem  # noqa: E402
-from perfledger.kernels.harness.harness import CallableSubject, Comparison, Harness, HarnessConfig  # noqa: E402
+from perfledger.kernels.harness.harness import (  # noqa: E402
+    CallableSubject,
+    Comparison,
+    Harness,
+    HarnessConfig,
+)
 from perfledger.kernels.harness.stopping import StoppingRule  # noqa: E402
 from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec  # noqa: E402
 
@@ -62,7 +67,7 @@ def _compare(
     return c
 
 
-# ------------------------------------------------------- hole 5: the tolerance follows the reference
+# ----------------------------------------------- hole 5: the tolerance follows the reference
 
 
 def _half(inputs: dict, outputs: dict) -> None:

@@ -21,8 +21,9 @@ What the harness does, each step against a known way of gaming a benchmark:
    CuPy memory pool scrubbed with poison before each call, so a kernel that reads uninitialized
    memory cannot find an earlier answer there; input hashes before/after (writing an input
    fails); once the stream under test has completed, the device is checked for work still
-   pending on other streams (unsynchronised side-stream work fails); tolerance by the declared output dtype (never the output's own) on the relative L2 error against the float64 reference; NaN never
-   passes.
+   pending on other streams (unsynchronised side-stream work fails); tolerance by the declared
+   output dtype (never the output's own) on the relative L2 error against the float64
+   reference; NaN never passes.
 2. Timing (:meth:`Harness.measure`): a non-blocking stream of its own; warm-up of at least
    ``warmup_min`` calls and ``warmup_min_s`` seconds; each sample flushes L2 (>= 2x its size)
    before the start event, times the call with CUDA events and synchronizes the whole device

@@ -21,8 +21,9 @@ seeds ``s1``, the candidate's batch on ``s1``, the candidate's on ``s2``, the re
 ``s2`` (so order cancels within a block); the block's statistic is the log ratio of the
 subjects' summed times; the stopping rule runs on the blocks. After each pair of batches on the
 same seeds, call indices are drawn (from :mod:`secrets`, after both replies; at least
-``reveals_per_batch``, as many as :func:`perfledger.derive.isolation_checks.reveals_per_pair` says a run of the
-planned length needs), and both workers write those calls' outputs; under an ``exact`` accuracy
+``reveals_per_batch``, as many as
+:func:`perfledger.derive.isolation_checks.reveals_per_pair` says a run of the planned length
+needs), and both workers write those calls' outputs; under an ``exact`` accuracy
 rule every call's digest is compared with the reference's too.
 
 Flags (each makes :attr:`~perfledger.kernels.harness.harness.Comparison.valid` false and puts a reason
@@ -822,8 +823,8 @@ class _Run:
         carve-out (``bytes``) or that a flush found one set (``found``): lines a subject marked
         persisting (a stream access-policy window) stay in L2 through a flush that writes a
         buffer, so its calls would not start cold (issue 36, hole 4). Each flush clears the
-        carve-out first (:class:`~perfledger.kernels.cuda.timing.PersistingL2`); the subject that set
-        one is refused all the same (its own worker's statement, like its times)."""
+        carve-out first (:class:`~perfledger.kernels.cuda.timing.PersistingL2`); the subject
+        that set one is refused all the same (its own worker's statement, like its times)."""
         if statement:
             self.persisting[label] = statement  # the latest, recorded with the settings
         if not statement or f"persisting_l2:{ROLES[label]}" in self.flags:
