@@ -51,7 +51,10 @@ outputs :func:`answer` of its seed. Options of a subject (cheats where not hones
 - ``plant_file``: in its first run, writes a comment line to that path (a ``.pth`` file in the
   interpreter's site-packages: code there runs at the start of every later Python process);
 - ``stream_hold``: the ``stream_hold`` statement of its run replies (the real worker's: its
-  timer's hold state and counts).
+  timer's hold state and counts);
+- ``persisting_l2``: the ``persisting_l2`` statement of its check and run replies (the real
+  worker's: the persisting L2 carve-out its context holds, ``bytes``, and how many of its calls'
+  flushes found one, ``found``).
 """
 
 from __future__ import annotations
@@ -166,6 +169,8 @@ def main() -> int:
                 for t in range(5)
             ]  # fmt: skip
             reply = {"report": {"subject": args.subject, "ok": ok, "trials": trials}}
+            if opts.get("persisting_l2"):
+                reply["persisting_l2"] = opts["persisting_l2"]
         elif op == "run":
             started = time.monotonic()
             arrived = time.perf_counter()
@@ -243,6 +248,8 @@ def main() -> int:
                      "recheck_failures": [], "checked_calls": []}  # fmt: skip
             if opts.get("stream_hold"):
                 reply["stream_hold"] = opts["stream_hold"]
+            if opts.get("persisting_l2"):
+                reply["persisting_l2"] = opts["persisting_l2"]
         elif op == "reveal" and opts.get("refuse_reveal"):
             reply = {"error": {"type": "MeasurementError", "message": "not today"}}
         elif op == "reveal" and opts.get("reveal_as") == "fifo":

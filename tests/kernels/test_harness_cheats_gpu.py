@@ -237,9 +237,9 @@ def test_one_pass_check_agrees_with_the_general_check() -> None:
         (far, False, "tolerance"),
         (holed, False, "non_finite"),
     ):
-        fused = compare(out, ref)
-        general = compare(out.get(), ref.get())  # NumPy: the general path
+        fused = compare(out, ref, dtype="float32")
+        general = compare(out.get(), ref.get(), dtype="float32")  # NumPy: the general path
         assert (fused.ok, fused.reason) == (general.ok, general.reason) == (ok, reason)
         if general.rel_l2_error is not None:
             assert fused.rel_l2_error == pytest.approx(general.rel_l2_error, rel=1e-9)
-    assert compare(holed, ref).non_finite == 1
+    assert compare(holed, ref, dtype="float32").non_finite == 1

@@ -21,9 +21,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perfledger.derive.isolation_checks import NOT_CONFIRMABLE
+from perfledger.derive.stats import PairedStats
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.harness.harness import Comparison
-from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec, spec_facts
+from perfledger.kernels.isolation.isolated import (
+    UNCONFIRMED,
+    IsolationConfig,
+    _confirm_saving,
+    compare_spec,
+    spec_facts,
+)
+from perfledger.kernels.isolation.isolation import ClockCheck
 from perfledger.kernels.isolation.subject_protocol import (
     output_digest,
     read_reveal,
@@ -254,6 +263,133 @@ def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
                                        "recheck:candidate-stand-in"], c.flags  # fmt: skip
     assert c.cand is not None and any("against the reference" in r for r in c.cand.recheck_failures)
     assert c.ref is not None and not c.ref.recheck_failures
+
+
+def test_cheat_skipping_one_call_in_ten_is_caught_by_the_sized_reveals(tmp_path: Path) -> None:
+    # a wrong output (honestly committed) on one call in ten: with one reveal a pair of 4-call
+    # batches it escaped a run this short with probability ~(3/4)^(calls/10); the sized reveals
+    # check every call of a run shorter than 688 calls
+    c = _compare(tmp_path, wrong_every=10)
+    plan = c.settings["reveal_plan"]
+    assert plan["reveals_per_pair"] == 4 and plan["escape_bound"] == 0.0, plan
+    assert plan["timed_calls"] <= 688 and not plan["exact_digests"]
+    assert not c.valid and "cross_check:candidate" in c.flags, c.flags
+    assert c.settings["reveals"] == plan["timed_calls"]  # every timed call, each once
+    # the honest control with the same reveals: valid, unflagged
+    (tmp_path / "honest").mkdir()
+    honest = _compare(tmp_path / "honest")
+    assert honest.valid and honest.settings["reveal_plan"]["escape_bound"] == 0.0, honest.flags
+
+
+def test_cheat_skipping_calls_under_an_exact_rule_is_caught_by_every_calls_digest(
+    tmp_path: Path,
+) -> None:
+    # under the Target's exact accuracy rule each call's digest (same seeds, same key) must equal
+    # the reference's: every wrong call is seen, with only the floor of one reveal a pair
+    exact = {"compare": "exact", "rtol": 0.0, "atol": 0.0}
+    spec = _spec(tmp_path, wrong_every=10)
+    c = compare_spec(spec, "small", config=CONFIG, accuracy=exact)
+    plan = c.settings["reveal_plan"]
+    assert plan["exact_digests"] and plan["reveals_per_pair"] == 1, plan
+    assert not c.valid and "cross_check:candidate" in c.flags, c.flags
+    assert c.cand is not None
+    assert any("digests differ, exact accuracy rule" in r for r in c.cand.recheck_failures)
+    assert c.settings["accuracy"] == exact
+    # the control: an honest candidate under the same rule is valid and unflagged
+    (tmp_path / "honest").mkdir()
+    honest = compare_spec(_spec(tmp_path / "honest"), "small", config=CONFIG, accuracy=exact)
+    assert honest.valid and "cross_check:candidate" not in honest.flags, honest.flags
+
+
+def test_an_allclose_rule_judges_the_revealed_outputs_element_wise(tmp_path: Path) -> None:
+    # outputs 1 % off on every call: within an allclose rule of rtol 2 %, beyond one of 0.5 %
+    for rtol, flagged in ((0.02, False), (0.005, True)):
+        folder = tmp_path / str(rtol)
+        folder.mkdir()
+        rule = {"compare": "allclose", "rtol": rtol, "atol": 0.0}
+        c = compare_spec(_spec(folder, wrong_every=1), "small", config=CONFIG, accuracy=rule)
+        assert ("cross_check:candidate" in c.flags) is flagged, (rtol, c.flags)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"bytes": 16 << 20, "found": 0, "max_bytes": 0},  # a carve-out after its setup
+        {"bytes": 0, "found": 3, "max_bytes": 16 << 20},  # found (and cleared) before calls
+        {"bytes": "many"},  # a statement that does not parse is not believed
+    ],
+)
+def test_cheat_worker_holding_a_persisting_l2_carve_out_is_flagged(
+    tmp_path: Path, statement: dict[str, Any]
+) -> None:
+    # lines marked persisting survive a flush that writes a buffer: a subject whose worker
+    # says its context held a carve-out (after setup, or before a call's flush) is refused
+    c = _compare(tmp_path, persisting_l2=statement)
+    assert not c.valid and "persisting_l2:candidate" in c.flags, c.flags
+    assert c.cand is not None and any("carve-out" in r for r in c.cand.recheck_failures)
+    assert c.settings["persisting_l2"]["candidate"] == statement
+    # the control: a worker stating no carve-out is not flagged
+    (tmp_path / "honest").mkdir()
+    none = {"bytes": 0, "found": 0, "max_bytes": 0, "available": True}
+    honest = _compare(tmp_path / "honest", persisting_l2=none)
+    assert honest.valid and not any(f.startswith("persisting_l2") for f in honest.flags)
+
+
+# ---------------------------------------- hole 1: what the parent's clock can confirm
+
+
+@pytest.mark.slow
+def test_cheat_candidate_reporting_0_6x_of_a_short_call_is_not_confirmed_and_not_valid(
+    tmp_path: Path,
+) -> None:
+    # issue 36's H100 finding in the stand-in's terms: a candidate that scales its own reported
+    # timings by 0.6 on a call shorter than the clock check's floor (1 ms here, 50 us on a GPU)
+    # under-reports less per call than the check can see; its claimed saving is all lie
+    c = _compare(tmp_path, {"work_k": 3}, work_k=3, report_factor=0.6)
+    assert c.stats is not None and c.stats.direction() == "faster", c.stats  # what it claimed
+    assert not c.valid and UNCONFIRMED in c.flags, (c.flags, c.settings["clock"])
+    assert c.cand is not None and any(NOT_CONFIRMABLE in r for r in c.cand.recheck_failures)
+    confirmation = c.settings["clock"]["confirmation"]
+    assert confirmation is not None and not confirmation["confirmable"], confirmation
+    assert 0 < confirmation["saving_s"] <= confirmation["resolution_s"]
+    assert c.ref is not None and not c.ref.recheck_failures  # the reference is not blamed
+
+
+@pytest.mark.slow
+def test_honest_saving_larger_than_the_clock_can_miss_is_confirmed_and_valid(
+    tmp_path: Path,
+) -> None:
+    # the control: a candidate truly faster by more than the clock check's limit per call
+    c = _compare(tmp_path, {"work_k": 40}, work_k=3)
+    assert c.valid and UNCONFIRMED not in c.flags, (c.flags, c.settings["clock"])
+    assert c.stats is not None and c.stats.direction() == "faster", c.stats
+    confirmation = c.settings["clock"]["confirmation"]
+    assert confirmation["confirmable"] and confirmation["saving_s"] > confirmation["resolution_s"]
+
+
+def _stats(ref_s: float, cand_s: float, ci: tuple[float, float]) -> PairedStats:
+    """Per-call statistics claiming ``cand_s`` against ``ref_s`` with the CI ``ci``."""
+    return PairedStats(
+        n=8, median_ratio=cand_s / ref_s, ci_low=ci[0], ci_high=ci[1], confidence=0.95,
+        resamples=100, wilcoxon_p=None, log_ratio_std=0.01, ref_median_s=ref_s,
+        cand_median_s=cand_s, seed=0, medians_per="call",
+    )  # fmt: skip
+
+
+def test_a_saving_within_the_clocks_limit_is_never_confirmed_whoever_made_it() -> None:
+    # the rule has a price: an honest saving of 0.1 ms a call is as unconfirmable as a lie of
+    # that size (the verdict says why, and it is not a pass); a larger one is confirmed; no
+    # claim (the CI reaching 1) and an A/A (both workers the reference) need no confirmation
+    clock = ClockCheck(excess_s={}, call_s={}, limit_s={"candidate": 1e-3}, flags=[])
+    small = _stats(1.0e-3, 0.9e-3, (0.85, 0.95))
+    got = _confirm_saving(small, clock, 4, aa=False)
+    assert got is not None and not got.confirmable and got.note.startswith(NOT_CONFIRMABLE)
+    assert _confirm_saving(_stats(5e-3, 2e-3, (0.35, 0.45)), clock, 4, aa=False).confirmable
+    assert _confirm_saving(_stats(1.0e-3, 0.9e-3, (0.85, 1.02)), clock, 4, aa=False) is None
+    assert _confirm_saving(small, clock, 4, aa=True) is None
+    # a clock check that set no limit for the candidate confirms nothing (fails closed)
+    unset = ClockCheck(excess_s={}, call_s={}, limit_s={}, flags=[])
+    assert not _confirm_saving(_stats(5e-3, 2e-3, (0.35, 0.45)), unset, 4, aa=False).confirmable
 
 
 def _idle_ticks(tmp_path: Path, stop_idle: bool, option: str) -> tuple[int, int, Path]:

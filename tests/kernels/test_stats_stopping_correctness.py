@@ -88,18 +88,75 @@ def test_tolerance_by_dtype(dtype: str, tol: float) -> None:
 
 
 def test_compare_nan_never_passes_and_tolerance_applies() -> None:
-    ref = np.linspace(1, 2, 1000)
+    ref = np.linspace(1, 2, 1000)  # the float64 exact answer of a float32 output
     out = ref.astype(np.float32)
-    assert correctness.compare(out, ref).ok
+    assert correctness.compare(out, ref, dtype="float32").ok
     bad = out.copy()
     bad[3] = np.nan
-    c = correctness.compare(bad, ref)
+    c = correctness.compare(bad, ref, dtype="float32")
     assert not c.ok and c.reason == "non_finite" and c.non_finite == 1
     off = out * np.float32(1.001)
-    assert correctness.compare(off, ref).reason == "tolerance"
-    assert correctness.compare(off, ref, tolerance=1e-2).ok
-    assert correctness.compare(out[:10], ref).reason == "shape"
-    assert not correctness.compare(np.array([1, 2], np.int32), np.array([1, 3])).ok
+    assert correctness.compare(off, ref, dtype="float32").reason == "tolerance"
+    assert correctness.compare(off, ref, dtype="float32", tolerance=1e-2).ok
+    assert correctness.compare(out[:10], ref, dtype="float32").reason == "shape"
+    assert not correctness.compare(np.array([1, 2], np.int32), np.array([1, 3], np.int32)).ok
+
+
+# ------------------------------------------- hole 5: the tolerance follows the reference
+
+
+def test_cheat_float16_output_for_a_float32_reference_fails_by_dtype() -> None:
+    # a subject that computes and returns float16 (half the bytes) where the reference's output
+    # is float32: within float16's tolerance (1e-2), 5x beyond float32's (1e-4). The tolerance
+    # used to follow the output's dtype, so it passed; now the dtype itself is wrong.
+    ref = np.random.default_rng(0).standard_normal(4096)  # float64 exact answer
+    cheat = ref.astype(np.float16)
+    assert correctness.compare(cheat, ref, tolerance=1e-2, dtype="float16").ok  # its own rule
+    c = correctness.compare(cheat, ref, dtype="float32")
+    assert not c.ok and c.reason == "dtype" and c.tolerance == 1e-4, c
+    assert c.detail is not None and "float16" in c.detail and "float32" in c.detail
+    # against a reference output of float32 itself (the parent's cross-check), the same
+    c = correctness.compare(cheat, ref.astype(np.float32))
+    assert not c.ok and c.reason == "dtype"
+    # an honest control: float32 output of the same values passes float32's tolerance
+    honest = correctness.compare(ref.astype(np.float32), ref, dtype="float32")
+    assert honest.ok and honest.tolerance == 1e-4
+
+
+@pytest.mark.parametrize(
+    ("out", "reason"),
+    [
+        (np.zeros(8, np.dtype(">f4")), "dtype"),  # byte-swapped: another output
+        (np.zeros(8, np.float64), "dtype"),  # more precision is another dtype too
+        (np.zeros((2, 4), np.float32), "shape"),
+        (np.zeros(8, np.int32), "dtype"),
+    ],
+)
+def test_cheat_output_of_another_dtype_or_shape_is_wrong_whatever_its_values(
+    out: np.ndarray, reason: str
+) -> None:
+    ref = np.zeros(8, np.float32)
+    c = correctness.compare(out, ref)
+    assert not c.ok and c.reason == reason and c.detail, c
+    assert correctness.compare(np.zeros(8, np.float32), ref).ok  # the control
+
+
+def test_compare_by_a_targets_accuracy_rule() -> None:
+    ref = np.array([1.0, 2.0, 3.0], np.float32)
+    assert correctness.compare(ref.copy(), ref, rule={"compare": "exact"}).ok
+    near = ref + np.float32(1e-6)
+    c = correctness.compare(near, ref, rule={"compare": "exact"})
+    assert not c.ok and c.reason == "tolerance" and "3 of 3" in (c.detail or "")
+    rule = {"compare": "allclose", "rtol": 1e-5, "atol": 0.0}
+    assert correctness.compare(near, ref, rule=rule).ok
+    assert not correctness.compare(ref * np.float32(1.001), ref, rule=rule).ok
+    nan = np.array([np.nan], np.float32)
+    assert not correctness.compare(nan, nan.copy(), rule={"compare": "exact"}).ok  # NaN != NaN
+    assert not correctness.compare(nan, nan.copy(), rule=rule).ok
+    # a rule never loosens the dtype: float16 values within rtol are still another output
+    assert correctness.compare(near.astype(np.float16), ref, rule=rule).reason == "dtype"
+    with pytest.raises(ValueError, match="accuracy rule"):
+        correctness.compare(ref, ref, rule={"compare": "self_reported"})
 
 
 def test_poison_and_hash() -> None:

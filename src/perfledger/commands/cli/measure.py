@@ -93,6 +93,7 @@ from perfledger.commands.cli.preview import verdict_preview
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.deciders import work_metrics
+from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.derive.units import UNITS_PER_SECOND, work_unit
@@ -991,6 +992,8 @@ def measure_kernel(
         ledger.close()
     from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
+    # the Target's accuracy rule judges the revealed outputs (None: the problem's tolerances)
+    accuracy = compared(info["target"].readiness)
     unenforced = None if bound is not None else unbound_note(info["target"])
     if unenforced is not None:  # the old rule: say so before measuring
         _warn([unenforced])
@@ -1036,6 +1039,7 @@ def measure_kernel(
                     monitor=monitor,
                     directories=dirs,
                     before_batch=before_batch,
+                    accuracy=accuracy,
                 )
                 if bound is not None:  # R11: the code measured is the code snapshotted
                     watch()
@@ -1159,6 +1163,10 @@ def measure_kernel(
                 f"FLAG {case}: {', '.join(found)} (a subject flagged by a re-check, the clock, "
                 "a digest or the cross-check is recorded as incorrect in every pair: R5)"
             )
+        confirmation = c.settings.get("clock", {}).get("confirmation")
+        if confirmation is not None and not confirmation["confirmable"]:
+            # issue 36, hole 1: why a "faster" statistic is not a pass
+            lines.append(f"{case}: {confirmation['note']}; not a pass")
     _answer(ctx, result, lines)
 
 

@@ -13,6 +13,7 @@ Needs CuPy (imported on use). Times are seconds.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,12 +25,73 @@ FLUSH_FACTOR = 2.0
 FALLBACK_FLUSH_BYTES = 256 * 1024 * 1024
 
 
+#: ``CU_LIMIT_PERSISTING_L2_CACHE_SIZE`` of the driver API (``cuda.h``; the runtime's
+#: ``cudaLimitPersistingL2CacheSize``): the L2 set aside for lines marked persisting.
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+
+
+class PersistingL2:
+    """The current context's persisting L2 carve-out, cleared before each flush (issue 36,
+    hole 4; docs/kernel-harness.md, "Persisting L2").
+
+    A kernel launched on a stream with an access-policy window (``hitProp`` persisting) keeps
+    the window's lines in the carve-out a context set with ``cudaDeviceSetLimit
+    (cudaLimitPersistingL2CacheSize, n)``; a flush by writing a buffer evicts only normal
+    lines, so such a subject would start every call with its data in L2. :meth:`clear`, called
+    before each flush, reads the carve-out (``cuCtxGetLimit``) and, where one is set, turns
+    every persisting line back to normal (``cuCtxResetPersistingL2Cache``) and sets the
+    carve-out to 0 (``cuCtxSetLimit``), so the flush evicts them; it counts the calls that found
+    one (:attr:`found`, :attr:`max_bytes`: the harness refuses such a subject). Through the
+    driver library (``libcuda.so.1``) on the context current on this thread (CuPy's);
+    :attr:`available` is False where it cannot be loaded (nothing is checked then).
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._lib: Any = ctypes.CDLL("libcuda.so.1")
+            self._lib.cuCtxGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+            self._lib.cuCtxSetLimit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+            self._lib.cuCtxResetPersistingL2Cache.argtypes = []
+        except (OSError, AttributeError):
+            self._lib = None
+        self.available = self._lib is not None
+        #: calls whose flush found a carve-out set, and the largest carve-out found (bytes)
+        self.found = 0
+        self.max_bytes = 0
+
+    def carve_out_bytes(self) -> int | None:
+        """The carve-out set on the current context now (bytes); None where it cannot be read."""
+        if self._lib is None:
+            return None
+        value = ctypes.c_size_t(0)
+        if self._lib.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
+            return None
+        return int(value.value)
+
+    def clear(self) -> int:
+        """Where a carve-out is set: count it, reset the persisting lines to normal and the
+        carve-out to 0. Returns: the carve-out found (bytes; 0 when none or unreadable)."""
+        found = self.carve_out_bytes() or 0
+        if found > 0:
+            self.found += 1
+            self.max_bytes = max(self.max_bytes, found)
+            self._lib.cuCtxResetPersistingL2Cache()
+            self._lib.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"found": calls, "max_bytes": bytes, "available": bool}``."""
+        return {"found": self.found, "max_bytes": self.max_bytes, "available": self.available}
+
+
 class L2Flusher:
     """Evicts the L2 cache by writing a buffer of ``factor`` x L2 size on a stream.
 
     The write is a ``cudaMemsetAsync``: it evicts as a kernel's stores do (a pointer chase over
     lines made warm just before runs at DRAM latency after either; ``bench/l2_flush_probe.py``)
     and runs near the memory's write bandwidth, several times faster than CuPy's ``fill``.
+    Lines marked persisting are not evicted by a write: each flush first clears the context's
+    persisting carve-out (:class:`PersistingL2`, :attr:`persisting`).
 
     Args:
         l2_bytes: the L2 size (bytes); None uses :data:`FALLBACK_FLUSH_BYTES`.
@@ -46,11 +108,14 @@ class L2Flusher:
         self.nbytes = size
         self._buf = cupy.empty(size, dtype=cupy.uint8)
         self._value = 0
+        self.persisting = PersistingL2()
 
     def flush(self) -> None:
-        """Queue the flush on the current stream (a changing value, so no write is elided)."""
+        """Queue the flush on the current stream (a changing value, so no write is elided),
+        persisting lines first turned normal (:class:`PersistingL2`)."""
         import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
+        self.persisting.clear()
         self._value = self._value % 255 + 1
         cupy.cuda.runtime.memsetAsync(
             self._buf.data.ptr, self._value, self.nbytes, cupy.cuda.get_current_stream().ptr
@@ -319,6 +384,7 @@ class EventTimer:
 
 
 __all__ = [
+    "CU_LIMIT_PERSISTING_L2_CACHE_SIZE",
     "FALLBACK_FLUSH_BYTES",
     "FLUSH_FACTOR",
     "HOLD_GIVE_UP",
@@ -327,6 +393,7 @@ __all__ = [
     "RESIDENT_WAIT_S",
     "EventTimer",
     "L2Flusher",
+    "PersistingL2",
     "Sample",
     "StreamHold",
 ]

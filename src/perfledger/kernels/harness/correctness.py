@@ -1,6 +1,12 @@
 """Correctness checks of the harness (SPEC.md section 5, "Correctness before timing"): tolerance
-by dtype, relative L2 error against a float64 reference, NaN never passes, input hashing and
-output poisoning.
+by the reference's dtype, relative L2 error against a float64 reference, NaN never passes, input
+hashing and output poisoning.
+
+The tolerance never follows the output being judged: an output must have the dtype and shape
+the reference's side declares (``dtype``), and its tolerance is that dtype's (or the Target's
+accuracy rule, :func:`compare`'s ``rule``). A subject that returned float16 where the reference
+returns float32 would otherwise be held to float16's tolerance, loosening its own check
+(issue 36, hole 5).
 
 Works on NumPy and CuPy arrays alike (``cupy.get_array_module``); nothing here needs a GPU when
 given NumPy arrays, so it is unit-tested on the CPU.
@@ -9,6 +15,7 @@ given NumPy arrays, so it is unit-tested on the CPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +65,10 @@ class Check:
         rel_l2_error: ``||out - ref|| / ||ref||`` in float64 (absolute when ``||ref|| == 0``);
             None when it could not be computed (shape mismatch, non-finite output).
         tolerance: the tolerance applied.
-        reason: why it failed (``shape``, ``non_finite``, ``tolerance``) or None.
+        reason: why it failed (``shape``, ``dtype``, ``non_finite``, ``tolerance``) or None.
         non_finite: count of NaN/Inf output elements where the reference is finite.
+        detail: what was found against what was expected (``dtype float16, the reference's
+            float32``), for people; None when it passed.
     """
 
     ok: bool
@@ -67,6 +76,7 @@ class Check:
     tolerance: float
     reason: str | None
     non_finite: int = 0
+    detail: str | None = None
 
 
 #: CUDA source of the one-pass check of a float32 output against a float64 reference: the count
@@ -124,16 +134,54 @@ def _fused_check(output: Any, reference: Any, tol: float) -> Check:
     return Check(err <= tol, err, tol, None if err <= tol else "tolerance")
 
 
-def compare(output: Any, reference: Any, *, tolerance: float | None = None) -> Check:
-    """Compare ``output`` with ``reference`` (same shape; NumPy or CuPy).
+#: The element-wise comparisons of a Target's accuracy rule (:class:`perfledger.events.workflow.
+#: Accuracy`; ``self_reported`` compares nothing, so it is no rule here).
+RULES = ("exact", "allclose")
 
-    NaN never passes: a non-finite output element where the reference is finite fails, and so does
-    a NaN error. The error is computed in float64 (a float32 CuPy output in one fused pass).
+
+def _dtype_name(dtype: Any) -> str:
+    return dtype.name if hasattr(dtype, "name") else np.dtype(dtype).name
+
+
+def compare(
+    output: Any,
+    reference: Any,
+    *,
+    tolerance: float | None = None,
+    dtype: Any = None,
+    rule: Mapping[str, Any] | None = None,
+) -> Check:
+    """Compare ``output`` with ``reference`` (NumPy or CuPy arrays).
+
+    The output must have the reference's shape and the dtype ``dtype`` (default: the
+    reference's own; pass the declared output dtype where the reference is a float64 exact
+    answer): anything else fails (``shape``, ``dtype``, with :attr:`Check.detail`), whatever its
+    values. The tolerance is never the output's: ``tolerance`` (a relative L2 bound) or
+    :func:`tolerance_for` of ``dtype``. With ``rule`` (a Target's accuracy rule:
+    ``{"compare": "exact"}`` or ``{"compare": "allclose", "rtol", "atol"}``) the values are
+    compared element-wise instead: equal, or ``|out - ref| <= atol + rtol * |ref|``.
+
+    NaN never passes: a non-finite output element where the reference is finite fails, and so
+    does a NaN error; under ``rule`` NaN equals nothing. The error is computed in float64 (a
+    float32 CuPy output in one fused pass).
+
+    Raises: ValueError for a ``rule`` that compares nothing (not ``exact`` or ``allclose``) or a
+    dtype without a defined tolerance.
     """
     xp = _xp(output)
-    tol = tolerance_for(output.dtype) if tolerance is None else tolerance
+    want = np.dtype(reference.dtype if dtype is None else dtype)
+    if rule is not None and rule.get("compare") not in RULES:
+        raise ValueError(f"an accuracy rule compares by one of {RULES}, not {rule!r}")
+    tol = tolerance_for(want) if tolerance is None else tolerance
     if tuple(output.shape) != tuple(reference.shape):
-        return Check(False, None, tol, "shape")
+        detail = f"shape {tuple(output.shape)}, the reference's {tuple(reference.shape)}"
+        return Check(False, None, tol, "shape", detail=detail)
+    if np.dtype(output.dtype) != want:  # the dtype's name and byte order: '>f4' is not '<f4'
+        detail = f"dtype {np.dtype(output.dtype).str} ({_dtype_name(output.dtype)}), "
+        detail += f"the reference's {want.str} ({want.name})"
+        return Check(False, None, tol, "dtype", detail=detail)
+    if rule is not None:
+        return _by_rule(xp, output, reference, rule, tol)
     if xp is not np and output.dtype == np.float32 and reference.dtype.kind == "f" and tol > 0:
         return _fused_check(output, reference, tol)
     out = output.astype(xp.float64) if output.dtype.kind != "c" else output.astype(xp.complex128)
@@ -151,6 +199,22 @@ def compare(output: Any, reference: Any, *, tolerance: float | None = None) -> C
         ok = bool(xp.array_equal(out, ref))
         return Check(ok, err, tol, None if ok else "tolerance")
     return Check(err <= tol, err, tol, None if err <= tol else "tolerance")
+
+
+def _by_rule(xp: Any, output: Any, reference: Any, rule: Mapping[str, Any], tol: float) -> Check:
+    """:func:`compare` by a Target's accuracy rule, element-wise (NaN equals nothing)."""
+    ref = xp.asarray(reference)
+    if rule["compare"] == "exact":
+        same = output == ref  # NaN == NaN is False: never equal
+    else:
+        rtol, atol = float(rule.get("rtol", 0.0)), float(rule.get("atol", 0.0))
+        same = xp.isclose(output, ref, rtol=rtol, atol=atol, equal_nan=False)
+    differ = int(output.size - xp.count_nonzero(same))
+    if differ == 0:
+        return Check(True, 0.0, tol, None)
+    what = "exactly" if rule["compare"] == "exact" else f"within rtol={rtol:g}, atol={atol:g}"
+    detail = f"{differ} of {output.size} elements differ from the reference's {what}"
+    return Check(False, None, tol, "tolerance", detail=detail)
 
 
 def poison(array: Any) -> None:
@@ -176,4 +240,4 @@ def array_hash(array: Any) -> str:
     return h.hexdigest()
 
 
-__all__ = ["TOLERANCES", "Check", "array_hash", "compare", "poison", "tolerance_for"]
+__all__ = ["RULES", "TOLERANCES", "Check", "array_hash", "compare", "poison", "tolerance_for"]

@@ -21,8 +21,9 @@ What the harness does, each step against a known way of gaming a benchmark:
    CuPy memory pool scrubbed with poison before each call, so a kernel that reads uninitialized
    memory cannot find an earlier answer there; input hashes before/after (writing an input
    fails); once the stream under test has completed, the device is checked for work still
-   pending on other streams (unsynchronised side-stream work fails); tolerance by dtype on the relative L2 error against the float64 reference; NaN never
-   passes.
+   pending on other streams (unsynchronised side-stream work fails); tolerance by the declared
+   output dtype (never the output's own) on the relative L2 error against the float64
+   reference; NaN never passes.
 2. Timing (:meth:`Harness.measure`): a non-blocking stream of its own; warm-up of at least
    ``warmup_min`` calls and ``warmup_min_s`` seconds; each sample flushes L2 (>= 2x its size)
    before the start event, times the call with CUDA events and synchronizes the whole device
@@ -432,14 +433,24 @@ class Comparison:
     @property
     def valid(self) -> bool:
         """Both correct, timed, no re-check failure, no side work, and (isolated comparisons,
-        :mod:`perfledger.kernels.isolation.isolated`) no clock, digest, cross-check, pause or sched flag."""
+        :mod:`perfledger.kernels.isolation.isolated`) no clock, digest, cross-check, pause, sched
+        or persisting L2 flag."""
         return (
             self.ref_correctness.ok
             and self.cand_correctness.ok
             and self.stats is not None
             and not any(
                 f.startswith(
-                    ("side_work", "recheck", "clock", "digest", "cross_check", "pause", "sched")
+                    (
+                        "side_work",
+                        "recheck",
+                        "clock",
+                        "digest",
+                        "cross_check",
+                        "pause",
+                        "sched",
+                        "persisting_l2",
+                    )
                 )
                 for f in self.flags
             )
@@ -623,12 +634,24 @@ class Harness:
     ) -> tuple[list[str], dict[str, float | None]]:
         reasons: list[str] = []
         errors: dict[str, float | None] = {}
-        for name, out in outputs.items():
+        # the problem's outputs, each judged by its declared dtype's tolerance: a subject can
+        # replace an array in its outputs dict (one of a lower precision loosened the tolerance
+        # that followed it), add one or drop one
+        for name, (_shape, dtype) in self.problem.outputs.items():
+            out = outputs.get(name)
+            if out is None:
+                errors[name] = None
+                reasons.append(f"output:{name}:missing")
+                continue
             tol = self.problem.tolerances.get(name)
-            check = correctness.compare(out, refs[name], tolerance=tol)
+            check = correctness.compare(out, refs[name], tolerance=tol, dtype=dtype)
             errors[name] = check.rel_l2_error
             if not check.ok:
-                reasons.append(f"output:{name}:{check.reason}")
+                detail = f" ({check.detail})" if check.detail else ""
+                reasons.append(f"output:{name}:{check.reason}{detail}")
+        reasons += [
+            f"output:{name}:unexpected" for name in outputs if name not in self.problem.outputs
+        ]
         return reasons, errors
 
     # -- correctness ------------------------------------------------------------------------------
@@ -836,6 +859,8 @@ class Harness:
             "flops_per_call": self.problem.flops_per_call,
             "l2_bytes": self.l2_bytes,
             "flush_bytes": self.flusher.nbytes if self.flusher else 0,
+            # calls whose flush found a persisting L2 carve-out (cleared each time)
+            "persisting_l2": self.flusher.persisting.to_json() if self.flusher else None,
             "overhead_s": self._overhead_s,
             "stream_hold": self.timer.hold_off or "on",
             "stream_hold_counts": dict(self.timer.hold_counts),

@@ -20,8 +20,11 @@ The schedule: correctness of both; warm-up batches (alternating, until ``warmup_
 seeds ``s1``, the candidate's batch on ``s1``, the candidate's on ``s2``, the reference's on
 ``s2`` (so order cancels within a block); the block's statistic is the log ratio of the
 subjects' summed times; the stopping rule runs on the blocks. After each pair of batches on the
-same seeds, ``reveals_per_batch`` call indices are drawn (from this process's hidden seed, after
-both replies), and both workers write those calls' outputs.
+same seeds, call indices are drawn (from :mod:`secrets`, after both replies; at least
+``reveals_per_batch``, as many as
+:func:`perfledger.derive.isolation_checks.reveals_per_pair` says a run of the planned length
+needs), and both workers write those calls' outputs; under an ``exact`` accuracy
+rule every call's digest is compared with the reference's too.
 
 Flags (each makes :attr:`~perfledger.kernels.harness.harness.Comparison.valid` false and puts a reason
 in the flagged subject's ``recheck_failures``, so ``measure kernel`` records it as incorrect):
@@ -32,8 +35,12 @@ reference's beyond the problem's tolerance), ``pause:<role>`` (a process of the 
 ran during the other worker's batch or reveal: :meth:`_Run.alone`), ``sched:<role>`` (a thread
 of that worker was reniced or given another scheduling policy: :meth:`_Run._check_sched`;
 ``sched:measuring`` for this process's), ``stream_hold:reference`` (the reference's worker timed
-without its stream hold while the candidate's held), and the harness's own ``recheck:<subject>``,
-``side_work:<subject>``, ``review_speedup``.
+without its stream hold while the candidate's held), ``persisting_l2:<role>`` (that worker's
+context held a persisting L2 carve-out, whose lines survive the flush),
+``clock_unconfirmed:candidate`` (the statistic says faster, but the saving per call is
+within what this process's clock cannot see: all of it may be the candidate's under-report;
+:func:`~perfledger.derive.isolation_checks.clock_confirms`, never in an A/A), and the harness's
+own ``recheck:<subject>``, ``side_work:<subject>``, ``review_speedup``.
 """
 
 from __future__ import annotations
@@ -48,12 +55,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from perfledger.derive.stats import paired_stats
+from perfledger.derive.isolation_checks import (
+    NOT_CONFIRMABLE,
+    REVEAL_ESCAPE,
+    REVEAL_SKIP_SHARE,
+    ClockConfirmation,
+    clock_confirms,
+    escape_bound,
+    reveals_per_pair,
+)
+from perfledger.derive.stats import PairedStats, paired_stats
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.kernels.cuda.ceilings import Ceilings, check_plausible
 from perfledger.kernels.harness.harness import (
@@ -68,6 +84,7 @@ from perfledger.kernels.isolation.isolation import (
     TOLERANCE_S,
     TOLERANCE_SHARE,
     Batch,
+    ClockCheck,
     SubjectProcess,
 )
 from perfledger.kernels.isolation.isolation import clock_check as _clock_check
@@ -125,10 +142,14 @@ class IsolationConfig:
         calls_per_batch: calls in one request to a worker (None: half the harness's ``batch``,
             so that one ABBA block has ``batch`` calls of each subject, as many as one stopping
             check of the in-process harness).
-        reveals_per_batch: calls of each pair of batches (same seeds) whose outputs both workers
-            reveal (drawn after the replies). A subject that returns wrong outputs on a share
-            ``q`` of its calls escapes ``b`` batch pairs with probability about
-            ``(1 - q)^(reveals x b)``, besides the workers' own re-checks.
+        reveals_per_batch: the fewest calls of each pair of batches (same seeds) whose outputs
+            both workers reveal (drawn after the replies). More are revealed where the run is
+            short: :func:`~perfledger.derive.isolation_checks.reveals_per_pair` sizes the draws so
+            that a subject skipping ``reveal_skip_share`` of its timed calls escapes every
+            reveal with probability at most ``reveal_escape`` (every call of a run of at most
+            688 calls), and the run does not stop on noise before that bound holds. Under an
+            ``exact`` accuracy rule every call's digest is compared with the reference's too.
+        reveal_skip_share, reveal_escape: of the reveal sizing above (1 %, 0.001).
         start_timeout_s: the most loading the spec, ``hello`` and correctness may take (s).
         timeout_s: the most one batch or reveal may take (s).
         tolerance_s, tolerance_share, noise_sigmas, overhead_share: of
@@ -144,6 +165,8 @@ class IsolationConfig:
 
     calls_per_batch: int | None = None
     reveals_per_batch: int = 1
+    reveal_skip_share: float = REVEAL_SKIP_SHARE
+    reveal_escape: float = REVEAL_ESCAPE
     start_timeout_s: float = 900.0
     timeout_s: float = 300.0
     tolerance_s: float = TOLERANCE_S
@@ -159,6 +182,8 @@ class IsolationConfig:
             raise ValueError("calls_per_batch must be >= 1")
         if self.reveals_per_batch < 1:
             raise ValueError("reveals_per_batch must be >= 1")
+        if not (0.0 < self.reveal_skip_share < 1.0 and 0.0 < self.reveal_escape < 1.0):
+            raise ValueError("reveal_skip_share and reveal_escape must be in (0, 1)")
 
 
 @dataclass
@@ -174,6 +199,8 @@ class BatchReply:
     parent_wall_s: float
     seeds: list[int] = field(default_factory=list)
     key: bytes = b""
+    #: the worker's statement of the persisting L2 carve-outs its flushes found and cleared
+    persisting_l2: dict[str, Any] | None = None
 
 
 class WorkerProcess:
@@ -206,6 +233,7 @@ class WorkerProcess:
         *,
         directory: str | None = None,
     ) -> None:
+        self.role = role  # the spec's subject this worker runs (an A/A runs the reference twice)
         env = None
         self._build_dir: str | None = None
         if directory is not None:
@@ -231,6 +259,8 @@ class WorkerProcess:
         self.role = role
         self.config = config
         self.overhead_s = 0.0  # the worker's calibration of an empty call (after check)
+        #: the persisting L2 statement of the worker's check reply (a carve-out after setup)
+        self.persisting_l2: dict[str, Any] | None = None
         self.stream_hold: dict[str, Any] | None = None  # as the last batch's reply said
         # the scheduling it inherits (nice, policy), taken before any subject code runs: the
         # spec's module-level code could renice this process before the first batch
@@ -296,6 +326,8 @@ class WorkerProcess:
         reply, _ = self._ask({"op": "check"}, self.config.start_timeout_s)
         try:
             self.overhead_s = float(reply.get("overhead_s") or 0.0)
+            persisting = reply.get("persisting_l2")
+            self.persisting_l2 = persisting if isinstance(persisting, dict) else None
             if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
                 raise ValueError(f"overhead {self.overhead_s}")
             return report_from_json(reply["report"])
@@ -321,6 +353,8 @@ class WorkerProcess:
                 [int(s) for s in seeds],
                 key,
             )
+            persisting = reply.get("persisting_l2")
+            out.persisting_l2 = persisting if isinstance(persisting, dict) else None
         except (KeyError, TypeError, ValueError) as exc:
             raise self._malformed(f"run ({exc})") from None
         lengths = {len(out.times_s), len(out.wall_s), len(out.span_s), len(out.digests)}
@@ -475,18 +509,24 @@ CROSS_CHECK_FACTOR = 2.0
 DEVICE_COMPARE_MIN = 1 << 20
 
 
-def _compare_outputs(cand: np.ndarray, ref: np.ndarray, tolerance: float | None) -> Any:
-    """:func:`perfledger.kernels.harness.correctness.compare` of two revealed outputs (host arrays):
-    on this process's GPU for large ones when CuPy is usable (this process runs no subject
-    code; the subjects are stopped or idle between batches), else on the host."""
+def _compare_outputs(
+    cand: Any, ref: Any, tolerance: float | None, rule: dict[str, Any] | None = None
+) -> Any:
+    """:func:`perfledger.kernels.harness.correctness.compare` of two revealed outputs (host arrays),
+    the candidate's held to the reference's dtype and shape, by ``rule`` (the Target's accuracy
+    rule) or else ``tolerance``: on this process's GPU for large ones when CuPy is usable (this
+    process runs no subject code; the subjects are stopped or idle between batches), else on
+    the host."""
     if cand.size >= DEVICE_COMPARE_MIN:
         try:
             import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
 
-            return correctness.compare(cupy.asarray(cand), cupy.asarray(ref), tolerance=tolerance)
+            return correctness.compare(
+                cupy.asarray(cand), cupy.asarray(ref), tolerance=tolerance, rule=rule
+            )
         except Exception:  # no CuPy or no device here: the host path gives the same answer
             pass
-    return correctness.compare(cand, ref, tolerance=tolerance)
+    return correctness.compare(cand, ref, tolerance=tolerance, rule=rule)
 
 
 def _block_batch(role: str, parts: Sequence[BatchReply]) -> Batch:
@@ -562,8 +602,15 @@ class _Run:
         config: IsolationConfig,
         reveal_dir: str,
         tree: CallTree | None = None,
+        accuracy: dict[str, Any] | None = None,
     ) -> None:
         self.workers = workers
+        #: the Target's accuracy rule (``exact`` / ``allclose``), None: the problem's tolerances
+        self.accuracy = accuracy
+        #: calls revealed per pair of batches (sized after the warm-up: :meth:`plan_reveals`)
+        self.reveals_per_pair = config.reveals_per_batch
+        #: each worker's latest persisting L2 statement (:meth:`check_persisting`)
+        self.persisting: dict[str, dict[str, Any]] = {}
         self.tree = tree
         self.facts = facts
         self.config = config
@@ -621,6 +668,7 @@ class _Run:
             reply = self.workers[label].run(seeds, key)
         where = "warm-up" if first is None else f"call {first}+"
         self.failures[label] += [f"{where}: {r}" for r in reply.recheck_failures]
+        self.check_persisting(label, reply.persisting_l2, f"in its batch ({where})")
         self.batches.append(
             Batch(ROLES[label], tuple(seeds), tuple(reply.times_s), reply.parent_wall_s)
         )
@@ -770,6 +818,35 @@ class _Run:
                 stopped.add(pid)
         return stopped
 
+    def check_persisting(self, label: str, statement: dict[str, Any] | None, when: str) -> None:
+        """Flag ``persisting_l2:<role>`` when the worker says its context holds a persisting L2
+        carve-out (``bytes``) or that a flush found one set (``found``): lines a subject marked
+        persisting (a stream access-policy window) stay in L2 through a flush that writes a
+        buffer, so its calls would not start cold (issue 36, hole 4). Each flush clears the
+        carve-out first (:class:`~perfledger.kernels.cuda.timing.PersistingL2`); the subject
+        that set one is refused all the same (its own worker's statement, like its times)."""
+        if statement:
+            self.persisting[label] = statement  # the latest, recorded with the settings
+        if not statement or f"persisting_l2:{ROLES[label]}" in self.flags:
+            return
+        try:
+            now, found = int(statement.get("bytes") or 0), int(statement.get("found") or 0)
+            largest = int(statement.get("max_bytes") or 0)
+        except (TypeError, ValueError):
+            now, found, largest = 0, 1, 0  # a statement that does not parse: not believed
+        if now <= 0 and found <= 0:
+            return
+        role = ROLES[label]
+        self._flag(
+            f"persisting_l2:{role}",
+            label,
+            f"persisting_l2: the {role}'s worker {when} held a persisting L2 carve-out "
+            f"({max(now, largest)} bytes; {found} timed or warm-up calls found one before their "
+            "flush, each cleared): lines marked persisting stay in L2 through the flush, so its "
+            "calls would not start cold; set no cudaLimitPersistingL2CacheSize (or set it back to "
+            "0 before the call returns)",
+        )
+
     def _flag(self, flag: str, label: str, reason: str) -> None:
         if flag not in self.flags:
             self.flags.append(flag)
@@ -779,7 +856,9 @@ class _Run:
         """Draw calls of the last pair of batches (same seeds) now, after both replies; have
         both workers reveal them; check digests, then the candidate against the reference."""
         n = len(replies["A"].seeds)
-        count = min(self.config.reveals_per_batch, n)
+        if self.accuracy is not None and self.accuracy.get("compare") == "exact":
+            self._exact_digests(replies, first)
+        count = min(self.reveals_per_pair, n)
         drawn: set[int] = set()
         while len(drawn) < count:  # drawn now, after both replies (see seeds)
             drawn.add(secrets.randbelow(n))
@@ -821,22 +900,70 @@ class _Run:
             if len(revealed) < 2:
                 continue
             for name, ref_out in revealed["A"].items():
+                # the reference's declared dtype's tolerance (the problem's, as the reference's
+                # worker stated it), never the candidate's
                 tolerance = self.tolerances.get(name)
                 if tolerance is None:
-                    tolerance = correctness.tolerance_for(ref_out.dtype)
+                    tolerance = correctness.tolerance_for(self.outputs[name][1])
                 # two approximations, each within the tolerance of the exact answer, are within
                 # twice it of each other (triangle inequality): one honest candidate and one
-                # honest reference must not be flagged for their own rounding
+                # honest reference must not be flagged for their own rounding. A Target's
+                # accuracy rule compares the two outputs as it says, element-wise.
                 check = _compare_outputs(
-                    revealed["B"][name], ref_out, CROSS_CHECK_FACTOR * tolerance
+                    revealed["B"][name], ref_out, CROSS_CHECK_FACTOR * tolerance, self.accuracy
                 )
                 if not check.ok:
+                    detail = f"; {check.detail}" if check.detail else ""
                     self._flag(
                         "cross_check:candidate",
                         "B",
                         f"call {first + index}: output:{name}:{check.reason} against the "
-                        f"reference's output for the same inputs (error {check.rel_l2_error})",
+                        f"reference's output for the same inputs (error {check.rel_l2_error}"
+                        f"{detail})",
                     )
+
+    def _exact_digests(self, replies: dict[str, BatchReply], first: int) -> None:
+        """Under an ``exact`` accuracy rule: every call's digest of the candidate equals the
+        reference's (both batches ran on the same seeds and digested with the same key, so equal
+        outputs, dtypes and shapes give equal digests); else flag ``cross_check:candidate``."""
+        differ = [
+            i
+            for i, (a, b) in enumerate(zip(replies["A"].digests, replies["B"].digests, strict=True))
+            if a != b
+        ]
+        if differ:
+            shown = ", ".join(str(first + i) for i in differ[:8])
+            self._flag(
+                "cross_check:candidate",
+                "B",
+                f"calls {shown}: outputs differ from the reference's for the same inputs "
+                f"({len(differ)} of {len(replies['A'].digests)} calls of the batch; their "
+                "digests differ, exact accuracy rule)",
+            )
+
+    def plan_reveals(self, calls: int, planned_calls: int) -> None:
+        """Size the reveals of each pair of batches of ``calls`` calls for a run of at least
+        ``planned_calls`` calls (:func:`~perfledger.derive.isolation_checks.reveals_per_pair`; never
+        fewer than ``reveals_per_batch``). Under an ``exact`` rule every digest is compared
+        already (:meth:`_exact_digests`): the fewest reveals then."""
+        floor = min(calls, self.config.reveals_per_batch)
+        if self.accuracy is not None and self.accuracy.get("compare") == "exact":
+            self.reveals_per_pair = floor
+            return
+        sized = reveals_per_pair(
+            calls, planned_calls, self.config.reveal_skip_share, self.config.reveal_escape
+        )
+        self.reveals_per_pair = max(floor, sized)
+
+    def escape_bound(self, timed_calls: int, calls: int) -> float:
+        """The probability bound that a subject skipping ``reveal_skip_share`` of its
+        ``timed_calls`` escaped every reveal so far (0 under an ``exact`` rule: every call's
+        digest compared)."""
+        if self.accuracy is not None and self.accuracy.get("compare") == "exact":
+            return 0.0
+        return escape_bound(
+            timed_calls, calls, self.reveals_per_pair, self.config.reveal_skip_share
+        )
 
 
 def compare_workers(
@@ -849,6 +976,7 @@ def compare_workers(
     reveal_dir: str,
     tree: CallTree | None = None,
     before_batch: Callable[[str], None] | None = None,
+    accuracy: dict[str, Any] | None = None,
 ) -> Comparison:
     """Paired ABBA comparison of two started workers (module docstring).
 
@@ -864,6 +992,10 @@ def compare_workers(
         before_batch: called with the role (``reference``/``candidate``) before each batch,
             the idle worker stopped and the active one waiting for its request; what it raises
             ends the comparison (R11: the subjects' files checked).
+        accuracy: the Target's accuracy rule (``{"compare": "exact"}`` or ``{"compare":
+            "allclose", "rtol", "atol"}``; SPEC.md R5): the revealed outputs are cross-checked
+            by it, and under ``exact`` every call's digest must equal the reference's. None:
+            by the problem's tolerances (twice the reference's dtype's relative L2 bound).
     Returns: the :class:`~perfledger.kernels.harness.harness.Comparison` ``Harness.compare`` returns
         (per-call samples; ``settings["isolation"] == "process"``).
     Raises: MeasurementError when a worker fails, disagrees with the other on the problem, or a
@@ -884,7 +1016,9 @@ def compare_workers(
     harness = dict(fa["settings"]["harness"])
     calls = config.calls_per_batch or max(1, int(harness["batch"]) // 2)
     stopping = StoppingRule(**harness["stopping"])
-    run = _Run(workers, fa, config, reveal_dir, tree)
+    if accuracy is not None and accuracy.get("compare") not in correctness.RULES:
+        accuracy = None  # ``self_reported``: outputs judged by the problem's tolerances
+    run = _Run(workers, fa, config, reveal_dir, tree, accuracy)
     run.before_batch = before_batch
     with contextlib.closing(run):  # the reveal buffers are unmapped on the way out
         reports = {}
@@ -892,6 +1026,7 @@ def compare_workers(
             with run.alone(label):  # its calibration of an empty call with the other stopped
                 reports[label] = worker.check()
             facts[label]["settings"]["overhead_s"] = worker.overhead_s
+            run.check_persisting(label, worker.persisting_l2, "after its correctness trials")
         flags: list[str] = [] if ceilings else ["no_ceilings"]
         settings = {
             **fa["settings"],
@@ -906,6 +1041,8 @@ def compare_workers(
             "isolation_settings": {
                 "calls_per_batch": calls,
                 "reveals_per_batch": config.reveals_per_batch,
+                "reveal_skip_share": config.reveal_skip_share,
+                "reveal_escape": config.reveal_escape,
                 "tolerance_s": config.tolerance_s,
                 "tolerance_share": config.tolerance_share,
                 "noise_sigmas": config.noise_sigmas,
@@ -925,13 +1062,16 @@ def compare_workers(
         # warm-up: batches on the path timed batches take, until enough calls and seconds
         start = time.perf_counter()
         n = 0
+        warm: dict[str, list[float]] = {"A": [], "B": []}
         while n < int(harness["warmup_min"]) or time.perf_counter() - start < float(
             harness["warmup_min_s"]
         ):
             seeds, key = run.seeds(calls)
             for label in "AB":
-                run.batch(label, seeds, key, None)
+                warm[label] += run.batch(label, seeds, key, None).times_s
             n += calls
+        planned = _planned_calls(calls, stopping, warm)
+        run.plan_reveals(calls, planned)
         tim = {"A": _timing(fa["subject"]), "B": _timing(facts["B"]["subject"])}
         orders: list[str] = []
         blocks: dict[str, list[float]] = {"A": [], "B": []}
@@ -967,6 +1107,12 @@ def compare_workers(
                 )
             logs = np.log(np.asarray(blocks["B"]) / np.asarray(blocks["A"]))
             reason = stopper.check(logs, max(tim["A"].gpu_s, tim["B"].gpu_s))
+            if reason in ("target_rsd", "noise_settled") and (
+                run.escape_bound(k, calls) > config.reveal_escape
+            ):
+                # a run shorter than planned (its calls slower than in the warm-up): not
+                # stopped on noise before skipping 1 % of its calls would have been caught
+                reason = None
         # per ABBA block, the unit the statistic is made of: a median over single batches let a
         # subject report all its time in most batches and hide time in one batch of every
         # block (every block under-reported, most batches clean)
@@ -1024,11 +1170,27 @@ def compare_workers(
             cand_median_s=float(np.median(tim["B"].samples_s)),
             medians_per="call",
         )
+        confirmation = _confirm_saving(stats, clock, calls, aa=ref.role == cand.role)
+        if confirmation is not None and not confirmation.confirmable:
+            # hole 1: what the candidate saved may be all under-report; not a pass
+            run.flags.append(UNCONFIRMED)
+            tim["B"].recheck_failures.append(f"{UNCONFIRMED}: {confirmation.note}")
         flags += run.flags
         flags += timing_flags((tim["A"], tim["B"]), stats.median_ratio)
         settings.update(
             bootstrap_seed=seed,
             revealed_calls=run.revealed,  # recorded only now, after every draw was made
+            reveal_plan={
+                "planned_calls": planned,
+                "reveals_per_pair": run.reveals_per_pair,
+                "timed_calls": k,
+                "escape_bound": run.escape_bound(k, calls),
+                "exact_digests": run.accuracy is not None
+                and run.accuracy.get("compare") == "exact",
+            },
+            accuracy=run.accuracy,
+            # each worker's own statement of the persisting L2 carve-outs its flushes cleared
+            persisting_l2={ROLES[label]: run.persisting.get(label) for label in "AB"},
             harness_seed=harness_seed,
             clock={
                 "per": "abba_block",  # the excesses are medians over blocks, not batches
@@ -1036,6 +1198,8 @@ def compare_workers(
                 "call_s": clock.call_s,
                 "limit_s": clock.limit_s,
                 "noise_s": clock.noise_s,
+                # whether this clock confirms the candidate's claimed saving (None: none claimed)
+                "confirmation": None if confirmation is None else asdict(confirmation),
             },
             reveals=run.reveals,
             batches=len(run.batches),
@@ -1046,6 +1210,50 @@ def compare_workers(
             reports["A"], reports["B"], tim["A"], tim["B"], orders, stats, reason, flags, settings,
             windows,
         )  # fmt: skip
+
+
+#: The flag of a claimed saving the parent's clock cannot confirm (issue 36, hole 1;
+#: :func:`~perfledger.derive.isolation_checks.clock_confirms`).
+UNCONFIRMED = "clock_unconfirmed:candidate"
+
+
+def _confirm_saving(
+    stats: PairedStats, clock: ClockCheck, calls: int, *, aa: bool
+) -> ClockConfirmation | None:
+    """Whether the parent's clock confirms the saving the candidate's reports claim (issue 36,
+    hole 1; docs/kernel-harness.md, "What the parent's clock can confirm"): None where nothing
+    is claimed (the statistic's CI not wholly below 1) or in an A/A (both workers run the
+    reference: an A/A claims nothing, and leaving its "faster" runs out would narrow its
+    resolution). ``stats``: the comparison's, medians per call; ``clock``: its clock check;
+    ``calls``: calls per batch. A limit the clock check could not set confirms nothing."""
+    if aa or stats.direction() != "faster":
+        return None
+    limit = clock.limit_s.get("candidate", math.nan)
+    if not math.isfinite(limit):
+        return ClockConfirmation(
+            False, stats.ref_median_s - stats.cand_median_s, math.inf,
+            f"{NOT_CONFIRMABLE}: the clock check set no limit for the candidate",
+        )  # fmt: skip
+    return clock_confirms(
+        stats.ref_median_s,
+        stats.cand_median_s,
+        limit,
+        calls_per_batch=calls,
+        clock_tick_s=time.get_clock_info("perf_counter").resolution,  # the batches' clock
+    )
+
+
+def _planned_calls(calls: int, rule: StoppingRule, warm: dict[str, list[float]]) -> int:
+    """The fewest timed calls of each subject the run is expected to take: the stopping rule's
+    ``min_samples`` ABBA blocks (``2 x calls`` calls each), and its ``min_gpu_s`` at the slower
+    subject's median warm-up call (the rule stops on the larger of the two GPU times). A
+    subject that reports faster warm-up calls than it makes later only lengthens its run
+    (:func:`compare_workers` does not stop on noise before the reveals' bound holds)."""
+    by_blocks = 2 * calls * rule.min_samples
+    medians = [float(np.median(times)) for times in warm.values() if times]
+    slowest = max(medians) if medians else 0.0
+    by_time = math.floor(rule.min_gpu_s / slowest) if slowest > 0 else 0
+    return max(by_blocks, by_time)
 
 
 def _hold_states(workers: dict[str, WorkerProcess]) -> dict[str, str | None]:
@@ -1076,6 +1284,7 @@ def compare_spec(
     roles: tuple[str, str] = ("reference", "candidate"),
     directories: tuple[str, str] | None = None,
     before_batch: Callable[[str], None] | None = None,
+    accuracy: dict[str, Any] | None = None,
 ) -> Comparison:
     """Compare the spec's two subjects for ``case``, each in a worker of its own
     (:func:`compare_workers`); ``roles=("reference", "reference")`` is an A/A of the
@@ -1083,7 +1292,8 @@ def compare_spec(
     code directories, R11), each worker runs in its own directory and loads the ``SUBJECT`` of
     the spec ``spec_path`` relative to it (:class:`WorkerProcess`); an A/A passes the
     original's directory twice; ``before_batch(role)`` runs before every batch with both
-    workers quiet (:func:`compare_workers`: the subjects' files checked, R11). The workers are
+    workers quiet (:func:`compare_workers`: the subjects' files checked, R11); ``accuracy``: the
+    Target's accuracy rule (:func:`compare_workers`). The workers are
     ended on return or error; their stderr goes to a private file whose last lines are quoted
     when a worker fails."""
     with (
@@ -1117,6 +1327,7 @@ def compare_spec(
                 reveal_dir=reveals,
                 tree=tree,
                 before_batch=before_batch,
+                accuracy=accuracy,
             )
         finally:
             if own is not None:

@@ -10,14 +10,17 @@ JSON-lines requests of :mod:`perfledger.kernels.isolation.subject_protocol` on s
   outputs, tolerances, the harness's settings, the subject's content hash); without ``--case``
   only the case names (no GPU needed: how the measuring process lists a spec's cases);
 - ``check``: the harness's overhead calibration (an empty call's wall time beyond its event
-  time) and correctness trials of the subject;
+  time) and correctness trials of the subject, and the persisting L2 carve-out its context
+  holds after them (``persisting_l2``);
 - ``run {seeds, key}``: one call per seed through the harness's protocol-2 call path
   (:meth:`Harness._timed2`: fresh inputs from the seed, L2 flush, CUDA events, a re-check drawn
   after the call), each call writing into output buffers of its own; once the batch's calls are
   done every call's outputs are digested, keyed by ``key``, on the device
   (:func:`~perfledger.kernels.cuda.gpu_digest.device_digest`, when its self-test at ``hello``
   agreed with the ``blake3`` package), or after each call following a copy to pinned host memory
-  (:func:`~perfledger.kernels.isolation.subject_protocol.output_digest`): the same digest either way;
+  (:func:`~perfledger.kernels.isolation.subject_protocol.output_digest`): the same digest either
+  way; ``persisting_l2`` says how many calls found a persisting L2 carve-out before their flush
+  (each cleared: :class:`~perfledger.kernels.cuda.timing.PersistingL2`);
 - ``reveal {index, path}``: writes that call's outputs of the last batch to ``path`` (raw bytes:
   :func:`~perfledger.kernels.isolation.subject_protocol.write_reveal`); without ``path``, copies them into
   the device buffer it exported at ``hello`` (``reveal_ipc``: :mod:`perfledger.kernels.isolation.reveal_ipc`).
@@ -146,7 +149,16 @@ class Worker:
         # check with the other stopped, so the calibration sees no other GPU work
         overhead_s = self.harness._calibrate_overhead()
         report = report_to_json(self.harness.check(self.spec[self.role]))
-        return {"report": report, "overhead_s": overhead_s}
+        return {"report": report, "overhead_s": overhead_s, "persisting_l2": self._persisting()}
+
+    def _persisting(self) -> dict[str, Any] | None:
+        """The persisting L2 carve-out set on this worker's context now (bytes, after the
+        subject's setup and calls) and how many timed calls found one before their flush
+        (:class:`~perfledger.kernels.cuda.timing.PersistingL2`); None without a flush."""
+        flusher = self.harness.flusher
+        if flusher is None:
+            return None
+        return {"bytes": flusher.persisting.carve_out_bytes(), **flusher.persisting.to_json()}
 
     def run(self, seeds: list[int], key: str) -> dict[str, Any]:
         """One call per seed (module docstring); the outputs are kept until the next run."""
@@ -198,6 +210,7 @@ class Worker:
             "recheck_failures": timing.recheck_failures,
             "checked_calls": timing.checked_calls,
             "stream_hold": {"state": h.timer.hold_off or "on", **h.timer.hold_counts},
+            "persisting_l2": self._persisting(),
         }
 
     def _ring(self, slot: int) -> dict[str, Any]:
