@@ -47,10 +47,12 @@ def test_cheat_candidate_lowering_the_drivers_scheduling_for_the_references_call
 ) -> None:
     # the candidate pins the driver to one CPU, raises its nice value, its timer slack and
     # lowers its file limit as it exits: every later reference call would inherit them
+    if own_scheduling.nice >= 10:
+        pytest.skip("this test runs at nice 10 or more: the subject's nice 10 changes nothing")
     with pytest.raises(MeasurementError) as caught:
         _run("tamper_driver")
     message = caught.value.message
-    assert "after call cand-a-0" in message and "nice 0 -> 10" in message
+    assert "after call cand-a-0" in message and f"nice {own_scheduling.nice} -> 10" in message
     assert "RLIMIT_NOFILE" in message and "(restored)" in message
     # the driver's own scheduling is put back: nothing it starts later inherits the change
     assert driver_guard.Scheduling.now() == own_scheduling
