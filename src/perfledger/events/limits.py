@@ -9,10 +9,11 @@ request) instead of a ``RecursionError``, an exhausted memory or a reader that n
 
 The limits on an event's shape are part of the storage format: an append refuses an event
 outside them (BadRequest, nothing written) and ``verify``, ``audit``, ``pull`` and every reader
-refuse one forged into a ledger (IntegrityError, exit 5). They sit far outside what perfledger's
-own commands write (the recorded example session's largest event is 1.3 MB deep 9, its longest
-string 252 characters, its longest array 620 items), so no ledger written by perfledger meets
-them.
+refuse one forged into a ledger (IntegrityError, exit 5); raising one is a new storage
+format version (:data:`perfledger.ledger.layout.FORMAT_VERSION`, docs/storage.md "Limits").
+They sit far outside what perfledger's own commands write (the recorded example session's
+largest event is 1.3 MB deep 9, its longest string 252 characters, its longest array 620
+items), so no ledger written by perfledger meets them.
 
 Why each one: a nesting depth beyond ``MAX_DEPTH`` makes msgspec and the json module raise
 ``RecursionError``; a string, array or object beyond its limit, or an ``event.json`` beyond
