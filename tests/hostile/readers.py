@@ -290,7 +290,11 @@ def received_pack(draw: st.DrawFn) -> bytes:
         entries.append(head + stream)
     count = len(entries) + draw(st.sampled_from([0, 0, 0, 1, -1, 2**31 - 8]))
     body = b"PACK\0\0\0\2" + max(count, 0).to_bytes(4, "big")[-4:] + b"".join(entries)
-    checksum = hashlib.sha1(body).digest() if draw(st.booleans()) else draw(st.binary(min_size=20, max_size=20))
+    checksum = (
+        hashlib.sha1(body).digest()
+        if draw(st.booleans())
+        else draw(st.binary(min_size=20, max_size=20))
+    )
     return body + checksum
 
 
