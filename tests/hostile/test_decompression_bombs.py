@@ -21,10 +21,13 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hostile_forge import git
 
 from perfledger.api import Ledger
+from perfledger.ledger.gitobj import _entry_header
+from perfledger.ledger.packindex import IndexArrays
 from subprocess_env import isolated_env, perfledger_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sync"))
@@ -162,3 +165,62 @@ def test_a_bomb_in_a_pulled_history_is_refused_before_anything_is_written(
     assert rss <= BOUND_RSS_MIB, rss
     assert git(local_git, "rev-parse", "refs/heads/ledger") == before
     assert sorted(p.name for p in (local_git / "objects").rglob("*") if p.is_file()) == objects
+
+
+def _ofs(distance: int) -> bytes:
+    """git's ofs-delta distance encoding (big-endian base-128, each continuation minus one)."""
+    out = [distance & 0x7F]
+    distance >>= 7
+    while distance:
+        distance -= 1
+        out.append(0x80 | (distance & 0x7F))
+        distance >>= 7
+    return bytes(reversed(out))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value >> 7 else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def write_delta_bomb_pack(objects_dir: Path, name: str) -> None:
+    """A pack of a 64 KiB blob of zeros and an ofs-delta on it that copies it 16,384 times (one
+    byte per copy: 1 GiB from 16 KiB of instructions, a few hundred bytes once deflated), the
+    delta named ``name`` (the sha of 1 GiB of zeros as a blob), with its index."""
+    base = b"\0" * 65536
+    delta = _varint(len(base)) + _varint(BOMB_BYTES) + b"\x80" * (BOMB_BYTES // 65536)
+    first = _entry_header(3, len(base)) + zlib.compress(base)
+    second = _entry_header(6, len(delta)) + _ofs(len(first)) + zlib.compress(delta)
+    body = b"PACK" + (2).to_bytes(4, "big") + (2).to_bytes(4, "big") + first + second
+    checksum = hashlib.sha1(body).digest()
+    names = [hashlib.sha1(b"blob 65536\0" + base).digest(), bytes.fromhex(name)]
+    index = IndexArrays(
+        np.array(names, dtype="S20"),
+        np.array([12, 12 + len(first)], dtype="uint64"),
+        np.array([zlib.crc32(first), zlib.crc32(second)], dtype="uint32"),
+    )
+    pack = objects_dir / "pack" / f"pack-{checksum.hex()}"
+    pack.parent.mkdir(parents=True, exist_ok=True)
+    pack.with_suffix(".pack").write_bytes(body + checksum)
+    pack.with_suffix(".idx").write_bytes(index.encode(checksum))
+
+
+@pytest.mark.slow
+def test_a_delta_that_builds_a_bomb_from_a_small_pack_is_refused_unresolved(
+    bombs: dict[str, Path], tmp_path: Path
+) -> None:
+    path = tmp_path / "ledger"
+    repo = _ledger(path)
+    name = bombs["blob"].parent.name + bombs["blob"].name
+    write_delta_bomb_pack(repo / "objects", name)
+    assert int(git(repo, "cat-file", "-s", name)) == BOMB_BYTES  # git resolves its size
+    tree = git(repo, "mktree", data=f"100644 blob {name}\tevent.json\n".encode()).decode()
+    _commit(repo, tree, "NoteRecorded: forged")
+    code, output, rss = _run(tmp_path, "--ledger", path, "verify")
+    assert code == 5, output
+    assert "refused before inflating" in output, output
+    assert rss <= BOUND_RSS_MIB, rss
