@@ -89,8 +89,15 @@ class Range(msgspec.Struct, frozen=True):
 
     def words(self) -> str:
         """The range in interval notation: ``[0, 31622400]``, ``(0, 1]``."""
-        low, high = f"{self.low:.15g}", f"{self.high:.15g}"
+        low, high = _number_words(self.low), _number_words(self.high)
         return f"{'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+def _number_words(value: float) -> str:
+    """``value`` as a person reads it: an integral one in full (``31622400``), else ``%g``."""
+    if float(value).is_integer() and abs(value) <= 2**53:
+        return str(int(value))
+    return f"{value:.15g}"
 
 
 def ranged(
