@@ -157,10 +157,9 @@ class ObjectReader:
             fd = self._packs[number]
             offset = where & _OFFSET_MASK
             try:
-                limit = inflation_allowed(self._pack_bytes[number] - offset)
-                if max_size is not None:
-                    limit = min(limit, max_size)
-                result = _read_packed(fd, offset, limit, self._locate_in(number))
+                allowed = inflation_allowed(self._pack_bytes[number] - offset)
+                limit = allowed if max_size is None else min(allowed, max_size)
+                result = _read_packed(fd, offset, limit, self._locate_in(number), allowed)
             except IntegrityError as exc:
                 raise IntegrityError(
                     f"git object {sha.hex()}: {exc.message}",
@@ -296,12 +295,18 @@ _MAX_CHAIN = 1_000
 
 
 def _read_packed(
-    fd: int, offset: int, limit: int, locate: Callable[[bytes], int | None] | None = None
+    fd: int,
+    offset: int,
+    limit: int,
+    locate: Callable[[bytes], int | None] | None = None,
+    chain_limit: int | None = None,
 ) -> tuple[int, bytes] | None:
     """Inflate the non-delta entry at ``offset`` of the pack open on ``fd``, declaring at most
-    ``limit`` bytes; None for a delta (dulwich resolves it) once the delta's result and every
-    base of its chain (``locate``: a ref-delta base's offset in this pack) are within ``limit``.
-    Raises: IntegrityError for a malformed entry or one beyond ``limit``."""
+    ``limit`` bytes; None for a delta (dulwich resolves it) once the delta's result is within
+    ``limit`` and its instructions and every base of its chain (``locate``: a ref-delta base's
+    offset in this pack) within ``chain_limit`` (a base may be larger than what is read from
+    it: another artifact, say; default ``limit``).
+    Raises: IntegrityError for a malformed entry or one beyond its limit."""
     data = os.pread(fd, _FIRST_READ, offset)
     if not data:
         raise IntegrityError(f"pack entry at offset {offset} is past the end of the pack")
@@ -310,7 +315,7 @@ def _read_packed(
     except IndexError:
         raise IntegrityError(f"pack entry at offset {offset} has a truncated header") from None
     if type_num in (_OFS_DELTA, _REF_DELTA):
-        _check_chain(fd, offset, limit, locate)
+        _check_chain(fd, offset, limit, locate, limit if chain_limit is None else chain_limit)
         return None
     _refuse_size(offset, size, limit)
     # A zlib stream of n bytes is at most n + 5 bytes per 16 KiB block + 11 bytes of framing;
@@ -337,11 +342,17 @@ def _refuse_size(offset: int, size: int, limit: int) -> None:
 
 
 def _check_chain(
-    fd: int, offset: int, limit: int, locate: Callable[[bytes], int | None] | None
+    fd: int,
+    offset: int,
+    limit: int,
+    locate: Callable[[bytes], int | None] | None,
+    chain_limit: int,
 ) -> None:
-    """Check a delta entry's result size and, down its chain, every base's declared size
-    against ``limit`` (the bases dulwich would inflate to resolve it).
-    Raises: IntegrityError for a size beyond ``limit`` or a malformed entry."""
+    """Check a delta entry's result size against ``limit`` and, down its chain, every delta's
+    instructions and result and every base's declared size against ``chain_limit`` (what
+    dulwich would inflate to resolve it).
+    Raises: IntegrityError for a size beyond its limit or a malformed entry."""
+    first = True
     for _ in range(_MAX_CHAIN):
         data = os.pread(fd, _FIRST_READ, offset)
         try:
@@ -356,10 +367,13 @@ def _check_chain(
         except IndexError:
             raise IntegrityError(f"pack entry at offset {offset} has a truncated header") from None
         if type_num not in (_OFS_DELTA, _REF_DELTA):
-            _refuse_size(offset, size, limit)
+            _refuse_size(offset, size, chain_limit)
             return
-        _refuse_size(offset, size, limit)  # the delta's own instructions
-        _refuse_size(offset, _delta_result_size(data[pos:], offset), limit)
+        _refuse_size(offset, size, chain_limit)  # the delta's own instructions
+        _refuse_size(
+            offset, _delta_result_size(data[pos:], offset), limit if first else chain_limit
+        )
+        first = False
         if base is None or base < 0 or base >= offset:
             return  # a base outside this pack: dulwich finds it, or fails, through its reader
         offset = base
