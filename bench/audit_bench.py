@@ -50,7 +50,7 @@ def _requests_setup(env_id: str) -> list[tuple[str, dict[str, Any]]]:
         "min_effect": 0.05,
         "guardrails": [{"metric": "memory_mb", "unit": "MB", "direction": "lower_is_better",
                         "allowed_regression": 0.02}],
-        "scope": ["src/kernels/*"], "risk_boundary": "none", "budget": {"wall_s": 1e9, "gpu_s": 1e9},
+        "scope": ["src/kernels/*"], "risk_boundary": "none", "budget": {"wall_s": 1e7, "gpu_s": 1e9},
     }  # fmt: skip
     return [
         ("target.freeze", target),

@@ -55,11 +55,13 @@ def forge_event(
     schema: int | None = None,
     payload: dict[str, Any] | None = None,
     actor: str = "forger",
+    summary: str = "forged",
 ) -> tuple[str, str]:
     """Append to the ledger at ``repo`` one event whose ``request`` is the raw JSON
     ``request_json`` (placed verbatim: any depth, size or value), of ``kind`` at ``schema``
     (default: the kind's current version, 1 for an unknown kind) with ``payload`` (default: a
-    note's), on the current head, with a correct id, trailers and commit. No limit is checked.
+    note's) and the commit subject ``<kind>: <summary>``, on the current head, with a correct
+    id, trailers and commit. No limit is checked.
     Returns: (event id, commit sha)."""
     head, parent_id, lamport = _head(repo)
     if schema is None:
@@ -85,7 +87,7 @@ def forge_event(
     blob = git(repo, "hash-object", "-w", "--stdin", data=data).decode()
     tree = git(repo, "mktree", data=f"100644 blob {blob}\tevent.json\n".encode()).decode()
     stamp = f"{actor} <perfledger> {int(moment.timestamp())} +0000"
-    message = f"{kind}: forged\n\nEvent-Id: {event_id}\nLamport: {lamport + 1}\n"
+    message = f"{kind}: {summary}\n\nEvent-Id: {event_id}\nLamport: {lamport + 1}\n"
     raw = f"tree {tree}\nparent {head}\nauthor {stamp}\ncommitter {stamp}\n\n{message}"
     commit = git(repo, "hash-object", "-t", "commit", "-w", "--stdin", data=raw.encode()).decode()
     git(repo, "update-ref", "refs/heads/ledger", commit, head)

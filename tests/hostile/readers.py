@@ -10,9 +10,11 @@ never another exception (the CLI's exit 1), never a ``RecursionError``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,6 +219,104 @@ def _read_loose_ref(data: bytes) -> object:
         return read_ref(top, b"refs/heads/ledger")
 
 
+# ------------------------------------------------------------------ git objects and packs
+
+_KINDS = [b"blob", b"tree", b"commit", b"tag", b"blub", b""]
+
+
+@st.composite
+def loose_object(draw: st.DrawFn) -> bytes:
+    """A loose object file: a zlib stream of ``<type> <size>\0<content>`` whose size may lie
+    (far larger: a decompression bomb's header; smaller; not a number), a stream cut short,
+    or random bytes."""
+    how = draw(st.sampled_from(["honest", "lying", "bomb", "cut", "bytes"]))
+    if how == "bytes":
+        return draw(st.binary(max_size=2048))
+    content = draw(st.binary(max_size=512))
+    size = {
+        "honest": str(len(content)).encode(),
+        "lying": draw(st.sampled_from([b"0", b"-1", b"1e3", b"9" * 25, b" 1", b"12a"])),
+        "bomb": str(draw(st.integers(2**26, 2**40))).encode(),
+    }.get(how, str(len(content)).encode())
+    if how == "bomb" and draw(st.booleans()):  # a real run of zeros behind the header
+        content = b"\0" * draw(st.integers(0, 4 << 20))
+    stream = zlib.compress(draw(st.sampled_from(_KINDS)) + b" " + size + b"\0" + content)
+    return stream[: draw(st.integers(0, len(stream)))] if how == "cut" else stream
+
+
+def _read_loose_object(data: bytes) -> object:
+    from perfledger.ledger.reader import read_loose
+
+    sha = bytes(range(20))
+    with _git_dir({sha.hex()[:2] + "/" + sha.hex()[2:]: data}) as top:
+        return read_loose(top, sha, check=True, max_size=64 << 20)
+
+
+def _entry(type_num: int, size: int) -> bytes:
+    """A pack entry header: type and size, size little-endian base-128 (4 bits first)."""
+    out = bytearray([(type_num << 4) | (size & 0x0F)])
+    size >>= 4
+    while size:
+        out[-1] |= 0x80
+        out.append(size & 0x7F)
+        size >>= 7
+    return bytes(out)
+
+
+@st.composite
+def received_pack(draw: st.DrawFn) -> bytes:
+    """A pack a remote sends: entries whose declared sizes may lie (larger: a bomb; smaller),
+    deltas declaring huge results, entries cut short, a wrong count or checksum."""
+    entries = []
+    for _ in range(draw(st.integers(0, 6))):
+        type_num = draw(st.sampled_from([1, 2, 3, 4, 6, 7, 0, 5]))
+        content = draw(st.binary(max_size=300))
+        if draw(st.integers(0, 4)) == 0:
+            content = b"\0" * draw(st.integers(0, 8 << 20))  # zeros: compress ~1000 times
+        if type_num in (6, 7):  # a delta: base size, result size (maybe huge), instructions
+            result = draw(st.sampled_from([len(content), 2**40, 2**30, 5]))
+            content = _entry(0, 7)[1:] + bytes([7]) + _varint(result) + content
+        size = len(content)
+        if draw(st.integers(0, 3)) == 0:
+            size = draw(st.sampled_from([0, size + 1, max(size - 1, 0), 2**40, 2**31]))
+        head = _entry(type_num, size)
+        if type_num == 6:
+            head += bytes([draw(st.integers(0, 255)) & 0x7F])
+        elif type_num == 7:
+            head += draw(st.binary(min_size=20, max_size=20))
+        stream = zlib.compress(content)
+        if draw(st.integers(0, 5)) == 0:
+            stream = stream[: draw(st.integers(0, len(stream)))]
+        entries.append(head + stream)
+    count = len(entries) + draw(st.sampled_from([0, 0, 0, 1, -1, 2**31 - 8]))
+    body = b"PACK\0\0\0\2" + max(count, 0).to_bytes(4, "big")[-4:] + b"".join(entries)
+    checksum = (
+        hashlib.sha1(body).digest()
+        if draw(st.booleans())
+        else draw(st.binary(min_size=20, max_size=20))
+    )
+    return body + checksum
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _read_received_pack(data: bytes) -> object:
+    from perfledger.ledger.reader import read_pack
+
+    def external(sha: bytes) -> tuple[int, bytes]:
+        raise KeyError(sha)
+
+    return read_pack(data, external)
+
+
 def _read_request(data: bytes) -> object:
     from perfledger.commands.cli.workflow import read_request
     from perfledger.commands.registry.operations import validate
@@ -293,6 +393,8 @@ READERS: dict[str, Reader] = {
         Reader("packed_refs", packed_refs(), _read_packed_refs, (IntegrityError,)),
         Reader("loose_ref", st.binary(max_size=3000), _read_loose_ref, (IntegrityError,)),
         Reader("request", hostile_json(), _read_request, (BadRequest,)),
+        Reader("loose_object", loose_object(), _read_loose_object, (IntegrityError,)),
+        Reader("received_pack", received_pack(), _read_received_pack, (IntegrityError,)),
         *[
             Reader(
                 f"profiler_{kind.replace('-', '_')}",

@@ -141,3 +141,21 @@ def test_shape_problem_names_the_path_and_walks_any_depth_without_recursion() ->
     assert problem is not None and problem.startswith("$.request[0]")
     assert f"deeper than {MAX_DEPTH}" in problem
     assert shape_problem({"a": [1, "x", {"b": None}]}) is None
+
+
+#: The event-shape limits of each storage format version (docs/storage.md, "Limits"): they are
+#: part of the format, so changing one without a new ``FORMAT_VERSION`` fails here.
+LIMITS_OF_FORMAT = {
+    1: {"MAX_EVENT_BYTES": 64 * 1024 * 1024, "MAX_DEPTH": 64, "MAX_STRING_CHARS": 1024 * 1024,
+        "MAX_CONTAINER_ITEMS": 1_000_000, "INT_MIN": -(2**63), "INT_MAX": 2**64 - 1,
+        "MAX_PARENTS": 256, "MAX_ARTIFACTS": 10_000, "MAX_COMMIT_BYTES": 256 * 1024,
+        "MAX_TREE_BYTES": 2 * 1024 * 1024, "MAX_REF_NAME_BYTES": 1024},
+}  # fmt: skip
+
+
+def test_event_limits_are_those_of_the_storage_format_version() -> None:
+    from perfledger.events import limits
+    from perfledger.ledger.layout import FORMAT_VERSION
+
+    current = {name: getattr(limits, name) for name in LIMITS_OF_FORMAT[FORMAT_VERSION]}
+    assert current == LIMITS_OF_FORMAT[FORMAT_VERSION]

@@ -9,10 +9,11 @@ request) instead of a ``RecursionError``, an exhausted memory or a reader that n
 
 The limits on an event's shape are part of the storage format: an append refuses an event
 outside them (BadRequest, nothing written) and ``verify``, ``audit``, ``pull`` and every reader
-refuse one forged into a ledger (IntegrityError, exit 5). They sit far outside what perfledger's
-own commands write (the recorded example session's largest event is 1.3 MB deep 9, its longest
-string 252 characters, its longest array 620 items), so no ledger written by perfledger meets
-them.
+refuse one forged into a ledger (IntegrityError, exit 5); raising one is a new storage
+format version (:data:`perfledger.ledger.layout.FORMAT_VERSION`, docs/storage.md "Limits").
+They sit far outside what perfledger's own commands write (the recorded example session's
+largest event is 1.3 MB deep 9, its longest string 252 characters, its longest array 620
+items), so no ledger written by perfledger meets them.
 
 Why each one: a nesting depth beyond ``MAX_DEPTH`` makes msgspec and the json module raise
 ``RecursionError``; a string, array or object beyond its limit, or an ``event.json`` beyond
@@ -52,6 +53,13 @@ MAX_TREE_BYTES = 2 * 1024 * 1024
 MAX_REF_NAME_BYTES = 1024
 #: Largest loose ref file in bytes (a sha or a ``ref: <name>`` line).
 MAX_REF_FILE_BYTES = MAX_REF_NAME_BYTES + 16
+#: Decompression bombs (a git object whose zlib stream inflates far beyond its stored bytes):
+#: an object, a received pack, or a delta's result may inflate to at most
+#: ``max(INFLATE_FLOOR_BYTES, MAX_INFLATE_RATIO * its compressed bytes)``, checked from the
+#: sizes git records before anything is inflated (a reader's bound, not a shape of the format:
+#: text and tables compress 3-20 times, zlib at most about 1,000 times).
+MAX_INFLATE_RATIO = 64
+INFLATE_FLOOR_BYTES = 64 * 1024 * 1024
 #: Largest request a command reads (a ``--request`` file, stdin), in bytes: a request is stored
 #: in its event, so no larger one could be appended.
 MAX_REQUEST_BYTES = MAX_EVENT_BYTES
@@ -136,6 +144,12 @@ def _join(parent: str, step: Any) -> str:
     return f"{parent}[{step}]" if type(step) is int else f"{parent}.{str(step)[:40]}"
 
 
+def inflation_allowed(compressed_bytes: int) -> int:
+    """The most bytes ``compressed_bytes`` of zlib streams may inflate to (see
+    :data:`MAX_INFLATE_RATIO`)."""
+    return max(INFLATE_FLOOR_BYTES, MAX_INFLATE_RATIO * compressed_bytes)
+
+
 def event_size_problem(size: int) -> str | None:
     """Why an ``event.json`` of ``size`` bytes is too large, or None."""
     if size > MAX_EVENT_BYTES:
@@ -144,6 +158,7 @@ def event_size_problem(size: int) -> str | None:
 
 
 __all__ = [
+    "INFLATE_FLOOR_BYTES",
     "INT_MAX",
     "INT_MIN",
     "LEDGER_LIMITS_HINT",
@@ -152,6 +167,7 @@ __all__ = [
     "MAX_CONTAINER_ITEMS",
     "MAX_DEPTH",
     "MAX_EVENT_BYTES",
+    "MAX_INFLATE_RATIO",
     "MAX_PARENTS",
     "MAX_REF_FILE_BYTES",
     "MAX_REF_NAME_BYTES",
@@ -160,5 +176,6 @@ __all__ = [
     "MAX_TREE_BYTES",
     "bytes_within_shape",
     "event_size_problem",
+    "inflation_allowed",
     "shape_problem",
 ]

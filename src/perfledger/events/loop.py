@@ -19,7 +19,7 @@ Importing this module registers the kinds; :mod:`perfledger.events.workflow` imp
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -362,8 +362,22 @@ LOOP_SUMMARIES = {
     RunFinalized: lambda p: f"{p.run_id}: best {p.best_hash[:19]} (iteration {p.best_iteration})",
 }
 
+#: The schema version of every loop kind from which its request's declared ranges are checked
+#: (SPEC.md section 6, "Ranges": iteration and attempt numbers, trials, dimensions, sample
+#: times); requests recorded under version 1 are re-decided without them.
+RANGES_LOOP = 2
+#: kind -> the schema version from which its request's declared ranges are checked.
+LOOP_RANGED_FROM = {_type.__name__: RANGES_LOOP for _type in LOOP_SUMMARIES}
+
+
+def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """Upcaster of a version whose payload did not change, only its request's checks."""
+    return payload
+
+
 for _type, _summary in LOOP_SUMMARIES.items():
-    register_kind(KindSpec(_type.__name__, 1, _type, summary=_summary))
+    register_kind(KindSpec(_type.__name__, RANGES_LOOP, _type, {1: _same_payload},
+                           summary=_summary))  # fmt: skip
 
 #: The loop's decision kinds: appended only through their operations' deciders.
 LOOP_DECISION_KINDS = frozenset(_type.__name__ for _type in LOOP_SUMMARIES)

@@ -1281,6 +1281,28 @@ R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
 #: actor other than the experiment's creator, the samples' recorder and the one explaining;
 #: explanations recorded before keep their typed meaning.
 R17_EXPLAINED_BY_REVIEW = 2
+#: Request ranges (SPEC.md section 6, "Ranges"): the schema version of each kind from which
+#: every numeric field of its request lies within the range its model declares with
+#: :func:`perfledger.commands.workflow.requests.ranged` (a budget of at most 366 days, a
+#: regression allowance of at most 100, a call of at most 1e6 s, ...); a value outside is a bad
+#: request (exit 2). Requests recorded before are re-decided without these ranges (their
+#: models decode them as before: the ranges are not decode constraints).
+RANGES_TARGET_FROZEN = 3
+RANGES_TARGET_SUPERSEDED = 3
+RANGES_EXPERIMENT = 5
+RANGES_HANDOFF = 2
+RANGES_RECONCILIATION = 2
+#: ``SamplesRecorded`` is numbered by another branch too: this number may be renumbered at the
+#: merge (a gap is fine; the rows of ``schema_floor.IMPLIES`` follow it).
+RANGES_SAMPLES = 11
+#: kind -> the schema version from which its request's declared ranges are checked.
+RANGED_FROM: dict[str, int] = {
+    "TargetFrozen": RANGES_TARGET_FROZEN,
+    "TargetSuperseded": RANGES_TARGET_SUPERSEDED,
+    "ExperimentCreated": RANGES_EXPERIMENT,
+    "ReconciliationRecorded": RANGES_RECONCILIATION,
+    "SamplesRecorded": RANGES_SAMPLES,
+}
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1308,7 +1330,10 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: (:data:`R13_FAILED_AUDIT_DEMOTES`). Version 10 of ``SamplesRecorded`` and 4 of
 #: ``ChampionSelected`` flag and block implausible ratios (:data:`R12_PLAUSIBLE_RATIO`,
 #: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`). Version 2 of ``ActivityExplained`` takes a review
-#: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`).
+#: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`). Version 3 of
+#: ``TargetFrozen``/``TargetSuperseded``, 5 of ``ExperimentCreated``, 2 of ``HandoffRecorded``
+#: and ``ReconciliationRecorded`` and 11 of ``SamplesRecorded`` check the requests' declared
+#: ranges (:data:`RANGED_FROM`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1317,6 +1342,7 @@ SCHEMA_VERSIONS = {
         R11_CALLS_FROM_COPIES,
         R14_MEASURED_OBLIGATION,
         R12_PLAUSIBLE_RATIO,
+        RANGES_SAMPLES,
     ),
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
@@ -1325,16 +1351,18 @@ SCHEMA_VERSIONS = {
         R7_COMPUTED_BOUND,
         R14_INFORMATIVE_INTERVAL,
         R11_CANDIDATE_SNAPSHOT,
+        RANGES_EXPERIMENT,
     ),
-    "HandoffRecorded": R18_LEDGER_FILLED,
+    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
     "ChampionSelected": max(
         R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
     ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
-    "TargetFrozen": R1_KNOWN_UNITS,
-    "TargetSuperseded": R1_KNOWN_UNITS,
+    "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),
+    "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),
     "ActivityExplained": R17_EXPLAINED_BY_REVIEW,
+    "ReconciliationRecorded": RANGES_RECONCILIATION,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

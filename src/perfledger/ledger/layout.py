@@ -36,7 +36,9 @@ from __future__ import annotations
 
 LEDGER_REF = b"refs/heads/ledger"
 #: Storage format version written to the repository config and the root event; a ledger in
-#: another version is refused before anything else is read.
+#: another version is refused before anything else is read. The event-shape limits
+#: (:mod:`perfledger.events.limits`) are part of it: raising one is a new version, so that an
+#: older perfledger refuses such a ledger as a newer one's (exit 7), not as damaged (exit 5).
 FORMAT_VERSION = 1
 CONFIG_SECTION = b"perfledger"
 REF_LOCK_SUFFIX = ".lock"

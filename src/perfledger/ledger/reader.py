@@ -8,6 +8,13 @@ reader maps each pack's index once into a dict (or, for a few reads, searches it
 reads entries with ``pread`` and re-hashes every object, so a rewritten object is reported, not
 trusted. Delta entries (``git gc``, ``git clone``) and layouts it does not map (alternates, index
 v1) are read through dulwich.
+
+Decompression bombs: no object is inflated before the sizes git records for it (a loose
+object's header, a pack entry's header, a delta's result size, every base of a delta chain, the
+entries of a received pack) are checked against what its stored bytes may inflate to
+(:func:`perfledger.events.limits.inflation_allowed`) and against what the caller reads (a
+commit, a tree, an ``event.json``: ``max_size``); a bomb is an IntegrityError naming it, read
+in bounded memory.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfledger.errors import IntegrityError
+from perfledger.events.limits import LEDGER_LIMITS_HINT, inflation_allowed
 from perfledger.ledger.gitobj import HEADER_FORMATS, TYPE_NAMES
 from perfledger.ledger.packindex import IndexArrays, MappedIndex, pack_bases, read_index
 
@@ -56,6 +64,7 @@ class ObjectReader:
         self._opened: DiskObjectStore | None = None
         self._objects_dir = objects_dir
         self._packs: list[int] = []  # open descriptors of the packs
+        self._pack_bytes: list[int] = []  # their sizes (what their entries may inflate from)
         # binary sha -> (pack number << 40) | offset, over every mapped pack (small ledgers), or
         # per pack a sorted numpy sha table searched in C (large ledgers: ~28 bytes an object
         # instead of ~110 for a dict entry).
@@ -75,6 +84,7 @@ class ObjectReader:
                 os.close(fd)
                 continue
             self._packs.append(fd)
+            self._pack_bytes.append(os.fstat(fd).st_size)
             if isinstance(index, MappedIndex):
                 self._sparse.append((len(self._packs) - 1, index))
             else:
@@ -100,9 +110,21 @@ class ObjectReader:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._packs.clear()
+        self._pack_bytes.clear()
         for _, index in self._sparse:
             index.close()
         self._sparse.clear()
+
+    def _locate_in(self, number: int) -> Callable[[bytes], int | None]:
+        """``sha -> offset`` in pack ``number`` (None when not there): a ref-delta's base."""
+
+        def find(sha: bytes) -> int | None:
+            where = self._locate(sha)
+            if where is None or where >> _PACK_SHIFT != number:
+                return None
+            return where & _OFFSET_MASK
+
+        return find
 
     def _locate(self, sha: bytes) -> int | None:
         where = self._where.get(sha)
@@ -118,18 +140,26 @@ class ObjectReader:
                 return (number << _PACK_SHIFT) | int(offsets[i])
         return None
 
-    def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
+    def read(
+        self, sha: bytes, *, check: bool = True, max_size: int | None = None
+    ) -> tuple[int, bytes]:
         """Return (type number, content) of the object with binary ``sha`` (``check=False``:
         a packed or loose object is not re-hashed: a walk, or naming what a rewritten object
-        claims to be).
-        Raises: IntegrityError when the object is missing or does not hash to its name.
+        claims to be). ``max_size``: the most bytes the caller reads (a commit, a tree, an
+        ``event.json``: the storage format's limits), refused before inflating.
+        Raises: IntegrityError when the object is missing, does not hash to its name, or would
+            inflate beyond ``max_size`` or beyond what its stored bytes may (a decompression
+            bomb).
         """
         where = self._locate(sha)
         if where is not None:
-            fd = self._packs[where >> _PACK_SHIFT]
+            number = where >> _PACK_SHIFT
+            fd = self._packs[number]
             offset = where & _OFFSET_MASK
             try:
-                result = _read_packed(fd, offset)
+                allowed = inflation_allowed(self._pack_bytes[number] - offset)
+                limit = allowed if max_size is None else min(allowed, max_size)
+                result = _read_packed(fd, offset, limit, self._locate_in(number), allowed)
             except IntegrityError as exc:
                 raise IntegrityError(
                     f"git object {sha.hex()}: {exc.message}",
@@ -142,7 +172,7 @@ class ObjectReader:
                 return result
             # a delta entry: dulwich resolves it below
         else:
-            loose = read_loose(self._objects_dir, sha, check=check)
+            loose = read_loose(self._objects_dir, sha, check=check, max_size=max_size)
             if loose is not None:
                 return loose
         failure = ""
@@ -164,11 +194,16 @@ class ObjectReader:
         return type_num, raw
 
 
-def read_loose(objects_dir: str, sha: bytes, *, check: bool = True) -> tuple[int, bytes] | None:
+def read_loose(
+    objects_dir: str, sha: bytes, *, check: bool = True, max_size: int | None = None
+) -> tuple[int, bytes] | None:
     """Return (type number, content) of the loose object with binary ``sha`` under
     ``objects_dir``, checked against its name unless not ``check``; None when not stored loose.
+    Its header's size is checked before the rest is inflated: at most ``max_size`` (when given)
+    and what the file's bytes may inflate to (:func:`~perfledger.events.limits.inflation_allowed`).
     Raises: IntegrityError for a file that is not a valid zlib stream, has a malformed header,
-        or does not hash to its name.
+        declares more than it may inflate to (a decompression bomb), or does not hash to its
+        name.
     """
     hexsha = sha.hex()
     path = os.path.join(objects_dir, hexsha[:2], hexsha[2:])
@@ -177,20 +212,48 @@ def read_loose(objects_dir: str, sha: bytes, *, check: bool = True) -> tuple[int
             compressed = f.read()
     except FileNotFoundError:
         return None
+    inflater = zlib.decompressobj()
     try:
-        data = zlib.decompress(compressed)
+        head = inflater.decompress(compressed, 64)  # "<type> <size>\0" and a little content
+        nul = head.find(b"\0")
+        header = head[:nul] if nul >= 0 else b""
+        type_name, _, length = header.partition(b" ")
+        type_num = _NAME_TYPES.get(type_name)
+        if type_num is None or not length.isdigit() or len(length) > 19:
+            raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
+        declared = int(length)
+        _refuse_bomb(f"loose git object {hexsha}", declared, len(compressed), max_size)
+        raw = head[nul + 1 :]
+        if len(raw) <= declared:  # (more content than declared is a malformed header below)
+            raw += inflater.decompress(inflater.unconsumed_tail, declared - len(raw) + 1)
     except zlib.error:
         raise IntegrityError(
             f"loose git object {hexsha} is not a valid zlib stream", commit=hexsha
         ) from None
-    header, _, raw = data.partition(b"\0")
-    type_name, _, length = header.partition(b" ")
-    type_num = _NAME_TYPES.get(type_name)
-    if type_num is None or not length.isdigit() or int(length) != len(raw):
+    if len(raw) != declared or not inflater.eof:
         raise IntegrityError(f"loose git object {hexsha} has a malformed header", commit=hexsha)
     if check:
         _check_sha(sha, type_num, raw)
     return type_num, raw
+
+
+def _refuse_bomb(what: str, declared: int, stored: int, max_size: int | None) -> None:
+    """Refuse ``what``, which declares ``declared`` bytes inflated from ``stored`` bytes, when
+    that is more than the caller reads (``max_size``) or than ``stored`` may inflate to.
+    Raises: IntegrityError naming it (nothing inflated yet)."""
+    allowed = inflation_allowed(stored)
+    if declared > allowed:
+        raise IntegrityError(
+            f"{what} would inflate to {declared} bytes from {stored}, more than its stored "
+            f"bytes may ({allowed}): a decompression bomb, refused before inflating it",
+            hint=LEDGER_LIMITS_HINT,
+        )
+    if max_size is not None and declared > max_size:
+        raise IntegrityError(
+            f"{what} is {declared} bytes, more than the {max_size} the storage format allows "
+            "where it is read, refused before inflating it",
+            hint=LEDGER_LIMITS_HINT,
+        )
 
 
 def _entry_header(data: bytes, pos: int) -> tuple[int, int, int]:
@@ -227,8 +290,23 @@ def _check_sha(sha: bytes, type_num: int, raw: bytes) -> None:
         )
 
 
-def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
-    """Inflate the non-delta entry at ``offset`` of the pack open on ``fd``; None for a delta."""
+#: Deepest delta chain walked to check its bases' sizes (git's default depth is 50).
+_MAX_CHAIN = 1_000
+
+
+def _read_packed(
+    fd: int,
+    offset: int,
+    limit: int,
+    locate: Callable[[bytes], int | None] | None = None,
+    chain_limit: int | None = None,
+) -> tuple[int, bytes] | None:
+    """Inflate the non-delta entry at ``offset`` of the pack open on ``fd``, declaring at most
+    ``limit`` bytes; None for a delta (dulwich resolves it) once the delta's result is within
+    ``limit`` and its instructions and every base of its chain (``locate``: a ref-delta base's
+    offset in this pack) within ``chain_limit`` (a base may be larger than what is read from
+    it: another artifact, say; default ``limit``).
+    Raises: IntegrityError for a malformed entry or one beyond its limit."""
     data = os.pread(fd, _FIRST_READ, offset)
     if not data:
         raise IntegrityError(f"pack entry at offset {offset} is past the end of the pack")
@@ -237,7 +315,9 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
     except IndexError:
         raise IntegrityError(f"pack entry at offset {offset} has a truncated header") from None
     if type_num in (_OFS_DELTA, _REF_DELTA):
+        _check_chain(fd, offset, limit, locate, limit if chain_limit is None else chain_limit)
         return None
+    _refuse_size(offset, size, limit)
     # A zlib stream of n bytes is at most n + 5 bytes per 16 KiB block + 11 bytes of framing;
     # zlib.decompress ignores what follows the stream (the next entry).
     window = size + (size // 16384 + 1) * 5 + 64
@@ -251,6 +331,96 @@ def _read_packed(fd: int, offset: int) -> tuple[int, bytes] | None:
     return type_num, raw
 
 
+def _refuse_size(offset: int, size: int, limit: int) -> None:
+    if size > limit:
+        raise IntegrityError(
+            f"pack entry at offset {offset} declares {size} bytes, more than it may inflate to "
+            f"where it is read ({limit}): a decompression bomb or a forged object, refused "
+            "before inflating it",
+            hint=LEDGER_LIMITS_HINT,
+        )
+
+
+def _check_chain(
+    fd: int,
+    offset: int,
+    limit: int,
+    locate: Callable[[bytes], int | None] | None,
+    chain_limit: int,
+) -> None:
+    """Check a delta entry's result size against ``limit`` and, down its chain, every delta's
+    instructions and result and every base's declared size against ``chain_limit`` (what
+    dulwich would inflate to resolve it).
+    Raises: IntegrityError for a size beyond its limit or a malformed entry."""
+    first = True
+    for _ in range(_MAX_CHAIN):
+        data = os.pread(fd, _FIRST_READ, offset)
+        try:
+            type_num, size, pos = _entry_header(data, 0)
+            base: int | None = None
+            if type_num == _OFS_DELTA:
+                back, pos = _ofs_distance(data, pos)
+                base = offset - back
+            elif type_num == _REF_DELTA:
+                base = locate(bytes(data[pos : pos + 20])) if locate is not None else None
+                pos += 20
+        except IndexError:
+            raise IntegrityError(f"pack entry at offset {offset} has a truncated header") from None
+        if type_num not in (_OFS_DELTA, _REF_DELTA):
+            _refuse_size(offset, size, chain_limit)
+            return
+        _refuse_size(offset, size, chain_limit)  # the delta's own instructions
+        _refuse_size(
+            offset, _delta_result_size(data[pos:], offset), limit if first else chain_limit
+        )
+        first = False
+        if base is None or base < 0 or base >= offset:
+            return  # a base outside this pack: dulwich finds it, or fails, through its reader
+        offset = base
+    raise IntegrityError(f"pack entry at offset {offset}: a delta chain deeper than {_MAX_CHAIN}")
+
+
+def _ofs_distance(data: bytes, pos: int) -> tuple[int, int]:
+    """An ofs-delta's distance back to its base (git's offset encoding) and the position after
+    it. Raises: IndexError when it runs past ``data``."""
+    byte = data[pos]
+    distance = byte & 0x7F
+    pos += 1
+    while byte & 0x80:
+        byte = data[pos]
+        distance = ((distance + 1) << 7) | (byte & 0x7F)
+        pos += 1
+    return distance, pos
+
+
+def _delta_result_size(stream: bytes, offset: int) -> int:
+    """The result size a delta's instructions declare, from the first inflated bytes of its
+    zlib ``stream``. Raises: IntegrityError when the stream is not zlib or too short."""
+    try:
+        head = zlib.decompressobj().decompress(stream, 32)
+    except zlib.error:
+        raise IntegrityError(f"pack entry at offset {offset} is not a valid zlib stream") from None
+    return _result_size(head, f"pack entry at offset {offset}")
+
+
+def _result_size(head: bytes, what: str) -> int:
+    """The second varint of an inflated delta (``head``: its first bytes), after the base's
+    size: the size of the object it builds. Raises: IntegrityError when malformed."""
+    pos = value = 0
+    for _ in range(2):
+        value, shift = 0, 0
+        while True:
+            if pos >= len(head) or shift > 63:
+                raise IntegrityError(f"{what} has a malformed delta")
+            byte = head[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+    return value
+
+
 # ---------------------------------------------------------------------------- a received pack
 
 
@@ -259,14 +429,17 @@ def read_pack(
 ) -> dict[bytes, tuple[int, bytes]]:
     """Return every object of the received pack ``data`` (pull and clone) through dulwich's
     pack reader: binary sha -> (type number, content), deltas resolved (``external``: a thin
-    pack's local bases, KeyError when absent), each named by hashing its content.
-    Raises: IntegrityError for a malformed pack, a bad checksum or an unresolvable delta.
+    pack's local bases, KeyError when absent), each named by hashing its content; first
+    :func:`scan_pack` (no decompression bomb reaches dulwich).
+    Raises: IntegrityError for a malformed pack, a bad checksum, an unresolvable delta, or a
+        pack that would inflate beyond what its bytes may.
     """
     from dulwich.object_format import SHA1  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
     from dulwich.pack import PackData, UnpackedObjectIterator  # noqa: PLC0415 (dulwich: kept off `perfledger log`'s start-up path)
 
     if len(data) < 32 or data[:4] != b"PACK" or data[4:8] not in (b"\0\0\0\2", b"\0\0\0\3"):
         raise IntegrityError("the remote sent a malformed pack: bad header")
+    scan_pack(data)
     objects: dict[bytes, tuple[int, bytes]] = {}
     failure = ""
     try:
@@ -280,3 +453,91 @@ def read_pack(
     if failure:  # raised here, not in the handler: no traceback keeps dulwich's buffers alive
         raise IntegrityError(f"the remote sent a malformed pack: {failure}")
     return objects
+
+
+#: Bytes of a received pack inflated at a time by :func:`scan_pack` (its memory bound).
+_SCAN_CHUNK = 64 * 1024
+
+
+def scan_pack(data: bytes | bytearray) -> None:
+    """Walk the entries of the received pack ``data`` in bounded memory (each zlib stream
+    inflated :data:`_SCAN_CHUNK` bytes at a time and dropped) and refuse it when the objects it
+    declares (entries' sizes, deltas' result sizes) add up to more than its bytes may inflate
+    to (:func:`~perfledger.events.limits.inflation_allowed`), or an entry inflates to more than
+    it declares.
+    Raises: IntegrityError naming the entry: a decompression bomb, or a malformed pack."""
+    view = memoryview(data)
+    end = len(data) - 20  # the trailing checksum
+    allowed = inflation_allowed(len(data))
+    count = int.from_bytes(data[8:12], "big")
+    pos, total = 12, 0
+    for index in range(count):
+        start = pos
+        try:
+            type_num, size, pos = _entry_header(data, pos)
+            if type_num == _OFS_DELTA:
+                _, pos = _ofs_distance(data, pos)
+            elif type_num == _REF_DELTA:
+                pos += 20
+        except IndexError:
+            raise IntegrityError(
+                f"the remote sent a malformed pack: entry {index} has a truncated header"
+            ) from None
+        if pos >= end:
+            raise IntegrityError(f"the remote sent a malformed pack: entry {index} is cut short")
+        delta = type_num in (_OFS_DELTA, _REF_DELTA)
+        _refuse_pack(data, index, start, total + size, size, allowed)
+        inflater = zlib.decompressobj()
+        produced, head = 0, b""
+        try:
+            while not inflater.eof:
+                if pos >= end:
+                    raise IntegrityError(
+                        f"the remote sent a malformed pack: entry {index} is cut short"
+                    )
+                piece = view[pos : pos + _SCAN_CHUNK]
+                pos += len(piece)
+                while piece:
+                    out = inflater.decompress(piece, _SCAN_CHUNK)
+                    produced += len(out)
+                    if len(head) < 32:
+                        head += out[: 32 - len(head)]
+                    if produced > size:
+                        raise IntegrityError(
+                            f"the remote sent a malformed pack: entry {index} (offset {start}) "
+                            f"inflates beyond the {size} bytes it declares",
+                            hint="a decompression bomb or a damaged pack; nothing was written",
+                        )
+                    if inflater.eof:
+                        break
+                    piece = inflater.unconsumed_tail
+        except zlib.error:
+            raise IntegrityError(
+                f"the remote sent a malformed pack: entry {index} is not a valid zlib stream"
+            ) from None
+        pos -= len(inflater.unused_data)
+        if produced != size:
+            raise IntegrityError(
+                f"the remote sent a malformed pack: entry {index} inflates to {produced} bytes, "
+                f"not the {size} it declares"
+            )
+        if delta:  # what dulwich would build from it
+            result = _result_size(head, f"the remote's pack entry {index}")
+            _refuse_pack(data, index, start, total + result, result, allowed)
+            total += result
+        else:
+            total += size
+
+
+def _refuse_pack(
+    data: bytes | bytearray, index: int, start: int, total: int, size: int, allowed: int
+) -> None:
+    """Refuse a received pack whose objects up to entry ``index`` declare ``total`` bytes,
+    more than ``allowed``. Raises: IntegrityError (nothing inflated past the limit)."""
+    if total > allowed:
+        raise IntegrityError(
+            f"the remote sent a pack of {len(data)} bytes whose objects would inflate to "
+            f"more than {allowed} bytes (entry {index} at offset {start} declares {size}): "
+            "a decompression bomb, refused before inflating it",
+            hint="nothing was written; fetch from a remote you trust, or ask who runs it",
+        )

@@ -34,7 +34,12 @@ from perfledger.errors import (
 )
 from perfledger.events.envelope import Envelope, decode_envelope, validate_draft_fields
 from perfledger.events.kinds import UPGRADE_HINT, LedgerInitialized
-from perfledger.events.limits import LEDGER_LIMITS_HINT
+from perfledger.events.limits import (
+    LEDGER_LIMITS_HINT,
+    MAX_COMMIT_BYTES,
+    MAX_EVENT_BYTES,
+    MAX_TREE_BYTES,
+)
 from perfledger.ledger import layout
 from perfledger.ledger.base import (
     DEFAULT_MAX_ATTEMPTS,
@@ -421,7 +426,9 @@ class GitStore(EventStore):
     def _read_commit(self, reader: ObjectReader, sha: bytes, *, check: bool = True) -> bytes:
         """The raw content of commit ``sha`` (hex bytes).
         Raises: IntegrityError when it is missing, corrupt or not a commit."""
-        type_num, raw = reader.read(bytes.fromhex(sha.decode()), check=check)
+        type_num, raw = reader.read(
+            bytes.fromhex(sha.decode()), check=check, max_size=MAX_COMMIT_BYTES
+        )
         if type_num != 1:
             raise IntegrityError(f"{sha.decode()} is not a commit", commit=sha.decode())
         return raw
@@ -514,7 +521,7 @@ class GitStore(EventStore):
             raise IntegrityError(
                 f"commit {commit_sha.decode()} has no event.json", commit=commit_sha.decode()
             )
-        _, data = reader.read(blob_sha, check=check)
+        _, data = reader.read(blob_sha, check=check, max_size=MAX_EVENT_BYTES)
         try:
             return decode_envelope(data)
         except BadRequest as exc:
@@ -527,7 +534,9 @@ class GitStore(EventStore):
     def _tree_of(self, reader: ObjectReader, commit_sha: bytes, check: bool) -> bytes:
         """The raw tree of commit ``commit_sha``. Raises: IntegrityError (missing, corrupt)."""
         raw = self._read_commit(reader, commit_sha, check=check)
-        return reader.read(bytes.fromhex(raw[5:45].decode()), check=check)[1]
+        return reader.read(bytes.fromhex(raw[5:45].decode()), check=check, max_size=MAX_TREE_BYTES)[
+            1
+        ]
 
     def iter_recent(self, limit: int) -> Iterator[tuple[bytes, ParsedCommit, str, int]]:
         """Yield up to ``limit`` event commits newest first (descending (lamport, id)) as (hex
@@ -576,13 +585,17 @@ class GitStore(EventStore):
             art_tree_sha = _tree_entry(
                 self._tree_of(reader, commit_sha, True), layout.ARTIFACTS_DIR
             )
-            art_tree = reader.read(art_tree_sha)[1] if art_tree_sha is not None else b""
+            art_tree = (
+                reader.read(art_tree_sha, max_size=MAX_TREE_BYTES)[1]
+                if art_tree_sha is not None
+                else b""
+            )
             blob_sha = _tree_entry(art_tree, ref.blake3.encode())
             if blob_sha is None:
                 raise IntegrityError(
                     f"event {event_id}: artifact {name!r} blob is missing", event_id=event_id
                 )
-            data = reader.read(blob_sha)[1]
+            data = reader.read(blob_sha, max_size=ref.size)[1]
         if len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
             raise IntegrityError(
                 f"event {event_id}: artifact {name!r} does not match its blake3 or size",

@@ -54,7 +54,9 @@ from perfledger.events.envelope import (
 from perfledger.events.kinds import LedgerInitialized, RecordedEvent, get_kind, upcast
 from perfledger.events.limits import (
     LEDGER_LIMITS_HINT,
+    MAX_COMMIT_BYTES,
     MAX_DEPTH,
+    MAX_EVENT_BYTES,
     MAX_TREE_BYTES,
     event_size_problem,
 )
@@ -262,7 +264,9 @@ class CommitGraph:
         from git (never from the derived index)."""
         node = self.nodes.get(sha)
         if node is None:
-            commit = parse_commit(sha, self.reader.read(sha, check=False)[1])
+            commit = parse_commit(
+                sha, self.reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1]
+            )
             event_id, lamport, _ = event_trailers(commit.message)
             node = self.nodes[sha] = CommitNode(event_id, max(lamport, 0), commit.parents)
             if event_id is not None:
@@ -289,7 +293,9 @@ class CommitGraph:
                 )
             # its message names the heads it joins, and nothing else (git log shows it)
             joins = sorted({h for parent in parents for h in self.dag.heads(parent)})
-            message = parse_commit(sha, self.reader.read(sha, check=False)[1]).message
+            message = parse_commit(
+                sha, self.reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1]
+            ).message
             if message != _merge_message(joins):
                 raise IntegrityError(
                     f"merge commit {sha.hex()} has the message "
@@ -323,7 +329,9 @@ class CommitGraph:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
             # this child), the parent is the tampered one: name it.
-            parent_commit = parse_commit(sha, self.reader.read(sha, check=False)[1]).parents[0]
+            parent_commit = parse_commit(
+                sha, self.reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1]
+            ).parents[0]
             for parent_id in self.dag.heads(parent_commit):
                 parent_sha = self.commit_of[parent_id]
                 try:
@@ -342,7 +350,7 @@ def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[s
     trailers. Raises: IntegrityError naming the commit (and the event it claims, if readable).
     """
     try:
-        type_num, raw = reader.read(sha)
+        type_num, raw = reader.read(sha, max_size=MAX_COMMIT_BYTES)
     except IntegrityError as exc:
         raise _name_claimed_event(reader, sha, exc) from None
     if type_num != COMMIT:
@@ -444,7 +452,7 @@ def _named(exc: IntegrityError, event_id: str, sha: bytes) -> IntegrityError:
 def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -> IntegrityError:
     """Name the event a corrupt commit claims to carry (its Event-Id trailer), if readable."""
     try:
-        content = reader.read(sha, check=False)[1]
+        content = reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1]
     except IntegrityError:
         return exc
     event_id = parse_trailers(content.partition(b"\n\n")[2]).get("Event-Id")
@@ -457,9 +465,9 @@ def _verify_event(
     """Check one event commit (all but its payload's schema, :func:`_decode_payload`, and its
     subject, :func:`_check_message`) and return its envelope and commit message. ``dag`` None
     skips its place in the DAG."""
-    commit = parse_commit(sha, reader.read(sha, check=False)[1])  # re-hashed in pass 1
+    commit = parse_commit(sha, reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1])
     trailers = parse_trailers(commit.message)
-    type_num, tree_raw = reader.read(commit.tree)
+    type_num, tree_raw = reader.read(commit.tree, max_size=MAX_TREE_BYTES)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")
     if len(tree_raw) == len(_PLAIN_TREE_PREFIX) + 20 and tree_raw.startswith(_PLAIN_TREE_PREFIX):
@@ -481,7 +489,7 @@ def _verify_event(
                 for n, (m, _) in sorted(entries.items())
             )
         )
-    type_num, data = reader.read(entries[EVENT_FILE][1])
+    type_num, data = reader.read(entries[EVENT_FILE][1], max_size=MAX_EVENT_BYTES)
     if type_num != BLOB:
         raise _fail("event.json is not a blob")
 
@@ -577,15 +585,15 @@ def _verify_event(
     else:
         if ARTIFACTS_DIR not in entries:
             raise _fail("the event declares artifacts but its tree has no artifacts/")
-        type_num, art_raw = reader.read(entries[ARTIFACTS_DIR][1])
+        type_num, art_raw = reader.read(entries[ARTIFACTS_DIR][1], max_size=MAX_TREE_BYTES)
         if type_num != TREE:
             raise _fail("artifacts/ is not a tree")
         art = artifact_entries(art_raw)
         if set(art) != set(digests):
             raise _fail("artifacts/ does not hold exactly the declared artifacts")
         for digest, blob_sha in art.items():
-            type_num, blob = reader.read(blob_sha)
             ref = digests[digest]
+            type_num, blob = reader.read(blob_sha, max_size=ref.size)
             if (
                 type_num != BLOB
                 or len(blob) != ref.size
@@ -700,8 +708,12 @@ class IncomingReader:
         self.base = base
         self.used: set[bytes] = set()
 
-    def read(self, sha: bytes, *, check: bool = True) -> tuple[int, bytes]:
-        """Return (type number, content) of binary ``sha``; IntegrityError when missing."""
+    def read(
+        self, sha: bytes, *, check: bool = True, max_size: int | None = None
+    ) -> tuple[int, bytes]:
+        """Return (type number, content) of binary ``sha`` (``max_size``: as
+        :meth:`ObjectReader.read`; what the remote sent was scanned by
+        :func:`~perfledger.ledger.reader.scan_pack`); IntegrityError when missing."""
         hit = self.incoming.get(sha)
         if hit is not None:
             self.used.add(sha)
@@ -710,7 +722,7 @@ class IncomingReader:
             raise IntegrityError(
                 f"git object {sha.hex()} is missing from what the remote sent", commit=sha.hex()
             )
-        return self.base.read(sha, check=check)
+        return self.base.read(sha, check=check, max_size=max_size)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from perfledger.commands.workflow.requests import (
     Number,
     OptText,
     Request,
+    ranged,
 )
 
 #: Kernel, reference and analysis texts (bytes of UTF-8, at most 1 MiB each).
@@ -38,8 +39,23 @@ SkipReason = Literal[
     "coupled_group",
 ]
 _MAX_SAMPLES = 100_000
-#: A positive, finite time in ms.
-PositiveMs = Annotated[float, Meta(gt=0.0, le=MAX_FINITE)]
+#: The longest timed sample, ms (11.6 days: :data:`~perfledger.commands.workflow.requests.
+#: MAX_CALL_WALL_S`).
+MAX_SAMPLE_MS = 1e9
+#: A positive, finite time in ms, at most :data:`MAX_SAMPLE_MS` (a declared range: loop kinds'
+#: schema 2, SPEC.md section 6, "Ranges").
+PositiveMs = Annotated[
+    float, Meta(gt=0.0, le=MAX_FINITE), ranged(0.0, MAX_SAMPLE_MS, low_open=True)
+]
+#: The most iterations a run plans (``LoopSetup.iterations``), hence its iteration numbers.
+MAX_ITERATIONS = 100
+#: Iteration number (1-based), at most :data:`MAX_ITERATIONS`.
+Iteration = Annotated[int, Meta(ge=1), ranged(1, MAX_ITERATIONS)]
+#: The largest attempt number and trial count a request may hold.
+MAX_ATTEMPT = 1_000
+MAX_TRIALS = 10**9
+#: The largest problem dimension (an exact integer in a double).
+MAX_DIM = 2**53
 _MAX_ITEMS = 1_000
 
 
@@ -62,7 +78,7 @@ class CorrectnessModel(Request, kw_only=True):
     """A correctness check's outcome: correct or not, trials, largest error, tolerance, detail."""
 
     correct: bool
-    trials: Annotated[int, Meta(ge=0)]
+    trials: Annotated[int, Meta(ge=0), ranged(0, MAX_TRIALS)]
     max_error: Number | None = None
     tolerance: Number | None = None
     detail: OptText = ""
@@ -112,9 +128,9 @@ class LoopSetup(Request, kw_only=True):
     reference: SourceText
     entry: Name
     params: Annotated[list[ParamModel], Meta(max_length=256)]
-    dims: dict[Name, int]
+    dims: dict[Name, Annotated[int, ranged(0, MAX_DIM)]]
     launch: dict[Name, Name] = msgspec.field(default_factory=dict)
-    iterations: Annotated[int, Meta(ge=1, le=100)]
+    iterations: Annotated[int, Meta(ge=1, le=MAX_ITERATIONS)]
     ncu_num: Annotated[int, Meta(ge=1, le=50)]
     min_effect: Annotated[float, Meta(gt=0.0, lt=1.0)]
     sm_arch: Name
@@ -133,8 +149,8 @@ class LoopProfile(Request, kw_only=True):
     """``loop.profile``: one profile of one kernel, keyed by (run, iteration, attempt, role)."""
 
     run_id: Id
-    iteration: Annotated[int, Meta(ge=1)]
-    attempt: Annotated[int, Meta(ge=0)]
+    iteration: Iteration
+    attempt: Annotated[int, Meta(ge=0), ranged(0, MAX_ATTEMPT)]
     role: Literal["input", "candidate"]
     kernel_hash: Hash
     tool: Name
@@ -154,8 +170,8 @@ class LoopAttempt(Request, kw_only=True):
     """``loop.attempt``: a candidate that failed its correctness check (R25)."""
 
     run_id: Id
-    iteration: Annotated[int, Meta(ge=1)]
-    attempt: Annotated[int, Meta(ge=1)]
+    iteration: Iteration
+    attempt: Annotated[int, Meta(ge=1), ranged(1, MAX_ATTEMPT)]
     kernel: SourceText
     selection: dict[Axis, AxisSelectionModel]
     analysis: SourceBody
@@ -167,8 +183,8 @@ class LoopCloseIter(Request, kw_only=True):
     interleaved timing against the current best (R19-R25)."""
 
     run_id: Id
-    iteration: Annotated[int, Meta(ge=1)]
-    attempt: Annotated[int, Meta(ge=1)]
+    iteration: Iteration
+    attempt: Annotated[int, Meta(ge=1), ranged(1, MAX_ATTEMPT)]
     kernel: SourceText
     selection: dict[Axis, AxisSelectionModel]
     analysis: SourceBody

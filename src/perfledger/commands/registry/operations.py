@@ -401,9 +401,25 @@ def request_model(name: str) -> Any:
 @functools.cache
 def decider(name: str) -> Any:
     """Return the decider ``decide(state, request, ctx) -> [EventDraft]`` of ``name`` (looked up
-    once per name). Raises: BadRequest for an unknown operation."""
+    once per name), behind the range check of its request (SPEC.md section 6, "Ranges": from the
+    schema version of its kind that introduced them, checked before any rule, the auditor's
+    replay included). Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
-    return getattr(operation.decider_module(), operation.decider)
+    return functools.partial(
+        _ranged_decide, operation, getattr(operation.decider_module(), operation.decider)
+    )
+
+
+def _ranged_decide(
+    operation: Operation, run: Callable[..., Any], state: Any, request: Any, ctx: Any
+) -> Any:
+    """Check ``request``'s declared ranges where its kind's rule version asks for them, then
+    run the decider. Raises: BadRequest for a value out of range (exit 2)."""
+    from perfledger.commands.workflow import ranges  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+    if ranges.ranges_apply(operation.kind, ctx.schema):
+        ranges.check_ranges(operation.name, request)
+    return run(state, request, ctx)
 
 
 #: Fields a caller sends that the CLI and the MCP server turn into others before the request is
@@ -429,9 +445,10 @@ def json_schema(name: str) -> dict[str, Any]:
     (:mod:`perfledger.commands.workflow.field_docs`)."""
 
     from perfledger.commands.workflow.field_docs import describe  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.commands.workflow.ranges import schema_with_ranges  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     model = request_model(name)
-    schema = msgspec.json.schema(model)
+    schema = schema_with_ranges(model, msgspec.json.schema(model))
     defs = schema.pop("$defs", {})
     root: dict[str, Any] = defs.pop(model.__name__)
     for nested, fields in EDGE_FIELDS.get(get_operation(name).name, {}).items():

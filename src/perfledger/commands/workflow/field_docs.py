@@ -75,11 +75,11 @@ FIELDS: dict[str, str] = {
     "direction": "lower_is_better or higher_is_better.",
     "statistic": "The statistic compared: mean, median (default), p95, p99 or throughput.",
     "metric": "The metric's name, as in the Target.",
-    "allowed_regression": "Largest allowed regression of the guardrail metric, a ratio >= 0 "
-    "(0.02 = 2 %).",
-    "threshold": "Improvement that counts as a gain of this secondary, a ratio > 0.",
-    "wall_s": "Wall-clock time, seconds (>= 0).",
-    "gpu_s": "GPU time, seconds (>= 0).",
+    "allowed_regression": "Largest allowed regression of the guardrail metric, a ratio in "
+    "[0, 100] (0.02 = 2 %).",
+    "threshold": "Improvement that counts as a gain of this secondary, a ratio in (0, 100].",
+    "wall_s": "Wall-clock time, seconds, in [0, 31622400] (366 days).",
+    "gpu_s": "GPU time, seconds, in [0, 1e10].",
     # readiness
     "original": "The original: content hash, label, and subject (its code directory, "
     "snapshotted now, R11).",
@@ -180,18 +180,18 @@ FIELDS: dict[str, str] = {
     "replacement_boundary": "Where the candidate replaces the original, in words (R6).",
     "coverage": "f: share of the primary exposed on the critical path in the replaced "
     "component, a ratio in (0, 1] (R7).",
-    "local_speedup": "s: expected local speedup of the component, a ratio > 0 (2.0 = twice as "
-    "fast) (R7).",
-    "added_cost": "c: added cost elsewhere as a share of the original's time, a ratio >= 0 "
-    "(default 0) (R7).",
+    "local_speedup": "s: expected local speedup of the component, a ratio in (0, 1e6] (2.0 = "
+    "twice as fast; > 0 is R7's).",
+    "added_cost": "c: added cost elsewhere as a share of the original's time, a ratio in "
+    "[0, 100] (default 0; >= 0 is R7's).",
     "exposure": "For a tail (p95, p99) primary: affected share and critical path, instead of a "
     "bound (R7).",
     "affected_share": "Share of requests affected, a ratio in (0, 1].",
     "critical_path": "Why the region is on the critical path, in words.",
-    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio: 0.1 = 1.1x); "
-    ">= 0 when high > 0 (no loss inside a predicted gain), and 1 + high <= 4 (1 + low) (R14).",
-    "high": "Upper end of the expected end-to-end improvement, speedup - 1 (a ratio); at most "
-    "the bound - 1 (R7, R14).",
+    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio in (-1, 1e6]: "
+    "0.1 = 1.1x); >= 0 when high > 0 (no loss inside a predicted gain), and 1 + high <= 4 (1 + low) (R14).",
+    "high": "Upper end of the expected end-to-end improvement, speedup - 1 (a ratio in "
+    "(-1, 1e6]); at most the bound - 1 (R7, R14).",
     "preregistration": "What a failure would reject (R9).",
     "rejects": "implementation, integration or mechanism (R9).",
     "discriminating_evidence": "For mechanism: the evidence that would discriminate (R9, R15).",
@@ -416,7 +416,9 @@ MODEL_FIELDS: dict[str, str] = {
     "ResolutionRecord.notes": "Notes on the A/A measurement.",
     "MetricAuditRecord.notes": "Notes on the audit.",
     "BaselineRecord.values": "The original's samples of the primary, in its unit (finite).",
-    "SubjectSample.values": "Metric name -> samples of this call, in the metric's unit.",
+    "SubjectSample.values": "Metric name -> samples of this call, in the metric's unit (any "
+    "finite number: how plausible it is, is R12's).",
+    "SubjectSample.wall_s": "The workload driver's wall time of the call, seconds, in (0, 1e6].",
     "SubjectSample.environment_id": "The environment identity of the call (R11).",
     "SubjectSample.output": "How the measuring process judged the call's output (R5; written by "
     "measure workload where the readiness driver declares {output}); absent: judged by the "

@@ -7,6 +7,13 @@ is a :class:`~perfledger.errors.BadRequest` (exit 2) before any rule runs. Range
 that a *rule* owns (coverage in (0, 1] is R7, at least 5 pairs per case is R2/R12, ...) are left to
 the deciders, so that a refusal names its rule (exit 3).
 
+Every numeric field has a range (SPEC.md section 6, "Ranges"). Bounds that held since a field
+first existed are ``Meta`` constraints, checked as the request is decoded. Bounds added later are
+declared with :func:`ranged`: they show in the JSON Schema like the others, but decoding ignores
+them (an auditor re-decodes every recorded request through these models, and a request recorded
+before a bound existed must decode as it did); :mod:`perfledger.commands.workflow.ranges` checks
+them before the decider, from the schema version of the kind that introduced them on.
+
 Field names match the payload Structs of :mod:`perfledger.events.workflow`, which the deciders
 build from :func:`dump` plus derived fields. ``perfledger schema OPERATION`` prints a model's
 JSON Schema; ``schemas/*.json`` holds the committed copies.
@@ -58,6 +65,74 @@ Scope = Literal["implementation", "integration", "mechanism"]
 ComponentKind = Literal["kernel", "communication_primitive", "backend_adapter"]
 
 _MAX_ITEMS = 1_000
+
+
+class Range(msgspec.Struct, frozen=True):
+    """A declared range of a numeric field (see :func:`ranged`): ``low`` .. ``high``, each end
+    open or closed, in the field's unit; ``low_rule``/``high_rule``: the workflow rule that
+    refuses a value beyond that end itself (exit 3 naming it), so the generic check leaves it."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+    low_rule: str | None = None
+    high_rule: str | None = None
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` lies within the ends this range checks itself (not a rule's)."""
+        if self.low_rule is None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (
+            self.high_rule is None and (value >= self.high if self.high_open else value > self.high)
+        )
+
+    def words(self) -> str:
+        """The range in interval notation: ``[0, 31622400]``, ``(0, 1]``."""
+        low, high = _number_words(self.low), _number_words(self.high)
+        return f"{'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+def _number_words(value: float) -> str:
+    """``value`` as a person reads it: an integral one in full (``31622400``), else ``%g``."""
+    if float(value).is_integer() and abs(value) <= 2**53:
+        return str(int(value))
+    return f"{value:.15g}"
+
+
+def ranged(
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    low_rule: str | None = None,
+    high_rule: str | None = None,
+) -> Meta:
+    """A ``Meta`` declaring the range ``low`` .. ``high`` of a numeric field, added after the
+    field first existed: the JSON Schema shows it (``minimum``/``exclusiveMinimum``,
+    ``maximum``/``exclusiveMaximum``); decoding does not check it; the range check does, from
+    the schema version of the kind that introduced it (:mod:`perfledger.commands.workflow.ranges`).
+    ``low_rule``/``high_rule``: the rule that refuses beyond that end (R7 for coverage)."""
+    bounds = Range(low, high, low_open, high_open, low_rule, high_rule)
+    schema = {
+        "exclusiveMinimum" if low_open else "minimum": low,
+        "exclusiveMaximum" if high_open else "maximum": high,
+    }
+    return Meta(extra_json_schema=schema, extra={"range": bounds})
+
+
+#: Seconds in 366 days: the largest wall-clock budget (a Target is work of days to months).
+MAX_BUDGET_WALL_S = 366 * 86_400.0
+#: The largest GPU-time budget, seconds (about 317 GPU-years: a fleet's year).
+MAX_BUDGET_GPU_S = 1e10
+#: The largest ratio a regression allowance, a gain threshold or an added cost may be (100 =
+#: 100 times the reference: far beyond any real one, near enough to refuse a typo's 1e30).
+MAX_RATIO = 100.0
+#: The largest local speedup, Amdahl bound or predicted improvement a claim may state.
+MAX_SPEEDUP = 1e6
+#: The longest wall time of one call, seconds (11.6 days; a measured call runs at most a day).
+MAX_CALL_WALL_S = 1e6
 _MAX_PAIRS = 100_000
 _MAX_VALUES = 100_000
 
@@ -87,30 +162,31 @@ class MetricSpec(Request, kw_only=True):
 
 
 class Guardrail(Request, kw_only=True):
-    """A constraint: ``metric`` may regress at most ``allowed_regression`` (ratio >= 0)."""
+    """A constraint: ``metric`` may regress at most ``allowed_regression`` (a ratio in [0, 100])."""
 
     metric: Name
     unit: Name
     direction: Direction
-    allowed_regression: NonNegative
+    allowed_regression: Annotated[NonNegative, ranged(0.0, MAX_RATIO)]
     work_metric: Name | msgspec.UnsetType = msgspec.UNSET
 
 
 class Secondary(Request, kw_only=True):
-    """A pre-declared secondary metric; ``threshold``: improvement ratio that counts as a gain."""
+    """A pre-declared secondary metric; ``threshold``: improvement ratio that counts as a gain
+    (in (0, 100])."""
 
     name: Name
     unit: Name
     direction: Direction
-    threshold: Positive
+    threshold: Annotated[Positive, ranged(0.0, MAX_RATIO, low_open=True)]
     work_metric: Name | msgspec.UnsetType = msgspec.UNSET
 
 
 class Budget(Request, kw_only=True):
-    """Wall-clock seconds and GPU seconds (>= 0)."""
+    """Wall-clock seconds (0 .. 366 days) and GPU seconds (0 .. 1e10)."""
 
-    wall_s: NonNegative
-    gpu_s: NonNegative
+    wall_s: Annotated[NonNegative, ranged(0.0, MAX_BUDGET_WALL_S)]
+    gpu_s: Annotated[NonNegative, ranged(0.0, MAX_BUDGET_GPU_S)]
 
 
 class TargetFreeze(Request, kw_only=True):
@@ -425,10 +501,19 @@ class Exposure(Request, kw_only=True):
 
 
 class ImprovementInterval(Request, kw_only=True):
-    """Predicted end-to-end improvement ``[low, high]`` (ratios) (R14)."""
+    """Predicted end-to-end improvement ``[low, high]`` (ratios in (-1, 1e6]; R14 refuses an
+    interval that is no prediction, e.g. one reaching -1)."""
 
-    low: Number
-    high: Number
+    low: Annotated[Number, ranged(-1.0, MAX_SPEEDUP, low_open=True, low_rule="R14")]
+    high: Annotated[Number, ranged(-1.0, MAX_SPEEDUP, low_open=True, low_rule="R14")]
+
+
+#: Coverage ``f`` (R7 refuses one outside (0, 1]), local speedup ``s`` (> 0: R7) and added
+#: cost ``c`` (>= 0: R7), ratios.
+_Coverage = Annotated[Number, ranged(0.0, 1.0, low_open=True, low_rule="R7", high_rule="R7")]
+_LocalSpeedup = Annotated[Number, ranged(0.0, MAX_SPEEDUP, low_open=True, low_rule="R7")]
+_AddedCost = Annotated[Number, ranged(0.0, MAX_RATIO, low_rule="R7")]
+_Share = Annotated[Number, ranged(0.0, 1.0, low_open=True, low_rule="R7", high_rule="R7")]
 
 
 class OpportunityClaim(Request, kw_only=True):
@@ -438,14 +523,14 @@ class OpportunityClaim(Request, kw_only=True):
     evidence: Annotated[list[ClaimEvidence], Meta(max_length=_MAX_ITEMS)]
     scope: CandidateScope
     replacement_boundary: Text
-    coverage: Number | None = None
-    local_speedup: Number | None = None
-    added_cost: Number = 0.0
+    coverage: _Coverage | None = None
+    local_speedup: _LocalSpeedup | None = None
+    added_cost: _AddedCost = 0.0
     stated_bound: Annotated[
-        Number | None,
+        Annotated[Number, ranged(0.0, MAX_SPEEDUP, low_open=True, low_rule="R7")] | None,
         Meta(
             description=(
-                "The end-to-end Amdahl bound 1/((1-f)+f/s+c) (speedup ratio, > 0). Optional: "
+                "The end-to-end Amdahl bound 1/((1-f)+f/s+c) (speedup ratio in (0, 1e6]). Optional: "
                 "the tool computes it from coverage, local_speedup and added_cost and records "
                 "it (R7); a stated one must lie within a relative 1e-6 of that value (a wrong "
                 "one is refused with the value in the hint). Must be omitted for a tail "
@@ -548,7 +633,7 @@ class SubjectSample(Request, kw_only=True):
     correct: bool
     values: Annotated[dict[Name, list[Number]], Meta(max_length=_MAX_ITEMS)]
     environment_id: Hash
-    wall_s: Positive | None = None
+    wall_s: Annotated[Positive, ranged(0.0, MAX_CALL_WALL_S, low_open=True)] | None = None
     output: OutputCheck | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -642,10 +727,10 @@ class CorrectedModel(Request, kw_only=True):
     """The corrected model (R14); numeric inputs are re-checked by the R7 arithmetic."""
 
     description: Text
-    coverage: Number | None = None
-    local_speedup: Number | None = None
-    added_cost: Number | None = None
-    affected_share: Number | None = None
+    coverage: _Coverage | None = None
+    local_speedup: _LocalSpeedup | None = None
+    added_cost: _AddedCost | None = None
+    affected_share: _Share | None = None
 
 
 class Reconcile(Request, kw_only=True):

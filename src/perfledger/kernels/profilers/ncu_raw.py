@@ -69,6 +69,9 @@ from perfledger.kernels.profilers.ncu_csv import (
 
 #: Bytes of whole lines read, checked and tokenised at a time (the page's memory bound).
 CHUNK_BYTES = 4 << 20
+#: The widest page pyarrow tokenises: its reader costs about 5 KB per column whatever the rows
+#: (a 1 MiB header of 60,000 columns took 290 MiB); a wider page is read by the csv module.
+ARROW_MAX_COLUMNS = 8_192
 #: Records per batch on the ``csv`` module's path.
 EXACT_ROWS = 512
 #: A plain number, as RE2 (ASCII digits): no sign '+', grouping, spaces, underscores, nan, inf.
@@ -125,9 +128,17 @@ def arrow_fields(chunk: bytes, width: int) -> pa.Array | None:
 def arrow_read(chunk: bytes, width: int) -> pa.Array | None:
     """pyarrow's reading of ``chunk`` as ``width`` binary columns, joined column after column
     (None when pyarrow refuses it, e.g. a row with another number of fields). Lenient: only
-    :func:`simple_lines` makes its fields the csv module's."""
+    :func:`simple_lines` makes its fields the csv module's.
+
+    None, without pyarrow, when the bytes alone show the chunk is not simple lines: a line that
+    does not end in a quote (a blank line) or one with another count of quote-comma pairs.
+    pyarrow gives a blank line ``width`` empty fields, so a page of newlines cost kilobytes of
+    memory per input byte (a header and 17,000 blank lines: 287 MiB); the csv module's path
+    then reads such a chunk record by record, in memory proportional to its bytes."""
     size = len(chunk)
-    if size < 2 or chunk[0] != _QUOTE:
+    if width > ARROW_MAX_COLUMNS or size < 2 or chunk[0] != _QUOTE:
+        return None
+    if not _may_be_simple(chunk, width):
         return None
     names = [str(i) for i in range(width)]
     try:
@@ -173,6 +184,14 @@ def simple_lines(chunk: bytes, fields: pa.Array, width: int) -> bool:
     offsets = np.frombuffer(fields.buffers()[1], dtype=np.int32)
     value_bytes = int(offsets[fields.offset + len(fields)] - offsets[fields.offset])
     return size == value_bytes + rows * (3 * width - 1) + newlines + returns
+
+
+def _may_be_simple(chunk: bytes, width: int) -> bool:
+    """Necessary for :func:`simple_lines`, from the bytes alone: every line ends in a quote and
+    holds ``width - 1`` quote-comma pairs (cheap: two counts over the chunk)."""
+    lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+    ends = _pairs(chunk, 0x0A22) + chunk.count(b'"\r\n') + (0 if chunk.endswith(b"\n") else 1)
+    return ends == lines and _pairs(chunk, 0x2C22) == (width - 1) * lines
 
 
 def _pairs(chunk: bytes, pair: int) -> int:
