@@ -311,7 +311,10 @@ for line in calls:
     say({"op": "done", "id": m["id"]}); say({"op": "done", "id": m["id"]})
 """,
     )
-    assert exc.reason == "protocol" and "nobody asked for" in exc.message
+    # read before the next call is sent, the extra answer is one nobody asked for; read after
+    # it (a loaded host), it answers the next call with the wrong id: a protocol failure either way
+    assert exc.reason == "protocol"
+    assert "nobody asked for" in exc.message or "answered id 1 to call 2" in exc.message
 
 
 def test_cheat_a_wrong_id_is_out_of_protocol(tmp_path: Path) -> None:
