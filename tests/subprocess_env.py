@@ -31,3 +31,30 @@ def isolated_env(home: Path) -> dict[str, str]:
         PERFLEDGER_CACHE_DIR=str(SHARED_CACHE),
     )
     return env
+
+
+#: Python source that runs the ``perfledger`` CLI (``sys.argv[1:]``) and then writes its own peak
+#: resident set (``VmHWM`` of /proc/self/status, KiB) to the file named by ``PEAK_RSS_FILE``.
+#: ``ru_maxrss`` of a child cannot stand in: Linux carries the spawning process's high-water mark
+#: across ``exec``, so a child of a large pytest process "peaked" at pytest's size.
+_PEAK_RSS_WRAPPER = """
+import os, runpy, sys
+try:
+    runpy.run_module("perfledger", run_name="__main__", alter_sys=True)
+finally:
+    with open("/proc/self/status") as status:
+        peak = next(l.split()[1] for l in status if l.startswith("VmHWM:"))
+    with open(os.environ["PEAK_RSS_FILE"], "w") as out:
+        out.write(peak)
+"""
+
+
+def peak_rss_command() -> list[str]:
+    """The argv prefix that runs the CLI in this interpreter and records its own peak RSS in the
+    file named by the ``PEAK_RSS_FILE`` environment variable (read it with :func:`peak_rss_mib`)."""
+    return [sys.executable, "-c", _PEAK_RSS_WRAPPER]
+
+
+def peak_rss_mib(path: Path) -> float:
+    """The peak resident set (MiB) a process started by :func:`peak_rss_command` wrote to ``path``."""
+    return int(path.read_text()) / 1024

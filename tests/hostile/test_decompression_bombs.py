@@ -28,7 +28,7 @@ from hostile_forge import git
 from perfledger.api import Ledger
 from perfledger.ledger.gitobj import _entry_header
 from perfledger.ledger.packindex import IndexArrays
-from subprocess_env import isolated_env, perfledger_command
+from subprocess_env import isolated_env, peak_rss_command, peak_rss_mib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sync"))
 from gitservers import git_daemon
@@ -97,18 +97,19 @@ def _ledger(path: Path) -> Path:
 
 def _run(home: Path, *args: str | os.PathLike[str]) -> tuple[int, str, float]:
     """(exit code, output, peak RSS in MiB) of the perfledger CLI with ``args``."""
+    peak_file = home / "peak_rss_kib"
     child = subprocess.Popen(
-        [*perfledger_command(), *map(os.fspath, args)],
-        env=isolated_env(home),
+        [*peak_rss_command(), *map(os.fspath, args)],
+        env={**isolated_env(home), "PEAK_RSS_FILE": str(peak_file)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     assert child.stdout is not None
     output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
+    code = child.wait()
     assert "Traceback" not in output, output
-    return os.waitstatus_to_exitcode(status), output, usage.ru_maxrss / 1024
+    return code, output, peak_rss_mib(peak_file)
 
 
 @pytest.mark.slow

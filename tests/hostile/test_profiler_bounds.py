@@ -36,6 +36,8 @@ sys.path[:0] = [sys.argv[3], sys.argv[4]]
 from readers import READERS, check
 broken = check(READERS[sys.argv[2]], open(sys.argv[1], "rb").read())
 print(broken or "ok")
+# the child's own high-water mark: ru_maxrss would carry the spawning pytest process's
+print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 sys.exit(1 if broken else 0)
 """
 
@@ -86,11 +88,11 @@ def _read_in_child(reader: str, data: bytes, tmp_path: Path) -> tuple[str, float
         text=True,
     )
     assert child.stdout is not None
-    verdict = child.stdout.read().strip()
+    verdict, _, peak_kib = child.stdout.read().strip().rpartition("\n")
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     assert time.perf_counter() - started < 20 * BOUND_TIME_S  # never hangs, even when loaded
-    return verdict, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    return verdict, usage.ru_utime + usage.ru_stime, int(peak_kib) / 1024
 
 
 @pytest.mark.slow
