@@ -1300,6 +1300,7 @@ RANGED_FROM: dict[str, int] = {
     "TargetFrozen": RANGES_TARGET_FROZEN,
     "TargetSuperseded": RANGES_TARGET_SUPERSEDED,
     "ExperimentCreated": RANGES_EXPERIMENT,
+    "HandoffRecorded": RANGES_HANDOFF,
     "ReconciliationRecorded": RANGES_RECONCILIATION,
     "SamplesRecorded": RANGES_SAMPLES,
 }

@@ -784,14 +784,19 @@ class RejectedDirection(Request, kw_only=True):
     closes: Scope
 
 
+#: A stated gain figure (an improvement ratio): checked against the recorded verdict, so any
+#: figure a verdict can derive (a regression of a lower-is-better primary goes below -1).
+_GainRatio = Annotated[Number, ranged(-MAX_SPEEDUP, MAX_SPEEDUP)]
+
+
 class GainFigure(Request, kw_only=True):
     """A figure of the champion's gain as stated by the caller: checked against the recorded
     verdict (or final audit) of ``samples_id`` (R18; improvement ratios, 0.2 = 20 %)."""
 
     samples_id: Id
-    estimate: Number | None = None
-    ci_low: Number | None = None
-    ci_high: Number | None = None
+    estimate: _GainRatio | None = None
+    ci_low: _GainRatio | None = None
+    ci_high: _GainRatio | None = None
 
 
 _Ids = Annotated[list[Id], Meta(max_length=_MAX_ITEMS)]
