@@ -471,11 +471,14 @@ class OpportunityClaim(_Part, kw_only=True):
         added_cost: added cost elsewhere, as a share of the original (ratio >= 0).
         stated_bound: the caller's end-to-end Amdahl bound ``1/((1-f)+f/s+c)``, checked.
         exposure: exposure reasoning, instead of a bound, for a tail primary.
-        expected_improvement: the predicted end-to-end improvement, in the bound's units
-            (speedup - 1, a ratio); required from :data:`R14_STATED_INTERVAL` on (claims recorded
-            before it default to ``[min(0, bound - 1), bound - 1]``). A target result whose CI
-            lies outside it, converted to the primary's improvement units (``g/(1+g)`` for a
-            lower-is-better primary), must be reconciled (R14).
+        expected_improvement: the predicted end-to-end improvement of the primary, in the
+            verdict's units (R12): ``(ref - cand)/ref`` for a lower-is-better primary (the
+            fraction of time saved: 0.2 = 1.25x), ``(cand - ref)/ref`` for a higher-is-better one
+            (from :data:`R14_ONE_IMPROVEMENT` on; claims recorded before state it in the bound's
+            units, speedup - 1, converted as ``g/(1+g)`` for a lower-is-better primary when a
+            result is compared with it). Required from :data:`R14_STATED_INTERVAL` on (claims
+            recorded before it default to ``[min(0, bound - 1), bound - 1]``). A target result
+            whose CI lies outside it must be reconciled (R14).
     """
 
     evidence: tuple[ClaimEvidence, ...]
@@ -522,7 +525,8 @@ class ClaimFigures(_Part, kw_only=True):
         reachable: whether any local speedup can cross the minimum effect.
         below_min_effect: the bound is below ``1 + min_effect`` (R8).
         below_resolution: the bound is below ``1 + resolution`` (R8).
-        predicted_low, predicted_high: the predicted improvement interval (ratios) (R14).
+        predicted_low, predicted_high: the predicted improvement interval (ratios) (R14), in the
+            claim's units: the verdict's from :data:`R14_ONE_IMPROVEMENT` on, speedup - 1 before.
     """
 
     bound: float | None
@@ -1118,6 +1122,14 @@ R7_COMPUTED_BOUND = 3
 R14_INFORMATIVE_INTERVAL = 4
 #: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
 R14_MAX_SPAN = 4.0
+#: The ``ExperimentCreated`` schema version from which "improvement" has one meaning (R7, R12,
+#: R14): a claim's ``expected_improvement`` is in the verdict's units, ``(ref - cand)/ref`` for a
+#: lower-is-better primary (the fraction of time saved) and ``(cand - ref)/ref`` for a
+#: higher-is-better one, and the claim's figures read the Target's minimum effect and resolution
+#: in those units too (``r_min = (m + c)/f`` for a lower-is-better primary). Claims recorded under
+#: earlier versions keep their meaning at audit: the interval in the bound's units (end-to-end
+#: speedup - 1), converted to the verdict's units when a result is compared with it.
+R14_ONE_IMPROVEMENT = 7
 #: The ``ReadinessRecorded`` schema version from which the original's snapshot must cover every
 #: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
 #: version 1 snapshotted the files inside the Target's scope only.
@@ -1249,7 +1261,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: (:data:`R14_STATED_INTERVAL`, :data:`R14_BLOCKS_CHAMPION`); version 3 of ``ExperimentCreated``
 #: checks cited applicability against the recorded one (:data:`R6_RECORDED_APPLICABILITY`) and
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`); version 4 requires an
-#: informative interval (:data:`R14_INFORMATIVE_INTERVAL`).
+#: informative interval (:data:`R14_INFORMATIVE_INTERVAL`); version 7 states it in the verdict's
+#: units (:data:`R14_ONE_IMPROVEMENT`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 #: Version 9 of ``SamplesRecorded`` and 3 of ``ChampionSelected`` make R14 apply to what was
@@ -1271,7 +1284,7 @@ SCHEMA_VERSIONS = {
     "VerdictRecorded": R12_EVERY_CASE,
     "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
     "ExperimentCreated": max(
-        R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
+        R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL, R14_ONE_IMPROVEMENT
     ),
     "ChampionSelected": max(
         R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION

@@ -336,7 +336,8 @@ def _figure(uri: str | None, alt: str, caption: str, name: str, data: Any) -> st
 def _claims_table(rows: list[Any]) -> str:
     head = (
         "<tr><th class=l>experiment</th><th class=l>status</th><th>f</th><th>s</th>"
-        "<th>stated bound</th><th>recomputed</th><th>min effect</th><th>measured (CI)</th>"
+        "<th>stated bound</th><th>recomputed</th><th>min effect</th>"
+        "<th>predicted improvement</th><th>measured improvement (CI)</th>"
         "<th>measured speedup</th><th>prediction error</th><th class=l>reconciliation</th></tr>"
     )
     body = []
@@ -349,11 +350,12 @@ def _claims_table(rows: list[Any]) -> str:
             f"<tr><td class=l>{_esc(r.experiment_id)}</td><td class=l>{_esc(r.status)}</td>"
             f"<td>{_num(r.coverage, '.3g')}</td><td>{_num(r.local_speedup, '.3g')}</td>"
             f"<td>{_num(r.stated_bound)}</td><td>{_num(r.recomputed_bound)}</td>"
-            f"<td>{_pct(r.min_effect)}</td><td>{_esc(measured)}</td>"
+            f"<td>{_pct(r.min_effect)}</td>"
+            f"<td>{_pct(r.predicted_low)} .. {_pct(r.predicted_high)}</td><td>{_esc(measured)}</td>"
             f"<td>{_num(m.speedup if m else None)}</td><td>{_num(r.prediction_error, '+.3f')}</td>"
             f"<td class=l>{_esc(recon)}</td></tr>"
         )
-        body += [f"<tr><td></td><td class=l colspan=10>{_esc(line)}</td></tr>" for line in
+        body += [f"<tr><td></td><td class=l colspan=11>{_esc(line)}</td></tr>" for line in
                  _measured_details(m)]  # fmt: skip
     return f"<table>{head}{''.join(body)}</table>"
 
@@ -435,7 +437,12 @@ def render_html(
                 "predicted", predicted),
     ]  # fmt: skip
     parts.append(f"<h2>Plots</h2><div class=plots>{''.join(plots)}</div>")
-    parts.append(f"<h2>Claims vs outcomes</h2>{_claims_table(rows)}")
+    parts.append(
+        "<h2>Claims vs outcomes</h2><p class=muted>An improvement is R12's: (ref - cand)/ref for "
+        "a lower-is-better primary, the fraction of time saved (20 % is a speedup of 1.25x), "
+        "(cand - ref)/ref for a higher-is-better one; a speedup is ref/cand (cand/ref).</p>"
+        f"{_claims_table(rows)}"
+    )
     parts.append(_flags_section(rows))
     rejections = rejected(state, tid) if tid else []
     items = "".join(
