@@ -22,11 +22,11 @@ from perfledger.commands.cli.next_steps import allowed_decisions
 from perfledger.commands.registry.operations import decider, execute, validate
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.commands.workflow.requests import dump
-from perfledger.events.workflow import R17_EXPLAINED_BY_REVIEW
+from perfledger.events.workflow import R14_ONE_IMPROVEMENT, R17_EXPLAINED_BY_REVIEW
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
-from perfledger.projections.claims import claims
+from perfledger.projections.claims import claims, predicted_improvement
 from perfledger.projections.handoff import ResumeContext, derive_handoff, render_markdown
 from subprocess_env import isolated_env, perfledger_command
 
@@ -380,3 +380,22 @@ def test_resume_offers_no_selection_or_experiment_while_a_reconciliation_is_owed
     ops = [op for op, _ in _offered(ready)]
     assert "reconcile" in ops
     assert "champion.select" not in ops and "experiment.create" not in ops
+
+
+def test_r14_a_claim_is_compared_with_the_verdict_in_the_verdicts_units(ready: Session) -> None:
+    # [20 %, 30 %] of the time saved; 27 % measured lies inside. Read as speedup - 1 (claims
+    # recorded before ExperimentCreated schema 7), the same numbers mean [16.7 %, 23.1 %] saved,
+    # which the 27 % would contradict.
+    ready.run("experiment.create", _claimed("e1", CAND1, 0.2, 0.3))
+    for stage in ("screen", "target"):
+        ready.run("samples.record", samples(f"e1-{stage}", stage, gain=0.27))
+        verdict = ready.run("verdict.record", {"samples_id": f"e1-{stage}"})
+    assert verdict["primary"]["ci_low"] > 0.2 and verdict["primary"]["ci_high"] < 0.3
+    assert verdict["contradicts_claim"] is False
+    view = ready.state().experiments["e1"]
+    assert view.rules_schema == R14_ONE_IMPROVEMENT
+    assert predicted_improvement(view, "lower_is_better") == (0.2, 0.3)
+    older = msgspec.structs.replace(view, rules_schema=R14_ONE_IMPROVEMENT - 1)
+    low, high = predicted_improvement(older, "lower_is_better")
+    assert (low, high) == (pytest.approx(0.2 / 1.2), pytest.approx(0.3 / 1.3))
+    assert high < verdict["primary"]["ci_low"]  # what the old meaning would have owed
