@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -392,9 +393,10 @@ class Session:
         f2 = min(round(prof2["softmax_share"], 6), 1.0)
         bound2 = 1.0 / ((1.0 - f2) + f2 / s2)
         # predicted: time follows the removed work, as the fraction of the whole time saved
-        # (the verdict's units): at most f2 (1 - 1/s2) = 1 - 1/bound2, at least half of it
+        # (the verdict's units): at most f2 (1 - 1/s2) = 1 - 1/bound2, at least half of it and
+        # at least a quarter of its speedup (R14's span)
         high2 = round(f2 * (1 - 1 / s2), 6)
-        low2 = round(0.5 * high2, 6)
+        low2 = math.ceil(max(0.5 * high2, 1 - 4 * (1 - high2)) * 1e6) / 1e6
         self.say(f"  e2 claim: f={f2}, s={s2} ({proxy}), bound {bound2:.4f}, "
                  f"expected improvement [{low2}, {high2}]")  # fmt: skip
         self.cli("experiment", "create", request={
