@@ -192,8 +192,8 @@ FIELDS: dict[str, str] = {
     "the fraction of time saved for a lower-is-better primary (0.1 = 1.11x), the relative gain "
     "for a higher-is-better one (0.1 = 1.1x); >= 0 when high > 0 (no loss inside a predicted "
     "gain), and the upper end's speedup at most 4 times the lower end's (R14).",
-    "high": "Upper end of the expected end-to-end improvement, as the verdict measures it (R12): "
-    "at most the bound's, 1 - 1/bound for a lower-is-better primary (bound - 1 for a "
+    "high": "Upper end of the expected end-to-end improvement, as the verdict measures it (R12, a "
+    "ratio): at most the bound's, 1 - 1/bound for a lower-is-better primary (bound - 1 for a "
     "higher-is-better one) (R7, R14).",
     "preregistration": "What a failure would reject (R9).",
     "rejects": "implementation, integration or mechanism (R9).",
