@@ -199,13 +199,16 @@ def predicted_points(rows: list[Any]) -> list[dict[str, Any]]:
 def _log_scale(axes: Any, which: str = "y") -> None:
     """Put ``axes``' ``which`` axis (``x`` or ``y``) on a log scale with plain-number tick labels
     (1.25, not 1.25 x 10^0)."""
-    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415 (matplotlib: optional, plots only)
+    from matplotlib.ticker import (  # noqa: PLC0415 (matplotlib: optional, plots only)
+        FuncFormatter,
+        LogFormatter,
+    )
 
     getattr(axes, f"set_{which}scale")("log")
     axis = axes.yaxis if which == "y" else axes.xaxis
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    axis.set_major_formatter(plain)
-    axis.set_minor_formatter(plain)
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    # minor ticks labelled only where the axis spans little (else they crowd)
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
 
 
 def _yerr(values: list[float], lows: list[Any], highs: list[Any]) -> list[list[float]]:
