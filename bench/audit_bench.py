@@ -116,7 +116,7 @@ def _cycle(i: int, env_id: str) -> list[tuple[str, dict[str, Any]]]:
              "used_for": "local_speedup"}],
             "scope": {"replaced_region": "k", "execution_form": "one launch"},
             "replacement_boundary": "k", "coverage": 0.6, "local_speedup": 2.0,
-            "stated_bound": bound, "expected_improvement": {"low": 0.0, "high": bound - 1.0}},
+            "stated_bound": bound, "expected_improvement": {"low": 0.0, "high": 1.0 - 1.0 / bound}},
         "preregistration": {"rejects": "implementation"},
     }  # fmt: skip
     out: list[tuple[str, dict[str, Any]]] = [("experiment.create", create)]

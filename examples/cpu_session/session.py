@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -334,9 +335,11 @@ class Session:
                           "execution_form": "one NumPy call per reduction over the whole array"},
                 "replacement_boundary": "the softmax call timed by run.py",
                 "coverage": f, "local_speedup": s, "added_cost": 0.0, "stated_bound": bound,
-                # R14: up to the bound (speedup - 1), the widest interval accepted: an upper
-                # speedup at most 4x the lower, no loss inside a predicted gain
-                "expected_improvement": {"low": max(0.0, bound / 4.0 - 1.0), "high": bound - 1.0},
+                # R14: in the verdict's units (the fraction of time saved), up to the bound's
+                # 1 - 1/bound, the widest interval accepted: an upper speedup at most 4x the
+                # lower, no loss inside a predicted gain
+                "expected_improvement": {"low": max(0.0, 1.0 - 4.0 / bound),
+                                         "high": 1.0 - 1.0 / bound},
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip
@@ -389,8 +392,11 @@ class Session:
         prof2 = self.workload("--profile", ref_impl)
         f2 = min(round(prof2["softmax_share"], 6), 1.0)
         bound2 = 1.0 / ((1.0 - f2) + f2 / s2)
-        # predicted: time follows the removed work (improvement as a share cut)
-        low2, high2 = round(0.5 * (1 - 1 / s2), 6), round(1 - 1 / s2, 6)
+        # predicted: time follows the removed work, as the fraction of the whole time saved
+        # (the verdict's units): at most f2 (1 - 1/s2) = 1 - 1/bound2, at least half of it and
+        # at least a quarter of its speedup (R14's span)
+        high2 = round(f2 * (1 - 1 / s2), 6)
+        low2 = math.ceil(max(0.5 * high2, 1 - 4 * (1 - high2)) * 1e6) / 1e6
         self.say(f"  e2 claim: f={f2}, s={s2} ({proxy}), bound {bound2:.4f}, "
                  f"expected improvement [{low2}, {high2}]")  # fmt: skip
         self.cli("experiment", "create", request={
@@ -441,7 +447,7 @@ class Session:
                 "replacement_boundary": "the softmax call timed by run.py",
                 "coverage": f2, "local_speedup": 2.0, "added_cost": 0.0,
                 "stated_bound": 1.0 / ((1.0 - f2) + f2 / 2.0),
-                "expected_improvement": {"low": 0.0, "high": 1.0 / ((1.0 - f2) + f2 / 2.0) - 1.0},
+                "expected_improvement": {"low": 0.0, "high": f2 / 2.0},  # 1 - 1/bound
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip

@@ -140,7 +140,7 @@ def _run_session(root: Path) -> tuple[Session, float]:
             "scope": {"replaced_region": "the sleep", "shapes": ["one"],
                       "execution_form": "time.sleep"},
             "replacement_boundary": "one call", "coverage": 1.0, "local_speedup": 2.0,
-            "expected_improvement": {"low": 0.5, "high": 1.0}},
+            "expected_improvement": {"low": 1 / 3, "high": 0.5}},
         "preregistration": {"rejects": "implementation"}})  # fmt: skip
     s.measure("screen", "--no-monitor")
     s.cli("verdict screen", "verdict", "record", "--samples", "e1-screen")

@@ -111,7 +111,7 @@ class Bound:
                     "scope": {"replaced_region": "scale", "execution_form": "cuda"},
                     "replacement_boundary": "the scale kernel", "coverage": 0.9,
                     "local_speedup": 2.0, "stated_bound": 1.0 / (0.1 + 0.45),
-                    "expected_improvement": {"low": 0.0, "high": 1.0 / (0.1 + 0.45) - 1.0},
+                    "expected_improvement": {"low": 0.0, "high": 1.0 - (0.1 + 0.45)},
                 },
                 "preregistration": {"rejects": "implementation"},
             })  # fmt: skip

@@ -41,7 +41,7 @@ def _second_experiment(path: Path) -> None:
                 "scope": {"replaced_region": "loop", "execution_form": "python"},
                 "replacement_boundary": "the loop", "coverage": 0.9, "local_speedup": 2.0,
                 "stated_bound": 1.0 / (0.1 + 0.45),
-                "expected_improvement": {"low": 0.0, "high": 1.0 / (0.1 + 0.45) - 1.0},
+                "expected_improvement": {"low": 0.0, "high": 1.0 - (0.1 + 0.45)},
             },
             "preregistration": {"rejects": "implementation"},
         }, actor="agent")  # fmt: skip

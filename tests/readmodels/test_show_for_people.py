@@ -59,7 +59,8 @@ def test_experiment_show_prints_each_verdicts_cases_with_units(ledger: Path) -> 
     text = run(ledger, "experiment", "show", "e2")
     _not_json(text)
     assert "Experiment e2 of Target t1" in text
-    assert "Amdahl bound 1.429x; predicted end-to-end speedup [1x, 1.429x]" in text
+    # the claim's interval as the verdict measures it (R12: the fraction of time saved)
+    assert "Amdahl bound 1.429x; predicted end-to-end improvement [0.00 %, 30.00 %]" in text
     assert "e2-target target stage: fail: CI upper end" in text
     assert "CONTRADICTS the claim (R14)" in text
     assert "reference (ms)" in text and "candidate (ms)" in text

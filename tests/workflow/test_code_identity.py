@@ -149,7 +149,7 @@ def _claim() -> dict[str, Any]:
         "scope": {"replaced_region": "sumsq", "execution_form": "python"},
         "replacement_boundary": "the sumsq call", "coverage": 0.95, "local_speedup": 4.0,
         "stated_bound": 1.0 / (0.05 + 0.95 / 4.0),
-        "expected_improvement": {"low": 0.05, "high": 0.9},
+        "expected_improvement": {"low": 0.05, "high": 0.7},
     }  # fmt: skip
 
 

@@ -22,11 +22,11 @@ from perfledger.commands.cli.next_steps import allowed_decisions
 from perfledger.commands.registry.operations import decider, execute, validate
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.commands.workflow.requests import dump
-from perfledger.events.workflow import R17_EXPLAINED_BY_REVIEW
+from perfledger.events.workflow import R14_ONE_IMPROVEMENT, R17_EXPLAINED_BY_REVIEW
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
 from perfledger.projections.champions import current_champions
-from perfledger.projections.claims import claims
+from perfledger.projections.claims import claims, predicted_improvement
 from perfledger.projections.handoff import ResumeContext, derive_handoff, render_markdown
 from subprocess_env import isolated_env, perfledger_command
 
@@ -93,7 +93,8 @@ def test_r13_a_failed_final_audit_already_restored_what_restore_original_would(
 
 
 def _claimed(experiment_id: str, candidate: str, low: float, high: float, **claim: Any) -> dict:
-    """An experiment body whose claim states ``[low, high]`` (speedup - 1) and ``claim``."""
+    """An experiment body whose claim states ``[low, high]`` (the verdict's units: the fraction
+    of time saved) and ``claim``."""
     body = experiment(experiment_id, candidate=candidate)
     body["claim"].update(claim)
     body["claim"]["expected_improvement"] = {"low": low, "high": high}
@@ -105,7 +106,8 @@ def test_r14_every_claim_states_its_expected_interval(ready: Session) -> None:
     del body["claim"]["expected_improvement"]
     error = ready.refused("experiment.create", body, "R14")
     assert "expected_improvement" in error.message and "expected_improvement" in error.hint
-    assert f"{BOUND_E1 - 1:.6g}" in error.hint  # the claim's own bound - 1, as the upper end
+    # the claim's own bound as the fraction of time saved, as the upper end
+    assert f"{1 - 1 / BOUND_E1:.6g}" in error.hint and "fraction of time saved" in error.hint
 
 
 def test_r14_result_far_below_a_large_claim_owes_and_blocks_champion_selection(
@@ -113,7 +115,7 @@ def test_r14_result_far_below_a_large_claim_owes_and_blocks_champion_selection(
 ) -> None:
     # f=0.99, s=1000: a 91x bound; the claim predicts 46x..91x and the target measures 9x
     bound = amdahl.amdahl_bound(0.99, 1000.0)
-    ready.run("experiment.create", _claimed("e1", CAND1, 45.0, bound - 1.0, coverage=0.99,
+    ready.run("experiment.create", _claimed("e1", CAND1, 1 - 1 / 46, 1 - 1 / bound, coverage=0.99,
                                             local_speedup=1000.0, stated_bound=bound))  # fmt: skip
     ready.run("samples.record", samples("e1-screen", "screen", gain=1 - 1 / 9))
     ready.run("verdict.record", {"samples_id": "e1-screen"})
@@ -132,9 +134,9 @@ def test_r14_result_far_below_a_large_claim_owes_and_blocks_champion_selection(
 
 def test_r14_failed_screen_of_a_claim_predicting_the_minimum_effect_owes(ready: Session) -> None:
     ready.passed("e1", CAND1, gain=0.2)
-    # e2 predicts at least +10 % speed (9.1 % less latency > the 5 % minimum effect); its
-    # screen fails: a reconciliation is owed
-    ready.run("experiment.create", _claimed("e2", CAND2, 0.10, 0.40))
+    # e2 predicts at least 10 % less latency (> the 5 % minimum effect); its screen fails: a
+    # reconciliation is owed
+    ready.run("experiment.create", _claimed("e2", CAND2, 0.10, 0.28))
     ready.run("samples.record", samples("e2-screen", "screen", experiment_id="e2",
                                         candidate=CAND2, gain=-0.05))  # fmt: skip
     verdict = ready.run("verdict.record", {"samples_id": "e2-screen"})
@@ -181,7 +183,7 @@ def test_r14_audit_finds_a_claim_without_interval_and_a_selection_while_owed(
 
 
 def test_r14_failed_screen_of_a_claim_admitting_less_owes_nothing(ready: Session) -> None:
-    ready.run("experiment.create", _claimed("e1", CAND1, 0.0, 0.40))  # admits no gain at all
+    ready.run("experiment.create", _claimed("e1", CAND1, 0.0, 0.28))  # admits no gain at all
     ready.run("samples.record", samples("e1-screen", "screen", gain=-0.05))
     verdict = ready.run("verdict.record", {"samples_id": "e1-screen"})
     assert verdict["status"] == "fail" and verdict["contradicts_claim"] is False
@@ -378,3 +380,22 @@ def test_resume_offers_no_selection_or_experiment_while_a_reconciliation_is_owed
     ops = [op for op, _ in _offered(ready)]
     assert "reconcile" in ops
     assert "champion.select" not in ops and "experiment.create" not in ops
+
+
+def test_r14_a_claim_is_compared_with_the_verdict_in_the_verdicts_units(ready: Session) -> None:
+    # [20 %, 30 %] of the time saved; 27 % measured lies inside. Read as speedup - 1 (claims
+    # recorded before ExperimentCreated schema 7), the same numbers mean [16.7 %, 23.1 %] saved,
+    # which the 27 % would contradict.
+    ready.run("experiment.create", _claimed("e1", CAND1, 0.2, 0.3))
+    for stage in ("screen", "target"):
+        ready.run("samples.record", samples(f"e1-{stage}", stage, gain=0.27))
+        verdict = ready.run("verdict.record", {"samples_id": f"e1-{stage}"})
+    assert verdict["primary"]["ci_low"] > 0.2 and verdict["primary"]["ci_high"] < 0.3
+    assert verdict["contradicts_claim"] is False
+    view = ready.state().experiments["e1"]
+    assert view.rules_schema == R14_ONE_IMPROVEMENT
+    assert predicted_improvement(view, "lower_is_better") == (0.2, 0.3)
+    older = msgspec.structs.replace(view, rules_schema=R14_ONE_IMPROVEMENT - 1)
+    low, high = predicted_improvement(older, "lower_is_better")
+    assert (low, high) == (pytest.approx(0.2 / 1.2), pytest.approx(0.3 / 1.3))
+    assert high < verdict["primary"]["ci_low"]  # what the old meaning would have owed

@@ -31,6 +31,7 @@ from wf_scenario import (
     target_freeze,
 )
 
+from perfledger.commands.workflow import rules
 from perfledger.errors import BadRequest
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
@@ -233,13 +234,28 @@ def test_r7_allowed_claim_reports_bound_and_required_local_speedup(ready: Sessio
     exp = experiment()
     exp["claim"]["stated_bound"] = BOUND_E1 * (1 + 5e-7)  # within the 1e-6 tolerance
     figures = ready.run("experiment.create", exp)["figures"]
+    # the minimum effect is the verdict's: 5 % of the time saved end to end, so the component's
+    # time must be cut by m / f (R7, one meaning of "improvement")
     m, f = 0.05, 0.6
-    r_min = m / (f * (1 + m))
+    r_min = m / f
     assert figures["r_min"] == pytest.approx(r_min, rel=1e-12)
     assert figures["s_min"] == pytest.approx(1 / (1 - r_min), rel=1e-12)
-    assert figures["s_min"] == pytest.approx(amdahl.required_local_speedup(f, m))
+    assert figures["s_min"] == pytest.approx(amdahl.required_local_speedup(f, m / (1 - m)))
     assert figures["reachable"] is True and figures["below_min_effect"] is False
-    assert figures["predicted_high"] == pytest.approx(BOUND_E1 - 1)
+    assert figures["predicted_high"] == pytest.approx(1 - 1 / BOUND_E1)
+
+
+def test_r7_claims_before_one_improvement_read_the_minimum_effect_as_speedup_minus_one(
+    ready: Session,
+) -> None:
+    target = ready.state().targets[T1].definition
+    figures = rules.r7_claim_figures(
+        target, 0.01, coverage=0.6, local_speedup=2.0, added_cost=0.0, stated_bound=BOUND_E1,
+        affected_share=None, expected=(0.0, BOUND_E1 - 1.0), bound_optional=True,
+    )  # fmt: skip
+    m, f = 0.05, 0.6
+    assert figures.r_min == pytest.approx(m / (f * (1 + m)), rel=1e-12)
+    assert figures.predicted_high == pytest.approx(BOUND_E1 - 1)
 
 
 def test_r7_tail_primary_states_exposure_instead_of_a_bound(bare: Session) -> None:
@@ -268,7 +284,10 @@ def _low_bound_experiment(experiment_id: str, candidate: str, **over: object) ->
     exp = experiment(experiment_id, candidate=candidate, **over)
     exp["claim"]["coverage"] = 0.04  # f <= m/(1+m): no local speedup can reach 5 %
     exp["claim"]["stated_bound"] = amdahl.amdahl_bound(0.04, 2.0)
-    exp["claim"]["expected_improvement"] = {"low": 0.0, "high": amdahl.amdahl_bound(0.04, 2.0) - 1}
+    exp["claim"]["expected_improvement"] = {
+        "low": 0.0,
+        "high": 1 - 1 / amdahl.amdahl_bound(0.04, 2.0),
+    }
     return exp
 
 

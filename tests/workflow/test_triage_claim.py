@@ -52,7 +52,7 @@ def test_the_top_hotspot_share_is_the_claims_coverage_and_bound(git_ledger: Ledg
                "shapes": ["M=64,N=4096,K=1024 fp32"], "execution_form": "eager, one stream"},
         replacement_boundary="aten::addmm of the first Linear",
         coverage=f, local_speedup=s, stated_bound=bound,
-        expected_improvement={"low": 0.0, "high": bound - 1.0},
+        expected_improvement={"low": 0.0, "high": 1.0 - 1.0 / bound},
     )  # fmt: skip
     created = session.run("experiment.create", body)
     assert created["claim"]["coverage"] == f

@@ -471,11 +471,14 @@ class OpportunityClaim(_Part, kw_only=True):
         added_cost: added cost elsewhere, as a share of the original (ratio >= 0).
         stated_bound: the caller's end-to-end Amdahl bound ``1/((1-f)+f/s+c)``, checked.
         exposure: exposure reasoning, instead of a bound, for a tail primary.
-        expected_improvement: the predicted end-to-end improvement, in the bound's units
-            (speedup - 1, a ratio); required from :data:`R14_STATED_INTERVAL` on (claims recorded
-            before it default to ``[min(0, bound - 1), bound - 1]``). A target result whose CI
-            lies outside it, converted to the primary's improvement units (``g/(1+g)`` for a
-            lower-is-better primary), must be reconciled (R14).
+        expected_improvement: the predicted end-to-end improvement of the primary, in the
+            verdict's units (R12): ``(ref - cand)/ref`` for a lower-is-better primary (the
+            fraction of time saved: 0.2 = 1.25x), ``(cand - ref)/ref`` for a higher-is-better one
+            (from :data:`R14_ONE_IMPROVEMENT` on; claims recorded before state it in the bound's
+            units, speedup - 1, converted as ``g/(1+g)`` for a lower-is-better primary when a
+            result is compared with it). Required from :data:`R14_STATED_INTERVAL` on (claims
+            recorded before it default to ``[min(0, bound - 1), bound - 1]``). A target result
+            whose CI lies outside it must be reconciled (R14).
     """
 
     evidence: tuple[ClaimEvidence, ...]
@@ -535,7 +538,8 @@ class ClaimFigures(_Part, kw_only=True):
         reachable: whether any local speedup can cross the minimum effect.
         below_min_effect: the bound is below ``1 + min_effect`` (R8).
         below_resolution: the bound is below ``1 + resolution`` (R8).
-        predicted_low, predicted_high: the predicted improvement interval (ratios) (R14).
+        predicted_low, predicted_high: the predicted improvement interval (ratios) (R14), in the
+            claim's units: the verdict's from :data:`R14_ONE_IMPROVEMENT` on, speedup - 1 before.
     """
 
     bound: float | None
@@ -1166,6 +1170,14 @@ R11_CANDIDATE_SNAPSHOT = 6
 R18_LEDGER_FILLED = 3
 #: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
 R14_MAX_SPAN = 4.0
+#: The ``ExperimentCreated`` schema version from which "improvement" has one meaning (R7, R12,
+#: R14): a claim's ``expected_improvement`` is in the verdict's units, ``(ref - cand)/ref`` for a
+#: lower-is-better primary (the fraction of time saved) and ``(cand - ref)/ref`` for a
+#: higher-is-better one, and the claim's figures read the Target's minimum effect and resolution
+#: in those units too (``r_min = (m + c)/f`` for a lower-is-better primary). Claims recorded under
+#: earlier versions keep their meaning at audit: the interval in the bound's units (end-to-end
+#: speedup - 1), converted to the verdict's units when a result is compared with it.
+R14_ONE_IMPROVEMENT = 7
 #: The ``ReadinessRecorded`` schema version from which the original's snapshot must cover every
 #: file under the subject directory (R11, ``Snapshot.coverage``); readiness recorded under
 #: version 1 snapshotted the files inside the Target's scope only.
@@ -1322,7 +1334,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: computes the bound a claim may leave out (:data:`R7_COMPUTED_BOUND`); version 4 requires an
 #: informative interval (:data:`R14_INFORMATIVE_INTERVAL`); version 6 snapshots the candidate's
 #: directory at creation (:data:`R11_CANDIDATE_SNAPSHOT`). Version 3 of ``HandoffRecorded`` is
-#: filled and checked from the ledger (:data:`R18_LEDGER_FILLED`).
+#: filled and checked from the ledger (:data:`R18_LEDGER_FILLED`); version 7 of
+#: ``ExperimentCreated`` states the claim in the verdict's units (:data:`R14_ONE_IMPROVEMENT`).
 #: Version 2 of ``ReadinessRecorded`` snapshots the whole subject (:data:`R11_WHOLE_SUBJECT`);
 #: version 3 owes the ``{subject}`` place (:data:`R11_SUBJECT_OWED`).
 #: Version 9 of ``SamplesRecorded`` and 3 of ``ChampionSelected`` make R14 apply to what was
@@ -1353,6 +1366,7 @@ SCHEMA_VERSIONS = {
         R14_INFORMATIVE_INTERVAL,
         R11_CANDIDATE_SNAPSHOT,
         RANGES_EXPERIMENT,
+        R14_ONE_IMPROVEMENT,
     ),
     "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
     "ChampionSelected": max(

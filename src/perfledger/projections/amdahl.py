@@ -8,7 +8,9 @@ Notation (all ratios, all relative to the original's primary metric):
   component, ``0 < f <= 1``;
 - ``s``: expected local speedup of that component (``s > 0``; ``s = 1.25`` is 25 % faster);
 - ``c``: added cost that the change introduces elsewhere, as a share of the original (``c >= 0``);
-- ``m``: the Target's minimum effect, as an end-to-end speedup ratio minus one (``m = 0.05``).
+- ``m``: the Target's minimum effect, as an end-to-end speedup ratio minus one (``m = 0.05``);
+  a Target states it in the verdict's units (R12), converted by :func:`improvement_to_gain`
+  for claims from ``ExperimentCreated`` schema 7 on (claims recorded before read it as stated).
 
 End-to-end bound: ``S = 1 / ((1 - f) + f / s + c)``. Crossing the minimum effect (``S >= 1 + m``)
 needs the component's time cut by ``r = 1 - 1/s`` of at least
@@ -59,6 +61,23 @@ def check_inputs(coverage: float, local_speedup: float, added_cost: float) -> No
         raise ValueError(f"added cost must be >= 0, got {added_cost}")
 
 
+def improvement_to_gain(improvement: float, direction: str) -> float:
+    """Convert an end-to-end improvement in the verdict's units (R12: ``(ref - cand)/ref`` for a
+    lower-is-better metric, the fraction of time saved; ``(cand - ref)/ref`` for higher-is-better)
+    into the bound's units, end-to-end speedup - 1: ``g/(1-g)`` for lower-is-better (``math.inf``
+    for ``g >= 1``: the candidate would take no time), ``g`` itself for higher-is-better."""
+    if direction != "lower_is_better":
+        return improvement
+    return math.inf if improvement >= 1.0 else improvement / (1.0 - improvement)
+
+
+def gain_to_improvement(gain: float, direction: str) -> float:
+    """The inverse of :func:`improvement_to_gain`: end-to-end speedup - 1 into the verdict's
+    units, ``g/(1+g)`` for a lower-is-better metric (a speedup S cuts the time by ``1 - 1/S``),
+    ``g`` itself for higher-is-better."""
+    return gain / (1.0 + gain) if direction == "lower_is_better" else gain
+
+
 def gain_to_cut(gain: float) -> float:
     """Convert a local gain ``g`` (speedup ratio minus one) into the cut fraction ``g / (1 + g)``."""
     return gain / (1.0 + gain)
@@ -66,7 +85,10 @@ def gain_to_cut(gain: float) -> float:
 
 def required_cut(coverage: float, min_effect: float, added_cost: float = 0.0) -> float | None:
     """Return ``r_min``, the fraction of the component's time that must be cut to reach ``1 + m``
-    end to end; None when no cut can reach it (``r_min > 1``)."""
+    end to end; None when no cut can reach it (``r_min > 1``, or an infinite ``m``: a Target's
+    minimum effect of all of the time saved)."""
+    if math.isinf(min_effect):
+        return None
     r_min = (min_effect / (1.0 + min_effect) + added_cost) / coverage
     return None if r_min > 1.0 else r_min
 

@@ -27,7 +27,7 @@ import math
 
 import msgspec
 
-from perfledger.events.workflow import DerivedCase, VerdictRecorded
+from perfledger.events.workflow import R14_ONE_IMPROVEMENT, DerivedCase, VerdictRecorded
 from perfledger.projections import amdahl
 from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.workflow import ExperimentView, WorkflowState
@@ -82,7 +82,9 @@ class ClaimRow(msgspec.Struct, kw_only=True):
         bound_consistent: the stated bound follows from its inputs (R7); None without a bound.
         min_effect: the Target's minimum effect (ratio).
         s_min: the local speedup needed to cross the minimum effect; None when unreachable.
-        predicted_low, predicted_high: the predicted improvement interval (ratios).
+        predicted_low, predicted_high: the predicted improvement interval in the verdict's units
+            (ratios, R12; claims recorded before ``ExperimentCreated`` schema 7 converted from
+            speedup - 1 by :func:`predicted_improvement`).
         measured: the latest target verdict (else screen verdict), None before any.
         prediction_error: ``measured speedup - bound`` (speedup units); None without both.
         interval_error: the measured estimate's signed distance outside the predicted interval
@@ -127,6 +129,21 @@ def improvement_to_speedup(improvement: float | None, direction: str) -> float |
     if direction == "lower_is_better":
         return None if improvement >= 1.0 else 1.0 / (1.0 - improvement)
     return 1.0 + improvement
+
+
+def predicted_improvement(experiment: ExperimentView, direction: str) -> tuple[float, float]:
+    """The claim's predicted interval ``(low, high)`` in the verdict's units (R12, R14): as
+    recorded for claims from ``ExperimentCreated`` schema
+    :data:`~perfledger.events.workflow.R14_ONE_IMPROVEMENT` on; claims recorded before stated it
+    in the bound's units (speedup - 1) and keep that meaning, converted here by
+    :func:`perfledger.projections.amdahl.gain_to_improvement`."""
+    figures = experiment.created.figures
+    if experiment.rules_schema >= R14_ONE_IMPROVEMENT:
+        return figures.predicted_low, figures.predicted_high
+    return (
+        amdahl.gain_to_improvement(figures.predicted_low, direction),
+        amdahl.gain_to_improvement(figures.predicted_high, direction),
+    )
 
 
 def _latest_verdict(state: WorkflowState, experiment: ExperimentView) -> VerdictRecorded | None:
@@ -203,6 +220,7 @@ def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
         r.premise for r in state.reconciliations if r.experiment_id == created.experiment_id
     ]
     s_min = figures.s_min
+    predicted_low, predicted_high = predicted_improvement(experiment, definition.primary.direction)
     return ClaimRow(
         experiment_id=created.experiment_id,
         target_id=created.target_id,
@@ -217,12 +235,12 @@ def claim_row(state: WorkflowState, experiment: ExperimentView) -> ClaimRow:
         bound_consistent=consistent,
         min_effect=definition.min_effect,
         s_min=None if s_min is None or math.isinf(s_min) else s_min,
-        predicted_low=figures.predicted_low,
-        predicted_high=figures.predicted_high,
+        predicted_low=predicted_low,
+        predicted_high=predicted_high,
         measured=measured,
         prediction_error=error,
         interval_error=_interval_error(
-            measured.estimate if measured else None, figures.predicted_low, figures.predicted_high
+            measured.estimate if measured else None, predicted_low, predicted_high
         ),
         reconciliation_owed=owed,
         reconciled=bool(premises),

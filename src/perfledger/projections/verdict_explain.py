@@ -249,6 +249,17 @@ def implausible_lines(implausible: Any) -> list[str]:
     ]
 
 
+def _as_speedup(improvement: float | None, payload: Mapping[str, Any]) -> str:
+    """`` (1.25x)``: R12's improvement named as the speedup it is (``ref/cand`` for a
+    lower-is-better metric: ``1/(1 - g)``; ``1 + g`` for higher-is-better); empty without one."""
+    if improvement is None:
+        return ""
+    lower = (payload.get("primary") or {}).get("direction", "lower_is_better") == "lower_is_better"
+    if lower and improvement >= 1.0:
+        return ""
+    return f" ({1.0 / (1.0 - improvement) if lower else 1.0 + improvement:.4g}x)"
+
+
 def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
     """The text lines ``verdict record`` prints under its event line: status with the deciding
     condition, the estimate and CI in percent, the threshold used, then the recorded notes."""
@@ -256,7 +267,8 @@ def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
     how = f" ({e['statistic']}, {e['aggregation']})" if e.get("statistic") else ""
     lines = [
         f"status {e['status']}: {e['reason']}",
-        f"  estimate {pct(e['estimate'])}{how}, CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
+        f"  estimate {pct(e['estimate'])}{_as_speedup(e['estimate'], payload)}{how}, "
+        f"CI [{pct(e['ci_low'])}, {pct(e['ci_high'])}]; "
         f"threshold {pct(e['threshold'])} = max(minimum effect {pct(e['min_effect'])}, "
         f"resolution {pct(e['resolution'])})",
     ]

@@ -152,6 +152,11 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                               "ExperimentCreated": 4, "FinalAuditRecorded": 6,
                               "ReadinessRecorded": 4, "ResolutionEstimated": 2, "TargetFrozen": 2,
                               "TargetSuperseded": 2, "VerdictRecorded": 4},
+    # one meaning of "improvement" (R14_ONE_IMPROVEMENT); 5 and 6 were left to other branches
+    ("ExperimentCreated", 7): {"ActivityExplained": 2, "ChampionSelected": 4,
+                               "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
+                               "ResolutionEstimated": 2, "SamplesRecorded": 10,
+                               "TargetFrozen": 2, "TargetSuperseded": 2, "VerdictRecorded": 4},
 }  # fmt: skip
 
 

@@ -5,15 +5,17 @@ drawn with matplotlib's Agg backend. Sections, top to bottom: the Target and its
 final audit, primary achieved), the plots, the claims-vs-outcomes table (:mod:`perfledger.
 projections.claims`), rejected directions, and a timeline of decisions (newest last).
 
-Plots:
+Plots (each shows what one recorded event measured; nothing is multiplied or pooled across
+cases, and the numbers drawn are written under each picture as JSON, ``pre.plot-data``):
 
-1. per experiment (the latest 30), the distribution of paired improvements (the per-pair ratios a verdict is
-   derived from, R12) of its latest target (else screen) samples, with the verdict's median and
-   CI and the minimum-effect line;
-2. champion progression over time: the end-to-end speedup of the current champion relative to
-   the original (product of each lineage step's verdict speedup, R13), by decision time;
+1. per test case, each judged result's absolute per-call statistic of the reference and of the
+   candidate with their bootstrap CIs (R12, as its verdict or final audit derived them), on a log
+   axis;
+2. the champion chain: each champion's end-to-end speedup against the original as measured (its
+   final audit, or a target result against the original, R13) with its CI, on a log axis; a
+   champion measured only against an earlier champion is marked, never given a product of ratios;
 3. predicted vs measured gain: each claim's Amdahl bound (speedup) against the measured speedup
-   with its CI (R7, R14), with the ``measured = predicted`` diagonal.
+   with its CI (R7, R14), log axes, with the ``measured = predicted`` diagonal.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import os
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -35,12 +37,13 @@ from perfledger.projections.claims import claims, improvement_to_speedup
 from perfledger.projections.handoff import default_target
 from perfledger.projections.rejections import rejected
 from perfledger.projections.verdict_explain import case_line, implausible_lines, provenance_text
-from perfledger.projections.verdicts import Pair, improvements
 
 #: At most this many decisions are listed in the timeline (the newest ones).
 TIMELINE_LIMIT = 500
-#: At most this many experiments (the latest) get a distribution in plot 1.
-MAX_DISTRIBUTIONS = 30
+#: At most this many judged results (the latest) are drawn in plot 1.
+MAX_RESULTS = 30
+#: At most this many test cases get a panel in plot 1 (the first ones judged).
+MAX_CASE_PANELS = 12
 
 
 def _esc(value: object) -> str:
@@ -77,136 +80,231 @@ def _pyplot() -> Any:
 # ----------------------------------------------------------------------------- data
 
 
-def pair_improvements(state: Any, samples_id: str, payload_of: Any) -> list[float]:
-    """The per-pair improvements (ratios, R12) of ``samples_id``'s primary metric, valid pairs
-    only (R5); the pairs are read from the samples' event (``payload_of``: event id ->
-    payload)."""
-
-    samples = payload_of(state.samples[samples_id].event_id)
-    target = state.targets[samples.target_id].definition
-    metric = target.primary.name
-    pairs = [
-        Pair(p.case, tuple(p.ref.values.get(metric, ())), tuple(p.cand.values.get(metric, ())),
-             p.ref.correct and p.cand.correct)
-        for p in samples.pairs
-    ]  # fmt: skip
-    try:
-        return [gain for _, gain in improvements(pairs, target.primary.direction)]
-    except ValueError:
-        return []
+def _reference_label(state: Any, samples_id: str) -> str:
+    """What ``samples_id`` was compared against: ``original`` or the champion experiment's id."""
+    view = state.samples.get(samples_id)
+    if view is None or view.reference.kind != "champion":
+        return "original"
+    return view.reference.experiment_id or "champion"
 
 
-def champion_progress(
-    state: Any, target_id: str, times: dict[str, str]
-) -> list[tuple[str, str, float]]:
-    """(time, champion, cumulative speedup vs the original) after each lineage step of
-    ``target_id``; starts at the Target's freezing with the original at 1.0."""
+def case_points(state: Any, target_id: str) -> list[dict[str, Any]]:
+    """Plot 1's data: per test case, each judged result's absolute per-call statistic of both
+    subjects with their bootstrap CIs, exactly as its ``VerdictRecorded`` or
+    ``FinalAuditRecorded`` derived them (R12, per case, never pooled), in recording order.
+
+    Each point: ``samples_id``, ``experiment_id``, ``stage``, ``case``, ``reference``
+    (``original`` or the champion compared against), ``unit``, ``ref``/``ref_low``/``ref_high``
+    and ``cand``/``cand_low``/``cand_high`` (the metric's unit). Cases without valid pairs are
+    left out. Only the latest :data:`MAX_RESULTS` results are kept."""
+
+    results: list[tuple[str, str, str, str, Any, str | None]] = []
+    for verdict in state.verdicts.values():
+        if verdict.target_id == target_id:
+            results.append((verdict.samples_id, verdict.experiment_id, verdict.stage,
+                            _reference_label(state, verdict.samples_id), verdict.primary,
+                            verdict.unit))  # fmt: skip
+    for audit in state.final_audits.values():
+        if audit.target_id == target_id:
+            results.append((audit.samples_id, audit.champion, "final_audit", "original",
+                            audit.primary, audit.unit))  # fmt: skip
+    order = {samples_id: i for i, samples_id in enumerate(state.samples)}
+    results.sort(key=lambda r: order.get(r[0], len(order)))
+    points = []
+    for samples_id, experiment_id, stage, reference, primary, unit in results[-MAX_RESULTS:]:
+        for case in primary.cases or ():
+            if case.ref is None or case.cand is None:
+                continue
+            points.append({
+                "samples_id": samples_id, "experiment_id": experiment_id, "stage": stage,
+                "case": case.case, "reference": reference, "unit": unit,
+                "ref": case.ref, "ref_low": case.ref_low, "ref_high": case.ref_high,
+                "cand": case.cand, "cand_low": case.cand_low, "cand_high": case.cand_high,
+            })  # fmt: skip
+    return points
+
+
+def _speedups(primary: Any) -> tuple[float | None, float | None, float | None]:
+    """A derived verdict's estimate and CI as end-to-end speedups (reference/candidate for a
+    lower-is-better metric, R12's improvement converted by
+    :func:`perfledger.projections.claims.improvement_to_speedup`)."""
+    return (
+        improvement_to_speedup(primary.estimate, primary.direction),
+        improvement_to_speedup(primary.ci_low, primary.direction),
+        improvement_to_speedup(primary.ci_high, primary.direction),
+    )
+
+
+def champion_chain(state: Any, target_id: str) -> list[dict[str, Any]]:
+    """Plot 2's data: each champion of ``target_id``'s lineage, in order, with its end-to-end
+    speedup against the original *as measured* (R13): its latest final audit (the champion
+    against the original), else its target-stage verdict when that compared against the
+    original. Ratios of successive experiments are never multiplied: a champion measured only
+    against an earlier champion has ``speedup`` None and names that reference and its own
+    measured step (``step``, ``step_low``, ``step_high``).
+
+    Each entry: ``champion``, ``decision``, ``speedup``/``speedup_low``/``speedup_high`` (vs the
+    original, or None), ``source`` (the samples id measured against the original), ``reference``
+    and the step figures of the result that chose it."""
 
     target = state.targets[target_id]
-    points = [(times.get(target.frozen_event, ""), "original", 1.0)]
-    level = {"original": 1.0}
+    audits: dict[str, Any] = {}
+    for audit in state.final_audits.values():
+        if audit.target_id == target_id and audit.primary.estimate is not None:
+            audits[audit.champion] = audit  # the latest audit of each champion wins
+    chain = []
     for entry in target.lineage:
-        verdict = state.verdicts.get(entry.samples_id or "")
+        point: dict[str, Any] = {"champion": entry.champion, "decision": entry.decision,
+                                 "speedup": None, "speedup_low": None, "speedup_high": None,
+                                 "source": None, "reference": None, "step": None,
+                                 "step_low": None, "step_high": None}  # fmt: skip
         if entry.champion == "original":
-            value = 1.0
-        elif verdict is not None:
-            step = improvement_to_speedup(verdict.primary.estimate, verdict.primary.direction)
-            samples = state.samples.get(verdict.samples_id)
-            ref = (
-                samples.reference.experiment_id
-                if samples and samples.reference.kind == "champion"
-                else "original"
-            )
-            value = level.get(ref or "original", 1.0) * (step or 1.0)
-        else:  # a demotion (R13) restores the level of the champion current again
-            value = level.get(entry.champion, points[-1][2])
-        level[entry.champion] = value
-        points.append((times.get(entry.event_id, ""), entry.champion, value))
+            point.update(speedup=1.0, speedup_low=1.0, speedup_high=1.0, reference="original")
+            chain.append(point)
+            continue
+        verdict = state.verdicts.get(entry.samples_id or "")
+        if verdict is not None and verdict.experiment_id == entry.champion:
+            point["reference"] = _reference_label(state, verdict.samples_id)
+            point["step"], point["step_low"], point["step_high"] = _speedups(verdict.primary)
+        audit = audits.get(entry.champion)
+        if audit is not None:
+            figures = _speedups(audit.primary)
+            point.update(speedup=figures[0], speedup_low=figures[1], speedup_high=figures[2],
+                         source=audit.samples_id)  # fmt: skip
+        elif point["reference"] == "original" and point["step"] is not None:
+            point.update(speedup=point["step"], speedup_low=point["step_low"],
+                         speedup_high=point["step_high"], source=entry.samples_id)  # fmt: skip
+        chain.append(point)
+    return chain
+
+
+def predicted_points(rows: list[Any]) -> list[dict[str, Any]]:
+    """Plot 3's data: per claim with a bound and a measured result, the Amdahl bound (speedup,
+    R7) and the measured speedup with its CI against that result's reference (R14)."""
+    points = []
+    for r in rows:
+        bound = r.recomputed_bound or r.stated_bound
+        m = r.measured
+        if bound is None or m is None or m.speedup is None or m.speedup <= 0:
+            continue
+        points.append({"experiment_id": r.experiment_id, "samples_id": m.samples_id,
+                       "bound": bound, "speedup": m.speedup, "speedup_low": m.speedup_low,
+                       "speedup_high": m.speedup_high})  # fmt: skip
     return points
 
 
 # ----------------------------------------------------------------------------- plots
 
 
-def plot_distributions(state: Any, rows: list[Any], payload_of: Any) -> str | None:
-    """Plot 1: paired improvements per experiment, with CI and the minimum-effect line."""
-    data = [
-        (r, pair_improvements(state, r.measured.samples_id, payload_of))
-        for r in rows
-        if r.measured and r.measured.samples_id in state.samples  # R14: a run without samples
-    ]
-    data = [(r, values) for r, values in data if values][-MAX_DISTRIBUTIONS:]
-    if not data:
-        return None
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(max(5.0, 1.3 * len(data) + 2.5), 3.8))
-    positions = list(range(1, len(data) + 1))
-    axes.violinplot([values for _, values in data], positions=positions, showextrema=False)
-    for x, (row, values) in zip(positions, data, strict=True):
-        axes.scatter([x] * len(values), values, s=9, color="0.25", zorder=3)
-        m = row.measured
-        if m.estimate is not None and m.ci_low is not None and m.ci_high is not None:
-            axes.errorbar([x + 0.18], [m.estimate], yerr=[[m.estimate - m.ci_low],
-                          [m.ci_high - m.estimate]], fmt="D", color="tab:red", capsize=4,
-                          label="median and CI" if x == 1 else None)  # fmt: skip
-    min_effect = data[0][0].min_effect
-    axes.axhline(
-        min_effect, color="tab:green", linestyle="--", label=f"minimum effect {min_effect:g}"
+def _log_scale(axes: Any, which: str = "y") -> None:
+    """Put ``axes``' ``which`` axis (``x`` or ``y``) on a log scale with plain-number tick labels
+    (1.25, not 1.25 x 10^0)."""
+    from matplotlib.ticker import (  # noqa: PLC0415 (matplotlib: optional, plots only)
+        FuncFormatter,
+        LogFormatter,
     )
-    axes.axhline(0.0, color="0.6", linewidth=0.8)
-    axes.set_xticks(positions, [f"{r.experiment_id}\n({r.measured.stage})" for r, _ in data])
-    axes.set_ylabel("paired improvement (ratio)")
-    axes.set_title("Paired improvements per experiment")
-    axes.legend(loc="best", fontsize=8)
-    return _png(figure)
+
+    getattr(axes, f"set_{which}scale")("log")
+    axis = axes.yaxis if which == "y" else axes.xaxis
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    # minor ticks labelled only where the axis spans little (else they crowd)
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
 
 
-def plot_champions(points: list[tuple[str, str, float]]) -> str | None:
-    """Plot 2: the champion's end-to-end speedup vs the original over time."""
-    if len(points) < 2:
+def _yerr(values: list[float], lows: list[Any], highs: list[Any]) -> list[list[float]]:
+    """Asymmetric error bars from CI ends (a missing end draws no bar)."""
+    return [
+        [v - (lo if lo is not None else v) for v, lo in zip(values, lows, strict=True)],
+        [(hi if hi is not None else v) - v for v, hi in zip(values, highs, strict=True)],
+    ]
+
+
+def plot_cases(points: list[dict[str, Any]], statistic: str) -> str | None:
+    """Plot 1: one panel per test case; per judged result, the reference's and the candidate's
+    absolute per-call statistic with their CIs, on a log axis (their ratio is the gain)."""
+    cases = list(dict.fromkeys(p["case"] for p in points))[:MAX_CASE_PANELS]
+    if not cases:
         return None
-
     plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(6.0, 3.4))
-    times = [datetime.fromisoformat(t.replace("Z", "+00:00")) if t else None for t, _, _ in points]
-    if all(times):
-        xs: list[Any] = times
-    else:
-        xs = list(range(len(points)))
-    axes.step(xs, [p[2] for p in points], where="post", color="tab:blue")
-    axes.scatter(xs, [p[2] for p in points], color="tab:blue", zorder=3)
-    for x, (_, name, value) in zip(xs, points, strict=True):
-        axes.annotate(name, (x, value), textcoords="offset points", xytext=(4, 6), fontsize=8)
-    axes.set_ylabel("speedup vs original")
-    axes.set_title("Champion progression")
-    figure.autofmt_xdate()
+    columns = min(3, len(cases))
+    rows_n = (len(cases) + columns - 1) // columns
+    figure, grid = plt.subplots(rows_n, columns, figsize=(4.2 * columns, 3.4 * rows_n),
+                                squeeze=False)  # fmt: skip
+    for axes, case in zip(grid.flat, cases, strict=False):
+        mine = [p for p in points if p["case"] == case]
+        xs = list(range(len(mine)))
+        for key, offset, style, label in (("ref", -0.12, "s", "reference"),
+                                          ("cand", 0.12, "o", "candidate")):  # fmt: skip
+            values = [p[key] for p in mine]
+            axes.errorbar([x + offset for x in xs], values,
+                          yerr=_yerr(values, [p[key + "_low"] for p in mine],
+                                     [p[key + "_high"] for p in mine]),
+                          fmt=style, capsize=3, label=label,
+                          color="0.45" if key == "ref" else "tab:blue")  # fmt: skip
+        _log_scale(axes)
+        axes.set_xticks(xs, [f"{p['experiment_id']}\n{p['stage']}\nvs {p['reference']}"
+                             for p in mine], fontsize=7, rotation=30, ha="right")  # fmt: skip
+        unit = mine[0]["unit"]
+        axes.set_ylabel(f"{statistic} per call" + (f" ({unit})" if unit else "") + ", log")
+        axes.set_title(f"case {case}", fontsize=9)
+        axes.legend(loc="best", fontsize=7)
+    for axes in list(grid.flat)[len(cases) :]:
+        axes.set_visible(False)
+    figure.tight_layout()
     return _png(figure)
 
 
-def plot_predicted_vs_measured(rows: list[Any]) -> str | None:
-    """Plot 3: each claim's bound (predicted speedup) against the measured speedup and CI."""
-    points = [
-        r for r in rows
-        if r.measured is not None and r.measured.speedup is not None
-        and (r.recomputed_bound or r.stated_bound) is not None
-    ]  # fmt: skip
+def plot_champions(chain: list[dict[str, Any]]) -> str | None:
+    """Plot 2: each champion's end-to-end speedup against the original as measured (final audit,
+    or a target result against the original), with its CI, on a log axis."""
+    measured = [(i, p) for i, p in enumerate(chain) if p["speedup"] is not None]
+    if not any(p["champion"] != "original" for _, p in measured):
+        return None
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(max(5.0, 1.1 * len(chain) + 2.0), 3.6))
+    xs = [i for i, _ in measured]
+    ys = [p["speedup"] for _, p in measured]
+    axes.errorbar(xs, ys, yerr=_yerr(ys, [p["speedup_low"] for _, p in measured],
+                                     [p["speedup_high"] for _, p in measured]),
+                  fmt="o", capsize=4, color="tab:blue")  # fmt: skip
+    for x, y in zip(xs, ys, strict=True):
+        axes.annotate(f"{y:.3g}x", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    for i, p in enumerate(chain):
+        if p["speedup"] is None:
+            axes.annotate(f"not measured vs original\n(vs {p['reference']})", (i, 1.0),
+                          textcoords="offset points", xytext=(0, 8), fontsize=7,
+                          ha="center", color="0.4")  # fmt: skip
+    axes.axhline(1.0, color="0.6", linewidth=0.8)
+    _log_scale(axes)
+    axes.set_xticks(range(len(chain)), [p["champion"] for p in chain], fontsize=8)
+    axes.set_ylabel("speedup vs original (log)")
+    axes.set_title("Champions, each measured against the original")
+    return _png(figure)
+
+
+def plot_predicted_vs_measured(points: list[dict[str, Any]]) -> str | None:
+    """Plot 3: each claim's bound (predicted speedup) against the measured speedup and CI, on
+    log axes."""
     if not points:
         return None
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(4.8, 4.2))
-    xs = [r.recomputed_bound or r.stated_bound for r in points]
-    ys = [r.measured.speedup for r in points]
-    low = [y - (r.measured.speedup_low or y) for r, y in zip(points, ys, strict=True)]
-    high = [(r.measured.speedup_high or y) - y for r, y in zip(points, ys, strict=True)]
-    axes.errorbar(xs, ys, yerr=[low, high], fmt="o", capsize=4, color="tab:purple")
-    for r, x, y in zip(points, xs, ys, strict=True):
-        axes.annotate(
-            r.experiment_id, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8
-        )
-    span = [min([*xs, *ys, 1.0]) * 0.95, max([*xs, *ys]) * 1.05]
+    xs = [p["bound"] for p in points]
+    ys = [p["speedup"] for p in points]
+    axes.errorbar(xs, ys, yerr=_yerr(ys, [p["speedup_low"] for p in points],
+                                     [p["speedup_high"] for p in points]),
+                  fmt="o", capsize=4, color="tab:purple")  # fmt: skip
+    for p in points:
+        axes.annotate(p["experiment_id"], (p["bound"], p["speedup"]), textcoords="offset points",
+                      xytext=(5, 4), fontsize=8)  # fmt: skip
+    ends = [v for p in points for v in (p["bound"], p["speedup"], p["speedup_low"],
+                                        p["speedup_high"]) if v is not None and v > 0]  # fmt: skip
+    span = [min([*ends, 1.0]) * 0.95, max(ends) * 1.05]
     axes.plot(span, span, color="0.6", linestyle=":", label="measured = predicted")
-    axes.set_xlabel("predicted (Amdahl bound, speedup)")
-    axes.set_ylabel("measured speedup")
+    _log_scale(axes, "x")
+    _log_scale(axes, "y")
+    axes.set_xlabel("predicted (Amdahl bound, speedup, log)")
+    axes.set_ylabel("measured speedup vs its reference (log)")
     axes.set_title("Predicted vs measured gain")
     axes.legend(loc="best", fontsize=8)
     return _png(figure)
@@ -225,19 +323,24 @@ figure{margin:0}figcaption{font-size:.8rem;color:#555}.muted{color:#777}
 """
 
 
-def _figure(uri: str | None, alt: str, caption: str) -> str:
+def _figure(uri: str | None, alt: str, caption: str, name: str, data: Any) -> str:
+    """One plot with its caption and the numbers it draws (``<pre class=plot-data
+    data-plot=NAME>``, JSON), so that a reader or a test can check them against the ledger."""
     if uri is None:
         return f'<figure><p class="muted">{_esc(caption)}: no data yet.</p></figure>'
     return (
         f'<figure><img class="plot" alt="{_esc(alt)}" src="{uri}">'
-        f"<figcaption>{_esc(caption)}</figcaption></figure>"
+        f"<figcaption>{_esc(caption)}</figcaption><details><summary>plotted data</summary>"
+        f'<pre class=plot-data data-plot="{_esc(name)}">{_esc(json.dumps(data, indent=1))}</pre>'
+        "</details></figure>"
     )
 
 
 def _claims_table(rows: list[Any]) -> str:
     head = (
         "<tr><th class=l>experiment</th><th class=l>status</th><th>f</th><th>s</th>"
-        "<th>stated bound</th><th>recomputed</th><th>min effect</th><th>measured (CI)</th>"
+        "<th>stated bound</th><th>recomputed</th><th>min effect</th>"
+        "<th>predicted improvement</th><th>measured improvement (CI)</th>"
         "<th>measured speedup</th><th>prediction error</th><th class=l>reconciliation</th></tr>"
     )
     body = []
@@ -250,11 +353,12 @@ def _claims_table(rows: list[Any]) -> str:
             f"<tr><td class=l>{_esc(r.experiment_id)}</td><td class=l>{_esc(r.status)}</td>"
             f"<td>{_num(r.coverage, '.3g')}</td><td>{_num(r.local_speedup, '.3g')}</td>"
             f"<td>{_num(r.stated_bound)}</td><td>{_num(r.recomputed_bound)}</td>"
-            f"<td>{_pct(r.min_effect)}</td><td>{_esc(measured)}</td>"
+            f"<td>{_pct(r.min_effect)}</td>"
+            f"<td>{_pct(r.predicted_low)} .. {_pct(r.predicted_high)}</td><td>{_esc(measured)}</td>"
             f"<td>{_num(m.speedup if m else None)}</td><td>{_num(r.prediction_error, '+.3f')}</td>"
             f"<td class=l>{_esc(recon)}</td></tr>"
         )
-        body += [f"<tr><td></td><td class=l colspan=10>{_esc(line)}</td></tr>" for line in
+        body += [f"<tr><td></td><td class=l colspan=11>{_esc(line)}</td></tr>" for line in
                  _measured_details(m)]  # fmt: skip
     return f"<table>{head}{''.join(body)}</table>"
 
@@ -293,10 +397,10 @@ def _flags_section(rows: list[Any]) -> str:
     return f"<h2>Measurement flags</h2><ul>{items}</ul>" if items else ""
 
 
-def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str, str, str]],
-                times: dict[str, str], head: str, payload_of: Any) -> tuple[str, int]:  # fmt: skip
-    """Render the page; returns (HTML text, number of plot images). ``payload_of`` reads a
-    recorded event's payload by id (the samples' pairs)."""
+def render_html(
+    state: Any, target_id: str | None, timeline: list[tuple[str, str, str, str]], head: str
+) -> tuple[str, int]:
+    """Render the page; returns (HTML text, number of plot images)."""
 
     tid = target_id or default_target(state)
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>perfledger report"
@@ -319,17 +423,29 @@ def render_html(state: Any, target_id: str | None, timeline: list[tuple[str, str
             f"{_esc(final_audit_standing(state, target).text())}; ledger head <code>{_esc(head)}</code></p>"
         )
         rows = claims(state, tid)
+    cases = case_points(state, tid) if tid else []
+    chain = champion_chain(state, tid) if tid else []
+    predicted = predicted_points(rows)
+    statistic = state.targets[tid].definition.primary.statistic if tid else ""
     plots = [
-        _figure(plot_distributions(state, rows, payload_of), "distribution of paired improvements",
-                "Paired improvements per experiment, with the verdict's median and CI and the "
-                "minimum effect"),
-        _figure(plot_champions(champion_progress(state, tid, times)) if tid else None,
-                "champion progression", "Champion progression: speedup vs the original"),
-        _figure(plot_predicted_vs_measured(rows), "predicted vs measured gain",
-                "Predicted (Amdahl bound) vs measured speedup, with CI"),
+        _figure(plot_cases(cases, statistic), "per-case absolute times",
+                "Per test case: the reference's and the candidate's per-call "
+                f"{statistic} with 95 % CIs, as each verdict derived them (log axis)",
+                "cases", cases),
+        _figure(plot_champions(chain), "champion chain",
+                "Champions, each measured end to end against the original (final audit, or a "
+                "target result against the original), with CI (log axis)", "champions", chain),
+        _figure(plot_predicted_vs_measured(predicted), "predicted vs measured gain",
+                "Predicted (Amdahl bound) vs measured speedup, with CI (log axes)",
+                "predicted", predicted),
     ]  # fmt: skip
     parts.append(f"<h2>Plots</h2><div class=plots>{''.join(plots)}</div>")
-    parts.append(f"<h2>Claims vs outcomes</h2>{_claims_table(rows)}")
+    parts.append(
+        "<h2>Claims vs outcomes</h2><p class=muted>An improvement is R12's: (ref - cand)/ref for "
+        "a lower-is-better primary, the fraction of time saved (20 % is a speedup of 1.25x), "
+        "(cand - ref)/ref for a higher-is-better one; a speedup is ref/cand (cand/ref).</p>"
+        f"{_claims_table(rows)}"
+    )
     parts.append(_flags_section(rows))
     rejections = rejected(state, tid) if tid else []
     items = "".join(
@@ -354,17 +470,13 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
     if target_id is not None and target_id not in state.targets:
         raise BadRequest(f"no Target {target_id!r}")
     timeline: list[tuple[str, str, str, str]] = []
-    times: dict[str, str] = {}
     for event in ledger.events():
         envelope = event.envelope
         if envelope.kind not in DECISION_KINDS:
             continue
-        times[envelope.id] = envelope.ts
         timeline.append((envelope.ts[:19].replace("T", " "), envelope.kind, envelope.actor,
                          get_kind(envelope.kind).summary(event.payload)))  # fmt: skip
-    page, plots = render_html(
-        state, target_id, timeline[-TIMELINE_LIMIT:], times, ledger.head(), ledger.payload
-    )
+    page, plots = render_html(state, target_id, timeline[-TIMELINE_LIMIT:], ledger.head())
     data = page.encode("utf-8")
     try:
         with open(path, "wb") as handle:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perfledger.events.workflow import R14_ONE_IMPROVEMENT
 from perfledger.projections.verdict_explain import explain_verdict, pct, provenance_text
 
 #: Columns a table may use when the output is not a terminal (a terminal's own width otherwise).
@@ -67,7 +68,8 @@ def _pct(value: float | None) -> str:
 
 
 def _speedup(gain: float | None) -> str:
-    """A claim's ``expected_improvement`` end (speedup - 1, the bound's units, R7) as a speedup."""
+    """A claim's ``expected_improvement`` end recorded before ``ExperimentCreated`` schema 7
+    (speedup - 1, the bound's units, R7) as a speedup."""
     return "-" if gain is None else f"{1.0 + gain:.4g}x"
 
 
@@ -289,20 +291,32 @@ def verdict_renderables(samples_id: str, verdict: Mapping[str, Any]) -> list[Any
     return out
 
 
-def claim_lines(created: Mapping[str, Any]) -> list[str]:
+def claim_lines(created: Mapping[str, Any], rules_schema: int | None = None) -> list[str]:
     """The claim of an ``ExperimentCreated`` payload (builtins) in two plain lines (R7, R8): its
-    inputs, the Amdahl bound the tool computed and the predicted speedup interval; the local
-    speedup needed to cross the minimum effect and whether the bound clears it."""
+    inputs, the Amdahl bound the tool computed and the predicted interval; the local speedup
+    needed to cross the minimum effect and whether the bound clears it. ``rules_schema``: the
+    schema the claim was recorded under (None: the current rules); from
+    :data:`~perfledger.events.workflow.R14_ONE_IMPROVEMENT` on the interval is in the verdict's
+    units (R12) and shown so, before it is speedup - 1 and shown as speedups."""
     claim, figures = created["claim"], created["figures"]
     expected = claim.get("expected_improvement") or {}
     bound = figures.get("bound")
+    if rules_schema is None or rules_schema >= R14_ONE_IMPROVEMENT:
+        predicted = (
+            f"; predicted end-to-end improvement [{_pct(expected.get('low'))}, "
+            f"{_pct(expected.get('high'))}] as the verdict measures it"
+        )
+    else:
+        predicted = (
+            f"; predicted end-to-end speedup [{_speedup(expected.get('low'))}, "
+            f"{_speedup(expected.get('high'))}]"
+        )
     return [
         f"claim: coverage f {_num(claim.get('coverage'))}, local speedup s "
         f"{_num(claim.get('local_speedup'))}x, added cost {_num(claim.get('added_cost'))}; "
         + ("no numeric bound (tail primary: exposure stated)" if bound is None else
            f"Amdahl bound {_num(bound)}x")
-        + f"; predicted end-to-end speedup [{_speedup(expected.get('low'))}, "
-        f"{_speedup(expected.get('high'))}]",
+        + predicted,
         f"to cross the minimum effect: local speedup {_num(figures.get('s_min'))}x "
         f"(cut {_pct(figures.get('r_min'))} of the region's time)"
         + ("; NOT reachable" if figures.get("reachable") is False else "")
@@ -324,7 +338,7 @@ def experiment_lines(experiment: Mapping[str, Any], verdicts: Mapping[str, Any])
         f"  stage {experiment['stage']}; status [bold]{experiment['status']}[/bold]; approach "
         f"{c.get('approach')}; candidate {_escape(c['candidate'].get('label') or '-')} "
         f"{_escape(c['candidate'].get('content_hash'))}{_hash_source(c['candidate'])}",
-        *(f"  {_escape(line)}" for line in claim_lines(c)),
+        *(f"  {_escape(line)}" for line in claim_lines(c, experiment.get("rules_schema", 1))),
         f"  a failure would reject its {c['preregistration'].get('rejects')} (R9)",
     ]
     samples = experiment.get("samples") or {}

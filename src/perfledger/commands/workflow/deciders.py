@@ -68,6 +68,7 @@ from perfledger.events.workflow import (
     R14_BLOCKS_CHAMPION,
     R14_INFORMATIVE_INTERVAL,
     R14_MEASURED_OBLIGATION,
+    R14_ONE_IMPROVEMENT,
     R14_STATED_INTERVAL,
     R14_UNJUDGED_BLOCKS_CHAMPION,
     R18_LEDGER_FILLED,
@@ -101,6 +102,7 @@ from perfledger.events.workflow import (
 )
 from perfledger.ledger.base import EventDraft
 from perfledger.projections import amdahl
+from perfledger.projections.claims import predicted_improvement
 from perfledger.projections.measurement_flags import wall_clock_note
 from perfledger.projections.verdicts import Pair, derive_guardrail, derive_verdict
 from perfledger.projections.workflow import (
@@ -563,7 +565,16 @@ def decide_experiment_create(
     )
     expected = claim.expected_improvement
     if expected is None and rules_version(ctx, "ExperimentCreated") >= R14_STATED_INTERVAL:
-        raise refuse("R14", *rules.r14_interval_missing(claim))
+        raise refuse(
+            "R14",
+            *rules.r14_interval_missing(
+                claim,
+                target.definition.primary.direction
+                if rules_version(ctx, "ExperimentCreated") >= R14_ONE_IMPROVEMENT
+                else None,
+            ),
+        )
+    one_improvement = rules_version(ctx, "ExperimentCreated") >= R14_ONE_IMPROVEMENT
     figures = rules.r7_claim_figures(
         target.definition,
         target.resolution.resolution,
@@ -574,9 +585,14 @@ def decide_experiment_create(
         affected_share=claim.exposure.affected_share if claim.exposure else None,
         expected=(expected.low, expected.high) if expected else None,
         bound_optional=rules_version(ctx, "ExperimentCreated") >= R7_COMPUTED_BOUND,
+        improvement_units=one_improvement,
     )
     if rules_version(ctx, "ExperimentCreated") >= R14_INFORMATIVE_INTERVAL:
-        rules.r14_interval_informative(figures.predicted_low, figures.predicted_high)
+        rules.r14_interval_informative(
+            figures.predicted_low,
+            figures.predicted_high,
+            target.definition.primary.direction if one_improvement else None,
+        )
     secondaries = {s.name for s in target.definition.secondaries}
     if req.serves_secondary is not None and req.serves_secondary not in secondaries:
         raise refuse(
@@ -1069,13 +1085,6 @@ def _derive(
     return derive_samples(params, samples)
 
 
-def as_improvement(gain: float, direction: str) -> float:
-    """Convert a predicted end-to-end gain in the bound's units (speedup - 1, R7) into the
-    primary's improvement units of R12: ``(ref - cand)/ref = g/(1+g)`` for a lower-is-better
-    metric (a speedup S cuts the time by 1 - 1/S), ``g`` itself for higher-is-better (R14)."""
-    return gain / (1.0 + gain) if direction == "lower_is_better" else gain
-
-
 def _verdict_samples(
     state: WorkflowState, samples_id: str, ctx: DecisionContext
 ) -> tuple[SamplesRecorded, TargetView, str]:
@@ -1186,10 +1195,8 @@ def decide_verdict_record(
         notes.append("R11: the reference is no longer the current champion (stale)")
     if target.diagnostic_only:
         notes.append("R3: the metric audit found the metric does not match the Target")
-    figures = experiment.created.figures
-    predicted_low, predicted_high = (
-        as_improvement(figures.predicted_low, target.definition.primary.direction),
-        as_improvement(figures.predicted_high, target.definition.primary.direction),
+    predicted_low, predicted_high = predicted_improvement(
+        experiment, target.definition.primary.direction
     )
     contradicts = (
         samples.stage == "target"

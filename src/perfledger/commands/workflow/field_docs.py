@@ -188,10 +188,13 @@ FIELDS: dict[str, str] = {
     "bound (R7).",
     "affected_share": "Share of requests affected, a ratio in (0, 1].",
     "critical_path": "Why the region is on the critical path, in words.",
-    "low": "Lower end of the expected end-to-end improvement, speedup - 1 (a ratio in (-1, 1e6]: "
-    "0.1 = 1.1x); >= 0 when high > 0 (no loss inside a predicted gain), and 1 + high <= 4 (1 + low) (R14).",
-    "high": "Upper end of the expected end-to-end improvement, speedup - 1 (a ratio in "
-    "(-1, 1e6]); at most the bound - 1 (R7, R14).",
+    "low": "Lower end of the expected end-to-end improvement, as the verdict measures it (R12): "
+    "the fraction of time saved for a lower-is-better primary (0.1 = 1.11x), the relative gain "
+    "for a higher-is-better one (0.1 = 1.1x); >= 0 when high > 0 (no loss inside a predicted "
+    "gain), and the upper end's speedup at most 4 times the lower end's (R14).",
+    "high": "Upper end of the expected end-to-end improvement, as the verdict measures it (R12, a "
+    "ratio): at most the bound's, 1 - 1/bound for a lower-is-better primary (bound - 1 for a "
+    "higher-is-better one) (R7, R14).",
     "preregistration": "What a failure would reject (R9).",
     "rejects": "implementation, integration or mechanism (R9).",
     "discriminating_evidence": "For mechanism: the evidence that would discriminate (R9, R15).",

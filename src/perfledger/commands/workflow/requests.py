@@ -543,8 +543,10 @@ class OpportunityClaim(Request, kw_only=True):
         ImprovementInterval | None,
         Meta(
             description=(
-                "The expected end-to-end improvement [low, high] in the bound's units "
-                "(speedup - 1: 0.25 = 1.25x), high at most bound - 1. Required (R14): a target "
+                "The expected end-to-end improvement [low, high] as the verdict measures it "
+                "(R12): the fraction of time saved for a lower-is-better primary (0.2 = 1.25x), "
+                "the relative gain for a higher-is-better one (0.25 = 1.25x); high at most the "
+                "bound's (1 - 1/bound for lower-is-better). Required (R14): a target "
                 "result outside it, or a failed screen when low is at or above the minimum "
                 "effect, owes a reconciliation that blocks new experiments and champion "
                 "selection on the Target."

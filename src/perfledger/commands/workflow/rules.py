@@ -245,6 +245,7 @@ def r7_claim_figures(
     affected_share: float | None,
     expected: tuple[float, float] | None,
     bound_optional: bool = False,
+    improvement_units: bool = False,
 ) -> ClaimFigures:
     """R7: check an opportunity claim's arithmetic and explicit contradictions; return its
     figures (bound, ``s_min``, ``r_min``, predicted interval).
@@ -257,11 +258,22 @@ def r7_claim_figures(
     recorded earlier, re-checked by their own rule) the stated bound is required, within
     :data:`~perfledger.projections.amdahl.LEGACY_STATED_BOUND_REL_TOLERANCE` (1e-9). Every hint
     prints the bound at full precision, a value that is accepted. The predicted improvement may
-    not exceed ``bound - 1`` (within the same tolerance). Tail primaries (p95, p99):
+    not exceed the bound's (within the same tolerance). Tail primaries (p95, p99):
     exposure reasoning (``affected_share`` in (0, 1]) and a predicted interval instead of a bound,
     and no stated bound.
+
+    With ``improvement_units`` (claims from ``ExperimentCreated`` schema
+    :data:`~perfledger.events.workflow.R14_ONE_IMPROVEMENT` on) the predicted interval, the
+    minimum effect and the resolution are in the verdict's units (R12: the fraction of time saved
+    for a lower-is-better primary), so the cap is ``1 - 1/bound`` there and ``r_min = (m + c)/f``;
+    without it (claims recorded earlier) the interval is speedup - 1, capped at ``bound - 1``, and
+    the minimum effect is read as speedup - 1.
     """
+    direction = target.primary.direction
     m = target.min_effect
+    if improvement_units:  # the Amdahl arithmetic works in speedup - 1
+        m = amdahl.improvement_to_gain(m, direction)
+        resolution = amdahl.improvement_to_gain(resolution, direction)
     if target.primary.statistic in TAIL_STATISTICS:
         if affected_share is None:
             raise refuse(
@@ -319,11 +331,18 @@ def r7_claim_figures(
     r_min = amdahl.required_cut(coverage, m, added_cost)
     low, high = expected if expected is not None else (min(0.0, bound - 1.0), bound - 1.0)
     _r7_interval(low, high)
-    if high > (bound - 1.0) * (1 + tolerance) + 1e-12:
+    cap = amdahl.gain_to_improvement(bound - 1.0, direction) if improvement_units else bound - 1.0
+    if high > cap + tolerance * abs(cap) + 1e-12:  # abs: a bound below 1 caps below 0
+        units = (
+            "improvement, the verdict's units"
+            if improvement_units
+            else "speedup - 1, the bound's units"
+        )
         raise refuse(
             "R7",
             f"the expected improvement {high:.6g} exceeds the claim's own bound "
-            f"{bound - 1.0:.6g} (bound {bound:.6g})",
+            f"{cap:.6g} ({units}; bound {bound:.6g}x)",
+            f'state "high": {cap!r} or less',
         )
     return ClaimFigures(
         bound=bound,
@@ -571,53 +590,86 @@ def r14_no_pending_reconciliation(target: TargetView, what: str = "new experimen
         )
 
 
-def r14_interval_missing(claim: Any) -> tuple[str, str]:
+def r14_interval_missing(claim: Any, direction: str | None = None) -> tuple[str, str]:
     """R14: the (message, hint) of a refused claim that states no expected end-to-end
     improvement interval; the hint shows the field, with the claim's own bound where its
-    inputs give one (the interval is in the bound's units: speedup - 1)."""
+    inputs give one. ``direction``: the primary's, for claims in the verdict's units
+    (``ExperimentCreated`` schema :data:`~perfledger.events.workflow.R14_ONE_IMPROVEMENT` on);
+    None for the bound's units (speedup - 1) of claims recorded before."""
     bound = None
     if claim.coverage is not None and claim.local_speedup is not None:
         try:
             bound = amdahl.amdahl_bound(claim.coverage, claim.local_speedup, claim.added_cost)
         except ValueError:
             bound = None
-    upper = f"{bound - 1.0:.6g}" if bound is not None else "HIGH"
+    if direction is None:
+        units = "in the bound's units (end-to-end speedup - 1: 0.25 = 1.25x)"
+        cap = None if bound is None else bound - 1.0
+        span = f"1 + high <= {R14_MAX_SPAN:g} (1 + low)"
+    else:
+        units = (
+            "as the verdict measures it, the fraction of time saved ((ref - cand)/ref: 0.2 = 1.25x)"
+            if direction == "lower_is_better"
+            else "as the verdict measures it, the relative gain ((cand - ref)/ref: 0.25 = 1.25x)"
+        )
+        cap = None if bound is None else amdahl.gain_to_improvement(bound - 1.0, direction)
+        span = f"the upper end's speedup at most {R14_MAX_SPAN:g} times the lower end's"
+    upper = f"{cap:.6g}" if cap is not None else "HIGH"
     return (
         "the claim states no expected end-to-end improvement interval (claim."
         "expected_improvement): every claim states one, so that a result outside it owes a "
         "reconciliation",
-        f'add "expected_improvement": {{"low": LOW, "high": {upper}}} to the claim, in the '
-        "bound's units (end-to-end speedup - 1: 0.25 = 1.25x); high may not exceed bound - 1"
-        + (f" = {upper}" if bound is not None else "")
-        + f"; low >= 0 for a predicted gain and 1 + high <= {R14_MAX_SPAN:g} (1 + low)",
+        f'add "expected_improvement": {{"low": LOW, "high": {upper}}} to the claim, {units}; '
+        "high may not exceed the bound's"
+        + (f" = {upper}" if cap is not None else "")
+        + f"; low >= 0 for a predicted gain and {span}",
     )
 
 
-def r14_interval_informative(low: float, high: float) -> None:
+def r14_interval_informative(low: float, high: float, direction: str | None = None) -> None:
     """R14 (``ExperimentCreated`` schema :data:`~perfledger.events.workflow.R14_INFORMATIVE_INTERVAL`
-    on): a claim's predicted interval ``[low, high]`` (end-to-end speedup - 1, ratios) must be
-    narrow enough that a wrong prediction shows: finite with ``low > -1``; a claim predicting a
-    gain (``high > 0``) may not include a loss (``low >= 0``); and the upper end's speedup is at
-    most :data:`~perfledger.events.workflow.R14_MAX_SPAN` times the lower end's
-    (``(1 + high) <= R14_MAX_SPAN * (1 + low)``). Any prediction can be stated so (a point
-    interval is accepted); a result outside it owes a reconciliation, not a penalty. The upper
-    end's cap by the claim's own bound is R7's (:func:`r7_claim_figures`).
+    on): a claim's predicted interval ``[low, high]`` must be narrow enough that a wrong
+    prediction shows: finite, each end a speedup above 0; a claim predicting a gain (``high > 0``)
+    may not include a loss (``low >= 0``); and the upper end's speedup is at most
+    :data:`~perfledger.events.workflow.R14_MAX_SPAN` times the lower end's. Any prediction can be
+    stated so (a point interval is accepted); a result outside it owes a reconciliation, not a
+    penalty. The upper end's cap by the claim's own bound is R7's (:func:`r7_claim_figures`).
+
+    ``direction`` None: the interval is in the bound's units (speedup - 1; claims recorded before
+    ``ExperimentCreated`` schema :data:`~perfledger.events.workflow.R14_ONE_IMPROVEMENT`), so
+    ``low > -1`` and ``(1 + high) <= R14_MAX_SPAN * (1 + low)``. Otherwise it is in the verdict's
+    units for a primary of that direction (R12): for lower-is-better, the fraction of time saved
+    (``high < 1``; speedups ``1/(1 - g)``), for higher-is-better the relative gain (as before).
     Raises: RuleRefused (R14) with the narrowest change that is accepted."""
-    if not (math.isfinite(low) and math.isfinite(high)) or low <= -1.0:
+    lower = direction == "lower_is_better"
+
+    def speedup(g: float) -> float:
+        return 1.0 / (1.0 - g) if lower else 1.0 + g
+
+    def improvement(s: float) -> float:
+        return 1.0 - 1.0 / s if lower else s - 1.0
+
+    finite = math.isfinite(low) and math.isfinite(high)
+    if not finite or (high >= 1.0 if lower else low <= -1.0):
+        ends = (
+            "the upper end below 1 (saving all of the time is not a speedup)"
+            if lower
+            else "the lower end above -1 (a speedup above 0)"
+        )
         raise refuse(
             "R14",
             f"expected improvement interval [{low}, {high}] is not a prediction: both ends must "
-            "be finite, the lower end above -1 (a speedup above 0)",
+            f"be finite, {ends}",
         )
-    floor = (1.0 + high) / R14_MAX_SPAN - 1.0  # lowest lower end the span allows
+    floor = improvement(speedup(high) / R14_MAX_SPAN)  # lowest lower end the span allows
     if high > 0.0:
         floor = max(floor, 0.0)
     if low < floor - 1e-12 * (1.0 + abs(floor)):
         why = (
             "a claim predicting a gain may not include a loss"
             if high > 0.0 and low < 0.0
-            else f"its upper speedup {1 + high:.6g}x is more than {R14_MAX_SPAN:g} times its lower "
-            f"{1 + low:.6g}x"
+            else f"its upper speedup {speedup(high):.6g}x is more than {R14_MAX_SPAN:g} times its "
+            f"lower {speedup(low):.6g}x"
         )
         raise refuse(
             "R14",
