@@ -314,7 +314,11 @@ def run_measure_serving(**kw: Any) -> None:
             tail = primary.statistic
             need = sv.TAIL_MIN_REQUESTS[tail]
             if metrics[primary.name][0] not in PER_REQUEST_KINDS:
-                raise rules.refuse("R12", f"a {tail} primary needs per-request samples")
+                raise rules.refuse(
+                    "R12",
+                    f"a {tail} primary needs per-request samples",
+                    "measure with per-request latencies (`perfledger measure serving` records one value per request)",
+                )
             if config.steady_requests < need:
                 raise rules.refuse(
                     "R12",

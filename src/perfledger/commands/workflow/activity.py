@@ -49,7 +49,11 @@ def decide_activity_explain(
             "record new samples, explain their activity, then record their verdict",
         )
     if rules.is_unknown(req.explanation):
-        raise refuse("R17", "the explanation must say why the activity does not matter")
+        raise refuse(
+            "R17",
+            "the explanation must say why the activity does not matter",
+            "state in words why the foreign activity did not affect the measurement (e.g. what ran and on which device)",
+        )
     if len(set(req.pairs)) != len(req.pairs):
         raise BadRequest(f"pairs {req.pairs} name a window twice")
     already, _ = rules.r17_explanations(state, req.samples_id)

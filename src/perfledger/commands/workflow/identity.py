@@ -368,6 +368,7 @@ def r11_check_identity(
                 "R11",
                 "the samples carry snapshots but the Target's readiness recorded none (its "
                 "driver declares no {subject} place)",
+                "leave identity out of these samples (their Target binds no code)",
             )
         return None
     if not isinstance(ident, rq.SamplesIdentity):
@@ -438,6 +439,7 @@ def r11_check_identity(
             "R11",
             f"a candidate must differ from its reference: both snapshots hold the same files "
             f"(digest {ref.digest[:16]})",
+            "point --cand at the directory holding the candidate's changes",
         )
     rules.r11_paths_in_scope(changed, target.definition.scope)
     return SamplesIdentity(reference=ref, candidate=cand, changed_paths=tuple(changed))
