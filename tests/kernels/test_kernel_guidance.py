@@ -67,8 +67,8 @@ class KernelTarget:
         with Ledger.open(self.path) as ledger:
             execute(ledger, op, body, actor="agent")
 
-    def ready(self) -> KernelTarget:
-        """Readiness (by the CLI), metric audit, baseline, resolution, evidence, experiment e1."""
+    def audited(self) -> KernelTarget:
+        """Readiness (by the CLI) and the metric audit: the baseline comes next."""
         request = self.tmp / "readiness.json"
         request.write_text(json.dumps(_readiness(self.machine)))
         out = self.cli("readiness", "record", "--request", str(request), json_flag=False)
@@ -79,6 +79,11 @@ class KernelTarget:
             "denominator": "call", "unit": "us", "source": "harness", "reconstructed": False,
             "matches_target": True,
         })  # fmt: skip
+        return self
+
+    def ready(self) -> KernelTarget:
+        """:meth:`audited`, then baseline, resolution, evidence and experiment e1."""
+        self.audited()
         self.run("baseline.record", {
             "target_id": "t1", "original_hash": ORIGINAL, "metric": "time_us", "unit": "us",
             "values": [100.0, 101.0, 99.0], "environment_id": self.machine["environment_id"],
@@ -159,3 +164,22 @@ def test_r11_target_stage_before_the_screen_is_refused_before_the_harness_runs(
     assert not (kernel.tmp / "called").exists()
     with Ledger.open(kernel.path) as ledger:  # nothing recorded, not even a run's start
         assert not ledger.state().samples
+
+
+def test_status_and_measure_baseline_of_a_kernel_target_name_the_harness(tmp_path: Path) -> None:
+    """Before the baseline, ``status`` offers ``measure baseline --spec`` (not ``--cmd``); the
+    workload form on a kernel Target is a bad request naming the kernel form, before anything
+    runs (it used to try to execute the spec as a command)."""
+    kernel = KernelTarget(tmp_path).audited()
+    out = kernel.cli("status")
+    (target,) = json.loads(out.stdout)["targets"]
+    assert [d["command"] for d in target["next"] if d["op"] == "baseline.record"] == [
+        "perfledger measure baseline --target t1 --spec SPEC"
+    ]
+    wrong = kernel.cli("measure", "baseline", "--target", "t1", "--cmd", f"python {kernel.spec}")
+    error = json.loads(wrong.stdout)["error"]
+    assert wrong.returncode == 2 and "kernel Target" in error["message"], wrong.stdout
+    assert "--spec SPEC" in error["hint"]
+    missing = kernel.cli("measure", "baseline", "--target", "t1")
+    assert missing.returncode == 2 and "--spec" in json.loads(missing.stdout)["error"]["hint"]
+    assert not (kernel.tmp / "called").exists()

@@ -324,34 +324,18 @@ def stand_in_samples(
     return body
 
 
-def refuse_before_measuring(
-    ledger: Any,
-    info: dict[str, Any],
-    *,
-    experiment_id: str,
-    stage: str,
-    samples_id: str,
-    cases: list[str],
-    environment_id: str,
-    protocol: str,
-    monitored: bool,
-    identity: dict[str, Any] | None,
-    actor: str,
-) -> None:
-    """Decide, on the head and before anything is measured, the :func:`stand_in_samples` of the
-    run (and the start of a formal one): every refusal that recording them would raise for the
-    state of the ledger (R11 stage order and reference, R15 rejected, R8, R14 unjudged runs,
-    ...) is raised now, not after minutes of measuring.
+def refuse_before_measuring(ledger: Any, stand_in: dict[str, Any], actor: str) -> None:
+    """Decide, on the head and before anything is measured, ``stand_in`` (the
+    :func:`stand_in_samples` of the run) and the start of its formal run: every refusal that
+    recording the samples would raise for the state of the ledger (R11 stage order and
+    reference, R15 rejected, R8, R14 unjudged runs, ...) is raised now, not after minutes of
+    measuring.
 
     Raises: BadRequest (exit 2) or RuleRefused (exit 3), the ledger unchanged."""
-    body = stand_in_samples(
-        info, experiment_id=experiment_id, stage=stage, samples_id=samples_id, cases=cases,
-        environment_id=environment_id, protocol=protocol, monitored=monitored, identity=identity,
-    )  # fmt: skip
+    sid, stage = stand_in["samples_id"], stand_in["stage"]
     formal = stage in FORMAL_STAGES
     if formal:  # what starting the run would refuse
-        preview(ledger, "formal-run.start", {"experiment_id": experiment_id, "stage": stage,
-                "samples_id": samples_id, "protocol": protocol}, actor=actor)  # fmt: skip
-    preview(
-        ledger, "samples.record", body, actor=actor, starting_run=samples_id if formal else None
-    )
+        start = {"experiment_id": stand_in["experiment_id"], "stage": stage, "samples_id": sid,
+                 "protocol": stand_in["provenance"]["protocol"]}  # fmt: skip
+        preview(ledger, "formal-run.start", start, actor=actor)
+    preview(ledger, "samples.record", stand_in, actor=actor, starting_run=sid if formal else None)

@@ -76,7 +76,7 @@ def dry_decide(
     except (RuleRefused, BadRequest) as exc:
         return exc
     except PerfledgerError as exc:  # an integrity failure reading samples: not offered
-        return BadRequest(exc.message)
+        return BadRequest(exc.message, hint=exc.hint)
     return None
 
 

@@ -45,11 +45,10 @@ MEASURED_BY = {
     "resolution.record": "perfledger measure aa --target T --cmd CMD --record",
     "samples.record": "perfledger measure workload --experiment E --stage STAGE --ref CMD --cand CMD",
 }
-#: The same for a kernel Target (its readiness driver is the kernel harness). A kernel's
-#: baseline is recorded from the harness's REFERENCE times (``measure baseline`` runs workload
-#: commands, not a spec).
+#: The same for a kernel Target (its readiness driver is the kernel harness): the harness times
+#: the spec's REFERENCE for the baseline and the A/A, and compares REFERENCE with CANDIDATE.
 KERNEL_MEASURED_BY = {
-    "baseline.record": "perfledger baseline record --target T --request FILE",
+    "baseline.record": "perfledger measure baseline --target T --spec SPEC",
     "resolution.record": "perfledger measure aa --target T --spec SPEC --record",
     "samples.record": "perfledger measure kernel --experiment E --stage STAGE --spec SPEC",
 }
@@ -57,6 +56,7 @@ KERNEL_MEASURED_BY = {
 #: (``{subject}/spec.py``, R11) names code directories, not a spec.
 BOUND_KERNEL_MEASURED_BY = {
     **KERNEL_MEASURED_BY,
+    "baseline.record": "perfledger measure baseline --target T --dir DIR",
     "resolution.record": "perfledger measure aa --target T --dir DIR --record",
     "samples.record": "perfledger measure kernel --experiment E --stage STAGE --ref DIR --cand DIR",
 }

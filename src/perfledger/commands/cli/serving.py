@@ -360,6 +360,10 @@ def run_measure_serving(**kw: Any) -> None:
             warnings.append(text + " (a screen only)")
         if min_effect is None:
             min_effect = info["target"].definition.min_effect
+        # what recording would refuse of this experiment and stage, before anything is sent
+        rules.r15_not_rejected(info["state"], kw["experiment_id"])
+        if stage == "target":
+            rules.r11_screen_before_target(info["state"], kw["experiment_id"])
     if kw["evidence_id"] is not None:  # checked before any request is sent
         ledger = ctx.open()
         try:

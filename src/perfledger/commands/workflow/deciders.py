@@ -265,10 +265,15 @@ def _check_definition(req: rq.TargetFreeze, known_units: bool = False) -> None:
         )
     names = [req.primary.name, *(s.name for s in req.secondaries)]
     if len(set(names)) != len(names):
-        raise BadRequest("secondary metrics must be distinct from each other and the primary")
+        raise BadRequest(
+            "secondary metrics must be distinct from each other and the primary",
+            hint="name each secondary once, none the primary",
+        )
     guards = [g.metric for g in req.guardrails]
     if len(set(guards)) != len(guards):
-        raise BadRequest("guardrail metrics must be distinct")
+        raise BadRequest(
+            "guardrail metrics must be distinct", hint="name each guardrail metric once"
+        )
     _check_work_metrics(req)
 
 
@@ -295,7 +300,8 @@ def _check_work_metrics(req: rq.TargetFreeze) -> None:
         ):
             raise BadRequest(
                 f"metric {name!r}: its work_metric {work!r} must count work (tokens, items), "
-                "not be itself or a declared time or rate"
+                "not be itself or a declared time or rate",
+                hint="name a counted metric (tokens, items) as work_metric",
             )
 
 
@@ -432,14 +438,18 @@ def decide_baseline_record(
             f"readiness recorded environment_id {readiness.environment_id}",
         )
     if any(v <= 0 for v in req.values):
-        raise BadRequest("metric values must be positive")
+        raise BadRequest(
+            "metric values must be positive",
+            hint="record positive values (times, sizes) in the metric's unit",
+        )
     per_case: dict[str, list[float]] = {}
     if req.cases:
         # R4: the baseline per case, so each case's verdict figures have the original's level
         if len(req.cases) != len(req.values):
             raise BadRequest(
                 f"cases names the case of each value: {len(req.cases)} cases for "
-                f"{len(req.values)} values"
+                f"{len(req.values)} values",
+                hint="give one case per value (or leave cases out)",
             )
         if readiness.test_set is not None:
             rules.r11_cases_in_test_set(req.cases, readiness.test_set, "the baseline")
@@ -489,7 +499,10 @@ def decide_evidence_add(
     known units; ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics. Allowed before any
     Target exists."""
     if req.evidence_id in state.evidence:
-        raise BadRequest(f"evidence {req.evidence_id!r} is already recorded")
+        raise BadRequest(
+            f"evidence {req.evidence_id!r} is already recorded",
+            hint="choose a new evidence_id (`perfledger evidence list` shows those taken)",
+        )
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
     if rules.is_unknown(req.tool.version):
@@ -528,7 +541,9 @@ def decide_upstream_check_record(
 ) -> list[EventDraft]:
     """``upstream-check.record`` (R10): sources consulted and whether an equivalent exists."""
     if req.check_id in state.upstream_checks:
-        raise BadRequest(f"upstream check {req.check_id!r} is already recorded")
+        raise BadRequest(
+            f"upstream check {req.check_id!r} is already recorded", hint="choose a new check_id"
+        )
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
     if req.equivalent_exists and rules.is_unknown(req.equivalent):
@@ -550,7 +565,10 @@ def decide_experiment_create(
     preregistration; the derived figures (bound, ``s_min``, predicted interval) go in the event."""
     target = rules.r1_target_current(state, req.target_id)
     if req.experiment_id in state.experiments:
-        raise BadRequest(f"experiment {req.experiment_id!r} already exists")
+        raise BadRequest(
+            f"experiment {req.experiment_id!r} already exists",
+            hint="choose a new experiment_id (`perfledger experiment list` shows those taken)",
+        )
     rules.r14_no_pending_reconciliation(target)
     rules.r2_ready(target)
     rules.r4_baseline_and_resolution(target)
@@ -661,11 +679,20 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
                 )
             missing = set(side.values) - set(req.units)
             if missing:
-                raise BadRequest(f"pair {index}: metrics without a unit: {sorted(missing)}")
+                raise BadRequest(
+                    f"pair {index}: metrics without a unit: {sorted(missing)}",
+                    hint="name the unit of every metric in units",
+                )
             if not side.values.get(primary.name):
-                raise BadRequest(f"pair {index}: a subject has no values of {primary.name!r}")
+                raise BadRequest(
+                    f"pair {index}: a subject has no values of {primary.name!r}",
+                    hint=f"record values of {primary.name!r} for both subjects of every pair",
+                )
             if any(v <= 0 for values in side.values.values() for v in values):
-                raise BadRequest(f"pair {index}: metric values must be positive")
+                raise BadRequest(
+                    f"pair {index}: metric values must be positive",
+                    hint="record positive values in the metric's unit",
+                )
         for name in set(pair.ref.values) & set(pair.cand.values):
             ref_m = _median(pair.ref.values[name])
             cand_m = _median(pair.cand.values[name])
@@ -710,7 +737,8 @@ def _provenance(target: TargetView, req: rq.SamplesRecord) -> dict[str, Any]:
         return dump(given) if given is not None else {"source": "outside"}
     if not given.protocol or not given.raw_table:
         raise BadRequest(
-            "samples measured by perfledger name their protocol and their raw table (artifact)"
+            "samples measured by perfledger name their protocol and their raw table (artifact)",
+            hint="measure with a measuring command (`perfledger status` names it), or drop provenance (samples from outside, R5)",
         )
     return dump(given)
 
@@ -725,7 +753,10 @@ def decide_samples_record(
     target = rules.r1_target_current(state, req.target_id)
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     if experiment.created.target_id != req.target_id:
         raise refuse(
             "R11",
@@ -733,7 +764,10 @@ def decide_samples_record(
             "record the samples under the experiment's own Target (`perfledger experiment list`)",
         )
     if req.samples_id in state.samples:
-        raise BadRequest(f"samples {req.samples_id!r} are already recorded")
+        raise BadRequest(
+            f"samples {req.samples_id!r} are already recorded",
+            hint="choose a new samples id (measuring commands pick a free one when --samples is left out)",
+        )
     rules.r15_not_rejected(state, req.experiment_id)
     rules.r2_ready(target)
     rules.r3_metric_audited(target)
@@ -1126,11 +1160,13 @@ def _verdict_samples(
         raise BadRequest(
             f"unknown samples {samples_id!r}",
             hint=(f"recorded samples include {', '.join(known)}; " if known else "")
-            + "`perfledger measure workload --samples ID ...` records samples",
+            + "`perfledger measure workload --samples ID ...` (a kernel Target: `perfledger "
+            "measure kernel --samples ID ...`) records samples",
         )
     if ctx.payload_of is None:
         raise BadRequest(
-            "this decision reads recorded samples, and no ledger was given to read them from"
+            "this decision reads recorded samples, and no ledger was given to read them from",
+            hint="decide it through the ledger (`perfledger` or perfledger.api), which reads the samples",
         )
     samples = ctx.payload_of(view.event_id)
     if not isinstance(samples, SamplesRecorded) or samples.samples_id != samples_id:
@@ -1224,7 +1260,10 @@ def decide_verdict_record(
         return _emit(ctx, formal_runs.failed_run_verdict(state, run, req.claimed_status))
     samples, target, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage == "final_audit":
-        raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
+        raise BadRequest(
+            "final-audit samples are judged by `perfledger final-audit record`",
+            hint="`perfledger final-audit record --target T --samples ID`",
+        )
     experiment = state.experiments[samples.experiment_id]
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
@@ -1409,7 +1448,9 @@ def decide_local_result_record(
             f"derive it first: `perfledger verdict record --samples {req.samples_id}`",
         )
     if req.result_id in state.local_results:
-        raise BadRequest(f"local result {req.result_id!r} is already recorded")
+        raise BadRequest(
+            f"local result {req.result_id!r} is already recorded", hint="choose a new result_id"
+        )
     target = rules.r1_target_frozen(state, verdict.target_id)
     declared = {s.name for s in target.definition.secondaries}
     if req.metric not in declared:
@@ -1453,13 +1494,22 @@ def decide_reject(state: WorkflowState, req: rq.Reject, ctx: DecisionContext) ->
     evidence supports."""
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     if experiment.rejection is not None:
-        raise BadRequest(f"experiment {req.experiment_id!r} is already rejected")
+        raise BadRequest(
+            f"experiment {req.experiment_id!r} is already rejected",
+            hint="nothing to do: `perfledger rejected` shows the rejection",
+        )
     unknown = sorted({s for s in req.samples_ids if s not in state.samples})
     unknown += sorted({e for e in req.evidence_ids if e not in state.evidence})
     if unknown:
-        raise BadRequest(f"unknown samples or evidence {unknown}")
+        raise BadRequest(
+            f"unknown samples or evidence {unknown}",
+            hint="cite recorded evidence ids (`perfledger evidence list`) or samples ids (`perfledger status`)",
+        )
     rules.r15_rejection_scope(
         experiment, req.closes, req.local_proxy, req.discriminating_evidence_ids, state
     )
@@ -1474,7 +1524,10 @@ def decide_reconcile(
     numeric corrected model is re-checked by the R7 arithmetic and its bound recorded."""
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     model = req.corrected_model
     bound = None
     if model.coverage is not None or model.local_speedup is not None:
@@ -1556,7 +1609,10 @@ def decide_champion_select(
     if rules_version(ctx, "ChampionSelected") >= R14_UNJUDGED_BLOCKS_CHAMPION:
         formal_runs.r14_no_unjudged_target_results(state, req.target_id)
     if req.samples_id is None:
-        raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
+        raise BadRequest(
+            "champion.select needs the samples_id of a passed target-stage verdict",
+            hint="pass --samples ID of a passed target-stage verdict (`perfledger status` offers it)",
+        )
     verdict = state.verdicts.get(req.samples_id)
     if verdict is None:
         raise refuse(
@@ -1660,7 +1716,9 @@ def decide_host_advice_record(
             "record the advice with applied=false; a person applies it",
         )
     if req.advice_id in state.host_advice:
-        raise BadRequest(f"advice {req.advice_id!r} is already recorded")
+        raise BadRequest(
+            f"advice {req.advice_id!r} is already recorded", hint="choose a new advice_id"
+        )
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
     return _emit(ctx, _build(HostAdviceRecorded, dump(req)))
@@ -1744,11 +1802,19 @@ def decide_conflict_resolve(
     """``conflict.resolve`` (SPEC.md section 2): keep one side of an open conflict."""
     conflict = state.conflicts.get(req.conflict_id)
     if conflict is None or conflict.target_id != req.target_id:
-        raise BadRequest(f"no conflict {req.conflict_id!r} on Target {req.target_id!r}")
+        raise BadRequest(
+            f"no conflict {req.conflict_id!r} on Target {req.target_id!r}",
+            hint="`perfledger status` lists the open conflicts of each Target",
+        )
     if conflict.resolved_by is not None:
-        raise BadRequest(f"conflict {req.conflict_id!r} is already resolved")
+        raise BadRequest(
+            f"conflict {req.conflict_id!r} is already resolved",
+            hint="nothing to do: `perfledger status` lists the open conflicts",
+        )
     if req.keep not in conflict.options:
-        raise BadRequest(f"keep must be one of {conflict.options}")
+        raise BadRequest(
+            f"keep must be one of {conflict.options}", hint=f"pass --keep one of {conflict.options}"
+        )
     if conflict.kind == OWED_CHAMPION and req.keep != conflict.options[0]:
         # R14: keeping the champion selected elsewhere is a champion selection
         target = rules.r1_target_current(state, req.target_id)

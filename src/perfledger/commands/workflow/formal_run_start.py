@@ -27,11 +27,17 @@ def decide_formal_run_start(
     """
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     target_id = experiment.created.target_id
     target = rules.r1_target_current(state, target_id)
     if req.samples_id in state.samples or req.samples_id in started_runs(state):
-        raise BadRequest(f"samples id {req.samples_id!r} is already taken")
+        raise BadRequest(
+            f"samples id {req.samples_id!r} is already taken",
+            hint="choose a new samples id (leave --samples out to get a free one)",
+        )
     rules.r15_not_rejected(state, req.experiment_id)
     rules.r2_ready(target)
     rules.r3_metric_audited(target)

@@ -97,7 +97,8 @@ def check_samples(readiness: Any, req: Any) -> None:
             if rule is None:
                 raise BadRequest(
                     f"pair {index} {label}: an output check, but the readiness compares no "
-                    "outputs (accuracy.compare exact or allclose)"
+                    "outputs (accuracy.compare exact or allclose)",
+                    hint="drop the output checks, or record readiness whose accuracy compares outputs",
                 )
             if output.compare != rule["compare"]:
                 raise refuse(

@@ -155,7 +155,8 @@ def r12_already_derived(samples_id: str, what: str) -> RuleRefused:
         "R12",
         f"the {what} of samples {samples_id!r} is already recorded (a verdict is derived once "
         "from its samples)",
-        f"read it: {read}; new samples (`perfledger measure workload`) get a verdict of their own",
+        f"read it: {read}; new samples (`perfledger status` names the measurement of this "
+        "Target's kind) get a verdict of their own",
     )
 
 
