@@ -360,10 +360,6 @@ def run_measure_serving(**kw: Any) -> None:
             warnings.append(text + " (a screen only)")
         if min_effect is None:
             min_effect = info["target"].definition.min_effect
-        # what recording would refuse of this experiment and stage, before anything is sent
-        rules.r15_not_rejected(info["state"], kw["experiment_id"])
-        if stage == "target":
-            rules.r11_screen_before_target(info["state"], kw["experiment_id"])
     if kw["evidence_id"] is not None:  # checked before any request is sent
         ledger = ctx.open()
         try:
@@ -394,6 +390,10 @@ def run_measure_serving(**kw: Any) -> None:
     if info is not None:
         sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
         try:  # R14: a formal stage's start is recorded before anything is measured
+            # what recording would refuse of this experiment and stage, before anything is sent
+            rules.r15_not_rejected(info["state"], kw["experiment_id"])
+            if stage == "target":
+                rules.r11_screen_before_target(info["state"], kw["experiment_id"])
             m.start_formal_run_of_command(
                 ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"]
             )
