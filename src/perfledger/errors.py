@@ -78,10 +78,14 @@ class EvidenceError(BadRequest):
 
 
 class RuleRefused(PerfledgerError):
-    """A workflow rule refused the request; ``rule`` names it (exit 3)."""
+    """A workflow rule refused the request; ``rule`` names it (exit 3). ``hint`` is required:
+    a refusal always says what the rules accept instead (tests/layout walks every site)."""
 
     code = "refused"
     exit_code = 3
+
+    def __init__(self, message: str, *, hint: str, rule: str | None = None) -> None:
+        super().__init__(message, hint=hint, rule=rule)
 
 
 class ConcurrentAppend(PerfledgerError):

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -19,6 +20,7 @@ from perfledger.commands.registry.request_examples import (
     curated,
     example,
 )
+from subprocess_env import isolated_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
 
@@ -75,3 +77,71 @@ def test_schema_of_a_bare_verb_names_the_operation_it_means() -> None:
     done = subprocess.run([sys.executable, "-m", "perfledger", "schema", "supersede"],
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2 and "did you mean target.supersede?" in done.stderr
+
+
+# ----------------------------------------------------- examples that fit the ledger (issue 38)
+
+
+def _session_until_experiment(tmp: Path, bound: bool) -> Any:
+    """A ledger holding examples/requests up to (not including) ``experiment.create``; with
+    ``bound``, its readiness binds the original's directory (a ``{subject}`` place, R11)."""
+    from perfledger.api import Ledger
+    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.commands.registry.operations import execute
+
+    ledger = Ledger.init(tmp / ("bound" if bound else "unbound"), name="ex", actor="agent")
+    for path in sorted(EXAMPLES.glob("[0-9][0-9]-*.json"))[:6]:
+        op = path.stem.split("-", 1)[1]
+        body = json.loads(path.read_text())
+        artifacts: dict[str, Any] = {}
+        if op == "readiness.record" and bound:
+            subject = tmp / "orig"
+            (subject / "src" / "kernels").mkdir(parents=True)
+            (subject / "bench.py").write_text("print('the original')\n")
+            (subject / "src" / "kernels" / "attn.cu").write_text("// the original kernel\n")
+            body["original"]["subject"] = str(subject)
+            body["driver"]["argv"] = ["python", "{subject}/bench.py", "--out", "{output}",
+                                      "--seed", "{seed}"]  # fmt: skip
+            body, artifacts = readiness_edge(ledger, body)
+        execute(ledger, op, body, actor="agent", artifacts=artifacts or None)
+    return ledger
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["unbound", "subject-bound"])
+def test_experiment_example_fits_the_ledgers_target_and_is_accepted(
+    tmp_path: Path, bound: bool
+) -> None:
+    """``schema experiment.create --example --ledger L``: typed ``changed_paths`` only where
+    the Target binds no subject directory (R11 refuses them where it does); either way the
+    decider accepts the example on the state it is shown for. The unfitted example is the
+    control: refused (R11) on the bound Target."""
+    from perfledger.app.next_steps import dry_decide
+    from perfledger.commands.registry.request_examples import example_for
+
+    ledger = _session_until_experiment(tmp_path, bound)
+    try:
+        state = ledger.state()
+        body = example_for("experiment.create", state)
+        assert ("changed_paths" in body["candidate"]) is not bound
+        assert dry_decide(state, "experiment.create", body, ledger.payload) is None
+        unfitted = dry_decide(state, "experiment.create", example("experiment.create"),
+                              ledger.payload)  # fmt: skip
+        assert (unfitted is not None and unfitted.rule == "R11") is bound
+    finally:
+        ledger.close()
+
+
+def test_schema_example_without_a_ledger_shows_both_variants(tmp_path: Path) -> None:
+    env = {**isolated_env(tmp_path)}
+    base = [sys.executable, "-m", "perfledger", "schema", "experiment.create", "--example"]
+    human = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    validate("experiment.create", json.loads(human.stdout))  # stdout: one request as is
+    assert "changed_paths" in human.stdout and "with subject directories" in human.stderr
+    machine = subprocess.run([*base, "--json"], capture_output=True, text=True, env=env,
+                             cwd=tmp_path)  # fmt: skip
+    variants = json.loads(machine.stdout)["variants"]
+    assert "changed_paths" in variants["without subject directories"]["candidate"]
+    assert "changed_paths" not in variants["with subject directories"]["candidate"]
+    for body in variants.values():
+        validate("experiment.create", body)

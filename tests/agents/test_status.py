@@ -85,7 +85,9 @@ def test_status_cli_prints_one_screen_and_json(ready: Session) -> None:
     base = [sys.executable, "-m", "perfledger", "--ledger", ready.ledger.path, "status"]
     text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     assert "Target t1" in text and "champion e1; final audit none" in text
-    assert "perfledger measure workload --experiment e1 --stage STAGE" in text and "[e1]" in text
+    assert (
+        "perfledger measure workload --experiment e1 --stage final_audit" in text and "[e1]" in text
+    )
     assert "perfledger handoff record --target t1 --gpu-used S --stop-reason TEXT" in text
     assert "perfledger experiment create --target t1 --request FILE" in text
     data = json.loads(subprocess.run([*base, "--json"], capture_output=True, text=True,

@@ -364,7 +364,7 @@ def test_cheat_candidate_writing_into_the_references_directory_is_caught_before_
     def before_batch(role: str) -> None:
         roles.append(role)
         if take_snapshot("ref", [], lambda _: True, tmp_path).snapshot.digest != digest:
-            raise RuleRefused("R11: the reference's files changed", rule="R11")
+            raise RuleRefused("R11: the reference's files changed", rule="R11", hint="restore them")
 
     with pytest.raises(RuleRefused, match="reference's files changed"):
         compare_spec("spec.json", "small", config=CONFIG, directories=(str(ref), str(cand)),

@@ -473,7 +473,10 @@ def test_r13_screen_result_as_champion_is_refused_with_a_hint_naming_what_to_run
     select = {"target_id": T1, "samples_id": "e1-screen", "expected_current": "original"}
     err = ready.refused("champion.select", select, "R13")
     assert "not a screen" in err.message
-    assert "--experiment e1 --stage target --samples e1-target" in err.hint
+    assert (
+        "measure workload --experiment e1 --stage target --ref CMD --cand CMD --samples "
+        "e1-target" in err.hint
+    )
     assert "`perfledger verdict record --samples e1-target`" in err.hint
     ready.passed("e2", CAND2)  # its target stage passed: the hint names that result
     err = ready.refused("champion.select", {**select, "samples_id": "e2-screen"}, "R13")

@@ -13,11 +13,12 @@ from typing import Any
 
 import msgspec
 
-from perfledger.commands.registry.operations import execute
+from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.deciders import environment_id
 from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
 from perfledger.commands.workflow.requests import Name
+from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.kernels.env import collect
@@ -64,8 +65,15 @@ def start_monitor(enabled: bool, source: str = "gpu") -> tuple[Any, str | None]:
 
 
 def experiment_context(ledger: Any, experiment_id: str, stage: str) -> dict[str, Any]:
-    """What a samples request needs from the state: Target, readiness, reference, candidate."""
-    state = ledger.state()
+    """What a samples request needs from the ledger's state at its head: Target, readiness,
+    reference, candidate (:func:`context_of`). Raises: BadRequest as :func:`context_of`."""
+    return context_of(ledger.state(), experiment_id, stage)
+
+
+def context_of(state: Any, experiment_id: str, stage: str) -> dict[str, Any]:
+    """What a samples request of ``experiment_id`` at ``stage`` needs from ``state``: Target,
+    readiness, reference (the original for a final audit, else the current champion), candidate.
+    Raises: BadRequest for an unknown experiment or a Target without readiness."""
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
         raise BadRequest(
@@ -278,3 +286,56 @@ __all__ = [
     "start_formal_run",
     "start_monitor",
 ]
+
+
+def stand_in_samples(
+    info: dict[str, Any],
+    *,
+    experiment_id: str,
+    stage: str,
+    samples_id: str,
+    cases: list[str],
+    environment_id: str,
+    protocol: str,
+    monitored: bool,
+    identity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A samples request of the shape a measuring command will record (every call correct,
+    values 1.0, ``min_pairs_per_case`` same-process pairs per case, observed where
+    ``monitored``), from ``info`` (:func:`context_of`): what is decided before anything is
+    measured."""
+    primary = info["primary"]
+    side = {"correct": True, "values": {primary.name: [1.0]}, "environment_id": environment_id}
+    observed = {"observed": True, "foreign_activity": False, "explained": None, "flags": []}
+    pairs = [
+        {"case": case, "same_process": True,
+         "ref": {"call_id": f"{case}-{k}", **side}, "cand": {"call_id": f"{case}-{k}", **side},
+         **({"monitor": observed} if monitored else {})}
+        for k in range(max(1, int(info["min_pairs"] or 1)))
+        for case in cases
+    ]  # fmt: skip
+    body = samples_body(
+        info, samples_id=samples_id, experiment_id=experiment_id, stage=stage,
+        environment_id=environment_id, units={primary.name: primary.unit}, pairs=pairs,
+    )  # fmt: skip
+    if identity is not None:
+        body["identity"] = identity
+    body["provenance"] = measured_provenance(protocol, {"cases": sorted(cases)})
+    return body
+
+
+def refuse_before_measuring(ledger: Any, stand_in: dict[str, Any], actor: str) -> None:
+    """Decide, on the head and before anything is measured, ``stand_in`` (the
+    :func:`stand_in_samples` of the run) and the start of its formal run: every refusal that
+    recording the samples would raise for the state of the ledger (R11 stage order and
+    reference, R15 rejected, R8, R14 unjudged runs, ...) is raised now, not after minutes of
+    measuring.
+
+    Raises: BadRequest (exit 2) or RuleRefused (exit 3), the ledger unchanged."""
+    sid, stage = stand_in["samples_id"], stand_in["stage"]
+    formal = stage in FORMAL_STAGES
+    if formal:  # what starting the run would refuse
+        start = {"experiment_id": stand_in["experiment_id"], "stage": stage, "samples_id": sid,
+                 "protocol": stand_in["provenance"]["protocol"]}  # fmt: skip
+        preview(ledger, "formal-run.start", start, actor=actor)
+    preview(ledger, "samples.record", stand_in, actor=actor, starting_run=sid if formal else None)

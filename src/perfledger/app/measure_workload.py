@@ -197,7 +197,8 @@ def observed_units(target: Any) -> dict[str, str]:
         if unit not in OBSERVED_UNITS:
             raise BadRequest(
                 f"observed metric {name!r} is a time; its unit {unit!r} is not one of "
-                f"{list(OBSERVED_UNITS)}"
+                f"{list(OBSERVED_UNITS)}",
+                hint=f"use one of {list(OBSERVED_UNITS)} for {name!r} in the Target",
             )
     return observed
 
@@ -314,23 +315,38 @@ def measure_workload(
             "a driver that declares {output}",
         )
     if request.explain_foreign is not None and request.monitor != "host":
-        raise BadRequest("explain_foreign applies to the host monitor (monitor host)")
+        raise BadRequest(
+            "explain_foreign applies to the host monitor (monitor host)",
+            hint="pass monitor host with explain_foreign, or leave explain_foreign out",
+        )
     try:
         argvs = {"ref": shlex.split(request.ref), "cand": shlex.split(request.cand)}
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     if not argvs["ref"] or not argvs["cand"]:
-        raise BadRequest("--ref and --cand must each name a command")
+        raise BadRequest(
+            "--ref and --cand must each name a command",
+            hint="give --ref and --cand the commands of the reference and the candidate (`perfledger status` names the measurement)",
+        )
     code, code_files = None, {}
     if identity is not None:
         code, code_files = identity.snapshot(
             ledger, info, request.ref, request.cand, request.stage, request.experiment_id
         )
     elif target.readiness.original.snapshot is not msgspec.UNSET:
-        raise BadRequest("this Target's readiness snapshotted the original: pass `identity`")
+        raise BadRequest(
+            "this Target's readiness snapshotted the original: pass `identity`",
+            hint="measure through `perfledger measure workload`, which takes the snapshots (or pass identity from the API)",
+        )
     cases = list(request.cases) or info["cases"]
     if not cases:
-        raise BadRequest("no test cases: pass cases or name them in the readiness's test set")
+        raise BadRequest(
+            "no test cases: pass cases or name them in the readiness's test set",
+            hint="pass --case NAME (repeatable), or record readiness whose test_set names its cases",
+        )
     check_cases(cases, info["test_set"], "cases")
     n_pairs = request.pairs or max(5, info["min_pairs"])
     env = environment_payload()
@@ -493,7 +509,10 @@ def measure_original(
     try:
         argv = shlex.split(command)
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     rows: list[dict[str, Any]] = []
     body: dict[str, list[Any]] = {"values": [], "cases": [], "call_ids": []}
     with Worker("original", argv, timeout_s=timeout_s) as worker:
@@ -548,11 +567,17 @@ def observed_aa(
     units = observed_units(target)
     accuracy = compared(target.readiness)
     if accuracy is None:
-        raise BadRequest("the worker protocol's A/A judges outputs: the readiness compares none")
+        raise BadRequest(
+            "the worker protocol's A/A judges outputs: the readiness compares none",
+            hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and a driver that declares {output}, or measure with --protocol command',
+        )
     try:
         argv = shlex.split(command)
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     run = run_pairs(
         WorkerSubject("ref", argv), WorkerSubject("cand", argv), cases=cases,
         pairs_per_case=runs, accuracy=accuracy, units=units, timeout_s=timeout_s,

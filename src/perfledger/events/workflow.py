@@ -1253,6 +1253,13 @@ PER_CASE_V2 = 3
 #: are re-derived without it.
 R12_EVERY_CASE = 4
 R12_EVERY_CASE_FINAL_AUDIT = 5
+#: The ``VerdictRecorded`` schema version from which R14's note on a verdict that owes a
+#: reconciliation says what is true of its figures: a target-stage CI wholly below or above the
+#: predicted interval, or a screen that failed although the claim predicted at least the
+#: minimum effect (its pooled CI may lie inside the interval); verdicts recorded before keep
+#: the earlier text ("the result contradicts the claim (...)") when re-derived. The rule itself
+#: (when a reconciliation is owed) is unchanged.
+R14_TRUE_NOTE = 7
 #: The ``ReadinessRecorded`` schema version from which a readiness may not change the Target's
 #: statistical requirements or test set once samples of the Target are recorded (R2, R12: the
 #: rules a verdict is judged by are declared before the data is seen); readiness recorded before
@@ -1358,7 +1365,7 @@ SCHEMA_VERSIONS = {
         R12_PLAUSIBLE_RATIO,
         RANGES_SAMPLES,
     ),
-    "VerdictRecorded": R12_EVERY_CASE,
+    "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE),
     "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,

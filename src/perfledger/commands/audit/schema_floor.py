@@ -157,6 +157,11 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                                "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
                                "ResolutionEstimated": 2, "SamplesRecorded": 10,
                                "TargetFrozen": 2, "TargetSuperseded": 2, "VerdictRecorded": 4},
+    # R14's note true of its figures (5 and 6 left to the branches of the same session)
+    ("VerdictRecorded", 7): {"ActivityExplained": 2, "ChampionSelected": 4,
+                             "ExperimentCreated": 4, "FinalAuditRecorded": 6,
+                             "ReadinessRecorded": 4, "ResolutionEstimated": 2,
+                             "SamplesRecorded": 10, "TargetFrozen": 2, "TargetSuperseded": 2},
 }  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json as _emit_json
 from perfledger.commands.cli.common import fail as _fail
 from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.state_view import state_lines
 from perfledger.errors import AmbiguousId, BadRequest, PerfledgerError, resource_error
 
 #: Names of the workflow's commands (checked against workflow_cli by a test).
@@ -84,6 +85,40 @@ LAZY_COMMANDS: dict[str, str] = {
 }  # fmt: skip
 
 
+#: The root's options that every subcommand inherits, taking a value: accepted after the
+#: subcommand too (``perfledger status --ledger L`` as ``perfledger --ledger L status``).
+GLOBAL_VALUE_OPTIONS = ("--ledger",)
+#: Commands whose trailing words are another program's argv: nothing is taken from those.
+PASSTHROUGH = (("evidence", "ncu"),)
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """``args`` with each global option given after the subcommand (``--ledger PATH`` or
+    ``--ledger=PATH``) moved before it, so that it is the root's; words after ``--`` and the
+    argv of a passthrough command (``evidence ncu``) are left alone. ``--json`` needs no move:
+    the root and every command that answers take it."""
+    front: list[str] = []
+    rest: list[str] = []
+    path: list[str] = []  # the command words seen so far
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--" or tuple(path[:2]) in PASSTHROUGH:
+            rest += args[i:]
+            break
+        name = word.split("=", 1)[0]
+        if name in GLOBAL_VALUE_OPTIONS:
+            taken = args[i : i + 1] if "=" in word else args[i : i + 2]
+            (front if path else rest).extend(taken)
+            i += len(taken)
+            continue
+        if not word.startswith("-"):
+            path.append(word)
+        rest.append(word)
+        i += 1
+    return [*front, *rest]
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands named in ``lazy_subcommands`` (name -> ``"module:attribute"``)
     are imported when used or listed (click's documented lazy-loading pattern)."""
@@ -98,6 +133,11 @@ class LazyGroup(click.Group):
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
         self.lazy_help = dict(lazy_help or {})
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:  # the root: global options after the subcommand too
+            args = hoist_global_options(args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -315,7 +355,9 @@ def verify(checkpoint_options: tuple[Any, ...], json_flag: bool) -> None:
 @cli.command()
 @json_option
 def state(json_flag: bool) -> None:
-    """Print the folded state at the current head (from the derived cache when it is fresh)."""
+    """Print the folded state at the current head (from the derived cache when it is fresh):
+    a summary for people (Targets, readiness, champion, experiments, counts), every field with
+    --json."""
     ctx = _ctx(json_flag)
     import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
@@ -325,7 +367,9 @@ def state(json_flag: bool) -> None:
     finally:
         ledger.close()
     if not ctx.json_mode:
-        raw = msgspec.json.format(raw, indent=2)
+        for line in state_lines(msgspec.json.decode(raw)):
+            click.echo(line)
+        return
     out = click.get_binary_stream("stdout")
     out.write(raw + b"\n")
     out.flush()

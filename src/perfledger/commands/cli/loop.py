@@ -249,7 +249,11 @@ def setup_cmd(
                 )
                 arch = sm_arch
             if arch not in catalog.architectures:
-                raise refuse("R23", f"{arch} is not in the catalog's feature map")
+                raise refuse(
+                    "R23",
+                    f"{arch} is not in the catalog's feature map",
+                    "use a GPU architecture the catalog lists (`perfledger loop state` shows the catalog), or extend the catalog",
+                )
             environment, limitations = backend.environment()
             _say(ctx, "checking the baseline's correctness ...")
             check = backend.check(base_path)

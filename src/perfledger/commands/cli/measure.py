@@ -46,7 +46,9 @@ from perfledger.app.context import (
     foreign_activity_warnings,
     measured_provenance,
     raw_table,
+    refuse_before_measuring,
     refuse_formal_dry_run,
+    stand_in_samples,
     start_formal_run,
 )
 from perfledger.app.context import default_samples_id as _default_samples_id
@@ -1014,6 +1016,16 @@ def measure_kernel(
     env = environment_payload()
     check_environment(env, info)
     sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
+    ledger = ctx.open()
+    try:  # every refusal recording would raise, before the harness runs (R11, R15, R14)
+        stand_in = stand_in_samples(
+            info, experiment_id=experiment_id, stage=stage, samples_id=sid, cases=cases,
+            environment_id=env["environment_id"], protocol="kernel_harness_abba",
+            monitored=not no_monitor, identity=None if bound is None else bound.identity,
+        )  # fmt: skip
+        refuse_before_measuring(ledger, stand_in, _actor(actor))
+    finally:
+        ledger.close()
     start_formal_run_of_command(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
     monitor, monitor_note = _start_monitor(not no_monitor)
     comparisons = {}

@@ -40,6 +40,7 @@ from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver import Subject, run_call
+from perfledger.projections.target_kind import measuring_command, target_kind
 
 #: The raw-table artifact attached to the baseline's event.
 BASELINE_ARTIFACT = "baseline.json"
@@ -52,9 +53,21 @@ DEFAULT_CALLS = 3
 @click.option(
     "--cmd",
     "cmd",
-    required=True,
-    help="The original's command (shell words; {case} carries the case): the readiness driver "
-    "with the original's code directory in its {subject} place.",
+    default=None,
+    help="A workload Target: the original's command (shell words; {case} carries the case), the "
+    "readiness driver with the original's code directory in its {subject} place.",
+)
+@click.option(
+    "--spec",
+    "spec_path",
+    default=None,
+    help="A kernel Target: the spec whose REFERENCE is the original, timed by the kernel harness.",
+)
+@click.option(
+    "--dir",
+    "kernel_dir",
+    default=None,
+    help="A kernel Target whose readiness bound the original's directory: that directory (R11).",
 )
 @cases_option
 @click.option(
@@ -72,7 +85,9 @@ DEFAULT_CALLS = 3
 @json_option
 def measure_baseline(
     target_id: str,
-    cmd: str,
+    cmd: str | None,
+    spec_path: str | None,
+    kernel_dir: str | None,
     cases: tuple[str, ...],
     calls: int,
     timeout_s: float,
@@ -82,9 +97,11 @@ def measure_baseline(
     quiet: bool,
     json_flag: bool,
 ) -> None:
-    """Measure the original's baseline and record it (R4): CMD called --calls times on every
-    case, every value of the primary metric kept with its case and call id, in this machine's
-    environment (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
+    """Measure the original's baseline and record it (R4): a workload's CMD called --calls times
+    on every case (a kernel Target's REFERENCE timed by the kernel harness --calls times per
+    case: --spec SPEC, or --dir DIR where readiness bound the original's directory), every
+    value of the primary metric kept with its case and call id, in this machine's environment
+    (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
 
     ctx = _ctx(json_flag)
     ledger = ctx.open()
@@ -100,7 +117,10 @@ def measure_baseline(
         raise refuse(
             "R2", "the baseline is measured after readiness", "`perfledger readiness record`"
         )
-    check_original_command(target, cmd)  # R11: the baseline runs the original's code
+    kernel = target_kind(target) == "kernel"
+    _check_form(target_id, kernel, cmd, spec_path, kernel_dir)
+    if cmd is not None:
+        check_original_command(target, cmd)  # R11: the baseline runs the original's code
     test_set = readiness.test_set
     chosen = list(cases) or list(test_set.cases if test_set is not None else [])
     if not chosen:
@@ -109,14 +129,17 @@ def measure_baseline(
     env = m.environment_payload()
     m.check_environment(env, {"readiness_environment_id": readiness.environment_id})
     primary = target.definition.primary
-    if primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
+    if kernel:  # the kernel harness times the REFERENCE (R4, as `measure aa --spec`)
+        rows, body = _measure_kernel(target, spec_path, kernel_dir, chosen, calls, quiet,
+                                     primary.unit)  # fmt: skip
+    elif primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
         with m._progress(len(chosen) * calls, "baseline calls", quiet) as advance:
             rows, body = measure_original(
-                cmd, cases=chosen, calls=calls, metric=primary.name, unit=primary.unit,
+                cmd or "", cases=chosen, calls=calls, metric=primary.name, unit=primary.unit,
                 timeout_s=timeout_s, on_call=advance,
             )  # fmt: skip
     else:
-        rows, body = _measure(cmd, chosen, calls, timeout_s, quiet, primary.name)
+        rows, body = _measure(cmd or "", chosen, calls, timeout_s, quiet, primary.name)
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,
@@ -144,10 +167,84 @@ def measure_baseline(
         ctx, "baseline.record", body, BASELINE_ARTIFACT, artifact, actor, idempotency_key
     )
     result.update(event_id=event.id, kind=event.kind)
-    nxt = (
-        f"next (R4): `perfledger measure aa --target {target_id} --cmd {shlex.quote(cmd)} --record`"
-    )
+    nxt = "next (R4): `" + measuring_command(state, target_id, "resolution.record", None) + "`"
+    if cmd is not None:
+        nxt = nxt.replace(" --cmd CMD ", f" --cmd {shlex.quote(cmd)} ")
+    elif spec_path is not None:
+        nxt = nxt.replace(" --spec SPEC ", f" --spec {shlex.quote(spec_path)} ")
+    elif kernel_dir is not None:
+        nxt = nxt.replace(" --dir DIR ", f" --dir {shlex.quote(kernel_dir)} ")
     m._answer(ctx, result, [f"{event.kind} {event.id}", *lines, nxt])
+
+
+def _check_form(
+    target_id: str, kernel: bool, cmd: str | None, spec_path: str | None, kernel_dir: str | None
+) -> None:
+    """The options fit the Target's kind: a kernel's original is timed by the harness (--spec
+    or --dir), a workload's is run as a command (--cmd). Raises: BadRequest, before anything
+    runs."""
+    if kernel and (cmd is not None or (spec_path is None and kernel_dir is None)):
+        raise BadRequest(
+            f"Target {target_id!r} is a kernel Target (its readiness driver is the kernel "
+            "harness): its original is timed by the harness, not run as a command",
+            hint=f"`perfledger measure baseline --target {target_id} --spec SPEC` (its "
+            "REFERENCE is the original), or --dir DIR where readiness bound the original's "
+            "directory",
+        )
+    if not kernel and (cmd is None or spec_path is not None or kernel_dir is not None):
+        raise BadRequest(
+            f"Target {target_id!r} is a workload Target: its original is run as a command",
+            hint=f"`perfledger measure baseline --target {target_id} --cmd CMD` (the readiness "
+            "driver with the original in its place)",
+        )
+
+
+def _measure_kernel(
+    target: Any,
+    spec_path: str | None,
+    kernel_dir: str | None,
+    cases: list[str],
+    calls: int,
+    quiet: bool,
+    unit: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Time a kernel Target's original (the spec's REFERENCE, in two workers of its own, as
+    the A/A does) ``calls`` times per case with the harness; every timed call is one value in
+    the primary's ``unit``. Returns (the raw table, ``{"values", "cases", "call_ids"}``).
+    Raises: RuleRefused (R11: not the original's directory), MeasurementError (an original
+    that fails the harness's correctness checks has no baseline, R5)."""
+    from perfledger.kernels.isolation.isolated import compare_spec  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
+
+    bound = m.original_kernel_directory(target, spec_path, kernel_dir)
+    spec = bound[0] if bound is not None else spec_path or ""
+    dirs = None if bound is None else (bound[1], bound[1])
+    scale = m._time_scale(unit)
+    rows: list[dict[str, Any]] = []
+    values: list[float] = []
+    of_case: list[str] = []
+    call_ids: list[str] = []
+    with m._progress(len(cases) * calls, "baseline comparisons", quiet) as advance:
+        ceilings = m._ceilings()
+        for case in cases:
+            for k in range(calls):
+                c = compare_spec(spec, case, ceilings=ceilings, monitor=None,
+                                 roles=("reference", "reference"), directories=dirs)  # fmt: skip
+                if c.ref is None or not c.ref_correctness.ok or c.ref.recheck_failures:
+                    raise MeasurementError(
+                        f"the original failed the harness's checks on case {case!r} ({c.flags}): "
+                        "an original that fails has no baseline (R5); nothing was recorded",
+                        hint="run `perfledger measure aa --spec SPEC` to see its flags "
+                        "(docs/kernel-harness.md)",
+                    )
+                got = [v * scale for v in c.ref.samples_s]
+                values += got
+                of_case += [case] * len(got)
+                call_ids += [f"{case}-{k}-{i}" for i in range(len(got))]
+                rows.append({"case": case, "flags": c.flags, "rows": c.table()})
+                advance()
+    if kernel_dir is not None:  # R11: the code timed is the original's, still there
+        m.check_original_subject(target, kernel_dir, "baseline")
+    return rows, {"values": values, "cases": of_case, "call_ids": call_ids}
 
 
 def _measure(

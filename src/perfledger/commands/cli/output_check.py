@@ -14,6 +14,7 @@ import click
 from perfledger.commands.workflow.output_rules import compared, declares_output
 from perfledger.errors import BadRequest
 from perfledger.ledger.base import Artifact
+from perfledger.projections.target_kind import driver_kind
 
 #: The driver's per-pair seed placeholder (:data:`perfledger.kernels.workload.outputs.SEED_PLACEHOLDER`).
 SEED_PLACEHOLDER = "{seed}"
@@ -106,12 +107,15 @@ def readiness_warning(body: Any) -> str | None:
     subject alone: a driver without an ``{output}`` place and no ``accuracy.compare:
     self_reported`` stating that outputs cannot be compared; or with ``{output}`` but no
     ``{seed}``, so that every pair's expected output is the same (a candidate could replay one
-    it computed once). None otherwise (or for a body that is not a workload readiness)."""
+    it computed once). None otherwise (or for a body that is not a workload readiness: a kernel Target's driver is
+    the kernel harness, which judges every output itself, R5)."""
     if not isinstance(body, dict):
         return None
     driver = body.get("driver")
     argv = driver.get("argv") if isinstance(driver, dict) else None
     if not isinstance(argv, list):
+        return None
+    if driver_kind(argv) == "kernel":  # the kernel harness judges every output itself (R5)
         return None
     if declares_output([str(w) for w in argv]):
         if any(SEED_PLACEHOLDER in str(w) for w in argv):

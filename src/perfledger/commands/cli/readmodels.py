@@ -396,13 +396,14 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     """Print the handoff for the current head and the next decisions the rules allow: each one
     offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.next_steps import allowed_decisions  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app.next_steps import allowed_decisions  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
     from perfledger.projections.handoff import render_markdown  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state, handoff, _ = derived_handoff(ctx, target_id)
     ledger = ctx.open()
     try:  # the verdict deciders read recorded samples by id
-        decisions = allowed_decisions(state, handoff.target_id, ledger.payload, handoff)
+        probe = handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
+        decisions = allowed_decisions(state, handoff.target_id, ledger.payload, probe)
     finally:
         ledger.close()
     if ctx.json_mode:

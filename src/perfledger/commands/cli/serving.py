@@ -314,7 +314,11 @@ def run_measure_serving(**kw: Any) -> None:
             tail = primary.statistic
             need = sv.TAIL_MIN_REQUESTS[tail]
             if metrics[primary.name][0] not in PER_REQUEST_KINDS:
-                raise rules.refuse("R12", f"a {tail} primary needs per-request samples")
+                raise rules.refuse(
+                    "R12",
+                    f"a {tail} primary needs per-request samples",
+                    "measure with per-request latencies (`perfledger measure serving` records one value per request)",
+                )
             if config.steady_requests < need:
                 raise rules.refuse(
                     "R12",
@@ -386,6 +390,10 @@ def run_measure_serving(**kw: Any) -> None:
     if info is not None:
         sid = kw["samples_id"] or m._default_samples_id(kw["experiment_id"], stage, info["state"])
         try:  # R14: a formal stage's start is recorded before anything is measured
+            # what recording would refuse of this experiment and stage, before anything is sent
+            rules.r15_not_rejected(info["state"], kw["experiment_id"])
+            if stage == "target":
+                rules.r11_screen_before_target(info["state"], kw["experiment_id"])
             m.start_formal_run_of_command(
                 ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"]
             )

@@ -4,7 +4,7 @@ Like ``git status``: for each current Target, the Target itself (primary, minimu
 resolution), how far its readiness chain got (R2-R4), the champion with its own final-audit
 standing (R13), the experiments still open and their stage, the obligations that block
 decisions (R14 reconciliations owed, unresolved conflicts, R11 stale results) and the next
-decisions the rules accept now (:func:`perfledger.commands.cli.next_steps.allowed_decisions`, which
+decisions the rules accept now (:func:`perfledger.app.next_steps.allowed_decisions`, which
 runs the deciders dry on the head; nothing is appended).
 
 :func:`session_status` is the library call (a JSON-able dict); :func:`render` draws it with rich.
@@ -17,14 +17,15 @@ from typing import Any
 
 import msgspec
 
-from perfledger.commands.cli.next_steps import allowed_decisions
+from perfledger.app.next_steps import allowed_decisions, former_champions, obligations
+from perfledger.commands.cli.handoff_request import handoff_request
 from perfledger.commands.cli.readmodels import resume_context
 from perfledger.commands.cli.show import people_console
-from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS, MEASURED_BY
-from perfledger.commands.workflow.rules import is_current_reference
+from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS
 from perfledger.errors import BadRequest
 from perfledger.projections.champions import final_audit_standing
 from perfledger.projections.handoff import derive_handoff
+from perfledger.projections.target_kind import MEASURED_BY, measuring_command, target_kind
 
 #: Experiment statuses that close an experiment (it is no longer "open" in the status).
 CLOSED_STATUSES = frozenset({"rejected", "champion"})
@@ -39,9 +40,10 @@ def _experiments(state: Any, target: Any) -> list[dict[str, Any]]:
     """The Target's experiments not closed (rejected, or the champion), with stage, status,
     the claim's bound and each recorded verdict's status."""
     rows = []
+    demoted = former_champions(target)  # replaced by a later champion: closed too
     for experiment_id in target.experiments:
         e = state.experiments.get(experiment_id)
-        if e is None or e.status in CLOSED_STATUSES:
+        if e is None or e.status in CLOSED_STATUSES or experiment_id in demoted:
             continue
         verdicts = {s: state.verdicts[s].status for s in e.verdicts if s in state.verdicts}
         rows.append(
@@ -56,54 +58,6 @@ def _experiments(state: Any, target: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _obligations(state: Any, target: Any) -> list[dict[str, Any]]:
-    """What blocks decisions on ``target``: owed reconciliations (R14), unresolved conflicts and
-    passed target-stage results whose reference is no longer current (R11 stale)."""
-
-    tid = target.definition.target_id
-    out: list[dict[str, Any]] = []
-    for pending in target.pending.values():
-        out.append(
-            {
-                "kind": "reconciliation",
-                "rule": "R14",
-                "about": pending.experiment_id,
-                "text": f"{pending.experiment_id}: result {pending.samples_id} lies outside its "
-                "claim's interval; no new experiment or champion until `perfledger reconcile`",
-            }
-        )
-    for conflict in state.conflicts.values():
-        if conflict.target_id == tid and conflict.resolved_by is None:
-            out.append(
-                {
-                    "kind": "conflict",
-                    "rule": {"champion": "R13", "owed_champion": "R14"}.get(conflict.kind, "R1"),
-                    "about": conflict.conflict_id,
-                    "text": f"{conflict.kind} conflict {conflict.conflict_id} between "
-                    f"{' and '.join(conflict.options)} blocks {conflict.kind} decisions: "
-                    f"`perfledger resolve {conflict.conflict_id} --keep OPTION`",
-                }
-            )
-    for experiment_id in target.experiments:
-        e = state.experiments.get(experiment_id)
-        if e is None or e.status != "passed":
-            continue
-        latest = (e.samples.get("target") or [None])[-1]
-        view = state.samples.get(latest or "")
-        if view is not None and not is_current_reference(state, target, view.reference):
-            out.append(
-                {
-                    "kind": "stale",
-                    "rule": "R11",
-                    "about": latest,
-                    "text": f"{experiment_id}'s passed result {latest} was measured against a "
-                    "reference that is no longer the current champion: measure its target "
-                    "stage again before selecting it",
-                }
-            )
-    return out
-
-
 def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
     """The status of one Target as a JSON-able dict (see the module docstring).
 
@@ -112,7 +66,9 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
     target = state.targets[target_id]
     standing = final_audit_standing(state, target)
     handoff = derive_handoff(state, target_id, resume_context(ledger, state, target_id))
-    decisions = allowed_decisions(state, target_id, ledger.payload, handoff)
+    decisions = allowed_decisions(
+        state, target_id, ledger.payload, handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
+    )
     return {
         "target_id": target_id,
         "title": target.definition.title,
@@ -132,7 +88,8 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
         "final_audit_text": standing.text(),
         "primary_achieved": handoff.primary_achieved,
         "experiments": _experiments(state, target),
-        "obligations": _obligations(state, target),
+        "kind": target_kind(target),
+        "obligations": obligations(state, target_id),
         "next": [
             {**msgspec.to_builtins(d), "command": recommended_command(state, target_id, d)}
             for d in decisions
@@ -190,16 +147,17 @@ HANDOFF_COMMAND = (
 
 def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     """The command line that makes ``decision`` (a NextDecision on ``target_id``): the
-    measurement that records it where one does (``perfledger measure baseline --target t1 --cmd
-    CMD`` for ``baseline.record``, R4-R5), else the write with the common flags its request
-    takes and ``--request FILE`` for the fields the caller supplies."""
+    measurement of the Target's kind that records it where one does
+    (:func:`~perfledger.projections.target_kind.measuring_command`: ``perfledger measure
+    workload ...`` or ``perfledger measure kernel ...``, R4-R5, R11), else the write with the
+    common flags its request takes and ``--request FILE`` for the fields the caller supplies."""
 
     op, request = decision.op, decision.request
     # the handoff's command derives the request from the state; the caller adds what it spent
-    made_by = {**MEASURED_BY, "handoff.record": HANDOFF_COMMAND}
+    measured_by = {o: measuring_command(state, target_id, o, decision.about) for o in MEASURED_BY}
+    made_by = {**measured_by, "handoff.record": HANDOFF_COMMAND}
     if op in made_by and request is None:
-        experiment = decision.about if decision.about in state.experiments else "E"
-        return made_by[op].replace(" T ", f" {target_id} ").replace(" E ", f" {experiment} ")
+        return made_by[op].replace(" T ", f" {target_id} ")
     fields = dict(request) if request is not None else {}
     if request is None and "target_id" in FIELD_HINTS.get(op, ()):
         fields["target_id"] = target_id

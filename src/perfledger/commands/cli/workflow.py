@@ -39,6 +39,7 @@ from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
 from perfledger.errors import BadRequest
 from perfledger.events import limits
+from perfledger.projections.target_kind import MEASURED_BY, measuring_command
 
 #: Request fields that flags may set, per flag: (flag, field, help).
 COMMON_FLAGS = (
@@ -52,12 +53,6 @@ COMMON_FLAGS = (
      "(sets closes; R15)."),
     ("--reason", "reason", "Why, in words (sets reason)."),
 )  # fmt: skip
-#: Operations whose request a measurement builds: the command that measures and records one.
-MEASURED_BY = {
-    "baseline.record": "perfledger measure baseline --target T --cmd CMD",
-    "resolution.record": "perfledger measure aa --target T --cmd CMD --record",
-    "samples.record": "perfledger measure workload --experiment E --stage STAGE --ref CMD --cand CMD",
-}
 #: Largest request accepted on the command line (bytes): the storage format's (events.limits).
 MAX_REQUEST_BYTES = limits.MAX_REQUEST_BYTES
 
@@ -193,10 +188,16 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
             chosen = p.get("experiment_id") or "original"
             click.echo(f"champion of {p['target_id']}: {chosen} (was {p.get('previous')})")
             if p.get("experiment_id"):
+                ledger = ctx.open()
+                try:  # the measurement of the Target's kind (kernel or workload)
+                    measure = measuring_command(
+                        ledger.state(), p["target_id"], "samples.record", chosen
+                    )
+                finally:
+                    ledger.close()
                 click.echo(
-                    f"next (R13): its final audit against the original: `perfledger measure "
-                    f"workload --experiment {chosen} --stage final_audit ...`, then `perfledger "
-                    f"final-audit record --target {p['target_id']} --samples ID`"
+                    f"next (R13): its final audit against the original: `{measure}`, then "
+                    f"`perfledger final-audit record --target {p['target_id']} --samples ID`"
                 )
         if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
             from perfledger.commands.cli.show import claim_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
@@ -537,9 +538,36 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     if example:
         if operation is None:
             raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
-        from perfledger.commands.registry.request_examples import example as example_of  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+        from perfledger.commands.registry import request_examples  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-        click.echo(to_json_text(example_of(operation), indent=2))
+        ctx = _ctx(json_flag)
+        try:  # with a ledger: the example fits its Target (R11: subject directories or not)
+            ledger = ctx.open()
+        except BadRequest:
+            ledger = None
+        if ledger is not None:
+            try:
+                body = request_examples.example_for(operation, ledger.state())
+            finally:
+                ledger.close()
+            click.echo(to_json_text(body, indent=2))
+            return
+        both = request_examples.variants(operation)
+        if not both:
+            click.echo(to_json_text(request_examples.example(operation), indent=2))
+        elif json_flag:
+            click.echo(to_json_text({"variants": both}, indent=2))
+        else:  # no ledger: stdout stays one request as is; the other form on stderr
+            (first, body), (other, other_body) = both.items()
+            click.echo(to_json_text(body, indent=2))
+            click.echo(
+                f"note: this example is for a Target {first}; for a Target {other} (its "
+                "readiness binds the original's directory, R11) perfledger computes "
+                "candidate.changed_paths and refuses typed ones: "
+                + to_json_text(other_body.get("candidate"))
+                + "; run with --ledger LEDGER for the example that fits its Target",
+                err=True,
+            )
         return
 
     if operation is None:

@@ -244,6 +244,7 @@ def decide_loop_profile(
             "R16",
             "the profiler could not read performance counters (ERR_NVGPUCTRPERM), so its metrics "
             "are not measurements: record the limitation without metrics",
+            "drop the metrics from the request and keep the limitation, or re-run the profiler with counter access (NVreg_RestrictProfilingToAdminUsers=0 or root)",
         )
     catalog = run.setup.catalog
     payload = ProfileRecorded(

@@ -39,7 +39,11 @@ SelectionLike = Mapping[str, object]
 def _method(catalog: Catalog, method_id: str, rule: str, what: str) -> CatalogMethod:
     found = cat.method(catalog, method_id)
     if found is None:
-        raise refuse(rule, f"{what} {method_id!r} is not in catalog {catalog.catalog_id}")
+        raise refuse(
+            rule,
+            f"{what} {method_id!r} is not in catalog {catalog.catalog_id}",
+            f"choose one of catalog {catalog.catalog_id}'s ids (`perfledger loop state` lists them)",
+        )
     return found
 
 
@@ -58,7 +62,11 @@ def r19_one_method_per_axis(catalog: Catalog, selection: SelectionLike) -> dict[
         method_id = getattr(selection[axis], "chosen")  # noqa: B009
         method_ = _method(catalog, method_id, "R19", f"the {axis} method")
         if method_.axis != axis:
-            raise refuse("R19", f"{method_id} is a {method_.axis} method, chosen for axis {axis}")
+            raise refuse(
+                "R19",
+                f"{method_id} is a {method_.axis} method, chosen for axis {axis}",
+                f"choose a {axis} method for axis {axis}, or choose {method_id} for its own axis {method_.axis}",
+            )
         chosen[axis] = method_
     return chosen
 
@@ -112,6 +120,7 @@ def r21_ineffective_needs_changed_bottleneck(
                 "R21",
                 f"no evidence for reusing {method_.id}: {metric} is not recorded in the input "
                 f"profiles of iterations {found_in} and {iteration}",
+                f"record {metric} in the profiles of both iterations, or choose another method",
             )
         change = abs(after - before) / abs(before) if before != 0 else (0.0 if after == 0 else 1e9)
         if change < catalog.bottleneck_change_min:
@@ -120,6 +129,7 @@ def r21_ineffective_needs_changed_bottleneck(
                 f"{method_.id} was ineffective in iteration {found_in} and {metric} changed by "
                 f"{change:.1%} ({before:g} -> {after:g}), less than the "
                 f"{catalog.bottleneck_change_min:.0%} that shows a changed bottleneck",
+                "choose another method, or reuse it once the metric it addresses has changed by the catalog's threshold",
             )
         evidence[axis] = BottleneckEvidence(
             metric=metric, before=before, after=after, relative_change=float(f"{change:.12g}")
@@ -199,7 +209,11 @@ def r24_skip_reasons(
         listed = [e.method for e in entries]
         for entry_id in listed:
             if listed.count(entry_id) > 1:
-                raise refuse("R24", f"{axis}: {entry_id} is listed twice as skipped")
+                raise refuse(
+                    "R24",
+                    f"{axis}: {entry_id} is listed twice as skipped",
+                    "list each skipped method once",
+                )
         higher_ids = [m.id for m in higher]
         stray = [e for e in listed if e not in higher_ids]
         if stray:
@@ -207,6 +221,7 @@ def r24_skip_reasons(
                 "R24",
                 f"{axis}: {', '.join(stray)} is not a higher-priority {axis} method than "
                 f"{chosen_method.id}",
+                "list as skipped only the methods ranked above the chosen one on that axis",
             )
         unexplained = [m for m in higher_ids if m not in listed]
         if unexplained:
@@ -246,7 +261,11 @@ def _check_reason(
     chosen: Mapping[str, CatalogMethod],
 ) -> None:
     def false(why: str) -> None:
-        raise refuse("R24", f"{method_.id} skipped as {reason}, but {why}")
+        raise refuse(
+            "R24",
+            f"{method_.id} skipped as {reason}, but {why}",
+            "skip it for a reason its recorded facts support, or choose it",
+        )
 
     if reason == "already_selected":
         if method_.id not in run.selected:

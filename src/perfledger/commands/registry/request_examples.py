@@ -7,6 +7,11 @@ fields only, each with the first value the schema allows (an enum's first member
 ``example-1``, a hash ``sha256:0123456789abcdef``, a number inside the field's range). Built
 examples pass validation (a test checks every operation); the rules may still refuse them on a
 given ledger, as they would any request.
+
+An example can fit a ledger's Target (:func:`example_for`): ``experiment.create``'s candidate
+types ``changed_paths`` only where the Target's readiness bound no subject directory (R11:
+perfledger computes them from the snapshots where it did, and refuses typed ones); without a
+ledger, :func:`variants` gives both forms.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ import json
 from importlib import resources
 from typing import Any
 
+import msgspec
+
 from perfledger.commands.registry.operations import get_operation, json_schema
 
+_UNSET = msgspec.UNSET
 #: The package folder of the curated examples (``OP.json``).
 EXAMPLES_PACKAGE = "perfledger.skill"
 EXAMPLES_DIR = "examples"
@@ -46,6 +54,70 @@ def example(op: str) -> dict[str, Any]:
         return found
     schema = json_schema(name)
     return built(schema, schema.get("$defs", {}))
+
+
+def _unbound(op: str) -> dict[str, Any]:
+    """The example of ``op`` for a Target without subject directories (changed paths typed)."""
+    return example(op)
+
+
+def _subject_bound(op: str) -> dict[str, Any]:
+    """The example of ``op`` for a Target whose readiness bound the original's directory
+    (``{subject}``, R11): no typed ``changed_paths``."""
+    body = example(op)
+    candidate = body.get("candidate")
+    if isinstance(candidate, dict):
+        body["candidate"] = {k: v for k, v in candidate.items() if k != "changed_paths"}
+    return body
+
+
+#: The operations whose example depends on whether the Target binds subject directories (R11).
+SUBJECT_DEPENDENT = frozenset({"experiment.create"})
+
+
+def variants(op: str) -> dict[str, dict[str, Any]]:
+    """The examples of ``op`` for either kind of Target, when they differ (R11): ``{"without
+    subject directories": ..., "with subject directories": ...}``; else ``{}``."""
+    if get_operation(op).name not in SUBJECT_DEPENDENT:
+        return {}
+    return {
+        "without subject directories": _unbound(op),
+        "with subject directories": _subject_bound(op),
+    }
+
+
+def example_for(op: str, state: Any) -> dict[str, Any]:
+    """The example of ``op`` fitted to the ledger's ``state``: its ``target_id`` one of the
+    ledger's current Targets (when the example's is not), and for ``experiment.create`` the
+    candidate's ``changed_paths`` typed only where that Target binds no subject directory
+    (R11), inside its scope.
+
+    Raises: BadRequest for an unknown operation."""
+    body = example(op)
+    current = [t for t, v in state.targets.items() if v.status == "current"]
+    target_id = body.get("target_id")
+    if isinstance(target_id, str) and target_id not in state.targets and current:
+        body["target_id"] = target_id = current[0]
+    target = state.targets.get(target_id) if isinstance(target_id, str) else None
+    if get_operation(op).name not in SUBJECT_DEPENDENT or target is None:
+        return body
+    readiness = target.readiness
+    bound = readiness is not None and getattr(readiness.original, "snapshot", None) not in (
+        None,
+        _UNSET,
+    )
+    if bound:
+        return {**_subject_bound(op), "target_id": target_id}
+    scope = list(target.definition.scope)
+    if scope and isinstance(body.get("candidate"), dict):
+        body["candidate"]["changed_paths"] = [_path_in(scope[0])]
+    return body
+
+
+def _path_in(glob: str) -> str:
+    """A path that ``glob`` (a scope pattern, ``src/kernels/**``) matches: each wildcard made a
+    plain name."""
+    return glob.replace("**", "file").replace("*", "file").replace("?", "x")
 
 
 def built(schema: dict[str, Any], defs: dict[str, Any]) -> Any:

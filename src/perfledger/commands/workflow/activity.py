@@ -49,21 +49,32 @@ def decide_activity_explain(
             "record new samples, explain their activity, then record their verdict",
         )
     if rules.is_unknown(req.explanation):
-        raise refuse("R17", "the explanation must say why the activity does not matter")
+        raise refuse(
+            "R17",
+            "the explanation must say why the activity does not matter",
+            "state in words why the foreign activity did not affect the measurement (e.g. what ran and on which device)",
+        )
     if len(set(req.pairs)) != len(req.pairs):
-        raise BadRequest(f"pairs {req.pairs} name a window twice")
+        raise BadRequest(f"pairs {req.pairs} name a window twice", hint="name each pair index once")
     already, _ = rules.r17_explanations(state, req.samples_id)
     for index in req.pairs:
         if index >= len(samples.pairs):
             raise BadRequest(
                 f"pair {index} is out of range: samples {req.samples_id!r} have "
-                f"{len(samples.pairs)} pairs (indices 0..{len(samples.pairs) - 1})"
+                f"{len(samples.pairs)} pairs (indices 0..{len(samples.pairs) - 1})",
+                hint="name pair indices of these samples (`perfledger verdict explain ID` lists the pairs with activity)",
             )
         monitor = samples.pairs[index].monitor
         if monitor is None or not monitor.foreign_activity:
-            raise BadRequest(f"pair {index} of {req.samples_id!r} saw no foreign activity")
+            raise BadRequest(
+                f"pair {index} of {req.samples_id!r} saw no foreign activity",
+                hint="explain only the pairs whose monitor saw foreign activity (`perfledger verdict explain ID`)",
+            )
         if not rules.is_unknown(monitor.explained) or index in already:
-            raise BadRequest(f"the foreign activity of pair {index} is already explained")
+            raise BadRequest(
+                f"the foreign activity of pair {index} is already explained",
+                hint="leave that pair out: its explanation is recorded",
+            )
     evidence: dict[str, str] = {"explained_by": req.explained_by or ctx.actor}
     if rules_version(ctx, "ActivityExplained") >= R17_EXPLAINED_BY_REVIEW:
         evidence = _r17_review_evidence(state, req, ctx, samples_event)

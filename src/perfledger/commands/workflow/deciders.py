@@ -70,6 +70,7 @@ from perfledger.events.workflow import (
     R14_MEASURED_OBLIGATION,
     R14_ONE_IMPROVEMENT,
     R14_STATED_INTERVAL,
+    R14_TRUE_NOTE,
     R14_UNJUDGED_BLOCKS_CHAMPION,
     R18_LEDGER_FILLED,
     TAIL_STATISTICS,
@@ -269,10 +270,15 @@ def _check_definition(req: rq.TargetFreeze, known_units: bool = False) -> None:
         )
     names = [req.primary.name, *(s.name for s in req.secondaries)]
     if len(set(names)) != len(names):
-        raise BadRequest("secondary metrics must be distinct from each other and the primary")
+        raise BadRequest(
+            "secondary metrics must be distinct from each other and the primary",
+            hint="name each secondary once, none the primary",
+        )
     guards = [g.metric for g in req.guardrails]
     if len(set(guards)) != len(guards):
-        raise BadRequest("guardrail metrics must be distinct")
+        raise BadRequest(
+            "guardrail metrics must be distinct", hint="name each guardrail metric once"
+        )
     _check_work_metrics(req)
 
 
@@ -299,7 +305,8 @@ def _check_work_metrics(req: rq.TargetFreeze) -> None:
         ):
             raise BadRequest(
                 f"metric {name!r}: its work_metric {work!r} must count work (tokens, items), "
-                "not be itself or a declared time or rate"
+                "not be itself or a declared time or rate",
+                hint="name a counted metric (tokens, items) as work_metric",
             )
 
 
@@ -339,11 +346,17 @@ def decide_readiness_record(
         r2_declared_before_data(state, target, dump(req.statistics), test_set)
     unknown_reports = sorted({r for r in req.reports if r not in state.evidence})
     if unknown_reports:
-        raise refuse("R2", f"readiness binds unknown reports {unknown_reports}")
+        raise refuse(
+            "R2",
+            f"readiness binds unknown reports {unknown_reports}",
+            "add those reports first (`perfledger evidence add --request FILE`), or bind only recorded evidence ids (`perfledger evidence list`)",
+        )
     if target.definition.diagnostic:
         if not req.reports:
             raise refuse(
-                "R2", "a diagnostic Target binds existing reports: list their evidence ids"
+                "R2",
+                "a diagnostic Target binds existing reports: list their evidence ids",
+                "list the evidence ids of the reports it binds in bound_reports (`perfledger evidence list`)",
             )
     else:
         missing = [
@@ -359,7 +372,11 @@ def decide_readiness_record(
     if req.test_set is not None:
         cases = req.test_set.cases
         if len(set(cases)) != len(cases) or len(cases) > req.test_set.case_count:
-            raise refuse("R2", "test-set case names must be distinct and at most case_count")
+            raise refuse(
+                "R2",
+                "test-set case names must be distinct and at most case_count",
+                "name each case once, and at most case_count of them",
+            )
     identity.r11_readiness_snapshot(target, req, rules_version(ctx, "ReadinessRecorded"))
     output_rules.check_readiness(req)  # R2: outputs compared need an {output} place
     body = dump(req)
@@ -384,6 +401,7 @@ def decide_metric_audit_record(
             "R3",
             f"{req.metric!r} is not a decision metric of Target {req.target_id!r} "
             f"({sorted(metrics)})",
+            f"audit one of {sorted(metrics)}",
         )
     unit = metrics[req.metric][0]
     if req.matches_target and req.unit != unit:
@@ -407,10 +425,16 @@ def decide_baseline_record(
     assert readiness is not None
     primary = target.definition.primary
     if req.original_hash != readiness.original.content_hash:
-        raise refuse("R4", "the baseline must measure the original recorded by readiness")
+        raise refuse(
+            "R4",
+            "the baseline must measure the original recorded by readiness",
+            "set original_hash to the readiness's original.content_hash (`perfledger state` shows it), or measure it with `perfledger measure baseline`",
+        )
     if req.metric != primary.name or req.unit != primary.unit:
         raise refuse(
-            "R4", f"the baseline is of the primary metric {primary.name!r} in {primary.unit!r}"
+            "R4",
+            f"the baseline is of the primary metric {primary.name!r} in {primary.unit!r}",
+            f"record values of {primary.name!r} in {primary.unit!r}",
         )
     if req.environment_id != readiness.environment_id:
         raise refuse(
@@ -419,14 +443,18 @@ def decide_baseline_record(
             f"readiness recorded environment_id {readiness.environment_id}",
         )
     if any(v <= 0 for v in req.values):
-        raise BadRequest("metric values must be positive")
+        raise BadRequest(
+            "metric values must be positive",
+            hint="record positive values (times, sizes) in the metric's unit",
+        )
     per_case: dict[str, list[float]] = {}
     if req.cases:
         # R4: the baseline per case, so each case's verdict figures have the original's level
         if len(req.cases) != len(req.values):
             raise BadRequest(
                 f"cases names the case of each value: {len(req.cases)} cases for "
-                f"{len(req.values)} values"
+                f"{len(req.values)} values",
+                hint="give one case per value (or leave cases out)",
             )
         if readiness.test_set is not None:
             rules.r11_cases_in_test_set(req.cases, readiness.test_set, "the baseline")
@@ -450,9 +478,17 @@ def decide_resolution_record(
     baseline."""
     target = rules.r1_target_current(state, req.target_id)
     if target.baseline is None:
-        raise refuse("R4", "record the original's baseline before its measurement resolution")
+        raise refuse(
+            "R4",
+            "record the original's baseline before its measurement resolution",
+            "record the baseline first: `perfledger status` names its command for this Target's kind",
+        )
     if req.repeats < 2:
-        raise refuse("R4", "a resolution needs at least 2 repeated original samples")
+        raise refuse(
+            "R4",
+            "a resolution needs at least 2 repeated original samples",
+            "measure the A/A with at least 2 repeats (`perfledger measure aa ... --record` does)",
+        )
     if rules_version(ctx, "ResolutionEstimated") >= R4_RESOLUTION_NOT_LOWERED:
         r4_resolution_not_lowered(state, target, req.resolution, req.per_case, req.repeats)
     return _emit(ctx, _build(ResolutionEstimated, dump(req)))
@@ -468,7 +504,10 @@ def decide_evidence_add(
     known units; ``ERR_NVGPUCTRPERM`` is a limitation, never zero metrics. Allowed before any
     Target exists."""
     if req.evidence_id in state.evidence:
-        raise BadRequest(f"evidence {req.evidence_id!r} is already recorded")
+        raise BadRequest(
+            f"evidence {req.evidence_id!r} is already recorded",
+            hint="choose a new evidence_id (`perfledger evidence list` shows those taken)",
+        )
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
     if rules.is_unknown(req.tool.version):
@@ -479,10 +518,18 @@ def decide_evidence_add(
         )
     bad_units = [f.name for f in req.facts if rules.is_unknown(f.unit)]
     if bad_units:
-        raise refuse("R6", f"facts with unknown units are refused: {bad_units}")
+        raise refuse(
+            "R6",
+            f"facts with unknown units are refused: {bad_units}",
+            "use the units `perfledger schema evidence.add` lists, converting the values",
+        )
     names = [f.name for f in req.facts]
     if len(set(names)) != len(names):
-        raise refuse("R6", "a fact name appears twice; key fields must be unambiguous")
+        raise refuse(
+            "R6",
+            "a fact name appears twice; key fields must be unambiguous",
+            "give each fact a distinct name",
+        )
     if any("ERR_NVGPUCTRPERM" in item for item in req.limitations):
         zeros = [f.name for f in req.facts if f.value == 0.0]
         if zeros:
@@ -499,11 +546,17 @@ def decide_upstream_check_record(
 ) -> list[EventDraft]:
     """``upstream-check.record`` (R10): sources consulted and whether an equivalent exists."""
     if req.check_id in state.upstream_checks:
-        raise BadRequest(f"upstream check {req.check_id!r} is already recorded")
+        raise BadRequest(
+            f"upstream check {req.check_id!r} is already recorded", hint="choose a new check_id"
+        )
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
     if req.equivalent_exists and rules.is_unknown(req.equivalent):
-        raise refuse("R10", "name the equivalent that exists upstream")
+        raise refuse(
+            "R10",
+            "name the equivalent that exists upstream",
+            "set equivalent to what exists upstream (name and version), or equivalent_exists false",
+        )
     return _emit(ctx, _build(UpstreamCheckRecorded, dump(req)))
 
 
@@ -517,7 +570,10 @@ def decide_experiment_create(
     preregistration; the derived figures (bound, ``s_min``, predicted interval) go in the event."""
     target = rules.r1_target_current(state, req.target_id)
     if req.experiment_id in state.experiments:
-        raise BadRequest(f"experiment {req.experiment_id!r} already exists")
+        raise BadRequest(
+            f"experiment {req.experiment_id!r} already exists",
+            hint="choose a new experiment_id (`perfledger experiment list` shows those taken)",
+        )
     rules.r14_no_pending_reconciliation(target)
     rules.r2_ready(target)
     rules.r4_baseline_and_resolution(target)
@@ -599,6 +655,7 @@ def decide_experiment_create(
             "R8",
             f"{req.serves_secondary!r} is not a pre-declared secondary of Target "
             f"{req.target_id!r} ({sorted(secondaries)})",
+            f"serve one of {sorted(secondaries)}, or freeze a Target that declares it",
         )
     body = dump(req)
     if candidate:  # R11: the candidate as perfledger computed (or recorded as declared) it
@@ -616,7 +673,11 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
     readiness = target.readiness
     assert readiness is not None and readiness.test_set is not None
     if req.test_set_hash != readiness.test_set.hash:
-        raise refuse("R11", "the samples' test set differs from the Target's readiness")
+        raise refuse(
+            "R11",
+            "the samples' test set differs from the Target's readiness",
+            "measure the readiness's test set (`perfledger state` shows its hash); measuring commands fill it in",
+        )
     if req.environment_id != readiness.environment_id:
         raise refuse(
             "R11",
@@ -630,24 +691,40 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
             "R11",
             f"the samples must carry the primary {primary.name!r} in {primary.unit!r} "
             f"(got {req.units.get(primary.name)!r})",
+            f"record values of {primary.name!r} in {primary.unit!r} for every call",
         )
     for name, unit in req.units.items():
         if name in metrics and metrics[name][0] != unit:
             raise refuse(
-                "R11", f"metric {name!r} is in {unit!r}; the Target says {metrics[name][0]!r}"
+                "R11",
+                f"metric {name!r} is in {unit!r}; the Target says {metrics[name][0]!r}",
+                f"record {name!r} in {metrics[name][0]!r}, converting the values",
             )
     rules.r11_cases_in_test_set((p.case for p in req.pairs), readiness.test_set, "the samples")
     for index, pair in enumerate(req.pairs):
         for side in (pair.ref, pair.cand):
             if side.environment_id != req.environment_id:
-                raise refuse("R11", f"pair {index}: a subject ran in another environment")
+                raise refuse(
+                    "R11",
+                    f"pair {index}: a subject ran in another environment",
+                    "measure both subjects on the machine the readiness recorded (`perfledger env`)",
+                )
             missing = set(side.values) - set(req.units)
             if missing:
-                raise BadRequest(f"pair {index}: metrics without a unit: {sorted(missing)}")
+                raise BadRequest(
+                    f"pair {index}: metrics without a unit: {sorted(missing)}",
+                    hint="name the unit of every metric in units",
+                )
             if not side.values.get(primary.name):
-                raise BadRequest(f"pair {index}: a subject has no values of {primary.name!r}")
+                raise BadRequest(
+                    f"pair {index}: a subject has no values of {primary.name!r}",
+                    hint=f"record values of {primary.name!r} for both subjects of every pair",
+                )
             if any(v <= 0 for values in side.values.values() for v in values):
-                raise BadRequest(f"pair {index}: metric values must be positive")
+                raise BadRequest(
+                    f"pair {index}: metric values must be positive",
+                    hint="record positive values in the metric's unit",
+                )
         for name in set(pair.ref.values) & set(pair.cand.values):
             ref_m = _median(pair.ref.values[name])
             cand_m = _median(pair.cand.values[name])
@@ -662,6 +739,7 @@ def _samples_common(target: TargetView, req: rq.SamplesRecord) -> None:
                 "R11",
                 f"pair {index}: a same-process comparison records both subjects from one "
                 "driver call (call ids differ)",
+                "give both subjects of a same-process pair the same call id, or set same_process false",
             )
         if req.stage != "screen" and (pair.monitor is None or not pair.monitor.observed):
             raise refuse(
@@ -691,7 +769,8 @@ def _provenance(target: TargetView, req: rq.SamplesRecord) -> dict[str, Any]:
         return dump(given) if given is not None else {"source": "outside"}
     if not given.protocol or not given.raw_table:
         raise BadRequest(
-            "samples measured by perfledger name their protocol and their raw table (artifact)"
+            "samples measured by perfledger name their protocol and their raw table (artifact)",
+            hint="measure with a measuring command (`perfledger status` names it), or drop provenance (samples from outside, R5)",
         )
     return dump(given)
 
@@ -706,13 +785,22 @@ def decide_samples_record(
     target = rules.r1_target_current(state, req.target_id)
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     if experiment.created.target_id != req.target_id:
-        raise refuse("R11", "the experiment belongs to another Target")
+        raise refuse(
+            "R11",
+            "the experiment belongs to another Target",
+            "record the samples under the experiment's own Target (`perfledger experiment list`)",
+        )
     if req.samples_id in state.samples:
-        raise BadRequest(f"samples {req.samples_id!r} are already recorded")
-    if experiment.rejection is not None:
-        raise refuse("R15", f"experiment {req.experiment_id!r} was rejected")
+        raise BadRequest(
+            f"samples {req.samples_id!r} are already recorded",
+            hint="choose a new samples id (measuring commands pick a free one when --samples is left out)",
+        )
+    rules.r15_not_rejected(state, req.experiment_id)
     rules.r2_ready(target)
     rules.r3_metric_audited(target)
     rules.r4_baseline_and_resolution(target)
@@ -738,11 +826,17 @@ def decide_samples_record(
             formal_runs.r13_not_demoted(target, req.experiment_id)
         if target.champion != req.experiment_id:
             raise refuse(
-                "R11", "a final audit measures the current champion (this experiment is not it)"
+                "R11",
+                "a final audit measures the current champion (this experiment is not it)",
+                "measure the current champion's final audit (`perfledger champion show` names it)",
             )
         original = target.readiness.original.content_hash
         if reference != Reference(kind="original", content_hash=original):
-            raise refuse("R11", "a final audit compares the champion with the original")
+            raise refuse(
+                "R11",
+                "a final audit compares the champion with the original",
+                "set the reference to the original (measuring commands do for --stage final_audit)",
+            )
     else:
         if not rules.is_current_reference(state, target, reference):
             raise refuse(
@@ -752,10 +846,7 @@ def decide_samples_record(
                 f"compare against {rules.current_reference(state, target)}",
             )
         if req.stage == "target":
-            if not experiment.samples.get("screen"):
-                raise refuse("R11", "stages are ordered: screen before target")
-            if experiment.status == "screen_failed":
-                raise refuse("R11", "the screen rejected this experiment")
+            rules.r11_screen_before_target(state, req.experiment_id)
             rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
     if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
         _r14_measured_obligation(state, target, req, ctx)
@@ -1097,11 +1188,13 @@ def _verdict_samples(
         raise BadRequest(
             f"unknown samples {samples_id!r}",
             hint=(f"recorded samples include {', '.join(known)}; " if known else "")
-            + "`perfledger measure workload --samples ID ...` records samples",
+            + "`perfledger measure workload --samples ID ...` (a kernel Target: `perfledger "
+            "measure kernel --samples ID ...`) records samples",
         )
     if ctx.payload_of is None:
         raise BadRequest(
-            "this decision reads recorded samples, and no ledger was given to read them from"
+            "this decision reads recorded samples, and no ledger was given to read them from",
+            hint="decide it through the ledger (`perfledger` or perfledger.api), which reads the samples",
         )
     samples = ctx.payload_of(view.event_id)
     if not isinstance(samples, SamplesRecorded) or samples.samples_id != samples_id:
@@ -1116,9 +1209,10 @@ def _verdict_samples(
 def _r14_screen_owes(
     stage: str, status: str, primary: DerivedVerdict, predicted_low: float, min_effect: float
 ) -> bool:
-    """R14: a screen that fails (its CI wholly below the minimum effect, attribution clean)
-    contradicts a claim whose whole predicted interval (in the primary's improvement units)
-    lies at or above the minimum effect: it owes a reconciliation."""
+    """R14: a screen whose verdict fails (a CI wholly below the minimum effect, or, under R12's
+    every-case rule, one case that regressed) contradicts a claim whose whole predicted
+    interval (in the primary's improvement units) lies at or above the minimum effect: it owes
+    a reconciliation."""
     return (
         stage == "screen"
         and status == "fail"
@@ -1127,6 +1221,34 @@ def _r14_screen_owes(
         and primary.ci_high is not None
         and predicted_low >= min_effect
     )
+
+
+def _r14_contradiction_note(
+    primary: DerivedVerdict,
+    low: float,
+    high: float,
+    min_effect: float,
+    experiment_id: str,
+    *,
+    screen: bool,
+) -> str:
+    """R14's note on a verdict that owes a reconciliation, true of the figures it prints: a
+    target-stage CI wholly below or above the predicted improvement interval says which; a
+    failed screen says that it failed while the claim predicted at least the minimum effect
+    (its pooled CI may lie inside the interval: a case that regressed fails a screen, R12)."""
+    predicted = f"predicted improvement [{low:.4g}, {high:.4g}]"
+    measured = f"measured CI [{primary.ci_low:.4g}, {primary.ci_high:.4g}]"
+    owes = (
+        f"experiment {experiment_id!r} owes a reconciliation before any new experiment or "
+        "champion selection on this Target"
+    )
+    if screen:
+        return (
+            f"R14: the screen failed ({primary.reason}) although the claim's whole {predicted} "
+            f"lies at or above the minimum effect {min_effect:.4g} ({measured}); {owes}"
+        )
+    side = "below" if primary.ci_high is not None and primary.ci_high < low else "above"
+    return f"R14: the {measured} lies wholly {side} the claim's {predicted}; {owes}"
 
 
 def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) -> str:
@@ -1166,7 +1288,10 @@ def decide_verdict_record(
         return _emit(ctx, formal_runs.failed_run_verdict(state, run, req.claimed_status))
     samples, target, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage == "final_audit":
-        raise BadRequest("final-audit samples are judged by `perfledger final-audit record`")
+        raise BadRequest(
+            "final-audit samples are judged by `perfledger final-audit record`",
+            hint="`perfledger final-audit record --target T --samples ID`",
+        )
     experiment = state.experiments[samples.experiment_id]
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
@@ -1207,17 +1332,25 @@ def decide_verdict_record(
         and (primary.ci_high < predicted_low or primary.ci_low > predicted_high)
     )
     if experiment.rules_schema >= R14_STATED_INTERVAL:
-        contradicts = contradicts or _r14_screen_owes(
+        screen_owes = _r14_screen_owes(
             samples.stage, status, primary, predicted_low, target.definition.min_effect
         )
-        if contradicts:
-            notes.append(
+        if (contradicts or screen_owes) and rules_version(ctx, "VerdictRecorded") < R14_TRUE_NOTE:
+            notes.append(  # the text of verdicts recorded before (re-derived as they were)
                 f"R14: the result contradicts the claim (predicted improvement "
                 f"[{predicted_low:.4g}, {predicted_high:.4g}], measured CI "
                 f"[{primary.ci_low:.4g}, {primary.ci_high:.4g}]); experiment "
                 f"{samples.experiment_id!r} owes a reconciliation before any new experiment or "
                 "champion selection on this Target"
             )
+        elif contradicts or screen_owes:
+            notes.append(
+                _r14_contradiction_note(
+                    primary, predicted_low, predicted_high, target.definition.min_effect,
+                    samples.experiment_id, screen=not contradicts,
+                )
+            )  # fmt: skip
+        contradicts = contradicts or screen_owes
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -1255,17 +1388,27 @@ def decide_final_audit_record(
     if run is not None and req.samples_id not in state.final_audits:
         # R14: a started final-audit run that recorded no samples counts as failed
         if run.target_id != req.target_id or target.champion != run.experiment_id:
-            raise refuse("R13", "a final audit compares the current champion with the original")
+            raise refuse(
+                "R13",
+                "a final audit compares the current champion with the original",
+                "measure the current champion against the original (`perfledger status` names the command)",
+            )
         return _emit(ctx, formal_runs.failed_run_final_audit(state, run, req.claimed_status))
     samples, _, samples_event = _verdict_samples(state, req.samples_id, ctx)
     if samples.stage != "final_audit" or samples.target_id != req.target_id:
         raise refuse(
-            "R11", f"samples {req.samples_id!r} are not final-audit samples of this Target"
+            "R11",
+            f"samples {req.samples_id!r} are not final-audit samples of this Target",
+            "measure the champion's final audit: `perfledger status` names the command",
         )
     if rules_version(ctx, "FinalAuditRecorded") >= R13_FAILED_AUDIT_DEMOTES:
         formal_runs.r13_not_demoted(target, samples.experiment_id)
     if target.champion is None or samples.experiment_id != target.champion:
-        raise refuse("R13", "a final audit compares the current champion with the original")
+        raise refuse(
+            "R13",
+            "a final audit compares the current champion with the original",
+            "measure the current champion against the original (`perfledger status` names the command)",
+        )
     if req.samples_id in state.final_audits:
         raise rules.r12_already_derived(req.samples_id, "final audit")
     primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
@@ -1325,9 +1468,15 @@ def decide_local_result_record(
     result."""
     verdict = state.verdicts.get(req.samples_id)
     if verdict is None:
-        raise refuse("R13", f"no verdict is recorded for samples {req.samples_id!r}")
+        raise refuse(
+            "R13",
+            f"no verdict is recorded for samples {req.samples_id!r}",
+            f"derive it first: `perfledger verdict record --samples {req.samples_id}`",
+        )
     if req.result_id in state.local_results:
-        raise BadRequest(f"local result {req.result_id!r} is already recorded")
+        raise BadRequest(
+            f"local result {req.result_id!r} is already recorded", hint="choose a new result_id"
+        )
     target = rules.r1_target_frozen(state, verdict.target_id)
     declared = {s.name for s in target.definition.secondaries}
     if req.metric not in declared:
@@ -1339,9 +1488,17 @@ def decide_local_result_record(
         )
     found = next((s for s in verdict.secondaries if s.name == req.metric), None)
     if found is None or found.verdict.status != "pass":
-        raise refuse("R13", f"no measured gain on {req.metric!r} in samples {req.samples_id!r}")
+        raise refuse(
+            "R13",
+            f"no measured gain on {req.metric!r} in samples {req.samples_id!r}",
+            "record a local result of a metric these samples improved (`perfledger verdict explain ID` shows them)",
+        )
     if any(g.status == "fail" for g in verdict.guardrails):
-        raise refuse("R13", "a guardrail failed: the local result would violate a constraint")
+        raise refuse(
+            "R13",
+            "a guardrail failed: the local result would violate a constraint",
+            "a local result needs every guardrail to hold; measure a candidate that keeps them",
+        )
     assert found.verdict.estimate is not None
     assert found.verdict.ci_low is not None and found.verdict.ci_high is not None
     payload = LocalResultRecorded(
@@ -1363,13 +1520,22 @@ def decide_reject(state: WorkflowState, req: rq.Reject, ctx: DecisionContext) ->
     evidence supports."""
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     if experiment.rejection is not None:
-        raise BadRequest(f"experiment {req.experiment_id!r} is already rejected")
+        raise BadRequest(
+            f"experiment {req.experiment_id!r} is already rejected",
+            hint="nothing to do: `perfledger rejected` shows the rejection",
+        )
     unknown = sorted({s for s in req.samples_ids if s not in state.samples})
     unknown += sorted({e for e in req.evidence_ids if e not in state.evidence})
     if unknown:
-        raise BadRequest(f"unknown samples or evidence {unknown}")
+        raise BadRequest(
+            f"unknown samples or evidence {unknown}",
+            hint="cite recorded evidence ids (`perfledger evidence list`) or samples ids (`perfledger status`)",
+        )
     rules.r15_rejection_scope(
         experiment, req.closes, req.local_proxy, req.discriminating_evidence_ids, state
     )
@@ -1384,7 +1550,10 @@ def decide_reconcile(
     numeric corrected model is re-checked by the R7 arithmetic and its bound recorded."""
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     model = req.corrected_model
     bound = None
     if model.coverage is not None or model.local_speedup is not None:
@@ -1393,15 +1562,31 @@ def decide_reconcile(
         speedup = model.local_speedup if model.local_speedup is not None else claim.local_speedup
         cost = model.added_cost if model.added_cost is not None else claim.added_cost
         if coverage is None or speedup is None:
-            raise refuse("R7", "a numeric corrected model needs coverage and local speedup")
+            raise refuse(
+                "R7",
+                "a numeric corrected model needs coverage and local speedup",
+                "state coverage and local_speedup in corrected_model, or only its description",
+            )
         try:
             bound = amdahl.amdahl_bound(coverage, speedup, cost)
         except ValueError as exc:
-            raise refuse("R7", str(exc)) from None
+            raise refuse(
+                "R7",
+                str(exc),
+                "coverage must lie in (0, 1], local speedup be positive and added cost non-negative",
+            ) from None
     elif model.added_cost is not None and model.added_cost < 0:
-        raise refuse("R7", f"added cost must be >= 0, got {model.added_cost}")
+        raise refuse(
+            "R7",
+            f"added cost must be >= 0, got {model.added_cost}",
+            "state added_cost as a non-negative share of the original time",
+        )
     if model.affected_share is not None and not 0.0 < model.affected_share <= 1.0:
-        raise refuse("R7", f"affected share {model.affected_share} must lie in (0, 1]")
+        raise refuse(
+            "R7",
+            f"affected share {model.affected_share} must lie in (0, 1]",
+            "state the affected share as a fraction of the requests in (0, 1]",
+        )
     corrected = _build(CorrectedModel, {**dump(model), "bound": bound})
     payload = ReconciliationRecorded(
         target_id=experiment.created.target_id,
@@ -1429,10 +1614,16 @@ def decide_champion_select(
     current = rules.r13_current_champion(target, req.expected_current)
     if req.decision == "restore_original":
         if target.champion is None:
-            raise refuse("R13", "the original is already the champion")
+            raise refuse(
+                "R13",
+                "the original is already the champion",
+                "nothing to restore: `perfledger champion show`",
+            )
         if target.final_audit_status != "fail":
             raise refuse(
-                "R13", "restoring the original is the decision after a failed final audit only"
+                "R13",
+                "restoring the original is the decision after a failed final audit only",
+                "select a passed target-stage result instead (`perfledger status`)",
             )
         payload = ChampionSelected(
             target_id=req.target_id, decision="restore_original", previous=current,
@@ -1444,7 +1635,10 @@ def decide_champion_select(
     if rules_version(ctx, "ChampionSelected") >= R14_UNJUDGED_BLOCKS_CHAMPION:
         formal_runs.r14_no_unjudged_target_results(state, req.target_id)
     if req.samples_id is None:
-        raise BadRequest("champion.select needs the samples_id of a passed target-stage verdict")
+        raise BadRequest(
+            "champion.select needs the samples_id of a passed target-stage verdict",
+            hint="pass --samples ID of a passed target-stage verdict (`perfledger status` offers it)",
+        )
     verdict = state.verdicts.get(req.samples_id)
     if verdict is None:
         raise refuse(
@@ -1453,7 +1647,11 @@ def decide_champion_select(
             f"derive it first: `perfledger verdict record --samples {req.samples_id}`",
         )
     if verdict.target_id != req.target_id:
-        raise refuse("R13", "the verdict is not of the current Target")
+        raise refuse(
+            "R13",
+            "the verdict is not of the current Target",
+            "select from a verdict of this Target (`perfledger status` lists them)",
+        )
     if verdict.stage != "target":
         raise refuse(
             "R13",
@@ -1461,19 +1659,39 @@ def decide_champion_select(
             rules.r13_target_stage_hint(state, verdict.experiment_id),
         )
     if target.definition.diagnostic:
-        raise refuse("R2", "a diagnostic Target never yields a workload-level champion")
+        raise refuse(
+            "R2",
+            "a diagnostic Target never yields a workload-level champion",
+            "freeze a non-diagnostic Target to select a champion (`perfledger target supersede`)",
+        )
     if target.diagnostic_only:
-        raise refuse("R3", "the metric audit found the metric does not match: diagnostic only")
+        raise refuse(
+            "R3",
+            "the metric audit found the metric does not match: diagnostic only",
+            "freeze a Target whose primary the metric audit matches (`perfledger target supersede`)",
+        )
     if rules_version(ctx, "ChampionSelected") >= R14_UNJUDGED_BLOCKS_CHAMPION:
         formal_runs.r13_not_demoted(target, verdict.experiment_id)
     samples = state.samples.get(req.samples_id)
     if samples is None:  # R14: a run that recorded no samples was judged failed
-        raise refuse("R13", f"the target run {req.samples_id!r} recorded no samples: it failed")
+        raise refuse(
+            "R13",
+            f"the target run {req.samples_id!r} recorded no samples: it failed",
+            "measure the target stage again (`perfledger status` names the command) and select its passed result",
+        )
     if verdict.stale or not rules.is_current_reference(state, target, samples.reference):
-        raise refuse("R11", "the result's reference is no longer the current champion: it is stale")
+        raise refuse(
+            "R11",
+            "the result's reference is no longer the current champion: it is stale",
+            "measure its target stage against the current champion (`perfledger status` names the command), then select that result",
+        )
     experiment = state.experiments[verdict.experiment_id]
     if experiment.rejection is not None:
-        raise refuse("R15", f"experiment {verdict.experiment_id!r} was rejected")
+        raise refuse(
+            "R15",
+            f"experiment {verdict.experiment_id!r} was rejected",
+            "a rejected experiment is closed: select another experiment's passed result (`perfledger status`)",
+        )
     measurement_rules.r5_r13_disqualified(state, experiment, ctx.payload_of)
     if verdict.status != "pass":
         gains = [s.name for s in verdict.secondaries if s.verdict.status == "pass"]
@@ -1524,7 +1742,9 @@ def decide_host_advice_record(
             "record the advice with applied=false; a person applies it",
         )
     if req.advice_id in state.host_advice:
-        raise BadRequest(f"advice {req.advice_id!r} is already recorded")
+        raise BadRequest(
+            f"advice {req.advice_id!r} is already recorded", hint="choose a new advice_id"
+        )
     if req.target_id is not None:
         rules.r1_target_frozen(state, req.target_id)
     return _emit(ctx, _build(HostAdviceRecorded, dump(req)))
@@ -1552,17 +1772,22 @@ def decide_handoff_record(
     champion = target.champion or ORIGINAL
     if req.champion != champion:
         raise refuse(
-            "R18", f"the handoff names champion {req.champion!r}; the ledger's is {champion!r}"
+            "R18",
+            f"the handoff names champion {req.champion!r}; the ledger's is {champion!r}",
+            f"name {champion!r}, or derive the handoff from the ledger: `perfledger handoff record --target {req.target_id} --gpu-used S`",
         )
     if req.primary_achieved and (champion == ORIGINAL or target.final_audit_status != "pass"):
         raise refuse(
             "R18",
             "the primary is achieved only with a champion whose final audit passed",
+            "set primary_achieved false, or measure and record the champion's final audit first",
         )
     local = {r.result_id for r in state.local_results.values() if r.target_id == tid}
     if not local <= set(req.local_results):
         raise refuse(
-            "R18", f"the handoff omits local results {sorted(local - set(req.local_results))}"
+            "R18",
+            f"the handoff omits local results {sorted(local - set(req.local_results))}",
+            f"list them in local_results, or derive the handoff from the ledger: `perfledger handoff record --target {req.target_id} --gpu-used S`",
         )
     rejected = {
         (r.experiment_id, r.closes) for r in state.rejections.values() if r.target_id == tid
@@ -1573,18 +1798,28 @@ def decide_handoff_record(
             "R18",
             f"the handoff's rejected directions {sorted(stated)} differ from the ledger's "
             f"{sorted(rejected)} (with their scope)",
+            f"list the ledger's rejections (`perfledger rejected`), or derive the handoff: `perfledger handoff record --target {req.target_id} --gpu-used S`",
         )
     corrections = {r.experiment_id for r in state.reconciliations if r.target_id == tid}
     if not corrections <= set(req.prediction_corrections):
         raise refuse(
             "R18",
             f"the handoff omits prediction-error corrections {sorted(corrections - set(req.prediction_corrections))}",
+            f"list them in prediction_corrections, or derive the handoff: `perfledger handoff record --target {req.target_id} --gpu-used S`",
         )
     unknown = [e for e in req.key_evidence if e not in state.evidence and e not in state.samples]
     if unknown:
-        raise refuse("R18", f"key evidence {unknown} is neither recorded evidence nor samples")
+        raise refuse(
+            "R18",
+            f"key evidence {unknown} is neither recorded evidence nor samples",
+            "cite recorded evidence ids (`perfledger evidence list`) or samples ids (`perfledger status`)",
+        )
     if not req.resume_needs:
-        raise refuse("R18", "say what is needed to resume (resume_needs)")
+        raise refuse(
+            "R18",
+            "say what is needed to resume (resume_needs)",
+            "list in resume_needs what the next session needs (a clone of the ledger, a machine, a file)",
+        )
     _r18_budget(target, dump(req.budget_used), dump(req.budget_left))
     return _emit(ctx, _build(HandoffRecorded, dump(req)))
 
@@ -1610,11 +1845,19 @@ def decide_conflict_resolve(
     """``conflict.resolve`` (SPEC.md section 2): keep one side of an open conflict."""
     conflict = state.conflicts.get(req.conflict_id)
     if conflict is None or conflict.target_id != req.target_id:
-        raise BadRequest(f"no conflict {req.conflict_id!r} on Target {req.target_id!r}")
+        raise BadRequest(
+            f"no conflict {req.conflict_id!r} on Target {req.target_id!r}",
+            hint="`perfledger status` lists the open conflicts of each Target",
+        )
     if conflict.resolved_by is not None:
-        raise BadRequest(f"conflict {req.conflict_id!r} is already resolved")
+        raise BadRequest(
+            f"conflict {req.conflict_id!r} is already resolved",
+            hint="nothing to do: `perfledger status` lists the open conflicts",
+        )
     if req.keep not in conflict.options:
-        raise BadRequest(f"keep must be one of {conflict.options}")
+        raise BadRequest(
+            f"keep must be one of {conflict.options}", hint=f"pass --keep one of {conflict.options}"
+        )
     if conflict.kind == OWED_CHAMPION and req.keep != conflict.options[0]:
         # R14: keeping the champion selected elsewhere is a champion selection
         target = rules.r1_target_current(state, req.target_id)

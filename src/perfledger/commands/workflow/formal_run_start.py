@@ -27,13 +27,18 @@ def decide_formal_run_start(
     """
     experiment = state.experiments.get(req.experiment_id)
     if experiment is None:
-        raise BadRequest(f"unknown experiment {req.experiment_id!r}")
+        raise BadRequest(
+            f"unknown experiment {req.experiment_id!r}",
+            hint="`perfledger experiment list` lists them",
+        )
     target_id = experiment.created.target_id
     target = rules.r1_target_current(state, target_id)
     if req.samples_id in state.samples or req.samples_id in started_runs(state):
-        raise BadRequest(f"samples id {req.samples_id!r} is already taken")
-    if experiment.rejection is not None:
-        raise refuse("R15", f"experiment {req.experiment_id!r} was rejected")
+        raise BadRequest(
+            f"samples id {req.samples_id!r} is already taken",
+            hint="choose a new samples id (leave --samples out to get a free one)",
+        )
+    rules.r15_not_rejected(state, req.experiment_id)
     rules.r2_ready(target)
     rules.r3_metric_audited(target)
     rules.r4_baseline_and_resolution(target)
@@ -42,13 +47,12 @@ def decide_formal_run_start(
         formal_runs.r13_not_demoted(target, req.experiment_id)
         if target.champion != req.experiment_id:
             raise refuse(
-                "R11", "a final audit measures the current champion (this experiment is not it)"
+                "R11",
+                "a final audit measures the current champion (this experiment is not it)",
+                "measure the current champion's final audit (`perfledger champion show` names it)",
             )
     else:
-        if not experiment.samples.get("screen"):
-            raise refuse("R11", "stages are ordered: screen before target")
-        if experiment.status == "screen_failed":
-            raise refuse("R11", "the screen rejected this experiment")
+        rules.r11_screen_before_target(state, req.experiment_id)
         rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
     formal_runs.r14_judged_before_next(state, target_id, req.experiment_id, req.stage)
     payload = FormalRunStarted(

@@ -115,6 +115,7 @@ def r14_measured_samples_started(
             "R14",
             f"formal run {samples_id!r} started with protocol {run.protocol!r}; these samples "
             f"were measured with {protocol!r}",
+            f"record these samples with the protocol its run started with ({run.protocol!r}), or start a new run under another samples id",
         )
     if samples_id in state.verdicts or samples_id in state.final_audits:
         raise refuse(

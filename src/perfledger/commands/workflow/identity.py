@@ -504,6 +504,7 @@ def r11_check_identity(
                 "R11",
                 "the samples carry snapshots but the Target's readiness recorded none (its "
                 "driver declares no {subject} place)",
+                "leave identity out of these samples (their Target binds no code)",
             )
         return None
     if not isinstance(ident, rq.SamplesIdentity):

@@ -44,6 +44,7 @@ def check_samples(definition: Any, req: Any) -> None:
             raise refuse(
                 "R5",
                 f"{name!r} is observed time; its unit {unit!r} is not one of {list(OBSERVED_UNITS)}",
+                f"record it in one of {list(OBSERVED_UNITS)}",
             )
     if observing(req):
         return

@@ -97,13 +97,15 @@ def check_samples(readiness: Any, req: Any) -> None:
             if rule is None:
                 raise BadRequest(
                     f"pair {index} {label}: an output check, but the readiness compares no "
-                    "outputs (accuracy.compare exact or allclose)"
+                    "outputs (accuracy.compare exact or allclose)",
+                    hint="drop the output checks, or record readiness whose accuracy compares outputs",
                 )
             if output.compare != rule["compare"]:
                 raise refuse(
                     "R5",
                     f"pair {index} {label}: output compared {output.compare!r}, the readiness's "
                     f"accuracy rule is {rule['compare']!r}",
+                    "measure again under the readiness's accuracy rule (`perfledger measure workload` applies it)",
                 )
             if side.correct != (output.self_correct and output.ok):
                 raise refuse(
@@ -111,6 +113,7 @@ def check_samples(readiness: Any, req: Any) -> None:
                     f"pair {index} {label}: correct {side.correct} but its own check said "
                     f"{output.self_correct} and its output check {output.ok}: a call is correct "
                     "only when both hold",
+                    "mark a call correct only when its own check and its output check both hold",
                 )
     provenance = req.provenance
     if (
@@ -139,6 +142,7 @@ def check_samples(readiness: Any, req: Any) -> None:
             "R5",
             f"the outputs were compared by {settings.get('accuracy')!r}, the readiness's accuracy "
             f"rule is {rule!r}",
+            "measure again under the readiness's accuracy rule (`perfledger measure workload` applies it)",
         )
 
 

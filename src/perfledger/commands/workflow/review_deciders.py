@@ -27,9 +27,14 @@ def decide_review_record(
     """
     reviews = state.reviews.reviews
     if req.review_id in reviews:
-        raise BadRequest(f"review {req.review_id!r} is already recorded")
+        raise BadRequest(
+            f"review {req.review_id!r} is already recorded", hint="choose a new review_id"
+        )
     if ctx.payload_of is None:
-        raise BadRequest("review.record needs the ledger to read the reviewed event")
+        raise BadRequest(
+            "review.record needs the ledger to read the reviewed event",
+            hint="record it through the ledger (`perfledger review record` or perfledger.api)",
+        )
     payload = ctx.payload_of(req.subject_event)
     kind = type(payload).__name__
     wanted = SUBJECT_KINDS[req.subject]
@@ -42,11 +47,20 @@ def decide_review_record(
     for earlier in req.resolves:
         view = reviews.get(earlier)
         if view is None:
-            raise BadRequest(f"resolves: no review {earlier!r}")
+            raise BadRequest(
+                f"resolves: no review {earlier!r}",
+                hint="`perfledger review list` lists the reviews",
+            )
         if not view.review.dissent_remains:
-            raise BadRequest(f"resolves: review {earlier!r} recorded no remaining dissent")
+            raise BadRequest(
+                f"resolves: review {earlier!r} recorded no remaining dissent",
+                hint="resolve only a review with remaining dissent (`perfledger review list --unresolved`)",
+            )
         if view.resolved_by is not None:
-            raise BadRequest(f"resolves: review {earlier!r} was resolved by {view.resolved_by!r}")
+            raise BadRequest(
+                f"resolves: review {earlier!r} was resolved by {view.resolved_by!r}",
+                hint="nothing to do: `perfledger review list` shows the resolution",
+            )
     target_id = getattr(payload, "target_id", None)
     body = dump(req)
     payload_out = ReviewRecorded(

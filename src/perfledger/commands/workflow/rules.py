@@ -24,6 +24,7 @@ from perfledger.events.workflow import (
     TestSet,
 )
 from perfledger.projections import amdahl
+from perfledger.projections.target_kind import measuring_command
 from perfledger.projections.verdicts import MIN_PAIRS_PER_CASE_FLOOR
 from perfledger.projections.workflow import ExperimentView, TargetView, WorkflowState
 
@@ -33,8 +34,9 @@ SCOPE_ORDER = {"implementation": 0, "integration": 1, "mechanism": 2}
 UNKNOWN = frozenset({"", "unknown", "?", "n/a", "na", "none", "null", "unspecified"})
 
 
-def refuse(rule: str, message: str, hint: str = "") -> RuleRefused:
-    """Return the refusal of ``rule`` (``"R7"``) with ``message`` and ``hint`` (raise it)."""
+def refuse(rule: str, message: str, hint: str) -> RuleRefused:
+    """Return the refusal of ``rule`` (``"R7"``) with ``message`` and ``hint``, what the rules
+    accept instead (required: a refusal without one is a dead end) (raise it)."""
     return RuleRefused(f"{rule}: {message}", rule=rule, hint=hint)
 
 
@@ -90,6 +92,7 @@ def r2_min_pairs(min_pairs_per_case: int) -> None:
             "R2",
             f"min_pairs_per_case {min_pairs_per_case} is below the floor of "
             f"{MIN_PAIRS_PER_CASE_FLOOR} pairs per case",
+            f"set statistics.min_pairs_per_case to at least {MIN_PAIRS_PER_CASE_FLOOR}",
         )
 
 
@@ -152,7 +155,8 @@ def r12_already_derived(samples_id: str, what: str) -> RuleRefused:
         "R12",
         f"the {what} of samples {samples_id!r} is already recorded (a verdict is derived once "
         "from its samples)",
-        f"read it: {read}; new samples (`perfledger measure workload`) get a verdict of their own",
+        f"read it: {read}; new samples (`perfledger status` names the measurement of this "
+        "Target's kind) get a verdict of their own",
     )
 
 
@@ -280,9 +284,15 @@ def r7_claim_figures(
                 "R7",
                 f"the primary is a tail statistic ({target.primary.statistic}): the claim must "
                 "state its exposure reasoning (affected share, critical path)",
+                "state claim.affected_share (the share of requests the change touches, in "
+                "(0, 1]) and claim.critical_path",
             )
         if not 0.0 < affected_share <= 1.0:
-            raise refuse("R7", f"affected share {affected_share} must lie in (0, 1]")
+            raise refuse(
+                "R7",
+                f"affected share {affected_share} must lie in (0, 1]",
+                "state the affected share as a fraction of the requests in (0, 1]",
+            )
         if stated_bound is not None:
             raise refuse(
                 "R7",
@@ -290,7 +300,11 @@ def r7_claim_figures(
                 "remove stated_bound",
             )
         if expected is None:
-            raise refuse("R7", "a tail claim must state its expected improvement interval")
+            raise refuse(
+                "R7",
+                "a tail claim must state its expected improvement interval",
+                'state claim.expected_improvement {"low": L, "high": H}',
+            )
         low, high = expected
         _r7_interval(low, high)
         return ClaimFigures(
@@ -298,11 +312,19 @@ def r7_claim_figures(
             below_resolution=False, predicted_low=low, predicted_high=high,
         )  # fmt: skip
     if coverage is None or local_speedup is None:
-        raise refuse("R7", "the claim must state coverage f and local speedup s")
+        raise refuse(
+            "R7",
+            "the claim must state coverage f and local speedup s",
+            "state claim.coverage (the share of time the change touches, in (0, 1]) and claim.local_speedup (its speedup there)",
+        )
     try:
         bound = amdahl.amdahl_bound(coverage, local_speedup, added_cost)
     except ValueError as exc:
-        raise refuse("R7", str(exc)) from None
+        raise refuse(
+            "R7",
+            str(exc),
+            "coverage must lie in (0, 1], local speedup be positive and added cost non-negative",
+        ) from None
     tolerance = (
         amdahl.STATED_BOUND_REL_TOLERANCE
         if bound_optional
@@ -358,7 +380,9 @@ def r7_claim_figures(
 
 def _r7_interval(low: float, high: float) -> None:
     if low > high:
-        raise refuse("R7", f"expected improvement interval [{low}, {high}] is empty")
+        raise refuse(
+            "R7", f"expected improvement interval [{low}, {high}] is empty", "state low <= high"
+        )
 
 
 # ------------------------------------------------------------------------------------ R8-R11
@@ -396,6 +420,7 @@ def r9_preregistered(rejects: str | None, discriminating: str | None) -> None:
             "R9",
             "a failure that would reject the mechanism must name the discriminating evidence "
             "it needs",
+            "list the discriminating evidence in preregistration.discriminating_evidence, or preregister a narrower rejection (implementation)",
         )
 
 
@@ -516,6 +541,7 @@ def r11_cases_in_test_set(cases: Iterable[str], test_set: TestSet, source: str) 
         raise refuse(
             "R11",
             f"{source} has {len(chosen)} cases; the Target's test set has {test_set.case_count}",
+            "measure every case of the test set (leave --case out)",
         )
 
 
@@ -554,22 +580,80 @@ def r13_current_champion(target: TargetView, expected: str) -> str:
     return current
 
 
+def r15_not_rejected(state: WorkflowState, experiment_id: str) -> None:
+    """R15: a rejected experiment is closed: nothing measures it again.
+    Raises: RuleRefused (R15) with what to do instead."""
+    experiment = state.experiments.get(experiment_id)
+    if experiment is not None and experiment.rejection is not None:
+        raise refuse(
+            "R15",
+            f"experiment {experiment_id!r} was rejected",
+            "a rejected experiment is closed: try another candidate (`perfledger experiment "
+            "create --request FILE`); `perfledger rejected` lists what the rejections close",
+        )
+
+
+def r11_screen_before_target(state: WorkflowState, experiment_id: str) -> None:
+    """R11: a target stage comes after the experiment's screen, and never after a failed one.
+    Raises: RuleRefused (R11) naming the measurement (of the Target's kind) or the rejection the
+    rules accept instead."""
+    experiment = state.experiments[experiment_id]
+    if not experiment.samples.get("screen"):
+        target_id = experiment.created.target_id
+        raise refuse(
+            "R11",
+            f"stages are ordered: screen before target ({experiment_id} has no screen samples yet)",
+            "measure its screen first: `"
+            + measuring_command(state, target_id, "samples.record", experiment_id)
+            + "`",
+        )
+    if experiment.status == "screen_failed":
+        raise refuse(
+            "R11",
+            "the screen rejected this experiment",
+            f"reject it (`perfledger reject --experiment {experiment_id} --closes "
+            f"{experiment.created.preregistration.rejects} --reason TEXT`) and try another "
+            "candidate (`perfledger experiment create --request FILE`)",
+        )
+
+
 def r13_target_stage_hint(state: WorkflowState, experiment_id: str) -> str:
     """R13: what to run when a champion was asked of a screen (or final-audit) result: select
-    the experiment's recorded target-stage result if one passed, else measure its target stage,
-    derive its verdict and select that."""
+    the experiment's recorded target-stage result if one passed, else measure its target stage
+    (with the measuring command of the Target's kind), derive its verdict and select that; for
+    an experiment that can no longer be measured (rejected, R15; its screen failed, R11), a new
+    experiment instead, never a measurement the rules would refuse."""
     experiment = state.experiments.get(experiment_id)
     targets = list(experiment.samples.get("target", ())) if experiment is not None else []
     passed = [s for s in targets if s in state.verdicts and state.verdicts[s].status == "pass"]
     if passed:
         return f"select its passed target-stage result instead: --samples {passed[-1]}"
+    if experiment is None:
+        return "`perfledger status` lists the experiments and what the rules accept next"
+    if experiment.rejection is not None or experiment.status in ("screen_failed", "failed"):
+        why = (
+            "was rejected (R15)"
+            if experiment.rejection is not None
+            else ("failed its screen (R11)" if experiment.status == "screen_failed" else "failed")
+        )
+        return (
+            f"{experiment_id} {why} and cannot become champion: try another candidate "
+            "(`perfledger experiment create --request FILE`); `perfledger status` lists what "
+            "the rules accept next"
+        )  # fmt: skip
     sid = f"{experiment_id}-target"
+    if not experiment.samples.get("screen"):
+        return (
+            f"{experiment_id} has no screen yet (R11: screen before target): "
+            f"`{measuring_command(state, experiment.created.target_id, 'samples.record', experiment_id)}`"
+            ", then its target stage, its verdict, and select the target result if it passed"
+        )
+    measure = measuring_command(state, experiment.created.target_id, "samples.record",
+                                experiment_id)  # fmt: skip
     return (
         f"measure {experiment_id}'s target stage against the current champion, with a monitor "
-        f"(`perfledger measure workload --experiment {experiment_id} --stage target --samples "
-        f"{sid} --ref CMD --cand CMD --monitor gpu|host`, or `measure kernel --stage target`), "
-        f"derive its verdict (`perfledger verdict record --samples {sid}`), then select "
-        f"--samples {sid} if it passed"
+        f"(`{measure} --samples {sid}`), derive its verdict (`perfledger verdict record "
+        f"--samples {sid}`), then select --samples {sid} if it passed"
     )
 
 
@@ -660,6 +744,7 @@ def r14_interval_informative(low: float, high: float, direction: str | None = No
             "R14",
             f"expected improvement interval [{low}, {high}] is not a prediction: both ends must "
             f"be finite, {ends}",
+            f"state a finite interval with {ends}",
         )
     floor = improvement(speedup(high) / R14_MAX_SPAN)  # lowest lower end the span allows
     if high > 0.0:
@@ -725,10 +810,15 @@ def r15_rejection_scope(
             "R15",
             f"experiment {experiment.created.experiment_id!r} preregistered that a failure "
             f"rejects at most the {prereg.rejects}; it cannot close the {closes}",
+            f"close at most the {prereg.rejects} (--closes {prereg.rejects})",
         )
     if closes == "mechanism":
         if local_proxy:
-            raise refuse("R15", "a local proxy cannot close a mechanism")
+            raise refuse(
+                "R15",
+                "a local proxy cannot close a mechanism",
+                "close the implementation (--closes implementation), or measure the workload",
+            )
         if not discriminating_ids:
             raise refuse(
                 "R15",
@@ -738,7 +828,11 @@ def r15_rejection_scope(
             )
         missing = sorted({e for e in discriminating_ids if e not in state.evidence})
         if missing:
-            raise refuse("R15", f"the discriminating evidence {missing} is not recorded")
+            raise refuse(
+                "R15",
+                f"the discriminating evidence {missing} is not recorded",
+                "record that evidence first (`perfledger evidence add --request FILE`)",
+            )
         r15_discriminating_obtained(experiment, discriminating_ids, state)
 
 
@@ -771,4 +865,8 @@ def r15_discriminating_obtained(
         if state.evidence[e].target_id not in (None, created.target_id)
     )
     if foreign:
-        raise refuse("R15", f"the discriminating evidence {foreign} belongs to another Target")
+        raise refuse(
+            "R15",
+            f"the discriminating evidence {foreign} belongs to another Target",
+            "cite evidence recorded for this Target (`perfledger evidence list`)",
+        )

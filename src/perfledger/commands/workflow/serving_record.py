@@ -45,7 +45,10 @@ def metric_kind(name: str, explicit: dict[str, str]) -> str | None:
         kind = explicit[name]
         if kind not in PER_REQUEST_KINDS and kind not in PER_WINDOW_KINDS:
             known = sorted([*PER_REQUEST_KINDS, *PER_WINDOW_KINDS])
-            raise BadRequest(f"--metric {name}={kind}: unknown serving metric; one of {known}")
+            raise BadRequest(
+                f"--metric {name}={kind}: unknown serving metric; one of {known}",
+                hint=f"use one of {known}",
+            )
         return kind
     base = name.lower()
     for suffix in _SUFFIXES:
@@ -61,7 +64,10 @@ def parse_metric_flags(items: tuple[str, ...]) -> dict[str, str]:
     for item in items:
         name, sep, kind = item.partition("=")
         if not sep or not name or not kind:
-            raise BadRequest(f"--metric {item!r}: expected NAME=KIND (e.g. ttft_ms=ttft)")
+            raise BadRequest(
+                f"--metric {item!r}: expected NAME=KIND (e.g. ttft_ms=ttft)",
+                hint="write --metric NAME=KIND, e.g. ttft_ms=ttft",
+            )
         out[name] = kind
     return out
 

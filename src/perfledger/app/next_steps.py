@@ -1,4 +1,5 @@
-"""The decisions ``perfledger resume`` offers: only those the rules accept on the head.
+"""The next steps ``perfledger status``, ``resume`` and the MCP server offer: only those the rules
+accept on the head (the application layer: every adapter shows these, none derives its own).
 
 :func:`perfledger.projections.handoff.next_decisions` proposes candidates from the state; this
 module keeps a candidate only if the operation's real decider, run dry on the head's state,
@@ -23,7 +24,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from perfledger.commands.cli.handoff_request import handoff_request
 from perfledger.commands.registry import operations
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.deciders import DecisionContext
@@ -46,9 +46,14 @@ def _stop_at_derivation(*_: Any) -> Any:
 
 
 def dry_decide(
-    state: WorkflowState, op: str, body: dict[str, Any], payload_of: Callable[[str], Any] | None
+    state: WorkflowState,
+    op: str,
+    body: dict[str, Any],
+    payload_of: Callable[[str], Any] | None,
+    starting_run: str | None = None,
 ) -> RuleRefused | BadRequest | None:
-    """Run operation ``op``'s real decider on ``state`` with ``body``, appending nothing.
+    """Run operation ``op``'s real decider on ``state`` with ``body``, appending nothing
+    (``starting_run``: the samples id of a formal run the caller starts first, R14).
 
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
@@ -61,6 +66,7 @@ def dry_decide(
         request={"op": op, "body": body},
         payload_of=payload_of,
         derive=_stop_at_derivation,
+        starting_run=starting_run,
     )
     try:
         model = operations.validate(op, body)
@@ -70,11 +76,13 @@ def dry_decide(
     except (RuleRefused, BadRequest) as exc:
         return exc
     except PerfledgerError as exc:  # an integrity failure reading samples: not offered
-        return BadRequest(exc.message)
+        return BadRequest(exc.message, hint=exc.hint)
     return None
 
 
-def _probe(state: WorkflowState, d: NextDecision, handoff: Any) -> dict[str, Any] | None:
+def _probe(
+    state: WorkflowState, d: NextDecision, handoff_body: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """A request for candidate ``d`` whose content the caller writes, built from the state."""
     if d.op == "conflict.resolve":
         conflict = state.conflicts.get(d.about or "")
@@ -87,8 +95,8 @@ def _probe(state: WorkflowState, d: NextDecision, handoff: Any) -> dict[str, Any
     if d.op == "reconcile":
         return {"experiment_id": d.about, "premise": "scope", "explanation": PLACEHOLDER,
                 "corrected_model": {"description": PLACEHOLDER}}  # fmt: skip
-    if d.op == "handoff.record" and handoff is not None:
-        return handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
+    if d.op == "handoff.record":
+        return handoff_body
     return None
 
 
@@ -103,7 +111,11 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
     elif d.op == "resolution.record":
         rules.r1_target_current(state, tid)
         if target.baseline is None:
-            raise rules.refuse("R4", "record the original's baseline first")
+            raise rules.refuse(
+                "R4",
+                "record the original's baseline first",
+                "`perfledger status` names the baseline measurement of this Target's kind",
+            )
     elif d.op == "experiment.create":
         rules.r1_target_current(state, tid)
         rules.r14_no_pending_reconciliation(target)
@@ -114,7 +126,11 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
     elif d.op == "activity.explain" and (
         d.about in state.verdicts or d.about in state.final_audits
     ):
-        raise rules.refuse("R17", f"the verdict of samples {d.about!r} is already recorded")
+        raise rules.refuse(
+            "R17",
+            f"the verdict of samples {d.about!r} is already recorded",
+            "read it with `perfledger verdict explain ID`; new samples get a verdict of their own",
+        )
 
 
 def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:
@@ -126,13 +142,11 @@ def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str |
     experiment = state.experiments.get(experiment_id or "")
     if experiment is None:
         return
-    if experiment.rejection is not None:
-        raise rules.refuse("R15", f"experiment {experiment_id!r} was rejected")
+    rules.r15_not_rejected(state, experiment.created.experiment_id)
     if target.champion == experiment_id:
         return  # final-audit samples of the champion
     if experiment.samples.get("screen"):  # the next stage is the target stage
-        if experiment.status == "screen_failed":
-            raise rules.refuse("R11", "the screen rejected this experiment")
+        rules.r11_screen_before_target(state, experiment.created.experiment_id)
         assert target.resolution is not None
         rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
 
@@ -141,7 +155,7 @@ def allowed_decisions(
     state: WorkflowState,
     target_id: str,
     payload_of: Callable[[str], Any] | None,
-    handoff: Any = None,
+    handoff_body: dict[str, Any] | None = None,
 ) -> list[NextDecision]:
     """The next decisions on ``target_id`` that the rules accept on this state (see the module
     docstring), most urgent first. A champion selection refused as stale (R11) is replaced by
@@ -151,17 +165,21 @@ def allowed_decisions(
         state: the folded state at the head.
         target_id: a Target of ``state``.
         payload_of: event id -> recorded payload (the verdict deciders read samples by id).
-        handoff: the derived :class:`~perfledger.projections.handoff.Handoff`, for the
-            ``handoff.record`` probe (None: that candidate is gated on the Target only).
+        handoff_body: the ``handoff.record`` request derived from the state (the adapter's
+            ``handoff_request``), decided dry as the probe of that candidate (None: the
+            candidate is gated on the Target only).
     Raises: KeyError for an unknown Target.
     """
     target = state.targets[target_id]
+    demoted = former_champions(target)
     out: list[NextDecision] = []
     for d in next_decisions(state, target_id):
+        if d.about in demoted or _experiment_of(state, d) in demoted:
+            continue  # a champion a later one replaced: closed, never offered again
         if target.status != "current":
             out.append(d)  # "resume from the superseding Target": advice, not a decision
             continue
-        body = d.request if d.request is not None else _probe(state, d, handoff)
+        body = d.request if d.request is not None else _probe(state, d, handoff_body)
         try:
             if body is not None:
                 refusal = dry_decide(state, d.op, body, payload_of)
@@ -180,6 +198,54 @@ def allowed_decisions(
                     out.append(stale)
             continue
         out.append(d)
+    return out
+
+
+def former_champions(target: TargetView) -> set[str]:
+    """The experiments that were ``target``'s champion and were replaced by a later champion
+    (R13 lineage): their work is carried by the champion that replaced them, so nothing offers
+    to measure or select them again."""
+    current = target.champion
+    return {e.champion for e in target.lineage if e.champion not in (current, "original")}
+
+
+def obligations(state: WorkflowState, target_id: str) -> list[dict[str, Any]]:
+    """What blocks decisions on ``target_id``: owed reconciliations (R14), unresolved conflicts,
+    and passed target-stage results whose reference is no longer current (R11 stale) that the
+    rules let be measured again now (a former champion is not one: see
+    :func:`former_champions`). Each ``{"kind", "rule", "about", "text"}``.
+
+    Raises: KeyError for an unknown Target."""
+    target = state.targets[target_id]
+    out: list[dict[str, Any]] = []
+    for pending in target.pending.values():
+        out.append({"kind": "reconciliation", "rule": "R14", "about": pending.experiment_id,
+                    "text": f"{pending.experiment_id}: result {pending.samples_id} lies outside "
+                    "its claim's interval; no new experiment or champion until "
+                    "`perfledger reconcile`"})  # fmt: skip
+    for conflict in state.conflicts.values():
+        if conflict.target_id == target_id and conflict.resolved_by is None:
+            out.append({"kind": "conflict",
+                        "rule": {"champion": "R13", "owed_champion": "R14"}.get(conflict.kind, "R1"),
+                        "about": conflict.conflict_id,
+                        "text": f"{conflict.kind} conflict {conflict.conflict_id} between "
+                        f"{' and '.join(conflict.options)} blocks {conflict.kind} decisions: "
+                        f"`perfledger resolve {conflict.conflict_id} --keep OPTION`"})  # fmt: skip
+    demoted = former_champions(target)
+    for experiment_id in target.experiments:
+        e = state.experiments.get(experiment_id)
+        if e is None or e.status != "passed" or experiment_id in demoted:
+            continue
+        latest = (e.samples.get("target") or [None])[-1]
+        view = state.samples.get(latest or "")
+        if view is None or rules.is_current_reference(state, target, view.reference):
+            continue
+        again = NextDecision(op="samples.record", why="", rule="R11", about=experiment_id)
+        if target.status == "current" and _accepted_gate(state, target, again):
+            out.append({"kind": "stale", "rule": "R11", "about": latest,
+                        "text": f"{experiment_id}'s passed result {latest} was measured against "
+                        "a reference that is no longer the current champion: measure its target "
+                        "stage again before selecting it"})  # fmt: skip
     return out
 
 
