@@ -299,10 +299,15 @@ class CheckpointPolicy:
     def __post_init__(self) -> None:
         if (self.trusted_dir or self.require_signers) and not self.signers_file:
             raise BadRequest(
-                "--trust and --require-signer need --signers FILE (the allowed signers)"
+                "--trust and --require-signer need --signers FILE (the allowed signers)",
+                hint='add --signers FILE: one line per key, `NAME namespaces="git" KEY` (git\'s '
+                "gpg.ssh.allowedSignersFile format)",
             )
         if self.max_unsigned_events is not None and self.max_unsigned_events < 0:
-            raise BadRequest("--max-unsigned-events must be 0 or more")
+            raise BadRequest(
+                "--max-unsigned-events must be 0 or more",
+                hint="pass the number of events the head may run past the last checkpoint",
+            )
 
     @property
     def demands(self) -> bool:

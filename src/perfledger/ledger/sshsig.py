@@ -65,7 +65,10 @@ def signers(payload: bytes, signature: bytes, signers_file: str, *, what: str) -
         does not verify (a forged or altered payload); BadRequest when the file is missing.
     """
     if not os.path.isfile(signers_file):
-        raise BadRequest(f"no allowed-signers file at {signers_file}")
+        raise BadRequest(
+            f"no allowed-signers file at {signers_file}",
+            hint="pass --signers FILE naming an existing allowed-signers file (git's format)",
+        )
     with tempfile.NamedTemporaryFile(prefix="perfledger-sig-") as sig:
         sig.write(signature)
         sig.flush()
