@@ -300,8 +300,8 @@ class CheckpointPolicy:
         if (self.trusted_dir or self.require_signers) and not self.signers_file:
             raise BadRequest(
                 "--trust and --require-signer need --signers FILE (the allowed signers)",
-                hint='add --signers FILE: one line per key, `NAME namespaces="git" KEY` (git\'s '
-                "gpg.ssh.allowedSignersFile format)",
+                hint="add --signers FILE: one line per key, `NAME KEYTYPE BASE64KEY` (the format "
+                "of git's gpg.ssh.allowedSignersFile)",
             )
         if self.max_unsigned_events is not None and self.max_unsigned_events < 0:
             raise BadRequest(
