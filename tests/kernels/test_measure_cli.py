@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
@@ -100,16 +101,14 @@ def _experiment(path: Path) -> None:
         ledger.close()
 
 
-def _record_resolution(path: Path, resolution: float = 0.02) -> None:
-    """Record a fixed resolution (R4) for tests that go on to the target stage: an A/A measured on
-    a loaded CI machine can be wide enough for R8 to refuse the target stage, which is not what
-    those tests are about (``test_r4_measure_aa_records_the_resolution`` covers the A/A path)."""
+def _record_resolution(path: Path) -> None:
+    """Record a measured resolution (R4) as ``measure aa --record`` would, from an A/A table
+    with little spread, for tests that go on to the target stage: an A/A measured on a loaded CI
+    machine can be wide enough for R8 to refuse the target stage, which is not what those tests
+    are about (``test_r4_measure_aa_records_the_resolution`` covers the A/A path)."""
     ledger = Ledger.open(path)
     try:
-        execute(ledger, "resolution.record", {
-            "target_id": "t1", "resolution": resolution, "repeats": 12,
-            "notes": "fixed by the test",
-        }, actor="agent")  # fmt: skip
+        record_measured_aa(ledger, "t1")
     finally:
         ledger.close()
 

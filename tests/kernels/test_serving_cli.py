@@ -14,6 +14,7 @@ from typing import Any
 import blake3
 import pytest
 from serving_standin import BASE, standin
+from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
@@ -81,9 +82,7 @@ def _setup(
             "target_id": "t1", "original_hash": ORIGINAL, "metric": "ttft_ms", "unit": "ms",
             "values": [50.0, 51.0, 49.0], "environment_id": env["environment_id"],
         })  # fmt: skip
-        run("resolution.record", {
-            "target_id": "t1", "resolution": 0.02, "repeats": 12, "notes": "fixed by the test",
-        })  # fmt: skip
+        record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", {
             "evidence_id": "ev1", "layer": "service", "tool": {"name": "manual", "version": "1"},
             "facts": [{"name": "prefill share", "value": 0.9, "unit": "ratio"}],

@@ -23,6 +23,7 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
+from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
@@ -202,9 +203,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_ms",
             "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
         })  # fmt: skip
-        run("resolution.record", {
-            "target_id": "t1", "resolution": 0.02, "repeats": 12, "notes": "fixed by the test",
-        })  # fmt: skip
+        record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", {
             "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},
             "facts": [{"name": "share", "value": 0.95, "unit": "ratio"}],

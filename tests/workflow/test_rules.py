@@ -138,7 +138,7 @@ def test_r3_mismatched_metric_makes_results_diagnostic_only(bare: Session) -> No
     bare.run("readiness.record", readiness())
     bare.run("metric-audit.record", metric_audit(matches_target=False, reconstructed=True))
     bare.run("baseline.record", baseline())
-    bare.run("resolution.record", resolution())
+    bare.measure_aa()
     verdict = bare.passed()
     assert verdict["status"] == "pass" and verdict["diagnostic_only"] is True
     bare.refused(

@@ -17,7 +17,6 @@ from wf_scenario import (
     make_pairs,
     metric_audit,
     readiness,
-    resolution,
     samples,
     target_freeze,
 )
@@ -140,9 +139,9 @@ def test_r12_verdicts_recorded_under_schema_2_are_re_derived_by_per_case_v1(
     median = {"name": PRIMARY, "unit": "ms", "direction": "lower_is_better", "statistic": "median"}
     bare.run("target.freeze", target_freeze(primary=median))
     for op, body in (("evidence.add", evidence()), ("readiness.record", readiness()),
-                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
-                     ("resolution.record", resolution())):  # fmt: skip
+                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline())):  # fmt: skip
         bare.run(op, body)
+    bare.measure_aa()
     bare.screened()
     # the test set's two cases: `small` 55 % better; `large` 30 % slower in 3 calls of 5
     pairs = [p for p in _outvoted((1.3, 0.5)) if p.case in ("c1", "big")]
@@ -223,9 +222,9 @@ def test_r17_a_target_that_declared_its_metric_immune_to_host_load_passes_and_sa
     body = readiness()
     body["statistics"] = {**body["statistics"], "allow_explained_foreign_activity": True}
     for op, request in (("evidence.add", evidence()), ("readiness.record", body),
-                        ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
-                        ("resolution.record", resolution())):  # fmt: skip
+                        ("metric-audit.record", metric_audit()), ("baseline.record", baseline())):  # fmt: skip
         bare.run(op, request)
+    bare.measure_aa()
     bare.screened()
     bare.run("samples.record", _foreign(12))
     verdict = bare.run("verdict.record", {"samples_id": "e1-target"})

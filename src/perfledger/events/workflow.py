@@ -326,6 +326,13 @@ class ResolutionEstimated(_Payload, kw_only=True):
     notes: str = ""
     #: per test case: the case's own resolution (ratio); ``resolution`` is their maximum
     per_case: dict[str, float] = {}
+    #: derived (schema :data:`R4_MEASURED_RESOLUTION` on): ``perfledger`` when the figures were
+    #: re-derived from the A/A raw table attached as ``raw_table``, ``declared`` when typed
+    #: (recorded, deciding nothing); empty for a resolution recorded before, which keeps its
+    #: meaning
+    source: str = ""
+    #: the attached A/A raw table the figures were re-derived from (``source == "perfledger"``)
+    raw_table: str = ""
 
 
 # --------------------------------------------------------------------------- evidence (R6, R10)
@@ -1233,6 +1240,16 @@ R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
 #: actor other than the experiment's creator, the samples' recorder and the one explaining;
 #: explanations recorded before keep their typed meaning.
 R17_EXPLAINED_BY_REVIEW = 2
+#: The ``ResolutionEstimated`` schema version from which a resolution decides verdicts only when
+#: perfledger measured it (R4): its figures are re-derived from the A/A raw table attached to
+#: the event, at record time and at audit; a typed one is recorded as ``declared`` and decides
+#: nothing. Resolutions recorded before keep their meaning.
+R4_MEASURED_RESOLUTION = 3
+#: The ``VerdictRecorded`` (and :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT` for
+#: ``FinalAuditRecorded``) schema version from which a verdict judged against a declared
+#: resolution cannot pass (R4, R12); events recorded before are re-derived without it.
+R4_MEASURED_RESOLUTION_VERDICT = 6
+R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1258,7 +1275,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: (:data:`R13_FAILED_AUDIT_DEMOTES`). Version 10 of ``SamplesRecorded`` and 4 of
 #: ``ChampionSelected`` flag and block implausible ratios (:data:`R12_PLAUSIBLE_RATIO`,
 #: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`). Version 2 of ``ActivityExplained`` takes a review
-#: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`).
+#: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`). Version 3 of
+#: ``ResolutionEstimated``, 6 of ``VerdictRecorded`` and 7 of ``FinalAuditRecorded`` take only
+#: a measured resolution (:data:`R4_MEASURED_RESOLUTION`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1268,8 +1287,10 @@ SCHEMA_VERSIONS = {
         R14_MEASURED_OBLIGATION,
         R12_PLAUSIBLE_RATIO,
     ),
-    "VerdictRecorded": R12_EVERY_CASE,
-    "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
+    "VerdictRecorded": max(R12_EVERY_CASE, R4_MEASURED_RESOLUTION_VERDICT),
+    "FinalAuditRecorded": max(
+        R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES, R4_MEASURED_RESOLUTION_FINAL_AUDIT
+    ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY, R7_COMPUTED_BOUND, R14_INFORMATIVE_INTERVAL
     ),
@@ -1277,7 +1298,7 @@ SCHEMA_VERSIONS = {
         R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
     ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
-    "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
+    "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
     "TargetFrozen": R1_KNOWN_UNITS,
     "TargetSuperseded": R1_KNOWN_UNITS,
     "ActivityExplained": R17_EXPLAINED_BY_REVIEW,

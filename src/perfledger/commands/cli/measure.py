@@ -92,6 +92,7 @@ from perfledger.commands.cli.output_check import (
 from perfledger.commands.cli.preview import verdict_preview
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.commands.workflow.deciders import work_metrics
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.commands.workflow.samples_body import samples_body
@@ -1228,6 +1229,8 @@ def measure_aa(
     primary = target.definition.primary
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
+    if target.readiness is not None:  # R4: the table names the Target whose original it measured
+        artifact["binding"] = aa_binding(target_id, target.readiness.original.content_hash)
     aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
     if cmd is not None:
         check_original_command(target, cmd)  # R11: the A/A runs the original's code
@@ -1367,6 +1370,7 @@ def measure_aa(
                 case: {
                     "comparisons": [
                         {
+                            "valid": c.valid,
                             "stats": c.stats.to_json() if c.stats else None,
                             "flags": c.flags,
                             "rows": c.table(),
@@ -1394,6 +1398,7 @@ def measure_aa(
         "repeats": repeats,
         "notes": method_note,
         "per_case": per_case,
+        "raw_table": RESOLUTION_ARTIFACT,  # R4: re-derived from the table, so it decides
     }
     result: dict[str, Any] = {
         "resolution": resolution,

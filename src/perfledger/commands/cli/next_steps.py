@@ -134,7 +134,7 @@ def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str |
         if experiment.status == "screen_failed":
             raise rules.refuse("R11", "the screen rejected this experiment")
         assert target.resolution is not None
-        rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+        rules.r8_formal_stage_allowed(experiment, target.resolution_in_force.resolution)
 
 
 def allowed_decisions(

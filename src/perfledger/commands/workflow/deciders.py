@@ -30,12 +30,14 @@ from perfledger.commands.workflow import (
     rules,
 )
 from perfledger.commands.workflow import requests as rq
+from perfledger.commands.workflow.aa_table import AaTableMismatch, rederive_aa
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.review_evidence import interested_actors
 from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
     r2_declared_before_data,
+    r4_declared_resolution,
     r4_resolution_not_lowered,
     r12_every_case,
 )
@@ -50,6 +52,9 @@ from perfledger.events.workflow import (
     PER_CASE_V2,
     R1_KNOWN_UNITS,
     R2_STATISTICS_FROZEN,
+    R4_MEASURED_RESOLUTION,
+    R4_MEASURED_RESOLUTION_FINAL_AUDIT,
+    R4_MEASURED_RESOLUTION_VERDICT,
     R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
@@ -153,6 +158,9 @@ class DecisionContext:
         actor_of: who appended a recorded event (its envelope's ``actor``), by event id, where
             a rule asks who decided (R12: a review by another actor); None where unknown (a
             dry run), and such rules then see no other actor.
+        artifact: the bytes of an artifact attached to the event being decided, by name (None
+            when not attached), where a rule re-derives figures from it (R4: the A/A raw
+            table); None where no attachment can be read (a dry run).
     """
 
     op: str
@@ -165,11 +173,20 @@ class DecisionContext:
     schema: int | None = None
     actor_of: Callable[[str], str] | None = None
     starting_run: str | None = None
+    artifact: Callable[[str], bytes | None] | None = None
 
     def recorded_before(self, kind: str, version: int) -> bool:
         """Whether this re-decides an event of ``kind`` recorded under a schema older than
         ``version`` (so under the rule before the one ``version`` introduced)."""
         return self.schema is not None and self.schema < version
+
+
+def _in_force(target: TargetView) -> ResolutionEstimated:
+    """The resolution a decision on ``target`` uses (R4: the measured one, else a declared one,
+    whose verdicts cannot pass); the rules have checked that one is recorded."""
+    in_force = target.resolution_in_force
+    assert in_force is not None  # rules.r4_baseline_and_resolution
+    return in_force
 
 
 def rules_version(ctx: DecisionContext, kind: str) -> int:
@@ -448,9 +465,65 @@ def decide_resolution_record(
         raise refuse("R4", "record the original's baseline before its measurement resolution")
     if req.repeats < 2:
         raise refuse("R4", "a resolution needs at least 2 repeated original samples")
-    if rules_version(ctx, "ResolutionEstimated") >= R4_RESOLUTION_NOT_LOWERED:
+    body = dump(req)
+    version = rules_version(ctx, "ResolutionEstimated")
+    if version >= R4_MEASURED_RESOLUTION:
+        # R4: only figures re-derived from an attached A/A raw table decide anything
+        body["source"] = "perfledger" if req.raw_table else "declared"
+        if req.raw_table:
+            _r4_measured_figures(target, req, ctx)
+    elif req.raw_table:
+        raise BadRequest("raw_table is not part of resolutions of this rule version")
+    if version >= R4_RESOLUTION_NOT_LOWERED and body.get("source") != "declared":
         r4_resolution_not_lowered(state, target, req.resolution, req.per_case, req.repeats)
-    return _emit(ctx, _build(ResolutionEstimated, dump(req)))
+    return _emit(ctx, _build(ResolutionEstimated, body))
+
+
+def _r4_measured_figures(
+    target: TargetView, req: rq.ResolutionRecord, ctx: DecisionContext
+) -> None:
+    """R4: a resolution that claims to be measured is what its attached A/A raw table re-derives
+    (:mod:`perfledger.commands.workflow.aa_table`): the same resolution, per-case figures and
+    repeats. Raises: RuleRefused (R4) naming the difference or the table's fault."""
+    raw = ctx.artifact(req.raw_table) if ctx.artifact is not None else None
+    if raw is None:
+        raise refuse(
+            "R4",
+            f"the resolution names the A/A raw table {req.raw_table!r}, which is not attached",
+            "record the resolution with `perfledger measure aa --target T --cmd CMD --record`",
+        )
+    readiness = target.readiness
+    assert readiness is not None  # a baseline, hence readiness, precedes a resolution
+    try:
+        resolution, per_case, repeats = rederive_aa(
+            raw,
+            target=target.definition.target_id,
+            primary=target.definition.primary,
+            statistics=readiness.statistics,
+            original_hash=readiness.original.content_hash,
+        )
+    except AaTableMismatch as exc:
+        raise refuse(
+            "R4", f"the resolution cannot be re-derived from its A/A raw table: {exc}",
+            "record what `perfledger measure aa --record` measured, unchanged",
+        ) from None  # fmt: skip
+    same = (
+        math.isclose(resolution, req.resolution, rel_tol=1e-9, abs_tol=1e-12)
+        and repeats == req.repeats
+        and set(per_case) == set(req.per_case)
+        and all(
+            math.isclose(v, req.per_case[c], rel_tol=1e-9, abs_tol=1e-12)
+            for c, v in per_case.items()
+        )
+    )
+    if not same:
+        raise refuse(
+            "R4",
+            f"the resolution {req.resolution:g} from {req.repeats} repeats (per case "
+            f"{dict(req.per_case)}) is not what its A/A raw table derives: {resolution:g} from "
+            f"{repeats} repeats (per case {per_case})",
+            "record what `perfledger measure aa --record` measured, unchanged",
+        )
 
 
 # ---------------------------------------------------------------------------------- evidence
@@ -549,7 +622,7 @@ def decide_experiment_create(
         raise refuse("R14", *rules.r14_interval_missing(claim))
     figures = rules.r7_claim_figures(
         target.definition,
-        target.resolution.resolution,
+        _in_force(target).resolution,
         coverage=claim.coverage,
         local_speedup=claim.local_speedup,
         added_cost=claim.added_cost,
@@ -709,7 +782,7 @@ def decide_samples_record(
                 raise refuse("R11", "stages are ordered: screen before target")
             if experiment.status == "screen_failed":
                 raise refuse("R11", "the screen rejected this experiment")
-            rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+            rules.r8_formal_stage_allowed(experiment, _in_force(target).resolution)
     if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
         _r14_measured_obligation(state, target, req, ctx)
     _samples_common(target, req)
@@ -851,12 +924,13 @@ def derivation_params(
 ) -> DerivationParams:
     """The :class:`DerivationParams` of a Target with readiness and resolution recorded;
     ``pooled`` for the rule of schema-1 verdicts, ``method`` the per-case method."""
-    assert target.readiness is not None and target.resolution is not None
+    assert target.readiness is not None
+    in_force = _in_force(target)  # R4: a declared resolution after a measured one decides nothing
     return DerivationParams(
         target.definition,
         target.readiness.statistics,
-        target.resolution.resolution,
-        dict(target.resolution.per_case),
+        in_force.resolution,
+        dict(in_force.per_case),
         pooled,
         method,
     )
@@ -1144,6 +1218,8 @@ def decide_verdict_record(
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R12_EVERY_CASE:
         status = r12_every_case(target, samples, status, notes)
+    if rules_version(ctx, "VerdictRecorded") >= R4_MEASURED_RESOLUTION_VERDICT:
+        status = r4_declared_resolution(target, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -1246,6 +1322,8 @@ def decide_final_audit_record(
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R12_EVERY_CASE_FINAL_AUDIT:
         status = r12_every_case(target, samples, status, notes)
+    if rules_version(ctx, "FinalAuditRecorded") >= R4_MEASURED_RESOLUTION_FINAL_AUDIT:
+        status = r4_declared_resolution(target, status, notes)
     if (
         rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
         and samples.cand_failures

@@ -134,7 +134,8 @@ def r4_baseline_and_resolution(target: TargetView) -> None:
     if target.resolution is None:
         raise refuse(
             "R4", f"no measurement resolution is recorded for Target {tid!r}",
-            "estimate it from repeated original samples: `perfledger resolution record`",
+            "measure it, the original against itself: `perfledger measure aa --target "
+            f"{tid} --cmd CMD --record`",
         )  # fmt: skip
 
 
