@@ -45,10 +45,11 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
         # R14: a target result owes its verdict before the experiment measures the stage again
         _cli(ledger_path, tmp_path, "verdict", "record", "--samples",
              json.loads(done.stdout)["samples_id"], "--json")  # fmt: skip
-        explained = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
-                         "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
-                         "--monitor", "host", "--explain-foreign", "cpu_ms is own CPU time",
-                         "--json", "--quiet")  # fmt: skip
+        # R17: the typed explanation is gone; passing it is refused before anything runs
+        typed = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
+                     "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
+                     "--monitor", "host", "--explain-foreign", "cpu_ms is own CPU time",
+                     "--json", "--quiet", check=False)  # fmt: skip
     finally:
         for proc in spinners:
             proc.kill()
@@ -57,10 +58,9 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
     assert answer["foreign_windows"] > 0
     [warning] = answer["warnings"]
     assert f"{answer['foreign_windows']}/10 target-stage sample windows" in warning
-    assert "will be inconclusive (R17)" in warning and "--explain-foreign" in warning
-    assert "warning: " in done.stderr
-    assert json.loads(explained.stdout)["warnings"] == []  # explained: nothing to warn about
-    assert "R17" not in explained.stderr and "foreign" not in explained.stderr
+    assert "will be inconclusive (R17)" in warning and "review record" in warning
+    assert "--explain-foreign" not in warning and "warning: " in done.stderr
+    assert typed.returncode == 2 and "--explain-foreign was removed" in typed.stdout + typed.stderr
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
                     "--cand-url", f"{url}/b/v1", "--requests", str(testset), "--concurrency", "8",
                     "--pairs", "7", "--steady", "20", "--drift-threshold", "0.2", "--experiment", "e1",
                     "--stage", "screen",
-                    "--monitor", "host", "--explain-foreign", "the stand-in server and other CI jobs",
+                    "--monitor", "host",
                     "--quiet", "--json", "--raw", str(tmp_path / "raw.json"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)

@@ -23,7 +23,7 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
-from wf_scenario import record_measured_aa
+from wf_scenario import explain_stage_by_review, record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
@@ -135,8 +135,11 @@ class Session:
         if stage == "screen":
             args.append("--no-monitor")
         else:
-            args += ["--monitor", "host", "--explain-foreign", EXPLAIN]
-        return self.cli(*args, "--json")
+            args += ["--monitor", "host"]
+        done = self.cli(*args, "--json")
+        if stage != "screen" and done.returncode == 0:  # R17: another actor's review explains
+            explain_stage_by_review(self.ledger, exp, stage, explanation=EXPLAIN)
+        return done
 
 
 def _claim() -> dict[str, Any]:

@@ -257,3 +257,18 @@ def test_r4_a_resolution_recorded_before_the_rule_keeps_its_typed_meaning(bare: 
         [draft] = deciders.decide_verdict_record(state, VerdictRecord(samples_id="e1-target"), ctx)
         assert draft.payload.status == status
         state = bare.state()
+
+
+def test_r4_target_show_says_a_typed_resolution_is_declared(bare: Session, tmp_path: Any) -> None:
+    import subprocess
+
+    from subprocess_env import isolated_env, perfledger_command
+
+    _up_to_baseline(bare)
+    bare.run("resolution.record", resolution())
+    shown = subprocess.run(
+        [*perfledger_command(), "--ledger", str(bare.ledger.path), "target", "show", T1],
+        capture_output=True, text=True, env=isolated_env(tmp_path), check=True,
+    )  # fmt: skip
+    assert "declared: typed, it decides nothing" in shown.stdout
+    assert "measure aa --record" in shown.stdout

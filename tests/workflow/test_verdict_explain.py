@@ -88,7 +88,8 @@ def test_r17_foreign_activity_is_named_with_the_fix(ready: Session) -> None:
     busy = {"observed": True, "foreign_activity": True, "flags": ["foreign_pid:4242"]}
     e = explain_verdict(_target(ready, "e1-t", 0.2, monitor=busy))
     assert e["condition"] == "foreign_activity"
-    assert "R17" in e["reason"] and "--explain-foreign" in e["reason"]
+    assert "R17" in e["reason"] and "activity explain" in e["reason"]
+    assert "--explain-foreign" not in e["reason"]
     assert "derivation was pass" in e["reason"]
 
 

@@ -381,6 +381,43 @@ def target_aa_rows(
     return aa_rows(cases, pairs=pairs, spread=spread, metric=primary.name, unit=primary.unit)
 
 
+def explain_by_review(
+    ledger: Ledger, samples_id: str, explanation: str = "the activity cannot move the metric",
+    *, reviewer: str = "reviewer", actor: str = ACTOR,
+) -> list[int]:  # fmt: skip
+    """R17: explain the foreign activity of ``samples_id`` as an agent must: ``reviewer`` (an
+    actor other than the experiment's) reviews the samples' event, and ``actor`` explains the
+    pairs with foreign activity citing that review. Returns those pairs (none: nothing
+    appended)."""
+    view = ledger.state().samples[samples_id]
+    payload = ledger.payload(view.event_id)
+    foreign = [i for i, p in enumerate(payload.pairs)
+               if p.monitor is not None and p.monitor.foreign_activity]  # fmt: skip
+    if foreign:
+        review_id = f"rv-{samples_id}"
+        execute(ledger, "review.record", {
+            "review_id": review_id, "reviewer": reviewer, "model_family": "human",
+            "subject": "other", "subject_event": view.event_id,
+            "challenge": "foreign activity in the windows", "response": explanation,
+            "dissent_remains": False}, actor=reviewer)  # fmt: skip
+        execute(ledger, "activity.explain", {
+            "samples_id": samples_id, "pairs": foreign, "explanation": explanation,
+            "review_id": review_id}, actor=actor)  # fmt: skip
+    return foreign
+
+
+def explain_stage_by_review(path: Any, experiment_id: str, stage: str, **over: Any) -> None:
+    """:func:`explain_by_review` on every samples of ``experiment_id``'s ``stage`` in the ledger
+    at ``path`` not yet explained (what a test of another rule does after each formal stage,
+    since a typed explanation decides nothing, R17); ``over`` goes to it."""
+    with Ledger.open(path) as ledger:
+        state = ledger.state()
+        for sid, view in sorted(state.samples.items()):
+            mine = view.experiment_id == experiment_id and view.stage == stage
+            if mine and sid not in state.explanations:
+                explain_by_review(ledger, sid, **over)
+
+
 class Session:
     """Drive operations in-process on a real ledger, with a deterministic clock."""
 

@@ -1250,6 +1250,14 @@ R4_MEASURED_RESOLUTION = 3
 #: resolution cannot pass (R4, R12); events recorded before are re-derived without it.
 R4_MEASURED_RESOLUTION_VERDICT = 6
 R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
+#: The ``SamplesRecorded`` schema version (``ActivityExplained`` :data:`R17_NO_TYPED_EXPLANATION`;
+#: ``VerdictRecorded`` and ``FinalAuditRecorded`` from :data:`R4_MEASURED_RESOLUTION_VERDICT` and
+#: :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT`) from which an ``explained`` text typed into a
+#: pair's monitor record explains nothing (R17): the samples count that pair's foreign activity
+#: as unexplained, a verdict or final audit sees it so, and ``activity explain`` (a review by
+#: another actor) may explain it. Events recorded before keep the typed explanation's meaning.
+R17_SAMPLES_TYPED_EXPLANATION_IGNORED = 11
+R17_NO_TYPED_EXPLANATION = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1277,7 +1285,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: :data:`R12_IMPLAUSIBLE_BLOCKS_CHAMPION`). Version 2 of ``ActivityExplained`` takes a review
 #: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`). Version 3 of
 #: ``ResolutionEstimated``, 6 of ``VerdictRecorded`` and 7 of ``FinalAuditRecorded`` take only
-#: a measured resolution (:data:`R4_MEASURED_RESOLUTION`).
+#: a measured resolution (:data:`R4_MEASURED_RESOLUTION`); with version 11 of
+#: ``SamplesRecorded`` and 3 of ``ActivityExplained``, a typed explanation in samples explains
+#: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1286,6 +1296,7 @@ SCHEMA_VERSIONS = {
         R11_CALLS_FROM_COPIES,
         R14_MEASURED_OBLIGATION,
         R12_PLAUSIBLE_RATIO,
+        R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     ),
     "VerdictRecorded": max(R12_EVERY_CASE, R4_MEASURED_RESOLUTION_VERDICT),
     "FinalAuditRecorded": max(
@@ -1301,7 +1312,7 @@ SCHEMA_VERSIONS = {
     "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
     "TargetFrozen": R1_KNOWN_UNITS,
     "TargetSuperseded": R1_KNOWN_UNITS,
-    "ActivityExplained": R17_EXPLAINED_BY_REVIEW,
+    "ActivityExplained": max(R17_EXPLAINED_BY_REVIEW, R17_NO_TYPED_EXPLANATION),
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

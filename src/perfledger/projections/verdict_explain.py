@@ -139,8 +139,10 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     elif r17 is not None and status == "inconclusive":
         condition = "foreign_activity"
         reason = (
-            f"{r17}; without it the derivation was {derived} ({ci}); re-measure with "
-            "--explain-foreign TEXT if the activity cannot affect the metric"
+            f"{r17}; without it the derivation was {derived} ({ci}); if the activity cannot "
+            "affect the metric, another actor's review explains it (`perfledger review record`, "
+            "then `perfledger activity explain` citing it, before the verdict); else re-measure "
+            "on a quieter machine"
         )
     elif wall is not None and status == "inconclusive" and derived == "pass":
         condition = "wall_clock"

@@ -115,19 +115,28 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                                "FinalAuditRecorded": 6, "ReadinessRecorded": 4,
                                "ResolutionEstimated": 2, "SamplesRecorded": 8,
                                "VerdictRecorded": 4},
-    # R4: only a measured resolution decides (the three rules landed together)
-    ("ResolutionEstimated", 3): {"ActivityExplained": 2, "ChampionSelected": 4,
+    # R4: only a measured resolution decides; R17: a typed explanation explains nothing (the
+    # five rules landed together)
+    ("ResolutionEstimated", 3): {"ActivityExplained": 3, "ChampionSelected": 4,
                                  "ExperimentCreated": 4, "FinalAuditRecorded": 7,
-                                 "ReadinessRecorded": 4, "SamplesRecorded": 10,
+                                 "ReadinessRecorded": 4, "SamplesRecorded": 11,
                                  "VerdictRecorded": 6},
-    ("VerdictRecorded", 6): {"ActivityExplained": 2, "ChampionSelected": 4,
+    ("VerdictRecorded", 6): {"ActivityExplained": 3, "ChampionSelected": 4,
                              "ExperimentCreated": 4, "FinalAuditRecorded": 7,
                              "ReadinessRecorded": 4, "ResolutionEstimated": 3,
-                             "SamplesRecorded": 10},
-    ("FinalAuditRecorded", 7): {"ActivityExplained": 2, "ChampionSelected": 4,
+                             "SamplesRecorded": 11},
+    ("FinalAuditRecorded", 7): {"ActivityExplained": 3, "ChampionSelected": 4,
                                 "ExperimentCreated": 4, "ReadinessRecorded": 4,
-                                "ResolutionEstimated": 3, "SamplesRecorded": 10,
+                                "ResolutionEstimated": 3, "SamplesRecorded": 11,
                                 "VerdictRecorded": 6},
+    ("SamplesRecorded", 11): {"ActivityExplained": 3, "ChampionSelected": 4,
+                              "ExperimentCreated": 4, "FinalAuditRecorded": 7,
+                              "ReadinessRecorded": 4, "ResolutionEstimated": 3,
+                              "VerdictRecorded": 6},
+    ("ActivityExplained", 3): {"ChampionSelected": 4, "ExperimentCreated": 4,
+                               "FinalAuditRecorded": 7, "ReadinessRecorded": 4,
+                               "ResolutionEstimated": 3, "SamplesRecorded": 11,
+                               "VerdictRecorded": 6},
 }  # fmt: skip
 
 

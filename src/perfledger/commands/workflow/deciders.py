@@ -73,6 +73,7 @@ from perfledger.events.workflow import (
     R14_MEASURED_OBLIGATION,
     R14_STATED_INTERVAL,
     R14_UNJUDGED_BLOCKS_CHAMPION,
+    R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -806,12 +807,17 @@ def decide_samples_record(
             **body,
             "ref_failures": sum(1 for p in pairs if not p.ref.correct),
             "cand_failures": sum(1 for p in pairs if p.ref.correct and not p.cand.correct),
+            # R17: from schema 11 a typed `explained` explains nothing
             "unexplained_activity": sum(
                 1
                 for p in pairs
                 if p.monitor is not None
                 and p.monitor.foreign_activity
-                and rules.is_unknown(p.monitor.explained)
+                and (
+                    rules.is_unknown(p.monitor.explained)
+                    or rules_version(ctx, "SamplesRecorded")
+                    >= R17_SAMPLES_TYPED_EXPLANATION_IGNORED
+                )
             ),
             "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
             **_implausible(target, req, ctx),
@@ -1205,7 +1211,8 @@ def decide_verdict_record(
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
     explained, notes = rules.r17_explanations(state, samples.samples_id)
-    unexplained = rules.r17_unexplained_pairs(samples, explained)
+    typed_counts = rules_version(ctx, "VerdictRecorded") < R4_MEASURED_RESOLUTION_VERDICT
+    unexplained = rules.r17_unexplained_pairs(samples, explained, typed_counts)
     attribution_clean = unexplained == 0
     if not attribution_clean and status != "inconclusive":
         status = "inconclusive"
@@ -1314,7 +1321,8 @@ def decide_final_audit_record(
         status = "pass"
     else:
         status = "inconclusive"
-    if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
+    typed_counts = rules_version(ctx, "FinalAuditRecorded") < R4_MEASURED_RESOLUTION_FINAL_AUDIT
+    if rules.r17_unexplained_pairs(samples, explained, typed_counts) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
