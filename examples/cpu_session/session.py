@@ -187,7 +187,7 @@ class Session:
         by a review of another actor (``REVIEWER``), which the session cites; nothing when the
         monitor saw none."""
         samples_id, event_id = answer["samples_id"], answer["event_id"]
-        pairs = self.cli("show", event_id)["payload"]["pairs"]
+        pairs = self.cli("show", event_id)["event"]["payload"]["pairs"]
         foreign = [
             i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")
         ]

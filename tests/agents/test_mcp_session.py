@@ -68,7 +68,7 @@ async def _explain_by_review(s: ClientSession, tmp_path: Path, answer: dict[str,
     """R17: windows with foreign activity are explained by another actor's review (through the
     `cli` tool as actor ``reviewer``), cited by ``activity_explain``; nothing when none."""
     event_id, samples_id = answer["event_id"], answer["samples_id"]
-    pairs = (await _ok(s, "cli", {"args": ["show", event_id]}))["payload"]["pairs"]
+    pairs = (await _ok(s, "cli", {"args": ["show", event_id]}))["event"]["payload"]["pairs"]
     foreign = [i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")]
     if not foreign:
         return

@@ -85,7 +85,7 @@ class Session:
         """R17: windows with foreign activity are explained by another actor's review, cited by
         ``activity explain`` (a typed explanation decides nothing); nothing when none."""
         event_id, samples_id = answer["event_id"], answer["samples_id"]
-        pairs = self.cli(f"show {samples_id}", "show", event_id)["payload"]["pairs"]
+        pairs = self.cli(f"show {samples_id}", "show", event_id)["event"]["payload"]["pairs"]
         foreign = [
             i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")
         ]

@@ -185,6 +185,23 @@ def test_cheat_an_aa_table_with_identical_sides_is_refused(bare: Session) -> Non
     assert "measured no noise" in refusal.message
 
 
+def test_cheat_an_aa_table_lengthened_with_copied_calls_is_refused(ready: Session) -> None:
+    """A longer A/A may lower the resolution after samples (R4); copying the calls of the one
+    measured (the same call ids, or the same clock readings under new ids) is not a longer A/A."""
+    ready.passed(gain=0.2)
+    rows = aa_rows(spread=0.1)
+    copied = rows + [{**r, "pair": r["pair"] + 100} for r in rows]
+    with pytest.raises(AaTableMismatch, match="repeats call"):
+        measured_resolution(ready.ledger, rows=copied)
+    observed = [{**r, "start_s": 10.0 + i, "end_s": 10.5 + i} for i, r in enumerate(rows)]
+    renamed = observed + [
+        {**r, "pair": r["pair"] + 100, "call_id": r["call_id"] + "-again"} for r in observed
+    ]
+    with pytest.raises(AaTableMismatch, match="overlap in time"):
+        measured_resolution(ready.ledger, rows=renamed)
+    assert ready.measure_aa(rows=observed)["repeats"] == 20  # the control: each call once
+
+
 def test_cheat_an_aa_table_that_drops_its_slow_pairs_is_caught_by_its_own_figures(
     bare: Session,
 ) -> None:
@@ -207,7 +224,7 @@ def test_cheat_observed_aa_values_unlike_their_clocks_are_refused() -> None:
     rows = []
     for n in range(6):
         for label, wall in (("ref", 0.010 + 0.0001 * n), ("cand", 0.0101 + 0.0001 * n)):
-            start = 1.0 + n
+            start = 1.0 + n + (0.5 if label == "cand" else 0.0)  # one call after the other
             rows.append({"pair": n, "subject": label, "case": "c", "call_id": f"{n}{label}",
                          "ok": True, "correct": True, "warmup": False, "output": {"ok": True},
                          "wall_s": wall, "start_s": start, "end_s": start + wall,

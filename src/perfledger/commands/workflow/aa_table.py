@@ -21,7 +21,8 @@ What the table must hold (:func:`rederive_aa`):
 - ``cases`` tables (kernel: per case, the harness comparisons' ``valid`` bit and statistics):
   the figures of :func:`perfledger.kernels.harness.harness.resolution_from_aa`, per case.
 - A case whose A/A pairs show the same values on both sides in every pair measured no noise
-  (two real runs of a program never time alike to the nanosecond): refused.
+  (two real runs of a program never time alike to the nanosecond): refused; so are calls
+  copied to lengthen the A/A (a call id twice, or two calls whose clock readings overlap).
 
 What this proves, and what it does not: a typed figure cannot pass for a measured one, a table
 cannot be re-used for another Target, and figures that do not follow from their table are
@@ -34,6 +35,7 @@ them (kept off the CLI's start-up path).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -98,6 +100,7 @@ def _workload(
 
     if not all(isinstance(r, dict) for r in rows):
         raise AaTableMismatch("the A/A per-call table has rows that are not objects")
+    _refuse_copied_calls(rows)
     if primary.name in OBSERVED_METRICS:  # R5: an observed value is its own row's clock
         found = observed_rows_mismatch({primary.name: primary.unit}, rows)
         if found is not None:
@@ -135,6 +138,27 @@ def _workload(
     except ValueError as exc:
         raise AaTableMismatch(f"the A/A per-call table derives no resolution: {exc}") from None
     return resolution, per_case, len(pairs)
+
+
+def _refuse_copied_calls(rows: list[dict[str, Any]]) -> None:
+    """Calls copied to lengthen an A/A (more repeats, a smaller resolution, R4): every call id
+    appears once, and calls with clock readings (``start_s``, ``end_s``) do not overlap, as
+    the calls of one run never do."""
+    ids = [r.get("call_id") for r in rows]
+    twice = sorted({str(i) for i in ids if ids.count(i) > 1})
+    if twice:
+        raise AaTableMismatch(f"the A/A per-call table repeats call(s) {twice[:3]}")
+    timed = sorted(
+        (float(r["start_s"]), float(r["end_s"]), str(r.get("call_id")))
+        for r in rows
+        if isinstance(r.get("start_s"), int | float) and isinstance(r.get("end_s"), int | float)
+    )
+    for (_s0, end, first), (start, _e1, second) in itertools.pairwise(timed):
+        if start < end:
+            raise AaTableMismatch(
+                f"the A/A per-call table's calls {first!r} and {second!r} overlap in time; one "
+                "run's calls follow each other"
+            )
 
 
 def _values(row: Mapping[str, Any], metric: str) -> list[float]:
