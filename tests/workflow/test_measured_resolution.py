@@ -71,7 +71,7 @@ def test_r4_the_rule_versions_are_the_ones_assigned() -> None:
 def test_cheat_a_typed_small_resolution_decides_nothing(bare: Session) -> None:
     _up_to_baseline(bare)
     recorded = bare.run("resolution.record", resolution(resolution=0.0001, repeats=10_000_000))
-    assert recorded["source"] == "declared" and recorded["raw_table"] == ""
+    assert recorded["source"] == "declared" and "raw_table" not in recorded
     verdict = bare.passed(gain=0.2)
     # the derivation alone would pass; the declared resolution keeps it from passing
     assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
@@ -258,7 +258,8 @@ def test_r4_a_resolution_recorded_before_the_rule_keeps_its_typed_meaning(bare: 
     ctx = deciders.DecisionContext(op="resolution.record", actor="agent", ts=bare.clock,
                                    schema=2)  # fmt: skip
     [draft] = deciders.decide_resolution_record(state, request, ctx)
-    assert draft.payload.source == "" and draft.payload.resolution == 0.01
+    assert draft.payload.source is msgspec.UNSET and draft.payload.resolution == 0.01
+    assert draft.payload.raw_table is msgspec.UNSET  # encoded as before the rule
     with pytest.raises(Exception, match="raw_table"):
         deciders.decide_resolution_record(
             state, msgspec.structs.replace(request, raw_table=AA_TABLE), ctx

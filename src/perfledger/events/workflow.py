@@ -328,11 +328,11 @@ class ResolutionEstimated(_Payload, kw_only=True):
     per_case: dict[str, float] = {}
     #: derived (schema :data:`R4_MEASURED_RESOLUTION` on): ``perfledger`` when the figures were
     #: re-derived from the A/A raw table attached as ``raw_table``, ``declared`` when typed
-    #: (recorded, deciding nothing); empty for a resolution recorded before, which keeps its
-    #: meaning
-    source: str = ""
+    #: (recorded, deciding nothing); unset (not encoded, so older states hash as before) for a
+    #: resolution recorded before, which keeps its meaning
+    source: str | msgspec.UnsetType = msgspec.UNSET
     #: the attached A/A raw table the figures were re-derived from (``source == "perfledger"``)
-    raw_table: str = ""
+    raw_table: str | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- evidence (R6, R10)

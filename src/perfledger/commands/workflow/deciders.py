@@ -467,13 +467,15 @@ def decide_resolution_record(
     if req.repeats < 2:
         raise refuse("R4", "a resolution needs at least 2 repeated original samples")
     body = dump(req)
+    raw_table = body.pop("raw_table", "")
     version = rules_version(ctx, "ResolutionEstimated")
     if version >= R4_MEASURED_RESOLUTION:
         # R4: only figures re-derived from an attached A/A raw table decide anything
-        body["source"] = "perfledger" if req.raw_table else "declared"
-        if req.raw_table:
+        body["source"] = "perfledger" if raw_table else "declared"
+        if raw_table:
             _r4_measured_figures(target, req, ctx)
-    elif req.raw_table:
+            body["raw_table"] = raw_table
+    elif raw_table:
         raise BadRequest("raw_table is not part of resolutions of this rule version")
     if version >= R4_RESOLUTION_NOT_LOWERED and body.get("source") != "declared":
         r4_resolution_not_lowered(state, target, req.resolution, req.per_case, req.repeats)
