@@ -290,3 +290,34 @@ def test_r4_target_show_says_a_typed_resolution_is_declared(bare: Session, tmp_p
     )  # fmt: skip
     assert "declared: typed, it decides nothing" in shown.stdout
     assert "measure aa --record" in shown.stdout
+
+
+def test_r4_a_kernel_aa_table_re_derives_per_case_and_leaves_out_invalid_comparisons() -> None:
+    """A kernel A/A (``measure aa --spec``): per case, the valid comparisons' CIs and median
+    ratios give the case's resolution as the harness derives it; a comparison flagged invalid
+    (or not marked valid) is left out, whatever its figures."""
+    from perfledger.derive.stats import aa_comparisons_resolution
+
+    def comp(lo: float, hi: float, ratio: float, **over: Any) -> dict[str, Any]:
+        return {"valid": True, "flags": [], "rows": [],
+                "stats": {"ci_low": lo, "ci_high": hi, "median_ratio": ratio}, **over}  # fmt: skip
+
+    honest = [comp(0.99, 1.01, 1.0), comp(0.985, 1.012, 0.998), comp(0.992, 1.02, 1.004)]
+    tiny = comp(0.99999, 1.00001, 1.0)
+    table = {"binding": aa_binding(T1, "h"), "cases": {"n": {"comparisons": [
+        *honest, {**tiny, "flags": ["side_work"]}, {**tiny, "valid": False}]}}}  # fmt: skip
+
+    def derive(t: dict[str, Any]) -> Any:
+        return rederive_aa(json.dumps(t).encode(), target=T1, primary=None, statistics=None,
+                           original_hash="h")  # fmt: skip
+
+    resolution, per_case, repeats = derive(table)
+    want = aa_comparisons_resolution(
+        [c["stats"]["ci_low"] for c in honest], [c["stats"]["ci_high"] for c in honest],
+        [c["stats"]["median_ratio"] for c in honest],
+    )[0]  # fmt: skip
+    assert repeats == 3 and per_case == {"n": want} and resolution == want
+    flat = {"binding": aa_binding(T1, "h"), "cases": {"n": {"comparisons": [
+        comp(1.0, 1.0, 1.0), comp(1.0, 1.0, 1.0)]}}}  # fmt: skip
+    with pytest.raises(AaTableMismatch, match="measured no noise"):
+        derive(flat)

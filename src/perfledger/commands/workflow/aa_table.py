@@ -173,9 +173,7 @@ def _values(row: Mapping[str, Any], metric: str) -> list[float]:
 
 def _kernel(cases: Mapping[str, Any]) -> tuple[float, dict[str, float], int]:
     """The figures of a kernel A/A table: per case, its valid comparisons' statistics."""
-    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
-
-    from perfledger.kernels.harness.harness import aa_prediction_bound  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
+    from perfledger.derive.stats import aa_comparisons_resolution  # noqa: PLC0415 (numpy via perfledger.derive.stats)
 
     per_case: dict[str, float] = {}
     repeats = 0
@@ -202,9 +200,7 @@ def _kernel(cases: Mapping[str, Any]) -> tuple[float, dict[str, float], int]:
             raise AaTableMismatch(f"case {case!r}: comparisons without their statistics") from None
         if not all(r > 0 and math.isfinite(r) for r in ratios):
             raise AaTableMismatch(f"case {case!r}: a median ratio that is not positive")
-        reach = max(max(abs(1.0 - lo), abs(hi - 1.0)) for lo, hi in zip(lows, highs, strict=True))
-        bound = aa_prediction_bound(np.log(np.asarray(ratios, dtype=np.float64)))
-        per_case[str(case)] = float(max(reach, bound))
+        per_case[str(case)] = aa_comparisons_resolution(lows, highs, ratios)[0]
         repeats += len(stats)
         same[str(case)] = [
             lo == hi == r == 1.0 for lo, hi, r in zip(lows, highs, ratios, strict=True)
