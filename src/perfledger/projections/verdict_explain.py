@@ -126,7 +126,10 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     threshold = max(min_effect, resolution)
     derived = primary.get("status")
     ci = f"CI [{pct(low)}, {pct(high)}]"
-    r17 = _note(notes, "R17")
+    # an explanation's note (R17, activity explain) says what cleared, not what kept a pass out
+    r17 = next(
+        (n for n in notes if n.startswith("R17") and "explained after the samples" not in n), None
+    )
     wall = _note(notes, WALL_CLOCK_NOTE)
     if derived == "inconclusive" and low is None:
         condition, reason = "too_few_pairs", str(primary.get("reason", "too few valid pairs"))
