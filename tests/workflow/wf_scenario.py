@@ -23,6 +23,7 @@ from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import PerfledgerError, RuleRefused
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.ledger.base import Artifact
+from perfledger.projections.verdict_cases import tail_min_values
 
 ACTOR = "agent"
 T1 = "t1"
@@ -152,7 +153,7 @@ AA_TABLE = "resolution.json"
 
 def aa_rows(
     cases: tuple[str, ...] = CASES, pairs: int = 10, spread: float = 0.002, metric: str = PRIMARY,
-    unit: str = "ms", spreads: dict[str, float] | None = None,
+    unit: str = "ms", spreads: dict[str, float] | None = None, per_call: int = 1,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The per-call rows of an A/A of the original: ``pairs`` ABBA pairs per case, each side
     ``10 ms`` times a deterministic relative jitter within ``spread`` (``spreads``: per case). For an observed
@@ -171,7 +172,10 @@ def aa_rows(
                 row = {
                     "pair": n, "subject": label, "case": case, "call_id": f"aa-{n}-{label}",
                     "ok": True, "correct": True, "warmup": False,
-                    "metrics": {metric: [seconds * UNITS_PER_SECOND.get(unit, 1000.0)]},
+                    "metrics": {metric: [
+                        seconds * UNITS_PER_SECOND.get(unit, 1000.0) * (1.0 + 1e-3 * k)
+                        for k in range(per_call)  # per-request values, for a tail primary
+                    ]},
                 }  # fmt: skip
                 if metric in OBSERVED_METRICS:
                     row.update(wall_s=seconds, cpu_s=seconds, start_s=clock_s,
@@ -378,7 +382,10 @@ def target_aa_rows(
     test_set = target.readiness.test_set
     cases = tuple(test_set.cases) if test_set is not None and test_set.cases else CASES
     primary = target.definition.primary
-    return aa_rows(cases, pairs=pairs, spread=spread, metric=primary.name, unit=primary.unit)
+    per_call = -(-tail_min_values(primary.statistic) // pairs) if primary.statistic in (
+        "p95", "p99") else 1  # fmt: skip
+    return aa_rows(cases, pairs=pairs, spread=spread, metric=primary.name, unit=primary.unit,
+                   per_call=per_call)  # fmt: skip
 
 
 def explain_by_review(
