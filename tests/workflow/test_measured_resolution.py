@@ -18,7 +18,6 @@ from wf_scenario import (
     Session,
     aa_rows,
     baseline,
-    evidence,
     experiment,
     measured_resolution,
     metric_audit,
@@ -44,17 +43,6 @@ from perfledger.ledger.base import Artifact
 SELECT = {"target_id": T1, "samples_id": "e1-target", "expected_current": "original"}
 
 
-def _up_to_baseline(session: Session, target_id: str = T1) -> Session:
-    """A Target frozen, ready, audited, with its baseline: the resolution comes next."""
-    session.run("target.freeze", target_freeze(target_id))
-    if "ev-ncu" not in session.state().evidence:
-        session.run("evidence.add", evidence())
-    session.run("readiness.record", readiness(target_id))
-    session.run("metric-audit.record", metric_audit(target_id))
-    session.run("baseline.record", baseline(target_id))
-    return session
-
-
 def _notes_say_declared(verdict: dict[str, Any]) -> bool:
     return any(n.startswith(DECLARED_RESOLUTION) and "measure aa" in n for n in verdict["notes"])
 
@@ -69,7 +57,7 @@ def test_r4_the_rule_versions_are_the_ones_assigned() -> None:
 
 
 def test_cheat_a_typed_small_resolution_decides_nothing(bare: Session) -> None:
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     recorded = bare.run("resolution.record", resolution(resolution=0.0001, repeats=10_000_000))
     assert recorded["source"] == "declared" and "raw_table" not in recorded
     verdict = bare.passed(gain=0.2)
@@ -81,7 +69,7 @@ def test_cheat_a_typed_small_resolution_decides_nothing(bare: Session) -> None:
 
 
 def test_r4_honest_a_measured_resolution_decides(bare: Session) -> None:
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     recorded = bare.measure_aa()
     assert recorded["source"] == "perfledger" and recorded["raw_table"] == AA_TABLE
     assert 0 < recorded["resolution"] < 0.05 and recorded["repeats"] == 20
@@ -142,7 +130,7 @@ def test_cheat_superseding_the_target_leaves_the_measured_resolution_behind(
 
 
 def test_cheat_a_smaller_figure_typed_over_a_real_table_is_refused(bare: Session) -> None:
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     body, table = measured_resolution(bare.ledger)
     for name, value in (("resolution", body["resolution"] / 10), ("repeats", 40)):
         refusal = bare.refused("resolution.record", {**body, name: value}, "R4", table)
@@ -153,15 +141,15 @@ def test_cheat_a_smaller_figure_typed_over_a_real_table_is_refused(bare: Session
 
 
 def test_cheat_naming_a_table_that_is_not_attached_is_refused(bare: Session) -> None:
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     body, _table = measured_resolution(bare.ledger)
     refusal = bare.refused("resolution.record", body, "R4")
     assert "not attached" in refusal.message and "measure aa" in refusal.hint
 
 
 def test_cheat_the_aa_table_of_another_target_is_refused(bare: Session) -> None:
-    _up_to_baseline(bare)
-    _up_to_baseline(bare, "t2")
+    bare.up_to_baseline()
+    bare.up_to_baseline("t2")
     body, table = measured_resolution(bare.ledger, "t2")
     refusal = bare.refused("resolution.record", {**body, "target_id": T1}, "R4", table)
     assert "bound to" in refusal.message
@@ -173,7 +161,7 @@ def test_cheat_the_aa_table_of_another_target_is_refused(bare: Session) -> None:
 
 def test_cheat_an_aa_table_with_identical_sides_is_refused(bare: Session) -> None:
     """Fake A/A samples: every pair's two calls timed alike (a zero resolution)."""
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     rows = aa_rows(spread=0.0)
     with pytest.raises(AaTableMismatch, match="measured no noise"):
         measured_resolution(bare.ledger, rows=rows)
@@ -207,7 +195,7 @@ def test_cheat_an_aa_table_that_drops_its_slow_pairs_is_caught_by_its_own_figure
 ) -> None:
     """Failed or incorrect A/A calls are left out of the figures by the table's own flags; a
     table whose calls' values are not numbers derives nothing."""
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     rows = aa_rows()
     rows[0]["metrics"] = {"latency_ms": ["fast"]}
     rows[2]["correct"] = False
@@ -252,7 +240,7 @@ def test_cheat_observed_aa_values_unlike_their_clocks_are_refused() -> None:
 def test_r4_a_resolution_recorded_before_the_rule_keeps_its_typed_meaning(bare: Session) -> None:
     """Re-deciding a ``resolution.record`` of schema 2 (the auditor's replay): no source, no
     table, and it decides; a verdict of schema 4 judged against it passes as it did."""
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     state = bare.state()
     request = msgspec.convert(resolution(), ResolutionRecord)
     ctx = deciders.DecisionContext(op="resolution.record", actor="agent", ts=bare.clock,
@@ -282,7 +270,7 @@ def test_r4_target_show_says_a_typed_resolution_is_declared(bare: Session, tmp_p
 
     from subprocess_env import isolated_env, perfledger_command
 
-    _up_to_baseline(bare)
+    bare.up_to_baseline()
     bare.run("resolution.record", resolution())
     shown = subprocess.run(
         [*perfledger_command(), "--ledger", str(bare.ledger.path), "target", "show", T1],

@@ -472,13 +472,18 @@ class Session:
 
     def ready(self, target_id: str = T1) -> Session:
         """Freeze the Target and record evidence, readiness, metric audit, baseline, resolution."""
+        self.up_to_baseline(target_id).measure_aa(target_id)
+        return self
+
+    def up_to_baseline(self, target_id: str = T1) -> Session:
+        """Freeze the Target and record evidence, readiness, metric audit and baseline: its
+        resolution (R4) comes next."""
         self.run("target.freeze", target_freeze(target_id))
         if "ev-ncu" not in self.state().evidence:
             self.run("evidence.add", evidence())
         self.run("readiness.record", readiness(target_id))
         self.run("metric-audit.record", metric_audit(target_id))
         self.run("baseline.record", baseline(target_id))
-        self.measure_aa(target_id)
         return self
 
     def measure_aa(self, target_id: str = T1, **over: Any) -> Any:
