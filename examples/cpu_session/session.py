@@ -36,12 +36,14 @@ original's or the champion's (R11; docs/code-identity.md).
 Formal stages (target, final audit) need the monitor over every sample window (R17). Without a
 GPU the NVML monitor cannot run, so the formal stages of this CPU workload run under the host
 monitor, which measures the CPU time other processes used in each window. On a shared machine
-that is often non-zero; the session then records, on those windows, the explanation that the
-primary metric is the worker's own CPU time (``cpu_time``, which perfledger reads from the
-kernel before and after each call under its worker protocol), which excludes the time spent
-waiting for a core. Whether that explanation holds is for the auditor to judge: the
-foreign load of each window stays in the pair's flags and in the samples artifact. Because
-such an explanation is an assertion, a formal stage with foreign activity on more than 20 % of
+that is often non-zero. An explanation typed by the agent explains nothing (R17): a reviewer
+(another actor, ``REVIEWER``) reviews the samples and states that the primary metric is the
+worker's own CPU time (``cpu_time``, which perfledger reads from the kernel before and after
+each call under its worker protocol), which excludes the time spent waiting for a core; the
+session then explains those windows citing that review (``activity explain``). Whether that
+explanation holds is for the auditor to judge: the foreign load of each window stays in the
+pair's flags and in the samples artifact. Because such an explanation is still an assertion, a
+formal stage with foreign activity on more than 20 % of
 its pairs cannot pass on it unless the Target declared, in its readiness and before measuring,
 that its metric is immune to the host's load (``statistics.allow_explained_foreign_activity``);
 this session declares it, for a metric of the process's own CPU time.
@@ -76,6 +78,8 @@ SCOPE = "softmax.py"
 #: The readiness driver: ``{subject}`` is where a code directory goes (R11), ``{output}`` where
 #: each call writes its output, which perfledger compares with the reference's (R5).
 DRIVER = [sys.executable, "examples/cpu_session/run.py", "--code", "{subject}", "--out", "{output}"]
+#: The reviewer who explains foreign activity (R17: an actor other than the session's agent).
+REVIEWER = "cpu-session-reviewer"
 EXPLAIN_FOREIGN = (
     "other processes on a shared host; the primary cpu_time is the kernel's accounting of the "
     "worker's own CPU time, which excludes time spent waiting for a core"
@@ -166,8 +170,10 @@ class Session:
         if stage == "screen":
             args += ["--no-monitor", "--warmup", "0"]
         else:
-            args += ["--monitor", "host", "--explain-foreign", EXPLAIN_FOREIGN]
+            args += ["--monitor", "host"]
         answer = self.cli(*args)
+        if stage != "screen":
+            self.explain_foreign(answer)
         self.say(
             f"  {answer['pairs_recorded']} pairs recorded as {answer['samples_id']} "
             f"({answer['protocol']}: perfledger's clock, the kernel's CPU time, every output "
@@ -176,6 +182,29 @@ class Session:
         for line in answer.get("findings", []):
             self.say(f"  {line}")
         return answer
+
+    def explain_foreign(self, answer: dict[str, Any]) -> None:
+        """R17: the windows of a formal stage where other processes used the CPU are explained
+        by a review of another actor (``REVIEWER``), which the session cites; nothing when the
+        monitor saw none."""
+        samples_id, event_id = answer["samples_id"], answer["event_id"]
+        pairs = self.cli("show", event_id)["event"]["payload"]["pairs"]
+        foreign = [
+            i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")
+        ]
+        if not foreign:
+            return
+        review_id = f"rv-{samples_id}"
+        self.cli("review", "record", "--actor", REVIEWER, request={
+            "review_id": review_id, "reviewer": REVIEWER, "model_family": "human",
+            "subject": "other", "subject_event": event_id,
+            "challenge": f"foreign CPU activity in {len(foreign)} window(s) of {samples_id}",
+            "response": EXPLAIN_FOREIGN, "dissent_remains": False,
+        })  # fmt: skip
+        self.cli("activity", "explain", request={
+            "samples_id": samples_id, "pairs": foreign, "explanation": EXPLAIN_FOREIGN,
+            "review_id": review_id,
+        })  # fmt: skip
 
     def verdict(self, samples_id: str) -> dict[str, Any]:
         """``verdict record`` (derived, R12); prints the estimate and CI."""

@@ -25,6 +25,7 @@ from wf_scenario import (
     experiment,
     metric_audit,
     readiness,
+    record_measured_aa,
     resolution,
     samples,
     target_freeze,
@@ -70,6 +71,9 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
         ):  # fmt: skip
             result = await call(tool, body)
             assert not result.is_error, result.content[0].text
+        out["typed_resolution"] = _answer(result)  # R4: recorded as declared, deciding nothing
+        with Ledger.open(tmp_path / "ledger") as ledger:  # what `measure aa --record` appends
+            record_measured_aa(ledger)
         exp = experiment()
         del exp["claim"]["stated_bound"]  # computed by the tool (R7)
         out["experiment"] = _answer(await call("experiment_create", exp))
@@ -107,6 +111,7 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
     is_error, bad = out["bad"]
     assert is_error and bad["error"]["code"] == "bad_request" and bad["error"]["exit_code"] == 2
     assert out["screen"]["payload"]["status"] == "inconclusive"  # a screen never passes (R11)
+    assert out["typed_resolution"]["payload"]["source"] == "declared"
     assert out["target"]["payload"]["status"] == "pass"
     assert "explanation" in out["target"]
     assert out["champion"]["kind"] == "ChampionSelected"

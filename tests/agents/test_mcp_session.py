@@ -64,6 +64,33 @@ async def _ok(session: ClientSession, tool: str, arguments: dict[str, Any]) -> A
     return json.loads(text)
 
 
+async def _explain_by_review(s: ClientSession, tmp_path: Path, answer: dict[str, Any]) -> None:
+    """R17: windows with foreign activity are explained by another actor's review (through the
+    `cli` tool as actor ``reviewer``), cited by ``activity_explain``; nothing when none."""
+    event_id, samples_id = answer["event_id"], answer["samples_id"]
+    pairs = (await _ok(s, "cli", {"args": ["show", event_id]}))["event"]["payload"]["pairs"]
+    foreign = [i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")]
+    if not foreign:
+        return
+    review = tmp_path / f"review-{samples_id}.json"
+    review.write_text(json.dumps({
+        "review_id": f"rv-{samples_id}", "reviewer": "reviewer", "model_family": "human",
+        "subject": "other", "subject_event": event_id, "challenge": "foreign activity",
+        "response": EXPLAIN, "dissent_remains": False}))  # fmt: skip
+    await _ok(s, "cli", {"args": ["review", "record", "--actor", "reviewer", "--request",
+                                  str(review)]})  # fmt: skip
+    await _ok(
+        s,
+        "activity_explain",
+        {
+            "samples_id": samples_id,
+            "pairs": foreign,
+            "explanation": EXPLAIN,
+            "review_id": f"rv-{samples_id}",
+        },
+    )
+
+
 async def _session(tmp_path: Path) -> dict[str, Any]:
     env = {**os.environ, "PERFLEDGER_ACTOR": "mcp-agent"}
     env.pop("PERFLEDGER_DIR", None)
@@ -126,20 +153,23 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
         out["bound"] = created["payload"]["figures"]["bound"]
         for stage, monitor in (
             ("screen", ["--no-monitor"]),
-            ("target", ["--monitor", "host", "--explain-foreign", EXPLAIN]),
+            ("target", ["--monitor", "host"]),
         ):
-            await _ok(s, "cli", {"args": [
+            measured = await _ok(s, "cli", {"args": [
                 "measure", "workload", "--experiment", "e1", "--stage", stage, "--samples",
                 f"e1-{stage}", "--pairs", "5", "--ref", REF, "--cand", CAND, "--quiet",
                 *monitor]})  # fmt: skip
+            if stage == "target":
+                await _explain_by_review(s, tmp_path, measured)
             verdict = await _ok(s, "verdict_record", {"samples_id": f"e1-{stage}"})
             out[stage] = verdict["payload"]["status"]
         await _ok(s, "champion_select", {"target_id": "t1", "samples_id": "e1-target",
                                          "expected_current": "original"})  # fmt: skip
-        await _ok(s, "cli", {"args": [
+        measured = await _ok(s, "cli", {"args": [
             "measure", "workload", "--experiment", "e1", "--stage", "final_audit", "--samples",
             "e1-final", "--pairs", "5", "--ref", REF, "--cand", CAND, "--quiet", "--monitor",
-            "host", "--explain-foreign", EXPLAIN]})  # fmt: skip
+            "host"]})  # fmt: skip
+        await _explain_by_review(s, tmp_path, measured)
         audit = await _ok(s, "final_audit_record", {"target_id": "t1", "samples_id": "e1-final"})
         out["final_audit"] = audit["payload"]["status"]
         await _ok(s, "cli", {"args": ["handoff", "record", "--target", "t1", "--stop-reason",

@@ -57,8 +57,9 @@ def test_mcp_instructions_and_readiness_schema_state_the_driver_contract_and_out
 ):
     """The driver's stdout contract and the {output} formats (with what exact and allclose
     compare) are where an MCP-only agent looks: the server's instructions and the readiness
-    request's driver and accuracy descriptions; the instructions name the host monitor and
-    --explain-foreign for a CPU workload's formal stages."""
+    request's driver and accuracy descriptions; the instructions name the host monitor for a CPU
+    workload's formal stages, and another actor's review (never a typed text) as what explains
+    foreign activity (R17)."""
     from perfledger.commands.cli.mcp import INSTRUCTIONS
     from perfledger.commands.registry.operations import json_schema
 
@@ -69,7 +70,8 @@ def test_mcp_instructions_and_readiness_schema_state_the_driver_contract_and_out
         assert contract in text and "$PERFLEDGER_CASE" in text
     for text in (INSTRUCTIONS, properties["accuracy"]["description"]):
         assert all(f in text for f in formats) and "atol + rtol * |ref|" in text
-    assert '"--monitor", "host"' in INSTRUCTIONS and '"--explain-foreign"' in INSTRUCTIONS
+    assert '"--monitor", "host"' in INSTRUCTIONS and '"--explain-foreign"' not in INSTRUCTIONS
+    assert "review_record" in INSTRUCTIONS and "activity_explain" in INSTRUCTIONS
 
 
 def test_mcp_answers_name_the_tool_call_beside_each_shell_command() -> None:

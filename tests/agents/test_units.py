@@ -81,6 +81,24 @@ class Session:
         self.answers[name] = json.loads(done.stdout)
         return self.answers[name]
 
+    def explain_by_review(self, answer: dict[str, Any]) -> None:
+        """R17: windows with foreign activity are explained by another actor's review, cited by
+        ``activity explain`` (a typed explanation decides nothing); nothing when none."""
+        event_id, samples_id = answer["event_id"], answer["samples_id"]
+        pairs = self.cli(f"show {samples_id}", "show", event_id)["event"]["payload"]["pairs"]
+        foreign = [
+            i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")
+        ]
+        if not foreign:
+            return
+        self.cli(f"review {samples_id}", "review", "record", "--actor", "reviewer", request={
+            "review_id": f"rv-{samples_id}", "reviewer": "reviewer", "model_family": "human",
+            "subject": "other", "subject_event": event_id, "challenge": "foreign activity",
+            "response": EXPLAIN, "dissent_remains": False})  # fmt: skip
+        self.cli(f"explain {samples_id}", "activity", "explain", request={
+            "samples_id": samples_id, "pairs": foreign, "explanation": EXPLAIN,
+            "review_id": f"rv-{samples_id}"})  # fmt: skip
+
     def measure(self, stage: str, *extra: str) -> Any:
         return self.cli(
             f"measure {stage}", "measure", "workload", "--experiment", "e1", "--stage", stage,
@@ -144,11 +162,11 @@ def _run_session(root: Path) -> tuple[Session, float]:
         "preregistration": {"rejects": "implementation"}})  # fmt: skip
     s.measure("screen", "--no-monitor")
     s.cli("verdict screen", "verdict", "record", "--samples", "e1-screen")
-    s.measure("target", "--monitor", "host", "--explain-foreign", EXPLAIN)
+    s.explain_by_review(s.measure("target", "--monitor", "host"))
     s.cli("verdict target", "verdict", "record", "--samples", "e1-target")
     s.cli("champion select", "champion", "select", "--target", "t1", "--samples", "e1-target",
           "--expected-current", "original")  # fmt: skip
-    s.measure("final_audit", "--monitor", "host", "--explain-foreign", EXPLAIN)
+    s.explain_by_review(s.measure("final_audit", "--monitor", "host"))
     s.cli("final-audit record", "final-audit", "record", "--target", "t1", "--samples",
           "e1-final_audit")  # fmt: skip
     s.cli("handoff record", "handoff", "record", "--target", "t1", "--stop-reason", "done",

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from wf_scenario import evidence, experiment
+from wf_scenario import evidence, experiment, record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.app.context import environment_payload
@@ -84,8 +84,7 @@ def _setup(path: Path, bench: Path, primary: str = "wall_time") -> dict[str, Any
             "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": "ms",
             "values": [10.0, 11.0, 9.0], "environment_id": env["environment_id"],
         })  # fmt: skip
-        run("resolution.record", {"target_id": "t1", "resolution": 0.02, "repeats": 12,
-                                  "notes": "fixed by the test"})  # fmt: skip
+        record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", evidence())
         created = experiment("e1", candidate=CAND)
         created["candidate"]["changed_paths"] = ["src/loop.py"]

@@ -307,7 +307,8 @@ def test_audit_reports_a_storage_failure_as_an_integrity_finding(ready: Session)
 
     raw = zlib.decompress(loose.read_bytes())
     loose.chmod(0o644)
-    loose.write_bytes(zlib.compress(raw.replace(b"0.01", b"0.02")))
+    assert b"resolution.json" in raw  # the head: the measured resolution (R4)
+    loose.write_bytes(zlib.compress(raw.replace(b"resolution.json", b"resolution.jsoN")))
     report = audit(ledger)
     assert not report.ok and report.findings[0].rule == "integrity"
     assert report.state_hash is None

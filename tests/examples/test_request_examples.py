@@ -1,7 +1,8 @@
 """``examples/requests/``: one valid request per step of a whole optimization session, in order
 (file ``NN-<group>.<verb>.json`` is sent as ``perfledger <group> <verb> --request FILE``). Run
 through the real CLI on a fresh ledger, they must all be accepted and end in a champion and a
-passing audit, so the examples a new user copies can never drift from the schemas and rules."""
+passing audit (the typed resolution is recorded as declared, R4: the measured A/A a session
+runs with ``measure aa --record`` is appended beside it), so the examples a new user copies can never drift from the schemas and rules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from wf_scenario import record_measured_aa
 
+from perfledger.api import Ledger
 from perfledger.commands.registry.request_examples import example
 from subprocess_env import isolated_env, perfledger_command
 
@@ -38,7 +41,14 @@ def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Pat
         operation = path.stem.split("-", 1)[1]
         group, verb = operation.rsplit(".", 1)
         operations.append(operation)
-        _pl(ledger, env, group, verb, "--request", str(path))
+        recorded = _pl(ledger, env, group, verb, "--request", str(path))
+        if operation == "resolution.record":
+            # R4: a typed resolution is recorded as declared and decides nothing; a session
+            # measures it (`measure aa --target t1 --cmd CMD --record`), which needs a real
+            # command: the A/A table such a run attaches is appended here instead
+            assert recorded["payload"]["source"] == "declared"
+            with Ledger.open(ledger) as opened:
+                record_measured_aa(opened, "t1")
     for needed in ("target.freeze", "experiment.create", "verdict.record", "champion.select",
                    "final-audit.record", "handoff.record"):  # fmt: skip
         assert needed in operations

@@ -31,8 +31,8 @@ def test_r17_host_window_with_foreign_cpu_is_flagged() -> None:
     assert v.observed and v.foreign_activity
     assert v.foreign_cores == pytest.approx(0.6) and v.own_cores == pytest.approx(0.9)
     assert v.reasons == ("host_monitor", "foreign_cpu:0.60")
-    request = v.to_request("other tenants")
-    assert request == {"observed": True, "foreign_activity": True, "explained": "other tenants",
+    request = v.to_request()  # R17: never a typed explanation (another actor's review explains)
+    assert request == {"observed": True, "foreign_activity": True, "explained": None,
                        "flags": ["host_monitor", "foreign_cpu:0.60"]}  # fmt: skip
 
 
@@ -40,7 +40,7 @@ def test_r17_host_window_of_our_own_work_is_clean() -> None:
     obs = [_obs(0.0, 10.0, 1.0), _obs(1.0, 11.0, 1.95)]
     v = host_window_verdict(obs, 0.05, 0.95)
     assert v.observed and not v.foreign_activity and v.reasons == ("host_monitor",)
-    assert v.to_request("ignored")["explained"] is None  # only foreign windows carry it
+    assert v.to_request()["explained"] is None
 
 
 def test_r17_unbracketed_window_is_not_observed() -> None:

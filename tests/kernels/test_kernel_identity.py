@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.app.snapshots import candidate_edge
@@ -91,9 +92,7 @@ class Bound:
                 "unit": "us", "values": [100.0, 101.0, 99.0],
                 "environment_id": env["environment_id"],
             })  # fmt: skip
-            run("resolution.record", {
-                "target_id": "t1", "resolution": 0.005, "repeats": 12, "notes": "fixed by the test",
-            })  # fmt: skip
+            record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
             run("evidence.add", {
                 "evidence_id": "ev1", "layer": "kernel", "tool": {"name": "manual", "version": "1"},
                 "facts": [{"name": "share", "value": 0.9, "unit": "ratio"}],

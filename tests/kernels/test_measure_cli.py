@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
@@ -100,16 +101,14 @@ def _experiment(path: Path) -> None:
         ledger.close()
 
 
-def _record_resolution(path: Path, resolution: float = 0.02) -> None:
-    """Record a fixed resolution (R4) for tests that go on to the target stage: an A/A measured on
-    a loaded CI machine can be wide enough for R8 to refuse the target stage, which is not what
-    those tests are about (``test_r4_measure_aa_records_the_resolution`` covers the A/A path)."""
+def _record_resolution(path: Path) -> None:
+    """Record a measured resolution (R4) as ``measure aa --record`` would, from an A/A table
+    with little spread, for tests that go on to the target stage: an A/A measured on a loaded CI
+    machine can be wide enough for R8 to refuse the target stage, which is not what those tests
+    are about (``test_r4_measure_aa_records_the_resolution`` covers the A/A path)."""
     ledger = Ledger.open(path)
     try:
-        execute(ledger, "resolution.record", {
-            "target_id": "t1", "resolution": resolution, "repeats": 12,
-            "notes": "fixed by the test",
-        }, actor="agent")  # fmt: skip
+        record_measured_aa(ledger, "t1")
     finally:
         ledger.close()
 
@@ -227,13 +226,19 @@ def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) 
     head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
     gpu = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
                "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
-               "--json", "--quiet", "--explain-foreign", "x", "--no-monitor", check=False)  # fmt: skip
+               "--json", "--quiet", "--no-monitor", check=False)  # fmt: skip
     assert gpu.returncode == 3 and json.loads(gpu.stdout)["error"]["rule"] == "R17"
+    # R17: a typed explanation is refused before anything runs, with what to do instead
+    typed = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+                 "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
+                 "--explain-foreign", "other tenants", "--json", "--quiet", check=False)  # fmt: skip
+    assert typed.returncode == 2
+    error = json.loads(typed.stdout)["error"]
+    assert "--explain-foreign was removed" in error["message"] and "review" in error["message"]
     assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head  # unchanged
     done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
                 "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
-                "--explain-foreign", "other tenants of a shared host", "--json",
-                "--quiet")  # fmt: skip
+                "--json", "--quiet")  # fmt: skip
     answer = json.loads(done.stdout)
     assert answer["monitor"] == "host"
     ledger = Ledger.open(ledger_path)
@@ -243,10 +248,10 @@ def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) 
     finally:
         ledger.close()
     assert len(samples.pairs) == 10
-    for pair in samples.pairs:  # every formal window observed, foreign activity explained
+    for pair in samples.pairs:  # every formal window observed, nothing explained by a text
         assert pair.monitor is not None and pair.monitor.observed
         assert "host_monitor" in pair.monitor.flags
-        assert (pair.monitor.explained is not None) == pair.monitor.foreign_activity
+        assert pair.monitor.explained is None
     assert artifact["monitor"]["settings"]["source"] == "host"
     assert len(artifact["monitor"]["windows"]) == 10
 

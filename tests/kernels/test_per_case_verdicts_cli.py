@@ -35,7 +35,7 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
 ) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)  # cases small and large, minimum effect 5 %, statistic median
-    _record_resolution(ledger_path, 0.02)
+    _record_resolution(ledger_path)
     _experiment(ledger_path)
     cand = tmp_path / "mixed.py"
     cand.write_text(f"SUMSQ = {str(SUMSQ)!r}\n" + MIXED_CANDIDATE)
@@ -89,7 +89,7 @@ def test_r5_samples_recorded_from_outside_are_refused_at_a_formal_stage_and_mark
     ``outside`` in its verdict; it cannot claim to be measured by perfledger."""
     ledger_path = tmp_path / "ledger"
     env = _setup(ledger_path)
-    _record_resolution(ledger_path, 0.02)
+    _record_resolution(ledger_path)
     _experiment(ledger_path)
     env_id = env["environment_id"]
     pairs = [

@@ -351,7 +351,7 @@ def test_cheat_a_formal_stage_is_not_recorded_on_the_pairs_left_after_drift(
                     "--cand-url", f"{url}/drifts_where_slow/v1", "--requests", str(path),
                     "--concurrency", "2", "--warmup", "2", "--cooldown", "2", "--steady", "6",
                     "--pairs", "4", "--experiment", "e1", "--stage", "target", "--monitor",
-                    "host", "--explain-foreign", "the servers under test", "--quiet",
+                    "host", "--quiet",
                     "--json")  # fmt: skip
     assert proc.returncode == 3, proc.stdout + proc.stderr
     error = json.loads(proc.stdout)["error"]

@@ -14,6 +14,7 @@ from typing import Any
 import blake3
 import pytest
 from serving_standin import BASE, standin
+from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.cli.measure import environment_payload
@@ -81,9 +82,7 @@ def _setup(
             "target_id": "t1", "original_hash": ORIGINAL, "metric": "ttft_ms", "unit": "ms",
             "values": [50.0, 51.0, 49.0], "environment_id": env["environment_id"],
         })  # fmt: skip
-        run("resolution.record", {
-            "target_id": "t1", "resolution": 0.02, "repeats": 12, "notes": "fixed by the test",
-        })  # fmt: skip
+        record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", {
             "evidence_id": "ev1", "layer": "service", "tool": {"name": "manual", "version": "1"},
             "facts": [{"name": "prefill share", "value": 0.9, "unit": "ratio"}],
@@ -132,7 +131,7 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
                     "--cand-url", f"{url}/b/v1", "--requests", str(testset), "--concurrency", "8",
                     "--pairs", "7", "--steady", "20", "--drift-threshold", "0.2", "--experiment", "e1",
                     "--stage", "screen",
-                    "--monitor", "host", "--explain-foreign", "the stand-in server and other CI jobs",
+                    "--monitor", "host",
                     "--quiet", "--json", "--raw", str(tmp_path / "raw.json"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
@@ -149,11 +148,10 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
         # per-request values, in the Target's unit (ms): 20 steady requests per window
         assert len(pair.ref.values["ttft_ms"]) == 20 and len(pair.cand.values["e2e_ms"]) == 20
         assert all(30 < v < 500 for v in pair.ref.values["ttft_ms"])
-        # the host monitor watched both windows (R17); whatever it saw is explained
+        # the host monitor watched both windows (R17); nothing is explained by a typed text
         assert pair.monitor is not None and pair.monitor.observed
         assert "host_monitor" in pair.monitor.flags
-        if pair.monitor.foreign_activity:
-            assert pair.monitor.explained == "the stand-in server and other CI jobs"
+        assert pair.monitor.explained is None
     # 14 windows of 8 warm-up (one per worker), 20 steady and 8 cool-down requests
     assert artifact["kind"] == "serving" and len(artifact["requests"]) == 14 * 36
     assert artifact["monitor"]["source"] == "host" and artifact["monitor"]["settings"]["hz"] > 0

@@ -36,7 +36,7 @@ def test_target_show_prints_the_target_readiness_and_baseline_with_units(ledger:
         "budget: wall 7,200 s, GPU 3,600 s",
         "test set: 2 case(s) (small, large)",
         "baseline latency_ms: median 10 ms over 5 value(s)",
-        "resolution 1.00 %",
+        "resolution 0.13 %",  # the scripted A/A's, measured (R4)
         "champion e1; final audit pass (e1-final)",
     ):
         assert needed in text, needed

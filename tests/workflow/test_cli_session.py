@@ -27,10 +27,13 @@ from wf_scenario import (
     handoff,
     metric_audit,
     readiness,
+    record_measured_aa,
     resolution,
     samples,
     target_freeze,
 )
+
+from perfledger.api import Ledger
 
 
 class Cli:
@@ -75,7 +78,10 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     assert "container_overlay" in ready["payload"]["missing_lineage"]
     cli("metric-audit", "record", request=metric_audit())
     cli("baseline", "record", request=baseline())
-    cli("resolution", "record", request=resolution())
+    typed = cli("resolution", "record", request=resolution())
+    assert typed["payload"]["source"] == "declared"  # R4: typed, it decides nothing
+    with Ledger.open(cli.ledger) as ledger:  # what `measure aa --record` appends
+        record_measured_aa(ledger)
 
     # -- experiment 1: claim, screen, target, pass, champion, final audit, handoff ----------
     created = cli("experiment", "create", request=experiment("e1", candidate=CAND1))

@@ -23,6 +23,7 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
+from wf_scenario import explain_stage_by_review, record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.app.snapshots import candidate_edge
@@ -135,8 +136,11 @@ class Session:
         if stage == "screen":
             args.append("--no-monitor")
         else:
-            args += ["--monitor", "host", "--explain-foreign", EXPLAIN]
-        return self.cli(*args, "--json")
+            args += ["--monitor", "host"]
+        done = self.cli(*args, "--json")
+        if stage != "screen" and done.returncode == 0:  # R17: another actor's review explains
+            explain_stage_by_review(self.ledger, exp, stage, explanation=EXPLAIN)
+        return done
 
 
 def _claim() -> dict[str, Any]:
@@ -224,9 +228,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_ms",
             "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
         })  # fmt: skip
-        run("resolution.record", {
-            "target_id": "t1", "resolution": 0.02, "repeats": 12, "notes": "fixed by the test",
-        })  # fmt: skip
+        record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", {
             "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},
             "facts": [{"name": "share", "value": 0.95, "unit": "ratio"}],

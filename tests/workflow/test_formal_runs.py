@@ -17,8 +17,8 @@ import msgspec
 import pytest
 from wf_scenario import CAND1, CAND2, T1, Session, experiment, samples
 
-from perfledger.commands.audit.replay import audit
 from perfledger.app.next_steps import allowed_decisions
+from perfledger.commands.audit.replay import audit
 from perfledger.commands.registry import operations
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import RuleRefused

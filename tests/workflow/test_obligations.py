@@ -17,8 +17,8 @@ import msgspec
 import pytest
 from wf_scenario import BOUND_E1, CAND1, CAND2, CAND3, T1, Session, experiment, handoff, samples
 
-from perfledger.commands.audit.replay import audit
 from perfledger.app.next_steps import allowed_decisions
+from perfledger.commands.audit.replay import audit
 from perfledger.commands.registry.operations import decider, execute, validate
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.commands.workflow.requests import dump

@@ -25,14 +25,14 @@ def _judged(ok: bool, self_correct: bool = True) -> dict[str, Any]:
 
 def _comparing(bare: Session) -> Session:
     """A ready Target whose readiness compares outputs exactly."""
-    from wf_scenario import baseline, evidence, metric_audit, resolution, target_freeze
+    from wf_scenario import baseline, evidence, metric_audit, target_freeze
 
     bare.run("target.freeze", target_freeze())
     bare.run("evidence.add", evidence())
     bare.run("readiness.record", readiness(driver=OUTPUT_DRIVER, accuracy={"compare": "exact"}))
     bare.run("metric-audit.record", metric_audit())
     bare.run("baseline.record", baseline())
-    bare.run("resolution.record", resolution())
+    bare.measure_aa()
     return bare
 
 

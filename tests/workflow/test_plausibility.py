@@ -79,13 +79,13 @@ def test_cheat_the_agent_explaining_its_own_implausible_gain_is_refused(ready: S
 
 
 def test_r12_a_target_may_declare_a_wider_plausible_bound(bare: Session) -> None:
-    from wf_scenario import baseline, evidence, metric_audit, readiness, resolution, target_freeze
+    from wf_scenario import baseline, evidence, metric_audit, readiness, target_freeze
 
     bare.run("target.freeze", target_freeze(plausible_ratio=50.0))
     for op, body in (("evidence.add", evidence()), ("readiness.record", readiness()),
-                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
-                     ("resolution.record", resolution())):  # fmt: skip
+                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline())):  # fmt: skip
         bare.run(op, body)
+    bare.measure_aa()
     _big_claim(bare)
     _target(bare)
     assert isinstance(bare.state().samples["e1-target"].implausible, msgspec.UnsetType)

@@ -22,6 +22,7 @@ from wf_scenario import (
     baseline,
     evidence,
     experiment,
+    explain_by_review,
     handoff,
     make_pairs,
     metric_audit,
@@ -139,7 +140,7 @@ def test_r3_mismatched_metric_makes_results_diagnostic_only(bare: Session) -> No
     bare.run("readiness.record", readiness())
     bare.run("metric-audit.record", metric_audit(matches_target=False, reconstructed=True))
     bare.run("baseline.record", baseline())
-    bare.run("resolution.record", resolution())
+    bare.measure_aa()
     verdict = bare.passed()
     assert verdict["status"] == "pass" and verdict["diagnostic_only"] is True
     bare.refused(
@@ -630,15 +631,17 @@ def test_r17_unexplained_foreign_activity_makes_attribution_inconclusive(ready: 
     assert verdict["primary"]["status"] == "pass"  # correctness and numbers stand ...
     assert verdict["status"] == "inconclusive"  # ... but the attribution does not
     assert verdict["notes"][0].startswith("R17")
-    explained = {**busy, "explained": "nvidia-persistenced heartbeat, < 0.1 % SM"}
-    ready.run("samples.record", samples("e1-target2", "target", monitor=explained))
+    why = "nvidia-persistenced heartbeat, < 0.1 % SM"  # explained by another actor's review
+    ready.run("samples.record", samples("e1-target2", "target", monitor=busy))
+    explain_by_review(ready.ledger, "e1-target2", why)
     # explained on every pair: the explanation alone cannot let a formal stage pass
     verdict = ready.run("verdict.record", {"samples_id": "e1-target2"})
     assert verdict["status"] == "inconclusive" and "quiet host" in verdict["notes"][-1]
     few = samples("e1-target3", "target")
     for pair in few["pairs"][:2]:  # 2 of 12 pairs: within the 20 % share
-        pair["monitor"] = explained
+        pair["monitor"] = busy
     ready.run("samples.record", few)
+    explain_by_review(ready.ledger, "e1-target3", why)
     assert ready.run("verdict.record", {"samples_id": "e1-target3"})["status"] == "pass"
 
 

@@ -183,7 +183,10 @@ def _ready(bare: Session, primary: dict[str, Any] | None = None, **stats: Any) -
     bare.run("readiness.record", body)
     bare.run("metric-audit.record", metric_audit())
     bare.run("baseline.record", baseline())
-    bare.run("resolution.record", resolution())
+    if (primary or {}).get("statistic") in ("p95", "p99"):  # the A/A of a tail needs 1,000 values
+        bare.run("resolution.record", resolution())  # declared: these tests never reach a pass
+    else:
+        bare.measure_aa()
 
 
 def _pair(case: str, k: int, ref: list[float], cand: list[float]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def test_r12_pass_names_the_threshold(ready: Session) -> None:
     verdict = ready.passed(gain=0.2)
     e = explain_verdict(verdict)
     assert e["condition"] == "pass"
-    assert "threshold 5.00 %" in e["reason"] and "resolution 1.00 %" in e["reason"]
+    assert "threshold 5.00 %" in e["reason"] and "resolution 0.13 %" in e["reason"]
 
 
 def test_r12_fail_names_the_minimum_effect(ready: Session) -> None:
@@ -88,7 +88,8 @@ def test_r17_foreign_activity_is_named_with_the_fix(ready: Session) -> None:
     busy = {"observed": True, "foreign_activity": True, "flags": ["foreign_pid:4242"]}
     e = explain_verdict(_target(ready, "e1-t", 0.2, monitor=busy))
     assert e["condition"] == "foreign_activity"
-    assert "R17" in e["reason"] and "--explain-foreign" in e["reason"]
+    assert "R17" in e["reason"] and "activity explain" in e["reason"]
+    assert "--explain-foreign" not in e["reason"]
     assert "derivation was pass" in e["reason"]
 
 
@@ -102,7 +103,7 @@ def test_verdict_lines_show_estimate_ci_threshold_and_notes(ready: Session) -> N
     ready.screened()
     lines = verdict_lines(_screen_payload(ready))
     assert lines[0].startswith("status inconclusive: screen stages never pass (R11)")
-    assert "threshold 5.00 % = max(minimum effect 5.00 %, resolution 1.00 %)" in lines[1]
+    assert "threshold 5.00 % = max(minimum effect 5.00 %, resolution 0.13 %)" in lines[1]
     assert any(line.startswith("  note: R11") for line in lines)
 
 

@@ -13,10 +13,12 @@ from wf_scenario import (
     CASES,
     TEST_SET_HASH,
     Session,
+    aa_rows,
     baseline,
     evidence,
     experiment,
     make_pairs,
+    measured_resolution,
     metric_audit,
     readiness,
     resolution,
@@ -131,8 +133,7 @@ def test_cheat_renaming_a_winning_case_in_an_unnamed_test_set_cannot_pass(bare: 
     bare.run("readiness.record", body)
     bare.run("metric-audit.record", metric_audit())
     bare.run("baseline.record", baseline())
-    per_case = {"small": 0.01, "large": 0.01}
-    bare.run("resolution.record", resolution(per_case=per_case))
+    bare.measure_aa()
     bare.screened()
     pairs = make_pairs(0.2, cases=("small",), tag="a")
     again = make_pairs(0.2, cases=("small",), tag="b")
@@ -261,10 +262,9 @@ def test_cheat_narrowing_the_test_set_after_measuring_one_case_cannot_pass(
 
 
 def _below_resolution_target(session: Session) -> None:
-    """A measured resolution of 10 % (case ``large``: 15 %), then target samples about 8 %
-    better: above the 5 % minimum effect, below the resolution (inconclusive)."""
-    per_case = {"small": 0.1, "large": 0.15}
-    session.run("resolution.record", resolution(resolution=0.10, per_case=per_case))
+    """A measured resolution near 12 % (the cases' about 20 %: a wide A/A), then target samples
+    about 8 % better: above the 5 % minimum effect, below the resolution (inconclusive)."""
+    session.measure_aa(rows=aa_rows(spread=0.2))
     session.screened()
     session.run("samples.record", samples("e1-target", "target", gain=0.08))
 
@@ -273,8 +273,9 @@ def test_cheat_lowering_the_resolution_after_seeing_the_samples_is_refused(
     ready: Session,
 ) -> None:
     _below_resolution_target(ready)
-    refusal = ready.refused("resolution.record", resolution(resolution=0.01), "R4")
-    assert "10.00 % -> 1.00 %" in refusal.message and "e1-target" in refusal.message
+    body, table = measured_resolution(ready.ledger, rows=aa_rows(spread=0.002))  # as many pairs
+    refusal = ready.refused("resolution.record", body, "R4", table)
+    assert "11.88 % -> 0.13 %" in refusal.message and "e1-target" in refusal.message
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "inconclusive"
     assert explain_verdict(verdict)["condition"] == "below_resolution"
@@ -282,31 +283,32 @@ def test_cheat_lowering_the_resolution_after_seeing_the_samples_is_refused(
 
 def test_cheat_lowering_one_cases_resolution_after_samples_is_refused(ready: Session) -> None:
     _below_resolution_target(ready)
-    lowered = resolution(resolution=0.10, per_case={"small": 0.1, "large": 0.001})
+    lowered = aa_rows(spread=0.2, spreads={"large": 0.002})
+    body, table = measured_resolution(ready.ledger, rows=lowered)
     assert (
-        "case large 15.00 % -> 0.10 %" in ready.refused("resolution.record", lowered, "R4").message
+        "case large 19.56 % -> 0.22 %"
+        in ready.refused("resolution.record", body, "R4", table).message
     )
     # a case the new record leaves out would fall back to the Target's (lower) resolution
-    dropped = resolution(resolution=0.10, per_case={"small": 0.1})
-    ready.refused("resolution.record", dropped, "R4")
+    body, table = measured_resolution(ready.ledger, rows=aa_rows(("small",), spread=0.2))
+    ready.refused("resolution.record", body, "R4", table)
 
 
 def test_r4_a_longer_aa_may_lower_the_resolution_after_samples(ready: Session) -> None:
     _below_resolution_target(ready)  # in force: 20 repeats
-    longer = resolution(resolution=0.01, repeats=40, per_case={"small": 0.01, "large": 0.01})
-    assert ready.run("resolution.record", longer)["resolution"] == 0.01
-    # and the next, at those 40 repeats, may not lower it again
-    again = resolution(resolution=0.005, repeats=40, per_case={"small": 0.005, "large": 0.005})
-    assert "40 repeats" in ready.refused("resolution.record", again, "R4").message
+    assert ready.measure_aa(rows=aa_rows(spread=0.01, pairs=11))["repeats"] == 22
+    # and the next, at those 22 repeats, may not lower it again
+    body, table = measured_resolution(ready.ledger, rows=aa_rows(spread=0.002, pairs=11))
+    assert "22 repeats" in ready.refused("resolution.record", body, "R4", table).message
 
 
 def test_r4_a_resolution_may_be_raised_after_samples_and_lowered_before_any(
     ready: Session,
 ) -> None:
-    ready.run("resolution.record", resolution(resolution=0.005))  # no samples yet: lower is fine
+    ready.measure_aa(rows=aa_rows(spread=0.001))  # no samples yet: lower is fine
     _below_resolution_target(ready)
-    raised = resolution(resolution=0.12, per_case={"small": 0.12, "large": 0.15})
-    assert ready.run("resolution.record", raised)["resolution"] == 0.12
+    raised = ready.measure_aa(rows=aa_rows(spread=0.3))
+    assert raised["resolution"] > 0.15
 
 
 def test_r4_a_resolution_recorded_before_the_rule_is_re_decided_without_it(

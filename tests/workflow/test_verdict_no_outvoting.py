@@ -14,10 +14,10 @@ from wf_scenario import (
     Session,
     baseline,
     evidence,
+    explain_by_review,
     make_pairs,
     metric_audit,
     readiness,
-    resolution,
     samples,
     target_freeze,
 )
@@ -140,9 +140,9 @@ def test_r12_verdicts_recorded_under_schema_2_are_re_derived_by_per_case_v1(
     median = {"name": PRIMARY, "unit": "ms", "direction": "lower_is_better", "statistic": "median"}
     bare.run("target.freeze", target_freeze(primary=median))
     for op, body in (("evidence.add", evidence()), ("readiness.record", readiness()),
-                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
-                     ("resolution.record", resolution())):  # fmt: skip
+                     ("metric-audit.record", metric_audit()), ("baseline.record", baseline())):  # fmt: skip
         bare.run(op, body)
+    bare.measure_aa()
     bare.screened()
     # the test set's two cases: `small` 55 % better; `large` 30 % slower in 3 calls of 5
     pairs = [p for p in _outvoted((1.3, 0.5)) if p.case in ("c1", "big")]
@@ -158,7 +158,7 @@ def test_r12_verdicts_recorded_under_schema_2_are_re_derived_by_per_case_v1(
     assert explained["condition"] == "case_lost" and "large" in explained["reason"]
 
 
-def _foreign(share_of: int, explained: str | None = "shared host") -> dict[str, Any]:
+def _foreign(share_of: int, explained: str | None = None) -> dict[str, Any]:
     """Target samples (20 % better) whose first ``share_of`` of 12 pairs saw foreign activity."""
     pairs = make_pairs(0.2, tag="e1-target")
     for index, pair in enumerate(pairs):
@@ -167,12 +167,19 @@ def _foreign(share_of: int, explained: str | None = "shared host") -> dict[str, 
     return samples("e1-target", "target", pairs=pairs)
 
 
+def _record_explained(session: Session, body: dict[str, Any]) -> None:
+    """Record ``body``'s samples, then explain their foreign activity as R17 asks: by another
+    actor's review (a typed text explains nothing)."""
+    session.run("samples.record", body)
+    explain_by_review(session.ledger, body["samples_id"], "shared host")
+
+
 def test_r17_explained_foreign_activity_on_many_pairs_cannot_let_a_target_pass(
     bare: Session,
 ) -> None:
     bare.ready()
     bare.screened()
-    bare.run("samples.record", _foreign(12))
+    _record_explained(bare, _foreign(12))
     assert _decide(bare, "e1-target", 2).status == "pass"  # the earlier rule cleared it
     verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
@@ -185,7 +192,7 @@ def test_r17_explained_foreign_activity_on_few_pairs_still_passes(bare: Session)
     bare.ready()
     bare.screened()
     few = int(FOREIGN_SHARE_LIMIT * 12)  # 2 of 12 pairs: within the share
-    bare.run("samples.record", _foreign(few))
+    _record_explained(bare, _foreign(few))
     assert bare.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
 
 
@@ -193,7 +200,7 @@ def test_r17_screens_keep_clearing_explained_foreign_activity(bare: Session) -> 
     bare.ready()
     bare.screened()
     body = {**_foreign(12), "samples_id": "e1-screen2", "stage": "screen"}
-    bare.run("samples.record", body)
+    _record_explained(bare, body)
     verdict = bare.run("verdict.record", {"samples_id": "e1-screen2"})
     assert not any("quiet host" in n for n in verdict["notes"])
     assert any(n.startswith("R11: a screen") for n in verdict["notes"])  # it would have passed
@@ -203,7 +210,7 @@ def test_r17_explained_foreign_activity_cannot_let_a_final_audit_pass(bare: Sess
     bare.ready()
     bare.passed()
     bare.champion()
-    bare.run("samples.record", {**_foreign(12), "samples_id": "e1-final", "stage": "final_audit"})
+    _record_explained(bare, {**_foreign(12), "samples_id": "e1-final", "stage": "final_audit"})
     ctx = deciders.DecisionContext(
         op="final-audit.record", actor="agent", ts=bare.clock,
         payload_of=bare.ledger.payload, schema=2,
@@ -223,11 +230,11 @@ def test_r17_a_target_that_declared_its_metric_immune_to_host_load_passes_and_sa
     body = readiness()
     body["statistics"] = {**body["statistics"], "allow_explained_foreign_activity": True}
     for op, request in (("evidence.add", evidence()), ("readiness.record", body),
-                        ("metric-audit.record", metric_audit()), ("baseline.record", baseline()),
-                        ("resolution.record", resolution())):  # fmt: skip
+                        ("metric-audit.record", metric_audit()), ("baseline.record", baseline())):  # fmt: skip
         bare.run(op, request)
+    bare.measure_aa()
     bare.screened()
-    bare.run("samples.record", _foreign(12))
+    _record_explained(bare, _foreign(12))
     verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "pass"
     assert any("allow_explained_foreign_activity" in n for n in verdict["notes"])

@@ -8,6 +8,8 @@ Nothing is mocked: a :class:`Session` wraps a real git ledger and calls
 from __future__ import annotations
 
 import copy
+import json
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,8 +17,13 @@ import pytest
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
+from perfledger.commands.workflow.aa_table import aa_binding, rederive_aa
 from perfledger.commands.workflow.deciders import environment_id
+from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import PerfledgerError, RuleRefused
+from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.ledger.base import Artifact
+from perfledger.projections.verdict_cases import tail_min_values
 
 ACTOR = "agent"
 T1 = "t1"
@@ -133,10 +140,74 @@ def baseline(target_id: str = T1, **over: Any) -> dict[str, Any]:
 
 
 def resolution(target_id: str = T1, **over: Any) -> dict[str, Any]:
-    """A valid ``resolution.record`` body: 1 % resolution from 20 A/A repeats."""
+    """A ``resolution.record`` body with typed figures (1 % from 20 A/A repeats): recorded as
+    declared, it decides nothing (R4); :func:`measured_resolution` is the one that decides."""
     body = {"target_id": target_id, "resolution": 0.01, "repeats": 20}
     body.update(over)
     return body
+
+
+#: The name ``perfledger measure aa --record`` attaches its A/A raw table under.
+AA_TABLE = "resolution.json"
+
+
+def aa_rows(
+    cases: tuple[str, ...] = CASES, pairs: int = 10, spread: float = 0.002, metric: str = PRIMARY,
+    unit: str = "ms", spreads: dict[str, float] | None = None, per_call: int = 1,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The per-call rows of an A/A of the original: ``pairs`` ABBA pairs per case, each side
+    ``10 ms`` times a deterministic relative jitter within ``spread`` (``spreads``: per case). For an observed
+    ``metric`` (``wall_time``, ``cpu_time``) each row carries the clocks its value comes from,
+    as the worker protocol writes them (values in ``unit``)."""
+    rows: list[dict[str, Any]] = []
+    n = 0
+    clock_s = 100.0
+    for case in cases:
+        for i in range(pairs):
+            for label, phase in (("ref", 0.37), ("cand", 0.71)):
+                jitter = (spreads or {}).get(case, spread) * math.sin(
+                    7.3 * n + 13.1 * i + phase * 11.0 + len(case)
+                )
+                seconds = 0.010 * (1.0 + jitter)
+                row = {
+                    "pair": n, "subject": label, "case": case, "call_id": f"aa-{n}-{label}",
+                    "ok": True, "correct": True, "warmup": False,
+                    "metrics": {metric: [
+                        seconds * UNITS_PER_SECOND.get(unit, 1000.0) * (1.0 + 1e-3 * k)
+                        for k in range(per_call)  # per-request values, for a tail primary
+                    ]},
+                }  # fmt: skip
+                if metric in OBSERVED_METRICS:
+                    row.update(wall_s=seconds, cpu_s=seconds, start_s=clock_s,
+                               end_s=clock_s + seconds, output={"ok": True})  # fmt: skip
+                clock_s += 1.0
+                rows.append(row)
+            n += 1
+    return rows
+
+
+def measured_resolution(
+    ledger: Ledger, target_id: str = T1, rows: list[dict[str, Any]] | None = None,
+    binding: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Artifact]]:  # fmt: skip
+    """A ``resolution.record`` body and its attached A/A raw table, as ``perfledger measure aa
+    --record`` writes them: the figures are the ones the table derives (R4), so it decides."""
+    target = ledger.state().targets[target_id]
+    assert target.readiness is not None
+    table = {
+        "kind": "aa",
+        "binding": binding or aa_binding(target_id, target.readiness.original.content_hash),
+        "table": rows if rows is not None else aa_rows(),
+    }
+    raw = json.dumps(table, sort_keys=True).encode()
+    figure, per_case, repeats = rederive_aa(  # as measured, whatever the binding says
+        raw, target=table["binding"]["target_id"], primary=target.definition.primary,
+        statistics=target.readiness.statistics,
+        original_hash=table["binding"]["original_hash"],
+    )  # fmt: skip
+    body = {"target_id": target_id, "resolution": figure, "repeats": repeats,
+            "per_case": per_case, "raw_table": AA_TABLE}  # fmt: skip
+    return body, {AA_TABLE: Artifact(raw, "application/json")}
 
 
 def experiment(
@@ -289,6 +360,72 @@ def handoff(target_id: str = T1, **over: Any) -> dict[str, Any]:
     return body
 
 
+def record_measured_aa(
+    ledger: Ledger, target_id: str = T1, *, actor: str = ACTOR, spread: float = 0.002,
+    pairs: int = 10,
+) -> Any:  # fmt: skip
+    """Append a measured resolution to ``ledger`` as ``perfledger measure aa --record`` would
+    (R4): an A/A table of the Target's primary over its test set's cases (``pairs`` per case,
+    values within ``spread``), and the figures it derives. For tests whose subject is not the
+    A/A itself. Returns the appended envelope."""
+    rows = target_aa_rows(ledger, target_id, spread=spread, pairs=pairs)
+    body, table = measured_resolution(ledger, target_id, rows=rows)
+    [envelope] = execute(ledger, "resolution.record", body, actor=actor, artifacts=table)
+    return envelope
+
+
+def target_aa_rows(
+    ledger: Ledger, target_id: str = T1, *, spread: float = 0.002, pairs: int = 10
+) -> list[dict[str, Any]]:
+    """:func:`aa_rows` of the Target's primary (name, unit) over its test set's cases."""
+    target = ledger.state().targets[target_id]
+    assert target.readiness is not None
+    test_set = target.readiness.test_set
+    cases = tuple(test_set.cases) if test_set is not None and test_set.cases else CASES
+    primary = target.definition.primary
+    per_call = -(-tail_min_values(primary.statistic) // pairs) if primary.statistic in (
+        "p95", "p99") else 1  # fmt: skip
+    return aa_rows(cases, pairs=pairs, spread=spread, metric=primary.name, unit=primary.unit,
+                   per_call=per_call)  # fmt: skip
+
+
+def explain_by_review(
+    ledger: Ledger, samples_id: str, explanation: str = "the activity cannot move the metric",
+    *, reviewer: str = "reviewer", actor: str = ACTOR,
+) -> list[int]:  # fmt: skip
+    """R17: explain the foreign activity of ``samples_id`` as an agent must: ``reviewer`` (an
+    actor other than the experiment's) reviews the samples' event, and ``actor`` explains the
+    pairs with foreign activity citing that review. Returns those pairs (none: nothing
+    appended)."""
+    view = ledger.state().samples[samples_id]
+    payload = ledger.payload(view.event_id)
+    foreign = [i for i, p in enumerate(payload.pairs)
+               if p.monitor is not None and p.monitor.foreign_activity]  # fmt: skip
+    if foreign:
+        review_id = f"rv-{samples_id}"
+        execute(ledger, "review.record", {
+            "review_id": review_id, "reviewer": reviewer, "model_family": "human",
+            "subject": "other", "subject_event": view.event_id,
+            "challenge": "foreign activity in the windows", "response": explanation,
+            "dissent_remains": False}, actor=reviewer)  # fmt: skip
+        execute(ledger, "activity.explain", {
+            "samples_id": samples_id, "pairs": foreign, "explanation": explanation,
+            "review_id": review_id}, actor=actor)  # fmt: skip
+    return foreign
+
+
+def explain_stage_by_review(path: Any, experiment_id: str, stage: str, **over: Any) -> None:
+    """:func:`explain_by_review` on every samples of ``experiment_id``'s ``stage`` in the ledger
+    at ``path`` not yet explained (what a test of another rule does after each formal stage,
+    since a typed explanation decides nothing, R17); ``over`` goes to it."""
+    with Ledger.open(path) as ledger:
+        state = ledger.state()
+        for sid, view in sorted(state.samples.items()):
+            mine = view.experiment_id == experiment_id and view.stage == stage
+            if mine and sid not in state.explanations:
+                explain_by_review(ledger, sid, **over)
+
+
 class Session:
     """Drive operations in-process on a real ledger, with a deterministic clock."""
 
@@ -296,24 +433,32 @@ class Session:
         self.ledger = ledger
         self.clock = datetime(2026, 1, 1, tzinfo=UTC)
 
-    def run(self, op: str, body: dict[str, Any], key: str | None = None) -> Any:
-        """Execute ``op``; returns the payload of its (single) event as builtins."""
+    def run(
+        self, op: str, body: dict[str, Any], key: str | None = None,
+        artifacts: dict[str, Artifact] | None = None,
+    ) -> Any:  # fmt: skip
+        """Execute ``op`` (with ``artifacts`` attached); returns the payload of its (single)
+        event as builtins."""
         import msgspec
 
         self.clock += timedelta(seconds=1)
         envelopes = execute(
-            self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock
-        )
+            self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock,
+            artifacts=artifacts,
+        )  # fmt: skip
         assert len(envelopes) == 1
         return msgspec.to_builtins(envelopes[0].payload)
 
-    def refused(self, op: str, body: dict[str, Any], rule: str | None) -> PerfledgerError:
+    def refused(
+        self, op: str, body: dict[str, Any], rule: str | None,
+        artifacts: dict[str, Artifact] | None = None,
+    ) -> PerfledgerError:  # fmt: skip
         """Assert ``op`` is refused (by ``rule``, or a BadRequest when None) and that the ledger
         head did not move; returns the error."""
         head = self.ledger.head()
         expected = RuleRefused if rule is not None else PerfledgerError
         with pytest.raises(expected) as info:
-            self.run(op, body)
+            self.run(op, body, artifacts=artifacts)
         if rule is not None:
             assert info.value.rule == rule, info.value.message
             assert info.value.exit_code == 3
@@ -328,14 +473,27 @@ class Session:
 
     def ready(self, target_id: str = T1) -> Session:
         """Freeze the Target and record evidence, readiness, metric audit, baseline, resolution."""
+        self.up_to_baseline(target_id).measure_aa(target_id)
+        return self
+
+    def up_to_baseline(self, target_id: str = T1) -> Session:
+        """Freeze the Target and record evidence, readiness, metric audit and baseline: its
+        resolution (R4) comes next."""
         self.run("target.freeze", target_freeze(target_id))
         if "ev-ncu" not in self.state().evidence:
             self.run("evidence.add", evidence())
         self.run("readiness.record", readiness(target_id))
         self.run("metric-audit.record", metric_audit(target_id))
         self.run("baseline.record", baseline(target_id))
-        self.run("resolution.record", resolution(target_id))
         return self
+
+    def measure_aa(self, target_id: str = T1, **over: Any) -> Any:
+        """Record a measured resolution (:func:`measured_resolution`, ``over`` passed to it) as
+        ``perfledger measure aa --record`` does; returns its payload."""
+        if "rows" not in over:
+            over["rows"] = target_aa_rows(self.ledger, target_id)
+        body, table = measured_resolution(self.ledger, target_id, **over)
+        return self.run("resolution.record", body, artifacts=table)
 
     def screened(self, experiment_id: str = "e1", candidate: str = CAND1, **exp: Any) -> Session:
         """Create an experiment and record a passing-looking screen and its verdict."""

@@ -203,12 +203,7 @@ def foreign_activity_warnings(
     (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
     Returns: zero or one warning line."""
 
-    indices = [
-        i
-        for i, p in enumerate(pairs)
-        if (p.get("monitor") or {}).get("foreign_activity")
-        and rules.is_unknown((p.get("monitor") or {}).get("explained"))
-    ]
+    indices = [i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")]
     if not indices:
         return []
     if stage in FORMAL_STAGES and not allowed and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
@@ -216,7 +211,7 @@ def foreign_activity_warnings(
             f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
             "activity (other processes' CPU or GPU use above the monitor's threshold): the "
             "verdict on these samples will be inconclusive (R17). Explaining them (`perfledger "
-            "activity explain`, or --explain-foreign) cannot let a formal stage pass when they "
+            "activity explain`, citing another actor's review) cannot let a formal stage pass when they "
             f"exceed {100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs, since this Target's readiness "
             "does not declare its metric immune to the host's load "
             "(statistics.allow_explained_foreign_activity): measure again on a quieter machine"
@@ -225,9 +220,9 @@ def foreign_activity_warnings(
         f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
         "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
         "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
-        "explain it before the verdict: `perfledger activity explain --samples ID --request -` "
-        f'with {{"pairs": {indices[:50]}, "explanation": "..."}} (or measure again with '
-        "--explain-foreign TEXT); otherwise measure on a quieter machine"
+        "another actor reviews the samples (`perfledger review record`) and `perfledger activity "
+        f'explain --samples ID --request -` cites that review with {{"pairs": {indices[:50]}, '
+        '"explanation": "...", "review_id": "..."}; otherwise measure on a quieter machine'
     ]
 
 

@@ -88,8 +88,6 @@ class MeasureWorkload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         timeout_s: the most one call (or a worker's start-up) may take, seconds.
         fresh_worker: a fresh worker per pair even where the reference's outputs follow the seed.
         monitor: ``gpu`` (NVML), ``host`` (the host's CPU counters) or ``none`` (screens only).
-        explain_foreign: host monitor only: the explanation recorded on windows where other
-            processes used the CPU (R17), as the self-timed path records it.
         samples_id: the samples' id (None: ``E-STAGE-N``).
         dry_run: measure and decide, append nothing.
         actor: who records.
@@ -107,7 +105,6 @@ class MeasureWorkload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 600.0
     fresh_worker: bool = False
     monitor: Literal["gpu", "host", "none"] = "gpu"
-    explain_foreign: str | None = None
     samples_id: str | None = None
     dry_run: bool = False
     actor: str
@@ -314,11 +311,6 @@ def measure_workload(
             hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and '
             "a driver that declares {output}",
         )
-    if request.explain_foreign is not None and request.monitor != "host":
-        raise BadRequest(
-            "explain_foreign applies to the host monitor (monitor host)",
-            hint="pass monitor host with explain_foreign, or leave explain_foreign out",
-        )
     try:
         argvs = {"ref": shlex.split(request.ref), "cand": shlex.split(request.cand)}
     except ValueError as exc:
@@ -414,11 +406,7 @@ def measure_workload(
         if monitor is not None:
             verdict = monitor.verdict(min(r["start_s"], c["start_s"]), max(r["end_s"], c["end_s"]))
             windows.append({"call_ids": [r["call_id"], c["call_id"]], **verdict.to_json()})
-            pair["monitor"] = (
-                verdict.to_request(request.explain_foreign)
-                if request.explain_foreign
-                else verdict.to_request()
-            )
+            pair["monitor"] = verdict.to_request()  # R17: never a typed explanation
         pairs.append(pair)
     body = samples_body(
         info, samples_id=sid, experiment_id=request.experiment_id, stage=request.stage,

@@ -148,7 +148,7 @@ def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str |
     if experiment.samples.get("screen"):  # the next stage is the target stage
         rules.r11_screen_before_target(state, experiment.created.experiment_id)
         assert target.resolution is not None
-        rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+        rules.r8_formal_stage_allowed(experiment, target.resolution_in_force.resolution)
 
 
 def allowed_decisions(

@@ -211,10 +211,45 @@ def paired_stats(
     )
 
 
+def aa_prediction_bound(log_ratios: np.ndarray, confidence: float = 0.95) -> float:
+    """The two-sided ``confidence`` prediction bound for one more A/A comparison's median log
+    ratio, given ``log_ratios`` of earlier ones (each from its own pair of workers), as a ratio
+    distance from 1: ``exp(|mean| + t((1 + confidence) / 2, n - 1) * stdev * sqrt(1 + 1/n)) - 1``
+    (the normal model's prediction interval; R4). 0.0 with fewer than 2 values (no spread to
+    measure: :func:`aa_comparisons_resolution` then has only the CI reach)."""
+    from scipy import stats as sps  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
+
+    values = np.asarray(log_ratios, dtype=np.float64)
+    n = int(values.size)
+    if n < 2:
+        return 0.0
+    t = float(sps.t.ppf((1.0 + confidence) / 2.0, n - 1))
+    half = abs(float(values.mean())) + t * float(values.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n)
+    return float(math.expm1(half))
+
+
+def aa_comparisons_resolution(
+    ci_lows: Sequence[float], ci_highs: Sequence[float], median_ratios: Sequence[float]
+) -> tuple[float, float, float]:
+    """The resolution of valid A/A comparisons (R4), each from its own pair of workers, from
+    their CIs and median ratios (ratios of times): ``(resolution, reach, bound)`` where
+    ``reach`` is the largest distance of a CI end from 1, ``bound`` the prediction bound of one
+    more comparison's ratio (:func:`aa_prediction_bound`) and ``resolution`` the larger. The
+    kernel harness's A/A (:func:`perfledger.kernels.harness.harness.resolution_from_aa`) and its
+    re-derivation from a recorded table share it. Raises: ValueError for no comparison."""
+    if not median_ratios:
+        raise ValueError("no A/A comparison")
+    reach = max(max(abs(1.0 - lo), abs(hi - 1.0)) for lo, hi in zip(ci_lows, ci_highs, strict=True))
+    bound = aa_prediction_bound(np.log(np.asarray(median_ratios, dtype=np.float64)))
+    return float(max(reach, bound)), float(reach), float(bound)
+
+
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_RESAMPLES",
     "PairedStats",
+    "aa_comparisons_resolution",
+    "aa_prediction_bound",
     "bootstrap_median_ci",
     "log_ratios",
     "paired_stats",

@@ -326,6 +326,13 @@ class ResolutionEstimated(_Payload, kw_only=True):
     notes: str = ""
     #: per test case: the case's own resolution (ratio); ``resolution`` is their maximum
     per_case: dict[str, float] = {}
+    #: derived (schema :data:`R4_MEASURED_RESOLUTION` on): ``perfledger`` when the figures were
+    #: re-derived from the A/A raw table attached as ``raw_table``, ``declared`` when typed
+    #: (recorded, deciding nothing); unset (not encoded, so older states hash as before) for a
+    #: resolution recorded before, which keeps its meaning
+    source: str | msgspec.UnsetType = msgspec.UNSET
+    #: the attached A/A raw table the figures were re-derived from (``source == "perfledger"``)
+    raw_table: str | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- evidence (R6, R10)
@@ -1323,6 +1330,24 @@ RANGED_FROM: dict[str, int] = {
     "ReconciliationRecorded": RANGES_RECONCILIATION,
     "SamplesRecorded": RANGES_SAMPLES,
 }
+#: The ``ResolutionEstimated`` schema version from which a resolution decides verdicts only when
+#: perfledger measured it (R4): its figures are re-derived from the A/A raw table attached to
+#: the event, at record time and at audit; a typed one is recorded as ``declared`` and decides
+#: nothing. Resolutions recorded before keep their meaning.
+R4_MEASURED_RESOLUTION = 3
+#: The ``VerdictRecorded`` (and :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT` for
+#: ``FinalAuditRecorded``) schema version from which a verdict judged against a declared
+#: resolution cannot pass (R4, R12); events recorded before are re-derived without it.
+R4_MEASURED_RESOLUTION_VERDICT = 6
+R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
+#: The ``SamplesRecorded`` schema version (``ActivityExplained`` :data:`R17_NO_TYPED_EXPLANATION`;
+#: ``VerdictRecorded`` and ``FinalAuditRecorded`` from :data:`R4_MEASURED_RESOLUTION_VERDICT` and
+#: :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT`) from which an ``explained`` text typed into a
+#: pair's monitor record explains nothing (R17): the samples count that pair's foreign activity
+#: as unexplained, a verdict or final audit sees it so, and ``activity explain`` (a review by
+#: another actor) may explain it. Events recorded before keep the typed explanation's meaning.
+R17_SAMPLES_TYPED_EXPLANATION_IGNORED = 12
+R17_NO_TYPED_EXPLANATION = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1354,7 +1379,11 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: by another actor as its evidence (:data:`R17_EXPLAINED_BY_REVIEW`). Version 3 of
 #: ``TargetFrozen``/``TargetSuperseded``, 5 of ``ExperimentCreated``, 2 of ``HandoffRecorded``
 #: and ``ReconciliationRecorded`` and 11 of ``SamplesRecorded`` check the requests' declared
-#: ranges (:data:`RANGED_FROM`).
+#: ranges (:data:`RANGED_FROM`). Version 3 of
+#: ``ResolutionEstimated``, 6 of ``VerdictRecorded`` and 7 of ``FinalAuditRecorded`` take only
+#: a measured resolution (:data:`R4_MEASURED_RESOLUTION`); with version 12 of
+#: ``SamplesRecorded`` and 3 of ``ActivityExplained``, a typed explanation in samples explains
+#: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1364,9 +1393,12 @@ SCHEMA_VERSIONS = {
         R14_MEASURED_OBLIGATION,
         R12_PLAUSIBLE_RATIO,
         RANGES_SAMPLES,
+        R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     ),
-    "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE),
-    "FinalAuditRecorded": max(R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES),
+    "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE, R4_MEASURED_RESOLUTION_VERDICT),
+    "FinalAuditRecorded": max(
+        R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES, R4_MEASURED_RESOLUTION_FINAL_AUDIT
+    ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
         R7_COMPUTED_BOUND,
@@ -1380,10 +1412,10 @@ SCHEMA_VERSIONS = {
         R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
     ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
-    "ResolutionEstimated": R4_RESOLUTION_NOT_LOWERED,
+    "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
     "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),
     "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),
-    "ActivityExplained": R17_EXPLAINED_BY_REVIEW,
+    "ActivityExplained": max(R17_EXPLAINED_BY_REVIEW, R17_NO_TYPED_EXPLANATION),
     "ReconciliationRecorded": RANGES_RECONCILIATION,
 }
 

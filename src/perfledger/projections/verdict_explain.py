@@ -126,7 +126,10 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     threshold = max(min_effect, resolution)
     derived = primary.get("status")
     ci = f"CI [{pct(low)}, {pct(high)}]"
-    r17 = _note(notes, "R17")
+    # an explanation's note (R17, activity explain) says what cleared, not what kept a pass out
+    r17 = next(
+        (n for n in notes if n.startswith("R17") and "explained after the samples" not in n), None
+    )
     wall = _note(notes, WALL_CLOCK_NOTE)
     if derived == "inconclusive" and low is None:
         condition, reason = "too_few_pairs", str(primary.get("reason", "too few valid pairs"))
@@ -139,8 +142,10 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
     elif r17 is not None and status == "inconclusive":
         condition = "foreign_activity"
         reason = (
-            f"{r17}; without it the derivation was {derived} ({ci}); re-measure with "
-            "--explain-foreign TEXT if the activity cannot affect the metric"
+            f"{r17}; without it the derivation was {derived} ({ci}); if the activity cannot "
+            "affect the metric, another actor's review explains it (`perfledger review record`, "
+            "then `perfledger activity explain` citing it, before the verdict); else re-measure "
+            "on a quieter machine"
         )
     elif wall is not None and status == "inconclusive" and derived == "pass":
         condition = "wall_clock"

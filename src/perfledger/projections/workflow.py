@@ -140,6 +140,25 @@ class TargetView(msgspec.Struct, kw_only=True):
     #: :data:`~perfledger.events.workflow.R13_FAILED_AUDIT_DEMOTES`): never champion again;
     #: unset (not encoded, so older states hash as before) until the first demotion
     demoted: list[str] | msgspec.UnsetType = msgspec.UNSET
+    #: the latest resolution that decides, once a declared one was recorded (R4, from
+    #: :data:`~perfledger.events.workflow.R4_MEASURED_RESOLUTION`: a typed resolution is
+    #: recorded as declared and decides nothing); unset (not encoded, so older states hash as
+    #: before) until the first declared one, :attr:`resolution` deciding until then
+    decided_resolution: ResolutionEstimated | msgspec.UnsetType | None = msgspec.UNSET
+
+    @property
+    def measured_resolution(self) -> ResolutionEstimated | None:
+        """The resolution in force for every decision (R4): the latest one that is not
+        declared (None when only declared ones are recorded)."""
+        if self.decided_resolution is msgspec.UNSET:
+            return self.resolution
+        return self.decided_resolution
+
+    @property
+    def resolution_in_force(self) -> ResolutionEstimated | None:
+        """The resolution verdicts are derived with: the measured one, else a declared one
+        (whose verdicts cannot pass, R4), else None."""
+        return self.measured_resolution or self.resolution
 
 
 class ExperimentView(msgspec.Struct, kw_only=True):
@@ -673,6 +692,11 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
     elif isinstance(p, BaselineRecorded):
         target.baseline = p
     elif isinstance(p, ResolutionEstimated):
+        # R4: a declared resolution decides nothing; the measured one before it stays in force
+        if p.source == "declared" and target.decided_resolution is msgspec.UNSET:
+            target.decided_resolution = target.resolution
+        elif p.source != "declared" and target.decided_resolution is not msgspec.UNSET:
+            target.decided_resolution = p
         target.resolution = p
     elif isinstance(p, LocalResultRecorded):
         state.local_results.setdefault(p.result_id, p)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -463,6 +464,20 @@ class _Replay:
             Finding(envelope.id, envelope.kind, envelope.lamport, rule, message)
         )
 
+    def _artifact_reader(self, envelope: Any) -> Callable[[str], bytes | None]:
+        """What a re-decision reads of the artifacts attached to ``envelope``'s event (R4: the
+        A/A raw table), by name: None for a name not attached or unreadable."""
+
+        def read(name: str) -> bytes | None:
+            if name not in envelope.artifacts:
+                return None
+            try:
+                return self.store.read_artifact(envelope.id, name)
+            except PerfledgerError:
+                return None
+
+        return read
+
     def _redecide(self, state: Any, event: RecordedEvent) -> None:
         operations = self.operations
         envelope = event.envelope
@@ -501,7 +516,7 @@ class _Replay:
                 op=op, actor=envelope.actor, ts=parse_ts(envelope.ts),
                 idempotency_key=envelope.idempotency_key, request=request,
                 payload_of=self._payload_of, derive=self._derive, schema=envelope.schema,
-                actor_of=self._actor_of,
+                actor_of=self._actor_of, artifact=self._artifact_reader(envelope),
             )  # fmt: skip
             decide = self.deciders.get(op)
             if decide is None:

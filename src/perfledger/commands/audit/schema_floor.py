@@ -162,6 +162,28 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                              "ExperimentCreated": 4, "FinalAuditRecorded": 6,
                              "ReadinessRecorded": 4, "ResolutionEstimated": 2,
                              "SamplesRecorded": 10, "TargetFrozen": 2, "TargetSuperseded": 2},
+    # R4: only a measured resolution decides; R17: a typed explanation explains nothing (the
+    # five rules landed together)
+    ("ResolutionEstimated", 3): {"ActivityExplained": 3, "ChampionSelected": 4,
+                                 "ExperimentCreated": 4, "FinalAuditRecorded": 7,
+                                 "ReadinessRecorded": 4, "SamplesRecorded": 12,
+                                 "VerdictRecorded": 6},
+    ("VerdictRecorded", 6): {"ActivityExplained": 3, "ChampionSelected": 4,
+                             "ExperimentCreated": 4, "FinalAuditRecorded": 7,
+                             "ReadinessRecorded": 4, "ResolutionEstimated": 3,
+                             "SamplesRecorded": 12},
+    ("FinalAuditRecorded", 7): {"ActivityExplained": 3, "ChampionSelected": 4,
+                                "ExperimentCreated": 4, "ReadinessRecorded": 4,
+                                "ResolutionEstimated": 3, "SamplesRecorded": 12,
+                                "VerdictRecorded": 6},
+    ("SamplesRecorded", 12): {"ActivityExplained": 3, "ChampionSelected": 4,
+                              "ExperimentCreated": 4, "FinalAuditRecorded": 7,
+                              "ReadinessRecorded": 4, "ResolutionEstimated": 3,
+                              "VerdictRecorded": 6},
+    ("ActivityExplained", 3): {"ChampionSelected": 4, "ExperimentCreated": 4,
+                               "FinalAuditRecorded": 7, "ReadinessRecorded": 4,
+                               "ResolutionEstimated": 3, "SamplesRecorded": 12,
+                               "VerdictRecorded": 6},
 }  # fmt: skip
 
 

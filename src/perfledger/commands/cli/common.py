@@ -349,3 +349,23 @@ def _remembered_actor() -> str | None:
     section = read_section(location.controldir, b"perfledger") if location else None
     value = (section or {}).get(b"actor")
     return value.decode("utf-8", "replace") if value else None
+
+
+#: What a command says to ``--explain-foreign`` (R17): the option is gone.
+EXPLAIN_FOREIGN_REMOVED = (
+    "--explain-foreign was removed: a typed explanation of foreign activity decides nothing "
+    "(R17). After the samples, another actor reviews them (`perfledger review record`) and "
+    "`perfledger activity explain --samples ID --request -` cites that review; or measure "
+    "again on a quieter machine"
+)
+#: ``--explain-foreign``, hidden: kept only so that passing it gets :data:`EXPLAIN_FOREIGN_REMOVED`
+#: (exit 2) instead of click's bare "no such option".
+removed_explain_foreign_option = click.option(
+    "--explain-foreign", "explain_foreign", default=None, hidden=True, help="Removed (R17)."
+)
+
+
+def refuse_explain_foreign(value: str | None) -> None:
+    """Raise BadRequest (:data:`EXPLAIN_FOREIGN_REMOVED`) when ``--explain-foreign`` was given."""
+    if value is not None:
+        raise BadRequest(EXPLAIN_FOREIGN_REMOVED)

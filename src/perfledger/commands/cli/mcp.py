@@ -63,14 +63,15 @@ INSTRUCTIONS = (
     '`cli` ["measure", "baseline", "--target", T, "--cmd", CMD] (baseline_record only for '
     "values measured elsewhere); "
     'the A/A resolution (R4): `cli` ["measure", "aa", "--target", T, "--cmd", CMD, '
-    '"--record"] (resolution_record only for an A/A measured elsewhere); evidence_add (R6); '
+    '"--record"] (a resolution typed through resolution_record is recorded as declared and '
+    "decides nothing: no verdict passes on it); evidence_add (R6); "
     "experiment_create (R7-R10; candidate.subject: the candidate's code directory, which "
     "perfledger hashes, R11); samples through "
     '`cli` ["measure", "workload", "--experiment", E, "--stage", "screen"|"target"|'
     '"final_audit", "--ref", CMD, "--cand", CMD, ...] (formal stages (target, final_audit) '
-    'need a monitor: for a CPU workload pass "--monitor", "host", and "--explain-foreign", '
-    "TEXT when other processes' CPU use cannot move the metric; screens may pass "
-    '"--no-monitor"); '
+    'need a monitor: for a CPU workload pass "--monitor", "host"; foreign activity is '
+    "explained only by another actor's review (review_record, then activity_explain citing "
+    'it), never by a typed text; screens may pass "--no-monitor"); '
     "verdict_record (R12); champion_select (R13); final_audit_record; "
     '`cli` ["handoff", "record", ...] or handoff_record with target_id, budget_used, '
     "stop_reason and feedback: perfledger fills the rest from the ledger (R18); "

@@ -65,6 +65,8 @@ from perfledger.commands.cli.common import (
     measure_dry_run_option,
     measured_target_option,
     quiet_option,
+    refuse_explain_foreign,
+    removed_explain_foreign_option,
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
@@ -94,6 +96,7 @@ from perfledger.commands.cli.output_check import (
 from perfledger.commands.cli.preview import verdict_preview
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.commands.workflow.deciders import work_metrics
 from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
@@ -431,12 +434,10 @@ def workload_request(
     environment_id: str,
     units: dict[str, str],
     monitor: Any,
-    explain_foreign: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Build the ``samples.record`` body of a driver run: one pair per usable ABBA pair (both
     calls well formed; a call's ``correct`` is kept as is, R5), with the monitor's verdict of the
-    pair's window (R17). ``explain_foreign`` (the agent's explanation) is recorded as
-    ``explained`` on windows with foreign activity (host monitor only). Returns
+    pair's window (R17; never an explanation: another actor's review explains). Returns
     ``(body, windows)``."""
     pairs = []
     windows = []
@@ -468,9 +469,7 @@ def workload_request(
             "same_process": False,
         }
         if verdict is not None:
-            pair["monitor"] = (
-                verdict.to_request(explain_foreign) if explain_foreign else verdict.to_request()
-            )
+            pair["monitor"] = verdict.to_request()
         pairs.append(pair)
     body = samples_body(
         info, samples_id=samples_id, experiment_id=experiment_id, stage=stage,
@@ -560,12 +559,7 @@ def _run_driver(
     help="What the monitor watches (R17): the GPU through NVML, or the host's CPU counters "
     "(a CPU workload).",
 )
-@click.option(
-    "--explain-foreign",
-    default=None,
-    help="Host monitor: the explanation recorded on windows where other processes used the "
-    "CPU (R17); without it such windows make the verdict inconclusive.",
-)
+@removed_explain_foreign_option
 @click.option(
     "--protocol",
     type=click.Choice(["worker", "command", "self"]),
@@ -614,8 +608,7 @@ def measure_workload(
     """
     ctx = _ctx(json_flag)
     refuse_formal_dry_run(stage, dry_run)
-    if explain_foreign is not None and monitor_source != "host":
-        raise BadRequest("--explain-foreign applies to the host monitor (--monitor host)")
+    refuse_explain_foreign(explain_foreign)
     ledger = ctx.open()
     try:
         info = _context(ledger, experiment_id, stage)
@@ -625,7 +618,7 @@ def measure_workload(
                 protocol=protocol or "worker", cases=cases, pairs=pairs, warmup=warmup,  # type: ignore[arg-type]
                 timeout_s=timeout_s, fresh_worker=fresh_worker,
                 monitor="none" if no_monitor else monitor_source,  # type: ignore[arg-type]
-                explain_foreign=explain_foreign, samples_id=samples_id, dry_run=dry_run,
+                samples_id=samples_id, dry_run=dry_run,
                 actor=_actor(actor),
                 idempotency_key=idempotency_key,
             )  # fmt: skip
@@ -696,7 +689,6 @@ def measure_workload(
         environment_id=env["environment_id"],
         units=units,
         monitor=monitor,
-        explain_foreign=explain_foreign,
     )
     failed = [
         {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
@@ -1248,6 +1240,8 @@ def measure_aa(
     primary = target.definition.primary
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
+    if target.readiness is not None:  # R4: the table names the Target whose original it measured
+        artifact["binding"] = aa_binding(target_id, target.readiness.original.content_hash)
     aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
     if cmd is not None:
         check_original_command(target, cmd)  # R11: the A/A runs the original's code
@@ -1387,6 +1381,7 @@ def measure_aa(
                 case: {
                     "comparisons": [
                         {
+                            "valid": c.valid,
                             "stats": c.stats.to_json() if c.stats else None,
                             "flags": c.flags,
                             "rows": c.table(),
@@ -1414,6 +1409,7 @@ def measure_aa(
         "repeats": repeats,
         "notes": method_note,
         "per_case": per_case,
+        "raw_table": RESOLUTION_ARTIFACT,  # R4: re-derived from the table, so it decides
     }
     result: dict[str, Any] = {
         "resolution": resolution,

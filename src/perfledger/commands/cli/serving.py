@@ -34,6 +34,8 @@ from perfledger.commands.cli.common import (
     idempotency_option,
     json_option,
     measure_dry_run_option,
+    refuse_explain_foreign,
+    removed_explain_foreign_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.identity import refuse_unsnapshotted
@@ -196,9 +198,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 @click.option(
     "--no-monitor", is_flag=True, help="Run without a monitor (screens and reports only)."
 )
-@click.option(
-    "--explain-foreign", default=None, help="Explanation recorded on windows with foreign activity."
-)
+@removed_explain_foreign_option
 @click.option(
     "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
 )
@@ -226,6 +226,7 @@ def run_measure_serving(**kw: Any) -> None:
     from perfledger.kernels.serving import serving as sv  # noqa: PLC0415 (numpy via perfledger.kernels.serving.serving)
 
     ctx = _ctx(kw["json_flag"])
+    refuse_explain_foreign(kw.pop("explain_foreign", None))
     recording = kw["experiment_id"] is not None
     if recording != (kw["stage"] is not None):
         raise BadRequest("--experiment and --stage go together (record samples of that stage)")
@@ -242,8 +243,6 @@ def run_measure_serving(**kw: Any) -> None:
         )
     if recording and kw["cand_url"] is None and kw["before_cand"] is None:
         raise BadRequest("recording samples needs a candidate: pass --cand-url (or --before-cand)")
-    if kw["explain_foreign"] is not None and kw["no_monitor"]:
-        raise BadRequest("--explain-foreign explains the monitor's findings; drop --no-monitor")
     config = sv.LoadConfig(
         mode="poisson" if kw["rate"] is not None else "closed",
         rate_rps=kw["rate"],
@@ -524,7 +523,6 @@ def run_measure_serving(**kw: Any) -> None:
         stage=stage,
         environment_id=env["environment_id"],
         units=units,
-        explain_foreign=kw["explain_foreign"],
     )
     result.update(samples_id=sid, pairs_recorded=len(body["pairs"]), pairs_left_out=left_out)
     voided = [x for x in left_out if any(r.startswith(VOIDING_REASONS) for r in x["reasons"])]

@@ -197,6 +197,12 @@ def _baseline_lines(
         out.append(
             f"  resolution {_pct(resolution.get('resolution'))} ({_escape(resolution.get('method'))}, "
             f"{resolution.get('repeats')} repeats)"
+            + (
+                " [bold]declared[/bold]: typed, it decides nothing (R4: `perfledger measure aa "
+                "--record` measures one)"
+                if resolution.get("source") == "declared"
+                else ""
+            )
         )
     per_case = baseline.get("per_case_median") or {}
     res_case = (resolution or {}).get("per_case") or {}

@@ -667,6 +667,9 @@ def execute(
     if not isinstance(prepared, tuple):
         return [prepared]
     request, ctx = prepared
+    if artifacts:  # a rule may re-derive figures from what is attached (R4: the A/A table)
+        attached = {n: a.data for n, a in artifacts.items()}
+        ctx = replace(ctx, artifact=attached.get)
     run = decider(name)
     provenance = getattr(request, "provenance", None)
     # R5: measured samples come with their raw table, attached under the name they give

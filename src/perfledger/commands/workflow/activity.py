@@ -24,7 +24,11 @@ from perfledger.commands.workflow.deciders import (
 from perfledger.commands.workflow.review_evidence import interested_actors, settling_review
 from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
-from perfledger.events.workflow import R17_EXPLAINED_BY_REVIEW, ActivityExplained
+from perfledger.events.workflow import (
+    R17_EXPLAINED_BY_REVIEW,
+    R17_NO_TYPED_EXPLANATION,
+    ActivityExplained,
+)
 from perfledger.ledger.base import EventDraft
 from perfledger.projections.workflow import WorkflowState
 
@@ -70,7 +74,10 @@ def decide_activity_explain(
                 f"pair {index} of {req.samples_id!r} saw no foreign activity",
                 hint="explain only the pairs whose monitor saw foreign activity (`perfledger verdict explain ID`)",
             )
-        if not rules.is_unknown(monitor.explained) or index in already:
+        typed = not rules.is_unknown(monitor.explained)  # R17: from schema 3, it explains nothing
+        if index in already or (
+            typed and rules_version(ctx, "ActivityExplained") < R17_NO_TYPED_EXPLANATION
+        ):
             raise BadRequest(
                 f"the foreign activity of pair {index} is already explained",
                 hint="leave that pair out: its explanation is recorded",

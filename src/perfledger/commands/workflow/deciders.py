@@ -31,12 +31,14 @@ from perfledger.commands.workflow import (
     rules,
 )
 from perfledger.commands.workflow import requests as rq
+from perfledger.commands.workflow.aa_table import AaTableMismatch, rederive_aa
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.review_evidence import interested_actors
 from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
     r2_declared_before_data,
+    r4_declared_resolution,
     r4_resolution_not_lowered,
     r12_every_case,
 )
@@ -51,6 +53,9 @@ from perfledger.events.workflow import (
     PER_CASE_V2,
     R1_KNOWN_UNITS,
     R2_STATISTICS_FROZEN,
+    R4_MEASURED_RESOLUTION,
+    R4_MEASURED_RESOLUTION_FINAL_AUDIT,
+    R4_MEASURED_RESOLUTION_VERDICT,
     R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
@@ -72,6 +77,7 @@ from perfledger.events.workflow import (
     R14_STATED_INTERVAL,
     R14_TRUE_NOTE,
     R14_UNJUDGED_BLOCKS_CHAMPION,
+    R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     R18_LEDGER_FILLED,
     TAIL_STATISTICS,
     BaselineRecorded,
@@ -159,6 +165,9 @@ class DecisionContext:
         actor_of: who appended a recorded event (its envelope's ``actor``), by event id, where
             a rule asks who decided (R12: a review by another actor); None where unknown (a
             dry run), and such rules then see no other actor.
+        artifact: the bytes of an artifact attached to the event being decided, by name (None
+            when not attached), where a rule re-derives figures from it (R4: the A/A raw
+            table); None where no attachment can be read (a dry run).
     """
 
     op: str
@@ -171,11 +180,20 @@ class DecisionContext:
     schema: int | None = None
     actor_of: Callable[[str], str] | None = None
     starting_run: str | None = None
+    artifact: Callable[[str], bytes | None] | None = None
 
     def recorded_before(self, kind: str, version: int) -> bool:
         """Whether this re-decides an event of ``kind`` recorded under a schema older than
         ``version`` (so under the rule before the one ``version`` introduced)."""
         return self.schema is not None and self.schema < version
+
+
+def _in_force(target: TargetView) -> ResolutionEstimated:
+    """The resolution a decision on ``target`` uses (R4: the measured one, else a declared one,
+    whose verdicts cannot pass); the rules have checked that one is recorded."""
+    in_force = target.resolution_in_force
+    assert in_force is not None  # rules.r4_baseline_and_resolution
+    return in_force
 
 
 def rules_version(ctx: DecisionContext, kind: str) -> int:
@@ -489,9 +507,70 @@ def decide_resolution_record(
             "a resolution needs at least 2 repeated original samples",
             "measure the A/A with at least 2 repeats (`perfledger measure aa ... --record` does)",
         )
-    if rules_version(ctx, "ResolutionEstimated") >= R4_RESOLUTION_NOT_LOWERED:
+    body = dump(req)
+    raw_table = body.pop("raw_table", "")
+    version = rules_version(ctx, "ResolutionEstimated")
+    if version >= R4_MEASURED_RESOLUTION:
+        # R4: only figures re-derived from an attached A/A raw table decide anything
+        body["source"] = "perfledger" if raw_table else "declared"
+        if raw_table:
+            _r4_measured_figures(target, req, ctx)
+            body["raw_table"] = raw_table
+    elif raw_table:
+        raise BadRequest(
+            "raw_table is not part of resolutions of this rule version",
+            hint="leave raw_table out",
+        )
+    if version >= R4_RESOLUTION_NOT_LOWERED and body.get("source") != "declared":
         r4_resolution_not_lowered(state, target, req.resolution, req.per_case, req.repeats)
-    return _emit(ctx, _build(ResolutionEstimated, dump(req)))
+    return _emit(ctx, _build(ResolutionEstimated, body))
+
+
+def _r4_measured_figures(
+    target: TargetView, req: rq.ResolutionRecord, ctx: DecisionContext
+) -> None:
+    """R4: a resolution that claims to be measured is what its attached A/A raw table re-derives
+    (:mod:`perfledger.commands.workflow.aa_table`): the same resolution, per-case figures and
+    repeats. Raises: RuleRefused (R4) naming the difference or the table's fault."""
+    raw = ctx.artifact(req.raw_table) if ctx.artifact is not None else None
+    if raw is None:
+        raise refuse(
+            "R4",
+            f"the resolution names the A/A raw table {req.raw_table!r}, which is not attached",
+            "record the resolution with `perfledger measure aa --target T --cmd CMD --record`",
+        )
+    readiness = target.readiness
+    assert readiness is not None  # a baseline, hence readiness, precedes a resolution
+    try:
+        resolution, per_case, repeats = rederive_aa(
+            raw,
+            target=target.definition.target_id,
+            primary=target.definition.primary,
+            statistics=readiness.statistics,
+            original_hash=readiness.original.content_hash,
+        )
+    except AaTableMismatch as exc:
+        raise refuse(
+            "R4", f"the resolution cannot be re-derived from its A/A raw table: {exc}",
+            "record what `perfledger measure aa --record` measured, unchanged",
+        ) from None  # fmt: skip
+    same = (
+        math.isclose(resolution, req.resolution, rel_tol=1e-9, abs_tol=1e-12)
+        and repeats == req.repeats
+        and set(per_case) == set(req.per_case)
+        and all(
+            math.isclose(v, req.per_case[c], rel_tol=1e-9, abs_tol=1e-12)
+            for c, v in per_case.items()
+        )
+    )
+    if not same:
+        raise refuse(
+            "R4",
+            f"the resolution {req.resolution:g} from {req.repeats} repeats (per case "
+            f"{dict(req.per_case)}) is not what its A/A raw table derives: {resolution:g} from "
+            f"{repeats} repeats (per case {per_case})",
+            "record what `perfledger measure aa --record` measured, unchanged",
+        )
 
 
 # ---------------------------------------------------------------------------------- evidence
@@ -633,7 +712,7 @@ def decide_experiment_create(
     one_improvement = rules_version(ctx, "ExperimentCreated") >= R14_ONE_IMPROVEMENT
     figures = rules.r7_claim_figures(
         target.definition,
-        target.resolution.resolution,
+        _in_force(target).resolution,
         coverage=claim.coverage,
         local_speedup=claim.local_speedup,
         added_cost=claim.added_cost,
@@ -847,7 +926,7 @@ def decide_samples_record(
             )
         if req.stage == "target":
             rules.r11_screen_before_target(state, req.experiment_id)
-            rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+            rules.r8_formal_stage_allowed(experiment, _in_force(target).resolution)
     if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
         _r14_measured_obligation(state, target, req, ctx)
     _samples_common(target, req)
@@ -871,12 +950,17 @@ def decide_samples_record(
             **body,
             "ref_failures": sum(1 for p in pairs if not p.ref.correct),
             "cand_failures": sum(1 for p in pairs if p.ref.correct and not p.cand.correct),
+            # R17: from schema 11 a typed `explained` explains nothing
             "unexplained_activity": sum(
                 1
                 for p in pairs
                 if p.monitor is not None
                 and p.monitor.foreign_activity
-                and rules.is_unknown(p.monitor.explained)
+                and (
+                    rules.is_unknown(p.monitor.explained)
+                    or rules_version(ctx, "SamplesRecorded")
+                    >= R17_SAMPLES_TYPED_EXPLANATION_IGNORED
+                )
             ),
             "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
             **_implausible(target, req, ctx),
@@ -989,12 +1073,13 @@ def derivation_params(
 ) -> DerivationParams:
     """The :class:`DerivationParams` of a Target with readiness and resolution recorded;
     ``pooled`` for the rule of schema-1 verdicts, ``method`` the per-case method."""
-    assert target.readiness is not None and target.resolution is not None
+    assert target.readiness is not None
+    in_force = _in_force(target)  # R4: a declared resolution after a measured one decides nothing
     return DerivationParams(
         target.definition,
         target.readiness.statistics,
-        target.resolution.resolution,
-        dict(target.resolution.per_case),
+        in_force.resolution,
+        dict(in_force.per_case),
         pooled,
         method,
     )
@@ -1296,7 +1381,8 @@ def decide_verdict_record(
     primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
     status = primary.status
     explained, notes = rules.r17_explanations(state, samples.samples_id)
-    unexplained = rules.r17_unexplained_pairs(samples, explained)
+    typed_counts = rules_version(ctx, "VerdictRecorded") < R4_MEASURED_RESOLUTION_VERDICT
+    unexplained = rules.r17_unexplained_pairs(samples, explained, typed_counts)
     attribution_clean = unexplained == 0
     if not attribution_clean and status != "inconclusive":
         status = "inconclusive"
@@ -1309,6 +1395,8 @@ def decide_verdict_record(
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R12_EVERY_CASE:
         status = r12_every_case(target, samples, status, notes)
+    if rules_version(ctx, "VerdictRecorded") >= R4_MEASURED_RESOLUTION_VERDICT:
+        status = r4_declared_resolution(target, status, notes)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -1419,7 +1507,8 @@ def decide_final_audit_record(
         status = "pass"
     else:
         status = "inconclusive"
-    if rules.r17_unexplained_pairs(samples, explained) and status != "inconclusive":
+    typed_counts = rules_version(ctx, "FinalAuditRecorded") < R4_MEASURED_RESOLUTION_FINAL_AUDIT
+    if rules.r17_unexplained_pairs(samples, explained, typed_counts) and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
@@ -1427,6 +1516,8 @@ def decide_final_audit_record(
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R12_EVERY_CASE_FINAL_AUDIT:
         status = r12_every_case(target, samples, status, notes)
+    if rules_version(ctx, "FinalAuditRecorded") >= R4_MEASURED_RESOLUTION_FINAL_AUDIT:
+        status = r4_declared_resolution(target, status, notes)
     if (
         rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
         and samples.cand_failures

@@ -355,6 +355,9 @@ MODEL_FIELDS: dict[str, str] = {
     "outside, e.g. measure serving's) (R14).",
     "Provenance.settings": "The protocol's settings: name -> value.",
     "Provenance.raw_table": "The attached raw per-call table's artifact name (e.g. samples.json).",
+    "ResolutionRecord.raw_table": "The attached A/A raw table (resolution.json, attached by "
+    "`perfledger measure aa --record`) the figures are re-derived from (R4); empty: the "
+    "resolution is recorded as declared and decides nothing.",
     "Reference.content_hash": "The reference's content hash: the original's or the champion's.",
     "Reference.experiment_id": "For a champion reference: its experiment id.",
     "Candidate.content_hash": "Leave it out where the Target is bound to code (its readiness "

@@ -42,7 +42,8 @@ def decide_formal_run_start(
     rules.r2_ready(target)
     rules.r3_metric_audited(target)
     rules.r4_baseline_and_resolution(target)
-    assert target.resolution is not None
+    in_force = target.resolution_in_force
+    assert in_force is not None
     if req.stage == "final_audit":
         formal_runs.r13_not_demoted(target, req.experiment_id)
         if target.champion != req.experiment_id:
@@ -53,7 +54,7 @@ def decide_formal_run_start(
             )
     else:
         rules.r11_screen_before_target(state, req.experiment_id)
-        rules.r8_formal_stage_allowed(experiment, target.resolution.resolution)
+        rules.r8_formal_stage_allowed(experiment, in_force.resolution)
     formal_runs.r14_judged_before_next(state, target_id, req.experiment_id, req.stage)
     payload = FormalRunStarted(
         target_id=target_id,

@@ -129,7 +129,7 @@ def r14_measured_samples_started(
 def _no_samples_verdict(target: TargetView) -> DerivedVerdict:
     """The derived primary of a run without samples: ``fail`` with :data:`NO_SAMPLES`."""
     readiness = target.readiness
-    resolution = target.resolution
+    resolution = target.resolution_in_force
     return DerivedVerdict(
         status="fail",
         reason=NO_SAMPLES,

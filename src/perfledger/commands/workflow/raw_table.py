@@ -234,7 +234,7 @@ def _side_mismatch(
     if (strict_wall or side.get("wall_s") is not None) and side.get("wall_s") != row.get("wall_s"):
         # strict: a side without the driver's wall time would skip the wall-clock check (R12)
         return f"{where}: wall_s {side.get('wall_s')!r}, the table's call {row.get('wall_s')!r}"
-    if strict_wall and not _wall_consistent(row):
+    if strict_wall and not wall_consistent(row):
         return f"{where}: the table's call has wall_s unlike its end_s - start_s"
     output = row.get("output")
     if output is not None or side.get("output") is not None:
@@ -299,7 +299,7 @@ def _outputs_mismatch(table: dict[str, Any], read: Callable[[str], bytes | None]
     return None
 
 
-def _wall_consistent(row: dict[str, Any]) -> bool:
+def wall_consistent(row: dict[str, Any]) -> bool:
     """A driver row's ``wall_s`` is its ``end_s - start_s`` (seconds), all three numbers."""
     try:
         wall, start, end = (float(row[k]) for k in ("wall_s", "start_s", "end_s"))
@@ -361,7 +361,13 @@ def _observed_mismatch(samples: dict[str, Any], rows: Any) -> str | None:
     """A worker table's rows (:mod:`perfledger.kernels.workload.worker`): every call's metrics
     are the observed ones only, each derived from the row's own ``wall_s`` or ``cpu_s`` in the
     samples' unit; every call's output was judged (R5)."""
-    units = samples.get("units") or {}
+    return observed_rows_mismatch(samples.get("units") or {}, rows)
+
+
+def observed_rows_mismatch(units: dict[str, str], rows: Any) -> str | None:
+    """Rows of the worker protocol (R5, R4's A/A too): every call's metrics are the observed
+    ones only, each derived from the row's own ``wall_s`` or ``cpu_s`` in ``units`` (metric ->
+    unit); every paired call's output was judged. Returns the first mismatch, or None."""
     for row in rows:
         metrics = row.get("metrics") or {}
         extra = sorted(set(metrics) - set(OBSERVED_METRICS))

@@ -383,6 +383,10 @@ class ResolutionRecord(Request, kw_only=True):
     per_case: Annotated[
         dict[Name, Annotated[float, Meta(ge=0.0, le=100.0)]], Meta(max_length=_MAX_ITEMS)
     ] = {}
+    #: the attached A/A raw table (``perfledger measure aa --record`` attaches
+    #: ``resolution.json``) the figures are re-derived from (R4); without one the resolution is
+    #: recorded as declared and decides nothing
+    raw_table: Annotated[str, Meta(max_length=200)] = ""
 
 
 # ------------------------------------------------------------------------------- evidence

@@ -137,7 +137,8 @@ def r4_baseline_and_resolution(target: TargetView) -> None:
     if target.resolution is None:
         raise refuse(
             "R4", f"no measurement resolution is recorded for Target {tid!r}",
-            "estimate it from repeated original samples: `perfledger resolution record`",
+            "measure it, the original against itself: `perfledger measure aa --target "
+            f"{tid} --cmd CMD --record`",
         )  # fmt: skip
 
 
@@ -781,15 +782,17 @@ def r17_explanations(state: WorkflowState, samples_id: str) -> tuple[set[int], l
     return explained, notes
 
 
-def r17_unexplained_pairs(samples: Any, explained: set[int]) -> int:
-    """R17: how many pairs of ``samples`` (a SamplesRecorded) overlap foreign activity that
-    neither the monitor record nor a later explanation (``explained``, pair indices) explains."""
+def r17_unexplained_pairs(samples: Any, explained: set[int], typed_counts: bool = True) -> int:
+    """R17: how many pairs of ``samples`` (a SamplesRecorded) overlap foreign activity that no
+    later explanation (``explained``, pair indices) explains, nor, where ``typed_counts`` (the
+    rule before :data:`~perfledger.events.workflow.R17_SAMPLES_TYPED_EXPLANATION_IGNORED`), an
+    ``explained`` text typed into the pair's monitor record."""
     return sum(
         1
         for index, pair in enumerate(samples.pairs)
         if pair.monitor is not None
         and pair.monitor.foreign_activity
-        and is_unknown(pair.monitor.explained)
+        and (not typed_counts or is_unknown(pair.monitor.explained))
         and index not in explained
     )
 

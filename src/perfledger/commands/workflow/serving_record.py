@@ -96,7 +96,7 @@ def _side(
     return out, len(rows), len(steady) - len(rows)
 
 
-def _pair_monitor(a: dict[str, Any], b: dict[str, Any], explain: str | None) -> dict[str, Any]:
+def _pair_monitor(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     foreign = bool(a["foreign_activity"] or b["foreign_activity"])
     flags = sorted(set(a["flags"]) | set(b["flags"]))
     marked = a.get("marked_requests", 0) + b.get("marked_requests", 0)
@@ -105,7 +105,7 @@ def _pair_monitor(a: dict[str, Any], b: dict[str, Any], explain: str | None) -> 
     return {
         "observed": bool(a["observed"] and b["observed"]),
         "foreign_activity": foreign,
-        "explained": explain if foreign and explain else None,
+        "explained": None,  # R17: another actor's review explains, never a typed text
         "flags": flags,
     }
 
@@ -123,7 +123,6 @@ def serving_request(
     stage: str,
     environment_id: str,
     units: dict[str, str],
-    explain_foreign: str | None,
     tail: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``samples.record`` body of a serving run: one pair per window pair and test case
@@ -176,9 +175,7 @@ def serving_request(
                     "ref": side(ref_w, ref_v, ref_failed),
                     "cand": side(cand_w, cand_v, cand_failed),
                     "same_process": False,
-                    "monitor": _pair_monitor(
-                        ref_rw["monitor"], cand_rw["monitor"], explain_foreign
-                    ),
+                    "monitor": _pair_monitor(ref_rw["monitor"], cand_rw["monitor"]),
                 }
             )
     body = samples_body(

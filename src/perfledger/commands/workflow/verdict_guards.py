@@ -115,7 +115,7 @@ def r4_resolution_not_lowered(
     Raising it stays allowed (it can only make a pass harder).
 
     Raises: RuleRefused (R4) with the figures and the samples already recorded."""
-    current = target.resolution
+    current = target.measured_resolution  # a declared one decides nothing, nor blocks (R4)
     recorded = _samples_of(state, target)
     if current is None or not recorded or repeats > current.repeats:
         return
@@ -183,3 +183,25 @@ def r2_declared_before_data(
             "record the readiness with the statistics and test set in force, or freeze a new "
             "Target (`perfledger target supersede`) whose readiness declares the new ones",
         )
+
+
+#: Why a verdict judged against a declared resolution cannot pass (R4), and what to run.
+DECLARED_RESOLUTION = "R4: declared resolution"
+
+
+def r4_declared_resolution(target: TargetView, status: str, notes: list[str]) -> str:
+    """R4 (``VerdictRecorded`` schema 6, ``FinalAuditRecorded`` schema 7 on): a verdict judged
+    against a resolution that was typed, not measured by perfledger (``source == "declared"``,
+    no measured one in force), cannot pass: ``pass`` becomes ``inconclusive``, and why is noted whatever the status.
+    Returns: the status."""
+    resolution = target.resolution
+    if resolution is None or target.measured_resolution is not None:
+        return status  # a measured one is in force (a declared one after it decides nothing)
+    notes.append(
+        f"{DECLARED_RESOLUTION}: the resolution in force on Target "
+        f"{target.definition.target_id!r} ({100 * resolution.resolution:.2f} %) was typed, not "
+        "measured by perfledger, and decides nothing: no verdict can pass until `perfledger "
+        f"measure aa --target {target.definition.target_id} --cmd CMD --record` records a "
+        "measured one"
+    )
+    return "inconclusive" if status == "pass" else status

@@ -69,7 +69,12 @@ from typing import Any
 
 import numpy as np
 
-from perfledger.derive.stats import PairedStats, paired_stats
+from perfledger.derive.stats import (
+    PairedStats,
+    aa_comparisons_resolution,
+    aa_prediction_bound,
+    paired_stats,
+)
 from perfledger.errors import MeasurementError
 from perfledger.kernels.cuda.ceilings import FLOP_UNITS, REVIEW_SPEEDUP, Ceilings, check_plausible
 from perfledger.kernels.cuda.timing import HOLD_MAX_S, EventTimer, L2Flusher
@@ -1092,35 +1097,19 @@ def resolution_from_aa(comparisons: Sequence[Comparison]) -> dict[str, float]:
             f"{', '.join(flags) or 'none; no statistics'})"
         )
     stats = [c.stats for c in valid if c.stats is not None]
-    reach = max(max(abs(1.0 - s.ci_low), abs(s.ci_high - 1.0)) for s in stats)
     ratios = [s.median_ratio for s in stats]
     spread = float(np.std(ratios, ddof=1)) if len(ratios) > 1 else 0.0
-    bound = aa_prediction_bound(np.log(np.asarray(ratios, dtype=np.float64)))
+    resolution, reach, bound = aa_comparisons_resolution(
+        [s.ci_low for s in stats], [s.ci_high for s in stats], ratios
+    )
     return {
-        "resolution": float(max(reach, bound)),
-        "reach": float(reach),
-        "bound": float(bound),
+        "resolution": resolution,
+        "reach": reach,
+        "bound": bound,
         "spread": spread,
         "repeats": float(len(stats)),
         "excluded": float(len(comparisons) - len(valid)),
     }
-
-
-def aa_prediction_bound(log_ratios: np.ndarray, confidence: float = 0.95) -> float:
-    """The two-sided ``confidence`` prediction bound for one more A/A comparison's median log
-    ratio, given ``log_ratios`` of earlier ones (each from its own pair of workers), as a ratio
-    distance from 1: ``exp(|mean| + t((1 + confidence) / 2, n - 1) * stdev * sqrt(1 + 1/n)) - 1``
-    (the normal model's prediction interval; R4). 0.0 with fewer than 2 values (no spread to
-    measure: :func:`resolution_from_aa` then has only the CI reach)."""
-    from scipy import stats as sps  # noqa: PLC0415 (scipy: heavy, kept off the CLI's start-up path)
-
-    values = np.asarray(log_ratios, dtype=np.float64)
-    n = int(values.size)
-    if n < 2:
-        return 0.0
-    t = float(sps.t.ppf((1.0 + confidence) / 2.0, n - 1))
-    half = abs(float(values.mean())) + t * float(values.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n)
-    return float(math.expm1(half))
 
 
 __all__ = [

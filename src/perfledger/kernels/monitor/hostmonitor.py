@@ -15,8 +15,8 @@ covered, never interpolated) and computes::
 the average number of cores that other processes kept busy. Above ``foreign_cores`` of
 :class:`HostThresholds` (default 0.25 core) the window has ``foreign_activity``; the reasons say
 ``host_monitor`` (always: the observations came from the host, not from NVML) and
-``foreign_cpu:<cores>``. Whether that activity matters to the metric is the agent's call: a
-pair's ``explained`` text (``perfledger measure workload --explain-foreign``) records it (R17).
+``foreign_cpu:<cores>``. Whether that activity matters to the metric is not the agent's call
+to type: another actor's review, cited by ``perfledger activity explain``, explains it (R17).
 
 Imports: standard library only (kernels imports events at most, SPEC.md section 1).
 """
@@ -98,13 +98,13 @@ class HostWindowVerdict:
         """JSON builtins (one window of the samples artifact)."""
         return asdict(self)
 
-    def to_request(self, explained: str | None = None) -> dict[str, Any]:
-        """The ``monitor`` object of a ``samples.record`` pair (R17); ``explained`` is set only
-        on a window with foreign activity."""
+    def to_request(self) -> dict[str, Any]:
+        """The ``monitor`` object of a ``samples.record`` pair (R17; ``explained`` is null:
+        another actor's review explains, after the samples)."""
         return {
             "observed": self.observed,
             "foreign_activity": self.foreign_activity,
-            "explained": explained if self.foreign_activity else None,
+            "explained": None,
             "flags": list(self.reasons),
         }
 
