@@ -106,7 +106,7 @@ class KernelTarget:
                 "scope": {"replaced_region": "all", "execution_form": "cuda"},
                 "replacement_boundary": "the kernel", "coverage": 0.9, "local_speedup": 2.0,
                 "stated_bound": 1.0 / (0.1 + 0.45),
-                "expected_improvement": {"low": 0.0, "high": 1.0 / (0.1 + 0.45) - 1.0},
+                "expected_improvement": {"low": 0.0, "high": 1.0 - (0.1 + 0.45)},  # 1 - 1/bound
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip
