@@ -113,8 +113,11 @@ class WalkedSession(Session):
         self.problems: list[str] = []
         self.states = 0
 
-    def run(self, op: str, body: dict[str, Any], key: str | None = None) -> Any:
-        payload = super().run(op, body, key)
+    def run(
+        self, op: str, body: dict[str, Any], key: str | None = None,
+        artifacts: dict[str, Any] | None = None,
+    ) -> Any:  # fmt: skip
+        payload = super().run(op, body, key, artifacts)
         self.states += 1
         self.problems += [f"after {op}: {p}" for p in check_offered(self.state(),
                                                                      self.ledger.payload)]  # fmt: skip
