@@ -5,6 +5,7 @@ schema)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,13 +117,21 @@ def test_experiment_example_fits_the_ledgers_target_and_is_accepted(
     decider accepts the example on the state it is shown for. The unfitted example is the
     control: refused (R11) on the bound Target."""
     from perfledger.app.next_steps import dry_decide
-    from perfledger.commands.registry.request_examples import example_for
+    from perfledger.app.snapshots import candidate_edge
+    from perfledger.commands.registry.request_examples import CANDIDATE_SUBJECT, example_for
 
     ledger = _session_until_experiment(tmp_path, bound)
     try:
         state = ledger.state()
         body = example_for("experiment.create", state)
         assert ("changed_paths" in body["candidate"]) is not bound
+        assert (body["candidate"].get("subject") == CANDIDATE_SUBJECT) is bound
+        if bound:  # the directory the example names, holding a change: snapshotted at the edge
+            candidate = tmp_path / CANDIDATE_SUBJECT
+            shutil.copytree(tmp_path / "orig", candidate)
+            (candidate / "src" / "kernels" / "attn.cu").write_text("// the fused kernel\n")
+            body["candidate"]["subject"] = str(candidate)
+            body, _ = candidate_edge(ledger, body)
         assert dry_decide(state, "experiment.create", body, ledger.payload) is None
         unfitted = dry_decide(state, "experiment.create", example("experiment.create"),
                               ledger.payload)  # fmt: skip
@@ -132,6 +141,8 @@ def test_experiment_example_fits_the_ledgers_target_and_is_accepted(
 
 
 def test_schema_example_without_a_ledger_shows_both_variants(tmp_path: Path) -> None:
+    from perfledger.commands.registry.request_examples import CANDIDATE_SUBJECT
+
     env = {**isolated_env(tmp_path)}
     base = [sys.executable, "-m", "perfledger", "schema", "experiment.create", "--example"]
     human = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -143,5 +154,9 @@ def test_schema_example_without_a_ledger_shows_both_variants(tmp_path: Path) -> 
     variants = json.loads(machine.stdout)["variants"]
     assert "changed_paths" in variants["without subject directories"]["candidate"]
     assert "changed_paths" not in variants["with subject directories"]["candidate"]
+    bound = variants["with subject directories"]
+    # candidate.subject names a directory: `experiment create` replaces it by its snapshot
+    # before the request is validated (the edge), so validate what the edge leaves
+    assert bound["candidate"].pop("subject") == CANDIDATE_SUBJECT
     for body in variants.values():
         validate("experiment.create", body)

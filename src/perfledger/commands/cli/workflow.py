@@ -562,8 +562,9 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
             click.echo(to_json_text(body, indent=2))
             click.echo(
                 f"note: this example is for a Target {first}; for a Target {other} (its "
-                "readiness binds the original's directory, R11) perfledger computes "
-                "candidate.changed_paths and refuses typed ones: "
+                "readiness binds the original's directory, R11) name the candidate's directory "
+                "in candidate.subject: perfledger snapshots it and computes content_hash and "
+                "changed_paths (typed changed_paths are refused): "
                 + to_json_text(other_body.get("candidate"))
                 + "; run with --ledger LEDGER for the example that fits its Target",
                 err=True,

@@ -63,12 +63,19 @@ def _unbound(op: str) -> dict[str, Any]:
 
 def _subject_bound(op: str) -> dict[str, Any]:
     """The example of ``op`` for a Target whose readiness bound the original's directory
-    (``{subject}``, R11): no typed ``changed_paths``."""
+    (``{subject}``, R11): the candidate named by its directory (:data:`CANDIDATE_SUBJECT`),
+    which perfledger snapshots and hashes; no typed ``changed_paths`` or ``content_hash``."""
     body = example(op)
     candidate = body.get("candidate")
     if isinstance(candidate, dict):
-        body["candidate"] = {k: v for k, v in candidate.items() if k != "changed_paths"}
+        kept = {k: v for k, v in candidate.items() if k not in ("changed_paths", "content_hash")}
+        body["candidate"] = {**kept, "subject": CANDIDATE_SUBJECT}
     return body
+
+
+#: The candidate directory the subject-bound example names (a worktree or copy of the
+#: original's directory, holding the candidate's changes).
+CANDIDATE_SUBJECT = "work/candidate"
 
 
 #: The operations whose example depends on whether the Target binds subject directories (R11).
