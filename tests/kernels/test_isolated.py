@@ -75,10 +75,26 @@ def _compare(tmp_path: Path, reference: dict[str, Any] | None = None, **cand: An
     return compare_spec(_spec(tmp_path, reference, **cand), "small", config=CONFIG)
 
 
+def _honest_tie(c: Comparison) -> bool:
+    """Whether ``c`` (two subjects doing the same work) came out as a tie should: valid and
+    unflagged but for ``no_ceilings``, or invalid only because its CI fell wholly below 1 by
+    chance (about one run in forty) and claimed a saving the parent's clock cannot confirm
+    (``clock_unconfirmed``: not a pass, which is right for a tie)."""
+    chance = {UNCONFIRMED, "recheck:candidate-stand-in"}
+    if c.valid:
+        return c.flags == ["no_ceilings"]
+    return (
+        UNCONFIRMED in c.flags
+        and set(c.flags) - chance == {"no_ceilings"}
+        and c.cand is not None
+        and all(r.startswith(UNCONFIRMED) for r in c.cand.recheck_failures)
+    )
+
+
 @pytest.mark.slow
 def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path)
-    assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
+    assert _honest_tie(c), (c.flags, c.settings["clock"])
     assert c.stats is not None and 0.8 < c.stats.median_ratio < 1.25, c.stats
     # one reveal after each pair of batches on the same seeds: two per ABBA block (the number of
     # blocks depends on the stopping rule, which a loaded host reaches sooner by its time cap)
@@ -88,7 +104,7 @@ def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
     assert len(c.ref.samples_s) == len(c.cand.samples_s) == len(c.pair_orders)
     assert c.ref.input_sets == c.cand.input_sets
     assert c.pair_orders[:8] == ["AB"] * 4 + ["BA"] * 4
-    assert not c.ref.recheck_failures and not c.cand.recheck_failures
+    assert not c.ref.recheck_failures
 
 
 @pytest.mark.slow
@@ -278,7 +294,8 @@ def test_cheat_skipping_one_call_in_ten_is_caught_by_the_sized_reveals(tmp_path:
     # the honest control with the same reveals: valid, unflagged
     (tmp_path / "honest").mkdir()
     honest = _compare(tmp_path / "honest")
-    assert honest.valid and honest.settings["reveal_plan"]["escape_bound"] == 0.0, honest.flags
+    assert _honest_tie(honest), honest.flags
+    assert honest.settings["reveal_plan"]["escape_bound"] == 0.0
 
 
 def test_cheat_skipping_calls_under_an_exact_rule_is_caught_by_every_calls_digest(
@@ -298,7 +315,7 @@ def test_cheat_skipping_calls_under_an_exact_rule_is_caught_by_every_calls_diges
     # the control: an honest candidate under the same rule is valid and unflagged
     (tmp_path / "honest").mkdir()
     honest = compare_spec(_spec(tmp_path / "honest"), "small", config=CONFIG, accuracy=exact)
-    assert honest.valid and "cross_check:candidate" not in honest.flags, honest.flags
+    assert _honest_tie(honest), honest.flags
 
 
 def test_an_allclose_rule_judges_the_revealed_outputs_element_wise(tmp_path: Path) -> None:
@@ -332,7 +349,7 @@ def test_cheat_worker_holding_a_persisting_l2_carve_out_is_flagged(
     (tmp_path / "honest").mkdir()
     none = {"bytes": 0, "found": 0, "max_bytes": 0, "available": True}
     honest = _compare(tmp_path / "honest", persisting_l2=none)
-    assert honest.valid and not any(f.startswith("persisting_l2") for f in honest.flags)
+    assert _honest_tie(honest), honest.flags
 
 
 # ---------------------------------------- hole 1: what the parent's clock can confirm
