@@ -475,8 +475,8 @@ def test_r13_screen_result_as_champion_is_refused_with_a_hint_naming_what_to_run
     err = ready.refused("champion.select", select, "R13")
     assert "not a screen" in err.message
     assert (
-        "measure workload --experiment e1 --stage target --ref CMD --cand CMD --samples "
-        "e1-target" in err.hint
+        "measure workload --experiment e1 --stage target --ref CMD --cand CMD --monitor "
+        "gpu|host --samples e1-target" in err.hint
     )
     assert "`perfledger verdict record --samples e1-target`" in err.hint
     ready.passed("e2", CAND2)  # its target stage passed: the hint names that result

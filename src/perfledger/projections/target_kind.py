@@ -74,6 +74,16 @@ def next_stage(state: Any, target_id: str, experiment_id: str) -> str:
     return "target" if e.samples.get("screen") else "screen"
 
 
+def formal_monitor(target: Any) -> str:
+    """The ``--monitor`` option a workload's formal stage needs (R17): ``host`` for a CPU-time
+    primary (the host's other processes are what can move it), else the choice by where the
+    workload runs (the default monitor watches a GPU through NVML)."""
+    primary = getattr(getattr(target, "definition", None), "primary", None)
+    if getattr(primary, "name", None) == "cpu_time":
+        return " --monitor host"
+    return " --monitor gpu|host"
+
+
 def measuring_command(state: Any, target_id: str, op: str, experiment_id: str | None) -> str:
     """The command that measures and records ``op`` (a key of :data:`MEASURED_BY`) on
     ``target_id``, of the Target's kind, with the Target, experiment and stage filled in;
@@ -94,6 +104,8 @@ def measuring_command(state: Any, target_id: str, op: str, experiment_id: str | 
         line = MEASURED_BY[op]
     experiment = experiment_id if experiment_id in state.experiments else "E"
     stage = next_stage(state, target_id, experiment)
+    if kind == "workload" and op == "samples.record" and stage in ("target", "final_audit"):
+        line += formal_monitor(target)
     return (
         line.replace(" T ", f" {target_id} ")
         .replace(" E ", f" {experiment} ")
