@@ -221,7 +221,7 @@ def foreign_activity_warnings(
         "activity (other processes' CPU or GPU use above the monitor's threshold): the verdict "
         "on these samples will be inconclusive (R17). If that activity cannot affect the metric, "
         "another actor reviews the samples (`perfledger review record`) and `perfledger activity "
-        f'explain --samples ID --request -` cites that review with {{"pairs": {indices[:50]}, '
+        f'explain --samples ID --request -` cites that review with {{"pairs": {indices}, '
         '"explanation": "...", "review_id": "..."}; otherwise measure on a quieter machine'
     ]
 

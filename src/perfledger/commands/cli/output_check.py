@@ -102,13 +102,15 @@ def judged_findings(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return summary, lines
 
 
-def readiness_warning(body: Any) -> str | None:
+def readiness_warning(body: Any, observed_primary: bool = False) -> str | None:
     """The warning for a readiness request whose workload correctness would be judged by the
     subject alone: a driver without an ``{output}`` place and no ``accuracy.compare:
     self_reported`` stating that outputs cannot be compared; or with ``{output}`` but no
     ``{seed}``, so that every pair's expected output is the same (a candidate could replay one
     it computed once). None otherwise (or for a body that is not a workload readiness: a kernel Target's driver is
-    the kernel harness, which judges every output itself, R5)."""
+    the kernel harness, which judges every output itself, R5); no ``{seed}`` warning for a
+    Target whose primary perfledger observes (``observed_primary``): its worker protocol hands
+    every call a fresh seed itself (SPEC.md section 5)."""
     if not isinstance(body, dict):
         return None
     driver = body.get("driver")
@@ -118,7 +120,7 @@ def readiness_warning(body: Any) -> str | None:
     if driver_kind(argv) == "kernel":  # the kernel harness judges every output itself (R5)
         return None
     if declares_output([str(w) for w in argv]):
-        if any(SEED_PLACEHOLDER in str(w) for w in argv):
+        if observed_primary or any(SEED_PLACEHOLDER in str(w) for w in argv):
             return None
         return (
             "the driver declares {output} but no {seed} place: every pair's inputs, and so its "
@@ -138,9 +140,9 @@ def readiness_warning(body: Any) -> str | None:
     )
 
 
-def warn_readiness(body: Any) -> None:
+def warn_readiness(body: Any, observed_primary: bool = False) -> None:
     """Print :func:`readiness_warning` on stderr, if any (a warning, never a refusal)."""
-    text = readiness_warning(body)
+    text = readiness_warning(body, observed_primary)
     if text is not None:
         click.echo(f"warning: {text}", err=True)
 

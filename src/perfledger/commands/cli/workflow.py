@@ -39,6 +39,7 @@ from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
 from perfledger.errors import BadRequest
 from perfledger.events import limits
+from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
 
 #: Request fields that flags may set, per flag: (flag, field, help).
@@ -237,7 +238,14 @@ def submit(
             from perfledger.commands.cli.identity import readiness_edge  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
             from perfledger.commands.cli.output_check import warn_readiness  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-            warn_readiness(body)  # R5: correctness judged by the subject alone
+            target = (
+                ledger.state().targets.get(body.get("target_id"))
+                if isinstance(body, dict)
+                else None
+            )
+            primary = target.definition.primary.name if target is not None else None
+            # R5: correctness judged by the subject alone (the worker protocol seeds every call)
+            warn_readiness(body, observed_primary=primary in OBSERVED_METRICS)
 
             body, artifacts = readiness_edge(ledger, body)
         if name == "experiment.create":  # candidate.subject -> its snapshot (R11)
