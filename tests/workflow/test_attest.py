@@ -12,7 +12,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +26,12 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 from test_code_identity import Session, session  # noqa: F401 (the module fixture: a champion e1)
 
-from perfledger.app.attest import PAYLOAD_TYPE, PREDICATE_TYPE, pae
-from subprocess_env import perfledger_command
+from perfledger.app.attest import PAYLOAD_TYPE, PREDICATE_TYPE, attest, pae
+from perfledger.errors import RuleRefused
+from subprocess_env import isolated_env, perfledger_command
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _keygen(directory: Path, name: str) -> Path:
@@ -197,3 +202,47 @@ def test_r13_experiment_that_is_not_a_champion_is_refused_and_nothing_written(
     assert not out.exists()
     unknown = attested.s.cli("attest", "nope", "--key", str(attested.key), "--json")
     assert unknown.returncode == 2, unknown.stdout + unknown.stderr
+
+
+def test_docs_attestations_page_block_runs_on_the_champion(
+    session: Session,  # noqa: F811 (the imported fixture)
+    tmp_path: Path,
+) -> None:
+    page = (ROOT / "docs" / "attestations.md").read_text()
+    blocks = re.findall(r"<!-- run by tests/workflow/test_attest.py -->\n```sh\n(.*?)^```",
+                        page, flags=re.S | re.M)  # fmt: skip
+    assert len(blocks) == 1
+    env = {**session.env, "LEDGER": str(session.ledger),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{session.env['PATH']}"}  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", blocks[0].replace("/tmp/", f"{tmp_path}/")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{PREDICATE_TYPE} 5 subjects" in done.stdout
+    assert "attestation of champion e1 verified: signed by alice" in done.stdout
+
+
+def test_r11_champion_without_a_code_snapshot_is_refused_and_nothing_written(
+    ready: Any, tmp_path: Path
+) -> None:
+    # a Target whose driver declares no {subject}: its samples carry no snapshot (R11)
+    ready.passed("e1", gain=0.2)
+    try:
+        ready.champion("e1")
+    except RuleRefused as exc:  # the rules may already keep such samples from a champion
+        pytest.skip(f"no champion without a snapshot can be made: {exc.message}")
+    key = _keygen(tmp_path, "alice")
+    out = tmp_path / "e1.json"
+    head = ready.ledger.head()
+    with pytest.raises(RuleRefused) as refused:
+        attest(ready.ledger, "e1", str(key))
+    assert refused.value.rule == "R11" and "no code snapshot" in refused.value.message
+    done = subprocess.run(
+        [*perfledger_command(), "--ledger", str(ready.ledger.path), "attest", "e1", "--key",
+         str(key), "--out", str(out), "--json"],
+        capture_output=True, text=True, env=isolated_env(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert json.loads(done.stdout)["error"]["rule"] == "R11"
+    assert not out.exists() and ready.ledger.head() == head
