@@ -246,3 +246,31 @@ def test_r11_champion_without_a_code_snapshot_is_refused_and_nothing_written(
     assert done.returncode == 3, done.stdout + done.stderr
     assert json.loads(done.stdout)["error"]["rule"] == "R11"
     assert not out.exists() and ready.ledger.head() == head
+
+
+def test_attestation_still_verifies_after_a_later_checkpoint_and_later_events(
+    attested: Attested,
+) -> None:
+    # the ledger grew after the attestation: a checkpoint signed at the attested head, then an
+    # event; the statement is re-derived at the attested head, so it still verifies
+    grown = attested.s.tmp / "grown.git"
+    s = attested.s
+    assert s.cli("clone", str(s.ledger), str(grown), "--json").returncode == 0
+    for args in (("checkpoint", "sign", "--key", str(attested.key), "--actor", "alice"),
+                 ("note", "after the attestation")):  # fmt: skip
+        done = subprocess.run([*perfledger_command(), "--ledger", str(grown), *args],
+                              capture_output=True, text=True, env=s.env, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    argv = [*perfledger_command(), "--ledger", str(grown), "verify-attestation",
+            str(attested.out), "--signers", str(attested.signers), "--json"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=s.env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # a fresh attestation now names the checkpoint
+    out = s.tmp / "grown.intoto.json"
+    again = subprocess.run([*perfledger_command(), "--ledger", str(grown), "attest", "e1", "--key",
+                            str(attested.key), "--out", str(out)],
+                           capture_output=True, text=True, env=s.env, timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    checkpoint = _statement(out)["predicate"]["ledger"]["checkpoint"]
+    assert checkpoint is not None and checkpoint["head"] == _statement(attested.out)[
+        "predicate"]["ledger"]["head"]  # fmt: skip

@@ -199,6 +199,39 @@ def _checkpoint(verified: Any, head: str) -> dict[str, Any] | None:
     return {"tag": tag.sha, "head": tag.head, "events": tag.count, "digest": tag.digest}
 
 
+def _measured_samples(
+    ledger: Ledger, state: Any, experiment_id: str, samples_ids: list[str]
+) -> list[dict[str, Any]]:
+    """The predicate's ``samples``: each one's id, stage, event id, pairs, raw table,
+    provenance and both snapshot digests. Raises: RuleRefused R5 when one was not measured by
+    perfledger (outside samples, or samples recorded before provenance was kept)."""
+    rows = []
+    for sid in samples_ids:
+        view = state.samples[sid]
+        payload = ledger.payload(view.event_id)
+        provenance = payload.provenance
+        source = provenance.source if provenance is not None else None
+        if provenance is None or source != "perfledger":
+            raise refuse(
+                "R5",
+                f"champion {experiment_id!r} rests on samples {sid!r} measured "
+                f"{'outside perfledger' if source else 'before provenance was kept'}: only "
+                "samples perfledger measured are attested; nothing was written",
+                "measure the stage with perfledger measure and select the champion again",
+            )
+        identity = payload.identity
+        snapshots = {} if identity is msgspec.UNSET else {
+            "reference_snapshot": identity.reference.digest,
+            "candidate_snapshot": identity.candidate.digest,
+        }  # fmt: skip
+        rows.append({
+            "samples_id": sid, "stage": view.stage, "event_id": view.event_id,
+            "n_pairs": view.n_pairs, "raw_table": provenance.raw_table,
+            "provenance": {"source": source, "protocol": provenance.protocol}, **snapshots,
+        })  # fmt: skip
+    return rows
+
+
 def derive(ledger: Ledger, experiment_id: str, head: str | None = None) -> dict[str, Any]:
     """The in-toto statement of champion ``experiment_id`` at commit ``head`` (default: the
     ledger's head), after verifying the ledger end to end and replaying it (audit).
@@ -227,27 +260,9 @@ def derive(ledger: Ledger, experiment_id: str, head: str | None = None) -> dict[
     standing = final_audit_standing(state, target)
     if standing.samples_id and standing.champion == experiment_id:
         samples_ids.append(standing.samples_id)
-    samples, cited = [], {target.frozen_event, experiment.event_id, step.event_id}
-    for sid in samples_ids:
-        view = state.samples[sid]
-        payload = ledger.payload(view.event_id)
-        source = payload.provenance.source if payload.provenance else None
-        if source != "perfledger":
-            raise refuse(
-                "R5",
-                f"champion {experiment_id!r} rests on samples {sid!r} measured "
-                f"{'outside perfledger' if source else 'before provenance was kept'}: only "
-                "samples perfledger measured are attested; nothing was written",
-                "measure the stage with perfledger measure and select the champion again",
-            )
-        cited.add(view.event_id)
-        samples.append({
-            "samples_id": sid, "stage": view.stage, "event_id": view.event_id,
-            "n_pairs": view.n_pairs, "raw_table": payload.provenance.raw_table,
-            "provenance": {"source": source, "protocol": payload.provenance.protocol},
-            "reference_snapshot": payload.identity.reference.digest,
-            "candidate_snapshot": payload.identity.candidate.digest,
-        })  # fmt: skip
+    samples = _measured_samples(ledger, state, experiment_id, samples_ids)
+    cited = {target.frozen_event, experiment.event_id, step.event_id}
+    cited |= {row["event_id"] for row in samples}
     rules = {}
     for event in ledger.events_at(head):
         p = event.payload
@@ -395,6 +410,25 @@ def _difference(claimed: dict[str, Any], derived: dict[str, Any]) -> str | None:
     return None
 
 
+def _attested_checkpoint(
+    ledger: Ledger, head: str, attested: Any, latest: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The checkpoint the re-derived statement names: ``attested`` when it is still one of the
+    ledger's checkpoints (same tag, head, count, digest) at or below ``head``, or when it is
+    None (a checkpoint signed after the attestation is no difference); else ``latest``."""
+    if attested is None or attested == latest:
+        return attested
+    if not isinstance(attested, dict):
+        return latest
+    verified = verified_ledger(ledger, CheckpointPolicy())
+    tag = verified.tags.get(str(attested.get("tag")))
+    if tag is None or tag.is_witness:
+        return latest
+    same = {"tag": tag.sha, "head": tag.head, "events": tag.count, "digest": tag.digest}
+    below = ancestry(verified.node, head.encode())
+    return attested if same == attested and tag.head.encode() in below else latest
+
+
 def verify_attestation(ledger: Ledger, path: str, signers_file: str) -> dict[str, Any]:
     """Verify the attestation at ``path``: its DSSE signature with a key of ``signers_file``,
     then that ``ledger`` (a clone of the attested one) re-derives the same statement at the
@@ -413,14 +447,10 @@ def verify_attestation(ledger: Ledger, path: str, signers_file: str) -> dict[str
         raise IntegrityError(f"the attested statement is not perfledger's: {exc}",
                              hint="perfledger attest writes one") from None  # fmt: skip
     derived = derive(ledger, experiment_id, head)
-    attested_cp = (predicate.get("ledger") or {}).get("checkpoint")
-    if attested_cp != derived["predicate"]["ledger"]["checkpoint"] and attested_cp is not None:
-        # a later checkpoint at the same head is fine: the attested one must still be there
-        tags = verified_ledger(ledger, CheckpointPolicy()).tags
-        tag = tags.get(str(attested_cp.get("tag")))
-        if tag is not None and {"tag": tag.sha, "head": tag.head, "events": tag.count,
-                                "digest": tag.digest} == attested_cp:  # fmt: skip
-            derived["predicate"]["ledger"]["checkpoint"] = attested_cp
+    derived["predicate"]["ledger"]["checkpoint"] = _attested_checkpoint(
+        ledger, head, (predicate.get("ledger") or {}).get("checkpoint"),
+        derived["predicate"]["ledger"]["checkpoint"],
+    )  # fmt: skip
     difference = _difference(claimed, derived)
     if difference is not None:
         raise IntegrityError(
