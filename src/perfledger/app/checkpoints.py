@@ -107,8 +107,9 @@ def _hex_nodes(graph: CommitGraph) -> NodeFn:
     return node
 
 
-def _require_ok(ledger: Ledger, policy: CheckpointPolicy) -> Verified:
-    """:func:`_verified`, a failure raised as its IntegrityError (exit 5)."""
+def verified_ledger(ledger: Ledger, policy: CheckpointPolicy) -> Verified:
+    """``ledger`` verified end to end with its checkpoints under ``policy``: the report, its
+    commits from git and its checkpoint tags. Raises: IntegrityError (exit 5) on a failure."""
     try:
         return _verified(ledger, policy)
     except _Failed as failed:
@@ -137,7 +138,7 @@ def sign_checkpoint(
         missing or unusable key."""
     if not os.path.isfile(key_path):
         raise BadRequest(f"no SSH key at {key_path}", hint="pass --key PATH to a private key")
-    verified = _require_ok(ledger, CheckpointPolicy(signers_file=signers_file))
+    verified = verified_ledger(ledger, CheckpointPolicy(signers_file=signers_file))
     head = verified.report.head
     count, digest = replay(verified.node, head.encode())
     fields = {
@@ -177,7 +178,7 @@ def witness_checkpoint(
         raise BadRequest(f"no SSH key at {key_path}", hint="pass --key PATH to a private key")
     trusted = copy_dir if os.path.isdir(copy_dir) else None
     policy = CheckpointPolicy(signers_file=signers_file, trusted_dir=trusted)
-    verified = _require_ok(ledger, policy)
+    verified = verified_ledger(ledger, policy)
     candidates = [t for t in verified.tags.values() if not t.is_witness]
     if checkpoint:
         candidates = [t for t in candidates if t.sha.startswith(checkpoint.lower())]
@@ -207,4 +208,4 @@ def witness_checkpoint(
     return target, witness, keep_copies(copy_dir, [target, witness])
 
 
-__all__ = ["sign_checkpoint", "verify", "witness_checkpoint"]
+__all__ = ["sign_checkpoint", "verified_ledger", "verify", "witness_checkpoint"]

@@ -82,6 +82,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "mcp": "perfledger.commands.cli.agents:mcp_command",
     "artifact": "perfledger.commands.cli.agents:artifact_group",
     "checkpoint": "perfledger.commands.cli.checkpoint:checkpoint_group",
+    "attest": "perfledger.commands.cli.attest:attest_command",
+    "verify-attestation": "perfledger.commands.cli.attest:verify_attestation_command",
 }  # fmt: skip
 
 

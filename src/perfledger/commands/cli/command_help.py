@@ -11,6 +11,13 @@ COMMAND_HELP: dict[str, str] = {
         "List or get the files attached to an event (raw sample tables, code snapshots, profiler "
         "reports); each is checked against its blake3 and size on the way out."
     ),
+    "attest": (
+        "Write an in-toto Statement v1 in a DSSE envelope for champion EXPERIMENT: its code "
+        "snapshot's files as subjects, the ledger's case for it as predicate, signed with an "
+        "ed25519 SSH key (docs/attestations.md). Exit 3 for an experiment that is not a "
+        "champion, or a champion without a code snapshot or resting on samples measured outside "
+        "perfledger."
+    ),
     "audit": (
         "The auditor's replay from zero, independent of the cache: everything `verify` checks, "
         "every verdict re-derived from its samples, every request re-decided against the state "
@@ -137,4 +144,9 @@ COMMAND_HELP: dict[str, str] = {
     ),
     "upstream-check": ("Record the check for an existing upstream equivalent (R10)."),
     "verdict": ("Derive and record a verdict from recorded samples (R12)."),
+    "verify-attestation": (
+        "Check the attestation FILE: its DSSE signature with a key of --signers, then that this "
+        "ledger (a clone of the attested one) re-derives the same statement. Exit 5 naming what "
+        "differs (the signature, a subject, a predicate field)."
+    ),
 }
