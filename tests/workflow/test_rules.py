@@ -709,3 +709,21 @@ def test_r11_cases_must_be_named_by_the_test_set_and_not_outnumber_it() -> None:
     rules.r11_cases_in_test_set(["a", "b"], unnamed, "--case")  # cases unnamed: only counted
     with pytest.raises(RuleRefused, match="--case has 3 cases; the Target's test set has 2"):
         rules.r11_cases_in_test_set(["a", "b", "c"], unnamed, "--case")
+
+
+def test_r8_experiment_that_cannot_enter_the_target_stage_is_offered_its_rejection(
+    ready: Session,
+) -> None:
+    # a trial agent's dead end: after the screen, status offered neither the target stage
+    # (R8 refuses it) nor anything else for the experiment; closing it is the step left
+    from perfledger.app.next_steps import allowed_decisions
+
+    ready.run("experiment.create", _low_bound_experiment("e1", CAND1))
+    ready.run("samples.record", samples("e1-screen", "screen", gain=0.1))
+    ready.run("verdict.record", {"samples_id": "e1-screen"})
+    offered = allowed_decisions(ready.state(), T1, ready.ledger.payload)
+    about_e1 = [(d.op, d.rule) for d in offered if d.about == "e1"]
+    assert ("reject", "R8") in about_e1, offered
+    assert not any(op == "samples.record" for op, _ in about_e1), offered
+    ready.run("reject", {"experiment_id": "e1", "closes": "implementation",
+                         "reason": "its bound cannot clear the minimum effect"})  # fmt: skip

@@ -196,6 +196,19 @@ def allowed_decisions(
                                      rule="R11", about=experiment_id)  # fmt: skip
                 if _accepted_gate(state, target, stale):
                     out.append(stale)
+            elif (
+                d.op == "samples.record"
+                and getattr(exc, "rule", None) == "R8"
+                and d.about in state.experiments
+            ):
+                # no target stage can follow (R8): closing the experiment is the step left
+                close = NextDecision(op="reject", why=f"{d.about}'s bound cannot clear the "
+                                     "minimum effect or the resolution, so no target stage may "
+                                     "follow (R8): close its implementation", rule="R8",
+                                     about=d.about)  # fmt: skip
+                probe = _probe(state, close, handoff_body)
+                if probe is not None and dry_decide(state, "reject", probe, payload_of) is None:
+                    out.append(close)
             continue
         out.append(d)
     return out

@@ -599,9 +599,14 @@ def measure_workload(
 ) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
-    Each command prints one JSON object: {"correct": bool, "metrics": {name: number | [numbers]}};
-    `{case}` in a command and $PERFLEDGER_CASE carry the case. Failed calls (garbage, non-zero
-    exit, timeout, NaN) are kept with their reason in the raw table, not in the request.
+    For a Target whose primary perfledger observes (wall_time, cpu_time) the default is the
+    worker protocol: each command starts a worker (`perfledger.subject.serve(setup, call)`),
+    perfledger sends every call its case, seed and output place, times it with its own clock,
+    reads its CPU time from the kernel and compares every output with the reference's (R5).
+    Formal stages (target, final_audit) need --monitor (host for a CPU workload, gpu on a GPU).
+    With --protocol self (Targets whose primary the subject reports), each command prints one
+    JSON object: {"correct": bool, "metrics": {name: number | [numbers]}}; `{case}` and
+    $PERFLEDGER_CASE carry the case. Failed calls are kept with their reason in the raw table.
     Where the readiness driver declares a {subject} place, each command must be that driver with
     a code directory in its place; both are snapshotted and checked first (R11,
     docs/code-identity.md).
