@@ -28,6 +28,7 @@ Progress goes to stderr (rich); ``--json`` prints one object on stdout.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from collections.abc import Callable, Iterator
@@ -330,6 +331,11 @@ def kernel_aa_pairs_check(figures_by_case: dict[str, dict[str, float]], record: 
     ]
 
 
+#: The most ``--runs`` a resolution refusal suggests (beyond it, a quieter machine or a
+#: load-immune metric is the better advice).
+MAX_SUGGESTED_RUNS = 1000
+
+
 def resolution_refusal(
     resolution: float,
     per_case: dict[str, float],
@@ -355,8 +361,13 @@ def resolution_refusal(
         what = f"--runs N (A/A ABBA pairs per case; default 10, this A/A used {runs or 10})"
     else:
         what = f"--runs N (A/A harness comparisons per case; default 5, this A/A used {runs or 5})"
+    used = runs or (10 if workload else 5)
+    # a CI's width falls about as 1/sqrt(runs): the runs that would bring this one to half the
+    # minimum effect (a guess from one A/A's spread, never a promise)
+    suggested = min(MAX_SUGGESTED_RUNS, math.ceil(used * (resolution / (0.5 * min_effect)) ** 2))
     hint = (
-        f"measure again with more {what}, or on a quieter machine, or pass "
+        f"measure again with more {what}: about --runs {max(suggested, used + 1)} would bring "
+        "this spread to half the minimum effect; or on a quieter machine, or pass "
         "--accept-resolution to record it anyway (no verdict could pass against it)"
     )
     primary = target.definition.primary
