@@ -275,8 +275,10 @@ def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
 ) -> None:
     # honest digests of outputs 1 % off on every other call: the cross-check sees them
     c = _compare(tmp_path, wrong_every=2)
-    assert not c.valid and c.flags == ["no_ceilings", "cross_check:candidate",
-                                       "recheck:candidate-stand-in"], c.flags  # fmt: skip
+    # (equal work: its CI may also fall wholly below 1 by chance, and the clock then flags it)
+    flags = [f for f in c.flags if f != UNCONFIRMED]
+    assert not c.valid and flags == ["no_ceilings", "cross_check:candidate",
+                                     "recheck:candidate-stand-in"], c.flags  # fmt: skip
     assert c.cand is not None and any("against the reference" in r for r in c.cand.recheck_failures)
     assert c.ref is not None and not c.ref.recheck_failures
 
@@ -471,7 +473,7 @@ def test_honest_candidate_with_a_helper_process_is_not_flagged(tmp_path: Path) -
     # its helper (a session of its own) is stopped during the reference's batches and stays so
     ticks, windows = tmp_path / "ticks", tmp_path / "windows"
     c = _compare(tmp_path, {"window_file": str(windows)}, helper_tick_file=str(ticks))
-    assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
+    assert _honest_tie(c), (c.flags, c.settings["clock"])
     inside, batches = _ticks_inside(ticks, windows)
     assert inside <= batches, (inside, batches)
 
