@@ -137,7 +137,7 @@ def test_experiment_create_answers_with_the_bound_it_computed(ready: Session) ->
 
 
 def test_a_driver_without_subject_gets_a_suggestion_that_puts_its_script_in_the_code_dir() -> None:
-    from perfledger.commands.cli.identity import driver_with_subject
+    from perfledger.app.identity import driver_with_subject
 
     assert driver_with_subject(["python3", "sumsq.py", "--case", "{case}"]) == [
         "python3", "{subject}/sumsq.py", "--case", "{case}"]  # fmt: skip

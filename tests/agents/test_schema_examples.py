@@ -87,7 +87,7 @@ def _session_until_experiment(tmp: Path, bound: bool) -> Any:
     """A ledger holding examples/requests up to (not including) ``experiment.create``; with
     ``bound``, its readiness binds the original's directory (a ``{subject}`` place, R11)."""
     from perfledger.api import Ledger
-    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.app.identity import readiness_edge
     from perfledger.commands.registry.operations import execute
 
     ledger = Ledger.init(tmp / ("bound" if bound else "unbound"), name="ex", actor="agent")

@@ -18,8 +18,8 @@ import pytest
 from wf_scenario import record_measured_aa
 
 from perfledger.api import Ledger
+from perfledger.app.identity import readiness_edge
 from perfledger.app.snapshots import candidate_edge
-from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import BadRequest
@@ -189,7 +189,7 @@ def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
     """The identity ``measure kernel`` takes of two directories is what ``samples.record``
     accepts; the recorded changed paths are derived from the snapshots (the experiment typed
     none), and the snapshots' files travel with the event."""
-    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
+    from perfledger.app.kernel_identity import bound_kernel_subjects
     from perfledger.commands.cli.measure import _context
     from perfledger.commands.workflow.samples_body import samples_body
 
@@ -226,7 +226,7 @@ def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
 
 
 def test_r11_kernel_driver_that_is_not_a_spec_path_is_a_clear_error() -> None:
-    from perfledger.commands.cli.kernel_identity import kernel_spec
+    from perfledger.app.kernel_identity import kernel_spec
 
     def target(argv: list[str]) -> Any:
         driver = type("Dr", (), {"argv": argv, "cwd": None})()
@@ -426,8 +426,8 @@ def test_cheat_candidate_that_changes_the_references_file_and_restores_it_is_ref
     import os
     import time
 
-    from perfledger.commands.cli.identity import SubjectsWatch
-    from perfledger.commands.cli.kernel_identity import bound_kernel_subjects
+    from perfledger.app.identity import SubjectsWatch
+    from perfledger.app.kernel_identity import bound_kernel_subjects
     from perfledger.commands.cli.measure import _context
     from perfledger.errors import RuleRefused
 
@@ -465,7 +465,7 @@ def test_cheat_candidate_adding_a_python_startup_file_is_refused_before_the_next
 
     from test_isolated import CONFIG, _spec
 
-    from perfledger.commands.cli.kernel_identity import kernel_batch_checks
+    from perfledger.app.kernel_identity import kernel_batch_checks
     from perfledger.errors import RuleRefused
 
     planted = Path(site.getsitepackages()[0]) / f"zz-perfledger-cheat-{os.getpid()}.pth"

@@ -327,7 +327,7 @@ def test_measure_aa_says_when_the_originals_outputs_differ_from_its_own(tmp_path
 def test_no_seed_warning_for_a_target_whose_primary_perfledger_observes() -> None:
     # the worker protocol hands every call a fresh seed itself: the skill's own driver form
     # (`{subject}/bench.py {case} {output}`) drew a warning that did not apply to it
-    from perfledger.commands.cli.output_check import readiness_warning
+    from perfledger.app.output_check import readiness_warning
 
     body = {"driver": {"argv": ["python3", "{subject}/bench.py", "{case}", "{output}"]}}
     assert readiness_warning(body, observed_primary=True) is None

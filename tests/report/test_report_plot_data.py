@@ -15,7 +15,7 @@ import pytest
 from wf_scenario import CAND1, CAND2, PRIMARY, T1, Session, experiment, samples
 
 from perfledger.api import Ledger
-from perfledger.commands.cli.report import build_report, champion_chain
+from perfledger.app.report import build_report, champion_chain
 
 E1_REF = {"kind": "champion", "content_hash": CAND1, "experiment_id": "e1"}
 

@@ -30,9 +30,9 @@ from wf_scenario import (
     target_freeze,
 )
 
+from perfledger.app.identity import readiness_edge
 from perfledger.app.snapshots import candidate_edge, take_as_original
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow import identity
 from perfledger.commands.workflow import requests as rq

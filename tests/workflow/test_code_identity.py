@@ -993,7 +993,7 @@ def test_bytecode_caches_survive_their_own_calls_and_not_the_other_subjects(
     """R11: caches are removed when the run begins; a subject's own compiled modules are kept
     from one of its calls to the next (one compile per run), and a cache that changed during the
     other subject's call (a planted ``.pyc``) is removed before the next call."""
-    from perfledger.commands.cli.identity import SubjectsWatch
+    from perfledger.app.identity import SubjectsWatch
 
     ref, cand = tmp_path / "ref", tmp_path / "cand"
     for d in (ref, cand):

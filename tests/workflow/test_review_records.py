@@ -166,7 +166,7 @@ def test_review_cli_end_to_end_with_handoff_list_and_audit(tmp_path: Path) -> No
 def test_dissent_carried_by_a_recorded_handoff_leaves_it_once_resolved(
     claimed: tuple[Any, str],
 ) -> None:
-    from perfledger.commands.cli.handoff_request import handoff_request
+    from perfledger.app.handoff_request import handoff_request
 
     session, e1 = claimed
     session.run("review.record", review("r1", e1))

@@ -21,7 +21,7 @@ worker|command``; the CLI parses into :class:`MeasureWorkload`, calls it and ren
    the operation registry.
 
 Code identity (R11) is taken at the edge by functions the caller passes (:class:`IdentityEdge`;
-the CLI's are :mod:`perfledger.commands.cli.identity`'s): they read the subjects' files, and
+the CLI's are :mod:`perfledger.app.identity`'s): they read the subjects' files, and
 their home is being reworked (issue 34's code identity), so this module does not import them.
 """
 

@@ -33,13 +33,11 @@ import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
-from perfledger.app.snapshots import candidate_edge
+from perfledger.app.decisions import record_decision
 from perfledger.commands.cli.common import to_json_text
-from perfledger.commands.cli.identity import readiness_edge
 from perfledger.commands.cli.readmodels import resume_context
 from perfledger.commands.cli.status import session_status
-from perfledger.commands.cli.workflow import COMMON_FLAGS, _explanation
-from perfledger.commands.registry import operations
+from perfledger.commands.cli.workflow import COMMON_FLAGS
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -203,26 +201,13 @@ class Tools:
         return handler(**arguments)
 
     def _write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-
+        """One write operation through :func:`perfledger.app.decisions.record_decision` (the
+        snapshots of R11 taken as the CLI takes them)."""
         ledger = self._open()
-        artifacts: dict[str, Any] = {}
         try:
-            if op == "readiness.record":  # original.subject -> its snapshot (R11), as the CLI
-                body, artifacts = readiness_edge(ledger, body)
-            if op == "experiment.create":  # candidate.subject -> its snapshot (R11), as the CLI
-                body, artifacts = candidate_edge(ledger, body)
-            envelopes = operations.execute(
-                ledger, op, body, actor=self.actor, artifacts=artifacts or None
-            )
+            return record_decision(ledger, op, body, actor=self.actor).to_json()
         finally:
             ledger.close()
-        events = [
-            {"event_id": e.id, "kind": e.kind, "lamport": e.lamport,
-             "payload": msgspec.to_builtins(e.payload)}
-            for e in envelopes
-        ]  # fmt: skip
-        first = events[0] if events else {}
-        return {"op": op, **first, **_explanation(first), "events": events}
 
     def _read_status(self, target_id: str | None = None) -> Any:
 

@@ -38,6 +38,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.censored import refuse_censored_formal_stage
 from perfledger.app.context import (
     SAMPLES_ARTIFACT,
     check_cases,
@@ -55,9 +56,30 @@ from perfledger.app.context import (
 from perfledger.app.context import default_samples_id as _default_samples_id
 from perfledger.app.context import experiment_context as _context
 from perfledger.app.context import start_monitor as _start_monitor
+from perfledger.app.identity import (
+    SubjectsWatch,
+    check_original_command,
+    check_original_subject,
+    fresh_and_unchanged,
+    measure_identity,
+    subject_copies,
+    unenforced_note,
+)
+from perfledger.app.kernel_identity import (
+    bound_kernel_subjects,
+    kernel_batch_checks,
+    original_kernel_directory,
+    unbound_note,
+)
 from perfledger.app.measure_workload import IdentityEdge, MeasureWorkload, observed_aa
 from perfledger.app.measure_workload import measure_workload as measure
-from perfledger.commands.cli.censored import refuse_censored_formal_stage
+from perfledger.app.output_check import (
+    accuracy_for,
+    judged_findings,
+    output_artifacts,
+    recorded_output,
+)
+from perfledger.app.preview import verdict_preview
 from perfledger.commands.cli.common import (
     actor_option,
     call_timeout_option,
@@ -73,28 +95,6 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.identity import (
-    SubjectsWatch,
-    check_original_command,
-    check_original_subject,
-    fresh_and_unchanged,
-    measure_identity,
-    subject_copies,
-    unenforced_note,
-)
-from perfledger.commands.cli.kernel_identity import (
-    bound_kernel_subjects,
-    kernel_batch_checks,
-    original_kernel_directory,
-    unbound_note,
-)
-from perfledger.commands.cli.output_check import (
-    accuracy_for,
-    judged_findings,
-    output_artifacts,
-    recorded_output,
-)
-from perfledger.commands.cli.preview import verdict_preview
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.aa_table import aa_binding

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from perfledger.app.identity import check_original_command
 from perfledger.app.measure_workload import measure_original
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
@@ -33,7 +34,6 @@ from perfledger.commands.cli.common import (
     quiet_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.identity import check_original_command
 from perfledger.commands.registry.operations import preview
 from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest, MeasurementError

@@ -20,6 +20,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.handoff_request import handoff_request
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -34,7 +35,6 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
-from perfledger.commands.cli.handoff_request import handoff_request
 from perfledger.commands.cli.workflow import read_request, submit
 from perfledger.errors import BadRequest
 
@@ -142,7 +142,7 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
             raise BadRequest(f"no Target {target_id!r}")
         data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
         if target_id in state.targets:  # the champion's code and how to get it (R11)
-            from perfledger.commands.cli.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+            from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
             ledger = ctx.open()
             try:
@@ -239,7 +239,7 @@ def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
     wall = None
     if last_ts is not None:
         wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
-    from perfledger.commands.cli.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     return ResumeContext(
         head=ledger.head(),
@@ -464,7 +464,7 @@ def report_command(html_path: str, target_id: str | None, json_flag: bool) -> No
     """Write one self-contained HTML page (no network; plots inline): target and status, a
     timeline of decisions, claims vs outcomes, and plots made with matplotlib."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.cli.report import build_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app.report import build_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:

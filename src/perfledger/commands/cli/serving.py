@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from perfledger.app.identity import refuse_unsnapshotted
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -38,7 +39,6 @@ from perfledger.commands.cli.common import (
     removed_explain_foreign_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.cli.identity import refuse_unsnapshotted
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.formal_runs import OUTSIDE_PROTOCOL
 from perfledger.commands.workflow.serving_record import (

@@ -39,7 +39,6 @@ from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
 from perfledger.errors import BadRequest
 from perfledger.events import limits
-from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
 
 #: Request fields that flags may set, per flag: (flag, field, help).
@@ -160,7 +159,13 @@ def read_request(source: str | None) -> dict[str, Any]:
 
 
 def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
+    """Render the appended ``envelopes`` of ``operation``: JSON (:meth:`Recorded.to_json`) or a
+    line per event with what it asks next."""
+    if ctx.json_mode:
+        from perfledger.app.decisions import Recorded  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
+        _emit(Recorded(operation.name, envelopes).to_json())
+        return
     events = [
         {
             "event_id": e.id,
@@ -170,11 +175,6 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         }
         for e in envelopes
     ]
-    if ctx.json_mode:
-        first = events[0] if events else {}
-        extra = _explanation(first)
-        _emit({"op": operation.name, **first, **extra, "events": events})
-        return
     for event in events:
         status = event["payload"].get("status")
         suffix = f"  status={status}" if status else ""
@@ -230,37 +230,14 @@ def submit(
     append nothing) and answer; ``request_given`` False adds a hint to pass ``--request`` to a
     request found invalid. Raises: BadRequest (2), RuleRefused (3), ConcurrentAppend (4)."""
 
+    from perfledger.app.decisions import record_decision  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
     operation = operations.get_operation(name)
     ledger = ctx.open()
-    artifacts: dict[str, Any] = {}
     try:
-        if name == "readiness.record":  # original.subject -> its snapshot (R11)
-            from perfledger.commands.cli.identity import readiness_edge  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-            from perfledger.commands.cli.output_check import warn_readiness  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            target = (
-                ledger.state().targets.get(body.get("target_id"))
-                if isinstance(body, dict)
-                else None
-            )
-            primary = target.definition.primary.name if target is not None else None
-            # R5: correctness judged by the subject alone (the worker protocol seeds every call)
-            warn_readiness(body, observed_primary=primary in OBSERVED_METRICS)
-
-            body, artifacts = readiness_edge(ledger, body)
-        if name == "experiment.create":  # candidate.subject -> its snapshot (R11)
-            from perfledger.app.snapshots import candidate_edge  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            body, artifacts = candidate_edge(ledger, body)
-        if dry_run:
-            drafts = operations.preview(
-                ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key
-            )
-            _answer_dry_run(ctx, operation, drafts)
-            return
-        envelopes = operations.execute(
+        recorded = record_decision(
             ledger, name, body, actor=_actor(actor), idempotency_key=idempotency_key,
-            artifacts=artifacts or None,
+            dry_run=dry_run, warn=lambda text: click.echo(text, err=True),
         )  # fmt: skip
     except BadRequest as exc:
         flag = _flag_of_missing_field(exc.message)
@@ -282,7 +259,10 @@ def submit(
         raise
     finally:
         ledger.close()
-    _answer(ctx, operation, envelopes)
+    if recorded.dry_run:
+        _answer_dry_run(ctx, operation, recorded.events)
+        return
+    _answer(ctx, operation, recorded.events)
 
 
 def _flag_of_missing_field(message: str) -> tuple[str, str] | None:
@@ -326,17 +306,6 @@ def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
                 click.echo(line)
         click.echo(to_json_text(event["payload"], indent=2))
     click.echo("dry run: nothing appended")
-
-
-def _explanation(event: dict[str, Any]) -> dict[str, Any]:
-    """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with
-    the threshold used (:func:`perfledger.projections.verdict_explain.explain_verdict`); beside,
-    never inside, the recorded payload. Empty for other events."""
-    if event.get("kind") != "VerdictRecorded":
-        return {}
-    from perfledger.projections.verdict_explain import explain_verdict  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return {"explanation": explain_verdict(event["payload"])}
 
 
 def _write_command(operation: Operation) -> click.Command:

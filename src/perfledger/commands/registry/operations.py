@@ -423,7 +423,7 @@ def _ranged_decide(
 
 
 #: Fields a caller sends that the CLI and the MCP server turn into others before the request is
-#: validated and recorded (:func:`perfledger.commands.cli.identity.readiness_edge` snapshots
+#: validated and recorded (:func:`perfledger.app.identity.readiness_edge` snapshots
 #: ``original.subject`` into ``original.snapshot``, R11). They are part of what a caller writes,
 #: so part of the schema it reads; the recorded request holds what they became.
 #: Operation -> ``$defs`` model -> field -> its JSON Schema.

@@ -284,7 +284,7 @@ def remove_bytecode_caches(subject: str | Path) -> int:
     and no snapshot would see it (a candidate planting one for the reference). ``measure
     workload`` calls this for both subjects when a run begins and ends, and for a subject whose
     caches changed during the other subject's call
-    (:class:`perfledger.commands.cli.identity.SubjectsWatch`).
+    (:class:`perfledger.app.identity.SubjectsWatch`).
     Never follows a symbolic link (one named ``__pycache__`` is removed as a link); ``.git`` is
     not entered.
 

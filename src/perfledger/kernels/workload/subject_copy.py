@@ -26,7 +26,7 @@ outside is refused, naming it; for a Python subject a call whose bootstrap did n
 refused too). Any finding raises :class:`~perfledger.errors.RuleRefused` (R11).
 
 Use (a call launcher; ``measure workload`` does this in
-:func:`perfledger.commands.cli.identity.subject_copies`)::
+:func:`perfledger.app.identity.subject_copies`)::
 
     copy = prepare_subject(snapshot, blobs, label="ref")   # blobs: blake3 hex -> bytes
     argv = substitute(driver_argv, copy.path)              # {subject} -> the copy

@@ -7,7 +7,7 @@ version of the code is a directory holding its own copy of the spec, which defin
 and ``SUBJECT`` (the kernel of that directory). Each subject's worker process runs in its own
 directory (:class:`perfledger.kernels.isolation.isolated.WorkerProcess`), so the reference worker loads
 the original's (or the champion's) code and the candidate worker the candidate's. Both
-directories are snapshotted like a workload's subjects (:func:`perfledger.commands.cli.identity.
+directories are snapshotted like a workload's subjects (:func:`perfledger.app.identity.
 subjects_identity`: every file under the directory, so the spec and what it reads), checked
 before anything runs, before every batch and after each case, and the snapshots travel with the
 samples as artifacts; the candidate's changed paths are computed from them.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfledger.commands.cli.identity import check_original_subject, subjects_identity
+from perfledger.app.identity import check_original_subject, subjects_identity
 from perfledger.commands.workflow import identity
 from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest

@@ -1,0 +1,102 @@
+"""Recording a decision: the use case behind every workflow write (``perfledger target freeze``,
+``verdict record``, ... and the MCP server's write tools; SPEC.md section 6).
+
+One function, :func:`record_decision`, takes an operation's request (its msgspec struct, or the
+same fields as a dict), takes what the request names at the edge (the original's snapshot for
+``readiness.record``, the candidate's for ``experiment.create``: R11), runs the operation's
+decider and appends its events, and returns a :class:`Recorded`. Every refusal comes from the
+deciders (RuleRefused) or the request's validation (BadRequest); nothing is appended then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from perfledger.app.identity import readiness_edge
+from perfledger.app.output_check import readiness_warning
+from perfledger.app.snapshots import candidate_edge
+from perfledger.commands.registry import operations
+from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.projections.verdict_explain import explain_verdict
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """What :func:`record_decision` did: ``op`` the operation's name; ``events`` the envelopes
+    appended (first the decision's own event), or with ``dry_run`` the drafts the request would
+    append now (an envelope already in the ledger where its idempotency key was used)."""
+
+    op: str
+    events: list[Any]
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer of ``--json`` and of the MCP write tools: ``{"op", "event_id", "kind",
+        "lamport", "payload", "explanation"?, "events"}`` (the first event's fields beside the
+        list; a verdict's explanation beside, never inside, its payload)."""
+        events = [
+            {"event_id": e.id, "kind": e.kind, "lamport": e.lamport,
+             "payload": msgspec.to_builtins(e.payload)}
+            for e in self.events
+        ]  # fmt: skip
+        first = events[0] if events else {}
+        return {"op": self.op, **first, **explanation(first), "events": events}
+
+
+def explanation(event: dict[str, Any]) -> dict[str, Any]:
+    """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with
+    the threshold used (:func:`perfledger.projections.verdict_explain.explain_verdict`); beside,
+    never inside, the recorded payload. Empty for other events."""
+    if event.get("kind") != "VerdictRecorded":
+        return {}
+    return {"explanation": explain_verdict(event["payload"])}
+
+
+def record_decision(
+    ledger: Any,
+    op: str,
+    request: Any,
+    *,
+    actor: str,
+    idempotency_key: str | None = None,
+    dry_run: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Recorded:
+    """Decide and append one request of operation ``op`` (``"target.freeze"``, ...) on the open
+    ``ledger`` as ``actor``; with ``dry_run`` decide and append nothing. ``request`` is the
+    operation's request struct (:mod:`perfledger.commands.workflow.requests`) or a dict of its
+    fields. ``warn`` receives the warnings a person should see (``readiness.record`` whose
+    outputs the subject alone would judge, R5); None: not shown.
+
+    Raises: BadRequest (an unknown operation, an invalid request), RuleRefused (the rule that
+    refuses it), ConcurrentAppend (another writer appended first)."""
+    body = request if isinstance(request, dict) else msgspec.to_builtins(request)
+    artifacts: dict[str, Any] = {}
+    if op == "readiness.record":  # original.subject -> its snapshot (R11)
+        if warn is not None:
+            target = (
+                ledger.state().targets.get(body.get("target_id"))
+                if isinstance(body, dict)
+                else None
+            )
+            primary = target.definition.primary.name if target is not None else None
+            # R5: correctness judged by the subject alone (the worker protocol seeds every call)
+            text = readiness_warning(body, observed_primary=primary in OBSERVED_METRICS)
+            if text is not None:
+                warn(f"warning: {text}")
+        body, artifacts = readiness_edge(ledger, body)
+    if op == "experiment.create":  # candidate.subject -> its snapshot (R11)
+        body, artifacts = candidate_edge(ledger, body)
+    if dry_run:
+        drafts = operations.preview(ledger, op, body, actor=actor, idempotency_key=idempotency_key)
+        return Recorded(op, list(drafts), dry_run=True)
+    envelopes = operations.execute(
+        ledger, op, body, actor=actor, idempotency_key=idempotency_key,
+        artifacts=artifacts or None,
+    )  # fmt: skip
+    return Recorded(op, list(envelopes))
+
+
+__all__ = ["Recorded", "explanation", "record_decision"]
