@@ -40,6 +40,12 @@ EXPECT_STDOUT: dict[str, list[str]] = {
     "workflow.md": ["True 2 ", "t1 (current): original"],
     "agents.md": ["name: perfledger"],
     "checkpoints.md": ["signed by alice, witness; the head holds 0 events past it"],
+    # the Python API refuses as the CLI does, and the MCP server answers from the same ledger
+    "api.md": [
+        "refused: R2 | record it first",
+        "audit: True 2 events, exit 0",
+        "audit over MCP: True",
+    ],
 }
 EXPECT_FILES: dict[str, dict[str, str]] = {
     "workflow.md": {"target.schema.json": "min_effect"},

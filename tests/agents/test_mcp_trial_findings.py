@@ -62,7 +62,7 @@ def test_mcp_instructions_and_readiness_schema_state_the_driver_contract_and_out
     request's driver and accuracy descriptions; the instructions name the host monitor for a CPU
     workload's formal stages, and another actor's review (never a typed text) as what explains
     foreign activity (R17)."""
-    from perfledger.commands.cli.mcp import INSTRUCTIONS
+    from perfledger.commands.mcp import INSTRUCTIONS
     from perfledger.commands.registry.operations import json_schema
 
     contract = '{"correct": bool, "metrics": {name: number | [numbers]}}'
@@ -80,7 +80,7 @@ def test_mcp_answers_name_the_tool_call_beside_each_shell_command() -> None:
     """A hint, warning or message quoting a perfledger command gets the tool call beside it
     (write tools with their flags as fields, read models as read tools, the rest as the cli
     tool); a verdict's record command gets record_mcp; recorded payloads are not touched."""
-    from perfledger.commands.cli.mcp import tool_call, translate_hints
+    from perfledger.commands.mcp import tool_call, translate_hints
 
     assert tool_call("perfledger verdict record --samples e1-screen-1") == (
         'verdict_record {"samples_id": "e1-screen-1"}'
@@ -137,7 +137,7 @@ def test_every_read_tool_field_has_a_description_and_schema_takes_a_tool_name(
 ) -> None:
     """The read tools' fields (target_id, markdown, operation, args, stdin) carry descriptions,
     and the schema tool answers for a tool name as for an operation name."""
-    from perfledger.commands.cli.mcp import READ_TOOLS, Tools
+    from perfledger.commands.mcp import READ_TOOLS, Tools
 
     for name, (_text, schema) in READ_TOOLS.items():
         for field, spec in schema["properties"].items():
@@ -180,7 +180,7 @@ def test_a_second_verdict_on_the_same_samples_is_refused_by_r12_with_where_to_re
 def test_init_through_the_cli_tool_says_it_made_a_bare_ledger_and_where(tmp_path: Path) -> None:
     """``cli ["init"]`` (a real subprocess) answers with what it made of the server's ledger
     path: a bare git repository holding the ledger, acted on by this server's tools."""
-    from perfledger.commands.cli.mcp import Tools
+    from perfledger.commands.mcp import Tools
 
     path = tmp_path / "ledger"
     answer = Tools(str(path), "agent").call("cli", {"args": ["init"]})
@@ -196,7 +196,7 @@ def test_a_server_started_beside_files_says_to_init_a_new_directory_and_then_act
     """A second trial: the server was started in a directory holding the agent's code; `status`
     said to run ``init`` there, which refuses a directory that is not empty, and the ledger made
     in a new directory was not the one the server acted on."""
-    from perfledger.commands.cli.mcp import Tools
+    from perfledger.commands.mcp import Tools
     from perfledger.errors import PerfledgerError
 
     (tmp_path / "work.py").write_text("print('code')\n")

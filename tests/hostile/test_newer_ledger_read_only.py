@@ -15,7 +15,7 @@ import pytest
 from hostile_forge import forge_event, git, run_cli
 
 from perfledger.api import Ledger
-from perfledger.commands.cli.mcp import Tools
+from perfledger.commands.mcp import Tools
 from perfledger.commands.registry.operations import OPERATIONS
 from perfledger.commands.registry.request_examples import example
 from perfledger.errors import NewerLedger

@@ -116,7 +116,7 @@ def _deep(depth: int) -> object:
 def test_an_mcp_tool_answers_hostile_arguments_with_a_perfledger_error(
     template: Path, tool: str, body: dict[str, object]
 ) -> None:
-    from perfledger.commands.cli.mcp import Tools
+    from perfledger.commands.mcp import Tools
 
     head = git(template, "rev-parse", "refs/heads/ledger")
     try:

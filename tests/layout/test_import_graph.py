@@ -45,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     },
 }  # fmt: skip
 #: Layers that may import every other one: the auditor and the adapters.
-TOP = {"commands.audit", "commands.cli", "api", "perfledger", "__main__", "skill"}
+TOP = {"commands.audit", "commands.cli", "commands.mcp", "api", "perfledger", "__main__", "skill"}
 #: Share of the imports of perfledger modules that sit inside functions. Issue 33 asks for at
 #: most 5 %; what is left above it are the CLI's command modules, each holding many commands:
 #: an import moved to their top would load one command's modules for every other command of the

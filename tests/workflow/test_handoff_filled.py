@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from wf_scenario import T1, Session, experiment, handoff, samples
 
-from perfledger.commands.cli.mcp import Tools
+from perfledger.commands.mcp import Tools
 from perfledger.commands.registry.request_examples import example
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.deciders import DecisionContext, decide_handoff_record

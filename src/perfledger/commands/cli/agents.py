@@ -92,7 +92,7 @@ def mcp_command(actor: str | None) -> None:
     answer; a refusal is a tool error with its rule and hint), the read models (status, state,
     claims, champion, handoff, schema) and `cli` (any other command, e.g. measure workload) as
     tools. The ledger is --ledger, else $PERFLEDGER_DIR, else the enclosing repository."""
-    from perfledger.commands.cli.mcp import serve  # noqa: PLC0415 (off `perfledger status`'s start-up path)
+    from perfledger.commands.mcp import serve  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     ctx = _ctx(False)
     serve(ctx.ledger_path, _actor(actor))

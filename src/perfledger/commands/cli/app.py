@@ -215,23 +215,17 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
     """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
     a new bare git repository, or an existing one, with the root event."""
     ctx = _ctx(json_flag)
-    from perfledger.api import LEDGER_ENV, Ledger  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
+    from perfledger.app.ledgers import init_ledger, ledger_location  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
-    target = path or ctx.ledger_path or os.environ.get(LEDGER_ENV) or os.getcwd()
-    ledger = Ledger.init(target, name=name, actor=_actor(actor), remember_actor=actor is not None)
-    try:
-        root = next(iter(ledger.log(1)))
-        if ctx.json_mode:
-            _emit_json(
-                {"path": os.path.abspath(target), "head": ledger.head(), "root": root.event_id}
-            )
-        else:
-            click.echo(f"initialised ledger {os.path.abspath(target)}")
-            click.echo(f"root event {root.event_id}")
-            for line in _use_hint(target):
-                click.echo(line)
-    finally:
-        ledger.close()
+    target = ledger_location(path, ctx.ledger_path)
+    done = init_ledger(target, name=name, actor=_actor(actor), remember_actor=actor is not None)
+    if ctx.json_mode:
+        _emit_json({"path": done.path, "head": done.head, "root": done.root})
+        return
+    click.echo(f"initialised ledger {done.path}")
+    click.echo(f"root event {done.root}")
+    for line in _use_hint(target):
+        click.echo(line)
 
 
 def _use_hint(path: str) -> list[str]:

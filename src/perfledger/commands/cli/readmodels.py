@@ -422,11 +422,11 @@ def audit_command(json_flag: bool) -> None:
     every verdict re-derived from its samples, every request re-decided against the state
     before it. Exit 0 when clean, 5 with the findings (each naming its event and rule)."""
     ctx = _ctx(json_flag)
-    from perfledger.commands.audit.replay import audit  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app.audit import audit_exit_code, audit_ledger  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:
-        report = audit(ledger)
+        report = audit_ledger(ledger)
     finally:
         ledger.close()
     if ctx.json_mode:
@@ -449,7 +449,7 @@ def audit_command(json_flag: bool) -> None:
         click.echo(f"head        {report.head}")
         click.echo(f"state_hash  {report.state_hash or '-'}")
     if not report.ok:  # 7: written by a newer perfledger, else 5 (SPEC.md section 6)
-        sys.exit(7 if any(f.rule == "newer_ledger" for f in report.findings) else 5)
+        sys.exit(audit_exit_code(report))
 
 
 # ----------------------------------------------------------------------------- report

@@ -10,8 +10,12 @@ A thin skin over the same library calls as the CLI:
   snapshots ``original.subject`` and ``experiment_create`` ``candidate.subject`` as the CLI
   does (R11);
 - read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
-- ``cli``: any other ``perfledger`` command (``measure workload``, ``env``, ``audit``,
-  ``handoff record``...) run as a subprocess on the same ledger with ``--json``.
+- ``cli``: any other ``perfledger`` command with ``--json`` on the same ledger: ``init``,
+  ``env`` and ``audit`` in this process through the application layer
+  (:mod:`perfledger.app.ledgers`, :func:`perfledger.app.context.environment_payload`,
+  :mod:`perfledger.app.audit`); the others (``measure workload``, ``handoff record``...) as a
+  subprocess: a measurement's watch of its own process (SIGCONT) runs only on a main thread,
+  which this server's tool calls are not.
 
 A refusal is a tool error (``is_error``) whose text and structured content are the CLI's error
 object ``{"error": {"code", "rule", "message", "hint"}}``; nothing was appended. Each call opens
@@ -26,14 +30,19 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import click
 import mcp_types as types
 import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
+from perfledger.app.audit import audit_exit_code, audit_ledger
+from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
+from perfledger.app.ledgers import init_ledger, ledger_location
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.readmodels import resume_context
 from perfledger.commands.cli.status import session_status
@@ -278,6 +287,49 @@ class Tools:
         return json_schema(get_operation(self.writes.get(operation, operation)).name)
 
     def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
+        if args[0] in IN_PROCESS and "--help" not in args:
+            answer = IN_PROCESS[args[0]](self, _parsed(args))
+        else:
+            answer = self._subprocess(args, stdin)
+        if args[0] == "init" and isinstance(answer, dict) and "path" in answer:
+            answer["message"] = self._init_message(answer["path"])
+        return answer
+
+    def _init(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``cli ["init", PATH?, "--name", N?, "--actor", A?]`` through
+        :func:`perfledger.app.ledgers.init_ledger` (the actor: --actor, remembered, else the
+        server's)."""
+        actor = options["actor"]
+        if actor is not None and not actor.strip():
+            raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
+        done = init_ledger(
+            ledger_location(options["path"], self.ledger_path), name=options["name"],
+            actor=actor or self.actor, remember_actor=actor is not None,
+        )  # fmt: skip
+        return msgspec.to_builtins(done)
+
+    def _env(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``cli ["env", "--device", N?, "--no-tools"?]``: the environment identity."""
+        return environment_payload(options["device"], tools=not options["no_tools"])
+
+    def _audit(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``cli ["audit"]``: the auditor's replay; findings are a tool error with the audit's
+        exit code (5, or 7 for a ledger a newer perfledger wrote), each finding in its message."""
+        ledger = self._open()
+        try:
+            report = audit_ledger(ledger)
+        finally:
+            ledger.close()
+        if report.ok:
+            return report.to_json()
+        listed = "; ".join(f"{f.rule} {f.event_id[:16] or '-'} {f.kind}: {f.message}"
+                           for f in report.findings)  # fmt: skip
+        exc = CliFailed(f"audit: {len(report.findings)} finding(s): {listed}")
+        exc.exit_code = audit_exit_code(report)
+        raise exc
+
+    def _subprocess(self, args: list[str], stdin: str | None) -> Any:
+        """Run ``perfledger ARGS --json`` as a subprocess on this ledger, as this actor."""
         argv = [sys.executable, "-m", "perfledger"]
         if self.ledger_path:
             argv += ["--ledger", self.ledger_path]
@@ -307,8 +359,6 @@ class Tools:
             exc.exit_code = done.returncode
             exc.code = (error or {}).get("code") or CliFailed.code
             raise exc
-        if args[0] == "init" and isinstance(answer, dict) and "path" in answer:
-            answer["message"] = self._init_message(answer["path"])
         return answer
 
     def _init_message(self, path: str) -> str:
@@ -436,6 +486,36 @@ class CliFailed(PerfledgerError):
     carried over)."""
 
     code = "cli_failed"
+
+
+#: The options of the ``cli`` commands run in this process, as the CLI's commands take them
+#: (``perfledger init``, ``env``, ``audit``); ``--json`` is always on.
+_IN_PROCESS_OPTIONS: dict[str, list[click.Parameter]] = {
+    "init": [click.Argument(["path"], required=False), click.Option(["--name"], default=None),
+             click.Option(["--actor"], default=None)],
+    "env": [click.Option(["--device"], type=click.IntRange(min=0), default=0),
+            click.Option(["--no-tools"], is_flag=True)],
+    "audit": [],
+}  # fmt: skip
+#: ``cli`` commands answered in this process: name -> the Tools method that answers them.
+IN_PROCESS: dict[str, Callable[[Tools, dict[str, Any]], Any]] = {
+    "init": Tools._init, "env": Tools._env, "audit": Tools._audit,
+}  # fmt: skip
+
+
+def _parsed(args: list[str]) -> dict[str, Any]:
+    """The options of ``args`` (``["env", "--device", "1"]``) as the CLI's command parses them.
+    Raises: BadRequest (exit 2) for an option the command does not take, as the CLI does."""
+    params = [*_IN_PROCESS_OPTIONS[args[0]], click.Option(["--json"], is_flag=True)]
+    command = click.Command(args[0], params=params)
+    try:
+        with command.make_context(f"perfledger {args[0]}", list(args[1:])) as ctx:
+            return dict(ctx.params)
+    except click.ClickException as exc:
+        raise BadRequest(
+            f"perfledger {args[0]}: {exc.format_message()}",
+            hint=f"`perfledger {args[0]} --help` shows its options",
+        ) from None
 
 
 def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
