@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from wf_scenario import CAND1
 
-from perfledger.commands.cli.measure import resolution_refusal
+from perfledger.app.aa import resolution_refusal
 from perfledger.errors import RuleRefused
 from perfledger.events.workflow import Budget, MetricSpec, TargetDefinition
 

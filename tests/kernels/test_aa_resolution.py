@@ -102,7 +102,7 @@ def test_r4_resolution_is_never_below_the_ci_reach_or_the_bound(medians: list[fl
 
 
 def test_r4_recording_a_kernel_case_with_one_valid_aa_comparison_is_refused() -> None:
-    from perfledger.commands.cli.measure import kernel_aa_pairs_check
+    from perfledger.app.aa import kernel_aa_pairs_check
     from perfledger.errors import RuleRefused
     from perfledger.kernels.harness.harness import resolution_from_aa
 

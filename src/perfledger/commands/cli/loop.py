@@ -28,6 +28,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.preconditions import require_catalog_arch
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
@@ -36,7 +37,6 @@ from perfledger.commands.loop import deciders as loop_deciders
 from perfledger.commands.loop import rules as loop_rules
 from perfledger.commands.loop.requests import AxisSelectionModel
 from perfledger.commands.registry.operations import condense, execute
-from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest
 from perfledger.events import catalog as cat
 from perfledger.events.catalog import content_hash
@@ -248,12 +248,7 @@ def setup_cmd(
                     shlex.split(driver or ""), ref_file, dims_map, entry_point.name
                 )
                 arch = sm_arch
-            if arch not in catalog.architectures:
-                raise refuse(
-                    "R23",
-                    f"{arch} is not in the catalog's feature map",
-                    "use a GPU architecture the catalog lists (`perfledger loop state` shows the catalog), or extend the catalog",
-                )
+            require_catalog_arch(catalog, arch)
             environment, limitations = backend.environment()
             _say(ctx, "checking the baseline's correctness ...")
             check = backend.check(base_path)

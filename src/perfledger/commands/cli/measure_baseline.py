@@ -23,6 +23,7 @@ import click
 
 from perfledger.app.identity import check_original_command
 from perfledger.app.measure_workload import measure_original
+from perfledger.app.preconditions import require_readiness
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -35,7 +36,6 @@ from perfledger.commands.cli.common import (
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.registry.operations import preview
-from perfledger.commands.workflow.rules import refuse
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
@@ -112,11 +112,7 @@ def measure_baseline(
     target = state.targets.get(target_id)
     if target is None:
         raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists them")
-    readiness = target.readiness
-    if readiness is None:
-        raise refuse(
-            "R2", "the baseline is measured after readiness", "`perfledger readiness record`"
-        )
+    readiness = require_readiness(target)
     kernel = target_kind(target) == "kernel"
     _check_form(target_id, kernel, cmd, spec_path, kernel_dir)
     if cmd is not None:

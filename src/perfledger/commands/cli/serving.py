@@ -29,6 +29,13 @@ from typing import Any
 import click
 
 from perfledger.app.identity import refuse_unsnapshotted
+from perfledger.app.measure_serving import (
+    refuse_voided_pairs,
+    serving_cases,
+    serving_metrics,
+    test_set_warnings,
+)
+from perfledger.app.preconditions import refuse_formal_unmonitored
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -43,17 +50,11 @@ from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.formal_runs import OUTSIDE_PROTOCOL
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
-    PER_WINDOW_KINDS,
     evidence_request,
-    metric_kind,
-    parse_metric_flags,
     serving_request,
 )
 from perfledger.errors import BadRequest, MeasurementError
 
-#: Reasons a window pair is left out of the recorded samples that its subjects control (drift,
-#: unequal work): a formal stage with any is refused (R12).
-VOIDING_REASONS = ("drift:", "output_tokens_differ:", "output_text_differs:")
 #: Open loop: a send later than this after its scheduled arrival is warned about (seconds).
 DISPATCH_LAG_WARN_S = 0.05
 
@@ -287,76 +288,12 @@ def run_measure_serving(**kw: Any) -> None:
         finally:
             ledger.close()
         refuse_unsnapshotted(info["target"], "measure serving")
-        explicit = parse_metric_flags(kw["metric_flags"])
-        for name, unit in m._target_units(info["target"]).items():
-            kind = metric_kind(name, explicit)
-            if kind is None:
-                continue
-            if kind in PER_REQUEST_KINDS:
-                if unit not in m.TIME_UNITS:
-                    raise BadRequest(
-                        f"metric {name!r} ({kind}) is a time; its unit {unit!r} is not one of "
-                        f"{sorted(m.TIME_UNITS)}"
-                    )
-                metrics[name] = (kind, m.TIME_UNITS[unit])
-            else:
-                metrics[name] = (kind, 1.0)
-            units[name] = unit
-        primary = info["primary"]
-        if primary.name not in metrics:
-            raise BadRequest(
-                f"the Target's primary {primary.name!r} is not a serving metric",
-                hint="name it with --metric NAME=KIND (ttft, tpot, e2e, output_tokens_per_s, "
-                "requests_per_s)",
-            )
-        if primary.statistic in sv.TAIL_MIN_REQUESTS:
-            tail = primary.statistic
-            need = sv.TAIL_MIN_REQUESTS[tail]
-            if metrics[primary.name][0] not in PER_REQUEST_KINDS:
-                raise rules.refuse(
-                    "R12",
-                    f"a {tail} primary needs per-request samples",
-                    "measure with per-request latencies (`perfledger measure serving` records one value per request)",
-                )
-            if config.steady_requests < need:
-                raise rules.refuse(
-                    "R12",
-                    f"a {tail} primary needs at least {need} steady requests per window; "
-                    f"--steady is {config.steady_requests}; nothing was measured",
-                    f"pass --steady {need} or more",
-                )
-        line_cases = sorted({r.case for r in requests if r.case is not None})
-        if line_cases:
-            # the request lines name their cases: one recorded pair per window pair and case
-            if case is not None:
-                raise BadRequest("the request set's lines name their cases; drop --case")
-            if any(metrics[n][0] in PER_WINDOW_KINDS for n in metrics):
-                raise BadRequest(
-                    "a window's throughput is not split by case: with a `case` on every request "
-                    "line, measure per-request metrics only (or one case a run, with --case)"
-                )
-            cases = m.check_cases(line_cases, info["test_set"], "the request set's `case`")
-        else:
-            if case is None:
-                if len(info["cases"]) != 1:
-                    raise BadRequest(
-                        f"name the test case with --case (the readiness lists {info['cases']})"
-                    )
-                case = info["cases"][0]
-            m.check_cases([case], info["test_set"], "--case")
-        if set_hash != info["test_set_hash"]:
-            text = (
-                f"the request set's hash {set_hash} is not the readiness test set's hash "
-                f"{info['test_set_hash']}"
-            )
-            if stage != "screen":
-                raise rules.refuse(
-                    "R2",
-                    f"{text}: a formal stage measures the recorded test set; nothing was measured",
-                    "measure with the test set file readiness recorded (its hash is blake3 of "
-                    "the file's bytes), or supersede the Target",
-                )
-            warnings.append(text + " (a screen only)")
+        metrics, units, tail = serving_metrics(
+            info["target"], info["primary"], kw["metric_flags"], config.steady_requests,
+            sv.TAIL_MIN_REQUESTS,
+        )  # fmt: skip
+        case, cases = serving_cases(requests, case, info, metrics)
+        warnings += test_set_warnings(set_hash, info, stage)
         if min_effect is None:
             min_effect = info["target"].definition.min_effect
     if kw["evidence_id"] is not None:  # checked before any request is sent
@@ -374,13 +311,8 @@ def run_measure_serving(**kw: Any) -> None:
     if info is not None:
         m.check_environment(env, info)
     monitor, monitor_note, source = _monitor(m, kw["no_monitor"], kw["monitor_source"])
-    if recording and monitor is None and stage != "screen":
-        raise rules.refuse(
-            "R17",
-            f"a formal ({stage}) stage needs the monitor over every window, and it is not "
-            f"running: {monitor_note}; nothing was measured",
-            "on a machine without a GPU, use --monitor host",
-        )
+    if recording and monitor is None:
+        refuse_formal_unmonitored(stage, monitor_note, windows=True)
     if monitor is None and not kw["no_monitor"]:
         warnings.append(f"no monitor: {monitor_note}")
     elif monitor is not None and monitor_note:
@@ -525,17 +457,7 @@ def run_measure_serving(**kw: Any) -> None:
         units=units,
     )
     result.update(samples_id=sid, pairs_recorded=len(body["pairs"]), pairs_left_out=left_out)
-    voided = [x for x in left_out if any(r.startswith(VOIDING_REASONS) for r in x["reasons"])]
-    if voided and stage != "screen":
-        # a subject chooses which of its windows drift or answer short: a formal verdict on the
-        # pairs left would rest on windows it picked (slowing down hard where it is slow)
-        raise rules.refuse(
-            "R12",
-            f"{len(voided)} window pairs were left out ({voided[0]['reasons'][0]}, ...): a "
-            f"formal ({stage}) stage's verdict rests on every window pair measured; nothing "
-            "was recorded",
-            "measure again on a steady server (the report's windows: --raw FILE)",
-        )
+    refuse_voided_pairs(left_out, stage)
     if not body["pairs"]:
         raise MeasurementError(
             f"no window pair can be recorded: {left_out}",
