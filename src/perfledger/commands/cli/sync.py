@@ -1,21 +1,21 @@
 """The sync commands: ``remote add|list|remove``, ``clone``, ``pull``, ``push``,
 ``sync``, and ``resolve`` (the user-facing name of ``conflict resolve``).
 
-A thin skin over :mod:`perfledger.ledger.sync` (through :class:`perfledger.api.Ledger`): each
-command calls one library function and renders its answer (text for people, ``--json`` for
+A thin skin over :mod:`perfledger.app.sync` (the sync use cases, over
+:mod:`perfledger.ledger.sync` through :class:`perfledger.api.Ledger`): each command calls one
+application function and renders its answer (text for people, ``--json`` for
 agents). Only click is imported at load time.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter
 from typing import Any
 
 import click
 
-from perfledger.api import Ledger
+from perfledger.app.sync import CONFLICT_EXIT, clone_ledger, pull_ledger, push_ledger, sync_ledger
 from perfledger.commands.cli.common import (
     actor_option,
     checkpoint_policy,
@@ -131,49 +131,6 @@ def _summary(result: Any) -> None:
     click.echo(f"head {result.after}")
 
 
-#: Exit code of a ``pull`` or ``sync`` that succeeded but joined concurrent decisions the rules
-#: forbid together: the ledger now holds an unresolved conflict that blocks decisions until
-#: ``perfledger resolve`` (0 done, 1-5 the errors of SPEC.md section 6).
-CONFLICT_EXIT = 6
-
-#: What each kind of conflict blocks until it is resolved.
-CONFLICT_BLOCKS = {
-    "champion": "champion selection, final audits and restores on its Target (R13)",
-    "supersession": "every decision on the superseded Target (R1)",
-    "reconciliation": "new experiments and champion selections on its Target (R14)",
-    "duplicate_id": "decisions about the id both machines chose",
-}
-
-
-def _open_conflicts(ledger: Any) -> dict[str, Any]:
-    """The ledger's unresolved conflicts by id (read from its folded state)."""
-    state = ledger.state()
-    conflicts = getattr(state, "conflicts", {})
-    return {cid: c for cid, c in conflicts.items() if c.resolved_by is None}
-
-
-def _new_conflicts(before: dict[str, Any], ledger: Any) -> list[dict[str, Any]]:
-    """The unresolved conflicts that were not there ``before`` (a pull's merge made them), each
-    with what it blocks and the command that resolves it."""
-    out = []
-    for cid, c in _open_conflicts(ledger).items():
-        if cid in before:
-            continue
-        out.append(
-            {
-                "conflict_id": cid,
-                "target_id": c.target_id,
-                "kind": c.kind,
-                "options": list(c.options),
-                "event_ids": list(c.event_ids),
-                "blocks": CONFLICT_BLOCKS.get(c.kind, "decisions on its Target"),
-                "resolve": f"perfledger resolve --target {c.target_id} --conflict {cid} "
-                f"--keep KEEP --reason TEXT  (KEEP: one of {', '.join(sorted(c.options))})",
-            }
-        )
-    return out
-
-
 def _say_conflicts(conflicts: list[dict[str, Any]]) -> None:
     for c in conflicts:
         click.echo(
@@ -203,16 +160,12 @@ def clone(
     ctx = _ctx(json_flag)
     policy = checkpoint_policy(checkpoint_options)
 
-    if path is None:
-        base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-        path = base if base.endswith(".git") else (base or "ledger") + ".git"
-    ledger, result = Ledger.clone(url, path, remote=remote, policy=policy)
-    ledger.close()
+    done = clone_ledger(url, path, remote=remote, policy=policy)
     if ctx.json_mode:
-        _emit({"path": os.path.abspath(path), **result.to_json()})
+        _emit({"path": done.path, **done.result.to_json()})
     else:
-        click.echo(f"cloned into {os.path.abspath(path)}")
-        _summary(result)
+        click.echo(f"cloned into {done.path}")
+        _summary(done.result)
 
 
 @click.command("pull")
@@ -235,10 +188,7 @@ def pull(
     policy = checkpoint_policy(checkpoint_options)
     ledger = ctx.open()
     try:
-        before = _open_conflicts(ledger)
-        result = ledger.pull(remote, policy=policy)
-        conflicts = _new_conflicts(before, ledger) if result.new_events else []
-        path = os.path.abspath(ledger.path)
+        path, result, conflicts = pull_ledger(ledger, remote, policy=policy)
     finally:
         ledger.close()
     if ctx.json_mode:
@@ -260,8 +210,7 @@ def push(remote: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     ledger = ctx.open()
     try:
-        result = ledger.push(remote)
-        path = os.path.abspath(ledger.path)
+        path, result = push_ledger(ledger, remote)
     finally:
         ledger.close()
     if ctx.json_mode:
@@ -289,10 +238,7 @@ def sync(
     policy = checkpoint_policy(checkpoint_options)
     ledger = ctx.open()
     try:
-        before = _open_conflicts(ledger)
-        result = ledger.sync(remote, policy=policy)
-        conflicts = _new_conflicts(before, ledger) if result.pull.new_events else []
-        path = os.path.abspath(ledger.path)
+        path, result, conflicts = sync_ledger(ledger, remote, policy=policy)
     finally:
         ledger.close()
     if ctx.json_mode:
