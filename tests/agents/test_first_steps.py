@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from wf_scenario import CAND1, Session
 
-from perfledger.commands.cli.readmodels import resume_context
+from perfledger.app.handoff import resume_context
 from perfledger.projections.handoff import derive_handoff
 from subprocess_env import isolated_env, perfledger_command
 

@@ -13,7 +13,6 @@ group that prints the derived handoff when called without a verb and keeps ``han
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -216,60 +215,18 @@ def rejected_command(target_id: str | None, json_flag: bool) -> None:
 # ----------------------------------------------------------------------------- handoff
 
 
-def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
-    """Gather what a handoff needs from outside the state: head, remotes (from the repository
-    config), artifacts, and the wall seconds from the Target's freezing to the newest event."""
-    from perfledger.events.envelope import parse_ts  # noqa: PLC0415 (off `perfledger schema`'s start-up path)
-    from perfledger.projections.handoff import ResumeContext  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    remotes: dict[str, str] = {}
-    config = ledger.store.repo.get_config()
-    for section in config.sections():
-        if len(section) == 2 and section[0] == b"remote":
-            try:
-                remotes[section[1].decode()] = config.get(section, b"url").decode()
-            except KeyError:
-                continue
-    artifacts: list[str] = []
-    last_ts: str | None = None
-    for envelope in ledger.store.iter_events():
-        artifacts += [f"{envelope.id[:12]}/{name}" for name in sorted(envelope.artifacts)]
-        last_ts = envelope.ts
-    frozen_ts = ledger.get(state.targets[target_id].frozen_event).ts
-    wall = None
-    if last_ts is not None:
-        wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
-    from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return ResumeContext(
-        head=ledger.head(),
-        remotes=remotes,
-        artifacts=artifacts,
-        wall_used_s=wall,
-        path=os.path.abspath(ledger.path),
-        champion_snapshot=champion_snapshot(ledger, state, state.targets[target_id]),
-    )
-
-
 def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
-    """Return (state, :class:`~perfledger.projections.handoff.Handoff`, its
-    :class:`~perfledger.projections.handoff.ResumeContext`) of ``target_id`` (default: the most
-    recently frozen current Target). Raises: BadRequest without a Target."""
-    from perfledger.projections.handoff import default_target, derive_handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    """:func:`perfledger.app.handoff.current_handoff` on the command's ledger: ``(state,
+    handoff, resume context)``. Raises: BadRequest without a Target."""
+    from perfledger.app.handoff import current_handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:
-        state = ledger.state()
-        tid = target_id or default_target(state)
-        if tid is None:
-            raise BadRequest("no Target is frozen", hint="freeze one: `perfledger target freeze`")
-        if tid not in state.targets:
-            raise BadRequest(f"no Target {tid!r}")
-        resume = resume_context(ledger, state, tid)
-        handoff = derive_handoff(state, tid, resume)
+        return current_handoff(
+            ledger, target_id, no_target_hint="freeze one: `perfledger target freeze`"
+        )
     finally:
         ledger.close()
-    return state, handoff, resume
 
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
@@ -281,29 +238,6 @@ def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None
         _emit({"handoff": _builtins(handoff)})
     else:
         click.echo(render_markdown(handoff), nl=False)
-
-
-#: What ``handoff record`` records for a stop reason or feedback the agent did not give (R18:
-#: the handoff states them; the tool never invents them).
-NOT_STATED = "not stated"
-
-
-def budget_warnings(budget: Any, used: Any) -> list[str]:
-    """Warnings for a budget overspent (R18): ``budget`` is the derived
-    :class:`~perfledger.projections.handoff.BudgetLine` (its totals, seconds), ``used`` the
-    request's ``budget_used`` (``{"wall_s", "gpu_s"}``, seconds). Returns one line per budget
-    whose used seconds exceed the Target's total (left is then recorded as 0)."""
-    out = []
-    if not isinstance(used, dict):
-        return out
-    for field, label in (("wall_s", "wall"), ("gpu_s", "GPU")):
-        total, spent = getattr(budget, field), used.get(field)
-        if isinstance(spent, int | float) and spent > total:
-            out.append(
-                f"{label} budget overspent: {spent:,.0f} s used of the Target's {total:,.0f} s "
-                f"(left is recorded as 0 s)"
-            )
-    return out
 
 
 @click.command("record")
@@ -362,6 +296,8 @@ def handoff_record(
         return
     ctx = _ctx(json_flag)
 
+    from perfledger.app.handoff import handoff_record_request  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
     override = read_request(request_source)
     tid = target_id or override.get("target_id")
     if request_source is not None and "budget_used" in override:
@@ -369,22 +305,12 @@ def handoff_record(
         wall_used = wall_used if wall_used is not None else used.get("wall_s")
         gpu_used = gpu_used if gpu_used is not None else used.get("gpu_s")
     _, handoff, resume = derived_handoff(ctx, tid)
-    if wall_used is None:
-        wall_used = resume.wall_used_s
-    if gpu_used is None and handoff.budget.gpu_s == 0:
-        gpu_used = 0.0  # a Target with no GPU budget declared its work uses none (a CPU session)
-    body = handoff_request(handoff, gpu_used_s=gpu_used, wall_used_s=wall_used)
-    body["stop_reason"] = f"{NOT_STATED} (the ledger shows: {handoff.stop_reason})"
-    body["feedback"] = NOT_STATED
-    body.update(override)
-    if stop_reason is not None:
-        body["stop_reason"] = stop_reason
-    if feedback is not None:
-        body["feedback"] = feedback
-    for warning in budget_warnings(handoff.budget, body.get("budget_used")):
+    body, warnings = handoff_record_request(
+        handoff, resume, override, stop_reason=stop_reason, feedback=feedback,
+        wall_used=wall_used, gpu_used=gpu_used, questions=questions,
+    )  # fmt: skip
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    if questions:
-        body["unresolved_questions"] = [*body["unresolved_questions"], *questions]
     submit(ctx, "handoff.record", body, actor=actor, idempotency_key=idempotency_key,
            dry_run=dry_run)  # fmt: skip
 
@@ -524,4 +450,4 @@ def _handoff_group_callback(target_id: str | None, json_flag: bool, md_flag: boo
         _handoff_show(target_id, json_flag, md_flag)
 
 
-__all__ = ["READMODEL_COMMANDS", "derived_handoff", "install", "resume_context"]
+__all__ = ["READMODEL_COMMANDS", "derived_handoff", "install"]

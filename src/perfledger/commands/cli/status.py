@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
+from perfledger.app.handoff import resume_context
 from perfledger.app.handoff_request import handoff_request
 from perfledger.app.next_steps import allowed_decisions, former_champions, obligations
-from perfledger.commands.cli.readmodels import resume_context
 from perfledger.commands.cli.show import people_console
 from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS
 from perfledger.errors import BadRequest

@@ -42,9 +42,9 @@ from perfledger.api import Ledger, find_ledger_path
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
+from perfledger.app.handoff import current_handoff
 from perfledger.app.ledgers import init_ledger, ledger_location
 from perfledger.commands.cli.common import to_json_text
-from perfledger.commands.cli.readmodels import resume_context
 from perfledger.commands.cli.status import session_status
 from perfledger.commands.cli.workflow import COMMON_FLAGS
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
@@ -52,7 +52,7 @@ from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORM
 from perfledger.errors import BadRequest, PerfledgerError
 from perfledger.projections.champions import current_champions, lineage
 from perfledger.projections.claims import claims
-from perfledger.projections.handoff import default_target, derive_handoff, render_markdown
+from perfledger.projections.handoff import render_markdown
 
 #: The server's name in the MCP handshake.
 SERVER_NAME = "perfledger"
@@ -263,16 +263,11 @@ class Tools:
         }
 
     def _read_handoff(self, target_id: str | None = None, markdown: bool = False) -> Any:
-
         ledger = self._open()
         try:
-            state = ledger.state()
-            tid = target_id or default_target(state)
-            if tid is None:
-                raise BadRequest("no Target is frozen", hint="call target_freeze first")
-            if tid not in state.targets:
-                raise BadRequest(f"no Target {tid!r}")
-            handoff = derive_handoff(state, tid, resume_context(ledger, state, tid))
+            _, handoff, _ = current_handoff(
+                ledger, target_id, no_target_hint="call target_freeze first"
+            )
         finally:
             ledger.close()
         if markdown:

@@ -1,0 +1,128 @@
+"""The handoff use cases (R18; docs/workflow.md): what a handoff needs from outside the folded
+state (head, remotes, artifacts, wall time, the champion's snapshot), the handoff derived for a
+Target now, and the warnings a recorded handoff gets for an overspent budget. Used by
+``perfledger handoff``, ``resume``, ``status`` and the MCP server's ``handoff`` tool."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from perfledger.app.handoff_request import handoff_request
+from perfledger.app.identity import champion_snapshot
+from perfledger.errors import BadRequest
+from perfledger.events.envelope import parse_ts
+from perfledger.projections.handoff import ResumeContext, default_target, derive_handoff
+
+
+def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
+    """Gather what a handoff needs from outside the state: head, remotes (from the repository
+    config), artifacts, and the wall seconds from the Target's freezing to the newest event."""
+    remotes: dict[str, str] = {}
+    config = ledger.store.repo.get_config()
+    for section in config.sections():
+        if len(section) == 2 and section[0] == b"remote":
+            try:
+                remotes[section[1].decode()] = config.get(section, b"url").decode()
+            except KeyError:
+                continue
+    artifacts: list[str] = []
+    last_ts: str | None = None
+    for envelope in ledger.store.iter_events():
+        artifacts += [f"{envelope.id[:12]}/{name}" for name in sorted(envelope.artifacts)]
+        last_ts = envelope.ts
+    frozen_ts = ledger.get(state.targets[target_id].frozen_event).ts
+    wall = None
+    if last_ts is not None:
+        wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
+    return ResumeContext(
+        head=ledger.head(),
+        remotes=remotes,
+        artifacts=artifacts,
+        wall_used_s=wall,
+        path=os.path.abspath(ledger.path),
+        champion_snapshot=champion_snapshot(ledger, state, state.targets[target_id]),
+    )
+
+
+def current_handoff(
+    ledger: Any, target_id: str | None, *, no_target_hint: str
+) -> tuple[Any, Any, Any]:
+    """The handoff of ``target_id`` (default: the most recently frozen current Target) on the
+    open ``ledger``: ``(state, Handoff, ResumeContext)``. ``no_target_hint``: what the caller's
+    user runs to freeze a Target (a command, or a tool call). Raises: BadRequest without a
+    Target, or for an unknown ``target_id``."""
+    state = ledger.state()
+    tid = target_id or default_target(state)
+    if tid is None:
+        raise BadRequest("no Target is frozen", hint=no_target_hint)
+    if tid not in state.targets:
+        raise BadRequest(f"no Target {tid!r}")
+    resume = resume_context(ledger, state, tid)
+    return state, derive_handoff(state, tid, resume), resume
+
+
+#: What ``handoff record`` records for a stop reason or feedback the agent did not give (R18:
+#: the handoff states them; the tool never invents them).
+NOT_STATED = "not stated"
+
+
+def budget_warnings(budget: Any, used: Any) -> list[str]:
+    """Warnings for a budget overspent (R18): ``budget`` is the derived
+    :class:`~perfledger.projections.handoff.BudgetLine` (its totals, seconds), ``used`` the
+    request's ``budget_used`` (``{"wall_s", "gpu_s"}``, seconds). Returns one line per budget
+    whose used seconds exceed the Target's total (left is then recorded as 0)."""
+    out = []
+    if not isinstance(used, dict):
+        return out
+    for field, label in (("wall_s", "wall"), ("gpu_s", "GPU")):
+        total, spent = getattr(budget, field), used.get(field)
+        if isinstance(spent, int | float) and spent > total:
+            out.append(
+                f"{label} budget overspent: {spent:,.0f} s used of the Target's {total:,.0f} s "
+                f"(left is recorded as 0 s)"
+            )
+    return out
+
+
+def handoff_record_request(
+    handoff: Any,
+    resume: Any,
+    override: dict[str, Any],
+    *,
+    stop_reason: str | None,
+    feedback: str | None,
+    wall_used: float | None,
+    gpu_used: float | None,
+    questions: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``handoff.record`` request of the derived ``handoff`` (R18): what the ledger knows,
+    then the caller's ``override`` fields, ``stop_reason`` and ``feedback`` (``not stated``
+    where none is given: never invented), the wall seconds used (default: the ledger's, from
+    ``resume``), the GPU seconds (0 on a Target whose GPU budget is 0) and extra unresolved
+    ``questions``. Returns ``(request, warnings)``: one warning per overspent budget."""
+    if wall_used is None:
+        wall_used = resume.wall_used_s
+    if gpu_used is None and handoff.budget.gpu_s == 0:
+        gpu_used = 0.0  # a Target with no GPU budget declared its work uses none (a CPU session)
+    body = handoff_request(handoff, gpu_used_s=gpu_used, wall_used_s=wall_used)
+    body["stop_reason"] = f"{NOT_STATED} (the ledger shows: {handoff.stop_reason})"
+    body["feedback"] = NOT_STATED
+    body.update(override)
+    if stop_reason is not None:
+        body["stop_reason"] = stop_reason
+    if feedback is not None:
+        body["feedback"] = feedback
+    warnings = budget_warnings(handoff.budget, body.get("budget_used"))
+    if questions:
+        body["unresolved_questions"] = [*body["unresolved_questions"], *questions]
+    return body, warnings
+
+
+__all__ = [
+    "NOT_STATED",
+    "budget_warnings",
+    "current_handoff",
+    "handoff_record_request",
+    "resume_context",
+]
