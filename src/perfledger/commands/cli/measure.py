@@ -72,6 +72,9 @@ from perfledger.app.kernel_identity import (
 )
 from perfledger.app.measure_workload import IdentityEdge, MeasureWorkload, observed_aa
 from perfledger.app.measure_workload import measure_workload as measure
+from perfledger.app.measuring import ceilings as _ceilings
+from perfledger.app.measuring import failed_call_text
+from perfledger.app.measuring import time_scale as _time_scale
 from perfledger.app.metrics import target_units as _target_units
 from perfledger.app.metrics import work_units as _work_units
 from perfledger.app.output_check import (
@@ -107,7 +110,6 @@ from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.derive.wall_check import unchecked_rates, unresolved_cases
 from perfledger.errors import BadRequest, MeasurementError, PerfledgerError
 from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, WallCheck
-from perfledger.kernels.env import collect
 from perfledger.kernels.subjects.spec_loader import load_spec
 from perfledger.kernels.workload.driver import Subject, run_pairs
 from perfledger.kernels.workload.startup_surface import StartupWatch
@@ -223,19 +225,6 @@ def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
     else:
         for line in lines:
             click.echo(line)
-
-
-def failed_call_text(call: Any, tail_lines: int = 8) -> str:
-    """Describe a failed driver call for an error message: ``; first: CALL_ID: REASON: MESSAGE``
-    and, when the call wrote to stderr, the last ``tail_lines`` lines of it (the cause, e.g. a
-    Python traceback of the workload, is usually there). ``call`` is a
-    :class:`perfledger.kernels.workload.driver.CallResult`."""
-    text = f"; first: {call.call_id}: {call.reason}: {call.message}"
-    tail = (getattr(call, "stderr_tail", "") or "").rstrip()
-    if tail:
-        lines = tail.splitlines()[-tail_lines:]
-        text += "\nits stderr (last lines):\n" + "\n".join(f"  {line}" for line in lines)
-    return text
 
 
 def _warn(warnings: list[str]) -> None:
@@ -781,27 +770,6 @@ def measurement_findings(
 
 
 # ------------------------------------------------------------------------------------ kernel
-
-
-def _time_scale(unit: str) -> float:
-    if unit not in TIME_UNITS:
-        raise BadRequest(
-            f"the kernel harness measures time; the Target's primary is in {unit!r}",
-            hint="use a time primary in s, ms, us or ns, or `measure workload` for other metrics",
-        )
-    return TIME_UNITS[unit]
-
-
-def _ceilings(remeasure: bool = False) -> Any:
-    """This environment's measured ceilings (measured once per environment, then cached).
-
-    ``remeasure``: measure them now, whatever the cache holds (a formal stage: the cache is a
-    file a subject's worker, running as the same user, could have raised)."""
-    from perfledger.kernels.cuda.ceilings import load_or_measure  # noqa: PLC0415 (numpy via perfledger.kernels.cuda.ceilings)
-    from perfledger.kernels.harness.harness import require_cupy  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
-
-    require_cupy()
-    return load_or_measure(collect(tools=False).identity(), remeasure=remeasure)
 
 
 @click.command("kernel")
