@@ -28,6 +28,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.loop import loop_backend, materialize, precheck, record_profile
 from perfledger.app.preconditions import require_catalog_arch
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
@@ -35,8 +36,7 @@ from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.loop import deciders as loop_deciders
 from perfledger.commands.loop import rules as loop_rules
-from perfledger.commands.loop.requests import AxisSelectionModel
-from perfledger.commands.registry.operations import condense, execute
+from perfledger.commands.registry.operations import execute
 from perfledger.errors import BadRequest
 from perfledger.events import catalog as cat
 from perfledger.events.catalog import content_hash
@@ -88,63 +88,6 @@ def _run(state: Any, run_id: str) -> Any:
 
 
 # ------------------------------------------------------------------------ sources, backends
-
-
-def _body(ledger: Any, event_id: str) -> dict[str, Any]:
-    request = ledger.get(event_id).request
-    return request["body"] if isinstance(request, dict) else {}
-
-
-def _materialize(ledger: Any, run: Any, workdir: Path) -> dict[str, Path]:
-    """Write the run's baseline, reference and current best kernel from the ledger into
-    ``workdir``; returns ``{"baseline", "reference", "best"}`` -> path."""
-    setup = _body(ledger, run.setup_event)
-    paths: dict[str, Path] = {}
-    for role in ("baseline", "reference"):
-        target = workdir / role / setup[role]["name"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(setup[role]["text"], encoding="utf-8")
-        paths[role] = target
-    if run.best_iteration == 0:
-        paths["best"] = paths["baseline"]
-    else:
-        closed = run.iterations[str(run.best_iteration)].closed_event
-        kernel = _body(ledger, closed)["kernel"]
-        target = workdir / "best" / kernel["name"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(kernel["text"], encoding="utf-8")
-        paths["best"] = target
-    return paths
-
-
-def _backend(setup: Any, reference: Path, cwd: str | None = None) -> Any:
-    from perfledger.kernels.loop.solve import SolveBackend, is_solve_run  # noqa: PLC0415 (numpy via perfledger.kernels.loop.solve)
-
-    if is_solve_run(setup):  # the standalone contract: extern "C" void solve(...)
-        baseline = reference.parent.parent / "baseline" / setup.baseline.name  # _materialize's
-        source = baseline if baseline.is_file() else None
-        return SolveBackend(reference, dict(setup.dims), arch=setup.sm_arch, source=source)
-    if setup.subject_kind == "cuda":
-        return CudaBackend(reference, dict(setup.dims), setup.entry)
-    return WorkloadBackend(list(setup.driver), reference, dict(setup.dims), setup.entry, cwd=cwd)
-
-
-def _record_profile(
-    ledger: Any, backend: Any, run: Any, kernel: Path, kernel_hash: str, iteration: int,
-    attempt: int, role: str, actor: str,
-) -> dict[str, Any]:  # fmt: skip
-    profile = backend.profile(kernel, run.setup.catalog)
-    body = {
-        "run_id": run.setup.run_id,
-        "iteration": iteration,
-        "attempt": attempt,
-        "role": role,
-        "kernel_hash": kernel_hash,
-        **profile,
-    }
-    envelopes = _execute(ledger, "loop.profile", body, actor)
-    return {"event_id": envelopes[0].id, "limitations": profile["limitations"],
-            "metrics": len(profile["metrics"])}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ setup
@@ -284,7 +227,7 @@ def setup_cmd(
             envelopes = _execute(ledger, "loop.setup", body, who)
             run = _run(ledger.state(), run_name)
             _say(ctx, "profiling the baseline (input of iteration 1) ...")
-            profile = _record_profile(
+            profile = record_profile(
                 ledger, backend, run, base_path, run.best_hash, 1, 0, "input", who
             )
             run = _run(ledger.state(), run_name)
@@ -309,29 +252,6 @@ def setup_cmd(
 
 
 # ------------------------------------------------------------------------------ close-iter
-
-
-def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: str) -> None:
-    """Check a selection against R19-R25 and the run's state before anything is measured.
-
-    Raises: BadRequest for a malformed methods.json or a wrong run/iteration; RuleRefused with
-        the rule for a selection the deciders would refuse."""
-
-    if not isinstance(methods, dict):
-        raise BadRequest("methods.json must be an object: axis -> {chosen, skipped}")
-    unknown = sorted(set(methods) - {"compute", "memory", "latency"})
-    if unknown:
-        raise BadRequest(f"methods.json: unknown axis {', '.join(unknown)}")
-    selection = {}
-    for axis, value in methods.items():
-        try:
-            selection[axis] = msgspec.convert(value, AxisSelectionModel)
-        except msgspec.ValidationError as exc:
-            raise BadRequest(f"methods.json: {axis}.{condense(exc)}") from None
-    run = loop_deciders._run(state, run_id)
-    loop_deciders._open_iteration(run, iteration)
-    loop_rules.r25_attempts_left(run, iteration)
-    loop_rules.check_selection(run, iteration, selection, analysis)
 
 
 @click.command("close-iter")
@@ -367,11 +287,11 @@ def close_iter_cmd(
         attempt = next_attempt(run, iteration)
         answer: dict[str, Any] = {"run_id": run_id, "iteration": iteration, "attempt": attempt}
         with tempfile.TemporaryDirectory(prefix="perfledger-loop-") as tmp:
-            paths = _materialize(ledger, run, Path(tmp))
+            paths = materialize(ledger, run, Path(tmp))
             cand_path = Path(tmp) / "candidate" / Path(kernel).name
             cand_path.parent.mkdir()
             cand_path.write_text(kernel_text, encoding="utf-8")
-            backend = _backend(run.setup, paths["reference"])
+            backend = loop_backend(run.setup, paths["reference"])
             common = {
                 "run_id": run_id,
                 "iteration": iteration,
@@ -384,7 +304,7 @@ def close_iter_cmd(
             check = backend.check(cand_path)
             if check["correct"]:
                 _say(ctx, "profiling the candidate ...")
-                _record_profile(ledger, backend, run, cand_path, content_hash(kernel_text),
+                record_profile(ledger, backend, run, cand_path, content_hash(kernel_text),
                                 iteration, attempt, "candidate", who)  # fmt: skip
                 _say(ctx, "paired interleaved timing against the current best ...")
                 pair_bodies, still_correct, note = backend.compare(paths["best"], cand_path, pairs)
@@ -415,8 +335,8 @@ def close_iter_cmd(
                 and iteration < run.setup.iterations
             ):
                 _say(ctx, f"profiling the best kernel (input of iteration {iteration + 1}) ...")
-                paths = _materialize(ledger, run, Path(tmp) / "next")
-                answer["next_input_profile"] = _record_profile(
+                paths = materialize(ledger, run, Path(tmp) / "next")
+                answer["next_input_profile"] = record_profile(
                     ledger, backend, run, paths["best"], run.best_hash, iteration + 1, 0,
                     "input", who,
                 )  # fmt: skip
@@ -462,8 +382,8 @@ def finalize_cmd(
         body: dict[str, Any] = {"run_id": run_id, "stop_reason": stop_reason}
         if run.best_hash != run.setup.baseline.content_hash:
             with tempfile.TemporaryDirectory(prefix="perfledger-loop-") as tmp:
-                paths = _materialize(ledger, run, Path(tmp))
-                backend = _backend(run.setup, paths["reference"])
+                paths = materialize(ledger, run, Path(tmp))
+                backend = loop_backend(run.setup, paths["reference"])
                 _say(ctx, "paired interleaved timing: baseline vs best ...")
                 pair_bodies, _, _ = backend.compare(paths["baseline"], paths["best"], pairs)
                 body["pairs"] = pair_bodies
