@@ -103,4 +103,14 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
     loop_rules.check_selection(run, iteration, selection, analysis)
 
 
-__all__ = ["loop_backend", "materialize", "precheck", "record_profile", "recorded_body"]
+def propose(state: Any, run_id: str, iteration: int) -> tuple[Any, str]:
+    """The selection (methods.json) proposed for an open ``iteration`` of run ``run_id`` by
+    strict priority from its recorded input profile, each skipped method with a reason R24
+    accepts, and a draft analysis: ``(selection, analysis)``. Raises: BadRequest (an unknown
+    run, an iteration not open)."""
+    run = loop_deciders._run(state, run_id)
+    loop_deciders._open_iteration(run, iteration)
+    return loop_rules.propose_selection(run, iteration)
+
+
+__all__ = ["loop_backend", "materialize", "precheck", "propose", "record_profile", "recorded_body"]

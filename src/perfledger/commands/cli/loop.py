@@ -28,14 +28,12 @@ from typing import Any
 import click
 import msgspec
 
-from perfledger.app.loop import loop_backend, materialize, precheck, record_profile
+from perfledger.app.loop import loop_backend, materialize, precheck, propose, record_profile
 from perfledger.app.preconditions import require_catalog_arch
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.loop import deciders as loop_deciders
-from perfledger.commands.loop import rules as loop_rules
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import BadRequest
 from perfledger.events import catalog as cat
@@ -475,9 +473,7 @@ def propose_cmd(
     ctx = _ctx(False)
     ledger = ctx.open()
     try:
-        run = loop_deciders._run(ledger.state(), run_id)
-        loop_deciders._open_iteration(run, iteration)
-        selection, analysis = loop_rules.propose_selection(run, iteration)
+        selection, analysis = propose(ledger.state(), run_id, iteration)
     finally:
         ledger.close()
     text = json.dumps(selection, indent=2) + "\n"
