@@ -150,10 +150,105 @@ def refuse_voided_pairs(left_out: list[dict[str, Any]], stage: str) -> None:
         )
 
 
+#: Open loop: a send later than this after its scheduled arrival is warned about (seconds).
+DISPATCH_LAG_WARN_S = 0.05
+
+
+def load_warnings(report: dict[str, Any]) -> list[str]:
+    """Warnings about a serving load's ``report`` (:func:`perfledger.derive.serving_stats.analyze`):
+    windows whose open-loop sends lagged their scheduled arrivals (the offered rate was not
+    met), and drift between steady windows (those windows support no verdict)."""
+    out: list[str] = []
+    lagging = [
+        w["index"]
+        for w in report["windows"]
+        if w["dispatch_lag_s_max"] is not None and w["dispatch_lag_s_max"] > DISPATCH_LAG_WARN_S
+    ]
+    if lagging:
+        out.append(
+            f"the load generator sent requests more than {1e3 * DISPATCH_LAG_WARN_S:.0f} ms after "
+            f"their scheduled arrival in windows {lagging}: the offered rate was not met (a "
+            "busy client machine); lower --rate or measure from a quieter machine"
+        )
+    if report["drift"]["detected"]:
+        out.append(
+            f"drift between steady windows {report['drift']['drifting_windows']}: those windows "
+            "support no verdict"
+        )
+    return out
+
+
+def serving_artifact(
+    run: Any, report: dict[str, Any], interference: list[Any], env: dict[str, Any],
+    monitor: Any, monitor_note: str | None, source: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``serving`` artifact a serving load attaches (and ``--raw`` writes): every request,
+    the report, the windows that overlapped foreign activity, the environment and the
+    monitor's note, source and settings."""
+    return {
+        "kind": "serving",
+        "requests": [r.to_json() for r in run.requests],
+        "report": report,
+        "interference_windows": interference,
+        "environment": env,
+        "monitor": {
+            "note": monitor_note,
+            "source": source,
+            "settings": monitor.settings() if monitor is not None else None,
+        },
+    }
+
+
+def serving_result(
+    run: Any, report: dict[str, Any], set_hash: str, interference: list[Any],
+    env: dict[str, Any], monitor_note: str | None, source: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The answer of a serving load (``--json``): the request set's hash, requests sent and
+    failed, interference, drift, the per-metric summary, the pairs and the windows."""
+    return {
+        "request_set_hash": set_hash,
+        "requests_sent": len(run.requests),
+        "failed_requests": report["failed_requests"],
+        "interference_requests": report["interference_requests"],
+        "interference_windows": interference,
+        "drift": report["drift"],
+        "summary": report["summary"],
+        "pairs": [
+            {k: p[k] for k in ("pair", "usable", "reasons", "ratios", "tail_exposure") if k in p}
+            for p in report["pairs"]
+        ],
+        "windows": [
+            {
+                k: w[k]
+                for k in (
+                    "index",
+                    "pair",
+                    "subject",
+                    "requests",
+                    "failed",
+                    "requests_per_s",
+                    "output_tokens_per_s",
+                    "dispatch_lag_s_max",
+                    "quantiles",
+                    "drift",
+                    "monitor",
+                )
+            }
+            for w in report["windows"]
+        ],
+        "environment_id": env["environment_id"],
+        "monitor": monitor_note or source,
+    }
+
+
 __all__ = [
+    "DISPATCH_LAG_WARN_S",
     "VOIDING_REASONS",
+    "load_warnings",
     "refuse_voided_pairs",
+    "serving_artifact",
     "serving_cases",
     "serving_metrics",
+    "serving_result",
     "test_set_warnings",
 ]

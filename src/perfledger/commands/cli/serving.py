@@ -30,9 +30,12 @@ import click
 
 from perfledger.app.identity import refuse_unsnapshotted
 from perfledger.app.measure_serving import (
+    load_warnings,
     refuse_voided_pairs,
+    serving_artifact,
     serving_cases,
     serving_metrics,
+    serving_result,
     test_set_warnings,
 )
 from perfledger.app.preconditions import refuse_formal_unmonitored
@@ -54,9 +57,6 @@ from perfledger.commands.workflow.serving_record import (
     serving_request,
 )
 from perfledger.errors import BadRequest, MeasurementError
-
-#: Open loop: a send later than this after its scheduled arrival is warned about (seconds).
-DISPATCH_LAG_WARN_S = 0.05
 
 
 def _monitor(m: Any, disabled: bool, source: str) -> tuple[Any, str | None, str | None]:
@@ -352,70 +352,11 @@ def run_measure_serving(**kw: Any) -> None:
         resamples=kw["resamples"],
         tail=tail,
     )
-    lagging = [
-        w["index"]
-        for w in report["windows"]
-        if w["dispatch_lag_s_max"] is not None and w["dispatch_lag_s_max"] > DISPATCH_LAG_WARN_S
-    ]
-    if lagging:
-        warnings.append(
-            f"the load generator sent requests more than {1e3 * DISPATCH_LAG_WARN_S:.0f} ms after "
-            f"their scheduled arrival in windows {lagging}: the offered rate was not met (a "
-            "busy client machine); lower --rate or measure from a quieter machine"
-        )
-    if report["drift"]["detected"]:
-        warnings.append(
-            f"drift between steady windows {report['drift']['drifting_windows']}: those windows "
-            "support no verdict"
-        )
-    artifact = {
-        "kind": "serving",
-        "requests": [r.to_json() for r in run.requests],
-        "report": report,
-        "interference_windows": interference,
-        "environment": env,
-        "monitor": {
-            "note": monitor_note,
-            "source": source,
-            "settings": monitor.settings() if monitor is not None else None,
-        },
-    }
+    warnings += load_warnings(report)
+    artifact = serving_artifact(run, report, interference, env, monitor, monitor_note, source)
     if kw["raw_path"]:
         Path(kw["raw_path"]).write_text(json.dumps(artifact, indent=1, default=str))
-    result: dict[str, Any] = {
-        "request_set_hash": set_hash,
-        "requests_sent": len(run.requests),
-        "failed_requests": report["failed_requests"],
-        "interference_requests": report["interference_requests"],
-        "interference_windows": interference,
-        "drift": report["drift"],
-        "summary": report["summary"],
-        "pairs": [
-            {k: p[k] for k in ("pair", "usable", "reasons", "ratios", "tail_exposure") if k in p}
-            for p in report["pairs"]
-        ],
-        "windows": [
-            {
-                k: w[k]
-                for k in (
-                    "index",
-                    "pair",
-                    "subject",
-                    "requests",
-                    "failed",
-                    "requests_per_s",
-                    "output_tokens_per_s",
-                    "dispatch_lag_s_max",
-                    "quantiles",
-                    "drift",
-                    "monitor",
-                )
-            }
-            for w in report["windows"]
-        ],
-        "environment_id": env["environment_id"],
-        "monitor": monitor_note or source,
-    }
+    result = serving_result(run, report, set_hash, interference, env, monitor_note, source)
     lines = _summary_lines(report)
     if not recording:
         result["warnings"] = warnings
