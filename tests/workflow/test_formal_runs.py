@@ -188,12 +188,12 @@ def _champion_e1_then_e2(ready: Session) -> None:
     """e1 champion with a passing final audit, then e2 (measured against e1) champion."""
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")
-    ready.run("samples.record", samples("e1-final", "final_audit", gain=0.2))
+    ready.record_measured(samples("e1-final", "final_audit", gain=0.2))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
     for stage in ("screen", "target"):
-        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
+        ready.record_measured(samples(f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2,
+                                      gain=0.1, reference=CHAMPION_E1))  # fmt: skip
         ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
     ready.champion("e2", expected="e1")
 

@@ -35,7 +35,7 @@ def audited(ready: Session) -> Session:
     """e1 champion with a passing final audit; e2 rejected (implementation); e3 open."""
     ready.passed()
     ready.champion()
-    ready.run("samples.record", samples("e1-final", "final_audit"))
+    ready.record_measured(samples("e1-final", "final_audit"))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     ready.run("experiment.create", experiment("e2", candidate="sha256:" + "2" * 16))
     ready.run("reject", {"experiment_id": "e2", "closes": "implementation",

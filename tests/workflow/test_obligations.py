@@ -41,14 +41,14 @@ def test_r13_final_audit_belongs_to_the_champion_it_audited(ready: Session) -> N
     ready.champion("e1")
     shown = current_champions(ready.state())[0]
     assert shown.final_audit_status == "none"  # never audited: none, not null or a pass
-    ready.run("samples.record", samples("e1-final", "final_audit", gain=0.2))
+    ready.record_measured(samples("e1-final", "final_audit", gain=0.2))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert current_champions(ready.state())[0].final_audit_status == "pass"
     # e2 beats the champion e1 and becomes champion: e1's pass is not e2's
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
     for stage in ("screen", "target"):
-        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
+        ready.record_measured(samples(f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2,
+                                      gain=0.1, reference=CHAMPION_E1))  # fmt: skip
         ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
     ready.champion("e2", expected="e1")
     state = ready.state()
@@ -62,8 +62,8 @@ def test_r13_final_audit_belongs_to_the_champion_it_audited(ready: Session) -> N
     assert "Primary achieved: no" in text
     # the handoff may not claim the primary achieved on the predecessor's audit (R18)
     ready.refused("handoff.record", handoff(champion="e2", key_evidence=["ev-ncu"]), "R18")
-    ready.run("samples.record", samples("e2-final", "final_audit", experiment_id="e2",
-                                        candidate=CAND2, gain=0.25))  # fmt: skip
+    ready.record_measured(samples("e2-final", "final_audit", experiment_id="e2", candidate=CAND2,
+                                  gain=0.25))  # fmt: skip
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e2-final"})
     state = ready.state()
     assert current_champions(state)[0].final_audit_status == "pass"
@@ -119,7 +119,7 @@ def test_r14_result_far_below_a_large_claim_owes_and_blocks_champion_selection(
                                             local_speedup=1000.0, stated_bound=bound))  # fmt: skip
     ready.run("samples.record", samples("e1-screen", "screen", gain=1 - 1 / 9))
     ready.run("verdict.record", {"samples_id": "e1-screen"})
-    ready.run("samples.record", samples("e1-target", "target", gain=1 - 1 / 9))
+    ready.record_measured(samples("e1-target", "target", gain=1 - 1 / 9))
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "pass" and verdict["contradicts_claim"] is True
     assert any(n.startswith("R14") for n in verdict["notes"])
@@ -263,7 +263,7 @@ def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -
     busy = {"observed": True, "foreign_activity": True, "flags": ["clock_event:SW_POWER_CAP"]}
     body = samples("e1-final", "final_audit", gain=0.2)
     body["pairs"][3]["monitor"] = busy
-    ready.run("samples.record", body)
+    ready.record_measured(body)
     ready.run("activity.explain", {"samples_id": "e1-final", "pairs": [3],
                                    "explanation": "power cap set by the site for all jobs",
                                    "review_id": _reviewed(ready, "e1-final", "site admin")})  # fmt: skip

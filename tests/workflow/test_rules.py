@@ -651,7 +651,7 @@ def test_r17_unexplained_foreign_activity_makes_attribution_inconclusive(ready: 
 def test_r18_handoff_states_everything_consistently(ready: Session) -> None:
     ready.passed()
     ready.champion()
-    ready.run("samples.record", samples("e1-final", "final_audit"))
+    ready.record_measured(samples("e1-final", "final_audit"))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     ready.refused("handoff.record", handoff(champion="original"), "R18")
     ready.refused("handoff.record", handoff(budget_left={"wall_s": 1.0, "gpu_s": 3000.0}), "R18")

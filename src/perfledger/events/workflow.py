@@ -1348,6 +1348,16 @@ R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
 #: another actor) may explain it. Events recorded before keep the typed explanation's meaning.
 R17_SAMPLES_TYPED_EXPLANATION_IGNORED = 12
 R17_NO_TYPED_EXPLANATION = 3
+#: The ``ChampionSelected`` schema version from which a champion comes only from target-stage
+#: samples perfledger measured (R5, R13; provenance ``perfledger`` with its raw table): samples
+#: recorded from outside (``allow_outside_samples``, or no provenance) are recorded and shown,
+#: labelled as outside, and never make a champion; selections recorded before are re-checked
+#: without it.
+R5_MEASURED_CHAMPION = 5
+#: The ``FinalAuditRecorded`` schema version from which a final audit on samples recorded from
+#: outside cannot pass (R5, R13): a pass is recorded ``inconclusive`` with a note naming the
+#: measuring command; final audits recorded before are re-derived without it.
+R5_MEASURED_FINAL_AUDIT = 8
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1383,7 +1393,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: ``ResolutionEstimated``, 6 of ``VerdictRecorded`` and 7 of ``FinalAuditRecorded`` take only
 #: a measured resolution (:data:`R4_MEASURED_RESOLUTION`); with version 12 of
 #: ``SamplesRecorded`` and 3 of ``ActivityExplained``, a typed explanation in samples explains
-#: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`).
+#: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`). Version 5 of ``ChampionSelected``
+#: and 8 of ``FinalAuditRecorded`` take only samples perfledger measured
+#: (:data:`R5_MEASURED_CHAMPION`, :data:`R5_MEASURED_FINAL_AUDIT`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1397,7 +1409,10 @@ SCHEMA_VERSIONS = {
     ),
     "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE, R4_MEASURED_RESOLUTION_VERDICT),
     "FinalAuditRecorded": max(
-        R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES, R4_MEASURED_RESOLUTION_FINAL_AUDIT
+        R12_EVERY_CASE_FINAL_AUDIT,
+        R13_FAILED_AUDIT_DEMOTES,
+        R4_MEASURED_RESOLUTION_FINAL_AUDIT,
+        R5_MEASURED_FINAL_AUDIT,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
@@ -1409,7 +1424,10 @@ SCHEMA_VERSIONS = {
     ),
     "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
     "ChampionSelected": max(
-        R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
+        R14_BLOCKS_CHAMPION,
+        R14_UNJUDGED_BLOCKS_CHAMPION,
+        R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+        R5_MEASURED_CHAMPION,
     ),
     "ReadinessRecorded": R2_STATISTICS_FROZEN,
     "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),

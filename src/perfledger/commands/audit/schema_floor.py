@@ -184,6 +184,15 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                                "FinalAuditRecorded": 7, "ReadinessRecorded": 4,
                                "ResolutionEstimated": 3, "SamplesRecorded": 12,
                                "VerdictRecorded": 6},
+    # R5: outside samples never make a champion nor pass a final audit (landed together)
+    ("ChampionSelected", 5): {"ActivityExplained": 3, "ExperimentCreated": 4,
+                              "FinalAuditRecorded": 8, "ReadinessRecorded": 4,
+                              "ResolutionEstimated": 3, "SamplesRecorded": 12,
+                              "VerdictRecorded": 6},
+    ("FinalAuditRecorded", 8): {"ActivityExplained": 3, "ChampionSelected": 5,
+                                "ExperimentCreated": 4, "ReadinessRecorded": 4,
+                                "ResolutionEstimated": 3, "SamplesRecorded": 12,
+                                "VerdictRecorded": 6},
 }  # fmt: skip
 
 

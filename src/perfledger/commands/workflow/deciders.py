@@ -59,6 +59,8 @@ from perfledger.events.workflow import (
     R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
+    R5_MEASURED_CHAMPION,
+    R5_MEASURED_FINAL_AUDIT,
     R5_OBSERVED_METRICS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
@@ -1528,6 +1530,10 @@ def decide_final_audit_record(
             "its final audit"
         )
         status = "fail"
+    if rules_version(ctx, "FinalAuditRecorded") >= R5_MEASURED_FINAL_AUDIT:  # R5: observed only
+        status = measurement_rules.r5_measured_final_audit(
+            state, state.samples[req.samples_id], samples, status, notes
+        )
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -1804,6 +1810,10 @@ def decide_champion_select(
             "R13",
             f"guardrails do not hold: {holding}",
             f"`perfledger verdict explain {req.samples_id}` shows each guardrail's figures",
+        )
+    if rules_version(ctx, "ChampionSelected") >= R5_MEASURED_CHAMPION:  # R5: observed only
+        measurement_rules.r5_measured_champion(
+            state, samples, verdict.samples_provenance, ctx.payload_of
         )
     if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
         creator = state.experiments[verdict.experiment_id].event_id
