@@ -140,8 +140,8 @@ def test_every_step_offered_in_a_cpu_session_is_accepted(tmp_path: Path) -> None
         s.champion("e1")
         s.run("experiment.create", experiment("e2", candidate=CAND2))
         for stage in ("screen", "target"):
-            s.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, reference=_against("e1", CAND1)))  # fmt: skip
+            s.record_measured(samples(f"e2-{stage}", stage, experiment_id="e2",
+                                      candidate=CAND2, reference=_against("e1", CAND1)))  # fmt: skip
             s.run("verdict.record", {"samples_id": f"e2-{stage}"})
         s.champion("e2", expected="e1")
         assert s.state().targets[T1].champion == "e2"
@@ -152,7 +152,7 @@ def test_every_step_offered_in_a_cpu_session_is_accepted(tmp_path: Path) -> None
         s.run("verdict.record", {"samples_id": "e3-screen"})
         s.run("reject", {"experiment_id": "e3", "closes": "implementation",
                          "reason": "the screen regressed"})  # fmt: skip
-        s.run("samples.record", samples("e2-audit", "final_audit", experiment_id="e2",
+        s.record_measured(samples("e2-audit", "final_audit", experiment_id="e2",
                                         candidate=CAND2,
                                         reference={"kind": "original",
                                                    "content_hash": ORIGINAL_HASH}))  # fmt: skip

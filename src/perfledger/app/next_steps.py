@@ -158,8 +158,9 @@ def allowed_decisions(
     handoff_body: dict[str, Any] | None = None,
 ) -> list[NextDecision]:
     """The next decisions on ``target_id`` that the rules accept on this state (see the module
-    docstring), most urgent first. A champion selection refused as stale (R11) is replaced by
-    target-stage samples of that experiment against the current champion.
+    docstring), most urgent first. A champion selection refused as stale (R11), or as resting
+    on samples recorded from outside (R5), is replaced by target-stage samples of that
+    experiment measured against the current champion.
 
     Args:
         state: the folded state at the head.
@@ -189,11 +190,17 @@ def allowed_decisions(
                 _gate(state, target, d)
         except (RuleRefused, BadRequest) as exc:
             experiment_id = _experiment_of(state, d)
-            if d.op == "champion.select" and getattr(exc, "rule", None) == "R11" and experiment_id:
+            rule = getattr(exc, "rule", None)
+            if d.op == "champion.select" and rule in ("R11", "R5") and experiment_id:
+                why = (
+                    "is stale (its reference is no longer the current champion): target-stage "
+                    "samples against the current champion"
+                    if rule == "R11"
+                    else "rests on samples recorded from outside perfledger: target-stage "
+                    "samples measured by perfledger"
+                )
                 stale = NextDecision(op="samples.record", why=f"{experiment_id}'s passed result "
-                                     "is stale (its reference is no longer the current champion):"
-                                     " target-stage samples against the current champion",
-                                     rule="R11", about=experiment_id)  # fmt: skip
+                                     f"{why}", rule=rule, about=experiment_id)  # fmt: skip
                 if _accepted_gate(state, target, stale):
                     out.append(stale)
             elif (
