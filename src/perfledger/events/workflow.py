@@ -1358,6 +1358,12 @@ R5_MEASURED_CHAMPION = 5
 #: outside cannot pass (R5, R13): a pass is recorded ``inconclusive`` with a note naming the
 #: measuring command; final audits recorded before are re-derived without it.
 R5_MEASURED_FINAL_AUDIT = 8
+#: The ``ReadinessRecorded`` schema version from which readiness refuses a Target any of whose
+#: declared metrics (primary, guardrails, secondaries) is in a unit outside the closed
+#: vocabulary (R1, :mod:`perfledger.events.units`; a Target frozen before
+#: :data:`R1_KNOWN_UNITS` may hold one), listing the known units; readiness recorded before is
+#: re-checked without it.
+R1_KNOWN_UNITS_READINESS = 5
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1395,7 +1401,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: ``SamplesRecorded`` and 3 of ``ActivityExplained``, a typed explanation in samples explains
 #: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`). Version 5 of ``ChampionSelected``
 #: and 8 of ``FinalAuditRecorded`` take only samples perfledger measured
-#: (:data:`R5_MEASURED_CHAMPION`, :data:`R5_MEASURED_FINAL_AUDIT`).
+#: (:data:`R5_MEASURED_CHAMPION`, :data:`R5_MEASURED_FINAL_AUDIT`); version 5 of
+#: ``ReadinessRecorded`` refuses a Target with a unit outside the vocabulary
+#: (:data:`R1_KNOWN_UNITS_READINESS`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1429,7 +1437,7 @@ SCHEMA_VERSIONS = {
         R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
         R5_MEASURED_CHAMPION,
     ),
-    "ReadinessRecorded": R2_STATISTICS_FROZEN,
+    "ReadinessRecorded": max(R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS),
     "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
     "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),
     "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),

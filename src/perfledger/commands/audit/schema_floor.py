@@ -186,13 +186,18 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                                "VerdictRecorded": 6},
     # R5: outside samples never make a champion nor pass a final audit (landed together)
     ("ChampionSelected", 5): {"ActivityExplained": 3, "ExperimentCreated": 4,
-                              "FinalAuditRecorded": 8, "ReadinessRecorded": 4,
+                              "FinalAuditRecorded": 8, "ReadinessRecorded": 5,
                               "ResolutionEstimated": 3, "SamplesRecorded": 12,
                               "VerdictRecorded": 6},
     ("FinalAuditRecorded", 8): {"ActivityExplained": 3, "ChampionSelected": 5,
-                                "ExperimentCreated": 4, "ReadinessRecorded": 4,
+                                "ExperimentCreated": 4, "ReadinessRecorded": 5,
                                 "ResolutionEstimated": 3, "SamplesRecorded": 12,
                                 "VerdictRecorded": 6},
+    # R1: readiness refuses a Target with a unit outside the vocabulary (landed with R5's)
+    ("ReadinessRecorded", 5): {"ActivityExplained": 3, "ChampionSelected": 5,
+                               "ExperimentCreated": 4, "FinalAuditRecorded": 8,
+                               "ResolutionEstimated": 3, "SamplesRecorded": 12,
+                               "VerdictRecorded": 6},
 }  # fmt: skip
 
 

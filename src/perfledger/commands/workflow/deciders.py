@@ -52,6 +52,7 @@ from perfledger.events.workflow import (
     ORIGINAL,
     PER_CASE_V2,
     R1_KNOWN_UNITS,
+    R1_KNOWN_UNITS_READINESS,
     R2_STATISTICS_FROZEN,
     R4_MEASURED_RESOLUTION,
     R4_MEASURED_RESOLUTION_FINAL_AUDIT,
@@ -354,12 +355,32 @@ def decide_target_supersede(
 # ---------------------------------------------------------------------------------- readiness
 
 
+def _r1_known_units(definition: TargetDefinition) -> None:
+    """R1 at readiness: every declared metric of the Target is in a unit of the closed
+    vocabulary (a Target frozen before :data:`R1_KNOWN_UNITS` may hold one it cannot check).
+    Raises: RuleRefused (R1) naming the metric and listing the known units."""
+    unknown = [(name, unit) for name, unit, _work in _declared_metrics(definition)
+               if not known_unit(unit)]  # fmt: skip
+    if unknown:
+        shown = ", ".join(f"{name!r} in {unit!r}" for name, unit in unknown)
+        raise refuse(
+            "R1",
+            f"Target {definition.target_id!r} declares metrics in units perfledger does not "
+            f"know ({shown}): a unit it has no entry for cannot be checked; known: {vocabulary()}",
+            "supersede the Target with each metric in a known unit (milliseconds ms, "
+            "microseconds us, a rate <work>/<time> such as tokens/s): `perfledger target "
+            "supersede --request FILE`",
+        )
+
+
 def decide_readiness_record(
     state: WorkflowState, req: rq.ReadinessRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
     """``readiness.record`` (R2): original, user's test set, accuracy rule, driver, environment
     (missing lineage recorded as missing) and statistical requirements (>= 5 pairs per case)."""
     target = rules.r1_target_current(state, req.target_id)
+    if rules_version(ctx, "ReadinessRecorded") >= R1_KNOWN_UNITS_READINESS:
+        _r1_known_units(target.definition)
     rules.r2_min_pairs(req.statistics.min_pairs_per_case)
     if rules_version(ctx, "ReadinessRecorded") >= R2_STATISTICS_FROZEN:
         test_set = None if req.test_set is None else dump(req.test_set)
