@@ -30,6 +30,7 @@ from wf_scenario import (
 )
 
 from perfledger.api import Ledger
+from perfledger.app.next_steps import allowed_decisions
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import execute, validate
@@ -80,6 +81,18 @@ def test_r5_outside_target_samples_are_shown_but_never_make_a_champion(ready: Se
     picked = ready.run("champion.select", {**SELECT_E1, "samples_id": "e1-target-measured"})
     assert picked["experiment_id"] == "e1"
     assert audit(ready.ledger).ok
+
+
+def test_r5_status_offers_the_measured_target_stage_not_the_outside_champion(
+    ready: Session,
+) -> None:
+    """Next steps are decisions too: the refused selection is not offered; measuring the
+    experiment's target stage is, and the rules accept it."""
+    _outside_pass(ready)
+    offered = allowed_decisions(ready.state(), T1, ready.ledger.payload)
+    assert not [d for d in offered if d.op == "champion.select"]
+    (measure,) = [d for d in offered if d.op == "samples.record" and d.about == "e1"]
+    assert measure.rule == "R5" and "outside perfledger" in measure.why
 
 
 def test_cheat_calling_the_champion_decider_directly_is_refused(ready: Session) -> None:
