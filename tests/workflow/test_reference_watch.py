@@ -1,9 +1,10 @@
 """The reference watched too (SPEC.md R11, ``SamplesRecorded`` schema 13): in a formal stage
 whose reference is the original, a reference slower than its own baseline by more than the
-prediction bound makes the comparison invalid, with the figures in the reason.
+bound makes the comparison invalid, with the figures in the reason.
 
-These tests go through the real decide-and-append path on recorded pairs; the subjects that
-slow the reference in real processes are in ``tests/app/test_reference_watch_subjects.py``.
+These tests go through the real decide-and-append path on recorded pairs (the candidate that
+slowed its reference is written as its pairs); ``tests/app/test_measure_workload.py`` holds the
+honest control in real processes, and says why no real-process cheat is there.
 """
 
 from __future__ import annotations

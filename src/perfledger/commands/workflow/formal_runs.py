@@ -7,6 +7,13 @@ recorded them (killed, crashed, abandoned after a look at its figures), owes its
 or final audit before the experiment measures that stage again, and no champion is selected on a
 Target while one of its target-stage results has none. A run without samples is judged ``fail``.
 
+No optional stopping (from ``FormalRunStarted`` schema 2, ``SamplesRecorded`` 13,
+``ExperimentCreated`` 8, ``ChampionSelected`` 6): an experiment has one result per formal stage
+(:func:`r14_one_result_per_stage`), and code with a formal result that did not pass does not
+come back (:func:`r14_code_results_passed`). :func:`formal_stage_preconditions` is the one
+precondition sequence of a formal stage that ``formal-run.start``, ``samples.record`` and the
+next steps offered share.
+
 Pure functions of the folded state; the deciders call them by the rule version their event
 answers to (:data:`~perfledger.events.workflow.R14_MEASURED_OBLIGATION`,
 :data:`~perfledger.events.workflow.R14_UNJUDGED_BLOCKS_CHAMPION`).

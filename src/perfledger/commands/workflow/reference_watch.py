@@ -1,10 +1,16 @@
 """The reference watched too (SPEC.md R11; issue 34): in a formal stage of a workload Target
 whose reference is the original, the reference's measured figure of each case is compared with
 the original's recorded baseline of that case. A reference slower than its baseline by more
-than the prediction bound (the larger of the case's A/A resolution and the prediction bound of
-one more baseline call) makes the comparison invalid: something made the reference slower (the
-candidate's side effect, a cache it poisoned, a background process it left), and a candidate
-measured against a slowed reference looks faster than it is.
+than the bound (the largest of the case's A/A resolution, the prediction bound of one more
+baseline call and the Target's minimum effect) makes the comparison invalid: something made the
+reference slower (the candidate's side effect, a cache it poisoned, a background process it
+left), and a candidate measured against a slowed reference looks faster than it is.
+
+Why the minimum effect is a floor: the baseline comes from the original's calls in a row, the
+formal stage interleaves the two subjects, and that interference alone moves the reference (an
+honest control here measured its reference 4.5 % above a 7-call baseline whose own bound was
+3.2 %); a slowing below the minimum effect cannot by itself turn a candidate without a gain into
+a pass, one above it can.
 
 What is compared: per case, the median over the samples' pairs of the reference's per-pair
 median of the primary, against the baseline's median of that case (``per_case_median``). The
@@ -21,26 +27,32 @@ deciders judge them.
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
-from perfledger.derive.stats import aa_prediction_bound
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.projections.target_kind import target_kind
 from perfledger.projections.workflow import TargetView
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 def baseline_bound(values: Iterable[float]) -> float:
     """The 95 % prediction bound of one more baseline call about the baseline's median, as a
     ratio distance from 1 (:func:`~perfledger.derive.stats.aa_prediction_bound` of the calls'
     log ratios to their median); 0.0 with fewer than 2 values."""
-    array = np.asarray(list(values), dtype=np.float64)
-    if array.size < 2:
+    calls = [float(v) for v in values]
+    if len(calls) < 2:
         return 0.0
-    return aa_prediction_bound(np.log(array / float(np.median(array))))
+    from perfledger.derive.stats import aa_prediction_bound  # noqa: PLC0415 (numpy, scipy: off the start-up path of decisions that compare nothing)
+
+    middle = _median(calls)
+    return aa_prediction_bound([math.log(v / middle) for v in calls])  # type: ignore[arg-type]
 
 
 def reference_slowed(
@@ -49,7 +61,8 @@ def reference_slowed(
     """The cases of formal-stage ``pairs`` whose reference (the original) was slower than the
     original's baseline by more than the bound: case -> ``reference`` and ``baseline`` (the
     primary's medians, in its unit), ``slower_by`` (relative: ``ref/base - 1`` for a
-    lower-is-better primary, ``base/ref - 1`` for a higher-is-better one) and ``bound``.
+    lower-is-better primary, ``base/ref - 1`` for a higher-is-better one) and ``bound`` (the
+    largest of the case's A/A resolution, :func:`baseline_bound` and the minimum effect).
     Empty where nothing is compared (a screen, a champion reference, a kernel Target, no
     per-case baseline)."""
     baseline = target.baseline
@@ -68,7 +81,7 @@ def reference_slowed(
     for pair in pairs:
         values = pair.ref.values.get(primary.name)
         if values:
-            per_case.setdefault(pair.case, []).append(statistics.median(values))
+            per_case.setdefault(pair.case, []).append(_median(list(values)))
     calls: dict[str, list[float]] = {}
     for case, value in zip(baseline.cases, baseline.values, strict=False):
         calls.setdefault(case, []).append(value)
@@ -77,13 +90,13 @@ def reference_slowed(
         base = baseline.per_case_median.get(case)
         if base is None or base <= 0:
             continue  # the baseline did not measure this case: not compared
-        ref = float(statistics.median(medians))
+        ref = float(_median(medians))
         if primary.direction == "higher_is_better":
             slower_by = base / ref - 1.0
         else:
             slower_by = ref / base - 1.0
         bound = max(resolution.per_case.get(case, resolution.resolution),
-                    baseline_bound(calls.get(case, [])))  # fmt: skip
+                    baseline_bound(calls.get(case, [])), target.definition.min_effect)  # fmt: skip
         if slower_by > bound:
             flagged[case] = {"reference": ref, "baseline": float(base),
                              "slower_by": slower_by, "bound": bound}  # fmt: skip
@@ -100,8 +113,9 @@ def invalid_note(flagged: dict[str, dict[str, float]], unit: str) -> str:
     )
     return (
         "R11: the comparison is invalid: the reference ran slower than its own baseline by "
-        f"more than the prediction bound ({cases}); something made it slower (a side effect of "
-        "the candidate, a background process, a loaded host): it cannot pass"
+        "more than the bound (the largest of the A/A resolution, the baseline's prediction bound "
+        f"and the minimum effect) ({cases}); something made it slower (a side effect of the "
+        "candidate, a background process, a loaded host): it cannot pass"
     )
 
 
