@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfledger.commands.registry import operations
-from perfledger.commands.workflow import rules
+from perfledger.commands.workflow import formal_runs, rules
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
 from perfledger.projections.handoff import NextDecision, next_decisions
@@ -134,21 +134,18 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
 
 
 def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:
-    """``samples.record``'s preconditions for the next stage of ``experiment_id``."""
+    """``samples.record``'s preconditions for the next stage of ``experiment_id``
+    (:func:`~perfledger.commands.workflow.formal_runs.formal_stage_preconditions`, under the
+    current rules): the champion's final audit, the target stage after a screen, else a
+    screen."""
     rules.r1_target_current(state, target.definition.target_id)
-    rules.r2_ready(target)
-    rules.r3_metric_audited(target)
-    rules.r4_baseline_and_resolution(target)
     experiment = state.experiments.get(experiment_id or "")
-    if experiment is None:
-        return
-    rules.r15_not_rejected(state, experiment.created.experiment_id)
-    if target.champion == experiment_id:
-        return  # final-audit samples of the champion
-    if experiment.samples.get("screen"):  # the next stage is the target stage
-        rules.r11_screen_before_target(state, experiment.created.experiment_id)
-        assert target.resolution is not None
-        rules.r8_formal_stage_allowed(experiment, target.resolution_in_force.resolution)
+    stage = "screen"
+    if experiment is not None and target.champion == experiment_id:
+        stage = "final_audit"
+    elif experiment is not None and experiment.samples.get("screen"):
+        stage = "target"
+    formal_runs.formal_stage_preconditions(state, target, experiment_id, stage, one_result=True)
 
 
 def allowed_decisions(

@@ -752,6 +752,12 @@ class SamplesRecorded(_Payload, kw_only=True):
     #: None only in samples recorded before provenance was kept (schema 1)
     provenance: Provenance | None = None
     implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+    #: derived (schema :data:`R11_REFERENCE_WATCHED` on): test case -> ``reference``,
+    #: ``baseline`` (the primary's medians, its unit), ``slower_by`` and ``bound`` (relative),
+    #: for each case of a formal stage whose reference (the original) ran slower than its
+    #: baseline by more than the bound; unset (not encoded, so older events hash as before)
+    #: when none did
+    reference_slowed: dict[str, dict[str, float]] | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- verdicts (R12)
@@ -1364,6 +1370,39 @@ R5_MEASURED_FINAL_AUDIT = 8
 #: :data:`R1_KNOWN_UNITS` may hold one), listing the known units; readiness recorded before is
 #: re-checked without it.
 R1_KNOWN_UNITS_READINESS = 5
+#: No optional stopping (R13, R14): the evidence for a champion accounts for every formal
+#: result of its code. From ``FormalRunStarted`` schema 2 and ``SamplesRecorded`` schema 13 an
+#: experiment has one formal result per stage (a second target-stage run only re-measures a
+#: passed result whose reference is no longer current; a champion gets one final audit), a
+#: started run that never recorded samples counting as its failed result
+#: (:func:`perfledger.commands.workflow.formal_runs.r14_one_result_per_stage`); from
+#: ``ExperimentCreated`` schema 8 a candidate whose code (content hash) already had a formal
+#: result other than a pass on its Target is refused; from ``ChampionSelected`` schema 6 no
+#: champion is selected while its code has such a result anywhere in the (merged) history, and
+#: a selection synced in from another clone that had not seen one is a conflict
+#: (``unaccounted_champion``); from ``FinalAuditRecorded`` schema 9 a champion's second final
+#: audit (only a sync makes one) is refused, and when synced in, the worse status stands.
+#: Events recorded before are re-decided without these rules.
+R14_ONE_FORMAL_RUN = 2
+R14_ONE_RESULT_SAMPLES = 13
+R14_CODE_RESULTS_EXPERIMENT = 8
+R14_CODE_RESULTS_CHAMPION = 6
+R13_ONE_FINAL_AUDIT = 9
+#: The ``SamplesRecorded`` schema version (``VerdictRecorded`` :data:`R11_REFERENCE_WATCHED_VERDICT`,
+#: ``FinalAuditRecorded`` :data:`R13_ONE_FINAL_AUDIT`) from which the reference is watched
+#: too (R11): in a formal stage whose reference is the original, each case's reference figure
+#: is compared with the original's measured baseline; a reference slower than its baseline by
+#: more than the A/A and baseline prediction bound is flagged on the samples
+#: (``reference_slowed``), and a verdict or final audit of flagged samples is ``inconclusive``
+#: (the comparison is invalid: something made the reference slower) with the figures in its
+#: reason. Events recorded before are decided without it.
+R11_REFERENCE_WATCHED = 13
+R11_REFERENCE_WATCHED_VERDICT = 8
+R11_REFERENCE_WATCHED_FINAL_AUDIT = 9
+#: The ``VerdictRecorded`` schema version from which a target-stage result that did not pass,
+#: of the current champion's code, folded after its selection (only a sync orders one so) is an
+#: ``unaccounted_champion`` conflict (R14, :data:`R14_CODE_RESULTS_CHAMPION`).
+R14_UNACCOUNTED_VERDICT = 8
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1414,13 +1453,22 @@ SCHEMA_VERSIONS = {
         R12_PLAUSIBLE_RATIO,
         RANGES_SAMPLES,
         R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
+        R14_ONE_RESULT_SAMPLES,
+        R11_REFERENCE_WATCHED,
     ),
-    "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE, R4_MEASURED_RESOLUTION_VERDICT),
+    "VerdictRecorded": max(
+        R12_EVERY_CASE,
+        R14_TRUE_NOTE,
+        R4_MEASURED_RESOLUTION_VERDICT,
+        R11_REFERENCE_WATCHED_VERDICT,
+        R14_UNACCOUNTED_VERDICT,
+    ),
     "FinalAuditRecorded": max(
         R12_EVERY_CASE_FINAL_AUDIT,
         R13_FAILED_AUDIT_DEMOTES,
         R4_MEASURED_RESOLUTION_FINAL_AUDIT,
         R5_MEASURED_FINAL_AUDIT,
+        R13_ONE_FINAL_AUDIT,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
@@ -1429,6 +1477,7 @@ SCHEMA_VERSIONS = {
         R11_CANDIDATE_SNAPSHOT,
         RANGES_EXPERIMENT,
         R14_ONE_IMPROVEMENT,
+        R14_CODE_RESULTS_EXPERIMENT,
     ),
     "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
     "ChampionSelected": max(
@@ -1436,7 +1485,9 @@ SCHEMA_VERSIONS = {
         R14_UNJUDGED_BLOCKS_CHAMPION,
         R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
         R5_MEASURED_CHAMPION,
+        R14_CODE_RESULTS_CHAMPION,
     ),
+    "FormalRunStarted": R14_ONE_FORMAL_RUN,
     "ReadinessRecorded": max(R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS),
     "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
     "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),

@@ -28,6 +28,7 @@ from perfledger.commands.workflow import (
     observed_rules,
     output_rules,
     plausibility,
+    reference_watch,
     rules,
 )
 from perfledger.commands.workflow import requests as rq
@@ -67,6 +68,9 @@ from perfledger.events.workflow import (
     R7_COMPUTED_BOUND,
     R11_CALLS_FROM_COPIES,
     R11_CANDIDATE_SNAPSHOT,
+    R11_REFERENCE_WATCHED,
+    R11_REFERENCE_WATCHED_FINAL_AUDIT,
+    R11_REFERENCE_WATCHED_VERDICT,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
@@ -74,9 +78,12 @@ from perfledger.events.workflow import (
     R12_WALL_VALUE_COUNTS,
     R13_FAILED_AUDIT_DEMOTES,
     R14_BLOCKS_CHAMPION,
+    R14_CODE_RESULTS_CHAMPION,
+    R14_CODE_RESULTS_EXPERIMENT,
     R14_INFORMATIVE_INTERVAL,
     R14_MEASURED_OBLIGATION,
     R14_ONE_IMPROVEMENT,
+    R14_ONE_RESULT_SAMPLES,
     R14_STATED_INTERVAL,
     R14_TRUE_NOTE,
     R14_UNJUDGED_BLOCKS_CHAMPION,
@@ -118,6 +125,7 @@ from perfledger.projections.verdicts import Pair, derive_guardrail, derive_verdi
 from perfledger.projections.workflow import (
     CHAMPION_CONFLICTS,
     OWED_CHAMPION,
+    UNACCOUNTED_CHAMPION,
     TargetView,
     WorkflowState,
     open_conflicts,
@@ -705,6 +713,11 @@ def decide_experiment_create(
             "give the candidate's own content hash (of its code, e.g. its git commit), not the "
             "reference's; a Target bound to code computes it from candidate.subject",
         )
+    if rules_version(ctx, "ExperimentCreated") >= R14_CODE_RESULTS_EXPERIMENT:
+        # R14: the same code does not come back after a formal result that did not pass
+        formal_runs.r14_code_results_passed(
+            state, req.target_id, typed_hash, f"experiment {req.experiment_id!r}"
+        )
     rules.r10_upstream_checked(
         state,
         req.new_component.upstream_check_id if req.new_component else None,
@@ -902,10 +915,16 @@ def decide_samples_record(
             f"samples {req.samples_id!r} are already recorded",
             hint="choose a new samples id (measuring commands pick a free one when --samples is left out)",
         )
-    rules.r15_not_rejected(state, req.experiment_id)
-    rules.r2_ready(target)
-    rules.r3_metric_audited(target)
-    rules.r4_baseline_and_resolution(target)
+    version = rules_version(ctx, "SamplesRecorded")
+    formal_runs.formal_stage_preconditions(
+        state,
+        target,
+        req.experiment_id,
+        req.stage,
+        demotion=version >= R14_MEASURED_OBLIGATION,
+        one_result=version >= R14_ONE_RESULT_SAMPLES,
+        exclude=req.samples_id,
+    )
     assert target.resolution is not None and target.readiness is not None
     if req.candidate_hash != experiment.created.candidate.content_hash:
         raise refuse(
@@ -924,14 +943,6 @@ def decide_samples_record(
         )
     reference = msgspec.convert(dump(req.reference), Reference)
     if req.stage == "final_audit":
-        if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
-            formal_runs.r13_not_demoted(target, req.experiment_id)
-        if target.champion != req.experiment_id:
-            raise refuse(
-                "R11",
-                "a final audit measures the current champion (this experiment is not it)",
-                "measure the current champion's final audit (`perfledger champion show` names it)",
-            )
         original = target.readiness.original.content_hash
         if reference != Reference(kind="original", content_hash=original):
             raise refuse(
@@ -939,17 +950,13 @@ def decide_samples_record(
                 "a final audit compares the champion with the original",
                 "set the reference to the original (measuring commands do for --stage final_audit)",
             )
-    else:
-        if not rules.is_current_reference(state, target, reference):
-            raise refuse(
-                "R11",
-                "a comparison must be against the current champion (or the original when there "
-                "is none); this reference is stale",
-                f"compare against {rules.current_reference(state, target)}",
-            )
-        if req.stage == "target":
-            rules.r11_screen_before_target(state, req.experiment_id)
-            rules.r8_formal_stage_allowed(experiment, _in_force(target).resolution)
+    elif not rules.is_current_reference(state, target, reference):
+        raise refuse(
+            "R11",
+            "a comparison must be against the current champion (or the original when there "
+            "is none); this reference is stale",
+            f"compare against {rules.current_reference(state, target)}",
+        )
     if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
         _r14_measured_obligation(state, target, req, ctx)
     _samples_common(target, req)
@@ -987,6 +994,7 @@ def decide_samples_record(
             ),
             "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
             **_implausible(target, req, ctx),
+            **_reference_watch(target, req, ctx),
         },
     )
     return _emit(ctx, payload)
@@ -999,6 +1007,18 @@ def _implausible(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext
         return {}
     cases = plausibility.implausible_cases(target.definition, req.pairs)
     return {"implausible": cases} if cases else {}
+
+
+def _reference_watch(
+    target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext
+) -> dict[str, Any]:
+    """``{"reference_slowed": {case: figures}}`` for the cases of a formal stage whose reference
+    ran slower than its baseline by more than the bound (R11, schema
+    :data:`~perfledger.events.workflow.R11_REFERENCE_WATCHED` on), else ``{}``."""
+    if rules_version(ctx, "SamplesRecorded") < R11_REFERENCE_WATCHED:
+        return {}
+    flagged = reference_watch.reference_slowed(target, req.stage, req.reference.kind, req.pairs)
+    return {"reference_slowed": flagged} if flagged else {}
 
 
 def _r14_measured_obligation(
@@ -1420,6 +1440,9 @@ def decide_verdict_record(
         status = r12_every_case(target, samples, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R4_MEASURED_RESOLUTION_VERDICT:
         status = r4_declared_resolution(target, status, notes)
+    if rules_version(ctx, "VerdictRecorded") >= R11_REFERENCE_WATCHED_VERDICT:
+        unit = target.definition.primary.unit
+        status = reference_watch.judge(samples.reference_slowed, status, notes, unit)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -1541,6 +1564,9 @@ def decide_final_audit_record(
         status = r12_every_case(target, samples, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R4_MEASURED_RESOLUTION_FINAL_AUDIT:
         status = r4_declared_resolution(target, status, notes)
+    if rules_version(ctx, "FinalAuditRecorded") >= R11_REFERENCE_WATCHED_FINAL_AUDIT:
+        unit = target.definition.primary.unit
+        status = reference_watch.judge(samples.reference_slowed, status, notes, unit)
     if (
         rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
         and samples.cand_failures
@@ -1836,6 +1862,11 @@ def decide_champion_select(
         measurement_rules.r5_measured_champion(
             state, samples, verdict.samples_provenance, ctx.payload_of
         )
+    if rules_version(ctx, "ChampionSelected") >= R14_CODE_RESULTS_CHAMPION:
+        # R14: the evidence for a champion accounts for every formal result of its code
+        formal_runs.r14_code_results_passed(
+            state, req.target_id, samples.candidate_hash, "champion selection"
+        )
     if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
         creator = state.experiments[verdict.experiment_id].event_id
         interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
@@ -1984,6 +2015,16 @@ def decide_conflict_resolve(
         # R14: keeping the champion selected elsewhere is a champion selection
         target = rules.r1_target_current(state, req.target_id)
         rules.r14_no_pending_reconciliation(target, "champion kept from this conflict")
+    if conflict.kind == UNACCOUNTED_CHAMPION and req.keep != conflict.options[0]:
+        # R14: keeping a champion whose code has a formal result that did not pass
+        experiment = state.experiments.get(req.keep)
+        if experiment is not None:
+            formal_runs.r14_code_results_passed(
+                state,
+                req.target_id,
+                experiment.created.candidate.content_hash,
+                "keeping the champion of this conflict",
+            )
     payload = ConflictResolved(
         target_id=req.target_id, conflict_id=req.conflict_id, keep=req.keep, reason=req.reason
     )
