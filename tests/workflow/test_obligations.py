@@ -220,10 +220,22 @@ def test_r17_foreign_activity_explained_after_the_samples_clears_the_attribution
     ready: Session,
 ) -> None:
     _busy_target_samples(ready, (1, 4))
-    assert ("activity.explain", "e1-target") in _offered(ready)  # before the verdict
+    # before the verdict: another actor's review first (an explanation cites one), and no
+    # explanation is offered while no review exists (it would be refused)
+    offered = _offered(ready)
+    assert offered.index(("review.record", "e1-target")) < offered.index(
+        ("verdict.record", "e1-target")
+    )
+    assert ("activity.explain", "e1-target") not in offered
+    review = _reviewed(ready, "e1-target")
+    offered = _offered(ready)
+    assert ("review.record", "e1-target") not in offered
+    assert offered.index(("activity.explain", "e1-target")) < offered.index(
+        ("verdict.record", "e1-target")
+    )
     explain = {"samples_id": "e1-target", "pairs": [1, 4],
                "explanation": "a backup job on GPU 1; GPU 0 clocks stayed at 1980 MHz",
-               "review_id": _reviewed(ready, "e1-target")}  # fmt: skip
+               "review_id": review}  # fmt: skip
     recorded = ready.run("activity.explain", explain)
     assert recorded["pairs"] == [1, 4] and recorded["explained_by"] == "reviewer-b"
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
@@ -264,6 +276,12 @@ def test_r17_explained_activity_counts_for_the_final_audit_too(ready: Session) -
     body = samples("e1-final", "final_audit", gain=0.2)
     body["pairs"][3]["monitor"] = busy
     ready.run("samples.record", body)
+    # the flagged window is explained before the final audit that it would leave
+    # inconclusive: the review is offered first, not the audit alone
+    offered = _offered(ready)
+    assert offered.index(("review.record", "e1-final")) < offered.index(
+        ("final-audit.record", "e1-final")
+    )
     ready.run("activity.explain", {"samples_id": "e1-final", "pairs": [3],
                                    "explanation": "power cap set by the site for all jobs",
                                    "review_id": _reviewed(ready, "e1-final", "site admin")})  # fmt: skip

@@ -28,7 +28,7 @@ from perfledger.commands.registry import operations
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
-from perfledger.projections.handoff import NextDecision, next_decisions
+from perfledger.projections.handoff import NextDecision, next_decisions, reviewed
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 #: The actor named in dry-run decisions (nothing is appended).
@@ -95,6 +95,14 @@ def _probe(
     if d.op == "reconcile":
         return {"experiment_id": d.about, "premise": "scope", "explanation": PLACEHOLDER,
                 "corrected_model": {"description": PLACEHOLDER}}  # fmt: skip
+    if d.op == "review.record":
+        view = state.samples.get(d.about or "")
+        if view is None:
+            return None
+        return {"review_id": fresh_id(f"rv-{view.samples_id}", state.reviews.reviews),
+                "reviewer": PLACEHOLDER, "model_family": PLACEHOLDER, "subject": "other",
+                "subject_event": view.event_id, "challenge": PLACEHOLDER,
+                "response": PLACEHOLDER, "dissent_remains": False}  # fmt: skip
     if d.op == "handoff.record":
         return handoff_body
     return None
@@ -123,14 +131,20 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
         rules.r4_baseline_and_resolution(target)
     elif d.op == "samples.record":
         _gate_samples(state, target, d.about)
-    elif d.op == "activity.explain" and (
-        d.about in state.verdicts or d.about in state.final_audits
-    ):
-        raise rules.refuse(
-            "R17",
-            f"the verdict of samples {d.about!r} is already recorded",
-            "read it with `perfledger verdict explain ID`; new samples get a verdict of their own",
-        )
+    elif d.op == "activity.explain":
+        if d.about in state.verdicts or d.about in state.final_audits:
+            raise rules.refuse(
+                "R17",
+                f"the verdict of samples {d.about!r} is already recorded",
+                "read it with `perfledger verdict explain ID`; new samples get a verdict of "
+                "their own",
+            )
+        if not reviewed(state, d.about or ""):
+            raise rules.refuse(
+                "R17",
+                f"no review of samples {d.about!r} is recorded: an explanation cites one",
+                "another actor records `perfledger review record` of the samples first",
+            )
 
 
 def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:
@@ -260,6 +274,15 @@ def obligations(state: WorkflowState, target_id: str) -> list[dict[str, Any]]:
                         "a reference that is no longer the current champion: measure its target "
                         "stage again before selecting it"})  # fmt: skip
     return out
+
+
+def fresh_id(base: str, taken: Any) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first not in ``taken``."""
+    n, found = 1, base
+    while found in taken:
+        n += 1
+        found = f"{base}-{n}"
+    return found
 
 
 def _experiment_of(state: WorkflowState, d: NextDecision) -> str | None:

@@ -1175,6 +1175,10 @@ R11_CANDIDATE_SNAPSHOT = 6
 #: obligations, open experiments) and refuses a handoff whose lists contradict it, or whose free
 #: text states a figure (R18); handoffs recorded before keep the old checks.
 R18_LEDGER_FILLED = 3
+#: The ``HandoffRecorded`` schema version from which a ``stop_reason`` whose words say the
+#: primary was (or was not) achieved must agree with the ledger's ``primary_achieved`` (R18);
+#: handoffs recorded before keep their free text unchecked.
+R18_STOP_REASON_AGREES = 4
 #: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
 R14_MAX_SPAN = 4.0
 #: The ``ExperimentCreated`` schema version from which "improvement" has one meaning (R7, R12,
@@ -1407,7 +1411,7 @@ SCHEMA_VERSIONS = {
         RANGES_EXPERIMENT,
         R14_ONE_IMPROVEMENT,
     ),
-    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
+    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF, R18_STOP_REASON_AGREES),
     "ChampionSelected": max(
         R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
     ),

@@ -94,7 +94,10 @@ class MemoryStore(EventStore):
         try:
             return self._by_id[event_id]
         except KeyError:
-            raise BadRequest(f"no event {event_id!r} in this ledger") from None
+            raise BadRequest(
+                f"no event {event_id!r} in this ledger",
+                hint="`perfledger log` lists the events with their ids",
+            ) from None
 
     def find_by_idempotency_key(self, key: str) -> Envelope | None:
         """Return the event carrying ``key``, or None."""

@@ -461,7 +461,10 @@ class GitStore(EventStore):
             raise BadRequest(
                 f"event id prefix {event_id!r} is too short", hint="give at least 4 characters"
             )
-        raise BadRequest(f"no event {event_id[:80]!r} in this ledger")
+        raise BadRequest(
+            f"no event {event_id[:80]!r} in this ledger",
+            hint="`perfledger log` lists the events with their ids",
+        )
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
         """Read and decode the envelope stored in ``commit_sha``, each object checked.

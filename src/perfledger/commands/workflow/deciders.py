@@ -79,6 +79,7 @@ from perfledger.events.workflow import (
     R14_UNJUDGED_BLOCKS_CHAMPION,
     R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     R18_LEDGER_FILLED,
+    R18_STOP_REASON_AGREES,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -1851,6 +1852,8 @@ def decide_handoff_record(
     if rules_version(ctx, "HandoffRecorded") >= R18_LEDGER_FILLED:
         # R18: what the ledger knows is filled from it, a stated list checked against it
         body = handoff_rules.r18_filled(state, target, req)
+        if rules_version(ctx, "HandoffRecorded") >= R18_STOP_REASON_AGREES:
+            handoff_rules.r18_stop_reason_agrees(req.stop_reason, body["primary_achieved"])
         _r18_budget(target, body["budget_used"], body["budget_left"])
         if not body["resume_needs"]:
             raise refuse(
