@@ -51,9 +51,11 @@ def dry_decide(
     body: dict[str, Any],
     payload_of: Callable[[str], Any] | None,
     starting_run: str | None = None,
+    actor_of: Callable[[str], str] | None = None,
 ) -> RuleRefused | BadRequest | None:
     """Run operation ``op``'s real decider on ``state`` with ``body``, appending nothing
-    (``starting_run``: the samples id of a formal run the caller starts first, R14).
+    (``starting_run``: the samples id of a formal run the caller starts first, R14;
+    ``actor_of``: event id -> its appender, where a rule asks who recorded an event, R17).
 
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
@@ -67,6 +69,7 @@ def dry_decide(
         payload_of=payload_of,
         derive=_stop_at_derivation,
         starting_run=starting_run,
+        actor_of=actor_of,
     )
     try:
         model = operations.validate(op, body)
@@ -288,6 +291,18 @@ def fresh_id(base: str, taken: Any) -> str:
 def _experiment_of(state: WorkflowState, d: NextDecision) -> str | None:
     view = state.samples.get(d.about or "")
     return view.experiment_id if view is not None else None
+
+
+def gate_refusal(
+    state: WorkflowState, target: TargetView, d: NextDecision
+) -> RuleRefused | BadRequest | None:
+    """The refusal of ``d``'s preconditions on ``target`` (an operation that needs the
+    caller's data, decided up to reading it), or None when they hold."""
+    try:
+        _gate(state, target, d)
+    except (RuleRefused, BadRequest) as exc:
+        return exc
+    return None
 
 
 def _accepted_gate(state: WorkflowState, target: TargetView, d: NextDecision) -> bool:

@@ -554,11 +554,19 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
         except BadRequest:
             ledger = None
         if ledger is not None:
-            try:
-                body = request_examples.example_for(operation, ledger.state())
+            from perfledger.app.examples import fitted_example  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+            try:  # fitted to the ledger's state and decided on it: shown only if accepted
+                fitted = fitted_example(operation, ledger.state(), ledger.payload,
+                                        lambda event_id: ledger.get(event_id).actor)  # fmt: skip
             finally:
                 ledger.close()
-            click.echo(to_json_text(body, indent=2))
+            if fitted.refusal is not None:  # the operation cannot apply now: say why
+                click.echo(f"no {fitted.op} request is accepted on this ledger now:", err=True)
+                raise fitted.refusal
+            click.echo(to_json_text(fitted.body, indent=2))
+            if fitted.note:
+                click.echo(f"note: {fitted.note}", err=True)
             return
         both = request_examples.variants(operation)
         if not both:
