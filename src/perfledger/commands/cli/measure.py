@@ -358,7 +358,10 @@ def resolution_refusal(
     cases = ", ".join(f"{c} {100 * r:.2f} % (ratio {r:.4f})" for c, r in sorted(per_case.items()))
     # what a "run" is, and its default, so the hint can be followed without reading --help
     if workload:
-        what = f"--runs N (A/A ABBA pairs per case; default 10, this A/A used {runs or 10})"
+        what = (
+            "--runs N (A/A ABBA pairs per case; default: a stopping rule from 10, more until "
+            f"the resolution is half the minimum effect, at most 60; this A/A used {runs or 10})"
+        )
     else:
         what = f"--runs N (A/A harness comparisons per case; default 5, this A/A used {runs or 5})"
     used = runs or (10 if workload else 5)
@@ -1205,7 +1208,9 @@ def measure_kernel(
     "--runs",
     type=click.IntRange(min=2),
     default=None,
-    help="Workload: A/A pairs per case (default 10). Kernel: A/A comparisons (default 5).",
+    help="Workload: A/A pairs per case (default: a stopping rule, 10 pairs and more until the "
+    "resolution is at most half the minimum effect, at most 60; the command protocol: 10). "
+    "Kernel: A/A comparisons (default 5).",
 )
 @call_timeout_option
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
@@ -1270,8 +1275,8 @@ def measure_aa(
 
         if _observing(target, None):  # perfledger's own figures, the worker protocol
             with _progress(2 * len(chosen) * (runs or 10), "A/A calls", quiet) as advance:
-                valid, aa_notes, run = observed_aa(
-                    cmd, target=target, cases=chosen, runs=runs or 10, timeout_s=timeout_s,
+                valid, aa_notes, run = observed_aa(  # no --runs: its stopping rule (R4)
+                    cmd, target=target, cases=chosen, runs=runs, timeout_s=timeout_s,
                     on_call=lambda _row: advance(),
                 )  # fmt: skip
         else:
@@ -1327,9 +1332,17 @@ def measure_aa(
             raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
         repeats = len(valid)
         artifact.update(table=run.table(), settings=run.settings)
+        rule = run.settings.get("stopping_rule")
         method_note = (
             f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
             f"{primary.statistic} per case, {aggregation} across cases"
+            + (
+                f"; stopping rule: {rule['start_pairs']} pairs per case, more until the "
+                f"resolution was at most {rule['until_resolution_at_most']:.4g} (half the "
+                f"minimum effect) or {rule['max_pairs']} pairs: {rule['pairs_per_case']} ran"
+                if rule
+                else ""
+            )
         )
     else:
         from perfledger.kernels.harness.harness import resolution_from_aa  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
@@ -1435,8 +1448,11 @@ def measure_aa(
         "recorded": False,
     }
     if record:
+        ran = runs
+        if cmd is not None and runs is None:  # the stopping rule's pairs, as many as ran
+            ran = int(artifact.get("settings", {}).get("pairs_per_case") or 0) or None
         resolution_refusal(
-            resolution, per_case, target, accept_resolution, runs=runs, workload=cmd is not None
+            resolution, per_case, target, accept_resolution, runs=ran, workload=cmd is not None
         )
     result["warnings"] = resolution_warnings(resolution, target, record)
     result["warnings"] += aa_notes
