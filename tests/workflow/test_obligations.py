@@ -190,6 +190,73 @@ def test_r14_failed_screen_of_a_claim_admitting_less_owes_nothing(ready: Session
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
 
 
+@pytest.mark.parametrize(("gain", "owes"), [(0.45, True), (0.2, False)],
+                         ids=["above-the-claim", "inside-the-claim"])  # fmt: skip
+def test_r14_a_final_audit_wholly_outside_the_claim_owes_a_reconciliation(
+    ready: Session, gain: float, owes: bool
+) -> None:
+    """FinalAuditRecorded 10: e1 claimed [0, 0.3] and won inside it; its final audit above the
+    whole interval is a prediction wrong (the other way) and owes a reconciliation like a
+    target result outside it: no new experiment until reconciled. Inside: nothing owed."""
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.champion("e1")
+    ready.run("samples.record", samples("e1-final", "final_audit", gain=gain))
+    audit_payload = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
+    assert audit_payload["status"] == "pass"
+    assert audit_payload["contradicts_claim"] is owes
+    assert ("e1" in ready.state().targets[T1].pending) is owes
+    if not owes:
+        ready.run("experiment.create", experiment("e2", candidate=CAND2))
+        return
+    assert any("lies wholly above the claim's" in n for n in audit_payload["notes"])
+    error = ready.refused("experiment.create", experiment("e2", candidate=CAND2), "R14")
+    assert "reconcile" in error.hint
+    assert ("reconcile", "e1") in _offered(ready)
+    ready.run("reconcile", {"experiment_id": "e1", "premise": "coverage",
+                            "explanation": "the loop was a larger share than profiled",
+                            "corrected_model": {"description": "coverage 0.8"}})  # fmt: skip
+    ready.run("experiment.create", experiment("e2", candidate=CAND2))
+    assert audit(ready.ledger).ok
+
+
+def test_r14_final_audits_recorded_before_schema_10_owe_nothing(ready: Session) -> None:
+    """The same final audit decided under schema 9 (an auditor's replay of an old ledger):
+    no contradiction recorded, nothing owed."""
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.champion("e1")
+    ready.run("samples.record", samples("e1-final", "final_audit", gain=0.45))
+    body = {"target_id": T1, "samples_id": "e1-final"}
+    ctx = DecisionContext(
+        op="final-audit.record", actor="agent", ts=ready.clock, idempotency_key=None,
+        request={"op": "final-audit.record", "body": body}, schema=9,
+        payload_of=ready.ledger.payload,
+    )  # fmt: skip
+    (draft,) = decider("final-audit.record")(ready.state(), validate("final-audit.record", body),
+                                              ctx)  # fmt: skip
+    assert draft.payload.contradicts_claim is msgspec.UNSET
+    assert not any(n.startswith("R14") for n in draft.payload.notes)
+
+
+def test_r14_a_later_champions_final_audit_is_not_its_claim_and_owes_nothing(
+    ready: Session,
+) -> None:
+    """e2 claimed its gain over e1 (its target stage measured against e1): its final audit
+    against the original measures something else and owes nothing, however far above."""
+    ready.passed("e1", CAND1, gain=0.2)
+    ready.champion("e1")
+    ready.run("experiment.create", experiment("e2", candidate=CAND2))
+    against = {"kind": "champion", "experiment_id": "e1", "content_hash": CAND1}
+    for stage in ("screen", "target"):
+        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
+                                            candidate=CAND2, reference=against, gain=0.2))  # fmt: skip
+        ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
+    ready.champion("e2", expected="e1")
+    ready.run("samples.record", samples("e2-final", "final_audit", experiment_id="e2",
+                                        candidate=CAND2, gain=0.5))  # fmt: skip
+    final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e2-final"})
+    assert final["contradicts_claim"] is False and not ready.state().targets[T1].pending
+
+
 # ------------------------------------------------------------------------------------ R17
 
 

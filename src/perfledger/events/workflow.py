@@ -971,6 +971,10 @@ class FinalAuditRecorded(_Payload, kw_only=True):
     samples_provenance: str | None = None
     #: the primary's unit (the per-case figures' unit); None before schema 2
     unit: str | None = None
+    #: R14 (schema :data:`R14_FINAL_AUDIT_OWES` on): the primary's CI lies wholly outside the
+    #: champion's claimed interval, and a reconciliation is owed; unset (not encoded, so older
+    #: states hash as before) before that schema
+    contradicts_claim: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class HostAdviceRecorded(_Payload, kw_only=True):
@@ -1344,6 +1348,12 @@ R4_MEASURED_RESOLUTION = 3
 #: resolution cannot pass (R4, R12); events recorded before are re-derived without it.
 R4_MEASURED_RESOLUTION_VERDICT = 6
 R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
+#: The ``FinalAuditRecorded`` schema version from which a final audit whose primary CI lies
+#: wholly outside the champion's claimed interval (below or above) owes a reconciliation, as a
+#: target-stage result does (R14): a prediction wrong either way is reconciled. Only where the
+#: claim and the audit measure the same thing: the champion's target stage was measured
+#: against the original. Final audits recorded before owe nothing.
+R14_FINAL_AUDIT_OWES = 10
 #: The ``SamplesRecorded`` schema version (``ActivityExplained`` :data:`R17_NO_TYPED_EXPLANATION`;
 #: ``VerdictRecorded`` and ``FinalAuditRecorded`` from :data:`R4_MEASURED_RESOLUTION_VERDICT` and
 #: :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT`) from which an ``explained`` text typed into a
@@ -1401,7 +1411,10 @@ SCHEMA_VERSIONS = {
     ),
     "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE, R4_MEASURED_RESOLUTION_VERDICT),
     "FinalAuditRecorded": max(
-        R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES, R4_MEASURED_RESOLUTION_FINAL_AUDIT
+        R12_EVERY_CASE_FINAL_AUDIT,
+        R13_FAILED_AUDIT_DEMOTES,
+        R4_MEASURED_RESOLUTION_FINAL_AUDIT,
+        R14_FINAL_AUDIT_OWES,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,

@@ -716,6 +716,17 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
     elif isinstance(p, FinalAuditRecorded):
         state.final_audits[p.samples_id] = p
         target.latest_final_audit = p.samples_id
+        champion = state.experiments.get(p.champion)
+        if p.contradicts_claim is True and champion is not None:  # R14, schema 10 on
+            figures = champion.created.figures
+            target.pending[p.champion] = PendingReconciliation(
+                experiment_id=p.champion,
+                samples_id=p.samples_id,
+                predicted_low=figures.predicted_low,
+                predicted_high=figures.predicted_high,
+                ci_low=p.primary.ci_low,
+                ci_high=p.primary.ci_high,
+            )
         if p.champion == (target.champion or ORIGINAL):
             target.final_audit = p.samples_id
             target.final_audit_status = p.status

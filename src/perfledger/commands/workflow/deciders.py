@@ -71,6 +71,7 @@ from perfledger.events.workflow import (
     R12_WALL_VALUE_COUNTS,
     R13_FAILED_AUDIT_DEMOTES,
     R14_BLOCKS_CHAMPION,
+    R14_FINAL_AUDIT_OWES,
     R14_INFORMATIVE_INTERVAL,
     R14_MEASURED_OBLIGATION,
     R14_ONE_IMPROVEMENT,
@@ -1509,7 +1510,8 @@ def decide_final_audit_record(
     else:
         status = "inconclusive"
     typed_counts = rules_version(ctx, "FinalAuditRecorded") < R4_MEASURED_RESOLUTION_FINAL_AUDIT
-    if rules.r17_unexplained_pairs(samples, explained, typed_counts) and status != "inconclusive":
+    unexplained = rules.r17_unexplained_pairs(samples, explained, typed_counts)
+    if unexplained and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
@@ -1529,6 +1531,9 @@ def decide_final_audit_record(
             "its final audit"
         )
         status = "fail"
+    contradicts: bool | msgspec.UnsetType = msgspec.UNSET
+    if rules_version(ctx, "FinalAuditRecorded") >= R14_FINAL_AUDIT_OWES:
+        contradicts = _r14_final_audit_owes(state, target, samples, primary, not unexplained, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -1545,8 +1550,52 @@ def decide_final_audit_record(
         guardrails=tuple(guardrails),
         notes=tuple(notes),
         **_samples_marks(target, samples, ctx),
+        contradicts_claim=contradicts,
     )
     return _emit(ctx, payload)
+
+
+def _r14_final_audit_owes(
+    state: WorkflowState,
+    target: TargetView,
+    samples: SamplesRecorded,
+    primary: DerivedVerdict,
+    attribution_clean: bool,
+    notes: list[str],
+) -> bool:
+    """R14 (``FinalAuditRecorded`` schema :data:`~perfledger.events.workflow.
+    R14_FINAL_AUDIT_OWES` on): whether the champion's final audit lies wholly outside its
+    claim's predicted interval, below or above (a prediction wrong either way is reconciled),
+    appending R14's note when it does. Only where the claim and the audit measure the same
+    thing: the target-stage result that made the champion was measured against the original
+    (a later champion's claim predicts its gain over the champion before it). Not for a claim
+    recorded before stated intervals, unexplained foreign activity or a degenerate CI."""
+    experiment = state.experiments.get(samples.experiment_id)
+    if experiment is None or experiment.rules_schema < R14_STATED_INTERVAL:
+        return False
+    experiment_id = experiment.created.experiment_id
+    selected = next((e for e in reversed(target.lineage) if e.champion == experiment_id), None)
+    won = state.samples.get(selected.samples_id or "") if selected is not None else None
+    if won is None or won.reference.kind != ORIGINAL:
+        return False
+    if not attribution_clean or primary.degenerate:
+        return False
+    if primary.ci_low is None or primary.ci_high is None:
+        return False
+    low, high = predicted_improvement(experiment, target.definition.primary.direction)
+    if primary.ci_high >= low and primary.ci_low <= high:
+        return False  # overlapping the interval: not wholly outside it
+    notes.append(
+        _r14_contradiction_note(
+            primary,
+            low,
+            high,
+            target.definition.min_effect,
+            experiment_id,
+            screen=False,
+        )
+    )
+    return True
 
 
 # ---------------------------------------------------------------------------------- decisions
