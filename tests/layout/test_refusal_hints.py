@@ -21,8 +21,8 @@ BAD_REQUESTS = {"BadRequest", "AmbiguousId", "NotALedger", "CanonicalEncodingErr
                 "EvidenceError"}  # fmt: skip
 #: Functions that return a refusal's (message, hint) pair, passed as ``refuse(rule, *pair)``.
 PAIRS = {"r14_interval_missing"}
-#: Bad-request sites without a hint (most in the profilers' parsers): only goes down.
-MAX_BAD_REQUESTS_WITHOUT_HINT = 363
+#: Bad-request sites without a hint (most in the CLI adapters): only goes down.
+MAX_BAD_REQUESTS_WITHOUT_HINT = 85
 
 
 def _name(call: ast.Call) -> str | None:

@@ -484,3 +484,17 @@ def test_r14_a_claim_is_compared_with_the_verdict_in_the_verdicts_units(ready: S
     low, high = predicted_improvement(older, "lower_is_better")
     assert (low, high) == (pytest.approx(0.2 / 1.2), pytest.approx(0.3 / 1.3))
     assert high < verdict["primary"]["ci_low"]  # what the old meaning would have owed
+
+
+def test_r14_a_final_audit_of_a_claim_already_reconciled_owes_nothing_more(ready: Session) -> None:
+    """e1's target stage lay above its claim and was reconciled: its final audit, above the
+    same claim, repeats an error already on record and owes nothing more."""
+    ready.passed("e1", CAND1, gain=0.45)
+    assert "e1" in ready.state().targets[T1].pending
+    ready.run("reconcile", {"experiment_id": "e1", "premise": "coverage",
+                            "explanation": "the loop was a larger share than profiled",
+                            "corrected_model": {"description": "coverage 0.8"}})  # fmt: skip
+    ready.champion("e1")
+    ready.run("samples.record", samples("e1-final", "final_audit", gain=0.45))
+    final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
+    assert final["contradicts_claim"] is False and not ready.state().targets[T1].pending

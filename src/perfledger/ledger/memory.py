@@ -109,7 +109,10 @@ class MemoryStore(EventStore):
         envelope = self.get_event(event_id)
         ref = envelope.artifacts.get(name)
         if ref is None:
-            raise BadRequest(f"event {event_id} has no artifact {name!r}")
+            raise BadRequest(
+                f"event {event_id} has no artifact {name!r}",
+                hint="`perfledger show EVENT` lists an event's artifacts",
+            )
         data = self._blobs.get(ref.blake3)
         if data is None or len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
             raise IntegrityError(f"event {event_id}: artifact {name!r} does not match")

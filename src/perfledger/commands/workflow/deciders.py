@@ -224,7 +224,10 @@ def _build(cls: type[Any], data: dict[str, Any]) -> Any:
     try:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError as exc:  # a request field that the payload cannot hold
-        raise BadRequest(f"{cls.__name__}: {exc}") from None
+        raise BadRequest(
+            f"{cls.__name__}: {exc}",
+            hint="`perfledger schema OP` gives each field's form and range",
+        ) from None
 
 
 def environment_id(environment: dict[str, Any]) -> str:
@@ -1023,7 +1026,11 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
             work_metrics=work_metrics(target.definition),
         )
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(
+            str(exc),
+            hint="each pair's values are finite numbers under the metrics named in units "
+            "(`perfledger schema samples.record`)",
+        ) from None
 
 
 # ---------------------------------------------------------------------------------- verdicts
@@ -1569,11 +1576,14 @@ def _r14_final_audit_owes(
     appending R14's note when it does. Only where the claim and the audit measure the same
     thing: the target-stage result that made the champion was measured against the original
     (a later champion's claim predicts its gain over the champion before it). Not for a claim
-    recorded before stated intervals, unexplained foreign activity or a degenerate CI."""
+    recorded before stated intervals or already reconciled (or owing one: its error is on
+    record), unexplained foreign activity or a degenerate CI."""
     experiment = state.experiments.get(samples.experiment_id)
     if experiment is None or experiment.rules_schema < R14_STATED_INTERVAL:
         return False
     experiment_id = experiment.created.experiment_id
+    if experiment.reconciliations or experiment_id in target.pending:
+        return False  # this claim's error is already on record (or owed) with its premise
     selected = next((e for e in reversed(target.lineage) if e.champion == experiment_id), None)
     won = state.samples.get(selected.samples_id or "") if selected is not None else None
     if won is None or won.reference.kind != ORIGINAL:
