@@ -268,3 +268,33 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
     finally:
         s.ledger.close()
     assert problems == [], "\n".join(problems)
+
+
+def test_schema_example_with_a_ledger_prints_an_accepted_example_or_the_refusal(
+    tmp_path: Path,
+) -> None:
+    """Through the CLI, on a ledger holding only a Target whose primary is not the packaged
+    examples': the metric audit's example names the Target's metric (accepted, so printed);
+    a verdict has nothing to judge, so the example is not printed and the answer says why,
+    with a hint (exit 2)."""
+    from wf_scenario import target_freeze
+
+    from perfledger.api import Ledger
+    from perfledger.commands.registry.operations import execute
+
+    path = tmp_path / "ledger"
+    body = _renamed(target_freeze())
+    with Ledger.init(path, name="ex", actor="agent") as ledger:
+        execute(ledger, "target.freeze", body, actor="agent")
+    env = isolated_env(tmp_path)
+    base = [sys.executable, "-m", "perfledger", "--ledger", str(path), "schema"]
+    audit = subprocess.run([*base, "metric-audit.record", "--example"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert audit.returncode == 0, audit.stderr
+    assert json.loads(audit.stdout)["metric"] == "parse_ms"
+    verdict = subprocess.run([*base, "verdict.record", "--example", "--json"], capture_output=True,
+                             text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert verdict.returncode == 2, verdict.stderr
+    error = json.loads(verdict.stdout)["error"]  # no example: the reason, with its hint
+    assert "cannot apply to this ledger now" in error["message"]
+    assert "measure samples first" in error["hint"]

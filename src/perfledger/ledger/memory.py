@@ -96,7 +96,7 @@ class MemoryStore(EventStore):
         except KeyError:
             raise BadRequest(
                 f"no event {event_id!r} in this ledger",
-                hint="`perfledger log` lists the events with their ids",
+                hint="give an event id (`perfledger log`) or a ledger commit sha (`git log ledger`)",
             ) from None
 
     def find_by_idempotency_key(self, key: str) -> Envelope | None:

@@ -466,7 +466,7 @@ class GitStore(EventStore):
             )
         raise BadRequest(
             f"no event {event_id[:80]!r} in this ledger",
-            hint="`perfledger log` lists the events with their ids",
+            hint="give an event id (`perfledger log`) or a ledger commit sha (`git log ledger`)",
         )
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
