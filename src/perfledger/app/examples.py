@@ -27,11 +27,8 @@ from perfledger.commands.registry.operations import get_operation, json_schema
 from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.projections.handoff import NextDecision, reviewed
-from perfledger.projections.target_kind import MEASURED_BY, measuring_command, next_stage
+from perfledger.projections.target_kind import measuring_command, next_stage
 from perfledger.projections.workflow import TargetView, WorkflowState, is_judged
-
-#: The ops a measuring command records (their examples say which command).
-MEASURED = frozenset(MEASURED_BY)
 
 
 @dataclass(frozen=True)
@@ -214,7 +211,7 @@ def _unused_hash(state: WorkflowState, target: TargetView) -> str:
 
 
 def _open_experiments(state: WorkflowState, target: TargetView) -> list[str]:
-    """``target``'s experiments that may still be measured (not rejected, not replaced)."""
+    """``target``'s experiments that are not rejected (the deciders say which may be measured)."""
     return [
         e
         for e in target.experiments
@@ -511,4 +508,4 @@ _FITTERS: dict[str, Callable[[WorkflowState, TargetView, dict[str, Any], Any], F
 }
 
 
-__all__ = ["MEASURED", "FittedExample", "fitted_example"]
+__all__ = ["FittedExample", "NotApplicable", "fitted_example"]
