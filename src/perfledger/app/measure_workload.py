@@ -563,29 +563,63 @@ def aa_figures(target: Any, valid: list[Pair]) -> tuple[float, dict[str, float]]
                          **options)  # fmt: skip
 
 
-def aa_more_pairs(target: Any, cases: list[str]) -> Callable[[list[dict[str, Any]]], int]:
-    """The stopping rule of a workload A/A (see :data:`AA_START_PAIRS`) as ``run_pairs``'s
-    ``more_pairs``: from the rows so far, the pairs per case still to run: none once the
+def aa_pairs_to_add(target: Any, valid: list[Pair], ran: int) -> int:
+    """The stopping rule of a workload A/A (see :data:`AA_START_PAIRS`): after ``ran`` pairs
+    per case whose ``valid`` ones are given, the pairs per case still to run: none once the
     resolution is at most :data:`AA_TARGET_SHARE` of the minimum effect (or the cap is
     reached, or a case has too few valid pairs to derive one); else enough that the CI, which
     narrows about as 1/sqrt(pairs), should reach it, at least :data:`AA_MIN_BLOCK`."""
+    if ran >= AA_MAX_PAIRS:
+        return 0
+    try:
+        resolution, _ = aa_figures(target, valid)
+    except ValueError:
+        return 0  # too few valid pairs: the caller says why, more pairs would not help
     goal = AA_TARGET_SHARE * target.definition.min_effect
+    if resolution <= goal:
+        return 0
+    wanted = math.ceil(ran * (resolution / goal) ** 2)
+    return min(AA_MAX_PAIRS - ran, max(AA_MIN_BLOCK, wanted - ran))
+
+
+def aa_more_pairs(target: Any, cases: list[str]) -> Callable[[list[dict[str, Any]]], int]:
+    """:func:`aa_pairs_to_add` as the worker protocol's ``run_pairs(more_pairs=...)``: from
+    the rows so far."""
 
     def more(rows: list[dict[str, Any]]) -> int:
-        valid = _valid_aa_pairs(WorkerRun(rows, {}, {}), target.definition.primary.name)
-        done = max((sum(1 for p in valid if p.case == c) for c in cases), default=0)
-        if done >= AA_MAX_PAIRS:
-            return 0
-        try:
-            resolution, _ = aa_figures(target, valid)
-        except ValueError:
-            return 0  # too few valid pairs: the caller says why, more pairs would not
-        if resolution <= goal:
-            return 0
-        wanted = math.ceil(done * (resolution / goal) ** 2)
-        return min(AA_MAX_PAIRS - done, max(AA_MIN_BLOCK, wanted - done))
+        run = WorkerRun(rows, {}, {})
+        ran = max((sum(1 for r, _c in run.pairs() if r["case"] == c) for c in cases), default=0)
+        return aa_pairs_to_add(target, _valid_aa_pairs(run, target.definition.primary.name), ran)
 
     return more
+
+
+def aa_more_driver_pairs(target: Any, cases: list[str]) -> Callable[[list[Any]], int]:
+    """:func:`aa_pairs_to_add` as the command driver's ``run_pairs(more_pairs=...)``: from the
+    :class:`~perfledger.kernels.workload.driver.PairResult` list so far (a pair counts where
+    both calls ran, were correct and reported the primary)."""
+    metric = target.definition.primary.name
+
+    def more(pairs: list[Any]) -> int:
+        valid = [
+            Pair(p.case, tuple(p.ref.metrics[metric]), tuple(p.cand.metrics[metric]))
+            for p in pairs
+            if p.usable and p.ref.correct and p.cand.correct
+            and p.ref.metrics.get(metric) and p.cand.metrics.get(metric)
+        ]  # fmt: skip
+        ran = max((sum(1 for p in pairs if p.case == c) for c in cases), default=0)
+        return aa_pairs_to_add(target, valid, ran)
+
+    return more
+
+
+def aa_stopping_rule(target: Any, pairs_per_case: int) -> dict[str, Any]:
+    """What an A/A's stopping rule ran, as its settings record it (R4)."""
+    return {
+        "start_pairs": AA_START_PAIRS, "max_pairs": AA_MAX_PAIRS,
+        "until_resolution_at_most": AA_TARGET_SHARE * target.definition.min_effect,
+        "pairs_per_case": pairs_per_case,
+    }  # fmt: skip
 
 
 def _valid_aa_pairs(run: Any, metric: str) -> list[Pair]:
@@ -636,11 +670,7 @@ def observed_aa(
         more_pairs=aa_more_pairs(target, cases) if runs is None else None,
     )  # fmt: skip
     if runs is None:  # what ran: the rule, and the pairs it took (R4)
-        run.settings["stopping_rule"] = {
-            "start_pairs": AA_START_PAIRS, "max_pairs": AA_MAX_PAIRS,
-            "until_resolution_at_most": AA_TARGET_SHARE * target.definition.min_effect,
-            "pairs_per_case": run.settings["pairs_per_case"],
-        }  # fmt: skip
+        run.settings["stopping_rule"] = aa_stopping_rule(target, run.settings["pairs_per_case"])
     valid = _valid_aa_pairs(run, target.definition.primary.name)
     unequal = [c for r, c in run.pairs() if r["correct"] and not c["correct"]]
     notes = (
@@ -660,7 +690,10 @@ __all__ = [
     "MeasureWorkload",
     "MeasuredWorkload",
     "aa_figures",
+    "aa_more_driver_pairs",
     "aa_more_pairs",
+    "aa_pairs_to_add",
+    "aa_stopping_rule",
     "measure_original",
     "measure_workload",
     "observed_aa",

@@ -55,7 +55,14 @@ from perfledger.app.context import (
 from perfledger.app.context import default_samples_id as _default_samples_id
 from perfledger.app.context import experiment_context as _context
 from perfledger.app.context import start_monitor as _start_monitor
-from perfledger.app.measure_workload import IdentityEdge, MeasureWorkload, observed_aa
+from perfledger.app.measure_workload import (
+    AA_START_PAIRS,
+    IdentityEdge,
+    MeasureWorkload,
+    aa_more_driver_pairs,
+    aa_stopping_rule,
+    observed_aa,
+)
 from perfledger.app.measure_workload import measure_workload as measure
 from perfledger.commands.cli.censored import refuse_censored_formal_stage
 from perfledger.commands.cli.common import (
@@ -510,10 +517,12 @@ def _run_driver(
     accuracy: dict[str, Any] | None = None,
     before_call: Any = None,
     copies: Any = None,
+    more_pairs: Any = None,
 ) -> Any:
     """Run the driver on the two commands; with ``copies`` (:func:`subject_copies`, a snapshot
     Target), each subject runs from its read-only copy instead, guarded before every call and
-    after the run (R11, :class:`perfledger.kernels.workload.subject_copy.CopyGuard`)."""
+    after the run (R11, :class:`perfledger.kernels.workload.subject_copy.CopyGuard`);
+    ``more_pairs``: a stopping rule (``run_pairs``'s)."""
 
     try:
         if copies is None:
@@ -548,6 +557,7 @@ def _run_driver(
             before_call=checks,
             subject_roots=None if copies is None else copies.roots,
             extra_settings=None if copies is None else copies.settings,
+            more_pairs=more_pairs,
         )
     if copies is not None:
         copies.guard(None)  # the last call's report and both copies, after the run
@@ -1209,8 +1219,8 @@ def measure_kernel(
     type=click.IntRange(min=2),
     default=None,
     help="Workload: A/A pairs per case (default: a stopping rule, 10 pairs and more until the "
-    "resolution is at most half the minimum effect, at most 60; the command protocol: 10). "
-    "Kernel: A/A comparisons (default 5).",
+    "resolution is at most half the minimum effect, at most 60). Kernel: A/A comparisons "
+    "(default 5).",
 )
 @call_timeout_option
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
@@ -1280,7 +1290,13 @@ def measure_aa(
                     on_call=lambda _row: advance(),
                 )  # fmt: skip
         else:
-            run = _run_driver(cmd, cmd, chosen, runs or 10, 1, timeout_s, quiet, accuracy)
+            run = _run_driver(cmd, cmd, chosen, runs or AA_START_PAIRS, 1, timeout_s, quiet,
+                              accuracy, more_pairs=None if runs else aa_more_driver_pairs(
+                                  target, chosen))  # fmt: skip
+            if runs is None:  # what ran: the rule, and the pairs it took (R4)
+                run.settings["stopping_rule"] = aa_stopping_rule(
+                    target, run.settings["pairs_per_case"]
+                )
             valid = [
                 Pair(
                     p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name])
