@@ -207,7 +207,7 @@ def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
     for item in pairs:
         name, sep, unit = item.partition("=")
         if not sep or not name or not unit:
-            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT")
+            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT", hint="e.g. --unit time_ms=ms")
         out[name] = unit
     return out
 
@@ -532,7 +532,10 @@ def _run_driver(
             ref = Subject("ref", copies.argvs["ref"], env=copies.copies["ref"].env)
             cand = Subject("cand", copies.argvs["cand"], env=copies.copies["cand"].env)
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
     startup = StartupWatch([ref.argv, cand.argv])
 
@@ -665,7 +668,10 @@ def measure_workload(
         _warn([unenforced])
     chosen = list(cases) or info["cases"]
     if not chosen:
-        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        raise BadRequest(
+            "no test cases: pass --case or name them in the readiness's test set",
+            hint="pass --case NAME, or record readiness whose test_set names its cases",
+        )
     check_cases(chosen, info["test_set"], "--case")
     n_pairs = pairs or max(5, info["min_pairs"])
     units = {
@@ -819,7 +825,8 @@ def _measure_observed(
     if unit_flags:
         raise BadRequest(
             "--unit belongs to the self-timed protocol: under the worker protocol perfledger "
-            "observes every figure it records (wall_time, cpu_time)"
+            "observes every figure it records (wall_time, cpu_time)",
+            hint="leave --unit out, or measure with --protocol self (the subject reports its metrics)",
         )
     edge = IdentityEdge(measure_identity, SubjectsWatch, fresh_and_unchanged)
     calls = 2 * len(request.cases or ["?"]) * (request.pairs or 5)
@@ -1025,7 +1032,10 @@ def measure_kernel(
     dirs = None if bound is None else bound.directories
     facts = spec_facts(spec, directory=None if dirs is None else dirs[0])
     if bound is None and not facts["has_candidate"]:
-        raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
+        raise BadRequest(
+            f"the spec {spec_path!r} defines no CANDIDATE",
+            hint="define CANDIDATE in the spec (docs/subjects.md); on a Target bound to code, --ref DIR --cand DIR",
+        )
     if bound is not None and not facts.get("has_subject"):
         raise BadRequest(
             f"the spec {spec!r} in {ref_dir!r} defines no SUBJECT",
@@ -1258,7 +1268,8 @@ def measure_aa(
     if [cmd, spec_path, kernel_dir].count(None) != 2:
         raise BadRequest(
             "pass exactly one of --cmd (a workload), --spec (a kernel spec) or --dir (the "
-            "original's code directory of a kernel Target bound to code)"
+            "original's code directory of a kernel Target bound to code)",
+            hint="`perfledger measure aa --help`; `perfledger status` names the form of this Target's kind",
         )
     ledger = ctx.open()
     try:
@@ -1267,7 +1278,7 @@ def measure_aa(
         ledger.close()
     target = state.targets.get(target_id)
     if target is None:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     primary = target.definition.primary
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
@@ -1280,7 +1291,10 @@ def measure_aa(
         accuracy = accuracy_for(target, {"--cmd": cmd})
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
-            raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+            raise BadRequest(
+                "no test cases: pass --case or name them in the readiness's test set",
+                hint="pass --case NAME, or record readiness whose test_set names its cases",
+            )
         check_cases(chosen, test_set, "--case")
 
         if _observing(target, None):  # perfledger's own figures, the worker protocol
@@ -1374,7 +1388,10 @@ def measure_aa(
         if cases:
             unknown = sorted(set(cases) - set(problems), key=str)
             if unknown:
-                raise BadRequest(f"--case {unknown} not in the spec's problems {problems}")
+                raise BadRequest(
+                    f"--case {unknown} not in the spec's problems {problems}",
+                    hint="name cases among the spec's problems, or leave --case out for all of them",
+                )
             problems = list(cases)
         check_cases(problems, test_set, f"the spec {spec_path!r}")
         monitor, _note = _start_monitor(True)
