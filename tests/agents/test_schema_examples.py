@@ -200,7 +200,9 @@ def _check_examples(ledger: Any, after: str) -> list[str]:
         if fitted.refusal is not None:
             if not fitted.refusal.hint:
                 problems.append(f"{where}: refused without a hint: {fitted.refusal.message}")
-            if op in ALWAYS or (op in offered and op not in ("samples.record", "activity.explain")):
+            current = any(t.status == "current" for t in state.targets.values())
+            always = op in ALWAYS and (current or op in ("target.freeze", "evidence.add"))
+            if always or (op in offered and op not in ("samples.record", "activity.explain")):
                 problems.append(f"{where}: offered or always applicable, but its example is "
                                 f"refused: {fitted.refusal.message}")  # fmt: skip
         elif "subject" not in fitted.body.get("candidate", {}):
@@ -298,3 +300,30 @@ def test_schema_example_with_a_ledger_prints_an_accepted_example_or_the_refusal(
     error = json.loads(verdict.stdout)["error"]  # no example: the reason, with its hint
     assert "cannot apply to this ledger now" in error["message"]
     assert "measure samples first" in error["hint"]
+
+
+@pytest.mark.slow
+def test_every_example_fits_every_state_of_the_recorded_gpu_session(tmp_path: Path) -> None:
+    """The recorded H200 session (a kernel Target), folded up to each of its commits: every
+    operation's fitted example is accepted where it applies, or says why not with a hint."""
+    from perfledger.api import Ledger
+
+    recorded = Path(__file__).resolve().parents[2] / "examples" / "recorded" / "session.bundle"
+    clone = tmp_path / "ledger.git"
+    subprocess.run(["git", "clone", "--quiet", "--mirror", str(recorded), str(clone)], check=True)
+    problems: list[str] = []
+
+    class AtCommit:
+        """The ledger's reads at one commit (what :func:`_check_examples` uses)."""
+
+        def __init__(self, ledger: Any, commit: str) -> None:
+            self.ledger, self.commit = ledger, commit
+            self.payload, self.get = ledger.payload, ledger.get
+
+        def state(self) -> Any:
+            return self.ledger.state_at(self.commit)
+
+    with Ledger.open(clone) as ledger:
+        for entry in ledger.log():
+            problems += _check_examples(AtCommit(ledger, entry.commit), entry.commit[:12])
+    assert problems == [], "\n".join(problems)

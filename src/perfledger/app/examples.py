@@ -67,6 +67,18 @@ def fitted_example(
     fit = _FITTERS.get(name)
     note: str | None = None
     starting_run: str | None = None
+    if target is None and name not in ("target.freeze", "evidence.add"):
+        body.pop("target_id", None)  # optional where it may be left out (advice, checks)
+        if "target_id" in json_schema(name).get("required", []) or name not in (
+            "host-advice.record",
+            "upstream-check.record",
+        ):
+            refusal = BadRequest(
+                f"{name} cannot apply to this ledger now: no Target is frozen",
+                hint="freeze one first: `perfledger schema target.freeze --example` shows the "
+                "request",
+            )
+            return FittedExample(op=name, body=body, refusal=refusal)
     if target is not None and fit is not None:
         try:
             body, note, starting_run = fit(state, target, body, payload_of)
