@@ -349,3 +349,56 @@ def test_r11_an_honest_candidates_reference_matches_its_measured_baseline(
         [verdict] = execute(ledger, "verdict.record", {"samples_id": result.samples_id},
                             actor="agent")  # fmt: skip
     assert not any(n.startswith("R11: the comparison") for n in verdict.payload["notes"])
+
+
+# ----------------------------------------------- R4: the A/A's default is a stopping rule
+
+
+def test_r4_aa_stopping_rule_adds_pairs_until_half_the_minimum_effect(
+    tmp_path: Path, bench: Path
+) -> None:
+    """Without ``--runs``, a workload A/A keeps measuring while its resolution is above half
+    the minimum effect (a trial's default 10 pairs gave 35.88 % against a 10 % minimum effect
+    and was refused): a noisy start asks for more pairs, bounded by the cap; a quiet one for
+    none."""
+    from wf_scenario import aa_rows
+
+    from perfledger.app.measure_workload import AA_MAX_PAIRS, AA_MIN_BLOCK, aa_more_pairs
+
+    _setup(tmp_path / "ledger", bench)
+    with Ledger.open(tmp_path / "ledger") as ledger:
+        target = ledger.state().targets["t1"]
+    more = aa_more_pairs(target, ["small"])
+    noisy = aa_rows(("small",), pairs=10, spread=0.2, metric="wall_time")
+    wanted = more(noisy)
+    assert AA_MIN_BLOCK <= wanted <= AA_MAX_PAIRS - 10
+    assert more(aa_rows(("small",), pairs=10, spread=0.001, metric="wall_time")) == 0
+    assert more(aa_rows(("small",), pairs=AA_MAX_PAIRS, spread=0.2, metric="wall_time")) == 0
+
+
+def test_r4_aa_without_runs_records_what_its_stopping_rule_ran(tmp_path: Path, bench: Path) -> None:
+    """End to end on a real worker: the A/A without ``--runs`` keeps every pair it ran in its
+    table and records the rule and the pairs per case in its settings; its resolution is at
+    most half the minimum effect unless the cap stopped it."""
+    from perfledger.app.measure_workload import (
+        AA_MAX_PAIRS,
+        AA_START_PAIRS,
+        AA_TARGET_SHARE,
+        aa_figures,
+        observed_aa,
+    )
+
+    _setup(tmp_path / "ledger", bench)
+    with Ledger.open(tmp_path / "ledger") as ledger:
+        target = ledger.state().targets["t1"]
+    valid, _notes, run = observed_aa(_cmd(bench, "--loops", "3000"), target=target,
+                                     cases=["small"], runs=None, timeout_s=60)  # fmt: skip
+    ran = run.settings["pairs_per_case"]
+    assert run.settings["stopping_rule"]["pairs_per_case"] == ran
+    assert AA_START_PAIRS <= ran <= AA_MAX_PAIRS and len(valid) == ran
+    resolution, _ = aa_figures(target, valid)
+    assert resolution <= AA_TARGET_SHARE * 0.05 or ran == AA_MAX_PAIRS
+    # an explicit --runs is run as asked (no rule)
+    _, _, fixed = observed_aa(_cmd(bench, "--loops", "3000"), target=target, cases=["small"],
+                              runs=4, timeout_s=60)  # fmt: skip
+    assert fixed.settings["pairs_per_case"] == 4 and "stopping_rule" not in fixed.settings

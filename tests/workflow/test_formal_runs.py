@@ -242,6 +242,10 @@ def test_cheat_re_running_the_final_audit_until_it_passes_is_refused(ready: Sess
     assert ready.run("final-audit.record",
                      {"target_id": T1, "samples_id": "e1-final-1"})["status"] == "fail"  # fmt: skip
     assert current_champions(ready.state())[0].champion == "original"
+    # its audit lies below its claim's interval: a reconciliation is owed (R14, FinalAudit 10)
+    ready.run("reconcile", {"experiment_id": "e1", "premise": "scope",
+                            "explanation": "the gain did not hold against the original",
+                            "corrected_model": {"description": "no gain"}})  # fmt: skip
     error = ready.refused("samples.record", samples("e1-final-2", "final_audit", gain=0.2), "R13")
     assert "demoted" in error.message and "new experiment" in error.hint
     ready.refused("formal-run.start", {"experiment_id": "e1", "stage": "final_audit",

@@ -673,7 +673,12 @@ def test_r18_handoff_lists_local_results_and_corrections(ready: Session) -> None
     ready.passed(gain=0.0, secondary_gain=0.2)
     ready.run("local-result.record", {"result_id": "lr1", "samples_id": "e1-target",
                                       "metric": "p99_ms", "scenario": "long prompts"})  # fmt: skip
-    base = handoff(champion="original", primary_achieved=False, key_evidence=["ev-ncu"])
+    base = handoff(
+        champion="original",
+        primary_achieved=False,
+        key_evidence=["ev-ncu"],
+        stop_reason="the budget is spent",
+    )
     ready.refused("handoff.record", base, "R18")  # omits lr1
     ready.refused("handoff.record", {**base, "local_results": ["lr1"],
                                      "primary_achieved": True}, "R18")  # fmt: skip

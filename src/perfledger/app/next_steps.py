@@ -28,7 +28,7 @@ from perfledger.commands.registry import operations
 from perfledger.commands.workflow import formal_runs, rules
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
-from perfledger.projections.handoff import NextDecision, next_decisions
+from perfledger.projections.handoff import NextDecision, next_decisions, reviewed
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 #: The actor named in dry-run decisions (nothing is appended).
@@ -51,9 +51,11 @@ def dry_decide(
     body: dict[str, Any],
     payload_of: Callable[[str], Any] | None,
     starting_run: str | None = None,
+    actor_of: Callable[[str], str] | None = None,
 ) -> RuleRefused | BadRequest | None:
     """Run operation ``op``'s real decider on ``state`` with ``body``, appending nothing
-    (``starting_run``: the samples id of a formal run the caller starts first, R14).
+    (``starting_run``: the samples id of a formal run the caller starts first, R14;
+    ``actor_of``: event id -> its appender, where a rule asks who recorded an event, R17).
 
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
@@ -67,6 +69,7 @@ def dry_decide(
         payload_of=payload_of,
         derive=_stop_at_derivation,
         starting_run=starting_run,
+        actor_of=actor_of,
     )
     try:
         model = operations.validate(op, body)
@@ -95,6 +98,14 @@ def _probe(
     if d.op == "reconcile":
         return {"experiment_id": d.about, "premise": "scope", "explanation": PLACEHOLDER,
                 "corrected_model": {"description": PLACEHOLDER}}  # fmt: skip
+    if d.op == "review.record":
+        view = state.samples.get(d.about or "")
+        if view is None:
+            return None
+        return {"review_id": fresh_id(f"rv-{view.samples_id}", state.reviews.reviews),
+                "reviewer": PLACEHOLDER, "model_family": PLACEHOLDER, "subject": "other",
+                "subject_event": view.event_id, "challenge": PLACEHOLDER,
+                "response": PLACEHOLDER, "dissent_remains": False}  # fmt: skip
     if d.op == "handoff.record":
         return handoff_body
     return None
@@ -123,14 +134,20 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
         rules.r4_baseline_and_resolution(target)
     elif d.op == "samples.record":
         _gate_samples(state, target, d.about)
-    elif d.op == "activity.explain" and (
-        d.about in state.verdicts or d.about in state.final_audits
-    ):
-        raise rules.refuse(
-            "R17",
-            f"the verdict of samples {d.about!r} is already recorded",
-            "read it with `perfledger verdict explain ID`; new samples get a verdict of their own",
-        )
+    elif d.op == "activity.explain":
+        if d.about in state.verdicts or d.about in state.final_audits:
+            raise rules.refuse(
+                "R17",
+                f"the verdict of samples {d.about!r} is already recorded",
+                "read it with `perfledger verdict explain ID`; new samples get a verdict of "
+                "their own",
+            )
+        if not reviewed(state, d.about or ""):
+            raise rules.refuse(
+                "R17",
+                f"no review of samples {d.about!r} is recorded: an explanation cites one",
+                "another actor records `perfledger review record` of the samples first",
+            )
 
 
 def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:
@@ -266,9 +283,30 @@ def obligations(state: WorkflowState, target_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def fresh_id(base: str, taken: Any) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first not in ``taken``."""
+    n, found = 1, base
+    while found in taken:
+        n += 1
+        found = f"{base}-{n}"
+    return found
+
+
 def _experiment_of(state: WorkflowState, d: NextDecision) -> str | None:
     view = state.samples.get(d.about or "")
     return view.experiment_id if view is not None else None
+
+
+def gate_refusal(
+    state: WorkflowState, target: TargetView, d: NextDecision
+) -> RuleRefused | BadRequest | None:
+    """The refusal of ``d``'s preconditions on ``target`` (an operation that needs the
+    caller's data, decided up to reading it), or None when they hold."""
+    try:
+        _gate(state, target, d)
+    except (RuleRefused, BadRequest) as exc:
+        return exc
+    return None
 
 
 def _accepted_gate(state: WorkflowState, target: TargetView, d: NextDecision) -> bool:

@@ -977,6 +977,10 @@ class FinalAuditRecorded(_Payload, kw_only=True):
     samples_provenance: str | None = None
     #: the primary's unit (the per-case figures' unit); None before schema 2
     unit: str | None = None
+    #: R14 (schema :data:`R14_FINAL_AUDIT_OWES` on): the primary's CI lies wholly outside the
+    #: champion's claimed interval, and a reconciliation is owed; unset (not encoded, so older
+    #: states hash as before) before that schema
+    contradicts_claim: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class HostAdviceRecorded(_Payload, kw_only=True):
@@ -1181,6 +1185,10 @@ R11_CANDIDATE_SNAPSHOT = 6
 #: obligations, open experiments) and refuses a handoff whose lists contradict it, or whose free
 #: text states a figure (R18); handoffs recorded before keep the old checks.
 R18_LEDGER_FILLED = 3
+#: The ``HandoffRecorded`` schema version from which a ``stop_reason`` whose words say the
+#: primary was (or was not) achieved must agree with the ledger's ``primary_achieved`` (R18);
+#: handoffs recorded before keep their free text unchecked.
+R18_STOP_REASON_AGREES = 4
 #: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
 R14_MAX_SPAN = 4.0
 #: The ``ExperimentCreated`` schema version from which "improvement" has one meaning (R7, R12,
@@ -1346,6 +1354,12 @@ R4_MEASURED_RESOLUTION = 3
 #: resolution cannot pass (R4, R12); events recorded before are re-derived without it.
 R4_MEASURED_RESOLUTION_VERDICT = 6
 R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
+#: The ``FinalAuditRecorded`` schema version from which a final audit whose primary CI lies
+#: wholly outside the champion's claimed interval (below or above) owes a reconciliation, as a
+#: target-stage result does (R14): a prediction wrong either way is reconciled. Only where the
+#: claim and the audit measure the same thing: the champion's target stage was measured
+#: against the original. Final audits recorded before owe nothing.
+R14_FINAL_AUDIT_OWES = 10
 #: The ``SamplesRecorded`` schema version (``ActivityExplained`` :data:`R17_NO_TYPED_EXPLANATION`;
 #: ``VerdictRecorded`` and ``FinalAuditRecorded`` from :data:`R4_MEASURED_RESOLUTION_VERDICT` and
 #: :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT`) from which an ``explained`` text typed into a
@@ -1469,6 +1483,7 @@ SCHEMA_VERSIONS = {
         R4_MEASURED_RESOLUTION_FINAL_AUDIT,
         R5_MEASURED_FINAL_AUDIT,
         R13_ONE_FINAL_AUDIT,
+        R14_FINAL_AUDIT_OWES,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
@@ -1479,7 +1494,7 @@ SCHEMA_VERSIONS = {
         R14_ONE_IMPROVEMENT,
         R14_CODE_RESULTS_EXPERIMENT,
     ),
-    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
+    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF, R18_STOP_REASON_AGREES),
     "ChampionSelected": max(
         R14_BLOCKS_CHAMPION,
         R14_UNJUDGED_BLOCKS_CHAMPION,

@@ -33,6 +33,7 @@ from perfledger.events.workflow import (
     CandidateRejected,
     ChampionSelected,
     ConflictResolved,
+    DerivedVerdict,
     EvidenceRecorded,
     ExperimentCreated,
     FinalAuditRecorded,
@@ -478,15 +479,23 @@ def _on_verdict(state: WorkflowState, event: RecordedEvent, p: VerdictRecorded) 
     # R14_STATED_INTERVAL on) a failed screen of a claim predicting at least the minimum effect.
     _late_unaccounted_result(state, event, target, p)
     if p.contradicts_claim:
-        figures = experiment.created.figures
-        target.pending[p.experiment_id] = PendingReconciliation(
-            experiment_id=p.experiment_id,
-            samples_id=p.samples_id,
-            predicted_low=figures.predicted_low,
-            predicted_high=figures.predicted_high,
-            ci_low=p.primary.ci_low,
-            ci_high=p.primary.ci_high,
-        )
+        target.pending[p.experiment_id] = _pending(experiment, p.samples_id, p.primary)
+
+
+def _pending(
+    experiment: ExperimentView, samples_id: str, primary: DerivedVerdict
+) -> PendingReconciliation:
+    """The reconciliation ``experiment`` owes for the result ``samples_id`` whose derived
+    ``primary`` lies outside its claim (R14)."""
+    figures = experiment.created.figures
+    return PendingReconciliation(
+        experiment_id=experiment.created.experiment_id,
+        samples_id=samples_id,
+        predicted_low=figures.predicted_low,
+        predicted_high=figures.predicted_high,
+        ci_low=primary.ci_low,
+        ci_high=primary.ci_high,
+    )
 
 
 def _on_champion(state: WorkflowState, event: RecordedEvent, p: ChampionSelected) -> None:
@@ -817,6 +826,9 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
     elif isinstance(p, FinalAuditRecorded):
         state.final_audits[p.samples_id] = p
         target.latest_final_audit = p.samples_id
+        champion = state.experiments.get(p.champion)
+        if p.contradicts_claim is True and champion is not None:  # R14, schema 10 on
+            target.pending[p.champion] = _pending(champion, p.samples_id, p.primary)
         if p.champion == (target.champion or ORIGINAL):
             status = p.status
             earlier = state.final_audits.get(target.final_audit or "")

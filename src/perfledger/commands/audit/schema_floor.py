@@ -228,6 +228,19 @@ IMPLIES: dict[tuple[str, int], dict[str, int]] = {
                               "ChampionSelected": 6, "ExperimentCreated": 8,
                               "FinalAuditRecorded": 9, "SamplesRecorded": 13,
                               "VerdictRecorded": 8},
+    # issue 38's second pass: a stop reason agreeing with primary_achieved (R18) and a final
+    # audit outside the claim owing a reconciliation (R14); each implies the versions the code
+    # it branched from recorded (the session's other branches may merge before or after it)
+    ("HandoffRecorded", 4): {"ActivityExplained": 3, "ChampionSelected": 4,
+                             "ExperimentCreated": 7, "FinalAuditRecorded": 7,
+                             "ReadinessRecorded": 4, "ReconciliationRecorded": 2,
+                             "ResolutionEstimated": 3, "SamplesRecorded": 12, "TargetFrozen": 3,
+                             "TargetSuperseded": 3, "VerdictRecorded": 7},
+    ("FinalAuditRecorded", 10): {"ActivityExplained": 3, "ChampionSelected": 4,
+                                 "ExperimentCreated": 7, "HandoffRecorded": 3,
+                                 "ReadinessRecorded": 4, "ReconciliationRecorded": 2,
+                                 "ResolutionEstimated": 3, "SamplesRecorded": 12,
+                                 "TargetFrozen": 3, "TargetSuperseded": 3, "VerdictRecorded": 7},
 }  # fmt: skip
 
 

@@ -124,7 +124,10 @@ def measure_baseline(
     test_set = readiness.test_set
     chosen = list(cases) or list(test_set.cases if test_set is not None else [])
     if not chosen:
-        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        raise BadRequest(
+            "no test cases: pass --case or name them in the readiness's test set",
+            hint="pass --case NAME, or record readiness whose test_set names its cases",
+        )
     m.check_cases(chosen, test_set, "--case")
     env = m.environment_payload()
     m.check_environment(env, {"readiness_environment_id": readiness.environment_id})
@@ -257,7 +260,10 @@ def _measure(
     try:
         subject = Subject("original", shlex.split(cmd))
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     # an {output} place gets a fresh private path per call, {seed} a fresh seed: as measure does
     declares = outputs.declares_output(subject.argv)
     seeded = declares or any(outputs.SEED_PLACEHOLDER in a for a in subject.argv)

@@ -78,7 +78,7 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
 
     state = _state(ctx)
     if target_id is not None and target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     rows = claims(state, target_id)
     if ctx.json_mode:
         _emit({"claims": _builtins(rows)})
@@ -139,7 +139,9 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
     if target_id is not None:
         chosen = [c for c in current if c.target_id == target_id]
         if not chosen:
-            raise BadRequest(f"no Target {target_id!r}")
+            raise BadRequest(
+                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
+            )
         data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
         if target_id in state.targets:  # the champion's code and how to get it (R11)
             from perfledger.commands.cli.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
@@ -173,7 +175,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 
     state = _state(ctx)
     if target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     steps = lineage(state, target_id)
     if ctx.json_mode:
         _emit({"target_id": target_id, "lineage": _builtins(steps)})
@@ -264,7 +266,7 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
         if tid is None:
             raise BadRequest("no Target is frozen", hint="freeze one: `perfledger target freeze`")
         if tid not in state.targets:
-            raise BadRequest(f"no Target {tid!r}")
+            raise BadRequest(f"no Target {tid!r}", hint="`perfledger status` lists the Targets")
         resume = resume_context(ledger, state, tid)
         handoff = derive_handoff(state, tid, resume)
     finally:

@@ -80,6 +80,7 @@ from perfledger.events.workflow import (
     R14_BLOCKS_CHAMPION,
     R14_CODE_RESULTS_CHAMPION,
     R14_CODE_RESULTS_EXPERIMENT,
+    R14_FINAL_AUDIT_OWES,
     R14_INFORMATIVE_INTERVAL,
     R14_MEASURED_OBLIGATION,
     R14_ONE_IMPROVEMENT,
@@ -89,6 +90,7 @@ from perfledger.events.workflow import (
     R14_UNJUDGED_BLOCKS_CHAMPION,
     R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     R18_LEDGER_FILLED,
+    R18_STOP_REASON_AGREES,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -233,7 +235,10 @@ def _build(cls: type[Any], data: dict[str, Any]) -> Any:
     try:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError as exc:  # a request field that the payload cannot hold
-        raise BadRequest(f"{cls.__name__}: {exc}") from None
+        raise BadRequest(
+            f"{cls.__name__}: {exc}",
+            hint="`perfledger schema OP` gives each field's form and range",
+        ) from None
 
 
 def environment_id(environment: dict[str, Any]) -> str:
@@ -1064,7 +1069,11 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
             work_metrics=work_metrics(target.definition),
         )
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(
+            str(exc),
+            hint="each pair's values are finite numbers under the metrics named in units "
+            "(`perfledger schema samples.record`)",
+        ) from None
 
 
 # ---------------------------------------------------------------------------------- verdicts
@@ -1554,7 +1563,8 @@ def decide_final_audit_record(
     else:
         status = "inconclusive"
     typed_counts = rules_version(ctx, "FinalAuditRecorded") < R4_MEASURED_RESOLUTION_FINAL_AUDIT
-    if rules.r17_unexplained_pairs(samples, explained, typed_counts) and status != "inconclusive":
+    unexplained = rules.r17_unexplained_pairs(samples, explained, typed_counts)
+    if unexplained and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
@@ -1581,6 +1591,9 @@ def decide_final_audit_record(
         status = measurement_rules.r5_measured_final_audit(
             state, state.samples[req.samples_id], samples, status, notes
         )
+    contradicts: bool | msgspec.UnsetType = msgspec.UNSET
+    if rules_version(ctx, "FinalAuditRecorded") >= R14_FINAL_AUDIT_OWES:
+        contradicts = _r14_final_audit_owes(state, target, samples, primary, not unexplained, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -1597,8 +1610,55 @@ def decide_final_audit_record(
         guardrails=tuple(guardrails),
         notes=tuple(notes),
         **_samples_marks(target, samples, ctx),
+        contradicts_claim=contradicts,
     )
     return _emit(ctx, payload)
+
+
+def _r14_final_audit_owes(
+    state: WorkflowState,
+    target: TargetView,
+    samples: SamplesRecorded,
+    primary: DerivedVerdict,
+    attribution_clean: bool,
+    notes: list[str],
+) -> bool:
+    """R14 (``FinalAuditRecorded`` schema :data:`~perfledger.events.workflow.
+    R14_FINAL_AUDIT_OWES` on): whether the champion's final audit lies wholly outside its
+    claim's predicted interval, below or above (a prediction wrong either way is reconciled),
+    appending R14's note when it does. Only where the claim and the audit measure the same
+    thing: the target-stage result that made the champion was measured against the original
+    (a later champion's claim predicts its gain over the champion before it). Not for a claim
+    recorded before stated intervals or already reconciled (or owing one: its error is on
+    record), unexplained foreign activity or a degenerate CI."""
+    experiment = state.experiments.get(samples.experiment_id)
+    if experiment is None or experiment.rules_schema < R14_STATED_INTERVAL:
+        return False
+    experiment_id = experiment.created.experiment_id
+    if experiment.reconciliations or experiment_id in target.pending:
+        return False  # this claim's error is already on record (or owed) with its premise
+    selected = next((e for e in reversed(target.lineage) if e.champion == experiment_id), None)
+    won = state.samples.get(selected.samples_id or "") if selected is not None else None
+    if won is None or won.reference.kind != ORIGINAL:
+        return False
+    if not attribution_clean or primary.degenerate:
+        return False
+    if primary.ci_low is None or primary.ci_high is None:
+        return False
+    low, high = predicted_improvement(experiment, target.definition.primary.direction)
+    if primary.ci_high >= low and primary.ci_low <= high:
+        return False  # overlapping the interval: not wholly outside it
+    notes.append(
+        _r14_contradiction_note(
+            primary,
+            low,
+            high,
+            target.definition.min_effect,
+            experiment_id,
+            screen=False,
+        )
+    )
+    return True
 
 
 # ---------------------------------------------------------------------------------- decisions
@@ -1913,6 +1973,8 @@ def decide_handoff_record(
     if rules_version(ctx, "HandoffRecorded") >= R18_LEDGER_FILLED:
         # R18: what the ledger knows is filled from it, a stated list checked against it
         body = handoff_rules.r18_filled(state, target, req)
+        if rules_version(ctx, "HandoffRecorded") >= R18_STOP_REASON_AGREES:
+            handoff_rules.r18_stop_reason_agrees(req.stop_reason, body["primary_achieved"])
         _r18_budget(target, body["budget_used"], body["budget_left"])
         if not body["resume_needs"]:
             raise refuse(
