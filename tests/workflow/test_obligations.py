@@ -200,7 +200,7 @@ def test_r14_a_final_audit_wholly_outside_the_claim_owes_a_reconciliation(
     target result outside it: no new experiment until reconciled. Inside: nothing owed."""
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")
-    ready.run("samples.record", samples("e1-final", "final_audit", gain=gain))
+    ready.record_measured(samples("e1-final", "final_audit", gain=gain))  # R5: measured
     audit_payload = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert audit_payload["status"] == "pass"
     assert audit_payload["contradicts_claim"] is owes
@@ -247,12 +247,16 @@ def test_r14_a_later_champions_final_audit_is_not_its_claim_and_owes_nothing(
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
     against = {"kind": "champion", "experiment_id": "e1", "content_hash": CAND1}
     for stage in ("screen", "target"):
-        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, reference=against, gain=0.2))  # fmt: skip
+        body = samples(f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2,
+                       reference=against, gain=0.2)  # fmt: skip
+        if stage == "target":
+            ready.record_measured(body)  # R5: a champion comes only from measured samples
+        else:
+            ready.run("samples.record", body)
         ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
     ready.champion("e2", expected="e1")
-    ready.run("samples.record", samples("e2-final", "final_audit", experiment_id="e2",
-                                        candidate=CAND2, gain=0.5))  # fmt: skip
+    ready.record_measured(samples("e2-final", "final_audit", experiment_id="e2",
+                                  candidate=CAND2, gain=0.5))  # fmt: skip
     final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e2-final"})
     assert final["contradicts_claim"] is False and not ready.state().targets[T1].pending
 
