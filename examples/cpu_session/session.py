@@ -424,7 +424,7 @@ class Session:
         # predicted: time follows the removed work, as the fraction of the whole time saved
         # (the verdict's units): at most f2 (1 - 1/s2) = 1 - 1/bound2, at least half of it and
         # at least a quarter of its speedup (R14's span)
-        high2 = round(f2 * (1 - 1 / s2), 6)
+        high2 = math.floor(f2 * (1 - 1 / s2) * 1e6) / 1e6  # never above the bound (R7)
         low2 = math.ceil(max(0.5 * high2, 1 - 4 * (1 - high2)) * 1e6) / 1e6
         self.say(f"  e2 claim: f={f2}, s={s2} ({proxy}), bound {bound2:.4f}, "
                  f"expected improvement [{low2}, {high2}]")  # fmt: skip

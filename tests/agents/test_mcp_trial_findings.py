@@ -38,7 +38,8 @@ def test_aa_refusal_states_runs_default_units_per_case_and_a_load_immune_metric(
     assert exc.rule == "R4"
     assert "8.00 % (ratio 0.0800" in exc.message and "small 8.00 % (ratio 0.0800)" in exc.message
     assert "large 3.00 % (ratio 0.0300)" in exc.message and "(ratio 0.0500)" in exc.message
-    assert "A/A ABBA pairs per case; default 10" in exc.hint and "--accept-resolution" in exc.hint
+    assert "A/A ABBA pairs per case; default: a stopping rule from 10" in exc.hint
+    assert "--accept-resolution" in exc.hint
     # how many runs: the CI's width falls as 1/sqrt(runs); 10 runs at 8 % -> half of 5 % needs 103
     assert "about --runs 103 would bring this spread to half the minimum effect" in exc.hint
     assert "CPU time" in exc.hint and "allow_explained_foreign_activity" in exc.hint

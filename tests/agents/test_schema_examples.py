@@ -160,3 +160,170 @@ def test_schema_example_without_a_ledger_shows_both_variants(tmp_path: Path) -> 
     assert bound["candidate"].pop("subject") == CANDIDATE_SUBJECT
     for body in variants.values():
         validate("experiment.create", body)
+
+
+# ------------------------------------- examples fitted to every state of a CPU session (issue 38)
+
+#: The packaged examples' metric names, renamed in the walked session: an example that shows
+#: one of them on that ledger kept a foreign metric.
+FOREIGN_METRICS = {"latency_ms": "parse_ms", "p99_ms": "tail_ms", "memory_mb": "rss_mb"}
+#: Operations that apply to any ledger with a current Target: their fitted example is accepted
+#: in every state of the walk.
+ALWAYS = {"target.freeze", "target.supersede", "evidence.add", "review.record", "handoff.record",
+          "host-advice.record", "upstream-check.record"}  # fmt: skip
+
+
+def _renamed(body: Any) -> Any:
+    text = json.dumps(body)
+    for old, new in FOREIGN_METRICS.items():
+        text = text.replace(old, new)
+    return json.loads(text)
+
+
+def _check_examples(ledger: Any, after: str) -> list[str]:
+    """The problems of every operation's fitted example on ``ledger``'s head: one that keeps a
+    foreign metric; one refused without a hint; an offered step's, or an always-applicable
+    operation's, that is refused; one shown as accepted that its decider refuses."""
+    from perfledger.app.examples import fitted_example
+    from perfledger.app.next_steps import allowed_decisions, dry_decide
+
+    state = ledger.state()
+    actor_of = lambda event_id: ledger.get(event_id).actor  # noqa: E731
+    offered = {d.op for t in state.targets for d in allowed_decisions(state, t, ledger.payload)}
+    problems = []
+    for op in sorted(set(OPERATIONS) - BUILT):
+        fitted = fitted_example(op, state, ledger.payload, actor_of)
+        where = f"after {after}: {op}"
+        foreign = [m for m in FOREIGN_METRICS if m in json.dumps(fitted.body)]
+        if foreign and op not in ("target.freeze",) and fitted.refusal is None:
+            problems.append(f"{where}: foreign metric(s) {foreign}")
+        if fitted.refusal is not None:
+            if not fitted.refusal.hint:
+                problems.append(f"{where}: refused without a hint: {fitted.refusal.message}")
+            current = any(t.status == "current" for t in state.targets.values())
+            always = op in ALWAYS and (current or op in ("target.freeze", "evidence.add"))
+            if always or (op in offered and op not in ("samples.record", "activity.explain")):
+                problems.append(f"{where}: offered or always applicable, but its example is "
+                                f"refused: {fitted.refusal.message}")  # fmt: skip
+        elif "subject" not in fitted.body.get("candidate", {}):
+            again = dry_decide(state, op, fitted.body, ledger.payload, actor_of=actor_of)
+            if again is not None:
+                problems.append(f"{where}: shown as accepted, refused: {again.message}")
+    return problems
+
+
+def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None:
+    """A CPU session whose metrics are not the packaged examples' (a champion chain, a flagged
+    target stage explained through another actor's review, a rejection, a final audit, a
+    handoff): after each event, every operation's example fitted to the ledger uses the
+    Target's own metrics and ids and is accepted by its decider, or says why the operation
+    cannot apply now (a refusal with a hint). Before, six examples were refused as written."""
+    from wf_scenario import CAND1, CAND2, CAND3, Session, experiment, samples
+
+    from perfledger.api import Ledger
+
+    problems: list[str] = []
+
+    class Walked(Session):
+        def run(self, op: str, body: dict[str, Any], key: str | None = None,
+                artifacts: dict[str, Any] | None = None) -> Any:  # fmt: skip
+            payload = super().run(op, _renamed(body), key, artifacts)
+            problems.extend(_check_examples(self.ledger, op))
+            return payload
+
+    s = Walked(Ledger.init(tmp_path / "ledger", name="walk", actor="agent"))
+    try:
+        s.ready()
+        s.screened("e1", CAND1)
+        flagged = samples("e1-target", "target")
+        for index in (1, 3):
+            flagged["pairs"][index]["monitor"] = {
+                "observed": True, "foreign_activity": True, "flags": ["foreign_pid:4242"]}  # fmt: skip
+        s.run("samples.record", flagged)
+        from perfledger.app.examples import fitted_example
+        from perfledger.commands.registry.operations import execute
+
+        state = s.state()
+        review = fitted_example("review.record", state, s.ledger.payload).body
+        assert review["subject_event"] == state.samples["e1-target"].event_id
+        execute(s.ledger, "review.record", review, actor="reviewer")  # another actor
+        problems.extend(_check_examples(s.ledger, "review.record"))
+        explain = fitted_example("activity.explain", s.state(), s.ledger.payload,
+                                 lambda e: s.ledger.get(e).actor)  # fmt: skip
+        assert explain.refusal is None and explain.body["pairs"] == [1, 3]
+        s.run("activity.explain", explain.body)
+        s.run("verdict.record", {"samples_id": "e1-target"})
+        s.champion("e1")
+        s.run("experiment.create", experiment("e2", candidate=CAND2))
+        s.run("samples.record", samples("e2-screen", "screen", experiment_id="e2", candidate=CAND2,
+                                        gain=-0.3, reference={"kind": "champion",
+                                        "experiment_id": "e1", "content_hash": CAND1}))  # fmt: skip
+        s.run("verdict.record", {"samples_id": "e2-screen"})
+        s.run("reject", {"experiment_id": "e2", "closes": "implementation",
+                         "reason": "the screen regressed"})  # fmt: skip
+        s.run("experiment.create", experiment("e3", candidate=CAND3))
+        s.run("samples.record", samples("e1-audit", "final_audit"))
+        s.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-audit"})
+        handoff = fitted_example("handoff.record", s.state(), s.ledger.payload)
+        assert handoff.refusal is None
+        s.run("handoff.record", handoff.body)
+    finally:
+        s.ledger.close()
+    assert problems == [], "\n".join(problems)
+
+
+def test_schema_example_with_a_ledger_prints_an_accepted_example_or_the_refusal(
+    tmp_path: Path,
+) -> None:
+    """Through the CLI, on a ledger holding only a Target whose primary is not the packaged
+    examples': the metric audit's example names the Target's metric (accepted, so printed);
+    a verdict has nothing to judge, so the example is not printed and the answer says why,
+    with a hint (exit 2)."""
+    from wf_scenario import target_freeze
+
+    from perfledger.api import Ledger
+    from perfledger.commands.registry.operations import execute
+
+    path = tmp_path / "ledger"
+    body = _renamed(target_freeze())
+    with Ledger.init(path, name="ex", actor="agent") as ledger:
+        execute(ledger, "target.freeze", body, actor="agent")
+    env = isolated_env(tmp_path)
+    base = [sys.executable, "-m", "perfledger", "--ledger", str(path), "schema"]
+    audit = subprocess.run([*base, "metric-audit.record", "--example"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert audit.returncode == 0, audit.stderr
+    assert json.loads(audit.stdout)["metric"] == "parse_ms"
+    verdict = subprocess.run([*base, "verdict.record", "--example", "--json"], capture_output=True,
+                             text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert verdict.returncode == 2, verdict.stderr
+    error = json.loads(verdict.stdout)["error"]  # no example: the reason, with its hint
+    assert "cannot apply to this ledger now" in error["message"]
+    assert "measure samples first" in error["hint"]
+
+
+@pytest.mark.slow
+def test_every_example_fits_every_state_of_the_recorded_gpu_session(tmp_path: Path) -> None:
+    """The recorded H200 session (a kernel Target), folded up to each of its commits: every
+    operation's fitted example is accepted where it applies, or says why not with a hint."""
+    from perfledger.api import Ledger
+
+    recorded = Path(__file__).resolve().parents[2] / "examples" / "recorded" / "session.bundle"
+    clone = tmp_path / "ledger.git"
+    subprocess.run(["git", "clone", "--quiet", "--mirror", str(recorded), str(clone)], check=True)
+    problems: list[str] = []
+
+    class AtCommit:
+        """The ledger's reads at one commit (what :func:`_check_examples` uses)."""
+
+        def __init__(self, ledger: Any, commit: str) -> None:
+            self.ledger, self.commit = ledger, commit
+            self.payload, self.get = ledger.payload, ledger.get
+
+        def state(self) -> Any:
+            return self.ledger.state_at(self.commit)
+
+    with Ledger.open(clone) as ledger:
+        for entry in ledger.log():
+            problems += _check_examples(AtCommit(ledger, entry.commit), entry.commit[:12])
+    assert problems == [], "\n".join(problems)

@@ -30,6 +30,7 @@ from wf_scenario import (
     Session,
     experiment,
     samples,
+    target_freeze,
 )
 
 from perfledger.api import Ledger
@@ -37,6 +38,7 @@ from perfledger.app.context import context_of, stand_in_samples
 from perfledger.app.next_steps import allowed_decisions, dry_decide, former_champions, obligations
 from perfledger.commands.cli.status import recommended_command
 from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.projections.handoff import NextDecision
 from perfledger.projections.target_kind import next_stage, target_kind
 
 RECORDED = Path(__file__).resolve().parents[2] / "examples" / "recorded" / "session.bundle"
@@ -140,8 +142,8 @@ def test_every_step_offered_in_a_cpu_session_is_accepted(tmp_path: Path) -> None
         s.champion("e1")
         s.run("experiment.create", experiment("e2", candidate=CAND2))
         for stage in ("screen", "target"):
-            s.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, reference=_against("e1", CAND1)))  # fmt: skip
+            s.record_measured(samples(f"e2-{stage}", stage, experiment_id="e2",
+                                      candidate=CAND2, reference=_against("e1", CAND1)))  # fmt: skip
             s.run("verdict.record", {"samples_id": f"e2-{stage}"})
         s.champion("e2", expected="e1")
         assert s.state().targets[T1].champion == "e2"
@@ -152,7 +154,7 @@ def test_every_step_offered_in_a_cpu_session_is_accepted(tmp_path: Path) -> None
         s.run("verdict.record", {"samples_id": "e3-screen"})
         s.run("reject", {"experiment_id": "e3", "closes": "implementation",
                          "reason": "the screen regressed"})  # fmt: skip
-        s.run("samples.record", samples("e2-audit", "final_audit", experiment_id="e2",
+        s.record_measured(samples("e2-audit", "final_audit", experiment_id="e2",
                                         candidate=CAND2,
                                         reference={"kind": "original",
                                                    "content_hash": ORIGINAL_HASH}))  # fmt: skip
@@ -187,3 +189,18 @@ def test_every_step_offered_in_the_recorded_gpu_session_is_accepted(tmp_path: Pa
                     assert "measure workload" not in command and "--cmd" not in command, command
     assert len(heads) >= 26
     assert problems == []
+
+
+@pytest.mark.parametrize("gpu_s", [0.0, 600.0], ids=["cpu-target", "gpu-budget"])
+def test_handoff_offer_names_only_what_the_target_budgets(tmp_path: Path, gpu_s: float) -> None:
+    """The handoff step ``status`` offers asks for GPU seconds only where the Target budgets
+    GPU time (a CPU Target's handoff states none; before, ``--gpu-used`` was offered always)."""
+    s = Session(Ledger.init(tmp_path / "ledger", name="walk", actor="agent"))
+    try:
+        s.run("target.freeze", target_freeze(budget={"wall_s": 3600.0, "gpu_s": gpu_s}))
+        handoff = NextDecision(op="handoff.record", why="record the handoff", rule="R18")
+        command = recommended_command(s.state(), T1, handoff)
+        assert command.startswith(f"perfledger handoff record --target {T1}")
+        assert ("--gpu-used" in command) is (gpu_s > 0)
+    finally:
+        s.ledger.close()

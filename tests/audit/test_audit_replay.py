@@ -84,7 +84,11 @@ def test_r13_audit_finds_a_hand_appended_champion_without_a_passing_verdict(
     body = {"target_id": T1, "samples_id": "e1-target", "expected_current": "original"}
     event_id = _plant(ready, "ChampionSelected", payload,
                       "champion.select" if with_request else None, body)  # fmt: skip
-    assert ready.state().targets[T1].champion == "e1"  # the fold believed it
+    # the fold (ChampionSelected 6) does not apply a champion whose code had a failed target
+    # stage: it holds it as a conflict (R14); the audit names the decision's own rule
+    state = ready.state()
+    assert state.targets[T1].champion is None
+    assert [c.kind for c in state.conflicts.values()] == ["unaccounted_champion"]
     report = audit(ready.ledger)
     assert not report.ok
     assert _rules_of(report, event_id) == ["R13"], report.findings

@@ -122,7 +122,10 @@ def test_planted_schema_downgrade_of_a_champion_is_an_integrity_finding(
         message = report["findings"][0]["message"]
         assert "ChampionSelected schema 1" in message and "lowered" in message
         assert ids.index(message.split("but event ")[1].split(" ")[0]) < i  # an ancestor
-        assert f"schema {SCHEMA_VERSIONS['ChampionSelected']} or later" in message
+        # the newest ChampionSelected rule an ancestor's code shows (a rule bumped after its
+        # ancestors were written, such as R5's measured champion, shows only in later events)
+        shown = int(message.split(" or later")[0].rsplit("schema ", 1)[1])
+        assert 2 <= shown <= SCHEMA_VERSIONS["ChampionSelected"], message
 
 
 @pytest.mark.slow

@@ -2,7 +2,10 @@
 (file ``NN-<group>.<verb>.json`` is sent as ``perfledger <group> <verb> --request FILE``). Run
 through the real CLI on a fresh ledger, they must all be accepted and end in a champion and a
 passing audit (the typed resolution is recorded as declared, R4: the measured A/A a session
-runs with ``measure aa --record`` is appended beside it), so the examples a new user copies can never drift from the schemas and rules."""
+runs with ``measure aa --record`` is appended beside it; the formal stages' pairs, which a
+session measures with ``measure workload --record``, are recorded with the raw table such a run
+attaches, R5: outside samples never make a champion nor pass a final audit), so the examples a
+new user copies can never drift from the schemas and rules."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wf_scenario import record_measured_aa
+from wf_scenario import Session, record_measured_aa
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.request_examples import example
@@ -41,6 +44,14 @@ def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Pat
         operation = path.stem.split("-", 1)[1]
         group, verb = operation.rsplit(".", 1)
         operations.append(operation)
+        body = json.loads(path.read_text())
+        if operation == "samples.record" and body["stage"] != "screen":
+            # R5: a formal stage's pairs are measured (`measure workload ... --record`, which
+            # needs a real command): the raw table such a run attaches is appended with them
+            with Ledger.open(ledger) as opened:
+                recorded = Session(opened).record_measured(body)
+            assert recorded["provenance"]["source"] == "perfledger"
+            continue
         recorded = _pl(ledger, env, group, verb, "--request", str(path))
         if operation == "resolution.record":
             # R4: a typed resolution is recorded as declared and decides nothing; a session

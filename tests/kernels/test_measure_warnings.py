@@ -156,3 +156,33 @@ def test_r17_formal_stage_warning_says_an_explanation_cannot_pass_without_the_re
     assert "another actor reviews the samples" in screen and "cites that review" in screen
     [few] = foreign_activity_warnings(pairs[:1] + [{"monitor": None}] * 9, "target")  # 10 %
     assert "another actor reviews the samples" in few and "cites that review" in few
+
+
+STEADY = """
+import json, random
+random.seed()
+print(json.dumps({"correct": True, "metrics": {"time_ms": [5.0 * random.uniform(0.9999, 1.0001)]}}))
+"""
+
+
+@pytest.mark.slow
+def test_r4_measure_aa_without_runs_measures_until_half_the_minimum_effect(
+    tmp_path: Path,
+) -> None:
+    """The command protocol's A/A without --runs follows the stopping rule too: a steady
+    command stops at the 10 pairs it starts with, a noisy one keeps measuring up to the cap of
+    60 pairs per case; the answer's note records the rule and what ran (before: always 10,
+    often refused by R4)."""
+    from perfledger.app.measure_workload import AA_MAX_PAIRS, AA_START_PAIRS
+
+    ledger_path = tmp_path / "ledger"
+    _setup(ledger_path)  # minimum effect 5 %, cases small and large
+    for script, ran in ((STEADY, AA_START_PAIRS), (NOISY, AA_MAX_PAIRS)):
+        path = tmp_path / "subject.py"
+        path.write_text(script)
+        done = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd",
+                    f"{sys.executable} {path}", "--json", "--quiet")  # fmt: skip
+        answer = json.loads(done.stdout)
+        assert answer["repeats"] == 2 * ran, answer
+        assert f"{ran} ran" in answer["notes"] and "stopping rule" in answer["notes"]
+    assert answer["resolution"] > 0.025  # the noisy one stopped at the cap, not below the goal

@@ -74,7 +74,7 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     assert state["experiments"]["e1"]["status"] != "target_passed"
     # claims and the HTML report show the same per-case figures
     claims = _cli(ledger_path, tmp_path, "claims").stdout
-    assert "    case large: " in claims and "fail, regressed" in claims
+    assert "    case large: " in claims and "below_min_effect, regressed" in claims
     page = tmp_path / "report.html"
     _cli(ledger_path, tmp_path, "report", "--html", str(page))
     assert "case large: " in page.read_text() and "case small: " in page.read_text()

@@ -24,7 +24,7 @@ def scripted(session: Session) -> Session:
     session.ready()
     session.passed("e1", CAND1, gain=0.2)
     session.champion("e1")
-    session.run("samples.record", samples("e1-final", "final_audit", gain=0.2))
+    session.record_measured(samples("e1-final", "final_audit", gain=0.2))  # R5: measured
     session.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     session.run("handoff.record", handoff())
     session.run("experiment.create", experiment("e2", candidate=CAND2))

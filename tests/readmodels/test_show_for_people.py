@@ -66,7 +66,7 @@ def test_experiment_show_prints_each_verdicts_cases_with_units(ledger: Path) -> 
     assert "reference (ms)" in text and "candidate (ms)" in text
     large = [line.split() for line in text.splitlines() if line.split()[:1] == ["large"]]
     assert len(large) == 2  # one row per verdict
-    assert large[1][-2:] == ["fail,", "regressed"]
+    assert large[1][-2:] == ["below_min_effect,", "regressed"]
     assert "guardrail memory_mb: pass" in text
     assert "rejected: closes implementation (R15)" in text
 

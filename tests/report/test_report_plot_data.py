@@ -37,16 +37,16 @@ def chain_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
         session.ready()
         session.passed("e1", CAND1, gain=0.2)
         session.champion("e1")
-        session.run("samples.record", samples("e1-final", "final_audit", gain=0.2))
+        session.record_measured(samples("e1-final", "final_audit", gain=0.2))
         session.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
         session.run("experiment.create", experiment("e2", candidate=CAND2))
         for stage in ("screen", "target"):
-            session.run("samples.record", samples(
+            session.record_measured(samples(
                 f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2, gain=0.2,
                 reference=E1_REF))  # fmt: skip
             session.run("verdict.record", {"samples_id": f"e2-{stage}"})
         session.champion("e2", expected="e1")
-        session.run("samples.record", samples(
+        session.record_measured(samples(
             "e2-final", "final_audit", experiment_id="e2", candidate=CAND2, gain=0.3))  # fmt: skip
         session.run("final-audit.record", {"target_id": T1, "samples_id": "e2-final"})
     finally:

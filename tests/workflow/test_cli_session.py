@@ -21,6 +21,7 @@ from wf_scenario import (
     CAND2,
     CAND3,
     T1,
+    Session,
     baseline,
     evidence,
     experiment,
@@ -89,7 +90,8 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     cli("samples", "record", request=samples("e1-screen", "screen"))
     screen = cli("verdict", "record", "--samples", "e1-screen")
     assert screen["payload"]["status"] == "inconclusive"  # a screen never passes (R11)
-    cli("samples", "record", request=samples("e1-target", "target", gain=0.2))
+    with Ledger.open(cli.ledger) as ledger:  # R5: what `measure workload --record` appends
+        Session(ledger).record_measured(samples("e1-target", "target", gain=0.2))
     verdict = cli(
         "verdict", "record", request={"samples_id": "e1-target", "claimed_status": "pass"}
     )
@@ -107,7 +109,8 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
                                         "expected_current": "original"}, expect=3,
     )  # fmt: skip
     assert lost["error"]["rule"] == "R13"
-    cli("samples", "record", request=samples("e1-final", "final_audit", gain=0.2))
+    with Ledger.open(cli.ledger) as ledger:  # R5: a final audit passes on measured samples
+        Session(ledger).record_measured(samples("e1-final", "final_audit", gain=0.2))
     audit = cli("final-audit", "record", request={"target_id": T1, "samples_id": "e1-final"})
     assert audit["payload"]["status"] == "pass"
     cli("handoff", "record", request=handoff())

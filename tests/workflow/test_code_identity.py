@@ -252,7 +252,14 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
     })  # fmt: skip
     done = s.measure("e1", "final_audit", orig, s.fast)
     assert done.returncode == 0, done.stdout + done.stderr
-    s.ok("final-audit", "record", request={"target_id": "t1", "samples_id": "e1-final_audit"})
+    audited = s.ok("final-audit", "record",
+                   request={"target_id": "t1", "samples_id": "e1-final_audit"})["payload"]  # fmt: skip
+    if audited.get("contradicts_claim"):  # R14 (FinalAuditRecorded 10): outside the claim too
+        s.ok("reconcile", request={
+            "experiment_id": "e1", "premise": "cost",
+            "corrected_model": {"description": "the measured gain is the model's"},
+            "explanation": "the test's claim was rough",
+        })  # fmt: skip
     # e2: open against champion e1, its own code (a kernel beside the champion's)
     s.e2 = _subject(s.code, "fast-e2", FASTER + "\n# e2\n", util=True)  # type: ignore[attr-defined]
     with Ledger.open(s.ledger) as ledger:

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from wf_scenario import CAND1, CAND2, T1, Session, experiment, samples
+from wf_scenario import CAND1, CAND2, CAND3, T1, Session, experiment, samples
 
 from perfledger.app.next_steps import allowed_decisions
 from perfledger.commands.audit.replay import audit
@@ -24,7 +24,10 @@ from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import RuleRefused
 from perfledger.events.workflow import (
     R13_FAILED_AUDIT_DEMOTES,
+    R14_CODE_RESULTS_EXPERIMENT,
     R14_MEASURED_OBLIGATION,
+    R14_ONE_FORMAL_RUN,
+    R14_ONE_RESULT_SAMPLES,
     R14_UNJUDGED_BLOCKS_CHAMPION,
 )
 from perfledger.projections.champions import current_champions, lineage
@@ -71,9 +74,12 @@ def test_r14_target_samples_owe_their_verdict_before_the_next_target_samples(
     error = ready.refused("samples.record", samples("e1-target-2", "target", gain=0.2), "R14")
     assert "e1-target-1" in error.message
     assert "perfledger verdict record --samples e1-target-1" in error.hint
-    # honest control: the verdict first, then the next target samples are accepted
+    # judged, the result is the experiment's one target stage (R14: no optional stopping) ...
     ready.run("verdict.record", {"samples_id": "e1-target-1"})
-    ready.run("samples.record", samples("e1-target-2", "target", gain=0.2))
+    ready.refused("samples.record", samples("e1-target-2", "target", gain=0.2), "R14")
+    # ... while the rule before it accepted the next target samples once the verdict was in
+    _redecide(ready, "samples.record", samples("e1-target-2", "target", gain=0.2),
+              R14_ONE_RESULT_SAMPLES - 1)  # fmt: skip
 
 
 def test_cheat_rerunning_the_target_stage_without_verdicts_until_a_run_is_liked(
@@ -136,8 +142,13 @@ def test_r14_a_started_run_without_samples_counts_as_failed_and_owes_its_verdict
     # the samples of a run judged failed are no longer recorded under its id
     late = {**samples("e1-target-1", "target", gain=0.2), "provenance": MEASURED}
     assert _measured_refusal(ready, late).rule == "R14"
-    # judged, the experiment may measure its target stage again
-    _start(ready, "e1-target-2")
+    # judged, it is the experiment's one target stage, failed (R14: no optional stopping); the
+    # rule before it let the experiment measure its target stage again
+    again = {"experiment_id": "e1", "stage": "target", "samples_id": "e1-target-2",
+             "protocol": "workload_abba"}  # fmt: skip
+    error = ready.refused("formal-run.start", again, "R14")
+    assert "optional stopping" in error.message and "reject" in error.hint
+    _redecide(ready, "formal-run.start", again, R14_ONE_FORMAL_RUN - 1)
 
 
 def test_cheat_a_formal_run_judged_pass_by_claim_is_refused(ready: Session) -> None:
@@ -159,9 +170,14 @@ def test_cheat_outside_samples_under_a_killed_runs_id_are_refused(ready: Session
     ready.screened()
     _start(ready, "e1-target-1")
     ready.refused("samples.record", samples("e1-target-1", "target", gain=0.2), "R14")
-    # honest control: outside samples (the readiness allows them) under a fresh id
+    # judged failed, the run is the experiment's one target stage (R14): no samples under a
+    # fresh id either; honest control: other code in a new experiment, outside samples (the
+    # readiness allows them) under its own id
     ready.run("verdict.record", {"samples_id": "e1-target-1"})
-    ready.run("samples.record", samples("e1-target-2", "target", gain=0.2))
+    ready.refused("samples.record", samples("e1-target-2", "target", gain=0.2), "R14")
+    ready.screened("e2", CAND2)
+    ready.run("samples.record", samples("e2-target-1", "target", experiment_id="e2",
+                                        candidate=CAND2, gain=0.2))  # fmt: skip
 
 
 def test_r14_formal_run_start_checks_the_stage_like_its_samples(ready: Session) -> None:
@@ -188,12 +204,12 @@ def _champion_e1_then_e2(ready: Session) -> None:
     """e1 champion with a passing final audit, then e2 (measured against e1) champion."""
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")
-    ready.run("samples.record", samples("e1-final", "final_audit", gain=0.2))
+    ready.record_measured(samples("e1-final", "final_audit", gain=0.2))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     ready.run("experiment.create", experiment("e2", candidate=CAND2))
     for stage in ("screen", "target"):
-        ready.run("samples.record", samples(f"e2-{stage}", stage, experiment_id="e2",
-                                            candidate=CAND2, gain=0.1, reference=CHAMPION_E1))  # fmt: skip
+        ready.record_measured(samples(f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2,
+                                      gain=0.1, reference=CHAMPION_E1))  # fmt: skip
         ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
     ready.champion("e2", expected="e1")
 
@@ -226,6 +242,10 @@ def test_cheat_re_running_the_final_audit_until_it_passes_is_refused(ready: Sess
     assert ready.run("final-audit.record",
                      {"target_id": T1, "samples_id": "e1-final-1"})["status"] == "fail"  # fmt: skip
     assert current_champions(ready.state())[0].champion == "original"
+    # its audit lies below its claim's interval: a reconciliation is owed (R14, FinalAudit 10)
+    ready.run("reconcile", {"experiment_id": "e1", "premise": "scope",
+                            "explanation": "the gain did not hold against the original",
+                            "corrected_model": {"description": "no gain"}})  # fmt: skip
     error = ready.refused("samples.record", samples("e1-final-2", "final_audit", gain=0.2), "R13")
     assert "demoted" in error.message and "new experiment" in error.hint
     ready.refused("formal-run.start", {"experiment_id": "e1", "stage": "final_audit",
@@ -234,8 +254,14 @@ def test_cheat_re_running_the_final_audit_until_it_passes_is_refused(ready: Sess
     # nor does the old passing target verdict make it champion again
     ready.refused("champion.select", {"target_id": T1, "samples_id": "e1-target",
                                       "expected_current": "original"}, "R13")  # fmt: skip
-    # honest control: the same code comes back through a new experiment's target stage
-    ready.passed("e3", CAND1, gain=0.2)
+    # nor does the same code come back through a new experiment (R14: its failed final audit
+    # is a formal result of that code); the rule before it let it
+    error = ready.refused("experiment.create", experiment("e3", candidate=CAND1), "R14")
+    assert "e1-final-1 (fail)" in error.message and "change the code" in error.hint
+    _redecide(ready, "experiment.create", experiment("e3", candidate=CAND1),
+              R14_CODE_RESULTS_EXPERIMENT - 1)  # fmt: skip
+    # honest control: changed code comes back through a new experiment's target stage
+    ready.passed("e3", CAND3, gain=0.2)
     assert ready.champion("e3")["experiment_id"] == "e3"
 
 

@@ -35,7 +35,7 @@ def audited(ready: Session) -> Session:
     """e1 champion with a passing final audit; e2 rejected (implementation); e3 open."""
     ready.passed()
     ready.champion()
-    ready.run("samples.record", samples("e1-final", "final_audit"))
+    ready.record_measured(samples("e1-final", "final_audit"))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     ready.run("experiment.create", experiment("e2", candidate="sha256:" + "2" * 16))
     ready.run("reject", {"experiment_id": "e2", "closes": "implementation",
@@ -113,6 +113,45 @@ def test_r18_handoff_with_another_champion_or_achievement_is_refused(audited: Se
               "rejected": [{"experiment_id": "e2", "closes": "implementation"}],
               "prediction_corrections": []}  # fmt: skip
     assert audited.run("handoff.record", stated)["champion"] == "e1"
+
+
+def test_r18_stop_reason_contradicting_primary_achieved_is_refused(ready: Session) -> None:
+    """HandoffRecorded 4: a stop reason saying the primary was achieved, on a ledger whose
+    champion has no passing final audit, is refused with a hint; words that agree, or say
+    neither, are accepted (the honest controls)."""
+    ready.passed()
+    ready.champion()  # a champion, no final audit: not achieved
+    for words in ("primary achieved", "stopped: the target was met", "reached the minimum effect"):
+        error = ready.refused("handoff.record", {**MINIMAL, "stop_reason": words}, "R18")
+        assert "primary_achieved=False" in error.message and "final audit" in error.hint, words
+    for words in ("primary not achieved yet", "the budget is spent",
+                  "not stated (the ledger shows: primary achieved: e0 passed)"):  # fmt: skip
+        assert ready.run("handoff.record", {**MINIMAL, "stop_reason": words})["stop_reason"]
+
+
+def test_r18_stop_reason_saying_not_achieved_on_an_achieved_ledger_is_refused(
+    audited: Session,
+) -> None:
+    error = audited.refused("handoff.record", {**MINIMAL, "stop_reason": "goal not reached"},
+                            "R18")  # fmt: skip
+    assert "primary_achieved=True" in error.message
+
+
+def test_r18_stop_reason_of_handoffs_recorded_before_schema_4_is_not_checked(
+    ready: Session,
+) -> None:
+    """An auditor's replay of a schema-3 handoff whose stop reason contradicts the ledger:
+    accepted as it was."""
+    ready.passed()
+    ready.champion()
+    body = {**MINIMAL, "stop_reason": "primary achieved"}
+    ctx = DecisionContext(
+        op="handoff.record", actor="agent", ts=datetime(2026, 1, 3, tzinfo=UTC),
+        idempotency_key=None, request={"op": "handoff.record", "body": body}, schema=3,
+    )  # fmt: skip
+    request = msgspec.convert(body, rq.HandoffRecord)
+    (draft,) = decide_handoff_record(ready.state(), request, ctx)
+    assert draft.payload.primary_achieved is False
 
 
 def test_r18_handoffs_recorded_before_schema_3_re_decide_by_their_rule(audited: Session) -> None:

@@ -34,6 +34,7 @@ from perfledger.commands.workflow.requests import ResolutionRecord, VerdictRecor
 from perfledger.commands.workflow.verdict_guards import DECLARED_RESOLUTION
 from perfledger.events.workflow import (
     R4_MEASURED_RESOLUTION,
+    R4_MEASURED_RESOLUTION_FINAL_AUDIT,
     R4_MEASURED_RESOLUTION_VERDICT,
     SCHEMA_VERSIONS,
     Statistics,
@@ -51,7 +52,7 @@ def test_r4_the_rule_versions_are_the_ones_assigned() -> None:
     assert SCHEMA_VERSIONS["ResolutionEstimated"] == R4_MEASURED_RESOLUTION == 3
     assert R4_MEASURED_RESOLUTION_VERDICT == 6  # VerdictRecorded 7 is R14's true note, later
     assert SCHEMA_VERSIONS["VerdictRecorded"] >= R4_MEASURED_RESOLUTION_VERDICT
-    assert SCHEMA_VERSIONS["FinalAuditRecorded"] == 7
+    assert SCHEMA_VERSIONS["FinalAuditRecorded"] >= R4_MEASURED_RESOLUTION_FINAL_AUDIT == 7
 
 
 # ----------------------------------------------------------------- a typed resolution

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wf_scenario import PRIMARY, Session, experiment, make_pairs, samples
+from wf_scenario import CAND1, CAND2, PRIMARY, Session, experiment, make_pairs, samples
 
 #: The primary's values are scaled to ~0.5 s per value so that savings exceed the wall clock's
 #: resolution (``perfledger.derive.wall_check.FLOOR_S``).
@@ -56,7 +56,7 @@ def test_r12_wall_clock_flag_makes_a_target_stage_inconclusive_and_r13_refuses_i
 def test_r12_wall_clock_consistent_samples_pass_and_support_a_champion(ready: Session) -> None:
     ready.screened()
     body = samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
-    recorded = ready.run("samples.record", body)
+    recorded = ready.record_measured(body)  # R5: a champion comes only from measured samples
     assert recorded["wall_check"]["flagged"] is False
     assert {c["status"] for c in recorded["wall_check"]["cases"]} == {"consistent"}
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
@@ -98,7 +98,7 @@ def test_r5_reference_failure_is_not_counted_against_the_candidate(ready: Sessio
     ready.screened()
     pairs = make_pairs(0.2, per_case=7, tag="t")
     pairs[4]["ref"]["correct"] = False  # the reference's failure (R11)
-    ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
+    ready.record_measured(samples("e1-target", "target", pairs=pairs))
     assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
     assert ready.champion()["experiment_id"] == "e1"
 
@@ -109,7 +109,7 @@ def test_r5_screen_failures_do_not_disqualify_a_candidate(ready: Session) -> Non
     ready.run("experiment.create", experiment("e1"))
     ready.run("samples.record", samples("e1-screen", "screen", pairs=pairs))
     ready.run("verdict.record", {"samples_id": "e1-screen"})
-    ready.run("samples.record", samples("e1-target", "target"))
+    ready.record_measured(samples("e1-target", "target"))
     assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "pass"
     assert ready.champion()["experiment_id"] == "e1"
 
@@ -123,8 +123,24 @@ def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(ready: Session) ->
     assert audit["primary"]["status"] == "pass" and audit["status"] == "inconclusive"
     assert any(n.startswith("R12: wall clock") for n in audit["notes"])
     honest = samples("e1-final-2", "final_audit", pairs=_timed_pairs("g", wall_saving=True))
-    ready.run("samples.record", honest)
-    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final-2"})
+    ready.refused("samples.record", honest, "R14")  # a champion gets one final audit
+    # honest control: another champion (other code, measured against e1) whose wall clock
+    # sees its saving passes its own final audit
+    champion_e1 = {"kind": "champion", "content_hash": CAND1, "experiment_id": "e1"}
+    ready.run("experiment.create", experiment("e2", candidate=CAND2))
+    for stage in ("screen", "target"):
+        body = samples(f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2,
+                       reference=champion_e1)  # fmt: skip
+        if stage == "target":
+            ready.record_measured(body)  # R5: a champion comes only from measured samples
+        else:
+            ready.run("samples.record", body)
+        ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
+    ready.champion("e2", expected="e1")
+    honest = samples("e2-final", "final_audit", experiment_id="e2", candidate=CAND2,
+                     pairs=_timed_pairs("g", wall_saving=True))  # fmt: skip
+    ready.record_measured(honest)  # R5: a final audit passes only on measured samples
+    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e2-final"})
     assert audit["status"] == "pass"
 
 

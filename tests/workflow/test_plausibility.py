@@ -36,7 +36,7 @@ def _big_claim(session: Session) -> None:
 
 
 def _target(session: Session) -> Any:
-    session.run("samples.record", samples("e1-target", "target", gain=TWENTY_X))
+    session.record_measured(samples("e1-target", "target", gain=TWENTY_X))
     return session.run("verdict.record", {"samples_id": "e1-target"})
 
 

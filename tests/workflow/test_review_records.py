@@ -116,6 +116,17 @@ def test_an_ill_formed_review_is_refused_and_changes_nothing(
     error = session.refused("review.record", {**review("r-new", e1), **over}, None)
     assert isinstance(error, BadRequest) and error.exit_code == 2
     assert needle in error.message
+    assert error.hint  # every refusal says what to do
+
+
+def test_a_review_of_an_event_not_in_the_ledger_is_refused_with_a_hint(
+    claimed: tuple[Any, str],
+) -> None:
+    """The shipped example's ``subject_event`` names another ledger's event: refused (exit 2)
+    with a hint naming where the ids are (before: no hint)."""
+    session, _ = claimed
+    error = session.refused("review.record", review("r-away", "5d81" + "0" * 60), None)
+    assert "subject_event" in error.message and "perfledger log" in error.hint
 
 
 def test_a_resolved_review_cannot_be_resolved_again(claimed: tuple[Any, str]) -> None:

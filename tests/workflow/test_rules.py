@@ -413,8 +413,11 @@ def test_r12_single_pair_or_identical_pairs_never_pass(ready: Session) -> None:
     for pair in pairs:  # identical values in every pair: a zero-width interval
         pair["ref"]["values"] = {"latency_ms": [10.0], "memory_mb": [1.0]}
         pair["cand"]["values"] = {"latency_ms": [5.0], "memory_mb": [1.0]}
-    ready.run("samples.record", samples("e1-target2", "target", pairs=pairs))
-    verdict = ready.run("verdict.record", {"samples_id": "e1-target2"})
+    # an experiment has one target stage (R14): the second shape is another experiment's
+    ready.screened("e2", CAND2)
+    ready.run("samples.record", samples("e2-target", "target", experiment_id="e2",
+                                        candidate=CAND2, pairs=pairs))  # fmt: skip
+    verdict = ready.run("verdict.record", {"samples_id": "e2-target"})
     assert verdict["primary"]["degenerate"] is True and verdict["status"] == "inconclusive"
 
 
@@ -632,17 +635,21 @@ def test_r17_unexplained_foreign_activity_makes_attribution_inconclusive(ready: 
     assert verdict["status"] == "inconclusive"  # ... but the attribution does not
     assert verdict["notes"][0].startswith("R17")
     why = "nvidia-persistenced heartbeat, < 0.1 % SM"  # explained by another actor's review
-    ready.run("samples.record", samples("e1-target2", "target", monitor=busy))
-    explain_by_review(ready.ledger, "e1-target2", why)
+    # an experiment has one target stage (R14): each case below is another experiment's
+    ready.screened("e2", CAND2)
+    ready.run("samples.record", samples("e2-target", "target", experiment_id="e2",
+                                        candidate=CAND2, monitor=busy))  # fmt: skip
+    explain_by_review(ready.ledger, "e2-target", why)
     # explained on every pair: the explanation alone cannot let a formal stage pass
-    verdict = ready.run("verdict.record", {"samples_id": "e1-target2"})
+    verdict = ready.run("verdict.record", {"samples_id": "e2-target"})
     assert verdict["status"] == "inconclusive" and "quiet host" in verdict["notes"][-1]
-    few = samples("e1-target3", "target")
+    ready.screened("e3", CAND3)
+    few = samples("e3-target", "target", experiment_id="e3", candidate=CAND3)
     for pair in few["pairs"][:2]:  # 2 of 12 pairs: within the 20 % share
         pair["monitor"] = busy
     ready.run("samples.record", few)
-    explain_by_review(ready.ledger, "e1-target3", why)
-    assert ready.run("verdict.record", {"samples_id": "e1-target3"})["status"] == "pass"
+    explain_by_review(ready.ledger, "e3-target", why)
+    assert ready.run("verdict.record", {"samples_id": "e3-target"})["status"] == "pass"
 
 
 # ------------------------------------------------------------------------------------ R18
@@ -651,7 +658,7 @@ def test_r17_unexplained_foreign_activity_makes_attribution_inconclusive(ready: 
 def test_r18_handoff_states_everything_consistently(ready: Session) -> None:
     ready.passed()
     ready.champion()
-    ready.run("samples.record", samples("e1-final", "final_audit"))
+    ready.record_measured(samples("e1-final", "final_audit"))
     ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     ready.refused("handoff.record", handoff(champion="original"), "R18")
     ready.refused("handoff.record", handoff(budget_left={"wall_s": 1.0, "gpu_s": 3000.0}), "R18")
@@ -666,7 +673,12 @@ def test_r18_handoff_lists_local_results_and_corrections(ready: Session) -> None
     ready.passed(gain=0.0, secondary_gain=0.2)
     ready.run("local-result.record", {"result_id": "lr1", "samples_id": "e1-target",
                                       "metric": "p99_ms", "scenario": "long prompts"})  # fmt: skip
-    base = handoff(champion="original", primary_achieved=False, key_evidence=["ev-ncu"])
+    base = handoff(
+        champion="original",
+        primary_achieved=False,
+        key_evidence=["ev-ncu"],
+        stop_reason="the budget is spent",
+    )
     ready.refused("handoff.record", base, "R18")  # omits lr1
     ready.refused("handoff.record", {**base, "local_results": ["lr1"],
                                      "primary_achieved": True}, "R18")  # fmt: skip

@@ -437,7 +437,7 @@ def test_r12_verdict_text_shows_every_case_and_each_guardrails_decision() -> Non
     per-call figures original -> candidate and their CIs, a line per guardrail."""
     import msgspec
 
-    from perfledger.projections.verdict_explain import verdict_lines
+    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
 
     pairs = _pairs({"small": 0.5, "large": 1.1})
     primary = derive_case_verdict(pairs, direction="lower_is_better", min_effect=0.2)
@@ -448,6 +448,12 @@ def test_r12_verdict_text_shows_every_case_and_each_guardrails_decision() -> Non
     lines = verdict_lines(msgspec.to_builtins(payload))
     assert lines[0].startswith("status fail: R12: case(s) regressed beyond their resolution: large")
     [large] = [line for line in lines if line.startswith("  case large: ")]
-    assert " ms [" in large and "-> " in large and large.endswith("fail, regressed")
+    # a case's recorded "fail" is shown for what it is: its CI lies below the minimum effect
+    assert " ms [" in large and "-> " in large and large.endswith("below_min_effect, regressed")
+    explained = explain_verdict(msgspec.to_builtins(payload))
+    assert {c["case"]: (c["status"], c["label"]) for c in explained["cases"]}["large"] == (
+        "fail",
+        "below_min_effect",
+    )
     assert "  guardrail memory_mb: fail: regression CI lower end above allowed" in "\n".join(lines)
     assert not any("outside" in line for line in lines)  # measured samples carry no mark

@@ -19,6 +19,8 @@ from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.aa_table import aa_binding, rederive_aa
 from perfledger.commands.workflow.deciders import environment_id
+from perfledger.commands.workflow.output_rules import compared
+from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import PerfledgerError, RuleRefused
 from perfledger.events.workflow import OBSERVED_METRICS
@@ -338,6 +340,67 @@ def samples(
     }
 
 
+#: The name ``perfledger measure workload --record`` attaches its raw per-call table under.
+RAW_TABLE = "samples.json"
+#: The protocol of the workload driver's ABBA pairs (provenance of measured samples, R5).
+WORKLOAD_PROTOCOL = "workload_abba"
+#: Seconds a driver call takes beyond the time its command reports (process start, I/O).
+_CALL_OVERHEAD_S = 0.001
+
+
+def _reported_s(values: dict[str, list[float]]) -> float:
+    """A call's reported time, seconds: the sum of its primary's values (ms), else of all."""
+    times = values.get(PRIMARY) or [v for vs in values.values() for v in vs]
+    return sum(times) / 1000.0
+
+
+def measured(
+    body: dict[str, Any], accuracy: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    """``body`` (a ``samples.record`` body) as ``perfledger measure workload --record`` records
+    it (R5): provenance ``perfledger`` naming the workload driver's protocol and its raw
+    per-call table, attached, from which every pair re-derives (each call's ``wall_s``, where the
+    pairs carry none a little above the time it reports, and each pair's monitor window). Where
+    the readiness compares outputs (``accuracy``: its rule, as builtins), every call carries the
+    driver's output check (the outputs matched). Returns ``(body, artifacts)``."""
+    body = copy.deepcopy(body)
+    settings: dict[str, Any] = {}
+    if accuracy is not None:
+        settings = {"outputs": {"accuracy": accuracy, "method": "outputs_v2"}}
+    body["provenance"] = {"source": "perfledger", "protocol": WORKLOAD_PROTOCOL,
+                          "settings": settings, "raw_table": RAW_TABLE}  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    windows: list[dict[str, Any]] = []
+    clock_s = 10.0
+    for n, pair in enumerate(body["pairs"]):
+        monitor = pair.get("monitor")
+        if monitor is not None:
+            windows.append({
+                "call_ids": [pair["ref"]["call_id"], pair["cand"]["call_id"]],
+                "observed": monitor.get("observed"), "reasons": list(monitor.get("flags", [])),
+                "foreign_activity": monitor.get("foreign_activity", False)})  # fmt: skip
+        for label in ("ref", "cand"):
+            side = pair[label]
+            wall_s = side.get("wall_s") or _reported_s(side["values"]) + _CALL_OVERHEAD_S
+            side["wall_s"] = wall_s
+            row = {
+                "subject": label, "pair": n, "warmup": False, "case": pair["case"],
+                "call_id": side["call_id"], "ok": True, "correct": side["correct"],
+                "metrics": side["values"], "wall_s": wall_s, "start_s": clock_s,
+                "end_s": clock_s + wall_s}  # fmt: skip
+            if accuracy is not None:  # the driver compared the call's output (it matched)
+                check = {"method": "outputs_v2", "compare": accuracy["compare"],
+                         "blake3": "0" * 64, "size": 8, "ok": True, "reason": ""}  # fmt: skip
+                side["output"] = {**check, "self_correct": side["correct"]}
+                row.update(output=check, self_correct=side["correct"])
+            rows.append(row)
+            clock_s += 1.0
+    table = {"kind": "workload", "settings": settings, "table": rows,
+             "monitor": {"windows": windows}, "binding": binding_of(body)}  # fmt: skip
+    raw = json.dumps(table, sort_keys=True).encode()
+    return body, {RAW_TABLE: Artifact(raw, "application/json")}
+
+
 def handoff(target_id: str = T1, **over: Any) -> dict[str, Any]:
     """A ``handoff.record`` body for a session where e1 became champion and passed its audit."""
     body = {
@@ -495,6 +558,19 @@ class Session:
         body, table = measured_resolution(self.ledger, target_id, **over)
         return self.run("resolution.record", body, artifacts=table)
 
+    def record_measured(self, body: dict[str, Any]) -> Any:
+        """Record ``body`` (a ``samples.record`` body) as measured samples (:func:`measured`), as
+        ``perfledger measure workload`` does: a formal stage's run is started first (R14).
+        Returns the samples' payload."""
+        readiness = self.state().targets[body["target_id"]].readiness
+        rule = compared(readiness) if readiness is not None else None
+        measured_body, table = measured(body, rule)
+        if body["stage"] in ("target", "final_audit"):
+            self.run("formal-run.start", {
+                "experiment_id": body["experiment_id"], "stage": body["stage"],
+                "samples_id": body["samples_id"], "protocol": WORKLOAD_PROTOCOL})  # fmt: skip
+        return self.run("samples.record", measured_body, artifacts=table)
+
     def screened(self, experiment_id: str = "e1", candidate: str = CAND1, **exp: Any) -> Session:
         """Create an experiment and record a passing-looking screen and its verdict."""
         self.run("experiment.create", experiment(experiment_id, candidate=candidate, **exp))
@@ -510,8 +586,7 @@ class Session:
                **pair_options: Any) -> Any:  # fmt: skip
         """Screen, then target samples with ``gain`` and their verdict; returns the verdict."""
         self.screened(experiment_id, candidate)
-        self.run(
-            "samples.record",
+        self.record_measured(  # R5: a champion comes only from samples perfledger measured
             samples(f"{experiment_id}-target", "target", experiment_id=experiment_id,
                     candidate=candidate, gain=gain, **pair_options),
         )  # fmt: skip

@@ -105,7 +105,10 @@ def resolution_refusal(
     cases = ", ".join(f"{c} {100 * r:.2f} % (ratio {r:.4f})" for c, r in sorted(per_case.items()))
     # what a "run" is, and its default, so the hint can be followed without reading --help
     if workload:
-        what = f"--runs N (A/A ABBA pairs per case; default 10, this A/A used {runs or 10})"
+        what = (
+            "--runs N (A/A ABBA pairs per case; default: a stopping rule from 10, more until "
+            f"the resolution is half the minimum effect, at most 60; this A/A used {runs or 10})"
+        )
     else:
         what = f"--runs N (A/A harness comparisons per case; default 5, this A/A used {runs or 5})"
     used = runs or (10 if workload else 5)

@@ -57,7 +57,7 @@ def current_handoff(
     if tid is None:
         raise BadRequest("no Target is frozen", hint=no_target_hint)
     if tid not in state.targets:
-        raise BadRequest(f"no Target {tid!r}")
+        raise BadRequest(f"no Target {tid!r}", hint="`perfledger status` lists the Targets")
     resume = resume_context(ledger, state, tid)
     return state, derive_handoff(state, tid, resume), resume
 

@@ -98,9 +98,15 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
         return body, {}
     driver = body.get("driver")
     if not isinstance(subject, str) or not subject:
-        raise BadRequest("original.subject must be the original's directory (a path)")
+        raise BadRequest(
+            "original.subject must be the original's directory (a path)",
+            hint='set original.subject to the original\'s code directory, e.g. "work/original"',
+        )
     if not isinstance(driver, dict) or not isinstance(driver.get("argv"), list):
-        raise BadRequest("original.subject needs a driver whose argv has a {subject} place")
+        raise BadRequest(
+            "original.subject needs a driver whose argv has a {subject} place",
+            hint='write the driver\'s argv with {subject} where the code directory goes, e.g. ["python", "{subject}/bench.py"]',
+        )
     if not declares_subject([str(w) for w in driver["argv"]]):
         raise BadRequest(
             "original.subject given, but the driver's argv declares no {subject} place",
@@ -109,7 +115,9 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     state = ledger.state()
     target = state.targets.get(body.get("target_id"))
     if target is None:
-        raise BadRequest(f"no Target {body.get('target_id')!r}")
+        raise BadRequest(
+            f"no Target {body.get('target_id')!r}", hint="`perfledger status` lists the Targets"
+        )
     taken = take(target.definition.scope, driver, subject)
     original["snapshot"] = msgspec.to_builtins(taken.snapshot)
     return {**body, "original": original}, artifacts_of(taken)
@@ -121,7 +129,10 @@ def _subject(target: Any, command: str, role: str) -> str:
     try:
         argv = shlex.split(command)
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the {role} command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the {role} command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     subject = subject_of(driver.argv, argv)
     if subject is None:
         raise refuse(
@@ -431,14 +442,20 @@ def resolve(ledger: Any, name: str) -> tuple[str, str, Snapshot]:
                 and state.samples[s[0].rsplit(":", 1)[0]].experiment_id == name]  # fmt: skip
         if mine:
             return mine[-1]
-        raise BadRequest(f"experiment {name!r} has no samples with a snapshot")
+        raise BadRequest(
+            f"experiment {name!r} has no samples with a snapshot",
+            hint="`perfledger experiment show ID` lists its samples; measure it with `perfledger measure workload` first",
+        )
     lowered = name.lower()
     if len(lowered) >= 8 and all(c in "0123456789abcdef" for c in lowered):
         digests = {s[2].digest: s for s in snaps if s[2].digest.startswith(lowered)}
         if len(digests) == 1:
             return next(iter(digests.values()))
         if len(digests) > 1:
-            raise BadRequest(f"snapshot prefix {name!r} is ambiguous: {sorted(digests)}")
+            raise BadRequest(
+                f"snapshot prefix {name!r} is ambiguous: {sorted(digests)}",
+                hint="give more characters of the snapshot's digest",
+            )
     raise BadRequest(
         f"no recorded snapshot {name!r}",
         hint="name a tree digest (`perfledger champion show` prints the champion's), a samples "

@@ -105,7 +105,10 @@ def bound_kernel_subjects(
                 "original.subject",
             )
         if spec_path is None:
-            raise BadRequest("pass --spec (a kernel spec with REFERENCE and CANDIDATE)")
+            raise BadRequest(
+                "pass --spec (a kernel spec with REFERENCE and CANDIDATE)",
+                hint="docs/code-identity.md: a Target bound to code measures directories (--dir, --ref/--cand), any other a --spec file",
+            )
         return None
     spec = kernel_spec(target)
     if spec_path is not None:
@@ -176,7 +179,8 @@ def original_kernel_directory(target: Any, spec_path: str | None, directory: str
         if directory is not None:
             raise BadRequest(
                 "--dir names a code directory, but the Target's readiness declares no {subject} "
-                "place; pass --spec"
+                "place; pass --spec",
+                hint="docs/code-identity.md: a Target bound to code measures directories (--dir, --ref/--cand), any other a --spec file",
             )
         return None
     spec = kernel_spec(target)
@@ -184,6 +188,7 @@ def original_kernel_directory(target: Any, spec_path: str | None, directory: str
         raise BadRequest(
             f"Target {target.definition.target_id!r} binds samples to code: pass --dir DIR (the "
             f"original's directory, holding {spec!r}) instead of --spec",
+            hint="docs/code-identity.md: a Target bound to code measures directories (--dir, --ref/--cand), any other a --spec file",
         )
     check_original_subject(target, directory, "A/A")
     return spec, _directory(target, directory)

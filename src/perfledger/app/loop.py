@@ -87,16 +87,25 @@ def precheck(state: Any, run_id: str, iteration: int, methods: Any, analysis: st
         the rule for a selection the deciders would refuse."""
 
     if not isinstance(methods, dict):
-        raise BadRequest("methods.json must be an object: axis -> {chosen, skipped}")
+        raise BadRequest(
+            "methods.json must be an object: axis -> {chosen, skipped}",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        )
     unknown = sorted(set(methods) - {"compute", "memory", "latency"})
     if unknown:
-        raise BadRequest(f"methods.json: unknown axis {', '.join(unknown)}")
+        raise BadRequest(
+            f"methods.json: unknown axis {', '.join(unknown)}",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        )
     selection = {}
     for axis, value in methods.items():
         try:
             selection[axis] = msgspec.convert(value, AxisSelectionModel)
         except msgspec.ValidationError as exc:
-            raise BadRequest(f"methods.json: {axis}.{condense(exc)}") from None
+            raise BadRequest(
+                f"methods.json: {axis}.{condense(exc)}",
+                hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+            ) from None
     run = loop_deciders._run(state, run_id)
     loop_deciders._open_iteration(run, iteration)
     loop_rules.r25_attempts_left(run, iteration)

@@ -95,7 +95,10 @@ def measure_baseline_of(
     test_set = readiness.test_set
     chosen = list(cases or []) or list(test_set.cases if test_set is not None else [])
     if not chosen:
-        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        raise BadRequest(
+            "no test cases: pass --case or name them in the readiness's test set",
+            hint="pass --case NAME, or record readiness whose test_set names its cases",
+        )
     check_cases(chosen, test_set, "--case")
     env = environment_payload()
     check_environment(env, {"readiness_environment_id": readiness.environment_id})
@@ -201,7 +204,10 @@ def _measure(
     try:
         subject = Subject("original", shlex.split(cmd))
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     # an {output} place gets a fresh private path per call, {seed} a fresh seed: as measure does
     declares = outputs.declares_output(subject.argv)
     seeded = declares or any(outputs.SEED_PLACEHOLDER in a for a in subject.argv)

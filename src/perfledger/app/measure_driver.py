@@ -97,11 +97,13 @@ def run_driver(
     accuracy: dict[str, Any] | None = None,
     before_call: Any = None,
     copies: Any = None,
+    more_pairs: Any = None,
 ) -> Any:
     """Run the driver on the two commands (``progress``: shown per call, as
     :data:`perfledger.app.measure_baseline.Progress`); with ``copies`` (:func:`subject_copies`, a snapshot
     Target), each subject runs from its read-only copy instead, guarded before every call and
-    after the run (R11, :class:`perfledger.kernels.workload.subject_copy.CopyGuard`)."""
+    after the run (R11, :class:`perfledger.kernels.workload.subject_copy.CopyGuard`);
+    ``more_pairs``: a stopping rule (``run_pairs``'s)."""
 
     try:
         if copies is None:
@@ -111,7 +113,10 @@ def run_driver(
             ref = Subject("ref", copies.argvs["ref"], env=copies.copies["ref"].env)
             cand = Subject("cand", copies.argvs["cand"], env=copies.copies["cand"].env)
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
     # R11: start-up files of the subjects' Python (.pth, sitecustomize) unchanged before each call
     startup = StartupWatch([ref.argv, cand.argv])
 
@@ -136,6 +141,7 @@ def run_driver(
             before_call=checks,
             subject_roots=None if copies is None else copies.roots,
             extra_settings=None if copies is None else copies.settings,
+            more_pairs=more_pairs,
         )
     if copies is not None:
         copies.guard(None)  # the last call's report and both copies, after the run

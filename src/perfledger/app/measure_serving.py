@@ -54,7 +54,8 @@ def serving_metrics(
             if unit not in UNITS_PER_SECOND:
                 raise BadRequest(
                     f"metric {name!r} ({kind}) is a time; its unit {unit!r} is not one of "
-                    f"{sorted(UNITS_PER_SECOND)}"
+                    f"{sorted(UNITS_PER_SECOND)}",
+                    hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
                 )
             metrics[name] = (kind, UNITS_PER_SECOND[unit])
         else:
@@ -96,18 +97,23 @@ def serving_cases(
     if line_cases:
         # the request lines name their cases: one recorded pair per window pair and case
         if case is not None:
-            raise BadRequest("the request set's lines name their cases; drop --case")
+            raise BadRequest(
+                "the request set's lines name their cases; drop --case",
+                hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+            )
         if any(metrics[n][0] in PER_WINDOW_KINDS for n in metrics):
             raise BadRequest(
                 "a window's throughput is not split by case: with a `case` on every request "
-                "line, measure per-request metrics only (or one case a run, with --case)"
+                "line, measure per-request metrics only (or one case a run, with --case)",
+                hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
             )
         cases = check_cases(line_cases, info["test_set"], "the request set's `case`")
     else:
         if case is None:
             if len(info["cases"]) != 1:
                 raise BadRequest(
-                    f"name the test case with --case (the readiness lists {info['cases']})"
+                    f"name the test case with --case (the readiness lists {info['cases']})",
+                    hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
                 )
             case = info["cases"][0]
         check_cases([case], info["test_set"], "--case")

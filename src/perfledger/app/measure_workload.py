@@ -28,6 +28,7 @@ their home is being reworked (issue 34's code identity), so this module does not
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,12 +64,14 @@ from perfledger.kernels.workload.startup_surface import (
 )
 from perfledger.kernels.workload.worker import (
     Worker,
+    WorkerRun,
     WorkerSubject,
     new_seed,
     observed_values,
     run_pairs,
 )
 from perfledger.ledger.base import Artifact
+from perfledger.projections.verdict_cases import aa_resolution
 from perfledger.projections.verdicts import Pair
 
 
@@ -534,17 +537,111 @@ def measure_original(
     return rows, body
 
 
+#: The workload A/A's stopping rule (R4) when no ``--runs`` is given: :data:`AA_START_PAIRS`
+#: ABBA pairs per case first, then more until the resolution is at most :data:`AA_TARGET_SHARE`
+#: of the Target's minimum effect, or :data:`AA_MAX_PAIRS` pairs per case ran. Every pair run is
+#: kept (the table holds them all; the recorded figures derive from all of them).
+AA_START_PAIRS = 10
+AA_MAX_PAIRS = 60
+AA_TARGET_SHARE = 0.5
+#: The fewest pairs per case one more block of the stopping rule adds.
+AA_MIN_BLOCK = 5
+
+
+def aa_figures(target: Any, valid: list[Pair]) -> tuple[float, dict[str, float]]:
+    """The A/A figures of ``valid`` pairs as the Target's verdicts derive them (its statistic,
+    aggregation, resamples and confidence): ``(resolution, per case)`` (R4).
+    Raises: ValueError as :func:`~perfledger.projections.verdict_cases.aa_resolution`."""
+    primary = target.definition.primary
+    stats = target.readiness.statistics if target.readiness is not None else None
+    options: dict[str, Any] = (
+        {"aggregation": stats.aggregation, "resamples": stats.resamples,
+         "confidence": stats.confidence}
+        if stats is not None else {}
+    )  # fmt: skip
+    return aa_resolution(valid, direction=primary.direction, statistic=primary.statistic,
+                         **options)  # fmt: skip
+
+
+def aa_pairs_to_add(target: Any, valid: list[Pair], ran: int) -> int:
+    """The stopping rule of a workload A/A (see :data:`AA_START_PAIRS`): after ``ran`` pairs
+    per case whose ``valid`` ones are given, the pairs per case still to run: none once the
+    resolution is at most :data:`AA_TARGET_SHARE` of the minimum effect (or the cap is
+    reached, or a case has too few valid pairs to derive one); else enough that the CI, which
+    narrows about as 1/sqrt(pairs), should reach it, at least :data:`AA_MIN_BLOCK`."""
+    if ran >= AA_MAX_PAIRS:
+        return 0
+    try:
+        resolution, _ = aa_figures(target, valid)
+    except ValueError:
+        return 0  # too few valid pairs: the caller says why, more pairs would not help
+    goal = AA_TARGET_SHARE * target.definition.min_effect
+    if resolution <= goal:
+        return 0
+    wanted = math.ceil(ran * (resolution / goal) ** 2)
+    return min(AA_MAX_PAIRS - ran, max(AA_MIN_BLOCK, wanted - ran))
+
+
+def aa_more_pairs(target: Any, cases: list[str]) -> Callable[[list[dict[str, Any]]], int]:
+    """:func:`aa_pairs_to_add` as the worker protocol's ``run_pairs(more_pairs=...)``: from
+    the rows so far."""
+
+    def more(rows: list[dict[str, Any]]) -> int:
+        run = WorkerRun(rows, {}, {})
+        ran = max((sum(1 for r, _c in run.pairs() if r["case"] == c) for c in cases), default=0)
+        return aa_pairs_to_add(target, _valid_aa_pairs(run, target.definition.primary.name), ran)
+
+    return more
+
+
+def aa_more_driver_pairs(target: Any, cases: list[str]) -> Callable[[list[Any]], int]:
+    """:func:`aa_pairs_to_add` as the command driver's ``run_pairs(more_pairs=...)``: from the
+    :class:`~perfledger.kernels.workload.driver.PairResult` list so far (a pair counts where
+    both calls ran, were correct and reported the primary)."""
+    metric = target.definition.primary.name
+
+    def more(pairs: list[Any]) -> int:
+        valid = [
+            Pair(p.case, tuple(p.ref.metrics[metric]), tuple(p.cand.metrics[metric]))
+            for p in pairs
+            if p.usable and p.ref.correct and p.cand.correct
+            and p.ref.metrics.get(metric) and p.cand.metrics.get(metric)
+        ]  # fmt: skip
+        ran = max((sum(1 for p in pairs if p.case == c) for c in cases), default=0)
+        return aa_pairs_to_add(target, valid, ran)
+
+    return more
+
+
+def aa_stopping_rule(target: Any, pairs_per_case: int) -> dict[str, Any]:
+    """What an A/A's stopping rule ran, as its settings record it (R4)."""
+    return {
+        "start_pairs": AA_START_PAIRS, "max_pairs": AA_MAX_PAIRS,
+        "until_resolution_at_most": AA_TARGET_SHARE * target.definition.min_effect,
+        "pairs_per_case": pairs_per_case,
+    }  # fmt: skip
+
+
+def _valid_aa_pairs(run: Any, metric: str) -> list[Pair]:
+    return [
+        Pair(r["case"], tuple(r["metrics"][metric]), tuple(c["metrics"][metric]))
+        for r, c in run.pairs()
+        if r["correct"] and c["correct"]
+    ]
+
+
 def observed_aa(
     command: str,
     *,
     target: Any,
     cases: list[str],
-    runs: int,
+    runs: int | None,
     timeout_s: float = 600.0,
     on_call: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[Any], list[str], Any]:
     """The original against itself under the worker protocol (R4's A/A of an observed
-    primary): ``runs`` ABBA pairs per case, every output judged against the other's of the pair.
+    primary): ``runs`` ABBA pairs per case (None: the stopping rule of :func:`aa_more_pairs`,
+    from :data:`AA_START_PAIRS`), every output judged against the other's of the pair.
 
     Returns: ``(valid pairs as projections.verdicts.Pair, notes, the WorkerRun)``; a pair whose
     outputs differ is left out and said so (a workload that is not deterministic on one seed).
@@ -568,15 +665,13 @@ def observed_aa(
         ) from None
     run = run_pairs(
         WorkerSubject("ref", argv), WorkerSubject("cand", argv), cases=cases,
-        pairs_per_case=runs, accuracy=accuracy, units=units, timeout_s=timeout_s,
-        on_call=on_call,
+        pairs_per_case=runs or AA_START_PAIRS, accuracy=accuracy, units=units,
+        timeout_s=timeout_s, on_call=on_call,
+        more_pairs=aa_more_pairs(target, cases) if runs is None else None,
     )  # fmt: skip
-    metric = target.definition.primary.name
-    valid = [
-        Pair(r["case"], tuple(r["metrics"][metric]), tuple(c["metrics"][metric]))
-        for r, c in run.pairs()
-        if r["correct"] and c["correct"]
-    ]
+    if runs is None:  # what ran: the rule, and the pairs it took (R4)
+        run.settings["stopping_rule"] = aa_stopping_rule(target, run.settings["pairs_per_case"])
+    valid = _valid_aa_pairs(run, target.definition.primary.name)
     unequal = [c for r, c in run.pairs() if r["correct"] and not c["correct"]]
     notes = (
         [
@@ -594,6 +689,11 @@ __all__ = [
     "IdentityEdge",
     "MeasureWorkload",
     "MeasuredWorkload",
+    "aa_figures",
+    "aa_more_driver_pairs",
+    "aa_more_pairs",
+    "aa_pairs_to_add",
+    "aa_stopping_rule",
     "measure_original",
     "measure_workload",
     "observed_aa",

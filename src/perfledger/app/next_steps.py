@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfledger.commands.registry import operations
-from perfledger.commands.workflow import rules
+from perfledger.commands.workflow import formal_runs, rules
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
-from perfledger.projections.handoff import NextDecision, next_decisions
+from perfledger.projections.handoff import NextDecision, next_decisions, reviewed
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 #: The actor named in dry-run decisions (nothing is appended).
@@ -51,9 +51,11 @@ def dry_decide(
     body: dict[str, Any],
     payload_of: Callable[[str], Any] | None,
     starting_run: str | None = None,
+    actor_of: Callable[[str], str] | None = None,
 ) -> RuleRefused | BadRequest | None:
     """Run operation ``op``'s real decider on ``state`` with ``body``, appending nothing
-    (``starting_run``: the samples id of a formal run the caller starts first, R14).
+    (``starting_run``: the samples id of a formal run the caller starts first, R14;
+    ``actor_of``: event id -> its appender, where a rule asks who recorded an event, R17).
 
     Returns: None when the decider accepts it (or reaches derivation, R12), else the refusal
         (RuleRefused) or BadRequest it raised. Never raises for a refusal.
@@ -67,6 +69,7 @@ def dry_decide(
         payload_of=payload_of,
         derive=_stop_at_derivation,
         starting_run=starting_run,
+        actor_of=actor_of,
     )
     try:
         model = operations.validate(op, body)
@@ -95,6 +98,14 @@ def _probe(
     if d.op == "reconcile":
         return {"experiment_id": d.about, "premise": "scope", "explanation": PLACEHOLDER,
                 "corrected_model": {"description": PLACEHOLDER}}  # fmt: skip
+    if d.op == "review.record":
+        view = state.samples.get(d.about or "")
+        if view is None:
+            return None
+        return {"review_id": fresh_id(f"rv-{view.samples_id}", state.reviews.reviews),
+                "reviewer": PLACEHOLDER, "model_family": PLACEHOLDER, "subject": "other",
+                "subject_event": view.event_id, "challenge": PLACEHOLDER,
+                "response": PLACEHOLDER, "dissent_remains": False}  # fmt: skip
     if d.op == "handoff.record":
         return handoff_body
     return None
@@ -123,32 +134,35 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
         rules.r4_baseline_and_resolution(target)
     elif d.op == "samples.record":
         _gate_samples(state, target, d.about)
-    elif d.op == "activity.explain" and (
-        d.about in state.verdicts or d.about in state.final_audits
-    ):
-        raise rules.refuse(
-            "R17",
-            f"the verdict of samples {d.about!r} is already recorded",
-            "read it with `perfledger verdict explain ID`; new samples get a verdict of their own",
-        )
+    elif d.op == "activity.explain":
+        if d.about in state.verdicts or d.about in state.final_audits:
+            raise rules.refuse(
+                "R17",
+                f"the verdict of samples {d.about!r} is already recorded",
+                "read it with `perfledger verdict explain ID`; new samples get a verdict of "
+                "their own",
+            )
+        if not reviewed(state, d.about or ""):
+            raise rules.refuse(
+                "R17",
+                f"no review of samples {d.about!r} is recorded: an explanation cites one",
+                "another actor records `perfledger review record` of the samples first",
+            )
 
 
 def _gate_samples(state: WorkflowState, target: TargetView, experiment_id: str | None) -> None:
-    """``samples.record``'s preconditions for the next stage of ``experiment_id``."""
+    """``samples.record``'s preconditions for the next stage of ``experiment_id``
+    (:func:`~perfledger.commands.workflow.formal_runs.formal_stage_preconditions`, under the
+    current rules): the champion's final audit, the target stage after a screen, else a
+    screen."""
     rules.r1_target_current(state, target.definition.target_id)
-    rules.r2_ready(target)
-    rules.r3_metric_audited(target)
-    rules.r4_baseline_and_resolution(target)
     experiment = state.experiments.get(experiment_id or "")
-    if experiment is None:
-        return
-    rules.r15_not_rejected(state, experiment.created.experiment_id)
-    if target.champion == experiment_id:
-        return  # final-audit samples of the champion
-    if experiment.samples.get("screen"):  # the next stage is the target stage
-        rules.r11_screen_before_target(state, experiment.created.experiment_id)
-        assert target.resolution is not None
-        rules.r8_formal_stage_allowed(experiment, target.resolution_in_force.resolution)
+    stage = "screen"
+    if experiment is not None and target.champion == experiment_id:
+        stage = "final_audit"
+    elif experiment is not None and experiment.samples.get("screen"):
+        stage = "target"
+    formal_runs.formal_stage_preconditions(state, target, experiment_id, stage, one_result=True)
 
 
 def allowed_decisions(
@@ -158,8 +172,9 @@ def allowed_decisions(
     handoff_body: dict[str, Any] | None = None,
 ) -> list[NextDecision]:
     """The next decisions on ``target_id`` that the rules accept on this state (see the module
-    docstring), most urgent first. A champion selection refused as stale (R11) is replaced by
-    target-stage samples of that experiment against the current champion.
+    docstring), most urgent first. A champion selection refused as stale (R11), or as resting
+    on samples recorded from outside (R5), is replaced by target-stage samples of that
+    experiment measured against the current champion.
 
     Args:
         state: the folded state at the head.
@@ -189,11 +204,17 @@ def allowed_decisions(
                 _gate(state, target, d)
         except (RuleRefused, BadRequest) as exc:
             experiment_id = _experiment_of(state, d)
-            if d.op == "champion.select" and getattr(exc, "rule", None) == "R11" and experiment_id:
+            rule = getattr(exc, "rule", None)
+            if d.op == "champion.select" and rule in ("R11", "R5") and experiment_id:
+                why = (
+                    "is stale (its reference is no longer the current champion): target-stage "
+                    "samples against the current champion"
+                    if rule == "R11"
+                    else "rests on samples recorded from outside perfledger: target-stage "
+                    "samples measured by perfledger"
+                )
                 stale = NextDecision(op="samples.record", why=f"{experiment_id}'s passed result "
-                                     "is stale (its reference is no longer the current champion):"
-                                     " target-stage samples against the current champion",
-                                     rule="R11", about=experiment_id)  # fmt: skip
+                                     f"{why}", rule=rule, about=experiment_id)  # fmt: skip
                 if _accepted_gate(state, target, stale):
                     out.append(stale)
             elif (
@@ -262,9 +283,30 @@ def obligations(state: WorkflowState, target_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def fresh_id(base: str, taken: Any) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first not in ``taken``."""
+    n, found = 1, base
+    while found in taken:
+        n += 1
+        found = f"{base}-{n}"
+    return found
+
+
 def _experiment_of(state: WorkflowState, d: NextDecision) -> str | None:
     view = state.samples.get(d.about or "")
     return view.experiment_id if view is not None else None
+
+
+def gate_refusal(
+    state: WorkflowState, target: TargetView, d: NextDecision
+) -> RuleRefused | BadRequest | None:
+    """The refusal of ``d``'s preconditions on ``target`` (an operation that needs the
+    caller's data, decided up to reading it), or None when they hold."""
+    try:
+        _gate(state, target, d)
+    except (RuleRefused, BadRequest) as exc:
+        return exc
+    return None
 
 
 def _accepted_gate(state: WorkflowState, target: TargetView, d: NextDecision) -> bool:

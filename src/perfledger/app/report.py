@@ -468,7 +468,7 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
 
     state = ledger.state()
     if target_id is not None and target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     timeline: list[tuple[str, str, str, str]] = []
     for event in ledger.events():
         envelope = event.envelope
@@ -482,5 +482,7 @@ def build_report(ledger: Any, path: str, *, target_id: str | None = None) -> dic
         with open(path, "wb") as handle:
             handle.write(data)
     except OSError as exc:
-        raise BadRequest(f"cannot write {path!r}: {exc.strerror}") from None
+        raise BadRequest(
+            f"cannot write {path!r}: {exc.strerror}", hint="name a writable path"
+        ) from None
     return {"path": os.path.abspath(path), "bytes": len(data), "plots": plots}

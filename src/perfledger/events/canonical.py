@@ -23,6 +23,10 @@ from perfledger.events.limits import INT_MAX, INT_MIN
 _REFUSED_TYPES: tuple[type, ...] = ()
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "only JSON values are stored: strings, finite numbers, booleans, null, lists and objects with string keys"
+
+
 def _refused_types() -> tuple[type, ...]:
     """Types msgspec would coerce to strings; imported on first use (decimal and uuid are not
     needed by commands that never encode)."""
@@ -127,7 +131,7 @@ def to_canonical_value(value: Any) -> Any:
         # never guesses an encoding, and a bytes key could otherwise collide with a str key.
         builtins = msgspec.to_builtins(value, order="sorted", builtin_types=_refused_types())
     except (TypeError, ValueError) as exc:
-        raise CanonicalEncodingError(f"value cannot be encoded: {exc}") from None
+        raise CanonicalEncodingError(f"value cannot be encoded: {exc}", hint=_HINT) from None
     _check(builtins, "$")
     return builtins
 

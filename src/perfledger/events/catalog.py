@@ -36,6 +36,10 @@ _COMPARE = {
 }
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "a method catalog is TOML like the shipped src/perfledger/events/catalog_default.toml (docs/loop.md)"
+
+
 def content_hash(text: str) -> str:
     """Return ``blake3:<hex>`` of ``text`` encoded as UTF-8 (kernels, references, catalogs)."""
     return "blake3:" + blake3.blake3(text.encode("utf-8")).hexdigest()
@@ -57,16 +61,17 @@ def parse_catalog(text: str, *, source: str = "catalog") -> tuple[Catalog, str]:
         with a single method, an axis without methods, a bad comparison.
     """
     if len(text.encode("utf-8")) > MAX_CATALOG_BYTES:
-        raise BadRequest(f"{source}: larger than {MAX_CATALOG_BYTES} bytes")
+        raise BadRequest(f"{source}: larger than {MAX_CATALOG_BYTES} bytes", hint=_HINT)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadRequest(f"{source}: not valid TOML: {exc}") from None
+        raise BadRequest(f"{source}: not valid TOML: {exc}", hint=_HINT) from None
     for entry in data.get("methods", []) if isinstance(data.get("methods"), list) else []:
         if isinstance(entry, dict) and entry.get("axis") not in AXES:
             raise BadRequest(
                 f"{source}: method {entry.get('id')!r}: unknown axis {entry.get('axis')!r} "
-                f"(axes: {', '.join(AXES)})"
+                f"(axes: {', '.join(AXES)})",
+                hint=_HINT,
             )
     try:
         catalog = msgspec.convert(data, Catalog, strict=True)
@@ -93,7 +98,7 @@ def validate_catalog(catalog: Catalog, *, source: str = "catalog") -> None:
     """
 
     def bad(message: str) -> BadRequest:
-        return BadRequest(f"{source}: {message}")
+        return BadRequest(f"{source}: {message}", hint=_HINT)
 
     for feature in catalog.features:
         if not _NAME.match(feature):

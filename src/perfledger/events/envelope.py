@@ -41,6 +41,10 @@ _KEY = re.compile(r"^[\x21-\x7e]{1,200}\Z")
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\Z")
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "perfledger writes envelopes within these limits (docs/storage.md gives the format); what you pass (--actor, --idempotency-key, artifact names) must fit it too"
+
+
 class ArtifactRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A file attached to an event, stored as the blob ``artifacts/<blake3>`` in its commit tree.
 
@@ -92,7 +96,7 @@ _envelope_decoder = msgspec.json.Decoder(Envelope)
 def format_ts(moment: datetime) -> str:
     """Format an aware datetime as the envelope's UTC timestamp string (microseconds, ``Z``)."""
     if moment.tzinfo is None:
-        raise BadRequest("timestamp must be timezone-aware")
+        raise BadRequest("timestamp must be timezone-aware", hint=_HINT)
     m = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
     # the same text as ``isoformat(timespec="microseconds")`` of the naive UTC time, in half
     # the time (it runs once per appended event)
@@ -104,7 +108,9 @@ def format_ts(moment: datetime) -> str:
 def parse_ts(ts: str) -> datetime:
     """Parse an envelope timestamp; raises BadRequest when it is not in the canonical form."""
     if not _TS.match(ts):
-        raise BadRequest(f"timestamp {ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+        raise BadRequest(
+            f"timestamp {ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ", hint=_HINT
+        )
     return datetime.fromisoformat(ts)
 
 
@@ -132,21 +138,21 @@ def validate_envelope_fields(envelope: Envelope) -> None:
     Raises: BadRequest naming the field.
     """
     if not _HEX64.match(envelope.id):
-        raise BadRequest(f"event id {envelope.id!r} is not 64 lowercase hex characters")
+        raise BadRequest(f"event id {envelope.id!r} is not 64 lowercase hex characters", hint=_HINT)
     for parent in envelope.parents:
         if not _HEX64.match(parent):
-            raise BadRequest(f"parent id {parent!r} is not 64 lowercase hex characters")
+            raise BadRequest(f"parent id {parent!r} is not 64 lowercase hex characters", hint=_HINT)
     if len(set(envelope.parents)) != len(envelope.parents):
-        raise BadRequest("parents contain a duplicate id")
+        raise BadRequest("parents contain a duplicate id", hint=_HINT)
     if list(envelope.parents) != sorted(envelope.parents):
-        raise BadRequest("parents must be sorted")
+        raise BadRequest("parents must be sorted", hint=_HINT)
     if envelope.lamport < 1:
-        raise BadRequest(f"lamport {envelope.lamport} must be >= 1")
+        raise BadRequest(f"lamport {envelope.lamport} must be >= 1", hint=_HINT)
     if envelope.schema < 1:
-        raise BadRequest(f"schema version {envelope.schema} must be >= 1")
+        raise BadRequest(f"schema version {envelope.schema} must be >= 1", hint=_HINT)
     if not _TS.match(envelope.ts):
         raise BadRequest(
-            f"timestamp {envelope.ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ"
+            f"timestamp {envelope.ts!r} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ", hint=_HINT
         )
     validate_draft_fields(
         envelope.actor,
@@ -170,7 +176,8 @@ def validate_draft_fields(
         shown = repr(actor)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise BadRequest(
-            f"actor {shown} must be 1-200 characters without '<', '>' or control characters"
+            f"actor {shown} must be 1-200 characters without '<', '>' or control characters",
+            hint=_HINT,
         )
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not _KEY.match(idempotency_key)
@@ -178,13 +185,15 @@ def validate_draft_fields(
         shown = repr(idempotency_key)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise BadRequest(
-            f"idempotency key {shown} must be 1-200 printable ASCII characters without spaces"
+            f"idempotency key {shown} must be 1-200 printable ASCII characters without spaces",
+            hint=_HINT,
         )
     for name, (digest, size, media_type) in artifacts.items():
         if not isinstance(name, str) or not _ARTIFACT_NAME.match(name):
             raise BadRequest(
                 f"artifact name {name!r} must be 1-200 characters of letters, digits, '._+-', "
-                "starting with a letter or digit"
+                "starting with a letter or digit",
+                hint=_HINT,
             )
         if (
             not _HEX64.match(digest)
@@ -192,7 +201,7 @@ def validate_draft_fields(
             or not isinstance(media_type, str)
             or not media_type
         ):
-            raise BadRequest(f"artifact {name!r} has a malformed reference")
+            raise BadRequest(f"artifact {name!r} has a malformed reference", hint=_HINT)
 
 
 def encode_envelope(envelope: Envelope) -> bytes:
@@ -209,19 +218,24 @@ def decode_envelope(data: bytes) -> Envelope:
     """
     problem = event_size_problem(len(data))
     if problem is not None:
-        raise BadRequest(f"event.json is outside the storage format's limits: {problem}")
+        raise BadRequest(
+            f"event.json is outside the storage format's limits: {problem}", hint=_HINT
+        )
     try:
         envelope = _envelope_decoder.decode(data)
     except RecursionError:  # msgspec's own guard, far above MAX_DEPTH
         raise BadRequest(
             f"event.json is outside the storage format's limits: it nests deeper than "
-            f"{MAX_DEPTH} levels"
+            f"{MAX_DEPTH} levels",
+            hint=_HINT,
         ) from None
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"event.json does not decode as an envelope: {exc}") from None
+        raise BadRequest(f"event.json does not decode as an envelope: {exc}", hint=_HINT) from None
     problem = envelope_shape_problem(data, envelope)
     if problem is not None:
-        raise BadRequest(f"event.json is outside the storage format's limits: {problem}")
+        raise BadRequest(
+            f"event.json is outside the storage format's limits: {problem}", hint=_HINT
+        )
     return envelope
 
 

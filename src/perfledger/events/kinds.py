@@ -20,6 +20,10 @@ from perfledger.events.kindspec import _REGISTRY, KindSpec, register_kind
 _WORKFLOW_LOADED = False
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "the payload must fit its kind's schema: a request's is shown by `perfledger schema OP`"
+
+
 def _ensure_workflow_kinds() -> None:
     """Register the workflow's, the loop's and the review's kinds (:mod:`perfledger.events.vocabulary`)
     on first use: commands that never decode a workflow payload (``log``, ``--version``) do not
@@ -73,7 +77,7 @@ def validate_payload(kind: str, payload: Any) -> tuple[Any, dict[str, Any]]:
         try:
             struct = msgspec.convert(payload, spec.payload_type, strict=True)
         except msgspec.ValidationError as exc:
-            raise BadRequest(f"{kind} payload does not fit its schema: {exc}") from exc
+            raise BadRequest(f"{kind} payload does not fit its schema: {exc}", hint=_HINT) from exc
     result = msgspec.to_builtins(struct)
     assert isinstance(result, dict)
     return struct, result

@@ -752,6 +752,12 @@ class SamplesRecorded(_Payload, kw_only=True):
     #: None only in samples recorded before provenance was kept (schema 1)
     provenance: Provenance | None = None
     implausible: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+    #: derived (schema :data:`R11_REFERENCE_WATCHED` on): test case -> ``reference``,
+    #: ``baseline`` (the primary's medians, its unit), ``slower_by`` and ``bound`` (relative),
+    #: for each case of a formal stage whose reference (the original) ran slower than its
+    #: baseline by more than the bound; unset (not encoded, so older events hash as before)
+    #: when none did
+    reference_slowed: dict[str, dict[str, float]] | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- verdicts (R12)
@@ -971,6 +977,10 @@ class FinalAuditRecorded(_Payload, kw_only=True):
     samples_provenance: str | None = None
     #: the primary's unit (the per-case figures' unit); None before schema 2
     unit: str | None = None
+    #: R14 (schema :data:`R14_FINAL_AUDIT_OWES` on): the primary's CI lies wholly outside the
+    #: champion's claimed interval, and a reconciliation is owed; unset (not encoded, so older
+    #: states hash as before) before that schema
+    contradicts_claim: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class HostAdviceRecorded(_Payload, kw_only=True):
@@ -1175,6 +1185,10 @@ R11_CANDIDATE_SNAPSHOT = 6
 #: obligations, open experiments) and refuses a handoff whose lists contradict it, or whose free
 #: text states a figure (R18); handoffs recorded before keep the old checks.
 R18_LEDGER_FILLED = 3
+#: The ``HandoffRecorded`` schema version from which a ``stop_reason`` whose words say the
+#: primary was (or was not) achieved must agree with the ledger's ``primary_achieved`` (R18);
+#: handoffs recorded before keep their free text unchecked.
+R18_STOP_REASON_AGREES = 4
 #: Widest accepted interval (R14): ``(1 + high) / (1 + low)`` at most this (a ratio of speedups).
 R14_MAX_SPAN = 4.0
 #: The ``ExperimentCreated`` schema version from which "improvement" has one meaning (R7, R12,
@@ -1340,6 +1354,12 @@ R4_MEASURED_RESOLUTION = 3
 #: resolution cannot pass (R4, R12); events recorded before are re-derived without it.
 R4_MEASURED_RESOLUTION_VERDICT = 6
 R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
+#: The ``FinalAuditRecorded`` schema version from which a final audit whose primary CI lies
+#: wholly outside the champion's claimed interval (below or above) owes a reconciliation, as a
+#: target-stage result does (R14): a prediction wrong either way is reconciled. Only where the
+#: claim and the audit measure the same thing: the champion's target stage was measured
+#: against the original. Final audits recorded before owe nothing.
+R14_FINAL_AUDIT_OWES = 10
 #: The ``SamplesRecorded`` schema version (``ActivityExplained`` :data:`R17_NO_TYPED_EXPLANATION`;
 #: ``VerdictRecorded`` and ``FinalAuditRecorded`` from :data:`R4_MEASURED_RESOLUTION_VERDICT` and
 #: :data:`R4_MEASURED_RESOLUTION_FINAL_AUDIT`) from which an ``explained`` text typed into a
@@ -1348,6 +1368,55 @@ R4_MEASURED_RESOLUTION_FINAL_AUDIT = 7
 #: another actor) may explain it. Events recorded before keep the typed explanation's meaning.
 R17_SAMPLES_TYPED_EXPLANATION_IGNORED = 12
 R17_NO_TYPED_EXPLANATION = 3
+#: The ``ChampionSelected`` schema version from which a champion comes only from target-stage
+#: samples perfledger measured (R5, R13; provenance ``perfledger`` with its raw table): samples
+#: recorded from outside (``allow_outside_samples``, or no provenance) are recorded and shown,
+#: labelled as outside, and never make a champion; selections recorded before are re-checked
+#: without it.
+R5_MEASURED_CHAMPION = 5
+#: The ``FinalAuditRecorded`` schema version from which a final audit on samples recorded from
+#: outside cannot pass (R5, R13): a pass is recorded ``inconclusive`` with a note naming the
+#: measuring command; final audits recorded before are re-derived without it.
+R5_MEASURED_FINAL_AUDIT = 8
+#: The ``ReadinessRecorded`` schema version from which readiness refuses a Target any of whose
+#: declared metrics (primary, guardrails, secondaries) is in a unit outside the closed
+#: vocabulary (R1, :mod:`perfledger.events.units`; a Target frozen before
+#: :data:`R1_KNOWN_UNITS` may hold one), listing the known units; readiness recorded before is
+#: re-checked without it.
+R1_KNOWN_UNITS_READINESS = 5
+#: No optional stopping (R13, R14): the evidence for a champion accounts for every formal
+#: result of its code. From ``FormalRunStarted`` schema 2 and ``SamplesRecorded`` schema 13 an
+#: experiment has one formal result per stage (a second target-stage run only re-measures a
+#: passed result whose reference is no longer current; a champion gets one final audit), a
+#: started run that never recorded samples counting as its failed result
+#: (:func:`perfledger.commands.workflow.formal_runs.r14_one_result_per_stage`); from
+#: ``ExperimentCreated`` schema 8 a candidate whose code (content hash) already had a formal
+#: result other than a pass on its Target is refused; from ``ChampionSelected`` schema 6 no
+#: champion is selected while its code has such a result anywhere in the (merged) history, and
+#: a selection synced in from another clone that had not seen one is a conflict
+#: (``unaccounted_champion``); from ``FinalAuditRecorded`` schema 9 a champion's second final
+#: audit (only a sync makes one) is refused, and when synced in, the worse status stands.
+#: Events recorded before are re-decided without these rules.
+R14_ONE_FORMAL_RUN = 2
+R14_ONE_RESULT_SAMPLES = 13
+R14_CODE_RESULTS_EXPERIMENT = 8
+R14_CODE_RESULTS_CHAMPION = 6
+R13_ONE_FINAL_AUDIT = 9
+#: The ``SamplesRecorded`` schema version (``VerdictRecorded`` :data:`R11_REFERENCE_WATCHED_VERDICT`,
+#: ``FinalAuditRecorded`` :data:`R13_ONE_FINAL_AUDIT`) from which the reference is watched
+#: too (R11): in a formal stage whose reference is the original, each case's reference figure
+#: is compared with the original's measured baseline; a reference slower than its baseline by
+#: more than the A/A and baseline prediction bound is flagged on the samples
+#: (``reference_slowed``), and a verdict or final audit of flagged samples is ``inconclusive``
+#: (the comparison is invalid: something made the reference slower) with the figures in its
+#: reason. Events recorded before are decided without it.
+R11_REFERENCE_WATCHED = 13
+R11_REFERENCE_WATCHED_VERDICT = 8
+R11_REFERENCE_WATCHED_FINAL_AUDIT = 9
+#: The ``VerdictRecorded`` schema version from which a target-stage result that did not pass,
+#: of the current champion's code, folded after its selection (only a sync orders one so) is an
+#: ``unaccounted_champion`` conflict (R14, :data:`R14_CODE_RESULTS_CHAMPION`).
+R14_UNACCOUNTED_VERDICT = 8
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1383,7 +1452,11 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: ``ResolutionEstimated``, 6 of ``VerdictRecorded`` and 7 of ``FinalAuditRecorded`` take only
 #: a measured resolution (:data:`R4_MEASURED_RESOLUTION`); with version 12 of
 #: ``SamplesRecorded`` and 3 of ``ActivityExplained``, a typed explanation in samples explains
-#: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`).
+#: nothing (:data:`R17_SAMPLES_TYPED_EXPLANATION_IGNORED`). Version 5 of ``ChampionSelected``
+#: and 8 of ``FinalAuditRecorded`` take only samples perfledger measured
+#: (:data:`R5_MEASURED_CHAMPION`, :data:`R5_MEASURED_FINAL_AUDIT`); version 5 of
+#: ``ReadinessRecorded`` refuses a Target with a unit outside the vocabulary
+#: (:data:`R1_KNOWN_UNITS_READINESS`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1394,10 +1467,23 @@ SCHEMA_VERSIONS = {
         R12_PLAUSIBLE_RATIO,
         RANGES_SAMPLES,
         R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
+        R14_ONE_RESULT_SAMPLES,
+        R11_REFERENCE_WATCHED,
     ),
-    "VerdictRecorded": max(R12_EVERY_CASE, R14_TRUE_NOTE, R4_MEASURED_RESOLUTION_VERDICT),
+    "VerdictRecorded": max(
+        R12_EVERY_CASE,
+        R14_TRUE_NOTE,
+        R4_MEASURED_RESOLUTION_VERDICT,
+        R11_REFERENCE_WATCHED_VERDICT,
+        R14_UNACCOUNTED_VERDICT,
+    ),
     "FinalAuditRecorded": max(
-        R12_EVERY_CASE_FINAL_AUDIT, R13_FAILED_AUDIT_DEMOTES, R4_MEASURED_RESOLUTION_FINAL_AUDIT
+        R12_EVERY_CASE_FINAL_AUDIT,
+        R13_FAILED_AUDIT_DEMOTES,
+        R4_MEASURED_RESOLUTION_FINAL_AUDIT,
+        R5_MEASURED_FINAL_AUDIT,
+        R13_ONE_FINAL_AUDIT,
+        R14_FINAL_AUDIT_OWES,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
@@ -1406,12 +1492,18 @@ SCHEMA_VERSIONS = {
         R11_CANDIDATE_SNAPSHOT,
         RANGES_EXPERIMENT,
         R14_ONE_IMPROVEMENT,
+        R14_CODE_RESULTS_EXPERIMENT,
     ),
-    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF),
+    "HandoffRecorded": max(R18_LEDGER_FILLED, RANGES_HANDOFF, R18_STOP_REASON_AGREES),
     "ChampionSelected": max(
-        R14_BLOCKS_CHAMPION, R14_UNJUDGED_BLOCKS_CHAMPION, R12_IMPLAUSIBLE_BLOCKS_CHAMPION
+        R14_BLOCKS_CHAMPION,
+        R14_UNJUDGED_BLOCKS_CHAMPION,
+        R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+        R5_MEASURED_CHAMPION,
+        R14_CODE_RESULTS_CHAMPION,
     ),
-    "ReadinessRecorded": R2_STATISTICS_FROZEN,
+    "FormalRunStarted": R14_ONE_FORMAL_RUN,
+    "ReadinessRecorded": max(R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS),
     "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
     "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),
     "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),

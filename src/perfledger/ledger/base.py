@@ -127,7 +127,10 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
     blobs: dict[str, bytes] = {}
     for name, artifact in draft.artifacts.items():
         if not isinstance(artifact.data, bytes | bytearray):
-            raise BadRequest(f"artifact {name!r}: data must be bytes")
+            raise BadRequest(
+                f"artifact {name!r}: data must be bytes",
+                hint="pass the artifact's content as bytes",
+            )
         digest = blake3.blake3(artifact.data).hexdigest()
         refs[name] = {
             "blake3": digest,
@@ -164,7 +167,8 @@ def build_envelope(draft: EventDraft, parents: Sequence[str], lamport: int) -> B
         data = first + b',"id":"' + event_id.encode() + b'",' + second
     except UnicodeEncodeError as exc:
         raise CanonicalEncodingError(
-            f"text is not valid Unicode (lone surrogate at position {exc.start})"
+            f"text is not valid Unicode (lone surrogate at position {exc.start})",
+            hint="store text as valid Unicode (no lone surrogates): decode it with errors='replace' first",
         ) from None
     try:
         envelope = decode_envelope(data)  # what every reader will decode, limits included
@@ -182,7 +186,10 @@ def check_batch_keys(drafts: Sequence[EventDraft]) -> None:
     """Refuse a batch in which two drafts carry the same idempotency key (BadRequest)."""
     keys = [d.idempotency_key for d in drafts if d.idempotency_key is not None]
     if len(keys) != len(set(keys)):
-        raise BadRequest("a batch carries the same idempotency key twice")
+        raise BadRequest(
+            "a batch carries the same idempotency key twice",
+            hint="give each request of a batch its own idempotency key",
+        )
 
 
 def idempotent_replay(

@@ -94,7 +94,10 @@ class MemoryStore(EventStore):
         try:
             return self._by_id[event_id]
         except KeyError:
-            raise BadRequest(f"no event {event_id!r} in this ledger") from None
+            raise BadRequest(
+                f"no event {event_id!r} in this ledger",
+                hint="give an event id (`perfledger log`) or a ledger commit sha (`git log ledger`)",
+            ) from None
 
     def find_by_idempotency_key(self, key: str) -> Envelope | None:
         """Return the event carrying ``key``, or None."""
@@ -106,7 +109,10 @@ class MemoryStore(EventStore):
         envelope = self.get_event(event_id)
         ref = envelope.artifacts.get(name)
         if ref is None:
-            raise BadRequest(f"event {event_id} has no artifact {name!r}")
+            raise BadRequest(
+                f"event {event_id} has no artifact {name!r}",
+                hint="`perfledger show EVENT` lists an event's artifacts",
+            )
         data = self._blobs.get(ref.blake3)
         if data is None or len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
             raise IntegrityError(f"event {event_id}: artifact {name!r} does not match")

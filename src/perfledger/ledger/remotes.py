@@ -71,7 +71,10 @@ def add_remote(repo: Repo, name: str, url: str) -> Remote:
     """
     _check_name(name)
     if not url.strip():
-        raise BadRequest("a remote needs a URL or a path")
+        raise BadRequest(
+            "a remote needs a URL or a path",
+            hint="`perfledger remote add NAME URL` (a git URL or a path)",
+        )
     if name in list_remotes(repo):
         raise BadRequest(
             f"remote {name!r} already exists",

@@ -402,7 +402,10 @@ class GitStore(EventStore):
                 hint="restore the ref from a clone (git update-ref refs/heads/ledger <commit>)",
             ) from None
         if head is None:
-            raise NotALedger(f"{self.path}: refs/heads/ledger is missing")
+            raise NotALedger(
+                f"{self.path}: refs/heads/ledger is missing",
+                hint="`perfledger init DIR` makes a ledger; `perfledger clone URL DIR` copies one",
+            )
         if len(head) != 40 or head.translate(None, b"0123456789abcdef"):
             raise IntegrityError(
                 f"{self.path}: refs/heads/ledger does not hold a commit id ({head[:60]!r})",
@@ -461,7 +464,10 @@ class GitStore(EventStore):
             raise BadRequest(
                 f"event id prefix {event_id!r} is too short", hint="give at least 4 characters"
             )
-        raise BadRequest(f"no event {event_id[:80]!r} in this ledger")
+        raise BadRequest(
+            f"no event {event_id[:80]!r} in this ledger",
+            hint="give an event id (`perfledger log`) or a ledger commit sha (`git log ledger`)",
+        )
 
     def read_envelope(self, commit_sha: bytes) -> Envelope:
         """Read and decode the envelope stored in ``commit_sha``, each object checked.
@@ -581,7 +587,10 @@ class GitStore(EventStore):
             envelope = self._envelope_from(reader, commit_sha, check=True)
             ref = envelope.artifacts.get(name)
             if ref is None:
-                raise BadRequest(f"event {event_id} has no artifact {name!r}")
+                raise BadRequest(
+                    f"event {event_id} has no artifact {name!r}",
+                    hint="`perfledger show EVENT` lists an event's artifacts",
+                )
             art_tree_sha = _tree_entry(
                 self._tree_of(reader, commit_sha, True), layout.ARTIFACTS_DIR
             )
@@ -894,7 +903,10 @@ class GitStore(EventStore):
         """
         parents = sorted(set(commits))
         if len(parents) < 2:
-            raise BadRequest("a merge joins at least two distinct commits")
+            raise BadRequest(
+                "a merge joins at least two distinct commits",
+                hint="merge two different heads (`perfledger sync` does it for a remote)",
+            )
         self._ensure_index()
         heads = tuple(sorted({h for sha in parents for h in self._dag.heads(sha)}))
         with self._objects() as reader:

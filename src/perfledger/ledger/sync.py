@@ -157,7 +157,10 @@ def client(url: str) -> Iterator[tuple[Any, str]]:
     try:
         remote, path = get_transport_and_path(url)
     except (ValueError, NotGitRepository) as exc:
-        raise BadRequest(f"cannot use remote URL {url!r}: {exc}") from None
+        raise BadRequest(
+            f"cannot use remote URL {url!r}: {exc}",
+            hint="a remote is a path or a git URL (file://, ssh://, git://, https://)",
+        ) from None
     try:
         yield remote, path
     except PerfledgerError:
@@ -263,7 +266,10 @@ def changes_since(
         try:
             store.commit_node(old_head.encode())
         except IntegrityError:
-            raise BadRequest(f"{old_head} is not a commit of this ledger") from None
+            raise BadRequest(
+                f"{old_head} is not a commit of this ledger",
+                hint="`perfledger log` lists the commits of this ledger",
+            ) from None
     haves = [old_head.encode()] if old_head else []
     nodes = [(store.commit_node(sha), sha) for sha in _commits_between(store, haves, [head])]
     found = in_total_order((n.lamport, n.event_id, sha) for n, sha in nodes if n.event_id)

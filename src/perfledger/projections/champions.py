@@ -34,12 +34,15 @@ class FinalAuditStanding(msgspec.Struct, kw_only=True):
     audited_status: str | None = None
 
     def text(self) -> str:
-        """One phrase for people: ``pass``, ``none``, ``stale (pass of e1, samples e1-final)``."""
+        """One phrase for people: ``pass``, ``none``, ``stale (pass of e1, samples e1-final)``,
+        ``inconclusive (the champion is not confirmed ...)``."""
         if self.status == "stale":
             return (
                 f"stale ({self.audited_status} of earlier champion {self.champion}, samples "
                 f"{self.samples_id}; the current champion has none)"
             )
+        if self.status == "inconclusive":  # R14: a champion's one final audit is final
+            return "inconclusive (the champion is not confirmed; its one final audit stands)"
         return self.status
 
 

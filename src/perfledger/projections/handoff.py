@@ -534,6 +534,7 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
         ] + [s for s in unfinished_runs(state, target.champion)
              if formal_runs(state)[s].stage == "final_audit"]  # fmt: skip
         if target.final_audit_status is None and unaudited:
+            out += explain_first(state, unaudited[-1], "final audit")
             out.append(NextDecision(op="final-audit.record", why=f"final-audit samples "
                                     f"{unaudited[-1]} of champion {target.champion} have no "
                                     "final audit yet", rule="R13", about=unaudited[-1],
@@ -558,6 +559,42 @@ def next_decisions(state: WorkflowState, target_id: str) -> list[NextDecision]:
     return out
 
 
+def reviewed(state: WorkflowState, samples_id: str) -> bool:
+    """Whether a review of ``samples_id``'s event with no remaining dissent is recorded (the
+    evidence an explanation of its foreign activity cites, R17; who appended it is checked
+    when the explanation is decided)."""
+    view = state.samples.get(samples_id)
+    return view is not None and any(
+        v.review.subject_event == view.event_id and not v.review.dissent_remains
+        for v in state.reviews.reviews.values()
+    )
+
+
+def explain_first(state: WorkflowState, samples_id: str, decision: str) -> list[NextDecision]:
+    """The steps that explain ``samples_id``'s unexplained foreign activity before its
+    ``decision`` (a verdict or final audit, which that activity would leave inconclusive, R17):
+    another actor's review of the samples first, then the explanation citing it. Empty when
+    nothing is left to explain."""
+    view = state.samples.get(samples_id)
+    if view is None:
+        return []
+    explained = {i for e in state.explanations.get(samples_id, []) for i in e.pairs}
+    left = view.unexplained_activity - len(explained)
+    if left <= 0:
+        return []
+    why = (f"samples {samples_id} have {left} window(s) with unexplained foreign activity: "
+           f"explain them before the {decision}, or it is inconclusive")  # fmt: skip
+    if not reviewed(state, samples_id):
+        return [NextDecision(op="review.record", why=f"{why}. An explanation cites a review by "
+                             "another actor: a reviewer other than the experiment's agent "
+                             "records it (`perfledger review record --actor REVIEWER`, subject "
+                             f"`other`, subject_event {view.event_id}, dissent_remains false); "
+                             "then `perfledger activity explain` cites its review_id",
+                             rule="R17", about=samples_id)]  # fmt: skip
+    return [NextDecision(op="activity.explain", why=f"{why}; cite the review of these samples "
+                         "(review_id)", rule="R17", about=samples_id)]  # fmt: skip
+
+
 def _experiment_next(
     state: WorkflowState, target: TargetView, experiment_id: str
 ) -> list[NextDecision]:
@@ -577,15 +614,7 @@ def _experiment_next(
                                  "its verdict before the next target run or any champion",
                                  rule="R14", about=run, request={"samples_id": run})]  # fmt: skip
     if unjudged:
-        out = []
-        view = state.samples[unjudged[0]]
-        explained = {i for e in state.explanations.get(unjudged[0], []) for i in e.pairs}
-        if view.unexplained_activity > len(explained):
-            out.append(NextDecision(op="activity.explain", why=f"samples {unjudged[0]} have "
-                                    f"{view.unexplained_activity - len(explained)} window(s) with "
-                                    "unexplained foreign activity: explain them before the "
-                                    "verdict, or its attribution is inconclusive", rule="R17",
-                                    about=unjudged[0]))  # fmt: skip
+        out = explain_first(state, unjudged[0], "verdict")
         out.append(NextDecision(op="verdict.record", why=f"samples {unjudged[0]} of "
                                 f"{experiment_id} have no verdict yet", rule="R12",
                                 about=unjudged[0], request={"samples_id": unjudged[0]}))  # fmt: skip

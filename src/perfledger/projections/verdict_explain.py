@@ -209,8 +209,21 @@ def explain_verdict(payload: Mapping[str, Any]) -> dict[str, Any]:
         "aggregation": primary.get("aggregation"),
         "unit": payload.get("unit"),
         "samples_provenance": payload.get("samples_provenance"),
-        "cases": list(primary.get("cases") or ()),
+        # each case as recorded, with the label people read (a case's "fail" is below_min_effect)
+        "cases": [{**c, "label": case_label(c.get("status"))} for c in primary.get("cases") or ()],
     }
+
+
+#: The label people read for a case's recorded ``status`` where the word would mislead: a
+#: case's ``fail`` means only that its improvement CI's upper end lies below the minimum effect
+#: (the case alone cannot show the minimum effect), not what ``fail`` means for a verdict. The
+#: recorded data keeps ``status``; readers show :func:`case_label`.
+CASE_LABELS = {"fail": "below_min_effect"}
+
+
+def case_label(status: str | None) -> str:
+    """The label shown for a case's recorded ``status`` (:data:`CASE_LABELS`; others as is)."""
+    return CASE_LABELS.get(str(status), str(status))
 
 
 def _num(value: float | None) -> str:
@@ -221,7 +234,7 @@ def case_line(case: Mapping[str, Any], unit: str | None = None) -> str:
     """One case's figures for people: the absolute per-call statistic of each subject with its
     CI (original -> candidate, in ``unit``), the improvement with its CI, the case's status."""
     if case.get("ref") is None:
-        return f"case {case['case']}: no valid pairs ({case.get('status')})"
+        return f"case {case['case']}: no valid pairs ({case_label(case.get('status'))})"
     u = f" {unit}" if unit else ""
     mark = ", regressed" if case.get("regressed") else ""
     return (
@@ -230,7 +243,7 @@ def case_line(case: Mapping[str, Any], unit: str | None = None) -> str:
         f"{_num(case.get('cand'))}{u} [{_num(case.get('cand_low'))}, "
         f"{_num(case.get('cand_high'))}]; improvement {pct(case.get('estimate'))} "
         f"CI [{pct(case.get('ci_low'))}, {pct(case.get('ci_high'))}] "
-        f"({case.get('n_pairs', 0)} pairs): {case.get('status')}{mark}"
+        f"({case.get('n_pairs', 0)} pairs): {case_label(case.get('status'))}{mark}"
     )
 
 

@@ -24,12 +24,16 @@ from perfledger.events.kinds import RecordedEvent
 from perfledger.events.workflow import (
     ORIGINAL,
     R13_FAILED_AUDIT_DEMOTES,
+    R13_ONE_FINAL_AUDIT,
+    R14_CODE_RESULTS_CHAMPION,
+    R14_UNACCOUNTED_VERDICT,
     R14_UNJUDGED_BLOCKS_CHAMPION,
     ActivityExplained,
     BaselineRecorded,
     CandidateRejected,
     ChampionSelected,
     ConflictResolved,
+    DerivedVerdict,
     EvidenceRecorded,
     ExperimentCreated,
     FinalAuditRecorded,
@@ -60,7 +64,8 @@ from perfledger.projections.ledger_state import LedgerState
 #: 4: a final audit belongs to the champion it audited (R13); screens and ``ActivityExplained``
 #: owe or clear obligations (R14, R17).
 #: 5: started formal runs (R14) and champions demoted by a failed final audit (R13).
-PROJECTION_VERSION = 5
+#: 6: ``unaccounted_champion`` conflicts and the worse of a champion's final audits (R14).
+PROJECTION_VERSION = 6
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -340,6 +345,45 @@ def unjudged_formal(
     return recorded + started
 
 
+def stage_results(
+    state: WorkflowState, experiment_id: str, stage: str, exclude: str | None = None
+) -> list[str]:
+    """Samples ids of ``experiment_id``'s formal results of ``stage``: recorded samples and
+    started runs (with or without samples), in order, without ``exclude`` (R14)."""
+    recorded = [
+        s.samples_id
+        for s in state.samples.values()
+        if s.experiment_id == experiment_id and s.stage == stage
+    ]
+    started = [
+        sid
+        for sid, run in formal_runs(state).items()
+        if run.experiment_id == experiment_id and run.stage == stage and sid not in state.samples
+    ]
+    return [s for s in recorded + started if s != exclude]
+
+
+def code_results_not_passed(
+    state: WorkflowState, target_id: str, content_hash: str, exclude: str | None = None
+) -> list[tuple[str, str]]:
+    """``(samples id, status)`` of every formal result on ``target_id`` of code
+    ``content_hash`` that is not a pass: target-stage samples and started runs (a run without
+    samples, or samples without a verdict yet, count as not passed) and final audits of a
+    champion with that code, in order; ``exclude``: a samples id left out (R14)."""
+    found: list[tuple[str, str]] = []
+    for experiment in state.experiments.values():
+        created = experiment.created
+        if created.target_id != target_id or created.candidate.content_hash != content_hash:
+            continue
+        for stage in ("target", "final_audit"):
+            for sid in stage_results(state, created.experiment_id, stage, exclude):
+                judged = state.verdicts.get(sid) or state.final_audits.get(sid)
+                status = judged.status if judged is not None else "unjudged"
+                if status != "pass":
+                    found.append((sid, status))
+    return found
+
+
 def _anomaly(state: WorkflowState, event: RecordedEvent, what: str) -> None:
     state.anomalies.append(f"{event.id[:16]} {event.kind}: {what}")
 
@@ -433,16 +477,25 @@ def _on_verdict(state: WorkflowState, event: RecordedEvent, p: VerdictRecorded) 
         experiment.status = {"pass": "passed", "fail": "failed"}.get(p.status, "inconclusive")  # type: ignore[assignment]
     # R14: a target result outside the claim, or (for claims recorded from
     # R14_STATED_INTERVAL on) a failed screen of a claim predicting at least the minimum effect.
+    _late_unaccounted_result(state, event, target, p)
     if p.contradicts_claim:
-        figures = experiment.created.figures
-        target.pending[p.experiment_id] = PendingReconciliation(
-            experiment_id=p.experiment_id,
-            samples_id=p.samples_id,
-            predicted_low=figures.predicted_low,
-            predicted_high=figures.predicted_high,
-            ci_low=p.primary.ci_low,
-            ci_high=p.primary.ci_high,
-        )
+        target.pending[p.experiment_id] = _pending(experiment, p.samples_id, p.primary)
+
+
+def _pending(
+    experiment: ExperimentView, samples_id: str, primary: DerivedVerdict
+) -> PendingReconciliation:
+    """The reconciliation ``experiment`` owes for the result ``samples_id`` whose derived
+    ``primary`` lies outside its claim (R14)."""
+    figures = experiment.created.figures
+    return PendingReconciliation(
+        experiment_id=experiment.created.experiment_id,
+        samples_id=samples_id,
+        predicted_low=figures.predicted_low,
+        predicted_high=figures.predicted_high,
+        ci_low=primary.ci_low,
+        ci_high=primary.ci_high,
+    )
 
 
 def _on_champion(state: WorkflowState, event: RecordedEvent, p: ChampionSelected) -> None:
@@ -480,7 +533,56 @@ def _on_champion(state: WorkflowState, event: RecordedEvent, p: ChampionSelected
             event_ids=[event.id],
         )
         return
+    if (
+        p.decision == "select"
+        and p.candidate_hash is not None
+        and event.envelope.schema >= R14_CODE_RESULTS_CHAMPION
+        and code_results_not_passed(state, p.target_id, p.candidate_hash)
+    ):
+        # Selected on a machine that had not seen a formal result of the same code that did
+        # not pass (R14, no optional stopping: only a sync gets here): not applied.
+        _unaccounted_conflict(state, event, target, [current, chosen or ORIGINAL])
+        return
     _set_champion(state, target, chosen, p.samples_id, event.id, p.decision)
+
+
+def _unaccounted_conflict(
+    state: WorkflowState, event: RecordedEvent, target: TargetView, options: list[str]
+) -> None:
+    """An ``unaccounted_champion`` conflict (R14): ``options`` are the champion the rules keep
+    and the one whose code has a formal result that did not pass."""
+    conflict_id = event.id[:16]
+    state.conflicts[conflict_id] = Conflict(
+        conflict_id=conflict_id,
+        target_id=target.definition.target_id,
+        kind=UNACCOUNTED_CHAMPION,
+        options=options,
+        event_ids=[event.id],
+    )
+
+
+def _late_unaccounted_result(
+    state: WorkflowState, event: RecordedEvent, target: TargetView, p: VerdictRecorded
+) -> None:
+    """A target-stage result that did not pass, of the current champion's code, folded after
+    the champion's selection (R14, ``VerdictRecorded`` schema
+    :data:`~perfledger.events.workflow.R14_UNACCOUNTED_VERDICT` on; only a sync orders a
+    result of another clone so): the champion's evidence does not account for it, an
+    ``unaccounted_champion`` conflict offers the champion before it."""
+    experiment = state.experiments.get(p.experiment_id)
+    if (
+        p.stage != "target"
+        or p.status == "pass"
+        or event.envelope.schema < R14_UNACCOUNTED_VERDICT
+        or target.champion is None
+        or experiment is None
+        or experiment.created.candidate.content_hash != target.champion_hash
+    ):
+        return
+    if open_conflicts(state, target.definition.target_id, UNACCOUNTED_CHAMPION):
+        return
+    before = _champion_before(target, target.champion, set(demoted(target)))
+    _unaccounted_conflict(state, event, target, [before or ORIGINAL, target.champion])
 
 
 def _set_champion(
@@ -572,9 +674,13 @@ WITHDRAW = "withdraw"
 #: The kind of conflict of a champion selected, on another machine, while a reconciliation was
 #: owed on its Target (R14); options: the champion in place, the one selected.
 OWED_CHAMPION = "owed_champion"
+#: The kind of conflict of a champion whose code has a formal result that did not pass, seen
+#: only after a sync (R14, no optional stopping); options: the champion the rules keep, the
+#: one whose evidence does not account for that result (keeping it is refused).
+UNACCOUNTED_CHAMPION = "unaccounted_champion"
 #: Conflict kinds that block champion decisions until resolved, and whose resolution may
 #: change the champion.
-CHAMPION_CONFLICTS = ("champion", OWED_CHAMPION)
+CHAMPION_CONFLICTS = ("champion", OWED_CHAMPION, UNACCOUNTED_CHAMPION)
 
 
 def _resolve_supersession(state: WorkflowState, conflict: Conflict, keep: str) -> None:
@@ -673,6 +779,10 @@ def evolve(state: WorkflowState, event: RecordedEvent) -> WorkflowState:
     return state
 
 
+#: Final-audit statuses from worst to best (R14: the worse of a champion's two stands).
+_AUDIT_ORDER = ("fail", "inconclusive", "pass")
+
+
 def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) -> None:
     """The kinds that attach one fact to an existing Target (or an experiment of it)."""
     target_id = getattr(p, "target_id", None)
@@ -716,10 +826,23 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
     elif isinstance(p, FinalAuditRecorded):
         state.final_audits[p.samples_id] = p
         target.latest_final_audit = p.samples_id
+        champion = state.experiments.get(p.champion)
+        if p.contradicts_claim is True and champion is not None:  # R14, schema 10 on
+            target.pending[p.champion] = _pending(champion, p.samples_id, p.primary)
         if p.champion == (target.champion or ORIGINAL):
+            status = p.status
+            earlier = state.final_audits.get(target.final_audit or "")
+            if (
+                event.envelope.schema >= R13_ONE_FINAL_AUDIT
+                and earlier is not None
+                and earlier.champion == p.champion
+            ):
+                # R14: a champion's second final audit (only a sync makes one) never replaces
+                # its first; the worse of the two stands
+                status = min(status, earlier.status, key=_AUDIT_ORDER.index)
             target.final_audit = p.samples_id
-            target.final_audit_status = p.status
-            if p.status == "fail" and event.envelope.schema >= R13_FAILED_AUDIT_DEMOTES:
+            target.final_audit_status = status
+            if status == "fail" and event.envelope.schema >= R13_FAILED_AUDIT_DEMOTES:
                 _demote(state, target, p, event.id)
     elif isinstance(p, HandoffRecorded):
         state.handoffs.append(p)

@@ -441,14 +441,20 @@ class _Replay:
         if payload is not None:
             return payload
         if event_id not in self.position:
-            raise BadRequest(f"no event {event_id[:80]!r} before this one in this ledger")
+            raise BadRequest(
+                f"no event {event_id[:80]!r} before this one in this ledger",
+                hint="a decision reads only events before it: `perfledger log` lists them",
+            )
         return self._read(event_id).payload
 
     def _actor_of(self, event_id: str) -> str:
         """``DecisionContext.actor_of``: who appended an earlier event. Raises: BadRequest for
         an event not before this one."""
         if event_id not in self.position:
-            raise BadRequest(f"no event {event_id[:80]!r} before this one in this ledger")
+            raise BadRequest(
+                f"no event {event_id[:80]!r} before this one in this ledger",
+                hint="a decision reads only events before it: `perfledger log` lists them",
+            )
         return self._read(event_id).envelope.actor
 
     def _derive(self, samples_event: str, params: Any, samples: Any) -> Any:

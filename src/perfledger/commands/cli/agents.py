@@ -150,7 +150,10 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
     ctx = _ctx(json_flag)
 
     if ctx.json_mode and output is None:
-        raise BadRequest("--json needs -o FILE (the artifact's bytes are not JSON)")
+        raise BadRequest(
+            "--json needs -o FILE (the artifact's bytes are not JSON)",
+            hint="add -o FILE: the artifact is written there and the JSON answer names it",
+        )
     ledger = ctx.open()
     try:
         envelope = _event(ledger, event)
@@ -172,7 +175,9 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
         with open(output, "wb") as handle:
             handle.write(data)
     except OSError as exc:
-        raise BadRequest(f"cannot write {output!r}: {exc.strerror or exc}") from None
+        raise BadRequest(
+            f"cannot write {output!r}: {exc.strerror or exc}", hint="name a writable path for -o"
+        ) from None
     if ctx.json_mode:
         _emit({"event_id": envelope.id, "name": name, "path": output, "size": len(data)})
     else:

@@ -455,7 +455,13 @@ def _main(argv: list[str] | None) -> None:
         click.echo("aborted", err=True)
         sys.exit(1)
     except click.ClickException as exc:
-        _fail(Context(None, json_requested), BadRequest(exc.format_message()))
+        _fail(
+            Context(None, json_requested),
+            BadRequest(
+                exc.format_message(),
+                hint="`perfledger COMMAND --help` shows its arguments and options",
+            ),
+        )
     except KeyboardInterrupt:
         click.echo("interrupted; the ledger is unchanged unless an append had completed", err=True)
         sys.exit(130)

@@ -368,4 +368,7 @@ removed_explain_foreign_option = click.option(
 def refuse_explain_foreign(value: str | None) -> None:
     """Raise BadRequest (:data:`EXPLAIN_FOREIGN_REMOVED`) when ``--explain-foreign`` was given."""
     if value is not None:
-        raise BadRequest(EXPLAIN_FOREIGN_REMOVED)
+        raise BadRequest(
+            EXPLAIN_FOREIGN_REMOVED,
+            hint="another actor records `perfledger review record`; `perfledger activity explain` cites it",
+        )

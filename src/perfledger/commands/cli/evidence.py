@@ -59,13 +59,17 @@ def _context(request_source: str | None, flags: dict[str, Any]) -> dict[str, Any
     unknown = sorted(set(body) - set(_CONTEXT_FIELDS))
     if unknown:
         raise BadRequest(
-            f"with --kind, the request may hold only {', '.join(_CONTEXT_FIELDS)}; got {unknown}"
+            f"with --kind, the request may hold only {', '.join(_CONTEXT_FIELDS)}; got {unknown}",
+            hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
         )
     for key, value in flags.items():
         if value is not None:
             body[key] = value
     if not body.get("evidence_id"):
-        raise BadRequest("an evidence id is required: --evidence-id ID")
+        raise BadRequest(
+            "an evidence id is required: --evidence-id ID",
+            hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
+        )
     return body
 
 
@@ -141,7 +145,10 @@ def _read(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise EvidenceError(f"cannot read {path!r}: {exc.strerror}") from None
+        raise EvidenceError(
+            f"cannot read {path!r}: {exc.strerror}",
+            hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
+        ) from None
 
 
 _common = [
@@ -224,7 +231,10 @@ def _add_command(generic: click.Command) -> click.Command:
         --kind (R6, R16)."""
         if kind is None:
             if report is not None:
-                raise BadRequest("a REPORT file needs --kind (ncu, nsys, nsys-stats, torch, ...)")
+                raise BadRequest(
+                    "a REPORT file needs --kind (ncu, nsys, nsys-stats, torch, ...)",
+                    hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
+                )
             assert generic.callback is not None
             generic.callback(
                 request_source=request_source,
@@ -236,7 +246,10 @@ def _add_command(generic: click.Command) -> click.Command:
             )
             return
         if report is None:
-            raise BadRequest(f"--kind {kind} needs the REPORT file")
+            raise BadRequest(
+                f"--kind {kind} needs the REPORT file",
+                hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
+            )
         ctx = _ctx(json_flag)
         context = _context(
             request_source,
@@ -406,7 +419,10 @@ def _show(evidence_id: str, json_flag: bool) -> None:
             else:
                 click.echo(_shared().to_json_text(data, indent=2))
             return
-    raise BadRequest(f"no evidence {evidence_id!r}")
+    raise BadRequest(
+        f"no evidence {evidence_id!r}",
+        hint="`perfledger evidence list` lists the recorded evidence",
+    )
 
 
 def extend(cli: click.Group) -> None:

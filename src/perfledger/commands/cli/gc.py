@@ -27,7 +27,10 @@ def gc(dry_run: bool, json_flag: bool) -> None:
     path = find_ledger_path(ctx.ledger_path)
     location = find_controldir(path)
     if location is None:
-        raise NotALedger(f"{path} is not a ledger (not a git repository)")
+        raise NotALedger(
+            f"{path} is not a ledger (not a git repository)",
+            hint="`perfledger init DIR` makes a ledger; `--ledger PATH` names one",
+        )
     report = collect(location.controldir, dry_run=dry_run)
     if ctx.json_mode:
         click.echo(to_json_text({"dry_run": dry_run, **report.to_json()}))

@@ -47,13 +47,22 @@ def _read_text(path: Path, what: str) -> str:
         with path.open("rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise BadRequest(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+        raise BadRequest(
+            f"cannot read {what} {str(path)!r}: {exc.strerror}",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+        ) from None
     if len(data) > MAX_FILE_BYTES:
-        raise BadRequest(f"{what} {str(path)!r} is larger than {MAX_FILE_BYTES} bytes")
+        raise BadRequest(
+            f"{what} {str(path)!r} is larger than {MAX_FILE_BYTES} bytes",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadRequest(f"{what} {str(path)!r} is not UTF-8 text") from None
+        raise BadRequest(
+            f"{what} {str(path)!r} is not UTF-8 text",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+        ) from None
 
 
 def shipped_card_texts() -> list[tuple[str, str]]:
@@ -73,10 +82,16 @@ def user_card_texts(directory: str) -> list[tuple[str, str]]:
     Raises: BadRequest when ``directory`` is not a directory or holds no card."""
     root = Path(directory)
     if not root.is_dir():
-        raise BadRequest(f"--cards {directory!r} is not a directory")
+        raise BadRequest(
+            f"--cards {directory!r} is not a directory",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+        )
     paths = sorted(p for p in root.rglob("*.toml") if p.is_file())
     if not paths:
-        raise BadRequest(f"--cards {directory!r} holds no card (*.toml)")
+        raise BadRequest(
+            f"--cards {directory!r} holds no card (*.toml)",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+        )
     return [(str(p), _read_text(p, "card")) for p in paths]
 
 
@@ -109,11 +124,15 @@ def read_env(path: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise BadRequest(f"--env {path!r} is not valid JSON: {exc}") from None
+        raise BadRequest(
+            f"--env {path!r} is not valid JSON: {exc}",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+        ) from None
     if not isinstance(data, dict):
         raise BadRequest(
             f"--env {path!r} must be the JSON object `perfledger env --json` prints, "
-            f"got {type(data).__name__}"
+            f"got {type(data).__name__}",
+            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
         )
     return data
 
@@ -123,7 +142,10 @@ def _libraries(items: tuple[str, ...]) -> dict[str, str]:
     for item in items:
         name, sep, version = item.partition("=")
         if not sep or not name.strip() or not version.strip():
-            raise BadRequest(f"--library {item!r} is not NAME=VERSION (e.g. triton=3.1.0)")
+            raise BadRequest(
+                f"--library {item!r} is not NAME=VERSION (e.g. triton=3.1.0)",
+                hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+            )
         out[name.strip().lower()] = version.strip()
     return out
 
@@ -308,7 +330,10 @@ def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[st
         try:
             env = matching.env_facts(read_env(env_path), libs)
         except ValueError as exc:
-            raise BadRequest(f"--env {env_path!r}: {exc}") from None
+            raise BadRequest(
+                f"--env {env_path!r}: {exc}",
+                hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
+            ) from None
     elif libs:
         env = matching.EnvFacts(libraries=libs)
     cards, digest = load_cards(card_dirs, shipped=not no_shipped)

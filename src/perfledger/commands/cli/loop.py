@@ -62,7 +62,10 @@ def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"cannot read the {what} {path!r}: {exc}") from None
+        raise BadRequest(
+            f"cannot read the {what} {path!r}: {exc}",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        ) from None
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -70,7 +73,10 @@ def _read_json(path: str, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise BadRequest(f"the {what} {path!r} is not valid JSON: {exc}") from None
+        raise BadRequest(
+            f"the {what} {path!r} is not valid JSON: {exc}",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        ) from None
 
 
 def _execute(ledger: Any, op: str, body: dict[str, Any], actor: str) -> list[Any]:
@@ -124,9 +130,15 @@ def setup_cmd(
     try:
         dims_map = json.loads(dims)
     except ValueError as exc:
-        raise BadRequest(f"--dims is not valid JSON: {exc}") from None
+        raise BadRequest(
+            f"--dims is not valid JSON: {exc}",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        ) from None
     if not isinstance(dims_map, dict):
-        raise BadRequest("--dims must be a JSON object of integers")
+        raise BadRequest(
+            "--dims must be a JSON object of integers",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        )
     catalog_text = (
         _read_text(catalog_path, "catalog") if catalog_path else cat.default_catalog_text()
     )
@@ -151,12 +163,18 @@ def setup_cmd(
         needed = {"make_inputs", "reference", "outputs"}
     else:
         if driver is None:
-            raise BadRequest("a non-.cu baseline is a workload stand-in: give --driver")
+            raise BadRequest(
+                "a non-.cu baseline is a workload stand-in: give --driver",
+                hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+            )
         entry_point = pf.parse_python_entry(baseline_text, entry or "kernel")
         needed = {"reference"}
     missing = sorted(needed - ref_names)
     if missing:
-        raise BadRequest(f"preflight: the reference defines no {', '.join(missing)}")
+        raise BadRequest(
+            f"preflight: the reference defines no {', '.join(missing)}",
+            hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+        )
     pf.check_dims(entry_point, dims_map)
     for expression in launch.values():
         pf.eval_launch(expression, dims_map)
@@ -184,7 +202,10 @@ def setup_cmd(
                 arch = sm_arch or backend.sm_arch()
             else:
                 if sm_arch is None:
-                    raise BadRequest("a stand-in has no device: give --sm-arch (e.g. sm_90)")
+                    raise BadRequest(
+                        "a stand-in has no device: give --sm-arch (e.g. sm_90)",
+                        hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+                    )
                 backend = WorkloadBackend(
                     shlex.split(driver or ""), ref_file, dims_map, entry_point.name
                 )
@@ -281,7 +302,10 @@ def close_iter_cmd(
         precheck(state, run_id, iteration, methods, analysis)
         run = _run(state, run_id)
         if content_hash(kernel_text) == run.best_hash:
-            raise BadRequest("the candidate is the current best kernel itself; change it first")
+            raise BadRequest(
+                "the candidate is the current best kernel itself; change it first",
+                hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+            )
         attempt = next_attempt(run, iteration)
         answer: dict[str, Any] = {"run_id": run_id, "iteration": iteration, "attempt": attempt}
         with tempfile.TemporaryDirectory(prefix="perfledger-loop-") as tmp:
@@ -376,7 +400,10 @@ def finalize_cmd(
     try:
         run = _run(ledger.state(), run_id)
         if run.finalized is not None:
-            raise BadRequest(f"run {run_id!r} is already finalized")
+            raise BadRequest(
+                f"run {run_id!r} is already finalized",
+                hint="`perfledger loop --help` gives each step's options; docs/loop.md the loop's files and order",
+            )
         body: dict[str, Any] = {"run_id": run_id, "stop_reason": stop_reason}
         if run.best_hash != run.setup.baseline.content_hash:
             with tempfile.TemporaryDirectory(prefix="perfledger-loop-") as tmp:

@@ -70,7 +70,14 @@ from perfledger.app.kernel_identity import (
     unbound_note,
 )
 from perfledger.app.measure_driver import measurement_findings, run_driver, workload_request
-from perfledger.app.measure_workload import IdentityEdge, MeasureWorkload, observed_aa
+from perfledger.app.measure_workload import (
+    AA_START_PAIRS,
+    IdentityEdge,
+    MeasureWorkload,
+    aa_more_driver_pairs,
+    aa_stopping_rule,
+    observed_aa,
+)
 from perfledger.app.measure_workload import measure_workload as measure
 from perfledger.app.measuring import ceilings as _ceilings
 from perfledger.app.measuring import failed_call_text
@@ -175,7 +182,7 @@ def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
     for item in pairs:
         name, sep, unit = item.partition("=")
         if not sep or not name or not unit:
-            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT")
+            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT", hint="e.g. --unit time_ms=ms")
         out[name] = unit
     return out
 
@@ -367,7 +374,10 @@ def measure_workload(
         _warn([unenforced])
     chosen = list(cases) or info["cases"]
     if not chosen:
-        raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+        raise BadRequest(
+            "no test cases: pass --case or name them in the readiness's test set",
+            hint="pass --case NAME, or record readiness whose test_set names its cases",
+        )
     check_cases(chosen, info["test_set"], "--case")
     n_pairs = pairs or max(5, info["min_pairs"])
     units = {
@@ -516,7 +526,8 @@ def _measure_observed(
     if unit_flags:
         raise BadRequest(
             "--unit belongs to the self-timed protocol: under the worker protocol perfledger "
-            "observes every figure it records (wall_time, cpu_time)"
+            "observes every figure it records (wall_time, cpu_time)",
+            hint="leave --unit out, or measure with --protocol self (the subject reports its metrics)",
         )
     edge = IdentityEdge(measure_identity, SubjectsWatch, fresh_and_unchanged)
     calls = 2 * len(request.cases or ["?"]) * (request.pairs or 5)
@@ -617,7 +628,10 @@ def measure_kernel(
     dirs = None if bound is None else bound.directories
     facts = spec_facts(spec, directory=None if dirs is None else dirs[0])
     if bound is None and not facts["has_candidate"]:
-        raise BadRequest(f"the spec {spec_path!r} defines no CANDIDATE")
+        raise BadRequest(
+            f"the spec {spec_path!r} defines no CANDIDATE",
+            hint="define CANDIDATE in the spec (docs/subjects.md); on a Target bound to code, --ref DIR --cand DIR",
+        )
     if bound is not None and not facts.get("has_subject"):
         raise BadRequest(
             f"the spec {spec!r} in {ref_dir!r} defines no SUBJECT",
@@ -810,7 +824,9 @@ def measure_kernel(
     "--runs",
     type=click.IntRange(min=2),
     default=None,
-    help="Workload: A/A pairs per case (default 10). Kernel: A/A comparisons (default 5).",
+    help="Workload: A/A pairs per case (default: a stopping rule, 10 pairs and more until the "
+    "resolution is at most half the minimum effect, at most 60). Kernel: A/A comparisons "
+    "(default 5).",
 )
 @call_timeout_option
 @click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
@@ -848,7 +864,8 @@ def measure_aa(
     if [cmd, spec_path, kernel_dir].count(None) != 2:
         raise BadRequest(
             "pass exactly one of --cmd (a workload), --spec (a kernel spec) or --dir (the "
-            "original's code directory of a kernel Target bound to code)"
+            "original's code directory of a kernel Target bound to code)",
+            hint="`perfledger measure aa --help`; `perfledger status` names the form of this Target's kind",
         )
     ledger = ctx.open()
     try:
@@ -857,7 +874,7 @@ def measure_aa(
         ledger.close()
     target = state.targets.get(target_id)
     if target is None:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     primary = target.definition.primary
     test_set = target.readiness.test_set if target.readiness else None
     artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
@@ -870,20 +887,28 @@ def measure_aa(
         accuracy = accuracy_for(target, {"--cmd": cmd})
         chosen = list(cases) or list(test_set.cases if test_set is not None else [])
         if not chosen:
-            raise BadRequest("no test cases: pass --case or name them in the readiness's test set")
+            raise BadRequest(
+                "no test cases: pass --case or name them in the readiness's test set",
+                hint="pass --case NAME, or record readiness whose test_set names its cases",
+            )
         check_cases(chosen, test_set, "--case")
 
         if _observing(target, None):  # perfledger's own figures, the worker protocol
             with _progress(2 * len(chosen) * (runs or 10), "A/A calls", quiet) as advance:
-                valid, aa_notes, run = observed_aa(
-                    cmd, target=target, cases=chosen, runs=runs or 10, timeout_s=timeout_s,
+                valid, aa_notes, run = observed_aa(  # no --runs: its stopping rule (R4)
+                    cmd, target=target, cases=chosen, runs=runs, timeout_s=timeout_s,
                     on_call=lambda _row: advance(),
                 )  # fmt: skip
         else:
             run = run_driver(
-                cmd, cmd, chosen, runs or 10, 1, timeout_s,
+                cmd, cmd, chosen, runs or AA_START_PAIRS, 1, timeout_s,
                 lambda total, label: _progress(total, label, quiet), accuracy,
+                more_pairs=None if runs else aa_more_driver_pairs(target, chosen),
             )  # fmt: skip
+            if runs is None:  # what ran: the rule, and the pairs it took (R4)
+                run.settings["stopping_rule"] = aa_stopping_rule(
+                    target, run.settings["pairs_per_case"]
+                )
             valid = [
                 Pair(
                     p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name])
@@ -935,9 +960,17 @@ def measure_aa(
             raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
         repeats = len(valid)
         artifact.update(table=run.table(), settings=run.settings)
+        rule = run.settings.get("stopping_rule")
         method_note = (
             f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
             f"{primary.statistic} per case, {aggregation} across cases"
+            + (
+                f"; stopping rule: {rule['start_pairs']} pairs per case, more until the "
+                f"resolution was at most {rule['until_resolution_at_most']:.4g} (half the "
+                f"minimum effect) or {rule['max_pairs']} pairs: {rule['pairs_per_case']} ran"
+                if rule
+                else ""
+            )
         )
     else:
         from perfledger.kernels.harness.harness import resolution_from_aa  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
@@ -953,7 +986,10 @@ def measure_aa(
         if cases:
             unknown = sorted(set(cases) - set(problems), key=str)
             if unknown:
-                raise BadRequest(f"--case {unknown} not in the spec's problems {problems}")
+                raise BadRequest(
+                    f"--case {unknown} not in the spec's problems {problems}",
+                    hint="name cases among the spec's problems, or leave --case out for all of them",
+                )
             problems = list(cases)
         check_cases(problems, test_set, f"the spec {spec_path!r}")
         monitor, _note = _start_monitor(True)
@@ -1043,8 +1079,11 @@ def measure_aa(
         "recorded": False,
     }
     if record:
+        ran = runs
+        if cmd is not None and runs is None:  # the stopping rule's pairs, as many as ran
+            ran = int(artifact.get("settings", {}).get("pairs_per_case") or 0) or None
         resolution_refusal(
-            resolution, per_case, target, accept_resolution, runs=runs, workload=cmd is not None
+            resolution, per_case, target, accept_resolution, runs=ran, workload=cmd is not None
         )
     result["warnings"] = resolution_warnings(resolution, target, record)
     result["warnings"] += aa_notes

@@ -77,7 +77,7 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
 
     state = _state(ctx)
     if target_id is not None and target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     rows = claims(state, target_id)
     if ctx.json_mode:
         _emit({"claims": _builtins(rows)})
@@ -138,7 +138,9 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
     if target_id is not None:
         chosen = [c for c in current if c.target_id == target_id]
         if not chosen:
-            raise BadRequest(f"no Target {target_id!r}")
+            raise BadRequest(
+                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
+            )
         data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
         if target_id in state.targets:  # the champion's code and how to get it (R11)
             from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
@@ -172,7 +174,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 
     state = _state(ctx)
     if target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     steps = lineage(state, target_id)
     if ctx.json_mode:
         _emit({"target_id": target_id, "lineage": _builtins(steps)})

@@ -85,9 +85,15 @@ def _words(command: str | None) -> tuple[str, ...] | None:
     try:
         words = tuple(shlex.split(command))
     except ValueError as exc:
-        raise BadRequest(f"cannot parse the command {command!r}: {exc}") from None
+        raise BadRequest(
+            f"cannot parse the command {command!r}: {exc}",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        ) from None
     if not words:
-        raise BadRequest("an empty --before-* command")
+        raise BadRequest(
+            "an empty --before-* command",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        )
     return words
 
 
@@ -230,20 +236,36 @@ def run_measure_serving(**kw: Any) -> None:
     refuse_explain_foreign(kw.pop("explain_foreign", None))
     recording = kw["experiment_id"] is not None
     if recording != (kw["stage"] is not None):
-        raise BadRequest("--experiment and --stage go together (record samples of that stage)")
+        raise BadRequest(
+            "--experiment and --stage go together (record samples of that stage)",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        )
     if (kw["rate"] is None) == (kw["concurrency"] is None):
-        raise BadRequest("pass exactly one of --rate (open loop) or --concurrency (closed loop)")
+        raise BadRequest(
+            "pass exactly one of --rate (open loop) or --concurrency (closed loop)",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        )
     if recording and kw["evidence_id"] is not None:
-        raise BadRequest("record either samples (--experiment) or evidence (--evidence), not both")
+        raise BadRequest(
+            "record either samples (--experiment) or evidence (--evidence), not both",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        )
     if kw["evidence_id"] is None and kw["evidence_target"] is not None:
-        raise BadRequest("--target goes with --evidence")
+        raise BadRequest(
+            "--target goes with --evidence",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        )
     if kw["before_cand"] is not None and kw["before_ref"] is None and kw["cand_url"] is None:
         raise BadRequest(
             "--before-cand without --cand-url switches one server's configuration: give "
-            "--before-ref too (the command that brings the reference's back)"
+            "--before-ref too (the command that brings the reference's back)",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
         )
     if recording and kw["cand_url"] is None and kw["before_cand"] is None:
-        raise BadRequest("recording samples needs a candidate: pass --cand-url (or --before-cand)")
+        raise BadRequest(
+            "recording samples needs a candidate: pass --cand-url (or --before-cand)",
+            hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+        )
     config = sv.LoadConfig(
         mode="poisson" if kw["rate"] is not None else "closed",
         rate_rps=kw["rate"],
@@ -303,7 +325,10 @@ def run_measure_serving(**kw: Any) -> None:
         finally:
             ledger.close()
         if kw["evidence_id"] in state.evidence:
-            raise BadRequest(f"evidence {kw['evidence_id']!r} is already recorded")
+            raise BadRequest(
+                f"evidence {kw['evidence_id']!r} is already recorded",
+                hint="`perfledger measure serving --help` gives the options; docs/serving.md the request set and the protocol",
+            )
         if kw["evidence_target"] is not None:
             rules.r1_target_frozen(state, kw["evidence_target"])
     sv.check_request_set(requests, config)

@@ -16,7 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfledger.events.workflow import R14_ONE_IMPROVEMENT
-from perfledger.projections.verdict_explain import explain_verdict, pct, provenance_text
+from perfledger.projections.verdict_explain import (
+    case_label,
+    explain_verdict,
+    pct,
+    provenance_text,
+)
 
 #: Columns a table may use when the output is not a terminal (a terminal's own width otherwise).
 PIPED_WIDTH = 240
@@ -279,7 +284,7 @@ def verdict_renderables(samples_id: str, verdict: Mapping[str, Any]) -> list[Any
         for c in e["cases"]:
             ref = f"{_num(c.get('ref'))} [{_num(c.get('ref_low'))}, {_num(c.get('ref_high'))}]"
             cand = f"{_num(c.get('cand'))} [{_num(c.get('cand_low'))}, {_num(c.get('cand_high'))}]"
-            status = str(c.get("status")) + (", regressed" if c.get("regressed") else "")
+            status = case_label(c.get("status")) + (", regressed" if c.get("regressed") else "")
             _row(table,
                 str(c["case"]), ref, cand, _pct(c.get("estimate")),
                 f"[{_pct(c.get('ci_low'))}, {_pct(c.get('ci_high'))}]",

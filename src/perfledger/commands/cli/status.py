@@ -157,7 +157,12 @@ def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     measured_by = {o: measuring_command(state, target_id, o, decision.about) for o in MEASURED_BY}
     made_by = {**measured_by, "handoff.record": HANDOFF_COMMAND}
     if op in made_by and request is None:
-        return made_by[op].replace(" T ", f" {target_id} ")
+        command = made_by[op].replace(" T ", f" {target_id} ")
+        target = state.targets.get(target_id)
+        if op == "handoff.record" and target is not None and not target.definition.budget.gpu_s:
+            # offer only what the Target budgets: without a GPU budget, no GPU time is stated
+            command = command.replace(" --gpu-used S", "")
+        return command
     fields = dict(request) if request is not None else {}
     if request is None and "target_id" in FIELD_HINTS.get(op, ()):
         fields["target_id"] = target_id
@@ -165,6 +170,8 @@ def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     for flag, field, _ in COMMON_FLAGS:
         if field in fields and isinstance(fields[field], str):
             words += [flag, shlex.quote(fields.pop(field))]
+    if op == "review.record":  # R17: the review that explains activity is another actor's
+        words += ["--actor", "REVIEWER"]
     if request is None or fields:  # fields only a request carries
         words.append("--request FILE")
     return " ".join(words)

@@ -147,9 +147,15 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
     from perfledger.kernels.triage.record import run_triage  # noqa: PLC0415 (sqlite3 via perfledger.kernels.triage.record)
 
     if (target_id is not None or of_target) and evidence_id is None:
-        raise BadRequest("--target and --of-target describe a recorded triage: add --record ID")
+        raise BadRequest(
+            "--target and --of-target describe a recorded triage: add --record ID",
+            hint="`perfledger triage --help` gives the options; docs/triage.md what a recorded triage holds",
+        )
     if of_target and target_id is None:
-        raise BadRequest("--of-target needs --target T: the Target whose workload was traced")
+        raise BadRequest(
+            "--of-target needs --target T: the Target whose workload was traced",
+            hint="`perfledger triage --help` gives the options; docs/triage.md what a recorded triage holds",
+        )
     answer, inputs = run_triage(report, known_paths=known_paths, mapping=mapping, top=top,
                                 denominator=denominator)  # fmt: skip
     recorded = None

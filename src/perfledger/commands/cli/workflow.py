@@ -129,9 +129,15 @@ def read_request(source: str | None) -> dict[str, Any]:
             with open(source, "rb") as handle:
                 data = handle.read(MAX_REQUEST_BYTES + 1)
     except OSError as exc:
-        raise BadRequest(f"cannot read the request {source!r}: {exc.strerror}") from None
+        raise BadRequest(
+            f"cannot read the request {source!r}: {exc.strerror}",
+            hint="name a readable file, or - for stdin",
+        ) from None
     if len(data) > MAX_REQUEST_BYTES:
-        raise BadRequest(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+        raise BadRequest(
+            f"the request is larger than {MAX_REQUEST_BYTES} bytes",
+            hint="keep a request within the limit: large data goes in artifacts (measuring commands attach them)",
+        )
 
     made, constant, number = _number_hooks()
     try:
@@ -139,22 +145,32 @@ def read_request(source: str | None) -> dict[str, Any]:
             data, object_pairs_hook=_no_duplicate_keys, parse_constant=constant, parse_float=number
         )
     except (ValueError, RecursionError) as exc:
-        raise BadRequest(f"the request is not valid JSON: {exc}") from None
+        raise BadRequest(
+            f"the request is not valid JSON: {exc}",
+            hint="`perfledger schema OP --example` prints a valid request",
+        ) from None
     # the storage format's limits (the body is level 3 of its event: request.body), before
     # any walk below recurses through it
     problem = limits.shape_problem(body, "$", 3)
     if problem is not None:
-        raise BadRequest(f"the request is outside the storage format's limits: {problem}")
+        raise BadRequest(
+            f"the request is outside the storage format's limits: {problem}",
+            hint="docs/storage.md gives the limits (depth, sizes)",
+        )
     if made:
         found = _first_non_finite(body)
         if found is not None:
             where, marker = found
             raise BadRequest(
                 f"the request is not valid JSON: {where}: {marker.literal} {marker.why} "
-                "(numbers must be finite)"
+                "(numbers must be finite)",
+                hint="write finite numbers (no NaN or Infinity)",
             )
     if not isinstance(body, dict):
-        raise BadRequest(f"the request must be a JSON object, got {type(body).__name__}")
+        raise BadRequest(
+            f"the request must be a JSON object, got {type(body).__name__}",
+            hint="`perfledger schema OP --example` prints one",
+        )
     return body
 
 
@@ -432,7 +448,9 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
     state = _state(ctx)
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
-        raise BadRequest(f"no experiment {experiment_id!r}")
+        raise BadRequest(
+            f"no experiment {experiment_id!r}", hint="`perfledger experiment list` lists them"
+        )
     verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
         from perfledger.commands.cli.show import print_experiment  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
@@ -472,7 +490,7 @@ def _champion_show(target_id: str, json_flag: bool) -> None:
     state = _state(ctx)
     target = state.targets.get(target_id)
     if target is None:
-        raise BadRequest(f"no Target {target_id!r}")
+        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
     data = {
         "target_id": target_id,
         "champion": target.champion or "original",
@@ -523,11 +541,19 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
         except BadRequest:
             ledger = None
         if ledger is not None:
-            try:
-                body = request_examples.example_for(operation, ledger.state())
+            from perfledger.app.examples import fitted_example  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+            try:  # fitted to the ledger's state and decided on it: shown only if accepted
+                fitted = fitted_example(operation, ledger.state(), ledger.payload,
+                                        lambda event_id: ledger.get(event_id).actor)  # fmt: skip
             finally:
                 ledger.close()
-            click.echo(to_json_text(body, indent=2))
+            if fitted.refusal is not None:  # the operation cannot apply now: say why
+                click.echo(f"no {fitted.op} request is accepted on this ledger now:", err=True)
+                raise fitted.refusal
+            click.echo(to_json_text(fitted.body, indent=2))
+            if fitted.note:
+                click.echo(f"note: {fitted.note}", err=True)
             return
         both = request_examples.variants(operation)
         if not both:

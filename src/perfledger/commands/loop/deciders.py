@@ -55,6 +55,10 @@ LOOP_CASE = "dims"
 COUNTER_PERMISSION_MARKERS = ("ERR_NVGPUCTRPERM", "counter permission")
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/loop.md describes the loop's steps and what each records, in order (`perfledger loop --help`)"
+
+
 def _emit(ctx: DecisionContext, *payloads: msgspec.Struct) -> list[EventDraft]:
     return [
         EventDraft(
@@ -92,7 +96,9 @@ def _run(state: WorkflowState, run_id: str, *, open_only: bool = True) -> RunVie
     if run is None:
         raise BadRequest(f"no loop run {run_id!r}", hint="start one with `perfledger loop setup`")
     if open_only and run.finalized is not None:
-        raise BadRequest(f"run {run_id!r} is finalized; nothing more can be recorded in it")
+        raise BadRequest(
+            f"run {run_id!r} is finalized; nothing more can be recorded in it", hint=_HINT
+        )
     return run
 
 
@@ -109,7 +115,8 @@ def _open_iteration(run: RunView, iteration: int) -> None:
             loop_rules.r25_attempts_left(run, iteration)
         raise BadRequest(
             f"iteration {iteration} is not the open one; the next iteration to close is "
-            f"{run.current_iteration}"
+            f"{run.current_iteration}",
+            hint=_HINT,
         )
 
 
@@ -144,7 +151,9 @@ def decide_loop_setup(
         )
     names = [p.name for p in req.params]
     if len(set(names)) != len(names):
-        raise BadRequest(f"preflight: the entry point {req.entry} repeats a parameter name")
+        raise BadRequest(
+            f"preflight: the entry point {req.entry} repeats a parameter name", hint=_HINT
+        )
     missing = [p.name for p in req.params if p.integer and p.name not in req.dims]
     if missing:
         raise BadRequest(
@@ -154,7 +163,9 @@ def decide_loop_setup(
         )
     bad_dims = sorted(k for k, v in req.dims.items() if v <= 0)
     if bad_dims:
-        raise BadRequest(f"preflight: dims must be positive integers: {', '.join(bad_dims)}")
+        raise BadRequest(
+            f"preflight: dims must be positive integers: {', '.join(bad_dims)}", hint=_HINT
+        )
     if not req.baseline_check.correct:
         raise BadRequest(
             f"the baseline fails its correctness check: {req.baseline_check.detail}",
@@ -217,24 +228,27 @@ def decide_loop_profile(
     key = f"{req.iteration}/{req.attempt}/{req.role}"
     if key in run.profiles:
         raise BadRequest(
-            f"profile {key} of run {req.run_id} is already recorded (never overwritten)"
+            f"profile {key} of run {req.run_id} is already recorded (never overwritten)", hint=_HINT
         )
     if req.role == "input":
         if req.attempt != 0:
-            raise BadRequest("an input profile has attempt 0")
+            raise BadRequest("an input profile has attempt 0", hint=_HINT)
         if req.kernel_hash != run.best_hash:
             raise BadRequest(
                 f"the input profile of iteration {req.iteration} must be of the current best "
-                f"kernel {run.best_hash}, not {req.kernel_hash}"
+                f"kernel {run.best_hash}, not {req.kernel_hash}",
+                hint=_HINT,
             )
     else:
         expected = next_attempt(run, req.iteration)
         if req.attempt != expected:
-            raise BadRequest(f"the next attempt of iteration {req.iteration} is {expected}")
+            raise BadRequest(
+                f"the next attempt of iteration {req.iteration} is {expected}", hint=_HINT
+            )
         loop_rules.r25_attempts_left(run, req.iteration)
     no_unit = sorted(set(req.metrics) - set(req.units))
     if no_unit:
-        raise BadRequest(f"metric(s) without a unit: {', '.join(no_unit[:5])}")
+        raise BadRequest(f"metric(s) without a unit: {', '.join(no_unit[:5])}", hint=_HINT)
     if req.metrics and any(
         marker.lower() in text.lower()
         for text in req.limitations
@@ -280,7 +294,9 @@ def decide_loop_attempt(
     run = _run(state, req.run_id)
     _open_iteration(run, req.iteration)
     if req.correctness.correct:
-        raise BadRequest("loop.attempt records an incorrect candidate; this one is correct")
+        raise BadRequest(
+            "loop.attempt records an incorrect candidate; this one is correct", hint=_HINT
+        )
     failed = loop_rules.r25_attempts_left(run, req.iteration)
     _check_attempt(run, req.iteration, req.attempt)
     selection = loop_rules.check_selection(run, req.iteration, req.selection, req.analysis)
@@ -344,13 +360,17 @@ def decide_loop_close_iter(
     run = _run(state, req.run_id)
     _open_iteration(run, req.iteration)
     if not req.correctness.correct:
-        raise BadRequest("the candidate failed its correctness check: record it with loop.attempt")
+        raise BadRequest(
+            "the candidate failed its correctness check: record it with loop.attempt", hint=_HINT
+        )
     loop_rules.r25_attempts_left(run, req.iteration)
     _check_attempt(run, req.iteration, req.attempt)
     selection = loop_rules.check_selection(run, req.iteration, req.selection, req.analysis)
     kernel = source_file(req.kernel)
     if kernel.content_hash == run.best_hash:
-        raise BadRequest("the candidate is the current best kernel itself; change it first")
+        raise BadRequest(
+            "the candidate is the current best kernel itself; change it first", hint=_HINT
+        )
     pairs = _pairs(req.pairs)
     verdict = derive_improvement(pairs, run.setup.min_effect)
     best_ms = _median([v for p in pairs for v in p.ref_ms]) if pairs else None
@@ -391,7 +411,9 @@ def _check_attempt(run: RunView, iteration: int, attempt: int) -> None:
         and f"{iteration}/{attempt}/candidate" in run.profiles
     )
     if attempt != expected and not profiled_only:
-        raise BadRequest(f"the next attempt of iteration {iteration} is {expected}, not {attempt}")
+        raise BadRequest(
+            f"the next attempt of iteration {iteration} is {expected}, not {attempt}", hint=_HINT
+        )
 
 
 # ----------------------------------------------------------------------------- finalize
@@ -412,19 +434,22 @@ def decide_loop_finalize(
     if not planned_done and not req.stop_reason.strip():
         raise BadRequest(
             f"run {req.run_id} closed {run.current_iteration - 1} of {run.setup.iterations} "
-            "iterations: say why it stops (--stop-reason)"
+            "iterations: say why it stops (--stop-reason)",
+            hint=_HINT,
         )
     pairs = _pairs(req.pairs)
     headline = None
     baseline_ms = best_ms = None
     if run.best_hash != run.setup.baseline.content_hash:
         if not pairs:
-            raise BadRequest("the best kernel differs from the baseline: give the final pairs")
+            raise BadRequest(
+                "the best kernel differs from the baseline: give the final pairs", hint=_HINT
+            )
         headline = derive_improvement(pairs, run.setup.min_effect)
         baseline_ms = _median([v for p in pairs for v in p.ref_ms])
         best_ms = _median([v for p in pairs for v in p.cand_ms])
     elif pairs:
-        raise BadRequest("the baseline is still the best: there is nothing to compare")
+        raise BadRequest("the baseline is still the best: there is nothing to compare", hint=_HINT)
     stop = req.stop_reason.strip() or f"planned iterations done ({run.setup.iterations})"
     payload = RunFinalized(
         run_id=req.run_id,

@@ -36,6 +36,10 @@ from perfledger.projections.loop import RunView, failed_attempts, input_profile
 SelectionLike = Mapping[str, object]
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/loop.md describes the method catalog and the skip reasons (R19-R25)"
+
+
 def _method(catalog: Catalog, method_id: str, rule: str, what: str) -> CatalogMethod:
     found = cat.method(catalog, method_id)
     if found is None:
@@ -316,7 +320,7 @@ def _check_reason(
         if not partners:
             false("no method chosen in this iteration shares a coupled group with it (R22)")
     else:  # pragma: no cover - the request model allows only these codes
-        raise BadRequest(f"unknown skip reason {reason!r}")
+        raise BadRequest(f"unknown skip reason {reason!r}", hint=_HINT)
 
 
 def r25_attempts_left(run: RunView, iteration: int) -> int:
@@ -382,7 +386,9 @@ def propose_selection(run: RunView, iteration: int) -> tuple[dict[str, dict[str,
                 break
             skipped.append({"method": method_.id, "reason": reason, "detail": detail})
         if pick is None:
-            raise BadRequest(f"no admissible {axis} method is left in catalog {catalog.catalog_id}")
+            raise BadRequest(
+                f"no admissible {axis} method is left in catalog {catalog.catalog_id}", hint=_HINT
+            )
         chosen[axis] = pick
         selection[axis] = {"chosen": pick.id, "skipped": skipped}
         trigger = "; ".join(

@@ -245,7 +245,9 @@ class Tools:
 
         state = self._state()
         if target_id is not None and target_id not in state.targets:
-            raise BadRequest(f"no Target {target_id!r}")
+            raise BadRequest(
+                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
+            )
         return {"claims": msgspec.to_builtins(claims(state, target_id))}
 
     def _read_champion(self, target_id: str | None = None) -> Any:
@@ -256,7 +258,9 @@ class Tools:
             return {"champions": msgspec.to_builtins(current)}
         chosen = [c for c in current if c.target_id == target_id]
         if not chosen:
-            raise BadRequest(f"no Target {target_id!r}")
+            raise BadRequest(
+                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
+            )
         return {
             **msgspec.to_builtins(chosen[0]),
             "lineage": msgspec.to_builtins(lineage(state, target_id)),
@@ -522,7 +526,9 @@ def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bo
         data["error"]["exit_code"] = exc.exit_code  # type: ignore[index]
         return translate_hints(data), True
     except TypeError as exc:  # arguments a read tool does not take
-        return BadRequest(f"{name}: {exc}").to_json(), True
+        return BadRequest(
+            f"{name}: {exc}", hint="the tool's input schema (tools/list) gives each field"
+        ).to_json(), True
 
 
 def build_server(ledger_path: str | None, actor: str) -> Any:

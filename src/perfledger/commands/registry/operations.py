@@ -517,7 +517,10 @@ def validate(name: str, body: Any) -> Any:
 
     model = request_model(name)
     if not isinstance(body, dict):
-        raise BadRequest(f"{name}: the request must be a JSON object, got {type(body).__name__}")
+        raise BadRequest(
+            f"{name}: the request must be a JSON object, got {type(body).__name__}",
+            hint=f"`perfledger schema {name} --example` prints one",
+        )
     try:
         return msgspec.convert(body, model)
     except msgspec.ValidationError as exc:
@@ -526,7 +529,9 @@ def validate(name: str, body: Any) -> Any:
             hint=f"see `perfledger schema {name}`",
         ) from None
     except (ValueError, TypeError, RecursionError) as exc:  # pathological inputs
-        raise BadRequest(f"{name}: invalid request: {exc}") from None
+        raise BadRequest(
+            f"{name}: invalid request: {exc}", hint=f"see `perfledger schema {name}`"
+        ) from None
 
 
 def stored_request(name: str, request: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from perfledger.commands.workflow import (
     observed_rules,
     output_rules,
     plausibility,
+    reference_watch,
     rules,
 )
 from perfledger.commands.workflow import requests as rq
@@ -52,6 +53,7 @@ from perfledger.events.workflow import (
     ORIGINAL,
     PER_CASE_V2,
     R1_KNOWN_UNITS,
+    R1_KNOWN_UNITS_READINESS,
     R2_STATISTICS_FROZEN,
     R4_MEASURED_RESOLUTION,
     R4_MEASURED_RESOLUTION_FINAL_AUDIT,
@@ -59,11 +61,16 @@ from perfledger.events.workflow import (
     R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
+    R5_MEASURED_CHAMPION,
+    R5_MEASURED_FINAL_AUDIT,
     R5_OBSERVED_METRICS,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
     R11_CALLS_FROM_COPIES,
     R11_CANDIDATE_SNAPSHOT,
+    R11_REFERENCE_WATCHED,
+    R11_REFERENCE_WATCHED_FINAL_AUDIT,
+    R11_REFERENCE_WATCHED_VERDICT,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
@@ -71,14 +78,19 @@ from perfledger.events.workflow import (
     R12_WALL_VALUE_COUNTS,
     R13_FAILED_AUDIT_DEMOTES,
     R14_BLOCKS_CHAMPION,
+    R14_CODE_RESULTS_CHAMPION,
+    R14_CODE_RESULTS_EXPERIMENT,
+    R14_FINAL_AUDIT_OWES,
     R14_INFORMATIVE_INTERVAL,
     R14_MEASURED_OBLIGATION,
     R14_ONE_IMPROVEMENT,
+    R14_ONE_RESULT_SAMPLES,
     R14_STATED_INTERVAL,
     R14_TRUE_NOTE,
     R14_UNJUDGED_BLOCKS_CHAMPION,
     R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     R18_LEDGER_FILLED,
+    R18_STOP_REASON_AGREES,
     TAIL_STATISTICS,
     BaselineRecorded,
     CandidateRejected,
@@ -115,6 +127,7 @@ from perfledger.projections.verdicts import Pair, derive_guardrail, derive_verdi
 from perfledger.projections.workflow import (
     CHAMPION_CONFLICTS,
     OWED_CHAMPION,
+    UNACCOUNTED_CHAMPION,
     TargetView,
     WorkflowState,
     open_conflicts,
@@ -222,7 +235,10 @@ def _build(cls: type[Any], data: dict[str, Any]) -> Any:
     try:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError as exc:  # a request field that the payload cannot hold
-        raise BadRequest(f"{cls.__name__}: {exc}") from None
+        raise BadRequest(
+            f"{cls.__name__}: {exc}",
+            hint="`perfledger schema OP` gives each field's form and range",
+        ) from None
 
 
 def environment_id(environment: dict[str, Any]) -> str:
@@ -352,12 +368,32 @@ def decide_target_supersede(
 # ---------------------------------------------------------------------------------- readiness
 
 
+def _r1_known_units(definition: TargetDefinition) -> None:
+    """R1 at readiness: every declared metric of the Target is in a unit of the closed
+    vocabulary (a Target frozen before :data:`R1_KNOWN_UNITS` may hold one it cannot check).
+    Raises: RuleRefused (R1) naming the metric and listing the known units."""
+    unknown = [(name, unit) for name, unit, _work in _declared_metrics(definition)
+               if not known_unit(unit)]  # fmt: skip
+    if unknown:
+        shown = ", ".join(f"{name!r} in {unit!r}" for name, unit in unknown)
+        raise refuse(
+            "R1",
+            f"Target {definition.target_id!r} declares metrics in units perfledger does not "
+            f"know ({shown}): a unit it has no entry for cannot be checked; known: {vocabulary()}",
+            "supersede the Target with each metric in a known unit (milliseconds ms, "
+            "microseconds us, a rate <work>/<time> such as tokens/s): `perfledger target "
+            "supersede --request FILE`",
+        )
+
+
 def decide_readiness_record(
     state: WorkflowState, req: rq.ReadinessRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
     """``readiness.record`` (R2): original, user's test set, accuracy rule, driver, environment
     (missing lineage recorded as missing) and statistical requirements (>= 5 pairs per case)."""
     target = rules.r1_target_current(state, req.target_id)
+    if rules_version(ctx, "ReadinessRecorded") >= R1_KNOWN_UNITS_READINESS:
+        _r1_known_units(target.definition)
     rules.r2_min_pairs(req.statistics.min_pairs_per_case)
     if rules_version(ctx, "ReadinessRecorded") >= R2_STATISTICS_FROZEN:
         test_set = None if req.test_set is None else dump(req.test_set)
@@ -682,6 +718,11 @@ def decide_experiment_create(
             "give the candidate's own content hash (of its code, e.g. its git commit), not the "
             "reference's; a Target bound to code computes it from candidate.subject",
         )
+    if rules_version(ctx, "ExperimentCreated") >= R14_CODE_RESULTS_EXPERIMENT:
+        # R14: the same code does not come back after a formal result that did not pass
+        formal_runs.r14_code_results_passed(
+            state, req.target_id, typed_hash, f"experiment {req.experiment_id!r}"
+        )
     rules.r10_upstream_checked(
         state,
         req.new_component.upstream_check_id if req.new_component else None,
@@ -879,10 +920,16 @@ def decide_samples_record(
             f"samples {req.samples_id!r} are already recorded",
             hint="choose a new samples id (measuring commands pick a free one when --samples is left out)",
         )
-    rules.r15_not_rejected(state, req.experiment_id)
-    rules.r2_ready(target)
-    rules.r3_metric_audited(target)
-    rules.r4_baseline_and_resolution(target)
+    version = rules_version(ctx, "SamplesRecorded")
+    formal_runs.formal_stage_preconditions(
+        state,
+        target,
+        req.experiment_id,
+        req.stage,
+        demotion=version >= R14_MEASURED_OBLIGATION,
+        one_result=version >= R14_ONE_RESULT_SAMPLES,
+        exclude=req.samples_id,
+    )
     assert target.resolution is not None and target.readiness is not None
     if req.candidate_hash != experiment.created.candidate.content_hash:
         raise refuse(
@@ -901,14 +948,6 @@ def decide_samples_record(
         )
     reference = msgspec.convert(dump(req.reference), Reference)
     if req.stage == "final_audit":
-        if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
-            formal_runs.r13_not_demoted(target, req.experiment_id)
-        if target.champion != req.experiment_id:
-            raise refuse(
-                "R11",
-                "a final audit measures the current champion (this experiment is not it)",
-                "measure the current champion's final audit (`perfledger champion show` names it)",
-            )
         original = target.readiness.original.content_hash
         if reference != Reference(kind="original", content_hash=original):
             raise refuse(
@@ -916,17 +955,13 @@ def decide_samples_record(
                 "a final audit compares the champion with the original",
                 "set the reference to the original (measuring commands do for --stage final_audit)",
             )
-    else:
-        if not rules.is_current_reference(state, target, reference):
-            raise refuse(
-                "R11",
-                "a comparison must be against the current champion (or the original when there "
-                "is none); this reference is stale",
-                f"compare against {rules.current_reference(state, target)}",
-            )
-        if req.stage == "target":
-            rules.r11_screen_before_target(state, req.experiment_id)
-            rules.r8_formal_stage_allowed(experiment, _in_force(target).resolution)
+    elif not rules.is_current_reference(state, target, reference):
+        raise refuse(
+            "R11",
+            "a comparison must be against the current champion (or the original when there "
+            "is none); this reference is stale",
+            f"compare against {rules.current_reference(state, target)}",
+        )
     if rules_version(ctx, "SamplesRecorded") >= R14_MEASURED_OBLIGATION:
         _r14_measured_obligation(state, target, req, ctx)
     _samples_common(target, req)
@@ -964,6 +999,7 @@ def decide_samples_record(
             ),
             "wall_check": None if wall_check is None else msgspec.to_builtins(wall_check),
             **_implausible(target, req, ctx),
+            **_reference_watch(target, req, ctx),
         },
     )
     return _emit(ctx, payload)
@@ -976,6 +1012,18 @@ def _implausible(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext
         return {}
     cases = plausibility.implausible_cases(target.definition, req.pairs)
     return {"implausible": cases} if cases else {}
+
+
+def _reference_watch(
+    target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext
+) -> dict[str, Any]:
+    """``{"reference_slowed": {case: figures}}`` for the cases of a formal stage whose reference
+    ran slower than its baseline by more than the bound (R11, schema
+    :data:`~perfledger.events.workflow.R11_REFERENCE_WATCHED` on), else ``{}``."""
+    if rules_version(ctx, "SamplesRecorded") < R11_REFERENCE_WATCHED:
+        return {}
+    flagged = reference_watch.reference_slowed(target, req.stage, req.reference.kind, req.pairs)
+    return {"reference_slowed": flagged} if flagged else {}
 
 
 def _r14_measured_obligation(
@@ -1021,7 +1069,11 @@ def _wall_check(target: TargetView, req: rq.SamplesRecord, ctx: DecisionContext)
             work_metrics=work_metrics(target.definition),
         )
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(
+            str(exc),
+            hint="each pair's values are finite numbers under the metrics named in units "
+            "(`perfledger schema samples.record`)",
+        ) from None
 
 
 # ---------------------------------------------------------------------------------- verdicts
@@ -1397,6 +1449,9 @@ def decide_verdict_record(
         status = r12_every_case(target, samples, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R4_MEASURED_RESOLUTION_VERDICT:
         status = r4_declared_resolution(target, status, notes)
+    if rules_version(ctx, "VerdictRecorded") >= R11_REFERENCE_WATCHED_VERDICT:
+        unit = target.definition.primary.unit
+        status = reference_watch.judge(samples.reference_slowed, status, notes, unit)
     if samples.stage == "screen" and status == "pass":
         status = "inconclusive"
         notes.append("R11: a screen can reject but never passes; only a target stage can pass")
@@ -1508,7 +1563,8 @@ def decide_final_audit_record(
     else:
         status = "inconclusive"
     typed_counts = rules_version(ctx, "FinalAuditRecorded") < R4_MEASURED_RESOLUTION_FINAL_AUDIT
-    if rules.r17_unexplained_pairs(samples, explained, typed_counts) and status != "inconclusive":
+    unexplained = rules.r17_unexplained_pairs(samples, explained, typed_counts)
+    if unexplained and status != "inconclusive":
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
@@ -1518,6 +1574,9 @@ def decide_final_audit_record(
         status = r12_every_case(target, samples, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R4_MEASURED_RESOLUTION_FINAL_AUDIT:
         status = r4_declared_resolution(target, status, notes)
+    if rules_version(ctx, "FinalAuditRecorded") >= R11_REFERENCE_WATCHED_FINAL_AUDIT:
+        unit = target.definition.primary.unit
+        status = reference_watch.judge(samples.reference_slowed, status, notes, unit)
     if (
         rules_version(ctx, "FinalAuditRecorded") >= R5_FINAL_AUDIT_ACCURACY
         and samples.cand_failures
@@ -1528,6 +1587,13 @@ def decide_final_audit_record(
             "its final audit"
         )
         status = "fail"
+    if rules_version(ctx, "FinalAuditRecorded") >= R5_MEASURED_FINAL_AUDIT:  # R5: observed only
+        status = measurement_rules.r5_measured_final_audit(
+            state, state.samples[req.samples_id], samples, status, notes
+        )
+    contradicts: bool | msgspec.UnsetType = msgspec.UNSET
+    if rules_version(ctx, "FinalAuditRecorded") >= R14_FINAL_AUDIT_OWES:
+        contradicts = _r14_final_audit_owes(state, target, samples, primary, not unexplained, notes)
     if req.claimed_status is not None and req.claimed_status != status:
         raise refuse(
             "R12",
@@ -1544,8 +1610,55 @@ def decide_final_audit_record(
         guardrails=tuple(guardrails),
         notes=tuple(notes),
         **_samples_marks(target, samples, ctx),
+        contradicts_claim=contradicts,
     )
     return _emit(ctx, payload)
+
+
+def _r14_final_audit_owes(
+    state: WorkflowState,
+    target: TargetView,
+    samples: SamplesRecorded,
+    primary: DerivedVerdict,
+    attribution_clean: bool,
+    notes: list[str],
+) -> bool:
+    """R14 (``FinalAuditRecorded`` schema :data:`~perfledger.events.workflow.
+    R14_FINAL_AUDIT_OWES` on): whether the champion's final audit lies wholly outside its
+    claim's predicted interval, below or above (a prediction wrong either way is reconciled),
+    appending R14's note when it does. Only where the claim and the audit measure the same
+    thing: the target-stage result that made the champion was measured against the original
+    (a later champion's claim predicts its gain over the champion before it). Not for a claim
+    recorded before stated intervals or already reconciled (or owing one: its error is on
+    record), unexplained foreign activity or a degenerate CI."""
+    experiment = state.experiments.get(samples.experiment_id)
+    if experiment is None or experiment.rules_schema < R14_STATED_INTERVAL:
+        return False
+    experiment_id = experiment.created.experiment_id
+    if experiment.reconciliations or experiment_id in target.pending:
+        return False  # this claim's error is already on record (or owed) with its premise
+    selected = next((e for e in reversed(target.lineage) if e.champion == experiment_id), None)
+    won = state.samples.get(selected.samples_id or "") if selected is not None else None
+    if won is None or won.reference.kind != ORIGINAL:
+        return False
+    if not attribution_clean or primary.degenerate:
+        return False
+    if primary.ci_low is None or primary.ci_high is None:
+        return False
+    low, high = predicted_improvement(experiment, target.definition.primary.direction)
+    if primary.ci_high >= low and primary.ci_low <= high:
+        return False  # overlapping the interval: not wholly outside it
+    notes.append(
+        _r14_contradiction_note(
+            primary,
+            low,
+            high,
+            target.definition.min_effect,
+            experiment_id,
+            screen=False,
+        )
+    )
+    return True
 
 
 # ---------------------------------------------------------------------------------- decisions
@@ -1805,6 +1918,15 @@ def decide_champion_select(
             f"guardrails do not hold: {holding}",
             f"`perfledger verdict explain {req.samples_id}` shows each guardrail's figures",
         )
+    if rules_version(ctx, "ChampionSelected") >= R5_MEASURED_CHAMPION:  # R5: observed only
+        measurement_rules.r5_measured_champion(
+            state, samples, verdict.samples_provenance, ctx.payload_of
+        )
+    if rules_version(ctx, "ChampionSelected") >= R14_CODE_RESULTS_CHAMPION:
+        # R14: the evidence for a champion accounts for every formal result of its code
+        formal_runs.r14_code_results_passed(
+            state, req.target_id, samples.candidate_hash, "champion selection"
+        )
     if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
         creator = state.experiments[verdict.experiment_id].event_id
         interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
@@ -1851,6 +1973,8 @@ def decide_handoff_record(
     if rules_version(ctx, "HandoffRecorded") >= R18_LEDGER_FILLED:
         # R18: what the ledger knows is filled from it, a stated list checked against it
         body = handoff_rules.r18_filled(state, target, req)
+        if rules_version(ctx, "HandoffRecorded") >= R18_STOP_REASON_AGREES:
+            handoff_rules.r18_stop_reason_agrees(req.stop_reason, body["primary_achieved"])
         _r18_budget(target, body["budget_used"], body["budget_left"])
         if not body["resume_needs"]:
             raise refuse(
@@ -1953,6 +2077,16 @@ def decide_conflict_resolve(
         # R14: keeping the champion selected elsewhere is a champion selection
         target = rules.r1_target_current(state, req.target_id)
         rules.r14_no_pending_reconciliation(target, "champion kept from this conflict")
+    if conflict.kind == UNACCOUNTED_CHAMPION and req.keep != conflict.options[0]:
+        # R14: keeping a champion whose code has a formal result that did not pass
+        experiment = state.experiments.get(req.keep)
+        if experiment is not None:
+            formal_runs.r14_code_results_passed(
+                state,
+                req.target_id,
+                experiment.created.candidate.content_hash,
+                "keeping the champion of this conflict",
+            )
     payload = ConflictResolved(
         target_id=req.target_id, conflict_id=req.conflict_id, keep=req.keep, reason=req.reason
     )

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from perfledger.commands.workflow import formal_runs, rules
 from perfledger.commands.workflow import requests as rq
-from perfledger.commands.workflow.deciders import DecisionContext, _emit
-from perfledger.commands.workflow.rules import refuse
+from perfledger.commands.workflow.deciders import DecisionContext, _emit, rules_version
 from perfledger.errors import BadRequest
-from perfledger.events.workflow import FormalRunStarted
+from perfledger.events.workflow import R14_ONE_FORMAL_RUN, FormalRunStarted
 from perfledger.ledger.base import EventDraft
 from perfledger.projections.workflow import WorkflowState
 from perfledger.projections.workflow import formal_runs as started_runs
@@ -19,7 +18,9 @@ def decide_formal_run_start(
     state: WorkflowState, req: rq.FormalRunStart, ctx: DecisionContext
 ) -> list[EventDraft]:
     """``formal-run.start`` (R14, R2-R4, R8, R11, R13, R15): the experiment may enter the stage
-    now (as its samples would be checked), its earlier results of that stage are judged, and the
+    now (as its samples would be checked, :func:`formal_runs.formal_stage_preconditions`), its
+    earlier results of that stage are judged, it has no other result of the stage (from schema
+    :data:`~perfledger.events.workflow.R14_ONE_FORMAL_RUN`: no optional stopping), and the
     samples id is free.
 
     Raises: BadRequest for an unknown experiment or a samples id already taken; RuleRefused
@@ -38,23 +39,13 @@ def decide_formal_run_start(
             f"samples id {req.samples_id!r} is already taken",
             hint="choose a new samples id (leave --samples out to get a free one)",
         )
-    rules.r15_not_rejected(state, req.experiment_id)
-    rules.r2_ready(target)
-    rules.r3_metric_audited(target)
-    rules.r4_baseline_and_resolution(target)
-    in_force = target.resolution_in_force
-    assert in_force is not None
-    if req.stage == "final_audit":
-        formal_runs.r13_not_demoted(target, req.experiment_id)
-        if target.champion != req.experiment_id:
-            raise refuse(
-                "R11",
-                "a final audit measures the current champion (this experiment is not it)",
-                "measure the current champion's final audit (`perfledger champion show` names it)",
-            )
-    else:
-        rules.r11_screen_before_target(state, req.experiment_id)
-        rules.r8_formal_stage_allowed(experiment, in_force.resolution)
+    formal_runs.formal_stage_preconditions(
+        state,
+        target,
+        req.experiment_id,
+        req.stage,
+        one_result=rules_version(ctx, "FormalRunStarted") >= R14_ONE_FORMAL_RUN,
+    )
     formal_runs.r14_judged_before_next(state, target_id, req.experiment_id, req.stage)
     payload = FormalRunStarted(
         target_id=target_id,

@@ -31,6 +31,20 @@ FIGURE_TOLERANCE = 5e-4
 #: A figure in words: a number followed by ``%``, ``x``/``×`` or ``times`` (``+20 %``, ``3x``,
 #: ``1.5 times``). Figures belong to the verdicts, not to the agent's words (R18).
 FIGURE_IN_WORDS = re.compile(r"\d(?:[.,]\d+)?\s*(?:%|[x×](?![A-Za-z0-9])|times\b|percent\b)")
+#: Words that say the primary was not achieved (checked first: "primary not achieved").
+_SAYS_NOT_ACHIEVED = re.compile(
+    r"\b(?:not|never|n't|un)\s*(?:yet\s+|been\s+)?(?:achieved|reached|met|attained)\b"
+    r"|\b(?:missed|fell short of|short of)\s+(?:the\s+)?(?:primary|target|goal|minimum effect)",
+    re.IGNORECASE,
+)
+#: Words that say the primary was achieved (``primary achieved``, ``reached the target``).
+_SAYS_ACHIEVED = re.compile(
+    r"\b(?:primary|target|goal|objective|minimum effect|min effect)\b[^.;,]{0,40}?"
+    r"\b(?:achieved|reached|met|attained)\b"
+    r"|\b(?:achieved|reached|met|attained|hit)\s+(?:the\s+)?(?:primary|target|goal|objective|"
+    r"minimum effect|min effect)\b",
+    re.IGNORECASE,
+)
 #: The hint of every refusal of a stated list: the ledger fills it.
 FILLED_HINT = (
     "leave {field} out: perfledger fills it from the ledger (`perfledger handoff record "
@@ -232,4 +246,43 @@ def r18_filled(state: WorkflowState, target: TargetView, req: rq.HandoffRecord) 
     }
 
 
-__all__ = ["FIGURE_IN_WORDS", "FIGURE_TOLERANCE", "LedgerFacts", "ledger_facts", "r18_filled"]
+def says_achieved(text: str) -> bool | None:
+    """Whether ``text`` (a handoff's ``stop_reason``) says the primary was achieved (True),
+    was not (False), or says neither (None). Text in parentheses is a quotation (``not stated
+    (the ledger shows: ...)``), not what the caller says."""
+    text = re.sub(r"\([^()]*\)", " ", text)
+    if _SAYS_NOT_ACHIEVED.search(text):
+        return False
+    if _SAYS_ACHIEVED.search(text):
+        return True
+    return None
+
+
+def r18_stop_reason_agrees(stop_reason: str, achieved: bool) -> None:
+    """R18 (``HandoffRecorded`` schema :data:`~perfledger.events.workflow.
+    R18_STOP_REASON_AGREES` on): a ``stop_reason`` that says the primary was (not) achieved
+    agrees with the ledger's ``primary_achieved`` (a champion whose own final audit passed).
+    Raises: RuleRefused (R18) for a contradiction."""
+    said = says_achieved(stop_reason)
+    if said is None or said == achieved:
+        return
+    raise refuse(
+        "R18",
+        f"the stop reason {stop_reason!r} says the primary was "
+        f"{'' if said else 'not '}achieved; the ledger says primary_achieved={achieved} "
+        "(achieved only with a champion whose own final audit passed)",
+        "say why you stopped in words that agree with the ledger (e.g. 'the budget is spent', "
+        "'no further candidate is expected to clear the minimum effect')"
+        + ("" if achieved else ", or record the champion's passing final audit first"),
+    )
+
+
+__all__ = [
+    "FIGURE_IN_WORDS",
+    "FIGURE_TOLERANCE",
+    "LedgerFacts",
+    "ledger_facts",
+    "r18_filled",
+    "r18_stop_reason_agrees",
+    "says_achieved",
+]

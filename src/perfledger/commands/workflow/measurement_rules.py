@@ -2,6 +2,12 @@
 call of a formal stage, or whose formal-stage samples the driver's wall clock flagged
 (:mod:`perfledger.derive.wall_check`), cannot support a champion, whatever its other pairs say.
 The reference's failures stay the reference's (R11): they never count against the candidate.
+
+Samples recorded from outside perfledger (provenance ``outside``, or none) are shown, labelled
+as outside, but never make a champion nor pass a final audit (R5, from ``ChampionSelected``
+:data:`~perfledger.events.workflow.R5_MEASURED_CHAMPION` and ``FinalAuditRecorded``
+:data:`~perfledger.events.workflow.R5_MEASURED_FINAL_AUDIT`): perfledger observes, and a pairs
+table written elsewhere is a declaration.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from typing import Any
 
 from perfledger.commands.workflow.rules import refuse
 from perfledger.projections.measurement_flags import FORMAL_STAGES, formal_samples
-from perfledger.projections.workflow import ExperimentView, WorkflowState
+from perfledger.projections.target_kind import measuring_command
+from perfledger.projections.workflow import ExperimentView, SamplesView, WorkflowState
 
 #: Most call ids named in a refusal.
 _NAMED = 8
@@ -80,3 +87,67 @@ def r5_r13_disqualified(
 
 
 __all__ = ["FORMAL_STAGES", "formal_findings", "r5_r13_disqualified"]
+
+
+def samples_source(recorded: Any | None, marked: str | None = None) -> str:
+    """R5: where samples come from, as their event records it: ``perfledger`` (measured, with
+    their raw table) or ``outside``. ``recorded`` is the SamplesRecorded payload (None when no
+    ledger was given to read it); then ``marked`` (a verdict's ``samples_provenance``) is taken.
+    Samples of unknown provenance count as outside."""
+    if recorded is not None:
+        provenance = getattr(recorded, "provenance", None)
+        measured = provenance is not None and provenance.source == "perfledger"
+        return "perfledger" if measured else "outside"
+    return "perfledger" if marked == "perfledger" else "outside"
+
+
+def _free_samples_id(state: WorkflowState, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first samples id not yet recorded."""
+    n, sid = 1, base
+    while sid in state.samples:
+        n += 1
+        sid = f"{base}-{n}"
+    return sid
+
+
+def r5_measured_champion(
+    state: WorkflowState,
+    view: SamplesView,
+    marked: str | None,
+    payload_of: Callable[[str], Any] | None,
+) -> None:
+    """R5/R13: refuse a champion whose target-stage samples (``view``; ``marked``: their
+    verdict's ``samples_provenance``) were recorded from outside perfledger. Raises: RuleRefused
+    (R5) naming the samples and the measuring command of the Target's kind."""
+    recorded = payload_of(view.event_id) if payload_of is not None else None
+    if samples_source(recorded, marked) == "perfledger":
+        return
+    measure = measuring_command(state, view.target_id, "samples.record", view.experiment_id)
+    sid = _free_samples_id(state, f"{view.experiment_id}-target-measured")
+    raise refuse(
+        "R5",
+        f"samples {view.samples_id!r} were recorded from outside perfledger (a pairs table "
+        "written elsewhere): they are shown, labelled as outside, but a champion comes only from "
+        "target-stage samples perfledger measured",
+        f"measure {view.experiment_id}'s target stage: `{measure} --samples {sid}`, derive its "
+        f"verdict (`perfledger verdict record --samples {sid}`), then select --samples {sid} if "
+        "it passed",
+    )
+
+
+def r5_measured_final_audit(
+    state: WorkflowState, view: SamplesView, recorded: Any, status: str, notes: list[str]
+) -> str:
+    """R5/R13: a final audit on samples recorded from outside perfledger (``recorded``: the
+    SamplesRecorded payload of ``view``) cannot pass: ``pass`` becomes ``inconclusive``, and the
+    note says why and what to run, whatever the status. Returns: the status."""
+    if samples_source(recorded) == "perfledger":
+        return status
+    measure = measuring_command(state, view.target_id, "samples.record", view.experiment_id)
+    sid = _free_samples_id(state, f"{view.experiment_id}-audit-measured")
+    notes.append(
+        f"R5: samples {view.samples_id!r} were recorded from outside perfledger; a final audit "
+        f"passes only on samples perfledger measured: `{measure} --samples {sid}`, then "
+        f"`perfledger final-audit record --target {view.target_id} --samples {sid}`"
+    )
+    return "inconclusive" if status == "pass" else status

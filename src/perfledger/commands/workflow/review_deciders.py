@@ -35,7 +35,14 @@ def decide_review_record(
             "review.record needs the ledger to read the reviewed event",
             hint="record it through the ledger (`perfledger review record` or perfledger.api)",
         )
-    payload = ctx.payload_of(req.subject_event)
+    try:
+        payload = ctx.payload_of(req.subject_event)
+    except BadRequest as exc:
+        raise BadRequest(
+            f"subject_event: {exc.message}",
+            hint="name an event of this ledger: `perfledger log` lists them with their ids "
+            "(samples' event ids: `perfledger state --json`, samples.<id>.event_id)",
+        ) from None
     kind = type(payload).__name__
     wanted = SUBJECT_KINDS[req.subject]
     if wanted is not None and kind != wanted:

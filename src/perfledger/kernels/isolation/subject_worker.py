@@ -55,6 +55,9 @@ from perfledger.kernels.isolation.subject_protocol import (
 )
 from perfledger.kernels.subjects.spec_loader import load_spec
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "the subject worker runs one spec's cases and roles (docs/subjects.md); perfledger's harness starts it and speaks its protocol (docs/kernel-harness.md)"
+
 
 def _builtin(value: Any) -> Any:
     """JSON for NumPy scalars a spec may hold (``bytes_per_call=np.prod(shape) * 4``)."""
@@ -96,9 +99,9 @@ class Worker:
         self._ipc: Any = None  # the exported reveal buffer (after hello, where IPC works)
         if case is not None:
             if case not in self.spec["problems"]:
-                raise BadRequest(f"the spec {spec_path!r} has no case {case!r}")
+                raise BadRequest(f"the spec {spec_path!r} has no case {case!r}", hint=_HINT)
             if self.spec.get(role) is None:
-                raise BadRequest(f"the spec {spec_path!r} defines no {role.upper()}")
+                raise BadRequest(f"the spec {spec_path!r} defines no {role.upper()}", hint=_HINT)
 
     def hello(self, seed: int) -> dict[str, Any]:
         """The facts the measuring process needs (module docstring)."""
@@ -240,10 +243,12 @@ class Worker:
         copy them into the exported reveal buffer (:mod:`perfledger.kernels.isolation.reveal_ipc`)."""
 
         if not 0 <= index < len(self.kept):
-            raise BadRequest(f"no call {index} in the last batch ({len(self.kept)} calls)")
+            raise BadRequest(
+                f"no call {index} in the last batch ({len(self.kept)} calls)", hint=_HINT
+            )
         if path is None:
             if self._ipc is None:
-                raise BadRequest("this worker offered no reveal buffer")
+                raise BadRequest("this worker offered no reveal buffer", hint=_HINT)
             self._ipc.fill(self.kept[index])
             return {"ok": True}
         # pinned, so the copy runs at the bus's speed; the host path's slot already holds the
@@ -306,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
             request = json.loads(line)
             op = request["op"]
         except (ValueError, KeyError, TypeError):
-            _reply(stream, _error(BadRequest(f"malformed request: {line[:200]!r}")))
+            _reply(stream, _error(BadRequest(f"malformed request: {line[:200]!r}", hint=_HINT)))
             continue
         if op == "exit":
             return 0
         if worker is None:
-            _reply(stream, failure or _error(BadRequest("the worker did not start")))
+            _reply(stream, failure or _error(BadRequest("the worker did not start", hint=_HINT)))
             continue
         try:
             if op == "hello":
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = request.get("path")
                 answer = worker.reveal(int(request["index"]), None if path is None else str(path))
             else:
-                answer = _error(BadRequest(f"unknown op {op!r}"))
+                answer = _error(BadRequest(f"unknown op {op!r}", hint=_HINT))
         except Exception as exc:  # the subject's failure, reported to the parent
             answer = _error(exc)
         _reply(stream, answer)

@@ -50,6 +50,10 @@ TIME_METRIC = "time_ms"
 LAUNCHES_METRIC = "perfledger__kernel_launches"
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/loop.md describes what the loop measures and what a workload call prints"
+
+
 class Backend(Protocol):
     """What the loop needs from a measurement backend (all times in ms)."""
 
@@ -159,10 +163,10 @@ class WorkloadBackend:
         """One ``time`` call's samples of :data:`TIME_METRIC`."""
         result = self._call(kernel, "time")
         if not result.correct:
-            raise BadRequest(f"{kernel.name} was incorrect while timed")
+            raise BadRequest(f"{kernel.name} was incorrect while timed", hint=_HINT)
         samples = result.metrics.get(TIME_METRIC)
         if not samples:
-            raise BadRequest(f"the workload call printed no {TIME_METRIC!r} metric")
+            raise BadRequest(f"the workload call printed no {TIME_METRIC!r} metric", hint=_HINT)
         return {"samples_ms": list(samples), "stop_reason": "one driver call"}
 
     def time_reference(self) -> dict[str, Any] | None:
@@ -253,7 +257,7 @@ class CudaBackend:
 
         spec = importlib.util.spec_from_file_location("perfledger_loop_ref", self.reference)
         if spec is None or spec.loader is None:
-            raise BadRequest(f"cannot load the reference {self.reference}")
+            raise BadRequest(f"cannot load the reference {self.reference}", hint=_HINT)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
@@ -304,7 +308,9 @@ class CudaBackend:
                 elif name in outputs:
                     values.append(outputs[name])
                 else:
-                    raise BadRequest(f"parameter {name} of {entry.name} is no input, output or dim")
+                    raise BadRequest(
+                        f"parameter {name} of {entry.name} is no input, output or dim", hint=_HINT
+                    )
             return tuple(values)
 
         return h.RawKernelSubject(
@@ -353,7 +359,8 @@ class CudaBackend:
         if measurement.timing is None or not measurement.correctness.ok:
             raise BadRequest(
                 f"{kernel.name} could not be timed: {measurement.correctness.reasons} "
-                f"{measurement.flags}"
+                f"{measurement.flags}",
+                hint=_HINT,
             )
         flags = f"; flags: {', '.join(measurement.flags)}" if measurement.flags else ""
         return {

@@ -36,6 +36,10 @@ _INTEGER_TYPES = frozenset(
 )  # fmt: skip
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/loop.md describes the kernel file, its entry point, --dims and the launch expressions the loop's preflight accepts"
+
+
 @dataclass(frozen=True)
 class EntryPoint:
     """A parsed entry point: its name and ``(name, ctype, integer)`` parameters."""
@@ -62,10 +66,14 @@ def parse_cuda_entry(source: str, entry: str | None = None) -> EntryPoint:
         )
     if entry is None:
         if len(found) > 1:
-            raise BadRequest(f"preflight: several entry points ({', '.join(found)}); pass --entry")
+            raise BadRequest(
+                f"preflight: several entry points ({', '.join(found)}); pass --entry", hint=_HINT
+            )
         entry = next(iter(found))
     if entry not in found:
-        raise BadRequest(f"preflight: no entry point {entry!r} (found: {', '.join(found)})")
+        raise BadRequest(
+            f"preflight: no entry point {entry!r} (found: {', '.join(found)})", hint=_HINT
+        )
     params = []
     for raw in found[entry].split(","):
         text = " ".join(raw.replace("__restrict__", "").split())
@@ -73,7 +81,9 @@ def parse_cuda_entry(source: str, entry: str | None = None) -> EntryPoint:
             continue
         match = re.match(r"^(.*?)([A-Za-z_]\w*)$", text)
         if match is None:
-            raise BadRequest(f"preflight: cannot parse parameter {raw.strip()!r} of {entry}")
+            raise BadRequest(
+                f"preflight: cannot parse parameter {raw.strip()!r} of {entry}", hint=_HINT
+            )
         ctype, name = match.group(1).strip(), match.group(2)
         params.append((name, ctype, ctype in _INTEGER_TYPES))
     return EntryPoint(entry, tuple(params))
@@ -87,7 +97,7 @@ def parse_python_entry(source: str, entry: str) -> EntryPoint:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise BadRequest(f"preflight: the kernel is not valid Python: {exc}") from None
+        raise BadRequest(f"preflight: the kernel is not valid Python: {exc}", hint=_HINT) from None
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == entry:
             params = []
@@ -95,7 +105,7 @@ def parse_python_entry(source: str, entry: str) -> EntryPoint:
                 ctype = ast.unparse(arg.annotation) if arg.annotation is not None else "object"
                 params.append((arg.arg, ctype, ctype == "int"))
             return EntryPoint(entry, tuple(params))
-    raise BadRequest(f"preflight: the kernel defines no function {entry!r}")
+    raise BadRequest(f"preflight: the kernel defines no function {entry!r}", hint=_HINT)
 
 
 def parse_reference_names(source: str) -> set[str]:
@@ -105,7 +115,9 @@ def parse_reference_names(source: str) -> set[str]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise BadRequest(f"preflight: the reference is not valid Python: {exc}") from None
+        raise BadRequest(
+            f"preflight: the reference is not valid Python: {exc}", hint=_HINT
+        ) from None
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
@@ -115,12 +127,15 @@ def check_dims(entry: EntryPoint, dims: Mapping[str, int]) -> None:
     Raises: BadRequest naming what is missing or not a positive integer."""
     for key, value in dims.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise BadRequest(f"preflight: dims[{key!r}] must be a positive integer, got {value!r}")
+            raise BadRequest(
+                f"preflight: dims[{key!r}] must be a positive integer, got {value!r}", hint=_HINT
+            )
     missing = [name for name, _, integer in entry.params if integer and name not in dims]
     if missing:
         raise BadRequest(
             f"preflight: integer parameter(s) {', '.join(missing)} of {entry.name} have no value "
-            "in --dims"
+            "in --dims",
+            hint=_HINT,
         )
 
 
@@ -169,19 +184,23 @@ def eval_launch(expression: str, dims: Mapping[str, int]) -> tuple[int, ...]:
             and not node.keywords
         ):
             return _FUNCS[node.func.id](*(walk(a) for a in node.args))
-        raise BadRequest(f"launch expression {expression!r}: {ast.unparse(node)} is not allowed")
+        raise BadRequest(
+            f"launch expression {expression!r}: {ast.unparse(node)} is not allowed", hint=_HINT
+        )
 
     try:
         tree = ast.parse(expression.strip(), mode="eval").body
     except SyntaxError as exc:
-        raise BadRequest(f"launch expression {expression!r}: {exc}") from None
+        raise BadRequest(f"launch expression {expression!r}: {exc}", hint=_HINT) from None
     items = tree.elts if isinstance(tree, ast.Tuple) else [tree]
     values = []
     for item in items:
         value = walk(item)
         if value != int(value) or value < 1:
-            raise BadRequest(f"launch expression {expression!r}: {value!r} is not a positive int")
+            raise BadRequest(
+                f"launch expression {expression!r}: {value!r} is not a positive int", hint=_HINT
+            )
         values.append(int(value))
     if not 1 <= len(values) <= 3:
-        raise BadRequest(f"launch expression {expression!r}: 1 to 3 dimensions")
+        raise BadRequest(f"launch expression {expression!r}: 1 to 3 dimensions", hint=_HINT)
     return tuple(values)

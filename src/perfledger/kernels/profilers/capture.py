@@ -24,6 +24,10 @@ DEFAULT_SECTIONS = (
 )  # fmt: skip
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "`perfledger evidence ncu -- CMD ...` needs Nsight Compute (`ncu`) on PATH and a command it can run; or pass a report exported with `ncu --csv` (docs/profilers.md)"
+
+
 @dataclass(frozen=True)
 class NcuCapture:
     """One ncu run: ``argv`` as run, ``exit_status``, ``version_text`` (``ncu --version``) and
@@ -64,7 +68,7 @@ def ncu_version(ncu: str) -> str:
             [ncu, "--version"], capture_output=True, env=_env(), timeout=120, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EvidenceError(f"`{ncu} --version` failed: {exc}") from None
+        raise EvidenceError(f"`{ncu} --version` failed: {exc}", hint=_HINT) from None
     return done.stdout.decode("utf-8", "replace")
 
 
@@ -89,7 +93,9 @@ def capture_ncu(
     Raises: EvidenceError when ncu cannot be started or times out, or ``command`` is empty.
     """
     if not command:
-        raise EvidenceError("no command to profile: use `perfledger evidence ncu -- CMD ...`")
+        raise EvidenceError(
+            "no command to profile: use `perfledger evidence ncu -- CMD ...`", hint=_HINT
+        )
     exe = find_ncu(ncu)
     version = ncu_version(exe)
     argv = [exe, "--csv", "--print-units", "base", "--page", "details", "--clock-control", "none"]
@@ -99,7 +105,7 @@ def capture_ncu(
     try:
         done = subprocess.run(argv, capture_output=True, env=_env(), timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EvidenceError(f"ncu could not run the command: {exc}") from None
+        raise EvidenceError(f"ncu could not run the command: {exc}", hint=_HINT) from None
     return NcuCapture(argv, done.returncode, version, done.stdout + done.stderr)
 
 
@@ -123,10 +129,12 @@ def export_ncu_rep(path: str | Path, *, ncu: str | None = None) -> tuple[bytes, 
     try:
         done = subprocess.run(argv, capture_output=True, env=_env(), timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EvidenceError(f"ncu --import failed: {exc}") from None
+        raise EvidenceError(f"ncu --import failed: {exc}", hint=_HINT) from None
     if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip()[:300]
-        raise EvidenceError(f"ncu --import {path} failed (exit {done.returncode}): {message}")
+        raise EvidenceError(
+            f"ncu --import {path} failed (exit {done.returncode}): {message}", hint=_HINT
+        )
     return done.stdout, ncu_version(exe)
 
 

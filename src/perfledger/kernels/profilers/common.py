@@ -72,6 +72,10 @@ _GROUPED = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", re.ASCII)
 GROUPINGS = ("none", "en_US")
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass the profiler's report unchanged, as the tool wrote it (UTF-8 text, or the tool's own export); docs/profilers.md lists each format and how to produce it"
+
+
 def base_unit(unit: str, *, where: str) -> tuple[str, float]:
     """Return ``(base unit, factor)`` for a unit as printed by a profiler.
 
@@ -108,9 +112,11 @@ def parse_number(text: str, *, where: str, grouping: str = "none") -> float:
             if any(c in text for c in ",. '") and any(c.isdigit() for c in text)
             else ""
         )
-        raise EvidenceError(f"{where}: value {shown!r} does not parse as a number{extra}")
+        raise EvidenceError(
+            f"{where}: value {shown!r} does not parse as a number{extra}", hint=_HINT
+        )
     if not math.isfinite(value):
-        raise EvidenceError(f"{where}: value {text!r} is not finite")
+        raise EvidenceError(f"{where}: value {text!r} is not finite", hint=_HINT)
     return value
 
 
@@ -123,7 +129,8 @@ def to_base(value: float, factor: float, *, where: str, text: str, unit: str) ->
     scaled = value * factor
     if not math.isfinite(scaled):
         raise EvidenceError(
-            f"{where}: value {text[:60]!r} {unit} is beyond float range in the base unit"
+            f"{where}: value {text[:60]!r} {unit} is beyond float range in the base unit",
+            hint=_HINT,
         )
     return scaled
 
@@ -147,7 +154,9 @@ def open_binary(path: str | Path) -> BinaryIO:
     try:
         raw = open(path, "rb")  # noqa: SIM115 - the caller closes it
     except OSError as exc:
-        raise EvidenceError(f"cannot read the report {str(path)!r}: {exc.strerror}") from None
+        raise EvidenceError(
+            f"cannot read the report {str(path)!r}: {exc.strerror}", hint=_HINT
+        ) from None
     magic = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
     if magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
@@ -169,14 +178,19 @@ def text_lines(stream: BinaryIO, *, source: str, chunk_bytes: int = 1 << 20) -> 
         try:
             chunk = stream.read(chunk_bytes)
         except (OSError, EOFError, zlib.error) as exc:
-            raise EvidenceError(f"{source}: the compressed stream is damaged ({exc})") from None
+            raise EvidenceError(
+                f"{source}: the compressed stream is damaged ({exc})", hint=_HINT
+            ) from None
         if b"\x00" in chunk:
-            raise EvidenceError(f"{source}: binary content (a NUL byte) where text was expected")
+            raise EvidenceError(
+                f"{source}: binary content (a NUL byte) where text was expected", hint=_HINT
+            )
         try:
             text = decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError as exc:
             raise EvidenceError(
-                f"{source}: not UTF-8 text (byte {offset + exc.start}); is it a binary file?"
+                f"{source}: not UTF-8 text (byte {offset + exc.start}); is it a binary file?",
+                hint=_HINT,
             ) from None
         offset += len(chunk)
         if not chunk:
@@ -344,7 +358,9 @@ def read_head(path: str | Path, size: int = 4096) -> bytes:
         try:
             return stream.read(size)
         except (OSError, EOFError) as exc:
-            raise EvidenceError(f"{path}: the compressed stream is damaged ({exc})") from None
+            raise EvidenceError(
+                f"{path}: the compressed stream is damaged ({exc})", hint=_HINT
+            ) from None
 
 
 def as_text_stream(data: bytes) -> io.BytesIO:

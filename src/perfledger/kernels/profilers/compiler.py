@@ -39,6 +39,10 @@ _USED_ITEMS = (
 )
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass the unchanged output of `nvcc -Xptxas -v` (its resource report) or of `cuobjdump --dump-sass BINARY` (docs/profilers.md)"
+
+
 def parse_nvcc_version(text: str) -> str:
     """Return the toolkit version (``13.0.88``) from ``nvcc --version`` output or a bare version.
 
@@ -88,7 +92,9 @@ def parse_ptxas(
             if props_for is not None:
                 match = _PROPS.fullmatch(line)
                 if match is None:
-                    raise EvidenceError(f"{where}: expected the function properties, got {line!r}")
+                    raise EvidenceError(
+                        f"{where}: expected the function properties, got {line!r}", hint=_HINT
+                    )
                 if props_for == current:
                     for key, value in zip(
                         ("stack", "spill_stores", "spill_loads"), match.groups(), strict=False
@@ -98,7 +104,7 @@ def parse_ptxas(
                 continue
             match = _PTXAS.fullmatch(line)
             if match is None:
-                raise EvidenceError(f"{where}: not a ptxas line: {line[:120]!r}")
+                raise EvidenceError(f"{where}: not a ptxas line: {line[:120]!r}", hint=_HINT)
             level, text = match.groups()
             if level != "info":
                 report.limitations.append(f"ptxas {level}: {text[:300]}")
@@ -111,7 +117,9 @@ def parse_ptxas(
                 props_for = m.group(1)
             elif text.startswith("Used "):
                 if current is None:
-                    raise EvidenceError(f"{where}: resource usage before any entry function")
+                    raise EvidenceError(
+                        f"{where}: resource usage before any entry function", hint=_HINT
+                    )
                 for item in (part.strip() for part in text.split(",")):
                     for pattern, key, unit in _USED_ITEMS:
                         if m := pattern.fullmatch(item):
@@ -119,18 +127,22 @@ def parse_ptxas(
                             _put(report, current, key + suffix, float(m.group(1)), unit, where)
                             break
                     else:
-                        raise EvidenceError(f"{where}: unknown resource item {item!r}")
+                        raise EvidenceError(f"{where}: unknown resource item {item!r}", hint=_HINT)
             elif _GMEM.fullmatch(text) or _COMPILE_TIME.fullmatch(text):
                 continue
             else:
-                raise EvidenceError(f"{where}: unknown ptxas info line {text[:120]!r}")
+                raise EvidenceError(f"{where}: unknown ptxas info line {text[:120]!r}", hint=_HINT)
     finally:
         if isinstance(source, (str, Path)):
             stream.close()
     if props_for is not None:
-        raise EvidenceError(f"{label}: the file ends inside a function's properties (truncated?)")
+        raise EvidenceError(
+            f"{label}: the file ends inside a function's properties (truncated?)", hint=_HINT
+        )
     if not report.kernels:
-        raise EvidenceError(f"{label}: no 'Compiling entry function' line: not ptxas -v output?")
+        raise EvidenceError(
+            f"{label}: no 'Compiling entry function' line: not ptxas -v output?", hint=_HINT
+        )
     return report
 
 
@@ -139,7 +151,7 @@ def _put(
 ) -> None:
 
     if not math.isfinite(value):  # float() of a 400-digit count is inf
-        raise EvidenceError(f"{where or kernel}: {key} {value} is beyond float range")
+        raise EvidenceError(f"{where or kernel}: {key} {value} is beyond float range", hint=_HINT)
 
     stat = report.kernel(kernel).metrics.setdefault(key, MetricStat(unit))
     stat.count, stat.total, stat.minimum, stat.maximum = 1, value, value, value
@@ -194,10 +206,12 @@ def parse_sass(
                 continue
             if m := _INSTRUCTION.fullmatch(line):
                 if function is None:
-                    raise EvidenceError(f"{where}: an instruction outside any function")
+                    raise EvidenceError(f"{where}: an instruction outside any function", hint=_HINT)
                 op = _OPCODE.match(m.group(2))
                 if op is None:
-                    raise EvidenceError(f"{where}: unknown instruction text {m.group(2)[:80]!r}")
+                    raise EvidenceError(
+                        f"{where}: unknown instruction text {m.group(2)[:80]!r}", hint=_HINT
+                    )
                 counts[op.group(1)] += 1
             elif _ENCODING.fullmatch(line):
                 continue
@@ -205,7 +219,7 @@ def parse_sass(
                 _flush(report, function, counts)
                 function = line[len("Function : ") :].strip()
                 if not function:
-                    raise EvidenceError(f"{where}: a function without a name")
+                    raise EvidenceError(f"{where}: a function without a name", hint=_HINT)
                 report.kernel(function)
                 report.attributes[f"{function}/arch"] = arch
             elif line in ("Fatbin elf code:", "Fatbin ptx code:"):
@@ -216,13 +230,17 @@ def parse_sass(
             elif line.startswith(".headerflags") or _HEADER_KV.fullmatch(line):
                 continue
             else:
-                raise EvidenceError(f"{where}: unknown SASS listing line {line[:120]!r}")
+                raise EvidenceError(
+                    f"{where}: unknown SASS listing line {line[:120]!r}", hint=_HINT
+                )
     finally:
         if isinstance(source, (str, Path)):
             stream.close()
     _flush(report, function, counts)
     if not report.kernels:
-        raise EvidenceError(f"{label}: no 'Function :' in the listing: not cuobjdump --dump-sass?")
+        raise EvidenceError(
+            f"{label}: no 'Function :' in the listing: not cuobjdump --dump-sass?", hint=_HINT
+        )
     return report
 
 

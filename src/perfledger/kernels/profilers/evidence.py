@@ -50,6 +50,10 @@ _LAYOUT_KINDS = {
 _ANY_BINARY_HASH = "blake3:" + "0" * 64
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass a readable report of a kind perfledger reads (docs/profilers.md lists them and how to produce each)"
+
+
 def kind_of_layout(layout: str) -> str | None:
     """The report kind (one of :data:`KINDS`) whose parser recognises ``layout``, or None."""
     if layout.startswith("ncu-"):
@@ -110,7 +114,7 @@ def file_hash(path: str | Path) -> str:
             while chunk := handle.read(1 << 20):
                 hasher.update(chunk)
     except OSError as exc:
-        raise EvidenceError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+        raise EvidenceError(f"cannot read {str(path)!r}: {exc.strerror}", hint=_HINT) from None
     return "blake3:" + hasher.hexdigest()
 
 
@@ -186,7 +190,7 @@ def report_facts(report: ProfileReport, *, parser: str = PARSER_VERSION) -> list
     of :data:`PARSER_VERSIONS`.
     """
     if parser not in PARSER_VERSIONS:
-        raise EvidenceError(f"unknown parser version {parser!r}")
+        raise EvidenceError(f"unknown parser version {parser!r}", hint=_HINT)
     facts: list[dict[str, Any]] = []
     keys = {name: f"k{i}" for i, name in enumerate(report.kernels)}
     for name, kernel in report.kernels.items():
@@ -260,7 +264,9 @@ def report_limitations(report: ProfileReport, *, parser: str = PARSER_VERSION) -
 
 def _fact(name: str, value: float | None, unit: str, note: str) -> dict[str, Any]:
     if len(name) > _MAX_NAME:
-        raise EvidenceError(f"fact name longer than {_MAX_NAME} characters: {name[:80]}...")
+        raise EvidenceError(
+            f"fact name longer than {_MAX_NAME} characters: {name[:80]}...", hint=_HINT
+        )
     return {"name": name, "value": _num(value), "unit": unit or DIMENSIONLESS, "note": note}
 
 

@@ -88,6 +88,10 @@ _RULE_TYPES = frozenset({"OPT", "INF", "WRN", "ERR"})
 _SPEEDUP_TYPES = frozenset({"", "local", "global"})
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass an Nsight Compute CSV export unchanged (`ncu --csv --print-units base --page details` or `--page raw`, or `--print-summary per-kernel --csv`), or let `perfledger evidence ncu -- CMD` capture one (docs/profilers.md)"
+
+
 def parse_version(text: str) -> str:
     """Return the version (``2025.3.1.0``) from ``ncu --version`` output or a bare version.
 
@@ -132,7 +136,9 @@ def parse_ncu_csv(
     """
     version = parse_version(tool_version)
     if grouping not in ("none", "en_US"):
-        raise EvidenceError(f"unknown digit grouping {grouping!r}; use 'none' or 'en_US'")
+        raise EvidenceError(
+            f"unknown digit grouping {grouping!r}; use 'none' or 'en_US'", hint=_HINT
+        )
     label = name or (str(source) if isinstance(source, (str, Path)) else "ncu report")
     stream = open_binary(source) if isinstance(source, (str, Path)) else source
     try:
@@ -144,7 +150,8 @@ def parse_ncu_csv(
     if overflow is not None:
         raise EvidenceError(
             f"{label}: {overflow}: a value or the sum over launches is beyond float range "
-            "in the base unit; no profiler reports such a value"
+            "in the base unit; no profiler reports such a value",
+            hint=_HINT,
         )
     return report
 
@@ -187,7 +194,9 @@ def _parse(lines: LineReader, version: str, grouping: str, label: str) -> Profil
             rows = csv.reader(table_lines(lines, limitations, header_line, label), strict=True)
             parser.run(rows, report, grouping, label, lines)
         except csv.Error as exc:
-            raise EvidenceError(f"{label}: line {lines.lineno}: malformed CSV ({exc})") from None
+            raise EvidenceError(
+                f"{label}: line {lines.lineno}: malformed CSV ({exc})", hint=_HINT
+            ) from None
     report.limitations.extend(limitations)
     return report
 
@@ -244,7 +253,7 @@ def _layout(header: list[str], label: str) -> _Layout:
 
 def _check(pattern: re.Pattern[str], text: str, what: str, where: str) -> str:
     if pattern.fullmatch(text) is None:
-        raise EvidenceError(f"{where}: {what} {text[:80]!r} is not in ncu's format")
+        raise EvidenceError(f"{where}: {what} {text[:80]!r} is not in ncu's format", hint=_HINT)
     return text
 
 
@@ -280,13 +289,14 @@ class _Details(_Layout):
             ):
                 raise EvidenceError(
                     f"{where}: {len(row)} fields where {width} were expected "
-                    "(a truncated or malformed file?)"
+                    "(a truncated or malformed file?)",
+                    hint=_HINT,
                 )
             launch = int(_check(_INT, row[0], "ID", where))
             _check(_INT, row[1], "Process ID", where)
             kernel_name = row[4]
             if not kernel_name:
-                raise EvidenceError(f"{where}: empty Kernel Name")
+                raise EvidenceError(f"{where}: empty Kernel Name", hint=_HINT)
             if self.old:
                 stream, block, grid = row[7], "", ""
                 section, metric, unit, text = row[8], row[9], row[10], row[11]
@@ -303,7 +313,9 @@ class _Details(_Layout):
             kernel = report.kernel(kernel_name)
             if launch != current:
                 if launch in seen_ids:
-                    raise EvidenceError(f"{where}: the rows of launch ID {launch} are not together")
+                    raise EvidenceError(
+                        f"{where}: the rows of launch ID {launch} are not together", hint=_HINT
+                    )
                 seen_ids.add(launch)
                 current = launch
                 kernel.launches += 1
@@ -315,7 +327,7 @@ class _Details(_Layout):
                 self._rule(row, width, kernel_name, section, report, where)
                 continue
             if not metric:
-                raise EvidenceError(f"{where}: empty Metric Name")
+                raise EvidenceError(f"{where}: empty Metric Name", hint=_HINT)
             key = f"{section}/{metric}"
             value, base, text_value = metric_value(metric, unit, text, grouping, where + f" {key}")
             if text_value is not None:
@@ -326,10 +338,14 @@ class _Details(_Layout):
             if stat is None:
                 stat = kernel.metrics[key] = MetricStat(base)
             elif stat.unit != base:
-                raise EvidenceError(f"{where}: {key} changes unit from {stat.unit} to {base}")
+                raise EvidenceError(
+                    f"{where}: {key} changes unit from {stat.unit} to {base}", hint=_HINT
+                )
             stat.add(value)
         if n == 0:
-            raise EvidenceError(f"{label}: the header has no rows after it (truncated?)")
+            raise EvidenceError(
+                f"{label}: the header has no rows after it (truncated?)", hint=_HINT
+            )
 
     def _rule(
         self,
@@ -342,9 +358,13 @@ class _Details(_Layout):
     ) -> None:
         name, kind, description, speedup_type, speedup = row[width:]
         if not name or kind not in _RULE_TYPES:
-            raise EvidenceError(f"{where}: rule row with name {name!r} and type {kind!r}")
+            raise EvidenceError(
+                f"{where}: rule row with name {name!r} and type {kind!r}", hint=_HINT
+            )
         if speedup_type not in _SPEEDUP_TYPES:
-            raise EvidenceError(f"{where}: unknown Estimated Speedup Type {speedup_type!r}")
+            raise EvidenceError(
+                f"{where}: unknown Estimated Speedup Type {speedup_type!r}", hint=_HINT
+            )
         value = parse_number(speedup, where=where + " Estimated Speedup") if speedup else None
         report.rules.append((kernel_name, section, name, kind, value, speedup_type, description))
 
@@ -361,7 +381,8 @@ class _Raw(_Layout):
             twice = sorted({m for m in metrics if metrics.count(m) > 1})
             raise EvidenceError(
                 f"{label}: the ncu CSV header names a column twice: {', '.join(twice)[:300]} "
-                "(a raw page metric column appears twice)"
+                "(a raw page metric column appears twice)",
+                hint=_HINT,
             )
 
 
@@ -410,10 +431,11 @@ class _Summary(_Layout):
         if buffer or stray:
             raise EvidenceError(
                 f"{label}: {len(buffer)} fields left after the last whole record "
-                "(a truncated or malformed file?)"
+                "(a truncated or malformed file?)",
+                hint=_HINT,
             )
         if records == 0:
-            raise EvidenceError(f"{label}: the summary has no records (truncated?)")
+            raise EvidenceError(f"{label}: the summary has no records (truncated?)", hint=_HINT)
         report.attributes["truncated_records_skipped"] = str(skipped)
 
     def _record(self, r: list[str], report: ProfileReport, grouping: str, where: str) -> None:
@@ -429,7 +451,7 @@ class _Summary(_Layout):
         _check(_SHAPE, grid, "Grid Size", where)
         count = int(_check(_INT, invocations, "Invocations", where))
         if not kname or not metric:
-            raise EvidenceError(f"{where}: empty Kernel Name or Metric Name")
+            raise EvidenceError(f"{where}: empty Kernel Name or Metric Name", hint=_HINT)
         key = f"{section}/{metric}"
         values = [
             metric_value(metric, unit, text, grouping, f"{where} {key}")
@@ -438,7 +460,7 @@ class _Summary(_Layout):
         kernel = report.kernel(kname)
         if kernel.launches not in (0, count):
             raise EvidenceError(
-                f"{where}: {kname} has {count} invocations, before {kernel.launches}"
+                f"{where}: {kname} has {count} invocations, before {kernel.launches}", hint=_HINT
             )
         kernel.launches = count
         kernel.blocks.add(block)
@@ -452,14 +474,14 @@ class _Summary(_Layout):
         base = values[0][1]
         stat = kernel.metrics.get(key)
         if stat is not None:
-            raise EvidenceError(f"{where}: {key} appears twice for {kname}")
+            raise EvidenceError(f"{where}: {key} appears twice for {kname}", hint=_HINT)
         stat = kernel.metrics[key] = MetricStat(base)
         lo, hi, avg = (v[0] for v in values)
         if lo is None or hi is None or avg is None:
             stat.missing = count
             return
         if not lo <= avg <= hi:
-            raise EvidenceError(f"{where}: {key} average {avg} is outside [{lo}, {hi}]")
+            raise EvidenceError(f"{where}: {key} average {avg} is outside [{lo}, {hi}]", hint=_HINT)
         stat.count, stat.total, stat.minimum, stat.maximum = count, avg * count, lo, hi
 
 
@@ -517,7 +539,9 @@ def top_metrics_per_axis(report: ProfileReport) -> dict[str, dict[str, object]]:
     Raises: EvidenceError when ``report`` is not an ncu report.
     """
     if report.tool != "ncu":
-        raise EvidenceError(f"top_metrics_per_axis needs an ncu report, not {report.tool}")
+        raise EvidenceError(
+            f"top_metrics_per_axis needs an ncu report, not {report.tool}", hint=_HINT
+        )
     digest: dict[str, dict[str, object]] = {}
     for name, kernel in report.kernels.items():
         entry: dict[str, object] = {}

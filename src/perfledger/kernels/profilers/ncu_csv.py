@@ -44,6 +44,10 @@ _PERM = "ERR_NVGPUCTRPERM"
 NCU_REP_MAGIC = b"NVR\x00"
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass an Nsight Compute CSV export unchanged (`ncu --csv --print-units base --page details` or `--page raw`), or let `perfledger evidence ncu -- CMD` capture one (docs/profilers.md)"
+
+
 def binary_report(label: str) -> EvidenceError:
     """The error for a binary ``.ncu-rep`` given where a CSV export was expected, with the
     command that exports it."""
@@ -80,12 +84,14 @@ class LineReader:
         try:
             data = self.stream.read(size)
         except (OSError, EOFError, zlib.error) as exc:
-            raise EvidenceError(f"{self.label}: the compressed stream is damaged ({exc})") from None
+            raise EvidenceError(
+                f"{self.label}: the compressed stream is damaged ({exc})", hint=_HINT
+            ) from None
         if b"\x00" in data:
             if self.first and data.startswith(NCU_REP_MAGIC):
                 raise binary_report(self.label)
             raise EvidenceError(
-                f"{self.label}: binary content (a NUL byte) where text was expected"
+                f"{self.label}: binary content (a NUL byte) where text was expected", hint=_HINT
             )
         self.first = False
         if not data:
@@ -119,7 +125,8 @@ class LineReader:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise EvidenceError(
-                f"{self.label}: not UTF-8 text (byte {start + exc.start}); is it a binary file?"
+                f"{self.label}: not UTF-8 text (byte {start + exc.start}); is it a binary file?",
+                hint=_HINT,
             ) from None
 
     def chunks(self, size: int) -> Iterator[bytearray]:
@@ -160,14 +167,14 @@ class LineReader:
                 count = self.stream.readinto(view[start:])  # type: ignore[attr-defined]
             except (OSError, EOFError, zlib.error) as exc:
                 raise EvidenceError(
-                    f"{self.label}: the compressed stream is damaged ({exc})"
+                    f"{self.label}: the compressed stream is damaged ({exc})", hint=_HINT
                 ) from None
         if not count:
             self.eof = True
             return 0
         if buffer.find(b"\x00", start, start + count) >= 0:
             raise EvidenceError(
-                f"{self.label}: binary content (a NUL byte) where text was expected"
+                f"{self.label}: binary content (a NUL byte) where text was expected", hint=_HINT
             )
         return count
 
@@ -206,7 +213,9 @@ def one_row(line: str, label: str, lineno: int) -> list[str]:
     try:
         rows = list(csv.reader([line], strict=True))
     except csv.Error as exc:
-        raise EvidenceError(f"{label}: line {lineno}: malformed CSV header ({exc})") from None
+        raise EvidenceError(
+            f"{label}: line {lineno}: malformed CSV header ({exc})", hint=_HINT
+        ) from None
     return rows[0] if rows else []
 
 

@@ -87,6 +87,10 @@ _QUOTE, _NEWLINE, _CR = 34, 10, 13
 _MISSING = pa.array(["no data", "n/a", "N/A"])  # ncu_csv.MISSING: no value, recorded as missing
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass the raw page of an Nsight Compute CSV export unchanged (`ncu --csv --print-units base --page raw`), or let `perfledger evidence ncu -- CMD` capture a report (docs/profilers.md)"
+
+
 class _Cells(NamedTuple):
     """A careful metric column of a batch, classified cell by cell (numpy masks over rows)."""
 
@@ -321,7 +325,9 @@ class RawPage:
             break
         prefix, label = self.prefix, self.label
         if units is None or len(units) != self.width or any(units[:prefix]):
-            raise EvidenceError(f"{label}: the raw page's units row is missing or malformed")
+            raise EvidenceError(
+                f"{label}: the raw page's units row is missing or malformed", hint=_HINT
+            )
         bases = [
             base_unit(u, where=f"{label}: unit of {m}")
             for m, u in zip(self.metrics, units[prefix:], strict=True)
@@ -358,7 +364,9 @@ class RawPage:
                     self._batch(exact, simple=False, plus=True)
                 break
         if self.n == 0:
-            raise EvidenceError(f"{label}: the raw page has no launch rows (truncated?)")
+            raise EvidenceError(
+                f"{label}: the raw page has no launch rows (truncated?)", hint=_HINT
+            )
         self._finish()
 
     # ------------------------------------------------------------------ tokenising
@@ -377,7 +385,7 @@ class RawPage:
                 if batch:
                     yield _columns(batch, self.width)
                 raise EvidenceError(
-                    f"{self.label}: launch row {self.n + 1}: malformed CSV ({exc})"
+                    f"{self.label}: launch row {self.n + 1}: malformed CSV ({exc})", hint=_HINT
                 ) from None
             if record is not None and len(record) == self.width:
                 batch.append(record)
@@ -392,7 +400,8 @@ class RawPage:
                 return
             raise EvidenceError(
                 f"{self.label}: launch row {self.n + 1}: {len(record)} fields where "
-                f"{self.width} were expected (a truncated or malformed file?)"
+                f"{self.width} were expected (a truncated or malformed file?)",
+                hint=_HINT,
             )
 
     # ------------------------------------------------------------------ one batch
@@ -477,7 +486,8 @@ class RawPage:
                         except UnicodeDecodeError:
                             raise EvidenceError(
                                 f"{self._where(k)} {self._column(i)}: not UTF-8 text; "
-                                "is it a binary file?"
+                                "is it a binary file?",
+                                hint=_HINT,
                             ) from None
                 raise
         return joined, [joined.slice(j * rows, rows) for j in range(len(indexes))]
@@ -606,15 +616,19 @@ class RawPage:
         k = min(bad_rows)
         where = self._where(k)
         if not id_ok[k]:
-            raise EvidenceError(f"{where}: ID {launch[0][k].as_py()[:80]!r} is not in ncu's format")
+            raise EvidenceError(
+                f"{where}: ID {launch[0][k].as_py()[:80]!r} is not in ncu's format", hint=_HINT
+            )
         if twice[k]:
-            raise EvidenceError(f"{where}: launch ID {ids[k]} appears twice")
+            raise EvidenceError(f"{where}: launch ID {ids[k]} appears twice", hint=_HINT)
         if empty[k]:
-            raise EvidenceError(f"{where}: empty Kernel Name")
+            raise EvidenceError(f"{where}: empty Kernel Name", hint=_HINT)
         for column, what, mask in shape_bad:
             if mask is not None and mask[k]:
                 text = launch[column][k].as_py()
-                raise EvidenceError(f"{where}: {what} {text[:80]!r} is not in ncu's format")
+                raise EvidenceError(
+                    f"{where}: {what} {text[:80]!r} is not in ncu's format", hint=_HINT
+                )
 
         for i in sorted(cells):
             if cells[i].bad[k]:
@@ -622,7 +636,9 @@ class RawPage:
                 metric_value(
                     metric, self.units[self.prefix + i], text, self.grouping, f"{where} {metric}"
                 )
-                raise EvidenceError(f"{where} {metric}: value {text[:60]!r} is not accepted")
+                raise EvidenceError(
+                    f"{where} {metric}: value {text[:60]!r} is not accepted", hint=_HINT
+                )
         raise AssertionError("a bad row without a reason")  # pragma: no cover
 
     def _texts(self, cells: dict[int, _Cells], codes: np.ndarray, names: list[str]) -> None:

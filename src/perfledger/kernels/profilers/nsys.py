@@ -42,16 +42,22 @@ MAX_DURATION_NS = 2**61
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass an Nsight Systems export unchanged: the SQLite file of `nsys export --type sqlite REPORT.nsys-rep`, or the CSV of `nsys stats --report cuda_gpu_kern_sum --format csv REPORT.nsys-rep` (docs/profilers.md)"
+
+
 def _connect(path: str | Path) -> sqlite3.Connection:
     with open_binary(path) as stream:
         head = stream.read(16)
     if head != _SQLITE_MAGIC:
-        raise EvidenceError(f"{path}: not an SQLite database (is it `nsys export --type sqlite`?)")
+        raise EvidenceError(
+            f"{path}: not an SQLite database (is it `nsys export --type sqlite`?)", hint=_HINT
+        )
     uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
     try:
         return sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
-        raise EvidenceError(f"{path}: cannot open the SQLite file ({exc})") from None
+        raise EvidenceError(f"{path}: cannot open the SQLite file ({exc})", hint=_HINT) from None
 
 
 def parse_nsys_sqlite(path: str | Path) -> ProfileReport:
@@ -71,7 +77,7 @@ def parse_nsys_sqlite(path: str | Path) -> ProfileReport:
         return _parse_sqlite(conn, str(path))
     except (sqlite3.Error, UnicodeDecodeError, ValueError, OverflowError) as exc:
         # a damaged file: SQLite errors, or TEXT that is not UTF-8 (found by fuzzing)
-        raise EvidenceError(f"{path}: the SQLite file cannot be read ({exc})") from None
+        raise EvidenceError(f"{path}: the SQLite file cannot be read ({exc})", hint=_HINT) from None
     finally:
         conn.close()
 
@@ -81,16 +87,19 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
     meta_table = next((t for t in META_TABLES if t in tables), None)
     if meta_table is None:
         raise EvidenceError(
-            f"{label}: no metadata table ({' or '.join(META_TABLES)}); not an nsys export?"
+            f"{label}: no metadata table ({' or '.join(META_TABLES)}); not an nsys export?",
+            hint=_HINT,
         )
     columns = {r[1] for r in conn.execute(f"PRAGMA table_info({meta_table})")}
     if not {"name", "value"} <= columns:
-        raise EvidenceError(f"{label}: {meta_table} lacks its name/value columns")
+        raise EvidenceError(f"{label}: {meta_table} lacks its name/value columns", hint=_HINT)
     meta = dict(conn.execute(f"SELECT name, value FROM {meta_table}").fetchmany(10_000))
     schema = str(meta.get("EXPORT_SCHEMA_VERSION", ""))
     match = _SCHEMA.fullmatch(schema)
     if match is None:
-        raise EvidenceError(f"{label}: no readable EXPORT_SCHEMA_VERSION in {meta_table}")
+        raise EvidenceError(
+            f"{label}: no readable EXPORT_SCHEMA_VERSION in {meta_table}", hint=_HINT
+        )
     if match.group(1) not in KNOWN_SCHEMA_MAJORS:
         raise EvidenceError(
             f"{label}: unknown nsys export schema version {schema}",
@@ -98,7 +107,9 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
         )
     product = str(meta.get("EXPORT_PRODUCT_VERSION", ""))
     if not re.fullmatch(r"\d{4}\.\d+(\.\d+)*", product):
-        raise EvidenceError(f"{label}: no readable EXPORT_PRODUCT_VERSION in {meta_table}")
+        raise EvidenceError(
+            f"{label}: no readable EXPORT_PRODUCT_VERSION in {meta_table}", hint=_HINT
+        )
     report = ProfileReport("nsys", product, "nsys-sqlite", layer="workload")
     report.attributes.update({"schema_version": schema, "metadata_table": meta_table})
     _gpus(conn, tables, report)
@@ -110,13 +121,17 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
     kcols = {r[1] for r in conn.execute(f"PRAGMA table_info({KERNEL_TABLE})")}
     missing = [c for c in KERNEL_COLUMNS if c not in kcols]
     if missing or "StringIds" not in tables:
-        raise EvidenceError(f"{label}: the kernel table lacks {missing or ['StringIds']}")
+        raise EvidenceError(
+            f"{label}: the kernel table lacks {missing or ['StringIds']}", hint=_HINT
+        )
     bad = conn.execute(
         f"SELECT count(*) FROM {KERNEL_TABLE} WHERE end < start OR typeof(start) != 'integer' "
         "OR typeof(end) != 'integer'"
     ).fetchone()[0]
     if bad:
-        raise EvidenceError(f"{label}: {bad} kernel rows with non-integer or reversed start/end")
+        raise EvidenceError(
+            f"{label}: {bad} kernel rows with non-integer or reversed start/end", hint=_HINT
+        )
     # a kernel's time, shape, device and stream as nsys writes them, or the row is refused:
     # SQLite keeps whatever a column is given ('x' as a grid, a duration of 292 years)
     shapes = " OR ".join(
@@ -133,14 +148,15 @@ def _parse_sqlite(conn: sqlite3.Connection, label: str) -> ProfileReport:
             f"{label}: kernel row {odd[0]} is not as nsys writes it (a duration below "
             f"{MAX_DURATION_NS} ns, positive integer grid and block sizes, non-negative "
             f"integer device and stream): start, end, device, stream, grid, block = "
-            f"{', '.join(repr(v) for v in odd[1:])}"[:600]
+            f"{', '.join(repr(v) for v in odd[1:])}"[:600],
+            hint=_HINT,
         )
     orphan = conn.execute(
         f"SELECT count(*) FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.demangledName "
         "WHERE s.value IS NULL"
     ).fetchone()[0]
     if orphan:
-        raise EvidenceError(f"{label}: {orphan} kernel rows name no StringIds entry")
+        raise EvidenceError(f"{label}: {orphan} kernel rows name no StringIds entry", hint=_HINT)
     rows = conn.execute(
         f"SELECT s.value, count(*), sum(k.end - k.start), min(k.end - k.start), "
         f"max(k.end - k.start), min(k.start), max(k.end) FROM {KERNEL_TABLE} k "
@@ -215,14 +231,14 @@ def _memory_ops(
     need = ("start", "end", "bytes") + (("copyKind",) if what == "memcpy" else ())
     missing = [c for c in need if c not in columns]
     if missing:
-        raise EvidenceError(f"{label}: {table} lacks the columns {missing}")
+        raise EvidenceError(f"{label}: {table} lacks the columns {missing}", hint=_HINT)
     bad = conn.execute(
         f"SELECT count(*) FROM {table} WHERE end < start OR typeof(start) != 'integer' "
         "OR typeof(end) != 'integer' OR typeof(bytes) != 'integer' OR bytes < 0"
     ).fetchone()[0]
     if bad:
         raise EvidenceError(f"{label}: {bad} {what} rows with a non-integer or reversed start/end "
-                            "or a bad byte count")  # fmt: skip
+                            "or a bad byte count", hint=_HINT)  # fmt: skip
     groups: list[tuple[str, str]] = [("", "1")]
     if what == "memcpy":
         kinds = dict(MEMCPY_KINDS)
@@ -232,7 +248,7 @@ def _memory_ops(
                     kinds[kind_id] = kind_name.removeprefix("CUDA_MEMCPY_KIND_").replace("TO", "to")
         for (kind_id,) in conn.execute(f"SELECT DISTINCT copyKind FROM {table} ORDER BY 1"):
             if isinstance(kind_id, bool) or not isinstance(kind_id, int):
-                raise EvidenceError(f"{label}: {table} has a copyKind {kind_id!r}")
+                raise EvidenceError(f"{label}: {table} has a copyKind {kind_id!r}", hint=_HINT)
             groups.append((f".{kinds.get(kind_id, f'kind{kind_id}')}", f"copyKind = {kind_id}"))
     for suffix, where in groups:
         count, total, size = conn.execute(
@@ -291,7 +307,7 @@ def parse_nsys_stats_csv(
     """
     match = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", tool_version)
     if match is None:
-        raise EvidenceError(f"no nsys version in {tool_version[:80]!r}")
+        raise EvidenceError(f"no nsys version in {tool_version[:80]!r}", hint=_HINT)
     label = name or (str(source) if isinstance(source, (str, Path)) else "nsys stats csv")
     stream = open_binary(source) if isinstance(source, (str, Path)) else source
     report = ProfileReport("nsys", match.group(1), "nsys-stats-kern-sum", layer="workload")
@@ -305,21 +321,27 @@ def parse_nsys_stats_csv(
             if tuple(row) == KERN_SUM_HEADER:
                 break
             if row and row[0].startswith("Time"):
-                raise EvidenceError(f"{label}: unknown nsys stats header {line.strip()[:300]!r}")
+                raise EvidenceError(
+                    f"{label}: unknown nsys stats header {line.strip()[:300]!r}", hint=_HINT
+                )
         else:
-            raise EvidenceError(f"{label}: no cuda_gpu_kern_sum CSV header found")
+            raise EvidenceError(f"{label}: no cuda_gpu_kern_sum CSV header found", hint=_HINT)
         n = 0
         for n, row in enumerate(csv.reader(lines, strict=True), start=1):
             where = f"{label}: row {n}"
             if len(row) != len(KERN_SUM_HEADER):
-                raise EvidenceError(f"{where}: {len(row)} fields, expected {len(KERN_SUM_HEADER)}")
+                raise EvidenceError(
+                    f"{where}: {len(row)} fields, expected {len(KERN_SUM_HEADER)}", hint=_HINT
+                )
             pct, total, count, avg, med, low, high, _std = (
                 parse_number(v, where=f"{where} {h}")
                 for h, v in zip(KERN_SUM_HEADER, row[:8], strict=False)
             )
             kname = row[8]
             if not kname or count != int(count) or count < 1 or not low <= med <= high:
-                raise EvidenceError(f"{where}: inconsistent kernel summary for {kname[:80]!r}")
+                raise EvidenceError(
+                    f"{where}: inconsistent kernel summary for {kname[:80]!r}", hint=_HINT
+                )
             # the other columns agree too, or one of them is a wrong number, not a guess: no
             # negative time, the mean inside [min, max], the total the mean times the count
             # (nsys rounds the mean to 0.1 ns), a share of time in [0, 100] %
@@ -332,10 +354,11 @@ def parse_nsys_stats_csv(
                 raise EvidenceError(
                     f"{where}: inconsistent kernel summary for {kname[:80]!r}: total {total:g}, "
                     f"instances {count:g}, mean {avg:g}, min {low:g}, max {high:g} ns, "
-                    f"{pct:g} % of time"
+                    f"{pct:g} % of time",
+                    hint=_HINT,
                 )
             if kname in report.kernels:
-                raise EvidenceError(f"{where}: kernel {kname[:80]!r} has a second row")
+                raise EvidenceError(f"{where}: kernel {kname[:80]!r} has a second row", hint=_HINT)
             index = len(report.kernels)
             kernel = report.kernel(kname)
             kernel.launches = int(count)
@@ -346,9 +369,9 @@ def parse_nsys_stats_csv(
             report.duration_summaries[kname] = summary
             report.facts.append((f"k{index}.share_of_kernel_time", pct / 100.0, "ratio", ""))
         if n == 0:
-            raise EvidenceError(f"{label}: the summary has no rows")
+            raise EvidenceError(f"{label}: the summary has no rows", hint=_HINT)
     except csv.Error as exc:
-        raise EvidenceError(f"{label}: malformed CSV ({exc})") from None
+        raise EvidenceError(f"{label}: malformed CSV ({exc})", hint=_HINT) from None
     finally:
         if isinstance(source, (str, Path)):
             stream.close()

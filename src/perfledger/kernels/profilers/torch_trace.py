@@ -72,6 +72,10 @@ _RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _MAX_RUNTIME_NAMES = 4096
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass the trace torch.profiler wrote, unchanged (`prof.export_chrome_trace(PATH)`: JSON, or gzip-compressed JSON); docs/profilers.md lists the layouts perfledger reads"
+
+
 class _Stream:
     """Characters of a UTF-8 byte stream, with a decode position and refills on demand."""
 
@@ -91,13 +95,19 @@ class _Stream:
         try:
             chunk = self.stream.read(self.chunk_bytes)
         except (OSError, EOFError, zlib.error) as exc:
-            raise EvidenceError(f"{self.label}: the compressed stream is damaged ({exc})") from None
+            raise EvidenceError(
+                f"{self.label}: the compressed stream is damaged ({exc})", hint=_HINT
+            ) from None
         if b"\x00" in chunk:
-            raise EvidenceError(f"{self.label}: binary content (a NUL byte) in a JSON trace")
+            raise EvidenceError(
+                f"{self.label}: binary content (a NUL byte) in a JSON trace", hint=_HINT
+            )
         try:
             text = self.decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError:
-            raise EvidenceError(f"{self.label}: not UTF-8 text; is it a binary file?") from None
+            raise EvidenceError(
+                f"{self.label}: not UTF-8 text; is it a binary file?", hint=_HINT
+            ) from None
         if not chunk:
             self.eof = True
         if self.pos > (1 << 20):
@@ -122,7 +132,8 @@ class _Stream:
         if got == "" or got not in chars:
             raise EvidenceError(
                 f"{self.label}: expected {what} at character {self.pos}, found "
-                f"{got or 'the end of the file'!r} (a truncated or malformed trace?)"
+                f"{got or 'the end of the file'!r} (a truncated or malformed trace?)",
+                hint=_HINT,
             )
         self.pos += 1
         return got
@@ -137,12 +148,13 @@ class _Stream:
                     raise EvidenceError(
                         f"{self.label}: invalid JSON near character {self.pos} ({exc.msg})"
                         if self.eof
-                        else f"{self.label}: one JSON element is larger than {MAX_EVENT_CHARS}"
+                        else f"{self.label}: one JSON element is larger than {MAX_EVENT_CHARS}",
+                        hint=_HINT,
                     ) from None
                 self.more()
                 continue
             except RecursionError:
-                raise EvidenceError(f"{self.label}: JSON nested too deeply") from None
+                raise EvidenceError(f"{self.label}: JSON nested too deeply", hint=_HINT) from None
             if end >= len(self.buf) and not self.eof:  # a number may continue in the next chunk
                 self.more()
                 continue
@@ -157,11 +169,13 @@ _MAX_NS = 2.0**61
 
 def _number(value: Any, what: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise EvidenceError(f"{where}: {what} {value!r} is not a number")
+        raise EvidenceError(f"{where}: {what} {value!r} is not a number", hint=_HINT)
     try:
         return float(value)
     except OverflowError:  # an integer beyond float range
-        raise EvidenceError(f"{where}: {what} {str(value)[:40]}... is beyond float range") from None
+        raise EvidenceError(
+            f"{where}: {what} {str(value)[:40]}... is beyond float range", hint=_HINT
+        ) from None
 
 
 def _shape(value: Any, what: str, where: str) -> str:
@@ -170,7 +184,9 @@ def _shape(value: Any, what: str, where: str) -> str:
         or len(value) != 3
         or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)
     ):
-        raise EvidenceError(f"{where}: {what} {value!r} is not three non-negative integers")
+        raise EvidenceError(
+            f"{where}: {what} {value!r} is not three non-negative integers", hint=_HINT
+        )
     return f"({value[0]}, {value[1]}, {value[2]})"
 
 
@@ -283,7 +299,8 @@ class _Busy:
         if start < self.start:
             raise EvidenceError(
                 f"{self.label}: kernel events are out of order by more than {REORDER_WINDOW} "
-                "events; the busy fraction cannot be computed in bounded memory"
+                "events; the busy fraction cannot be computed in bounded memory",
+                hint=_HINT,
             )
         if start > self.end:
             self.busy += self.end - self.start
@@ -347,9 +364,9 @@ def _parse(js: _Stream, label: str, torch_version: str | None) -> ProfileReport:
         while True:
             key = js.value()
             if not isinstance(key, str):
-                raise EvidenceError(f"{label}: a top-level key is not a string")
+                raise EvidenceError(f"{label}: a top-level key is not a string", hint=_HINT)
             if key in header:
-                raise EvidenceError(f"{label}: top-level key {key!r} appears twice")
+                raise EvidenceError(f"{label}: top-level key {key!r} appears twice", hint=_HINT)
             js.expect(":", "':'")
             if key == "traceEvents":
                 header[key] = True
@@ -367,7 +384,7 @@ def _parse(js: _Stream, label: str, torch_version: str | None) -> ProfileReport:
             if js.expect(",}", "',' or '}'") == "}":
                 break
     if js.peek() != "":
-        raise EvidenceError(f"{label}: content after the trace's closing '}}'")
+        raise EvidenceError(f"{label}: content after the trace's closing '}}'", hint=_HINT)
     if failure is not None:
         _refuse_foreign(header, seen, label)
         raise failure
@@ -446,7 +463,7 @@ def _event(
     seen: _Seen,
 ) -> None:
     if not isinstance(event, dict):
-        raise EvidenceError(f"{label}: trace event {index} is not an object")
+        raise EvidenceError(f"{label}: trace event {index} is not an object", hint=_HINT)
     if event.get("ph") != "X":
         return
     cat = event.get("cat")
@@ -479,23 +496,27 @@ def _record(
     for what, value in (("ts", ts_us), ("dur", dur_us)):
         if not abs(value * 1000) < _MAX_NS:  # inf too
             raise EvidenceError(
-                f"{where}: {what} {value!r} us is beyond the range of a trace (2^61 ns)"
+                f"{where}: {what} {value!r} us is beyond the range of a trace (2^61 ns)", hint=_HINT
             )
     start = round(ts_us * 1000)
     dur = round(dur_us * 1000)
     if dur < 0:
-        raise EvidenceError(f"{where}: negative dur")
+        raise EvidenceError(f"{where}: negative dur", hint=_HINT)
     lo, hi = span
     span[0] = start if lo is None or start < lo else lo
     span[1] = start + dur if hi is None or start + dur > hi else hi
     if cat == "kernel":
         if not isinstance(args, dict) or not isinstance(name, str) or not name:
-            raise EvidenceError(f"{where}: a kernel event without its name or args")
+            raise EvidenceError(f"{where}: a kernel event without its name or args", hint=_HINT)
         device, stream = args.get("device"), args.get("stream")
         if isinstance(device, bool) or not isinstance(device, int):
-            raise EvidenceError(f"{where}: kernel args.device {device!r} is not an integer")
+            raise EvidenceError(
+                f"{where}: kernel args.device {device!r} is not an integer", hint=_HINT
+            )
         if isinstance(stream, bool) or not isinstance(stream, int):
-            raise EvidenceError(f"{where}: kernel args.stream {stream!r} is not an integer")
+            raise EvidenceError(
+                f"{where}: kernel args.stream {stream!r} is not an integer", hint=_HINT
+            )
         kernel = report.kernel(name)
         kernel.launches += 1
         kernel.durations.add(dur)
@@ -591,13 +612,13 @@ def _batch_events(
         ts_us, dur_us = ev.ts, ev.dur
         cat = LEGACY_CATEGORIES.get(ev.cat, ev.cat) if ev.cat is not None else None
         if ts_us is None or dur_us is None:
-            raise EvidenceError(f"{label}: event {index + offset}: no ts or dur")
+            raise EvidenceError(f"{label}: event {index + offset}: no ts or dur", hint=_HINT)
         if cat == "kernel" or dur_us < 0:
             where = f"{label}: event {index + offset}"
             try:
                 args = msgspec.json.decode(ev.args) if ev.args else None
             except msgspec.DecodeError as exc:
-                raise EvidenceError(f"{where}: kernel args: {exc}") from None
+                raise EvidenceError(f"{where}: kernel args: {exc}", hint=_HINT) from None
             span[0], span[1] = lo, hi
             _record(cat, ev.name, ts_us, dur_us, args, report, busy, counted, span, where)
             lo, hi = span
@@ -723,7 +744,7 @@ def _batch_kernels(
     for j, name in enumerate(names):
         if not isinstance(name, str) or not name:
             where = f"{label}: event {index + positions[kernel_at[j]]}"
-            raise EvidenceError(f"{where}: a kernel event without its name or args")
+            raise EvidenceError(f"{where}: a kernel event without its name or args", hint=_HINT)
     lengths = dur_ns[kernel_at].tolist()
     for name, launches in Counter(names).items():
         report.kernel(name).launches += launches
@@ -844,14 +865,16 @@ def _finish(
 ) -> None:
     schema = header.get("schemaVersion")
     if "schemaVersion" not in header:
-        raise EvidenceError(f"{label}: no schemaVersion: not a PyTorch profiler (Kineto) trace")
+        raise EvidenceError(
+            f"{label}: no schemaVersion: not a PyTorch profiler (Kineto) trace", hint=_HINT
+        )
     if schema not in KNOWN_SCHEMA_VERSIONS or isinstance(schema, bool):
-        raise EvidenceError(f"{label}: unknown trace schemaVersion {schema!r}")
+        raise EvidenceError(f"{label}: unknown trace schemaVersion {schema!r}", hint=_HINT)
     if "traceEvents" not in header:
-        raise EvidenceError(f"{label}: no traceEvents array")
+        raise EvidenceError(f"{label}: no traceEvents array", hint=_HINT)
     devices = header.get("deviceProperties", [])
     if not isinstance(devices, list) or any(not isinstance(d, dict) for d in devices):
-        raise EvidenceError(f"{label}: deviceProperties is not a list of objects")
+        raise EvidenceError(f"{label}: deviceProperties is not a list of objects", hint=_HINT)
     _refuse_foreign(header, seen, label)
     cuda = [d for d in devices if "computeMajor" in d and "computeMinor" in d]
     cupti = header.get("cupti_version")
@@ -868,7 +891,8 @@ def _finish(
     if legacy and modern:
         raise EvidenceError(
             f"{label}: the trace mixes the 2021 Kineto category names ({', '.join(legacy)}) "
-            f"with today's ({', '.join(modern)}): not one known layout"
+            f"with today's ({', '.join(modern)}): not one known layout",
+            hint=_HINT,
         )
     if legacy:
         report.layout = "torch-chrome-trace-legacy"
@@ -887,7 +911,8 @@ def _finish(
         if unknown:
             raise EvidenceError(
                 f"{label}: no kernel event, and complete events of categories not known to "
-                f"perfledger: {', '.join(unknown[:10])} (a trace layout it does not read)"
+                f"perfledger: {', '.join(unknown[:10])} (a trace layout it does not read)",
+                hint=_HINT,
             )
     elif unknown:
         report.added_limitations.append(

@@ -74,6 +74,10 @@ Phase = Literal["warmup", "steady", "cooldown"]
 # ------------------------------------------------------------------------------ request set
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/serving.md describes the request set (JSON lines: prompt or messages, max_tokens) and the load options"
+
+
 class _Message(msgspec.Struct, forbid_unknown_fields=True):
     role: str
     content: str
@@ -161,7 +165,9 @@ def load_request_set(path: str | Path, api: str = "chat") -> tuple[list[ServingR
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise BadRequest(f"cannot read the request set {str(path)!r}: {exc.strerror}") from None
+        raise BadRequest(
+            f"cannot read the request set {str(path)!r}: {exc.strerror}", hint=_HINT
+        ) from None
     out: list[ServingRequest] = []
     for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
@@ -175,13 +181,15 @@ def load_request_set(path: str | Path, api: str = "chat") -> tuple[list[ServingR
                 hint='each line is {"prompt": "..." or "messages": [...], "max_tokens": N}',
             ) from None
         if (line.prompt is None) == (line.messages is None):
-            raise BadRequest(f"{where}: give exactly one of `prompt` or `messages`")
+            raise BadRequest(f"{where}: give exactly one of `prompt` or `messages`", hint=_HINT)
         if not 1 <= line.max_tokens <= 1_000_000:
-            raise BadRequest(f"{where}: max_tokens must be between 1 and 1000000")
+            raise BadRequest(f"{where}: max_tokens must be between 1 and 1000000", hint=_HINT)
         if api == "completions" and line.prompt is None:
-            raise BadRequest(f"{where}: the completions API takes `prompt`, not `messages`")
+            raise BadRequest(
+                f"{where}: the completions API takes `prompt`, not `messages`", hint=_HINT
+            )
         if line.messages is not None and not line.messages:
-            raise BadRequest(f"{where}: `messages` is empty")
+            raise BadRequest(f"{where}: `messages` is empty", hint=_HINT)
         messages = (
             tuple((m.role, m.content) for m in line.messages) if line.messages is not None else None
         )
@@ -191,9 +199,11 @@ def load_request_set(path: str | Path, api: str = "chat") -> tuple[list[ServingR
             )
         )
         if len(out) > MAX_REQUESTS:
-            raise BadRequest(f"the request set {str(path)!r} has more than {MAX_REQUESTS} lines")
+            raise BadRequest(
+                f"the request set {str(path)!r} has more than {MAX_REQUESTS} lines", hint=_HINT
+            )
     if not out:
-        raise BadRequest(f"the request set {str(path)!r} holds no request")
+        raise BadRequest(f"the request set {str(path)!r} holds no request", hint=_HINT)
     with_case = sum(1 for r in out if r.case is not None)
     if 0 < with_case < len(out):
         raise BadRequest(
@@ -274,16 +284,22 @@ class LoadConfig:
         warm-up or cool-down requests than workers (steady samples would then include a
         worker's first request, on a new connection, or its last, under a draining load)."""
         if self.mode == "poisson" and not (self.rate_rps and self.rate_rps > 0):
-            raise BadRequest("open-loop (poisson) load needs a rate > 0 requests/s (--rate)")
+            raise BadRequest(
+                "open-loop (poisson) load needs a rate > 0 requests/s (--rate)", hint=_HINT
+            )
         if self.mode == "closed" and not (self.concurrency and self.concurrency >= 1):
-            raise BadRequest("closed-loop load needs a concurrency >= 1 (--concurrency)")
+            raise BadRequest(
+                "closed-loop load needs a concurrency >= 1 (--concurrency)", hint=_HINT
+            )
         if self.mode not in ("poisson", "closed"):
-            raise BadRequest(f"unknown load mode {self.mode!r}: poisson or closed")
+            raise BadRequest(f"unknown load mode {self.mode!r}: poisson or closed", hint=_HINT)
         if self.steady_requests < 2 or self.pairs < 1:
-            raise BadRequest("a window needs at least 2 steady requests, a run at least 1 pair")
+            raise BadRequest(
+                "a window needs at least 2 steady requests, a run at least 1 pair", hint=_HINT
+            )
         warmup, cooldown = self.warmup_requests or 0, self.cooldown_requests or 0
         if warmup < 0 or cooldown < 0 or self.timeout_s <= 0:
-            raise BadRequest("warm-up and cool-down counts are >= 0, the timeout > 0")
+            raise BadRequest("warm-up and cool-down counts are >= 0, the timeout > 0", hint=_HINT)
         if self.mode == "closed" and min(warmup, cooldown) < (self.concurrency or 0):
             phase = "warm-up" if warmup < (self.concurrency or 0) else "cool-down"
             raise BadRequest(
@@ -295,7 +311,7 @@ class LoadConfig:
                 "out: the default is max(5, concurrency))",
             )
         if self.api not in ("chat", "completions"):
-            raise BadRequest(f"unknown API {self.api!r}: chat or completions")
+            raise BadRequest(f"unknown API {self.api!r}: chat or completions", hint=_HINT)
 
     @property
     def window_requests(self) -> int:
@@ -648,7 +664,7 @@ def run_serving(
     """
     config.check()
     if not requests:
-        raise BadRequest("the request set is empty")
+        raise BadRequest("the request set is empty", hint=_HINT)
     check_request_set(requests, config)
     endpoints = {"ref": ref} if cand is None else {"ref": ref, "cand": cand}
     rng = np.random.default_rng(config.seed)

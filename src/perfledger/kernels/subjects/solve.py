@@ -84,6 +84,10 @@ CACHE_ENV = "PERFLEDGER_SOLVE_CACHE"
 # --------------------------------------------------------------------------- building
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/subjects.md (the solve() contract) describes the reference file, the JSON spec's fields and the CUDA source a solve() subject needs"
+
+
 def nvcc_argv(
     source: Path,
     output: Path,
@@ -101,7 +105,7 @@ def nvcc_argv(
     Raises: BadRequest for an architecture that is not ``sm_<digits>[a-z]``.
     """
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
-        raise BadRequest(f"{arch!r} is not a CUDA architecture (e.g. sm_90)")
+        raise BadRequest(f"{arch!r} is not a CUDA architecture (e.g. sm_90)", hint=_HINT)
     return [
         nvcc,
         *BASE_FLAGS,
@@ -224,7 +228,7 @@ def build_solve(
     """
     path = Path(source)
     if not path.is_file():
-        raise BadRequest(f"no CUDA source {str(path)!r}")
+        raise BadRequest(f"no CUDA source {str(path)!r}", hint=_HINT)
     exe = nvcc or shutil.which("nvcc")
     if exe is None:
         home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
@@ -255,7 +259,9 @@ def build_solve(
             proc = subprocess.run(run_argv, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.unlink(tmp)
-            raise BadRequest(f"nvcc took more than {timeout_s:.0f} s on {path.name}") from None
+            raise BadRequest(
+                f"nvcc took more than {timeout_s:.0f} s on {path.name}", hint=_HINT
+            ) from None
         if proc.returncode != 0:
             os.unlink(tmp)
             raise BadRequest(
@@ -287,20 +293,20 @@ def data_ptr(array: Any) -> int:
     memory = getattr(array, "data", None)
     if hasattr(memory, "ptr"):  # CuPy: the cheap path (this runs inside the timed window)
         if not array.flags.c_contiguous:
-            raise BadRequest("a solve() buffer must be C-contiguous")
+            raise BadRequest("a solve() buffer must be C-contiguous", hint=_HINT)
         return int(memory.ptr)
     if hasattr(array, "data_ptr") and callable(array.data_ptr):  # torch
         if not array.is_contiguous():
-            raise BadRequest("a solve() buffer must be contiguous")
+            raise BadRequest("a solve() buffer must be contiguous", hint=_HINT)
         return int(array.data_ptr())
     interface = getattr(array, "__cuda_array_interface__", None) or getattr(
         array, "__array_interface__", None
     )
     if interface is None:
-        raise BadRequest(f"{type(array).__name__} is not an array solve() can be given")
+        raise BadRequest(f"{type(array).__name__} is not an array solve() can be given", hint=_HINT)
     flags = getattr(array, "flags", None)
     if flags is not None and not flags["C_CONTIGUOUS"]:
-        raise BadRequest("a solve() buffer must be C-contiguous")
+        raise BadRequest("a solve() buffer must be C-contiguous", hint=_HINT)
     return int(interface["data"][0])
 
 
@@ -408,11 +414,11 @@ def load_ref(path: str | Path) -> RefModule:
     """
     file = Path(path)
     if not file.is_file():
-        raise BadRequest(f"no reference file {str(file)!r}")
+        raise BadRequest(f"no reference file {str(file)!r}", hint=_HINT)
     name = f"perfledger_ref_{blake3.blake3(str(file.resolve()).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
-        raise BadRequest(f"cannot load the reference {str(file)!r}")
+        raise BadRequest(f"cannot load the reference {str(file)!r}", hint=_HINT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling in ref.py look the module up
     try:
@@ -420,7 +426,7 @@ def load_ref(path: str | Path) -> RefModule:
     except Exception as exc:
         sys.modules.pop(name, None)
         raise BadRequest(
-            f"the reference {file.name} failed to load: {type(exc).__name__}: {exc}"
+            f"the reference {file.name} failed to load: {type(exc).__name__}: {exc}", hint=_HINT
         ) from None
     reference = getattr(module, "reference", None)
     if not callable(reference):
@@ -430,12 +436,14 @@ def load_ref(path: str | Path) -> RefModule:
         )
     arrays = getattr(module, "ARRAYS", "cupy")
     if arrays not in ("cupy", "torch", "numpy"):
-        raise BadRequest(f"{file.name}: ARRAYS is {arrays!r}; one of cupy, torch, numpy")
+        raise BadRequest(
+            f"{file.name}: ARRAYS is {arrays!r}; one of cupy, torch, numpy", hint=_HINT
+        )
     tolerances = getattr(module, "TOLERANCES", {}) or {}
     if not isinstance(tolerances, dict) or not all(
         isinstance(v, int | float) and not isinstance(v, bool) for v in tolerances.values()
     ):
-        raise BadRequest(f"{file.name}: TOLERANCES must map output names to numbers")
+        raise BadRequest(f"{file.name}: TOLERANCES must map output names to numbers", hint=_HINT)
     flops_unit = getattr(module, "FLOPS_UNIT", None)
     if flops_unit is not None and flops_unit not in FLOP_UNITS:
         raise BadRequest(
@@ -445,7 +453,7 @@ def load_ref(path: str | Path) -> RefModule:
     for attr in ("make_inputs", "bytes_per_call", "flops_per_call"):
         value = getattr(module, attr, None)
         if value is not None and not callable(value):
-            raise BadRequest(f"{file.name}: {attr} must be a function of the dims")
+            raise BadRequest(f"{file.name}: {attr} must be a function of the dims", hint=_HINT)
         optional[attr] = value
     return RefModule(
         path=file,
@@ -471,7 +479,7 @@ def resolve_spec(ref: RefModule, source_text: str | None, args: Any = None) -> A
         spec = parse_arg_spec(declared, f"the argument spec of {ref.path.name}")
     elif source_text is not None and ref.shapes is not None:
         if not isinstance(ref.shapes, dict):
-            raise BadRequest(f"{ref.path.name}: SHAPES must map buffer names to shapes")
+            raise BadRequest(f"{ref.path.name}: SHAPES must map buffer names to shapes", hint=_HINT)
         spec = spec_from_signature(source_text, ref.shapes)
     else:
         raise BadRequest(
@@ -647,7 +655,8 @@ def solve_problem(
                 raise ValueError(f"{value!r} is not a non-negative integer")
         except Exception as exc:
             raise BadRequest(
-                f"{module.path.name}: {attr.__name__}(**dims) failed: {type(exc).__name__}: {exc}"
+                f"{module.path.name}: {attr.__name__}(**dims) failed: {type(exc).__name__}: {exc}",
+                hint=_HINT,
             ) from None
         return int(value)
 
@@ -680,7 +689,7 @@ def solve_subject(
     """
     path = Path(source)
     if not path.is_file():
-        raise BadRequest(f"no CUDA source {str(path)!r}")
+        raise BadRequest(f"no CUDA source {str(path)!r}", hint=_HINT)
     check_signature(spec, path.read_text(encoding="utf-8", errors="replace"))
     build = build_solve(path, arch=arch, include_dirs=include_dirs, extra_flags=extra_flags)
     return SolveSubject(name or path.name, build, spec, dict(dims))
@@ -714,11 +723,11 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise BadRequest(f"cannot read the spec {str(file)!r}: {exc}") from None
+        raise BadRequest(f"cannot read the spec {str(file)!r}: {exc}", hint=_HINT) from None
     except ValueError as exc:
-        raise BadRequest(f"the spec {str(file)!r} is not valid JSON: {exc}") from None
+        raise BadRequest(f"the spec {str(file)!r} is not valid JSON: {exc}", hint=_HINT) from None
     if not isinstance(data, dict):
-        raise BadRequest(f"the spec {str(file)!r} must be a JSON object")
+        raise BadRequest(f"the spec {str(file)!r} must be a JSON object", hint=_HINT)
     unknown = sorted(set(data) - set(SPEC_KEYS))
     missing = [k for k in ("ref", "reference", "dims") if k not in data]
     if unknown or missing:
@@ -735,26 +744,28 @@ def load_solve_spec(path: str | Path) -> dict[str, Any]:
     def local(key: str) -> Path:
         value = data[key]
         if not isinstance(value, str) or not value:
-            raise BadRequest(f"the spec {file.name}: {key!r} must be a file name")
+            raise BadRequest(f"the spec {file.name}: {key!r} must be a file name", hint=_HINT)
         found = base / value
         if not found.is_file():
-            raise BadRequest(f"the spec {file.name}: no file {str(found)!r} ({key})")
+            raise BadRequest(f"the spec {file.name}: no file {str(found)!r} ({key})", hint=_HINT)
         return found
 
     dims = data["dims"]
     if not isinstance(dims, dict) or not all(isinstance(k, str) for k in dims):
-        raise BadRequest(f"the spec {file.name}: dims must be an object of numbers by name")
+        raise BadRequest(
+            f"the spec {file.name}: dims must be an object of numbers by name", hint=_HINT
+        )
     case = data.get("case", "default")
     if not isinstance(case, str) or not case:
-        raise BadRequest(f"the spec {file.name}: case must be a non-empty string")
+        raise BadRequest(f"the spec {file.name}: case must be a non-empty string", hint=_HINT)
     flags = data.get("nvcc_flags", [])
     includes = data.get("include_dirs", [])
     for key, value in (("nvcc_flags", flags), ("include_dirs", includes)):
         if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise BadRequest(f"the spec {file.name}: {key} must be a list of strings")
+            raise BadRequest(f"the spec {file.name}: {key} must be a list of strings", hint=_HINT)
     arch = data.get("arch")
     if arch is not None and (not isinstance(arch, str) or not re.fullmatch(r"sm_\d+[a-z]?", arch)):
-        raise BadRequest(f"the spec {file.name}: arch {arch!r} is not like sm_90")
+        raise BadRequest(f"the spec {file.name}: arch {arch!r} is not like sm_90", hint=_HINT)
     ref = load_ref(local("ref"))
     sources = {"reference": local("reference")}
     if data.get("candidate") is not None:

@@ -58,6 +58,10 @@ _NAME = re.compile(r"^[A-Za-z_]\w*$")
 # --------------------------------------------------------------------------- argument spec
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/subjects.md (the solve() contract) describes the argument rows ([name, role or type, ...]), shapes as dims expressions and the dims"
+
+
 @dataclass(frozen=True)
 class SolveArg:
     """One parameter of ``solve``.
@@ -126,7 +130,8 @@ class ArgSpec:
                     ) from None
                 if value < 1:
                     raise BadRequest(
-                        f"buffer {arg.name!r}: shape {expression!r}: {value} is not a positive int"
+                        f"buffer {arg.name!r}: shape {expression!r}: {value} is not a positive int",
+                        hint=_HINT,
                     )
                 axes.append(value)
             shapes[arg.name] = tuple(axes)
@@ -146,13 +151,17 @@ class ArgSpec:
             value = dims[arg.name]
             integer = arg.dtype.startswith(("int", "uint"))
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise BadRequest(f"dims[{arg.name!r}] is {value!r}, not a number")
+                raise BadRequest(f"dims[{arg.name!r}] is {value!r}, not a number", hint=_HINT)
             if integer and not isinstance(value, int):
-                raise BadRequest(f"dims[{arg.name!r}] is {value!r}; {arg.dtype} needs an integer")
+                raise BadRequest(
+                    f"dims[{arg.name!r}] is {value!r}; {arg.dtype} needs an integer", hint=_HINT
+                )
             if integer:
                 info = np.iinfo(arg.dtype)
                 if not int(info.min) <= value <= int(info.max):
-                    raise BadRequest(f"dims[{arg.name!r}] = {value} does not fit {arg.dtype}")
+                    raise BadRequest(
+                        f"dims[{arg.name!r}] = {value} does not fit {arg.dtype}", hint=_HINT
+                    )
         self.shapes(dims)
 
     def to_json(self) -> dict[str, Any]:
@@ -189,19 +198,21 @@ def eval_dims(expression: str, dims: Mapping[str, int]) -> int:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in dims:
-                raise BadRequest(f"{node.id!r} is not an integer in the dims")
+                raise BadRequest(f"{node.id!r} is not an integer in the dims", hint=_HINT)
             return dims[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             try:
                 return _OPS[type(node.op)](walk(node.left), walk(node.right))
             except ZeroDivisionError:
-                raise BadRequest(f"{expression!r} divides by zero") from None
-        raise BadRequest(f"{ast.unparse(node)!r} is not allowed (dims, integers, + - * // %)")
+                raise BadRequest(f"{expression!r} divides by zero", hint=_HINT) from None
+        raise BadRequest(
+            f"{ast.unparse(node)!r} is not allowed (dims, integers, + - * // %)", hint=_HINT
+        )
 
     try:
         tree = ast.parse(str(expression).strip(), mode="eval").body
     except SyntaxError as exc:
-        raise BadRequest(f"{expression!r} is not an expression: {exc.msg}") from None
+        raise BadRequest(f"{expression!r} is not an expression: {exc.msg}", hint=_HINT) from None
     return walk(tree)
 
 
@@ -226,7 +237,9 @@ def _shape(raw: Any, where: str) -> tuple[str, ...]:
     out = []
     for axis in raw:
         if isinstance(axis, bool) or not isinstance(axis, str | int):
-            raise BadRequest(f"{where}: shape axis {axis!r} is neither a dims name nor an integer")
+            raise BadRequest(
+                f"{where}: shape axis {axis!r} is neither a dims name nor an integer", hint=_HINT
+            )
         out.append(str(axis))
     return tuple(out)
 
@@ -271,10 +284,10 @@ def parse_arg_spec(data: Any, source: str = "the argument spec") -> ArgSpec:
             or len(row) < 2
             or not all(isinstance(x, str) for x in row[:2])
         ):
-            raise BadRequest(f"{where}: {row!r} is not [name, role or type, ...]")
+            raise BadRequest(f"{where}: {row!r} is not [name, role or type, ...]", hint=_HINT)
         name, role = row[0], row[1].strip()
         if not _NAME.match(name):
-            raise BadRequest(f"{where}: {name!r} is not an identifier")
+            raise BadRequest(f"{where}: {name!r} is not an identifier", hint=_HINT)
         where = f"{source}, parameter {name!r}"
         if role in _ROLES:
             if len(row) != 4 or not isinstance(row[2], str):
@@ -285,7 +298,7 @@ def parse_arg_spec(data: Any, source: str = "the argument spec") -> ArgSpec:
             args.append(SolveArg(name, role, _pointer_dtype(row[2], where), _shape(row[3], where)))
         elif role == "stream":
             if len(row) != 2:
-                raise BadRequest(f'{where}: the stream is [name, "stream"]')
+                raise BadRequest(f'{where}: the stream is [name, "stream"]', hint=_HINT)
             args.append(SolveArg(name, "stream"))
         elif role in ("inout", "in_out"):
             raise BadRequest(
@@ -296,7 +309,9 @@ def parse_arg_spec(data: Any, source: str = "the argument spec") -> ArgSpec:
         else:
             ctype = row[2] if role == "scalar" and len(row) == 3 else role
             if (role == "scalar" and len(row) != 3) or (role != "scalar" and len(row) != 2):
-                raise BadRequest(f'{where}: a scalar is [name, type] or [name, "scalar", type]')
+                raise BadRequest(
+                    f'{where}: a scalar is [name, type] or [name, "scalar", type]', hint=_HINT
+                )
             if not isinstance(ctype, str) or ctype.strip() not in SCALAR_TYPES:
                 raise BadRequest(
                     f"{where}: unknown role or scalar type {ctype!r}",
@@ -306,7 +321,7 @@ def parse_arg_spec(data: Any, source: str = "the argument spec") -> ArgSpec:
     names = [a.name for a in args]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise BadRequest(f"{source}: duplicate parameter names {duplicates}")
+        raise BadRequest(f"{source}: duplicate parameter names {duplicates}", hint=_HINT)
     streams = [a for a in args if a.kind == "stream"]
     if len(streams) != 1:
         raise BadRequest(
@@ -315,7 +330,7 @@ def parse_arg_spec(data: Any, source: str = "the argument spec") -> ArgSpec:
             "stream>>>): work on another stream is not what the harness times",
         )
     if not any(a.kind == "out" for a in args):
-        raise BadRequest(f'{source}: no output buffer (role "out")')
+        raise BadRequest(f'{source}: no output buffer (role "out")', hint=_HINT)
     return ArgSpec(tuple(args))
 
 
@@ -345,7 +360,9 @@ def parse_solve_signature(source: str, entry: str = ENTRY) -> list[tuple[str, st
                 continue
             found = re.match(r"^(.*?)\s*([A-Za-z_]\w*)$", item)
             if found is None or not found.group(1):
-                raise BadRequest(f"cannot parse the parameter {raw.strip()!r} of {entry}")
+                raise BadRequest(
+                    f"cannot parse the parameter {raw.strip()!r} of {entry}", hint=_HINT
+                )
             params.append((found.group(1).replace(" *", "*").strip(), found.group(2)))
         return params
     raise BadRequest(
@@ -415,7 +432,9 @@ def spec_from_signature(source: str, shapes: Mapping[str, Any], entry: str = ENT
     for ctype, name in parse_solve_signature(source, entry):
         kind, dtype = _describe(ctype)
         if dtype.startswith("?"):
-            raise BadRequest(f"{entry}: parameter {name!r} has an unsupported type {ctype!r}")
+            raise BadRequest(
+                f"{entry}: parameter {name!r} has an unsupported type {ctype!r}", hint=_HINT
+            )
         if kind in _ROLES:
             if name not in shapes:
                 raise BadRequest(

@@ -17,6 +17,9 @@ from typing import Any
 
 from perfledger.errors import BadRequest
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/subjects.md describes a spec: PROBLEMS (or PROBLEM), REFERENCE and CANDIDATE, or SUBJECT for a spec in a subject directory"
+
 
 def load_spec(path: str) -> dict[str, Any]:
     """Load a kernel spec file: ``PROBLEMS`` (case -> Problem) or ``PROBLEM``, ``REFERENCE``,
@@ -35,7 +38,7 @@ def load_spec(path: str) -> dict[str, Any]:
     try:
         namespace = runpy.run_path(path)
     except FileNotFoundError:
-        raise BadRequest(f"no spec file {path!r}") from None
+        raise BadRequest(f"no spec file {path!r}", hint=_HINT) from None
     except ModuleNotFoundError as exc:
         hint = (
             "the kernel harness needs an NVIDIA GPU with CuPy: pip install -e '.[gpu]' on a GPU "
@@ -47,7 +50,9 @@ def load_spec(path: str) -> dict[str, Any]:
             f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=hint
         ) from None
     except Exception as exc:
-        raise BadRequest(f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}") from None
+        raise BadRequest(
+            f"the spec {path!r} failed to load: {type(exc).__name__}: {exc}", hint=_HINT
+        ) from None
     problems = namespace.get("PROBLEMS")
     if problems is None and "PROBLEM" in namespace:
         problems = {"default": namespace["PROBLEM"]}
@@ -55,7 +60,8 @@ def load_spec(path: str) -> dict[str, Any]:
     if not isinstance(problems, dict) or not problems or not has_subject:
         raise BadRequest(
             f"the spec {path!r} must define PROBLEMS (or PROBLEM) and REFERENCE (and CANDIDATE), "
-            "or SUBJECT (a spec in a subject directory)"
+            "or SUBJECT (a spec in a subject directory)",
+            hint=_HINT,
         )
     return {
         "problems": problems,

@@ -45,6 +45,10 @@ _CACHE_SIZE = 8
 _streams: dict[int, Any] = {}
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/subjects.md (PyTorch and Triton) describes a subject file and its solve() signature"
+
+
 def require_torch() -> Any:
     """Import torch and check that it sees a CUDA device.
 
@@ -202,14 +206,16 @@ def python_solve_subject(
     module_name = f"perfledger_subject_{blake3.blake3(text.encode()).hexdigest()[:16]}"
     loader_spec = importlib.util.spec_from_file_location(module_name, file)
     if loader_spec is None or loader_spec.loader is None:
-        raise BadRequest(f"cannot load {file.name}")
+        raise BadRequest(f"cannot load {file.name}", hint=_HINT)
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[module_name] = module  # Triton's JIT looks its function's module up
     try:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        raise BadRequest(f"{file.name} failed to load: {type(exc).__name__}: {exc}") from None
+        raise BadRequest(
+            f"{file.name} failed to load: {type(exc).__name__}: {exc}", hint=_HINT
+        ) from None
     solve = module.solve
     buffers = [a.name for a in spec.args if a.is_buffer]
     scalars = {a.name: dims[a.name] for a in spec.scalars}
@@ -231,7 +237,7 @@ def check_python_solve(text: str, spec: Any) -> None:
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
-        raise BadRequest(f"the subject is not valid Python: {exc}") from None
+        raise BadRequest(f"the subject is not valid Python: {exc}", hint=_HINT) from None
     found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solve"]
     if not found:
         raise BadRequest(
@@ -243,7 +249,8 @@ def check_python_solve(text: str, spec: Any) -> None:
     if names != wanted:
         raise BadRequest(
             f"solve({', '.join(names)}) in the subject, but the argument spec declares "
-            f"({', '.join(wanted)}) (the stream is not passed to a Python subject)"
+            f"({', '.join(wanted)}) (the stream is not passed to a Python subject)",
+            hint=_HINT,
         )
 
 

@@ -50,6 +50,10 @@ NVTX_TABLE = "NVTX_EVENTS"
 NVTX_PUSH_POP, NVTX_START_END = 59, 60
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "pass a trace of the workload that holds its kernel launches, unchanged (torch.profiler's JSON trace or an nsys SQLite export; docs/triage.md)"
+
+
 @dataclass(frozen=True)
 class Launch:
     """One kernel execution and what launched it.
@@ -127,7 +131,9 @@ def read_launches(path: str | Path) -> TraceLaunches:
         )
     check_counts(result)
     if not result.launches:
-        raise EvidenceError(f"{path}: the trace holds no kernel launches: nothing to triage")
+        raise EvidenceError(
+            f"{path}: the trace holds no kernel launches: nothing to triage", hint=_HINT
+        )
     return result
 
 
@@ -145,7 +151,8 @@ def check_counts(result: TraceLaunches) -> None:
     if differ:  # a kernel the parser counts differently: the layout is not what triage knows
         raise EvidenceError(
             f"{path}: {len(differ)} kernel(s) were read with other launch counts than the "
-            f"parser's (first: {differ[0][:120]!r}); the trace's layout is not one triage knows"
+            f"parser's (first: {differ[0][:120]!r}); the trace's layout is not one triage knows",
+            hint=_HINT,
         )
     others = sorted(set(parsed) - set(counted))
     if others:  # e.g. activity the parser reports beside kernels
@@ -215,7 +222,9 @@ def _read_torch(path: str | Path) -> TraceLaunches:
     try:
         trace = msgspec.json.decode(data, type=_Trace)
     except msgspec.DecodeError as exc:
-        raise EvidenceError(f"{path}: the trace's events do not read as expected ({exc})") from None
+        raise EvidenceError(
+            f"{path}: the trace's events do not read as expected ({exc})", hint=_HINT
+        ) from None
     result = TraceLaunches(str(path), "torch", report,
                            span_note="first start to last end of every complete event")  # fmt: skip
     lo: int | None = None
@@ -324,7 +333,7 @@ def _read_nsys(path: str | Path) -> TraceLaunches:
     try:
         return _nsys_launches(conn, str(path), report, KERNEL_TABLE)
     except (sqlite3.Error, UnicodeDecodeError, ValueError) as exc:
-        raise EvidenceError(f"{path}: the SQLite file cannot be read ({exc})") from None
+        raise EvidenceError(f"{path}: the SQLite file cannot be read ({exc})", hint=_HINT) from None
     finally:
         conn.close()
 

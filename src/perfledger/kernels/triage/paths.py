@@ -32,6 +32,10 @@ MAX_FILE_BYTES = 1024 * 1024
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "the known-path file is UTF-8 TOML of kernel-name patterns and routes (docs/triage.md shows one)"
+
+
 class _PathEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pattern: _NonEmpty
     route: _NonEmpty
@@ -81,7 +85,7 @@ def parse_known_paths(text: str, *, source: str) -> list[KnownPath]:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadRequest(f"{source}: not valid TOML ({exc})") from None
+        raise BadRequest(f"{source}: not valid TOML ({exc})", hint=_HINT) from None
     try:
         entries = msgspec.convert(raw, _PathFile).path
     except msgspec.ValidationError as exc:
@@ -119,11 +123,13 @@ def load_known_paths(path: str | Path) -> tuple[list[KnownPath], bytes]:
         with open(path, "rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise BadRequest(f"cannot read the known-path file {str(path)!r}: {exc.strerror}") from None
+        raise BadRequest(
+            f"cannot read the known-path file {str(path)!r}: {exc.strerror}", hint=_HINT
+        ) from None
     if len(data) > MAX_FILE_BYTES:
-        raise BadRequest(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+        raise BadRequest(f"{path}: larger than {MAX_FILE_BYTES} bytes", hint=_HINT)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadRequest(f"{path}: not UTF-8 text") from None
+        raise BadRequest(f"{path}: not UTF-8 text", hint=_HINT) from None
     return parse_known_paths(text, source=str(path)), data

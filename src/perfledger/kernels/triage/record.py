@@ -33,6 +33,10 @@ MAX_RECORDED_HOTSPOTS = 1000
 _MEDIA = {"torch": "application/json", "nsys": "application/vnd.sqlite3"}
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/triage.md describes the options and the inputs a triage records (`perfledger triage --help`)"
+
+
 def run_triage(
     report: str | Path,
     *,
@@ -80,7 +84,7 @@ def _read(path: str | Path) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise EvidenceError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+        raise EvidenceError(f"cannot read {str(path)!r}: {exc.strerror}", hint=_HINT) from None
 
 
 def encode_answer(answer: dict[str, Any]) -> bytes:
@@ -152,9 +156,13 @@ def evidence_body(
     """
 
     if of_target and target_id is None:
-        raise BadRequest("--of-target needs --target T: the Target whose workload was traced")
+        raise BadRequest(
+            "--of-target needs --target T: the Target whose workload was traced", hint=_HINT
+        )
     if len(answer["actions"]) > MAX_RECORDED_HOTSPOTS:
-        raise BadRequest(f"at most {MAX_RECORDED_HOTSPOTS} hotspots can be recorded: lower --top")
+        raise BadRequest(
+            f"at most {MAX_RECORDED_HOTSPOTS} hotspots can be recorded: lower --top", hint=_HINT
+        )
     source = answer["source"]
     kernels = {row["key"]: row for row in answer["kernels"]}
     top = answer["actions"][0] if answer["actions"] else None
@@ -223,7 +231,7 @@ def recheck(
                 if name is None:
                     return None
                 if artifact not in names or Path(name).name != name:
-                    raise BadRequest(f"the recorded input {name!r} is not attached")
+                    raise BadRequest(f"the recorded input {name!r} is not attached", hint=_HINT)
                 target = root / artifact.replace(".", "_") / name
                 target.parent.mkdir()
                 target.write_bytes(read(artifact))

@@ -33,6 +33,10 @@ DENOMINATORS = {
 }
 
 
+#: The hint of this module's bad requests: what input it expects and how to produce it.
+_HINT = "docs/triage.md describes the options and the traces a triage compares (`perfledger triage --help`)"
+
+
 def attribute_graph_kernels(
     graph_on: TraceLaunches, graph_off: TraceLaunches
 ) -> tuple[dict[int, str], dict[int, str]]:
@@ -53,7 +57,8 @@ def attribute_graph_kernels(
     if len(off) != len(graph_off.launches):
         raise BadRequest(
             f"{graph_off.path}: the --mapping trace has CUDA-graph kernels; it must be a trace "
-            "of the same workload run without CUDA graphs"
+            "of the same workload run without CUDA graphs",
+            hint=_HINT,
         )
     off_names = [launch.name for launch in off]
     known = set(off_names)
@@ -114,9 +119,9 @@ def build_triage(
         is not graph-off.
     """
     if denominator not in DENOMINATORS:
-        raise BadRequest(f"unknown denominator {denominator!r}: busy or span")
+        raise BadRequest(f"unknown denominator {denominator!r}: busy or span", hint=_HINT)
     if top < 1:
-        raise BadRequest("--top must be at least 1")
+        raise BadRequest("--top must be at least 1", hint=_HINT)
     report = trace.report
     launches = trace.launches
     graph_indices = [i for i, launch in enumerate(launches) if launch.graph]

@@ -541,6 +541,7 @@ def run_pairs(
     before_call: Callable[[str], None] | None = None,
     subject_roots: Mapping[str, str] | None = None,
     extra_settings: Mapping[str, Any] | None = None,
+    more_pairs: Callable[[list[PairResult]], int] | None = None,
 ) -> DriverRun:
     """Run ``ref`` and ``cand`` interleaved in ABBA order over ``cases``.
 
@@ -567,6 +568,9 @@ def run_pairs(
             (:mod:`perfledger.kernels.workload.subject_copy`), which its environment's values
             may hold where the other's hold its own (R11).
         extra_settings: more entries for :attr:`DriverRun.settings` (recorded with the samples).
+        more_pairs: a stopping rule: called with the pairs so far once the planned pairs of
+            every case ran; the more pairs per case to run (0 stops). The settings record how
+            many ran (``pairs_per_case``) and how many were planned first (``planned_pairs``).
     Returns: the :class:`DriverRun`; failed calls are inside it, never raised. Its settings
         carry ``call_environment``: each subject's full environment, every variable's name and
         the hash of its value (:func:`perfledger.kernels.workload.subject_env.call_environment`), and the
@@ -667,15 +671,21 @@ def run_pairs(
             done = run_round(order, case, f"w{w}", keep=False)
             warmup += [done[label] for label in order]
     pairs: list[PairResult] = []
-    for k, order in enumerate(abba_order(pairs_per_case)):
+    k, planned = 0, pairs_per_case
+    while k < planned:
+        order = abba_order(k + 1)[k]
         for case in cases:
             done = run_round(order, case, str(k), keep=True)
             pairs.append(PairResult(case, k, order, done["ref"], done["cand"]))
+        k += 1
+        if k == planned and more_pairs is not None:
+            planned += max(0, int(more_pairs(pairs)))
     guard.check(last[0])
     settings = {
         "protocol": "workload_abba",
         "cases": list(cases),
-        "pairs_per_case": pairs_per_case,
+        "pairs_per_case": k,
+        **({"planned_pairs": pairs_per_case} if more_pairs is not None else {}),
         "timeout_s": timeout_s,
         "warmup_calls": warmup_calls,
         "ref_argv": list(ref.argv),

@@ -666,6 +666,7 @@ def run_pairs(
     fresh_worker: bool = False,
     on_call: Callable[[dict[str, Any]], None] | None = None,
     before_call: Callable[[str], None] | None = None,
+    more_pairs: Callable[[list[dict[str, Any]]], int] | None = None,
 ) -> WorkerRun:
     """Run ``ref`` and ``cand`` in interleaved ABBA pairs over ``cases`` under the worker
     protocol (``mode="worker"``) or one process per call (``mode="command"``), judging every
@@ -689,6 +690,9 @@ def run_pairs(
         fresh_worker: a fresh worker per pair whatever the probe finds.
         on_call: called with each row as it is made.
         before_call: called with the label before every call and worker start (R11 checks).
+        more_pairs: a stopping rule: called with the rows so far once the planned pairs of
+            every case ran; the more pairs per case to run (0 stops). The settings record how
+            many ran (``pairs_per_case``) and how many were planned first (``planned_pairs``).
     Returns: the :class:`WorkerRun`.
     Raises: ValueError for bad arguments; WorkerFailed when a subject fails the protocol, an
         worker used CPU after its ``done``, or a call fails (the run is invalid).
@@ -817,11 +821,15 @@ def run_pairs(
                 for case in cases:
                     run_round(order_of[w % 2] if order_of else ("ref", "cand"), case, f"w{w}",
                               None)  # fmt: skip
-            n = 0
-            for k, order in enumerate(order_of):
+            n, k, planned = 0, 0, pairs_per_case
+            while k < planned:
+                order = ("ref", "cand") if k % 2 == 0 else ("cand", "ref")
                 for case in cases:
                     run_round(order, case, str(k), n)
                     n += 1
+                k += 1
+                if k == planned and more_pairs is not None:
+                    planned += max(0, int(more_pairs(rows)))
             for label in list(workers):
                 retire(label)
         finally:
@@ -833,7 +841,8 @@ def run_pairs(
         "protocol": WORKER_PROTOCOL_ID if mode == "worker" else COMMAND_PROTOCOL_ID,
         "mode": mode,
         "cases": list(cases),
-        "pairs_per_case": pairs_per_case,
+        "pairs_per_case": k,
+        **({"planned_pairs": pairs_per_case} if more_pairs is not None else {}),
         "warmup_calls": warmup_calls,
         "timeout_s": timeout_s,
         "fresh_worker": bool(fresh["on"]),

@@ -1,0 +1,128 @@
+"""The reference watched too (SPEC.md R11; issue 34): in a formal stage of a workload Target
+whose reference is the original, the reference's measured figure of each case is compared with
+the original's recorded baseline of that case. A reference slower than its baseline by more
+than the bound (the largest of the case's A/A resolution, the prediction bound of one more
+baseline call and the Target's minimum effect) makes the comparison invalid: something made the
+reference slower (the candidate's side effect, a cache it poisoned, a background process it
+left), and a candidate measured against a slowed reference looks faster than it is.
+
+Why the minimum effect is a floor: the baseline comes from the original's calls in a row, the
+formal stage interleaves the two subjects, and that interference alone moves the reference (an
+honest control here measured its reference 4.5 % above a 7-call baseline whose own bound was
+3.2 %); a slowing below the minimum effect cannot by itself turn a candidate without a gain into
+a pass, one above it can.
+
+What is compared: per case, the median over the samples' pairs of the reference's per-pair
+median of the primary, against the baseline's median of that case (``per_case_median``). The
+two may come from different settings (the baseline's calls per case against the formal run's
+pairs; the baseline driver against the formal protocol); the bound allows for the baseline's own
+call-to-call spread, and a case the baseline did not measure (or a baseline recorded without
+cases) is not compared. A kernel Target, and a reference that is a champion (no baseline of its
+own), are not compared.
+
+Pure functions; the samples decider records the flags (``SamplesRecorded`` schema
+:data:`~perfledger.events.workflow.R11_REFERENCE_WATCHED`), the verdict and final-audit
+deciders judge them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.projections.target_kind import target_kind
+from perfledger.projections.workflow import TargetView
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def baseline_bound(values: Iterable[float]) -> float:
+    """The 95 % prediction bound of one more baseline call about the baseline's median, as a
+    ratio distance from 1 (:func:`~perfledger.derive.stats.aa_prediction_bound` of the calls'
+    log ratios to their median); 0.0 with fewer than 2 values."""
+    calls = [float(v) for v in values]
+    if len(calls) < 2:
+        return 0.0
+    from perfledger.derive.stats import aa_prediction_bound  # noqa: PLC0415 (numpy, scipy: off the start-up path of decisions that compare nothing)
+
+    middle = _median(calls)
+    return aa_prediction_bound([math.log(v / middle) for v in calls])  # type: ignore[arg-type]
+
+
+def reference_slowed(
+    target: TargetView, stage: str, reference_kind: str, pairs: Iterable[Any]
+) -> dict[str, dict[str, float]]:
+    """The cases of formal-stage ``pairs`` whose reference (the original) was slower than the
+    original's baseline by more than the bound: case -> ``reference`` and ``baseline`` (the
+    primary's medians, in its unit), ``slower_by`` (relative: ``ref/base - 1`` for a
+    lower-is-better primary, ``base/ref - 1`` for a higher-is-better one) and ``bound`` (the
+    largest of the case's A/A resolution, :func:`baseline_bound` and the minimum effect).
+    Empty where nothing is compared (a screen, a champion reference, a kernel Target, no
+    per-case baseline)."""
+    baseline = target.baseline
+    resolution = target.resolution_in_force
+    if (
+        stage not in FORMAL_STAGES
+        or reference_kind != "original"
+        or baseline is None
+        or resolution is None
+        or not baseline.per_case_median
+        or target_kind(target) == "kernel"
+    ):
+        return {}
+    primary = target.definition.primary
+    per_case: dict[str, list[float]] = {}
+    for pair in pairs:
+        values = pair.ref.values.get(primary.name)
+        if values:
+            per_case.setdefault(pair.case, []).append(_median(list(values)))
+    calls: dict[str, list[float]] = {}
+    for case, value in zip(baseline.cases, baseline.values, strict=False):
+        calls.setdefault(case, []).append(value)
+    flagged: dict[str, dict[str, float]] = {}
+    for case, medians in sorted(per_case.items()):
+        base = baseline.per_case_median.get(case)
+        if base is None or base <= 0:
+            continue  # the baseline did not measure this case: not compared
+        ref = float(_median(medians))
+        if primary.direction == "higher_is_better":
+            slower_by = base / ref - 1.0
+        else:
+            slower_by = ref / base - 1.0
+        bound = max(resolution.per_case.get(case, resolution.resolution),
+                    baseline_bound(calls.get(case, [])), target.definition.min_effect)  # fmt: skip
+        if slower_by > bound:
+            flagged[case] = {"reference": ref, "baseline": float(base),
+                             "slower_by": slower_by, "bound": bound}  # fmt: skip
+    return flagged
+
+
+def invalid_note(flagged: dict[str, dict[str, float]], unit: str) -> str:
+    """The verdict's (or final audit's) note on flagged samples, with the figures."""
+    cases = "; ".join(
+        f"{case}: reference {f['reference']:.4g} {unit} against its baseline "
+        f"{f['baseline']:.4g} {unit}, {f['slower_by'] * 100:.1f} % slower (bound "
+        f"{f['bound'] * 100:.1f} %)"
+        for case, f in sorted(flagged.items())
+    )
+    return (
+        "R11: the comparison is invalid: the reference ran slower than its own baseline by "
+        "more than the bound (the largest of the A/A resolution, the baseline's prediction bound "
+        f"and the minimum effect) ({cases}); something made it slower (a side effect of the "
+        "candidate, a background process, a loaded host): it cannot pass"
+    )
+
+
+def judge(flagged: Any, status: str, notes: list[str], unit: str) -> str:
+    """``status`` after the reference watch: a pass on flagged samples is ``inconclusive``,
+    and the note with the figures is added to ``notes`` whatever the status."""
+    if not flagged:
+        return status
+    notes.append(invalid_note(flagged, unit))
+    return "inconclusive" if status == "pass" else status
