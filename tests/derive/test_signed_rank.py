@@ -34,7 +34,9 @@ def test_signed_rank_p_equals_scipy_on_untied_values(values: list[float]) -> Non
     assert _same(signed_rank_p(values), _scipy_p(values)), values
 
 
-@settings(max_examples=100, deadline=None)
+# SciPy's exact permutation test (ties, n <= 13) is most of this test's time: 40 examples keep it
+# in the fast tier, and the boundary test below pins n = 13 and 14 with ties on every run
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(-6, 6).map(lambda k: k / 4), min_size=0, max_size=70))
 def test_signed_rank_p_equals_scipy_on_tied_values_and_zeros(values: list[float]) -> None:
     assert _same(signed_rank_p(values), _scipy_p(values)), values

@@ -76,6 +76,7 @@ def report_data(chain_ledger: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return {"data": data, "events": events}
 
 
+@pytest.mark.slow
 def test_report_case_plot_is_per_case_absolute_times_from_the_verdicts(
     report_data: dict[str, Any],
 ) -> None:
