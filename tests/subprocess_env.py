@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 #: One cache of the Python installation's file digests for every test process (the
-#: environment identity hashes the installation; an isolated HOME would hash it cold each time).
-SHARED_CACHE = Path(tempfile.gettempdir()) / f"perfledger-test-cache-{os.getuid()}"
+#: environment identity hashes the installation; an isolated HOME would hash it cold each time),
+#: one per installation: the cache keeps only the files of the last installation that wrote it, so
+#: the suites of two checkouts run side by side would otherwise rehash each other's away.
+SHARED_CACHE = Path(tempfile.gettempdir()) / (
+    f"perfledger-test-cache-{os.getuid()}-{hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]}"
+)
 
 
 def perfledger_command() -> list[str]:

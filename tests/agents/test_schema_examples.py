@@ -239,7 +239,7 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
         for index in (1, 3):
             flagged["pairs"][index]["monitor"] = {
                 "observed": True, "foreign_activity": True, "flags": ["foreign_pid:4242"]}  # fmt: skip
-        s.run("samples.record", flagged)
+        s.record_measured(_renamed(flagged))  # R5: a champion comes only from measured samples
         from perfledger.app.examples import fitted_example
         from perfledger.commands.registry.operations import execute
 
@@ -262,7 +262,7 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
         s.run("reject", {"experiment_id": "e2", "closes": "implementation",
                          "reason": "the screen regressed"})  # fmt: skip
         s.run("experiment.create", experiment("e3", candidate=CAND3))
-        s.run("samples.record", samples("e1-audit", "final_audit"))
+        s.record_measured(_renamed(samples("e1-audit", "final_audit")))
         s.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-audit"})
         handoff = fitted_example("handoff.record", s.state(), s.ledger.payload)
         assert handoff.refusal is None

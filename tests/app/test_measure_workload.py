@@ -131,6 +131,7 @@ def _head(path: Path) -> str:
         return str(ledger.head())
 
 
+@pytest.mark.slow
 def test_records_observed_samples_that_audit_clean_and_derive_a_verdict(
     tmp_path: Path, bench: Path
 ) -> None:
@@ -161,6 +162,7 @@ def test_records_observed_samples_that_audit_clean_and_derive_a_verdict(
     assert json.loads(audit.stdout)["ok"] is True, audit.stdout
 
 
+@pytest.mark.slow
 def test_cheat_reported_times_are_kept_as_reported_and_decide_nothing(
     tmp_path: Path, bench: Path
 ) -> None:
@@ -197,6 +199,7 @@ def test_cheat_wrong_outputs_are_incorrect_calls(tmp_path: Path, bench: Path) ->
         assert payload.cand_failures == 5
 
 
+@pytest.mark.slow
 def test_refusals_come_before_anything_runs(tmp_path: Path, bench: Path) -> None:
     """A target stage before its screen (R11, from the decider previewed on a stand-in), a
     formal stage without a monitor (R17), a Target whose primary the subject reports: each
@@ -297,6 +300,7 @@ def test_r5_raw_table_observed_values_must_be_the_clocks(tmp_path: Path, bench: 
     assert found is not None
 
 
+@pytest.mark.slow
 def test_cli_measure_workload_runs_the_worker_protocol_for_an_observed_target(
     tmp_path: Path, bench: Path
 ) -> None:
@@ -311,6 +315,7 @@ def test_cli_measure_workload_runs_the_worker_protocol_for_an_observed_target(
     assert answer["verdict_preview"] is not None
 
 
+@pytest.mark.slow
 def test_whole_command_protocol_records_one_process_per_call(tmp_path: Path, bench: Path) -> None:
     """``protocol: command``: the same subject run as one process per call (``serve`` makes
     one call from the environment), timed from spawn to exit; the audit re-derives it."""

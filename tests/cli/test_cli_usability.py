@@ -29,6 +29,7 @@ def test_schema_without_operation_lists_the_operations(cli: Any) -> None:
     [("init",), ("note",), ("target", "freeze"), ("handoff", "record"), ("measure", "aa"),
      ("evidence", "add"), ("resolve",), ("triage",), ("mcp",), ("loop", "setup")],
 )  # fmt: skip
+@pytest.mark.slow
 def test_actor_help_states_one_default(cli: Any, command: tuple[str, ...]) -> None:
     text = " ".join(cli(*command, "--help").stdout.split())
     assert (

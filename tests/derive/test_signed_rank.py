@@ -28,13 +28,18 @@ def _same(ours: float | None, theirs: float | None) -> bool:
     return ours == theirs or (math.isnan(ours) and math.isnan(theirs))
 
 
+# untied: magnitudes unique (hypothesis favours values such as 1.0 and -1.0, whose ties sent
+# SciPy down its costly permutation branch, which the test below covers on purpose)
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.floats(-1.0, 1.0, allow_nan=False, width=64), min_size=0, max_size=70))
+@given(st.lists(st.floats(-1.0, 1.0, allow_nan=False, width=64), min_size=0, max_size=70,
+                unique_by=abs))  # fmt: skip
 def test_signed_rank_p_equals_scipy_on_untied_values(values: list[float]) -> None:
     assert _same(signed_rank_p(values), _scipy_p(values)), values
 
 
-@settings(max_examples=100, deadline=None)
+# SciPy's exact permutation test (ties, n <= 13) is most of this test's time: 40 examples keep it
+# in the fast tier, and the boundary test below pins n = 13 and 14 with ties on every run
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(-6, 6).map(lambda k: k / 4), min_size=0, max_size=70))
 def test_signed_rank_p_equals_scipy_on_tied_values_and_zeros(values: list[float]) -> None:
     assert _same(signed_rank_p(values), _scipy_p(values)), values

@@ -198,6 +198,7 @@ def test_untouched_ledger_verifies_clean(built: Built, perfledger_run: CliRun) -
 @pytest.mark.parametrize(
     "mode", [b"120000", b"100755", b"100664"], ids=["symlink", "executable", "group-writable"]
 )
+@pytest.mark.slow
 def test_artifact_with_a_mode_other_than_a_regular_file_is_refused(
     built: Built, git_run: GitRun, perfledger_run: CliRun, mode: bytes
 ) -> None:

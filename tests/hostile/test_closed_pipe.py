@@ -33,6 +33,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [["log"], ["--json", "log"], ["state"], ["--help"], ["schema", "samples.record"]],
     ids=["log", "log-json", "state", "help", "schema"],
 )
+@pytest.mark.slow
 def test_a_closed_pipe_ends_the_command_quietly_with_exit_0(
     big: Path, tmp_path: Path, argv: list[str]
 ) -> None:

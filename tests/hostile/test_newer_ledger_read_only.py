@@ -64,6 +64,7 @@ def _cli_commands_taking_a_request() -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_operation_is_refused_through_the_cli_with_exit_7(
     newer: Path, tmp_path: Path
 ) -> None:
@@ -135,6 +136,7 @@ def test_a_newer_format_version_in_the_config_is_exit_7(tmp_path: Path) -> None:
         assert "format 2" in proc.stderr and "upgrade perfledger" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_mixed_version_team_pull_sync_clone_refuse_push_waits_gc_works(tmp_path: Path) -> None:
     """docs/sync.md: a remote holding events of a newer perfledger is not pulled (exit 7,
     nothing changes here), so this ledger stays readable and writable; push then waits for the

@@ -283,6 +283,7 @@ def test_cheat_worker_with_outputs_that_differ_from_the_references_is_flagged(
     assert c.ref is not None and not c.ref.recheck_failures
 
 
+@pytest.mark.slow
 def test_cheat_skipping_one_call_in_ten_is_caught_by_the_sized_reveals(tmp_path: Path) -> None:
     # a wrong output (honestly committed) on one call in ten: with one reveal a pair of 4-call
     # batches it escaped a run this short with probability ~(3/4)^(calls/10); the sized reveals
@@ -300,6 +301,7 @@ def test_cheat_skipping_one_call_in_ten_is_caught_by_the_sized_reveals(tmp_path:
     assert honest.settings["reveal_plan"]["escape_bound"] == 0.0
 
 
+@pytest.mark.slow
 def test_cheat_skipping_calls_under_an_exact_rule_is_caught_by_every_calls_digest(
     tmp_path: Path,
 ) -> None:
@@ -320,6 +322,7 @@ def test_cheat_skipping_calls_under_an_exact_rule_is_caught_by_every_calls_diges
     assert _honest_tie(honest), honest.flags
 
 
+@pytest.mark.slow
 def test_an_allclose_rule_judges_the_revealed_outputs_element_wise(tmp_path: Path) -> None:
     # outputs 1 % off on every call: within an allclose rule of rtol 2 %, beyond one of 0.5 %
     for rtol, flagged in ((0.02, False), (0.005, True)):
@@ -338,6 +341,7 @@ def test_an_allclose_rule_judges_the_revealed_outputs_element_wise(tmp_path: Pat
         {"bytes": "many"},  # a statement that does not parse is not believed
     ],
 )
+@pytest.mark.slow
 def test_cheat_worker_holding_a_persisting_l2_carve_out_is_flagged(
     tmp_path: Path, statement: dict[str, Any]
 ) -> None:

@@ -133,6 +133,7 @@ def _next_commands(kernel: KernelTarget) -> list[str]:
     return [d["command"] for d in target["next"]]
 
 
+@pytest.mark.slow
 def test_readiness_of_a_kernel_target_has_no_output_place_warning(kernel: KernelTarget) -> None:
     """The kernel harness judges every output itself (R5): no warning that the driver lacks an
     ``{output}`` place."""
@@ -166,6 +167,7 @@ def test_r11_target_stage_before_the_screen_is_refused_before_the_harness_runs(
         assert not ledger.state().samples
 
 
+@pytest.mark.slow
 def test_status_and_measure_baseline_of_a_kernel_target_name_the_harness(tmp_path: Path) -> None:
     """Before the baseline, ``status`` offers ``measure baseline --spec`` (not ``--cmd``); the
     workload form on a kernel Target is a bad request naming the kernel form, before anything

@@ -7,9 +7,11 @@ few (each one kept for a stated reason: ``# noqa: PLC0415 (reason)``)."""
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +85,22 @@ def _known(name: str) -> str | None:
     return name or None
 
 
+def _imports(
+    node: ast.AST, inside: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement under ``node`` with whether it sits inside a function, in one pass
+    over the tree; the branches of ``if TYPE_CHECKING`` do not run and are left out."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child, inside
+        yield from _imports(
+            child, inside or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+        )
+
+
+@functools.cache
 def _edges() -> list[Edge]:
     """Every import between perfledger modules; imports under ``if TYPE_CHECKING`` do not run
     and are left out."""
@@ -90,20 +108,11 @@ def _edges() -> list[Edge]:
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text("utf-8"))
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        skip: set[int] = set()
-        inside: set[int] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                skip.update(id(sub) for sub in ast.walk(node))
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                inside.update(id(sub) for sub in ast.walk(node) if sub is not node)
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        for node, inside in _imports(tree):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = node.module or ""
                 if node.level:
                     parent = package[: len(package) - node.level + 1]
@@ -112,15 +121,12 @@ def _edges() -> list[Edge]:
             for name in names:
                 target = _known(name)
                 if name.startswith("perfledger") and target and target != module:
-                    edges.append(Edge(module, target, id(node) in inside, node.lineno))
+                    edges.append(Edge(module, target, inside, node.lineno))
     for name, where in app.LAZY_COMMANDS.items():  # modules the CLI names in strings
         target = _known(where.partition(":")[0])
         assert target is not None, (name, where)
         edges.append(Edge(app.__name__, target, True, 0))
     return edges
-
-
-EDGES = _edges()
 
 
 def _layer(module: str) -> str:
@@ -160,21 +166,21 @@ def test_the_cycle_finder_reports_a_cycle_and_accepts_a_chain() -> None:
 
 def test_the_graph_counts_imports_inside_functions_and_cli_names_in_strings() -> None:
     # an import inside a function (the registry's loop deciders) and a LazyGroup name
-    pairs = {(e.source, e.target, e.inside) for e in EDGES}
+    pairs = {(e.source, e.target, e.inside) for e in _edges()}
     assert ("perfledger.commands.cli.app", "perfledger.commands.cli.measure_group", True) in pairs
-    assert any(e.inside and e.line for e in EDGES)
+    assert any(e.inside and e.line for e in _edges())
 
 
 def test_no_module_imports_itself_back_through_any_chain() -> None:
     graph: dict[str, set[str]] = defaultdict(set)
-    for edge in EDGES:
+    for edge in _edges():
         graph[edge.source].add(edge.target)
     assert _cycle(graph) == []
 
 
 def test_layers_import_only_what_docs_layout_allows() -> None:
     wrong = []
-    for edge in EDGES:
+    for edge in _edges():
         source, target = _layer(edge.source), _layer(edge.target)
         if source in TOP or target in (source, "errors", "_version"):
             continue
@@ -191,7 +197,7 @@ def test_pure_layers_import_no_kernels_no_store_and_no_api() -> None:
     pure = {"derive", "projections", "commands.workflow", "commands.loop", "commands.registry"}
     wrong = [
         f"{e.source}:{e.line} -> {e.target}"
-        for e in EDGES
+        for e in _edges()
         if _layer(e.source) in pure
         and _layer(e.target) in {"kernels", "ledger", "api"}
         and e.target != "perfledger.ledger.base"  # plain types, no I/O
@@ -200,8 +206,8 @@ def test_pure_layers_import_no_kernels_no_store_and_no_api() -> None:
 
 
 def test_few_imports_of_perfledger_modules_sit_inside_functions() -> None:
-    inside = [e for e in EDGES if e.inside and e.line]  # the LazyGroup's names are by design
-    share = len(inside) / len([e for e in EDGES if e.line])
+    inside = [e for e in _edges() if e.inside and e.line]  # the LazyGroup's names are by design
+    share = len(inside) / len([e for e in _edges() if e.line])
     assert share <= MAX_INSIDE_SHARE, f"{len(inside)} imports inside functions ({share:.1%})"
 
 

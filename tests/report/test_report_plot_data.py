@@ -76,6 +76,7 @@ def report_data(chain_ledger: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return {"data": data, "events": events}
 
 
+@pytest.mark.slow
 def test_report_case_plot_is_per_case_absolute_times_from_the_verdicts(
     report_data: dict[str, Any],
 ) -> None:
@@ -101,6 +102,7 @@ def test_report_case_plot_is_per_case_absolute_times_from_the_verdicts(
     assert {p["reference"] for p in points if p["samples_id"] == "e2-target"} == {"e1"}
 
 
+@pytest.mark.slow
 def test_report_champion_chain_is_measured_against_the_original_never_multiplied(
     report_data: dict[str, Any],
 ) -> None:

@@ -116,6 +116,7 @@ def _payload(raw: bytes) -> bytes:
     return raw[: raw.index(b"-----BEGIN SSH SIGNATURE-----")]
 
 
+@pytest.mark.slow
 def test_checkpoint_is_an_ssh_signed_git_tag_that_git_verify_tag_and_a_git_clone_check(
     world: dict[str, Path], git: Run, cli: Run, tmp_path: Path
 ) -> None:
@@ -152,6 +153,7 @@ def test_checkpoint_is_an_ssh_signed_git_tag_that_git_verify_tag_and_a_git_clone
     assert "signed by alice, witness" in out
 
 
+@pytest.mark.slow
 def test_push_and_pull_carry_checkpoints_and_a_moved_checkpoint_ref_is_refused(
     world: dict[str, Path], git: Run, cli: Run, tmp_path: Path
 ) -> None:
@@ -195,6 +197,7 @@ def test_checkpoint_signed_by_an_unknown_key_is_refused(
     _ok(cli("--ledger", honest, "verify", "--signers", signers))
 
 
+@pytest.mark.slow
 def test_forged_signature_and_lying_count_or_digest_are_refused(
     world: dict[str, Path], git: Run, cli: Run, tmp_path: Path
 ) -> None:
@@ -238,6 +241,7 @@ def _rewrite(git: Run, cli: Run, repo: Path, *, delete_refs: bool) -> None:
             git("-C", repo, "update-ref", "-d", ref)
 
 
+@pytest.mark.slow
 def test_pull_and_clone_refuse_a_remote_rewritten_below_a_witnessed_checkpoint(
     world: dict[str, Path], git: Run, cli: Run, tmp_path: Path
 ) -> None:
@@ -267,6 +271,7 @@ def test_pull_and_clone_refuse_a_remote_rewritten_below_a_witnessed_checkpoint(
             "--require-signer", "witness", "--max-unsigned-events", "0"))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_checkpoints_that_fork_are_refused_and_the_head_may_not_run_too_far(
     world: dict[str, Path], git: Run, cli: Run, tmp_path: Path
 ) -> None:
@@ -294,6 +299,7 @@ def test_checkpoints_that_fork_are_refused_and_the_head_may_not_run_too_far(
     _ok(cli("--ledger", clean["origin"], "verify", "--signers", signers))
 
 
+@pytest.mark.slow
 def test_checkpoints_travel_over_a_git_daemon_and_git_fetch_carries_them(
     world: dict[str, Path], git: Run, cli: Run, tmp_path: Path, served: Path, daemon: str
 ) -> None:

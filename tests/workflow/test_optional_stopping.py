@@ -78,7 +78,7 @@ def _inconclusive_target(session: Session, experiment_id: str = "e1",
     session.screened(experiment_id, candidate)
     one = samples(f"{experiment_id}-target", "target", experiment_id=experiment_id,
                   candidate=candidate, pairs=make_pairs(0.2, per_case=1, tag=experiment_id))  # fmt: skip
-    session.run("samples.record", one)
+    session.record_measured(one)
     verdict = session.run("verdict.record", {"samples_id": f"{experiment_id}-target"})
     assert verdict["status"] == "inconclusive" and not verdict["contradicts_claim"]
     return verdict
@@ -144,7 +144,7 @@ def test_r14_a_stale_passed_result_is_measured_again_against_the_new_champion(
     ready.champion("e2")
     champion_e2 = {"kind": "champion", "content_hash": CAND2, "experiment_id": "e2"}
     # honest: a new question (against e2), not the same one again
-    ready.run("samples.record", samples("e1-target-2", "target", reference=champion_e2))
+    ready.record_measured(samples("e1-target-2", "target", reference=champion_e2))
     ready.run("verdict.record", {"samples_id": "e1-target-2"})
     # but only once: that result is now e1's target stage against e2
     ready.refused("samples.record", samples("e1-target-3", "target", reference=champion_e2), "R14")
@@ -192,7 +192,7 @@ def test_cheat_re_measuring_an_inconclusive_final_audit_is_refused(
 ) -> None:
     ready.passed()
     ready.champion()
-    ready.run("samples.record", samples("e1-final", "final_audit", monitor=BUSY))
+    ready.record_measured(samples("e1-final", "final_audit", monitor=BUSY))
     audited = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert audited["status"] == "inconclusive"
     error = ready.refused("formal-run.start", _start_body("e1-final-2", "final_audit"), "R14")
@@ -215,7 +215,7 @@ def test_cheat_re_measuring_an_inconclusive_final_audit_is_refused(
 def test_r14_honest_final_audit_passes_once(ready: Session) -> None:
     ready.passed()
     ready.champion()
-    ready.run("samples.record", samples("e1-final", "final_audit"))
+    ready.record_measured(samples("e1-final", "final_audit"))
     audited = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert audited["status"] == "pass"
     assert final_audit_standing(ready.state(), ready.state().targets[T1]).text() == "pass"
@@ -249,12 +249,12 @@ def test_cheat_a_champion_from_a_clone_that_re_ran_the_stage_conflicts(
         if not a_first:
             _padding(a, 6)  # a's result sorts after b's selection
         one = samples("e1-target-a", "target", pairs=make_pairs(0.2, per_case=1, tag="a"))
-        a.run("samples.record", one)
+        a.record_measured(one)
         assert a.run("verdict.record", {"samples_id": "e1-target-a"})["status"] == "inconclusive"
         # b, a clone that had not seen it, runs the same stage again; it passes; b selects e1
         if a_first:
             _padding(b, 3)  # b's selection sorts after a's result
-        b.run("samples.record", samples("e1-target-b", "target", gain=0.2))
+        b.record_measured(samples("e1-target-b", "target", gain=0.2))
         b.run("verdict.record", {"samples_id": "e1-target-b"})
         b.run("champion.select", {"target_id": T1, "samples_id": "e1-target-b",
                                   "expected_current": "original"})  # fmt: skip
@@ -290,7 +290,7 @@ def test_r14_a_champion_selected_under_the_rule_before_is_applied_after_a_sync(
     # the selection recorded before ChampionSelected 6 is re-decided (and folded) as before
     _inconclusive_target(ready)
     ready.screened("e2", CAND2)
-    ready.run("samples.record", samples("e2-target", "target", experiment_id="e2",
+    ready.record_measured(samples("e2-target", "target", experiment_id="e2",
                                         candidate=CAND2))  # fmt: skip
     ready.run("verdict.record", {"samples_id": "e2-target"})
     select = {"target_id": T1, "samples_id": "e2-target", "expected_current": "original"}
@@ -311,9 +311,9 @@ def test_cheat_a_passing_final_audit_from_a_clone_does_not_replace_an_inconclusi
     a, b = (Session(Ledger.clone(url, tmp_path / name)[0]) for name in ("a", "b"))
     try:
         _padding(a if pass_first else b, 3)  # the other clone's audit sorts first
-        a.run("samples.record", samples("e1-final-a", "final_audit", monitor=BUSY))
+        a.record_measured(samples("e1-final-a", "final_audit", monitor=BUSY))
         a.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final-a"})
-        b.run("samples.record", samples("e1-final-b", "final_audit"))
+        b.record_measured(samples("e1-final-b", "final_audit"))
         assert b.run("final-audit.record",
                      {"target_id": T1, "samples_id": "e1-final-b"})["status"] == "pass"  # fmt: skip
         a.ledger.sync()

@@ -156,11 +156,13 @@ def _files(roots: dict[str, str], dirs: list[str] | None = None) -> dict[str, st
                 and os.path.join(dirpath, d) not in others
                 and not (d == "site-packages" and os.path.join(dirpath, d) not in others)
             )
+            # one relpath per directory, not per file: the walk's hot loop
+            rel = os.path.relpath(dirpath, top)
+            prefix = f"{role}/" if rel == "." else f"{role}/{rel}/"
             for name in filenames:
                 if name.endswith(SKIPPED_SUFFIXES):
                     continue
-                path = os.path.join(dirpath, name)
-                out[f"{role}/{os.path.relpath(path, top)}"] = path
+                out[prefix + name] = os.path.join(dirpath, name)
     return out
 
 
@@ -238,14 +240,16 @@ def python_tree(roots: dict[str, str] | None = None, *, cache: str | None = None
         _save(cache_path, fresh)
     hasher = blake3.blake3(TREE_DOMAIN)
     stamp = blake3.blake3(TREE_DOMAIN + b"stamp\0")
-    for path in sorted(fresh):
-        stamp.update(f"{path}\0{fresh[path][:4]}\n".encode("utf-8", "surrogateescape"))
-    for listing in walked:  # a file added (or removed), whatever its name
-        stamp.update(listing.encode("utf-8", "surrogateescape") + b"\n")
+    # each digest is fed one joined text (the same bytes as a line at a time, fewer calls)
+    lines = [f"{path}\0{fresh[path][:4]}\n" for path in sorted(fresh)]
+    lines += [f"{listing}\n" for listing in walked]  # a file added (or removed), whatever its name
+    stamp.update("".join(lines).encode("utf-8", "surrogateescape"))
+    lines = []
     for name in sorted(entries):
         mode, digest = entries[name]
         kind = "l" if stat.S_ISLNK(mode) else "x" if mode & 0o111 else "f"
-        hasher.update(f"{name}\0{kind}\0{digest}\n".encode("utf-8", "surrogateescape"))
+        lines.append(f"{name}\0{kind}\0{digest}\n")
+    hasher.update("".join(lines).encode("utf-8", "surrogateescape"))
     return PythonTree(
         digest=hasher.hexdigest(),
         files=len(entries),

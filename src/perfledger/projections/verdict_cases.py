@@ -167,7 +167,13 @@ def _case_statistic(values: Sequence[Sequence[float]], statistic: str) -> Callab
         rows = padded[idx].reshape(idx.shape[0], -1)
         return np.nanquantile(rows, q, axis=1)
 
-    return quantile
+    def quantile_full(idx: Any) -> Any:
+        return np.quantile(padded[idx].reshape(idx.shape[0], -1), q, axis=1)
+
+    # With no padding (every call holds as many values), np.quantile gives nanquantile's values
+    # bit for bit (nanquantile runs the same linear interpolation on each row, one Python call
+    # per row) at a fraction of the cost: resamples times subjects rows per derivation.
+    return quantile if np.isnan(padded).any() else quantile_full
 
 
 def _improvement(ratio: Any, direction: Direction) -> Any:

@@ -348,16 +348,20 @@ def unjudged_formal(
 def stage_results(
     state: WorkflowState, experiment_id: str, stage: str, exclude: str | None = None
 ) -> list[str]:
-    """Samples ids of ``experiment_id``'s formal results of ``stage``: recorded samples and
-    started runs (with or without samples), in order, without ``exclude`` (R14)."""
+    """Samples ids of ``experiment_id``'s formal results of ``stage``: the runs perfledger
+    started (with or without samples), recorded ones first, in order, without ``exclude``
+    (R14). Samples recorded from outside perfledger have no started run: they never decide
+    (R5), so they are no formal result either, and measuring the stage after them is not
+    optional stopping."""
+    runs = formal_runs(state)
     recorded = [
         s.samples_id
         for s in state.samples.values()
-        if s.experiment_id == experiment_id and s.stage == stage
+        if s.experiment_id == experiment_id and s.stage == stage and s.samples_id in runs
     ]
     started = [
         sid
-        for sid, run in formal_runs(state).items()
+        for sid, run in runs.items()
         if run.experiment_id == experiment_id and run.stage == stage and sid not in state.samples
     ]
     return [s for s in recorded + started if s != exclude]
