@@ -70,7 +70,7 @@ def test_r14_target_samples_owe_their_verdict_before_the_next_target_samples(
     ready: Session,
 ) -> None:
     ready.screened()
-    ready.run("samples.record", samples("e1-target-1", "target", gain=0.2))
+    ready.record_measured(samples("e1-target-1", "target", gain=0.2))
     error = ready.refused("samples.record", samples("e1-target-2", "target", gain=0.2), "R14")
     assert "e1-target-1" in error.message
     assert "perfledger verdict record --samples e1-target-1" in error.hint
@@ -238,7 +238,7 @@ def test_r13_failed_final_audit_makes_the_previous_champion_current_again(ready:
 def test_cheat_re_running_the_final_audit_until_it_passes_is_refused(ready: Session) -> None:
     ready.passed("e1", CAND1, gain=0.2)
     ready.champion("e1")
-    ready.run("samples.record", samples("e1-final-1", "final_audit", gain=-0.05))
+    ready.record_measured(samples("e1-final-1", "final_audit", gain=-0.05))
     assert ready.run("final-audit.record",
                      {"target_id": T1, "samples_id": "e1-final-1"})["status"] == "fail"  # fmt: skip
     assert current_champions(ready.state())[0].champion == "original"

@@ -118,7 +118,7 @@ def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(ready: Session) ->
     ready.passed()
     ready.champion()
     body = samples("e1-final", "final_audit", pairs=_timed_pairs("f", wall_saving=False))
-    assert ready.run("samples.record", body)["wall_check"]["flagged"]
+    assert ready.record_measured(body)["wall_check"]["flagged"]
     audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
     assert audit["primary"]["status"] == "pass" and audit["status"] == "inconclusive"
     assert any(n.startswith("R12: wall clock") for n in audit["notes"])
