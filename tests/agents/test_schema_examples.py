@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from perfledger.commands.registry.operations import OPERATIONS, json_schema, validate
+from perfledger.commands.registry.placeholders import filled, placeholder_in
 from perfledger.commands.registry.request_examples import (
     EXAMPLE_HASH,
     EXAMPLE_ID,
@@ -206,7 +207,7 @@ def _check_examples(ledger: Any, after: str) -> list[str]:
                 problems.append(f"{where}: offered or always applicable, but its example is "
                                 f"refused: {fitted.refusal.message}")  # fmt: skip
         elif "subject" not in fitted.body.get("candidate", {}):
-            again = dry_decide(state, op, fitted.body, ledger.payload, actor_of=actor_of)
+            again = dry_decide(state, op, filled(fitted.body), ledger.payload, actor_of=actor_of)
             if again is not None:
                 problems.append(f"{where}: shown as accepted, refused: {again.message}")
     return problems
@@ -239,19 +240,19 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
         for index in (1, 3):
             flagged["pairs"][index]["monitor"] = {
                 "observed": True, "foreign_activity": True, "flags": ["foreign_pid:4242"]}  # fmt: skip
-        s.run("samples.record", flagged)
+        s.record_measured(_renamed(flagged))  # R5: a champion comes only from measured samples
         from perfledger.app.examples import fitted_example
         from perfledger.commands.registry.operations import execute
 
         state = s.state()
         review = fitted_example("review.record", state, s.ledger.payload).body
         assert review["subject_event"] == state.samples["e1-target"].event_id
-        execute(s.ledger, "review.record", review, actor="reviewer")  # another actor
+        execute(s.ledger, "review.record", filled(review), actor="reviewer")  # another actor
         problems.extend(_check_examples(s.ledger, "review.record"))
         explain = fitted_example("activity.explain", s.state(), s.ledger.payload,
                                  lambda e: s.ledger.get(e).actor)  # fmt: skip
         assert explain.refusal is None and explain.body["pairs"] == [1, 3]
-        s.run("activity.explain", explain.body)
+        s.run("activity.explain", filled(explain.body))
         s.run("verdict.record", {"samples_id": "e1-target"})
         s.champion("e1")
         s.run("experiment.create", experiment("e2", candidate=CAND2))
@@ -262,11 +263,11 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
         s.run("reject", {"experiment_id": "e2", "closes": "implementation",
                          "reason": "the screen regressed"})  # fmt: skip
         s.run("experiment.create", experiment("e3", candidate=CAND3))
-        s.run("samples.record", samples("e1-audit", "final_audit"))
+        s.record_measured(_renamed(samples("e1-audit", "final_audit")))  # R5: measured
         s.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-audit"})
         handoff = fitted_example("handoff.record", s.state(), s.ledger.payload)
         assert handoff.refusal is None
-        s.run("handoff.record", handoff.body)
+        s.run("handoff.record", filled(handoff.body))
     finally:
         s.ledger.close()
     assert problems == [], "\n".join(problems)
@@ -327,3 +328,76 @@ def test_every_example_fits_every_state_of_the_recorded_gpu_session(tmp_path: Pa
         for entry in ledger.log():
             problems += _check_examples(AtCommit(ledger, entry.commit), entry.commit[:12])
     assert problems == [], "\n".join(problems)
+
+
+# ------------------------------------------- example free text is a placeholder (issue 38)
+
+
+def _with_free_text() -> list[str]:
+    """The operations whose shown example has free text only the agent or a reviewer knows."""
+    from perfledger.commands.registry.request_examples import shown
+
+    return [op for op in sorted(set(OPERATIONS) - BUILT) if placeholder_in(shown(op))]
+
+
+def test_every_example_shows_its_free_text_as_a_placeholder() -> None:
+    """An explanation, a reason, a review's challenge and response, a handoff's stop reason:
+    shown as ``<...>``, never as plausible prose an agent could record unedited."""
+    from perfledger.commands.registry.placeholders import CHECKED
+    from perfledger.commands.registry.request_examples import shown
+
+    ops = _with_free_text()
+    for needed in ("activity.explain", "reject", "review.record", "handoff.record", "reconcile",
+                   "conflict.resolve", "host-advice.record", "local-result.record"):  # fmt: skip
+        assert needed in ops, needed
+    for op in sorted(set(OPERATIONS) - BUILT):
+        prose = [s for k, s in _fields(shown(op)) if k in CHECKED and not s.startswith("<")]
+        assert prose == [], (op, prose)
+
+
+def _fields(node: object, key: str = "") -> list[tuple[str, str]]:
+    if isinstance(node, dict):
+        return [f for k, v in node.items() for f in _fields(v, k)]
+    if isinstance(node, list):
+        return [f for v in node for f in _fields(v, key)]
+    return [(key, node)] if isinstance(node, str) else []
+
+
+def test_unedited_example_free_text_is_refused_with_a_placeholder_hint(tmp_path: Path) -> None:
+    """A request sent as the example shows it is a bad request (exit 2) before any rule, with a
+    hint naming the placeholder to replace; the same request with the placeholders replaced is
+    not refused for them (honest control: the rules may still refuse it on an empty ledger)."""
+    from perfledger.api import Ledger
+    from perfledger.commands.registry.operations import preview
+    from perfledger.commands.registry.request_examples import shown
+    from perfledger.errors import BadRequest
+
+    with Ledger.init(tmp_path / "ledger", name="ph", actor="agent") as ledger:
+        for op in _with_free_text():
+            with pytest.raises(BadRequest) as refused:
+                preview(ledger, op, shown(op), actor="agent")
+            assert "replace the placeholder <" in (refused.value.hint or ""), op
+            try:
+                preview(ledger, op, filled(shown(op)), actor="agent")
+            except Exception as exc:  # noqa: BLE001 (any refusal but the placeholder's)
+                assert "placeholder" not in str(exc), (op, exc)
+        # prose that merely holds angle brackets is not a placeholder
+        assert placeholder_in({"reason": "a < b, and <b> is bold"}) is None
+        assert placeholder_in({"reason": " <todo> "}) == ("reason", " <todo> ")
+
+
+def test_cli_refuses_the_activity_explanation_example_as_shown(tmp_path: Path) -> None:
+    """The trial's path: ``schema activity.explain --example`` piped to ``activity explain``
+    unedited; the explanation's placeholder is refused (exit 2), nothing is appended."""
+    env = isolated_env(tmp_path)
+    ledger = tmp_path / "ledger"
+    base = [sys.executable, "-m", "perfledger"]
+    subprocess.run([*base, "init", str(ledger)], check=True, env=env, capture_output=True)
+    shown = subprocess.run([*base, "schema", "activity.explain", "--example"], env=env,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert json.loads(shown)["explanation"].startswith("<what you observed")
+    sent = subprocess.run([*base, "--ledger", str(ledger), "activity", "explain", "--request",
+                           "-"], input=shown, env=env, capture_output=True, text=True)  # fmt: skip
+    assert sent.returncode == 2, sent.stderr
+    assert "explanation is still the example's placeholder" in sent.stderr
+    assert "hint: replace the placeholder <what you observed" in sent.stderr

@@ -24,6 +24,7 @@ from perfledger.app.context import context_of, default_samples_id, stand_in_samp
 from perfledger.app.next_steps import allowed_decisions, dry_decide, fresh_id, gate_refusal
 from perfledger.commands.registry import request_examples
 from perfledger.commands.registry.operations import get_operation, json_schema
+from perfledger.commands.registry.placeholders import filled, with_placeholders
 from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.projections.handoff import NextDecision, reviewed
@@ -37,7 +38,8 @@ class FittedExample:
 
     Attributes:
         op: the operation's name.
-        body: the request (accepted on the state when ``refusal`` is None).
+        body: the request (accepted on the state when ``refusal`` is None, once each free-text
+            placeholder ``<...>`` is replaced by what the agent knows).
         refusal: the decider's refusal of ``body`` on that state: the operation cannot apply
             now (None: accepted).
         note: what the agent should know beside it (a measuring command that records it, the
@@ -86,11 +88,15 @@ def fitted_example(
             refusal = BadRequest(f"{name} cannot apply to this ledger now: {exc.message}",
                                  hint=exc.hint)  # fmt: skip
             return FittedExample(op=name, body=body, refusal=refusal)
+    # free text only the agent knows is shown as a placeholder (a request is refused with it);
+    # the example is decided with each placeholder's words in its place
+    body = with_placeholders(name, body)
     if name == "experiment.create" and "subject" in body.get("candidate", {}):
         # the candidate's directory is snapshotted at the edge: decide what the edge checks
         refusal = _experiment_gate(state, target)
     else:
-        refusal = dry_decide(state, name, body, payload_of, starting_run, actor_of=actor_of)
+        refusal = dry_decide(state, name, filled(body), payload_of, starting_run,
+                             actor_of=actor_of)  # fmt: skip
     return FittedExample(op=name, body=body, refusal=refusal, note=note)
 
 

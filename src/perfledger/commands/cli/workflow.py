@@ -587,8 +587,8 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
                 click.echo(f"note: {fitted.note}", err=True)
             return
         both = request_examples.variants(operation)
-        if not both:
-            click.echo(to_json_text(request_examples.example(operation), indent=2))
+        if not both:  # free text only the agent knows shown as a placeholder (refused as is)
+            click.echo(to_json_text(request_examples.shown(operation), indent=2))
         elif json_flag:
             click.echo(to_json_text({"variants": both}, indent=2))
         else:  # no ledger: stdout stays one request as is; the other form on stderr

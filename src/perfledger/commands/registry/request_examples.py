@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from perfledger.commands.registry.operations import get_operation, json_schema
+from perfledger.commands.registry.placeholders import with_placeholders
 
 _UNSET = msgspec.UNSET
 #: The package folder of the curated examples (``OP.json``).
@@ -54,6 +55,16 @@ def example(op: str) -> dict[str, Any]:
         return found
     schema = json_schema(name)
     return built(schema, schema.get("$defs", {}))
+
+
+def shown(op: str) -> dict[str, Any]:
+    """The example of ``op`` as ``perfledger schema OP --example`` shows it: free text only the
+    agent or its reviewer can know (an explanation, a reason) is a placeholder ``<...>`` that a
+    new request is refused with (:mod:`perfledger.commands.registry.placeholders`).
+
+    Raises: BadRequest for an unknown operation."""
+    name = get_operation(op).name
+    return dict(with_placeholders(name, example(name)))
 
 
 def _unbound(op: str) -> dict[str, Any]:
