@@ -379,7 +379,7 @@ def test_unedited_example_free_text_is_refused_with_a_placeholder_hint(tmp_path:
             assert "replace the placeholder <" in (refused.value.hint or ""), op
             try:
                 preview(ledger, op, filled(shown(op)), actor="agent")
-            except Exception as exc:  # noqa: BLE001 (any refusal but the placeholder's)
+            except Exception as exc:  # any refusal but the placeholder's
                 assert "placeholder" not in str(exc), (op, exc)
         # prose that merely holds angle brackets is not a placeholder
         assert placeholder_in({"reason": "a < b, and <b> is bold"}) is None

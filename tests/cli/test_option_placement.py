@@ -81,10 +81,14 @@ def test_ledger_and_json_before_or_after_the_subcommand_and_state_for_people(
         (["schema", "experiment.create", "--example", "--ledger"], "--ledger has no value"),
         (["status", "--ledger"], "--ledger has no value"),
         # the value is an operation's or a command's name, not a directory
-        (["schema", "--ledger", "experiment.create", "--example"],
-         "--ledger took 'experiment.create' as its path"),  # fmt: skip
-        (["--ledger", "schema", "experiment.create", "--example"],
-         "--ledger took 'schema' as its path"),  # fmt: skip
+        (
+            ["schema", "--ledger", "experiment.create", "--example"],
+            "--ledger took 'experiment.create' as its path",
+        ),
+        (
+            ["--ledger", "schema", "experiment.create", "--example"],
+            "--ledger took 'schema' as its path",
+        ),
     ],
 )
 def test_ledger_without_its_directory_says_what_it_took(
