@@ -401,3 +401,71 @@ def test_cli_refuses_the_activity_explanation_example_as_shown(tmp_path: Path) -
     assert sent.returncode == 2, sent.stderr
     assert "explanation is still the example's placeholder" in sent.stderr
     assert "hint: replace the placeholder <what you observed" in sent.stderr
+
+
+# ------------------------------------------ examples that fit a CPU workload Target (issue 38)
+
+#: Words of the packaged GPU examples that a CPU workload's fitted example must not show.
+GPU_WORDS = ("CUDA", "H200", "ncu", "attention", "decode", "kernel", "fp32")
+#: The trial's Target: a CSV parse timed by the worker's CPU time, no GPU budget.
+CPU_TARGET = {
+    "target_id": "t1", "title": "CSV parse+aggregate, CPU time per call",
+    "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
+                "statistic": "median"},
+    "min_effect": 0.2, "scope": ["work.py"], "risk_boundary": "the same aggregated JSON",
+    "budget": {"wall_s": 3600, "gpu_s": 0},
+}  # fmt: skip
+
+
+def test_examples_fitted_to_a_cpu_workload_target_name_no_gpu_and_are_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial's path on a CPU workload Target: readiness names the original's directory
+    and a driver with ``{subject}`` (R11) and no GPU environment; the metric audit says how
+    perfledger's worker observes ``cpu_time`` (not a driver's JSON); the evidence is a
+    workload profile of this Target; the experiment's claim has no CUDA scope and the
+    readiness's cases as shapes. Each is recorded as shown, its placeholders filled. Before,
+    all four were the GPU session's."""
+    from perfledger.api import Ledger
+    from perfledger.app.examples import fitted_example
+    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.commands.registry.operations import execute
+
+    monkeypatch.chdir(tmp_path)
+    original = tmp_path / "work" / "original"
+    original.mkdir(parents=True)
+    (original / "work.py").write_text("def aggregate(text):\n    return text\n")
+    (original / "bench.py").write_text("import sys\n")
+    with Ledger.init(tmp_path / "ledger", name="cpu", actor="agent") as ledger:
+        execute(ledger, "target.freeze", CPU_TARGET, actor="agent")
+
+        def shown(op: str) -> dict[str, Any]:
+            fitted = fitted_example(op, ledger.state(), ledger.payload)
+            assert fitted.refusal is None, (op, fitted.refusal)
+            text = json.dumps(fitted.body)
+            assert not [w for w in GPU_WORDS if w in text], (op, fitted.body)
+            return filled(fitted.body)
+
+        readiness = shown("readiness.record")
+        assert "{subject}" in readiness["driver"]["argv"][1]
+        assert readiness["original"]["subject"] == "work/original"
+        assert readiness["environment"]["gpu"] is None and "env" not in readiness["driver"]
+        body, artifacts = readiness_edge(ledger, readiness)
+        execute(ledger, "readiness.record", body, actor="agent", artifacts=artifacts)
+        audit = shown("metric-audit.record")
+        assert "worker" in audit["source"] and "driver JSON" not in audit["source"]
+        assert audit["numerator"].startswith("CPU time")
+        execute(ledger, "metric-audit.record", audit, actor="agent")
+        evidence = shown("evidence.add")
+        assert (evidence["target_id"], evidence["layer"]) == ("t1", "workload")
+        execute(ledger, "evidence.add", evidence, actor="agent")
+        execute(ledger, "baseline.record", shown("baseline.record"), actor="agent")
+        from wf_scenario import record_measured_aa
+
+        record_measured_aa(ledger, "t1")
+        fitted = fitted_example("experiment.create", ledger.state(), ledger.payload)
+        assert fitted.refusal is None, fitted.refusal
+        claim = fitted.body["claim"]
+        assert claim["scope"]["shapes"] == ["small", "large"]
+        assert not [w for w in GPU_WORDS if w in json.dumps(fitted.body)], fitted.body
+        assert fitted.body["title"].startswith("<")  # what only the agent knows

@@ -95,9 +95,26 @@ def fitted_example(
         # the candidate's directory is snapshotted at the edge: decide what the edge checks
         refusal = _experiment_gate(state, target)
     else:
-        refusal = dry_decide(state, name, filled(body), payload_of, starting_run,
-                             actor_of=actor_of)  # fmt: skip
+        refusal = dry_decide(state, name, _edge_free(name, filled(body)), payload_of,
+                             starting_run, actor_of=actor_of)  # fmt: skip
     return FittedExample(op=name, body=body, refusal=refusal, note=note)
+
+
+def _edge_free(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the decider sees it without the edge's snapshot (``original.subject`` ->
+    ``original.snapshot``, R11, which reads the directory): the driver with the directory in
+    its ``{subject}`` place, every other field as sent."""
+    original = body.get("original")
+    driver = body.get("driver")
+    if name != "readiness.record" or not isinstance(original, dict) or "subject" not in original:
+        return body
+    subject = str(original["subject"])
+    argv = driver.get("argv", []) if isinstance(driver, dict) else []
+    return {
+        **body,
+        "original": {k: v for k, v in original.items() if k != "subject"},
+        "driver": {**driver, "argv": [str(w).replace("{subject}", subject) for w in argv]},
+    }
 
 
 def _current_target(state: WorkflowState) -> TargetView | None:
@@ -165,8 +182,20 @@ def _supersede(state: WorkflowState, target: TargetView, body: dict[str, Any], _
 def _metric_audit(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
     primary = target.definition.primary
     body.update(target_id=_tid(target), metric=primary.name, unit=primary.unit,
-                source=f"driver JSON: {primary.name}")  # fmt: skip
+                **request_examples.metric_audit_words(primary))  # fmt: skip
     return body, None, None
+
+
+def _readiness(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
+    if not request_examples.runs_on_cpu(target):
+        return {**body, "target_id": _tid(target)}, None, None
+    return (
+        request_examples.workload_readiness(body, target),
+        "original.subject is the original's code directory (snapshotted now, R11); the "
+        "environment is `perfledger env --json`'s readiness_environment; the test set's hash "
+        "and cases are the real ones",
+        None,
+    )
 
 
 def _baseline(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
@@ -197,11 +226,16 @@ def _measured_note(state: WorkflowState, target: TargetView, op: str, about: str
 
 
 def _evidence(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
+    if request_examples.runs_on_cpu(target):
+        body = request_examples.workload_evidence(body, target)
     body["evidence_id"] = fresh_id(str(body.get("evidence_id", "ev")), state.evidence)
+    body["target_id"] = _tid(target)
     return body, None, None
 
 
 def _experiment(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
+    if request_examples.runs_on_cpu(target):
+        body = request_examples.workload_claim_scope(body, target)
     body["experiment_id"] = _next_id("e", state.experiments)
     body["target_id"] = _tid(target)
     claim = body.get("claim")
@@ -505,6 +539,7 @@ _FITTERS: dict[str, Callable[[WorkflowState, TargetView, dict[str, Any], Any], F
     "target.freeze": _freeze,
     "target.supersede": _supersede,
     "metric-audit.record": _metric_audit,
+    "readiness.record": _readiness,
     "baseline.record": _baseline,
     "resolution.record": _resolution,
     "evidence.add": _evidence,

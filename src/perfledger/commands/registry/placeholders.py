@@ -41,8 +41,14 @@ PLACEHOLDERS_OF: dict[str, dict[str, str]] = {
         "description": "<the corrected cost model, in your words>",
     },
 }
+#: Fields whose placeholder an example fitted to a ledger writes itself (a CPU workload's
+#: claim, a reported metric's numerator: :mod:`perfledger.commands.registry.request_examples`).
+FITTED = frozenset({"title", "replaced_region", "execution_form", "replacement_boundary",
+                    "numerator"})  # fmt: skip
 #: Every field whose value may not be a placeholder in a new request.
-CHECKED = frozenset(PLACEHOLDERS) | {f for fields in PLACEHOLDERS_OF.values() for f in fields}
+CHECKED = (
+    frozenset(PLACEHOLDERS) | {f for fields in PLACEHOLDERS_OF.values() for f in fields} | FITTED
+)
 #: A value that is wholly a placeholder: ``<...>`` (surrounding blanks ignored).
 _PLACEHOLDER = re.compile(r"\s*<[^<>]+>\s*")
 

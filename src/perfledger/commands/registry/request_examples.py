@@ -197,3 +197,111 @@ def _number(schema: dict[str, Any], *, integer: bool) -> float | int:
             continue
         return int(value) if integer else float(value)
     return low if low is not None else (high if high is not None else 0)
+
+
+# ------------------------------------------------ examples that fit a CPU workload Target (issue 38)
+
+#: The original's directory a workload readiness example names (``original.subject``, R11).
+ORIGINAL_SUBJECT = "work/original"
+#: A workload driver with its code directory's place, ``{subject}`` (R11), and the case and
+#: output places perfledger's worker fills.
+WORKLOAD_DRIVER: dict[str, Any] = {"argv": ["python3", "{subject}/bench.py", "{case}", "{output}"]}
+#: A readiness environment of a host without a GPU (``perfledger env --json`` gives the
+#: host's own, field ``readiness_environment``).
+CPU_ENVIRONMENT: dict[str, Any] = {"gpu": None, "driver": None, "cuda": None, "toolkit": None,
+                                   "container_base": "unknown"}  # fmt: skip
+#: How perfledger's worker observes each observed primary (R3, R5): the metric audit's words.
+OBSERVED_AUDIT: dict[str, dict[str, str]] = {
+    "cpu_time": {
+        "numerator": "CPU time of the worker's processes across one call",
+        "source": "perfledger's worker protocol: the operating system's CPU clock of the worker's "
+        "processes, read before and after each call",
+    },
+    "wall_time": {
+        "numerator": "wall time of one call, timed by perfledger's worker",
+        "source": "perfledger's worker protocol: the parent's monotonic clock around each call",
+    },
+}
+
+
+def runs_on_cpu(target: Any) -> bool:
+    """Whether ``target`` (a :class:`~perfledger.projections.workflow.TargetView`) is a CPU
+    workload: it budgets no GPU time, or its readiness recorded an environment without a GPU.
+    Its examples then name no GPU, CUDA or kernel."""
+    if target.definition.budget.gpu_s == 0:
+        return True
+    readiness = target.readiness
+    environment = getattr(readiness, "environment", None) if readiness is not None else None
+    return environment is not None and getattr(environment, "gpu", None) in (None, _UNSET)
+
+
+def workload_readiness(body: dict[str, Any], target: Any) -> dict[str, Any]:
+    """``readiness.record``'s example for a CPU workload ``target``: the original named by its
+    directory (``original.subject``, snapshotted at the edge), a driver with ``{subject}``
+    (R11) and no CUDA variable, an environment without a GPU (the host's own is ``perfledger
+    env --json``'s ``readiness_environment``), the Target's own id."""
+    original = {k: v for k, v in body.get("original", {}).items() if k != "label"}
+    return {
+        **body,
+        "target_id": target.definition.target_id,
+        "original": {**original, "label": "original", "subject": ORIGINAL_SUBJECT},
+        "driver": dict(WORKLOAD_DRIVER),
+        "environment": dict(CPU_ENVIRONMENT),
+        "accuracy": {"compare": "exact"},
+        "accuracy_rule": "the output is identical to the original's (compared exactly)",
+    }
+
+
+def metric_audit_words(primary: Any) -> dict[str, str]:
+    """The metric audit's ``numerator``/``denominator``/``source`` for ``primary`` (R3): how
+    perfledger's worker observes it, for an observed metric (``cpu_time``, ``wall_time``); a
+    placeholder the agent replaces, for a metric its driver computes (labelled reported)."""
+    observed = OBSERVED_AUDIT.get(primary.name)
+    if observed is not None:
+        return {"numerator": f"{observed['numerator']} ({primary.unit})",
+                "denominator": "one call", "source": observed["source"]}  # fmt: skip
+    return {
+        "numerator": f"<what the driver computes as {primary.name}, in {primary.unit}>",
+        "source": f"driver JSON: {primary.name}",
+    }
+
+
+def workload_claim_scope(body: dict[str, Any], target: Any) -> dict[str, Any]:
+    """``experiment.create``'s example with a CPU workload's claim: its shapes the readiness's
+    cases (when recorded); the region, boundary and execution form placeholders the agent
+    replaces (no CUDA graph, no attention kernel)."""
+    claim = body.get("claim")
+    if not isinstance(claim, dict) or not isinstance(claim.get("scope"), dict):
+        return body
+    test_set = getattr(target.readiness, "test_set", None) if target.readiness else None
+    cases = list(getattr(test_set, "cases", None) or []) if test_set is not None else []
+    scope = {**claim["scope"], **({"shapes": cases} if cases else {})}
+    for field, words in CPU_CLAIM.items():
+        if field in scope:
+            scope[field] = words
+    claim = {**claim, "scope": scope}
+    if "replacement_boundary" in claim:
+        claim["replacement_boundary"] = CPU_CLAIM["replacement_boundary"]
+    return {**body, "title": CPU_CLAIM["title"], "claim": claim}
+
+
+#: A CPU workload claim's words: placeholders (what only the agent knows).
+CPU_CLAIM: dict[str, str] = {
+    "title": "<what the candidate changes, in a few words>",
+    "replaced_region": "<the code the candidate replaces (function, loop)>",
+    "execution_form": "<how the new code runs (one process, threads, a library call)>",
+    "replacement_boundary": "<the call the driver times that holds the replaced code>",
+}
+
+
+def workload_evidence(body: dict[str, Any], target: Any) -> dict[str, Any]:
+    """``evidence.add``'s example for a CPU workload ``target``: a profile of the workload
+    (cProfile) with the Target's id; no GPU profiler, no kernel layer."""
+    return {
+        **body,
+        "evidence_id": "ev-profile",
+        "layer": "workload",
+        "target_id": target.definition.target_id,
+        "tool": {"name": "cProfile", "version": "3.11"},
+        "facts": [{"name": "hot_loop_share", "value": 0.6, "unit": "ratio"}],
+    }
