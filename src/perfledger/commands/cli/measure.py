@@ -569,8 +569,13 @@ def _run_driver(
 
 @click.command("workload")
 @_with_common
-@click.option("--ref", "ref_cmd", required=True, help="The reference's command (shell words).")
-@click.option("--cand", "cand_cmd", required=True, help="The candidate's command (shell words).")
+@click.option("--ref", "ref_cmd", required=True, help="The reference's command line as typed: the "
+              "readiness driver with {subject} written as the reference's code directory, e.g. "
+              "'python3 work/original/bench.py {case} {output}' (perfledger fills {case} and "
+              "{output}).")  # fmt: skip
+@click.option("--cand", "cand_cmd", required=True, help="The candidate's command line as typed: "
+              "the readiness driver with {subject} written as the candidate's code directory, "
+              "e.g. 'python3 work/candidate/bench.py {case} {output}'.")  # fmt: skip
 @cases_option
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Pairs per case.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, help="Warm-up calls per case.")
@@ -1218,7 +1223,9 @@ def measure_kernel(
 
 @click.command("aa")
 @measured_target_option
-@click.option("--cmd", "cmd", default=None, help="The original's workload command.")
+@click.option("--cmd", "cmd", default=None, help="A workload Target: the original's command line "
+              "as typed, the readiness driver with {subject} written as the original's directory, "
+              "e.g. 'python3 work/original/bench.py {case} {output}'.")  # fmt: skip
 @click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
 @click.option(
     "--dir", "kernel_dir", default=None, help="The original's code directory (kernel, R11)."
