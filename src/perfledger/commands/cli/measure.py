@@ -403,6 +403,21 @@ def resolution_refusal(
     )
 
 
+def aa_overall_line(
+    resolution: float, per_case: dict[str, float], aggregation: str | None = None
+) -> str:
+    """One line on how the Target's A/A resolution relates to the cases' (docs/verdicts.md,
+    "Resolution per case"): below every case's, it is the noise of the ``aggregation`` across
+    cases that a verdict judges (averaging the cases' noise down); else the largest case's."""
+    if per_case and resolution < min(per_case.values()):
+        what = "geometric mean" if aggregation in (None, "geomean") else aggregation
+        return (
+            f"  overall: the noise of the {what} over cases (what a verdict judges), below each "
+            "case's; each case's verdict uses its own"
+        )
+    return "  overall: the largest case's; each case's verdict uses its own"
+
+
 def start_formal_run_of_command(
     ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
 ) -> None:
@@ -1506,6 +1521,7 @@ def measure_aa(
         f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} "
         + ("A/A pairs" if cmd is not None else "A/A comparisons"),
         *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
+        aa_overall_line(resolution, per_case, aggregation if cmd is not None else None),
         method_note,
     ]
     if record:
