@@ -343,15 +343,17 @@ def _with_free_text() -> list[str]:
 def test_every_example_shows_its_free_text_as_a_placeholder() -> None:
     """An explanation, a reason, a review's challenge and response, a handoff's stop reason:
     shown as ``<...>``, never as plausible prose an agent could record unedited."""
-    from perfledger.commands.registry.placeholders import CHECKED
+    from perfledger.commands.registry.placeholders import PLACEHOLDERS, PLACEHOLDERS_OF
     from perfledger.commands.registry.request_examples import shown
 
     ops = _with_free_text()
     for needed in ("activity.explain", "reject", "review.record", "handoff.record", "reconcile",
-                   "conflict.resolve", "host-advice.record", "local-result.record"):  # fmt: skip
+                   "conflict.resolve", "host-advice.record", "local-result.record",
+                   "experiment.create", "metric-audit.record"):  # fmt: skip
         assert needed in ops, needed
     for op in sorted(set(OPERATIONS) - BUILT):
-        prose = [s for k, s in _fields(shown(op)) if k in CHECKED and not s.startswith("<")]
+        free = {*PLACEHOLDERS, *PLACEHOLDERS_OF.get(op, {})}
+        prose = [s for k, s in _fields(shown(op)) if k in free and not s.startswith("<")]
         assert prose == [], (op, prose)
 
 
@@ -469,3 +471,25 @@ def test_examples_fitted_to_a_cpu_workload_target_name_no_gpu_and_are_accepted(
         assert claim["scope"]["shapes"] == ["small", "large"]
         assert not [w for w in GPU_WORDS if w in json.dumps(fitted.body)], fitted.body
         assert fitted.body["title"].startswith("<")  # what only the agent knows
+
+
+@pytest.mark.parametrize("op", ["readiness.record", "metric-audit.record", "evidence.add"])
+def test_schema_example_without_a_ledger_shows_the_cpu_workload_variant(
+    tmp_path: Path, op: str
+) -> None:
+    """Without a ledger, an example whose GPU and CPU workload forms differ prints the GPU one
+    on stdout (one request as is) and the CPU workload one on stderr; ``--json`` gives both.
+    Each validates (readiness's ``original.subject`` is the edge's, turned into a snapshot)."""
+    env = isolated_env(tmp_path)
+    base = [sys.executable, "-m", "perfledger", "schema", op, "--example"]
+    human = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    validate(op, json.loads(human.stdout))
+    assert "for a CPU workload Target" in human.stderr
+    machine = subprocess.run([*base, "--json"], capture_output=True, text=True, env=env,
+                             cwd=tmp_path)  # fmt: skip
+    cpu = json.loads(machine.stdout)["variants"]["CPU workload Target"]
+    assert not [w for w in GPU_WORDS if w in json.dumps(cpu)], cpu
+    if op == "readiness.record":
+        assert cpu["original"].pop("subject") and "{subject}" in cpu["driver"]["argv"][1]
+    validate(op, cpu)

@@ -64,7 +64,9 @@ def fitted_example(
 
     Raises: BadRequest for an unknown operation."""
     name = get_operation(op).name
-    body = copy.deepcopy(request_examples.example_for(name, state))
+    # free text only the agent knows is a placeholder (a request is refused with it); the
+    # fitters may write what the ledger knows in its place
+    body = copy.deepcopy(with_placeholders(name, request_examples.example_for(name, state)))
     target = _current_target(state)
     fit = _FITTERS.get(name)
     note: str | None = None
@@ -88,9 +90,7 @@ def fitted_example(
             refusal = BadRequest(f"{name} cannot apply to this ledger now: {exc.message}",
                                  hint=exc.hint)  # fmt: skip
             return FittedExample(op=name, body=body, refusal=refusal)
-    # free text only the agent knows is shown as a placeholder (a request is refused with it);
-    # the example is decided with each placeholder's words in its place
-    body = with_placeholders(name, body)
+    # decided with each placeholder's words in its place
     if name == "experiment.create" and "subject" in body.get("candidate", {}):
         # the candidate's directory is snapshotted at the edge: decide what the edge checks
         refusal = _experiment_gate(state, target)
@@ -190,7 +190,7 @@ def _readiness(state: WorkflowState, target: TargetView, body: dict[str, Any], _
     if not request_examples.runs_on_cpu(target):
         return {**body, "target_id": _tid(target)}, None, None
     return (
-        request_examples.workload_readiness(body, target),
+        request_examples.workload_readiness(body, _tid(target)),
         "original.subject is the original's code directory (snapshotted now, R11); the "
         "environment is `perfledger env --json`'s readiness_environment; the test set's hash "
         "and cases are the real ones",
@@ -227,7 +227,7 @@ def _measured_note(state: WorkflowState, target: TargetView, op: str, about: str
 
 def _evidence(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
     if request_examples.runs_on_cpu(target):
-        body = request_examples.workload_evidence(body, target)
+        body = request_examples.workload_evidence(body, _tid(target))
     body["evidence_id"] = fresh_id(str(body.get("evidence_id", "ev")), state.evidence)
     body["target_id"] = _tid(target)
     return body, None, None
@@ -437,7 +437,7 @@ def _review(state: WorkflowState, target: TargetView, body: dict[str, Any], _: A
             f"rv-{sid}", state.reviews.reviews), dissent_remains=False,
             challenge=f"samples {sid} saw foreign activity in some windows: could it move "
             f"{target.definition.primary.name}?",
-            response="what ran, where, and why it cannot move the metric")  # fmt: skip
+            response="<what ran, where, and why it cannot move the metric>")  # fmt: skip
         return (
             body,
             (

@@ -36,19 +36,22 @@ PLACEHOLDERS: dict[str, str] = {
 }
 #: Operation -> field -> its placeholder, where the generic wording would mislead.
 PLACEHOLDERS_OF: dict[str, dict[str, str]] = {
+    "experiment.create": {
+        "title": "<what the candidate changes, in a few words>",
+        "replaced_region": "<the code the candidate replaces (its function or loop)>",
+        "execution_form": "<how the new code runs (one process, threads, a graph, a library call)>",
+        "replacement_boundary": "<the call the driver times that holds the replaced code>",
+    },
+    "metric-audit.record": {
+        "numerator": "<what the metric counts or times per unit of work, in its unit>",
+    },
     "reconcile": {
         "explanation": "<why the measured result fell outside the claim's interval>",
         "description": "<the corrected cost model, in your words>",
     },
 }
-#: Fields whose placeholder an example fitted to a ledger writes itself (a CPU workload's
-#: claim, a reported metric's numerator: :mod:`perfledger.commands.registry.request_examples`).
-FITTED = frozenset({"title", "replaced_region", "execution_form", "replacement_boundary",
-                    "numerator"})  # fmt: skip
 #: Every field whose value may not be a placeholder in a new request.
-CHECKED = (
-    frozenset(PLACEHOLDERS) | {f for fields in PLACEHOLDERS_OF.values() for f in fields} | FITTED
-)
+CHECKED = frozenset(PLACEHOLDERS) | {f for fields in PLACEHOLDERS_OF.values() for f in fields}
 #: A value that is wholly a placeholder: ``<...>`` (surrounding blanks ignored).
 _PLACEHOLDER = re.compile(r"\s*<[^<>]+>\s*")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -94,14 +94,39 @@ SUBJECT_DEPENDENT = frozenset({"experiment.create"})
 
 
 def variants(op: str) -> dict[str, dict[str, Any]]:
-    """The examples of ``op`` for either kind of Target, when they differ (R11): ``{"without
-    subject directories": ..., "with subject directories": ...}``; else ``{}``."""
-    if get_operation(op).name not in SUBJECT_DEPENDENT:
+    """The examples of ``op`` for either kind of Target, when they differ, as ``schema OP
+    --example`` shows them: ``{"without subject directories": ..., "with subject directories":
+    ...}`` for ``experiment.create`` (R11); ``{"GPU Target": ..., "CPU workload Target": ...}``
+    where a CPU workload's differs (:data:`CPU_DEPENDENT`); else ``{}``."""
+    name = get_operation(op).name
+    if name in SUBJECT_DEPENDENT:
+        return {
+            "without subject directories": _unbound(name),
+            "with subject directories": _subject_bound(name),
+        }
+    if name not in CPU_DEPENDENT:
         return {}
-    return {
-        "without subject directories": _unbound(op),
-        "with subject directories": _subject_bound(op),
-    }
+    body = shown(name)
+    target_id = str(body.get("target_id", "t1"))
+    if name == "readiness.record":
+        cpu = workload_readiness(body, target_id)
+    elif name == "evidence.add":
+        cpu = workload_evidence(body, "t1")
+    else:
+        cpu = {**body, "metric": "cpu_time", "unit": "ms",
+               **metric_audit_words(_Primary("cpu_time", "ms"))}  # fmt: skip
+    return {"GPU Target": body, "CPU workload Target": cpu}
+
+
+#: The operations whose example differs for a CPU workload Target (no GPU, observed primary).
+CPU_DEPENDENT = frozenset({"readiness.record", "metric-audit.record", "evidence.add"})
+
+
+class _Primary(NamedTuple):
+    """A primary metric's name and unit (what :func:`metric_audit_words` reads)."""
+
+    name: str
+    unit: str
 
 
 def example_for(op: str, state: Any) -> dict[str, Any]:
@@ -235,15 +260,15 @@ def runs_on_cpu(target: Any) -> bool:
     return environment is not None and getattr(environment, "gpu", None) in (None, _UNSET)
 
 
-def workload_readiness(body: dict[str, Any], target: Any) -> dict[str, Any]:
-    """``readiness.record``'s example for a CPU workload ``target``: the original named by its
-    directory (``original.subject``, snapshotted at the edge), a driver with ``{subject}``
-    (R11) and no CUDA variable, an environment without a GPU (the host's own is ``perfledger
-    env --json``'s ``readiness_environment``), the Target's own id."""
+def workload_readiness(body: dict[str, Any], target_id: str) -> dict[str, Any]:
+    """``readiness.record``'s example for a CPU workload Target ``target_id``: the original
+    named by its directory (``original.subject``, snapshotted at the edge), a driver with
+    ``{subject}`` (R11) and no CUDA variable, an environment without a GPU (the host's own is
+    ``perfledger env --json``'s ``readiness_environment``)."""
     original = {k: v for k, v in body.get("original", {}).items() if k != "label"}
     return {
         **body,
-        "target_id": target.definition.target_id,
+        "target_id": target_id,
         "original": {**original, "label": "original", "subject": ORIGINAL_SUBJECT},
         "driver": dict(WORKLOAD_DRIVER),
         "environment": dict(CPU_ENVIRONMENT),
@@ -268,40 +293,26 @@ def metric_audit_words(primary: Any) -> dict[str, str]:
 
 def workload_claim_scope(body: dict[str, Any], target: Any) -> dict[str, Any]:
     """``experiment.create``'s example with a CPU workload's claim: its shapes the readiness's
-    cases (when recorded); the region, boundary and execution form placeholders the agent
-    replaces (no CUDA graph, no attention kernel)."""
+    cases (when recorded). The region, boundary, execution form and title are placeholders for
+    every Target (:mod:`perfledger.commands.registry.placeholders`)."""
     claim = body.get("claim")
     if not isinstance(claim, dict) or not isinstance(claim.get("scope"), dict):
         return body
     test_set = getattr(target.readiness, "test_set", None) if target.readiness else None
     cases = list(getattr(test_set, "cases", None) or []) if test_set is not None else []
-    scope = {**claim["scope"], **({"shapes": cases} if cases else {})}
-    for field, words in CPU_CLAIM.items():
-        if field in scope:
-            scope[field] = words
-    claim = {**claim, "scope": scope}
-    if "replacement_boundary" in claim:
-        claim["replacement_boundary"] = CPU_CLAIM["replacement_boundary"]
-    return {**body, "title": CPU_CLAIM["title"], "claim": claim}
+    if not cases:
+        return body
+    return {**body, "claim": {**claim, "scope": {**claim["scope"], "shapes": cases}}}
 
 
-#: A CPU workload claim's words: placeholders (what only the agent knows).
-CPU_CLAIM: dict[str, str] = {
-    "title": "<what the candidate changes, in a few words>",
-    "replaced_region": "<the code the candidate replaces (function, loop)>",
-    "execution_form": "<how the new code runs (one process, threads, a library call)>",
-    "replacement_boundary": "<the call the driver times that holds the replaced code>",
-}
-
-
-def workload_evidence(body: dict[str, Any], target: Any) -> dict[str, Any]:
-    """``evidence.add``'s example for a CPU workload ``target``: a profile of the workload
-    (cProfile) with the Target's id; no GPU profiler, no kernel layer."""
+def workload_evidence(body: dict[str, Any], target_id: str) -> dict[str, Any]:
+    """``evidence.add``'s example for a CPU workload Target ``target_id``: a profile of the
+    workload (cProfile) with the Target's id; no GPU profiler, no kernel layer."""
     return {
         **body,
         "evidence_id": "ev-profile",
         "layer": "workload",
-        "target_id": target.definition.target_id,
+        "target_id": target_id,
         "tool": {"name": "cProfile", "version": "3.11"},
         "facts": [{"name": "hot_loop_share", "value": 0.6, "unit": "ratio"}],
     }
