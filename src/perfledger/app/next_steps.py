@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfledger.commands.registry import operations
-from perfledger.commands.registry.placeholders import refuse_placeholders
 from perfledger.commands.workflow import formal_runs, rules
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
@@ -74,7 +73,6 @@ def dry_decide(
     )
     try:
         model = operations.validate(op, body)
-        refuse_placeholders(op, body)  # as a new request is (execute, preview)
         operations.decider(op)(state, model, ctx)
     except _Derivable:
         return None
