@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from perfledger.commands.registry.operations import OPERATIONS, json_schema, validate
+from perfledger.commands.registry.placeholders import filled, placeholder_in
 from perfledger.commands.registry.request_examples import (
     EXAMPLE_HASH,
     EXAMPLE_ID,
@@ -206,7 +207,7 @@ def _check_examples(ledger: Any, after: str) -> list[str]:
                 problems.append(f"{where}: offered or always applicable, but its example is "
                                 f"refused: {fitted.refusal.message}")  # fmt: skip
         elif "subject" not in fitted.body.get("candidate", {}):
-            again = dry_decide(state, op, fitted.body, ledger.payload, actor_of=actor_of)
+            again = dry_decide(state, op, filled(fitted.body), ledger.payload, actor_of=actor_of)
             if again is not None:
                 problems.append(f"{where}: shown as accepted, refused: {again.message}")
     return problems
@@ -246,12 +247,12 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
         state = s.state()
         review = fitted_example("review.record", state, s.ledger.payload).body
         assert review["subject_event"] == state.samples["e1-target"].event_id
-        execute(s.ledger, "review.record", review, actor="reviewer")  # another actor
+        execute(s.ledger, "review.record", filled(review), actor="reviewer")  # another actor
         problems.extend(_check_examples(s.ledger, "review.record"))
         explain = fitted_example("activity.explain", s.state(), s.ledger.payload,
                                  lambda e: s.ledger.get(e).actor)  # fmt: skip
         assert explain.refusal is None and explain.body["pairs"] == [1, 3]
-        s.run("activity.explain", explain.body)
+        s.run("activity.explain", filled(explain.body))
         s.run("verdict.record", {"samples_id": "e1-target"})
         s.champion("e1")
         s.run("experiment.create", experiment("e2", candidate=CAND2))
@@ -262,11 +263,11 @@ def test_every_example_fits_every_state_of_a_cpu_session(tmp_path: Path) -> None
         s.run("reject", {"experiment_id": "e2", "closes": "implementation",
                          "reason": "the screen regressed"})  # fmt: skip
         s.run("experiment.create", experiment("e3", candidate=CAND3))
-        s.record_measured(_renamed(samples("e1-audit", "final_audit")))
+        s.record_measured(_renamed(samples("e1-audit", "final_audit")))  # R5: measured
         s.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-audit"})
         handoff = fitted_example("handoff.record", s.state(), s.ledger.payload)
         assert handoff.refusal is None
-        s.run("handoff.record", handoff.body)
+        s.run("handoff.record", filled(handoff.body))
     finally:
         s.ledger.close()
     assert problems == [], "\n".join(problems)
@@ -327,3 +328,168 @@ def test_every_example_fits_every_state_of_the_recorded_gpu_session(tmp_path: Pa
         for entry in ledger.log():
             problems += _check_examples(AtCommit(ledger, entry.commit), entry.commit[:12])
     assert problems == [], "\n".join(problems)
+
+
+# ------------------------------------------- example free text is a placeholder (issue 38)
+
+
+def _with_free_text() -> list[str]:
+    """The operations whose shown example has free text only the agent or a reviewer knows."""
+    from perfledger.commands.registry.request_examples import shown
+
+    return [op for op in sorted(set(OPERATIONS) - BUILT) if placeholder_in(shown(op))]
+
+
+def test_every_example_shows_its_free_text_as_a_placeholder() -> None:
+    """An explanation, a reason, a review's challenge and response, a handoff's stop reason:
+    shown as ``<...>``, never as plausible prose an agent could record unedited."""
+    from perfledger.commands.registry.placeholders import PLACEHOLDERS, PLACEHOLDERS_OF
+    from perfledger.commands.registry.request_examples import shown
+
+    ops = _with_free_text()
+    for needed in ("activity.explain", "reject", "review.record", "handoff.record", "reconcile",
+                   "conflict.resolve", "host-advice.record", "local-result.record",
+                   "experiment.create", "metric-audit.record"):  # fmt: skip
+        assert needed in ops, needed
+    for op in sorted(set(OPERATIONS) - BUILT):
+        free = {*PLACEHOLDERS, *PLACEHOLDERS_OF.get(op, {})}
+        prose = [s for k, s in _fields(shown(op)) if k in free and not s.startswith("<")]
+        assert prose == [], (op, prose)
+
+
+def _fields(node: object, key: str = "") -> list[tuple[str, str]]:
+    if isinstance(node, dict):
+        return [f for k, v in node.items() for f in _fields(v, k)]
+    if isinstance(node, list):
+        return [f for v in node for f in _fields(v, key)]
+    return [(key, node)] if isinstance(node, str) else []
+
+
+def test_unedited_example_free_text_is_refused_with_a_placeholder_hint(tmp_path: Path) -> None:
+    """A request sent as the example shows it is a bad request (exit 2) before any rule, with a
+    hint naming the placeholder to replace; the same request with the placeholders replaced is
+    not refused for them (honest control: the rules may still refuse it on an empty ledger)."""
+    from perfledger.api import Ledger
+    from perfledger.commands.registry.operations import preview
+    from perfledger.commands.registry.request_examples import shown
+    from perfledger.errors import BadRequest
+
+    with Ledger.init(tmp_path / "ledger", name="ph", actor="agent") as ledger:
+        for op in _with_free_text():
+            with pytest.raises(BadRequest) as refused:
+                preview(ledger, op, shown(op), actor="agent")
+            assert "replace the placeholder <" in (refused.value.hint or ""), op
+            try:
+                preview(ledger, op, filled(shown(op)), actor="agent")
+            except Exception as exc:  # any refusal but the placeholder's
+                assert "placeholder" not in str(exc), (op, exc)
+        # prose that merely holds angle brackets is not a placeholder
+        assert placeholder_in({"reason": "a < b, and <b> is bold"}) is None
+        assert placeholder_in({"reason": " <todo> "}) == ("reason", " <todo> ")
+
+
+def test_cli_refuses_the_activity_explanation_example_as_shown(tmp_path: Path) -> None:
+    """The trial's path: ``schema activity.explain --example`` piped to ``activity explain``
+    unedited; the explanation's placeholder is refused (exit 2), nothing is appended."""
+    env = isolated_env(tmp_path)
+    ledger = tmp_path / "ledger"
+    base = [sys.executable, "-m", "perfledger"]
+    subprocess.run([*base, "init", str(ledger)], check=True, env=env, capture_output=True)
+    shown = subprocess.run([*base, "schema", "activity.explain", "--example"], env=env,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert json.loads(shown)["explanation"].startswith("<what you observed")
+    sent = subprocess.run([*base, "--ledger", str(ledger), "activity", "explain", "--request",
+                           "-"], input=shown, env=env, capture_output=True, text=True)  # fmt: skip
+    assert sent.returncode == 2, sent.stderr
+    assert "explanation is still the example's placeholder" in sent.stderr
+    assert "hint: replace the placeholder <what you observed" in sent.stderr
+
+
+# ------------------------------------------ examples that fit a CPU workload Target (issue 38)
+
+#: Words of the packaged GPU examples that a CPU workload's fitted example must not show.
+GPU_WORDS = ("CUDA", "H200", "ncu", "attention", "decode", "kernel", "fp32")
+#: The trial's Target: a CSV parse timed by the worker's CPU time, no GPU budget.
+CPU_TARGET = {
+    "target_id": "t1", "title": "CSV parse+aggregate, CPU time per call",
+    "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
+                "statistic": "median"},
+    "min_effect": 0.2, "scope": ["work.py"], "risk_boundary": "the same aggregated JSON",
+    "budget": {"wall_s": 3600, "gpu_s": 0},
+}  # fmt: skip
+
+
+def test_examples_fitted_to_a_cpu_workload_target_name_no_gpu_and_are_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial's path on a CPU workload Target: readiness names the original's directory
+    and a driver with ``{subject}`` (R11) and no GPU environment; the metric audit says how
+    perfledger's worker observes ``cpu_time`` (not a driver's JSON); the evidence is a
+    workload profile of this Target; the experiment's claim has no CUDA scope and the
+    readiness's cases as shapes. Each is recorded as shown, its placeholders filled. Before,
+    all four were the GPU session's."""
+    from perfledger.api import Ledger
+    from perfledger.app.examples import fitted_example
+    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.commands.registry.operations import execute
+
+    monkeypatch.chdir(tmp_path)
+    original = tmp_path / "work" / "original"
+    original.mkdir(parents=True)
+    (original / "work.py").write_text("def aggregate(text):\n    return text\n")
+    (original / "bench.py").write_text("import sys\n")
+    with Ledger.init(tmp_path / "ledger", name="cpu", actor="agent") as ledger:
+        execute(ledger, "target.freeze", CPU_TARGET, actor="agent")
+
+        def shown(op: str) -> dict[str, Any]:
+            fitted = fitted_example(op, ledger.state(), ledger.payload)
+            assert fitted.refusal is None, (op, fitted.refusal)
+            text = json.dumps(fitted.body)
+            assert not [w for w in GPU_WORDS if w in text], (op, fitted.body)
+            return filled(fitted.body)
+
+        readiness = shown("readiness.record")
+        assert "{subject}" in readiness["driver"]["argv"][1]
+        assert readiness["original"]["subject"] == "work/original"
+        assert readiness["environment"]["gpu"] is None and "env" not in readiness["driver"]
+        body, artifacts = readiness_edge(ledger, readiness)
+        execute(ledger, "readiness.record", body, actor="agent", artifacts=artifacts)
+        audit = shown("metric-audit.record")
+        assert "worker" in audit["source"] and "driver JSON" not in audit["source"]
+        assert audit["numerator"].startswith("CPU time")
+        execute(ledger, "metric-audit.record", audit, actor="agent")
+        evidence = shown("evidence.add")
+        assert (evidence["target_id"], evidence["layer"]) == ("t1", "workload")
+        execute(ledger, "evidence.add", evidence, actor="agent")
+        execute(ledger, "baseline.record", shown("baseline.record"), actor="agent")
+        from wf_scenario import record_measured_aa
+
+        record_measured_aa(ledger, "t1")
+        fitted = fitted_example("experiment.create", ledger.state(), ledger.payload)
+        assert fitted.refusal is None, fitted.refusal
+        claim = fitted.body["claim"]
+        assert claim["scope"]["shapes"] == ["small", "large"]
+        assert not [w for w in GPU_WORDS if w in json.dumps(fitted.body)], fitted.body
+        assert fitted.body["title"].startswith("<")  # what only the agent knows
+
+
+@pytest.mark.parametrize("op", ["readiness.record", "metric-audit.record", "evidence.add"])
+def test_schema_example_without_a_ledger_shows_the_cpu_workload_variant(
+    tmp_path: Path, op: str
+) -> None:
+    """Without a ledger, an example whose GPU and CPU workload forms differ prints the GPU one
+    on stdout (one request as is) and the CPU workload one on stderr; ``--json`` gives both.
+    Each validates (readiness's ``original.subject`` is the edge's, turned into a snapshot)."""
+    env = isolated_env(tmp_path)
+    base = [sys.executable, "-m", "perfledger", "schema", op, "--example"]
+    human = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    validate(op, json.loads(human.stdout))
+    assert "for a CPU workload Target" in human.stderr
+    machine = subprocess.run([*base, "--json"], capture_output=True, text=True, env=env,
+                             cwd=tmp_path)  # fmt: skip
+    cpu = json.loads(machine.stdout)["variants"]["CPU workload Target"]
+    assert not [w for w in GPU_WORDS if w in json.dumps(cpu)], cpu
+    if op == "readiness.record":
+        assert cpu["original"].pop("subject") and "{subject}" in cpu["driver"]["argv"][1]
+    validate(op, cpu)

@@ -51,6 +51,9 @@ def test_status_names_the_missing_readiness_step_as_the_next_decision(bare: Sess
     assert [d["command"] for d in target["next"]] == [
         "perfledger measure baseline --target t1 --cmd CMD"
     ]
+    # what CMD is: a command line as typed, {subject} written as the directory (issue 38)
+    assert "CMD is a command line as you type it" in target["cmd"]
+    assert "{subject} written as the code's directory" in target["cmd"]
     assert target["champion"] == "original" and target["final_audit"]["status"] == "none"
 
 
@@ -103,3 +106,38 @@ def test_status_piped_keeps_each_experiment_row_on_one_line(ready: Session) -> N
     text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     (row,) = [line for line in text.splitlines() if line.split()[:1] == ["e1"]]
     assert "e1-screen inconclusive, e1-target pass" in row
+
+
+def test_cmd_help_and_status_say_a_literal_command_line_is_cmd(tmp_path: Path) -> None:
+    """The measuring commands' CMD (``measure baseline --cmd``, ``measure aa --cmd``,
+    ``measure workload --ref/--cand``): their help says a command line as typed, with
+    ``{subject}`` written as the code's directory, as status's line under the offered command
+    does (it names the original's own command line once readiness bound it). Before, the help
+    said "the readiness driver with the original's code directory in its {subject} place" and
+    status only "CMD"."""
+    from perfledger.commands.cli.status import cmd_legend
+
+    for args in (["measure", "baseline"], ["measure", "aa"], ["measure", "workload"]):
+        shown = subprocess.run([sys.executable, "-m", "perfledger", *args, "--help"],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        flat = " ".join(shown.split())
+        assert "command line as typed" in flat and "{subject} written as" in flat, args
+
+    from wf_scenario import readiness, target_freeze
+
+    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.commands.registry.operations import execute
+
+    original = tmp_path / "work" / "original"
+    original.mkdir(parents=True)
+    (original / "bench.py").write_text("import sys\n")
+    driver = {"argv": ["python3", "{subject}/bench.py", "{case}", "{output}"]}
+    body = readiness(original={"content_hash": "sha256:0000000000000000", "subject": str(original)},
+                     driver=driver, accuracy={"compare": "exact"})  # fmt: skip
+    with Ledger.init(tmp_path / "ledger", name="cmd", actor="agent") as ledger:
+        execute(ledger, "target.freeze", target_freeze(scope=["bench.py"]), actor="agent")
+        body, artifacts = readiness_edge(ledger, body)
+        execute(ledger, "readiness.record", body, actor="agent", artifacts=artifacts)
+        legend = cmd_legend(ledger.state().targets["t1"])
+    assert legend is not None
+    assert f"'python3 {original}/bench.py {{case}} {{output}}'" in legend

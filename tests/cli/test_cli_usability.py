@@ -258,3 +258,17 @@ def test_measure_commands_that_run_the_targets_calls_declare_their_options_the_s
             declared.add((option.name, option.help, option.default, option.required,
                           option.multiple, repr(option.type)))  # fmt: skip
     assert found >= 2 and len(declared) == 1, declared
+
+
+def test_aa_output_says_a_resolution_below_every_case_is_the_geomeans_noise() -> None:
+    """The trial's A/A: 1.32 % overall below every case's (2.5, 2.6, 5.7 %) looked like a
+    contradiction; the output's line says the overall one is the noise of the geometric mean
+    over cases (docs/verdicts.md, "Resolution per case"). Control: where the overall one is the
+    largest case's (a kernel spec, ``every_case``), it says that instead."""
+    from perfledger.commands.cli.measure import aa_overall_line
+
+    trial = {"large": 0.02504, "medium": 0.02556, "small": 0.05663}
+    line = aa_overall_line(0.01318, trial, "geomean")
+    assert "the noise of the geometric mean over cases" in line
+    assert "each case's verdict uses its own" in line
+    assert "largest case's" in aa_overall_line(0.05663, trial, "every_case")

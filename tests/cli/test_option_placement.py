@@ -72,3 +72,38 @@ def test_ledger_and_json_before_or_after_the_subcommand_and_state_for_people(
     assert "champion original" in text and "ready" in text and not text.startswith("{")
     machine = json.loads(_pl(tmp_path, "state", "--json", "--ledger", str(ledger)).stdout)
     assert machine["state"]["event_count"] == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        # the trial's shell: `--ledger $L` with L empty
+        (["schema", "experiment.create", "--example", "--ledger"], "--ledger has no value"),
+        (["status", "--ledger"], "--ledger has no value"),
+        # the value is an operation's or a command's name, not a directory
+        (
+            ["schema", "--ledger", "experiment.create", "--example"],
+            "--ledger took 'experiment.create' as its path",
+        ),
+        (
+            ["--ledger", "schema", "experiment.create", "--example"],
+            "--ledger took 'schema' as its path",
+        ),
+    ],
+)
+def test_ledger_without_its_directory_says_what_it_took(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    """Before, these answered "No such command 'experiment.create'" or "--example needs an
+    OPERATION", which named the wrong problem."""
+    done = _pl(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "No such command" not in done.stderr
+    assert "give the ledger's directory after --ledger" in done.stderr
+
+
+def test_ledger_named_like_a_command_is_taken_where_that_directory_exists(tmp_path: Path) -> None:
+    """Honest control: a ledger whose directory is called ``status`` is still a ledger."""
+    assert _pl(tmp_path, "init", str(tmp_path / "status")).returncode == 0
+    done = _pl(tmp_path, "--ledger", "status", "status", "--json")
+    assert done.returncode == 0, done.stderr

@@ -84,3 +84,29 @@ def test_r18_handoff_record_does_not_invent_stop_reason_or_feedback(ready: Sessi
         subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120).stdout
     )["payload"]
     assert payload["feedback"] == "none" and payload["stop_reason"] == "budget spent"
+
+
+def _lineage_questions(session: Session, gpu_s: float, environment: dict) -> list[str]:
+    session.run("target.freeze", target_freeze(T1, budget={"wall_s": 3600.0, "gpu_s": gpu_s}))
+    session.run("readiness.record", readiness(T1, environment=environment))
+    handoff = derive_handoff(session.state(), T1, ResumeContext(head="0" * 40))
+    return [q for q in handoff.unresolved_questions if q.startswith("environment lineage")]
+
+
+#: What `perfledger env --json` records on a host without a GPU (the trial's).
+CPU_HOST = {"gpu": None, "driver": None, "cuda": None, "toolkit": "13.0",
+            "container_base": None, "container_runtime": "docker"}  # fmt: skip
+
+
+def test_r18_cpu_target_handoff_names_no_missing_gpu_fields(bare: Session) -> None:
+    """A Target that budgets no GPU time, on a host without a GPU: the handoff's open
+    questions name the container fields it did not record, not the GPU ones it cannot have."""
+    [line] = _lineage_questions(bare, 0.0, CPU_HOST)
+    assert "container_base" in line
+    assert not [f for f in ("gpu,", "driver", "cuda", "GPU") if f in line], line
+
+
+def test_r18_gpu_target_handoff_still_names_its_missing_gpu_fields(bare: Session) -> None:
+    """Control: a Target with a GPU budget whose readiness left the GPU out is still told."""
+    [line] = _lineage_questions(bare, 600.0, CPU_HOST)
+    assert "gpu, driver, cuda" in line

@@ -24,6 +24,7 @@ from perfledger.app.context import context_of, default_samples_id, stand_in_samp
 from perfledger.app.next_steps import allowed_decisions, dry_decide, fresh_id, gate_refusal
 from perfledger.commands.registry import request_examples
 from perfledger.commands.registry.operations import get_operation, json_schema
+from perfledger.commands.registry.placeholders import filled, with_placeholders
 from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.projections.handoff import NextDecision, reviewed
@@ -37,7 +38,8 @@ class FittedExample:
 
     Attributes:
         op: the operation's name.
-        body: the request (accepted on the state when ``refusal`` is None).
+        body: the request (accepted on the state when ``refusal`` is None, once each free-text
+            placeholder ``<...>`` is replaced by what the agent knows).
         refusal: the decider's refusal of ``body`` on that state: the operation cannot apply
             now (None: accepted).
         note: what the agent should know beside it (a measuring command that records it, the
@@ -62,7 +64,9 @@ def fitted_example(
 
     Raises: BadRequest for an unknown operation."""
     name = get_operation(op).name
-    body = copy.deepcopy(request_examples.example_for(name, state))
+    # free text only the agent knows is a placeholder (a request is refused with it); the
+    # fitters may write what the ledger knows in its place
+    body = copy.deepcopy(with_placeholders(name, request_examples.example_for(name, state)))
     target = _current_target(state)
     fit = _FITTERS.get(name)
     note: str | None = None
@@ -86,12 +90,31 @@ def fitted_example(
             refusal = BadRequest(f"{name} cannot apply to this ledger now: {exc.message}",
                                  hint=exc.hint)  # fmt: skip
             return FittedExample(op=name, body=body, refusal=refusal)
+    # decided with each placeholder's words in its place
     if name == "experiment.create" and "subject" in body.get("candidate", {}):
         # the candidate's directory is snapshotted at the edge: decide what the edge checks
         refusal = _experiment_gate(state, target)
     else:
-        refusal = dry_decide(state, name, body, payload_of, starting_run, actor_of=actor_of)
+        refusal = dry_decide(state, name, _edge_free(name, filled(body)), payload_of,
+                             starting_run, actor_of=actor_of)  # fmt: skip
     return FittedExample(op=name, body=body, refusal=refusal, note=note)
+
+
+def _edge_free(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the decider sees it without the edge's snapshot (``original.subject`` ->
+    ``original.snapshot``, R11, which reads the directory): the driver with the directory in
+    its ``{subject}`` place, every other field as sent."""
+    original = body.get("original")
+    driver = body.get("driver")
+    if name != "readiness.record" or not isinstance(original, dict) or "subject" not in original:
+        return body
+    subject = str(original["subject"])
+    argv = driver.get("argv", []) if isinstance(driver, dict) else []
+    return {
+        **body,
+        "original": {k: v for k, v in original.items() if k != "subject"},
+        "driver": {**driver, "argv": [str(w).replace("{subject}", subject) for w in argv]},
+    }
 
 
 def _current_target(state: WorkflowState) -> TargetView | None:
@@ -159,8 +182,20 @@ def _supersede(state: WorkflowState, target: TargetView, body: dict[str, Any], _
 def _metric_audit(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
     primary = target.definition.primary
     body.update(target_id=_tid(target), metric=primary.name, unit=primary.unit,
-                source=f"driver JSON: {primary.name}")  # fmt: skip
+                **request_examples.metric_audit_words(primary))  # fmt: skip
     return body, None, None
+
+
+def _readiness(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
+    if not request_examples.runs_on_cpu(target):
+        return {**body, "target_id": _tid(target)}, None, None
+    return (
+        request_examples.workload_readiness(body, _tid(target)),
+        "original.subject is the original's code directory (snapshotted now, R11); the "
+        "environment is `perfledger env --json`'s readiness_environment; the test set's hash "
+        "and cases are the real ones",
+        None,
+    )
 
 
 def _baseline(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
@@ -191,11 +226,16 @@ def _measured_note(state: WorkflowState, target: TargetView, op: str, about: str
 
 
 def _evidence(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
+    if request_examples.runs_on_cpu(target):
+        body = request_examples.workload_evidence(body, _tid(target))
     body["evidence_id"] = fresh_id(str(body.get("evidence_id", "ev")), state.evidence)
+    body["target_id"] = _tid(target)
     return body, None, None
 
 
 def _experiment(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
+    if request_examples.runs_on_cpu(target):
+        body = request_examples.workload_claim_scope(body, target)
     body["experiment_id"] = _next_id("e", state.experiments)
     body["target_id"] = _tid(target)
     claim = body.get("claim")
@@ -397,7 +437,7 @@ def _review(state: WorkflowState, target: TargetView, body: dict[str, Any], _: A
             f"rv-{sid}", state.reviews.reviews), dissent_remains=False,
             challenge=f"samples {sid} saw foreign activity in some windows: could it move "
             f"{target.definition.primary.name}?",
-            response="what ran, where, and why it cannot move the metric")  # fmt: skip
+            response="<what ran, where, and why it cannot move the metric>")  # fmt: skip
         return (
             body,
             (
@@ -499,6 +539,7 @@ _FITTERS: dict[str, Callable[[WorkflowState, TargetView, dict[str, Any], Any], F
     "target.freeze": _freeze,
     "target.supersede": _supersede,
     "metric-audit.record": _metric_audit,
+    "readiness.record": _readiness,
     "baseline.record": _baseline,
     "resolution.record": _resolution,
     "evidence.add": _evidence,

@@ -287,12 +287,7 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
         )
         out.append(f"champion {target.champion} has no final audit against the original{stale}")
     if target.readiness is not None and target.readiness.missing_lineage:
-        out.append(
-            "environment lineage not recorded in the readiness: "
-            + ", ".join(target.readiness.missing_lineage)
-            + " (R2: claims hold only for the parts of the environment that were recorded; on a "
-            "CPU-only run the GPU fields are expected to be missing)"
-        )
+        out.append(_lineage_line(target.readiness.missing_lineage))
     # stated at readiness (R11): nothing binds the results to the code that ran
     if target.readiness is not None and isinstance(target.readiness.original.unsnapshotted, str):
         out.append(
@@ -304,6 +299,37 @@ def unresolved(state: WorkflowState, target: TargetView) -> list[str]:
     # dissent a reviewer kept and no later review resolved (recorded, never judged)
     out += [dissent_line(v) for v in unresolved_dissent(state.reviews, tid)]
     return out
+
+
+def _lineage_line(missing: tuple[str, ...] | list[str], *, gpu_note: bool = True) -> str:
+    """The open question of environment fields the readiness did not record (R2). Its words
+    with ``gpu_note`` are part of a recorded handoff's ``owed`` (re-derived at audit): keep
+    them."""
+    note = "; on a CPU-only run the GPU fields are expected to be missing" if gpu_note else ""
+    return (
+        "environment lineage not recorded in the readiness: "
+        + ", ".join(missing)
+        + f" (R2: claims hold only for the parts of the environment that were recorded{note})"
+    )
+
+
+#: The environment fields a host without a GPU cannot record.
+GPU_FIELDS = frozenset({"gpu", "driver", "cuda"})
+
+
+def _without_gpu_lineage(target: TargetView, questions: list[str]) -> list[str]:
+    """``questions`` as a handoff shows them: on a Target that budgets no GPU time and whose
+    readiness recorded no GPU, the lineage question names only the non-GPU fields missing (none
+    left: no question). The recorded ``owed`` keeps the R2 line as decided."""
+    readiness = target.readiness
+    if readiness is None or not readiness.missing_lineage or target.definition.budget.gpu_s:
+        return questions
+    if "gpu" not in readiness.missing_lineage:  # a GPU was recorded: every field matters
+        return questions
+    full = _lineage_line(readiness.missing_lineage)
+    rest = [f for f in readiness.missing_lineage if f not in GPU_FIELDS]
+    shown = [_lineage_line(rest, gpu_note=False)] if rest else []
+    return [r for q in questions for r in (shown if q == full else [q])]
 
 
 def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
@@ -426,6 +452,7 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
             for q in last.unresolved_questions
             if q not in questions and not settled_dissent(state.reviews, q)
         ]
+    questions = list(dict.fromkeys(_without_gpu_lineage(target, questions)))
     primary = definition.primary
     readiness_hash = target.readiness.original.content_hash if target.readiness else None
     return Handoff(

@@ -121,6 +121,37 @@ def hoist_global_options(args: list[str]) -> list[str]:
     return [*front, *rest]
 
 
+def refuse_misplaced_ledger(args: list[str], commands: list[str]) -> None:
+    """Refuse a ``--ledger`` without its value (last word; an empty shell variable) or whose
+    value is a command's or an operation's name that no directory has (``schema --ledger
+    experiment.create --example``): click would take the next word as the path, and the answer
+    ("No such command 'experiment.create'") would name the wrong problem.
+
+    Raises: BadRequest (exit 2) saying what ``--ledger`` took."""
+    hint = (
+        "give the ledger's directory after --ledger (`perfledger schema OP --example --ledger "
+        "DIR`), or leave --ledger out: $PERFLEDGER_DIR, else the git repository of the current "
+        "directory"
+    )
+    path: list[str] = []  # the command words seen so far (as :func:`hoist_global_options`)
+    for i, word in enumerate(args):
+        if word == "--" or tuple(path[:2]) in PASSTHROUGH:
+            return
+        if word not in GLOBAL_VALUE_OPTIONS:
+            if not word.startswith("-") and (i == 0 or args[i - 1] not in GLOBAL_VALUE_OPTIONS):
+                path.append(word)
+            continue
+        if i + 1 == len(args):
+            raise BadRequest(f"{word} has no value: it needs the ledger's directory", hint=hint)
+        value = args[i + 1]
+        named = value in commands or ("." in value and value.split(".", 1)[0] in commands)
+        if named and not os.path.exists(value):
+            raise BadRequest(
+                f"{word} took {value!r} as its path: give the ledger's directory after {word}",
+                hint=hint,
+            )
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands named in ``lazy_subcommands`` (name -> ``"module:attribute"``)
     are imported when used or listed (click's documented lazy-loading pattern)."""
@@ -138,6 +169,7 @@ class LazyGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if ctx.parent is None:  # the root: global options after the subcommand too
+            refuse_misplaced_ledger(args, self.list_commands(ctx))
             args = hoist_global_options(args)
         return super().parse_args(ctx, args)
 

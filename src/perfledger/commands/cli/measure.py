@@ -235,6 +235,21 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {text}", err=True)
 
 
+def aa_overall_line(
+    resolution: float, per_case: dict[str, float], aggregation: str | None = None
+) -> str:
+    """One line on how the Target's A/A resolution relates to the cases' (docs/verdicts.md,
+    "Resolution per case"): below every case's, it is the noise of the ``aggregation`` across
+    cases that a verdict judges (averaging the cases' noise down); else the largest case's."""
+    if per_case and resolution < min(per_case.values()):
+        what = "geometric mean" if aggregation in (None, "geomean") else aggregation
+        return (
+            f"  overall: the noise of the {what} over cases (what a verdict judges), below each "
+            "case's; each case's verdict uses its own"
+        )
+    return "  overall: the largest case's; each case's verdict uses its own"
+
+
 def start_formal_run_of_command(
     ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
 ) -> None:
@@ -275,8 +290,13 @@ def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("workload")
 @_with_common
-@click.option("--ref", "ref_cmd", required=True, help="The reference's command (shell words).")
-@click.option("--cand", "cand_cmd", required=True, help="The candidate's command (shell words).")
+@click.option("--ref", "ref_cmd", required=True, help="The reference's command line as typed: the "
+              "readiness driver with {subject} written as the reference's code directory, e.g. "
+              "'python3 work/original/bench.py {case} {output}' (perfledger fills {case} and "
+              "{output}).")  # fmt: skip
+@click.option("--cand", "cand_cmd", required=True, help="The candidate's command line as typed: "
+              "the readiness driver with {subject} written as the candidate's code directory, "
+              "e.g. 'python3 work/candidate/bench.py {case} {output}'.")  # fmt: skip
 @cases_option
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Pairs per case.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, help="Warm-up calls per case.")
@@ -814,7 +834,9 @@ def measure_kernel(
 
 @click.command("aa")
 @measured_target_option
-@click.option("--cmd", "cmd", default=None, help="The original's workload command.")
+@click.option("--cmd", "cmd", default=None, help="A workload Target: the original's command line "
+              "as typed, the readiness driver with {subject} written as the original's directory, "
+              "e.g. 'python3 work/original/bench.py {case} {output}'.")  # fmt: skip
 @click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
 @click.option(
     "--dir", "kernel_dir", default=None, help="The original's code directory (kernel, R11)."
@@ -1097,6 +1119,7 @@ def measure_aa(
         f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} "
         + ("A/A pairs" if cmd is not None else "A/A comparisons"),
         *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
+        aa_overall_line(resolution, per_case, aggregation if cmd is not None else None),
         method_note,
     ]
     if record:

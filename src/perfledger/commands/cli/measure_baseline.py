@@ -47,8 +47,9 @@ from perfledger.projections.target_kind import measuring_command
     "--cmd",
     "cmd",
     default=None,
-    help="A workload Target: the original's command (shell words; {case} carries the case), the "
-    "readiness driver with the original's code directory in its {subject} place.",
+    help="A workload Target: the original's command line as typed, the readiness driver with "
+    "{subject} written as the original's code directory, e.g. 'python3 work/original/bench.py "
+    "{case} {output}' (perfledger fills {case} and {output}).",
 )
 @click.option(
     "--spec",

@@ -292,9 +292,9 @@ def handoff_record(
     on stderr. GPU seconds used are stated by --gpu-used, except on a Target whose GPU budget is
     0 (0 then). Rules: R18."""
     if example:
-        from perfledger.commands.registry.request_examples import example as example_of  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+        from perfledger.commands.registry.request_examples import shown  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-        click.echo(to_json_text(example_of("handoff.record"), indent=2))
+        click.echo(to_json_text(shown("handoff.record"), indent=2))
         return
     ctx = _ctx(json_flag)
 

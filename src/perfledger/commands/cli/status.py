@@ -94,7 +94,29 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
             {**msgspec.to_builtins(d), "command": recommended_command(state, target_id, d)}
             for d in decisions
         ],
+        "cmd": cmd_legend(target),
     }
+
+
+def cmd_legend(target: Any) -> str | None:
+    """What ``CMD`` stands for in a workload Target's measuring commands: a command line as
+    typed, the readiness driver with ``{subject}`` written as the code's directory (the
+    original's, for the baseline, the A/A and ``--ref``), ``{case}`` and ``{output}`` left for
+    perfledger to fill; None for a kernel Target."""
+    if target_kind(target) == "kernel":
+        return None
+    readiness = target.readiness
+    snapshot = getattr(readiness.original, "snapshot", None) if readiness is not None else None
+    argv = list(getattr(snapshot, "argv", None) or []) if snapshot is not None else []
+    if argv:
+        example = " ".join(argv)
+        where = f"the original's: {shlex.quote(example)}"
+    else:
+        where = "e.g. 'python3 work/original/bench.py {case} {output}'"
+    return (
+        "CMD is a command line as you type it: the readiness driver with {subject} written as "
+        f"the code's directory ({where}); perfledger fills {{case}} and {{output}}"
+    )
 
 
 def session_status(ledger: Any, target_id: str | None = None) -> dict[str, Any]:
@@ -234,3 +256,5 @@ def render(status: dict[str, Any]) -> None:
                 f"    {d['command']}{about}  ({d['rule']}) {d['why']}",
                 markup=False,
             )
+        if t.get("cmd") and any(" CMD" in d["command"] for d in t["next"]):
+            console.print(f"    ({t['cmd']})", markup=False)

@@ -556,10 +556,19 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
                 click.echo(f"note: {fitted.note}", err=True)
             return
         both = request_examples.variants(operation)
-        if not both:
-            click.echo(to_json_text(request_examples.example(operation), indent=2))
+        if not both:  # free text only the agent knows shown as a placeholder (refused as is)
+            click.echo(to_json_text(request_examples.shown(operation), indent=2))
         elif json_flag:
             click.echo(to_json_text({"variants": both}, indent=2))
+        elif "GPU Target" in both:  # no ledger: stdout one request as is; the other on stderr
+            click.echo(to_json_text(both["GPU Target"], indent=2))
+            click.echo(
+                "note: this example is for a GPU Target; for a CPU workload Target (no GPU "
+                "budget; the worker observes cpu_time or wall_time): "
+                + to_json_text(both["CPU workload Target"])
+                + "; run with --ledger LEDGER for the example that fits its Target",
+                err=True,
+            )
         else:  # no ledger: stdout stays one request as is; the other form on stderr
             (first, body), (other, other_body) = both.items()
             click.echo(to_json_text(body, indent=2))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from perfledger.commands.registry.placeholders import refuse_placeholders
 from perfledger.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -599,10 +600,12 @@ def _prepare(
     """What :func:`execute` and :func:`preview` do before deciding: validate ``body``, then
     either the event already appended under ``idempotency_key`` for this same request, or
     ``(request, DecisionContext)`` (the event time read once, here at the edge).
-    Raises: BadRequest for an invalid request or a key used for another request."""
+    Raises: BadRequest for an invalid request, free text still an example's placeholder
+    (:mod:`~perfledger.commands.registry.placeholders`) or a key used for another request."""
     from perfledger.commands.workflow.deciders import DecisionContext  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     request = validate(name, body)
+    refuse_placeholders(name, body)  # an example's free text never recorded as fact
     stored = stored_request(name, request)
     existing = _idempotent_event(ledger, name, idempotency_key, stored)
     if existing is not None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from perfledger.commands.registry.operations import get_operation, json_schema
+from perfledger.commands.registry.placeholders import with_placeholders
 
 _UNSET = msgspec.UNSET
 #: The package folder of the curated examples (``OP.json``).
@@ -56,6 +57,16 @@ def example(op: str) -> dict[str, Any]:
     return built(schema, schema.get("$defs", {}))
 
 
+def shown(op: str) -> dict[str, Any]:
+    """The example of ``op`` as ``perfledger schema OP --example`` shows it: free text only the
+    agent or its reviewer can know (an explanation, a reason) is a placeholder ``<...>`` that a
+    new request is refused with (:mod:`perfledger.commands.registry.placeholders`).
+
+    Raises: BadRequest for an unknown operation."""
+    name = get_operation(op).name
+    return dict(with_placeholders(name, example(name)))
+
+
 def _unbound(op: str) -> dict[str, Any]:
     """The example of ``op`` for a Target without subject directories (changed paths typed)."""
     return example(op)
@@ -83,14 +94,39 @@ SUBJECT_DEPENDENT = frozenset({"experiment.create"})
 
 
 def variants(op: str) -> dict[str, dict[str, Any]]:
-    """The examples of ``op`` for either kind of Target, when they differ (R11): ``{"without
-    subject directories": ..., "with subject directories": ...}``; else ``{}``."""
-    if get_operation(op).name not in SUBJECT_DEPENDENT:
+    """The examples of ``op`` for either kind of Target, when they differ, as ``schema OP
+    --example`` shows them: ``{"without subject directories": ..., "with subject directories":
+    ...}`` for ``experiment.create`` (R11); ``{"GPU Target": ..., "CPU workload Target": ...}``
+    where a CPU workload's differs (:data:`CPU_DEPENDENT`); else ``{}``."""
+    name = get_operation(op).name
+    if name in SUBJECT_DEPENDENT:
+        return {
+            "without subject directories": _unbound(name),
+            "with subject directories": _subject_bound(name),
+        }
+    if name not in CPU_DEPENDENT:
         return {}
-    return {
-        "without subject directories": _unbound(op),
-        "with subject directories": _subject_bound(op),
-    }
+    body = shown(name)
+    target_id = str(body.get("target_id", "t1"))
+    if name == "readiness.record":
+        cpu = workload_readiness(body, target_id)
+    elif name == "evidence.add":
+        cpu = workload_evidence(body, "t1")
+    else:
+        cpu = {**body, "metric": "cpu_time", "unit": "ms",
+               **metric_audit_words(_Primary("cpu_time", "ms"))}  # fmt: skip
+    return {"GPU Target": body, "CPU workload Target": cpu}
+
+
+#: The operations whose example differs for a CPU workload Target (no GPU, observed primary).
+CPU_DEPENDENT = frozenset({"readiness.record", "metric-audit.record", "evidence.add"})
+
+
+class _Primary(NamedTuple):
+    """A primary metric's name and unit (what :func:`metric_audit_words` reads)."""
+
+    name: str
+    unit: str
 
 
 def example_for(op: str, state: Any) -> dict[str, Any]:
@@ -186,3 +222,97 @@ def _number(schema: dict[str, Any], *, integer: bool) -> float | int:
             continue
         return int(value) if integer else float(value)
     return low if low is not None else (high if high is not None else 0)
+
+
+# ------------------------------------------------ examples that fit a CPU workload Target (issue 38)
+
+#: The original's directory a workload readiness example names (``original.subject``, R11).
+ORIGINAL_SUBJECT = "work/original"
+#: A workload driver with its code directory's place, ``{subject}`` (R11), and the case and
+#: output places perfledger's worker fills.
+WORKLOAD_DRIVER: dict[str, Any] = {"argv": ["python3", "{subject}/bench.py", "{case}", "{output}"]}
+#: A readiness environment of a host without a GPU (``perfledger env --json`` gives the
+#: host's own, field ``readiness_environment``).
+CPU_ENVIRONMENT: dict[str, Any] = {"gpu": None, "driver": None, "cuda": None, "toolkit": None,
+                                   "container_base": "unknown"}  # fmt: skip
+#: How perfledger's worker observes each observed primary (R3, R5): the metric audit's words.
+OBSERVED_AUDIT: dict[str, dict[str, str]] = {
+    "cpu_time": {
+        "numerator": "CPU time of the worker's processes across one call",
+        "source": "perfledger's worker protocol: the operating system's CPU clock of the worker's "
+        "processes, read before and after each call",
+    },
+    "wall_time": {
+        "numerator": "wall time of one call, timed by perfledger's worker",
+        "source": "perfledger's worker protocol: the parent's monotonic clock around each call",
+    },
+}
+
+
+def runs_on_cpu(target: Any) -> bool:
+    """Whether ``target`` (a :class:`~perfledger.projections.workflow.TargetView`) is a CPU
+    workload: it budgets no GPU time, or its readiness recorded an environment without a GPU.
+    Its examples then name no GPU, CUDA or kernel."""
+    if target.definition.budget.gpu_s == 0:
+        return True
+    readiness = target.readiness
+    environment = getattr(readiness, "environment", None) if readiness is not None else None
+    return environment is not None and getattr(environment, "gpu", None) in (None, _UNSET)
+
+
+def workload_readiness(body: dict[str, Any], target_id: str) -> dict[str, Any]:
+    """``readiness.record``'s example for a CPU workload Target ``target_id``: the original
+    named by its directory (``original.subject``, snapshotted at the edge), a driver with
+    ``{subject}`` (R11) and no CUDA variable, an environment without a GPU (the host's own is
+    ``perfledger env --json``'s ``readiness_environment``)."""
+    original = {k: v for k, v in body.get("original", {}).items() if k != "label"}
+    return {
+        **body,
+        "target_id": target_id,
+        "original": {**original, "label": "original", "subject": ORIGINAL_SUBJECT},
+        "driver": dict(WORKLOAD_DRIVER),
+        "environment": dict(CPU_ENVIRONMENT),
+        "accuracy": {"compare": "exact"},
+        "accuracy_rule": "the output is identical to the original's (compared exactly)",
+    }
+
+
+def metric_audit_words(primary: Any) -> dict[str, str]:
+    """The metric audit's ``numerator``/``denominator``/``source`` for ``primary`` (R3): how
+    perfledger's worker observes it, for an observed metric (``cpu_time``, ``wall_time``); a
+    placeholder the agent replaces, for a metric its driver computes (labelled reported)."""
+    observed = OBSERVED_AUDIT.get(primary.name)
+    if observed is not None:
+        return {"numerator": f"{observed['numerator']} ({primary.unit})",
+                "denominator": "one call", "source": observed["source"]}  # fmt: skip
+    return {
+        "numerator": f"<what the driver computes as {primary.name}, in {primary.unit}>",
+        "source": f"driver JSON: {primary.name}",
+    }
+
+
+def workload_claim_scope(body: dict[str, Any], target: Any) -> dict[str, Any]:
+    """``experiment.create``'s example with a CPU workload's claim: its shapes the readiness's
+    cases (when recorded). The region, boundary, execution form and title are placeholders for
+    every Target (:mod:`perfledger.commands.registry.placeholders`)."""
+    claim = body.get("claim")
+    if not isinstance(claim, dict) or not isinstance(claim.get("scope"), dict):
+        return body
+    test_set = getattr(target.readiness, "test_set", None) if target.readiness else None
+    cases = list(getattr(test_set, "cases", None) or []) if test_set is not None else []
+    if not cases:
+        return body
+    return {**body, "claim": {**claim, "scope": {**claim["scope"], "shapes": cases}}}
+
+
+def workload_evidence(body: dict[str, Any], target_id: str) -> dict[str, Any]:
+    """``evidence.add``'s example for a CPU workload Target ``target_id``: a profile of the
+    workload (cProfile) with the Target's id; no GPU profiler, no kernel layer."""
+    return {
+        **body,
+        "evidence_id": "ev-profile",
+        "layer": "workload",
+        "target_id": target_id,
+        "tool": {"name": "cProfile", "version": "3.11"},
+        "facts": [{"name": "hot_loop_share", "value": 0.6, "unit": "ratio"}],
+    }
