@@ -430,7 +430,7 @@ def test_examples_fitted_to_a_cpu_workload_target_name_no_gpu_and_are_accepted(
     all four were the GPU session's."""
     from perfledger.api import Ledger
     from perfledger.app.examples import fitted_example
-    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.app.identity import readiness_edge
     from perfledger.commands.registry.operations import execute
 
     monkeypatch.chdir(tmp_path)

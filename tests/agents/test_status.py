@@ -125,7 +125,7 @@ def test_cmd_help_and_status_say_a_literal_command_line_is_cmd(tmp_path: Path) -
 
     from wf_scenario import readiness, target_freeze
 
-    from perfledger.commands.cli.identity import readiness_edge
+    from perfledger.app.identity import readiness_edge
     from perfledger.commands.registry.operations import execute
 
     original = tmp_path / "work" / "original"
