@@ -241,8 +241,9 @@ serve(lambda: None, call)
     except WorkerFailed as exc:  # its thread's work after `done` was seen
         assert exc.reason == "idle_cpu", exc.message
         return
-    # the output is read the moment `done` is: a call whose output was there did its work
-    # inside the clock (its thread held the GIL before `done` went out)
+    # the clock stops once the output is collected: a call whose output was there did its
+    # work inside the clock, also where the measuring process waited for a core after `done`
+    # while the thread wrote it (before, that gap let such a call pass at a fraction of its time)
     for r, c in result.pairs():
         assert not c["correct"] or c["wall_s"] > 0.5 * r["wall_s"], (r["wall_s"], c["wall_s"])
 

@@ -18,7 +18,10 @@ and cannot break the protocol::
   private per call (:class:`perfledger.derive.outputs.OutputPlace`), read and removed as soon as
   ``done`` arrives. Every output is judged against the reference's of the same pair (R5).
 - The **clock** (:func:`time.perf_counter_ns`) starts just before the call is written and stops
-  when its ``done`` is read: ``wall_s``. The subject's **CPU time** (``cpu_s``) is the kernel's
+  once its ``done`` is read and its output collected: ``wall_s``. (Stopping at ``done`` alone
+  left a gap: a thread of the worker could write the output after answering, while the
+  measuring process waited for a core, and the output then counted as the call's with its work
+  off the clock; now whatever is collected was written inside the clock.) The subject's **CPU time** (``cpu_s``) is the kernel's
   accounting of its whole process tree (:func:`tree_cpu_ns`), read before and after the call,
   never the subject's word. A ``reported`` object is kept, labelled as reported, and decides
   nothing.
@@ -217,7 +220,8 @@ class Timing:
     """What the parent observed of one call.
 
     Attributes:
-        wall_s: perfledger's clock, call written to ``done`` read (seconds).
+        wall_s: perfledger's clock, call written to ``done`` read and the output collected
+            (seconds).
         cpu_s: the subject's process tree's CPU time over the call, from the kernel (seconds).
         start_s, end_s: ``time.perf_counter()`` at both ends (seconds, CLOCK_MONOTONIC on Linux,
             the monitors' clock).
@@ -394,8 +398,9 @@ class Worker:
         collect: Callable[[], output_rules.Output] | None = None,
     ) -> Timing:
         """Run one timed call (module docstring); ``collect`` reads the output the moment
-        ``done`` is read (before anything else: an output written after ``done`` is missing),
-        kept as :attr:`Timing.output`. Returns: the :class:`Timing`.
+        ``done`` is read (before anything else: an output written after ``done`` is missing, or
+        written inside the clock, which stops once it is collected), kept as
+        :attr:`Timing.output`. Returns: the :class:`Timing`.
         Raises: WorkerFailed (the worker is ended)."""
         self._unasked()
         self._quiet()
@@ -411,9 +416,11 @@ class Worker:
         except OSError as exc:
             self._fail("died", f"the worker cannot be sent its call: {exc}")
         answer = self._read(t0 / 1e9 + self.timeout_s, f"call {n}")
-        t1 = time.perf_counter_ns()
         root_done = _process_cpu_ns(self.pid)  # work after `done` is counted from here
         written = collect() if collect is not None else None
+        # the clock stops once the output is collected: an output a thread writes after `done`
+        # counts only with its work inside the clock (module docstring)
+        t1 = time.perf_counter_ns()
         cpu1 = tree_cpu_ns(self.pid)
         self._done_cpu = (root_done, cpu1 - _process_cpu_ns(self.pid))
         self._done_wall = (t1 - t0) / 1e9
