@@ -272,3 +272,17 @@ def test_aa_output_says_a_resolution_below_every_case_is_the_geomeans_noise() ->
     assert "the noise of the geometric mean over cases" in line
     assert "each case's verdict uses its own" in line
     assert "largest case's" in aa_overall_line(0.05663, trial, "every_case")
+
+
+def test_an_option_a_command_does_not_take_is_answered_with_the_options_it_takes(
+    cli: Any,
+) -> None:
+    """A trial agent guessed ``report --output FILE`` and was told only to read ``perfledger
+    COMMAND --help``: the hint now names the command and the options it takes."""
+    out = cli("report", "--output", "x")
+    assert out.returncode == 2
+    assert "No such option '--output'" in out.stderr
+    assert "perfledger report takes --html, --json, --target;" in out.stderr
+    assert "`perfledger report --help`" in out.stderr
+    unknown = cli("frobnicate")
+    assert unknown.returncode == 2 and "`perfledger --help`" in unknown.stderr

@@ -470,6 +470,29 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def usage_hint(exc: click.ClickException) -> str:
+    """The hint of a usage error: the failing command's own ``--help`` and, for an option it
+    does not take (``click.NoSuchOption``), the options it does take (a trial agent guessed
+    ``report --output`` and was pointed only at ``perfledger COMMAND --help``)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or ctx.command is None:
+        return "`perfledger COMMAND --help` shows its arguments and options"
+    hint = f"`{ctx.command_path} --help` shows its arguments and options"
+    if isinstance(exc, click.NoSuchOption):
+        taken = sorted(
+            {
+                name
+                for param in ctx.command.params
+                if isinstance(param, click.Option) and not param.hidden
+                for name in param.opts
+                if name.startswith("--")
+            }
+        )
+        if taken:
+            hint = f"{ctx.command_path} takes {', '.join(taken)}; {hint}"
+    return hint
+
+
 def _main(argv: list[str] | None) -> None:
     """:func:`main` without the closed-pipe handling."""
     args = argv if argv is not None else sys.argv[1:]
@@ -489,10 +512,7 @@ def _main(argv: list[str] | None) -> None:
     except click.ClickException as exc:
         _fail(
             Context(None, json_requested),
-            BadRequest(
-                exc.format_message(),
-                hint="`perfledger COMMAND --help` shows its arguments and options",
-            ),
+            BadRequest(exc.format_message(), hint=usage_hint(exc)),
         )
     except KeyboardInterrupt:
         click.echo("interrupted; the ledger is unchanged unless an append had completed", err=True)
