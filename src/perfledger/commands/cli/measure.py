@@ -238,16 +238,18 @@ def _warn(warnings: list[str]) -> None:
 def aa_overall_line(
     resolution: float, per_case: dict[str, float], aggregation: str | None = None
 ) -> str:
-    """One line on how the Target's A/A resolution relates to the cases' (docs/verdicts.md,
-    "Resolution per case"): below every case's, it is the noise of the ``aggregation`` across
-    cases that a verdict judges (averaging the cases' noise down); else the largest case's."""
-    if per_case and resolution < min(per_case.values()):
-        what = "geometric mean" if aggregation in (None, "geomean") else aggregation
-        return (
-            f"  overall: the noise of the {what} over cases (what a verdict judges), below each "
-            "case's; each case's verdict uses its own"
-        )
-    return "  overall: the largest case's; each case's verdict uses its own"
+    """One line on how the Target's A/A ``resolution`` relates to the cases' (docs/verdicts.md,
+    "Resolution per case"): for a workload whose verdict judges an aggregate across cases
+    (``aggregation``: geomean, mean, ...) it is that aggregate's noise, which need not equal any
+    one case's (below all of them, or between them); for ``every_case`` or a kernel spec
+    (``aggregation`` None) it is the largest case's."""
+    if aggregation is None or aggregation == "every_case" or not per_case:
+        return "  overall: the largest case's; each case's verdict uses its own"
+    what = "geometric mean" if aggregation == "geomean" else aggregation
+    return (
+        f"  overall: the noise of the {what} over cases (what a verdict judges), not any one "
+        "case's; each case's verdict uses its own"
+    )
 
 
 def start_formal_run_of_command(
