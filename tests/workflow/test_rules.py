@@ -297,7 +297,8 @@ def test_r8_bound_below_minimum_effect_cannot_enter_target_stage(ready: Session)
     assert created["figures"]["below_min_effect"] is True
     assert created["figures"]["reachable"] is False and created["figures"]["s_min"] is None
     ready.run("samples.record", samples("e1-screen", "screen", gain=0.02))
-    ready.refused("samples.record", samples("e1-target", "target", gain=0.02), "R8")
+    error = ready.refused("samples.record", samples("e1-target", "target", gain=0.02), "R8")
+    assert "perfledger reject --experiment e1" in error.hint  # the way out status offers too
 
 
 def test_r8_allowed_with_a_declared_secondary(ready: Session) -> None:

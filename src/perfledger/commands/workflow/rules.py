@@ -403,7 +403,11 @@ def r8_formal_stage_allowed(experiment: ExperimentView, resolution: float) -> No
             "R8",
             f"experiment {created.experiment_id!r}: its bound {figures.bound:.6g} is below the "
             f"{what}; it may not enter the target stage",
-            "declare the secondary it serves or an explicit merge plan in a new experiment, or stop",
+            "reject it (`perfledger reject --experiment "
+            f"{created.experiment_id} --closes implementation --reason TEXT`); to go on with the "
+            "same idea, create a new experiment declaring the secondary it serves or an explicit "
+            "merge plan, or a claim whose coverage and local speedup (from a profile) give a "
+            "bound above the minimum effect",
         )
 
 
