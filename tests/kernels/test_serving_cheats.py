@@ -333,10 +333,8 @@ def test_cheat_a_formal_stage_is_not_recorded_on_the_pairs_left_after_drift(
     import blake3
 
     ledger_path = tmp_path / "ledger"
-    # serving samples carry no measured provenance yet: a formal stage takes them as outside
-    # samples, which this readiness allows
-    _setup(ledger_path, "blake3:" + blake3.blake3(path.read_bytes()).hexdigest(),
-           readiness_statistics={"allow_outside_samples": True})  # fmt: skip
+    # serving samples are measured (provenance perfledger, R5): no outside samples are allowed
+    _setup(ledger_path, "blake3:" + blake3.blake3(path.read_bytes()).hexdigest())
     with hostile() as url:
         common = ["--concurrency", "2", "--warmup", "2", "--cooldown", "2", "--steady", "6",
                   "--pairs", "4", "--experiment", "e1", "--quiet", "--json"]  # fmt: skip

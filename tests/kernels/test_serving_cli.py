@@ -140,6 +140,9 @@ def test_measure_serving_records_window_pairs_with_per_request_values(tmp_path: 
     assert data["summary"]["ttft_s"]["p50"]["ratio"] < 0.9
     with Ledger.open(ledger_path) as ledger:
         pairs = ledger.payload(data["event_id"]).pairs
+        # R5: measured by perfledger's own client, bound to the artifact of every request
+        provenance = ledger.payload(data["event_id"]).provenance
+        assert provenance.source == "perfledger" and provenance.protocol == "serving/v1"
         artifact = json.loads(ledger.artifact(data["event_id"], "samples.json"))
     assert len(pairs) == data["pairs_recorded"]
     for pair in pairs:
@@ -345,6 +348,9 @@ def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Pat
     data = json.loads(proc.stdout)
     with Ledger.open(ledger_path) as ledger:
         pairs = ledger.payload(data["event_id"]).pairs
+        # R5: measured by perfledger's own client, bound to the artifact of every request
+        provenance = ledger.payload(data["event_id"]).provenance
+        assert provenance.source == "perfledger" and provenance.protocol == "serving/v1"
     assert {p.case for p in pairs} == {"short", "long"}
     assert len(pairs) == data["pairs_recorded"] == 6 - len(data["pairs_left_out"])
     for pair in pairs:  # each pair holds only its case's requests: ~half of 20 a window

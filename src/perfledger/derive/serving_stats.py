@@ -33,6 +33,7 @@ the run's records
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -163,6 +164,19 @@ def _finding(low: float, high: float, min_effect: float) -> str:
     return "inconclusive"
 
 
+def window_rates(steady: Sequence[Any]) -> dict[str, float | None]:
+    """A window's rates from its steady requests (objects with ``ok``, ``start_s``, ``end_s``,
+    ``output_tokens``): ``requests_per_s`` and ``output_tokens_per_s`` of the succeeded ones
+    over their span (seconds), None for an empty span. The per-window metrics that
+    ``measure serving`` records and that R5 re-derives from the ``serving`` artifact."""
+    ok = [r for r in steady if r.ok]
+    span = (max(r.end_s for r in ok) - min(r.start_s for r in ok)) if ok else 0.0
+    return {
+        "requests_per_s": len(ok) / span if span > 0 else None,
+        "output_tokens_per_s": sum(r.output_tokens for r in ok) / span if span > 0 else None,
+    }
+
+
 def analyze(
     run: ServingRun,
     *,
@@ -200,7 +214,7 @@ def analyze(
     for w in run.windows:
         steady = run.window_rows(w)
         ok = [r for r in steady if r.ok]
-        span = (max(r.end_s for r in ok) - min(r.start_s for r in ok)) if ok else 0.0
+        rates = window_rates(steady)
         entry: dict[str, Any] = {
             "index": w.index,
             "pair": w.pair,
@@ -210,8 +224,7 @@ def analyze(
             "requests": {p: len(run.window_rows(w, p)) for p in ("warmup", "steady", "cooldown")},
             "failed": sum(1 for r in run.requests[w.rows[0] : w.rows[-1] + 1] if not r.ok),
             "steady_failed": len(steady) - len(ok),
-            "requests_per_s": len(ok) / span if span > 0 else None,
-            "output_tokens_per_s": sum(r.output_tokens for r in ok) / span if span > 0 else None,
+            **rates,
             "output_tokens": sum(r.output_tokens for r in ok),
             "output_bytes": sum(r.output_bytes for r in ok),
             # open loop: how late the generator sent requests after their scheduled arrival
@@ -430,4 +443,5 @@ __all__ = [
     "analyze",
     "drift_check",
     "window_monitor",
+    "window_rates",
 ]

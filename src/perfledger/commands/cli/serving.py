@@ -16,7 +16,9 @@ through ``samples.record`` like ``measure workload``:
   foreign activity counted in its flags (R17).
 
 The per-request table, the per-window statistics, the drift check and the settings are attached
-as the artifact ``samples.json`` (``kind: serving``). Docs: ``docs/serving.md``.
+as the artifact ``samples.json`` (``kind: serving``), bound to the samples, which carry
+provenance ``perfledger`` (protocol ``serving/v1``): their pairs are re-derived from it (R5,
+:func:`perfledger.commands.workflow.serving_record.serving_mismatch`). Docs: ``docs/serving.md``.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ from perfledger.commands.cli.common import (
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.workflow import rules
-from perfledger.commands.workflow.formal_runs import OUTSIDE_PROTOCOL
 from perfledger.commands.workflow.serving_record import (
     PER_REQUEST_KINDS,
+    SERVING_PROTOCOL,
     evidence_request,
     serving_request,
+    serving_settings,
 )
 from perfledger.errors import BadRequest, MeasurementError
 
@@ -351,7 +354,7 @@ def run_measure_serving(**kw: Any) -> None:
             if stage == "target":
                 rules.r11_screen_before_target(info["state"], kw["experiment_id"])
             m.start_formal_run_of_command(
-                ctx, kw["experiment_id"], stage, sid, OUTSIDE_PROTOCOL, kw["actor"]
+                ctx, kw["experiment_id"], stage, sid, SERVING_PROTOCOL, kw["actor"]
             )
         except BaseException:
             if monitor is not None:
@@ -379,6 +382,13 @@ def run_measure_serving(**kw: Any) -> None:
     )
     warnings += load_warnings(report)
     artifact = serving_artifact(run, report, interference, env, monitor, monitor_note, source)
+    settings: dict[str, Any] = {}
+    if info is not None:  # R5: what the pairs are re-derived with from this artifact
+        settings = serving_settings(
+            run, primary=info["primary"].name, cases=cases, case=case or "", metrics=metrics,
+            tail=tail,
+        )  # fmt: skip
+        artifact["settings"] = settings
     if kw["raw_path"]:
         Path(kw["raw_path"]).write_text(json.dumps(artifact, indent=1, default=str))
     result = serving_result(run, report, set_hash, interference, env, monitor_note, source)
@@ -422,6 +432,7 @@ def run_measure_serving(**kw: Any) -> None:
         environment_id=env["environment_id"],
         units=units,
     )
+    body["provenance"] = m.measured_provenance(SERVING_PROTOCOL, settings)
     result.update(samples_id=sid, pairs_recorded=len(body["pairs"]), pairs_left_out=left_out)
     refuse_voided_pairs(left_out, stage)
     if not body["pairs"]:

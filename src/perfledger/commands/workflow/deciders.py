@@ -883,7 +883,7 @@ def _provenance(target: TargetView, req: rq.SamplesRecord) -> dict[str, Any]:
                 f"a formal ({req.stage}) stage takes samples measured by perfledger; these are "
                 "recorded from outside (a hand-written pairs table), and the readiness of Target "
                 f"{req.target_id!r} does not allow outside samples",
-                "measure them with `perfledger measure workload|kernel`, or record readiness with "
+                "measure them with `perfledger measure workload|kernel|serving`, or record readiness with "
                 "statistics.allow_outside_samples=true",
             )
         return dump(given) if given is not None else {"source": "outside"}
@@ -1038,7 +1038,7 @@ def _r14_measured_obligation(
             state, target.definition.target_id, req.experiment_id, req.stage, req.samples_id
         )
     if (req.stage in FORMAL_STAGES and measured) or req.samples_id in started_runs(state):
-        # the run's protocol, or (serving's windows, recorded as outside samples) ``outside``
+        # the run's protocol, or ``outside`` for samples recorded as outside
         given = req.provenance
         protocol = (
             given.protocol if given is not None and measured else formal_runs.OUTSIDE_PROTOCOL

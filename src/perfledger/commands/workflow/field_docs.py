@@ -351,8 +351,8 @@ MODEL_FIELDS: dict[str, str] = {
     "ActivityExplain.review_id": "The review of the samples' event, dissent settled, by an actor "
     "other than the experiment's creator, the samples' recorder and you: the evidence (R17).",
     "FormalRunStart.protocol": "The protocol the run measures with, as its samples' provenance "
-    "will name it (workload_abba, kernel_harness_abba; `outside` for samples recorded as "
-    "outside, e.g. measure serving's) (R14).",
+    "will name it (workload_abba, kernel_harness_abba, serving/v1; `outside` for samples "
+    "recorded as outside) (R14).",
     "Provenance.settings": "The protocol's settings: name -> value.",
     "Provenance.raw_table": "The attached raw per-call table's artifact name (e.g. samples.json).",
     "ResolutionRecord.raw_table": "The attached A/A raw table (resolution.json, attached by "

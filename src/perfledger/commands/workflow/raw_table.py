@@ -16,7 +16,12 @@ The raw table is re-read and the recorded pairs are re-derived from it, the way
   :mod:`perfledger.kernels.workload.worker`): as ``workload``, and every call's metrics are the
   observed ones only (``wall_time``, ``cpu_time``), each its row's ``wall_s`` or ``cpu_s`` in the
   samples' unit, and every paired call's output was judged.
-- ``kind: serving``: the binding only (below).
+- ``kind: serving`` (``measure serving``'s artifact, every request, protocol ``serving/v1``):
+  the recorded pairs are re-derived from the requests with the provenance's settings, which
+  equal the artifact's (:func:`perfledger.commands.workflow.serving_record.serving_mismatch`):
+  each pair's case, both sides' call ids, correctness and values (per-window rates from the
+  requests' own times), and its monitor account. Serving samples recorded before they carried
+  provenance are outside samples, checked for nothing here.
 
 Where the driver judged the calls' outputs (``{output}``, :mod:`perfledger.kernels.workload.outputs`),
 each side's ``output`` check equals its row's, and the row's ``correct`` is its own check
@@ -53,6 +58,7 @@ from typing import Any
 
 import blake3
 
+from perfledger.commands.workflow.serving_record import serving_mismatch
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.events.workflow import OBSERVED_METRICS, R5_BOUND_RAW_TABLE, R5_DECLARED_CHECKS
 
@@ -70,6 +76,7 @@ PROTOCOL_KINDS = {
     "kernel_harness_abba": "kernel",
     "worker/v1": "worker",
     "command/v1": "worker",
+    "serving/v1": "serving",
 }
 #: Tolerance on a row's ``wall_s`` against its ``end_s - start_s`` (seconds; float rounding).
 _WALL_TOLERANCE_S = 1e-6
@@ -156,6 +163,9 @@ def raw_table_mismatch(
             return found
         if kind == "kernel":
             return _kernel_mismatch(samples, table.get("cases"))
+        if kind == "serving" and checks:  # every request kept: the pairs are re-derived
+            # (before CHECKS_SCHEMA no measured serving samples existed: audited as before)
+            return serving_mismatch(samples, table)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         return f"its raw table ({kind}) is malformed: {type(exc).__name__}: {exc}"
     return None
@@ -179,6 +189,8 @@ def _declared_mismatch(samples: dict[str, Any], table: dict[str, Any]) -> str | 
         ):
             return "its provenance's settings differ from its raw table's"
         return _monitor_mismatch(samples, table)
+    if kind == "serving":  # its settings and monitor are checked with its pairs
+        return None
     cases = table.get("cases") or []
     if settings.get("cases") != sorted(str(c.get("case")) for c in cases):
         return "its provenance's cases differ from its raw table's"

@@ -7,12 +7,19 @@ Target's metric names a serving metric (:func:`metric_kind`). Pure: no I/O.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from statistics import median
+from types import SimpleNamespace
 from typing import Any
 
 from perfledger._version import __version__
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest
+
+#: The protocol of samples ``measure serving`` measured (R5, R14): its own HTTP client's ABBA
+#: windows, every request in the attached ``serving`` artifact.
+SERVING_PROTOCOL = "serving/v1"
 
 #: Serving metrics a Target's metric can name (``--metric NAME=KIND``): per request (seconds)
 #: or per window (a rate).
@@ -132,10 +139,58 @@ def serving_request(
     monitor's account of both windows (R17). For a ``tail`` primary, a case with fewer steady
     requests in a window than :data:`perfledger.derive.serving_stats.TAIL_MIN_REQUESTS` asks is
     left out. Returns ``(body, left_out)``: the pairs not recorded, with why."""
+    pairs, left_out = serving_pairs(
+        run, report, primary=info["primary"].name, cases=cases, case=case, metrics=metrics,
+        environment_id=environment_id, tail=tail,
+    )  # fmt: skip
+    body = samples_body(
+        info, samples_id=samples_id, experiment_id=experiment_id, stage=stage,
+        environment_id=environment_id, pairs=pairs,
+        units={n: u for n, u in units.items() if any(n in q["ref"]["values"] for q in pairs)},
+    )  # fmt: skip
+    return body, left_out
+
+
+def serving_settings(
+    run: Any,
+    *,
+    primary: str,
+    cases: list[str] | None,
+    case: str,
+    metrics: dict[str, tuple[str, float]],
+    tail: str | None,
+) -> dict[str, Any]:
+    """The settings of measured serving samples (their provenance's, and the ``serving``
+    artifact's): the load's (``run.settings()``) and what :func:`serving_pairs` was given, so
+    that R5 re-derives the pairs from the artifact with them. JSON builtins, keys sorted."""
+    settings = {
+        "load": run.settings(),
+        "primary": primary,
+        "cases": cases,
+        "case": case,
+        "metrics": {name: [kind, scale] for name, (kind, scale) in sorted(metrics.items())},
+        "tail": tail,
+    }
+    return json.loads(json.dumps(settings, sort_keys=True, default=str))
+
+
+def serving_pairs(
+    run: Any,
+    report: dict[str, Any],
+    *,
+    primary: str,
+    cases: list[str] | None,
+    case: str,
+    metrics: dict[str, tuple[str, float]],
+    environment_id: str,
+    tail: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The recorded pairs of a serving run and the pairs left out, with why (see
+    :func:`serving_request`; ``primary``: the Target's primary metric name). Pure: what
+    ``measure serving`` records and what R5 re-derives from the ``serving`` artifact."""
     from perfledger.derive.serving_stats import TAIL_MIN_REQUESTS  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
 
     windows = {w.index: w for w in run.windows}
-    primary = info["primary"].name
     pairs, left_out = [], []
     for p in report["pairs"]:
         ref_w, cand_w = windows[p["ref_window"]], windows[p["cand_window"]]
@@ -178,12 +233,90 @@ def serving_request(
                     "monitor": _pair_monitor(ref_rw["monitor"], cand_rw["monitor"]),
                 }
             )
-    body = samples_body(
-        info, samples_id=samples_id, experiment_id=experiment_id, stage=stage,
-        environment_id=environment_id, pairs=pairs,
-        units={n: u for n, u in units.items() if any(n in q["ref"]["values"] for q in pairs)},
+    return pairs, left_out
+
+
+@dataclass
+class _Window:
+    """A window as the ``serving`` artifact holds it (index, subject, its requests)."""
+
+    index: int
+    subject: str
+    rows: list[Any]
+
+
+class _ArtifactRun:
+    """A serving run read back from its ``serving`` artifact: its windows, each window's
+    steady requests (attributes as :class:`~perfledger.kernels.serving.serving.RequestRecord`)."""
+
+    def __init__(self, table: dict[str, Any]) -> None:
+        requests = [SimpleNamespace(**r) for r in table["requests"]]
+        self.windows = [
+            _Window(
+                int(w["index"]), str(w["subject"]), [r for r in requests if r.window == w["index"]]
+            )
+            for w in table["report"]["windows"]
+        ]
+
+    def window_rows(self, window: _Window) -> list[Any]:
+        """The steady requests of ``window``."""
+        return [r for r in window.rows if r.phase == "steady"]
+
+
+def _compared(pair: dict[str, Any]) -> dict[str, Any]:
+    """What of a pair the re-derivation fixes (its case, both sides, the monitor's account)."""
+    monitor = pair.get("monitor") or {}
+    return {
+        "case": pair.get("case"),
+        "same_process": pair.get("same_process"),
+        **{
+            role: {k: (pair.get(role) or {}).get(k) for k in ("call_id", "correct", "values")}
+            for role in ("ref", "cand")
+        },
+        "monitor": {k: monitor.get(k) for k in ("observed", "foreign_activity", "flags")},
+    }
+
+
+def serving_mismatch(samples: dict[str, Any], table: dict[str, Any]) -> str | None:
+    """R5: how measured serving samples (``samples``: a ``samples.record`` body or payload, as
+    JSON builtins) differ from their ``serving`` artifact ``table``: the pairs are re-derived
+    from the artifact's requests (each window's values and rates,
+    :func:`perfledger.derive.serving_stats.window_rates`) with the provenance's settings
+    (:func:`serving_settings`), and must equal the recorded ones. Returns: the first
+    difference, as a sentence; None when none. Raises: KeyError, TypeError, ValueError on a
+    malformed artifact (the caller words it)."""
+    from perfledger.derive.serving_stats import window_rates  # noqa: PLC0415 (numpy via perfledger.derive.serving_stats)
+
+    settings = (samples.get("provenance") or {}).get("settings") or {}
+    if json.dumps(settings, sort_keys=True) != json.dumps(table.get("settings"), sort_keys=True):
+        return "its provenance's settings differ from its serving artifact's"
+    run = _ArtifactRun(table)
+    report = table["report"]
+    # the per-window rates are the requests', not the report's figures
+    rated = {
+        **report,
+        "windows": {
+            w["index"]: {**w, **window_rates(run.window_rows(win))}
+            for w, win in zip(report["windows"], run.windows, strict=True)
+        },
+    }
+    metrics = {name: (kind, float(scale)) for name, (kind, scale) in settings["metrics"].items()}
+    environment_id = (table.get("environment") or {}).get("environment_id")
+    derived, _ = serving_pairs(
+        run, rated, primary=settings["primary"], cases=settings["cases"], case=settings["case"],
+        metrics=metrics, environment_id=environment_id, tail=settings["tail"],
     )  # fmt: skip
-    return body, left_out
+    # as JSON: a payload read back holds tuples where a request body holds lists
+    recorded = json.loads(json.dumps(samples.get("pairs") or []))
+    derived = json.loads(json.dumps(derived))
+    if len(recorded) != len(derived):
+        return f"it records {len(recorded)} pairs, its serving artifact derives {len(derived)}"
+    for i, (got, want) in enumerate(zip(recorded, derived, strict=True)):
+        if _compared(got) != _compared(want):
+            return f"pair {i} is not what its serving artifact's requests derive"
+        if (got.get("ref") or {}).get("environment_id") != environment_id:
+            return f"pair {i} names another environment than its serving artifact"
+    return None
 
 
 def evidence_request(
@@ -294,8 +427,12 @@ def evidence_request(
 __all__ = [
     "PER_REQUEST_KINDS",
     "PER_WINDOW_KINDS",
+    "SERVING_PROTOCOL",
     "evidence_request",
     "metric_kind",
     "parse_metric_flags",
+    "serving_mismatch",
+    "serving_pairs",
     "serving_request",
+    "serving_settings",
 ]
