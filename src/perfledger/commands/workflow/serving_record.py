@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from statistics import median
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +19,15 @@ from perfledger.errors import BadRequest
 #: The protocol of samples ``measure serving`` measured (R5, R14): its own HTTP client's ABBA
 #: windows, every request in the attached ``serving`` artifact.
 SERVING_PROTOCOL = "serving/v1"
+
+
+def median(values: list[float]) -> float:
+    """The median of ``values`` (non-empty). Here rather than :mod:`statistics`, which costs
+    every decision's start-up (``raw_table`` imports this module on the write path)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
 
 #: Serving metrics a Target's metric can name (``--metric NAME=KIND``): per request (seconds)
 #: or per window (a rate).
