@@ -27,8 +27,6 @@ import json
 import os
 from typing import Any
 
-import msgspec
-
 from perfledger.errors import BadRequest
 from perfledger.events.kinds import get_kind
 from perfledger.events.vocabulary import DECISION_KINDS
@@ -36,7 +34,7 @@ from perfledger.projections.champions import final_audit_standing
 from perfledger.projections.claims import claims, improvement_to_speedup
 from perfledger.projections.handoff import default_target
 from perfledger.projections.rejections import rejected
-from perfledger.projections.verdict_explain import case_line, implausible_lines, provenance_text
+from perfledger.projections.verdict_explain import measured_details
 
 #: At most this many decisions are listed in the timeline (the newest ones).
 TIMELINE_LIMIT = 500
@@ -359,20 +357,8 @@ def _claims_table(rows: list[Any]) -> str:
             f"<td class=l>{_esc(recon)}</td></tr>"
         )
         body += [f"<tr><td></td><td class=l colspan=11>{_esc(line)}</td></tr>" for line in
-                 _measured_details(m)]  # fmt: skip
+                 measured_details(m)]  # fmt: skip
     return f"<table>{head}{''.join(body)}</table>"
-
-
-def _measured_details(m: Any) -> list[str]:
-    """Per-case figures (R12: absolute per-call statistic, original -> candidate, with CIs) and
-    the outside-samples mark (R5) under a claims row."""
-
-    if m is None:
-        return []
-    lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
-    lines += implausible_lines(m.implausible)
-    marked = provenance_text(m.samples_provenance)
-    return lines + ([marked] if marked else [])
 
 
 def _timeline(entries: list[tuple[str, str, str, str]]) -> str:

@@ -55,6 +55,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from perfledger.projections.measurement_flags import WALL_CLOCK_NOTE
 
 #: Condition ids, in the order :func:`explain_verdict` checks them.
@@ -300,3 +302,15 @@ def verdict_lines(payload: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {marked}")
     lines += [f"  note: {n}" for n in payload.get("notes") or ()]
     return lines
+
+
+def measured_details(m: Any) -> list[str]:
+    """The lines under a claims row (``m``: its measured figures, or None): per-case figures
+    (R12: absolute per-call statistic, original -> candidate, with CIs), implausible cases and
+    the outside-samples mark (R5). Shared by ``perfledger claims`` and the report."""
+    if m is None:
+        return []
+    lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
+    lines += implausible_lines(m.implausible)
+    marked = provenance_text(m.samples_provenance)
+    return lines + ([marked] if marked else [])

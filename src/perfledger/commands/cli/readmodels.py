@@ -105,24 +105,10 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
         )
         for flag in r.measurement_flags:
             click.echo(f"  FLAG {flag}")
-        for line in _measured_details(m):
+        from perfledger.projections.verdict_explain import measured_details  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+
+        for line in measured_details(m):
             click.echo(f"    {line}")
-
-
-def _measured_details(m: Any) -> list[str]:
-    """Per-case figures (R12) and the outside-samples mark (R5) under a claims row."""
-    from perfledger.projections.verdict_explain import (  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-        case_line,
-        implausible_lines,
-        provenance_text,
-    )
-
-    if m is None:
-        return []
-    lines = [case_line(msgspec.to_builtins(c), m.unit) for c in m.cases]
-    lines += implausible_lines(m.implausible)
-    marked = provenance_text(m.samples_provenance)
-    return lines + ([marked] if marked else [])
 
 
 # ----------------------------------------------------------------------------- champions
