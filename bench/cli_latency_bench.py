@@ -79,17 +79,33 @@ def _run(argv: list[str], env: dict[str, str]) -> float:
 
 def build_small(path: Path, before: Path | None = None) -> None:
     """Send the chain of ``examples/requests/`` (up to, not including, ``before``) through the
-    CLI into a new ledger at ``path``."""
+    CLI into a new ledger at ``path``, as ``tests/examples/test_request_examples.py`` does: a
+    formal stage's pairs and the A/A are appended with the raw tables ``perfledger measure``
+    attaches (R4, R5: typed figures decide nothing), through the tests' scenario helpers."""
+    sys.path.insert(0, str(ROOT / "tests" / "workflow"))
+    from wf_scenario import Session, record_measured_aa  # the tests' stand-in of a measured run
+
+    from perfledger.api import Ledger
+
     env = _env(path)
     subprocess.run([*_perfledger(), "init", str(path)], env=env, check=True, capture_output=True)
     for request in sorted(REQUESTS.glob("[0-9][0-9]-*.json")):
         if before is not None and request.name >= before.name:
             break
-        group, verb = request.stem.split("-", 1)[1].rsplit(".", 1)
+        operation = request.stem.split("-", 1)[1]
+        group, verb = operation.rsplit(".", 1)
+        body = json.loads(request.read_text())
+        if operation == "samples.record" and body["stage"] != "screen":
+            with Ledger.open(path) as opened:
+                Session(opened).record_measured(body)
+            continue
         argv = [*_perfledger(), group, verb, "--request", str(request), "--json"]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"{request.name}: exit {proc.returncode}: {proc.stdout}{proc.stderr}")
+        if operation == "resolution.record":
+            with Ledger.open(path) as opened:
+                record_measured_aa(opened, "t1")
 
 
 def build_big(small: Path, path: Path, events: int) -> None:

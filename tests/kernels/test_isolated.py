@@ -436,7 +436,8 @@ def test_the_idle_worker_and_its_helpers_are_stopped_while_the_other_runs_its_ba
     # there all along (one CPU for both)
     stopped, batches, ticks = _idle_ticks(tmp_path, True, option)
     control, control_batches, _ = _idle_ticks(tmp_path, False, option)
-    assert batches >= 10 and control >= 3 * control_batches, (control, control_batches)
+    # the stopping rule decides how many batches run (fewer on a loaded host): enough to see it
+    assert batches >= 6 and control >= 3 * control_batches, (control, control_batches)
     # a stop takes effect when the stopped thread is next scheduled: a straggler now and then
     assert stopped <= batches and 10 * stopped < control, (stopped, batches, control)
     if option == "helper_tick_file":  # and what the worker left behind is ended with it

@@ -15,9 +15,12 @@ from perfledger.events.envelope import parse_ts
 from perfledger.projections.handoff import ResumeContext, default_target, derive_handoff
 
 
-def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
+def resume_context(ledger: Any, state: Any, target_id: str, *, artifacts: bool = True) -> Any:
     """Gather what a handoff needs from outside the state: head, remotes (from the repository
-    config), artifacts, and the wall seconds from the Target's freezing to the newest event."""
+    config), artifacts, and the wall seconds from the Target's freezing to the newest event (the
+    last in the total order: one event read, whatever the ledger's length). ``artifacts``:
+    list every attached file (a walk of the whole history); False leaves the list empty, for
+    read models that do not show it (``status``)."""
     remotes: dict[str, str] = {}
     config = ledger.store.repo.get_config()
     for section in config.sections():
@@ -26,19 +29,19 @@ def resume_context(ledger: Any, state: Any, target_id: str) -> Any:
                 remotes[section[1].decode()] = config.get(section, b"url").decode()
             except KeyError:
                 continue
-    artifacts: list[str] = []
-    last_ts: str | None = None
-    for envelope in ledger.store.iter_events():
-        artifacts += [f"{envelope.id[:12]}/{name}" for name in sorted(envelope.artifacts)]
-        last_ts = envelope.ts
+    attached: list[str] = []
+    if artifacts:
+        for envelope in ledger.store.iter_events():
+            attached += [f"{envelope.id[:12]}/{name}" for name in sorted(envelope.artifacts)]
     frozen_ts = ledger.get(state.targets[target_id].frozen_event).ts
     wall = None
-    if last_ts is not None:
+    if state.last_event_id:
+        last_ts = ledger.get(state.last_event_id).ts
         wall = max(0.0, (parse_ts(last_ts) - parse_ts(frozen_ts)).total_seconds())
     return ResumeContext(
         head=ledger.head(),
         remotes=remotes,
-        artifacts=artifacts,
+        artifacts=attached,
         wall_used_s=wall,
         path=os.path.abspath(ledger.path),
         champion_snapshot=champion_snapshot(ledger, state, state.targets[target_id]),

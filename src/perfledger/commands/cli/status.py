@@ -65,7 +65,9 @@ def target_status(ledger: Any, state: Any, target_id: str) -> dict[str, Any]:
 
     target = state.targets[target_id]
     standing = final_audit_standing(state, target)
-    handoff = derive_handoff(state, target_id, resume_context(ledger, state, target_id))
+    handoff = derive_handoff(
+        state, target_id, resume_context(ledger, state, target_id, artifacts=False)
+    )
     decisions = allowed_decisions(
         state, target_id, ledger.payload, handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
     )
