@@ -545,3 +545,53 @@ serve(setup, call)
     stamp = marker.read_text() if marker.exists() else None
     time.sleep(0.3)
     assert (marker.read_text() if marker.exists() else None) == stamp  # nothing writes it now
+
+
+#: A candidate that does the reference's work but, at setup (outside every clock), starts chains
+#: worker -> P -> H where each H burns CPU, then idles; each call kills one P without reaping it,
+#: so its H leaves the worker's tree (re-parented to the measuring process) with the CPU it
+#: burned, which the call's opening reading counted.
+TREE_SHRINK = (
+    WORK
+    + """
+import os, signal
+from perfledger.subject import serve
+def chain(burn_s):
+    r, w = os.pipe()
+    p = os.fork()
+    if p == 0:
+        if os.fork() == 0:
+            while time.process_time() < burn_s:
+                pass
+            os.write(w, b"x")
+            while True:
+                time.sleep(3600)
+        os.execv("/bin/sleep", ["sleep", "infinity"])
+    os.close(w)
+    os.read(r, 1)
+    return p
+def setup():
+    return [chain(0.3) for _ in range(4)]
+def call(chains, case, seed, output):
+    if chains:
+        os.kill(chains.pop(), signal.SIGKILL)  # its H leaves the tree; P stays a zombie
+    with open(output, "w") as f:
+        json.dump(work(case, seed), f)
+serve(setup, call)
+"""
+)
+
+
+def test_cheat_descendants_leaving_the_tree_take_no_cpu_time_out_of_a_call(tmp_path: Path) -> None:
+    """The CPU clock of a process that leaves the worker's tree during a call (orphaned to the
+    measuring process) still counts in the call's closing reading: the CPU it burned before the
+    call cancels out instead of being subtracted from the call's own work (R5)."""
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", TREE_SHRINK)
+    result = run(ref, cand, pairs_per_case=3)
+    pairs = result.pairs()
+    ref_cpu = sorted(r["cpu_s"] for r, _c in pairs)
+    cand_cpu = sorted(c["cpu_s"] for _r, c in pairs)
+    # each chain burned 0.3 s, far more than a call's work: a subtraction would leave 0
+    assert cand_cpu[0] > 0.5 * ref_cpu[0], (ref_cpu, cand_cpu)
+    assert max(cand_cpu) < 0.2, cand_cpu  # and nothing burned before the call is charged

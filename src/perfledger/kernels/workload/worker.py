@@ -179,21 +179,31 @@ def tree_cpu_ns(pid: int) -> int:
     return total
 
 
-def _end_orphans(keep: set[int]) -> int:
-    """Kill this process's children that are not workers: processes a worker started and
-    left to be re-parented here (this process is a subreaper during a run, so a double-forked
-    daemon comes back to it). Such a process outside every worker's tree could watch for the
-    other subject's outputs while its worker is stopped. ``keep``: the workers and the children
-    this process had before the run. Returns: how many were ended."""
-    me = os.getpid()
+def _orphans(keep: set[int]) -> list[int]:
+    """This process's children that are not workers (``keep``: the workers and the children
+    this process had before the run) nor started by this program: processes a worker started
+    and left to be re-parented here (this process is a subreaper during a run)."""
     my_session = os.getsid(0)
-    ended = 0
-    for pid in _children_of(me):
+    found = []
+    for pid in _children_of(os.getpid()):
         if pid in keep:
             continue
         try:
             if os.getsid(pid) == my_session:
                 continue  # started by this program (another thread), not by a subject
+        except ProcessLookupError:
+            continue
+        found.append(pid)
+    return found
+
+
+def _end_orphans(keep: set[int]) -> int:
+    """Kill :func:`_orphans`: a double-forked daemon comes back to this process (a subreaper
+    during a run), and such a process outside every worker's tree could watch for the other
+    subject's outputs while its worker is stopped. Returns: how many were ended."""
+    ended = 0
+    for pid in _orphans(keep):
+        try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             ended += 1
@@ -396,12 +406,17 @@ class Worker:
         seed: int,
         output_path: str,
         collect: Callable[[], output_rules.Output] | None = None,
+        escaped: Callable[[], Sequence[int]] | None = None,
     ) -> Timing:
         """Run one timed call (module docstring); ``collect`` reads the output the moment
         ``done`` is read (before anything else: an output written after ``done`` is missing, or
         written inside the clock, which stops once it is collected), kept as
-        :attr:`Timing.output`. Returns: the :class:`Timing`.
-        Raises: WorkerFailed (the worker is ended)."""
+        :attr:`Timing.output`. ``escaped``: the processes that left every worker's tree and
+        were re-parented to the measuring process (:func:`_orphans`; none at the call's start,
+        the caller ends them first): their CPU clocks count in the call's closing reading, so
+        a process that leaves the tree during the call takes none of its CPU time, counted in
+        the opening reading, out of the call (R5: the kernel's accounting of the whole tree).
+        Returns: the :class:`Timing`. Raises: WorkerFailed (the worker is ended)."""
         self._unasked()
         self._quiet()
         self._next_id += 1
@@ -421,8 +436,11 @@ class Worker:
         # the clock stops once the output is collected: an output a thread writes after `done`
         # counts only with its work inside the clock (module docstring)
         t1 = time.perf_counter_ns()
-        cpu1 = tree_cpu_ns(self.pid)
-        self._done_cpu = (root_done, cpu1 - _process_cpu_ns(self.pid))
+        tree1 = tree_cpu_ns(self.pid)
+        cpu1 = tree1
+        if escaped is not None:  # left the tree during the call: still the call's (R5)
+            cpu1 += sum(tree_cpu_ns(pid) for pid in escaped())
+        self._done_cpu = (root_done, tree1 - _process_cpu_ns(self.pid))
         self._done_wall = (t1 - t0) / 1e9
         if answer.get("op") != "done":
             self._fail("protocol", f"answered {json.dumps(answer)[:200]} to call {n}")
@@ -750,9 +768,13 @@ def run_pairs(
                 other = workers.get("cand" if label == "ref" else "ref")
                 if other is not None:
                     other.pause()  # stopped for the whole of this call
-                ended["orphans"] += _end_orphans(set(workers_pids()) | children_before)
+                keep = set(workers_pids()) | children_before
+                ended["orphans"] += _end_orphans(keep)
                 w.resume()
-                timing = w.call(case, seed, place.path, collect=place.collect)
+                timing = w.call(
+                    case, seed, place.path, collect=place.collect,
+                    escaped=lambda: _orphans(keep),
+                )  # fmt: skip
                 written = timing.output
             else:
                 if before_call is not None:
