@@ -121,6 +121,35 @@ def test_cheat_a_call_that_reads_code_from_outside_its_copy_is_refused_naming_it
         copy.close()
 
 
+def test_cheat_code_planted_under_the_interpreters_prefix_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """Only what the environment identity hashes is the interpreter's (its standard library,
+    site-packages, editable sources): a file planted elsewhere under its prefix (``share/``,
+    the venv's root), which no identity covers, is read from outside the copy."""
+    planted_dir = Path(sys.prefix) / "share" / f"perfledger-test-{os.getpid()}"
+    try:
+        planted_dir.mkdir(parents=True)
+    except OSError:
+        pytest.skip(f"cannot write under the interpreter's prefix {sys.prefix}")
+    planted = planted_dir / "fast.py"
+    try:
+        planted.write_text("SPEED = 1\n")
+        copy = _copy(tmp_path, "s", f"exec(open({str(planted)!r}).read())")
+        try:
+            guard = CopyGuard({"ref": copy}, {"ref": [sys.executable, "bench.py"]})
+            guard("ref")
+            assert _call(copy).returncode == 0
+            with pytest.raises(RuleRefused) as caught:
+                guard(None)
+            assert caught.value.rule == "R11" and str(planted) in caught.value.message
+        finally:
+            copy.close()
+    finally:
+        planted.unlink(missing_ok=True)
+        planted_dir.rmdir()
+
+
 def test_cheat_a_python_call_that_skips_the_bootstrap_is_refused(tmp_path: Path) -> None:
     copy = _copy(tmp_path, "s")
     try:

@@ -84,6 +84,26 @@ class PersistingL2:
         return {"found": self.found, "max_bytes": self.max_bytes, "available": self.available}
 
 
+def clear_context_default() -> int:
+    """Before a worker loads its subject: make the CUDA context current and clear the persisting
+    L2 carve-out a fresh context starts with on some machines (an H100 here started every
+    context with one), so that a carve-out a flush finds later is the subject's own (issue 36,
+    hole 4; :class:`PersistingL2`). Returns: the carve-out the context started with (bytes; 0
+    when none, or where CuPy, a GPU or the driver library is missing)."""
+    try:
+        import cupy  # noqa: PLC0415 (CuPy: optional, GPU only)
+
+        cupy.empty(1, dtype=cupy.uint8)  # the primary context, current on this thread
+    except Exception:  # no CuPy or no GPU: nothing to clear
+        return 0
+    persisting = PersistingL2()
+    found = persisting.carve_out_bytes() or 0
+    if found > 0:
+        persisting._lib.cuCtxResetPersistingL2Cache()
+        persisting._lib.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+    return found
+
+
 class L2Flusher:
     """Evicts the L2 cache by writing a buffer of ``factor`` x L2 size on a stream.
 

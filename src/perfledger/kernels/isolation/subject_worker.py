@@ -44,6 +44,7 @@ from typing import IO, Any
 
 from perfledger.errors import BadRequest, PerfledgerError
 from perfledger.kernels.cuda.gpu_digest import digest_into, key_words, self_test, words_hex
+from perfledger.kernels.cuda.timing import clear_context_default
 from perfledger.kernels.harness.harness import Harness, HarnessConfig, SubjectTiming, _PairInputs
 from perfledger.kernels.isolation.reveal_ipc import ExportedBuffer
 from perfledger.kernels.isolation.subject_protocol import (
@@ -55,6 +56,9 @@ from perfledger.kernels.isolation.subject_protocol import (
 )
 from perfledger.kernels.subjects.spec_loader import load_spec
 
+#: The persisting L2 carve-out this worker's context started with, cleared before the subject
+#: loaded (:func:`~perfledger.kernels.cuda.timing.clear_context_default`; bytes).
+_CONTEXT_DEFAULT_BYTES = 0
 #: The hint of this module's bad requests: what input it expects and how to produce it.
 _HINT = "the subject worker runs one spec's cases and roles (docs/subjects.md); perfledger's harness starts it and speaks its protocol (docs/kernel-harness.md)"
 
@@ -161,7 +165,11 @@ class Worker:
         flusher = self.harness.flusher
         if flusher is None:
             return None
-        return {"bytes": flusher.persisting.carve_out_bytes(), **flusher.persisting.to_json()}
+        return {
+            "bytes": flusher.persisting.carve_out_bytes(),
+            **flusher.persisting.to_json(),
+            "context_default_bytes": _CONTEXT_DEFAULT_BYTES,
+        }
 
     def run(self, seeds: list[int], key: str) -> dict[str, Any]:
         """One call per seed (module docstring); the outputs are kept until the next run."""
@@ -301,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     stream = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    global _CONTEXT_DEFAULT_BYTES
+    if args.case is not None:  # before the subject's code loads: any carve-out after is its own
+        _CONTEXT_DEFAULT_BYTES = clear_context_default()
     try:
         worker: Worker | None = Worker(args.spec, args.subject, args.case)
         failure = None

@@ -14,9 +14,9 @@ read-only. Beside the copy lie (``root`` is the copy's private directory, a rand
 - ``root/boot/sitecustomize.py``: perfledger's bootstrap, first on ``PYTHONPATH``. Python imports
   it before the subject's code; it installs an audit hook (``sys.addaudithook``: a hook cannot be
   removed once added) that writes to ``root/report`` every file the process opens for reading,
-  or loads as an extension module, outside the copy's directory, the interpreter (its prefixes,
-  standard library and site-packages), the call's output place and ``/dev``, ``/proc``,
-  ``/sys``; then it runs the interpreter's own ``sitecustomize``, if any.
+  or loads as an extension module, outside the copy's directory, what the environment identity
+  hashes (the interpreter, its standard library, site-packages and editable installs' sources:
+  never a whole prefix), the call's output place and ``/dev``, ``/proc``, ``/sys``; then it runs the interpreter's own ``sitecustomize``, if any.
 
 :class:`CopyGuard` checks, before every call and after the run, that nothing changed in either
 copy (each entry's ``lstat``, change time included: no process can set it back), that a
@@ -92,9 +92,43 @@ def _perfledger_boot():
         return
     write, fspath, fsdecode = os.write, os.fspath, os.fsdecode
     abspath, realpath = os.path.abspath, os.path.realpath
-    roots = {os.environ.get("PERFLEDGER_SUBJECT_ROOT") or "",
-             sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    roots.update(sysconfig.get_paths().values())
+    # what the environment identity hashes (perfledger.kernels.python_tree): the standard
+    # library, site-packages and editable installs' sources; never whole prefixes, whose other
+    # directories (bin/, share/, the venv's root) anyone who installs may write unhashed
+    paths = sysconfig.get_paths()
+    sites = [paths.get(k) or "" for k in ("purelib", "platlib")]
+    try:
+        import site
+        sites += list(site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            sites.append(site.getusersitepackages())
+    except Exception:
+        pass
+    roots = {os.environ.get("PERFLEDGER_SUBJECT_ROOT") or "", paths.get("stdlib") or "",
+             paths.get("platstdlib") or ""}
+    roots.update(sites)
+    for directory in sites:  # editable installs: .pth path lines and editable finders
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+                    if name.endswith(".pth"):
+                        for line in f:
+                            line = line.strip()
+                            if line and not line.startswith(("#", "import ", "import\t")):
+                                roots.add(os.path.join(directory, line))
+                    elif name.startswith("__editable__") and name.endswith("_finder.py"):
+                        text = f.read()
+                        for quote in ("'", '"'):
+                            for part in text.split(quote)[1::2]:
+                                if part.startswith("/") and os.path.isdir(part):
+                                    roots.add(part)
+            except OSError:
+                continue
+    interpreter = realpath(sys.executable) if sys.executable else ""
     output = os.environ.get("PERFLEDGER_OUTPUT")
     if output:
         roots.add(os.path.dirname(output))
@@ -123,6 +157,8 @@ def _perfledger_boot():
         seen.add(full)
         real = realpath(full)
         if (full + "/").startswith(prefixes) or (real + "/").startswith(prefixes):
+            return
+        if real == interpreter:
             return
         # the system's devices and kernel files, but not /dev/shm: anyone may write there
         if (real + "/").startswith(system) and not (real + "/").startswith(writable):
