@@ -7,11 +7,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from wf_scenario import CAND1, CAND2, PRIMARY, Session, experiment, make_pairs, samples
+import pytest
+from wf_scenario import (
+    CAND1,
+    CAND2,
+    PRIMARY,
+    Session,
+    experiment,
+    make_pairs,
+    samples,
+    target_aa_rows,
+)
 
 #: The primary's values are scaled to ~0.5 s per value so that savings exceed the wall clock's
 #: resolution (``perfledger.derive.wall_check.FLOOR_S``).
 SCALE = 50.0
+
+
+@pytest.fixture
+def ready(bare: Session) -> Session:
+    """``ready`` whose A/A measured the original at the pairs' scale (the reference watch
+    compares each formal stage's reference with the A/A's medians, R11)."""
+    bare.up_to_baseline()
+    rows = target_aa_rows(bare.ledger)
+    for row in rows:
+        row["metrics"] = {k: [v * SCALE for v in vs] for k, vs in row["metrics"].items()}
+    bare.measure_aa(rows=rows)
+    return bare
 
 
 def _timed_pairs(tag: str, *, wall_saving: bool, gain: float = 0.2) -> list[dict[str, Any]]:

@@ -36,6 +36,8 @@ from perfledger.commands.workflow.reference_watch import baseline_bound
 from perfledger.events.workflow import (
     R11_REFERENCE_WATCHED,
     R11_REFERENCE_WATCHED_VERDICT,
+    R11_WATCHED_AGAINST_AA,
+    R11_WATCHED_AGAINST_AA_SAMPLES,
     SCHEMA_VERSIONS,
 )
 
@@ -81,8 +83,10 @@ def _redecide(session: Session, op: str, body: dict[str, Any], schema: int) -> A
 
 
 def test_r11_the_rule_versions_are_the_ones_assigned() -> None:
-    assert SCHEMA_VERSIONS["SamplesRecorded"] == R11_REFERENCE_WATCHED == 13
-    assert SCHEMA_VERSIONS["VerdictRecorded"] == R11_REFERENCE_WATCHED_VERDICT == 8
+    assert R11_REFERENCE_WATCHED == 13 and R11_REFERENCE_WATCHED_VERDICT == 8
+    assert R11_WATCHED_AGAINST_AA == 4 and R11_WATCHED_AGAINST_AA_SAMPLES == 14
+    assert SCHEMA_VERSIONS["SamplesRecorded"] >= R11_WATCHED_AGAINST_AA_SAMPLES
+    assert SCHEMA_VERSIONS["ResolutionEstimated"] >= R11_WATCHED_AGAINST_AA
 
 
 def test_cheat_a_candidate_that_slows_the_reference_is_not_a_pass(watched: Session) -> None:
@@ -192,3 +196,42 @@ def test_r11_the_baseline_bound_widens_with_its_own_spread() -> None:
     tight = baseline_bound([9.99, 10.0, 10.01, 10.0])
     loose = baseline_bound([9.0, 10.0, 11.0, 10.0])
     assert 0.0 < tight < 0.01 < loose
+
+
+def test_cheat_a_baseline_inflated_when_measured_does_not_switch_the_watch_off(
+    bare: Session,
+) -> None:
+    """The agent measured the baseline under its own load (3x slower: calls in a row, in place),
+    the A/A without it, then slowed only the reference in the target stage: the reference
+    matches the inflated baseline, but the A/A (two workers of the original, interleaved as a
+    formal stage is) shows it 2x slower than itself, so the comparison is invalid (R11,
+    ``SamplesRecorded`` schema 14); recorded before the rule, the same samples were not
+    flagged."""
+    bare.run("target.freeze", target_freeze())
+    bare.run("evidence.add", evidence())
+    bare.run("readiness.record", readiness())
+    bare.run("metric-audit.record", metric_audit())
+    values, cases = [], []
+    for index, case in enumerate(CASES):
+        for jitter in (0.998, 1.0, 1.002, 1.004):
+            values.append(3.0 * 10.0 * (1.0 + 0.3 * index) * jitter)
+            cases.append(case)
+    bare.run("baseline.record", baseline(values=values, cases=cases))
+    resolution = bare.measure_aa()
+    assert set(resolution["per_case_median"]) == set(CASES)
+    assert resolution["per_case_median"][CASES[0]] == pytest.approx(10.0, rel=0.01)
+    bare.screened()
+    pairs = _at_baseline(_slowed(make_pairs(0.0, tag="hog"), 2.0), 1.0)  # no gain of its own
+    body = samples("e1-target", "target", pairs=pairs)
+    before = _redecide(bare, "samples.record", body, R11_WATCHED_AGAINST_AA_SAMPLES - 1)
+    assert before[0].payload.reference_slowed is msgspec.UNSET  # under the inflated baseline
+    recorded = bare.run("samples.record", body)
+    flagged = recorded["reference_slowed"]
+    assert set(flagged) == set(CASES)
+    assert all(f["aa_slower_by"] == pytest.approx(1.0, abs=0.02) for f in flagged.values())
+    assert all("slower_by" not in f for f in flagged.values())  # the baseline saw nothing
+    verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] != "pass"
+    (note,) = [n for n in verdict["notes"] if n.startswith("R11: the comparison is invalid")]
+    assert "against its A/A" in note
+    assert audit(bare.ledger).ok

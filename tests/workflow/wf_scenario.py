@@ -158,7 +158,9 @@ def aa_rows(
     unit: str = "ms", spreads: dict[str, float] | None = None, per_call: int = 1,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The per-call rows of an A/A of the original: ``pairs`` ABBA pairs per case, each side
-    ``10 ms`` times a deterministic relative jitter within ``spread`` (``spreads``: per case). For an observed
+    the case's level (``10 ms x (1 + 0.3 i)`` for the ``i``-th of :data:`CASES`, as
+    :func:`make_pairs` gives the reference) times a deterministic relative jitter within
+    ``spread`` (``spreads``: per case). For an observed
     ``metric`` (``wall_time``, ``cpu_time``) each row carries the clocks its value comes from,
     as the worker protocol writes them (values in ``unit``)."""
     rows: list[dict[str, Any]] = []
@@ -170,7 +172,9 @@ def aa_rows(
                 jitter = (spreads or {}).get(case, spread) * math.sin(
                     7.3 * n + 13.1 * i + phase * 11.0 + len(case)
                 )
-                seconds = 0.010 * (1.0 + jitter)
+                # the original's level of the case, as make_pairs gives its reference
+                level = 1.0 + 0.3 * (CASES.index(case) if case in CASES else 0)
+                seconds = 0.010 * level * (1.0 + jitter)
                 row = {
                     "pair": n, "subject": label, "case": case, "call_id": f"aa-{n}-{label}",
                     "ok": True, "correct": True, "warmup": False,

@@ -333,6 +333,11 @@ class ResolutionEstimated(_Payload, kw_only=True):
     source: str | msgspec.UnsetType = msgspec.UNSET
     #: the attached A/A raw table the figures were re-derived from (``source == "perfledger"``)
     raw_table: str | msgspec.UnsetType = msgspec.UNSET
+    #: derived (schema :data:`R11_WATCHED_AGAINST_AA` on, workload A/A tables): test case ->
+    #: the median of the A/A's per-call medians of the primary (both sides, its unit): the
+    #: reference's interleaved figure that the reference watch compares formal stages with;
+    #: unset (not encoded) before, or for a kernel A/A
+    per_case_median: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- evidence (R6, R10)
@@ -1411,6 +1416,16 @@ R13_ONE_FINAL_AUDIT = 9
 #: (the comparison is invalid: something made the reference slower) with the figures in its
 #: reason. Events recorded before are decided without it.
 R11_REFERENCE_WATCHED = 13
+#: The ``ResolutionEstimated`` schema version from which a measured workload resolution records
+#: its A/A's per-case medians of the primary (``per_case_median``, re-derived from the A/A raw
+#: table), and the ``SamplesRecorded`` one (:data:`R11_WATCHED_AGAINST_AA_SAMPLES`) from which the
+#: reference watch compares each formal-stage case with them too, not only with the baseline:
+#: the A/A interleaves two workers of the original as a formal stage does, so an honest
+#: reference matches it closely, and a baseline inflated when it was measured (its calls run in a
+#: row, in place) no longer switches the watch off. The bound against the A/A is the larger of
+#: the case's resolution and the minimum effect. Events recorded before are decided without it.
+R11_WATCHED_AGAINST_AA = 4
+R11_WATCHED_AGAINST_AA_SAMPLES = 14
 R11_REFERENCE_WATCHED_VERDICT = 8
 R11_REFERENCE_WATCHED_FINAL_AUDIT = 9
 #: The ``VerdictRecorded`` schema version from which a target-stage result that did not pass,
@@ -1469,6 +1484,7 @@ SCHEMA_VERSIONS = {
         R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
         R14_ONE_RESULT_SAMPLES,
         R11_REFERENCE_WATCHED,
+        R11_WATCHED_AGAINST_AA_SAMPLES,
     ),
     "VerdictRecorded": max(
         R12_EVERY_CASE,
@@ -1504,7 +1520,9 @@ SCHEMA_VERSIONS = {
     ),
     "FormalRunStarted": R14_ONE_FORMAL_RUN,
     "ReadinessRecorded": max(R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS),
-    "ResolutionEstimated": max(R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION),
+    "ResolutionEstimated": max(
+        R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION, R11_WATCHED_AGAINST_AA
+    ),
     "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),
     "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),
     "ActivityExplained": max(R17_EXPLAINED_BY_REVIEW, R17_NO_TYPED_EXPLANATION),

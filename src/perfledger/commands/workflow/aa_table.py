@@ -92,6 +92,37 @@ def rederive_aa(
     raise AaTableMismatch("the A/A raw table holds neither a per-call table nor kernel cases")
 
 
+def aa_case_medians(raw: bytes, primary: Any) -> dict[str, float]:
+    """Per test case, the median of a workload A/A table's per-call medians of the ``primary``
+    (its name; both sides, valid and correct non-warm-up calls), in its unit: the original's
+    interleaved figure the reference watch compares formal stages with (R11,
+    :data:`~perfledger.events.workflow.R11_WATCHED_AGAINST_AA`). Empty for a kernel A/A table
+    or one that does not parse (:func:`rederive_aa` has judged the table already)."""
+    try:
+        table = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    rows = table.get("table") if isinstance(table, dict) else None
+    if not isinstance(rows, list):
+        return {}
+    per_case: dict[str, list[float]] = {}
+    for row in rows:
+        if not isinstance(row, dict) or row.get("warmup") or not isinstance(row.get("pair"), int):
+            continue
+        if not (row.get("ok") and row.get("correct")):
+            continue
+        values = _values(row, primary.name)
+        if values:
+            per_case.setdefault(str(row.get("case")), []).append(_median(values))
+    return {case: _median(medians) for case, medians in sorted(per_case.items())}
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
 def _workload(
     rows: list[Any], primary: Any, statistics: Any
 ) -> tuple[float, dict[str, float], int]:

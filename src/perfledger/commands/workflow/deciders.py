@@ -32,7 +32,7 @@ from perfledger.commands.workflow import (
     rules,
 )
 from perfledger.commands.workflow import requests as rq
-from perfledger.commands.workflow.aa_table import AaTableMismatch, rederive_aa
+from perfledger.commands.workflow.aa_table import AaTableMismatch, aa_case_medians, rederive_aa
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.review_evidence import interested_actors
@@ -71,6 +71,8 @@ from perfledger.events.workflow import (
     R11_REFERENCE_WATCHED,
     R11_REFERENCE_WATCHED_FINAL_AUDIT,
     R11_REFERENCE_WATCHED_VERDICT,
+    R11_WATCHED_AGAINST_AA,
+    R11_WATCHED_AGAINST_AA_SAMPLES,
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
@@ -552,6 +554,11 @@ def decide_resolution_record(
         if raw_table:
             _r4_measured_figures(target, req, ctx)
             body["raw_table"] = raw_table
+            if version >= R11_WATCHED_AGAINST_AA and ctx.artifact is not None:
+                # R11: the A/A's per-case figure, which the reference watch compares with
+                medians = aa_case_medians(ctx.artifact(raw_table) or b"", target.definition.primary)
+                if medians:
+                    body["per_case_median"] = medians
     elif raw_table:
         raise BadRequest(
             "raw_table is not part of resolutions of this rule version",
@@ -1022,7 +1029,10 @@ def _reference_watch(
     :data:`~perfledger.events.workflow.R11_REFERENCE_WATCHED` on), else ``{}``."""
     if rules_version(ctx, "SamplesRecorded") < R11_REFERENCE_WATCHED:
         return {}
-    flagged = reference_watch.reference_slowed(target, req.stage, req.reference.kind, req.pairs)
+    flagged = reference_watch.reference_slowed(
+        target, req.stage, req.reference.kind, req.pairs,
+        against_aa=rules_version(ctx, "SamplesRecorded") >= R11_WATCHED_AGAINST_AA_SAMPLES,
+    )  # fmt: skip
     return {"reference_slowed": flagged} if flagged else {}
 
 

@@ -63,15 +63,25 @@ def baseline_bound(values: Iterable[float]) -> float:
 
 
 def reference_slowed(
-    target: TargetView, stage: str, reference_kind: str, pairs: Iterable[Any]
+    target: TargetView,
+    stage: str,
+    reference_kind: str,
+    pairs: Iterable[Any],
+    *,
+    against_aa: bool = False,
 ) -> dict[str, dict[str, float]]:
     """The cases of formal-stage ``pairs`` whose reference (the original) was slower than the
     original's baseline by more than the bound: case -> ``reference`` and ``baseline`` (the
     primary's medians, in its unit), ``slower_by`` (relative: ``ref/base - 1`` for a
     lower-is-better primary, ``base/ref - 1`` for a higher-is-better one) and ``bound`` (the
     largest of the case's A/A resolution, :func:`baseline_bound` and the minimum effect).
-    Empty where nothing is compared (a screen, a champion reference, a kernel Target, no
-    per-case baseline)."""
+    ``against_aa`` (``SamplesRecorded`` schema
+    :data:`~perfledger.events.workflow.R11_WATCHED_AGAINST_AA_SAMPLES` on): each case is also
+    compared with the A/A's median of that case (the resolution's ``per_case_median``), bound
+    the larger of the case's resolution and the minimum effect; a case slower than it is flagged
+    with ``aa_median`` and ``aa_slower_by`` too (``baseline`` and ``slower_by`` stay the
+    baseline's). Empty where nothing is compared (a screen, a champion reference, a kernel
+    Target, no per-case baseline nor A/A median)."""
     baseline = target.baseline
     resolution = target.resolution_in_force
     if (
@@ -79,9 +89,12 @@ def reference_slowed(
         or reference_kind != "original"
         or baseline is None
         or resolution is None
-        or not baseline.per_case_median
         or target_kind(target) == "kernel"
     ):
+        return {}
+    aa_medians = getattr(resolution, "per_case_median", None) if against_aa else None
+    aa_medians = aa_medians if isinstance(aa_medians, dict) else {}
+    if not baseline.per_case_median and not aa_medians:
         return {}
     primary = target.definition.primary
     per_case: dict[str, list[float]] = {}
@@ -99,48 +112,74 @@ def reference_slowed(
             cand_per_case.setdefault(pair.case, []).append(_median(list(values)))
     flagged: dict[str, dict[str, float]] = {}
     for case, medians in sorted(per_case.items()):
-        base = baseline.per_case_median.get(case)
-        if base is None or base <= 0:
-            continue  # the baseline did not measure this case: not compared
         ref = float(_median(medians))
-        if primary.direction == "higher_is_better":
-            slower_by = base / ref - 1.0
-        else:
-            slower_by = ref / base - 1.0
-        case_resolution = resolution.per_case.get(case, resolution.resolution)
-        bound = max(case_resolution, baseline_bound(calls.get(case, [])),
-                    target.definition.min_effect)  # fmt: skip
-        if slower_by <= bound:
-            continue
-        # a slowed reference invalidates only what its slowing could have made: a candidate
-        # whose own figure does not clear the threshold against the reference's baseline
-        threshold = max(target.definition.min_effect, case_resolution)
         cands = cand_per_case.get(case)
-        if cands:
-            cand = float(_median(cands))
-            if primary.direction == "higher_is_better":
-                against_baseline = 1.0 - base / cand if cand > 0 else -math.inf
-            else:
-                against_baseline = 1.0 - cand / base
-            if against_baseline > threshold:
-                continue
-        flagged[case] = {"reference": ref, "baseline": float(base),
+        cand = float(_median(cands)) if cands else None
+        case_resolution = resolution.per_case.get(case, resolution.resolution)
+        # a slowed reference invalidates only what its slowing could have made: a candidate
+        # whose own figure does not clear the threshold against the yardstick either
+        threshold = max(target.definition.min_effect, case_resolution)
+        found: dict[str, float] = {}
+        base = (baseline.per_case_median or {}).get(case)
+        if base is not None and base > 0:
+            bound = max(case_resolution, baseline_bound(calls.get(case, [])),
+                        target.definition.min_effect)  # fmt: skip
+            slower_by = _slower_by(ref, base, primary.direction)
+            if slower_by > bound and not _beats(cand, base, threshold, primary.direction):
+                found = {"reference": ref, "baseline": float(base),
                          "slower_by": slower_by, "bound": bound}  # fmt: skip
+        aa = aa_medians.get(case)
+        if isinstance(aa, int | float) and aa > 0:
+            bound = max(case_resolution, target.definition.min_effect)
+            slower_by = _slower_by(ref, float(aa), primary.direction)
+            if slower_by > bound and not _beats(cand, float(aa), threshold, primary.direction):
+                found = {**found, "reference": ref, "aa_median": float(aa),
+                         "aa_slower_by": slower_by, "aa_bound": bound}  # fmt: skip
+        if found:
+            flagged[case] = found
     return flagged
+
+
+def _slower_by(ref: float, yardstick: float, direction: str) -> float:
+    """How much slower ``ref`` is than ``yardstick`` (relative; negative: faster)."""
+    if direction == "higher_is_better":
+        return yardstick / ref - 1.0 if ref > 0 else math.inf
+    return ref / yardstick - 1.0
+
+
+def _beats(cand: float | None, yardstick: float, threshold: float, direction: str) -> bool:
+    """Whether the candidate's figure ``cand`` beats ``yardstick`` by more than ``threshold``."""
+    if cand is None:
+        return False
+    if direction == "higher_is_better":
+        gain = 1.0 - yardstick / cand if cand > 0 else -math.inf
+    else:
+        gain = 1.0 - cand / yardstick
+    return gain > threshold
+
+
+def _case_text(case: str, f: dict[str, float], unit: str) -> str:
+    parts = []
+    if "baseline" in f:
+        parts.append(
+            f"against its baseline {f['baseline']:.4g} {unit}, {f['slower_by'] * 100:.1f} % "
+            f"slower (bound {f['bound'] * 100:.1f} %)"
+        )
+    if "aa_median" in f:
+        parts.append(
+            f"against its A/A {f['aa_median']:.4g} {unit}, {f['aa_slower_by'] * 100:.1f} % "
+            f"slower (bound {f['aa_bound'] * 100:.1f} %)"
+        )
+    return f"{case}: reference {f['reference']:.4g} {unit} " + " and ".join(parts)
 
 
 def invalid_note(flagged: dict[str, dict[str, float]], unit: str) -> str:
     """The verdict's (or final audit's) note on flagged samples, with the figures."""
-    cases = "; ".join(
-        f"{case}: reference {f['reference']:.4g} {unit} against its baseline "
-        f"{f['baseline']:.4g} {unit}, {f['slower_by'] * 100:.1f} % slower (bound "
-        f"{f['bound'] * 100:.1f} %)"
-        for case, f in sorted(flagged.items())
-    )
+    cases = "; ".join(_case_text(case, f, unit) for case, f in sorted(flagged.items()))
     return (
-        "R11: the comparison is invalid: the reference ran slower than its own baseline by "
-        "more than the bound (the largest of the A/A resolution, the baseline's prediction bound "
-        f"and the minimum effect) ({cases}); something made it slower (a side effect of the "
+        "R11: the comparison is invalid: the reference ran slower than its own baseline or A/A "
+        "by more than the bound (the largest of the A/A resolution, the baseline's prediction "
+        f"bound and the minimum effect) ({cases}); something made it slower (a side effect of the "
         "candidate, a background process, a loaded host): it cannot pass"
     )
 
