@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,8 @@ from perfledger.kernels.workload.driver import Subject, run_pairs
 from perfledger.kernels.workload.snapshot import take_snapshot
 from perfledger.kernels.workload.subject_copy import CopyGuard, SubjectCopy, prepare_subject
 from perfledger.kernels.workload.subject_env import SUBJECT_ROOT_TOKEN, call_environment
+from perfledger.kernels.workload.worker import WorkerSubject
+from perfledger.kernels.workload.worker import run_pairs as run_workers
 
 #: A subject printing one result; it imports its helper module from its own directory.
 BENCH = """\
@@ -213,3 +216,74 @@ def test_cheat_a_variable_set_for_one_subject_alone_is_refused_before_any_call(
                   cases=["a"], pairs_per_case=1, warmup_calls=0)  # fmt: skip
     assert caught.value.rule == "R11" and "FAST_PATH" in caught.value.message
     assert not marker.exists()  # nothing ran
+
+
+#: A worker (perfledger.subject protocol) whose call reads a file outside its copy
+#: (``READS``: a path, or empty for an honest worker).
+WORKER = """\
+import json, os, random
+from perfledger.subject import serve
+READS = {reads!r}
+def call(state, case, seed, output):
+    if READS:
+        exec(open(READS).read())
+    rng = random.Random(f"{{case}}:{{seed}}")
+    json.dump(sum(rng.random() for _ in range(1000)), open(output, "w"))
+serve(lambda: None, call)
+"""
+
+
+def _worker_copy(tmp_path: Path, name: str, reads: str, label: str) -> SubjectCopy:
+    root = tmp_path / name
+    root.mkdir()
+    (root / "work.py").write_text(WORKER.format(reads=reads))
+    taken = take_snapshot(name, [sys.executable, f"{name}/work.py"], lambda _r: True, tmp_path)
+    return prepare_subject(taken.snapshot, taken.blobs, label=label)
+
+
+@pytest.mark.parametrize("honest", [True, False])
+def test_cheat_a_worker_reading_code_from_outside_its_copy_is_refused(
+    tmp_path: Path, honest: bool
+) -> None:
+    """Under the worker protocol each subject serves many calls from its read-only copy, under
+    the bootstrap (its boot counted once per worker): a candidate whose calls read code from
+    /dev/shm, which no snapshot holds, is refused naming the file; the honest control runs."""
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
+    hidden = shm / f"perfledger-test-hidden-{os.getpid()}.py"
+    hidden.write_text("FAST = True\n")
+    ref = _worker_copy(tmp_path, "r", "", "ref")
+    cand = _worker_copy(tmp_path, "c", "" if honest else str(hidden), "cand")
+    try:
+        argvs = {
+            "ref": [sys.executable, os.path.join(ref.path, "work.py")],
+            "cand": [sys.executable, os.path.join(cand.path, "work.py")],
+        }
+        guard = CopyGuard({"ref": ref, "cand": cand}, argvs, boot_per_call=False)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        subjects = {
+            label: WorkerSubject(label, argvs[label], env={**env, **c.env})
+            for label, c in (("ref", ref), ("cand", cand))
+        }
+
+        def run() -> Any:
+            done = run_workers(
+                subjects["ref"], subjects["cand"], cases=["a"], pairs_per_case=3,
+                accuracy={"compare": "allclose", "rtol": 1e-9}, units={"wall_time": "ms"},
+                warmup_calls=0, before_call=guard,
+                subject_roots={"ref": ref.root, "cand": cand.root},
+            )  # fmt: skip
+            guard(None)
+            return done
+
+        if honest:
+            done = run()
+            environments = done.settings["call_environment"]
+            assert environments["ref"] == environments["cand"]
+            return
+        with pytest.raises(RuleRefused) as caught:
+            run()
+        assert caught.value.rule == "R11" and str(hidden) in caught.value.message
+    finally:
+        ref.close()
+        cand.close()
+        hidden.unlink(missing_ok=True)

@@ -314,10 +314,13 @@ class SubjectCopies:
             copy.close()
 
 
-def subject_copies(target: Any, body: dict[str, Any], files: dict[str, Any]) -> SubjectCopies:
+def subject_copies(
+    target: Any, body: dict[str, Any], files: dict[str, Any], *, boot_per_call: bool = True
+) -> SubjectCopies:
     """Make the read-only copies of both subjects of ``body`` (the samples' identity, as
     :func:`measure_identity` made it) from ``files`` (its ``file-<blake3>`` artifacts), each
-    checked against its digest. Raises: IntegrityError (bytes that are not the snapshot's)."""
+    checked against its digest; ``boot_per_call``: as :class:`CopyGuard`'s (False for workers
+    that serve many calls). Raises: IntegrityError (bytes that are not the snapshot's)."""
 
     blobs = {
         name.removeprefix("file-"): artifact.data
@@ -335,7 +338,7 @@ def subject_copies(target: Any, body: dict[str, Any], files: dict[str, Any]) -> 
             *body["reference"].get("driver", {}),
             *body["candidate"].get("driver", {}),
         ]
-        guard = CopyGuard(copies, argvs, drivers)
+        guard = CopyGuard(copies, argvs, drivers, boot_per_call=boot_per_call)
     except BaseException:
         for copy in copies.values():
             copy.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from perfledger.app.context import (
     start_formal_run,
     start_monitor,
 )
+from perfledger.app.identity import subject_copies
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.output_rules import compared
@@ -361,8 +363,17 @@ def measure_workload(
     # what the deciders refuse of the samples, as those of the run about to start (R14)
     preview(ledger, "samples.record", stand_in, actor=request.actor,
             starting_run=sid if formal else None)  # fmt: skip
+    # R11: each call runs from a read-only copy of its subject's snapshot (the readiness
+    # driver with the copy in its {subject} place), under perfledger's bootstrap, with its own
+    # bytecode cache; what it reads from outside them is refused (CopyGuard)
+    copies = None
+    if code is not None:
+        copies = subject_copies(target, code, code_files, boot_per_call=False)
+        argvs = copies.argvs
     monitor, monitor_note = start_monitor(request.monitor != "none", request.monitor)
     if monitor is None and request.stage in FORMAL_STAGES:
+        if copies is not None:
+            copies.close()
         raise rules.refuse(
             "R17",
             f"a formal ({request.stage}) stage needs the monitor over every sample window, and "
@@ -377,6 +388,8 @@ def measure_workload(
     except BaseException:
         if monitor is not None:
             monitor.stop()
+        if copies is not None:
+            copies.close()
         raise
     startup = StartupWatch(list(argvs.values()))
     watch = None if code is None or identity is None else identity.watch(info, code)
@@ -385,17 +398,30 @@ def measure_workload(
         startup.check()  # R11: the subjects' Python start-up files unchanged
         if watch is not None:
             watch(label)
+        if copies is not None:
+            copies.guard(label)
 
+    envs = {
+        label: None if copies is None else {**os.environ, **copies.copies[label].env}
+        for label in ("ref", "cand")
+    }
     try:
         run = run_pairs(
-            WorkerSubject("ref", argvs["ref"]), WorkerSubject("cand", argvs["cand"]),
+            WorkerSubject("ref", argvs["ref"], env=envs["ref"]),
+            WorkerSubject("cand", argvs["cand"], env=envs["cand"]),
             cases=cases, pairs_per_case=n_pairs, accuracy=accuracy, units=units,
             mode=request.protocol, warmup_calls=request.warmup, timeout_s=request.timeout_s,
             fresh_worker=request.fresh_worker, on_call=on_call, before_call=before_call,
+            subject_roots=None if copies is None else copies.roots,
+            extra_settings=None if copies is None else copies.settings,
         )  # fmt: skip
+        if copies is not None:
+            copies.guard(None)  # the last call's report and both copies, after the run
     finally:
         if monitor is not None:
             monitor.stop()
+        if copies is not None:
+            copies.close()
     if code is not None and identity is not None:
         identity.confirm(info, code)
 

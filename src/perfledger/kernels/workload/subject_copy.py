@@ -129,6 +129,10 @@ def _perfledger_boot():
             except OSError:
                 continue
     interpreter = realpath(sys.executable) if sys.executable else ""
+    # the standard library's zip that CPython puts on sys.path: allowed while it does not exist
+    # (a failed probe reads nothing); one planted there would shadow the standard library
+    stdzips = {realpath(p) for p in sys.path
+               if p.endswith(".zip") and os.path.basename(p).startswith("python")}
     output = os.environ.get("PERFLEDGER_OUTPUT")
     if output:
         roots.add(os.path.dirname(output))
@@ -159,6 +163,8 @@ def _perfledger_boot():
         if (full + "/").startswith(prefixes) or (real + "/").startswith(prefixes):
             return
         if real == interpreter:
+            return
+        if real in stdzips and not os.path.exists(real):
             return
         # the system's devices and kernel files, but not /dev/shm: anyone may write there
         if (real + "/").startswith(system) and not (real + "/").startswith(writable):
@@ -414,10 +420,16 @@ class CopyGuard:
         copies: Mapping[str, SubjectCopy],
         argvs: Mapping[str, Sequence[str]],
         allowed_files: Iterable[str] = (),
+        *,
+        boot_per_call: bool = True,
     ) -> None:
         """``copies`` and ``argvs``: by label; ``allowed_files``: files outside the copies a
-        call may open (the snapshot's driver files), as paths this process can resolve."""
+        call may open (the snapshot's driver files), as paths this process can resolve;
+        ``boot_per_call``: each call is a process of its own, whose bootstrap must have run
+        (False: a worker serves many calls, and its bootstrap ran once when it started)."""
         self.copies = dict(copies)
+        self.boot_per_call = boot_per_call
+        self.boots: dict[str, int] = {}
         self.python = {label: is_python(argv) for label, argv in argvs.items()}
         self.allowed = {os.path.realpath(p) for p in allowed_files}
         self.files = {label: c.files() for label, c in self.copies.items()}
@@ -483,7 +495,8 @@ class CopyGuard:
                 "driver's command line by a relative path (then it is snapshotted); data a "
                 "call needs goes there too",
             )
-        if self.python.get(label) and boots == 0:
+        self.boots[label] = self.boots.get(label, 0) + boots
+        if self.python.get(label) and (boots if self.boot_per_call else self.boots[label]) == 0:
             raise RuleRefused(
                 f"R11: perfledger's bootstrap did not run in the {self._role(label)}'s call "
                 "(python -S, -I or -E skip it), so the files it read are not known; nothing "

@@ -68,10 +68,11 @@ from typing import Any
 
 from perfledger.derive import outputs as output_rules
 from perfledger.derive.units import UNITS_PER_SECOND
-from perfledger.errors import MeasurementError
+from perfledger.errors import MeasurementError, RuleRefused
+from perfledger.events.identity import environment_difference
 from perfledger.kernels.proc import CallTree, drop_ptrace_capability
 from perfledger.kernels.workload import outputs
-from perfledger.kernels.workload.subject_env import influencing_environment
+from perfledger.kernels.workload.subject_env import call_environment, influencing_environment
 
 #: The protocol's name and version, said by the subject in its ``ready`` line.
 PROTOCOL = "perfledger-worker/1"
@@ -692,6 +693,8 @@ def run_pairs(
     on_call: Callable[[dict[str, Any]], None] | None = None,
     before_call: Callable[[str], None] | None = None,
     more_pairs: Callable[[list[dict[str, Any]]], int] | None = None,
+    subject_roots: Mapping[str, str] | None = None,
+    extra_settings: Mapping[str, Any] | None = None,
 ) -> WorkerRun:
     """Run ``ref`` and ``cand`` in interleaved ABBA pairs over ``cases`` under the worker
     protocol (``mode="worker"``) or one process per call (``mode="command"``), judging every
@@ -719,11 +722,32 @@ def run_pairs(
             every case ran; the more pairs per case to run (0 stops). The settings record how
             many ran (``pairs_per_case``) and how many were planned first (``planned_pairs``).
     Returns: the :class:`WorkerRun`.
-    Raises: ValueError for bad arguments; WorkerFailed when a subject fails the protocol, an
+    Raises: ValueError for bad arguments; RuleRefused (R11) when the two subjects' environments
+        differ (``subject_roots``: label -> its copy's private directory, the one difference
+        allowed; ``extra_settings``: more entries of the settings, recorded with the samples);
+        WorkerFailed when a subject fails the protocol, an
         worker used CPU after its ``done``, or a call fails (the run is invalid).
     """
     if not cases or len(set(cases)) != len(cases):
         raise ValueError("cases must be non-empty and distinct")
+    # R11: the two subjects' processes get the same environment, apart from their private
+    # directories (``subject_roots``: label -> the private directory of its read-only copy)
+    roots = dict(subject_roots or {})
+    environments = {
+        label: call_environment(dict(os.environ if s.env is None else s.env), roots.get(label))
+        for label, s in (("ref", ref), ("cand", cand))
+    }
+    differ = environment_difference(environments["ref"], environments["cand"])
+    if ref.cwd != cand.cwd:
+        differ.append("(working directory)")
+    if differ:
+        raise RuleRefused(
+            "R11: the reference's and the candidate's workers would run with different "
+            f"environments: {', '.join(differ)}; a variable set for one subject alone can "
+            "change how it runs without any file of it differing, so nothing was measured",
+            rule="R11",
+            hint="give both subjects the same environment (only their own directories differ)",
+        )
     if pairs_per_case < 1 or warmup_calls < 0:
         raise ValueError("pairs_per_case must be >= 1 and warmup_calls >= 0")
     if mode not in ("worker", "command"):
@@ -882,6 +906,9 @@ def run_pairs(
         "idle_cpu": {"floor_s": IDLE_CPU_FLOOR_S, "share": IDLE_CPU_SHARE},
         "observed": {k: v for k, v in OBSERVED_METRICS.items() if k in units},
         "environment": influencing_environment(),
+        # R11: the full environment of every worker (names, values' hashes), the same for both
+        "call_environment": {**environments, "per_call": [FDS_ENV]},
+        **dict(extra_settings or {}),
         "outputs": {
             "method": output_rules.METHOD, "accuracy": rule, "seeded": True,
             "store_max_bytes": output_rules.STORE_MAX_BYTES,
