@@ -19,7 +19,7 @@ import msgspec
 
 import perfledger
 from perfledger.commands.cli import app
-from perfledger.commands.registry import operations
+from perfledger.commands.registry import catalog, operations, request_models
 
 SRC = Path(perfledger.__file__).resolve().parent
 
@@ -225,12 +225,29 @@ def test_every_module_imports_in_a_fresh_interpreter() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_operations_bind_request_models_and_deciders_through_functions() -> None:
+def test_operations_bind_request_models_and_deciders_through_tables() -> None:
     for name, operation in operations.OPERATIONS.items():
-        assert callable(operation.models_module) and callable(operation.decider_module), name
+        assert operation.models in request_models.MODELS, name
+        assert operation.deciders in operations.DECIDERS, name
         model = operations.request_model(name)
         assert isinstance(model, type) and issubclass(model, msgspec.Struct), name
         assert callable(operations.decider(name)), name
+
+
+def test_the_operation_catalog_the_cli_builds_from_imports_no_model_and_no_decider() -> None:
+    """``perfledger experiment list`` builds every workflow command from the catalog: it must not
+    load the request models or the deciders (the write path, :mod:`operations`)."""
+    assert {e.target for e in _edges() if e.source == catalog.__name__} <= {"perfledger.errors"}
+    probe = (
+        "import sys\n"
+        "import perfledger.commands.cli.workflow_commands\n"
+        "loaded = [m for m in ('perfledger.commands.registry.operations',\n"
+        "          'perfledger.commands.registry.request_models',\n"
+        "          'perfledger.commands.workflow.deciders') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_only_the_cli_entry_point_imports_modules_named_in_strings() -> None:

@@ -1,5 +1,5 @@
 """The workflow's CLI groups (SPEC.md section 6): ``perfledger <group> <verb>``, built from the
-operation registry (:mod:`perfledger.commands.registry.operations`).
+operation catalog (:mod:`perfledger.commands.registry.catalog`).
 
 Every write takes a closed JSON request (``--request FILE`` or ``-`` for stdin); flags for the
 common fields (``--target``, ``--experiment``, ``--samples``) fill or override the request's
@@ -35,8 +35,7 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry import operations
-from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
+from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.errors import BadRequest
 from perfledger.events import limits
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
@@ -248,7 +247,7 @@ def submit(
 
     from perfledger.app.decisions import record_decision  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    operation = operations.get_operation(name)
+    operation = get_operation(name)
     ledger = ctx.open()
     try:
         recorded = record_decision(
@@ -591,6 +590,8 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
         for name in sorted(OPERATIONS):
             click.echo(f"  {name:24s} {OPERATIONS[name].help}")
         return
+    from perfledger.commands.registry.request_models import json_schema  # noqa: PLC0415 (the request models: off `perfledger experiment list`'s start-up path)
+
     click.echo(to_json_text(json_schema(operation), indent=2))
 
 
