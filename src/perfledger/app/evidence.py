@@ -20,8 +20,9 @@ from perfledger.api import Ledger
 from perfledger.commands.registry import operations
 from perfledger.errors import EvidenceError
 from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu, export_ncu_rep
-from perfledger.kernels.profilers.evidence import evidence_request, file_hash, parse_report
+from perfledger.kernels.profilers.evidence import evidence_request, file_hash
 from perfledger.kernels.profilers.ncu import parse_ncu_csv
+from perfledger.kernels.profilers.parse import parse_report
 from perfledger.ledger.base import Artifact
 
 #: Logical artifact name -> (bytes, media type): what an evidence event attaches.
