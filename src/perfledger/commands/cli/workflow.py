@@ -24,11 +24,16 @@ import msgspec
 
 from perfledger.commands.cli.common import (
     TARGET_FIELD_HELP,
+    actor_option,
     actor_param,
+    dry_run_option,
     dry_run_param,
+    idempotency_option,
     idempotency_param,
     json_param,
+    request_option,
     request_param,
+    target_field_option,
     target_option,
     to_json_text,
 )
@@ -657,4 +662,35 @@ def commands() -> list[click.Command]:
     return [*groups.values(), *top, schema]
 
 
-__all__ = ["COMMON_FLAGS", "FIELD_HINTS", "commands", "read_request"]
+@click.command("resolve")
+@request_option("conflict.resolve")
+@target_field_option
+@click.option("--conflict", "conflict_id", default=None, help="The conflict id (sets conflict_id).")
+@click.option("--keep", default=None, help="What stands (one of the conflict's options).")
+@click.option("--reason", default=None, help="Why.")
+@idempotency_option
+@actor_option
+@dry_run_option
+@_json
+def resolve_command(
+    request_source: str | None,
+    target_id: str | None,
+    conflict_id: str | None,
+    keep: str | None,
+    reason: str | None,
+    idempotency_key: str | None,
+    actor: str | None,
+    dry_run: bool,
+    json_flag: bool,
+) -> None:
+    """Record which side of a conflict stands (`perfledger state` lists open conflicts); the
+    same operation as `perfledger conflict resolve`."""
+    ctx = _ctx(json_flag)
+    body = read_request(request_source)
+    fields = {"target_id": target_id, "conflict_id": conflict_id, "keep": keep, "reason": reason}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    submit(ctx, "conflict.resolve", body, actor=actor, idempotency_key=idempotency_key,
+           dry_run=dry_run)  # fmt: skip
+
+
+__all__ = ["COMMON_FLAGS", "FIELD_HINTS", "commands", "read_request", "resolve_command"]
