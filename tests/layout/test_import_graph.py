@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -48,11 +49,11 @@ ALLOWED: dict[str, set[str]] = {
 }  # fmt: skip
 #: Layers that may import every other one: the auditor and the adapters.
 TOP = {"commands.audit", "commands.cli", "commands.mcp", "api", "perfledger", "__main__", "skill"}
-#: Share of the imports of perfledger modules that sit inside functions. Issue 33 asks for at
-#: most 5 %; what is left above it are the CLI's command modules, each holding many commands:
-#: an import moved to their top would load one command's modules for every other command of the
-#: module (`experiment list`, `status` measurably slower). This bound only goes down.
-MAX_INSIDE_SHARE = 0.11
+#: Share of the imports of perfledger modules that sit inside functions: issue 33 asks for at
+#: most 5 %. What is left keeps a heavy module (numpy, the deciders, dulwich's transports,
+#: cryptography, every profiler parser) off a light command's start-up path, each with its
+#: reason (ruff's PLC0415 silenced with the reason in parentheses). This bound only goes down.
+MAX_INSIDE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,18 @@ def test_few_imports_of_perfledger_modules_sit_inside_functions() -> None:
     inside = [e for e in _edges() if e.inside and e.line]  # the LazyGroup's names are by design
     share = len(inside) / len([e for e in _edges() if e.line])
     assert share <= MAX_INSIDE_SHARE, f"{len(inside)} imports inside functions ({share:.1%})"
+
+
+def test_every_import_inside_a_function_states_its_reason() -> None:
+    """Issue 33: each import left inside a function says why (``# noqa: PLC0415 (reason)``);
+    ruff's PLC0415 refuses one without the noqa."""
+    bare = [
+        f"{path.relative_to(SRC.parent)}:{number}"
+        for path in MODULES.values()
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if "noqa: PLC0415" in line and not re.search(r"noqa: PLC0415 \([^)]+\)", line)
+    ]
+    assert bare == []
 
 
 def test_every_module_imports_in_a_fresh_interpreter() -> None:

@@ -7,8 +7,8 @@ fields. ``--json`` answers with one object; ``--idempotency-key`` makes a retry 
 event; ``--actor`` names who decides (default: ``$PERFLEDGER_ACTOR``, else the ``perfledger.actor`` that ``init --actor`` remembered, else ``$USER``).
 
 Read commands: ``target show``, ``experiment show|list``, ``champion show`` and ``schema OP``.
-This module imports only click at load time; the request models, the deciders and (for verdicts) numpy
-load inside the commands that need them. :func:`commands` returns the click commands that
+This module imports the operation catalog and the pure read models at load time; the request
+models, the deciders and (for verdicts) numpy load inside the commands that need them. :func:`commands` returns the click commands that
 ``perfledger.commands.cli.app`` adds to its group.
 """
 
@@ -40,10 +40,13 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
+from perfledger.commands.cli.show import claim_lines, print_experiment, print_targets
 from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.errors import BadRequest
 from perfledger.events import limits
+from perfledger.projections.champions import final_audit_standing
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
+from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
 
 #: Request fields that flags may set, per flag: (flag, field, help).
 COMMON_FLAGS = (
@@ -200,8 +203,6 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
         if event["kind"] in ("VerdictRecorded", "FinalAuditRecorded"):
-            from perfledger.projections.verdict_explain import verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
         if event["kind"] == "ChampionSelected":  # who it is now, and what R13 asks next
@@ -221,8 +222,6 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
                     f"`perfledger final-audit record --target {p['target_id']} --samples ID`"
                 )
         if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
-            from perfledger.commands.cli.show import claim_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             for line in claim_lines(event["payload"]):
                 click.echo(line)
         if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
@@ -320,8 +319,6 @@ def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
         status = event["payload"].get("status")
         click.echo(f"would append {event['kind']}" + (f"  status={status}" if status else ""))
         if event["kind"] == "VerdictRecorded":
-            from perfledger.projections.verdict_explain import verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
         click.echo(to_json_text(event["payload"], indent=2))
@@ -439,8 +436,6 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
     else:
         shown = {target_id: state.targets[target_id]}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        from perfledger.commands.cli.show import print_targets  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
         print_targets(msgspec.to_builtins(shown), msgspec.to_builtins(state.experiments))
         return
     _show(ctx, {"targets": shown} if target_id is None else {"target": shown[target_id]})
@@ -457,8 +452,6 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
         )
     verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        from perfledger.commands.cli.show import print_experiment  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
         print_experiment(msgspec.to_builtins(experiment), msgspec.to_builtins(verdicts))
         return
     _show(ctx, {"experiment": experiment, "verdicts": verdicts})
@@ -488,7 +481,6 @@ def _experiment_list(target_id: str | None, json_flag: bool) -> None:
 
 def _champion_show(target_id: str, json_flag: bool) -> None:
     """Show a Target's champion (``original`` when none) and its lineage."""
-    from perfledger.projections.champions import final_audit_standing  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     state = _state(ctx)
@@ -510,8 +502,6 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
     """Explain the recorded verdict (or final audit) of SAMPLES_ID: the condition that decided
     it, the estimate, CI and threshold, every case's absolute per-call figures (original ->
     candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
-
-    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     state = _state(ctx)
