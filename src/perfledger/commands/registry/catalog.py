@@ -31,10 +31,11 @@ class Operation:
         help: one line for ``--help``.
         models: which family's request module holds the model: ``workflow``
             (:mod:`perfledger.commands.workflow.requests`) or ``loop``
-            (:mod:`perfledger.commands.loop.requests`); the key of
-            :data:`perfledger.commands.registry.request_models.MODELS`.
+            (:mod:`perfledger.commands.loop.requests`), as given to
+            :func:`perfledger.commands.registry.request_models.models_module`.
         deciders: which module holds the decider: ``workflow``, ``activity``, ``formal_run``,
-            ``review`` or ``loop``; the key of :data:`perfledger.commands.registry.operations.DECIDERS`.
+            ``review`` or ``loop``, as given to
+            :func:`perfledger.commands.registry.operations.decider_module`.
         generic_cli: whether ``workflow_cli`` builds its ``--request`` command (the loop's
             operations have their own CLI, :mod:`perfledger.commands.cli.loop`).
     """

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from perfledger.commands.loop import deciders as loop_deciders
 from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.commands.registry.placeholders import refuse_placeholders
 from perfledger.commands.registry.request_models import (
@@ -58,14 +57,23 @@ if TYPE_CHECKING:
     from perfledger.events.envelope import Envelope
 
 #: :attr:`Operation.deciders <perfledger.commands.registry.catalog.Operation>` -> the module
-#: holding the deciders of that family.
+#: holding the deciders of that family (the loop's: :func:`decider_module`).
 DECIDERS: dict[str, ModuleType] = {
     "workflow": deciders,
     "activity": activity,
     "formal_run": formal_run_start,
     "review": review_deciders,
-    "loop": loop_deciders,
 }
+
+
+def decider_module(family: str) -> ModuleType:
+    """The module holding the deciders of ``family``: :data:`DECIDERS`, or the
+    kernel-iteration loop's (R19-R25), imported on its first use."""
+    if family == "loop":
+        from perfledger.commands.loop import deciders as loop_deciders  # noqa: PLC0415 (the loop's deciders and rules, with the event catalog: off `perfledger status`'s start-up path)
+
+        return loop_deciders
+    return DECIDERS[family]
 
 
 @functools.cache
@@ -76,7 +84,7 @@ def decider(name: str) -> Any:
     replay included). Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
     return functools.partial(
-        _ranged_decide, operation, getattr(DECIDERS[operation.deciders], operation.decider)
+        _ranged_decide, operation, getattr(decider_module(operation.deciders), operation.decider)
     )
 
 
@@ -264,7 +272,7 @@ def _refuse_unlike_raw_table(request: Any, raw: bytes, artifacts: Any = None) ->
 
 
 __all__ = [
-    "DECIDERS", "EDGE_FIELDS", "OPERATIONS", "Operation", "condense", "decide", "decider",
+    "DECIDERS", "EDGE_FIELDS", "OPERATIONS", "Operation", "condense", "decide", "decider", "decider_module",
     "execute", "get_operation", "json_schema", "payload_reader", "preview", "request_model",
     "stored_request", "validate",
 ]  # fmt: skip

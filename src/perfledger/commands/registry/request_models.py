@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from perfledger.commands.loop import requests as loop_requests
 from perfledger.commands.registry.catalog import get_operation
 from perfledger.commands.workflow import requests as workflow_requests
 from perfledger.commands.workflow.field_docs import describe
@@ -24,9 +23,16 @@ from perfledger.commands.workflow.ranges import schema_with_ranges
 from perfledger.commands.workflow.requests import PATTERN_WORDS, dump
 from perfledger.errors import BadRequest
 
-#: :attr:`Operation.models <perfledger.commands.registry.catalog.Operation>` -> the module
-#: holding the request models of that family.
-MODELS: dict[str, ModuleType] = {"workflow": workflow_requests, "loop": loop_requests}
+
+def models_module(family: str) -> ModuleType:
+    """The module holding the request models of ``family``
+    (:attr:`Operation.models <perfledger.commands.registry.catalog.Operation>`): the workflow's,
+    or the kernel-iteration loop's (R19-R25), imported on its first use."""
+    if family == "loop":
+        from perfledger.commands.loop import requests as loop_requests  # noqa: PLC0415 (the loop's request models: off `perfledger status`'s start-up path)
+
+        return loop_requests
+    return workflow_requests
 
 
 @functools.cache
@@ -36,7 +42,7 @@ def request_model(name: str) -> Any:
 
     Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
-    return getattr(MODELS[operation.models], operation.model)
+    return getattr(models_module(operation.models), operation.model)
 
 
 #: Fields a caller sends that the CLI and the MCP server turn into others before the request is
@@ -158,5 +164,5 @@ def stored_request(name: str, request: Any) -> dict[str, Any]:
 
 
 __all__ = [
-    "EDGE_FIELDS", "MODELS", "condense", "json_schema", "request_model", "stored_request", "validate",
+    "EDGE_FIELDS", "condense", "json_schema", "models_module", "request_model", "stored_request", "validate",
 ]  # fmt: skip
