@@ -78,7 +78,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "gc": "perfledger.commands.cli.gc:gc",
     "triage": "perfledger.commands.cli.triage:triage",
     "status": "perfledger.commands.cli.agents:status_command",
-    "skill": "perfledger.commands.cli.agents:skill_group",
+    "skill": "perfledger.commands.cli.skill:skill_group",
     "mcp": "perfledger.commands.cli.agents:mcp_command",
     "artifact": "perfledger.commands.cli.agents:artifact_group",
     "checkpoint": "perfledger.commands.cli.checkpoint:checkpoint_group",
