@@ -23,10 +23,10 @@ from perfledger.events.canonical import canonical_bytes
 from perfledger.events.envelope import EVENT_ID_DOMAIN
 from perfledger.kernels.profilers.evidence import (
     PARSER_VERSION,
-    parse_report,
     report_facts,
     report_limitations,
 )
+from perfledger.kernels.profilers.parse import parse_report
 from subprocess_env import isolated_env, perfledger_command
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profilers"

@@ -371,7 +371,7 @@ def mutated(kind: str) -> st.SearchStrategy[bytes]:
 
 def _profiler(kind: str) -> Callable[[bytes], object]:
     def run(data: bytes) -> object:
-        from perfledger.kernels.profilers.evidence import parse_report
+        from perfledger.kernels.profilers.parse import parse_report
 
         with tempfile.NamedTemporaryFile(suffix=".report") as handle:
             handle.write(data)

@@ -36,6 +36,7 @@ from perfledger.events.identity import (
     subject_of,
     substitute,
 )
+from perfledger.kernels.workload.snapshot import SKIPPED_DIRS, remove_bytecode_caches
 from perfledger.kernels.workload.subject_copy import (
     CopyGuard,
     link_inside,
@@ -219,7 +220,6 @@ class SubjectsWatch:
 
     def __init__(self, info: dict[str, Any], body: dict[str, Any], strict: bool = False) -> None:
         """``body``: the samples' identity as :func:`measure_identity` made it."""
-        from perfledger.kernels.workload.snapshot import remove_bytecode_caches  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
         self.strict = strict
         self.info, self.body = info, body
@@ -247,7 +247,6 @@ class SubjectsWatch:
         return out
 
     def _stat(self) -> dict[str, tuple[int, ...]]:
-        from perfledger.kernels.workload.snapshot import SKIPPED_DIRS  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
         out: dict[str, tuple[int, ...]] = {}
         paths: list[str] = []
@@ -269,7 +268,6 @@ class SubjectsWatch:
     def __call__(self, label: str | None = None) -> None:
         """Before the call of subject ``label`` (``ref`` or ``cand``). Raises: RuleRefused
         (R11) as :func:`confirm_unchanged`."""
-        from perfledger.kernels.workload.snapshot import remove_bytecode_caches  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
         if self.last is not None:  # what the previous call compiled for itself
             self.caches[self.last] = self._caches(self.last)
@@ -350,7 +348,6 @@ def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
     :func:`confirm_unchanged`. Raises: RuleRefused (R11) as that does."""
-    from perfledger.kernels.workload.snapshot import remove_bytecode_caches  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     for role in ("reference", "candidate"):
         remove_bytecode_caches(body[role]["subject"])

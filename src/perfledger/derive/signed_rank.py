@@ -37,7 +37,7 @@ PERMUTATION_MAX_N = 13
 def _average_ranks(magnitudes: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """Ranks 1..n of ``magnitudes`` (ties share their average rank) and the size of each group
     of ties (one entry per group of equal values, 1 for a value with no tie)."""
-    import numpy as np  # noqa: PLC0415  heavy: kept off the start-up of commands that read
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the start-up of commands that read)
 
     order = np.argsort(magnitudes, kind="mergesort")
     ordered = magnitudes[order]
@@ -58,7 +58,7 @@ def _average_ranks(magnitudes: np.ndarray) -> tuple[np.ndarray, list[int]]:
 def _exact_pmf(n: int) -> np.ndarray:
     """The null distribution of ``r_plus`` for ``n`` untied ranks: probabilities of 0..n(n+1)/2
     (SciPy's ``_get_wilcoxon_distr``: the same recurrence, the same float operations)."""
-    import numpy as np  # noqa: PLC0415  heavy: kept off the start-up of commands that read
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the start-up of commands that read)
 
     c = np.ones(1, dtype=np.float64)
     for k in range(1, n + 1):
@@ -88,7 +88,7 @@ def _permutation_p(ranks: np.ndarray, r_plus: float) -> float:
     """Exact two-sided permutation p-value of ``r_plus`` over all sign flips: counts of sign
     patterns by their rank sum, by dynamic programming over half-ranks (ranks are multiples of
     one half, so the sums are exact)."""
-    import numpy as np  # noqa: PLC0415  heavy: kept off the start-up of commands that read
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the start-up of commands that read)
 
     halves = [round(2 * r) for r in ranks]
     counts = np.zeros(sum(halves) + 1, dtype=object)  # Python ints: exact for any n
@@ -111,7 +111,7 @@ def signed_rank_p(values: Sequence[float]) -> float | None:
 
     Raises: ValueError for a value that is not finite.
     """
-    import numpy as np  # noqa: PLC0415  heavy: kept off the start-up of commands that read
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the start-up of commands that read)
 
     d = np.asarray([float(v) for v in values if v != 0.0], dtype=np.float64)
     if d.size < 2:
@@ -126,7 +126,7 @@ def signed_rank_p(values: Sequence[float]) -> float | None:
         return _exact_p(r_plus, n)
     if ties and n <= PERMUTATION_MAX_N:
         return _permutation_p(ranks, r_plus)
-    from scipy.special import ndtr  # noqa: PLC0415  heavy, and needed only for large n
+    from scipy.special import ndtr  # noqa: PLC0415 (scipy: heavy, and needed only for large n)
 
     count = float(n)
     mn = count * (count + 1.0) * 0.25

@@ -26,6 +26,7 @@ from perfledger.projections.champions import FinalAuditStanding, final_audit_sta
 from perfledger.projections.claims import improvement_to_speedup
 from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.reviews import dissent_line, settled_dissent, unresolved_dissent
+from perfledger.projections.verdict_explain import case_line, explain_verdict, pct, provenance_text
 from perfledger.projections.workflow import (
     TargetView,
     WorkflowState,
@@ -336,7 +337,6 @@ def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
     """When ``experiment_id``'s last target-stage verdict was inconclusive only because its CI's
     lower end did not clear the A/A resolution (it cleared the minimum effect), say so with its
     figures (:func:`perfledger.projections.verdict_explain.explain_verdict`); else None."""
-    from perfledger.projections.verdict_explain import explain_verdict, pct  # noqa: PLC0415 (off `perfledger resume`'s start-up path)
 
     experiment = state.experiments.get(experiment_id)
     if experiment is None:
@@ -359,7 +359,6 @@ def _resolution_lead(state: WorkflowState, experiment_id: str) -> str | None:
 
 def _gain_details(g: Gain) -> list[str]:
     """Per-case figures (R12) and the outside-samples mark (R5) of a gain, one line each."""
-    from perfledger.projections.verdict_explain import case_line, provenance_text  # noqa: PLC0415 (off `perfledger resume`'s start-up path)
 
     lines = [case_line(msgspec.to_builtins(c), g.unit) for c in g.cases]
     marked = provenance_text(g.samples_provenance)

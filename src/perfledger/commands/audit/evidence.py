@@ -34,7 +34,6 @@ from perfledger.kernels.profilers.evidence import (
     boundary,
     kind_of_layout,
     kinds_of_tool,
-    reparse_report,
     report_facts,
     report_limitations,
 )
@@ -76,7 +75,6 @@ def rederive_evidence(
         (a layout) without attaching it, or parsed by a parser version or layout this
         perfledger does not have, is a finding (rule R6), never skipped.
     """
-
     capture = payload.capture
     report_ref = artifacts.get(REPORT)
     if report_ref is not None and payload.report_hash is not None:
@@ -129,6 +127,8 @@ def rederive_evidence(
             "its facts cannot be re-derived",
             "R6",
         )
+    from perfledger.kernels.profilers.parse import reparse_report  # noqa: PLC0415 (every parser, with csv, sqlite3 and subprocess: loaded only where a ledger holds parsed evidence, off `perfledger audit`'s start-up path)
+
     parsed_name = EXPORT if kinds == ["ncu"] and EXPORT in artifacts else REPORT
     data = read(parsed_name)
     problems = []

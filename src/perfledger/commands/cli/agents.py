@@ -1,8 +1,8 @@
 """Commands for agents and the people who follow them (SPEC.md section 6): ``status`` (where a
-session stands, one screen), ``skill install DIR`` / ``skill --print`` (the Agent Skill shipped
-with perfledger), ``mcp`` (the MCP server over stdio) and ``artifact get``.
+session stands, one screen), ``mcp`` (the MCP server over stdio) and ``artifact list|get``
+(``skill install DIR`` / ``skill --print``: :mod:`perfledger.commands.cli.skill`).
 
-Only click is imported at load time; each command imports what it needs.
+The MCP server (its SDK) is imported only by ``perfledger mcp``.
 """
 
 from __future__ import annotations
@@ -43,45 +43,6 @@ def status_command(target_id: str | None, json_flag: bool) -> None:
         _emit(status)
     else:
         render(status)
-
-
-@click.group("skill", invoke_without_command=True)
-@click.option("--print", "print_flag", is_flag=True, help="Print SKILL.md on stdout.")
-@click.pass_context
-def skill_group(click_ctx: click.Context, print_flag: bool) -> None:
-    """perfledger's Agent Skill (SKILL.md and references/): print it, or install it where an
-    agent looks (e.g. `perfledger skill install ~/.claude/skills`)."""
-    if click_ctx.invoked_subcommand is not None:
-        return
-    if not print_flag:
-        click.echo(click_ctx.get_help())
-        return
-    from perfledger.skill import read  # noqa: PLC0415 (off `perfledger status`'s start-up path)
-
-    click.echo(read(), nl=False)
-
-
-@skill_group.command("install")
-@click.argument("directory", type=click.Path(file_okay=False))
-@_json
-def skill_install(directory: str, json_flag: bool) -> None:
-    """Write the skill to DIRECTORY/perfledger/ (SKILL.md and references/), replacing an earlier
-    copy of its files."""
-    ctx = _ctx(json_flag)
-    from perfledger.skill import install  # noqa: PLC0415 (off `perfledger status`'s start-up path)
-
-    try:
-        written = install(directory)
-    except OSError as exc:
-        raise BadRequest(
-            f"cannot write the skill under {directory!r}: {exc.strerror or exc}",
-            hint="name a directory you can write (an agent's skills folder)",
-        ) from None
-    if ctx.json_mode:
-        _emit({"installed": [str(p) for p in written]})
-        return
-    for path in written:
-        click.echo(f"wrote {path}")
 
 
 @click.command("mcp")
@@ -184,4 +145,4 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
         click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {envelope.id[:12]})")
 
 
-__all__ = ["artifact_group", "mcp_command", "skill_group", "status_command"]
+__all__ = ["artifact_group", "mcp_command", "status_command"]

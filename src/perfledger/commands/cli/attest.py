@@ -9,6 +9,7 @@ import os
 
 import click
 
+from perfledger.app.attest import attest, verify_attestation
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json
 from perfledger.commands.cli.common import json_option as _json
@@ -27,7 +28,6 @@ def attest_command(experiment: str, key_path: str, out: str | None, json_flag: b
     SSH key (docs/attestations.md). Exit 3 for an experiment that is not a champion, or a
     champion without a code snapshot or resting on samples measured outside perfledger."""
     ctx = _ctx(json_flag)
-    from perfledger.app.attest import attest  # noqa: PLC0415 (cryptography and the audit replay via perfledger.app.attest)
 
     ledger = ctx.open()
     try:
@@ -59,7 +59,6 @@ def verify_attestation_command(file: str, signers_file: str, json_flag: bool) ->
     ledger (a clone of the attested one) re-derives the same statement. Exit 5 naming what
     differs (the signature, a subject, a predicate field)."""
     ctx = _ctx(json_flag)
-    from perfledger.app.attest import verify_attestation  # noqa: PLC0415 (cryptography and the audit replay via perfledger.app.attest)
 
     ledger = ctx.open()
     try:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from perfledger.app.checkpoints import sign_checkpoint, verify, witness_checkpoint
 from perfledger.commands.cli.common import (
     actor_option,
     checkpoint_policy,
@@ -43,7 +44,6 @@ def sign(key_path: str, signers_file: str | None, actor: str | None, json_flag: 
     SSH-signed git tag under refs/perfledger/checkpoints/. Exit 5 when the ledger or an existing
     checkpoint fails verification."""
     ctx = _ctx(json_flag)
-    from perfledger.app.checkpoints import sign_checkpoint  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
     ledger = ctx.open()
     try:
@@ -89,7 +89,6 @@ def witness(
     default: the last) with the witness's key: a signed tag pointing at the checkpoint's tag,
     kept in --copy DIR too. Exit 5 when anything fails verification."""
     ctx = _ctx(json_flag)
-    from perfledger.app.checkpoints import witness_checkpoint  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
     ledger = ctx.open()
     try:
@@ -116,7 +115,6 @@ def list_checkpoints(checkpoint_options: tuple[Any, ...], json_flag: bool) -> No
     signed and witnessed each (with --signers). Exit 5 as `perfledger verify`."""
     ctx = _ctx(json_flag)
     policy = checkpoint_policy(checkpoint_options)
-    from perfledger.app.checkpoints import verify  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
     ledger = ctx.open()
     try:

@@ -15,7 +15,6 @@ from a report goes through the same ``evidence.add`` operation and decider as a 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from perfledger.commands.cli.common import (
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry import operations
+from perfledger.commands.registry.catalog import get_operation
 from perfledger.errors import BadRequest, EvidenceError
 
 _MEDIA = {
@@ -86,48 +85,23 @@ def _record(
     exit_status: int | None = None,
     dry_run: bool = False,
 ) -> None:
-    import blake3  # noqa: PLC0415 (blake3: off `perfledger schema`'s start-up path)
+    """Record (or with ``dry_run`` decide only) the parsed ``report`` and answer."""
+    from perfledger.app.evidence import record_evidence  # noqa: PLC0415 (the profilers' parsers and the deciders: off `perfledger experiment list`'s start-up path)
 
-    from perfledger.kernels.profilers.evidence import evidence_request  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-    from perfledger.ledger.base import Artifact  # noqa: PLC0415 (off `perfledger schema`'s start-up path)
-
-    report_bytes = raw["report"][0]
-    body = evidence_request(
-        report,
-        evidence_id=body_context["evidence_id"],
-        report_hash="blake3:" + blake3.blake3(report_bytes).hexdigest(),
-        applicability=body_context.get("applicability") or "diagnostic",
-        layer=body_context.get("layer"),
-        source_file=source_file,
-        command=command,
-        exit_status=exit_status,
-        target_id=body_context.get("target_id"),
-        description=body_context.get("description") or "",
-        shapes=body_context.get("shapes") or "",
-        graph=body_context.get("graph"),
-    )
-    artifacts = {name: Artifact(data, media) for name, (data, media) in raw.items()}
     ledger = ctx.open()
     try:
-        if dry_run:
-            drafts = operations.preview(
-                ledger, "evidence.add", body, actor=_actor(actor),
-                idempotency_key=idempotency_key,
-            )  # fmt: skip
-            _shared()._answer_dry_run(ctx, operations.get_operation("evidence.add"), drafts)
-            return
-        envelopes = operations.execute(
-            ledger,
-            "evidence.add",
-            body,
-            actor=_actor(actor),
-            idempotency_key=idempotency_key,
-            artifacts=artifacts,
-        )
+        done = record_evidence(
+            ledger, report, body_context, raw, actor=_actor(actor),
+            idempotency_key=idempotency_key, source_file=source_file, command=command,
+            exit_status=exit_status, dry_run=dry_run,
+        )  # fmt: skip
     finally:
         ledger.close()
-    operation = operations.get_operation("evidence.add")
-    _shared()._answer(ctx, operation, envelopes)
+    if dry_run:
+        _shared()._answer_dry_run(ctx, get_operation("evidence.add"), done)
+        return
+    envelopes = done
+    _shared()._answer(ctx, get_operation("evidence.add"), envelopes)
     if ctx.json_mode:
         return
     payload = envelopes[0].payload
@@ -259,26 +233,12 @@ def _add_command(generic: click.Command) -> click.Command:
                 "target_id": target_id,
             },
         )  # fmt: skip
-        from perfledger.kernels.profilers.evidence import file_hash, parse_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+        from perfledger.app.evidence import parse_report_file  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
 
-        options: dict[str, Any] = {"tool_version": tool_version, "grouping": grouping}
-        if kind == "sass":
-            options["binary_hash"] = file_hash(binary) if binary else (binary_hash or "")
-        raw = {"report": (_read(report), _MEDIA[kind])}
-        if kind == "ncu" and report.endswith(".ncu-rep"):
-            from perfledger.kernels.profilers.capture import export_ncu_rep  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-            from perfledger.kernels.profilers.ncu import parse_ncu_csv  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            csv_bytes, version_text = export_ncu_rep(report, ncu=ncu_path)
-            parsed = parse_ncu_csv(
-                io.BytesIO(csv_bytes),
-                tool_version=tool_version or version_text,
-                name=f"{report} (ncu --import)",
-            )
-            raw = {"report": (raw["report"][0], "application/octet-stream"),
-                   "export.csv": (csv_bytes, "text/csv")}  # fmt: skip
-        else:
-            parsed = parse_report(kind, report, **options)
+        parsed, raw = parse_report_file(
+            kind, report, _read(report), _MEDIA[kind], tool_version=tool_version,
+            grouping=grouping, binary=binary, binary_hash=binary_hash, ncu_path=ncu_path,
+        )  # fmt: skip
         _record(
             ctx, parsed, context, raw,
             actor=actor, idempotency_key=idempotency_key, source_file=report, dry_run=dry_run,
@@ -324,8 +284,7 @@ def _ncu_command(
 ) -> None:
     """Profile COMMAND with Nsight Compute (--csv, base units, LC_ALL=C, --clock-control none)
     and record the facts, ncu's version, the command and its exit status (R6, R16)."""
-    from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-    from perfledger.kernels.profilers.ncu import parse_ncu_csv  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app.evidence import profile_ncu  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     context = _context(
@@ -335,30 +294,12 @@ def _ncu_command(
             "shapes": shapes, "graph": graph, "description": description, "target_id": target_id,
         },
     )  # fmt: skip
-    run = capture_ncu(
-        list(command),
-        ncu=ncu_path,
-        sections=sections or DEFAULT_SECTIONS,
-        extra=ncu_options,
-        timeout_s=timeout_s,
+    parsed, raw, argv, exit_status = profile_ncu(
+        command, ncu_path=ncu_path, sections=sections, extra=ncu_options, timeout_s=timeout_s
     )
-    try:
-        parsed = parse_ncu_csv(
-            io.BytesIO(run.output), tool_version=run.version_text, name="ncu output"
-        )
-    except EvidenceError as exc:
-        raise EvidenceError(
-            f"{exc.message} (ncu exit status {run.exit_status})", hint=exc.hint
-        ) from None
-    if run.exit_status != 0:
-        parsed.limitations.append(f"ncu exited with status {run.exit_status}")
-    raw = {
-        "report": (run.output, "text/csv"),
-        "ncu-version.txt": (run.version_text.encode(), "text/plain"),
-    }
     _record(
         ctx, parsed, context, raw, actor=actor, idempotency_key=idempotency_key,
-        command=run.argv, exit_status=run.exit_status,
+        command=argv, exit_status=exit_status,
     )  # fmt: skip
 
 

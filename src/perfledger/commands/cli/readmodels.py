@@ -4,7 +4,9 @@
 Each command opens the ledger, folds (or reads the cached) state, calls one pure read model of
 :mod:`perfledger.projections` and renders it: text for people, one JSON object with ``--json``.
 ``audit`` is the exception: it replays from zero and never reads the cache
-(:mod:`perfledger.commands.audit.replay`). This module imports only click at load time.
+(:mod:`perfledger.commands.audit.replay`). The pure read models are imported at the top (a few
+milliseconds); the application's use cases (the audit, the report, the handoff) inside the
+commands that need them, off `perfledger experiment list`'s start-up path.
 
 :func:`install` adds the commands to the ``perfledger`` group, replacing the workflow's
 ``champion show`` (now with an optional Target and the lineage) and turning ``handoff`` into a
@@ -34,8 +36,14 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
+from perfledger.commands.cli.show import print_champion
 from perfledger.commands.cli.workflow import read_request, submit
 from perfledger.errors import BadRequest
+from perfledger.projections.champions import current_champions, lineage
+from perfledger.projections.claims import claims
+from perfledger.projections.handoff import render_markdown
+from perfledger.projections.rejections import rejected
+from perfledger.projections.verdict_explain import measured_details
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
@@ -73,7 +81,6 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     """ROI claims vs outcomes: coverage, local speedup, stated and recomputed Amdahl bound,
     minimum effect, measured effect with its CI, prediction error, reconciliation (R7, R14)."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.claims import claims  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state = _state(ctx)
     if target_id is not None and target_id not in state.targets:
@@ -105,7 +112,6 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
         )
         for flag in r.measurement_flags:
             click.echo(f"  FLAG {flag}")
-        from perfledger.projections.verdict_explain import measured_details  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         for line in measured_details(m):
             click.echo(f"    {line}")
@@ -117,7 +123,6 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
 def _champion_show(target_id: str | None, json_flag: bool) -> None:
     """Show the current champion of every Target (or of TARGET_ID, with its lineage) (R13)."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.champions import current_champions, lineage  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state = _state(ctx)
     current = current_champions(state)
@@ -139,8 +144,6 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
         if ctx.json_mode:
             _emit(data)
         else:  # for people: perfledger.commands.cli.show
-            from perfledger.commands.cli.show import print_champion  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             print_champion(data)
         return
     if ctx.json_mode:
@@ -156,7 +159,6 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
     """The chain of champions of TARGET_ID with the evidence behind each: experiment, samples,
     verdict, final audit (R13)."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.champions import lineage  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state = _state(ctx)
     if target_id not in state.targets:
@@ -185,7 +187,6 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 def rejected_command(target_id: str | None, json_flag: bool) -> None:
     """Rejected directions, the scope each closed (R15) and why."""
     ctx = _ctx(json_flag)
-    from perfledger.projections.rejections import rejected  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     rows = rejected(_state(ctx), target_id)
     if ctx.json_mode:
@@ -219,7 +220,6 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
     ctx = _ctx(json_flag)
-    from perfledger.projections.handoff import render_markdown  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     _, handoff, _ = derived_handoff(ctx, target_id)
     if ctx.json_mode and not md_flag:
@@ -311,7 +311,6 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
     from perfledger.app.next_steps import allowed_decisions  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-    from perfledger.projections.handoff import render_markdown  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     state, handoff, _ = derived_handoff(ctx, target_id)
     ledger = ctx.open()

@@ -11,6 +11,7 @@ import msgspec
 
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
+from perfledger.projections.reviews import unresolved_dissent
 
 GROUP_HELP = (
     "Record a reviewer's challenge to a claim, rejection or stop, the response and whether "
@@ -19,8 +20,6 @@ GROUP_HELP = (
 
 
 def _rows(state: Any, unresolved_only: bool, target_id: str | None) -> list[dict[str, Any]]:
-
-    from perfledger.projections.reviews import unresolved_dissent  # noqa: PLC0415 (off `perfledger evidence list`'s start-up path)
 
     views = (
         unresolved_dissent(state.reviews, target_id)

@@ -1,5 +1,6 @@
-"""The sync commands: ``remote add|list|remove``, ``clone``, ``pull``, ``push``,
-``sync``, and ``resolve`` (the user-facing name of ``conflict resolve``).
+"""The sync commands: ``clone``, ``pull``, ``push`` and ``sync`` (``remote add|list|remove``:
+:mod:`perfledger.commands.cli.remote`; ``resolve``, the user-facing name of ``conflict resolve``:
+:mod:`perfledger.commands.cli.workflow`).
 
 A thin skin over :mod:`perfledger.app.sync` (the sync use cases, over
 :mod:`perfledger.ledger.sync` through :class:`perfledger.api.Ledger`): each command calls one
@@ -17,13 +18,8 @@ import click
 
 from perfledger.app.sync import CONFLICT_EXIT, clone_ledger, pull_ledger, push_ledger, sync_ledger
 from perfledger.commands.cli.common import (
-    actor_option,
     checkpoint_policy,
     checkpoint_policy_options,
-    dry_run_option,
-    idempotency_option,
-    request_option,
-    target_field_option,
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
@@ -35,75 +31,6 @@ SUMMARY_EVENTS = 10
 
 def _emit(data: object) -> None:
     click.echo(to_json_text(data))
-
-
-@click.group("remote")
-def remote_group() -> None:
-    """Manage the ledger's remotes (kept in the git config, as `git remote` does)."""
-
-
-@remote_group.command("add")
-@click.argument("name")
-@click.argument("url")
-@_json
-def remote_add(name: str, url: str, json_flag: bool) -> None:
-    """Add remote NAME at URL (a path, file://, git://, ssh://, http(s)://)."""
-    ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import add_remote  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
-
-    ledger = ctx.open()
-    try:
-        remote = add_remote(ledger.store.repo, name, url)
-    finally:
-        ledger.close()
-    if ctx.json_mode:
-        _emit({"name": remote.name, "url": remote.url})
-    else:
-        click.echo(f"remote {remote.name} -> {remote.url}")
-
-
-@remote_group.command("list")
-@_json
-def remote_list(json_flag: bool) -> None:
-    """List the remotes with the last ledger head seen from each."""
-    ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import list_remotes, tracking_ref  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
-
-    ledger = ctx.open()
-    try:
-        repo = ledger.store.repo
-        rows = []
-        for name, url in list_remotes(repo).items():
-            ref = tracking_ref(name)
-            seen = repo.refs[ref].decode() if ref in repo.refs else None
-            rows.append({"name": name, "url": url, "last_seen": seen})
-    finally:
-        ledger.close()
-    if ctx.json_mode:
-        _emit({"remotes": rows})
-        return
-    for row in rows:
-        seen = row["last_seen"][:12] if row["last_seen"] else "(never pulled)"
-        click.echo(f"{row['name']}\t{row['url']}\t{seen}")
-
-
-@remote_group.command("remove")
-@click.argument("name")
-@_json
-def remote_remove(name: str, json_flag: bool) -> None:
-    """Remove remote NAME and its tracking ref (the ledger's events stay)."""
-    ctx = _ctx(json_flag)
-    from perfledger.ledger.remotes import remove_remote  # noqa: PLC0415 (dulwich via perfledger.ledger.remotes)
-
-    ledger = ctx.open()
-    try:
-        remove_remote(ledger.store.repo, name)
-    finally:
-        ledger.close()
-    if ctx.json_mode:
-        _emit({"removed": name})
-    else:
-        click.echo(f"removed remote {name}")
 
 
 def _summary(result: Any) -> None:
@@ -255,37 +182,4 @@ def sync(
         sys.exit(CONFLICT_EXIT)
 
 
-@click.command("resolve")
-@request_option("conflict.resolve")
-@target_field_option
-@click.option("--conflict", "conflict_id", default=None, help="The conflict id (sets conflict_id).")
-@click.option("--keep", default=None, help="What stands (one of the conflict's options).")
-@click.option("--reason", default=None, help="Why.")
-@idempotency_option
-@actor_option
-@dry_run_option
-@_json
-def resolve(
-    request_source: str | None,
-    target_id: str | None,
-    conflict_id: str | None,
-    keep: str | None,
-    reason: str | None,
-    idempotency_key: str | None,
-    actor: str | None,
-    dry_run: bool,
-    json_flag: bool,
-) -> None:
-    """Record which side of a conflict stands (`perfledger state` lists open conflicts); the
-    same operation as `perfledger conflict resolve`."""
-    ctx = _ctx(json_flag)
-    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415 (off `perfledger remote list`'s start-up path)
-
-    body = read_request(request_source)
-    fields = {"target_id": target_id, "conflict_id": conflict_id, "keep": keep, "reason": reason}
-    body.update({k: v for k, v in fields.items() if v is not None})
-    submit(ctx, "conflict.resolve", body, actor=actor, idempotency_key=idempotency_key,
-           dry_run=dry_run)  # fmt: skip
-
-
-__all__ = ["clone", "pull", "push", "remote_group", "resolve", "sync"]
+__all__ = ["clone", "pull", "push", "sync"]

@@ -6,7 +6,8 @@ Prints the kernel, known-path and action tables (rich tables for people, one JSO
 (layer ``workload``; applicability ``same_boundary`` with ``--of-target``, the user's statement
 that the trace is of the Target's workload, else ``diagnostic``: R6) with the trace, the mapping
 trace, the known-path file and the answer attached, so the audit re-derives it. A bad input
-appends nothing. The module imports only click at load time.
+appends nothing. Loaded only for `perfledger triage`, which reads and decides with every module
+it imports at its top.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry import operations
 from perfledger.errors import BadRequest
+from perfledger.kernels.triage.record import (
+    ANSWER,
+    REPORT,
+    encode_answer,
+    evidence_body,
+    run_triage,
+)
 from perfledger.ledger.base import Artifact
 
 _NAME_CHARS = 70
@@ -94,7 +102,6 @@ def _record(answer: dict[str, Any], inputs: dict[str, tuple[bytes, str]], *, evi
             of_target: bool, target_id: str | None, actor: str | None,
             json_mode: bool) -> dict[str, Any]:  # fmt: skip
     """Append the triage as evidence with its inputs and answer attached (R6)."""
-    from perfledger.kernels.triage.record import ANSWER, REPORT, encode_answer, evidence_body  # noqa: PLC0415 (sqlite3 via perfledger.kernels.triage.record)
 
     body = evidence_body(answer, inputs[REPORT][0], evidence_id=evidence_id,
                          of_target=of_target, target_id=target_id)  # fmt: skip
@@ -144,7 +151,6 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
       perfledger triage graph_on.json --mapping graph_off.json --record tri-1 \\
           --target T1 --of-target
     """
-    from perfledger.kernels.triage.record import run_triage  # noqa: PLC0415 (sqlite3 via perfledger.kernels.triage.record)
 
     if (target_id is not None or of_target) and evidence_id is None:
         raise BadRequest(

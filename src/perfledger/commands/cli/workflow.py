@@ -1,5 +1,5 @@
 """The workflow's CLI groups (SPEC.md section 6): ``perfledger <group> <verb>``, built from the
-operation registry (:mod:`perfledger.commands.registry.operations`).
+operation catalog (:mod:`perfledger.commands.registry.catalog`).
 
 Every write takes a closed JSON request (``--request FILE`` or ``-`` for stdin); flags for the
 common fields (``--target``, ``--experiment``, ``--samples``) fill or override the request's
@@ -7,8 +7,8 @@ fields. ``--json`` answers with one object; ``--idempotency-key`` makes a retry 
 event; ``--actor`` names who decides (default: ``$PERFLEDGER_ACTOR``, else the ``perfledger.actor`` that ``init --actor`` remembered, else ``$USER``).
 
 Read commands: ``target show``, ``experiment show|list``, ``champion show`` and ``schema OP``.
-This module imports only click at load time; the request models, the deciders and (for verdicts) numpy
-load inside the commands that need them. :func:`commands` returns the click commands that
+This module imports the operation catalog and the pure read models at load time; the request
+models, the deciders and (for verdicts) numpy load inside the commands that need them. :func:`commands` returns the click commands that
 ``perfledger.commands.cli.app`` adds to its group.
 """
 
@@ -24,22 +24,29 @@ import msgspec
 
 from perfledger.commands.cli.common import (
     TARGET_FIELD_HELP,
+    actor_option,
     actor_param,
+    dry_run_option,
     dry_run_param,
+    idempotency_option,
     idempotency_param,
     json_param,
+    request_option,
     request_param,
+    target_field_option,
     target_option,
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry import operations
-from perfledger.commands.registry.operations import OPERATIONS, Operation, json_schema
+from perfledger.commands.cli.show import claim_lines, print_experiment, print_targets
+from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.errors import BadRequest
 from perfledger.events import limits
+from perfledger.projections.champions import final_audit_standing
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
+from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
 
 #: Request fields that flags may set, per flag: (flag, field, help).
 COMMON_FLAGS = (
@@ -196,8 +203,6 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
         suffix = f"  status={status}" if status else ""
         click.echo(f"{event['kind']} {event['event_id']}{suffix}")
         if event["kind"] in ("VerdictRecorded", "FinalAuditRecorded"):
-            from perfledger.projections.verdict_explain import verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
         if event["kind"] == "ChampionSelected":  # who it is now, and what R13 asks next
@@ -217,8 +222,6 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
                     f"`perfledger final-audit record --target {p['target_id']} --samples ID`"
                 )
         if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
-            from perfledger.commands.cli.show import claim_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             for line in claim_lines(event["payload"]):
                 click.echo(line)
         if event["kind"] == "ReadinessRecorded" and "environment_id" in event["payload"]:
@@ -248,7 +251,7 @@ def submit(
 
     from perfledger.app.decisions import record_decision  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    operation = operations.get_operation(name)
+    operation = get_operation(name)
     ledger = ctx.open()
     try:
         recorded = record_decision(
@@ -316,8 +319,6 @@ def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
         status = event["payload"].get("status")
         click.echo(f"would append {event['kind']}" + (f"  status={status}" if status else ""))
         if event["kind"] == "VerdictRecorded":
-            from perfledger.projections.verdict_explain import verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
             for line in verdict_lines(event["payload"]):
                 click.echo(line)
         click.echo(to_json_text(event["payload"], indent=2))
@@ -435,8 +436,6 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
     else:
         shown = {target_id: state.targets[target_id]}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        from perfledger.commands.cli.show import print_targets  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
         print_targets(msgspec.to_builtins(shown), msgspec.to_builtins(state.experiments))
         return
     _show(ctx, {"targets": shown} if target_id is None else {"target": shown[target_id]})
@@ -453,8 +452,6 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
         )
     verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        from perfledger.commands.cli.show import print_experiment  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
         print_experiment(msgspec.to_builtins(experiment), msgspec.to_builtins(verdicts))
         return
     _show(ctx, {"experiment": experiment, "verdicts": verdicts})
@@ -484,7 +481,6 @@ def _experiment_list(target_id: str | None, json_flag: bool) -> None:
 
 def _champion_show(target_id: str, json_flag: bool) -> None:
     """Show a Target's champion (``original`` when none) and its lineage."""
-    from perfledger.projections.champions import final_audit_standing  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     state = _state(ctx)
@@ -506,8 +502,6 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
     """Explain the recorded verdict (or final audit) of SAMPLES_ID: the condition that decided
     it, the estimate, CI and threshold, every case's absolute per-call figures (original ->
     candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
-
-    from perfledger.projections.verdict_explain import explain_verdict, verdict_lines  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
     state = _state(ctx)
@@ -591,6 +585,8 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
         for name in sorted(OPERATIONS):
             click.echo(f"  {name:24s} {OPERATIONS[name].help}")
         return
+    from perfledger.commands.registry.request_models import json_schema  # noqa: PLC0415 (the request models: off `perfledger experiment list`'s start-up path)
+
     click.echo(to_json_text(json_schema(operation), indent=2))
 
 
@@ -656,4 +652,35 @@ def commands() -> list[click.Command]:
     return [*groups.values(), *top, schema]
 
 
-__all__ = ["COMMON_FLAGS", "FIELD_HINTS", "commands", "read_request"]
+@click.command("resolve")
+@request_option("conflict.resolve")
+@target_field_option
+@click.option("--conflict", "conflict_id", default=None, help="The conflict id (sets conflict_id).")
+@click.option("--keep", default=None, help="What stands (one of the conflict's options).")
+@click.option("--reason", default=None, help="Why.")
+@idempotency_option
+@actor_option
+@dry_run_option
+@_json
+def resolve_command(
+    request_source: str | None,
+    target_id: str | None,
+    conflict_id: str | None,
+    keep: str | None,
+    reason: str | None,
+    idempotency_key: str | None,
+    actor: str | None,
+    dry_run: bool,
+    json_flag: bool,
+) -> None:
+    """Record which side of a conflict stands (`perfledger state` lists open conflicts); the
+    same operation as `perfledger conflict resolve`."""
+    ctx = _ctx(json_flag)
+    body = read_request(request_source)
+    fields = {"target_id": target_id, "conflict_id": conflict_id, "keep": keep, "reason": reason}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    submit(ctx, "conflict.resolve", body, actor=actor, idempotency_key=idempotency_key,
+           dry_run=dry_run)  # fmt: skip
+
+
+__all__ = ["COMMON_FLAGS", "FIELD_HINTS", "commands", "read_request", "resolve_command"]

@@ -14,7 +14,6 @@ statistics): the per-pair improvement of the candidate over the current best, it
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,7 +77,9 @@ def _round(value: float) -> float:
 
 
 def _median(values: Sequence[float]) -> float:
-    return _round(statistics.median(values))
+    # the projections' plain median, not the statistics module (with fractions and decimal,
+    # ~10 ms of every decision's start-up: the operations' write path imports these deciders)
+    return _round(verdicts._median(values))
 
 
 def source_file(source: lrq.SourceText) -> SourceFile:

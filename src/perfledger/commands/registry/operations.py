@@ -1,8 +1,10 @@
-"""The operation registry: name -> request model, decider, event kind, CLI group/verb.
+"""The operations' write path: every decider bound to its operation, and validate-decide-append.
 
-This module is cheap to import (no request models, no numpy): the CLI builds its commands from
-:data:`OPERATIONS`; the request models and deciders load on first use (:func:`request_model`,
-:func:`decider`).
+The table of operations (name -> request model, decider, event kind, CLI group/verb) is
+:mod:`perfledger.commands.registry.catalog`, cheap to import: the CLI builds its commands from it
+and imports this module (the deciders, R1-R25) only in the commands that decide. The request
+models, their validation and schemas are :mod:`perfledger.commands.registry.request_models`;
+both are re-exported here.
 
 The write path of every operation is :func:`execute`:
 
@@ -19,384 +21,59 @@ can re-decide every recorded request against the state before it.
 from __future__ import annotations
 
 import functools
-import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.commands.registry.placeholders import refuse_placeholders
+from perfledger.commands.registry.request_models import (
+    EDGE_FIELDS,
+    condense,
+    json_schema,
+    request_model,
+    stored_request,
+    validate,
+)
+from perfledger.commands.workflow import (
+    activity,
+    deciders,
+    formal_run_start,
+    ranges,
+    review_deciders,
+    rules,
+)
+from perfledger.commands.workflow.deciders import DecisionContext
+from perfledger.commands.workflow.raw_table import raw_table_mismatch
 from perfledger.errors import BadRequest
+from perfledger.events.canonical import canonical_bytes
 
 if TYPE_CHECKING:
     from perfledger.api import Ledger
-    from perfledger.commands.workflow.deciders import DecisionContext
     from perfledger.events.envelope import Envelope
 
-
-def _workflow_requests() -> ModuleType:
-    """The workflow's request models (imported on first use: msgspec Structs)."""
-    from perfledger.commands.workflow import requests  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return requests
-
-
-def _workflow_deciders() -> ModuleType:
-    """The workflow's deciders (R1-R18), imported on first use."""
-    from perfledger.commands.workflow import deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return deciders
-
-
-def _activity_deciders() -> ModuleType:
-    """The decider of ``activity.explain`` (R17)."""
-    from perfledger.commands.workflow import activity  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return activity
-
-
-def _formal_run_deciders() -> ModuleType:
-    """The decider of ``formal-run.start`` (R14)."""
-    from perfledger.commands.workflow import formal_run_start  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return formal_run_start
-
-
-def _review_deciders() -> ModuleType:
-    """The decider of ``review.record``."""
-    from perfledger.commands.workflow import review_deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return review_deciders
-
-
-def _loop_requests() -> ModuleType:
-    """The kernel-iteration loop's request models (R19-R25)."""
-    from perfledger.commands.loop import requests  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return requests
-
-
-def _loop_deciders() -> ModuleType:
-    """The kernel-iteration loop's deciders (R19-R25)."""
-    from perfledger.commands.loop import deciders  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    return deciders
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One write operation.
-
-    Attributes:
-        name: ``group.verb`` (``experiment.create``), the key of envelopes' ``request.op``.
-        group: the CLI group (``experiment``), or None for a top-level command (``reject``).
-        verb: the CLI verb (``create``).
-        kind: the event kind it appends.
-        model: the request model's name in :mod:`perfledger.commands.workflow.requests`.
-        decider: the decider's name in :mod:`perfledger.commands.workflow.deciders`.
-        rules: the rule ids it enforces.
-        help: one line for ``--help``.
-        models_module: returns the module holding the request model (a function, imported on
-            first use, so that the registry stays cheap to import and names no module by string).
-        decider_module: returns the module holding the decider (likewise).
-        generic_cli: whether ``workflow_cli`` builds its ``--request`` command (the loop's
-            operations have their own CLI, :mod:`perfledger.commands.cli.loop`).
-    """
-
-    name: str
-    group: str | None
-    verb: str
-    kind: str
-    model: str
-    decider: str
-    rules: str
-    help: str
-    models_module: Callable[[], ModuleType] = _workflow_requests
-    decider_module: Callable[[], ModuleType] = _workflow_deciders
-    generic_cli: bool = True
-
-
-OPERATIONS: dict[str, Operation] = {
-    op.name: op
-    for op in (
-        Operation(
-            "target.freeze",
-            "target",
-            "freeze",
-            "TargetFrozen",
-            "TargetFreeze",
-            "decide_target_freeze",
-            "R1",
-            "Freeze a Target (primary, minimum effect, "
-            "guardrails, secondaries, scope, risk, budget).",
-        ),
-        Operation(
-            "target.supersede",
-            "target",
-            "supersede",
-            "TargetSuperseded",
-            "TargetSupersede",
-            "decide_target_supersede",
-            "R1",
-            "Freeze a new Target in place of the current one.",
-        ),
-        Operation(
-            "readiness.record",
-            "readiness",
-            "record",
-            "ReadinessRecorded",
-            "ReadinessRecord",
-            "decide_readiness_record",
-            "R1 R2",
-            "Record readiness: original, real test set, accuracy rule, driver, "
-            "environment, statistics.",
-        ),
-        Operation(
-            "metric-audit.record",
-            "metric-audit",
-            "record",
-            "MetricAuditRecorded",
-            "MetricAuditRecord",
-            "decide_metric_audit_record",
-            "R1 R3",
-            "Record how a decision metric is computed and whether it matches the Target.",
-        ),
-        Operation(
-            "baseline.record",
-            "baseline",
-            "record",
-            "BaselineRecorded",
-            "BaselineRecord",
-            "decide_baseline_record",
-            "R1 R2 R4 R11",
-            "Record the original's baseline from repeated samples.",
-        ),
-        Operation(
-            "resolution.record",
-            "resolution",
-            "record",
-            "ResolutionEstimated",
-            "ResolutionRecord",
-            "decide_resolution_record",
-            "R1 R4",
-            "Record the measurement resolution (A/A of the original).",
-        ),
-        Operation(
-            "evidence.add",
-            "evidence",
-            "add",
-            "EvidenceRecorded",
-            "EvidenceAdd",
-            "decide_evidence_add",
-            "R6 R16",
-            "Record profiler or compiler facts with their layer.",
-        ),
-        Operation(
-            "upstream-check.record",
-            "upstream-check",
-            "record",
-            "UpstreamCheckRecorded",
-            "UpstreamCheckRecord",
-            "decide_upstream_check_record",
-            "R10",
-            "Record an upstream check before a new kernel, primitive or adapter.",
-        ),
-        Operation(
-            "experiment.create",
-            "experiment",
-            "create",
-            "ExperimentCreated",
-            "ExperimentCreate",
-            "decide_experiment_create",
-            "R1 R2 R4 R6 R7 R8 R9 R10 R11 R14",
-            "Create an experiment with its opportunity claim and preregistration; "
-            "candidate.subject names the candidate's directory, which perfledger hashes (R11).",
-        ),
-        Operation(
-            "samples.record",
-            "samples",
-            "record",
-            "SamplesRecorded",
-            "SamplesRecord",
-            "decide_samples_record",
-            "R1 R2 R3 R4 R5 R8 R11 R15 R17",
-            "Record paired samples of one stage (screen, target, final_audit).",
-        ),
-        Operation(
-            "verdict.record",
-            "verdict",
-            "record",
-            "VerdictRecorded",
-            "VerdictRecord",
-            "decide_verdict_record",
-            "R3 R11 R12 R14 R17",
-            "Derive and record the verdict of screen or target samples.",
-        ),
-        Operation(
-            "local-result.record",
-            "local-result",
-            "record",
-            "LocalResultRecorded",
-            "LocalResultRecord",
-            "decide_local_result_record",
-            "R13",
-            "Record a secondary-only gain as a local result.",
-        ),
-        Operation(
-            "reject",
-            None,
-            "reject",
-            "CandidateRejected",
-            "Reject",
-            "decide_reject",
-            "R15",
-            "Reject an experiment, stating what it closes.",
-        ),
-        Operation(
-            "reconcile",
-            None,
-            "reconcile",
-            "ReconciliationRecorded",
-            "Reconcile",
-            "decide_reconcile",
-            "R7 R14",
-            "Reconcile a contradicted prediction: corrected premise and model.",
-        ),
-        Operation(
-            "champion.select",
-            "champion",
-            "select",
-            "ChampionSelected",
-            "ChampionSelect",
-            "decide_champion_select",
-            "R1 R2 R3 R11 R13",
-            "Select a champion (compare-and-swap), or restore the original.",
-        ),
-        Operation(
-            "final-audit.record",
-            "final-audit",
-            "record",
-            "FinalAuditRecorded",
-            "FinalAuditRecord",
-            "decide_final_audit_record",
-            "R11 R12 R13 R17",
-            "Derive and record the final audit of the champion against the original.",
-        ),
-        Operation(
-            "host-advice.record",
-            "host-advice",
-            "record",
-            "HostAdviceRecorded",
-            "HostAdviceRecord",
-            "decide_host_advice_record",
-            "R16",
-            "Record host-change advice (never applied).",
-        ),
-        Operation(
-            "handoff.record",
-            "handoff",
-            "record",
-            "HandoffRecorded",
-            "HandoffRecord",
-            "decide_handoff_record",
-            "R18",
-            "Record a handoff: state target_id, budget_used, stop_reason and feedback; "
-            "perfledger fills the champion, gain figures, rejections and the other lists from "
-            "the ledger (stated lists must match it).",
-        ),
-        Operation(
-            "conflict.resolve",
-            "conflict",
-            "resolve",
-            "ConflictResolved",
-            "ConflictResolve",
-            "decide_conflict_resolve",
-            "",
-            "Resolve a conflict between concurrent decisions.",
-        ),
-        Operation(
-            "activity.explain",
-            "activity",
-            "explain",
-            "ActivityExplained",
-            "ActivityExplain",
-            "decide_activity_explain",
-            "R17",
-            "Explain foreign activity in sample windows after the samples, before the verdict.",
-            decider_module=_activity_deciders,
-        ),
-        Operation(
-            "formal-run.start",
-            "formal-run",
-            "start",
-            "FormalRunStarted",
-            "FormalRunStart",
-            "decide_formal_run_start",
-            "R2 R3 R4 R8 R11 R13 R14 R15",
-            "Record the start of a formal-stage measurement (perfledger measure does, first).",
-            decider_module=_formal_run_deciders,
-        ),
-    )
+#: :attr:`Operation.deciders <perfledger.commands.registry.catalog.Operation>` -> the module
+#: holding the deciders of that family (the loop's: :func:`decider_module`).
+DECIDERS: dict[str, ModuleType] = {
+    "workflow": deciders,
+    "activity": activity,
+    "formal_run": formal_run_start,
+    "review": review_deciders,
 }
 
 
-#: The kernel-iteration loop's operations (R19-R25): requests in ``loop.requests``, deciders in
-#: ``loop.deciders``, commands in ``cli.loop`` (which measures, then executes these).
-_LOOP: dict[str, Any] = {"models_module": _loop_requests, "decider_module": _loop_deciders,
-                         "generic_cli": False}  # fmt: skip
-OPERATIONS.update(
-    (op.name, op)
-    for op in (
-        Operation("loop.setup", "loop", "setup", "RunSetUp", "LoopSetup", "decide_loop_setup",
-                  "R16 R23", "Set up a kernel-iteration run.", **_LOOP),
-        Operation("loop.profile", "loop", "profile", "ProfileRecorded", "LoopProfile",
-                  "decide_loop_profile", "R16 R25", "Record one profile of a run's kernel.",
-                  **_LOOP),
-        Operation("loop.attempt", "loop", "attempt", "AttemptRecorded", "LoopAttempt",
-                  "decide_loop_attempt", "R19 R20 R21 R22 R23 R24 R25",
-                  "Record a candidate that failed its correctness check.", **_LOOP),
-        Operation("loop.close-iter", "loop", "close-iter", "IterationClosed", "LoopCloseIter",
-                  "decide_loop_close_iter", "R19 R20 R21 R22 R23 R24 R25",
-                  "Close an iteration with its methods, analysis and paired timing.", **_LOOP),
-        Operation("loop.finalize", "loop", "finalize", "RunFinalized", "LoopFinalize",
-                  "decide_loop_finalize", "", "Finalize a run with its headline.", **_LOOP),
-    )
-)  # fmt: skip
+def decider_module(family: str) -> ModuleType:
+    """The module holding the deciders of ``family``: :data:`DECIDERS`, or the
+    kernel-iteration loop's (R19-R25), imported on its first use."""
+    if family == "loop":
+        from perfledger.commands.loop import deciders as loop_deciders  # noqa: PLC0415 (the loop's deciders and rules, with the event catalog: off `perfledger status`'s start-up path)
 
-#: Research and review records: the request in ``requests``, the decider in ``review_deciders``.
-OPERATIONS["review.record"] = Operation(
-    "review.record", "review", "record", "ReviewRecorded", "ReviewRecord",
-    "decide_review_record", "",
-    "Record a reviewer's challenge, the response and whether dissent remains (never judged).",
-    decider_module=_review_deciders,
-)  # fmt: skip
-
-
-def get_operation(name: str) -> Operation:
-    """Return the operation ``name``; BadRequest listing the known ones otherwise."""
-    try:
-        return OPERATIONS[" ".join(name.split()).replace(" ", ".")]
-    except KeyError:
-        # `schema supersede` for `target.supersede`: name the one operation with that verb
-        alike = [op for op in OPERATIONS if op.rsplit(".", 1)[-1] == name.strip()]
-        mean = f"did you mean {alike[0]}? " if len(alike) == 1 else ""
-        raise BadRequest(
-            f"unknown operation {name!r}", hint=mean + "known: " + ", ".join(sorted(OPERATIONS))
-        ) from None
-
-
-@functools.cache
-def request_model(name: str) -> Any:
-    """Return the request model (a closed msgspec Struct) of operation ``name`` (looked up once
-    per name: the auditor re-decides every recorded request).
-
-    Raises: BadRequest for an unknown operation."""
-    operation = get_operation(name)
-    return getattr(operation.models_module(), operation.model)
+        return loop_deciders
+    return DECIDERS[family]
 
 
 @functools.cache
@@ -407,7 +84,7 @@ def decider(name: str) -> Any:
     replay included). Raises: BadRequest for an unknown operation."""
     operation = get_operation(name)
     return functools.partial(
-        _ranged_decide, operation, getattr(operation.decider_module(), operation.decider)
+        _ranged_decide, operation, getattr(decider_module(operation.deciders), operation.decider)
     )
 
 
@@ -416,136 +93,9 @@ def _ranged_decide(
 ) -> Any:
     """Check ``request``'s declared ranges where its kind's rule version asks for them, then
     run the decider. Raises: BadRequest for a value out of range (exit 2)."""
-    from perfledger.commands.workflow import ranges  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
     if ranges.ranges_apply(operation.kind, ctx.schema):
         ranges.check_ranges(operation.name, request)
     return run(state, request, ctx)
-
-
-#: Fields a caller sends that the CLI and the MCP server turn into others before the request is
-#: validated and recorded (:func:`perfledger.app.identity.readiness_edge` snapshots
-#: ``original.subject`` into ``original.snapshot``, R11). They are part of what a caller writes,
-#: so part of the schema it reads; the recorded request holds what they became.
-#: Operation -> ``$defs`` model -> field -> its JSON Schema.
-EDGE_FIELDS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
-    "readiness.record": {
-        "Original": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
-    },
-    # :func:`perfledger.app.snapshots.candidate_edge`: candidate.subject -> candidate.snapshot
-    "experiment.create": {
-        "Candidate": {"subject": {"type": "string", "minLength": 1, "maxLength": 4_000}},
-    },
-}
-
-
-def json_schema(name: str) -> dict[str, Any]:
-    """Return the JSON Schema (draft 2020-12) of operation ``name``'s request: the request's own
-    object schema at the top, the models it nests under ``$defs``, the fields the CLI's edge
-    takes (:data:`EDGE_FIELDS`), every property described
-    (:mod:`perfledger.commands.workflow.field_docs`)."""
-
-    from perfledger.commands.workflow.field_docs import describe  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-    from perfledger.commands.workflow.ranges import schema_with_ranges  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    model = request_model(name)
-    schema = schema_with_ranges(model, msgspec.json.schema(model))
-    defs = schema.pop("$defs", {})
-    root: dict[str, Any] = defs.pop(model.__name__)
-    for nested, fields in EDGE_FIELDS.get(get_operation(name).name, {}).items():
-        defs[nested]["properties"].update({k: dict(v) for k, v in fields.items()})
-    # every field says what it means, with its unit and range (field_docs)
-    return describe({**root, "$defs": defs} if defs else root)
-
-
-#: A ``- at `$.path``` (or ``- at `key` in `$.path```) suffix of a msgspec validation message.
-_AT = re.compile(r" - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`$")
-#: A msgspec pattern failure: ``Expected `str` matching regex '<regex>'``.
-_PATTERN = re.compile(r"Expected `str` matching regex '(?P<regex>.*)'$")
-#: The finite bounds of :data:`perfledger.commands.workflow.requests.Number` as msgspec words them.
-_FINITE = re.compile(r"Expected `float` [<>]= -?1\.7976931348623157e\+308")
-
-
-def condense(exc: Exception, body: Any = None) -> str:
-    """One line for a msgspec ValidationError: ``where: what`` with ``where`` the field path
-    (``pairs.0.ref.values``; ``(request)`` at the top; ``units (a key)`` for a bad map key). A
-    NaN or infinite number found at that path in ``body`` (the request as given) is named so,
-    rather than as a number out of the field's range."""
-    message = str(exc)
-    where, parts = "(request)", []
-    match = _AT.search(message)
-    if match:
-        message = message[: match.start()]
-        parts = re.sub(r"\[(\d+)\]", r".\1", match.group("path")).lstrip(".").split(".")
-        where = ".".join(parts) or where
-        if match.group("key"):
-            where += " (a key)"
-    value = _value_at(body, parts) if match and not match.group("key") else None
-    if isinstance(value, float) and not math.isfinite(value):
-        message = f"{value} is not a finite number (NaN and ±Infinity are refused)"
-    pattern = _PATTERN.search(message)
-    if pattern is not None:
-        from perfledger.commands.workflow.requests import PATTERN_WORDS  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-        words = PATTERN_WORDS.get(pattern.group("regex").replace("\\\\", "\\"))
-        if words is not None:
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            message = f"{shown} is not {words}" if isinstance(value, str) else f"expected {words}"
-    message = _FINITE.sub("Expected a finite number (NaN and ±Infinity are refused)", message)
-    return f"{where}: {message}"
-
-
-def _value_at(body: Any, parts: list[str]) -> Any:
-    """The value at a dotted path (``pairs.0.ref``) of a request body, or None."""
-    for part in (p for p in parts if p):
-        if isinstance(body, dict):
-            body = body.get(part)
-        elif isinstance(body, list | tuple) and part.isdigit() and int(part) < len(body):
-            body = body[int(part)]
-        else:
-            return None
-    return body
-
-
-def validate(name: str, body: Any) -> Any:
-    """Validate ``body`` (builtins) against operation ``name``'s closed request model (strict
-    msgspec conversion: unknown fields, wrong types, out-of-range or non-finite numbers and
-    over-long strings or lists are refused).
-
-    Returns: the request model instance.
-    Raises: BadRequest naming the first invalid field (never a traceback).
-    """
-
-    model = request_model(name)
-    if not isinstance(body, dict):
-        raise BadRequest(
-            f"{name}: the request must be a JSON object, got {type(body).__name__}",
-            hint=f"`perfledger schema {name} --example` prints one",
-        )
-    try:
-        return msgspec.convert(body, model)
-    except msgspec.ValidationError as exc:
-        raise BadRequest(
-            f"{name}: invalid request: {condense(exc, body)}",
-            hint=f"see `perfledger schema {name}`",
-        ) from None
-    except (ValueError, TypeError, RecursionError) as exc:  # pathological inputs
-        raise BadRequest(
-            f"{name}: invalid request: {exc}", hint=f"see `perfledger schema {name}`"
-        ) from None
-
-
-def stored_request(name: str, request: Any) -> dict[str, Any]:
-    """The envelope's ``request``: ``{"op": name, "body": the validated body as JSON}``."""
-    from perfledger.commands.workflow.requests import dump  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    try:
-        return {"op": name, "body": dump(request)}
-    except TypeError as exc:  # a value of a str/int subclass, say, given through the library
-        raise BadRequest(
-            f"{name}: invalid request: {exc}",
-            hint="pass plain JSON values: str, int, float, bool, None, lists and dicts",
-        ) from None
 
 
 def decide(state: Any, name: str, request: Any, ctx: DecisionContext) -> list[Any]:
@@ -602,8 +152,6 @@ def _prepare(
     ``(request, DecisionContext)`` (the event time read once, here at the edge).
     Raises: BadRequest for an invalid request, free text still an example's placeholder
     (:mod:`~perfledger.commands.registry.placeholders`) or a key used for another request."""
-    from perfledger.commands.workflow.deciders import DecisionContext  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
     request = validate(name, body)
     refuse_placeholders(name, body)  # an example's free text never recorded as fact
     stored = stored_request(name, request)
@@ -627,8 +175,6 @@ def _idempotent_event(
 ) -> Envelope | None:
     """The event already appended under ``idempotency_key`` for this same request, or None
     when the key is unused. Raises: BadRequest when the key was used for another request."""
-    from perfledger.events.canonical import canonical_bytes  # noqa: PLC0415 (off `perfledger schema`'s start-up path)
-
     if idempotency_key is None:
         return None
     found = ledger.store.find_by_idempotency_key(idempotency_key)
@@ -708,9 +254,6 @@ def _refuse_unlike_raw_table(request: Any, raw: bytes, artifacts: Any = None) ->
     kept outputs compared again (:mod:`perfledger.commands.workflow.raw_table`; ``artifacts``:
     name -> Artifact). Raises: RuleRefused (exit 3)."""
 
-    from perfledger.commands.workflow import rules  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-    from perfledger.commands.workflow.raw_table import raw_table_mismatch  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
     def read(name: str) -> bytes | None:
         artifact = (artifacts or {}).get(name)
         return None if artifact is None else artifact.data
@@ -726,3 +269,10 @@ def _refuse_unlike_raw_table(request: Any, raw: bytes, artifacts: Any = None) ->
             "record what `perfledger measure` measured, unchanged, or record the samples without "
             "`provenance` (outside samples, screens only)",
         )
+
+
+__all__ = [
+    "DECIDERS", "EDGE_FIELDS", "OPERATIONS", "Operation", "condense", "decide", "decider", "decider_module",
+    "execute", "get_operation", "json_schema", "payload_reader", "preview", "request_model",
+    "stored_request", "validate",
+]  # fmt: skip

@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from perfledger.commands.registry.operations import get_operation, json_schema
+from perfledger.commands.registry.catalog import get_operation
 from perfledger.commands.registry.placeholders import with_placeholders
+from perfledger.commands.registry.request_models import json_schema
 
 _UNSET = msgspec.UNSET
 #: The package folder of the curated examples (``OP.json``).

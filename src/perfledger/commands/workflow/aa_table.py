@@ -43,6 +43,7 @@ from typing import Any
 
 from perfledger.commands.workflow.raw_table import observed_rows_mismatch, wall_consistent
 from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.projections.verdict_cases import aa_resolution
 from perfledger.projections.verdicts import Pair
 
 #: The flags that make a kernel A/A comparison invalid (as
@@ -127,7 +128,6 @@ def _workload(
     rows: list[Any], primary: Any, statistics: Any
 ) -> tuple[float, dict[str, float], int]:
     """The figures of a workload A/A table (driver or worker protocol rows)."""
-    from perfledger.projections.verdict_cases import aa_resolution  # noqa: PLC0415 (numpy via perfledger.projections.verdict_cases)
 
     if not all(isinstance(r, dict) for r in rows):
         raise AaTableMismatch("the A/A per-call table has rows that are not objects")

@@ -1,5 +1,6 @@
-"""From a parsed report to an ``evidence.add`` request body (builtins), and the one entry point
-that reads a report of a given kind.
+"""From a parsed report to an ``evidence.add`` request body (builtins); the entry point that
+reads a report of a given kind is :mod:`perfledger.kernels.profilers.parse` (it imports every
+parser, which ``perfledger audit`` loads only for a ledger holding parsed evidence).
 
 The body matches :class:`perfledger.commands.workflow.requests.EvidenceAdd`: facts in base units, named
 ``k<i>.<metric>`` where ``k<i>`` is the kernel's key in ``boundary.kernels``; the layer; the tool
@@ -11,8 +12,6 @@ module builds data only; it never appends (SPEC.md section 1: kernels produce pa
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +44,6 @@ _LAYOUT_KINDS = {
     "ptxas-v": "ptxas",
     "cuobjdump-sass": "sass",
 }
-#: A placeholder binary hash for re-parsing a SASS listing: the facts do not depend on it (the
-#: hash is not part of the recorded payload).
-_ANY_BINARY_HASH = "blake3:" + "0" * 64
-
-
 #: The hint of this module's bad requests: what input it expects and how to produce it.
 _HINT = "pass a readable report of a kind perfledger reads (docs/profilers.md lists them and how to produce each)"
 
@@ -72,30 +66,6 @@ def kinds_of_tool(tool: str) -> list[str]:
     }.get(tool, [])
 
 
-def reparse_report(
-    kind: str, data: bytes, *, tool_version: str, grouping: str = "none"
-) -> ProfileReport:
-    """Parse the raw report bytes ``data`` as ``kind`` again, as it was recorded: with the
-    recorded tool version and digit grouping (R6, for ``perfledger audit``).
-
-    Raises: EvidenceError when ``data`` does not parse as a ``kind`` report.
-    """
-
-    options: dict[str, Any] = {"tool_version": tool_version or None}
-    if kind == "ncu":
-        options["grouping"] = grouping or "none"
-    elif kind == "sass":
-        options["binary_hash"] = _ANY_BINARY_HASH
-    # the parsers read paths (nsys's SQLite must be a file): a private temporary file
-    handle, path = tempfile.mkstemp(prefix="perfledger-report-")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        return parse_report(kind, path, **options)
-    finally:
-        os.unlink(path)
-
-
 #: Most facts one event holds (the request model's bound).
 MAX_FACTS = 10_000
 _MAX_NAME = 200
@@ -116,54 +86,6 @@ def file_hash(path: str | Path) -> str:
     except OSError as exc:
         raise EvidenceError(f"cannot read {str(path)!r}: {exc.strerror}", hint=_HINT) from None
     return "blake3:" + hasher.hexdigest()
-
-
-def parse_report(kind: str, path: str | Path, **options: Any) -> ProfileReport:
-    """Parse the report at ``path`` as ``kind`` (one of :data:`KINDS`).
-
-    Options by kind: ``ncu``: ``tool_version`` (required), ``grouping``; ``nsys-stats``:
-    ``tool_version``; ``torch``: ``tool_version`` (the torch version, optional); ``ptxas``:
-    ``tool_version``; ``sass``: ``tool_version``, ``binary_hash``. ``nsys`` (SQLite) needs none.
-    An ``.ncu-rep`` file is first exported with ``ncu --import`` (see
-    :func:`perfledger.kernels.profilers.capture.export_ncu_rep`).
-
-    Raises: EvidenceError for an unknown kind, a missing option or any parse failure.
-    """
-    version = options.get("tool_version")
-
-    def need() -> str:
-        if not version:
-            raise EvidenceError(
-                f"a {kind} report does not state its tool's version: pass --tool-version",
-                hint="give the tool's own --version output or its version number",
-            )
-        return str(version)
-
-    if kind == "ncu":
-        from perfledger.kernels.profilers.ncu import parse_ncu_csv  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
-
-        return parse_ncu_csv(path, tool_version=need(), grouping=options.get("grouping", "none"))
-    if kind == "nsys":
-        from perfledger.kernels.profilers.nsys import parse_nsys_sqlite  # noqa: PLC0415 (sqlite3 via perfledger.kernels.profilers.nsys)
-
-        return parse_nsys_sqlite(path)
-    if kind == "nsys-stats":
-        from perfledger.kernels.profilers.nsys import parse_nsys_stats_csv  # noqa: PLC0415 (sqlite3 via perfledger.kernels.profilers.nsys)
-
-        return parse_nsys_stats_csv(path, tool_version=need())
-    if kind == "torch":
-        from perfledger.kernels.profilers.torch_trace import parse_torch_trace  # noqa: PLC0415 (numpy via perfledger.kernels.profilers.torch_trace)
-
-        return parse_torch_trace(path, torch_version=version)
-    if kind == "ptxas":
-        from perfledger.kernels.profilers.compiler import parse_ptxas  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
-
-        return parse_ptxas(path, tool_version=need())
-    if kind == "sass":
-        from perfledger.kernels.profilers.compiler import parse_sass  # noqa: PLC0415 (off `perfledger audit`'s start-up path)
-
-        return parse_sass(path, tool_version=need(), binary_hash=options.get("binary_hash", ""))
-    raise EvidenceError(f"unknown report kind {kind!r}", hint="kinds: " + ", ".join(KINDS))
 
 
 def _num(value: float | None) -> float | None:

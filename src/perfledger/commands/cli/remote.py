@@ -1,0 +1,82 @@
+"""``perfledger remote add|list|remove``: the ledger's remotes, kept in the git config as `git
+remote` does (:mod:`perfledger.ledger.remotes`); loaded only for ``perfledger remote``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
+from perfledger.commands.cli.common import to_json_text
+from perfledger.ledger.remotes import add_remote, list_remotes, remove_remote, tracking_ref
+
+
+def _emit(data: object) -> None:
+    click.echo(to_json_text(data))
+
+
+@click.group("remote")
+def remote_group() -> None:
+    """Manage the ledger's remotes (kept in the git config, as `git remote` does)."""
+
+
+@remote_group.command("add")
+@click.argument("name")
+@click.argument("url")
+@_json
+def remote_add(name: str, url: str, json_flag: bool) -> None:
+    """Add remote NAME at URL (a path, file://, git://, ssh://, http(s)://)."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        remote = add_remote(ledger.store.repo, name, url)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit({"name": remote.name, "url": remote.url})
+    else:
+        click.echo(f"remote {remote.name} -> {remote.url}")
+
+
+@remote_group.command("list")
+@_json
+def remote_list(json_flag: bool) -> None:
+    """List the remotes with the last ledger head seen from each."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        repo = ledger.store.repo
+        rows = []
+        for name, url in list_remotes(repo).items():
+            ref = tracking_ref(name)
+            seen = repo.refs[ref].decode() if ref in repo.refs else None
+            rows.append({"name": name, "url": url, "last_seen": seen})
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit({"remotes": rows})
+        return
+    for row in rows:
+        seen = row["last_seen"][:12] if row["last_seen"] else "(never pulled)"
+        click.echo(f"{row['name']}\t{row['url']}\t{seen}")
+
+
+@remote_group.command("remove")
+@click.argument("name")
+@_json
+def remote_remove(name: str, json_flag: bool) -> None:
+    """Remove remote NAME and its tracking ref (the ledger's events stay)."""
+    ctx = _ctx(json_flag)
+    ledger = ctx.open()
+    try:
+        remove_remote(ledger.store.repo, name)
+    finally:
+        ledger.close()
+    if ctx.json_mode:
+        _emit({"removed": name})
+    else:
+        click.echo(f"removed remote {name}")
+
+
+__all__ = ["remote_group"]

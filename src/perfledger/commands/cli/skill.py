@@ -1,0 +1,55 @@
+"""``perfledger skill install DIR`` / ``skill --print``: the Agent Skill shipped with perfledger
+(:mod:`perfledger.skill`: SKILL.md and references/); loaded only for ``perfledger skill``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import json_option as _json
+from perfledger.commands.cli.common import to_json_text
+from perfledger.errors import BadRequest
+from perfledger.skill import install, read
+
+
+def _emit(data: object) -> None:
+    click.echo(to_json_text(data))
+
+
+@click.group("skill", invoke_without_command=True)
+@click.option("--print", "print_flag", is_flag=True, help="Print SKILL.md on stdout.")
+@click.pass_context
+def skill_group(click_ctx: click.Context, print_flag: bool) -> None:
+    """perfledger's Agent Skill (SKILL.md and references/): print it, or install it where an
+    agent looks (e.g. `perfledger skill install ~/.claude/skills`)."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    if not print_flag:
+        click.echo(click_ctx.get_help())
+        return
+    click.echo(read(), nl=False)
+
+
+@skill_group.command("install")
+@click.argument("directory", type=click.Path(file_okay=False))
+@_json
+def skill_install(directory: str, json_flag: bool) -> None:
+    """Write the skill to DIRECTORY/perfledger/ (SKILL.md and references/), replacing an earlier
+    copy of its files."""
+    ctx = _ctx(json_flag)
+    try:
+        written = install(directory)
+    except OSError as exc:
+        raise BadRequest(
+            f"cannot write the skill under {directory!r}: {exc.strerror or exc}",
+            hint="name a directory you can write (an agent's skills folder)",
+        ) from None
+    if ctx.json_mode:
+        _emit({"installed": [str(p) for p in written]})
+        return
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+__all__ = ["skill_group"]
