@@ -20,6 +20,7 @@ import msgspec
 import perfledger
 from perfledger.commands.cli import app
 from perfledger.commands.registry import operations
+from source_trees import parsed
 
 SRC = Path(perfledger.__file__).resolve().parent
 
@@ -106,7 +107,7 @@ def _edges() -> list[Edge]:
     and are left out."""
     edges: list[Edge] = []
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text("utf-8"))
+        tree = parsed(path)
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
         for node, inside in _imports(tree):
             names: list[str] = []
@@ -236,7 +237,7 @@ def test_operations_bind_request_models_and_deciders_through_functions() -> None
 def test_only_the_cli_entry_point_imports_modules_named_in_strings() -> None:
     offenders = []
     for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -251,7 +252,7 @@ def test_no_cli_module_keeps_a_forwarding_copy_of_the_shared_helpers() -> None:
     for path in (SRC / "commands" / "cli").glob("*.py"):
         if path.name == "common.py":
             continue
-        tree = ast.parse(path.read_text("utf-8"))
+        tree = parsed(path)
         copies += [f"{path.name}:{node.name}" for node in tree.body
                    if isinstance(node, ast.FunctionDef) and node.name in shared]  # fmt: skip
     assert copies == []
