@@ -18,8 +18,8 @@ import msgspec
 import pytest
 from wf_scenario import evidence, experiment, record_measured_aa
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
-from perfledger.app.context import environment_payload
 from perfledger.app.measure_workload import MeasureWorkload, measure_original, measure_workload
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import raw_table_mismatch
@@ -62,7 +62,7 @@ def _setup(
     """A workload Target (one case) ready for experiment e1: its baseline typed, or
     (``measured_baseline``) measured per case from the original's worker as ``perfledger
     measure baseline`` does."""
-    env = environment_payload(tools=True)
+    env = machine_environment(tools=True)
     base: dict[str, Any] = {"values": [10.0, 11.0, 9.0]}
     if measured_baseline:
         _, base = measure_original(_cmd(bench), cases=["small"], calls=7, metric=primary,

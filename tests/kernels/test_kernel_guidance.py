@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
-from perfledger.app.context import environment_payload
 from perfledger.commands.registry.operations import execute
 from subprocess_env import isolated_env, perfledger_command
 
@@ -53,7 +53,7 @@ class KernelTarget:
         self.path = tmp / "ledger"
         self.spec = tmp / "spec.py"
         self.spec.write_text(SPEC)
-        self.machine = environment_payload(tools=True)
+        self.machine = machine_environment(tools=True)
         with Ledger.init(self.path, name="kg", actor="agent") as ledger:
             execute(ledger, "target.freeze", {
                 "target_id": "t1", "title": "a kernel", "min_effect": 0.05,

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from wf_scenario import record_measured_aa
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.app.identity import readiness_edge
 from perfledger.app.snapshots import candidate_edge
-from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import BadRequest
 from perfledger.kernels.isolation.isolated import IsolationConfig, compare_spec
@@ -63,7 +63,7 @@ class Bound:
         self.code = tmp / "code"
         self.orig = _subject(self.code, "orig", "0.0")
         self.cand = _subject(self.code, "cand", "0.03")
-        env = environment_payload(tools=True)
+        env = machine_environment(tools=True)
         with Ledger.init(self.ledger, name="kid", actor="agent") as ledger:
             run = lambda op, body, **kw: execute(ledger, op, body, actor="agent", **kw)  # noqa: E731
             run("target.freeze", {
@@ -193,7 +193,7 @@ def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
     from perfledger.commands.cli.measure import _context
     from perfledger.commands.workflow.samples_body import samples_body
 
-    env = environment_payload(tools=True)  # as readiness recorded it
+    env = machine_environment(tools=True)  # as readiness recorded it
     with Ledger.open(bound.ledger) as ledger:
         info = _context(ledger, "e1", "screen")
         subjects = bound_kernel_subjects(

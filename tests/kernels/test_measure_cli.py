@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from wf_scenario import record_measured_aa
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
-from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from subprocess_env import isolated_env, perfledger_command
 
@@ -38,7 +38,7 @@ def _setup(
     for a rate), readiness carrying this machine's environment, a test set of ``cases`` and
     ``statistics`` (the defaults when None), a metric audit and a baseline; no resolution
     yet."""
-    env = environment_payload(tools=True)
+    env = machine_environment(tools=True)
     ledger = Ledger.init(path, name="m", actor="agent")
     try:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731

@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,23 @@ def _screened(tmp: Path) -> tuple[Path, dict[str, Any], dict[str, Artifact]]:
     return ledger, body, arts
 
 
+Screened = tuple[Path, dict[str, Any], dict[str, Artifact]]
+
+
+@pytest.fixture(scope="module")
+def screened(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], Screened]:
+    """:func:`_screened` measured once for the module: each test gets its own copy of the
+    ledger (in its ``tmp_path``) and of the body, as if it had measured the screen itself."""
+    ledger, body, arts = _screened(tmp_path_factory.mktemp("screened"))
+
+    def copy_to(tmp: Path) -> Screened:
+        own = tmp / "ledger"
+        shutil.copytree(ledger, own, symlinks=True)
+        return own, copy.deepcopy(body), dict(arts)
+
+    return copy_to
+
+
 def _inflate_ref(body: dict[str, Any]) -> dict[str, Any]:
     """The reference's times 4x (and its wall time, to keep the wall-clock check consistent)."""
     body = copy.deepcopy(body)
@@ -79,8 +98,9 @@ def _plant(ledger: Path, body: dict[str, Any], arts: dict[str, Artifact]) -> str
 @pytest.mark.slow
 def test_r5_refuses_forged_samples_carrying_the_raw_table_of_other_samples(
     tmp_path: Path,
+    screened: Callable[[Path], Screened],
 ) -> None:
-    ledger, body, arts = _screened(tmp_path)
+    ledger, body, arts = screened(tmp_path)
     forged = {**_inflate_ref(body), "samples_id": "e1-screen-b"}
     forged_arts = dict(arts)
     with Ledger.open(ledger) as opened, pytest.raises(RuleRefused) as refused:
@@ -94,8 +114,10 @@ def test_r5_refuses_forged_samples_carrying_the_raw_table_of_other_samples(
 
 
 @pytest.mark.slow
-def test_r5_refuses_a_raw_table_reused_for_another_stage(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_refuses_a_raw_table_reused_for_another_stage(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     moved = {**body, "samples_id": "e1-target", "stage": "target"}
     with Ledger.open(ledger) as opened, pytest.raises(RuleRefused) as refused:
         execute(opened, "samples.record", moved, actor="forger", artifacts=arts)
@@ -103,8 +125,10 @@ def test_r5_refuses_a_raw_table_reused_for_another_stage(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_r5_refuses_values_unlike_the_raw_table_even_with_a_rebound_table(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_refuses_values_unlike_the_raw_table_even_with_a_rebound_table(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     table = json.loads(arts["samples.json"].data)
     table["binding"]["samples_id"] = "e1-screen-b"  # rebinding is easy; the values are not
     rebound = {**arts, "samples.json": Artifact(json.dumps(table).encode(), "application/json")}
@@ -124,8 +148,10 @@ def test_r5_refuses_values_unlike_the_raw_table_even_with_a_rebound_table(tmp_pa
 
 
 @pytest.mark.slow
-def test_r5_audit_finds_planted_samples_unlike_their_raw_table(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_audit_finds_planted_samples_unlike_their_raw_table(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     table = json.loads(arts["samples.json"].data)
     table["binding"]["samples_id"] = "e1-screen-b"
     rebound = {**arts, "samples.json": Artifact(json.dumps(table).encode(), "application/json")}

@@ -243,7 +243,7 @@ def test_rate_without_a_work_metric_is_noted_as_unchecked_when_measure_returns(
            direction="higher_is_better")  # fmt: skip
     _record_resolution(ledger)
     _experiment(ledger)
-    ref = _cmd("--work-s", "0.2", "--metric", "rate")
+    ref = _cmd("--work-s", "0.02", "--metric", "rate")  # the note is about the units, not the time
     printed = _measure(ledger, tmp_path, "e1", "screen", ref, ref)
     assert "note wall clock: tokens_per_s is a rate" in printed and "no work_metric" in printed
 

@@ -175,14 +175,17 @@ def test_r4_measure_aa_without_runs_measures_until_half_the_minimum_effect(
     often refused by R4)."""
     from perfledger.app.measure_workload import AA_MAX_PAIRS, AA_START_PAIRS
 
-    ledger_path = tmp_path / "ledger"
-    _setup(ledger_path)  # minimum effect 5 %, cases small and large
-    for script, ran in ((STEADY, AA_START_PAIRS), (NOISY, AA_MAX_PAIRS)):
+    # minimum effect 5 %; the steady command on cases small and large, the noisy one on small
+    # alone: the cap is per case, and 60 pairs of a second case would show nothing more
+    for script, ran, cases in ((STEADY, AA_START_PAIRS, ("small", "large")),
+                               (NOISY, AA_MAX_PAIRS, ("small",))):  # fmt: skip
+        ledger_path = tmp_path / f"ledger-{len(cases)}"
+        _setup(ledger_path, cases=cases)
         path = tmp_path / "subject.py"
         path.write_text(script)
         done = _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd",
                     f"{sys.executable} {path}", "--json", "--quiet")  # fmt: skip
         answer = json.loads(done.stdout)
-        assert answer["repeats"] == 2 * ran, answer
+        assert answer["repeats"] == len(cases) * ran, answer  # pairs, over all cases
         assert f"{ran} ran" in answer["notes"] and "stopping rule" in answer["notes"]
     assert answer["resolution"] > 0.025  # the noisy one stopped at the cap, not below the goal

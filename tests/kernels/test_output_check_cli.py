@@ -19,8 +19,8 @@ from test_measure_cli import ORIGINAL, _cli, _experiment, _record_resolution
 from test_measure_wall_clock import _reconcile
 from wf_scenario import explain_stage_by_review
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
-from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import raw_table_mismatch
 
@@ -31,7 +31,7 @@ EXACT = {"compare": "exact"}
 
 
 def _target(path: Path) -> dict[str, Any]:
-    env = environment_payload(tools=True)
+    env = machine_environment(tools=True)
     with Ledger.init(path, name="m", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "cumulative sum",

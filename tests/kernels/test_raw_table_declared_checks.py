@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_measure_raw_table_bound import _plant, _screened
+from test_measure_raw_table_bound import Screened, _plant
+from test_measure_raw_table_bound import screened as screened  # the module fixture
 
 from perfledger.api import Ledger
 from perfledger.commands.audit.replay import audit
@@ -42,8 +44,10 @@ def _renamed(body: dict[str, Any], arts: dict[str, Artifact], table: dict[str, A
 
 
 @pytest.mark.slow
-def test_r5_measured_calls_without_the_drivers_wall_time_are_refused(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_measured_calls_without_the_drivers_wall_time_are_refused(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     forged, rebound = _renamed(body, arts)
     for pair in forged["pairs"]:  # without wall_s the wall-clock check has nothing to run on
         for label in ("ref", "cand"):
@@ -55,16 +59,20 @@ def test_r5_measured_calls_without_the_drivers_wall_time_are_refused(tmp_path: P
 
 
 @pytest.mark.slow
-def test_r5_provenance_settings_unlike_the_raw_tables_are_refused(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_provenance_settings_unlike_the_raw_tables_are_refused(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     forged, rebound = _renamed(body, arts)
     forged["provenance"]["settings"]["pairs_per_case"] = 50
     assert "settings differ" in _refused(ledger, forged, rebound)
 
 
 @pytest.mark.slow
-def test_r5_a_raw_table_of_no_known_kind_or_another_protocol_is_refused(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_a_raw_table_of_no_known_kind_or_another_protocol_is_refused(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     table = json.loads(arts["samples.json"].data)
     kindless = {k: v for k, v in table.items() if k != "kind"}  # it would re-derive nothing
     forged, rebound = _renamed(body, arts, kindless)
@@ -75,16 +83,20 @@ def test_r5_a_raw_table_of_no_known_kind_or_another_protocol_is_refused(tmp_path
 
 
 @pytest.mark.slow
-def test_r5_a_pair_monitor_verdict_the_raw_table_does_not_hold_is_refused(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)  # measured with --no-monitor: no windows
+def test_r5_a_pair_monitor_verdict_the_raw_table_does_not_hold_is_refused(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)  # measured with --no-monitor: no windows
     forged, rebound = _renamed(body, arts)
     forged["pairs"][0]["monitor"] = {"observed": True, "foreign_activity": False, "flags": []}
     assert "pair 0: a monitor verdict the table does not hold" in _refused(ledger, forged, rebound)
 
 
 @pytest.mark.slow
-def test_r5_audit_finds_planted_samples_without_the_drivers_wall_time(tmp_path: Path) -> None:
-    ledger, body, arts = _screened(tmp_path)
+def test_r5_audit_finds_planted_samples_without_the_drivers_wall_time(
+    tmp_path: Path, screened: Callable[[Path], Screened]
+) -> None:
+    ledger, body, arts = screened(tmp_path)
     forged, rebound = _renamed(body, arts)
     for pair in forged["pairs"]:
         del pair["cand"]["wall_s"], pair["ref"]["wall_s"]

@@ -16,8 +16,8 @@ import pytest
 from serving_standin import BASE, standin
 from wf_scenario import record_measured_aa
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
-from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.serving_record import metric_kind
 from perfledger.errors import BadRequest
@@ -51,7 +51,7 @@ def _setup(
     """A ledger ready for samples: Target (TTFT in ms, lower is better), readiness with this
     machine's environment and the request set's hash, metric audit, baseline, resolution and an
     experiment (exposure reasoning for a tail primary, R7)."""
-    env = environment_payload(tools=False)
+    env = machine_environment(tools=False)
     ledger = Ledger.init(path, name="m", actor="agent")
     try:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731

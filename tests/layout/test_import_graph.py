@@ -22,6 +22,7 @@ import msgspec
 import perfledger
 from perfledger.commands.cli import app
 from perfledger.commands.registry import catalog, operations, request_models
+from source_trees import parsed
 
 SRC = Path(perfledger.__file__).resolve().parent
 
@@ -108,7 +109,7 @@ def _edges() -> list[Edge]:
     and are left out."""
     edges: list[Edge] = []
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text("utf-8"))
+        tree = parsed(path)
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
         for node, inside in _imports(tree):
             names: list[str] = []
@@ -267,7 +268,7 @@ def test_the_operation_catalog_the_cli_builds_from_imports_no_model_and_no_decid
 def test_only_the_cli_entry_point_imports_modules_named_in_strings() -> None:
     offenders = []
     for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -282,7 +283,7 @@ def test_no_cli_module_keeps_a_forwarding_copy_of_the_shared_helpers() -> None:
     for path in (SRC / "commands" / "cli").glob("*.py"):
         if path.name == "common.py":
             continue
-        tree = ast.parse(path.read_text("utf-8"))
+        tree = parsed(path)
         copies += [f"{path.name}:{node.name}" for node in tree.body
                    if isinstance(node, ast.FunctionDef) and node.name in shared]  # fmt: skip
     assert copies == []

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 import perfledger
+from source_trees import parsed
 
 SRC = Path(perfledger.__file__).resolve().parent
 #: Calls that build a rule refusal: (name, index of the hint among the positional arguments).
@@ -34,7 +35,7 @@ def _name(call: ast.Call) -> str | None:
 def _calls() -> list[tuple[str, int, ast.Call]]:
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         rel = str(path.relative_to(SRC))
         found += [(rel, n.lineno, n) for n in ast.walk(tree) if isinstance(n, ast.Call)]
     return found

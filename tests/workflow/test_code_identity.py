@@ -25,9 +25,9 @@ import msgspec
 import pytest
 from wf_scenario import explain_stage_by_review, record_measured_aa
 
+from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.app.snapshots import candidate_edge
-from perfledger.commands.cli.measure import environment_payload
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
 from subprocess_env import isolated_env, perfledger_command
@@ -198,7 +198,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
     _git(s.code, s.env, "commit", "-q", "-m", "the original")
     s.orig = orig  # type: ignore[attr-defined]
     s.fast = _subject(s.code, "fast", FASTER, util=True)  # type: ignore[attr-defined]
-    env = environment_payload(tools=True)
+    env = machine_environment(tools=True)
     with Ledger.init(s.ledger, name="identity", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "sum of squares", "min_effect": 0.05,
@@ -491,7 +491,7 @@ def test_r11_aa_of_code_other_than_the_original_is_refused(session: Session) -> 
 
 
 def test_r2_driver_with_a_subject_place_needs_the_originals_snapshot(tmp_path: Path) -> None:
-    env = environment_payload(tools=False)
+    env = machine_environment(tools=False)
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "t", "min_effect": 0.05,
@@ -588,7 +588,7 @@ def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_p
         whole=False,
     ).snapshot  # fmt: skip
     assert sorted(scope_only.files) == ["bench.py", "src/kern.py"] and code.is_dir()
-    env = environment_payload(tools=False)
+    env = machine_environment(tools=False)
     body = {
         "target_id": "t1",
         "original": {"content_hash": "sha256:" + "0" * 16,
@@ -633,7 +633,7 @@ def test_r11_checkout_refuses_a_recorded_link_out_of_the_directory(tmp_path: Pat
     }  # fmt: skip
     blobs = {bench, link}
     artifacts = {file_artifact_name(blake3.blake3(b).hexdigest()): Artifact(b) for b in blobs}
-    env = environment_payload(tools=False)
+    env = machine_environment(tools=False)
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "t", "min_effect": 0.05,
