@@ -35,7 +35,6 @@ from typing import Any
 import click
 import msgspec
 
-from perfledger.app.aa import kernel_aa_pairs_check, resolution_refusal, resolution_warnings
 from perfledger.app.censored import refuse_censored_formal_stage
 from perfledger.app.context import (
     SAMPLES_ARTIFACT,
@@ -56,8 +55,6 @@ from perfledger.app.context import experiment_context as _context
 from perfledger.app.context import start_monitor as _start_monitor
 from perfledger.app.identity import (
     SubjectsWatch,
-    check_original_command,
-    check_original_subject,
     fresh_and_unchanged,
     measure_identity,
     subject_copies,
@@ -66,17 +63,14 @@ from perfledger.app.identity import (
 from perfledger.app.kernel_identity import (
     bound_kernel_subjects,
     kernel_batch_checks,
-    original_kernel_directory,
     unbound_note,
 )
+from perfledger.app.measure_aa import MeasureAA
+from perfledger.app.measure_aa import measure_aa as run_measure_aa
 from perfledger.app.measure_driver import measurement_findings, run_driver, workload_request
 from perfledger.app.measure_workload import (
-    AA_START_PAIRS,
     IdentityEdge,
     MeasureWorkload,
-    aa_more_driver_pairs,
-    aa_stopping_rule,
-    observed_aa,
 )
 from perfledger.app.measure_workload import measure_workload as measure
 from perfledger.app.measuring import ceilings as _ceilings
@@ -106,7 +100,6 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry.operations import execute, preview
-from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.commands.workflow.samples_body import samples_body
@@ -116,8 +109,6 @@ from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, WallChec
 from perfledger.kernels.subjects.spec_loader import load_spec
 from perfledger.kernels.workload.subject_env import environment_warnings
 from perfledger.ledger.base import Artifact
-from perfledger.projections.verdict_cases import aa_resolution
-from perfledger.projections.verdicts import Pair
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
 TIME_UNITS = UNITS_PER_SECOND
@@ -226,6 +217,11 @@ def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
     else:
         for line in lines:
             click.echo(line)
+
+
+def _progress_of(quiet: bool) -> Callable[[int, str], Any]:
+    """The application layer's ``progress`` hook: a rich bar on stderr unless ``quiet``."""
+    return lambda total, label: _progress(total, label, quiet)
 
 
 def _warn(warnings: list[str]) -> None:
@@ -885,248 +881,27 @@ def measure_aa(
     (kernel spec). On a kernel Target bound to code, --dir DIR (the original's directory)
     replaces --spec: two workers run the SUBJECT of its spec (R11)."""
     ctx = _ctx(json_flag)
-    if [cmd, spec_path, kernel_dir].count(None) != 2:
-        raise BadRequest(
-            "pass exactly one of --cmd (a workload), --spec (a kernel spec) or --dir (the "
-            "original's code directory of a kernel Target bound to code)",
-            hint="`perfledger measure aa --help`; `perfledger status` names the form of this Target's kind",
-        )
+    request = MeasureAA(
+        target_id=target_id, cmd=cmd, spec=spec_path, directory=kernel_dir, cases=cases,
+        runs=runs, timeout_s=timeout_s, record=record, accept_resolution=accept_resolution,
+        actor=_actor(actor) if record else None, idempotency_key=idempotency_key,
+    )  # fmt: skip
     ledger = ctx.open()
     try:
-        state = ledger.state()
+        done = run_measure_aa(ledger, request, progress=_progress_of(quiet), warn=_warn)
     finally:
         ledger.close()
-    target = state.targets.get(target_id)
-    if target is None:
-        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
-    primary = target.definition.primary
-    test_set = target.readiness.test_set if target.readiness else None
-    artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
-    if target.readiness is not None:  # R4: the table names the Target whose original it measured
-        artifact["binding"] = aa_binding(target_id, target.readiness.original.content_hash)
-    aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
-    if cmd is not None:
-        check_original_command(target, cmd)  # R11: the A/A runs the original's code
-
-        accuracy = accuracy_for(target, {"--cmd": cmd})
-        chosen = list(cases) or list(test_set.cases if test_set is not None else [])
-        if not chosen:
-            raise BadRequest(
-                "no test cases: pass --case or name them in the readiness's test set",
-                hint="pass --case NAME, or record readiness whose test_set names its cases",
-            )
-        check_cases(chosen, test_set, "--case")
-
-        if _observing(target, None):  # perfledger's own figures, the worker protocol
-            with _progress(2 * len(chosen) * (runs or 10), "A/A calls", quiet) as advance:
-                valid, aa_notes, run = observed_aa(  # no --runs: its stopping rule (R4)
-                    cmd, target=target, cases=chosen, runs=runs, timeout_s=timeout_s,
-                    on_call=lambda _row: advance(),
-                )  # fmt: skip
-        else:
-            run = run_driver(
-                cmd, cmd, chosen, runs or AA_START_PAIRS, 1, timeout_s,
-                lambda total, label: _progress(total, label, quiet), accuracy,
-                more_pairs=None if runs else aa_more_driver_pairs(target, chosen),
-            )  # fmt: skip
-            if runs is None:  # what ran: the rule, and the pairs it took (R4)
-                run.settings["stopping_rule"] = aa_stopping_rule(
-                    target, run.settings["pairs_per_case"]
-                )
-            valid = [
-                Pair(
-                    p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name])
-                )
-                for p in run.pairs
-                if p.usable
-                and p.ref.correct
-                and p.cand.correct
-                and p.ref.metrics.get(primary.name)
-                and p.cand.metrics.get(primary.name)
-            ]
-            # R5: the original against itself on the same seed must give matching outputs
-            unequal = [p.cand for p in run.pairs if p.cand.output and not p.cand.output["ok"]]
-            aa_notes = (
-                [
-                    f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed "
-                    f"differ ({unequal[0].call_id}: {unequal[0].output['reason']}); its accuracy "
-                    "rule is too strict for a workload that is not deterministic (allclose with a "
-                    "tolerance), or it does not draw its inputs from {seed} alone"
-                ]
-                if unequal
-                else []
-            )
-        counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
-        short = {c: n for c, n in counts.items() if n < 2}
-        if short:
-            raise MeasurementError(
-                f"A/A needs at least 2 valid pairs in every case, got {short}",
-                hint=" ".join(aa_notes)
-                or f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
-            )
-        # R4: every case gets its own resolution, and the Target's is the noise of the
-        # aggregate a verdict derives (its statistic and aggregation, R12)
-        stats = target.readiness.statistics if target.readiness is not None else None
-        aggregation = stats.aggregation if stats is not None else "geomean"
-        try:
-            resolution, per_case = aa_resolution(
-                valid,
-                direction=primary.direction,
-                statistic=primary.statistic,
-                aggregation=aggregation,
-                **(
-                    {"resamples": stats.resamples, "confidence": stats.confidence}
-                    if stats is not None
-                    else {}
-                ),
-            )
-        except ValueError as exc:
-            raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
-        repeats = len(valid)
-        artifact.update(table=run.table(), settings=run.settings)
-        rule = run.settings.get("stopping_rule")
-        method_note = (
-            f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
-            f"{primary.statistic} per case, {aggregation} across cases"
-            + (
-                f"; stopping rule: {rule['start_pairs']} pairs per case, more until the "
-                f"resolution was at most {rule['until_resolution_at_most']:.4g} (half the "
-                f"minimum effect) or {rule['max_pairs']} pairs: {rule['pairs_per_case']} ran"
-                if rule
-                else ""
-            )
-        )
-    else:
-        from perfledger.kernels.harness.harness import resolution_from_aa  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
-        from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
-
-        # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
-        bound = original_kernel_directory(target, spec_path, kernel_dir)
-        aa_spec = bound[0] if bound is not None else spec_path or ""
-        aa_dirs = None if bound is None else (bound[1], bound[1])
-        # the same protocol as `measure kernel` (R4): the reference in two workers of its own
-        facts = spec_facts(aa_spec, directory=None if aa_dirs is None else aa_dirs[0])
-        problems = list(facts["cases"])
-        if cases:
-            unknown = sorted(set(cases) - set(problems), key=str)
-            if unknown:
-                raise BadRequest(
-                    f"--case {unknown} not in the spec's problems {problems}",
-                    hint="name cases among the spec's problems, or leave --case out for all of them",
-                )
-            problems = list(cases)
-        check_cases(problems, test_set, f"the spec {spec_path!r}")
-        monitor, _note = _start_monitor(True)
-        # R4: the A/A covers every case of the spec, each with its own resolution
-        comps_by_case: dict[str, list[Any]] = {}
-        try:
-            n = runs or 5
-            with _progress(n * len(problems), "A/A comparisons", quiet) as advance:
-                ceilings = _ceilings()
-                for case in problems:
-                    comps_by_case[case] = []
-                    for _ in range(n):
-                        comps_by_case[case].append(
-                            compare_spec(
-                                aa_spec,
-                                case,
-                                ceilings=ceilings,
-                                monitor=monitor,
-                                roles=("reference", "reference"),
-                                directories=aa_dirs,
-                            )
-                        )
-                        advance()
-        finally:
-            if monitor is not None:
-                monitor.stop()
-        if kernel_dir is not None:  # R11: the A/A measured the original's code, still there
-            check_original_subject(target, kernel_dir, "A/A")
-        try:  # R4: invalid A/A comparisons are left out, and said so
-            figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
-        except ValueError as exc:
-            raise MeasurementError(
-                f"the A/A measured no resolution: {exc}",
-                hint="measure again on an idle GPU; the flags say what went wrong "
-                "(docs/kernel-harness.md)",
-            ) from None
-        aa_notes = [
-            f"case {c}: {int(f['excluded'])} of {int(f['excluded'] + f['repeats'])} A/A "
-            "comparisons were invalid and left out (their flags are in the artifact)"
-            for c, f in figures_by_case.items()
-            if f["excluded"]
-        ]
-        aa_notes += kernel_aa_pairs_check(figures_by_case, record)
-        per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
-        resolution = max(per_case.values())
-        repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
-        artifact.update(
-            cases={
-                case: {
-                    "comparisons": [
-                        {
-                            "valid": c.valid,
-                            "stats": c.stats.to_json() if c.stats else None,
-                            "flags": c.flags,
-                            "rows": c.table(),
-                        }
-                        for c in comps
-                    ],
-                    "figures": figures_by_case[case],
-                }
-                for case, comps in comps_by_case.items()
-            },
-        )
-        spreads = ", ".join(
-            f"{c} {f['spread']:.5f} (CI reach {f['reach']:.5f}, next-pair bound {f['bound']:.5f})"
-            for c, f in figures_by_case.items()
-        )
-        method_note = (
-            f"kernel A/A: {repeats} harness comparisons (a fresh pair of workers each) over "
-            f"{len(problems)} case(s); resolution = max(CI reach, 95 % prediction bound of the "
-            f"next pair's ratio); spread {spreads}"
-        )
-    body = {
-        "target_id": target_id,
-        "method": "aa_comparison",
-        "resolution": resolution,
-        "repeats": repeats,
-        "notes": method_note,
-        "per_case": per_case,
-        "raw_table": RESOLUTION_ARTIFACT,  # R4: re-derived from the table, so it decides
-    }
-    result: dict[str, Any] = {
-        "resolution": resolution,
-        "per_case": per_case,
-        "repeats": repeats,
-        "notes": method_note,
-        "recorded": False,
-    }
-    if record:
-        ran = runs
-        if cmd is not None and runs is None:  # the stopping rule's pairs, as many as ran
-            ran = int(artifact.get("settings", {}).get("pairs_per_case") or 0) or None
-        resolution_refusal(
-            resolution, per_case, target, accept_resolution, runs=ran, workload=cmd is not None
-        )
-    result["warnings"] = resolution_warnings(resolution, target, record)
-    result["warnings"] += aa_notes
-    _warn(result["warnings"])
-    if record:
-        event = _append(
-            ctx, "resolution.record", body, RESOLUTION_ARTIFACT, artifact, actor, idempotency_key
-        )
-        result.update(recorded=True, event_id=event.id, kind=event.kind)
+    kind = "A/A pairs" if done.workload else "A/A comparisons"
     lines = [
-        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} "
-        + ("A/A pairs" if cmd is not None else "A/A comparisons"),
-        *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
-        aa_overall_line(resolution, per_case, aggregation if cmd is not None else None),
-        method_note,
+        f"resolution {done.resolution:.5f} ({100 * done.resolution:.3f} %) from {done.repeats} "
+        + kind,
+        *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(done.per_case.items())),
+        aa_overall_line(done.resolution, done.per_case, done.aggregation),
+        done.notes,
     ]
-    if record:
-        lines.insert(0, f"{result['kind']} {result['event_id']}")
-    _answer(ctx, result, lines)
+    if done.recorded:
+        lines.insert(0, f"{done.kind} {done.event_id}")
+    _answer(ctx, done.answer(), lines)
 
 
 __all__ = ["env_command", "environment_payload", "load_spec"]
