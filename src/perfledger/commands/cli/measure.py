@@ -45,9 +45,7 @@ from perfledger.app.context import (
     foreign_activity_warnings,
     measured_provenance,
     raw_table,
-    refuse_before_measuring,
     refuse_formal_dry_run,
-    stand_in_samples,
     start_formal_run,
 )
 from perfledger.app.context import default_samples_id as _default_samples_id
@@ -60,22 +58,17 @@ from perfledger.app.identity import (
     subject_copies,
     unenforced_note,
 )
-from perfledger.app.kernel_identity import (
-    bound_kernel_subjects,
-    kernel_batch_checks,
-    unbound_note,
-)
 from perfledger.app.measure_aa import MeasureAA
 from perfledger.app.measure_aa import measure_aa as run_measure_aa
 from perfledger.app.measure_driver import measurement_findings, run_driver, workload_request
+from perfledger.app.measure_kernel import MeasureKernel
+from perfledger.app.measure_kernel import measure_kernel as run_measure_kernel
 from perfledger.app.measure_workload import (
     IdentityEdge,
     MeasureWorkload,
 )
 from perfledger.app.measure_workload import measure_workload as measure
-from perfledger.app.measuring import ceilings as _ceilings
 from perfledger.app.measuring import failed_call_text
-from perfledger.app.measuring import time_scale as _time_scale
 from perfledger.app.metrics import target_units as _target_units
 from perfledger.app.metrics import work_units as _work_units
 from perfledger.app.output_check import (
@@ -100,9 +93,7 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry.operations import execute, preview
-from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
-from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import BadRequest, MeasurementError, PerfledgerError
 from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, WallCheck
@@ -624,207 +615,32 @@ def measure_kernel(
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
 
     ctx = _ctx(json_flag)
-    refuse_formal_dry_run(stage, dry_run)
-    ledger = ctx.open()
-    try:
-        info = _context(ledger, experiment_id, stage)
-        # R11: both code directories snapshotted and checked before anything runs
-        bound = bound_kernel_subjects(
-            ledger, info, spec_path, ref_dir, cand_dir, stage, experiment_id
-        )
-    finally:
-        ledger.close()
-    from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
-
-    # the Target's accuracy rule judges the revealed outputs (None: the problem's tolerances)
-    accuracy = compared(info["target"].readiness)
-    unenforced = None if bound is not None else unbound_note(info["target"])
-    if unenforced is not None:  # the old rule: say so before measuring
-        _warn([unenforced])
-    # property 3: the spec (subject code) runs only in worker processes; this one asks them
-    spec = bound.spec if bound is not None else spec_path or ""
-    dirs = None if bound is None else bound.directories
-    facts = spec_facts(spec, directory=None if dirs is None else dirs[0])
-    if bound is None and not facts["has_candidate"]:
-        raise BadRequest(
-            f"the spec {spec_path!r} defines no CANDIDATE",
-            hint="define CANDIDATE in the spec (docs/subjects.md); on a Target bound to code, --ref DIR --cand DIR",
-        )
-    if bound is not None and not facts.get("has_subject"):
-        raise BadRequest(
-            f"the spec {spec!r} in {ref_dir!r} defines no SUBJECT",
-            hint="a spec in a subject directory defines PROBLEMS and SUBJECT (its code)",
-        )
-    cases = check_cases(facts["cases"], info["test_set"], f"the spec {spec!r}")
-    primary = info["primary"]
-    scale = _time_scale(primary.unit)
-    env = environment_payload()
-    check_environment(env, info)
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
-    ledger = ctx.open()
-    try:  # every refusal recording would raise, before the harness runs (R11, R15, R14)
-        stand_in = stand_in_samples(
-            info, experiment_id=experiment_id, stage=stage, samples_id=sid, cases=cases,
-            environment_id=env["environment_id"], protocol="kernel_harness_abba",
-            monitored=not no_monitor, identity=None if bound is None else bound.identity,
-        )  # fmt: skip
-        refuse_before_measuring(ledger, stand_in, _actor(actor))
-    finally:
-        ledger.close()
-    start_formal_run_of_command(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
-    monitor, monitor_note = _start_monitor(not no_monitor)
-    comparisons = {}
-    try:
-        if monitor is not None:
-            idle = monitor.idle_check()
-            monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
-        with _progress(len(cases), "kernel comparisons", quiet) as advance:
-            ceilings = _ceilings(remeasure=stage in FORMAL_STAGES)
-            before_batch = None
-            if bound is not None:  # R11: no bytecode planted before the run is loaded
-                fresh_and_unchanged(info, bound.identity)
-                watch = SubjectsWatch(info, bound.identity, strict=True)
-                # both directories checked before every batch (lstat: a file written since the
-                # run began is refused, restored or not), not only after the case, and the
-                # workers' Python start-up files
-                before_batch = kernel_batch_checks(watch)
-            for case in cases:
-                comparisons[case] = compare_spec(
-                    spec,
-                    case,
-                    ceilings=ceilings,
-                    monitor=monitor,
-                    directories=dirs,
-                    before_batch=before_batch,
-                    accuracy=accuracy,
-                )
-                if bound is not None:  # R11: the code measured is the code snapshotted
-                    watch()
-                    fresh_and_unchanged(info, bound.identity)
-                advance()
-    finally:
-        if monitor is not None:
-            monitor.stop()
-    pairs = []
-    table = []
-    for case, c in comparisons.items():
-        if not (c.ref_correctness.ok and c.cand_correctness.ok) or c.ref is None or c.cand is None:
-            raise MeasurementError(
-                f"case {case!r}: correctness failed ({c.flags}): "
-                f"{(c.ref_correctness.reasons + c.cand_correctness.reasons)[:5]}",
-                hint="a subject that fails correctness has no performance meaning (R5)",
-            )
-        batch = int(c.settings["harness"]["batch"])  # one monitor window per batch
-        for b, start in enumerate(range(0, len(c.pair_orders), batch)):
-            stop = start + batch
-            call_id = f"{case}-b{b}"
-            window = c.monitor[b] if b < len(c.monitor) else None
-            pair: dict[str, Any] = {
-                "case": case,
-                "ref": {
-                    "call_id": call_id,
-                    # a failed re-check of any timed call makes the subject incorrect
-                    "correct": not c.ref.recheck_failures,
-                    "values": {primary.name: [v * scale for v in c.ref.samples_s[start:stop]]},
-                    "environment_id": env["environment_id"],
-                },
-                "cand": {
-                    "call_id": call_id,
-                    "correct": not c.cand.recheck_failures,
-                    "values": {primary.name: [v * scale for v in c.cand.samples_s[start:stop]]},
-                    "environment_id": env["environment_id"],
-                },
-                "same_process": True,
-            }
-            if window is not None:
-                pair["monitor"] = {
-                    "observed": window["observed"],
-                    "foreign_activity": window["foreign_activity"],
-                    "explained": None,
-                    "flags": list(window["reasons"]),
-                }
-            pairs.append(pair)
-        table.append(
-            {
-                "case": case,
-                "rows": c.table(),
-                "flags": c.flags,
-                "stats": c.stats.to_json() if c.stats else None,
-                "stop_reason": c.stop_reason,
-                "settings": c.settings,
-                "monitor": c.monitor,
-            }
-        )
-    body = samples_body(
-        info, samples_id=sid, experiment_id=experiment_id, stage=stage,
-        environment_id=env["environment_id"], units={primary.name: primary.unit}, pairs=pairs,
+    request = MeasureKernel(
+        experiment_id=experiment_id, stage=stage, spec=spec_path, ref_dir=ref_dir,  # type: ignore[arg-type]
+        cand_dir=cand_dir, samples_id=samples_id, monitor=not no_monitor, dry_run=dry_run,
+        actor=_actor(actor), idempotency_key=idempotency_key,
     )  # fmt: skip
-    subjects = next(iter(comparisons.values())).settings["subjects"]
-    if bound is not None:
-        body["identity"] = bound.identity
-    body["provenance"] = measured_provenance(
-        "kernel_harness_abba",
-        {
-            "cases": sorted(comparisons),
-            "config": next(iter(comparisons.values())).settings["harness"],
-            "isolation": "process",
-        },
-    )
-    stats = {case: c.stats.to_json() if c.stats else None for case, c in comparisons.items()}
-    result: dict[str, Any] = {
-        "samples_id": sid,
-        "pairs_recorded": len(pairs),
-        "stats": stats,
-        "flags": {case: c.flags for case, c in comparisons.items()},
-        "environment_id": env["environment_id"],
-        "monitor": monitor_note,
-    }
-    if unenforced is not None:
-        result["code_identity"] = {"enforced": False, "note": unenforced}
-    if dry_run:
-        result["request"] = body
-        _answer(ctx, result, [json.dumps(result, indent=2, default=str)])
+    ledger = ctx.open()
+    try:
+        done = run_measure_kernel(ledger, request, progress=_progress_of(quiet), warn=_warn)
+    finally:
+        ledger.close()
+    answer = done.answer()
+    if done.request is not None:  # a dry run
+        _answer(ctx, answer, [json.dumps(answer, indent=2, default=str)])
         return
-    artifact = {
-        "kind": "kernel",
-        "cases": table,
-        "environment": env,
-        "reference_source_hash": subjects["reference"]["content_hash"],
-        "candidate_source_hash": subjects["candidate"]["content_hash"],
-    }
-    for role in ("reference", "candidate"):  # a built subject's library hash, flags, sources
-        if subjects[role].get("identity") is not None:
-            artifact[f"{role}_identity"] = subjects[role]["identity"]
-    code_files = {} if bound is None else bound.artifacts  # the snapshots' files (R11)
-    event = _append(
-        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
-    )
-    result.update(event_id=event.id, kind=event.kind)
-    lines = [f"{event.kind} {event.id}"]
-    if bound is not None:
-        digests = {r: bound.identity[r]["digest"] for r in ("reference", "candidate")}
-        result["snapshots"] = digests
+    lines = [f"{done.kind} {done.event_id}"]
+    if done.snapshots is not None:
         lines.append(
-            f"snapshots: reference {digests['reference'][:16]}, candidate "
-            f"{digests['candidate'][:16]}"
+            f"snapshots: reference {done.snapshots['reference'][:16]}, candidate "
+            f"{done.snapshots['candidate'][:16]}"
         )
-    for case, s in stats.items():
+    for case, s in done.stats.items():
         if s:
             lines.append(
                 f"{case}: ratio {s['median_ratio']:.5f} CI [{s['ci_low']:.5f}, {s['ci_high']:.5f}] {s['direction']}"
             )
-    for case, c in comparisons.items():  # what the measurement found, shown, not only in JSON
-        found = [f for f in c.flags if f != "no_ceilings"]
-        if found:
-            lines.append(
-                f"FLAG {case}: {', '.join(found)} (a subject flagged by a re-check, the clock, "
-                "a digest or the cross-check is recorded as incorrect in every pair: R5)"
-            )
-        confirmation = c.settings.get("clock", {}).get("confirmation")
-        if confirmation is not None and not confirmation["confirmable"]:
-            # issue 36, hole 1: why a "faster" statistic is not a pass
-            lines.append(f"{case}: {confirmation['note']}; not a pass")
-    _answer(ctx, result, lines)
+    _answer(ctx, answer, lines + done.findings)
 
 
 # ------------------------------------------------------------------------------------ A/A
