@@ -33,50 +33,18 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
-import msgspec
 
-from perfledger.app.censored import refuse_censored_formal_stage
-from perfledger.app.context import (
-    SAMPLES_ARTIFACT,
-    check_cases,
-    check_environment,
-    check_installation_unchanged,
-    environment_payload,
-    foreign_activity_warnings,
-    measured_provenance,
-    raw_table,
-    refuse_formal_dry_run,
-    start_formal_run,
-)
-from perfledger.app.context import default_samples_id as _default_samples_id
+from perfledger.app.context import environment_payload, foreign_activity_warnings, start_formal_run
 from perfledger.app.context import experiment_context as _context
-from perfledger.app.context import start_monitor as _start_monitor
-from perfledger.app.identity import (
-    SubjectsWatch,
-    fresh_and_unchanged,
-    measure_identity,
-    subject_copies,
-    unenforced_note,
-)
 from perfledger.app.measure_aa import MeasureAA
 from perfledger.app.measure_aa import measure_aa as run_measure_aa
-from perfledger.app.measure_driver import measurement_findings, run_driver, workload_request
 from perfledger.app.measure_kernel import MeasureKernel
 from perfledger.app.measure_kernel import measure_kernel as run_measure_kernel
-from perfledger.app.measure_workload import (
-    IdentityEdge,
-    MeasureWorkload,
+from perfledger.app.measure_self import (
+    MeasureWorkloadStage,
+    failed_call_lines,
+    measure_workload_stage,
 )
-from perfledger.app.measure_workload import measure_workload as measure
-from perfledger.app.measuring import failed_call_text
-from perfledger.app.metrics import target_units as _target_units
-from perfledger.app.metrics import work_units as _work_units
-from perfledger.app.output_check import (
-    accuracy_for,
-    output_artifacts,
-)
-from perfledger.app.preconditions import refuse_formal_unmonitored
-from perfledger.app.preview import verdict_preview
 from perfledger.commands.cli.common import (
     actor_option,
     call_timeout_option,
@@ -92,13 +60,11 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry.operations import execute, preview
+from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.derive.units import UNITS_PER_SECOND
-from perfledger.errors import BadRequest, MeasurementError, PerfledgerError
-from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, WallCheck
+from perfledger.errors import BadRequest
 from perfledger.kernels.subjects.spec_loader import load_spec
-from perfledger.kernels.workload.subject_env import environment_warnings
 from perfledger.ledger.base import Artifact
 
 #: Seconds per unit of a time primary (the kernel harness measures seconds).
@@ -354,229 +320,49 @@ def measure_workload(
     docs/code-identity.md).
     """
     ctx = _ctx(json_flag)
-    refuse_formal_dry_run(stage, dry_run)
     refuse_explain_foreign(explain_foreign)
+    request = MeasureWorkloadStage(
+        experiment_id=experiment_id, stage=stage, ref=ref_cmd, cand=cand_cmd,  # type: ignore[arg-type]
+        protocol=protocol, cases=cases, pairs=pairs, warmup=warmup, timeout_s=timeout_s,  # type: ignore[arg-type]
+        units=_parse_units(unit_flags), fresh_worker=fresh_worker,
+        monitor="none" if no_monitor else monitor_source,  # type: ignore[arg-type]
+        samples_id=samples_id, dry_run=dry_run, actor=_actor(actor),
+        idempotency_key=idempotency_key,
+    )  # fmt: skip
     ledger = ctx.open()
     try:
-        info = _context(ledger, experiment_id, stage)
-        if _observing(info["target"], protocol):  # the application layer's use case
-            request = MeasureWorkload(
-                experiment_id=experiment_id, stage=stage, ref=ref_cmd, cand=cand_cmd,  # type: ignore[arg-type]
-                protocol=protocol or "worker", cases=cases, pairs=pairs, warmup=warmup,  # type: ignore[arg-type]
-                timeout_s=timeout_s, fresh_worker=fresh_worker,
-                monitor="none" if no_monitor else monitor_source,  # type: ignore[arg-type]
-                samples_id=samples_id, dry_run=dry_run,
-                actor=_actor(actor),
-                idempotency_key=idempotency_key,
-            )  # fmt: skip
-            _measure_observed(ctx, ledger, request, quiet, unit_flags)
-            return
-        # R11: both subjects snapshotted and checked before anything runs
-        code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
+        done = measure_workload_stage(ledger, request, progress=_progress_of(quiet), warn=_warn)
     finally:
         ledger.close()
-
-    # R5: where the readiness compares outputs, perfledger judges them, not the subject
-    accuracy = accuracy_for(info["target"], {"--ref": ref_cmd, "--cand": cand_cmd})
-    unenforced = unenforced_note(info["target"])  # the old rule: say so before measuring
-    if unenforced is not None:
-        _warn([unenforced])
-    chosen = list(cases) or info["cases"]
-    if not chosen:
-        raise BadRequest(
-            "no test cases: pass --case or name them in the readiness's test set",
-            hint="pass --case NAME, or record readiness whose test_set names its cases",
-        )
-    check_cases(chosen, info["test_set"], "--case")
-    n_pairs = pairs or max(5, info["min_pairs"])
-    units = {
-        **_work_units(info["target"]),
-        **_target_units(info["target"]),
-        **_parse_units(unit_flags),
-    }
-    env = environment_payload()
-    check_environment(env, info)
-    monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
-    if monitor is None:
-        refuse_formal_unmonitored(stage, monitor_note)
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
-    try:
-        start_formal_run_of_command(ctx, experiment_id, stage, sid, "workload_abba", actor)
-    except BaseException:
-        if monitor is not None:
-            monitor.stop()
-        raise
-    copies = None
-    try:
-        # R11: each call runs from a read-only copy of its subject's snapshot, with its own
-        # bytecode cache; the subjects' directories are checked before every call too: a
-        # subject could edit the other's files for a while and restore them before the end
-        copies = None if code is None else subject_copies(info["target"], code, code_files)
-        unchanged = None if code is None else SubjectsWatch(info, code)
-        run = run_driver(
-            ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s,
-            lambda total, label: _progress(total, label, quiet), accuracy, unchanged, copies,
-        )  # fmt: skip
-    finally:
-        if monitor is not None:
-            monitor.stop()
-        if copies is not None:
-            copies.close()
-    if code is not None:
-        fresh_and_unchanged(info, code)
-    check_installation_unchanged(env)  # R11: an installed module edited during the run
-    body, windows = workload_request(
-        run,
-        info,
-        samples_id=sid,
-        experiment_id=experiment_id,
-        stage=stage,
-        environment_id=env["environment_id"],
-        units=units,
-        monitor=monitor,
-    )
-    failed = [
-        {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
-    ]
-
-    # R5/R12: a formal stage drops no round: a dropped round is one a candidate chose to drop
-    first = failed_call_text(run.failed_calls[0]) if run.failed_calls else ""
-    censored = refuse_censored_formal_stage(
-        run, info["primary"].name, stage, stage in FORMAL_STAGES, first
-    )
-    if not body["pairs"]:
-        raise MeasurementError(
-            f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
-            + (failed_call_text(run.failed_calls[0]) if run.failed_calls else ""),
-            hint="run the command by hand: it must print one JSON object with `correct` and `metrics`",
-        )
-    body["units"] = {
-        k: v for k, v in units.items() if any(k in p["ref"]["values"] for p in body["pairs"])
-    }
-    if code is not None:
-        body["identity"] = code
-    body["provenance"] = measured_provenance("workload_abba", run.settings)
-    artifact = raw_table("workload", run, env, windows, monitor_note, monitor)
-    result: dict[str, Any] = {
-        "samples_id": sid,
-        "pairs_recorded": len(body["pairs"]),
-        "failed_calls": failed,
-        "environment_id": env["environment_id"],
-        "monitor": None if monitor is None else monitor_source,
-        "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
-    }
-    if unenforced is not None:
-        result["code_identity"] = {"enforced": False, "note": unenforced}
-    readiness = info["target"].readiness
-    allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
-    result["warnings"] = foreign_activity_warnings(body["pairs"], stage, allowed)
-
-    result["warnings"] += environment_warnings(  # code loaded from outside both subjects
-        run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
-    )
-    result["warnings"] += censored
-    _warn(result["warnings"])
-    if dry_run:
-        # the decider's own wall-clock check, decided on the head and not appended
-        wall_check, refusal = _previewed_wall_check(ctx, body, actor)
-        findings = measurement_findings(body, stage, run, wall_check, info["target"])
-        findings["findings"] += [f"note dry run: {refusal}"] if refusal else []
-        result.update(findings)
-        result["request"] = body
-        _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
+    if done.observed is not None:
+        measured = done.observed
+        lines = [
+            f"samples {measured.samples_id}: {measured.pairs_recorded} pairs ({measured.protocol})"
+        ]
+        if measured.event_id is None:
+            lines = [json.dumps(measured.request, indent=2), *measured.findings]
+        else:
+            lines = [f"{measured.kind} {measured.event_id}", *lines, *measured.findings]
+        _answer(ctx, done.answer(), lines + done.preview_lines)
         return
-    extra = {**(code_files or {}), **output_artifacts(run)}  # small outputs, for the audit
-    event = _append(
-        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, extra
-    )
-    # what samples.record derived and recorded is what is shown: one wall-clock check
-    findings = measurement_findings(
-        body, stage, run, _recorded_wall_check(event.payload), info["target"]
-    )
-    result.update(findings)
-    result.update(event_id=event.id, kind=event.kind)
-    lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
-    if code is not None:
-        result["snapshots"] = {r: code[r]["digest"] for r in ("reference", "candidate")}
+    self_timed = done.self_timed
+    assert self_timed is not None
+    if self_timed.event_id is None:  # a dry run
+        _answer(
+            ctx, done.answer(), [json.dumps(self_timed.request, indent=2), *self_timed.findings]
+        )
+        return
+    lines = [
+        f"{self_timed.kind} {self_timed.event_id}",
+        f"samples {self_timed.samples_id}: {self_timed.pairs_recorded} pairs recorded",
+    ]
+    if self_timed.snapshots is not None:
         lines.append(
-            f"snapshots: reference {code['reference']['digest'][:16]}, candidate "
-            f"{code['candidate']['digest'][:16]}"
+            f"snapshots: reference {self_timed.snapshots['reference'][:16]}, candidate "
+            f"{self_timed.snapshots['candidate'][:16]}"
         )
-    lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
-    lines += findings["findings"]
-
-    ledger = ctx.open()
-    try:  # per case: per-call medians, the improvement and its CI, as the verdict derives them
-        result["verdict_preview"], shown = verdict_preview(ledger, stage, body["target_id"], sid)
-    finally:
-        ledger.close()
-    _answer(ctx, result, lines + shown)
-
-
-def _observing(target: Any, protocol: str | None) -> bool:
-    """True when ``measure workload`` runs under the worker or command protocol: asked for, or
-    by default for a Target whose primary perfledger observes (``wall_time``, ``cpu_time``)."""
-
-    if protocol is None:
-        return target.definition.primary.name in OBSERVED_METRICS
-    return protocol != "self"
-
-
-def _measure_observed(
-    ctx: Any,
-    ledger: Any,
-    request: Any,
-    quiet: bool,
-    unit_flags: tuple[str, ...],
-) -> None:
-    """The adapter of :func:`perfledger.app.measure_workload.measure_workload`: call it on the
-    open ``ledger`` and render its answer (text, or ``--json``)."""
-
-    if unit_flags:
-        raise BadRequest(
-            "--unit belongs to the self-timed protocol: under the worker protocol perfledger "
-            "observes every figure it records (wall_time, cpu_time)",
-            hint="leave --unit out, or measure with --protocol self (the subject reports its metrics)",
-        )
-    edge = IdentityEdge(measure_identity, SubjectsWatch, fresh_and_unchanged)
-    calls = 2 * len(request.cases or ["?"]) * (request.pairs or 5)
-    with _progress(calls, "worker calls", quiet) as advance:
-        result = measure(ledger, request, identity=edge, on_call=lambda _row: advance())
-    _warn(result.warnings)
-    answer = msgspec.to_builtins(result)
-    lines = [f"samples {result.samples_id}: {result.pairs_recorded} pairs ({result.protocol})"]
-    if result.event_id is not None:
-        lines.insert(0, f"{result.kind} {result.event_id}")
-        answer["verdict_preview"], shown = verdict_preview(
-            ledger, request.stage, ledger.state().samples[result.samples_id].target_id,
-            result.samples_id,
-        )  # fmt: skip
-        lines += result.findings + shown
-    else:
-        lines = [json.dumps(result.request, indent=2), *result.findings]
-    _answer(ctx, answer, lines)
-
-
-def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
-    """The wall-clock check ``samples.record`` would derive for ``body`` on the current head
-    (nothing appended) and ``""``; or ``(None, why)`` when the decision would be refused."""
-
-    ledger = ctx.open()
-    try:
-        drafts = preview(ledger, "samples.record", body, actor=_actor(actor))
-    except PerfledgerError as exc:
-        rule = f"{exc.rule}: " if getattr(exc, "rule", None) else ""
-        return None, f"samples.record would refuse these samples: {rule}{exc.message}"
-    finally:
-        ledger.close()
-    return _recorded_wall_check(drafts[0].payload), ""
-
-
-def _recorded_wall_check(payload: Any) -> Any:
-    """The WallCheck of a decided SamplesRecorded payload (a Struct, or its builtins), or None."""
-
-    check = payload.get("wall_check") if isinstance(payload, dict) else payload.wall_check
-    return msgspec.convert(check, WallCheck) if isinstance(check, dict) else check
+    lines += failed_call_lines(self_timed) + self_timed.findings
+    _answer(ctx, done.answer(), lines + done.preview_lines)
 
 
 # ------------------------------------------------------------------------------------ kernel
@@ -720,4 +506,14 @@ def measure_aa(
     _answer(ctx, done.answer(), lines)
 
 
-__all__ = ["env_command", "environment_payload", "load_spec"]
+#: ``_context``, ``environment_payload``, ``foreign_activity_warnings`` and ``load_spec``: the
+#: names tests and older callers import from here (their homes: perfledger.app.context,
+#: perfledger.kernels.subjects.spec_loader).
+__all__ = [
+    "_context",
+    "aa_overall_line",
+    "env_command",
+    "environment_payload",
+    "foreign_activity_warnings",
+    "load_spec",
+]
