@@ -15,17 +15,11 @@ content hash and the environment id into a request.
 
 from __future__ import annotations
 
-import shlex
-from typing import Any
-
 import click
 
-from perfledger.app.measure_baseline import (
-    BASELINE_ARTIFACT,
-    DEFAULT_CALLS,
-    measure_baseline_of,
-    medians,
-)
+from perfledger.app.baseline import MeasureBaseline
+from perfledger.app.baseline import measure_baseline as measure_baseline_run
+from perfledger.app.measure_baseline import BASELINE_ARTIFACT, DEFAULT_CALLS
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -37,8 +31,6 @@ from perfledger.commands.cli.common import (
     quiet_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.registry.operations import preview
-from perfledger.projections.target_kind import measuring_command
 
 
 @click.command("baseline")
@@ -98,46 +90,26 @@ def measure_baseline(
     (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
 
     ctx = _ctx(json_flag)
+    request = MeasureBaseline(
+        target_id=target_id, cmd=cmd, spec=spec_path, directory=kernel_dir, cases=cases,
+        calls=calls, timeout_s=timeout_s, dry_run=dry_run, actor=m._actor(actor),
+        idempotency_key=idempotency_key,
+    )  # fmt: skip
     ledger = ctx.open()
     try:
-        state = ledger.state()
+        done = measure_baseline_run(ledger, request, progress=m._progress_of(quiet))
     finally:
         ledger.close()
-    measured = measure_baseline_of(
-        state, target_id, cmd=cmd, spec_path=spec_path, kernel_dir=kernel_dir,
-        cases=list(cases), calls=calls, timeout_s=timeout_s,
-        progress=lambda total, label: m._progress(total, label, quiet),
-    )  # fmt: skip
-    body, rows, env = measured.request, measured.rows, measured.environment
-    primary = state.targets[target_id].definition.primary
-    result: dict[str, Any] = {"request": body} if dry_run else {}
-    per_case = medians(body["cases"], body["values"])
-    result.update(values=len(body["values"]), per_case_median=per_case, unit=primary.unit)
     lines = [
-        f"baseline {primary.name}: {len(body['values'])} value(s) from {calls} call(s) per case; "
-        "median per case: " + ", ".join(f"{c} {v:.4g} {primary.unit}" for c, v in per_case.items())
+        f"baseline {done.metric}: {done.values} value(s) from {calls} call(s) per case; "
+        "median per case: "
+        + ", ".join(f"{c} {v:.4g} {done.unit}" for c, v in done.per_case_median.items())
     ]
-    if dry_run:
-        ledger = ctx.open()
-        try:  # decided, not appended: a refusal still exits 3
-            preview(ledger, "baseline.record", body, actor=m._actor(actor))
-        finally:
-            ledger.close()
-        m._answer(ctx, result, [*lines, "dry run: nothing appended"])
+    if done.event_id is None:
+        m._answer(ctx, done.answer(), [*lines, "dry run: nothing appended"])
         return
-    artifact = {"kind": "baseline", "environment": env, "table": rows, "command": cmd}
-    event = m._append(
-        ctx, "baseline.record", body, BASELINE_ARTIFACT, artifact, actor, idempotency_key
-    )
-    result.update(event_id=event.id, kind=event.kind)
-    nxt = "next (R4): `" + measuring_command(state, target_id, "resolution.record", None) + "`"
-    if cmd is not None:
-        nxt = nxt.replace(" --cmd CMD ", f" --cmd {shlex.quote(cmd)} ")
-    elif spec_path is not None:
-        nxt = nxt.replace(" --spec SPEC ", f" --spec {shlex.quote(spec_path)} ")
-    elif kernel_dir is not None:
-        nxt = nxt.replace(" --dir DIR ", f" --dir {shlex.quote(kernel_dir)} ")
-    m._answer(ctx, result, [f"{event.kind} {event.id}", *lines, nxt])
+    nxt = f"next (R4): `{done.next_command}`"
+    m._answer(ctx, done.answer(), [f"{done.kind} {done.event_id}", *lines, nxt])
 
 
 __all__ = ["BASELINE_ARTIFACT", "measure_baseline"]
