@@ -1,8 +1,8 @@
 """Appending what a measuring use case measured (SPEC.md section 5): the decision through the
 operation registry with its raw table attached as a JSON artifact, bound to the samples it was
 measured for (R5). Shared by :mod:`perfledger.app.measure_aa`, :mod:`perfledger.app.measure_kernel`,
-:mod:`perfledger.app.measure_self`, :mod:`perfledger.app.measure_serving_run` and
-:mod:`perfledger.app.measure_baseline_run`."""
+:mod:`perfledger.app.measure_self`, :mod:`perfledger.app.measure_serving_load` and
+:mod:`perfledger.app.baseline`."""
 
 from __future__ import annotations
 

@@ -1,28 +1,19 @@
 """``perfledger env`` and ``perfledger measure kernel|workload|aa`` (SPEC.md section 5; R4, R5,
-R11, R17): run the measurement protocol of :mod:`perfledger.kernels` under the GPU monitor and
-append what it measured through the ordinary operations (``samples.record``,
-``resolution.record``), so every rule of the deciders applies unchanged.
+R11, R17): adapters over the application layer. Each command parses its options into the use
+case's request, calls one function and renders its result (text, or one ``--json`` object on
+stdout; progress and warnings on stderr):
 
-- ``env`` prints the environment identity; its ``readiness_environment`` is what
-  ``readiness.record`` should carry, so that ``environment_id`` matches the samples' (R11).
-- ``measure workload`` runs a reference and a candidate command in ABBA order
-  (:mod:`perfledger.kernels.workload.driver`) and records one pair per round and case: correctness and
-  metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
-  (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
-  in the raw table.
-- ``measure kernel`` compares the ``REFERENCE`` and ``CANDIDATE`` of a spec file (``PROBLEMS``
-  or ``PROBLEM``, optional ``CONFIG``) per case, each subject in a worker process of its own
-  (:func:`perfledger.kernels.isolation.isolated.compare_spec`; this process never loads the spec, and
-  checks the workers' reports against its own clock and their revealed outputs); each ABBA
-  block (one monitor window) becomes one recorded pair whose values are the block's per-call
-  times, in the Target's primary unit (s, ms, us or ns) (``same_process: true``: one harness
-  protocol, both subjects on one device).
-- ``measure aa`` runs the original against itself (a workload command or a kernel spec) and
-  prints, or with ``--record`` records, the resolution (R4).
+- ``env``: :func:`perfledger.app.context.environment_payload` (its ``readiness_environment`` is
+  what ``readiness.record`` should carry, R11);
+- ``measure workload``: :func:`perfledger.app.measure_self.measure_workload_stage` (the worker or
+  command protocol, or the self-timed driver; then the verdict preview);
+- ``measure kernel``: :func:`perfledger.app.measure_kernel.measure_kernel` (the harness, each
+  subject in a worker process of its own);
+- ``measure aa``: :func:`perfledger.app.measure_aa.measure_aa` (the original against itself;
+  with ``--record`` the resolution is recorded, R4).
 
-The raw per-sample (per-call) table, the protocol's settings, the environment and the monitor's
-windows are attached to the event as the artifact ``samples.json`` (``resolution.json`` for A/A).
-Progress goes to stderr (rich); ``--json`` prints one object on stdout.
+Every rule refusal is raised by the application layer or a decider, never here; docs/api.md
+shows the same use cases called from Python.
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ from typing import Any
 
 import click
 
-from perfledger.app.context import environment_payload, foreign_activity_warnings, start_formal_run
+from perfledger.app.context import environment_payload, foreign_activity_warnings
 from perfledger.app.context import experiment_context as _context
 from perfledger.app.measure_aa import MeasureAA
 from perfledger.app.measure_aa import measure_aa as run_measure_aa
@@ -60,16 +51,8 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry.operations import execute
-from perfledger.commands.workflow.raw_table import binding_of
-from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import BadRequest
 from perfledger.kernels.subjects.spec_loader import load_spec
-from perfledger.ledger.base import Artifact
-
-#: Seconds per unit of a time primary (the kernel harness measures seconds).
-TIME_UNITS = UNITS_PER_SECOND
-RESOLUTION_ARTIFACT = "resolution.json"
 
 
 def _emit(data: object) -> None:
@@ -135,39 +118,6 @@ def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _artifact(data: dict[str, Any]) -> Any:
-
-    return Artifact(json.dumps(data, sort_keys=True, default=str).encode(), "application/json")
-
-
-def _append(
-    ctx: Any,
-    op: str,
-    body: dict[str, Any],
-    artifact_name: str,
-    artifact: dict[str, Any],
-    actor: str | None,
-    idempotency_key: str | None,
-    extra: dict[str, Any] | None = None,
-) -> Any:
-
-    if op == "samples.record":  # R5: the raw table names the samples it was measured for
-        artifact = {**artifact, "binding": binding_of(body)}
-    ledger = ctx.open()
-    try:
-        envelopes = execute(
-            ledger,
-            op,
-            body,
-            actor=_actor(actor),
-            idempotency_key=idempotency_key,
-            artifacts={artifact_name: _artifact(artifact), **(extra or {})},
-        )
-    finally:
-        ledger.close()
-    return envelopes[0]
-
-
 def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
     if ctx.json_mode:
         _emit(result)
@@ -203,17 +153,6 @@ def aa_overall_line(
         f"  overall: the noise of the {what} over cases (what a verdict judges), not any one "
         "case's; each case's verdict uses its own"
     )
-
-
-def start_formal_run_of_command(
-    ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
-) -> None:
-    """:func:`perfledger.app.context.start_formal_run` on the command's ledger (R14)."""
-    ledger = ctx.open()
-    try:
-        start_formal_run(ledger, experiment_id, stage, samples_id, protocol, _actor(actor))
-    finally:
-        ledger.close()
 
 
 _common = [
