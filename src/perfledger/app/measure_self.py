@@ -27,6 +27,7 @@ from perfledger.app.context import (
     check_cases,
     check_environment,
     check_installation_unchanged,
+    context_of,
     default_samples_id,
     environment_payload,
     experiment_context,
@@ -390,8 +391,30 @@ __all__ = [
     "MeasureWorkloadStage",
     "MeasuredSelfTimed",
     "MeasuredStage",
+    "driver_timed",
     "failed_call_lines",
     "measure_self_timed",
     "measure_workload_stage",
     "observing",
 ]
+
+
+def driver_timed(state: Any, request: Any) -> bool:
+    """Whether ``request`` (a :class:`MeasureWorkloadStage`,
+    :class:`~perfledger.app.measure_aa.MeasureAA` or
+    :class:`~perfledger.app.baseline.MeasureBaseline`) is measured by the self-timed driver on
+    the folded ``state``: a workload whose primary the subject reports. The driver's watch of its
+    own process's stops (SIGCONT, R11) runs only on a process's main thread, so a caller on
+    another thread (the MCP server's tool calls) runs such a measurement in a process of its own.
+    False where the request names nothing known (the use case then refuses it)."""
+    if isinstance(request, MeasureWorkloadStage):
+        try:
+            info = context_of(state, request.experiment_id, request.stage)
+        except PerfledgerError:
+            return False
+        return not observing(info["target"], request.protocol)
+    target_id, cmd = getattr(request, "target_id", None), getattr(request, "cmd", None)
+    target = state.targets.get(target_id) if target_id is not None else None
+    if target is None or cmd is None:
+        return False
+    return target.definition.primary.name not in OBSERVED_METRICS

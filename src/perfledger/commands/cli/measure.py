@@ -155,6 +155,42 @@ def aa_overall_line(
     )
 
 
+def workload_request_of(kw: dict[str, Any]) -> MeasureWorkloadStage:
+    """``measure workload``'s parsed options (click's names) as the use case's request."""
+    refuse_explain_foreign(kw.get("explain_foreign"))
+    return MeasureWorkloadStage(
+        experiment_id=kw["experiment_id"], stage=kw["stage"], ref=kw["ref_cmd"],
+        cand=kw["cand_cmd"], protocol=kw["protocol"], cases=kw["cases"], pairs=kw["pairs"],
+        warmup=kw["warmup"], timeout_s=kw["timeout_s"], units=_parse_units(kw["unit_flags"]),
+        fresh_worker=kw["fresh_worker"],
+        monitor="none" if kw["no_monitor"] else kw["monitor_source"],
+        samples_id=kw["samples_id"], dry_run=kw["dry_run"], actor=_actor(kw["actor"]),
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
+
+
+def kernel_request_of(kw: dict[str, Any]) -> MeasureKernel:
+    """``measure kernel``'s parsed options (click's names) as the use case's request."""
+    return MeasureKernel(
+        experiment_id=kw["experiment_id"], stage=kw["stage"], spec=kw["spec_path"],
+        ref_dir=kw["ref_dir"], cand_dir=kw["cand_dir"], samples_id=kw["samples_id"],
+        monitor=not kw["no_monitor"], dry_run=kw["dry_run"], actor=_actor(kw["actor"]),
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
+
+
+def aa_request_of(kw: dict[str, Any]) -> MeasureAA:
+    """``measure aa``'s parsed options (click's names) as the use case's request."""
+    return MeasureAA(
+        target_id=kw["target_id"], cmd=kw["cmd"], spec=kw["spec_path"],
+        directory=kw["kernel_dir"], cases=kw["cases"], runs=kw["runs"],
+        timeout_s=kw["timeout_s"], record=kw["record"],
+        accept_resolution=kw["accept_resolution"],
+        actor=_actor(kw["actor"]) if kw["record"] else None,
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
+
+
 _common = [
     click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
     click.option(
@@ -222,28 +258,7 @@ def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="A fresh worker per pair (the default wherever the reference's outputs do not follow "
     "the seed).",
 )
-def measure_workload(
-    experiment_id: str,
-    stage: str,
-    samples_id: str | None,
-    no_monitor: bool,
-    dry_run: bool,
-    actor: str | None,
-    idempotency_key: str | None,
-    quiet: bool,
-    json_flag: bool,
-    ref_cmd: str,
-    cand_cmd: str,
-    cases: tuple[str, ...],
-    pairs: int | None,
-    warmup: int,
-    timeout_s: float,
-    unit_flags: tuple[str, ...],
-    monitor_source: str,
-    explain_foreign: str | None,
-    protocol: str | None,
-    fresh_worker: bool,
-) -> None:
+def measure_workload(**kw: Any) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
     For a Target whose primary perfledger observes (wall_time, cpu_time) the default is the
@@ -258,19 +273,13 @@ def measure_workload(
     a code directory in its place; both are snapshotted and checked first (R11,
     docs/code-identity.md).
     """
-    ctx = _ctx(json_flag)
-    refuse_explain_foreign(explain_foreign)
-    request = MeasureWorkloadStage(
-        experiment_id=experiment_id, stage=stage, ref=ref_cmd, cand=cand_cmd,  # type: ignore[arg-type]
-        protocol=protocol, cases=cases, pairs=pairs, warmup=warmup, timeout_s=timeout_s,  # type: ignore[arg-type]
-        units=_parse_units(unit_flags), fresh_worker=fresh_worker,
-        monitor="none" if no_monitor else monitor_source,  # type: ignore[arg-type]
-        samples_id=samples_id, dry_run=dry_run, actor=_actor(actor),
-        idempotency_key=idempotency_key,
-    )  # fmt: skip
+    ctx = _ctx(kw["json_flag"])
+    request = workload_request_of(kw)
     ledger = ctx.open()
     try:
-        done = measure_workload_stage(ledger, request, progress=_progress_of(quiet), warn=_warn)
+        done = measure_workload_stage(
+            ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn
+        )
     finally:
         ledger.close()
     if done.observed is not None:
@@ -318,20 +327,7 @@ def measure_workload(
 @click.option(
     "--cand", "cand_dir", default=None, help="Code directory of the candidate (R11, bound Target)."
 )
-def measure_kernel(
-    experiment_id: str,
-    stage: str,
-    samples_id: str | None,
-    no_monitor: bool,
-    dry_run: bool,
-    actor: str | None,
-    idempotency_key: str | None,
-    quiet: bool,
-    json_flag: bool,
-    spec_path: str | None,
-    ref_dir: str | None,
-    cand_dir: str | None,
-) -> None:
+def measure_kernel(**kw: Any) -> None:
     """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
     timing, stopping, plausibility), each subject in a worker process of its own, and record
     SamplesRecorded; one recorded pair per ABBA block (one monitor window).
@@ -339,15 +335,11 @@ def measure_kernel(
     --ref DIR --cand DIR instead of --spec: each worker runs the SUBJECT of the spec in its own
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
 
-    ctx = _ctx(json_flag)
-    request = MeasureKernel(
-        experiment_id=experiment_id, stage=stage, spec=spec_path, ref_dir=ref_dir,  # type: ignore[arg-type]
-        cand_dir=cand_dir, samples_id=samples_id, monitor=not no_monitor, dry_run=dry_run,
-        actor=_actor(actor), idempotency_key=idempotency_key,
-    )  # fmt: skip
+    ctx = _ctx(kw["json_flag"])
+    request = kernel_request_of(kw)
     ledger = ctx.open()
     try:
-        done = run_measure_kernel(ledger, request, progress=_progress_of(quiet), warn=_warn)
+        done = run_measure_kernel(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     finally:
         ledger.close()
     answer = done.answer()
@@ -401,35 +393,17 @@ def measure_kernel(
 @idempotency_option
 @quiet_option
 @_json
-def measure_aa(
-    target_id: str,
-    cmd: str | None,
-    spec_path: str | None,
-    kernel_dir: str | None,
-    cases: tuple[str, ...],
-    runs: int | None,
-    timeout_s: float,
-    record: bool,
-    accept_resolution: bool,
-    actor: str | None,
-    idempotency_key: str | None,
-    quiet: bool,
-    json_flag: bool,
-) -> None:
+def measure_aa(**kw: Any) -> None:
     """Measure the resolution: the original against itself under the same protocol, on every
     case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per
     case, and for the Target the aggregate a verdict derives (workload) or the largest case
     (kernel spec). On a kernel Target bound to code, --dir DIR (the original's directory)
     replaces --spec: two workers run the SUBJECT of its spec (R11)."""
-    ctx = _ctx(json_flag)
-    request = MeasureAA(
-        target_id=target_id, cmd=cmd, spec=spec_path, directory=kernel_dir, cases=cases,
-        runs=runs, timeout_s=timeout_s, record=record, accept_resolution=accept_resolution,
-        actor=_actor(actor) if record else None, idempotency_key=idempotency_key,
-    )  # fmt: skip
+    ctx = _ctx(kw["json_flag"])
+    request = aa_request_of(kw)
     ledger = ctx.open()
     try:
-        done = run_measure_aa(ledger, request, progress=_progress_of(quiet), warn=_warn)
+        done = run_measure_aa(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     finally:
         ledger.close()
     kind = "A/A pairs" if done.workload else "A/A comparisons"

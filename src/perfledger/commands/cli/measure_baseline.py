@@ -15,6 +15,8 @@ content hash and the environment id into a request.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from perfledger.app.baseline import MeasureBaseline
@@ -31,6 +33,16 @@ from perfledger.commands.cli.common import (
     quiet_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+
+
+def baseline_request_of(kw: dict[str, Any]) -> MeasureBaseline:
+    """``measure baseline``'s parsed options (click's names) as the use case's request."""
+    return MeasureBaseline(
+        target_id=kw["target_id"], cmd=kw["cmd"], spec=kw["spec_path"],
+        directory=kw["kernel_dir"], cases=kw["cases"], calls=kw["calls"],
+        timeout_s=kw["timeout_s"], dry_run=kw["dry_run"], actor=m._actor(kw["actor"]),
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
 
 
 @click.command("baseline")
@@ -69,39 +81,22 @@ from perfledger.commands.cli.common import command_context as _ctx
 @click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
 @quiet_option
 @json_option
-def measure_baseline(
-    target_id: str,
-    cmd: str | None,
-    spec_path: str | None,
-    kernel_dir: str | None,
-    cases: tuple[str, ...],
-    calls: int,
-    timeout_s: float,
-    actor: str | None,
-    idempotency_key: str | None,
-    dry_run: bool,
-    quiet: bool,
-    json_flag: bool,
-) -> None:
+def measure_baseline(**kw: Any) -> None:
     """Measure the original's baseline and record it (R4): a workload's CMD called --calls times
     on every case (a kernel Target's REFERENCE timed by the kernel harness --calls times per
     case: --spec SPEC, or --dir DIR where readiness bound the original's directory), every
     value of the primary metric kept with its case and call id, in this machine's environment
     (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
 
-    ctx = _ctx(json_flag)
-    request = MeasureBaseline(
-        target_id=target_id, cmd=cmd, spec=spec_path, directory=kernel_dir, cases=cases,
-        calls=calls, timeout_s=timeout_s, dry_run=dry_run, actor=m._actor(actor),
-        idempotency_key=idempotency_key,
-    )  # fmt: skip
+    ctx = _ctx(kw["json_flag"])
+    request = baseline_request_of(kw)
     ledger = ctx.open()
     try:
-        done = measure_baseline_run(ledger, request, progress=m._progress_of(quiet))
+        done = measure_baseline_run(ledger, request, progress=m._progress_of(kw["quiet"]))
     finally:
         ledger.close()
     lines = [
-        f"baseline {done.metric}: {done.values} value(s) from {calls} call(s) per case; "
+        f"baseline {done.metric}: {done.values} value(s) from {done.calls} call(s) per case; "
         "median per case: "
         + ", ".join(f"{c} {v:.4g} {done.unit}" for c, v in done.per_case_median.items())
     ]

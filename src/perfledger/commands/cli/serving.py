@@ -173,23 +173,30 @@ def measure_serving(**kw: Any) -> None:
     run_measure_serving(**kw)
 
 
+def serving_request_of(kw: dict[str, Any]) -> MeasureServing:
+    """``measure serving``'s parsed options (click's names) as the use case's request."""
+    options = dict(kw)
+    refuse_explain_foreign(options.pop("explain_foreign", None))
+    for adapter_only in ("json_flag", "quiet"):
+        options.pop(adapter_only, None)
+    if options.pop("no_monitor"):
+        options["monitor_source"] = "none"
+    options["monitor"] = options.pop("monitor_source")
+    options["metrics"] = options.pop("metric_flags")
+    if options["experiment_id"] is not None or options["evidence_id"] is not None:  # it records
+        options["actor"] = _actor(options["actor"])
+    return msgspec.convert(options, MeasureServing)
+
+
 def run_measure_serving(**kw: Any) -> None:
     """The body of ``measure serving`` (see its help): the options as a
     :class:`~perfledger.app.measure_serving_load.MeasureServing`, measured by
     :func:`~perfledger.app.measure_serving_load.measure_serving`, rendered. Raises: BadRequest,
     RuleRefused (R2, R11, R12, R17), MeasurementError."""
-    ctx = _ctx(kw.pop("json_flag"))
-    refuse_explain_foreign(kw.pop("explain_foreign", None))
-    quiet = kw.pop("quiet")
-    if kw.pop("no_monitor"):
-        kw["monitor_source"] = "none"
-    kw["monitor"] = kw.pop("monitor_source")
-    kw["metrics"] = kw.pop("metric_flags")
-    if kw["experiment_id"] is not None or kw["evidence_id"] is not None:  # it records
-        kw["actor"] = _actor(kw["actor"])
-    request = msgspec.convert(kw, MeasureServing)
+    ctx = _ctx(kw["json_flag"])
+    request = serving_request_of(kw)
     done = measure_serving_load(
-        request, open_ledger=ctx.open, progress=m._progress_of(quiet), warn=m._warn
+        request, open_ledger=ctx.open, progress=m._progress_of(kw["quiet"]), warn=m._warn
     )
     answer = done.answer
     if done.request is not None and done.samples:  # a dry run of samples
