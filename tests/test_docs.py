@@ -45,6 +45,9 @@ EXPECT_STDOUT: dict[str, list[str]] = {
         "refused: R2 | record it first",
         "audit: True 2 events, exit 0",
         "audit over MCP: True",
+        # the measuring use cases from Python, and over MCP in the server's process
+        "baseline: BaselineRecorded 3 values, ms",
+        "A/A over MCP: ['small'] False",
     ],
 }
 EXPECT_FILES: dict[str, dict[str, str]] = {

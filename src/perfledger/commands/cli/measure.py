@@ -1,28 +1,19 @@
 """``perfledger env`` and ``perfledger measure kernel|workload|aa`` (SPEC.md section 5; R4, R5,
-R11, R17): run the measurement protocol of :mod:`perfledger.kernels` under the GPU monitor and
-append what it measured through the ordinary operations (``samples.record``,
-``resolution.record``), so every rule of the deciders applies unchanged.
+R11, R17): adapters over the application layer. Each command parses its options into the use
+case's request, calls one function and renders its result (text, or one ``--json`` object on
+stdout; progress and warnings on stderr):
 
-- ``env`` prints the environment identity; its ``readiness_environment`` is what
-  ``readiness.record`` should carry, so that ``environment_id`` matches the samples' (R11).
-- ``measure workload`` runs a reference and a candidate command in ABBA order
-  (:mod:`perfledger.kernels.workload.driver`) and records one pair per round and case: correctness and
-  metrics of each subject from its own call (R11, ``same_process: false``); calls that failed
-  (garbage, non-zero exit, timeout, NaN) are left out of the request and kept, with their reason,
-  in the raw table.
-- ``measure kernel`` compares the ``REFERENCE`` and ``CANDIDATE`` of a spec file (``PROBLEMS``
-  or ``PROBLEM``, optional ``CONFIG``) per case, each subject in a worker process of its own
-  (:func:`perfledger.kernels.isolation.isolated.compare_spec`; this process never loads the spec, and
-  checks the workers' reports against its own clock and their revealed outputs); each ABBA
-  block (one monitor window) becomes one recorded pair whose values are the block's per-call
-  times, in the Target's primary unit (s, ms, us or ns) (``same_process: true``: one harness
-  protocol, both subjects on one device).
-- ``measure aa`` runs the original against itself (a workload command or a kernel spec) and
-  prints, or with ``--record`` records, the resolution (R4).
+- ``env``: :func:`perfledger.app.context.environment_payload` (its ``readiness_environment`` is
+  what ``readiness.record`` should carry, R11);
+- ``measure workload``: :func:`perfledger.app.measure_self.measure_workload_stage` (the worker or
+  command protocol, or the self-timed driver; then the verdict preview);
+- ``measure kernel``: :func:`perfledger.app.measure_kernel.measure_kernel` (the harness, each
+  subject in a worker process of its own);
+- ``measure aa``: :func:`perfledger.app.measure_aa.measure_aa` (the original against itself;
+  with ``--record`` the resolution is recorded, R4).
 
-The raw per-sample (per-call) table, the protocol's settings, the environment and the monitor's
-windows are attached to the event as the artifact ``samples.json`` (``resolution.json`` for A/A).
-Progress goes to stderr (rich); ``--json`` prints one object on stdout.
+Every rule refusal is raised by the application layer or a decider, never here; docs/api.md
+shows the same use cases called from Python.
 """
 
 from __future__ import annotations
@@ -33,63 +24,18 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
-import msgspec
 
-from perfledger.app.aa import kernel_aa_pairs_check, resolution_refusal, resolution_warnings
-from perfledger.app.censored import refuse_censored_formal_stage
-from perfledger.app.context import (
-    SAMPLES_ARTIFACT,
-    check_cases,
-    check_environment,
-    check_installation_unchanged,
-    environment_payload,
-    foreign_activity_warnings,
-    measured_provenance,
-    raw_table,
-    refuse_before_measuring,
-    refuse_formal_dry_run,
-    stand_in_samples,
-    start_formal_run,
-)
-from perfledger.app.context import default_samples_id as _default_samples_id
+from perfledger.app.context import environment_payload, foreign_activity_warnings
 from perfledger.app.context import experiment_context as _context
-from perfledger.app.context import start_monitor as _start_monitor
-from perfledger.app.identity import (
-    SubjectsWatch,
-    check_original_command,
-    check_original_subject,
-    fresh_and_unchanged,
-    measure_identity,
-    subject_copies,
-    unenforced_note,
+from perfledger.app.measure_aa import MeasureAA
+from perfledger.app.measure_aa import measure_aa as run_measure_aa
+from perfledger.app.measure_kernel import MeasureKernel
+from perfledger.app.measure_kernel import measure_kernel as run_measure_kernel
+from perfledger.app.measure_self import (
+    MeasureWorkloadStage,
+    failed_call_lines,
+    measure_workload_stage,
 )
-from perfledger.app.kernel_identity import (
-    bound_kernel_subjects,
-    kernel_batch_checks,
-    original_kernel_directory,
-    unbound_note,
-)
-from perfledger.app.measure_driver import measurement_findings, run_driver, workload_request
-from perfledger.app.measure_workload import (
-    AA_START_PAIRS,
-    IdentityEdge,
-    MeasureWorkload,
-    aa_more_driver_pairs,
-    aa_stopping_rule,
-    observed_aa,
-)
-from perfledger.app.measure_workload import measure_workload as measure
-from perfledger.app.measuring import ceilings as _ceilings
-from perfledger.app.measuring import failed_call_text
-from perfledger.app.measuring import time_scale as _time_scale
-from perfledger.app.metrics import target_units as _target_units
-from perfledger.app.metrics import work_units as _work_units
-from perfledger.app.output_check import (
-    accuracy_for,
-    output_artifacts,
-)
-from perfledger.app.preconditions import refuse_formal_unmonitored
-from perfledger.app.preview import verdict_preview
 from perfledger.commands.cli.common import (
     actor_option,
     call_timeout_option,
@@ -105,23 +51,8 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry.operations import execute, preview
-from perfledger.commands.workflow.aa_table import aa_binding
-from perfledger.commands.workflow.output_rules import compared
-from perfledger.commands.workflow.raw_table import binding_of
-from perfledger.commands.workflow.samples_body import samples_body
-from perfledger.derive.units import UNITS_PER_SECOND
-from perfledger.errors import BadRequest, MeasurementError, PerfledgerError
-from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, WallCheck
+from perfledger.errors import BadRequest
 from perfledger.kernels.subjects.spec_loader import load_spec
-from perfledger.kernels.workload.subject_env import environment_warnings
-from perfledger.ledger.base import Artifact
-from perfledger.projections.verdict_cases import aa_resolution
-from perfledger.projections.verdicts import Pair
-
-#: Seconds per unit of a time primary (the kernel harness measures seconds).
-TIME_UNITS = UNITS_PER_SECOND
-RESOLUTION_ARTIFACT = "resolution.json"
 
 
 def _emit(data: object) -> None:
@@ -187,45 +118,17 @@ def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _artifact(data: dict[str, Any]) -> Any:
-
-    return Artifact(json.dumps(data, sort_keys=True, default=str).encode(), "application/json")
-
-
-def _append(
-    ctx: Any,
-    op: str,
-    body: dict[str, Any],
-    artifact_name: str,
-    artifact: dict[str, Any],
-    actor: str | None,
-    idempotency_key: str | None,
-    extra: dict[str, Any] | None = None,
-) -> Any:
-
-    if op == "samples.record":  # R5: the raw table names the samples it was measured for
-        artifact = {**artifact, "binding": binding_of(body)}
-    ledger = ctx.open()
-    try:
-        envelopes = execute(
-            ledger,
-            op,
-            body,
-            actor=_actor(actor),
-            idempotency_key=idempotency_key,
-            artifacts={artifact_name: _artifact(artifact), **(extra or {})},
-        )
-    finally:
-        ledger.close()
-    return envelopes[0]
-
-
 def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
     if ctx.json_mode:
         _emit(result)
     else:
         for line in lines:
             click.echo(line)
+
+
+def _progress_of(quiet: bool) -> Callable[[int, str], Any]:
+    """The application layer's ``progress`` hook: a rich bar on stderr unless ``quiet``."""
+    return lambda total, label: _progress(total, label, quiet)
 
 
 def _warn(warnings: list[str]) -> None:
@@ -252,15 +155,40 @@ def aa_overall_line(
     )
 
 
-def start_formal_run_of_command(
-    ctx: Any, experiment_id: str, stage: str, samples_id: str, protocol: str, actor: str | None
-) -> None:
-    """:func:`perfledger.app.context.start_formal_run` on the command's ledger (R14)."""
-    ledger = ctx.open()
-    try:
-        start_formal_run(ledger, experiment_id, stage, samples_id, protocol, _actor(actor))
-    finally:
-        ledger.close()
+def workload_request_of(kw: dict[str, Any]) -> MeasureWorkloadStage:
+    """``measure workload``'s parsed options (click's names) as the use case's request."""
+    refuse_explain_foreign(kw.get("explain_foreign"))
+    return MeasureWorkloadStage(
+        experiment_id=kw["experiment_id"], stage=kw["stage"], ref=kw["ref_cmd"],
+        cand=kw["cand_cmd"], protocol=kw["protocol"], cases=kw["cases"], pairs=kw["pairs"],
+        warmup=kw["warmup"], timeout_s=kw["timeout_s"], units=_parse_units(kw["unit_flags"]),
+        fresh_worker=kw["fresh_worker"],
+        monitor="none" if kw["no_monitor"] else kw["monitor_source"],
+        samples_id=kw["samples_id"], dry_run=kw["dry_run"], actor=_actor(kw["actor"]),
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
+
+
+def kernel_request_of(kw: dict[str, Any]) -> MeasureKernel:
+    """``measure kernel``'s parsed options (click's names) as the use case's request."""
+    return MeasureKernel(
+        experiment_id=kw["experiment_id"], stage=kw["stage"], spec=kw["spec_path"],
+        ref_dir=kw["ref_dir"], cand_dir=kw["cand_dir"], samples_id=kw["samples_id"],
+        monitor=not kw["no_monitor"], dry_run=kw["dry_run"], actor=_actor(kw["actor"]),
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
+
+
+def aa_request_of(kw: dict[str, Any]) -> MeasureAA:
+    """``measure aa``'s parsed options (click's names) as the use case's request."""
+    return MeasureAA(
+        target_id=kw["target_id"], cmd=kw["cmd"], spec=kw["spec_path"],
+        directory=kw["kernel_dir"], cases=kw["cases"], runs=kw["runs"],
+        timeout_s=kw["timeout_s"], record=kw["record"],
+        accept_resolution=kw["accept_resolution"],
+        actor=_actor(kw["actor"]) if kw["record"] else None,
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
 
 
 _common = [
@@ -330,28 +258,7 @@ def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="A fresh worker per pair (the default wherever the reference's outputs do not follow "
     "the seed).",
 )
-def measure_workload(
-    experiment_id: str,
-    stage: str,
-    samples_id: str | None,
-    no_monitor: bool,
-    dry_run: bool,
-    actor: str | None,
-    idempotency_key: str | None,
-    quiet: bool,
-    json_flag: bool,
-    ref_cmd: str,
-    cand_cmd: str,
-    cases: tuple[str, ...],
-    pairs: int | None,
-    warmup: int,
-    timeout_s: float,
-    unit_flags: tuple[str, ...],
-    monitor_source: str,
-    explain_foreign: str | None,
-    protocol: str | None,
-    fresh_worker: bool,
-) -> None:
+def measure_workload(**kw: Any) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
     For a Target whose primary perfledger observes (wall_time, cpu_time) the default is the
@@ -366,230 +273,44 @@ def measure_workload(
     a code directory in its place; both are snapshotted and checked first (R11,
     docs/code-identity.md).
     """
-    ctx = _ctx(json_flag)
-    refuse_formal_dry_run(stage, dry_run)
-    refuse_explain_foreign(explain_foreign)
+    ctx = _ctx(kw["json_flag"])
+    request = workload_request_of(kw)
     ledger = ctx.open()
     try:
-        info = _context(ledger, experiment_id, stage)
-        if _observing(info["target"], protocol):  # the application layer's use case
-            request = MeasureWorkload(
-                experiment_id=experiment_id, stage=stage, ref=ref_cmd, cand=cand_cmd,  # type: ignore[arg-type]
-                protocol=protocol or "worker", cases=cases, pairs=pairs, warmup=warmup,  # type: ignore[arg-type]
-                timeout_s=timeout_s, fresh_worker=fresh_worker,
-                monitor="none" if no_monitor else monitor_source,  # type: ignore[arg-type]
-                samples_id=samples_id, dry_run=dry_run,
-                actor=_actor(actor),
-                idempotency_key=idempotency_key,
-            )  # fmt: skip
-            _measure_observed(ctx, ledger, request, quiet, unit_flags)
-            return
-        # R11: both subjects snapshotted and checked before anything runs
-        code, code_files = measure_identity(ledger, info, ref_cmd, cand_cmd, stage, experiment_id)
+        done = measure_workload_stage(
+            ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn
+        )
     finally:
         ledger.close()
-
-    # R5: where the readiness compares outputs, perfledger judges them, not the subject
-    accuracy = accuracy_for(info["target"], {"--ref": ref_cmd, "--cand": cand_cmd})
-    unenforced = unenforced_note(info["target"])  # the old rule: say so before measuring
-    if unenforced is not None:
-        _warn([unenforced])
-    chosen = list(cases) or info["cases"]
-    if not chosen:
-        raise BadRequest(
-            "no test cases: pass --case or name them in the readiness's test set",
-            hint="pass --case NAME, or record readiness whose test_set names its cases",
-        )
-    check_cases(chosen, info["test_set"], "--case")
-    n_pairs = pairs or max(5, info["min_pairs"])
-    units = {
-        **_work_units(info["target"]),
-        **_target_units(info["target"]),
-        **_parse_units(unit_flags),
-    }
-    env = environment_payload()
-    check_environment(env, info)
-    monitor, monitor_note = _start_monitor(not no_monitor, monitor_source)
-    if monitor is None:
-        refuse_formal_unmonitored(stage, monitor_note)
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
-    try:
-        start_formal_run_of_command(ctx, experiment_id, stage, sid, "workload_abba", actor)
-    except BaseException:
-        if monitor is not None:
-            monitor.stop()
-        raise
-    copies = None
-    try:
-        # R11: each call runs from a read-only copy of its subject's snapshot, with its own
-        # bytecode cache; the subjects' directories are checked before every call too: a
-        # subject could edit the other's files for a while and restore them before the end
-        copies = None if code is None else subject_copies(info["target"], code, code_files)
-        unchanged = None if code is None else SubjectsWatch(info, code)
-        run = run_driver(
-            ref_cmd, cand_cmd, chosen, n_pairs, warmup, timeout_s,
-            lambda total, label: _progress(total, label, quiet), accuracy, unchanged, copies,
-        )  # fmt: skip
-    finally:
-        if monitor is not None:
-            monitor.stop()
-        if copies is not None:
-            copies.close()
-    if code is not None:
-        fresh_and_unchanged(info, code)
-    check_installation_unchanged(env)  # R11: an installed module edited during the run
-    body, windows = workload_request(
-        run,
-        info,
-        samples_id=sid,
-        experiment_id=experiment_id,
-        stage=stage,
-        environment_id=env["environment_id"],
-        units=units,
-        monitor=monitor,
-    )
-    failed = [
-        {"call_id": c.call_id, "reason": c.reason, "message": c.message} for c in run.failed_calls
-    ]
-
-    # R5/R12: a formal stage drops no round: a dropped round is one a candidate chose to drop
-    first = failed_call_text(run.failed_calls[0]) if run.failed_calls else ""
-    censored = refuse_censored_formal_stage(
-        run, info["primary"].name, stage, stage in FORMAL_STAGES, first
-    )
-    if not body["pairs"]:
-        raise MeasurementError(
-            f"no usable pair: every pair had a failed call ({len(failed)} failed calls)"
-            + (failed_call_text(run.failed_calls[0]) if run.failed_calls else ""),
-            hint="run the command by hand: it must print one JSON object with `correct` and `metrics`",
-        )
-    body["units"] = {
-        k: v for k, v in units.items() if any(k in p["ref"]["values"] for p in body["pairs"])
-    }
-    if code is not None:
-        body["identity"] = code
-    body["provenance"] = measured_provenance("workload_abba", run.settings)
-    artifact = raw_table("workload", run, env, windows, monitor_note, monitor)
-    result: dict[str, Any] = {
-        "samples_id": sid,
-        "pairs_recorded": len(body["pairs"]),
-        "failed_calls": failed,
-        "environment_id": env["environment_id"],
-        "monitor": None if monitor is None else monitor_source,
-        "foreign_windows": sum(1 for w in windows if w.get("foreign_activity")),
-    }
-    if unenforced is not None:
-        result["code_identity"] = {"enforced": False, "note": unenforced}
-    readiness = info["target"].readiness
-    allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
-    result["warnings"] = foreign_activity_warnings(body["pairs"], stage, allowed)
-
-    result["warnings"] += environment_warnings(  # code loaded from outside both subjects
-        run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
-    )
-    result["warnings"] += censored
-    _warn(result["warnings"])
-    if dry_run:
-        # the decider's own wall-clock check, decided on the head and not appended
-        wall_check, refusal = _previewed_wall_check(ctx, body, actor)
-        findings = measurement_findings(body, stage, run, wall_check, info["target"])
-        findings["findings"] += [f"note dry run: {refusal}"] if refusal else []
-        result.update(findings)
-        result["request"] = body
-        _answer(ctx, result, [json.dumps(body, indent=2), *findings["findings"]])
+    if done.observed is not None:
+        measured = done.observed
+        lines = [
+            f"samples {measured.samples_id}: {measured.pairs_recorded} pairs ({measured.protocol})"
+        ]
+        if measured.event_id is None:
+            lines = [json.dumps(measured.request, indent=2), *measured.findings]
+        else:
+            lines = [f"{measured.kind} {measured.event_id}", *lines, *measured.findings]
+        _answer(ctx, done.answer(), lines + done.preview_lines)
         return
-    extra = {**(code_files or {}), **output_artifacts(run)}  # small outputs, for the audit
-    event = _append(
-        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, extra
-    )
-    # what samples.record derived and recorded is what is shown: one wall-clock check
-    findings = measurement_findings(
-        body, stage, run, _recorded_wall_check(event.payload), info["target"]
-    )
-    result.update(findings)
-    result.update(event_id=event.id, kind=event.kind)
-    lines = [f"{event.kind} {event.id}", f"samples {sid}: {len(body['pairs'])} pairs recorded"]
-    if code is not None:
-        result["snapshots"] = {r: code[r]["digest"] for r in ("reference", "candidate")}
+    self_timed = done.self_timed
+    assert self_timed is not None
+    if self_timed.event_id is None:  # a dry run
+        _answer(
+            ctx, done.answer(), [json.dumps(self_timed.request, indent=2), *self_timed.findings]
+        )
+        return
+    lines = [
+        f"{self_timed.kind} {self_timed.event_id}",
+        f"samples {self_timed.samples_id}: {self_timed.pairs_recorded} pairs recorded",
+    ]
+    if self_timed.snapshots is not None:
         lines.append(
-            f"snapshots: reference {code['reference']['digest'][:16]}, candidate "
-            f"{code['candidate']['digest'][:16]}"
+            f"snapshots: reference {self_timed.snapshots['reference'][:16]}, candidate "
+            f"{self_timed.snapshots['candidate'][:16]}"
         )
-    lines += [f"failed call {f['call_id']}: {f['reason']}: {f['message']}" for f in failed]
-    lines += findings["findings"]
-
-    ledger = ctx.open()
-    try:  # per case: per-call medians, the improvement and its CI, as the verdict derives them
-        result["verdict_preview"], shown = verdict_preview(ledger, stage, body["target_id"], sid)
-    finally:
-        ledger.close()
-    _answer(ctx, result, lines + shown)
-
-
-def _observing(target: Any, protocol: str | None) -> bool:
-    """True when ``measure workload`` runs under the worker or command protocol: asked for, or
-    by default for a Target whose primary perfledger observes (``wall_time``, ``cpu_time``)."""
-
-    if protocol is None:
-        return target.definition.primary.name in OBSERVED_METRICS
-    return protocol != "self"
-
-
-def _measure_observed(
-    ctx: Any,
-    ledger: Any,
-    request: Any,
-    quiet: bool,
-    unit_flags: tuple[str, ...],
-) -> None:
-    """The adapter of :func:`perfledger.app.measure_workload.measure_workload`: call it on the
-    open ``ledger`` and render its answer (text, or ``--json``)."""
-
-    if unit_flags:
-        raise BadRequest(
-            "--unit belongs to the self-timed protocol: under the worker protocol perfledger "
-            "observes every figure it records (wall_time, cpu_time)",
-            hint="leave --unit out, or measure with --protocol self (the subject reports its metrics)",
-        )
-    edge = IdentityEdge(measure_identity, SubjectsWatch, fresh_and_unchanged)
-    calls = 2 * len(request.cases or ["?"]) * (request.pairs or 5)
-    with _progress(calls, "worker calls", quiet) as advance:
-        result = measure(ledger, request, identity=edge, on_call=lambda _row: advance())
-    _warn(result.warnings)
-    answer = msgspec.to_builtins(result)
-    lines = [f"samples {result.samples_id}: {result.pairs_recorded} pairs ({result.protocol})"]
-    if result.event_id is not None:
-        lines.insert(0, f"{result.kind} {result.event_id}")
-        answer["verdict_preview"], shown = verdict_preview(
-            ledger, request.stage, ledger.state().samples[result.samples_id].target_id,
-            result.samples_id,
-        )  # fmt: skip
-        lines += result.findings + shown
-    else:
-        lines = [json.dumps(result.request, indent=2), *result.findings]
-    _answer(ctx, answer, lines)
-
-
-def _previewed_wall_check(ctx: Any, body: dict[str, Any], actor: str | None) -> tuple[Any, str]:
-    """The wall-clock check ``samples.record`` would derive for ``body`` on the current head
-    (nothing appended) and ``""``; or ``(None, why)`` when the decision would be refused."""
-
-    ledger = ctx.open()
-    try:
-        drafts = preview(ledger, "samples.record", body, actor=_actor(actor))
-    except PerfledgerError as exc:
-        rule = f"{exc.rule}: " if getattr(exc, "rule", None) else ""
-        return None, f"samples.record would refuse these samples: {rule}{exc.message}"
-    finally:
-        ledger.close()
-    return _recorded_wall_check(drafts[0].payload), ""
-
-
-def _recorded_wall_check(payload: Any) -> Any:
-    """The WallCheck of a decided SamplesRecorded payload (a Struct, or its builtins), or None."""
-
-    check = payload.get("wall_check") if isinstance(payload, dict) else payload.wall_check
-    return msgspec.convert(check, WallCheck) if isinstance(check, dict) else check
+    lines += failed_call_lines(self_timed) + self_timed.findings
+    _answer(ctx, done.answer(), lines + done.preview_lines)
 
 
 # ------------------------------------------------------------------------------------ kernel
@@ -606,20 +327,7 @@ def _recorded_wall_check(payload: Any) -> Any:
 @click.option(
     "--cand", "cand_dir", default=None, help="Code directory of the candidate (R11, bound Target)."
 )
-def measure_kernel(
-    experiment_id: str,
-    stage: str,
-    samples_id: str | None,
-    no_monitor: bool,
-    dry_run: bool,
-    actor: str | None,
-    idempotency_key: str | None,
-    quiet: bool,
-    json_flag: bool,
-    spec_path: str | None,
-    ref_dir: str | None,
-    cand_dir: str | None,
-) -> None:
+def measure_kernel(**kw: Any) -> None:
     """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
     timing, stopping, plausibility), each subject in a worker process of its own, and record
     SamplesRecorded; one recorded pair per ABBA block (one monitor window).
@@ -627,208 +335,29 @@ def measure_kernel(
     --ref DIR --cand DIR instead of --spec: each worker runs the SUBJECT of the spec in its own
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
 
-    ctx = _ctx(json_flag)
-    refuse_formal_dry_run(stage, dry_run)
+    ctx = _ctx(kw["json_flag"])
+    request = kernel_request_of(kw)
     ledger = ctx.open()
     try:
-        info = _context(ledger, experiment_id, stage)
-        # R11: both code directories snapshotted and checked before anything runs
-        bound = bound_kernel_subjects(
-            ledger, info, spec_path, ref_dir, cand_dir, stage, experiment_id
-        )
+        done = run_measure_kernel(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     finally:
         ledger.close()
-    from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
-
-    # the Target's accuracy rule judges the revealed outputs (None: the problem's tolerances)
-    accuracy = compared(info["target"].readiness)
-    unenforced = None if bound is not None else unbound_note(info["target"])
-    if unenforced is not None:  # the old rule: say so before measuring
-        _warn([unenforced])
-    # property 3: the spec (subject code) runs only in worker processes; this one asks them
-    spec = bound.spec if bound is not None else spec_path or ""
-    dirs = None if bound is None else bound.directories
-    facts = spec_facts(spec, directory=None if dirs is None else dirs[0])
-    if bound is None and not facts["has_candidate"]:
-        raise BadRequest(
-            f"the spec {spec_path!r} defines no CANDIDATE",
-            hint="define CANDIDATE in the spec (docs/subjects.md); on a Target bound to code, --ref DIR --cand DIR",
-        )
-    if bound is not None and not facts.get("has_subject"):
-        raise BadRequest(
-            f"the spec {spec!r} in {ref_dir!r} defines no SUBJECT",
-            hint="a spec in a subject directory defines PROBLEMS and SUBJECT (its code)",
-        )
-    cases = check_cases(facts["cases"], info["test_set"], f"the spec {spec!r}")
-    primary = info["primary"]
-    scale = _time_scale(primary.unit)
-    env = environment_payload()
-    check_environment(env, info)
-    sid = samples_id or _default_samples_id(experiment_id, stage, info["state"])
-    ledger = ctx.open()
-    try:  # every refusal recording would raise, before the harness runs (R11, R15, R14)
-        stand_in = stand_in_samples(
-            info, experiment_id=experiment_id, stage=stage, samples_id=sid, cases=cases,
-            environment_id=env["environment_id"], protocol="kernel_harness_abba",
-            monitored=not no_monitor, identity=None if bound is None else bound.identity,
-        )  # fmt: skip
-        refuse_before_measuring(ledger, stand_in, _actor(actor))
-    finally:
-        ledger.close()
-    start_formal_run_of_command(ctx, experiment_id, stage, sid, "kernel_harness_abba", actor)
-    monitor, monitor_note = _start_monitor(not no_monitor)
-    comparisons = {}
-    try:
-        if monitor is not None:
-            idle = monitor.idle_check()
-            monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
-        with _progress(len(cases), "kernel comparisons", quiet) as advance:
-            ceilings = _ceilings(remeasure=stage in FORMAL_STAGES)
-            before_batch = None
-            if bound is not None:  # R11: no bytecode planted before the run is loaded
-                fresh_and_unchanged(info, bound.identity)
-                watch = SubjectsWatch(info, bound.identity, strict=True)
-                # both directories checked before every batch (lstat: a file written since the
-                # run began is refused, restored or not), not only after the case, and the
-                # workers' Python start-up files
-                before_batch = kernel_batch_checks(watch)
-            for case in cases:
-                comparisons[case] = compare_spec(
-                    spec,
-                    case,
-                    ceilings=ceilings,
-                    monitor=monitor,
-                    directories=dirs,
-                    before_batch=before_batch,
-                    accuracy=accuracy,
-                )
-                if bound is not None:  # R11: the code measured is the code snapshotted
-                    watch()
-                    fresh_and_unchanged(info, bound.identity)
-                advance()
-    finally:
-        if monitor is not None:
-            monitor.stop()
-    pairs = []
-    table = []
-    for case, c in comparisons.items():
-        if not (c.ref_correctness.ok and c.cand_correctness.ok) or c.ref is None or c.cand is None:
-            raise MeasurementError(
-                f"case {case!r}: correctness failed ({c.flags}): "
-                f"{(c.ref_correctness.reasons + c.cand_correctness.reasons)[:5]}",
-                hint="a subject that fails correctness has no performance meaning (R5)",
-            )
-        batch = int(c.settings["harness"]["batch"])  # one monitor window per batch
-        for b, start in enumerate(range(0, len(c.pair_orders), batch)):
-            stop = start + batch
-            call_id = f"{case}-b{b}"
-            window = c.monitor[b] if b < len(c.monitor) else None
-            pair: dict[str, Any] = {
-                "case": case,
-                "ref": {
-                    "call_id": call_id,
-                    # a failed re-check of any timed call makes the subject incorrect
-                    "correct": not c.ref.recheck_failures,
-                    "values": {primary.name: [v * scale for v in c.ref.samples_s[start:stop]]},
-                    "environment_id": env["environment_id"],
-                },
-                "cand": {
-                    "call_id": call_id,
-                    "correct": not c.cand.recheck_failures,
-                    "values": {primary.name: [v * scale for v in c.cand.samples_s[start:stop]]},
-                    "environment_id": env["environment_id"],
-                },
-                "same_process": True,
-            }
-            if window is not None:
-                pair["monitor"] = {
-                    "observed": window["observed"],
-                    "foreign_activity": window["foreign_activity"],
-                    "explained": None,
-                    "flags": list(window["reasons"]),
-                }
-            pairs.append(pair)
-        table.append(
-            {
-                "case": case,
-                "rows": c.table(),
-                "flags": c.flags,
-                "stats": c.stats.to_json() if c.stats else None,
-                "stop_reason": c.stop_reason,
-                "settings": c.settings,
-                "monitor": c.monitor,
-            }
-        )
-    body = samples_body(
-        info, samples_id=sid, experiment_id=experiment_id, stage=stage,
-        environment_id=env["environment_id"], units={primary.name: primary.unit}, pairs=pairs,
-    )  # fmt: skip
-    subjects = next(iter(comparisons.values())).settings["subjects"]
-    if bound is not None:
-        body["identity"] = bound.identity
-    body["provenance"] = measured_provenance(
-        "kernel_harness_abba",
-        {
-            "cases": sorted(comparisons),
-            "config": next(iter(comparisons.values())).settings["harness"],
-            "isolation": "process",
-        },
-    )
-    stats = {case: c.stats.to_json() if c.stats else None for case, c in comparisons.items()}
-    result: dict[str, Any] = {
-        "samples_id": sid,
-        "pairs_recorded": len(pairs),
-        "stats": stats,
-        "flags": {case: c.flags for case, c in comparisons.items()},
-        "environment_id": env["environment_id"],
-        "monitor": monitor_note,
-    }
-    if unenforced is not None:
-        result["code_identity"] = {"enforced": False, "note": unenforced}
-    if dry_run:
-        result["request"] = body
-        _answer(ctx, result, [json.dumps(result, indent=2, default=str)])
+    answer = done.answer()
+    if done.request is not None:  # a dry run
+        _answer(ctx, answer, [json.dumps(answer, indent=2, default=str)])
         return
-    artifact = {
-        "kind": "kernel",
-        "cases": table,
-        "environment": env,
-        "reference_source_hash": subjects["reference"]["content_hash"],
-        "candidate_source_hash": subjects["candidate"]["content_hash"],
-    }
-    for role in ("reference", "candidate"):  # a built subject's library hash, flags, sources
-        if subjects[role].get("identity") is not None:
-            artifact[f"{role}_identity"] = subjects[role]["identity"]
-    code_files = {} if bound is None else bound.artifacts  # the snapshots' files (R11)
-    event = _append(
-        ctx, "samples.record", body, SAMPLES_ARTIFACT, artifact, actor, idempotency_key, code_files
-    )
-    result.update(event_id=event.id, kind=event.kind)
-    lines = [f"{event.kind} {event.id}"]
-    if bound is not None:
-        digests = {r: bound.identity[r]["digest"] for r in ("reference", "candidate")}
-        result["snapshots"] = digests
+    lines = [f"{done.kind} {done.event_id}"]
+    if done.snapshots is not None:
         lines.append(
-            f"snapshots: reference {digests['reference'][:16]}, candidate "
-            f"{digests['candidate'][:16]}"
+            f"snapshots: reference {done.snapshots['reference'][:16]}, candidate "
+            f"{done.snapshots['candidate'][:16]}"
         )
-    for case, s in stats.items():
+    for case, s in done.stats.items():
         if s:
             lines.append(
                 f"{case}: ratio {s['median_ratio']:.5f} CI [{s['ci_low']:.5f}, {s['ci_high']:.5f}] {s['direction']}"
             )
-    for case, c in comparisons.items():  # what the measurement found, shown, not only in JSON
-        found = [f for f in c.flags if f != "no_ceilings"]
-        if found:
-            lines.append(
-                f"FLAG {case}: {', '.join(found)} (a subject flagged by a re-check, the clock, "
-                "a digest or the cross-check is recorded as incorrect in every pair: R5)"
-            )
-        confirmation = c.settings.get("clock", {}).get("confirmation")
-        if confirmation is not None and not confirmation["confirmable"]:
-            # issue 36, hole 1: why a "faster" statistic is not a pass
-            lines.append(f"{case}: {confirmation['note']}; not a pass")
-    _answer(ctx, result, lines)
+    _answer(ctx, answer, lines + done.findings)
 
 
 # ------------------------------------------------------------------------------------ A/A
@@ -864,269 +393,40 @@ def measure_kernel(
 @idempotency_option
 @quiet_option
 @_json
-def measure_aa(
-    target_id: str,
-    cmd: str | None,
-    spec_path: str | None,
-    kernel_dir: str | None,
-    cases: tuple[str, ...],
-    runs: int | None,
-    timeout_s: float,
-    record: bool,
-    accept_resolution: bool,
-    actor: str | None,
-    idempotency_key: str | None,
-    quiet: bool,
-    json_flag: bool,
-) -> None:
+def measure_aa(**kw: Any) -> None:
     """Measure the resolution: the original against itself under the same protocol, on every
     case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per
     case, and for the Target the aggregate a verdict derives (workload) or the largest case
     (kernel spec). On a kernel Target bound to code, --dir DIR (the original's directory)
     replaces --spec: two workers run the SUBJECT of its spec (R11)."""
-    ctx = _ctx(json_flag)
-    if [cmd, spec_path, kernel_dir].count(None) != 2:
-        raise BadRequest(
-            "pass exactly one of --cmd (a workload), --spec (a kernel spec) or --dir (the "
-            "original's code directory of a kernel Target bound to code)",
-            hint="`perfledger measure aa --help`; `perfledger status` names the form of this Target's kind",
-        )
+    ctx = _ctx(kw["json_flag"])
+    request = aa_request_of(kw)
     ledger = ctx.open()
     try:
-        state = ledger.state()
+        done = run_measure_aa(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     finally:
         ledger.close()
-    target = state.targets.get(target_id)
-    if target is None:
-        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
-    primary = target.definition.primary
-    test_set = target.readiness.test_set if target.readiness else None
-    artifact: dict[str, Any] = {"kind": "aa", "environment": environment_payload()}
-    if target.readiness is not None:  # R4: the table names the Target whose original it measured
-        artifact["binding"] = aa_binding(target_id, target.readiness.original.content_hash)
-    aa_notes: list[str] = []  # outputs of the original that differ from its own (R5)
-    if cmd is not None:
-        check_original_command(target, cmd)  # R11: the A/A runs the original's code
-
-        accuracy = accuracy_for(target, {"--cmd": cmd})
-        chosen = list(cases) or list(test_set.cases if test_set is not None else [])
-        if not chosen:
-            raise BadRequest(
-                "no test cases: pass --case or name them in the readiness's test set",
-                hint="pass --case NAME, or record readiness whose test_set names its cases",
-            )
-        check_cases(chosen, test_set, "--case")
-
-        if _observing(target, None):  # perfledger's own figures, the worker protocol
-            with _progress(2 * len(chosen) * (runs or 10), "A/A calls", quiet) as advance:
-                valid, aa_notes, run = observed_aa(  # no --runs: its stopping rule (R4)
-                    cmd, target=target, cases=chosen, runs=runs, timeout_s=timeout_s,
-                    on_call=lambda _row: advance(),
-                )  # fmt: skip
-        else:
-            run = run_driver(
-                cmd, cmd, chosen, runs or AA_START_PAIRS, 1, timeout_s,
-                lambda total, label: _progress(total, label, quiet), accuracy,
-                more_pairs=None if runs else aa_more_driver_pairs(target, chosen),
-            )  # fmt: skip
-            if runs is None:  # what ran: the rule, and the pairs it took (R4)
-                run.settings["stopping_rule"] = aa_stopping_rule(
-                    target, run.settings["pairs_per_case"]
-                )
-            valid = [
-                Pair(
-                    p.case, tuple(p.ref.metrics[primary.name]), tuple(p.cand.metrics[primary.name])
-                )
-                for p in run.pairs
-                if p.usable
-                and p.ref.correct
-                and p.cand.correct
-                and p.ref.metrics.get(primary.name)
-                and p.cand.metrics.get(primary.name)
-            ]
-            # R5: the original against itself on the same seed must give matching outputs
-            unequal = [p.cand for p in run.pairs if p.cand.output and not p.cand.output["ok"]]
-            aa_notes = (
-                [
-                    f"{len(unequal)} A/A pair(s): the original's outputs of the same case and seed "
-                    f"differ ({unequal[0].call_id}: {unequal[0].output['reason']}); its accuracy "
-                    "rule is too strict for a workload that is not deterministic (allclose with a "
-                    "tolerance), or it does not draw its inputs from {seed} alone"
-                ]
-                if unequal
-                else []
-            )
-        counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
-        short = {c: n for c, n in counts.items() if n < 2}
-        if short:
-            raise MeasurementError(
-                f"A/A needs at least 2 valid pairs in every case, got {short}",
-                hint=" ".join(aa_notes)
-                or f"failed calls: {[(c.call_id, c.reason) for c in run.failed_calls][:5]}",
-            )
-        # R4: every case gets its own resolution, and the Target's is the noise of the
-        # aggregate a verdict derives (its statistic and aggregation, R12)
-        stats = target.readiness.statistics if target.readiness is not None else None
-        aggregation = stats.aggregation if stats is not None else "geomean"
-        try:
-            resolution, per_case = aa_resolution(
-                valid,
-                direction=primary.direction,
-                statistic=primary.statistic,
-                aggregation=aggregation,
-                **(
-                    {"resamples": stats.resamples, "confidence": stats.confidence}
-                    if stats is not None
-                    else {}
-                ),
-            )
-        except ValueError as exc:
-            raise MeasurementError(f"the A/A cannot be derived: {exc}") from None
-        repeats = len(valid)
-        artifact.update(table=run.table(), settings=run.settings)
-        rule = run.settings.get("stopping_rule")
-        method_note = (
-            f"workload A/A: {repeats} ABBA pairs of `{cmd}` over {len(chosen)} case(s), "
-            f"{primary.statistic} per case, {aggregation} across cases"
-            + (
-                f"; stopping rule: {rule['start_pairs']} pairs per case, more until the "
-                f"resolution was at most {rule['until_resolution_at_most']:.4g} (half the "
-                f"minimum effect) or {rule['max_pairs']} pairs: {rule['pairs_per_case']} ran"
-                if rule
-                else ""
-            )
-        )
-    else:
-        from perfledger.kernels.harness.harness import resolution_from_aa  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
-        from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
-
-        # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
-        bound = original_kernel_directory(target, spec_path, kernel_dir)
-        aa_spec = bound[0] if bound is not None else spec_path or ""
-        aa_dirs = None if bound is None else (bound[1], bound[1])
-        # the same protocol as `measure kernel` (R4): the reference in two workers of its own
-        facts = spec_facts(aa_spec, directory=None if aa_dirs is None else aa_dirs[0])
-        problems = list(facts["cases"])
-        if cases:
-            unknown = sorted(set(cases) - set(problems), key=str)
-            if unknown:
-                raise BadRequest(
-                    f"--case {unknown} not in the spec's problems {problems}",
-                    hint="name cases among the spec's problems, or leave --case out for all of them",
-                )
-            problems = list(cases)
-        check_cases(problems, test_set, f"the spec {spec_path!r}")
-        monitor, _note = _start_monitor(True)
-        # R4: the A/A covers every case of the spec, each with its own resolution
-        comps_by_case: dict[str, list[Any]] = {}
-        try:
-            n = runs or 5
-            with _progress(n * len(problems), "A/A comparisons", quiet) as advance:
-                ceilings = _ceilings()
-                for case in problems:
-                    comps_by_case[case] = []
-                    for _ in range(n):
-                        comps_by_case[case].append(
-                            compare_spec(
-                                aa_spec,
-                                case,
-                                ceilings=ceilings,
-                                monitor=monitor,
-                                roles=("reference", "reference"),
-                                directories=aa_dirs,
-                            )
-                        )
-                        advance()
-        finally:
-            if monitor is not None:
-                monitor.stop()
-        if kernel_dir is not None:  # R11: the A/A measured the original's code, still there
-            check_original_subject(target, kernel_dir, "A/A")
-        try:  # R4: invalid A/A comparisons are left out, and said so
-            figures_by_case = {c: resolution_from_aa(v) for c, v in comps_by_case.items()}
-        except ValueError as exc:
-            raise MeasurementError(
-                f"the A/A measured no resolution: {exc}",
-                hint="measure again on an idle GPU; the flags say what went wrong "
-                "(docs/kernel-harness.md)",
-            ) from None
-        aa_notes = [
-            f"case {c}: {int(f['excluded'])} of {int(f['excluded'] + f['repeats'])} A/A "
-            "comparisons were invalid and left out (their flags are in the artifact)"
-            for c, f in figures_by_case.items()
-            if f["excluded"]
-        ]
-        aa_notes += kernel_aa_pairs_check(figures_by_case, record)
-        per_case = {c: f["resolution"] for c, f in figures_by_case.items()}
-        resolution = max(per_case.values())
-        repeats = sum(int(f["repeats"]) for f in figures_by_case.values())
-        artifact.update(
-            cases={
-                case: {
-                    "comparisons": [
-                        {
-                            "valid": c.valid,
-                            "stats": c.stats.to_json() if c.stats else None,
-                            "flags": c.flags,
-                            "rows": c.table(),
-                        }
-                        for c in comps
-                    ],
-                    "figures": figures_by_case[case],
-                }
-                for case, comps in comps_by_case.items()
-            },
-        )
-        spreads = ", ".join(
-            f"{c} {f['spread']:.5f} (CI reach {f['reach']:.5f}, next-pair bound {f['bound']:.5f})"
-            for c, f in figures_by_case.items()
-        )
-        method_note = (
-            f"kernel A/A: {repeats} harness comparisons (a fresh pair of workers each) over "
-            f"{len(problems)} case(s); resolution = max(CI reach, 95 % prediction bound of the "
-            f"next pair's ratio); spread {spreads}"
-        )
-    body = {
-        "target_id": target_id,
-        "method": "aa_comparison",
-        "resolution": resolution,
-        "repeats": repeats,
-        "notes": method_note,
-        "per_case": per_case,
-        "raw_table": RESOLUTION_ARTIFACT,  # R4: re-derived from the table, so it decides
-    }
-    result: dict[str, Any] = {
-        "resolution": resolution,
-        "per_case": per_case,
-        "repeats": repeats,
-        "notes": method_note,
-        "recorded": False,
-    }
-    if record:
-        ran = runs
-        if cmd is not None and runs is None:  # the stopping rule's pairs, as many as ran
-            ran = int(artifact.get("settings", {}).get("pairs_per_case") or 0) or None
-        resolution_refusal(
-            resolution, per_case, target, accept_resolution, runs=ran, workload=cmd is not None
-        )
-    result["warnings"] = resolution_warnings(resolution, target, record)
-    result["warnings"] += aa_notes
-    _warn(result["warnings"])
-    if record:
-        event = _append(
-            ctx, "resolution.record", body, RESOLUTION_ARTIFACT, artifact, actor, idempotency_key
-        )
-        result.update(recorded=True, event_id=event.id, kind=event.kind)
+    kind = "A/A pairs" if done.workload else "A/A comparisons"
     lines = [
-        f"resolution {resolution:.5f} ({100 * resolution:.3f} %) from {repeats} "
-        + ("A/A pairs" if cmd is not None else "A/A comparisons"),
-        *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(per_case.items())),
-        aa_overall_line(resolution, per_case, aggregation if cmd is not None else None),
-        method_note,
+        f"resolution {done.resolution:.5f} ({100 * done.resolution:.3f} %) from {done.repeats} "
+        + kind,
+        *(f"  case {c}: {100 * r:.3f} %" for c, r in sorted(done.per_case.items())),
+        aa_overall_line(done.resolution, done.per_case, done.aggregation),
+        done.notes,
     ]
-    if record:
-        lines.insert(0, f"{result['kind']} {result['event_id']}")
-    _answer(ctx, result, lines)
+    if done.recorded:
+        lines.insert(0, f"{done.kind} {done.event_id}")
+    _answer(ctx, done.answer(), lines)
 
 
-__all__ = ["env_command", "environment_payload", "load_spec"]
+#: ``_context``, ``environment_payload``, ``foreign_activity_warnings`` and ``load_spec``: the
+#: names tests and older callers import from here (their homes: perfledger.app.context,
+#: perfledger.kernels.subjects.spec_loader).
+__all__ = [
+    "_context",
+    "aa_overall_line",
+    "env_command",
+    "environment_payload",
+    "foreign_activity_warnings",
+    "load_spec",
+]

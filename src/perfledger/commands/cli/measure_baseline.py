@@ -15,17 +15,13 @@ content hash and the environment id into a request.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import click
 
-from perfledger.app.measure_baseline import (
-    BASELINE_ARTIFACT,
-    DEFAULT_CALLS,
-    measure_baseline_of,
-    medians,
-)
+from perfledger.app.baseline import MeasureBaseline
+from perfledger.app.baseline import measure_baseline as measure_baseline_run
+from perfledger.app.measure_baseline import BASELINE_ARTIFACT, DEFAULT_CALLS
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -37,8 +33,16 @@ from perfledger.commands.cli.common import (
     quiet_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
-from perfledger.commands.registry.operations import preview
-from perfledger.projections.target_kind import measuring_command
+
+
+def baseline_request_of(kw: dict[str, Any]) -> MeasureBaseline:
+    """``measure baseline``'s parsed options (click's names) as the use case's request."""
+    return MeasureBaseline(
+        target_id=kw["target_id"], cmd=kw["cmd"], spec=kw["spec_path"],
+        directory=kw["kernel_dir"], cases=kw["cases"], calls=kw["calls"],
+        timeout_s=kw["timeout_s"], dry_run=kw["dry_run"], actor=m._actor(kw["actor"]),
+        idempotency_key=kw["idempotency_key"],
+    )  # fmt: skip
 
 
 @click.command("baseline")
@@ -77,67 +81,30 @@ from perfledger.projections.target_kind import measuring_command
 @click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
 @quiet_option
 @json_option
-def measure_baseline(
-    target_id: str,
-    cmd: str | None,
-    spec_path: str | None,
-    kernel_dir: str | None,
-    cases: tuple[str, ...],
-    calls: int,
-    timeout_s: float,
-    actor: str | None,
-    idempotency_key: str | None,
-    dry_run: bool,
-    quiet: bool,
-    json_flag: bool,
-) -> None:
+def measure_baseline(**kw: Any) -> None:
     """Measure the original's baseline and record it (R4): a workload's CMD called --calls times
     on every case (a kernel Target's REFERENCE timed by the kernel harness --calls times per
     case: --spec SPEC, or --dir DIR where readiness bound the original's directory), every
     value of the primary metric kept with its case and call id, in this machine's environment
     (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
 
-    ctx = _ctx(json_flag)
+    ctx = _ctx(kw["json_flag"])
+    request = baseline_request_of(kw)
     ledger = ctx.open()
     try:
-        state = ledger.state()
+        done = measure_baseline_run(ledger, request, progress=m._progress_of(kw["quiet"]))
     finally:
         ledger.close()
-    measured = measure_baseline_of(
-        state, target_id, cmd=cmd, spec_path=spec_path, kernel_dir=kernel_dir,
-        cases=list(cases), calls=calls, timeout_s=timeout_s,
-        progress=lambda total, label: m._progress(total, label, quiet),
-    )  # fmt: skip
-    body, rows, env = measured.request, measured.rows, measured.environment
-    primary = state.targets[target_id].definition.primary
-    result: dict[str, Any] = {"request": body} if dry_run else {}
-    per_case = medians(body["cases"], body["values"])
-    result.update(values=len(body["values"]), per_case_median=per_case, unit=primary.unit)
     lines = [
-        f"baseline {primary.name}: {len(body['values'])} value(s) from {calls} call(s) per case; "
-        "median per case: " + ", ".join(f"{c} {v:.4g} {primary.unit}" for c, v in per_case.items())
+        f"baseline {done.metric}: {done.values} value(s) from {done.calls} call(s) per case; "
+        "median per case: "
+        + ", ".join(f"{c} {v:.4g} {done.unit}" for c, v in done.per_case_median.items())
     ]
-    if dry_run:
-        ledger = ctx.open()
-        try:  # decided, not appended: a refusal still exits 3
-            preview(ledger, "baseline.record", body, actor=m._actor(actor))
-        finally:
-            ledger.close()
-        m._answer(ctx, result, [*lines, "dry run: nothing appended"])
+    if done.event_id is None:
+        m._answer(ctx, done.answer(), [*lines, "dry run: nothing appended"])
         return
-    artifact = {"kind": "baseline", "environment": env, "table": rows, "command": cmd}
-    event = m._append(
-        ctx, "baseline.record", body, BASELINE_ARTIFACT, artifact, actor, idempotency_key
-    )
-    result.update(event_id=event.id, kind=event.kind)
-    nxt = "next (R4): `" + measuring_command(state, target_id, "resolution.record", None) + "`"
-    if cmd is not None:
-        nxt = nxt.replace(" --cmd CMD ", f" --cmd {shlex.quote(cmd)} ")
-    elif spec_path is not None:
-        nxt = nxt.replace(" --spec SPEC ", f" --spec {shlex.quote(spec_path)} ")
-    elif kernel_dir is not None:
-        nxt = nxt.replace(" --dir DIR ", f" --dir {shlex.quote(kernel_dir)} ")
-    m._answer(ctx, result, [f"{event.kind} {event.id}", *lines, nxt])
+    nxt = f"next (R4): `{done.next_command}`"
+    m._answer(ctx, done.answer(), [f"{done.kind} {done.event_id}", *lines, nxt])
 
 
 __all__ = ["BASELINE_ARTIFACT", "measure_baseline"]

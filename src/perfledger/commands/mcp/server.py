@@ -11,11 +11,12 @@ A thin skin over the same library calls as the CLI:
   does (R11);
 - read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
 - ``cli``: any other ``perfledger`` command with ``--json`` on the same ledger: ``init``,
-  ``env`` and ``audit`` in this process through the application layer
-  (:mod:`perfledger.app.ledgers`, :func:`perfledger.app.context.environment_payload`,
-  :mod:`perfledger.app.audit`); the others (``measure workload``, ``handoff record``...) as a
-  subprocess: a measurement's watch of its own process (SIGCONT) runs only on a main thread,
-  which this server's tool calls are not.
+  ``env``, ``audit`` and ``measure aa|kernel|workload|serving|baseline`` in this process through
+  the application layer (:mod:`perfledger.app.ledgers`,
+  :func:`perfledger.app.context.environment_payload`, :mod:`perfledger.app.audit`, the
+  measuring use cases of :data:`MEASURES`); the others (``handoff record``...) as a subprocess,
+  and so does a measurement by the self-timed driver: its watch of its own process (SIGCONT)
+  runs only on a main thread, which this server's tool calls are not.
 
 A refusal is a tool error (``is_error``) whose text and structured content are the CLI's error
 object ``{"error": {"code", "rule", "message", "hint"}}``; nothing was appended. Each call opens
@@ -30,6 +31,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -40,11 +42,20 @@ import msgspec
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
 from perfledger.app.audit import audit_exit_code, audit_ledger
+from perfledger.app.baseline import measure_baseline
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
 from perfledger.app.handoff import current_handoff
 from perfledger.app.ledgers import init_ledger, ledger_location
+from perfledger.app.measure_aa import measure_aa
+from perfledger.app.measure_kernel import measure_kernel
+from perfledger.app.measure_self import driver_timed, measure_workload_stage
+from perfledger.app.measure_serving_load import measure_serving
 from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.measure import aa_request_of, kernel_request_of, workload_request_of
+from perfledger.commands.cli.measure_baseline import baseline_request_of
+from perfledger.commands.cli.measure_group import measure_group
+from perfledger.commands.cli.serving import serving_request_of
 from perfledger.commands.cli.status import session_status
 from perfledger.commands.cli.workflow import COMMON_FLAGS
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
@@ -288,6 +299,8 @@ class Tools:
     def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
         if args[0] in IN_PROCESS and "--help" not in args:
             answer = IN_PROCESS[args[0]](self, _parsed(args))
+        elif args[0] == "measure" and args[1:2] and args[1] in MEASURES and "--help" not in args:
+            answer = self._measure(args, stdin)
         else:
             answer = self._subprocess(args, stdin)
         if args[0] == "init" and isinstance(answer, dict) and "path" in answer:
@@ -326,6 +339,40 @@ class Tools:
         exc = CliFailed(f"audit: {len(report.findings)} finding(s): {listed}")
         exc.exit_code = audit_exit_code(report)
         raise exc
+
+    def _measure(self, args: list[str], stdin: str | None) -> Any:
+        """``cli ["measure", NAME, ...]`` through the application layer, in this process: the
+        options parsed as ``perfledger measure NAME`` parses them, made the use case's request
+        (the adapters' own ``*_request_of``) and measured (:data:`MEASURES`); the answer is the
+        command's ``--json`` answer.
+
+        A measurement by the self-timed driver (a workload whose primary the subject reports)
+        still runs as ``perfledger measure ...`` in a subprocess: the driver watches its own
+        process for stops (SIGCONT, R11) only from a main thread, and this server's tool calls
+        run on worker threads (:func:`perfledger.app.measure_self.driver_timed`)."""
+        with _MEASURING:  # one at a time: a measurement's process-wide settings are its own
+            return self._measure_alone(args, stdin)
+
+    def _measure_alone(self, args: list[str], stdin: str | None) -> Any:
+        """:meth:`_measure`, with no other measurement running in this process."""
+        name = args[1]
+        command = measure_group.commands[name]
+        options = _parsed_by(command, f"measure {name}", args[2:])
+        options.update(actor=options.get("actor") or self.actor, quiet=True)
+        request_of, measure = MEASURES[name]
+        request = request_of(options)
+        if name == "serving":  # a report needs no ledger: opened only where it records
+            return _plain(measure(request, open_ledger=self._open).answer)
+        ledger = self._open()
+        try:
+            if driver_timed(ledger.state(), request):
+                ledger.close()
+                ledger = None
+                return self._subprocess(args, stdin)
+            return _plain(measure(ledger, request).answer())
+        finally:
+            if ledger is not None:
+                ledger.close()
 
     def _subprocess(self, args: list[str], stdin: str | None) -> Any:
         """Run ``perfledger ARGS --json`` as a subprocess on this ledger, as this actor."""
@@ -506,15 +553,41 @@ def _parsed(args: list[str]) -> dict[str, Any]:
     """The options of ``args`` (``["env", "--device", "1"]``) as the CLI's command parses them.
     Raises: BadRequest (exit 2) for an option the command does not take, as the CLI does."""
     params = [*_IN_PROCESS_OPTIONS[args[0]], click.Option(["--json"], is_flag=True)]
-    command = click.Command(args[0], params=params)
+    return _parsed_by(click.Command(args[0], params=params), args[0], args[1:])
+
+
+def _parsed_by(command: click.Command, name: str, args: list[str]) -> dict[str, Any]:
+    """``args`` parsed by the click ``command`` (``perfledger NAME``), without running it.
+    Raises: BadRequest (exit 2) for an option the command does not take, as the CLI does."""
     try:
-        with command.make_context(f"perfledger {args[0]}", list(args[1:])) as ctx:
+        with command.make_context(f"perfledger {name}", list(args)) as ctx:
             return dict(ctx.params)
     except click.ClickException as exc:
         raise BadRequest(
-            f"perfledger {args[0]}: {exc.format_message()}",
-            hint=f"`perfledger {args[0]} --help` shows its options",
+            f"perfledger {name}: {exc.format_message()}",
+            hint=f"`perfledger {name} --help` shows its options",
         ) from None
+
+
+def _plain(answer: Any) -> Any:
+    """``answer`` as plain JSON values (what a subprocess's ``--json`` answer would be)."""
+    return json.loads(to_json_text(answer))
+
+
+#: Held while a ``cli ["measure", ...]`` call measures in this process: the measurement sets
+#: process-wide state (the child subreaper of :mod:`perfledger.kernels.proc`, the monitor) that
+#: a second one at the same time would share.
+_MEASURING = threading.Lock()
+
+#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> (the adapter's options ->
+#: request, the application function).
+MEASURES: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[..., Any]]] = {
+    "aa": (aa_request_of, measure_aa),
+    "kernel": (kernel_request_of, measure_kernel),
+    "workload": (workload_request_of, measure_workload_stage),
+    "serving": (serving_request_of, measure_serving),
+    "baseline": (baseline_request_of, measure_baseline),
+}
 
 
 def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
