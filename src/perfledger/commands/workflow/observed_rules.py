@@ -18,7 +18,8 @@ monotonic clock and the kernel's CPU accounting of the subject's process tree. S
   :data:`~perfledger.events.workflow.R5_OBSERVED_PRIMARY_READINESS`, :func:`check_readiness`):
   a workload Target whose primary is not observed is not made ready.
 
-Imports: events and the commands' rules (a workflow module; no ledger, no kernels).
+Imports: events, the Target's kind (projections) and the commands' rules (a workflow module;
+no ledger, no kernels).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ _SUFFIXES = ("_ms", "_us", "_ns", "_s")
 def serving_primary(name: str) -> bool:
     """True when ``name`` names a metric perfledger's serving client observes of every request
     or window (``ttft``, ``tpot``, ``e2e``, ``output_tokens_per_s``, ``requests_per_s``, a unit
-    suffix aside). A bare ``latency`` is not one: any workload reports a latency of its own."""
+    suffix aside). A bare ``latency`` is not one: any workload reports a latency of its own (a
+    serving Target names its end-to-end latency ``e2e_ms``)."""
     base = name.lower()
     for suffix in _SUFFIXES:
         if base.endswith(suffix) and metric_kind(base[: -len(suffix)], {}) is not None:
