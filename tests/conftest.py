@@ -125,3 +125,17 @@ def bare(tmp_path: Path) -> Iterator[Any]:
 def ready(bare: Any) -> Any:
     """A session whose Target ``t1`` is frozen, ready, audited, with baseline and resolution."""
     return bare.ready()
+
+
+@pytest.fixture
+def self_timed(tmp_path: Path) -> Iterator[Any]:
+    """A session (``wf_legacy.Session``) of a Target whose primary the subject reports
+    (``latency_ms``, measured by the self-timed driver), made ready as an older perfledger did
+    (``wf_legacy.self_timed_ready``): for tests of self-timed and outside samples."""
+    from wf_legacy import self_timed_ready
+
+    ledger = Ledger.init(tmp_path / "ledger", name="wf", actor="agent")
+    try:
+        yield self_timed_ready(ledger)
+    finally:
+        ledger.close()

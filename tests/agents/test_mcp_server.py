@@ -85,11 +85,10 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
         out["bad"] = (bad.is_error, _answer(bad))
         for stage in ("screen", "target"):
             body = samples(f"e1-{stage}", stage, experiment_id="e1", candidate=CAND1, gain=0.2)
-            if stage == "screen":
-                assert not (await call("samples_record", body)).is_error
-            else:  # R5: a champion's samples are measured (what `measure workload` appends)
-                with Ledger.open(tmp_path / "ledger") as ledger:
-                    Session(ledger).record_measured(body)
+            # R5: the Target's primary is observed: its samples are measured (what `measure
+            # workload --protocol worker` appends); a typed `samples_record` is refused
+            with Ledger.open(tmp_path / "ledger") as ledger:
+                Session(ledger).record_measured(body)
             out[stage] = _answer(await call("verdict_record", {"samples_id": f"e1-{stage}"}))
         chosen = await call("champion_select", {"target_id": T1, "samples_id": "e1-target",
                                                 "expected_current": "original"})  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from wf_legacy import before_reported
 from wf_scenario import evidence, experiment, record_measured_aa
 
 from machine_environment import machine_environment
@@ -219,7 +220,8 @@ def test_refusals_come_before_anything_runs(tmp_path: Path, bench: Path) -> None
         assert caught.value.rule in ("R11", "R17")
     assert not marker.exists() and _head(path) == before
     other = tmp_path / "other"
-    _setup(other, bench, primary="time_ms")
+    with before_reported("ReadinessRecorded"):  # a reported primary: made ready as before
+        _setup(other, bench, primary="time_ms")
     with Ledger.open(other) as ledger, pytest.raises(BadRequest) as refused:
         measure_workload(ledger, _request(bench, ("--marker", str(marker))))
     assert "reports" in refused.value.message and not marker.exists()
@@ -269,7 +271,8 @@ def test_r5_observed_primary_takes_no_typed_or_self_timed_samples(
             execute(ledger, "samples.record", body, actor="agent")
         assert caught.value.rule == "R5" and "observed by perfledger" in caught.value.message
     other = tmp_path / "other"
-    _setup(other, bench, primary="time_ms")
+    with before_reported("ReadinessRecorded"):  # a reported primary: made ready as before
+        _setup(other, bench, primary="time_ms")
     body["units"] = {"time_ms": "ms", "wall_time": "ms"}
     for pair in body["pairs"]:
         for label in ("ref", "cand"):

@@ -37,7 +37,7 @@ from perfledger.api import Ledger
 from perfledger.app.context import context_of, stand_in_samples
 from perfledger.app.next_steps import allowed_decisions, dry_decide, former_champions, obligations
 from perfledger.commands.cli.status import recommended_command
-from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS
 from perfledger.projections.handoff import NextDecision
 from perfledger.projections.target_kind import next_stage, target_kind
 
@@ -89,14 +89,16 @@ def _check_measurement(
     stage = next_stage(state, tid, experiment_id)
     info = context_of(state, experiment_id, stage)
     sid = f"{experiment_id}-{stage}-offered"
+    # an observed primary is measured by the worker protocol only (R5)
+    protocol = "worker/v1" if info["primary"].name in OBSERVED_METRICS else "stand_in"
     body = stand_in_samples(
         info, experiment_id=experiment_id, stage=stage, samples_id=sid, cases=info["cases"],
-        environment_id=info["readiness_environment_id"], protocol="stand_in", monitored=True,
+        environment_id=info["readiness_environment_id"], protocol=protocol, monitored=True,
     )  # fmt: skip
     formal = stage in FORMAL_STAGES
     if formal:
         start = {"experiment_id": experiment_id, "stage": stage, "samples_id": sid,
-                 "protocol": "stand_in"}  # fmt: skip
+                 "protocol": protocol}  # fmt: skip
         refusal = dry_decide(state, "formal-run.start", start, payload_of)
         if refusal is not None:
             return [f"{where}: its run's start is refused: {refusal.message}"]

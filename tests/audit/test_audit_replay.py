@@ -23,6 +23,7 @@ from wf_scenario import (
     CAND1,
     CAND2,
     CAND3,
+    PRIMARY,
     T1,
     Session,
     experiment,
@@ -40,14 +41,21 @@ from perfledger.projections.verdicts import Pair, derive_verdict
 Planted = tuple[str, dict[str, Any] | None]
 
 
-def _plant(session: Session, kind: str, payload: Any, op: str | None, body: Any) -> str:
+def _plant(session: Session, kind: str, payload: Any, op: str | None, body: Any,
+           artifacts: Any = None) -> str:  # fmt: skip
     """Append ``kind`` through the raw store with ``{"op", "body"}`` as its request (or none when
-    ``op`` is None); returns the event id."""
+    ``op`` is None) and ``artifacts`` attached; returns the event id."""
     request = None
     if op is not None:
         request = {"op": op, "body": dump(validate(op, body))}
     envelope = session.ledger.store.append(
-        EventDraft(kind, msgspec.to_builtins(payload), "tampered-tool", request=request)
+        EventDraft(
+            kind,
+            msgspec.to_builtins(payload),
+            "tampered-tool",
+            request=request,
+            artifacts=artifacts or {},
+        )
     )
     return envelope.id
 
@@ -167,16 +175,14 @@ def test_r5_audit_finds_a_failed_accuracy_sample_used_in_a_verdict(
     pairs = make_pairs(0.2, per_case=7, tag="t")
     for pair in (pairs[0], pairs[7]):  # one per case: wrong answers, and "fast"
         pair["cand"]["correct"] = False
-        pair["cand"]["values"]["latency_ms"] = [
-            v * 0.1 for v in pair["cand"]["values"]["latency_ms"]
-        ]
+        pair["cand"]["values"][PRIMARY] = [v * 0.1 for v in pair["cand"]["values"][PRIMARY]]
     ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
     assert ready.state().samples["e1-target"].cand_failures == 2
     recorded = ready.ledger.payload(ready.state().samples["e1-target"].event_id)
     target = ready.state().targets[T1]
     # the forged verdict counts every pair as valid
     primary = derive_verdict(
-        [Pair(p.case, tuple(p.ref.values["latency_ms"]), tuple(p.cand.values["latency_ms"]))
+        [Pair(p.case, tuple(p.ref.values[PRIMARY]), tuple(p.cand.values[PRIMARY]))
          for p in recorded.pairs],
         direction="lower_is_better", min_effect=0.05, resolution=target.resolution.resolution,
     )  # fmt: skip
@@ -200,10 +206,10 @@ def test_r5_audit_finds_a_failed_accuracy_sample_used_in_a_verdict(
 
 def test_audit_names_a_forged_failure_count_in_samples(ready: Session) -> None:
     ready.run("experiment.create", experiment())
-    body = samples("e1-screen", "screen", cand_correct=False)
+    body, table = ready.as_measured(samples("e1-screen", "screen", cand_correct=False))
     payload = {"kind": "SamplesRecorded", **copy.deepcopy(body), "ref_failures": 0,
                "cand_failures": 0, "unexplained_activity": 0}  # fmt: skip
-    event_id = _plant(ready, "SamplesRecorded", payload, "samples.record", body)
+    event_id = _plant(ready, "SamplesRecorded", payload, "samples.record", body, table)
     report = audit(ready.ledger)
     assert _rules_of(report, event_id) == ["R5"]
     assert "cand_failures" in report.findings[0].message

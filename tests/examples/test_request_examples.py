@@ -2,10 +2,10 @@
 (file ``NN-<group>.<verb>.json`` is sent as ``perfledger <group> <verb> --request FILE``). Run
 through the real CLI on a fresh ledger, they must all be accepted and end in a champion and a
 passing audit (the typed resolution is recorded as declared, R4: the measured A/A a session
-runs with ``measure aa --record`` is appended beside it; the formal stages' pairs, which a
-session measures with ``measure workload --record``, are recorded with the raw table such a run
-attaches, R5: outside samples never make a champion nor pass a final audit), so the examples a
-new user copies can never drift from the schemas and rules."""
+runs with ``measure aa --record`` is appended beside it; every stage's pairs, which a session
+measures with ``measure workload --protocol worker``, are recorded with the raw table such a
+run attaches, R5: the Target's primary ``wall_time`` is observed by perfledger, so it takes no
+typed samples), so the examples a new user copies can never drift from the schemas and rules."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Pat
         group, verb = operation.rsplit(".", 1)
         operations.append(operation)
         body = json.loads(path.read_text())
-        if operation == "samples.record" and body["stage"] != "screen":
-            # R5: a formal stage's pairs are measured (`measure workload ... --record`, which
-            # needs a real command): the raw table such a run attaches is appended with them
+        if operation == "samples.record":
+            # R5: the pairs are measured (`measure workload --protocol worker`, which needs a
+            # real command): the raw table such a run attaches is appended with them
             with Ledger.open(ledger) as opened:
                 recorded = Session(opened).record_measured(body)
             assert recorded["provenance"]["source"] == "perfledger"

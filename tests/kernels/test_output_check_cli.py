@@ -17,6 +17,7 @@ import msgspec
 import pytest
 from test_measure_cli import ORIGINAL, _cli, _experiment, _record_resolution
 from test_measure_wall_clock import _reconcile
+from wf_legacy import as_before, before_reported, select_as_before
 from wf_scenario import explain_stage_by_review
 
 from machine_environment import machine_environment
@@ -30,12 +31,14 @@ DRIVER = [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "{seed}"
 EXACT = {"compare": "exact"}
 
 
-def _target(path: Path) -> dict[str, Any]:
+def _target(path: Path, primary: str = "time_ms") -> dict[str, Any]:
+    """A ledger with the Target frozen on ``primary`` (``time_ms``: the self-timed driver's
+    figure; ``wall_time`` where only readiness is under test, R5 refusing the other)."""
     env = machine_environment(tools=True)
     with Ledger.init(path, name="m", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "cumulative sum",
-            "primary": {"name": "time_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": primary, "unit": "ms", "direction": "lower_is_better",
                         "statistic": "median"},
             "min_effect": 0.05, "scope": ["src/*"], "risk_boundary": "none",
             "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
@@ -61,7 +64,10 @@ def _ready(path: Path) -> None:
     env = _target(path)
     with Ledger.open(path) as ledger:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
-        run("readiness.record", _readiness(env, accuracy=EXACT))
+        # the self-timed driver's Target (its primary the subject reports), made ready as an
+        # older perfledger did: R5 refuses such a readiness since ReadinessRecorded 6
+        with before_reported("ReadinessRecorded"):
+            run("readiness.record", _readiness(env, accuracy=EXACT))
         run("metric-audit.record", {
             "target_id": "t1", "metric": "time_ms", "numerator": "wall time",
             "denominator": "call", "unit": "ms", "source": "driver JSON", "reconstructed": False,
@@ -118,11 +124,12 @@ def test_measure_workload_judges_outputs_records_them_and_a_wrong_final_audit_fa
         assert len(digests) == 5
         kept = opened.artifact(event_id, f"output-{first.blake3}")
         assert len(kept) == first.size
-    verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
-                              "--json").stdout)["payload"]  # fmt: skip
+    # the self-timed driver's figures are reported (R5): judged and selected as an older
+    # perfledger did (its verdict at the version before too: a newer one shows a newer writer)
+    verdict = as_before(ledger, "verdict.record", {"samples_id": "e1-target-1"})
     assert verdict["status"] == "pass", verdict
     _reconcile(ledger, "e1")  # whether the result left the claim's interval is not under test
-    _cli(ledger, tmp_path, "champion", "select", "--request", _select(tmp_path))
+    select_as_before(ledger, json.loads(Path(_select(tmp_path)).read_text()))
     # the final audit: the champion's output is wrong on its second call (R5: it fails)
     wrong_once = _cmd("--work-s", "0.05", "--mode", "wrong_once", "--wrong-call", "2",
                       "--cache", str(tmp_path / "count"))  # fmt: skip
@@ -172,7 +179,7 @@ def test_malformed_accuracy_rule_in_readiness_is_a_bad_request_and_changes_nothi
     tmp_path: Path,
 ) -> None:
     ledger = tmp_path / "ledger"
-    env = _target(ledger)
+    env = _target(ledger, "wall_time")  # readiness under test
     with Ledger.open(ledger) as opened:
         head = opened.head()
     no_output = {"argv": [sys.executable, str(WORKLOAD), "--out", "x", "--seed", "1"]}
@@ -205,7 +212,7 @@ def test_readiness_judged_by_the_subject_alone_is_warned_about_not_refused(
     tmp_path: Path,
 ) -> None:
     ledger = tmp_path / "ledger"
-    env = _target(ledger)
+    env = _target(ledger, "wall_time")  # readiness under test
     plain = {"argv": [sys.executable, str(WORKLOAD), "--seed", "1"]}
     request = tmp_path / "readiness.json"
     request.write_text(json.dumps(_readiness(env, driver=plain)))
@@ -222,7 +229,13 @@ def test_readiness_judged_by_the_subject_alone_is_warned_about_not_refused(
     unseeded = {"argv": [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "1"]}
     request.write_text(json.dumps(_readiness(env, accuracy=EXACT, driver=unseeded)))
     out = _cli(ledger, tmp_path, "readiness", "record", "--request", str(request))
-    assert "warning: the driver declares {output} but no {seed} place" in out.stderr
+    # the observed primary's worker hands every call a fresh seed itself: no {seed} warning; a
+    # primary the subject reports, which drew it, is refused at readiness (ReadinessRecorded 6)
+    assert "no {seed} place" not in out.stderr
+    from perfledger.app.output_check import readiness_warning
+
+    warned = readiness_warning(json.loads(request.read_text()), observed_primary=False)
+    assert warned is not None and "declares {output} but no {seed} place" in warned
 
 
 def test_measure_refuses_a_command_without_the_output_place_the_readiness_declares(

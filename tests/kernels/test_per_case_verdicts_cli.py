@@ -53,7 +53,8 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
                     "--json")  # fmt: skip
     explained = json.loads(recorded.stdout)["explanation"]
     assert explained["status"] == "fail" and explained["condition"] == "case_regressed"
-    assert explained["samples_provenance"] == "perfledger"
+    # the self-timed driver's samples: figures the subject reported (R5, VerdictRecorded 9)
+    assert explained["samples_provenance"] == "reported"
     cases = {c["case"]: c for c in explained["cases"]}
     small, large = cases["small"], cases["large"]
     assert small["status"] == "pass" and small["ci_low"] > 0.5

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from wf_scenario import CAND2, CAND3, ENV_ID, Session, evidence, experiment, samples
+from wf_scenario import CAND2, CAND3, ENV_ID, Session, evidence, experiment, measured, samples
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import decider, stored_request, validate
@@ -96,7 +96,12 @@ DECISIONS = [  # (operation, body, refused?)
     ("evidence.add", evidence("ev-ncu"), True),  # a duplicate id
     ("experiment.create", experiment("e3", candidate=CAND3), False),
     ("experiment.create", experiment("e1", candidate=CAND3), True),  # a duplicate experiment
-    ("samples.record", samples("e2-target", "target", experiment_id="e2", candidate=CAND2), False),
+    # measured (R5: the Target's primary is observed): a second screen of e2
+    (
+        "samples.record",
+        measured(samples("e2-screen-2", "screen", experiment_id="e2", candidate=CAND2))[0],
+        False,
+    ),
     ("verdict.record", {"samples_id": "e2-screen"}, True),  # already derived
     ("reject", {"experiment_id": "e1", "closes": "implementation", "reason": "slower"}, False),
 ]

@@ -120,7 +120,7 @@ def test_champion_show_lineage_and_rejected(session_ledger: Path) -> None:
     assert step["decision"] == "select" and step["verdict_status"] == "pass"
     assert step["reference"] == "original" and step["claim_evidence"] == ["ev-ncu"]
     assert [a["samples_id"] for a in step["final_audits"]] == ["e1-final"]
-    assert step["guardrails"] == {"memory_mb": "pass"}
+    assert step["guardrails"] == {"cpu_time": "pass"}
     assert "-> e1 [select]" in run(session_ledger, "champion", "lineage", "t1")
     (row,) = json.loads(run(session_ledger, "rejected", "--json"))["rejected"]
     assert (row["experiment_id"], row["closes"], row["preregistered"]) == (

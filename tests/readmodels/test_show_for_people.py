@@ -30,12 +30,12 @@ def test_target_show_prints_the_target_readiness_and_baseline_with_units(ledger:
     text = run(ledger, "target", "show", "t1")
     _not_json(text)
     for needed in (
-        "Target t1 (current): decode latency of the demo workload",
-        "primary latency_ms (mean, ms, lower is better); minimum effect 5.00 %",
-        "guardrail memory_mb (MB, lower is better): may regress at most 2.00 %",
+        "Target t1 (current): decode wall time of the demo workload",
+        "primary wall_time (mean, ms, lower is better); minimum effect 5.00 %",
+        "guardrail cpu_time (ms, lower is better): may regress at most 2.00 %",
         "budget: wall 7,200 s, GPU 3,600 s",
         "test set: 2 case(s) (small, large)",
-        "baseline latency_ms: median 10 ms over 5 value(s)",
+        "baseline wall_time: median 10 ms over 5 value(s)",
         "resolution 0.13 %",  # the scripted A/A's, measured (R4)
         "champion e1; final audit pass (e1-final)",
     ):
@@ -67,7 +67,7 @@ def test_experiment_show_prints_each_verdicts_cases_with_units(ledger: Path) -> 
     large = [line.split() for line in text.splitlines() if line.split()[:1] == ["large"]]
     assert len(large) == 2  # one row per verdict
     assert large[1][-2:] == ["below_min_effect,", "regressed"]
-    assert "guardrail memory_mb: pass" in text
+    assert "guardrail cpu_time: pass" in text
     assert "rejected: closes implementation (R15)" in text
 
 

@@ -172,6 +172,7 @@ def test_an_experiment_created_while_a_reconciliation_was_pending_elsewhere_conf
         # sort after a's verdict in the total order)
         b.run("evidence.add", {**_evidence("ev-2")})
         b.run("evidence.add", {**_evidence("ev-3")})
+        b.run("evidence.add", {**_evidence("ev-4")})  # a's run start, samples and verdict: 3
         b.run("experiment.create", experiment("e2", candidate="sha256:" + "2" * 64))
         a.ledger.sync()
         b.ledger.sync()

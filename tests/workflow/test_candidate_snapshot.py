@@ -62,7 +62,7 @@ def bound(bare: Session, tmp_path: Path) -> Session:
     bare.code = code  # type: ignore[attr-defined]
     bare.run("target.freeze", target_freeze())
     bare.run("evidence.add", evidence())
-    body = readiness(driver={"argv": ["python", "{subject}/bench.py"]})
+    body = readiness(driver={"argv": ["python", "{subject}/bench.py", "--out", "{output}"]})
     body["original"] = {**body["original"], "subject": str(bare.orig)}  # type: ignore[attr-defined]
     body, artifacts = readiness_edge(bare.ledger, body)
     execute(bare.ledger, "readiness.record", body, actor=ACTOR, artifacts=artifacts)

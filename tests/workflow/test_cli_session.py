@@ -66,6 +66,14 @@ class Cli:
         return self("state")["head"]
 
 
+def _measured(cli: Cli, body: dict[str, Any]) -> None:
+    """Append ``body`` as ``perfledger measure workload --protocol worker`` does (R5: the
+    Target's observed primary takes measured samples only; a typed ``samples record`` is
+    refused), in-process on the CLI's ledger."""
+    with Ledger.open(cli.ledger) as ledger:
+        Session(ledger).record_measured(body)
+
+
 @pytest.mark.slow
 def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
@@ -87,7 +95,7 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     # -- experiment 1: claim, screen, target, pass, champion, final audit, handoff ----------
     created = cli("experiment", "create", request=experiment("e1", candidate=CAND1))
     assert created["payload"]["figures"]["s_min"] > 1.0
-    cli("samples", "record", request=samples("e1-screen", "screen"))
+    _measured(cli, samples("e1-screen", "screen"))
     screen = cli("verdict", "record", "--samples", "e1-screen")
     assert screen["payload"]["status"] == "inconclusive"  # a screen never passes (R11)
     with Ledger.open(cli.ledger) as ledger:  # R5: what `measure workload --record` appends
@@ -119,7 +127,7 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     champion_ref = {"kind": "champion", "content_hash": CAND1, "experiment_id": "e1"}
     cli("experiment", "create", request=experiment("e2", candidate=CAND2))
     for stage, gain in (("screen", 0.1), ("target", -0.1)):
-        cli("samples", "record", request=samples(
+        _measured(cli, samples(
             f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2, gain=gain,
             reference=champion_ref))  # fmt: skip
     contradicted = cli("verdict", "record", request={"samples_id": "e2-screen"})
@@ -140,7 +148,7 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
 
     # -- experiment 3: a secondary-only gain is a local result, never a champion (R13) ------
     for stage, gain in (("screen", 0.05), ("target", 0.0)):
-        cli("samples", "record", request=samples(
+        _measured(cli, samples(
             f"e3-{stage}", stage, experiment_id="e3", candidate=CAND3, gain=gain,
             secondary_gain=0.2, reference=champion_ref))  # fmt: skip
         cli("verdict", "record", request={"samples_id": f"e3-{stage}"})
@@ -150,7 +158,7 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     )  # fmt: skip
     assert refused["error"]["rule"] == "R13"
     local = cli("local-result", "record", request={
-        "result_id": "lr-p99", "samples_id": "e3-target", "metric": "p99_ms",
+        "result_id": "lr-p99", "samples_id": "e3-target", "metric": "cpu_time",
         "scenario": "long prompts"})  # fmt: skip
     assert local["kind"] == "LocalResultRecorded"
 

@@ -9,10 +9,18 @@ byte; ``audit`` re-decides it all.
 The session (a module fixture) goes: readiness -> e1 screen, target, champion -> final audit ->
 e2 created (open, against champion e1). The tests then try what the rules refuse; a refusal
 appends nothing, so they share the ledger.
+
+The driver is the self-timed one (its calls report ``cpu_ms``, a figure the subject reports):
+its readiness, verdicts, champion and final audit are recorded as an older perfledger recorded
+them (``ReadinessRecorded`` 5, ``VerdictRecorded`` 8, ``ChampionSelected`` 6,
+``FinalAuditRecorded`` 10; R5 refuses the readiness and the champion and makes the audit
+inconclusive since issue 34), in-process,
+since what is under test is code identity, which the self-timed driver shares with the worker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -23,10 +31,12 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
+from wf_legacy import as_before, before_reported
 from wf_scenario import explain_stage_by_review, record_measured_aa
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
+from perfledger.app.identity import readiness_edge
 from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
@@ -207,7 +217,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "scope": ["src/*"], "risk_boundary": "none",
             "budget": {"wall_s": 3600.0, "gpu_s": 0.0},
         }, actor="agent")  # fmt: skip
-    s.ok("readiness", "record", request={
+    readiness = {
         "target_id": "t1",
         "original": {"content_hash": "sha256:" + "0" * 16, "subject": "orig"},
         "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 2, "cases": ["small", "large"]},
@@ -216,7 +226,12 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
         "environment": env["readiness_environment"],
         # cpu_ms is the process's own CPU time: a shared host's load cannot move it (R17)
         "statistics": {"allow_explained_foreign_activity": True},
-    })  # fmt: skip
+    }  # fmt: skip
+    # as `perfledger readiness record` (its edge snapshots the original), by the rule before R5
+    with contextlib.chdir(s.code), Ledger.open(s.ledger) as ledger:
+        body, files = readiness_edge(ledger, readiness)
+        with before_reported("ReadinessRecorded"):
+            execute(ledger, "readiness.record", body, actor="agent", artifacts=files)
     with Ledger.open(s.ledger) as ledger:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
         run("metric-audit.record", {
@@ -236,10 +251,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
         _create(ledger, "e1", s.fast)  # type: ignore[attr-defined]
     s.screen = s.measure("e1", "screen", orig, s.fast)  # type: ignore[attr-defined]
     assert s.screen.returncode == 0, s.screen.stdout + s.screen.stderr  # type: ignore[attr-defined]
-    s.ok("verdict", "record", request={"samples_id": "e1-screen"})
+    as_before(s.ledger, "verdict.record", {"samples_id": "e1-screen"})
     done = s.measure("e1", "target", orig, s.fast)
     assert done.returncode == 0, done.stdout + done.stderr
-    verdict = s.ok("verdict", "record", request={"samples_id": "e1-target"})["payload"]
+    verdict = as_before(s.ledger, "verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "pass", verdict
     if verdict.get("contradicts_claim"):
         s.ok("reconcile", request={
@@ -247,13 +262,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "corrected_model": {"description": "the measured gain is the model's"},
             "explanation": "the test's claim was rough",
         })  # fmt: skip
-    s.ok("champion", "select", request={
+    as_before(s.ledger, "champion.select", {
         "target_id": "t1", "samples_id": "e1-target", "expected_current": "original",
     })  # fmt: skip
     done = s.measure("e1", "final_audit", orig, s.fast)
     assert done.returncode == 0, done.stdout + done.stderr
-    audited = s.ok("final-audit", "record",
-                   request={"target_id": "t1", "samples_id": "e1-final_audit"})["payload"]  # fmt: skip
+    audited = as_before(s.ledger, "final-audit.record",
+                        {"target_id": "t1", "samples_id": "e1-final_audit"})  # fmt: skip
     if audited.get("contradicts_claim"):  # R14 (FinalAuditRecorded 10): outside the claim too
         s.ok("reconcile", request={
             "experiment_id": "e1", "premise": "cost",
@@ -495,7 +510,7 @@ def test_r2_driver_with_a_subject_place_needs_the_originals_snapshot(tmp_path: P
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "t", "min_effect": 0.05,
-            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "median"},
             "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
         }, actor="agent")  # fmt: skip
@@ -518,7 +533,7 @@ def test_r11_old_rule_target_still_needs_typed_changed_paths(tmp_path: Path) -> 
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "t", "min_effect": 0.05,
-            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "median"},
             "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
         }, actor="agent")  # fmt: skip
@@ -600,7 +615,7 @@ def test_r11_readiness_snapshot_must_cover_the_whole_subject_from_schema_2(tmp_p
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "t", "min_effect": 0.05,
-            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "median"},
             "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
         }, actor="agent")  # fmt: skip
@@ -637,7 +652,7 @@ def test_r11_checkout_refuses_a_recorded_link_out_of_the_directory(tmp_path: Pat
     with Ledger.init(tmp_path / "l", name="x", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "t", "min_effect": 0.05,
-            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "median"},
             "scope": ["src/*"], "risk_boundary": "none", "budget": {"wall_s": 1.0, "gpu_s": 0.0},
         }, actor="agent")  # fmt: skip

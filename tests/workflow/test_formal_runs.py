@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from wf_scenario import CAND1, CAND2, CAND3, T1, Session, experiment, samples
+from wf_scenario import CAND1, CAND2, CAND3, T1, Session, experiment, measured, samples
 
 from perfledger.app.next_steps import allowed_decisions
 from perfledger.commands.audit.replay import audit
@@ -56,9 +56,14 @@ def _measured_refusal(session: Session, body: dict[str, Any]) -> RuleRefused:
 def _redecide(session: Session, op: str, body: dict[str, Any], schema: int | None) -> None:
     """Decide ``body`` as the auditor re-decides an event of ``op`` recorded under ``schema``
     (None: as a new decision; raises the refusal, if any)."""
+    starting = None
+    if op == "samples.record" and "provenance" not in body:
+        # as the scenario records samples: measured (R5), in the formal run it starts (R14)
+        body, starting = measured(body)[0], body["samples_id"]
     ctx = DecisionContext(
         op=op, actor="auditor", ts=datetime(2026, 1, 2, tzinfo=UTC),
         request={"op": op, "body": body}, payload_of=session.ledger.payload, schema=schema,
+        starting_run=starting,
     )  # fmt: skip
     operations.decider(op)(session.state(), operations.validate(op, body), ctx)
 

@@ -58,7 +58,7 @@ BASES: dict[str, dict[str, Any]] = {
     "experiment.create": experiment("e-fuzz", candidate=CAND3),
     "samples.record": samples("s-fuzz", "screen", pairs=make_pairs(0.2, per_case=5, tag="f")),
     "verdict.record": {"samples_id": "e1-screen"},
-    "local-result.record": {"result_id": "lr", "samples_id": "e1-target", "metric": "p99_ms",
+    "local-result.record": {"result_id": "lr", "samples_id": "e1-target", "metric": "cpu_time",
                             "scenario": "s"},
     "reject": {"experiment_id": "e1", "closes": "implementation", "reason": "r"},
     "reconcile": {"experiment_id": "e1", "premise": "scope", "explanation": "x",

@@ -183,7 +183,8 @@ def test_cheat_an_aa_table_lengthened_with_copied_calls_is_refused(ready: Sessio
     copied = rows + [{**r, "pair": r["pair"] + 100} for r in rows]
     with pytest.raises(AaTableMismatch, match="repeats call"):
         measured_resolution(ready.ledger, rows=copied)
-    observed = [{**r, "start_s": 10.0 + i, "end_s": 10.5 + i} for i, r in enumerate(rows)]
+    observed = [{**r, "start_s": 10.0 + i, "end_s": 10.0 + i + r["wall_s"]}
+                for i, r in enumerate(rows)]  # fmt: skip
     renamed = observed + [
         {**r, "pair": r["pair"] + 100, "call_id": r["call_id"] + "-again"} for r in observed
     ]
@@ -195,11 +196,10 @@ def test_cheat_an_aa_table_lengthened_with_copied_calls_is_refused(ready: Sessio
 def test_cheat_an_aa_table_that_drops_its_slow_pairs_is_caught_by_its_own_figures(
     bare: Session,
 ) -> None:
-    """Failed or incorrect A/A calls are left out of the figures by the table's own flags; a
-    table whose calls' values are not numbers derives nothing."""
+    """Failed or incorrect A/A calls are left out of the figures by the table's own flags."""
     bare.up_to_baseline()
     rows = aa_rows()
-    rows[0]["metrics"] = {"latency_ms": ["fast"]}
+    rows[0]["ok"] = False
     rows[2]["correct"] = False
     body, table = measured_resolution(bare.ledger, rows=rows)
     assert body["repeats"] == 18  # two pairs left out, not typed away

@@ -1,46 +1,72 @@
 """What a measurement found decides what it may support (R5, R12, R13): a candidate that failed
 its accuracy check on any call of a formal stage cannot be champion, whatever its other pairs say
 (the reference's failures stay the reference's); samples whose self-reported times the driver's
-wall clock does not bear out cannot pass nor support a champion. Real ledger, real deciders."""
+wall clock does not bear out cannot pass nor support a champion. Real ledger, real deciders.
+
+The wall-clock check is the self-timed driver's (``workload_abba``): its tests run on a Target
+whose primary the subject reports (``wf_legacy``, made ready as an older perfledger did), and
+since ``ChampionSelected`` 7 / ``FinalAuditRecorded`` 11 such samples make no champion and pass
+no final audit whatever the check says (R5, issue 34); the accuracy rules run on the observed
+scenario (``wf_scenario``, the worker protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_scenario import (
-    CAND1,
-    CAND2,
-    PRIMARY,
-    Session,
-    experiment,
-    make_pairs,
-    samples,
-    target_aa_rows,
-)
+import wf_legacy as legacy
+from wf_legacy import before_reported
+from wf_scenario import Session, experiment, make_pairs, samples
+
+from perfledger.api import Ledger
+
+PRIMARY = legacy.PRIMARY
 
 #: The primary's values are scaled to ~0.5 s per value so that savings exceed the wall clock's
 #: resolution (``perfledger.derive.wall_check.FLOOR_S``).
 SCALE = 50.0
 
 
+SELECT_E1 = {"target_id": "t1", "samples_id": "e1-target", "expected_current": "original"}
+
+
 @pytest.fixture
-def ready(bare: Session) -> Session:
-    """``ready`` whose A/A measured the original at the pairs' scale (the reference watch
-    compares each formal stage's reference with the A/A's medians, R11)."""
-    bare.up_to_baseline()
-    rows = target_aa_rows(bare.ledger)
-    for row in rows:
-        row["metrics"] = {k: [v * SCALE for v in vs] for k, vs in row["metrics"].items()}
-    bare.measure_aa(rows=rows)
-    return bare
+def self_timed(tmp_path: Path) -> Iterator[legacy.Session]:
+    """The conftest's ``self_timed`` session, its A/A measured at the pairs' scale (the
+    reference watch compares each formal stage's reference with the A/A's medians, R11)."""
+    ledger = Ledger.init(tmp_path / "ledger", name="wf", actor="agent")
+    try:
+        session = legacy.Session(ledger)
+        with legacy.rules_at({"ReadinessRecorded": legacy.BEFORE_REPORTED["ReadinessRecorded"]}):
+            session.up_to_baseline()
+        rows = legacy.target_aa_rows(ledger)
+        for row in rows:
+            row["metrics"] = {k: [v * SCALE for v in vs] for k, vs in row["metrics"].items()}
+        session.measure_aa(rows=rows)
+        yield session
+    finally:
+        ledger.close()
+
+
+def _decide(session: Any, op: str, body: dict[str, Any], schema: int | None = None) -> Any:
+    """``op``'s decision on ``session``'s state (appending nothing), by the rule of ``schema``
+    (None: the current one), as the auditor re-decides an event; returns its payload."""
+    from perfledger.commands.registry import operations
+    from perfledger.commands.workflow.deciders import DecisionContext
+
+    ctx = DecisionContext(op=op, actor="agent", ts=session.clock, request={"op": op, "body": body},
+                          payload_of=session.ledger.payload, schema=schema)  # fmt: skip
+    [draft] = operations.decider(op)(session.state(), operations.validate(op, body), ctx)
+    return draft.payload
 
 
 def _timed_pairs(tag: str, *, wall_saving: bool, gain: float = 0.2) -> list[dict[str, Any]]:
     """Pairs with a primary gain of ``gain`` and the driver's wall time per call: the reported
     total plus 0.1 s of start-up (jittered), the candidate's wall time saving what it reports
     (``wall_saving``) or nothing (it reports time it did not save)."""
-    pairs = make_pairs(gain, tag=tag)
+    pairs = legacy.make_pairs(gain, tag=tag)
     for k, pair in enumerate(pairs):
         pair["same_process"] = False
         pair["cand"]["call_id"] = pair["cand"]["call_id"] + "-cand"
@@ -55,10 +81,11 @@ def _timed_pairs(tag: str, *, wall_saving: bool, gain: float = 0.2) -> list[dict
 
 
 def test_r12_wall_clock_flag_makes_a_target_stage_inconclusive_and_r13_refuses_it(
-    ready: Session,
+    self_timed: legacy.Session,
 ) -> None:
+    ready = self_timed
     ready.screened()
-    body = samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=False))
+    body = legacy.samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=False))
     recorded = ready.run("samples.record", body)
     check = recorded["wall_check"]
     assert check["method"] == "wall_v2" and check["flagged"]
@@ -75,15 +102,24 @@ def test_r12_wall_clock_flag_makes_a_target_stage_inconclusive_and_r13_refuses_i
     assert "wall-clock check" in error.message and "e1-target" in error.message
 
 
-def test_r12_wall_clock_consistent_samples_pass_and_support_a_champion(ready: Session) -> None:
+def test_r12_wall_clock_consistent_samples_pass_but_make_no_champion(
+    self_timed: legacy.Session,
+) -> None:
+    """The check bears the reported times out and the verdict passes; the figures are still the
+    subject's own (``reported``): they supported a champion only before ``ChampionSelected`` 7."""
+    ready = self_timed
     ready.screened()
-    body = samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
-    recorded = ready.record_measured(body)  # R5: a champion comes only from measured samples
+    body = legacy.samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
+    recorded = ready.record_measured(body)  # the self-timed driver's samples
     assert recorded["wall_check"]["flagged"] is False
     assert {c["status"] for c in recorded["wall_check"]["cases"]} == {"consistent"}
     verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     assert verdict["status"] == "pass" and verdict["notes"] == []
-    assert ready.champion()["experiment_id"] == "e1"
+    assert verdict["samples_provenance"] == "reported"
+    error = ready.refused("champion.select", SELECT_E1, "R5")
+    assert "figures the subject reported" in error.message
+    with before_reported("ChampionSelected"):  # the rule before: an old ledger selected it
+        assert ready.champion()["experiment_id"] == "e1"
 
 
 def test_samples_without_driver_wall_times_carry_no_wall_check(ready: Session) -> None:
@@ -92,11 +128,15 @@ def test_samples_without_driver_wall_times_carry_no_wall_check(ready: Session) -
     assert recorded["wall_check"] is None  # not measured by the workload driver
 
 
-def test_samples_mixing_driver_timed_and_untimed_calls_are_refused(ready: Session) -> None:
+def test_samples_mixing_driver_timed_and_untimed_calls_are_refused(
+    self_timed: legacy.Session,
+) -> None:
+    ready = self_timed
     ready.screened()
     pairs = _timed_pairs("t", wall_saving=True)
     del pairs[0]["cand"]["wall_s"]
-    error = ready.refused("samples.record", samples("e1-target", "target", pairs=pairs), None)
+    body = legacy.samples("e1-target", "target", pairs=pairs)
+    error = ready.refused("samples.record", body, None)
     assert "record all or none" in error.message
 
 
@@ -136,34 +176,44 @@ def test_r5_screen_failures_do_not_disqualify_a_candidate(ready: Session) -> Non
     assert ready.champion()["experiment_id"] == "e1"
 
 
-def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(ready: Session) -> None:
+def test_r12_wall_clock_flag_makes_a_final_audit_inconclusive(self_timed: legacy.Session) -> None:
+    """On a champion an older perfledger selected from self-timed samples: a flagged final
+    audit is inconclusive by the wall clock; an honest one is inconclusive too now (R5: the
+    figures are reported), and passed before ``FinalAuditRecorded`` 11."""
+    ready = self_timed
     ready.passed()
-    ready.champion()
-    body = samples("e1-final", "final_audit", pairs=_timed_pairs("f", wall_saving=False))
+    with before_reported("ChampionSelected"):
+        ready.champion()
+    body = legacy.samples("e1-final", "final_audit", pairs=_timed_pairs("f", wall_saving=False))
     assert ready.record_measured(body)["wall_check"]["flagged"]
     audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
     assert audit["primary"]["status"] == "pass" and audit["status"] == "inconclusive"
     assert any(n.startswith("R12: wall clock") for n in audit["notes"])
-    honest = samples("e1-final-2", "final_audit", pairs=_timed_pairs("g", wall_saving=True))
+    honest = legacy.samples("e1-final-2", "final_audit", pairs=_timed_pairs("g", wall_saving=True))
     ready.refused("samples.record", honest, "R14")  # a champion gets one final audit
     # honest control: another champion (other code, measured against e1) whose wall clock
-    # sees its saving passes its own final audit
-    champion_e1 = {"kind": "champion", "content_hash": CAND1, "experiment_id": "e1"}
-    ready.run("experiment.create", experiment("e2", candidate=CAND2))
+    # sees its saving: not flagged, but its figures are the subject's own
+    champion_e1 = {"kind": "champion", "content_hash": legacy.CAND1, "experiment_id": "e1"}
+    ready.run("experiment.create", legacy.experiment("e2", candidate=legacy.CAND2))
     for stage in ("screen", "target"):
-        body = samples(f"e2-{stage}", stage, experiment_id="e2", candidate=CAND2,
-                       reference=champion_e1)  # fmt: skip
+        body = legacy.samples(f"e2-{stage}", stage, experiment_id="e2", candidate=legacy.CAND2,
+                              reference=champion_e1)  # fmt: skip
         if stage == "target":
-            ready.record_measured(body)  # R5: a champion comes only from measured samples
+            ready.record_measured(body)
         else:
             ready.run("samples.record", body)
         ready.run("verdict.record", {"samples_id": f"e2-{stage}"})
-    ready.champion("e2", expected="e1")
-    honest = samples("e2-final", "final_audit", experiment_id="e2", candidate=CAND2,
-                     pairs=_timed_pairs("g", wall_saving=True))  # fmt: skip
-    ready.record_measured(honest)  # R5: a final audit passes only on measured samples
-    audit = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e2-final"})
-    assert audit["status"] == "pass"
+    with before_reported("ChampionSelected"):
+        ready.champion("e2", expected="e1")
+    honest = legacy.samples("e2-final", "final_audit", experiment_id="e2",
+                            candidate=legacy.CAND2, pairs=_timed_pairs("g", wall_saving=True))  # fmt: skip
+    assert ready.record_measured(honest)["wall_check"]["flagged"] is False
+    request = {"target_id": "t1", "samples_id": "e2-final"}
+    before = legacy.BEFORE_REPORTED["FinalAuditRecorded"]  # the rule before: it passed
+    assert _decide(ready, "final-audit.record", request, before).status == "pass"
+    audit = ready.run("final-audit.record", request)
+    assert audit["status"] == "inconclusive" and audit["samples_provenance"] == "reported"
+    assert any("figures the subject reported" in n for n in audit["notes"])
 
 
 def _padded_pairs() -> list[dict[str, Any]]:
@@ -177,10 +227,12 @@ def _padded_pairs() -> list[dict[str, Any]]:
 
 
 def test_cheat_candidate_padding_its_values_with_ones_that_never_ran_is_flagged(
-    ready: Session,
+    self_timed: legacy.Session,
 ) -> None:
+    ready = self_timed
     ready.screened()
-    recorded = ready.run("samples.record", samples("e1-target", "target", pairs=_padded_pairs()))
+    body = legacy.samples("e1-target", "target", pairs=_padded_pairs())
+    recorded = ready.run("samples.record", body)
     check = recorded["wall_check"]
     assert check["method"] == "wall_v2" and check["flagged"]
     assert {c["status"] for c in check["cases"] if c["metric"] == PRIMARY} == {"flagged"}
@@ -200,7 +252,7 @@ def test_cheat_candidate_padding_its_values_with_ones_that_never_ran_is_flagged(
 
 
 def test_r12_samples_recorded_before_the_value_count_rule_are_rechecked_by_wall_v1(
-    ready: Session,
+    self_timed: legacy.Session,
 ) -> None:
     """The auditor re-decides samples by the schema they were recorded under: schema 4 by
     ``wall_v1`` (no value-count rule), schema 5 on by ``wall_v2``."""
@@ -209,9 +261,11 @@ def test_r12_samples_recorded_before_the_value_count_rule_are_rechecked_by_wall_
     from perfledger.commands.workflow import deciders
     from perfledger.commands.workflow.requests import SamplesRecord
 
+    ready = self_timed
     ready.screened()
     state = ready.state()
-    request = msgspec.convert(samples("e1-target", "target", pairs=_padded_pairs()), SamplesRecord)
+    body = legacy.samples("e1-target", "target", pairs=_padded_pairs())
+    request = msgspec.convert(body, SamplesRecord)
 
     def decide(schema: int | None) -> Any:
         ctx = deciders.DecisionContext(
@@ -226,7 +280,9 @@ def test_r12_samples_recorded_before_the_value_count_rule_are_rechecked_by_wall_
     assert new.method == "wall_v2" and new.flagged and decide(5) == new
 
 
-def test_cheat_candidate_moving_its_time_into_one_repeat_is_flagged(ready: Session) -> None:
+def test_cheat_candidate_moving_its_time_into_one_repeat_is_flagged(
+    self_timed: legacy.Session,
+) -> None:
     """Equal counts and equal totals (the wall clock sees nothing), but the candidate reports
     its three repeats as 1 %, 1 % and 298 % of their mean: its per-call median collapses."""
     pairs = _timed_pairs("t", wall_saving=True, gain=0.0)
@@ -235,8 +291,9 @@ def test_cheat_candidate_moving_its_time_into_one_repeat_is_flagged(ready: Sessi
         pair["ref"]["values"][PRIMARY] = [a / 2, a / 2, b]  # the same total
         mean = sum(pair["cand"]["values"][PRIMARY]) / 3
         pair["cand"]["values"][PRIMARY] = [0.01 * mean, 0.01 * mean, 2.98 * mean]
+    ready = self_timed
     ready.screened()
-    recorded = ready.run("samples.record", samples("e1-target", "target", pairs=pairs))
+    recorded = ready.run("samples.record", legacy.samples("e1-target", "target", pairs=pairs))
     check = recorded["wall_check"]
     assert check["flagged"], check
     assert any("per-call median improves" in r for r in check["reasons"]), check["reasons"]
@@ -245,10 +302,12 @@ def test_cheat_candidate_moving_its_time_into_one_repeat_is_flagged(ready: Sessi
     assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
 
 
-def test_honest_candidate_with_a_true_gain_and_equal_counts_is_not_flagged(ready: Session) -> None:
+def test_honest_candidate_with_a_true_gain_and_equal_counts_is_not_flagged(
+    self_timed: legacy.Session,
+) -> None:
+    ready = self_timed
     ready.screened()
-    recorded = ready.run(
-        "samples.record", samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
-    )
+    body = legacy.samples("e1-target", "target", pairs=_timed_pairs("t", wall_saving=True))
+    recorded = ready.run("samples.record", body)
     assert recorded["wall_check"]["method"] == "wall_v2"
     assert recorded["wall_check"]["flagged"] is False, recorded["wall_check"]["reasons"]

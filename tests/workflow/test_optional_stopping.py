@@ -25,6 +25,7 @@ from wf_scenario import (
     evidence,
     experiment,
     make_pairs,
+    measured,
     samples,
 )
 
@@ -65,9 +66,14 @@ def _start_body(
 def _redecide(session: Session, op: str, body: dict[str, Any], schema: int) -> None:
     """Decide ``body`` as the auditor re-decides an event of ``op`` recorded under ``schema``
     (raises the refusal, if any)."""
+    starting = None
+    if op == "samples.record" and "provenance" not in body:
+        # as the scenario records samples: measured (R5), in the formal run it starts (R14)
+        body, starting = measured(body)[0], body["samples_id"]
     ctx = DecisionContext(
         op=op, actor="auditor", ts=datetime(2026, 1, 2, tzinfo=UTC),
         request={"op": op, "body": body}, payload_of=session.ledger.payload, schema=schema,
+        starting_run=starting,
     )  # fmt: skip
     operations.decider(op)(session.state(), operations.validate(op, body), ctx)
 

@@ -66,17 +66,28 @@ def test_r5_judged_call_claiming_correct_despite_a_failed_output_check_is_refuse
     session.run("experiment.create", experiment("e1"))
     pairs = _pairs("s")
     pairs[2]["cand"]["output"] = _judged(False)  # the comparison failed; correct left true
-    error = session.refused("samples.record", samples("e1-screen", "screen", pairs=pairs), "R5")
+    body = samples("e1-screen", "screen", pairs=pairs)
+    body["provenance"] = None  # typed as is: the decider's own check, before any other
+    error = session.refused("samples.record", body, "R5")
     assert "correct only when both hold" in error.message
 
 
 def test_r5_output_check_where_the_readiness_compares_none_is_a_bad_request(
-    ready: Session,
+    bare: Session,
 ) -> None:
-    from wf_scenario import experiment
+    from wf_scenario import baseline, evidence, experiment, metric_audit, target_freeze
 
+    ready = bare
+    ready.run("target.freeze", target_freeze())
+    ready.run("evidence.add", evidence())
+    ready.run("readiness.record", readiness(driver={"argv": ["python", "bench.py"]}, accuracy=None))
+    ready.run("metric-audit.record", metric_audit())
+    ready.run("baseline.record", baseline())
+    ready.measure_aa()
     ready.run("experiment.create", experiment("e1"))
-    error = ready.refused("samples.record", samples("e1-screen", "screen", pairs=_pairs("s")), None)
+    body = samples("e1-screen", "screen", pairs=_pairs("s"))
+    body["provenance"] = None  # typed as is: the decider's own check, before any other
+    error = ready.refused("samples.record", body, None)
     assert isinstance(error, BadRequest) and "compares no outputs" in error.message
 
 

@@ -5,6 +5,14 @@ never make a champion (``ChampionSelected`` schema 5) nor pass a final audit
 Every request goes through the real path (validate, decide on the folded state, append to a git
 ledger) in-process. The ``test_cheat_*`` tests play the agent that wants a champion; each has an
 honest control beside it.
+
+Outside samples are possible only where the primary is not observed (R5: an observed primary
+takes measured samples only), and such a Target is made ready only by an older perfledger
+(``ReadinessRecorded`` 6 refuses it): these tests run on ``wf_legacy``'s Target made ready so.
+Its measured samples are the self-timed driver's, figures the subject reports: since
+``ChampionSelected`` 7 and ``FinalAuditRecorded`` 11 they make no champion and pass no final
+audit either; the controls show the rule before (an old ledger's selection) where a measured
+result made one.
 """
 
 from __future__ import annotations
@@ -16,16 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_scenario import (
+from wf_legacy import (
+    BEFORE_REPORTED,
     RAW_TABLE,
     T1,
     Session,
     baseline,
+    before_reported,
     evidence,
     measured,
     metric_audit,
     readiness,
+    rules_at,
     samples,
+    self_timed_ready,
     target_freeze,
 )
 
@@ -37,11 +49,44 @@ from perfledger.commands.registry.operations import execute, validate
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.commands.workflow.requests import dump
 from perfledger.errors import RuleRefused
-from perfledger.events.workflow import R5_MEASURED_CHAMPION, R5_MEASURED_FINAL_AUDIT
+from perfledger.events.workflow import (
+    R5_MEASURED_CHAMPION,
+    R5_MEASURED_FINAL_AUDIT,
+    R5_REPORTED_CHAMPION,
+    R5_REPORTED_FINAL_AUDIT,
+)
 from perfledger.ledger.base import Artifact, EventDraft
 from perfledger.projections.champions import current_champions
 
 SELECT_E1 = {"target_id": T1, "samples_id": "e1-target", "expected_current": "original"}
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> Any:
+    """A :mod:`wf_legacy` session on a fresh ledger (its Target's primary is reported)."""
+    with Ledger.init(tmp_path / "ledger", name="wf", actor="agent") as ledger:
+        yield Session(ledger)
+
+
+@pytest.fixture
+def ready(bare: Session) -> Session:
+    """:func:`wf_legacy.self_timed_ready`: made ready as an older perfledger did."""
+    return self_timed_ready(bare.ledger)
+
+
+def _reported_champion_refused(session: Session, samples_id: str) -> None:
+    """The honest control of these tests: a target stage measured by perfledger's self-timed
+    driver is recorded and passes, but its figures are the subject's own: no champion now
+    (R5), one before ``ChampionSelected`` 7 (an old ledger's selection, decided here)."""
+    session.record_measured(samples(samples_id, "target"))
+    verdict = session.run("verdict.record", {"samples_id": samples_id})
+    assert verdict["status"] == "pass" and verdict["samples_provenance"] == "reported"
+    select = {**SELECT_E1, "samples_id": samples_id}
+    assert (
+        "figures the subject reported" in session.refused("champion.select", select, "R5").message
+    )
+    [old] = _decide(session, "champion.select", select, schema=R5_REPORTED_CHAMPION - 1)
+    assert old.payload.experiment_id == "e1"
 
 
 def _decide(session: Session, op: str, body: dict[str, Any], schema: int | None = None,
@@ -75,11 +120,8 @@ def test_r5_outside_target_samples_are_shown_but_never_make_a_champion(ready: Se
     assert "perfledger measure workload --experiment e1 --stage target" in error.hint
     assert "--samples e1-target-measured" in error.hint
     assert current_champions(ready.state())[0].champion == "original"
-    # honest control: the same experiment's target stage measured by perfledger makes it
-    ready.record_measured(samples("e1-target-measured", "target"))
-    assert ready.run("verdict.record", {"samples_id": "e1-target-measured"})["status"] == "pass"
-    picked = ready.run("champion.select", {**SELECT_E1, "samples_id": "e1-target-measured"})
-    assert picked["experiment_id"] == "e1"
+    # control: the same experiment's target stage measured by the self-timed driver
+    _reported_champion_refused(ready, "e1-target-measured")
     assert audit(ready.ledger).ok
 
 
@@ -137,7 +179,7 @@ def test_cheat_relabelling_outside_samples_as_measured_is_refused(ready: Session
     forged = json.loads(table[RAW_TABLE].data)
     for row in forged["table"]:  # the candidate's calls made faster in the table only
         if row["subject"] == "cand":
-            row["metrics"]["latency_ms"] = [v * 0.5 for v in row["metrics"]["latency_ms"]]
+            row["metrics"]["latency_ms"] = [v * 0.5 for v in row["metrics"]["latency_ms"]]  # fmt: skip
     forged_table = {RAW_TABLE: Artifact(json.dumps(forged).encode(), "application/json")}
     with pytest.raises(RuleRefused) as info:
         execute(ready.ledger, "samples.record", fresh, actor="agent", artifacts=forged_table)
@@ -156,22 +198,21 @@ def test_cheat_outside_formal_samples_without_the_readiness_allowing_them_are_re
     body = readiness()
     body["statistics"] = {**body["statistics"], "allow_outside_samples": False}
     body["original"] = {**body["original"], "unsnapshotted": "pairs written by the test"}
-    bare.run("readiness.record", body)
+    with before_reported("ReadinessRecorded"):  # as an older perfledger made it ready
+        bare.run("readiness.record", body)
     bare.run("metric-audit.record", metric_audit())
     bare.run("baseline.record", baseline())
     bare.measure_aa()
     bare.screened()  # a screen takes outside samples, marked
     error = bare.refused("samples.record", samples("e1-target", "target"), "R5")
     assert "does not allow outside samples" in error.message
-    # honest control: measured, they make a champion
-    bare.record_measured(samples("e1-target", "target"))
-    bare.run("verdict.record", {"samples_id": "e1-target"})
-    assert bare.champion("e1")["experiment_id"] == "e1"
+    # control: measured, they are accepted (and, reported, make no champion now)
+    _reported_champion_refused(bare, "e1-target")
 
 
 def test_cheat_selecting_on_a_clone_is_refused_there_too(ready: Session, tmp_path: Path) -> None:
     """A clone (``git clone --mirror`` of the ledger) runs the same deciders: the outside result
-    is refused there too; a measured one is selected there (honest control)."""
+    is refused there too, as is a self-timed one (selected there by the rule before)."""
     _outside_pass(ready)
     clone_path = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", "--mirror", str(tmp_path / "ledger"),
@@ -179,18 +220,16 @@ def test_cheat_selecting_on_a_clone_is_refused_there_too(ready: Session, tmp_pat
     with Ledger.open(clone_path) as clone:
         other = Session(clone)
         other.refused("champion.select", SELECT_E1, "R5")
-        other.record_measured(samples("e1-target-measured", "target"))
-        other.run("verdict.record", {"samples_id": "e1-target-measured"})
-        picked = other.run("champion.select", {**SELECT_E1, "samples_id": "e1-target-measured"})
-        assert picked["experiment_id"] == "e1"
+        _reported_champion_refused(other, "e1-target-measured")
 
 
 # -------------------------------------------------------------------------------- final audit
 
 
 def test_r5_a_final_audit_on_outside_samples_cannot_pass(ready: Session) -> None:
-    ready.passed()  # measured target samples
-    ready.champion("e1")
+    with rules_at(BEFORE_REPORTED):  # an old ledger's champion, on self-timed samples
+        ready.passed()
+        ready.champion("e1")
     ready.run("samples.record", samples("e1-final", "final_audit", gain=0.2))
     error = ready.refused("final-audit.record", {"target_id": T1, "samples_id": "e1-final",
                                                  "claimed_status": "pass"}, "R12")  # fmt: skip
@@ -204,17 +243,22 @@ def test_r5_a_final_audit_on_outside_samples_cannot_pass(ready: Session) -> None
     [note] = [n for n in final["notes"] if n.startswith("R5:")]
     assert "perfledger measure workload --experiment e1 --stage final_audit" in note
     assert "--samples e1-audit-measured" in note
-    # honest control: the champion's final audit measured by perfledger passes
+    # control: the champion's final audit measured by the self-timed driver: reported figures
+    # (it passed before FinalAuditRecorded 11)
     ready.record_measured(samples("e1-audit-measured", "final_audit", gain=0.2))
-    passed = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-audit-measured"})
-    assert passed["status"] == "pass" and passed["samples_provenance"] == "perfledger"
+    request = {"target_id": T1, "samples_id": "e1-audit-measured"}
+    [old] = _decide(ready, "final-audit.record", request, schema=R5_REPORTED_FINAL_AUDIT - 1)
+    assert old.payload.status == "pass" and old.payload.samples_provenance == "perfledger"
+    final = ready.run("final-audit.record", request)
+    assert final["status"] == "inconclusive" and final["samples_provenance"] == "reported"
     assert audit(ready.ledger).ok
 
 
 def test_r5_a_failing_final_audit_on_outside_samples_still_fails(ready: Session) -> None:
     """The rule takes a pass away; it never turns a failure into anything else."""
-    ready.passed()
-    ready.champion("e1")
+    with rules_at(BEFORE_REPORTED):  # an old ledger's champion, on self-timed samples
+        ready.passed()
+        ready.champion("e1")
     ready.run("samples.record", samples("e1-final", "final_audit", gain=-0.05))
     final = ready.run("final-audit.record", {"target_id": T1, "samples_id": "e1-final"})
     assert final["status"] == "fail"

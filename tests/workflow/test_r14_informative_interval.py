@@ -190,7 +190,7 @@ def test_r14_audit_finds_a_wide_interval_written_around_the_decider(ready: Sessi
 
 
 def test_r14_a_tail_claim_without_a_bound_still_states_a_narrow_interval(bare: Session) -> None:
-    primary = {"name": "latency_ms", "unit": "ms", "direction": "lower_is_better",
+    primary = {"name": "wall_time", "unit": "ms", "direction": "lower_is_better",
                "statistic": "p99"}  # fmt: skip
     bare.run("target.freeze", target_freeze(primary=primary))
     bare.run("evidence.add", evidence())

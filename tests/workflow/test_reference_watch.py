@@ -75,9 +75,14 @@ def _slowed(pairs: list[dict[str, Any]], factor: float, case: str | None = None)
 
 
 def _redecide(session: Session, op: str, body: dict[str, Any], schema: int) -> Any:
+    starting = None
+    if op == "samples.record" and "provenance" not in body:
+        # as the scenario records samples: measured (R5), in the formal run it starts (R14)
+        body, starting = session.as_measured(body)[0], body["samples_id"]
     ctx = DecisionContext(
         op=op, actor="auditor", ts=datetime(2026, 1, 2, tzinfo=UTC),
         request={"op": op, "body": body}, payload_of=session.ledger.payload, schema=schema,
+        starting_run=starting,
     )  # fmt: skip
     return operations.decider(op)(session.state(), operations.validate(op, body), ctx)
 

@@ -260,7 +260,7 @@ def test_r7_claims_before_one_improvement_read_the_minimum_effect_as_speedup_min
 
 
 def test_r7_tail_primary_states_exposure_instead_of_a_bound(bare: Session) -> None:
-    primary = {"name": "latency_ms", "unit": "ms", "direction": "lower_is_better",
+    primary = {"name": "wall_time", "unit": "ms", "direction": "lower_is_better",
                "statistic": "p99"}  # fmt: skip
     bare.run("target.freeze", target_freeze(primary=primary))
     bare.run("evidence.add", evidence())
@@ -305,7 +305,7 @@ def test_r8_allowed_with_a_declared_secondary(ready: Session) -> None:
     ready.refused(
         "experiment.create", _low_bound_experiment("e1", CAND1, serves_secondary="bogus"), "R8"
     )
-    ready.run("experiment.create", _low_bound_experiment("e1", CAND1, serves_secondary="p99_ms"))
+    ready.run("experiment.create", _low_bound_experiment("e1", CAND1, serves_secondary="cpu_time"))
     ready.run("samples.record", samples("e1-screen", "screen", gain=0.02))
     ready.run("samples.record", samples("e1-target", "target", gain=0.02))
 
@@ -360,6 +360,7 @@ def test_r11_stages_are_ordered_and_comparisons_share_identity(ready: Session) -
     ready.run("experiment.create", experiment())
     ready.refused("samples.record", samples("e1-target", "target"), "R11")  # before a screen
     body = samples("e1-screen", "screen")
+    body["pairs"][0]["same_process"] = True
     body["pairs"][0]["cand"]["call_id"] = "other-call"  # same process, two calls
     ready.refused("samples.record", body, "R11")
     body = samples("e1-screen", "screen")
@@ -412,8 +413,8 @@ def test_r12_single_pair_or_identical_pairs_never_pass(ready: Session) -> None:
     assert ready.run("verdict.record", {"samples_id": "e1-target"})["status"] == "inconclusive"
     pairs = make_pairs(0.5, per_case=6, tag="same")
     for pair in pairs:  # identical values in every pair: a zero-width interval
-        pair["ref"]["values"] = {"latency_ms": [10.0], "memory_mb": [1.0]}
-        pair["cand"]["values"] = {"latency_ms": [5.0], "memory_mb": [1.0]}
+        pair["ref"]["values"] = {"wall_time": [10.0], "cpu_time": [1.0]}
+        pair["cand"]["values"] = {"wall_time": [5.0], "cpu_time": [1.0]}
     # an experiment has one target stage (R14): the second shape is another experiment's
     ready.screened("e2", CAND2)
     ready.run("samples.record", samples("e2-target", "target", experiment_id="e2",
@@ -437,7 +438,7 @@ def test_r13_secondary_only_gain_cannot_be_champion(ready: Session) -> None:
     assert "local result" in err.message
     local = ready.run(
         "local-result.record",
-        {"result_id": "lr1", "samples_id": "e1-target", "metric": "p99_ms",
+        {"result_id": "lr1", "samples_id": "e1-target", "metric": "cpu_time",
          "scenario": "long prompts, batch 8"},
     )  # fmt: skip
     assert local["estimate"] == pytest.approx(0.2, abs=0.02)
@@ -621,6 +622,7 @@ def test_r16_err_nvgpuctrperm_is_a_limitation_not_zero_metrics(bare: Session) ->
 def test_r17_formal_samples_carry_monitor_observations(ready: Session) -> None:
     ready.screened()
     body = samples("e1-target", "target")
+    ready.start_run(body)  # R14: measured as a formal stage is
     body["pairs"][0]["monitor"] = None
     ready.refused("samples.record", body, "R17")
     body["pairs"][0]["monitor"] = {"observed": False}
@@ -673,7 +675,7 @@ def test_r18_handoff_states_everything_consistently(ready: Session) -> None:
 def test_r18_handoff_lists_local_results_and_corrections(ready: Session) -> None:
     ready.passed(gain=0.0, secondary_gain=0.2)
     ready.run("local-result.record", {"result_id": "lr1", "samples_id": "e1-target",
-                                      "metric": "p99_ms", "scenario": "long prompts"})  # fmt: skip
+                                      "metric": "cpu_time", "scenario": "long prompts"})  # fmt: skip
     base = handoff(
         champion="original",
         primary_achieved=False,

@@ -43,7 +43,7 @@ def test_r11_new_readiness_without_a_subject_place_is_refused_with_a_hint(bare: 
     error = bare.refused("readiness.record", _formal(), "R11")
     assert "declares no {subject} place" in error.message
     # the hint rewrites the driver and names both ways out
-    assert '["python", "{subject}/bench.py", "--json"]' in error.hint
+    assert '["python", "{subject}/bench.py", "--out", "{output}"]' in error.hint
     assert "original.subject" in error.hint and "original.unsnapshotted" in error.hint
     assert bare.state().targets["t1"].readiness is None
 

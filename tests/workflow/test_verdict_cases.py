@@ -1,8 +1,11 @@
 """Per-case verdicts with the Target's statistic and aggregation (R12), samples' provenance (R5)
 and the re-derivation of verdicts recorded under the pooled rule (schema 1).
 
-Pure derivations first (``derive_case_verdict``), then the decider on a real ledger
-(``wf_scenario.Session``), then properties over generated samples (hypothesis)."""
+Pure derivations first (``derive_case_verdict``), then the decider on a real ledger, then
+properties over generated samples (hypothesis). The decider's tests derive per-request
+statistics (several values per call) from typed pairs, which only a Target whose primary the
+subject reports takes: ``wf_legacy``'s, made ready as an older perfledger did (R5 refuses such
+a readiness since ``ReadinessRecorded`` 6)."""
 
 from __future__ import annotations
 
@@ -15,11 +18,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wf_scenario import (
+from wf_legacy import (
     ENV_ID,
     PRIMARY,
     Session,
     baseline,
+    before_reported,
     evidence,
     experiment,
     metric_audit,
@@ -173,6 +177,15 @@ def test_r12_per_case_derivation_is_deterministic() -> None:
 # ------------------------------------------------------------------------ through the decider
 
 
+@pytest.fixture
+def bare(tmp_path: Any) -> Any:
+    """A :mod:`wf_legacy` session on a fresh ledger."""
+    from perfledger.api import Ledger
+
+    with Ledger.init(tmp_path / "ledger", name="wf", actor="agent") as ledger:
+        yield Session(ledger)
+
+
 def _ready(bare: Session, primary: dict[str, Any] | None = None, **stats: Any) -> None:
     bare.run("target.freeze", target_freeze(**({"primary": primary} if primary else {})))
     bare.run("evidence.add", evidence())
@@ -180,7 +193,8 @@ def _ready(bare: Session, primary: dict[str, Any] | None = None, **stats: Any) -
     body["statistics"] = {**body["statistics"], **stats}
     if not body["statistics"]["allow_outside_samples"]:  # R11: hand-written pairs, no code
         body["original"] = {**body["original"], "unsnapshotted": "pairs written by the test"}
-    bare.run("readiness.record", body)
+    with before_reported("ReadinessRecorded"):  # as an older perfledger made it ready
+        bare.run("readiness.record", body)
     bare.run("metric-audit.record", metric_audit())
     bare.run("baseline.record", baseline())
     if (primary or {}).get("statistic") in ("p95", "p99"):  # the A/A of a tail needs 1,000 values
@@ -387,7 +401,8 @@ def test_r12_a_case_regressed_beyond_resolution_never_passes_by_default(
 
 def test_r4_baseline_per_case_derives_each_cases_median(bare: Session) -> None:
     bare.run("target.freeze", target_freeze())
-    bare.run("readiness.record", readiness())
+    with before_reported("ReadinessRecorded"):
+        bare.run("readiness.record", readiness())
     body = {**baseline(), "values": [10.0, 11.0, 12.0, 30.0, 31.0],
             "cases": ["small", "small", "small", "large", "large"]}  # fmt: skip
     recorded = bare.run("baseline.record", body)

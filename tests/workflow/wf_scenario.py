@@ -3,6 +3,13 @@ generators and an in-process session that appends through the real decide + appe
 
 Nothing is mocked: a :class:`Session` wraps a real git ledger and calls
 :func:`perfledger.commands.registry.operations.execute`, exactly as the CLI does.
+
+The Target's primary is an observed metric (``wall_time`` in ms: perfledger's own clock of every
+call), its guardrail and secondary the other one (``cpu_time``: the kernel's CPU accounting), so
+every samples body is recorded as ``perfledger measure workload --protocol worker`` records it
+(:func:`measured`: provenance ``worker/v1`` and the per-call raw table every pair re-derives
+from, R5). A figure the subject reports never decides (issue 34); tests of samples recorded
+from outside or self-timed build their Target with :mod:`wf_legacy` (the scenario before).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from perfledger.errors import PerfledgerError, RuleRefused
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.ledger.base import Artifact
 from perfledger.projections.verdict_cases import tail_min_values
+from perfledger.projections.workflow import formal_runs as started_runs
 
 ACTOR = "agent"
 T1 = "t1"
@@ -43,17 +51,21 @@ ENVIRONMENT = {
 }
 ENV_ID = environment_id(ENVIRONMENT)
 CASES = ("small", "large")
-PRIMARY = "latency_ms"
+PRIMARY = "wall_time"
+#: The guardrail and the secondary: the subject's CPU time, observed by the kernel (R5).
+GUARD = "cpu_time"
+#: The readiness's accuracy rule: perfledger compares every call's output with the reference's.
+ACCURACY = {"compare": "exact", "rtol": 0.0, "atol": 0.0}
 #: Claim of experiment e1: f=0.6, s=2 -> bound 1/(0.4+0.3).
 BOUND_E1 = 1.0 / (0.4 + 0.6 / 2.0)
 
 
 def target_freeze(target_id: str = T1, **over: Any) -> dict[str, Any]:
-    """A valid ``target.freeze`` body: lower-is-better mean latency, 5 % minimum effect, a memory
-    guardrail, a pre-declared p99 secondary."""
+    """A valid ``target.freeze`` body: lower-is-better mean wall time (observed, ms), 5 % minimum
+    effect, a CPU-time guardrail and the same CPU time pre-declared as a secondary."""
     body = {
         "target_id": target_id,
-        "title": "decode latency of the demo workload",
+        "title": "decode wall time of the demo workload",
         "primary": {
             "name": PRIMARY,
             "unit": "ms",
@@ -63,14 +75,14 @@ def target_freeze(target_id: str = T1, **over: Any) -> dict[str, Any]:
         "min_effect": 0.05,
         "guardrails": [
             {
-                "metric": "memory_mb",
-                "unit": "MB",
+                "metric": GUARD,
+                "unit": "ms",
                 "direction": "lower_is_better",
                 "allowed_regression": 0.02,
             }
         ],
         "secondaries": [
-            {"name": "p99_ms", "unit": "ms", "direction": "lower_is_better", "threshold": 0.05}
+            {"name": GUARD, "unit": "ms", "direction": "lower_is_better", "threshold": 0.05}
         ],
         "scope": ["src/kernels/*", "src/model/attention.py"],
         "risk_boundary": "no numerics change beyond fp16 tolerance",
@@ -102,12 +114,19 @@ def readiness(target_id: str = T1, **over: Any) -> dict[str, Any]:
         "original": {"content_hash": ORIGINAL_HASH, "label": "main@abc"},
         "test_set": {"hash": TEST_SET_HASH, "case_count": 2, "cases": list(CASES)},
         "accuracy_rule": "max rel L2 error <= 1e-2 against fp32 reference",
-        "driver": {"argv": ["python", "bench.py", "--json"], "env": {"CUDA_VISIBLE_DEVICES": "0"}},
+        "driver": {
+            "argv": ["python", "bench.py", "--out", "{output}"],
+            "env": {"CUDA_VISIBLE_DEVICES": "0"},
+        },
+        "accuracy": dict(ACCURACY),  # every call's output compared (the worker protocol)
         "environment": dict(ENVIRONMENT),
-        # the scenario's samples are hand-written pairs tables: outside samples (R5)
+        # an observed primary takes measured samples only (R5); outside samples stay allowed so
+        # that the original need not be bound to a snapshot (R11's `{subject}`)
         "statistics": {"min_pairs_per_case": 5, "allow_outside_samples": True},
     }
     body.update(over)
+    if (body.get("driver") is None and "accuracy" not in over) or body["accuracy"] is None:
+        del body["accuracy"]  # no outputs to compare (R2)
     return body
 
 
@@ -116,10 +135,10 @@ def metric_audit(target_id: str = T1, **over: Any) -> dict[str, Any]:
     body = {
         "target_id": target_id,
         "metric": PRIMARY,
-        "numerator": "wall time of decode loop (ms)",
-        "denominator": "one request",
+        "numerator": "perfledger's monotonic clock of one call (ms)",
+        "denominator": "one call",
         "unit": "ms",
-        "source": "driver JSON: latency_ms",
+        "source": "perfledger worker protocol: wall_s",
         "reconstructed": False,
         "matches_target": True,
     }
@@ -270,8 +289,10 @@ def make_pairs(
     monitor: dict[str, Any] | None = None,
     tag: str = "",
 ) -> list[dict[str, Any]]:
-    """Paired calls with a primary improvement of about ``gain`` (ratio, ±1 % jitter), memory
-    regressing by ``memory_regression`` and p99 improving by ``secondary_gain`` (if given).
+    """Paired calls with a primary improvement of about ``gain`` (ratio, ±1 % jitter), and CPU
+    time (the guardrail and secondary) regressing by ``memory_regression`` and improving by
+    ``secondary_gain`` (if given). One value per call of each observed metric, as the worker
+    protocol measures (:func:`measured` re-derives them from the raw table's clocks).
 
     No two calls share a ratio and none is exactly 1: on tied or zero ratios of up to 13 pairs,
     scipy's Wilcoxon test (a verdict's p-value) enumerates all 2**n sign permutations, which was
@@ -286,31 +307,23 @@ def make_pairs(
             jitter = 1.0 + 0.004 * ((k * 7 + case_index * 3) % 5 - 2) + 0.001 * spread
             ref = 10.0 * (1.0 + 0.3 * case_index) * (1.0 + 0.001 * k)
             cand = ref * (1.0 - gain) * jitter
-            mem_ref = 1000.0 + k
-            mem_cand = (
-                mem_ref
+            cpu_ref = 8.0 + 0.01 * k
+            cpu_cand = (
+                cpu_ref
                 * (1.0 + memory_regression)
                 * (1.0 + 0.0005 * ((k % 3) - 1) + 0.0001 * spread)
             )
-            ref_values: dict[str, list[float]] = {
-                PRIMARY: [ref, ref * 1.001],
-                "memory_mb": [mem_ref],
-            }
-            cand_values: dict[str, list[float]] = {
-                PRIMARY: [cand, cand * 1.001],
-                "memory_mb": [mem_cand],
-            }
             if secondary_gain is not None:
-                p99 = ref * 1.5
-                ref_values["p99_ms"] = [p99]
-                cand_values["p99_ms"] = [p99 * (1.0 - secondary_gain) * jitter]
+                cpu_cand *= (1.0 - secondary_gain) * jitter
+            ref_values: dict[str, list[float]] = {PRIMARY: [ref], GUARD: [cpu_ref]}
+            cand_values: dict[str, list[float]] = {PRIMARY: [cand], GUARD: [cpu_cand]}
             call = f"{tag}{case}-{k}"
             pairs.append(
                 {
                     "case": case,
                     "ref": _subject(call, ref_values),
                     "cand": _subject(call, cand_values, cand_correct),
-                    "same_process": True,
+                    "same_process": False,  # the worker protocol: one process per subject
                     "monitor": monitor if monitor is not None else {"observed": True},
                 }
             )
@@ -339,40 +352,42 @@ def samples(
         "candidate_hash": candidate,
         "test_set_hash": TEST_SET_HASH,
         "environment_id": ENV_ID,
-        "units": {PRIMARY: "ms", "memory_mb": "MB", "p99_ms": "ms"},
+        "units": {PRIMARY: "ms", GUARD: "ms"},
         "pairs": pairs if pairs is not None else make_pairs(gain, tag=samples_id, **pair_options),
     }
 
 
 #: The name ``perfledger measure workload --record`` attaches its raw per-call table under.
 RAW_TABLE = "samples.json"
-#: The protocol of the workload driver's ABBA pairs (provenance of measured samples, R5).
-WORKLOAD_PROTOCOL = "workload_abba"
-#: Seconds a driver call takes beyond the time its command reports (process start, I/O).
-_CALL_OVERHEAD_S = 0.001
+#: The protocol the scenario's samples are measured by (perfledger's clock, R5).
+WORKLOAD_PROTOCOL = "worker/v1"
+#: Seconds of a call's CPU time where its pair carries none (the primary's share).
+_CPU_SHARE = 0.8
 
 
-def _reported_s(values: dict[str, list[float]]) -> float:
-    """A call's reported time, seconds: the sum of its primary's values (ms), else of all."""
-    times = values.get(PRIMARY) or [v for vs in values.values() for v in vs]
-    return sum(times) / 1000.0
+def _seconds(value_ms: float) -> float:
+    """A figure in ms as the clock's seconds."""
+    return value_ms / UNITS_PER_SECOND["ms"]
 
 
 def measured(
     body: dict[str, Any], accuracy: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], dict[str, Artifact]]:
-    """``body`` (a ``samples.record`` body) as ``perfledger measure workload --record`` records
-    it (R5): provenance ``perfledger`` naming the workload driver's protocol and its raw
-    per-call table, attached, from which every pair re-derives (each call's ``wall_s``, where the
-    pairs carry none a little above the time it reports, and each pair's monitor window). Where
-    the readiness compares outputs (``accuracy``: its rule, as builtins), every call carries the
-    driver's output check (the outputs matched). Returns ``(body, artifacts)``."""
+    """``body`` (a ``samples.record`` body) as ``perfledger measure workload --protocol worker``
+    records it (R5): provenance ``perfledger``/``worker/v1`` and its raw per-call table,
+    attached, from which every pair re-derives. Each call's clocks (``wall_s``, ``cpu_s``) are
+    its values of the observed metrics (ms, as the pairs give them; the recorded values are
+    re-derived from the clocks, as the worker does), its output was compared with the
+    reference's by ``accuracy`` (the readiness's rule; default :data:`ACCURACY`): it matched
+    where the call is correct, and each pair's monitor verdict is its window's. Returns
+    ``(body, artifacts)``."""
     body = copy.deepcopy(body)
-    settings: dict[str, Any] = {}
-    if accuracy is not None:
-        settings = {"outputs": {"accuracy": accuracy, "method": "outputs_v2"}}
+    rule = dict(accuracy if accuracy is not None else ACCURACY)
+    settings: dict[str, Any] = {"protocol": WORKLOAD_PROTOCOL,
+                                "outputs": {"accuracy": rule, "method": "outputs_v2"}}  # fmt: skip
     body["provenance"] = {"source": "perfledger", "protocol": WORKLOAD_PROTOCOL,
                           "settings": settings, "raw_table": RAW_TABLE}  # fmt: skip
+    units = body["units"]
     rows: list[dict[str, Any]] = []
     windows: list[dict[str, Any]] = []
     clock_s = 10.0
@@ -385,21 +400,31 @@ def measured(
                 "foreign_activity": monitor.get("foreign_activity", False)})  # fmt: skip
         for label in ("ref", "cand"):
             side = pair[label]
-            wall_s = side.get("wall_s") or _reported_s(side["values"]) + _CALL_OVERHEAD_S
+            values = side["values"]
+            wall_s = side.get("wall_s") or _seconds(values[PRIMARY][0])
+            cpu_s = _seconds(values[GUARD][0]) if GUARD in values else _CPU_SHARE * wall_s
+            clocks = {"wall_time": wall_s, "cpu_time": cpu_s}
+            side["values"] = {  # every observed metric of the samples, as the worker records
+                name: [clocks[name] * UNITS_PER_SECOND[unit]]
+                for name, unit in units.items() if name in clocks
+            }  # fmt: skip
             side["wall_s"] = wall_s
-            row = {
+            given = side.get("output")  # a test's own output check, else the comparison's
+            check = {"method": "outputs_v2", "compare": rule["compare"], "blake3": "0" * 64,
+                     "size": 8, "ok": side["correct"],
+                     "reason": "" if side["correct"] else "differs from the reference's"}  # fmt: skip
+            if given is not None:
+                check = {key: given[key] for key in check}
+            self_correct = given["self_correct"] if given is not None else True
+            side["output"] = {**check, "self_correct": self_correct}
+            rows.append({
                 "subject": label, "pair": n, "warmup": False, "case": pair["case"],
                 "call_id": side["call_id"], "ok": True, "correct": side["correct"],
-                "metrics": side["values"], "wall_s": wall_s, "start_s": clock_s,
-                "end_s": clock_s + wall_s}  # fmt: skip
-            if accuracy is not None:  # the driver compared the call's output (it matched)
-                check = {"method": "outputs_v2", "compare": accuracy["compare"],
-                         "blake3": "0" * 64, "size": 8, "ok": True, "reason": ""}  # fmt: skip
-                side["output"] = {**check, "self_correct": side["correct"]}
-                row.update(output=check, self_correct=side["correct"])
-            rows.append(row)
+                "metrics": side["values"], "wall_s": wall_s, "cpu_s": cpu_s,
+                "start_s": clock_s, "end_s": clock_s + wall_s, "output": check,
+                "self_correct": self_correct})  # fmt: skip
             clock_s += 1.0
-    table = {"kind": "workload", "settings": settings, "table": rows,
+    table = {"kind": "worker", "settings": settings, "table": rows,
              "monitor": {"windows": windows}, "binding": binding_of(body)}  # fmt: skip
     raw = json.dumps(table, sort_keys=True).encode()
     return body, {RAW_TABLE: Artifact(raw, "application/json")}
@@ -502,12 +527,19 @@ class Session:
 
     def run(
         self, op: str, body: dict[str, Any], key: str | None = None,
-        artifacts: dict[str, Artifact] | None = None,
+        artifacts: dict[str, Artifact] | None = None, start_run: bool = True,
     ) -> Any:  # fmt: skip
         """Execute ``op`` (with ``artifacts`` attached); returns the payload of its (single)
-        event as builtins."""
+        event as builtins. A ``samples.record`` body without provenance or artifacts is recorded
+        as measured (:meth:`as_measured`; the scenario's Target takes no other), a formal
+        stage's run started first where ``start_run`` and none is (R14), as ``perfledger
+        measure workload`` does."""
         import msgspec
 
+        if op == "samples.record" and artifacts is None and "provenance" not in body:
+            body, artifacts = self.as_measured(body)
+            if start_run:
+                self.start_run(body)
         self.clock += timedelta(seconds=1)
         envelopes = execute(
             self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock,
@@ -515,6 +547,21 @@ class Session:
         )  # fmt: skip
         assert len(envelopes) == 1
         return msgspec.to_builtins(envelopes[0].payload)
+
+    def start_run(self, body: dict[str, Any]) -> None:
+        """Start the formal run of ``body`` (a ``samples.record`` body of a formal stage) where
+        none is started, as ``perfledger measure workload`` does before it measures (R14)."""
+        started = body["samples_id"] in started_runs(self.state())
+        if body["stage"] in ("target", "final_audit") and not started:
+            self.run("formal-run.start", {
+                "experiment_id": body["experiment_id"], "stage": body["stage"],
+                "samples_id": body["samples_id"], "protocol": WORKLOAD_PROTOCOL})  # fmt: skip
+
+    def as_measured(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Artifact]]:
+        """:func:`measured` of ``body`` by its Target's readiness's accuracy rule."""
+        target = self.state().targets.get(body["target_id"])
+        readiness = target.readiness if target is not None else None
+        return measured(body, compared(readiness) if readiness is not None else None)
 
     def refused(
         self, op: str, body: dict[str, Any], rule: str | None,
@@ -525,7 +572,7 @@ class Session:
         head = self.ledger.head()
         expected = RuleRefused if rule is not None else PerfledgerError
         with pytest.raises(expected) as info:
-            self.run(op, body, artifacts=artifacts)
+            self.run(op, body, artifacts=artifacts, start_run=False)
         if rule is not None:
             assert info.value.rule == rule, info.value.message
             assert info.value.exit_code == 3
@@ -566,13 +613,8 @@ class Session:
         """Record ``body`` (a ``samples.record`` body) as measured samples (:func:`measured`), as
         ``perfledger measure workload`` does: a formal stage's run is started first (R14).
         Returns the samples' payload."""
-        readiness = self.state().targets[body["target_id"]].readiness
-        rule = compared(readiness) if readiness is not None else None
-        measured_body, table = measured(body, rule)
-        if body["stage"] in ("target", "final_audit"):
-            self.run("formal-run.start", {
-                "experiment_id": body["experiment_id"], "stage": body["stage"],
-                "samples_id": body["samples_id"], "protocol": WORKLOAD_PROTOCOL})  # fmt: skip
+        measured_body, table = self.as_measured(body)
+        self.start_run(body)
         return self.run("samples.record", measured_body, artifacts=table)
 
     def screened(self, experiment_id: str = "e1", candidate: str = CAND1, **exp: Any) -> Session:

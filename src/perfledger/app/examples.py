@@ -25,8 +25,9 @@ from perfledger.app.next_steps import allowed_decisions, dry_decide, fresh_id, g
 from perfledger.commands.registry import request_examples
 from perfledger.commands.registry.operations import get_operation, json_schema
 from perfledger.commands.registry.placeholders import filled, with_placeholders
+from perfledger.commands.workflow import observed_rules
 from perfledger.errors import BadRequest, RuleRefused
-from perfledger.events.workflow import FORMAL_STAGES
+from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS
 from perfledger.projections.handoff import NextDecision, reviewed
 from perfledger.projections.target_kind import measuring_command, next_stage
 from perfledger.projections.workflow import TargetView, WorkflowState, is_judged
@@ -186,9 +187,20 @@ def _metric_audit(state: WorkflowState, target: TargetView, body: dict[str, Any]
     return body, None, None
 
 
+#: The readiness driver of a GPU Target's example whose primary perfledger does not observe:
+#: the kernel harness (it times every batch itself, R5); a workload driver's own figure is
+#: secondary only (``ReadinessRecorded`` 6).
+KERNEL_HARNESS_DRIVER = {"argv": ["perfledger", "measure", "kernel", "--spec", "spec.py"]}
+
+
 def _readiness(state: WorkflowState, target: TargetView, body: dict[str, Any], _: Any) -> Fitted:
     if not request_examples.runs_on_cpu(target):
-        return {**body, "target_id": _tid(target)}, None, None
+        fitted = {**body, "target_id": _tid(target)}
+        primary = target.definition.primary.name
+        if primary not in OBSERVED_METRICS and not observed_rules.serving_primary(primary):
+            fitted["driver"] = dict(KERNEL_HARNESS_DRIVER)
+            fitted.pop("accuracy", None)  # the harness judges every output itself
+        return fitted, None, None
     return (
         request_examples.workload_readiness(body, _tid(target)),
         "original.subject is the original's code directory (snapshotted now, R11); the "

@@ -1433,6 +1433,23 @@ R11_REFERENCE_WATCHED_FINAL_AUDIT = 9
 #: ``unaccounted_champion`` conflict (R14, :data:`R14_CODE_RESULTS_CHAMPION`).
 R14_UNACCOUNTED_VERDICT = 8
 
+#: Self-reported figures are secondary only (R5, issue 34: perfledger observes; nothing a subject
+#: declares decides anything). From ``ReadinessRecorded`` schema 6 a readiness whose driver is a
+#: workload driver (not the kernel harness, not a serving Target's) for a Target whose primary
+#: is not an observed metric (:data:`OBSERVED_METRICS`) is refused: only what perfledger observes
+#: can decide, and a subject's own figures are recorded as secondary metrics. From
+#: ``VerdictRecorded`` schema 9 and ``FinalAuditRecorded`` schema 11 samples of a self-timed
+#: protocol (:data:`SELF_TIMED_PROTOCOLS`: the driver's calls report their own times) are marked
+#: ``reported``; from ``ChampionSelected`` schema 7 they never make a champion, and from
+#: ``FinalAuditRecorded`` schema 11 a final audit on them cannot pass (as samples recorded from
+#: outside). Events recorded before are re-decided without these rules.
+R5_OBSERVED_PRIMARY_READINESS = 6
+R5_REPORTED_VERDICT = 9
+R5_REPORTED_CHAMPION = 7
+R5_REPORTED_FINAL_AUDIT = 11
+#: Provenance protocols whose samples are figures the subject reports (its own timer).
+SELF_TIMED_PROTOCOLS = ("workload_abba",)
+
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """Upcaster of a version whose payload shape did not change, only the rule it answers to
@@ -1471,7 +1488,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: and 8 of ``FinalAuditRecorded`` take only samples perfledger measured
 #: (:data:`R5_MEASURED_CHAMPION`, :data:`R5_MEASURED_FINAL_AUDIT`); version 5 of
 #: ``ReadinessRecorded`` refuses a Target with a unit outside the vocabulary
-#: (:data:`R1_KNOWN_UNITS_READINESS`).
+#: (:data:`R1_KNOWN_UNITS_READINESS`). Version 6 of ``ReadinessRecorded``, 9 of
+#: ``VerdictRecorded``, 7 of ``ChampionSelected`` and 11 of ``FinalAuditRecorded`` keep
+#: self-reported figures secondary (:data:`R5_OBSERVED_PRIMARY_READINESS`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1492,6 +1511,7 @@ SCHEMA_VERSIONS = {
         R4_MEASURED_RESOLUTION_VERDICT,
         R11_REFERENCE_WATCHED_VERDICT,
         R14_UNACCOUNTED_VERDICT,
+        R5_REPORTED_VERDICT,
     ),
     "FinalAuditRecorded": max(
         R12_EVERY_CASE_FINAL_AUDIT,
@@ -1500,6 +1520,7 @@ SCHEMA_VERSIONS = {
         R5_MEASURED_FINAL_AUDIT,
         R13_ONE_FINAL_AUDIT,
         R14_FINAL_AUDIT_OWES,
+        R5_REPORTED_FINAL_AUDIT,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
@@ -1517,9 +1538,12 @@ SCHEMA_VERSIONS = {
         R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
         R5_MEASURED_CHAMPION,
         R14_CODE_RESULTS_CHAMPION,
+        R5_REPORTED_CHAMPION,
     ),
     "FormalRunStarted": R14_ONE_FORMAL_RUN,
-    "ReadinessRecorded": max(R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS),
+    "ReadinessRecorded": max(
+        R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS, R5_OBSERVED_PRIMARY_READINESS
+    ),
     "ResolutionEstimated": max(
         R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION, R11_WATCHED_AGAINST_AA
     ),

@@ -251,9 +251,11 @@ def case_line(case: Mapping[str, Any], unit: str | None = None) -> str:
 
 def provenance_text(source: str | None) -> str | None:
     """How readers mark samples of ``source`` (R5): a line for samples recorded from outside
-    perfledger, None for measured ones (and for verdicts recorded before provenance was kept)."""
+    perfledger or reported by the subject, None for measured ones (and for verdicts recorded before provenance was kept)."""
     if source == "outside":
         return "samples recorded from outside perfledger (not measured by it; R5)"
+    if source == "reported":
+        return "figures the subject reported (its own timer, not perfledger's clock; R5)"
     return None
 
 

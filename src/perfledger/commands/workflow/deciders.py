@@ -64,6 +64,10 @@ from perfledger.events.workflow import (
     R5_MEASURED_CHAMPION,
     R5_MEASURED_FINAL_AUDIT,
     R5_OBSERVED_METRICS,
+    R5_OBSERVED_PRIMARY_READINESS,
+    R5_REPORTED_CHAMPION,
+    R5_REPORTED_FINAL_AUDIT,
+    R5_REPORTED_VERDICT,
     R6_RECORDED_APPLICABILITY,
     R7_COMPUTED_BOUND,
     R11_CALLS_FROM_COPIES,
@@ -433,6 +437,10 @@ def decide_readiness_record(
                 "test-set case names must be distinct and at most case_count",
                 "name each case once, and at most case_count of them",
             )
+    if rules_version(ctx, "ReadinessRecorded") >= R5_OBSERVED_PRIMARY_READINESS:
+        observed_rules.check_readiness(
+            target.definition, req
+        )  # R5: a reported figure never decides
     identity.r11_readiness_snapshot(target, req, rules_version(ctx, "ReadinessRecorded"))
     output_rules.check_readiness(req)  # R2: outputs compared need an {output} place
     body = dump(req)
@@ -1283,7 +1291,15 @@ def _samples_marks(
     primary's unit; nothing when re-deciding a schema-1 event."""
     if ctx.recorded_before("VerdictRecorded", 2):
         return {}
-    source = samples.provenance.source if samples.provenance is not None else "outside"
+    # R5: from VerdictRecorded 9 / FinalAuditRecorded 11 a self-timed protocol's are `reported`
+    kind, version = (
+        ("FinalAuditRecorded", R5_REPORTED_FINAL_AUDIT)
+        if ctx.op == "final-audit.record"
+        else ("VerdictRecorded", R5_REPORTED_VERDICT)
+    )
+    source = measurement_rules.samples_source(
+        samples, self_timed=rules_version(ctx, kind) >= version
+    )
     return {"samples_provenance": source, "unit": target.definition.primary.unit}
 
 
@@ -1599,8 +1615,9 @@ def decide_final_audit_record(
         status = "fail"
     if rules_version(ctx, "FinalAuditRecorded") >= R5_MEASURED_FINAL_AUDIT:  # R5: observed only
         status = measurement_rules.r5_measured_final_audit(
-            state, state.samples[req.samples_id], samples, status, notes
-        )
+            state, state.samples[req.samples_id], samples, status, notes,
+            self_timed=rules_version(ctx, "FinalAuditRecorded") >= R5_REPORTED_FINAL_AUDIT,
+        )  # fmt: skip
     contradicts: bool | msgspec.UnsetType = msgspec.UNSET
     if rules_version(ctx, "FinalAuditRecorded") >= R14_FINAL_AUDIT_OWES:
         contradicts = _r14_final_audit_owes(state, target, samples, primary, not unexplained, notes)
@@ -1930,8 +1947,9 @@ def decide_champion_select(
         )
     if rules_version(ctx, "ChampionSelected") >= R5_MEASURED_CHAMPION:  # R5: observed only
         measurement_rules.r5_measured_champion(
-            state, samples, verdict.samples_provenance, ctx.payload_of
-        )
+            state, samples, verdict.samples_provenance, ctx.payload_of,
+            self_timed=rules_version(ctx, "ChampionSelected") >= R5_REPORTED_CHAMPION,
+        )  # fmt: skip
     if rules_version(ctx, "ChampionSelected") >= R14_CODE_RESULTS_CHAMPION:
         # R14: the evidence for a champion accounts for every formal result of its code
         formal_runs.r14_code_results_passed(

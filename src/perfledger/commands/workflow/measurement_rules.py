@@ -8,6 +8,13 @@ as outside, but never make a champion nor pass a final audit (R5, from ``Champio
 :data:`~perfledger.events.workflow.R5_MEASURED_CHAMPION` and ``FinalAuditRecorded``
 :data:`~perfledger.events.workflow.R5_MEASURED_FINAL_AUDIT`): perfledger observes, and a pairs
 table written elsewhere is a declaration.
+
+Samples of a self-timed protocol (:data:`~perfledger.events.workflow.SELF_TIMED_PROTOCOLS`, the
+workload driver's calls report their own times) are figures the subject reports: from
+``ChampionSelected`` :data:`~perfledger.events.workflow.R5_REPORTED_CHAMPION` and
+``FinalAuditRecorded`` :data:`~perfledger.events.workflow.R5_REPORTED_FINAL_AUDIT` they are
+``reported`` (:func:`samples_source` with ``self_timed``) and, like outside samples, shown but
+never make a champion nor pass a final audit.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfledger.commands.workflow.rules import refuse
+from perfledger.events.workflow import SELF_TIMED_PROTOCOLS
 from perfledger.projections.measurement_flags import FORMAL_STAGES, formal_samples
 from perfledger.projections.target_kind import measuring_command
 from perfledger.projections.workflow import ExperimentView, SamplesView, WorkflowState
@@ -89,16 +97,33 @@ def r5_r13_disqualified(
 __all__ = ["FORMAL_STAGES", "formal_findings", "r5_r13_disqualified"]
 
 
-def samples_source(recorded: Any | None, marked: str | None = None) -> str:
+def samples_source(
+    recorded: Any | None, marked: str | None = None, *, self_timed: bool = False
+) -> str:
     """R5: where samples come from, as their event records it: ``perfledger`` (measured, with
-    their raw table) or ``outside``. ``recorded`` is the SamplesRecorded payload (None when no
-    ledger was given to read it); then ``marked`` (a verdict's ``samples_provenance``) is taken.
-    Samples of unknown provenance count as outside."""
+    their raw table), ``outside``, or, where ``self_timed`` asks (the rule versions of
+    :data:`~perfledger.events.workflow.R5_REPORTED_CHAMPION`), ``reported`` for samples of a
+    self-timed protocol (the subject's own timer). ``recorded`` is the SamplesRecorded payload
+    (None when no ledger was given to read it); then ``marked`` (a verdict's
+    ``samples_provenance``) is taken. Samples of unknown provenance count as outside."""
     if recorded is not None:
         provenance = getattr(recorded, "provenance", None)
-        measured = provenance is not None and provenance.source == "perfledger"
-        return "perfledger" if measured else "outside"
+        if provenance is None or provenance.source != "perfledger":
+            return "outside"
+        if self_timed and provenance.protocol in SELF_TIMED_PROTOCOLS:
+            return "reported"
+        return "perfledger"
+    if marked == "reported":
+        return "reported" if self_timed else "perfledger"
     return "perfledger" if marked == "perfledger" else "outside"
+
+
+#: Why samples of each source other than ``perfledger`` decide nothing (R5), for messages.
+_NOT_MEASURED = {
+    "outside": "were recorded from outside perfledger (a pairs table written elsewhere)",
+    "reported": "are figures the subject reported (the self-timed driver, `--protocol self`: "
+    "its own timer, not perfledger's clock)",
+}
 
 
 def _free_samples_id(state: WorkflowState, base: str) -> str:
@@ -115,20 +140,25 @@ def r5_measured_champion(
     view: SamplesView,
     marked: str | None,
     payload_of: Callable[[str], Any] | None,
+    *,
+    self_timed: bool = False,
 ) -> None:
     """R5/R13: refuse a champion whose target-stage samples (``view``; ``marked``: their
-    verdict's ``samples_provenance``) were recorded from outside perfledger. Raises: RuleRefused
-    (R5) naming the samples and the measuring command of the Target's kind."""
+    verdict's ``samples_provenance``) were recorded from outside perfledger, or, with
+    ``self_timed`` (``ChampionSelected`` from
+    :data:`~perfledger.events.workflow.R5_REPORTED_CHAMPION`), are figures the subject reported.
+    Raises: RuleRefused (R5) naming the samples and the measuring command of the Target's kind."""
     recorded = payload_of(view.event_id) if payload_of is not None else None
-    if samples_source(recorded, marked) == "perfledger":
+    source = samples_source(recorded, marked, self_timed=self_timed)
+    if source == "perfledger":
         return
     measure = measuring_command(state, view.target_id, "samples.record", view.experiment_id)
     sid = _free_samples_id(state, f"{view.experiment_id}-target-measured")
     raise refuse(
         "R5",
-        f"samples {view.samples_id!r} were recorded from outside perfledger (a pairs table "
-        "written elsewhere): they are shown, labelled as outside, but a champion comes only from "
-        "target-stage samples perfledger measured",
+        f"samples {view.samples_id!r} {_NOT_MEASURED[source]}: they are shown, labelled as "
+        f"{source}, but a champion comes only from target-stage samples perfledger measured "
+        "(observed by its own clock)",
         f"measure {view.experiment_id}'s target stage: `{measure} --samples {sid}`, derive its "
         f"verdict (`perfledger verdict record --samples {sid}`), then select --samples {sid} if "
         "it passed",
@@ -136,17 +166,26 @@ def r5_measured_champion(
 
 
 def r5_measured_final_audit(
-    state: WorkflowState, view: SamplesView, recorded: Any, status: str, notes: list[str]
+    state: WorkflowState,
+    view: SamplesView,
+    recorded: Any,
+    status: str,
+    notes: list[str],
+    *,
+    self_timed: bool = False,
 ) -> str:
     """R5/R13: a final audit on samples recorded from outside perfledger (``recorded``: the
-    SamplesRecorded payload of ``view``) cannot pass: ``pass`` becomes ``inconclusive``, and the
-    note says why and what to run, whatever the status. Returns: the status."""
-    if samples_source(recorded) == "perfledger":
+    SamplesRecorded payload of ``view``), or, with ``self_timed`` (``FinalAuditRecorded`` from
+    :data:`~perfledger.events.workflow.R5_REPORTED_FINAL_AUDIT`), on figures the subject
+    reported, cannot pass: ``pass`` becomes ``inconclusive``, and the note says why and what to
+    run, whatever the status. Returns: the status."""
+    source = samples_source(recorded, self_timed=self_timed)
+    if source == "perfledger":
         return status
     measure = measuring_command(state, view.target_id, "samples.record", view.experiment_id)
     sid = _free_samples_id(state, f"{view.experiment_id}-audit-measured")
     notes.append(
-        f"R5: samples {view.samples_id!r} were recorded from outside perfledger; a final audit "
+        f"R5: samples {view.samples_id!r} {_NOT_MEASURED[source]}; a final audit "
         f"passes only on samples perfledger measured: `{measure} --samples {sid}`, then "
         f"`perfledger final-audit record --target {view.target_id} --samples {sid}`"
     )
