@@ -95,7 +95,7 @@ def build_small(path: Path, before: Path | None = None) -> None:
         operation = request.stem.split("-", 1)[1]
         group, verb = operation.rsplit(".", 1)
         body = json.loads(request.read_text())
-        if operation == "samples.record" and body["stage"] != "screen":
+        if operation == "samples.record":
             with Ledger.open(path) as opened:
                 Session(opened).record_measured(body)
             continue
