@@ -105,7 +105,8 @@ def test_cheat_a_candidate_that_slows_the_reference_is_not_a_pass(watched: Sessi
     recorded = watched.run("samples.record", samples("e1-target", "target", pairs=pairs))
     flagged = recorded["reference_slowed"]
     assert set(flagged) == set(CASES)
-    assert all(f["slower_by"] == pytest.approx(0.4, abs=0.01) for f in flagged.values())
+    # compared with the A/A's median of each case (SamplesRecorded 14), the baseline's level too
+    assert all(f["aa_slower_by"] == pytest.approx(0.4, abs=0.01) for f in flagged.values())
     # the verdict recorded before the rule passed on the same samples
     old = _redecide(watched, "verdict.record", {"samples_id": "e1-target"},
                     R11_REFERENCE_WATCHED_VERDICT - 1)  # fmt: skip
@@ -114,7 +115,7 @@ def test_cheat_a_candidate_that_slows_the_reference_is_not_a_pass(watched: Sessi
     assert verdict["primary"]["status"] == "pass"  # the numbers alone would pass ...
     assert verdict["status"] == "inconclusive"  # ... the comparison is invalid
     (note,) = [n for n in verdict["notes"] if n.startswith("R11: the comparison is invalid")]
-    assert "40." in note and "baseline" in note and "ms" in note
+    assert "40." in note and "against its A/A" in note and "ms" in note
     assert audit(watched.ledger).ok
 
 

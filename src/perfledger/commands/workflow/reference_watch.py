@@ -77,10 +77,10 @@ def reference_slowed(
     largest of the case's A/A resolution, :func:`baseline_bound` and the minimum effect).
     ``against_aa`` (``SamplesRecorded`` schema
     :data:`~perfledger.events.workflow.R11_WATCHED_AGAINST_AA_SAMPLES` on): each case is also
-    compared with the A/A's median of that case (the resolution's ``per_case_median``), bound
-    the larger of the case's resolution and the minimum effect; a case slower than it is flagged
-    with ``aa_median`` and ``aa_slower_by`` too (``baseline`` and ``slower_by`` stay the
-    baseline's). Empty where nothing is compared (a screen, a champion reference, a kernel
+    compared with the A/A's median of that case (the resolution's ``per_case_median``) instead
+    of the baseline, bound the larger of the case's resolution and the minimum effect; a case
+    slower than it is flagged with ``reference``, ``aa_median``, ``aa_slower_by`` and
+    ``aa_bound``; a case the A/A did not measure is compared with the baseline. Empty where nothing is compared (a screen, a champion reference, a kernel
     Target, no per-case baseline nor A/A median)."""
     baseline = target.baseline
     resolution = target.resolution_in_force
@@ -120,7 +120,13 @@ def reference_slowed(
         # whose own figure does not clear the threshold against the yardstick either
         threshold = max(target.definition.min_effect, case_resolution)
         found: dict[str, float] = {}
-        base = (baseline.per_case_median or {}).get(case)
+        aa = aa_medians.get(case)
+        has_aa = isinstance(aa, int | float) and aa > 0
+        # the A/A, where it measured the case, is the yardstick instead of the baseline: it runs
+        # the original as a formal stage does (interleaved workers), while the baseline's calls
+        # run in a row, in place, and move with the host (an honest reference measured 2x its
+        # baseline on a loaded host) or with a load the agent made while measuring it
+        base = None if has_aa else (baseline.per_case_median or {}).get(case)
         if base is not None and base > 0:
             bound = max(case_resolution, baseline_bound(calls.get(case, [])),
                         target.definition.min_effect)  # fmt: skip
@@ -128,8 +134,7 @@ def reference_slowed(
             if slower_by > bound and not _beats(cand, base, threshold, primary.direction):
                 found = {"reference": ref, "baseline": float(base),
                          "slower_by": slower_by, "bound": bound}  # fmt: skip
-        aa = aa_medians.get(case)
-        if isinstance(aa, int | float) and aa > 0:
+        if has_aa:
             bound = max(case_resolution, target.definition.min_effect)
             slower_by = _slower_by(ref, float(aa), primary.direction)
             if slower_by > bound and not _beats(cand, float(aa), threshold, primary.direction):
