@@ -98,7 +98,7 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     # the self-timed driver's figures are reported (R5): judged and selected as an older
     # perfledger did (its verdict at the version before too: a newer one shows a newer writer)
     verdict = as_before(ledger, "verdict.record", {"samples_id": "e1-target-1"})
-    assert verdict["status"] == "pass", verdict
+    assert verdict["status"] == "pass", (verdict["notes"], verdict["status"])
     _reconcile(ledger, "e1")
     select_as_before(ledger, json.loads(Path(_select(tmp_path, "e1", "original")).read_text()))
 

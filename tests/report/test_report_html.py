@@ -52,7 +52,7 @@ def test_report_is_self_contained(report: Path) -> None:
     assert len(images) == 3
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n")
-    for needed in ("t1: decode latency", "primary achieved", "Claims vs outcomes",
+    for needed in ("t1: decode wall time", "primary achieved", "Claims vs outcomes",
                    "Timeline of decisions", "ChampionSelected", "closes <b>implementation</b>"):  # fmt: skip
         assert needed in page, needed
 

@@ -216,8 +216,11 @@ def test_r14_a_champion_selected_while_a_reconciliation_was_owed_elsewhere_confl
         a.run("samples.record", samples("e1-target", "target", experiment_id="e1", gain=-0.1))
         assert a.run("verdict.record", {"samples_id": "e1-target"})["contradicts_claim"]
         # b, concurrently, has not seen it and selects e2 (its event sorts after a's verdict)
+        # (a's target stage is three events: its run's start, the samples, the verdict; b's
+        # champion follows three of its own, so its Lamport clock is past a's verdict's)
         b.run("evidence.add", _evidence("ev-2"))
         b.run("evidence.add", _evidence("ev-3"))
+        b.run("evidence.add", _evidence("ev-4"))
         b.champion("e2")
         a.ledger.sync()
         b.ledger.sync()

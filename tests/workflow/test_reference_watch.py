@@ -20,6 +20,7 @@ from wf_scenario import (
     PRIMARY,
     T1,
     Session,
+    aa_rows,
     baseline,
     evidence,
     make_pairs,
@@ -223,7 +224,7 @@ def test_cheat_a_baseline_inflated_when_measured_does_not_switch_the_watch_off(
             values.append(3.0 * 10.0 * (1.0 + 0.3 * index) * jitter)
             cases.append(case)
     bare.run("baseline.record", baseline(values=values, cases=cases))
-    resolution = bare.measure_aa()
+    resolution = bare.measure_aa(rows=aa_rows())  # the A/A without the load: the original's level
     assert set(resolution["per_case_median"]) == set(CASES)
     assert resolution["per_case_median"][CASES[0]] == pytest.approx(10.0, rel=0.01)
     bare.screened()

@@ -163,6 +163,7 @@ AA_TABLE = "resolution.json"
 def aa_rows(
     cases: tuple[str, ...] = CASES, pairs: int = 10, spread: float = 0.002, metric: str = PRIMARY,
     unit: str = "ms", spreads: dict[str, float] | None = None, per_call: int = 1,
+    levels: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The per-call rows of an A/A of the original: ``pairs`` ABBA pairs per case, each side
     ``10 ms`` times a deterministic relative jitter within ``spread`` (``spreads``: per case). For an observed
@@ -177,9 +178,11 @@ def aa_rows(
                 jitter = (spreads or {}).get(case, spread) * math.sin(
                     7.3 * n + 13.1 * i + phase * 11.0 + len(case)
                 )
-                # the original's level of the case, as make_pairs gives its reference
-                level = 1.0 + 0.3 * (CASES.index(case) if case in CASES else 0)
-                seconds = 0.010 * level * (1.0 + jitter)
+                # the original's level of the case (seconds): as make_pairs gives its
+                # reference, or ``levels`` (the Target's baseline, target_aa_rows)
+                level = 0.010 * (1.0 + 0.3 * (CASES.index(case) if case in CASES else 0))
+                level = (levels or {}).get(case, level)
+                seconds = level * (1.0 + jitter)
                 row = {
                     "pair": n, "subject": label, "case": case, "call_id": f"aa-{n}-{label}",
                     "ok": True, "correct": True, "warmup": False,
@@ -458,7 +461,28 @@ def target_aa_rows(
     per_call = -(-tail_min_values(primary.statistic) // pairs) if primary.statistic in (
         "p95", "p99") else 1  # fmt: skip
     return aa_rows(cases, pairs=pairs, spread=spread, metric=primary.name, unit=primary.unit,
-                   per_call=per_call)  # fmt: skip
+                   per_call=per_call, levels=baseline_levels(target, cases))  # fmt: skip
+
+
+def baseline_levels(target: Any, cases: tuple[str, ...]) -> dict[str, float]:
+    """Each case's level (seconds) of an A/A of the Target's original, from its baseline: the
+    case's baseline median, else the scenario's level scaled by the baseline's median over the
+    scenario's 10 ms (R11: the reference watch compares formal stages with the A/A, so a
+    stand-in A/A runs at the level the original was measured at). Empty without a baseline."""
+    base = target.baseline
+    scale = UNITS_PER_SECOND.get(target.definition.primary.unit)
+    if base is None or not scale or target.definition.primary.direction != "lower_is_better":
+        return {}
+    per_case = dict(base.per_case_median or {})
+    factor = base.median / (0.010 * scale) if base.median > 0 else 1.0
+    return {
+        case: (
+            per_case[case] / scale
+            if per_case.get(case)
+            else 0.010 * factor * (1.0 + 0.3 * (CASES.index(case) if case in CASES else 0))
+        )
+        for case in cases
+    }
 
 
 def explain_by_review(

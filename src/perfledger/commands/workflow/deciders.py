@@ -1039,7 +1039,9 @@ def _reference_watch(
         return {}
     flagged = reference_watch.reference_slowed(
         target, req.stage, req.reference.kind, req.pairs,
-        against_aa=rules_version(ctx, "SamplesRecorded") >= R11_WATCHED_AGAINST_AA_SAMPLES,
+        # the A/A's medians are perfledger's observations: compared with observed samples only
+        against_aa=rules_version(ctx, "SamplesRecorded") >= R11_WATCHED_AGAINST_AA_SAMPLES
+        and observed_rules.observing(req),
     )  # fmt: skip
     return {"reference_slowed": flagged} if flagged else {}
 
