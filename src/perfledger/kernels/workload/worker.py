@@ -180,6 +180,18 @@ def tree_cpu_ns(pid: int) -> int:
     return total
 
 
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and its live descendants (``/proc/PID/task/TID/children``)."""
+    seen: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo += _children_of(p)
+    return seen
+
+
 def _orphans(keep: set[int]) -> list[int]:
     """This process's children that are not workers (``keep``: the workers and the children
     this process had before the run) nor started by this program: processes a worker started
@@ -794,10 +806,14 @@ def run_pairs(
                     other.pause()  # stopped for the whole of this call
                 keep = set(workers_pids()) | children_before
                 ended["orphans"] += _end_orphans(keep)
+                # the call is charged with what leaves its own worker's tree during it, or is
+                # new; never with a process of the other subject's tree (re-parented here late)
+                mine = tree_pids(w.pid)
+                seen = mine.union(*(tree_pids(x.pid) for x in workers.values()))
                 w.resume()
                 timing = w.call(
                     case, seed, place.path, collect=place.collect,
-                    escaped=lambda: _orphans(keep),
+                    escaped=lambda: [p for p in _orphans(keep) if p in mine or p not in seen],
                 )  # fmt: skip
                 written = timing.output
             else:
