@@ -167,27 +167,17 @@ def tree_cpu_ns(pid: int) -> int:
     """CPU time of ``pid``'s process tree (ns), read from the kernel: every live process's own
     clock (:func:`_process_cpu_ns`, all its threads) plus what each has reaped of its children
     (clock-tick resolution). The subject cannot reach this figure."""
-    total = 0
-    seen: set[int] = set()
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _process_cpu_ns(p) + _reaped_children_ns(p)
-        todo += _children_of(p)
-    return total
+    return sum(_process_cpu_ns(p) + _reaped_children_ns(p) for p in tree_pids(pid))
 
 
-def tree_pids(pid: int) -> set[int]:
-    """``pid`` and its live descendants (``/proc/PID/task/TID/children``)."""
-    seen: set[int] = set()
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its live descendants (``/proc/PID/task/TID/children``), parents first."""
+    seen: list[int] = []
     todo = [pid]
     while todo:
         p = todo.pop()
         if p not in seen:
-            seen.add(p)
+            seen.append(p)
             todo += _children_of(p)
     return seen
 
@@ -482,15 +472,8 @@ class Worker:
         return tree_cpu_ns(self.pid)
 
     def _tree(self) -> list[int]:
-        """The worker and its live descendants (pids)."""
-        seen: list[int] = []
-        todo = [self.pid]
-        while todo:
-            p = todo.pop()
-            if p not in seen:
-                seen.append(p)
-                todo += _children_of(p)
-        return seen
+        """The worker and its live descendants (pids, :func:`tree_pids`)."""
+        return tree_pids(self.pid)
 
     def pause(self) -> None:
         """Stop the worker's whole process tree (SIGSTOP) while the other subject's call runs:
@@ -808,7 +791,7 @@ def run_pairs(
                 ended["orphans"] += _end_orphans(keep)
                 # the call is charged with what leaves its own worker's tree during it, or is
                 # new; never with a process of the other subject's tree (re-parented here late)
-                mine = tree_pids(w.pid)
+                mine = set(tree_pids(w.pid))
                 seen = mine.union(*(tree_pids(x.pid) for x in workers.values()))
                 w.resume()
                 timing = w.call(
