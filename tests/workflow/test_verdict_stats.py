@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfledger.projections.verdicts import Interval, _median, _round, stratified_bootstrap
+from perfledger.projections.verdicts import Interval, _round, stratified_bootstrap
+from perfledger.projections.verdicts import median as _median
 
 _values = st.lists(
     st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False),

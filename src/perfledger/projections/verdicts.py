@@ -81,7 +81,7 @@ def _round(value: float) -> float:
     return float(f"{value:.12g}")
 
 
-def _median(values: Sequence[float]) -> float:
+def median(values: Sequence[float]) -> float:
     """The median as ``numpy.median`` computes it (the middle value, or the mean of the two
     middle values), in plain Python: numpy's call overhead (~50 µs) dominated a verdict's
     per-pair medians of a few values each. Raises ValueError for no values."""
@@ -105,8 +105,8 @@ def improvements(pairs: Sequence[Pair], direction: Direction) -> list[tuple[str,
             continue
         if not pair.ref or not pair.cand:
             raise ValueError(f"pair of case {pair.case!r} has no values for a subject")
-        ref = _median(pair.ref)
-        cand = _median(pair.cand)
+        ref = median(pair.ref)
+        cand = median(pair.cand)
         if ref <= 0:
             raise ValueError(f"pair of case {pair.case!r}: reference median {ref} is not positive")
         gain = (ref - cand) / ref if direction == "lower_is_better" else (cand - ref) / ref

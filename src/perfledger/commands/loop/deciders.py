@@ -79,7 +79,7 @@ def _round(value: float) -> float:
 def _median(values: Sequence[float]) -> float:
     # the projections' plain median, not the statistics module (with fractions and decimal,
     # ~10 ms of every decision's start-up: the operations' write path imports these deciders)
-    return _round(verdicts._median(values))
+    return _round(verdicts.median(values))
 
 
 def source_file(source: lrq.SourceText) -> SourceFile:

@@ -44,7 +44,7 @@ from typing import Any
 from perfledger.commands.workflow.raw_table import observed_rows_mismatch, wall_consistent
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.projections.verdict_cases import aa_resolution
-from perfledger.projections.verdicts import Pair
+from perfledger.projections.verdicts import Pair, median
 
 #: The flags that make a kernel A/A comparison invalid (as
 #: :attr:`perfledger.kernels.harness.harness.Comparison.valid`).
@@ -114,14 +114,8 @@ def aa_case_medians(raw: bytes, primary: Any) -> dict[str, float]:
             continue
         values = _values(row, primary.name)
         if values:
-            per_case.setdefault(str(row.get("case")), []).append(_median(values))
-    return {case: _median(medians) for case, medians in sorted(per_case.items())}
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+            per_case.setdefault(str(row.get("case")), []).append(median(values))
+    return {case: median(medians) for case, medians in sorted(per_case.items())}
 
 
 def _workload(

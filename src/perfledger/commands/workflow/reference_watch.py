@@ -40,13 +40,8 @@ from typing import Any
 
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.projections.target_kind import target_kind
+from perfledger.projections.verdicts import median
 from perfledger.projections.workflow import TargetView
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 def baseline_bound(values: Iterable[float]) -> float:
@@ -58,7 +53,7 @@ def baseline_bound(values: Iterable[float]) -> float:
         return 0.0
     from perfledger.derive.stats import aa_prediction_bound  # noqa: PLC0415 (numpy, scipy: off the start-up path of decisions that compare nothing)
 
-    middle = _median(calls)
+    middle = median(calls)
     return aa_prediction_bound([math.log(v / middle) for v in calls])  # type: ignore[arg-type]
 
 
@@ -101,7 +96,7 @@ def reference_slowed(
     for pair in pairs:
         values = pair.ref.values.get(primary.name)
         if values:
-            per_case.setdefault(pair.case, []).append(_median(list(values)))
+            per_case.setdefault(pair.case, []).append(median(list(values)))
     calls: dict[str, list[float]] = {}
     for case, value in zip(baseline.cases, baseline.values, strict=False):
         calls.setdefault(case, []).append(value)
@@ -109,12 +104,12 @@ def reference_slowed(
     for pair in pairs:
         values = pair.cand.values.get(primary.name)
         if values:
-            cand_per_case.setdefault(pair.case, []).append(_median(list(values)))
+            cand_per_case.setdefault(pair.case, []).append(median(list(values)))
     flagged: dict[str, dict[str, float]] = {}
     for case, medians in sorted(per_case.items()):
-        ref = float(_median(medians))
+        ref = float(median(medians))
         cands = cand_per_case.get(case)
-        cand = float(_median(cands)) if cands else None
+        cand = float(median(cands)) if cands else None
         case_resolution = resolution.per_case.get(case, resolution.resolution)
         # a slowed reference invalidates only what its slowing could have made: a candidate
         # whose own figure does not clear the threshold against the yardstick either
