@@ -347,16 +347,28 @@ def test_r11_an_honest_candidates_reference_matches_its_measured_baseline(
     not be told from this host's own load within a test."""
     path = tmp_path / "ledger"
     _setup(path, bench, primary="cpu_time", min_effect=0.3, measured_baseline=True)
+    flagged: list[dict[str, object]] = []
     with Ledger.open(path) as ledger:
         measure_workload(ledger, _request(bench, (), ("--loops", "15000")))
         execute(ledger, "verdict.record", {"samples_id": "e1-screen-1"}, actor="agent")
-        result = measure_workload(ledger, _request(bench, (), ("--loops", "15000"),
-                                                   stage="target", monitor="host"))  # fmt: skip
-        payload = ledger.payload(result.event_id)
-        assert not payload.reference_slowed, (payload.reference_slowed, result.cases)
-        [verdict] = execute(ledger, "verdict.record", {"samples_id": result.samples_id},
-                            actor="agent")  # fmt: skip
-    assert not any(n.startswith("R11: the comparison") for n in verdict.payload["notes"])
+        # The shared CI host's load once moved an honest reference's CPU time 59 % between the
+        # A/A and the target stage (the watch is right to refuse such a run): an honest
+        # reference must pass in one of three target runs; a watch that flags every honest
+        # reference fails all three.
+        for _ in range(3):
+            result = measure_workload(ledger, _request(bench, (), ("--loops", "15000"),
+                                                       stage="target", monitor="host"))  # fmt: skip
+            payload = ledger.payload(result.event_id)
+            [verdict] = execute(ledger, "verdict.record", {"samples_id": result.samples_id},
+                                actor="agent")  # fmt: skip
+            notes = verdict.payload["notes"]
+            if not payload.reference_slowed:
+                assert not any(n.startswith("R11: the comparison") for n in notes), notes
+                break
+            assert any(n.startswith("R11: the comparison") for n in notes), notes
+            flagged.append(dict(payload.reference_slowed))
+        else:
+            raise AssertionError(f"an honest reference was flagged in all three runs: {flagged}")
 
 
 # ----------------------------------------------- R4: the A/A's default is a stopping rule
