@@ -108,6 +108,29 @@ def test_status_piped_keeps_each_experiment_row_on_one_line(ready: Session) -> N
     assert "e1-screen inconclusive, e1-target pass" in row
 
 
+def test_status_needs_neither_dulwich_nor_rich(bare: Session) -> None:
+    """``perfledger status`` answers from the state cache and the repository's config file:
+    importing dulwich (for the remotes) or rich (for the table) cost it about as much as its
+    answer (issue 33, "Fast answers")."""
+    from wf_scenario import target_freeze
+
+    bare.run("target.freeze", target_freeze())
+    path = bare.ledger.path
+    subprocess.run(["git", "--git-dir", path, "remote", "add", "up", "/srv/up.git"], check=True)
+    code = (
+        "import sys\n"
+        "from perfledger.commands.cli.app import main\n"
+        "try:\n"
+        f"    main(['--ledger', {path!r}, 'status'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith(('dulwich', 'rich'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Target t1" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "LOADED []", out.stdout[-500:]
+
+
 def test_cmd_help_and_status_say_a_literal_command_line_is_cmd(tmp_path: Path) -> None:
     """The measuring commands' CMD (``measure baseline --cmd``, ``measure aa --cmd``,
     ``measure workload --ref/--cand``): their help says a command line as typed, with

@@ -6,6 +6,8 @@ never a traceback; an event just inside them reads; the writer refuses an event 
 
 from __future__ import annotations
 
+import re
+import string
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from perfledger.events.limits import (
     MAX_DEPTH,
     MAX_PARENTS,
     MAX_STRING_CHARS,
+    has_long_digits,
     shape_problem,
 )
 from perfledger.ledger.base import EventDraft
@@ -159,3 +162,15 @@ def test_event_limits_are_those_of_the_storage_format_version() -> None:
 
     current = {name: getattr(limits, name) for name in LIMITS_OF_FORMAT[FORMAT_VERSION]}
     assert current == LIMITS_OF_FORMAT[FORMAT_VERSION]
+
+
+def test_long_digit_test_matches_the_regular_expression() -> None:
+    """``has_long_digits`` (a translation and a substring search) finds exactly the runs of 19
+    or more ASCII digits that ``[0-9]{19}`` finds: the fast proof that an event holds no
+    integer outside 64 bits must not miss one. Hypothesis-free: every edge is enumerated."""
+    pattern = re.compile(rb"[0-9]{19}")
+    samples = [b"", b"1" * 18, b"1" * 19, b"-" + b"9" * 19, b"x" + b"0" * 20 + b"y"]
+    samples += [b"1" * k + bytes([c]) + b"2" * (19 - k) for k in range(20) for c in range(256)]
+    samples += [string.digits.encode() * 2, "١٢٣".encode() * 10]  # non-ASCII digits are no JSON
+    for data in samples:
+        assert has_long_digits(data) == (pattern.search(data) is not None), data

@@ -12,7 +12,7 @@ import pytest
 
 from perfledger.api import Ledger
 from perfledger.errors import NewerLedger, NotALedger
-from perfledger.ledger.gitdir import find_controldir, read_section
+from perfledger.ledger.gitdir import find_controldir, read_remotes, read_section
 from perfledger.ledger.store import GitStore
 
 
@@ -129,3 +129,62 @@ def test_state_and_a_note_need_no_dulwich(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "DULWICH []", out.stdout[-500:]
+
+
+def _dulwich_remotes(controldir: Path) -> dict[str, str]:
+    """The remotes as :func:`perfledger.app.handoff.resume_context` read them through dulwich."""
+    from dulwich.config import ConfigFile
+
+    config = ConfigFile.from_path(str(controldir / "config"))
+    found = {}
+    for section in config.sections():
+        if len(section) == 2 and section[0] == b"remote":
+            try:
+                found[section[1].decode()] = config.get(section, b"url").decode()
+            except KeyError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[core]\n\tbare = true\n", {}),
+        ('[remote "origin"]\n\turl = /srv/l.git\n\tfetch = +x:y\n', {"origin": "/srv/l.git"}),
+        ('[remote "a"]\n\tURL = /one # why\n\turl = /two\n[remote "b"]\n', {"a": "/two"}),
+        ('[remote "a"]\n\turl = /one\n[core]\n\turl = /no\n', {"a": "/one"}),
+        ('[remote "a"]\n\turl = "/quoted"\n', None),
+        ('[remote "a\\"b"]\n\turl = /x\n', None),
+        ('[Remote "a"]\n\turl = /x\n', None),
+        ("[remote.a]\n\turl = /x\n", None),
+        ('[remote "a"]\n\turl\n', None),
+        ("[include]\n\tpath = other\n", None),
+        ("url = /x\n", None),
+    ],
+)
+def test_read_remotes_matches_dulwich_or_declines(
+    tmp_path: Path, text: str, expected: dict[str, str] | None
+) -> None:
+    """``status`` reads the remotes without dulwich: what it reads is what dulwich reads, and a
+    config it does not read exactly is left to dulwich (None)."""
+    (tmp_path / "config").write_text(text)
+    got = read_remotes(str(tmp_path))
+    assert got == expected
+    if got is not None:
+        assert got == _dulwich_remotes(tmp_path)
+
+
+def test_remotes_added_by_git_are_read_without_dulwich(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    Ledger.init(path, actor="t").close()
+    _git("--git-dir", path, "remote", "add", "up", "/srv/up.git")
+    _git("--git-dir", path, "remote", "add", "down", "https://example.org/d.git")
+    assert (
+        read_remotes(str(path))
+        == _dulwich_remotes(path)
+        == {
+            "up": "/srv/up.git",
+            "down": "https://example.org/d.git",
+        }
+    )
+    assert read_remotes(str(tmp_path / "none")) == {}

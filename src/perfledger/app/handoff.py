@@ -12,7 +12,26 @@ from perfledger.app.handoff_request import handoff_request
 from perfledger.app.identity import champion_snapshot
 from perfledger.errors import BadRequest
 from perfledger.events.envelope import parse_ts
+from perfledger.ledger.gitdir import read_remotes
 from perfledger.projections.handoff import ResumeContext, default_target, derive_handoff
+
+
+def _remotes(store: Any) -> dict[str, str]:
+    """``{name: url}`` of the ledger repository's remotes: read from its config file without
+    dulwich where the file is plain (dulwich's import and ``Repo`` would double the start-up of
+    ``perfledger status``), else through dulwich."""
+    remotes = read_remotes(store.controldir)
+    if remotes is not None:
+        return remotes
+    remotes = {}
+    config = store.repo.get_config()
+    for section in config.sections():
+        if len(section) == 2 and section[0] == b"remote":
+            try:
+                remotes[section[1].decode()] = config.get(section, b"url").decode()
+            except KeyError:
+                continue
+    return remotes
 
 
 def resume_context(ledger: Any, state: Any, target_id: str, *, artifacts: bool = True) -> Any:
@@ -21,14 +40,7 @@ def resume_context(ledger: Any, state: Any, target_id: str, *, artifacts: bool =
     last in the total order: one event read, whatever the ledger's length). ``artifacts``:
     list every attached file (a walk of the whole history); False leaves the list empty, for
     read models that do not show it (``status``)."""
-    remotes: dict[str, str] = {}
-    config = ledger.store.repo.get_config()
-    for section in config.sections():
-        if len(section) == 2 and section[0] == b"remote":
-            try:
-                remotes[section[1].decode()] = config.get(section, b"url").decode()
-            except KeyError:
-                continue
+    remotes = _remotes(ledger.store)
     attached: list[str] = []
     if artifacts:
         for envelope in ledger.store.iter_events():

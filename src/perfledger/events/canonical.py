@@ -11,14 +11,13 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
-import re
 import uuid
 from typing import Any
 
 import msgspec
 
 from perfledger.errors import CanonicalEncodingError
-from perfledger.events.limits import INT_MAX, INT_MIN
+from perfledger.events.limits import INT_MAX, INT_MIN, has_long_digits
 
 _REFUSED_TYPES: tuple[type, ...] = ()
 
@@ -175,11 +174,6 @@ def is_canonical(data: bytes) -> bool:
         return False
 
 
-#: An integer literal of 19 or more digits: the only way JSON bytes can hold an integer outside
-#: the 64-bit range (2**64 - 1 has 20 digits, -2**63 has 19).
-_LONG_DIGITS = re.compile(rb"\d{19}")
-
-
 def integer_range_problem(data: bytes) -> str | None:
     """Return why the JSON ``data`` holds an integer outside the range canonical JSON allows
     (signed/unsigned 64 bits: [-2**63, 2**64 - 1]), or None when it holds none.
@@ -190,7 +184,7 @@ def integer_range_problem(data: bytes) -> str | None:
     digits occurs in ``data`` (the usual event); otherwise ``data`` is decoded and walked.
     Raises: msgspec.DecodeError when ``data`` is not JSON and holds such a run of digits.
     """
-    if _LONG_DIGITS.search(data) is None:
+    if not has_long_digits(data):
         return None
     value = _decoder.decode(data)
     if _first_problem(value) is None:

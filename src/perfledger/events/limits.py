@@ -23,7 +23,6 @@ merge walk quadratic; a ref name or a loose ref beyond its limit is not one git 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -71,8 +70,18 @@ LEDGER_LIMITS_HINT = (
 )
 
 _STRUCT = msgspec.Struct
+#: Each digit byte mapped to ``0``, every other byte to a space (:func:`has_long_digits`).
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 #: A run of 19 digits: the only way JSON bytes can spell an integer outside 64 bits.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_RUN = b"0" * 19
+
+
+def has_long_digits(data: bytes) -> bool:
+    """True when ``data`` holds a run of 19 or more ASCII digits (the only way JSON bytes can
+    spell an integer outside 64 bits: 2**64 - 1 has 20 digits, -2**63 has 19). A translation
+    and a substring search, both in C: about four times faster than the regular expression
+    ``[0-9]{19}``, which ``verify`` and ``audit`` ran twice over every event."""
+    return _LONG_RUN in data.translate(_DIGITS_ONLY)
 
 
 def bytes_within_shape(data: bytes) -> bool:
@@ -82,7 +91,7 @@ def bytes_within_shape(data: bytes) -> bool:
     Counts are of bytes, strings included, so they only overstate depth and item counts; an
     integer outside 64 bits needs 19 digits or more."""
     return (
-        _LONG_DIGITS.search(data) is None
+        not has_long_digits(data)
         and len(data) <= MAX_STRING_CHARS
         and data.count(b"[") + data.count(b"{") <= MAX_DEPTH
         and data.count(b",") < MAX_CONTAINER_ITEMS
@@ -176,6 +185,7 @@ __all__ = [
     "MAX_TREE_BYTES",
     "bytes_within_shape",
     "event_size_problem",
+    "has_long_digits",
     "inflation_allowed",
     "shape_problem",
 ]

@@ -84,6 +84,56 @@ def read_section(controldir: str, section: bytes) -> dict[bytes, bytes] | None:
     return values
 
 
+#: A remote's section header as ``git remote add`` writes it: ``[remote "name"]`` (a plain name).
+_REMOTE_HEADER = re.compile(rb'^remote "([^"\\]+)"$')
+
+
+def read_remotes(controldir: str) -> dict[str, str] | None:
+    """Return ``{name: url}`` of the ``[remote "name"]`` sections of the repository's ``config``
+    file that carry a ``url`` (its last value), as dulwich's config reads them; an empty dict
+    when the file is absent; None when the file holds anything this reader does not read
+    exactly as dulwich does (includes, quoting, escapes, continuations, another spelling of a
+    remote's header): the caller then asks dulwich.
+    Raises: OSError other than a missing file.
+    """
+    try:
+        with open(os.path.join(controldir, "config"), "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    remotes: dict[str, str] = {}
+    current: str | None = None
+    in_section = False
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith((b"#", b";")):
+            continue
+        header = _SECTION.match(line)
+        if header is not None:
+            name = header.group(1).strip()
+            remote = _REMOTE_HEADER.match(name)
+            if remote is not None:
+                current = remote.group(1).decode("utf-8", "replace")
+            elif b'"' in name or b"." in name or name.lower().startswith(b"include"):
+                return None  # a subsection this reader does not read as dulwich does
+            else:
+                current = None
+            in_section = True
+            continue
+        if not in_section:
+            return None
+        if current is None:
+            continue
+        entry = _PLAIN_ENTRY.match(line)
+        if entry is None:
+            return None
+        if entry.group(1).lower() == b"url":
+            if entry.group(2) is None:
+                return None  # a bare ``url`` key: left to dulwich's reading
+            remotes[current] = entry.group(2).decode("utf-8", "replace")
+    return remotes
+
+
 def refuse_incomplete_clone(controldir: str) -> None:
     """Refuse a shallow or partial git clone, whose missing history or blobs would read as a
     damaged ledger (``verify``, and every command when it opens the ledger). Raises:

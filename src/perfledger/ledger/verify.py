@@ -229,6 +229,9 @@ class CommitGraph:
         self.roots: list[bytes] = []
         self.merges = 0
         self.keys: dict[bytes, str] = {}
+        #: sha -> the event commit pass 1 read (hash checked) and parsed, for pass 2 to check
+        #: without reading and parsing it again; at most PARSED_KEPT kept (memory)
+        self.parsed: dict[bytes, tuple[ParsedCommit, dict[str, str]]] = {}
         stack = [tip]
         while stack:
             sha = stack.pop()
@@ -251,6 +254,8 @@ class CommitGraph:
                     )
                 self.commit_of[event_id] = sha
                 self.nodes[sha] = CommitNode(event_id, int(trailers["Lamport"]), parents)
+                if len(self.parsed) < PARSED_KEPT:
+                    self.parsed[sha] = (commit, trailers)
                 if "Idempotency-Key" in trailers:
                     self.keys[sha] = trailers["Idempotency-Key"]
             if not parents:
@@ -324,7 +329,7 @@ class CommitGraph:
         event_id = self.nodes[sha].event_id
         assert event_id is not None
         try:
-            return _verify_event(self.reader, sha, self.dag, root)
+            return _verify_event(self.reader, sha, self.dag, root, self.parsed.pop(sha, None))
         except _DagMismatch as exc:
             # The event is placed wrongly relative to its parents. When a parent's own
             # trailers disagree with its event.json (a forged Lamport trailer sorts it after
@@ -341,6 +346,11 @@ class CommitGraph:
             raise _named(exc, event_id, sha) from None
         except IntegrityError as exc:
             raise _named(exc, event_id, sha) from None
+
+
+#: The most event commits pass 1 keeps parsed for pass 2 (about 0.5 KiB each): a ledger of up to
+#: this many events is read once; a longer one re-reads the rest (bounded memory).
+PARSED_KEPT = 50_000
 
 
 def _read_commit(reader: ObjectReader, sha: bytes) -> tuple[ParsedCommit, dict[str, str]]:
@@ -460,13 +470,21 @@ def _name_claimed_event(reader: ObjectReader, sha: bytes, exc: IntegrityError) -
 
 
 def _verify_event(
-    reader: ObjectReader, sha: bytes, dag: EventHeads | None, root: bytes
+    reader: ObjectReader,
+    sha: bytes,
+    dag: EventHeads | None,
+    root: bytes,
+    parsed: tuple[ParsedCommit, dict[str, str]] | None = None,
 ) -> tuple[Envelope, bytes]:
     """Check one event commit (all but its payload's schema, :func:`_decode_payload`, and its
     subject, :func:`_check_message`) and return its envelope and commit message. ``dag`` None
-    skips its place in the DAG."""
-    commit = parse_commit(sha, reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1])
-    trailers = parse_trailers(commit.message)
+    skips its place in the DAG; ``parsed``: the commit and its trailers as pass 1 read them
+    (hash checked), else it is read again."""
+    if parsed is None:
+        commit = parse_commit(sha, reader.read(sha, check=False, max_size=MAX_COMMIT_BYTES)[1])
+        trailers = parse_trailers(commit.message)
+    else:
+        commit, trailers = parsed
     type_num, tree_raw = reader.read(commit.tree, max_size=MAX_TREE_BYTES)
     if type_num != TREE:
         raise _fail("its tree is not a tree object")

@@ -4,19 +4,21 @@ of :mod:`perfledger.app.status`.
 Like ``git status``: the use case composes each current Target's standing, its obligations and
 the next decisions the rules accept now; this module writes each decision as the CLI's command
 line (:func:`recommended_command`: the measurement that records it, or the write with its
-common flags) and draws the status for people (:func:`render`, rich).
+common flags) and draws the status for people (:func:`render`, plain text).
 
 :func:`session_status` is the library call with the CLI's command lines (a JSON-able dict).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import Any
 
+import click
+
 from perfledger.app import status as app_status
 from perfledger.app.status import cmd_legend
-from perfledger.commands.cli.show import people_console
 from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
 
@@ -79,60 +81,70 @@ def command_of(op: str) -> str:
     return op.replace(".", " ")
 
 
-def render(status: dict[str, Any]) -> None:
-    """Print ``status`` (from :func:`session_status`) for people, with rich (no colour when
-    stdout is not a terminal)."""
-    from rich.table import Table  # noqa: PLC0415 (rich: heavy, only when printing for people)
+def _table_lines(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """``rows`` under ``columns`` as aligned plain-text lines: each column as wide as its widest
+    cell, two spaces either side of a cell (the layout rich's borderless table drew)."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    return [
+        "  " + "    ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in (columns, *rows)
+    ]
 
-    console = people_console()  # piped: rows whole, not folded at 80 columns
-    console.print(f"ledger {status['ledger']}  head {status['head'][:12]}")
+
+def render(status: dict[str, Any]) -> None:
+    """Print ``status`` (from :func:`session_status`) for people: plain lines, the Target's
+    header and champion in bold on a terminal (no colour when stdout is not one, or where
+    ``NO_COLOR`` is set). Plain text rather than rich: importing rich cost ``status`` about as
+    much as answering it, and a title is printed as written, never read as markup."""
+    color = False if os.environ.get("NO_COLOR") else None  # None: click's terminal test
+
+    def out(line: str = "") -> None:
+        click.echo(line, color=color)
+
+    def bold(text: str) -> str:
+        return click.style(text, bold=True)
+
+    out(f"ledger {status['ledger']}  head {status['head'][:12]}")
     if not status["targets"]:
-        console.print("no Target frozen")
+        out("no Target frozen")
         for d in status.get("next", []):
-            console.print(f"  next: {d['command']}  ({d['rule']}) {d['why']}")
+            out(f"  next: {d['command']}  ({d['rule']}) {d['why']}")
         return
     for t in status["targets"]:
-        console.print()
-        console.print(f"[bold]Target {t['target_id']}[/bold] ({t['target_status']}): {t['title']}")
-        console.print(
+        out()
+        out(bold(f"Target {t['target_id']}") + f" ({t['target_status']}): {t['title']}")
+        out(
             f"  primary {t['primary']}; minimum effect {_pct(t['min_effect'])}; "
             f"resolution {_pct(t['resolution'])}"
             + ("; DIAGNOSTIC ONLY" if t["diagnostic_only"] else "")
         )
         missing = [name.replace("_", " ") for name, done in t["ready"].items() if not done]
-        console.print("  ready: " + ("yes" if not missing else "missing " + ", ".join(missing)))
+        out("  ready: " + ("yes" if not missing else "missing " + ", ".join(missing)))
         achieved = "primary achieved" if t["primary_achieved"] else "primary not achieved"
-        console.print(
-            f"  champion [bold]{t['champion']}[/bold]; final audit {t['final_audit_text']}; "
-            f"{achieved}"
-        )
+        out(f"  champion {bold(t['champion'])}; final audit {t['final_audit_text']}; {achieved}")
         if t["experiments"]:
-            table = Table(title=None, box=None, padding=(0, 2), show_edge=False)
-            for column in ("experiment", "stage", "status", "bound", "verdicts"):
-                table.add_column(column)
+            rows = []
             for e in t["experiments"]:
                 bound = "-" if e["bound"] is None else f"{e['bound']:.4g}x"
                 verdicts = ", ".join(f"{s} {v}" for s, v in e["verdicts"].items()) or "-"
-                table.add_row(e["experiment_id"], e["stage"], e["status"], bound, verdicts)
-            console.print("  open experiments:")
-            console.print(table)
+                rows.append((e["experiment_id"], e["stage"], e["status"], bound, verdicts))
+            out("  open experiments:")
+            for line in _table_lines(("experiment", "stage", "status", "bound", "verdicts"), rows):
+                out(line)
         else:
-            console.print("  open experiments: none")
+            out("  open experiments: none")
         if t["obligations"]:
-            console.print("  [bold]obligations:[/bold]")
+            out("  " + bold("obligations:"))
             for o in t["obligations"]:
-                console.print(f"    {o['rule']} {o['kind']}: {o['text']}")
+                out(f"    {o['rule']} {o['kind']}: {o['text']}")
         else:
-            console.print("  obligations: none")
-        console.print("  next decisions the rules accept now:")
+            out("  obligations: none")
+        out("  next decisions the rules accept now:")
         for d in t["next"]:
             about = f" [{d['about']}]" if d.get("about") else ""
-            console.print(
-                f"    {d['command']}{about}  ({d['rule']}) {d['why']}",
-                markup=False,
-            )
+            out(f"    {d['command']}{about}  ({d['rule']}) {d['why']}")
         if t.get("cmd") and any(" CMD" in d["command"] for d in t["next"]):
-            console.print(f"    ({t['cmd']})", markup=False)
+            out(f"    ({t['cmd']})")
 
 
 #: ``cmd_legend``: tests and older callers import it from here (its home: perfledger.app.status).
