@@ -71,6 +71,13 @@ class ReviewRecorded(
         explains: the flags this review explains (schema
             :data:`~perfledger.events.workflow.R12_REVIEW_NAMES_FLAG` on; unset when none): only
             a settled review by another actor naming a flag clears it (R12).
+        signature: the reviewer's armored SSH signature (namespace ``perfledger-review``) over
+            the review's canonical content (schema
+            :data:`~perfledger.events.workflow.R12_SIGNED_REVIEW` on; unset when unsigned);
+            a good signature by the key it carries when recorded.
+        signer_key: that key (``keytype base64``, *derived* from the signature).
+        signer_fingerprint: its fingerprint (``SHA256:...``, *derived*). Whose key it is, an
+            auditor's allowed-signers file says (``perfledger audit --allowed-signers``).
     """
 
     review_id: str
@@ -85,6 +92,9 @@ class ReviewRecorded(
     dissent_remains: bool
     resolves: tuple[str, ...] = ()
     explains: tuple[FlagRef, ...] | msgspec.UnsetType = msgspec.UNSET
+    signature: str | msgspec.UnsetType = msgspec.UNSET
+    signer_key: str | msgspec.UnsetType = msgspec.UNSET
+    signer_fingerprint: str | msgspec.UnsetType = msgspec.UNSET
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +114,11 @@ register_kind(
         summary=lambda p: (
             f"{p.review_id}: {p.subject} {p.subject_event[:12]} by {p.reviewer} "
             f"({p.model_family}), dissent={'yes' if p.dissent_remains else 'no'}"
+            + (
+                ""
+                if isinstance(p.signer_fingerprint, msgspec.UnsetType)
+                else f", signed {p.signer_fingerprint}"
+            )
         ),
     )
 )

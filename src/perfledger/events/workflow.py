@@ -1330,6 +1330,15 @@ R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
 #: settled review of the samples' event by another actor).
 R12_REVIEW_NAMES_FLAG = 2
 R12_NAMED_REVIEW_CLEARS = 8
+#: The ``ReviewRecorded`` schema version from which a review may carry its reviewer's SSH
+#: signature (``signature``, namespace ``perfledger-review``) over its canonical content
+#: (:func:`perfledger.commands.workflow.review_signature.signed_content`): checked to be a good
+#: signature of that content by the key it carries when recorded, the key and its fingerprint
+#: recorded (derived). ``perfledger audit --allowed-signers FILE`` checks each signed review's
+#: key against the auditor's file (its principal must be the review's appender, and not the
+#: appender of the reviewed event), and fails on a review without a good signature that cleared
+#: a flag or allowed a champion (R12, R17). Reviews recorded before carry no signature.
+R12_SIGNED_REVIEW = 3
 #: The ``ActivityExplained`` schema version from which foreign activity is explained only by
 #: evidence (R17): a ``ReviewRecorded`` on the samples' event, dissent settled, appended by an
 #: actor other than the experiment's creator, the samples' recorder and the one explaining;
@@ -1502,7 +1511,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: self-reported figures secondary (:data:`R5_OBSERVED_PRIMARY_READINESS`). Version 2 of
 #: ``ReviewRecorded`` and 8 of ``ChampionSelected`` clear a plausibility flag only by a review
 #: naming it (:data:`R12_REVIEW_NAMES_FLAG`; ``ReviewRecorded`` is registered by
-#: :mod:`perfledger.events.review` with this version).
+#: :mod:`perfledger.events.review` with this version); version 3 of ``ReviewRecorded`` carries
+#: the reviewer's SSH signature (:data:`R12_SIGNED_REVIEW`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1553,7 +1563,7 @@ SCHEMA_VERSIONS = {
         R5_REPORTED_CHAMPION,
         R12_NAMED_REVIEW_CLEARS,
     ),
-    "ReviewRecorded": R12_REVIEW_NAMES_FLAG,
+    "ReviewRecorded": max(R12_REVIEW_NAMES_FLAG, R12_SIGNED_REVIEW),
     "FormalRunStarted": R14_ONE_FORMAL_RUN,
     "ReadinessRecorded": max(
         R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS, R5_OBSERVED_PRIMARY_READINESS

@@ -348,6 +348,10 @@ MODEL_FIELDS: dict[str, str] = {
     "ReviewRecord.explains": "The flags of the reviewed samples this review explains (R12): each "
     "{samples_id, flag: implausible, case} as the samples record it. Only a settled review by "
     "another actor naming a flag clears it; a review naming none clears nothing.",
+    "ReviewRecord.signature": "The reviewer's armored SSH signature (namespace "
+    "perfledger-review) over the review's canonical content (`perfledger review content`, or "
+    "`review record --sign-with KEY`); an auditor checks the key against an allowed-signers "
+    "file (`perfledger audit --allowed-signers FILE`).",
     "ReviewFlag.samples_id": "The flagged samples' id (the review's subject_event is their event).",
     "ReviewFlag.flag": "The flag's kind: implausible (a ratio beyond the plausible bound, R12).",
     "ReviewFlag.case": "The flagged test case, as the samples' implausible records it.",

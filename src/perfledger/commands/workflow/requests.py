@@ -893,7 +893,8 @@ class ReviewRecord(Request, kw_only=True):
     (``subject_event``: the reviewed event's full id), the response, and whether dissent
     remains; ``resolves`` names earlier reviews whose dissent this one settles; ``explains``
     names the flags of the reviewed samples it explains (R12: only a review naming a flag
-    clears it). Recorded, never judged."""
+    clears it); ``signature`` is the reviewer's SSH signature of the rest (R12, R17: an auditor
+    checks whose key made it). Recorded, never judged."""
 
     review_id: Id
     reviewer: Name
@@ -907,3 +908,7 @@ class ReviewRecord(Request, kw_only=True):
     #: R12: the flags this review explains (each a flag the reviewed samples record); only a
     #: settled review by another actor naming a flag clears it
     explains: Annotated[list[ReviewFlag], Meta(max_length=_MAX_ITEMS)] = []
+    #: R12, R17: the reviewer's armored SSH signature (``ssh-keygen -Y sign -n
+    #: perfledger-review``) over the review's canonical content (every other field:
+    #: :func:`perfledger.commands.workflow.review_signature.signed_content`)
+    signature: Annotated[str, Meta(min_length=1, max_length=8_000)] | None = None

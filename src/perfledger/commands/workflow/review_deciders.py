@@ -3,8 +3,10 @@
 It checks only what makes the record well-formed: a new review id, a reviewed event that exists
 and is of the kind its subject names, ``resolves`` naming earlier reviews whose dissent is
 still open, and (schema :data:`~perfledger.events.workflow.R12_REVIEW_NAMES_FLAG` on)
-``explains`` naming flags that the reviewed samples record. It derives the reviewed event's kind
-and Target. It blocks no other decision.
+``explains`` naming flags that the reviewed samples record, and (schema
+:data:`~perfledger.events.workflow.R12_SIGNED_REVIEW` on) a ``signature`` that is a good one of
+the review's content by the key it carries. It derives the reviewed event's kind and Target, and
+the signer's key. It blocks no other decision.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import msgspec
 
 from perfledger.commands.workflow.deciders import DecisionContext, _emit, rules_version
 from perfledger.commands.workflow.requests import ReviewRecord, dump
+from perfledger.commands.workflow.review_signature import checked_signature
 from perfledger.errors import BadRequest
 from perfledger.events.review import SUBJECT_KINDS, FlagRef, ReviewRecorded
-from perfledger.events.workflow import R12_REVIEW_NAMES_FLAG
+from perfledger.events.workflow import R12_REVIEW_NAMES_FLAG, R12_SIGNED_REVIEW
 from perfledger.projections.workflow import WorkflowState
 
 
@@ -29,7 +32,8 @@ def decide_review_record(
     Raises: BadRequest (exit 2) for a repeated review id, an unknown reviewed event, a subject
         that does not name the event's kind, a ``resolves`` entry that is unknown, has no
         remaining dissent or is already resolved, or an ``explains`` entry that names no flag of
-        the reviewed samples (:func:`_explained_flags`).
+        the reviewed samples (:func:`_explained_flags`), or a signature that does not check
+        (:func:`~perfledger.commands.workflow.review_signature.checked_signature`).
     """
     reviews = state.reviews.reviews
     if req.review_id in reviews:
@@ -75,14 +79,21 @@ def decide_review_record(
                 hint="nothing to do: `perfledger review list` shows the resolution",
             )
     explains = _explained_flags(state, req, ctx)
+    if req.signature is not None and rules_version(ctx, "ReviewRecorded") < R12_SIGNED_REVIEW:
+        raise BadRequest(
+            "signature: a review of this schema carries no signature",
+            hint="record it with a perfledger that records ReviewRecorded schema 3 or later",
+        )
+    signed = checked_signature(req)
     target_id = getattr(payload, "target_id", None)
     body = dump(req)
-    del body["explains"]
+    del body["explains"], body["signature"]
     payload_out = ReviewRecorded(
         **{**body, "resolves": tuple(body["resolves"])},
         subject_kind=kind,
         target_id=target_id if isinstance(target_id, str) else None,
         explains=explains or msgspec.UNSET,
+        **signed,
     )
     return _emit(ctx, payload_out)
 
