@@ -193,3 +193,46 @@ def test_review_record_sign_with_and_audit_allowed_signers_through_the_cli(
     wrong = _signers(tmp_path, **{"reviewer-b": other_public})
     done = cli("audit", "--allowed-signers", wrong)
     assert done.returncode == 5 and "rv-reviewer-b" in done.stdout, done.stdout + done.stderr
+
+
+def test_cheat_an_unsigned_review_cited_to_explain_foreign_activity_fails_the_audit(
+    ready: Session, tmp_path: Path
+) -> None:
+    """R17: the review an explanation cites is checked as R12's: appended as ``reviewer-b``
+    without the key, the audit with the file fails naming it and what it explained; a review
+    signed by reviewer-b's key beside it is no finding."""
+    from test_obligations import _busy_target_samples
+
+    _busy_target_samples(ready, (1, 4))
+    key, public = _key(tmp_path, "reviewer-b")
+    event_id = ready.state().samples["e1-target"].event_id
+    body = {"review_id": "rv-b", "reviewer": "reviewer-b", "model_family": "human",
+            "subject": "other", "subject_event": event_id, "challenge": "what ran?",
+            "response": "a backup job on another GPU", "dissent_remains": False}  # fmt: skip
+    execute(ready.ledger, "review.record", body, actor="reviewer-b")
+    execute(ready.ledger, "activity.explain", {"samples_id": "e1-target", "pairs": [1, 4],
+            "explanation": "a backup job on another GPU", "review_id": "rv-b"}, actor="agent")  # fmt: skip
+    allowed = _signers(tmp_path, **{"reviewer-b": public})
+    (finding,) = audit(ready.ledger, allowed).findings
+    assert finding.rule == "R17" and "'rv-b'" in finding.message
+    assert "foreign activity of samples 'e1-target'" in finding.message
+    signed = signed_request({**body, "review_id": "rv-b2"}, key)
+    execute(ready.ledger, "review.record", signed, actor="reviewer-b")
+    report = audit(ready.ledger, allowed)
+    assert [f.message for f in report.findings] == [finding.message]  # rv-b2 decided nothing
+
+
+def test_a_review_of_schema_2_carries_no_signature(flagged: Session, tmp_path: Path) -> None:
+    """``ReviewRecorded`` 2 (before signed reviews): a signature is a bad request there, so an
+    older event cannot smuggle one in; the current version takes it."""
+    from wf_legacy import rules_at
+
+    from perfledger.events.workflow import R12_SIGNED_REVIEW
+
+    key, _public = _key(tmp_path, "reviewer-b")
+    body = signed_request(_body(flagged, "reviewer-b"), key)
+    with rules_at({"ReviewRecorded": R12_SIGNED_REVIEW - 1}), pytest.raises(
+        BadRequest, match="carries no signature"
+    ):  # fmt: skip
+        execute(flagged.ledger, "review.record", body, actor="reviewer-b")
+    execute(flagged.ledger, "review.record", body, actor="reviewer-b")

@@ -160,5 +160,6 @@ def r12_plausible_or_reviewed(
         "such a gain; no champion rests on them until another actor's review explains them",
         f"a reviewer other than {sorted(interested)} records `perfledger review record` with "
         f'"subject": "other", "subject_event": "{samples.event_id}", '
-        f'"dissent_remains": false{named_hint if named else ""} (--actor NAME)',
+        f'"dissent_remains": false{named_hint if named else ""} (--actor NAME --sign-with '
+        "KEY: the reviewer signs it with its own SSH key)",
     )
