@@ -42,7 +42,10 @@ worker's own CPU time (``cpu_time``, which perfledger reads from the kernel befo
 each call under its worker protocol), which excludes the time spent waiting for a core; the
 session then explains those windows citing that review (``activity explain``). Whether that
 explanation holds is for the auditor to judge: the foreign load of each window stays in the
-pair's flags and in the samples artifact. Because such an explanation is still an assertion, a
+pair's flags and in the samples artifact. The reviewer signs the review with its own SSH key
+(a throwaway key this demo makes with ``ssh-keygen``, ``review record --sign-with KEY``), and
+the final ``audit --allowed-signers FILE`` checks that key is listed under ``REVIEWER``: a
+review appended under the reviewer's name without the key would fail that audit. Because such an explanation is still an assertion, a
 formal stage with foreign activity on more than 20 % of
 its pairs cannot pass on it unless the Target declared, in its readiness and before measuring,
 that its metric is immune to the host's load (``statistics.allow_explained_foreign_activity``);
@@ -60,6 +63,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +104,8 @@ class Session:
         self.workdir = workdir
         self.ledger = workdir / "ledger"
         self.report = workdir / "report.html"
+        #: the auditor's allowed-signers file: the reviewer's key (written with the key)
+        self.allowed_signers = workdir / "allowed_signers"
         self.quiet = quiet
         self.calls = 0
         self.env = {**os.environ, "PERFLEDGER_ACTOR": ACTOR, "PYTHONUNBUFFERED": "1"}
@@ -195,7 +201,7 @@ class Session:
         if not foreign:
             return
         review_id = f"rv-{samples_id}"
-        self.cli("review", "record", "--actor", REVIEWER, request={
+        self.cli("review", "record", "--actor", REVIEWER, *self._sign_with(), request={
             "review_id": review_id, "reviewer": REVIEWER, "model_family": "human",
             "subject": "other", "subject_event": event_id,
             "challenge": f"foreign CPU activity in {len(foreign)} window(s) of {samples_id}",
@@ -205,6 +211,19 @@ class Session:
             "samples_id": samples_id, "pairs": foreign, "explanation": EXPLAIN_FOREIGN,
             "review_id": review_id,
         })  # fmt: skip
+
+    def _sign_with(self) -> tuple[str, ...]:
+        """``--sign-with KEY``: the reviewer's throwaway SSH key (made on first use, with the
+        auditor's allowed-signers file listing it under ``REVIEWER``); () without ssh-keygen."""
+        key = self.workdir / "reviewer-key"
+        if not key.exists():
+            if shutil.which("ssh-keygen") is None:
+                return ()
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", REVIEWER,
+                            "-f", str(key)], check=True, capture_output=True)  # fmt: skip
+            public = Path(f"{key}.pub").read_text().split()
+            self.allowed_signers.write_text(f"{REVIEWER} {public[0]} {public[1]}\n")
+        return ("--sign-with", str(key))
 
     def verdict(self, samples_id: str) -> dict[str, Any]:
         """``verdict record`` (derived, R12); prints the estimate and CI."""
@@ -514,7 +533,8 @@ class Session:
         self.say(f"  report: {report['path']} ({report['plots']} plots)")
         claims = self.cli("claims", json_out=False)
         handoff = self.cli("handoff", "--md", json_out=False)
-        audit = self.cli("audit")
+        signers = ("--allowed-signers", str(self.allowed_signers))
+        audit = self.cli("audit", *(signers if self.allowed_signers.exists() else ()))
         summary.update(
             champion=champion,
             verdicts=verdicts,

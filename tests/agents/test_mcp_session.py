@@ -22,6 +22,7 @@ from wf_legacy import (
     as_before,
     final_audit_as_before,
     readiness_as_before,
+    review_as_before,
     select_as_before,
 )
 
@@ -78,13 +79,11 @@ async def _explain_by_review(s: ClientSession, tmp_path: Path, answer: dict[str,
     foreign = [i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")]
     if not foreign:
         return
-    review = tmp_path / f"review-{samples_id}.json"
-    review.write_text(json.dumps({
+    # recorded as before (wf_legacy.REVIEW_BEFORE): this session's verdicts are too
+    review_as_before(tmp_path / "ledger", {
         "review_id": f"rv-{samples_id}", "reviewer": "reviewer", "model_family": "human",
         "subject": "other", "subject_event": event_id, "challenge": "foreign activity",
-        "response": EXPLAIN, "dissent_remains": False}))  # fmt: skip
-    await _ok(s, "cli", {"args": ["review", "record", "--actor", "reviewer", "--request",
-                                  str(review)]})  # fmt: skip
+        "response": EXPLAIN, "dissent_remains": False}, "reviewer")  # fmt: skip
     await _ok(
         s,
         "activity_explain",

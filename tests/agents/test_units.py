@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_legacy import as_before, readiness_as_before, select_as_before
+from wf_legacy import as_before, readiness_as_before, review_as_before, select_as_before
 
 from subprocess_env import isolated_env, perfledger_command
 
@@ -92,10 +92,11 @@ class Session:
         ]
         if not foreign:
             return
-        self.cli(f"review {samples_id}", "review", "record", "--actor", "reviewer", request={
+        # recorded as before (wf_legacy.REVIEW_BEFORE): this session's verdicts are too
+        review_as_before(self.root / "ledger", {
             "review_id": f"rv-{samples_id}", "reviewer": "reviewer", "model_family": "human",
             "subject": "other", "subject_event": event_id, "challenge": "foreign activity",
-            "response": EXPLAIN, "dissent_remains": False})  # fmt: skip
+            "response": EXPLAIN, "dissent_remains": False}, "reviewer")  # fmt: skip
         self.cli(f"explain {samples_id}", "activity", "explain", request={
             "samples_id": samples_id, "pairs": foreign, "explanation": EXPLAIN,
             "review_id": f"rv-{samples_id}"})  # fmt: skip

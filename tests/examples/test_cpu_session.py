@@ -52,6 +52,14 @@ def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
     report = json.loads(audit.stdout)
     assert report["ok"] is True and report["findings"] == []
     assert report["state_hash"] == summary["state_hash"]
+    # the reviews that explained foreign activity (if the host had any) are signed by the
+    # reviewer's throwaway key, which the auditor's allowed-signers file lists (R17)
+    reviews = json.loads(_pl(ledger, env, "review", "list").stdout)["reviews"]
+    assert all(r["signer_fingerprint"].startswith("SHA256:") for r in reviews), reviews
+    if reviews:
+        signers = str(workdir / "allowed_signers")
+        audit = _pl(ledger, env, "audit", "--allowed-signers", signers)
+        assert audit.returncode == 0, audit.stdout + audit.stderr
 
     # the champion is a target-stage pass, its final audit recorded, and the handoff names it
     shown = json.loads(_pl(ledger, env, "champion", "show").stdout)["champions"]

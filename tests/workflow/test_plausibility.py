@@ -1,7 +1,8 @@
 """A measured ratio beyond the Target's plausible bound (SPEC.md R12,
 :mod:`perfledger.commands.workflow.plausibility`): flagged on the samples (derived, so the
 auditor re-derives it), shown with the claim, and no champion until a review by another actor
-explains it; the agent that wants the result cannot explain it itself."""
+names and explains each flag; the agent that wants the result cannot explain it itself, and a
+review about something else clears nothing (``ChampionSelected`` 8, ``ReviewRecorded`` 2)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import pytest
+from wf_legacy import rules_at
 from wf_scenario import CAND1, T1, Session, experiment, samples
 
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.deciders import DecisionContext
-from perfledger.events.workflow import R12_IMPLAUSIBLE_BLOCKS_CHAMPION
+from perfledger.errors import BadRequest
+from perfledger.events.workflow import (
+    R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_NAMED_REVIEW_CLEARS,
+    R12_REVIEW_NAMES_FLAG,
+)
 from perfledger.projections.claims import claims
 
 #: A 20x gain (improvement 0.95 of a lower-is-better latency): beyond the default 10x bound.
@@ -40,13 +48,21 @@ def _target(session: Session) -> Any:
     return session.run("verdict.record", {"samples_id": "e1-target"})
 
 
-def _review(session: Session, actor: str, dissent: bool = False) -> None:
+#: Both cases of e1-target's flag, as ``explains`` names them.
+BOTH = ("small", "large")
+
+
+def _review(session: Session, actor: str, dissent: bool = False,
+            cases: tuple[str, ...] = BOTH, review_id: str | None = None) -> None:  # fmt: skip
+    """``actor`` reviews e1-target's samples event, naming the implausible flag of ``cases``."""
     event_id = session.state().samples["e1-target"].event_id
-    body = {"review_id": f"rv-{actor}", "reviewer": actor, "model_family": "human",
+    body = {"review_id": review_id or f"rv-{actor}", "reviewer": actor, "model_family": "human",
             "subject": "other", "subject_event": event_id,
             "challenge": "20x on a decode step: is work skipped?",
             "response": "the kernel was replaced by a table lookup that is exact for this model",
-            "dissent_remains": dissent}  # fmt: skip
+            "dissent_remains": dissent,
+            "explains": [{"samples_id": "e1-target", "flag": "implausible", "case": case}
+                         for case in cases]}  # fmt: skip
     execute(session.ledger, "review.record", body, actor=actor)
 
 
@@ -74,8 +90,63 @@ def test_cheat_the_agent_explaining_its_own_implausible_gain_is_refused(ready: S
     _target(ready)
     _review(ready, "agent")  # the experiment's creator and the samples' recorder
     ready.refused("champion.select", SELECT, "R12")
-    _review(ready, "reviewer-c", dissent=True)  # another actor who still disagrees
+    _review(ready, "reviewer-c", dissent=True, cases=())  # another actor who still disagrees
     ready.refused("champion.select", SELECT, "R12")
+
+
+def test_cheat_a_review_of_the_samples_that_names_no_flag_clears_nothing(ready: Session) -> None:
+    """F10: another actor's settled review of the flagged samples, about something else (it
+    names no flag), does not clear the plausibility flag; one naming only one of the two
+    flagged cases clears that one, and the refusal names the other."""
+    _big_claim(ready)
+    _target(ready)
+    _review(ready, "reviewer-b", cases=())  # "the seed list looks fine": no flag named
+    error = ready.refused("champion.select", SELECT, "R12")
+    assert '"case": "small"' in error.hint and '"case": "large"' in error.hint
+    _review(ready, "reviewer-c", cases=("small",))
+    error = ready.refused("champion.select", SELECT, "R12")
+    assert "large" in error.message and "small" not in error.message
+    _review(ready, "reviewer-d", cases=("large",))
+    assert ready.champion("e1")["experiment_id"] == "e1"
+    report = audit(ready.ledger)
+    assert report.ok, report.findings
+
+
+def test_r12_a_review_may_name_only_a_flag_the_reviewed_samples_record(ready: Session) -> None:
+    """``explains`` is checked against the reviewed samples: an unflagged case, a dissenting
+    review that claims to explain, and a flag named twice are bad requests."""
+    _big_claim(ready)
+    _target(ready)
+    with pytest.raises(BadRequest, match="no implausible flag on case 'medium'"):
+        _review(ready, "reviewer-b", cases=("medium",))
+    with pytest.raises(BadRequest, match="dissent_remains must be false"):
+        _review(ready, "reviewer-b", dissent=True)
+    with pytest.raises(BadRequest, match="named twice"):
+        _review(ready, "reviewer-b", cases=("small", "small"))
+    screen = ready.state().samples["e1-screen"].event_id
+    body = {"review_id": "rv-x", "reviewer": "b", "model_family": "human", "subject": "other",
+            "subject_event": screen, "challenge": "c", "response": "r", "dissent_remains": False,
+            "explains": [{"samples_id": "e1-target", "flag": "implausible", "case": "small"}]}  # fmt: skip
+    with pytest.raises(BadRequest, match="not the reviewed event"):
+        execute(ready.ledger, "review.record", body, actor="reviewer-b")
+
+
+def test_r12_a_ledger_written_before_reviews_named_flags_audits_clean(ready: Session) -> None:
+    """An older perfledger (``ReviewRecorded`` 1, ``ChampionSelected`` 7): any settled review of
+    the samples by another actor cleared the flag; the auditor re-decides by that rule: clean,
+    while the current rule refuses that selection."""
+    _big_claim(ready)
+    _target(ready)
+    with rules_at({"ReviewRecorded": R12_REVIEW_NAMES_FLAG - 1}):
+        _review(ready, "reviewer-b", cases=())
+    ready.refused("champion.select", SELECT, "R12")  # decided now: the review named no flag
+    with rules_at({"ChampionSelected": R12_NAMED_REVIEW_CLEARS - 1}):
+        assert ready.champion("e1")["experiment_id"] == "e1"
+    versions = {e.kind: e.envelope.schema for e in ready.ledger.events()}
+    assert versions["ReviewRecorded"] == R12_REVIEW_NAMES_FLAG - 1
+    assert versions["ChampionSelected"] == R12_NAMED_REVIEW_CLEARS - 1
+    report = audit(ready.ledger)
+    assert report.ok, [f.to_json() for f in report.findings]
 
 
 def test_r12_a_target_may_declare_a_wider_plausible_bound(bare: Session) -> None:

@@ -499,11 +499,12 @@ def explain_by_review(
                if p.monitor is not None and p.monitor.foreign_activity]  # fmt: skip
     if foreign:
         review_id = f"rv-{samples_id}"
-        execute(ledger, "review.record", {
-            "review_id": review_id, "reviewer": reviewer, "model_family": "human",
-            "subject": "other", "subject_event": view.event_id,
-            "challenge": "foreign activity in the windows", "response": explanation,
-            "dissent_remains": False}, actor=reviewer)  # fmt: skip
+        with rules_at(REVIEW_BEFORE):  # R17 reads no review version; see REVIEW_BEFORE
+            execute(ledger, "review.record", {
+                "review_id": review_id, "reviewer": reviewer, "model_family": "human",
+                "subject": "other", "subject_event": view.event_id,
+                "challenge": "foreign activity in the windows", "response": explanation,
+                "dissent_remains": False}, actor=reviewer)  # fmt: skip
         execute(ledger, "activity.explain", {
             "samples_id": samples_id, "pairs": foreign, "explanation": explanation,
             "review_id": review_id}, actor=actor)  # fmt: skip
@@ -642,6 +643,25 @@ BEFORE_REPORTED = {
     "ChampionSelected": 6,
     "FinalAuditRecorded": 10,
 }
+
+
+#: ``ReviewRecorded`` as a perfledger before issue 34's named and signed reviews recorded it
+#: (schema 1). The R17 helpers record their review so: tests of other rules mix it with
+#: verdicts and champions recorded as before (:func:`as_before`), and a review of a newer
+#: version before them would be a history no perfledger writes (an audit finding,
+#: :mod:`perfledger.commands.audit.schema_floor`); R17's explanation reads no review version.
+REVIEW_BEFORE = {"ReviewRecorded": 1}
+
+
+def review_as_before(path: Any, body: dict[str, Any], actor: str) -> Any:
+    """``review.record`` of ``body`` by ``actor`` on the ledger at ``path``, recorded as
+    :data:`REVIEW_BEFORE` (for sessions whose verdicts are recorded :func:`as_before`).
+    Returns the review's payload as builtins."""
+    import msgspec
+
+    with Ledger.open(path) as ledger, rules_at(REVIEW_BEFORE):
+        [event] = execute(ledger, "review.record", body, actor=actor)
+    return msgspec.to_builtins(event.payload)
 
 
 @contextlib.contextmanager

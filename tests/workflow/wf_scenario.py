@@ -519,11 +519,14 @@ def explain_by_review(
                if p.monitor is not None and p.monitor.foreign_activity]  # fmt: skip
     if foreign:
         review_id = f"rv-{samples_id}"
-        execute(ledger, "review.record", {
-            "review_id": review_id, "reviewer": reviewer, "model_family": "human",
-            "subject": "other", "subject_event": view.event_id,
-            "challenge": "foreign activity in the windows", "response": explanation,
-            "dissent_remains": False}, actor=reviewer)  # fmt: skip
+        from wf_legacy import REVIEW_BEFORE, rules_at
+
+        with rules_at(REVIEW_BEFORE):  # R17 reads no review version; see REVIEW_BEFORE
+            execute(ledger, "review.record", {
+                "review_id": review_id, "reviewer": reviewer, "model_family": "human",
+                "subject": "other", "subject_event": view.event_id,
+                "challenge": "foreign activity in the windows", "response": explanation,
+                "dissent_remains": False}, actor=reviewer)  # fmt: skip
         execute(ledger, "activity.explain", {
             "samples_id": samples_id, "pairs": foreign, "explanation": explanation,
             "review_id": review_id}, actor=actor)  # fmt: skip

@@ -14,12 +14,13 @@ FINDINGS_EXIT = 5
 NEWER_LEDGER_EXIT = 7
 
 
-def audit_ledger(ledger: Any) -> AuditReport:
+def audit_ledger(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
     """Replay the open ``ledger`` from zero: every check of ``verify``, every decision re-decided
-    against the state before it, evidence re-derived from its reports. Returns the report
-    (``report.ok``, ``report.findings`` each naming its event and rule); raises nothing for a
-    finding."""
-    return audit(ledger)
+    against the state before it, evidence re-derived from its reports, and with
+    ``allowed_signers`` (the auditor's allowed-signers file) every review's signature (R12,
+    R17). Returns the report (``report.ok``, ``report.findings`` each naming its event and
+    rule); raises nothing for a finding, BadRequest for a missing signers file."""
+    return audit(ledger, allowed_signers)
 
 
 def audit_exit_code(report: AuditReport) -> int:

@@ -1321,6 +1321,24 @@ R12_PLAUSIBLE_RATIO = 10
 #: (:data:`R12_PLAUSIBLE_RATIO`) is not selected until a review by an actor other than the
 #: experiment's creator and the samples' recorder, on the samples' event, explains it (R12).
 R12_IMPLAUSIBLE_BLOCKS_CHAMPION = 4
+#: The ``ReviewRecorded`` schema version from which a review may name the flags it explains
+#: (``explains``: the samples id, the flag's kind and case, as the samples payload records
+#: them; each checked against the reviewed samples), and the ``ChampionSelected`` one
+#: (:data:`R12_NAMED_REVIEW_CLEARS`) from which a plausibility flag is cleared only by a settled
+#: review by another actor naming it: a review of the samples that names another flag, or
+#: none, clears nothing. Selections recorded before are re-decided by the earlier rule (any
+#: settled review of the samples' event by another actor).
+R12_REVIEW_NAMES_FLAG = 2
+R12_NAMED_REVIEW_CLEARS = 8
+#: The ``ReviewRecorded`` schema version from which a review may carry its reviewer's SSH
+#: signature (``signature``, namespace ``perfledger-review``) over its canonical content
+#: (:func:`perfledger.commands.workflow.review_signature.signed_content`): checked to be a good
+#: signature of that content by the key it carries when recorded, the key and its fingerprint
+#: recorded (derived). ``perfledger audit --allowed-signers FILE`` checks each signed review's
+#: key against the auditor's file (its principal must be the review's appender, and not the
+#: appender of the reviewed event), and fails on a review without a good signature that cleared
+#: a flag or allowed a champion (R12, R17). Reviews recorded before carry no signature.
+R12_SIGNED_REVIEW = 3
 #: The ``ActivityExplained`` schema version from which foreign activity is explained only by
 #: evidence (R17): a ``ReviewRecorded`` on the samples' event, dissent settled, appended by an
 #: actor other than the experiment's creator, the samples' recorder and the one explaining;
@@ -1490,7 +1508,11 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: ``ReadinessRecorded`` refuses a Target with a unit outside the vocabulary
 #: (:data:`R1_KNOWN_UNITS_READINESS`). Version 6 of ``ReadinessRecorded``, 9 of
 #: ``VerdictRecorded``, 7 of ``ChampionSelected`` and 11 of ``FinalAuditRecorded`` keep
-#: self-reported figures secondary (:data:`R5_OBSERVED_PRIMARY_READINESS`).
+#: self-reported figures secondary (:data:`R5_OBSERVED_PRIMARY_READINESS`). Version 2 of
+#: ``ReviewRecorded`` and 8 of ``ChampionSelected`` clear a plausibility flag only by a review
+#: naming it (:data:`R12_REVIEW_NAMES_FLAG`; ``ReviewRecorded`` is registered by
+#: :mod:`perfledger.events.review` with this version); version 3 of ``ReviewRecorded`` carries
+#: the reviewer's SSH signature (:data:`R12_SIGNED_REVIEW`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1539,7 +1561,9 @@ SCHEMA_VERSIONS = {
         R5_MEASURED_CHAMPION,
         R14_CODE_RESULTS_CHAMPION,
         R5_REPORTED_CHAMPION,
+        R12_NAMED_REVIEW_CLEARS,
     ),
+    "ReviewRecorded": max(R12_REVIEW_NAMES_FLAG, R12_SIGNED_REVIEW),
     "FormalRunStarted": R14_ONE_FORMAL_RUN,
     "ReadinessRecorded": max(
         R2_STATISTICS_FROZEN, R1_KNOWN_UNITS_READINESS, R5_OBSERVED_PRIMARY_READINESS

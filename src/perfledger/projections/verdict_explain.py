@@ -266,7 +266,7 @@ def implausible_lines(implausible: Any) -> list[str]:
         return []
     return [
         f"FLAG implausible ratio: case {case} measured {ratio:.4g}x its reference (R12: no "
-        "champion until another actor's review explains it)"
+        "champion until another actor's review names and explains it)"
         for case, ratio in implausible.items()
     ]
 

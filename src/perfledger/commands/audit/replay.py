@@ -26,7 +26,11 @@ From zero, independent of the derived cache and index, in one pass over git:
    schema version below what its ancestors show was written by no perfledger (versions only
    rise along the DAG); it is an integrity finding naming the ancestor, since its lowered
    version would have it re-checked by an older, weaker rule;
-7. the final ``state_hash``.
+7. reviews (:mod:`perfledger.commands.audit.review_auth`): with the auditor's allowed-signers
+   file, each signed review's key must be listed under its appender, and a review that cleared
+   a flag or allowed a champion (R12, R17) without such a signature is a finding naming it;
+   without the file those reviews are listed in the notes;
+8. the final ``state_hash``.
 
 Exit 0 when clean, 5 with the list of findings. Needs no GPU: verdicts are derived from the
 recorded samples with numpy/scipy only.
@@ -35,6 +39,7 @@ recorded samples with numpy/scipy only.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +49,7 @@ import msgspec
 
 from perfledger.commands.audit import schema_floor
 from perfledger.commands.audit.evidence import rederive_evidence
+from perfledger.commands.audit.review_auth import ReviewWatch
 from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import OPERATIONS
 from perfledger.commands.workflow.deciders import DecisionContext, derive_samples
@@ -293,6 +299,8 @@ class _Replay:
         #: store's derived index (a forged index must not choose what a decision is checked on)
         self.commit_of: dict[str, bytes] = {}
         self.position: dict[str, int] = {}
+        #: the reviews and the decisions that relied on them (R12, R17)
+        self.reviews = ReviewWatch()
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -333,6 +341,7 @@ class _Replay:
                            f"events; its verified ancestry has {count}")  # fmt: skip
                 return
             self._redecide(before, event)
+            self.reviews.observe(before, event, self._actor_of)
         self.position[envelope.id] = self.seen
         if envelope.kind == "SamplesRecorded":
             self.samples_payloads[envelope.id] = event.payload
@@ -648,12 +657,22 @@ def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
     )
 
 
-def audit(ledger: Any) -> AuditReport:
+def audit(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
     """Replay ``ledger`` (a :class:`perfledger.api.Ledger`) from zero; see the module docstring.
+    ``allowed_signers``: the auditor's allowed-signers file (git's format) the reviews'
+    signatures are checked against (step 7); None: reviews that decided something are listed
+    in the notes.
 
     Returns: an :class:`AuditReport`; ``ok`` is False when verify failed or any finding exists.
     Never reads or writes the derived state cache.
+    Raises: BadRequest when ``allowed_signers`` names no file.
     """
+    if allowed_signers is not None and not os.path.isfile(allowed_signers):
+        raise BadRequest(
+            f"no allowed-signers file at {allowed_signers}",
+            hint="pass --allowed-signers FILE naming an existing allowed-signers file "
+            "(git's format: `principal keytype key`, one a line)",
+        )
     started = time.perf_counter()
     report = AuditReport(ok=False, head="")
     replay = _Replay(ledger.store, report)
@@ -664,7 +683,7 @@ def audit(ledger: Any) -> AuditReport:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _replay_all(ledger, replay, report)
+        _replay_all(ledger, replay, report, allowed_signers)
     finally:
         if collecting:
             gc.enable()
@@ -672,9 +691,11 @@ def audit(ledger: Any) -> AuditReport:
     return report
 
 
-def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
+def _replay_all(
+    ledger: Any, replay: _Replay, report: AuditReport, allowed_signers: str | None = None
+) -> None:
     """Verify ``ledger`` with ``replay`` on every event; fill ``report``'s head, findings,
-    state hash and ``ok``."""
+    notes, state hash and ``ok`` (the reviews checked against ``allowed_signers``)."""
     from perfledger.ledger.verify import verify_store  # noqa: PLC0415 (dulwich via perfledger.ledger.verify)
 
     def keep_commits(graph: Any) -> None:
@@ -694,4 +715,10 @@ def _replay_all(ledger: Any, replay: _Replay, report: AuditReport) -> None:
         report.findings.append(Finding(error.event_id or "", "", 0, rule, error.message))
     else:
         report.state_hash = state_hash(replay.state)
+        found, notes = replay.reviews.check(allowed_signers)
+        for review, rule, message in found:
+            report.findings.append(
+                Finding(review.event_id, "ReviewRecorded", review.lamport, rule, message)
+            )
+        report.notes += notes
     report.ok = verified.ok and not report.findings

@@ -21,7 +21,8 @@ COMMAND_HELP: dict[str, str] = {
     "audit": (
         "The auditor's replay from zero, independent of the cache: everything `verify` checks, "
         "every verdict re-derived from its samples, every request re-decided against the state "
-        "before it. Exit 0 when clean, 5 with the findings (each naming its event and rule)."
+        "before it; with --allowed-signers, every review's SSH signature. Exit 0 when clean, 5 "
+        "with the findings (each naming its event and rule)."
     ),
     "baseline": ("Record the original's baseline before any candidate (R4)."),
     "champion": ("Select or show the champion of a Target (R13)."),

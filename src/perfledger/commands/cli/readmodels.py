@@ -329,17 +329,23 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
 
 
 @click.command("audit")
+@click.option("--allowed-signers", "allowed_signers", default=None,
+              type=click.Path(dir_okay=False), metavar="FILE",
+              help="Your allowed-signers file (git's format): each review's signature must be "
+              "by a key it lists under the review's appender; a review that cleared a flag or "
+              "allowed a champion without one is a finding (R12, R17).")  # fmt: skip
 @_json
-def audit_command(json_flag: bool) -> None:
+def audit_command(allowed_signers: str | None, json_flag: bool) -> None:
     """The auditor's replay from zero, independent of the cache: everything `verify` checks,
     every verdict re-derived from its samples, every request re-decided against the state
-    before it. Exit 0 when clean, 5 with the findings (each naming its event and rule)."""
+    before it; with --allowed-signers, every review's SSH signature. Exit 0 when clean, 5 with
+    the findings (each naming its event and rule)."""
     ctx = _ctx(json_flag)
     from perfledger.app.audit import audit_exit_code, audit_ledger  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
     ledger = ctx.open()
     try:
-        report = audit_ledger(ledger)
+        report = audit_ledger(ledger, allowed_signers)
     finally:
         ledger.close()
     if ctx.json_mode:

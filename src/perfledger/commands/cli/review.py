@@ -1,6 +1,9 @@
 """``perfledger review``: research and review records. ``review record --request FILE`` is the
-generic write command of ``review.record``; this module adds ``review list [--unresolved]
-[--target ID]``, which lists the recorded reviews and the dissent still unresolved."""
+generic write command of ``review.record``, with ``--sign-with KEY`` (the reviewer's SSH key:
+the review is recorded with its signature, R12, R17); this module adds ``review content
+--request FILE`` (the exact bytes a reviewer signs, for ``ssh-keygen -Y sign -n
+perfledger-review``) and ``review list [--unresolved] [--target ID]``, which lists the
+recorded reviews and the dissent still unresolved."""
 
 from __future__ import annotations
 
@@ -73,9 +76,73 @@ def review_list(unresolved: bool, target_id: str | None, json_flag: bool) -> Non
         click.echo("no review recorded" + (" with unresolved dissent" if unresolved else ""))
 
 
+def signed_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
+    """``body`` (a ``review.record`` request) with ``signature``: the reviewer's SSH signature,
+    made with the private key at ``key_path`` in the ``perfledger-review`` namespace, over the
+    review's canonical content. Raises: BadRequest for an invalid request or a key ssh-keygen
+    cannot sign with."""
+    from perfledger.commands.registry import operations  # noqa: PLC0415 (off `perfledger log`'s start-up path)
+    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415
+    from perfledger.ledger.sshsig import REVIEW_NAMESPACE, sign  # noqa: PLC0415
+
+    unsigned = {k: v for k, v in body.items() if k != "signature"}
+    content = signed_content(operations.validate("review.record", unsigned))
+    return {**unsigned, "signature": sign(content, key_path, namespace=REVIEW_NAMESPACE).decode()}
+
+
+def _signing_record(generic: click.Command) -> click.Command:
+    """The generic ``review record`` with ``--sign-with KEY``."""
+    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415
+
+    def callback(sign_with: str | None, **options: Any) -> None:
+        if sign_with is None:
+            assert generic.callback is not None
+            generic.callback(**options)
+            return
+        ctx = _ctx(options["json_flag"])
+        body = signed_request(read_request(options["request_source"]), sign_with)
+        submit(
+            ctx, "review.record", body, actor=options["actor"],
+            idempotency_key=options["idempotency_key"], dry_run=options["dry_run"],
+        )  # fmt: skip
+
+    sign_option = click.Option(
+        ["--sign-with", "sign_with"], default=None, type=click.Path(dir_okay=False),
+        metavar="KEY", help="The reviewer's private SSH key: sign the review with it "
+        "(namespace perfledger-review); `perfledger audit --allowed-signers FILE` checks the "
+        "key is listed under the appender (--actor).",
+    )  # fmt: skip
+    return click.Command(
+        generic.name, params=[*generic.params, sign_option], callback=callback,
+        help=(generic.help or "") + " --sign-with KEY signs it with the reviewer's SSH key.",
+    )  # fmt: skip
+
+
+@click.command("content")
+@click.option("--request", "request_source", required=True, metavar="FILE",
+              help="The review.record request (- for stdin), without its signature.")  # fmt: skip
+def review_content(request_source: str) -> None:
+    """Print the exact bytes a reviewer signs for this review (R12, R17): sign them with
+    `ssh-keygen -Y sign -n perfledger-review -f KEY` and put the armored output in the request's
+    "signature" (or let `review record --sign-with KEY` do both)."""
+    from perfledger.commands.cli.workflow import read_request  # noqa: PLC0415
+    from perfledger.commands.registry import operations  # noqa: PLC0415
+    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415
+
+    body = {k: v for k, v in read_request(request_source).items() if k != "signature"}
+    out = click.get_binary_stream("stdout")
+    out.write(signed_content(operations.validate("review.record", body)))
+    out.flush()
+
+
 def extend(cli: click.Group) -> None:
-    """Add ``review list`` to the ``review`` group of ``cli`` (after the workflow commands)."""
+    """Add ``review list`` and ``review content`` to the ``review`` group of ``cli``, and
+    ``--sign-with`` to its ``record`` (after the workflow commands)."""
     group = cli.commands.get("review")
     if isinstance(group, click.Group):
         group.help = GROUP_HELP
         group.add_command(review_list, "list")
+        group.add_command(review_content, "content")
+        generic = group.commands.get("record")
+        if generic is not None:
+            group.add_command(_signing_record(generic), "record")

@@ -80,6 +80,7 @@ from perfledger.events.workflow import (
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_NAMED_REVIEW_CLEARS,
     R12_PLAUSIBLE_RATIO,
     R12_WALL_VALUE_COUNTS,
     R13_FAILED_AUDIT_DEMOTES,
@@ -1960,7 +1961,10 @@ def decide_champion_select(
     if rules_version(ctx, "ChampionSelected") >= R12_IMPLAUSIBLE_BLOCKS_CHAMPION:
         creator = state.experiments[verdict.experiment_id].event_id
         interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
-        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of)
+        plausibility.r12_plausible_or_reviewed(
+            state, samples, interested, ctx.actor_of,
+            named=rules_version(ctx, "ChampionSelected") >= R12_NAMED_REVIEW_CLEARS,
+        )  # fmt: skip
     payload = ChampionSelected(
         target_id=req.target_id,
         decision="select",

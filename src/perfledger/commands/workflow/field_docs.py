@@ -345,6 +345,16 @@ MODEL_FIELDS: dict[str, str] = {
     "ReviewRecord.response": "The response to the challenge, in words.",
     "ReviewRecord.dissent_remains": "true while the reviewer still disagrees after the response.",
     "ReviewRecord.resolves": "Earlier reviews whose dissent this one settles (their review ids).",
+    "ReviewRecord.explains": "The flags of the reviewed samples this review explains (R12): each "
+    "{samples_id, flag: implausible, case} as the samples record it. Only a settled review by "
+    "another actor naming a flag clears it; a review naming none clears nothing.",
+    "ReviewRecord.signature": "The reviewer's armored SSH signature (namespace "
+    "perfledger-review) over the review's canonical content (`perfledger review content`, or "
+    "`review record --sign-with KEY`); an auditor checks the key against an allowed-signers "
+    "file (`perfledger audit --allowed-signers FILE`).",
+    "ReviewFlag.samples_id": "The flagged samples' id (the review's subject_event is their event).",
+    "ReviewFlag.flag": "The flag's kind: implausible (a ratio beyond the plausible bound, R12).",
+    "ReviewFlag.case": "The flagged test case, as the samples' implausible records it.",
     "SamplesRecord.provenance": "Where the samples come from (R5): set by perfledger measure; "
     "absent or outside for samples recorded from outside perfledger.",
     "Provenance.protocol": "The measuring protocol (e.g. workload_abba).",

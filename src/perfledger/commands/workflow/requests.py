@@ -879,11 +879,22 @@ class ConflictResolve(Request, kw_only=True):
 # ------------------------------------------------------------------------------- reviews
 
 
+class ReviewFlag(Request, kw_only=True):
+    """A flag a review explains (R12), as the samples payload records it: the samples id, the
+    flag's kind (``implausible``) and its test case."""
+
+    samples_id: Id
+    flag: Literal["implausible"]
+    case: Name
+
+
 class ReviewRecord(Request, kw_only=True):
     """``review.record``: a reviewer's challenge to a claim, a rejection or a Target's stop
     (``subject_event``: the reviewed event's full id), the response, and whether dissent
-    remains; ``resolves`` names earlier reviews whose dissent this one settles. Recorded, never
-    judged."""
+    remains; ``resolves`` names earlier reviews whose dissent this one settles; ``explains``
+    names the flags of the reviewed samples it explains (R12: only a review naming a flag
+    clears it); ``signature`` is the reviewer's SSH signature of the rest (R12, R17: an auditor
+    checks whose key made it). Recorded, never judged."""
 
     review_id: Id
     reviewer: Name
@@ -894,3 +905,10 @@ class ReviewRecord(Request, kw_only=True):
     response: Text
     dissent_remains: bool
     resolves: Annotated[list[Id], Meta(max_length=_MAX_ITEMS)] = []
+    #: R12: the flags this review explains (each a flag the reviewed samples record); only a
+    #: settled review by another actor naming a flag clears it
+    explains: Annotated[list[ReviewFlag], Meta(max_length=_MAX_ITEMS)] = []
+    #: R12, R17: the reviewer's armored SSH signature (``ssh-keygen -Y sign -n
+    #: perfledger-review``) over the review's canonical content (every other field:
+    #: :func:`perfledger.commands.workflow.review_signature.signed_content`)
+    signature: Annotated[str, Meta(min_length=1, max_length=8_000)] | None = None
