@@ -19,8 +19,12 @@ from perfledger.app.readmodels import (
     claims_of,
     evidence_list,
     evidence_show,
+    experiment_of,
+    experiments_of,
     lineage_of,
     rejected_of,
+    targets_of,
+    verdict_explained,
 )
 from perfledger.commands.mcp.server import Tools
 from perfledger.errors import BadRequest
@@ -36,13 +40,21 @@ def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_read_use_cases_refuse_an_unknown_target_or_id(ledger_path: Path) -> None:
     with Ledger.open(ledger_path) as ledger:
-        for use_case in (claims_of, champion_of, lineage_of):
+        for use_case in (claims_of, champion_of, lineage_of, targets_of):
             with pytest.raises(BadRequest, match="no Target 'nope'"):
                 use_case(ledger, TargetQuery(target_id="nope"))
         with pytest.raises(BadRequest):
             lineage_of(ledger, TargetQuery())
-        with pytest.raises(BadRequest, match="no evidence 'nope'"):
-            evidence_show(ledger, "nope")
+        for by_id, what in ((evidence_show, "evidence"), (experiment_of, "experiment"),
+                            (verdict_explained, "verdict or final audit")):  # fmt: skip
+            with pytest.raises(BadRequest, match=f"no {what}"):
+                by_id(ledger, "nope")
+        rows = experiments_of(ledger, TargetQuery(target_id="t1")).experiments
+        assert [r.experiment_id for r in rows] == ["e1", "e2", "e3"]
+        assert experiment_of(ledger, "e2").verdicts.keys() == {"e2-screen", "e2-target"}
+        assert verdict_explained(ledger, "e1-target").to_json()["explanation"]["status"] == "pass"
+        shown = targets_of(ledger, TargetQuery(target_id="t1")).to_json()
+        assert shown["target"]["definition"]["target_id"] == "t1"
         assert [r.evidence_id for r in evidence_list(ledger).evidence] == ["ev-ncu"]
         assert (
             evidence_show(ledger, "ev-ncu").event_id == evidence_list(ledger).evidence[0].event_id

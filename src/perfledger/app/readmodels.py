@@ -1,10 +1,12 @@
-"""The read models' use cases (SPEC.md section 6): claims vs outcomes, the current champions, one
-Target's champion with its lineage and code, the lineage alone, the rejected directions, and
-the recorded evidence (listed, or one piece shown).
+"""The read models' use cases (SPEC.md section 6): the Targets and experiments as folded, a
+recorded verdict explained, claims vs outcomes, the current champions, one Target's champion
+with its lineage and code, the lineage alone, the rejected directions, and the recorded
+evidence (listed, or one piece shown).
 
 Each reads an open ledger (its folded state, or its events), refuses an unknown Target or id,
-and returns a msgspec result whose :func:`msgspec.to_builtins` is the ``--json`` answer of
-``perfledger claims``, ``champion show [TARGET]``, ``champion lineage TARGET``, ``rejected``,
+and returns a msgspec result whose :func:`msgspec.to_builtins` (or ``to_json()``) is the
+``--json`` answer of ``perfledger target show``, ``experiment show|list``, ``verdict explain``,
+``claims``, ``champion show [TARGET]``, ``champion lineage TARGET``, ``rejected``,
 ``evidence list`` and ``evidence show ID``; the MCP server's ``claims`` and ``champion`` tools
 return the same. Only the pure projections are imported here (a few milliseconds: this module is on
 ``perfledger experiment list``'s start-up path).
@@ -25,6 +27,7 @@ from perfledger.projections.champions import (
 )
 from perfledger.projections.claims import ClaimRow, claims
 from perfledger.projections.rejections import RejectedRow, rejected
+from perfledger.projections.verdict_explain import explain_verdict
 
 #: The hint of a refused unknown Target.
 TARGETS_HINT = "`perfledger status` lists the Targets"
@@ -78,6 +81,118 @@ class Rejected(msgspec.Struct, kw_only=True):
     """Rejected directions, the scope each closed (R15) and why."""
 
     rejected: list[RejectedRow]
+
+
+class TargetsShown(msgspec.Struct, kw_only=True):
+    """Targets as folded (R1-R4, R13): ``targets`` (id -> ``TargetView``), every experiment
+    (id -> ``ExperimentView``, what people's rendering lists per Target) and ``one``: a single
+    Target was asked for. :meth:`to_json` is ``target show [TARGET] --json``."""
+
+    targets: dict[str, Any]
+    experiments: dict[str, Any]
+    one: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"target": ...}`` for one Target, else ``{"targets": {id: ...}}`` (builtins)."""
+        if self.one:
+            return {"target": msgspec.to_builtins(next(iter(self.targets.values())))}
+        return {"targets": msgspec.to_builtins(self.targets)}
+
+
+class ExperimentShown(msgspec.Struct, kw_only=True):
+    """One experiment (``ExperimentView``: claim, figures, stage, status, samples) and its
+    recorded verdicts by samples id (R7-R15)."""
+
+    experiment: Any
+    verdicts: dict[str, Any]
+
+
+class ExperimentRow(msgspec.Struct, kw_only=True):
+    """One experiment listed: its id, Target, stage, status and Amdahl ``bound`` (a speedup;
+    None for a tail primary)."""
+
+    experiment_id: str
+    target_id: str
+    stage: str
+    status: str
+    bound: float | None
+
+
+class ExperimentList(msgspec.Struct, kw_only=True):
+    """Experiments in the ledger's order."""
+
+    experiments: list[ExperimentRow]
+
+
+class VerdictExplained(msgspec.Struct, kw_only=True):
+    """A recorded verdict or final audit explained (R5, R12): the condition that decided it,
+    estimate, CI and threshold, every case's per-call figures, the samples' provenance.
+    ``recorded`` is the payload as builtins (for people's rendering); :meth:`to_json` is
+    ``verdict explain SAMPLES --json``."""
+
+    samples_id: str
+    explanation: dict[str, Any]
+    recorded: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"samples_id", "explanation"}``."""
+        return {"samples_id": self.samples_id, "explanation": self.explanation}
+
+
+def targets_of(ledger: Any, query: TargetQuery) -> TargetsShown:
+    """The Target ``query.target_id`` (None: every current Target) as folded.
+    Raises: BadRequest (exit 2) for an unknown Target."""
+    state = ledger.state()
+    if query.target_id is None:
+        shown = {k: v for k, v in state.targets.items() if v.status == "current"}
+    elif query.target_id not in state.targets:
+        raise BadRequest(
+            f"no Target {query.target_id!r}", hint="`perfledger target show` lists them"
+        )
+    else:
+        shown = {query.target_id: state.targets[query.target_id]}
+    return TargetsShown(
+        targets=shown, experiments=dict(state.experiments), one=query.target_id is not None
+    )
+
+
+def experiment_of(ledger: Any, experiment_id: str) -> ExperimentShown:
+    """The experiment ``experiment_id`` and its recorded verdicts.
+    Raises: BadRequest (exit 2) for an unknown experiment."""
+    state = ledger.state()
+    experiment = state.experiments.get(experiment_id)
+    if experiment is None:
+        raise BadRequest(
+            f"no experiment {experiment_id!r}", hint="`perfledger experiment list` lists them"
+        )
+    verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
+    return ExperimentShown(experiment=experiment, verdicts=verdicts)
+
+
+def experiments_of(ledger: Any, query: TargetQuery) -> ExperimentList:
+    """The experiments of ``query.target_id`` (None: of every Target)."""
+    return ExperimentList(experiments=[
+        ExperimentRow(experiment_id=eid, target_id=e.created.target_id, stage=e.stage,
+                      status=e.status, bound=e.created.figures.bound)
+        for eid, e in ledger.state().experiments.items()
+        if query.target_id is None or e.created.target_id == query.target_id
+    ])  # fmt: skip
+
+
+def verdict_explained(ledger: Any, samples_id: str) -> VerdictExplained:
+    """The recorded verdict (or final audit) of ``samples_id`` explained (R5, R12); reads,
+    records nothing. Raises: BadRequest (exit 2) where none is recorded."""
+    state = ledger.state()
+    recorded = state.verdicts.get(samples_id) or state.final_audits.get(samples_id)
+    if recorded is None:
+        raise BadRequest(
+            f"no verdict or final audit is recorded for samples {samples_id!r}",
+            hint="`perfledger verdict record --samples ID` derives and records one",
+        )
+    payload = msgspec.to_builtins(recorded)
+    return VerdictExplained(
+        samples_id=samples_id, explanation=explain_verdict(payload), recorded=payload
+    )
 
 
 def _known(state: Any, target_id: str) -> None:
@@ -196,14 +311,23 @@ __all__ = [
     "EvidenceList",
     "EvidenceRow",
     "EvidenceShown",
+    "ExperimentList",
+    "ExperimentRow",
+    "ExperimentShown",
     "Lineage",
     "Rejected",
     "TargetQuery",
+    "TargetsShown",
+    "VerdictExplained",
     "champion_of",
     "champions_of",
     "claims_of",
     "evidence_list",
     "evidence_show",
+    "experiment_of",
+    "experiments_of",
     "lineage_of",
     "rejected_of",
+    "targets_of",
+    "verdict_explained",
 ]
