@@ -358,8 +358,6 @@ def _write_command(operation: Operation) -> click.Command:
         for field, value in flags.items():
             if value is not None:
                 body[field] = value
-        if operation.name == "samples.record":
-            _outside_samples_only(body)
         submit(
             ctx, operation.name, body, actor=actor, idempotency_key=idempotency_key,
             dry_run=dry_run, request_given=request_source is not None,
@@ -369,19 +367,6 @@ def _write_command(operation: Operation) -> click.Command:
     return click.Command(
         operation.verb, params=params, callback=callback, help=operation.help + rules
     )
-
-
-def _outside_samples_only(body: Any) -> None:
-    """R5: a pairs table given to ``samples record`` was measured outside perfledger; only
-    ``perfledger measure`` records samples as measured by perfledger (with their raw table).
-    Raises: BadRequest for a body that claims otherwise."""
-    provenance = body.get("provenance") if isinstance(body, dict) else None
-    if isinstance(provenance, dict) and provenance.get("source") == "perfledger":
-        raise BadRequest(
-            "`samples record` records a pairs table from outside perfledger: its provenance "
-            "cannot say `perfledger`",
-            hint="measure with `perfledger measure workload|kernel`, or drop `provenance`",
-        )
 
 
 #: Which common-flag fields each operation's request has, so that building the CLI needs no
