@@ -19,6 +19,7 @@ from perfledger.app.identity import readiness_edge
 from perfledger.app.output_check import readiness_warning
 from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.registry import operations
+from perfledger.errors import BadRequest
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.projections.verdict_explain import explain_verdict
 
@@ -54,6 +55,19 @@ def explanation(event: dict[str, Any]) -> dict[str, Any]:
     return {"explanation": explain_verdict(event["payload"])}
 
 
+def outside_samples_only(body: Any) -> None:
+    """R5: a pairs table given to ``samples.record`` was measured outside perfledger; only
+    ``perfledger measure`` records samples as measured by perfledger (with their raw table).
+    Raises: BadRequest for a body whose provenance claims otherwise."""
+    provenance = body.get("provenance") if isinstance(body, dict) else None
+    if isinstance(provenance, dict) and provenance.get("source") == "perfledger":
+        raise BadRequest(
+            "`samples record` records a pairs table from outside perfledger: its provenance "
+            "cannot say `perfledger`",
+            hint="measure with `perfledger measure workload|kernel`, or drop `provenance`",
+        )
+
+
 def record_decision(
     ledger: Any,
     op: str,
@@ -70,9 +84,12 @@ def record_decision(
     fields. ``warn`` receives the warnings a person should see (``readiness.record`` whose
     outputs the subject alone would judge, R5); None: not shown.
 
-    Raises: BadRequest (an unknown operation, an invalid request), RuleRefused (the rule that
-    refuses it), ConcurrentAppend (another writer appended first)."""
+    Raises: BadRequest (an unknown operation, an invalid request, samples whose provenance
+    claims perfledger measured them, R5), RuleRefused (the rule that refuses it),
+    ConcurrentAppend (another writer appended first)."""
     body = request if isinstance(request, dict) else msgspec.to_builtins(request)
+    if op == "samples.record":
+        outside_samples_only(body)
     artifacts: dict[str, Any] = {}
     if op == "readiness.record":  # original.subject -> its snapshot (R11)
         if warn is not None:
@@ -99,4 +116,4 @@ def record_decision(
     return Recorded(op, list(envelopes))
 
 
-__all__ = ["Recorded", "explanation", "record_decision"]
+__all__ = ["Recorded", "explanation", "outside_samples_only", "record_decision"]

@@ -2,23 +2,25 @@
 profile a command with Nsight Compute, then decide (``--dry-run``) or record the request with
 the raw report attached.
 
-The use cases of ``perfledger evidence add --kind`` and ``perfledger evidence ncu``
-(:mod:`perfledger.commands.cli.evidence` parses the options and prints the answer); the parsers
-live in :mod:`perfledger.kernels.profilers`. Every parse failure is an EvidenceError (exit 2)
-that appends nothing.
+The use cases of ``perfledger evidence add --kind`` (:func:`add_report`) and ``perfledger
+evidence ncu`` (:func:`add_ncu_profile`); :mod:`perfledger.commands.cli.evidence` parses the
+options and prints the answer, and the parsers live in :mod:`perfledger.kernels.profilers`.
+Every parse failure is an EvidenceError (exit 2) that appends nothing.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import blake3
+import msgspec
 
 from perfledger.api import Ledger
 from perfledger.commands.registry import operations
-from perfledger.errors import EvidenceError
+from perfledger.errors import BadRequest, EvidenceError
 from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu, export_ncu_rep
 from perfledger.kernels.profilers.evidence import evidence_request, file_hash
 from perfledger.kernels.profilers.ncu import parse_ncu_csv
@@ -27,6 +29,46 @@ from perfledger.ledger.base import Artifact
 
 #: Logical artifact name -> (bytes, media type): what an evidence event attaches.
 RawFiles = dict[str, tuple[bytes, str]]
+#: Report kind -> the media type of its raw file.
+MEDIA = {
+    "ncu": "text/csv",
+    "nsys": "application/vnd.sqlite3",
+    "nsys-stats": "text/csv",
+    "torch": "application/json",
+    "ptxas": "text/plain",
+    "sass": "text/plain",
+}
+#: Request fields that a parsed report's evidence takes besides the report (its context).
+CONTEXT_FIELDS = ("evidence_id", "layer", "applicability", "target_id", "description", "shapes",
+                  "graph")  # fmt: skip
+#: The hint of a malformed evidence request.
+EVIDENCE_HINT = (
+    "`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds"
+)
+
+
+def evidence_context(body: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The context of a parsed report's evidence (R6): the request's ``body`` (only
+    :data:`CONTEXT_FIELDS`), each field of ``overrides`` that is not None over it.
+    Raises: BadRequest (exit 2) for another field, or without an evidence id."""
+    unknown = sorted(set(body) - set(CONTEXT_FIELDS))
+    if unknown:
+        raise BadRequest(
+            f"with --kind, the request may hold only {', '.join(CONTEXT_FIELDS)}; got {unknown}",
+            hint=EVIDENCE_HINT,
+        )
+    context = {**body, **{k: v for k, v in overrides.items() if v is not None}}
+    if not context.get("evidence_id"):
+        raise BadRequest("an evidence id is required: --evidence-id ID", hint=EVIDENCE_HINT)
+    return context
+
+
+def read_report(path: str) -> bytes:
+    """The bytes of the report file ``path``. Raises: EvidenceError (exit 2)."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise EvidenceError(f"cannot read {path!r}: {exc.strerror}", hint=EVIDENCE_HINT) from None
 
 
 def parse_report_file(
@@ -154,4 +196,118 @@ def record_evidence(
     )
 
 
-__all__ = ["RawFiles", "parse_report_file", "profile_ncu", "record_evidence"]
+class AddReport(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A request to record a profiler or compiler report as evidence (R6, R16).
+
+    Attributes:
+        kind: ``ncu``, ``nsys``, ``nsys-stats``, ``torch``, ``ptxas`` or ``sass``.
+        report: the report file (an ``.ncu-rep`` is exported with ``ncu --import`` first).
+        context: the request's context fields (:data:`CONTEXT_FIELDS`).
+        overrides: context fields given apart (the CLI's flags; None: not given).
+        tool_version: the tool's version text (None: from the report where it says).
+        grouping: ncu digit grouping, ``none`` or ``en_US``.
+        binary, binary_hash: sass: the dumped binary (hashed here), or its ``ALGO:HEX``.
+        ncu_path: the ncu executable (for an ``.ncu-rep``).
+        actor, idempotency_key: who records; a retry-safe key.
+        dry_run: decide only, append nothing.
+    """
+
+    kind: str
+    report: str
+    context: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}
+    tool_version: str | None = None
+    grouping: str | None = None
+    binary: str | None = None
+    binary_hash: str | None = None
+    ncu_path: str | None = None
+    actor: str
+    idempotency_key: str | None = None
+    dry_run: bool = False
+
+
+class NcuProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A request to profile ``command`` with Nsight Compute and record the result (R6, R16):
+    ``sections`` (none: the default ones), ``extra`` ncu arguments, ``timeout_s`` (seconds),
+    and ``context``/``overrides``, ``actor``, ``idempotency_key`` as :class:`AddReport`'s."""
+
+    command: list[str]
+    context: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}
+    ncu_path: str | None = None
+    sections: list[str] = []
+    extra: list[str] = []
+    timeout_s: float | None = None
+    actor: str
+    idempotency_key: str | None = None
+
+
+class EvidenceAdded(msgspec.Struct, kw_only=True):
+    """The parsed ``report`` and the ``events`` appended (or, on a dry run, the drafts)."""
+
+    report: Any
+    events: list[Any]
+    dry_run: bool = False
+
+
+def _recorded(
+    open_ledger: Callable[[], Any], parsed: Any, context: dict[str, Any], raw: RawFiles, **kw: Any
+) -> list[Any]:
+    ledger = open_ledger()
+    try:
+        return record_evidence(ledger, parsed, context, raw, **kw)
+    finally:
+        ledger.close()
+
+
+def add_report(request: AddReport, *, open_ledger: Callable[[], Any]) -> EvidenceAdded:
+    """Parse ``request.report`` and record it (or decide it, ``dry_run``) with the raw report
+    attached; the ledger is opened only once the report parsed (closed before returning).
+    Raises: BadRequest (exit 2: the context); EvidenceError (exit 2: an unreadable report, one
+    that does not parse); RuleRefused (exit 3); ConcurrentAppend (exit 4)."""
+    context = evidence_context(request.context, request.overrides)
+    parsed, raw = parse_report_file(
+        request.kind, request.report, read_report(request.report), MEDIA[request.kind],
+        tool_version=request.tool_version, grouping=request.grouping, binary=request.binary,
+        binary_hash=request.binary_hash, ncu_path=request.ncu_path,
+    )  # fmt: skip
+    events = _recorded(
+        open_ledger, parsed, context, raw, actor=request.actor,
+        idempotency_key=request.idempotency_key, source_file=request.report,
+        dry_run=request.dry_run,
+    )  # fmt: skip
+    return EvidenceAdded(report=parsed, events=events, dry_run=request.dry_run)
+
+
+def add_ncu_profile(request: NcuProfile, *, open_ledger: Callable[[], Any]) -> EvidenceAdded:
+    """Profile ``request.command`` with Nsight Compute and record the facts, ncu's version,
+    the command and its exit status (:func:`profile_ncu`, :func:`record_evidence`).
+    Raises: BadRequest (exit 2: the context); EvidenceError (exit 2: ncu's output does not
+    parse); RuleRefused (exit 3); ConcurrentAppend (exit 4)."""
+    context = evidence_context(request.context, request.overrides)
+    parsed, raw, argv, exit_status = profile_ncu(
+        request.command, ncu_path=request.ncu_path, sections=request.sections,
+        extra=request.extra, timeout_s=request.timeout_s,
+    )  # fmt: skip
+    events = _recorded(
+        open_ledger, parsed, context, raw, actor=request.actor,
+        idempotency_key=request.idempotency_key, command=argv, exit_status=exit_status,
+    )  # fmt: skip
+    return EvidenceAdded(report=parsed, events=events)
+
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "MEDIA",
+    "AddReport",
+    "EvidenceAdded",
+    "NcuProfile",
+    "RawFiles",
+    "add_ncu_profile",
+    "add_report",
+    "evidence_context",
+    "parse_report_file",
+    "profile_ncu",
+    "read_report",
+    "record_evidence",
+]

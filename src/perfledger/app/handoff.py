@@ -1,15 +1,20 @@
 """The handoff use cases (R18; docs/workflow.md): what a handoff needs from outside the folded
 state (head, remotes, artifacts, wall time, the champion's snapshot), the handoff derived for a
-Target now, and the warnings a recorded handoff gets for an overspent budget. Used by
-``perfledger handoff``, ``resume``, ``status`` and the MCP server's ``handoff`` tool."""
+Target now, the next decisions the rules allow (``resume``), the ``handoff.record`` request
+drafted from the derived handoff and the caller's statements, and the warnings a recorded
+handoff gets for an overspent budget. Used by ``perfledger handoff``, ``handoff record``,
+``resume``, ``status`` and the MCP server's ``handoff`` tool."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+import msgspec
+
 from perfledger.app.handoff_request import handoff_request
 from perfledger.app.identity import champion_snapshot
+from perfledger.app.next_steps import allowed_decisions
 from perfledger.errors import BadRequest
 from perfledger.events.envelope import parse_ts
 from perfledger.ledger.gitdir import read_remotes
@@ -134,10 +139,87 @@ def handoff_record_request(
     return body, warnings
 
 
+class Resumed(msgspec.Struct, kw_only=True):
+    """The handoff of the current head and the next decisions the rules allow (``perfledger
+    resume --json``): each one offered only if its decider, run dry on the head, accepts it."""
+
+    handoff: Any
+    next: list[Any]
+
+
+def resume(ledger: Any, target_id: str | None, *, no_target_hint: str) -> Resumed:
+    """The handoff of ``target_id`` (default: the most recently frozen current Target) and the
+    next decisions the rules allow (R18; :func:`perfledger.app.next_steps.allowed_decisions`,
+    the verdict deciders reading recorded samples from the open ``ledger``).
+    Raises: BadRequest without a Target, or for an unknown ``target_id``."""
+    state, handoff, _ = current_handoff(ledger, target_id, no_target_hint=no_target_hint)
+    probe = handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
+    return Resumed(
+        handoff=handoff,
+        next=allowed_decisions(state, handoff.target_id, ledger.payload, probe),
+    )
+
+
+class HandoffStatement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the caller of ``handoff record`` states (R18); perfledger fills the rest.
+
+    Attributes:
+        target_id: the Target (None: ``override``'s, else the most recently frozen one).
+        override: fields of a ``handoff.record`` request that override the derived handoff
+            (its ``budget_used`` seconds stand where ``wall_used_s``/``gpu_used_s`` are None).
+        stop_reason, feedback: why work stops, friction (None: ``not stated``).
+        wall_used_s, gpu_used_s: seconds used (wall default: the ledger's span; GPU default: 0
+            on a Target whose GPU budget is 0).
+        questions: unresolved questions added to the derived ones.
+    """
+
+    target_id: str | None = None
+    override: dict[str, Any] = {}
+    stop_reason: str | None = None
+    feedback: str | None = None
+    wall_used_s: float | None = None
+    gpu_used_s: float | None = None
+    questions: list[str] = []
+
+
+class HandoffDraft(msgspec.Struct, kw_only=True):
+    """The ``handoff.record`` request drafted (``request``) and a warning per overspent budget."""
+
+    request: dict[str, Any]
+    warnings: list[str]
+
+
+def draft_handoff_record(
+    ledger: Any, statement: HandoffStatement, *, no_target_hint: str
+) -> HandoffDraft:
+    """The ``handoff.record`` request of the handoff derived on the open ``ledger`` and the
+    caller's ``statement`` (:func:`handoff_record_request`), to decide and record (R18).
+    Raises: BadRequest without a Target, for an unknown one, or with the GPU seconds unknown."""
+    override = dict(statement.override)
+    wall, gpu = statement.wall_used_s, statement.gpu_used_s
+    if "budget_used" in override:
+        used = override["budget_used"] if isinstance(override["budget_used"], dict) else {}
+        wall = wall if wall is not None else used.get("wall_s")
+        gpu = gpu if gpu is not None else used.get("gpu_s")
+    tid = statement.target_id or override.get("target_id")
+    _, handoff, context = current_handoff(ledger, tid, no_target_hint=no_target_hint)
+    body, warnings = handoff_record_request(
+        handoff, context, override, stop_reason=statement.stop_reason,
+        feedback=statement.feedback, wall_used=wall, gpu_used=gpu,
+        questions=tuple(statement.questions),
+    )  # fmt: skip
+    return HandoffDraft(request=body, warnings=warnings)
+
+
 __all__ = [
     "NOT_STATED",
+    "HandoffDraft",
+    "HandoffStatement",
+    "Resumed",
     "budget_warnings",
     "current_handoff",
+    "draft_handoff_record",
     "handoff_record_request",
+    "resume",
     "resume_context",
 ]

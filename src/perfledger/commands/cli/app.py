@@ -39,7 +39,7 @@ from perfledger.commands.cli.common import emit_json as _emit_json
 from perfledger.commands.cli.common import fail as _fail
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.state_view import state_lines
-from perfledger.errors import AmbiguousId, BadRequest, PerfledgerError, resource_error
+from perfledger.errors import BadRequest, PerfledgerError, resource_error
 
 #: Names of the workflow's commands (checked against workflow_cli by a test).
 WORKFLOW_COMMANDS = frozenset(
@@ -310,42 +310,20 @@ def show(event_id: str, json_flag: bool) -> None:
     event). A ledger commit's git sha (or prefix) shows the event that commit carries; a merge
     commit carries none."""
     ctx = _ctx(json_flag)
-    import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
+    from perfledger.app.event_lookup import show_event  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
-    commit = None
     ledger = ctx.open()
     try:
-        if event_id.upper() == "HEAD":
-            event_id = ledger.log(1)[0].event_id
-        try:
-            envelope = ledger.get(event_id)
-        except AmbiguousId:
-            raise  # several events: never read as a commit sha instead
-        except BadRequest as exc:
-            from perfledger.commands.workflow.commit_lookup import find_commit  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            commit = find_commit(ledger.store, event_id)
-            if commit is None:
-                exc.hint = exc.hint or (
-                    "give an event id (`perfledger log`) or a ledger commit sha (`git log ledger`)"
-                )
-                raise
-            if commit.event_id is None:
-                raise BadRequest(
-                    f"commit {commit.commit} is a merge commit (it joins "
-                    f"{', '.join(p[:12] for p in commit.parents)}): it carries no event",
-                    hint="show one of its parents, or list events with `perfledger log`",
-                ) from None
-            envelope = ledger.get(commit.event_id)
+        shown = show_event(ledger, event_id)
     finally:
         ledger.close()
-    data = msgspec.to_builtins(envelope)
+    data = shown.to_json()
     if ctx.json_mode:
-        _emit_json({"event": data, **({"commit": commit.commit} if commit else {})})
+        _emit_json(data)
         return
-    if commit is not None:
-        click.echo(f"commit {commit.commit} carries event {envelope.id}")
-    click.echo(to_json_text(data, indent=2))
+    if shown.commit is not None:
+        click.echo(f"commit {shown.commit} carries event {shown.envelope.id}")
+    click.echo(to_json_text(data["event"], indent=2))
 
 
 @cli.command()
@@ -418,23 +396,16 @@ def note(
 ) -> None:
     """Append a free-form note (an observation, friction, feedback)."""
     ctx = _ctx(json_flag)
-    if not text.strip():
-        raise BadRequest("a note needs text", hint='perfledger note "what you observed"')
-    ledger = ctx.open()
-    try:
-        envelope = ledger.append(
-            "NoteRecorded",
-            {"text": text, "tags": list(tags)},
-            actor=_actor(actor),
-            request={"text": text, "tags": list(tags)},
-            idempotency_key=idempotency_key,
-        )
-    finally:
-        ledger.close()
+    from perfledger.app import event_lookup  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
+
+    note = event_lookup.Note(
+        text=text, tags=list(tags), actor=_actor(actor), idempotency_key=idempotency_key
+    )
+    done = event_lookup.record_note(note, open_ledger=ctx.open)
     if ctx.json_mode:
-        _emit_json({"event_id": envelope.id, "lamport": envelope.lamport})
+        _emit_json({"event_id": done.event_id, "lamport": done.lamport})
     else:
-        click.echo(envelope.id)
+        click.echo(done.event_id)
 
 
 class _PipeClosed(Exception):

@@ -9,18 +9,20 @@
   command and its exit status.
 - ``evidence list`` and ``evidence show ID``.
 
-Every parse failure is an EvidenceError (exit 2) that appends nothing (R6). The request built
-from a report goes through the same ``evidence.add`` operation and decider as a hand-written one.
+Each command parses its options, calls one use case (:func:`perfledger.app.evidence.add_report`,
+:func:`~perfledger.app.evidence.add_ncu_profile`, :func:`perfledger.app.readmodels.evidence_list`,
+:func:`~perfledger.app.readmodels.evidence_show`) and renders the answer. Every parse failure is
+an EvidenceError (exit 2) that appends nothing (R6).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 import msgspec
 
+from perfledger.app.readmodels import evidence_list, evidence_show
 from perfledger.commands.cli import workflow as workflow_cli
 from perfledger.commands.cli.common import (
     actor_option,
@@ -33,96 +35,42 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry.catalog import get_operation
-from perfledger.errors import BadRequest, EvidenceError
+from perfledger.errors import BadRequest
 
-_MEDIA = {
-    "ncu": "text/csv",
-    "nsys": "application/vnd.sqlite3",
-    "nsys-stats": "text/csv",
-    "torch": "application/json",
-    "ptxas": "text/plain",
-    "sass": "text/plain",
-}
-#: Request-file fields that `evidence add --kind` / `evidence ncu` take besides the report.
-_CONTEXT_FIELDS = ("evidence_id", "layer", "applicability", "target_id", "description", "shapes",
-                   "graph")  # fmt: skip
+_HINT = "`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds"
 
 
 def _shared() -> Any:
-
     return workflow_cli
 
 
-def _context(request_source: str | None, flags: dict[str, Any]) -> dict[str, Any]:
-    body = _shared().read_request(request_source)
-    unknown = sorted(set(body) - set(_CONTEXT_FIELDS))
-    if unknown:
-        raise BadRequest(
-            f"with --kind, the request may hold only {', '.join(_CONTEXT_FIELDS)}; got {unknown}",
-            hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
-        )
-    for key, value in flags.items():
-        if value is not None:
-            body[key] = value
-    if not body.get("evidence_id"):
-        raise BadRequest(
-            "an evidence id is required: --evidence-id ID",
-            hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
-        )
-    return body
-
-
-def _record(
-    ctx: Any,
-    report: Any,
-    body_context: dict[str, Any],
-    raw: dict[str, tuple[bytes, str]],
-    *,
-    actor: str | None,
-    idempotency_key: str | None,
-    source_file: str = "",
-    command: list[str] | None = None,
-    exit_status: int | None = None,
-    dry_run: bool = False,
-) -> None:
-    """Record (or with ``dry_run`` decide only) the parsed ``report`` and answer."""
-    from perfledger.app.evidence import record_evidence  # noqa: PLC0415 (the profilers' parsers and the deciders: off `perfledger experiment list`'s start-up path)
-
+def _read(ctx: Any, use_case: Any, *args: Any) -> Any:
     ledger = ctx.open()
     try:
-        done = record_evidence(
-            ledger, report, body_context, raw, actor=_actor(actor),
-            idempotency_key=idempotency_key, source_file=source_file, command=command,
-            exit_status=exit_status, dry_run=dry_run,
-        )  # fmt: skip
+        return use_case(ledger, *args)
     finally:
         ledger.close()
-    if dry_run:
-        _shared()._answer_dry_run(ctx, get_operation("evidence.add"), done)
+
+
+def _render(ctx: Any, done: Any) -> None:
+    """The answer of a recorded (or, dry run, decided) report: the events, then for people
+    its facts, kernels, layout, tool and limitations."""
+    if done.dry_run:
+        _shared()._answer_dry_run(ctx, get_operation("evidence.add"), done.events)
         return
-    envelopes = done
-    _shared()._answer(ctx, get_operation("evidence.add"), envelopes)
+    _shared()._answer(ctx, get_operation("evidence.add"), done.events)
     if ctx.json_mode:
         return
-    payload = envelopes[0].payload
+    payload = done.events[0].payload
     if not isinstance(payload, dict):
         payload = msgspec.to_builtins(payload)
+    report = done.report
     click.echo(
         f"{len(payload['facts'])} facts, {len(report.kernels)} kernel(s), layout {report.layout}, "
         f"{report.tool} {report.tool_version}"
     )
     for item in payload["limitations"]:
         click.echo(f"limitation: {item}")
-
-
-def _read(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise EvidenceError(
-            f"cannot read {path!r}: {exc.strerror}",
-            hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
-        ) from None
 
 
 _common = [
@@ -206,8 +154,7 @@ def _add_command(generic: click.Command) -> click.Command:
         if kind is None:
             if report is not None:
                 raise BadRequest(
-                    "a REPORT file needs --kind (ncu, nsys, nsys-stats, torch, ...)",
-                    hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
+                    "a REPORT file needs --kind (ncu, nsys, nsys-stats, torch, ...)", hint=_HINT
                 )
             assert generic.callback is not None
             generic.callback(
@@ -220,29 +167,22 @@ def _add_command(generic: click.Command) -> click.Command:
             )
             return
         if report is None:
-            raise BadRequest(
-                f"--kind {kind} needs the REPORT file",
-                hint="`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds",
-            )
+            raise BadRequest(f"--kind {kind} needs the REPORT file", hint=_HINT)
         ctx = _ctx(json_flag)
-        context = _context(
-            request_source,
-            {
+        from perfledger.app import evidence  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
+
+        request = evidence.AddReport(
+            kind=kind, report=report, context=_shared().read_request(request_source),
+            overrides={
                 "evidence_id": evidence_id, "applicability": applicability, "layer": layer,
                 "shapes": shapes, "graph": graph, "description": description,
                 "target_id": target_id,
             },
+            tool_version=tool_version, grouping=grouping, binary=binary,
+            binary_hash=binary_hash, ncu_path=ncu_path, actor=_actor(actor),
+            idempotency_key=idempotency_key, dry_run=dry_run,
         )  # fmt: skip
-        from perfledger.app.evidence import parse_report_file  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
-
-        parsed, raw = parse_report_file(
-            kind, report, _read(report), _MEDIA[kind], tool_version=tool_version,
-            grouping=grouping, binary=binary, binary_hash=binary_hash, ncu_path=ncu_path,
-        )  # fmt: skip
-        _record(
-            ctx, parsed, context, raw,
-            actor=actor, idempotency_key=idempotency_key, source_file=report, dry_run=dry_run,
-        )  # fmt: skip
+        _render(ctx, evidence.add_report(request, open_ledger=ctx.open))
 
     return add
 
@@ -284,31 +224,19 @@ def _ncu_command(
 ) -> None:
     """Profile COMMAND with Nsight Compute (--csv, base units, LC_ALL=C, --clock-control none)
     and record the facts, ncu's version, the command and its exit status (R6, R16)."""
-    from perfledger.app.evidence import profile_ncu  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
+    from perfledger.app import evidence  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
 
     ctx = _ctx(json_flag)
-    context = _context(
-        None,
-        {
+    request = evidence.NcuProfile(
+        command=list(command),
+        overrides={
             "evidence_id": evidence_id, "applicability": applicability, "layer": layer,
             "shapes": shapes, "graph": graph, "description": description, "target_id": target_id,
         },
+        ncu_path=ncu_path, sections=list(sections), extra=list(ncu_options), timeout_s=timeout_s,
+        actor=_actor(actor), idempotency_key=idempotency_key,
     )  # fmt: skip
-    parsed, raw, argv, exit_status = profile_ncu(
-        command, ncu_path=ncu_path, sections=sections, extra=ncu_options, timeout_s=timeout_s
-    )
-    _record(
-        ctx, parsed, context, raw, actor=actor, idempotency_key=idempotency_key,
-        command=argv, exit_status=exit_status,
-    )  # fmt: skip
-
-
-def _evidence_events(ctx: Any) -> list[Any]:
-    ledger = ctx.open()
-    try:
-        return [e for e in ledger.events() if e.envelope.kind == "EvidenceRecorded"]
-    finally:
-        ledger.close()
+    _render(ctx, evidence.add_ncu_profile(request, open_ledger=ctx.open))
 
 
 @click.command("list")
@@ -316,28 +244,14 @@ def _evidence_events(ctx: Any) -> list[Any]:
 def _list(json_flag: bool) -> None:
     """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
     ctx = _ctx(json_flag)
-    rows = []
-    for event in _evidence_events(ctx):
-        p = event.payload
-        rows.append(
-            {
-                "evidence_id": p.evidence_id,
-                "event_id": event.envelope.id,
-                "layer": p.layer,
-                "tool": f"{p.tool.name} {p.tool.version}",
-                "applicability": p.applicability,
-                "facts": len(p.facts),
-                "kernels": len(p.boundary.kernels) if p.boundary else 0,
-                "limitations": len(p.limitations),
-            }
-        )
+    done = _read(ctx, evidence_list)
     if ctx.json_mode:
-        _shared()._emit({"evidence": rows})
+        _shared()._emit(done)
         return
-    for r in rows:
+    for r in done.evidence:
         click.echo(
-            f"{r['evidence_id']}  {r['layer']}  {r['tool']}  {r['applicability'] or '-'}  "
-            f"facts={r['facts']} kernels={r['kernels']} limitations={r['limitations']}"
+            f"{r.evidence_id}  {r.layer}  {r.tool}  {r.applicability or '-'}  "
+            f"facts={r.facts} kernels={r.kernels} limitations={r.limitations}"
         )
 
 
@@ -348,22 +262,11 @@ def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
 
     ctx = _ctx(json_flag)
-    for event in _evidence_events(ctx):
-        if event.payload.evidence_id == evidence_id:
-            data = {
-                "event_id": event.envelope.id,
-                "evidence": msgspec.to_builtins(event.payload),
-                "artifacts": msgspec.to_builtins(event.envelope.artifacts),
-            }
-            if ctx.json_mode:
-                _shared()._emit(data)
-            else:
-                click.echo(_shared().to_json_text(data, indent=2))
-            return
-    raise BadRequest(
-        f"no evidence {evidence_id!r}",
-        hint="`perfledger evidence list` lists the recorded evidence",
-    )
+    done = _read(ctx, evidence_show, evidence_id)
+    if ctx.json_mode:
+        _shared()._emit(done)
+    else:
+        click.echo(_shared().to_json_text(done, indent=2))
 
 
 def extend(cli: click.Group) -> None:

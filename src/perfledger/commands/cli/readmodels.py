@@ -1,12 +1,11 @@
 """The read models' CLI (SPEC.md section 6): ``claims``, ``champion show|lineage``, ``rejected``,
 ``handoff [--json|--md]`` and ``handoff record``, ``resume``, ``audit`` and ``report --html``.
 
-Each command opens the ledger, folds (or reads the cached) state, calls one pure read model of
-:mod:`perfledger.projections` and renders it: text for people, one JSON object with ``--json``.
-``audit`` is the exception: it replays from zero and never reads the cache
-(:mod:`perfledger.commands.audit.replay`). The pure read models are imported at the top (a few
-milliseconds); the application's use cases (the audit, the report, the handoff) inside the
-commands that need them, off `perfledger experiment list`'s start-up path.
+Each command opens the ledger, calls one use case (:mod:`perfledger.app.readmodels`, light, at
+the top; :mod:`perfledger.app.handoff`, :mod:`perfledger.app.audit`, :mod:`perfledger.app.report`
+inside the commands that need them, off `perfledger experiment list`'s start-up path) and
+renders it: text for people, one JSON object with ``--json``. ``audit`` replays from zero and
+never reads the cache (:mod:`perfledger.commands.audit.replay`).
 
 :func:`install` adds the commands to the ``perfledger`` group, replacing the workflow's
 ``champion show`` (now with an optional Target and the lineage) and turning ``handoff`` into a
@@ -19,9 +18,15 @@ import sys
 from typing import Any
 
 import click
-import msgspec
 
-from perfledger.app.handoff_request import handoff_request
+from perfledger.app.readmodels import (
+    TargetQuery,
+    champion_of,
+    champions_of,
+    claims_of,
+    lineage_of,
+    rejected_of,
+)
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -38,11 +43,7 @@ from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
 from perfledger.commands.cli.show import print_champion
 from perfledger.commands.cli.workflow import read_request, submit
-from perfledger.errors import BadRequest
-from perfledger.projections.champions import current_champions, lineage
-from perfledger.projections.claims import claims
 from perfledger.projections.handoff import render_markdown
-from perfledger.projections.rejections import rejected
 from perfledger.projections.verdict_explain import measured_details
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
@@ -54,15 +55,11 @@ def _emit(data: object, indent: int = 0) -> None:
     click.echo(to_json_text(data, indent))
 
 
-def _builtins(data: Any) -> Any:
-
-    return msgspec.to_builtins(data)
-
-
-def _state(ctx: Any) -> Any:
+def _read(ctx: Any, use_case: Any, *args: Any, **kw: Any) -> Any:
+    """``use_case(ledger, *args, **kw)`` on the command's ledger, closed after."""
     ledger = ctx.open()
     try:
-        return ledger.state()
+        return use_case(ledger, *args, **kw)
     finally:
         ledger.close()
 
@@ -81,20 +78,16 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     """ROI claims vs outcomes: coverage, local speedup, stated and recomputed Amdahl bound,
     minimum effect, measured effect with its CI, prediction error, reconciliation (R7, R14)."""
     ctx = _ctx(json_flag)
-
-    state = _state(ctx)
-    if target_id is not None and target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
-    rows = claims(state, target_id)
+    done = _read(ctx, claims_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
-        _emit({"claims": _builtins(rows)})
+        _emit(done)
         return
     header = (
         f"{'experiment':<12} {'f':>6} {'s':>6} {'bound':>7} {'recomp':>7} {'min':>6} "
         f"{'measured (CI)':<28} {'speedup':>8} {'error':>8}  reconciliation"
     )
     click.echo(header)
-    for r in rows:
+    for r in done.claims:
         m = r.measured
         measured = (
             f"{signed_pct_text(m.estimate)} ({signed_pct_text(m.ci_low)}..{signed_pct_text(m.ci_high)})"
@@ -123,33 +116,18 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
 def _champion_show(target_id: str | None, json_flag: bool) -> None:
     """Show the current champion of every Target (or of TARGET_ID, with its lineage) (R13)."""
     ctx = _ctx(json_flag)
-
-    state = _state(ctx)
-    current = current_champions(state)
     if target_id is not None:
-        chosen = [c for c in current if c.target_id == target_id]
-        if not chosen:
-            raise BadRequest(
-                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
-            )
-        data = {**_builtins(chosen[0]), "lineage": _builtins(lineage(state, target_id))}
-        if target_id in state.targets:  # the champion's code and how to get it (R11)
-            from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            ledger = ctx.open()
-            try:
-                data["snapshot"] = champion_snapshot(ledger, state, state.targets[target_id])
-            finally:
-                ledger.close()
+        shown = _read(ctx, champion_of, TargetQuery(target_id=target_id))
         if ctx.json_mode:
-            _emit(data)
+            _emit(shown.to_json())
         else:  # for people: perfledger.commands.cli.show
-            print_champion(data)
+            print_champion(shown.to_json())
         return
+    current = _read(ctx, champions_of)
     if ctx.json_mode:
-        _emit({"champions": _builtins(current)})
+        _emit(current)
         return
-    for c in current:
+    for c in current.champions:
         audit = f"  final audit {c.final_audit.text() if c.final_audit else c.final_audit_status}"
         conflicts = f"  CONFLICTS {c.open_conflicts}" if c.open_conflicts else ""
         click.echo(f"{c.target_id} ({c.target_status}): {c.champion}{audit}{conflicts}")
@@ -159,16 +137,12 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
     """The chain of champions of TARGET_ID with the evidence behind each: experiment, samples,
     verdict, final audit (R13)."""
     ctx = _ctx(json_flag)
-
-    state = _state(ctx)
-    if target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
-    steps = lineage(state, target_id)
+    done = _read(ctx, lineage_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
-        _emit({"target_id": target_id, "lineage": _builtins(steps)})
+        _emit(done)
         return
     click.echo(f"{target_id}: original")
-    for s in steps:
+    for s in done.lineage:
         audits = ", ".join(f"{a.samples_id} {a.status}" for a in s.final_audits) or "none"
         click.echo(
             f"  -> {s.champion} [{s.decision}] event {s.event_id[:12]} samples {s.samples_id or '-'}"
@@ -187,14 +161,13 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 def rejected_command(target_id: str | None, json_flag: bool) -> None:
     """Rejected directions, the scope each closed (R15) and why."""
     ctx = _ctx(json_flag)
-
-    rows = rejected(_state(ctx), target_id)
+    done = _read(ctx, rejected_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
-        _emit({"rejected": _builtins(rows)})
+        _emit(done)
         return
-    if not rows:
+    if not done.rejected:
         click.echo("no rejected directions")
-    for r in rows:
+    for r in done.rejected:
         click.echo(
             f"{r.experiment_id} ({r.target_id}): closes {r.closes} (preregistered "
             f"{r.preregistered}); still open: {', '.join(r.still_open) or 'nothing'} — {r.reason}"
@@ -204,18 +177,16 @@ def rejected_command(target_id: str | None, json_flag: bool) -> None:
 # ----------------------------------------------------------------------------- handoff
 
 
+#: What the CLI's user runs to freeze a Target (the handoff's refusal without one).
+NO_TARGET_HINT = "freeze one: `perfledger target freeze`"
+
+
 def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
     """:func:`perfledger.app.handoff.current_handoff` on the command's ledger: ``(state,
     handoff, resume context)``. Raises: BadRequest without a Target."""
-    from perfledger.app.handoff import current_handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        return current_handoff(
-            ledger, target_id, no_target_hint="freeze one: `perfledger target freeze`"
-        )
-    finally:
-        ledger.close()
+    return _read(ctx, handoff.current_handoff, target_id, no_target_hint=NO_TARGET_HINT)
 
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
@@ -223,7 +194,7 @@ def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None
 
     _, handoff, _ = derived_handoff(ctx, target_id)
     if ctx.json_mode and not md_flag:
-        _emit({"handoff": _builtins(handoff)})
+        _emit({"handoff": handoff})
     else:
         click.echo(render_markdown(handoff), nl=False)
 
@@ -283,23 +254,16 @@ def handoff_record(
         click.echo(to_json_text(shown("handoff.record"), indent=2))
         return
     ctx = _ctx(json_flag)
+    from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    from perfledger.app.handoff import handoff_record_request  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-    override = read_request(request_source)
-    tid = target_id or override.get("target_id")
-    if request_source is not None and "budget_used" in override:
-        used = override["budget_used"] if isinstance(override["budget_used"], dict) else {}
-        wall_used = wall_used if wall_used is not None else used.get("wall_s")
-        gpu_used = gpu_used if gpu_used is not None else used.get("gpu_s")
-    _, handoff, resume = derived_handoff(ctx, tid)
-    body, warnings = handoff_record_request(
-        handoff, resume, override, stop_reason=stop_reason, feedback=feedback,
-        wall_used=wall_used, gpu_used=gpu_used, questions=questions,
+    statement = handoff.HandoffStatement(
+        target_id=target_id, override=read_request(request_source), stop_reason=stop_reason,
+        feedback=feedback, wall_used_s=wall_used, gpu_used_s=gpu_used, questions=list(questions),
     )  # fmt: skip
-    for warning in warnings:
+    draft = _read(ctx, handoff.draft_handoff_record, statement, no_target_hint=NO_TARGET_HINT)
+    for warning in draft.warnings:
         click.echo(f"warning: {warning}", err=True)
-    submit(ctx, "handoff.record", body, actor=actor, idempotency_key=idempotency_key,
+    submit(ctx, "handoff.record", draft.request, actor=actor, idempotency_key=idempotency_key,
            dry_run=dry_run)  # fmt: skip
 
 
@@ -310,19 +274,13 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     """Print the handoff for the current head and the next decisions the rules allow: each one
     offered only if its decider, run dry on the head, accepts it."""
     ctx = _ctx(json_flag)
-    from perfledger.app.next_steps import allowed_decisions  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+    from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    state, handoff, _ = derived_handoff(ctx, target_id)
-    ledger = ctx.open()
-    try:  # the verdict deciders read recorded samples by id
-        probe = handoff_request(handoff, gpu_used_s=0.0, wall_used_s=0.0)
-        decisions = allowed_decisions(state, handoff.target_id, ledger.payload, probe)
-    finally:
-        ledger.close()
+    done = _read(ctx, handoff.resume, target_id, no_target_hint=NO_TARGET_HINT)
     if ctx.json_mode:
-        _emit({"handoff": _builtins(handoff), "next": _builtins(decisions)})
+        _emit(done)
     else:
-        click.echo(render_markdown(handoff, decisions), nl=False)
+        click.echo(render_markdown(done.handoff, done.next), nl=False)
 
 
 # ----------------------------------------------------------------------------- audit
@@ -343,11 +301,7 @@ def audit_command(allowed_signers: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.app.audit import audit_exit_code, audit_ledger  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        report = audit_ledger(ledger, allowed_signers)
-    finally:
-        ledger.close()
+    report = _read(ctx, audit_ledger, allowed_signers)
     if ctx.json_mode:
         _emit(report.to_json())
     else:
@@ -385,11 +339,7 @@ def report_command(html_path: str, target_id: str | None, json_flag: bool) -> No
     ctx = _ctx(json_flag)
     from perfledger.app.report import build_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        summary = build_report(ledger, html_path, target_id=target_id)
-    finally:
-        ledger.close()
+    summary = _read(ctx, build_report, html_path, target_id=target_id)
     if ctx.json_mode:
         _emit(summary)
     else:

@@ -22,6 +22,13 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.readmodels import (
+    TargetQuery,
+    experiment_of,
+    experiments_of,
+    targets_of,
+    verdict_explained,
+)
 from perfledger.commands.cli.common import (
     TARGET_FIELD_HELP,
     actor_option,
@@ -44,9 +51,8 @@ from perfledger.commands.cli.show import claim_lines, print_experiment, print_ta
 from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.errors import BadRequest
 from perfledger.events import limits
-from perfledger.projections.champions import final_audit_standing
 from perfledger.projections.target_kind import MEASURED_BY, measuring_command
-from perfledger.projections.verdict_explain import explain_verdict, verdict_lines
+from perfledger.projections.verdict_explain import verdict_lines
 
 #: Request fields that flags may set, per flag: (flag, field, help).
 COMMON_FLAGS = (
@@ -352,8 +358,6 @@ def _write_command(operation: Operation) -> click.Command:
         for field, value in flags.items():
             if value is not None:
                 body[field] = value
-        if operation.name == "samples.record":
-            _outside_samples_only(body)
         submit(
             ctx, operation.name, body, actor=actor, idempotency_key=idempotency_key,
             dry_run=dry_run, request_given=request_source is not None,
@@ -363,19 +367,6 @@ def _write_command(operation: Operation) -> click.Command:
     return click.Command(
         operation.verb, params=params, callback=callback, help=operation.help + rules
     )
-
-
-def _outside_samples_only(body: Any) -> None:
-    """R5: a pairs table given to ``samples record`` was measured outside perfledger; only
-    ``perfledger measure`` records samples as measured by perfledger (with their raw table).
-    Raises: BadRequest for a body that claims otherwise."""
-    provenance = body.get("provenance") if isinstance(body, dict) else None
-    if isinstance(provenance, dict) and provenance.get("source") == "perfledger":
-        raise BadRequest(
-            "`samples record` records a pairs table from outside perfledger: its provenance "
-            "cannot say `perfledger`",
-            hint="measure with `perfledger measure workload|kernel`, or drop `provenance`",
-        )
 
 
 #: Which common-flag fields each operation's request has, so that building the CLI needs no
@@ -408,10 +399,10 @@ FIELD_HINTS: dict[str, tuple[str, ...]] = {
 # ------------------------------------------------------------------------------ reads
 
 
-def _state(ctx: Any) -> Any:
+def _read(ctx: Any, use_case: Any, *args: Any) -> Any:
     ledger = ctx.open()
     try:
-        return ledger.state()
+        return use_case(ledger, *args)
     finally:
         ledger.close()
 
@@ -428,74 +419,32 @@ def _show(ctx: Any, data: Any) -> None:
 def _target_show(target_id: str | None, json_flag: bool) -> None:
     """Show a Target (default: every current Target) with readiness, baseline, champion."""
     ctx = _ctx(json_flag)
-    state = _state(ctx)
-    if target_id is None:
-        shown = {k: v for k, v in state.targets.items() if v.status == "current"}
-    elif target_id not in state.targets:
-        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger target show` lists them")
-    else:
-        shown = {target_id: state.targets[target_id]}
+    done = _read(ctx, targets_of, TargetQuery(target_id=target_id))
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        print_targets(msgspec.to_builtins(shown), msgspec.to_builtins(state.experiments))
+        print_targets(msgspec.to_builtins(done.targets), msgspec.to_builtins(done.experiments))
         return
-    _show(ctx, {"targets": shown} if target_id is None else {"target": shown[target_id]})
+    _show(ctx, done.to_json())
 
 
 def _experiment_show(experiment_id: str, json_flag: bool) -> None:
     """Show an experiment: claim, figures, stage, status, samples, verdicts."""
     ctx = _ctx(json_flag)
-    state = _state(ctx)
-    experiment = state.experiments.get(experiment_id)
-    if experiment is None:
-        raise BadRequest(
-            f"no experiment {experiment_id!r}", hint="`perfledger experiment list` lists them"
-        )
-    verdicts = {s: state.verdicts[s] for s in experiment.verdicts if s in state.verdicts}
+    done = _read(ctx, experiment_of, experiment_id)
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
-        print_experiment(msgspec.to_builtins(experiment), msgspec.to_builtins(verdicts))
+        print_experiment(msgspec.to_builtins(done.experiment), msgspec.to_builtins(done.verdicts))
         return
-    _show(ctx, {"experiment": experiment, "verdicts": verdicts})
+    _show(ctx, done)
 
 
 def _experiment_list(target_id: str | None, json_flag: bool) -> None:
     """List experiments (optionally of one Target): id, target, stage, status."""
     ctx = _ctx(json_flag)
-    state = _state(ctx)
-    rows = [
-        {
-            "experiment_id": eid,
-            "target_id": e.created.target_id,
-            "stage": e.stage,
-            "status": e.status,
-            "bound": e.created.figures.bound,
-        }
-        for eid, e in state.experiments.items()
-        if target_id is None or e.created.target_id == target_id
-    ]
+    done = _read(ctx, experiments_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
-        _emit({"experiments": rows})
+        _emit(done)
         return
-    for row in rows:
-        click.echo(f"{row['experiment_id']}  {row['target_id']}  {row['stage']}  {row['status']}")
-
-
-def _champion_show(target_id: str, json_flag: bool) -> None:
-    """Show a Target's champion (``original`` when none) and its lineage."""
-
-    ctx = _ctx(json_flag)
-    state = _state(ctx)
-    target = state.targets.get(target_id)
-    if target is None:
-        raise BadRequest(f"no Target {target_id!r}", hint="`perfledger status` lists the Targets")
-    data = {
-        "target_id": target_id,
-        "champion": target.champion or "original",
-        "champion_hash": target.champion_hash,
-        "lineage": target.lineage,
-        # R13: the current champion's own audit, "none" or "stale" (an earlier champion's)
-        "final_audit_status": final_audit_standing(state, target).status,
-    }
-    _show(ctx, data)
+    for row in done.experiments:
+        click.echo(f"{row.experiment_id}  {row.target_id}  {row.stage}  {row.status}")
 
 
 def _verdict_explain(samples_id: str, json_flag: bool) -> None:
@@ -504,18 +453,11 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
     candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
 
     ctx = _ctx(json_flag)
-    state = _state(ctx)
-    recorded = state.verdicts.get(samples_id) or state.final_audits.get(samples_id)
-    if recorded is None:
-        raise BadRequest(
-            f"no verdict or final audit is recorded for samples {samples_id!r}",
-            hint="`perfledger verdict record --samples ID` derives and records one",
-        )
-    payload = msgspec.to_builtins(recorded)
+    done = _read(ctx, verdict_explained, samples_id)
     if ctx.json_mode:
-        _emit({"samples_id": samples_id, "explanation": explain_verdict(payload)})
+        _emit(done.to_json())
         return
-    for line in verdict_lines(payload):
+    for line in verdict_lines(done.recorded):
         click.echo(line)
 
 
@@ -637,9 +579,6 @@ def commands() -> list[click.Command]:
         click.command("show")(_json(click.argument("experiment_id")(_experiment_show)))
     )
     groups["experiment"].add_command(click.command("list")(_json(target_option(_experiment_list))))
-    groups["champion"].add_command(
-        click.command("show")(_json(click.argument("target_id")(_champion_show)))
-    )
     groups["verdict"].add_command(
         click.command("explain")(_json(click.argument("samples_id")(_verdict_explain)))
     )

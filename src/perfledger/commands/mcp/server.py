@@ -51,6 +51,7 @@ from perfledger.app.measure_aa import measure_aa
 from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
 from perfledger.app.measure_serving_load import measure_serving
+from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, claims_of
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.measure import aa_request_of, kernel_request_of, workload_request_of
 from perfledger.commands.cli.measure_baseline import baseline_request_of
@@ -61,8 +62,6 @@ from perfledger.commands.cli.workflow import COMMON_FLAGS
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
-from perfledger.projections.champions import current_champions, lineage
-from perfledger.projections.claims import claims
 from perfledger.projections.handoff import render_markdown
 
 #: The server's name in the MCP handshake.
@@ -230,61 +229,33 @@ class Tools:
             ledger.close()
 
     def _read_status(self, target_id: str | None = None) -> Any:
-
-        ledger = self._open()
-        try:
-            return session_status(ledger, target_id)
-        finally:
-            ledger.close()
+        return self._read(session_status, target_id)
 
     def _read_state(self) -> Any:
-        ledger = self._open()
-        try:
-            return json.loads(ledger.state_json())
-        finally:
-            ledger.close()
+        return json.loads(self._read(Ledger.state_json))
 
-    def _state(self) -> Any:
-        """The folded state at the head (a fresh read: another process may have appended)."""
+    def _read(self, use_case: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``use_case(ledger, *args, **kw)`` on a fresh open of the ledger (another process may
+        have appended)."""
         ledger = self._open()
         try:
-            return ledger.state()
+            return use_case(ledger, *args, **kw)
         finally:
             ledger.close()
 
     def _read_claims(self, target_id: str | None = None) -> Any:
-
-        state = self._state()
-        if target_id is not None and target_id not in state.targets:
-            raise BadRequest(
-                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
-            )
-        return {"claims": msgspec.to_builtins(claims(state, target_id))}
+        return msgspec.to_builtins(self._read(claims_of, TargetQuery(target_id=target_id)))
 
     def _read_champion(self, target_id: str | None = None) -> Any:
-
-        state = self._state()
-        current = current_champions(state)
         if target_id is None:
-            return {"champions": msgspec.to_builtins(current)}
-        chosen = [c for c in current if c.target_id == target_id]
-        if not chosen:
-            raise BadRequest(
-                f"no Target {target_id!r}", hint="`perfledger status` lists the Targets"
-            )
-        return {
-            **msgspec.to_builtins(chosen[0]),
-            "lineage": msgspec.to_builtins(lineage(state, target_id)),
-        }
+            return msgspec.to_builtins(self._read(champions_of))
+        shown = self._read(champion_of, TargetQuery(target_id=target_id), snapshot=False)
+        return shown.to_json()
 
     def _read_handoff(self, target_id: str | None = None, markdown: bool = False) -> Any:
-        ledger = self._open()
-        try:
-            _, handoff, _ = current_handoff(
-                ledger, target_id, no_target_hint="call target_freeze first"
-            )
-        finally:
-            ledger.close()
+        _, handoff, _ = self._read(
+            current_handoff, target_id, no_target_hint="call target_freeze first"
+        )
         if markdown:
             return {"markdown": render_markdown(handoff)}
         return {"handoff": msgspec.to_builtins(handoff)}
@@ -327,11 +298,7 @@ class Tools:
     def _audit(self, options: dict[str, Any]) -> dict[str, Any]:
         """``cli ["audit"]``: the auditor's replay; findings are a tool error with the audit's
         exit code (5, or 7 for a ledger a newer perfledger wrote), each finding in its message."""
-        ledger = self._open()
-        try:
-            report = audit_ledger(ledger)
-        finally:
-            ledger.close()
+        report = self._read(audit_ledger)
         if report.ok:
             return report.to_json()
         listed = "; ".join(f"{f.rule} {f.event_id[:16] or '-'} {f.kind}: {f.message}"
