@@ -180,8 +180,15 @@ def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged()
     rate a sixth lower (a fifth more time than it spent, within its wall time: both subjects
     spend 0.3 s untimed first)."""
     lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.3")
-    cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.2", *setup],
-                          {"tokens_per_s": "tokens"}, directions=lower, ref=setup)  # fmt: skip
+    # On a loaded host the wall clock's resolution can hide the lie (status "unresolved": not
+    # verifiable, which never helps a self-timed candidate); the cheat must be flagged in one
+    # of three runs, each a fresh pair of processes.
+    for _ in range(3):
+        cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.2", *setup],
+                              {"tokens_per_s": "tokens"}, directions=lower, ref=setup)  # fmt: skip
+        if cheat.flagged:
+            break
+        assert all(c.status == "unresolved" for c in cheat.cases), cheat
     assert cheat.flagged and cheat.over_wall_calls == (), cheat
     # honest control: really more work per call (a lower rate, its favour) is consistent
     honest = _compare_rate([*setup], {"tokens_per_s": "tokens"}, work_s=0.75, directions=lower,

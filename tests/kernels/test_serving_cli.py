@@ -6,6 +6,7 @@ that refuse before any request is sent (R2, R12, R17)."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -353,11 +354,13 @@ def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Pat
         assert provenance.source == "perfledger" and provenance.protocol == "serving/v1"
     assert {p.case for p in pairs} == {"short", "long"}
     assert len(pairs) == data["pairs_recorded"] == 6 - len(data["pairs_left_out"])
+    e2e_ms: dict[str, list[float]] = {"short": [], "long": []}
     for pair in pairs:  # each pair holds only its case's requests: ~half of 20 a window
         assert 0 < len(pair.ref.values["ttft_ms"]) < 20
-        e2e = sorted(pair.cand.values["e2e_ms"])
-        # 3 tokens vs 9 tokens at 4 ms a token: the long case ends ~24 ms later
-        assert (pair.case == "long") == (e2e[len(e2e) // 2] > 40 + 20)
+        e2e_ms[pair.case].extend(pair.cand.values["e2e_ms"])
+    # 3 tokens vs 9 tokens at 4 ms a token: the long case ends ~24 ms later (compared with the
+    # short case measured in the same run, not with a fixed figure: the host's load delays both)
+    assert statistics.median(e2e_ms["long"]) > statistics.median(e2e_ms["short"]) + 12, e2e_ms
 
 
 def test_r11_a_request_set_naming_cases_not_in_the_test_set_is_refused(tmp_path: Path) -> None:
