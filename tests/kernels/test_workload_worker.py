@@ -4,6 +4,7 @@ beside an honest control."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 import textwrap
 import time
@@ -244,8 +245,10 @@ serve(lambda: None, call)
     # the clock stops once the output is collected: a call whose output was there did its
     # work inside the clock, also where the measuring process waited for a core after `done`
     # while the thread wrote it (before, that gap let such a call pass at a fraction of its time)
-    for r, c in result.pairs():
-        assert not c["correct"] or c["wall_s"] > 0.5 * r["wall_s"], (r["wall_s"], c["wall_s"])
+    # (the median over the pairs whose output was collected: one reference call slowed by the
+    # host's load is not the cheat)
+    ratios = [c["wall_s"] / r["wall_s"] for r, c in result.pairs() if c["correct"]]
+    assert not ratios or statistics.median(ratios) > 0.5, ratios
 
 
 def test_cheat_works_between_calls_is_refused(tmp_path: Path) -> None:
