@@ -19,6 +19,7 @@ import pytest
 from test_plausibility import SELECT, _big_claim, _target
 from wf_scenario import Session
 
+from perfledger.app.decisions import record_decision
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.cli.review import signed_request
 from perfledger.commands.registry.operations import execute
@@ -127,8 +128,8 @@ def test_a_signature_of_other_content_or_another_namespace_is_refused_when_recor
     key, _public = _key(tmp_path, "reviewer-b")
     body = signed_request(_body(flagged, "reviewer-b"), key)
     altered = {**body, "response": "it is fine"}  # changed after signing
-    with pytest.raises(BadRequest, match="not a good signature"):
-        execute(flagged.ledger, "review.record", altered, actor="reviewer-b")
+    with pytest.raises(BadRequest, match="not a good signature"):  # checked before deciding
+        record_decision(flagged.ledger, "review.record", altered, actor="reviewer-b")
     from perfledger.commands.registry import operations
     from perfledger.commands.workflow.review_signature import signed_content
 

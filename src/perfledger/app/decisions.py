@@ -19,8 +19,11 @@ from perfledger.app.identity import readiness_edge
 from perfledger.app.output_check import readiness_warning
 from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.registry import operations
+from perfledger.commands.workflow.review_signature import signature_hint, signed_content
 from perfledger.errors import BadRequest
+from perfledger.events.sshsig_blob import REVIEW_NAMESPACE, signature_key
 from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.ledger.sshsig import check_novalidate
 from perfledger.projections.verdict_explain import explain_verdict
 
 
@@ -68,6 +71,25 @@ def outside_samples_only(body: Any) -> None:
         )
 
 
+def good_review_signature(body: Any) -> None:
+    """R12, R17: a signed ``review.record`` request's signature is a good one of the review's
+    canonical content by the key it carries (``ssh-keygen -Y check-novalidate``; whose key that
+    is, ``perfledger audit --allowed-signers`` checks). An unsigned or unreadable request is
+    left to the decider. Raises: BadRequest naming the key when it is not."""
+    signature = body.get("signature") if isinstance(body, dict) else None
+    if not isinstance(signature, str):
+        return
+    req = operations.validate("review.record", body)
+    armored = signature.encode()
+    _, fingerprint, _ = signature_key(armored)
+    if not check_novalidate(signed_content(req), armored, namespace=REVIEW_NAMESPACE):
+        raise BadRequest(
+            f"signature: not a good signature of this review's content by its key {fingerprint} "
+            "(signed before a field changed, or signed other content)",
+            hint=signature_hint(),
+        )
+
+
 def record_decision(
     ledger: Any,
     op: str,
@@ -85,11 +107,13 @@ def record_decision(
     outputs the subject alone would judge, R5); None: not shown.
 
     Raises: BadRequest (an unknown operation, an invalid request, samples whose provenance
-    claims perfledger measured them, R5), RuleRefused (the rule that refuses it),
+    claims perfledger measured them, R5, a review whose signature is not good, R12/R17), RuleRefused (the rule that refuses it),
     ConcurrentAppend (another writer appended first)."""
     body = request if isinstance(request, dict) else msgspec.to_builtins(request)
     if op == "samples.record":
         outside_samples_only(body)
+    if op == "review.record":
+        good_review_signature(body)
     artifacts: dict[str, Any] = {}
     if op == "readiness.record":  # original.subject -> its snapshot (R11)
         if warn is not None:
@@ -116,4 +140,10 @@ def record_decision(
     return Recorded(op, list(envelopes))
 
 
-__all__ = ["Recorded", "explanation", "outside_samples_only", "record_decision"]
+__all__ = [
+    "Recorded",
+    "explanation",
+    "good_review_signature",
+    "outside_samples_only",
+    "record_decision",
+]

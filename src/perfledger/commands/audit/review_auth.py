@@ -20,7 +20,14 @@ from typing import Any
 
 import msgspec
 
+from perfledger.commands.registry import operations
+from perfledger.commands.workflow import plausibility
+from perfledger.commands.workflow.requests import ReviewRecord
+from perfledger.commands.workflow.review_evidence import interested_actors
+from perfledger.commands.workflow.review_signature import signed_content
 from perfledger.errors import IntegrityError, PerfledgerError
+from perfledger.events.workflow import R12_IMPLAUSIBLE_BLOCKS_CHAMPION, R12_NAMED_REVIEW_CLEARS
+from perfledger.ledger.sshsig import REVIEW_NAMESPACE, signers
 
 #: The rule of a finding about a signed review that decided nothing (a bad signature).
 REVIEW_RULE = "review"
@@ -56,12 +63,6 @@ class ReviewWatch:
             return
 
     def _observe(self, before: Any, event: Any, actor_of: Callable[[str], str]) -> None:
-        from perfledger.commands.workflow import plausibility  # noqa: PLC0415 (the deciders' module graph)
-        from perfledger.commands.workflow.review_evidence import interested_actors  # noqa: PLC0415
-        from perfledger.events.workflow import (  # noqa: PLC0415
-            R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
-            R12_NAMED_REVIEW_CLEARS,
-        )
 
         envelope, p = event.envelope, event.payload
         if envelope.kind == "ReviewRecorded":
@@ -99,7 +100,6 @@ class ReviewWatch:
         unsigned review that decided something. Without it: the reviews that decided something
         are listed in notes (unsigned, or signed by a key nobody checked).
         Raises: BadRequest when ``signers_file`` does not exist."""
-        from perfledger.ledger.sshsig import REVIEW_NAMESPACE, signers  # noqa: PLC0415
 
         findings: list[tuple[_Review, str, str]] = []
         notes: list[str] = []
@@ -144,9 +144,6 @@ class ReviewWatch:
 def _signed_content(payload: Any) -> bytes:
     """The content a review's signer signed, rebuilt from its recorded payload (the request's
     fields; the derived ones left out)."""
-    from perfledger.commands.registry import operations  # noqa: PLC0415
-    from perfledger.commands.workflow.requests import ReviewRecord  # noqa: PLC0415
-    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415
 
     recorded = msgspec.to_builtins(payload)
     body = {k: recorded[k] for k in ReviewRecord.__struct_fields__ if k in recorded}

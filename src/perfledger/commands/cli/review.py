@@ -82,8 +82,8 @@ def signed_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
     review's canonical content. Raises: BadRequest for an invalid request or a key ssh-keygen
     cannot sign with."""
     from perfledger.commands.registry import operations  # noqa: PLC0415 (off `perfledger log`'s start-up path)
-    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415
-    from perfledger.ledger.sshsig import REVIEW_NAMESPACE, sign  # noqa: PLC0415
+    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415 (off `perfledger log`'s start-up path)
+    from perfledger.ledger.sshsig import REVIEW_NAMESPACE, sign  # noqa: PLC0415 (ssh-keygen signing, off the start-up path)
 
     unsigned = {k: v for k, v in body.items() if k != "signature"}
     content = signed_content(operations.validate("review.record", unsigned))
@@ -92,7 +92,7 @@ def signed_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
 
 def _signing_record(generic: click.Command) -> click.Command:
     """The generic ``review record`` with ``--sign-with KEY``."""
-    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415
+    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
 
     def callback(sign_with: str | None, **options: Any) -> None:
         if sign_with is None:
@@ -119,15 +119,16 @@ def _signing_record(generic: click.Command) -> click.Command:
 
 
 @click.command("content")
-@click.option("--request", "request_source", required=True, metavar="FILE",
-              help="The review.record request (- for stdin), without its signature.")  # fmt: skip
+@click.option("--request", "request_source", required=True, metavar="FILE|-",
+              help="The closed JSON request (a file, or - for stdin; schema: `perfledger schema "
+              "review.record`); its signature, if any, is left out.")  # fmt: skip
 def review_content(request_source: str) -> None:
     """Print the exact bytes a reviewer signs for this review (R12, R17): sign them with
     `ssh-keygen -Y sign -n perfledger-review -f KEY` and put the armored output in the request's
     "signature" (or let `review record --sign-with KEY` do both)."""
-    from perfledger.commands.cli.workflow import read_request  # noqa: PLC0415
-    from perfledger.commands.registry import operations  # noqa: PLC0415
-    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415
+    from perfledger.commands.cli.workflow import read_request  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
+    from perfledger.commands.registry import operations  # noqa: PLC0415 (off `perfledger log`'s start-up path)
+    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415 (off `perfledger log`'s start-up path)
 
     body = {k: v for k, v in read_request(request_source).items() if k != "signature"}
     out = click.get_binary_stream("stdout")

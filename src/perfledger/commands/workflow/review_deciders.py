@@ -139,6 +139,9 @@ def _explained_flags(
             )
         ref = FlagRef(samples_id=flag.samples_id, flag=flag.flag, case=flag.case)
         if ref in out:
-            raise BadRequest(f"explains: {flag.flag} {flag.case!r} is named twice")
+            raise BadRequest(
+                f"explains: {flag.flag} {flag.case!r} is named twice",
+                hint="name each flag once in explains",
+            )
         out.append(ref)
     return tuple(out)

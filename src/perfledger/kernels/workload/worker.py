@@ -163,11 +163,18 @@ def _reaped_children_ns(pid: int) -> int:
         return 0
 
 
-def tree_cpu_ns(pid: int) -> int:
+def tree_cpu_ns(pid: int, escaped: Callable[[], Sequence[int]] | None = None) -> int:
     """CPU time of ``pid``'s process tree (ns), read from the kernel: every live process's own
     clock (:func:`_process_cpu_ns`, all its threads) plus what each has reaped of its children
-    (clock-tick resolution). The subject cannot reach this figure."""
-    return sum(_process_cpu_ns(p) + _reaped_children_ns(p) for p in tree_pids(pid))
+    (clock-tick resolution). The subject cannot reach this figure. ``escaped``: processes that
+    left the tree (re-parented to the measuring process) whose trees count too, each process
+    once: the tree is walked first and ``escaped`` asked after, so a process moving between
+    them while they are read (its parent's exit completing late) is found once or twice, never
+    missed, and counted once."""
+    pids = dict.fromkeys(tree_pids(pid))
+    for root in escaped() if escaped is not None else ():
+        pids.update(dict.fromkeys(tree_pids(root)))
+    return sum(_process_cpu_ns(p) + _reaped_children_ns(p) for p in pids)
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -442,7 +449,9 @@ class Worker:
         tree1 = tree_cpu_ns(self.pid)
         cpu1 = tree1
         if escaped is not None:  # left the tree during the call: still the call's (R5)
-            cpu1 += sum(tree_cpu_ns(pid) for pid in escaped())
+            # one reading of the union: a process re-parented between two walks (its parent's
+            # exit completing late on a loaded host) would otherwise count twice
+            cpu1 = tree_cpu_ns(self.pid, escaped)
         self._done_cpu = (root_done, tree1 - _process_cpu_ns(self.pid))
         self._done_wall = (t1 - t0) / 1e9
         if answer.get("op") != "done":
