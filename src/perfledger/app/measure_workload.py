@@ -191,8 +191,10 @@ def observed_units(target: Any) -> dict[str, str]:
             f"the worker protocol observes {sorted(OBSERVED_METRICS)}; Target "
             f"{d.target_id!r}'s primary {d.primary.name!r} is a figure the subject reports; "
             "nothing was measured",
-            hint="measure this Target with `--protocol self` (the self-timed driver), or "
-            'supersede it with an observed primary: {"name": "wall_time", "unit": "ms", ...}',
+            hint="only what perfledger observes decides (R5): supersede the Target with an "
+            'observed primary (`perfledger target supersede`, {"name": "wall_time", "unit": '
+            '"ms", ...} or cpu_time) and keep the subject\'s figure as a secondary; '
+            "`--protocol self` records it only as reported, deciding nothing",
         )
     observed = {name: unit for name, unit in units.items() if name in OBSERVED_METRICS}
     for name, unit in observed.items():
