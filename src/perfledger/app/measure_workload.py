@@ -41,6 +41,7 @@ from perfledger.app.context import (
     SAMPLES_ARTIFACT,
     check_cases,
     check_environment,
+    check_installation_unchanged,
     default_samples_id,
     environment_payload,
     experiment_context,
@@ -303,7 +304,8 @@ def measure_workload(
     Returns: the :class:`MeasuredWorkload`.
     Raises: BadRequest (exit 2) and RuleRefused (exit 3) before anything runs;
         MeasurementError (exit 1) when a worker fails the protocol (nothing recorded);
-        RuleRefused when the subjects' files changed during the run (R11).
+        RuleRefused when the subjects' files, or the Python installation's, changed during
+        the run (R11).
     """
 
     # 1. every refusal before anything runs
@@ -426,6 +428,9 @@ def measure_workload(
             copies.close()
     if code is not None and identity is not None:
         identity.confirm(info, code)
+    # R11: an installed module edited during the run (even put back) ran in no snapshot; the
+    # self-timed driver checked this and the worker protocol did not
+    check_installation_unchanged(env)
 
     # 3. the samples and their raw table
     pairs, windows = [], []

@@ -176,8 +176,10 @@ def allowed_decisions(
 ) -> list[NextDecision]:
     """The next decisions on ``target_id`` that the rules accept on this state (see the module
     docstring), most urgent first. A champion selection refused as stale (R11), or as resting
-    on samples recorded from outside (R5), is replaced by target-stage samples of that
-    experiment measured against the current champion.
+    on samples recorded from outside or reported by the subject (R5), is replaced by
+    target-stage samples of that experiment measured against the current champion. On a Target
+    whose primary the subject reports (:func:`reported_primary`) no new experiment or
+    measurement is offered, since none could decide: superseding the Target is, instead.
 
     Args:
         state: the folded state at the head.
@@ -255,7 +257,7 @@ def reported_primary(
     """R5 (issue 34): where ``target``'s readiness is one the readiness decider now refuses,
     its primary being a figure the workload reports itself (a Target made ready by an older
     perfledger, :func:`perfledger.commands.workflow.observed_rules.check_readiness`), the step
-    that works: supersede it with an observed primary (``wall_time`` in its unit), the probe
+    that works: supersede it with an observed primary (``wall_time`` in ms), the probe
     decided by ``target.supersede``'s own decider. None for any other Target, or where that
     decider refuses the probe."""
     readiness = target.readiness
