@@ -3,7 +3,8 @@
 Under perfledger's worker protocol (``$PERFLEDGER_WORKER_FDS`` set: ``measure workload``,
 ``measure baseline`` and ``measure aa`` of a Target whose primary perfledger observes), this
 process is a worker (:func:`serve_worker`): perfledger owns the clock, the inputs' seed and the
-judgement of every output. The self-timed mode below is kept for the other modes and by hand.
+judgement of every output. The self-timed mode below is kept for the other modes and by hand
+(``measure workload --protocol self`` records its figures only as reported: they decide nothing).
 
 One call = one subject on one case: import the implementation (``--code DIR``: the code
 directory's ``softmax.py``, how the session's subjects run; ``--impl NAME``: ``impls/NAME.py``),

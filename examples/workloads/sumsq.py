@@ -1,4 +1,6 @@
-"""A small CPU workload for the perfledger workload driver (no GPU needed).
+"""A small CPU workload for perfledger's self-timed workload driver (``measure workload
+--protocol self``; no GPU needed): its figures are the subject's own, recorded as reported and
+deciding nothing (R5); the worker protocol's subjects are ``perfledger.subject.serve`` workers.
 
 It computes the sum of squares of ``n`` integers (case ``small``: 20,000; ``large``: 80,000; the case
 comes from ``$PERFLEDGER_CASE`` or ``--case``), checks the result against the closed form

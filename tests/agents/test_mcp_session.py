@@ -1,6 +1,7 @@
 """A whole CPU session from Target to handoff through ``perfledger mcp`` only (the SDK's stdio
-client; measurements through the ``cli`` tool), on the skill's toy workload: what an agent
-given only the MCP server does."""
+client; measurements through the ``cli`` tool, every decision through its own tool), on the
+skill's toy workload under the worker protocol (an observed primary, ``cpu_time``): what an
+agent given only the MCP server does."""
 
 from __future__ import annotations
 
@@ -18,36 +19,28 @@ pytest.importorskip("mcp", reason="the MCP SDK is the optional extra perfledger[
 import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from wf_legacy import (
-    as_before,
-    final_audit_as_before,
-    readiness_as_before,
-    review_as_before,
-    select_as_before,
-)
 
-REF = "python3 work/original/bench.py {case}"
-CAND = "python3 work/fast/bench.py {case}"
-EXPLAIN = "cpu_ms is the process's own CPU time"
+REF = "python3 work/original/bench.py {output}"
+CAND = "python3 work/fast/bench.py {output}"
+EXPLAIN = "cpu_time is the kernel's accounting of the subject's own CPU time"
 
 
-#: The toy workload's two code directories and a ledger: a self-timed command that reports its
-#: own `cpu_ms` (the skill's workload before it moved to the worker protocol), so this session
-#: keeps exercising the self-timed path of a Target whose primary the subject reports.
+#: The toy workload's two code directories and a ledger: a worker (the worker protocol, as the
+#: skill teaches) whose CPU time perfledger reads from the kernel, the Target's primary
+#: ``cpu_time``; every output (the sum) is compared with the reference's.
 WORKSPACE = """
 mkdir -p work/original work/fast
 cat > work/original/bench.py <<'EOF'
-import json, sys, time
+import json, sys
 sys.path.insert(0, sys.path[0])
+from perfledger.subject import serve
 from work import total
-n = {"small": 100_000, "large": 400_000}[sys.argv[1]]
-data = list(range(n))
-times = []
-for _ in range(5):
-    t0 = time.process_time()
-    got = total(data)
-    times.append((time.process_time() - t0) * 1e3)
-print(json.dumps({"correct": got == n * (n - 1) // 2, "metrics": {"cpu_ms": times}}))
+SIZES = {"small": 100_000, "large": 400_000}
+def call(data, case, seed, output):
+    got = total(data[case])
+    with open(output, "w") as out:
+        json.dump(got, out)
+serve(lambda: {case: list(range(n)) for case, n in SIZES.items()}, call)
 EOF
 cp work/original/bench.py work/fast/bench.py
 printf 'def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n' > work/original/work.py
@@ -79,11 +72,13 @@ async def _explain_by_review(s: ClientSession, tmp_path: Path, answer: dict[str,
     foreign = [i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")]
     if not foreign:
         return
-    # recorded as before (wf_legacy.REVIEW_BEFORE): this session's verdicts are too
-    review_as_before(tmp_path / "ledger", {
+    review = tmp_path / f"review-{samples_id}.json"
+    review.write_text(json.dumps({
         "review_id": f"rv-{samples_id}", "reviewer": "reviewer", "model_family": "human",
         "subject": "other", "subject_event": event_id, "challenge": "foreign activity",
-        "response": EXPLAIN, "dissent_remains": False}, "reviewer")  # fmt: skip
+        "response": EXPLAIN, "dissent_remains": False}))  # fmt: skip
+    await _ok(s, "cli", {"args": ["review", "record", "--actor", "reviewer", "--request",
+                                  str(review)]})  # fmt: skip
     await _ok(
         s,
         "activity_explain",
@@ -97,7 +92,9 @@ async def _explain_by_review(s: ClientSession, tmp_path: Path, answer: dict[str,
 
 
 async def _session(tmp_path: Path) -> dict[str, Any]:
-    env = {**os.environ, "PERFLEDGER_ACTOR": "mcp-agent"}
+    # `python3` in the workload's commands is this interpreter (its worker imports perfledger)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "PERFLEDGER_ACTOR": "mcp-agent", "PATH": path}
     env.pop("PERFLEDGER_DIR", None)
     server = StdioServerParameters(
         command=sys.executable, args=["-m", "perfledger", "--ledger", "ledger", "mcp"], env=env,
@@ -108,37 +105,27 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
         await s.initialize()
         await _ok(s, "target_freeze", {
             "target_id": "t1", "title": "sum of a list", "min_effect": 0.25, "scope": ["work.py"],
-            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "mean"},
             "risk_boundary": "exact result", "budget": {"wall_s": 3600, "gpu_s": 0}})  # fmt: skip
         env_answer = await _ok(s, "cli", {"args": ["env"]})
-        # the workload reports its own CPU time (`cpu_ms`, the self-timed driver): its readiness,
-        # verdicts, champion and final audit are decided as an older perfledger did (R5 refuses
-        # them or makes them inconclusive since issue 34), in-process beside the server
-        readiness_as_before(tmp_path / "ledger", {
+        await _ok(s, "readiness_record", {
             "target_id": "t1",
             "original": {"content_hash": "sha256:original-code", "subject": "work/original"},
             "test_set": {"hash": "sha256:cases-small-large", "case_count": 2,
                          "cases": ["small", "large"]},
             "accuracy_rule": "the exact integer sum",
-            "driver": {"argv": ["python3", "{subject}/bench.py", "{case}"]},
+            "driver": {"argv": ["python3", "{subject}/bench.py", "{output}"]},
+            "accuracy": {"compare": "exact"},
             "environment": env_answer["readiness_environment"],
-            "statistics": {"min_pairs_per_case": 5,  # cpu_ms: immune to the host's load (R17)
-                           "allow_explained_foreign_activity": True}},
-            tmp_path, actor="mcp-agent")  # fmt: skip
+            "statistics": {"min_pairs_per_case": 5,  # cpu_time: immune to the host's load (R17)
+                           "allow_explained_foreign_activity": True}})  # fmt: skip
         await _ok(s, "metric_audit_record", {
-            "target_id": "t1", "metric": "cpu_ms", "unit": "ms", "numerator": "one call (ms)",
-            "denominator": "one call", "source": "bench.py", "reconstructed": False,
-            "matches_target": True})  # fmt: skip
-        values = []
-        for case in ("small", "large"):
-            done = subprocess.run(REF.replace("{case}", case).split(), cwd=tmp_path, check=True,
-                                  capture_output=True, text=True)  # fmt: skip
-            values += json.loads(done.stdout)["metrics"]["cpu_ms"]
-        await _ok(s, "baseline_record", {
-            "target_id": "t1", "original_hash": "sha256:original-code", "metric": "cpu_ms",
-            "unit": "ms", "values": values,
-            "environment_id": env_answer["environment_id"]})  # fmt: skip
+            "target_id": "t1", "metric": "cpu_time", "unit": "ms", "numerator": "one call (ms)",
+            "denominator": "one call", "source": "perfledger's worker protocol",
+            "reconstructed": False, "matches_target": True})  # fmt: skip
+        await _ok(s, "cli", {"args": ["measure", "baseline", "--target", "t1", "--cmd", REF,
+                                      "--quiet"]})  # fmt: skip
         # --accept-resolution: a loaded test host's A/A can reach the minimum effect (R4 refuses
         # it otherwise); the session's candidate is far faster than any such resolution
         await _ok(s, "cli", {"args": ["measure", "aa", "--target", "t1", "--cmd", REF,
@@ -170,18 +157,18 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
                 *monitor]})  # fmt: skip
             if stage == "target":
                 await _explain_by_review(s, tmp_path, measured)
-            verdict = as_before(tmp_path / "ledger", "verdict.record",
-                                {"samples_id": f"e1-{stage}"}, "mcp-agent")  # fmt: skip
-            out[stage] = verdict["status"]
-        select_as_before(tmp_path / "ledger", {"target_id": "t1", "samples_id": "e1-target",
-                                               "expected_current": "original"}, "mcp-agent")  # fmt: skip
+            verdict = await _ok(s, "verdict_record", {"samples_id": f"e1-{stage}"})
+            out[stage] = verdict["payload"]["status"]
+            out[f"{stage}_provenance"] = verdict["payload"]["samples_provenance"]
+        await _ok(s, "champion_select", {"target_id": "t1", "samples_id": "e1-target",
+                                         "expected_current": "original"})  # fmt: skip
         measured = await _ok(s, "cli", {"args": [
             "measure", "workload", "--experiment", "e1", "--stage", "final_audit", "--samples",
             "e1-final", "--pairs", "5", "--ref", REF, "--cand", CAND, "--quiet", "--monitor",
             "host"]})  # fmt: skip
         await _explain_by_review(s, tmp_path, measured)
-        audit = final_audit_as_before(tmp_path / "ledger",
-                                      {"target_id": "t1", "samples_id": "e1-final"}, "mcp-agent")  # fmt: skip
+        audit = (await _ok(s, "final_audit_record", {"target_id": "t1",
+                                                     "samples_id": "e1-final"}))["payload"]  # fmt: skip
         out["final_audit"] = audit["status"]
         await _ok(s, "cli", {"args": ["handoff", "record", "--target", "t1", "--stop-reason",
                                       "primary reached", "--gpu-used", "0", "--feedback",
@@ -201,6 +188,7 @@ def test_a_cpu_session_from_target_to_handoff_through_the_mcp_server_only(tmp_pa
     out = anyio.run(_session, tmp_path)
     assert out["bound"] == pytest.approx(50.0)
     assert out["screen"] == "inconclusive" and out["target"] == "pass"
+    assert out["target_provenance"] == "perfledger"  # observed by perfledger: it decides (R5)
     assert out["final_audit"] == "pass"
     assert "Primary achieved: yes" in out["handoff"]
     (target,) = out["status"]["targets"]

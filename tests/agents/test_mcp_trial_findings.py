@@ -58,7 +58,7 @@ def test_aa_refusal_states_runs_default_units_per_case_and_a_load_immune_metric(
 def test_mcp_instructions_and_readiness_schema_state_the_driver_contract_and_output_formats() -> (
     None
 ):
-    """The driver's stdout contract and the {output} formats (with what exact and allclose
+    """The driver's contract (the worker protocol) and the {output} formats (with what exact and allclose
     compare) are where an MCP-only agent looks: the server's instructions and the readiness
     request's driver and accuracy descriptions; the instructions name the host monitor for a CPU
     workload's formal stages, and another actor's review (never a typed text) as what explains
@@ -66,11 +66,12 @@ def test_mcp_instructions_and_readiness_schema_state_the_driver_contract_and_out
     from perfledger.commands.mcp import INSTRUCTIONS
     from perfledger.commands.registry.operations import json_schema
 
-    contract = '{"correct": bool, "metrics": {name: number | [numbers]}}'
+    contract = "perfledger.subject.serve(setup, call)"  # the worker protocol (R5, issue 34)
     formats = (".npy", ".npz", "JSON", "exact = same shape, dtype and values", "allclose")
     properties = json_schema("readiness.record")["properties"]
     for text in (INSTRUCTIONS, properties["driver"]["description"]):
-        assert contract in text and "$PERFLEDGER_CASE" in text
+        assert contract in text and "$PERFLEDGER_CASE" in text and "wall_time" in text
+        assert '"correct": bool' not in text  # the self-timed driver's: it decides nothing
     for text in (INSTRUCTIONS, properties["accuracy"]["description"]):
         assert all(f in text for f in formats) and "atol + rtol * |ref|" in text
     assert '"--monitor", "host"' in INSTRUCTIONS and '"--explain-foreign"' not in INSTRUCTIONS

@@ -29,6 +29,7 @@ from wf_scenario import (
     T1,
     Session,
     experiment,
+    readiness,
     samples,
     target_freeze,
 )
@@ -206,3 +207,46 @@ def test_handoff_offer_names_only_what_the_target_budgets(tmp_path: Path, gpu_s:
         assert ("--gpu-used" in command) is (gpu_s > 0)
     finally:
         s.ledger.close()
+
+
+def test_a_target_whose_primary_the_subject_reports_is_offered_only_what_decides(
+    self_timed: Any,
+) -> None:
+    """An older ledger's Target whose primary (``latency_ms``) the subject reports, measured by
+    the self-timed driver (issue 34): every state offers only steps the deciders accept, and
+    none of them measures it again (its samples could only be reported, deciding nothing, R5)
+    nor selects its passed result; the step offered instead is to supersede it with an observed
+    primary, which ``target.supersede``'s decider accepts and whose readiness is then made.
+    Before, a passed result on it was offered for re-measurement "by perfledger", which could
+    only record more reported figures."""
+    s = self_timed
+    states: list[Any] = []
+
+    def walk() -> None:
+        state = s.state()
+        states.append(state)
+        assert check_offered(state, s.ledger.payload) == []
+        offered = allowed_decisions(state, T1, s.ledger.payload)
+        ops = [d.op for d in offered]
+        assert not {"samples.record", "experiment.create", "champion.select"} & set(ops), ops
+        [supersede] = [d for d in offered if d.op == "target.supersede"]
+        assert supersede.rule == "R5" and "'latency_ms' is a figure the subject reports" in (
+            supersede.why
+        )
+        command = recommended_command(state, T1, supersede)
+        assert command.startswith(f"perfledger target supersede --target {T1}"), command
+
+    walk()
+    s.passed()  # the target stage's verdict passes, marked reported: no champion comes of it
+    assert s.state().verdicts["e1-target"].samples_provenance == "reported"
+    walk()
+    s.refused("champion.select", {"target_id": T1, "samples_id": "e1-target",
+                                  "expected_current": "original"}, "R5")  # fmt: skip
+    # what the step leads to works: the observed primary's Target is made ready
+    new = target_freeze("t1-observed", primary={"name": "wall_time", "unit": "ms",
+                        "direction": "lower_is_better", "statistic": "mean"})  # fmt: skip
+    s.run("target.supersede", {"target_id": T1, "reason": "an observed primary",
+                               "new_target": new})  # fmt: skip
+    s.run("readiness.record", readiness("t1-observed"))
+    assert s.state().targets["t1-observed"].readiness is not None
+    assert len(states) == 2

@@ -21,6 +21,11 @@ and reports that as ``time_ms``. Modes:
   output is 1 % off while it claims correct.
 - ``downcast``: the right output stored as float16 (a precision downgrade whose values stay
   within a 1 % tolerance of the reference's float64).
+
+Started by perfledger's worker protocol (``$PERFLEDGER_WORKER_FDS`` set), it is a worker
+(``perfledger.subject.serve``): each call takes its case, seed and output place from perfledger
+and sleeps ``--work-s``, writes the output and reports nothing; ``honest``, ``jitter`` and
+``wrong_once`` (its calls counted in ``--cache``) as above.
 """
 
 from __future__ import annotations
@@ -58,6 +63,31 @@ def _write(out: str, value: np.ndarray, as_json: bool) -> None:
         np.save(out, value)  # numpy appends .npy to the driver's path
 
 
+def _serve(args: argparse.Namespace) -> None:
+    """The worker protocol's subject (module docstring)."""
+    from perfledger.subject import serve
+
+    def call(_state: None, case: str, seed: int, output: str) -> None:
+        time.sleep(args.work_s)
+        right = _right(str(seed), case, args.n)
+        wrong = False
+        if args.mode == "wrong_once":
+            count = 1
+            if os.path.exists(args.cache):
+                with open(args.cache) as stream:
+                    count += int(stream.read() or 0)
+            with open(args.cache, "w") as stream:
+                stream.write(str(count))
+            wrong = count == args.wrong_call
+        elif args.mode == "jitter":
+            right = right * (1 + np.random.default_rng().random() * 1e-9)
+        elif args.mode != "honest":
+            raise SystemExit(f"mode {args.mode} is not served as a worker")
+        _write(output, right * (1.01 if wrong else 1.0), args.json)
+
+    serve(lambda: None, call)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -70,6 +100,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--wrong-call", type=int, default=0)
     args = parser.parse_args()
+    if os.environ.get("PERFLEDGER_WORKER_FDS"):
+        _serve(args)
+        return
     start = time.perf_counter()
     time.sleep(args.work_s)
     right = _right(args.seed, args.case, args.n)

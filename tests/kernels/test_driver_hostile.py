@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_measure_cli import _cli, _experiment, _record_resolution, _setup
+from test_measure_cli import SELF, _cli, _experiment, _record_resolution, _setup
 from wf_scenario import explain_stage_by_review
 
 from perfledger.api import Ledger
@@ -81,7 +81,7 @@ def _measure_cli(tmp: Path, cand_mode: str) -> tuple[object, Path]:
         shlex.join([*HOSTILE, "--work-s", "0.05"]),
         shlex.join([*HOSTILE, "--work-s", "0.05", "--mode", cand_mode]),
     )
-    proc = _cli(ledger, tmp, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    proc = _cli(ledger, tmp, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
                 "--ref", ref, "--cand", cand, "--case", "small", "--pairs", "5", "--warmup", "0",
                 "--quiet", "--no-monitor", "--json", check=False)  # fmt: skip
     return proc, ledger
@@ -115,7 +115,7 @@ def _stage(
 ) -> object:
     work = [*HOSTILE, "--work-s", "0.1", "--mode", "jitter", *ref]
     monitor = ["--no-monitor"] if stage == "screen" else ["--monitor", "host"]
-    done = _cli(ledger, tmp, "measure", "workload", "--experiment", "e1", "--stage", stage,
+    done = _cli(ledger, tmp, "measure", "workload", *SELF, "--experiment", "e1", "--stage", stage,
                 "--ref", shlex.join(work), "--cand", shlex.join([*HOSTILE, "--work-s", "0.1", *cand]),
                 "--case", "small", "--pairs", "5", "--warmup", "0", "--quiet", *monitor,
                 check=False)  # fmt: skip

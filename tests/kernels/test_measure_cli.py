@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SUMSQ = ROOT / "examples" / "workloads" / "sumsq.py"
 ORIGINAL = "sha256:" + "0" * 16
 CAND = "sha256:" + "1" * 16
+#: These Targets' primaries are figures the subject reports: the self-timed driver measures them
+#: only when asked for by name (the default is the worker protocol; R5, issue 34).
+SELF = ("--protocol", "self")
 
 
 def _readiness_body(
@@ -160,7 +163,7 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
     _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
          "--record", "--accept-resolution", "--quiet")  # fmt: skip
     _experiment(ledger_path)
-    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    out = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "screen", "--ref", _cmd(), "--cand", _cmd("--extra-work", "1.0"), "--pairs", "5",
                "--no-monitor", "--json", "--quiet")  # fmt: skip
     data = json.loads(out.stdout)
@@ -194,7 +197,7 @@ def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path
          "--record", "--accept-resolution", "--quiet")  # fmt: skip
     _experiment(ledger_path)
     # every call of the candidate prints garbage: nothing usable, a clear error, nothing appended
-    bad = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    bad = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "screen", "--ref", _cmd(), "--cand", _cmd("--mode", "garbage"), "--pairs", "5",
                "--no-monitor", "--json", "--quiet", check=False)  # fmt: skip
     assert bad.returncode == 1, bad.stderr
@@ -202,7 +205,7 @@ def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path
     assert err["code"] == "measurement_error" and "not_json" in err["message"]
     assert "Traceback" not in bad.stderr
     # a wrong answer is a valid call: recorded, flagged as a candidate failure (R5)
-    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    out = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "screen", "--ref", _cmd(), "--cand", _cmd("--mode", "wrong"), "--pairs", "5",
                "--no-monitor", "--json", "--quiet")  # fmt: skip
     data = json.loads(out.stdout)
@@ -217,9 +220,9 @@ def test_r17_formal_stage_without_monitor_is_refused(tmp_path: Path) -> None:
     _setup(ledger_path)
     _record_resolution(ledger_path)
     _experiment(ledger_path)
-    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
          "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
-    target = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    target = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                   "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor",
                   "--json", "--quiet", check=False)  # fmt: skip
     assert target.returncode == 3
@@ -232,22 +235,22 @@ def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) 
     _setup(ledger_path)
     _record_resolution(ledger_path)
     _experiment(ledger_path)
-    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
          "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
     head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
-    gpu = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    gpu = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
                "--json", "--quiet", "--no-monitor", check=False)  # fmt: skip
     assert gpu.returncode == 3 and json.loads(gpu.stdout)["error"]["rule"] == "R17"
     # R17: a typed explanation is refused before anything runs, with what to do instead
-    typed = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    typed = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                  "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
                  "--explain-foreign", "other tenants", "--json", "--quiet", check=False)  # fmt: skip
     assert typed.returncode == 2
     error = json.loads(typed.stdout)["error"]
     assert "--explain-foreign was removed" in error["message"] and "review" in error["message"]
     assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head  # unchanged
-    done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    done = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                 "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
                 "--json", "--quiet")  # fmt: skip
     answer = json.loads(done.stdout)
@@ -332,7 +335,7 @@ def test_r11_workload_cases_outside_the_test_set_are_refused_before_measuring(
     head = _head(ledger_path, tmp_path)
     marker = tmp_path / "ran"
     cmd = f"touch {marker} && " + _cmd()
-    out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    out = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "screen", "--ref", cmd, "--cand", cmd, "--case", "small", "--case", "huge",
                "--no-monitor", "--json", "--quiet", check=False)  # fmt: skip
     assert _refused_r11(out).startswith("R11: the cases ['huge'] of --case are not cases")

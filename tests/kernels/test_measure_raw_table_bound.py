@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_measure_cli import _cli, _experiment, _record_resolution, _setup
+from test_measure_cli import SELF, _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
 from perfledger.commands.audit.replay import audit
@@ -39,7 +39,7 @@ def _screened(tmp: Path) -> tuple[Path, dict[str, Any], dict[str, Artifact]]:
     _setup(ledger, cases=("small",))
     _record_resolution(ledger)
     _experiment(ledger)
-    _cli(ledger, tmp, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    _cli(ledger, tmp, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
          "--ref", _cmd("--work-s", "0.2"), "--cand", _cmd("--work-s", "0.1"), "--case", "small",
          "--pairs", "5", "--warmup", "0", "--quiet", "--no-monitor", "--samples", "e1-screen")  # fmt: skip
     with Ledger.open(ledger) as opened:

@@ -1,8 +1,11 @@
-"""``measure workload`` end to end on real commands, a real git ledger and the real CLI: an honest
-faster candidate passes its target stage and becomes champion; a candidate that does the same
-work but reports 1/100 of its time is flagged by the wall-clock check, the flag is printed when
-``measure`` returns, recorded in the samples, and blocks the pass (R12) and the champion (R13);
-the ledger still audits clean (every derivation re-made)."""
+"""``measure workload --protocol self`` end to end on real commands, a real git ledger and the
+real CLI: the wall-clock check of times a subject reports, which only the self-timed driver has
+(under the worker protocol perfledger's clock is the figure). An honest faster candidate's
+target stage passes on its reported times, marked ``reported``, and makes no champion (R5,
+issue 34); a candidate that does the same work but reports 1/100 of its time is flagged by the
+wall-clock check, the flag is printed when ``measure`` returns, recorded in the samples, and
+blocks the pass (R12) and the champion; the ledger still audits clean (every derivation
+re-made)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_measure_cli import SUMSQ, _cli, _experiment, _record_resolution, _setup
-from wf_legacy import as_before, select_as_before
+from test_measure_cli import SELF, SUMSQ, _cli, _experiment, _record_resolution, _setup
 from wf_scenario import explain_stage_by_review
 
 from perfledger.api import Ledger
@@ -71,9 +73,19 @@ def _select(tmp: Path, experiment: str, current: str) -> str:
     return str(path)
 
 
+def _refused_champion(path: Path, tmp: Path, experiment: str, rule: str, why: str) -> None:
+    """``champion select`` of ``experiment``'s target samples through the CLI is refused by
+    ``rule`` naming ``why``; nothing is appended."""
+    refused = _cli(path, tmp, "champion", "select", "--request",
+                   _select(tmp, experiment, "original"), "--json", check=False)  # fmt: skip
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    error = json.loads(refused.stdout)["error"]
+    assert error["rule"] == rule and why in error["message"], error
+
+
 def _measure(path: Path, tmp: Path, experiment: str, stage: str, ref: str, cand: str) -> str:
     monitor = ["--no-monitor"] if stage == "screen" else ["--monitor", "host"]
-    out = _cli(path, tmp, "measure", "workload", "--experiment", experiment, "--stage", stage,
+    out = _cli(path, tmp, "measure", "workload", *SELF, "--experiment", experiment, "--stage", stage,
                "--ref", ref, "--cand", cand, "--case", "small", "--pairs", "5", "--warmup", "0",
                "--quiet", *monitor)  # fmt: skip
     if stage != "screen":  # R17: another actor's review explains a shared host's activity
@@ -95,12 +107,14 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     printed = _measure(ledger, tmp_path, "e1", "target", ref, honest)
     # on a loaded host the saving may be below what the wall clock resolves: never flagged
     assert "FLAG" not in printed and "none flagged" in printed
-    # the self-timed driver's figures are reported (R5): judged and selected as an older
-    # perfledger did (its verdict at the version before too: a newer one shows a newer writer)
-    verdict = as_before(ledger, "verdict.record", {"samples_id": "e1-target-1"})
+    # the self-timed driver's figures are reported (R5): the verdict passes on them, marked
+    # reported, and no champion comes of it
+    verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
+                              "--json").stdout)["payload"]  # fmt: skip
     assert verdict["status"] == "pass", (verdict["notes"], verdict["status"])
-    _reconcile(ledger, "e1")
-    select_as_before(ledger, json.loads(Path(_select(tmp_path, "e1", "original")).read_text()))
+    assert verdict["samples_provenance"] == "reported"
+    _reconcile(ledger, "e1")  # R14 is not under test: only R5 may refuse
+    _refused_champion(ledger, tmp_path, "e1", "R5", "figures the subject reported")
 
     # e2 does e1's exact work and reports 1/100 of its time
     _second_experiment(ledger)
@@ -119,14 +133,10 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     assert answer["explanation"]["condition"] == "wall_clock"
     assert "without it the derivation was pass" in answer["explanation"]["reason"]
     assert verdict["primary"]["status"] == "pass"  # what the reported times alone would say
-    assert verdict["status"] == "inconclusive"
+    assert verdict["status"] == "inconclusive" and verdict["samples_provenance"] == "reported"
     assert any(n.startswith("R12: wall clock") for n in verdict["notes"])
     _reconcile(ledger, "e2")
-    refused = _cli(ledger, tmp_path, "champion", "select", "--request",
-                   _select(tmp_path, "e2", "e1"), "--json", check=False)  # fmt: skip
-    assert refused.returncode == 3
-    error = json.loads(refused.stdout)["error"]
-    assert error["rule"] == "R13" and "wall-clock check" in error["message"]
+    _refused_champion(ledger, tmp_path, "e2", "R13", "wall-clock check")
     claims = json.loads(_cli(ledger, tmp_path, "claims", "--json").stdout)
     flagged = {r["experiment_id"]: r["measurement_flags"] for r in claims["claims"]}
     assert flagged["e1"] == [] and any("wall clock" in f for f in flagged["e2"])
@@ -138,7 +148,7 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     audit = json.loads(_cli(ledger, tmp_path, "audit", "--json").stdout)
     assert audit["ok"] is True and audit["findings"] == []
     champion = json.loads(_cli(ledger, tmp_path, "champion", "show", "--json").stdout)
-    assert champion["champions"][0]["champion"] == "e1"  # unchanged
+    assert champion["champions"][0]["champion"] == "original"  # nothing reported decided
 
 
 @pytest.mark.slow
@@ -191,7 +201,7 @@ def test_cheat_candidate_whose_values_keep_their_total_but_not_their_median_is_f
     liar = tmp_path / "liar.py"
     liar.write_text(f"WORKLOADS = {str(SUMSQ.parent)!r}\n" + REPORT_LIAR)
     for k, mode in enumerate(["pad", "shift"], start=1):
-        printed = _cli(ledger, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+        printed = _cli(ledger, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                        "screen", "--ref", shlex.join([sys.executable, str(SUMSQ), "--repeats", "3"]),
                        "--cand", shlex.join([sys.executable, str(liar), mode]), "--pairs", "5", "--no-monitor",
                        "--quiet").stdout  # fmt: skip

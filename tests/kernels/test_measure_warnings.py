@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_measure_cli import _cli, _cmd, _experiment, _record_resolution, _setup
+from test_measure_cli import SELF, _cli, _cmd, _experiment, _record_resolution, _setup
 
 NOISY = """
 import json, random
@@ -35,18 +35,18 @@ def test_r17_measure_workload_warns_on_unexplained_foreign_activity(tmp_path: Pa
     _setup(ledger_path)
     _record_resolution(ledger_path)
     _experiment(ledger_path)
-    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
          "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
     spinners = _spinners(2)
     try:
-        done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
+        done = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1",
                     "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
                     "--monitor", "host", "--json", "--quiet")  # fmt: skip
         # R14: a target result owes its verdict before the experiment measures the stage again
         _cli(ledger_path, tmp_path, "verdict", "record", "--samples",
              json.loads(done.stdout)["samples_id"], "--json")  # fmt: skip
         # R17: the typed explanation is gone; passing it is refused before anything runs
-        typed = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1",
+        typed = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1",
                      "--stage", "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5",
                      "--monitor", "host", "--explain-foreign", "cpu_ms is own CPU time",
                      "--json", "--quiet", check=False)  # fmt: skip
@@ -108,7 +108,7 @@ def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> 
     broken = tmp_path / "broken.py"
     broken.write_text("sizes = {'small': 1}\nprint(sizes['huge'])\n")
     head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
-    done = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
+    done = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                 "screen", "--ref", f"{sys.executable} {broken}", "--cand", _cmd(), "--pairs",
                 "5", "--no-monitor", "--quiet", check=False)  # fmt: skip
     assert done.returncode != 0 and "Traceback" not in done.stdout
@@ -126,7 +126,7 @@ def test_measure_workload_answers_with_the_verdict_its_samples_derive_per_case(
     _setup(ledger_path)
     _record_resolution(ledger_path)
     _experiment(ledger_path)
-    args = ("measure", "workload", "--experiment", "e1", "--stage", "screen", "--ref", _cmd(),
+    args = ("measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen", "--ref", _cmd(),
             "--cand", _cmd("--extra-work", "1.0"), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
     text = _cli(ledger_path, tmp_path, *args, "--samples", "s1").stdout
     assert "`perfledger verdict record --samples s1` records it" in text

@@ -15,20 +15,23 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_measure_cli import ORIGINAL, _cli, _experiment, _record_resolution
+from test_measure_cli import ORIGINAL, SELF, _cli, _experiment, _record_resolution
 from test_measure_wall_clock import _reconcile
-from wf_legacy import as_before, before_reported, select_as_before
+from wf_legacy import before_reported
 from wf_scenario import explain_stage_by_review
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import raw_table_mismatch
+from perfledger.events.workflow import OBSERVED_METRICS
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"
 DRIVER = [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "{seed}",
           "--case", "{case}"]  # fmt: skip
 EXACT = {"compare": "exact"}
+#: What ``measure`` prints of a formal stage where one candidate output differed (R5).
+MISMATCH = "FLAG accuracy: the candidate's output differed from the reference's on 1 call(s)"
 
 
 def _target(path: Path, primary: str = "time_ms") -> dict[str, Any]:
@@ -60,21 +63,28 @@ def _readiness(env: dict[str, Any], **extra: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _ready(path: Path) -> None:
-    env = _target(path)
+def _ready(path: Path, tmp: Path, primary: str = "wall_time") -> None:
+    """A ledger whose Target (on ``primary``) is ready for experiment e1. ``wall_time`` (the
+    worker protocol: perfledger's clock, every output judged) is made ready through the CLI as
+    a user does; ``time_ms`` (the self-timed driver's figure, for what only that driver has) as
+    an older perfledger did: R5 refuses such a readiness since ReadinessRecorded 6."""
+    env = _target(path, primary)
+    request = tmp / "readiness.json"
+    request.write_text(json.dumps(_readiness(env, accuracy=EXACT)))
+    if primary in OBSERVED_METRICS:
+        _cli(path, tmp, "readiness", "record", "--request", str(request))
+    else:
+        with Ledger.open(path) as ledger, before_reported("ReadinessRecorded"):
+            execute(ledger, "readiness.record", json.loads(request.read_text()), actor="agent")
     with Ledger.open(path) as ledger:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
-        # the self-timed driver's Target (its primary the subject reports), made ready as an
-        # older perfledger did: R5 refuses such a readiness since ReadinessRecorded 6
-        with before_reported("ReadinessRecorded"):
-            run("readiness.record", _readiness(env, accuracy=EXACT))
         run("metric-audit.record", {
-            "target_id": "t1", "metric": "time_ms", "numerator": "wall time",
-            "denominator": "call", "unit": "ms", "source": "driver JSON", "reconstructed": False,
-            "matches_target": True,
+            "target_id": "t1", "metric": primary, "numerator": "wall time",
+            "denominator": "call", "unit": "ms", "source": "perfledger's clock",
+            "reconstructed": False, "matches_target": True,
         })  # fmt: skip
         run("baseline.record", {
-            "target_id": "t1", "original_hash": ORIGINAL, "metric": "time_ms", "unit": "ms",
+            "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": "ms",
             "values": [200.0, 201.0, 199.0], "environment_id": env["environment_id"],
         })  # fmt: skip
     _record_resolution(path)
@@ -108,33 +118,33 @@ def test_measure_workload_judges_outputs_records_them_and_a_wrong_final_audit_fa
     tmp_path: Path,
 ) -> None:
     ledger = tmp_path / "ledger"
-    _ready(ledger)
+    _ready(ledger, tmp_path)
     ref, cand = _cmd("--work-s", "0.2"), _cmd("--work-s", "0.05")  # faster, same output
     _measure(ledger, tmp_path, "screen", ref, cand)
     printed = _measure(ledger, tmp_path, "target", ref, cand)
-    assert "accuracy: 10/10 calls judged by perfledger" in printed and "FLAG" not in printed
+    assert "FLAG" not in printed, printed
     with Ledger.open(ledger) as opened:
         event_id = opened.state().samples["e1-target-1"].event_id
         samples = opened.payload(event_id)
+        assert samples.provenance.protocol == "worker/v1"  # perfledger's clock, not the subject's
         first = samples.pairs[0].cand.output
-        assert first.ok and first.self_correct and first.compare == "exact"
+        assert first.ok and first.compare == "exact"
         assert first.blake3 == samples.pairs[0].ref.output.blake3  # same inputs, same output
         # each pair drew its own inputs: five different outputs, each kept for the auditor
         digests = {p.ref.output.blake3 for p in samples.pairs}
         assert len(digests) == 5
         kept = opened.artifact(event_id, f"output-{first.blake3}")
         assert len(kept) == first.size
-    # the self-timed driver's figures are reported (R5): judged and selected as an older
-    # perfledger did (its verdict at the version before too: a newer one shows a newer writer)
-    verdict = as_before(ledger, "verdict.record", {"samples_id": "e1-target-1"})
-    assert verdict["status"] == "pass", verdict
+    verdict = json.loads(_cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1",
+                              "--json").stdout)["payload"]  # fmt: skip
+    assert verdict["status"] == "pass" and verdict["samples_provenance"] == "perfledger", verdict
     _reconcile(ledger, "e1")  # whether the result left the claim's interval is not under test
-    select_as_before(ledger, json.loads(Path(_select(tmp_path)).read_text()))
+    _cli(ledger, tmp_path, "champion", "select", "--request", _select(tmp_path))
     # the final audit: the champion's output is wrong on its second call (R5: it fails)
     wrong_once = _cmd("--work-s", "0.05", "--mode", "wrong_once", "--wrong-call", "2",
                       "--cache", str(tmp_path / "count"))  # fmt: skip
     printed = _measure(ledger, tmp_path, "final_audit", ref, wrong_once)
-    assert "FLAG accuracy: the candidate failed its check on 1 call(s)" in printed
+    assert MISMATCH in printed
     final = json.loads(_cli(ledger, tmp_path, "final-audit", "record", "--target", "t1",
                             "--samples", "e1-final_audit-1", "--json").stdout)["payload"]  # fmt: skip
     assert final["status"] == "fail"
@@ -148,21 +158,20 @@ def test_measure_workload_judges_outputs_records_them_and_a_wrong_final_audit_fa
 @pytest.mark.slow
 def test_formal_stage_with_one_output_mismatch_cannot_support_a_champion(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    _ready(ledger)
+    _ready(ledger, tmp_path)
     ref = _cmd("--work-s", "0.2")
     # faster, and right on every call but its 8th: the third target-stage call (5 screen calls)
     cand = _cmd("--work-s", "0.05", "--mode", "wrong_once", "--wrong-call", "8",
                 "--cache", str(tmp_path / "count"))  # fmt: skip
     _measure(ledger, tmp_path, "screen", ref, cand)
     printed = _measure(ledger, tmp_path, "target", ref, cand)
-    assert "FLAG accuracy: the candidate failed its check on 1 call(s)" in printed
-    assert "elements differ from the reference's exactly" in printed  # the reason, shown
+    assert MISMATCH in printed
     with Ledger.open(ledger) as opened:
         samples = opened.payload(opened.state().samples["e1-target-1"].event_id)
     assert samples.cand_failures == 1
     bad = [p.cand for p in samples.pairs if not p.cand.correct]
-    assert len(bad) == 1 and bad[0].output.self_correct is True and not bad[0].output.ok
-    assert "differ" in bad[0].output.reason
+    assert len(bad) == 1 and not bad[0].output.ok
+    assert "elements differ from the reference's exactly" in bad[0].output.reason
     _cli(ledger, tmp_path, "verdict", "record", "--samples", "e1-target-1")
     _reconcile(ledger, "e1")  # R14 is not under test: only R5 may refuse
     refused = _cli(ledger, tmp_path, "champion", "select", "--request", _select(tmp_path),
@@ -242,9 +251,10 @@ def test_measure_refuses_a_command_without_the_output_place_the_readiness_declar
     tmp_path: Path,
 ) -> None:
     ledger = tmp_path / "ledger"
-    _ready(ledger)
+    # the self-timed driver's own check: a worker gets its output place with every call
+    _ready(ledger, tmp_path, "time_ms")
     plain = shlex.join([sys.executable, str(WORKLOAD), "--out", "/tmp/x", "--seed", "1"])
-    out = _cli(ledger, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    out = _cli(ledger, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
                "--ref", _cmd(), "--cand", plain, "--no-monitor", "--json", check=False)  # fmt: skip
     assert out.returncode == 2
     assert "--cand" in json.loads(out.stdout)["error"]["message"]
@@ -306,10 +316,10 @@ def test_raw_table_whose_call_claims_correct_despite_its_output_check_is_a_misma
 @pytest.mark.slow
 def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    _ready(ledger)
+    _ready(ledger, tmp_path, "time_ms")  # the wall-clock check of reported times: self-timed
     with Ledger.open(ledger) as opened:
         head = opened.head()
-    out = _cli(ledger, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    out = _cli(ledger, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
                "--ref", _cmd(), "--cand", _cmd("--mode", "wrong"), "--pairs", "5", "--warmup",
                "0", "--no-monitor", "--dry-run", "--json", "--quiet")  # fmt: skip
     result = json.loads(out.stdout)
@@ -325,7 +335,7 @@ def test_measure_dry_run_shows_the_deciders_checks_and_appends_nothing(tmp_path:
 @pytest.mark.slow
 def test_measure_aa_says_when_the_originals_outputs_differ_from_its_own(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    _ready(ledger)
+    _ready(ledger, tmp_path)
     out = _cli(ledger, tmp_path, "measure", "aa", "--target", "t1", "--cmd",
                _cmd("--mode", "jitter"), "--runs", "3", "--json", "--quiet",
                check=False)  # fmt: skip

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_measure_cli import ROOT, SUMSQ, _cli, _experiment, _record_resolution, _setup
+from test_measure_cli import ROOT, SELF, SUMSQ, _cli, _experiment, _record_resolution, _setup
 
 from perfledger.api import Ledger
 
@@ -39,7 +39,7 @@ def test_r12_a_case_regressed_beyond_its_resolution_blocks_pass_and_is_named(
     _experiment(ledger_path)
     cand = tmp_path / "mixed.py"
     cand.write_text(f"SUMSQ = {str(SUMSQ)!r}\n" + MIXED_CANDIDATE)
-    _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage", "screen",
+    _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
          "--ref", _reference(), "--cand", f"{sys.executable} {cand}", "--pairs", "8",
          "--no-monitor", "--quiet")  # fmt: skip
     text = _cli(ledger_path, tmp_path, "verdict", "record", "--samples", "e1-screen-1",

@@ -10,17 +10,14 @@ The session (a module fixture) goes: readiness -> e1 screen, target, champion ->
 e2 created (open, against champion e1). The tests then try what the rules refuse; a refusal
 appends nothing, so they share the ledger.
 
-The driver is the self-timed one (its calls report ``cpu_ms``, a figure the subject reports):
-its readiness, verdicts, champion and final audit are recorded as an older perfledger recorded
-them (``ReadinessRecorded`` 5, ``VerdictRecorded`` 8, ``ChampionSelected`` 6,
-``FinalAuditRecorded`` 10; R5 refuses the readiness and the champion and makes the audit
-inconclusive since issue 34), in-process,
-since what is under test is code identity, which the self-timed driver shares with the worker.
+The driver is a worker (the worker protocol: perfledger's clock and the kernel's CPU
+accounting of every call, the Target's primary ``cpu_time``, every output compared), and the
+readiness, verdicts, champion and final audit are recorded through the CLI as a user records
+them, at the current rules.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -31,12 +28,10 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
-from wf_legacy import as_before, before_reported
 from wf_scenario import explain_stage_by_review, record_measured_aa
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
-from perfledger.app.identity import readiness_edge
 from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
@@ -48,22 +43,23 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 EXPLAIN = "other tenants of a shared test host; the metric is this process's own CPU time"
 
-#: The driver: one call of one subject on one case, in the driver's JSON protocol. It lives in
+#: The driver: a worker of one subject (``perfledger.subject.serve``), which loads the subject's
+#: ``src/kern.py`` and answers each call with the sum of squares of its case's size. It lives in
 #: each subject directory (``{subject}/bench.py``), outside the Target's scope ``src/*``.
 BENCH = """\
-import importlib.util, json, os, sys, time
+import importlib.util, json, os, sys
+from perfledger.subject import serve
 here = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("kern", os.path.join(here, "src", "kern.py"))
-kern = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kern)
-n = {"small": 60000, "large": 120000}[os.environ.get("PERFLEDGER_CASE", "small")]
-times = []
-for _ in range(3):
-    t = time.process_time()
-    result = kern.sumsq(n)
-    times.append((time.process_time() - t) * 1e3 + 1e-6)
-print(json.dumps({"correct": result == (n - 1) * n * (2 * n - 1) // 6,
-                  "metrics": {"cpu_ms": times}}))
+def setup():
+    spec = importlib.util.spec_from_file_location("kern", os.path.join(here, "src", "kern.py"))
+    kern = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kern)
+    return kern
+def call(kern, case, seed, output):
+    n = {"small": 60000, "large": 120000}[case]
+    with open(output, "w") as out:
+        json.dump(kern.sumsq(n), out)
+serve(setup, call)
 """
 LOOP = """\
 def sumsq(n):
@@ -88,7 +84,7 @@ def closed_form(n):
     return (n - 1) * n * (2 * n - 1) // 6
 """
 FASTER_BENCH_IMPORTS = BENCH.replace(
-    "spec = importlib", 'sys.path.insert(0, os.path.join(here, "src"))\nspec = importlib', 1
+    "def setup():", 'sys.path.insert(0, os.path.join(here, "src"))\ndef setup():', 1
 )
 
 
@@ -137,7 +133,7 @@ class Session:
         return json.loads(done.stdout)
 
     def cmd(self, subject: Path) -> str:
-        return f"{sys.executable} {subject}/bench.py"
+        return f"{sys.executable} {subject}/bench.py {{output}}"
 
     def measure(self, exp: str, stage: str, ref: Path, cand: Path, *extra: str) -> Any:
         args = ["measure", "workload", "--experiment", exp, "--stage", stage,
@@ -212,7 +208,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
     with Ledger.init(s.ledger, name="identity", actor="agent") as ledger:
         execute(ledger, "target.freeze", {
             "target_id": "t1", "title": "sum of squares", "min_effect": 0.05,
-            "primary": {"name": "cpu_ms", "unit": "ms", "direction": "lower_is_better",
+            "primary": {"name": "cpu_time", "unit": "ms", "direction": "lower_is_better",
                         "statistic": "median"},
             "scope": ["src/*"], "risk_boundary": "none",
             "budget": {"wall_s": 3600.0, "gpu_s": 0.0},
@@ -222,25 +218,22 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
         "original": {"content_hash": "sha256:" + "0" * 16, "subject": "orig"},
         "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 2, "cases": ["small", "large"]},
         "accuracy_rule": "exact sum",
-        "driver": {"argv": [sys.executable, "{subject}/bench.py"]},
+        "driver": {"argv": [sys.executable, "{subject}/bench.py", "{output}"]},
+        "accuracy": {"compare": "exact"},
         "environment": env["readiness_environment"],
-        # cpu_ms is the process's own CPU time: a shared host's load cannot move it (R17)
+        # cpu_time is the subject's own CPU time: a shared host's load cannot move it (R17)
         "statistics": {"allow_explained_foreign_activity": True},
     }  # fmt: skip
-    # as `perfledger readiness record` (its edge snapshots the original), by the rule before R5
-    with contextlib.chdir(s.code), Ledger.open(s.ledger) as ledger:
-        body, files = readiness_edge(ledger, readiness)
-        with before_reported("ReadinessRecorded"):
-            execute(ledger, "readiness.record", body, actor="agent", artifacts=files)
+    s.ok("readiness", "record", request=readiness)  # its edge snapshots the original (R11)
     with Ledger.open(s.ledger) as ledger:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
         run("metric-audit.record", {
-            "target_id": "t1", "metric": "cpu_ms", "numerator": "cpu time", "denominator": "call",
-            "unit": "ms", "source": "driver JSON", "reconstructed": False,
-            "matches_target": True,
+            "target_id": "t1", "metric": "cpu_time", "numerator": "cpu time",
+            "denominator": "call", "unit": "ms", "source": "perfledger's worker protocol",
+            "reconstructed": False, "matches_target": True,
         })  # fmt: skip
         run("baseline.record", {
-            "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_ms",
+            "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_time",
             "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
         })  # fmt: skip
         record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
@@ -251,25 +244,25 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
         _create(ledger, "e1", s.fast)  # type: ignore[attr-defined]
     s.screen = s.measure("e1", "screen", orig, s.fast)  # type: ignore[attr-defined]
     assert s.screen.returncode == 0, s.screen.stdout + s.screen.stderr  # type: ignore[attr-defined]
-    as_before(s.ledger, "verdict.record", {"samples_id": "e1-screen"})
+    s.ok("verdict", "record", "--samples", "e1-screen")
     done = s.measure("e1", "target", orig, s.fast)
     assert done.returncode == 0, done.stdout + done.stderr
-    verdict = as_before(s.ledger, "verdict.record", {"samples_id": "e1-target"})
-    assert verdict["status"] == "pass", verdict
+    verdict = s.ok("verdict", "record", "--samples", "e1-target")["payload"]
+    assert verdict["status"] == "pass" and verdict["samples_provenance"] == "perfledger", verdict
     if verdict.get("contradicts_claim"):
         s.ok("reconcile", request={
             "experiment_id": "e1", "premise": "cost",
             "corrected_model": {"description": "the measured gain is the model's"},
             "explanation": "the test's claim was rough",
         })  # fmt: skip
-    as_before(s.ledger, "champion.select", {
-        "target_id": "t1", "samples_id": "e1-target", "expected_current": "original",
-    })  # fmt: skip
+    s.ok("champion", "select", "--target", "t1", "--samples", "e1-target",
+         "--expected-current", "original")  # fmt: skip
     done = s.measure("e1", "final_audit", orig, s.fast)
     assert done.returncode == 0, done.stdout + done.stderr
-    audited = as_before(s.ledger, "final-audit.record",
-                        {"target_id": "t1", "samples_id": "e1-final_audit"})  # fmt: skip
-    if audited.get("contradicts_claim"):  # R14 (FinalAuditRecorded 10): outside the claim too
+    audited = s.ok("final-audit", "record", "--target", "t1",
+                   "--samples", "e1-final_audit")["payload"]  # fmt: skip
+    assert audited["status"] == "pass", audited
+    if audited.get("contradicts_claim"):  # R14: outside the claim too
         s.ok("reconcile", request={
             "experiment_id": "e1", "premise": "cost",
             "corrected_model": {"description": "the measured gain is the model's"},
@@ -303,7 +296,7 @@ def test_r11_readiness_records_the_originals_snapshot_with_its_git_commit(sessio
     assert sorted(snap.files) == ["NOTES.md", "bench.py", "src/kern.py"]
     assert snap.coverage == "subject"
     assert snap.files["src/kern.py"].blake3 == blake3.blake3(LOOP.encode()).hexdigest()
-    assert snap.argv == (sys.executable, "orig/bench.py")
+    assert snap.argv == (sys.executable, "orig/bench.py", "{output}")
 
 
 def test_r11_changed_paths_are_computed_from_the_two_snapshots(session: Session) -> None:
@@ -344,7 +337,9 @@ def test_r11_changed_path_outside_the_scope_is_refused(session: Session) -> None
     # the candidate edits its driver script (named on the command line, outside src/*)
     edited = session.code / "fast-bench-edited"
     shutil.copytree(session.fast, edited)
-    (edited / "bench.py").write_text(FASTER_BENCH_IMPORTS.replace("range(3)", "range(2)"))
+    (edited / "bench.py").write_text(
+        FASTER_BENCH_IMPORTS.replace("def call(", "# edited\ndef call(")
+    )
     message = _refused(session.measure("e2", "screen", session.fast, edited))
     assert "outside the Target's modification scope" in message and "bench.py" in message
 
@@ -476,8 +471,8 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
         body = msgspec.to_builtins(payload)
         for key in ("kind", "ref_failures", "cand_failures", "unexplained_activity"):
             body.pop(key)
-        for derived in ("wall_check", "provenance"):  # derived by the decider, not requested
-            body.pop(derived, None)
+        body.pop("wall_check", None)  # derived by the decider, not requested
+        # the provenance stays: an observed primary's samples come from the worker protocol (R5)
         body["samples_id"] = "forged"
         body["experiment_id"] = "e2"
         champion_hash = ledger.state().experiments["e1"].created.candidate.content_hash
@@ -491,10 +486,19 @@ def test_r11_forged_snapshot_digest_is_refused(session: Session) -> None:
         forged["files"]["src/kern.py"] = {**forged["files"]["src/kern.py"], "size": 1}
         ident["candidate"] = forged  # ... and a candidate whose digest no longer matches
         body["candidate_hash"] = ledger.state().experiments["e2"].created.candidate.content_hash
+        from perfledger.commands.workflow.raw_table import binding_of
         from perfledger.errors import BadRequest
+        from perfledger.ledger.base import Artifact
 
+        # its raw table, as measured, bound to the forged samples (a forger with write access)
+        screen = ledger.state().samples["e1-screen"].event_id
+        raw = json.loads(ledger.artifact(screen, "samples.json"))
+        raw["binding"] = binding_of(body)
+        table = {name: Artifact(ledger.artifact(screen, name))  # its kept outputs
+                 for name in ledger.get(screen).artifacts if name != "samples.json"}  # fmt: skip
+        table["samples.json"] = Artifact(json.dumps(raw).encode(), "application/json")
         with pytest.raises(BadRequest) as caught:
-            execute(ledger, "samples.record", body, actor="agent")
+            execute(ledger, "samples.record", body, actor="agent", artifacts=table)
     assert "not the tree digest" in caught.value.message
 
 
@@ -1043,7 +1047,9 @@ def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments
     """R11 (SamplesRecorded schema 7): the honest samples name the copies their calls ran from
     (their own snapshots) and both subjects' full call environments, equal; requests whose
     environments differ, or that name other copies, are refused by the rule an auditor
-    re-runs."""
+    re-runs. At this schema that rule reads the self-timed driver's provenance only
+    (``workload_abba``): the requests it refuses are this session's worker samples relabelled
+    so (the worker's are not re-checked by it yet)."""
     from perfledger.commands.workflow import identity
     from perfledger.commands.workflow import requests as rq
     from perfledger.events.workflow import R11_CALLS_FROM_COPIES
@@ -1065,6 +1071,8 @@ def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments
     for key in ("kind", "ref_failures", "cand_failures", "unexplained_activity", "wall_check"):
         body.pop(key, None)
     body["identity"].pop("changed_paths")
+    assert body["provenance"]["protocol"] == "worker/v1"
+    body["provenance"]["protocol"] = "workload_abba"  # the protocol the rule reads (docstring)
     identity.r11_calls_from_copies(msgspec.convert(body, rq.SamplesRecord), code)  # honest
     forged = json.loads(json.dumps(body))
     forged["provenance"]["settings"]["call_environment"]["cand"]["FAST_PATH"] = "blake3:00"

@@ -128,13 +128,15 @@ def test_r5_outside_target_samples_are_shown_but_never_make_a_champion(ready: Se
 def test_r5_status_offers_the_measured_target_stage_not_the_outside_champion(
     ready: Session,
 ) -> None:
-    """Next steps are decisions too: the refused selection is not offered; measuring the
-    experiment's target stage is, and the rules accept it."""
+    """Next steps are decisions too: the refused selection is not offered. This Target's
+    primary is a figure the subject reports, so measuring its target stage again could record
+    only reported figures, which decide nothing either (issue 34): the step offered is to
+    supersede the Target with an observed primary, not a measurement."""
     _outside_pass(ready)
     offered = allowed_decisions(ready.state(), T1, ready.ledger.payload)
-    assert not [d for d in offered if d.op == "champion.select"]
-    (measure,) = [d for d in offered if d.op == "samples.record" and d.about == "e1"]
-    assert measure.rule == "R5" and "outside perfledger" in measure.why
+    assert not [d for d in offered if d.op in ("champion.select", "samples.record")]
+    (supersede,) = [d for d in offered if d.op == "target.supersede"]
+    assert supersede.rule == "R5" and "figure the subject reports" in supersede.why
 
 
 def test_cheat_calling_the_champion_decider_directly_is_refused(ready: Session) -> None:

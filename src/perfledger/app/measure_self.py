@@ -1,14 +1,17 @@
 """Measure one stage of a workload experiment, whichever protocol measures it (SPEC.md section 5,
 "Workload driver" and "Workload worker protocol"; R5, R11, R12, R14, R17).
 
-:func:`measure_workload_stage` is the use case behind ``perfledger measure workload``: a Target
-whose primary perfledger observes (``wall_time``, ``cpu_time``), or ``protocol`` worker or
-command, is measured by :func:`perfledger.app.measure_workload.measure_workload`; the others
-(``protocol`` self) by :func:`measure_self_timed`: the self-timed driver
+:func:`measure_workload_stage` is the use case behind ``perfledger measure workload``: by
+default, and with ``protocol`` worker or command, perfledger observes every call
+(:func:`perfledger.app.measure_workload.measure_workload`; a Target whose primary it observes,
+``wall_time`` or ``cpu_time``); only with ``protocol`` self, asked for by name, does
+:func:`measure_self_timed` measure: the self-timed driver
 (:mod:`perfledger.kernels.workload.driver`) runs the reference's and the candidate's commands in
 ABBA order, each call printing its own ``{"correct", "metrics"}``, and one pair per round and
 case is recorded (``same_process: false``); calls that failed (garbage, non-zero exit, timeout,
-NaN) are left out of the request and kept, with their reason, in the raw table. After recording,
+NaN) are left out of the request and kept, with their reason, in the raw table. Its samples are
+figures the subject reports: recorded and shown as ``reported``, they make no champion and pass
+no final audit (R5, issue 34), so nothing picks that protocol for the caller. After recording,
 the verdict the rules would derive from the samples is previewed (nothing appended).
 
 The driver watches its own process for stops (SIGCONT, :mod:`perfledger.kernels.monitor.interference`)
@@ -72,8 +75,8 @@ class MeasureWorkloadStage(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
         stage: ``screen``, ``target`` or ``final_audit``.
         ref, cand: the reference's and the candidate's command lines (shell words): the
             readiness driver with each subject's directory in its ``{subject}`` place.
-        protocol: ``worker``, ``command`` or ``self`` (None: worker for a Target whose primary
-            is observed, else self).
+        protocol: ``worker``, ``command`` or ``self`` (None: worker; ``self``, the self-timed
+            driver, records figures the subject reports, which decide nothing, R5).
         cases: the cases (empty: the readiness's test set).
         pairs: pairs per case (None: the readiness's minimum, at least 5).
         warmup: warm-up calls per case (not recorded).
@@ -173,10 +176,11 @@ class MeasuredStage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def observing(target: Any, protocol: str | None) -> bool:
-    """True when a workload is measured under the worker or command protocol: asked for, or by
-    default for a Target whose primary perfledger observes (``wall_time``, ``cpu_time``)."""
-    if protocol is None:
-        return target.definition.primary.name in OBSERVED_METRICS
+    """True when a workload is measured under the worker or command protocol: by default
+    (``protocol`` None) whatever ``target``'s primary, since only what perfledger observes
+    decides (R5, issue 34; a Target whose primary the subject reports is then refused with the
+    way to an observed one); False only for ``self``, asked for by name."""
+    del target  # the protocol no longer follows the primary
     return protocol != "self"
 
 
@@ -207,7 +211,8 @@ def measure_workload_stage(
             raise BadRequest(
                 "--unit belongs to the self-timed protocol: under the worker protocol perfledger "
                 "observes every figure it records (wall_time, cpu_time)",
-                hint="leave --unit out, or measure with --protocol self (the subject reports its metrics)",
+                hint="leave --unit out: what the subject reports of itself (`reported` in its "
+                "`done` answer) is kept in the raw table, labelled reported, without one",
             )
         observed_request = MeasureWorkload(
             experiment_id=request.experiment_id, stage=request.stage, ref=request.ref,
@@ -403,7 +408,8 @@ def driver_timed(state: Any, request: Any) -> bool:
     """Whether ``request`` (a :class:`MeasureWorkloadStage`,
     :class:`~perfledger.app.measure_aa.MeasureAA` or
     :class:`~perfledger.app.baseline.MeasureBaseline`) is measured by the self-timed driver on
-    the folded ``state``: a workload whose primary the subject reports. The driver's watch of its
+    the folded ``state``: a workload stage asked for under ``protocol`` self, or an A/A or
+    baseline of a Target whose primary the subject reports. The driver's watch of its
     own process's stops (SIGCONT, R11) runs only on a process's main thread, so a caller on
     another thread (the MCP server's tool calls) runs such a measurement in a process of its own.
     False where the request names nothing known (the use case then refuses it)."""

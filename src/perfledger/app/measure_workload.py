@@ -41,6 +41,7 @@ from perfledger.app.context import (
     SAMPLES_ARTIFACT,
     check_cases,
     check_environment,
+    check_installation_unchanged,
     default_samples_id,
     environment_payload,
     experiment_context,
@@ -191,8 +192,10 @@ def observed_units(target: Any) -> dict[str, str]:
             f"the worker protocol observes {sorted(OBSERVED_METRICS)}; Target "
             f"{d.target_id!r}'s primary {d.primary.name!r} is a figure the subject reports; "
             "nothing was measured",
-            hint="measure this Target with `--protocol self` (the self-timed driver), or "
-            'supersede it with an observed primary: {"name": "wall_time", "unit": "ms", ...}',
+            hint="only what perfledger observes decides (R5): supersede the Target with an "
+            'observed primary (`perfledger target supersede`, {"name": "wall_time", "unit": '
+            '"ms", ...} or cpu_time) and keep the subject\'s figure as a secondary; '
+            "`--protocol self` records it only as reported, deciding nothing",
         )
     observed = {name: unit for name, unit in units.items() if name in OBSERVED_METRICS}
     for name, unit in observed.items():
@@ -301,7 +304,8 @@ def measure_workload(
     Returns: the :class:`MeasuredWorkload`.
     Raises: BadRequest (exit 2) and RuleRefused (exit 3) before anything runs;
         MeasurementError (exit 1) when a worker fails the protocol (nothing recorded);
-        RuleRefused when the subjects' files changed during the run (R11).
+        RuleRefused when the subjects' files, or the Python installation's, changed during
+        the run (R11).
     """
 
     # 1. every refusal before anything runs
@@ -424,6 +428,9 @@ def measure_workload(
             copies.close()
     if code is not None and identity is not None:
         identity.confirm(info, code)
+    # R11: an installed module edited during the run (even put back) ran in no snapshot; the
+    # self-timed driver checked this and the worker protocol did not
+    check_installation_unchanged(env)
 
     # 3. the samples and their raw table
     pairs, windows = [], []

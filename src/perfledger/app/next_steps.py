@@ -24,10 +24,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from perfledger.commands.registry import operations
-from perfledger.commands.workflow import formal_runs, rules
+from perfledger.commands.workflow import formal_runs, observed_rules, rules
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest, PerfledgerError, RuleRefused
+from perfledger.events.workflow import SELF_TIMED_PROTOCOLS
 from perfledger.projections.handoff import NextDecision, next_decisions, reviewed
 from perfledger.projections.workflow import TargetView, WorkflowState
 
@@ -173,8 +176,10 @@ def allowed_decisions(
 ) -> list[NextDecision]:
     """The next decisions on ``target_id`` that the rules accept on this state (see the module
     docstring), most urgent first. A champion selection refused as stale (R11), or as resting
-    on samples recorded from outside (R5), is replaced by target-stage samples of that
-    experiment measured against the current champion.
+    on samples recorded from outside or reported by the subject (R5), is replaced by
+    target-stage samples of that experiment measured against the current champion. On a Target
+    whose primary the subject reports (:func:`reported_primary`) no new experiment or
+    measurement is offered, since none could decide: superseding the Target is, instead.
 
     Args:
         state: the folded state at the head.
@@ -188,11 +193,16 @@ def allowed_decisions(
     target = state.targets[target_id]
     demoted = former_champions(target)
     out: list[NextDecision] = []
+    reported = reported_primary(state, target, payload_of)
     for d in next_decisions(state, target_id):
         if d.about in demoted or _experiment_of(state, d) in demoted:
             continue  # a champion a later one replaced: closed, never offered again
         if target.status != "current":
             out.append(d)  # "resume from the superseding Target": advice, not a decision
+            continue
+        if reported is not None and d.op in _REPORTED_ONLY:
+            if reported not in out:  # R5: what works instead, where the first such step was
+                out.append(reported)
             continue
         body = d.request if d.request is not None else _probe(state, d, handoff_body)
         try:
@@ -210,12 +220,13 @@ def allowed_decisions(
                     "is stale (its reference is no longer the current champion): target-stage "
                     "samples against the current champion"
                     if rule == "R11"
-                    else "rests on samples recorded from outside perfledger: target-stage "
-                    "samples measured by perfledger"
+                    else _not_measured_why(state, d.about, payload_of)
                 )
                 stale = NextDecision(op="samples.record", why=f"{experiment_id}'s passed result "
                                      f"{why}", rule=rule, about=experiment_id)  # fmt: skip
-                if _accepted_gate(state, target, stale):
+                if reported is not None:  # R5: no measurement of it can decide
+                    out += [reported] if reported not in out else []
+                elif _accepted_gate(state, target, stale):
                     out.append(stale)
             elif (
                 d.op == "samples.record"
@@ -233,6 +244,72 @@ def allowed_decisions(
             continue
         out.append(d)
     return out
+
+
+#: The steps whose outcome, on a Target whose primary the subject reports, can only be figures
+#: the subject reports (new experiments, their measurements): none of them decides (R5).
+_REPORTED_ONLY = ("experiment.create", "samples.record")
+
+
+def reported_primary(
+    state: WorkflowState, target: TargetView, payload_of: Callable[[str], Any] | None
+) -> NextDecision | None:
+    """R5 (issue 34): where ``target``'s readiness is one the readiness decider now refuses,
+    its primary being a figure the workload reports itself (a Target made ready by an older
+    perfledger, :func:`perfledger.commands.workflow.observed_rules.check_readiness`), the step
+    that works: supersede it with an observed primary (``wall_time`` in ms), the probe
+    decided by ``target.supersede``'s own decider. None for any other Target, or where that
+    decider refuses the probe."""
+    readiness = target.readiness
+    if target.status != "current" or readiness is None:
+        return None
+    try:
+        observed_rules.check_readiness(target.definition, readiness)
+    except RuleRefused as exc:
+        if exc.rule != "R5":
+            return None
+    else:
+        return None
+    definition = msgspec.to_builtins(target.definition)
+    primary = {**definition["primary"], "name": "wall_time", "unit": "ms",
+               "direction": "lower_is_better"}  # fmt: skip
+    primary.pop("work_metric", None)
+    if primary.get("statistic") not in ("median", "mean", "p95", "p99"):
+        primary["statistic"] = "median"  # a rate's statistic does not fit a time
+    name = target.definition.primary.name
+    new_id = fresh_id(f"{target.definition.target_id}-observed", state.targets)
+    probe = {"target_id": target.definition.target_id, "reason": PLACEHOLDER,
+             "new_target": {**definition, "target_id": new_id, "primary": primary}}  # fmt: skip
+    if dry_decide(state, "target.supersede", probe, payload_of) is not None:
+        return None
+    return NextDecision(op="target.supersede", why=f"the primary {name!r} is a figure the "
+                        "subject reports: no verdict, champion or final audit rests on it (R5); "
+                        "supersede the Target with an observed primary (wall_time or cpu_time, "
+                        "measured under the worker protocol) and keep it as a secondary",
+                        rule="R5", about=target.definition.target_id)  # fmt: skip
+
+
+def _not_measured_why(
+    state: WorkflowState, samples_id: str | None, payload_of: Callable[[str], Any] | None
+) -> str:
+    """Why a champion selection refused under R5 is replaced by new target-stage samples: its
+    samples are figures the subject reported (the self-timed driver), or were recorded from
+    outside perfledger; either way the step that works is the worker protocol (an observed
+    primary, perfledger's clock)."""
+    view = state.samples.get(samples_id or "")
+    recorded = None
+    if view is not None and payload_of is not None:
+        try:
+            recorded = payload_of(view.event_id)
+        except PerfledgerError:  # unreadable: said as outside, the rule's own default
+            recorded = None
+    provenance = getattr(recorded, "provenance", None)
+    source = getattr(provenance, "source", None)
+    if source == "perfledger" and provenance.protocol in SELF_TIMED_PROTOCOLS:
+        return ("rests on figures the subject reported (the self-timed driver): target-stage "
+                "samples perfledger measures under the worker protocol")  # fmt: skip
+    return ("rests on samples recorded from outside perfledger: target-stage samples "
+            "perfledger measures under the worker protocol")  # fmt: skip
 
 
 def former_champions(target: TargetView) -> set[str]:

@@ -247,10 +247,10 @@ def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
     "--protocol",
     type=click.Choice(["worker", "command", "self"]),
     default=None,
-    help="worker: perfledger times every call and judges every output (the subject speaks the "
-    "worker protocol); command: one process per call, timed from spawn to exit; self: the "
-    "self-timed driver of Targets whose primary the subject reports. Default: worker for a "
-    "Target whose primary is observed (wall_time, cpu_time), else self.",
+    help="worker (default): perfledger times every call and judges every output (the subject "
+    "speaks the worker protocol); command: one process per call, timed from spawn to exit; "
+    "self: the self-timed driver, whose figures the subject reports: recorded as reported, they "
+    "make no champion and pass no final audit (R5).",
 )
 @click.option(
     "--fresh-worker",
@@ -261,14 +261,15 @@ def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
 def measure_workload(**kw: Any) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
-    For a Target whose primary perfledger observes (wall_time, cpu_time) the default is the
-    worker protocol: each command starts a worker (`perfledger.subject.serve(setup, call)`),
-    perfledger sends every call its case, seed and output place, times it with its own clock,
-    reads its CPU time from the kernel and compares every output with the reference's (R5).
-    Formal stages (target, final_audit) need --monitor (host for a CPU workload, gpu on a GPU).
-    With --protocol self (Targets whose primary the subject reports), each command prints one
-    JSON object: {"correct": bool, "metrics": {name: number | [numbers]}}; `{case}` and
-    $PERFLEDGER_CASE carry the case. Failed calls are kept with their reason in the raw table.
+    The Target's primary is one perfledger observes (wall_time, cpu_time); under the worker
+    protocol (the default) each command starts a worker (`perfledger.subject.serve(setup,
+    call)`), perfledger sends every call its case, seed and output place, times it with its own
+    clock, reads its CPU time from the kernel and compares every output with the reference's
+    (R5). Formal stages (target, final_audit) need --monitor (host for a CPU workload, gpu on a
+    GPU). Only with --protocol self does each command print one JSON object, {"correct": bool,
+    "metrics": {name: number | [numbers]}}: figures the subject reports, recorded and shown as
+    reported, never a champion nor a passing final audit (R5). Failed calls are kept with their
+    reason in the raw table.
     Where the readiness driver declares a {subject} place, each command must be that driver with
     a code directory in its place; both are snapshotted and checked first (R11,
     docs/code-identity.md).

@@ -313,8 +313,8 @@ class Tools:
         (the adapters' own ``*_request_of``) and measured (:data:`MEASURES`); the answer is the
         command's ``--json`` answer.
 
-        A measurement by the self-timed driver (a workload whose primary the subject reports)
-        still runs as ``perfledger measure ...`` in a subprocess: the driver watches its own
+        A measurement by the self-timed driver (``--protocol self``, or an A/A or baseline of a
+        Target whose primary the subject reports) still runs as ``perfledger measure ...`` in a subprocess: the driver watches its own
         process for stops (SIGCONT, R11) only from a main thread, and this server's tool calls
         run on worker threads (:func:`perfledger.app.measure_self.driver_timed`)."""
         with _MEASURING:  # one at a time: a measurement's process-wide settings are its own

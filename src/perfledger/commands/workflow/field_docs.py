@@ -13,13 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 #: field -> description (units and ranges in words).
-#: What a workload driver prints (SPEC.md section 5, "Workload driver"): said where an agent
-#: that never reads ``measure workload --help`` looks (the readiness schema, the MCP server).
+#: What a workload driver does (SPEC.md section 5, "Workload worker protocol"): said where an
+#: agent that never reads ``measure workload --help`` looks (the readiness schema, the MCP
+#: server). The worker protocol is the default and the only one whose figures decide (R5).
 DRIVER_CONTRACT = (
-    'Each call prints one JSON object on stdout: {"correct": bool, "metrics": {name: number | '
-    "[numbers]}} (metric values in the Target's units; a list: one value per repetition); "
-    "{case} in the argv and $PERFLEDGER_CASE carry the test case; a non-zero exit, a timeout, "
-    "NaN or anything else is a failed call."
+    "The driver is a worker (the default --protocol worker; the Target's primary is wall_time "
+    "or cpu_time, which perfledger observes): a Python subject calls "
+    "perfledger.subject.serve(setup, call), and call(state, case, seed, output) makes its "
+    "inputs from the seed, does one unit of work and writes its output at the output path; "
+    "perfledger times every call with its own clock, reads its CPU time from the kernel and "
+    "judges every output. Any language may speak it: one JSON object a line on the pipes named "
+    "by $PERFLEDGER_WORKER_FDS (ready, call, done, exit). By hand or with --protocol command, "
+    "one call per process from $PERFLEDGER_CASE, $PERFLEDGER_SEED and $PERFLEDGER_OUTPUT. What "
+    "a subject reports of itself is kept labelled reported and decides nothing; a failure, a "
+    "timeout or an answer out of protocol is a failed call."
 )
 #: The ``{output}`` file formats and what exact/allclose compare (:mod:`perfledger.derive.outputs`).
 OUTPUT_FORMATS = (
