@@ -70,7 +70,12 @@ from perfledger.derive import outputs as output_rules
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import MeasurementError, RuleRefused
 from perfledger.events.identity import environment_difference
-from perfledger.kernels.proc import CallTree, drop_ptrace_capability
+from perfledger.kernels.proc import (
+    CallTree,
+    children_by_parent,
+    drop_ptrace_capability,
+    process_table,
+)
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.subject_env import call_environment, influencing_environment
 
@@ -134,19 +139,11 @@ def _process_cpu_ns(pid: int) -> int:
 
 
 def _children_of(pid: int) -> list[int]:
-    """The live children of ``pid`` (every thread's ``/proc/PID/task/TID/children``)."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found += [int(p) for p in f.read().split()]
-        except (OSError, ValueError):
-            continue
-    return found
+    """The live children of ``pid`` (zombies included), from one reading of every process's
+    parent (:func:`perfledger.kernels.proc.process_table`). The per-thread
+    ``/proc/PID/task/TID/children`` files are not reliable while the processes run (proc(5)):
+    in a long-lived, many-threaded measuring process they missed an orphan re-parented to it."""
+    return children_by_parent(process_table()).get(pid, [])
 
 
 def _reaped_children_ns(pid: int) -> int:
@@ -178,14 +175,16 @@ def tree_cpu_ns(pid: int, escaped: Callable[[], Sequence[int]] | None = None) ->
 
 
 def tree_pids(pid: int) -> list[int]:
-    """``pid`` and its live descendants (``/proc/PID/task/TID/children``), parents first."""
+    """``pid`` and its live descendants, parents first, from one reading of every process's
+    parent (:func:`perfledger.kernels.proc.process_table`; see :func:`_children_of`)."""
+    children = children_by_parent(process_table())
     seen: list[int] = []
     todo = [pid]
     while todo:
         p = todo.pop()
         if p not in seen:
             seen.append(p)
-            todo += _children_of(p)
+            todo += children.get(p, [])
     return seen
 
 
