@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from wf_scenario import measured_baseline
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
@@ -537,6 +538,11 @@ class Session:
         event as builtins."""
         import msgspec
 
+        if op == "baseline.record" and artifacts is None and "raw_table" not in body:
+            # R4: a baseline decides only when measured (`perfledger measure baseline`)
+            target = self.ledger.state().targets.get(body.get("target_id"))
+            if target is not None and target.readiness is not None:
+                body, artifacts = measured_baseline(self.ledger, body)
         self.clock += timedelta(seconds=1)
         envelopes = execute(
             self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock,

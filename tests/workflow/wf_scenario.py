@@ -160,6 +160,50 @@ def baseline(target_id: str = T1, **over: Any) -> dict[str, Any]:
     return body
 
 
+#: The name ``perfledger measure baseline`` attaches the original's raw table under.
+BASELINE_TABLE = "baseline.json"
+
+
+def measured_baseline(
+    ledger: Ledger, body: dict[str, Any], binding: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    """``body`` (a ``baseline.record`` body) and the raw table ``perfledger measure baseline``
+    attaches, as that command writes them (R4: the values re-derive from the table, so the
+    baseline decides): worker-protocol rows whose clocks give an observed primary's values
+    (the values become the clocks' exact figures), else the self-timed driver's rows."""
+    body = copy.deepcopy(body)
+    target = ledger.state().targets[body["target_id"]]
+    assert target.readiness is not None
+    metric, unit = body["metric"], body["unit"]
+    cases = body.get("cases") or [None] * len(body["values"])
+    rows: list[dict[str, Any]] = []
+    values: list[float] = []
+    clock_s = 50.0
+    for k, (value, case) in enumerate(zip(body["values"], cases, strict=True)):
+        row: dict[str, Any] = {"call_id": f"baseline-{case}-{k}", "ok": True, "correct": True,
+                               "metrics": {metric: [value]}}  # fmt: skip
+        if case is not None:
+            row["case"] = case
+        if metric in OBSERVED_METRICS:
+            seconds = value / UNITS_PER_SECOND[unit]
+            value = seconds * UNITS_PER_SECOND[unit]
+            row.update(wall_s=seconds, cpu_s=seconds, start_s=clock_s, end_s=clock_s + seconds,
+                       metrics={metric: [value]}, output={"ok": True})  # fmt: skip
+            clock_s += 1.0
+        values.append(value)
+        rows.append(row)
+    body["values"] = values
+    body["call_ids"] = [r["call_id"] for r in rows] if metric in OBSERVED_METRICS else [
+        f"{r['call_id']}-0" for r in rows]  # fmt: skip
+    body["raw_table"] = BASELINE_TABLE
+    table = {
+        "kind": "baseline", "table": rows,
+        "binding": binding or aa_binding(body["target_id"], target.readiness.original.content_hash),
+    }  # fmt: skip
+    raw = json.dumps(table, sort_keys=True).encode()
+    return body, {BASELINE_TABLE: Artifact(raw, "application/json")}
+
+
 def resolution(target_id: str = T1, **over: Any) -> dict[str, Any]:
     """A ``resolution.record`` body with typed figures (1 % from 20 A/A repeats): recorded as
     declared, it decides nothing (R4); :func:`measured_resolution` is the one that decides."""
@@ -564,6 +608,10 @@ class Session:
             body, artifacts = self.as_measured(body)
             if start_run:
                 self.start_run(body)
+        if op == "baseline.record" and artifacts is None and "raw_table" not in body:
+            # R4: a baseline decides only when measured (`perfledger measure baseline` attaches
+            # its raw table); pass artifacts={} to record a typed (declared) one
+            body, artifacts = self.measured_baseline(body)
         self.clock += timedelta(seconds=1)
         envelopes = execute(
             self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock,
@@ -580,6 +628,16 @@ class Session:
             self.run("formal-run.start", {
                 "experiment_id": body["experiment_id"], "stage": body["stage"],
                 "samples_id": body["samples_id"], "protocol": WORKLOAD_PROTOCOL})  # fmt: skip
+
+    def measured_baseline(
+        self, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Artifact]]:
+        """:func:`measured_baseline` of ``body`` where its Target is ready (else ``body`` as
+        given, for the decider to refuse)."""
+        target = self.state().targets.get(body.get("target_id"))
+        if target is None or target.readiness is None or body.get("metric") is None:
+            return body, {}
+        return measured_baseline(self.ledger, body)
 
     def as_measured(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Artifact]]:
         """:func:`measured` of ``body`` by its Target's readiness's accuracy rule."""

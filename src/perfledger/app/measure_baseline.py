@@ -54,11 +54,13 @@ def no_progress(total: int, label: str) -> AbstractContextManager[Callable[[], N
 class MeasuredBaseline(msgspec.Struct, frozen=True, kw_only=True):
     """The baseline measured: ``request`` the ``baseline.record`` request (values, cases,
     call ids, the original's content hash, metric, unit, environment id), ``rows`` the raw
-    per-call table, ``environment`` this machine's identity."""
+    per-call table, ``environment`` this machine's identity, ``settings`` what the raw table
+    records of how it ran (the protocol, the call environment's names and value hashes)."""
 
     request: dict[str, Any]
     rows: list[Any]
     environment: dict[str, Any]
+    settings: dict[str, Any] = {}
 
 
 def measure_baseline_of(

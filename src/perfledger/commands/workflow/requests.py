@@ -368,6 +368,10 @@ class BaselineRecord(Request, kw_only=True):
     environment_id: Hash
     #: the test case of each value (same length as ``values``), for a baseline per case (R4)
     cases: Annotated[list[Name], Meta(max_length=_MAX_VALUES)] = []
+    #: the attached raw per-call table of the original (``perfledger measure baseline``
+    #: attaches ``baseline.json``) the values are re-derived from (R4); without one the
+    #: baseline is recorded as declared and decides nothing
+    raw_table: Annotated[str, Meta(max_length=200)] = ""
 
 
 class ResolutionRecord(Request, kw_only=True):
