@@ -629,9 +629,7 @@ class Session:
                 "experiment_id": body["experiment_id"], "stage": body["stage"],
                 "samples_id": body["samples_id"], "protocol": WORKLOAD_PROTOCOL})  # fmt: skip
 
-    def measured_baseline(
-        self, body: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    def measured_baseline(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Artifact]]:
         """:func:`measured_baseline` of ``body`` where its Target is ready (else ``body`` as
         given, for the decider to refuse)."""
         target = self.state().targets.get(body.get("target_id"))

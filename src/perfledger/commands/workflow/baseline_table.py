@@ -237,7 +237,8 @@ def same_values(
     ``derived`` ones: None when they are, else what differs."""
     d_values, d_cases, d_ids = derived
     if len(values) != len(d_values) or not all(
-        math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(values, d_values, strict=True)
+        math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        for a, b in zip(values, d_values, strict=True)
     ):
         return f"{len(values)} value(s) that are not the table's {len(d_values)}"
     if list(cases) != (d_cases if any(d_cases) else []):
