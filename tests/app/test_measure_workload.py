@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 from wf_legacy import before_reported
-from wf_scenario import evidence, experiment, record_measured_aa
+from wf_scenario import evidence, experiment, record_measured_aa, record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
@@ -91,7 +91,7 @@ def _setup(
             "unit": "ms", "source": "perfledger's clock", "reconstructed": False,
             "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
+        record_measured_baseline(ledger, {
             "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": "ms",
             "environment_id": env["environment_id"], **base,
         })  # fmt: skip

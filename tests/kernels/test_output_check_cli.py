@@ -17,13 +17,14 @@ import msgspec
 import pytest
 from test_measure_cli import ORIGINAL, _cli, _experiment, _record_resolution
 from test_measure_wall_clock import _reconcile
-from wf_legacy import as_before, before_reported, select_as_before
+from wf_legacy import as_before, before_reported, rules_at, select_as_before
 from wf_scenario import explain_stage_by_review
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import raw_table_mismatch
+from perfledger.events.workflow import R4_MEASURED_BASELINE
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"
 DRIVER = [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "{seed}",
@@ -73,10 +74,13 @@ def _ready(path: Path) -> None:
             "denominator": "call", "unit": "ms", "source": "driver JSON", "reconstructed": False,
             "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
-            "target_id": "t1", "original_hash": ORIGINAL, "metric": "time_ms", "unit": "ms",
-            "values": [200.0, 201.0, 199.0], "environment_id": env["environment_id"],
-        })  # fmt: skip
+        # typed, as that older perfledger took it (BaselineRecorded 1, before R4 took only a
+        # measured baseline): a newer one here would make the older verdicts a lowered version
+        with rules_at({"BaselineRecorded": R4_MEASURED_BASELINE - 1}):
+            run("baseline.record", {
+                "target_id": "t1", "original_hash": ORIGINAL, "metric": "time_ms", "unit": "ms",
+                "values": [200.0, 201.0, 199.0], "environment_id": env["environment_id"],
+            })  # fmt: skip
     _record_resolution(path)
     _experiment(path)
 

@@ -32,6 +32,7 @@ from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import PerfledgerError, RuleRefused
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.ledger.base import Artifact
+from perfledger.projections.target_kind import target_kind
 from perfledger.projections.verdict_cases import tail_min_values
 from perfledger.projections.workflow import formal_runs as started_runs
 
@@ -176,6 +177,9 @@ def measured_baseline(
     assert target.readiness is not None
     metric, unit = body["metric"], body["unit"]
     cases = body.get("cases") or [None] * len(body["values"])
+    if target_kind(target) == "kernel":
+        return _kernel_baseline(body, cases, binding or aa_binding(
+            body["target_id"], target.readiness.original.content_hash))  # fmt: skip
     rows: list[dict[str, Any]] = []
     values: list[float] = []
     clock_s = 50.0
@@ -202,6 +206,34 @@ def measured_baseline(
     }  # fmt: skip
     raw = json.dumps(table, sort_keys=True).encode()
     return body, {BASELINE_TABLE: Artifact(raw, "application/json")}
+
+
+def _kernel_baseline(
+    body: dict[str, Any], cases: list[Any], binding: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    """:func:`measured_baseline` of a kernel Target: one harness comparison per value."""
+    scale = UNITS_PER_SECOND[body["unit"]]
+    rows: list[dict[str, Any]] = []
+    seen: dict[Any, int] = {}
+    call_ids = []
+    for value, case in zip(body["values"], cases, strict=True):
+        rows.append({"case": case, "flags": [], "rows": [{"pair": 0, "ref_s": value / scale}]})
+        k = seen.get(case, 0)
+        seen[case] = k + 1
+        call_ids.append(f"{'' if case is None else case}-{k}-0")
+    body["values"] = [r["rows"][0]["ref_s"] * scale for r in rows]
+    body["call_ids"], body["raw_table"] = call_ids, BASELINE_TABLE
+    raw = json.dumps({"kind": "baseline", "table": rows, "binding": binding}).encode()
+    return body, {BASELINE_TABLE: Artifact(raw, "application/json")}
+
+
+def record_measured_baseline(ledger: Ledger, body: dict[str, Any], actor: str = ACTOR) -> Any:
+    """Append ``body`` (a ``baseline.record`` body of typed values) as ``perfledger measure
+    baseline`` records it (:func:`measured_baseline`: R4, a typed baseline decides nothing):
+    for tests whose subject is not the baseline. Returns the appended envelope."""
+    measured, table = measured_baseline(ledger, body)
+    [envelope] = execute(ledger, "baseline.record", measured, actor=actor, artifacts=table)
+    return envelope
 
 
 def resolution(target_id: str = T1, **over: Any) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def _kernel(rows: list[dict[str, Any]], unit: str) -> tuple[list[float], list[st
     call_ids: list[str] = []
     seen: dict[str, int] = {}
     for entry in rows:
-        case, timed = str(entry.get("case")), entry.get("rows")
+        case, timed = _case(entry), entry.get("rows")
         if not isinstance(timed, list) or not timed:
             raise BaselineTableMismatch(f"case {case!r}: a comparison without timed rows")
         k = seen.get(case, 0)
