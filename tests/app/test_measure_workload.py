@@ -66,8 +66,8 @@ def _setup(
     env = machine_environment(tools=True)
     base: dict[str, Any] = {"values": [10.0, 11.0, 9.0]}
     if measured_baseline:
-        _, base = measure_original(_cmd(bench), cases=["small"], calls=7, metric=primary,
-                                   unit="ms")  # fmt: skip
+        _, base, _ = measure_original(_cmd(bench), cases=["small"], calls=7, metric=primary,
+                                      unit="ms")  # fmt: skip
     driver = [sys.executable, str(bench), "--out", "{output}"]
     with Ledger.init(path, name="m", actor="agent") as ledger:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731

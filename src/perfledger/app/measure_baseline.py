@@ -15,12 +15,22 @@ from typing import Any
 
 import msgspec
 
-from perfledger.app.context import check_cases, check_environment, environment_payload
-from perfledger.app.identity import check_original_command, check_original_subject
+from perfledger.app.context import (
+    check_cases,
+    check_environment,
+    environment_payload,
+    start_monitor,
+)
+from perfledger.app.identity import (
+    check_original_command,
+    check_original_subject,
+    original_copies,
+)
 from perfledger.app.kernel_identity import original_kernel_directory
 from perfledger.app.measure_workload import measure_original
 from perfledger.app.measuring import ceilings, failed_call_text, time_scale
 from perfledger.app.preconditions import require_readiness
+from perfledger.commands.workflow.output_rules import compared
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
@@ -55,7 +65,8 @@ class MeasuredBaseline(msgspec.Struct, frozen=True, kw_only=True):
     """The baseline measured: ``request`` the ``baseline.record`` request (values, cases,
     call ids, the original's content hash, metric, unit, environment id), ``rows`` the raw
     per-call table, ``environment`` this machine's identity, ``settings`` what the raw table
-    records of how it ran (the protocol, the call environment's names and value hashes)."""
+    records beside them (an observed primary's: ``settings``, the worker run's protocol, call
+    environments and copies' digests, and ``monitor``, its windows)."""
 
     request: dict[str, Any]
     rows: list[Any]
@@ -105,15 +116,13 @@ def measure_baseline_of(
     env = environment_payload()
     check_environment(env, {"readiness_environment_id": readiness.environment_id})
     primary = target.definition.primary
+    settings: dict[str, Any] = {}
     if kernel:  # the kernel harness times the REFERENCE (R4, as `measure aa --spec`)
         rows, body = _measure_kernel(target, spec_path, kernel_dir, chosen, calls, progress,
                                      primary.unit)  # fmt: skip
     elif primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
-        with progress(len(chosen) * calls, "baseline calls") as advance:
-            rows, body = measure_original(
-                cmd or "", cases=chosen, calls=calls, metric=primary.name, unit=primary.unit,
-                timeout_s=timeout_s, on_call=advance,
-            )  # fmt: skip
+        rows, body, settings = _measure_observed(target, cmd or "", chosen, calls, timeout_s,
+                                                 progress)  # fmt: skip
     else:
         rows, body = _measure(cmd or "", chosen, calls, timeout_s, progress, primary.name)
     body.update(
@@ -123,7 +132,44 @@ def measure_baseline_of(
         unit=primary.unit,
         environment_id=env["environment_id"],
     )
-    return MeasuredBaseline(request=body, rows=rows, environment=env)
+    return MeasuredBaseline(request=body, rows=rows, environment=env, settings=settings)
+
+
+def _measure_observed(
+    target: Any, cmd: str, cases: list[str], calls: int, timeout_s: float, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """A workload's baseline of an observed primary, run as a formal stage runs its subjects
+    (R4, R11, R17): the original's read-only copies where readiness snapshotted it (each call
+    under their guard), two workers of the original interleaved, every worker's call
+    environment recorded (names, values' hashes), and the monitor a formal stage of the Target
+    uses (``host`` for a CPU-time primary, else NVML where it runs, else ``host``) over every
+    pair. Returns ``(rows, body, settings)`` (:func:`measure_original`). Raises: BadRequest (a
+    readiness that compares no outputs), RuleRefused (R11), MeasurementError."""
+    primary = target.definition.primary
+    accuracy = compared(target.readiness)
+    if accuracy is None:
+        raise BadRequest(
+            "the baseline of an observed primary runs under the worker protocol, which judges "
+            "every output, and the Target's readiness compares none; nothing was measured",
+            hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and a '
+            "driver that declares {output}",
+        )
+    copies = original_copies(target, cmd, "baseline")
+    monitor, _note = start_monitor(True, "host" if primary.name == "cpu_time" else "gpu")
+    if monitor is None and primary.name != "cpu_time":
+        monitor, _note = start_monitor(True, "host")
+    try:
+        with progress(len(cases) * 2 * max(1, -(-calls // 2)), "baseline calls") as advance:
+            return measure_original(
+                cmd, cases=cases, calls=calls, metric=primary.name, unit=primary.unit,
+                accuracy=accuracy, copies=copies, monitor=monitor, timeout_s=timeout_s,
+                on_call=advance,
+            )  # fmt: skip
+    finally:
+        if monitor is not None:
+            monitor.stop()
+        if copies is not None:
+            copies.close()
 
 
 def _check_form(

@@ -19,7 +19,9 @@ the table says of itself:
   the primary's unit is one value, call id ``CASE-K-I`` (K: the case's K-th comparison).
 - a workload Target whose primary is observed (``wall_time``, ``cpu_time``): the worker
   protocol's per-call rows; every non-warm-up row's value is its own clock in the primary's unit
-  (``wall_s = end_s - start_s``) and every output was judged, as for measured samples (R5).
+  (``wall_s = end_s - start_s``) and every output was judged and none failed, as for measured
+  samples (R5); ``measure baseline`` runs two workers of the original as a formal stage runs
+  its subjects, so every timed call of both is one value.
 - any other workload Target: the self-timed driver's per-call rows, each ``ok`` and
   ``correct``; every value of the primary a call printed is one value, call id
   ``CALL_ID-I``.
@@ -108,6 +110,11 @@ def _observed(rows: list[dict[str, Any]], primary: Any) -> tuple[list[float], li
         )
     values, cases, call_ids = [], [], []
     for row in timed:
+        if row.get("correct") is False:  # R5: an original that fails has no baseline
+            raise BaselineTableMismatch(
+                f"the baseline per-call table: call {row.get('call_id')!r} failed its output "
+                "check; an original that fails has no baseline (R5)"
+            )
         got = _values(row, primary.name)
         if len(got) != 1:
             raise BaselineTableMismatch(
