@@ -7,6 +7,7 @@ or whose own accuracy check fails, stops it (R5: an original that fails has no b
 
 from __future__ import annotations
 
+import os
 import shlex
 import statistics
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver import Subject, run_call
+from perfledger.kernels.workload.subject_env import call_environment
 from perfledger.projections.target_kind import target_kind
 
 #: The raw-table artifact attached to the baseline's event.
@@ -125,6 +127,9 @@ def measure_baseline_of(
                                                  progress)  # fmt: skip
     else:
         rows, body = _measure(cmd or "", chosen, calls, timeout_s, progress, primary.name)
+        # R11: the calls' full environment (names, values' hashes), as the worker records it
+        settings = {"settings": {"protocol": "driver", "call_environment": {
+            "original": call_environment(dict(os.environ))}}}  # fmt: skip
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,
