@@ -19,11 +19,16 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from wf_legacy import (
+    BEFORE_MEASURED_BASELINE,
     as_before,
     final_audit_as_before,
     readiness_as_before,
+    rules_at,
     select_as_before,
 )
+
+from perfledger.api import Ledger
+from perfledger.commands.registry.operations import execute
 
 REF = "python3 work/original/bench.py {case}"
 CAND = "python3 work/fast/bench.py {case}"
@@ -136,10 +141,17 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
             done = subprocess.run(REF.replace("{case}", case).split(), cwd=tmp_path, check=True,
                                   capture_output=True, text=True)  # fmt: skip
             values += json.loads(done.stdout)["metrics"]["cpu_ms"]
-        await _ok(s, "baseline_record", {
-            "target_id": "t1", "original_hash": "sha256:original-code", "metric": "cpu_ms",
-            "unit": "ms", "values": values,
-            "environment_id": env_answer["environment_id"]})  # fmt: skip
+        # typed, as the perfledger before R4 took only a measured baseline recorded it
+        # (BaselineRecorded 1): this session's verdicts, champion and final audit are that
+        # perfledger's, in-process beside the server like its readiness
+        with (
+            Ledger.open(tmp_path / "ledger") as ledger,
+            rules_at({"BaselineRecorded": BEFORE_MEASURED_BASELINE}),
+        ):
+            execute(ledger, "baseline.record", {
+                "target_id": "t1", "original_hash": "sha256:original-code", "metric": "cpu_ms",
+                "unit": "ms", "values": values,
+                "environment_id": env_answer["environment_id"]}, actor="mcp-agent")  # fmt: skip
         # --accept-resolution: a loaded test host's A/A can reach the minimum effect (R4 refuses
         # it otherwise); the session's candidate is far faster than any such resolution
         await _ok(s, "cli", {"args": ["measure", "aa", "--target", "t1", "--cmd", REF,

@@ -31,7 +31,7 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
-from wf_legacy import as_before, before_reported
+from wf_legacy import as_before, before_reported, rules_at
 from wf_scenario import explain_stage_by_review, record_measured_aa
 
 from machine_environment import machine_environment
@@ -40,6 +40,7 @@ from perfledger.app.identity import readiness_edge
 from perfledger.app.snapshots import candidate_edge
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
+from perfledger.events.workflow import R4_MEASURED_BASELINE
 from subprocess_env import isolated_env, perfledger_command
 
 #: Every test reads one module session of real measurements (three stages of a workload).
@@ -239,10 +240,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "unit": "ms", "source": "driver JSON", "reconstructed": False,
             "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
-            "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_ms",
-            "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
-        })  # fmt: skip
+        # typed, as the perfledger before R5 took it (BaselineRecorded 1): verdicts of that
+        # perfledger follow, and a newer baseline would make theirs a lowered version
+        with rules_at({"BaselineRecorded": R4_MEASURED_BASELINE - 1}):
+            run("baseline.record", {
+                "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_ms",
+                "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
+            })  # fmt: skip
         record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", {
             "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},

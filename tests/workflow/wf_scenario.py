@@ -30,7 +30,8 @@ from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import PerfledgerError, RuleRefused
-from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.events.kinds import get_kind
+from perfledger.events.workflow import OBSERVED_METRICS, R4_MEASURED_BASELINE
 from perfledger.ledger.base import Artifact
 from perfledger.projections.target_kind import target_kind
 from perfledger.projections.verdict_cases import tail_min_values
@@ -206,6 +207,19 @@ def measured_baseline(
     }  # fmt: skip
     raw = json.dumps(table, sort_keys=True).encode()
     return body, {BASELINE_TABLE: Artifact(raw, "application/json")}
+
+
+def baseline_measured(op: str, body: dict[str, Any], artifacts: Any) -> bool:
+    """Whether a session records ``body`` as ``perfledger measure baseline`` would: a
+    ``baseline.record`` with nothing attached, no table named, decided under the rule that
+    takes only measured baselines (``BaselineRecorded`` 2; under :func:`wf_legacy.rules_at`
+    an older one, it is recorded typed, as that perfledger did)."""
+    return (
+        op == "baseline.record"
+        and artifacts is None
+        and "raw_table" not in body
+        and get_kind("BaselineRecorded").version >= R4_MEASURED_BASELINE
+    )
 
 
 def _kernel_baseline(
@@ -640,7 +654,7 @@ class Session:
             body, artifacts = self.as_measured(body)
             if start_run:
                 self.start_run(body)
-        if op == "baseline.record" and artifacts is None and "raw_table" not in body:
+        if baseline_measured(op, body, artifacts):
             # R4: a baseline decides only when measured (`perfledger measure baseline` attaches
             # its raw table); pass artifacts={} to record a typed (declared) one
             body, artifacts = self.measured_baseline(body)
