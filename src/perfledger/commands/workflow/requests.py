@@ -357,7 +357,9 @@ class MetricAuditRecord(Request, kw_only=True):
 
 
 class BaselineRecord(Request, kw_only=True):
-    """``baseline.record`` (R4): repeated samples of the original's primary metric."""
+    """``baseline.record`` (R4): repeated samples of the original's primary metric; without
+    the raw table ``perfledger measure baseline`` attaches, recorded as declared (it decides
+    nothing)."""
 
     target_id: Id
     original_hash: Hash
