@@ -236,11 +236,12 @@ def _measure_kernel(
                         hint="run `perfledger measure aa --spec SPEC` to see its flags "
                         "(docs/kernel-harness.md)",
                     )
-                got = [v * scale for v in c.ref.samples_s]
+                table = c.table()  # R4: the values are its rows', as the decider re-derives
+                got = [row["ref_s"] * scale for row in table]
                 values += got
                 of_case += [case] * len(got)
                 call_ids += [f"{case}-{k}-{i}" for i in range(len(got))]
-                rows.append({"case": case, "flags": c.flags, "rows": c.table()})
+                rows.append({"case": case, "flags": c.flags, "rows": table})
                 advance()
     if kernel_dir is not None:  # R11: the code timed is the original's, still there
         check_original_subject(target, kernel_dir, "baseline")
