@@ -144,6 +144,7 @@ WRITTEN_AT = {
     "FinalAuditRecorded": 10,
     "ChampionSelected": 6,
     "ResolutionEstimated": 3,
+    "BaselineRecorded": 1,  # typed, before R4 took only a measured baseline
 }
 
 

@@ -46,7 +46,7 @@ EXPECT_STDOUT: dict[str, list[str]] = {
         "audit: True 2 events, exit 0",
         "audit over MCP: True",
         # the measuring use cases from Python, and over MCP in the server's process
-        "baseline: BaselineRecorded 3 values, ms",
+        "baseline: BaselineRecorded 4 values, ms",
         "A/A over MCP: ['small'] False",
     ],
 }

@@ -6,7 +6,7 @@ Steps (each one CLI call; what it records is printed as it goes):
 1. ``init`` a ledger; ``env`` for the real environment identity.
 2. Evidence before any Target: cProfile of the original (``evidence add``, R6).
 3. ``target freeze`` (R1), ``readiness record`` with the real test set's hash and the
-   environment identity from ``env`` (R2), ``metric-audit record`` (R3), ``baseline record`` and
+   environment identity from ``env`` (R2), ``metric-audit record`` (R3), ``measure baseline`` and
    ``measure aa --record`` (the A/A resolution, R4).
 4. ``upstream-check record`` (R10): SciPy ships ``scipy.special.softmax``.
 5. Experiment e1 (reuse SciPy's vectorized softmax), its opportunity claim built from the

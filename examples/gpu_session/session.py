@@ -15,7 +15,7 @@ Steps: ``init``, ``env``; Nsight Compute evidence of the original through ``evid
 where ncu cannot count, its limitation and host advice, R16); a roofline evidence (achieved
 bandwidth of the original vs the device's measured copy ceiling) for the claims' local speedup;
 ``target freeze``, ``readiness record`` with the real environment identity, ``metric-audit``,
-``baseline``, ``measure aa --spec --record``; ``upstream-check`` (CuPy has no row-softmax
+``measure baseline --spec``, ``measure aa --spec --record``; ``upstream-check`` (CuPy has no row-softmax
 kernel; cuDNN's softmax is the upstream equivalent, not reachable from CuPy alone: recorded as
 the blocker); experiments with R7 claims; ``measure kernel`` screens and target stages under the
 monitor; derived verdicts; reconciliation when a verdict contradicts its claim (R14);
@@ -221,11 +221,10 @@ class GpuSession(_cpu.Session):
             "source": "perfledger kernel harness (CUDA events, cold samples)",
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
-        values = [t * 1e3 for ts in roof["times_ms"].values() for t in ts]
-        self.cli("baseline", "record", request={
-            "target_id": TARGET, "original_hash": content_hash("naive"), "metric": "time_us",
-            "unit": "us", "values": values, "environment_id": env["environment_id"],
-        })  # fmt: skip
+        # R4: measured by the harness (a typed baseline is recorded as declared, deciding nothing)
+        base = self.cli("measure", "baseline", "--target", TARGET, "--spec",
+                        self.spec("naive", None, "baseline"), "--quiet")  # fmt: skip
+        self.say(f"  baseline: {base['values']} values, median per case {base['per_case_median']}")
         aa = self.cli("measure", "aa", "--target", TARGET, "--spec",
                       self.spec("naive", None, "aa"), "--runs", "3", "--record", "--quiet")  # fmt: skip
         self.say(f"  resolution {aa['resolution']:.5f} from {aa['repeats']} A/A comparisons")

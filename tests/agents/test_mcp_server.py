@@ -27,6 +27,7 @@ from wf_scenario import (
     metric_audit,
     readiness,
     record_measured_aa,
+    record_measured_baseline,
     resolution,
     samples,
     target_freeze,
@@ -72,6 +73,9 @@ def test_mcp_server_lists_tools_runs_decisions_and_refuses_with_the_rule(tmp_pat
         ):  # fmt: skip
             result = await call(tool, body)
             assert not result.is_error, result.content[0].text
+            if tool == "baseline_record":  # R4: declared; what `measure baseline` appends
+                with Ledger.open(tmp_path / "ledger") as ledger:
+                    record_measured_baseline(ledger, baseline())
         out["typed_resolution"] = _answer(result)  # R4: recorded as declared, deciding nothing
         with Ledger.open(tmp_path / "ledger") as ledger:  # what `measure aa --record` appends
             record_measured_aa(ledger)

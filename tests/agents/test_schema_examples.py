@@ -106,6 +106,10 @@ def _session_until_experiment(tmp: Path, bound: bool) -> Any:
                                       "--seed", "{seed}"]  # fmt: skip
             body, artifacts = readiness_edge(ledger, body)
         execute(ledger, op, body, actor="agent", artifacts=artifacts or None)
+        if op == "baseline.record":  # R4: typed, it is declared; a session measures it
+            from wf_scenario import record_measured_baseline
+
+            record_measured_baseline(ledger, body)
     return ledger
 
 
@@ -470,8 +474,9 @@ def test_examples_fitted_to_a_cpu_workload_target_name_no_gpu_and_are_accepted(
         evidence = shown("evidence.add")
         assert (evidence["target_id"], evidence["layer"]) == ("t1", "workload")
         execute(ledger, "evidence.add", evidence, actor="agent")
-        execute(ledger, "baseline.record", shown("baseline.record"), actor="agent")
-        from wf_scenario import record_measured_aa
+        from wf_scenario import record_measured_aa, record_measured_baseline
+
+        record_measured_baseline(ledger, shown("baseline.record"))
 
         record_measured_aa(ledger, "t1")
         fitted = fitted_example("experiment.create", ledger.state(), ledger.payload)

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 from wf_legacy import before_reported
-from wf_scenario import evidence, experiment, record_measured_aa
+from wf_scenario import evidence, experiment, record_measured_aa, record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
@@ -66,8 +66,8 @@ def _setup(
     env = machine_environment(tools=True)
     base: dict[str, Any] = {"values": [10.0, 11.0, 9.0]}
     if measured_baseline:
-        _, base = measure_original(_cmd(bench), cases=["small"], calls=7, metric=primary,
-                                   unit="ms")  # fmt: skip
+        _, base, _ = measure_original(_cmd(bench), cases=["small"], calls=7, metric=primary,
+                                      unit="ms")  # fmt: skip
     driver = [sys.executable, str(bench), "--out", "{output}"]
     with Ledger.init(path, name="m", actor="agent") as ledger:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
@@ -91,7 +91,7 @@ def _setup(
             "unit": "ms", "source": "perfledger's clock", "reconstructed": False,
             "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
+        record_measured_baseline(ledger, {
             "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": "ms",
             "environment_id": env["environment_id"], **base,
         })  # fmt: skip

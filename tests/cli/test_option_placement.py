@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from wf_scenario import record_measured_baseline
 
+from perfledger.api import Ledger
 from perfledger.commands.cli.app import hoist_global_options
 from subprocess_env import isolated_env
 
@@ -59,6 +61,9 @@ def test_ledger_and_json_before_or_after_the_subcommand_and_state_for_people(
         group, verb = path.stem.split("-", 1)[1].rsplit(".", 1)
         done = _pl(tmp_path, group, verb, "--request", str(path), "--ledger", str(ledger))
         assert done.returncode == 0, done.stdout + done.stderr
+        if group == "baseline":  # R4: typed, it is declared; what `measure baseline` appends
+            with Ledger.open(ledger) as opened:
+                record_measured_baseline(opened, json.loads(path.read_text()))
     answers = [
         _pl(tmp_path, "--ledger", str(ledger), "--json", "status").stdout,
         _pl(tmp_path, "status", "--ledger", str(ledger), "--json").stdout,
@@ -71,7 +76,7 @@ def test_ledger_and_json_before_or_after_the_subcommand_and_state_for_people(
     assert "Target t1 (current)" in text and "experiment e1: open" in text, text
     assert "champion original" in text and "ready" in text and not text.startswith("{")
     machine = json.loads(_pl(tmp_path, "state", "--json", "--ledger", str(ledger)).stdout)
-    assert machine["state"]["event_count"] == 8
+    assert machine["state"]["event_count"] == 9
 
 
 @pytest.mark.parametrize(

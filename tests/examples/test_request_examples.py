@@ -1,8 +1,9 @@
 """``examples/requests/``: one valid request per step of a whole optimization session, in order
 (file ``NN-<group>.<verb>.json`` is sent as ``perfledger <group> <verb> --request FILE``). Run
 through the real CLI on a fresh ledger, they must all be accepted and end in a champion and a
-passing audit (the typed resolution is recorded as declared, R4: the measured A/A a session
-runs with ``measure aa --record`` is appended beside it; every stage's pairs, which a session
+passing audit (the typed baseline and resolution are recorded as declared, R4: the measured
+baseline and A/A a session runs with ``measure baseline`` and ``measure aa --record`` are
+appended beside them; every stage's pairs, which a session
 measures with ``measure workload --protocol worker``, are recorded with the raw table such a
 run attaches, R5: the Target's primary ``wall_time`` is observed by perfledger, so it takes no
 typed samples), so the examples a new user copies can never drift from the schemas and rules."""
@@ -14,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wf_scenario import Session, record_measured_aa
+from wf_scenario import Session, record_measured_aa, record_measured_baseline
 
 from perfledger.api import Ledger
 from perfledger.commands.registry.request_examples import example
@@ -53,6 +54,13 @@ def test_example_requests_replay_to_a_champion_and_a_passing_audit(tmp_path: Pat
             assert recorded["provenance"]["source"] == "perfledger"
             continue
         recorded = _pl(ledger, env, group, verb, "--request", str(path))
+        if operation == "baseline.record":
+            # R4: a typed baseline is recorded as declared and decides nothing; a session
+            # measures it (`measure baseline --target t1 --cmd CMD`), which needs a real
+            # command: the raw table such a run attaches is appended here instead
+            assert recorded["payload"]["source"] == "declared"
+            with Ledger.open(ledger) as opened:
+                record_measured_baseline(opened, body)
         if operation == "resolution.record":
             # R4: a typed resolution is recorded as declared and decides nothing; a session
             # measures it (`measure aa --target t1 --cmd CMD --record`), which needs a real

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wf_scenario import record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
@@ -84,10 +85,11 @@ class KernelTarget:
     def ready(self) -> KernelTarget:
         """:meth:`audited`, then baseline, resolution, evidence and experiment e1."""
         self.audited()
-        self.run("baseline.record", {
-            "target_id": "t1", "original_hash": ORIGINAL, "metric": "time_us", "unit": "us",
-            "values": [100.0, 101.0, 99.0], "environment_id": self.machine["environment_id"],
-        })  # fmt: skip
+        with Ledger.open(self.path) as ledger:  # R4: as `measure baseline --spec` records it
+            record_measured_baseline(ledger, {
+                "target_id": "t1", "original_hash": ORIGINAL, "metric": "time_us", "unit": "us",
+                "values": [100.0, 101.0, 99.0], "environment_id": self.machine["environment_id"],
+            })  # fmt: skip
         self.run("resolution.record", {"target_id": "t1", "resolution": 0.005, "repeats": 12,
                                        "notes": "fixed by the test"})  # fmt: skip
         self.run("evidence.add", {

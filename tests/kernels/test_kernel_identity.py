@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_scenario import record_measured_aa
+from wf_scenario import record_measured_aa, record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
@@ -87,7 +87,7 @@ class Bound:
                 "denominator": "call", "unit": "us", "source": "harness", "reconstructed": False,
                 "matches_target": True,
             })  # fmt: skip
-            run("baseline.record", {
+            record_measured_baseline(ledger, {
                 "target_id": "t1", "original_hash": ORIGINAL, "metric": "kernel_time_us",
                 "unit": "us", "values": [100.0, 101.0, 99.0],
                 "environment_id": env["environment_id"],

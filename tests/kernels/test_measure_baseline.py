@@ -82,7 +82,11 @@ def test_measure_baseline_records_every_value_with_its_case_and_the_raw_table(
         assert list(target.baseline.cases) == ["small"] * 4 + ["large"] * 4
         assert list(target.baseline.call_ids[:2]) == ["baseline-small-0-0", "baseline-small-0-1"]
         assert target.baseline.original_hash == "sha256:original"
-        table = json.loads(opened.artifact(answer["event_id"], "baseline.json"))["table"]
+        attached = json.loads(opened.artifact(answer["event_id"], "baseline.json"))
+        table = attached["table"]
+        # R11: the calls' environment, names and values' hashes (issue 34)
+        assert attached["settings"]["call_environment"]["original"]["PATH"].startswith("blake3:")
+        assert target.baseline.source == "perfledger"  # R4: re-derived from the table
         assert [row["call_id"] for row in table] == [
             "baseline-small-0", "baseline-small-1", "baseline-large-0", "baseline-large-1"]  # fmt: skip
     text = cli(*args, "--case", "small", "--dry-run").stdout

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_legacy import before_reported
+from wf_legacy import before_reported, rules_at
 from wf_scenario import record_measured_aa
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
+from perfledger.events.workflow import R4_MEASURED_BASELINE
 from subprocess_env import isolated_env, perfledger_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,10 +80,14 @@ def _setup(
             "unit": primary_unit, "source": "driver JSON", "reconstructed": False,
             "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
-            "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": primary_unit,
-            "values": [1.0, 1.1, 0.9], "environment_id": env["environment_id"],
-        })  # fmt: skip
+        # typed, as that older perfledger took it (BaselineRecorded 1, before R4 took only a
+        # measured baseline): tests record verdicts and champions of that perfledger after it
+        with rules_at({"BaselineRecorded": R4_MEASURED_BASELINE - 1}):
+            run("baseline.record", {
+                "target_id": "t1", "original_hash": ORIGINAL, "metric": primary,
+                "unit": primary_unit, "values": [1.0, 1.1, 0.9],
+                "environment_id": env["environment_id"],
+            })  # fmt: skip
     finally:
         ledger.close()
     return env

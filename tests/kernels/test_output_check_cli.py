@@ -17,14 +17,14 @@ import msgspec
 import pytest
 from test_measure_cli import ORIGINAL, SELF, _cli, _experiment, _record_resolution
 from test_measure_wall_clock import _reconcile
-from wf_legacy import before_reported
-from wf_scenario import explain_stage_by_review
+from wf_legacy import before_reported, rules_at
+from wf_scenario import explain_stage_by_review, record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.raw_table import raw_table_mismatch
-from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.events.workflow import OBSERVED_METRICS, R4_MEASURED_BASELINE
 
 WORKLOAD = Path(__file__).resolve().parent / "output_workload.py"
 DRIVER = [sys.executable, str(WORKLOAD), "--out", "{output}", "--seed", "{seed}",
@@ -83,10 +83,15 @@ def _ready(path: Path, tmp: Path, primary: str = "wall_time") -> None:
             "denominator": "call", "unit": "ms", "source": "perfledger's clock",
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
+        baseline = {
             "target_id": "t1", "original_hash": ORIGINAL, "metric": primary, "unit": "ms",
             "values": [200.0, 201.0, 199.0], "environment_id": env["environment_id"],
-        })  # fmt: skip
+        }  # fmt: skip
+        if primary in OBSERVED_METRICS:  # R4: as `measure baseline` records it
+            record_measured_baseline(ledger, baseline, actor="agent")
+        else:  # typed, as that older perfledger took it (BaselineRecorded 1)
+            with rules_at({"BaselineRecorded": R4_MEASURED_BASELINE - 1}):
+                run("baseline.record", baseline)
     _record_resolution(path)
     _experiment(path)
 

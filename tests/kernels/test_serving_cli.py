@@ -15,7 +15,7 @@ from typing import Any
 import blake3
 import pytest
 from serving_standin import BASE, standin
-from wf_scenario import record_measured_aa
+from wf_scenario import record_measured_aa, record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
@@ -79,7 +79,7 @@ def _setup(
             "denominator": "request", "unit": "ms", "source": "streaming client",
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
+        record_measured_baseline(ledger, {
             "target_id": "t1", "original_hash": ORIGINAL, "metric": "ttft_ms", "unit": "ms",
             "values": [50.0, 51.0, 49.0], "environment_id": env["environment_id"],
         })  # fmt: skip

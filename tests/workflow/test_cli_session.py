@@ -29,6 +29,7 @@ from wf_scenario import (
     metric_audit,
     readiness,
     record_measured_aa,
+    record_measured_baseline,
     resolution,
     samples,
     target_freeze,
@@ -86,7 +87,10 @@ def test_scripted_session_through_the_cli(tmp_path: Path) -> None:
     ready = cli("readiness", "record", request=readiness())
     assert "container_overlay" in ready["payload"]["missing_lineage"]
     cli("metric-audit", "record", request=metric_audit())
-    cli("baseline", "record", request=baseline())
+    typed_baseline = cli("baseline", "record", request=baseline())
+    assert typed_baseline["payload"]["source"] == "declared"  # R4: typed, it decides nothing
+    with Ledger.open(cli.ledger) as ledger:  # what `measure baseline` appends
+        record_measured_baseline(ledger, baseline())
     typed = cli("resolution", "record", request=resolution())
     assert typed["payload"]["source"] == "declared"  # R4: typed, it decides nothing
     with Ledger.open(cli.ledger) as ledger:  # what `measure aa --record` appends

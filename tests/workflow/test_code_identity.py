@@ -28,7 +28,7 @@ from typing import Any
 import blake3
 import msgspec
 import pytest
-from wf_scenario import explain_stage_by_review, record_measured_aa
+from wf_scenario import explain_stage_by_review, record_measured_aa, record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
@@ -232,10 +232,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             "denominator": "call", "unit": "ms", "source": "perfledger's worker protocol",
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
-        run("baseline.record", {
+        record_measured_baseline(ledger, {  # R4: as `measure baseline` records it
             "target_id": "t1", "original_hash": "sha256:" + "0" * 16, "metric": "cpu_time",
             "unit": "ms", "values": [5.0, 5.1, 4.9], "environment_id": env["environment_id"],
-        })  # fmt: skip
+        }, actor="agent")  # fmt: skip
         record_measured_aa(ledger, "t1")  # R4: as `measure aa --record`
         run("evidence.add", {
             "evidence_id": "ev1", "layer": "workload", "tool": {"name": "manual", "version": "1"},

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import wf_legacy as legacy
-from wf_legacy import BEFORE_REPORTED, rules_at
+from wf_legacy import BEFORE_MEASURED_BASELINE, BEFORE_REPORTED, rules_at
 from wf_scenario import T1, Session, evidence, readiness, target_freeze
 
 from perfledger.api import Ledger
@@ -244,7 +244,7 @@ def test_r5_a_ledger_written_before_the_rule_audits_clean(tmp_path: Path) -> Non
     audit. The auditor re-decides each event by its own version's rule: clean."""
     with Ledger.init(tmp_path / "ledger", name="old", actor="agent") as ledger:
         s = legacy.Session(ledger)
-        with rules_at(BEFORE_REPORTED):
+        with rules_at({**BEFORE_REPORTED, "BaselineRecorded": BEFORE_MEASURED_BASELINE}):
             s.ready()
             s.passed()
             s.champion()

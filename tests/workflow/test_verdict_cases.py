@@ -408,9 +408,10 @@ def test_r4_baseline_per_case_derives_each_cases_median(bare: Session) -> None:
     recorded = bare.run("baseline.record", body)
     assert recorded["per_case_median"] == {"large": 30.5, "small": 11.0}
     assert recorded["median"] == 12.0
-    bare.refused("baseline.record", {**body, "cases": ["small"]}, None)  # one case per value
+    # typed (declared) bodies: the decider checks them before any table (R4)
+    bare.refused("baseline.record", {**body, "cases": ["small"]}, None, {})  # one case per value
     unknown = {**body, "cases": ["small"] * 4 + ["huge"]}
-    assert "huge" in bare.refused("baseline.record", unknown, "R11").message
+    assert "huge" in bare.refused("baseline.record", unknown, "R11", {}).message
 
 
 def test_r4_aa_resolution_is_per_case_and_the_aggregates_noise() -> None:

@@ -30,8 +30,10 @@ from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import PerfledgerError, RuleRefused
-from perfledger.events.workflow import OBSERVED_METRICS
+from perfledger.events.kinds import get_kind
+from perfledger.events.workflow import OBSERVED_METRICS, R4_MEASURED_BASELINE
 from perfledger.ledger.base import Artifact
+from perfledger.projections.target_kind import target_kind
 from perfledger.projections.verdict_cases import tail_min_values
 from perfledger.projections.workflow import formal_runs as started_runs
 
@@ -158,6 +160,94 @@ def baseline(target_id: str = T1, **over: Any) -> dict[str, Any]:
     }
     body.update(over)
     return body
+
+
+#: The name ``perfledger measure baseline`` attaches the original's raw table under.
+BASELINE_TABLE = "baseline.json"
+
+
+def measured_baseline(
+    ledger: Ledger, body: dict[str, Any], binding: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    """``body`` (a ``baseline.record`` body) and the raw table ``perfledger measure baseline``
+    attaches, as that command writes them (R4: the values re-derive from the table, so the
+    baseline decides): worker-protocol rows whose clocks give an observed primary's values
+    (the values become the clocks' exact figures), else the self-timed driver's rows."""
+    body = copy.deepcopy(body)
+    target = ledger.state().targets[body["target_id"]]
+    assert target.readiness is not None
+    metric, unit = body["metric"], body["unit"]
+    cases = body.get("cases") or [None] * len(body["values"])
+    if target_kind(target) == "kernel":
+        return _kernel_baseline(body, cases, binding or aa_binding(
+            body["target_id"], target.readiness.original.content_hash))  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    values: list[float] = []
+    clock_s = 50.0
+    for k, (value, case) in enumerate(zip(body["values"], cases, strict=True)):
+        row: dict[str, Any] = {"call_id": f"baseline-{case}-{k}", "ok": True, "correct": True,
+                               "metrics": {metric: [value]}}  # fmt: skip
+        if case is not None:
+            row["case"] = case
+        if metric in OBSERVED_METRICS:
+            seconds = value / UNITS_PER_SECOND[unit]
+            value = seconds * UNITS_PER_SECOND[unit]
+            row.update(wall_s=seconds, cpu_s=seconds, start_s=clock_s, end_s=clock_s + seconds,
+                       metrics={metric: [value]}, output={"ok": True})  # fmt: skip
+            clock_s += 1.0
+        values.append(value)
+        rows.append(row)
+    body["values"] = values
+    body["call_ids"] = [r["call_id"] for r in rows] if metric in OBSERVED_METRICS else [
+        f"{r['call_id']}-0" for r in rows]  # fmt: skip
+    body["raw_table"] = BASELINE_TABLE
+    table = {
+        "kind": "baseline", "table": rows,
+        "binding": binding or aa_binding(body["target_id"], target.readiness.original.content_hash),
+    }  # fmt: skip
+    raw = json.dumps(table, sort_keys=True).encode()
+    return body, {BASELINE_TABLE: Artifact(raw, "application/json")}
+
+
+def baseline_measured(op: str, body: dict[str, Any], artifacts: Any) -> bool:
+    """Whether a session records ``body`` as ``perfledger measure baseline`` would: a
+    ``baseline.record`` with nothing attached, no table named, decided under the rule that
+    takes only measured baselines (``BaselineRecorded`` 2; under :func:`wf_legacy.rules_at`
+    an older one, it is recorded typed, as that perfledger did)."""
+    return (
+        op == "baseline.record"
+        and artifacts is None
+        and "raw_table" not in body
+        and get_kind("BaselineRecorded").version >= R4_MEASURED_BASELINE
+    )
+
+
+def _kernel_baseline(
+    body: dict[str, Any], cases: list[Any], binding: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    """:func:`measured_baseline` of a kernel Target: one harness comparison per value."""
+    scale = UNITS_PER_SECOND[body["unit"]]
+    rows: list[dict[str, Any]] = []
+    seen: dict[Any, int] = {}
+    call_ids = []
+    for value, case in zip(body["values"], cases, strict=True):
+        rows.append({"case": case, "flags": [], "rows": [{"pair": 0, "ref_s": value / scale}]})
+        k = seen.get(case, 0)
+        seen[case] = k + 1
+        call_ids.append(f"{'' if case is None else case}-{k}-0")
+    body["values"] = [r["rows"][0]["ref_s"] * scale for r in rows]
+    body["call_ids"], body["raw_table"] = call_ids, BASELINE_TABLE
+    raw = json.dumps({"kind": "baseline", "table": rows, "binding": binding}).encode()
+    return body, {BASELINE_TABLE: Artifact(raw, "application/json")}
+
+
+def record_measured_baseline(ledger: Ledger, body: dict[str, Any], actor: str = ACTOR) -> Any:
+    """Append ``body`` (a ``baseline.record`` body of typed values) as ``perfledger measure
+    baseline`` records it (:func:`measured_baseline`: R4, a typed baseline decides nothing):
+    for tests whose subject is not the baseline. Returns the appended envelope."""
+    measured, table = measured_baseline(ledger, body)
+    [envelope] = execute(ledger, "baseline.record", measured, actor=actor, artifacts=table)
+    return envelope
 
 
 def resolution(target_id: str = T1, **over: Any) -> dict[str, Any]:
@@ -567,6 +657,10 @@ class Session:
             body, artifacts = self.as_measured(body)
             if start_run:
                 self.start_run(body)
+        if baseline_measured(op, body, artifacts):
+            # R4: a baseline decides only when measured (`perfledger measure baseline` attaches
+            # its raw table); pass artifacts={} to record a typed (declared) one
+            body, artifacts = self.measured_baseline(body)
         self.clock += timedelta(seconds=1)
         envelopes = execute(
             self.ledger, op, copy.deepcopy(body), actor=ACTOR, idempotency_key=key, now=self.clock,
@@ -583,6 +677,14 @@ class Session:
             self.run("formal-run.start", {
                 "experiment_id": body["experiment_id"], "stage": body["stage"],
                 "samples_id": body["samples_id"], "protocol": WORKLOAD_PROTOCOL})  # fmt: skip
+
+    def measured_baseline(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Artifact]]:
+        """:func:`measured_baseline` of ``body`` where its Target is ready (else ``body`` as
+        given, for the decider to refuse)."""
+        target = self.state().targets.get(body.get("target_id"))
+        if target is None or target.readiness is None or body.get("metric") is None:
+            return body, {}
+        return measured_baseline(self.ledger, body)
 
     def as_measured(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Artifact]]:
         """:func:`measured` of ``body`` by its Target's readiness's accuracy rule."""

@@ -3,8 +3,9 @@
 :func:`measure_baseline` is the use case behind ``perfledger measure baseline``: the original
 measured by :func:`perfledger.app.measure_baseline.measure_baseline_of` (a workload's command
 ``calls`` times per case, or a kernel Target's REFERENCE timed by the harness), then
-``baseline.record`` appended with the calls' raw table attached (``baseline.json``), or on a
-dry run decided and not appended. The result names the next step (R4: the A/A resolution).
+``baseline.record`` appended with the calls' raw table attached (``baseline.json``, bound to the
+Target's original) that the decider re-derives the values from (R4: only a measured baseline
+decides; ``BaselineRecorded`` schema 2), or on a dry run decided and not appended. The result names the next step (R4: the A/A resolution).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from perfledger.app.measure_baseline import (
     medians,
     no_progress,
 )
-from perfledger.app.recording import append_measured
+from perfledger.app.recording import append_measured, json_artifact
 from perfledger.commands.registry.operations import preview
+from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.projections.target_kind import measuring_command
 
 
@@ -109,15 +111,24 @@ def measure_baseline(
         timeout_s=request.timeout_s, progress=progress,
     )  # fmt: skip
     body, rows, env = measured.request, measured.rows, measured.environment
-    primary = state.targets[request.target_id].definition.primary
+    target = state.targets[request.target_id]
+    primary = target.definition.primary
+    # R4: the values are re-derived from this table (bound to the Target's original), so the
+    # baseline decides; a typed `baseline record` is recorded as declared and decides nothing
+    body["raw_table"] = BASELINE_ARTIFACT
+    artifact = {
+        "kind": "baseline", "environment": env, "table": rows, "command": request.cmd,
+        "binding": aa_binding(request.target_id, target.readiness.original.content_hash),
+        **measured.settings,
+    }  # fmt: skip
     figures = {
         "metric": primary.name, "unit": primary.unit, "values": len(body["values"]),
         "per_case_median": medians(body["cases"], body["values"]), "calls": request.calls,
     }  # fmt: skip
     if request.dry_run:  # decided, not appended: a refusal still exits 3
-        preview(ledger, "baseline.record", body, actor=request.actor)
+        preview(ledger, "baseline.record", body, actor=request.actor,
+                artifacts={BASELINE_ARTIFACT: json_artifact(artifact)})  # fmt: skip
         return MeasuredBaselineRecord(**figures, request=body)
-    artifact = {"kind": "baseline", "environment": env, "table": rows, "command": request.cmd}
     event = append_measured(
         ledger, "baseline.record", body, BASELINE_ARTIFACT, artifact, actor=request.actor,
         idempotency_key=request.idempotency_key,

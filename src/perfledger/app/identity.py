@@ -344,6 +344,27 @@ def subject_copies(
     return SubjectCopies(copies, argvs, guard)
 
 
+def original_copies(target: Any, command: str, role: str) -> SubjectCopies | None:
+    """Read-only copies of the original for a measurement of the original against itself (the
+    baseline, R4, R11): ``command``'s subject is snapshotted, checked to be the original's code
+    recorded at readiness, and copied twice (``ref`` and ``cand``, each with its own bytecode
+    cache, under :class:`CopyGuard`) as :func:`subject_copies` copies a formal stage's subjects.
+    None where the readiness recorded no snapshot (the old rule: the original runs in place).
+    Raises: RuleRefused (R11: not the original's code, or not the readiness driver),
+    BadRequest (a command that does not parse, a subject that is not a directory)."""
+
+    original = identity.original_snapshot(target)
+    if original is None:
+        return None
+    taken = take_as_original(target, _subject(target, command, role))
+    if taken.snapshot.digest != original.digest:
+        check_original_subject(target, taken.snapshot.subject, role)  # refuses, naming paths
+    snap = msgspec.to_builtins(taken.snapshot)
+    return subject_copies(
+        target, {"reference": snap, "candidate": snap}, artifacts_of(taken), boot_per_call=False
+    )
+
+
 def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
     """Before every call and after the run (R11): both subjects' bytecode caches removed, so a
     call runs the source its snapshot holds and not a ``.pyc`` another call planted, then
@@ -528,6 +549,7 @@ __all__ = [
     "check_original_subject",
     "checkout",
     "measure_identity",
+    "original_copies",
     "readiness_edge",
     "refuse_unsnapshotted",
     "resolve",

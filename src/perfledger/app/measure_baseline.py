@@ -7,6 +7,7 @@ or whose own accuracy check fails, stops it (R5: an original that fails has no b
 
 from __future__ import annotations
 
+import os
 import shlex
 import statistics
 from collections.abc import Callable
@@ -15,16 +16,27 @@ from typing import Any
 
 import msgspec
 
-from perfledger.app.context import check_cases, check_environment, environment_payload
-from perfledger.app.identity import check_original_command, check_original_subject
+from perfledger.app.context import (
+    check_cases,
+    check_environment,
+    environment_payload,
+    start_monitor,
+)
+from perfledger.app.identity import (
+    check_original_command,
+    check_original_subject,
+    original_copies,
+)
 from perfledger.app.kernel_identity import original_kernel_directory
 from perfledger.app.measure_workload import measure_original
 from perfledger.app.measuring import ceilings, failed_call_text, time_scale
 from perfledger.app.preconditions import require_readiness
+from perfledger.commands.workflow.output_rules import compared
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver import Subject, run_call
+from perfledger.kernels.workload.subject_env import call_environment
 from perfledger.projections.target_kind import target_kind
 
 #: The raw-table artifact attached to the baseline's event.
@@ -54,11 +66,14 @@ def no_progress(total: int, label: str) -> AbstractContextManager[Callable[[], N
 class MeasuredBaseline(msgspec.Struct, frozen=True, kw_only=True):
     """The baseline measured: ``request`` the ``baseline.record`` request (values, cases,
     call ids, the original's content hash, metric, unit, environment id), ``rows`` the raw
-    per-call table, ``environment`` this machine's identity."""
+    per-call table, ``environment`` this machine's identity, ``settings`` what the raw table
+    records beside them (an observed primary's: ``settings``, the worker run's protocol, call
+    environments and copies' digests, and ``monitor``, its windows)."""
 
     request: dict[str, Any]
     rows: list[Any]
     environment: dict[str, Any]
+    settings: dict[str, Any] = {}
 
 
 def measure_baseline_of(
@@ -103,17 +118,18 @@ def measure_baseline_of(
     env = environment_payload()
     check_environment(env, {"readiness_environment_id": readiness.environment_id})
     primary = target.definition.primary
+    settings: dict[str, Any] = {}
     if kernel:  # the kernel harness times the REFERENCE (R4, as `measure aa --spec`)
         rows, body = _measure_kernel(target, spec_path, kernel_dir, chosen, calls, progress,
                                      primary.unit)  # fmt: skip
     elif primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
-        with progress(len(chosen) * calls, "baseline calls") as advance:
-            rows, body = measure_original(
-                cmd or "", cases=chosen, calls=calls, metric=primary.name, unit=primary.unit,
-                timeout_s=timeout_s, on_call=advance,
-            )  # fmt: skip
+        rows, body, settings = _measure_observed(target, cmd or "", chosen, calls, timeout_s,
+                                                 progress)  # fmt: skip
     else:
         rows, body = _measure(cmd or "", chosen, calls, timeout_s, progress, primary.name)
+        # R11: the calls' full environment (names, values' hashes), as the worker records it
+        settings = {"settings": {"protocol": "driver", "call_environment": {
+            "original": call_environment(dict(os.environ))}}}  # fmt: skip
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,
@@ -121,7 +137,44 @@ def measure_baseline_of(
         unit=primary.unit,
         environment_id=env["environment_id"],
     )
-    return MeasuredBaseline(request=body, rows=rows, environment=env)
+    return MeasuredBaseline(request=body, rows=rows, environment=env, settings=settings)
+
+
+def _measure_observed(
+    target: Any, cmd: str, cases: list[str], calls: int, timeout_s: float, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """A workload's baseline of an observed primary, run as a formal stage runs its subjects
+    (R4, R11, R17): the original's read-only copies where readiness snapshotted it (each call
+    under their guard), two workers of the original interleaved, every worker's call
+    environment recorded (names, values' hashes), and the monitor a formal stage of the Target
+    uses (``host`` for a CPU-time primary, else NVML where it runs, else ``host``) over every
+    pair. Returns ``(rows, body, settings)`` (:func:`measure_original`). Raises: BadRequest (a
+    readiness that compares no outputs), RuleRefused (R11), MeasurementError."""
+    primary = target.definition.primary
+    accuracy = compared(target.readiness)
+    if accuracy is None:
+        raise BadRequest(
+            "the baseline of an observed primary runs under the worker protocol, which judges "
+            "every output, and the Target's readiness compares none; nothing was measured",
+            hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and a '
+            "driver that declares {output}",
+        )
+    copies = original_copies(target, cmd, "baseline")
+    monitor, _note = start_monitor(True, "host" if primary.name == "cpu_time" else "gpu")
+    if monitor is None and primary.name != "cpu_time":
+        monitor, _note = start_monitor(True, "host")
+    try:
+        with progress(len(cases) * 2 * max(1, -(-calls // 2)), "baseline calls") as advance:
+            return measure_original(
+                cmd, cases=cases, calls=calls, metric=primary.name, unit=primary.unit,
+                accuracy=accuracy, copies=copies, monitor=monitor, timeout_s=timeout_s,
+                on_call=advance,
+            )  # fmt: skip
+    finally:
+        if monitor is not None:
+            monitor.stop()
+        if copies is not None:
+            copies.close()
 
 
 def _check_form(
@@ -183,11 +236,12 @@ def _measure_kernel(
                         hint="run `perfledger measure aa --spec SPEC` to see its flags "
                         "(docs/kernel-harness.md)",
                     )
-                got = [v * scale for v in c.ref.samples_s]
+                table = c.table()  # R4: the values are its rows', as the decider re-derives
+                got = [row["ref_s"] * scale for row in table]
                 values += got
                 of_case += [case] * len(got)
                 call_ids += [f"{case}-{k}-{i}" for i in range(len(got))]
-                rows.append({"case": case, "flags": c.flags, "rows": c.table()})
+                rows.append({"case": case, "flags": c.flags, "rows": table})
                 advance()
     if kernel_dir is not None:  # R11: the code timed is the original's, still there
         check_original_subject(target, kernel_dir, "baseline")

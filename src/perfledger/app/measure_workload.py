@@ -61,16 +61,12 @@ from perfledger.commands.workflow.requests import OutputCheck
 from perfledger.commands.workflow.samples_body import samples_body
 from perfledger.errors import BadRequest, MeasurementError
 from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, OBSERVED_UNITS
-from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.startup_surface import (
     StartupWatch,
 )
 from perfledger.kernels.workload.worker import (
-    Worker,
     WorkerRun,
     WorkerSubject,
-    new_seed,
-    observed_values,
     run_pairs,
 )
 from perfledger.ledger.base import Artifact
@@ -395,32 +391,13 @@ def measure_workload(
         if copies is not None:
             copies.close()
         raise
-    startup = StartupWatch(list(argvs.values()))
     watch = None if code is None or identity is None else identity.watch(info, code)
-
-    def before_call(label: str) -> None:
-        startup.check()  # R11: the subjects' Python start-up files unchanged
-        if watch is not None:
-            watch(label)
-        if copies is not None:
-            copies.guard(label)
-
-    envs = {
-        label: None if copies is None else {**os.environ, **copies.copies[label].env}
-        for label in ("ref", "cand")
-    }
     try:
-        run = run_pairs(
-            WorkerSubject("ref", argvs["ref"], env=envs["ref"]),
-            WorkerSubject("cand", argvs["cand"], env=envs["cand"]),
-            cases=cases, pairs_per_case=n_pairs, accuracy=accuracy, units=units,
-            mode=request.protocol, warmup_calls=request.warmup, timeout_s=request.timeout_s,
-            fresh_worker=request.fresh_worker, on_call=on_call, before_call=before_call,
-            subject_roots=None if copies is None else copies.roots,
-            extra_settings=None if copies is None else copies.settings,
+        run = run_subjects(
+            argvs, copies, watch=watch, cases=cases, pairs_per_case=n_pairs, accuracy=accuracy,
+            units=units, mode=request.protocol, warmup_calls=request.warmup,
+            timeout_s=request.timeout_s, fresh_worker=request.fresh_worker, on_call=on_call,
         )  # fmt: skip
-        if copies is not None:
-            copies.guard(None)  # the last call's report and both copies, after the run
     finally:
         if monitor is not None:
             monitor.stop()
@@ -487,6 +464,49 @@ def measure_workload(
     return MeasuredWorkload(**result, event_id=envelopes[0].id, kind=envelopes[0].kind)
 
 
+def run_subjects(
+    argvs: dict[str, list[str]],
+    copies: Any,
+    *,
+    watch: Callable[[str], None] | None = None,
+    **options: Any,
+) -> WorkerRun:
+    """Run the ``ref`` and ``cand`` commands of ``argvs`` under the worker protocol as a formal
+    stage runs its subjects (R5, R11): :func:`~perfledger.kernels.workload.worker.run_pairs`
+    with ``options``, each call checked first (the subjects' Python start-up files unchanged;
+    ``watch``: the caller's own check of the label; ``copies``: the read-only copies' guard,
+    :func:`perfledger.app.identity.subject_copies`, whose environment and private directories
+    the workers get and whose digests the settings record; None: the commands run as given).
+    Every worker's full environment (names, values' hashes) is in the run's settings.
+
+    Returns: the :class:`~perfledger.kernels.workload.worker.WorkerRun`.
+    Raises: as ``run_pairs`` (MeasurementError subclasses, RuleRefused R11) and the guard."""
+    startup = StartupWatch(list(argvs.values()))
+
+    def before_call(label: str) -> None:
+        startup.check()  # R11: the subjects' Python start-up files unchanged
+        if watch is not None:
+            watch(label)
+        if copies is not None:
+            copies.guard(label)
+
+    envs = {
+        label: None if copies is None else {**os.environ, **copies.copies[label].env}
+        for label in ("ref", "cand")
+    }
+    run = run_pairs(
+        WorkerSubject("ref", argvs["ref"], env=envs["ref"]),
+        WorkerSubject("cand", argvs["cand"], env=envs["cand"]),
+        before_call=before_call,
+        subject_roots=None if copies is None else copies.roots,
+        extra_settings=None if copies is None else copies.settings,
+        **options,
+    )
+    if copies is not None:
+        copies.guard(None)  # the last call's report and both copies, after the run
+    return run
+
+
 def _findings(figures: dict[str, CaseFigures], stage: str, settings: dict[str, Any]) -> list[str]:
     lines = []
     failed = sum(f.cand_incorrect for f in figures.values())
@@ -517,57 +537,70 @@ def measure_original(
     calls: int,
     metric: str,
     unit: str,
+    accuracy: dict[str, Any] | None = None,
+    copies: Any = None,
+    monitor: Any = None,
     timeout_s: float = 600.0,
     on_call: Callable[[], None] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
-    """The original's baseline of an observed metric (R4): one worker of ``command`` (the
-    readiness driver with the original's directory in its ``{subject}`` place), ``calls`` timed
-    calls per case, each with a fresh seed and output place; values from perfledger's clock or
-    the kernel's CPU accounting, never from the subject.
+) -> tuple[list[dict[str, Any]], dict[str, list[Any]], dict[str, Any]]:
+    """The original's baseline of an observed metric (R4), run as a formal stage runs its
+    subjects (:func:`run_subjects`): two workers of ``command`` (the readiness driver with the
+    original's directory in its ``{subject}`` place) in ABBA pairs, ceil(``calls`` / 2) pairs
+    per case after a warm-up round, each call with a fresh seed and output place, every output
+    judged against the other worker's of the same seed (``accuracy``, default exact); values
+    from perfledger's clock or the kernel's CPU accounting, never from the subject. ``copies``:
+    the original's read-only copies (:func:`perfledger.app.identity.original_copies`), whose
+    commands run instead of ``command``; ``monitor``: a started monitor whose verdict of each
+    pair's window is recorded.
 
-    Returns: ``(rows, {"values", "cases", "call_ids"})`` (rows: one per call, seconds).
-    Raises: BadRequest for a command that cannot be parsed; MeasurementError when the worker
-        fails the protocol or a call writes no readable output (nothing is recorded).
+    Returns: ``(rows, {"values", "cases", "call_ids"}, settings)``: rows one per call (seconds;
+        every timed call of both workers is one value), settings the run's (protocol, every
+        worker's call environment: names and values' hashes, the copies' digests) and the
+        monitor's windows.
+    Raises: BadRequest for a command that cannot be parsed; MeasurementError when a worker
+        fails the protocol, a call writes no readable output, or the original's outputs of one
+        seed differ (nothing is recorded); RuleRefused (R11) from the copies' guard.
     """
 
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise BadRequest(
-            f"cannot parse the command: {exc}",
-            hint="quote the command as shell words (balanced quotes)",
-        ) from None
-    rows: list[dict[str, Any]] = []
+    if copies is not None:
+        argvs = copies.argvs
+    else:
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise BadRequest(
+                f"cannot parse the command: {exc}",
+                hint="quote the command as shell words (balanced quotes)",
+            ) from None
+        argvs = {"ref": argv, "cand": argv}
+    run = run_subjects(
+        argvs, copies, cases=cases, pairs_per_case=max(1, math.ceil(calls / 2)),
+        accuracy=accuracy or {"compare": "exact"}, units={metric: unit}, timeout_s=timeout_s,
+        on_call=None if on_call is None else (lambda row: None if row["warmup"] else on_call()),
+    )  # fmt: skip
+    for row in run.table():
+        if not row["correct"]:  # an original that fails, or differs from itself, has no baseline
+            raise MeasurementError(
+                f"the original's call {row['call_id']} on case {row['case']!r} failed its output "
+                f"check ({row['output'].get('reason') or row['output'].get('error')}): an "
+                "original that writes no readable output, or other outputs for the same case "
+                "and seed, has no baseline; nothing was recorded",
+                hint="the command must write its output to the path it is given in place of "
+                "{output} (or $PERFLEDGER_OUTPUT), the same for the same seed",
+            )
     body: dict[str, list[Any]] = {"values": [], "cases": [], "call_ids": []}
-    with Worker("original", argv, timeout_s=timeout_s) as worker:
-        for case in cases:
-            for k in range(calls):
-                place = outputs.OutputPlace()
-                written = None
-                try:
-                    timing = worker.call(case, new_seed(), place.path, collect=place.collect)
-                    written = timing.output
-                finally:
-                    if written is None:
-                        written = place.collect()
-                if written.data is None:
-                    raise MeasurementError(
-                        f"the original wrote no readable output on case {case!r} (call {k}): "
-                        f"{written.error}; nothing was recorded"
-                    )
-                figures = {"wall_s": timing.wall_s, "cpu_s": timing.cpu_s}
-                value = observed_values(figures, {metric: unit})[metric][0]
-                call_id = f"baseline-{case}-{k}"
-                rows.append({"call_id": call_id, "case": case, **figures,
-                             "start_s": timing.start_s, "end_s": timing.end_s,
-                             "reported": timing.reported, "output": written.to_json()})  # fmt: skip
-                body["values"].append(value)
-                body["cases"].append(case)
-                body["call_ids"].append(call_id)
-                if on_call is not None:
-                    on_call()
-        worker.close()
-    return rows, body
+    rows = [row for row in run.table() if not row["warmup"]]
+    for row in rows:
+        body["values"].append(row["metrics"][metric][0])
+        body["cases"].append(row["case"])
+        body["call_ids"].append(row["call_id"])
+    windows = []
+    if monitor is not None:
+        for r, c in run.pairs():
+            verdict = monitor.verdict(min(r["start_s"], c["start_s"]), max(r["end_s"], c["end_s"]))
+            windows.append({"call_ids": [r["call_id"], c["call_id"]], **verdict.to_json()})
+    monitored = {"windows": windows, "settings": monitor.settings() if monitor else None}
+    return run.table(), body, {"settings": run.settings, "monitor": monitored}
 
 
 #: The workload A/A's stopping rule (R4) when no ``--runs`` is given: :data:`AA_START_PAIRS`

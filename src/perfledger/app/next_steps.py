@@ -127,7 +127,8 @@ def _gate(state: WorkflowState, target: TargetView, d: NextDecision) -> None:
         if target.baseline is None:
             raise rules.refuse(
                 "R4",
-                "record the original's baseline first",
+                "record the original's measured baseline first"
+                + rules.declared_baseline_note(target),
                 "`perfledger status` names the baseline measurement of this Target's kind",
             )
     elif d.op == "experiment.create":

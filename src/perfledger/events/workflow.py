@@ -313,6 +313,14 @@ class BaselineRecorded(_Payload, kw_only=True):
     cases: tuple[str, ...] = ()
     #: derived: the median of each case's values (metric units), where cases are given
     per_case_median: dict[str, float] = {}
+    #: derived (schema :data:`R4_MEASURED_BASELINE` on): ``perfledger`` when the values were
+    #: re-derived from the original's raw per-call table attached as ``raw_table`` (``perfledger
+    #: measure baseline``), ``declared`` when typed (recorded, deciding nothing: the Target's
+    #: baseline stays the latest measured one); unset (not encoded, so older states hash as
+    #: before) for a baseline recorded before, which keeps its meaning
+    source: str | msgspec.UnsetType = msgspec.UNSET
+    #: the attached raw table the values were re-derived from (``source == "perfledger"``)
+    raw_table: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResolutionEstimated(_Payload, kw_only=True):
@@ -1467,6 +1475,15 @@ R5_REPORTED_CHAMPION = 7
 R5_REPORTED_FINAL_AUDIT = 11
 #: Provenance protocols whose samples are figures the subject reports (its own timer).
 SELF_TIMED_PROTOCOLS = ("workload_abba",)
+#: The ``BaselineRecorded`` schema version from which a baseline decides only when perfledger
+#: measured it (R4, issue 34: baselines, like resolutions, come only from measured runs): its
+#: values, median and per-case medians are re-derived from the original's raw per-call table
+#: attached to the event (``perfledger measure baseline`` attaches ``baseline.json``), at
+#: record time and at audit; a typed one is recorded as ``declared`` and decides nothing (the
+#: reference watch R11, the R4 precondition, reports and read models use the latest measured
+#: baseline, and where none is recorded behave as if no baseline were). Baselines recorded
+#: before keep their meaning.
+R4_MEASURED_BASELINE = 2
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1512,7 +1529,8 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: ``ReviewRecorded`` and 8 of ``ChampionSelected`` clear a plausibility flag only by a review
 #: naming it (:data:`R12_REVIEW_NAMES_FLAG`; ``ReviewRecorded`` is registered by
 #: :mod:`perfledger.events.review` with this version); version 3 of ``ReviewRecorded`` carries
-#: the reviewer's SSH signature (:data:`R12_SIGNED_REVIEW`).
+#: the reviewer's SSH signature (:data:`R12_SIGNED_REVIEW`). Version 2 of
+#: ``BaselineRecorded`` takes only a measured baseline (:data:`R4_MEASURED_BASELINE`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1575,6 +1593,7 @@ SCHEMA_VERSIONS = {
     "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),
     "ActivityExplained": max(R17_EXPLAINED_BY_REVIEW, R17_NO_TYPED_EXPLANATION),
     "ReconciliationRecorded": RANGES_RECONCILIATION,
+    "BaselineRecorded": R4_MEASURED_BASELINE,
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

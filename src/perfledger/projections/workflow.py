@@ -110,7 +110,7 @@ class TargetView(msgspec.Struct, kw_only=True):
             superseded_by / supersedes: the ids around it.
         readiness: the latest readiness (R2); metric_audits: metric -> latest audit (R3).
         diagnostic_only: a metric audit found a mismatch (R3) or the Target is diagnostic (R2).
-        baseline, resolution: R4.
+        baseline, resolution: R4 (``baseline``: the latest measured one, declared_baseline).
         champion: the current champion's experiment id, None for the original (R13).
         champion_hash: the current champion's content hash, None for the original.
         lineage: every champion decision, in order.
@@ -150,6 +150,11 @@ class TargetView(msgspec.Struct, kw_only=True):
     #: recorded as declared and decides nothing); unset (not encoded, so older states hash as
     #: before) until the first declared one, :attr:`resolution` deciding until then
     decided_resolution: ResolutionEstimated | msgspec.UnsetType | None = msgspec.UNSET
+    #: the latest declared (typed) baseline (R4, from
+    #: :data:`~perfledger.events.workflow.R4_MEASURED_BASELINE`): recorded and shown, deciding
+    #: nothing; :attr:`baseline` is the latest measured one (or one recorded before the rule).
+    #: Unset (not encoded, so older states hash as before) until the first declared one
+    declared_baseline: BaselineRecorded | msgspec.UnsetType = msgspec.UNSET
 
     @property
     def measured_resolution(self) -> ResolutionEstimated | None:
@@ -804,7 +809,10 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
         if p.metric == target.definition.primary.name and not p.matches_target:
             target.diagnostic_only = True
     elif isinstance(p, BaselineRecorded):
-        target.baseline = p
+        if p.source == "declared":  # R4: recorded, deciding nothing (the measured one stays)
+            target.declared_baseline = p
+        else:
+            target.baseline = p
     elif isinstance(p, ResolutionEstimated):
         # R4: a declared resolution decides nothing; the measured one before it stays in force
         if p.source == "declared" and target.decided_resolution is msgspec.UNSET:

@@ -194,7 +194,7 @@ def _request_from_payload(kind: str, payload: dict[str, Any]) -> tuple[str, dict
     p.pop("kind", None)
     drop: dict[str, tuple[str, ...]] = {
         "ReadinessRecorded": ("environment_id", "missing_lineage"),
-        "BaselineRecorded": ("median", "per_case_median"),
+        "BaselineRecorded": ("median", "per_case_median", "source"),
         "ExperimentCreated": ("figures",),
         "SamplesRecorded": ("ref_failures", "cand_failures", "unexplained_activity", "wall_check"),
         "CandidateRejected": ("target_id",),

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 IMPLIES: dict[tuple[str, int], dict[str, int]] = {
     ("ActivityExplained", 2): {"ChampionSelected": 4, "ExperimentCreated": 4, "FinalAuditRecorded": 6, "ReadinessRecorded": 4, "ResolutionEstimated": 2, "SamplesRecorded": 8, "VerdictRecorded": 4},
     ("ActivityExplained", 3): {"ChampionSelected": 4, "ExperimentCreated": 4, "FinalAuditRecorded": 7, "ReadinessRecorded": 4, "ResolutionEstimated": 3, "SamplesRecorded": 11, "TargetFrozen": 2, "TargetSuperseded": 2, "VerdictRecorded": 6},
+    ("BaselineRecorded", 2): {"ActivityExplained": 3, "ChampionSelected": 7, "ExperimentCreated": 8, "FinalAuditRecorded": 11, "FormalRunStarted": 2, "HandoffRecorded": 4, "ReadinessRecorded": 6, "ReconciliationRecorded": 2, "ResolutionEstimated": 4, "SamplesRecorded": 14, "TargetFrozen": 3, "TargetSuperseded": 3, "VerdictRecorded": 9},
     ("ChampionSelected", 2): {"ExperimentCreated": 2, "FinalAuditRecorded": 2, "SamplesRecorded": 2, "VerdictRecorded": 2},
     ("ChampionSelected", 3): {"ExperimentCreated": 4, "FinalAuditRecorded": 6, "ReadinessRecorded": 4, "ResolutionEstimated": 2, "SamplesRecorded": 7, "VerdictRecorded": 4},
     ("ChampionSelected", 4): {"ExperimentCreated": 4, "FinalAuditRecorded": 6, "ReadinessRecorded": 4, "ResolutionEstimated": 2, "SamplesRecorded": 8, "VerdictRecorded": 4},

@@ -24,7 +24,9 @@ COMMAND_HELP: dict[str, str] = {
         "before it; with --allowed-signers, every review's SSH signature. Exit 0 when clean, 5 "
         "with the findings (each naming its event and rule)."
     ),
-    "baseline": ("Record the original's baseline before any candidate (R4)."),
+    "baseline": (
+        "Record a typed baseline, declared: it decides nothing (R4; `measure baseline` measures one)."
+    ),
     "champion": ("Select or show the champion of a Target (R13)."),
     "checkpoint": (
         "Sign checkpoints of the ledger with SSH keys and co-sign them as a witness; git "

@@ -7,7 +7,13 @@ machine (whose environment identity must be the readiness's, R11). Every value o
 metric from a valid call becomes one baseline value, with its case and call id, and
 ``baseline.record`` is appended with the calls' raw table attached (``baseline.json``). A call
 that fails, or whose own accuracy check fails, stops it: an original that fails its accuracy
-rule has no baseline (R5).
+rule has no baseline (R5). For a primary perfledger observes (``wall_time``, ``cpu_time``) the
+original runs as a formal stage runs its subjects (issue 34): two workers in ABBA pairs
+(ceil(``--calls`` / 2) pairs per case, every timed call of both is one value), each from a
+read-only copy of the readiness snapshot, every output judged, every worker's environment
+(names, values' hashes) and the monitor's windows recorded in the raw table. The decider
+re-derives the values from that table (R4, ``BaselineRecorded`` 2); a typed ``baseline
+record`` is recorded as declared and decides nothing.
 
 Before this command, an agent had to run the original by hand and paste its values, its
 content hash and the environment id into a request.
@@ -73,7 +79,8 @@ def baseline_request_of(kw: dict[str, Any]) -> MeasureBaseline:
     type=click.IntRange(min=1),
     default=DEFAULT_CALLS,
     help=f"Calls of the original per case (default {DEFAULT_CALLS}); every value of the "
-    "primary metric a call prints is one baseline value.",
+    "primary metric a call prints is one baseline value (an observed primary: whole ABBA "
+    "pairs of two workers, at least this many calls).",
 )
 @call_timeout_option
 @actor_option

@@ -141,6 +141,13 @@ def target_lines(target: Mapping[str, Any], experiments: Mapping[str, Any]) -> l
             f"{_escape(audit.get('source'))}; {matches}"
         )
     out += _baseline_lines(target.get("baseline"), target.get("resolution"), unit)
+    declared = target.get("declared_baseline")
+    if declared:  # R4: recorded and shown, deciding nothing
+        out.append(
+            f"  declared baseline: median {_num(declared.get('median'), declared.get('unit'))} "
+            "[bold]declared[/bold]: typed, it decides nothing (R4: `perfledger measure "
+            "baseline` measures one)"
+        )
     out += _champion_lines(target)
     out += _experiment_rows(target, experiments)
     for p in (target.get("pending") or {}).values():
@@ -190,7 +197,7 @@ def _baseline_lines(
     baseline: Mapping[str, Any] | None, resolution: Mapping[str, Any] | None, unit: str | None
 ) -> list[Any]:
     if baseline is None:
-        return ["  baseline: [bold]missing[/bold] (R4: `perfledger baseline record`)"]
+        return ["  baseline: [bold]missing[/bold] (R4: `perfledger measure baseline`)"]
     bunit = baseline.get("unit") or unit
     out: list[Any] = [
         f"  baseline {_escape(baseline['metric'])}: median {_num(baseline.get('median'), bunit)} "

@@ -537,7 +537,7 @@ GROUP_HELP = {
     "target": "Freeze, supersede or show the optimization Target (R1).",
     "readiness": "Record readiness: original, real test set, accuracy rule, driver, environment (R2).",
     "metric-audit": "Record the audit of the primary metric's computation (R3).",
-    "baseline": "Record the original's baseline before any candidate (R4).",
+    "baseline": "Record a typed baseline, declared: it decides nothing (R4; `measure baseline` measures one).",
     "resolution": "Record the measurement resolution from repeated original samples (R4).",
     "evidence": "Record profiler or compiler evidence with its layer and applicability (R6).",
     "upstream-check": "Record the check for an existing upstream equivalent (R10).",

@@ -77,8 +77,9 @@ INSTRUCTIONS = (
     'the ledger with the `cli` tool, args ["init"]. Then, in the order of the rules: '
     "target_freeze (R1); readiness_record (R2; its environment is "
     '`cli` ["env"]\'s readiness_environment); metric_audit_record (R3); the baseline (R4): '
-    '`cli` ["measure", "baseline", "--target", T, "--cmd", CMD] (baseline_record only for '
-    "values measured elsewhere); "
+    '`cli` ["measure", "baseline", "--target", T, "--cmd", CMD] (a baseline typed through '
+    "baseline_record is recorded as declared and decides nothing: no A/A, experiment or "
+    "reference watch uses it); "
     'the A/A resolution (R4): `cli` ["measure", "aa", "--target", T, "--cmd", CMD, '
     '"--record"] (a resolution typed through resolution_record is recorded as declared and '
     "decides nothing: no verdict passes on it); evidence_add (R6); "

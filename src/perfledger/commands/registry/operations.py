@@ -118,11 +118,14 @@ def preview(
     idempotency_key: str | None = None,
     now: datetime | None = None,
     starting_run: str | None = None,
+    artifacts: dict[str, Any] | None = None,
 ) -> list[Any]:
     """Validate and decide ``body`` on the current head without appending: what
     :func:`execute` would do now (a dry run). ``starting_run``: the samples id of a formal run
     the caller will start before it measures (R14; see
-    :attr:`~perfledger.commands.workflow.deciders.DecisionContext.starting_run`).
+    :attr:`~perfledger.commands.workflow.deciders.DecisionContext.starting_run`);
+    ``artifacts``: what :func:`execute` would attach (a rule may re-derive figures from them,
+    R4's baseline and A/A tables).
 
     Returns: the drafts (:class:`~perfledger.ledger.base.EventDraft`), payloads as decided; or,
         when ``idempotency_key`` is already in the ledger for this same request, the existing
@@ -136,6 +139,9 @@ def preview(
     request, ctx = prepared
     if starting_run is not None:
         ctx = replace(ctx, starting_run=starting_run)
+    if artifacts:
+        attached = {n: a.data for n, a in artifacts.items()}
+        ctx = replace(ctx, artifact=attached.get)
     return list(decider(name)(ledger.state_at(ledger.head(), lazy=True), request, ctx))
 
 

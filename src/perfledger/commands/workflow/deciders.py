@@ -33,6 +33,7 @@ from perfledger.commands.workflow import (
 )
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.aa_table import AaTableMismatch, aa_case_medians, rederive_aa
+from perfledger.commands.workflow.baseline_table import measured_values
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
 from perfledger.commands.workflow.review_evidence import interested_actors
@@ -55,6 +56,7 @@ from perfledger.events.workflow import (
     R1_KNOWN_UNITS,
     R1_KNOWN_UNITS_READINESS,
     R2_STATISTICS_FROZEN,
+    R4_MEASURED_BASELINE,
     R4_MEASURED_RESOLUTION,
     R4_MEASURED_RESOLUTION_FINAL_AUDIT,
     R4_MEASURED_RESOLUTION_VERDICT,
@@ -483,7 +485,11 @@ def decide_baseline_record(
     state: WorkflowState, req: rq.BaselineRecord, ctx: DecisionContext
 ) -> list[EventDraft]:
     """``baseline.record`` (R4, R2, R11): repeated samples of the original's primary metric, in
-    the readiness environment."""
+    the readiness environment. From ``BaselineRecorded`` schema
+    :data:`~perfledger.events.workflow.R4_MEASURED_BASELINE` the values must be what the named
+    raw table re-derives (:mod:`perfledger.commands.workflow.baseline_table`), recorded with
+    ``source: perfledger``; a baseline without one is recorded ``declared`` and decides
+    nothing."""
     target = rules.r1_target_current(state, req.target_id)
     rules.r2_ready(target)
     readiness = target.readiness
@@ -512,6 +518,19 @@ def decide_baseline_record(
             "metric values must be positive",
             hint="record positive values (times, sizes) in the metric's unit",
         )
+    body = dump(req)
+    raw_table = body.pop("raw_table", "")
+    if rules_version(ctx, "BaselineRecorded") >= R4_MEASURED_BASELINE:
+        # R4: only values re-derived from an attached raw table of the original decide anything
+        body["source"] = "perfledger" if raw_table else "declared"
+        if raw_table:
+            measured_values(target, req, ctx.artifact)
+            body["raw_table"] = raw_table
+    elif raw_table:
+        raise BadRequest(
+            "raw_table is not part of baselines of this rule version",
+            hint="leave raw_table out",
+        )
     per_case: dict[str, list[float]] = {}
     if req.cases:
         # R4: the baseline per case, so each case's verdict figures have the original's level
@@ -528,7 +547,7 @@ def decide_baseline_record(
     payload = _build(
         BaselineRecorded,
         {
-            **dump(req),
+            **body,
             "median": float(_median(req.values)),
             "per_case_median": {c: float(_median(v)) for c, v in sorted(per_case.items())},
         },
@@ -545,8 +564,10 @@ def decide_resolution_record(
     if target.baseline is None:
         raise refuse(
             "R4",
-            "record the original's baseline before its measurement resolution",
-            "record the baseline first: `perfledger status` names its command for this Target's kind",
+            "record the original's measured baseline before its measurement resolution"
+            + rules.declared_baseline_note(target),
+            "measure the baseline first: `perfledger status` names its command for this "
+            "Target's kind (`perfledger measure baseline`)",
         )
     if req.repeats < 2:
         raise refuse(

@@ -439,6 +439,9 @@ MODEL_FIELDS: dict[str, str] = {
     "ResolutionRecord.notes": "Notes on the A/A measurement.",
     "MetricAuditRecord.notes": "Notes on the audit.",
     "BaselineRecord.values": "The original's samples of the primary, in its unit (finite).",
+    "BaselineRecord.raw_table": "The attached raw per-call table of the original (baseline.json, "
+    "attached by `perfledger measure baseline`) the values are re-derived from (R4); empty: the "
+    "baseline is recorded as declared and decides nothing.",
     "SubjectSample.values": "Metric name -> samples of this call, in the metric's unit (any "
     "finite number: how plausible it is, is R12's).",
     "SubjectSample.wall_s": "The workload driver's wall time of the call, seconds, in (0, 1e6].",

@@ -357,7 +357,9 @@ class MetricAuditRecord(Request, kw_only=True):
 
 
 class BaselineRecord(Request, kw_only=True):
-    """``baseline.record`` (R4): repeated samples of the original's primary metric."""
+    """``baseline.record`` (R4): repeated samples of the original's primary metric; without
+    the raw table ``perfledger measure baseline`` attaches, recorded as declared (it decides
+    nothing)."""
 
     target_id: Id
     original_hash: Hash
@@ -368,6 +370,10 @@ class BaselineRecord(Request, kw_only=True):
     environment_id: Hash
     #: the test case of each value (same length as ``values``), for a baseline per case (R4)
     cases: Annotated[list[Name], Meta(max_length=_MAX_VALUES)] = []
+    #: the attached raw per-call table of the original (``perfledger measure baseline``
+    #: attaches ``baseline.json``) the values are re-derived from (R4); without one the
+    #: baseline is recorded as declared and decides nothing
+    raw_table: Annotated[str, Meta(max_length=200)] = ""
 
 
 class ResolutionRecord(Request, kw_only=True):

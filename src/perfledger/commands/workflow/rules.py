@@ -126,14 +126,28 @@ def r3_metric_audited(target: TargetView) -> None:
         )
 
 
+def declared_baseline_note(target: TargetView) -> str:
+    """R4 (``BaselineRecorded`` schema 2): the words that say a typed baseline is recorded but
+    decides nothing, where the Target has one and no measured baseline; else ""."""
+    if target.baseline is not None or not target.declared_baseline:  # UNSET is falsy
+        return ""
+    return (
+        " (a typed baseline is recorded as declared and decides nothing: baselines, like "
+        "resolutions, come only from measured runs; run `perfledger measure baseline`)"
+    )
+
+
 def r4_baseline_and_resolution(target: TargetView) -> None:
     """R4: the original's baseline and measurement resolution precede candidate experiments."""
     tid = target.definition.target_id
     if target.baseline is None:
         raise refuse(
-            "R4", f"no baseline of the original is recorded for Target {tid!r}",
-            "record it: `perfledger baseline record --request FILE`",
-        )  # fmt: skip
+            "R4",
+            f"no measured baseline of the original is recorded for Target {tid!r}"
+            + declared_baseline_note(target),
+            f"measure it: `perfledger measure baseline --target {tid} ...` (`perfledger status` "
+            "names the command of this Target's kind)",
+        )
     if target.resolution is None:
         raise refuse(
             "R4", f"no measurement resolution is recorded for Target {tid!r}",
