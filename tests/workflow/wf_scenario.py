@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from perfledger.api import Ledger
+from perfledger.commands.audit.schema_floor import IMPLIES
 from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.aa_table import aa_binding, rederive_aa
 from perfledger.commands.workflow.deciders import environment_id
@@ -609,9 +610,14 @@ def explain_by_review(
                if p.monitor is not None and p.monitor.foreign_activity]  # fmt: skip
     if foreign:
         review_id = f"rv-{samples_id}"
-        from wf_legacy import REVIEW_BEFORE, rules_at
+        from wf_legacy import rules_at
 
-        with rules_at(REVIEW_BEFORE):  # R17 reads no review version; see REVIEW_BEFORE
+        # R17 reads no review version: the review is recorded at the oldest version the history
+        # before it allows (wf_legacy.REVIEW_BEFORE where tests record verdicts as before; a
+        # current one after a current champion), so that no schema floor is lowered either way
+        floor = max((IMPLIES.get((e.kind, e.envelope.schema), {}).get("ReviewRecorded", 1)
+                     for e in ledger.events()), default=1)  # fmt: skip
+        with rules_at({"ReviewRecorded": floor}):
             execute(ledger, "review.record", {
                 "review_id": review_id, "reviewer": reviewer, "model_family": "human",
                 "subject": "other", "subject_event": view.event_id,
