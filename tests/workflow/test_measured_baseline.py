@@ -34,6 +34,7 @@ from wf_scenario import (
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.commands.workflow.baseline_table import BaselineTableMismatch, rederive_baseline
+from perfledger.events.kinds import get_kind
 from perfledger.events.workflow import R4_MEASURED_BASELINE, SCHEMA_VERSIONS
 from perfledger.ledger.base import Artifact
 
@@ -101,6 +102,10 @@ def test_cheat_a_typed_baseline_alone_decides_nothing(bare: Session) -> None:
     assert "declared" in refusal.message and "measure baseline" in refusal.message
     refusal = bare.refused("experiment.create", experiment(), "R4")
     assert "measured baseline" in refusal.message and "measure baseline" in refusal.hint
+    # `perfledger log` and the report's timeline show it labelled (the event's commit subject)
+    [line] = [get_kind(e.kind).summary(e.payload) for e in bare.ledger.events()
+              if e.kind == "BaselineRecorded"]  # fmt: skip
+    assert "(declared: typed, decides nothing)" in line, line
     assert audit(bare.ledger).ok
 
 

@@ -1143,7 +1143,10 @@ _SUMMARIES = {
     TargetSuperseded: lambda p: f"{p.target_id} -> {p.new_target.target_id}",
     ReadinessRecorded: lambda p: f"{p.target_id} (env {p.environment_id[:12]})",
     MetricAuditRecorded: lambda p: f"{p.target_id}/{p.metric} matches={p.matches_target}",
-    BaselineRecorded: lambda p: f"{p.target_id}: {p.metric} median {p.median:g} {p.unit}",
+    BaselineRecorded: lambda p: (
+        f"{p.target_id}: {p.metric} median {p.median:g} {p.unit}"
+        + (" (declared: typed, decides nothing)" if p.source == "declared" else "")
+    ),
     ResolutionEstimated: lambda p: f"{p.target_id}: resolution {p.resolution:g}",
     EvidenceRecorded: lambda p: f"{p.evidence_id} ({p.layer}, {p.tool.name} {p.tool.version})",
     UpstreamCheckRecorded: lambda p: f"{p.check_id}: equivalent={p.equivalent_exists}",
