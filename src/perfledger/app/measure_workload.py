@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from perfledger.app.aa_environment import check_aa_environment
 from perfledger.app.context import (
     SAMPLES_ARTIFACT,
     check_cases,
@@ -348,6 +349,7 @@ def measure_workload(
     n_pairs = request.pairs or max(5, info["min_pairs"])
     env = environment_payload()
     check_environment(env, info)
+    check_aa_environment(ledger, target, request.stage)  # R11: the watch's yardstick applies
     refuse_formal_dry_run(request.stage, request.dry_run)  # R14: a formal stage has no dry run
     formal = request.stage in FORMAL_STAGES
     sid = request.samples_id or default_samples_id(request.experiment_id, request.stage,

@@ -42,8 +42,10 @@ INFLUENCING_NAMES = (
     "LD_BIND_NOW",
     "MALLOC_ARENA_MAX",
 )
-#: Variables recorded by prefix: GPU, threading and numeric-library settings.
+#: Variables recorded by prefix: Python's own settings (``PYTHONTRACEMALLOC`` slows every
+#: allocation), GPU, threading and numeric-library settings.
 INFLUENCING_PREFIXES = (
+    "PYTHON",
     "CUDA_",
     "CUBLAS_",
     "CUDNN_",
