@@ -45,7 +45,10 @@ explanation holds is for the auditor to judge: the foreign load of each window s
 pair's flags and in the samples artifact. The reviewer signs the review with its own SSH key
 (a throwaway key this demo makes with ``ssh-keygen``, ``review record --sign-with KEY``), and
 the final ``audit --allowed-signers FILE`` checks that key is listed under ``REVIEWER``: a
-review appended under the reviewer's name without the key would fail that audit. Because such an explanation is still an assertion, a
+review appended under the reviewer's name without the key would fail that audit. In this demo
+one program plays the agent, the reviewer and the auditor, so it writes that file itself; in
+real use the file is the auditor's own, listing keys the agent does not hold (docs/SPEC.md
+section 1, "where that stops"). Because such an explanation is still an assertion, a
 formal stage with foreign activity on more than 20 % of
 its pairs cannot pass on it unless the Target declared, in its readiness and before measuring,
 that its metric is immune to the host's load (``statistics.allow_explained_foreign_activity``);
