@@ -21,6 +21,7 @@ from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest
 from perfledger.events.workflow import (
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_IMPLAUSIBLE_FINAL_AUDIT,
     R12_NAMED_REVIEW_CLEARS,
     R12_REVIEW_NAMES_FLAG,
 )
@@ -175,3 +176,32 @@ def test_r12_selections_recorded_before_the_rule_re_decide_as_before(ready: Sess
     operations.decider("champion.select")(
         ready.state(), operations.validate("champion.select", SELECT), ctx
     )
+
+
+def test_cheat_a_final_audit_on_implausible_samples_without_a_review_naming_them_is_no_pass(
+    ready: Session,
+) -> None:
+    """R12 (``FinalAuditRecorded`` 12): the champion's final audit measured 20x again; no
+    review names that flag, so the audit is ``inconclusive`` with the refusal's figures in its
+    note, where ``FinalAuditRecorded`` 11 passed it (an old ledger re-derives as it did)."""
+    _big_claim(ready)
+    _target(ready)
+    _review(ready, "reviewer-b")
+    ready.champion("e1")
+    ready.record_measured(samples("e1-final", "final_audit", gain=TWENTY_X))
+    assert set(ready.state().samples["e1-final"].implausible) == {"small", "large"}
+    request = {"target_id": T1, "samples_id": "e1-final"}
+    ctx = DecisionContext(
+        op="final-audit.record", actor="agent", ts=datetime(2026, 1, 2, tzinfo=UTC),
+        request={"op": "final-audit.record", "body": request},
+        schema=R12_IMPLAUSIBLE_FINAL_AUDIT - 1, payload_of=ready.ledger.payload,
+    )  # fmt: skip
+    [old] = operations.decider("final-audit.record")(
+        ready.state(), operations.validate("final-audit.record", request), ctx
+    )
+    assert old.payload.status == "pass"
+    final = ready.run("final-audit.record", request)
+    assert final["status"] == "inconclusive"
+    assert any("plausible bound" in n and "e1-final" in n for n in final["notes"]), final
+    report = audit(ready.ledger)
+    assert report.ok, report.findings

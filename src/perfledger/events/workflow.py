@@ -1476,6 +1476,12 @@ R5_OBSERVED_PRIMARY_READINESS = 6
 R5_REPORTED_VERDICT = 9
 R5_REPORTED_CHAMPION = 7
 R5_REPORTED_FINAL_AUDIT = 11
+#: The ``FinalAuditRecorded`` schema version from which a final audit on samples with a
+#: plausibility flag (R12: a ratio beyond the Target's plausible bound) that no review by
+#: another actor names is not a pass (``inconclusive``, its note naming the cases): the
+#: champion's own audit needs what its selection needed. Final audits recorded before are
+#: re-derived without it.
+R12_IMPLAUSIBLE_FINAL_AUDIT = 12
 #: Provenance protocols whose samples are figures the subject reports (its own timer).
 SELF_TIMED_PROTOCOLS = ("workload_abba",)
 #: The ``BaselineRecorded`` schema version from which a baseline decides only when perfledger
@@ -1564,6 +1570,7 @@ SCHEMA_VERSIONS = {
         R13_ONE_FINAL_AUDIT,
         R14_FINAL_AUDIT_OWES,
         R5_REPORTED_FINAL_AUDIT,
+        R12_IMPLAUSIBLE_FINAL_AUDIT,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,

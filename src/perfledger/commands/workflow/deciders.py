@@ -44,7 +44,7 @@ from perfledger.commands.workflow.verdict_guards import (
     r4_resolution_not_lowered,
     r12_every_case,
 )
-from perfledger.errors import BadRequest, IntegrityError
+from perfledger.errors import BadRequest, IntegrityError, RuleRefused
 from perfledger.events.canonical import canonical_bytes
 from perfledger.events.kinds import get_kind
 from perfledger.events.units import known_unit, vocabulary
@@ -82,6 +82,7 @@ from perfledger.events.workflow import (
     R12_EVERY_CASE,
     R12_EVERY_CASE_FINAL_AUDIT,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_IMPLAUSIBLE_FINAL_AUDIT,
     R12_NAMED_REVIEW_CLEARS,
     R12_PLAUSIBLE_RATIO,
     R12_WALL_VALUE_COUNTS,
@@ -1642,6 +1643,8 @@ def decide_final_audit_record(
             state, state.samples[req.samples_id], samples, status, notes,
             self_timed=rules_version(ctx, "FinalAuditRecorded") >= R5_REPORTED_FINAL_AUDIT,
         )  # fmt: skip
+    if rules_version(ctx, "FinalAuditRecorded") >= R12_IMPLAUSIBLE_FINAL_AUDIT:
+        status = _r12_implausible_final_audit(state, samples, status, notes, ctx)
     contradicts: bool | msgspec.UnsetType = msgspec.UNSET
     if rules_version(ctx, "FinalAuditRecorded") >= R14_FINAL_AUDIT_OWES:
         contradicts = _r14_final_audit_owes(state, target, samples, primary, not unexplained, notes)
@@ -1664,6 +1667,25 @@ def decide_final_audit_record(
         contradicts_claim=contradicts,
     )
     return _emit(ctx, payload)
+
+
+def _r12_implausible_final_audit(
+    state: WorkflowState, samples: Any, status: str, notes: list[str], ctx: DecisionContext
+) -> str:
+    """R12 (``FinalAuditRecorded`` from
+    :data:`~perfledger.events.workflow.R12_IMPLAUSIBLE_FINAL_AUDIT`): a pass on samples with a
+    plausibility flag that no review by another actor names is ``inconclusive``, the refusal a
+    champion selection would meet in its note."""
+    if status != "pass" or not plausibility.flagged(samples):
+        return status
+    creator = state.experiments[samples.experiment_id].event_id
+    interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
+    try:
+        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of, named=True)
+    except RuleRefused as exc:
+        notes.append(exc.message)
+        return "inconclusive"
+    return status
 
 
 def _r14_final_audit_owes(
