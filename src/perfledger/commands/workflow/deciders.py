@@ -1676,12 +1676,13 @@ def _r12_implausible_final_audit(
     :data:`~perfledger.events.workflow.R12_IMPLAUSIBLE_FINAL_AUDIT`): a pass on samples with a
     plausibility flag that no review by another actor names is ``inconclusive``, the refusal a
     champion selection would meet in its note."""
-    if status != "pass" or not plausibility.flagged(samples):
+    view = state.samples[samples.samples_id]
+    if status != "pass" or not plausibility.flagged(view):
         return status
-    creator = state.experiments[samples.experiment_id].event_id
-    interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples.event_id)
+    creator = state.experiments[view.experiment_id].event_id
+    interested = interested_actors(ctx.actor_of, ctx.actor, creator, view.event_id)
     try:
-        plausibility.r12_plausible_or_reviewed(state, samples, interested, ctx.actor_of, named=True)
+        plausibility.r12_plausible_or_reviewed(state, view, interested, ctx.actor_of, named=True)
     except RuleRefused as exc:
         notes.append(exc.message)
         return "inconclusive"
