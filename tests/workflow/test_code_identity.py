@@ -1044,12 +1044,11 @@ def test_bytecode_caches_survive_their_own_calls_and_not_the_other_subjects(
 def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments(
     session: Session,
 ) -> None:
-    """R11 (SamplesRecorded schema 7): the honest samples name the copies their calls ran from
-    (their own snapshots) and both subjects' full call environments, equal; requests whose
-    environments differ, or that name other copies, are refused by the rule an auditor
-    re-runs. At this schema that rule reads the self-timed driver's provenance only
-    (``workload_abba``): the requests it refuses are this session's worker samples relabelled
-    so (the worker's are not re-checked by it yet)."""
+    """R11 (SamplesRecorded schema 7; the worker's samples from schema 15): the honest samples
+    name the copies their calls ran from (their own snapshots) and both subjects' full call
+    environments, equal; requests whose environments differ, or that name other copies, are
+    refused by the rule an auditor re-runs. Before schema 15 the rule read the self-timed
+    driver's provenance only: the same forged worker samples pass it there."""
     from perfledger.commands.workflow import identity
     from perfledger.commands.workflow import requests as rq
     from perfledger.events.workflow import R11_CALLS_FROM_COPIES
@@ -1072,17 +1071,22 @@ def test_r11_samples_record_the_copies_they_ran_from_and_equal_call_environments
         body.pop(key, None)
     body["identity"].pop("changed_paths")
     assert body["provenance"]["protocol"] == "worker/v1"
-    body["provenance"]["protocol"] = "workload_abba"  # the protocol the rule reads (docstring)
-    identity.r11_calls_from_copies(msgspec.convert(body, rq.SamplesRecord), code)  # honest
+    identity.r11_calls_from_copies(msgspec.convert(body, rq.SamplesRecord), code, observed=True)
     forged = json.loads(json.dumps(body))
     forged["provenance"]["settings"]["call_environment"]["cand"]["FAST_PATH"] = "blake3:00"
     with pytest.raises(RuleRefused) as caught:
-        identity.r11_calls_from_copies(msgspec.convert(forged, rq.SamplesRecord), code)
+        identity.r11_calls_from_copies(
+            msgspec.convert(forged, rq.SamplesRecord), code, observed=True
+        )
     assert caught.value.rule == "R11" and "FAST_PATH" in caught.value.message
+    # before SamplesRecorded 15, worker samples were not read by this rule
+    identity.r11_calls_from_copies(msgspec.convert(forged, rq.SamplesRecord), code)
     elsewhere = json.loads(json.dumps(body))
     elsewhere["provenance"]["settings"].pop("subject_copies")
     with pytest.raises(RuleRefused) as caught:
-        identity.r11_calls_from_copies(msgspec.convert(elsewhere, rq.SamplesRecord), code)
+        identity.r11_calls_from_copies(
+            msgspec.convert(elsewhere, rq.SamplesRecord), code, observed=True
+        )
     assert "did not run from copies" in caught.value.message
 
 

@@ -20,6 +20,7 @@ from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest
 from perfledger.events.workflow import (
+    R11_OBSERVED_CALLS_FROM_COPIES,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
     R12_IMPLAUSIBLE_FINAL_AUDIT,
     R12_NAMED_REVIEW_CLEARS,
@@ -136,8 +137,9 @@ def test_r12_a_ledger_written_before_reviews_named_flags_audits_clean(ready: Ses
     """An older perfledger (``ReviewRecorded`` 1, ``ChampionSelected`` 7): any settled review of
     the samples by another actor cleared the flag; the auditor re-decides by that rule: clean,
     while the current rule refuses that selection."""
-    _big_claim(ready)
-    _target(ready)
+    with rules_at({"SamplesRecorded": R11_OBSERVED_CALLS_FROM_COPIES - 1}):  # as it wrote them
+        _big_claim(ready)
+        _target(ready)
     with rules_at({"ReviewRecorded": R12_REVIEW_NAMES_FLAG - 1}):
         _review(ready, "reviewer-b", cases=())
     ready.refused("champion.select", SELECT, "R12")  # decided now: the review named no flag

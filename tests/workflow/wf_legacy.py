@@ -645,6 +645,7 @@ class Session:
 #: an older perfledger wrote these kinds under).
 BEFORE_REPORTED = {
     "ReadinessRecorded": 5,
+    "SamplesRecorded": 14,
     "VerdictRecorded": 8,
     "ChampionSelected": 6,
     "FinalAuditRecorded": 10,

@@ -230,8 +230,15 @@ def _stand_in(info: dict[str, Any], request: MeasureWorkload, cases: list[str], 
     )  # fmt: skip
     if code is not None:
         body["identity"] = code
+    settings: dict[str, Any] = {}
+    if code is not None:  # as the run records them (R11: the copies and equal environments)
+        settings = {
+            "subject_copies": {"ref": code["reference"]["digest"],
+                               "cand": code["candidate"]["digest"]},
+            "call_environment": {"ref": {"PATH": "stand-in"}, "cand": {"PATH": "stand-in"}},
+        }  # fmt: skip
     body["provenance"] = {"source": "perfledger", "protocol": f"{request.protocol}/v1",
-                          "settings": {}, "raw_table": SAMPLES_ARTIFACT}  # fmt: skip
+                          "settings": settings, "raw_table": SAMPLES_ARTIFACT}  # fmt: skip
     return body
 
 

@@ -1455,6 +1455,12 @@ R11_REFERENCE_WATCHED = 13
 #: the case's resolution and the minimum effect. Events recorded before are decided without it.
 R11_WATCHED_AGAINST_AA = 4
 R11_WATCHED_AGAINST_AA_SAMPLES = 14
+#: The ``SamplesRecorded`` schema version from which the copies rule
+#: (:data:`R11_CALLS_FROM_COPIES`: every call ran from read-only copies of the samples' own
+#: snapshots, both subjects' call environments equal) applies to samples of the protocols in
+#: which perfledger observes every call (:data:`OBSERVING_PROTOCOLS`), not only to the
+#: self-timed driver's; samples recorded before are decided without it.
+R11_OBSERVED_CALLS_FROM_COPIES = 15
 R11_REFERENCE_WATCHED_VERDICT = 8
 R11_REFERENCE_WATCHED_FINAL_AUDIT = 9
 #: The ``VerdictRecorded`` schema version from which a target-stage result that did not pass,
@@ -1553,6 +1559,7 @@ SCHEMA_VERSIONS = {
         R14_ONE_RESULT_SAMPLES,
         R11_REFERENCE_WATCHED,
         R11_WATCHED_AGAINST_AA_SAMPLES,
+        R11_OBSERVED_CALLS_FROM_COPIES,
     ),
     "VerdictRecorded": max(
         R12_EVERY_CASE,

@@ -74,6 +74,7 @@ from perfledger.events.workflow import (
     R7_COMPUTED_BOUND,
     R11_CALLS_FROM_COPIES,
     R11_CANDIDATE_SNAPSHOT,
+    R11_OBSERVED_CALLS_FROM_COPIES,
     R11_REFERENCE_WATCHED,
     R11_REFERENCE_WATCHED_FINAL_AUDIT,
     R11_REFERENCE_WATCHED_VERDICT,
@@ -1009,7 +1010,8 @@ def decide_samples_record(
         observed_rules.check_samples(target.definition, req)
     code = identity.r11_samples_identity(state, target, req, ctx.payload_of)
     if rules_version(ctx, "SamplesRecorded") >= R11_CALLS_FROM_COPIES:  # R11: copies, same env
-        identity.r11_calls_from_copies(req, code)
+        observed = rules_version(ctx, "SamplesRecorded") >= R11_OBSERVED_CALLS_FROM_COPIES
+        identity.r11_calls_from_copies(req, code, observed=observed)
     pairs = req.pairs
     wall_check = _wall_check(target, req, ctx)
     body = dump(req)

@@ -32,7 +32,7 @@ from perfledger.events.identity import (
     substitute,
     tree_digest,
 )
-from perfledger.events.workflow import R11_SUBJECT_OWED, R11_WHOLE_SUBJECT
+from perfledger.events.workflow import OBSERVING_PROTOCOLS, R11_SUBJECT_OWED, R11_WHOLE_SUBJECT
 from perfledger.projections.workflow import TargetView, WorkflowState
 
 #: How many differing paths a refusal names before it says "and N more".
@@ -435,9 +435,13 @@ def r11_samples_identity(
 _COPIED_PROTOCOL = "workload_abba"
 
 
-def r11_calls_from_copies(req: rq.SamplesRecord, code: SamplesIdentity | None) -> None:
+def r11_calls_from_copies(
+    req: rq.SamplesRecord, code: SamplesIdentity | None, *, observed: bool = False
+) -> None:
     """R11 (``SamplesRecorded`` from :data:`~perfledger.events.workflow.R11_CALLS_FROM_COPIES`):
-    samples the workload driver measured for a Target bound to code name, in their provenance's
+    samples the workload driver measured (and with ``observed``, ``SamplesRecorded`` from
+    :data:`~perfledger.events.workflow.R11_OBSERVED_CALLS_FROM_COPIES`, samples of the worker
+    and whole-command protocols too) for a Target bound to code name, in their provenance's
     settings, the snapshot digests of the copies their calls ran from (``subject_copies``: the
     samples' own snapshots) and both subjects' call environments (``call_environment``: every
     variable's name and its value's hash), which are equal. Samples of another protocol, from
@@ -446,7 +450,9 @@ def r11_calls_from_copies(req: rq.SamplesRecord, code: SamplesIdentity | None) -
     provenance = req.provenance
     if code is None or provenance is None or provenance.source != "perfledger":
         return
-    if provenance.protocol != _COPIED_PROTOCOL:
+    if provenance.protocol != _COPIED_PROTOCOL and not (
+        observed and provenance.protocol in OBSERVING_PROTOCOLS
+    ):
         return
     settings = provenance.settings or {}
     copies = settings.get("subject_copies")
