@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
 
+from perfledger.app.context import split_command
 from perfledger.app.snapshots import artifacts_of, take, take_as_original
 from perfledger.commands.registry import operations
 from perfledger.commands.workflow import identity
@@ -127,13 +127,7 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
 def _subject(target: Any, command: str, role: str) -> str:
 
     driver = target.readiness.driver
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise BadRequest(
-            f"cannot parse the {role} command: {exc}",
-            hint="quote the command as shell words (balanced quotes)",
-        ) from None
+    argv = split_command(command, role)
     subject = subject_of(driver.argv, argv)
     if subject is None:
         raise refuse(

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -50,6 +49,7 @@ from perfledger.app.context import (
     measured_provenance,
     raw_table,
     refuse_formal_dry_run,
+    split_command,
     start_formal_run,
     start_monitor,
 )
@@ -324,13 +324,7 @@ def measure_workload(
             hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and '
             "a driver that declares {output}",
         )
-    try:
-        argvs = {"ref": shlex.split(request.ref), "cand": shlex.split(request.cand)}
-    except ValueError as exc:
-        raise BadRequest(
-            f"cannot parse the command: {exc}",
-            hint="quote the command as shell words (balanced quotes)",
-        ) from None
+    argvs = {"ref": split_command(request.ref), "cand": split_command(request.cand)}
     if not argvs["ref"] or not argvs["cand"]:
         raise BadRequest(
             "--ref and --cand must each name a command",
@@ -574,13 +568,7 @@ def measure_original(
     if copies is not None:
         argvs = copies.argvs
     else:
-        try:
-            argv = shlex.split(command)
-        except ValueError as exc:
-            raise BadRequest(
-                f"cannot parse the command: {exc}",
-                hint="quote the command as shell words (balanced quotes)",
-            ) from None
+        argv = split_command(command)
         argvs = {"ref": argv, "cand": argv}
     run = run_subjects(
         argvs, copies, cases=cases, pairs_per_case=max(1, math.ceil(calls / 2)),
@@ -731,13 +719,7 @@ def observed_aa(
             "the worker protocol's A/A judges outputs: the readiness compares none",
             hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and a driver that declares {output}, or measure with --protocol command',
         )
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise BadRequest(
-            f"cannot parse the command: {exc}",
-            hint="quote the command as shell words (balanced quotes)",
-        ) from None
+    argv = split_command(command)
     run = run_pairs(
         WorkerSubject("ref", argv), WorkerSubject("cand", argv), cases=cases,
         pairs_per_case=runs or AA_START_PAIRS, accuracy=accuracy, units=units,

@@ -74,18 +74,7 @@ def rederive_aa(
         (workload) or comparisons (kernel).
     Raises: AaTableMismatch with the reason.
     """
-    try:
-        table = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AaTableMismatch(f"the A/A raw table is not JSON ({exc})") from None
-    if not isinstance(table, dict):
-        raise AaTableMismatch("the A/A raw table is not a JSON object")
-    binding = aa_binding(target, original_hash)
-    if table.get("binding") != binding:
-        raise AaTableMismatch(
-            f"the A/A raw table is bound to {table.get('binding')!r}, not to this Target's "
-            f"original {binding!r}"
-        )
+    table = bound_table(raw, target, original_hash, "the A/A raw table", AaTableMismatch)
     if isinstance(table.get("table"), list):
         return _workload(table["table"], primary, statistics)
     if isinstance(table.get("cases"), dict):
@@ -163,6 +152,27 @@ def _workload(
     except ValueError as exc:
         raise AaTableMismatch(f"the A/A per-call table derives no resolution: {exc}") from None
     return resolution, per_case, len(pairs)
+
+
+def bound_table(
+    raw: bytes, target_id: str, original_hash: str, what: str, error: type[ValueError]
+) -> dict[str, Any]:
+    """A measured raw table (``what``: how messages name it) as a JSON object bound to
+    ``target_id``'s original ``original_hash`` (its ``binding``, :func:`aa_binding`).
+    Raises: ``error`` when it is not JSON, not an object, or bound to something else."""
+    try:
+        table = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise error(f"{what} is not JSON ({exc})") from None
+    if not isinstance(table, dict):
+        raise error(f"{what} is not a JSON object")
+    binding = aa_binding(target_id, original_hash)
+    if table.get("binding") != binding:
+        raise error(
+            f"{what} is bound to {table.get('binding')!r}, not to this Target's "
+            f"original {binding!r}"
+        )
+    return table
 
 
 def _refuse_copied_calls(rows: list[dict[str, Any]]) -> None:

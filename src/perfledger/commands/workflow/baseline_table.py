@@ -36,12 +36,11 @@ is not caught here (provenance is not a signature; docs/verdicts.md).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from perfledger.commands.workflow.aa_table import AaTableMismatch, aa_binding
+from perfledger.commands.workflow.aa_table import AaTableMismatch, bound_table
 from perfledger.commands.workflow.aa_table import _refuse_copied_calls as refuse_copied_calls
 from perfledger.commands.workflow.raw_table import observed_rows_mismatch, wall_consistent
 from perfledger.commands.workflow.rules import refuse
@@ -71,18 +70,9 @@ def rederive_baseline(
         is "" where a workload row names none).
     Raises: BaselineTableMismatch with the reason.
     """
-    try:
-        table = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BaselineTableMismatch(f"the baseline raw table is not JSON ({exc})") from None
-    if not isinstance(table, dict):
-        raise BaselineTableMismatch("the baseline raw table is not a JSON object")
-    binding = aa_binding(target_id, original_hash)
-    if table.get("binding") != binding:
-        raise BaselineTableMismatch(
-            f"the baseline raw table is bound to {table.get('binding')!r}, not to this Target's "
-            f"original {binding!r}"
-        )
+    table = bound_table(
+        raw, target_id, original_hash, "the baseline raw table", BaselineTableMismatch
+    )
     rows = table.get("table")
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise BaselineTableMismatch("the baseline raw table holds no per-call rows")
