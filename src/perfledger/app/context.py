@@ -9,7 +9,6 @@ anything runs. Imports: the commands' rules and deciders, kernels, errors (no ad
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 import msgspec
@@ -267,19 +266,6 @@ def check_installation_unchanged(env: dict[str, Any]) -> None:
         )
 
 
-def split_command(command: str, role: str = "") -> list[str]:
-    """``command`` as shell words (:func:`shlex.split`). ``role`` names it in the error
-    (``"reference"``, ...). Raises: BadRequest when its quotes do not balance."""
-    try:
-        return shlex.split(command)
-    except ValueError as exc:
-        what = f"the {role} command" if role else "the command"
-        raise BadRequest(
-            f"cannot parse {what}: {exc}",
-            hint="quote the command as shell words (balanced quotes)",
-        ) from None
-
-
 __all__ = [
     "SAMPLES_ARTIFACT",
     "check_cases",
@@ -292,7 +278,6 @@ __all__ = [
     "measured_provenance",
     "raw_table",
     "refuse_formal_dry_run",
-    "split_command",
     "start_formal_run",
     "start_monitor",
 ]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
 
-from perfledger.app.context import split_command
 from perfledger.app.snapshots import artifacts_of, take, take_as_original
 from perfledger.commands.registry import operations
 from perfledger.commands.workflow import identity
@@ -122,6 +122,19 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     taken = take(target.definition.scope, driver, subject)
     original["snapshot"] = msgspec.to_builtins(taken.snapshot)
     return {**body, "original": original}, artifacts_of(taken)
+
+
+def split_command(command: str, role: str = "") -> list[str]:
+    """``command`` as shell words (:func:`shlex.split`). ``role`` names it in the error
+    (``"reference"``, ...). Raises: BadRequest when its quotes do not balance."""
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        what = f"the {role} command" if role else "the command"
+        raise BadRequest(
+            f"cannot parse {what}: {exc}",
+            hint="quote the command as shell words (balanced quotes)",
+        ) from None
 
 
 def _subject(target: Any, command: str, role: str) -> str:
@@ -537,6 +550,7 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "split_command",
     "SubjectCopies",
     "champion_snapshot",
     "check_original_command",

@@ -49,11 +49,10 @@ from perfledger.app.context import (
     measured_provenance,
     raw_table,
     refuse_formal_dry_run,
-    split_command,
     start_formal_run,
     start_monitor,
 )
-from perfledger.app.identity import subject_copies
+from perfledger.app.identity import split_command, subject_copies
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
 from perfledger.commands.workflow.output_rules import compared
