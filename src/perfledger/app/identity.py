@@ -550,7 +550,6 @@ def checkout(ledger: Any, name: str, directory: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "split_command",
     "SubjectCopies",
     "champion_snapshot",
     "check_original_command",
@@ -561,6 +560,7 @@ __all__ = [
     "readiness_edge",
     "refuse_unsnapshotted",
     "resolve",
+    "split_command",
     "subject_copies",
     "subjects_identity",
 ]
