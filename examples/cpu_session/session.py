@@ -170,14 +170,12 @@ class Session:
         argv = [word.replace("{subject}", str(self.subject(impl))) for word in DRIVER]
         return " ".join(shlex.quote(word) for word in argv)
 
-    def measure(self, experiment: str, stage: str, ref: str, cand: str,
-                samples_id: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """``measure workload`` of one stage (samples ``samples_id``, by default
-        ``{experiment}-{stage}``): screens without a monitor, formal stages under the host
-        monitor (R17)."""
+    def measure(self, experiment: str, stage: str, ref: str, cand: str) -> dict[str, Any]:
+        """``measure workload`` of one stage: screens without a monitor, formal stages under the
+        host monitor (R17)."""
         args = ["measure", "workload", "--experiment", experiment, "--stage", stage,
                 "--ref", self.cmd(ref), "--cand", self.cmd(cand), "--pairs", str(PAIRS),
-                "--samples", samples_id or f"{experiment}-{stage}", "--quiet"]  # fmt: skip
+                "--samples", f"{experiment}-{stage}", "--quiet"]  # fmt: skip
         if stage == "screen":
             args += ["--no-monitor", "--warmup", "0"]
         else:
@@ -229,24 +227,6 @@ class Session:
             public = Path(f"{key}.pub").read_text().split()
             self.allowed_signers.write_text(f"{REVIEWER} {public[0]} {public[1]}\n")
         return ("--sign-with", str(key))
-
-    def target_stage(self, exp: str, ref: str, cand: str) -> tuple[str, dict[str, Any]]:
-        """The target stage of ``exp`` and its verdict; measured once more (samples
-        ``{exp}-target-2``) when the reference watch made the first comparison invalid (R11: the
-        reference ran slower than its A/A, on a loaded host or by a side effect): an invalid
-        comparison says nothing of the candidate, and a second one decides. Returns the samples
-        id the verdict is of, and the verdict."""
-        samples_id = f"{exp}-target"
-        self.measure(exp, "target", ref, cand)
-        v = self.verdict(samples_id)
-        if any(n.startswith("R11: the comparison is invalid") for n in v.get("notes", [])):
-            if v.get("contradicts_claim"):  # R14: owed before another target-stage run
-                self.reconcile(exp, v)
-            self.say("  the reference ran slower than its A/A: measured once more")
-            samples_id = f"{exp}-target-2"
-            self.measure(exp, "target", ref, cand, samples_id=samples_id)
-            v = self.verdict(samples_id)
-        return samples_id, v
 
     def verdict(self, samples_id: str) -> dict[str, Any]:
         """``verdict record`` (derived, R12); prints the estimate and CI."""
@@ -419,13 +399,14 @@ class Session:
         self.measure("e1", "screen", "loop", "scipy_reuse")
         verdicts["e1-screen"] = self.verdict("e1-screen")["status"]
         if verdicts["e1-screen"] != "fail":
-            target_samples, v = self.target_stage("e1", "loop", "scipy_reuse")
+            self.measure("e1", "target", "loop", "scipy_reuse")
+            v = self.verdict("e1-target")
             verdicts["e1-target"] = v["status"]
             if v.get("contradicts_claim"):
                 self.reconcile("e1", v)
             if v["status"] == "pass":
                 self.cli("champion", "select", request={
-                    "target_id": TARGET, "samples_id": target_samples, "expected_current": champion,
+                    "target_id": TARGET, "samples_id": "e1-target", "expected_current": champion,
                     "reason": "target-stage verdict passed, CI above the minimum effect",
                 })  # fmt: skip
                 champion = "e1"
@@ -605,19 +586,20 @@ class Session:
                         "effect against the champion", [f"{exp}-screen"])  # fmt: skip
             rejected[exp] = "implementation"
             return
-        target_samples, v = self.target_stage(exp, ref_impl, cand_impl)
+        self.measure(exp, "target", ref_impl, cand_impl)
+        v = self.verdict(f"{exp}-target")
         verdicts[f"{exp}-target"] = v["status"]
         if v.get("contradicts_claim"):
             self.reconcile(exp, v)
         if v["status"] == "pass":
             self.cli("champion", "select", request={
-                "target_id": TARGET, "samples_id": target_samples, "expected_current": champion,
+                "target_id": TARGET, "samples_id": f"{exp}-target", "expected_current": champion,
                 "reason": "target-stage verdict passed against the current champion",
             })  # fmt: skip
             self.say(f"  champion: {exp}")
         else:
             self.reject(exp, "implementation", f"target-stage verdict {v['status']} against the "
-                        "champion", [f"{exp}-screen", target_samples])  # fmt: skip
+                        "champion", [f"{exp}-screen", f"{exp}-target"])  # fmt: skip
             rejected[exp] = "implementation"
 
     def reconcile(self, exp: str, verdict: dict[str, Any]) -> None:
