@@ -340,35 +340,33 @@ def test_r11_an_honest_candidates_reference_matches_its_measured_baseline(
     reference in a target stage matches the original's baseline measured per case, so the
     samples carry no ``reference_slowed`` and the verdict no R11 note. The kernel's CPU
     accounting, and a minimum effect of 30 % (the bound's floor): this host is shared, and its
-    load alone moved an honest reference's CPU time 22 % from a baseline measured seconds
-    before (a wall-time reference more). The cheats are ``tests/workflow/test_reference_watch.py``
+    load alone moved an honest reference's CPU time 22 %, and in a CI run 59 %, from an A/A
+    measured seconds before (a wall-time reference more), and a second target stage to retry
+    is refused (R14: one per experiment): in real processes this test checks what a flag
+    carries and does, and that an unflagged run has no R11 note. The cheats are ``tests/workflow/test_reference_watch.py``
     on recorded pairs: in real processes, CPU burners a candidate leaves are refused earlier
     (its process tree's CPU between calls), and a reference slowed from outside the tree could
     not be told from this host's own load within a test."""
     path = tmp_path / "ledger"
     _setup(path, bench, primary="cpu_time", min_effect=0.3, measured_baseline=True)
-    flagged: list[dict[str, object]] = []
     with Ledger.open(path) as ledger:
         measure_workload(ledger, _request(bench, (), ("--loops", "15000")))
         execute(ledger, "verdict.record", {"samples_id": "e1-screen-1"}, actor="agent")
-        # The shared CI host's load once moved an honest reference's CPU time 59 % between the
-        # A/A and the target stage (the watch is right to refuse such a run): an honest
-        # reference must pass in one of three target runs; a watch that flags every honest
-        # reference fails all three.
-        for _ in range(3):
-            result = measure_workload(ledger, _request(bench, (), ("--loops", "15000"),
-                                                       stage="target", monitor="host"))  # fmt: skip
-            payload = ledger.payload(result.event_id)
-            [verdict] = execute(ledger, "verdict.record", {"samples_id": result.samples_id},
-                                actor="agent")  # fmt: skip
-            notes = verdict.payload["notes"]
-            if not payload.reference_slowed:
-                assert not any(n.startswith("R11: the comparison") for n in notes), notes
-                break
-            assert any(n.startswith("R11: the comparison") for n in notes), notes
-            flagged.append(dict(payload.reference_slowed))
-        else:
-            raise AssertionError(f"an honest reference was flagged in all three runs: {flagged}")
+        result = measure_workload(ledger, _request(bench, (), ("--loops", "15000"),
+                                                   stage="target", monitor="host"))  # fmt: skip
+        payload = ledger.payload(result.event_id)
+        [verdict] = execute(ledger, "verdict.record", {"samples_id": result.samples_id},
+                            actor="agent")  # fmt: skip
+    noted = any(n.startswith("R11: the comparison") for n in verdict.payload["notes"])
+    # a flag here is the shared host's load (docstring): its figures must show a reference
+    # slower than the bound, and the verdict cannot pass on it; that an honest reference is
+    # not flagged is decided on recorded pairs (test_reference_watch)
+    for case, f in (payload.reference_slowed or {}).items():
+        slower, bound = f.get("aa_slower_by", f.get("slower_by")), f.get("aa_bound", f.get("bound"))
+        assert slower is not None and bound is not None and slower > bound, (case, f)
+    assert noted == bool(payload.reference_slowed), (payload.reference_slowed, result.cases)
+    if payload.reference_slowed:
+        assert verdict.payload["status"] != "pass"
 
 
 # ----------------------------------------------- R4: the A/A's default is a stopping rule
