@@ -1258,6 +1258,12 @@ R5_OBSERVED_METRICS = 7
 #: unknown spelling of a time unit took the metric out of the wall-clock check (R12). Targets
 #: frozen before are checked as before.
 R1_KNOWN_UNITS = 2
+#: The ``TargetFrozen`` and ``TargetSuperseded`` schema version from which a metric named after
+#: one of perfledger's observed figures (:data:`OBSERVED_METRICS`: a call's elapsed time and its
+#: CPU time), as primary, guardrail or secondary, is ``lower_is_better`` in a time unit (R1): a
+#: declared ``higher_is_better`` turned every slowdown of an observed time into an
+#: "improvement". Targets frozen before are checked as before.
+R1_OBSERVED_DIRECTION = 4
 #: Observed metrics (name -> the per-call figure of the raw table, seconds): perfledger's own
 #: monotonic clock of the call and the kernel's CPU accounting of the subject's process tree.
 OBSERVED_METRICS = {"wall_time": "wall_s", "cpu_time": "cpu_s"}
@@ -1606,8 +1612,8 @@ SCHEMA_VERSIONS = {
     "ResolutionEstimated": max(
         R4_RESOLUTION_NOT_LOWERED, R4_MEASURED_RESOLUTION, R11_WATCHED_AGAINST_AA
     ),
-    "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN),
-    "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED),
+    "TargetFrozen": max(R1_KNOWN_UNITS, RANGES_TARGET_FROZEN, R1_OBSERVED_DIRECTION),
+    "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED, R1_OBSERVED_DIRECTION),
     "ActivityExplained": max(R17_EXPLAINED_BY_REVIEW, R17_NO_TYPED_EXPLANATION),
     "ReconciliationRecorded": RANGES_RECONCILIATION,
     "BaselineRecorded": R4_MEASURED_BASELINE,

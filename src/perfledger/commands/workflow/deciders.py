@@ -51,10 +51,13 @@ from perfledger.events.units import known_unit, vocabulary
 from perfledger.events.workflow import (
     ENVIRONMENT_FIELDS,
     FORMAL_STAGES,
+    OBSERVED_METRICS,
+    OBSERVED_UNITS,
     ORIGINAL,
     PER_CASE_V2,
     R1_KNOWN_UNITS,
     R1_KNOWN_UNITS_READINESS,
+    R1_OBSERVED_DIRECTION,
     R2_STATISTICS_FROZEN,
     R4_MEASURED_BASELINE,
     R4_MEASURED_RESOLUTION,
@@ -296,8 +299,12 @@ def _target_metrics(definition: TargetDefinition) -> dict[str, tuple[str, str]]:
 # ---------------------------------------------------------------------------------- targets
 
 
-def _check_definition(req: rq.TargetFreeze, known_units: bool = False) -> None:
+def _check_definition(
+    req: rq.TargetFreeze, known_units: bool = False, observed_direction: bool = False
+) -> None:
     rules.r1_scope_relative(req.scope)
+    if observed_direction:  # R1: perfledger's own times are better when lower, whatever is typed
+        _check_observed_metrics(req)
     if known_units:  # R1: a unit perfledger has no entry for cannot be checked
         for name, unit, _work in _declared_metrics(req):
             if not known_unit(unit):
@@ -325,6 +332,34 @@ def _check_definition(req: rq.TargetFreeze, known_units: bool = False) -> None:
             "guardrail metrics must be distinct", hint="name each guardrail metric once"
         )
     _check_work_metrics(req)
+
+
+def _check_observed_metrics(req: rq.TargetFreeze) -> None:
+    """R1 (``TargetFrozen`` 4): a primary, guardrail or secondary named after an observed
+    metric (:data:`OBSERVED_METRICS`, a call's elapsed or CPU time as perfledger measures it) is
+    ``lower_is_better`` in a time unit (:data:`OBSERVED_UNITS`). Raises: BadRequest naming the
+    metric, its direction or unit, and what it must be."""
+    metrics = [
+        (req.primary.name, req.primary.unit, req.primary.direction),
+        *((g.metric, g.unit, g.direction) for g in req.guardrails),
+        *((s.name, s.unit, s.direction) for s in req.secondaries),
+    ]
+    for name, unit, direction in metrics:
+        if name not in OBSERVED_METRICS:
+            continue
+        if direction != "lower_is_better":
+            raise BadRequest(
+                f"metric {name!r} is perfledger's own measured time of a call: it can only be "
+                f"lower_is_better, not {direction!r}",
+                hint="a figure where higher is better (a rate) is another metric: name it after "
+                "what it counts (tokens_per_s), or declare the time lower_is_better",
+            )
+        if unit not in OBSERVED_UNITS:
+            raise BadRequest(
+                f"metric {name!r} is perfledger's own measured time of a call: its unit is one "
+                f"of {list(OBSERVED_UNITS)}, not {unit!r}",
+                hint="record an observed time in s, ms, us or ns",
+            )
 
 
 def _check_work_metrics(req: rq.TargetFreeze) -> None:
@@ -360,7 +395,8 @@ def decide_target_freeze(
 ) -> list[EventDraft]:
     """``target.freeze`` (R1): freeze a new Target; an existing id is refused (never changes)."""
     rules.r1_target_id_free(state, req.target_id)
-    _check_definition(req, rules_version(ctx, "TargetFrozen") >= R1_KNOWN_UNITS)
+    version = rules_version(ctx, "TargetFrozen")
+    _check_definition(req, version >= R1_KNOWN_UNITS, version >= R1_OBSERVED_DIRECTION)
     definition = _build(TargetDefinition, dump(req))
     return _emit(ctx, TargetFrozen(target=definition))
 
@@ -371,7 +407,8 @@ def decide_target_supersede(
     """``target.supersede`` (R1): a new Target replaces the current one, which stays frozen."""
     rules.r1_target_current(state, req.target_id)
     rules.r1_target_id_free(state, req.new_target.target_id)
-    _check_definition(req.new_target, rules_version(ctx, "TargetSuperseded") >= R1_KNOWN_UNITS)
+    version = rules_version(ctx, "TargetSuperseded")
+    _check_definition(req.new_target, version >= R1_KNOWN_UNITS, version >= R1_OBSERVED_DIRECTION)
     new = _build(TargetDefinition, dump(req.new_target))
     return _emit(ctx, TargetSuperseded(target_id=req.target_id, reason=req.reason, new_target=new))
 
