@@ -145,6 +145,7 @@ WRITTEN_AT = {
     "ChampionSelected": 6,
     "ResolutionEstimated": 3,
     "BaselineRecorded": 1,  # typed, before R4 took only a measured baseline
+    "TargetFrozen": 3,  # before R1 fixed an observed time's direction (no newer rule above)
 }
 
 

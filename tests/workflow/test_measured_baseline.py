@@ -35,7 +35,7 @@ from perfledger.commands.audit.replay import audit
 from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.commands.workflow.baseline_table import BaselineTableMismatch, rederive_baseline
 from perfledger.events.kinds import get_kind
-from perfledger.events.workflow import R4_MEASURED_BASELINE, SCHEMA_VERSIONS
+from perfledger.events.workflow import R1_OBSERVED_DIRECTION, R4_MEASURED_BASELINE, SCHEMA_VERSIONS
 from perfledger.ledger.base import Artifact
 
 #: Four calls per case at the level ``make_pairs`` gives the reference (10 ms x (1 + 0.3 i)).
@@ -209,7 +209,8 @@ def test_r4_a_ledger_with_typed_baselines_written_before_the_rule_audits_clean(
 ) -> None:
     """``BaselineRecorded`` schema 1: a typed baseline was the Target's baseline; such a ledger
     keeps that meaning (it precedes the A/A and the experiments) and audits clean."""
-    _ready_to_baseline(bare)
+    with rules_at({"TargetFrozen": R1_OBSERVED_DIRECTION - 1}):  # written by that perfledger
+        _ready_to_baseline(bare)
     with rules_at({"BaselineRecorded": R4_MEASURED_BASELINE - 1}):
         typed = _typed(bare, _per_case())
     assert "source" not in typed

@@ -38,7 +38,7 @@ def test_cheat_an_observed_time_declared_higher_is_better_is_refused_at_freeze(
     """The attack: ``cpu_time`` declared ``higher_is_better`` and a candidate that runs the
     original three times "improves" it. The freeze is refused, naming the metric; nothing is
     recorded; the same Target lower-is-better freezes (honest control)."""
-    body = target_freeze()
+    body = target_freeze(guardrails=[], secondaries=[])
     body["primary"] = {**body["primary"], "name": metric, "unit": "ms",
                        "direction": "higher_is_better"}  # fmt: skip
     before = len(list(bare.ledger.events()))
@@ -70,7 +70,7 @@ def test_cheat_an_observed_time_as_a_guardrail_or_secondary_is_checked_too() -> 
 def test_r1_a_target_frozen_before_the_rule_audits_as_it_did() -> None:
     """Re-deciding an old ``TargetFrozen`` (schema 3) with a higher-is-better observed time
     gives the event it recorded: old ledgers audit as before."""
-    body = target_freeze()
+    body = target_freeze(guardrails=[], secondaries=[])
     body["primary"] = {**body["primary"], "name": "cpu_time", "unit": "ms",
                        "direction": "higher_is_better"}  # fmt: skip
     [draft] = _decide_freeze(body, R1_OBSERVED_DIRECTION - 1)

@@ -20,6 +20,7 @@ from perfledger.commands.registry.operations import execute
 from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest
 from perfledger.events.workflow import (
+    R1_OBSERVED_DIRECTION,
     R11_OBSERVED_CALLS_FROM_COPIES,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
     R12_IMPLAUSIBLE_FINAL_AUDIT,
@@ -133,10 +134,12 @@ def test_r12_a_review_may_name_only_a_flag_the_reviewed_samples_record(ready: Se
         execute(ready.ledger, "review.record", body, actor="reviewer-b")
 
 
-def test_r12_a_ledger_written_before_reviews_named_flags_audits_clean(ready: Session) -> None:
+def test_r12_a_ledger_written_before_reviews_named_flags_audits_clean(bare: Session) -> None:
     """An older perfledger (``ReviewRecorded`` 1, ``ChampionSelected`` 7): any settled review of
     the samples by another actor cleared the flag; the auditor re-decides by that rule: clean,
     while the current rule refuses that selection."""
+    with rules_at({"TargetFrozen": R1_OBSERVED_DIRECTION - 1}):  # that perfledger froze it
+        ready = bare.ready()
     with rules_at({"SamplesRecorded": R11_OBSERVED_CALLS_FROM_COPIES - 1}):  # as it wrote them
         _big_claim(ready)
         _target(ready)

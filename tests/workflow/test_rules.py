@@ -76,7 +76,7 @@ def test_r1_unreachable_minimum_effect_is_refused(bare: Session, min_effect: flo
     error = bare.refused("target.freeze", target_freeze(min_effect=min_effect), "R1")
     assert "can never be reached" in error.message and "0.05 means 5 %" in error.hint
     higher = target_freeze("t2", min_effect=min_effect)
-    higher["primary"]["direction"] = "higher_is_better"
+    higher["primary"].update(name="tokens_per_s", unit="tokens/s", direction="higher_is_better")
     bare.run("target.freeze", higher)
 
 

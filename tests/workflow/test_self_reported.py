@@ -27,9 +27,10 @@ from perfledger.api import Ledger
 from perfledger.commands.audit.replay import audit
 from perfledger.commands.registry import operations
 from perfledger.commands.workflow.deciders import DecisionContext
-from perfledger.errors import RuleRefused
+from perfledger.errors import BadRequest, RuleRefused
 from perfledger.events.workflow import (
     OBSERVED_METRICS,
+    R1_OBSERVED_DIRECTION,
     R5_OBSERVED_PRIMARY_READINESS,
     R5_REPORTED_CHAMPION,
     R5_REPORTED_FINAL_AUDIT,
@@ -145,7 +146,10 @@ def test_cheat_an_observed_name_in_a_unit_that_is_not_a_time_is_refused(
 ) -> None:
     """``wall_time`` in ``tokens/s``: perfledger's name on a figure its clock cannot give (a
     rate the subject computes, a count): refused at readiness; in ms it is made ready."""
-    _frozen(bare, _primary("wall_time", unit))
+    with pytest.raises(BadRequest, match="its unit is one of"):  # R1 refuses it at freeze now
+        bare.run("target.freeze", target_freeze(primary=_primary("wall_time", unit)))
+    with rules_at({"TargetFrozen": R1_OBSERVED_DIRECTION - 1}):  # a Target frozen before
+        _frozen(bare, _primary("wall_time", unit))
     error = bare.refused("readiness.record", readiness(), "R5")
     assert "is observed time" in error.message and repr(unit) in error.message
 
@@ -246,7 +250,8 @@ def test_r5_a_ledger_written_before_the_rule_audits_clean(tmp_path: Path) -> Non
     audit. The auditor re-decides each event by its own version's rule: clean."""
     with Ledger.init(tmp_path / "ledger", name="old", actor="agent") as ledger:
         s = legacy.Session(ledger)
-        with rules_at({**BEFORE_REPORTED, "BaselineRecorded": BEFORE_MEASURED_BASELINE}):
+        with rules_at({**BEFORE_REPORTED, "BaselineRecorded": BEFORE_MEASURED_BASELINE,
+                       "TargetFrozen": R1_OBSERVED_DIRECTION - 1}):  # fmt: skip
             s.ready()
             s.passed()
             s.champion()

@@ -643,6 +643,11 @@ class Session:
 
 #: The rule versions before issue 34's "self-reported figures are secondary only" (the versions
 #: an older perfledger wrote these kinds under).
+#: ``TargetFrozen`` as a perfledger before R1 fixed an observed time's direction wrote it: the
+#: sessions written as older perfledgers wrote them freeze their Target so (a current Target
+#: before events of older versions is a history no perfledger writes).
+BEFORE_OBSERVED_DIRECTION = 3
+
 BEFORE_REPORTED = {
     "ReadinessRecorded": 5,
     "SamplesRecorded": 14,
@@ -700,7 +705,8 @@ def self_timed_ready(ledger: Ledger) -> Session:
     # its baseline typed, as that perfledger took it (BaselineRecorded 1): verdicts and
     # champions of that perfledger follow in these tests
     with rules_at({"ReadinessRecorded": BEFORE_REPORTED["ReadinessRecorded"],
-                   "BaselineRecorded": BEFORE_MEASURED_BASELINE}):  # fmt: skip
+                   "BaselineRecorded": BEFORE_MEASURED_BASELINE,
+                   "TargetFrozen": BEFORE_OBSERVED_DIRECTION}):  # fmt: skip
         session.up_to_baseline()
     session.measure_aa()
     return session

@@ -303,8 +303,6 @@ def _check_definition(
     req: rq.TargetFreeze, known_units: bool = False, observed_direction: bool = False
 ) -> None:
     rules.r1_scope_relative(req.scope)
-    if observed_direction:  # R1: perfledger's own times are better when lower, whatever is typed
-        _check_observed_metrics(req)
     if known_units:  # R1: a unit perfledger has no entry for cannot be checked
         for name, unit, _work in _declared_metrics(req):
             if not known_unit(unit):
@@ -313,6 +311,8 @@ def _check_definition(
                     f"{vocabulary()}",
                     hint="spell milliseconds ms, microseconds us, a rate <work>/<time> (tokens/s)",
                 )
+    if observed_direction:  # R1: perfledger's own times are better when lower, whatever is typed
+        _check_observed_metrics(req)
     if req.primary.direction == "lower_is_better" and req.min_effect >= 1.0:
         raise refuse(
             "R1",
