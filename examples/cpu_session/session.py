@@ -15,7 +15,13 @@ Steps (each one CLI call; what it records is printed as it goes):
    (``--monitor host``, R17) and its derived verdict (R12); a reconciliation if the verdict
    contradicts the claim (R14); the champion (R13).
 6. Experiment e2 (in place, fewer temporaries) against the champion: screen, then target or a
-   rejection with its scope (R15), whichever the verdicts say.
+   rejection with its scope (R15), whichever the verdicts say. A target stage whose reference
+   ran slower than its A/A by more than the bound (the reference watch, R11: on a shared host,
+   often the host's load) cannot pass, whatever the candidate's figures: the experiment is
+   rejected with that reason, and the session goes on with the next candidate. It does not
+   measure the same code again: R14 allows one target stage per experiment, and the same code
+   does not come back in a new experiment after a result that did not pass (optional stopping),
+   so under load a session can end without a champion, and says so.
 7. Experiment e3 (compute in float32): fails the accuracy rule on every call, so its samples mean
    nothing (R5) and it is rejected, closing the implementation only (R15).
 8. Final audit of the champion against the original (R13); the champion's code snapshot
@@ -93,6 +99,22 @@ EXPLAIN_FOREIGN = (
 )
 #: Pairs per case in each measured stage (R12: at least 5 valid pairs per case).
 PAIRS = 5
+#: How a verdict's note of the reference watch begins (R11: the reference ran slower than its
+#: A/A or baseline by more than the bound, so the comparison cannot pass).
+WATCH_NOTE = "R11: the comparison is invalid"
+
+
+def invalid_by_reference_watch(verdict: dict[str, Any]) -> bool:
+    """Whether the reference watch alone kept a target-stage ``verdict`` (its payload) from
+    passing: the primary derived from the pairs passed, the watch's note is there and the
+    verdict is not a pass (R11). A loaded host slows the reference as a side effect of the
+    candidate would; the comparison then says nothing of the candidate, and the rejection says
+    so. A verdict that failed or was inconclusive on its own figures is not."""
+    return (
+        verdict["status"] != "pass"
+        and verdict["primary"]["status"] == "pass"
+        and any(note.startswith(WATCH_NOTE) for note in verdict.get("notes", []))
+    )
 
 
 def _figure(value: float | None) -> str:
@@ -111,6 +133,10 @@ class Session:
         self.allowed_signers = workdir / "allowed_signers"
         self.quiet = quiet
         self.calls = 0
+        #: experiment id -> the implementation it measures (impls/IMPL.py)
+        self.impls: dict[str, str] = {}
+        #: experiments whose target-stage comparison the reference watch alone made invalid
+        self.watched: list[str] = []
         self.env = {**os.environ, "PERFLEDGER_ACTOR": ACTOR, "PYTHONUNBUFFERED": "1"}
         self.env.pop("PERFLEDGER_DIR", None)
 
@@ -227,6 +253,40 @@ class Session:
             public = Path(f"{key}.pub").read_text().split()
             self.allowed_signers.write_text(f"{REVIEWER} {public[0]} {public[1]}\n")
         return ("--sign-with", str(key))
+
+    def create(self, impl: str, request: dict[str, Any]) -> dict[str, Any]:
+        """``experiment create`` of ``request`` (its candidate: ``impls/IMPL.py``'s
+        directory)."""
+        self.impls[request["experiment_id"]] = impl
+        return self.cli("experiment", "create", request=request)
+
+    def target_stage(self, exp: str, ref_impl: str, verdicts: dict[str, str]) -> dict[str, Any]:
+        """The target stage of ``exp`` against ``ref_impl`` and its verdict (reconciled where
+        it contradicts the claim, R14). One per experiment (R14): measuring it again until it
+        passes would be optional stopping, and so would the same code in a new experiment
+        after a result that did not pass, so a comparison the reference watch made invalid
+        (:func:`invalid_by_reference_watch`: the reference ran slower than its A/A, as on a
+        loaded host) is recorded as such and the session goes on with the next candidate."""
+        self.measure(exp, "target", ref_impl, self.impls[exp])
+        v = self.verdict(f"{exp}-target")
+        verdicts[f"{exp}-target"] = v["status"]
+        if v.get("contradicts_claim"):
+            self.reconcile(exp, v)
+        if invalid_by_reference_watch(v):
+            self.watched.append(exp)
+            self.say(f"  the reference watch made {exp}'s comparison invalid (R11: the reference "
+                     "ran slower than its A/A, as on a loaded host; the candidate's own figures "
+                     "passed): no champion from it, and R14 keeps its code from coming back")  # fmt: skip
+        return v
+
+    def rejection_reason(self, exp: str, v: dict[str, Any]) -> str:
+        """Why ``exp`` is rejected after its target-stage verdict ``v`` (R15)."""
+        if exp in self.watched:
+            return ("the reference watch (R11) made the target-stage comparison invalid: the "
+                    "reference ran slower than its A/A by more than the bound (a loaded host), "
+                    "though the candidate's own figures passed; R14 keeps the same code from "
+                    "coming back in a new experiment")  # fmt: skip
+        return f"target-stage verdict {v['status']} against the champion"
 
     def verdict(self, samples_id: str) -> dict[str, Any]:
         """``verdict record`` (derived, R12); prints the estimate and CI."""
@@ -365,7 +425,7 @@ class Session:
         s = round(1.0 / (1.0 - prof["python_frames_share"]), 6)
         bound = 1.0 / ((1.0 - f) + f / s)
         self.say(f"  e1 claim: f={f}, s={s} (Python frames removed), Amdahl bound {bound:.4f}")
-        e1 = self.cli("experiment", "create", request={
+        e1 = self.create("scipy_reuse", {
             "experiment_id": "e1", "target_id": TARGET,
             "title": "reuse scipy.special.softmax along the rows (one vectorized call)",
             "candidate": {"subject": str(self.subject("scipy_reuse")),
@@ -398,12 +458,11 @@ class Session:
                  "cross the minimum effect")  # fmt: skip
         self.measure("e1", "screen", "loop", "scipy_reuse")
         verdicts["e1-screen"] = self.verdict("e1-screen")["status"]
-        if verdicts["e1-screen"] != "fail":
-            self.measure("e1", "target", "loop", "scipy_reuse")
-            v = self.verdict("e1-target")
-            verdicts["e1-target"] = v["status"]
-            if v.get("contradicts_claim"):
-                self.reconcile("e1", v)
+        reason = "e1 did not pass its target stage"
+        if verdicts["e1-screen"] == "fail":
+            reason = "the screen's verdict failed against the original"
+        else:
+            v = self.target_stage("e1", "loop", verdicts)
             if v["status"] == "pass":
                 self.cli("champion", "select", request={
                     "target_id": TARGET, "samples_id": "e1-target", "expected_current": champion,
@@ -411,13 +470,15 @@ class Session:
                 })  # fmt: skip
                 champion = "e1"
                 self.say("  champion: e1")
+            elif "e1" in self.watched:
+                reason = self.rejection_reason("e1", v)
         if champion == "original" and "e1" not in rejected:
-            self.reject("e1", "implementation", "e1 did not pass its target stage",
+            self.reject("e1", "implementation", reason,
                         [k for k in verdicts if k.startswith("e1-")])  # fmt: skip
             rejected["e1"] = "implementation"
 
         # -- e2: in place, fewer temporaries, against the champion
-        ref_impl = "scipy_reuse" if champion == "e1" else "loop"
+        ref_impl = self.impls.get(champion, "loop")
         mem_ref = self.workload("--memory", ref_impl)
         mem_cand = self.workload("--memory", "inplace")
         self.cli("evidence", "add", request={
@@ -450,7 +511,7 @@ class Session:
         low2 = math.ceil(max(0.5 * high2, 1 - 4 * (1 - high2)) * 1e6) / 1e6
         self.say(f"  e2 claim: f={f2}, s={s2} ({proxy}), bound {bound2:.4f}, "
                  f"expected improvement [{low2}, {high2}]")  # fmt: skip
-        self.cli("experiment", "create", request={
+        self.create("inplace", {
             "experiment_id": "e2", "target_id": TARGET,
             "title": "in place: one output buffer, no full-size temporaries",
             "candidate": {"subject": str(self.subject("inplace")),
@@ -475,12 +536,12 @@ class Session:
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip
-        self.staged("e2", ref_impl, "inplace", verdicts, rejected, champion)
+        self.staged("e2", ref_impl, verdicts, rejected, champion)
         champion = self.current_champion()
 
         # -- e3: float32 (fewer bytes, lower precision): fails the accuracy rule (R5, R15)
-        ref_impl = {"e1": "scipy_reuse", "e2": "inplace"}.get(champion, "loop")
-        self.cli("experiment", "create", request={
+        ref_impl = self.impls.get(champion, "loop")
+        self.create("float32", {
             "experiment_id": "e3", "target_id": TARGET,
             "title": "compute in float32 (half the bytes), cast back to float64",
             "candidate": {"subject": str(self.subject("float32")),
@@ -502,13 +563,12 @@ class Session:
             },
             "preregistration": {"rejects": "implementation"},
         })  # fmt: skip
-        self.staged("e3", ref_impl, "float32", verdicts, rejected, champion)
+        self.staged("e3", ref_impl, verdicts, rejected, champion)
 
         # -- final audit of the champion against the original (R13)
         champion = self.current_champion()
         if champion != "original":
-            impl = {"e1": "scipy_reuse", "e2": "inplace"}[champion]
-            self.measure(champion, "final_audit", "loop", impl)
+            self.measure(champion, "final_audit", "loop", self.impls[champion])
             fa = self.cli("final-audit", "record", request={
                 "target_id": TARGET, "samples_id": f"{champion}-final_audit"})  # fmt: skip
             fa_payload = fa["payload"]
@@ -540,8 +600,10 @@ class Session:
         audit = self.cli("audit", *(signers if self.allowed_signers.exists() else ()))
         summary.update(
             champion=champion,
+            champion_impl=self.impls.get(champion),
             verdicts=verdicts,
             rejected=rejected,
+            reference_watch=self.watched,
             audit_ok=audit.get("ok"),
             state_hash=audit.get("state_hash"),
             events=audit.get("events"),
@@ -558,6 +620,11 @@ class Session:
         )
         self.say(f"champion: {champion}; session took {summary['wall_s']} s, "
                  f"{self.calls} perfledger calls")  # fmt: skip
+        if self.watched:
+            self.say(f"the reference watch fired on {', '.join(self.watched)} (R11: the "
+                     "reference ran slower than its A/A, as on a loaded host): rejected with "
+                     "that reason; " + ("no champion this run" if champion == "original" else
+                                         f"{champion} is the champion"))  # fmt: skip
         self.say(f"ledger: {self.ledger}\nreport: {self.report}")
         script = Path(sys.executable).with_name("perfledger")
         command = str(script) if script.exists() else "perfledger"
@@ -566,10 +633,11 @@ class Session:
             raise SystemExit("the audit did not pass")
         return summary
 
-    def staged(self, exp: str, ref_impl: str, cand_impl: str, verdicts: dict[str, str],
+    def staged(self, exp: str, ref_impl: str, verdicts: dict[str, str],
                rejected: dict[str, str], champion: str) -> None:  # fmt: skip
-        """Screen ``exp``; then its target stage (a champion if it passes) or a rejection."""
-        self.measure(exp, "screen", ref_impl, cand_impl)
+        """Screen ``exp``; then its target stage (a champion if it passes, :meth:`target_stage`)
+        or a rejection."""
+        self.measure(exp, "screen", ref_impl, self.impls[exp])
         v = self.verdict(f"{exp}-screen")
         verdicts[f"{exp}-screen"] = v["status"]
         if v["primary"]["n_pairs"] == 0:
@@ -586,11 +654,7 @@ class Session:
                         "effect against the champion", [f"{exp}-screen"])  # fmt: skip
             rejected[exp] = "implementation"
             return
-        self.measure(exp, "target", ref_impl, cand_impl)
-        v = self.verdict(f"{exp}-target")
-        verdicts[f"{exp}-target"] = v["status"]
-        if v.get("contradicts_claim"):
-            self.reconcile(exp, v)
+        v = self.target_stage(exp, ref_impl, verdicts)
         if v["status"] == "pass":
             self.cli("champion", "select", request={
                 "target_id": TARGET, "samples_id": f"{exp}-target", "expected_current": champion,
@@ -598,8 +662,8 @@ class Session:
             })  # fmt: skip
             self.say(f"  champion: {exp}")
         else:
-            self.reject(exp, "implementation", f"target-stage verdict {v['status']} against the "
-                        "champion", [f"{exp}-screen", f"{exp}-target"])  # fmt: skip
+            self.reject(exp, "implementation", self.rejection_reason(exp, v),
+                        [f"{exp}-screen", f"{exp}-target"])  # fmt: skip
             rejected[exp] = "implementation"
 
     def reconcile(self, exp: str, verdict: dict[str, Any]) -> None:

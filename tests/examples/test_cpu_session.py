@@ -5,6 +5,11 @@ an independent audit, the champion, the handoff and ``git fsck`` checked from ou
 The champion depends on what this machine measures (e1 or e2 may win the target stage), so the
 test checks it against the ledger's own derived verdicts, never a hard-coded outcome; e3 fails
 its accuracy rule on every machine and must be rejected with the implementation scope (R5, R15).
+On a loaded host the reference watch (R11: the reference slower than its A/A by more than the
+bound) can keep a target stage from passing: the session then rejects that experiment naming the
+watch, and R14 keeps the same code from coming back, so a run may end without a champion. The
+test checks what the ledger shows in either path: a champion with its final audit, or none, with
+every rejection's reason, and a passing audit in both.
 """
 
 from __future__ import annotations
@@ -61,38 +66,52 @@ def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
         audit = _pl(ledger, env, "audit", "--allowed-signers", signers)
         assert audit.returncode == 0, audit.stdout + audit.stderr
 
-    # the champion is a target-stage pass, its final audit recorded, and the handoff names it
     shown = json.loads(_pl(ledger, env, "champion", "show").stdout)["champions"]
     assert [c["target_id"] for c in shown] == ["t1"]
-    champion = shown[0]["champion"]
-    assert champion in {"e1", "e2"} and champion == summary["champion"]
-    assert summary["verdicts"][f"{champion}-target"] == "pass"
-    assert shown[0]["final_audit_status"] == summary["final_audit"]
+    champion = shown[0]["champion"] or "original"
+    assert champion == summary["champion"]
     handoff = json.loads(_pl(ledger, env, "handoff").stdout)["handoff"]
-    assert handoff["champion"] == champion
     assert handoff["recorded_handoffs"], "the session records its handoff (R18)"
-    handoff_md = subprocess.run(
-        [*perfledger_command(), "--ledger", str(ledger), "handoff", "--md"],
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout  # fmt: skip
-    assert f"- Champion: {champion} " in handoff_md
+    state = json.loads(_pl(ledger, env, "state").stdout)["state"]
+    rejected = {r["experiment_id"]: r for r in handoff["rejected"]}
+    # a target stage the reference watch alone kept from passing (R11): its verdict carries the
+    # watch's note, and its experiment is rejected naming the watch (never measured again, R14)
+    for exp in summary["reference_watch"]:
+        notes = state["verdicts"][f"{exp}-target"]["notes"]
+        assert any(n.startswith("R11: the comparison is invalid") for n in notes), notes
+        assert "reference watch (R11)" in rejected[exp]["reason"], rejected[exp]
+    assert set(summary["reference_watch"]) <= {"e1", "e2"}
+    if champion == "original":  # under load: every candidate rejected, each with its reason
+        assert set(rejected) == {"e1", "e2", "e3"} and handoff["champion"] in (None, "original")
+        assert "final_audit" not in summary
+    else:
+        # the champion is a target-stage pass, its final audit recorded, and the handoff names it
+        assert champion in {"e1", "e2"} and champion not in rejected
+        assert summary["verdicts"][f"{champion}-target"] == "pass"
+        assert shown[0]["final_audit_status"] == summary["final_audit"]
+        assert handoff["champion"] == champion
+        handoff_md = subprocess.run(
+            [*perfledger_command(), "--ledger", str(ledger), "handoff", "--md"],
+            capture_output=True, text=True, env=env, check=True,
+        ).stdout  # fmt: skip
+        assert f"- Champion: {champion} " in handoff_md
 
     # e3 computed in float32: every call failed the accuracy rule, so it closes its
     # implementation only (R5, R15)
     assert summary["verdicts"]["e3-screen"] == "inconclusive"
-    rejected = {r["experiment_id"]: r["closes"] for r in handoff["rejected"]}
-    assert rejected.get("e3") == "implementation"
-    state = json.loads(_pl(ledger, env, "state").stdout)["state"]
+    assert rejected["e3"]["closes"] == "implementation"
     assert state["samples"]["e3-screen"]["cand_failures"] == 10
 
     # the champion's code (R11): the snapshot champion show names, written back byte for byte,
     # and the computed changed path of every candidate
-    impl = {"e1": "scipy_reuse", "e2": "inplace"}[champion]
-    snapshot = json.loads(_pl(ledger, env, "champion", "show", "t1").stdout)["snapshot"]
-    assert snapshot["digest"] == summary["champion_snapshot"] and snapshot["of"] == champion
-    written = Path(summary["champion_code"]) / "softmax.py"
-    impl_file = REPO / "examples" / "cpu_session" / "impls" / f"{impl}.py"
-    assert written.read_bytes() == impl_file.read_bytes()
+    if champion != "original":
+        impl = {"e1": "scipy_reuse", "e2": "inplace"}[champion]
+        assert summary["champion_impl"] == impl
+        snapshot = json.loads(_pl(ledger, env, "champion", "show", "t1").stdout)["snapshot"]
+        assert snapshot["digest"] == summary["champion_snapshot"] and snapshot["of"] == champion
+        written = Path(summary["champion_code"]) / "softmax.py"
+        impl_file = REPO / "examples" / "cpu_session" / "impls" / f"{impl}.py"
+        assert written.read_bytes() == impl_file.read_bytes()
     samples = state["samples"]
     assert state["targets"]["t1"]["readiness"]["original"]["snapshot"]["files"].keys() == {
         "softmax.py"
@@ -111,7 +130,7 @@ def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
 
     # the report exists and the ledger is a sound git repository
     page = (workdir / "report.html").read_text()
-    assert "<img" in page and champion in page
+    assert "<img" in page and (champion == "original" or champion in page)
     fsck = subprocess.run(
         ["git", "--git-dir", str(ledger), "fsck", "--strict", "--full"],
         capture_output=True, text=True, env=env, check=False,

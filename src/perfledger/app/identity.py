@@ -37,12 +37,19 @@ from perfledger.events.identity import (
     substitute,
 )
 from perfledger.kernels.workload.snapshot import SKIPPED_DIRS, remove_bytecode_caches
+from perfledger.kernels.workload.startup_surface import (
+    STARTUP_CODE_ARTIFACT,
+    resolved_interpreter,
+    startup_code,
+    unrecorded_startup_code,
+)
 from perfledger.kernels.workload.subject_copy import (
     CopyGuard,
     link_inside,
     prepare_subject,
     safe_relative,
 )
+from perfledger.ledger.base import Artifact
 
 #: Where ``perfledger checkout`` writes nothing: a directory that exists and is not empty.
 CHECKOUT_HINT = "pass a new (or empty) directory"
@@ -121,7 +128,66 @@ def readiness_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
         )
     taken = take(target.definition.scope, driver, subject)
     original["snapshot"] = msgspec.to_builtins(taken.snapshot)
-    return {**body, "original": original}, artifacts_of(taken)
+    return {**body, "original": original}, {**artifacts_of(taken), **startup_record(driver)}
+
+
+def startup_record(driver: dict[str, Any]) -> dict[str, Artifact]:
+    """The start-up code of the Python the readiness ``driver`` runs (R11,
+    :func:`~perfledger.kernels.workload.startup_surface.startup_code`: each ``.pth`` file's
+    ``import`` lines, ``sitecustomize``, ``usercustomize``), as the readiness event's artifact
+    :data:`~perfledger.kernels.workload.startup_surface.STARTUP_CODE_ARTIFACT`: Python runs it
+    in every call before perfledger's bootstrap, so the ledger shows what ran there and a later
+    measurement is checked against it (:func:`check_startup_code`). Empty for a driver that is
+    not a Python interpreter."""
+    argv = [str(w) for w in driver["argv"]]
+    interpreter = resolved_interpreter(argv)
+    if interpreter is None:
+        return {}
+    record = {"interpreter": interpreter, "code": startup_code(argv)}
+    data = json.dumps(record, indent=1, sort_keys=True).encode()
+    return {STARTUP_CODE_ARTIFACT: Artifact(data, "application/json")}
+
+
+def _recorded_startup(ledger: Any, target_id: str) -> dict[str, str] | None:
+    """The start-up code the latest readiness of ``target_id`` recorded (file -> code), or
+    None when it recorded none (readiness recorded before, or a driver that is not Python)."""
+    found: str | None = None
+    for event in ledger.events():
+        if event.kind == "ReadinessRecorded" and event.payload.target_id == target_id:
+            found = event.id
+    if found is None or STARTUP_CODE_ARTIFACT not in ledger.get(found).artifacts:
+        return None
+    code = json.loads(ledger.artifact(found, STARTUP_CODE_ARTIFACT)).get("code")
+    return code if isinstance(code, dict) else None
+
+
+def check_startup_code(ledger: Any, target: Any) -> None:
+    """R11 before a measurement through snapshots runs: the Python the readiness driver runs
+    now (found on ``PATH`` as the calls will find it) runs no start-up code the Target's
+    readiness did not record (:func:`startup_record`). Python executes a ``.pth`` file's
+    ``import`` lines and ``sitecustomize`` in every process before perfledger's bootstrap,
+    outside both subjects' snapshots: installed after readiness (or in another interpreter on
+    ``PATH``) it can slow the reference alone. Readiness recorded without that record is not
+    checked. Raises: RuleRefused (R11) naming each such file; nothing has run."""
+    recorded = _recorded_startup(ledger, target.definition.target_id)
+    driver = target.readiness.driver if target.readiness is not None else None
+    if recorded is None or driver is None:
+        return
+    argv = list(driver.argv)
+    extra = unrecorded_startup_code(argv, recorded)
+    if not extra:
+        return
+    shown = "; ".join(f"{path} ({code.splitlines()[0][:80]!r})" for path, code in extra.items())
+    raise refuse(
+        "R11",
+        f"the subjects' Python ({resolved_interpreter(argv)}) runs start-up code the "
+        f"Target's readiness did not record: {shown}. Python runs it at the start of every "
+        "call, before perfledger's bootstrap and outside both snapshots, so it can act on one "
+        "subject alone; nothing was measured",
+        "remove it (or put the Python readiness recorded first on PATH) and measure "
+        "again; start-up code you mean to keep is recorded by recording the Target's readiness "
+        "again with it installed (`perfledger readiness record`), where the ledger shows it",
+    )
 
 
 def split_command(command: str, role: str = "") -> list[str]:
@@ -185,6 +251,7 @@ def subjects_identity(
     RuleRefused (R11), BadRequest (a subject that is not a directory)."""
 
     target = info["target"]
+    check_startup_code(ledger, target)
     ref = take_as_original(target, ref_subject)
     cand = take_as_original(target, cand_subject)
     body = {

@@ -4,8 +4,9 @@ audit --allowed-signers FILE``).
 A review by "another actor" clears a plausibility flag (R12) or explains foreign activity
 (R17), and an appender's name is typed: an agent can append a review as ``reviewer-b``. The
 replay notes every review and the decisions that relied on one: the reviews that cleared the
-flags of samples a champion was selected on (by the rule of that selection's version), and the
-review each ``ActivityExplained`` cites. Then, with the auditor's allowed-signers file (git's
+flags of samples a champion was selected on (by the rule of that selection's version) or a
+final audit passed on (``FinalAuditRecorded`` 12 on), and the review each ``ActivityExplained``
+cites. Then, with the auditor's allowed-signers file (git's
 format, as checkpoints use), each signed review's signature is checked: its key must be listed
 under the review's appender, who must not be the appender of the reviewed event; and a review
 that decided something without such a signature is a finding naming it. Without the file,
@@ -26,7 +27,11 @@ from perfledger.commands.workflow.requests import ReviewRecord
 from perfledger.commands.workflow.review_evidence import interested_actors
 from perfledger.commands.workflow.review_signature import signed_content
 from perfledger.errors import IntegrityError, PerfledgerError
-from perfledger.events.workflow import R12_IMPLAUSIBLE_BLOCKS_CHAMPION, R12_NAMED_REVIEW_CLEARS
+from perfledger.events.workflow import (
+    R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
+    R12_IMPLAUSIBLE_FINAL_AUDIT,
+    R12_NAMED_REVIEW_CLEARS,
+)
 from perfledger.ledger.sshsig import REVIEW_NAMESPACE, signers
 
 #: The rule of a finding about a signed review that decided nothing (a bad signature).
@@ -55,7 +60,8 @@ class ReviewWatch:
 
     def observe(self, before: Any, event: Any, actor_of: Callable[[str], str]) -> None:
         """Note a decision ``event`` (re-decided against ``before``, the state its author saw):
-        a review, an explanation citing one, a champion selection whose flags reviews cleared.
+        a review, an explanation citing one, a champion selection or a passed final audit whose
+        flags reviews cleared.
         An event the state cannot place is left alone (the replay reports it)."""
         try:
             self._observe(before, event, actor_of)
@@ -84,14 +90,25 @@ class ReviewWatch:
             views = plausibility.clearing_reviews(
                 before, samples, interested, actor_of, named=schema >= R12_NAMED_REVIEW_CLEARS
             )
-            for view in views or ():
-                self.relied.setdefault(view.review.review_id, []).append(
-                    (
-                        "R12",
-                        f"cleared the plausibility flag of samples {p.samples_id!r} for "
-                        f"the champion selection {envelope.id[:12]}",
-                    )
-                )
+            self._cleared(views, p.samples_id, f"the champion selection {envelope.id[:12]}")
+        elif envelope.kind == "FinalAuditRecorded" and p.status == "pass":
+            # R12 (FinalAuditRecorded 12): a pass on flagged samples rests on the reviews
+            # naming each flag, as a selection does; a final audit not passed relied on none
+            if (envelope.schema or 1) < R12_IMPLAUSIBLE_FINAL_AUDIT:
+                return
+            samples = before.samples[p.samples_id]
+            creator = before.experiments[samples.experiment_id].event_id
+            interested = interested_actors(actor_of, envelope.actor, creator, samples.event_id)
+            views = plausibility.clearing_reviews(before, samples, interested, actor_of, named=True)
+            self._cleared(views, p.samples_id, f"the final audit {envelope.id[:12]}")
+
+    def _cleared(self, views: list[Any] | None, samples_id: str, decision: str) -> None:
+        """Note that each review of ``views`` cleared the plausibility flags of ``samples_id``
+        for ``decision`` (R12)."""
+        for view in views or ():
+            self.relied.setdefault(view.review.review_id, []).append(
+                ("R12", f"cleared the plausibility flag of samples {samples_id!r} for {decision}")
+            )
 
     def check(self, signers_file: str | None) -> tuple[list[tuple[_Review, str, str]], list[str]]:
         """Judge every review: returns ``(findings, notes)``, each finding ``(review, rule,

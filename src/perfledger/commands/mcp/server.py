@@ -148,7 +148,9 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "cli": (
         "Run any other perfledger command on this ledger with --json and return its answer, e.g. "
         'args ["measure", "workload", "--experiment", "e1", "--stage", "screen", "--ref", CMD, '
-        '"--cand", CMD, "--no-monitor"], ["env"], ["audit"], ["handoff", "record", "--target", '
+        '"--cand", CMD, "--no-monitor"], ["env"], ["audit"] (["audit", "--allowed-signers", '
+        'FILE]: every review\'s SSH signature checked against your allowed-signers file, R12, '
+        'R17), ["handoff", "record", "--target", '
         '"t1", "--gpu-used", "0", "--stop-reason", TEXT, "--feedback", "none"].',
         {"type": "object", "required": ["args"], "additionalProperties": False,
          "properties": {"args": {"type": "array", "items": {"type": "string"}, "minItems": 1,
@@ -297,9 +299,12 @@ class Tools:
         return environment_payload(options["device"], tools=not options["no_tools"])
 
     def _audit(self, options: dict[str, Any]) -> dict[str, Any]:
-        """``cli ["audit"]``: the auditor's replay; findings are a tool error with the audit's
-        exit code (5, or 7 for a ledger a newer perfledger wrote), each finding in its message."""
-        report = self._read(audit_ledger)
+        """``cli ["audit", "--allowed-signers", FILE?]``: the auditor's replay through
+        :func:`perfledger.app.audit.audit_ledger`, as ``perfledger audit`` runs it (with the
+        file, every review's SSH signature is checked against it: R12, R17); findings are a
+        tool error with the audit's exit code (5, or 7 for a ledger a newer perfledger wrote),
+        each finding in its message. Raises: BadRequest when FILE does not exist."""
+        report = self._read(audit_ledger, options["allowed_signers"])
         if report.ok:
             return report.to_json()
         listed = "; ".join(f"{f.rule} {f.event_id[:16] or '-'} {f.kind}: {f.message}"
@@ -509,7 +514,8 @@ _IN_PROCESS_OPTIONS: dict[str, list[click.Parameter]] = {
              click.Option(["--actor"], default=None)],
     "env": [click.Option(["--device"], type=click.IntRange(min=0), default=0),
             click.Option(["--no-tools"], is_flag=True)],
-    "audit": [],
+    "audit": [click.Option(["--allowed-signers", "allowed_signers"], default=None,
+                           type=click.Path(dir_okay=False))],
 }  # fmt: skip
 #: ``cli`` commands answered in this process: name -> the Tools method that answers them.
 IN_PROCESS: dict[str, Callable[[Tools, dict[str, Any]], Any]] = {

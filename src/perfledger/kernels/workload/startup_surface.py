@@ -16,6 +16,15 @@ call it compares what it found then (name, size, change and modification times o
 ``.pth``, ``sitecustomize*`` and ``usercustomize*`` entry) with what is there now. A change
 refuses the run (R11). The change time cannot be set back by a user process.
 
+What was there before the run is what readiness recorded: :func:`startup_code` reads the
+executable start-up code of the readiness driver's Python (each ``.pth`` file's ``import``
+lines, which ``site`` executes, and ``sitecustomize`` / ``usercustomize``), which readiness
+records with its event (:data:`STARTUP_CODE_ARTIFACT`), and :func:`unrecorded_startup_code` names
+what a measurement's subjects' Python runs beyond it (R11: a ``.pth`` that slows only the
+reference, installed after readiness, or in another interpreter the driver's ``python3`` finds
+on ``PATH``, is refused before anything runs; one installed before readiness is in its record,
+for the auditor to read).
+
 Not covered: other files of installed packages (an edited ``numpy/__init__.py`` runs only in
 processes that import it), and subjects whose command is not a Python interpreter, directly or
 through ``env`` (a shell script that starts one). docs/code-identity.md states these limits.
@@ -49,6 +58,11 @@ _QUERY = (
 
 #: path of a start-up file -> (size, ctime_ns, mtime_ns)
 Fingerprint = dict[str, tuple[int, int, int]]
+#: The artifact of a readiness event holding the start-up code of its driver's Python (R11):
+#: JSON ``{"interpreter": PATH, "code": {file: code}}`` (:func:`startup_code`).
+STARTUP_CODE_ARTIFACT = "startup-code.json"
+#: The lines of a ``.pth`` file that ``site`` executes (the others it adds to ``sys.path``).
+_EXECUTED = ("import ", "import\t")
 
 
 def is_python_program(argv0: str) -> bool:
@@ -117,6 +131,56 @@ def fingerprint(dirs: Sequence[str]) -> Fingerprint:
     return out
 
 
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def startup_code(argv: Sequence[str]) -> dict[str, str]:
+    """The executable start-up code of the Python interpreter the command line ``argv`` runs
+    (:func:`interpreter_of`, found on ``PATH`` as the calls find it), read from the directories
+    of :func:`python_site_dirs`: file path -> code, for each ``.pth`` file with ``import`` lines
+    (those lines: ``site`` executes them in every process, before any of its own code) and each
+    ``sitecustomize*`` / ``usercustomize*`` module (its text; a package: each of its ``.py``
+    files). Empty for a command that is not a Python interpreter, or one that does not answer
+    (R11)."""
+    program = interpreter_of(argv)
+    if program is None:
+        return {}
+    out: dict[str, str] = {}
+    for path in sorted(fingerprint(python_site_dirs(program))):
+        name = os.path.basename(path)
+        if name.endswith(".pth") and os.path.isfile(path):
+            text = _read_text(path) or ""
+            lines = [line.rstrip("\n") for line in text.splitlines() if line.startswith(_EXECUTED)]
+            if lines:
+                out[path] = "\n".join(lines)
+        elif name.endswith(".py") and os.path.isfile(path):
+            text = _read_text(path)
+            if text is not None:
+                out[path] = text
+    return out
+
+
+def resolved_interpreter(argv: Sequence[str]) -> str | None:
+    """The interpreter file the command line ``argv`` runs (found on ``PATH``, links
+    resolved), or None when it is not a Python interpreter."""
+    program = interpreter_of(argv)
+    if program is None or not is_python_program(program):
+        return None
+    return os.path.realpath(shutil.which(program) or program)
+
+
+def unrecorded_startup_code(argv: Sequence[str], recorded: dict[str, str]) -> dict[str, str]:
+    """The start-up code of ``argv``'s Python (:func:`startup_code`) that ``recorded`` (what
+    readiness recorded) does not hold: file -> code now, for each file added or whose code
+    changed since (a file removed runs nothing, so it is not named)."""
+    return {path: code for path, code in startup_code(argv).items() if recorded.get(path) != code}
+
+
 class StartupWatch:
     """The start-up files of the subjects' interpreters as found when the run began (R11)."""
 
@@ -183,6 +247,7 @@ class StartupWatch:
 __all__ = [
     "QUARANTINE_SUFFIX",
     "QUERY_TIMEOUT_S",
+    "STARTUP_CODE_ARTIFACT",
     "STARTUP_MODULES",
     "Fingerprint",
     "StartupWatch",
@@ -190,4 +255,7 @@ __all__ = [
     "interpreter_of",
     "is_python_program",
     "python_site_dirs",
+    "resolved_interpreter",
+    "startup_code",
+    "unrecorded_startup_code",
 ]
