@@ -9,6 +9,15 @@ original's code). Every case gets its own resolution; the Target's is the noise 
 aggregate a verdict derives (workload) or the largest case's (kernel). With ``record`` the
 resolution is appended (``resolution.record``, its raw table attached as ``resolution.json``)
 unless R4 refuses it (:func:`perfledger.app.aa.resolution_refusal`).
+
+Where readiness snapshotted the original, the A/A runs it as a formal stage runs its subjects
+(R11): code that is not the original's is refused before anything runs, and each worker (each
+call, under the self-timed driver; each harness worker, for a kernel) runs from a read-only
+copy of the snapshot of its own, with its own bytecode cache, under the copies' guard; the
+settings record the copies' digests and every worker's call environment. A workload A/A under
+the worker protocol runs under the monitor a formal stage uses, and with ``record`` too much
+foreign activity in its windows refuses it (R17,
+:func:`perfledger.app.measure_workload.foreign_windows_refusal`).
 """
 
 from __future__ import annotations
@@ -373,7 +382,7 @@ def _kernel_aa_run(
     monitor, _note = start_monitor(True)
     # R4: the A/A covers every case of the spec, each with its own resolution
     comps_by_case: dict[str, list[Any]] = {}
-    try:
+    with held(monitor, None):
         n = request.runs or 5
         with progress(n * len(problems), "A/A comparisons") as advance:
             measured_ceilings = ceilings()
@@ -393,9 +402,6 @@ def _kernel_aa_run(
                         )
                     )
                     advance()
-    finally:
-        if monitor is not None:
-            monitor.stop()
     if copies is not None:
         copies.guard(None)  # and after the last
         artifact["settings"] = dict(copies.settings)

@@ -3,7 +3,11 @@ measured, not typed. A workload's original command is called ``calls`` times on 
 the test set on this machine (whose environment identity must be the readiness's, R11); a
 kernel Target's REFERENCE is timed by the kernel harness in two workers of its own. Every value
 of the primary metric becomes one baseline value with its case and call id; a call that fails,
-or whose own accuracy check fails, stops it (R5: an original that fails has no baseline)."""
+or whose own accuracy check fails, stops it (R5: an original that fails has no baseline).
+Where readiness snapshotted the original, every call runs from a read-only copy of the
+snapshot (R11; the harness workers of a kernel Target each in a copy of their own), and an
+observed primary's baseline whose monitor windows show too much foreign activity is refused
+(R17, :func:`perfledger.app.measure_workload.foreign_windows_refusal`)."""
 
 from __future__ import annotations
 
