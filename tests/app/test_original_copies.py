@@ -27,6 +27,7 @@ from wf_scenario import record_measured_baseline
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
+from perfledger.app import measure_aa as aa_module
 from perfledger.app import measure_baseline as baseline_module
 from perfledger.app import measure_workload
 from perfledger.app.baseline import MeasureBaseline, measure_baseline
@@ -362,13 +363,15 @@ def test_cheat_baseline_measured_while_a_cpu_burner_runs_is_refused(
     assert _head(path) == head
 
 
-def test_cheat_kernel_baseline_whose_worker_edits_its_directory_is_refused(
-    private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("measurement", ["baseline", "aa"])
+def test_cheat_kernel_original_whose_worker_edits_its_directory_is_refused(
+    private_tmp: Path, monkeypatch: pytest.MonkeyPatch, measurement: str
 ) -> None:
-    """A kernel Target bound to code: the baseline's harness workers each run in a copy of
-    their own (two copies, neither the original's directory), and a worker that edits the
-    directory it runs in is refused before the next comparison (R11), nothing recorded. The
-    harness is a stand-in (no GPU here): what is under test is where it runs and the guard."""
+    """A kernel Target bound to code: the baseline's (and the A/A's) harness workers each run
+    in a copy of their own (two copies, neither the original's directory), and a worker that
+    edits the directory it runs in is refused before the next comparison (R11), nothing
+    recorded. The harness is a stand-in (no GPU here): what is under test is where it runs and
+    the guard."""
     original = private_tmp / "orig"
     original.mkdir()
     (original / "spec.py").write_text("PROBLEMS = {}\n")
@@ -404,11 +407,17 @@ def test_cheat_kernel_baseline_whose_worker_edits_its_directory_is_refused(
                                flags=[], table=lambda: [{"ref_s": 1e-4}])  # fmt: skip
 
     monkeypatch.setattr(isolated, "compare_spec", harness)
+    monkeypatch.setattr(isolated, "spec_facts", lambda *_a, **_k: {"cases": ["n"]})
     monkeypatch.setattr(baseline_module, "ceilings", lambda: None)
+    monkeypatch.setattr(aa_module, "ceilings", lambda: None)
     head = _head(path)
     with pytest.raises(RuleRefused) as refused, Ledger.open(path) as ledger:
-        measure_baseline(ledger, MeasureBaseline(target_id="t1", directory=str(original),
-                                                 calls=2, actor="agent"))  # fmt: skip
+        if measurement == "baseline":
+            measure_baseline(ledger, MeasureBaseline(target_id="t1", directory=str(original),
+                                                     calls=2, actor="agent"))  # fmt: skip
+        else:
+            measure_aa(ledger, MeasureAA(target_id="t1", directory=str(original), runs=2,
+                                         record=True, actor="agent"))  # fmt: skip
     assert refused.value.rule == "R11" and "read-only copy the" in refused.value.message
     [(ref_dir, cand_dir)] = ran_in  # refused before the second comparison
     assert ref_dir != cand_dir and str(original) not in (ref_dir, cand_dir)
