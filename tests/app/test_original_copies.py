@@ -265,7 +265,6 @@ def test_cheat_self_timed_aa_that_reads_outside_its_snapshot_is_refused(
     assert _head(path) == head
 
 
-@pytest.mark.slow
 def test_r11_aa_of_other_code_than_the_original_is_refused_before_anything_runs(
     private_tmp: Path,
 ) -> None:
