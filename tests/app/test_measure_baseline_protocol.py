@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_original_copies import StandInMonitor
 
 from machine_environment import machine_environment
 from perfledger.api import Ledger
+from perfledger.app import measure_workload
 from perfledger.app.baseline import MeasureBaseline, measure_baseline
 from perfledger.app.identity import readiness_edge
 from perfledger.app.measure_baseline import BASELINE_ARTIFACT
@@ -81,6 +83,9 @@ def test_r11_baseline_calls_run_from_read_only_copies_with_their_environment_rec
     where = tmp_path / "where.txt"
     monkeypatch.setenv("BENCH_WHERE", str(where))
     monkeypatch.setenv("CALLER_ONLY_VARIABLE", "set by whoever called measure baseline")
+    # a quiet monitor: the shared host's load would refuse it (R17), not what this test is about
+    quiet = StandInMonitor(foreign=False)
+    monkeypatch.setattr(measure_workload, "start_monitor", lambda *_a, **_k: (quiet, None))
     done = _measure(path, original)
     assert done.event_id is not None and done.values == 2  # one pair: a call of each worker
     ran_from = set(where.read_text().split())

@@ -418,11 +418,15 @@ def subject_copies(
     return SubjectCopies(copies, argvs, guard)
 
 
-def original_copies(target: Any, command: str, role: str) -> SubjectCopies | None:
+def original_copies(
+    target: Any, command: str, role: str, *, boot_per_call: bool = False
+) -> SubjectCopies | None:
     """Read-only copies of the original for a measurement of the original against itself (the
-    baseline, R4, R11): ``command``'s subject is snapshotted, checked to be the original's code
-    recorded at readiness, and copied twice (``ref`` and ``cand``, each with its own bytecode
-    cache, under :class:`CopyGuard`) as :func:`subject_copies` copies a formal stage's subjects.
+    baseline, the A/A, R4, R11): ``command``'s subject is snapshotted, checked to be the
+    original's code recorded at readiness, and copied twice (``ref`` and ``cand``, each with its
+    own bytecode cache, under :class:`CopyGuard`) as :func:`subject_copies` copies a formal
+    stage's subjects; ``boot_per_call``: as :class:`CopyGuard`'s (True where each call is a
+    process of its own: the self-timed driver). ``role`` names the measurement in refusals.
     None where the readiness recorded no snapshot (the old rule: the original runs in place).
     Raises: RuleRefused (R11: not the original's code, or not the readiness driver),
     BadRequest (a command that does not parse, a subject that is not a directory)."""
@@ -435,8 +439,9 @@ def original_copies(target: Any, command: str, role: str) -> SubjectCopies | Non
         check_original_subject(target, taken.snapshot.subject, role)  # refuses, naming paths
     snap = msgspec.to_builtins(taken.snapshot)
     return subject_copies(
-        target, {"reference": snap, "candidate": snap}, artifacts_of(taken), boot_per_call=False
-    )
+        target, {"reference": snap, "candidate": snap}, artifacts_of(taken),
+        boot_per_call=boot_per_call,
+    )  # fmt: skip
 
 
 def fresh_and_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:

@@ -9,6 +9,15 @@ original's code). Every case gets its own resolution; the Target's is the noise 
 aggregate a verdict derives (workload) or the largest case's (kernel). With ``record`` the
 resolution is appended (``resolution.record``, its raw table attached as ``resolution.json``)
 unless R4 refuses it (:func:`perfledger.app.aa.resolution_refusal`).
+
+Where readiness snapshotted the original, the A/A runs it as a formal stage runs its subjects
+(R11): code that is not the original's is refused before anything runs, and each worker (each
+call, under the self-timed driver; each harness worker, for a kernel) runs from a read-only
+copy of the snapshot of its own, with its own bytecode cache, under the copies' guard; the
+settings record the copies' digests and every worker's call environment. A workload A/A under
+the worker protocol runs under the monitor a formal stage uses, and with ``record`` too much
+foreign activity in its windows refuses it (R17,
+:func:`perfledger.app.measure_workload.foreign_windows_refusal`).
 """
 
 from __future__ import annotations
@@ -19,15 +28,28 @@ import msgspec
 
 from perfledger.app.aa import kernel_aa_pairs_check, resolution_refusal, resolution_warnings
 from perfledger.app.context import check_cases, environment_payload, start_monitor
-from perfledger.app.identity import check_original_command, check_original_subject
+from perfledger.app.identity import (
+    check_original_command,
+    check_original_subject,
+    original_copies,
+)
 from perfledger.app.kernel_identity import original_kernel_directory
-from perfledger.app.measure_baseline import Progress, no_progress
+from perfledger.app.measure_baseline import (
+    Progress,
+    foreign_allowed,
+    kernel_original_copies,
+    no_progress,
+)
 from perfledger.app.measure_driver import run_driver
 from perfledger.app.measure_workload import (
     AA_START_PAIRS,
     aa_more_driver_pairs,
     aa_stopping_rule,
+    foreign_windows_refusal,
+    held,
+    monitor_windows,
     observed_aa,
+    original_monitor,
 )
 from perfledger.app.measuring import ceilings
 from perfledger.app.output_check import accuracy_for
@@ -211,16 +233,39 @@ def _workload_aa(
     cmd, runs = request.cmd or "", request.runs
     primary = target.definition.primary
     if primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
-        with progress(2 * len(chosen) * (runs or 10), "A/A calls") as advance:
+        # R11: both workers run from the original's read-only copies, one each (its own
+        # bytecode cache), under the copies' guard, as a formal stage runs its subjects; R17:
+        # under the monitor a formal stage of the Target uses
+        copies = original_copies(target, cmd, "A/A")
+        monitor, monitor_note = original_monitor(primary.name)
+        with (
+            held(monitor, copies),
+            progress(2 * len(chosen) * (runs or 10), "A/A calls") as advance,
+        ):
             valid, aa_notes, run = observed_aa(  # no runs: its stopping rule (R4)
                 cmd, target=target, cases=chosen, runs=runs, timeout_s=request.timeout_s,
-                on_call=lambda _row: advance(),
+                on_call=lambda _row: advance(), copies=copies,
             )  # fmt: skip
+        windows = monitor_windows(run, monitor)
+        artifact["monitor"] = {
+            "windows": windows, "settings": monitor.settings() if monitor else None,
+            "note": monitor_note,
+        }  # fmt: skip
+        refusal = foreign_windows_refusal(windows, "A/A", foreign_allowed(target))
+        if refusal is not None:  # R17: its medians would be the reference watch's yardstick
+            if request.record:
+                raise refusal
+            aa_notes = [*aa_notes, f"{refusal.message} (it would be refused with --record)"]
     else:
-        run = run_driver(
-            cmd, cmd, chosen, runs or AA_START_PAIRS, 1, request.timeout_s, progress, accuracy,
-            more_pairs=None if runs else aa_more_driver_pairs(target, chosen),
-        )  # fmt: skip
+        # R11: the self-timed driver runs each call from one of the original's read-only
+        # copies as a self-timed stage does (a process per call: each call's bootstrap runs)
+        copies = original_copies(target, cmd, "A/A", boot_per_call=True)
+        with held(None, copies):
+            run = run_driver(
+                cmd, cmd, chosen, runs or AA_START_PAIRS, 1, request.timeout_s, progress,
+                accuracy, copies=copies,
+                more_pairs=None if runs else aa_more_driver_pairs(target, chosen),
+            )  # fmt: skip
         if runs is None:  # what ran: the rule, and the pairs it took (R4)
             run.settings["stopping_rule"] = aa_stopping_rule(target, run.settings["pairs_per_case"])
         valid = [
@@ -295,15 +340,33 @@ def _kernel_aa(
     progress: Progress,
 ) -> tuple[float, dict[str, float], int, str, list[str]]:
     """A kernel spec's A/A (the same protocol as ``measure kernel``, R4): ``(resolution,
-    per_case, repeats, notes, warnings)``; ``artifact`` gets the comparisons per case."""
+    per_case, repeats, notes, warnings)``; ``artifact`` gets the comparisons per case (and,
+    where readiness bound the original's directory, the copies' digests)."""
+    spec_path, kernel_dir = request.spec, request.directory
+    # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
+    bound = original_kernel_directory(target, spec_path, kernel_dir)
+    aa_spec = bound[0] if bound is not None else spec_path or ""
+    # R11: each worker in a read-only copy of the original's snapshot of its own
+    copies = None if bound is None else kernel_original_copies(target, kernel_dir, "A/A")
+    with held(None, copies):
+        return _kernel_aa_run(target, request, test_set, artifact, progress, aa_spec, copies)
+
+
+def _kernel_aa_run(
+    target: Any,
+    request: MeasureAA,
+    test_set: Any,
+    artifact: dict[str, Any],
+    progress: Progress,
+    aa_spec: str,
+    copies: Any,
+) -> tuple[float, dict[str, float], int, str, list[str]]:
+    """:func:`_kernel_aa` once the original's copies (None: the old rule) are made."""
     from perfledger.kernels.harness.harness import resolution_from_aa  # noqa: PLC0415 (numpy via perfledger.kernels.harness.harness)
     from perfledger.kernels.isolation.isolated import compare_spec, spec_facts  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
     spec_path, kernel_dir, cases = request.spec, request.directory, request.cases
-    # R11: on a bound Target the A/A runs the original's directory (its snapshot checked)
-    bound = original_kernel_directory(target, spec_path, kernel_dir)
-    aa_spec = bound[0] if bound is not None else spec_path or ""
-    aa_dirs = None if bound is None else (bound[1], bound[1])
+    aa_dirs = None if copies is None else (copies.copies["ref"].path, copies.copies["cand"].path)
     # the same protocol as `measure kernel` (R4): the reference in two workers of its own
     facts = spec_facts(aa_spec, directory=None if aa_dirs is None else aa_dirs[0])
     problems = list(facts["cases"])
@@ -319,13 +382,15 @@ def _kernel_aa(
     monitor, _note = start_monitor(True)
     # R4: the A/A covers every case of the spec, each with its own resolution
     comps_by_case: dict[str, list[Any]] = {}
-    try:
+    with held(monitor, None):
         n = request.runs or 5
         with progress(n * len(problems), "A/A comparisons") as advance:
             measured_ceilings = ceilings()
             for case in problems:
                 comps_by_case[case] = []
                 for _ in range(n):
+                    if copies is not None:  # R11: both copies as made, before every one
+                        copies.guard(None)
                     comps_by_case[case].append(
                         compare_spec(
                             aa_spec,
@@ -337,9 +402,9 @@ def _kernel_aa(
                         )
                     )
                     advance()
-    finally:
-        if monitor is not None:
-            monitor.stop()
+    if copies is not None:
+        copies.guard(None)  # and after the last
+        artifact["settings"] = dict(copies.settings)
     if kernel_dir is not None:  # R11: the A/A measured the original's code, still there
         check_original_subject(target, kernel_dir, "A/A")
     try:  # R4: invalid A/A comparisons are left out, and said so

@@ -3,7 +3,11 @@ measured, not typed. A workload's original command is called ``calls`` times on 
 the test set on this machine (whose environment identity must be the readiness's, R11); a
 kernel Target's REFERENCE is timed by the kernel harness in two workers of its own. Every value
 of the primary metric becomes one baseline value with its case and call id; a call that fails,
-or whose own accuracy check fails, stops it (R5: an original that fails has no baseline)."""
+or whose own accuracy check fails, stops it (R5: an original that fails has no baseline).
+Where readiness snapshotted the original, every call runs from a read-only copy of the
+snapshot (R11; the harness workers of a kernel Target each in a copy of their own), and an
+observed primary's baseline whose monitor windows show too much foreign activity is refused
+(R17, :func:`perfledger.app.measure_workload.foreign_windows_refusal`)."""
 
 from __future__ import annotations
 
@@ -20,22 +24,29 @@ from perfledger.app.context import (
     check_cases,
     check_environment,
     environment_payload,
-    start_monitor,
 )
 from perfledger.app.identity import (
+    SubjectCopies,
     check_original_command,
     check_original_subject,
     original_copies,
 )
 from perfledger.app.kernel_identity import original_kernel_directory
-from perfledger.app.measure_workload import measure_original
+from perfledger.app.measure_workload import (
+    foreign_windows_refusal,
+    held,
+    measure_original,
+    original_monitor,
+)
 from perfledger.app.measuring import ceilings, failed_call_text, time_scale
 from perfledger.app.preconditions import require_readiness
 from perfledger.commands.workflow.output_rules import compared
 from perfledger.errors import BadRequest, MeasurementError
+from perfledger.events.identity import substitute
 from perfledger.events.workflow import OBSERVED_METRICS
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver import Subject, run_call
+from perfledger.kernels.workload.startup_surface import StartupWatch
 from perfledger.kernels.workload.subject_env import call_environment
 from perfledger.projections.target_kind import target_kind
 
@@ -120,16 +131,14 @@ def measure_baseline_of(
     primary = target.definition.primary
     settings: dict[str, Any] = {}
     if kernel:  # the kernel harness times the REFERENCE (R4, as `measure aa --spec`)
-        rows, body = _measure_kernel(target, spec_path, kernel_dir, chosen, calls, progress,
-                                     primary.unit)  # fmt: skip
+        rows, body, settings = _measure_kernel(target, spec_path, kernel_dir, chosen, calls,
+                                               progress, primary.unit)  # fmt: skip
     elif primary.name in OBSERVED_METRICS:  # perfledger's own figures, the worker protocol
         rows, body, settings = _measure_observed(target, cmd or "", chosen, calls, timeout_s,
                                                  progress)  # fmt: skip
     else:
-        rows, body = _measure(cmd or "", chosen, calls, timeout_s, progress, primary.name)
-        # R11: the calls' full environment (names, values' hashes), as the worker records it
-        settings = {"settings": {"protocol": "driver", "call_environment": {
-            "original": call_environment(dict(os.environ))}}}  # fmt: skip
+        rows, body, settings = _measure(target, cmd or "", chosen, calls, timeout_s, progress,
+                                        primary.name)  # fmt: skip
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,
@@ -160,21 +169,43 @@ def _measure_observed(
             "driver that declares {output}",
         )
     copies = original_copies(target, cmd, "baseline")
-    monitor, _note = start_monitor(True, "host" if primary.name == "cpu_time" else "gpu")
-    if monitor is None and primary.name != "cpu_time":
-        monitor, _note = start_monitor(True, "host")
-    try:
-        with progress(len(cases) * 2 * max(1, -(-calls // 2)), "baseline calls") as advance:
-            return measure_original(
-                cmd, cases=cases, calls=calls, metric=primary.name, unit=primary.unit,
-                accuracy=accuracy, copies=copies, monitor=monitor, timeout_s=timeout_s,
-                on_call=advance,
-            )  # fmt: skip
-    finally:
-        if monitor is not None:
-            monitor.stop()
-        if copies is not None:
-            copies.close()
+    monitor, _note = original_monitor(primary.name)
+    with (
+        held(monitor, copies),
+        progress(len(cases) * 2 * max(1, -(-calls // 2)), "baseline calls") as advance,
+    ):
+        rows, body, settings = measure_original(
+            cmd, cases=cases, calls=calls, metric=primary.name, unit=primary.unit,
+            accuracy=accuracy, copies=copies, monitor=monitor, timeout_s=timeout_s,
+            on_call=advance,
+        )  # fmt: skip
+    # R17: windows another process's load touched are recorded; too many of them refuse it
+    refusal = foreign_windows_refusal(
+        settings["monitor"]["windows"], "baseline", foreign_allowed(target)
+    )
+    if refusal is not None:
+        raise refusal
+    return rows, body, settings
+
+
+def foreign_allowed(target: Any) -> bool:
+    """Whether the Target's readiness declares its metric immune to the host's load
+    (``statistics.allow_explained_foreign_activity``, R17)."""
+    statistics = getattr(target.readiness, "statistics", None)
+    return bool(getattr(statistics, "allow_explained_foreign_activity", False))
+
+
+def kernel_original_copies(target: Any, kernel_dir: str | None, role: str) -> SubjectCopies | None:
+    """The original's two read-only copies for a kernel Target bound to code (R4, R11: the
+    baseline's and the A/A's harness workers each run in one, never in ``kernel_dir`` itself);
+    None under the old rule (no snapshot, ``kernel_dir`` None). The kernel workers neither read
+    nor write bytecode (:class:`perfledger.kernels.isolation.isolated.WorkerProcess`) and do not
+    run perfledger's bootstrap, so the copies' guard checks their files, not what they read.
+    Raises: RuleRefused (R11: not the original's code), BadRequest."""
+    if kernel_dir is None:
+        return None
+    command = shlex.join(substitute(target.readiness.driver.argv, kernel_dir))
+    return original_copies(target, command, role)
 
 
 def _check_form(
@@ -207,26 +238,35 @@ def _measure_kernel(
     calls: int,
     progress: Progress,
     unit: str,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """Time a kernel Target's original (the spec's REFERENCE, in two workers of its own, as
     the A/A does) ``calls`` times per case with the harness; every timed call is one value in
-    the primary's ``unit``. Returns (the raw table, ``{"values", "cases", "call_ids"}``).
-    Raises: RuleRefused (R11: not the original's directory), MeasurementError (an original
-    that fails the harness's correctness checks has no baseline, R5)."""
+    the primary's ``unit``. Where readiness bound the original's directory, each worker runs in
+    a read-only copy of its snapshot of its own (:func:`kernel_original_copies`), checked before
+    every comparison and after the run (R11). Returns (the raw table, ``{"values", "cases",
+    "call_ids"}``, the settings: the copies' digests). Raises: RuleRefused (R11: not the
+    original's directory, a copy written), MeasurementError (an original that fails the
+    harness's correctness checks has no baseline, R5)."""
     from perfledger.kernels.isolation.isolated import compare_spec  # noqa: PLC0415 (numpy via perfledger.kernels.isolation.isolated)
 
     bound = original_kernel_directory(target, spec_path, kernel_dir)
     spec = bound[0] if bound is not None else spec_path or ""
-    dirs = None if bound is None else (bound[1], bound[1])
+    copies = None if bound is None else kernel_original_copies(target, kernel_dir, "baseline")
+    dirs = None if copies is None else (copies.copies["ref"].path, copies.copies["cand"].path)
     scale = time_scale(unit)
     rows: list[dict[str, Any]] = []
     values: list[float] = []
     of_case: list[str] = []
     call_ids: list[str] = []
-    with progress(len(cases) * calls, "baseline comparisons") as advance:
+    with (
+        held(None, copies),
+        progress(len(cases) * calls, "baseline comparisons") as advance,
+    ):
         measured_ceilings = ceilings()
         for case in cases:
             for k in range(calls):
+                if copies is not None:  # R11: both copies as made, before every comparison
+                    copies.guard(None)
                 c = compare_spec(spec, case, ceilings=measured_ceilings, monitor=None,
                                  roles=("reference", "reference"), directories=dirs)  # fmt: skip
                 if c.ref is None or not c.ref_correctness.ok or c.ref.recheck_failures:
@@ -243,25 +283,66 @@ def _measure_kernel(
                 call_ids += [f"{case}-{k}-{i}" for i in range(len(got))]
                 rows.append({"case": case, "flags": c.flags, "rows": table})
                 advance()
+        if copies is not None:
+            copies.guard(None)  # and after the last comparison
     if kernel_dir is not None:  # R11: the code timed is the original's, still there
         check_original_subject(target, kernel_dir, "baseline")
-    return rows, {"values": values, "cases": of_case, "call_ids": call_ids}
+    settings = {} if copies is None else {"settings": dict(copies.settings)}
+    return rows, {"values": values, "cases": of_case, "call_ids": call_ids}, settings
 
 
 def _measure(
-    cmd: str, cases: list[str], calls: int, timeout_s: float, progress: Progress, metric: str
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Call ``cmd`` ``calls`` times per case. Returns (the raw table, ``{"values", "cases",
-    "call_ids"}``). Raises: BadRequest for a command that cannot be parsed; MeasurementError
-    for a failed call, a call whose accuracy check failed (R5) or one without ``metric``."""
+    target: Any,
+    cmd: str,
+    cases: list[str],
+    calls: int,
+    timeout_s: float,
+    progress: Progress,
+    metric: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Call ``cmd`` ``calls`` times per case (the self-timed driver's calls, in a row); where
+    readiness snapshotted the original, every call runs from its read-only copy under the
+    copies' guard (R11: what a call reads from outside the copy refused, the copy and its
+    private bytecode cache checked before every call and after the last). Returns (the raw
+    table, ``{"values", "cases", "call_ids"}``, the settings: the calls' full environment,
+    names and values' hashes, and the copies' digests). Raises: BadRequest for a command that
+    cannot be parsed; RuleRefused (R11); MeasurementError for a failed call, a call whose
+    accuracy check failed (R5) or one without ``metric``."""
 
     try:
-        subject = Subject("original", shlex.split(cmd))
+        argv = shlex.split(cmd)
     except ValueError as exc:
         raise BadRequest(
             f"cannot parse the command: {exc}",
             hint="quote the command as shell words (balanced quotes)",
         ) from None
+    # one process per call: each call's bootstrap must run (boot_per_call)
+    copies = original_copies(target, cmd, "baseline", boot_per_call=True)
+    copy = None if copies is None else copies.copies["ref"]
+    subject = Subject("original", argv if copies is None else copies.argvs["ref"],
+                      env={} if copy is None else copy.env)  # fmt: skip
+    # R11: the calls' full environment (names, values' hashes), as the worker records it
+    settings = {"protocol": "driver", "call_environment": {"original": call_environment(
+        {**os.environ, **subject.env}, None if copy is None else copy.root)}}  # fmt: skip
+    if copies is not None:
+        settings.update(subject_copies={"original": copies.settings["subject_copies"]["ref"]})
+    startup = StartupWatch([subject.argv])  # R11: its Python's start-up files unchanged
+    with held(None, copies):
+        rows, body = _calls(subject, cases, calls, timeout_s, progress, metric, startup, copies)
+    return rows, body, {"settings": settings}
+
+
+def _calls(
+    subject: Subject,
+    cases: list[str],
+    calls: int,
+    timeout_s: float,
+    progress: Progress,
+    metric: str,
+    startup: StartupWatch,
+    copies: SubjectCopies | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The calls of :func:`_measure`, each checked first (``startup``, ``copies``' guard)."""
     # an {output} place gets a fresh private path per call, {seed} a fresh seed: as measure does
     declares = outputs.declares_output(subject.argv)
     seeded = declares or any(outputs.SEED_PLACEHOLDER in a for a in subject.argv)
@@ -272,6 +353,9 @@ def _measure(
     with progress(len(cases) * calls, "baseline calls") as advance:
         for case in cases:
             for k in range(calls):
+                startup.check()
+                if copies is not None:
+                    copies.guard("ref")
                 place = outputs.OutputPlace() if declares else None
                 try:
                     call = run_call(
@@ -312,6 +396,8 @@ def _measure(
                 values += got
                 of_case += [case] * len(got)
                 call_ids += [f"{call.call_id}-{i}" for i in range(len(got))]
+    if copies is not None:
+        copies.guard(None)  # the last call's report and both copies
     return rows, {"values": values, "cases": of_case, "call_ids": call_ids}
 
 
@@ -328,6 +414,8 @@ __all__ = [
     "BASELINE_ARTIFACT",
     "DEFAULT_CALLS",
     "MeasuredBaseline",
+    "foreign_allowed",
+    "kernel_original_copies",
     "measure_baseline_of",
     "medians",
     "no_progress",

@@ -36,6 +36,7 @@ from perfledger.app.context import (
 from perfledger.app.identity import SubjectsWatch, fresh_and_unchanged
 from perfledger.app.kernel_identity import bound_kernel_subjects, kernel_batch_checks, unbound_note
 from perfledger.app.measure_baseline import Progress, no_progress
+from perfledger.app.measure_workload import held
 from perfledger.app.measuring import ceilings, time_scale
 from perfledger.app.recording import Warn, append_measured, no_warnings
 from perfledger.commands.workflow.output_rules import compared
@@ -178,7 +179,7 @@ def measure_kernel(
     start_formal_run(ledger, experiment_id, stage, sid, KERNEL_PROTOCOL, request.actor)
     monitor, monitor_note = start_monitor(request.monitor)
     comparisons = {}
-    try:
+    with held(monitor, None):
         if monitor is not None:
             idle = monitor.idle_check()
             monitor_note = monitor_note or ("idle" if idle.idle else f"not idle: {idle.reasons}")
@@ -206,9 +207,6 @@ def measure_kernel(
                     watch()
                     fresh_and_unchanged(info, bound.identity)
                 advance()
-    finally:
-        if monitor is not None:
-            monitor.stop()
     pairs, table = _pairs_and_table(comparisons, primary.name, scale, env["environment_id"])
     body = samples_body(
         info, samples_id=sid, experiment_id=experiment_id, stage=stage,

@@ -50,7 +50,12 @@ from perfledger.app.identity import (
 )
 from perfledger.app.measure_baseline import Progress, no_progress
 from perfledger.app.measure_driver import measurement_findings, run_driver, workload_request
-from perfledger.app.measure_workload import IdentityEdge, MeasuredWorkload, MeasureWorkload
+from perfledger.app.measure_workload import (
+    IdentityEdge,
+    MeasuredWorkload,
+    MeasureWorkload,
+    held,
+)
 from perfledger.app.measure_workload import measure_workload as measure_observed
 from perfledger.app.measuring import failed_call_text
 from perfledger.app.metrics import target_units, work_units
@@ -279,28 +284,18 @@ def measure_self_timed(
     if monitor is None:
         refuse_formal_unmonitored(stage, monitor_note)
     sid = request.samples_id or default_samples_id(experiment_id, stage, info["state"])
-    try:
+    with held(monitor, None):
         start_formal_run(ledger, experiment_id, stage, sid, SELF_PROTOCOL, request.actor)
-    except BaseException:
-        if monitor is not None:
-            monitor.stop()
-        raise
-    copies = None
-    try:
         # R11: each call runs from a read-only copy of its subject's snapshot, with its own
         # bytecode cache; the subjects' directories are checked before every call too: a
         # subject could edit the other's files for a while and restore them before the end
         copies = None if code is None else subject_copies(info["target"], code, code_files)
-        unchanged = None if code is None else SubjectsWatch(info, code)
-        run = run_driver(
-            ref_cmd, cand_cmd, chosen, n_pairs, request.warmup, request.timeout_s, progress,
-            accuracy, unchanged, copies,
-        )  # fmt: skip
-    finally:
-        if monitor is not None:
-            monitor.stop()
-        if copies is not None:
-            copies.close()
+        with held(None, copies):
+            unchanged = None if code is None else SubjectsWatch(info, code)
+            run = run_driver(
+                ref_cmd, cand_cmd, chosen, n_pairs, request.warmup, request.timeout_s,
+                progress, accuracy, unchanged, copies,
+            )  # fmt: skip
     if code is not None:
         fresh_and_unchanged(info, code)
     check_installation_unchanged(env)  # R11: an installed module edited during the run

@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -55,11 +56,12 @@ from perfledger.app.context import (
 from perfledger.app.identity import split_command, subject_copies
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
+from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
 from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.commands.workflow.requests import OutputCheck
 from perfledger.commands.workflow.samples_body import samples_body
-from perfledger.errors import BadRequest, MeasurementError
+from perfledger.errors import BadRequest, MeasurementError, RuleRefused
 from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, OBSERVED_UNITS
 from perfledger.kernels.workload.startup_surface import (
     StartupWatch,
@@ -374,8 +376,7 @@ def measure_workload(
         argvs = copies.argvs
     monitor, monitor_note = start_monitor(request.monitor != "none", request.monitor)
     if monitor is None and request.stage in FORMAL_STAGES:
-        if copies is not None:
-            copies.close()
+        release(None, copies)
         raise rules.refuse(
             "R17",
             f"a formal ({request.stage}) stage needs the monitor over every sample window, and "
@@ -384,27 +385,15 @@ def measure_workload(
         )
 
     # 2. the run, its start recorded first (R14: a run that records no samples counts as failed)
-    try:
+    with held(monitor, copies):
         start_formal_run(ledger, request.experiment_id, request.stage, sid, protocol,
                          request.actor)  # fmt: skip
-    except BaseException:
-        if monitor is not None:
-            monitor.stop()
-        if copies is not None:
-            copies.close()
-        raise
-    watch = None if code is None or identity is None else identity.watch(info, code)
-    try:
+        watch = None if code is None or identity is None else identity.watch(info, code)
         run = run_subjects(
             argvs, copies, watch=watch, cases=cases, pairs_per_case=n_pairs, accuracy=accuracy,
             units=units, mode=request.protocol, warmup_calls=request.warmup,
             timeout_s=request.timeout_s, fresh_worker=request.fresh_worker, on_call=on_call,
         )  # fmt: skip
-    finally:
-        if monitor is not None:
-            monitor.stop()
-        if copies is not None:
-            copies.close()
     if code is not None and identity is not None:
         identity.confirm(info, code)
     # R11: an installed module edited during the run (even put back) ran in no snapshot; the
@@ -509,6 +498,80 @@ def run_subjects(
     return run
 
 
+def release(monitor: Any, copies: Any) -> None:
+    """Stop ``monitor`` (once more is harmless: its last observation brackets the last window)
+    and remove ``copies`` (the read-only copies, :class:`perfledger.app.identity.SubjectCopies`);
+    either may be None. Never raises for a None."""
+    if monitor is not None:
+        monitor.stop()
+    if copies is not None:
+        copies.close()
+
+
+@contextmanager
+def held(monitor: Any, copies: Any) -> Iterator[None]:
+    """The block a measurement runs in: ``monitor`` and ``copies`` are released
+    (:func:`release`) when it ends, however it ends (a formal stage, a self-timed stage, the
+    baseline and the A/A of the original share it, R11, R17)."""
+    try:
+        yield
+    finally:
+        release(monitor, copies)
+
+
+def original_monitor(primary: str) -> tuple[Any, str | None]:
+    """The monitor a measurement of the original against itself (the baseline, the A/A, R4)
+    runs under: the one a formal stage of its Target uses (``host`` for a ``cpu_time``
+    primary, else NVML where it runs, else ``host``). Returns ``(monitor or None, why not)``."""
+    monitor, note = start_monitor(True, "host" if primary == "cpu_time" else "gpu")
+    if monitor is None and primary != "cpu_time":
+        monitor, note = start_monitor(True, "host")
+    return monitor, note
+
+
+def monitor_windows(run: WorkerRun, monitor: Any) -> list[dict[str, Any]]:
+    """The monitor's verdict of every pair's window of ``run`` (R17), as the raw tables record
+    them (``call_ids`` and the verdict); none without a monitor. The monitor is stopped first,
+    so its last observation brackets the last window."""
+    if monitor is None:
+        return []
+    monitor.stop()
+    windows = []
+    for r, c in run.pairs():
+        verdict = monitor.verdict(min(r["start_s"], c["start_s"]), max(r["end_s"], c["end_s"]))
+        windows.append({"call_ids": [r["call_id"], c["call_id"]], **verdict.to_json()})
+    return windows
+
+
+def foreign_windows_refusal(
+    windows: list[dict[str, Any]], what: str, allowed: bool
+) -> RuleRefused | None:
+    """R17 for a measurement of the original against itself (the baseline, the A/A): no review
+    can explain its windows (it has no samples to review), so where the monitor saw foreign
+    activity in more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT`
+    of them, the share beyond which a formal stage cannot pass even explained, it is refused,
+    unless the readiness declared the metric immune to the host's load (``allowed``:
+    ``statistics.allow_explained_foreign_activity``). ``what`` names it (``baseline``, ``A/A``).
+    Returns: the refusal to raise (its message gives the figures), or None."""
+    touched = [w for w in windows if w.get("foreign_activity")]
+    if allowed or not windows or len(touched) <= FOREIGN_SHARE_LIMIT * len(windows):
+        return None
+    cores = sorted(float(w.get("foreign_cores") or 0.0) for w in touched)
+    reasons = sorted({r for w in touched for r in w.get("reasons", ()) if r != "host_monitor"})
+    shown = f"; foreign cores {cores[0]:.2f} to {cores[-1]:.2f}" if cores[-1] > 0 else ""
+    return rules.refuse(
+        "R17",
+        f"the monitor saw foreign activity in {len(touched)} of {len(windows)} {what} pair "
+        f"windows ({100 * len(touched) / len(windows):.0f} % > "
+        f"{100 * FOREIGN_SHARE_LIMIT:.0f} %{shown}; {', '.join(reasons[:5]) or 'no reason'}): "
+        f"the {what}'s figures would carry another process's load, and no review can explain "
+        "them; nothing was recorded",
+        "measure again on a quiet host (the windows are what the monitor saw); a Target whose "
+        "metric the host's load cannot move declares so in its readiness "
+        "(statistics.allow_explained_foreign_activity)",
+    )
+
+
 def _findings(figures: dict[str, CaseFigures], stage: str, settings: dict[str, Any]) -> list[str]:
     lines = []
     failed = sum(f.cand_incorrect for f in figures.values())
@@ -590,11 +653,7 @@ def measure_original(
         body["values"].append(row["metrics"][metric][0])
         body["cases"].append(row["case"])
         body["call_ids"].append(row["call_id"])
-    windows = []
-    if monitor is not None:
-        for r, c in run.pairs():
-            verdict = monitor.verdict(min(r["start_s"], c["start_s"]), max(r["end_s"], c["end_s"]))
-            windows.append({"call_ids": [r["call_id"], c["call_id"]], **verdict.to_json()})
+    windows = monitor_windows(run, monitor)
     monitored = {"windows": windows, "settings": monitor.settings() if monitor else None}
     return run.table(), body, {"settings": run.settings, "monitor": monitored}
 
@@ -700,10 +759,15 @@ def observed_aa(
     runs: int | None,
     timeout_s: float = 600.0,
     on_call: Callable[[dict[str, Any]], None] | None = None,
+    copies: Any = None,
 ) -> tuple[list[Any], list[str], Any]:
     """The original against itself under the worker protocol (R4's A/A of an observed
-    primary): ``runs`` ABBA pairs per case (None: the stopping rule of :func:`aa_more_pairs`,
-    from :data:`AA_START_PAIRS`), every output judged against the other's of the pair.
+    primary), run as a formal stage runs its subjects (:func:`run_subjects`): ``runs`` ABBA
+    pairs per case (None: the stopping rule of :func:`aa_more_pairs`, from
+    :data:`AA_START_PAIRS`), every output judged against the other's of the pair. ``copies``:
+    the original's two read-only copies (:func:`perfledger.app.identity.original_copies`),
+    whose commands run instead of ``command``, each call under their guard (R11); None: the
+    command runs as given (a Target whose readiness snapshotted nothing).
 
     Returns: ``(valid pairs as projections.verdicts.Pair, notes, the WorkerRun)``; a pair whose
     outputs differ is left out and said so (a workload that is not deterministic on one seed).
@@ -718,11 +782,14 @@ def observed_aa(
             "the worker protocol's A/A judges outputs: the readiness compares none",
             hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and a driver that declares {output}, or measure with --protocol command',
         )
-    argv = split_command(command)
-    run = run_pairs(
-        WorkerSubject("ref", argv), WorkerSubject("cand", argv), cases=cases,
-        pairs_per_case=runs or AA_START_PAIRS, accuracy=accuracy, units=units,
-        timeout_s=timeout_s, on_call=on_call,
+    if copies is not None:
+        argvs = copies.argvs
+    else:
+        argv = split_command(command)
+        argvs = {"ref": argv, "cand": argv}
+    run = run_subjects(
+        argvs, copies, cases=cases, pairs_per_case=runs or AA_START_PAIRS, accuracy=accuracy,
+        units=units, timeout_s=timeout_s, on_call=on_call,
         more_pairs=aa_more_pairs(target, cases) if runs is None else None,
     )  # fmt: skip
     if runs is None:  # what ran: the rule, and the pairs it took (R4)
@@ -750,8 +817,14 @@ __all__ = [
     "aa_more_pairs",
     "aa_pairs_to_add",
     "aa_stopping_rule",
+    "foreign_windows_refusal",
+    "held",
     "measure_original",
     "measure_workload",
+    "monitor_windows",
     "observed_aa",
     "observed_units",
+    "original_monitor",
+    "release",
+    "run_subjects",
 ]
