@@ -148,3 +148,37 @@ def test_a_finding_after_the_cached_head_is_judged_by_a_replay_from_zero(
     assert [f.event_id for f in report.findings] == [forged.id]
     again = audit(ready.ledger)  # an audit with findings leaves the cache where it was
     assert again.cached_head is None and [f.event_id for f in again.findings] == [forged.id]
+
+
+def test_a_concurrent_branch_merged_after_the_cached_head_is_rechecked_alone(
+    ready: Session,
+) -> None:
+    """A pull's merge: the other machine's events descend from an event under the cached
+    head; each is re-decided against the state its author saw, as from zero."""
+    from perfledger.commands.registry.operations import validate
+    from perfledger.commands.workflow.requests import dump
+
+    ready.passed("e1", CAND1)
+    ready.passed("e2", CAND2)
+    store = ready.ledger.store
+    base = store.read_head()
+    cached = audit(ready.ledger)
+    assert cached.ok
+    body = {"target_id": "t1", "samples_id": "e2-target", "expected_current": "original"}
+    other = [EventDraft(
+        "ChampionSelected",
+        {"target_id": "t1", "decision": "select", "experiment_id": "e2", "samples_id": "e2-target",
+         "candidate_hash": CAND2, "previous": "original", "reason": ""},
+        "other-agent",
+        request={"op": "champion.select", "body": dump(validate("champion.select", body))},
+    )]  # fmt: skip
+    _, other_head = store.build_on(base, other)
+    ready.champion("e1")
+    merge = store.write_merge([store.read_head(), other_head])
+    assert store.set_head(store.read_head(), merge)
+    report = audit(ready.ledger)
+    assert report.ok, [f.to_json() for f in report.findings]
+    assert report.cached_head == cached.head and report.rechecked == 2
+    full = audit(ready.ledger, use_cache=False)
+    assert full.ok and report.state_hash == full.state_hash
+    assert report.decisions == full.decisions and report.events == full.events
