@@ -851,7 +851,8 @@ class _SortedStrings:
 
 
 class _RestoredCommits(_Restored):
-    """``commit_of`` restored: event id -> binary sha, the cached ones kept in hex until read."""
+    """``commit_of`` restored: event id -> binary sha, the cached ones kept in hex until read
+    (read by subscript only)."""
 
     def __getitem__(self, key: str) -> Any:
         return self.new[key] if key in self.new else bytes.fromhex(self._base()[key])
