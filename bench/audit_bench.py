@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     log("verify ...")
     verify = run_child([*cli, "verify", "--json"])
     log("audit ...")
-    audit = run_child([*cli, "audit", "--json"])
+    audit = run_child([*cli, "audit", "--full", "--json"])  # the replay from zero, no cache
     report = json.loads(audit["stdout"]) if audit["stdout"].strip() else {}
     n = report.get("events", 0)
     result = {

@@ -20,6 +20,12 @@ its ratio to the floor's median.
 Goals (small ledger): ``state --json``, ``log``, ``show``, ``note`` <= 1.3x the floor; ``status``
 <= 1.5x; ``verdict record`` (derived, ``--dry-run``) and ``verdict explain`` <= 4x; ``audit``
 <= 4x. Big ledger: each command within 1.3x of its time on the small one.
+
+``note`` appends one event to each ledger every round, so every ``audit`` after the first
+re-checks the event(s) after the head its audit cache holds (SPEC.md section 2, "Audit cache"):
+the case of an audit after each step of a session; ``audit --full`` is the replay from zero.
+``--compare-src DIR`` times ``python -m perfledger audit`` with ``PYTHONPATH=DIR`` (another
+checkout's ``src/``, e.g. ``git archive main src | tar -x -C /tmp/main``) in the same rounds.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ COMMANDS: dict[str, tuple[list[str], float]] = {
     ),
     "verdict explain": (["verdict", "explain", "e1-target"], 4.0),
     "audit": (["audit"], 4.0),
+    # the replay from zero, without the audit cache (SPEC.md section 2, "Audit cache")
+    "audit --full": (["audit", "--full"], 4.0),
 }
 
 
@@ -81,9 +89,14 @@ def build_small(path: Path, before: Path | None = None) -> None:
     """Send the chain of ``examples/requests/`` (up to, not including, ``before``) through the
     CLI into a new ledger at ``path``, as ``tests/examples/test_request_examples.py`` does: a
     formal stage's pairs and the A/A are appended with the raw tables ``perfledger measure``
-    attaches (R4, R5: typed figures decide nothing), through the tests' scenario helpers."""
+    attaches (R4, R5: typed figures decide nothing), through the tests' scenario helpers, and
+    so are the measured baseline and A/A beside the typed ones."""
     sys.path.insert(0, str(ROOT / "tests" / "workflow"))
-    from wf_scenario import Session, record_measured_aa  # the tests' stand-in of a measured run
+    from wf_scenario import (  # the tests' stand-ins of measured runs
+        Session,
+        record_measured_aa,
+        record_measured_baseline,
+    )
 
     from perfledger.api import Ledger
 
@@ -103,6 +116,9 @@ def build_small(path: Path, before: Path | None = None) -> None:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"{request.name}: exit {proc.returncode}: {proc.stdout}{proc.stderr}")
+        if operation == "baseline.record":  # R4: a typed baseline decides nothing
+            with Ledger.open(path) as opened:
+                record_measured_baseline(opened, body)
         if operation == "resolution.record":
             with Ledger.open(path) as opened:
                 record_measured_aa(opened, "t1")
@@ -135,7 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=10_000, help="events added to the big ledger")
     parser.add_argument("--workdir", type=Path, default=None, help="where the ledgers are built")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--compare-src", type=Path, default=None,
+                        help="another checkout's src/: its `audit` is timed in the same rounds")  # fmt: skip
     args = parser.parse_args(argv)
+    commands = dict(COMMANDS)
+    compare_env: dict[str, str] = {}
+    if args.compare_src is not None:
+        label = "audit (compare-src)"
+        commands[label] = ([sys.executable, "-m", "perfledger", "audit"], 4.0)
+        compare_env[label] = str(args.compare_src.resolve())
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pl-cli-bench-"))
     ledgers: dict[tuple[str, bool], Path] = {}
     for size in ("small", "big"):
@@ -150,16 +174,22 @@ def main(argv: list[str] | None = None) -> int:
     def ledger_of(label: str, size: str) -> Path:
         return ledgers[(size, label.startswith("verdict record"))]
 
+    def argv_env(label: str, size: str) -> tuple[list[str], dict[str, str]]:
+        cmd, env = commands[label][0], _env(ledger_of(label, size))
+        if label in compare_env:
+            return cmd, {**env, "PYTHONPATH": compare_env[label]}
+        return [*_perfledger(), *cmd], env
+
     # warm the derived caches and the page cache once
-    for label, (cmd, _goal) in COMMANDS.items():
+    for label in commands:
         for size in ("small", "big"):
-            _run([*_perfledger(), *cmd], _env(ledger_of(label, size)))
+            _run(*argv_env(label, size))
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.runs):
         times.setdefault(("floor", ""), []).append(_run(FLOOR, dict(os.environ)))
-        for label, (cmd, _goal) in COMMANDS.items():
+        for label in commands:
             for size in ("small", "big"):
-                wall_s = _run([*_perfledger(), *cmd], _env(ledger_of(label, size)))
+                wall_s = _run(*argv_env(label, size))
                 times.setdefault((label, size), []).append(wall_s)
     floor_s = statistics.median(times[("floor", "")])
     load = os.getloadavg()
@@ -169,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'command':28} {'small s':>8} {'x floor':>8} {'goal':>6} {'big s':>8} {'big/small':>9}  ok"
     )
     rows = []
-    for label, (_cmd, goal) in COMMANDS.items():
+    for label, (_cmd, goal) in commands.items():
         s = statistics.median(times[(label, "small")])
         b = statistics.median(times[(label, "big")])
         ok = s / floor_s <= goal and b / s <= 1.3

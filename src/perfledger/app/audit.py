@@ -1,5 +1,5 @@
 """The audit use case (``perfledger audit``, the MCP server's ``cli ["audit"]``; SPEC.md
-sections 1 and 6): the auditor's replay from zero (:func:`perfledger.commands.audit.replay.audit`)
+sections 1 and 6): the auditor's replay (from zero, or from the clone's audit cache) (:func:`perfledger.commands.audit.replay.audit`)
 and the exit status its findings call for."""
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ FINDINGS_EXIT = 5
 NEWER_LEDGER_EXIT = 7
 
 
-def audit_ledger(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
-    """Replay the open ``ledger`` from zero: every check of ``verify``, every decision re-decided
+def audit_ledger(
+    ledger: Any, allowed_signers: str | None = None, *, full: bool = False
+) -> AuditReport:
+    """Replay the open ``ledger``: every check of ``verify``, every decision re-decided
     against the state before it, evidence re-derived from its reports, and with
     ``allowed_signers`` (the auditor's allowed-signers file) every review's signature (R12,
-    R17). Returns the report (``report.ok``, ``report.findings`` each naming its event and
+    R17). The events up to a head this clone's audit cache holds a clean audit of (SPEC.md
+    section 2, "Audit cache") are not re-checked unless ``full`` (``audit --full``): from
+    zero. Returns the report (``report.ok``, ``report.findings`` each naming its event and
     rule); raises nothing for a finding, BadRequest for a missing signers file."""
-    return audit(ledger, allowed_signers)
+    return audit(ledger, allowed_signers, use_cache=not full)
 
 
 def audit_exit_code(report: AuditReport) -> int:

@@ -192,6 +192,18 @@ def check_batch_keys(drafts: Sequence[EventDraft]) -> None:
         )
 
 
+def artifact_ref(envelope: Envelope, name: str) -> Any:
+    """The reference (blake3, size, media type) of artifact ``name`` of ``envelope``'s event.
+    Raises: BadRequest when the event has no such artifact."""
+    ref = envelope.artifacts.get(name)
+    if ref is None:
+        raise BadRequest(
+            f"event {envelope.id} has no artifact {name!r}",
+            hint="`perfledger show EVENT` lists an event's artifacts",
+        )
+    return ref
+
+
 def idempotent_replay(
     drafts: Sequence[EventDraft], holder: Callable[[str], Envelope | None]
 ) -> list[Envelope] | None:

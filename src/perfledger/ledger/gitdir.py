@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 from perfledger.errors import IntegrityError
@@ -46,64 +47,31 @@ def find_controldir(path: str) -> GitLocation | None:
     return location
 
 
-def read_section(controldir: str, section: bytes) -> dict[bytes, bytes] | None:
-    """Return the keys of ``[section]`` (no subsection) in the repository's ``config`` file,
-    lower-cased, each with its last value (git's rule); an empty dict when the file or the
-    section is absent; None when the file holds anything this reader does not read exactly as
-    git does (includes, quoting, escapes, continuations, an entry outside a section): the
-    caller then asks dulwich.
-    Raises: OSError other than a missing file.
-    """
-    try:
-        with open(os.path.join(controldir, "config"), "rb") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return {}
-    wanted = section.lower()
-    current: bytes | None = None
-    values: dict[bytes, bytes] = {}
-    for line in lines:
-        stripped = line.strip()
-        if not stripped or stripped.startswith((b"#", b";")):
-            continue
-        header = _SECTION.match(line)
-        if header is not None:
-            name = header.group(1).strip().lower()
-            if name.startswith(b"include"):
-                return None
-            current = name
-            continue
-        if current is None:
-            return None
-        if current != wanted:
-            continue
-        entry = _PLAIN_ENTRY.match(line)
-        if entry is None:
-            return None
-        values[entry.group(1).lower()] = entry.group(2) if entry.group(2) is not None else b"true"
-    return values
-
-
+#: What a section selector returns for a header this reader does not read as git does.
+_UNREADABLE = object()
 #: A remote's section header as ``git remote add`` writes it: ``[remote "name"]`` (a plain name).
 _REMOTE_HEADER = re.compile(rb'^remote "([^"\\]+)"$')
 
 
-def read_remotes(controldir: str) -> dict[str, str] | None:
-    """Return ``{name: url}`` of the ``[remote "name"]`` sections of the repository's ``config``
-    file that carry a ``url`` (its last value), as dulwich's config reads them; an empty dict
-    when the file is absent; None when the file holds anything this reader does not read
-    exactly as dulwich does (includes, quoting, escapes, continuations, another spelling of a
-    remote's header): the caller then asks dulwich.
-    Raises: OSError other than a missing file.
-    """
+def _config_entries(
+    controldir: str, select: Callable[[bytes], object]
+) -> list[tuple[object, bytes, bytes | None]] | None:
+    """The plain entries of the ``config`` sections that ``select`` picks, in file order:
+    ``(label, key lower-cased, value or None for a bare key)``. ``select(header)`` (the text
+    between the brackets, stripped) returns the label of a section whose entries are wanted,
+    None for one that is skipped, or :data:`_UNREADABLE`. An empty list when the file is
+    absent; None when the file holds anything this reader does not read exactly as git does
+    (an include, an unreadable header, an entry outside a section, a wanted entry that is not
+    plain: quoting, escapes, continuations): the caller then asks dulwich.
+    Raises: OSError other than a missing file."""
     try:
         with open(os.path.join(controldir, "config"), "rb") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
-        return {}
-    remotes: dict[str, str] = {}
-    current: str | None = None
+        return []
+    label: object = None
     in_section = False
+    entries: list[tuple[object, bytes, bytes | None]] = []
     for line in lines:
         stripped = line.strip()
         if not stripped or stripped.startswith((b"#", b";")):
@@ -111,26 +79,64 @@ def read_remotes(controldir: str) -> dict[str, str] | None:
         header = _SECTION.match(line)
         if header is not None:
             name = header.group(1).strip()
-            remote = _REMOTE_HEADER.match(name)
-            if remote is not None:
-                current = remote.group(1).decode("utf-8", "replace")
-            elif b'"' in name or b"." in name or name.lower().startswith(b"include"):
-                return None  # a subsection this reader does not read as dulwich does
-            else:
-                current = None
+            if name.lower().startswith(b"include"):
+                return None
+            label = select(name)
+            if label is _UNREADABLE:
+                return None
             in_section = True
             continue
         if not in_section:
             return None
-        if current is None:
+        if label is None:
             continue
         entry = _PLAIN_ENTRY.match(line)
         if entry is None:
             return None
-        if entry.group(1).lower() == b"url":
-            if entry.group(2) is None:
+        entries.append((label, entry.group(1).lower(), entry.group(2)))
+    return entries
+
+
+def read_section(controldir: str, section: bytes) -> dict[bytes, bytes] | None:
+    """Return the keys of ``[section]`` (no subsection) in the repository's ``config`` file,
+    lower-cased, each with its last value (git's rule; a bare key is ``true``); an empty dict
+    when the file or the section is absent; None when the file holds anything this reader does
+    not read exactly as git does (:func:`_config_entries`): the caller then asks dulwich.
+    Raises: OSError other than a missing file.
+    """
+    wanted = section.lower()
+    entries = _config_entries(controldir, lambda name: True if name.lower() == wanted else None)
+    if entries is None:
+        return None
+    return {key: b"true" if value is None else value for _, key, value in entries}
+
+
+def _remote_of(header: bytes) -> object:
+    """A ``[remote "name"]`` header's name; None for another plain section;
+    :data:`_UNREADABLE` for any other subsection (dulwich's reading of it is left to it)."""
+    remote = _REMOTE_HEADER.match(header)
+    if remote is not None:
+        return remote.group(1).decode("utf-8", "replace")
+    return _UNREADABLE if b'"' in header or b"." in header else None
+
+
+def read_remotes(controldir: str) -> dict[str, str] | None:
+    """Return ``{name: url}`` of the ``[remote "name"]`` sections of the repository's ``config``
+    file that carry a ``url`` (its last value), as dulwich's config reads them; an empty dict
+    when the file is absent; None when the file holds anything this reader does not read
+    exactly as dulwich does (:func:`_config_entries`, another spelling of a remote's header, a
+    bare ``url`` key): the caller then asks dulwich.
+    Raises: OSError other than a missing file.
+    """
+    entries = _config_entries(controldir, _remote_of)
+    if entries is None:
+        return None
+    remotes: dict[str, str] = {}
+    for name, key, value in entries:
+        if key == b"url":
+            if value is None:
                 return None  # a bare ``url`` key: left to dulwich's reading
-            remotes[current] = entry.group(2).decode("utf-8", "replace")
+            remotes[str(name)] = value.decode("utf-8", "replace")
     return remotes
 
 

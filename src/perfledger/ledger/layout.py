@@ -2,8 +2,8 @@
 
 A ledger is a git repository. What git owns keeps git's names; what perfledger adds is either
 in the repository's config (``[perfledger]``) or under the derived directory, which holds only
-rebuildable data and the writers' locks: deleting it changes nothing but speed (and ``verify``
-never reads it).
+rebuildable data and the writers' locks: deleting it changes nothing but speed (``verify``
+never reads it; ``audit`` reads only its audit cache, audit_cache.py).
 
 ::
 
@@ -24,6 +24,7 @@ never reads it).
         index-v3.msgpack         INDEX_FILE: the derived commit index (v3: a key used by several
                                  events maps to the first in the total order)
         cache/                   CACHE_DIR: state snapshots (cache.py)
+        audit/audit.msgpack      the audit cache: a clean audit's replay state (audit_cache.py)
         corrupt-loose/           CORRUPT_LOOSE_DIR: loose files that failed their hash
         last-pull.json           LAST_PULL_FILE: what the last pull brought (sync.py)
         gc.lock                  GC_GUARD_FILE: gc's open guard (flock; gc.py)

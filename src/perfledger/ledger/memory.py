@@ -20,6 +20,7 @@ from perfledger.ledger.base import (
     EventDraft,
     EventStore,
     HeadView,
+    artifact_ref,
     build_envelope,
     check_batch_keys,
     idempotent_replay,
@@ -106,13 +107,7 @@ class MemoryStore(EventStore):
 
     def read_artifact(self, event_id: str, name: str) -> bytes:
         """Return an event's artifact after checking size and blake3."""
-        envelope = self.get_event(event_id)
-        ref = envelope.artifacts.get(name)
-        if ref is None:
-            raise BadRequest(
-                f"event {event_id} has no artifact {name!r}",
-                hint="`perfledger show EVENT` lists an event's artifacts",
-            )
+        ref = artifact_ref(self.get_event(event_id), name)
         data = self._blobs.get(ref.blake3)
         if data is None or len(data) != ref.size or blake3.blake3(data).hexdigest() != ref.blake3:
             raise IntegrityError(f"event {event_id}: artifact {name!r} does not match")

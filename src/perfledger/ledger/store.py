@@ -48,6 +48,7 @@ from perfledger.ledger.base import (
     EventDraft,
     EventStore,
     HeadView,
+    artifact_ref,
     build_envelope,
     check_batch_keys,
     idempotent_replay,
@@ -584,13 +585,7 @@ class GitStore(EventStore):
         """
         commit_sha = self.event_commit(event_id)
         with self._objects() as reader:
-            envelope = self._envelope_from(reader, commit_sha, check=True)
-            ref = envelope.artifacts.get(name)
-            if ref is None:
-                raise BadRequest(
-                    f"event {event_id} has no artifact {name!r}",
-                    hint="`perfledger show EVENT` lists an event's artifacts",
-                )
+            ref = artifact_ref(self._envelope_from(reader, commit_sha, check=True), name)
             art_tree_sha = _tree_entry(
                 self._tree_of(reader, commit_sha, True), layout.ARTIFACTS_DIR
             )

@@ -33,7 +33,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -129,35 +129,72 @@ def _ts_seconds(ts: str) -> int:
         raise _fail(f"timestamp {ts!r} is not a valid UTC time") from None
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A head an earlier verification of this repository passed (the audit cache): ``head``
+    (binary sha), ``commits`` (every commit reachable from it, hex: ``in`` is all that is
+    asked of it), ``event_ids`` (the events they carry)."""
+
+    head: bytes
+    commits: Container[str]
+    event_ids: Container[str]
+
+
+class NotDescendant(Exception):
+    """:func:`verify_store` with ``since``: the head does not descend from ``since.head``
+    (the history was rewritten or reset below it), or a new root commit appeared; nothing was
+    passed to ``on_event``."""
+
+
 def verify_store(
     store: GitStore,
     *,
     on_event: Callable[[RecordedEvent], None] | None = None,
     on_graph: Callable[[CommitGraph], None] | None = None,
     format_version: int,
+    since: Checked | None = None,
 ) -> VerifyReport:
     """Verify the ledger of ``store`` end to end, in the format ``format_version``;
     ``on_event`` gets every verified event (payload upcast and decoded) in the total order;
     ``on_graph`` gets the walked :class:`CommitGraph` before the first event (its
     ``commit_of`` maps each event id to its commit, from git, never from derived data).
+    ``since``: check only the commits the head reaches that ``since.commits`` does not hold
+    (the repository-wide checks are made as always); the events of ``since`` are taken as
+    verified, as a pull takes the local ones (:func:`verify_incoming`).
     Returns: a :class:`VerifyReport`; ``ok`` False with ``error`` set on the first failure.
+    Raises: NotDescendant (``since`` only) when the head does not descend from ``since.head``
+    or a new root appeared.
     """
     started = time.perf_counter()
     report = VerifyReport(ok=False, head="")
-    reader = store.object_reader()
+    # after a checked head, the new commits are a few reads: the pack indexes searched in place
+    reader = store.object_reader(sparse=since is not None)
     try:
         report.head = store.read_head().decode()
         _refuse_substitutions(store.controldir)
         refuse_incomplete_clone(store.controldir)
-        graph = CommitGraph(reader, bytes.fromhex(report.head))
+        if since is None:
+            graph = CommitGraph(reader, bytes.fromhex(report.head))
+        else:
+            graph = CommitGraph(
+                reader,
+                bytes.fromhex(report.head),
+                is_local=lambda sha: sha.hex() in since.commits,
+                has_event=since.event_ids.__contains__,
+            )
+            # the walk stops at the first known commit of every path: it meets since.head
+            # exactly when the head descends from it (a commit after it is not below it)
+            if since.head not in graph.nodes or graph.roots:
+                raise NotDescendant
         report.merges = graph.merges
         if on_graph is not None:
             on_graph(graph)
-        if len(graph.roots) != 1:
+        if since is None and len(graph.roots) != 1:
             raise IntegrityError(
                 f"the ledger has {len(graph.roots)} root commits; exactly one is allowed"
             )
-        for event in graph.check_events(graph.roots[0], format_version):
+        root = graph.roots[0] if since is None else b""
+        for event in graph.check_events(root, format_version):
             report.events += 1
             if on_event is not None:
                 on_event(event)

@@ -1,6 +1,8 @@
 """The auditor's replay (SPEC.md sections 1, 4, 6): ``perfledger audit``.
 
-From zero, independent of the derived cache and index, in one pass over git:
+Independent of the derived state cache and index, in one pass over git: from zero, or (the
+audit cache, :func:`audit`) over the events after the head of this clone's last clean audit,
+each checked as from zero:
 
 1. everything ``verify`` checks (:func:`perfledger.ledger.verify.verify_store`: hashes, trailers,
    parents, Lamport clocks, schemas, artifacts); its per-event callback drives the rest, so git is
@@ -38,6 +40,7 @@ recorded samples with numpy/scipy only.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import os
 import time
@@ -49,7 +52,7 @@ import msgspec
 
 from perfledger.commands.audit import schema_floor
 from perfledger.commands.audit.evidence import rederive_evidence
-from perfledger.commands.audit.review_auth import ReviewWatch
+from perfledger.commands.audit.review_auth import ReviewWatch, _Review
 from perfledger.commands.registry import operations
 from perfledger.commands.registry.operations import OPERATIONS
 from perfledger.commands.workflow.deciders import DecisionContext, derive_samples
@@ -157,11 +160,18 @@ class AuditReport:
     evidence_rederived: int = 0
     evidence_as_written: int = 0
     evidence_as_written_ids: list[str] = field(default_factory=list)
+    #: events re-checked by this run (all of them but those the audit cache vouched for)
+    rechecked: int = 0
+    #: the head whose clean audit the audit cache vouched for (this run re-checked only the
+    #: events after it), or None for a replay from zero
+    cached_head: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
         return {
             "ok": self.ok,
+            "rechecked": self.rechecked,
+            "cached_head": self.cached_head,
             "head": self.head,
             "events": self.events,
             "decisions": self.decisions,
@@ -301,6 +311,8 @@ class _Replay:
         self.position: dict[str, int] = {}
         #: the reviews and the decisions that relied on them (R12, R17)
         self.reviews = ReviewWatch()
+        #: what the audit cache held, when this replay started from it (:func:`_restore`)
+        self.restored: tuple[Any, list[Any]] | None = None
 
     def __call__(self, event: RecordedEvent) -> None:
         started = time.perf_counter()
@@ -353,6 +365,7 @@ class _Replay:
             self._find(event, "fold", f"the projection cannot place it: {anomaly}")
         self.seen += 1
         self.report.events += 1
+        self.report.rechecked += 1
 
     def _check_schema_floor(self, event: RecordedEvent) -> None:
         """Rule versions only rise along the DAG (:mod:`perfledger.commands.audit.schema_floor`):
@@ -657,10 +670,204 @@ def _difference(kind: str, recorded: dict[str, Any], decided: Any) -> str:
     )
 
 
-def audit(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
-    """Replay ``ledger`` (a :class:`perfledger.api.Ledger`) from zero; see the module docstring.
+# ----------------------------------------------------------------------------- the audit cache
+# A clean audit leaves its replay's state in the clone's audit cache (perfledger.ledger.
+# audit_cache; SPEC.md section 2, "Audit cache"), keyed by the audited head and by perfledger's
+# own code; a later audit of a head descending from it restores that state and re-checks only
+# the events after it, exactly as a replay from zero checks them. What it proves and what it
+# does not: docs/storage.md, "The audit cache".
+
+
+class _Shown(msgspec.Struct, array_like=True):
+    version: int
+    event_id: str
+    kind: str
+    schema: int
+
+
+class _CachedReview(msgspec.Struct, array_like=True):
+    review_id: str
+    event_id: str
+    subject_actor: str | None
+
+
+class _ReplayState(msgspec.Struct):
+    """What :class:`_Replay` and :class:`AuditReport` hold after a clean replay (events in the
+    total order; parents as places in it; floors shared, by place in ``floors``)."""
+
+    events: list[str]
+    commits: list[str]
+    parents: list[list[int]]
+    ancestors: list[int]
+    floor_of: list[int]
+    floors: list[dict[str, _Shown]]
+    keys: dict[str, str]
+    reviews: list[_CachedReview]
+    relied: dict[str, list[tuple[str, str]]]
+    state: bytes
+    decisions: int
+    notes: list[str]
+    evidence_rederived: int
+    evidence_as_written: int
+    evidence_as_written_ids: list[str]
+
+
+class _Restored:
+    """A map of the replay (event id -> ...) restored from the audit cache: ``build`` makes the
+    cached part on its first lookup (a linear append reads a parent's entry or none, and
+    decoding every entry cost more than the new events' checks); entries set since live in
+    ``new``."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
+        self.build: Callable[[], dict[str, Any]] | None = build
+        self.cached: dict[str, Any] = {}
+        self.new: dict[str, Any] = {}
+
+    def _base(self) -> dict[str, Any]:
+        if self.build is not None:
+            self.cached, self.build = self.build(), None
+        return self.cached
+
+    def __getitem__(self, key: str) -> Any:
+        return self.new[key] if key in self.new else self._base()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.new[key] if key in self.new else self._base().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.new or key in self._base()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.new[key] = value
+
+    def update(self, other: dict[str, Any]) -> None:
+        """Set every entry of ``other`` not cached (a walked graph's, which names the cached
+        commits it touched too)."""
+        base = self._base()
+        self.new.update((k, v) for k, v in other.items() if k not in base)
+
+
+def _capture(replay: _Replay, report: AuditReport, notes: list[str]) -> bytes:
+    """The state of a clean replay, encoded (msgpack); ``notes``: those its events made. A
+    replay restored from the cache (:func:`_restore`) adds its new events to what it read."""
+    restored = replay.restored
+    if restored is None:
+        base = _ReplayState([], [], [], [], [], [], {}, [], {}, b"", 0, [], 0, 0, [])
+        new = sorted(replay.position, key=replay.position.__getitem__)
+        floor_index: dict[int, int] = {}
+    else:
+        base, floor_objects = restored
+        new = sorted(replay.position.new, key=replay.position.new.__getitem__)
+        floor_index = {id(f): i for i, f in enumerate(floor_objects)}
+    place = replay.position
+    events, floors, floor_of = list(base.events), list(base.floors), list(base.floor_of)
+    for event_id in new:
+        floor = replay.floors[event_id]
+        index = floor_index.get(id(floor))
+        if index is None:
+            index = floor_index[id(floor)] = len(floors)
+            floors.append({k: _Shown(v.version, v.event_id, v.kind, v.schema) for k, v in floor.items()})  # fmt: skip
+        floor_of.append(index)
+        events.append(event_id)
+    watch = replay.reviews
+    return msgspec.msgpack.encode(
+        _ReplayState(
+            events=events,
+            commits=[*base.commits, *(replay.commit_of[e].hex() for e in new)],
+            parents=[*base.parents, *([place[p] for p in replay.parents[e]] for e in new)],
+            ancestors=[*base.ancestors, *(replay.ancestors[e] for e in new)],
+            floor_of=floor_of,
+            floors=floors,
+            keys=dict(replay.keys),
+            reviews=[
+                _CachedReview(review_id, seen.event_id, seen.subject_actor)
+                for review_id, seen in watch.reviews.items()
+            ],
+            relied={k: list(v) for k, v in watch.relied.items()},
+            state=msgspec.msgpack.encode(replay.state),
+            decisions=report.decisions,
+            notes=notes,
+            evidence_rederived=report.evidence_rederived,
+            evidence_as_written=report.evidence_as_written,
+            evidence_as_written_ids=list(report.evidence_as_written_ids),
+        )
+    )
+
+
+def _restore(replay: _Replay, report: AuditReport, data: bytes) -> None:
+    """Put a clean replay's state (:func:`_capture`) back into ``replay`` and ``report``; its
+    maps are :class:`_Restored`. Raises: msgspec.DecodeError / ValidationError for bytes that
+    do not decode, ValueError / IndexError / KeyError for a state that does not fit together,
+    PerfledgerError for a review event that cannot be read again."""
+    cached = msgspec.msgpack.decode(data, type=_ReplayState)
+    events = cached.events
+    n = len(events)
+    if not (n == len(cached.commits) == len(cached.parents) == len(cached.ancestors)
+            == len(cached.floor_of)):  # fmt: skip
+        raise ValueError("the cached replay's lists differ in length")
+    floors = [
+        {k: schema_floor.Shown(v.version, v.event_id, v.kind, v.schema) for k, v in f.items()}
+        for f in cached.floors
+    ]
+    replay.restored = (cached, floors)
+    replay.position = _Restored(lambda: {event_id: i for i, event_id in enumerate(events)})
+    replay.commit_of = _RestoredCommits(lambda: dict(zip(events, cached.commits, strict=True)))
+    replay.parents = _Restored(
+        lambda: {
+            e: tuple(events[i] for i in ps) for e, ps in zip(events, cached.parents, strict=True)
+        }
+    )
+    replay.ancestors = _Restored(lambda: dict(zip(events, cached.ancestors, strict=True)))
+    replay.floors = _Restored(
+        lambda: {e: floors[i] for e, i in zip(events, cached.floor_of, strict=True)}
+    )
+    replay.keys = dict(cached.keys)
+    replay.state = msgspec.msgpack.decode(cached.state, type=replay.projection.state_type)
+    replay.seen = n
+    for review in cached.reviews:  # the review itself, read again from its verified commit
+        envelope = replay._read(review.event_id).envelope
+        replay.reviews.reviews[review.review_id] = _Review(
+            envelope.id, envelope.lamport, envelope.actor, recorded(envelope).payload,
+            review.subject_actor,
+        )  # fmt: skip
+    replay.reviews.relied = {k: [tuple(x) for x in v] for k, v in cached.relied.items()}
+    report.events = n
+    report.decisions = cached.decisions
+    report.notes = list(cached.notes)  # those of its events; the reviews' are made again
+    report.evidence_rederived = cached.evidence_rederived
+    report.evidence_as_written = cached.evidence_as_written
+    report.evidence_as_written_ids = list(cached.evidence_as_written_ids)
+
+
+class _SortedStrings:
+    """``in`` over a sorted list of strings (binary search)."""
+
+    def __init__(self, items: list[str]) -> None:
+        self.items = items
+
+    def __contains__(self, item: object) -> bool:
+        i = bisect.bisect_left(self.items, item)  # type: ignore[call-overload]
+        return i < len(self.items) and self.items[i] == item
+
+
+class _RestoredCommits(_Restored):
+    """``commit_of`` restored: event id -> binary sha, the cached ones kept in hex until read
+    (read by subscript only)."""
+
+    def __getitem__(self, key: str) -> Any:
+        return self.new[key] if key in self.new else bytes.fromhex(self._base()[key])
+
+
+def audit(
+    ledger: Any, allowed_signers: str | None = None, *, use_cache: bool = True
+) -> AuditReport:
+    """Replay ``ledger`` (a :class:`perfledger.api.Ledger`); see the module docstring.
     ``allowed_signers``: the auditor's allowed-signers file (git's format) the reviews'
     signatures are checked against (step 7); None: reviews that decided something are listed
+    in the notes. ``use_cache``: start from the clone's audit cache when it holds a clean
+    audit of a head the current head descends from, under this perfledger's code (re-checking
+    only the events after it); False (``audit --full``): replay from zero, the cache neither
+    read nor written. A clean audit writes the cache; an unusable one is ignored and said so
     in the notes.
 
     Returns: an :class:`AuditReport`; ``ok`` is False when verify failed or any finding exists.
@@ -674,8 +881,6 @@ def audit(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
             "(git's format: `principal keytype key`, one a line)",
         )
     started = time.perf_counter()
-    report = AuditReport(ok=False, head="")
-    replay = _Replay(ledger.store, report)
     # The replay allocates millions of objects and almost no reference cycles (316 cyclic
     # objects left over after the 100,000-event audit ledger): the cyclic collector's full
     # passes over the growing heap cost ~2 s of CPU there (8 full collections) and free
@@ -683,7 +888,12 @@ def audit(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _replay_all(ledger, replay, report, allowed_signers)
+        report = _audit_from_cache(ledger, allowed_signers) if use_cache else None
+        if report is None or not report.ok:  # a finding after the cached head: judge it all
+            why = report.notes[-1:] if report is not None and report.cached_head is None else []
+            report = AuditReport(ok=False, head="", notes=list(why))
+            replay = _Replay(ledger.store, report)
+            _replay_all(ledger, replay, report, allowed_signers, save=use_cache)
     finally:
         if collecting:
             gc.enable()
@@ -691,19 +901,75 @@ def audit(ledger: Any, allowed_signers: str | None = None) -> AuditReport:
     return report
 
 
+def _audit_from_cache(ledger: Any, allowed_signers: str | None) -> AuditReport | None:
+    """An audit that starts from the clone's audit cache: the report (``cached_head`` set), or
+    None when there is no cache, or a report with ``cached_head`` None whose last note says
+    why the cache was not used (damaged, other code, a head not descending from it)."""
+    from perfledger.ledger.audit_cache import load_audit_cache  # noqa: PLC0415 (with verify, below)
+    from perfledger.ledger.verify import Checked, NotDescendant  # noqa: PLC0415 (dulwich via perfledger.ledger.verify)
+
+    store = ledger.store
+    cached, why = load_audit_cache(store.controldir)
+    report = AuditReport(ok=False, head="")
+    if cached is None:
+        if why is None:
+            return None
+        report.notes.append(f"{why}: it was ignored and every event re-checked")
+        return report
+    replay = _Replay(store, report)
+    try:
+        _restore(replay, report, cached.replay)
+        # the cache lists its commits sorted: a walk asks about a few, a set of all would
+        # cost more than the new events' checks
+        since = Checked(bytes.fromhex(cached.head), _SortedStrings(cached.commits), replay.position)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, KeyError, IndexError,
+            PerfledgerError) as exc:  # fmt: skip
+        report.notes.append(
+            f"the audit cache does not hold a usable replay state ({type(exc).__name__}): it "
+            "was ignored and every event re-checked"
+        )
+        return report
+    report.cached_head = cached.head
+    try:
+        _replay_all(ledger, replay, report, allowed_signers, since=since, cached=cached.commits)
+    except NotDescendant:
+        report.cached_head = None
+        report.notes.append(
+            f"the audit cache holds a clean audit of commit {cached.head}, which the head "
+            "does not descend from (the history was rewritten or reset below it): it was "
+            "ignored and every event re-checked"
+        )
+    return report
+
+
 def _replay_all(
-    ledger: Any, replay: _Replay, report: AuditReport, allowed_signers: str | None = None
+    ledger: Any,
+    replay: _Replay,
+    report: AuditReport,
+    allowed_signers: str | None = None,
+    *,
+    since: Any = None,
+    cached: list[str] | None = None,
+    save: bool = True,
 ) -> None:
-    """Verify ``ledger`` with ``replay`` on every event; fill ``report``'s head, findings,
-    notes, state hash and ``ok`` (the reviews checked against ``allowed_signers``)."""
+    """Verify ``ledger`` with ``replay`` on every event (``since``: those after a checked head,
+    :class:`perfledger.ledger.verify.Checked`, whose commits are ``cached``); fill ``report``'s
+    head, findings, notes, state hash and ``ok`` (the reviews checked against
+    ``allowed_signers``); with ``save``, a clean replay's state goes to the audit cache."""
     from perfledger.ledger.verify import verify_store  # noqa: PLC0415 (dulwich via perfledger.ledger.verify)
 
+    walked: list[bytes] = []
+    event_notes: list[str] = []
+    first_note = 0 if since is not None else len(report.notes)  # the notes of the events
+
     def keep_commits(graph: Any) -> None:
-        replay.commit_of = graph.commit_of
+        replay.commit_of.update(graph.commit_of)
+        walked.extend(graph.walked)
 
     verified = verify_store(
-        ledger.store, on_event=replay, on_graph=keep_commits, format_version=FORMAT_VERSION
-    )
+        ledger.store, on_event=replay, on_graph=keep_commits, format_version=FORMAT_VERSION,
+        since=since,
+    )  # fmt: skip
     report.derived_here = replay.derived_here
     report.head = verified.head
     if not verified.ok:
@@ -715,6 +981,7 @@ def _replay_all(
         report.findings.append(Finding(error.event_id or "", "", 0, rule, error.message))
     else:
         report.state_hash = state_hash(replay.state)
+        event_notes = report.notes[first_note:]
         found, notes = replay.reviews.check(allowed_signers)
         for review, rule, message in found:
             report.findings.append(
@@ -722,3 +989,30 @@ def _replay_all(
             )
         report.notes += notes
     report.ok = verified.ok and not report.findings
+    if save and report.ok and (since is None or walked):  # nothing new: the cache stands
+        commits = sorted([*(cached or ()), *(sha.hex() for sha in walked)])
+        _save_cache(ledger.store, replay, report, commits, event_notes)
+
+
+def _save_cache(
+    store: Any, replay: _Replay, report: AuditReport, commits: list[str], notes: list[str]
+) -> None:
+    """Write the audit cache of a clean replay at ``report.head`` (``commits``: every commit
+    it reaches, hex; ``notes``: those its events made, not the reviews', which every audit
+    makes again)."""
+    from perfledger.ledger.audit_cache import (  # noqa: PLC0415 (with verify)
+        AUDIT_CACHE_FORMAT,
+        AuditCache,
+        rules_fingerprint,
+        save_audit_cache,
+    )
+
+    try:
+        rules = rules_fingerprint()
+    except OSError:
+        return
+    cache = AuditCache(
+        AUDIT_CACHE_FORMAT, rules, report.head, report.state_hash or "", commits,
+        _capture(replay, report, notes),
+    )  # fmt: skip
+    save_audit_cache(store.controldir, cache)

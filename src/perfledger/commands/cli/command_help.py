@@ -19,10 +19,11 @@ COMMAND_HELP: dict[str, str] = {
         "perfledger."
     ),
     "audit": (
-        "The auditor's replay from zero, independent of the cache: everything `verify` checks, "
+        "The auditor's replay, independent of the state cache: everything `verify` checks, "
         "every verdict re-derived from its samples, every request re-decided against the state "
-        "before it; with --allowed-signers, every review's SSH signature. Exit 0 when clean, 5 "
-        "with the findings (each naming its event and rule)."
+        "before it; with --allowed-signers, every review's SSH signature. Events up to a head "
+        "this clone audited clean before are not re-checked (the audit cache; --full: from "
+        "zero). Exit 0 when clean, 5 with the findings (each naming its event and rule)."
     ),
     "baseline": (
         "Record a typed baseline, declared: it decides nothing (R4; `measure baseline` measures one)."

@@ -292,16 +292,20 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
               help="Your allowed-signers file (git's format): each review's signature must be "
               "by a key it lists under the review's appender; a review that cleared a flag or "
               "allowed a champion without one is a finding (R12, R17).")  # fmt: skip
+@click.option("--full", is_flag=True, default=False,
+              help="Re-check every event from zero, ignoring this clone's audit cache (the clean "
+              "audit of an earlier head, docs/storage.md).")  # fmt: skip
 @_json
-def audit_command(allowed_signers: str | None, json_flag: bool) -> None:
-    """The auditor's replay from zero, independent of the cache: everything `verify` checks,
+def audit_command(allowed_signers: str | None, full: bool, json_flag: bool) -> None:
+    """The auditor's replay, independent of the state cache: everything `verify` checks,
     every verdict re-derived from its samples, every request re-decided against the state
-    before it; with --allowed-signers, every review's SSH signature. Exit 0 when clean, 5 with
-    the findings (each naming its event and rule)."""
+    before it; with --allowed-signers, every review's SSH signature. Events up to a head
+    this clone audited clean before are not re-checked (the audit cache; --full: from
+    zero). Exit 0 when clean, 5 with the findings (each naming its event and rule)."""
     ctx = _ctx(json_flag)
     from perfledger.app.audit import audit_exit_code, audit_ledger  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    report = _read(ctx, audit_ledger, allowed_signers)
+    report = _read(ctx, audit_ledger, allowed_signers, full=full)
     if ctx.json_mode:
         _emit(report.to_json())
     else:
@@ -310,6 +314,9 @@ def audit_command(allowed_signers: str | None, json_flag: bool) -> None:
             f"{status}: {report.events} events replayed, {report.decisions} decisions re-decided "
             f"in {report.elapsed_s:.2f} s{rate_text(report.events, report.elapsed_s)}"
         )
+        if report.cached_head is not None:
+            click.echo(f"  {report.rechecked} re-checked after {report.cached_head[:12]}, "
+                       "audited clean by this clone before (--full: from zero)")  # fmt: skip
         for f in report.findings:
             click.echo(f"  {f.rule:<9} {f.event_id[:16] or '-':<16} {f.kind}: {f.message}")
         for note in report.notes:
