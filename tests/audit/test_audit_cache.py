@@ -182,3 +182,48 @@ def test_a_concurrent_branch_merged_after_the_cached_head_is_rechecked_alone(
     full = audit(ready.ledger, use_cache=False)
     assert full.ok and report.state_hash == full.state_hash
     assert report.decisions == full.decisions and report.events == full.events
+
+
+def test_a_cache_shipped_with_a_ledger_by_someone_else_is_not_used(
+    ready: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger handed over as a directory may carry its sender's cache, digest and all (a
+    plain blake3 of a body the sender chose is easy to forge): its digest is keyed by a secret
+    kept outside every repository, so this auditor's audit re-checks every event and finds the
+    event forged under the shipped cache's head."""
+    ready.passed("e1", CAND1)
+    store = ready.ledger.store
+    forged = store.append(
+        EventDraft(
+            "ChampionSelected",
+            {"kind": "ChampionSelected", "target_id": "t1", "decision": "select",
+             "experiment_id": "e9", "samples_id": "e9-target", "candidate_hash": CAND2,
+             "previous": "e1", "reason": ""},
+            "tampered-tool",
+        )
+    )  # fmt: skip
+    assert not audit(ready.ledger).ok  # no cache is written on a finding
+    # the sender writes a cache of the forged head as a clean audit would, under their own key
+    monkeypatch.setenv("PERFLEDGER_AUDIT_KEY", str(tmp_path / "sender.key"))
+    report = audit(ready.ledger, use_cache=False)
+    cache = audit_cache.AuditCache(
+        format=audit_cache.AUDIT_CACHE_FORMAT, rules=audit_cache.rules_fingerprint(),
+        head=report.head, state_hash=report.state_hash or "", commits=[], replay=b"",
+    )  # fmt: skip
+    assert audit_cache.save_audit_cache(store.controldir, cache)
+    loaded, why = audit_cache.load_audit_cache(store.controldir)
+    assert loaded is not None and why is None  # the sender's own key reads it back
+    # an unkeyed blake3 digest (what anyone can compute) is not accepted either
+    body = _cache_file(ready).read_bytes().partition(b"\n")[2]
+    import blake3
+
+    _cache_file(ready).write_bytes(blake3.blake3(body).hexdigest().encode() + b"\n" + body)
+    assert audit_cache.load_audit_cache(store.controldir)[0] is None
+    audit_cache.save_audit_cache(store.controldir, cache)
+    # the auditor, with another key: the cache is not used, and the forged event is found
+    monkeypatch.setenv("PERFLEDGER_AUDIT_KEY", str(tmp_path / "auditor.key"))
+    loaded, why = audit_cache.load_audit_cache(store.controldir)
+    assert loaded is None and why is not None and "auditor" in why
+    audited = audit(ready.ledger)
+    assert audited.cached_head is None and not audited.ok
+    assert forged.id in [f.event_id for f in audited.findings]

@@ -3,12 +3,14 @@ clean audit leaves what a later audit of a head descending from it needs to re-c
 events after it.
 
 One file, ``<gitdir>/perfledger/audit/audit.msgpack`` (:data:`AUDIT_CACHE_FILE`): a digest line
-(blake3 of the body, hex) and the body, an :class:`AuditCache` in msgpack. It is keyed by the
+(blake3 of the body keyed by this auditor's own secret, hex: :func:`auditor_key`) and the body, an :class:`AuditCache` in msgpack. It is keyed by the
 audited head commit id and by :func:`rules_fingerprint` (blake3 of every source file of the
 installed package, its version among them): a cache another perfledger wrote, or one written
 before any file of perfledger's code changed, is not used. It lives in the clone's own git
 directory, outside every ref: git's transports never carry it, so it is never synced and never
-read from a remote.
+read from a remote. A ledger handed over as a directory (a tarball, a shared disk) may carry a
+cache its sender wrote, digest and all: the digest is keyed by a secret kept outside every
+repository (:func:`auditor_key`), so such a cache is not used unless this auditor's key wrote it.
 
 What it proves, and what it does not, is the caller's to say (:mod:`perfledger.commands.audit`);
 this module only stores bytes and says why a file was not used.
@@ -51,6 +53,56 @@ class AuditCache(msgspec.Struct, forbid_unknown_fields=True):
     replay: bytes
 
 
+#: Where the auditor's key lives unless ``PERFLEDGER_AUDIT_KEY`` names another file.
+AUDIT_KEY_FILE = "audit-cache.key"
+
+
+def auditor_key_path() -> str:
+    """The file holding this auditor's audit-cache key: ``$PERFLEDGER_AUDIT_KEY`` when set, else
+    ``$XDG_STATE_HOME/perfledger/audit-cache.key`` (``~/.local/state`` when unset): outside every
+    repository, so a ledger's sender cannot ship it with the ledger."""
+    named = os.environ.get("PERFLEDGER_AUDIT_KEY")
+    if named:
+        return named
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "perfledger", AUDIT_KEY_FILE)
+
+
+def auditor_key(create: bool = False) -> bytes | None:
+    """This auditor's 32-byte audit-cache key (the key of blake3's keyed mode), made (random,
+    mode 0600) when ``create`` and there is none. None when there is none (or it cannot be read
+    or made): no cache is then used or written. A key of another length is not used."""
+    path = auditor_key_path()
+    try:
+        with open(path, "rb") as f:
+            key = f.read()
+        return key if len(key) == 32 else None
+    except FileNotFoundError:
+        if not create:
+            return None
+    except OSError:
+        return None
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another audit made it first
+        return auditor_key(create=False)
+    except OSError:
+        return None
+    key = os.urandom(32)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def _digest(body: bytes, key: bytes) -> bytes:
+    return blake3.blake3(body, key=key).hexdigest().encode()
+
+
 def cache_path(controldir: str) -> str:
     """The audit cache file of the repository whose git directory is ``controldir``."""
     return os.path.join(controldir, DERIVED_DIR, AUDIT_CACHE_DIR, AUDIT_CACHE_FILE)
@@ -91,9 +143,18 @@ def load_audit_cache(controldir: str) -> tuple[AuditCache | None, str | None]:
         return None, None
     except OSError as exc:
         return None, f"the audit cache {path} cannot be read ({exc.strerror})"
+    key = auditor_key()
+    if key is None:
+        return (
+            None,
+            f"the audit cache {path} is not used: there is no auditor key ({auditor_key_path()}) to check it with",
+        )
     digest, _, body = data.partition(b"\n")
-    if blake3.blake3(body).hexdigest().encode() != digest:
-        return None, f"the audit cache {path} does not match its digest (damaged or edited)"
+    if _digest(body, key) != digest:
+        return None, (
+            f"the audit cache {path} does not match its digest under this auditor's key "
+            "(damaged, edited, or written by someone else)"
+        )
     try:
         cache = msgspec.msgpack.decode(body, type=AuditCache)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -110,10 +171,14 @@ def load_audit_cache(controldir: str) -> tuple[AuditCache | None, str | None]:
 
 
 def save_audit_cache(controldir: str, cache: AuditCache) -> bool:
-    """Write ``cache`` atomically (a reader sees the old file or the new one); True when
-    written, False when it could not be (a read-only ledger only loses speed)."""
+    """Write ``cache`` atomically (a reader sees the old file or the new one), its digest keyed
+    by :func:`auditor_key` (made on first use); True when written, False when it could not be
+    (a read-only ledger, no key: only speed is lost)."""
+    key = auditor_key(create=True)
+    if key is None:
+        return False
     body = msgspec.msgpack.encode(cache)
     with contextlib.suppress(OSError):
-        write_derived(cache_path(controldir), blake3.blake3(body).hexdigest().encode(), b"\n", body)
+        write_derived(cache_path(controldir), _digest(body, key), b"\n", body)
         return True
     return False
