@@ -4,6 +4,7 @@ draft factory. Nothing here is a mock: every ledger is a git repository on disk.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,6 +24,11 @@ for _name in ("workflow", "readmodels"):
     _path = str(Path(__file__).resolve().parent / _name)
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+import wf_scenario  # noqa: E402 (found through the path set above)
+
+# the tests' scenario declares 1,000 bootstrap resamples, not the default 10,000 (wf_scenario)
+wf_scenario.RESAMPLES = 1000
 
 #: Actor written by :func:`make_note` unless told otherwise.
 TEST_ACTOR = "tester"
@@ -121,10 +127,45 @@ def bare(tmp_path: Path) -> Iterator[Any]:
         ledger.close()
 
 
+@pytest.fixture(scope="session")
+def _ready_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, datetime]:
+    """A closed ledger on which ``wf_scenario.Session.ready`` ran, made once per run, and the
+    session's clock after it: :func:`ready` copies it."""
+    from wf_scenario import Session
+
+    path = tmp_path_factory.mktemp("ready-template") / "ledger"
+    ledger = Ledger.init(path, name="wf", actor="agent")
+    try:
+        clock = Session(ledger).ready().clock
+    finally:
+        ledger.close()
+    return path, clock
+
+
 @pytest.fixture
-def ready(bare: Any) -> Any:
-    """A session whose Target ``t1`` is frozen, ready, audited, with baseline and resolution."""
-    return bare.ready()
+def ready(
+    request: pytest.FixtureRequest, tmp_path: Path, _ready_template: tuple[Path, datetime]
+) -> Iterator[Any]:
+    """A session whose Target ``t1`` is frozen, ready, audited, with baseline and resolution:
+    a copy (at ``tmp_path/"ledger"``) of a ledger made so once per run, with its session's
+    clock (the events a fresh ``bare.ready()`` records, at a fraction of its CPU time: several
+    hundred tests start here). A test that asks for ``bare`` as well gets ``bare.ready()``, one
+    session."""
+    from wf_scenario import Session
+
+    if "bare" in request.fixturenames:
+        yield request.getfixturevalue("bare").ready()
+        return
+    template, clock = _ready_template
+    path = tmp_path / "ledger"
+    shutil.copytree(template, path, symlinks=True)
+    ledger = Ledger.open(path)
+    try:
+        session = Session(ledger)
+        session.clock = clock
+        yield session
+    finally:
+        ledger.close()
 
 
 @pytest.fixture

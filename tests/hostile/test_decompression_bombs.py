@@ -38,21 +38,39 @@ BOUND_RSS_MIB = 256
 _CHUNK = b"\0" * (1 << 20)
 
 
-def write_bomb(objects_dir: Path, kind: bytes) -> str:
-    """Write a loose object of type ``kind`` holding ``BOMB_BYTES`` zeros under ``objects_dir``
-    (streamed: never more than a chunk in memory); returns its hex sha."""
-    header = kind + b" %d\0" % BOMB_BYTES
-    sha = hashlib.sha1(header)
+def _zeros_stream(prefix: bytes, chunks: int = BOMB_BYTES // len(_CHUNK)) -> tuple[bytes, str]:
+    """A zlib stream of ``prefix`` then ``chunks`` chunks of zeros (``BOMB_BYTES`` in all by
+    default), and the sha1 of what it inflates to (never more than a chunk of it in memory).
+
+    The stream is built, not compressed chunk by chunk (deflating 1 GiB was most of this
+    file's time): a full flush after the prefix makes the compressor forget all history, so the
+    deflate blocks of one zero chunk compressed next refer to nothing before them and decode to
+    the same chunk wherever they stand; they are repeated, then an empty final block and the
+    adler-32 of everything follow. The same construction of three chunks is inflated by zlib
+    first (which checks the adler-32 at the end), so a bomb is a whole stream."""
+    if chunks > 3:
+        small, _ = _zeros_stream(prefix, 3)
+        assert zlib.decompress(small) == prefix + _CHUNK * 3
+    sha = hashlib.sha1(prefix)
+    adler = zlib.adler32(prefix)
     packer = zlib.compressobj(9)
-    parts = [packer.compress(header)]
-    for _ in range(BOMB_BYTES // len(_CHUNK)):
+    start = packer.compress(prefix) + packer.flush(zlib.Z_FULL_FLUSH)
+    block = packer.compress(_CHUNK) + packer.flush(zlib.Z_FULL_FLUSH)
+    for _ in range(chunks):
         sha.update(_CHUNK)
-        parts.append(packer.compress(_CHUNK))
-    parts.append(packer.flush())
-    name = sha.hexdigest()
+        adler = zlib.adler32(_CHUNK, adler)
+    # an empty fixed-Huffman final block (the stream is byte-aligned after a flush), then the
+    # adler-32 of the uncompressed bytes, big-endian
+    return start + block * chunks + b"\x03\x00" + adler.to_bytes(4, "big"), sha.hexdigest()
+
+
+def write_bomb(objects_dir: Path, kind: bytes) -> str:
+    """Write a loose object of type ``kind`` holding ``BOMB_BYTES`` zeros under ``objects_dir``;
+    returns its hex sha."""
+    stream, name = _zeros_stream(kind + b" %d\0" % BOMB_BYTES)
     path = objects_dir / name[:2] / name[2:]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(parts))
+    path.write_bytes(stream)
     return name
 
 
@@ -73,6 +91,29 @@ def _plant(repo: Path, bomb: Path) -> str:
     target = repo / "objects" / bomb.parent.name / bomb.name
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(bomb, target)
+    assert int(git(repo, "cat-file", "-s", name)) == BOMB_BYTES  # git reads it as a real object
+    return name
+
+
+def _plant_packed(repo: Path, bomb: Path) -> str:
+    """Put the blob of the loose ``bomb`` into ``repo`` as a pack of it alone (its entry not a
+    delta, its index with the entry's CRC-32): a ``git upload-pack`` sends it on as it is
+    stored, where a loose one is inflated and deflated again (a 1 GiB deflate). Returns its
+    sha."""
+    name = bomb.parent.name + bomb.name
+    stream, _ = _zeros_stream(b"")
+    entry = _entry_header(3, BOMB_BYTES) + stream
+    body = b"PACK" + (2).to_bytes(4, "big") + (1).to_bytes(4, "big") + entry
+    checksum = hashlib.sha1(body).digest()
+    index = IndexArrays(
+        np.array([bytes.fromhex(name)], dtype="S20"),
+        np.array([12], dtype="uint64"),
+        np.array([zlib.crc32(entry)], dtype="uint32"),
+    )
+    pack = repo / "objects" / "pack" / f"pack-{checksum.hex()}"
+    pack.parent.mkdir(parents=True, exist_ok=True)
+    pack.with_suffix(".pack").write_bytes(body + checksum)
+    pack.with_suffix(".idx").write_bytes(index.encode(checksum))
     assert int(git(repo, "cat-file", "-s", name)) == BOMB_BYTES  # git reads it as a real object
     return name
 
@@ -154,7 +195,7 @@ def test_a_bomb_in_a_pulled_history_is_refused_before_anything_is_written(
     assert _run(tmp_path, "--ledger", remote, "note", "an honest note")[0] == 0
     code, output, _ = _run(tmp_path, "--ledger", local, "pull")  # control: an honest pull
     assert code == 0, output
-    blob = _plant(remote_git, bombs["blob"])
+    blob = _plant_packed(remote_git, bombs["blob"])
     tree = git(remote_git, "mktree", data=f"100644 blob {blob}\tevent.json\n".encode()).decode()
     _commit(remote_git, tree, "NoteRecorded: forged")
     local_git = local / ".git" if (local / ".git").is_dir() else local
