@@ -12,11 +12,12 @@ from typing import Any
 
 import click
 
+from perfledger.app.status import session_status_with_commands as session_status
 from perfledger.commands.cli.common import actor_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.status import render, session_status
+from perfledger.commands.cli.status import render
 from perfledger.errors import BadRequest
 
 

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
+from perfledger.app.command_lines import TARGET_FIELD_HELP
 from perfledger.errors import BadRequest, PerfledgerError
 
 
@@ -173,7 +174,6 @@ def target_param() -> click.Option:
 
 
 #: The help of ``--target`` on a command that records: it sets the request's ``target_id``.
-TARGET_FIELD_HELP = "The Target id (sets target_id)."
 #: ``--target`` of a command that records a request with a ``target_id`` field.
 target_field_option = click.option("--target", "target_id", default=None, help=TARGET_FIELD_HELP)
 

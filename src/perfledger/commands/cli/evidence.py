@@ -23,6 +23,7 @@ import click
 import msgspec
 
 from perfledger.app.readmodels import evidence_list, evidence_show
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli import workflow as workflow_cli
 from perfledger.commands.cli.common import (
     actor_option,
@@ -172,7 +173,7 @@ def _add_command(generic: click.Command) -> click.Command:
         from perfledger.app import evidence  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
 
         request = evidence.AddReport(
-            kind=kind, report=report, context=_shared().read_request(request_source),
+            kind=kind, report=report, context=read_request(request_source),
             overrides={
                 "evidence_id": evidence_id, "applicability": applicability, "layer": layer,
                 "shapes": shapes, "graph": graph, "description": description,

@@ -27,6 +27,7 @@ from perfledger.app.readmodels import (
     lineage_of,
     rejected_of,
 )
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -42,7 +43,7 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
 from perfledger.commands.cli.show import print_champion
-from perfledger.commands.cli.workflow import read_request, submit
+from perfledger.commands.cli.workflow import submit
 from perfledger.projections.handoff import render_markdown
 from perfledger.projections.verdict_explain import measured_details
 

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
 from perfledger.projections.reviews import unresolved_dissent
@@ -92,7 +93,7 @@ def signed_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
 
 def _signing_record(generic: click.Command) -> click.Command:
     """The generic ``review record`` with ``--sign-with KEY``."""
-    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
+    from perfledger.commands.cli.workflow import submit  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
 
     def callback(sign_with: str | None, **options: Any) -> None:
         if sign_with is None:
@@ -126,7 +127,6 @@ def review_content(request_source: str) -> None:
     """Print the exact bytes a reviewer signs for this review (R12, R17): sign them with
     `ssh-keygen -Y sign -n perfledger-review -f KEY` and put the armored output in the request's
     "signature" (or let `review record --sign-with KEY` do both)."""
-    from perfledger.commands.cli.workflow import read_request  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
     from perfledger.commands.registry import operations  # noqa: PLC0415 (off `perfledger log`'s start-up path)
     from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415 (off `perfledger log`'s start-up path)
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 import threading
@@ -43,6 +41,7 @@ from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.baseline import measure_baseline
+from perfledger.app.command_lines import tool_name, translate_hints
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
 from perfledger.app.handoff import current_handoff
@@ -52,13 +51,12 @@ from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
 from perfledger.app.measure_serving_load import measure_serving
 from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, claims_of
+from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.measure import aa_request_of, kernel_request_of, workload_request_of
 from perfledger.commands.cli.measure_baseline import baseline_request_of
 from perfledger.commands.cli.measure_group import measure_group
 from perfledger.commands.cli.serving import serving_request_of
-from perfledger.commands.cli.status import session_status
-from perfledger.commands.cli.workflow import COMMON_FLAGS
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -161,11 +159,6 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def tool_name(operation: str) -> str:
-    """The tool name of an operation: ``final-audit.record`` -> ``final_audit_record``."""
-    return operation.replace(".", "_").replace("-", "_")
-
-
 def _write_tools() -> dict[str, str]:
     """Tool name -> operation name, for every write operation."""
 
@@ -230,7 +223,7 @@ class Tools:
             ledger.close()
 
     def _read_status(self, target_id: str | None = None) -> Any:
-        return self._read(session_status, target_id)
+        return self._read(session_status_with_commands, target_id)
 
     def _read_state(self) -> Any:
         return json.loads(self._read(Ledger.state_json))
@@ -400,99 +393,6 @@ class Tools:
             f"; this server acts on {mine or 'no ledger'}: start it with "
             f"`perfledger --ledger {path} mcp` to use this one"
         )
-
-
-#: Read commands of the CLI -> the read tool that answers them.
-READ_COMMANDS = {
-    "status": "status", "state": "state", "claims": "claims", "champion show": "champion",
-    "handoff": "handoff", "handoff show": "handoff", "target show": "status", "schema": "schema",
-}  # fmt: skip
-#: A read command's positional argument -> the read tool's field.
-_READ_POSITIONAL = {"champion": "target_id", "handoff": "target_id", "schema": "operation"}
-#: A command in backquotes in a hint, a warning or a message: ```perfledger verdict record ...```.
-_QUOTED = re.compile(r"`(perfledger [^`]+)`")
-#: Keys of an answer whose text may name a shell command (never a recorded payload's).
-_TEXT_KEYS = frozenset({"hint", "message", "warnings", "lines"})
-
-
-def tool_call(command: str) -> str | None:
-    """The MCP tool call that does what the shell ``command`` (``perfledger verdict record
-    --samples S``) does: ``verdict_record {"samples_id": "S"}`` for a write operation (its
-    common flags as request fields; ``--request -`` as "the request's fields"), ``status {}``
-    for a read model, else ``cli {"args": [...]}``. Returns None when ``command`` is not a
-    perfledger command line."""
-
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    if len(words) < 2 or words[0] != "perfledger":
-        return None
-    words = [w for w in words[1:] if w != "--json"]
-    if words[0].startswith("-") or words[0] == "mcp":  # another ledger or server: not a call
-        return None
-    verbs = [w for w in words[:2] if not w.startswith("-")]
-    flag_fields = {flag: field for flag, field, _ in COMMON_FLAGS}
-    for n in (2, 1):
-        op = ".".join(verbs[:n])
-        if len(verbs) >= n and op in OPERATIONS:
-            fields: dict[str, str] = {}
-            rest, request = words[n:], False
-            while rest:
-                flag = rest.pop(0)
-                if flag == "--request" and rest:
-                    rest.pop(0)
-                    request = True
-                elif flag in flag_fields and rest:
-                    fields[flag_fields[flag]] = rest.pop(0)
-                else:  # a flag the tool has no field for: the cli tool runs it as it is
-                    return f"cli {json.dumps({'args': words})}"
-            body = json.dumps(fields)
-            if request:  # the request's own fields go beside the flags'
-                body = body[:-1] + (", " if fields else "") + "...the request's fields}"
-            return f"{tool_name(op)} {body}"
-        read = " ".join(verbs[:n])
-        if len(verbs) >= n and read in READ_COMMANDS:
-            tool = READ_COMMANDS[read]
-            rest = words[n:]
-            args: dict[str, str] = {}
-            if "--target" in rest[:-1]:
-                args["target_id"] = rest[rest.index("--target") + 1]
-            elif rest and not rest[0].startswith("-") and tool in _READ_POSITIONAL:
-                args[_READ_POSITIONAL[tool]] = rest[0]
-            return f"{tool} {json.dumps(args)}"
-    return f"cli {json.dumps({'args': words})}"
-
-
-def _with_tool_forms(text: str) -> str:
-    """``text`` with the tool call beside every quoted perfledger command in it."""
-
-    def beside(match: re.Match[str]) -> str:
-        call = tool_call(match.group(1))
-        return f"{match.group(0)} (MCP: `{call}`)" if call else match.group(0)
-
-    return _QUOTED.sub(beside, text)
-
-
-def translate_hints(answer: Any, key: str | None = None) -> Any:
-    """``answer`` (a CLI or tool answer, an error object) with the MCP tool form beside each
-    shell command quoted in its hints, messages and warnings, and a ``record_mcp`` (``command_mcp``)
-    beside each ``record`` (``command``) command line (an MCP client has tools, not a shell); recorded payloads are left as
-    they are."""
-    if isinstance(answer, dict):
-        out = {
-            k: v if k in ("payload", "events") else translate_hints(v, k) for k, v in answer.items()
-        }
-        for name in ("record", "command"):  # a command line to run: its tool call beside it
-            line = answer.get(name)
-            if isinstance(line, str) and (call := tool_call(line)) is not None:
-                out[f"{name}_mcp"] = call
-        return out
-    if isinstance(answer, list):
-        return [translate_hints(v, key) for v in answer]
-    if isinstance(answer, str) and key in _TEXT_KEYS and "`perfledger " in answer:
-        return _with_tool_forms(answer)
-    return answer
 
 
 class CliFailed(PerfledgerError):
