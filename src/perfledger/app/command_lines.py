@@ -237,8 +237,28 @@ def translate_hints(answer: Any, key: str | None = None) -> Any:
     return answer
 
 
+#: What a command says to ``--explain-foreign`` (R17): the option is gone.
+EXPLAIN_FOREIGN_REMOVED = (
+    "--explain-foreign was removed: a typed explanation of foreign activity decides nothing "
+    "(R17). After the samples, another actor reviews them (`perfledger review record`) and "
+    "`perfledger activity explain --samples ID --request -` cites that review; or measure "
+    "again on a quieter machine"
+)
+
+
+def refuse_explain_foreign(value: str | None) -> None:
+    """Refuse ``--explain-foreign`` when it was given (``value`` not None): R17 takes no typed
+    explanation. Raises: BadRequest (exit 2, :data:`EXPLAIN_FOREIGN_REMOVED`)."""
+    if value is not None:
+        raise BadRequest(
+            EXPLAIN_FOREIGN_REMOVED,
+            hint="another actor records `perfledger review record`; `perfledger activity explain` cites it",
+        )
+
+
 __all__ = [
     "COMMON_FLAGS",
+    "EXPLAIN_FOREIGN_REMOVED",
     "FIELD_HINTS",
     "HANDOFF_COMMAND",
     "READ_COMMANDS",
@@ -246,6 +266,7 @@ __all__ = [
     "command_of",
     "flag_of_missing_field",
     "recommended_command",
+    "refuse_explain_foreign",
     "refuse_with_flag_hint",
     "tool_call",
     "tool_name",

@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from perfledger.app.command_lines import refuse_explain_foreign
 from perfledger.app.context import environment_payload, foreign_activity_warnings
 from perfledger.app.context import experiment_context as _context
 from perfledger.app.measure_aa import MeasureAA
@@ -44,7 +45,6 @@ from perfledger.commands.cli.common import (
     measure_dry_run_option,
     measured_target_option,
     quiet_option,
-    refuse_explain_foreign,
     removed_explain_foreign_option,
     to_json_text,
 )

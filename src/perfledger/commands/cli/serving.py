@@ -29,6 +29,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.command_lines import refuse_explain_foreign
 from perfledger.app.measure_serving_load import MeasureServing
 from perfledger.app.measure_serving_load import measure_serving as measure_serving_load
 from perfledger.commands.cli import measure as m
@@ -37,7 +38,6 @@ from perfledger.commands.cli.common import (
     idempotency_option,
     json_option,
     measure_dry_run_option,
-    refuse_explain_foreign,
     removed_explain_foreign_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx

@@ -39,6 +39,7 @@ import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
+from perfledger.app.actors import refuse_empty_actor
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.baseline import measure_baseline
 from perfledger.app.command_lines import tool_name, translate_hints
@@ -277,8 +278,7 @@ class Tools:
         :func:`perfledger.app.ledgers.init_ledger` (the actor: --actor, remembered, else the
         server's)."""
         actor = options["actor"]
-        if actor is not None and not actor.strip():
-            raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
+        refuse_empty_actor(actor)
         done = init_ledger(
             ledger_location(options["path"], self.ledger_path), name=options["name"],
             actor=actor or self.actor, remember_actor=actor is not None,
