@@ -13,16 +13,13 @@ from typing import Any
 import click
 
 from perfledger.app.status import session_status_with_commands as session_status
-from perfledger.commands.cli.common import actor_option, to_json_text
+from perfledger.commands.cli.common import actor_option
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.status import render
 from perfledger.errors import BadRequest
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 @click.command("status")
@@ -35,11 +32,7 @@ def status_command(target_id: str | None, json_flag: bool) -> None:
     through its decider; nothing is appended)."""
     ctx = _ctx(json_flag)
 
-    ledger = ctx.open()
-    try:
-        status = session_status(ledger, target_id)
-    finally:
-        ledger.close()
+    status = ctx.read(session_status, target_id)
     if ctx.json_mode:
         _emit(status)
     else:
@@ -81,11 +74,7 @@ def artifact_list(event: str, json_flag: bool) -> None:
     """List EVENT's artifacts (EVENT: HEAD, an event id or a unique prefix): name, size in
     bytes, media type, blake3."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        envelope = _event(ledger, event)
-    finally:
-        ledger.close()
+    envelope = ctx.read(_event, event)
     rows = [
         {"name": name, "size": ref.size, "media_type": ref.media_type, "blake3": ref.blake3}
         for name, ref in sorted(envelope.artifacts.items())

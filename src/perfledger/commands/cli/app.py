@@ -312,11 +312,7 @@ def show(event_id: str, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.app.event_lookup import show_event  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        shown = show_event(ledger, event_id)
-    finally:
-        ledger.close()
+    shown = ctx.read(show_event, event_id)
     data = shown.to_json()
     if ctx.json_mode:
         _emit_json(data)
@@ -338,11 +334,7 @@ def verify(checkpoint_options: tuple[Any, ...], json_flag: bool) -> None:
     policy = checkpoint_policy(checkpoint_options)
     from perfledger.app.checkpoints import verify as verify_ledger  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
-    ledger = ctx.open()
-    try:
-        report = verify_ledger(ledger, policy)
-    finally:
-        ledger.close()
+    report = ctx.read(verify_ledger, policy)
     if not report.ok:  # 5, or 7 for a ledger written by a newer perfledger
         exit_verify_failure(ctx, report)
     if ctx.json_mode:

@@ -31,6 +31,14 @@ class Context:
 
         return Ledger.open(find_ledger_path(self.ledger_path))
 
+    def read(self, use_case: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``use_case(ledger, *args, **kw)`` on a fresh open of the ledger, closed after."""
+        ledger = self.open()
+        try:
+            return use_case(ledger, *args, **kw)
+        finally:
+            ledger.close()
+
 
 def to_json_text(data: object, indent: int = 0) -> str:
     """Encode ``data`` as JSON text with sorted keys (UTF-8, compact unless ``indent``)."""

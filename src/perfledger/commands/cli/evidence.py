@@ -45,14 +45,6 @@ def _shared() -> Any:
     return workflow_cli
 
 
-def _read(ctx: Any, use_case: Any, *args: Any) -> Any:
-    ledger = ctx.open()
-    try:
-        return use_case(ledger, *args)
-    finally:
-        ledger.close()
-
-
 def _render(ctx: Any, done: Any) -> None:
     """The answer of a recorded (or, dry run, decided) report: the events, then for people
     its facts, kernels, layout, tool and limitations."""
@@ -245,7 +237,7 @@ def _ncu_command(
 def _list(json_flag: bool) -> None:
     """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, evidence_list)
+    done = ctx.read(evidence_list)
     if ctx.json_mode:
         _shared()._emit(done)
         return
@@ -263,7 +255,7 @@ def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
 
     ctx = _ctx(json_flag)
-    done = _read(ctx, evidence_show, evidence_id)
+    done = ctx.read(evidence_show, evidence_id)
     if ctx.json_mode:
         _shared()._emit(done)
     else:

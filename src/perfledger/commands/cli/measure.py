@@ -46,19 +46,13 @@ from perfledger.commands.cli.common import (
     measured_target_option,
     quiet_option,
     removed_explain_foreign_option,
-    to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest
 from perfledger.kernels.subjects.spec_loader import load_spec
-
-
-def _emit(data: object) -> None:
-
-    click.echo(to_json_text(data))
-
 
 # ------------------------------------------------------------------------------------ env
 
@@ -338,11 +332,7 @@ def measure_kernel(**kw: Any) -> None:
 
     ctx = _ctx(kw["json_flag"])
     request = kernel_request_of(kw)
-    ledger = ctx.open()
-    try:
-        done = run_measure_kernel(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
-    finally:
-        ledger.close()
+    done = ctx.read(run_measure_kernel, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     answer = done.answer()
     if done.request is not None:  # a dry run
         _answer(ctx, answer, [json.dumps(answer, indent=2, default=str)])
@@ -402,11 +392,7 @@ def measure_aa(**kw: Any) -> None:
     replaces --spec: two workers run the SUBJECT of its spec (R11)."""
     ctx = _ctx(kw["json_flag"])
     request = aa_request_of(kw)
-    ledger = ctx.open()
-    try:
-        done = run_measure_aa(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
-    finally:
-        ledger.close()
+    done = ctx.read(run_measure_aa, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     kind = "A/A pairs" if done.workload else "A/A comparisons"
     lines = [
         f"resolution {done.resolution:.5f} ({100 * done.resolution:.3f} %) from {done.repeats} "

@@ -97,11 +97,7 @@ def measure_baseline(**kw: Any) -> None:
 
     ctx = _ctx(kw["json_flag"])
     request = baseline_request_of(kw)
-    ledger = ctx.open()
-    try:
-        done = measure_baseline_run(ledger, request, progress=m._progress_of(kw["quiet"]))
-    finally:
-        ledger.close()
+    done = ctx.read(measure_baseline_run, request, progress=m._progress_of(kw["quiet"]))
     lines = [
         f"baseline {done.metric}: {done.values} value(s) from {done.calls} call(s) per case; "
         "median per case: "

@@ -40,6 +40,7 @@ from perfledger.commands.cli.common import (
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
 from perfledger.commands.cli.show import print_champion
@@ -49,20 +50,6 @@ from perfledger.projections.verdict_explain import measured_details
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
-
-
-def _emit(data: object, indent: int = 0) -> None:
-
-    click.echo(to_json_text(data, indent))
-
-
-def _read(ctx: Any, use_case: Any, *args: Any, **kw: Any) -> Any:
-    """``use_case(ledger, *args, **kw)`` on the command's ledger, closed after."""
-    ledger = ctx.open()
-    try:
-        return use_case(ledger, *args, **kw)
-    finally:
-        ledger.close()
 
 
 def _fmt(value: float | None, spec: str = ".4g") -> str:
@@ -79,7 +66,7 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     """ROI claims vs outcomes: coverage, local speedup, stated and recomputed Amdahl bound,
     minimum effect, measured effect with its CI, prediction error, reconciliation (R7, R14)."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, claims_of, TargetQuery(target_id=target_id))
+    done = ctx.read(claims_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -118,13 +105,13 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
     """Show the current champion of every Target (or of TARGET_ID, with its lineage) (R13)."""
     ctx = _ctx(json_flag)
     if target_id is not None:
-        shown = _read(ctx, champion_of, TargetQuery(target_id=target_id))
+        shown = ctx.read(champion_of, TargetQuery(target_id=target_id))
         if ctx.json_mode:
             _emit(shown.to_json())
         else:  # for people: perfledger.commands.cli.show
             print_champion(shown.to_json())
         return
-    current = _read(ctx, champions_of)
+    current = ctx.read(champions_of)
     if ctx.json_mode:
         _emit(current)
         return
@@ -138,7 +125,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
     """The chain of champions of TARGET_ID with the evidence behind each: experiment, samples,
     verdict, final audit (R13)."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, lineage_of, TargetQuery(target_id=target_id))
+    done = ctx.read(lineage_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -162,7 +149,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 def rejected_command(target_id: str | None, json_flag: bool) -> None:
     """Rejected directions, the scope each closed (R15) and why."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, rejected_of, TargetQuery(target_id=target_id))
+    done = ctx.read(rejected_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -187,7 +174,7 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
     handoff, resume context)``. Raises: BadRequest without a Target."""
     from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    return _read(ctx, handoff.current_handoff, target_id, no_target_hint=NO_TARGET_HINT)
+    return ctx.read(handoff.current_handoff, target_id, no_target_hint=NO_TARGET_HINT)
 
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
@@ -261,7 +248,7 @@ def handoff_record(
         target_id=target_id, override=read_request(request_source), stop_reason=stop_reason,
         feedback=feedback, wall_used_s=wall_used, gpu_used_s=gpu_used, questions=list(questions),
     )  # fmt: skip
-    draft = _read(ctx, handoff.draft_handoff_record, statement, no_target_hint=NO_TARGET_HINT)
+    draft = ctx.read(handoff.draft_handoff_record, statement, no_target_hint=NO_TARGET_HINT)
     for warning in draft.warnings:
         click.echo(f"warning: {warning}", err=True)
     submit(ctx, "handoff.record", draft.request, actor=actor, idempotency_key=idempotency_key,
@@ -277,7 +264,7 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    done = _read(ctx, handoff.resume, target_id, no_target_hint=NO_TARGET_HINT)
+    done = ctx.read(handoff.resume, target_id, no_target_hint=NO_TARGET_HINT)
     if ctx.json_mode:
         _emit(done)
     else:
@@ -302,7 +289,7 @@ def audit_command(allowed_signers: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.app.audit import audit_exit_code, audit_ledger  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    report = _read(ctx, audit_ledger, allowed_signers)
+    report = ctx.read(audit_ledger, allowed_signers)
     if ctx.json_mode:
         _emit(report.to_json())
     else:
@@ -340,7 +327,7 @@ def report_command(html_path: str, target_id: str | None, json_flag: bool) -> No
     ctx = _ctx(json_flag)
     from perfledger.app.report import build_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    summary = _read(ctx, build_report, html_path, target_id=target_id)
+    summary = ctx.read(build_report, html_path, target_id=target_id)
     if ctx.json_mode:
         _emit(summary)
     else:

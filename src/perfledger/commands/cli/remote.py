@@ -7,13 +7,9 @@ from __future__ import annotations
 import click
 
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
-from perfledger.commands.cli.common import to_json_text
 from perfledger.ledger.remotes import add_remote, list_remotes, remove_remote, tracking_ref
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 @click.group("remote")

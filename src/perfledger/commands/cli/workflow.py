@@ -43,6 +43,7 @@ from perfledger.commands.cli.common import (
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.show import claim_lines, print_experiment, print_targets
@@ -50,10 +51,6 @@ from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_oper
 from perfledger.errors import BadRequest
 from perfledger.projections.target_kind import measuring_command
 from perfledger.projections.verdict_explain import verdict_lines
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
@@ -214,14 +211,6 @@ def _write_command(operation: Operation) -> click.Command:
 # ------------------------------------------------------------------------------ reads
 
 
-def _read(ctx: Any, use_case: Any, *args: Any) -> Any:
-    ledger = ctx.open()
-    try:
-        return use_case(ledger, *args)
-    finally:
-        ledger.close()
-
-
 def _show(ctx: Any, data: Any) -> None:
 
     builtins = msgspec.to_builtins(data)
@@ -234,7 +223,7 @@ def _show(ctx: Any, data: Any) -> None:
 def _target_show(target_id: str | None, json_flag: bool) -> None:
     """Show a Target (default: every current Target) with readiness, baseline, champion."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, targets_of, TargetQuery(target_id=target_id))
+    done = ctx.read(targets_of, TargetQuery(target_id=target_id))
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
         print_targets(msgspec.to_builtins(done.targets), msgspec.to_builtins(done.experiments))
         return
@@ -244,7 +233,7 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
 def _experiment_show(experiment_id: str, json_flag: bool) -> None:
     """Show an experiment: claim, figures, stage, status, samples, verdicts."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, experiment_of, experiment_id)
+    done = ctx.read(experiment_of, experiment_id)
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
         print_experiment(msgspec.to_builtins(done.experiment), msgspec.to_builtins(done.verdicts))
         return
@@ -254,7 +243,7 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
 def _experiment_list(target_id: str | None, json_flag: bool) -> None:
     """List experiments (optionally of one Target): id, target, stage, status."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, experiments_of, TargetQuery(target_id=target_id))
+    done = ctx.read(experiments_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -268,7 +257,7 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
     candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
 
     ctx = _ctx(json_flag)
-    done = _read(ctx, verdict_explained, samples_id)
+    done = ctx.read(verdict_explained, samples_id)
     if ctx.json_mode:
         _emit(done.to_json())
         return
