@@ -134,6 +134,19 @@ def recommended_command(state: Any, target_id: str, decision: Any) -> str:
     return " ".join(words)
 
 
+def final_audit_next(ledger: Any, selected: dict[str, Any]) -> str:
+    """What R13 asks after ``selected`` (a ``ChampionSelected`` payload choosing an
+    experiment) on the open ``ledger``: its final audit against the original, measured as the Target's kind measures
+    (kernel or workload, :func:`~perfledger.projections.target_kind.measuring_command`) and
+    recorded with ``final-audit record``; one line."""
+    target_id, chosen = selected["target_id"], selected["experiment_id"]
+    measure = measuring_command(ledger.state(), target_id, "samples.record", chosen)
+    return (
+        f"next (R13): its final audit against the original: `{measure}`, then "
+        f"`perfledger final-audit record --target {target_id} --samples ID`"
+    )
+
+
 def command_of(op: str) -> str:
     """The CLI command of operation ``op`` (``final-audit.record`` -> ``final-audit record``)."""
     return op.replace(".", " ")
@@ -264,6 +277,7 @@ __all__ = [
     "READ_COMMANDS",
     "TARGET_FIELD_HELP",
     "command_of",
+    "final_audit_next",
     "flag_of_missing_field",
     "recommended_command",
     "refuse_explain_foreign",

@@ -19,7 +19,12 @@ from typing import Any
 import click
 import msgspec
 
-from perfledger.app.command_lines import COMMON_FLAGS, FIELD_HINTS, refuse_with_flag_hint
+from perfledger.app.command_lines import (
+    COMMON_FLAGS,
+    FIELD_HINTS,
+    final_audit_next,
+    refuse_with_flag_hint,
+)
 from perfledger.app.readmodels import (
     TargetQuery,
     experiment_of,
@@ -49,7 +54,6 @@ from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.show import claim_lines, print_experiment, print_targets
 from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.errors import BadRequest
-from perfledger.projections.target_kind import measuring_command
 from perfledger.projections.verdict_explain import verdict_lines
 
 
@@ -81,18 +85,8 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
             p = event["payload"]
             chosen = p.get("experiment_id") or "original"
             click.echo(f"champion of {p['target_id']}: {chosen} (was {p.get('previous')})")
-            if p.get("experiment_id"):
-                ledger = ctx.open()
-                try:  # the measurement of the Target's kind (kernel or workload)
-                    measure = measuring_command(
-                        ledger.state(), p["target_id"], "samples.record", chosen
-                    )
-                finally:
-                    ledger.close()
-                click.echo(
-                    f"next (R13): its final audit against the original: `{measure}`, then "
-                    f"`perfledger final-audit record --target {p['target_id']} --samples ID`"
-                )
+            if p.get("experiment_id"):  # what R13 asks next: its final audit
+                click.echo(ctx.read(final_audit_next, p))
         if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
             for line in claim_lines(event["payload"]):
                 click.echo(line)
@@ -271,56 +265,15 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     ``{"operations": [...]}``)."""
 
     if example:
-        if operation is None:
-            raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
-        from perfledger.commands.registry import request_examples  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+        from perfledger.app.examples import schema_example  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-        ctx = _ctx(json_flag)
-        try:  # with a ledger: the example fits its Target (R11: subject directories or not)
-            ledger = ctx.open()
-        except BadRequest:
-            ledger = None
-        if ledger is not None:
-            from perfledger.app.examples import fitted_example  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            try:  # fitted to the ledger's state and decided on it: shown only if accepted
-                fitted = fitted_example(operation, ledger.state(), ledger.payload,
-                                        lambda event_id: ledger.get(event_id).actor)  # fmt: skip
-            finally:
-                ledger.close()
-            if fitted.refusal is not None:  # the operation cannot apply now: say why
-                click.echo(f"no {fitted.op} request is accepted on this ledger now:", err=True)
-                raise fitted.refusal
-            click.echo(to_json_text(fitted.body, indent=2))
-            if fitted.note:
-                click.echo(f"note: {fitted.note}", err=True)
-            return
-        both = request_examples.variants(operation)
-        if not both:  # free text only the agent knows shown as a placeholder (refused as is)
-            click.echo(to_json_text(request_examples.shown(operation), indent=2))
-        elif json_flag:
-            click.echo(to_json_text({"variants": both}, indent=2))
-        elif "GPU Target" in both:  # no ledger: stdout one request as is; the other on stderr
-            click.echo(to_json_text(both["GPU Target"], indent=2))
-            click.echo(
-                "note: this example is for a GPU Target; for a CPU workload Target (no GPU "
-                "budget; the worker observes cpu_time or wall_time): "
-                + to_json_text(both["CPU workload Target"])
-                + "; run with --ledger LEDGER for the example that fits its Target",
-                err=True,
-            )
-        else:  # no ledger: stdout stays one request as is; the other form on stderr
-            (first, body), (other, other_body) = both.items()
-            click.echo(to_json_text(body, indent=2))
-            click.echo(
-                f"note: this example is for a Target {first}; for a Target {other} (its "
-                "readiness binds the original's directory, R11) name the candidate's directory "
-                "in candidate.subject: perfledger snapshots it and computes content_hash and "
-                "changed_paths (typed changed_paths are refused): "
-                + to_json_text(other_body.get("candidate"))
-                + "; run with --ledger LEDGER for the example that fits its Target",
-                err=True,
-            )
+        done = schema_example(operation, open_ledger=_ctx(json_flag).open, variants=json_flag)
+        if done.refusal is not None:  # the operation cannot apply now: say why
+            click.echo(f"no {done.op} request is accepted on this ledger now:", err=True)
+            raise done.refusal
+        click.echo(to_json_text(done.body, indent=2))
+        if done.note:
+            click.echo(f"note: {done.note}", err=True)
         return
 
     if operation is None:

@@ -46,7 +46,7 @@ from perfledger.app.command_lines import tool_name, translate_hints
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
 from perfledger.app.handoff import current_handoff
-from perfledger.app.ledgers import init_ledger, ledger_location
+from perfledger.app.ledgers import found_ledger, init_ledger, init_message, ledger_location
 from perfledger.app.measure_aa import measure_aa
 from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
@@ -369,30 +369,13 @@ class Tools:
         return answer
 
     def _init_message(self, path: str) -> str:
-        """What ``cli ["init"]`` made of ``path`` and whether this server's tools act on it (an
-        agent saw only hashes and could not tell a ledger from a work tree)."""
-        bare = os.path.isfile(os.path.join(path, "HEAD")) and not os.path.exists(
-            os.path.join(path, ".git")
-        )
-        what = (
-            "a bare git repository (no work tree: keep code and files elsewhere)"
-            if bare
-            else "the git repository there"
-        )
-        text = f"made {path} a perfledger ledger: {what}, its events on branch `ledger`"
-        try:
-            mine = os.path.realpath(find_ledger_path(self.ledger_path))
-        except PerfledgerError:
-            mine = None
-        if mine is None:  # a server started where there was no ledger: it acts on this one
+        """:func:`perfledger.app.ledgers.init_message` of ``path``; a server started where there
+        was no ledger acts on this one from now on."""
+        mine = found_ledger(self.ledger_path)
+        if mine is None:
             self.ledger_path = path
             mine = os.path.realpath(path)
-        if mine == os.path.realpath(path):
-            return text + "; this server's tools act on it: call `status` next"
-        return text + (
-            f"; this server acts on {mine or 'no ledger'}: start it with "
-            f"`perfledger --ledger {path} mcp` to use this one"
-        )
+        return init_message(path, mine)
 
 
 class CliFailed(PerfledgerError):
