@@ -39,7 +39,7 @@ import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
-from perfledger.app.actors import refuse_empty_actor
+from perfledger.app.actors import refuse_empty_actor, resolve_actor
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.baseline import measure_baseline
 from perfledger.app.command_lines import tool_name, translate_hints
@@ -52,12 +52,16 @@ from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
 from perfledger.app.measure_serving_load import measure_serving
 from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, claims_of
+from perfledger.app.request_options import (
+    aa_request_of,
+    baseline_request_of,
+    kernel_request_of,
+    serving_request_of,
+    workload_request_of,
+)
 from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
-from perfledger.commands.cli.measure import aa_request_of, kernel_request_of, workload_request_of
-from perfledger.commands.cli.measure_baseline import baseline_request_of
 from perfledger.commands.cli.measure_group import measure_group
-from perfledger.commands.cli.serving import serving_request_of
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -304,7 +308,7 @@ class Tools:
     def _measure(self, args: list[str], stdin: str | None) -> Any:
         """``cli ["measure", NAME, ...]`` through the application layer, in this process: the
         options parsed as ``perfledger measure NAME`` parses them, made the use case's request
-        (the adapters' own ``*_request_of``) and measured (:data:`MEASURES`); the answer is the
+        (:mod:`perfledger.app.request_options`, as the CLI makes it) and measured (:data:`MEASURES`); the answer is the
         command's ``--json`` answer.
 
         A measurement by the self-timed driver (``--protocol self``, or an A/A or baseline of a
@@ -321,7 +325,7 @@ class Tools:
         options = _parsed_by(command, f"measure {name}", args[2:])
         options.update(actor=options.get("actor") or self.actor, quiet=True)
         request_of, measure = MEASURES[name]
-        request = request_of(options)
+        request = request_of(options, lambda given: resolve_actor(given, self.ledger_path))
         if name == "serving":  # a report needs no ledger: opened only where it records
             return _plain(measure(request, open_ledger=self._open).answer)
         ledger = self._open()
@@ -430,9 +434,9 @@ def _plain(answer: Any) -> Any:
 #: a second one at the same time would share.
 _MEASURING = threading.Lock()
 
-#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> (the adapter's options ->
-#: request, the application function).
-MEASURES: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[..., Any]]] = {
+#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> (the options and who acts ->
+#: request, :mod:`perfledger.app.request_options`; the application function).
+MEASURES: dict[str, tuple[Callable[[dict[str, Any], Any], Any], Callable[..., Any]]] = {
     "aa": (aa_request_of, measure_aa),
     "kernel": (kernel_request_of, measure_kernel),
     "workload": (workload_request_of, measure_workload_stage),
