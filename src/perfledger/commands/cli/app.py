@@ -268,11 +268,7 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
 def log(limit: int | None, json_flag: bool) -> None:
     """List events, newest first."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        entries = ledger.log(limit)
-    finally:
-        ledger.close()
+    entries = ctx.read(lambda ledger: ledger.log(limit))
     if ctx.json_mode:
         _emit_json({"events": [entry.__dict__ for entry in entries]})
         return
@@ -339,11 +335,7 @@ def state(json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        raw = ledger.state_json()
-    finally:
-        ledger.close()
+    raw = ctx.read(lambda ledger: ledger.state_json())
     if not ctx.json_mode:
         for line in state_lines(msgspec.json.decode(raw)):
             click.echo(line)

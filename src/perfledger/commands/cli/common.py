@@ -181,6 +181,18 @@ def target_param() -> click.Option:
     return click.Option(["--target", "target_id"], default=None, help="The Target id.")
 
 
+def options_of(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One decorator applying click ``options`` in the order listed (the first is the first in
+    ``--help``): a table of options several commands share."""
+
+    def apply(func: Any) -> Any:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
+
+
 #: The help of ``--target`` on a command that records: it sets the request's ``target_id``.
 #: ``--target`` of a command that records a request with a ``target_id`` field.
 target_field_option = click.option("--target", "target_id", default=None, help=TARGET_FIELD_HELP)

@@ -30,6 +30,7 @@ from perfledger.commands.cli.common import (
     dry_run_option,
     idempotency_option,
     json_option,
+    options_of,
     request_option,
     target_field_option,
 )
@@ -66,7 +67,7 @@ def _render(ctx: Any, done: Any) -> None:
         click.echo(f"limitation: {item}")
 
 
-_common = [
+_with_common = options_of(
     click.option("--evidence-id", default=None, help="The evidence id (or in --request)."),
     click.option(
         "--applicability",
@@ -87,13 +88,7 @@ _common = [
     idempotency_option,
     actor_option,
     json_option,
-]
-
-
-def _with_common(func: Any) -> Any:
-    for option in reversed(_common):
-        func = option(func)
-    return func
+)
 
 
 def _add_command(generic: click.Command) -> click.Command:

@@ -46,11 +46,7 @@ def _say(ctx: Any) -> Any:
 
 
 def _run(ctx: Any, run_id: str) -> Any:
-    ledger = ctx.open()
-    try:
-        return loop_run(ledger.state(), run_id)
-    finally:
-        ledger.close()
+    return ctx.read(lambda ledger: loop_run(ledger.state(), run_id))
 
 
 # ------------------------------------------------------------------------------ setup
@@ -236,11 +232,7 @@ def propose_cmd(
     (each skipped method with a reason R24 accepts), and a draft analysis."""
 
     ctx = _ctx(False)
-    ledger = ctx.open()
-    try:
-        selection, analysis = propose(ledger.state(), run_id, iteration)
-    finally:
-        ledger.close()
+    selection, analysis = ctx.read(lambda ledger: propose(ledger.state(), run_id, iteration))
     text = json.dumps(selection, indent=2) + "\n"
     if methods_out:
         Path(methods_out).write_text(text, encoding="utf-8")

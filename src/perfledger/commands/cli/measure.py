@@ -38,6 +38,7 @@ from perfledger.commands.cli.common import (
     idempotency_option,
     measure_dry_run_option,
     measured_target_option,
+    options_of,
     quiet_option,
     removed_explain_foreign_option,
 )
@@ -132,7 +133,7 @@ def aa_overall_line(
     )
 
 
-_common = [
+_with_common = options_of(
     click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
     click.option(
         "--stage",
@@ -147,13 +148,7 @@ _common = [
     idempotency_option,
     quiet_option,
     _json,
-]
-
-
-def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(_common):
-        fn = option(fn)
-    return fn
+)
 
 
 # ------------------------------------------------------------------------------------ workload
