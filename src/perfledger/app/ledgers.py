@@ -86,11 +86,24 @@ def init_message(path: str, mine: str | None) -> str:
     )
 
 
+def init_tool_hint(ledger_path: str | None) -> str:
+    """The hint of an MCP client's ``not_a_ledger``: the ``cli`` tool's ``init`` that makes
+    the ledger (``ledger_path``: the server's ``--ledger``); ``init`` refuses a directory that
+    is not empty, so there it names a new directory inside."""
+    if ledger_path is not None or not os.listdir(os.getcwd()):
+        return 'create it with the `cli` tool, args ["init"]'
+    return (
+        'create one with the `cli` tool, args ["init", "ledger"] (a new '
+        "directory: this one is not empty); this server then acts on it"
+    )
+
+
 __all__ = [
     "Initialised",
     "found_ledger",
     "init_ledger",
     "init_message",
+    "init_tool_hint",
     "ledger_location",
     "use_hint",
 ]

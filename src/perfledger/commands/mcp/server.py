@@ -46,7 +46,13 @@ from perfledger.app.command_lines import tool_name, translate_hints
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
 from perfledger.app.handoff import current_handoff
-from perfledger.app.ledgers import found_ledger, init_ledger, init_message, ledger_location
+from perfledger.app.ledgers import (
+    found_ledger,
+    init_ledger,
+    init_message,
+    init_tool_hint,
+    ledger_location,
+)
 from perfledger.app.measure_aa import measure_aa
 from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
@@ -185,14 +191,7 @@ class Tools:
             return Ledger.open(find_ledger_path(self.ledger_path))
         except PerfledgerError as exc:
             if exc.code == "not_a_ledger":  # the CLI's hint names a command this client lacks
-                # init refuses a directory that is not empty: name a new one inside it then
-                here = self.ledger_path is not None or not os.listdir(os.getcwd())
-                exc.hint = (
-                    'create it with the `cli` tool, args ["init"]'
-                    if here
-                    else 'create one with the `cli` tool, args ["init", "ledger"] (a new '
-                    "directory: this one is not empty); this server then acts on it"
-                )
+                exc.hint = init_tool_hint(self.ledger_path)
             raise
 
     def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
