@@ -45,14 +45,14 @@ def test_an_actor_that_cannot_be_determined_is_refused_with_a_hint(
 ) -> None:
     """A container user without a passwd entry and no user variables: the one thing that cannot
     be produced here without root is the nameless OS user, so only that lookup is replaced."""
+    from perfledger.app import actors
     from perfledger.commands.cli import app as cli
-    from perfledger.commands.cli import common
 
     ledger = tmp_path / "l"
     Ledger.init(ledger, name="l", actor="setup").close()
     for name in ("USER", "LOGNAME", "PERFLEDGER_ACTOR", "PERFLEDGER_DIR"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(common, "_os_user", lambda: None)
+    monkeypatch.setattr(actors, "_os_user", lambda: None)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--ledger", str(ledger), "note", "x"])
     assert exit_info.value.code == 2

@@ -14,7 +14,7 @@ import pytest
 from wf_scenario import CAND1, CAND2, Session
 
 from perfledger.api import Ledger
-from perfledger.commands.cli.status import session_status
+from perfledger.app.status import session_status_with_commands as session_status
 
 
 def _ops(target: dict[str, Any]) -> list[str]:
@@ -138,7 +138,7 @@ def test_cmd_help_and_status_say_a_literal_command_line_is_cmd(tmp_path: Path) -
     does (it names the original's own command line once readiness bound it). Before, the help
     said "the readiness driver with the original's code directory in its {subject} place" and
     status only "CMD"."""
-    from perfledger.commands.cli.status import cmd_legend
+    from perfledger.app.status import cmd_legend
 
     for args in (["measure", "baseline"], ["measure", "aa"], ["measure", "workload"]):
         shown = subprocess.run([sys.executable, "-m", "perfledger", *args, "--help"],

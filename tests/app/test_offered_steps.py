@@ -35,9 +35,9 @@ from wf_scenario import (
 )
 
 from perfledger.api import Ledger
+from perfledger.app.command_lines import recommended_command
 from perfledger.app.context import context_of, stand_in_samples
 from perfledger.app.next_steps import allowed_decisions, dry_decide, former_champions, obligations
-from perfledger.commands.cli.status import recommended_command
 from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS
 from perfledger.projections.handoff import NextDecision
 from perfledger.projections.target_kind import next_stage, target_kind

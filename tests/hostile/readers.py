@@ -318,7 +318,7 @@ def _read_received_pack(data: bytes) -> object:
 
 
 def _read_request(data: bytes) -> object:
-    from perfledger.commands.cli.workflow import read_request
+    from perfledger.app.request_json import read_request
     from perfledger.commands.registry.operations import validate
 
     with tempfile.NamedTemporaryFile(suffix=".json") as handle:

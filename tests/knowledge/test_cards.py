@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfledger.commands.cli.knowledge import load_cards, shipped_card_texts, user_card_texts
+from perfledger.app.knowledge import load_cards, shipped_card_texts, user_card_texts
 from perfledger.errors import BadRequest
 from perfledger.knowledge.cards import CardError, parse_card
 

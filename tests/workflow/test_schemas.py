@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from perfledger.app.command_lines import COMMON_FLAGS, FIELD_HINTS
 from perfledger.commands.cli.app import to_json_text
-from perfledger.commands.cli.workflow import COMMON_FLAGS, FIELD_HINTS
 from perfledger.commands.registry.operations import OPERATIONS, json_schema, request_model
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

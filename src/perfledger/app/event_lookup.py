@@ -90,4 +90,65 @@ def record_note(note: Note, *, open_ledger: Callable[[], Any]) -> NoteRecorded:
     return NoteRecorded(event_id=envelope.id, lamport=envelope.lamport)
 
 
-__all__ = ["EventShown", "Note", "NoteRecorded", "record_note", "show_event"]
+def event_of(ledger: Any, event: str) -> Any:
+    """The envelope ``event`` names on the open ``ledger``: HEAD (the newest event), a full id
+    or a unique prefix. Raises: AmbiguousId, BadRequest (exit 2) for no such event."""
+    if event.upper() == "HEAD":
+        event = ledger.log(1)[0].event_id
+    return ledger.get(event)
+
+
+class ArtifactRow(msgspec.Struct, frozen=True):
+    """One artifact of an event: its ``name``, ``size`` in bytes, ``media_type`` and
+    ``blake3``."""
+
+    name: str
+    size: int
+    media_type: str
+    blake3: str
+
+
+class Artifacts(msgspec.Struct, frozen=True):
+    """The artifacts of the event ``event_id``, by name (``perfledger artifact list``)."""
+
+    event_id: str
+    artifacts: list[ArtifactRow]
+
+
+def artifacts_of(ledger: Any, event: str) -> Artifacts:
+    """The artifacts attached to ``event`` (:func:`event_of`) on the open ``ledger``, sorted by
+    name. Raises: AmbiguousId, BadRequest (exit 2) for no such event."""
+    envelope = event_of(ledger, event)
+    rows = [
+        ArtifactRow(name, ref.size, ref.media_type, ref.blake3)
+        for name, ref in sorted(envelope.artifacts.items())
+    ]
+    return Artifacts(envelope.id, rows)
+
+
+def artifact_of(ledger: Any, event: str, name: str) -> tuple[str, bytes]:
+    """``(event id, bytes)`` of artifact ``name`` of ``event`` on the open ``ledger``, checked
+    against its blake3 and size on the way out. Raises: BadRequest (exit 2) for no such event
+    or artifact; IntegrityError (exit 5) for a mismatch."""
+    envelope = event_of(ledger, event)
+    if name not in envelope.artifacts:
+        names = ", ".join(sorted(envelope.artifacts)) or "none"
+        raise BadRequest(
+            f"event {envelope.id[:12]} has no artifact {name!r}",
+            hint=f"its artifacts: {names} (`perfledger artifact list {envelope.id[:12]}`)",
+        )
+    return envelope.id, ledger.artifact(envelope.id, name)
+
+
+__all__ = [
+    "ArtifactRow",
+    "Artifacts",
+    "EventShown",
+    "Note",
+    "NoteRecorded",
+    "artifact_of",
+    "artifacts_of",
+    "event_of",
+    "record_note",
+    "show_event",
+]

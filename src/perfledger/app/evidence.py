@@ -250,14 +250,25 @@ class EvidenceAdded(msgspec.Struct, kw_only=True):
     dry_run: bool = False
 
 
-def _recorded(
-    open_ledger: Callable[[], Any], parsed: Any, context: dict[str, Any], raw: RawFiles, **kw: Any
-) -> list[Any]:
+def _added(
+    open_ledger: Callable[[], Any],
+    request: AddReport | NcuProfile,
+    context: dict[str, Any],
+    parsed: Any,
+    raw: RawFiles,
+    **kw: Any,
+) -> EvidenceAdded:
+    """Record ``parsed`` with its ``raw`` files as ``request``'s actor under its idempotency
+    key (``kw``: :func:`record_evidence`'s other arguments), on a ledger opened only now."""
     ledger = open_ledger()
     try:
-        return record_evidence(ledger, parsed, context, raw, **kw)
+        events = record_evidence(
+            ledger, parsed, context, raw, actor=request.actor,
+            idempotency_key=request.idempotency_key, **kw,
+        )  # fmt: skip
     finally:
         ledger.close()
+    return EvidenceAdded(report=parsed, events=events, dry_run=kw.get("dry_run", False))
 
 
 def add_report(request: AddReport, *, open_ledger: Callable[[], Any]) -> EvidenceAdded:
@@ -271,12 +282,8 @@ def add_report(request: AddReport, *, open_ledger: Callable[[], Any]) -> Evidenc
         tool_version=request.tool_version, grouping=request.grouping, binary=request.binary,
         binary_hash=request.binary_hash, ncu_path=request.ncu_path,
     )  # fmt: skip
-    events = _recorded(
-        open_ledger, parsed, context, raw, actor=request.actor,
-        idempotency_key=request.idempotency_key, source_file=request.report,
-        dry_run=request.dry_run,
-    )  # fmt: skip
-    return EvidenceAdded(report=parsed, events=events, dry_run=request.dry_run)
+    return _added(open_ledger, request, context, parsed, raw,
+                  source_file=request.report, dry_run=request.dry_run)  # fmt: skip
 
 
 def add_ncu_profile(request: NcuProfile, *, open_ledger: Callable[[], Any]) -> EvidenceAdded:
@@ -285,15 +292,14 @@ def add_ncu_profile(request: NcuProfile, *, open_ledger: Callable[[], Any]) -> E
     Raises: BadRequest (exit 2: the context); EvidenceError (exit 2: ncu's output does not
     parse); RuleRefused (exit 3); ConcurrentAppend (exit 4)."""
     context = evidence_context(request.context, request.overrides)
-    parsed, raw, argv, exit_status = profile_ncu(
-        request.command, ncu_path=request.ncu_path, sections=request.sections,
-        extra=request.extra, timeout_s=request.timeout_s,
-    )  # fmt: skip
-    events = _recorded(
-        open_ledger, parsed, context, raw, actor=request.actor,
-        idempotency_key=request.idempotency_key, command=argv, exit_status=exit_status,
-    )  # fmt: skip
-    return EvidenceAdded(report=parsed, events=events)
+    parsed, raw, argv, status = profile_ncu(
+        request.command,
+        ncu_path=request.ncu_path,
+        sections=request.sections,
+        extra=request.extra,
+        timeout_s=request.timeout_s,
+    )
+    return _added(open_ledger, request, context, parsed, raw, command=argv, exit_status=status)
 
 
 __all__ = [

@@ -101,6 +101,67 @@ def fitted_example(
     return FittedExample(op=name, body=body, refusal=refusal, note=note)
 
 
+@dataclass(frozen=True)
+class SchemaExample:
+    """The answer of ``perfledger schema OP --example``: ``body`` (stdout: one request as is),
+    ``note`` (stderr: what else to know, or None) and, on a ledger where ``op`` cannot apply
+    now, ``refusal`` (the decider's; ``body`` then unused)."""
+
+    op: str
+    body: Any
+    note: str | None = None
+    refusal: RuleRefused | BadRequest | None = None
+
+
+def schema_example(
+    op: str | None, *, open_ledger: Callable[[], Any], variants: bool = False
+) -> SchemaExample:
+    """A valid example request of ``op``: with a ledger (``open_ledger`` does not refuse), the
+    example fitted to its state and decided dry on it (:func:`fitted_example`; R11: subject
+    directories or not); without one, the catalog's example, its other Target kind's form in
+    ``note`` (``variants``: both forms as ``{"variants": {...}}`` instead).
+    Raises: BadRequest without ``op`` or for an unknown one."""
+    if op is None:
+        raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
+    try:
+        ledger = open_ledger()
+    except BadRequest:
+        ledger = None
+    if ledger is not None:
+        try:  # fitted to the ledger's state and decided on it: shown only if accepted
+            fitted = fitted_example(op, ledger.state(), ledger.payload,
+                                    lambda event_id: ledger.get(event_id).actor)  # fmt: skip
+        finally:
+            ledger.close()
+        return SchemaExample(fitted.op, fitted.body, fitted.note, fitted.refusal)
+    both = request_examples.variants(op)
+    if not both:  # free text only the agent knows shown as a placeholder (refused as is)
+        return SchemaExample(op, request_examples.shown(op))
+    if variants:
+        return SchemaExample(op, {"variants": both})
+    if "GPU Target" in both:  # one request as is; the other in the note
+        return SchemaExample(op, both["GPU Target"], (
+            "this example is for a GPU Target; for a CPU workload Target (no GPU "
+            "budget; the worker observes cpu_time or wall_time): "
+            + _json_text(both["CPU workload Target"])
+            + "; run with --ledger LEDGER for the example that fits its Target"
+        ))  # fmt: skip
+    (first, body), (other, other_body) = both.items()
+    return SchemaExample(op, body, (
+        f"this example is for a Target {first}; for a Target {other} (its "
+        "readiness binds the original's directory, R11) name the candidate's directory "
+        "in candidate.subject: perfledger snapshots it and computes content_hash and "
+        "changed_paths (typed changed_paths are refused): "
+        + _json_text(other_body.get("candidate"))
+        + "; run with --ledger LEDGER for the example that fits its Target"
+    ))  # fmt: skip
+
+
+def _json_text(data: Any) -> str:
+    """``data`` as compact JSON text with sorted keys (as the CLI prints JSON)."""
+    return msgspec.json.encode(data, order="sorted").decode("utf-8")
+
+
 def _edge_free(name: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` as the decider sees it without the edge's snapshot (``original.subject`` ->
     ``original.snapshot``, R11, which reads the directory): the driver with the directory in
@@ -573,4 +634,4 @@ _FITTERS: dict[str, Callable[[WorkflowState, TargetView, dict[str, Any], Any], F
 }
 
 
-__all__ = ["FittedExample", "NotApplicable", "fitted_example"]
+__all__ = ["FittedExample", "NotApplicable", "SchemaExample", "fitted_example", "schema_example"]

@@ -7,7 +7,8 @@ import os
 
 import msgspec
 
-from perfledger.api import LEDGER_ENV, Ledger
+from perfledger.api import LEDGER_ENV, Ledger, find_ledger_path
+from perfledger.errors import PerfledgerError
 
 
 class Initialised(msgspec.Struct, frozen=True):
@@ -40,4 +41,69 @@ def init_ledger(
         ledger.close()
 
 
-__all__ = ["Initialised", "init_ledger", "ledger_location"]
+def found_ledger(ledger_path: str | None) -> str | None:
+    """The real path of the ledger later commands find from ``ledger_path`` (``--ledger``;
+    None: ``$PERFLEDGER_DIR``, else the git repository around the current directory), or None
+    where none is found."""
+    try:
+        return os.path.realpath(find_ledger_path(ledger_path))
+    except PerfledgerError:
+        return None
+
+
+def use_hint(path: str, ledger_path: str | None) -> list[str]:
+    """How later commands find the ledger just made at ``path``, when a plain ``perfledger
+    status`` run here would not (``ledger_path``: the ``--ledger`` given, else
+    ``$PERFLEDGER_DIR``, else the repository around the current directory does not name it);
+    then what to run first. Lines for people."""
+    if found_ledger(ledger_path) == os.path.realpath(path):
+        return ["next: `perfledger status`"]
+    return [
+        f"use it: export {LEDGER_ENV}={os.path.abspath(path)}  (or pass --ledger {path} "
+        "before each command)",
+        "next: `perfledger status`",
+    ]
+
+
+def init_message(path: str, mine: str | None) -> str:
+    """What ``init`` made of ``path`` and whether a server acting on the ledger at ``mine``
+    (its real path, :func:`found_ledger`) acts on it: an agent saw only hashes and could not
+    tell a ledger from a work tree."""
+    bare = os.path.isfile(os.path.join(path, "HEAD")) and not os.path.exists(
+        os.path.join(path, ".git")
+    )
+    what = (
+        "a bare git repository (no work tree: keep code and files elsewhere)"
+        if bare
+        else "the git repository there"
+    )
+    text = f"made {path} a perfledger ledger: {what}, its events on branch `ledger`"
+    if mine == os.path.realpath(path):
+        return text + "; this server's tools act on it: call `status` next"
+    return text + (
+        f"; this server acts on {mine or 'no ledger'}: start it with "
+        f"`perfledger --ledger {path} mcp` to use this one"
+    )
+
+
+def init_tool_hint(ledger_path: str | None) -> str:
+    """The hint of an MCP client's ``not_a_ledger``: the ``cli`` tool's ``init`` that makes
+    the ledger (``ledger_path``: the server's ``--ledger``); ``init`` refuses a directory that
+    is not empty, so there it names a new directory inside."""
+    if ledger_path is not None or not os.listdir(os.getcwd()):
+        return 'create it with the `cli` tool, args ["init"]'
+    return (
+        'create one with the `cli` tool, args ["init", "ledger"] (a new '
+        "directory: this one is not empty); this server then acts on it"
+    )
+
+
+__all__ = [
+    "Initialised",
+    "found_ledger",
+    "init_ledger",
+    "init_message",
+    "init_tool_hint",
+    "ledger_location",
+    "use_hint",
+]

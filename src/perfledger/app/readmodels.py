@@ -27,6 +27,7 @@ from perfledger.projections.champions import (
 )
 from perfledger.projections.claims import ClaimRow, claims
 from perfledger.projections.rejections import RejectedRow, rejected
+from perfledger.projections.reviews import unresolved_dissent
 from perfledger.projections.verdict_explain import explain_verdict
 
 #: The hint of a refused unknown Target.
@@ -304,6 +305,33 @@ def evidence_show(ledger: Any, evidence_id: str) -> EvidenceShown:
     )
 
 
+def reviews_of(
+    ledger: Any, *, unresolved: bool = False, target_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The recorded reviews (R12, R17) on the open ``ledger``, of ``target_id`` (and those of
+    no Target) or every one; ``unresolved``: only dissent that no later review resolved. Each
+    row: the review's fields with ``event_id``, ``resolved_by`` and ``unresolved_dissent``."""
+    reviews = ledger.state().reviews
+    views = (
+        unresolved_dissent(reviews, target_id)
+        if unresolved
+        else [
+            v
+            for v in reviews.reviews.values()
+            if target_id is None or v.review.target_id in (None, target_id)
+        ]
+    )
+    return [
+        {
+            **msgspec.to_builtins(v.review),
+            "event_id": v.event_id,
+            "resolved_by": v.resolved_by,
+            "unresolved_dissent": v.review.dissent_remains and v.resolved_by is None,
+        }
+        for v in views
+    ]
+
+
 __all__ = [
     "ChampionShown",
     "Champions",
@@ -328,6 +356,7 @@ __all__ = [
     "experiments_of",
     "lineage_of",
     "rejected_of",
+    "reviews_of",
     "targets_of",
     "verdict_explained",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from perfledger.app.command_lines import recommended_command
 from perfledger.app.handoff import resume_context
 from perfledger.app.handoff_request import handoff_request
 from perfledger.app.next_steps import allowed_decisions, former_champions, obligations
@@ -172,4 +173,19 @@ def session_status(
     return out
 
 
-__all__ = ["CLOSED_STATUSES", "Recommend", "cmd_legend", "session_status", "target_status"]
+def session_status_with_commands(ledger: Any, target_id: str | None = None) -> dict[str, Any]:
+    """:func:`session_status` with the CLI's command lines
+    (:func:`perfledger.app.command_lines.recommended_command`): the answer of ``perfledger
+    status --json`` and of the MCP ``status`` tool. Raises: BadRequest for an unknown
+    ``target_id``."""
+    return session_status(ledger, target_id, recommended_command)
+
+
+__all__ = [
+    "CLOSED_STATUSES",
+    "Recommend",
+    "cmd_legend",
+    "session_status",
+    "session_status_with_commands",
+    "target_status",
+]

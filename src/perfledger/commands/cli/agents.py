@@ -8,20 +8,19 @@ The MCP server (its SDK) is imported only by ``perfledger mcp``.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
+import msgspec
 
-from perfledger.commands.cli.common import actor_option, to_json_text
+from perfledger.app.event_lookup import artifact_of, artifacts_of
+from perfledger.app.status import session_status_with_commands as session_status
+from perfledger.commands.cli.common import actor_option
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.cli.status import render, session_status
+from perfledger.commands.cli.status import render
 from perfledger.errors import BadRequest
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 @click.command("status")
@@ -34,11 +33,7 @@ def status_command(target_id: str | None, json_flag: bool) -> None:
     through its decider; nothing is appended)."""
     ctx = _ctx(json_flag)
 
-    ledger = ctx.open()
-    try:
-        status = session_status(ledger, target_id)
-    finally:
-        ledger.close()
+    status = ctx.read(session_status, target_id)
     if ctx.json_mode:
         _emit(status)
     else:
@@ -60,13 +55,6 @@ def mcp_command(actor: str | None) -> None:
     sys.exit(0)
 
 
-def _event(ledger: Any, event: str) -> Any:
-    """The envelope named by ``event``: HEAD, a full id or a unique prefix (as `show`)."""
-    if event.upper() == "HEAD":
-        event = ledger.log(1)[0].event_id
-    return ledger.get(event)
-
-
 @click.group("artifact")
 def artifact_group() -> None:
     """List or get the files attached to an event (raw sample tables, code snapshots,
@@ -80,20 +68,13 @@ def artifact_list(event: str, json_flag: bool) -> None:
     """List EVENT's artifacts (EVENT: HEAD, an event id or a unique prefix): name, size in
     bytes, media type, blake3."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        envelope = _event(ledger, event)
-    finally:
-        ledger.close()
-    rows = [
-        {"name": name, "size": ref.size, "media_type": ref.media_type, "blake3": ref.blake3}
-        for name, ref in sorted(envelope.artifacts.items())
-    ]
+    done = ctx.read(artifacts_of, event)
+    rows = msgspec.to_builtins(done.artifacts)
     if ctx.json_mode:
-        _emit({"event_id": envelope.id, "artifacts": rows})
+        _emit({"event_id": done.event_id, "artifacts": rows})
         return
     if not rows:
-        click.echo(f"event {envelope.id[:12]} has no artifacts")
+        click.echo(f"event {done.event_id[:12]} has no artifacts")
     for row in rows:
         click.echo(f"{row['name']}  {row['size']:,} bytes  {row['media_type']}")
 
@@ -115,18 +96,7 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
             "--json needs -o FILE (the artifact's bytes are not JSON)",
             hint="add -o FILE: the artifact is written there and the JSON answer names it",
         )
-    ledger = ctx.open()
-    try:
-        envelope = _event(ledger, event)
-        if name not in envelope.artifacts:
-            names = ", ".join(sorted(envelope.artifacts)) or "none"
-            raise BadRequest(
-                f"event {envelope.id[:12]} has no artifact {name!r}",
-                hint=f"its artifacts: {names} (`perfledger artifact list {envelope.id[:12]}`)",
-            )
-        data = ledger.artifact(envelope.id, name)
-    finally:
-        ledger.close()
+    event_id, data = ctx.read(artifact_of, event, name)
     if output is None:
         out = click.get_binary_stream("stdout")
         out.write(data)
@@ -140,9 +110,9 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
             f"cannot write {output!r}: {exc.strerror or exc}", hint="name a writable path for -o"
         ) from None
     if ctx.json_mode:
-        _emit({"event_id": envelope.id, "name": name, "path": output, "size": len(data)})
+        _emit({"event_id": event_id, "name": name, "path": output, "size": len(data)})
     else:
-        click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {envelope.id[:12]})")
+        click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {event_id[:12]})")
 
 
 __all__ = ["artifact_group", "mcp_command", "status_command"]

@@ -247,7 +247,7 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
     """Create a ledger at PATH (default: --ledger, $PERFLEDGER_DIR or the current directory):
     a new bare git repository, or an existing one, with the root event."""
     ctx = _ctx(json_flag)
-    from perfledger.app.ledgers import init_ledger, ledger_location  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
+    from perfledger.app.ledgers import init_ledger, ledger_location, use_hint  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
     target = ledger_location(path, ctx.ledger_path)
     done = init_ledger(target, name=name, actor=_actor(actor), remember_actor=actor is not None)
@@ -256,28 +256,8 @@ def init(path: str | None, name: str | None, actor: str | None, json_flag: bool)
         return
     click.echo(f"initialised ledger {done.path}")
     click.echo(f"root event {done.root}")
-    for line in _use_hint(target):
+    for line in use_hint(target, ctx.ledger_path):
         click.echo(line)
-
-
-def _use_hint(path: str) -> list[str]:
-    """How later commands find the ledger just made at ``path``, when a plain ``perfledger
-    status`` run here would not (no --ledger, no $PERFLEDGER_DIR naming it, not the repository
-    around the current directory); then what to run first."""
-    from perfledger.api import LEDGER_ENV, find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
-
-    ctx = click.get_current_context().find_object(Context)
-    try:
-        found = find_ledger_path(ctx.ledger_path if ctx else None)
-    except PerfledgerError:
-        found = None
-    if found is not None and os.path.realpath(found) == os.path.realpath(path):
-        return ["next: `perfledger status`"]
-    return [
-        f"use it: export {LEDGER_ENV}={os.path.abspath(path)}  (or pass --ledger {path} "
-        "before each command)",
-        "next: `perfledger status`",
-    ]
 
 
 @cli.command()
@@ -288,11 +268,7 @@ def _use_hint(path: str) -> list[str]:
 def log(limit: int | None, json_flag: bool) -> None:
     """List events, newest first."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        entries = ledger.log(limit)
-    finally:
-        ledger.close()
+    entries = ctx.read(lambda ledger: ledger.log(limit))
     if ctx.json_mode:
         _emit_json({"events": [entry.__dict__ for entry in entries]})
         return
@@ -312,11 +288,7 @@ def show(event_id: str, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.app.event_lookup import show_event  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        shown = show_event(ledger, event_id)
-    finally:
-        ledger.close()
+    shown = ctx.read(show_event, event_id)
     data = shown.to_json()
     if ctx.json_mode:
         _emit_json(data)
@@ -338,11 +310,7 @@ def verify(checkpoint_options: tuple[Any, ...], json_flag: bool) -> None:
     policy = checkpoint_policy(checkpoint_options)
     from perfledger.app.checkpoints import verify as verify_ledger  # noqa: PLC0415 (dulwich via perfledger.app.checkpoints)
 
-    ledger = ctx.open()
-    try:
-        report = verify_ledger(ledger, policy)
-    finally:
-        ledger.close()
+    report = ctx.read(verify_ledger, policy)
     if not report.ok:  # 5, or 7 for a ledger written by a newer perfledger
         exit_verify_failure(ctx, report)
     if ctx.json_mode:
@@ -367,11 +335,7 @@ def state(json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     import msgspec  # noqa: PLC0415 (msgspec: off `perfledger --version`'s start-up path)
 
-    ledger = ctx.open()
-    try:
-        raw = ledger.state_json()
-    finally:
-        ledger.close()
+    raw = ctx.read(lambda ledger: ledger.state_json())
     if not ctx.json_mode:
         for line in state_lines(msgspec.json.decode(raw)):
             click.echo(line)

@@ -29,11 +29,7 @@ def attest_command(experiment: str, key_path: str, out: str | None, json_flag: b
     champion without a code snapshot or resting on samples measured outside perfledger."""
     ctx = _ctx(json_flag)
 
-    ledger = ctx.open()
-    try:
-        envelope = attest(ledger, experiment, key_path)
-    finally:
-        ledger.close()
+    envelope = ctx.read(attest, experiment, key_path)
     text = json.dumps(envelope, indent=2) + "\n"
     if out is None:
         click.echo(text, nl=False)
@@ -60,11 +56,7 @@ def verify_attestation_command(file: str, signers_file: str, json_flag: bool) ->
     differs (the signature, a subject, a predicate field)."""
     ctx = _ctx(json_flag)
 
-    ledger = ctx.open()
-    try:
-        done = verify_attestation(ledger, file, signers_file)
-    finally:
-        ledger.close()
+    done = ctx.read(verify_attestation, file, signers_file)
     if ctx.json_mode:
         emit_json({"ok": True, **done})
     else:

@@ -116,11 +116,7 @@ def list_checkpoints(checkpoint_options: tuple[Any, ...], json_flag: bool) -> No
     ctx = _ctx(json_flag)
     policy = checkpoint_policy(checkpoint_options)
 
-    ledger = ctx.open()
-    try:
-        report = verify(ledger, policy)
-    finally:
-        ledger.close()
+    report = ctx.read(verify, policy)
     found = report.extra.get("checkpoints", {"checkpoints": [], "unsigned_events": None})
     if not report.ok:
         exit_verify_failure(ctx, report)

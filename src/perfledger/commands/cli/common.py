@@ -7,14 +7,15 @@ module keeps a forwarding copy of these functions.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
 
-from perfledger.errors import BadRequest, PerfledgerError
+from perfledger.app import actors
+from perfledger.app.command_lines import TARGET_FIELD_HELP
+from perfledger.errors import PerfledgerError
 
 
 class Context:
@@ -29,6 +30,14 @@ class Context:
         from perfledger.api import Ledger, find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
 
         return Ledger.open(find_ledger_path(self.ledger_path))
+
+    def read(self, use_case: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``use_case(ledger, *args, **kw)`` on a fresh open of the ledger, closed after."""
+        ledger = self.open()
+        try:
+            return use_case(ledger, *args, **kw)
+        finally:
+            ledger.close()
 
 
 def to_json_text(data: object, indent: int = 0) -> str:
@@ -172,8 +181,19 @@ def target_param() -> click.Option:
     return click.Option(["--target", "target_id"], default=None, help="The Target id.")
 
 
+def options_of(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One decorator applying click ``options`` in the order listed (the first is the first in
+    ``--help``): a table of options several commands share."""
+
+    def apply(func: Any) -> Any:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
+
+
 #: The help of ``--target`` on a command that records: it sets the request's ``target_id``.
-TARGET_FIELD_HELP = "The Target id (sets target_id)."
 #: ``--target`` of a command that records a request with a ``target_id`` field.
 target_field_option = click.option("--target", "target_id", default=None, help=TARGET_FIELD_HELP)
 
@@ -297,78 +317,15 @@ def rate_text(events: int, elapsed_s: float) -> str:
 
 
 def resolve_actor(actor: str | None) -> str:
-    """Who a command acts as: ``--actor``, else ``$PERFLEDGER_ACTOR``, else the ledger's
-    remembered ``perfledger.actor`` (``init --actor``), else ``$USER``, else ``$LOGNAME``, else
-    the operating system's name of this process's user. Never a made-up name: every event
-    records who decided it.
-    Raises: BadRequest for an empty ``--actor`` (it would silently mean someone else), and when
-    none of these names anyone."""
-    if actor is not None and not actor.strip():
-        raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
-    found = (
-        actor
-        or os.environ.get("PERFLEDGER_ACTOR", "").strip()
-        or _remembered_actor()
-        or os.environ.get("USER", "").strip()
-        or os.environ.get("LOGNAME", "").strip()
-        or _os_user()
-    )
-    if not found:
-        raise BadRequest(
-            "who decides is not known: no --actor, $PERFLEDGER_ACTOR, perfledger.actor, $USER "
-            "or $LOGNAME, and this process's user has no name",
-            hint="pass --actor NAME, or export PERFLEDGER_ACTOR=NAME (or `git config "
-            "perfledger.actor NAME` in the ledger)",
-        )
-    return found
-
-
-def _os_user() -> str | None:
-    """The login name of this process's user from the system's user database, or None (a
-    container user without a passwd entry)."""
-    try:
-        import pwd  # noqa: PLC0415 (pwd: imported where its failure is caught)
-
-        return pwd.getpwuid(os.getuid()).pw_name or None
-    except (ImportError, KeyError, OSError):
-        return None
-
-
-def _remembered_actor() -> str | None:
-    """The ``perfledger.actor`` git config of the ledger this command works on (written by
-    ``init --actor``; local to the clone, like git's ``user.name``), or None."""
-    from perfledger.api import find_ledger_path  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
-    from perfledger.ledger.gitdir import find_controldir, read_section  # noqa: PLC0415 (off `perfledger --version`'s start-up path)
-
+    """Who this command acts as (:func:`perfledger.app.actors.resolve_actor` on its ledger).
+    Raises: BadRequest for an empty ``--actor``, and when nothing names anyone."""
     click_ctx = click.get_current_context(silent=True)
     ctx = click_ctx.find_object(Context) if click_ctx is not None else None
-    try:
-        location = find_controldir(find_ledger_path(ctx.ledger_path if ctx else None))
-    except (PerfledgerError, OSError):
-        return None
-    section = read_section(location.controldir, b"perfledger") if location else None
-    value = (section or {}).get(b"actor")
-    return value.decode("utf-8", "replace") if value else None
+    return actors.resolve_actor(actor, ctx.ledger_path if ctx else None)
 
 
-#: What a command says to ``--explain-foreign`` (R17): the option is gone.
-EXPLAIN_FOREIGN_REMOVED = (
-    "--explain-foreign was removed: a typed explanation of foreign activity decides nothing "
-    "(R17). After the samples, another actor reviews them (`perfledger review record`) and "
-    "`perfledger activity explain --samples ID --request -` cites that review; or measure "
-    "again on a quieter machine"
-)
-#: ``--explain-foreign``, hidden: kept only so that passing it gets :data:`EXPLAIN_FOREIGN_REMOVED`
+#: ``--explain-foreign``, hidden: kept only so that passing it gets app.command_lines.EXPLAIN_FOREIGN_REMOVED
 #: (exit 2) instead of click's bare "no such option".
 removed_explain_foreign_option = click.option(
     "--explain-foreign", "explain_foreign", default=None, hidden=True, help="Removed (R17)."
 )
-
-
-def refuse_explain_foreign(value: str | None) -> None:
-    """Raise BadRequest (:data:`EXPLAIN_FOREIGN_REMOVED`) when ``--explain-foreign`` was given."""
-    if value is not None:
-        raise BadRequest(
-            EXPLAIN_FOREIGN_REMOVED,
-            hint="another actor records `perfledger review record`; `perfledger activity explain` cites it",
-        )

@@ -23,12 +23,14 @@ import click
 import msgspec
 
 from perfledger.app.readmodels import evidence_list, evidence_show
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli import workflow as workflow_cli
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
     idempotency_option,
     json_option,
+    options_of,
     request_option,
     target_field_option,
 )
@@ -42,14 +44,6 @@ _HINT = "`perfledger evidence add --help` gives the forms; docs/profilers.md the
 
 def _shared() -> Any:
     return workflow_cli
-
-
-def _read(ctx: Any, use_case: Any, *args: Any) -> Any:
-    ledger = ctx.open()
-    try:
-        return use_case(ledger, *args)
-    finally:
-        ledger.close()
 
 
 def _render(ctx: Any, done: Any) -> None:
@@ -73,7 +67,7 @@ def _render(ctx: Any, done: Any) -> None:
         click.echo(f"limitation: {item}")
 
 
-_common = [
+_with_common = options_of(
     click.option("--evidence-id", default=None, help="The evidence id (or in --request)."),
     click.option(
         "--applicability",
@@ -94,13 +88,7 @@ _common = [
     idempotency_option,
     actor_option,
     json_option,
-]
-
-
-def _with_common(func: Any) -> Any:
-    for option in reversed(_common):
-        func = option(func)
-    return func
+)
 
 
 def _add_command(generic: click.Command) -> click.Command:
@@ -172,7 +160,7 @@ def _add_command(generic: click.Command) -> click.Command:
         from perfledger.app import evidence  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
 
         request = evidence.AddReport(
-            kind=kind, report=report, context=_shared().read_request(request_source),
+            kind=kind, report=report, context=read_request(request_source),
             overrides={
                 "evidence_id": evidence_id, "applicability": applicability, "layer": layer,
                 "shapes": shapes, "graph": graph, "description": description,
@@ -244,7 +232,7 @@ def _ncu_command(
 def _list(json_flag: bool) -> None:
     """List recorded evidence: id, layer, tool, applicability, facts, kernels, limitations."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, evidence_list)
+    done = ctx.read(evidence_list)
     if ctx.json_mode:
         _shared()._emit(done)
         return
@@ -262,7 +250,7 @@ def _show(evidence_id: str, json_flag: bool) -> None:
     """Show one piece of evidence: its facts, boundary, capture and attached artifacts."""
 
     ctx = _ctx(json_flag)
-    done = _read(ctx, evidence_show, evidence_id)
+    done = ctx.read(evidence_show, evidence_id)
     if ctx.json_mode:
         _shared()._emit(done)
     else:

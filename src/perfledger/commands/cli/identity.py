@@ -21,11 +21,7 @@ def checkout_command(snapshot: str, directory: str, json_flag: bool) -> None:
     TARGET:original, or an experiment id) into DIRECTORY, byte for byte (R11)."""
 
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        done = checkout(ledger, snapshot, directory)
-    finally:
-        ledger.close()
+    done = ctx.read(checkout, snapshot, directory)
     if ctx.json_mode:
         click.echo(to_json_text(done))
         return

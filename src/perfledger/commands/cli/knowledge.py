@@ -10,180 +10,20 @@
 - ``knowledge check [DIR]...`` validates cards (the shipped ones and each DIR).
 - ``knowledge show ID`` prints one card.
 
-Card files are read here; the shipped cards are package data (``perfledger/knowledge/cards``).
+The cards are read and matched, and an answer recorded, by :mod:`perfledger.app.knowledge`;
+this module parses the options and renders the answer.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-import blake3
 import click
-import msgspec
 
-from perfledger._version import __version__
+from perfledger.app.knowledge import KnowledgeQuery, card_of, load_cards, query_knowledge
 from perfledger.commands.cli.common import actor_option, json_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry import operations
-from perfledger.errors import BadRequest
-from perfledger.knowledge import matching
-from perfledger.knowledge.cards import check_unique, parse_card
-from perfledger.knowledge.matching import EMPTY_BLOCKS_NOTHING, STATUS_ORDER
-from perfledger.ledger.base import Artifact
-
-#: The artifact a recorded query attaches.
-ARTIFACT = "knowledge-query.json"
-#: Largest card or environment file read (bytes).
-MAX_FILE_BYTES = 1024 * 1024
-
-
-def _read_text(path: Path, what: str) -> str:
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise BadRequest(
-            f"cannot read {what} {str(path)!r}: {exc.strerror}",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        ) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise BadRequest(
-            f"{what} {str(path)!r} is larger than {MAX_FILE_BYTES} bytes",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest(
-            f"{what} {str(path)!r} is not UTF-8 text",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        ) from None
-
-
-def shipped_card_texts() -> list[tuple[str, str]]:
-    """``(origin, TOML text)`` of every shipped card, sorted by file name; origin is
-    ``perfledger:cards/NAME.toml``."""
-    root = resources.files("perfledger.knowledge").joinpath("cards")
-    return [
-        (f"perfledger:cards/{entry.name}", entry.read_text(encoding="utf-8"))
-        for entry in sorted(root.iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".toml")
-    ]
-
-
-def user_card_texts(directory: str) -> list[tuple[str, str]]:
-    """``(path, TOML text)`` of every ``*.toml`` under ``directory`` (recursively, sorted).
-
-    Raises: BadRequest when ``directory`` is not a directory or holds no card."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise BadRequest(
-            f"--cards {directory!r} is not a directory",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        )
-    paths = sorted(p for p in root.rglob("*.toml") if p.is_file())
-    if not paths:
-        raise BadRequest(
-            f"--cards {directory!r} holds no card (*.toml)",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        )
-    return [(str(p), _read_text(p, "card")) for p in paths]
-
-
-def load_cards(directories: tuple[str, ...], *, shipped: bool = True) -> tuple[list[Any], str]:
-    """Parse the shipped cards (unless ``shipped`` is False) and those of ``directories``.
-
-    Returns: ``([(origin, Card)], digest)`` where digest is the blake3 (16 hex) of every card's
-        origin and text, naming the card set a recorded answer came from.
-    Raises: CardError for a bad card (naming the file and field) or a repeated id; BadRequest
-        for a missing directory.
-    """
-
-    texts = shipped_card_texts() if shipped else []
-    for directory in directories:
-        texts += user_card_texts(directory)
-    cards = [(origin, parse_card(text, origin)) for origin, text in texts]
-    check_unique(cards)
-    digest = blake3.blake3()
-    for origin, text in texts:
-        digest.update(origin.encode() + b"\0" + text.encode() + b"\0")
-    return cards, digest.hexdigest()[:16]
-
-
-def read_env(path: str) -> dict[str, Any]:
-    """Read ``perfledger env --json``'s object from ``path`` (``-``: stdin).
-
-    Raises: BadRequest when it is not readable, not JSON or not an object."""
-
-    text = sys.stdin.read(MAX_FILE_BYTES + 1) if path == "-" else _read_text(Path(path), "--env")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise BadRequest(
-            f"--env {path!r} is not valid JSON: {exc}",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        ) from None
-    if not isinstance(data, dict):
-        raise BadRequest(
-            f"--env {path!r} must be the JSON object `perfledger env --json` prints, "
-            f"got {type(data).__name__}",
-            hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-        )
-    return data
-
-
-def _libraries(items: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, version = item.partition("=")
-        if not sep or not name.strip() or not version.strip():
-            raise BadRequest(
-                f"--library {item!r} is not NAME=VERSION (e.g. triton=3.1.0)",
-                hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-            )
-        out[name.strip().lower()] = version.strip()
-    return out
-
-
-def answer(
-    matches: list[Any],
-    env: Any,
-    *,
-    searched: int,
-    query: dict[str, Any],
-    digest: str,
-) -> dict[str, Any]:
-    """The query's answer as JSON builtins: query, environment facts, counts, results, note."""
-
-    results = []
-    for m in matches:
-        card = msgspec.to_builtins(m.card)
-        results.append(
-            {
-                "id": m.card.id, "title": m.card.title, "kind": m.card.kind, "status": m.status,
-                "differences": [d.text for d in m.differences],
-                "difference_details": msgspec.to_builtins(m.differences),
-                "notes": list(m.notes), "matched_on": list(m.matched_on), "origin": m.origin,
-                "statement": m.card.statement, "mechanisms": card["mechanisms"],
-                "phenomena": card["phenomena"], "catalog_methods": card["catalog_methods"],
-                "conditions": card["conditions"], "sources": card["sources"],
-            }
-        )  # fmt: skip
-    counts = {s: sum(1 for m in matches if m.status == s) for s in STATUS_ORDER}
-    return {
-        "query": query,
-        "environment": msgspec.to_builtins(env) if env is not None else None,
-        "cards_searched": searched,
-        "cards_digest": digest,
-        "counts": counts,
-        "results": results,
-        "note": EMPTY_BLOCKS_NOTHING,
-    }
 
 
 def render_text(data: dict[str, Any]) -> str:
@@ -218,44 +58,6 @@ def render_text(data: dict[str, Any]) -> str:
         )
     lines.append(data["note"])
     return "\n".join(lines) + "\n"
-
-
-def _record(data: dict[str, Any], *, evidence_id: str, layer: str, target_id: str | None,
-            actor: str | None, json_mode: bool) -> dict[str, Any]:  # fmt: skip
-    """Append the answer as diagnostic evidence (R6); returns the event summary."""
-
-    raw = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
-    q = data["query"]
-    terms = ", ".join(
-        [f"phenomenon {p}" for p in q["phenomena"]] + [f"mechanism {m}" for m in q["mechanisms"]]
-    )
-    body = {
-        "evidence_id": evidence_id,
-        "layer": layer,
-        "tool": {"name": "perfledger-knowledge",
-                 "version": f"{__version__}+cards.{data['cards_digest']}"},
-        "facts": [
-            {"name": "cards_searched", "value": float(data["cards_searched"]), "unit": "count"},
-            {"name": "cards_matched", "value": float(len(data["results"])), "unit": "count"},
-            *({"name": f"cards_{s}", "value": float(n), "unit": "count"}
-              for s, n in data["counts"].items()),
-        ],
-        "description": f"knowledge query ({terms or 'all cards'}): "
-        + (", ".join(f"{r['id']} {r['status']}" for r in data["results"]) or "no card matched")
-        + ". Context only: it decides nothing.",
-        "report_hash": "blake3:" + blake3.blake3(raw).hexdigest(),
-        "applicability": "diagnostic",
-        "target_id": target_id,
-    }  # fmt: skip
-    ledger = _ctx(json_mode).open()
-    try:
-        envelopes = operations.execute(
-            ledger, "evidence.add", body, actor=_actor(actor),
-            artifacts={ARTIFACT: Artifact(raw, "application/json")},
-        )  # fmt: skip
-    finally:
-        ledger.close()
-    return {"event_id": envelopes[0].id, "evidence_id": evidence_id, "artifact": ARTIFACT}
 
 
 @click.group("knowledge")
@@ -324,30 +126,13 @@ def query(env_path: str | None, phenomena: tuple[str, ...], mechanisms: tuple[st
     nothing."""
 
     ctx = _ctx(json_flag)
-    libs = _libraries(libraries)
-    env = None
-    if env_path is not None:
-        try:
-            env = matching.env_facts(read_env(env_path), libs)
-        except ValueError as exc:
-            raise BadRequest(
-                f"--env {env_path!r}: {exc}",
-                hint="`perfledger knowledge --help` gives the options; docs/knowledge.md the cards and their inputs",
-            ) from None
-    elif libs:
-        env = matching.EnvFacts(libraries=libs)
-    cards, digest = load_cards(card_dirs, shipped=not no_shipped)
-    matches = matching.query(cards, env, phenomena=phenomena, mechanisms=mechanisms, dtype=dtype)
-    data = answer(
-        matches, env, searched=len(cards), digest=digest,
-        query={"phenomena": list(phenomena), "mechanisms": list(mechanisms), "dtype": dtype,
-               "libraries": libs, "cards": list(card_dirs), "shipped": not no_shipped,
-               "env": env_path},
+    request = KnowledgeQuery(
+        env_path=env_path, phenomena=list(phenomena), mechanisms=list(mechanisms), dtype=dtype,
+        libraries=list(libraries), card_dirs=list(card_dirs), shipped=not no_shipped,
+        evidence_id=evidence_id, layer=layer, target_id=target_id,
     )  # fmt: skip
-    recorded = None
-    if evidence_id is not None:
-        recorded = _record(data, evidence_id=evidence_id, layer=layer, target_id=target_id,
-                           actor=actor, json_mode=ctx.json_mode)  # fmt: skip
+    done = query_knowledge(request, open_ledger=ctx.open, actor=lambda: _actor(actor))
+    data, recorded = done.data, done.recorded
     if ctx.json_mode:
         click.echo(to_json_text({**data, "recorded": recorded}))
         return
@@ -379,10 +164,5 @@ def show(card_id: str, card_dirs: tuple[str, ...], json_flag: bool) -> None:
     """Print one card (TOML fields as JSON) and where it was read from."""
 
     ctx = _ctx(json_flag)
-    cards, _ = load_cards(card_dirs)
-    for origin, card in cards:
-        if card.id == card_id:
-            data = {"origin": origin, "card": msgspec.to_builtins(card)}
-            click.echo(to_json_text(data, indent=0 if ctx.json_mode else 2))
-            return
-    raise BadRequest(f"no card {card_id!r}", hint="`perfledger knowledge query` lists them")
+    data = card_of(card_id, card_dirs)
+    click.echo(to_json_text(data, indent=0 if ctx.json_mode else 2))

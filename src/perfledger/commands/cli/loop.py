@@ -28,8 +28,9 @@ from perfledger.app.loop import (
     loop_setup,
     propose,
 )
-from perfledger.commands.cli.common import actor_option, to_json_text
+from perfledger.commands.cli.common import actor_option
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.errors import BadRequest
@@ -39,21 +40,13 @@ from perfledger.projections.loop_summary import render_summary
 _run_opt = click.option("--run", "run_id", required=True, help="The run id.")
 
 
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
-
-
 def _say(ctx: Any) -> Any:
     """The use case's progress: stderr for people, nothing under ``--json``."""
     return (lambda text: None) if ctx.json_mode else (lambda text: click.echo(text, err=True))
 
 
 def _run(ctx: Any, run_id: str) -> Any:
-    ledger = ctx.open()
-    try:
-        return loop_run(ledger.state(), run_id)
-    finally:
-        ledger.close()
+    return ctx.read(lambda ledger: loop_run(ledger.state(), run_id))
 
 
 # ------------------------------------------------------------------------------ setup
@@ -167,11 +160,7 @@ def finalize_cmd(
 
     ctx = _ctx(json_flag)
     request = FinalizeRun(run_id=run_id, pairs=pairs, stop_reason=stop_reason, actor=_actor(actor))
-    ledger = ctx.open()
-    try:
-        done = finalize_run(ledger, request, say=_say(ctx))
-    finally:
-        ledger.close()
+    done = ctx.read(finalize_run, request, say=_say(ctx))
     Path(out).write_text(done.summary_md, encoding="utf-8")
     if ctx.json_mode:
         _emit({"run_id": run_id, "event_id": done.event_id, "summary": out,
@@ -243,11 +232,7 @@ def propose_cmd(
     (each skipped method with a reason R24 accepts), and a draft analysis."""
 
     ctx = _ctx(False)
-    ledger = ctx.open()
-    try:
-        selection, analysis = propose(ledger.state(), run_id, iteration)
-    finally:
-        ledger.close()
+    selection, analysis = ctx.read(lambda ledger: propose(ledger.state(), run_id, iteration))
     text = json.dumps(selection, indent=2) + "\n"
     if methods_out:
         Path(methods_out).write_text(text, encoding="utf-8")

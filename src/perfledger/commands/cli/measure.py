@@ -27,15 +27,10 @@ import click
 
 from perfledger.app.context import environment_payload, foreign_activity_warnings
 from perfledger.app.context import experiment_context as _context
-from perfledger.app.measure_aa import MeasureAA
 from perfledger.app.measure_aa import measure_aa as run_measure_aa
-from perfledger.app.measure_kernel import MeasureKernel
 from perfledger.app.measure_kernel import measure_kernel as run_measure_kernel
-from perfledger.app.measure_self import (
-    MeasureWorkloadStage,
-    failed_call_lines,
-    measure_workload_stage,
-)
+from perfledger.app.measure_self import failed_call_lines, measure_workload_stage
+from perfledger.app.request_options import aa_request_of, kernel_request_of, workload_request_of
 from perfledger.commands.cli.common import (
     actor_option,
     call_timeout_option,
@@ -43,22 +38,15 @@ from perfledger.commands.cli.common import (
     idempotency_option,
     measure_dry_run_option,
     measured_target_option,
+    options_of,
     quiet_option,
-    refuse_explain_foreign,
     removed_explain_foreign_option,
-    to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.errors import BadRequest
 from perfledger.kernels.subjects.spec_loader import load_spec
-
-
-def _emit(data: object) -> None:
-
-    click.echo(to_json_text(data))
-
 
 # ------------------------------------------------------------------------------------ env
 
@@ -108,16 +96,6 @@ def _progress(total: int, label: str, quiet: bool) -> Iterator[Callable[[], None
         yield lambda: bar.advance(task)
 
 
-def _parse_units(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in pairs:
-        name, sep, unit = item.partition("=")
-        if not sep or not name or not unit:
-            raise BadRequest(f"--unit {item!r}: expected NAME=UNIT", hint="e.g. --unit time_ms=ms")
-        out[name] = unit
-    return out
-
-
 def _answer(ctx: Any, result: dict[str, Any], lines: list[str]) -> None:
     if ctx.json_mode:
         _emit(result)
@@ -155,43 +133,7 @@ def aa_overall_line(
     )
 
 
-def workload_request_of(kw: dict[str, Any]) -> MeasureWorkloadStage:
-    """``measure workload``'s parsed options (click's names) as the use case's request."""
-    refuse_explain_foreign(kw.get("explain_foreign"))
-    return MeasureWorkloadStage(
-        experiment_id=kw["experiment_id"], stage=kw["stage"], ref=kw["ref_cmd"],
-        cand=kw["cand_cmd"], protocol=kw["protocol"], cases=kw["cases"], pairs=kw["pairs"],
-        warmup=kw["warmup"], timeout_s=kw["timeout_s"], units=_parse_units(kw["unit_flags"]),
-        fresh_worker=kw["fresh_worker"],
-        monitor="none" if kw["no_monitor"] else kw["monitor_source"],
-        samples_id=kw["samples_id"], dry_run=kw["dry_run"], actor=_actor(kw["actor"]),
-        idempotency_key=kw["idempotency_key"],
-    )  # fmt: skip
-
-
-def kernel_request_of(kw: dict[str, Any]) -> MeasureKernel:
-    """``measure kernel``'s parsed options (click's names) as the use case's request."""
-    return MeasureKernel(
-        experiment_id=kw["experiment_id"], stage=kw["stage"], spec=kw["spec_path"],
-        ref_dir=kw["ref_dir"], cand_dir=kw["cand_dir"], samples_id=kw["samples_id"],
-        monitor=not kw["no_monitor"], dry_run=kw["dry_run"], actor=_actor(kw["actor"]),
-        idempotency_key=kw["idempotency_key"],
-    )  # fmt: skip
-
-
-def aa_request_of(kw: dict[str, Any]) -> MeasureAA:
-    """``measure aa``'s parsed options (click's names) as the use case's request."""
-    return MeasureAA(
-        target_id=kw["target_id"], cmd=kw["cmd"], spec=kw["spec_path"],
-        directory=kw["kernel_dir"], cases=kw["cases"], runs=kw["runs"],
-        timeout_s=kw["timeout_s"], record=kw["record"],
-        accept_resolution=kw["accept_resolution"],
-        actor=_actor(kw["actor"]) if kw["record"] else None,
-        idempotency_key=kw["idempotency_key"],
-    )  # fmt: skip
-
-
-_common = [
+_with_common = options_of(
     click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
     click.option(
         "--stage",
@@ -206,13 +148,7 @@ _common = [
     idempotency_option,
     quiet_option,
     _json,
-]
-
-
-def _with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(_common):
-        fn = option(fn)
-    return fn
+)
 
 
 # ------------------------------------------------------------------------------------ workload
@@ -275,7 +211,7 @@ def measure_workload(**kw: Any) -> None:
     docs/code-identity.md).
     """
     ctx = _ctx(kw["json_flag"])
-    request = workload_request_of(kw)
+    request = workload_request_of(kw, _actor)
     ledger = ctx.open()
     try:
         done = measure_workload_stage(
@@ -337,12 +273,8 @@ def measure_kernel(**kw: Any) -> None:
     directory, both snapshotted and checked first (R11, docs/code-identity.md)."""
 
     ctx = _ctx(kw["json_flag"])
-    request = kernel_request_of(kw)
-    ledger = ctx.open()
-    try:
-        done = run_measure_kernel(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
-    finally:
-        ledger.close()
+    request = kernel_request_of(kw, _actor)
+    done = ctx.read(run_measure_kernel, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     answer = done.answer()
     if done.request is not None:  # a dry run
         _answer(ctx, answer, [json.dumps(answer, indent=2, default=str)])
@@ -401,12 +333,8 @@ def measure_aa(**kw: Any) -> None:
     (kernel spec). On a kernel Target bound to code, --dir DIR (the original's directory)
     replaces --spec: two workers run the SUBJECT of its spec (R11)."""
     ctx = _ctx(kw["json_flag"])
-    request = aa_request_of(kw)
-    ledger = ctx.open()
-    try:
-        done = run_measure_aa(ledger, request, progress=_progress_of(kw["quiet"]), warn=_warn)
-    finally:
-        ledger.close()
+    request = aa_request_of(kw, _actor)
+    done = ctx.read(run_measure_aa, request, progress=_progress_of(kw["quiet"]), warn=_warn)
     kind = "A/A pairs" if done.workload else "A/A comparisons"
     lines = [
         f"resolution {done.resolution:.5f} ({100 * done.resolution:.3f} %) from {done.repeats} "

@@ -25,9 +25,9 @@ from typing import Any
 
 import click
 
-from perfledger.app.baseline import MeasureBaseline
 from perfledger.app.baseline import measure_baseline as measure_baseline_run
 from perfledger.app.measure_baseline import BASELINE_ARTIFACT, DEFAULT_CALLS
+from perfledger.app.request_options import baseline_request_of
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
@@ -39,16 +39,6 @@ from perfledger.commands.cli.common import (
     quiet_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
-
-
-def baseline_request_of(kw: dict[str, Any]) -> MeasureBaseline:
-    """``measure baseline``'s parsed options (click's names) as the use case's request."""
-    return MeasureBaseline(
-        target_id=kw["target_id"], cmd=kw["cmd"], spec=kw["spec_path"],
-        directory=kw["kernel_dir"], cases=kw["cases"], calls=kw["calls"],
-        timeout_s=kw["timeout_s"], dry_run=kw["dry_run"], actor=m._actor(kw["actor"]),
-        idempotency_key=kw["idempotency_key"],
-    )  # fmt: skip
 
 
 @click.command("baseline")
@@ -96,12 +86,8 @@ def measure_baseline(**kw: Any) -> None:
     (R11); the raw per-call table is attached. Rules: R2 R4 R5 R11."""
 
     ctx = _ctx(kw["json_flag"])
-    request = baseline_request_of(kw)
-    ledger = ctx.open()
-    try:
-        done = measure_baseline_run(ledger, request, progress=m._progress_of(kw["quiet"]))
-    finally:
-        ledger.close()
+    request = baseline_request_of(kw, m._actor)
+    done = ctx.read(measure_baseline_run, request, progress=m._progress_of(kw["quiet"]))
     lines = [
         f"baseline {done.metric}: {done.values} value(s) from {done.calls} call(s) per case; "
         "median per case: "

@@ -27,6 +27,7 @@ from perfledger.app.readmodels import (
     lineage_of,
     rejected_of,
 )
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli.common import (
     actor_option,
     dry_run_option,
@@ -39,29 +40,16 @@ from perfledger.commands.cli.common import (
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import target_option as _target
 from perfledger.commands.cli.show import print_champion
-from perfledger.commands.cli.workflow import read_request, submit
+from perfledger.commands.cli.workflow import submit
 from perfledger.projections.handoff import render_markdown
 from perfledger.projections.verdict_explain import measured_details
 
 #: Top-level commands this module adds (the CLI loads it lazily by these names).
 READMODEL_COMMANDS = frozenset({"audit", "claims", "rejected", "report", "resume"})
-
-
-def _emit(data: object, indent: int = 0) -> None:
-
-    click.echo(to_json_text(data, indent))
-
-
-def _read(ctx: Any, use_case: Any, *args: Any, **kw: Any) -> Any:
-    """``use_case(ledger, *args, **kw)`` on the command's ledger, closed after."""
-    ledger = ctx.open()
-    try:
-        return use_case(ledger, *args, **kw)
-    finally:
-        ledger.close()
 
 
 def _fmt(value: float | None, spec: str = ".4g") -> str:
@@ -78,7 +66,7 @@ def claims_command(target_id: str | None, json_flag: bool) -> None:
     """ROI claims vs outcomes: coverage, local speedup, stated and recomputed Amdahl bound,
     minimum effect, measured effect with its CI, prediction error, reconciliation (R7, R14)."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, claims_of, TargetQuery(target_id=target_id))
+    done = ctx.read(claims_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -117,13 +105,13 @@ def _champion_show(target_id: str | None, json_flag: bool) -> None:
     """Show the current champion of every Target (or of TARGET_ID, with its lineage) (R13)."""
     ctx = _ctx(json_flag)
     if target_id is not None:
-        shown = _read(ctx, champion_of, TargetQuery(target_id=target_id))
+        shown = ctx.read(champion_of, TargetQuery(target_id=target_id))
         if ctx.json_mode:
             _emit(shown.to_json())
         else:  # for people: perfledger.commands.cli.show
             print_champion(shown.to_json())
         return
-    current = _read(ctx, champions_of)
+    current = ctx.read(champions_of)
     if ctx.json_mode:
         _emit(current)
         return
@@ -137,7 +125,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
     """The chain of champions of TARGET_ID with the evidence behind each: experiment, samples,
     verdict, final audit (R13)."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, lineage_of, TargetQuery(target_id=target_id))
+    done = ctx.read(lineage_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -161,7 +149,7 @@ def _champion_lineage(target_id: str, json_flag: bool) -> None:
 def rejected_command(target_id: str | None, json_flag: bool) -> None:
     """Rejected directions, the scope each closed (R15) and why."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, rejected_of, TargetQuery(target_id=target_id))
+    done = ctx.read(rejected_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -186,7 +174,7 @@ def derived_handoff(ctx: Any, target_id: str | None) -> tuple[Any, Any, Any]:
     handoff, resume context)``. Raises: BadRequest without a Target."""
     from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    return _read(ctx, handoff.current_handoff, target_id, no_target_hint=NO_TARGET_HINT)
+    return ctx.read(handoff.current_handoff, target_id, no_target_hint=NO_TARGET_HINT)
 
 
 def _handoff_show(target_id: str | None, json_flag: bool, md_flag: bool) -> None:
@@ -260,7 +248,7 @@ def handoff_record(
         target_id=target_id, override=read_request(request_source), stop_reason=stop_reason,
         feedback=feedback, wall_used_s=wall_used, gpu_used_s=gpu_used, questions=list(questions),
     )  # fmt: skip
-    draft = _read(ctx, handoff.draft_handoff_record, statement, no_target_hint=NO_TARGET_HINT)
+    draft = ctx.read(handoff.draft_handoff_record, statement, no_target_hint=NO_TARGET_HINT)
     for warning in draft.warnings:
         click.echo(f"warning: {warning}", err=True)
     submit(ctx, "handoff.record", draft.request, actor=actor, idempotency_key=idempotency_key,
@@ -276,7 +264,7 @@ def resume_command(target_id: str | None, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     from perfledger.app import handoff  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    done = _read(ctx, handoff.resume, target_id, no_target_hint=NO_TARGET_HINT)
+    done = ctx.read(handoff.resume, target_id, no_target_hint=NO_TARGET_HINT)
     if ctx.json_mode:
         _emit(done)
     else:
@@ -305,7 +293,7 @@ def audit_command(allowed_signers: str | None, full: bool, json_flag: bool) -> N
     ctx = _ctx(json_flag)
     from perfledger.app.audit import audit_exit_code, audit_ledger  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    report = _read(ctx, audit_ledger, allowed_signers, full=full)
+    report = ctx.read(audit_ledger, allowed_signers, full=full)
     if ctx.json_mode:
         _emit(report.to_json())
     else:
@@ -346,7 +334,7 @@ def report_command(html_path: str, target_id: str | None, json_flag: bool) -> No
     ctx = _ctx(json_flag)
     from perfledger.app.report import build_report  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-    summary = _read(ctx, build_report, html_path, target_id=target_id)
+    summary = ctx.read(build_report, html_path, target_id=target_id)
     if ctx.json_mode:
         _emit(summary)
     else:

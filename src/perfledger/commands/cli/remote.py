@@ -7,13 +7,9 @@ from __future__ import annotations
 import click
 
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
-from perfledger.commands.cli.common import to_json_text
 from perfledger.ledger.remotes import add_remote, list_remotes, remove_remote, tracking_ref
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 @click.group("remote")
@@ -28,11 +24,7 @@ def remote_group() -> None:
 def remote_add(name: str, url: str, json_flag: bool) -> None:
     """Add remote NAME at URL (a path, file://, git://, ssh://, http(s)://)."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        remote = add_remote(ledger.store.repo, name, url)
-    finally:
-        ledger.close()
+    remote = ctx.read(lambda ledger: add_remote(ledger.store.repo, name, url))
     if ctx.json_mode:
         _emit({"name": remote.name, "url": remote.url})
     else:
@@ -68,11 +60,7 @@ def remote_list(json_flag: bool) -> None:
 def remote_remove(name: str, json_flag: bool) -> None:
     """Remove remote NAME and its tracking ref (the ledger's events stay)."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        remove_remote(ledger.store.repo, name)
-    finally:
-        ledger.close()
+    ctx.read(lambda ledger: remove_remote(ledger.store.repo, name))
     if ctx.json_mode:
         _emit({"removed": name})
     else:

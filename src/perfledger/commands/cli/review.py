@@ -10,38 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import msgspec
 
+from perfledger.app.readmodels import reviews_of
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
-from perfledger.projections.reviews import unresolved_dissent
 
 GROUP_HELP = (
     "Record a reviewer's challenge to a claim, rejection or stop, the response and whether "
     "dissent remains; list unresolved dissent. Recorded, never judged."
 )
-
-
-def _rows(state: Any, unresolved_only: bool, target_id: str | None) -> list[dict[str, Any]]:
-
-    views = (
-        unresolved_dissent(state.reviews, target_id)
-        if unresolved_only
-        else [
-            v
-            for v in state.reviews.reviews.values()
-            if target_id is None or v.review.target_id in (None, target_id)
-        ]
-    )
-    return [
-        {
-            **msgspec.to_builtins(v.review),
-            "event_id": v.event_id,
-            "resolved_by": v.resolved_by,
-            "unresolved_dissent": v.review.dissent_remains and v.resolved_by is None,
-        }
-        for v in views
-    ]
 
 
 @click.command("list")
@@ -52,12 +30,7 @@ def review_list(unresolved: bool, target_id: str | None, json_flag: bool) -> Non
     """List recorded reviews (reviewer, model family, subject, dissent, resolved by)."""
 
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        state = ledger.state()
-    finally:
-        ledger.close()
-    rows = _rows(state, unresolved, target_id)
+    rows = ctx.read(reviews_of, unresolved=unresolved, target_id=target_id)
     if ctx.json_mode:
         click.echo(to_json_text({"reviews": rows}))
         return
@@ -92,7 +65,7 @@ def signed_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
 
 def _signing_record(generic: click.Command) -> click.Command:
     """The generic ``review record`` with ``--sign-with KEY``."""
-    from perfledger.commands.cli.workflow import read_request, submit  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
+    from perfledger.commands.cli.workflow import submit  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
 
     def callback(sign_with: str | None, **options: Any) -> None:
         if sign_with is None:
@@ -126,7 +99,6 @@ def review_content(request_source: str) -> None:
     """Print the exact bytes a reviewer signs for this review (R12, R17): sign them with
     `ssh-keygen -Y sign -n perfledger-review -f KEY` and put the armored output in the request's
     "signature" (or let `review record --sign-with KEY` do both)."""
-    from perfledger.commands.cli.workflow import read_request  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
     from perfledger.commands.registry import operations  # noqa: PLC0415 (off `perfledger log`'s start-up path)
     from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415 (off `perfledger log`'s start-up path)
 

@@ -27,17 +27,15 @@ import json
 from typing import Any
 
 import click
-import msgspec
 
-from perfledger.app.measure_serving_load import MeasureServing
 from perfledger.app.measure_serving_load import measure_serving as measure_serving_load
+from perfledger.app.request_options import serving_request_of
 from perfledger.commands.cli import measure as m
 from perfledger.commands.cli.common import (
     actor_option,
     idempotency_option,
     json_option,
     measure_dry_run_option,
-    refuse_explain_foreign,
     removed_explain_foreign_option,
 )
 from perfledger.commands.cli.common import command_context as _ctx
@@ -173,28 +171,13 @@ def measure_serving(**kw: Any) -> None:
     run_measure_serving(**kw)
 
 
-def serving_request_of(kw: dict[str, Any]) -> MeasureServing:
-    """``measure serving``'s parsed options (click's names) as the use case's request."""
-    options = dict(kw)
-    refuse_explain_foreign(options.pop("explain_foreign", None))
-    for adapter_only in ("json_flag", "quiet"):
-        options.pop(adapter_only, None)
-    if options.pop("no_monitor"):
-        options["monitor_source"] = "none"
-    options["monitor"] = options.pop("monitor_source")
-    options["metrics"] = options.pop("metric_flags")
-    if options["experiment_id"] is not None or options["evidence_id"] is not None:  # it records
-        options["actor"] = _actor(options["actor"])
-    return msgspec.convert(options, MeasureServing)
-
-
 def run_measure_serving(**kw: Any) -> None:
     """The body of ``measure serving`` (see its help): the options as a
     :class:`~perfledger.app.measure_serving_load.MeasureServing`, measured by
     :func:`~perfledger.app.measure_serving_load.measure_serving`, rendered. Raises: BadRequest,
     RuleRefused (R2, R11, R12, R17), MeasurementError."""
     ctx = _ctx(kw["json_flag"])
-    request = serving_request_of(kw)
+    request = serving_request_of(kw, _actor)
     done = measure_serving_load(
         request, open_ledger=ctx.open, progress=m._progress_of(kw["quiet"]), warn=m._warn
     )

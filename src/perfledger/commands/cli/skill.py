@@ -7,14 +7,10 @@ from __future__ import annotations
 import click
 
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
-from perfledger.commands.cli.common import to_json_text
 from perfledger.errors import BadRequest
 from perfledger.skill import install, read
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 @click.group("skill", invoke_without_command=True)

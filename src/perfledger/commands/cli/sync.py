@@ -20,17 +20,13 @@ from perfledger.app.sync import CONFLICT_EXIT, clone_ledger, pull_ledger, push_l
 from perfledger.commands.cli.common import (
     checkpoint_policy,
     checkpoint_policy_options,
-    to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 
 #: Events listed by name in the text summary of a pull (all of them are in ``--json``).
 SUMMARY_EVENTS = 10
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
 
 
 def _summary(result: Any) -> None:
@@ -113,11 +109,7 @@ def pull(
     --require-signer, --max-unsigned-events) is refused, exit 5 (docs/checkpoints.md)."""
     ctx = _ctx(json_flag)
     policy = checkpoint_policy(checkpoint_options)
-    ledger = ctx.open()
-    try:
-        path, result, conflicts = pull_ledger(ledger, remote, policy=policy)
-    finally:
-        ledger.close()
+    path, result, conflicts = ctx.read(pull_ledger, remote, policy=policy)
     if ctx.json_mode:
         _emit({"ledger": path, **result.to_json(), "conflicts": conflicts})
     else:
@@ -135,11 +127,7 @@ def push(remote: str | None, json_flag: bool) -> None:
     """Push the ledger to REMOTE (default origin); fast-forward only: pull first when the remote
     has events this ledger has not seen (exit 4). Never forces."""
     ctx = _ctx(json_flag)
-    ledger = ctx.open()
-    try:
-        path, result = push_ledger(ledger, remote)
-    finally:
-        ledger.close()
+    path, result = ctx.read(push_ledger, remote)
     if ctx.json_mode:
         _emit({"ledger": path, **result.to_json()})
     elif result.pushed:
@@ -163,11 +151,7 @@ def sync(
     together: the conflict is named with what it blocks and the `perfledger resolve` command."""
     ctx = _ctx(json_flag)
     policy = checkpoint_policy(checkpoint_options)
-    ledger = ctx.open()
-    try:
-        path, result, conflicts = sync_ledger(ledger, remote, policy=policy)
-    finally:
-        ledger.close()
+    path, result, conflicts = ctx.read(sync_ledger, remote, policy=policy)
     if ctx.json_mode:
         _emit({"ledger": path, **result.to_json(), "conflicts": conflicts})
     else:

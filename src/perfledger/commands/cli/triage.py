@@ -5,8 +5,8 @@ Prints the kernel, known-path and action tables (rich tables for people, one JSO
 ``--json``). With ``--record EVIDENCE_ID`` the triage is appended as an ``EvidenceRecorded``
 (layer ``workload``; applicability ``same_boundary`` with ``--of-target``, the user's statement
 that the trace is of the Target's workload, else ``diagnostic``: R6) with the trace, the mapping
-trace, the known-path file and the answer attached, so the audit re-derives it. A bad input
-appends nothing. Loaded only for `perfledger triage`, which reads and decides with every module
+trace, the known-path file and the answer attached, so the audit re-derives it
+(:mod:`perfledger.app.triage`). A bad input appends nothing. Loaded only for `perfledger triage`, which reads and decides with every module
 it imports at its top.
 """
 
@@ -16,19 +16,10 @@ from typing import Any
 
 import click
 
+from perfledger.app.triage import TriageRequest, triage_report
 from perfledger.commands.cli.common import actor_option, json_option, to_json_text
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.commands.registry import operations
-from perfledger.errors import BadRequest
-from perfledger.kernels.triage.record import (
-    ANSWER,
-    REPORT,
-    encode_answer,
-    evidence_body,
-    run_triage,
-)
-from perfledger.ledger.base import Artifact
 
 _NAME_CHARS = 70
 
@@ -98,25 +89,6 @@ def _render(answer: dict[str, Any]) -> None:
         console.print(f"limitation: {item}", highlight=False)
 
 
-def _record(answer: dict[str, Any], inputs: dict[str, tuple[bytes, str]], *, evidence_id: str,
-            of_target: bool, target_id: str | None, actor: str | None,
-            json_mode: bool) -> dict[str, Any]:  # fmt: skip
-    """Append the triage as evidence with its inputs and answer attached (R6)."""
-
-    body = evidence_body(answer, inputs[REPORT][0], evidence_id=evidence_id,
-                         of_target=of_target, target_id=target_id)  # fmt: skip
-    artifacts = {name: Artifact(data, media) for name, (data, media) in inputs.items()}
-    artifacts[ANSWER] = Artifact(encode_answer(answer), "application/json")
-    ledger = _ctx(json_mode).open()
-    try:
-        envelopes = operations.execute(ledger, "evidence.add", body, actor=_actor(actor),
-                                       artifacts=artifacts)  # fmt: skip
-    finally:
-        ledger.close()
-    return {"event_id": envelopes[0].id, "evidence_id": evidence_id,
-            "applicability": body["applicability"], "artifacts": sorted(artifacts)}  # fmt: skip
-
-
 @click.command("triage")
 @click.argument("report")
 @click.option("--known-paths", "known_paths", default=None, metavar="PATHS.toml",
@@ -152,22 +124,13 @@ def triage(report: str, known_paths: str | None, mapping: str | None, top: int,
           --target T1 --of-target
     """
 
-    if (target_id is not None or of_target) and evidence_id is None:
-        raise BadRequest(
-            "--target and --of-target describe a recorded triage: add --record ID",
-            hint="`perfledger triage --help` gives the options; docs/triage.md what a recorded triage holds",
-        )
-    if of_target and target_id is None:
-        raise BadRequest(
-            "--of-target needs --target T: the Target whose workload was traced",
-            hint="`perfledger triage --help` gives the options; docs/triage.md what a recorded triage holds",
-        )
-    answer, inputs = run_triage(report, known_paths=known_paths, mapping=mapping, top=top,
-                                denominator=denominator)  # fmt: skip
-    recorded = None
-    if evidence_id is not None:
-        recorded = _record(answer, inputs, evidence_id=evidence_id, of_target=of_target,
-                           target_id=target_id, actor=actor, json_mode=json_flag)  # fmt: skip
+    request = TriageRequest(
+        report=report, known_paths=known_paths, mapping=mapping, top=top,
+        denominator=denominator, evidence_id=evidence_id, target_id=target_id, of_target=of_target,
+    )  # fmt: skip
+    ctx = _ctx(json_flag)
+    done = triage_report(request, open_ledger=ctx.open, actor=lambda: _actor(actor))
+    answer, recorded = done.answer, done.recorded
     if json_flag:
         click.echo(to_json_text({**answer, "recorded": recorded}))
         return

@@ -14,14 +14,17 @@ models, the deciders and (for verdicts) numpy load inside the commands that need
 
 from __future__ import annotations
 
-import json
-import re
-import sys
 from typing import Any
 
 import click
 import msgspec
 
+from perfledger.app.command_lines import (
+    COMMON_FLAGS,
+    FIELD_HINTS,
+    final_audit_next,
+    refuse_with_flag_hint,
+)
 from perfledger.app.readmodels import (
     TargetQuery,
     experiment_of,
@@ -29,8 +32,8 @@ from perfledger.app.readmodels import (
     targets_of,
     verdict_explained,
 )
+from perfledger.app.request_json import read_request
 from perfledger.commands.cli.common import (
-    TARGET_FIELD_HELP,
     actor_option,
     actor_param,
     dry_run_option,
@@ -45,146 +48,13 @@ from perfledger.commands.cli.common import (
     to_json_text,
 )
 from perfledger.commands.cli.common import command_context as _ctx
+from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.show import claim_lines, print_experiment, print_targets
 from perfledger.commands.registry.catalog import OPERATIONS, Operation, get_operation
 from perfledger.errors import BadRequest
-from perfledger.events import limits
-from perfledger.projections.target_kind import MEASURED_BY, measuring_command
 from perfledger.projections.verdict_explain import verdict_lines
-
-#: Request fields that flags may set, per flag: (flag, field, help).
-COMMON_FLAGS = (
-    ("--target", "target_id", TARGET_FIELD_HELP),
-    ("--experiment", "experiment_id", "The experiment id (sets experiment_id)."),
-    ("--samples", "samples_id", "The samples id (sets samples_id)."),
-    ("--expected-current", "expected_current",
-     "The champion you saw: `original` or its experiment id (sets expected_current; R13 "
-     "compare-and-swap)."),
-    ("--closes", "closes", "What the rejection closes: implementation, integration or mechanism "
-     "(sets closes; R15)."),
-    ("--reason", "reason", "Why, in words (sets reason)."),
-)  # fmt: skip
-#: Largest request accepted on the command line (bytes): the storage format's (events.limits).
-MAX_REQUEST_BYTES = limits.MAX_REQUEST_BYTES
-
-
-def _emit(data: object) -> None:
-    click.echo(to_json_text(data))
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json.loads hook: a key given twice is ambiguous (last-wins would hide one), refuse it."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"key {key!r} appears twice in one object")
-        seen[key] = value
-    return seen
-
-
-class _NonFinite:
-    """Where the JSON had ``NaN``, ``±Infinity`` or a literal beyond the double range
-    (``1e999``): kept while parsing, so that the refusal can name its place in the request."""
-
-    def __init__(self, literal: str, why: str) -> None:
-        self.literal, self.why = literal, why
-
-
-def _number_hooks() -> tuple[list[_NonFinite], Any, Any]:
-    """``json.loads``' ``parse_constant`` (``NaN``, ``±Infinity``) and ``parse_float`` (a literal
-    beyond the double range is not read as infinity) hooks, and the list of markers they made."""
-    made: list[_NonFinite] = []
-
-    def constant(literal: str) -> _NonFinite:
-        made.append(_NonFinite(literal, "is not a number a request may hold"))
-        return made[-1]
-
-    def number(text: str) -> float | _NonFinite:
-        value = float(text)
-        if value in (float("inf"), float("-inf")):
-            made.append(_NonFinite(text, "is beyond the range of a double"))
-            return made[-1]
-        return value
-
-    return made, constant, number
-
-
-def _first_non_finite(node: Any, path: str = "") -> tuple[str, _NonFinite] | None:
-    """The path (``pairs.0.ref.values.latency_ms.2``) and marker of the first non-finite
-    literal in a parsed request, or None."""
-    if isinstance(node, _NonFinite):
-        return path or "(request)", node
-    items = (
-        node.items()
-        if isinstance(node, dict)
-        else enumerate(node)
-        if isinstance(node, list)
-        else ()
-    )
-    for key, value in items:
-        found = _first_non_finite(value, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
-
-
-def read_request(source: str | None) -> dict[str, Any]:
-    """Read a JSON request object from ``source`` (a path, or ``-`` for stdin); an empty object
-    when ``source`` is None. Raises: BadRequest for unreadable or malformed JSON."""
-    if source is None:
-        return {}
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
-        else:
-            with open(source, "rb") as handle:
-                data = handle.read(MAX_REQUEST_BYTES + 1)
-    except OSError as exc:
-        raise BadRequest(
-            f"cannot read the request {source!r}: {exc.strerror}",
-            hint="name a readable file, or - for stdin",
-        ) from None
-    if len(data) > MAX_REQUEST_BYTES:
-        raise BadRequest(
-            f"the request is larger than {MAX_REQUEST_BYTES} bytes",
-            hint="keep a request within the limit: large data goes in artifacts (measuring commands attach them)",
-        )
-
-    made, constant, number = _number_hooks()
-    try:
-        body = json.loads(
-            data, object_pairs_hook=_no_duplicate_keys, parse_constant=constant, parse_float=number
-        )
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(
-            f"the request is not valid JSON: {exc}",
-            hint="`perfledger schema OP --example` prints a valid request",
-        ) from None
-    # the storage format's limits (the body is level 3 of its event: request.body), before
-    # any walk below recurses through it
-    problem = limits.shape_problem(body, "$", 3)
-    if problem is not None:
-        raise BadRequest(
-            f"the request is outside the storage format's limits: {problem}",
-            hint="docs/storage.md gives the limits (depth, sizes)",
-        )
-    if made:
-        found = _first_non_finite(body)
-        if found is not None:
-            where, marker = found
-            raise BadRequest(
-                f"the request is not valid JSON: {where}: {marker.literal} {marker.why} "
-                "(numbers must be finite)",
-                hint="write finite numbers (no NaN or Infinity)",
-            )
-    if not isinstance(body, dict):
-        raise BadRequest(
-            f"the request must be a JSON object, got {type(body).__name__}",
-            hint="`perfledger schema OP --example` prints one",
-        )
-    return body
 
 
 def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
@@ -215,18 +85,8 @@ def _answer(ctx: Any, operation: Operation, envelopes: list[Any]) -> None:
             p = event["payload"]
             chosen = p.get("experiment_id") or "original"
             click.echo(f"champion of {p['target_id']}: {chosen} (was {p.get('previous')})")
-            if p.get("experiment_id"):
-                ledger = ctx.open()
-                try:  # the measurement of the Target's kind (kernel or workload)
-                    measure = measuring_command(
-                        ledger.state(), p["target_id"], "samples.record", chosen
-                    )
-                finally:
-                    ledger.close()
-                click.echo(
-                    f"next (R13): its final audit against the original: `{measure}`, then "
-                    f"`perfledger final-audit record --target {p['target_id']} --samples ID`"
-                )
+            if p.get("experiment_id"):  # what R13 asks next: its final audit
+                click.echo(ctx.read(final_audit_next, p))
         if event["kind"] == "ExperimentCreated":  # the bound the tool computed (R7, R8)
             for line in claim_lines(event["payload"]):
                 click.echo(line)
@@ -265,40 +125,13 @@ def submit(
             dry_run=dry_run, warn=lambda text: click.echo(text, err=True),
         )  # fmt: skip
     except BadRequest as exc:
-        flag = _flag_of_missing_field(exc.message)
-        bare = not request_given and "invalid request" in exc.message
-        if flag is not None:  # a field a flag sets: name the flag first
-            raise BadRequest(
-                f"no --request given: {exc.message}" if bare else exc.message,
-                hint=f"pass {flag[0]}: {flag[1]} (or the field in --request FILE; "
-                f"`perfledger schema {name}` shows every field)",
-            ) from None
-        if bare:
-            measured = MEASURED_BY.get(name)
-            raise BadRequest(
-                f"no --request given: {exc.message}",
-                hint=(f"`{measured}` measures and records it; or " if measured else "")
-                + "pass the request with --request FILE (or - for stdin); "
-                f"`perfledger schema {name}` shows its fields",
-            ) from None
-        raise
+        refuse_with_flag_hint(exc, name, request_given=request_given)
     finally:
         ledger.close()
     if recorded.dry_run:
         _answer_dry_run(ctx, operation, recorded.events)
         return
     _answer(ctx, operation, recorded.events)
-
-
-def _flag_of_missing_field(message: str) -> tuple[str, str] | None:
-    """``(flag, help)`` of the :data:`COMMON_FLAGS` entry that sets the required field a
-    validation ``message`` says is missing (msgspec: ``Object missing required field
-    `expected_current```), or None."""
-
-    found = re.search(r"missing required field `([A-Za-z_]+)`", message)
-    if found is None:
-        return None
-    return next(((f, h) for f, field, h in COMMON_FLAGS if field == found.group(1)), None)
 
 
 def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
@@ -369,42 +202,7 @@ def _write_command(operation: Operation) -> click.Command:
     )
 
 
-#: Which common-flag fields each operation's request has, so that building the CLI needs no
-#: import of the request models (kept in step with the models by ``tests/workflow/test_schemas.py``).
-FIELD_HINTS: dict[str, tuple[str, ...]] = {
-    "target.supersede": ("target_id", "reason"),
-    "readiness.record": ("target_id",),
-    "metric-audit.record": ("target_id",),
-    "baseline.record": ("target_id",),
-    "resolution.record": ("target_id",),
-    "evidence.add": ("target_id",),
-    "upstream-check.record": ("target_id",),
-    "experiment.create": ("target_id", "experiment_id"),
-    "samples.record": ("target_id", "experiment_id", "samples_id"),
-    "verdict.record": ("samples_id",),
-    "local-result.record": ("samples_id",),
-    "reject": ("experiment_id", "closes", "reason"),
-    "reconcile": ("experiment_id",),
-    "champion.select": ("target_id", "samples_id", "expected_current", "reason"),
-    "final-audit.record": ("target_id", "samples_id"),
-    "host-advice.record": ("target_id", "reason"),
-    "handoff.record": ("target_id",),
-    "conflict.resolve": ("target_id", "reason"),
-    "activity.explain": ("samples_id",),
-    "target.freeze": ("target_id",),
-    "formal-run.start": ("experiment_id", "samples_id"),
-}
-
-
 # ------------------------------------------------------------------------------ reads
-
-
-def _read(ctx: Any, use_case: Any, *args: Any) -> Any:
-    ledger = ctx.open()
-    try:
-        return use_case(ledger, *args)
-    finally:
-        ledger.close()
 
 
 def _show(ctx: Any, data: Any) -> None:
@@ -419,7 +217,7 @@ def _show(ctx: Any, data: Any) -> None:
 def _target_show(target_id: str | None, json_flag: bool) -> None:
     """Show a Target (default: every current Target) with readiness, baseline, champion."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, targets_of, TargetQuery(target_id=target_id))
+    done = ctx.read(targets_of, TargetQuery(target_id=target_id))
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
         print_targets(msgspec.to_builtins(done.targets), msgspec.to_builtins(done.experiments))
         return
@@ -429,7 +227,7 @@ def _target_show(target_id: str | None, json_flag: bool) -> None:
 def _experiment_show(experiment_id: str, json_flag: bool) -> None:
     """Show an experiment: claim, figures, stage, status, samples, verdicts."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, experiment_of, experiment_id)
+    done = ctx.read(experiment_of, experiment_id)
     if not ctx.json_mode:  # for people: perfledger.commands.cli.show
         print_experiment(msgspec.to_builtins(done.experiment), msgspec.to_builtins(done.verdicts))
         return
@@ -439,7 +237,7 @@ def _experiment_show(experiment_id: str, json_flag: bool) -> None:
 def _experiment_list(target_id: str | None, json_flag: bool) -> None:
     """List experiments (optionally of one Target): id, target, stage, status."""
     ctx = _ctx(json_flag)
-    done = _read(ctx, experiments_of, TargetQuery(target_id=target_id))
+    done = ctx.read(experiments_of, TargetQuery(target_id=target_id))
     if ctx.json_mode:
         _emit(done)
         return
@@ -453,7 +251,7 @@ def _verdict_explain(samples_id: str, json_flag: bool) -> None:
     candidate, with CIs) and the samples' provenance (R5, R12). Reads; records nothing."""
 
     ctx = _ctx(json_flag)
-    done = _read(ctx, verdict_explained, samples_id)
+    done = ctx.read(verdict_explained, samples_id)
     if ctx.json_mode:
         _emit(done.to_json())
         return
@@ -467,56 +265,15 @@ def _schema(operation: str | None, json_flag: bool, example: bool = False) -> No
     ``{"operations": [...]}``)."""
 
     if example:
-        if operation is None:
-            raise BadRequest("--example needs an OPERATION", hint="perfledger schema")
-        from perfledger.commands.registry import request_examples  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+        from perfledger.app.examples import schema_example  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
-        ctx = _ctx(json_flag)
-        try:  # with a ledger: the example fits its Target (R11: subject directories or not)
-            ledger = ctx.open()
-        except BadRequest:
-            ledger = None
-        if ledger is not None:
-            from perfledger.app.examples import fitted_example  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
-
-            try:  # fitted to the ledger's state and decided on it: shown only if accepted
-                fitted = fitted_example(operation, ledger.state(), ledger.payload,
-                                        lambda event_id: ledger.get(event_id).actor)  # fmt: skip
-            finally:
-                ledger.close()
-            if fitted.refusal is not None:  # the operation cannot apply now: say why
-                click.echo(f"no {fitted.op} request is accepted on this ledger now:", err=True)
-                raise fitted.refusal
-            click.echo(to_json_text(fitted.body, indent=2))
-            if fitted.note:
-                click.echo(f"note: {fitted.note}", err=True)
-            return
-        both = request_examples.variants(operation)
-        if not both:  # free text only the agent knows shown as a placeholder (refused as is)
-            click.echo(to_json_text(request_examples.shown(operation), indent=2))
-        elif json_flag:
-            click.echo(to_json_text({"variants": both}, indent=2))
-        elif "GPU Target" in both:  # no ledger: stdout one request as is; the other on stderr
-            click.echo(to_json_text(both["GPU Target"], indent=2))
-            click.echo(
-                "note: this example is for a GPU Target; for a CPU workload Target (no GPU "
-                "budget; the worker observes cpu_time or wall_time): "
-                + to_json_text(both["CPU workload Target"])
-                + "; run with --ledger LEDGER for the example that fits its Target",
-                err=True,
-            )
-        else:  # no ledger: stdout stays one request as is; the other form on stderr
-            (first, body), (other, other_body) = both.items()
-            click.echo(to_json_text(body, indent=2))
-            click.echo(
-                f"note: this example is for a Target {first}; for a Target {other} (its "
-                "readiness binds the original's directory, R11) name the candidate's directory "
-                "in candidate.subject: perfledger snapshots it and computes content_hash and "
-                "changed_paths (typed changed_paths are refused): "
-                + to_json_text(other_body.get("candidate"))
-                + "; run with --ledger LEDGER for the example that fits its Target",
-                err=True,
-            )
+        done = schema_example(operation, open_ledger=_ctx(json_flag).open, variants=json_flag)
+        if done.refusal is not None:  # the operation cannot apply now: say why
+            click.echo(f"no {done.op} request is accepted on this ledger now:", err=True)
+            raise done.refusal
+        click.echo(to_json_text(done.body, indent=2))
+        if done.note:
+            click.echo(f"note: {done.note}", err=True)
         return
 
     if operation is None:

@@ -4,15 +4,8 @@ server and its tools are :mod:`perfledger.commands.mcp.server`."""
 
 from __future__ import annotations
 
-from perfledger.commands.mcp.server import (
-    INSTRUCTIONS,
-    READ_TOOLS,
-    Tools,
-    build_server,
-    serve,
-    tool_call,
-    translate_hints,
-)
+from perfledger.app.command_lines import tool_call, translate_hints
+from perfledger.commands.mcp.server import INSTRUCTIONS, READ_TOOLS, Tools, build_server, serve
 
 __all__ = [
     "INSTRUCTIONS",

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 import threading
@@ -41,24 +39,35 @@ import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
+from perfledger.app.actors import refuse_empty_actor, resolve_actor
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.baseline import measure_baseline
+from perfledger.app.command_lines import tool_name, translate_hints
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
 from perfledger.app.handoff import current_handoff
-from perfledger.app.ledgers import init_ledger, ledger_location
+from perfledger.app.ledgers import (
+    found_ledger,
+    init_ledger,
+    init_message,
+    init_tool_hint,
+    ledger_location,
+)
 from perfledger.app.measure_aa import measure_aa
 from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
 from perfledger.app.measure_serving_load import measure_serving
 from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, claims_of
+from perfledger.app.request_options import (
+    aa_request_of,
+    baseline_request_of,
+    kernel_request_of,
+    serving_request_of,
+    workload_request_of,
+)
+from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
-from perfledger.commands.cli.measure import aa_request_of, kernel_request_of, workload_request_of
-from perfledger.commands.cli.measure_baseline import baseline_request_of
 from perfledger.commands.cli.measure_group import measure_group
-from perfledger.commands.cli.serving import serving_request_of
-from perfledger.commands.cli.status import session_status
-from perfledger.commands.cli.workflow import COMMON_FLAGS
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -163,11 +172,6 @@ READ_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def tool_name(operation: str) -> str:
-    """The tool name of an operation: ``final-audit.record`` -> ``final_audit_record``."""
-    return operation.replace(".", "_").replace("-", "_")
-
-
 def _write_tools() -> dict[str, str]:
     """Tool name -> operation name, for every write operation."""
 
@@ -189,14 +193,7 @@ class Tools:
             return Ledger.open(find_ledger_path(self.ledger_path))
         except PerfledgerError as exc:
             if exc.code == "not_a_ledger":  # the CLI's hint names a command this client lacks
-                # init refuses a directory that is not empty: name a new one inside it then
-                here = self.ledger_path is not None or not os.listdir(os.getcwd())
-                exc.hint = (
-                    'create it with the `cli` tool, args ["init"]'
-                    if here
-                    else 'create one with the `cli` tool, args ["init", "ledger"] (a new '
-                    "directory: this one is not empty); this server then acts on it"
-                )
+                exc.hint = init_tool_hint(self.ledger_path)
             raise
 
     def listing(self) -> list[tuple[str, str, dict[str, Any]]]:
@@ -232,7 +229,7 @@ class Tools:
             ledger.close()
 
     def _read_status(self, target_id: str | None = None) -> Any:
-        return self._read(session_status, target_id)
+        return self._read(session_status_with_commands, target_id)
 
     def _read_state(self) -> Any:
         return json.loads(self._read(Ledger.state_json))
@@ -286,8 +283,7 @@ class Tools:
         :func:`perfledger.app.ledgers.init_ledger` (the actor: --actor, remembered, else the
         server's)."""
         actor = options["actor"]
-        if actor is not None and not actor.strip():
-            raise BadRequest("--actor is empty", hint="name who decides, or leave --actor out")
+        refuse_empty_actor(actor)
         done = init_ledger(
             ledger_location(options["path"], self.ledger_path), name=options["name"],
             actor=actor or self.actor, remember_actor=actor is not None,
@@ -316,7 +312,7 @@ class Tools:
     def _measure(self, args: list[str], stdin: str | None) -> Any:
         """``cli ["measure", NAME, ...]`` through the application layer, in this process: the
         options parsed as ``perfledger measure NAME`` parses them, made the use case's request
-        (the adapters' own ``*_request_of``) and measured (:data:`MEASURES`); the answer is the
+        (:mod:`perfledger.app.request_options`, as the CLI makes it) and measured (:data:`MEASURES`); the answer is the
         command's ``--json`` answer.
 
         A measurement by the self-timed driver (``--protocol self``, or an A/A or baseline of a
@@ -333,7 +329,7 @@ class Tools:
         options = _parsed_by(command, f"measure {name}", args[2:])
         options.update(actor=options.get("actor") or self.actor, quiet=True)
         request_of, measure = MEASURES[name]
-        request = request_of(options)
+        request = request_of(options, lambda given: resolve_actor(given, self.ledger_path))
         if name == "serving":  # a report needs no ledger: opened only where it records
             return _plain(measure(request, open_ledger=self._open).answer)
         ledger = self._open()
@@ -381,123 +377,13 @@ class Tools:
         return answer
 
     def _init_message(self, path: str) -> str:
-        """What ``cli ["init"]`` made of ``path`` and whether this server's tools act on it (an
-        agent saw only hashes and could not tell a ledger from a work tree)."""
-        bare = os.path.isfile(os.path.join(path, "HEAD")) and not os.path.exists(
-            os.path.join(path, ".git")
-        )
-        what = (
-            "a bare git repository (no work tree: keep code and files elsewhere)"
-            if bare
-            else "the git repository there"
-        )
-        text = f"made {path} a perfledger ledger: {what}, its events on branch `ledger`"
-        try:
-            mine = os.path.realpath(find_ledger_path(self.ledger_path))
-        except PerfledgerError:
-            mine = None
-        if mine is None:  # a server started where there was no ledger: it acts on this one
+        """:func:`perfledger.app.ledgers.init_message` of ``path``; a server started where there
+        was no ledger acts on this one from now on."""
+        mine = found_ledger(self.ledger_path)
+        if mine is None:
             self.ledger_path = path
             mine = os.path.realpath(path)
-        if mine == os.path.realpath(path):
-            return text + "; this server's tools act on it: call `status` next"
-        return text + (
-            f"; this server acts on {mine or 'no ledger'}: start it with "
-            f"`perfledger --ledger {path} mcp` to use this one"
-        )
-
-
-#: Read commands of the CLI -> the read tool that answers them.
-READ_COMMANDS = {
-    "status": "status", "state": "state", "claims": "claims", "champion show": "champion",
-    "handoff": "handoff", "handoff show": "handoff", "target show": "status", "schema": "schema",
-}  # fmt: skip
-#: A read command's positional argument -> the read tool's field.
-_READ_POSITIONAL = {"champion": "target_id", "handoff": "target_id", "schema": "operation"}
-#: A command in backquotes in a hint, a warning or a message: ```perfledger verdict record ...```.
-_QUOTED = re.compile(r"`(perfledger [^`]+)`")
-#: Keys of an answer whose text may name a shell command (never a recorded payload's).
-_TEXT_KEYS = frozenset({"hint", "message", "warnings", "lines"})
-
-
-def tool_call(command: str) -> str | None:
-    """The MCP tool call that does what the shell ``command`` (``perfledger verdict record
-    --samples S``) does: ``verdict_record {"samples_id": "S"}`` for a write operation (its
-    common flags as request fields; ``--request -`` as "the request's fields"), ``status {}``
-    for a read model, else ``cli {"args": [...]}``. Returns None when ``command`` is not a
-    perfledger command line."""
-
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    if len(words) < 2 or words[0] != "perfledger":
-        return None
-    words = [w for w in words[1:] if w != "--json"]
-    if words[0].startswith("-") or words[0] == "mcp":  # another ledger or server: not a call
-        return None
-    verbs = [w for w in words[:2] if not w.startswith("-")]
-    flag_fields = {flag: field for flag, field, _ in COMMON_FLAGS}
-    for n in (2, 1):
-        op = ".".join(verbs[:n])
-        if len(verbs) >= n and op in OPERATIONS:
-            fields: dict[str, str] = {}
-            rest, request = words[n:], False
-            while rest:
-                flag = rest.pop(0)
-                if flag == "--request" and rest:
-                    rest.pop(0)
-                    request = True
-                elif flag in flag_fields and rest:
-                    fields[flag_fields[flag]] = rest.pop(0)
-                else:  # a flag the tool has no field for: the cli tool runs it as it is
-                    return f"cli {json.dumps({'args': words})}"
-            body = json.dumps(fields)
-            if request:  # the request's own fields go beside the flags'
-                body = body[:-1] + (", " if fields else "") + "...the request's fields}"
-            return f"{tool_name(op)} {body}"
-        read = " ".join(verbs[:n])
-        if len(verbs) >= n and read in READ_COMMANDS:
-            tool = READ_COMMANDS[read]
-            rest = words[n:]
-            args: dict[str, str] = {}
-            if "--target" in rest[:-1]:
-                args["target_id"] = rest[rest.index("--target") + 1]
-            elif rest and not rest[0].startswith("-") and tool in _READ_POSITIONAL:
-                args[_READ_POSITIONAL[tool]] = rest[0]
-            return f"{tool} {json.dumps(args)}"
-    return f"cli {json.dumps({'args': words})}"
-
-
-def _with_tool_forms(text: str) -> str:
-    """``text`` with the tool call beside every quoted perfledger command in it."""
-
-    def beside(match: re.Match[str]) -> str:
-        call = tool_call(match.group(1))
-        return f"{match.group(0)} (MCP: `{call}`)" if call else match.group(0)
-
-    return _QUOTED.sub(beside, text)
-
-
-def translate_hints(answer: Any, key: str | None = None) -> Any:
-    """``answer`` (a CLI or tool answer, an error object) with the MCP tool form beside each
-    shell command quoted in its hints, messages and warnings, and a ``record_mcp`` (``command_mcp``)
-    beside each ``record`` (``command``) command line (an MCP client has tools, not a shell); recorded payloads are left as
-    they are."""
-    if isinstance(answer, dict):
-        out = {
-            k: v if k in ("payload", "events") else translate_hints(v, k) for k, v in answer.items()
-        }
-        for name in ("record", "command"):  # a command line to run: its tool call beside it
-            line = answer.get(name)
-            if isinstance(line, str) and (call := tool_call(line)) is not None:
-                out[f"{name}_mcp"] = call
-        return out
-    if isinstance(answer, list):
-        return [translate_hints(v, key) for v in answer]
-    if isinstance(answer, str) and key in _TEXT_KEYS and "`perfledger " in answer:
-        return _with_tool_forms(answer)
-    return answer
+        return init_message(path, mine)
 
 
 class CliFailed(PerfledgerError):
@@ -553,9 +439,9 @@ def _plain(answer: Any) -> Any:
 #: a second one at the same time would share.
 _MEASURING = threading.Lock()
 
-#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> (the adapter's options ->
-#: request, the application function).
-MEASURES: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[..., Any]]] = {
+#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> (the options and who acts ->
+#: request, :mod:`perfledger.app.request_options`; the application function).
+MEASURES: dict[str, tuple[Callable[[dict[str, Any], Any], Any], Callable[..., Any]]] = {
     "aa": (aa_request_of, measure_aa),
     "kernel": (kernel_request_of, measure_kernel),
     "workload": (workload_request_of, measure_workload_stage),
