@@ -329,6 +329,15 @@ def autogroup_nice(pid: int) -> int | None:
         return None
 
 
+def affinity_of(tid: int) -> frozenset[int] | None:
+    """The CPUs a thread may run on (``sched_getaffinity``; 0: this thread); None when it is
+    gone or the platform does not say."""
+    try:
+        return frozenset(os.sched_getaffinity(tid))
+    except (OSError, AttributeError):
+        return None
+
+
 def thread_ids(pid: int) -> list[str]:
     """The thread ids of ``pid`` (``/proc/<pid>/task``), as text; [] when it is gone."""
     try:

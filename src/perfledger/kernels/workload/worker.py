@@ -72,9 +72,13 @@ from perfledger.errors import MeasurementError, RuleRefused
 from perfledger.events.identity import environment_difference
 from perfledger.kernels.proc import (
     CallTree,
+    affinity_of,
+    autogroup_nice,
     children_by_parent,
     drop_ptrace_capability,
     process_table,
+    sched_of,
+    thread_ids,
 )
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.subject_env import call_environment, influencing_environment
@@ -98,7 +102,9 @@ IDLE_CPU_FLOOR_S = 0.01
 #: ... or this share of that call's wall time, whichever is larger.
 IDLE_CPU_SHARE = 0.1
 #: Why a worker failed (:attr:`WorkerFailed.reason`).
-FAILURE_REASONS = ("spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status")
+FAILURE_REASONS = (
+    "spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status", "scheduling",
+)  # fmt: skip
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -221,6 +227,82 @@ def _end_orphans(keep: set[int]) -> int:
     return ended
 
 
+# ---------------------------------------------------------------------------- scheduling
+
+#: Scheduling policies by number, for messages.
+_POLICY_NAMES = {
+    getattr(os, n): n for n in ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE", "SCHED_FIFO",
+                                "SCHED_RR") if hasattr(os, n)
+}  # fmt: skip
+
+
+def _policy(policy: int) -> str:
+    return _POLICY_NAMES.get(policy, str(policy))
+
+
+def _cpus(cpus: frozenset[int] | None) -> str:
+    return "?" if cpus is None else ",".join(str(c) for c in sorted(cpus)) or "none"
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """A worker's scheduling as the kernel gives it (:func:`scheduling_of`).
+
+    Attributes:
+        threads: thread id -> (nice value, policy, the CPUs it may run on), every thread of
+            every live process of the worker's tree.
+        autogroup: the nice value of the worker's autogroup (its session's), None where the
+            kernel has none.
+    """
+
+    threads: dict[int, tuple[int, int, frozenset[int] | None]]
+    autogroup: int | None
+
+
+def scheduling_of(pid: int) -> Scheduling:
+    """The scheduling of every thread of ``pid``'s process tree and of its autogroup, read
+    from the kernel (:func:`perfledger.kernels.proc.sched_of`, ``affinity_of``,
+    ``autogroup_nice``: the isolated kernel path's readers). Threads gone meanwhile are left
+    out."""
+    threads: dict[int, tuple[int, int, frozenset[int] | None]] = {}
+    for p in tree_pids(pid):
+        for tid in thread_ids(p):
+            got = sched_of(int(tid))
+            if got is not None:
+                threads[int(tid)] = (got[0], got[1], affinity_of(int(tid)))
+    return Scheduling(threads, autogroup_nice(pid))
+
+
+def scheduling_changes(start: Scheduling, now: Scheduling, main: int) -> list[str]:
+    """How ``now`` differs from ``start`` (R11: a worker runs as it started; SPEC section 5):
+    a thread's nice value or policy (a thread born since is held to the worker's main thread
+    ``main`` at the start), a thread's CPUs (threads known at the start), the CPUs of the whole
+    tree together (threads born since included) and the autogroup's nice value. [] when none
+    changed. A process of the same user (the other subject's code) can lower a worker's
+    scheduling (nice 19, SCHED_IDLE, one CPU) and so slow every call it times honestly."""
+    changes: list[str] = []
+    base = start.threads.get(main)
+    for tid, (nice, policy, cpus) in sorted(now.threads.items()):
+        was = start.threads.get(tid, base)
+        if was is None:
+            continue
+        if nice != was[0]:
+            changes.append(f"thread {tid} nice {was[0]} -> {nice}")
+        if policy != was[1]:
+            changes.append(f"thread {tid} policy {_policy(was[1])} -> {_policy(policy)}")
+        if tid in start.threads and cpus != was[2]:
+            changes.append(f"thread {tid} CPUs {_cpus(was[2])} -> {_cpus(cpus)}")
+    known0 = [c for _n, _p, c in start.threads.values() if c is not None]
+    known1 = [c for _n, _p, c in now.threads.values() if c is not None]
+    union0 = frozenset().union(*known0) if known0 else None
+    union1 = frozenset().union(*known1) if known1 else None
+    if union0 is not None and union1 is not None and union0 != union1:
+        changes.append(f"the tree's CPUs {_cpus(union0)} -> {_cpus(union1)}")
+    if start.autogroup != now.autogroup:
+        changes.append(f"autogroup nice {start.autogroup} -> {now.autogroup}")
+    return changes
+
+
 # ---------------------------------------------------------------------------- one worker
 
 
@@ -291,6 +373,7 @@ class Worker:
         #: (the worker's own CPU clock at the last `done`, its other processes' CPU time then)
         self._done_cpu: tuple[int, int] | None = None
         self._done_wall = 0.0
+        inherited = sched_of(0)  # what the worker inherits (nice, policy)
         calls_r, self._calls_w = os.pipe()
         self._answers_r, answers_w = os.pipe()
         child_env = dict(os.environ if env is None else env)
@@ -321,6 +404,29 @@ class Worker:
                 "protocol",
                 f"its first line must be {{'op': 'ready', 'protocol': {PROTOCOL!r}}}, "
                 f"not {json.dumps(ready)[:200]}",
+            )
+        self._sched_start = scheduling_of(self.pid)
+        # its start may already be lowered (the other subject's code ran meanwhile): held to
+        # what it inherited from this process, and its new session's autogroup to nice 0
+        main = self._sched_start.threads.get(self.pid)
+        group = self._sched_start.autogroup
+        if (
+            inherited is not None
+            and main is not None
+            and (main[0] > inherited[0] or main[1] != inherited[1])
+        ):
+            self._fail(
+                "scheduling",
+                f"its worker started with nice {main[0]}, policy {_policy(main[1])}, not the "
+                f"nice {inherited[0]}, policy {_policy(inherited[1])} it inherited from "
+                "perfledger: a process of the same user (the other subject's code) can lower a "
+                "worker's scheduling and slow its calls",
+            )
+        if group is not None and group > 0:
+            self._fail(
+                "scheduling",
+                f"its worker's new session started with autogroup nice {group}, not 0: a "
+                "process of the same user (the other subject's code) can lower it",
             )
 
     # -- failures ------------------------------------------------------------------------
@@ -428,6 +534,7 @@ class Worker:
         Returns: the :class:`Timing`. Raises: WorkerFailed (the worker is ended)."""
         self._unasked()
         self._quiet()
+        self.check_scheduling()
         self._next_id += 1
         n = self._next_id
         line = json.dumps(
@@ -474,6 +581,22 @@ class Worker:
             reported={str(k): float(v) for k, v in reported.items()},
             output=written,
         )
+
+    def check_scheduling(self) -> None:
+        """Fail (``scheduling``) when a thread of the worker's tree, or its autogroup, runs
+        with another scheduling than at the worker's start (:func:`scheduling_changes`): nice
+        value, policy or CPUs, lowered by the other subject's code (or by its own). Read
+        outside the clock, before every call. Raises: WorkerFailed (the worker is ended)."""
+        changes = scheduling_changes(self._sched_start, scheduling_of(self.pid), self.pid)
+        if changes:
+            self._fail(
+                "scheduling",
+                "its worker's scheduling changed since it started ("
+                + "; ".join(changes[:6])
+                + (f"; {len(changes) - 6} more" if len(changes) > 6 else "")
+                + "): a process of the same user (the other subject's code) can lower a "
+                "worker's scheduling and slow its calls, so the comparison is not fair",
+            )
 
     def cpu_ns(self) -> int:
         """The worker's process tree's CPU time so far (ns, :func:`tree_cpu_ns`)."""
