@@ -121,3 +121,85 @@ def test_scheduling_changes_new_threads_and_autogroup() -> None:
     assert any(c.startswith("thread 11 policy") for c in changes)
     assert "the tree's CPUs 0,1 -> 0" in changes
     assert "autogroup nice 0 -> 10" in changes
+
+
+#: The candidate has a helper process do a share of each call's work (about 4 ms of CPU,
+#: under a 10 ms clock tick) and reaps it inside the call: forked at setup and woken by the
+#: call (``AT_SETUP``), else forked by the call. It reports the CPU time the kernel gives for
+#: its reaped children over the call (``getrusage``, microseconds): the helper's true share.
+HELPER = """
+import json, os, random, resource, time
+from perfledger.subject import serve
+def burn():
+    t = time.process_time()
+    while time.process_time() - t < 0.004:
+        pass
+def spawn():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.read(r, 1)
+        burn()
+        os._exit(0)
+    return pid, w
+helper = [spawn() if AT_SETUP else None]
+def call(state, case, seed, output):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pid, w = helper[0] if helper[0] is not None else spawn()
+    os.write(w, b"x")
+    os.waitpid(pid, 0)
+    os.close(w)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    helper[0] = None
+    rng = random.Random(f"{case}:{seed}")
+    with open(output, "w") as f:
+        json.dump(sum(rng.random() for _ in range(2000)), f)
+    child = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"children_s": child}
+serve(lambda: None, call)
+"""
+
+
+def test_cpu_time_counts_a_helper_reaped_inside_each_call(tmp_path: Path) -> None:
+    """T1: the helper's CPU is read from the worker's CPU group (ns), not from ``cutime``
+    (10 ms ticks, most calls +0): every call's reading holds at least its helper's CPU
+    (the kernel's own figure, read by the subject inside the same call)."""
+    from perfledger.kernels.proc import CpuGroup
+
+    probe = CpuGroup.make(f"perfledger-test-{os.getpid()}")
+    if probe is None:
+        pytest.skip("no CPU accounting group can be made here (the refusal is tested below)")
+    probe.remove()
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", "AT_SETUP = False\n" + HELPER)
+    result = run(ref, cand)
+    ratios = []
+    for _r, c in result.pairs():
+        child = c["reported"]["children_s"]
+        assert child > 0.003, c["reported"]
+        ratios.append(c["cpu_s"] / child)
+    # the old reading (ticks) gave about a quarter of the helper's CPU on most calls
+    assert min(ratios) >= 0.98, ratios
+
+
+def test_cheat_helper_reaped_in_a_call_without_cpu_group_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no CPU group can be made, a ``cpu_time`` run whose worker reaps a process of its
+    tree during a call is refused, pointing at whole-command mode; a ``wall_time`` run is
+    not (its CPU reading decides nothing)."""
+    from perfledger.kernels.proc import CpuGroup
+
+    monkeypatch.setattr(CpuGroup, "make", classmethod(lambda cls, name: None))
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", "AT_SETUP = True\n" + HELPER)
+    with pytest.raises(WorkerFailed) as info:
+        run(ref, cand)
+    assert info.value.reason == "cpu_accounting"
+    assert info.value.label == "cand"
+    assert "--protocol command" in str(info.value)
+    result = run_pairs(
+        ref, cand, cases=["one"], pairs_per_case=2, warmup_calls=0, timeout_s=20.0,
+        accuracy={"compare": "exact"}, units={"wall_time": "ms"},
+    )  # fmt: skip
+    assert all(c["correct"] for _r, c in result.pairs())

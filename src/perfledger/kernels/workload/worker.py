@@ -72,6 +72,7 @@ from perfledger.errors import MeasurementError, RuleRefused
 from perfledger.events.identity import environment_difference
 from perfledger.kernels.proc import (
     CallTree,
+    CpuGroup,
     affinity_of,
     autogroup_nice,
     children_by_parent,
@@ -104,6 +105,7 @@ IDLE_CPU_SHARE = 0.1
 #: Why a worker failed (:attr:`WorkerFailed.reason`).
 FAILURE_REASONS = (
     "spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status", "scheduling",
+    "cpu_accounting",
 )  # fmt: skip
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -164,6 +166,19 @@ def _reaped_children_ns(pid: int) -> int:
         return (int(fields[13]) + int(fields[14])) * 1_000_000_000 // _CLOCK_TICKS
     except (IndexError, ValueError):
         return 0
+
+
+def _reaped_ticks(pids: Sequence[int]) -> dict[int, int]:
+    """``cutime + cstime`` (clock ticks) of each of ``pids`` still there."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            out[pid] = int(fields[13]) + int(fields[14])
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def tree_cpu_ns(pid: int, escaped: Callable[[], Sequence[int]] | None = None) -> int:
@@ -361,8 +376,12 @@ class Worker:
         cwd: str | None = None,
         timeout_s: float = 600.0,
         log_dir: str | None = None,
+        cpu_exact: bool = False,
     ) -> None:
         self.label = label
+        #: a ``cpu_time`` run: where no CPU group can be made, a call in which a process of the
+        #: tree was reaped is refused (its CPU would be read in clock ticks)
+        self.cpu_exact = cpu_exact
         self.timeout_s = timeout_s
         self._own_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="perfledger-worker-")
@@ -374,6 +393,16 @@ class Worker:
         self._done_cpu: tuple[int, int] | None = None
         self._done_wall = 0.0
         inherited = sched_of(0)  # what the worker inherits (nice, policy)
+        # the worker's processes, reaped ones included, read at ns/us resolution (R5)
+        group = CpuGroup.make(f"perfledger-{os.getpid()}-{label}-{secrets.token_hex(4)}")
+        self._group = group
+
+        def start_child() -> None:
+            if group is not None:
+                with contextlib.suppress(OSError):  # checked at `ready`
+                    group.join()
+            drop_ptrace_capability()  # cannot reach the parent's clock
+
         calls_r, self._calls_w = os.pipe()
         self._answers_r, answers_w = os.pipe()
         child_env = dict(os.environ if env is None else env)
@@ -389,9 +418,11 @@ class Worker:
                     cwd=cwd,
                     pass_fds=(calls_r, answers_w),
                     start_new_session=True,  # its signals and terminal are its own
-                    preexec_fn=drop_ptrace_capability,  # cannot reach the parent's clock
+                    preexec_fn=start_child,
                 )
         except OSError as exc:
+            if group is not None:
+                group.remove()
             for fd in (calls_r, answers_w, self._calls_w, self._answers_r):
                 os.close(fd)
             raise WorkerFailed(label, "spawn", f"cannot start {argv[0]!r}: {exc}") from None
@@ -405,6 +436,9 @@ class Worker:
                 f"its first line must be {{'op': 'ready', 'protocol': {PROTOCOL!r}}}, "
                 f"not {json.dumps(ready)[:200]}",
             )
+        if self._group is not None and not self._group.holds(self.pid):
+            self._group.remove()  # it could not join: read as where no group can be made
+            self._group = None
         self._sched_start = scheduling_of(self.pid)
         # its start may already be lowered (the other subject's code ran meanwhile): held to
         # what it inherited from this process, and its new session's autogroup to nice 0
@@ -503,7 +537,7 @@ class Worker:
         if self._done_cpu is None:
             return
         root_done, others_done = self._done_cpu
-        tree, root = tree_cpu_ns(self.pid), _process_cpu_ns(self.pid)
+        tree, root = self._tree_cpu(), _process_cpu_ns(self.pid)
         # the worker's own threads since `done`, its other processes since they were read
         used = (max(root - root_done, 0) + max(tree - root - others_done, 0)) / 1e9
         limit = idle_cpu_limit_s(self._done_wall)
@@ -540,7 +574,9 @@ class Worker:
         line = json.dumps(
             {"op": "call", "id": n, "case": case, "seed": seed, "output": output_path}
         ).encode()
-        cpu0 = tree_cpu_ns(self.pid)
+        cpu0 = self._tree_cpu()
+        exact = self._group is None and self.cpu_exact
+        reaped0 = _reaped_ticks(tree_pids(self.pid)) if exact else {}
         t0 = time.perf_counter_ns()
         try:
             os.write(self._calls_w, line + b"\n")
@@ -552,12 +588,16 @@ class Worker:
         # the clock stops once the output is collected: an output a thread writes after `done`
         # counts only with its work inside the clock (module docstring)
         t1 = time.perf_counter_ns()
-        tree1 = tree_cpu_ns(self.pid)
+        tree1 = self._tree_cpu(escaped)
         cpu1 = tree1
-        if escaped is not None:  # left the tree during the call: still the call's (R5)
+        if escaped is not None and self._group is None:  # left the tree: still the call's (R5)
             # one reading of the union: a process re-parented between two walks (its parent's
             # exit completing late on a loaded host) would otherwise count twice
             cpu1 = tree_cpu_ns(self.pid, escaped)
+        if self._group is not None and cpu1 < cpu0:
+            self._fail("cpu_accounting", f"its CPU group's usage went back during call {n}")
+        if reaped0:
+            self._check_reaped(n, reaped0, escaped)
         self._done_cpu = (root_done, tree1 - _process_cpu_ns(self.pid))
         self._done_wall = (t1 - t0) / 1e9
         if answer.get("op") != "done":
@@ -582,6 +622,49 @@ class Worker:
             output=written,
         )
 
+    def _tree_cpu(self, escaped: Callable[[], Sequence[int]] | None = None) -> int:
+        """The worker's processes' CPU time so far (ns): its :class:`CpuGroup`'s usage where
+        it has one (every process that was ever in it, reaped ones included, at ns/us
+        resolution), after checking that every live process of its tree (and ``escaped``) is
+        still in the group; else :func:`tree_cpu_ns` (reaped children in clock ticks).
+        Raises: WorkerFailed (``cpu_accounting``) for a process that left the group."""
+        if self._group is None:
+            return tree_cpu_ns(self.pid)
+        pids = list(tree_pids(self.pid)) + list(escaped() if escaped is not None else ())
+        left = [p for p in dict.fromkeys(pids) if self._group.holds(p) is False]
+        if left:
+            self._fail(
+                "cpu_accounting",
+                f"processes of its tree left its CPU accounting group (pids {left[:8]}): their "
+                "CPU time would not be counted",
+            )
+        usage = self._group.usage_ns()
+        if usage is None:
+            self._fail("cpu_accounting", "its CPU accounting group can no longer be read")
+        return int(usage or 0)
+
+    def _check_reaped(
+        self, n: int, reaped0: dict[int, int], escaped: Callable[[], Sequence[int]] | None
+    ) -> None:
+        """Where no CPU group could be made (a ``cpu_time`` run): fail when a process of the
+        tree at the call's start is gone at its end, or reaped a child during it (``cutime``,
+        ``cstime`` moved): the kernel gives reaped children's CPU in clock ticks only, where a
+        helper's work reads 0 on most calls. Whole-command mode times each process with
+        ``os.wait4``'s microsecond resource usage."""
+        pids1 = list(tree_pids(self.pid)) + list(escaped() if escaped is not None else ())
+        reaped1 = _reaped_ticks(pids1)
+        gone = sorted(set(reaped0) - set(reaped1))
+        moved = sorted(p for p in reaped0 if p in reaped1 and reaped1[p] != reaped0[p])
+        if gone or moved:
+            self._fail(
+                "cpu_accounting",
+                f"processes of its tree ended during call {n} (gone: pids {gone[:8]}; reaped "
+                f"children: pids {moved[:8]}) and no CPU accounting group could be made: the "
+                "kernel gives a reaped process's CPU time in clock ticks, which a helper's "
+                "work can hide in; measure such a subject with `--protocol command` (one "
+                "process per call, timed with os.wait4)",
+            )
+
     def check_scheduling(self) -> None:
         """Fail (``scheduling``) when a thread of the worker's tree, or its autogroup, runs
         with another scheduling than at the worker's start (:func:`scheduling_changes`): nice
@@ -599,8 +682,8 @@ class Worker:
             )
 
     def cpu_ns(self) -> int:
-        """The worker's process tree's CPU time so far (ns, :func:`tree_cpu_ns`)."""
-        return tree_cpu_ns(self.pid)
+        """The worker's process tree's CPU time so far (ns, :meth:`_tree_cpu`)."""
+        return self._tree_cpu()
 
     def _tree(self) -> list[int]:
         """The worker and its live descendants (pids, :func:`tree_pids`)."""
@@ -640,6 +723,9 @@ class Worker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         self._proc.wait()
+        if self._group is not None:
+            self._group.remove()  # what is left in it is ended
+            self._group = None
         for fd in (self._calls_w, self._answers_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -899,7 +985,10 @@ def run_pairs(
             if before_call is not None:
                 before_call(label)
             s = subjects[label]
-            workers[label] = Worker(label, s.argv, env=s.env, cwd=s.cwd, timeout_s=timeout_s)
+            workers[label] = Worker(
+                label, s.argv, env=s.env, cwd=s.cwd, timeout_s=timeout_s,
+                cpu_exact="cpu_time" in units,
+            )  # fmt: skip
         return workers[label]
 
     def retire(label: str) -> None:
