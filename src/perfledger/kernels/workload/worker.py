@@ -291,13 +291,14 @@ def scheduling_of(pid: int) -> Scheduling:
 def scheduling_changes(start: Scheduling, now: Scheduling, main: int) -> list[str]:
     """How ``now`` differs from ``start`` (R11: a worker runs as it started; SPEC section 5):
     a thread's nice value or policy (a thread born since is held to the worker's main thread
-    ``main`` at the start), a thread's CPUs (threads known at the start), the CPUs of the whole
-    tree together (threads born since included) and the autogroup's nice value. [] when none
+    ``main`` at the start), the CPUs the whole tree's threads may run on together (threads born
+    since included: an OpenMP runtime that binds its threads at its first parallel region
+    spreads them, it does not narrow the set) and the autogroup's nice value. [] when none
     changed. A process of the same user (the other subject's code) can lower a worker's
     scheduling (nice 19, SCHED_IDLE, one CPU) and so slow every call it times honestly."""
     changes: list[str] = []
     base = start.threads.get(main)
-    for tid, (nice, policy, cpus) in sorted(now.threads.items()):
+    for tid, (nice, policy, _cpus_now) in sorted(now.threads.items()):
         was = start.threads.get(tid, base)
         if was is None:
             continue
@@ -305,8 +306,6 @@ def scheduling_changes(start: Scheduling, now: Scheduling, main: int) -> list[st
             changes.append(f"thread {tid} nice {was[0]} -> {nice}")
         if policy != was[1]:
             changes.append(f"thread {tid} policy {_policy(was[1])} -> {_policy(policy)}")
-        if tid in start.threads and cpus != was[2]:
-            changes.append(f"thread {tid} CPUs {_cpus(was[2])} -> {_cpus(cpus)}")
     known0 = [c for _n, _p, c in start.threads.values() if c is not None]
     known1 = [c for _n, _p, c in now.threads.values() if c is not None]
     union0 = frozenset().union(*known0) if known0 else None
