@@ -22,8 +22,13 @@ and cannot break the protocol::
   left a gap: a thread of the worker could write the output after answering, while the
   measuring process waited for a core, and the output then counted as the call's with its work
   off the clock; now whatever is collected was written inside the clock.) The subject's **CPU time** (``cpu_s``) is the kernel's
-  accounting of its whole process tree (:func:`tree_cpu_ns`), read before and after the call,
-  never the subject's word. A ``reported`` object is kept, labelled as reported, and decides
+  accounting of its whole process tree, read before and after the call, never the subject's
+  word: the usage of a control group of the worker's own (:class:`~perfledger.kernels.proc.CpuGroup`,
+  reaped processes included, at ns/us resolution), else :func:`tree_cpu_ns` (reaped children in
+  clock ticks: a ``cpu_time`` call in which the tree reaped a process is then refused).
+- **Scheduling** (:meth:`Worker.check_scheduling`): before every call, outside the clock, every
+  thread's nice value, policy and CPUs and the autogroup's nice value are compared with the
+  worker's start; a change (the other subject lowering its sibling) invalidates the run. A ``reported`` object is kept, labelled as reported, and decides
   nothing.
 - A worker that cannot start, dies, does not answer within its limit, or answers out of
   protocol (not JSON, a wrong id, an unknown op, a second answer, a line longer than
