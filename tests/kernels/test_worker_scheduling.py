@@ -198,7 +198,8 @@ def test_cheat_helper_reaped_in_a_call_without_cpu_group_is_refused(
         run(ref, cand)
     assert info.value.reason == "cpu_accounting"
     assert info.value.label == "cand"
-    assert "--protocol command" in str(info.value)
+    assert "--protocol command" in info.value.hint
+    assert "clock ticks" in str(info.value)
     result = run_pairs(
         ref, cand, cases=["one"], pairs_per_case=2, warmup_calls=0, timeout_s=20.0,
         accuracy={"compare": "exact"}, units={"wall_time": "ms"},

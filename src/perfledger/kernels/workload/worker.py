@@ -479,10 +479,10 @@ class Worker:
                 parts.append(f"its {name} ends:\n{shown}")
         return ("; " + "\n".join(parts)) if parts else ""
 
-    def _fail(self, reason: str, message: str) -> None:
+    def _fail(self, reason: str, message: str, hint: str | None = None) -> None:
         tails = self.tails()
         self.kill()
-        raise WorkerFailed(self.label, reason, message + tails)
+        raise WorkerFailed(self.label, reason, message + tails, hint=hint)
 
     # -- lines ---------------------------------------------------------------------------
 
@@ -665,8 +665,10 @@ class Worker:
                 f"processes of its tree ended during call {n} (gone: pids {gone[:8]}; reaped "
                 f"children: pids {moved[:8]}) and no CPU accounting group could be made: the "
                 "kernel gives a reaped process's CPU time in clock ticks, which a helper's "
-                "work can hide in; measure such a subject with `--protocol command` (one "
-                "process per call, timed with os.wait4)",
+                "work can hide in",
+                hint="measure such a subject with `--protocol command` (one process per call, "
+                "timed with os.wait4's microsecond resource usage), or where a cgroup file "
+                "system is writable",
             )
 
     def check_scheduling(self) -> None:
@@ -683,6 +685,8 @@ class Worker:
                 + (f"; {len(changes) - 6} more" if len(changes) > 6 else "")
                 + "): a process of the same user (the other subject's code) can lower a "
                 "worker's scheduling and slow its calls, so the comparison is not fair",
+                hint="a subject may set its own threads' scheduling during its setup (before "
+                "`ready`), never after it nor another process's",
             )
 
     def cpu_ns(self) -> int:
