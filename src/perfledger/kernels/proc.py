@@ -455,6 +455,26 @@ def _own_cgroups() -> dict[str, str]:
     return out
 
 
+def _remove_stale(parent: str) -> None:
+    """Remove the empty groups ``perfledger-PID-*`` under ``parent`` older than a minute whose
+    process ``PID`` is gone (a measuring process killed before it removed its own); a group
+    still holding a process cannot be removed and stays."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "perfledger" or not parts[1].isdigit():
+            continue
+        if os.path.exists(f"/proc/{parts[1]}"):
+            continue
+        with contextlib.suppress(OSError):
+            # not a new one (a process of another PID namespace, about to join it)
+            if os.stat(os.path.join(parent, name)).st_mtime < time.time() - 60:
+                os.rmdir(os.path.join(parent, name))
+
+
 class CpuGroup:
     """A control group of one worker's processes, read for their CPU time (ns) at the kernel's
     scheduler resolution: cgroup v1 ``cpuacct.usage`` (ns) or v2 ``cpu.stat`` ``usage_usec``
@@ -484,6 +504,7 @@ class CpuGroup:
             else:
                 continue
             path = os.path.join(point, rel.lstrip("/"), name)
+            _remove_stale(os.path.dirname(path))
             try:
                 os.mkdir(path, 0o755)
             except OSError:
