@@ -271,6 +271,7 @@ class CallTree:
 
 __all__ = [
     "CallTree",
+    "CpuGroup",
     "drop_ptrace_capability",
     "process_table",
     "set_dumpable",
@@ -326,6 +327,15 @@ def autogroup_nice(pid: int) -> int | None:
         with open(f"/proc/{pid}/autogroup", encoding="ascii", errors="replace") as f:
             return int(f.read().split()[-1])
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def affinity_of(tid: int) -> frozenset[int] | None:
+    """The CPUs a thread may run on (``sched_getaffinity``; 0: this thread); None when it is
+    gone or the platform does not say."""
+    try:
+        return frozenset(os.sched_getaffinity(tid))
+    except (OSError, AttributeError):
         return None
 
 
@@ -411,3 +421,163 @@ def tracer_pid(pid: int) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+# ---------------------------------------------------------------------------- CPU groups
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, file system type, options) of every cgroup file system mounted."""
+    out = []
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+                    out.append((parts[1], parts[2], set(parts[3].split(","))))
+    except OSError:
+        pass
+    return out
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup path per hierarchy (``/proc/self/cgroup``): a v1 controller
+    (``cpuacct``) or ``""`` (the v2 hierarchy) -> its path."""
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                _n, controllers, path = line.rstrip("\n").split(":", 2)
+                for c in controllers.split(",") if controllers else [""]:
+                    out[c] = path
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove the empty groups ``perfledger-PID-*`` under ``parent`` older than a minute whose
+    process ``PID`` is gone (a measuring process killed before it removed its own); a group
+    still holding a process cannot be removed and stays."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "perfledger" or not parts[1].isdigit():
+            continue
+        if os.path.exists(f"/proc/{parts[1]}"):
+            continue
+        with contextlib.suppress(OSError):
+            # not a new one (a process of another PID namespace, about to join it)
+            if os.stat(os.path.join(parent, name)).st_mtime < time.time() - 60:
+                os.rmdir(os.path.join(parent, name))
+
+
+class CpuGroup:
+    """A control group of one worker's processes, read for their CPU time (ns) at the kernel's
+    scheduler resolution: cgroup v1 ``cpuacct.usage`` (ns) or v2 ``cpu.stat`` ``usage_usec``
+    (us). It counts every process that was ever in the group (a child joins its parent's at
+    fork), those that exited and were reaped included: unlike ``/proc/PID/stat``'s
+    ``cutime``/``cstime`` (clock ticks, 10 ms), a helper reaped inside a call leaves all its
+    CPU time in the reading (SPEC section 5, "Workload worker protocol").
+
+    Made by :meth:`make` (None where no group can be made: no cgroup file system, or not
+    writable by this user); a process joins with :meth:`join` (in the child, before exec).
+    """
+
+    def __init__(self, path: str, version: int) -> None:
+        self.path = path
+        self.version = version
+
+    @classmethod
+    def make(cls, name: str) -> CpuGroup | None:
+        """A new group ``name`` under this process's own cgroup of the ``cpuacct`` (v1)
+        hierarchy, else of the v2 hierarchy; None where neither can be made."""
+        own = _own_cgroups()
+        for point, kind, options in _mounts():
+            if kind == "cgroup" and "cpuacct" in options and "cpuacct" in own:
+                version, rel = 1, own["cpuacct"]
+            elif kind == "cgroup2" and "" in own:
+                version, rel = 2, own[""]
+            else:
+                continue
+            path = os.path.join(point, rel.lstrip("/"), name)
+            _remove_stale(os.path.dirname(path))
+            try:
+                os.mkdir(path, 0o755)
+            except OSError:
+                continue
+            group = cls(path, version)
+            if group.usage_ns() is None:
+                group.remove()
+                continue
+            return group
+        return None
+
+    def join(self) -> None:
+        """Move the calling process into the group (``cgroup.procs``; for a ``preexec_fn``:
+        only system calls). Raises: OSError."""
+        fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def usage_ns(self) -> int | None:
+        """CPU time of every process that was ever in the group (ns); None when unreadable."""
+        try:
+            if self.version == 1:
+                with open(os.path.join(self.path, "cpuacct.usage"), "rb") as f:
+                    return int(f.read())
+            with open(os.path.join(self.path, "cpu.stat"), "rb") as f:
+                for line in f:
+                    key, _, value = line.partition(b" ")
+                    if key == b"usage_usec":
+                        return int(value) * 1000
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def holds(self, pid: int) -> bool | None:
+        """Whether ``pid`` is in the group (``/proc/<pid>/cgroup``); None when it is gone or
+        has exited (a zombie names the root group: its CPU time was charged at its exit)."""
+        rel = "/" + os.path.basename(self.path)
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _n, controllers, path = line.split(":", 2)
+            mine = "cpuacct" in controllers.split(",") if self.version == 1 else not controllers
+            if mine and path.endswith(rel):
+                return True
+        return None if is_stopped(pid, frozenset("ZX")) else False  # exited (or gone) meanwhile
+
+    def members(self) -> list[int]:
+        """The live processes in the group (``cgroup.procs``)."""
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), "rb") as f:
+                return [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def remove(self) -> bool:
+        """Kill what is left in the group and remove it (retried for up to
+        :data:`END_DEADLINE_S`). Returns: whether it is gone."""
+        deadline = time.monotonic() + END_DEADLINE_S
+        while True:
+            try:
+                os.rmdir(self.path)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    return False
+            for pid in self.members():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(_POLL_S)

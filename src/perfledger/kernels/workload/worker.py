@@ -22,8 +22,13 @@ and cannot break the protocol::
   left a gap: a thread of the worker could write the output after answering, while the
   measuring process waited for a core, and the output then counted as the call's with its work
   off the clock; now whatever is collected was written inside the clock.) The subject's **CPU time** (``cpu_s``) is the kernel's
-  accounting of its whole process tree (:func:`tree_cpu_ns`), read before and after the call,
-  never the subject's word. A ``reported`` object is kept, labelled as reported, and decides
+  accounting of its whole process tree, read before and after the call, never the subject's
+  word: the usage of a control group of the worker's own (:class:`~perfledger.kernels.proc.CpuGroup`,
+  reaped processes included, at ns/us resolution), else :func:`tree_cpu_ns` (reaped children in
+  clock ticks: a ``cpu_time`` call in which the tree reaped a process is then refused).
+- **Scheduling** (:meth:`Worker.check_scheduling`): before every call, outside the clock, every
+  thread's nice value, policy and CPUs and the autogroup's nice value are compared with the
+  worker's start; a change (the other subject lowering its sibling) invalidates the run. A ``reported`` object is kept, labelled as reported, and decides
   nothing.
 - A worker that cannot start, dies, does not answer within its limit, or answers out of
   protocol (not JSON, a wrong id, an unknown op, a second answer, a line longer than
@@ -72,9 +77,14 @@ from perfledger.errors import MeasurementError, RuleRefused
 from perfledger.events.identity import environment_difference
 from perfledger.kernels.proc import (
     CallTree,
+    CpuGroup,
+    affinity_of,
+    autogroup_nice,
     children_by_parent,
     drop_ptrace_capability,
     process_table,
+    sched_of,
+    thread_ids,
 )
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.subject_env import call_environment, influencing_environment
@@ -98,7 +108,10 @@ IDLE_CPU_FLOOR_S = 0.01
 #: ... or this share of that call's wall time, whichever is larger.
 IDLE_CPU_SHARE = 0.1
 #: Why a worker failed (:attr:`WorkerFailed.reason`).
-FAILURE_REASONS = ("spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status")
+FAILURE_REASONS = (
+    "spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status", "scheduling",
+    "cpu_accounting",
+)  # fmt: skip
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -158,6 +171,19 @@ def _reaped_children_ns(pid: int) -> int:
         return (int(fields[13]) + int(fields[14])) * 1_000_000_000 // _CLOCK_TICKS
     except (IndexError, ValueError):
         return 0
+
+
+def _reaped_ticks(pids: Sequence[int]) -> dict[int, int]:
+    """``cutime + cstime`` (clock ticks) of each of ``pids`` still there."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            out[pid] = int(fields[13]) + int(fields[14])
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def tree_cpu_ns(pid: int, escaped: Callable[[], Sequence[int]] | None = None) -> int:
@@ -221,6 +247,81 @@ def _end_orphans(keep: set[int]) -> int:
     return ended
 
 
+# ---------------------------------------------------------------------------- scheduling
+
+#: Scheduling policies by number, for messages.
+_POLICY_NAMES = {
+    getattr(os, n): n for n in ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE", "SCHED_FIFO",
+                                "SCHED_RR") if hasattr(os, n)
+}  # fmt: skip
+
+
+def _policy(policy: int) -> str:
+    return _POLICY_NAMES.get(policy, str(policy))
+
+
+def _cpus(cpus: frozenset[int] | None) -> str:
+    return "?" if cpus is None else ",".join(str(c) for c in sorted(cpus)) or "none"
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """A worker's scheduling as the kernel gives it (:func:`scheduling_of`).
+
+    Attributes:
+        threads: thread id -> (nice value, policy, the CPUs it may run on), every thread of
+            every live process of the worker's tree.
+        autogroup: the nice value of the worker's autogroup (its session's), None where the
+            kernel has none.
+    """
+
+    threads: dict[int, tuple[int, int, frozenset[int] | None]]
+    autogroup: int | None
+
+
+def scheduling_of(pid: int) -> Scheduling:
+    """The scheduling of every thread of ``pid``'s process tree and of its autogroup, read
+    from the kernel (:func:`perfledger.kernels.proc.sched_of`, ``affinity_of``,
+    ``autogroup_nice``: the isolated kernel path's readers). Threads gone meanwhile are left
+    out."""
+    threads: dict[int, tuple[int, int, frozenset[int] | None]] = {}
+    for p in tree_pids(pid):
+        for tid in thread_ids(p):
+            got = sched_of(int(tid))
+            if got is not None:
+                threads[int(tid)] = (got[0], got[1], affinity_of(int(tid)))
+    return Scheduling(threads, autogroup_nice(pid))
+
+
+def scheduling_changes(start: Scheduling, now: Scheduling, main: int) -> list[str]:
+    """How ``now`` differs from ``start`` (R11: a worker runs as it started; SPEC section 5):
+    a thread's nice value or policy (a thread born since is held to the worker's main thread
+    ``main`` at the start), the CPUs the whole tree's threads may run on together (threads born
+    since included: an OpenMP runtime that binds its threads at its first parallel region
+    spreads them, it does not narrow the set) and the autogroup's nice value. [] when none
+    changed. A process of the same user (the other subject's code) can lower a worker's
+    scheduling (nice 19, SCHED_IDLE, one CPU) and so slow every call it times honestly."""
+    changes: list[str] = []
+    base = start.threads.get(main)
+    for tid, (nice, policy, _cpus_now) in sorted(now.threads.items()):
+        was = start.threads.get(tid, base)
+        if was is None:
+            continue
+        if nice != was[0]:
+            changes.append(f"thread {tid} nice {was[0]} -> {nice}")
+        if policy != was[1]:
+            changes.append(f"thread {tid} policy {_policy(was[1])} -> {_policy(policy)}")
+    known0 = [c for _n, _p, c in start.threads.values() if c is not None]
+    known1 = [c for _n, _p, c in now.threads.values() if c is not None]
+    union0 = frozenset().union(*known0) if known0 else None
+    union1 = frozenset().union(*known1) if known1 else None
+    if union0 is not None and union1 is not None and union0 != union1:
+        changes.append(f"the tree's CPUs {_cpus(union0)} -> {_cpus(union1)}")
+    if start.autogroup != now.autogroup:
+        changes.append(f"autogroup nice {start.autogroup} -> {now.autogroup}")
+    return changes
+
+
 # ---------------------------------------------------------------------------- one worker
 
 
@@ -279,8 +380,12 @@ class Worker:
         cwd: str | None = None,
         timeout_s: float = 600.0,
         log_dir: str | None = None,
+        cpu_exact: bool = False,
     ) -> None:
         self.label = label
+        #: a ``cpu_time`` run: where no CPU group can be made, a call in which a process of the
+        #: tree was reaped is refused (its CPU would be read in clock ticks)
+        self.cpu_exact = cpu_exact
         self.timeout_s = timeout_s
         self._own_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="perfledger-worker-")
@@ -291,6 +396,17 @@ class Worker:
         #: (the worker's own CPU clock at the last `done`, its other processes' CPU time then)
         self._done_cpu: tuple[int, int] | None = None
         self._done_wall = 0.0
+        inherited = sched_of(0)  # what the worker inherits (nice, policy)
+        # the worker's processes, reaped ones included, read at ns/us resolution (R5)
+        group = CpuGroup.make(f"perfledger-{os.getpid()}-{label}-{secrets.token_hex(4)}")
+        self._group = group
+
+        def start_child() -> None:
+            if group is not None:
+                with contextlib.suppress(OSError):  # checked at `ready`
+                    group.join()
+            drop_ptrace_capability()  # cannot reach the parent's clock
+
         calls_r, self._calls_w = os.pipe()
         self._answers_r, answers_w = os.pipe()
         child_env = dict(os.environ if env is None else env)
@@ -306,9 +422,11 @@ class Worker:
                     cwd=cwd,
                     pass_fds=(calls_r, answers_w),
                     start_new_session=True,  # its signals and terminal are its own
-                    preexec_fn=drop_ptrace_capability,  # cannot reach the parent's clock
+                    preexec_fn=start_child,
                 )
         except OSError as exc:
+            if group is not None:
+                group.remove()
             for fd in (calls_r, answers_w, self._calls_w, self._answers_r):
                 os.close(fd)
             raise WorkerFailed(label, "spawn", f"cannot start {argv[0]!r}: {exc}") from None
@@ -321,6 +439,32 @@ class Worker:
                 "protocol",
                 f"its first line must be {{'op': 'ready', 'protocol': {PROTOCOL!r}}}, "
                 f"not {json.dumps(ready)[:200]}",
+            )
+        if self._group is not None and not self._group.holds(self.pid):
+            self._group.remove()  # it could not join: read as where no group can be made
+            self._group = None
+        self._sched_start = scheduling_of(self.pid)
+        # its start may already be lowered (the other subject's code ran meanwhile): held to
+        # what it inherited from this process, and its new session's autogroup to nice 0
+        main = self._sched_start.threads.get(self.pid)
+        group = self._sched_start.autogroup
+        if (
+            inherited is not None
+            and main is not None
+            and (main[0] > inherited[0] or main[1] != inherited[1])
+        ):
+            self._fail(
+                "scheduling",
+                f"its worker started with nice {main[0]}, policy {_policy(main[1])}, not the "
+                f"nice {inherited[0]}, policy {_policy(inherited[1])} it inherited from "
+                "perfledger: a process of the same user (the other subject's code) can lower a "
+                "worker's scheduling and slow its calls",
+            )
+        if group is not None and group > 0:
+            self._fail(
+                "scheduling",
+                f"its worker's new session started with autogroup nice {group}, not 0: a "
+                "process of the same user (the other subject's code) can lower it",
             )
 
     # -- failures ------------------------------------------------------------------------
@@ -335,10 +479,10 @@ class Worker:
                 parts.append(f"its {name} ends:\n{shown}")
         return ("; " + "\n".join(parts)) if parts else ""
 
-    def _fail(self, reason: str, message: str) -> None:
+    def _fail(self, reason: str, message: str, hint: str | None = None) -> None:
         tails = self.tails()
         self.kill()
-        raise WorkerFailed(self.label, reason, message + tails)
+        raise WorkerFailed(self.label, reason, message + tails, hint=hint)
 
     # -- lines ---------------------------------------------------------------------------
 
@@ -397,7 +541,7 @@ class Worker:
         if self._done_cpu is None:
             return
         root_done, others_done = self._done_cpu
-        tree, root = tree_cpu_ns(self.pid), _process_cpu_ns(self.pid)
+        tree, root = self._tree_cpu(), _process_cpu_ns(self.pid)
         # the worker's own threads since `done`, its other processes since they were read
         used = (max(root - root_done, 0) + max(tree - root - others_done, 0)) / 1e9
         limit = idle_cpu_limit_s(self._done_wall)
@@ -428,12 +572,15 @@ class Worker:
         Returns: the :class:`Timing`. Raises: WorkerFailed (the worker is ended)."""
         self._unasked()
         self._quiet()
+        self.check_scheduling()
         self._next_id += 1
         n = self._next_id
         line = json.dumps(
             {"op": "call", "id": n, "case": case, "seed": seed, "output": output_path}
         ).encode()
-        cpu0 = tree_cpu_ns(self.pid)
+        cpu0 = self._tree_cpu()
+        exact = self._group is None and self.cpu_exact
+        reaped0 = _reaped_ticks(tree_pids(self.pid)) if exact else {}
         t0 = time.perf_counter_ns()
         try:
             os.write(self._calls_w, line + b"\n")
@@ -445,12 +592,16 @@ class Worker:
         # the clock stops once the output is collected: an output a thread writes after `done`
         # counts only with its work inside the clock (module docstring)
         t1 = time.perf_counter_ns()
-        tree1 = tree_cpu_ns(self.pid)
+        tree1 = self._tree_cpu(escaped)
         cpu1 = tree1
-        if escaped is not None:  # left the tree during the call: still the call's (R5)
+        if escaped is not None and self._group is None:  # left the tree: still the call's (R5)
             # one reading of the union: a process re-parented between two walks (its parent's
             # exit completing late on a loaded host) would otherwise count twice
             cpu1 = tree_cpu_ns(self.pid, escaped)
+        if self._group is not None and cpu1 < cpu0:
+            self._fail("cpu_accounting", f"its CPU group's usage went back during call {n}")
+        if reaped0:
+            self._check_reaped(n, reaped0, escaped)
         self._done_cpu = (root_done, tree1 - _process_cpu_ns(self.pid))
         self._done_wall = (t1 - t0) / 1e9
         if answer.get("op") != "done":
@@ -475,9 +626,72 @@ class Worker:
             output=written,
         )
 
+    def _tree_cpu(self, escaped: Callable[[], Sequence[int]] | None = None) -> int:
+        """The worker's processes' CPU time so far (ns): its :class:`CpuGroup`'s usage where
+        it has one (every process that was ever in it, reaped ones included, at ns/us
+        resolution), after checking that every live process of its tree (and ``escaped``) is
+        still in the group; else :func:`tree_cpu_ns` (reaped children in clock ticks).
+        Raises: WorkerFailed (``cpu_accounting``) for a process that left the group."""
+        if self._group is None:
+            return tree_cpu_ns(self.pid)
+        pids = list(tree_pids(self.pid)) + list(escaped() if escaped is not None else ())
+        left = [p for p in dict.fromkeys(pids) if self._group.holds(p) is False]
+        if left:
+            self._fail(
+                "cpu_accounting",
+                f"processes of its tree left its CPU accounting group (pids {left[:8]}): their "
+                "CPU time would not be counted",
+            )
+        usage = self._group.usage_ns()
+        if usage is None:
+            self._fail("cpu_accounting", "its CPU accounting group can no longer be read")
+        return int(usage or 0)
+
+    def _check_reaped(
+        self, n: int, reaped0: dict[int, int], escaped: Callable[[], Sequence[int]] | None
+    ) -> None:
+        """Where no CPU group could be made (a ``cpu_time`` run): fail when a process of the
+        tree at the call's start is gone at its end, or reaped a child during it (``cutime``,
+        ``cstime`` moved): the kernel gives reaped children's CPU in clock ticks only, where a
+        helper's work reads 0 on most calls. Whole-command mode times each process with
+        ``os.wait4``'s microsecond resource usage."""
+        pids1 = list(tree_pids(self.pid)) + list(escaped() if escaped is not None else ())
+        reaped1 = _reaped_ticks(pids1)
+        gone = sorted(set(reaped0) - set(reaped1))
+        moved = sorted(p for p in reaped0 if p in reaped1 and reaped1[p] != reaped0[p])
+        if gone or moved:
+            self._fail(
+                "cpu_accounting",
+                f"processes of its tree ended during call {n} (gone: pids {gone[:8]}; reaped "
+                f"children: pids {moved[:8]}) and no CPU accounting group could be made: the "
+                "kernel gives a reaped process's CPU time in clock ticks, which a helper's "
+                "work can hide in",
+                hint="measure such a subject with `--protocol command` (one process per call, "
+                "timed with os.wait4's microsecond resource usage), or where a cgroup file "
+                "system is writable",
+            )
+
+    def check_scheduling(self) -> None:
+        """Fail (``scheduling``) when a thread of the worker's tree, or its autogroup, runs
+        with another scheduling than at the worker's start (:func:`scheduling_changes`): nice
+        value, policy or CPUs, lowered by the other subject's code (or by its own). Read
+        outside the clock, before every call. Raises: WorkerFailed (the worker is ended)."""
+        changes = scheduling_changes(self._sched_start, scheduling_of(self.pid), self.pid)
+        if changes:
+            self._fail(
+                "scheduling",
+                "its worker's scheduling changed since it started ("
+                + "; ".join(changes[:6])
+                + (f"; {len(changes) - 6} more" if len(changes) > 6 else "")
+                + "): a process of the same user (the other subject's code) can lower a "
+                "worker's scheduling and slow its calls, so the comparison is not fair",
+                hint="a subject may set its own threads' scheduling during its setup (before "
+                "`ready`), never after it nor another process's",
+            )
+
     def cpu_ns(self) -> int:
-        """The worker's process tree's CPU time so far (ns, :func:`tree_cpu_ns`)."""
-        return tree_cpu_ns(self.pid)
+        """The worker's process tree's CPU time so far (ns, :meth:`_tree_cpu`)."""
+        return self._tree_cpu()
 
     def _tree(self) -> list[int]:
         """The worker and its live descendants (pids, :func:`tree_pids`)."""
@@ -517,6 +731,9 @@ class Worker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         self._proc.wait()
+        if self._group is not None:
+            self._group.remove()  # what is left in it is ended
+            self._group = None
         for fd in (self._calls_w, self._answers_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -776,7 +993,10 @@ def run_pairs(
             if before_call is not None:
                 before_call(label)
             s = subjects[label]
-            workers[label] = Worker(label, s.argv, env=s.env, cwd=s.cwd, timeout_s=timeout_s)
+            workers[label] = Worker(
+                label, s.argv, env=s.env, cwd=s.cwd, timeout_s=timeout_s,
+                cpu_exact="cpu_time" in units,
+            )  # fmt: skip
         return workers[label]
 
     def retire(label: str) -> None:

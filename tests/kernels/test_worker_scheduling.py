@@ -1,0 +1,207 @@
+"""The worker protocol reads every worker's scheduling before each call (R11; SPEC section 5,
+"Workload worker protocol"): a subject that lowers its sibling's (nice, policy, CPUs) is
+refused, an honest pair passes; and the tree's CPU time counts a helper's reaped work."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfledger.kernels.workload.worker import (
+    Scheduling,
+    WorkerFailed,
+    WorkerSubject,
+    run_pairs,
+    scheduling_changes,
+)
+
+UNITS = {"wall_time": "ms", "cpu_time": "ms"}
+
+HONEST = """
+import json, random
+from perfledger.subject import serve
+def call(state, case, seed, output):
+    rng = random.Random(f"{case}:{seed}")
+    with open(output, "w") as f:
+        json.dump(sum(rng.random() for _ in range(2000)), f)
+serve(lambda: None, call)
+"""
+
+#: The candidate lowers the reference's worker (its sibling: the same parent, ``ref.py`` in its
+#: command line) in its first call, as ``LOWER`` says.
+LOWERING = """
+import json, os, random
+from perfledger.subject import serve
+done = [False]
+def lower():
+    parent = os.getppid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid != parent or b"ref.py" not in cmd:
+            continue
+        pid = int(name)
+        if LOWER == "nice":
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
+        elif LOWER == "idle":
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            os.sched_setaffinity(pid, {min(os.sched_getaffinity(pid))})
+def call(state, case, seed, output):
+    if not done[0]:
+        done[0] = True
+        lower()
+    rng = random.Random(f"{case}:{seed}")
+    with open(output, "w") as f:
+        json.dump(sum(rng.random() for _ in range(2000)), f)
+serve(lambda: None, call)
+"""
+
+
+def script(tmp_path: Path, name: str, body: str) -> WorkerSubject:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return WorkerSubject(name, [sys.executable, str(path)])
+
+
+def run(ref: WorkerSubject, cand: WorkerSubject):
+    return run_pairs(
+        ref, cand, cases=["one"], pairs_per_case=2, warmup_calls=0, timeout_s=20.0,
+        accuracy={"compare": "exact"}, units=UNITS,
+    )  # fmt: skip
+
+
+def test_honest_pair_keeps_its_scheduling(tmp_path: Path) -> None:
+    result = run(script(tmp_path, "ref", HONEST), script(tmp_path, "cand", HONEST))
+    assert len(result.pairs()) == 2
+    assert all(r["correct"] and c["correct"] for r, c in result.pairs())
+
+
+@pytest.mark.parametrize(
+    ("lower", "said"),
+    [("nice", "-> 19"), ("idle", "SCHED_OTHER -> SCHED_IDLE"), ("cpus", "the tree's CPUs")],
+)
+def test_cheat_lowers_the_other_workers_scheduling_is_refused(
+    tmp_path: Path, lower: str, said: str
+) -> None:
+    if lower == "cpus" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no affinity to narrow")
+    if os.getpriority(os.PRIO_PROCESS, 0) >= 19 or os.sched_getscheduler(0) != os.SCHED_OTHER:
+        pytest.skip("the test process itself runs lowered")
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", f"LOWER = {lower!r}\n" + LOWERING)
+    with pytest.raises(WorkerFailed) as info:
+        run(ref, cand)
+    assert info.value.reason == "scheduling"
+    assert info.value.label == "ref"  # the lowered worker is named
+    assert said in str(info.value), str(info.value)
+
+
+def test_scheduling_changes_new_threads_and_autogroup() -> None:
+    """A thread born since the start is held to the main thread's start; the tree's CPUs
+    together (threads born since included) and the autogroup's nice value are compared."""
+    start = Scheduling({10: (0, 0, frozenset({0, 1}))}, 0)
+    # a thread bound to one CPU each, all together on the same CPUs: no change
+    same = Scheduling({10: (0, 0, frozenset({0})), 11: (0, 0, frozenset({1}))}, 0)
+    assert scheduling_changes(start, same, 10) == []
+    lowered = Scheduling({10: (0, 0, frozenset({0})), 11: (19, 5, frozenset({0}))}, 10)
+    changes = scheduling_changes(start, lowered, 10)
+    assert not any(c.startswith("thread 10") for c in changes)  # CPUs: the tree's together
+    assert "thread 11 nice 0 -> 19" in changes
+    assert any(c.startswith("thread 11 policy") for c in changes)
+    assert "the tree's CPUs 0,1 -> 0" in changes
+    assert "autogroup nice 0 -> 10" in changes
+
+
+#: The candidate has a helper process do a share of each call's work (about 4 ms of CPU,
+#: under a 10 ms clock tick) and reaps it inside the call: forked at setup and woken by the
+#: call (``AT_SETUP``), else forked by the call. It reports the CPU time the kernel gives for
+#: its reaped children over the call (``getrusage``, microseconds): the helper's true share.
+HELPER = """
+import json, os, random, resource, time
+from perfledger.subject import serve
+def burn():
+    t = time.process_time()
+    while time.process_time() - t < 0.004:
+        pass
+def spawn():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.read(r, 1)
+        burn()
+        os._exit(0)
+    return pid, w
+helper = [spawn() if AT_SETUP else None]
+def call(state, case, seed, output):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pid, w = helper[0] if helper[0] is not None else spawn()
+    os.write(w, b"x")
+    os.waitpid(pid, 0)
+    os.close(w)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    helper[0] = None
+    rng = random.Random(f"{case}:{seed}")
+    with open(output, "w") as f:
+        json.dump(sum(rng.random() for _ in range(2000)), f)
+    child = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"children_s": child}
+serve(lambda: None, call)
+"""
+
+
+def test_cpu_time_counts_a_helper_reaped_inside_each_call(tmp_path: Path) -> None:
+    """T1: the helper's CPU is read from the worker's CPU group (ns), not from ``cutime``
+    (10 ms ticks, most calls +0): every call's reading holds at least its helper's CPU
+    (the kernel's own figure, read by the subject inside the same call)."""
+    from perfledger.kernels.proc import CpuGroup
+
+    probe = CpuGroup.make(f"perfledger-test-{os.getpid()}")
+    if probe is None:
+        pytest.skip("no CPU accounting group can be made here (the refusal is tested below)")
+    probe.remove()
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", "AT_SETUP = False\n" + HELPER)
+    result = run(ref, cand)
+    ratios = []
+    for _r, c in result.pairs():
+        child = c["reported"]["children_s"]
+        assert child > 0.003, c["reported"]
+        ratios.append(c["cpu_s"] / child)
+    # the old reading (ticks) gave about a quarter of the helper's CPU on most calls
+    assert min(ratios) >= 0.98, ratios
+
+
+def test_cheat_helper_reaped_in_a_call_without_cpu_group_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no CPU group can be made, a ``cpu_time`` run whose worker reaps a process of its
+    tree during a call is refused, pointing at whole-command mode; a ``wall_time`` run is
+    not (its CPU reading decides nothing)."""
+    from perfledger.kernels.proc import CpuGroup
+
+    monkeypatch.setattr(CpuGroup, "make", classmethod(lambda cls, name: None))
+    ref = script(tmp_path, "ref", HONEST)
+    cand = script(tmp_path, "cand", "AT_SETUP = True\n" + HELPER)
+    with pytest.raises(WorkerFailed) as info:
+        run(ref, cand)
+    assert info.value.reason == "cpu_accounting"
+    assert info.value.label == "cand"
+    assert "--protocol command" in info.value.hint
+    assert "clock ticks" in str(info.value)
+    result = run_pairs(
+        ref, cand, cases=["one"], pairs_per_case=2, warmup_calls=0, timeout_s=20.0,
+        accuracy={"compare": "exact"}, units={"wall_time": "ms"},
+    )  # fmt: skip
+    assert all(c["correct"] for _r, c in result.pairs())
