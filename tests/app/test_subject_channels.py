@@ -132,3 +132,46 @@ def test_an_honest_subject_reading_its_own_proc_entry_and_system_files_runs(
     )
     run = _run(_copies(tmp_path, extra, {}))
     assert all(row["correct"] for row in run.table()) and len(run.pairs()) == 2
+
+
+#: A self-timed driver's subject: correct only where the agent's variable did not reach it.
+DRIVER_BENCH = """\
+import json, os
+seen = os.environ.get("SOFTMAX_TUNING")
+print(json.dumps({"correct": seen is None, "metrics": {"t": 1.0}}))
+"""
+
+
+def test_cheat_code_in_the_agents_environment_does_not_reach_a_self_timed_drivers_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """red36 E1 under the self-timed driver protocol: subjects that run from copies get the
+    same closed environment as workers; the agent's variable is dropped and said so."""
+    from perfledger.kernels.workload.driver import Subject
+    from perfledger.kernels.workload.driver import run_pairs as run_driver
+
+    monkeypatch.setenv("SOFTMAX_TUNING", TUNING)
+    copies = {}
+    for label in ("ref", "cand"):
+        root = tmp_path / label
+        root.mkdir()
+        (root / "bench.py").write_text(DRIVER_BENCH)
+        argv = [sys.executable, f"{label}/bench.py"]
+        taken = take_snapshot(label, argv, lambda _r: True, tmp_path)
+        copies[label] = prepare_subject(taken.snapshot, taken.blobs, label=label)
+    try:
+        subjects = [
+            Subject(label, [sys.executable, os.path.join(c.path, "bench.py")], env=c.env)
+            for label, c in copies.items()
+        ]
+        run = run_driver(
+            *subjects, cases=["a"], pairs_per_case=2, warmup_calls=0,
+            subject_roots={label: c.root for label, c in copies.items()},
+        )  # fmt: skip
+    finally:
+        for copy in copies.values():
+            copy.close()
+    assert all(p.ref.correct and p.cand.correct for p in run.pairs), run.pairs[0]
+    assert "SOFTMAX_TUNING" in run.settings["environment_dropped"]
+    assert "SOFTMAX_TUNING" not in run.settings["call_environment"]["cand"]
+    assert run.settings["subject_environment"]["PATH"] == os.environ["PATH"]

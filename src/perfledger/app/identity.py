@@ -413,7 +413,9 @@ def subject_copies(
     try:
         for label, role in SubjectsWatch.ROLES.items():
             snap = msgspec.convert(body[role], Snapshot)
-            copies[label] = prepare_subject(snap, blobs, label=label, base_env=declared)
+            copy = prepare_subject(snap, blobs, label=label, base_env=declared)
+            copy.env = {**declared, **copy.env}  # the copy's own places win
+            copies[label] = copy
         argvs = {label: substitute(template, c.path) for label, c in copies.items()}
         drivers = [
             *body["reference"].get("driver", {}),

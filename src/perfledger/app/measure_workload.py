@@ -504,7 +504,7 @@ def run_subjects(
         dropped: list[str] = []
         for label in envs:
             envs[label], dropped = closed_environment(
-                os.environ, getattr(copies, "declared", {}), copies.copies[label].env
+                os.environ, copies.declared, copies.copies[label].env
             )
         # R11: every value that reaches a subject is readable in the ledger (the two subjects'
         # are equal but for their directories, which run_pairs checks on the hashes)
