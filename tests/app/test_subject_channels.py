@@ -104,6 +104,7 @@ def test_cheat_a_subject_reading_another_processs_proc_entry_is_refused_naming_i
         _run(_copies(tmp_path, extra, {}))
     assert caught.value.rule == "R11"
     assert f"/proc/{os.getpid()}/cmdline" in caught.value.message
+    assert "other process's /proc entry" in str(caught.value.hint)
     assert "candidate" in caught.value.message
 
 

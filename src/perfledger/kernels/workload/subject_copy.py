@@ -547,7 +547,11 @@ class CopyGuard:
                 f"interpreter and its site-packages: {shown}; what they hold is in no "
                 "snapshot, so nothing was recorded",
                 rule="R11",
-                hint="move the file into the subject directory, or name it on the readiness "
+                hint="a subject reads no other process's /proc entry (its command line, "
+                "environment or memory can hold code); move what it needs into the subject "
+                "directory"
+                if any(_other_process(p) for p in outside)
+                else "move the file into the subject directory, or name it on the readiness "
                 "driver's command line by a relative path (then it is snapshotted); data a "
                 "call needs goes there too",
             )
