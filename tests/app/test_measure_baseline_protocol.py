@@ -61,7 +61,8 @@ def _ready(tmp_path: Path, primary: str = "wall_time") -> tuple[Path, Path]:
             "original": {"content_hash": "sha256:" + "0" * 16, "subject": str(original)},
             "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1, "cases": ["small"]},
             "accuracy_rule": "exact", "accuracy": {"compare": "exact"},
-            "driver": {"argv": [sys.executable, "{subject}/bench.py", "--out", "{output}"]},
+            "driver": {"argv": [sys.executable, "{subject}/bench.py", "--out", "{output}"],
+                       "env": {"BENCH_WHERE": str(tmp_path / "where.txt")}},
             "environment": env["readiness_environment"],
         })  # fmt: skip
         execute(ledger, "readiness.record", body, actor="agent", artifacts=files)
@@ -80,8 +81,7 @@ def test_r11_baseline_calls_run_from_read_only_copies_with_their_environment_rec
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, original = _ready(tmp_path)
-    where = tmp_path / "where.txt"
-    monkeypatch.setenv("BENCH_WHERE", str(where))
+    where = tmp_path / "where.txt"  # the readiness driver's declared BENCH_WHERE
     monkeypatch.setenv("CALLER_ONLY_VARIABLE", "set by whoever called measure baseline")
     # a quiet monitor: the shared host's load would refuse it (R17), not what this test is about
     quiet = StandInMonitor(foreign=False)
@@ -101,9 +101,12 @@ def test_r11_baseline_calls_run_from_read_only_copies_with_their_environment_rec
     digest = ledger_snapshot_digest(path)
     assert set(settings["subject_copies"].values()) == {digest}
     environments = settings["call_environment"]
-    for label in ("ref", "cand"):  # names and values' hashes, never the values
-        recorded = environments[label]["CALLER_ONLY_VARIABLE"]
-        assert recorded.startswith("blake3:") and "whoever" not in json.dumps(environments)
+    for label in ("ref", "cand"):  # names and values' hashes
+        assert environments[label]["BENCH_WHERE"].startswith("blake3:")
+        # R11 (red36 E1): the caller's own variables do not reach the subjects
+        assert "CALLER_ONLY_VARIABLE" not in environments[label]
+    assert "CALLER_ONLY_VARIABLE" in settings["environment_dropped"]
+    assert settings["subject_environment"]["BENCH_WHERE"] == str(where)  # in full
     assert "windows" in table["monitor"]
     assert table["binding"]["target_id"] == "t1"
     assert report.ok, report.findings

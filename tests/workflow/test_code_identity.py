@@ -756,10 +756,9 @@ with open(_pyc, "wb") as _out:
 """
 PYC_SABOTEUR = (
     """\
-import importlib.util, os, shlex
+import importlib.util, os
 from importlib._bootstrap_external import _code_to_timestamp_pyc
-_words = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
-_ref = os.path.dirname(shlex.split(_words[_words.index(b"--ref") + 1].decode())[1])
+_ref = REF_DIR  # known to the agent (another process's /proc entry is refused, R11)
 _src = os.path.join(_ref, "src", "kern.py")
 _text = SLOWED
 _stat = os.stat(_src)
@@ -778,7 +777,8 @@ def test_cheat_candidate_that_plants_bytecode_for_the_reference_gains_nothing(
     perfledger's copy of its snapshot with a bytecode cache of its own: the planted cache is
     never loaded, the candidate doing the champion's work gains nothing, and the caches of the
     subject's directory are removed after the run."""
-    cand = _subject(session.code, "pyc-saboteur", PYC_SABOTEUR + FASTER, util=True)
+    kern = PYC_SABOTEUR.replace("REF_DIR", repr(str(session.fast))) + FASTER
+    cand = _subject(session.code, "pyc-saboteur", kern, util=True)
     with Ledger.open(session.ledger) as ledger:  # its own experiment: these samples are kept
         _create(ledger, "e-pyc", cand)
     try:

@@ -373,10 +373,16 @@ class SubjectCopies:
     :mod:`perfledger.kernels.workload.subject_copy`): ``copies`` and ``argvs`` (the readiness
     driver with each copy in its ``{subject}`` place) by label, ``roots`` (label -> private
     directory), ``settings`` (recorded with the samples: each copy's snapshot digest) and
-    ``guard`` (called before every call and after the run)."""
+    ``guard`` (called before every call and after the run) and ``declared`` (the readiness
+    driver's ``env``: with a short allow-list, the only variables of the caller's that reach
+    the subjects, :func:`perfledger.kernels.workload.subject_env.closed_environment`)."""
 
-    def __init__(self, copies: dict[str, Any], argvs: dict[str, list[str]], guard: Any) -> None:
+    def __init__(
+        self, copies: dict[str, Any], argvs: dict[str, list[str]], guard: Any,
+        declared: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.copies, self.argvs, self.guard = copies, argvs, guard
+        self.declared = dict(declared or {})
         self.roots = {label: c.root for label, c in copies.items()}
         self.settings = {"subject_copies": {label: c.digest for label, c in copies.items()}}
 
@@ -400,11 +406,16 @@ def subject_copies(
         if name.startswith("file-")
     }
     template = target.readiness.driver.argv
+    # R11 (red36 E1): the subjects see the readiness driver's declared variables, never the
+    # caller's whole environment; a declared PYTHONPATH follows the bootstrap's directory
+    declared = dict(target.readiness.driver.env or {})
     copies: dict[str, Any] = {}
     try:
         for label, role in SubjectsWatch.ROLES.items():
             snap = msgspec.convert(body[role], Snapshot)
-            copies[label] = prepare_subject(snap, blobs, label=label)
+            copy = prepare_subject(snap, blobs, label=label, base_env=declared)
+            copy.env = {**declared, **copy.env}  # the copy's own places win
+            copies[label] = copy
         argvs = {label: substitute(template, c.path) for label, c in copies.items()}
         drivers = [
             *body["reference"].get("driver", {}),
@@ -415,7 +426,7 @@ def subject_copies(
         for copy in copies.values():
             copy.close()
         raise
-    return SubjectCopies(copies, argvs, guard)
+    return SubjectCopies(copies, argvs, guard, declared)
 
 
 def original_copies(

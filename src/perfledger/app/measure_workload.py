@@ -66,6 +66,7 @@ from perfledger.events.workflow import FORMAL_STAGES, OBSERVED_METRICS, OBSERVED
 from perfledger.kernels.workload.startup_surface import (
     StartupWatch,
 )
+from perfledger.kernels.workload.subject_env import closed_environment, recorded_environment
 from perfledger.kernels.workload.worker import (
     WorkerRun,
     WorkerSubject,
@@ -468,7 +469,12 @@ def run_subjects(
     ``watch``: the caller's own check of the label; ``copies``: the read-only copies' guard,
     :func:`perfledger.app.identity.subject_copies`, whose environment and private directories
     the workers get and whose digests the settings record; None: the commands run as given).
-    Every worker's full environment (names, values' hashes) is in the run's settings.
+    Every worker's full environment (names, values' hashes) is in the run's settings. With
+    copies, a worker's environment is closed (R11, red36 E1): the caller's ``PATH``, ``HOME``
+    and locale, the readiness driver's declared ``env`` and the copy's own places, nothing else
+    (:func:`~perfledger.kernels.workload.subject_env.closed_environment`); the settings record
+    it in full (``subject_environment``, values with the copy's directory as a token) and the
+    caller's names it dropped (``environment_dropped``).
 
     Returns: the :class:`~perfledger.kernels.workload.worker.WorkerRun`.
     Raises: as ``run_pairs`` (MeasurementError subclasses, RuleRefused R11) and the guard."""
@@ -481,16 +487,27 @@ def run_subjects(
         if copies is not None:
             copies.guard(label)
 
-    envs = {
-        label: None if copies is None else {**os.environ, **copies.copies[label].env}
-        for label in ("ref", "cand")
-    }
+    envs: dict[str, dict[str, str] | None] = {"ref": None, "cand": None}
+    extra: dict[str, Any] | None = None
+    if copies is not None:
+        dropped: list[str] = []
+        for label in envs:
+            envs[label], dropped = closed_environment(
+                os.environ, copies.declared, copies.copies[label].env
+            )
+        # R11: every value that reaches a subject is readable in the ledger (the two subjects'
+        # are equal but for their directories, which run_pairs checks on the hashes)
+        extra = {
+            **copies.settings,
+            "subject_environment": recorded_environment(envs["ref"] or {}, copies.roots["ref"]),
+            "environment_dropped": dropped,
+        }
     run = run_pairs(
         WorkerSubject("ref", argvs["ref"], env=envs["ref"]),
         WorkerSubject("cand", argvs["cand"], env=envs["cand"]),
         before_call=before_call,
         subject_roots=None if copies is None else copies.roots,
-        extra_settings=None if copies is None else copies.settings,
+        extra_settings=extra,
         **options,
     )
     if copies is not None:

@@ -60,7 +60,13 @@ from perfledger.kernels.monitor.interference import TREE_POLL_S, StopWatch
 from perfledger.kernels.proc import CallTree, drop_ptrace_capability, undumpable
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver_guard import DriverGuard
-from perfledger.kernels.workload.subject_env import call_environment, influencing_environment
+from perfledger.kernels.workload.subject_copy import ROOT_ENV
+from perfledger.kernels.workload.subject_env import (
+    call_environment,
+    closed_environment,
+    influencing_environment,
+    recorded_environment,
+)
 
 #: Environment variable carrying the test case's name into each call.
 CASE_ENV = "PERFLEDGER_CASE"
@@ -91,12 +97,15 @@ class Subject:
         argv: the command and its arguments; ``{case}`` in an argument is replaced by the case.
         env: extra environment variables (added to the driver's own environment).
         cwd: working directory (default: the driver's).
+        inherit: whether the calls inherit the driver's environment (False: ``env`` is their
+            whole environment, as :func:`run_pairs` makes it for subject copies, R11).
     """
 
     label: str
     argv: Sequence[str]
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    inherit: bool = True
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) for a in self.argv):
@@ -398,7 +407,8 @@ def run_call(
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
 
     argv = [a.replace(CASE_PLACEHOLDER, case) for a in subject.argv]
-    env = {**os.environ, **subject.env, CASE_ENV: case}  # the case, never the role
+    base = os.environ if subject.inherit else {}
+    env = {**base, **subject.env, CASE_ENV: case}  # the case, never the role
     if output_path is not None:
         argv = [a.replace(outputs.OUTPUT_PLACEHOLDER, output_path) for a in argv]
         env[outputs.OUTPUT_ENV] = output_path
@@ -602,8 +612,24 @@ def run_pairs(
         )
     seeded = checked or any(outputs.SEED_PLACEHOLDER in a for s in (ref, cand) for a in s.argv)
     roots = dict(subject_roots or {})
+    extra_env = {"ref": dict(ref.env), "cand": dict(cand.env)}
+    closed: dict[str, Any] = {}
+    # R11 (red36 E1): subjects that run from copies (their places in ``env``) get a closed
+    # environment, recorded in full
+    if all(ROOT_ENV in s.env for s in (ref, cand)):
+        dropped: list[str] = []
+        for label in ("ref", "cand"):
+            s = ref if label == "ref" else cand
+            whole, dropped = closed_environment(os.environ, {}, s.env)
+            s = replace(s, env=whole, inherit=False)
+            ref, cand = (s, cand) if label == "ref" else (ref, s)
+        subjects = {"ref": ref, "cand": cand}
+        closed = {
+            "subject_environment": recorded_environment(dict(ref.env), roots.get("ref")),
+            "environment_dropped": dropped,
+        }
     environments = {
-        label: call_environment({**os.environ, **s.env}, roots.get(label))
+        label: call_environment({**(os.environ if s.inherit else {}), **s.env}, roots.get(label))
         for label, s in (("ref", ref), ("cand", cand))
     }
     _same_environment(environments["ref"], environments["cand"], ref, cand)
@@ -692,7 +718,8 @@ def run_pairs(
         "cand_argv": list(cand.argv),
         # what can change how the subjects run, for an auditor to see (R11)
         "environment": influencing_environment(),
-        "subject_env": {"ref": dict(ref.env), "cand": dict(cand.env)},
+        "subject_env": extra_env,
+        **closed,
         # R11: the full environment of every call (names, values' hashes), the same for both
         "call_environment": {
             **environments,

@@ -16,7 +16,11 @@ read-only. Beside the copy lie (``root`` is the copy's private directory, a rand
   removed once added) that writes to ``root/report`` every file the process opens for reading,
   or loads as an extension module, outside the copy's directory, what the environment identity
   hashes (the interpreter, its standard library, site-packages and editable installs' sources:
-  never a whole prefix), the call's output place and ``/dev``, ``/proc``, ``/sys``; then it runs the interpreter's own ``sitecustomize``, if any.
+  never a whole prefix), the call's output place and ``/dev``, ``/proc``, ``/sys`` (of
+  ``/proc``, only the process's own entry and the system-wide files: another process's
+  ``/proc/<pid>/...``, and ``/proc`` itself, are reported); it reports every socket
+  ``connect``, ``sendto``, ``sendmsg`` and ``bind`` too (a process outside the subject could
+  hand it code); then it runs the interpreter's own ``sitecustomize``, if any.
 
 :class:`CopyGuard` checks, before every call and after the run, that nothing changed in either
 copy (each entry's ``lstat``, change time included: no process can set it back), that a
@@ -30,7 +34,7 @@ Use (a call launcher; ``measure workload`` does this in
 
     copy = prepare_subject(snapshot, blobs, label="ref")   # blobs: blake3 hex -> bytes
     argv = substitute(driver_argv, copy.path)              # {subject} -> the copy
-    env = {**os.environ, **copy.env}                       # the same for both subjects
+    env, dropped = closed_environment(os.environ, declared, copy.env)  # subject_env; R11
     guard = CopyGuard({"ref": ref_copy, "cand": cand_copy}, {"ref": argv, "cand": ...})
     guard("ref")  # before each call of that subject ... then guard(None) after the last
     copy.close()
@@ -166,10 +170,33 @@ def _perfledger_boot():
             return
         if real in stdzips and not os.path.exists(real):
             return
+        # another process's /proc entry (its command line, environment, memory) carries what
+        # that process holds, code included (red36 E2): only this process's own entry and the
+        # kernel's system-wide files; /proc itself is refused too (a directory descriptor
+        # would reach any entry by a relative name the hook cannot resolve)
+        if real == "/proc" or real.startswith("/proc/"):
+            entry = real[6:].split("/", 1)[0]
+            if entry.isdigit() and not own(entry):
+                write(fd, (repr(real) + "\\n").encode("utf-8", "surrogateescape"))
+                return
+            if real == "/proc":
+                write(fd, (repr(real) + "\\n").encode("utf-8", "surrogateescape"))
+                return
         # the system's devices and kernel files, but not /dev/shm: anyone may write there
         if (real + "/").startswith(system) and not (real + "/").startswith(writable):
             return
         write(fd, (repr(real) + "\\n").encode("utf-8", "surrogateescape"))
+
+    def own(entry):
+        # this process or one of its threads (/proc/self and /proc/thread-self resolve there)
+        pid = os.getpid()
+        return entry == str(pid) or os.path.isdir("/proc/%d/task/%s" % (pid, entry))
+
+    def address(event, where):
+        # a socket reaches a process outside the subject (a local one the agent started
+        # carries code as a variable does): every connect, send-to and bind is reported
+        line = "socket:%s %r" % (event[7:], where)
+        write(fd, (repr(line) + "\\n").encode("utf-8", "surrogateescape"))
 
     def hook(event, args):
         if event == "open":
@@ -186,6 +213,12 @@ def _perfledger_boot():
             note(args[1])
         elif event == "ctypes.dlopen" and args and args[0] and "/" in str(args[0]):
             note(args[0])
+        elif event in ("socket.connect", "socket.bind") and len(args) > 1:
+            address(event, args[1])
+        elif event == "socket.sendto" and len(args) > 1:
+            address(event, args[1])
+        elif event == "socket.sendmsg" and len(args) > 1 and args[1]:
+            address(event, args[1])
 
     sys.addaudithook(hook)
     write(fd, b"boot\\n")
@@ -410,6 +443,16 @@ def is_python(argv: Sequence[str]) -> bool:
     return program is not None and is_python_program(program)
 
 
+#: How the bootstrap reports a socket's connect, send-to or bind (not a file).
+SOCKET_LINE = "socket:"
+
+
+def _other_process(path: str) -> bool:
+    # a /proc/<pid> entry the bootstrap reported is another process's: never an allowed file,
+    # whatever the snapshot's driver files are
+    return path == "/proc" or (path.startswith("/proc/") and path[6:].split("/")[0].isdigit())
+
+
 class CopyGuard:
     """The checks around the calls of two (or more) subjects' copies (module docstring)."""
 
@@ -481,7 +524,20 @@ class CopyGuard:
     def _judge_report(self, label: str) -> None:
         copy = self.copies[label]
         boots, paths = copy.read_report()
-        outside = [p for p in paths if os.path.realpath(p) not in self.allowed]
+        sockets = [p for p in paths if p.startswith(SOCKET_LINE)]
+        if sockets:
+            shown = ", ".join(sockets[:NAMED_FILES]) + (
+                f" and {len(sockets) - NAMED_FILES} more" if len(sockets) > NAMED_FILES else ""
+            )
+            raise RuleRefused(
+                f"R11: the {self._role(label)}'s call used a socket to reach a process outside "
+                f"it ({shown}); what comes back through it is in no snapshot, so nothing was "
+                "recorded",
+                rule="R11",
+                hint="a measured subject talks to no other process: put what it needs into the "
+                "subject directory (then it is snapshotted)",
+            )
+        outside = [p for p in paths if os.path.realpath(p) not in self.allowed or _other_process(p)]
         if outside:
             shown = ", ".join(outside[:NAMED_FILES]) + (
                 f" and {len(outside) - NAMED_FILES} more" if len(outside) > NAMED_FILES else ""
@@ -491,7 +547,11 @@ class CopyGuard:
                 f"interpreter and its site-packages: {shown}; what they hold is in no "
                 "snapshot, so nothing was recorded",
                 rule="R11",
-                hint="move the file into the subject directory, or name it on the readiness "
+                hint="a subject reads no other process's /proc entry (its command line, "
+                "environment or memory can hold code); move what it needs into the subject "
+                "directory"
+                if any(_other_process(p) for p in outside)
+                else "move the file into the subject directory, or name it on the readiness "
                 "driver's command line by a relative path (then it is snapshotted); data a "
                 "call needs goes there too",
             )

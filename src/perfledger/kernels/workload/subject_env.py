@@ -120,6 +120,49 @@ def call_environment(environ: Mapping[str, str], subject_root: str | None = None
     return out
 
 
+#: What a subject copy's calls keep of the caller's environment (R11, SPEC section 1): the
+#: program search path, the home directory and the locale. Everything else a subject sees is
+#: set by perfledger (its private places, ``PERFLEDGER_*``) or declared by the readiness
+#: driver's ``env`` (recorded in full in the ledger).
+SUBJECT_ALLOWED_NAMES = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ")
+#: Prefixes of the caller's variables a subject copy's calls keep: the locale's categories.
+SUBJECT_ALLOWED_PREFIXES = ("LC_",)
+
+
+def closed_environment(
+    environ: Mapping[str, str], declared: Mapping[str, str], private: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """The whole environment of a subject copy's calls (R11): the variables of ``environ`` (the
+    caller's) named in :data:`SUBJECT_ALLOWED_NAMES` or starting with
+    :data:`SUBJECT_ALLOWED_PREFIXES`, then ``declared`` (the readiness driver's ``env``), then
+    ``private`` (the copy's places, which win). A variable of the caller outside that set never
+    reaches a subject: its value could carry code that is in no snapshot (red36 E1).
+
+    Returns: ``(environment, the caller's names dropped, sorted)``."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name in SUBJECT_ALLOWED_NAMES or name.startswith(SUBJECT_ALLOWED_PREFIXES)
+    }
+    env.update(declared)
+    env.update(private)
+    dropped = sorted(name for name in environ if name not in env)
+    return env, dropped
+
+
+def recorded_environment(environ: Mapping[str, str], subject_root: str | None) -> dict[str, str]:
+    """``environ`` as recorded in full with the samples (R11): every value, with the subject's
+    private directory replaced by :data:`SUBJECT_ROOT_TOKEN` (the two subjects' records are
+    then equal). Only for a closed environment (:func:`closed_environment`), whose values are
+    the allow-list's, the readiness's and perfledger's own: no secret. Sorted by name."""
+    return {
+        name: environ[name].replace(subject_root, SUBJECT_ROOT_TOKEN)
+        if subject_root
+        else environ[name]
+        for name in sorted(environ)
+    }
+
+
 def _inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
@@ -181,10 +224,14 @@ __all__ = [
     "INFLUENCING_PREFIXES",
     "PATH_VARIABLES",
     "SECRET_MARKERS",
+    "SUBJECT_ALLOWED_NAMES",
+    "SUBJECT_ALLOWED_PREFIXES",
     "SUBJECT_ROOT_TOKEN",
     "call_environment",
+    "closed_environment",
     "environment_warnings",
     "foreign_paths",
     "influencing_environment",
+    "recorded_environment",
     "subject_roots",
 ]
