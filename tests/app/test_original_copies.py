@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -140,6 +141,10 @@ def _monitor(monkeypatch: pytest.MonkeyPatch, foreign: bool) -> StandInMonitor:
     return monitor
 
 
+#: The variables of :func:`private_tmp` that the subjects read.
+SUBJECT_VARS = ("BENCH_WHERE", "OUTSIDE_FILE")
+
+
 def _ready(root: Path, source: str, *, primary: str, allow: bool = False) -> tuple[Path, str]:
     """A ledger whose Target's readiness snapshotted ``original/bench.py`` (``source``), its
     baseline of ``primary`` measured (a stand-in table) where ``primary`` is reported. Returns
@@ -165,7 +170,9 @@ def _ready(root: Path, source: str, *, primary: str, allow: bool = False) -> tup
             "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1, "cases": ["small"]},
             "accuracy_rule": "exact",
             **({"accuracy": {"compare": "exact"}} if observed else {}),
-            "driver": {"argv": argv},
+            # the variables the subjects read, declared (a subject gets no other of the
+            # caller's: R11's closed environment)
+            "driver": {"argv": argv, "env": {name: os.environ[name] for name in SUBJECT_VARS}},
             "environment": env["readiness_environment"],
             **({"statistics": {"allow_explained_foreign_activity": True}} if allow else {}),
         })  # fmt: skip

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_legacy import readiness_as_before
+from wf_legacy import freeze_as_before, readiness_as_before
 
 from perfledger.api import Ledger
 from subprocess_env import isolated_env, perfledger_command
@@ -48,7 +48,8 @@ def _setup(
         )  # fmt: skip
 
     assert cli("init", str(ledger)).returncode == 0
-    cli("target", "freeze", "--request", "-", request={
+    # frozen as the older perfledger that made its readiness (below) froze it
+    freeze_as_before(ledger, {
         "target_id": "t1", "title": "t", "min_effect": 0.1, "scope": ["bench.py"],
         "primary": {"name": "time_ms", "unit": "ms", "direction": "lower_is_better",
                     "statistic": "mean"},

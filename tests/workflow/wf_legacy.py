@@ -742,6 +742,15 @@ def final_audit_as_before(path: Any, body: dict[str, Any], actor: str = ACTOR) -
     return as_before(path, "final-audit.record", body, actor)
 
 
+def freeze_as_before(path: Any, body: dict[str, Any], actor: str = ACTOR) -> None:
+    """``target.freeze`` of ``body`` on the ledger at ``path`` as a perfledger before R1 fixed an
+    observed time's direction recorded it (:data:`BEFORE_OBSERVED_DIRECTION`): the Target of a
+    session whose later events are recorded as older perfledgers did (a current Target before
+    them is a history no perfledger writes)."""
+    with Ledger.open(path) as ledger, rules_at({"TargetFrozen": BEFORE_OBSERVED_DIRECTION}):
+        execute(ledger, "target.freeze", body, actor=actor)
+
+
 def readiness_as_before(path: Any, body: dict[str, Any], cwd: Any, actor: str = ACTOR) -> Any:
     """``readiness.record`` of ``body`` on the ledger at ``path`` as ``perfledger readiness
     record`` run in ``cwd`` records it (its edge snapshots ``original.subject``), decided as an
