@@ -186,14 +186,16 @@ def test_honest_faster_rate_with_uneven_work_per_repeat_is_not_flagged() -> None
 @pytest.mark.slow
 def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged() -> None:
     """A Target whose rate is lower-is-better: the candidate does the same work and reports a
-    rate a sixth lower (a fifth more time than it spent, within its wall time: both subjects
-    spend 0.3 s untimed first)."""
-    lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.3")
+    rate a third lower (half as much time again as it spent, within its wall time: both subjects
+    spend 0.4 s untimed first). The lie, 0.25 s a call, is twice the tolerance a loaded host's
+    wall clock gives it (a quarter of it plus up to ~70 ms); a lie of 0.1 s (a fifth more time)
+    sat at that tolerance and was missed in one run of three there."""
+    lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.4")
     # On a loaded host the wall clock's resolution can hide the lie (status "unresolved": not
     # verifiable, which never helps a self-timed candidate); the cheat must be flagged in one
     # of three runs, each a fresh pair of processes.
     for _ in range(3):
-        cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.2", *setup],
+        cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.5", *setup],
                               {"tokens_per_s": "tokens"}, directions=lower, ref=setup)  # fmt: skip
         if cheat.flagged:
             break
