@@ -26,8 +26,8 @@ UNITS = {"time_ms": "ms"}
 
 
 #: Seconds of work per call where a cheat's lie is its whole time (or a shape of it): a lie of
-#: 0.25 s per call is still some ten times a loaded host's wall-clock resolution (a quarter of
-#: the saving plus 5-70 ms), so the flag does not depend on a longer sleep.
+#: 0.25 s per call is still two to four times the tolerance the check allows on a loaded host (a
+#: quarter of the saving plus a resolution of 5-70 ms), so the flag needs no longer sleep.
 CHEAT_WORK_S = 0.25
 
 

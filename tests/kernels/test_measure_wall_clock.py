@@ -102,8 +102,8 @@ def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_pa
     _setup(ledger, cases=("small",), statistics={"allow_explained_foreign_activity": True})
     _record_resolution(ledger)
     _experiment(ledger)  # e1: an honest candidate doing half the work
-    # 0.3 s saved per call (e1) and 0.3 s invented per call (e2): each some ten times a loaded
-    # host's wall-clock resolution (a quarter of the saving plus 5-70 ms)
+    # 0.3 s saved per call (e1) and 0.3 s invented per call (e2): the lie is two to four times
+    # the tolerance the check allows on a loaded host (a quarter of the saving plus 5-70 ms)
     ref, honest = _cmd("--work-s", "0.6"), _cmd("--work-s", "0.3")
     _measure(ledger, tmp_path, "e1", "screen", ref, honest)
     printed = _measure(ledger, tmp_path, "e1", "target", ref, honest)
