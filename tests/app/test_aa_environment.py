@@ -43,6 +43,7 @@ def test_python_settings_are_influencing_variables() -> None:
     assert "PYTHONTRACEMALLOC" in influencing_environment({"PYTHONTRACEMALLOC": "25"})
 
 
+@pytest.mark.slow
 def test_cheat_an_aa_measured_under_tracemalloc_refuses_the_target_stage(
     tmp_path: Path,
     bench: Path,  # noqa: F811

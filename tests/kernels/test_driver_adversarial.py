@@ -25,6 +25,12 @@ WORKLOAD = [sys.executable, "-S", str(Path(__file__).resolve().parent / "adversa
 UNITS = {"time_ms": "ms"}
 
 
+#: Seconds of work per call where a cheat's lie is its whole time (or a shape of it): a lie of
+#: 0.25 s per call is still two to four times the tolerance the check allows on a loaded host (a
+#: quarter of the saving plus a resolution of 5-70 ms), so the flag needs no longer sleep.
+CHEAT_WORK_S = 0.25
+
+
 def _compare(cand: list[str], ref: list[str] | None = None, work_s: float = 0.5) -> WallCheck:
     """Run the honest reference against ``cand`` (5 ABBA pairs, one case) and check the run."""
     ref_argv = [*WORKLOAD, "--work-s", str(work_s), *(ref or [])]
@@ -53,13 +59,13 @@ def test_cheat_same_work_reporting_a_hundredth_of_its_time_is_flagged() -> None:
 
 @pytest.mark.slow
 def test_cheat_reporting_only_the_fast_half_of_its_samples_is_flagged() -> None:
-    check = _compare(["--mode", "fast_half"])
+    check = _compare(["--mode", "fast_half"], work_s=CHEAT_WORK_S)
     assert check.flagged and check.cases[0].status == "flagged"
 
 
 @pytest.mark.slow
 def test_cheat_reporting_half_of_its_time_is_flagged() -> None:
-    check = _compare(["--mode", "scaled", "--report-scale", "0.5"], work_s=1.0)
+    check = _compare(["--mode", "scaled", "--report-scale", "0.5"], work_s=0.5)
     assert check.flagged
 
 
@@ -102,12 +108,13 @@ def _compare_rate(
     work_s: float = 0.5,
     ref: tuple[str, ...] = (),
     directions: dict[str, str] = RATE_DIRECTIONS,
+    ref_work_s: float = 0.5,
 ) -> WallCheck:
     """As :func:`_compare`, both subjects reporting ``tokens_per_s`` and ``tokens``; ``work``:
     the Target's rate -> work metric (None: the rate has none); ``ref``: the reference's extra
-    arguments."""
+    arguments; ``ref_work_s``: the reference's seconds of work per call."""
     run = run_pairs(
-        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "rate", *ref]),
+        Subject("ref", [*WORKLOAD, "--work-s", str(ref_work_s), "--metric", "rate", *ref]),
         Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "rate", *cand]),
         cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
     )  # fmt: skip
@@ -132,7 +139,8 @@ def test_cheat_same_work_reporting_a_hundred_times_its_rate_is_flagged() -> None
 def test_cheat_rate_over_more_work_than_it_did_is_flagged() -> None:
     """Twice the tokens and twice the rate: the time it implies is honest, the work is not the
     reference's."""
-    check = _compare_rate(["--mode", "count_more"], {"tokens_per_s": "tokens"})
+    check = _compare_rate(["--mode", "count_more"], {"tokens_per_s": "tokens"},
+                          work_s=CHEAT_WORK_S, ref_work_s=CHEAT_WORK_S)  # fmt: skip
     assert check.flagged
     assert any("the same case is the same work" in r for r in check.reasons)
 
@@ -150,7 +158,8 @@ def test_cheat_rate_with_work_moved_between_its_repeats_is_flagged() -> None:
     """The same total work and time, but most of the last repeat's tokens counted in the
     others: their rates (and the median the verdict takes) rise by a third; the time the rates
     imply and the total work stay honest."""
-    check = _compare_rate(["--mode", "move_work"], {"tokens_per_s": "tokens"})
+    check = _compare_rate(["--mode", "move_work"], {"tokens_per_s": "tokens"},
+                          work_s=CHEAT_WORK_S, ref_work_s=CHEAT_WORK_S)  # fmt: skip
     assert check.flagged and any("median" in r for r in check.reasons), check
 
 
@@ -161,7 +170,7 @@ def test_cheat_rate_with_time_moved_onto_its_smallest_repeat_is_flagged() -> Non
     time's median gets worse, so only the rates' median shows it."""
     uneven = ["--weights", "1,10,100"]
     check = _compare_rate(["--mode", "shift_time", *uneven], {"tokens_per_s": "tokens"},
-                          ref=uneven)  # fmt: skip
+                          ref=uneven, work_s=CHEAT_WORK_S, ref_work_s=CHEAT_WORK_S)  # fmt: skip
     assert check.flagged and any("median" in r for r in check.reasons), check
 
 
@@ -177,14 +186,16 @@ def test_honest_faster_rate_with_uneven_work_per_repeat_is_not_flagged() -> None
 @pytest.mark.slow
 def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged() -> None:
     """A Target whose rate is lower-is-better: the candidate does the same work and reports a
-    rate a sixth lower (a fifth more time than it spent, within its wall time: both subjects
-    spend 0.3 s untimed first)."""
-    lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.3")
+    rate a third lower (half as much time again as it spent, within its wall time: both subjects
+    spend 0.4 s untimed first). The lie, 0.25 s a call, is twice the tolerance a loaded host's
+    wall clock gives it (a quarter of it plus up to ~70 ms); a lie of 0.1 s (a fifth more time)
+    sat at that tolerance and was missed in one run of three there."""
+    lower, setup = {"tokens_per_s": "lower_is_better"}, ("--setup-s", "0.4")
     # On a loaded host the wall clock's resolution can hide the lie (status "unresolved": not
     # verifiable, which never helps a self-timed candidate); the cheat must be flagged in one
     # of three runs, each a fresh pair of processes.
     for _ in range(3):
-        cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.2", *setup],
+        cheat = _compare_rate(["--mode", "scaled", "--report-scale", "1.5", *setup],
                               {"tokens_per_s": "tokens"}, directions=lower, ref=setup)  # fmt: skip
         if cheat.flagged:
             break
@@ -241,7 +252,8 @@ def test_time_per_work_units_name_their_time_numerator_and_are_noted_when_unchec
 @pytest.mark.slow
 def test_rate_without_a_work_metric_is_not_checked_and_named_as_such() -> None:
     """The limit, shown: with no work metric an inflated rate has no time to check."""
-    check = _compare_rate(["--mode", "scaled", "--report-scale", "0.01"], None)
+    check = _compare_rate(["--mode", "scaled", "--report-scale", "0.01"], None,
+                          work_s=CHEAT_WORK_S, ref_work_s=CHEAT_WORK_S)  # fmt: skip
     assert not check.flagged and not any(c.metric == "tokens_per_s" for c in check.cases)
     assert unchecked_rates(RATE_UNITS, {}) == ["tokens_per_s"]
     assert unchecked_rates(RATE_UNITS, {"tokens_per_s": "tokens"}) == []
@@ -288,20 +300,20 @@ def test_rate_reported_without_its_work_in_a_call_flags_the_case() -> None:
 
 @pytest.mark.slow
 def test_cheat_work_in_a_detached_grandchild_outside_the_timer_is_flagged() -> None:
-    check = _compare(["--mode", "untimed_grandchild"])
+    check = _compare(["--mode", "untimed_grandchild"], work_s=CHEAT_WORK_S)
     assert check.flagged and check.cases[0].status == "flagged"
 
 
 @pytest.mark.slow
 def test_cheat_plausible_time_reported_while_a_detached_grandchild_works_is_flagged() -> None:
-    check = _compare(["--mode", "detached_worker"])
+    check = _compare(["--mode", "detached_worker"], work_s=CHEAT_WORK_S)
     assert check.flagged
     assert check.over_wall_calls and all(c.startswith("cand-") for c in check.over_wall_calls)
 
 
 @pytest.mark.slow
 def test_cheat_work_done_before_the_timer_starts_is_flagged() -> None:
-    check = _compare(["--mode", "precompute"])
+    check = _compare(["--mode", "precompute"], work_s=CHEAT_WORK_S)
     assert check.flagged and check.cases[0].status == "flagged"
 
 

@@ -10,11 +10,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from perfledger.kernels.env import Environment, collect
 from perfledger.kernels.monitor.monitor import Monitor, Observation, Thresholds, window_verdict
 from subprocess_env import perfledger_command as perfledger_cli
 
 
+@pytest.mark.slow
 def test_collect_without_gpu_records_missing_not_guessed() -> None:
     env = collect(tools=True)
     assert env.python and env.os
@@ -42,6 +45,7 @@ def test_r11_readiness_environment_records_missing_as_none() -> None:
     assert r["cuda"] is None and r["toolkit"] is None and r["container_base"] is None
 
 
+@pytest.mark.slow
 def test_env_cli_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = subprocess.run(
         [*perfledger_cli(), "env", "--json"], capture_output=True, text=True, check=True
@@ -119,6 +123,7 @@ def test_env_module_runs_without_cupy_or_nvml() -> None:
     assert len(out.stdout.strip()) == 64
 
 
+@pytest.mark.slow
 def test_measurement_doc_env_block_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import re
     from pathlib import Path

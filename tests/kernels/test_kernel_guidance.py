@@ -142,6 +142,7 @@ def test_readiness_of_a_kernel_target_has_no_output_place_warning(kernel: Kernel
     assert "{output}" not in kernel.readiness_stderr
 
 
+@pytest.mark.slow
 def test_status_of_a_kernel_target_offers_measure_kernel_for_the_screen(
     kernel: KernelTarget,
 ) -> None:
@@ -152,6 +153,7 @@ def test_status_of_a_kernel_target_offers_measure_kernel_for_the_screen(
     )
 
 
+@pytest.mark.slow
 def test_r11_target_stage_before_the_screen_is_refused_before_the_harness_runs(
     kernel: KernelTarget,
 ) -> None:

@@ -165,8 +165,7 @@ def test_r4_measure_aa_records_the_resolution(tmp_path: Path) -> None:
 def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
-    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
-         "--record", "--accept-resolution", "--quiet")  # fmt: skip
+    _record_resolution(ledger_path)  # the A/A path is test_r4_measure_aa_records_the_resolution's
     _experiment(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "screen", "--ref", _cmd(), "--cand", _cmd("--extra-work", "1.0"), "--pairs", "5",
@@ -198,8 +197,7 @@ def test_measure_workload_appends_samples_with_the_raw_table(tmp_path: Path) -> 
 def test_r5_failed_and_incorrect_calls_are_kept_with_their_reason(tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
-    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
-         "--record", "--accept-resolution", "--quiet")  # fmt: skip
+    _record_resolution(ledger_path)  # the A/A path is test_r4_measure_aa_records_the_resolution's
     _experiment(ledger_path)
     # every call of the candidate prints garbage: nothing usable, a clear error, nothing appended
     bad = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
@@ -286,8 +284,7 @@ def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
         pass
     ledger_path = tmp_path / "ledger"
     _setup(ledger_path)
-    _cli(ledger_path, tmp_path, "measure", "aa", "--target", "t1", "--cmd", _cmd(), "--runs", "2",
-         "--record", "--accept-resolution", "--quiet")  # fmt: skip
+    _record_resolution(ledger_path)  # the A/A path is test_r4_measure_aa_records_the_resolution's
     _experiment(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "kernel", "--experiment", "e1", "--stage",
                "screen", "--spec", str(ROOT / "examples" / "kernels" / "scale_spec.py"), "--json",
@@ -330,6 +327,7 @@ def test_r11_kernel_spec_cases_outside_the_test_set_are_refused_before_measuring
     assert _head(ledger_path, tmp_path) == head  # nothing appended
 
 
+@pytest.mark.slow
 def test_r11_workload_cases_outside_the_test_set_are_refused_before_measuring(
     tmp_path: Path,
 ) -> None:

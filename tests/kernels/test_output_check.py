@@ -37,6 +37,12 @@ def _run(cand: list[str], ref: list[str] | None = None, accuracy: dict | None = 
     return run
 
 
+#: Pairs where every call is judged alike and the time is not under test: two pairs (each side
+#: called twice, in both orders) show the judgement on more than one call at a fraction of the
+#: cost of R12's five (each call starts a Python that imports NumPy).
+JUDGED_PAIRS = 2
+
+
 def _npy(value: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, value)
@@ -48,7 +54,7 @@ def _npy(value: np.ndarray) -> bytes:
 
 @pytest.mark.slow
 def test_cheat_candidate_that_claims_correct_with_wrong_output_is_incorrect() -> None:
-    run = _run(["--mode", "wrong"])
+    run = _run(["--mode", "wrong"], pairs=JUDGED_PAIRS)
     for pair in run.pairs:
         assert pair.cand.self_correct is True  # what it said
         assert pair.cand.correct is False  # what the driver found
@@ -59,7 +65,8 @@ def test_cheat_candidate_that_claims_correct_with_wrong_output_is_incorrect() ->
 
 @pytest.mark.slow
 def test_cheat_int_subclass_eq_always_true_is_caught() -> None:
-    run = _run(["--mode", "int_eq"], accuracy={"compare": "allclose", "rtol": 1e-6, "atol": 0.0})
+    run = _run(["--mode", "int_eq"], accuracy={"compare": "allclose", "rtol": 1e-6, "atol": 0.0},
+               pairs=JUDGED_PAIRS)  # fmt: skip
     assert all(p.cand.self_correct is True and p.cand.correct is False for p in run.pairs)
     assert "within rtol=1e-06" in run.pairs[0].cand.output["reason"]
 
@@ -92,7 +99,7 @@ def test_an_output_place_is_private_fresh_and_removed_once_read() -> None:
 
 @pytest.mark.slow
 def test_cheat_candidate_writing_no_output_is_incorrect() -> None:
-    run = _run(["--mode", "nothing"])
+    run = _run(["--mode", "nothing"], pairs=JUDGED_PAIRS)
     assert all(not p.cand.correct for p in run.pairs)
     assert "wrote no output" in run.pairs[0].cand.output["reason"]
 
@@ -148,7 +155,8 @@ def test_honest_candidate_with_identical_output_is_correct_and_small_outputs_are
 
 @pytest.mark.slow
 def test_output_within_tolerance_passes_allclose_but_not_exact() -> None:
-    close = _run(["--mode", "noise"], accuracy={"compare": "allclose", "rtol": 1e-6, "atol": 0})
+    close = _run(["--mode", "noise"], accuracy={"compare": "allclose", "rtol": 1e-6, "atol": 0},
+                 pairs=JUDGED_PAIRS)  # fmt: skip
     assert all(p.cand.correct for p in close.pairs)
     exact = _run(["--mode", "noise"], accuracy=EXACT, pairs=1)
     assert not exact.pairs[0].cand.correct

@@ -88,7 +88,10 @@ def _screen_dry_run(tmp_path: Path) -> tuple[Path, dict[str, Any], dict[str, Any
     _setup(ledger, digest)
     raw = tmp_path / "raw.json"
     with standin({"seed": 21, "profiles": {"a": BASE, "b": _FAST}}) as url:
-        data = _measure(ledger, tmp_path, url, testset, "screen", "--dry-run", "--raw", str(raw))
+        # what a body derives from is under test, not what it says: 5 window pairs of 10 steady
+        # requests (the later flags override _LOAD's)
+        data = _measure(ledger, tmp_path, url, testset, "screen", "--dry-run", "--raw", str(raw),
+                        "--pairs", "5", "--steady", "10")  # fmt: skip
     body = data["request"]
     artifact = {**json.loads(raw.read_text()), "binding": binding_of(body)}
     return ledger, body, artifact

@@ -39,6 +39,7 @@ def _config(**kw: Any) -> sv.LoadConfig:
     return sv.LoadConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_cheat_a_failing_answer_whose_body_never_ends_does_not_hold_the_client(
     tmp_path: Path,
 ) -> None:

@@ -166,6 +166,7 @@ def test_cheat_a_python_call_that_skips_the_bootstrap_is_refused(tmp_path: Path)
         copy.close()
 
 
+@pytest.mark.slow
 def test_cheat_a_pyc_planted_in_the_other_subjects_cache_is_refused(tmp_path: Path) -> None:
     ref = _copy(tmp_path, "r", label="ref")
     cand = _copy(tmp_path, "c", label="cand")
@@ -241,6 +242,7 @@ def _worker_copy(tmp_path: Path, name: str, reads: str, label: str) -> SubjectCo
     return prepare_subject(taken.snapshot, taken.blobs, label=label)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("honest", [True, False])
 def test_cheat_a_worker_reading_code_from_outside_its_copy_is_refused(
     tmp_path: Path, honest: bool

@@ -63,6 +63,7 @@ def cand_rows(result):
     return [c for _r, c in result.pairs()]
 
 
+@pytest.mark.slow
 def test_honest_pair_every_output_judged_and_timed_by_perfledger(tmp_path: Path) -> None:
     ref = script(tmp_path, "ref", HONEST)
     cand = script(tmp_path, "cand", HONEST)
@@ -79,6 +80,7 @@ def test_honest_pair_every_output_judged_and_timed_by_perfledger(tmp_path: Path)
     assert result.settings["protocol"] == "worker/v1"
 
 
+@pytest.mark.slow
 def test_cheat_computes_once_then_answers_done_at_once(tmp_path: Path) -> None:
     """A worker that does the work on its first call only: every later call is fast, and
     wrong (its output is the first call's, or none)."""
@@ -104,6 +106,7 @@ serve(lambda: None, call)
     assert all(r["correct"] for r, _c in result.pairs())
 
 
+@pytest.mark.slow
 def test_cheat_skips_the_output_on_later_calls(tmp_path: Path) -> None:
     ref = script(tmp_path, "ref", HONEST)
     cand = script(
@@ -127,6 +130,7 @@ serve(lambda: None, call)
     assert "wrote no output" in rows[1]["output"]["reason"]
 
 
+@pytest.mark.slow
 def test_cheat_reported_fast_times_decide_nothing(tmp_path: Path) -> None:
     """A subject that reports a tiny time: kept as `reported`, never the observed metric."""
     ref = script(tmp_path, "ref", HONEST)
@@ -151,6 +155,7 @@ serve(lambda: None, call)
         assert c["correct"]
 
 
+@pytest.mark.slow
 def test_cheat_memoizes_by_case_seeded_inputs_are_wrong(tmp_path: Path) -> None:
     """Persistent worker, inputs from the seed: a remembered output is another pair's."""
     ref = script(tmp_path, "ref", HONEST)
@@ -183,6 +188,7 @@ def work(case):
 """
 
 
+@pytest.mark.slow
 def test_cheat_memoizes_by_case_fixed_test_set_gets_fresh_workers(tmp_path: Path) -> None:
     """A fixed test set (the reference's output does not follow the seed): the probe sees it
     and every pair gets fresh workers, so a memoizing worker has nothing to remember and its
@@ -219,6 +225,7 @@ serve(lambda: None, call)
     assert ratio > 0.3, ratio  # no 100x "win": each fresh worker computes
 
 
+@pytest.mark.slow
 def test_cheat_writes_the_output_late_from_a_thread(tmp_path: Path) -> None:
     ref = script(tmp_path, "ref", HONEST)
     cand = script(
@@ -251,6 +258,7 @@ serve(lambda: None, call)
     assert not ratios or statistics.median(ratios) > 0.5, ratios
 
 
+@pytest.mark.slow
 def test_cheat_works_between_calls_is_refused(tmp_path: Path) -> None:
     """An idle worker that burns CPU while the other subject's call runs (slowing it, or
     working outside its own clock) makes the comparison invalid."""
@@ -304,6 +312,7 @@ def protocol_cheat(tmp_path: Path, body: str, **kw) -> WorkerFailed:
     return caught.value
 
 
+@pytest.mark.slow
 def test_cheat_a_second_answer_is_out_of_protocol(tmp_path: Path) -> None:
     exc = protocol_cheat(
         tmp_path,
@@ -321,6 +330,7 @@ for line in calls:
     assert "nobody asked for" in exc.message or "answered id 1 to call 2" in exc.message
 
 
+@pytest.mark.slow
 def test_cheat_a_wrong_id_is_out_of_protocol(tmp_path: Path) -> None:
     exc = protocol_cheat(
         tmp_path,
@@ -333,6 +343,7 @@ for line in calls:
     assert exc.reason == "protocol" and "answered id" in exc.message
 
 
+@pytest.mark.slow
 def test_cheat_an_unknown_op_and_a_long_line_are_out_of_protocol(tmp_path: Path) -> None:
     exc = protocol_cheat(
         tmp_path,
@@ -365,6 +376,7 @@ for line in calls:
     assert exc.reason == "died" and "dying now" in exc.message
 
 
+@pytest.mark.slow
 def test_cheat_hangs_past_its_limit(tmp_path: Path) -> None:
     t0 = time.monotonic()
     exc = protocol_cheat(
@@ -379,6 +391,7 @@ for line in calls:
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.slow
 def test_prints_on_stdout_cannot_break_the_protocol(tmp_path: Path) -> None:
     """The honest control of the protocol cheats: a subject that prints JSON-looking lines,
     even a forged answer, on its stdout is measured as usual."""
@@ -410,6 +423,7 @@ def test_worker_not_ready_in_time_fails_with_its_stderr(tmp_path: Path) -> None:
     assert caught.value.reason == "died" and "no such model" in caught.value.message
 
 
+@pytest.mark.slow
 def test_tree_cpu_counts_a_child_process(tmp_path: Path) -> None:
     """CPU time comes from the kernel, for the whole process tree (a child doing the work)."""
     import subprocess
@@ -446,6 +460,7 @@ with open(out, "w") as f:
 )
 
 
+@pytest.mark.slow
 def test_whole_command_mode_one_process_per_call(tmp_path: Path) -> None:
     ref = script(tmp_path, "ref", COMMAND)
     cand = script(tmp_path, "cand", COMMAND)
@@ -458,6 +473,7 @@ def test_whole_command_mode_one_process_per_call(tmp_path: Path) -> None:
         assert r["cpu_s"] > 0 and r["wall_s"] >= r["cpu_s"] * 0.5
 
 
+@pytest.mark.slow
 def test_cheat_whole_command_constant_output_is_wrong(tmp_path: Path) -> None:
     ref = script(tmp_path, "ref", COMMAND)
     ref = WorkerSubject("ref", [*ref.argv, "{seed}"])
@@ -501,6 +517,7 @@ serve(lambda: threading.Thread(target=watch, daemon=True).start(), call)
 )
 
 
+@pytest.mark.slow
 def test_cheat_idle_worker_copying_the_references_output_is_stopped(tmp_path: Path) -> None:
     """In a pair whose reference runs first, an idle candidate could copy the reference's
     output as it is written. The idle worker is stopped (SIGSTOP) during the other's call: it
@@ -517,6 +534,7 @@ def test_cheat_idle_worker_copying_the_references_output_is_stopped(tmp_path: Pa
     ]
 
 
+@pytest.mark.slow
 def test_cheat_double_forked_daemon_is_ended_before_every_call(tmp_path: Path) -> None:
     """A worker that leaves a daemon behind (double fork, new session): re-parented to the
     measuring process, it is killed before the next call, and counted."""
@@ -585,6 +603,7 @@ serve(setup, call)
 )
 
 
+@pytest.mark.slow
 def test_cheat_descendants_leaving_the_tree_take_no_cpu_time_out_of_a_call(tmp_path: Path) -> None:
     """The CPU clock of a process that leaves the worker's tree during a call (orphaned to the
     measuring process) still counts in the call's closing reading: the CPU it burned before the
