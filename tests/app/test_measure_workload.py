@@ -284,7 +284,6 @@ def test_r5_observed_primary_takes_no_typed_or_self_timed_samples(
     assert caught.value.rule == "R5" and "a subject cannot report them" in caught.value.message
 
 
-@pytest.mark.slow
 def test_r5_raw_table_observed_values_must_be_the_clocks(tmp_path: Path, bench: Path) -> None:
     """The audit re-derives each value from its row's own clock: a table whose wall_s was
     edited (or a value that is not its row's wall_s) is found."""
@@ -336,7 +335,6 @@ def test_whole_command_protocol_records_one_process_per_call(tmp_path: Path, ben
     assert json.loads(audit.stdout)["ok"] is True, audit.stdout
 
 
-@pytest.mark.slow
 def test_r11_an_honest_candidates_reference_matches_its_measured_baseline(
     tmp_path: Path, bench: Path
 ) -> None:
@@ -398,7 +396,6 @@ def test_r4_aa_stopping_rule_adds_pairs_until_half_the_minimum_effect(
     assert more(aa_rows(("small",), pairs=AA_MAX_PAIRS, spread=0.2, metric="wall_time")) == 0
 
 
-@pytest.mark.slow
 def test_r4_aa_without_runs_records_what_its_stopping_rule_ran(tmp_path: Path, bench: Path) -> None:
     """End to end on a real worker: the A/A without ``--runs`` keeps every pair it ran in its
     table and records the rule and the pairs per case in its settings; its resolution is at

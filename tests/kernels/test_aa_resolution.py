@@ -42,7 +42,6 @@ def _narrow(median: float, half: float = 0.0004) -> Any:
     return _aa((median - half, median + half), [], median)
 
 
-@pytest.mark.slow
 def test_r4_resolution_bounds_the_bias_of_the_next_pair_of_workers_not_only_the_ci_ends() -> None:
     from perfledger.kernels.harness.harness import resolution_from_aa
 

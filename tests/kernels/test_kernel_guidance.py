@@ -153,7 +153,6 @@ def test_status_of_a_kernel_target_offers_measure_kernel_for_the_screen(
     )
 
 
-@pytest.mark.slow
 def test_r11_target_stage_before_the_screen_is_refused_before_the_harness_runs(
     kernel: KernelTarget,
 ) -> None:

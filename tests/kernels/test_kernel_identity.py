@@ -142,7 +142,6 @@ def _refused(done: subprocess.CompletedProcess[str], *names: str) -> dict[str, A
     return dict(error)
 
 
-@pytest.mark.slow
 def test_r11_kernel_reference_directory_that_is_not_the_originals_is_refused(
     bound: Bound,
 ) -> None:
@@ -154,21 +153,18 @@ def test_r11_kernel_reference_directory_that_is_not_the_originals_is_refused(
     assert bound.head() == head  # nothing recorded, no worker started
 
 
-@pytest.mark.slow
 def test_r11_kernel_candidate_changing_a_path_outside_the_scope_is_refused(bound: Bound) -> None:
     edited = _subject(bound.code, "edited", "0.03", SPEC.replace("3.0))", "1.0))"))
     _refused(bound.kernel("--ref", str(bound.orig), "--cand", str(edited)),
              "outside the Target's modification scope", "spec.py")  # fmt: skip
 
 
-@pytest.mark.slow
 def test_r11_kernel_candidate_identical_to_the_original_is_refused(bound: Bound) -> None:
     copy = bound.code / "copy"
     shutil.copytree(bound.orig, copy)
     _refused(bound.kernel("--ref", str(bound.orig), "--cand", str(copy)), "must differ")
 
 
-@pytest.mark.slow
 def test_r11_kernel_target_bound_to_code_needs_directories_not_one_spec(bound: Bound) -> None:
     none = bound.kernel()
     error = _refused(none, "binds samples to code snapshots")
@@ -180,7 +176,6 @@ def test_r11_kernel_target_bound_to_code_needs_directories_not_one_spec(bound: B
     )
 
 
-@pytest.mark.slow
 def test_r11_kernel_aa_of_a_directory_that_is_not_the_originals_is_refused(bound: Bound) -> None:
     done = bound.cli("measure", "aa", "--target", "t1", "--dir", str(bound.cand), "--quiet")
     _refused(done, "not the original's code", "kernels/share.txt")
@@ -188,7 +183,6 @@ def test_r11_kernel_aa_of_a_directory_that_is_not_the_originals_is_refused(bound
     assert spec.returncode == 2 and "--dir DIR" in json.loads(spec.stdout)["error"]["message"]
 
 
-@pytest.mark.slow
 def test_r11_kernel_candidate_changed_paths_are_computed_from_the_directories(
     bound: Bound,
 ) -> None:

@@ -327,7 +327,6 @@ def test_r11_kernel_spec_cases_outside_the_test_set_are_refused_before_measuring
     assert _head(ledger_path, tmp_path) == head  # nothing appended
 
 
-@pytest.mark.slow
 def test_r11_workload_cases_outside_the_test_set_are_refused_before_measuring(
     tmp_path: Path,
 ) -> None:

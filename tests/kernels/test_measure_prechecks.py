@@ -74,7 +74,6 @@ def test_r11_a_case_name_the_samples_request_refuses_is_refused_before_measuring
     assert not marker.exists(), f"measured {len(marker.read_text())} calls before refusing"
 
 
-@pytest.mark.slow
 def test_r11_a_spec_with_a_non_string_case_is_a_bad_request(
     ledger_path: Path, tmp_path: Path
 ) -> None:
@@ -89,7 +88,6 @@ def test_r11_a_spec_with_a_non_string_case_is_a_bad_request(
     assert "unexpected" not in json.loads(out.stdout)["error"]["message"]
 
 
-@pytest.mark.slow
 def test_r11_another_environment_is_refused_before_measuring(
     ledger_path: Path, tmp_path: Path
 ) -> None:

@@ -165,7 +165,6 @@ class _FakeCounters:
         self.thread.join()
 
 
-@pytest.mark.slow
 def test_r17_requests_overlapping_foreign_activity_are_marked(tmp_path: Path) -> None:
     requests, digest = _request_set(tmp_path)
     with (
@@ -388,7 +387,6 @@ def test_a_candidate_that_answers_shorter_is_not_compared_unless_eos_is_ignored(
     assert analyze(forced)["usable_pairs"] == 2
 
 
-@pytest.mark.slow
 def test_r17_the_gpu_monitor_marks_requests_that_overlap_a_foreign_gpu_process(
     tmp_path: Path,
 ) -> None:

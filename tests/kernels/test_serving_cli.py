@@ -179,7 +179,6 @@ def test_measure_serving_without_a_ledger_target_reports_only(tmp_path: Path) ->
     assert "ttft p50" in proc.stdout and "drift (ttft_s):" in proc.stdout
 
 
-@pytest.mark.slow
 def test_r12_a_tail_primary_needs_enough_steady_requests_per_window(tmp_path: Path) -> None:
     testset, digest = _testset(tmp_path)
     ledger_path = tmp_path / "ledger"
@@ -192,7 +191,6 @@ def test_r12_a_tail_primary_needs_enough_steady_requests_per_window(tmp_path: Pa
     assert error["rule"] == "R12" and "at least 40 steady requests" in error["message"]
 
 
-@pytest.mark.slow
 def test_r2_a_formal_stage_refuses_a_request_set_other_than_readiness_recorded(
     tmp_path: Path,
 ) -> None:
@@ -206,7 +204,6 @@ def test_r2_a_formal_stage_refuses_a_request_set_other_than_readiness_recorded(
     assert json.loads(proc.stdout)["error"]["rule"] == "R2"
 
 
-@pytest.mark.slow
 def test_r17_a_formal_stage_refuses_to_run_without_the_monitor(tmp_path: Path) -> None:
     testset, digest = _testset(tmp_path)
     ledger_path = tmp_path / "ledger"
@@ -366,7 +363,6 @@ def test_measure_serving_records_one_pair_per_window_pair_and_case(tmp_path: Pat
     assert statistics.median(e2e_ms["long"]) > statistics.median(e2e_ms["short"]) + 12, e2e_ms
 
 
-@pytest.mark.slow
 def test_r11_a_request_set_naming_cases_not_in_the_test_set_is_refused(tmp_path: Path) -> None:
     testset = tmp_path / "cases.jsonl"
     testset.write_text(json.dumps({"case": "other", "prompt": "x", "max_tokens": 2}) + "\n")
