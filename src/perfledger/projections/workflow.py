@@ -65,7 +65,8 @@ from perfledger.projections.ledger_state import LedgerState
 #: owe or clear obligations (R14, R17).
 #: 5: started formal runs (R14) and champions demoted by a failed final audit (R13).
 #: 6: ``unaccounted_champion`` conflicts and the worse of a champion's final audits (R14).
-PROJECTION_VERSION = 6
+#: 7: the resolution in force when a formal run started, kept for its verdict (R4).
+PROJECTION_VERSION = 7
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[

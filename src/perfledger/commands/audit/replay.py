@@ -62,6 +62,7 @@ from perfledger.events.kinds import RecordedEvent, recorded
 from perfledger.events.vocabulary import DECISION_KINDS
 from perfledger.ledger.store import FORMAT_VERSION
 from perfledger.projections.base import DEFAULT_PROJECTION
+from perfledger.projections.draws import champion_draws_note
 from perfledger.projections.ledger_state import state_hash
 
 #: The rule a decision's recorded content answers to when it differs from what its request
@@ -721,4 +722,8 @@ def _replay_all(
                 Finding(review.event_id, "ReviewRecorded", review.lamport, rule, message)
             )
         report.notes += notes
+        # R14: the draws each champion came out of (a count to weigh a pass by, no finding)
+        report.notes += [
+            note for tid in replay.state.targets if (note := champion_draws_note(replay.state, tid))
+        ]
     report.ok = verified.ok and not report.findings
