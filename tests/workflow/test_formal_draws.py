@@ -61,3 +61,19 @@ def test_r14_no_draws_line_while_the_original_is_champion(ready: Session) -> Non
     assert not any("formal target stage" in n for n in audit(ready.ledger).notes)
     shown = champion_of(ready.ledger, TargetQuery(target_id="t1"), snapshot=False).to_json()
     assert shown["formal_draws"]["not_passing"] == 1
+
+
+def test_r14_the_audit_notes_a_started_run_that_recorded_no_samples(ready: Session) -> None:
+    ready.screened()
+    ready.run("formal-run.start", {"experiment_id": "e1", "stage": "target",
+                                   "samples_id": "e1-target", "protocol": "workload_abba"})  # fmt: skip
+    (note,) = [n for n in audit(ready.ledger).notes if "e1-target" in n]
+    assert "recorded no samples: it counts as failed" in note and "not yet recorded" in note
+    ready.run("verdict.record", {"samples_id": "e1-target"})
+    report = audit(ready.ledger)
+    assert report.ok and any("e1-target" in n and "judged as failed" in n for n in report.notes)
+
+
+def test_r14_a_finished_run_is_not_noted(ready: Session) -> None:
+    ready.passed()
+    assert not any("recorded no samples" in n for n in audit(ready.ledger).notes)

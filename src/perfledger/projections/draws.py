@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from perfledger.events.workflow import ORIGINAL
-from perfledger.projections.workflow import WorkflowState, formal_runs
+from perfledger.projections.workflow import WorkflowState, formal_runs, is_judged
 
 
 class FormalDraws(msgspec.Struct, kw_only=True, frozen=True):
@@ -65,3 +65,21 @@ def champion_draws_note(state: WorkflowState, target_id: str) -> str | None:
     if target is None or target.champion in (None, ORIGINAL):
         return None
     return f"champion {target.champion} of Target {target_id} after {formal_draws(state, target_id).text()}"
+
+
+def unfinished_run_notes(state: WorkflowState) -> list[str]:
+    """One note per started formal run that recorded no samples on this history (R14: it counts
+    as failed; a run measured elsewhere and never pushed leaves no such trace, SPEC section 1),
+    saying whether its failed verdict or final audit is recorded."""
+    out = []
+    for sid, run in formal_runs(state).items():
+        if sid in state.samples:
+            continue
+        judged = (
+            "judged as failed" if is_judged(state, sid) else "its failed result not yet recorded"
+        )
+        out.append(
+            f"formal run {sid} ({run.stage} of {run.experiment_id}, Target {run.target_id}) "
+            f"started and recorded no samples: it counts as failed (R14; {judged})"
+        )
+    return out

@@ -62,7 +62,7 @@ from perfledger.events.kinds import RecordedEvent, recorded
 from perfledger.events.vocabulary import DECISION_KINDS
 from perfledger.ledger.store import FORMAT_VERSION
 from perfledger.projections.base import DEFAULT_PROJECTION
-from perfledger.projections.draws import champion_draws_note
+from perfledger.projections.draws import champion_draws_note, unfinished_run_notes
 from perfledger.projections.ledger_state import state_hash
 
 #: The rule a decision's recorded content answers to when it differs from what its request
@@ -726,4 +726,5 @@ def _replay_all(
         report.notes += [
             note for tid in replay.state.targets if (note := champion_draws_note(replay.state, tid))
         ]
+        report.notes += unfinished_run_notes(replay.state)  # R14: runs that never finished
     report.ok = verified.ok and not report.findings
