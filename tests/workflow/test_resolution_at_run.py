@@ -9,7 +9,10 @@ from wf_legacy import rules_at
 from wf_scenario import Session, aa_rows, samples
 
 from perfledger.commands.audit.replay import audit
-from perfledger.events.workflow import R4_RESOLUTION_AT_RUN_VERDICT
+from perfledger.events.workflow import (
+    R4_RESOLUTION_AT_RUN_FINAL_AUDIT,
+    R4_RESOLUTION_AT_RUN_VERDICT,
+)
 from perfledger.projections.verdict_explain import explain_verdict
 
 
@@ -60,4 +63,33 @@ def test_r4_a_verdict_recorded_before_the_rule_audits_as_it_was(ready: Session) 
         verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
     # that perfledger judged with the resolution in force at the verdict (the finding's pass)
     assert verdict["status"] == "pass"
+    assert audit(ready.ledger).ok
+
+
+def _champion_audited_then_lowered(session: Session) -> None:
+    """Champion e1 (about 20 % better) under a resolution near 12 %; its final audit measures
+    about 8 % (inconclusive against that resolution), then a longer A/A lowers it."""
+    session.measure_aa(rows=aa_rows(spread=0.2))
+    assert session.passed()["status"] == "pass"
+    session.champion("e1")
+    session.record_measured(samples("e1-final", "final_audit", gain=0.08))
+    assert session.measure_aa(rows=aa_rows(spread=0.01, pairs=11))["resolution"] < 0.05
+
+
+def test_cheat_lowering_the_resolution_before_the_final_audit_record_does_not_pass(
+    ready: Session,
+) -> None:
+    _champion_audited_then_lowered(ready)
+    audited = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
+    assert audited["status"] == "inconclusive" and audited["primary"]["resolution"] > 0.1
+    assert any("in force when the formal run of 'e1-final' started" in n for n in audited["notes"])
+    assert audit(ready.ledger).ok
+
+
+def test_r4_a_final_audit_recorded_before_the_rule_audits_as_it_was(ready: Session) -> None:
+    with rules_at({"VerdictRecorded": R4_RESOLUTION_AT_RUN_VERDICT - 1,
+                   "FinalAuditRecorded": R4_RESOLUTION_AT_RUN_FINAL_AUDIT - 1}):  # fmt: skip
+        _champion_audited_then_lowered(ready)
+        audited = ready.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
+    assert audited["status"] == "pass"  # that perfledger judged with the lowered resolution
     assert audit(ready.ledger).ok
