@@ -21,6 +21,7 @@ from perfledger.commands.workflow.deciders import DecisionContext
 from perfledger.errors import BadRequest
 from perfledger.events.workflow import (
     R1_OBSERVED_DIRECTION,
+    R4_RESOLUTION_AT_RUN_VERDICT,
     R11_OBSERVED_CALLS_FROM_COPIES,
     R12_IMPLAUSIBLE_BLOCKS_CHAMPION,
     R12_IMPLAUSIBLE_FINAL_AUDIT,
@@ -140,7 +141,9 @@ def test_r12_a_ledger_written_before_reviews_named_flags_audits_clean(bare: Sess
     while the current rule refuses that selection."""
     with rules_at({"TargetFrozen": R1_OBSERVED_DIRECTION - 1}):  # that perfledger froze it
         ready = bare.ready()
-    with rules_at({"SamplesRecorded": R11_OBSERVED_CALLS_FROM_COPIES - 1}):  # as it wrote them
+    # as it wrote them (its verdicts before R4's resolution at the run's start)
+    with rules_at({"SamplesRecorded": R11_OBSERVED_CALLS_FROM_COPIES - 1,
+                   "VerdictRecorded": R4_RESOLUTION_AT_RUN_VERDICT - 1}):  # fmt: skip
         _big_claim(ready)
         _target(ready)
     with rules_at({"ReviewRecorded": R12_REVIEW_NAMES_FLAG - 1}):

@@ -26,6 +26,7 @@ from perfledger.projections.champions import (
     lineage,
 )
 from perfledger.projections.claims import ClaimRow, claims
+from perfledger.projections.draws import FormalDraws, formal_draws
 from perfledger.projections.rejections import RejectedRow, rejected
 from perfledger.projections.reviews import unresolved_dissent
 from perfledger.projections.verdict_explain import explain_verdict
@@ -62,12 +63,22 @@ class ChampionShown(msgspec.Struct, kw_only=True):
     champion: CurrentChampion
     lineage: list[LineageStep]
     snapshot: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    #: the experiments that reached a formal target stage on the Target and how many of them
+    #: did not pass (R14: the draws a champion came out of); unset for an unknown Target
+    formal_draws: FormalDraws | msgspec.UnsetType = msgspec.UNSET
 
     def to_json(self) -> dict[str, Any]:
-        """The champion's fields, ``lineage`` and (where read) ``snapshot``, in one object."""
+        """The champion's fields, ``lineage``, (where read) ``snapshot`` and ``formal_draws``
+        (``{"experiments", "not_passing", "text"}``), in one object."""
         out = {**msgspec.to_builtins(self.champion), "lineage": msgspec.to_builtins(self.lineage)}
         if self.snapshot is not msgspec.UNSET:
             out["snapshot"] = self.snapshot
+        if not isinstance(self.formal_draws, msgspec.UnsetType):
+            out["formal_draws"] = {
+                "experiments": self.formal_draws.experiments,
+                "not_passing": self.formal_draws.not_passing,
+                "text": self.formal_draws.text(),
+            }
         return out
 
 
@@ -223,6 +234,8 @@ def champion_of(ledger: Any, query: TargetQuery, *, snapshot: bool = True) -> Ch
     if query.target_id is None or not chosen:
         raise BadRequest(f"no Target {query.target_id!r}", hint=TARGETS_HINT)
     shown = ChampionShown(champion=chosen[0], lineage=lineage(state, query.target_id))
+    if query.target_id in state.targets:  # R14: how many draws the champion came out of
+        shown.formal_draws = formal_draws(state, query.target_id)
     if snapshot and query.target_id in state.targets:  # the champion's code, how to get it (R11)
         from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 

@@ -1505,6 +1505,15 @@ SELF_TIMED_PROTOCOLS = ("workload_abba",)
 #: baseline, and where none is recorded behave as if no baseline were). Baselines recorded
 #: before keep their meaning.
 R4_MEASURED_BASELINE = 2
+#: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema versions from which a formal
+#: stage (target or final audit) is derived with the resolution in force when its
+#: ``FormalRunStarted`` was appended (R4, R14: the threshold is committed before anything is
+#: measured), not with one recorded between that event and the verdict: a longer A/A recorded
+#: after a look at the stage's CI no longer lowers the bar it is judged against
+#: (:func:`perfledger.projections.workflow.run_resolution`). Verdicts and final audits recorded
+#: before are re-derived with the resolution in force when they were recorded.
+R4_RESOLUTION_AT_RUN_VERDICT = 10
+R4_RESOLUTION_AT_RUN_FINAL_AUDIT = 13
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1551,7 +1560,9 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: naming it (:data:`R12_REVIEW_NAMES_FLAG`; ``ReviewRecorded`` is registered by
 #: :mod:`perfledger.events.review` with this version); version 3 of ``ReviewRecorded`` carries
 #: the reviewer's SSH signature (:data:`R12_SIGNED_REVIEW`). Version 2 of
-#: ``BaselineRecorded`` takes only a measured baseline (:data:`R4_MEASURED_BASELINE`).
+#: ``BaselineRecorded`` takes only a measured baseline (:data:`R4_MEASURED_BASELINE`). Version 10
+#: of ``VerdictRecorded`` and 13 of ``FinalAuditRecorded`` judge a formal stage with the
+#: resolution in force when its run started (:data:`R4_RESOLUTION_AT_RUN_VERDICT`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1574,6 +1585,7 @@ SCHEMA_VERSIONS = {
         R11_REFERENCE_WATCHED_VERDICT,
         R14_UNACCOUNTED_VERDICT,
         R5_REPORTED_VERDICT,
+        R4_RESOLUTION_AT_RUN_VERDICT,
     ),
     "FinalAuditRecorded": max(
         R12_EVERY_CASE_FINAL_AUDIT,
@@ -1584,6 +1596,7 @@ SCHEMA_VERSIONS = {
         R14_FINAL_AUDIT_OWES,
         R5_REPORTED_FINAL_AUDIT,
         R12_IMPLAUSIBLE_FINAL_AUDIT,
+        R4_RESOLUTION_AT_RUN_FINAL_AUDIT,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,

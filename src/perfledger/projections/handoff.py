@@ -24,6 +24,7 @@ import msgspec
 from perfledger.events.workflow import ORIGINAL, DerivedCase, HandoffRecorded
 from perfledger.projections.champions import FinalAuditStanding, final_audit_standing
 from perfledger.projections.claims import improvement_to_speedup
+from perfledger.projections.draws import formal_draws
 from perfledger.projections.measurement_flags import experiment_flags
 from perfledger.projections.reviews import dissent_line, settled_dissent, unresolved_dissent
 from perfledger.projections.verdict_explain import case_line, explain_verdict, pct, provenance_text
@@ -193,6 +194,9 @@ class Handoff(msgspec.Struct, kw_only=True):
     final_audit: FinalAuditStanding | None = None
     #: absent (not null) without a snapshot, so handoffs of old-rule Targets read as before
     champion_snapshot: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    #: ``N formal target stage(s) on this Target, M not passing`` (R14: the draws the
+    #: champion came out of); absent while the original is champion
+    formal_draws: str | msgspec.UnsetType = msgspec.UNSET
 
 
 def default_target(state: WorkflowState) -> str | None:
@@ -511,6 +515,9 @@ def derive_handoff(state: WorkflowState, target_id: str, ctx: ResumeContext) -> 
         champion_snapshot=(
             msgspec.UNSET if ctx.champion_snapshot is None else ctx.champion_snapshot
         ),
+        formal_draws=(
+            formal_draws(state, target_id).text() if target.champion is not None else msgspec.UNSET
+        ),
     )
 
 
@@ -725,6 +732,7 @@ def render_markdown(handoff: Handoff, decisions: list[NextDecision] | None = Non
         )
         + f", final audit {h.final_audit.text() if h.final_audit else h.final_audit_status}",
         *_snapshot_lines(h),
+        *([f"- Champion drawn after {h.formal_draws}"] if isinstance(h.formal_draws, str) else []),
         f"- Stop reason: {h.stop_reason}",
         f"- Ledger head: `{h.head}` (git commit)",
         "",

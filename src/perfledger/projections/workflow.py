@@ -65,7 +65,8 @@ from perfledger.projections.ledger_state import LedgerState
 #: owe or clear obligations (R14, R17).
 #: 5: started formal runs (R14) and champions demoted by a failed final audit (R13).
 #: 6: ``unaccounted_champion`` conflicts and the worse of a champion's final audits (R14).
-PROJECTION_VERSION = 6
+#: 7: the resolution in force when a formal run started, kept for its verdict (R4).
+PROJECTION_VERSION = 7
 
 ExperimentStage = Literal["created", "screen", "target", "final_audit"]
 ExperimentStatus = Literal[
@@ -279,6 +280,12 @@ class WorkflowState(LedgerState, kw_only=True):
     #: samples id -> the formal run started to record it (R14, ``FormalRunStarted``); unset
     #: (not encoded, so ledgers without one hash as before) until the first run starts.
     formal_runs: dict[str, FormalRunStarted] | msgspec.UnsetType = msgspec.UNSET
+    #: samples id -> the resolution in force when its formal run started, kept for a run
+    #: still unjudged when a later resolution is recorded on its Target (R4, from
+    #: :data:`~perfledger.events.workflow.R4_RESOLUTION_AT_RUN_VERDICT`: a stage is judged
+    #: with the resolution committed before it was measured). Unset (not encoded, so older
+    #: states hash as before) until a resolution follows an unjudged run.
+    run_resolutions: dict[str, ResolutionEstimated] | msgspec.UnsetType = msgspec.UNSET
 
 
 def initial_state() -> WorkflowState:
@@ -303,6 +310,34 @@ def formal_runs(state: WorkflowState) -> dict[str, FormalRunStarted]:
     """The started formal runs by samples id (R14), empty when none started."""
     runs = state.formal_runs
     return {} if isinstance(runs, msgspec.UnsetType) else runs
+
+
+def run_resolution(state: WorkflowState, samples_id: str) -> ResolutionEstimated | None:
+    """The resolution in force when the formal run of ``samples_id`` started, where a later
+    one was recorded before its verdict or final audit (R4), else None (the one in force
+    now is that one)."""
+    kept = state.run_resolutions
+    return None if isinstance(kept, msgspec.UnsetType) else kept.get(samples_id)
+
+
+def _keep_run_resolutions(state: WorkflowState, target: TargetView) -> None:
+    """R4: before a new resolution on ``target`` takes force, keep the one in force for each
+    of its formal runs not yet judged (their stage was committed under it)."""
+    in_force = target.resolution_in_force
+    if in_force is None:
+        return
+    target_id = target.definition.target_id
+    pending = [
+        sid
+        for sid, run in formal_runs(state).items()
+        if run.target_id == target_id and not is_judged(state, sid)
+    ]
+    if not pending:
+        return
+    kept = {} if isinstance(state.run_resolutions, msgspec.UnsetType) else state.run_resolutions
+    state.run_resolutions = kept
+    for sid in pending:
+        kept.setdefault(sid, in_force)
 
 
 def demoted(target: TargetView) -> list[str]:
@@ -814,6 +849,7 @@ def _evolve_target_facts(state: WorkflowState, event: RecordedEvent, p: object) 
         else:
             target.baseline = p
     elif isinstance(p, ResolutionEstimated):
+        _keep_run_resolutions(state, target)
         # R4: a declared resolution decides nothing; the measured one before it stays in force
         if p.source == "declared" and target.decided_resolution is msgspec.UNSET:
             target.decided_resolution = target.resolution

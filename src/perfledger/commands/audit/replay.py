@@ -65,6 +65,7 @@ from perfledger.events.kinds import RecordedEvent, recorded
 from perfledger.events.vocabulary import DECISION_KINDS
 from perfledger.ledger.store import FORMAT_VERSION
 from perfledger.projections.base import DEFAULT_PROJECTION
+from perfledger.projections.draws import champion_draws_note, unfinished_run_notes
 from perfledger.projections.ledger_state import state_hash
 
 #: The rule a decision's recorded content answers to when it differs from what its request
@@ -988,6 +989,11 @@ def _replay_all(
                 Finding(review.event_id, "ReviewRecorded", review.lamport, rule, message)
             )
         report.notes += notes
+        # R14: the draws each champion came out of (a count to weigh a pass by, no finding)
+        report.notes += [
+            note for tid in replay.state.targets if (note := champion_draws_note(replay.state, tid))
+        ]
+        report.notes += unfinished_run_notes(replay.state)  # R14: runs that never finished
     report.ok = verified.ok and not report.findings
     if save and report.ok and (since is None or walked):  # nothing new: the cache stands
         commits = sorted([*(cached or ()), *(sha.hex() for sha in walked)])

@@ -41,7 +41,9 @@ from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
     r2_declared_before_data,
     r4_declared_resolution,
+    r4_declared_stage_resolution,
     r4_resolution_not_lowered,
+    r4_stage_resolution,
     r12_every_case,
 )
 from perfledger.errors import BadRequest, IntegrityError, RuleRefused
@@ -63,6 +65,8 @@ from perfledger.events.workflow import (
     R4_MEASURED_RESOLUTION,
     R4_MEASURED_RESOLUTION_FINAL_AUDIT,
     R4_MEASURED_RESOLUTION_VERDICT,
+    R4_RESOLUTION_AT_RUN_FINAL_AUDIT,
+    R4_RESOLUTION_AT_RUN_VERDICT,
     R4_RESOLUTION_NOT_LOWERED,
     R5_FINAL_AUDIT_ACCURACY,
     R5_JUDGED_OUTPUTS,
@@ -1203,12 +1207,18 @@ Derived = tuple[DerivedVerdict, list[DerivedGuardrail], list[SecondaryVerdict]]
 
 
 def derivation_params(
-    target: TargetView, pooled: bool = False, method: str = "per_case/v2"
+    target: TargetView,
+    pooled: bool = False,
+    method: str = "per_case/v2",
+    resolution: ResolutionEstimated | None = None,
 ) -> DerivationParams:
     """The :class:`DerivationParams` of a Target with readiness and resolution recorded;
-    ``pooled`` for the rule of schema-1 verdicts, ``method`` the per-case method."""
+    ``pooled`` for the rule of schema-1 verdicts, ``method`` the per-case method,
+    ``resolution`` the one to judge with when not the one in force (R4: the one in force when
+    a formal run started, :func:`~perfledger.commands.workflow.verdict_guards.r4_stage_resolution`)."""
     assert target.readiness is not None
-    in_force = _in_force(target)  # R4: a declared resolution after a measured one decides nothing
+    # R4: a declared resolution after a measured one decides nothing
+    in_force = resolution if resolution is not None else _in_force(target)
     return DerivationParams(
         target.definition,
         target.readiness.statistics,
@@ -1387,17 +1397,22 @@ def _tail_refusal(target: TargetView, samples: SamplesRecorded) -> None:
 
 
 def _derive(
-    target: TargetView, samples: SamplesRecorded, samples_event: str, ctx: DecisionContext
+    target: TargetView,
+    samples: SamplesRecorded,
+    samples_event: str,
+    ctx: DecisionContext,
+    resolution: ResolutionEstimated | None = None,
 ) -> Derived:
     """Derive the verdicts of ``samples`` (recorded as event ``samples_event``) against
     ``target`` (R12), through ``ctx.derive`` when given: per case, except when re-deciding a
-    verdict or final audit recorded under schema 1 (the pooled median of that rule)."""
+    verdict or final audit recorded under schema 1 (the pooled median of that rule);
+    ``resolution``: the one to judge with when not the one in force (R4)."""
     pooled = ctx.recorded_before("VerdictRecorded", 2)
     if not pooled:
         _tail_refusal(target, samples)
     # verdicts recorded under schema 2 are re-derived by per_case/v1 (R12)
     method = "per_case/v1" if ctx.recorded_before("VerdictRecorded", PER_CASE_V2) else "per_case/v2"
-    params = derivation_params(target, pooled, method)
+    params = derivation_params(target, pooled, method, resolution)
     if ctx.derive is not None:
         return ctx.derive(samples_event, params, samples)
     return derive_samples(params, samples)
@@ -1520,9 +1535,12 @@ def decide_verdict_record(
             hint="`perfledger final-audit record --target T --samples ID`",
         )
     experiment = state.experiments[samples.experiment_id]
-    primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx)
-    status = primary.status
     explained, notes = rules.r17_explanations(state, samples.samples_id)
+    kept = None  # R4: the resolution in force when the formal run started
+    if rules_version(ctx, "VerdictRecorded") >= R4_RESOLUTION_AT_RUN_VERDICT:
+        kept = r4_stage_resolution(state, target, samples.samples_id, notes)
+    primary, guardrails, secondaries = _derive(target, samples, samples_event, ctx, kept)
+    status = primary.status
     typed_counts = rules_version(ctx, "VerdictRecorded") < R4_MEASURED_RESOLUTION_VERDICT
     unexplained = rules.r17_unexplained_pairs(samples, explained, typed_counts)
     attribution_clean = unexplained == 0
@@ -1537,7 +1555,9 @@ def decide_verdict_record(
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R12_EVERY_CASE:
         status = r12_every_case(target, samples, status, notes)
-    if rules_version(ctx, "VerdictRecorded") >= R4_MEASURED_RESOLUTION_VERDICT:
+    if kept is not None:
+        status = r4_declared_stage_resolution(target, kept, status, notes)
+    elif rules_version(ctx, "VerdictRecorded") >= R4_MEASURED_RESOLUTION_VERDICT:
         status = r4_declared_resolution(target, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R11_REFERENCE_WATCHED_VERDICT:
         unit = target.definition.primary.unit
@@ -1644,8 +1664,11 @@ def decide_final_audit_record(
         )
     if req.samples_id in state.final_audits:
         raise rules.r12_already_derived(req.samples_id, "final audit")
-    primary, guardrails, _ = _derive(target, samples, samples_event, ctx)
     explained, notes = rules.r17_explanations(state, samples.samples_id)
+    kept = None  # R4: the resolution in force when the formal run started
+    if rules_version(ctx, "FinalAuditRecorded") >= R4_RESOLUTION_AT_RUN_FINAL_AUDIT:
+        kept = r4_stage_resolution(state, target, samples.samples_id, notes)
+    primary, guardrails, _ = _derive(target, samples, samples_event, ctx, kept)
     if primary.status == "fail" or any(g.status == "fail" for g in guardrails):
         status = "fail"
     elif primary.status == "pass" and all(g.status == "pass" for g in guardrails):
@@ -1662,7 +1685,9 @@ def decide_final_audit_record(
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R12_EVERY_CASE_FINAL_AUDIT:
         status = r12_every_case(target, samples, status, notes)
-    if rules_version(ctx, "FinalAuditRecorded") >= R4_MEASURED_RESOLUTION_FINAL_AUDIT:
+    if kept is not None:
+        status = r4_declared_stage_resolution(target, kept, status, notes)
+    elif rules_version(ctx, "FinalAuditRecorded") >= R4_MEASURED_RESOLUTION_FINAL_AUDIT:
         status = r4_declared_resolution(target, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R11_REFERENCE_WATCHED_FINAL_AUDIT:
         unit = target.definition.primary.unit

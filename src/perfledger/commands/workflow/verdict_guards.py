@@ -15,6 +15,10 @@
   activity) or its test set (hash, case count, case names). A verdict reads the readiness
   current when it is derived; without this rule an agent could look at its samples, then allow
   the per-case regression that blocked its pass, or drop the case it lost from the test set.
+- **The resolution committed at the run's start** (R4, R14, from ``VerdictRecorded`` schema
+  :data:`~perfledger.events.workflow.R4_RESOLUTION_AT_RUN_VERDICT`): a formal stage is judged
+  with the resolution in force when its ``FormalRunStarted`` was appended, not with one recorded
+  after it (:func:`r4_stage_resolution`).
 - **No resolution lowered after the data** (R4, from ``ResolutionEstimated`` schema
   :data:`~perfledger.events.workflow.R4_RESOLUTION_NOT_LOWERED`): once samples of a Target are
   recorded, a new resolution may not be lower than the one in force (the Target's or any
@@ -33,9 +37,15 @@ from typing import Any
 import msgspec
 
 from perfledger.commands.workflow.rules import refuse
-from perfledger.events.workflow import FORMAL_STAGES, SamplesRecorded, Statistics, TestSet
+from perfledger.events.workflow import (
+    FORMAL_STAGES,
+    ResolutionEstimated,
+    SamplesRecorded,
+    Statistics,
+    TestSet,
+)
 from perfledger.projections.verdict_explain import MISSING_CASES
-from perfledger.projections.workflow import TargetView, WorkflowState
+from perfledger.projections.workflow import TargetView, WorkflowState, run_resolution
 
 
 def missing_cases(
@@ -203,5 +213,48 @@ def r4_declared_resolution(target: TargetView, status: str, notes: list[str]) ->
         "measured by perfledger, and decides nothing: no verdict can pass until `perfledger "
         f"measure aa --target {target.definition.target_id} --cmd CMD --record` records a "
         "measured one"
+    )
+    return "inconclusive" if status == "pass" else status
+
+
+def r4_stage_resolution(
+    state: WorkflowState, target: TargetView, samples_id: str, notes: list[str]
+) -> ResolutionEstimated | None:
+    """R4, R14 (``VerdictRecorded`` schema
+    :data:`~perfledger.events.workflow.R4_RESOLUTION_AT_RUN_VERDICT`, ``FinalAuditRecorded``
+    schema :data:`~perfledger.events.workflow.R4_RESOLUTION_AT_RUN_FINAL_AUDIT` on): the
+    resolution a formal stage is judged with is the one in force when its ``FormalRunStarted``
+    was appended, committed before anything was measured. A resolution recorded between that
+    event and the verdict (a longer A/A after a look at the stage's CI) decides later stages
+    only; that it was left aside is noted.
+
+    Returns: the resolution kept at the run's start, or None when none was recorded since (the
+    one in force now is that one)."""
+    kept = run_resolution(state, samples_id)
+    if kept is None:
+        return None
+    now = target.resolution_in_force
+    if now is not None and now != kept:
+        notes.append(
+            f"R4: judged with the resolution {100 * kept.resolution:.2f} % in force when the "
+            f"formal run of {samples_id!r} started; the {100 * now.resolution:.2f} % recorded "
+            "after it decides only stages started after it"
+        )
+    return kept
+
+
+def r4_declared_stage_resolution(
+    target: TargetView, used: ResolutionEstimated, status: str, notes: list[str]
+) -> str:
+    """R4: a stage judged with a kept resolution (:func:`r4_stage_resolution`) that was typed,
+    not measured (``source == "declared"``), cannot pass, as :func:`r4_declared_resolution`.
+    Returns: the status."""
+    if used.source != "declared":
+        return status
+    notes.append(
+        f"{DECLARED_RESOLUTION}: the resolution in force on Target "
+        f"{target.definition.target_id!r} when this run started "
+        f"({100 * used.resolution:.2f} %) was typed, not measured by perfledger, and decides "
+        "nothing: this stage cannot pass"
     )
     return "inconclusive" if status == "pass" else status
