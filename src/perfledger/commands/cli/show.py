@@ -419,6 +419,9 @@ def champion_lines(data: Mapping[str, Any]) -> list[Any]:
         out.append(f"  final audit {audit.get('status')}{of}")
     else:
         out.append(f"  final audit {data.get('final_audit_status') or 'none'}")
+    draws = data.get("formal_draws") or {}
+    if draws.get("text"):  # how many formal target stages the champion was drawn from (R14)
+        out.append(f"  {_escape(draws['text'])}")
     if data.get("open_conflicts"):
         out.append(
             f"  [bold]CONFLICTS[/bold] {_escape(', '.join(data['open_conflicts']))}: "
