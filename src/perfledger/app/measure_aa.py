@@ -244,7 +244,7 @@ def _workload_aa(
         ):
             valid, aa_notes, run = observed_aa(  # no runs: its stopping rule (R4)
                 cmd, target=target, cases=chosen, runs=runs, timeout_s=request.timeout_s,
-                on_call=lambda _row: advance(), copies=copies,
+                on_call=lambda _row: advance(), copies=copies, monitor=monitor,
             )  # fmt: skip
         windows = monitor_windows(run, monitor)
         artifact["monitor"] = {

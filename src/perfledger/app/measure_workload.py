@@ -394,6 +394,7 @@ def measure_workload(
             argvs, copies, watch=watch, cases=cases, pairs_per_case=n_pairs, accuracy=accuracy,
             units=units, mode=request.protocol, warmup_calls=request.warmup,
             timeout_s=request.timeout_s, fresh_worker=request.fresh_worker, on_call=on_call,
+            monitor=monitor,
         )  # fmt: skip
     if code is not None and identity is not None:
         identity.confirm(info, code)
@@ -461,12 +462,14 @@ def run_subjects(
     copies: Any,
     *,
     watch: Callable[[str], None] | None = None,
+    monitor: Any = None,
     **options: Any,
 ) -> WorkerRun:
     """Run the ``ref`` and ``cand`` commands of ``argvs`` under the worker protocol as a formal
     stage runs its subjects (R5, R11): :func:`~perfledger.kernels.workload.worker.run_pairs`
     with ``options``, each call checked first (the subjects' Python start-up files unchanged;
-    ``watch``: the caller's own check of the label; ``copies``: the read-only copies' guard,
+    ``watch``: the caller's own check of the label; ``monitor``: the run's monitor, which adopts
+    each worker as perfledger's own (its ``adopt``, R17); ``copies``: the read-only copies' guard,
     :func:`perfledger.app.identity.subject_copies`, whose environment and private directories
     the workers get and whose digests the settings record; None: the commands run as given).
     Every worker's full environment (names, values' hashes) is in the run's settings. With
@@ -508,6 +511,7 @@ def run_subjects(
         before_call=before_call,
         subject_roots=None if copies is None else copies.roots,
         extra_settings=extra,
+        on_worker=getattr(monitor, "adopt", None),  # R17: our own workers are not foreign
         **options,
     )
     if copies is not None:
@@ -653,6 +657,7 @@ def measure_original(
         argvs, copies, cases=cases, pairs_per_case=max(1, math.ceil(calls / 2)),
         accuracy=accuracy or {"compare": "exact"}, units={metric: unit}, timeout_s=timeout_s,
         on_call=None if on_call is None else (lambda row: None if row["warmup"] else on_call()),
+        monitor=monitor,
     )  # fmt: skip
     for row in run.table():
         if not row["correct"]:  # an original that fails, or differs from itself, has no baseline
@@ -777,6 +782,7 @@ def observed_aa(
     timeout_s: float = 600.0,
     on_call: Callable[[dict[str, Any]], None] | None = None,
     copies: Any = None,
+    monitor: Any = None,
 ) -> tuple[list[Any], list[str], Any]:
     """The original against itself under the worker protocol (R4's A/A of an observed
     primary), run as a formal stage runs its subjects (:func:`run_subjects`): ``runs`` ABBA
@@ -807,7 +813,7 @@ def observed_aa(
     run = run_subjects(
         argvs, copies, cases=cases, pairs_per_case=runs or AA_START_PAIRS, accuracy=accuracy,
         units=units, timeout_s=timeout_s, on_call=on_call,
-        more_pairs=aa_more_pairs(target, cases) if runs is None else None,
+        more_pairs=aa_more_pairs(target, cases) if runs is None else None, monitor=monitor,
     )  # fmt: skip
     if runs is None:  # what ran: the rule, and the pairs it took (R4)
         run.settings["stopping_rule"] = aa_stopping_rule(target, run.settings["pairs_per_case"])

@@ -6,7 +6,9 @@ A CPU workload has no GPU to watch, but the same question applies to its formal 
 something else run during the window? This monitor answers it from Linux's ``/proc/stat`` (the
 busy CPU time of the whole host: user, nice, system, irq, softirq, steal) and :func:`os.times`
 (the CPU time of this process and of its children reaped so far, which covers every driver call
-of the window once the call has exited). For a window ``[start_s, end_s]`` it takes the last
+of the window once the call has exited), plus the live process trees of the workers perfledger
+adopted (:meth:`HostMonitor.adopt`: the worker protocol's long-lived workers, whose calls would
+otherwise read as another process's work until they are reaped). For a window ``[start_s, end_s]`` it takes the last
 observation at or before ``start_s`` and the first at or after ``end_s`` (so the window is always
 covered, never interpolated) and computes::
 
@@ -18,17 +20,20 @@ the average number of cores that other processes kept busy. Above ``foreign_core
 ``foreign_cpu:<cores>``. Whether that activity matters to the metric is not the agent's call
 to type: another actor's review, cited by ``perfledger activity explain``, explains it (R17).
 
-Imports: standard library only (kernels imports events at most, SPEC.md section 1).
+Imports: the standard library and :mod:`perfledger.kernels.proc` (kernels imports events at
+most, SPEC.md section 1).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfledger.kernels.monitor.sampler import PeriodicSampler
+from perfledger.kernels.proc import children_by_parent, process_table, subtree
 
 #: The host's CPU counters (Linux).
 PROC_STAT = "/proc/stat"
@@ -109,9 +114,33 @@ class HostWindowVerdict:
         }
 
 
-def read_host(proc_stat: str = PROC_STAT) -> HostObservation:
-    """Read the host's counters once. Raises: RuntimeError when ``proc_stat`` is unreadable or
-    has no aggregate ``cpu`` line (not Linux)."""
+def tree_cpu_s(roots: Iterable[int]) -> float:
+    """CPU time (seconds, user + system, the reaped children's included) of every live process
+    of the trees under ``roots`` (pids; processes that are gone are left out): what perfledger's
+    own workers and their children have used so far. Reaped into a root's parent, a process's
+    time moves to that parent's counters (this process's: :func:`read_host` reads them)."""
+    roots = [pid for pid in roots if pid != os.getpid()]
+    if not roots:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in subtree(roots, children_by_parent(process_table())):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone since the table was read
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 15:  # utime, stime, cutime, cstime: fields 14-17 of proc(5)
+            total += sum(int(v) for v in fields[11:15])
+    return total / ticks
+
+
+def read_host(proc_stat: str = PROC_STAT, adopted: Iterable[int] = ()) -> HostObservation:
+    """Read the host's counters once; our own CPU time is this process's and its reaped
+    children's, and that of the live trees under ``adopted`` (:meth:`HostMonitor.adopt`).
+    Raises: RuntimeError when ``proc_stat`` is unreadable or has no aggregate ``cpu`` line (not
+    Linux)."""
     try:
         with open(proc_stat, encoding="ascii") as handle:
             first = handle.readline().split()
@@ -123,7 +152,7 @@ def read_host(proc_stat: str = PROC_STAT) -> HostObservation:
     values = [int(v) for v in first[1:]]
     busy = sum(values[i] for i in BUSY_FIELDS) / ticks
     t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system
+    own = t.user + t.system + t.children_user + t.children_system + tree_cpu_s(adopted)
     return HostObservation(time.monotonic(), busy, own, os.getloadavg()[0])
 
 
@@ -148,8 +177,9 @@ class HostMonitor(PeriodicSampler[HostObservation]):
         thresholds: HostThresholds = HostThresholds(),
         proc_stat: str = PROC_STAT,
     ) -> None:
+        self.adopted: frozenset[int] = frozenset()
         super().__init__(
-            lambda: read_host(proc_stat),
+            lambda: read_host(proc_stat, self.adopted),
             hz=hz,
             thread_name="perfledger-host",
             initial=[read_host(proc_stat)],
@@ -157,6 +187,13 @@ class HostMonitor(PeriodicSampler[HostObservation]):
         self.thresholds = thresholds
         self.proc_stat = proc_stat
         self.cpus = os.cpu_count() or 1
+
+    def adopt(self, pid: int) -> None:
+        """Count the CPU time of ``pid``'s live tree (a worker perfledger started to run a
+        subject, and its children) as ours from the next observation on: a long-lived worker's
+        calls are the measurement, not foreign activity (R17); reaped, its time is ours
+        through this process's counters."""
+        self.adopted = self.adopted | {pid}
 
     def calibrate(self) -> frozenset[int]:
         """Nothing to learn on a host (our CPU time is read directly); returns our PID."""

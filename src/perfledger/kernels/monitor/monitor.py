@@ -318,6 +318,11 @@ class Monitor(PeriodicSampler[Observation]):
         if close is not None:
             close()
 
+    def adopt(self, pid: int) -> None:
+        """Count ``pid`` (a worker perfledger started to run a subject) among our own processes
+        from now on: its GPU work is the measurement's, not foreign activity (R17)."""
+        self.own_pids = self.own_pids | {pid}
+
     def calibrate(self) -> frozenset[int]:
         """Learn which compute processes are ours: call it right after this process created its
         CUDA context and before anything else should run. When our own PID is listed, ours is

@@ -915,6 +915,7 @@ def run_pairs(
     more_pairs: Callable[[list[dict[str, Any]]], int] | None = None,
     subject_roots: Mapping[str, str] | None = None,
     extra_settings: Mapping[str, Any] | None = None,
+    on_worker: Callable[[int], None] | None = None,
 ) -> WorkerRun:
     """Run ``ref`` and ``cand`` in interleaved ABBA pairs over ``cases`` under the worker
     protocol (``mode="worker"``) or one process per call (``mode="command"``), judging every
@@ -938,6 +939,8 @@ def run_pairs(
         fresh_worker: a fresh worker per pair whatever the probe finds.
         on_call: called with each row as it is made.
         before_call: called with the label before every call and worker start (R11 checks).
+        on_worker: called with each worker's pid as it starts (a monitor adopting perfledger's
+            own workers, whose work is not foreign activity, R17).
         more_pairs: a stopping rule: called with the rows so far once the planned pairs of
             every case ran; the more pairs per case to run (0 stops). The settings record how
             many ran (``pairs_per_case``) and how many were planned first (``planned_pairs``).
@@ -997,6 +1000,8 @@ def run_pairs(
                 label, s.argv, env=s.env, cwd=s.cwd, timeout_s=timeout_s,
                 cpu_exact="cpu_time" in units,
             )  # fmt: skip
+            if on_worker is not None:
+                on_worker(workers[label].pid)
         return workers[label]
 
     def retire(label: str) -> None:
