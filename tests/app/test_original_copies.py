@@ -38,6 +38,7 @@ from perfledger.app.measure_workload import foreign_windows_refusal, held
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import RuleRefused
 from perfledger.kernels.isolation import isolated
+from subprocess_env import perfledger_command
 
 #: An original under the worker protocol: inputs from the seed, its output where perfledger
 #: says; ``cheat()`` runs in every call, and where each call ran is appended to $BENCH_WHERE.
@@ -352,19 +353,25 @@ def test_cheat_baseline_measured_while_a_cpu_burner_runs_is_refused(
 ) -> None:
     """A baseline measured while a process of the agent's keeps a core busy: the real host
     monitor sees it in every window (one core and more, the threshold a quarter of one), and
-    the baseline is refused with the figures (R17), nothing recorded."""
+    the baseline is refused with the figures (R17), nothing recorded. The measurement runs as a
+    user runs it, in its own ``perfledger`` process: the burner is not one of its descendants
+    (a child of the measuring process is the measurement's own, or an orphan it ends)."""
     path, cmd = _ready(private_tmp, WORKER.format(cheat=HONEST), primary="cpu_time")
     head = _head(path)
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        with pytest.raises(RuleRefused) as refused, Ledger.open(path) as ledger:
-            measure_baseline(ledger, MeasureBaseline(target_id="t1", cmd=cmd, calls=2,
-                                                     actor="agent"))  # fmt: skip
+        done = subprocess.run(
+            [*perfledger_command(), "--ledger", str(path), "measure", "baseline", "--target",
+             "t1", "--cmd", cmd, "--calls", "2", "--actor", "agent", "--json"],
+            capture_output=True, text=True, cwd=private_tmp,
+        )  # fmt: skip
     finally:
         burner.kill()
         burner.wait()
-    message = refused.value.message
-    assert refused.value.rule == "R17" and "of 1 baseline pair windows" in message
+    assert done.returncode == 3, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    message = error["message"]
+    assert error["rule"] == "R17" and "of 1 baseline pair windows" in message
     assert "foreign_cpu:" in message and "nothing was recorded" in message
     assert _head(path) == head
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_legacy import before_reported, rules_at
+from wf_legacy import BEFORE_OBSERVED_DIRECTION, before_reported, rules_at
 from wf_scenario import record_measured_aa
 
 from machine_environment import machine_environment
@@ -63,14 +63,17 @@ def _setup(
     ledger = Ledger.init(path, name="m", actor="agent")
     try:
         run = lambda op, body: execute(ledger, op, body, actor="agent")  # noqa: E731
-        run("target.freeze", {
-            "target_id": "t1", "title": "sum of squares",
-            "primary": {"name": primary, "unit": primary_unit, "direction": direction,
-                        "statistic": "median",
-                        **({"work_metric": work_metric} if work_metric else {})},
-            "min_effect": 0.05, "scope": ["src/*"], "risk_boundary": "none",
-            "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
-        })  # fmt: skip
+        # frozen as the older perfledger that made its readiness (below) froze it: a current
+        # Target before the older readiness is a history no perfledger writes
+        with rules_at({"TargetFrozen": BEFORE_OBSERVED_DIRECTION}):
+            run("target.freeze", {
+                "target_id": "t1", "title": "sum of squares",
+                "primary": {"name": primary, "unit": primary_unit, "direction": direction,
+                            "statistic": "median",
+                            **({"work_metric": work_metric} if work_metric else {})},
+                "min_effect": 0.05, "scope": ["src/*"], "risk_boundary": "none",
+                "budget": {"wall_s": 3600.0, "gpu_s": 600.0},
+            })  # fmt: skip
         # the self-timed driver's Target (its primary the subject reports) is made ready as an
         # older perfledger did: R5 refuses such a readiness since ReadinessRecorded 6
         with before_reported("ReadinessRecorded"):
