@@ -457,6 +457,16 @@ def measure_workload(
     return MeasuredWorkload(**result, event_id=envelopes[0].id, kind=envelopes[0].kind)
 
 
+def original_argvs(command: str, copies: Any) -> dict[str, list[str]]:
+    """The ``ref`` and ``cand`` argvs of the original measured against itself: the copies'
+    (each worker its own read-only copy, R11) where there are copies, else ``command``'s twice.
+    Raises: BadRequest for a command that cannot be parsed."""
+    if copies is not None:
+        return dict(copies.argvs)
+    argv = split_command(command)
+    return {"ref": argv, "cand": argv}
+
+
 def run_subjects(
     argvs: dict[str, list[str]],
     copies: Any,
@@ -648,11 +658,7 @@ def measure_original(
         seed differ (nothing is recorded); RuleRefused (R11) from the copies' guard.
     """
 
-    if copies is not None:
-        argvs = copies.argvs
-    else:
-        argv = split_command(command)
-        argvs = {"ref": argv, "cand": argv}
+    argvs = original_argvs(command, copies)
     run = run_subjects(
         argvs, copies, cases=cases, pairs_per_case=max(1, math.ceil(calls / 2)),
         accuracy=accuracy or {"compare": "exact"}, units={metric: unit}, timeout_s=timeout_s,
@@ -805,11 +811,7 @@ def observed_aa(
             "the worker protocol's A/A judges outputs: the readiness compares none",
             hint='record readiness with "accuracy": {"compare": "exact"} (or "allclose") and a driver that declares {output}, or measure with --protocol command',
         )
-    if copies is not None:
-        argvs = copies.argvs
-    else:
-        argv = split_command(command)
-        argvs = {"ref": argv, "cand": argv}
+    argvs = original_argvs(command, copies)
     run = run_subjects(
         argvs, copies, cases=cases, pairs_per_case=runs or AA_START_PAIRS, accuracy=accuracy,
         units=units, timeout_s=timeout_s, on_call=on_call,
@@ -847,6 +849,7 @@ __all__ = [
     "monitor_windows",
     "observed_aa",
     "observed_units",
+    "original_argvs",
     "original_monitor",
     "release",
     "run_subjects",

@@ -526,9 +526,7 @@ class CopyGuard:
         boots, paths = copy.read_report()
         sockets = [p for p in paths if p.startswith(SOCKET_LINE)]
         if sockets:
-            shown = ", ".join(sockets[:NAMED_FILES]) + (
-                f" and {len(sockets) - NAMED_FILES} more" if len(sockets) > NAMED_FILES else ""
-            )
+            shown = _named(sockets)
             raise RuleRefused(
                 f"R11: the {self._role(label)}'s call used a socket to reach a process outside "
                 f"it ({shown}); what comes back through it is in no snapshot, so nothing was "
@@ -539,9 +537,7 @@ class CopyGuard:
             )
         outside = [p for p in paths if os.path.realpath(p) not in self.allowed or _other_process(p)]
         if outside:
-            shown = ", ".join(outside[:NAMED_FILES]) + (
-                f" and {len(outside) - NAMED_FILES} more" if len(outside) > NAMED_FILES else ""
-            )
+            shown = _named(outside)
             raise RuleRefused(
                 f"R11: the {self._role(label)}'s call read files outside its snapshot, the "
                 f"interpreter and its site-packages: {shown}; what they hold is in no "
@@ -577,3 +573,9 @@ __all__ = [
     "prepare_subject",
     "safe_relative",
 ]
+
+
+def _named(paths: list[str]) -> str:
+    """The first :data:`NAMED_FILES` of ``paths``, then how many more (a refusal's list)."""
+    more = len(paths) - NAMED_FILES
+    return ", ".join(paths[:NAMED_FILES]) + (f" and {more} more" if more > 0 else "")
