@@ -67,12 +67,21 @@ class OutputPlace:
         self.directory = tempfile.mkdtemp(prefix="perfledger-out-")
         self.path = os.path.join(self.directory, "output")
 
+    def read(self) -> Output:
+        """Read the output the call wrote (:func:`read_output`), leaving the directory: what a
+        call's clock must cover, the removal (:meth:`remove`) need not. Never raises."""
+        return read_output(self.path)
+
+    def remove(self) -> None:
+        """Remove the directory and everything in it. Never raises."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
     def collect(self) -> Output:
         """Read the output the call wrote, then remove the directory. Never raises."""
         try:
-            return read_output(self.path)
+            return self.read()
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.remove()
 
 
 def read_output(path: str) -> Output:
@@ -80,7 +89,14 @@ def read_output(path: str) -> Output:
 
     Returns: the :class:`Output`; ``error`` says why it is unusable (missing, several files,
     not a regular file, larger than :data:`OUTPUT_MAX_BYTES`, unreadable). Never raises."""
-    found = [path + s for s in SUFFIXES if os.path.lexists(path + s)]
+    # one listing of the call's private directory, not a lookup per suffix: this runs inside
+    # the call's clock (the worker protocol stops it once the output is read)
+    directory, name = os.path.split(path)
+    try:
+        present = set(os.listdir(directory or "."))
+    except OSError:
+        present = set()
+    found = [path + s for s in SUFFIXES if name + s in present]
     if not found:
         return Output(None, None, None, "the command wrote no output at the {output} path")
     if len(found) > 1:
@@ -100,8 +116,14 @@ def read_output(path: str) -> Output:
                 None, None, info.st_size, f"the output is {info.st_size} bytes, more than the "
                 f"{OUTPUT_MAX_BYTES} bytes read",
             )  # fmt: skip
-        with os.fdopen(os.dup(fd), "rb") as stream:
-            data = stream.read(OUTPUT_MAX_BYTES + 1)
+        chunks, size = [], 0
+        while size <= OUTPUT_MAX_BYTES:
+            chunk = os.read(fd, min(info.st_size + 1, OUTPUT_MAX_BYTES + 1 - size) or 1)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
     except OSError as exc:
         return Output(None, None, None, f"the output cannot be read ({exc.strerror})")
     finally:

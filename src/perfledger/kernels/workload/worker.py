@@ -1027,8 +1027,8 @@ def run_pairs(
                 mine = set(tree_pids(w.pid))
                 seen = mine.union(*(tree_pids(x.pid) for x in workers.values()))
                 w.resume()
-                timing = w.call(
-                    case, seed, place.path, collect=place.collect,
+                timing = w.call(  # the output read inside the clock, removed after it
+                    case, seed, place.path, collect=place.read,
                     escaped=lambda: [p for p in _orphans(keep) if p in mine or p not in seen],
                 )  # fmt: skip
                 written = timing.output
@@ -1043,6 +1043,8 @@ def run_pairs(
         finally:
             if written is None:  # read and removed before anything else runs
                 written = place.collect()
+            else:
+                place.remove()
         return timing, written
 
     def row(label: str, case: str, tag: str, seed: int, timing: Timing, written: Any,
