@@ -7,6 +7,7 @@ is found."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import forge
 import pytest
@@ -21,6 +22,20 @@ def _notes(session: Session, n: int) -> None:
     session.ledger.append_batch(
         [EventDraft("NoteRecorded", {"text": f"n{i}", "tags": []}, "agent") for i in range(n)]
     )
+
+
+def _append_forged_champion(store: Any) -> Any:
+    """Append, below perfledger's deciders, a champion selection no rule allowed (e9, never
+    measured), as a tampered tool would write it. Returns the stored event."""
+    return store.append(
+        EventDraft(
+            "ChampionSelected",
+            {"kind": "ChampionSelected", "target_id": "t1", "decision": "select",
+             "experiment_id": "e9", "samples_id": "e9-target", "candidate_hash": CAND2,
+             "previous": "e1", "reason": ""},
+            "tampered-tool",
+        )
+    )  # fmt: skip
 
 
 def _cache_file(session: Session) -> Path:
@@ -113,15 +128,7 @@ def test_a_damaged_cache_is_ignored_said_so_and_the_tamper_found(
     cache.write_bytes(data)
     # and a forged event appended on top, as a tampered tool would write it
     store = ready.ledger.store
-    forged = store.append(
-        EventDraft(
-            "ChampionSelected",
-            {"kind": "ChampionSelected", "target_id": "t1", "decision": "select",
-             "experiment_id": "e9", "samples_id": "e9-target", "candidate_hash": CAND2,
-             "previous": "e1", "reason": ""},
-            "tampered-tool",
-        )
-    )  # fmt: skip
+    forged = _append_forged_champion(store)
     report = audit(ready.ledger)
     assert report.cached_head is None and report.rechecked == report.events
     assert any("audit cache" in note and "ignored" in note for note in report.notes)
@@ -134,15 +141,7 @@ def test_a_finding_after_the_cached_head_is_judged_by_a_replay_from_zero(
 ) -> None:
     ready.passed("e1", CAND1)
     assert audit(ready.ledger).ok
-    forged = ready.ledger.store.append(
-        EventDraft(
-            "ChampionSelected",
-            {"kind": "ChampionSelected", "target_id": "t1", "decision": "select",
-             "experiment_id": "e9", "samples_id": "e9-target", "candidate_hash": CAND2,
-             "previous": "e1", "reason": ""},
-            "tampered-tool",
-        )
-    )  # fmt: skip
+    forged = _append_forged_champion(ready.ledger.store)
     report = audit(ready.ledger)
     assert report.cached_head is None and report.rechecked == report.events
     assert [f.event_id for f in report.findings] == [forged.id]
@@ -193,15 +192,7 @@ def test_a_cache_shipped_with_a_ledger_by_someone_else_is_not_used(
     event forged under the shipped cache's head."""
     ready.passed("e1", CAND1)
     store = ready.ledger.store
-    forged = store.append(
-        EventDraft(
-            "ChampionSelected",
-            {"kind": "ChampionSelected", "target_id": "t1", "decision": "select",
-             "experiment_id": "e9", "samples_id": "e9-target", "candidate_hash": CAND2,
-             "previous": "e1", "reason": ""},
-            "tampered-tool",
-        )
-    )  # fmt: skip
+    forged = _append_forged_champion(store)
     assert not audit(ready.ledger).ok  # no cache is written on a finding
     # the sender writes a cache of the forged head as a clean audit would, under their own key
     monkeypatch.setenv("PERFLEDGER_AUDIT_KEY", str(tmp_path / "sender.key"))
