@@ -140,6 +140,23 @@ def process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+def cpu_ticks(pid: int) -> tuple[int, int, int, int] | None:
+    """``(utime, stime, cutime, cstime)`` of ``pid`` in clock ticks (``os.sysconf("SC_CLK_TCK")``
+    a second; fields 14-17 of ``/proc/<pid>/stat``): its own CPU time and that of the children
+    it has waited for. None when it is gone or the file does not parse."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: parse after the last ')'
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
+    except (IndexError, ValueError):
+        return None
+
+
 def session_of(pid: int) -> int | None:
     """The session id of ``pid``, or None when it is gone."""
     try:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfledger.kernels.monitor.sampler import PeriodicSampler
-from perfledger.kernels.proc import children_by_parent, process_table, subtree
+from perfledger.kernels.proc import children_by_parent, cpu_ticks, process_table, subtree
 
 #: The host's CPU counters (Linux).
 PROC_STAT = "/proc/stat"
@@ -125,14 +125,8 @@ def tree_cpu_s(roots: Iterable[int]) -> float:
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in subtree(roots, children_by_parent(process_table())):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # gone since the table was read
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 15:  # utime, stime, cutime, cstime: fields 14-17 of proc(5)
-            total += sum(int(v) for v in fields[11:15])
+        reading = cpu_ticks(pid)  # None: gone since the table was read
+        total += 0 if reading is None else sum(reading)
     return total / ticks
 
 

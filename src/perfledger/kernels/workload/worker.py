@@ -81,6 +81,7 @@ from perfledger.kernels.proc import (
     affinity_of,
     autogroup_nice,
     children_by_parent,
+    cpu_ticks,
     drop_ptrace_capability,
     process_table,
     sched_of,
@@ -161,29 +162,14 @@ def _children_of(pid: int) -> list[int]:
 
 def _reaped_children_ns(pid: int) -> int:
     """CPU time of the children ``pid`` has waited for (``cutime + cstime`` of its stat, ns)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        return (int(fields[13]) + int(fields[14])) * 1_000_000_000 // _CLOCK_TICKS
-    except (IndexError, ValueError):
-        return 0
+    ticks = cpu_ticks(pid)
+    return 0 if ticks is None else (ticks[2] + ticks[3]) * 1_000_000_000 // _CLOCK_TICKS
 
 
 def _reaped_ticks(pids: Sequence[int]) -> dict[int, int]:
     """``cutime + cstime`` (clock ticks) of each of ``pids`` still there."""
-    out = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            out[pid] = int(fields[13]) + int(fields[14])
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
+    readings = {pid: cpu_ticks(pid) for pid in pids}
+    return {pid: t[2] + t[3] for pid, t in readings.items() if t is not None}
 
 
 def tree_cpu_ns(pid: int, escaped: Callable[[], Sequence[int]] | None = None) -> int:
