@@ -168,7 +168,10 @@ def test_cheat_candidate_making_the_references_next_call_fail_cannot_record_a_ta
     ledger = _session(tmp_path)
     data = tmp_path / "input.txt"
     data.write_text("the workload's input")
-    cand = ["--mode", "censor_slow", "--how", "sabotage", "--censor-above", "0.6",
+    # every call counts as slow (its drawn time is at least half the work): the sabotage then
+    # fails the reference in every (cand, ref) pair, not by chance (at 0.6 about one run in a
+    # hundred drew both such candidate calls fast and recorded five honest pairs)
+    cand = ["--mode", "censor_slow", "--how", "sabotage", "--censor-above", "0.0",
             "--input", str(data)]  # fmt: skip
     _honest_screen(ledger, tmp_path)  # R14: a formal run starts only after a screen
     target = _stage(ledger, tmp_path, "target", cand, ["--input", str(data)])
