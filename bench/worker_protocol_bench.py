@@ -83,7 +83,9 @@ def overhead(calls: int, n: int, tmp: Path) -> dict[str, float]:
             t0 = time.perf_counter_ns()
             out = outputs.OutputPlace()
             # as run_pairs calls it: the output read inside the clock, removed after it
-            timing = worker.call("c", new_seed(), out.path, collect=out.read)
+            timing = worker.call(
+                "c", new_seed(), out.path, collect=out.read_bytes, finish=out.finish
+            )
             out.remove()
             written = timing.output
             output_rules.judge_pair(written, written, "exact", 0.0, 0.0)

@@ -75,6 +75,9 @@ def serve(
             if op != "call":
                 raise ValueError(f"unknown message from perfledger: {message!r}")
             reported = call(state, message["case"], int(message["seed"]), message["output"])
+            if not reported and type(message["id"]) is int:  # the common answer, made cheaply
+                answers.write(b'{"op": "done", "id": %d}\n' % message["id"])  # inside the clock
+                continue
             answer: dict[str, Any] = {"op": "done", "id": message["id"]}
             if reported:
                 answer["reported"] = {str(k): float(v) for k, v in reported.items()}

@@ -97,6 +97,28 @@ def test_an_output_place_is_private_fresh_and_removed_once_read() -> None:
     assert "wrote no output" in second.collect().error and not Path(second.directory).exists()
 
 
+def test_an_output_written_after_the_clock_never_counts() -> None:
+    # inside the clock only the bytes are read (read_bytes); the listing after it (finish) sees
+    # a second file written late, and a first one written late does not make a missing one
+    late_beside, late_only = outputs.OutputPlace(), outputs.OutputPlace()
+    try:
+        Path(late_beside.path).write_bytes(b"[1.0]")
+        inside = late_beside.read_bytes()
+        assert inside.data == b"[1.0]" and inside.blake3 is None  # digested after the clock
+        Path(late_beside.path + ".npy").write_bytes(_npy(np.arange(3.0)))
+        assert "several outputs" in late_beside.finish(inside).error
+        inside = late_only.read_bytes()
+        Path(late_only.path + ".json").write_bytes(b"[1.0]")
+        assert "wrote no output" in late_only.finish(inside).error
+        Path(late_only.path + ".json").unlink()
+        Path(late_only.path).write_bytes(b"[2.0]")
+        read = late_only.finish(late_only.read_bytes())
+        assert read.data == b"[2.0]" and read.blake3 == outputs.read_output(late_only.path).blake3
+    finally:
+        late_beside.remove()
+        late_only.remove()
+
+
 @pytest.mark.slow
 def test_cheat_candidate_writing_no_output_is_incorrect() -> None:
     run = _run(["--mode", "nothing"], pairs=JUDGED_PAIRS)

@@ -68,9 +68,18 @@ class OutputPlace:
         self.path = os.path.join(self.directory, "output")
 
     def read(self) -> Output:
-        """Read the output the call wrote (:func:`read_output`), leaving the directory: what a
-        call's clock must cover, the removal (:meth:`remove`) need not. Never raises."""
+        """Read the output the call wrote (:func:`read_output`), leaving the directory. Never
+        raises."""
         return read_output(self.path)
+
+    def read_bytes(self) -> Output:
+        """The part of :meth:`read` a call's clock must cover (:func:`read_output_bytes`): the
+        listing, the digest (:meth:`finish`) and the removal (:meth:`remove`) need not."""
+        return read_output_bytes(self.path)
+
+    def finish(self, read: Output) -> Output:
+        """What :meth:`read_bytes` read, checked and digested (:func:`finish_output`)."""
+        return finish_output(self.path, read)
 
     def remove(self) -> None:
         """Remove the directory and everything in it. Never raises."""
@@ -85,28 +94,33 @@ class OutputPlace:
 
 
 def read_output(path: str) -> Output:
-    """Read the output a call wrote at ``path`` (or at ``path`` plus one of :data:`SUFFIXES`).
+    """Read the output a call wrote at ``path`` (or at ``path`` plus one of :data:`SUFFIXES`):
+    :func:`read_output_bytes`, then :func:`finish_output`.
 
     Returns: the :class:`Output`; ``error`` says why it is unusable (missing, several files,
     not a regular file, larger than :data:`OUTPUT_MAX_BYTES`, unreadable). Never raises."""
-    # one listing of the call's private directory, not a lookup per suffix: this runs inside
-    # the call's clock (the worker protocol stops it once the output is read)
-    directory, name = os.path.split(path)
-    try:
-        present = set(os.listdir(directory or "."))
-    except OSError:
-        present = set()
-    found = [path + s for s in SUFFIXES if name + s in present]
-    if not found:
+    return finish_output(path, read_output_bytes(path))
+
+
+def read_output_bytes(path: str) -> Output:
+    """The part of reading a call's output that a call's clock must cover: open the first of
+    ``path`` plus :data:`SUFFIXES` that exists and read its bytes (``blake3`` left None). One
+    ``open`` in the common case: no listing and no digest, which :func:`finish_output` makes
+    after the clock (the listing then also sees any file a call wrote late).
+
+    Returns: the :class:`Output` without its digest, or with ``error``. Never raises."""
+    fd = -1
+    for suffix in SUFFIXES:
+        try:
+            # no symbolic link followed; a FIFO must not block the driver on open
+            fd = os.open(path + suffix, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            break
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return Output(None, None, None, f"the output cannot be opened ({exc.strerror})")
+    if fd < 0:
         return Output(None, None, None, "the command wrote no output at the {output} path")
-    if len(found) > 1:
-        names = ", ".join(os.path.basename(f) for f in found)
-        return Output(None, None, None, f"several outputs at the {{output}} path ({names})")
-    try:
-        # no symbolic link followed; a FIFO must not block the driver on open
-        fd = os.open(found[0], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return Output(None, None, None, f"the output cannot be opened ({exc.strerror})")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -123,14 +137,36 @@ def read_output(path: str) -> Output:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        data = b"".join(chunks)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     except OSError as exc:
         return Output(None, None, None, f"the output cannot be read ({exc.strerror})")
     finally:
         os.close(fd)
     if len(data) > OUTPUT_MAX_BYTES:  # it grew while read
         return Output(None, None, len(data), f"the output is more than {OUTPUT_MAX_BYTES} bytes")
-    return Output(data, blake3.blake3(data).hexdigest(), len(data))
+    return Output(data, None, len(data))
+
+
+def finish_output(path: str, read: Output) -> Output:
+    """The rest of reading a call's output, outside its clock: ``read`` (what
+    :func:`read_output_bytes` read inside it) stands only when exactly one output file is at
+    ``path`` now (a second one, written late or beside it, makes the output unusable); its
+    blake3 digest is added.
+
+    Returns: the :class:`Output`. Never raises."""
+    directory, name = os.path.split(path)
+    try:
+        present = set(os.listdir(directory or "."))
+    except OSError:
+        present = set()
+    found = [name + s for s in SUFFIXES if name + s in present]
+    if len(found) > 1:
+        return Output(
+            None, None, None, f"several outputs at the {{output}} path ({', '.join(found)})"
+        )
+    if read.data is None or read.blake3 is not None:
+        return read
+    return Output(read.data, blake3.blake3(read.data).hexdigest(), read.size)
 
 
 __all__ = [
@@ -140,6 +176,8 @@ __all__ = [
     "SEED_PLACEHOLDER",
     "OutputPlace",
     "declares_output",
+    "finish_output",
     "new_seed",
     "read_output",
+    "read_output_bytes",
 ]

@@ -21,7 +21,10 @@ and cannot break the protocol::
   once its ``done`` is read and its output collected: ``wall_s``. (Stopping at ``done`` alone
   left a gap: a thread of the worker could write the output after answering, while the
   measuring process waited for a core, and the output then counted as the call's with its work
-  off the clock; now whatever is collected was written inside the clock.) The subject's **CPU time** (``cpu_s``) is the kernel's
+  off the clock; now whatever is collected was written inside the clock.) Inside the clock
+  only bytes are read (the answer line, the output file); parsing the answer, listing the
+  output place (a second file written late makes the output unusable) and the output's
+  digest come after it. The subject's **CPU time** (``cpu_s``) is the kernel's
   accounting of its whole process tree, read before and after the call, never the subject's
   word: the usage of a control group of the worker's own (:class:`~perfledger.kernels.proc.CpuGroup`,
   reaped processes included, at ns/us resolution), else :func:`tree_cpu_ns` (reaped children in
@@ -473,7 +476,11 @@ class Worker:
     # -- lines ---------------------------------------------------------------------------
 
     def _read(self, deadline: float, what: str) -> dict[str, Any]:
-        """Read one answer line before ``deadline`` (perf_counter seconds)."""
+        """Read one answer line before ``deadline`` (perf_counter seconds), parsed."""
+        return self._parse(self._read_line(deadline, what))
+
+    def _read_line(self, deadline: float, what: str) -> bytes:
+        """Read one answer line's bytes before ``deadline`` (perf_counter seconds)."""
         while b"\n" not in self._buffer:
             left = deadline - time.perf_counter()
             if left <= 0:
@@ -493,6 +500,10 @@ class Worker:
             if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in self._buffer[:MAX_LINE_BYTES]:
                 self._fail("protocol", f"an answer line longer than {MAX_LINE_BYTES} bytes")
         line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        """One answer line as a JSON object. Raises: WorkerFailed (``protocol``)."""
         if len(line) > MAX_LINE_BYTES:
             self._fail("protocol", f"an answer line longer than {MAX_LINE_BYTES} bytes")
         try:
@@ -546,11 +557,14 @@ class Worker:
         output_path: str,
         collect: Callable[[], output_rules.Output] | None = None,
         escaped: Callable[[], Sequence[int]] | None = None,
+        finish: Callable[[output_rules.Output], output_rules.Output] | None = None,
     ) -> Timing:
         """Run one timed call (module docstring); ``collect`` reads the output the moment
         ``done`` is read (before anything else: an output written after ``done`` is missing, or
-        written inside the clock, which stops once it is collected), kept as
-        :attr:`Timing.output`. ``escaped``: the processes that left every worker's tree and
+        written inside the clock, which stops once it is collected), then ``finish`` (where
+        given) checks and digests it after the clock; kept as :attr:`Timing.output`. Only the
+        answer's bytes and the output's are read inside the clock; the answer is parsed after.
+        ``escaped``: the processes that left every worker's tree and
         were re-parented to the measuring process (:func:`_orphans`; none at the call's start,
         the caller ends them first): their CPU clocks count in the call's closing reading, so
         a process that leaves the tree during the call takes none of its CPU time, counted in
@@ -572,12 +586,15 @@ class Worker:
             os.write(self._calls_w, line + b"\n")
         except OSError as exc:
             self._fail("died", f"the worker cannot be sent its call: {exc}")
-        answer = self._read(t0 / 1e9 + self.timeout_s, f"call {n}")
+        answer_line = self._read_line(t0 / 1e9 + self.timeout_s, f"call {n}")
         root_done = _process_cpu_ns(self.pid)  # work after `done` is counted from here
         written = collect() if collect is not None else None
         # the clock stops once the output is collected: an output a thread writes after `done`
         # counts only with its work inside the clock (module docstring)
         t1 = time.perf_counter_ns()
+        answer = self._parse(answer_line)
+        if written is not None and finish is not None:
+            written = finish(written)
         tree1 = self._tree_cpu(escaped)
         cpu1 = tree1
         if escaped is not None and self._group is None:  # left the tree: still the call's (R5)
@@ -1014,7 +1031,7 @@ def run_pairs(
                 seen = mine.union(*(tree_pids(x.pid) for x in workers.values()))
                 w.resume()
                 timing = w.call(  # the output read inside the clock, removed after it
-                    case, seed, place.path, collect=place.read,
+                    case, seed, place.path, collect=place.read_bytes, finish=place.finish,
                     escaped=lambda: [p for p in _orphans(keep) if p in mine or p not in seen],
                 )  # fmt: skip
                 written = timing.output
