@@ -117,10 +117,29 @@ def undumpable() -> Iterator[None]:
             set_dumpable(True)
 
 
-def process_table() -> dict[int, tuple[int, str]]:
+#: One reading of every process's parent and state (:func:`process_table`).
+ProcessTable = dict[int, tuple[int, str]]
+
+
+def _read_stat(pid: int | str) -> bytes | None:
+    """``/proc/<pid>/stat``'s bytes, None when the process is gone (one ``read``: the file is
+    generated whole by the kernel, far below the size read)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def process_table() -> ProcessTable:
     """Every process visible in ``/proc``: pid -> (parent pid, state letter: ``R``, ``S``, ``Z``...).
     Processes that exit during the walk are left out. Empty where there is no ``/proc``."""
-    table: dict[int, tuple[int, str]] = {}
+    table: ProcessTable = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -128,10 +147,8 @@ def process_table() -> dict[int, tuple[int, str]]:
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+        stat = _read_stat(name)
+        if stat is None:
             continue
         # the command name (field 2) may hold spaces and parentheses: parse after the last ')'
         fields = stat[stat.rfind(b")") + 2 :].split()
@@ -144,10 +161,8 @@ def cpu_ticks(pid: int) -> tuple[int, int, int, int] | None:
     """``(utime, stime, cutime, cstime)`` of ``pid`` in clock ticks (``os.sysconf("SC_CLK_TCK")``
     a second; fields 14-17 of ``/proc/<pid>/stat``): its own CPU time and that of the children
     it has waited for. None when it is gone or the file does not parse."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+    stat = _read_stat(pid)
+    if stat is None:
         return None
     # the command name (field 2) may hold spaces and parentheses: parse after the last ')'
     fields = stat[stat.rfind(b")") + 2 :].split()
@@ -165,7 +180,7 @@ def session_of(pid: int) -> int | None:
         return None
 
 
-def children_by_parent(table: dict[int, tuple[int, str]]) -> dict[int, list[int]]:
+def children_by_parent(table: ProcessTable) -> dict[int, list[int]]:
     """Parent pid -> its children's pids, from a :func:`process_table`."""
     out: dict[int, list[int]] = {}
     for pid, (ppid, _state) in table.items():
@@ -223,7 +238,7 @@ class CallTree:
         """Name the command's pid (the :class:`subprocess.Popen` that this process reaps)."""
         self.root = root
 
-    def descendants(self, table: dict[int, tuple[int, str]] | None = None) -> dict[int, str]:
+    def descendants(self, table: ProcessTable | None = None) -> dict[int, str]:
         """The call's processes other than the command itself, with their state letter: the
         command's descendants and the processes re-parented to this one since the call began
         (and theirs), outside this process's own session. Zombies are included (state ``Z``)."""
@@ -239,7 +254,7 @@ class CallTree:
             roots += children.get(self.root, ())
         return {pid: table[pid][1] for pid in subtree(roots, children) if pid in table}
 
-    def _reap(self, table: dict[int, tuple[int, str]]) -> None:
+    def _reap(self, table: ProcessTable) -> None:
         for pid, (ppid, state) in table.items():
             if (
                 ppid == self.me
@@ -289,6 +304,7 @@ class CallTree:
 __all__ = [
     "CallTree",
     "CpuGroup",
+    "ProcessTable",
     "drop_ptrace_capability",
     "process_table",
     "set_dumpable",

@@ -81,6 +81,7 @@ from perfledger.events.identity import environment_difference
 from perfledger.kernels.proc import (
     CallTree,
     CpuGroup,
+    ProcessTable,
     affinity_of,
     autogroup_nice,
     children_by_parent,
@@ -155,12 +156,13 @@ def _process_cpu_ns(pid: int) -> int:
         return 0
 
 
-def _children_of(pid: int) -> list[int]:
+def _children_of(pid: int, table: ProcessTable | None = None) -> list[int]:
     """The live children of ``pid`` (zombies included), from one reading of every process's
-    parent (:func:`perfledger.kernels.proc.process_table`). The per-thread
-    ``/proc/PID/task/TID/children`` files are not reliable while the processes run (proc(5)):
-    in a long-lived, many-threaded measuring process they missed an orphan re-parented to it."""
-    return children_by_parent(process_table()).get(pid, [])
+    parent (``table``, else a fresh :func:`perfledger.kernels.proc.process_table`). The
+    per-thread ``/proc/PID/task/TID/children`` files are not reliable while the processes run
+    (proc(5)): in a long-lived, many-threaded measuring process they missed an orphan
+    re-parented to it."""
+    return children_by_parent(process_table() if table is None else table).get(pid, [])
 
 
 def _reaped_children_ns(pid: int) -> int:
@@ -175,24 +177,29 @@ def _reaped_ticks(pids: Sequence[int]) -> dict[int, int]:
     return {pid: t[2] + t[3] for pid, t in readings.items() if t is not None}
 
 
-def tree_cpu_ns(pid: int, escaped: Callable[[], Sequence[int]] | None = None) -> int:
+def tree_cpu_ns(
+    pid: int,
+    escaped: Callable[[], Sequence[int]] | None = None,
+    table: ProcessTable | None = None,
+) -> int:
     """CPU time of ``pid``'s process tree (ns), read from the kernel: every live process's own
     clock (:func:`_process_cpu_ns`, all its threads) plus what each has reaped of its children
     (clock-tick resolution). The subject cannot reach this figure. ``escaped``: processes that
     left the tree (re-parented to the measuring process) whose trees count too, each process
     once: the tree is walked first and ``escaped`` asked after, so a process moving between
     them while they are read (its parent's exit completing late) is found once or twice, never
-    missed, and counted once."""
-    pids = dict.fromkeys(tree_pids(pid))
+    missed, and counted once. ``table``: the process table to walk first (else a fresh one)."""
+    pids = dict.fromkeys(tree_pids(pid, table))
     for root in escaped() if escaped is not None else ():
         pids.update(dict.fromkeys(tree_pids(root)))
     return sum(_process_cpu_ns(p) + _reaped_children_ns(p) for p in pids)
 
 
-def tree_pids(pid: int) -> list[int]:
+def tree_pids(pid: int, table: ProcessTable | None = None) -> list[int]:
     """``pid`` and its live descendants, parents first, from one reading of every process's
-    parent (:func:`perfledger.kernels.proc.process_table`; see :func:`_children_of`)."""
-    children = children_by_parent(process_table())
+    parent (``table``, else a fresh :func:`perfledger.kernels.proc.process_table`; see
+    :func:`_children_of`)."""
+    children = children_by_parent(process_table() if table is None else table)
     seen: list[int] = []
     todo = [pid]
     while todo:
@@ -203,13 +210,14 @@ def tree_pids(pid: int) -> list[int]:
     return seen
 
 
-def _orphans(keep: set[int]) -> list[int]:
+def _orphans(keep: set[int], table: ProcessTable | None = None) -> list[int]:
     """This process's children that are not workers (``keep``: the workers and the children
     this process had before the run) nor started by this program: processes a worker started
-    and left to be re-parented here (this process is a subreaper during a run)."""
+    and left to be re-parented here (this process is a subreaper during a run). ``table``:
+    the process table to read (else a fresh one)."""
     my_session = os.getsid(0)
     found = []
-    for pid in _children_of(os.getpid()):
+    for pid in _children_of(os.getpid(), table):
         if pid in keep:
             continue
         try:
@@ -221,12 +229,12 @@ def _orphans(keep: set[int]) -> list[int]:
     return found
 
 
-def _end_orphans(keep: set[int]) -> int:
+def _end_orphans(keep: set[int], table: ProcessTable | None = None) -> int:
     """Kill :func:`_orphans`: a double-forked daemon comes back to this process (a subreaper
     during a run), and such a process outside every worker's tree could watch for the other
     subject's outputs while its worker is stopped. Returns: how many were ended."""
     ended = 0
-    for pid in _orphans(keep):
+    for pid in _orphans(keep, table):
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -268,13 +276,13 @@ class Scheduling:
     autogroup: int | None
 
 
-def scheduling_of(pid: int) -> Scheduling:
+def scheduling_of(pid: int, table: ProcessTable | None = None) -> Scheduling:
     """The scheduling of every thread of ``pid``'s process tree and of its autogroup, read
     from the kernel (:func:`perfledger.kernels.proc.sched_of`, ``affinity_of``,
     ``autogroup_nice``: the isolated kernel path's readers). Threads gone meanwhile are left
-    out."""
+    out. ``table``: the process table to walk (else a fresh one)."""
     threads: dict[int, tuple[int, int, frozenset[int] | None]] = {}
-    for p in tree_pids(pid):
+    for p in tree_pids(pid, table):
         for tid in thread_ids(p):
             got = sched_of(int(tid))
             if got is not None:
@@ -531,14 +539,14 @@ class Worker:
 
     # -- the call ------------------------------------------------------------------------
 
-    def _quiet(self) -> None:
+    def _quiet(self, table: ProcessTable | None = None) -> None:
         """Fail when the worker used more CPU since its last ``done`` than
         :func:`idle_cpu_limit_s` of that call allows: work after answering (an output written
         late, work hidden between calls) or work slowing the other subject's calls."""
         if self._done_cpu is None:
             return
         root_done, others_done = self._done_cpu
-        tree, root = self._tree_cpu(), _process_cpu_ns(self.pid)
+        tree, root = self._tree_cpu(table=table), _process_cpu_ns(self.pid)
         # the worker's own threads since `done`, its other processes since they were read
         used = (max(root - root_done, 0) + max(tree - root - others_done, 0)) / 1e9
         limit = idle_cpu_limit_s(self._done_wall)
@@ -558,29 +566,33 @@ class Worker:
         collect: Callable[[], output_rules.Output] | None = None,
         escaped: Callable[[], Sequence[int]] | None = None,
         finish: Callable[[output_rules.Output], output_rules.Output] | None = None,
+        table: ProcessTable | None = None,
     ) -> Timing:
         """Run one timed call (module docstring); ``collect`` reads the output the moment
         ``done`` is read (before anything else: an output written after ``done`` is missing, or
         written inside the clock, which stops once it is collected), then ``finish`` (where
         given) checks and digests it after the clock; kept as :attr:`Timing.output`. Only the
         answer's bytes and the output's are read inside the clock; the answer is parsed after.
+        ``table``: a process table read since the previous call ended, for the checks before
+        the clock starts (one reading of ``/proc`` serves them all); else one is read.
         ``escaped``: the processes that left every worker's tree and
         were re-parented to the measuring process (:func:`_orphans`; none at the call's start,
         the caller ends them first): their CPU clocks count in the call's closing reading, so
         a process that leaves the tree during the call takes none of its CPU time, counted in
         the opening reading, out of the call (R5: the kernel's accounting of the whole tree).
         Returns: the :class:`Timing`. Raises: WorkerFailed (the worker is ended)."""
+        table = process_table() if table is None else table
         self._unasked()
-        self._quiet()
-        self.check_scheduling()
+        self._quiet(table)
+        self.check_scheduling(table)
         self._next_id += 1
         n = self._next_id
         line = json.dumps(
             {"op": "call", "id": n, "case": case, "seed": seed, "output": output_path}
         ).encode()
-        cpu0 = self._tree_cpu()
+        cpu0 = self._tree_cpu(table=table)
         exact = self._group is None and self.cpu_exact
-        reaped0 = _reaped_ticks(tree_pids(self.pid)) if exact else {}
+        reaped0 = _reaped_ticks(tree_pids(self.pid, table)) if exact else {}
         t0 = time.perf_counter_ns()
         try:
             os.write(self._calls_w, line + b"\n")
@@ -629,15 +641,20 @@ class Worker:
             output=written,
         )
 
-    def _tree_cpu(self, escaped: Callable[[], Sequence[int]] | None = None) -> int:
+    def _tree_cpu(
+        self,
+        escaped: Callable[[], Sequence[int]] | None = None,
+        table: ProcessTable | None = None,
+    ) -> int:
         """The worker's processes' CPU time so far (ns): its :class:`CpuGroup`'s usage where
         it has one (every process that was ever in it, reaped ones included, at ns/us
         resolution), after checking that every live process of its tree (and ``escaped``) is
         still in the group; else :func:`tree_cpu_ns` (reaped children in clock ticks).
+        ``table``: the process table to walk (else a fresh one; ``escaped`` is asked after).
         Raises: WorkerFailed (``cpu_accounting``) for a process that left the group."""
         if self._group is None:
-            return tree_cpu_ns(self.pid)
-        pids = list(tree_pids(self.pid)) + list(escaped() if escaped is not None else ())
+            return tree_cpu_ns(self.pid, table=table)
+        pids = list(tree_pids(self.pid, table)) + list(escaped() if escaped is not None else ())
         left = [p for p in dict.fromkeys(pids) if self._group.holds(p) is False]
         if left:
             self._fail(
@@ -674,12 +691,12 @@ class Worker:
                 "system is writable",
             )
 
-    def check_scheduling(self) -> None:
+    def check_scheduling(self, table: ProcessTable | None = None) -> None:
         """Fail (``scheduling``) when a thread of the worker's tree, or its autogroup, runs
         with another scheduling than at the worker's start (:func:`scheduling_changes`): nice
         value, policy or CPUs, lowered by the other subject's code (or by its own). Read
         outside the clock, before every call. Raises: WorkerFailed (the worker is ended)."""
-        changes = scheduling_changes(self._sched_start, scheduling_of(self.pid), self.pid)
+        changes = scheduling_changes(self._sched_start, scheduling_of(self.pid, table), self.pid)
         if changes:
             self._fail(
                 "scheduling",
@@ -696,20 +713,22 @@ class Worker:
         """The worker's process tree's CPU time so far (ns, :meth:`_tree_cpu`)."""
         return self._tree_cpu()
 
-    def _tree(self) -> list[int]:
+    def _tree(self, table: ProcessTable | None = None) -> list[int]:
         """The worker and its live descendants (pids, :func:`tree_pids`)."""
-        return tree_pids(self.pid)
+        return tree_pids(self.pid, table)
 
-    def pause(self) -> None:
+    def pause(self, table: ProcessTable | None = None) -> None:
         """Stop the worker's whole process tree (SIGSTOP) while the other subject's call runs:
-        an idle worker cannot watch for the other's output, slow it, or work off its clock."""
-        for pid in self._tree():
+        an idle worker cannot watch for the other's output, slow it, or work off its clock.
+        ``table``: the process table to walk (else a fresh one)."""
+        for pid in self._tree(table):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGSTOP)
 
-    def resume(self) -> None:
-        """Continue the worker's process tree (SIGCONT) before its own call."""
-        for pid in self._tree():
+    def resume(self, table: ProcessTable | None = None) -> None:
+        """Continue the worker's process tree (SIGCONT) before its own call (``table``: as
+        :meth:`pause`)."""
+        for pid in self._tree(table):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGCONT)
 
@@ -1021,17 +1040,21 @@ def run_pairs(
                 if before_call is not None:
                     before_call(label)
                 other = workers.get("cand" if label == "ref" else "ref")
+                # one reading of /proc for everything before the clock starts (each reading
+                # opens every process's stat file)
+                table = process_table()
                 if other is not None:
-                    other.pause()  # stopped for the whole of this call
+                    other.pause(table)  # stopped for the whole of this call
                 keep = set(workers_pids()) | children_before
-                ended["orphans"] += _end_orphans(keep)
+                ended["orphans"] += _end_orphans(keep, table)
                 # the call is charged with what leaves its own worker's tree during it, or is
                 # new; never with a process of the other subject's tree (re-parented here late)
-                mine = set(tree_pids(w.pid))
-                seen = mine.union(*(tree_pids(x.pid) for x in workers.values()))
-                w.resume()
+                mine = set(tree_pids(w.pid, table))
+                seen = mine.union(*(tree_pids(x.pid, table) for x in workers.values()))
+                w.resume(table)
                 timing = w.call(  # the output read inside the clock, removed after it
                     case, seed, place.path, collect=place.read_bytes, finish=place.finish,
+                    table=table,
                     escaped=lambda: [p for p in _orphans(keep) if p in mine or p not in seen],
                 )  # fmt: skip
                 written = timing.output
