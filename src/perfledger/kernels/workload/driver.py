@@ -55,9 +55,10 @@ from typing import Any
 from perfledger.derive import outputs as derive_outputs
 from perfledger.errors import MeasurementError, RuleRefused
 from perfledger.events.identity import environment_difference
+from perfledger.kernels.confine import confine_subject, confinement
 from perfledger.kernels.monitor.interference import POLL_S as STOP_POLL_S
 from perfledger.kernels.monitor.interference import TREE_POLL_S, StopWatch
-from perfledger.kernels.proc import CallTree, drop_ptrace_capability, undumpable
+from perfledger.kernels.proc import CallTree, undumpable
 from perfledger.kernels.workload import outputs
 from perfledger.kernels.workload.driver_guard import DriverGuard
 from perfledger.kernels.workload.subject_copy import ROOT_ENV
@@ -448,7 +449,7 @@ def run_call(
                 env=env,
                 cwd=subject.cwd,
                 start_new_session=True,
-                preexec_fn=drop_ptrace_capability,  # even as root it cannot reach this process
+                preexec_fn=confine_subject,  # even as root it cannot reach this process
             )
         except OSError as exc:
             end = time.monotonic()
@@ -719,6 +720,7 @@ def run_pairs(
         # what can change how the subjects run, for an auditor to see (R11)
         "environment": influencing_environment(),
         "subject_env": extra_env,
+        "confinement": confinement(),  # what Landlock held every subject process to
         **closed,
         # R11: the full environment of every call (names, values' hashes), the same for both
         "call_environment": {

@@ -78,6 +78,7 @@ from perfledger.derive import outputs as output_rules
 from perfledger.derive.units import UNITS_PER_SECOND
 from perfledger.errors import MeasurementError, RuleRefused
 from perfledger.events.identity import environment_difference
+from perfledger.kernels.confine import confine_subject, confinement
 from perfledger.kernels.proc import (
     CallTree,
     CpuGroup,
@@ -86,7 +87,6 @@ from perfledger.kernels.proc import (
     autogroup_nice,
     children_by_parent,
     cpu_ticks,
-    drop_ptrace_capability,
     process_table,
     sched_of,
     thread_ids,
@@ -402,7 +402,7 @@ class Worker:
             if group is not None:
                 with contextlib.suppress(OSError):  # checked at `ready`
                     group.join()
-            drop_ptrace_capability()  # cannot reach the parent's clock
+            confine_subject()  # cannot reach the parent's clock, a server, the other worker
 
         calls_r, self._calls_w = os.pipe()
         self._answers_r, answers_w = os.pipe()
@@ -813,7 +813,7 @@ def run_command(
             try:
                 proc = subprocess.Popen(
                     words, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
-                    cwd=cwd, start_new_session=True, preexec_fn=drop_ptrace_capability,
+                    cwd=cwd, start_new_session=True, preexec_fn=confine_subject,
                 )  # fmt: skip
             except OSError as exc:
                 raise WorkerFailed(label, "spawn", f"cannot start {words[0]!r}: {exc}") from None
@@ -1161,6 +1161,7 @@ def run_pairs(
         "fresh_worker": bool(fresh["on"]),
         "fresh_reason": fresh["reason"],
         "ended_orphans": ended["orphans"],
+        "confinement": confinement(),  # what Landlock held every subject process to
         "ref_argv": list(ref.argv),
         "cand_argv": list(cand.argv),
         "idle_cpu": {"floor_s": IDLE_CPU_FLOOR_S, "share": IDLE_CPU_SHARE},
