@@ -205,3 +205,95 @@ def test_cheat_helper_reaped_in_a_call_without_cpu_group_is_refused(
         accuracy={"compare": "exact"}, units={"wall_time": "ms"},
     )  # fmt: skip
     assert all(c["correct"] for _r, c in result.pairs())
+
+
+#: The subject's call asks the hog (a process outside its tree) to act and waits for it.
+WAITS_FOR_HOG = """
+import json, os
+from perfledger.subject import serve
+here = os.path.dirname(os.path.abspath(__file__))
+def call(state, case, seed, output):
+    open(os.path.join(here, "go"), "w").close()
+    with open(os.path.join(here, "done"), "rb") as done:  # a FIFO: waits without using CPU
+        done.read(1)
+    with open(output, "w") as f:
+        json.dump(1, f)
+serve(lambda: None, call)
+"""
+
+#: argv: the directory to watch, the group's directory ('' for none), whether to leave it.
+HOG = """
+import os, sys, time
+here, group, leave = sys.argv[1], sys.argv[2], sys.argv[3] == "leave"
+while not os.path.exists(os.path.join(here, "go")):
+    time.sleep(0.001)
+os.remove(os.path.join(here, "go"))
+if group:
+    with open(os.path.join(group, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+spent = time.process_time()
+while time.process_time() - spent < 0.02:
+    pass
+if group and leave:
+    with open(os.path.join(os.path.dirname(group), "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+with open(os.path.join(here, "done"), "wb") as done:
+    done.write(b"x")
+time.sleep(30 if group and not leave else 0)
+"""
+
+
+#: Starts its arguments as a process of its own and prints the pid (the process is then
+#: re-parented away from the test's process when this one exits).
+SPAWN = (
+    "import subprocess, sys; "
+    "print(subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, "
+    "start_new_session=True).pid)"
+)
+
+
+@pytest.mark.parametrize("hog", ["joins_and_leaves", "joins_and_stays", "control"])
+def test_cheat_process_outside_the_tree_burning_cpu_in_the_workers_group_is_not_counted(
+    tmp_path: Path, hog: str
+) -> None:
+    """G: any process of the same user may write a group's ``cgroup.procs``: an agent's hog
+    joins the reference worker's CPU group during its call and burns 20 ms of CPU there, to be
+    charged to the reference's ``cpu_time``. A call that reaped nothing takes its processes'
+    own clocks, so the hog's CPU is not counted whether it leaves the group (or never joins:
+    the control); a hog still in the group after the call fails it."""
+    import contextlib
+    import subprocess
+
+    from perfledger.kernels.workload import outputs
+    from perfledger.kernels.workload.worker import Worker
+
+    (tmp_path / "subject.py").write_text(textwrap.dedent(WAITS_FOR_HOG))
+    os.mkfifo(tmp_path / "done")
+    with Worker("ref", [sys.executable, str(tmp_path / "subject.py")]) as worker:
+        group = worker._group
+        if group is None:
+            pytest.skip("no CPU accounting group can be made here")
+        how = "leave" if hog == "joins_and_leaves" else "stay"
+        argv = [str(tmp_path), "" if hog == "control" else group.path, how]
+        # the agent's process, not this one's child: started by a middle process that exits
+        middle = subprocess.run(
+            [sys.executable, "-c", SPAWN, sys.executable, "-c", HOG, *argv],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        hog_pid = int(middle.stdout)
+        place = outputs.OutputPlace()
+        try:
+            if hog != "joins_and_stays":
+                timing = worker.call("one", 1, place.path, collect=place.read_bytes)
+                assert timing.cpu_s < 0.01, timing  # the hog's 20 ms are not the subject's
+                if hog == "joins_and_leaves":  # the hog did burn in the group
+                    assert (group.usage_ns() or 0) / 1e9 >= timing.cpu_s + 0.015
+                return
+            with pytest.raises(WorkerFailed) as info:
+                worker.call("one", 1, place.path, collect=place.read_bytes)
+        finally:
+            place.remove()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(hog_pid, 9)
+    assert info.value.reason == "cpu_accounting", info.value
+    assert "outside its tree are in its CPU accounting group" in str(info.value), info.value

@@ -172,6 +172,21 @@ def cpu_ticks(pid: int) -> tuple[int, int, int, int] | None:
         return None
 
 
+def reaped_counters(pid: int) -> tuple[int, int] | None:
+    """What ``pid`` has reaped of its children so far: their CPU time in clock ticks
+    (``cutime + cstime``) and their page faults (``cminflt + cmajflt``, fields 11 and 13 of
+    ``/proc/<pid>/stat``). The faults are an exact count: any child that ran and was reaped
+    moves them, where its CPU time may stay below a tick. None when it is gone."""
+    stat = _read_stat(pid)
+    if stat is None:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[13]) + int(fields[14]), int(fields[8]) + int(fields[10])
+    except (IndexError, ValueError):
+        return None
+
+
 def session_of(pid: int) -> int | None:
     """The session id of ``pid``, or None when it is gone."""
     try:
@@ -307,6 +322,7 @@ __all__ = [
     "ProcessTable",
     "drop_ptrace_capability",
     "process_table",
+    "reaped_counters",
     "set_dumpable",
     "set_subreaper",
     "undumpable",

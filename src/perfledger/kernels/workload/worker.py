@@ -88,6 +88,7 @@ from perfledger.kernels.proc import (
     children_by_parent,
     cpu_ticks,
     process_table,
+    reaped_counters,
     sched_of,
     thread_ids,
 )
@@ -169,6 +170,27 @@ def _reaped_children_ns(pid: int) -> int:
     """CPU time of the children ``pid`` has waited for (``cutime + cstime`` of its stat, ns)."""
     ticks = cpu_ticks(pid)
     return 0 if ticks is None else (ticks[2] + ticks[3]) * 1_000_000_000 // _CLOCK_TICKS
+
+
+def _describe(pid: int) -> str:
+    """``pid``, its parent and its command line, for a message."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        argv = "?"
+    parent = process_table().get(pid, (None, ""))[0]
+    return f"pid {pid}, parent {parent}: {argv}"
+
+
+def _own_cpu(pids: Sequence[int]) -> tuple[int, int, dict[int, tuple[int, int]]]:
+    """``pids``' own CPU clocks summed (ns), what they reaped of their children (ns, clock-tick
+    resolution) and each one's :func:`~perfledger.kernels.proc.reaped_counters` (the
+    processes still there)."""
+    counters = {p: c for p in pids if (c := reaped_counters(p)) is not None}
+    live = sum(_process_cpu_ns(p) for p in pids)
+    ticks = sum(c[0] for c in counters.values())
+    return live, ticks * 1_000_000_000 // _CLOCK_TICKS, counters
 
 
 def _reaped_ticks(pids: Sequence[int]) -> dict[int, int]:
@@ -590,6 +612,9 @@ class Worker:
         line = json.dumps(
             {"op": "call", "id": n, "case": case, "seed": seed, "output": output_path}
         ).encode()
+        # the tree's processes' own clocks (see _group_call_cpu)
+        call_cpu_ns: int | None = None
+        own0 = _own_cpu(tree_pids(self.pid, table)) if self._group is not None else None
         cpu0 = self._tree_cpu(table=table)
         exact = self._group is None and self.cpu_exact
         reaped0 = _reaped_ticks(tree_pids(self.pid, table)) if exact else {}
@@ -607,7 +632,10 @@ class Worker:
         answer = self._parse(answer_line)
         if written is not None and finish is not None:
             written = finish(written)
+        members = self._group.members() if self._group is not None else []
         tree1 = self._tree_cpu(escaped)
+        if own0 is not None:
+            call_cpu_ns = self._group_call_cpu(n, own0, cpu0, tree1, members, escaped)
         cpu1 = tree1
         if escaped is not None and self._group is None:  # left the tree: still the call's (R5)
             # one reading of the union: a process re-parented between two walks (its parent's
@@ -634,7 +662,7 @@ class Worker:
             self._fail("protocol", f"`reported` must map names to numbers (call {n})")
         return Timing(
             wall_s=(t1 - t0) / 1e9,
-            cpu_s=max(cpu1 - cpu0, 0) / 1e9,
+            cpu_s=max(cpu1 - cpu0 if call_cpu_ns is None else call_cpu_ns, 0) / 1e9,
             start_s=t0 / 1e9,
             end_s=t1 / 1e9,
             reported={str(k): float(v) for k, v in reported.items()},
@@ -666,6 +694,54 @@ class Worker:
         if usage is None:
             self._fail("cpu_accounting", "its CPU accounting group can no longer be read")
         return int(usage or 0)
+
+    def _group_call_cpu(
+        self,
+        n: int,
+        own0: tuple[int, int, dict[int, tuple[int, int]]],
+        usage0: int,
+        usage1: int,
+        members: Sequence[int],
+        escaped: Callable[[], Sequence[int]] | None,
+    ) -> int:
+        """The CPU time of call ``n`` (ns) for a worker with a CPU group. Any process of the
+        same user may write the group's ``cgroup.procs``: an agent's hog could join the
+        reference's group during its calls, burn CPU there (charged to its ``cpu_time``) and
+        leave. So: a live process outside the tree in the group now (``members``, read before
+        the tree) fails the call (``cpu_accounting``); and where no process of the tree ended
+        or was reaped during the call (every process's count of its reaped children's page
+        faults is unchanged: an exact count), the call's CPU is its processes' own clocks
+        (``own0`` and after), which no other process can add to. Only a call that reaped a
+        process takes the group's usage (``usage1 - usage0``), which holds that process's CPU
+        at ns resolution where the kernel gives it to its reaper in clock ticks."""
+        pids1 = list(dict.fromkeys([*tree_pids(self.pid), *(escaped() if escaped else ())]))
+        strangers = [p for p in members if p not in pids1 and self._stranger(p)]
+        if strangers:
+            self._fail(
+                "cpu_accounting",
+                f"processes outside its tree are in its CPU accounting group after call {n} "
+                f"({'; '.join(_describe(p) for p in strangers[:4])}): their CPU time would "
+                "count as the subject's",
+            )
+        live1, _reaped1, counters1 = _own_cpu(pids1)
+        live0, _reaped0, counters0 = own0
+        reaped = any(counters1.get(p) != c for p, c in counters0.items())
+        return usage1 - usage0 if reaped else live1 - live0
+
+    def _stranger(self, pid: int) -> bool:
+        """Whether ``pid``, in the worker's group but not in its tree, is another program's
+        process: alive, in another session than the worker's (every process the worker starts
+        is in its session unless it makes its own), and not re-parented to the measuring
+        process (where a daemon the worker started goes: its CPU is the subject's)."""
+        if _process_cpu_ns(pid) <= 0:
+            return False  # gone
+        try:
+            if os.getsid(pid) == self.pid:
+                return False
+        except OSError:
+            return False
+        counters = process_table().get(pid)
+        return counters is not None and counters[0] != os.getpid()
 
     def _check_reaped(
         self, n: int, reaped0: dict[int, int], escaped: Callable[[], Sequence[int]] | None
