@@ -157,6 +157,14 @@ def tool_name(operation: str) -> str:
     return operation.replace(".", "_").replace("-", "_")
 
 
+def refuse_unknown_tool(name: str, known: Any) -> None:
+    """Refuse an MCP tool call naming no tool (``known``: the tool names, a container).
+
+    Raises: BadRequest (exit 2) when ``name`` is not in ``known``."""
+    if name not in known:
+        raise BadRequest(f"unknown tool {name!r}", hint="list the tools")
+
+
 #: Read commands of the CLI -> the read tool that answers them.
 READ_COMMANDS = {
     "status": "status", "state": "state", "claims": "claims", "champion show": "champion",
@@ -281,6 +289,7 @@ __all__ = [
     "flag_of_missing_field",
     "recommended_command",
     "refuse_explain_foreign",
+    "refuse_unknown_tool",
     "refuse_with_flag_hint",
     "tool_call",
     "tool_name",

@@ -140,7 +140,61 @@ def artifact_of(ledger: Any, event: str, name: str) -> tuple[str, bytes]:
     return envelope.id, ledger.artifact(envelope.id, name)
 
 
+class ArtifactGet(msgspec.Struct, frozen=True, kw_only=True):
+    """``perfledger artifact get``: artifact ``name`` of ``event`` (HEAD, an event id or a unique
+    prefix), written to the file ``output`` or handed back (``output`` None); ``json``: the
+    caller answers in JSON, which the artifact's bytes are not, so it needs ``output``."""
+
+    event: str
+    name: str
+    output: str | None = None
+    json: bool = False
+
+
+class ArtifactGot(msgspec.Struct, frozen=True, kw_only=True):
+    """An artifact got: its event, name and size in bytes; ``path`` where it was written, else
+    ``data``, its bytes."""
+
+    event_id: str
+    name: str
+    size: int
+    path: str | None = None
+    data: bytes | None = None
+
+
+def get_artifact(request: ArtifactGet, *, open_ledger: Callable[[], Any]) -> ArtifactGot:
+    """Artifact ``request.name`` of ``request.event`` (:func:`artifact_of`), checked against its
+    blake3 and size, written to ``request.output`` or returned as bytes.
+
+    Raises: BadRequest (exit 2) for ``json`` without ``output`` (checked before the ledger is
+    opened), no such event or artifact, or an ``output`` that cannot be written; IntegrityError
+    (exit 5) for a mismatch."""
+    if request.json and request.output is None:
+        raise BadRequest(
+            "--json needs -o FILE (the artifact's bytes are not JSON)",
+            hint="add -o FILE: the artifact is written there and the JSON answer names it",
+        )
+    ledger = open_ledger()
+    try:
+        event_id, data = artifact_of(ledger, request.event, request.name)
+    finally:
+        ledger.close()
+    if request.output is None:
+        return ArtifactGot(event_id=event_id, name=request.name, size=len(data), data=data)
+    try:
+        with open(request.output, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise BadRequest(
+            f"cannot write {request.output!r}: {exc.strerror or exc}",
+            hint="name a writable path for -o",
+        ) from None
+    return ArtifactGot(event_id=event_id, name=request.name, size=len(data), path=request.output)
+
+
 __all__ = [
+    "ArtifactGet",
+    "ArtifactGot",
     "ArtifactRow",
     "Artifacts",
     "EventShown",
@@ -149,6 +203,7 @@ __all__ = [
     "artifact_of",
     "artifacts_of",
     "event_of",
+    "get_artifact",
     "record_note",
     "show_event",
 ]

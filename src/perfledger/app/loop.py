@@ -75,6 +75,19 @@ def read_json(path: str, what: str) -> Any:
         raise BadRequest(f"the {what} {path!r} is not valid JSON: {exc}", hint=LOOP_HINT) from None
 
 
+def dims_of(text: str) -> dict[str, Any]:
+    """``loop setup --dims``'s JSON text as the problem's dimensions (R16, R23).
+
+    Raises: BadRequest (exit 2) for text that is not JSON or not a JSON object."""
+    try:
+        dims = json.loads(text)
+    except ValueError as exc:
+        raise BadRequest(f"--dims is not valid JSON: {exc}", hint=LOOP_HINT) from None
+    if not isinstance(dims, dict):
+        raise BadRequest("--dims must be a JSON object of integers", hint=LOOP_HINT)
+    return dims
+
+
 def loop_run(state: Any, run_id: str) -> Any:
     """The ``RunView`` of ``run_id`` in ``state``. Raises: BadRequest (exit 2) for no such run."""
     run = state.loop.runs.get(run_id)
@@ -561,7 +574,8 @@ def finalize_run(ledger: Any, request: FinalizeRun, *, say: Say = silent) -> Fin
 
 __all__ = [
     "DEFAULT_PAIRS", "LOOP_HINT", "CloseIteration", "FinalizeRun", "Finalized",
-    "IterationAnswer", "LoopSetup", "SetUp", "close_iteration", "finalize_run", "loop_backend",
+    "IterationAnswer", "LoopSetup", "SetUp", "close_iteration", "dims_of", "finalize_run",
+    "loop_backend",
     "loop_run", "loop_setup", "materialize", "precheck", "propose", "read_json", "read_text",
     "record_profile", "recorded_body", "silent",
 ]  # fmt: skip

@@ -8,6 +8,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from perfledger.errors import BadRequest
+
 #: The skill's name (its folder under an agent's skills directory, and its front matter's name).
 SKILL_NAME = "perfledger"
 #: The skill's files, relative to this package (and to the installed ``DIR/perfledger/``).
@@ -25,12 +27,18 @@ def install(directory: str | Path) -> list[Path]:
     """Write the skill to ``directory/perfledger/`` (``SKILL.md`` and ``references/``), creating
     folders and replacing earlier copies of these files. Returns the written paths.
 
-    Raises: OSError when the directory cannot be written."""
+    Raises: BadRequest (exit 2) when the directory cannot be written."""
     root = Path(directory) / SKILL_NAME
     written = []
-    for name in SKILL_FILES:
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(read(name), encoding="utf-8")
-        written.append(path)
+    try:
+        for name in SKILL_FILES:
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(read(name), encoding="utf-8")
+            written.append(path)
+    except OSError as exc:
+        raise BadRequest(
+            f"cannot write the skill under {str(directory)!r}: {exc.strerror or exc}",
+            hint="name a directory you can write (an agent's skills folder)",
+        ) from None
     return written

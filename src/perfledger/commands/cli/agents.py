@@ -12,7 +12,7 @@ import sys
 import click
 import msgspec
 
-from perfledger.app.event_lookup import artifact_of, artifacts_of
+from perfledger.app.event_lookup import ArtifactGet, artifacts_of, get_artifact
 from perfledger.app.status import session_status_with_commands as session_status
 from perfledger.commands.cli.common import actor_option
 from perfledger.commands.cli.common import command_context as _ctx
@@ -20,7 +20,6 @@ from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.cli.status import render
-from perfledger.errors import BadRequest
 
 
 @click.command("status")
@@ -90,29 +89,16 @@ def artifact_get(event: str, name: str, output: str | None, json_flag: bool) -> 
     FILE, after checking its blake3 and size (exit 5 on a mismatch). With --json (and -o):
     ``{"event_id", "name", "path", "size"}``."""
     ctx = _ctx(json_flag)
-
-    if ctx.json_mode and output is None:
-        raise BadRequest(
-            "--json needs -o FILE (the artifact's bytes are not JSON)",
-            hint="add -o FILE: the artifact is written there and the JSON answer names it",
-        )
-    event_id, data = ctx.read(artifact_of, event, name)
-    if output is None:
+    request = ArtifactGet(event=event, name=name, output=output, json=ctx.json_mode)
+    done = get_artifact(request, open_ledger=ctx.open)
+    if done.data is not None:
         out = click.get_binary_stream("stdout")
-        out.write(data)
+        out.write(done.data)
         out.flush()
-        return
-    try:
-        with open(output, "wb") as handle:
-            handle.write(data)
-    except OSError as exc:
-        raise BadRequest(
-            f"cannot write {output!r}: {exc.strerror or exc}", hint="name a writable path for -o"
-        ) from None
-    if ctx.json_mode:
-        _emit({"event_id": event_id, "name": name, "path": output, "size": len(data)})
+    elif ctx.json_mode:
+        _emit({"event_id": done.event_id, "name": name, "path": output, "size": done.size})
     else:
-        click.echo(f"wrote {output} ({len(data):,} bytes, artifact {name} of {event_id[:12]})")
+        click.echo(f"wrote {output} ({done.size:,} bytes, artifact {name} of {done.event_id[:12]})")
 
 
 __all__ = ["artifact_group", "mcp_command", "status_command"]

@@ -1,4 +1,5 @@
-"""What every CLI module shares: the command context, JSON output, error reporting and who acts.
+"""What every CLI module shares: the command context, JSON output, error reporting and who acts;
+the options many commands take (declared once in :mod:`perfledger.app.options`, re-exported).
 
 Imported at the top of the CLI modules (it is cheap: click and the errors), so that no CLI
 module keeps a forwarding copy of these functions.
@@ -15,6 +16,23 @@ import click
 
 from perfledger.app import actors
 from perfledger.app.command_lines import TARGET_FIELD_HELP
+from perfledger.app.options import (
+    ACTOR_DECLS,
+    ACTOR_HELP,
+    IDEMPOTENCY_DECLS,
+    IDEMPOTENCY_HELP,
+    JSON_HELP,
+    actor_option,
+    call_timeout_option,
+    cases_option,
+    idempotency_option,
+    json_option,
+    measure_dry_run_option,
+    measured_target_option,
+    options_of,
+    quiet_option,
+    removed_explain_foreign_option,
+)
 from perfledger.errors import PerfledgerError
 
 
@@ -69,57 +87,27 @@ def fail(ctx: Context | None, exc: PerfledgerError) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
-#: The help of a command's ``--json`` (the group's own ``perfledger --json`` is another option).
-JSON_HELP = "Answer with one JSON object on stdout."
-#: ``--json`` of every command that answers (sets the ``json_flag`` parameter).
-json_option = click.option("--json", "json_flag", is_flag=True, help=JSON_HELP)
-
-
 def json_param() -> click.Option:
     """``--json`` (:data:`JSON_HELP`) as a parameter object, for a command built from a list of
     parameters."""
     return click.Option(["--json", "json_flag"], is_flag=True, help=JSON_HELP)
 
 
-#: The help of ``--actor``, the same on every command that writes (see :func:`resolve_actor`).
-ACTOR_HELP = (
-    "Who records: the name every event this command appends carries as its actor "
-    "(default: $PERFLEDGER_ACTOR, else the clone's perfledger.actor set by `init --actor`, "
-    "else $USER, else $LOGNAME, else this process's user; an empty name is refused)."
-)
-#: The help of ``--idempotency-key``, the same on every command that writes (SPEC.md section 2,
-#: idempotency; ``idempotent_replay`` in ``ledger/base.py``).
-IDEMPOTENCY_HELP = (
-    "Retry-safe key: a retry of the same request with this key answers with the event it first "
-    "appended and appends nothing (the key reused for another request is refused)."
-)
-#: Declarations and settings of the two options, one source for the decorators and the
-#: parameter objects below (click offers no way to make one from the other).
-_ACTOR_DECLS = ["--actor"]
-_IDEMPOTENCY_DECLS = ["--idempotency-key"]
-
-
 def actor_option_noting(note: str) -> Callable[[Any], Any]:
     """``--actor`` (:data:`ACTOR_HELP`) as a decorator, with ``note`` added to its help: for a
     command whose actor does more than name who records (``init`` remembers it)."""
-    return click.option(*_ACTOR_DECLS, default=None, help=f"{ACTOR_HELP} {note}".strip())
+    return click.option(*ACTOR_DECLS, default=None, help=f"{ACTOR_HELP} {note}".strip())
 
 
 def actor_param() -> click.Option:
     """``--actor`` as a parameter object, for a command built from a list of parameters."""
-    return click.Option(_ACTOR_DECLS, default=None, help=ACTOR_HELP)
+    return click.Option(ACTOR_DECLS, default=None, help=ACTOR_HELP)
 
 
 def idempotency_param() -> click.Option:
     """``--idempotency-key`` as a parameter object, for a command built from a list of
     parameters."""
-    return click.Option(_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
-
-
-#: ``--actor`` of every command that writes (the value goes through :func:`resolve_actor`).
-actor_option = actor_option_noting("")
-#: ``--idempotency-key`` of every command that writes.
-idempotency_option = click.option(*_IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
+    return click.Option(IDEMPOTENCY_DECLS, default=None, help=IDEMPOTENCY_HELP)
 
 
 #: The help of ``--dry-run`` on a command that decides a request (``preview``, then the answer
@@ -181,43 +169,9 @@ def target_param() -> click.Option:
     return click.Option(["--target", "target_id"], default=None, help="The Target id.")
 
 
-def options_of(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """One decorator applying click ``options`` in the order listed (the first is the first in
-    ``--help``): a table of options several commands share."""
-
-    def apply(func: Any) -> Any:
-        for option in reversed(options):
-            func = option(func)
-        return func
-
-    return apply
-
-
 #: The help of ``--target`` on a command that records: it sets the request's ``target_id``.
 #: ``--target`` of a command that records a request with a ``target_id`` field.
 target_field_option = click.option("--target", "target_id", default=None, help=TARGET_FIELD_HELP)
-
-
-#: Options of the measure commands that run the Target's calls (aa, baseline, workload).
-#: ``--target`` of a measurement: required, the Target whose readiness says what to run.
-measured_target_option = click.option("--target", "target_id", required=True, help="The Target id.")
-#: ``--case`` (repeatable): which of the readiness's test cases to run.
-cases_option = click.option(
-    "--case", "cases", multiple=True, help="Test cases (default: the readiness's)."
-)
-#: ``--timeout-s``: the limit on one call of a measured command.
-call_timeout_option = click.option(
-    "--timeout-s",
-    type=click.FloatRange(min=0.001),
-    default=600.0,
-    help="Seconds one call may run (default 600).",
-)
-#: ``--dry-run`` of a measurement that records samples or evidence (workload, kernel, serving).
-measure_dry_run_option = click.option(
-    "--dry-run", is_flag=True, help="Measure and print the request; append nothing."
-)
-#: ``--quiet``: no progress bar (the answer on stdout is the same).
-quiet_option = click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 
 
 def checkpoint_policy_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -324,8 +278,14 @@ def resolve_actor(actor: str | None) -> str:
     return actors.resolve_actor(actor, ctx.ledger_path if ctx else None)
 
 
-#: ``--explain-foreign``, hidden: kept only so that passing it gets app.command_lines.EXPLAIN_FOREIGN_REMOVED
-#: (exit 2) instead of click's bare "no such option".
-removed_explain_foreign_option = click.option(
-    "--explain-foreign", "explain_foreign", default=None, hidden=True, help="Removed (R17)."
-)
+__all__ = [
+    "ACTOR_HELP", "DRY_RUN_HELP", "IDEMPOTENCY_HELP", "JSON_HELP", "RATE_MIN_EVENTS", "Context", "actor_option",
+    "actor_option_noting", "actor_param", "call_timeout_option", "cases_option",
+    "checkpoint_policy", "checkpoint_policy_options", "checkpoints_text", "command_context",
+    "dry_run_option", "dry_run_param", "emit_json", "exit_verify_failure", "fail",
+    "idempotency_option", "idempotency_param", "json_option", "json_param",
+    "measure_dry_run_option", "measured_target_option", "options_of", "quiet_option",
+    "rate_text", "removed_explain_foreign_option", "request_help", "request_option",
+    "request_param", "resolve_actor", "signed_pct_text", "target_field_option", "target_option",
+    "target_param", "to_json_text",
+]  # fmt: skip

@@ -22,6 +22,7 @@ from typing import Any
 import click
 import msgspec
 
+from perfledger.app.argv import refuse_evidence_form
 from perfledger.app.readmodels import evidence_list, evidence_show
 from perfledger.app.request_json import read_request
 from perfledger.commands.cli import workflow as workflow_cli
@@ -37,9 +38,6 @@ from perfledger.commands.cli.common import (
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 from perfledger.commands.registry.catalog import get_operation
-from perfledger.errors import BadRequest
-
-_HINT = "`perfledger evidence add --help` gives the forms; docs/profilers.md the report kinds"
 
 
 def _shared() -> Any:
@@ -139,11 +137,8 @@ def _add_command(generic: click.Command) -> click.Command:
     ) -> None:
         """Record profiler or compiler evidence: a closed request, or a parsed REPORT with
         --kind (R6, R16)."""
+        refuse_evidence_form(kind, report)
         if kind is None:
-            if report is not None:
-                raise BadRequest(
-                    "a REPORT file needs --kind (ncu, nsys, nsys-stats, torch, ...)", hint=_HINT
-                )
             assert generic.callback is not None
             generic.callback(
                 request_source=request_source,
@@ -154,8 +149,6 @@ def _add_command(generic: click.Command) -> click.Command:
                 target_id=target_id,
             )
             return
-        if report is None:
-            raise BadRequest(f"--kind {kind} needs the REPORT file", hint=_HINT)
         ctx = _ctx(json_flag)
         from perfledger.app import evidence  # noqa: PLC0415 (the profilers' parsers: off `perfledger experiment list`'s start-up path)
 

@@ -1,18 +1,15 @@
 """``perfledger gc``: remove what killed writers and pulls left in the ledger's git directory.
 
-A thin skin over :func:`perfledger.ledger.gc.collect`. Only click is imported at load time.
+A thin skin over :func:`perfledger.app.gc.collect_garbage`. Only click is imported at load time.
 """
 
 from __future__ import annotations
 
 import click
 
-from perfledger.api import find_ledger_path
+from perfledger.app.gc import collect_garbage
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import json_option, to_json_text
-from perfledger.errors import NotALedger
-from perfledger.ledger.gc import collect
-from perfledger.ledger.gitdir import find_controldir
 
 
 @click.command("gc")
@@ -24,14 +21,7 @@ def gc(dry_run: bool, json_flag: bool) -> None:
     files are listed, never removed (a git process may hold one)."""
 
     ctx = _ctx(json_flag)
-    path = find_ledger_path(ctx.ledger_path)
-    location = find_controldir(path)
-    if location is None:
-        raise NotALedger(
-            f"{path} is not a ledger (not a git repository)",
-            hint="`perfledger init DIR` makes a ledger; `--ledger PATH` names one",
-        )
-    report = collect(location.controldir, dry_run=dry_run)
+    report = collect_garbage(ctx.ledger_path, dry_run=dry_run)
     if ctx.json_mode:
         click.echo(to_json_text({"dry_run": dry_run, **report.to_json()}))
         return

@@ -18,11 +18,11 @@ import msgspec
 
 from perfledger.app.loop import (
     DEFAULT_PAIRS,
-    LOOP_HINT,
     CloseIteration,
     FinalizeRun,
     LoopSetup,
     close_iteration,
+    dims_of,
     finalize_run,
     loop_run,
     loop_setup,
@@ -33,7 +33,6 @@ from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
 from perfledger.commands.cli.common import resolve_actor as _actor
-from perfledger.errors import BadRequest
 from perfledger.projections.loop import input_profile
 from perfledger.projections.loop_summary import render_summary
 
@@ -80,14 +79,8 @@ def setup_cmd(
 
     ctx = _ctx(json_flag)
     who = _actor(actor)
-    try:
-        dims_map = json.loads(dims)
-    except ValueError as exc:
-        raise BadRequest(f"--dims is not valid JSON: {exc}", hint=LOOP_HINT) from None
-    if not isinstance(dims_map, dict):
-        raise BadRequest("--dims must be a JSON object of integers", hint=LOOP_HINT)
     request = LoopSetup(
-        baseline=baseline, ref=ref_path, dims=dims_map, run_id=run_id, iterations=iterations,
+        baseline=baseline, ref=ref_path, dims=dims_of(dims), run_id=run_id, iterations=iterations,
         ncu_num=ncu_num, min_effect=min_effect, entry=entry, driver=driver,
         catalog=catalog_path, sm_arch=sm_arch, actor=who,
     )  # fmt: skip

@@ -30,17 +30,11 @@ from perfledger.app.context import experiment_context as _context
 from perfledger.app.measure_aa import measure_aa as run_measure_aa
 from perfledger.app.measure_kernel import measure_kernel as run_measure_kernel
 from perfledger.app.measure_self import failed_call_lines, measure_workload_stage
-from perfledger.app.request_options import aa_request_of, kernel_request_of, workload_request_of
-from perfledger.commands.cli.common import (
-    actor_option,
-    call_timeout_option,
-    cases_option,
-    idempotency_option,
-    measure_dry_run_option,
-    measured_target_option,
-    options_of,
-    quiet_option,
-    removed_explain_foreign_option,
+from perfledger.app.request_options import (
+    aa_request_of,
+    kernel_request_of,
+    measure_params,
+    workload_request_of,
 )
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json as _emit
@@ -133,67 +127,10 @@ def aa_overall_line(
     )
 
 
-_with_common = options_of(
-    click.option("--experiment", "experiment_id", required=True, help="The experiment id."),
-    click.option(
-        "--stage",
-        type=click.Choice(["screen", "target", "final_audit"]),
-        required=True,
-        help="The stage these samples are for (R11).",
-    ),
-    click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N)."),
-    click.option("--no-monitor", is_flag=True, help="Run without the NVML monitor (screens only)."),
-    measure_dry_run_option,
-    actor_option,
-    idempotency_option,
-    quiet_option,
-    _json,
-)
-
-
 # ------------------------------------------------------------------------------------ workload
 
 
-@click.command("workload")
-@_with_common
-@click.option("--ref", "ref_cmd", required=True, help="The reference's command line as typed: the "
-              "readiness driver with {subject} written as the reference's code directory, e.g. "
-              "'python3 work/original/bench.py {case} {output}' (perfledger fills {case} and "
-              "{output}).")  # fmt: skip
-@click.option("--cand", "cand_cmd", required=True, help="The candidate's command line as typed: "
-              "the readiness driver with {subject} written as the candidate's code directory, "
-              "e.g. 'python3 work/candidate/bench.py {case} {output}'.")  # fmt: skip
-@cases_option
-@click.option("--pairs", type=click.IntRange(min=1), default=None, help="Pairs per case.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, help="Warm-up calls per case.")
-@call_timeout_option
-@click.option(
-    "--unit", "unit_flags", multiple=True, help="NAME=UNIT of a metric not in the Target."
-)
-@click.option(
-    "--monitor",
-    "monitor_source",
-    type=click.Choice(["gpu", "host"]),
-    default="gpu",
-    help="What the monitor watches (R17): the GPU through NVML, or the host's CPU counters "
-    "(a CPU workload).",
-)
-@removed_explain_foreign_option
-@click.option(
-    "--protocol",
-    type=click.Choice(["worker", "command", "self"]),
-    default=None,
-    help="worker (default): perfledger times every call and judges every output (the subject "
-    "speaks the worker protocol); command: one process per call, timed from spawn to exit; "
-    "self: the self-timed driver, whose figures the subject reports: recorded as reported, they "
-    "make no champion and pass no final audit (R5).",
-)
-@click.option(
-    "--fresh-worker",
-    is_flag=True,
-    help="A fresh worker per pair (the default wherever the reference's outputs do not follow "
-    "the seed).",
-)
+@click.command("workload", params=measure_params("workload"))
 def measure_workload(**kw: Any) -> None:
     """Run the reference and candidate commands in ABBA order and record SamplesRecorded.
 
@@ -253,17 +190,7 @@ def measure_workload(**kw: Any) -> None:
 # ------------------------------------------------------------------------------------ kernel
 
 
-@click.command("kernel")
-@_with_common
-@click.option(
-    "--spec", "spec_path", default=None, help="Python file: PROBLEMS, REFERENCE, CANDIDATE."
-)
-@click.option(
-    "--ref", "ref_dir", default=None, help="Code directory of the reference (R11, bound Target)."
-)
-@click.option(
-    "--cand", "cand_dir", default=None, help="Code directory of the candidate (R11, bound Target)."
-)
+@click.command("kernel", params=measure_params("kernel"))
 def measure_kernel(**kw: Any) -> None:
     """Compare REFERENCE and CANDIDATE of a kernel spec with the harness (correctness, cold ABBA
     timing, stopping, plausibility), each subject in a worker process of its own, and record
@@ -296,36 +223,7 @@ def measure_kernel(**kw: Any) -> None:
 # ------------------------------------------------------------------------------------ A/A
 
 
-@click.command("aa")
-@measured_target_option
-@click.option("--cmd", "cmd", default=None, help="A workload Target: the original's command line "
-              "as typed, the readiness driver with {subject} written as the original's directory, "
-              "e.g. 'python3 work/original/bench.py {case} {output}'.")  # fmt: skip
-@click.option("--spec", "spec_path", default=None, help="A kernel spec (its REFERENCE is run).")
-@click.option(
-    "--dir", "kernel_dir", default=None, help="The original's code directory (kernel, R11)."
-)
-@cases_option
-@click.option(
-    "--runs",
-    type=click.IntRange(min=2),
-    default=None,
-    help="Workload: A/A pairs per case (default: a stopping rule, 10 pairs and more until the "
-    "resolution is at most half the minimum effect, at most 60). Kernel: A/A comparisons "
-    "(default 5).",
-)
-@call_timeout_option
-@click.option("--record", is_flag=True, help="Append resolution.record with the result (R4).")
-@click.option(
-    "--accept-resolution",
-    is_flag=True,
-    help="Record a resolution at or above the minimum effect (refused otherwise: no verdict "
-    "could pass).",
-)
-@actor_option
-@idempotency_option
-@quiet_option
-@_json
+@click.command("aa", params=measure_params("aa"))
 def measure_aa(**kw: Any) -> None:
     """Measure the resolution: the original against itself under the same protocol, on every
     case (R4). The resolution is the largest distance of an A/A CI end from a ratio of 1: per

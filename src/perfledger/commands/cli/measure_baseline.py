@@ -26,58 +26,13 @@ from typing import Any
 import click
 
 from perfledger.app.baseline import measure_baseline as measure_baseline_run
-from perfledger.app.measure_baseline import BASELINE_ARTIFACT, DEFAULT_CALLS
-from perfledger.app.request_options import baseline_request_of
+from perfledger.app.measure_baseline import BASELINE_ARTIFACT
+from perfledger.app.request_options import baseline_request_of, measure_params
 from perfledger.commands.cli import measure as m
-from perfledger.commands.cli.common import (
-    actor_option,
-    call_timeout_option,
-    cases_option,
-    idempotency_option,
-    json_option,
-    measured_target_option,
-    quiet_option,
-)
 from perfledger.commands.cli.common import command_context as _ctx
 
 
-@click.command("baseline")
-@measured_target_option
-@click.option(
-    "--cmd",
-    "cmd",
-    default=None,
-    help="A workload Target: the original's command line as typed, the readiness driver with "
-    "{subject} written as the original's code directory, e.g. 'python3 work/original/bench.py "
-    "{case} {output}' (perfledger fills {case} and {output}).",
-)
-@click.option(
-    "--spec",
-    "spec_path",
-    default=None,
-    help="A kernel Target: the spec whose REFERENCE is the original, timed by the kernel harness.",
-)
-@click.option(
-    "--dir",
-    "kernel_dir",
-    default=None,
-    help="A kernel Target whose readiness bound the original's directory: that directory (R11).",
-)
-@cases_option
-@click.option(
-    "--calls",
-    type=click.IntRange(min=1),
-    default=DEFAULT_CALLS,
-    help=f"Calls of the original per case (default {DEFAULT_CALLS}); every value of the "
-    "primary metric a call prints is one baseline value (an observed primary: whole ABBA "
-    "pairs of two workers, at least this many calls).",
-)
-@call_timeout_option
-@actor_option
-@idempotency_option
-@click.option("--dry-run", is_flag=True, help="Measure and decide; append nothing.")
-@quiet_option
-@json_option
+@click.command("baseline", params=measure_params("baseline"))
 def measure_baseline(**kw: Any) -> None:
     """Measure the original's baseline and record it (R4): a workload's CMD called --calls times
     on every case (a kernel Target's REFERENCE timed by the kernel harness --calls times per

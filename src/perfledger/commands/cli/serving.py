@@ -29,15 +29,8 @@ from typing import Any
 import click
 
 from perfledger.app.measure_serving_load import measure_serving as measure_serving_load
-from perfledger.app.request_options import serving_request_of
+from perfledger.app.request_options import measure_params, serving_request_of
 from perfledger.commands.cli import measure as m
-from perfledger.commands.cli.common import (
-    actor_option,
-    idempotency_option,
-    json_option,
-    measure_dry_run_option,
-    removed_explain_foreign_option,
-)
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import resolve_actor as _actor
 
@@ -69,96 +62,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-@click.command("serving")
-@click.option("--ref-url", required=True, help="Reference base URL (http://HOST:PORT/v1).")
-@click.option("--cand-url", default=None, help="Candidate base URL (A/B by interleaved windows).")
-@click.option("--model", default="default", help="The `model` field sent to the reference.")
-@click.option("--cand-model", default=None, help="The candidate's `model` (default: --model).")
-@click.option(
-    "--before-ref",
-    default=None,
-    help="A command (shell words) run before each reference window, e.g. one that "
-    "restarts the server with the reference's configuration.",
-)
-@click.option(
-    "--before-cand",
-    default=None,
-    help="The same before each candidate window; without --cand-url the candidate is "
-    "served at --ref-url (two configurations behind one URL).",
-)
-@click.option(
-    "--ready-timeout-s",
-    type=click.FloatRange(min=0.1),
-    default=300.0,
-    help="After a --before-* command: wait this long at most for GET BASE/models = 200.",
-)
-@click.option("--requests", "requests_path", required=True, help="The test set: JSONL of requests.")
-@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Open loop: Poisson arrivals per second.")  # fmt: skip
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
-              help="Closed loop: requests in flight.")  # fmt: skip
-@click.option("--pairs", type=click.IntRange(min=1), default=5, help="Window pairs (ABBA).")
-@click.option("--steady", type=click.IntRange(min=2), default=40, help="Steady requests a window.")
-@click.option("--warmup", type=click.IntRange(min=0), default=None,
-              help="Warm-up requests a window (default 5; closed loop: at least --concurrency).")  # fmt: skip
-@click.option("--cooldown", type=click.IntRange(min=0), default=None,
-              help="Cool-down requests a window (default 5; closed loop: at least --concurrency).")  # fmt: skip
-@click.option("--seed", type=int, default=0, help="Seeds the request order and the arrivals.")
-@click.option(
-    "--ignore-eos",
-    is_flag=True,
-    help='Send "ignore_eos": true (vLLM, SGLang): every answer runs to max_tokens.',
-)
-@click.option("--timeout-s", type=click.FloatRange(min=0.001), default=120.0, help="Per request.")
-@click.option("--drift-metric", type=click.Choice(["ttft", "tpot", "e2e"]), default="ttft")
-@click.option("--drift-alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              default=0.01, help="Drift test level (Bonferroni over windows).")  # fmt: skip
-@click.option("--drift-threshold", type=click.FloatRange(min=0), default=0.10,
-              help="Relative median shift a drifting window exceeds.")  # fmt: skip
-@click.option("--min-effect", type=click.FloatRange(min=0), default=None,
-              help="Ratio distance from 1 reported as a difference (default: the Target's, else 0.05).")  # fmt: skip
-@click.option(
-    "--resamples", type=click.IntRange(min=100), default=2000, help="Bootstrap resamples."
-)
-@click.option(
-    "--experiment", "experiment_id", default=None, help="Record samples for this experiment."
-)
-@click.option("--stage", type=click.Choice(["screen", "target", "final_audit"]), default=None)
-@click.option("--samples", "samples_id", default=None, help="Samples id (default: E-STAGE-N).")
-@click.option(
-    "--evidence",
-    "evidence_id",
-    default=None,
-    help="Record the report as evidence (layer service) with this id instead.",
-)
-@click.option("--target", "evidence_target", default=None, help="With --evidence: its Target.")
-@click.option(
-    "--applicability",
-    type=click.Choice(["same_boundary", "conservative_upper_bound", "diagnostic"]),
-    default="diagnostic",
-    help="With --evidence (R6).",
-)
-@click.option("--description", default="", help="With --evidence: what was measured.")
-@click.option("--case", "case", default=None, help="The test case (default: the readiness's one).")
-@click.option("--metric", "metric_flags", multiple=True,
-              help="NAME=KIND: a Target metric measured as ttft, tpot, e2e, output_tokens_per_s "
-              "or requests_per_s.")  # fmt: skip
-@click.option("--monitor", "monitor_source", type=click.Choice(["auto", "gpu", "host"]),
-              default="auto", help="What the monitor watches (R17): the GPU through NVML, the "
-              "host's CPU counters, or auto: NVML where present, else the host.")  # fmt: skip
-@click.option(
-    "--no-monitor", is_flag=True, help="Run without a monitor (screens and reports only)."
-)
-@removed_explain_foreign_option
-@click.option(
-    "--raw", "raw_path", default=None, help="Also write the raw table and report (JSON) here."
-)
-@measure_dry_run_option
-@actor_option
-@idempotency_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@json_option
+@click.command("serving", params=measure_params("serving"))
 def measure_serving(**kw: Any) -> None:
     """Load OpenAI-compatible endpoints (streaming) in interleaved ABBA windows and report
     per-request TTFT, time per output token, end-to-end latency and throughput, p50/p95/p99 with

@@ -9,7 +9,6 @@ import click
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
-from perfledger.errors import BadRequest
 from perfledger.skill import install, read
 
 
@@ -34,13 +33,7 @@ def skill_install(directory: str, json_flag: bool) -> None:
     """Write the skill to DIRECTORY/perfledger/ (SKILL.md and references/), replacing an earlier
     copy of its files."""
     ctx = _ctx(json_flag)
-    try:
-        written = install(directory)
-    except OSError as exc:
-        raise BadRequest(
-            f"cannot write the skill under {directory!r}: {exc.strerror or exc}",
-            hint="name a directory you can write (an agent's skills folder)",
-        ) from None
+    written = install(directory)
     if ctx.json_mode:
         _emit({"installed": [str(p) for p in written]})
         return

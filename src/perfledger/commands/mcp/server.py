@@ -33,7 +33,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import click
 import mcp_types as types
 import msgspec
 
@@ -42,7 +41,7 @@ from perfledger.api import Ledger, find_ledger_path
 from perfledger.app.actors import refuse_empty_actor, resolve_actor
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.baseline import measure_baseline
-from perfledger.app.command_lines import tool_name, translate_hints
+from perfledger.app.command_lines import refuse_unknown_tool, tool_name, translate_hints
 from perfledger.app.context import environment_payload
 from perfledger.app.decisions import record_decision
 from perfledger.app.handoff import current_handoff
@@ -57,17 +56,11 @@ from perfledger.app.measure_aa import measure_aa
 from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
 from perfledger.app.measure_serving_load import measure_serving
+from perfledger.app.options import in_process_options
 from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, claims_of
-from perfledger.app.request_options import (
-    aa_request_of,
-    baseline_request_of,
-    kernel_request_of,
-    serving_request_of,
-    workload_request_of,
-)
+from perfledger.app.request_options import measure_request
 from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
-from perfledger.commands.cli.measure_group import measure_group
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -214,10 +207,8 @@ class Tools:
         Raises: PerfledgerError (BadRequest for an unknown tool), as the CLI would."""
         if name in self.writes:
             return self._write(self.writes[name], arguments)
-        handler = getattr(self, f"_read_{name}", None)
-        if handler is None:
-            raise BadRequest(f"unknown tool {name!r}", hint="list the tools")
-        return handler(**arguments)
+        refuse_unknown_tool(name, READ_TOOLS)
+        return getattr(self, f"_read_{name}")(**arguments)
 
     def _write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         """One write operation through :func:`perfledger.app.decisions.record_decision` (the
@@ -269,7 +260,7 @@ class Tools:
 
     def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
         if args[0] in IN_PROCESS and "--help" not in args:
-            answer = IN_PROCESS[args[0]](self, _parsed(args))
+            answer = IN_PROCESS[args[0]](self, in_process_options(args))
         elif args[0] == "measure" and args[1:2] and args[1] in MEASURES and "--help" not in args:
             answer = self._measure(args, stdin)
         else:
@@ -311,9 +302,10 @@ class Tools:
 
     def _measure(self, args: list[str], stdin: str | None) -> Any:
         """``cli ["measure", NAME, ...]`` through the application layer, in this process: the
-        options parsed as ``perfledger measure NAME`` parses them, made the use case's request
-        (:mod:`perfledger.app.request_options`, as the CLI makes it) and measured (:data:`MEASURES`); the answer is the
-        command's ``--json`` answer.
+        words read into the use case's request by
+        :func:`perfledger.app.request_options.measure_request` (the options the CLI's command is
+        built from, checked as it checks them) and measured (:data:`MEASURES`); the answer is
+        the command's ``--json`` answer.
 
         A measurement by the self-timed driver (``--protocol self``, or an A/A or baseline of a
         Target whose primary the subject reports) still runs as ``perfledger measure ...`` in a subprocess: the driver watches its own
@@ -325,11 +317,11 @@ class Tools:
     def _measure_alone(self, args: list[str], stdin: str | None) -> Any:
         """:meth:`_measure`, with no other measurement running in this process."""
         name = args[1]
-        command = measure_group.commands[name]
-        options = _parsed_by(command, f"measure {name}", args[2:])
-        options.update(actor=options.get("actor") or self.actor, quiet=True)
-        request_of, measure = MEASURES[name]
-        request = request_of(options, lambda given: resolve_actor(given, self.ledger_path))
+        request = measure_request(
+            name, args[2:], lambda given: resolve_actor(given, self.ledger_path),
+            default_actor=self.actor,
+        )  # fmt: skip
+        measure = MEASURES[name]
         if name == "serving":  # a report needs no ledger: opened only where it records
             return _plain(measure(request, open_ledger=self._open).answer)
         ledger = self._open()
@@ -393,40 +385,10 @@ class CliFailed(PerfledgerError):
     code = "cli_failed"
 
 
-#: The options of the ``cli`` commands run in this process, as the CLI's commands take them
-#: (``perfledger init``, ``env``, ``audit``); ``--json`` is always on.
-_IN_PROCESS_OPTIONS: dict[str, list[click.Parameter]] = {
-    "init": [click.Argument(["path"], required=False), click.Option(["--name"], default=None),
-             click.Option(["--actor"], default=None)],
-    "env": [click.Option(["--device"], type=click.IntRange(min=0), default=0),
-            click.Option(["--no-tools"], is_flag=True)],
-    "audit": [click.Option(["--allowed-signers", "allowed_signers"], default=None,
-                           type=click.Path(dir_okay=False))],
-}  # fmt: skip
 #: ``cli`` commands answered in this process: name -> the Tools method that answers them.
 IN_PROCESS: dict[str, Callable[[Tools, dict[str, Any]], Any]] = {
     "init": Tools._init, "env": Tools._env, "audit": Tools._audit,
 }  # fmt: skip
-
-
-def _parsed(args: list[str]) -> dict[str, Any]:
-    """The options of ``args`` (``["env", "--device", "1"]``) as the CLI's command parses them.
-    Raises: BadRequest (exit 2) for an option the command does not take, as the CLI does."""
-    params = [*_IN_PROCESS_OPTIONS[args[0]], click.Option(["--json"], is_flag=True)]
-    return _parsed_by(click.Command(args[0], params=params), args[0], args[1:])
-
-
-def _parsed_by(command: click.Command, name: str, args: list[str]) -> dict[str, Any]:
-    """``args`` parsed by the click ``command`` (``perfledger NAME``), without running it.
-    Raises: BadRequest (exit 2) for an option the command does not take, as the CLI does."""
-    try:
-        with command.make_context(f"perfledger {name}", list(args)) as ctx:
-            return dict(ctx.params)
-    except click.ClickException as exc:
-        raise BadRequest(
-            f"perfledger {name}: {exc.format_message()}",
-            hint=f"`perfledger {name} --help` shows its options",
-        ) from None
 
 
 def _plain(answer: Any) -> Any:
@@ -439,15 +401,12 @@ def _plain(answer: Any) -> Any:
 #: a second one at the same time would share.
 _MEASURING = threading.Lock()
 
-#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> (the options and who acts ->
-#: request, :mod:`perfledger.app.request_options`; the application function).
-MEASURES: dict[str, tuple[Callable[[dict[str, Any], Any], Any], Callable[..., Any]]] = {
-    "aa": (aa_request_of, measure_aa),
-    "kernel": (kernel_request_of, measure_kernel),
-    "workload": (workload_request_of, measure_workload_stage),
-    "serving": (serving_request_of, measure_serving),
-    "baseline": (baseline_request_of, measure_baseline),
-}
+#: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> the application function
+#: (its request: :func:`perfledger.app.request_options.measure_request`).
+MEASURES: dict[str, Callable[..., Any]] = {
+    "aa": measure_aa, "kernel": measure_kernel, "workload": measure_workload_stage,
+    "serving": measure_serving, "baseline": measure_baseline,
+}  # fmt: skip
 
 
 def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
